@@ -1,0 +1,171 @@
+# sparsecomm: top-level build. `make` builds everything into build/; `make test` runs the
+# unit and integration tests; `make demo` runs the example training on 4 local nodes.
+# Missing Debian packages are installed first (mk/deps.sh, also `make deps`).
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD := build
+GEN := $(BUILD)/gen
+OBJ := $(BUILD)/obj
+BIN := $(BUILD)/bin
+LIB := $(BUILD)/lib
+VERSION := 0.1.0
+
+CC ?= cc
+MPICC ?= mpicc
+OPT ?= -O3 -march=x86-64-v2
+CFLAGS ?= $(OPT) -g
+CPPFLAGS += -Iclient/include -I$(GEN) -Idaemon -Iclient/lib -D_GNU_SOURCE
+WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
+LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm
+LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm
+
+# Installing missing packages happens once per build, before anything compiles.
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(DEPS_STAMP): mk/deps.sh
+	@mkdir -p $(BUILD)
+	@sh mk/deps.sh
+	@touch $@
+
+.PHONY: all deps test unit integration demo bench install uninstall clean format
+all: $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(LIB)/libsparseclient.so \
+     $(LIB)/libsparseclient.a $(BIN)/sparsecomm-unit $(BIN)/sparsecomm-itest \
+     $(BIN)/sparsecomm-bench $(BIN)/sparsecomm-cbow $(LIB)/pkgconfig/sparsecomm.pc \
+     $(BIN)/sparsecomm-mpi-peer
+
+deps:
+	sh mk/deps.sh
+
+# ---- protocol ------------------------------------------------------------------------
+$(GEN)/sparsecomm.pb-c.c $(GEN)/sparsecomm.pb-c.h: proto/sparsecomm.proto $(DEPS_STAMP)
+	@mkdir -p $(GEN)
+	protoc-c --c_out=$(GEN) -Iproto proto/sparsecomm.proto
+PROTO_OBJ := $(OBJ)/gen/sparsecomm.pb-c.o
+
+# ---- object rules --------------------------------------------------------------------
+$(OBJ)/gen/%.o: $(GEN)/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+$(OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+# Library objects export only the sc_* API.
+$(OBJ)/lib/%.o: %.c $(GEN)/sparsecomm.pb-c.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) -c $< -o $@
+
+# ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
+CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) client/lib/common.c
+CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
+$(LIB)/libsccore.a: $(CORE_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+
+# ---- daemon internals (the other daemon/ folders, main.c apart) -> libscd.a ----------------
+DAEMON_SRC := $(filter-out daemon/main.c $(CORE_SRC),$(wildcard daemon/*.c daemon/*/*.c))
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o) $(PROTO_OBJ)
+$(LIB)/libscd.a: $(DAEMON_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+$(BIN)/sparsecommd: $(OBJ)/daemon/main.o $(LIB)/libscd.a $(LIB)/libsccore.a
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
+
+# ---- client library ----------------------------------------------------------------------
+CLIENT_SRC := $(wildcard client/lib/*.c)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(OBJ)/lib/%.o) $(OBJ)/lib/gen.o
+$(OBJ)/lib/gen.o: $(GEN)/sparsecomm.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) -c $< -o $@
+$(LIB)/libsparseclient.a: $(CLIENT_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+$(LIB)/libsparseclient.so: $(CLIENT_OBJ)
+	@mkdir -p $(LIB)
+	$(CC) -shared -Wl,-soname,libsparseclient.so.0 $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+$(LIB)/pkgconfig/sparsecomm.pc: mk/sparsecomm.pc.in Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+# ---- tools -----------------------------------------------------------------------------
+CTL_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard client/ctl/*.c))
+$(BIN)/sparsectl: $(CTL_OBJ) $(LIB)/libsparseclient.a
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+RUN_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard client/run/*.c))
+$(BIN)/sparsecomm-run: $(RUN_OBJ)
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ -lm
+
+# ---- tests, benchmarks, examples ---------------------------------------------------------
+# CORE_ONLY=1 builds the unit runner and the benchmark from the algorithm core alone
+# (tests/unit/test_core_*.c, bench/compress*.c), without the daemon.
+ifeq ($(CORE_ONLY),1)
+UNIT_SRC := tests/unit/runner.c $(wildcard tests/unit/test_core_*.c)
+UNIT_LIBS := $(LIB)/libsccore.a
+BENCH_SRC := bench/main.c $(wildcard bench/compress*.c)
+BENCH_LIBS := $(LIB)/libsccore.a
+else
+UNIT_SRC := $(wildcard tests/unit/*.c)
+UNIT_LIBS := $(LIB)/libscd.a $(LIB)/libsccore.a
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_LIBS := $(LIB)/libscd.a $(LIB)/libsccore.a $(LIB)/libsparseclient.a
+endif
+UNIT_OBJ := $(UNIT_SRC:%.c=$(OBJ)/%.o)
+$(BIN)/sparsecomm-unit: $(UNIT_OBJ) $(UNIT_LIBS)
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
+ITEST_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tests/integration/*.c))
+$(BIN)/sparsecomm-itest: $(ITEST_OBJ) $(LIB)/libsparseclient.a
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(OBJ)/%.o)
+$(BIN)/sparsecomm-bench: $(BENCH_OBJ) $(BENCH_LIBS)
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON) -lrt
+$(BIN)/sparsecomm-mpi-peer: bench/mpi/mpi_peer.c $(DEPS_STAMP)
+	@mkdir -p $(BIN)
+	$(MPICC) -std=gnu11 -O2 -Wall -Wextra $< -o $@
+CBOW_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard examples/cbow/*.c))
+$(BIN)/sparsecomm-cbow: $(CBOW_OBJ) $(LIB)/libsparseclient.so
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $(CBOW_OBJ) -o $@ -L$(LIB) -lsparseclient -Wl,-rpath,'$$ORIGIN/../lib' -lm
+
+# ---- entry points ----------------------------------------------------------------------
+test: all
+	sh tests/run.sh
+unit: $(BIN)/sparsecomm-unit
+	$(BIN)/sparsecomm-unit
+integration: all
+	sh tests/integration/run.sh
+demo: all
+	sh examples/cbow/demo.sh
+bench: all
+	@echo "see README.md, section Benchmarks"
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/sparsecomm
+	install -m 0755 $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run \
+		$(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(LIB)/libsparseclient.so $(DESTDIR)$(PREFIX)/lib/libsparseclient.so.$(VERSION)
+	ln -sf libsparseclient.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparseclient.so.0
+	ln -sf libsparseclient.so.0 $(DESTDIR)$(PREFIX)/lib/libsparseclient.so
+	install -m 0644 $(LIB)/libsparseclient.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 client/include/sparsecomm.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 $(LIB)/pkgconfig/sparsecomm.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 0644 config/sparsecommd.conf $(DESTDIR)$(PREFIX)/share/sparsecomm/
+	install -m 0644 systemd/sparsecommd.service $(DESTDIR)$(PREFIX)/share/sparsecomm/
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/sparsecommd $(DESTDIR)$(PREFIX)/bin/sparsectl \
+		$(DESTDIR)$(PREFIX)/bin/sparsecomm-run $(DESTDIR)$(PREFIX)/lib/libsparseclient.* \
+		$(DESTDIR)$(PREFIX)/include/sparsecomm.h \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
+	rm -rf $(DESTDIR)$(PREFIX)/share/sparsecomm
+clean:
+	rm -rf $(BUILD)
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+-include $(shell find $(OBJ) -name '*.d' 2>/dev/null)

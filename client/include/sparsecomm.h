@@ -1,0 +1,174 @@
+/*
+ * sparsecomm.h: the public API of libsparseclient, the library training processes link
+ * to synchronise gradients through the node's sparsecommd daemon.
+ *
+ * Model. A trainer connects to its node's daemon, registers each gradient tensor once by
+ * name (the daemon creates a shared-memory buffer of the tensor's size and the library
+ * maps it), writes the gradient into that buffer, and starts an allreduce. The daemons of
+ * all nodes agree that the tensor is ready everywhere, reduce it across every trainer of
+ * the job, and write the result back into the same buffer (the operation is in place).
+ *
+ *     sc_client_t *c;  sc_tensor_t *t;  sc_handle_t h;
+ *     sc_connect(NULL, &c);                        // $SPARSECOMM_SOCKET
+ *     sc_register(c, "layer1.weight", SC_FLOAT32, n, &t);
+ *     memcpy(sc_tensor_data(t), grad, n * 4);
+ *     sc_allreduce_async(c, t, SC_OP_AVERAGE, &h);
+ *     if (sc_wait(c, h, 60000) != SC_OK) fprintf(stderr, "%s\n", sc_last_error());
+ *     sc_finalize(c);
+ *
+ * Every function is thread safe: one client may be shared by the threads of a process.
+ * The library prints nothing; it returns a status, and the calling thread's last error
+ * text (sc_last_error) says exactly what failed, naming the rank(s) and tensor involved.
+ * An optional log callback receives diagnostic lines.
+ */
+#ifndef SPARSECOMM_H
+#define SPARSECOMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SC_BUILDING_LIBRARY)
+#define SC_API __attribute__((visibility("default")))
+#else
+#define SC_API
+#endif
+
+/* Version of the control protocol spoken between the library, the daemons and sparsectl.
+ * A peer with a different major version is refused with a message naming both. */
+#define SC_PROTOCOL_VERSION 1
+
+/*
+ * Status codes: 0 success, 1 still in progress, negative values errors. The single list
+ * below generates the enum and the messages, so they never disagree.
+ */
+#define SC_STATUS_MAP(X)                                                                   \
+	X(OK, 0, "success")                                                                \
+	X(IN_PROGRESS, 1, "operation in progress")                                         \
+	X(ERR_INVALID, -1, "invalid argument")                                             \
+	X(ERR_NOMEM, -2, "out of memory")                                                  \
+	X(ERR_CONNECT, -3, "cannot reach the daemon")                                      \
+	X(ERR_PROTOCOL, -4, "malformed or unexpected message")                             \
+	X(ERR_VERSION, -5, "incompatible protocol version")                                \
+	X(ERR_TIMEOUT, -6, "timed out")                                                    \
+	X(ERR_MISMATCH, -7, "tensor differs across ranks")                                 \
+	X(ERR_NOT_FOUND, -8, "unknown tensor")                                             \
+	X(ERR_BUSY, -9, "tensor already registered or in flight")                          \
+	X(ERR_PEER, -10, "a peer daemon failed")                                           \
+	X(ERR_SHUTDOWN, -11, "the daemon is shutting down")                                \
+	X(ERR_SYSTEM, -12, "system call failed")                                           \
+	X(ERR_UNSUPPORTED, -13, "not supported")                                           \
+	X(ERR_ABORTED, -14, "aborted because a trainer exited")                            \
+	X(ERR_LIMIT, -15, "limit exceeded")
+
+typedef enum {
+#define SC_STATUS_ENUM_(name, value, msg) SC_##name = (value),
+	SC_STATUS_MAP(SC_STATUS_ENUM_)
+#undef SC_STATUS_ENUM_
+} sc_status_t;
+
+/* Name ("SC_ERR_TIMEOUT") and message ("timed out") of a status; never NULL. */
+SC_API const char *sc_status_name(sc_status_t status);
+SC_API const char *sc_status_message(sc_status_t status);
+
+/* Element types. */
+typedef enum {
+	SC_FLOAT32 = 0,
+	SC_FLOAT64 = 1,
+	SC_INT32 = 2,
+	SC_INT64 = 3,
+} sc_dtype_t;
+
+/* Size in bytes of one element of dtype, 0 for an unknown dtype. */
+SC_API size_t sc_dtype_size(sc_dtype_t dtype);
+SC_API const char *sc_dtype_name(sc_dtype_t dtype);
+
+/* Reductions. SC_OP_AVERAGE divides the sum by the number of trainers in the job. */
+typedef enum {
+	SC_OP_SUM = 0,
+	SC_OP_AVERAGE = 1,
+} sc_reduce_op_t;
+
+typedef struct sc_client sc_client_t; /* a connection to the node's daemon */
+typedef struct sc_tensor sc_tensor_t; /* a registered tensor and its shared buffer */
+typedef uint64_t sc_handle_t;         /* an operation in flight; 0 is never valid */
+
+/*
+ * Connects to the daemon. socket_path is the daemon's control socket (a filesystem path
+ * or a ZeroMQ endpoint such as "ipc:///run/sparsecomm/ctl.sock"); NULL takes
+ * $SPARSECOMM_SOCKET. The local rank is taken from $SPARSECOMM_LOCAL_RANK when set,
+ * otherwise the daemon assigns the lowest free one. timeout_ms bounds the handshake
+ * (<= 0: 30000).
+ */
+SC_API sc_status_t sc_connect(const char *socket_path, int timeout_ms, sc_client_t **client_p);
+
+/* This trainer's global rank, the number of trainers in the job, its rank on the node,
+ * and the number of trainers per node. */
+SC_API int sc_rank(const sc_client_t *client);
+SC_API int sc_size(const sc_client_t *client);
+SC_API int sc_local_rank(const sc_client_t *client);
+SC_API int sc_local_size(const sc_client_t *client);
+
+/*
+ * Registers a tensor: name (1 to 255 bytes, unique for this client), element type and
+ * count. The daemon creates the shared buffer; *tensor_p stays valid until sc_finalize.
+ */
+SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
+			       size_t numel, sc_tensor_t **tensor_p);
+
+/* The tensor's shared buffer (numel elements, 64-byte aligned), its name, type, count. */
+SC_API void *sc_tensor_data(const sc_tensor_t *tensor);
+SC_API const char *sc_tensor_name(const sc_tensor_t *tensor);
+SC_API sc_dtype_t sc_tensor_dtype(const sc_tensor_t *tensor);
+SC_API size_t sc_tensor_numel(const sc_tensor_t *tensor);
+
+/*
+ * Starts an in-place allreduce of the tensor's buffer across every trainer of the job.
+ * The buffer must not be touched until the operation completes. A tensor has at most one
+ * operation in flight (a second one fails with SC_ERR_BUSY).
+ */
+SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
+				      sc_reduce_op_t op, sc_handle_t *handle_p);
+
+/*
+ * Checks an operation without blocking: SC_IN_PROGRESS while it runs, SC_OK when the
+ * result is in the buffer, or the error that ended it. Once it has returned anything but
+ * SC_IN_PROGRESS the handle is released.
+ */
+SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle);
+
+/*
+ * Waits for an operation for at most timeout_ms (< 0: wait without limit, 0: poll).
+ * SC_ERR_TIMEOUT leaves the handle valid; any other result releases it.
+ */
+SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms);
+
+/* Synchronous allreduce: sc_allreduce_async followed by sc_wait. */
+SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
+				int timeout_ms);
+
+/*
+ * The text of the calling thread's last error, e.g. "allreduce of tensor 'fc.w' failed:
+ * element count differs across ranks: rank 0 has 100, rank 2 has 99". Empty when the
+ * thread has seen no error. Valid until the thread's next call into the library.
+ */
+SC_API const char *sc_last_error(void);
+
+/* Optional: receive the library's diagnostic lines (level 0 error .. 3 debug). */
+typedef void (*sc_log_cb)(int level, const char *line, void *arg);
+SC_API void sc_set_log_callback(sc_log_cb cb, void *arg);
+
+/*
+ * Disconnects: operations still in flight are abandoned (the other trainers' matching
+ * operations fail with an error naming this rank), shared buffers are unmapped, and the
+ * client and its tensors are freed. NULL is accepted.
+ */
+SC_API sc_status_t sc_finalize(sc_client_t *client);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPARSECOMM_H */

@@ -1,0 +1,61 @@
+/* log.c: timestamped, prefixed log lines on stderr, one write(2) per line. */
+#include "log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int scd_log_level = SCD_LOG_INFO;
+unsigned scd_log_subsystems = ~0u;
+static char log_prefix[64] = "sparsecommd";
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+static const char *const sub_names[SCD_SUB_COUNT] = {
+	"main", "config", "ctl", "world", "negotiate", "engine", "transport", "device"};
+
+void scd_log_set_prefix(const char *prefix)
+{
+	snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
+}
+
+int scd_log_parse_level(const char *text, int *level_p)
+{
+	for (int i = 0; i < 4; i++) {
+		if (strcasecmp(text, level_names[i]) == 0) {
+			*level_p = i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...)
+{
+	char line[2048];
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	int n = snprintf(line, sizeof(line), "%02d:%02d:%02d.%03ld %s %s %s: ", tm.tm_hour,
+			 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_prefix,
+			 level_names[level], sub < SCD_SUB_COUNT ? sub_names[sub] : "?");
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(line))
+		n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line) - 1)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	ssize_t off = 0;
+	while (off < n) {
+		ssize_t w = write(STDERR_FILENO, line + off, (size_t)(n - off));
+		if (w <= 0)
+			break;
+		off += w;
+	}
+}

@@ -1,0 +1,42 @@
+/*
+ * log.h: the daemon's logging. scd_log() checks the level and the subsystem mask before it
+ * formats anything, so disabled debug lines cost one comparison.
+ */
+#ifndef SCD_LOG_H
+#define SCD_LOG_H
+
+#include <stdarg.h>
+
+typedef enum { SCD_LOG_ERROR = 0, SCD_LOG_WARN, SCD_LOG_INFO, SCD_LOG_DEBUG } scd_log_level_t;
+
+typedef enum {
+	SCD_SUB_MAIN = 0,
+	SCD_SUB_CONFIG,
+	SCD_SUB_CTL,
+	SCD_SUB_WORLD,
+	SCD_SUB_NEGOTIATE,
+	SCD_SUB_ENGINE,
+	SCD_SUB_TRANSPORT,
+	SCD_SUB_DEVICE,
+	SCD_SUB_COUNT
+} scd_log_sub_t;
+
+extern int scd_log_level;
+extern unsigned scd_log_subsystems; /* bit per scd_log_sub_t */
+
+void scd_log_set_prefix(const char *prefix);
+int scd_log_parse_level(const char *text, int *level_p);
+void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define scd_log(level, sub, ...)                                                           \
+	do {                                                                               \
+		if ((int)(level) <= scd_log_level && (scd_log_subsystems >> (sub) & 1u))  \
+			scd_log_emit((level), (sub), __VA_ARGS__);                         \
+	} while (0)
+#define scd_error(sub, ...) scd_log(SCD_LOG_ERROR, sub, __VA_ARGS__)
+#define scd_warn(sub, ...) scd_log(SCD_LOG_WARN, sub, __VA_ARGS__)
+#define scd_info(sub, ...) scd_log(SCD_LOG_INFO, sub, __VA_ARGS__)
+#define scd_debug(sub, ...) scd_log(SCD_LOG_DEBUG, sub, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,164 @@
+/*
+ * runner.c: runs every registered unit test in a forked child with a timeout and prints
+ * "N passed, N failed". Arguments filter tests by substring of their names.
+ */
+#include "unit.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNIT_MAX_TESTS 1024
+
+typedef struct {
+	const char *name;
+	const char *file;
+	unit_fn fn;
+	int timeout_s;
+} unit_case_t;
+
+static unit_case_t cases[UNIT_MAX_TESTS];
+static int n_cases;
+static uint64_t current_seed;
+static uint64_t rng_state[4];
+
+void unit_register(const char *name, const char *file, unit_fn fn, int timeout_s)
+{
+	if (n_cases == UNIT_MAX_TESTS) {
+		fprintf(stderr, "unit: too many tests (max %d)\n", UNIT_MAX_TESTS);
+		exit(2);
+	}
+	cases[n_cases++] = (unit_case_t){name, file, fn, timeout_s};
+}
+
+void unit_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "    %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	fflush(stderr);
+	_exit(1);
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void seed_rng(uint64_t seed)
+{
+	uint64_t x = seed;
+	current_seed = seed;
+	for (int i = 0; i < 4; i++)
+		rng_state[i] = splitmix64(&x);
+}
+
+uint64_t unit_seed(void) { return current_seed; }
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t unit_rng(void)
+{
+	uint64_t *s = rng_state;
+	uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return result;
+}
+
+double unit_rng_double(void) { return (double)(unit_rng() >> 11) * 0x1.0p-53; }
+
+uint64_t unit_rng_below(uint64_t n) { return n ? unit_rng() % n : 0; }
+
+static int matches(const char *name, int argc, char **argv)
+{
+	if (argc <= 1)
+		return 1;
+	for (int i = 1; i < argc; i++)
+		if (strstr(name, argv[i]))
+			return 1;
+	return 0;
+}
+
+/* Runs one test in a child; returns 1 when it passed. */
+static int run_case(const unit_case_t *c, uint64_t seed)
+{
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("unit: fork");
+		return 0;
+	}
+	if (pid == 0) {
+		seed_rng(seed);
+		alarm((unsigned)c->timeout_s);
+		c->fn();
+		fflush(NULL);
+		_exit(0);
+	}
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+	int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (ok) {
+		printf("  ok    %-48s %8.1f ms\n", c->name, ms);
+	} else {
+		if (WIFSIGNALED(status))
+			printf("  FAIL  %-48s killed by signal %d%s (seed %" PRIu64 ")\n", c->name,
+			       WTERMSIG(status),
+			       WTERMSIG(status) == SIGALRM ? " (timeout)" : "", seed);
+		else
+			printf("  FAIL  %-48s (%s, seed %" PRIu64 ", replay with SC_TEST_SEED=%"
+			       PRIu64 ")\n",
+			       c->name, c->file, seed, seed);
+	}
+	fflush(stdout);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	const char *env = getenv("SC_TEST_SEED");
+	uint64_t base;
+	if (env && *env) {
+		base = strtoull(env, NULL, 0);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+		base = splitmix64(&x);
+	}
+	printf("unit tests (base seed %" PRIu64 ")\n", base);
+	int passed = 0, failed = 0;
+	for (int i = 0; i < n_cases; i++) {
+		if (!matches(cases[i].name, argc, argv))
+			continue;
+		/* With SC_TEST_SEED every test replays that exact seed. */
+		uint64_t x = base + (uint64_t)i;
+		uint64_t seed = (env && *env) ? base : splitmix64(&x);
+		if (run_case(&cases[i], seed))
+			passed++;
+		else
+			failed++;
+	}
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
