@@ -1,0 +1,60 @@
+/*
+ * device.c: the cpu device's ops table and the device registry (see device.h).
+ * The cuda device is linked in only by a GPU build, which defines scd_device_cuda_ops;
+ * here it is a weak reference, so a build without CUDA reports "not supported".
+ */
+#include "device/device.h"
+
+const scd_device_ops_t scd_device_cpu_ops = {
+    .name = "cpu",
+    .sparsifier_create = scd_sparsifier_create,
+    .sparsifier_destroy = scd_sparsifier_destroy,
+    .sparsify = scd_sparsify,
+    .exdyna_create = scd_exdyna_create,
+    .exdyna_destroy = scd_exdyna_destroy,
+    .exdyna_select = scd_exdyna_select,
+    .exdyna_update = scd_exdyna_update,
+    .hh_create = scd_hh_create,
+    .hh_destroy = scd_hh_destroy,
+    .hh_push_dense = scd_hh_push_dense,
+    .hh_push_coo = scd_hh_push_coo,
+    .coo_encode = scd_coo_encode,
+    .coo_decode = scd_coo_decode,
+    .bitmap_encode = scd_bitmap_encode,
+    .bitmap_decode = scd_bitmap_decode,
+    .hash_bitmap_encode = scd_hash_bitmap_encode,
+    .hash_bitmap_decode_dense = scd_hash_bitmap_decode_dense,
+    .blocks_encode_dense = scd_blocks_encode_dense,
+    .blocks_decode = scd_blocks_decode,
+    .sketch_encode = scd_sketch_encode,
+    .sketch_decode_dense = scd_sketch_decode_dense,
+    .reduce_sum = scd_reduce_sum,
+    .coo_scatter_add = scd_coo_scatter_add,
+};
+
+extern const scd_device_ops_t scd_device_cuda_ops __attribute__((weak));
+
+const char *scd_device_kind_name(scd_device_kind_t kind)
+{
+	switch (kind) {
+	case SCD_DEVICE_CPU:
+		return "cpu";
+	case SCD_DEVICE_CUDA:
+		return "cuda";
+	default:
+		return "unknown";
+	}
+}
+
+sc_status_t scd_device_get(scd_device_kind_t kind, const scd_device_ops_t **ops_p)
+{
+	const scd_device_ops_t *ops = NULL;
+	if (kind == SCD_DEVICE_CPU)
+		ops = &scd_device_cpu_ops;
+	else if (kind == SCD_DEVICE_CUDA)
+		ops = &scd_device_cuda_ops; /* NULL unless a GPU build links it */
+	if (!ops)
+		return SC_ERR_UNSUPPORTED;
+	*ops_p = ops;
+	return SC_OK;
+}

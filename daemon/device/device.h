@@ -1,0 +1,82 @@
+/*
+ * device.h: the compute device behind the engine and the schemes: one ops table per
+ * backend (cpu here; cuda, a later issue, fills the same table and is tested against the
+ * cpu one), filled with designated initializers and reached through a registry indexed by
+ * scd_device_kind_t. A backend that is not built or whose init failed reports
+ * SC_ERR_UNSUPPORTED from scd_device_get().
+ *
+ * Pointers passed to a device's ops live in that device's memory (host memory for cpu).
+ * Objects with workspaces (sparsifier, hierarchical hash, ExDyna) are created once per
+ * tensor or buffer and reused every step; the per-step ops allocate nothing.
+ */
+#ifndef SCD_DEVICE_DEVICE_H
+#define SCD_DEVICE_DEVICE_H
+
+#include "device/exdyna.h"
+#include "device/format.h"
+#include "device/hhash.h"
+#include "device/select.h"
+#include "device/sketch.h"
+
+typedef enum { SCD_DEVICE_CPU = 0, SCD_DEVICE_CUDA, SCD_DEVICE_COUNT } scd_device_kind_t;
+
+typedef struct scd_device_ops {
+	const char *name;
+
+	/* sparsifiers with error feedback (select.h) */
+	sc_status_t (*sparsifier_create)(const scd_sparsifier_cfg_t *cfg,
+					 scd_sparsifier_t **sp_p);
+	void (*sparsifier_destroy)(scd_sparsifier_t *sp);
+	sc_status_t (*sparsify)(scd_sparsifier_t *sp, const float *in, float *residual,
+				uint64_t numel, scd_coo_t *out, scd_select_stats_t *stats_p);
+
+	/* ExDyna (exdyna.h) */
+	sc_status_t (*exdyna_create)(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p);
+	void (*exdyna_destroy)(scd_exdyna_t *ex);
+	sc_status_t (*exdyna_select)(scd_exdyna_t *ex, const float *in, float *residual,
+				     scd_coo_t *out, uint64_t *count_p);
+	sc_status_t (*exdyna_update)(scd_exdyna_t *ex, const uint64_t *counts);
+
+	/* ZEN hierarchical hashing (hhash.h) */
+	sc_status_t (*hh_create)(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p);
+	void (*hh_destroy)(scd_hh_t *hh);
+	sc_status_t (*hh_push_dense)(scd_hh_t *hh, const float *g, uint64_t numel,
+				     scd_coo_t *out, uint64_t *offset, scd_hh_stats_t *stats_p);
+	sc_status_t (*hh_push_coo)(scd_hh_t *hh, const scd_coo_t *in, scd_coo_t *out,
+				   uint64_t *offset, scd_hh_stats_t *stats_p);
+
+	/* formats (format.h) */
+	sc_status_t (*coo_encode)(const scd_coo_t *src, void *buf, uint64_t cap_bytes,
+				  uint64_t *bytes_p);
+	sc_status_t (*coo_decode)(const void *buf, uint64_t bytes, scd_coo_t *out);
+	sc_status_t (*bitmap_encode)(const scd_coo_t *src, uint64_t numel, void *buf,
+				     uint64_t cap_bytes, uint64_t *bytes_p);
+	sc_status_t (*bitmap_decode)(const void *buf, uint64_t bytes, uint64_t numel,
+				     scd_coo_t *out);
+	sc_status_t (*hash_bitmap_encode)(const scd_partmap_t *map, uint32_t p, const float *g,
+					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
+	sc_status_t (*hash_bitmap_decode_dense)(const scd_partmap_t *map, uint32_t p,
+						const void *buf, uint64_t bytes, float *dst);
+	sc_status_t (*blocks_encode_dense)(const float *g, uint64_t numel, uint32_t block,
+					   void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
+	sc_status_t (*blocks_decode)(const void *buf, uint64_t bytes, uint64_t numel,
+				     uint32_t block, scd_coo_t *out);
+
+	/* S2 sketch (sketch.h) */
+	sc_status_t (*sketch_encode)(const scd_sketch_cfg_t *cfg, uint64_t step,
+				     const scd_coo_t *src, float *sketch);
+	sc_status_t (*sketch_decode_dense)(const scd_sketch_cfg_t *cfg, uint64_t step,
+					   const float *sketch, float *dst);
+
+	/* reductions */
+	void (*reduce_sum)(float *dst, const float *src, uint64_t n);
+	void (*coo_scatter_add)(float *dst, const scd_coo_t *src);
+} scd_device_ops_t;
+
+extern const scd_device_ops_t scd_device_cpu_ops;
+
+const char *scd_device_kind_name(scd_device_kind_t kind);
+/* The ops of a device kind, or SC_ERR_UNSUPPORTED when it is not available here. */
+sc_status_t scd_device_get(scd_device_kind_t kind, const scd_device_ops_t **ops_p);
+
+#endif

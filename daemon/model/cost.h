@@ -1,0 +1,78 @@
+/*
+ * cost.h: the alpha-beta cost model of every synchronisation scheme (ARCHITECTURE.md's
+ * table), used to pick a scheme per buffer identically on every rank.
+ *
+ * A cost is x alpha + y beta (SparDL sec. II): x the number of sequential message rounds,
+ * y the bytes a rank receives on its critical path; time = x alpha_s + y beta_s_per_byte.
+ * Inputs describe one tensor: P ranks, numel float32 elements, per-rank density d_G,
+ * densification gamma_G^n (non-zeros of the sum of all P tensors over one tensor's: ZEN
+ * Table 4; 1 = perfect overlap, P = disjoint), skew (max / mean non-zeros over P even
+ * index ranges: what a range partition suffers; 1 = uniform), and the format of sparse
+ * messages where a scheme has a choice.
+ *
+ * ZEN eq. (1) and (2) assume P a power of two and count only bandwidth; here they carry
+ * their rounds too, generalise to any P (ceil(log2 P) stages; the last stage then merges
+ * P - 2^(l-1) partners), and take the densification after m tensors from gamma_of_m (a
+ * caller-measured curve), or else from the power law gamma(m) = m^(log gamma_n / log P),
+ * which is 1 at m = 1 and gamma_n at m = P (documented assumption).
+ */
+#ifndef SCD_MODEL_COST_H
+#define SCD_MODEL_COST_H
+
+#include <stdint.h>
+
+#include "device/format.h"
+
+typedef enum {
+	SCD_SCHEME_DENSE_RING = 0,
+	SCD_SCHEME_AGSPARSE,
+	SCD_SCHEME_HIER_CENTRAL, /* ZEN Def. 7, eq. (2) */
+	SCD_SCHEME_BALANCED_PAR, /* ZEN Def. 6, eq. (1) */
+	SCD_SCHEME_OMNIREDUCE,
+	SCD_SCHEME_SPARDL,
+	SCD_SCHEME_S2_SKETCH,
+	SCD_SCHEME_EXDYNA,
+	SCD_SCHEME_COUNT
+} scd_scheme_t;
+
+typedef struct scd_cost_in {
+	uint32_t P;
+	uint64_t numel;
+	double density; /* d_G per rank */
+	double gamma_n; /* gamma_G^n in [1, P] */
+	double skew;	/* >= 1 */
+	double alpha_s; /* latency per message round, seconds */
+	double beta_s_per_byte;
+	scd_format_t format;	  /* sparse message format (COO, bitmap, hash bitmap) */
+	const double *gamma_of_m; /* optional: gamma after m tensors, index m = 1..P */
+	uint32_t block;		  /* OmniReduce block size (elements; 0: 256) */
+	uint32_t teams;		  /* SparDL team count d (0 or 1: no Spar-All-Gather) */
+	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
+} scd_cost_in_t;
+
+typedef struct scd_cost {
+	double rounds;	/* x: sequential message rounds */
+	double bytes;	/* y: bytes received per rank on the critical path */
+	double seconds; /* x alpha + y beta */
+	int lossless;	/* 1 when the scheme returns the exact sum */
+} scd_cost_t;
+
+const char *scd_scheme_name(scd_scheme_t s);
+/* ceil(log2 P) (0 for P = 1). */
+uint32_t scd_ceil_log2(uint32_t P);
+/* Densification after aggregating m of the P tensors (see above). */
+double scd_cost_gamma(const scd_cost_in_t *in, double m);
+/* Bytes of a sparse message of nnz non-zeros over a range of range_elems elements. */
+double scd_cost_msg_bytes(scd_format_t fmt, double nnz, double range_elems);
+/* ZEN eq. (1) and (2) exactly as printed: bandwidth-only time, M = 4 numel bytes, COO. */
+double scd_cost_zen_eq1(uint32_t n, double M_bytes, double d, double gamma_n, double b);
+double scd_cost_zen_eq2(uint32_t n, double M_bytes, double d, const double *gamma_pow2,
+			double b);
+/* Expected imbalance of hashing nnz balls into P bins (ZEN Theorem 2, constant sqrt 2). */
+double scd_cost_hash_imbalance(uint32_t P, double nnz);
+
+scd_cost_t scd_cost_scheme(scd_scheme_t s, const scd_cost_in_t *in);
+/* The cheapest scheme; lossless_only restricts the choice. */
+scd_scheme_t scd_cost_best(const scd_cost_in_t *in, int lossless_only, scd_cost_t *cost_p);
+
+#endif
