@@ -119,6 +119,48 @@ SC_API int sc_local_size(const sc_client_t *client);
 SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
 			       size_t numel, sc_tensor_t **tensor_p);
 
+/* How a dense tensor is sparsified before it is exchanged (with error feedback: what is
+ * not sent stays in a per-tensor residual and is added to the next step's gradient). */
+typedef enum {
+	SC_SPARSIFY_NONE = 0,	   /* send as is (lossless) */
+	SC_SPARSIFY_TOPK = 1,	   /* exact top-k by magnitude, k = density x numel */
+	SC_SPARSIFY_THRESHOLD = 2, /* every |x| >= threshold */
+	SC_SPARSIFY_DGC = 3,	   /* sampled threshold (DGC) aiming at density */
+	SC_SPARSIFY_EXDYNA = 4,	   /* ExDyna: exclusive partitions, scaled threshold */
+	SC_SPARSIFY_NATURAL = 5,   /* the tensor is already sparse: send its non-zeros */
+} sc_sparsifier_t;
+
+/*
+ * Per-tensor options for sc_register_ex. Zero-initialise, set struct_size to
+ * sizeof(sc_tensor_opts_t), then set what differs from the defaults (dense, lossless,
+ * scheme chosen by the daemons' cost model, no COO input).
+ */
+typedef struct sc_tensor_opts {
+	uint32_t struct_size;
+	int allow_lossy;	    /* lossy schemes (SparDL, S2 sketch) may be chosen */
+	sc_sparsifier_t sparsifier; /* default SC_SPARSIFY_NONE */
+	double density;		    /* target density for TOPK, DGC, EXDYNA */
+	double threshold;	    /* for THRESHOLD */
+	const char *scheme;	    /* pin a scheme by name ("dense_ring", ...); NULL: auto */
+	size_t coo_capacity;	    /* > 0: the tensor also takes COO input (see below) */
+} sc_tensor_opts_t;
+
+/* sc_register with options; opts NULL is sc_register. */
+SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtype_t dtype,
+				  size_t numel, const sc_tensor_opts_t *opts,
+				  sc_tensor_t **tensor_p);
+
+/*
+ * COO input (tensors registered with coo_capacity > 0): write nnz flat element indices
+ * (0 <= index < numel, uint32) and their values (of the tensor's dtype) into these shared
+ * arrays, then call sc_allreduce_coo_async. Repeated indices are summed. The result, the
+ * dense sum over every trainer, lands in sc_tensor_data. NULL for other tensors.
+ */
+SC_API uint32_t *sc_tensor_coo_indices(const sc_tensor_t *tensor);
+SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor);
+SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
+					  sc_reduce_op_t op, sc_handle_t *handle_p);
+
 /* The tensor's shared buffer (numel elements, 64-byte aligned), its name, type, count. */
 SC_API void *sc_tensor_data(const sc_tensor_t *tensor);
 SC_API const char *sc_tensor_name(const sc_tensor_t *tensor);

@@ -1,0 +1,59 @@
+/*
+ * shm_layout.h: the layout of a tensor's POSIX shared-memory object, shared by the daemon
+ * (which creates it at registration, mode 0600, sized, pre-faulted) and libsparseclient
+ * (which maps it). Not installed: only the daemon and the library read it.
+ *
+ *   offset 0                 sc_shm_header_t (magic, version, its own size, attributes)
+ *   data_offset (4096)       numel elements of dtype: the gradient in, the result out
+ *   coo_offset (if coo_cap)  coo_cap uint32 indices, then (64-aligned) coo_cap values
+ *
+ * The header carries a version and its size so that a library and a daemon of different
+ * builds detect a mismatch instead of misreading each other's memory.
+ */
+#ifndef SC_SHM_LAYOUT_H
+#define SC_SHM_LAYOUT_H
+
+#include <stdint.h>
+
+#define SC_SHM_MAGIC	   0x53434f4dU /* "SCOM" */
+#define SC_SHM_VERSION	   1U
+#define SC_SHM_DATA_OFFSET 4096U
+#define SC_SHM_NAME_MAX	   256
+
+typedef struct sc_shm_header {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t header_bytes; /* sizeof(sc_shm_header_t) of the writer */
+	uint32_t dtype;	       /* sc_dtype_t */
+	uint64_t numel;
+	uint64_t data_offset;
+	uint64_t coo_cap;	 /* capacity of the COO input area, 0 when none */
+	uint64_t coo_idx_offset; /* uint32 indices */
+	uint64_t coo_val_offset; /* values of dtype */
+	uint64_t total_bytes;
+	char name[SC_SHM_NAME_MAX];
+} sc_shm_header_t;
+
+static inline uint64_t sc_shm_align64(uint64_t x)
+{
+	return (x + 63u) & ~(uint64_t)63u;
+}
+
+/* Fills the offsets and the total size of an object for numel elements of elem_bytes
+ * and a COO area of coo_cap entries; the total is rounded up to whole 4 KiB pages. */
+static inline void sc_shm_layout(sc_shm_header_t *h, uint64_t numel, uint32_t elem_bytes,
+				 uint64_t coo_cap)
+{
+	uint64_t end = SC_SHM_DATA_OFFSET + sc_shm_align64(numel * elem_bytes);
+	h->data_offset = SC_SHM_DATA_OFFSET;
+	h->coo_cap = coo_cap;
+	h->coo_idx_offset = coo_cap ? end : 0;
+	if (coo_cap)
+		end = sc_shm_align64(end + coo_cap * 4u);
+	h->coo_val_offset = coo_cap ? end : 0;
+	if (coo_cap)
+		end = sc_shm_align64(end + coo_cap * elem_bytes);
+	h->total_bytes = (end + 4095u) & ~(uint64_t)4095u;
+}
+
+#endif
