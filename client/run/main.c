@@ -1,0 +1,1200 @@
+/*
+ * main.c: sparsecomm-run, the launcher of a job on one machine (like horovodrun or mpirun).
+ *
+ * It starts N sparsecommd daemons ("nodes"), waits until each has written READY=1 on its
+ * notify pipe, runs the training command once per trainer (N x per-node processes) with
+ * the SPARSECOMM_* environment, relays every trainer's output line by line with a "[rank] "
+ * prefix, and tears everything down by pid when the trainers have ended, on a failure
+ * after a grace period, on --timeout, or on SIGINT/SIGTERM (forwarded to the trainers
+ * first, the daemons after). With --netns the nodes are network namespaces joined by a
+ * shaped bridge (netns.c), so one machine behaves like a network-bound cluster.
+ *
+ * One thread and one poll() loop do everything: signals arrive through a self-pipe, child
+ * exits are reaped by pid, and every wait in the loop has a deadline. Each child runs in
+ * its own process group, so a trainer that is a script is stopped together with what it
+ * started. The exit status is the first non-zero trainer status (a signal counts as
+ * 128 + signal), 124 on --timeout, 1 when a daemon failed while every trainer succeeded.
+ */
+#include "netns.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STREAM_BUF_BYTES   65536
+#define MAX_TRAINERS	   4096
+#define DEFAULT_PORT_NETNS 29500
+#define LOG_TAIL_LINES	   30
+
+typedef struct stream {
+	int fd;		/* -1 once closed */
+	int out_fd;	/* where prefixed lines go (1, 2), -1: nowhere */
+	int log_fd;	/* raw copy (daemon log), -1: none */
+	char prefix[24];
+	char *buf;
+	size_t len;
+} stream_t;
+
+typedef struct proc {
+	pid_t pid; /* 0: never started */
+	bool alive;
+	bool reported; /* its exit has been handled */
+	int status;    /* wait status */
+	int rank;      /* trainer rank or node index */
+	stream_t out, err;
+} proc_t;
+
+typedef struct daemon {
+	proc_t p;
+	int notify_fd;
+	bool ready;
+	bool shown; /* its failure and log tail have been printed */
+	char notify[64];
+	size_t notify_len;
+	char log_path[PATH_MAX + 32];
+} daemon_t;
+
+typedef struct opts {
+	int nodes, per_node;
+	bool netns, keep_going, verbose;
+	const char *rate;
+	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;
+	const char *daemon_path, *log_dir;
+	int port;
+	char **daemon_args;
+	int n_daemon_args;
+	char **cmd;
+} opts_t;
+
+typedef struct run {
+	opts_t o;
+	char dir[PATH_MAX]; /* private directory */
+	char daemon_exe[PATH_MAX + 16];
+	char coordinator[64];
+	run_netns_t *net;
+	daemon_t *daemons;
+	proc_t *trainers;
+	int n_trainers;
+	int last_signal, signal_count;
+	bool new_signal;
+} run_t;
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+	int saved = errno;
+	unsigned char b = (unsigned char)sig;
+	if (write(sig_pipe[1], &b, 1) < 0) {
+		/* the pipe is full: a wake-up is already pending */
+	}
+	errno = saved;
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "sparsecomm-run: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(sparsecomm-run --help for usage)\n");
+	exit(2);
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
+		"\n"
+		"Starts N sparsecommd daemons (nodes) on this machine, waits until they are ready,\n"
+		"runs CMD once per trainer (N x M processes) with SPARSECOMM_SOCKET, _RANK, _SIZE,\n"
+		"_LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK, _NODE_COUNT set, prefixes each output line\n"
+		"with \"[rank] \", and stops everything when the trainers have ended.\n"
+		"\n"
+		"options:\n"
+		"  -n, --nodes N          number of nodes (daemons), required\n"
+		"  --per-node M           trainers per node (default 1)\n"
+		"  --netns                run each node in its own network namespace, joined by a\n"
+		"                         bridge (root only); exports SPARSECOMM_NETNS,\n"
+		"                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
+		"                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE\n"
+		"  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
+		"                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
+		"  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
+		"  --keep-going           when a trainer fails, let the others finish\n"
+		"  --grace SEC            after a trainer failed, stop the others after SEC\n"
+		"                         (default 10); also the SIGTERM-to-SIGKILL delay on stop\n"
+		"  --ready-timeout SEC    wait at most SEC for the daemons to be ready (default 60)\n"
+		"  --daemon-arg ARG       pass ARG to every daemon (repeatable), e.g.\n"
+		"                         --daemon-arg --log-level --daemon-arg debug\n"
+		"  --daemon PATH          the sparsecommd to run (default: next to sparsecomm-run,\n"
+		"                         else $SPARSECOMM_DAEMON, else found on PATH)\n"
+		"  --port PORT            coordinator port (default: a free one; 29500 with --netns)\n"
+		"  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
+		"  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
+		"                         commands that build the namespaces\n"
+		"  -h, --help             this text\n"
+		"\n"
+		"Exit status: the first non-zero trainer status (killed by a signal: 128 + signal),\n"
+		"124 on --timeout, 1 when a daemon failed or could not start, 2 on a usage error.\n"
+		"\n"
+		"example:\n"
+		"  sparsecomm-run -n 4 --netns --rate 1gbit -- build/bin/sparsecomm-bench allreduce\n");
+}
+
+static double parse_seconds(const char *opt, const char *v)
+{
+	char *end;
+	errno = 0;
+	double s = strtod(v, &end);
+	if (errno || end == v || *end || !(s > 0) || s > 1e7)
+		die_usage("%s needs a positive number of seconds, not '%s'", opt, v);
+	return s;
+}
+
+static int parse_int(const char *opt, const char *v, int lo, int hi)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < lo || n > hi)
+		die_usage("%s needs an integer from %d to %d, not '%s'", opt, lo, hi, v);
+	return (int)n;
+}
+
+static void parse_args(int argc, char **argv, opts_t *o)
+{
+	*o = (opts_t){.per_node = 1, .grace_s = 10, .ready_timeout_s = 60, .kill_grace_s = 5};
+	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
+	int i;
+	for (i = 1; i < argc; i++) {
+		char *a = argv[i], *val = NULL, name[64];
+		if (!strcmp(a, "--"))
+			break;
+		if (a[0] != '-')
+			die_usage("unexpected '%s': put the command after '--'", a);
+		/* --opt=value */
+		char *eq = strchr(a, '=');
+		if (!strncmp(a, "--", 2) && eq && eq - a < (long)sizeof(name)) {
+			memcpy(name, a, (size_t)(eq - a));
+			name[eq - a] = 0;
+			val = eq + 1;
+		} else {
+			snprintf(name, sizeof(name), "%s", a);
+		}
+#define NEED_VAL()                                                                         \
+	do {                                                                               \
+		if (!val) {                                                                \
+			if (i + 1 >= argc)                                                 \
+				die_usage("%s needs a value", name);                       \
+			val = argv[++i];                                                   \
+		}                                                                          \
+	} while (0)
+		if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+			usage(stdout);
+			exit(0);
+		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes") || !strcmp(name, "-np")) {
+			NEED_VAL();
+			o->nodes = parse_int(name, val, 1, MAX_TRAINERS);
+		} else if (!strcmp(name, "--per-node")) {
+			NEED_VAL();
+			o->per_node = parse_int(name, val, 1, MAX_TRAINERS);
+		} else if (!strcmp(name, "--netns")) {
+			o->netns = true;
+		} else if (!strcmp(name, "--rate")) {
+			NEED_VAL();
+			o->rate = val;
+		} else if (!strcmp(name, "--timeout")) {
+			NEED_VAL();
+			o->timeout_s = parse_seconds(name, val);
+		} else if (!strcmp(name, "--grace")) {
+			NEED_VAL();
+			o->grace_s = parse_seconds(name, val);
+		} else if (!strcmp(name, "--ready-timeout")) {
+			NEED_VAL();
+			o->ready_timeout_s = parse_seconds(name, val);
+		} else if (!strcmp(name, "--keep-going")) {
+			o->keep_going = true;
+		} else if (!strcmp(name, "--daemon-arg")) {
+			NEED_VAL();
+			o->daemon_args[o->n_daemon_args++] = val;
+		} else if (!strcmp(name, "--daemon")) {
+			NEED_VAL();
+			o->daemon_path = val;
+		} else if (!strcmp(name, "--port")) {
+			NEED_VAL();
+			o->port = parse_int(name, val, 1, 65535);
+		} else if (!strcmp(name, "--log-dir")) {
+			NEED_VAL();
+			o->log_dir = val;
+		} else if (!strcmp(name, "-v") || !strcmp(name, "--verbose")) {
+			o->verbose = true;
+		} else {
+			die_usage("unknown option '%s'", a);
+		}
+#undef NEED_VAL
+	}
+	if (i >= argc || i + 1 >= argc)
+		die_usage("no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
+	o->cmd = argv + i + 1;
+	if (!o->nodes)
+		die_usage("-n N (the number of nodes) is required");
+	if ((long)o->nodes * o->per_node > MAX_TRAINERS)
+		die_usage("%d nodes x %d per node is more than %d trainers", o->nodes,
+			  o->per_node, MAX_TRAINERS);
+	if (o->rate && !o->netns)
+		die_usage("--rate shapes the links of --netns; add --netns (root only)");
+	if (o->netns) {
+		double bps;
+		if (o->rate && run_netns_parse_rate(o->rate, &bps) < 0)
+			die_usage("cannot parse --rate '%s' (examples: 1gbit, 500mbit, 100mbps)",
+				  o->rate);
+		if (o->nodes > RUN_NETNS_MAX_NODES)
+			die_usage("--netns supports at most %d nodes", RUN_NETNS_MAX_NODES);
+	}
+}
+
+/* Prints the same command line without --netns and --rate: the loopback fallback. */
+static void print_fallback(int argc, char **argv)
+{
+	bool cmd = false;
+	fprintf(stderr, "  Without root, run the same job on loopback (no shaping):\n   ");
+	for (int i = 0; i < argc; i++) {
+		cmd |= !strcmp(argv[i], "--");
+		if (!cmd && (!strcmp(argv[i], "--netns") || !strncmp(argv[i], "--rate=", 7)))
+			continue;
+		if (!cmd && !strcmp(argv[i], "--rate")) {
+			i++;
+			continue;
+		}
+		fprintf(stderr, " %s", argv[i]);
+	}
+	fputc('\n', stderr);
+}
+
+/* ---- output relay ------------------------------------------------------------------ */
+
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+			poll(&pfd, 1, 1000);
+			continue;
+		}
+		if (w <= 0)
+			return; /* EPIPE and friends: nobody is reading */
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+static void emit_line(stream_t *s, const char *line, size_t n)
+{
+	static char out[STREAM_BUF_BYTES + 64];
+	size_t plen = strlen(s->prefix);
+	if (s->out_fd < 0)
+		return;
+	memcpy(out, s->prefix, plen);
+	memcpy(out + plen, line, n);
+	out[plen + n] = '\n';
+	write_all(s->out_fd, out, plen + n + 1);
+}
+
+static void stream_init(stream_t *s, int fd, int out_fd, int log_fd, const char *prefix)
+{
+	s->fd = fd;
+	s->out_fd = out_fd;
+	s->log_fd = log_fd;
+	s->len = 0;
+	snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
+	s->buf = malloc(STREAM_BUF_BYTES);
+	if (!s->buf) {
+		fprintf(stderr, "sparsecomm-run: out of memory\n");
+		exit(1);
+	}
+}
+
+/* Emits every complete line; with flush also the partial last one. */
+static void stream_lines(stream_t *s, bool flush)
+{
+	size_t start = 0;
+	for (size_t i = 0; i < s->len; i++) {
+		if (s->buf[i] == '\n') {
+			emit_line(s, s->buf + start, i - start);
+			start = i + 1;
+		}
+	}
+	if (start == 0 && s->len == STREAM_BUF_BYTES) { /* a line longer than the buffer */
+		emit_line(s, s->buf, s->len);
+		start = s->len;
+	}
+	if (flush && start < s->len) {
+		emit_line(s, s->buf + start, s->len - start);
+		start = s->len;
+	}
+	memmove(s->buf, s->buf + start, s->len - start);
+	s->len -= start;
+}
+
+static void stream_close(stream_t *s)
+{
+	if (s->fd >= 0) {
+		stream_lines(s, true);
+		close(s->fd);
+		s->fd = -1;
+	}
+	if (s->log_fd >= 0) {
+		close(s->log_fd);
+		s->log_fd = -1;
+	}
+	free(s->buf);
+	s->buf = NULL;
+}
+
+static void stream_read(stream_t *s)
+{
+	ssize_t n = read(s->fd, s->buf + s->len, STREAM_BUF_BYTES - s->len);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (n <= 0) {
+		stream_close(s);
+		return;
+	}
+	if (s->log_fd >= 0)
+		write_all(s->log_fd, s->buf + s->len, (size_t)n);
+	s->len += (size_t)n;
+	stream_lines(s, false);
+}
+
+/* ---- children ------------------------------------------------------------------------ */
+
+static void describe_status(int status, char *buf, size_t n)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status),
+			 strsignal(WTERMSIG(status)));
+	else
+		snprintf(buf, n, "ended (wait status %#x)", status);
+}
+
+static int exit_code(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+static void reap(proc_t *p)
+{
+	int st;
+	if (!p->alive)
+		return;
+	pid_t r = waitpid(p->pid, &st, WNOHANG);
+	if (r == p->pid) {
+		p->alive = false;
+		p->status = st;
+	}
+}
+
+static void reap_all(run_t *r)
+{
+	for (int i = 0; i < r->o.nodes; i++)
+		reap(&r->daemons[i].p);
+	for (int i = 0; i < r->n_trainers; i++)
+		reap(&r->trainers[i]);
+}
+
+/* Sends sig to a child's process group (and to the pid, in case it left the group). */
+static void signal_proc(proc_t *p, int sig, bool group)
+{
+	if (p->pid <= 0)
+		return;
+	if (group)
+		kill(-p->pid, sig);
+	if (p->alive)
+		kill(p->pid, sig);
+}
+
+/* In a forked child: detaches from the launcher's signal handling before exec. */
+static void child_setup(pid_t launcher)
+{
+	sigset_t none;
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != launcher)
+		_exit(127);
+	signal(SIGPIPE, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGCHLD, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	unsetenv("NOTIFY_SOCKET");
+	int devnull = open("/dev/null", O_RDONLY);
+	if (devnull >= 0 && devnull != 0) {
+		dup2(devnull, 0);
+		close(devnull);
+	}
+}
+
+/* Builds the argv of a child: optionally "ip netns exec NS", then head, then tail. */
+static char **build_argv(const run_t *r, int node, char **head, int n_head, char **tail)
+{
+	int n_tail = 0;
+	while (tail && tail[n_tail])
+		n_tail++;
+	char **argv = calloc((size_t)(4 + n_head + n_tail + 1), sizeof(char *));
+	int k = 0;
+	if (!argv)
+		return NULL;
+	if (r->net) {
+		argv[k++] = "ip";
+		argv[k++] = "netns";
+		argv[k++] = "exec";
+		argv[k++] = (char *)r->net->ns[node];
+	}
+	for (int i = 0; i < n_head; i++)
+		argv[k++] = head[i];
+	for (int i = 0; i < n_tail; i++)
+		argv[k++] = tail[i];
+	argv[k] = NULL;
+	return argv;
+}
+
+static int spawn_daemon(run_t *r, int i)
+{
+	daemon_t *d = &r->daemons[i];
+	int notify[2], outp[2];
+	char rank[16], ws[16], ls[16], nfd[16], rdir[PATH_MAX + 16], prefix[24];
+	const char *addr = r->net ? r->net->addr[i] : "127.0.0.1";
+
+	snprintf(d->log_path, sizeof(d->log_path), "%s/daemon%d.log",
+		 r->o.log_dir ? r->o.log_dir : r->dir, i);
+	int log_fd = open(d->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (log_fd < 0) {
+		fprintf(stderr, "sparsecomm-run: cannot create %s: %s\n", d->log_path,
+			strerror(errno));
+		return -1;
+	}
+	snprintf(rdir, sizeof(rdir), "%s/node%d", r->dir, i);
+	if (mkdir(rdir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "sparsecomm-run: cannot create %s: %s\n", rdir, strerror(errno));
+		close(log_fd);
+		return -1;
+	}
+	if (pipe2(notify, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0) {
+		fprintf(stderr, "sparsecomm-run: pipe: %s\n", strerror(errno));
+		close(log_fd);
+		return -1;
+	}
+	snprintf(rank, sizeof(rank), "%d", i);
+	snprintf(ws, sizeof(ws), "%d", r->o.nodes);
+	snprintf(ls, sizeof(ls), "%d", r->o.per_node);
+	snprintf(nfd, sizeof(nfd), "%d", notify[1]);
+	char *head[] = {r->daemon_exe, "--rank",	  rank,		 "--world-size",
+			ws,	       "--local-size",	  ls,		 "--coordinator",
+			r->coordinator, "--data-addr",	  (char *)addr,	 "--runtime-dir",
+			rdir,	       "--notify-fd",	  nfd};
+	char **argv = build_argv(r, i, head, (int)(sizeof(head) / sizeof(head[0])),
+				 r->o.daemon_args);
+	pid_t launcher = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "sparsecomm-run: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		child_setup(launcher);
+		fcntl(notify[1], F_SETFD, 0);
+		dup2(outp[1], 1);
+		dup2(outp[1], 2);
+		run_execvp_sbin(argv[0], argv);
+		dprintf(2, "sparsecomm-run: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	free(argv);
+	close(notify[1]);
+	close(outp[1]);
+	d->p = (proc_t){.pid = pid, .alive = true, .rank = i};
+	d->p.err.fd = -1;
+	d->notify_fd = notify[0];
+	snprintf(prefix, sizeof(prefix), "[d%d] ", i);
+	stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
+	if (r->o.verbose) {
+		fprintf(stderr, "sparsecomm-run: daemon %d: pid %d, log %s\n", i, (int)pid,
+			d->log_path);
+	}
+	return 0;
+}
+
+static void set_env_int(const char *name, int v)
+{
+	char buf[16];
+	snprintf(buf, sizeof(buf), "%d", v);
+	setenv(name, buf, 1);
+}
+
+static void trainer_env(const run_t *r, int node, int local)
+{
+	char sock[PATH_MAX + 32];
+	snprintf(sock, sizeof(sock), "ipc://%s/node%d/ctl.sock", r->dir, node);
+	setenv("SPARSECOMM_SOCKET", sock, 1);
+	set_env_int("SPARSECOMM_RANK", node * r->o.per_node + local);
+	set_env_int("SPARSECOMM_SIZE", r->o.nodes * r->o.per_node);
+	set_env_int("SPARSECOMM_LOCAL_RANK", local);
+	set_env_int("SPARSECOMM_LOCAL_SIZE", r->o.per_node);
+	set_env_int("SPARSECOMM_NODE_RANK", node);
+	set_env_int("SPARSECOMM_NODE_COUNT", r->o.nodes);
+	if (r->net) {
+		size_t cap = (size_t)r->o.nodes * RUN_IFNAME_BYTES + 1;
+		char *names = calloc(1, cap), *addrs = calloc(1, cap);
+		for (int i = 0; names && addrs && i < r->o.nodes; i++) {
+			strcat(names, i ? " " : "");
+			strcat(names, r->net->ns[i]);
+			strcat(addrs, i ? " " : "");
+			strcat(addrs, r->net->addr[i]);
+		}
+		setenv("SPARSECOMM_NETNS", names ? names : "", 1);
+		setenv("SPARSECOMM_NETNS_ADDRS", addrs ? addrs : "", 1);
+		setenv("SPARSECOMM_BRIDGE_ADDR", r->net->bridge_addr, 1);
+		setenv("SPARSECOMM_NETNS_SUBNET", r->net->subnet, 1);
+		setenv("SPARSECOMM_NETNS_RATE", r->net->rate, 1);
+	} else {
+		unsetenv("SPARSECOMM_NETNS");
+		unsetenv("SPARSECOMM_NETNS_ADDRS");
+		unsetenv("SPARSECOMM_BRIDGE_ADDR");
+		unsetenv("SPARSECOMM_NETNS_SUBNET");
+		unsetenv("SPARSECOMM_NETNS_RATE");
+	}
+}
+
+static int spawn_trainer(run_t *r, int node, int local)
+{
+	int rank = node * r->o.per_node + local;
+	proc_t *t = &r->trainers[rank];
+	int outp[2], errp[2];
+	char prefix[24];
+
+	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+		fprintf(stderr, "sparsecomm-run: pipe: %s\n", strerror(errno));
+		return -1;
+	}
+	char **argv = build_argv(r, node, NULL, 0, r->o.cmd);
+	pid_t launcher = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "sparsecomm-run: fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		child_setup(launcher);
+		trainer_env(r, node, local);
+		dup2(outp[1], 1);
+		dup2(errp[1], 2);
+		run_execvp_sbin(argv[0], argv);
+		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	free(argv);
+	close(outp[1]);
+	close(errp[1]);
+	*t = (proc_t){.pid = pid, .alive = true, .rank = rank};
+	snprintf(prefix, sizeof(prefix), "[%d] ", rank);
+	stream_init(&t->out, outp[0], 1, -1, prefix);
+	stream_init(&t->err, errp[0], 2, -1, prefix);
+	return 0;
+}
+
+/* ---- the poll loop ------------------------------------------------------------------- */
+
+enum { SRC_SIGNAL, SRC_NOTIFY, SRC_STREAM };
+
+/* Waits at most timeout_ms for output, signals or child exits, and handles them. */
+static void pump(run_t *r, long long timeout_ms)
+{
+	int cap = 1 + r->o.nodes * 2 + r->n_trainers * 2;
+	struct pollfd *pfd = calloc((size_t)cap, sizeof(*pfd));
+	void **what = calloc((size_t)cap, sizeof(void *));
+	int *kind = calloc((size_t)cap, sizeof(int));
+	int n = 0;
+
+	if (!pfd || !what || !kind) {
+		fprintf(stderr, "sparsecomm-run: out of memory\n");
+		exit(1);
+	}
+#define ADD(fd_, kind_, ptr_)                                                              \
+	do {                                                                               \
+		pfd[n] = (struct pollfd){.fd = (fd_), .events = POLLIN};                   \
+		kind[n] = (kind_);                                                         \
+		what[n++] = (ptr_);                                                        \
+	} while (0)
+	ADD(sig_pipe[0], SRC_SIGNAL, NULL);
+	for (int i = 0; i < r->o.nodes; i++) {
+		daemon_t *d = &r->daemons[i];
+		if (d->notify_fd >= 0)
+			ADD(d->notify_fd, SRC_NOTIFY, d);
+		if (d->p.out.fd >= 0)
+			ADD(d->p.out.fd, SRC_STREAM, &d->p.out);
+	}
+	for (int i = 0; i < r->n_trainers; i++) {
+		if (r->trainers[i].out.fd >= 0)
+			ADD(r->trainers[i].out.fd, SRC_STREAM, &r->trainers[i].out);
+		if (r->trainers[i].err.fd >= 0)
+			ADD(r->trainers[i].err.fd, SRC_STREAM, &r->trainers[i].err);
+	}
+#undef ADD
+	if (timeout_ms < 0)
+		timeout_ms = 0;
+	if (timeout_ms > 1000)
+		timeout_ms = 1000;
+	int got = poll(pfd, (nfds_t)n, (int)timeout_ms);
+	for (int k = 0; got > 0 && k < n; k++) {
+		if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		if (kind[k] == SRC_SIGNAL) {
+			unsigned char sigs[64];
+			ssize_t m = read(sig_pipe[0], sigs, sizeof(sigs));
+			for (ssize_t j = 0; j < m; j++) {
+				if (sigs[j] == SIGCHLD)
+					continue;
+				r->last_signal = sigs[j];
+				r->signal_count++;
+				r->new_signal = true;
+			}
+		} else if (kind[k] == SRC_NOTIFY) {
+			daemon_t *d = what[k];
+			ssize_t m = read(d->notify_fd, d->notify + d->notify_len,
+					 sizeof(d->notify) - 1 - d->notify_len);
+			if (m > 0) {
+				d->notify_len += (size_t)m;
+				d->notify[d->notify_len] = 0;
+				if (strstr(d->notify, "READY=1"))
+					d->ready = true;
+			}
+			if (m == 0 || (m < 0 && errno != EINTR && errno != EAGAIN) || d->ready ||
+			    d->notify_len == sizeof(d->notify) - 1) {
+				close(d->notify_fd);
+				d->notify_fd = -1;
+			}
+		} else {
+			stream_read(what[k]);
+		}
+	}
+	free(pfd);
+	free(what);
+	free(kind);
+	reap_all(r);
+}
+
+/* Prints the last lines of a daemon's log with its "[d<i>] " prefix. */
+static void print_log_tail(run_t *r, int i)
+{
+	daemon_t *d = &r->daemons[i];
+	long long until = now_ms() + 1000;
+	/* Collect what the daemon wrote before it went, if it has gone. */
+	while (d->p.out.fd >= 0 && !d->p.alive && now_ms() < until)
+		pump(r, until - now_ms());
+	if (r->o.verbose)
+		return; /* its output was shown as it came */
+	int fd = open(d->log_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	static char buf[16384];
+	off_t size = lseek(fd, 0, SEEK_END);
+	off_t from = size > (off_t)sizeof(buf) - 1 ? size - (off_t)sizeof(buf) + 1 : 0;
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, from);
+	close(fd);
+	if (n <= 0) {
+		fprintf(stderr, "sparsecomm-run: daemon %d wrote nothing (log %s)\n", i,
+			d->log_path);
+		return;
+	}
+	buf[n] = 0;
+	int lines = 0;
+	char *p = buf + n;
+	if (p > buf && p[-1] == '\n')
+		p--;
+	while (p > buf && lines < LOG_TAIL_LINES) {
+		p--;
+		if (*p == '\n')
+			lines++;
+	}
+	if (*p == '\n')
+		p++;
+	fprintf(stderr, "sparsecomm-run: last lines of daemon %d's log (%s):\n", i,
+		d->log_path);
+	for (char *line = p; *line;) {
+		char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		fprintf(stderr, "[d%d] %.*s\n", i, (int)len, line);
+		line += len + (nl ? 1 : 0);
+	}
+}
+
+/* ---- phases -------------------------------------------------------------------------- */
+
+static int wait_ready(run_t *r)
+{
+	long long deadline = now_ms() + (long long)(r->o.ready_timeout_s * 1000);
+	for (;;) {
+		int ready = 0;
+		for (int i = 0; i < r->o.nodes; i++) {
+			daemon_t *d = &r->daemons[i];
+			char how[96];
+			if (d->ready) {
+				ready++;
+				continue;
+			}
+			if (d->p.alive && d->notify_fd >= 0)
+				continue;
+			if (d->p.alive) { /* closed the pipe without READY: give it 2 s to exit */
+				long long until = now_ms() + 2000;
+				while (d->p.alive && now_ms() < until)
+					pump(r, until - now_ms());
+			}
+			if (d->p.alive)
+				snprintf(how, sizeof(how), "closed its notify pipe without READY=1");
+			else
+				describe_status(d->p.status, how, sizeof(how));
+			fprintf(stderr, "sparsecomm-run: daemon rank %d %s before it was ready\n",
+				i, how);
+			print_log_tail(r, i);
+			d->shown = true;
+			return -1;
+		}
+		if (ready == r->o.nodes)
+			return 0;
+		if (r->new_signal) {
+			fprintf(stderr,
+				"sparsecomm-run: interrupted by signal %d while starting the "
+				"daemons\n",
+				r->last_signal);
+			return -1;
+		}
+		if (now_ms() >= deadline) {
+			for (int i = 0; i < r->o.nodes; i++) {
+				if (r->daemons[i].ready)
+					continue;
+				fprintf(stderr,
+					"sparsecomm-run: daemon rank %d not ready after %g s "
+					"(--ready-timeout)\n",
+					i, r->o.ready_timeout_s);
+				print_log_tail(r, i);
+			}
+			return -1;
+		}
+		pump(r, deadline - now_ms());
+	}
+}
+
+typedef struct job_state {
+	int code;	     /* first non-zero trainer exit code */
+	bool timed_out;
+	bool daemon_failed;
+	bool stopping;	     /* the launcher has signalled the trainers */
+	long long stop_at;   /* SIGTERM the remaining trainers then (0: not set) */
+	long long kill_at;   /* SIGKILL them then */
+} job_state_t;
+
+static void stop_trainers(run_t *r, job_state_t *js, int sig)
+{
+	if (js)
+		js->stopping = true;
+	for (int i = 0; i < r->n_trainers; i++)
+		if (r->trainers[i].alive)
+			signal_proc(&r->trainers[i], sig, true);
+}
+
+/* Notes trainers and daemons that ended since the last call; sets the stop deadline. */
+static void check_exits(run_t *r, job_state_t *js)
+{
+	long long now = now_ms();
+	for (int i = 0; i < r->n_trainers; i++) {
+		proc_t *t = &r->trainers[i];
+		char how[96];
+		if (t->alive || t->reported)
+			continue;
+		t->reported = true;
+		int c = exit_code(t->status);
+		if (c == 0)
+			continue;
+		describe_status(t->status, how, sizeof(how));
+		fprintf(stderr, "sparsecomm-run: rank %d %s%s\n", t->rank, how,
+			js->stopping ? " (stopped)" : "");
+		if (!js->code)
+			js->code = c;
+		if (!r->o.keep_going && !js->stop_at && !js->stopping) {
+			js->stop_at = now + (long long)(r->o.grace_s * 1000);
+			fprintf(stderr,
+				"sparsecomm-run: stopping the other trainers in %g s (--grace; "
+				"--keep-going lets them finish)\n",
+				r->o.grace_s);
+		}
+	}
+	for (int i = 0; i < r->o.nodes; i++) {
+		proc_t *d = &r->daemons[i].p;
+		char how[96];
+		if (d->alive || d->reported)
+			continue;
+		d->reported = true;
+		js->daemon_failed = true;
+		describe_status(d->status, how, sizeof(how));
+		fprintf(stderr, "sparsecomm-run: daemon rank %d %s while the trainers ran\n", i,
+			how);
+		print_log_tail(r, i);
+		r->daemons[i].shown = true;
+		if (!r->o.keep_going && !js->stop_at && !js->stopping) {
+			js->stop_at = now + (long long)(r->o.grace_s * 1000);
+			fprintf(stderr, "sparsecomm-run: stopping the trainers in %g s\n",
+				r->o.grace_s);
+		}
+	}
+}
+
+static int alive_trainers(const run_t *r)
+{
+	int n = 0;
+	for (int i = 0; i < r->n_trainers; i++)
+		n += r->trainers[i].alive;
+	return n;
+}
+
+static void run_job(run_t *r, job_state_t *js)
+{
+	long long job_end = r->o.timeout_s > 0 ? now_ms() + (long long)(r->o.timeout_s * 1000)
+					       : 0;
+	long long kill_ms = (long long)(r->o.kill_grace_s * 1000);
+
+	while (alive_trainers(r) > 0) {
+		long long now = now_ms(), next = now + 1000;
+		check_exits(r, js);
+		if (r->new_signal) {
+			r->new_signal = false;
+			if (r->signal_count == 1) {
+				fprintf(stderr,
+					"sparsecomm-run: got signal %d: passing it to the trainers "
+					"(again to kill everything)\n",
+					r->last_signal);
+				stop_trainers(r, js, r->last_signal);
+				js->stop_at = 0;
+				js->kill_at = now + kill_ms;
+			} else {
+				stop_trainers(r, js, SIGKILL);
+			}
+		}
+		if (job_end && now >= job_end && !js->timed_out) {
+			js->timed_out = true;
+			fprintf(stderr, "sparsecomm-run: job timed out after %g s; stopping it\n",
+				r->o.timeout_s);
+			stop_trainers(r, js, SIGTERM);
+			js->stop_at = 0;
+			js->kill_at = now + kill_ms;
+		}
+		if (js->stop_at && now >= js->stop_at) {
+			stop_trainers(r, js, SIGTERM);
+			js->stop_at = 0;
+			js->kill_at = now + kill_ms;
+		}
+		if (js->kill_at && now >= js->kill_at) {
+			stop_trainers(r, js, SIGKILL);
+			js->kill_at = 0;
+		}
+		if (job_end && !js->timed_out && job_end < next)
+			next = job_end;
+		if (js->stop_at && js->stop_at < next)
+			next = js->stop_at;
+		if (js->kill_at && js->kill_at < next)
+			next = js->kill_at;
+		pump(r, next - now);
+	}
+	check_exits(r, js);
+	/* Output still in the pipes, as long as no grandchild keeps them open. */
+	long long until = now_ms() + 1000;
+	for (;;) {
+		bool open = false;
+		for (int i = 0; i < r->n_trainers; i++)
+			open |= r->trainers[i].out.fd >= 0 || r->trainers[i].err.fd >= 0;
+		if (!open || now_ms() >= until)
+			break;
+		pump(r, until - now_ms());
+	}
+}
+
+/* Stops every child still running by pid: trainers first, then daemons. */
+static void teardown(run_t *r, job_state_t *js)
+{
+	long long grace = (long long)(r->o.kill_grace_s * 1000);
+	for (int pass = 0; pass < 2; pass++) {
+		bool daemons = pass == 1;
+		int count = daemons ? r->o.nodes : r->n_trainers;
+		for (int i = 0; i < count; i++) {
+			proc_t *p = daemons ? &r->daemons[i].p : &r->trainers[i];
+			p->reported = true; /* exits from here on are ours */
+			signal_proc(p, SIGTERM, !daemons || p->alive);
+		}
+		long long until = now_ms() + grace;
+		for (;;) {
+			int alive = 0;
+			for (int i = 0; i < count; i++)
+				alive += daemons ? r->daemons[i].p.alive : r->trainers[i].alive;
+			if (!alive || now_ms() >= until)
+				break;
+			pump(r, until - now_ms());
+		}
+		for (int i = 0; i < count; i++) {
+			proc_t *p = daemons ? &r->daemons[i].p : &r->trainers[i];
+			if (!p->alive)
+				continue;
+			fprintf(stderr, "sparsecomm-run: %s %d (pid %d) ignored SIGTERM; killing it\n",
+				daemons ? "daemon" : "rank", p->rank, (int)p->pid);
+			signal_proc(p, SIGKILL, true);
+			int st;
+			while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR)
+				;
+			p->alive = false;
+			p->status = st;
+			if (daemons)
+				js->daemon_failed = true;
+		}
+	}
+	/* Daemons exit 0 on SIGTERM; anything else is worth showing. */
+	for (int i = 0; i < r->o.nodes; i++) {
+		daemon_t *d = &r->daemons[i];
+		char how[96];
+		if (d->p.pid <= 0 || (WIFEXITED(d->p.status) && WEXITSTATUS(d->p.status) == 0))
+			continue;
+		js->daemon_failed = true;
+		if (d->shown)
+			continue;
+		describe_status(d->p.status, how, sizeof(how));
+		fprintf(stderr, "sparsecomm-run: daemon rank %d %s on shutdown\n", i, how);
+		print_log_tail(r, i);
+	}
+	long long until = now_ms() + 500;
+	for (;;) {
+		bool open = false;
+		for (int i = 0; i < r->o.nodes; i++)
+			open |= r->daemons[i].p.out.fd >= 0;
+		if (!open || now_ms() >= until)
+			break;
+		pump(r, until - now_ms());
+	}
+	for (int i = 0; i < r->o.nodes; i++) {
+		stream_close(&r->daemons[i].p.out);
+		if (r->daemons[i].notify_fd >= 0)
+			close(r->daemons[i].notify_fd);
+	}
+	for (int i = 0; i < r->n_trainers; i++) {
+		stream_close(&r->trainers[i].out);
+		stream_close(&r->trainers[i].err);
+	}
+}
+
+/* ---- setup --------------------------------------------------------------------------- */
+
+static int find_daemon(run_t *r)
+{
+	char self[PATH_MAX];
+	const char *env = getenv("SPARSECOMM_DAEMON");
+	if (r->o.daemon_path) {
+		snprintf(r->daemon_exe, sizeof(r->daemon_exe), "%s", r->o.daemon_path);
+		if (strchr(r->daemon_exe, '/') && access(r->daemon_exe, X_OK) < 0) {
+			fprintf(stderr, "sparsecomm-run: --daemon %s: %s\n", r->daemon_exe,
+				strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(r->daemon_exe, sizeof(r->daemon_exe), "%s/sparsecommd", self);
+			if (access(r->daemon_exe, X_OK) == 0)
+				return 0;
+		}
+	}
+	if (env && *env) {
+		snprintf(r->daemon_exe, sizeof(r->daemon_exe), "%s", env);
+		return 0;
+	}
+	snprintf(r->daemon_exe, sizeof(r->daemon_exe), "sparsecommd");
+	return 0;
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+	if (fd < 0)
+		return -1;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	remove(path);
+	return 0;
+}
+
+static int install_signals(void)
+{
+	struct sigaction sa = {.sa_handler = on_signal};
+	if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -1;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static run_t run;
+	run_t *r = &run;
+	job_state_t js = {0};
+	int code = 1;
+
+	parse_args(argc, argv, &r->o);
+	if (r->o.netns && geteuid() != 0) {
+		fprintf(stderr,
+			"sparsecomm-run: --netns needs root: it creates network namespaces, a "
+			"bridge and tc qdiscs.\n");
+		print_fallback(argc, argv);
+		return 1;
+	}
+	if (install_signals() < 0 || find_daemon(r) < 0)
+		return 1;
+	const char *tmp = getenv("TMPDIR");
+	snprintf(r->dir, sizeof(r->dir), "%s/sparsecomm-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(r->dir)) {
+		fprintf(stderr, "sparsecomm-run: cannot create a directory in %s: %s\n",
+			tmp && *tmp ? tmp : "/tmp", strerror(errno));
+		return 1;
+	}
+	if (r->o.log_dir && mkdir(r->o.log_dir, 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "sparsecomm-run: cannot create --log-dir %s: %s\n", r->o.log_dir,
+			strerror(errno));
+		goto out_rmdir;
+	}
+	r->n_trainers = r->o.nodes * r->o.per_node;
+	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
+	r->trainers = calloc((size_t)r->n_trainers, sizeof(proc_t));
+	if (!r->daemons || !r->trainers) {
+		fprintf(stderr, "sparsecomm-run: out of memory\n");
+		goto out_rmdir;
+	}
+	for (int i = 0; i < r->o.nodes; i++) {
+		r->daemons[i].notify_fd = -1;
+		r->daemons[i].p.out.fd = r->daemons[i].p.err.fd = -1;
+		r->daemons[i].p.out.log_fd = r->daemons[i].p.err.log_fd = -1;
+	}
+	for (int i = 0; i < r->n_trainers; i++) {
+		r->trainers[i].out.fd = r->trainers[i].err.fd = -1;
+		r->trainers[i].out.log_fd = r->trainers[i].err.log_fd = -1;
+	}
+
+	if (r->o.netns) {
+		r->net = calloc(1, sizeof(run_netns_t));
+		if (!r->net || run_netns_create(r->net, r->o.nodes, r->o.rate, r->o.verbose) < 0) {
+			fprintf(stderr, "sparsecomm-run: cannot build the emulated cluster.\n");
+			print_fallback(argc, argv);
+			free(r->net);
+			r->net = NULL;
+			goto out_rmdir;
+		}
+		fprintf(stderr,
+			"sparsecomm-run: %d nodes in namespaces %s..%s, %s, bridge %s, link %s\n",
+			r->o.nodes, r->net->ns[0], r->net->ns[r->o.nodes - 1], r->net->subnet,
+			r->net->bridge_addr, r->o.rate ? r->o.rate : "unshaped");
+	}
+	int port = r->o.port ? r->o.port : r->net ? DEFAULT_PORT_NETNS : free_port();
+	if (port <= 0) {
+		fprintf(stderr, "sparsecomm-run: cannot find a free port on 127.0.0.1\n");
+		goto out_netns;
+	}
+	snprintf(r->coordinator, sizeof(r->coordinator), "%s:%d",
+		 r->net ? r->net->addr[0] : "127.0.0.1", port);
+
+	for (int i = 0; i < r->o.nodes; i++)
+		if (spawn_daemon(r, i) < 0)
+			goto out_teardown;
+	if (wait_ready(r) < 0)
+		goto out_teardown;
+	if (r->o.verbose)
+		fprintf(stderr, "sparsecomm-run: %d daemons ready; starting %d trainers\n",
+			r->o.nodes, r->n_trainers);
+	for (int node = 0; node < r->o.nodes; node++)
+		for (int local = 0; local < r->o.per_node; local++)
+			if (spawn_trainer(r, node, local) < 0) {
+				js.code = 1;
+				stop_trainers(r, &js, SIGTERM);
+				goto out_job;
+			}
+out_job:
+	run_job(r, &js);
+	code = js.code;
+	if (!code && r->signal_count)
+		code = 128 + r->last_signal;
+	if (js.timed_out)
+		code = 124;
+out_teardown:
+	teardown(r, &js);
+	if (!code && js.daemon_failed)
+		code = 1;
+out_netns:
+	if (r->net) {
+		run_netns_destroy(r->net);
+		free(r->net);
+	}
+out_rmdir:
+	nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return code;
+}
