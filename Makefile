@@ -84,6 +84,7 @@ $(LIB)/libsparseclient.a: $(CLIENT_OBJ)
 $(LIB)/libsparseclient.so: $(CLIENT_OBJ)
 	@mkdir -p $(LIB)
 	$(CC) -shared -Wl,-soname,libsparseclient.so.0 $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+	ln -sf libsparseclient.so $(LIB)/libsparseclient.so.0
 $(LIB)/pkgconfig/sparsecomm.pc: mk/sparsecomm.pc.in Makefile
 	@mkdir -p $(dir $@)
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
