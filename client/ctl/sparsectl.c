@@ -1,0 +1,536 @@
+/*
+ * sparsectl: inspect and tune a running sparsecommd through its control socket.
+ *
+ *   sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]
+ *     status               rank, world size, peers and the node's trainers
+ *     stats                per tensor: calls, bytes, time, last scheme and its prediction
+ *     pending              tensors some ranks submitted and others have not
+ *     config get [KEY]     every setting, or one
+ *     config set KEY VALUE change a runtime setting on every node
+ *
+ * It speaks the same protocol as the trainers (one ClientMsg frame per request over a
+ * ZeroMQ DEALER, hello with role CONTROL) through the client library's internal request
+ * path, so it shares the library's handshake, timeouts and daemon-death detection; it
+ * links the static library, where those functions are visible. --json prints exactly one
+ * JSON object per command. Exit status: 0 success, 1 the daemon failed or could not be
+ * reached, 2 usage error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define EXIT_DAEMON 1
+#define EXIT_USAGE  2
+#define DEFAULT_TIMEOUT_MS 5000
+
+struct ctl {
+	const char *socket;
+	int timeout_ms;
+	int json;
+	sc_client_t *client;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]\n"
+		"\n"
+		"Inspect and tune the node's sparsecommd.\n"
+		"\n"
+		"commands:\n"
+		"  status                rank, world size, peers and the node's trainers\n"
+		"  stats                 per tensor: calls, bytes sent/received, time, last scheme,\n"
+		"                        predicted/measured time, density, densification, imbalance\n"
+		"  pending               tensors waiting, with the ranks that have not submitted them\n"
+		"  config get [KEY]      show every setting, or KEY\n"
+		"  config set KEY VALUE  change a runtime setting (applied on every node)\n"
+		"\n"
+		"options:\n"
+		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ endpoint);\n"
+		"                        default $SPARSECOMM_SOCKET\n"
+		"  --timeout-ms N        how long to wait for the daemon (default %d)\n"
+		"  --json                print one JSON object\n"
+		"  -h, --help            this text\n"
+		"\n"
+		"exit status: 0 success, 1 daemon error or unreachable, 2 usage error\n",
+		DEFAULT_TIMEOUT_MS);
+}
+
+/* ---- JSON output --------------------------------------------------------------------- */
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+		switch (*p) {
+		case '"':
+			fputs("\\\"", stdout);
+			break;
+		case '\\':
+			fputs("\\\\", stdout);
+			break;
+		case '\n':
+			fputs("\\n", stdout);
+			break;
+		case '\r':
+			fputs("\\r", stdout);
+			break;
+		case '\t':
+			fputs("\\t", stdout);
+			break;
+		default:
+			if (*p < 0x20)
+				printf("\\u%04x", *p);
+			else
+				putchar(*p);
+		}
+	}
+	putchar('"');
+}
+
+/* A double as JSON (which has no NaN or infinity). */
+static void json_num(double v)
+{
+	if (v != v || v > 1e308 || v < -1e308)
+		fputs("null", stdout);
+	else
+		printf("%.9g", v);
+}
+
+static void json_int_array(const int32_t *v, size_t n)
+{
+	putchar('[');
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i ? "," : "", v[i]);
+	putchar(']');
+}
+
+/* ---- talking to the daemon ----------------------------------------------------------- */
+
+/* Sends one request and returns the reply, checking its kind; NULL after printing why. */
+static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *msg,
+				       const char *what, Sparsecomm__DaemonMsg__BodyCase want)
+{
+	Sparsecomm__DaemonMsg *reply = NULL;
+
+	if (!ctl->client) {
+		sc_status_t st = scl_client_open(ctl->socket, ctl->timeout_ms,
+						 SPARSECOMM__ROLE__ROLE_CONTROL, &ctl->client);
+		if (st != SC_OK) {
+			fprintf(stderr, "sparsectl: %s\n", sc_last_error());
+			return NULL;
+		}
+	}
+	if (scl_client_call(ctl->client, msg, ctl->timeout_ms, what, &reply) != SC_OK) {
+		fprintf(stderr, "sparsectl: %s\n", sc_last_error());
+		return NULL;
+	}
+	if (reply->body_case != want) {
+		fprintf(stderr, "sparsectl: %s: unexpected reply from the daemon (body %d)\n",
+			what, (int)reply->body_case);
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+		return NULL;
+	}
+	return reply;
+}
+
+/* ---- status -------------------------------------------------------------------------- */
+
+static void status_json(const Sparsecomm__StatusReply *s)
+{
+	printf("{\"rank\":%d,\"world_size\":%d,\"local_size\":%d,\"protocol_version\":%u,"
+	       "\"version\":", s->rank, s->world_size, s->local_size, s->protocol_version);
+	json_str(s->version);
+	printf(",\"uptime_ms\":%llu,\"coordinator\":", (unsigned long long)s->uptime_ms);
+	json_str(s->coordinator);
+	fputs(",\"peers\":[", stdout);
+	for (size_t i = 0; i < s->n_peers; i++) {
+		const Sparsecomm__PeerInfo *p = s->peers[i];
+
+		printf("%s{\"rank\":%d,\"addr\":", i ? "," : "", p->rank);
+		json_str(p->addr);
+		printf(",\"port\":%u,\"connected\":%s}", p->port, p->connected ? "true" : "false");
+	}
+	fputs("],\"clients\":[", stdout);
+	for (size_t i = 0; i < s->n_clients; i++) {
+		const Sparsecomm__ClientInfo *c = s->clients[i];
+
+		printf("%s{\"local_rank\":%d,\"rank\":%d,\"pid\":%d,\"tensors\":%u,"
+		       "\"in_flight\":%u}", i ? "," : "", c->local_rank, c->rank, c->pid,
+		       c->tensors, c->in_flight);
+	}
+	fputs("]}\n", stdout);
+}
+
+static void status_text(const Sparsecomm__StatusReply *s)
+{
+	printf("node rank %d of %d, %d trainer(s) per node\n", s->rank, s->world_size,
+	       s->local_size);
+	printf("daemon %s, protocol %u, up %.1f s, coordinator %s\n",
+	       *s->version ? s->version : "?", s->protocol_version, s->uptime_ms / 1000.0,
+	       *s->coordinator ? s->coordinator : "-");
+	printf("\npeers (%zu):\n", s->n_peers);
+	if (s->n_peers)
+		printf("  %-6s %-24s %-6s %s\n", "RANK", "ADDRESS", "PORT", "CONNECTED");
+	for (size_t i = 0; i < s->n_peers; i++) {
+		const Sparsecomm__PeerInfo *p = s->peers[i];
+
+		printf("  %-6d %-24s %-6u %s\n", p->rank, p->addr, p->port,
+		       p->connected ? "yes" : "no");
+	}
+	printf("\nclients (%zu):\n", s->n_clients);
+	if (s->n_clients)
+		printf("  %-6s %-6s %-8s %-8s %s\n", "LOCAL", "RANK", "PID", "TENSORS",
+		       "IN-FLIGHT");
+	for (size_t i = 0; i < s->n_clients; i++) {
+		const Sparsecomm__ClientInfo *c = s->clients[i];
+
+		printf("  %-6d %-6d %-8d %-8u %u\n", c->local_rank, c->rank, c->pid, c->tensors,
+		       c->in_flight);
+	}
+}
+
+static int cmd_status(struct ctl *ctl)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__DaemonMsg *r;
+
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATUS;
+	msg.status = &empty;
+	r = ctl_call(ctl, &msg, "status", SPARSECOMM__DAEMON_MSG__BODY_STATUS);
+	if (!r)
+		return EXIT_DAEMON;
+	if (ctl->json)
+		status_json(r->status);
+	else
+		status_text(r->status);
+	sparsecomm__daemon_msg__free_unpacked(r, NULL);
+	return 0;
+}
+
+/* ---- stats --------------------------------------------------------------------------- */
+
+static void stats_json(const Sparsecomm__StatsReply *s)
+{
+	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"tensors\":[",
+	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers);
+	for (size_t i = 0; i < s->n_tensors; i++) {
+		const Sparsecomm__TensorStats *t = s->tensors[i];
+
+		printf("%s{\"name\":", i ? "," : "");
+		json_str(t->name);
+		printf(",\"dtype\":");
+		json_str(sc_dtype_name((sc_dtype_t)t->dtype));
+		printf(",\"numel\":%llu,\"calls\":%llu,\"errors\":%llu,\"bytes_sent\":%llu,"
+		       "\"bytes_received\":%llu,\"time_s\":",
+		       (unsigned long long)t->numel, (unsigned long long)t->calls,
+		       (unsigned long long)t->errors, (unsigned long long)t->bytes_sent,
+		       (unsigned long long)t->bytes_received);
+		json_num(t->time_s);
+		if (*t->scheme) {
+			fputs(",\"scheme\":", stdout);
+			json_str(t->scheme);
+			fputs(",\"predicted_s\":", stdout);
+			json_num(t->predicted_s);
+			fputs(",\"measured_s\":", stdout);
+			json_num(t->measured_s);
+			fputs(",\"density\":", stdout);
+			json_num(t->density);
+			fputs(",\"densification\":", stdout);
+			json_num(t->densification);
+			fputs(",\"imbalance\":", stdout);
+			json_num(t->imbalance);
+		}
+		putchar('}');
+	}
+	fputs("]}\n", stdout);
+}
+
+/* Bytes with a binary unit, in a static buffer of the caller's choice. */
+static const char *human_bytes(char *buf, size_t n, uint64_t b)
+{
+	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	int u = 0;
+
+	while (v >= 1024.0 && u < 4) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return buf;
+}
+
+static void stats_text(const Sparsecomm__StatsReply *s)
+{
+	char sent[32], recv[32];
+
+	printf("%llu cycle(s), %llu fused buffer(s), %zu tensor(s)\n",
+	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
+	       s->n_tensors);
+	if (!s->n_tensors)
+		return;
+	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %8s %8s %6s\n", "TENSOR", "CALLS",
+	       "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)", "MEAS(ms)",
+	       "DENSITY", "DENSIF", "IMBAL");
+	for (size_t i = 0; i < s->n_tensors; i++) {
+		const Sparsecomm__TensorStats *t = s->tensors[i];
+
+		printf("%-32s %8llu %6llu %11s %11s %10.4f", t->name,
+		       (unsigned long long)t->calls, (unsigned long long)t->errors,
+		       human_bytes(sent, sizeof(sent), t->bytes_sent),
+		       human_bytes(recv, sizeof(recv), t->bytes_received), t->time_s);
+		if (*t->scheme)
+			printf("  %-18s %10.3f %10.3f %8.4f %8.3f %6.2f\n", t->scheme,
+			       t->predicted_s * 1e3, t->measured_s * 1e3, t->density,
+			       t->densification, t->imbalance);
+		else
+			printf("  %-18s\n", "-");
+	}
+}
+
+static int cmd_stats(struct ctl *ctl)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__DaemonMsg *r;
+
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS;
+	msg.stats = &empty;
+	r = ctl_call(ctl, &msg, "stats", SPARSECOMM__DAEMON_MSG__BODY_STATS);
+	if (!r)
+		return EXIT_DAEMON;
+	if (ctl->json)
+		stats_json(r->stats);
+	else
+		stats_text(r->stats);
+	sparsecomm__daemon_msg__free_unpacked(r, NULL);
+	return 0;
+}
+
+/* ---- pending ------------------------------------------------------------------------- */
+
+static void print_ranks(const int32_t *v, size_t n)
+{
+	if (!n)
+		fputs("-", stdout);
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i ? "," : "", v[i]);
+}
+
+static int cmd_pending(struct ctl *ctl)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__DaemonMsg *r;
+	Sparsecomm__PendingReply *p;
+
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_PENDING;
+	msg.pending = &empty;
+	r = ctl_call(ctl, &msg, "pending", SPARSECOMM__DAEMON_MSG__BODY_PENDING);
+	if (!r)
+		return EXIT_DAEMON;
+	p = r->pending;
+	if (ctl->json) {
+		fputs("{\"tensors\":[", stdout);
+		for (size_t i = 0; i < p->n_tensors; i++) {
+			const Sparsecomm__PendingTensor *t = p->tensors[i];
+
+			printf("%s{\"name\":", i ? "," : "");
+			json_str(t->name);
+			fputs(",\"waiting_s\":", stdout);
+			json_num(t->waiting_s);
+			fputs(",\"ready_ranks\":", stdout);
+			json_int_array(t->ready_ranks, t->n_ready_ranks);
+			fputs(",\"missing_ranks\":", stdout);
+			json_int_array(t->missing_ranks, t->n_missing_ranks);
+			putchar('}');
+		}
+		fputs("]}\n", stdout);
+	} else if (!p->n_tensors) {
+		printf("no tensor is waiting\n");
+	} else {
+		printf("%-40s %10s  %-20s %s\n", "TENSOR", "WAITING(s)", "READY", "MISSING");
+		for (size_t i = 0; i < p->n_tensors; i++) {
+			const Sparsecomm__PendingTensor *t = p->tensors[i];
+
+			printf("%-40s %10.3f  ", t->name, t->waiting_s);
+			print_ranks(t->ready_ranks, t->n_ready_ranks);
+			fputs("  missing: ", stdout);
+			print_ranks(t->missing_ranks, t->n_missing_ranks);
+			putchar('\n');
+		}
+	}
+	sparsecomm__daemon_msg__free_unpacked(r, NULL);
+	return 0;
+}
+
+/* ---- config -------------------------------------------------------------------------- */
+
+static void config_print(const Sparsecomm__ConfigReply *cr, int json, int one)
+{
+	if (json) {
+		fputs("{\"config\":[", stdout);
+		for (size_t i = 0; i < cr->n_entries; i++) {
+			const Sparsecomm__ConfigEntry *e = cr->entries[i];
+
+			printf("%s{\"key\":", i ? "," : "");
+			json_str(e->key);
+			fputs(",\"value\":", stdout);
+			json_str(e->value);
+			fputs(",\"source\":", stdout);
+			json_str(e->source);
+			printf(",\"runtime\":%s,\"doc\":", e->runtime ? "true" : "false");
+			json_str(e->doc);
+			putchar('}');
+		}
+		fputs("]}\n", stdout);
+		return;
+	}
+	for (size_t i = 0; i < cr->n_entries; i++) {
+		const Sparsecomm__ConfigEntry *e = cr->entries[i];
+
+		if (!one && *e->doc)
+			printf("# %s\n", e->doc);
+		printf("%s = %s    (%s%s)\n", e->key, e->value, *e->source ? e->source : "?",
+		       e->runtime ? ", runtime" : "");
+	}
+}
+
+static int cmd_config(struct ctl *ctl, int argc, char **argv)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__ConfigGet get = SPARSECOMM__CONFIG_GET__INIT;
+	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
+	Sparsecomm__DaemonMsg *r;
+	char what[256];
+
+	if (argc >= 1 && strcmp(argv[0], "get") == 0 && argc <= 2) {
+		get.key = argc == 2 ? argv[1] : "";
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET;
+		msg.config_get = &get;
+		snprintf(what, sizeof(what), "config get%s%.200s", argc == 2 ? " " : "", get.key);
+		r = ctl_call(ctl, &msg, what, SPARSECOMM__DAEMON_MSG__BODY_CONFIG);
+		if (!r)
+			return EXIT_DAEMON;
+		config_print(r->config, ctl->json, argc == 2);
+		sparsecomm__daemon_msg__free_unpacked(r, NULL);
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[0], "set") == 0) {
+		set.key = argv[1];
+		set.value = argv[2];
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
+		msg.config_set = &set;
+		snprintf(what, sizeof(what), "config set %.100s %.100s", set.key, set.value);
+		r = ctl_call(ctl, &msg, what, SPARSECOMM__DAEMON_MSG__BODY_OK);
+		if (!r)
+			return EXIT_DAEMON;
+		if (ctl->json) {
+			fputs("{\"ok\":true,\"key\":", stdout);
+			json_str(set.key);
+			fputs(",\"value\":", stdout);
+			json_str(set.value);
+			fputs("}\n", stdout);
+		} else {
+			printf("%s = %s (applied on every node)\n", set.key, set.value);
+		}
+		sparsecomm__daemon_msg__free_unpacked(r, NULL);
+		return 0;
+	}
+	fprintf(stderr, "sparsectl: usage: config get [KEY] | config set KEY VALUE\n");
+	return EXIT_USAGE;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+/* Takes the value of an option given as "--opt VALUE" or "--opt=VALUE". */
+static const char *opt_value(const char *opt, int argc, char **argv, int *i)
+{
+	size_t n = strlen(opt);
+	const char *a = argv[*i];
+
+	if (strncmp(a, opt, n) != 0)
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return NULL;
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "sparsectl: %s needs a value\n", opt);
+		exit(EXIT_USAGE);
+	}
+	return argv[++*i];
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl ctl = {.timeout_ms = DEFAULT_TIMEOUT_MS};
+	char **args = calloc((size_t)argc + 1, sizeof(*args));
+	int nargs = 0, rc;
+	const char *v;
+
+	if (!args)
+		return EXIT_DAEMON;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			free(args);
+			return 0;
+		} else if (strcmp(a, "--json") == 0) {
+			ctl.json = 1;
+		} else if ((v = opt_value("--socket", argc, argv, &i))) {
+			ctl.socket = v;
+		} else if ((v = opt_value("--timeout-ms", argc, argv, &i))) {
+			char *end;
+			long t = strtol(v, &end, 10);
+
+			if (*end || end == v || t <= 0 || t > 86400000) {
+				fprintf(stderr, "sparsectl: --timeout-ms takes a positive number "
+						"of milliseconds, not '%s'\n", v);
+				free(args);
+				return EXIT_USAGE;
+			}
+			ctl.timeout_ms = (int)t;
+		} else if (strcmp(a, "--") == 0) {
+			while (++i < argc)
+				args[nargs++] = argv[i];
+		} else if (a[0] == '-' && a[1] == '-') {
+			fprintf(stderr, "sparsectl: unknown option %s (see sparsectl --help)\n", a);
+			free(args);
+			return EXIT_USAGE;
+		} else {
+			args[nargs++] = argv[i];
+		}
+	}
+	if (!ctl.socket && !getenv("SPARSECOMM_SOCKET")) {
+		fprintf(stderr, "sparsectl: no daemon socket: use --socket PATH or set "
+				"$SPARSECOMM_SOCKET\n");
+		free(args);
+		return EXIT_USAGE;
+	}
+	if (nargs == 0) {
+		usage(stderr);
+		rc = EXIT_USAGE;
+	} else if (strcmp(args[0], "status") == 0 && nargs == 1) {
+		rc = cmd_status(&ctl);
+	} else if (strcmp(args[0], "stats") == 0 && nargs == 1) {
+		rc = cmd_stats(&ctl);
+	} else if (strcmp(args[0], "pending") == 0 && nargs == 1) {
+		rc = cmd_pending(&ctl);
+	} else if (strcmp(args[0], "config") == 0) {
+		rc = cmd_config(&ctl, nargs - 1, args + 1);
+	} else {
+		fprintf(stderr, "sparsectl: unknown command or wrong arguments: '%s' (see "
+				"sparsectl --help)\n", args[0]);
+		rc = EXIT_USAGE;
+	}
+	sc_finalize(ctl.client);
+	free(args);
+	return rc;
+}

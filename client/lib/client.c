@@ -1,0 +1,976 @@
+/*
+ * client.c: the connection of a trainer (or of sparsectl) to its node's daemon, and the
+ * life of an allreduce from sc_allreduce_async to the sc_wait that collects it.
+ *
+ * Design. A ZeroMQ socket may be used by one thread at a time, but one client is shared by
+ * every thread of a trainer, and completions arrive unsolicited at any moment. So each
+ * client runs one I/O thread that alone owns the DEALER socket. API calls pack their
+ * ClientMsg themselves, append the frame to a mutex-protected queue and wake the I/O
+ * thread through an eventfd (written only when the queue goes from empty to non-empty).
+ * The I/O thread sleeps in zmq_poll on three things: the DEALER, the eventfd, and a PAIR
+ * that receives the DEALER's monitor events. It sends what is queued and dispatches what
+ * arrives: replies to the synchronous request with the same seq, completions (seq 0) to
+ * the operation with their handle. Callers sleep on one condition variable
+ * (CLOCK_MONOTONIC, always with a deadline unless the caller asked for none) that is
+ * broadcast on every reply, completion and failure. Nothing spins.
+ *
+ * The alternative, one mutex-protected socket that waiting threads take turns polling,
+ * needs a leader/follower hand-off to let two threads wait for different handles, and
+ * still needs a queue for sends made while another thread sits in zmq_poll; the I/O
+ * thread is simpler and keeps the per-call cost to a lock, a memcpy and an eventfd write.
+ *
+ * Seqs and handles come from one counter, and an allreduce is sent with seq = handle, so
+ * an error reply to an allreduce (refused by the daemon) completes that very operation
+ * without a second table. sc_allreduce_async does not wait for the daemon's acceptance.
+ *
+ * Daemon death. ZMTP heartbeats (ping every 1 s, give up after 5 s without traffic) make
+ * ZeroMQ drop a connection to a daemon that is gone or frozen; a crash closes the IPC
+ * socket at once. Either way the monitor reports ZMQ_EVENT_DISCONNECTED; the I/O thread
+ * then fails every waiting request and every operation in flight with SC_ERR_CONNECT and
+ * the client refuses further work (a restarted daemon knows nothing of this session).
+ *
+ * Errors. Each status comes with the calling thread's error text (thread-local), naming
+ * the rank and the tensor; a daemon's Completion.error is passed through verbatim. The log
+ * callback may run on any thread, the I/O thread included, with the client's lock held: it
+ * must not call back into the library.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "internal.h"
+
+#define HEARTBEAT_IVL_MS     1000
+#define HEARTBEAT_TIMEOUT_MS 5000
+#define BYE_LINGER_MS	     1000
+#define MONITOR_ENDPOINT     "inproc://sparsecomm-monitor"
+
+static __thread char tls_error[SCL_ERR_MAX];
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static sc_log_cb log_cb;
+static void *log_arg;
+
+/* ---- errors and logging -------------------------------------------------------------- */
+
+sc_status_t scl_error(sc_status_t status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(tls_error, sizeof(tls_error), fmt, ap);
+	va_end(ap);
+	scl_log(SCL_LOG_DEBUG, "%s: %s", sc_status_name(status), tls_error);
+	return status;
+}
+
+SC_API const char *sc_last_error(void)
+{
+	return tls_error;
+}
+
+SC_API void sc_set_log_callback(sc_log_cb cb, void *arg)
+{
+	pthread_mutex_lock(&log_mu);
+	log_cb = cb;
+	log_arg = arg;
+	pthread_mutex_unlock(&log_mu);
+}
+
+void scl_log(int level, const char *fmt, ...)
+{
+	char line[SCL_ERR_MAX + 64];
+	sc_log_cb cb;
+	void *arg;
+	va_list ap;
+
+	pthread_mutex_lock(&log_mu);
+	cb = log_cb;
+	arg = log_arg;
+	pthread_mutex_unlock(&log_mu);
+	if (!cb)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	cb(level, line, arg);
+}
+
+/* A status received from the daemon, or SC_ERR_PROTOCOL when it is not one of ours. */
+static sc_status_t status_from_wire(int32_t s)
+{
+	if (s > SC_IN_PROGRESS || s < SC_ERR_LIMIT)
+		return SC_ERR_PROTOCOL;
+	return (sc_status_t)s;
+}
+
+/* ---- time ---------------------------------------------------------------------------- */
+
+static struct timespec deadline_after(int timeout_ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+/* Waits on the client's condition variable until the deadline (NULL: none). Returns 0, or
+ * ETIMEDOUT once the deadline has passed. Called with c->mu held. */
+static int client_sleep(sc_client_t *c, const struct timespec *deadline)
+{
+	int rc;
+
+	if (!deadline) {
+		pthread_cond_wait(&c->cv, &c->mu);
+		return 0;
+	}
+	rc = pthread_cond_timedwait(&c->cv, &c->mu, deadline);
+	return rc == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+/* ---- operations table (c->mu held) --------------------------------------------------- */
+
+static struct scl_op **op_slot(sc_client_t *c, sc_handle_t handle)
+{
+	struct scl_op **pp = &c->ops[handle % SCL_OP_BUCKETS];
+
+	while (*pp && (*pp)->handle != handle)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+static struct scl_op *op_find(sc_client_t *c, sc_handle_t handle)
+{
+	return *op_slot(c, handle);
+}
+
+static void op_free(struct scl_op *op)
+{
+	free(op->error);
+	free(op);
+}
+
+/* Unlinks an operation from the table and frees it. */
+static void op_release(sc_client_t *c, struct scl_op *op)
+{
+	struct scl_op **pp = op_slot(c, op->handle);
+
+	if (*pp == op)
+		*pp = op->next;
+	if (op->tensor && op->tensor->busy == op)
+		op->tensor->busy = NULL;
+	op_free(op);
+}
+
+/* Ends an operation with status; error is the text to report (NULL: composed here). */
+static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
+			const char *error)
+{
+	char buf[SCL_ERR_MAX];
+
+	if (op->done)
+		return;
+	op->done = 1;
+	op->status = status;
+	if (status != SC_OK) {
+		if (!error || !*error) {
+			snprintf(buf, sizeof(buf), "allreduce of tensor '%s' on rank %d failed: %s",
+				 op->tensor->name, c->rank, sc_status_message(status));
+			error = buf;
+		}
+		op->error = strdup(error);
+	}
+	if (op->tensor->busy == op)
+		op->tensor->busy = NULL;
+	if (op->orphan)
+		op_release(c, op);
+	pthread_cond_broadcast(&c->cv);
+}
+
+/*
+ * Marks the client unusable and fails everything that waits on it: synchronous requests
+ * see a NULL reply, operations in flight end with status. Called with c->mu held.
+ */
+static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
+{
+	char buf[SCL_ERR_MAX];
+
+	if (c->dead != SC_OK)
+		return;
+	c->dead = status;
+	snprintf(c->dead_msg, sizeof(c->dead_msg), "%s", msg);
+	if (status != SC_ERR_SHUTDOWN)
+		scl_log(SCL_LOG_ERROR, "rank %d: %s", c->rank, msg);
+	for (struct scl_req *r = c->reqs; r; r = r->next)
+		r->done = 1;
+	for (int b = 0; b < SCL_OP_BUCKETS; b++) {
+		struct scl_op *op = c->ops[b], *next;
+
+		for (; op; op = next) {
+			next = op->next;
+			if (op->done)
+				continue;
+			snprintf(buf, sizeof(buf), "allreduce of tensor '%s' on rank %d failed: %s",
+				 op->tensor->name, c->rank, msg);
+			op_complete(c, op, status, buf);
+		}
+	}
+	pthread_cond_broadcast(&c->cv);
+}
+
+/* ---- outgoing frames ----------------------------------------------------------------- */
+
+static struct scl_frame *frame_pack(const Sparsecomm__ClientMsg *msg)
+{
+	size_t len = sparsecomm__client_msg__get_packed_size(msg);
+	struct scl_frame *f = malloc(sizeof(*f) + len);
+
+	if (!f)
+		return NULL;
+	f->next = NULL;
+	f->len = sparsecomm__client_msg__pack(msg, f->data);
+	return f;
+}
+
+static void frames_free(struct scl_frame *f)
+{
+	while (f) {
+		struct scl_frame *next = f->next;
+
+		free(f);
+		f = next;
+	}
+}
+
+/* Queues a frame for the I/O thread (c->mu held). */
+static void client_enqueue(sc_client_t *c, struct scl_frame *f)
+{
+	int was_empty = c->sendq == NULL;
+	uint64_t one = 1;
+
+	*c->sendq_tail = f;
+	c->sendq_tail = &f->next;
+	if (was_empty && write(c->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s", strerror(errno));
+}
+
+/* ---- the I/O thread ------------------------------------------------------------------ */
+
+/* Hands one received frame to whoever waits for it. */
+static void io_dispatch(sc_client_t *c, const void *data, size_t len)
+{
+	Sparsecomm__DaemonMsg *m = sparsecomm__daemon_msg__unpack(NULL, len, data);
+	struct scl_req *r;
+	struct scl_op *op;
+
+	if (!m) {
+		scl_log(SCL_LOG_WARN, "rank %d: dropped a malformed message of %zu bytes from "
+			"the daemon", c->rank, len);
+		return;
+	}
+	pthread_mutex_lock(&c->mu);
+	if (m->seq == 0) {
+		if (m->body_case == SPARSECOMM__DAEMON_MSG__BODY_COMPLETION) {
+			Sparsecomm__Completion *cp = m->completion;
+			sc_status_t st = status_from_wire(cp->status);
+
+			op = op_find(c, cp->handle);
+			if (st == SC_IN_PROGRESS)
+				st = SC_ERR_PROTOCOL;
+			if (op)
+				op_complete(c, op, st, cp->error);
+			else
+				scl_log(SCL_LOG_DEBUG, "completion for unknown handle %llu",
+					(unsigned long long)cp->handle);
+		} else {
+			scl_log(SCL_LOG_WARN, "unexpected unsolicited message (body %d)",
+				(int)m->body_case);
+		}
+		goto out_free;
+	}
+	for (r = c->reqs; r && r->seq != m->seq; r = r->next)
+		;
+	if (r && !r->done) {
+		r->reply = m;
+		r->done = 1;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	op = op_find(c, m->seq);
+	if (op && !op->done && m->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
+		sc_status_t st = status_from_wire(m->error->status);
+		char buf[SCL_ERR_MAX];
+
+		if (st >= SC_OK)
+			st = SC_ERR_PROTOCOL;
+		snprintf(buf, sizeof(buf), "rank %d: the daemon refused the allreduce of tensor "
+			 "'%s': %s", c->rank, op->tensor->name, m->error->message);
+		op_complete(c, op, st, buf);
+	}
+out_free:
+	pthread_mutex_unlock(&c->mu);
+	sparsecomm__daemon_msg__free_unpacked(m, NULL);
+}
+
+static void io_recv_all(sc_client_t *c)
+{
+	zmq_msg_t msg;
+
+	for (;;) {
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			return;
+		}
+		io_dispatch(c, zmq_msg_data(&msg), zmq_msg_size(&msg));
+		zmq_msg_close(&msg);
+	}
+}
+
+/* Reads the monitor's events; returns 1 when the connection to the daemon was lost. */
+static int io_monitor(sc_client_t *c)
+{
+	int lost = 0;
+
+	for (;;) {
+		zmq_msg_t ev, addr;
+		uint16_t event = 0;
+
+		zmq_msg_init(&ev);
+		if (zmq_msg_recv(&ev, c->monitor, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&ev);
+			return lost;
+		}
+		if (zmq_msg_size(&ev) >= 2)
+			memcpy(&event, zmq_msg_data(&ev), 2);
+		zmq_msg_close(&ev);
+		zmq_msg_init(&addr); /* the second frame: the endpoint */
+		zmq_msg_recv(&addr, c->monitor, 0);
+		zmq_msg_close(&addr);
+		if (event == ZMQ_EVENT_DISCONNECTED)
+			lost = 1;
+	}
+}
+
+/* Sends queued frames until done or the socket would block; returns -1 on a hard error. */
+static int io_send(sc_client_t *c, struct scl_frame **pending)
+{
+	while (*pending) {
+		struct scl_frame *f = *pending;
+
+		if (zmq_send(c->sock, f->data, f->len, ZMQ_DONTWAIT) < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return 0;
+			return -1;
+		}
+		*pending = f->next;
+		free(f);
+	}
+	return 0;
+}
+
+static void *io_main(void *arg)
+{
+	sc_client_t *c = arg;
+	struct scl_frame *pending = NULL, **pending_tail = &pending;
+	struct timespec stop_deadline = {0};
+	int stopping = 0;
+
+	for (;;) {
+		zmq_pollitem_t items[3] = {
+			{c->sock, 0, ZMQ_POLLIN | (pending ? ZMQ_POLLOUT : 0), 0},
+			{c->monitor, 0, ZMQ_POLLIN, 0},
+			{NULL, c->wake_fd, ZMQ_POLLIN, 0},
+		};
+		long tmo = -1;
+		uint64_t n;
+
+		if (stopping) {
+			/* Flush the goodbye for at most BYE_LINGER_MS, then leave. */
+			struct timespec now;
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			tmo = (stop_deadline.tv_sec - now.tv_sec) * 1000 +
+			      (stop_deadline.tv_nsec - now.tv_nsec) / 1000000;
+			if (!pending || tmo <= 0)
+				break;
+		}
+		if (zmq_poll(items, 3, tmo) < 0) {
+			if (errno == EINTR)
+				continue;
+			pthread_mutex_lock(&c->mu);
+			client_fail(c, SC_ERR_SYSTEM, "the client's I/O thread failed in zmq_poll");
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		if (items[2].revents & ZMQ_POLLIN) {
+			if (read(c->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+				scl_log(SCL_LOG_WARN, "eventfd read: %s", strerror(errno));
+			pthread_mutex_lock(&c->mu);
+			if (c->sendq) {
+				*pending_tail = c->sendq;
+				pending_tail = c->sendq_tail;
+				c->sendq = NULL;
+				c->sendq_tail = &c->sendq;
+			}
+			if (c->stopping && !stopping) {
+				stopping = 1;
+				stop_deadline = deadline_after(BYE_LINGER_MS);
+			}
+			if (c->dead != SC_OK && !c->stopping) {
+				/* Nobody will read what is left: the connection is gone. */
+				frames_free(pending);
+				pending = NULL;
+				pending_tail = &pending;
+			}
+			pthread_mutex_unlock(&c->mu);
+		}
+		if (items[0].revents & ZMQ_POLLIN)
+			io_recv_all(c);
+		if (items[1].revents & ZMQ_POLLIN && io_monitor(c)) {
+			char msg[SCL_ERR_MAX];
+
+			snprintf(msg, sizeof(msg), "lost the connection to the daemon at %s (it "
+				 "exited or stopped answering heartbeats)", c->endpoint);
+			zmq_disconnect(c->sock, c->endpoint); /* no reconnection */
+			pthread_mutex_lock(&c->mu);
+			client_fail(c, SC_ERR_CONNECT, msg);
+			pthread_mutex_unlock(&c->mu);
+			frames_free(pending);
+			pending = NULL;
+		}
+		if (io_send(c, &pending) < 0) {
+			char msg[SCL_ERR_MAX];
+
+			snprintf(msg, sizeof(msg), "cannot send to the daemon at %s: %s",
+				 c->endpoint, zmq_strerror(zmq_errno()));
+			pthread_mutex_lock(&c->mu);
+			client_fail(c, SC_ERR_CONNECT, msg);
+			pthread_mutex_unlock(&c->mu);
+			frames_free(pending);
+			pending = NULL;
+		}
+		if (!pending)
+			pending_tail = &pending; /* else it still points into the last frame */
+	}
+	frames_free(pending);
+	return NULL;
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+static uint64_t client_next_id(sc_client_t *c)
+{
+	return __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
+}
+
+sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int timeout_ms,
+			    const char *what, Sparsecomm__DaemonMsg **reply_p)
+{
+	struct scl_req req = {0}, **pp;
+	struct scl_frame *f;
+	struct timespec deadline;
+	Sparsecomm__DaemonMsg *reply;
+	sc_status_t st;
+
+	if (timeout_ms <= 0)
+		timeout_ms = SCL_DEFAULT_TMO_MS;
+	req.seq = msg->seq = client_next_id(c);
+	f = frame_pack(msg);
+	if (!f)
+		return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
+	deadline = deadline_after(timeout_ms);
+	pthread_mutex_lock(&c->mu);
+	if (c->dead != SC_OK) {
+		st = c->dead;
+		pthread_mutex_unlock(&c->mu);
+		free(f);
+		return scl_error(st, "%s: %s", what, c->dead_msg);
+	}
+	req.next = c->reqs;
+	c->reqs = &req;
+	client_enqueue(c, f);
+	while (!req.done && client_sleep(c, &deadline) != ETIMEDOUT)
+		;
+	for (pp = &c->reqs; *pp != &req; pp = &(*pp)->next)
+		;
+	*pp = req.next;
+	st = c->dead;
+	if (!req.done || !req.reply) {
+		char dead_msg[SCL_ERR_MAX];
+
+		memcpy(dead_msg, c->dead_msg, sizeof(dead_msg));
+		pthread_mutex_unlock(&c->mu);
+		if (!req.done)
+			return scl_error(SC_ERR_TIMEOUT, "%s: no reply from the daemon at %s "
+				      "within %d ms", what, c->endpoint, timeout_ms);
+		return scl_error(st, "%s: %s", what, dead_msg);
+	}
+	pthread_mutex_unlock(&c->mu);
+	reply = req.reply;
+	if (reply->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
+		st = status_from_wire(reply->error->status);
+		if (st >= SC_OK)
+			st = SC_ERR_PROTOCOL;
+		scl_error(st, "%s: %s", what, reply->error->message);
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+		return st;
+	}
+	*reply_p = reply;
+	return SC_OK;
+}
+
+/* ---- connecting ---------------------------------------------------------------------- */
+
+/* "ipc://" + path for a filesystem path, the string itself for a ZeroMQ endpoint. */
+static sc_status_t endpoint_of(const char *path, char *out, size_t out_len)
+{
+	int n;
+
+	if (!path || !*path)
+		return scl_error(SC_ERR_INVALID, "no daemon socket: pass one to sc_connect or set "
+				 "$SPARSECOMM_SOCKET");
+	n = strstr(path, "://") ? snprintf(out, out_len, "%s", path)
+				: snprintf(out, out_len, "ipc://%s", path);
+	if (n < 0 || (size_t)n >= out_len)
+		return scl_error(SC_ERR_INVALID, "daemon socket path too long: %s", path);
+	return SC_OK;
+}
+
+static sc_status_t local_rank_from_env(int *local_rank_p)
+{
+	const char *s = getenv("SPARSECOMM_LOCAL_RANK");
+	char *end;
+	long v;
+
+	*local_rank_p = -1;
+	if (!s || !*s)
+		return SC_OK;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < 0 || v > INT_MAX)
+		return scl_error(SC_ERR_INVALID, "$SPARSECOMM_LOCAL_RANK is not a rank: '%s'", s);
+	*local_rank_p = (int)v;
+	return SC_OK;
+}
+
+/* Stops the I/O thread, closes the sockets and frees the client (tensors apart). */
+static void client_destroy(sc_client_t *c, int linger_ms)
+{
+	if (c->io_started) {
+		uint64_t one = 1;
+
+		pthread_mutex_lock(&c->mu);
+		c->stopping = 1;
+		pthread_mutex_unlock(&c->mu);
+		if (write(c->wake_fd, &one, sizeof(one)) < 0)
+			scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s", strerror(errno));
+		pthread_join(c->io_thread, NULL);
+	}
+	scl_tensor_free_all(c);
+	if (c->sock) {
+		zmq_setsockopt(c->sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
+		zmq_socket_monitor(c->sock, NULL, 0);
+		zmq_close(c->sock);
+	}
+	if (c->monitor)
+		zmq_close(c->monitor);
+	if (c->zctx)
+		while (zmq_ctx_term(c->zctx) < 0 && errno == EINTR)
+			;
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	frames_free(c->sendq);
+	for (int b = 0; b < SCL_OP_BUCKETS; b++) {
+		struct scl_op *op = c->ops[b], *next;
+
+		for (; op; op = next) {
+			next = op->next;
+			op_free(op);
+		}
+	}
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+/* Creates the context, the DEALER and its monitor, and connects. */
+static sc_status_t client_sockets(sc_client_t *c)
+{
+	int zero = 0, hb_ivl = HEARTBEAT_IVL_MS, hb_tmo = HEARTBEAT_TIMEOUT_MS;
+
+	c->zctx = zmq_ctx_new();
+	if (!c->zctx)
+		return scl_error(SC_ERR_SYSTEM, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+	c->monitor = zmq_socket(c->zctx, ZMQ_PAIR);
+	if (!c->sock || !c->monitor)
+		return scl_error(SC_ERR_SYSTEM, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+	zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(c->sock, ZMQ_SNDHWM, &zero, sizeof(zero));
+	zmq_setsockopt(c->sock, ZMQ_RCVHWM, &zero, sizeof(zero));
+	zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof(hb_ivl));
+	zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_tmo, sizeof(hb_tmo));
+	zmq_setsockopt(c->monitor, ZMQ_LINGER, &zero, sizeof(zero));
+	if (zmq_socket_monitor(c->sock, MONITOR_ENDPOINT, ZMQ_EVENT_DISCONNECTED) < 0 ||
+	    zmq_connect(c->monitor, MONITOR_ENDPOINT) < 0)
+		return scl_error(SC_ERR_SYSTEM, "cannot monitor the daemon connection: %s",
+				 zmq_strerror(zmq_errno()));
+	if (zmq_connect(c->sock, c->endpoint) < 0)
+		return scl_error(SC_ERR_CONNECT, "cannot connect to the daemon at %s: %s",
+				 c->endpoint, zmq_strerror(zmq_errno()));
+	return SC_OK;
+}
+
+/* Why a handshake went unanswered, as best we can tell. */
+static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
+{
+	const char *path = strncmp(c->endpoint, "ipc://", 6) == 0 ? c->endpoint + 6 : NULL;
+	struct stat st;
+
+	if (path && stat(path, &st) < 0)
+		return scl_error(SC_ERR_CONNECT, "cannot reach the daemon: no socket at %s (%s); "
+				 "is sparsecommd running?", path, strerror(errno));
+	return scl_error(SC_ERR_TIMEOUT, "the daemon at %s did not answer the handshake within "
+			 "%d ms", c->endpoint, timeout_ms);
+}
+
+static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Hello hello = SPARSECOMM__HELLO__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	Sparsecomm__HelloReply *hr;
+	char what[SCL_ERR_MAX];
+	sc_status_t st;
+
+	hello.protocol_version = SC_PROTOCOL_VERSION;
+	hello.pid = getpid();
+	hello.local_rank = local_rank;
+	hello.role = c->role;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	snprintf(what, sizeof(what), "handshake with the daemon at %s", c->endpoint);
+	st = scl_client_call(c, &msg, timeout_ms, what, &reply);
+	if (st == SC_ERR_TIMEOUT)
+		return explain_no_answer(c, timeout_ms);
+	if (st != SC_OK)
+		return st;
+	if (reply->body_case != SPARSECOMM__DAEMON_MSG__BODY_HELLO) {
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+		return scl_error(SC_ERR_PROTOCOL, "%s: unexpected reply (body %d)", what,
+				 (int)reply->body_case);
+	}
+	hr = reply->hello;
+	if (hr->protocol_version != SC_PROTOCOL_VERSION) {
+		scl_error(SC_ERR_VERSION, "%s: the daemon speaks protocol version %u, this library "
+			  "version %d", what, hr->protocol_version, SC_PROTOCOL_VERSION);
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+		return SC_ERR_VERSION;
+	}
+	pthread_mutex_lock(&c->mu);
+	c->rank = hr->rank;
+	c->size = hr->size;
+	c->local_rank = hr->local_rank;
+	c->local_size = hr->local_size;
+	c->node_rank = hr->node_rank;
+	c->node_count = hr->node_count;
+	c->connected = 1;
+	pthread_mutex_unlock(&c->mu);
+	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	return SC_OK;
+}
+
+sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
+			    sc_client_t **client_p)
+{
+	pthread_condattr_t ca;
+	sc_client_t *c;
+	int local_rank = -1;
+	sc_status_t st;
+
+	if (!client_p)
+		return scl_error(SC_ERR_INVALID, "sc_connect: client_p is NULL");
+	if (!socket_path)
+		socket_path = getenv("SPARSECOMM_SOCKET");
+	if (timeout_ms <= 0)
+		timeout_ms = SCL_DEFAULT_TMO_MS;
+	if (role == SPARSECOMM__ROLE__ROLE_TRAINER && (st = local_rank_from_env(&local_rank)))
+		return st;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");
+	c->wake_fd = -1;
+	c->role = role;
+	c->rank = c->size = c->local_rank = c->local_size = -1;
+	c->node_rank = c->node_count = -1;
+	c->sendq_tail = &c->sendq;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	st = endpoint_of(socket_path, c->endpoint, sizeof(c->endpoint));
+	if (st != SC_OK)
+		goto err_destroy;
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wake_fd < 0) {
+		st = scl_error(SC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
+		goto err_destroy;
+	}
+	st = client_sockets(c);
+	if (st != SC_OK)
+		goto err_destroy;
+	if (pthread_create(&c->io_thread, NULL, io_main, c) != 0) {
+		st = scl_error(SC_ERR_SYSTEM, "cannot start the client's I/O thread");
+		goto err_destroy;
+	}
+	c->io_started = 1;
+	st = client_hello(c, timeout_ms, local_rank);
+	if (st != SC_OK)
+		goto err_destroy;
+	scl_log(SCL_LOG_INFO, "rank %d of %d (local %d of %d) connected to %s", c->rank, c->size,
+		c->local_rank, c->local_size, c->endpoint);
+	*client_p = c;
+	return SC_OK;
+
+err_destroy:
+	client_destroy(c, 0);
+	return st;
+}
+
+SC_API sc_status_t sc_connect(const char *socket_path, int timeout_ms, sc_client_t **client_p)
+{
+	return scl_client_open(socket_path, timeout_ms, SPARSECOMM__ROLE__ROLE_TRAINER,
+			       client_p);
+}
+
+SC_API int sc_rank(const sc_client_t *client)
+{
+	return client ? client->rank : -1;
+}
+
+SC_API int sc_size(const sc_client_t *client)
+{
+	return client ? client->size : -1;
+}
+
+SC_API int sc_local_rank(const sc_client_t *client)
+{
+	return client ? client->local_rank : -1;
+}
+
+SC_API int sc_local_size(const sc_client_t *client)
+{
+	return client ? client->local_size : -1;
+}
+
+/* ---- allreduce ----------------------------------------------------------------------- */
+
+static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
+				   size_t nnz, sc_handle_t *handle_p)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	struct scl_frame *f;
+	struct scl_op *o, **slot;
+	sc_handle_t h;
+	sc_status_t st;
+
+	if (!c || !t || !handle_p)
+		return scl_error(SC_ERR_INVALID, "allreduce: NULL client, tensor or handle_p");
+	if (t->client != c || !t->ready)
+		return scl_error(SC_ERR_INVALID, "rank %d: tensor '%s' is not registered with "
+				 "this client", c->rank, t->name);
+	if (op != SC_OP_SUM && op != SC_OP_AVERAGE)
+		return scl_error(SC_ERR_INVALID, "rank %d: allreduce of tensor '%s': unknown "
+				 "reduction %d", c->rank, t->name, (int)op);
+	if (coo && !t->coo_cap)
+		return scl_error(SC_ERR_INVALID, "rank %d: tensor '%s' was registered without COO "
+				 "input (coo_capacity 0)", c->rank, t->name);
+	if (coo && nnz > t->coo_cap)
+		return scl_error(SC_ERR_LIMIT, "rank %d: COO allreduce of tensor '%s': %zu "
+				 "non-zeros exceed its capacity %zu", c->rank, t->name, nnz,
+				 t->coo_cap);
+	h = client_next_id(c);
+	ar.tensor_id = t->tensor_id;
+	ar.handle = h;
+	ar.op = op;
+	ar.coo = coo;
+	ar.nnz = coo ? nnz : 0;
+	msg.seq = h;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
+	msg.allreduce = &ar;
+	o = calloc(1, sizeof(*o));
+	f = frame_pack(&msg);
+	if (!o || !f) {
+		free(o);
+		free(f);
+		return scl_error(SC_ERR_NOMEM, "rank %d: allreduce of tensor '%s': out of memory",
+				 c->rank, t->name);
+	}
+	o->handle = h;
+	o->tensor = t;
+	o->status = SC_IN_PROGRESS;
+	pthread_mutex_lock(&c->mu);
+	if (c->dead != SC_OK) {
+		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank, t->name,
+			       c->dead_msg);
+		goto err_unlock;
+	}
+	if (t->busy) {
+		st = scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' already has an allreduce in "
+			       "flight (handle %llu)", c->rank, t->name,
+			       (unsigned long long)t->busy->handle);
+		goto err_unlock;
+	}
+	slot = &c->ops[h % SCL_OP_BUCKETS];
+	o->next = *slot;
+	*slot = o;
+	t->busy = o;
+	client_enqueue(c, f);
+	pthread_mutex_unlock(&c->mu);
+	*handle_p = h;
+	return SC_OK;
+
+err_unlock:
+	pthread_mutex_unlock(&c->mu);
+	free(o);
+	free(f);
+	return st;
+}
+
+SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
+				      sc_reduce_op_t op, sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, op, 0, 0, handle_p);
+}
+
+SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
+					  sc_reduce_op_t op, sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
+}
+
+/*
+ * Collects an operation: waits for it up to timeout_ms (< 0: no limit, 0: not at all)
+ * and releases it once it has ended. not_done is what to return while it still runs.
+ */
+static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
+			      sc_status_t not_done)
+{
+	struct timespec deadline;
+	struct scl_op *o;
+	sc_status_t st;
+
+	if (!c)
+		return scl_error(SC_ERR_INVALID, "wait: NULL client");
+	if (timeout_ms > 0)
+		deadline = deadline_after(timeout_ms);
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		o = op_find(c, h);
+		if (!o || o->done || timeout_ms == 0)
+			break;
+		if (client_sleep(c, timeout_ms > 0 ? &deadline : NULL) == ETIMEDOUT) {
+			o = op_find(c, h);
+			break;
+		}
+	}
+	if (!o) {
+		pthread_mutex_unlock(&c->mu);
+		return scl_error(SC_ERR_INVALID, "rank %d: unknown allreduce handle %llu (never "
+				 "issued or already collected)", c->rank, (unsigned long long)h);
+	}
+	if (!o->done) {
+		if (not_done == SC_ERR_TIMEOUT)
+			scl_error(SC_ERR_TIMEOUT, "rank %d: allreduce of tensor '%s' still in "
+				  "progress after %d ms", c->rank, o->tensor->name, timeout_ms);
+		pthread_mutex_unlock(&c->mu);
+		return not_done;
+	}
+	st = o->status;
+	if (st != SC_OK)
+		scl_error(st, "%s", o->error ? o->error : sc_status_message(st));
+	op_release(c, o);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
+{
+	return op_collect(client, handle, 0, SC_IN_PROGRESS);
+}
+
+SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
+{
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT);
+}
+
+SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
+				int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+	struct scl_op *o;
+
+	if (st != SC_OK)
+		return st;
+	st = sc_wait(client, h, timeout_ms);
+	if (st == SC_ERR_TIMEOUT) {
+		/* Nobody holds the handle: let the completion free the operation. */
+		pthread_mutex_lock(&client->mu);
+		o = op_find(client, h);
+		if (o && o->done)
+			op_release(client, o);
+		else if (o)
+			o->orphan = 1;
+		pthread_mutex_unlock(&client->mu);
+	}
+	return st;
+}
+
+/* ---- finalize ------------------------------------------------------------------------ */
+
+SC_API sc_status_t sc_finalize(sc_client_t *client)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Empty bye = SPARSECOMM__EMPTY__INIT;
+	struct scl_frame *f;
+	int linger_ms = 0;
+
+	if (!client)
+		return SC_OK;
+	msg.seq = client_next_id(client);
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
+	msg.bye = &bye;
+	f = frame_pack(&msg);
+	pthread_mutex_lock(&client->mu);
+	if (client->dead == SC_OK && f) {
+		client_enqueue(client, f);
+		f = NULL;
+		linger_ms = BYE_LINGER_MS;
+	}
+	client->stopping = 1;
+	client_fail(client, SC_ERR_SHUTDOWN, "the client was finalized");
+	pthread_mutex_unlock(&client->mu);
+	free(f);
+	client_destroy(client, linger_ms);
+	return SC_OK;
+}

@@ -1,0 +1,118 @@
+/*
+ * internal.h: what the files of libsparseclient (and sparsectl, which links the static
+ * library) share and nobody else sees: the client and tensor structures, the thread-local
+ * error text, the log callback and the request path to the daemon.
+ *
+ * Nothing here is exported from the shared library (it is built with
+ * -fvisibility=hidden and none of these carry SC_API); internal functions are named
+ * scl_<module>_<verb>.
+ */
+#ifndef SC_CLIENT_INTERNAL_H
+#define SC_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "sparsecomm.h"
+#include "sparsecomm.pb-c.h"
+
+#define SCL_NAME_MAX	   255
+#define SCL_OP_BUCKETS	   256
+#define SCL_ERR_MAX	   1024
+#define SCL_ENDPOINT_MAX   512
+#define SCL_DEFAULT_TMO_MS 30000
+
+/* Log levels of sc_log_cb. */
+enum { SCL_LOG_ERROR = 0, SCL_LOG_WARN = 1, SCL_LOG_INFO = 2, SCL_LOG_DEBUG = 3 };
+
+/* A registered tensor: its mapping of the daemon's shared-memory object. */
+struct sc_tensor {
+	struct sc_client *client;
+	struct sc_tensor *next;
+	char name[SCL_NAME_MAX + 1];
+	sc_dtype_t dtype;
+	size_t numel;
+	uint32_t tensor_id;
+	int ready;	    /* registration finished (the name is reserved before) */
+	void *map;	    /* the whole object */
+	size_t map_bytes;
+	void *data;
+	uint32_t *coo_idx; /* NULL without COO input */
+	void *coo_val;
+	size_t coo_cap;
+	struct scl_op *busy; /* the operation in flight, NULL when none */
+};
+
+/* One allreduce started by sc_allreduce_async, kept until its result is collected. */
+struct scl_op {
+	struct scl_op *next; /* hash chain */
+	sc_handle_t handle;
+	struct sc_tensor *tensor;
+	int done;
+	int orphan; /* nobody will collect the result: free it on completion */
+	sc_status_t status;
+	char *error; /* text of a failure, NULL on success */
+};
+
+/* A queued outgoing frame (a packed ClientMsg). */
+struct scl_frame {
+	struct scl_frame *next;
+	size_t len;
+	uint8_t data[];
+};
+
+/* A synchronous request waiting for the reply with its seq. */
+struct scl_req {
+	struct scl_req *next;
+	uint64_t seq;
+	int done;
+	Sparsecomm__DaemonMsg *reply; /* NULL with done: the connection failed */
+};
+
+struct sc_client {
+	char endpoint[SCL_ENDPOINT_MAX];
+	int role;
+	void *zctx;
+	void *sock;    /* DEALER to the daemon's ROUTER: only the I/O thread touches it */
+	void *monitor; /* PAIR receiving the DEALER's connection events */
+	int wake_fd;   /* eventfd: work queued for the I/O thread */
+	pthread_t io_thread;
+	int io_started;
+
+	pthread_mutex_t mu; /* guards everything below */
+	pthread_cond_t cv;  /* broadcast on every reply, completion and failure */
+	int stopping;	    /* the I/O thread should send what is queued and exit */
+	int connected;	    /* the handshake succeeded */
+	sc_status_t dead;   /* SC_OK while usable, else why not */
+	char dead_msg[SCL_ERR_MAX];
+	uint64_t next_id; /* seqs and handles, one counter: an allreduce's seq is its handle */
+	struct scl_frame *sendq, **sendq_tail;
+	struct scl_req *reqs;
+	struct scl_op *ops[SCL_OP_BUCKETS];
+	struct sc_tensor *tensors;
+
+	int rank, size, local_rank, local_size, node_rank, node_count;
+};
+
+/* ---- errors and logging (client.c) ---- */
+/* Sets the calling thread's error text and returns status. */
+sc_status_t scl_error(sc_status_t status, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void scl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the connection (client.c) ---- */
+/* Connects and says hello with role (SPARSECOMM__ROLE__ROLE_*); sc_connect is role trainer. */
+sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
+			    sc_client_t **client_p);
+/*
+ * Sends msg (its seq is assigned here) and waits up to timeout_ms (<= 0: the default) for
+ * the reply. An ErrorReply becomes its status and the thread's error text (what names the
+ * request first, then the daemon's message); on SC_OK *reply_p is the reply, which the
+ * caller frees with sparsecomm__daemon_msg__free_unpacked(reply, NULL).
+ */
+sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int timeout_ms,
+			    const char *what, Sparsecomm__DaemonMsg **reply_p);
+/* Unmaps every tensor of a client and frees them (tensor.c, from sc_finalize). */
+void scl_tensor_free_all(sc_client_t *c);
+
+#endif

@@ -1,0 +1,322 @@
+/*
+ * tensor.c: registering a tensor with the daemon and mapping its shared buffer.
+ *
+ * The daemon creates one POSIX shared-memory object per tensor (shm_layout.h: a versioned
+ * header, the data at a 64-byte aligned offset, then the optional COO input area) and
+ * answers the registration with the object's name and size. The library maps the whole
+ * object MAP_SHARED and checks the header against what it asked for (magic, layout
+ * version, header size, element type and count, offsets inside the object) before
+ * handing out pointers, so a library and a daemon of different builds refuse each other
+ * instead of misreading memory. The name is reserved in the client's list before the
+ * request goes out, so two threads registering the same name cannot both succeed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "shm_layout.h"
+
+#define SCHEME_NAME_MAX 63
+
+/* Whether the caller's opts (of its own struct_size) contains field. */
+#define OPTS_HAS(o, field) ((o)->struct_size >= offsetof(sc_tensor_opts_t, field) + sizeof((o)->field))
+
+static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t numel,
+			      const sc_tensor_opts_t *o, Sparsecomm__TensorOpts *w)
+{
+	if (o->struct_size < offsetof(sc_tensor_opts_t, allow_lossy) + sizeof(o->allow_lossy))
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': opts->"
+				 "struct_size %u is too small (set it to sizeof(sc_tensor_opts_t))",
+				 c->rank, name, o->struct_size);
+	w->allow_lossy = o->allow_lossy != 0;
+	if (OPTS_HAS(o, sparsifier))
+		w->sparsifier = o->sparsifier;
+	if (OPTS_HAS(o, density))
+		w->density = o->density;
+	if (OPTS_HAS(o, threshold))
+		w->threshold = o->threshold;
+	if (OPTS_HAS(o, scheme) && o->scheme)
+		w->scheme = (char *)o->scheme;
+	if (OPTS_HAS(o, coo_capacity))
+		w->coo_capacity = o->coo_capacity;
+	if (w->sparsifier > SC_SPARSIFY_NATURAL)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': unknown "
+				 "sparsifier %u", c->rank, name, w->sparsifier);
+	if ((w->sparsifier == SC_SPARSIFY_TOPK || w->sparsifier == SC_SPARSIFY_DGC ||
+	     w->sparsifier == SC_SPARSIFY_EXDYNA) &&
+	    !(w->density > 0.0 && w->density <= 1.0))
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': density %g "
+				 "is not in (0, 1]", c->rank, name, w->density);
+	if (w->sparsifier == SC_SPARSIFY_THRESHOLD && !(isfinite(w->threshold) &&
+							 w->threshold >= 0.0))
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': threshold %g "
+				 "is not a finite value >= 0", c->rank, name, w->threshold);
+	if (strlen(w->scheme) > SCHEME_NAME_MAX)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': scheme name "
+				 "too long", c->rank, name);
+	if (w->coo_capacity && numel > (size_t)UINT32_MAX + 1)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': COO input "
+				 "takes uint32 indices, numel %zu is too large", c->rank, name,
+				 numel);
+	if (w->coo_capacity > SIZE_MAX / 16)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': coo_capacity "
+				 "%zu is too large", c->rank, name, (size_t)w->coo_capacity);
+	return SC_OK;
+}
+
+/* Checks the header the daemon wrote against what was asked and what it replied. */
+static sc_status_t check_header(const sc_client_t *c, const sc_tensor_t *t,
+				const sc_shm_header_t *h, uint64_t bytes, uint64_t data_offset,
+				uint64_t coo_cap)
+{
+	uint64_t esz = sc_dtype_size(t->dtype);
+	const char *why = NULL;
+
+	if (h->magic != SC_SHM_MAGIC)
+		why = "bad magic";
+	else if (h->version != SC_SHM_VERSION)
+		why = "layout version differs";
+	else if (h->header_bytes != sizeof(sc_shm_header_t))
+		why = "header size differs";
+	else if (h->dtype != (uint32_t)t->dtype || h->numel != t->numel)
+		why = "element type or count differs from the registration";
+	else if (h->data_offset != data_offset || data_offset % 64 ||
+		 data_offset < sizeof(*h) || data_offset + t->numel * esz > bytes)
+		why = "data offset is not where the reply said, aligned and inside the object";
+	else if (h->coo_cap < coo_cap)
+		why = "COO area smaller than asked";
+	else if (coo_cap && (h->coo_idx_offset % 64 || h->coo_val_offset % 64 ||
+			     h->coo_idx_offset + h->coo_cap * 4 > bytes ||
+			     h->coo_val_offset + h->coo_cap * esz > bytes))
+		why = "COO area outside the object or misaligned";
+	if (!why)
+		return SC_OK;
+	return scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': the daemon's shared buffer "
+			 "does not match this library (%s; magic %#x version %u header %u, "
+			 "expected %#x, %u, %zu)", c->rank, t->name, why, h->magic, h->version,
+			 h->header_bytes, SC_SHM_MAGIC, SC_SHM_VERSION, sizeof(sc_shm_header_t));
+}
+
+static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t, const Sparsecomm__RegisterReply *r,
+			      uint64_t coo_cap)
+{
+	const sc_shm_header_t *h;
+	struct stat st;
+	sc_status_t status;
+	void *map;
+	int fd;
+
+	if (r->shm_bytes < sizeof(sc_shm_header_t) || r->shm_bytes > SIZE_MAX)
+		return scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': the daemon gave a shared "
+				 "buffer of %llu bytes", c->rank, t->name,
+				 (unsigned long long)r->shm_bytes);
+	do
+		fd = shm_open(r->shm_name, O_RDWR | O_CLOEXEC, 0);
+	while (fd < 0 && errno == EINTR);
+	if (fd < 0)
+		return scl_error(SC_ERR_SYSTEM, "rank %d: tensor '%s': cannot open shared memory "
+				 "'%s': %s", c->rank, t->name, r->shm_name, strerror(errno));
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < r->shm_bytes) {
+		status = scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': shared memory '%s' is "
+				   "smaller (%lld bytes) than the %llu the daemon announced",
+				   c->rank, t->name, r->shm_name, (long long)st.st_size,
+				   (unsigned long long)r->shm_bytes);
+		close(fd);
+		return status;
+	}
+	map = mmap(NULL, r->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return scl_error(SC_ERR_SYSTEM, "rank %d: tensor '%s': cannot map shared memory "
+				 "'%s' (%llu bytes): %s", c->rank, t->name, r->shm_name,
+				 (unsigned long long)r->shm_bytes, strerror(errno));
+	h = map;
+	status = check_header(c, t, h, r->shm_bytes, r->data_offset, coo_cap);
+	if (status != SC_OK) {
+		munmap(map, r->shm_bytes);
+		return status;
+	}
+	t->map = map;
+	t->map_bytes = r->shm_bytes;
+	t->data = (char *)map + h->data_offset;
+	if (coo_cap) {
+		t->coo_cap = coo_cap;
+		t->coo_idx = (uint32_t *)((char *)map + h->coo_idx_offset);
+		t->coo_val = (char *)map + h->coo_val_offset;
+	}
+	t->tensor_id = r->tensor_id;
+	return SC_OK;
+}
+
+/* Removes a tensor that failed to register from the client's list and frees it. */
+static void tensor_drop(sc_client_t *c, sc_tensor_t *t)
+{
+	sc_tensor_t **pp;
+
+	pthread_mutex_lock(&c->mu);
+	for (pp = &c->tensors; *pp && *pp != t; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = t->next;
+	pthread_mutex_unlock(&c->mu);
+	free(t);
+}
+
+/* Reserves the name in the client's list (SC_ERR_BUSY when taken). */
+static sc_status_t tensor_reserve(sc_client_t *c, sc_tensor_t *t)
+{
+	sc_status_t st = SC_OK;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->dead != SC_OK) {
+		st = scl_error(c->dead, "rank %d: registering tensor '%s': %s", c->rank, t->name,
+			       c->dead_msg);
+		goto out;
+	}
+	for (sc_tensor_t *o = c->tensors; o; o = o->next)
+		if (strcmp(o->name, t->name) == 0) {
+			st = scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' is already registered",
+				       c->rank, t->name);
+			goto out;
+		}
+	t->next = c->tensors;
+	c->tensors = t;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtype_t dtype,
+				  size_t numel, const sc_tensor_opts_t *opts,
+				  sc_tensor_t **tensor_p)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__RegisterTensor reg = SPARSECOMM__REGISTER_TENSOR__INIT;
+	Sparsecomm__TensorOpts wopts = SPARSECOMM__TENSOR_OPTS__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	char what[SCL_NAME_MAX + 64];
+	size_t len, esz = sc_dtype_size(dtype);
+	sc_tensor_t *t;
+	sc_status_t st;
+
+	if (!client || !name || !tensor_p)
+		return scl_error(SC_ERR_INVALID, "sc_register: NULL client, name or tensor_p");
+	len = strlen(name);
+	if (len == 0 || len > SCL_NAME_MAX)
+		return scl_error(SC_ERR_INVALID, "rank %d: tensor name must be 1 to %d bytes, "
+				 "'%.40s...' has %zu", client->rank, SCL_NAME_MAX, name, len);
+	if (esz == 0)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': unknown dtype "
+				 "%d", client->rank, name, (int)dtype);
+	if (numel == 0 || numel > SIZE_MAX / 16)
+		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': element count "
+				 "%zu is out of range", client->rank, name, numel);
+	if (opts) {
+		st = check_opts(client, name, numel, opts, &wopts);
+		if (st != SC_OK)
+			return st;
+		reg.opts = &wopts;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return scl_error(SC_ERR_NOMEM, "rank %d: registering tensor '%s': out of memory",
+				 client->rank, name);
+	t->client = client;
+	memcpy(t->name, name, len + 1);
+	t->dtype = dtype;
+	t->numel = numel;
+	st = tensor_reserve(client, t);
+	if (st != SC_OK) {
+		free(t);
+		return st;
+	}
+	reg.name = t->name;
+	reg.dtype = dtype;
+	reg.numel = numel;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG;
+	msg.reg = &reg;
+	snprintf(what, sizeof(what), "rank %d: registering tensor '%s'", client->rank, name);
+	st = scl_client_call(client, &msg, 0, what, &reply);
+	if (st != SC_OK)
+		goto err_drop;
+	if (reply->body_case != SPARSECOMM__DAEMON_MSG__BODY_REG) {
+		st = scl_error(SC_ERR_PROTOCOL, "%s: unexpected reply (body %d)", what,
+			       (int)reply->body_case);
+		goto err_drop;
+	}
+	st = map_tensor(client, t, reply->reg, wopts.coo_capacity);
+	if (st != SC_OK)
+		goto err_drop;
+	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	pthread_mutex_lock(&client->mu);
+	t->ready = 1;
+	pthread_mutex_unlock(&client->mu);
+	*tensor_p = t;
+	return SC_OK;
+
+err_drop:
+	if (reply)
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	tensor_drop(client, t);
+	return st;
+}
+
+SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
+			       size_t numel, sc_tensor_t **tensor_p)
+{
+	return sc_register_ex(client, name, dtype, numel, NULL, tensor_p);
+}
+
+void scl_tensor_free_all(sc_client_t *c)
+{
+	sc_tensor_t *t, *next;
+
+	pthread_mutex_lock(&c->mu);
+	t = c->tensors;
+	c->tensors = NULL;
+	pthread_mutex_unlock(&c->mu);
+	for (; t; t = next) {
+		next = t->next;
+		if (t->map)
+			munmap(t->map, t->map_bytes);
+		free(t);
+	}
+}
+
+SC_API void *sc_tensor_data(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->data : NULL;
+}
+
+SC_API const char *sc_tensor_name(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->name : NULL;
+}
+
+SC_API sc_dtype_t sc_tensor_dtype(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->dtype : (sc_dtype_t)-1;
+}
+
+SC_API size_t sc_tensor_numel(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->numel : 0;
+}
+
+SC_API uint32_t *sc_tensor_coo_indices(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->coo_idx : NULL;
+}
+
+SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->coo_val : NULL;
+}
