@@ -33,7 +33,7 @@ typedef struct options {
 	uint64_t seed;
 	const char *corpus;
 	const char *neighbours;
-	int local, verbose_all, timeout_ms;
+	int local, local_ranks, verbose_all, timeout_ms;
 } options_t;
 
 static const options_t defaults = {
@@ -52,6 +52,7 @@ static const options_t defaults = {
     .corpus = NULL,
     .neighbours = "god,king,jesus,david,water,egypt",
     .local = 0,
+    .local_ranks = 1,
     .verbose_all = 0,
     .timeout_ms = 60000,
 };
@@ -83,7 +84,9 @@ static void usage(FILE *f)
 	    "                     (comma-separated; empty: none; default %s)\n"
 	    "  --timeout-ms MS    limit of every wait on the daemon (default %d)\n"
 	    "  --verbose-all      every rank prints progress, not only rank 0\n"
-	    "  --local            train alone, without sparsecomm\n",
+	    "  --local            train alone, without sparsecomm\n"
+	    "  --local-ranks N    with --local: simulate N ranks in this process (their own\n"
+	    "                     shards, averaged gradients), to compare with a real run\n",
 	    defaults.steps, defaults.batch, defaults.dim, defaults.window, defaults.negatives,
 	    (unsigned long long)defaults.seed, defaults.min_count, defaults.print_every,
 	    defaults.neighbours, defaults.timeout_ms);
@@ -135,7 +138,8 @@ static int parse_options(int argc, char **argv, options_t *o)
 		O_NEIGH,
 		O_TIMEOUT,
 		O_VERBOSE,
-		O_LOCAL
+		O_LOCAL,
+		O_LOCAL_RANKS
 	};
 	static const struct option longopts[] = {
 	    {"steps", 1, 0, O_STEPS},
@@ -155,6 +159,7 @@ static int parse_options(int argc, char **argv, options_t *o)
 	    {"timeout-ms", 1, 0, O_TIMEOUT},
 	    {"verbose-all", 0, 0, O_VERBOSE},
 	    {"local", 0, 0, O_LOCAL},
+	    {"local-ranks", 1, 0, O_LOCAL_RANKS},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -228,6 +233,10 @@ static int parse_options(int argc, char **argv, options_t *o)
 		case O_LOCAL:
 			o->local = 1;
 			break;
+		case O_LOCAL_RANKS:
+			rc = parse_long("local-ranks", optarg, 1, 1024, &v);
+			o->local_ranks = (int)v;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -238,6 +247,10 @@ static int parse_options(int argc, char **argv, options_t *o)
 	}
 	if (rc == 0 && optind < argc) {
 		fprintf(stderr, "cbow: unexpected argument '%s'\n", argv[optind]);
+		rc = -1;
+	}
+	if (rc == 0 && o->local_ranks > 1 && !o->local) {
+		fprintf(stderr, "cbow: --local-ranks needs --local\n");
 		rc = -1;
 	}
 	if (isnan(o->lr))
@@ -321,14 +334,22 @@ static void print_neighbours(const corpus_t *c, const model_t *m, const char *li
 	free(copy);
 }
 
+/* The data-parallel part of one rank: its shard and its sampling stream. */
+typedef struct worker {
+	shard_t shard;
+	uint64_t rng;
+} worker_t;
+
 typedef struct run {
 	options_t o;
 	comm_t cm;
 	corpus_t corpus;
 	model_t model;
-	shard_t shard;
-	uint64_t rng;
-	float *losses; /* [steps] this rank's loss of each step */
+	worker_t *workers; /* 1, or --local-ranks simulated ranks */
+	int n_workers;
+	int size;	   /* ranks of the job, simulated ones included */
+	float *scratch[2]; /* per-worker gradients when simulating ranks */
+	float *losses;	   /* [steps] this rank's loss of each step */
 	double t_start;
 	int show; /* this rank prints progress */
 } run_t;
@@ -336,7 +357,7 @@ typedef struct run {
 static void print_progress(run_t *r, long step, double loss, double local_loss)
 {
 	double el = now_s() - r->t_start;
-	double tokens = (double)r->cm.size * (double)r->o.batch * (double)step;
+	double tokens = (double)r->size * (double)r->o.batch * (double)step;
 
 	if (r->o.verbose_all)
 		printf("rank=%d ", r->cm.rank);
@@ -345,6 +366,39 @@ static void print_progress(run_t *r, long step, double loss, double local_loss)
 		printf(" local_loss=%.4f", local_loss);
 	printf(" tokens/s=%.0f synced=%.1fMB elapsed=%.1fs\n", tokens / el,
 	       (double)r->cm.synced_bytes / 1e6, el);
+}
+
+/*
+ * Computes this step's gradient into the gradient tensors and returns the mean loss. When
+ * simulating ranks, each one's gradient goes through scratch buffers and the tensors get
+ * their average, which is what the allreduce would have produced.
+ */
+static double compute_step(run_t *r)
+{
+	const options_t *o = &r->o;
+	float *g_in = r->cm.buf[COMM_IN], *g_out = r->cm.buf[COMM_OUT];
+	size_t n = r->cm.numel[COMM_IN];
+	double loss = 0;
+
+	if (r->n_workers == 1)
+		return model_grad(&r->model, &r->corpus, &r->workers[0].shard, (size_t)o->batch,
+				  o->window, o->negatives, &r->workers[0].rng, g_in, g_out);
+	for (int w = 0; w < r->n_workers; w++) {
+		loss += model_grad(&r->model, &r->corpus, &r->workers[w].shard,
+				   (size_t)o->batch, o->window, o->negatives,
+				   &r->workers[w].rng, r->scratch[0], r->scratch[1]);
+		for (size_t i = 0; i < n; i++) {
+			g_in[i] += r->scratch[0][i];
+			g_out[i] += r->scratch[1][i];
+		}
+		memset(r->scratch[0], 0, n * sizeof(float));
+		memset(r->scratch[1], 0, n * sizeof(float));
+	}
+	for (size_t i = 0; i < n; i++) {
+		g_in[i] /= (float)r->n_workers;
+		g_out[i] /= (float)r->n_workers;
+	}
+	return loss / r->n_workers;
 }
 
 /* The training loop. Returns 0, or -1 when a step, a check or an allreduce failed. */
@@ -357,9 +411,7 @@ static int train(run_t *r)
 
 	r->t_start = now_s();
 	for (long step = 1; step <= o->steps; step++) {
-		double loss =
-		    model_grad(&r->model, &r->corpus, &r->shard, (size_t)o->batch, o->window,
-			       o->negatives, &r->rng, r->cm.buf[COMM_IN], r->cm.buf[COMM_OUT]);
+		double loss = compute_step(r);
 
 		r->losses[step - 1] = (float)loss;
 		interval_loss += loss;
@@ -400,7 +452,7 @@ static int summarise(run_t *r)
 		return -1;
 	if (r->cm.rank != 0 && !o->verbose_all)
 		return 0;
-	double tokens = (double)r->cm.size * (double)o->batch * (double)o->steps;
+	double tokens = (double)r->size * (double)o->batch * (double)o->steps;
 
 	printf("%sdone: steps=%ld loss %.4f -> %.4f (mean of first/last %ld steps) time=%.1fs "
 	       "tokens/s=%.0f synced=%.1fMB waiting=%.0f%%%s\n",
@@ -423,14 +475,30 @@ static int setup(run_t *r)
 	if (comm_open(&r->cm, o->local, numel, o->timeout_ms) < 0)
 		return -1;
 	r->show = r->cm.rank == 0 || o->verbose_all;
-	r->shard.begin = c->n_tokens * (size_t)r->cm.rank / (size_t)r->cm.size;
-	r->shard.end = c->n_tokens * (size_t)(r->cm.rank + 1) / (size_t)r->cm.size;
-	if (r->shard.end - r->shard.begin < 2 * (size_t)o->window + 1) {
-		fprintf(stderr, "cbow: rank %d: shard of %zu tokens is too small\n", r->cm.rank,
-			r->shard.end - r->shard.begin);
+	r->n_workers = o->local ? o->local_ranks : 1;
+	r->size = r->cm.size * r->n_workers;
+	r->workers = calloc((size_t)r->n_workers, sizeof(*r->workers));
+	if (!r->workers)
 		return -1;
+	for (int w = 0; w < r->n_workers; w++) {
+		size_t rank = (size_t)(r->cm.rank + w);
+		worker_t *wk = &r->workers[w];
+
+		wk->shard.begin = c->n_tokens * rank / (size_t)r->size;
+		wk->shard.end = c->n_tokens * (rank + 1) / (size_t)r->size;
+		if (wk->shard.end - wk->shard.begin < 2 * (size_t)o->window + 1) {
+			fprintf(stderr, "cbow: rank %zu: shard of %zu tokens is too small\n",
+				rank, wk->shard.end - wk->shard.begin);
+			return -1;
+		}
+		wk->rng = rng_derive(o->seed, 1000 + rank);
 	}
-	r->rng = rng_derive(o->seed, 1000 + (uint64_t)r->cm.rank);
+	if (r->n_workers > 1) {
+		r->scratch[0] = calloc(numel, sizeof(float));
+		r->scratch[1] = calloc(numel, sizeof(float));
+		if (!r->scratch[0] || !r->scratch[1])
+			return -1;
+	}
 	r->losses = calloc((size_t)o->steps, sizeof(*r->losses));
 	if (!r->losses || model_init(&r->model, c->vocab_size, (size_t)o->dim, o->opt,
 				     (float)o->lr, o->seed) < 0) {
@@ -444,11 +512,14 @@ static int setup(run_t *r)
 		       "cbow: dim=%ld batch=%ld window=%u negatives=%u %s lr=%g steps=%ld; "
 		       "gradients 2 x %.1f MB per step\n",
 		       o->corpus ? o->corpus : "King James Bible", c->n_raw_tokens,
-		       c->vocab_size, o->min_count, c->n_tokens, r->cm.size,
-		       r->cm.size > 1 ? "s" : "", o->local ? " (local, no sparsecomm)" : "",
-		       r->shard.end - r->shard.begin, o->dim, o->batch, o->window, o->negatives,
-		       o->opt == OPT_ADAGRAD ? "adagrad" : "sgd", o->lr, o->steps,
-		       (double)numel * 4 / 1e6);
+		       c->vocab_size, o->min_count, c->n_tokens, r->size,
+		       r->size > 1 ? "s" : "",
+		       !o->local     ? ""
+		       : r->size > 1 ? " simulated locally"
+				     : " (local, no sparsecomm)",
+		       r->workers[0].shard.end - r->workers[0].shard.begin, o->dim, o->batch,
+		       o->window, o->negatives, o->opt == OPT_ADAGRAD ? "adagrad" : "sgd",
+		       o->lr, o->steps, (double)numel * 4 / 1e6);
 	return 0;
 }
 
@@ -468,6 +539,9 @@ int main(int argc, char **argv)
 	comm_close(&r.cm);
 	model_free(&r.model);
 	corpus_free(&r.corpus);
+	free(r.workers);
+	free(r.scratch[0]);
+	free(r.scratch[1]);
 	free(r.losses);
 	return rc;
 }
