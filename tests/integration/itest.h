@@ -1,0 +1,134 @@
+/*
+ * itest.h: shared helpers of build/bin/sparsecomm-itest, the trainer side of the
+ * integration tests. tests/integration/run.sh starts real daemons with sparsecomm-run and
+ * runs one scenario of this binary per trainer; each scenario exits 0 when every check
+ * held and 1 with a precise message (rank, tensor, expected and observed values) otherwise.
+ *
+ * Every scenario prints "itest <scenario>: rank R passed" as its last line, so run.sh can
+ * count that every trainer really ran and finished, instead of trusting an exit status.
+ * Every wait is bounded: a daemon that never answers fails the test, it never hangs it.
+ */
+#ifndef SC_TESTS_ITEST_H
+#define SC_TESTS_ITEST_H
+
+#include "sparsecomm.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The trainer's identity, from the launcher's environment and the daemon's handshake. */
+typedef struct {
+	const char *scenario;
+	const char *socket;  /* $SPARSECOMM_SOCKET */
+	int env_rank;	     /* $SPARSECOMM_RANK, -1 when unset */
+	int env_size;	     /* $SPARSECOMM_SIZE, -1 when unset */
+	int env_local_rank;  /* $SPARSECOMM_LOCAL_RANK, -1 when unset */
+	int env_local_size;  /* $SPARSECOMM_LOCAL_SIZE, -1 when unset */
+	int env_node_rank;   /* $SPARSECOMM_NODE_RANK, -1 when unset */
+	int env_node_count;  /* $SPARSECOMM_NODE_COUNT, -1 when unset */
+	int rank, size;	     /* from sc_rank/sc_size once connected (env values before) */
+	char self_dir[4096]; /* directory of this executable (build/bin) */
+} it_env_t;
+
+extern it_env_t it_env;
+
+/* Bounded waits, in milliseconds. */
+#define IT_OP_TIMEOUT_MS      60000 /* one allreduce, 64 MiB included */
+#define IT_ERROR_TIMEOUT_MS   30000 /* an operation expected to fail */
+#define IT_CONNECT_TIMEOUT_MS 20000
+
+/* sc_wait's result, or IT_HANG when the wait ran out and the handle is still pending. */
+#define IT_HANG 1000
+
+/* Prints "itest <scenario>: rank R: FAIL: ..." to stderr and exits 1. */
+void it_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+#define IT_FAIL(...) it_fail_at(__FILE__, __LINE__, __VA_ARGS__)
+/* Prints "itest <scenario>: rank R: ..." to stdout (flushed). */
+void it_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the line run.sh counts and exits 0. */
+void it_pass(void) __attribute__((noreturn));
+
+/* Fails with the status name and sc_last_error() unless st is SC_OK. */
+#define IT_CHECK_SC(st, ...)                                                                   \
+	do {                                                                                   \
+		sc_status_t st_ = (st);                                                        \
+		if (st_ != SC_OK)                                                              \
+			it_fail_sc(__FILE__, __LINE__, st_, __VA_ARGS__);                      \
+	} while (0)
+void it_fail_sc(const char *file, int line, sc_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+
+double it_now_s(void);
+void it_sleep_ms(int ms);
+
+/* sc_connect to $SPARSECOMM_SOCKET; checks rank/size against the environment. */
+sc_client_t *it_connect(void);
+/* sc_register that fails the test on error. */
+sc_tensor_t *it_register(sc_client_t *c, const char *name, sc_dtype_t dtype, size_t numel);
+/* sc_wait bounded by timeout_ms; tells a wait that ran out (IT_HANG) from a daemon error. */
+int it_wait(sc_client_t *c, sc_handle_t h, int timeout_ms);
+/* Name of an it_wait result, and the error text of the last it_wait (sc_last_error() as
+ * the wait left it, or why the wait itself ran out). */
+const char *it_wait_name(int r);
+const char *it_wait_error(void);
+/* A barrier across every trainer of the job: a one-element allreduce named tag. Returns
+ * the sum over ranks of contrib (so ranks can learn whether any rank failed). */
+double it_barrier(sc_client_t *c, const char *tag, double contrib);
+
+/* The test pattern: a small integer in [-8, 8] depending on (seed, rank, index), so sums
+ * over up to 15 ranks are exact in every dtype. */
+static inline int it_value(uint64_t seed, int rank, uint64_t i)
+{
+	return (int)((seed * 5u + (uint64_t)rank * 7u + i * 13u + (i >> 7) * 3u) % 17u) - 8;
+}
+/* Sum of it_value over ranks 0..size-1. */
+static inline int it_value_sum(uint64_t seed, int size, uint64_t i)
+{
+	int s = 0;
+	for (int r = 0; r < size; r++)
+		s += it_value(seed, r, i);
+	return s;
+}
+
+/* Fills a buffer of dtype with scale * it_value(seed, rank, i). */
+void it_fill(void *data, sc_dtype_t dtype, size_t n, uint64_t seed, int rank, int scale);
+/* Checks a reduced buffer: op SUM expects scale * sum; AVERAGE expects scale * sum / size
+ * (exact for integers; within one unit in the last place for floats, the rounding of one
+ * division). Returns the number of wrong elements and describes the first few in why. */
+size_t it_check(const void *data, sc_dtype_t dtype, size_t n, uint64_t seed, int size,
+		int scale, sc_reduce_op_t op, char *why, size_t why_len);
+
+/* True when msg names rank r: "rank 1", "ranks 0, 1", "rank=1", "ranks [0,1]". */
+int it_mentions_rank(const char *msg, int r);
+/* True when msg contains the decimal number v as a whole token. */
+int it_mentions_number(const char *msg, long long v);
+
+/* Scenarios. */
+int it_sums(int argc, char **argv);
+int it_fusion(int argc, char **argv);
+int it_mismatch(int argc, char **argv);
+int it_busy(int argc, char **argv);
+int it_killed(int argc, char **argv);
+int it_unknown(int argc, char **argv);
+int it_version(int argc, char **argv);
+int it_ctl(int argc, char **argv);
+
+/* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
+typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;
+typedef struct it_json {
+	it_jtype_t type;
+	double num;		/* JNUM, JBOOL */
+	char *str;		/* JSTR */
+	char **keys;		/* JOBJ: keys[i] names items[i] */
+	struct it_json **items; /* JARR, JOBJ */
+	size_t n;
+} it_json_t;
+/* Parses text (one JSON value, surrounding whitespace allowed); NULL and a reason in err
+ * on failure. */
+it_json_t *it_json_parse(const char *text, char *err, size_t err_len);
+void it_json_free(it_json_t *v);
+/* Member of an object, or NULL. */
+const it_json_t *it_json_get(const it_json_t *obj, const char *key);
+
+#endif

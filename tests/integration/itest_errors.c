@@ -1,0 +1,244 @@
+/*
+ * itest_errors.c: failures must reach every affected trainer as a prompt, precise error,
+ * never as a hang or a wrong result.
+ *
+ * mismatch: rank 1 registers a tensor with one element more (then with another dtype)
+ *   than the others; every rank's wait ends with SC_ERR_MISMATCH naming the tensor and
+ *   the disagreeing ranks, and the job goes on working afterwards.
+ * busy: a second allreduce of a tensor already in flight, and a second registration of
+ *   a name, fail with SC_ERR_BUSY without disturbing the first operation. The in-flight
+ *   operation is held open by a rank that has not submitted yet (ordered by barriers),
+ *   so the check never races with the completion.
+ * killed: rank 1 submits tensor A and dies before submitting B; the survivors' waits on
+ *   B end with an error naming rank 1 within a bounded time.
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* True when msg names some rank other than r. */
+static int mentions_other_rank(const char *msg, int r, int size)
+{
+	for (int o = 0; o < size; o++)
+		if (o != r && it_mentions_rank(msg, o))
+			return 1;
+	return 0;
+}
+
+/* One tensor that disagrees on rank 1; every rank must see SC_ERR_MISMATCH. */
+static void mismatch_case(sc_client_t *c, const char *name, const char *what, sc_dtype_t dtype,
+			  size_t numel)
+{
+	sc_tensor_t *t = NULL;
+	sc_status_t st = sc_register(c, name, dtype, numel, &t);
+	if (st == SC_ERR_UNSUPPORTED && dtype == SC_FLOAT64) {
+		dtype = SC_INT32;
+		st = sc_register(c, name, dtype, numel, &t);
+	}
+	IT_CHECK_SC(st, "sc_register('%s', %s, %zu)", name, sc_dtype_name(dtype), numel);
+	it_fill(sc_tensor_data(t), dtype, numel, 1, sc_rank(c), 1);
+	double t0 = it_now_s();
+	sc_handle_t h = 0;
+	st = sc_allreduce_async(c, t, SC_OP_SUM, &h);
+	int r = st;
+	char msg[2048];
+	if (st == SC_OK) {
+		r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		snprintf(msg, sizeof(msg), "%s", it_wait_error());
+	} else {
+		snprintf(msg, sizeof(msg), "%s", sc_last_error());
+	}
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_MISMATCH)
+		IT_FAIL(
+		    "%s differs on rank 1 (this rank: %s x %zu): expected SC_ERR_MISMATCH, got "
+		    "%s after %.1f s (error text: '%s')",
+		    what, sc_dtype_name(dtype), numel, it_wait_name(r), dt, msg);
+	if (!strstr(msg, name))
+		IT_FAIL("SC_ERR_MISMATCH for '%s' does not name the tensor: '%s'", name, msg);
+	if (!it_mentions_rank(msg, 1) || !mentions_other_rank(msg, 1, sc_size(c)))
+		IT_FAIL("SC_ERR_MISMATCH for '%s' (%s) does not name rank 1 and a rank that "
+			"disagrees with it: '%s'",
+			name, what, msg);
+	it_log("%s mismatch: SC_ERR_MISMATCH after %.2f s: %s", what, dt, msg);
+}
+
+/* A correct allreduce after an error: the job must still work. */
+static void still_works(sc_client_t *c, const char *name)
+{
+	char why[512];
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 7, sc_rank(c), 1);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "sc_allreduce_async('%s')", name);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("allreduce of '%s' after an error: %s: %s", name, it_wait_name(r),
+			it_wait_error());
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, 1000, 7, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s' after an error: %zu of 1000 elements wrong: %s", name, wrong,
+			why);
+}
+
+int it_mismatch(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	mismatch_case(c, "mismatch.numel", "element count", SC_FLOAT32,
+		      rank == 1 ? 1001 : 1000);
+	still_works(c, "mismatch.after_numel");
+	mismatch_case(c, "mismatch.dtype", "dtype", rank == 1 ? SC_FLOAT64 : SC_FLOAT32, 1000);
+	still_works(c, "mismatch.after_dtype");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/* A second allreduce of t while its first is in flight must fail with SC_ERR_BUSY, either
+ * at once or through its own completion. */
+static void expect_busy_allreduce(sc_client_t *c, sc_tensor_t *t)
+{
+	sc_handle_t h2 = 0;
+	sc_status_t st = sc_allreduce_async(c, t, SC_OP_SUM, &h2);
+	if (st == SC_ERR_BUSY) {
+		if (!strstr(sc_last_error(), sc_tensor_name(t)))
+			IT_FAIL(
+			    "SC_ERR_BUSY for a duplicate allreduce does not name '%s': '%s'",
+			    sc_tensor_name(t), sc_last_error());
+		it_log("duplicate allreduce of '%s': SC_ERR_BUSY: %s", sc_tensor_name(t),
+		       sc_last_error());
+		return;
+	}
+	if (st != SC_OK)
+		IT_FAIL(
+		    "duplicate allreduce of '%s' in flight: expected SC_ERR_BUSY, got %s (%s)",
+		    sc_tensor_name(t), sc_status_name(st), sc_last_error());
+	int r = it_wait(c, h2, IT_ERROR_TIMEOUT_MS);
+	if (r != SC_ERR_BUSY)
+		IT_FAIL("duplicate allreduce of '%s' in flight was accepted and ended with %s "
+			"(%s), expected SC_ERR_BUSY",
+			sc_tensor_name(t), it_wait_name(r), it_wait_error());
+	it_log("duplicate allreduce of '%s': completion SC_ERR_BUSY: %s", sc_tensor_name(t),
+	       it_wait_error());
+}
+
+static void wait_exact(sc_client_t *c, sc_tensor_t *t, sc_handle_t h, uint64_t seed)
+{
+	char why[512];
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("allreduce of '%s' (after a rejected duplicate): %s: %s",
+			sc_tensor_name(t), it_wait_name(r), it_wait_error());
+	size_t n = sc_tensor_numel(t);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, n, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s' after a rejected duplicate: %zu of %zu elements wrong: %s",
+			sc_tensor_name(t), wrong, n, why);
+}
+
+int it_busy(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	/* Registering a name twice in one client. */
+	sc_tensor_t *d = it_register(c, "busy.dup", SC_FLOAT32, 100), *d2 = NULL;
+	sc_status_t st = sc_register(c, "busy.dup", SC_FLOAT32, 100, &d2);
+	if (st != SC_ERR_BUSY)
+		IT_FAIL(
+		    "second sc_register('busy.dup') in one client: expected SC_ERR_BUSY, got "
+		    "%s (%s)",
+		    sc_status_name(st), sc_last_error());
+	if (!strstr(sc_last_error(), "busy.dup"))
+		IT_FAIL(
+		    "SC_ERR_BUSY for a duplicate registration does not name 'busy.dup': '%s'",
+		    sc_last_error());
+	it_log("duplicate registration: SC_ERR_BUSY: %s", sc_last_error());
+	(void)d;
+
+	/* A is held open by rank 0, which submits it only after every other rank has
+	 * checked its duplicate; C is held open the same way by the other ranks. */
+	size_t n = (size_t)1 << 16;
+	sc_tensor_t *a = it_register(c, "busy.a", SC_FLOAT32, n);
+	sc_tensor_t *cc = it_register(c, "busy.c", SC_FLOAT32, n);
+	sc_handle_t ha = 0, hc = 0;
+	it_fill(sc_tensor_data(a), SC_FLOAT32, n, 3, rank, 1);
+	it_fill(sc_tensor_data(cc), SC_FLOAT32, n, 4, rank, 1);
+	if (rank != 0) {
+		IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &ha), "allreduce 'busy.a'");
+		expect_busy_allreduce(c, a);
+		it_barrier(c, "busy1", 0);
+		it_barrier(c, "busy2", 0);
+		IT_CHECK_SC(sc_allreduce_async(c, cc, SC_OP_SUM, &hc), "allreduce 'busy.c'");
+	} else {
+		it_barrier(c, "busy1", 0);
+		IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &ha), "allreduce 'busy.a'");
+		IT_CHECK_SC(sc_allreduce_async(c, cc, SC_OP_SUM, &hc), "allreduce 'busy.c'");
+		expect_busy_allreduce(c, cc);
+		it_barrier(c, "busy2", 0);
+	}
+	wait_exact(c, a, ha, 3);
+	wait_exact(c, cc, hc, 4);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+int it_killed(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	if (size < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", size);
+	size_t n = 1000;
+	sc_tensor_t *a = it_register(c, "killed.a", SC_FLOAT32, n);
+	sc_tensor_t *b = it_register(c, "killed.b", SC_FLOAT32, n);
+	it_fill(sc_tensor_data(a), SC_FLOAT32, n, 5, rank, 1);
+	it_fill(sc_tensor_data(b), SC_FLOAT32, n, 6, rank, 1);
+	sc_handle_t ha = 0, hb = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &ha), "allreduce 'killed.a'");
+	if (rank == 1) {
+		it_log("submitted 'killed.a'; dying before 'killed.b'");
+		fflush(NULL);
+		raise(SIGKILL);
+		IT_FAIL("still alive after SIGKILL");
+	}
+	IT_CHECK_SC(sc_allreduce_async(c, b, SC_OP_SUM, &hb), "allreduce 'killed.b'");
+	double t0 = it_now_s();
+	int ra = it_wait(c, ha, IT_ERROR_TIMEOUT_MS);
+	char why[512];
+	if (ra == SC_OK) {
+		size_t wrong = it_check(sc_tensor_data(a), SC_FLOAT32, n, 5, size, 1, SC_OP_SUM,
+					why, sizeof(why));
+		if (wrong)
+			IT_FAIL(
+			    "'killed.a' (submitted by every rank) completed with %zu of %zu "
+			    "elements wrong: %s",
+			    wrong, n, why);
+		it_log("'killed.a' completed with the exact sum");
+	} else if (ra == IT_HANG) {
+		IT_FAIL("'killed.a': %s", it_wait_error());
+	} else {
+		it_log("'killed.a' failed: %s: %s", it_wait_name(ra), it_wait_error());
+	}
+	int rb = it_wait(c, hb, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (rb == SC_OK)
+		IT_FAIL("'killed.b' completed although rank 1 never submitted it");
+	if (rb == IT_HANG)
+		IT_FAIL("'killed.b' never ended after rank 1 died: %s", it_wait_error());
+	if (!it_mentions_rank(it_wait_error(), 1))
+		IT_FAIL("the error for 'killed.b' does not name rank 1: %s: '%s'",
+			it_wait_name(rb), it_wait_error());
+	it_log("'killed.b' failed after %.2f s with %s: %s", dt, it_wait_name(rb),
+	       it_wait_error());
+	sc_finalize(c);
+	it_pass();
+}

@@ -1,0 +1,382 @@
+/*
+ * itest_raw.c: the daemon's control socket against clients that do not go through
+ * libsparseclient: a raw ZeroMQ DEALER speaking the protocol by hand (proto/sparsecomm.proto)
+ * to send what the library never would.
+ *
+ * unknown: an allreduce of a tensor id never registered is answered with an error that
+ *   names the id; frames that are not protobuf at all get an error or are dropped, but the
+ *   daemon stays up; afterwards the library works normally.
+ * version: a hello with protocol_version 999 is refused with an error naming both
+ *   versions (999 and SC_PROTOCOL_VERSION), for trainers and for control clients.
+ */
+#include "itest.h"
+#include "sparsecomm.pb-c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define RAW_REPLY_MS 10000 /* a request the daemon must answer */
+#define RAW_QUIET_MS 2000  /* how long to listen for an optional answer */
+
+typedef struct {
+	void *ctx, *sock;
+	uint64_t seq;
+} raw_t;
+
+static void raw_open(raw_t *r)
+{
+	char ep[4200];
+	const char *s = it_env.socket;
+	if (strstr(s, "://"))
+		snprintf(ep, sizeof(ep), "%s", s);
+	else
+		snprintf(ep, sizeof(ep), "ipc://%s", s);
+	r->seq = 0;
+	r->ctx = zmq_ctx_new();
+	if (!r->ctx)
+		IT_FAIL("zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+	r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+	int zero = 0;
+	zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	if (zmq_connect(r->sock, ep) != 0)
+		IT_FAIL("zmq_connect(%s): %s", ep, zmq_strerror(zmq_errno()));
+}
+
+static void raw_close(raw_t *r)
+{
+	zmq_close(r->sock);
+	zmq_ctx_term(r->ctx);
+}
+
+static void raw_send_bytes(raw_t *r, const void *buf, size_t len)
+{
+	if (zmq_send(r->sock, buf, len, 0) < 0)
+		IT_FAIL("zmq_send: %s", zmq_strerror(zmq_errno()));
+}
+
+/* Packs m with the next seq and sends it; returns the seq. */
+static uint64_t raw_send(raw_t *r, Sparsecomm__ClientMsg *m)
+{
+	m->seq = ++r->seq;
+	size_t len = sparsecomm__client_msg__get_packed_size(m);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (!buf)
+		IT_FAIL("out of memory");
+	sparsecomm__client_msg__pack(m, buf);
+	raw_send_bytes(r, buf, len);
+	free(buf);
+	return m->seq;
+}
+
+/* Receives one DaemonMsg within timeout_ms; NULL when none came. */
+static Sparsecomm__DaemonMsg *raw_recv(raw_t *r, int timeout_ms)
+{
+	double deadline = it_now_s() + timeout_ms / 1000.0;
+	for (;;) {
+		int left = (int)((deadline - it_now_s()) * 1000.0);
+		if (left < 0)
+			return NULL;
+		zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
+		int n = zmq_poll(&it, 1, left);
+		if (n < 0 && zmq_errno() == EINTR)
+			continue;
+		if (n < 0)
+			IT_FAIL("zmq_poll: %s", zmq_strerror(zmq_errno()));
+		if (n == 0)
+			return NULL;
+		zmq_msg_t msg;
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, r->sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			continue;
+		}
+		int more = zmq_msg_more(&msg);
+		Sparsecomm__DaemonMsg *d = sparsecomm__daemon_msg__unpack(
+		    NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
+		size_t size = zmq_msg_size(&msg);
+		zmq_msg_close(&msg);
+		if (more)
+			IT_FAIL(
+			    "the daemon sent a multi-part message (the protocol is one frame)");
+		if (!d)
+			IT_FAIL("the daemon sent a %zu-byte frame that is not a DaemonMsg",
+				size);
+		return d;
+	}
+}
+
+static const char *body_name(const Sparsecomm__DaemonMsg *d)
+{
+	switch (d->body_case) {
+	case SPARSECOMM__DAEMON_MSG__BODY_HELLO:
+		return "hello";
+	case SPARSECOMM__DAEMON_MSG__BODY_REG:
+		return "reg";
+	case SPARSECOMM__DAEMON_MSG__BODY_COMPLETION:
+		return "completion";
+	case SPARSECOMM__DAEMON_MSG__BODY_STATUS:
+		return "status";
+	case SPARSECOMM__DAEMON_MSG__BODY_STATS:
+		return "stats";
+	case SPARSECOMM__DAEMON_MSG__BODY_PENDING:
+		return "pending";
+	case SPARSECOMM__DAEMON_MSG__BODY_CONFIG:
+		return "config";
+	case SPARSECOMM__DAEMON_MSG__BODY_ERROR:
+		return "error";
+	case SPARSECOMM__DAEMON_MSG__BODY_OK:
+		return "ok";
+	default:
+		return "(no body)";
+	}
+}
+
+/* Waits for the reply to seq, ignoring unrelated unsolicited messages. */
+static Sparsecomm__DaemonMsg *raw_reply(raw_t *r, uint64_t seq, int timeout_ms)
+{
+	double deadline = it_now_s() + timeout_ms / 1000.0;
+	for (;;) {
+		int left = (int)((deadline - it_now_s()) * 1000.0);
+		Sparsecomm__DaemonMsg *d = raw_recv(r, left > 0 ? left : 0);
+		if (!d || d->seq == seq)
+			return d;
+		if (d->seq != 0)
+			IT_FAIL("reply with seq %llu while waiting for seq %llu",
+				(unsigned long long)d->seq, (unsigned long long)seq);
+		sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	}
+}
+
+static uint64_t raw_hello(raw_t *r, uint32_t version, Sparsecomm__Role role, int local_rank)
+{
+	Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
+	h.protocol_version = version;
+	h.pid = (int32_t)getpid();
+	h.local_rank = local_rank;
+	h.role = role;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
+	m.hello = &h;
+	return raw_send(r, &m);
+}
+
+static void raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
+{
+	uint64_t s = raw_hello(r, SC_PROTOCOL_VERSION, role, local_rank);
+	Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
+	if (!d)
+		IT_FAIL("no reply to a valid hello (role %d, local rank %d) within %d ms", role,
+			local_rank, RAW_REPLY_MS);
+	if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_HELLO)
+		IT_FAIL("valid hello (role %d, local rank %d) answered with %s%s%s", role,
+			local_rank, body_name(d),
+			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
+			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? d->error->message
+									   : "");
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+}
+
+/* An allreduce of an id never registered must be refused, naming the id: either as the
+ * request's error reply or as an error completion of the handle. */
+static void unknown_allreduce(raw_t *r, uint32_t id, uint64_t handle)
+{
+	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	a.tensor_id = id;
+	a.handle = handle;
+	a.op = SC_OP_SUM;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
+	m.allreduce = &a;
+	uint64_t s = raw_send(r, &m);
+	double deadline = it_now_s() + RAW_REPLY_MS / 1000.0;
+	int accepted = 0;
+	for (;;) {
+		int left = (int)((deadline - it_now_s()) * 1000.0);
+		Sparsecomm__DaemonMsg *d = raw_recv(r, left > 0 ? left : 0);
+		if (!d)
+			IT_FAIL("allreduce of unregistered tensor id %u: no %s within %d ms",
+				id, accepted ? "completion after the ok" : "reply",
+				RAW_REPLY_MS);
+		int status = 0;
+		const char *text = NULL;
+		if (d->seq == s && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_OK) {
+			accepted = 1;
+		} else if (d->seq == s && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
+			status = d->error->status;
+			text = d->error->message;
+		} else if (d->seq == 0 &&
+			   d->body_case == SPARSECOMM__DAEMON_MSG__BODY_COMPLETION &&
+			   d->completion->handle == handle) {
+			status = d->completion->status;
+			text = d->completion->error;
+			if (status == SC_OK)
+				IT_FAIL("allreduce of unregistered tensor id %u completed with "
+					"SC_OK",
+					id);
+		} else if (d->seq == s) {
+			IT_FAIL("allreduce of unregistered tensor id %u answered with %s", id,
+				body_name(d));
+		}
+		if (text) {
+			if (status >= 0)
+				IT_FAIL("allreduce of unregistered tensor id %u: error with "
+					"non-error status %d ('%s')",
+					id, status, text);
+			if (!it_mentions_number(text, id))
+				IT_FAIL(
+				    "error for unregistered tensor id %u does not name the id: "
+				    "%s '%s'",
+				    id, sc_status_name((sc_status_t)status), text);
+			it_log("allreduce of unregistered id %u: %s %s: %s", id,
+			       accepted ? "completion" : "error reply",
+			       sc_status_name((sc_status_t)status), text);
+			sparsecomm__daemon_msg__free_unpacked(d, NULL);
+			return;
+		}
+		sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	}
+}
+
+/* Sends frames that are not protobuf; the daemon may answer with an error or drop them.
+ * Returns a description of what happened. */
+static void garbage(raw_t *r, const char *when)
+{
+	/* 0xff is field 31 with wire type 7, which does not exist: never a valid message. */
+	static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 'n', 'o', 't', ' ',  'p',
+				       'r',  'o',  't',	 'o',  'b', 'u', 'f', 0x00, 0x07};
+	raw_send_bytes(r, junk, sizeof(junk));
+	raw_send_bytes(r, "", 0);
+	Sparsecomm__DaemonMsg *d = raw_recv(r, RAW_QUIET_MS);
+	if (!d) {
+		it_log("garbage frames %s: no reply (dropped)", when);
+		return;
+	}
+	if (d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR)
+		it_log("garbage frames %s: error reply %s: %s", when,
+		       sc_status_name((sc_status_t)d->error->status), d->error->message);
+	else
+		IT_FAIL("garbage frames %s answered with %s instead of an error", when,
+			body_name(d));
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+}
+
+/* The daemon still answers a fresh control client's status request. */
+static void daemon_alive(const char *after)
+{
+	raw_t r;
+	raw_open(&r);
+	raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATUS;
+	m.status = &e;
+	uint64_t s = raw_send(&r, &m);
+	Sparsecomm__DaemonMsg *d = raw_reply(&r, s, RAW_REPLY_MS);
+	if (!d)
+		IT_FAIL("after %s the daemon no longer answers a status request", after);
+	if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_STATUS)
+		IT_FAIL("after %s a status request is answered with %s", after, body_name(d));
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	raw_close(&r);
+}
+
+static void raw_bye(raw_t *r)
+{
+	Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
+	m.bye = &e;
+	uint64_t s = raw_send(r, &m);
+	Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
+	if (!d)
+		IT_FAIL("no reply to bye within %d ms", RAW_REPLY_MS);
+	if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_OK)
+		IT_FAIL("bye answered with %s%s%s", body_name(d),
+			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
+			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? d->error->message
+									   : "");
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+}
+
+/* The library path after the raw abuse: a normal allreduce across the job is exact. */
+static void library_still_works(const char *name)
+{
+	char why[512];
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 9, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of '%s'", name);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, 1000, 9, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s': %zu of 1000 elements wrong: %s", name, wrong, why);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+}
+
+int it_unknown(int argc, char **argv)
+{
+	raw_t junk;
+	raw_open(&junk);
+	garbage(&junk, "before any hello");
+	raw_close(&junk);
+	daemon_alive("garbage before hello");
+
+	raw_t r;
+	raw_open(&r);
+	raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_TRAINER, it_env.env_local_rank);
+	unknown_allreduce(&r, 987654321u, 4242);
+	unknown_allreduce(&r, 0, 4243);
+	raw_bye(&r);
+	raw_close(&r);
+
+	raw_t ctl;
+	raw_open(&ctl);
+	raw_hello_ok(&ctl, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	garbage(&ctl, "after a control hello");
+	raw_close(&ctl);
+	daemon_alive("garbage after hello");
+
+	library_still_works("unknown.after");
+	it_pass();
+}
+
+static void refused_version(Sparsecomm__Role role, int local_rank)
+{
+	raw_t r;
+	raw_open(&r);
+	uint64_t s = raw_hello(&r, 999, role, local_rank);
+	Sparsecomm__DaemonMsg *d = raw_reply(&r, s, RAW_REPLY_MS);
+	const char *who = role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control";
+	if (!d)
+		IT_FAIL("%s hello with protocol_version 999: no reply within %d ms", who,
+			RAW_REPLY_MS);
+	if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_ERROR)
+		IT_FAIL(
+		    "%s hello with protocol_version 999 answered with %s, expected an error",
+		    who, body_name(d));
+	const char *msg = d->error->message;
+	if (d->error->status != SC_ERR_VERSION)
+		IT_FAIL("%s hello with protocol_version 999: status %s, expected "
+			"SC_ERR_VERSION ('%s')",
+			who, sc_status_name((sc_status_t)d->error->status), msg);
+	if (!it_mentions_number(msg, 999) || !it_mentions_number(msg, SC_PROTOCOL_VERSION))
+		IT_FAIL("%s hello with protocol_version 999: the error does not name both "
+			"versions (999 and %d): '%s'",
+			who, SC_PROTOCOL_VERSION, msg);
+	it_log("%s hello with protocol_version 999 refused: %s", who, msg);
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	raw_close(&r);
+}
+
+int it_version(int argc, char **argv)
+{
+	refused_version(SPARSECOMM__ROLE__ROLE_TRAINER, it_env.env_local_rank);
+	refused_version(SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	daemon_alive("a refused hello");
+	library_still_works("version.after");
+	it_pass();
+}

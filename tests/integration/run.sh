@@ -1,0 +1,166 @@
+#!/bin/sh
+# run.sh: the integration tests. Each case starts real sparsecommd daemons on this machine
+# with sparsecomm-run (N nodes x M trainers per node), runs one sparsecomm-itest scenario
+# in every trainer, and passes only when the launcher's exit status is the expected one,
+# every trainer that should finish printed its "itest <scenario>: rank R passed" line, and
+# no trainer printed a FAIL line. Prints "ok"/"FAIL"/"skip" per case (with the tail of the
+# output on failure) and ends with "N passed, N failed"; exits non-zero on any failure.
+#
+#   sh tests/integration/run.sh [SUBSTRING...]   run only cases whose name contains one
+#
+# The matrix covers 1 to 5 nodes and 1 to 3 trainers per node while staying within a few
+# minutes on a 2-core machine: the 64 MiB case runs once, on 4 nodes.
+set -u
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$root/build/bin
+launcher=$bin/sparsecomm-run
+itest=$bin/sparsecomm-itest
+tail_lines=${ITEST_TAIL_LINES:-40}
+passed=0
+failed=0
+skipped=0
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-itest.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+for f in "$launcher" "$itest" "$bin/sparsecommd" "$bin/sparsectl"; do
+	if [ ! -x "$f" ]; then
+		echo "FAIL integration: $f is missing (run make first)"
+		echo "0 passed, 1 failed"
+		exit 1
+	fi
+done
+
+selected() {
+	[ $# -ge 2 ] || return 0
+	sel_name=$1
+	shift
+	for pat in "$@"; do
+		case $sel_name in *"$pat"*) return 0 ;; esac
+	done
+	return 1
+}
+
+filters=$*
+
+# run_case NAME NODES PER_NODE TIMEOUT_S EXPECT PASSES [LAUNCHER_OPTS...] -- CMD [ARGS...]
+#   EXPECT: "ok" (launcher exits 0) or "fail" (launcher exits non-zero, but not 124, the
+#   launcher's timeout); PASSES: distinct "passed" lines the trainers must print.
+run_case() {
+	name=$1 nodes=$2 per=$3 limit=$4 expect=$5 want=$6
+	shift 6
+	# shellcheck disable=SC2086
+	selected "$name" $filters || return 0
+	opts=""
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+		opts="$opts $1"
+		shift
+	done
+	shift
+	out=$tmp/out
+	t0=$(date +%s)
+	# The outer timeout only guards against a launcher that ignores its own --timeout.
+	# shellcheck disable=SC2086
+	timeout -k 10 $((limit + 60)) "$launcher" -n "$nodes" --per-node "$per" \
+		--timeout "$limit" $opts -- "$@" >"$out" 2>&1 </dev/null
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	got=$(grep -o 'itest [a-z-]*: rank [0-9]* passed' "$out" | sort -u | wc -l)
+	nfail=$(grep -c 'FAIL (' "$out")
+	why=""
+	if [ "$expect" = ok ] && [ "$rc" -ne 0 ]; then
+		why="launcher exited with $rc, expected 0"
+	elif [ "$expect" = fail ] && [ "$rc" -eq 0 ]; then
+		why="launcher exited with 0, expected a failure status"
+	elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		why="timed out after ${limit} s (exit $rc)"
+	fi
+	if [ -z "$why" ] && [ "$nfail" -ne 0 ]; then
+		why="$nfail trainer(s) reported FAIL"
+	fi
+	if [ -z "$why" ] && [ "$got" -ne "$want" ]; then
+		why="$got of $want expected 'passed' lines"
+	fi
+	if [ -z "$why" ]; then
+		echo "ok    $name (${dt} s)"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: $why (${dt} s)"
+		echo "      command: sparsecomm-run -n $nodes --per-node $per --timeout $limit$opts -- $*"
+		grep 'FAIL (' "$out" | head -n 10 | sed 's/^/      | /'
+		echo "      -- last $tail_lines lines of output:"
+		tail -n "$tail_lines" "$out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+
+skip_case() {
+	# shellcheck disable=SC2086
+	selected "$1" $filters || return 0
+	echo "skip  $1: $2"
+	skipped=$((skipped + 1))
+}
+
+echo "integration tests ($launcher)"
+
+# sums: every node count 1..5 with one trainer per node, 2 nodes with 2 and 3 per node.
+for n in 1 2 3 4 5; do
+	run_case "sums n=$n" "$n" 1 180 ok "$n" -- "$itest" sums
+done
+run_case "sums n=2 per-node=2" 2 2 180 ok 4 -- "$itest" sums
+run_case "sums n=2 per-node=3" 2 3 180 ok 6 -- "$itest" sums
+run_case "sums 64MiB n=4" 4 1 400 ok 4 -- "$itest" sums-small --big
+
+# fusion: 300 tensors in a rank-dependent order.
+run_case "fusion n=1" 1 1 120 ok 1 -- "$itest" fusion
+run_case "fusion n=3" 3 1 180 ok 3 -- "$itest" fusion
+run_case "fusion n=2 per-node=2" 2 2 180 ok 4 -- "$itest" fusion
+run_case "fusion n=5" 5 1 240 ok 5 -- "$itest" fusion
+
+# Errors that must reach every rank, precisely and in bounded time.
+run_case "mismatch n=2" 2 1 120 ok 2 -- "$itest" mismatch
+run_case "mismatch n=3" 3 1 120 ok 3 -- "$itest" mismatch
+run_case "mismatch n=1 per-node=2" 1 2 120 ok 2 -- "$itest" mismatch
+run_case "mismatch n=2 per-node=2" 2 2 120 ok 4 -- "$itest" mismatch
+run_case "busy n=2" 2 1 120 ok 2 -- "$itest" busy
+run_case "busy n=3" 3 1 120 ok 3 -- "$itest" busy
+run_case "busy n=2 per-node=2" 2 2 120 ok 4 -- "$itest" busy
+# killed: rank 1 dies, so the launcher fails; the survivors must still pass their checks.
+run_case "killed n=2" 2 1 120 fail 1 --keep-going -- "$itest" killed
+run_case "killed n=3" 3 1 120 fail 2 --keep-going -- "$itest" killed
+run_case "killed n=1 per-node=3" 1 3 120 fail 2 --keep-going -- "$itest" killed
+run_case "killed n=2 per-node=2" 2 2 120 fail 3 --keep-going -- "$itest" killed
+
+# The raw control protocol.
+run_case "unknown n=1" 1 1 60 ok 1 -- "$itest" unknown
+run_case "unknown n=2 per-node=2" 2 2 90 ok 4 -- "$itest" unknown
+run_case "version n=1" 1 1 60 ok 1 -- "$itest" version
+run_case "version n=2" 2 1 60 ok 2 -- "$itest" version
+
+# Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
+run_case "two jobs n=3" 3 1 240 ok 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
+run_case "two jobs n=2 per-node=2" 2 2 240 ok 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
+
+# sparsectl while a job runs.
+run_case "ctl n=1" 1 1 90 ok 1 -- "$itest" ctl
+run_case "ctl n=3" 3 1 120 ok 3 -- "$itest" ctl
+run_case "ctl n=2 per-node=2" 2 2 120 ok 4 -- "$itest" ctl
+
+# Nodes in separate network namespaces over a shaped bridge (needs root).
+if [ "$(id -u)" -ne 0 ]; then
+	skip_case "netns sums n=3" "needs root to create network namespaces"
+elif ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+	skip_case "netns sums n=3" "needs ip and tc (iproute2)"
+elif ! ip netns add sc-itest-probe.$$ 2>/dev/null; then
+	skip_case "netns sums n=3" "cannot create network namespaces here"
+else
+	ip netns delete sc-itest-probe.$$ 2>/dev/null
+	run_case "netns sums n=3" 3 1 240 ok 3 --netns --rate 1gbit -- "$itest" sums
+	run_case "netns killed n=2" 2 1 120 fail 1 --netns --keep-going -- "$itest" killed
+fi
+
+[ "$skipped" -gt 0 ] && echo "($skipped skipped)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

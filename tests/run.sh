@@ -1,0 +1,47 @@
+#!/bin/sh
+# run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
+# integration tests against real daemons (tests/integration/run.sh). Adds up their
+# "N passed, N failed" lines into one final line of the same form and exits non-zero when
+# anything failed, including a runner that crashed before printing its summary.
+#
+#   sh tests/run.sh [SUBSTRING...]   the filters go to the integration tests only
+set -u
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-tests.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+passed=0
+failed=0
+
+# suite NAME COMMAND...: runs it with its output shown, then adds its summary line.
+suite() {
+	suite_name=$1
+	shift
+	"$@" 2>&1 | tee "$tmp/out"
+	# The pipeline's status is tee's; the summary line is what counts.
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$tmp/out" | tail -n 1)
+	if [ -z "$line" ]; then
+		echo "FAIL  $suite_name: ended without a 'N passed, N failed' line"
+		failed=$((failed + 1))
+		return
+	fi
+	p=${line%% passed*}
+	f=${line#*passed, }
+	f=${f%% failed}
+	passed=$((passed + p))
+	failed=$((failed + f))
+}
+
+if [ -x "$root/build/bin/sparsecomm-unit" ]; then
+	suite unit "$root/build/bin/sparsecomm-unit"
+else
+	echo "FAIL  unit: $root/build/bin/sparsecomm-unit is missing (run make first)"
+	failed=$((failed + 1))
+fi
+echo
+suite integration sh "$root/tests/integration/run.sh" "$@"
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
