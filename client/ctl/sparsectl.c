@@ -15,9 +15,11 @@
  * JSON object per command. Exit status: 0 success, 1 the daemon failed or could not be
  * reached, 2 usage error.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -313,12 +315,22 @@ static int cmd_stats(struct ctl *ctl)
 
 /* ---- pending ------------------------------------------------------------------------- */
 
-static void print_ranks(const int32_t *v, size_t n)
+/* "0,2,5" (or "-") into buf, truncated with "..." when it does not fit. */
+static const char *rank_list(char *buf, size_t n, const int32_t *v, size_t count)
 {
-	if (!n)
-		fputs("-", stdout);
-	for (size_t i = 0; i < n; i++)
-		printf("%s%d", i ? "," : "", v[i]);
+	size_t len = 0;
+
+	snprintf(buf, n, "-");
+	for (size_t i = 0; i < count; i++) {
+		int w = snprintf(buf + len, n - len, "%s%d", i ? "," : "", v[i]);
+
+		if (w < 0 || (size_t)w >= n - len) {
+			snprintf(buf + (n > 4 ? n - 4 : 0), n > 4 ? 4 : n, "...");
+			break;
+		}
+		len += (size_t)w;
+	}
+	return buf;
 }
 
 static int cmd_pending(struct ctl *ctl)
@@ -327,6 +339,7 @@ static int cmd_pending(struct ctl *ctl)
 	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
 	Sparsecomm__DaemonMsg *r;
 	Sparsecomm__PendingReply *p;
+	char ready[256], missing[256];
 
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_PENDING;
 	msg.pending = &empty;
@@ -357,11 +370,10 @@ static int cmd_pending(struct ctl *ctl)
 		for (size_t i = 0; i < p->n_tensors; i++) {
 			const Sparsecomm__PendingTensor *t = p->tensors[i];
 
-			printf("%-40s %10.3f  ", t->name, t->waiting_s);
-			print_ranks(t->ready_ranks, t->n_ready_ranks);
-			fputs("  missing: ", stdout);
-			print_ranks(t->missing_ranks, t->n_missing_ranks);
-			putchar('\n');
+			printf("%-40s %10.3f  %-20s %s\n", t->name, t->waiting_s,
+			       rank_list(ready, sizeof(ready), t->ready_ranks, t->n_ready_ranks),
+			       rank_list(missing, sizeof(missing), t->missing_ranks,
+					 t->n_missing_ranks));
 		}
 	}
 	sparsecomm__daemon_msg__free_unpacked(r, NULL);
@@ -447,6 +459,22 @@ static int cmd_config(struct ctl *ctl, int argc, char **argv)
 
 /* ---- main ---------------------------------------------------------------------------- */
 
+/* A missing IPC socket file is reported at once rather than after the whole timeout. */
+static int check_socket(const char *sock)
+{
+	const char *path = strstr(sock, "://") ? NULL : sock;
+	struct stat st;
+
+	if (strncmp(sock, "ipc://", 6) == 0)
+		path = sock + 6;
+	if (path && stat(path, &st) < 0) {
+		fprintf(stderr, "sparsectl: no daemon socket at %s (%s); is sparsecommd running?\n",
+			path, strerror(errno));
+		return EXIT_DAEMON;
+	}
+	return 0;
+}
+
 /* Takes the value of an option given as "--opt VALUE" or "--opt=VALUE". */
 static const char *opt_value(const char *opt, int argc, char **argv, int *i)
 {
@@ -513,6 +541,10 @@ int main(int argc, char **argv)
 				"$SPARSECOMM_SOCKET\n");
 		free(args);
 		return EXIT_USAGE;
+	}
+	if ((rc = check_socket(ctl.socket ? ctl.socket : getenv("SPARSECOMM_SOCKET")))) {
+		free(args);
+		return rc;
 	}
 	if (nargs == 0) {
 		usage(stderr);
