@@ -23,8 +23,8 @@
 
 #include "internal.h"
 
-#define EXIT_DAEMON 1
-#define EXIT_USAGE  2
+#define EXIT_DAEMON	   1
+#define EXIT_USAGE	   2
 #define DEFAULT_TIMEOUT_MS 5000
 
 struct ctl {
@@ -43,14 +43,18 @@ static void usage(FILE *f)
 		"\n"
 		"commands:\n"
 		"  status                rank, world size, peers and the node's trainers\n"
-		"  stats                 per tensor: calls, bytes sent/received, time, last scheme,\n"
-		"                        predicted/measured time, density, densification, imbalance\n"
-		"  pending               tensors waiting, with the ranks that have not submitted them\n"
+		"  stats                 per tensor: calls, bytes sent/received, time, last "
+		"scheme,\n"
+		"                        predicted/measured time, density, densification, "
+		"imbalance\n"
+		"  pending               tensors waiting, with the ranks that have not "
+		"submitted them\n"
 		"  config get [KEY]      show every setting, or KEY\n"
 		"  config set KEY VALUE  change a runtime setting (applied on every node)\n"
 		"\n"
 		"options:\n"
-		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ endpoint);\n"
+		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ "
+		"endpoint);\n"
 		"                        default $SPARSECOMM_SOCKET\n"
 		"  --timeout-ms N        how long to wait for the daemon (default %d)\n"
 		"  --json                print one JSON object\n"
@@ -143,7 +147,8 @@ static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *m
 static void status_json(const Sparsecomm__StatusReply *s)
 {
 	printf("{\"rank\":%d,\"world_size\":%d,\"local_size\":%d,\"protocol_version\":%u,"
-	       "\"version\":", s->rank, s->world_size, s->local_size, s->protocol_version);
+	       "\"version\":",
+	       s->rank, s->world_size, s->local_size, s->protocol_version);
 	json_str(s->version);
 	printf(",\"uptime_ms\":%llu,\"coordinator\":", (unsigned long long)s->uptime_ms);
 	json_str(s->coordinator);
@@ -153,15 +158,16 @@ static void status_json(const Sparsecomm__StatusReply *s)
 
 		printf("%s{\"rank\":%d,\"addr\":", i ? "," : "", p->rank);
 		json_str(p->addr);
-		printf(",\"port\":%u,\"connected\":%s}", p->port, p->connected ? "true" : "false");
+		printf(",\"port\":%u,\"connected\":%s}", p->port,
+		       p->connected ? "true" : "false");
 	}
 	fputs("],\"clients\":[", stdout);
 	for (size_t i = 0; i < s->n_clients; i++) {
 		const Sparsecomm__ClientInfo *c = s->clients[i];
 
 		printf("%s{\"local_rank\":%d,\"rank\":%d,\"pid\":%d,\"tensors\":%u,"
-		       "\"in_flight\":%u}", i ? "," : "", c->local_rank, c->rank, c->pid,
-		       c->tensors, c->in_flight);
+		       "\"in_flight\":%u}",
+		       i ? "," : "", c->local_rank, c->rank, c->pid, c->tensors, c->in_flight);
 	}
 	fputs("]}\n", stdout);
 }
@@ -370,10 +376,11 @@ static int cmd_pending(struct ctl *ctl)
 		for (size_t i = 0; i < p->n_tensors; i++) {
 			const Sparsecomm__PendingTensor *t = p->tensors[i];
 
-			printf("%-40s %10.3f  %-20s %s\n", t->name, t->waiting_s,
-			       rank_list(ready, sizeof(ready), t->ready_ranks, t->n_ready_ranks),
-			       rank_list(missing, sizeof(missing), t->missing_ranks,
-					 t->n_missing_ranks));
+			printf(
+			    "%-40s %10.3f  %-20s %s\n", t->name, t->waiting_s,
+			    rank_list(ready, sizeof(ready), t->ready_ranks, t->n_ready_ranks),
+			    rank_list(missing, sizeof(missing), t->missing_ranks,
+				      t->n_missing_ranks));
 		}
 	}
 	sparsecomm__daemon_msg__free_unpacked(r, NULL);
@@ -424,7 +431,8 @@ static int cmd_config(struct ctl *ctl, int argc, char **argv)
 		get.key = argc == 2 ? argv[1] : "";
 		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET;
 		msg.config_get = &get;
-		snprintf(what, sizeof(what), "config get%s%.200s", argc == 2 ? " " : "", get.key);
+		snprintf(what, sizeof(what), "config get%s%.200s", argc == 2 ? " " : "",
+			 get.key);
 		r = ctl_call(ctl, &msg, what, SPARSECOMM__DAEMON_MSG__BODY_CONFIG);
 		if (!r)
 			return EXIT_DAEMON;
@@ -468,7 +476,8 @@ static int check_socket(const char *sock)
 	if (strncmp(sock, "ipc://", 6) == 0)
 		path = sock + 6;
 	if (path && stat(path, &st) < 0) {
-		fprintf(stderr, "sparsectl: no daemon socket at %s (%s); is sparsecommd running?\n",
+		fprintf(stderr,
+			"sparsectl: no daemon socket at %s (%s); is sparsecommd running?\n",
 			path, strerror(errno));
 		return EXIT_DAEMON;
 	}
@@ -519,8 +528,10 @@ int main(int argc, char **argv)
 			long t = strtol(v, &end, 10);
 
 			if (*end || end == v || t <= 0 || t > 86400000) {
-				fprintf(stderr, "sparsectl: --timeout-ms takes a positive number "
-						"of milliseconds, not '%s'\n", v);
+				fprintf(stderr,
+					"sparsectl: --timeout-ms takes a positive number "
+					"of milliseconds, not '%s'\n",
+					v);
 				free(args);
 				return EXIT_USAGE;
 			}
@@ -529,7 +540,8 @@ int main(int argc, char **argv)
 			while (++i < argc)
 				args[nargs++] = argv[i];
 		} else if (a[0] == '-' && a[1] == '-') {
-			fprintf(stderr, "sparsectl: unknown option %s (see sparsectl --help)\n", a);
+			fprintf(stderr, "sparsectl: unknown option %s (see sparsectl --help)\n",
+				a);
 			free(args);
 			return EXIT_USAGE;
 		} else {
@@ -558,8 +570,10 @@ int main(int argc, char **argv)
 	} else if (strcmp(args[0], "config") == 0) {
 		rc = cmd_config(&ctl, nargs - 1, args + 1);
 	} else {
-		fprintf(stderr, "sparsectl: unknown command or wrong arguments: '%s' (see "
-				"sparsectl --help)\n", args[0]);
+		fprintf(stderr,
+			"sparsectl: unknown command or wrong arguments: '%s' (see "
+			"sparsectl --help)\n",
+			args[0]);
 		rc = EXIT_USAGE;
 	}
 	sc_finalize(ctl.client);

@@ -189,7 +189,8 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 	op->status = status;
 	if (status != SC_OK) {
 		if (!error || !*error) {
-			snprintf(buf, sizeof(buf), "allreduce of tensor '%s' on rank %d failed: %s",
+			snprintf(buf, sizeof(buf),
+				 "allreduce of tensor '%s' on rank %d failed: %s",
 				 op->tensor->name, c->rank, sc_status_message(status));
 			error = buf;
 		}
@@ -225,7 +226,8 @@ static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 			next = op->next;
 			if (op->done)
 				continue;
-			snprintf(buf, sizeof(buf), "allreduce of tensor '%s' on rank %d failed: %s",
+			snprintf(buf, sizeof(buf),
+				 "allreduce of tensor '%s' on rank %d failed: %s",
 				 op->tensor->name, c->rank, msg);
 			op_complete(c, op, status, buf);
 		}
@@ -279,8 +281,10 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 	struct scl_op *op;
 
 	if (!m) {
-		scl_log(SCL_LOG_WARN, "rank %d: dropped a malformed message of %zu bytes from "
-			"the daemon", c->rank, len);
+		scl_log(SCL_LOG_WARN,
+			"rank %d: dropped a malformed message of %zu bytes from "
+			"the daemon",
+			c->rank, len);
 		return;
 	}
 	pthread_mutex_lock(&c->mu);
@@ -319,8 +323,10 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 
 		if (st >= SC_OK)
 			st = SC_ERR_PROTOCOL;
-		snprintf(buf, sizeof(buf), "rank %d: the daemon refused the allreduce of tensor "
-			 "'%s': %s", c->rank, op->tensor->name, m->error->message);
+		snprintf(buf, sizeof(buf),
+			 "rank %d: the daemon refused the allreduce of tensor "
+			 "'%s': %s",
+			 c->rank, op->tensor->name, m->error->message);
 		op_complete(c, op, st, buf);
 	}
 out_free:
@@ -394,9 +400,9 @@ static void *io_main(void *arg)
 
 	for (;;) {
 		zmq_pollitem_t items[3] = {
-			{c->sock, 0, ZMQ_POLLIN | (pending ? ZMQ_POLLOUT : 0), 0},
-			{c->monitor, 0, ZMQ_POLLIN, 0},
-			{NULL, c->wake_fd, ZMQ_POLLIN, 0},
+		    {c->sock, 0, ZMQ_POLLIN | (pending ? ZMQ_POLLOUT : 0), 0},
+		    {c->monitor, 0, ZMQ_POLLIN, 0},
+		    {NULL, c->wake_fd, ZMQ_POLLIN, 0},
 		};
 		long tmo = -1;
 		uint64_t n;
@@ -415,7 +421,8 @@ static void *io_main(void *arg)
 			if (errno == EINTR)
 				continue;
 			pthread_mutex_lock(&c->mu);
-			client_fail(c, SC_ERR_SYSTEM, "the client's I/O thread failed in zmq_poll");
+			client_fail(c, SC_ERR_SYSTEM,
+				    "the client's I/O thread failed in zmq_poll");
 			pthread_mutex_unlock(&c->mu);
 			break;
 		}
@@ -446,8 +453,10 @@ static void *io_main(void *arg)
 		if (items[1].revents & ZMQ_POLLIN && io_monitor(c)) {
 			char msg[SCL_ERR_MAX];
 
-			snprintf(msg, sizeof(msg), "lost the connection to the daemon at %s (it "
-				 "exited or stopped answering heartbeats)", c->endpoint);
+			snprintf(msg, sizeof(msg),
+				 "lost the connection to the daemon at %s (it "
+				 "exited or stopped answering heartbeats)",
+				 c->endpoint);
 			zmq_disconnect(c->sock, c->endpoint); /* no reconnection */
 			pthread_mutex_lock(&c->mu);
 			client_fail(c, SC_ERR_CONNECT, msg);
@@ -518,8 +527,10 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 		memcpy(dead_msg, c->dead_msg, sizeof(dead_msg));
 		pthread_mutex_unlock(&c->mu);
 		if (!req.done)
-			return scl_error(SC_ERR_TIMEOUT, "%s: no reply from the daemon at %s "
-				      "within %d ms", what, c->endpoint, timeout_ms);
+			return scl_error(SC_ERR_TIMEOUT,
+					 "%s: no reply from the daemon at %s "
+					 "within %d ms",
+					 what, c->endpoint, timeout_ms);
 		return scl_error(st, "%s: %s", what, dead_msg);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -544,7 +555,8 @@ static sc_status_t endpoint_of(const char *path, char *out, size_t out_len)
 	int n;
 
 	if (!path || !*path)
-		return scl_error(SC_ERR_INVALID, "no daemon socket: pass one to sc_connect or set "
+		return scl_error(SC_ERR_INVALID,
+				 "no daemon socket: pass one to sc_connect or set "
 				 "$SPARSECOMM_SOCKET");
 	n = strstr(path, "://") ? snprintf(out, out_len, "%s", path)
 				: snprintf(out, out_len, "ipc://%s", path);
@@ -565,7 +577,8 @@ static sc_status_t local_rank_from_env(int *local_rank_p)
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || *end || v < 0 || v > INT_MAX)
-		return scl_error(SC_ERR_INVALID, "$SPARSECOMM_LOCAL_RANK is not a rank: '%s'", s);
+		return scl_error(SC_ERR_INVALID, "$SPARSECOMM_LOCAL_RANK is not a rank: '%s'",
+				 s);
 	*local_rank_p = (int)v;
 	return SC_OK;
 }
@@ -580,7 +593,8 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 		c->stopping = 1;
 		pthread_mutex_unlock(&c->mu);
 		if (write(c->wake_fd, &one, sizeof(one)) < 0)
-			scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s", strerror(errno));
+			scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s",
+				strerror(errno));
 		pthread_join(c->io_thread, NULL);
 	}
 	scl_tensor_free_all(c);
@@ -645,10 +659,14 @@ static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 	struct stat st;
 
 	if (path && stat(path, &st) < 0)
-		return scl_error(SC_ERR_CONNECT, "cannot reach the daemon: no socket at %s (%s); "
-				 "is sparsecommd running?", path, strerror(errno));
-	return scl_error(SC_ERR_TIMEOUT, "the daemon at %s did not answer the handshake within "
-			 "%d ms", c->endpoint, timeout_ms);
+		return scl_error(SC_ERR_CONNECT,
+				 "cannot reach the daemon: no socket at %s (%s); "
+				 "is sparsecommd running?",
+				 path, strerror(errno));
+	return scl_error(SC_ERR_TIMEOUT,
+			 "the daemon at %s did not answer the handshake within "
+			 "%d ms",
+			 c->endpoint, timeout_ms);
 }
 
 static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
@@ -679,8 +697,10 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	}
 	hr = reply->hello;
 	if (hr->protocol_version != SC_PROTOCOL_VERSION) {
-		scl_error(SC_ERR_VERSION, "%s: the daemon speaks protocol version %u, this library "
-			  "version %d", what, hr->protocol_version, SC_PROTOCOL_VERSION);
+		scl_error(SC_ERR_VERSION,
+			  "%s: the daemon speaks protocol version %u, this library "
+			  "version %d",
+			  what, hr->protocol_version, SC_PROTOCOL_VERSION);
 		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 		return SC_ERR_VERSION;
 	}
@@ -745,8 +765,8 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	st = client_hello(c, timeout_ms, local_rank);
 	if (st != SC_OK)
 		goto err_destroy;
-	scl_log(SCL_LOG_INFO, "rank %d of %d (local %d of %d) connected to %s", c->rank, c->size,
-		c->local_rank, c->local_size, c->endpoint);
+	scl_log(SCL_LOG_INFO, "rank %d of %d (local %d of %d) connected to %s", c->rank,
+		c->size, c->local_rank, c->local_size, c->endpoint);
 	*client_p = c;
 	return SC_OK;
 
@@ -796,18 +816,25 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	if (!c || !t || !handle_p)
 		return scl_error(SC_ERR_INVALID, "allreduce: NULL client, tensor or handle_p");
 	if (t->client != c || !t->ready)
-		return scl_error(SC_ERR_INVALID, "rank %d: tensor '%s' is not registered with "
-				 "this client", c->rank, t->name);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s' is not registered with "
+				 "this client",
+				 c->rank, t->name);
 	if (op != SC_OP_SUM && op != SC_OP_AVERAGE)
-		return scl_error(SC_ERR_INVALID, "rank %d: allreduce of tensor '%s': unknown "
-				 "reduction %d", c->rank, t->name, (int)op);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: allreduce of tensor '%s': unknown "
+				 "reduction %d",
+				 c->rank, t->name, (int)op);
 	if (coo && !t->coo_cap)
-		return scl_error(SC_ERR_INVALID, "rank %d: tensor '%s' was registered without COO "
-				 "input (coo_capacity 0)", c->rank, t->name);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s' was registered without COO "
+				 "input (coo_capacity 0)",
+				 c->rank, t->name);
 	if (coo && nnz > t->coo_cap)
-		return scl_error(SC_ERR_LIMIT, "rank %d: COO allreduce of tensor '%s': %zu "
-				 "non-zeros exceed its capacity %zu", c->rank, t->name, nnz,
-				 t->coo_cap);
+		return scl_error(SC_ERR_LIMIT,
+				 "rank %d: COO allreduce of tensor '%s': %zu "
+				 "non-zeros exceed its capacity %zu",
+				 c->rank, t->name, nnz, t->coo_cap);
 	h = client_next_id(c);
 	ar.tensor_id = t->tensor_id;
 	ar.handle = h;
@@ -822,22 +849,24 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	if (!o || !f) {
 		free(o);
 		free(f);
-		return scl_error(SC_ERR_NOMEM, "rank %d: allreduce of tensor '%s': out of memory",
-				 c->rank, t->name);
+		return scl_error(SC_ERR_NOMEM,
+				 "rank %d: allreduce of tensor '%s': out of memory", c->rank,
+				 t->name);
 	}
 	o->handle = h;
 	o->tensor = t;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
 	if (c->dead != SC_OK) {
-		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank, t->name,
-			       c->dead_msg);
+		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank,
+			       t->name, c->dead_msg);
 		goto err_unlock;
 	}
 	if (t->busy) {
-		st = scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' already has an allreduce in "
-			       "flight (handle %llu)", c->rank, t->name,
-			       (unsigned long long)t->busy->handle);
+		st = scl_error(SC_ERR_BUSY,
+			       "rank %d: tensor '%s' already has an allreduce in "
+			       "flight (handle %llu)",
+			       c->rank, t->name, (unsigned long long)t->busy->handle);
 		goto err_unlock;
 	}
 	slot = &c->ops[h % SCL_OP_BUCKETS];
@@ -895,13 +924,17 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	}
 	if (!o) {
 		pthread_mutex_unlock(&c->mu);
-		return scl_error(SC_ERR_INVALID, "rank %d: unknown allreduce handle %llu (never "
-				 "issued or already collected)", c->rank, (unsigned long long)h);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: unknown allreduce handle %llu (never "
+				 "issued or already collected)",
+				 c->rank, (unsigned long long)h);
 	}
 	if (!o->done) {
 		if (not_done == SC_ERR_TIMEOUT)
-			scl_error(SC_ERR_TIMEOUT, "rank %d: allreduce of tensor '%s' still in "
-				  "progress after %d ms", c->rank, o->tensor->name, timeout_ms);
+			scl_error(SC_ERR_TIMEOUT,
+				  "rank %d: allreduce of tensor '%s' still in "
+				  "progress after %d ms",
+				  c->rank, o->tensor->name, timeout_ms);
 		pthread_mutex_unlock(&c->mu);
 		return not_done;
 	}

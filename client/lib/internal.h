@@ -33,8 +33,8 @@ struct sc_tensor {
 	sc_dtype_t dtype;
 	size_t numel;
 	uint32_t tensor_id;
-	int ready;	    /* registration finished (the name is reserved before) */
-	void *map;	    /* the whole object */
+	int ready; /* registration finished (the name is reserved before) */
+	void *map; /* the whole object */
 	size_t map_bytes;
 	void *data;
 	uint32_t *coo_idx; /* NULL without COO input */
@@ -97,7 +97,7 @@ struct sc_client {
 /* ---- errors and logging (client.c) ---- */
 /* Sets the calling thread's error text and returns status. */
 sc_status_t scl_error(sc_status_t status, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 void scl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- the connection (client.c) ---- */

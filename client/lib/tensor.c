@@ -27,15 +27,18 @@
 #define SCHEME_NAME_MAX 63
 
 /* Whether the caller's opts (of its own struct_size) contains field. */
-#define OPTS_HAS(o, field) ((o)->struct_size >= offsetof(sc_tensor_opts_t, field) + sizeof((o)->field))
+#define OPTS_HAS(o, field)                                                                     \
+	((o)->struct_size >= offsetof(sc_tensor_opts_t, field) + sizeof((o)->field))
 
 static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t numel,
 			      const sc_tensor_opts_t *o, Sparsecomm__TensorOpts *w)
 {
 	if (o->struct_size < offsetof(sc_tensor_opts_t, allow_lossy) + sizeof(o->allow_lossy))
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': opts->"
-				 "struct_size %u is too small (set it to sizeof(sc_tensor_opts_t))",
-				 c->rank, name, o->struct_size);
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: registering tensor '%s': opts->"
+		    "struct_size %u is too small (set it to sizeof(sc_tensor_opts_t))",
+		    c->rank, name, o->struct_size);
 	w->allow_lossy = o->allow_lossy != 0;
 	if (OPTS_HAS(o, sparsifier))
 		w->sparsifier = o->sparsifier;
@@ -48,27 +51,38 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 	if (OPTS_HAS(o, coo_capacity))
 		w->coo_capacity = o->coo_capacity;
 	if (w->sparsifier > SC_SPARSIFY_NATURAL)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': unknown "
-				 "sparsifier %u", c->rank, name, w->sparsifier);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': unknown "
+				 "sparsifier %u",
+				 c->rank, name, w->sparsifier);
 	if ((w->sparsifier == SC_SPARSIFY_TOPK || w->sparsifier == SC_SPARSIFY_DGC ||
 	     w->sparsifier == SC_SPARSIFY_EXDYNA) &&
 	    !(w->density > 0.0 && w->density <= 1.0))
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': density %g "
-				 "is not in (0, 1]", c->rank, name, w->density);
-	if (w->sparsifier == SC_SPARSIFY_THRESHOLD && !(isfinite(w->threshold) &&
-							 w->threshold >= 0.0))
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': threshold %g "
-				 "is not a finite value >= 0", c->rank, name, w->threshold);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': density %g "
+				 "is not in (0, 1]",
+				 c->rank, name, w->density);
+	if (w->sparsifier == SC_SPARSIFY_THRESHOLD &&
+	    !(isfinite(w->threshold) && w->threshold >= 0.0))
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': threshold %g "
+				 "is not a finite value >= 0",
+				 c->rank, name, w->threshold);
 	if (strlen(w->scheme) > SCHEME_NAME_MAX)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': scheme name "
-				 "too long", c->rank, name);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': scheme name "
+				 "too long",
+				 c->rank, name);
 	if (w->coo_capacity && numel > (size_t)UINT32_MAX + 1)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': COO input "
-				 "takes uint32 indices, numel %zu is too large", c->rank, name,
-				 numel);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': COO input "
+				 "takes uint32 indices, numel %zu is too large",
+				 c->rank, name, numel);
 	if (w->coo_capacity > SIZE_MAX / 16)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': coo_capacity "
-				 "%zu is too large", c->rank, name, (size_t)w->coo_capacity);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': coo_capacity "
+				 "%zu is too large",
+				 c->rank, name, (size_t)w->coo_capacity);
 	return SC_OK;
 }
 
@@ -99,14 +113,16 @@ static sc_status_t check_header(const sc_client_t *c, const sc_tensor_t *t,
 		why = "COO area outside the object or misaligned";
 	if (!why)
 		return SC_OK;
-	return scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': the daemon's shared buffer "
+	return scl_error(SC_ERR_PROTOCOL,
+			 "rank %d: tensor '%s': the daemon's shared buffer "
 			 "does not match this library (%s; magic %#x version %u header %u, "
-			 "expected %#x, %u, %zu)", c->rank, t->name, why, h->magic, h->version,
-			 h->header_bytes, SC_SHM_MAGIC, SC_SHM_VERSION, sizeof(sc_shm_header_t));
+			 "expected %#x, %u, %zu)",
+			 c->rank, t->name, why, h->magic, h->version, h->header_bytes,
+			 SC_SHM_MAGIC, SC_SHM_VERSION, sizeof(sc_shm_header_t));
 }
 
-static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t, const Sparsecomm__RegisterReply *r,
-			      uint64_t coo_cap)
+static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
+			      const Sparsecomm__RegisterReply *r, uint64_t coo_cap)
 {
 	const sc_shm_header_t *h;
 	struct stat st;
@@ -115,17 +131,21 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t, const Sparsecomm__
 	int fd;
 
 	if (r->shm_bytes < sizeof(sc_shm_header_t) || r->shm_bytes > SIZE_MAX)
-		return scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': the daemon gave a shared "
-				 "buffer of %llu bytes", c->rank, t->name,
-				 (unsigned long long)r->shm_bytes);
+		return scl_error(SC_ERR_PROTOCOL,
+				 "rank %d: tensor '%s': the daemon gave a shared "
+				 "buffer of %llu bytes",
+				 c->rank, t->name, (unsigned long long)r->shm_bytes);
 	do
 		fd = shm_open(r->shm_name, O_RDWR | O_CLOEXEC, 0);
 	while (fd < 0 && errno == EINTR);
 	if (fd < 0)
-		return scl_error(SC_ERR_SYSTEM, "rank %d: tensor '%s': cannot open shared memory "
-				 "'%s': %s", c->rank, t->name, r->shm_name, strerror(errno));
+		return scl_error(SC_ERR_SYSTEM,
+				 "rank %d: tensor '%s': cannot open shared memory "
+				 "'%s': %s",
+				 c->rank, t->name, r->shm_name, strerror(errno));
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < r->shm_bytes) {
-		status = scl_error(SC_ERR_PROTOCOL, "rank %d: tensor '%s': shared memory '%s' is "
+		status = scl_error(SC_ERR_PROTOCOL,
+				   "rank %d: tensor '%s': shared memory '%s' is "
 				   "smaller (%lld bytes) than the %llu the daemon announced",
 				   c->rank, t->name, r->shm_name, (long long)st.st_size,
 				   (unsigned long long)r->shm_bytes);
@@ -135,8 +155,10 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t, const Sparsecomm__
 	map = mmap(NULL, r->shm_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (map == MAP_FAILED)
-		return scl_error(SC_ERR_SYSTEM, "rank %d: tensor '%s': cannot map shared memory "
-				 "'%s' (%llu bytes): %s", c->rank, t->name, r->shm_name,
+		return scl_error(SC_ERR_SYSTEM,
+				 "rank %d: tensor '%s': cannot map shared memory "
+				 "'%s' (%llu bytes): %s",
+				 c->rank, t->name, r->shm_name,
 				 (unsigned long long)r->shm_bytes, strerror(errno));
 	h = map;
 	status = check_header(c, t, h, r->shm_bytes, r->data_offset, coo_cap);
@@ -177,14 +199,15 @@ static sc_status_t tensor_reserve(sc_client_t *c, sc_tensor_t *t)
 
 	pthread_mutex_lock(&c->mu);
 	if (c->dead != SC_OK) {
-		st = scl_error(c->dead, "rank %d: registering tensor '%s': %s", c->rank, t->name,
-			       c->dead_msg);
+		st = scl_error(c->dead, "rank %d: registering tensor '%s': %s", c->rank,
+			       t->name, c->dead_msg);
 		goto out;
 	}
 	for (sc_tensor_t *o = c->tensors; o; o = o->next)
 		if (strcmp(o->name, t->name) == 0) {
-			st = scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' is already registered",
-				       c->rank, t->name);
+			st =
+			    scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' is already registered",
+				      c->rank, t->name);
 			goto out;
 		}
 	t->next = c->tensors;
@@ -211,14 +234,20 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 		return scl_error(SC_ERR_INVALID, "sc_register: NULL client, name or tensor_p");
 	len = strlen(name);
 	if (len == 0 || len > SCL_NAME_MAX)
-		return scl_error(SC_ERR_INVALID, "rank %d: tensor name must be 1 to %d bytes, "
-				 "'%.40s...' has %zu", client->rank, SCL_NAME_MAX, name, len);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor name must be 1 to %d bytes, "
+				 "'%.40s...' has %zu",
+				 client->rank, SCL_NAME_MAX, name, len);
 	if (esz == 0)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': unknown dtype "
-				 "%d", client->rank, name, (int)dtype);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': unknown dtype "
+				 "%d",
+				 client->rank, name, (int)dtype);
 	if (numel == 0 || numel > SIZE_MAX / 16)
-		return scl_error(SC_ERR_INVALID, "rank %d: registering tensor '%s': element count "
-				 "%zu is out of range", client->rank, name, numel);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': element count "
+				 "%zu is out of range",
+				 client->rank, name, numel);
 	if (opts) {
 		st = check_opts(client, name, numel, opts, &wopts);
 		if (st != SC_OK)
@@ -227,7 +256,8 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t)
-		return scl_error(SC_ERR_NOMEM, "rank %d: registering tensor '%s': out of memory",
+		return scl_error(SC_ERR_NOMEM,
+				 "rank %d: registering tensor '%s': out of memory",
 				 client->rank, name);
 	t->client = client;
 	memcpy(t->name, name, len + 1);
