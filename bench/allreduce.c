@@ -1,0 +1,610 @@
+/*
+ * allreduce.c: `sparsecomm-bench allreduce`: dense float32 allreduce through the daemons,
+ * reported the way NVIDIA's nccl-tests report it, next to the ring bound of the link and
+ * next to Open MPI measured in the same run on the same (emulated) cluster.
+ *
+ *   sparsecomm-run -n 4 --netns --rate 1gbit -- \
+ *       build/bin/sparsecomm-bench allreduce --sizes 4K,4M,64M,256M --iters 5 --peer-mpi
+ *
+ * Every trainer registers one tensor per size, fills it with small integers (every sum
+ * is exact in float32), and runs one warm-up and K timed in-place SC_OP_SUM allreduces,
+ * each after a one-element allreduce that lines the ranks up; every result is checked
+ * element by element. Rank 0 reports the median time, algbw = bytes / time, busbw =
+ * algbw x 2(P-1)/P, and the ring bound 2(P-1)/P x bytes / goodput, where goodput is the
+ * link rate (--rate, else $SPARSECOMM_NETNS_RATE from the launcher) x 0.952 for TCP/IP
+ * over Ethernet framing, or --goodput-bytes-per-s. A 4 KiB allreduce repeated many times
+ * gives the round-trip latency (median and p99).
+ *
+ * With --peer-mpi rank 0 then runs bench/mpi/run-peer.sh for the same sizes (Open MPI's
+ * ring MPI_Allreduce, one rank per namespace) while the other trainers wait in a
+ * one-element allreduce; the table gains the MPI time and the ratio ours / MPI.
+ */
+#include "bench.h"
+#include "sparsecomm.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES	    32
+#define OP_TIMEOUT_MS	    600000
+#define PEER_TIMEOUT_S	    1800
+#define TCP_GOODPUT_FACTOR  0.952 /* 1448 payload bytes per 1538 on the wire */
+
+typedef struct size_result {
+	size_t bytes;
+	double time_s, algbw, busbw, bound_s, mpi_time_s;
+	long long wrong;
+} size_result_t;
+
+typedef struct ar_opts {
+	size_t sizes[MAX_SIZES];
+	int n_sizes, iters, warmup, lat_iters;
+	bool peer_mpi;
+	const char *json_out, *rate, *peer_script;
+	double goodput; /* bytes/s, 0: unknown */
+} ar_opts_t;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int n, double p)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	if (p == 0.5 && n % 2 == 0)
+		return (v[n / 2 - 1] + v[n / 2]) / 2;
+	int k = (int)ceil(p * n) - 1;
+	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* "4M" -> 4 MiB; K, M, G binary; plain numbers are bytes. */
+static int parse_bytes(const char *s, size_t *out_p)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	double mult = 1;
+	if (errno || end == s || v <= 0)
+		return -1;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': mult = 1024.0; end++; break;
+	case 'M': mult = 1048576.0; end++; break;
+	case 'G': mult = 1073741824.0; end++; break;
+	default: break;
+	}
+	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
+		end += strlen(end);
+	if (*end)
+		return -1;
+	*out_p = (size_t)(v * mult);
+	return 0;
+}
+
+/* Parses a tc-style rate into bits per second (1gbit, 500mbit, 100mbps). */
+static int parse_rate(const char *rate, double *bits_p)
+{
+	static const struct {
+		const char *unit;
+		double mult;
+	} units[] = {{"", 1},	  {"bit", 1},	{"kbit", 1e3},	{"mbit", 1e6}, {"gbit", 1e9},
+		     {"tbit", 1e12}, {"bps", 8},	{"kbps", 8e3},	{"mbps", 8e6}, {"gbps", 8e9}};
+	char *end;
+	double v = strtod(rate, &end);
+	if (end == rate || !(v > 0))
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcasecmp(end, units[i].unit)) {
+			*bits_p = v * units[i].mult;
+			return 0;
+		}
+	return -1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: sparsecomm-bench allreduce [--sizes 4K,4M,64M,256M] [--iters K]\n"
+		"           [--warmup W] [--lat-iters N] [--peer-mpi] [--json-out FILE]\n"
+		"           [--rate RATE | --goodput-bytes-per-s B] [--peer-script PATH]\n"
+		"Run under sparsecomm-run (one process per trainer). Sizes take K, M, G (binary).\n"
+		"  --iters K         timed iterations per size (default 5), median reported\n"
+		"  --warmup W        untimed iterations per size first (default 1)\n"
+		"  --lat-iters N     4 KiB allreduces for the latency (default 200, 0: skip)\n"
+		"  --peer-mpi        rank 0 also runs bench/mpi/run-peer.sh (Open MPI) for the\n"
+		"                    same sizes on the same cluster, others wait\n"
+		"  --rate RATE       link rate for the ring bound (default $SPARSECOMM_NETNS_RATE)\n"
+		"  --goodput-bytes-per-s B   the bound's goodput directly\n"
+		"  --json-out FILE   rank 0 writes one JSON object with every number\n");
+}
+
+static int parse_opts(int argc, char **argv, ar_opts_t *o)
+{
+	const char *sizes = "4K,4M,64M,256M", *goodput = NULL;
+	*o = (ar_opts_t){.iters = 5, .warmup = 1, .lat_iters = 200};
+	o->rate = getenv("SPARSECOMM_NETNS_RATE");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			exit(0);
+		} else if (!strcmp(a, "--peer-mpi")) {
+			o->peer_mpi = true;
+			continue;
+		}
+		if (!v) {
+			fprintf(stderr, "allreduce: unknown option or missing value: %s\n", a);
+			return -1;
+		}
+		i++;
+		if (!strcmp(a, "--sizes"))
+			sizes = v;
+		else if (!strcmp(a, "--iters"))
+			o->iters = atoi(v);
+		else if (!strcmp(a, "--warmup"))
+			o->warmup = atoi(v);
+		else if (!strcmp(a, "--lat-iters"))
+			o->lat_iters = atoi(v);
+		else if (!strcmp(a, "--json-out"))
+			o->json_out = v;
+		else if (!strcmp(a, "--rate"))
+			o->rate = v;
+		else if (!strcmp(a, "--goodput-bytes-per-s"))
+			goodput = v;
+		else if (!strcmp(a, "--peer-script"))
+			o->peer_script = v;
+		else {
+			fprintf(stderr, "allreduce: unknown option %s (--help)\n", a);
+			return -1;
+		}
+	}
+	if (o->iters < 1 || o->warmup < 0 || o->lat_iters < 0) {
+		fprintf(stderr, "allreduce: --iters must be >= 1, --warmup and --lat-iters >= 0\n");
+		return -1;
+	}
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "%s", sizes);
+	for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+		size_t b;
+		if (o->n_sizes == MAX_SIZES || parse_bytes(tok, &b) < 0 || b < 4) {
+			fprintf(stderr, "allreduce: bad size '%s' in --sizes\n", tok);
+			return -1;
+		}
+		o->sizes[o->n_sizes++] = b / 4 * 4;
+	}
+	if (goodput) {
+		o->goodput = strtod(goodput, NULL);
+		if (!(o->goodput > 0)) {
+			fprintf(stderr, "allreduce: bad --goodput-bytes-per-s '%s'\n", goodput);
+			return -1;
+		}
+	} else if (o->rate && *o->rate) {
+		double bits;
+		if (parse_rate(o->rate, &bits) < 0) {
+			fprintf(stderr, "allreduce: cannot parse rate '%s'\n", o->rate);
+			return -1;
+		}
+		o->goodput = bits / 8 * TCP_GOODPUT_FACTOR;
+	}
+	return 0;
+}
+
+/* Rank r's value at index i, and the sum over every rank (by i & 7). */
+static void fill(float *x, size_t n, int rank)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(((i + (size_t)rank) & 7) + 1);
+}
+
+static long long check(const float *x, size_t n, const float expect[8])
+{
+	long long wrong = 0;
+	for (size_t i = 0; i < n; i++)
+		wrong += x[i] != expect[i & 7];
+	return wrong;
+}
+
+static int do_allreduce(sc_client_t *c, sc_tensor_t *t, int timeout_ms)
+{
+	sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, timeout_ms);
+	if (st != SC_OK) {
+		fprintf(stderr, "allreduce of '%s' failed: %s: %s\n", sc_tensor_name(t),
+			sc_status_name(st), sc_last_error());
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Waits in a one-element allreduce for at most timeout_s, resubmitting when the daemons
+ * declare it stalled (a rank busy elsewhere for longer than their stall timeout).
+ */
+static int barrier(sc_client_t *c, sc_tensor_t *t, double timeout_s)
+{
+	double end = now_s() + timeout_s;
+	for (;;) {
+		*(float *)sc_tensor_data(t) = 1;
+		double left = end - now_s();
+		sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, (int)(left * 1000) + 1);
+		if (st == SC_OK)
+			return 0;
+		if (st != SC_ERR_TIMEOUT || now_s() >= end) {
+			fprintf(stderr, "barrier failed: %s: %s\n", sc_status_name(st),
+				sc_last_error());
+			return -1;
+		}
+	}
+}
+
+static int lat_4k(sc_client_t *c, int iters, double *med_p, double *p99_p)
+{
+	sc_tensor_t *t;
+	double *v = calloc((size_t)iters, sizeof(double));
+	sc_status_t st = sc_register(c, "bench.allreduce.lat4k", SC_FLOAT32, 1024, &t);
+	if (st != SC_OK || !v) {
+		fprintf(stderr, "register of the 4 KiB tensor failed: %s\n", sc_last_error());
+		free(v);
+		return -1;
+	}
+	for (int i = -10; i < iters; i++) {
+		fill(sc_tensor_data(t), 1024, sc_rank(c));
+		double t0 = now_s();
+		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0) {
+			free(v);
+			return -1;
+		}
+		if (i >= 0)
+			v[i] = now_s() - t0;
+	}
+	*med_p = percentile(v, iters, 0.5);
+	*p99_p = percentile(v, iters, 0.99);
+	free(v);
+	return 0;
+}
+
+static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_result_t *r)
+{
+	int rank = sc_rank(c), P = sc_size(c);
+	size_t n = r->bytes / 4;
+	char name[64];
+	sc_tensor_t *t;
+	float expect[8];
+	double *times = calloc((size_t)o->iters, sizeof(double));
+
+	for (int m = 0; m < 8; m++) {
+		expect[m] = 0;
+		for (int q = 0; q < P; q++)
+			expect[m] += (float)(((size_t)(m + q) & 7) + 1);
+	}
+	snprintf(name, sizeof(name), "bench.allreduce.%zu", r->bytes);
+	sc_status_t st = sc_register(c, name, SC_FLOAT32, n, &t);
+	if (st != SC_OK || !times) {
+		fprintf(stderr, "register of '%s' (%zu bytes) failed: %s: %s\n", name, r->bytes,
+			sc_status_name(st), sc_last_error());
+		free(times);
+		return -1;
+	}
+	float *x = sc_tensor_data(t);
+	for (int i = -o->warmup; i < o->iters; i++) {
+		fill(x, n, rank);
+		if (barrier(c, bar, OP_TIMEOUT_MS / 1000.0) < 0)
+			goto err;
+		double t0 = now_s();
+		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0)
+			goto err;
+		double dt = now_s() - t0;
+		r->wrong += check(x, n, expect);
+		if (i >= 0)
+			times[i] = dt;
+	}
+	r->time_s = percentile(times, o->iters, 0.5);
+	r->algbw = r->bytes / r->time_s;
+	r->busbw = r->algbw * 2.0 * (P - 1) / P;
+	r->bound_s = o->goodput > 0 ? 2.0 * (P - 1) / P * r->bytes / o->goodput : 0;
+	free(times);
+	return 0;
+err:
+	free(times);
+	return -1;
+}
+
+/* Finds bench/mpi/run-peer.sh: --peer-script, $SPARSECOMM_RUN_PEER, or from the binary. */
+static int find_peer_script(const ar_opts_t *o, char *path, size_t cap)
+{
+	char self[PATH_MAX];
+	const char *env = getenv("SPARSECOMM_RUN_PEER");
+	if (o->peer_script || (env && *env)) {
+		snprintf(path, cap, "%s", o->peer_script ? o->peer_script : env);
+		return access(path, X_OK);
+	}
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = 0;
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	const char *tries[] = {"../../bench/mpi/run-peer.sh", "../share/sparsecomm/run-peer.sh"};
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
+		if (access(path, X_OK) == 0)
+			return 0;
+	}
+	return -1;
+}
+
+/* Runs the MPI peer; fills mpi_time_s from its JSON. Returns 0 when it ran. */
+static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
+{
+	char script[PATH_MAX], sizes[MAX_SIZES * 24] = "", iters[16], np[16];
+	if (find_peer_script(o, script, sizeof(script)) < 0) {
+		fprintf(stderr, "allreduce: bench/mpi/run-peer.sh not found (--peer-script)\n");
+		return -1;
+	}
+	for (int i = 0; i < o->n_sizes; i++)
+		snprintf(sizes + strlen(sizes), sizeof(sizes) - strlen(sizes), "%s%zu",
+			 i ? "," : "", res[i].bytes);
+	snprintf(iters, sizeof(iters), "%d", o->iters);
+	snprintf(np, sizeof(np), "%d", P);
+	char *argv[] = {script, "-np",	  np,	 "allreduce", "--sizes",
+			sizes,	"--iters", iters, "--json",    NULL};
+	int outp[2];
+	if (pipe2(outp, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(outp[1], 1);
+		execv(script, argv);
+		fprintf(stderr, "cannot run %s: %s\n", script, strerror(errno));
+		_exit(127);
+	}
+	close(outp[1]);
+	size_t cap = 1 << 16, len = 0;
+	char *out = malloc(cap);
+	double end = now_s() + PEER_TIMEOUT_S;
+	while (out) {
+		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
+		double left = end - now_s();
+		if (left <= 0) {
+			fprintf(stderr, "allreduce: the MPI peer ran over %d s; stopping it\n",
+				PEER_TIMEOUT_S);
+			kill(pid, SIGTERM);
+			break;
+		}
+		int k = poll(&pfd, 1, (int)(left * 1000) + 1);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			continue;
+		if (len + 1 == cap) {
+			char *grown = realloc(out, cap * 2);
+			if (!grown)
+				break;
+			out = grown;
+			cap *= 2;
+		}
+		ssize_t got = read(outp[0], out + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	close(outp[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!out)
+		return -1;
+	out[len] = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "allreduce: the MPI peer failed (wait status %#x); its output: %s\n",
+			status, out);
+		free(out);
+		return -1;
+	}
+	/* The peer's JSON lists {"bytes":B,"time_s":T,...} per size. */
+	int found = 0;
+	for (char *p = strstr(out, "\"bytes\":"); p; p = strstr(p + 1, "\"bytes\":")) {
+		size_t b = strtoull(p + 8, NULL, 10);
+		char *t = strstr(p, "\"time_s\":");
+		if (!t)
+			break;
+		double ts = strtod(t + 9, NULL);
+		for (int i = 0; i < o->n_sizes; i++)
+			if (res[i].bytes == b && ts > 0) {
+				res[i].mpi_time_s = ts;
+				found++;
+			}
+	}
+	if (!found)
+		fprintf(stderr, "allreduce: no timings in the MPI peer's output: %s\n", out);
+	free(out);
+	return found ? 0 : -1;
+}
+
+static void print_num_or_null(FILE *f, const char *key, double v, const char *fmt)
+{
+	fprintf(f, ",\"%s\":", key);
+	if (v > 0)
+		fprintf(f, fmt, v);
+	else
+		fprintf(f, "null");
+}
+
+static void report(const ar_opts_t *o, const size_result_t *res, int P, double lat_med,
+		   double lat_p99, bool peer_ran)
+{
+	const char *netns = getenv("SPARSECOMM_NETNS");
+	bool emulated = netns && *netns;
+	double busbw_sum = 0;
+	char where[160];
+
+	if (emulated)
+		snprintf(where, sizeof(where), "%d network namespaces, link %s", P,
+			 o->rate && *o->rate ? o->rate : "unshaped");
+	else
+		snprintf(where, sizeof(where), "loopback (no emulated cluster)");
+	printf("# sparsecomm allreduce: P=%d, float32 sum, in place, median of %d after %d "
+	       "warm-up; %s\n",
+	       P, o->iters, o->warmup, where);
+	if (o->goodput > 0)
+		printf("# ring bound = 2(P-1)/P x bytes / goodput, goodput %.1f MB/s\n",
+		       o->goodput / 1e6);
+	printf("#\n# %12s %10s %10s %10s %8s %10s %10s %10s %9s\n", "size", "time", "algbw",
+	       "busbw", "#wrong", "bound", "time/bnd", "mpi_time", "ours/mpi");
+	printf("# %12s %10s %10s %10s %8s %10s %10s %10s %9s\n", "(B)", "(ms)", "(MB/s)",
+	       "(MB/s)", "", "(ms)", "", "(ms)", "");
+	for (int i = 0; i < o->n_sizes; i++) {
+		const size_result_t *r = &res[i];
+		char bound[32] = "-", tb[32] = "-", mpi[32] = "-", ratio[32] = "-";
+		busbw_sum += r->busbw;
+		if (r->bound_s > 0) {
+			snprintf(bound, sizeof(bound), "%.3f", r->bound_s * 1e3);
+			snprintf(tb, sizeof(tb), "%.3f", r->time_s / r->bound_s);
+		}
+		if (r->mpi_time_s > 0) {
+			snprintf(mpi, sizeof(mpi), "%.3f", r->mpi_time_s * 1e3);
+			snprintf(ratio, sizeof(ratio), "%.3f", r->time_s / r->mpi_time_s);
+		}
+		printf("  %12zu %10.3f %10.2f %10.2f %8lld %10s %10s %10s %9s\n", r->bytes,
+		       r->time_s * 1e3, r->algbw / 1e6, r->busbw / 1e6, r->wrong, bound, tb, mpi,
+		       ratio);
+	}
+	printf("# Avg bus bandwidth: %.2f MB/s\n", busbw_sum / o->n_sizes / 1e6);
+	if (lat_med > 0)
+		printf("# 4 KiB allreduce round trip: median %.1f us, p99 %.1f us (%d iterations, "
+		       "%s)\n",
+		       lat_med * 1e6, lat_p99 * 1e6, o->lat_iters, emulated ? "emulated cluster" : "loopback");
+	if (o->peer_mpi && !peer_ran)
+		printf("# MPI peer: did not run (see above)\n");
+	fflush(stdout);
+
+	if (!o->json_out)
+		return;
+	FILE *f = fopen(o->json_out, "w");
+	if (!f) {
+		fprintf(stderr, "allreduce: cannot write %s: %s\n", o->json_out, strerror(errno));
+		return;
+	}
+	fprintf(f, "{\"bench\":\"allreduce\",\"P\":%d,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\"",
+		P, o->iters, o->warmup, emulated ? "netns" : "loopback");
+	if (o->rate && *o->rate)
+		fprintf(f, ",\"rate\":\"%s\"", o->rate);
+	print_num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
+	print_num_or_null(f, "lat_4k_us", lat_med * 1e6, "%.1f");
+	print_num_or_null(f, "lat_4k_p99_us", lat_p99 * 1e6, "%.1f");
+	fprintf(f, ",\"avg_busbw\":%.0f,\"peer_mpi\":%s,\"sizes\":[", busbw_sum / o->n_sizes,
+		peer_ran ? "true" : "false");
+	for (int i = 0; i < o->n_sizes; i++) {
+		const size_result_t *r = &res[i];
+		fprintf(f, "%s{\"bytes\":%zu,\"time_s\":%.6f,\"algbw\":%.0f,\"busbw\":%.0f,"
+			   "\"wrong\":%lld",
+			i ? "," : "", r->bytes, r->time_s, r->algbw, r->busbw, r->wrong);
+		print_num_or_null(f, "bound_s", r->bound_s, "%.6f");
+		print_num_or_null(f, "time_over_bound", r->bound_s > 0 ? r->time_s / r->bound_s : 0,
+				  "%.4f");
+		print_num_or_null(f, "mpi_time_s", r->mpi_time_s, "%.6f");
+		print_num_or_null(f, "ratio_vs_mpi",
+				  r->mpi_time_s > 0 ? r->time_s / r->mpi_time_s : 0, "%.4f");
+		fprintf(f, "}");
+	}
+	fprintf(f, "]}\n");
+	fclose(f);
+}
+
+BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and Open MPI")
+{
+	ar_opts_t o;
+	size_result_t res[MAX_SIZES];
+	sc_client_t *c;
+	sc_tensor_t *bar, *stats;
+	double lat_med = 0, lat_p99 = 0;
+	int rc = 1;
+
+	if (parse_opts(argc, argv, &o) < 0)
+		return 2;
+	if (!getenv("SPARSECOMM_SOCKET")) {
+		fprintf(stderr, "allreduce: SPARSECOMM_SOCKET is not set: run it under "
+				"sparsecomm-run, e.g.\n  sparsecomm-run -n 4 -- "
+				"build/bin/sparsecomm-bench allreduce\n");
+		return 2;
+	}
+	sc_status_t st = sc_connect(NULL, 30000, &c);
+	if (st != SC_OK) {
+		fprintf(stderr, "allreduce: cannot connect: %s: %s\n", sc_status_name(st),
+			sc_last_error());
+		return 1;
+	}
+	int rank = sc_rank(c), P = sc_size(c);
+	memset(res, 0, sizeof(res));
+	for (int i = 0; i < o.n_sizes; i++)
+		res[i].bytes = o.sizes[i];
+	if (sc_register(c, "bench.allreduce.barrier", SC_FLOAT32, 1, &bar) != SC_OK ||
+	    sc_register(c, "bench.allreduce.wrong", SC_FLOAT64, MAX_SIZES, &stats) != SC_OK) {
+		fprintf(stderr, "allreduce: register failed: %s\n", sc_last_error());
+		goto out;
+	}
+	if (o.lat_iters > 0 && lat_4k(c, o.lat_iters, &lat_med, &lat_p99) < 0)
+		goto out;
+	for (int i = 0; i < o.n_sizes; i++) {
+		if (run_size(c, bar, &o, &res[i]) < 0)
+			goto out;
+		if (rank == 0)
+			fprintf(stderr, "allreduce: %zu bytes: %.3f ms\n", res[i].bytes,
+				res[i].time_s * 1e3);
+	}
+	/* Wrong elements over every rank. */
+	double *w = sc_tensor_data(stats);
+	for (int i = 0; i < MAX_SIZES; i++)
+		w[i] = i < o.n_sizes ? (double)res[i].wrong : 0;
+	if (sc_allreduce(c, stats, SC_OP_SUM, OP_TIMEOUT_MS) != SC_OK) {
+		fprintf(stderr, "allreduce: sum of wrong counts failed: %s\n", sc_last_error());
+		goto out;
+	}
+	for (int i = 0; i < o.n_sizes; i++)
+		res[i].wrong = (long long)w[i];
+
+	bool peer_ran = false;
+	if (o.peer_mpi) {
+		if (rank == 0) {
+			fprintf(stderr, "allreduce: running the MPI peer on the same cluster\n");
+			peer_ran = run_peer(&o, res, P) == 0;
+		}
+		if (barrier(c, bar, PEER_TIMEOUT_S + 60) < 0)
+			goto out;
+	}
+	if (rank == 0)
+		report(&o, res, P, lat_med, lat_p99, peer_ran);
+	rc = 0;
+	for (int i = 0; i < o.n_sizes; i++)
+		if (res[i].wrong)
+			rc = 1;
+out:
+	sc_finalize(c);
+	return rc;
+}
