@@ -38,10 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SIZES	    32
-#define OP_TIMEOUT_MS	    600000
-#define PEER_TIMEOUT_S	    1800
-#define TCP_GOODPUT_FACTOR  0.952 /* 1448 payload bytes per 1538 on the wire */
+#define MAX_SIZES	   32
+#define OP_TIMEOUT_MS	   600000
+#define PEER_TIMEOUT_S	   1800
+#define TCP_GOODPUT_FACTOR 0.952 /* 1448 payload bytes per 1538 on the wire */
 
 typedef struct size_result {
 	size_t bytes;
@@ -89,10 +89,20 @@ static int parse_bytes(const char *s, size_t *out_p)
 	if (errno || end == s || v <= 0)
 		return -1;
 	switch (toupper((unsigned char)*end)) {
-	case 'K': mult = 1024.0; end++; break;
-	case 'M': mult = 1048576.0; end++; break;
-	case 'G': mult = 1073741824.0; end++; break;
-	default: break;
+	case 'K':
+		mult = 1024.0;
+		end++;
+		break;
+	case 'M':
+		mult = 1048576.0;
+		end++;
+		break;
+	case 'G':
+		mult = 1073741824.0;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
 		end += strlen(end);
@@ -108,8 +118,8 @@ static int parse_rate(const char *rate, double *bits_p)
 	static const struct {
 		const char *unit;
 		double mult;
-	} units[] = {{"", 1},	  {"bit", 1},	{"kbit", 1e3},	{"mbit", 1e6}, {"gbit", 1e9},
-		     {"tbit", 1e12}, {"bps", 8},	{"kbps", 8e3},	{"mbps", 8e6}, {"gbps", 8e9}};
+	} units[] = {{"", 1},	     {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9},
+		     {"tbit", 1e12}, {"bps", 8}, {"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}};
 	char *end;
 	double v = strtod(rate, &end);
 	if (end == rate || !(v > 0))
@@ -124,19 +134,21 @@ static int parse_rate(const char *rate, double *bits_p)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sparsecomm-bench allreduce [--sizes 4K,4M,64M,256M] [--iters K]\n"
-		"           [--warmup W] [--lat-iters N] [--peer-mpi] [--json-out FILE]\n"
-		"           [--rate RATE | --goodput-bytes-per-s B] [--peer-script PATH]\n"
-		"Run under sparsecomm-run (one process per trainer). Sizes take K, M, G (binary).\n"
-		"  --iters K         timed iterations per size (default 5), median reported\n"
-		"  --warmup W        untimed iterations per size first (default 1)\n"
-		"  --lat-iters N     4 KiB allreduces for the latency (default 200, 0: skip)\n"
-		"  --peer-mpi        rank 0 also runs bench/mpi/run-peer.sh (Open MPI) for the\n"
-		"                    same sizes on the same cluster, others wait\n"
-		"  --rate RATE       link rate for the ring bound (default $SPARSECOMM_NETNS_RATE)\n"
-		"  --goodput-bytes-per-s B   the bound's goodput directly\n"
-		"  --json-out FILE   rank 0 writes one JSON object with every number\n");
+	fprintf(
+	    out,
+	    "usage: sparsecomm-bench allreduce [--sizes 4K,4M,64M,256M] [--iters K]\n"
+	    "           [--warmup W] [--lat-iters N] [--peer-mpi] [--json-out FILE]\n"
+	    "           [--rate RATE | --goodput-bytes-per-s B] [--peer-script PATH]\n"
+	    "Run under sparsecomm-run (one process per trainer). Sizes take K, M, G (binary).\n"
+	    "  --iters K         timed iterations per size (default 5), median reported\n"
+	    "  --warmup W        untimed iterations per size first (default 1)\n"
+	    "  --lat-iters N     4 KiB allreduces for the latency (default 200, 0: skip)\n"
+	    "  --peer-mpi        rank 0 also runs bench/mpi/run-peer.sh (Open MPI) for the\n"
+	    "                    same sizes on the same cluster, others wait\n"
+	    "  --rate RATE       link rate for the ring bound (default "
+	    "$SPARSECOMM_NETNS_RATE)\n"
+	    "  --goodput-bytes-per-s B   the bound's goodput directly\n"
+	    "  --json-out FILE   rank 0 writes one JSON object with every number\n");
 }
 
 static int parse_opts(int argc, char **argv, ar_opts_t *o)
@@ -180,7 +192,8 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 		}
 	}
 	if (o->iters < 1 || o->warmup < 0 || o->lat_iters < 0) {
-		fprintf(stderr, "allreduce: --iters must be >= 1, --warmup and --lat-iters >= 0\n");
+		fprintf(stderr,
+			"allreduce: --iters must be >= 1, --warmup and --lat-iters >= 0\n");
 		return -1;
 	}
 	char buf[1024];
@@ -346,7 +359,8 @@ static int find_peer_script(const ar_opts_t *o, char *path, size_t cap)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	const char *tries[] = {"../../bench/mpi/run-peer.sh", "../share/sparsecomm/run-peer.sh"};
+	const char *tries[] = {"../../bench/mpi/run-peer.sh",
+			       "../share/sparsecomm/run-peer.sh"};
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
 		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
 		if (access(path, X_OK) == 0)
@@ -368,7 +382,7 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 			 i ? "," : "", res[i].bytes);
 	snprintf(iters, sizeof(iters), "%d", o->iters);
 	snprintf(np, sizeof(np), "%d", P);
-	char *argv[] = {script, "-np",	  np,	 "allreduce", "--sizes",
+	char *argv[] = {script, "-np",	   np,	  "allreduce", "--sizes",
 			sizes,	"--iters", iters, "--json",    NULL};
 	int outp[2];
 	if (pipe2(outp, O_CLOEXEC) < 0)
@@ -422,7 +436,8 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 		return -1;
 	out[len] = 0;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr, "allreduce: the MPI peer failed (wait status %#x); its output: %s\n",
+		fprintf(stderr,
+			"allreduce: the MPI peer failed (wait status %#x); its output: %s\n",
 			status, out);
 		free(out);
 		return -1;
@@ -492,14 +507,16 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 			snprintf(ratio, sizeof(ratio), "%.3f", r->time_s / r->mpi_time_s);
 		}
 		printf("  %12zu %10.3f %10.2f %10.2f %8lld %10s %10s %10s %9s\n", r->bytes,
-		       r->time_s * 1e3, r->algbw / 1e6, r->busbw / 1e6, r->wrong, bound, tb, mpi,
-		       ratio);
+		       r->time_s * 1e3, r->algbw / 1e6, r->busbw / 1e6, r->wrong, bound, tb,
+		       mpi, ratio);
 	}
 	printf("# Avg bus bandwidth: %.2f MB/s\n", busbw_sum / o->n_sizes / 1e6);
 	if (lat_med > 0)
-		printf("# 4 KiB allreduce round trip: median %.1f us, p99 %.1f us (%d iterations, "
-		       "%s)\n",
-		       lat_med * 1e6, lat_p99 * 1e6, o->lat_iters, emulated ? "emulated cluster" : "loopback");
+		printf(
+		    "# 4 KiB allreduce round trip: median %.1f us, p99 %.1f us (%d iterations, "
+		    "%s)\n",
+		    lat_med * 1e6, lat_p99 * 1e6, o->lat_iters,
+		    emulated ? "emulated cluster" : "loopback");
 	if (o->peer_mpi && !peer_ran)
 		printf("# MPI peer: did not run (see above)\n");
 	fflush(stdout);
@@ -508,11 +525,14 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 		return;
 	FILE *f = fopen(o->json_out, "w");
 	if (!f) {
-		fprintf(stderr, "allreduce: cannot write %s: %s\n", o->json_out, strerror(errno));
+		fprintf(stderr, "allreduce: cannot write %s: %s\n", o->json_out,
+			strerror(errno));
 		return;
 	}
-	fprintf(f, "{\"bench\":\"allreduce\",\"P\":%d,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\"",
-		P, o->iters, o->warmup, emulated ? "netns" : "loopback");
+	fprintf(
+	    f,
+	    "{\"bench\":\"allreduce\",\"P\":%d,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\"",
+	    P, o->iters, o->warmup, emulated ? "netns" : "loopback");
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
 	print_num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
@@ -522,12 +542,13 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 		peer_ran ? "true" : "false");
 	for (int i = 0; i < o->n_sizes; i++) {
 		const size_result_t *r = &res[i];
-		fprintf(f, "%s{\"bytes\":%zu,\"time_s\":%.6f,\"algbw\":%.0f,\"busbw\":%.0f,"
-			   "\"wrong\":%lld",
+		fprintf(f,
+			"%s{\"bytes\":%zu,\"time_s\":%.6f,\"algbw\":%.0f,\"busbw\":%.0f,"
+			"\"wrong\":%lld",
 			i ? "," : "", r->bytes, r->time_s, r->algbw, r->busbw, r->wrong);
 		print_num_or_null(f, "bound_s", r->bound_s, "%.6f");
-		print_num_or_null(f, "time_over_bound", r->bound_s > 0 ? r->time_s / r->bound_s : 0,
-				  "%.4f");
+		print_num_or_null(f, "time_over_bound",
+				  r->bound_s > 0 ? r->time_s / r->bound_s : 0, "%.4f");
 		print_num_or_null(f, "mpi_time_s", r->mpi_time_s, "%.6f");
 		print_num_or_null(f, "ratio_vs_mpi",
 				  r->mpi_time_s > 0 ? r->time_s / r->mpi_time_s : 0, "%.4f");
@@ -592,7 +613,8 @@ BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and 
 	bool peer_ran = false;
 	if (o.peer_mpi) {
 		if (rank == 0) {
-			fprintf(stderr, "allreduce: running the MPI peer on the same cluster\n");
+			fprintf(stderr,
+				"allreduce: running the MPI peer on the same cluster\n");
 			peer_ran = run_peer(&o, res, P) == 0;
 		}
 		if (barrier(c, bar, PEER_TIMEOUT_S + 60) < 0)

@@ -47,10 +47,20 @@ static int parse_bytes(const char *s, size_t *out_p)
 		return -1;
 	double mult = 1;
 	switch (toupper((unsigned char)*end)) {
-	case 'K': mult = 1024.0; end++; break;
-	case 'M': mult = 1048576.0; end++; break;
-	case 'G': mult = 1073741824.0; end++; break;
-	default: break;
+	case 'K':
+		mult = 1024.0;
+		end++;
+		break;
+	case 'M':
+		mult = 1048576.0;
+		end++;
+		break;
+	case 'G':
+		mult = 1073741824.0;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
 		end += strlen(end);
@@ -126,7 +136,8 @@ static void print_hosts(void)
 	if (rank == 0) {
 		printf("\"hosts\":[");
 		for (int i = 0; i < nranks; i++)
-			printf("%s\"%s\"", i ? "," : "", all + (size_t)i * MPI_MAX_PROCESSOR_NAME);
+			printf("%s\"%s\"", i ? "," : "",
+			       all + (size_t)i * MPI_MAX_PROCESSOR_NAME);
 		printf("]");
 	}
 	free(all);
@@ -158,7 +169,8 @@ static int run_allreduce(size_t *sizes, int n_sizes, int iters, int json)
 	}
 	if (rank == 0) {
 		if (json)
-			printf("{\"mode\":\"allreduce\",\"P\":%d,\"iters\":%d,\"dtype\":\"float32\","
+			printf("{\"mode\":\"allreduce\",\"P\":%d,\"iters\":%d,\"dtype\":"
+			       "\"float32\","
 			       "\"op\":\"sum\",",
 			       nranks, iters);
 		else
@@ -191,8 +203,8 @@ static int run_allreduce(size_t *sizes, int n_sizes, int iters, int json)
 			       "\"algbw\":%.1f,\"busbw\":%.1f,\"wrong\":%lld}",
 			       s ? "," : "", bytes, med, mn, mx, algbw, busbw, wrong_all);
 		else
-			printf(" %12zu %12.3f %10.3f %10.3f %8lld\n", bytes, med * 1e3, algbw / 1e9,
-			       busbw / 1e9, wrong_all);
+			printf(" %12zu %12.3f %10.3f %10.3f %8lld\n", bytes, med * 1e3,
+			       algbw / 1e9, busbw / 1e9, wrong_all);
 		fflush(stdout);
 	}
 	if (rank == 0) {
@@ -236,14 +248,16 @@ static int run_allgatherv(size_t cases[][64], int n_cases, int iters, int json)
 			max_total = total;
 	}
 	char *send = malloc(max_send + 64), *recv = malloc(max_total + 64);
-	int *counts = calloc((size_t)nranks, sizeof(int)), *displs = calloc((size_t)nranks, sizeof(int));
+	int *counts = calloc((size_t)nranks, sizeof(int)),
+	    *displs = calloc((size_t)nranks, sizeof(int));
 	if (!send || !recv || !counts || !displs)
 		fail("out of memory (%s)", "buffers");
 	memset(send, rank + 1, max_send);
 	memset(recv, 0, max_total);
 	if (rank == 0) {
 		if (json)
-			printf("{\"mode\":\"allgatherv\",\"P\":%d,\"iters\":%d,", nranks, iters);
+			printf("{\"mode\":\"allgatherv\",\"P\":%d,\"iters\":%d,", nranks,
+			       iters);
 		else
 			printf("# MPI_Allgatherv, P=%d, median of %d\n#%14s %12s %8s\n", nranks,
 			       iters, "total_bytes", "time_ms", "wrong");
@@ -292,12 +306,13 @@ static int run_allgatherv(size_t cases[][64], int n_cases, int iters, int json)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K] [--json]\n"
-		"       sparsecomm-mpi-peer allgatherv (--coo-bytes B | --coo-bytes B0,B1,.. |\n"
-		"                                       --coo-file FILE) [--iters K] [--json]\n"
-		"Run under mpirun (see bench/mpi/run-peer.sh). Sizes take K, M, G (binary).\n"
-		"A --coo-file line holds one case: P byte counts, one per rank.\n");
+	fprintf(
+	    out,
+	    "usage: sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K] [--json]\n"
+	    "       sparsecomm-mpi-peer allgatherv (--coo-bytes B | --coo-bytes B0,B1,.. |\n"
+	    "                                       --coo-file FILE) [--iters K] [--json]\n"
+	    "Run under mpirun (see bench/mpi/run-peer.sh). Sizes take K, M, G (binary).\n"
+	    "A --coo-file line holds one case: P byte counts, one per rank.\n");
 }
 
 int main(int argc, char **argv)
@@ -357,7 +372,8 @@ int main(int argc, char **argv)
 				for (int r = 1; r < nranks; r++)
 					cases[0][r] = cases[0][0];
 			else if (n != nranks)
-				fail("--coo-bytes needs one count or one per rank: '%s'", coo_bytes);
+				fail("--coo-bytes needs one count or one per rank: '%s'",
+				     coo_bytes);
 			n_cases = 1;
 		} else if (coo_file) {
 			FILE *f = fopen(coo_file, "r");
@@ -368,7 +384,8 @@ int main(int argc, char **argv)
 				if (line[0] == '#' || strspn(line, " \t\r\n") == strlen(line))
 					continue;
 				if (parse_list(line, cases[n_cases], 64) != nranks)
-					fail("a --coo-file line needs one count per rank: %s", line);
+					fail("a --coo-file line needs one count per rank: %s",
+					     line);
 				n_cases++;
 			}
 			fclose(f);

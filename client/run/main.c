@@ -43,9 +43,9 @@
 #define LOG_TAIL_LINES	   30
 
 typedef struct stream {
-	int fd;		/* -1 once closed */
-	int out_fd;	/* where prefixed lines go (1, 2), -1: nowhere */
-	int log_fd;	/* raw copy (daemon log), -1: none */
+	int fd;	    /* -1 once closed */
+	int out_fd; /* where prefixed lines go (1, 2), -1: nowhere */
+	int log_fd; /* raw copy (daemon log), -1: none */
 	char prefix[24];
 	char *buf;
 	size_t len;
@@ -128,43 +128,51 @@ static void die_usage(const char *fmt, ...)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
-		"\n"
-		"Starts N sparsecommd daemons (nodes) on this machine, waits until they are ready,\n"
-		"runs CMD once per trainer (N x M processes) with SPARSECOMM_SOCKET, _RANK, _SIZE,\n"
-		"_LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK, _NODE_COUNT set, prefixes each output line\n"
-		"with \"[rank] \", and stops everything when the trainers have ended.\n"
-		"\n"
-		"options:\n"
-		"  -n, --nodes N          number of nodes (daemons), required\n"
-		"  --per-node M           trainers per node (default 1)\n"
-		"  --netns                run each node in its own network namespace, joined by a\n"
-		"                         bridge (root only); exports SPARSECOMM_NETNS,\n"
-		"                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
-		"                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE\n"
-		"  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
-		"                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
-		"  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
-		"  --keep-going           when a trainer fails, let the others finish\n"
-		"  --grace SEC            after a trainer failed, stop the others after SEC\n"
-		"                         (default 10); also the SIGTERM-to-SIGKILL delay on stop\n"
-		"  --ready-timeout SEC    wait at most SEC for the daemons to be ready (default 60)\n"
-		"  --daemon-arg ARG       pass ARG to every daemon (repeatable), e.g.\n"
-		"                         --daemon-arg --log-level --daemon-arg debug\n"
-		"  --daemon PATH          the sparsecommd to run (default: next to sparsecomm-run,\n"
-		"                         else $SPARSECOMM_DAEMON, else found on PATH)\n"
-		"  --port PORT            coordinator port (default: a free one; 29500 with --netns)\n"
-		"  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
-		"  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
-		"                         commands that build the namespaces\n"
-		"  -h, --help             this text\n"
-		"\n"
-		"Exit status: the first non-zero trainer status (killed by a signal: 128 + signal),\n"
-		"124 on --timeout, 1 when a daemon failed or could not start, 2 on a usage error.\n"
-		"\n"
-		"example:\n"
-		"  sparsecomm-run -n 4 --netns --rate 1gbit -- build/bin/sparsecomm-bench allreduce\n");
+	fprintf(
+	    out,
+	    "usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
+	    "\n"
+	    "Starts N sparsecommd daemons (nodes) on this machine, waits until they are "
+	    "ready,\n"
+	    "runs CMD once per trainer (N x M processes) with SPARSECOMM_SOCKET, _RANK, "
+	    "_SIZE,\n"
+	    "_LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK, _NODE_COUNT set, prefixes each output line\n"
+	    "with \"[rank] \", and stops everything when the trainers have ended.\n"
+	    "\n"
+	    "options:\n"
+	    "  -n, --nodes N          number of nodes (daemons), required\n"
+	    "  --per-node M           trainers per node (default 1)\n"
+	    "  --netns                run each node in its own network namespace, joined by a\n"
+	    "                         bridge (root only); exports SPARSECOMM_NETNS,\n"
+	    "                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
+	    "                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE\n"
+	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
+	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
+	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
+	    "  --keep-going           when a trainer fails, let the others finish\n"
+	    "  --grace SEC            after a trainer failed, stop the others after SEC\n"
+	    "                         (default 10); also the SIGTERM-to-SIGKILL delay on stop\n"
+	    "  --ready-timeout SEC    wait at most SEC for the daemons to be ready (default "
+	    "60)\n"
+	    "  --daemon-arg ARG       pass ARG to every daemon (repeatable), e.g.\n"
+	    "                         --daemon-arg --log-level --daemon-arg debug\n"
+	    "  --daemon PATH          the sparsecommd to run (default: next to "
+	    "sparsecomm-run,\n"
+	    "                         else $SPARSECOMM_DAEMON, else found on PATH)\n"
+	    "  --port PORT            coordinator port (default: a free one; 29500 with "
+	    "--netns)\n"
+	    "  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
+	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
+	    "                         commands that build the namespaces\n"
+	    "  -h, --help             this text\n"
+	    "\n"
+	    "Exit status: the first non-zero trainer status (killed by a signal: 128 + "
+	    "signal),\n"
+	    "124 on --timeout, 1 when a daemon failed or could not start, 2 on a usage error.\n"
+	    "\n"
+	    "example:\n"
+	    "  sparsecomm-run -n 4 --netns --rate 1gbit -- build/bin/sparsecomm-bench "
+	    "allreduce\n");
 }
 
 static double parse_seconds(const char *opt, const char *v)
@@ -207,18 +215,19 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		} else {
 			snprintf(name, sizeof(name), "%s", a);
 		}
-#define NEED_VAL()                                                                         \
-	do {                                                                               \
-		if (!val) {                                                                \
-			if (i + 1 >= argc)                                                 \
-				die_usage("%s needs a value", name);                       \
-			val = argv[++i];                                                   \
-		}                                                                          \
+#define NEED_VAL()                                                                             \
+	do {                                                                                   \
+		if (!val) {                                                                    \
+			if (i + 1 >= argc)                                                     \
+				die_usage("%s needs a value", name);                           \
+			val = argv[++i];                                                       \
+		}                                                                              \
 	} while (0)
 		if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 			usage(stdout);
 			exit(0);
-		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes") || !strcmp(name, "-np")) {
+		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes") ||
+			   !strcmp(name, "-np")) {
 			NEED_VAL();
 			o->nodes = parse_int(name, val, 1, MAX_TRAINERS);
 		} else if (!strcmp(name, "--per-node")) {
@@ -260,7 +269,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
 #undef NEED_VAL
 	}
 	if (i >= argc || i + 1 >= argc)
-		die_usage("no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
+		die_usage(
+		    "no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
 	o->cmd = argv + i + 1;
 	if (!o->nodes)
 		die_usage("-n N (the number of nodes) is required");
@@ -272,8 +282,9 @@ static void parse_args(int argc, char **argv, opts_t *o)
 	if (o->netns) {
 		double bps;
 		if (o->rate && run_netns_parse_rate(o->rate, &bps) < 0)
-			die_usage("cannot parse --rate '%s' (examples: 1gbit, 500mbit, 100mbps)",
-				  o->rate);
+			die_usage(
+			    "cannot parse --rate '%s' (examples: 1gbit, 500mbit, 100mbps)",
+			    o->rate);
 		if (o->nodes > RUN_NETNS_MAX_NODES)
 			die_usage("--netns supports at most %d nodes", RUN_NETNS_MAX_NODES);
 	}
@@ -512,7 +523,8 @@ static int spawn_daemon(run_t *r, int i)
 	}
 	snprintf(rdir, sizeof(rdir), "%s/node%d", r->dir, i);
 	if (mkdir(rdir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "sparsecomm-run: cannot create %s: %s\n", rdir, strerror(errno));
+		fprintf(stderr, "sparsecomm-run: cannot create %s: %s\n", rdir,
+			strerror(errno));
 		close(log_fd);
 		return -1;
 	}
@@ -525,12 +537,23 @@ static int spawn_daemon(run_t *r, int i)
 	snprintf(ws, sizeof(ws), "%d", r->o.nodes);
 	snprintf(ls, sizeof(ls), "%d", r->o.per_node);
 	snprintf(nfd, sizeof(nfd), "%d", notify[1]);
-	char *head[] = {r->daemon_exe, "--rank",	  rank,		 "--world-size",
-			ws,	       "--local-size",	  ls,		 "--coordinator",
-			r->coordinator, "--data-addr",	  (char *)addr,	 "--runtime-dir",
-			rdir,	       "--notify-fd",	  nfd};
-	char **argv = build_argv(r, i, head, (int)(sizeof(head) / sizeof(head[0])),
-				 r->o.daemon_args);
+	char *head[] = {r->daemon_exe,
+			"--rank",
+			rank,
+			"--world-size",
+			ws,
+			"--local-size",
+			ls,
+			"--coordinator",
+			r->coordinator,
+			"--data-addr",
+			(char *)addr,
+			"--runtime-dir",
+			rdir,
+			"--notify-fd",
+			nfd};
+	char **argv =
+	    build_argv(r, i, head, (int)(sizeof(head) / sizeof(head[0])), r->o.daemon_args);
 	pid_t launcher = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -658,11 +681,11 @@ static void pump(run_t *r, long long timeout_ms)
 		fprintf(stderr, "sparsecomm-run: out of memory\n");
 		exit(1);
 	}
-#define ADD(fd_, kind_, ptr_)                                                              \
-	do {                                                                               \
-		pfd[n] = (struct pollfd){.fd = (fd_), .events = POLLIN};                   \
-		kind[n] = (kind_);                                                         \
-		what[n++] = (ptr_);                                                        \
+#define ADD(fd_, kind_, ptr_)                                                                  \
+	do {                                                                                   \
+		pfd[n] = (struct pollfd){.fd = (fd_), .events = POLLIN};                       \
+		kind[n] = (kind_);                                                             \
+		what[n++] = (ptr_);                                                            \
 	} while (0)
 	ADD(sig_pipe[0], SRC_SIGNAL, NULL);
 	for (int i = 0; i < r->o.nodes; i++) {
@@ -707,8 +730,8 @@ static void pump(run_t *r, long long timeout_ms)
 				if (strstr(d->notify, "READY=1"))
 					d->ready = true;
 			}
-			if (m == 0 || (m < 0 && errno != EINTR && errno != EAGAIN) || d->ready ||
-			    d->notify_len == sizeof(d->notify) - 1) {
+			if (m == 0 || (m < 0 && errno != EINTR && errno != EAGAIN) ||
+			    d->ready || d->notify_len == sizeof(d->notify) - 1) {
 				close(d->notify_fd);
 				d->notify_fd = -1;
 			}
@@ -783,17 +806,20 @@ static int wait_ready(run_t *r)
 			}
 			if (d->p.alive && d->notify_fd >= 0)
 				continue;
-			if (d->p.alive) { /* closed the pipe without READY: give it 2 s to exit */
+			if (d->p.alive) { /* closed the pipe without READY: give it 2 s to exit
+					   */
 				long long until = now_ms() + 2000;
 				while (d->p.alive && now_ms() < until)
 					pump(r, until - now_ms());
 			}
 			if (d->p.alive)
-				snprintf(how, sizeof(how), "closed its notify pipe without READY=1");
+				snprintf(how, sizeof(how),
+					 "closed its notify pipe without READY=1");
 			else
 				describe_status(d->p.status, how, sizeof(how));
-			fprintf(stderr, "sparsecomm-run: daemon rank %d %s before it was ready\n",
-				i, how);
+			fprintf(stderr,
+				"sparsecomm-run: daemon rank %d %s before it was ready\n", i,
+				how);
 			print_log_tail(r, i);
 			d->shown = true;
 			return -1;
@@ -824,12 +850,12 @@ static int wait_ready(run_t *r)
 }
 
 typedef struct job_state {
-	int code;	     /* first non-zero trainer exit code */
+	int code; /* first non-zero trainer exit code */
 	bool timed_out;
 	bool daemon_failed;
-	bool stopping;	     /* the launcher has signalled the trainers */
-	long long stop_at;   /* SIGTERM the remaining trainers then (0: not set) */
-	long long kill_at;   /* SIGKILL them then */
+	bool stopping;	   /* the launcher has signalled the trainers */
+	long long stop_at; /* SIGTERM the remaining trainers then (0: not set) */
+	long long kill_at; /* SIGKILL them then */
 } job_state_t;
 
 static void stop_trainers(run_t *r, job_state_t *js, int sig)
@@ -897,8 +923,8 @@ static int alive_trainers(const run_t *r)
 
 static void run_job(run_t *r, job_state_t *js)
 {
-	long long job_end = r->o.timeout_s > 0 ? now_ms() + (long long)(r->o.timeout_s * 1000)
-					       : 0;
+	long long job_end =
+	    r->o.timeout_s > 0 ? now_ms() + (long long)(r->o.timeout_s * 1000) : 0;
 	long long kill_ms = (long long)(r->o.kill_grace_s * 1000);
 
 	while (alive_trainers(r) > 0) {
@@ -907,10 +933,11 @@ static void run_job(run_t *r, job_state_t *js)
 		if (r->new_signal) {
 			r->new_signal = false;
 			if (r->signal_count == 1) {
-				fprintf(stderr,
-					"sparsecomm-run: got signal %d: passing it to the trainers "
-					"(again to kill everything)\n",
-					r->last_signal);
+				fprintf(
+				    stderr,
+				    "sparsecomm-run: got signal %d: passing it to the trainers "
+				    "(again to kill everything)\n",
+				    r->last_signal);
 				stop_trainers(r, js, r->last_signal);
 				js->stop_at = 0;
 				js->kill_at = now + kill_ms;
@@ -920,7 +947,8 @@ static void run_job(run_t *r, job_state_t *js)
 		}
 		if (job_end && now >= job_end && !js->timed_out) {
 			js->timed_out = true;
-			fprintf(stderr, "sparsecomm-run: job timed out after %g s; stopping it\n",
+			fprintf(stderr,
+				"sparsecomm-run: job timed out after %g s; stopping it\n",
 				r->o.timeout_s);
 			stop_trainers(r, js, SIGTERM);
 			js->stop_at = 0;
@@ -981,7 +1009,8 @@ static void teardown(run_t *r, job_state_t *js)
 			proc_t *p = daemons ? &r->daemons[i].p : &r->trainers[i];
 			if (!p->alive)
 				continue;
-			fprintf(stderr, "sparsecomm-run: %s %d (pid %d) ignored SIGTERM; killing it\n",
+			fprintf(stderr,
+				"sparsecomm-run: %s %d (pid %d) ignored SIGTERM; killing it\n",
 				daemons ? "daemon" : "rank", p->rank, (int)p->pid);
 			signal_proc(p, SIGKILL, true);
 			int st;
@@ -1062,7 +1091,8 @@ static int find_daemon(run_t *r)
 
 static int free_port(void)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
 	if (fd < 0)
@@ -1113,15 +1143,16 @@ int main(int argc, char **argv)
 	if (install_signals() < 0 || find_daemon(r) < 0)
 		return 1;
 	const char *tmp = getenv("TMPDIR");
-	snprintf(r->dir, sizeof(r->dir), "%s/sparsecomm-run.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	snprintf(r->dir, sizeof(r->dir), "%s/sparsecomm-run.XXXXXX",
+		 tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(r->dir)) {
 		fprintf(stderr, "sparsecomm-run: cannot create a directory in %s: %s\n",
 			tmp && *tmp ? tmp : "/tmp", strerror(errno));
 		return 1;
 	}
 	if (r->o.log_dir && mkdir(r->o.log_dir, 0755) < 0 && errno != EEXIST) {
-		fprintf(stderr, "sparsecomm-run: cannot create --log-dir %s: %s\n", r->o.log_dir,
-			strerror(errno));
+		fprintf(stderr, "sparsecomm-run: cannot create --log-dir %s: %s\n",
+			r->o.log_dir, strerror(errno));
 		goto out_rmdir;
 	}
 	r->n_trainers = r->o.nodes * r->o.per_node;
@@ -1143,17 +1174,19 @@ int main(int argc, char **argv)
 
 	if (r->o.netns) {
 		r->net = calloc(1, sizeof(run_netns_t));
-		if (!r->net || run_netns_create(r->net, r->o.nodes, r->o.rate, r->o.verbose) < 0) {
+		if (!r->net ||
+		    run_netns_create(r->net, r->o.nodes, r->o.rate, r->o.verbose) < 0) {
 			fprintf(stderr, "sparsecomm-run: cannot build the emulated cluster.\n");
 			print_fallback(argc, argv);
 			free(r->net);
 			r->net = NULL;
 			goto out_rmdir;
 		}
-		fprintf(stderr,
-			"sparsecomm-run: %d nodes in namespaces %s..%s, %s, bridge %s, link %s\n",
-			r->o.nodes, r->net->ns[0], r->net->ns[r->o.nodes - 1], r->net->subnet,
-			r->net->bridge_addr, r->o.rate ? r->o.rate : "unshaped");
+		fprintf(
+		    stderr,
+		    "sparsecomm-run: %d nodes in namespaces %s..%s, %s, bridge %s, link %s\n",
+		    r->o.nodes, r->net->ns[0], r->net->ns[r->o.nodes - 1], r->net->subnet,
+		    r->net->bridge_addr, r->o.rate ? r->o.rate : "unshaped");
 	}
 	int port = r->o.port ? r->o.port : r->net ? DEFAULT_PORT_NETNS : free_port();
 	if (port <= 0) {

@@ -138,11 +138,23 @@ int run_netns_parse_rate(const char *rate, double *bits_per_s_p)
 		const char *unit;
 		double mult;
 	} units[] = {
-		{"", 1},	    {"bit", 1},		{"kbit", 1e3},	    {"mbit", 1e6},
-		{"gbit", 1e9},	    {"tbit", 1e12},	{"kibit", 1024.0},  {"mibit", 1048576.0},
-		{"gibit", 1073741824.0}, {"bps", 8},	{"kbps", 8e3},	    {"mbps", 8e6},
-		{"gbps", 8e9},	    {"tbps", 8e12},	{"kibps", 8192.0},  {"mibps", 8388608.0},
-		{"gibps", 8589934592.0},
+	    {"", 1},
+	    {"bit", 1},
+	    {"kbit", 1e3},
+	    {"mbit", 1e6},
+	    {"gbit", 1e9},
+	    {"tbit", 1e12},
+	    {"kibit", 1024.0},
+	    {"mibit", 1048576.0},
+	    {"gibit", 1073741824.0},
+	    {"bps", 8},
+	    {"kbps", 8e3},
+	    {"mbps", 8e6},
+	    {"gbps", 8e9},
+	    {"tbps", 8e12},
+	    {"kibps", 8192.0},
+	    {"mibps", 8388608.0},
+	    {"gibps", 8589934592.0},
 	};
 	char *end;
 	char unit[16];
@@ -183,11 +195,11 @@ static bool subnet_in_use(unsigned x, unsigned y)
 	while (!used && fgets(line, sizeof(line), f)) {
 		char ifname[64];
 		unsigned dest, gw, flags, refcnt, use, metric, mask;
-		if (sscanf(line, "%63s %x %x %x %u %u %u %x", ifname, &dest, &gw, &flags, &refcnt,
-			   &use, &metric, &mask) != 8)
+		if (sscanf(line, "%63s %x %x %x %u %u %u %x", ifname, &dest, &gw, &flags,
+			   &refcnt, &use, &metric, &mask) != 8)
 			continue;
 		if (mask == 0)
-			continue; /* the default route overlaps everything */
+			continue;	    /* the default route overlaps everything */
 		uint32_t m = mask & mask24; /* the shorter of the two prefixes */
 		used = (dest & m) == (net & m);
 	}
@@ -195,16 +207,16 @@ static bool subnet_in_use(unsigned x, unsigned y)
 	return used;
 }
 
-#define CMD(...)                                                                           \
-	do {                                                                               \
-		char *argv_[] = {__VA_ARGS__, NULL};                                       \
-		if (verbose) {                                                             \
-			fprintf(stderr, "sparsecomm-run: + ");                             \
-			print_argv(stderr, argv_);                                         \
-			fputc('\n', stderr);                                               \
-		}                                                                          \
-		if (run_cmd(argv_, CMD_TIMEOUT_MS, false) < 0)                             \
-			goto err_destroy;                                                  \
+#define CMD(...)                                                                               \
+	do {                                                                                   \
+		char *argv_[] = {__VA_ARGS__, NULL};                                           \
+		if (verbose) {                                                                 \
+			fprintf(stderr, "sparsecomm-run: + ");                                 \
+			print_argv(stderr, argv_);                                             \
+			fputc('\n', stderr);                                                   \
+		}                                                                              \
+		if (run_cmd(argv_, CMD_TIMEOUT_MS, false) < 0)                                 \
+			goto err_destroy;                                                      \
 	} while (0)
 
 int run_netns_create(run_netns_t *net, int nodes, const char *rate, bool verbose)
@@ -263,8 +275,8 @@ int run_netns_create(run_netns_t *net, int nodes, const char *rate, bool verbose
 		if (rate) {
 			CMD("tc", "qdisc", "add", "dev", net->veth[i], "root", "tbf", "rate",
 			    (char *)rate, "burst", burst, "latency", "50ms");
-			CMD("tc", "-n", net->ns[i], "qdisc", "add", "dev", "eth0", "root", "tbf",
-			    "rate", (char *)rate, "burst", burst, "latency", "50ms");
+			CMD("tc", "-n", net->ns[i], "qdisc", "add", "dev", "eth0", "root",
+			    "tbf", "rate", (char *)rate, "burst", burst, "latency", "50ms");
 		}
 	}
 	return 0;
