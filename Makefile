@@ -15,7 +15,7 @@ CC ?= cc
 MPICC ?= mpicc
 OPT ?= -O3 -march=x86-64-v2
 CFLAGS ?= $(OPT) -g
-CPPFLAGS += -Iclient/include -I$(GEN) -Idaemon -Iclient/lib -D_GNU_SOURCE
+CPPFLAGS += -Iclient/include -I$(GEN) -Idaemon -Iclient/lib -D_GNU_SOURCE -DSC_VERSION_STRING=\"$(VERSION)\"
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
 LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm

@@ -1,0 +1,201 @@
+/* config.c: the settings table and its readers (file, environment, flags, runtime). */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const scd_cfg_desc_t scd_cfg_desc[SCD_CFG_COUNT] = {
+#define SCD_CFG_DESC_(key, type, di, ds, mn, mx, rt, doc)                                  \
+	[SCD_CFG_##key] = {#key, SCD_CFG_##type, (di), (ds), (mn), (mx), (rt), (doc)},
+	SCD_CONFIG_MAP(SCD_CFG_DESC_)
+#undef SCD_CFG_DESC_
+};
+
+static const char *const source_names[] = {"default", "file", "env", "flag", "runtime"};
+
+const char *scd_config_source_name(scd_cfg_source_t src)
+{
+	return (unsigned)src < 5 ? source_names[src] : "?";
+}
+
+void scd_config_init(scd_config_t *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		cfg->ival[k] = scd_cfg_desc[k].def_int;
+		if (scd_cfg_desc[k].type == SCD_CFG_STR)
+			cfg->sval[k] = strdup(scd_cfg_desc[k].def_str);
+	}
+}
+
+void scd_config_free(scd_config_t *cfg)
+{
+	for (int k = 0; k < SCD_CFG_COUNT; k++)
+		free(cfg->sval[k]);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+int scd_config_find(const char *name)
+{
+	char norm[64];
+	size_t i = 0;
+	for (; name[i] && i < sizeof(norm) - 1; i++)
+		norm[i] = name[i] == '-' ? '_' : (char)tolower((unsigned char)name[i]);
+	norm[i] = 0;
+	for (int k = 0; k < SCD_CFG_COUNT; k++)
+		if (!strcmp(norm, scd_cfg_desc[k].name))
+			return k;
+	return -1;
+}
+
+/* Parses an integer with an optional K/M/G (binary) suffix. */
+static int parse_int(const char *text, int64_t *v_p)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 0);
+	if (errno || end == text)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	default: break;
+	}
+	while (isspace((unsigned char)*end))
+		end++;
+	if (*end)
+		return -1;
+	*v_p = v;
+	return 0;
+}
+
+sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cfg_source_t src,
+			   char *err, size_t err_len)
+{
+	if (key < 0 || key >= SCD_CFG_COUNT) {
+		snprintf(err, err_len, "unknown configuration key");
+		return SC_ERR_NOT_FOUND;
+	}
+	const scd_cfg_desc_t *d = &scd_cfg_desc[key];
+	if (src == SCD_SRC_RUNTIME && !d->runtime) {
+		snprintf(err, err_len, "%s cannot be changed while the daemon runs", d->name);
+		return SC_ERR_INVALID;
+	}
+	if (d->type == SCD_CFG_INT) {
+		int64_t v;
+		if (parse_int(value, &v)) {
+			snprintf(err, err_len, "%s: '%s' is not an integer", d->name, value);
+			return SC_ERR_INVALID;
+		}
+		if (v < d->min || v > d->max) {
+			snprintf(err, err_len, "%s: %lld is outside [%lld, %lld]", d->name,
+				 (long long)v, (long long)d->min, (long long)d->max);
+			return SC_ERR_INVALID;
+		}
+		cfg->ival[key] = v;
+	} else {
+		if (key == SCD_CFG_log_level && strcmp(value, "error") && strcmp(value, "warn") &&
+		    strcmp(value, "info") && strcmp(value, "debug")) {
+			snprintf(err, err_len, "log_level: '%s' is not error, warn, info or debug",
+				 value);
+			return SC_ERR_INVALID;
+		}
+		char *copy = strdup(value);
+		if (!copy)
+			return SC_ERR_NOMEM;
+		free(cfg->sval[key]);
+		cfg->sval[key] = copy;
+	}
+	cfg->source[key] = src;
+	return SC_OK;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	char *e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = 0;
+	return s;
+}
+
+sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err, size_t err_len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, err_len, "cannot open %s: %s", path, strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	char line[1024], msg[256];
+	int lineno = 0;
+	sc_status_t st = SC_OK;
+	while (fgets(line, sizeof(line), f)) {
+		lineno++;
+		char *s = trim(line);
+		if (!*s || *s == '#' || *s == ';' || *s == '[')
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, err_len, "%s:%d: expected key = value", path, lineno);
+			st = SC_ERR_INVALID;
+			break;
+		}
+		*eq = 0;
+		char *key = trim(s), *val = trim(eq + 1);
+		int k = scd_config_find(key);
+		if (k < 0) {
+			snprintf(err, err_len, "%s:%d: unknown key '%s'", path, lineno, key);
+			st = SC_ERR_INVALID;
+			break;
+		}
+		st = scd_config_set(cfg, k, val, SCD_SRC_FILE, msg, sizeof(msg));
+		if (st != SC_OK) {
+			snprintf(err, err_len, "%s:%d: %s", path, lineno, msg);
+			break;
+		}
+	}
+	fclose(f);
+	return st;
+}
+
+sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len)
+{
+	char name[96], msg[256];
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		int n = snprintf(name, sizeof(name), "SPARSECOMM_%s", scd_cfg_desc[k].name);
+		for (int i = 11; i < n; i++)
+			name[i] = (char)toupper((unsigned char)name[i]);
+		const char *v = getenv(name);
+		if (!v)
+			continue;
+		sc_status_t st = scd_config_set(cfg, k, v, SCD_SRC_ENV, msg, sizeof(msg));
+		if (st != SC_OK) {
+			snprintf(err, err_len, "%s: %s", name, msg);
+			return st;
+		}
+	}
+	return SC_OK;
+}
+
+const char *scd_config_text(const scd_config_t *cfg, int key, char *buf, size_t len)
+{
+	if (scd_cfg_desc[key].type == SCD_CFG_STR)
+		return cfg->sval[key];
+	snprintf(buf, len, "%lld", (long long)cfg->ival[key]);
+	return buf;
+}
+
+void scd_config_dump(const scd_config_t *cfg, FILE *out)
+{
+	char buf[32];
+	fprintf(out, "# sparsecommd effective configuration (key = value  # source)\n");
+	for (int k = 0; k < SCD_CFG_COUNT; k++)
+		fprintf(out, "%s = %s  # %s%s\n", scd_cfg_desc[k].name,
+			scd_config_text(cfg, k, buf, sizeof(buf)),
+			scd_config_source_name(cfg->source[k]),
+			scd_cfg_desc[k].runtime ? ", runtime-changeable" : "");
+}

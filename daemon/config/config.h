@@ -1,0 +1,104 @@
+/*
+ * config.h: every setting of sparsecommd, described once in a table {name, type, default,
+ * min, max, runtime-changeable, doc}. The table drives the INI file, the SPARSECOMM_<KEY>
+ * environment overrides, the --<key> flags, `sparsectl config get/set` and --dump-config,
+ * so they can never disagree. Each value remembers where it came from.
+ *
+ * Precedence, lowest first: default < file < environment < flag < runtime (sparsectl).
+ */
+#ifndef SCD_CONFIG_CONFIG_H
+#define SCD_CONFIG_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sparsecomm.h"
+
+typedef enum { SCD_CFG_INT, SCD_CFG_STR } scd_cfg_type_t;
+typedef enum {
+	SCD_SRC_DEFAULT = 0,
+	SCD_SRC_FILE,
+	SCD_SRC_ENV,
+	SCD_SRC_FLAG,
+	SCD_SRC_RUNTIME
+} scd_cfg_source_t;
+
+/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc) */
+#define SCD_CONFIG_MAP(X)                                                                  \
+	X(rank, INT, 0, NULL, 0, 4095, 0, "this node's rank in the world (0 is the coordinator)") \
+	X(world_size, INT, 1, NULL, 1, 4096, 0, "number of nodes (daemons) in the world")  \
+	X(local_size, INT, 1, NULL, 1, 64, 0, "trainer processes per node")                \
+	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                  \
+	  "host:port the coordinator (rank 0) listens on and the other ranks join")       \
+	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                         \
+	  "address this daemon's data plane binds to and announces to its peers")         \
+	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")  \
+	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                \
+	  "private directory (mode 0700) for the control socket ctl.sock; empty: "         \
+	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID") \
+	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                         \
+	  "how long ready tensors are batched before they are announced (0: next loop turn)") \
+	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                   \
+	  "largest fused buffer; ready tensors smaller than this are fused up to it")      \
+	X(op_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                \
+	  "a data-plane operation with no progress for this long fails")                   \
+	X(join_timeout_ms, INT, 60000, NULL, 100, 3600000, 0,                              \
+	  "world formation fails if some rank has not joined within this time")            \
+	X(stall_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                             \
+	  "a tensor ready on some ranks but not others for this long fails on every rank") \
+	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                  \
+	  "largest tensor a trainer may register")                                         \
+	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
+
+typedef enum {
+#define SCD_CFG_ENUM_(key, type, di, ds, mn, mx, rt, doc) SCD_CFG_##key,
+	SCD_CONFIG_MAP(SCD_CFG_ENUM_)
+#undef SCD_CFG_ENUM_
+	SCD_CFG_COUNT
+} scd_cfg_key_t;
+
+typedef struct scd_config {
+	int64_t ival[SCD_CFG_COUNT];
+	char *sval[SCD_CFG_COUNT];
+	scd_cfg_source_t source[SCD_CFG_COUNT];
+} scd_config_t;
+
+/* Description of one key. */
+typedef struct scd_cfg_desc {
+	const char *name;
+	scd_cfg_type_t type;
+	int64_t def_int;
+	const char *def_str;
+	int64_t min, max;
+	int runtime;
+	const char *doc;
+} scd_cfg_desc_t;
+
+extern const scd_cfg_desc_t scd_cfg_desc[SCD_CFG_COUNT];
+
+void scd_config_init(scd_config_t *cfg);
+void scd_config_free(scd_config_t *cfg);
+/* The key called name (dashes and underscores alike), or -1. */
+int scd_config_find(const char *name);
+/* Sets key from text, checking type and range; err gets a message on failure. */
+sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cfg_source_t src,
+			   char *err, size_t err_len);
+/* Loads an INI file (sections ignored, '#' and ';' comments). */
+sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err, size_t err_len);
+/* Applies every SPARSECOMM_<KEY> environment variable. */
+sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len);
+/* The value as text (into buf) and the source's name. */
+const char *scd_config_text(const scd_config_t *cfg, int key, char *buf, size_t len);
+const char *scd_config_source_name(scd_cfg_source_t src);
+void scd_config_dump(const scd_config_t *cfg, FILE *out);
+
+static inline int64_t scd_cfg_int(const scd_config_t *cfg, scd_cfg_key_t key)
+{
+	return cfg->ival[key];
+}
+static inline const char *scd_cfg_str(const scd_config_t *cfg, scd_cfg_key_t key)
+{
+	return cfg->sval[key];
+}
+
+#endif

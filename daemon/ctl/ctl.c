@@ -1,0 +1,841 @@
+/*
+ * ctl.c: the control socket, trainer and sparsectl sessions, and the request handlers.
+ *
+ * ZeroMQ's descriptor (ZMQ_FD) is edge-triggered: the uv_poll callback and the loop's
+ * prepare hook both drain the socket while ZMQ_EVENTS says it is readable, so a message
+ * that arrived during a send is never left waiting for the next edge.
+ */
+#include "ctl/ctl.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "util/arena.h"
+#include "util/log.h"
+#include "world/world.h"
+
+#define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
+
+typedef struct scd_session {
+	uint8_t ident[256];
+	size_t ident_len;
+	int role; /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
+	int pid;
+	int local_rank;
+	int pidfd;
+	uv_poll_t pidpoll;
+	scd_reg_t *regs;
+	uint64_t last_ms;
+	struct scd_session *next;
+	struct scd_ctl *ctl;
+} scd_session_t;
+
+struct scd_ctl {
+	scd_daemon_t *d;
+	void *sock;
+	uv_poll_t poll;
+	int polling;
+	scd_tensors_t *tensors;
+	scd_session_t *sessions;
+	scd_session_t *by_local[SCD_MAX_LOCAL];
+	int n_trainers;
+	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
+	char degraded_reason[256];
+	struct pending_q {
+		uint64_t id, seq;
+		uint8_t ident[256];
+		size_t ident_len;
+	} pq[16];
+	uint64_t next_query;
+};
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static void send_to(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		    const Sparsecomm__DaemonMsg *m)
+{
+	size_t n = sparsecomm__daemon_msg__get_packed_size(m);
+	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
+	if (!buf)
+		return;
+	sparsecomm__daemon_msg__pack(m, buf);
+	if (zmq_send(ctl->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT) < 0)
+		scd_warn(SCD_SUB_CTL, "reply of %zu bytes dropped: %s", n, zmq_strerror(errno));
+	if (buf != stackbuf)
+		free(buf);
+}
+
+static void send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
+		       sc_status_t st, const char *msg)
+{
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__ErrorReply e = SPARSECOMM__ERROR_REPLY__INIT;
+	e.status = st;
+	e.message = (char *)msg;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_ERROR;
+	m.error = &e;
+	send_to(ctl, ident, ident_len, &m);
+}
+
+static void send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_OK;
+	m.ok = &e;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
+			    const char *error)
+{
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
+	c.handle = handle;
+	c.status = st;
+	c.error = (char *)(error ? error : "");
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
+	m.completion = &c;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+/* ---- completions -------------------------------------------------------------------- */
+
+void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error)
+{
+	scd_reg_t *zombies[SCD_MAX_LOCAL];
+	int nz = 0;
+	for (int l = 0; l < SCD_MAX_LOCAL; l++) {
+		scd_reg_t *r = nt->slot[l];
+		if (!r || !r->handle)
+			continue;
+		if (r->session)
+			send_completion(ctl, r->session, r->handle, st, error);
+		r->handle = 0;
+		if (r->zombie)
+			zombies[nz++] = r;
+	}
+	nt->submitted = 0;
+	nt->state = SCD_NT_IDLE;
+	nt->state_since_ms = scd_now_ms();
+	nt->stats.calls++;
+	if (st != SC_OK)
+		nt->stats.errors++;
+	for (int i = 0; i < nz; i++)
+		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */
+}
+
+void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
+{
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
+		next = nt->all_next;
+		if (nt->state != SCD_NT_IDLE) {
+			/* running ones too: the daemon is going away, the engine's result will
+			 * never be delivered */
+			for (int l = 0; l < SCD_MAX_LOCAL; l++)
+				if (nt->slot[l])
+					nt->slot[l]->zombie = 0;
+			scd_ctl_complete(ctl, nt, st, error);
+		}
+	}
+}
+
+void scd_ctl_unlink_all(scd_ctl_t *ctl)
+{
+	scd_tensors_unlink_all(ctl->tensors);
+	unlink(ctl->d->ctl_path);
+}
+
+/* ---- sessions ----------------------------------------------------------------------- */
+
+static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t len)
+{
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->ident_len == len && !memcmp(s->ident, ident, len))
+			return s;
+	return NULL;
+}
+
+static void session_free_cb(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
+ * node's matching operations down with it, and the node becomes degraded. */
+static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
+{
+	char why[256] = "";
+	int inflight = 0;
+	for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
+		inflight += r->handle != 0;
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
+		snprintf(why, sizeof(why), "trainer rank %d (node %d, local rank %d, pid %d) %s",
+			 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank,
+			 s->local_rank, s->pid,
+			 died ? "exited" : "disconnected with operations in flight");
+		scd_warn(SCD_SUB_CTL, "%s", why);
+		ctl->degraded = 1;
+		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
+		scd_world_node_state(ctl->d->world, 1, why);
+	}
+	/* Operations of the node that can no longer complete fail now. */
+	for (scd_reg_t *r = s->regs; r; r = r->next_in_session) {
+		scd_ntensor_t *nt = r->nt;
+		if (why[0] && (nt->state == SCD_NT_LOCAL_WAIT || nt->state == SCD_NT_ANNOUNCED)) {
+			char msg[512];
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", nt->name,
+				 why);
+			scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
+		}
+	}
+	for (scd_reg_t *r = s->regs, *next; r; r = next) {
+		next = r->next_in_session;
+		scd_tensors_release(ctl->tensors, r);
+	}
+	s->regs = NULL;
+	for (scd_session_t **pp = &ctl->sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
+		ctl->by_local[s->local_rank] = NULL;
+		ctl->n_trainers--;
+	}
+	if (s->pidfd >= 0) {
+		uv_poll_stop(&s->pidpoll);
+		close(s->pidfd);
+		s->pidpoll.data = s;
+		uv_close((uv_handle_t *)&s->pidpoll, session_free_cb);
+	} else {
+		free(s);
+	}
+}
+
+static void on_pid_exit(uv_poll_t *h, int status, int events)
+{
+	scd_session_t *s = h->data;
+	session_end(s->ctl, s, 1);
+}
+
+static int pidfd_open_(int pid)
+{
+#ifdef SYS_pidfd_open
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/* ---- handlers ----------------------------------------------------------------------- */
+
+static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
+			 const Sparsecomm__Hello *h)
+{
+	scd_daemon_t *d = ctl->d;
+	char msg[256];
+	if (h->protocol_version != SC_PROTOCOL_VERSION) {
+		snprintf(msg, sizeof(msg),
+			 "incompatible protocol version: the client speaks %u, this daemon %u",
+			 h->protocol_version, SC_PROTOCOL_VERSION);
+		send_error(ctl, ident, ident_len, seq, SC_ERR_VERSION, msg);
+		return;
+	}
+	if (session_find(ctl, ident, ident_len)) {
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, "hello sent twice");
+		return;
+	}
+	int lr = -1;
+	if (h->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
+		if (h->local_rank >= 0) {
+			if (h->local_rank >= d->local_size) {
+				snprintf(msg, sizeof(msg),
+					 "local rank %d is out of range: this node runs %d "
+					 "trainer(s)",
+					 h->local_rank, d->local_size);
+				send_error(ctl, ident, ident_len, seq, SC_ERR_INVALID, msg);
+				return;
+			}
+			if (ctl->by_local[h->local_rank]) {
+				snprintf(msg, sizeof(msg),
+					 "local rank %d is already taken by pid %d", h->local_rank,
+					 ctl->by_local[h->local_rank]->pid);
+				send_error(ctl, ident, ident_len, seq, SC_ERR_BUSY, msg);
+				return;
+			}
+			lr = h->local_rank;
+		} else {
+			for (int l = 0; l < d->local_size && lr < 0; l++)
+				if (!ctl->by_local[l])
+					lr = l;
+			if (lr < 0) {
+				snprintf(msg, sizeof(msg),
+					 "every local rank of this node (%d) is taken",
+					 d->local_size);
+				send_error(ctl, ident, ident_len, seq, SC_ERR_LIMIT, msg);
+				return;
+			}
+		}
+	} else {
+		int n_control = 0;
+		scd_session_t *oldest = NULL;
+		for (scd_session_t *s = ctl->sessions; s; s = s->next)
+			if (s->role == SPARSECOMM__ROLE__ROLE_CONTROL) {
+				n_control++;
+				if (!oldest || s->last_ms < oldest->last_ms)
+					oldest = s;
+			}
+		if (n_control >= CTL_MAX_CONTROL)
+			session_end(ctl, oldest, 0);
+	}
+	scd_session_t *s = calloc(1, sizeof(*s));
+	if (!s) {
+		send_error(ctl, ident, ident_len, seq, SC_ERR_NOMEM, "out of memory");
+		return;
+	}
+	memcpy(s->ident, ident, ident_len);
+	s->ident_len = ident_len;
+	s->role = h->role;
+	s->pid = h->pid;
+	s->local_rank = lr;
+	s->pidfd = -1;
+	s->ctl = ctl;
+	s->last_ms = scd_now_ms();
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
+		if (h->pid > 0 && (s->pidfd = pidfd_open_(h->pid)) >= 0) {
+			uv_poll_init(d->loop, &s->pidpoll, s->pidfd);
+			s->pidpoll.data = s;
+			uv_poll_start(&s->pidpoll, UV_READABLE, on_pid_exit);
+		}
+		ctl->by_local[lr] = s;
+		ctl->n_trainers++;
+		if (ctl->degraded && ctl->n_trainers == d->local_size) {
+			ctl->degraded = 0;
+			scd_world_node_state(d->world, 0, "");
+		}
+	}
+	s->next = ctl->sessions;
+	ctl->sessions = s;
+
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__HelloReply r = SPARSECOMM__HELLO_REPLY__INIT;
+	r.protocol_version = SC_PROTOCOL_VERSION;
+	r.local_rank = lr;
+	r.local_size = d->local_size;
+	r.node_rank = d->rank;
+	r.node_count = d->world_size;
+	r.rank = lr >= 0 ? d->rank * d->local_size + lr : -1;
+	r.size = d->world_size * d->local_size;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_HELLO;
+	m.hello = &r;
+	send_to(ctl, ident, ident_len, &m);
+}
+
+static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			    const Sparsecomm__RegisterTensor *rq)
+{
+	char err[512];
+	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_INVALID,
+			   "only trainer sessions register tensors");
+		return;
+	}
+	scd_tensor_opts_t opts = {0};
+	if (rq->opts) {
+		opts.allow_lossy = rq->opts->allow_lossy;
+		opts.sparsifier = rq->opts->sparsifier;
+		opts.density = rq->opts->density;
+		opts.threshold = rq->opts->threshold;
+		opts.coo_capacity = rq->opts->coo_capacity;
+		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
+			 rq->opts->scheme ? rq->opts->scheme : "");
+	}
+	scd_reg_t *reg;
+	sc_status_t st = scd_tensors_register(
+		ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
+		&opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
+		sizeof(err));
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	reg->next_in_session = s->regs;
+	s->regs = reg;
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__RegisterReply r = SPARSECOMM__REGISTER_REPLY__INIT;
+	r.tensor_id = reg->id;
+	r.shm_name = reg->shm_name;
+	r.shm_bytes = reg->map_bytes;
+	r.data_offset = reg->hdr->data_offset;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_REG;
+	m.reg = &r;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			     const Sparsecomm__Allreduce *a)
+{
+	char err[512];
+	scd_reg_t *r = scd_tensors_reg(ctl->tensors, a->tensor_id);
+	if (!r || r->session != s) {
+		snprintf(err, sizeof(err), "unknown tensor: id %u is not registered by this client",
+			 a->tensor_id);
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
+		return;
+	}
+	scd_ntensor_t *nt = r->nt;
+	sc_status_t st = SC_OK;
+	if (!a->handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "tensor '%s': handle 0 is not valid", nt->name);
+	} else if (r->handle) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
+			 nt->name);
+	} else if (a->op > SC_OP_AVERAGE) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name, a->op);
+	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "tensor '%s': %llu COO entries exceed its capacity %llu",
+			 nt->name, (unsigned long long)a->nnz,
+			 (unsigned long long)nt->opts.coo_capacity);
+	} else if (ctl->degraded) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err), "allreduce of tensor '%s' refused: %s", nt->name,
+			 ctl->degraded_reason);
+	} else if (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err),
+			 "tensor '%s': the previous step's operation is still running", nt->name);
+	}
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	r->handle = a->handle;
+	r->op = a->op;
+	r->coo = a->coo;
+	r->nnz = a->nnz;
+	send_ok(ctl, s, seq);
+	if (nt->submitted++ == 0) {
+		nt->op = a->op;
+		nt->state = SCD_NT_LOCAL_WAIT;
+		nt->state_since_ms = scd_now_ms();
+	} else if (nt->op != a->op) {
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s': the trainers of node %d ask for different "
+			 "reductions (sum and average)",
+			 nt->name, ctl->d->rank);
+		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
+		return;
+	}
+	if (nt->submitted == ctl->d->local_size) {
+		nt->state = SCD_NT_ANNOUNCED;
+		nt->state_since_ms = scd_now_ms();
+		scd_world_announce(ctl->d->world, nt);
+	}
+}
+
+static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	scd_daemon_t *d = ctl->d;
+	scd_arena_t a = {0};
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__StatusReply r = SPARSECOMM__STATUS_REPLY__INIT;
+	r.rank = d->rank;
+	r.world_size = d->world_size;
+	r.local_size = d->local_size;
+	r.protocol_version = SC_PROTOCOL_VERSION;
+	r.version = SC_VERSION_STRING;
+	r.uptime_ms = scd_now_ms() - d->start_ms;
+	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
+	scd_world_status(d->world, &r, &a);
+	r.clients = scd_arena_alloc(&a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
+	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
+		if (t->role != SPARSECOMM__ROLE__ROLE_TRAINER)
+			continue;
+		Sparsecomm__ClientInfo *ci = scd_arena_alloc(&a, sizeof(*ci));
+		if (!ci)
+			break;
+		sparsecomm__client_info__init(ci);
+		ci->local_rank = t->local_rank;
+		ci->rank = d->rank * d->local_size + t->local_rank;
+		ci->pid = t->pid;
+		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
+			ci->tensors++;
+			ci->in_flight += g->handle != 0;
+		}
+		r.clients[r.n_clients++] = ci;
+	}
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATUS;
+	m.status = &r;
+	send_to(ctl, s->ident, s->ident_len, &m);
+	scd_arena_free(&a);
+}
+
+static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	scd_arena_t a = {0};
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__StatsReply r = SPARSECOMM__STATS_REPLY__INIT;
+	size_t n = 0;
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
+		n++;
+	r.tensors = scd_arena_alloc(&a, sizeof(*r.tensors) * (n + 1));
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r.tensors;
+	     nt = nt->all_next) {
+		Sparsecomm__TensorStats *ts = scd_arena_alloc(&a, sizeof(*ts));
+		if (!ts)
+			break;
+		sparsecomm__tensor_stats__init(ts);
+		ts->name = nt->name;
+		ts->numel = nt->numel;
+		ts->dtype = nt->dtype;
+		ts->calls = nt->stats.calls;
+		ts->errors = nt->stats.errors;
+		ts->bytes_sent = nt->stats.bytes_sent;
+		ts->bytes_received = nt->stats.bytes_recv;
+		ts->time_s = nt->stats.time_s;
+		ts->scheme = nt->stats.scheme;
+		ts->predicted_s = nt->stats.predicted_s;
+		ts->measured_s = nt->stats.measured_s;
+		ts->density = nt->stats.density;
+		ts->densification = nt->stats.densification;
+		ts->imbalance = nt->stats.imbalance;
+		r.tensors[r.n_tensors++] = ts;
+	}
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
+	m.stats = &r;
+	send_to(ctl, s->ident, s->ident_len, &m);
+	scd_arena_free(&a);
+}
+
+static void handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	struct pending_q *q = &ctl->pq[ctl->next_query % 16];
+	q->id = ++ctl->next_query;
+	q->seq = seq;
+	memcpy(q->ident, s->ident, s->ident_len);
+	q->ident_len = s->ident_len;
+	scd_world_pending(ctl->d->world, q->id);
+}
+
+void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r)
+{
+	struct pending_q *q = &ctl->pq[(query_id - 1) % 16];
+	if (q->id != query_id)
+		return; /* superseded */
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	m.seq = q->seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_PENDING;
+	m.pending = (Sparsecomm__PendingReply *)r;
+	send_to(ctl, q->ident, q->ident_len, &m);
+	q->id = 0;
+}
+
+void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_arena_t *a)
+{
+	size_t n = 0;
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
+		n += nt->state == SCD_NT_LOCAL_WAIT;
+	if (!n)
+		return;
+	Sparsecomm__PendingTensor **v =
+		scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
+	if (!v)
+		return;
+	memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
+	r->tensors = v;
+	uint64_t now = scd_now_ms();
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next) {
+		if (nt->state != SCD_NT_LOCAL_WAIT)
+			continue;
+		Sparsecomm__PendingTensor *p = scd_arena_alloc(a, sizeof(*p));
+		int32_t *miss = scd_arena_alloc(a, sizeof(int32_t));
+		if (!p || !miss)
+			return;
+		sparsecomm__pending_tensor__init(p);
+		p->name = scd_arena_strdup(a, nt->name);
+		miss[0] = ctl->d->rank;
+		p->missing_ranks = miss;
+		p->n_missing_ranks = 1;
+		p->waiting_s = (double)(now - nt->state_since_ms) / 1000.0;
+		r->tensors[r->n_tensors++] = p;
+	}
+}
+
+static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			  const Sparsecomm__ClientMsg *msg)
+{
+	scd_config_t *cfg = &ctl->d->cfg;
+	char err[256];
+	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET) {
+		const Sparsecomm__ConfigSet *cs = msg->config_set;
+		int k = scd_config_find(cs->key ? cs->key : "");
+		scd_config_t probe;
+		scd_config_init(&probe);
+		sc_status_t st = scd_config_set(&probe, k, cs->value ? cs->value : "",
+						SCD_SRC_RUNTIME, err, sizeof(err));
+		scd_config_free(&probe);
+		if (st != SC_OK) {
+			char msg2[300];
+			snprintf(msg2, sizeof(msg2), "config set %s: %s", cs->key ? cs->key : "",
+				 err);
+			send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
+			return;
+		}
+		scd_world_config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
+		send_ok(ctl, s, seq);
+		return;
+	}
+	const char *key = msg->config_get->key;
+	int only = key && key[0] ? scd_config_find(key) : -1;
+	if (key && key[0] && only < 0) {
+		snprintf(err, sizeof(err), "config get: unknown key '%s'", key);
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
+		return;
+	}
+	Sparsecomm__ConfigEntry ents[SCD_CFG_COUNT], *ptrs[SCD_CFG_COUNT];
+	char bufs[SCD_CFG_COUNT][32];
+	Sparsecomm__ConfigReply r = SPARSECOMM__CONFIG_REPLY__INIT;
+	for (int i = 0; i < SCD_CFG_COUNT; i++) {
+		if (only >= 0 && i != only)
+			continue;
+		Sparsecomm__ConfigEntry *e = &ents[r.n_entries];
+		sparsecomm__config_entry__init(e);
+		e->key = (char *)scd_cfg_desc[i].name;
+		e->value = (char *)scd_config_text(cfg, i, bufs[i], sizeof(bufs[i]));
+		e->source = (char *)scd_config_source_name(cfg->source[i]);
+		e->runtime = scd_cfg_desc[i].runtime;
+		e->doc = (char *)scd_cfg_desc[i].doc;
+		ptrs[r.n_entries++] = e;
+	}
+	r.entries = ptrs;
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_CONFIG;
+	m.config = &r;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+static void dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, const uint8_t *buf,
+		     size_t len)
+{
+	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
+	if (!msg) {
+		char err[128];
+		snprintf(err, sizeof(err),
+			 "malformed control message (%zu bytes): not a ClientMsg", len);
+		scd_warn(SCD_SUB_CTL, "%s", err);
+		send_error(ctl, ident, ident_len, 0, SC_ERR_PROTOCOL, err);
+		return;
+	}
+	uint64_t seq = msg->seq;
+	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
+		handle_hello(ctl, ident, ident_len, seq, msg->hello);
+		goto out;
+	}
+	scd_session_t *s = session_find(ctl, ident, ident_len);
+	if (!s) {
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL,
+			   "no session: send hello first");
+		goto out;
+	}
+	s->last_ms = scd_now_ms();
+	switch (msg->body_case) {
+	case SPARSECOMM__CLIENT_MSG__BODY_REG:
+		handle_register(ctl, s, seq, msg->reg);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE:
+		handle_allreduce(ctl, s, seq, msg->allreduce);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_STATUS:
+		handle_status(ctl, s, seq);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_STATS:
+		handle_stats(ctl, s, seq);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_PENDING:
+		handle_pending(ctl, s, seq);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
+	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:
+		handle_config(ctl, s, seq, msg);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_BYE:
+		send_ok(ctl, s, seq);
+		session_end(ctl, s, 0);
+		break;
+	default:
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, "unknown request");
+		break;
+	}
+out:
+	sparsecomm__client_msg__free_unpacked(msg, NULL);
+}
+
+void scd_ctl_drain(scd_ctl_t *ctl)
+{
+	if (!ctl || !ctl->sock)
+		return;
+	for (;;) {
+		int events = 0;
+		size_t sz = sizeof(events);
+		if (zmq_getsockopt(ctl->sock, ZMQ_EVENTS, &events, &sz) != 0 ||
+		    !(events & ZMQ_POLLIN))
+			return;
+		zmq_msg_t id, body;
+		zmq_msg_init(&id);
+		zmq_msg_init(&body);
+		if (zmq_msg_recv(&id, ctl->sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&id);
+			zmq_msg_close(&body);
+			return;
+		}
+		int more = zmq_msg_more(&id);
+		if (more && zmq_msg_recv(&body, ctl->sock, ZMQ_DONTWAIT) >= 0) {
+			/* discard extra frames: one frame per message is the protocol */
+			while (zmq_msg_more(&body)) {
+				zmq_msg_t extra;
+				zmq_msg_init(&extra);
+				zmq_msg_recv(&extra, ctl->sock, ZMQ_DONTWAIT);
+				int m2 = zmq_msg_more(&extra);
+				zmq_msg_close(&extra);
+				if (!m2)
+					break;
+			}
+			if (zmq_msg_size(&id) <= 256)
+				dispatch(ctl, zmq_msg_data(&id), zmq_msg_size(&id),
+					 zmq_msg_data(&body), zmq_msg_size(&body));
+		}
+		zmq_msg_close(&id);
+		zmq_msg_close(&body);
+	}
+}
+
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+	scd_ctl_drain(h->data);
+}
+
+void scd_ctl_tick(scd_ctl_t *ctl)
+{
+	/* Trainers without a pidfd: check that the process still exists. */
+	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
+		next = s->next;
+		if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && s->pidfd < 0 && s->pid > 0 &&
+		    kill(s->pid, 0) != 0 && errno == ESRCH)
+			session_end(ctl, s, 1);
+	}
+	/* Tensors some local trainers submitted and others never did. */
+	uint64_t now = scd_now_ms();
+	uint64_t stall = (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_stall_timeout_ms);
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
+		next = nt->all_next;
+		if (nt->state != SCD_NT_LOCAL_WAIT || now - nt->state_since_ms < stall)
+			continue;
+		char msg[512];
+		int n = snprintf(msg, sizeof(msg),
+				 "allreduce of tensor '%s' stalled for %llu ms on node %d: local "
+				 "rank(s)",
+				 nt->name, (unsigned long long)(now - nt->state_since_ms),
+				 ctl->d->rank);
+		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 16; l++)
+			if (!nt->slot[l] || !nt->slot[l]->handle)
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", l);
+		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
+		scd_ctl_complete(ctl, nt, SC_ERR_TIMEOUT, msg);
+	}
+}
+
+scd_tensors_t *scd_ctl_tensors(scd_ctl_t *ctl)
+{
+	return ctl->tensors;
+}
+
+int scd_ctl_trainers(const scd_ctl_t *ctl)
+{
+	return ctl->n_trainers;
+}
+
+sc_status_t scd_ctl_create(scd_daemon_t *d, scd_ctl_t **ctl_p)
+{
+	scd_ctl_t *ctl = calloc(1, sizeof(*ctl));
+	if (!ctl)
+		return SC_ERR_NOMEM;
+	ctl->d = d;
+	sc_status_t st = scd_tensors_create(d->local_size, &ctl->tensors);
+	if (st != SC_OK) {
+		free(ctl);
+		return st;
+	}
+	*ctl_p = ctl;
+	return SC_OK;
+}
+
+sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
+{
+	scd_daemon_t *d = ctl->d;
+	ctl->sock = zmq_socket(d->zctx, ZMQ_ROUTER);
+	int hwm = 1 << 20, linger = 0;
+	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(ctl->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	zmq_setsockopt(ctl->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	unlink(d->ctl_path);
+	mode_t old = umask(0077);
+	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);
+	umask(old);
+	if (rc != 0) {
+		scd_error(SCD_SUB_CTL, "cannot bind the control socket %s: %s", d->ctl_endpoint,
+			  zmq_strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	chmod(d->ctl_path, 0600);
+	int fd;
+	size_t sz = sizeof(fd);
+	zmq_getsockopt(ctl->sock, ZMQ_FD, &fd, &sz);
+	uv_poll_init(d->loop, &ctl->poll, fd);
+	ctl->poll.data = ctl;
+	uv_poll_start(&ctl->poll, UV_READABLE, on_readable);
+	ctl->polling = 1;
+	scd_info(SCD_SUB_CTL, "control socket %s", d->ctl_endpoint);
+	return SC_OK;
+}
+
+void scd_ctl_destroy(scd_ctl_t *ctl)
+{
+	if (!ctl)
+		return;
+	while (ctl->sessions) {
+		scd_session_t *s = ctl->sessions;
+		for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
+			r->zombie = 0, r->handle = 0;
+		session_end(ctl, s, 0);
+	}
+	scd_tensors_destroy(ctl->tensors);
+	if (ctl->polling) {
+		uv_poll_stop(&ctl->poll);
+		uv_close((uv_handle_t *)&ctl->poll, NULL);
+	}
+	if (ctl->sock)
+		zmq_close(ctl->sock);
+	unlink(ctl->d->ctl_path);
+	/* ctl is freed after the loop has closed its handles */
+}

@@ -1,0 +1,284 @@
+/*
+ * tensor.c: the node tensor table (a chained hash on the name), registrations indexed by
+ * id, and the shared-memory objects behind them.
+ */
+#include "ctl/tensor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+#define NT_BUCKETS 1024
+
+struct scd_tensors {
+	int local_size;
+	scd_ntensor_t *bucket[NT_BUCKETS];
+	scd_ntensor_t *all;
+	scd_reg_t **regs; /* by id - 1 */
+	uint32_t n_regs, cap_regs;
+	uint64_t shm_seq;
+};
+
+static uint32_t name_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+sc_status_t scd_tensors_create(int local_size, scd_tensors_t **t_p)
+{
+	scd_tensors_t *t = calloc(1, sizeof(*t));
+	if (!t)
+		return SC_ERR_NOMEM;
+	t->local_size = local_size;
+	*t_p = t;
+	return SC_OK;
+}
+
+static void reg_unmap(scd_reg_t *r)
+{
+	if (r->map)
+		munmap(r->map, r->map_bytes);
+	if (r->shm_name[0])
+		shm_unlink(r->shm_name);
+	r->map = NULL;
+	r->shm_name[0] = 0;
+}
+
+void scd_tensors_destroy(scd_tensors_t *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->n_regs; i++) {
+		if (t->regs[i]) {
+			reg_unmap(t->regs[i]);
+			free(t->regs[i]);
+		}
+	}
+	for (scd_ntensor_t *nt = t->all, *next; nt; nt = next) {
+		next = nt->all_next;
+		free(nt->name);
+		free(nt);
+	}
+	free(t->regs);
+	free(t);
+}
+
+void scd_tensors_unlink_all(scd_tensors_t *t)
+{
+	for (uint32_t i = 0; i < t->n_regs; i++)
+		if (t->regs[i] && t->regs[i]->shm_name[0])
+			shm_unlink(t->regs[i]->shm_name);
+}
+
+scd_ntensor_t *scd_tensors_find(scd_tensors_t *t, const char *name)
+{
+	for (scd_ntensor_t *nt = t->bucket[name_hash(name) % NT_BUCKETS]; nt; nt = nt->hnext)
+		if (!strcmp(nt->name, name))
+			return nt;
+	return NULL;
+}
+
+scd_reg_t *scd_tensors_reg(scd_tensors_t *t, uint32_t id)
+{
+	if (id == 0 || id > t->n_regs)
+		return NULL;
+	scd_reg_t *r = t->regs[id - 1];
+	return r && !r->zombie ? r : NULL;
+}
+
+scd_ntensor_t *scd_tensors_first(scd_tensors_t *t)
+{
+	return t->all;
+}
+
+/* Creates, sizes, maps and pre-faults the shared object of a registration. */
+static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
+			   uint64_t numel, uint64_t coo_cap, char *err, size_t err_len)
+{
+	sc_shm_header_t h = {0};
+	sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap);
+	snprintf(r->shm_name, sizeof(r->shm_name), "/sparsecomm.%d.%llu", (int)getpid(),
+		 (unsigned long long)++t->shm_seq);
+	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0) {
+		snprintf(err, err_len, "shm_open(%s): %s", r->shm_name, strerror(errno));
+		r->shm_name[0] = 0;
+		return SC_ERR_SYSTEM;
+	}
+	if (ftruncate(fd, (off_t)h.total_bytes) != 0) {
+		snprintf(err, err_len, "cannot size shared memory of %llu bytes: %s",
+			 (unsigned long long)h.total_bytes, strerror(errno));
+		goto err_unlink;
+	}
+	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+			 fd, 0);
+	if (map == MAP_FAILED) {
+		snprintf(err, err_len, "mmap of %llu bytes: %s",
+			 (unsigned long long)h.total_bytes, strerror(errno));
+		goto err_unlink;
+	}
+	close(fd);
+	h.magic = SC_SHM_MAGIC;
+	h.version = SC_SHM_VERSION;
+	h.header_bytes = sizeof(h);
+	h.dtype = dtype;
+	h.numel = numel;
+	snprintf(h.name, sizeof(h.name), "%s", name);
+	memcpy(map, &h, sizeof(h));
+	r->map = map;
+	r->map_bytes = h.total_bytes;
+	r->hdr = map;
+	r->data = (char *)map + h.data_offset;
+	return SC_OK;
+err_unlink:
+	close(fd);
+	shm_unlink(r->shm_name);
+	r->shm_name[0] = 0;
+	return SC_ERR_SYSTEM;
+}
+
+static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype, uint64_t numel,
+			     const scd_tensor_opts_t *opts)
+{
+	scd_ntensor_t *nt = calloc(1, sizeof(*nt));
+	if (!nt || !(nt->name = strdup(name))) {
+		free(nt);
+		return NULL;
+	}
+	nt->dtype = dtype;
+	nt->numel = numel;
+	nt->opts = *opts;
+	uint32_t b = name_hash(name) % NT_BUCKETS;
+	nt->hnext = t->bucket[b];
+	t->bucket[b] = nt;
+	nt->all_next = t->all;
+	t->all = nt;
+	return nt;
+}
+
+static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
+{
+	scd_ntensor_t **pp = &t->bucket[name_hash(nt->name) % NT_BUCKETS];
+	while (*pp != nt)
+		pp = &(*pp)->hnext;
+	*pp = nt->hnext;
+	for (pp = &t->all; *pp != nt;)
+		pp = &(*pp)->all_next;
+	*pp = nt->all_next;
+	free(nt->name);
+	free(nt);
+}
+
+sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
+				 const char *name, uint32_t dtype, uint64_t numel,
+				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
+				 scd_reg_t **reg_p, char *err, size_t err_len)
+{
+	size_t esz = sc_dtype_size(dtype);
+	if (!name[0] || strlen(name) > 255) {
+		snprintf(err, err_len, "tensor name must be 1 to 255 bytes");
+		return SC_ERR_INVALID;
+	}
+	if (dtype != SC_FLOAT32) {
+		snprintf(err, err_len, "tensor '%s': dtype %s is not supported (float32 only)",
+			 name, sc_dtype_name(dtype));
+		return esz ? SC_ERR_UNSUPPORTED : SC_ERR_INVALID;
+	}
+	if (numel == 0 || numel > UINT32_MAX - 1 || numel * esz > max_bytes) {
+		snprintf(err, err_len,
+			 "tensor '%s': %llu elements is outside 1 .. %llu (max_tensor_bytes)", name,
+			 (unsigned long long)numel,
+			 (unsigned long long)(max_bytes / esz < UINT32_MAX - 1 ? max_bytes / esz
+									     : UINT32_MAX - 1));
+		return SC_ERR_INVALID;
+	}
+	if (opts->coo_capacity > numel) {
+		snprintf(err, err_len, "tensor '%s': coo_capacity %llu exceeds numel %llu", name,
+			 (unsigned long long)opts->coo_capacity, (unsigned long long)numel);
+		return SC_ERR_INVALID;
+	}
+	scd_ntensor_t *nt = scd_tensors_find(t, name);
+	if (nt) {
+		if (nt->slot[local_rank]) {
+			snprintf(err, err_len, "tensor '%s' is already registered by local rank %d",
+				 name, local_rank);
+			return SC_ERR_BUSY;
+		}
+		if (nt->dtype != dtype || nt->numel != numel) {
+			int other = 0;
+			while (other < SCD_MAX_LOCAL && !nt->slot[other])
+				other++;
+			snprintf(err, err_len,
+				 "tensor '%s' differs between trainers of this node: local rank %d "
+				 "registered %s x %llu, local rank %d %s x %llu",
+				 name, other, sc_dtype_name(nt->dtype),
+				 (unsigned long long)nt->numel, local_rank, sc_dtype_name(dtype),
+				 (unsigned long long)numel);
+			return SC_ERR_MISMATCH;
+		}
+	}
+	scd_reg_t *r = calloc(1, sizeof(*r));
+	if (!r)
+		return SC_ERR_NOMEM;
+	if (t->n_regs == t->cap_regs) {
+		uint32_t cap = t->cap_regs ? t->cap_regs * 2 : 256;
+		scd_reg_t **regs = realloc(t->regs, cap * sizeof(*regs));
+		if (!regs) {
+			free(r);
+			return SC_ERR_NOMEM;
+		}
+		t->regs = regs;
+		t->cap_regs = cap;
+	}
+	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, err, err_len);
+	if (st != SC_OK) {
+		free(r);
+		return st;
+	}
+	if (!nt && !(nt = nt_new(t, name, dtype, numel, opts))) {
+		reg_unmap(r);
+		free(r);
+		return SC_ERR_NOMEM;
+	}
+	t->regs[t->n_regs++] = r;
+	r->id = t->n_regs;
+	r->session = s;
+	r->nt = nt;
+	r->local_rank = local_rank;
+	nt->slot[local_rank] = r;
+	nt->n_regs++;
+	*reg_p = r;
+	return SC_OK;
+}
+
+void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
+{
+	scd_ntensor_t *nt = r->nt;
+	if (nt && nt->state == SCD_NT_RUNNING && r->handle) {
+		r->zombie = 1; /* the engine still reads this buffer; freed when it is done */
+		r->session = NULL;
+		return;
+	}
+	if (nt) {
+		if (nt->slot[r->local_rank] == r) {
+			nt->slot[r->local_rank] = NULL;
+			nt->n_regs--;
+		}
+		if (r->handle && nt->submitted > 0)
+			nt->submitted--;
+		if (nt->n_regs == 0 && nt->state != SCD_NT_RUNNING)
+			nt_free(t, nt);
+	}
+	t->regs[r->id - 1] = NULL;
+	reg_unmap(r);
+	free(r);
+}

@@ -1,0 +1,101 @@
+/*
+ * tensor.h: the node's tensors. A name registered by the trainers of this node is one
+ * scd_ntensor_t; each trainer's registration of it is an scd_reg_t with its own POSIX
+ * shared-memory object (created here, mode 0600, sized and pre-faulted at registration so
+ * the per-step path touches no new page). The node tensor is ready when every local
+ * trainer has submitted it; it then goes through the negotiation and the engine.
+ */
+#ifndef SCD_CTL_TENSOR_H
+#define SCD_CTL_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "shm_layout.h"
+#include "sparsecomm.h"
+
+struct scd_session;
+
+typedef enum {
+	SCD_NT_IDLE = 0,   /* nothing submitted */
+	SCD_NT_LOCAL_WAIT, /* some local trainers submitted */
+	SCD_NT_ANNOUNCED,  /* every local trainer submitted; the coordinator knows */
+	SCD_NT_RUNNING,	   /* in the engine */
+} scd_nt_state_t;
+
+typedef struct scd_tensor_opts {
+	int allow_lossy;
+	uint32_t sparsifier;
+	double density, threshold;
+	char scheme[32];
+	uint64_t coo_capacity;
+} scd_tensor_opts_t;
+
+typedef struct scd_tensor_stats {
+	uint64_t calls, errors, bytes_sent, bytes_recv;
+	double time_s;
+	char scheme[32];
+	double predicted_s, measured_s, density, densification, imbalance;
+} scd_tensor_stats_t;
+
+typedef struct scd_reg {
+	uint32_t id; /* the tensor_id the trainer uses */
+	struct scd_session *session;
+	struct scd_ntensor *nt;
+	int local_rank;
+	char shm_name[64];
+	void *map;
+	size_t map_bytes;
+	sc_shm_header_t *hdr;
+	void *data;
+	/* the operation in flight (handle 0: none) */
+	uint64_t handle;
+	uint32_t op;
+	int coo;
+	uint64_t nnz;
+	int zombie; /* the session went away while the engine held this buffer */
+	struct scd_reg *next_in_session;
+} scd_reg_t;
+
+typedef struct scd_ntensor {
+	char *name;
+	uint32_t dtype;
+	uint64_t numel;
+	scd_tensor_opts_t opts;
+	scd_reg_t *slot[SCD_MAX_LOCAL]; /* by local rank */
+	int n_regs;
+	int submitted;
+	uint32_t op;
+	scd_nt_state_t state;
+	uint64_t state_since_ms;
+	scd_tensor_stats_t stats;
+	struct scd_ntensor *hnext;
+	struct scd_ntensor *all_next;
+} scd_ntensor_t;
+
+typedef struct scd_tensors scd_tensors_t;
+
+sc_status_t scd_tensors_create(int local_size, scd_tensors_t **t_p);
+void scd_tensors_destroy(scd_tensors_t *t); /* unlinks and unmaps every shm object */
+void scd_tensors_unlink_all(scd_tensors_t *t); /* unlinks only */
+
+scd_ntensor_t *scd_tensors_find(scd_tensors_t *t, const char *name);
+scd_reg_t *scd_tensors_reg(scd_tensors_t *t, uint32_t id);
+/* The first node tensor (iterate with ->all_next). */
+scd_ntensor_t *scd_tensors_first(scd_tensors_t *t);
+
+/*
+ * Registers name for the trainer at local_rank: checks the attributes against the other
+ * local trainers' registrations (a difference is SC_ERR_MISMATCH naming both local
+ * ranks), creates the shared buffer. err gets the reason on failure.
+ */
+sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
+				 const char *name, uint32_t dtype, uint64_t numel,
+				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
+				 scd_reg_t **reg_p, char *err, size_t err_len);
+/* Releases a registration (unmaps and unlinks its buffer); the node tensor is freed with
+ * its last registration when it is idle. */
+void scd_tensors_release(scd_tensors_t *t, scd_reg_t *reg);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * daemon.h: the state of one sparsecommd, owned by the libuv loop thread. Each subsystem
+ * keeps its own state behind its own header (ctl/ for trainer sessions and tensors,
+ * world/ for the peers and the negotiation, engine/ for the data plane thread); this
+ * struct only ties them together.
+ */
+#ifndef SCD_DAEMON_H
+#define SCD_DAEMON_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config/config.h"
+
+#define SCD_MAX_LOCAL 64
+
+typedef struct scd_ctl scd_ctl_t;
+typedef struct scd_world scd_world_t;
+typedef struct scd_engine scd_engine_t;
+
+typedef struct scd_daemon {
+	uv_loop_t *loop;
+	scd_config_t cfg;
+	void *zctx; /* ZeroMQ context */
+	int rank, world_size, local_size;
+	char runtime_dir[PATH_MAX];
+	char ctl_path[PATH_MAX + 32];
+	char ctl_endpoint[PATH_MAX + 48];
+	scd_ctl_t *ctl;
+	scd_world_t *world;
+	scd_engine_t *engine;
+	uint64_t start_ms;
+	int notify_fd;
+	int shutting_down;
+	int exit_code;
+	uv_signal_t sig_term, sig_int;
+	uv_prepare_t drain; /* drains ZeroMQ sockets before the loop blocks */
+	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */
+} scd_daemon_t;
+
+/* Milliseconds of a monotonic clock. */
+uint64_t scd_now_ms(void);
+
+/* Called by world/ once the world has formed and the data plane is up. */
+void scd_daemon_world_ready(scd_daemon_t *d);
+/* Stops the daemon (exit code as given) at the next loop turn. */
+void scd_daemon_stop(scd_daemon_t *d, int exit_code);
+
+#endif

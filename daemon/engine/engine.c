@@ -1,0 +1,307 @@
+/*
+ * engine.c: the data-plane thread (see engine.h). The queue is a mutex and a condition
+ * variable; the thread sleeps on it when idle and blocks in the transport's poll(2) while
+ * transferring, so it never spins.
+ */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "util/log.h"
+
+#define ENGINE_SCRATCH_BYTES (4u << 20)
+
+struct scd_engine {
+	scd_daemon_t *d;
+	scd_engine_done_cb done;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	scd_job_t *head, *tail; /* to run */
+	scd_job_t *done_head, *done_tail;
+	uv_async_t async;
+	int stop, stopped;
+	scd_transport_t *transport;
+	float *fusion;
+	uint64_t fusion_cap_bytes, fusion_want_bytes;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Maps and pre-faults the fusion buffer; never called on the per-step path except after a
+ * runtime change of fusion_threshold_bytes. */
+static sc_status_t fusion_resize(scd_engine_t *e, uint64_t bytes)
+{
+	if (bytes <= e->fusion_cap_bytes && e->fusion)
+		return SC_OK;
+	if (e->fusion)
+		munmap(e->fusion, e->fusion_cap_bytes);
+	e->fusion = NULL;
+	e->fusion_cap_bytes = 0;
+	if (bytes == 0)
+		return SC_OK;
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED) {
+		scd_error(SCD_SUB_ENGINE, "cannot map a fusion buffer of %llu bytes",
+			  (unsigned long long)bytes);
+		return SC_ERR_NOMEM;
+	}
+	madvise(p, bytes, MADV_HUGEPAGE);
+	e->fusion = p;
+	e->fusion_cap_bytes = bytes;
+	return SC_OK;
+}
+
+static void add_f32(float *restrict dst, const float *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* Sums the local trainers' contributions of one item into dst (numel floats). Returns the
+ * number of out-of-range COO indices it skipped. */
+static uint64_t local_reduce(const scd_job_item_t *it, float *dst)
+{
+	uint64_t bad = 0;
+	if (it->src[0].coo) {
+		memset(dst, 0, it->numel * sizeof(float));
+		for (int s = 0; s < it->n_src; s++) {
+			const scd_job_src_t *src = &it->src[s];
+			for (uint64_t i = 0; i < src->coo_nnz; i++) {
+				uint32_t idx = src->coo_idx[i];
+				if (idx < it->numel)
+					dst[idx] += src->coo_val[i];
+				else
+					bad++;
+			}
+		}
+		return bad;
+	}
+	if (dst != it->src[0].dense)
+		memcpy(dst, it->src[0].dense, it->numel * sizeof(float));
+	for (int s = 1; s < it->n_src; s++)
+		add_f32(dst, it->src[s].dense, it->numel);
+	return 0;
+}
+
+/* Scales by 1/divisor where the item asks for an average and copies the result to every
+ * local trainer's buffer. */
+static void scatter_out(const scd_job_item_t *it, float *res, double divisor)
+{
+	if (it->op == SC_OP_AVERAGE) {
+		float inv = (float)(1.0 / divisor);
+		for (uint64_t i = 0; i < it->numel; i++)
+			res[i] *= inv;
+	}
+	for (int s = 0; s < it->n_src; s++)
+		if (it->src[s].dense != res)
+			memcpy(it->src[s].dense, res, it->numel * sizeof(float));
+}
+
+static void run_allreduce(scd_engine_t *e, scd_job_t *job)
+{
+	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_op_timeout_ms);
+	float *buf;
+	int in_place = job->n_items == 1;
+	if (in_place) {
+		buf = job->items[0].src[0].dense;
+	} else {
+		uint64_t want = e->fusion_want_bytes > job->total_numel * 4 ? e->fusion_want_bytes
+									    : job->total_numel * 4;
+		if (fusion_resize(e, want) != SC_OK) {
+			job->status = SC_ERR_NOMEM;
+			snprintf(job->error, sizeof(job->error),
+				 "rank %d: no memory for a fusion buffer of %llu bytes",
+				 e->d->rank, (unsigned long long)want);
+			return;
+		}
+		buf = e->fusion;
+	}
+	uint64_t bad = 0;
+	for (int i = 0; i < job->n_items; i++)
+		bad += local_reduce(&job->items[i], buf + job->items[i].offset);
+	scd_transport_counters_t c0, c1;
+	e->transport->ops->counters(e->transport, &c0);
+	sc_status_t st = scd_transport_allreduce_f32(e->transport, buf, job->total_numel, tmo);
+	e->transport->ops->counters(e->transport, &c1);
+	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
+	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
+	if (st != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error), "rank %d: data plane: %s", e->d->rank,
+			 scd_transport_error());
+		return;
+	}
+	for (int i = 0; i < job->n_items; i++)
+		scatter_out(&job->items[i], buf + job->items[i].offset, job->average_divisor);
+	if (bad) {
+		job->status = SC_ERR_INVALID;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: %llu COO indices out of range were ignored", e->d->rank,
+			 (unsigned long long)bad);
+	}
+}
+
+static void run_mesh(scd_engine_t *e, scd_job_t *job)
+{
+	scd_daemon_t *d = e->d;
+	sc_status_t st = scd_tcp_create(job->listen_fd, d->rank, d->world_size,
+					(const char *const *)job->addrs, job->ports, job->world_id,
+					ENGINE_SCRATCH_BYTES,
+					(int)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms),
+					&e->transport);
+	job->listen_fd = -1;
+	if (st != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error), "data plane mesh: %s",
+			 scd_transport_error());
+		return;
+	}
+	fusion_resize(e, e->fusion_want_bytes);
+}
+
+static void *engine_main(void *arg)
+{
+	scd_engine_t *e = arg;
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		while (!e->head && !e->stop)
+			pthread_cond_wait(&e->cv, &e->mu);
+		if (e->stop)
+			break;
+		scd_job_t *job = e->head;
+		e->head = job->next;
+		if (!e->head)
+			e->tail = NULL;
+		pthread_mutex_unlock(&e->mu);
+
+		double t0 = now_s();
+		job->status = SC_OK;
+		if (job->kind == SCD_JOB_MESH)
+			run_mesh(e, job);
+		else if (!e->transport)
+			job->status = SC_ERR_PEER;
+		else
+			run_allreduce(e, job);
+		job->time_s = now_s() - t0;
+
+		pthread_mutex_lock(&e->mu);
+		job->next = NULL;
+		if (e->done_tail)
+			e->done_tail->next = job;
+		else
+			e->done_head = job;
+		e->done_tail = job;
+		uv_async_send(&e->async);
+	}
+	e->stopped = 1;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+	return NULL;
+}
+
+/* Loop thread: hands finished jobs back (async callbacks coalesce: drain the queue). */
+static void on_async(uv_async_t *h)
+{
+	scd_engine_t *e = h->data;
+	pthread_mutex_lock(&e->mu);
+	scd_job_t *list = e->done_head;
+	e->done_head = e->done_tail = NULL;
+	pthread_mutex_unlock(&e->mu);
+	while (list) {
+		scd_job_t *next = list->next;
+		e->done(e->d, list);
+		list = next;
+	}
+}
+
+static void on_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engine_t **e_p)
+{
+	scd_engine_t *e = calloc(1, sizeof(*e));
+	if (!e)
+		return SC_ERR_NOMEM;
+	e->d = d;
+	e->done = done;
+	e->fusion_want_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	uv_async_init(d->loop, &e->async, on_async);
+	e->async.data = e;
+	if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+		uv_close((uv_handle_t *)&e->async, NULL);
+		free(e);
+		return SC_ERR_SYSTEM;
+	}
+	*e_p = e;
+	return SC_OK;
+}
+
+void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
+{
+	job->next = NULL;
+	pthread_mutex_lock(&e->mu);
+	if (e->tail)
+		e->tail->next = job;
+	else
+		e->head = job;
+	e->tail = job;
+	pthread_cond_signal(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+scd_transport_t *scd_engine_transport(scd_engine_t *e)
+{
+	return e->transport;
+}
+
+void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
+{
+	pthread_mutex_lock(&e->mu);
+	e->fusion_want_bytes = bytes;
+	pthread_mutex_unlock(&e->mu);
+}
+
+int scd_engine_destroy(scd_engine_t *e, int timeout_ms)
+{
+	if (!e)
+		return 0;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&e->mu);
+	e->stop = 1;
+	pthread_cond_broadcast(&e->cv);
+	while (!e->stopped)
+		if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0)
+			break;
+	int stopped = e->stopped;
+	pthread_mutex_unlock(&e->mu);
+	if (!stopped)
+		return -1;
+	pthread_join(e->thread, NULL);
+	scd_transport_destroy(e->transport);
+	fusion_resize(e, 0);
+	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
+	return 0;
+}

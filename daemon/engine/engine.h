@@ -1,0 +1,76 @@
+/*
+ * engine.h: the data-plane thread. It executes jobs strictly in submission order, which
+ * is plan order, the same on every rank, so the collective calls of all ranks match.
+ *
+ * An allreduce job is one fused buffer: the loop thread resolves its tensors to the
+ * trainers' shared buffers before submitting it (and keeps them mapped until the job
+ * comes back). The engine sums the node's trainers into the buffer (in place in the first
+ * trainer's buffer when the job holds one tensor, else in the preallocated fusion buffer),
+ * runs the collective over the transport, applies averaging, copies the result to every
+ * local trainer, and hands the job back to the loop through uv_async_send (whose callbacks
+ * coalesce, so the loop drains a queue).
+ */
+#ifndef SCD_ENGINE_ENGINE_H
+#define SCD_ENGINE_ENGINE_H
+
+#include <stdint.h>
+
+#include "ctl/tensor.h"
+#include "daemon.h"
+#include "transport/transport.h"
+
+typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE } scd_job_kind_t;
+
+typedef struct scd_job_src {
+	float *dense; /* the trainer's buffer (input, and output) */
+	const uint32_t *coo_idx;
+	const float *coo_val;
+	uint64_t coo_nnz;
+	int coo;
+} scd_job_src_t;
+
+typedef struct scd_job_item {
+	scd_ntensor_t *nt;
+	uint64_t numel;
+	uint64_t offset; /* in the fused buffer */
+	uint32_t op;
+	int n_src;
+	scd_job_src_t src[SCD_MAX_LOCAL];
+} scd_job_item_t;
+
+typedef struct scd_job {
+	scd_job_kind_t kind;
+	uint64_t seq;
+	/* allreduce */
+	int n_items;
+	scd_job_item_t *items;
+	uint64_t total_numel;
+	double average_divisor; /* trainers in the job */
+	uint32_t scheme;
+	/* mesh */
+	int listen_fd;
+	uint64_t world_id;
+	char **addrs;
+	uint16_t *ports;
+	/* result */
+	sc_status_t status;
+	char error[512];
+	double time_s;
+	uint64_t bytes_sent, bytes_recv;
+	struct scd_job *next;
+} scd_job_t;
+
+typedef void (*scd_engine_done_cb)(scd_daemon_t *d, scd_job_t *job);
+
+sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engine_t **e_p);
+/* Queues a job (ownership passes to the engine until done() gets it back). */
+void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
+/* Stops the thread after the job it is running, waiting at most timeout_ms; returns 0 when
+ * it stopped (then the engine is freed), -1 when it is still blocked in a transfer. */
+int scd_engine_destroy(scd_engine_t *e, int timeout_ms);
+/* The transport once the mesh job has succeeded (NULL before). */
+scd_transport_t *scd_engine_transport(scd_engine_t *e);
+/* Fusion buffer capacity wanted by the configuration (applied before the next job). */
+void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes);
+
+#endif

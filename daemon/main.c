@@ -1,0 +1,301 @@
+/*
+ * main.c: sparsecommd's entry point: configuration (defaults < file < environment <
+ * flags), the runtime directory, the loop and its housekeeping, signals, and an orderly
+ * shutdown that fails in-flight work with an error to its clients, removes shared memory
+ * and sockets, and exits 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "ctl/ctl.h"
+#include "daemon.h"
+#include "engine/engine.h"
+#include "util/log.h"
+#include "world/world_int.h"
+
+uint64_t scd_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: sparsecommd [--config FILE] [--KEY VALUE]... [--notify-fd N] "
+		"[--dump-config]\n\n"
+		"The sparsecomm gradient synchronisation daemon, one per node. Every KEY below is\n"
+		"also read from the INI file and from SPARSECOMM_<KEY> in the environment.\n\n");
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		char buf[32];
+		scd_config_t c;
+		scd_config_init(&c);
+		fprintf(out, "  --%-24s %s (default: %s)%s\n", scd_cfg_desc[k].name,
+			scd_cfg_desc[k].doc, scd_config_text(&c, k, buf, sizeof(buf)),
+			scd_cfg_desc[k].runtime ? " [runtime]" : "");
+		scd_config_free(&c);
+	}
+	fprintf(out, "\n  --notify-fd N             write READY=1 to fd N once the world has "
+		     "formed\n  --dump-config             print the effective configuration "
+		     "and where each value came from\n");
+}
+
+/* Creates the runtime directory (0700, owned by us) or checks an existing one. */
+static int make_runtime_dir(scd_daemon_t *d)
+{
+	const char *dir = scd_cfg_str(&d->cfg, SCD_CFG_runtime_dir);
+	if (dir[0]) {
+		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "%s", dir);
+	} else if (geteuid() == 0) {
+		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "/run/sparsecomm");
+	} else if (getenv("XDG_RUNTIME_DIR")) {
+		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "%s/sparsecomm",
+			 getenv("XDG_RUNTIME_DIR"));
+	} else {
+		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "/tmp/sparsecomm-%u",
+			 (unsigned)geteuid());
+	}
+	for (char *p = d->runtime_dir + 1; *p; p++) { /* parents, as mkdir -p */
+		if (*p != '/')
+			continue;
+		*p = 0;
+		mkdir(d->runtime_dir, 0755);
+		*p = '/';
+	}
+	if (mkdir(d->runtime_dir, 0700) != 0 && errno != EEXIST) {
+		scd_error(SCD_SUB_MAIN, "cannot create runtime directory %s: %s", d->runtime_dir,
+			  strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (stat(d->runtime_dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+		scd_error(SCD_SUB_MAIN, "runtime directory %s is not a directory owned by uid %u",
+			  d->runtime_dir, (unsigned)geteuid());
+		return -1;
+	}
+	chmod(d->runtime_dir, 0700);
+	snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/ctl.sock", d->runtime_dir);
+	snprintf(d->ctl_endpoint, sizeof(d->ctl_endpoint), "ipc://%s", d->ctl_path);
+	return 0;
+}
+
+static void sd_notify_ready(void)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	if (!path || (path[0] != '/' && path[0] != '@'))
+		return;
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = 0;
+	const char msg[] = "READY=1\nSTATUS=world formed";
+	sendto(fd, msg, sizeof(msg) - 1, 0, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+}
+
+void scd_daemon_world_ready(scd_daemon_t *d)
+{
+	if (scd_ctl_listen(d->ctl) != SC_OK) {
+		scd_daemon_stop(d, 1);
+		return;
+	}
+	scd_info(SCD_SUB_MAIN, "ready: rank %d of %d, %d trainer(s) per node, control %s",
+		 d->rank, d->world_size, d->local_size, d->ctl_endpoint);
+	if (d->notify_fd >= 0) {
+		const char msg[] = "READY=1\n";
+		if (write(d->notify_fd, msg, sizeof(msg) - 1) < 0)
+			scd_warn(SCD_SUB_MAIN, "notify fd: %s", strerror(errno));
+		close(d->notify_fd);
+		d->notify_fd = -1;
+	}
+	sd_notify_ready();
+}
+
+void scd_daemon_stop(scd_daemon_t *d, int exit_code)
+{
+	if (d->shutting_down)
+		return;
+	d->shutting_down = 1;
+	d->exit_code = exit_code;
+	scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
+	uv_stop(d->loop);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	scd_daemon_t *d = h->data;
+	scd_info(SCD_SUB_MAIN, "%s: shutting down", strsignal(signum));
+	scd_daemon_stop(d, 0);
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+	scd_daemon_t *d = h->data;
+	scd_world_drain(d->world);
+	scd_ctl_drain(d->ctl);
+}
+
+static void on_tick(uv_timer_t *h)
+{
+	scd_daemon_t *d = h->data;
+	scd_ctl_tick(d->ctl);
+	scd_world_tick(d->world);
+}
+
+/* Parses the command line into cfg: returns 0 to run, 1 to exit 0, -1 on error. */
+static int parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p)
+{
+	char err[300];
+	const char *file = getenv("SPARSECOMM_CONFIG");
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--config") && i + 1 < argc)
+			file = argv[i + 1];
+	if (file && scd_config_load_file(&d->cfg, file, err, sizeof(err)) != SC_OK) {
+		fprintf(stderr, "sparsecommd: %s\n", err);
+		return -1;
+	}
+	if (scd_config_load_env(&d->cfg, err, sizeof(err)) != SC_OK) {
+		fprintf(stderr, "sparsecommd: %s\n", err);
+		return -1;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--version")) {
+			printf("sparsecommd %s (protocol %d)\n", SC_VERSION_STRING,
+			       SC_PROTOCOL_VERSION);
+			return 1;
+		}
+		if (!strcmp(a, "--dump-config")) {
+			*dump_p = 1;
+			continue;
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			fprintf(stderr, "sparsecommd: unexpected argument '%s' (see --help)\n", a);
+			return -1;
+		}
+		char key[64];
+		const char *eq = strchr(a, '='), *val;
+		size_t klen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		snprintf(key, sizeof(key), "%.*s", (int)klen, a + 2);
+		if (eq) {
+			val = eq + 1;
+		} else if (i + 1 < argc) {
+			val = argv[++i];
+		} else {
+			fprintf(stderr, "sparsecommd: %s needs a value\n", a);
+			return -1;
+		}
+		if (!strcmp(key, "config"))
+			continue;
+		if (!strcmp(key, "notify-fd") || !strcmp(key, "notify_fd")) {
+			d->notify_fd = atoi(val);
+			continue;
+		}
+		int k = scd_config_find(key);
+		if (k < 0) {
+			fprintf(stderr, "sparsecommd: unknown option --%s (see --help)\n", key);
+			return -1;
+		}
+		if (scd_config_set(&d->cfg, k, val, SCD_SRC_FLAG, err, sizeof(err)) != SC_OK) {
+			fprintf(stderr, "sparsecommd: --%s: %s\n", key, err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static scd_daemon_t daemon_state;
+	scd_daemon_t *d = &daemon_state;
+	d->notify_fd = -1;
+	scd_config_init(&d->cfg);
+	int dump = 0;
+	int rc = parse_args(d, argc, argv, &dump);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	if (dump) {
+		scd_config_dump(&d->cfg, stdout);
+		return 0;
+	}
+	d->rank = (int)scd_cfg_int(&d->cfg, SCD_CFG_rank);
+	d->world_size = (int)scd_cfg_int(&d->cfg, SCD_CFG_world_size);
+	d->local_size = (int)scd_cfg_int(&d->cfg, SCD_CFG_local_size);
+	if (d->rank >= d->world_size) {
+		fprintf(stderr, "sparsecommd: rank %d is not below world_size %d\n", d->rank,
+			d->world_size);
+		return 2;
+	}
+	scd_log_parse_level(scd_cfg_str(&d->cfg, SCD_CFG_log_level), &scd_log_level);
+	char prefix[48];
+	snprintf(prefix, sizeof(prefix), "sparsecommd[%d]", d->rank);
+	scd_log_set_prefix(prefix);
+	signal(SIGPIPE, SIG_IGN);
+	if (make_runtime_dir(d) != 0)
+		return 1;
+
+	d->loop = uv_default_loop();
+	d->start_ms = scd_now_ms();
+	d->zctx = zmq_ctx_new();
+	if (!d->zctx || scd_ctl_create(d, &d->ctl) != SC_OK ||
+	    scd_engine_create(d, scd_neg_job_done, &d->engine) != SC_OK ||
+	    scd_world_create(d, &d->world) != SC_OK) {
+		scd_error(SCD_SUB_MAIN, "cannot initialise the daemon");
+		return 1;
+	}
+	uv_signal_init(d->loop, &d->sig_term);
+	uv_signal_init(d->loop, &d->sig_int);
+	d->sig_term.data = d->sig_int.data = d;
+	uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+	uv_signal_start(&d->sig_int, on_signal, SIGINT);
+	uv_prepare_init(d->loop, &d->drain);
+	d->drain.data = d;
+	uv_prepare_start(&d->drain, on_prepare);
+	uv_timer_init(d->loop, &d->tick);
+	d->tick.data = d;
+	uv_timer_start(&d->tick, on_tick, 250, 250);
+
+	if (scd_world_start(d->world) != SC_OK)
+		d->exit_code = 1;
+	else
+		uv_run(d->loop, UV_RUN_DEFAULT);
+
+	/* Orderly teardown: clients were told (scd_daemon_stop); now release everything. */
+	if (!d->shutting_down)
+		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
+	if (scd_engine_destroy(d->engine, 2000) != 0) {
+		/* the engine is blocked in a transfer: remove what others could see, and go */
+		scd_warn(SCD_SUB_MAIN, "the data plane is still busy; exiting without waiting");
+		scd_ctl_unlink_all(d->ctl);
+		_exit(d->exit_code);
+	}
+	scd_world_destroy(d->world);
+	scd_ctl_destroy(d->ctl);
+	uv_close((uv_handle_t *)&d->sig_term, NULL);
+	uv_close((uv_handle_t *)&d->sig_int, NULL);
+	uv_close((uv_handle_t *)&d->drain, NULL);
+	uv_close((uv_handle_t *)&d->tick, NULL);
+	uv_run(d->loop, UV_RUN_NOWAIT);
+	zmq_ctx_term(d->zctx);
+	scd_info(SCD_SUB_MAIN, "exit %d", d->exit_code);
+	scd_config_free(&d->cfg);
+	return d->exit_code;
+}

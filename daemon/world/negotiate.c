@@ -1,0 +1,602 @@
+/*
+ * negotiate.c: Horovod-style negotiation with a response cache (see world.h), the
+ * coordinator's table of announced names, plans, and the jobs they turn into.
+ *
+ * Every rank applies the same plan in the same order: a response whose tensor this node
+ * no longer has (its trainer died after announcing it) still runs, with zeros, so the
+ * collective calls of the ranks stay matched; its result is simply not delivered.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl/ctl.h"
+#include "engine/engine.h"
+#include "util/arena.h"
+#include "util/log.h"
+#include "world/world_int.h"
+
+static uint32_t hash_name(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h % SCD_WORLD_BUCKETS;
+}
+
+/* ---- the response cache --------------------------------------------------------------- */
+
+/* The id currently cached for name, or UINT32_MAX. */
+static uint32_t cache_lookup(scd_world_t *w, const char *name)
+{
+	uint32_t *v = w->name_to_id[hash_name(name)];
+	if (!v)
+		return UINT32_MAX;
+	for (uint32_t i = 1; i <= v[0]; i++)
+		if (!strcmp(w->cache[v[i]].name, name))
+			return v[i];
+	return UINT32_MAX;
+}
+
+static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
+		     uint64_t numel, uint32_t op)
+{
+	if (id >= w->cap_cache) {
+		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
+		while (cap <= id)
+			cap *= 2;
+		scd_cache_ent_t *c = realloc(w->cache, cap * sizeof(*c));
+		if (!c)
+			return -1;
+		memset(c + w->cap_cache, 0, (cap - w->cap_cache) * sizeof(*c));
+		w->cache = c;
+		w->cap_cache = cap;
+	}
+	uint32_t old = cache_lookup(w, name);
+	uint32_t **slot = &w->name_to_id[hash_name(name)];
+	if (old != UINT32_MAX) {
+		for (uint32_t i = 1; i <= (*slot)[0]; i++)
+			if ((*slot)[i] == old)
+				(*slot)[i] = id;
+	} else {
+		uint32_t n = *slot ? (*slot)[0] : 0;
+		uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
+		if (!v)
+			return -1;
+		v[0] = n + 1;
+		v[n + 1] = id;
+		*slot = v;
+	}
+	scd_cache_ent_t *e = &w->cache[id];
+	if (!e->name || strcmp(e->name, name)) {
+		free(e->name);
+		e->name = strdup(name);
+	}
+	e->dtype = dtype;
+	e->numel = numel;
+	e->op = op;
+	if (id >= w->n_cache)
+		w->n_cache = id + 1;
+	return 0;
+}
+
+/* ---- announcing (every rank) ---------------------------------------------------------- */
+
+void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
+{
+	if (w->n_out == w->cap_out) {
+		int cap = w->cap_out ? w->cap_out * 2 : 64;
+		scd_outreq_t *o = realloc(w->out, (size_t)cap * sizeof(*o));
+		if (!o) {
+			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+			return;
+		}
+		w->out = o;
+		w->cap_out = cap;
+	}
+	scd_outreq_t *o = &w->out[w->n_out++];
+	memset(o, 0, sizeof(*o));
+	uint32_t id = cache_lookup(w, nt->name);
+	if (id != UINT32_MAX && w->cache[id].dtype == nt->dtype &&
+	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op) {
+		o->cached = 1;
+		o->id = id;
+	} else {
+		o->name = strdup(nt->name);
+		o->dtype = nt->dtype;
+		o->numel = nt->numel;
+		o->op = nt->op;
+	}
+	scd_world_arm_flush(w);
+}
+
+void scd_neg_flush(scd_world_t *w)
+{
+	if (!w->n_out || !w->formed)
+		return;
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out, sizeof(*reqs));
+	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out, sizeof(*rp));
+	uint32_t *ids = calloc((size_t)w->n_out, sizeof(*ids));
+	if (!reqs || !rp || !ids)
+		goto out;
+	rl.rank = w->d->rank;
+	for (int i = 0; i < w->n_out; i++) {
+		scd_outreq_t *o = &w->out[i];
+		if (o->cached) {
+			ids[rl.n_cached_ids++] = o->id;
+			continue;
+		}
+		Sparsecomm__TensorRequest *r = &reqs[rl.n_requests];
+		sparsecomm__tensor_request__init(r);
+		r->name = o->name;
+		r->dtype = o->dtype;
+		r->numel = o->numel;
+		r->op = o->op;
+		rp[rl.n_requests++] = r;
+	}
+	rl.requests = rp;
+	rl.cached_ids = ids;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY;
+	m.ready = &rl;
+	scd_world_send_coord(w, &m);
+out:
+	for (int i = 0; i < w->n_out; i++)
+		free(w->out[i].name);
+	w->n_out = 0;
+	free(reqs);
+	free(rp);
+	free(ids);
+}
+
+/* ---- the coordinator -------------------------------------------------------------------- */
+
+static scd_centry_t *centry_get(scd_world_t *w, const char *name)
+{
+	uint32_t b = hash_name(name);
+	for (scd_centry_t *e = w->ebucket[b]; e; e = e->hnext)
+		if (!strcmp(e->name, name))
+			return e;
+	int P = w->d->world_size;
+	scd_centry_t *e = calloc(1, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->name = strdup(name);
+	e->have = calloc((size_t)P, 1);
+	e->dtype = calloc((size_t)P, sizeof(uint32_t));
+	e->op = calloc((size_t)P, sizeof(uint32_t));
+	e->numel = calloc((size_t)P, sizeof(uint64_t));
+	e->first_ms = scd_now_ms();
+	e->hnext = w->ebucket[b];
+	w->ebucket[b] = e;
+	if (w->etail)
+		w->etail->next = e;
+	else
+		w->ehead = e;
+	w->etail = e;
+	return e;
+}
+
+static void centry_free(scd_world_t *w, scd_centry_t *e)
+{
+	scd_centry_t **pp = &w->ebucket[hash_name(e->name)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	scd_centry_t *prev = NULL;
+	for (scd_centry_t *x = w->ehead; x != e; x = x->next)
+		prev = x;
+	if (prev)
+		prev->next = e->next;
+	else
+		w->ehead = e->next;
+	if (w->etail == e)
+		w->etail = prev;
+	free(e->name);
+	free(e->have);
+	free(e->dtype);
+	free(e->op);
+	free(e->numel);
+	free(e);
+}
+
+static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype, uint64_t numel,
+		      uint32_t op)
+{
+	scd_centry_t *e = centry_get(w, name);
+	if (!e || e->have[rank])
+		return;
+	e->have[rank] = 1;
+	e->dtype[rank] = dtype;
+	e->numel[rank] = numel;
+	e->op[rank] = op;
+	e->count++;
+}
+
+/* Describes how the ranks of e disagree on one attribute (NULL when they agree). */
+static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, size_t len)
+{
+	int P = w->d->world_size;
+	const char *who = w->d->local_size == 1 ? "rank" : "node";
+	const char *what = NULL;
+	int kind = -1;
+	for (int r = 1; r < P && kind < 0; r++) {
+		if (e->numel[r] != e->numel[0])
+			kind = 0, what = "element count";
+		else if (e->dtype[r] != e->dtype[0])
+			kind = 1, what = "dtype";
+		else if (e->op[r] != e->op[0])
+			kind = 2, what = "reduction";
+	}
+	if (kind < 0)
+		return 0;
+	int n = snprintf(buf, len, "allreduce of tensor '%s' failed: %s differs across ranks:",
+			 e->name, what);
+	for (int r = 0; r < P && n < (int)len - 48; r++) {
+		char val[32];
+		if (kind == 0)
+			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
+		else if (kind == 1)
+			snprintf(val, sizeof(val), "%s", sc_dtype_name(e->dtype[r]));
+		else
+			snprintf(val, sizeof(val), "%s", e->op[r] ? "average" : "sum");
+		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
+			      val);
+	}
+	return 1;
+}
+
+typedef struct plan_builder {
+	Sparsecomm__Plan plan;
+	Sparsecomm__Response **resp;
+	size_t cap_resp;
+	Sparsecomm__CacheEntry **ents;
+	size_t cap_ents;
+	scd_arena_t arena;
+} plan_builder_t;
+
+static Sparsecomm__Response *pb_response(plan_builder_t *pb)
+{
+	if (pb->plan.n_responses == pb->cap_resp) {
+		pb->cap_resp = pb->cap_resp ? pb->cap_resp * 2 : 16;
+		pb->resp = realloc(pb->resp, pb->cap_resp * sizeof(*pb->resp));
+	}
+	Sparsecomm__Response *r = scd_arena_alloc(&pb->arena, sizeof(*r));
+	sparsecomm__response__init(r);
+	pb->resp[pb->plan.n_responses++] = r;
+	return r;
+}
+
+static void pb_error(plan_builder_t *pb, const char *name, sc_status_t st, const char *msg)
+{
+	Sparsecomm__Response *r = pb_response(pb);
+	r->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR;
+	r->names = scd_arena_alloc(&pb->arena, sizeof(char *));
+	r->names[0] = scd_arena_strdup(&pb->arena, name);
+	r->n_names = 1;
+	r->status = st;
+	r->error = scd_arena_strdup(&pb->arena, msg);
+}
+
+/* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
+ * name is new or its attributes changed. */
+static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e)
+{
+	uint32_t id = cache_lookup(w, e->name);
+	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
+	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0])
+		return id;
+	id = w->n_cache;
+	cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0]);
+	if (pb->plan.n_new_entries == pb->cap_ents) {
+		pb->cap_ents = pb->cap_ents ? pb->cap_ents * 2 : 16;
+		pb->ents = realloc(pb->ents, pb->cap_ents * sizeof(*pb->ents));
+	}
+	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
+	sparsecomm__cache_entry__init(ce);
+	ce->id = id;
+	ce->name = scd_arena_strdup(&pb->arena, e->name);
+	ce->dtype = e->dtype[0];
+	ce->numel = e->numel[0];
+	ce->op = e->op[0];
+	pb->ents[pb->plan.n_new_entries++] = ce;
+	return id;
+}
+
+/* The first degraded rank, or -1. A degraded node refuses new submissions and has failed
+ * what it had announced, so nothing pending can complete while it stays degraded. */
+static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
+{
+	(void)e;
+	for (int r = 0; r < w->d->world_size; r++)
+		if (w->peers[r].degraded)
+			return r;
+	return -1;
+}
+
+/*
+ * Turns every name that all ranks announced into a response (fusing consecutive small
+ * tensors), every disagreement, stall or dead node into an error, and broadcasts the plan.
+ */
+static void coord_emit(scd_world_t *w)
+{
+	scd_daemon_t *d = w->d;
+	int P = d->world_size;
+	uint64_t fuse_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
+	uint64_t stall_ms = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_stall_timeout_ms);
+	uint64_t now = scd_now_ms();
+	plan_builder_t pb = {.plan = SPARSECOMM__PLAN__INIT};
+	Sparsecomm__Response *group = NULL;
+	uint64_t group_bytes = 0;
+	char msg[1024];
+
+	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
+		next = e->next;
+		int dr = blocking_degraded(w, e);
+		if (dr >= 0) {
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", e->name,
+				 w->peers[dr].degraded_reason);
+			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
+			group = NULL;
+			centry_free(w, e);
+			continue;
+		}
+		if (e->count < P) {
+			if (now - e->first_ms < stall_ms)
+				continue;
+			int n = snprintf(msg, sizeof(msg),
+					 "allreduce of tensor '%s' stalled: rank(s)", e->name);
+			for (int r = 0; r < P && n < (int)sizeof(msg) - 64; r++)
+				if (!e->have[r])
+					n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", r);
+			snprintf(msg + n, sizeof(msg) - (size_t)n,
+				 " did not submit it within %llu ms", (unsigned long long)stall_ms);
+			pb_error(&pb, e->name, SC_ERR_TIMEOUT, msg);
+			group = NULL;
+			centry_free(w, e);
+			continue;
+		}
+		if (describe_mismatch(w, e, msg, sizeof(msg))) {
+			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
+			group = NULL;
+			centry_free(w, e);
+			continue;
+		}
+		uint32_t id = pb_cache_id(w, &pb, e);
+		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
+		if (!group || group_bytes + bytes > fuse_bytes) {
+			group = pb_response(&pb);
+			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+			group->cache_ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
+			group_bytes = 0;
+		}
+		group->cache_ids[group->n_cache_ids++] = id;
+		group_bytes += bytes;
+		if (group->n_cache_ids == 512 || bytes >= fuse_bytes)
+			group = NULL;
+		centry_free(w, e);
+	}
+	if (pb.plan.n_responses) {
+		pb.plan.cycle = ++w->cycle;
+		pb.plan.responses = pb.resp;
+		pb.plan.new_entries = pb.ents;
+		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+		m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
+		m.plan = &pb.plan;
+		for (int r = 0; r < P; r++)
+			scd_world_send_peer(w, r, &m);
+	}
+	free(pb.resp);
+	free(pb.ents);
+	scd_arena_free(&pb.arena);
+}
+
+void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	for (size_t i = 0; i < rl->n_requests; i++) {
+		const Sparsecomm__TensorRequest *r = rl->requests[i];
+		coord_add(w, from, r->name, r->dtype, r->numel, r->op);
+	}
+	for (size_t i = 0; i < rl->n_cached_ids; i++) {
+		uint32_t id = rl->cached_ids[i];
+		if (id >= w->n_cache || !w->cache[id].name) {
+			scd_warn(SCD_SUB_NEGOTIATE, "rank %d announced unknown cache id %u", from,
+				 id);
+			continue;
+		}
+		const scd_cache_ent_t *c = &w->cache[id];
+		coord_add(w, from, c->name, c->dtype, c->numel, c->op);
+	}
+	coord_emit(w);
+}
+
+void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
+{
+	if (ns->rank < 0 || ns->rank >= w->d->world_size)
+		return;
+	scd_peer_t *p = &w->peers[ns->rank];
+	p->degraded = ns->degraded;
+	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
+		 ns->reason ? ns->reason : "");
+	scd_info(SCD_SUB_NEGOTIATE, "node %d is %s%s%s", ns->rank,
+		 ns->degraded ? "degraded: " : "whole again", ns->degraded ? p->degraded_reason : "",
+		 "");
+	if (ns->degraded) {
+		/* Everything pending fails now: the node cannot complete any of it, even what
+		 * it announced before its trainer died. */
+		coord_emit(w);
+	}
+}
+
+void scd_neg_tick(scd_world_t *w)
+{
+	if (w->is_coord && w->ehead)
+		coord_emit(w);
+}
+
+void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, scd_arena_t *a)
+{
+	int P = w->d->world_size;
+	size_t n = 0;
+	for (scd_centry_t *e = w->ehead; e; e = e->next)
+		n++;
+	r->tensors = scd_arena_alloc(a, sizeof(*r->tensors) * (n + 1));
+	if (!r->tensors)
+		return;
+	uint64_t now = scd_now_ms();
+	for (scd_centry_t *e = w->ehead; e; e = e->next) {
+		Sparsecomm__PendingTensor *p = scd_arena_alloc(a, sizeof(*p));
+		int32_t *ready = scd_arena_alloc(a, sizeof(int32_t) * (size_t)P);
+		int32_t *missing = scd_arena_alloc(a, sizeof(int32_t) * (size_t)P);
+		if (!p || !ready || !missing)
+			return;
+		sparsecomm__pending_tensor__init(p);
+		p->name = scd_arena_strdup(a, e->name);
+		p->ready_ranks = ready;
+		p->missing_ranks = missing;
+		for (int i = 0; i < P; i++) {
+			if (e->have[i])
+				ready[p->n_ready_ranks++] = i;
+			else
+				missing[p->n_missing_ranks++] = i;
+		}
+		p->waiting_s = (double)(now - e->first_ms) / 1000.0;
+		r->tensors[r->n_tensors++] = p;
+	}
+}
+
+/* ---- plans and jobs (every rank) -------------------------------------------------------- */
+
+static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
+{
+	for (size_t i = 0; i < resp->n_names; i++) {
+		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(w->d->ctl), resp->names[i]);
+		if (nt && (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT))
+			scd_ctl_complete(w->d->ctl, nt, resp->status, resp->error);
+	}
+	/* a failed announcement must not linger in the outgoing batch either */
+}
+
+static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
+{
+	scd_daemon_t *d = w->d;
+	scd_job_t *job = calloc(1, sizeof(*job));
+	scd_job_item_t *items = calloc(resp->n_cache_ids, sizeof(*items));
+	if (!job || !items) {
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory for a job: this rank leaves the world");
+		scd_daemon_stop(d, 1);
+		free(job);
+		free(items);
+		return;
+	}
+	job->kind = SCD_JOB_ALLREDUCE;
+	job->seq = ++w->job_seq;
+	job->items = items;
+	job->n_items = (int)resp->n_cache_ids;
+	job->average_divisor = (double)d->world_size * d->local_size;
+	job->scheme = resp->scheme;
+	uint64_t off = 0;
+	for (size_t i = 0; i < resp->n_cache_ids; i++) {
+		const scd_cache_ent_t *c = &w->cache[resp->cache_ids[i]];
+		scd_job_item_t *it = &items[i];
+		it->numel = c->numel;
+		it->op = c->op;
+		it->offset = off;
+		off += (c->numel + 15) & ~(uint64_t)15; /* 64-byte aligned items */
+		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(d->ctl), c->name);
+		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel)
+			continue; /* runs with zeros, delivers nothing */
+		it->nt = nt;
+		nt->state = SCD_NT_RUNNING;
+		nt->state_since_ms = scd_now_ms();
+		for (int l = 0; l < d->local_size; l++) {
+			scd_reg_t *r = nt->slot[l];
+			if (!r || !r->handle)
+				continue;
+			scd_job_src_t *s = &it->src[it->n_src++];
+			s->dense = r->data;
+			s->coo = r->coo;
+			if (r->coo) {
+				s->coo_idx = (const uint32_t *)((char *)r->map +
+								r->hdr->coo_idx_offset);
+				s->coo_val = (const float *)((char *)r->map +
+							     r->hdr->coo_val_offset);
+				s->coo_nnz = r->nnz;
+			}
+		}
+	}
+	job->total_numel = job->n_items == 1 ? items[0].numel : off;
+	scd_engine_submit(d->engine, job);
+}
+
+void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	if (!w->is_coord)
+		for (size_t i = 0; i < plan->n_new_entries; i++) {
+			const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
+			cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op);
+		}
+	for (size_t i = 0; i < plan->n_responses; i++) {
+		const Sparsecomm__Response *r = plan->responses[i];
+		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
+			apply_error(w, r);
+		else
+			apply_allreduce(w, r);
+	}
+}
+
+void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
+{
+	if (job->kind == SCD_JOB_MESH) {
+		if (job->status != SC_OK) {
+			scd_error(SCD_SUB_WORLD, "%s", job->error);
+			scd_daemon_stop(d, 1);
+		} else {
+			scd_daemon_world_ready(d);
+		}
+		for (int r = 0; r < d->world_size; r++)
+			free(job->addrs[r]);
+		free(job->addrs);
+		free(job->ports);
+		free(job);
+		return;
+	}
+	if (job->status != SC_OK)
+		scd_warn(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
+			 job->error);
+	double total = (double)(job->total_numel ? job->total_numel : 1);
+	for (int i = 0; i < job->n_items; i++) {
+		scd_job_item_t *it = &job->items[i];
+		scd_ntensor_t *nt = it->nt;
+		if (!nt)
+			continue;
+		double share = (double)it->numel / total;
+		nt->stats.bytes_sent += (uint64_t)((double)job->bytes_sent * share);
+		nt->stats.bytes_recv += (uint64_t)((double)job->bytes_recv * share);
+		nt->stats.time_s += job->time_s * share;
+		nt->stats.measured_s = job->time_s;
+		snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "dense_ring");
+		char msg[700];
+		if (job->status != SC_OK)
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,
+				 job->error);
+		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
+	}
+	free(job->items);
+	free(job);
+}
+
+void scd_neg_destroy(scd_world_t *w)
+{
+	while (w->ehead)
+		centry_free(w, w->ehead);
+	for (uint32_t i = 0; i < w->cap_cache; i++)
+		free(w->cache[i].name);
+	free(w->cache);
+	for (int b = 0; b < SCD_WORLD_BUCKETS; b++)
+		free(w->name_to_id[b]);
+	for (int i = 0; i < w->n_out; i++)
+		free(w->out[i].name);
+	free(w->out);
+}

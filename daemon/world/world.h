@@ -1,0 +1,50 @@
+/*
+ * world.h: the daemons of a job and what they agree on.
+ *
+ * Formation: rank 0 (the coordinator) binds a ZeroMQ ROUTER on the coordinator address;
+ * every other rank connects a DEALER and sends Join (protocol version, rank, world size,
+ * trainers per node, data-plane address). When every rank has joined, the coordinator
+ * sends WorldInfo (all data-plane addresses and a random world id) and each rank builds
+ * the data-plane mesh. A Join with another protocol version, world size or trainer count,
+ * or a duplicate rank, is refused with a reason naming both values; a rank missing after
+ * join_timeout_ms fails formation with the list of the ranks that never came.
+ *
+ * Negotiation (Horovod's, with its response cache): when every local trainer has submitted
+ * a tensor, the node announces it to the coordinator in a ReadyList: the full request the
+ * first time, afterwards only its cache id, so the steady state is one small message per
+ * cycle each way. The coordinator collects announcements by name; when every rank has
+ * announced a name it checks that dtype, element count and operation agree (otherwise an
+ * error response names the tensor and the ranks that disagree) and appends it to the plan,
+ * fusing consecutive small tensors up to fusion_threshold_bytes. Every rank executes the
+ * plan's responses in order, so their collectives match.
+ */
+#ifndef SCD_WORLD_WORLD_H
+#define SCD_WORLD_WORLD_H
+
+#include "ctl/tensor.h"
+#include "daemon.h"
+#include "sparsecomm.pb-c.h"
+
+struct scd_arena;
+
+sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p);
+/* Opens the data-plane listener and the coordinator socket, and joins. */
+sc_status_t scd_world_start(scd_world_t *w);
+void scd_world_destroy(scd_world_t *w);
+void scd_world_drain(scd_world_t *w);
+void scd_world_tick(scd_world_t *w);
+
+/* The node tensor is ready on this node (every local trainer submitted it). */
+void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt);
+/* This node lost a trainer (degraded) or has a full set again. */
+void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
+/* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */
+void scd_world_pending(scd_world_t *w, uint64_t query_id);
+/* Proposes a runtime configuration change, applied on every node. */
+void scd_world_config_propose(scd_world_t *w, const char *key, const char *value);
+/* Fills the peers of a status reply. */
+void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
+
+
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * world_int.h: state shared by world.c (formation, peer messages, status, configuration)
+ * and negotiate.c (announcements, the coordinator's table, plans and jobs). Not for other
+ * subsystems: they use world.h.
+ */
+#ifndef SCD_WORLD_WORLD_INT_H
+#define SCD_WORLD_WORLD_INT_H
+
+#include "world/world.h"
+
+typedef struct scd_peer {
+	int joined;
+	int degraded;
+	char degraded_reason[256];
+	uint8_t ident[256];
+	size_t ident_len;
+	char addr[64];
+	uint16_t port;
+} scd_peer_t;
+
+/* A name announced by some ranks (coordinator only), in arrival order. */
+typedef struct scd_centry {
+	char *name;
+	uint64_t first_ms;
+	int count;
+	uint8_t *have;
+	uint32_t *dtype, *op;
+	uint64_t *numel;
+	struct scd_centry *next, *hnext;
+} scd_centry_t;
+
+typedef struct scd_cache_ent {
+	char *name;
+	uint32_t dtype, op;
+	uint64_t numel;
+} scd_cache_ent_t;
+
+/* An announcement waiting for the next flush. */
+typedef struct scd_outreq {
+	int cached;
+	uint32_t id;
+	char *name;
+	uint32_t dtype, op;
+	uint64_t numel;
+} scd_outreq_t;
+
+#define SCD_WORLD_BUCKETS 1024
+
+struct scd_world {
+	scd_daemon_t *d;
+	void *sock;
+	uv_poll_t poll;
+	int polling;
+	int is_coord;
+	int formed;
+	uint64_t world_id;
+	int data_fd;
+	uint16_t data_port;
+	scd_peer_t *peers;
+	int n_joined;
+	uv_timer_t join_timer, flush_timer;
+	int flush_armed;
+	/* response cache, identical on every rank (ids assigned by the coordinator) */
+	scd_cache_ent_t *cache;
+	uint32_t n_cache, cap_cache;
+	uint32_t *name_to_id[SCD_WORLD_BUCKETS]; /* small vectors: [n, id...] */
+	/* announcements to send */
+	scd_outreq_t *out;
+	int n_out, cap_out;
+	/* coordinator */
+	scd_centry_t *ehead, *etail;
+	scd_centry_t *ebucket[SCD_WORLD_BUCKETS];
+	uint64_t cycle;
+	/* jobs */
+	uint64_t job_seq;
+};
+
+struct scd_job;
+
+/* world.c */
+void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
+void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+/* negotiate.c */
+void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
+void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
+void scd_neg_flush(scd_world_t *w);
+void scd_neg_tick(scd_world_t *w);
+void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_arena *a);
+void scd_neg_job_done(scd_daemon_t *d, struct scd_job *job);
+void scd_neg_destroy(scd_world_t *w);
+void scd_world_arm_flush(scd_world_t *w);
+
+#endif
