@@ -247,6 +247,14 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		} else if (!strcmp(name, "--ready-timeout")) {
 			NEED_VAL();
 			o->ready_timeout_s = parse_seconds(name, val);
+		} else if (!strcmp(name, "--cleanup")) {
+			if (geteuid() != 0) {
+				fprintf(stderr, "sparsecomm-run: --cleanup needs root\n");
+				exit(1);
+			}
+			int n = run_netns_cleanup_stale(true);
+			fprintf(stderr, "sparsecomm-run: removed %d stale object(s)\n", n);
+			exit(0);
 		} else if (!strcmp(name, "--keep-going")) {
 			o->keep_going = true;
 		} else if (!strcmp(name, "--daemon-arg")) {

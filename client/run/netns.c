@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -306,4 +307,47 @@ void run_netns_destroy(run_netns_t *net)
 		run_cmd(argv, CMD_TIMEOUT_MS, true);
 		net->bridge_made = false;
 	}
+}
+
+/* The launcher pid in a name "sc<pid><kind>..." when kind follows the digits, else 0. */
+static long stale_owner(const char *name, const char *kinds)
+{
+	char *end;
+	if (strncmp(name, "sc", 2) || !isdigit((unsigned char)name[2]))
+		return 0;
+	long pid = strtol(name + 2, &end, 10);
+	if (!*end || !strchr(kinds, *end))
+		return 0;
+	if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return 0; /* its launcher still runs (or it is not ours to judge) */
+	return pid;
+}
+
+int run_netns_cleanup_stale(bool verbose)
+{
+	static const char *const dirs[] = {"/run/netns", "/sys/class/net"};
+	int removed = 0;
+	for (int d = 0; d < 2; d++) {
+		DIR *dir = opendir(dirs[d]);
+		struct dirent *e;
+		if (!dir)
+			continue;
+		while ((e = readdir(dir))) {
+			char name[RUN_IFNAME_BYTES];
+			if (strlen(e->d_name) >= sizeof(name) ||
+			    !stale_owner(e->d_name, d == 0 ? "n" : "bv"))
+				continue;
+			snprintf(name, sizeof(name), "%s", e->d_name);
+			char *ns_argv[] = {"ip", "netns", "del", name, NULL};
+			char *link_argv[] = {"ip", "link", "del", name, NULL};
+			if (run_cmd(d == 0 ? ns_argv : link_argv, CMD_TIMEOUT_MS, true) == 0) {
+				removed++;
+				if (verbose)
+					fprintf(stderr, "sparsecomm-run: removed stale %s %s\n",
+						d == 0 ? "namespace" : "link", name);
+			}
+		}
+		closedir(dir);
+	}
+	return removed;
 }

@@ -38,6 +38,12 @@ int run_netns_create(run_netns_t *net, int nodes, const char *rate, bool verbose
 void run_netns_destroy(run_netns_t *net);
 
 /*
+ * Removes namespaces (sc<pid>n<i>) and links (sc<pid>br, sc<pid>v<i>) left by launchers
+ * that no longer run (killed with SIGKILL, say). Returns how many objects it removed.
+ */
+int run_netns_cleanup_stale(bool verbose);
+
+/*
  * Runs argv (argv[0] found on PATH or in /usr/sbin, /sbin) with stdin from /dev/null,
  * waits at most timeout_ms, and returns 0 when it exited 0. Otherwise prints the command
  * line and what it wrote to stderr, unless quiet, and returns -1.
