@@ -291,6 +291,8 @@ int main(int argc, char **argv)
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
+	signal(SIGTERM, SIG_IGN); /* a second signal must not cut the teardown short */
+	signal(SIGINT, SIG_IGN);
 	uv_close((uv_handle_t *)&d->drain, NULL);
 	uv_close((uv_handle_t *)&d->tick, NULL);
 	uv_run(d->loop, UV_RUN_NOWAIT);
