@@ -1,0 +1,721 @@
+/*
+ * tcp.c: the tcp data plane. A full mesh of nonblocking TCP connections between the P
+ * daemons of a world (rank r connects to every lower rank and accepts every higher one),
+ * and the operations the engine runs over it: exchange (known sizes), exchange_v (each
+ * message framed by a 64-bit little-endian length) and the alpha-beta probe, in
+ * tcp_exchange.c, and the pipelined ring allreduce, in tcp_ring.c.
+ *
+ * Every operation drives all of its sockets from one poll(2) loop: it first moves what
+ * the sockets accept without waiting, and sleeps in poll only when nothing can move, so
+ * the sends and receives of an all-to-all progress together and never spin. The
+ * timeout_ms of an operation bounds the time without progress (a large transfer on a slow
+ * link is not a failure as long as bytes keep moving); negative means no limit. Mesh
+ * creation instead has a deadline: peers start at different times, so connects are
+ * retried with a growing pause until it passes.
+ *
+ * Each connection opens with a 24-byte hello from the connecting side, {magic, protocol,
+ * world_id, rank, size}, answered by an ack of the same shape whose second field is 0 or
+ * the reason for a refusal (another world, a duplicate or impossible rank, another world
+ * size). A refused connector fails at once; the acceptor logs the refusal and goes on
+ * waiting for the right peer.
+ *
+ * Any failure during an operation leaves the byte streams out of step, so the transport
+ * remembers it and every later call fails with the same text: the daemon rebuilds the
+ * world rather than guessing where each stream stands.
+ */
+#include "transport/tcp_internal.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport/transport_internal.h"
+#include "util/log.h"
+
+#define TCP_MAGIC	     0x54444353u /* "SCDT" */
+#define TCP_PROTOCOL	     1u
+#define TCP_HELLO_BYTES	     24
+#define TCP_SOCKET_BUF_BYTES (4 << 20)
+#define TCP_SEND_BATCH	     16 /* messages gathered into one sendmsg(2) */
+#define TCP_MAX_PENDING	     32 /* accepted connections still owing a hello */
+
+enum {
+	TCP_ACK_OK = 0,
+	TCP_REFUSE_PROTOCOL,
+	TCP_REFUSE_WORLD,
+	TCP_REFUSE_SIZE,
+	TCP_REFUSE_RANK,
+	TCP_REFUSE_DUPLICATE,
+};
+
+static const char *refusal_text(uint32_t code)
+{
+	switch (code) {
+	case TCP_REFUSE_PROTOCOL:
+		return "bad magic or protocol version";
+	case TCP_REFUSE_WORLD:
+		return "world_id differs";
+	case TCP_REFUSE_SIZE:
+		return "world size differs";
+	case TCP_REFUSE_RANK:
+		return "rank not expected to connect";
+	case TCP_REFUSE_DUPLICATE:
+		return "rank already connected";
+	default:
+		return "unknown reason";
+	}
+}
+
+static const scd_transport_ops_t tcp_ops;
+
+/* ---- helpers shared with tcp_ring.c ------------------------------------------------- */
+
+int64_t scd_tcp_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int scd_tcp_poll_ms(int64_t last_ms, int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return -1;
+	int64_t left = last_ms + timeout_ms - scd_tcp_now_ms();
+	return left > 0 ? (int)left : 0;
+}
+
+/*
+ * When a peer had gone before, it is named first: the failures seen after it are its
+ * consequences. The connections stay open until the transport is destroyed, so that each
+ * survivor of a dead rank sees that rank go (directly or through its hangup watch) rather
+ * than the cascade of the survivors that noticed first.
+ */
+sc_status_t scd_tcp_fail(scd_tcp_t *t, sc_status_t status, const char *fmt, ...)
+{
+	char text[sizeof(t->failed_text)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	char self[24];
+	snprintf(self, sizeof(self), "rank %d:", t->suspect);
+	if (t->suspect >= 0 && (status == SC_ERR_PEER || status == SC_ERR_TIMEOUT) &&
+	    strncmp(text, self, strlen(self)) != 0)
+		snprintf(t->failed_text, sizeof(t->failed_text),
+			 "rank %d: connection closed by peer; then %.180s", t->suspect, text);
+	else
+		memcpy(t->failed_text, text, sizeof(text));
+	t->failed = status;
+	scd_transport_set_error("%s", t->failed_text);
+	scd_error(SCD_SUB_TRANSPORT, "rank %d: %s", t->base.rank, t->failed_text);
+	return status;
+}
+
+int scd_tcp_watch_others(scd_tcp_t *t, int n)
+{
+	for (int k = 0; k < n; k++)
+		t->listed[t->pfd_peer[k]] = 1;
+	int m = n;
+	for (int p = 0; p < t->base.size; p++) {
+		if (p == t->base.rank || t->listed[p] || t->gone[p])
+			continue;
+		t->pfds[m] = (struct pollfd){.fd = t->fds[p], .events = POLLRDHUP};
+		t->pfd_peer[m++] = p;
+	}
+	for (int k = 0; k < n; k++)
+		t->listed[t->pfd_peer[k]] = 0;
+	return m;
+}
+
+int scd_tcp_note_hangups(scd_tcp_t *t, int from, int n)
+{
+	int any = 0;
+	for (int k = from; k < n; k++) {
+		if (!(t->pfds[k].revents & (POLLERR | POLLHUP | POLLRDHUP)))
+			continue;
+		int p = t->pfd_peer[k];
+		t->gone[p] = 1;
+		if (t->suspect < 0)
+			t->suspect = p;
+		scd_debug(SCD_SUB_TRANSPORT, "rank %d: rank %d closed its connection",
+			  t->base.rank, p);
+		any = 1;
+	}
+	return any;
+}
+
+int scd_tcp_op_timeout(const scd_tcp_t *t, int timeout_ms)
+{
+	if (t->suspect < 0 || (timeout_ms >= 0 && timeout_ms < SCD_TCP_GRACE_MS))
+		return timeout_ms;
+	return SCD_TCP_GRACE_MS;
+}
+
+sc_status_t scd_tcp_fail_stalled(scd_tcp_t *t, int ms)
+{
+	return scd_tcp_fail(
+	    t, SC_ERR_PEER,
+	    "rank %d: connection closed by peer, and no progress for %d ms since", t->suspect,
+	    ms);
+}
+
+sc_status_t scd_tcp_failed_again(scd_tcp_t *t)
+{
+	scd_transport_set_error("%s (transport unusable since)", t->failed_text);
+	return t->failed;
+}
+
+sc_status_t scd_tcp_fail_hangup(scd_tcp_t *t, int peer)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(t->fds[peer], SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err)
+		return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: %s", peer, strerror(err));
+	return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: connection closed by peer", peer);
+}
+
+/* ---- sockets ---------------------------------------------------------------------- */
+
+/* Sets a socket buffer size. Above net.core.[rw]mem_max the kernel would silently clamp
+ * it and switch off autotuning, so then try the privileged variant, and failing that
+ * leave the kernel's autotuning alone. */
+static void set_buffer(int fd, int opt, int force_opt, const char *max_path)
+{
+	int bytes = TCP_SOCKET_BUF_BYTES;
+	if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof(bytes)) == 0)
+		return;
+	long max = 0;
+	FILE *f = fopen(max_path, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &max) != 1)
+			max = 0;
+		fclose(f);
+	}
+	if (max >= bytes)
+		(void)setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
+}
+
+static void tune_socket(int fd, int receive_side)
+{
+	int one = 1;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	set_buffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, "/proc/sys/net/core/wmem_max");
+	/* The receive buffer must be set before listen/connect to get its window scale;
+	 * accepted sockets inherit the listening socket's. */
+	if (receive_side)
+		set_buffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, "/proc/sys/net/core/rmem_max");
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, 8);
+}
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+static void encode_hello(unsigned char *b, uint32_t code, uint64_t world_id, int rank, int size)
+{
+	put32(b, TCP_MAGIC);
+	put32(b + 4, code);
+	put64(b + 8, world_id);
+	put32(b + 16, (uint32_t)rank);
+	put32(b + 20, (uint32_t)size);
+}
+
+/* Moves exactly len bytes on a nonblocking socket before deadline_ms. Returns 0, or -1
+ * with *err_p = errno, ETIMEDOUT, or 0 for an orderly close by the peer. */
+static int io_full(int fd, void *buf, size_t len, int sending, int64_t deadline_ms, int *err_p)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = sending ? send(fd, (char *)buf + done, len - done, MSG_NOSIGNAL)
+				    : recv(fd, (char *)buf + done, len - done, 0);
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (n == 0) {
+			*err_p = 0;
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			*err_p = errno;
+			return -1;
+		}
+		int64_t left = deadline_ms - scd_tcp_now_ms();
+		if (left <= 0) {
+			*err_p = ETIMEDOUT;
+			return -1;
+		}
+		struct pollfd p = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
+		if (poll(&p, 1, (int)left) < 0 && errno != EINTR) {
+			*err_p = errno;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+sc_status_t scd_tcp_listen(const char *bind_addr, uint16_t port, int *fd_p, uint16_t *port_p)
+{
+	char service[8];
+	snprintf(service, sizeof(service), "%u", (unsigned)port);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	const char *node = bind_addr && *bind_addr ? bind_addr : NULL;
+	int rc = getaddrinfo(node, service, &hints, &res);
+	if (rc != 0) {
+		scd_transport_set_error("listen on %s:%u: %s", node ? node : "*",
+					(unsigned)port, gai_strerror(rc));
+		scd_error(SCD_SUB_TRANSPORT, "%s", scd_transport_error());
+		return SC_ERR_INVALID;
+	}
+	int err = 0;
+	const char *what = "socket";
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				ai->ai_protocol);
+		if (fd < 0) {
+			err = errno, what = "socket";
+			continue;
+		}
+		int one = 1;
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		tune_socket(fd, 1);
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+			err = errno, what = "bind";
+			close(fd);
+			continue;
+		}
+		if (listen(fd, SOMAXCONN) < 0) {
+			err = errno, what = "listen";
+			close(fd);
+			continue;
+		}
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+			err = errno, what = "getsockname";
+			close(fd);
+			continue;
+		}
+		freeaddrinfo(res);
+		*port_p =
+		    ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+						   : ((struct sockaddr_in *)&ss)->sin_port);
+		*fd_p = fd;
+		return SC_OK;
+	}
+	freeaddrinfo(res);
+	scd_transport_set_error("listen on %s:%u: %s: %s", node ? node : "*", (unsigned)port,
+				what, strerror(err));
+	scd_error(SCD_SUB_TRANSPORT, "%s", scd_transport_error());
+	return SC_ERR_SYSTEM;
+}
+
+/* ---- building the mesh ------------------------------------------------------------ */
+
+typedef enum { CONN_OK, CONN_RETRY, CONN_FATAL } conn_try_t;
+
+/* One attempt to connect to peer and pass the hello. CONN_RETRY for failures a later
+ * attempt may not see (the peer not listening yet, or going away); the cause is in
+ * why. */
+static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai,
+			       const char *where, int64_t deadline_ms, int *fd_p, char *why,
+			       size_t why_len, sc_status_t *status_p)
+{
+	int err = 0;
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			ai->ai_protocol);
+	if (fd < 0) {
+		snprintf(why, why_len, "socket: %s", strerror(errno));
+		*status_p = SC_ERR_SYSTEM;
+		return CONN_FATAL;
+	}
+	tune_socket(fd, 1);
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS &&
+	    errno != EINTR) {
+		err = errno;
+		goto err_close;
+	}
+	for (;;) {
+		int64_t left = deadline_ms - scd_tcp_now_ms();
+		if (left <= 0) {
+			err = ETIMEDOUT;
+			goto err_close;
+		}
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		int rc = poll(&p, 1, (int)left);
+		if (rc < 0 && errno != EINTR) {
+			err = errno;
+			goto err_close;
+		}
+		if (rc > 0)
+			break;
+	}
+	socklen_t len = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err)
+		goto err_close;
+
+	unsigned char b[TCP_HELLO_BYTES];
+	encode_hello(b, TCP_PROTOCOL, t->world_id, t->base.rank, t->base.size);
+	if (io_full(fd, b, sizeof(b), 1, deadline_ms, &err) < 0 ||
+	    io_full(fd, b, sizeof(b), 0, deadline_ms, &err) < 0) {
+		if (err == 0)
+			err = ECONNRESET;
+		goto err_close;
+	}
+	uint32_t code = get32(b + 4);
+	if (get32(b) != TCP_MAGIC) {
+		snprintf(why, why_len, "%s answered with something other than a sparsecomm ack",
+			 where);
+		*status_p = SC_ERR_PROTOCOL;
+		close(fd);
+		return CONN_FATAL;
+	}
+	if (code != TCP_ACK_OK) {
+		snprintf(why, why_len, "%s refused the connection: %s", where,
+			 refusal_text(code));
+		*status_p = SC_ERR_PEER;
+		close(fd);
+		return CONN_FATAL;
+	}
+	if (get64(b + 8) != t->world_id || (int)get32(b + 16) != peer) {
+		snprintf(why, why_len,
+			 "%s is rank %d of world %016" PRIx64 ", not rank %d of %016" PRIx64,
+			 where, (int)get32(b + 16), get64(b + 8), peer, t->world_id);
+		*status_p = SC_ERR_PEER;
+		close(fd);
+		return CONN_FATAL;
+	}
+	tune_socket(fd, 0);
+	*fd_p = fd;
+	return CONN_OK;
+
+err_close:
+	close(fd);
+	snprintf(why, why_len, "%s: %s", where, strerror(err));
+	return CONN_RETRY;
+}
+
+/* Connects to a lower rank, retrying until deadline_ms. */
+static sc_status_t connect_peer(scd_tcp_t *t, int peer, const char *addr, uint16_t port,
+				int64_t deadline_ms)
+{
+	char service[8], where[128], why[384] = "";
+	snprintf(service, sizeof(service), "%u", (unsigned)port);
+	snprintf(where, sizeof(where), "%s:%u", addr, (unsigned)port);
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	int rc = getaddrinfo(addr, service, &hints, &res);
+	if (rc != 0) {
+		scd_transport_set_error("rank %d: cannot resolve %s: %s", peer, where,
+					gai_strerror(rc));
+		return SC_ERR_INVALID;
+	}
+	int64_t start_ms = scd_tcp_now_ms();
+	int pause_ms = 10, attempts = 0;
+	sc_status_t status = SC_ERR_TIMEOUT;
+	for (;;) {
+		attempts++;
+		conn_try_t r = connect_once(t, peer, res, where, deadline_ms, &t->fds[peer],
+					    why, sizeof(why), &status);
+		if (r == CONN_OK) {
+			freeaddrinfo(res);
+			scd_debug(SCD_SUB_TRANSPORT, "rank %d: connected to rank %d at %s",
+				  t->base.rank, peer, where);
+			return SC_OK;
+		}
+		if (r == CONN_FATAL)
+			break;
+		int64_t left = deadline_ms - scd_tcp_now_ms();
+		if (left <= 0) {
+			status = SC_ERR_TIMEOUT;
+			snprintf(why + strlen(why), sizeof(why) - strlen(why),
+				 " (%d attempts in %d ms)", attempts,
+				 (int)(scd_tcp_now_ms() - start_ms));
+			break;
+		}
+		/* Not yet there: wait a little longer each time, without spinning. */
+		(void)poll(NULL, 0, (int)(left < pause_ms ? left : pause_ms));
+		pause_ms = pause_ms * 2 > 500 ? 500 : pause_ms * 2;
+	}
+	freeaddrinfo(res);
+	scd_transport_set_error("rank %d: %s", peer, why);
+	return status;
+}
+
+typedef struct {
+	int fd;
+	size_t got;
+	unsigned char b[TCP_HELLO_BYTES];
+} pending_t;
+
+/* Reads the hello on a pending connection; once complete, accepts it as a higher rank or
+ * refuses it. Returns 1 when the slot is done with (accepted or closed). */
+static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
+{
+	ssize_t n = recv(pc->fd, pc->b + pc->got, sizeof(pc->b) - pc->got, 0);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (n <= 0) {
+		scd_debug(SCD_SUB_TRANSPORT, "a connection closed before its hello");
+		close(pc->fd);
+		return 1;
+	}
+	pc->got += (size_t)n;
+	if (pc->got < sizeof(pc->b))
+		return 0;
+	int rank = (int)get32(pc->b + 16), size = (int)get32(pc->b + 20);
+	uint64_t world = get64(pc->b + 8);
+	uint32_t code = TCP_ACK_OK;
+	if (get32(pc->b) != TCP_MAGIC || get32(pc->b + 4) != TCP_PROTOCOL)
+		code = TCP_REFUSE_PROTOCOL;
+	else if (world != t->world_id)
+		code = TCP_REFUSE_WORLD;
+	else if (size != t->base.size)
+		code = TCP_REFUSE_SIZE;
+	else if (rank <= t->base.rank || rank >= t->base.size)
+		code = TCP_REFUSE_RANK;
+	else if (t->fds[rank] >= 0)
+		code = TCP_REFUSE_DUPLICATE;
+	unsigned char ack[TCP_HELLO_BYTES];
+	encode_hello(ack, code, t->world_id, t->base.rank, t->base.size);
+	/* A fresh socket's send buffer takes 24 bytes at once. */
+	ssize_t w = send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
+	if (code != TCP_ACK_OK) {
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: refused a connection claiming rank %d of world %016" PRIx64
+			 " (size %d): %s",
+			 t->base.rank, rank, world, size, refusal_text(code));
+		close(pc->fd);
+		return 1;
+	}
+	if (w != (ssize_t)sizeof(ack)) {
+		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d: %s", t->base.rank,
+			 rank, w < 0 ? strerror(errno) : "short write");
+		close(pc->fd);
+		return 1;
+	}
+	tune_socket(pc->fd, 0);
+	t->fds[rank] = pc->fd;
+	(*accepted_p)++;
+	scd_debug(SCD_SUB_TRANSPORT, "rank %d: accepted rank %d", t->base.rank, rank);
+	return 1;
+}
+
+static void missing_ranks(const scd_tcp_t *t, char *buf, size_t len)
+{
+	size_t off = 0;
+	buf[0] = 0;
+	for (int p = t->base.rank + 1; p < t->base.size && off + 16 < len; p++)
+		if (t->fds[p] < 0)
+			off +=
+			    (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
+}
+
+/* Accepts every higher rank on listen_fd before deadline_ms. */
+static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms)
+{
+	pending_t pend[TCP_MAX_PENDING];
+	struct pollfd pfd[TCP_MAX_PENDING + 1];
+	int n_pend = 0, accepted = 0, need = t->base.size - 1 - t->base.rank;
+	sc_status_t status = SC_OK;
+	while (accepted < need) {
+		int np = 0;
+		if (n_pend < TCP_MAX_PENDING)
+			pfd[np++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+		for (int i = 0; i < n_pend; i++)
+			pfd[np++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+		int64_t left = deadline_ms - scd_tcp_now_ms();
+		if (left <= 0) {
+			char miss[256];
+			missing_ranks(t, miss, sizeof(miss));
+			scd_transport_set_error("rank %s: did not connect within the timeout "
+						"(waiting on rank %d's data port)",
+						miss, t->base.rank);
+			status = SC_ERR_TIMEOUT;
+			break;
+		}
+		int rc = poll(pfd, (nfds_t)np, (int)left);
+		if (rc < 0) {
+			if (errno == EINTR)
+				continue;
+			scd_transport_set_error("poll: %s", strerror(errno));
+			status = SC_ERR_SYSTEM;
+			break;
+		}
+		/* Serve the pending hellos first: their slots may make room for accepts. */
+		int base = n_pend < TCP_MAX_PENDING ? 1 : 0;
+		for (int i = n_pend - 1; i >= 0; i--) {
+			if (!pfd[base + i].revents)
+				continue;
+			if (serve_pending(t, &pend[i], &accepted))
+				pend[i] = pend[--n_pend];
+		}
+		if (!base || !pfd[0].revents)
+			continue;
+		while (n_pend < TCP_MAX_PENDING) {
+			int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+			if (fd < 0) {
+				if (errno == EINTR || errno == ECONNABORTED)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					break;
+				scd_transport_set_error("accept: %s", strerror(errno));
+				status = SC_ERR_SYSTEM;
+				goto out;
+			}
+			pend[n_pend++] = (pending_t){.fd = fd};
+		}
+	}
+out:
+	for (int i = 0; i < n_pend; i++)
+		close(pend[i].fd);
+	return status;
+}
+
+static void tcp_destroy(scd_transport_t *tr)
+{
+	scd_tcp_t *t = (scd_tcp_t *)tr;
+	if (!t)
+		return;
+	for (int p = 0; t->fds && p < t->base.size; p++)
+		if (t->fds[p] >= 0)
+			close(t->fds[p]);
+	if (t->scratch)
+		munmap(t->scratch, t->scratch_bytes);
+	free(t->fds);
+	free(t->pfds);
+	free(t->pfd_peer);
+	free(t->io);
+	free(t->gone);
+	free(t->listed);
+	free(t);
+}
+
+sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const *addrs,
+			   const uint16_t *ports, uint64_t world_id, size_t scratch_bytes,
+			   int timeout_ms, scd_transport_t **t_p)
+{
+	int64_t deadline_ms = scd_tcp_now_ms() + (timeout_ms < 0 ? INT32_MAX : timeout_ms);
+	sc_status_t status = SC_ERR_NOMEM;
+	if (size < 1 || rank < 0 || rank >= size || (rank > 0 && (!addrs || !ports))) {
+		scd_transport_set_error("tcp: invalid rank %d of size %d", rank, size);
+		status = SC_ERR_INVALID;
+		goto err_listen;
+	}
+	scd_transport_set_error("tcp: out of memory");
+	scd_tcp_t *t = calloc(1, sizeof(*t));
+	if (!t)
+		goto err_listen;
+	t->base = (scd_transport_t){.ops = &tcp_ops, .rank = rank, .size = size};
+	t->world_id = world_id;
+	t->fds = malloc(sizeof(int) * (size_t)size);
+	for (int p = 0; t->fds && p < size; p++)
+		t->fds[p] = -1;
+	t->pfds = calloc((size_t)size, sizeof(*t->pfds));
+	t->pfd_peer = calloc((size_t)size, sizeof(int));
+	t->io = calloc((size_t)size, sizeof(*t->io));
+	t->gone = calloc((size_t)size, 1);
+	t->listed = calloc((size_t)size, 1);
+	t->suspect = -1;
+	if (!t->fds || !t->pfds || !t->pfd_peer || !t->io || !t->gone || !t->listed)
+		goto err_free;
+
+	/* The scratch of the ring (and of the probe), faulted in now, not on first use. */
+	if (scratch_bytes == 0)
+		scratch_bytes = SCD_TCP_SCRATCH_DEFAULT_BYTES;
+	if (scratch_bytes < SCD_TCP_SCRATCH_MIN_BYTES)
+		scratch_bytes = SCD_TCP_SCRATCH_MIN_BYTES;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	scratch_bytes = (scratch_bytes + page - 1) / page * page;
+	void *m = mmap(NULL, scratch_bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (m == MAP_FAILED) {
+		scd_transport_set_error("tcp: cannot map %zu bytes of scratch: %s",
+					scratch_bytes, strerror(errno));
+		goto err_free;
+	}
+	t->scratch = m;
+	t->scratch_bytes = scratch_bytes;
+	(void)madvise(m, scratch_bytes, MADV_HUGEPAGE);
+
+	/* Lower ranks in order, then the higher ones in any order: rank j reaches its accept
+	 * phase once ranks below it have accepted it, so the world cannot deadlock. */
+	for (int p = 0; p < rank; p++) {
+		status = connect_peer(t, p, addrs[p], ports[p], deadline_ms);
+		if (status != SC_OK)
+			goto err_log;
+	}
+	status = accept_peers(t, listen_fd, deadline_ms);
+	if (status != SC_OK)
+		goto err_log;
+	if (listen_fd >= 0)
+		close(listen_fd);
+	scd_info(SCD_SUB_TRANSPORT, "rank %d: tcp mesh of %d ranks ready (scratch %zu KiB)",
+		 rank, size, scratch_bytes >> 10);
+	*t_p = &t->base;
+	return SC_OK;
+
+err_log:
+	scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", rank, scd_transport_error());
+err_free:
+	tcp_destroy(&t->base);
+err_listen:
+	if (listen_fd >= 0)
+		close(listen_fd);
+	return status;
+}
+
+static void tcp_counters(const scd_transport_t *tr, scd_transport_counters_t *c_p)
+{
+	*c_p = ((const scd_tcp_t *)tr)->ctr;
+}
+
+static const scd_transport_ops_t tcp_ops = {
+    .name = "tcp",
+    .exchange = scd_tcp_exchange,
+    .exchange_v = scd_tcp_exchange_v,
+    .allreduce_f32 = scd_tcp_allreduce_f32,
+    .measure = scd_tcp_measure,
+    .counters = tcp_counters,
+    .destroy = tcp_destroy,
+};

@@ -1,0 +1,478 @@
+/*
+ * test_transport.c: the tcp data plane (transport/transport.h) between real processes on
+ * loopback. Each test forks one child per rank; the listening sockets are opened in the
+ * parent before the fork, so every child knows every port. A child reports through its
+ * exit status (a failed CHECK exits 1), and values to compare across ranks go through a
+ * shared anonymous mapping.
+ */
+#include "unit.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport/transport.h"
+#include "util/log.h"
+
+#define MAX_P  5
+#define TMO_MS 20000
+
+typedef void (*rank_fn)(scd_transport_t *t, int rank, int size, void *arg);
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *shared_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK_TRUE(p != MAP_FAILED);
+	return p;
+}
+
+static void open_listeners(int P, int *fds, uint16_t *ports, const char **addrs)
+{
+	for (int r = 0; r < P; r++) {
+		sc_status_t st = scd_tcp_listen("127.0.0.1", 0, &fds[r], &ports[r]);
+		CHECK_MSG(st == SC_OK, "listen: %s", scd_transport_error());
+		CHECK_TRUE(ports[r] != 0);
+		addrs[r] = "127.0.0.1";
+	}
+}
+
+/* Forks a child that runs body(arg) and exits 0 (a failed CHECK exits 1). */
+static pid_t spawn(void (*body)(void *), void *arg)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK_TRUE(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		body(arg);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int reap(pid_t pid)
+{
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return status;
+}
+
+typedef struct {
+	int rank, size;
+	int *fds;
+	const uint16_t *ports;
+	const char **addrs;
+	uint64_t world;
+	rank_fn fn;
+	void *arg;
+} rank_ctx_t;
+
+static void rank_body(void *p)
+{
+	rank_ctx_t *c = p;
+	scd_log_level = SCD_LOG_WARN;
+	for (int r = 0; r < c->size; r++)
+		if (r != c->rank)
+			close(c->fds[r]);
+	scd_transport_t *t = NULL;
+	sc_status_t st = scd_tcp_create(c->fds[c->rank], c->rank, c->size, c->addrs, c->ports,
+					c->world, 0, TMO_MS, &t);
+	CHECK_MSG(st == SC_OK, "rank %d: create: %s", c->rank, scd_transport_error());
+	CHECK_TRUE(t->rank == c->rank && t->size == c->size);
+	CHECK_TRUE(strcmp(t->ops->name, "tcp") == 0);
+	c->fn(t, c->rank, c->size, c->arg);
+	scd_transport_destroy(t);
+}
+
+/* Runs fn on every rank of a fresh world of P processes; fails unless all exit 0. */
+static void run_world(int P, rank_fn fn, void *arg)
+{
+	int fds[MAX_P];
+	uint16_t ports[MAX_P];
+	const char *addrs[MAX_P];
+	pid_t pids[MAX_P];
+	open_listeners(P, fds, ports, addrs);
+	uint64_t world = unit_rng();
+	for (int r = 0; r < P; r++) {
+		rank_ctx_t c = {r, P, fds, ports, addrs, world, fn, arg};
+		pids[r] = spawn(rank_body, &c);
+	}
+	for (int r = 0; r < P; r++)
+		close(fds[r]);
+	int bad = -1, bad_status = 0;
+	for (int r = 0; r < P; r++) {
+		int status = reap(pids[r]);
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && bad < 0)
+			bad = r, bad_status = status;
+	}
+	CHECK_MSG(bad < 0, "P = %d: rank %d failed (wait status 0x%x)", P, bad, bad_status);
+}
+
+/* ---- allreduce ---------------------------------------------------------------------- */
+
+static float input(size_t i, int rank)
+{
+	return (float)((int)((i * 7 + (size_t)rank * 13) % 17) - 8);
+}
+
+static size_t chunk_bytes(size_t n, int P, int c)
+{
+	return (n / (size_t)P + ((size_t)c < n % (size_t)P)) * sizeof(float);
+}
+
+static void allreduce_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	size_t sizes[] = {1, (size_t)(P > 1 ? P - 1 : 1), 7, 1000003, (4u << 20) + 3};
+	float *x = malloc(sizeof(float) * ((4u << 20) + 3));
+	CHECK_TRUE(x != NULL);
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		size_t n = sizes[s];
+		for (size_t i = 0; i < n; i++)
+			x[i] = input(i, rank);
+		scd_transport_counters_t c0, c1;
+		t->ops->counters(t, &c0);
+		sc_status_t st = scd_transport_allreduce_f32(t, x, n, TMO_MS);
+		CHECK_MSG(st == SC_OK, "rank %d, n %zu: %s", rank, n, scd_transport_error());
+		t->ops->counters(t, &c1);
+		size_t wrong = 0;
+		for (size_t i = 0; i < n; i++) {
+			float want = 0;
+			for (int r = 0; r < P; r++)
+				want += input(i, r);
+			wrong += x[i] != want;
+		}
+		CHECK_MSG(wrong == 0, "rank %d of %d, n %zu: %zu wrong sums", rank, P, n,
+			  wrong);
+		/* Ring volume: every chunk twice but the two this rank never forwards. */
+		uint64_t want_sent = P == 1 ? 0
+					    : 2 * n * sizeof(float) -
+						  chunk_bytes(n, P, (rank + 1) % P) -
+						  chunk_bytes(n, P, (rank + 2) % P);
+		CHECK_EQ_INT(c1.bytes_sent - c0.bytes_sent, want_sent);
+	}
+	free(x);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_allreduce_exact_any_n, 240)
+{
+	for (int P = 1; P <= MAX_P; P++)
+		run_world(P, allreduce_rank, NULL);
+}
+
+/* ---- exchange ----------------------------------------------------------------------- */
+
+static size_t msg_bytes(uint64_t seed, int src, int dst, int k)
+{
+	static const size_t pick[] = {0, 1, 13, 4096, 100000, 3u << 20};
+	uint64_t h = seed ^ ((uint64_t)src * 0x9e3779b97f4a7c15ULL) ^
+		     ((uint64_t)dst * 0xc2b2ae3d27d4eb4fULL) ^
+		     ((uint64_t)k * 0x165667b19e3779f9ULL);
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	return pick[h % 6];
+}
+
+static unsigned char msg_byte(int src, int dst, int k, size_t i)
+{
+	return (unsigned char)(i * 131 + (size_t)src * 17 + (size_t)dst * 5 + (size_t)k * 3);
+}
+
+/* Two messages each way between every two ranks (and to itself), sizes 0 to 3 MiB. */
+static void exchange_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	uint64_t seed = *(const uint64_t *)arg;
+	for (int framed = 0; framed < 2; framed++) {
+		scd_xfer_t s[2 * MAX_P], r[2 * MAX_P];
+		size_t got[2 * MAX_P];
+		int n = 0;
+		for (int k = 0; k < 2; k++)
+			for (int p = 0; p < P; p++, n++) {
+				size_t sb = msg_bytes(seed, rank, p, k),
+				       rb = msg_bytes(seed, p, rank, k) + (framed ? 100 : 0);
+				s[n] = (scd_xfer_t){p, malloc(sb + 1), sb};
+				r[n] = (scd_xfer_t){p, malloc(rb + 1), rb};
+				for (size_t i = 0; i < sb; i++)
+					((unsigned char *)s[n].buf)[i] =
+					    msg_byte(rank, p, k, i);
+				got[n] = (size_t)-1;
+			}
+		sc_status_t st = framed ? scd_transport_exchange_v(t, s, n, r, n, got, TMO_MS)
+					: scd_transport_exchange(t, s, n, r, n, TMO_MS);
+		CHECK_MSG(st == SC_OK, "rank %d (framed %d): %s", rank, framed,
+			  scd_transport_error());
+		for (int j = 0; j < n; j++) {
+			int p = j % P, k = j / P;
+			size_t want = msg_bytes(seed, p, rank, k);
+			if (framed)
+				CHECK_EQ_INT(got[j], want);
+			for (size_t i = 0; i < want; i++)
+				CHECK_MSG(((unsigned char *)r[j].buf)[i] ==
+					      msg_byte(p, rank, k, i),
+					  "rank %d: byte %zu of message %d from rank %d", rank,
+					  i, k, p);
+			free(s[j].buf);
+			free(r[j].buf);
+		}
+	}
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_exchange_all_to_all, 120)
+{
+	uint64_t seed = unit_rng();
+	for (int P = 1; P <= MAX_P; P++)
+		run_world(P, exchange_rank, &seed);
+}
+
+static void limit_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	char buf[100] = {0};
+	size_t got = 0;
+	if (rank == 0) {
+		scd_xfer_t s = {1, buf, sizeof(buf)};
+		CHECK_TRUE(scd_transport_exchange_v(t, &s, 1, NULL, 0, NULL, TMO_MS) == SC_OK);
+		return;
+	}
+	scd_log_level = -1;
+	scd_xfer_t r = {0, buf, 50};
+	sc_status_t st = scd_transport_exchange_v(t, NULL, 0, &r, 1, &got, TMO_MS);
+	CHECK_EQ_INT(st, SC_ERR_LIMIT);
+	CHECK_MSG(strstr(scd_transport_error(), "rank 0"), "error: %s", scd_transport_error());
+	/* The stream is out of step now: later calls fail at once. */
+	CHECK_EQ_INT(scd_transport_allreduce_f32(t, (float *)buf, 2, TMO_MS), SC_ERR_LIMIT);
+}
+
+UNIT_TEST(transport_tcp_exchange_v_too_large)
+{
+	run_world(2, limit_rank, NULL);
+}
+
+/* ---- failures ----------------------------------------------------------------------- */
+
+static void die_now(int sig)
+{
+	(void)sig;
+	_exit(0);
+}
+
+typedef struct {
+	int victim;
+	int mid_allreduce; /* 0: the victim exits before joining; 1: a timer kills it */
+} death_t;
+
+static void death_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	const death_t *d = arg;
+	size_t n = 16u << 20;
+	float *x = calloc(n, sizeof(float));
+	CHECK_TRUE(x != NULL);
+	scd_log_level = -1;
+	if (rank == d->victim) {
+		if (!d->mid_allreduce) {
+			usleep(100 * 1000);
+			_exit(0);
+		}
+		signal(SIGALRM, die_now);
+		struct itimerval it = {.it_value = {.tv_usec = 20 * 1000}};
+		setitimer(ITIMER_REAL, &it, NULL);
+		(void)scd_transport_allreduce_f32(t, x, n, TMO_MS);
+		_exit(0);
+	}
+	double t0 = now_ms();
+	sc_status_t st = scd_transport_allreduce_f32(t, x, n, 5000);
+	double ms = now_ms() - t0;
+	char want[32];
+	snprintf(want, sizeof(want), "rank %d", d->victim);
+	CHECK_MSG(st == SC_ERR_PEER, "rank %d: status %d (%s) after %.0f ms", rank, st,
+		  scd_transport_error(), ms);
+	CHECK_MSG(strstr(scd_transport_error(), want), "rank %d: error does not name %s: %s",
+		  rank, want, scd_transport_error());
+	CHECK_MSG(ms < 3000, "rank %d: took %.0f ms to notice", rank, ms);
+	/* Stay a while, so that other survivors see the victim fail, not this rank. */
+	usleep(500 * 1000);
+	free(x);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_peer_exit_names_rank, 60)
+{
+	death_t before = {1, 0}, during = {1, 1};
+	run_world(3, death_rank, &before);
+	run_world(4, death_rank, &before);
+	run_world(3, death_rank, &during);
+	during.victim = 2;
+	run_world(4, death_rank, &during);
+}
+
+static void timeout_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	float x[4] = {1, 2, 3, 4};
+	if (rank == 1) {
+		usleep(1500 * 1000);
+		return;
+	}
+	scd_log_level = -1;
+	double t0 = now_ms();
+	sc_status_t st = scd_transport_allreduce_f32(t, x, 4, 300);
+	double ms = now_ms() - t0;
+	CHECK_EQ_INT(st, SC_ERR_TIMEOUT);
+	CHECK_MSG(strstr(scd_transport_error(), "rank 1: no data for 300 ms"), "error: %s",
+		  scd_transport_error());
+	CHECK_MSG(ms >= 290 && ms < 1200, "timed out after %.0f ms", ms);
+	scd_xfer_t s = {1, x, 4};
+	CHECK_EQ_INT(scd_transport_exchange(t, &s, 1, NULL, 0, 300), SC_ERR_TIMEOUT);
+}
+
+UNIT_TEST(transport_tcp_timeout_names_rank)
+{
+	run_world(2, timeout_rank, NULL);
+}
+
+/* ---- building the mesh -------------------------------------------------------------- */
+
+typedef struct {
+	int rank, size, fd;
+	uint16_t *ports;
+	const char **addrs;
+	uint64_t world;
+	int delay_ms;
+	int expect; /* 0: succeed and allreduce; else the status the create must fail with */
+	const char *text; /* expected in the error */
+} join_t;
+
+static void join_body(void *p)
+{
+	join_t *j = p;
+	scd_log_level = SCD_LOG_WARN;
+	if (j->delay_ms) {
+		usleep((useconds_t)j->delay_ms * 1000);
+		if (j->fd < 0)
+			CHECK_TRUE(scd_tcp_listen("127.0.0.1", j->ports[j->rank], &j->fd,
+						  &j->ports[j->rank]) == SC_OK);
+	}
+	if (j->expect)
+		scd_log_level = -1;
+	scd_transport_t *t = NULL;
+	sc_status_t st = scd_tcp_create(j->fd, j->rank, j->size, j->addrs, j->ports, j->world,
+					0, j->expect ? 3000 : TMO_MS, &t);
+	if (j->expect) {
+		CHECK_MSG(st == j->expect, "rank %d: create gave %d (%s)", j->rank, st,
+			  scd_transport_error());
+		CHECK_MSG(strstr(scd_transport_error(), j->text), "error: %s",
+			  scd_transport_error());
+		return;
+	}
+	CHECK_MSG(st == SC_OK, "rank %d: create: %s", j->rank, scd_transport_error());
+	float x[3] = {1, 2, 3};
+	CHECK_TRUE(scd_transport_allreduce_f32(t, x, 3, TMO_MS) == SC_OK);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ_INT(x[i], (i + 1) * j->size);
+	scd_transport_destroy(t);
+}
+
+static void check_exit(pid_t pid, const char *who)
+{
+	int status = reap(pid);
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed (wait status 0x%x)",
+		  who, status);
+}
+
+UNIT_TEST(transport_tcp_refuses_other_worlds)
+{
+	int fds[2];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	uint64_t world = unit_rng() | 1;
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL};
+	pid_t p0 = spawn(join_body, &r0);
+	/* Strangers first: another world, then another world size; rank 0 refuses both and
+	 * keeps waiting for its real rank 1. */
+	join_t stranger = {
+	    1, 2, -1, ports, addrs, world + 1, 0, SC_ERR_PEER, "world_id differs"};
+	check_exit(spawn(join_body, &stranger), "the rank of another world");
+	join_t wrong_size = {
+	    1, 3, -1, ports, addrs, world, 0, SC_ERR_PEER, "world size differs"};
+	const char *addrs3[3] = {"127.0.0.1", "127.0.0.1", "127.0.0.1"};
+	uint16_t ports3[3] = {ports[0], ports[1], 0};
+	wrong_size.ports = ports3;
+	wrong_size.addrs = addrs3;
+	check_exit(spawn(join_body, &wrong_size), "the rank of another world size");
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
+	pid_t p1 = spawn(join_body, &r1);
+	close(fds[0]);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+}
+
+UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
+{
+	/* Rank 0 opens its port only 300 ms after rank 1 starts connecting to it. */
+	int fds[2];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	close(fds[0]);
+	uint64_t world = unit_rng();
+	join_t r0 = {0, 2, -1, ports, addrs, world, 300, 0, NULL};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
+	pid_t p1 = spawn(join_body, &r1);
+	pid_t p0 = spawn(join_body, &r0);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+	/* Nobody listening at all: the connect gives up at the timeout, naming the rank. */
+	open_listeners(2, fds, ports, addrs);
+	close(fds[0]);
+	join_t lone = {1, 2, fds[1], ports, addrs, world, 0, SC_ERR_TIMEOUT, "rank 0:"};
+	double t0 = now_ms();
+	check_exit(spawn(join_body, &lone), "the lone rank 1");
+	CHECK_MSG(now_ms() - t0 < 4500, "gave up after %.0f ms", now_ms() - t0);
+	close(fds[1]);
+}
+
+/* ---- probe -------------------------------------------------------------------------- */
+
+static void measure_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	double *out = arg;
+	double alpha = -1, beta = -1;
+	sc_status_t st = t->ops->measure(t, 1u << 20, &alpha, &beta, TMO_MS);
+	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
+	if (P == 1) {
+		CHECK_TRUE(alpha == 0 && beta == 0);
+		return;
+	}
+	CHECK_MSG(alpha > 0 && alpha < 0.1, "alpha %g", alpha);
+	CHECK_MSG(beta > 0 && beta < 1e-6, "beta %g", beta);
+	out[2 * rank] = alpha;
+	out[2 * rank + 1] = beta;
+}
+
+UNIT_TEST(transport_tcp_measure_agrees_on_every_rank)
+{
+	double *out = shared_map(sizeof(double) * 2 * MAX_P);
+	run_world(1, measure_rank, out);
+	for (int P = 2; P <= MAX_P; P += 3) {
+		run_world(P, measure_rank, out);
+		for (int r = 1; r < P; r++)
+			CHECK_MSG(out[2 * r] == out[0] && out[2 * r + 1] == out[1],
+				  "P = %d: rank %d measured (%g, %g), rank 0 (%g, %g)", P, r,
+				  out[2 * r], out[2 * r + 1], out[0], out[1]);
+	}
+	munmap(out, sizeof(double) * 2 * MAX_P);
+}
