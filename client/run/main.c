@@ -1040,7 +1040,8 @@ static void teardown(run_t *r, job_state_t *js)
 		if (d->shown)
 			continue;
 		describe_status(d->p.status, how, sizeof(how));
-		fprintf(stderr, "sparsecomm-run: daemon rank %d %s on shutdown\n", i, how);
+		fprintf(stderr, "sparsecomm-run: daemon rank %d %s%s\n", i, how,
+			r->n_trainers && r->trainers[0].pid ? " on shutdown" : "");
 		print_log_tail(r, i);
 	}
 	long long until = now_ms() + 500;
