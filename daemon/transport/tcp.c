@@ -21,7 +21,11 @@
  *
  * Any failure during an operation leaves the byte streams out of step, so the transport
  * remembers it and every later call fails with the same text: the daemon rebuilds the
- * world rather than guessing where each stream stands.
+ * world rather than guessing where each stream stands. While an operation waits, the
+ * sockets of the peers it does not use are watched for a hangup: a rank that dies is
+ * then named by every survivor (not only by those it exchanged bytes with), and an
+ * operation that stops progressing after such a hangup fails after SCD_TCP_GRACE_MS
+ * instead of its full timeout.
  */
 #include "transport/tcp_internal.h"
 
