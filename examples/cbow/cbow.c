@@ -37,7 +37,7 @@ typedef struct options {
 } options_t;
 
 static const options_t defaults = {
-    .steps = 600,
+    .steps = 2400,
     .batch = 512,
     .dim = 64,
     .print_every = 20,
@@ -354,7 +354,8 @@ typedef struct run {
 	int show; /* this rank prints progress */
 } run_t;
 
-static void print_progress(run_t *r, long step, double loss, double local_loss)
+/* rows: the mean fraction of non-zero rows in the averaged gradients since the last line. */
+static void print_progress(run_t *r, long step, double loss, double local_loss, double rows)
 {
 	double el = now_s() - r->t_start;
 	double tokens = (double)r->size * (double)r->o.batch * (double)step;
@@ -364,8 +365,8 @@ static void print_progress(run_t *r, long step, double loss, double local_loss)
 	printf("step=%ld loss=%.4f", step, loss);
 	if (r->o.verbose_all)
 		printf(" local_loss=%.4f", local_loss);
-	printf(" tokens/s=%.0f synced=%.1fMB elapsed=%.1fs\n", tokens / el,
-	       (double)r->cm.synced_bytes / 1e6, el);
+	printf(" tokens/s=%.0f synced=%.1fMB nonzero_rows=%.1f%% elapsed=%.1fs\n", tokens / el,
+	       (double)r->cm.synced_bytes / 1e6, 100.0 * rows, el);
 }
 
 /*
@@ -408,6 +409,7 @@ static int train(run_t *r)
 	const options_t *o = &r->o;
 	double interval_loss = 0;
 	long interval_steps = 0;
+	size_t interval_rows = 0;
 
 	r->t_start = now_s();
 	for (long step = 1; step <= o->steps; step++) {
@@ -418,7 +420,8 @@ static int train(run_t *r)
 		interval_steps++;
 		if (comm_allreduce(&r->cm, grads, 2, SC_OP_AVERAGE) < 0)
 			return -1;
-		model_apply(&r->model, r->cm.buf[COMM_IN], r->cm.buf[COMM_OUT]);
+		interval_rows +=
+		    model_apply(&r->model, r->cm.buf[COMM_IN], r->cm.buf[COMM_OUT]);
 		if (o->check_every > 0 && (step % o->check_every == 0 || step == o->steps) &&
 		    check_sync(&r->cm, &r->model, step) < 0)
 			return -1;
@@ -428,9 +431,12 @@ static int train(run_t *r)
 			if (average_stats(&r->cm, &avg, 1) < 0)
 				return -1;
 			if (r->show)
-				print_progress(r, step, avg, local);
+				print_progress(r, step, avg, local,
+					       (double)interval_rows / (double)interval_steps /
+						   (2.0 * (double)r->corpus.vocab_size));
 			interval_loss = 0;
 			interval_steps = 0;
+			interval_rows = 0;
 		}
 	}
 	return 0;
@@ -442,24 +448,26 @@ static int summarise(run_t *r)
 	const options_t *o = &r->o;
 	double elapsed = now_s() - r->t_start;
 	long n = o->steps / 10 < 50 ? (o->steps / 10 ? o->steps / 10 : 1) : 50;
-	double v[2] = {0, 0};
+	double v[3] = {0, 0, r->losses[0]};
 
 	for (long i = 0; i < n; i++) {
 		v[0] += r->losses[i] / (double)n;
 		v[1] += r->losses[o->steps - 1 - i] / (double)n;
 	}
-	if (average_stats(&r->cm, v, 2) < 0)
+	if (average_stats(&r->cm, v, 3) < 0)
 		return -1;
 	if (r->cm.rank != 0 && !o->verbose_all)
 		return 0;
 	double tokens = (double)r->size * (double)o->batch * (double)o->steps;
 
-	printf("%sdone: steps=%ld loss %.4f -> %.4f (mean of first/last %ld steps) time=%.1fs "
-	       "tokens/s=%.0f synced=%.1fMB waiting=%.0f%%%s\n",
-	       o->verbose_all ? (r->cm.rank ? "rank=1.. " : "rank=0 ") : "", o->steps, v[0],
-	       v[1], n, elapsed, tokens / elapsed, (double)r->cm.synced_bytes / 1e6,
-	       100.0 * r->cm.wait_s / elapsed,
-	       o->check_every > 0 && !o->local ? " weights identical on all ranks" : "");
+	if (o->verbose_all)
+		printf("rank=%d ", r->cm.rank);
+	printf(
+	    "done: steps=%ld loss %.4f at step 1, %.4f over the first %ld steps -> %.4f over "
+	    "the last %ld; time=%.1fs tokens/s=%.0f synced=%.1fMB waiting=%.0f%%%s\n",
+	    o->steps, v[2], v[0], n, v[1], n, elapsed, tokens / elapsed,
+	    (double)r->cm.synced_bytes / 1e6, 100.0 * r->cm.wait_s / elapsed,
+	    o->check_every > 0 && !o->local ? "; weights identical on all ranks" : "");
 	return 0;
 }
 

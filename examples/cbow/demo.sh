@@ -22,9 +22,9 @@ fi
 echo "demo: training word embeddings (CBOW, negative sampling) on the King James Bible"
 echo "demo: $NODES nodes, one daemon and one trainer each; the gradients of both embedding"
 echo "demo: matrices are averaged through sparsecomm every step; progress from rank 0:"
-echo "demo: $BIN/sparsecomm-run -n $NODES --timeout 600 -- $BIN/sparsecomm-cbow --check-sync 100 $*"
+echo "demo: $BIN/sparsecomm-run -n $NODES --timeout 600 -- $BIN/sparsecomm-cbow --check-sync 100 --print-every 100 $*"
 start=$(date +%s)
-"$BIN/sparsecomm-run" -n "$NODES" --timeout 600 -- "$BIN/sparsecomm-cbow" --check-sync 100 "$@"
+"$BIN/sparsecomm-run" -n "$NODES" --timeout 600 -- "$BIN/sparsecomm-cbow" --check-sync 100 --print-every 100 "$@"
 rc=$?
 end=$(date +%s)
 if [ "$rc" -eq 0 ]; then
