@@ -1,0 +1,573 @@
+/*
+ * scheme.c: the scheme context, the dispatch of scd_scheme_run with its report, and the
+ * helpers the scheme files share (workspaces, the metadata round, transport wrappers,
+ * deterministic top-k, the COO-or-bitmap sparse message).
+ *
+ * Every run starts with the metadata round: one message to and from every peer carrying
+ * (scheme, numel, step, non-zeros, optional per-partition counts). It costs one latency
+ * and 40 + 8 P bytes per peer, and buys three things: every receive buffer can be sized
+ * exactly before data move (no worst-case P x numel buffers), a mismatch of plan between
+ * ranks is caught before it corrupts data, and d_G is known identically on every rank.
+ */
+#include "scheme/scheme_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/log.h"
+
+#define META_MAGIC     0x314d4353u /* "SCM1" */
+#define META_HDR_BYTES 40
+
+static __thread char scheme_err[512];
+
+const char *scd_scheme_error(void)
+{
+	return scheme_err;
+}
+
+sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(scheme_err, sizeof(scheme_err), fmt, ap);
+	va_end(ap);
+	scd_error(SCD_SUB_ENGINE, "scheme: %s (%s)", scheme_err, sc_status_name(st));
+	return st;
+}
+
+/* ---- workspaces ------------------------------------------------------------------------ */
+
+sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes)
+{
+	if (bytes <= w->cap)
+		return SC_OK;
+	size_t cap = w->cap + w->cap / 2;
+	if (cap < bytes)
+		cap = bytes;
+	cap = (cap + 4095) & ~(size_t)4095;
+	void *p = aligned_alloc(64, cap);
+	if (!p)
+		return scd_scheme_fail(SC_ERR_NOMEM, "cannot allocate %zu bytes", cap);
+	memset(p, 0, cap); /* pre-fault: the first touch of a page is slow */
+	free(w->p);
+	w->p = p;
+	w->cap = cap;
+	return SC_OK;
+}
+
+void scd_ws_free(scd_ws_t *w)
+{
+	free(w->p);
+	w->p = NULL;
+	w->cap = 0;
+}
+
+/* ---- context --------------------------------------------------------------------------- */
+
+scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
+{
+	return (scd_scheme_cfg_t){.numel = numel,
+				  .seed = seed,
+				  .timeout_ms = 30000,
+				  .threads = 1,
+				  .density = 0,
+				  .spardl_teams = 0,
+				  .sketch_rows = 1,
+				  .sketch_cols_factor = 2,
+				  .sketch_block = 256,
+				  .omni_block = 256};
+}
+
+sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *t,
+				  const scd_device_ops_t *dev, scd_scheme_ctx_t **ctx_p)
+{
+	if (!cfg || !t || !ctx_p || cfg->numel > SCD_NUMEL_MAX || t->size < 1 || t->rank < 0 ||
+	    t->rank >= t->size)
+		return scd_scheme_fail(SC_ERR_INVALID, "bad scheme context arguments");
+	scd_scheme_ctx_t *c = calloc(1, sizeof(*c));
+	if (!c)
+		return SC_ERR_NOMEM;
+	c->cfg = *cfg;
+	if (c->cfg.timeout_ms <= 0)
+		c->cfg.timeout_ms = 30000;
+	if (!c->cfg.sketch_rows)
+		c->cfg.sketch_rows = 1;
+	if (c->cfg.sketch_rows > SCD_SKETCH_MAX_ROWS)
+		c->cfg.sketch_rows = SCD_SKETCH_MAX_ROWS;
+	if (!(c->cfg.sketch_cols_factor > 0))
+		c->cfg.sketch_cols_factor = 2;
+	if (!c->cfg.sketch_block)
+		c->cfg.sketch_block = 256;
+	if (!c->cfg.omni_block)
+		c->cfg.omni_block = 256;
+	c->t = t;
+	c->dev = dev ? dev : &scd_device_cpu_ops;
+	c->rank = t->rank;
+	c->size = t->size;
+	c->alpha_s = 30e-6;
+	c->beta_s = 8.0 / 1e9;
+	size_t P = (size_t)c->size;
+	c->nnz = calloc(P, sizeof(uint64_t));
+	c->parts = calloc(P * P, sizeof(uint64_t));
+	c->sends = calloc(2 * P, sizeof(scd_xfer_t));
+	c->recvs = calloc(2 * P, sizeof(scd_xfer_t));
+	c->rbytes = calloc(2 * P, sizeof(size_t));
+	c->hoff = calloc(P + 1, sizeof(uint64_t));
+	if (!c->nnz || !c->parts || !c->sends || !c->recvs || !c->rbytes || !c->hoff ||
+	    scd_ws_reserve(&c->meta_send, META_HDR_BYTES + 8 * P) != SC_OK ||
+	    scd_ws_reserve(&c->meta_recv, P * (META_HDR_BYTES + 8 * P)) != SC_OK) {
+		scd_scheme_ctx_destroy(c);
+		return SC_ERR_NOMEM;
+	}
+	*ctx_p = c;
+	return SC_OK;
+}
+
+void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
+{
+	if (!c)
+		return;
+	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx, &c->lval,
+			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
+			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval};
+	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+		scd_ws_free(ws[i]);
+	if (c->hh)
+		c->dev->hh_destroy(c->hh);
+	if (c->map)
+		scd_partmap_release(c->map);
+	if (c->ex)
+		c->dev->exdyna_destroy(c->ex);
+	free(c->nnz), free(c->parts), free(c->sends), free(c->recvs), free(c->rbytes);
+	free(c->hoff);
+	free(c);
+}
+
+sc_status_t scd_scheme_ctx_prepare(scd_scheme_ctx_t *c, scd_scheme_t s)
+{
+	uint64_t n = c->cfg.numel;
+	switch (s) {
+	case SCD_SCHEME_BALANCED_PAR:
+		if (!c->map && c->size > 1)
+			return scd_partmap_acquire(n, (uint32_t)c->size, c->cfg.seed, &c->map);
+		return SC_OK;
+	case SCD_SCHEME_SPARDL:
+	case SCD_SCHEME_S2_SKETCH:
+		return scd_ws_reserve(&c->fscratch, 4 * n);
+	default:
+		return SC_OK;
+	}
+}
+
+void scd_scheme_ctx_set_net(scd_scheme_ctx_t *c, double alpha_s, double beta_s_per_byte)
+{
+	c->alpha_s = alpha_s;
+	c->beta_s = beta_s_per_byte;
+}
+
+uint64_t scd_scheme_ctx_step(const scd_scheme_ctx_t *c)
+{
+	return c->step;
+}
+
+const scd_scheme_cfg_t *scd_scheme_ctx_cfg(const scd_scheme_ctx_t *c)
+{
+	return &c->cfg;
+}
+
+/* ---- transport wrappers ------------------------------------------------------------------ */
+
+static sc_status_t xport_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *what)
+{
+	return scd_scheme_fail(st, "rank %d: %s at step %llu: %s", c->rank, what,
+			       (unsigned long long)c->step, scd_transport_error());
+}
+
+sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			    const scd_xfer_t *r, int nr)
+{
+	if (ns == 0 && nr == 0)
+		return SC_OK;
+	c->rounds++;
+	sc_status_t st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
+	return st == SC_OK ? st : xport_fail(c, st, "exchange");
+}
+
+sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			      const scd_xfer_t *r, int nr, size_t *rb)
+{
+	if (ns == 0 && nr == 0)
+		return SC_OK;
+	c->rounds++;
+	sc_status_t st = scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
+	return st == SC_OK ? st : xport_fail(c, st, "exchange");
+}
+
+sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
+{
+	if (c->size <= 1 || n == 0)
+		return SC_OK;
+	c->rounds += 2 * (uint32_t)(c->size - 1);
+	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
+	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
+}
+
+/* ---- metadata round ---------------------------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
+			    const uint64_t *parts, uint32_t nparts)
+{
+	int P = c->size, me = c->rank;
+	size_t slot = META_HDR_BYTES + 8 * (size_t)P;
+	uint8_t *m = c->meta_send.p;
+	put32(m, META_MAGIC);
+	put32(m + 4, (uint32_t)s);
+	put64(m + 8, c->cfg.numel);
+	put64(m + 16, c->step);
+	put64(m + 24, nnz);
+	put32(m + 32, nparts);
+	put32(m + 36, 0);
+	for (uint32_t p = 0; p < nparts; p++)
+		put64(m + META_HDR_BYTES + 8 * p, parts[p]);
+	size_t len = META_HDR_BYTES + 8 * (size_t)nparts;
+	int n = 0;
+	for (int q = 0; q < P; q++) {
+		if (q == me)
+			continue;
+		c->sends[n] = (scd_xfer_t){q, m, len};
+		c->recvs[n] = (scd_xfer_t){q, (uint8_t *)c->meta_recv.p + slot * q, slot};
+		n++;
+	}
+	sc_status_t st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes);
+	if (st != SC_OK)
+		return st;
+	memcpy((uint8_t *)c->meta_recv.p + slot * me, m, len);
+	c->total_nnz = c->max_nnz = 0;
+	for (int q = 0; q < P; q++) {
+		const uint8_t *r = (const uint8_t *)c->meta_recv.p + slot * q;
+		if (get32(r) != META_MAGIC || get32(r + 4) != (uint32_t)s ||
+		    get64(r + 8) != c->cfg.numel || get64(r + 16) != c->step ||
+		    get32(r + 32) != nparts)
+			return scd_scheme_fail(
+			    SC_ERR_MISMATCH,
+			    "rank %d runs %s over %llu elements at step %llu, rank %d runs %s "
+			    "over %llu at step %llu",
+			    me, scd_scheme_name(s), (unsigned long long)c->cfg.numel,
+			    (unsigned long long)c->step, q, scd_scheme_name(get32(r + 4)),
+			    (unsigned long long)get64(r + 8),
+			    (unsigned long long)get64(r + 16));
+		c->nnz[q] = get64(r + 24);
+		c->total_nnz += c->nnz[q];
+		if (c->nnz[q] > c->max_nnz)
+			c->max_nnz = c->nnz[q];
+		if (nparts == (uint32_t)P)
+			for (int p = 0; p < P; p++)
+				c->parts[(size_t)q * P + p] = get64(r + META_HDR_BYTES + 8 * p);
+	}
+	return SC_OK;
+}
+
+/* ---- the contribution ----------------------------------------------------------------------
+ */
+
+uint64_t scd_scheme_local_nnz(const scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
+{
+	if (io->coo)
+		return io->coo->nnz;
+	uint64_t n = 0;
+	const float *g = io->data;
+	for (uint64_t i = 0; i < c->cfg.numel; i++)
+		n += g[i] != 0;
+	return n;
+}
+
+sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
+{
+	if (io->coo) {
+		c->local = *io->coo;
+		return SC_OK;
+	}
+	uint64_t nnz = scd_scheme_local_nnz(c, io);
+	sc_status_t st = scd_ws_reserve(&c->lidx, 4 * nnz + 4);
+	if (st == SC_OK)
+		st = scd_ws_reserve(&c->lval, 4 * nnz + 4);
+	if (st != SC_OK)
+		return st;
+	uint32_t *idx = c->lidx.p;
+	float *val = c->lval.p;
+	const float *g = io->data;
+	uint64_t w = 0;
+	for (uint64_t i = 0; i < c->cfg.numel; i++)
+		if (g[i] != 0) {
+			idx[w] = (uint32_t)i;
+			val[w++] = g[i];
+		}
+	c->local = (scd_coo_t){idx, val, w, nnz + 1};
+	return SC_OK;
+}
+
+void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
+{
+	if (!io->coo)
+		return;
+	memset(io->data, 0, 4 * c->cfg.numel);
+	c->dev->coo_scatter_add(io->data, io->coo);
+}
+
+/* Checks an input COO: indices ascending, unique, in range. */
+static sc_status_t coo_check(const scd_coo_t *coo, uint64_t numel)
+{
+	for (uint64_t i = 0; i < coo->nnz; i++)
+		if (coo->idx[i] >= numel || (i && coo->idx[i] <= coo->idx[i - 1]))
+			return scd_scheme_fail(SC_ERR_INVALID,
+					       "COO input: index %u at %llu is out of range or "
+					       "not ascending",
+					       coo->idx[i], (unsigned long long)i);
+	return SC_OK;
+}
+
+/* ---- deterministic top-k --------------------------------------------------------------------
+ */
+
+/* The k-th largest magnitude key (k >= 1, k <= n) by 8-bit radix select. */
+static uint32_t kth_key(const float *val, uint64_t n, uint64_t k)
+{
+	uint32_t prefix = 0, mask = 0;
+	uint64_t remaining = k;
+	for (int shift = 24; shift >= 0; shift -= 8) {
+		uint64_t hist[256] = {0};
+		for (uint64_t i = 0; i < n; i++) {
+			uint32_t key = scd_abs_key(val[i]);
+			if ((key & mask) == prefix)
+				hist[(key >> shift) & 255]++;
+		}
+		for (int b = 255; b >= 0; b--) {
+			if (remaining <= hist[b]) {
+				prefix |= (uint32_t)b << shift;
+				mask |= 255u << shift;
+				break;
+			}
+			remaining -= hist[b];
+		}
+	}
+	return prefix;
+}
+
+uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k, uint32_t *keys,
+			     uint32_t *tmp_idx, float *tmp_val)
+{
+	(void)keys;
+	if (k >= n)
+		return n;
+	uint32_t T = k ? kth_key(val, n, k) : UINT32_MAX;
+	uint64_t gt = 0;
+	if (k)
+		for (uint64_t i = 0; i < n; i++)
+			gt += scd_abs_key(val[i]) > T;
+	uint64_t ties = k > gt ? k - gt : 0, w = 0, r = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t key = scd_abs_key(val[i]);
+		int keep = k && (key > T || (key == T && ties > 0));
+		if (keep && key == T)
+			ties--;
+		if (keep) {
+			idx[w] = idx[i];
+			val[w++] = val[i];
+		} else {
+			tmp_idx[r] = idx[i];
+			tmp_val[r++] = val[i];
+		}
+	}
+	memcpy(idx + w, tmp_idx, 4 * r);
+	memcpy(val + w, tmp_val, 4 * r);
+	return w;
+}
+
+/* ---- COO-or-bitmap messages ---------------------------------------------------------------
+ */
+
+enum { MSG_COO = 1, MSG_BITMAP = 2 };
+
+uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz)
+{
+	uint64_t coo = scd_fmt_coo_bytes(nnz), bm = scd_fmt_bitmap_bytes(numel, nnz);
+	return 8 + (coo <= bm ? coo : bm);
+}
+
+sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
+				  uint64_t *bytes_p)
+{
+	uint64_t coo = scd_fmt_coo_bytes(src->nnz), bm = scd_fmt_bitmap_bytes(numel, src->nnz);
+	uint8_t *b = buf;
+	uint64_t bytes = 0;
+	sc_status_t st;
+	if (cap < 8)
+		return SC_ERR_LIMIT;
+	if (coo <= bm) {
+		put64(b, MSG_COO);
+		if (8 + coo > cap)
+			return SC_ERR_LIMIT;
+		memcpy(b + 8, src->idx, 4 * src->nnz);
+		memcpy(b + 8 + 4 * src->nnz, src->val, 4 * src->nnz);
+		bytes = coo;
+		st = SC_OK;
+	} else {
+		put64(b, MSG_BITMAP);
+		st = scd_bitmap_encode(src, numel, b + 8, cap - 8, &bytes);
+	}
+	if (st == SC_OK)
+		*bytes_p = 8 + bytes;
+	return st;
+}
+
+sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
+				  uint32_t *widx, float *wval, scd_coo_t *out)
+{
+	const uint8_t *b = buf;
+	if (bytes < 8)
+		return scd_scheme_fail(SC_ERR_PROTOCOL, "sparse message of %llu bytes",
+				       (unsigned long long)bytes);
+	uint64_t fmt = get64(b), body = bytes - 8;
+	if (fmt == MSG_COO && body % 8 == 0) {
+		uint64_t n = body / 8;
+		*out = (scd_coo_t){(uint32_t *)(b + 8), (float *)(b + 8 + 4 * n), n, n};
+		return SC_OK;
+	}
+	uint64_t words = 8 * scd_fmt_bitmap_words(numel);
+	if (fmt == MSG_BITMAP && body >= words && (body - words) % 4 == 0) {
+		uint64_t n = (body - words) / 4;
+		*out = (scd_coo_t){widx, wval, 0, n};
+		return scd_bitmap_decode(b + 8, body, numel, out);
+	}
+	return scd_scheme_fail(SC_ERR_PROTOCOL,
+			       "malformed sparse message (format %llu, %llu "
+			       "bytes)",
+			       (unsigned long long)fmt, (unsigned long long)bytes);
+}
+
+/* ---- dispatch
+ * -------------------------------------------------------------------------------- */
+
+int scd_scheme_lossless(scd_scheme_t s)
+{
+	return s == SCD_SCHEME_DENSE_RING || s == SCD_SCHEME_AGSPARSE ||
+	       s == SCD_SCHEME_HIER_CENTRAL || s == SCD_SCHEME_BALANCED_PAR ||
+	       s == SCD_SCHEME_OMNIREDUCE;
+}
+
+int scd_scheme_parse(const char *name, scd_scheme_t *s_p)
+{
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		if (name && strcmp(name, scd_scheme_name((scd_scheme_t)s)) == 0) {
+			*s_p = (scd_scheme_t)s;
+			return 0;
+		}
+	return -1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Statistics of the result, identical on every rank: non-zeros and range skew. */
+static void result_stats(const scd_scheme_ctx_t *c, const float *g, scd_scheme_report_t *r)
+{
+	uint64_t n = c->cfg.numel, P = (uint64_t)c->size, total = 0, maxr = 0;
+	for (uint64_t p = 0; p < P; p++) {
+		uint64_t lo = p * n / P, hi = (p + 1) * n / P, cnt = 0;
+		for (uint64_t i = lo; i < hi; i++)
+			cnt += g[i] != 0;
+		total += cnt;
+		if (cnt > maxr)
+			maxr = cnt;
+	}
+	r->union_nnz = total;
+	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
+}
+
+typedef sc_status_t (*scheme_fn)(scd_scheme_ctx_t *, scd_scheme_io_t *);
+static const scheme_fn scheme_fns[SCD_SCHEME_COUNT] = {
+    [SCD_SCHEME_DENSE_RING] = scd_scheme_dense_ring,
+    [SCD_SCHEME_AGSPARSE] = scd_scheme_agsparse,
+    [SCD_SCHEME_HIER_CENTRAL] = scd_scheme_hier_central,
+    [SCD_SCHEME_BALANCED_PAR] = scd_scheme_balanced_par,
+    [SCD_SCHEME_OMNIREDUCE] = scd_scheme_omnireduce,
+    [SCD_SCHEME_SPARDL] = scd_scheme_spardl,
+    [SCD_SCHEME_S2_SKETCH] = scd_scheme_s2,
+    [SCD_SCHEME_EXDYNA] = scd_scheme_exdyna,
+};
+
+sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t *io,
+			   scd_scheme_report_t *report_p)
+{
+	if ((unsigned)s >= SCD_SCHEME_COUNT || !c || !io || !io->data)
+		return scd_scheme_fail(SC_ERR_INVALID, "bad scheme run arguments");
+	scheme_err[0] = 0;
+	double t0 = now_s();
+	scd_transport_counters_t k0, k1;
+	c->t->ops->counters(c->t, &k0);
+	c->rounds = 0;
+	c->imbalance = 0;
+	c->teams_used = 0;
+	sc_status_t st = SC_OK;
+	if (io->coo)
+		st = coo_check(io->coo, c->cfg.numel);
+	if (st == SC_OK && c->cfg.numel > 0)
+		st = scheme_fns[s](c, io);
+	if (st != SC_OK)
+		return st;
+	c->t->ops->counters(c->t, &k1);
+	scd_scheme_report_t r = {.scheme = s,
+				 .lossless = scd_scheme_lossless(s),
+				 .step = c->step,
+				 .bytes_sent = k1.bytes_sent - k0.bytes_sent,
+				 .bytes_recv = k1.bytes_recv - k0.bytes_recv,
+				 .messages = k1.messages_sent - k0.messages_sent,
+				 .rounds = c->rounds,
+				 .teams = c->teams_used,
+				 .local_nnz = c->nnz[c->rank],
+				 .total_nnz = c->total_nnz,
+				 .max_nnz = c->max_nnz};
+	result_stats(c, io->data, &r);
+	double P = c->size, mean = (double)c->total_nnz / P;
+	r.density = c->cfg.numel ? mean / (double)c->cfg.numel : 0;
+	r.gamma = mean > 0 ? (double)r.union_nnz / mean : 1;
+	r.imbalance = c->imbalance > 0 ? c->imbalance
+		      : mean > 0       ? (double)c->max_nnz / mean
+				       : 1;
+	c->last_union = r.union_nnz;
+	c->step++;
+	r.elapsed_s = now_s() - t0;
+	if (report_p)
+		*report_p = r;
+	return SC_OK;
+}

@@ -1,0 +1,175 @@
+/*
+ * scheme.h: the collective schemes (layer 3): one entry point that sums a fused buffer over
+ * every rank with one of the schemes of ARCHITECTURE.md's table, built from the device
+ * (layer 1) and the transport (layer 2), plus the choice of scheme from the cost model.
+ *
+ * Use, per fused buffer (the engine):
+ *
+ *	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(numel, seed);
+ *	scd_scheme_ctx_create(&cfg, transport, &scd_device_cpu_ops, &ctx);	// once
+ *	scd_scheme_profile_t prof; scd_scheme_profile_init(&prof, density_hint);
+ *	per step:
+ *	  s = scd_scheme_choose(ctx, &prof, alpha, beta, lossless_only, pin, &cost);
+ *	  io = {.data = buf, .coo = natural ? &coo : NULL, .residual = lossy ? res : NULL};
+ *	  st = scd_scheme_run(s, ctx, &io, &report);	// every rank, same s, same order
+ *	  scd_scheme_profile_update(&prof, &report);
+ *
+ * Agreement without messages: every field of the report marked (same) below is identical
+ * on every rank (computed from data every rank holds: the gathered counts and the summed
+ * result), so a profile fed only with reports, and scd_scheme_choose() fed with that
+ * profile and with alpha/beta that the engine agreed on (e.g. rank 0's measurement, sent
+ * with the plan), gives the same scheme on every rank. Each run also starts with a small
+ * metadata exchange (one round, 40 + 8 P bytes per peer) that carries every rank's
+ * non-zero count and checks that all ranks run the same scheme on the same numel at the
+ * same step (SC_ERR_MISMATCH otherwise, naming the rank).
+ *
+ * The result: on success io->data holds, on every rank, the same numel float32 values:
+ * for lossless schemes exactly the elementwise sum of the contributions (summed in rank
+ * order where the order matters, so every rank gets the same bits); for lossy schemes the
+ * scheme's estimate of it.
+ *
+ * Residuals (error feedback; lossy schemes). For every element i the scheme ADDS to
+ * io->residual[i] what of this rank's contribution it did not deliver, so that
+ *     sum over ranks of contribution_r[i] == result[i] + sum over ranks of delta_residual_r[i]
+ * exactly in real arithmetic (to float rounding in floats; exactly on small integers for
+ * SparDL R-SAG/B-SAG and ExDyna, see their files). Which rank holds a discarded value
+ * is the scheme's business (SparDL keeps in-procedure discards on the rank that discarded
+ * them, as its global residual collection does). The engine adds the residual into the
+ * next step's contribution (its sparsifier's error feedback does exactly that). ExDyna is
+ * different in one way: it is itself a sparsifier and reads the residual (acc = input +
+ * residual, select, the rest stays), so the identity above holds with delta_residual =
+ * new - old residual. Lossless schemes never touch io->residual. io->residual NULL for a
+ * lossy scheme: the discards are dropped.
+ *
+ * Threads: a context is used by one thread at a time (the engine's); different contexts
+ * may share a transport only if their runs are serialised.
+ *
+ * Memory: workspaces are sized from numel, P and the data, allocated and pre-faulted on a
+ * scheme's first run (or scd_scheme_ctx_prepare) and grown geometrically when the data
+ * need more; in steady state a run allocates nothing.
+ */
+#ifndef SCD_SCHEME_SCHEME_H
+#define SCD_SCHEME_SCHEME_H
+
+#include <stdint.h>
+
+#include "device/device.h"
+#include "model/cost.h"
+#include "transport/transport.h"
+
+/* Per-buffer configuration; scd_scheme_cfg_default fills the documented defaults. */
+typedef struct scd_scheme_cfg {
+	uint64_t numel;	  /* elements of the fused buffer (<= SCD_NUMEL_MAX) */
+	uint64_t seed;	  /* shared by all ranks: partition hash, sketch seeds */
+	int timeout_ms;	  /* every transport call (<= 0: 30000) */
+	unsigned threads; /* device threads (hierarchical hashing), 0: 1 */
+	/* lossy schemes */
+	double density;		   /* SparDL/ExDyna target per rank: k = density numel
+					    (0: SparDL uses the mean input non-zeros; ExDyna 0.01) */
+	uint32_t spardl_teams;	   /* SparDL d (0: the divisor of P with the lowest cost) */
+	uint32_t sketch_rows;	   /* S2 rows (1) */
+	double sketch_cols_factor; /* S2 columns = factor x union non-zeros (2) */
+	uint32_t sketch_block;	   /* S2 bitmap block, elements (256) */
+	uint32_t omni_block;	   /* OmniReduce block, elements (256) */
+} scd_scheme_cfg_t;
+
+scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed);
+
+typedef struct scd_scheme_ctx scd_scheme_ctx_t;
+
+/* Creates the context of one fused buffer over transport t (not owned) and device dev
+ * (NULL: cpu). Nothing is exchanged. */
+sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *t,
+				  const scd_device_ops_t *dev, scd_scheme_ctx_t **ctx_p);
+void scd_scheme_ctx_destroy(scd_scheme_ctx_t *ctx);
+/* Allocates the data-independent workspaces of a scheme ahead of its first run. */
+sc_status_t scd_scheme_ctx_prepare(scd_scheme_ctx_t *ctx, scd_scheme_t scheme);
+/* Latency and bandwidth the context uses for its own cost-based choices (SparDL's team
+ * count when cfg.spardl_teams is 0). Must be identical on every rank. */
+void scd_scheme_ctx_set_net(scd_scheme_ctx_t *ctx, double alpha_s, double beta_s_per_byte);
+/* Runs so far (the step number the next run uses; per-step seeds derive from it). */
+uint64_t scd_scheme_ctx_step(const scd_scheme_ctx_t *ctx);
+const scd_scheme_cfg_t *scd_scheme_ctx_cfg(const scd_scheme_ctx_t *ctx);
+
+/* One buffer of one step. */
+typedef struct scd_scheme_io {
+	float *data; /* numel floats: contribution on entry (unless coo), result on exit */
+	const scd_coo_t *coo; /* optional contribution as COO (unique indices, ascending);
+				 then data is output only */
+	float *residual;      /* optional numel floats, lossy schemes only (see above) */
+} scd_scheme_io_t;
+
+typedef struct scd_scheme_report {
+	scd_scheme_t scheme;
+	int lossless;
+	uint64_t step;
+	uint64_t bytes_sent, bytes_recv; /* this rank, all phases (transport counters) */
+	uint64_t messages;		 /* messages this rank sent */
+	uint32_t rounds;		 /* sequential communication rounds */
+	uint32_t teams;			 /* SparDL: d used */
+	uint64_t local_nnz;		 /* this rank's contribution's non-zeros */
+	uint64_t total_nnz;		 /* (same) sum over ranks of local_nnz */
+	uint64_t max_nnz;		 /* (same) largest local_nnz */
+	uint64_t union_nnz;		 /* (same) non-zeros of the result */
+	double density;			 /* (same) d_G = total_nnz / (P numel) */
+	double gamma;			 /* (same) union_nnz / (total_nnz / P), ZEN gamma_G^n */
+	double skew;	  /* (same) max/mean result non-zeros over P even ranges */
+	double imbalance; /* (same) max/mean load over servers (BP, OmniReduce)
+			     or over ranks' contributions (the others) */
+	double elapsed_s; /* this rank's wall time in scd_scheme_run */
+} scd_scheme_report_t;
+
+/*
+ * Sums io over every rank with scheme (every rank calls it with the same scheme, in the
+ * same order of buffers). On failure the error is in scd_scheme_error() (naming the peer
+ * rank for transport failures) and io->data is unspecified; the transport may be unusable.
+ */
+sc_status_t scd_scheme_run(scd_scheme_t scheme, scd_scheme_ctx_t *ctx, scd_scheme_io_t *io,
+			   scd_scheme_report_t *report_p);
+
+/* The last error of this thread's scheme runs ("" if none). */
+const char *scd_scheme_error(void);
+/* Whether a scheme returns the exact sum. */
+int scd_scheme_lossless(scd_scheme_t scheme);
+/* Parses a scheme name (scd_scheme_name's); 0 on success. */
+int scd_scheme_parse(const char *name, scd_scheme_t *scheme_p);
+
+/* ---- selection ------------------------------------------------------------------------ */
+
+/* What recent steps looked like, fed only from reports (identical on every rank). */
+typedef struct scd_scheme_profile {
+	double density; /* d_G */
+	double gamma_n; /* gamma_G^n */
+	double skew;
+	uint64_t steps; /* reports folded in */
+} scd_scheme_profile_t;
+
+/* Starts a profile from a hint (the tensor's declared density; 1 for dense tensors). */
+void scd_scheme_profile_init(scd_scheme_profile_t *pf, double density_hint);
+/* Folds a report in: exponential average, weight 1/2 for the newest step (the first
+ * report replaces the hint). S2 steps leave gamma and skew alone (a sketch's result is
+ * dense inside non-zero blocks, which says nothing about the real union). */
+void scd_scheme_profile_update(scd_scheme_profile_t *pf, const scd_scheme_report_t *r);
+
+/*
+ * The scheme to run next: pin >= 0 forces that scheme; otherwise the cheapest by
+ * scd_cost_scheme() for (P, numel, profile, alpha, beta, the context's block, team and
+ * sketch settings), AGsparse and Hierarchical Centralization costed with the cheaper of
+ * COO and bitmap messages (what they send), Balanced Parallelism with its hash-bitmap
+ * pull. lossless_only restricts the choice to the exact schemes; ExDyna is never chosen
+ * here (it is a sparsifier: the engine pins it for SC_SPARSIFY_EXDYNA tensors). A pure
+ * function of its arguments, so identical inputs give the same choice on every rank;
+ * ties go to the lower scheme id. cost_p (optional) gets the prediction.
+ */
+scd_scheme_t scd_scheme_choose(const scd_scheme_ctx_t *ctx, const scd_scheme_profile_t *pf,
+			       double alpha_s, double beta_s_per_byte, int lossless_only,
+			       int pin, scd_cost_t *cost_p);
+/* The cost model's input for a context and profile (format COO). */
+scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *ctx, const scd_scheme_profile_t *pf,
+				 double alpha_s, double beta_s_per_byte);
+/* The predicted cost of one scheme, with the message formats it really uses. */
+scd_cost_t scd_scheme_cost(const scd_scheme_ctx_t *ctx, scd_scheme_t scheme,
+			   const scd_scheme_profile_t *pf, double alpha_s,
+			   double beta_s_per_byte);
+
+#endif

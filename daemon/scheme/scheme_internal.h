@@ -1,0 +1,126 @@
+/*
+ * scheme_internal.h: what the scheme files share: the context, growable pre-faulted
+ * workspaces, the metadata round, transport wrappers that count rounds and record errors,
+ * and the helpers every scheme uses (contribution as COO or dense, result statistics).
+ */
+#ifndef SCD_SCHEME_INTERNAL_H
+#define SCD_SCHEME_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheme/scheme.h"
+
+/* A buffer that only grows (geometrically), pre-faulted when it does. */
+typedef struct scd_ws {
+	void *p;
+	size_t cap;
+} scd_ws_t;
+
+sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes);
+void scd_ws_free(scd_ws_t *w);
+
+/* SparDL's state that lives across steps (Algorithm 2's h controller). */
+typedef struct scd_spardl_state {
+	uint32_t teams; /* d the state belongs to (0: none yet) */
+	double h, step; /* top-h and its step */
+	int flag;
+} scd_spardl_state_t;
+
+struct scd_scheme_ctx {
+	scd_scheme_cfg_t cfg;
+	scd_transport_t *t;
+	const scd_device_ops_t *dev;
+	int rank, size;
+	uint64_t step;
+	double alpha_s, beta_s;
+
+	/* metadata round: per rank nnz and an optional per-partition vector */
+	scd_ws_t meta_send, meta_recv;
+	uint64_t *nnz;	 /* [P] */
+	uint64_t *parts; /* [P][P]: parts[q * P + p] = what q has for partition p */
+	uint64_t total_nnz, max_nnz;
+
+	/* per-operation transfer lists */
+	scd_xfer_t *sends, *recvs; /* [2P] each */
+	size_t *rbytes;		   /* [2P] */
+	uint32_t rounds;
+
+	/* shared workspaces */
+	scd_ws_t lidx, lval; /* the local contribution as COO */
+	scd_ws_t sendbuf, recvbuf;
+	scd_ws_t aidx, aval, bidx; /* merge lists, selections */
+	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
+	scd_coo_t local;	   /* view of lidx/lval or io->coo */
+
+	/* Balanced Parallelism */
+	scd_hh_t *hh;
+	uint64_t hh_cap;
+	const scd_partmap_t *map;
+	scd_ws_t hidx, hval;
+	uint64_t *hoff; /* [P + 1] */
+	/* ExDyna */
+	scd_exdyna_t *ex;
+	/* SparDL */
+	scd_spardl_state_t sd;
+	/* S2 */
+	uint64_t last_union;
+	uint32_t teams_used;
+	double imbalance;
+};
+
+/* Records an error message for scd_scheme_error() and logs it; returns st. */
+sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Transport wrappers: count a round, record the transport's error. Zero transfers: no-op. */
+sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			    const scd_xfer_t *r, int nr);
+sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			      const scd_xfer_t *r, int nr, size_t *rb);
+sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n);
+
+/*
+ * The metadata round: sends (scheme, numel, step, nnz, parts[nparts]) to every peer and
+ * receives theirs; fills c->nnz, c->total_nnz, c->max_nnz and, when nparts == P, c->parts.
+ */
+sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
+			    const uint64_t *parts, uint32_t nparts);
+
+/* The contribution as COO in c->local (io->coo itself, or the scan of io->data). */
+sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
+/* Non-zeros of the contribution (counts io->data when there is no COO). */
+uint64_t scd_scheme_local_nnz(const scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
+/* Makes io->data hold the contribution densely (scatters io->coo into it). */
+void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
+
+/* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
+ * front in index order; ties at the k-th magnitude go to the lowest indices, so the same
+ * input gives the same selection on every rank. Returns the number kept (min(k, n)).
+ * Entries that are not kept move to [kept, n), in index order. keys is scratch of n. */
+uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k, uint32_t *keys,
+			     uint32_t *tmp_idx, float *tmp_val);
+
+/* Sparse messages of AGsparse and HC: COO or bitmap, whichever is smaller, 8-byte header. */
+uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz);
+sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
+				  uint64_t *bytes_p);
+/* Decodes to a COO view: zero-copy for COO messages, into (widx, wval) for bitmaps. */
+sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
+				  uint32_t *widx, float *wval, scd_coo_t *out);
+
+/* The schemes. */
+sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+
+/* SparDL's team count for this context (cfg or cost-based). */
+uint32_t scd_scheme_spardl_teams(const scd_scheme_ctx_t *c, double density);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * scheme_sketch.c: S2 Reducer's sparse-sketch allreduce (S2 paper, Algorithm 1).
+ *
+ * Each rank encodes its non-zeros into a count-sketch of r rows x c columns plus a block
+ * bitmap (device/sketch.h), the sketches are summed by the dense ring allreduce (they are
+ * linear), and every rank decodes the same estimate of every element of every non-zero
+ * block into the output. Lossy and unbiased over the seeds.
+ *
+ * Sizes and seeds, identical on every rank without extra messages: c = cols_factor x the
+ * previous step's union non-zeros (a field of the last report, the same everywhere), or
+ * x the sum of this step's non-zeros (from the metadata round) on the first step, capped
+ * at numel. The hash and sign seeds derive from the shared seed and the step number, and
+ * the sketch is cleared by every encode (the two defects of the reference code).
+ *
+ * Residual, precisely: with one row the decode is linear, result = sum over ranks of
+ * decode(S_r) restricted to the summed bitmap's non-zero blocks, so rank r's share of the
+ * result is applied_r = decode([S_r | summed bitmap]) and it adds contribution_r -
+ * applied_r to its residual (its own collision error: zero where its non-zeros did not
+ * collide). With r > 1 rows the median is not linear; then applied_r = result / P.
+ * Either way sum_r (contribution_r - applied_r) = sum of contributions - result: mass is
+ * conserved.
+ */
+#include "scheme/scheme_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+{
+	uint64_t numel = c->cfg.numel;
+	sc_status_t st = scd_scheme_local_coo(c, io);
+	if (st == SC_OK)
+		st = scd_scheme_meta(c, SCD_SCHEME_S2_SKETCH, c->local.nnz, NULL, 0);
+	if (st != SC_OK)
+		return st;
+	double base = c->last_union ? (double)c->last_union : (double)c->total_nnz;
+	double cols = ceil(c->cfg.sketch_cols_factor * base);
+	if (cols > (double)numel)
+		cols = (double)numel;
+	if (cols < 1)
+		cols = 1;
+	scd_sketch_cfg_t kc = {.numel = numel,
+			       .rows = c->cfg.sketch_rows,
+			       .cols = (uint32_t)cols,
+			       .block = c->cfg.sketch_block,
+			       .seed = scd_seed_derive(c->cfg.seed, 0x5332)};
+	if ((st = scd_sketch_cfg_check(&kc)) != SC_OK)
+		return scd_scheme_fail(st, "s2: bad sketch geometry");
+	uint64_t nf = scd_sketch_floats(&kc), rc = (uint64_t)kc.rows * kc.cols;
+	if ((st = scd_ws_reserve(&c->sendbuf, 4 * nf)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->recvbuf, 4 * nf)) != SC_OK)
+		return st;
+	float *S = c->sendbuf.p, *own = c->recvbuf.p;
+	if ((st = c->dev->sketch_encode(&kc, c->step, &c->local, S)) != SC_OK)
+		return scd_scheme_fail(st, "s2: sketch encode");
+	int linear = kc.rows == 1 && io->residual;
+	if (linear)
+		memcpy(own, S, 4 * rc);
+	if ((st = scd_scheme_allreduce(c, S, nf)) != SC_OK)
+		return st;
+	/* The local COO is a copy of the input (or io->coo): the output may go in now. */
+	if ((st = c->dev->sketch_decode_dense(&kc, c->step, S, io->data)) != SC_OK)
+		return scd_scheme_fail(st, "s2: sketch decode");
+	if (!io->residual)
+		return SC_OK;
+	float *res = io->residual;
+	c->dev->coo_scatter_add(res, &c->local);
+	if (linear) {
+		if ((st = scd_ws_reserve(&c->fscratch, 4 * numel)) != SC_OK)
+			return st;
+		memcpy(own + rc, S + rc, 4 * (nf - rc));
+		float *applied = c->fscratch.p;
+		if ((st = c->dev->sketch_decode_dense(&kc, c->step, own, applied)) != SC_OK)
+			return scd_scheme_fail(st, "s2: own share decode");
+		for (uint64_t i = 0; i < numel; i++)
+			res[i] -= applied[i];
+	} else {
+		float inv = 1.0f / (float)c->size;
+		for (uint64_t i = 0; i < numel; i++)
+			res[i] -= io->data[i] * inv;
+	}
+	return SC_OK;
+}

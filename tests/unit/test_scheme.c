@@ -1,0 +1,439 @@
+/*
+ * test_scheme.c: the collective schemes (scheme/scheme.h) between real processes over the
+ * real tcp transport on loopback: P = 1..8 forked ranks (listening sockets opened in the
+ * parent before the fork, so every child knows every port), uniform and Zipf-skewed index
+ * sets, overlap from none to full, densities 1e-4 to 1, dense and COO input.
+ *
+ *   - lossless schemes return exactly the dense sum on small-integer inputs (0 wrong
+ *     elements) and agree with it to float rounding on random floats;
+ *   - lossy schemes conserve mass: sum of inputs == result + sum of residual changes;
+ *   - every rank holds the identical result (bit hash compared across ranks) and the
+ *     report fields marked (same) agree;
+ *   - Balanced Parallelism's bytes are within 1.1x of ZEN eq. (1) with hash-bitmap pull.
+ * Each rank generates every rank's input from the shared test seed (so it can compute the
+ * reference itself); results that must be compared across ranks go through a shared
+ * anonymous mapping and are checked by the parent once all ranks exit.
+ */
+#include "unit.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scheme/scheme.h"
+#include "util/log.h"
+
+#define MAX_P  8
+#define TMO_MS 20000
+
+/* ---- worlds ---------------------------------------------------------------------------- */
+
+typedef void (*rank_fn)(scd_transport_t *t, int rank, int size, void *arg);
+
+static void *shared_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK_TRUE(p != MAP_FAILED);
+	return p;
+}
+
+static void run_world(int P, rank_fn fn, void *arg)
+{
+	int fds[MAX_P];
+	uint16_t ports[MAX_P];
+	const char *addrs[MAX_P];
+	pid_t pids[MAX_P];
+	for (int r = 0; r < P; r++) {
+		sc_status_t st = scd_tcp_listen("127.0.0.1", 0, &fds[r], &ports[r]);
+		CHECK_MSG(st == SC_OK, "listen: %s", scd_transport_error());
+		addrs[r] = "127.0.0.1";
+	}
+	uint64_t world = unit_rng();
+	fflush(NULL);
+	for (int r = 0; r < P; r++) {
+		pids[r] = fork();
+		CHECK_TRUE(pids[r] >= 0);
+		if (pids[r] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			scd_log_level = SCD_LOG_WARN;
+			for (int q = 0; q < P; q++)
+				if (q != r)
+					close(fds[q]);
+			scd_transport_t *t = NULL;
+			sc_status_t st = scd_tcp_create(fds[r], r, P, addrs, ports, world,
+							1 << 20, TMO_MS, &t);
+			CHECK_MSG(st == SC_OK, "rank %d: tcp: %s", r, scd_transport_error());
+			fn(t, r, P, arg);
+			scd_transport_destroy(t);
+			_exit(0);
+		}
+	}
+	for (int r = 0; r < P; r++)
+		close(fds[r]);
+	int bad = -1, bad_status = 0;
+	for (int r = 0; r < P; r++) {
+		int status = 0;
+		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
+			;
+		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && bad < 0)
+			bad = r, bad_status = status;
+	}
+	CHECK_MSG(bad < 0, "P = %d: rank %d failed (wait status 0x%x)", P, bad, bad_status);
+}
+
+/* ---- data ------------------------------------------------------------------------------ */
+
+typedef struct spec {
+	uint64_t numel;
+	double density; /* per rank */
+	double overlap; /* fraction of each rank's indices drawn from a pool shared by all */
+	int zipf;	/* indices ~ Zipf(1) (log-uniform), hot at low indices */
+	int coo;	/* hand the input as COO */
+	int floats;	/* random floats instead of small integers */
+	uint64_t seed;
+} spec_t;
+
+static uint64_t mix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint32_t draw_idx(const spec_t *sp, uint64_t *s)
+{
+	if (!sp->zipf)
+		return (uint32_t)(mix(s) % sp->numel);
+	double u = (double)(mix(s) >> 11) / 9007199254740992.0;
+	uint64_t i = (uint64_t)pow((double)sp->numel, u) - 1;
+	return (uint32_t)(i < sp->numel ? i : sp->numel - 1);
+}
+
+static float draw_val(const spec_t *sp, uint64_t *s)
+{
+	if (sp->floats)
+		return (float)((double)(mix(s) >> 11) / 9007199254740992.0 * 2 - 1) + 1e-3f;
+	int v = (int)(mix(s) % 8) - 4;
+	return (float)(v >= 0 ? v + 1 : v);
+}
+
+/* Rank r's contribution, dense (g: numel floats). */
+static void gen_rank(const spec_t *sp, int r, float *g)
+{
+	memset(g, 0, 4 * sp->numel);
+	uint64_t vs = sp->seed ^ (0x1000u + (uint64_t)r), ps = sp->seed ^ 0x77,
+		 rs = sp->seed ^ (0x2000u + (uint64_t)r);
+	if (sp->density >= 1) {
+		for (uint64_t i = 0; i < sp->numel; i++)
+			g[i] = draw_val(sp, &vs);
+		return;
+	}
+	uint64_t nnz = (uint64_t)(sp->density * (double)sp->numel + 0.5);
+	if (nnz < 1)
+		nnz = 1;
+	uint64_t shared = (uint64_t)(sp->overlap * (double)nnz + 0.5), got = 0;
+	for (uint64_t a = 0; got < shared && a < 8 * nnz; a++) {
+		uint32_t i = draw_idx(sp, &ps);
+		if (g[i] == 0)
+			g[i] = draw_val(sp, &vs), got++;
+	}
+	for (uint64_t a = 0; got < nnz && a < 8 * nnz; a++) {
+		uint32_t i = draw_idx(sp, &rs);
+		if (g[i] == 0)
+			g[i] = draw_val(sp, &vs), got++;
+	}
+}
+
+static void dense_to_coo(const float *g, uint64_t n, scd_coo_t *out)
+{
+	out->nnz = 0;
+	for (uint64_t i = 0; i < n; i++)
+		if (g[i] != 0) {
+			out->idx[out->nnz] = (uint32_t)i;
+			out->val[out->nnz++] = g[i];
+		}
+}
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 1469598103934665603ULL;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 1099511628211ULL;
+	return h;
+}
+
+/* ---- the lossless and lossy matrix ------------------------------------------------------ */
+
+#define NCASES 16
+#define NSCH   8
+#define NUMEL  24000
+
+typedef struct slot {
+	uint64_t hash;		       /* of the result */
+	uint64_t union_nnz, total_nnz; /* (same) report fields */
+	double gamma, skew, imbalance;
+	uint64_t bytes_recv;
+	int done;
+} slot_t;
+
+typedef struct matrix {
+	spec_t specs[NCASES];
+	int ncases;
+	const scd_scheme_t *schemes;
+	int nschemes;
+	uint32_t teams; /* SparDL d (0: auto) */
+	double density; /* cfg.density for the lossy schemes */
+	slot_t *slots;	/* [case][scheme][rank] */
+	float *res;	/* lossy: [case][scheme][rank][numel] residual after the run */
+	float *out;	/* lossy: [case][scheme][numel] rank 0's result */
+} matrix_t;
+
+static slot_t *slot_at(const matrix_t *m, int c, int s, int r)
+{
+	return &m->slots[((size_t)c * m->nschemes + (size_t)s) * MAX_P + (size_t)r];
+}
+
+static size_t lossy_at(const matrix_t *m, int c, int s)
+{
+	return (size_t)c * m->nschemes + (size_t)s;
+}
+
+static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	matrix_t *m = arg;
+	uint64_t n = m->specs[0].numel;
+	float *in = malloc(4 * n), *ref = malloc(4 * n), *tmp = malloc(4 * n),
+	      *buf = malloc(4 * n), *res = malloc(4 * n);
+	scd_coo_t coo = {malloc(4 * n), malloc(4 * n), 0, n};
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 0x5eed);
+	cfg.spardl_teams = m->teams;
+	cfg.density = m->density;
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	for (int c = 0; c < m->ncases; c++) {
+		const spec_t *sp = &m->specs[c];
+		memset(ref, 0, 4 * n);
+		for (int r = 0; r < P; r++) {
+			gen_rank(sp, r, tmp);
+			for (uint64_t i = 0; i < n; i++)
+				ref[i] += tmp[i];
+			if (r == rank)
+				memcpy(in, tmp, 4 * n);
+		}
+		for (int s = 0; s < m->nschemes; s++) {
+			scd_scheme_t sch = m->schemes[s];
+			int lossless = scd_scheme_lossless(sch);
+			memcpy(buf, in, 4 * n);
+			memset(res, 0, 4 * n);
+			dense_to_coo(in, n, &coo);
+			scd_scheme_io_t io = {.data = buf,
+					      .coo = sp->coo ? &coo : NULL,
+					      .residual = lossless ? NULL : res};
+			if (sp->coo)
+				memset(buf, 0x7f, 4 * n); /* output only */
+			scd_scheme_report_t rep;
+			sc_status_t st = scd_scheme_run(sch, ctx, &io, &rep);
+			CHECK_MSG(st == SC_OK, "rank %d case %d %s: %s: %s", rank, c,
+				  scd_scheme_name(sch), sc_status_name(st), scd_scheme_error());
+			if (lossless) {
+				uint64_t wrong = 0, first = 0;
+				for (uint64_t i = 0; i < n; i++) {
+					double tol = sp->floats ? 1e-5 * (fabs(ref[i]) + P) : 0;
+					if (!(fabs((double)buf[i] - ref[i]) <= tol) && !wrong++)
+						first = i;
+				}
+				CHECK_MSG(
+				    wrong == 0,
+				    "P %d rank %d case %d (d %g ov %g zipf %d coo %d) %s: %llu "
+				    "wrong, first %llu: %g != %g",
+				    P, rank, c, sp->density, sp->overlap, sp->zipf, sp->coo,
+				    scd_scheme_name(sch), (unsigned long long)wrong,
+				    (unsigned long long)first, buf[first], ref[first]);
+			} else {
+				memcpy(m->res + lossy_at(m, c, s) * MAX_P * n +
+					   (size_t)rank * n,
+				       res, 4 * n);
+				if (rank == 0)
+					memcpy(m->out + lossy_at(m, c, s) * n, buf, 4 * n);
+			}
+			*slot_at(m, c, s, rank) = (slot_t){.hash = hash_bytes(buf, 4 * n),
+							   .union_nnz = rep.union_nnz,
+							   .total_nnz = rep.total_nnz,
+							   .gamma = rep.gamma,
+							   .skew = rep.skew,
+							   .imbalance = rep.imbalance,
+							   .bytes_recv = rep.bytes_recv,
+							   .done = 1};
+		}
+	}
+	scd_scheme_ctx_destroy(ctx);
+	free(in), free(ref), free(tmp), free(buf), free(res), free(coo.idx), free(coo.val);
+}
+
+/* Cases: densities 1e-4 .. 1, overlaps none .. full, uniform and Zipf, dense and COO. */
+static int make_cases(spec_t *specs, uint64_t numel, int with_floats)
+{
+	static const double dens[] = {1e-4, 1e-3, 1e-2, 0.1, 0.5, 1};
+	static const double ovl[] = {0, 0.5, 1};
+	int n = 0;
+	for (int d = 0; d < 6; d++)
+		for (int o = 0; o < 2; o++) {
+			int k = n;
+			specs[n++] = (spec_t){.numel = numel,
+					      .density = dens[d],
+					      .overlap = ovl[(d + o * 2) % 3],
+					      .zipf = (k & 1),
+					      .coo = (k >> 1) & 1,
+					      .seed = unit_rng()};
+		}
+	if (with_floats) {
+		specs[n++] = (spec_t){numel, 0.05, 0.5, 1, 0, 1, unit_rng()};
+		specs[n++] = (spec_t){numel, 1, 0, 0, 1, 1, unit_rng()};
+	}
+	return n;
+}
+
+static void check_same(const matrix_t *m, int P)
+{
+	for (int c = 0; c < m->ncases; c++)
+		for (int s = 0; s < m->nschemes; s++) {
+			const slot_t *a = slot_at(m, c, s, 0);
+			CHECK_TRUE(a->done);
+			for (int r = 1; r < P; r++) {
+				const slot_t *b = slot_at(m, c, s, r);
+				CHECK_MSG(
+				    b->done && b->hash == a->hash,
+				    "P %d case %d %s: rank %d's result differs from rank 0's",
+				    P, c, scd_scheme_name(m->schemes[s]), r);
+				CHECK_MSG(b->union_nnz == a->union_nnz &&
+					      b->total_nnz == a->total_nnz &&
+					      b->gamma == a->gamma && b->skew == a->skew &&
+					      b->imbalance == a->imbalance,
+					  "P %d case %d %s: rank %d's report differs", P, c,
+					  scd_scheme_name(m->schemes[s]), r);
+			}
+		}
+}
+
+static const scd_scheme_t lossless_schemes[] = {SCD_SCHEME_DENSE_RING, SCD_SCHEME_AGSPARSE,
+						SCD_SCHEME_HIER_CENTRAL,
+						SCD_SCHEME_BALANCED_PAR, SCD_SCHEME_OMNIREDUCE};
+
+static void lossless_world(int P)
+{
+	matrix_t m = {.schemes = lossless_schemes, .nschemes = 5};
+	m.ncases = make_cases(m.specs, NUMEL, 1);
+	m.slots = shared_map(sizeof(slot_t) * NCASES * NSCH * MAX_P);
+	run_world(P, matrix_rank, &m);
+	check_same(&m, P);
+	munmap(m.slots, sizeof(slot_t) * NCASES * NSCH * MAX_P);
+}
+
+UNIT_TEST(scheme_lossless_p1_p2_p3)
+{
+	for (int P = 1; P <= 3; P++)
+		lossless_world(P);
+}
+UNIT_TEST(scheme_lossless_p4_p5)
+{
+	lossless_world(4);
+	lossless_world(5);
+}
+UNIT_TEST(scheme_lossless_p6_p7)
+{
+	lossless_world(6);
+	lossless_world(7);
+}
+UNIT_TEST(scheme_lossless_p8)
+{
+	lossless_world(8);
+}
+
+/* ---- lossy schemes: mass conservation ------------------------------------------------------
+ */
+
+static void check_mass(const matrix_t *m, int P)
+{
+	uint64_t n = m->specs[0].numel;
+	float *tmp = malloc(4 * n);
+	double *sum = malloc(8 * n);
+	for (int c = 0; c < m->ncases; c++) {
+		const spec_t *sp = &m->specs[c];
+		memset(sum, 0, 8 * n);
+		double big = 0;
+		for (int r = 0; r < P; r++) {
+			gen_rank(sp, r, tmp);
+			for (uint64_t i = 0; i < n; i++) {
+				sum[i] += tmp[i];
+				if (fabs(tmp[i]) > big)
+					big = fabs(tmp[i]);
+			}
+		}
+		for (int s = 0; s < m->nschemes; s++) {
+			const float *out = m->out + lossy_at(m, c, s) * n;
+			const float *res = m->res + lossy_at(m, c, s) * MAX_P * n;
+			double worst = 0;
+			uint64_t at = 0;
+			for (uint64_t i = 0; i < n; i++) {
+				double acc = out[i];
+				for (int r = 0; r < P; r++)
+					acc += res[(size_t)r * n + i];
+				double e = fabs(acc - sum[i]);
+				if (e > worst)
+					worst = e, at = i;
+			}
+			/* Small integers: SparDL and ExDyna conserve exactly; S2's decode adds
+			 * sums of integers too (exact). */
+			CHECK_MSG(
+			    worst <= 1e-5 * big * P,
+			    "P %d case %d (d %g) %s: mass off by %g at %llu (inputs up to %g)",
+			    P, c, sp->density, scd_scheme_name(m->schemes[s]), worst,
+			    (unsigned long long)at, big);
+		}
+	}
+	free(tmp), free(sum);
+}
+
+static const scd_scheme_t lossy_schemes[] = {SCD_SCHEME_SPARDL, SCD_SCHEME_S2_SKETCH,
+					     SCD_SCHEME_EXDYNA};
+
+static void lossy_world(int P, uint32_t teams, double density)
+{
+	matrix_t m = {
+	    .schemes = lossy_schemes, .nschemes = 3, .teams = teams, .density = density};
+	m.ncases = make_cases(m.specs, 8000, 0);
+	for (int c = 0; c < m.ncases; c++)
+		m.specs[c].numel = 8000;
+	size_t ns = sizeof(slot_t) * NCASES * NSCH * MAX_P,
+	       nr = 4 * (size_t)NCASES * 3 * MAX_P * 8000, no = 4 * (size_t)NCASES * 3 * 8000;
+	m.slots = shared_map(ns);
+	m.res = shared_map(nr);
+	m.out = shared_map(no);
+	run_world(P, matrix_rank, &m);
+	check_same(&m, P);
+	check_mass(&m, P);
+	munmap(m.slots, ns), munmap(m.res, nr), munmap(m.out, no);
+}
+
+/* R-SAG (d = 2, 4), B-SAG (d = 3, and d = P for primes), SRS alone (d = 1), auto. */
+UNIT_TEST(scheme_lossy_conserve_mass)
+{
+	lossy_world(1, 1, 0.01);
+	lossy_world(2, 2, 0.01);
+	lossy_world(3, 1, 0.02);
+	lossy_world(4, 2, 0.01);
+	lossy_world(5, 5, 0.01);
+}
+UNIT_TEST(scheme_lossy_conserve_mass_large_p)
+{
+	lossy_world(6, 3, 0.01);
+	lossy_world(7, 0, 0.01);
+	lossy_world(8, 4, 0.005);
+	lossy_world(8, 1, 0);
+}
