@@ -120,17 +120,23 @@ static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *m
 				       const char *what, Sparsecomm__DaemonMsg__BodyCase want)
 {
 	Sparsecomm__DaemonMsg *reply = NULL;
+	sc_status_t st;
 
 	if (!ctl->client) {
-		sc_status_t st = scl_client_open(ctl->socket, ctl->timeout_ms,
-						 SPARSECOMM__ROLE__ROLE_CONTROL, &ctl->client);
+		st = scl_client_open(ctl->socket, ctl->timeout_ms,
+				     SPARSECOMM__ROLE__ROLE_CONTROL, &ctl->client);
 		if (st != SC_OK) {
 			fprintf(stderr, "sparsectl: %s\n", sc_last_error());
 			return NULL;
 		}
 	}
-	if (scl_client_call(ctl->client, msg, ctl->timeout_ms, what, &reply) != SC_OK) {
-		fprintf(stderr, "sparsectl: %s\n", sc_last_error());
+	/* The daemon's error messages name the request themselves; ours do not. */
+	st = scl_client_call(ctl->client, msg, ctl->timeout_ms, "", &reply);
+	if (st != SC_OK) {
+		if (st == SC_ERR_TIMEOUT || st == SC_ERR_CONNECT)
+			fprintf(stderr, "sparsectl: %s: %s\n", what, sc_last_error());
+		else
+			fprintf(stderr, "sparsectl: %s\n", sc_last_error());
 		return NULL;
 	}
 	if (reply->body_case != want) {
@@ -414,8 +420,9 @@ static void config_print(const Sparsecomm__ConfigReply *cr, int json, int one)
 
 		if (!one && *e->doc)
 			printf("# %s\n", e->doc);
-		printf("%s = %s    (%s%s)\n", e->key, e->value, *e->source ? e->source : "?",
-		       e->runtime ? ", runtime" : "");
+		printf("%s = %s    (from %s%s)\n", e->key, e->value,
+		       *e->source ? e->source : "?",
+		       e->runtime ? ", changeable at runtime" : "");
 	}
 }
 

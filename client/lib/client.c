@@ -496,21 +496,24 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 	struct scl_frame *f;
 	struct timespec deadline;
 	Sparsecomm__DaemonMsg *reply;
+	const char *sep = what && *what ? ": " : "";
 	sc_status_t st;
 
+	if (!what)
+		what = "";
 	if (timeout_ms <= 0)
 		timeout_ms = SCL_DEFAULT_TMO_MS;
 	req.seq = msg->seq = client_next_id(c);
 	f = frame_pack(msg);
 	if (!f)
-		return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
+		return scl_error(SC_ERR_NOMEM, "%s%sout of memory", what, sep);
 	deadline = deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	if (c->dead != SC_OK) {
 		st = c->dead;
 		pthread_mutex_unlock(&c->mu);
 		free(f);
-		return scl_error(st, "%s: %s", what, c->dead_msg);
+		return scl_error(st, "%s%s%s", what, sep, c->dead_msg);
 	}
 	req.next = c->reqs;
 	c->reqs = &req;
@@ -528,10 +531,9 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 		pthread_mutex_unlock(&c->mu);
 		if (!req.done)
 			return scl_error(SC_ERR_TIMEOUT,
-					 "%s: no reply from the daemon at %s "
-					 "within %d ms",
-					 what, c->endpoint, timeout_ms);
-		return scl_error(st, "%s: %s", what, dead_msg);
+					 "%s%sno reply from the daemon at %s within %d ms",
+					 what, sep, c->endpoint, timeout_ms);
+		return scl_error(st, "%s%s%s", what, sep, dead_msg);
 	}
 	pthread_mutex_unlock(&c->mu);
 	reply = req.reply;
@@ -539,7 +541,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 		st = status_from_wire(reply->error->status);
 		if (st >= SC_OK)
 			st = SC_ERR_PROTOCOL;
-		scl_error(st, "%s: %s", what, reply->error->message);
+		scl_error(st, "%s%s%s", what, sep, reply->error->message);
 		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 		return st;
 	}

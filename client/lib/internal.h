@@ -107,8 +107,8 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 /*
  * Sends msg (its seq is assigned here) and waits up to timeout_ms (<= 0: the default) for
  * the reply. An ErrorReply becomes its status and the thread's error text (what names the
- * request first, then the daemon's message); on SC_OK *reply_p is the reply, which the
- * caller frees with sparsecomm__daemon_msg__free_unpacked(reply, NULL).
+ * request first unless it is NULL or empty, then the daemon's message); on SC_OK *reply_p is
+ * the reply, which the caller frees with sparsecomm__daemon_msg__free_unpacked(reply, NULL).
  */
 sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int timeout_ms,
 			    const char *what, Sparsecomm__DaemonMsg **reply_p);
