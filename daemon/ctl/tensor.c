@@ -100,6 +100,23 @@ scd_ntensor_t *scd_tensors_first(scd_tensors_t *t)
 	return t->all;
 }
 
+/* Faults every page in now, so that no step pays for first touches (about 10 us a page).
+ * Chunk by chunk rather than with MAP_POPULATE, which holds the process's mmap lock for the
+ * whole range and stalls the other threads (ZeroMQ's I/O thread among them) meanwhile. */
+static void prefault(void *map, size_t bytes)
+{
+	const size_t chunk = 8u << 20;
+	for (size_t off = 0; off < bytes; off += chunk) {
+		size_t n = bytes - off < chunk ? bytes - off : chunk;
+#ifdef MADV_POPULATE_WRITE
+		if (madvise((char *)map + off, n, MADV_POPULATE_WRITE) == 0)
+			continue;
+#endif
+		for (size_t p = 0; p < n; p += 4096)
+			((volatile char *)map)[off + p] = 0;
+	}
+}
+
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
 			   uint64_t numel, uint64_t coo_cap, char *err, size_t err_len)
@@ -119,14 +136,14 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 			 (unsigned long long)h.total_bytes, strerror(errno));
 		goto err_unlink;
 	}
-	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-			 fd, 0);
+	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		snprintf(err, err_len, "mmap of %llu bytes: %s",
 			 (unsigned long long)h.total_bytes, strerror(errno));
 		goto err_unlink;
 	}
 	close(fd);
+	prefault(map, h.total_bytes);
 	h.magic = SC_SHM_MAGIC;
 	h.version = SC_SHM_VERSION;
 	h.header_bytes = sizeof(h);
