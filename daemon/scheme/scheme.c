@@ -180,6 +180,14 @@ const scd_scheme_cfg_t *scd_scheme_ctx_cfg(const scd_scheme_ctx_t *c)
 	return &c->cfg;
 }
 
+uint64_t scd_scheme_ctx_digest(const scd_scheme_ctx_t *c)
+{
+	uint64_t h = scd_fmix64(c->step + 1);
+	if (c->ex)
+		h = scd_fmix64(h ^ scd_exdyna_digest(c->ex));
+	return h;
+}
+
 /* ---- transport wrappers ------------------------------------------------------------------ */
 
 static sc_status_t xport_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *what)

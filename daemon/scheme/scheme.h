@@ -90,6 +90,10 @@ void scd_scheme_ctx_set_net(scd_scheme_ctx_t *ctx, double alpha_s, double beta_s
 /* Runs so far (the step number the next run uses; per-step seeds derive from it). */
 uint64_t scd_scheme_ctx_step(const scd_scheme_ctx_t *ctx);
 const scd_scheme_cfg_t *scd_scheme_ctx_cfg(const scd_scheme_ctx_t *ctx);
+/* A hash of the state carried across steps that must agree on every rank (the step,
+ * ExDyna's partitions and threshold): compare across ranks to detect divergence. SparDL's
+ * B-SAG h is shared only by the d ranks of one member position and is not included. */
+uint64_t scd_scheme_ctx_digest(const scd_scheme_ctx_t *ctx);
 
 /* One buffer of one step. */
 typedef struct scd_scheme_io {

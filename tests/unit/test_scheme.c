@@ -189,6 +189,7 @@ typedef struct matrix {
 	int nschemes;
 	uint32_t teams; /* SparDL d (0: auto) */
 	double density; /* cfg.density for the lossy schemes */
+	int exact;	/* lossy schemes must give the exact sum too (SparDL at k = numel) */
 	slot_t *slots;	/* [case][scheme][rank] */
 	float *res;	/* lossy: [case][scheme][rank][numel] residual after the run */
 	float *out;	/* lossy: [case][scheme][numel] rank 0's result */
@@ -241,7 +242,7 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 			sc_status_t st = scd_scheme_run(sch, ctx, &io, &rep);
 			CHECK_MSG(st == SC_OK, "rank %d case %d %s: %s: %s", rank, c,
 				  scd_scheme_name(sch), sc_status_name(st), scd_scheme_error());
-			if (lossless) {
+			if (lossless || m->exact) {
 				uint64_t wrong = 0, first = 0;
 				for (uint64_t i = 0; i < n; i++) {
 					double tol = sp->floats ? 1e-5 * (fabs(ref[i]) + P) : 0;
@@ -255,7 +256,8 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 				    P, rank, c, sp->density, sp->overlap, sp->zipf, sp->coo,
 				    scd_scheme_name(sch), (unsigned long long)wrong,
 				    (unsigned long long)first, buf[first], ref[first]);
-			} else {
+			}
+			if (!lossless) {
 				memcpy(m->res + lossy_at(m, c, s) * MAX_P * n +
 					   (size_t)rank * n,
 				       res, 4 * n);
@@ -436,4 +438,256 @@ UNIT_TEST(scheme_lossy_conserve_mass_large_p)
 	lossy_world(7, 0, 0.01);
 	lossy_world(8, 4, 0.005);
 	lossy_world(8, 1, 0);
+}
+
+/* SparDL keeping every value (k = numel; SRS alone or R-SAG) is the exact sum. */
+UNIT_TEST(scheme_spardl_exact_at_full_density)
+{
+	static const scd_scheme_t only[] = {SCD_SCHEME_SPARDL};
+	static const struct {
+		int P;
+		uint32_t teams;
+	} worlds[] = {{2, 1}, {4, 2}, {5, 1}, {6, 1}, {8, 4}};
+	for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
+		matrix_t m = {.schemes = only,
+			      .nschemes = 1,
+			      .teams = worlds[w].teams,
+			      .density = 1,
+			      .exact = 1};
+		m.ncases = make_cases(m.specs, 6000, 0);
+		size_t ns = sizeof(slot_t) * NCASES * NSCH * MAX_P,
+		       nr = 4 * (size_t)NCASES * MAX_P * 6000, no = 4 * (size_t)NCASES * 6000;
+		m.slots = shared_map(ns);
+		m.res = shared_map(nr);
+		m.out = shared_map(no);
+		run_world(worlds[w].P, matrix_rank, &m);
+		check_same(&m, worlds[w].P);
+		check_mass(&m, worlds[w].P);
+		munmap(m.slots, ns), munmap(m.res, nr), munmap(m.out, no);
+	}
+}
+
+/* ---- Balanced Parallelism's bytes against ZEN eq. (1) with hash-bitmap pull -------------- */
+
+typedef struct bytes_arg {
+	spec_t sp;
+	scd_scheme_report_t *reps; /* [rank] */
+} bytes_arg_t;
+
+static void bytes_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	bytes_arg_t *a = arg;
+	uint64_t n = a->sp.numel;
+	float *g = malloc(4 * n);
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 99);
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	for (int step = 0; step < 2; step++) { /* the second run is the steady state */
+		gen_rank(&a->sp, rank, g);
+		scd_scheme_io_t io = {.data = g};
+		sc_status_t st =
+		    scd_scheme_run(SCD_SCHEME_BALANCED_PAR, ctx, &io, &a->reps[rank]);
+		CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_scheme_error());
+	}
+	scd_scheme_ctx_destroy(ctx);
+	free(g);
+}
+
+static void bytes_world(int P, double density, double overlap, int zipf)
+{
+	bytes_arg_t a = {.sp = {.numel = 1 << 18,
+				.density = density,
+				.overlap = overlap,
+				.zipf = zipf,
+				.seed = unit_rng()}};
+	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
+	run_world(P, bytes_rank, &a);
+	const scd_scheme_report_t *r0 = &a.reps[0];
+	double U = (double)a.sp.numel, k = (double)r0->total_nnz / P,
+	       un = (double)r0->union_nnz;
+	/* ZEN eq. (1), per rank: push (P-1)/P 8k (COO), pull (P-1)/P (U/8 + 4 union) */
+	double eq1 = (P - 1.0) / P * 8 * k + (P - 1.0) / P * (U / 8 + 4 * un);
+	scd_cost_in_t in = {.P = (uint32_t)P,
+			    .numel = a.sp.numel,
+			    .density = r0->density,
+			    .gamma_n = r0->gamma,
+			    .skew = 1,
+			    .format = SCD_FMT_HASH_BITMAP};
+	scd_cost_t model = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
+	uint64_t worst = 0;
+	for (int r = 0; r < P; r++)
+		if (a.reps[r].bytes_recv > worst)
+			worst = a.reps[r].bytes_recv;
+	printf("    P %d d %g overlap %g zipf %d: recv %llu B (max over ranks), eq. (1) %.0f B "
+	       "(x%.3f), cost model %.0f B, imbalance %.3f\n",
+	       P, density, overlap, zipf, (unsigned long long)worst, eq1, worst / eq1,
+	       model.bytes, r0->imbalance);
+	CHECK_MSG(worst <= 1.1 * eq1, "P %d: %llu bytes > 1.1 x eq. (1) %.0f", P,
+		  (unsigned long long)worst, eq1);
+	CHECK_MSG(worst <= 1.1 * model.bytes, "P %d: %llu bytes > 1.1 x cost model %.0f", P,
+		  (unsigned long long)worst, model.bytes);
+	munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
+}
+
+UNIT_TEST(scheme_balanced_par_bytes_eq1)
+{
+	bytes_world(4, 0.01, 0, 0);
+	bytes_world(4, 0.01, 0.5, 1);
+	bytes_world(8, 0.01, 0.5, 0);
+	bytes_world(5, 0.05, 0, 1);
+}
+
+/* ---- plans that disagree fail on every rank, naming the other side ----------------------- */
+
+static void mismatch_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	float g[64] = {1};
+	scd_log_level = -1; /* the error is expected */
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(64, 1);
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	scd_scheme_io_t io = {.data = g};
+	sc_status_t st = scd_scheme_run(rank ? SCD_SCHEME_HIER_CENTRAL : SCD_SCHEME_AGSPARSE,
+					ctx, &io, NULL);
+	CHECK_EQ_INT(st, SC_ERR_MISMATCH);
+	CHECK_MSG(strstr(scd_scheme_error(), rank ? "rank 0 runs agsparse"
+						  : "rank 1 runs "
+						    "hier_central"),
+		  "message: %s", scd_scheme_error());
+	scd_scheme_ctx_destroy(ctx);
+}
+
+UNIT_TEST(scheme_mismatch_detected)
+{
+	run_world(2, mismatch_rank, NULL);
+}
+
+/* ---- many steps: ExDyna's shared state stays identical, mass is conserved over steps ----- */
+
+#define STEPS 12
+
+typedef struct steps_arg {
+	spec_t sp;
+	uint64_t *digest; /* [step][rank] */
+	uint64_t *hash;	  /* [step][rank] */
+	float *outsum;	  /* rank 0: sum of results over steps */
+	float *res;	  /* [rank][numel] final residual */
+	scd_scheme_t scheme;
+} steps_arg_t;
+
+static void steps_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	steps_arg_t *a = arg;
+	uint64_t n = a->sp.numel;
+	float *g = malloc(4 * n), *res = a->res + (size_t)rank * n;
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 7);
+	cfg.density = 0.02;
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	for (int s = 0; s < STEPS; s++) {
+		spec_t sp = a->sp;
+		sp.seed += (uint64_t)s;
+		gen_rank(&sp, rank, g);
+		scd_scheme_io_t io = {.data = g, .residual = res};
+		sc_status_t st = scd_scheme_run(a->scheme, ctx, &io, NULL);
+		CHECK_MSG(st == SC_OK, "rank %d step %d: %s", rank, s, scd_scheme_error());
+		a->digest[s * MAX_P + rank] = scd_scheme_ctx_digest(ctx);
+		a->hash[s * MAX_P + rank] = hash_bytes(g, 4 * n);
+		if (rank == 0)
+			for (uint64_t i = 0; i < n; i++)
+				a->outsum[i] += g[i];
+	}
+	scd_scheme_ctx_destroy(ctx);
+	free(g);
+}
+
+static void steps_world(int P, scd_scheme_t scheme)
+{
+	steps_arg_t a = {
+	    .sp = {.numel = 20000, .density = 0.2, .overlap = 0.5, .seed = unit_rng()},
+	    .scheme = scheme};
+	a.digest = shared_map(8 * STEPS * MAX_P);
+	a.hash = shared_map(8 * STEPS * MAX_P);
+	a.outsum = shared_map(4 * a.sp.numel);
+	a.res = shared_map(4 * a.sp.numel * MAX_P);
+	run_world(P, steps_rank, &a);
+	for (int s = 0; s < STEPS; s++)
+		for (int r = 1; r < P; r++) {
+			CHECK_MSG(a.digest[s * MAX_P + r] == a.digest[s * MAX_P],
+				  "%s P %d step %d: rank %d's shared state diverged",
+				  scd_scheme_name(scheme), P, s, r);
+			CHECK_MSG(a.hash[s * MAX_P + r] == a.hash[s * MAX_P],
+				  "%s P %d step %d: rank %d's result differs",
+				  scd_scheme_name(scheme), P, s, r);
+		}
+	/* sum over steps and ranks of inputs == sum of results + final residuals */
+	uint64_t n = a.sp.numel;
+	float *g = malloc(4 * n);
+	double *in = calloc(n, 8), worst = 0;
+	for (int s = 0; s < STEPS; s++)
+		for (int r = 0; r < P; r++) {
+			spec_t sp = a.sp;
+			sp.seed += (uint64_t)s;
+			gen_rank(&sp, r, g);
+			for (uint64_t i = 0; i < n; i++)
+				in[i] += g[i];
+		}
+	for (uint64_t i = 0; i < n; i++) {
+		double acc = a.outsum[i];
+		for (int r = 0; r < P; r++)
+			acc += a.res[(size_t)r * n + i];
+		if (fabs(acc - in[i]) > worst)
+			worst = fabs(acc - in[i]);
+	}
+	CHECK_MSG(worst <= 1e-4 * STEPS * P, "%s P %d: mass off by %g over %d steps",
+		  scd_scheme_name(scheme), P, worst, STEPS);
+	free(g), free(in);
+	munmap(a.digest, 8 * STEPS * MAX_P), munmap(a.hash, 8 * STEPS * MAX_P);
+	munmap(a.outsum, 4 * n), munmap(a.res, 4 * n * MAX_P);
+}
+
+UNIT_TEST(scheme_steps_shared_state_and_mass)
+{
+	steps_world(3, SCD_SCHEME_EXDYNA);
+	steps_world(4, SCD_SCHEME_EXDYNA);
+	steps_world(6, SCD_SCHEME_SPARDL);
+	steps_world(4, SCD_SCHEME_S2_SKETCH);
+}
+
+/* ---- S2: with many columns almost every value comes back exactly ---------------------------
+ */
+
+static void s2_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	spec_t *sp = arg;
+	uint64_t n = sp->numel, exact = 0, support = 0;
+	float *g = malloc(4 * n), *ref = calloc(n, 4), *tmp = malloc(4 * n);
+	for (int r = 0; r < P; r++) {
+		gen_rank(sp, r, tmp);
+		for (uint64_t i = 0; i < n; i++)
+			ref[i] += tmp[i];
+	}
+	gen_rank(sp, rank, g);
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 3);
+	cfg.sketch_cols_factor = 32;
+	cfg.sketch_block = 16;
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	scd_scheme_io_t io = {.data = g};
+	CHECK_EQ_INT(scd_scheme_run(SCD_SCHEME_S2_SKETCH, ctx, &io, NULL), SC_OK);
+	for (uint64_t i = 0; i < n; i++)
+		if (ref[i] != 0) {
+			support++;
+			exact += g[i] == ref[i];
+		}
+	CHECK_MSG(exact >= 0.85 * support, "rank %d: %llu of %llu values exact", rank,
+		  (unsigned long long)exact, (unsigned long long)support);
+	scd_scheme_ctx_destroy(ctx);
+	free(g), free(ref), free(tmp);
+}
+
+UNIT_TEST(scheme_s2_decodes_with_few_collisions)
+{
+	spec_t sp = {.numel = 50000, .density = 0.005, .overlap = 0.5, .seed = unit_rng()};
+	run_world(3, s2_rank, &sp);
 }
