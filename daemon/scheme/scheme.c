@@ -387,10 +387,9 @@ static uint32_t kth_key(const float *val, uint64_t n, uint64_t k)
 	return prefix;
 }
 
-uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k, uint32_t *keys,
+uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 			     uint32_t *tmp_idx, float *tmp_val)
 {
-	(void)keys;
 	if (k >= n)
 		return n;
 	uint32_t T = k ? kth_key(val, n, k) : UINT32_MAX;

@@ -98,8 +98,8 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
 /* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
  * front in index order; ties at the k-th magnitude go to the lowest indices, so the same
  * input gives the same selection on every rank. Returns the number kept (min(k, n)).
- * Entries that are not kept move to [kept, n), in index order. keys is scratch of n. */
-uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k, uint32_t *keys,
+ * Entries that are not kept move to [kept, n), in index order (tmp_*: scratch of n). */
+uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 			     uint32_t *tmp_idx, float *tmp_val);
 
 /* Sparse messages of AGsparse and HC: COO or bitmap, whichever is smaller, 8-byte header. */

@@ -73,7 +73,7 @@ static uint64_t take_block(sd_t *s, uint32_t b, uint32_t *oi, float *ov)
 			val[n++] = s->W[i];
 		}
 	memset(s->W + lo, 0, 4 * (hi - lo));
-	uint64_t kept = scd_scheme_topk_coo(idx, val, n, s->L, NULL, c->hidx.p, c->hval.p);
+	uint64_t kept = scd_scheme_topk_coo(idx, val, n, s->L, c->hidx.p, c->hval.p);
 	if (s->res)
 		for (uint64_t j = kept; j < n; j++)
 			s->res[idx[j]] += val[j];
@@ -241,8 +241,7 @@ static sc_status_t rsag(sd_t *s, uint64_t *fn_p)
 				mv[m++] = fv[i++] + rv[j++];
 			}
 		}
-		uint64_t kept =
-		    scd_scheme_topk_coo(mi, mv, m, s->L, NULL, c->hidx.p, c->hval.p);
+		uint64_t kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 		/* 2 bit teams hold this same sum and discard the same values */
 		float share = 1.0f / (float)(2 * bit);
 		if (s->res)
@@ -275,7 +274,7 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	uint64_t fn = *fn_p, hk = (uint64_t)llround(h->h);
 	if (hk < 1)
 		hk = 1;
-	uint64_t kept = scd_scheme_topk_coo(fi, fv, fn, hk, NULL, c->hidx.p, c->hval.p);
+	uint64_t kept = scd_scheme_topk_coo(fi, fv, fn, hk, c->hidx.p, c->hval.p);
 	if (s->res)
 		for (uint64_t j = kept; j < fn; j++)
 			s->res[fi[j]] += fv[j];
@@ -325,7 +324,7 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 			mv[m++] = s->W[i];
 			s->W[i] = 0;
 		}
-	kept = scd_scheme_topk_coo(mi, mv, m, s->L, NULL, c->hidx.p, c->hval.p);
+	kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 	if (s->res)
 		for (uint64_t j = kept; j < m; j++)
 			if (mi[j] % s->d == s->t)
