@@ -158,6 +158,15 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
  */
 SC_API uint32_t *sc_tensor_coo_indices(const sc_tensor_t *tensor);
 SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor);
+/*
+ * The node's error-feedback residual of a lossy tensor (registered with a sparsifier or
+ * allow_lossy): numel floats holding what the daemon has not yet sent of this node's
+ * contributions; it is added to the next step's gradient. Read-only, and valid between
+ * operations; only local rank 0's view is filled (the residual belongs to the node), the
+ * others read zeros. Checkpoint it with the optimizer state. NULL for other tensors.
+ */
+SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor);
+
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p);
 
@@ -191,6 +200,21 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
 /* Synchronous allreduce: sc_allreduce_async followed by sc_wait. */
 SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
 				int timeout_ms);
+
+/* What the node's daemon measured for a tensor (sc_tensor_stats). */
+typedef struct sc_tensor_stats {
+	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call */
+	uint64_t calls, errors;
+	uint64_t bytes_sent, bytes_received; /* this node, all calls (fused buffers by share) */
+	double time_s;			     /* data-plane time, all calls */
+	char scheme[32];		     /* scheme of the last call */
+	double predicted_s, measured_s;	     /* cost model vs wall time, last call */
+	double density, densification, imbalance; /* last call */
+} sc_tensor_stats_t;
+
+/* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */
+SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
+				   sc_tensor_stats_t *stats_p);
 
 /*
  * The text of the calling thread's last error, e.g. "allreduce of tensor 'fc.w' failed:

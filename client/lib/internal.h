@@ -39,6 +39,7 @@ struct sc_tensor {
 	void *data;
 	uint32_t *coo_idx; /* NULL without COO input */
 	void *coo_val;
+	const float *residual;
 	size_t coo_cap;
 	struct scl_op *busy; /* the operation in flight, NULL when none */
 };

@@ -6,6 +6,8 @@
  *   offset 0                 sc_shm_header_t (magic, version, its own size, attributes)
  *   data_offset (4096)       numel elements of dtype: the gradient in, the result out
  *   coo_offset (if coo_cap)  coo_cap uint32 indices, then (64-aligned) coo_cap values
+ *   residual_offset (if any) numel floats: the node's error-feedback residual, written by
+ *                            the daemon (local rank 0's object only; zeros elsewhere)
  *
  * The header carries a version and its size so that a library and a daemon of different
  * builds detect a mismatch instead of misreading each other's memory.
@@ -31,6 +33,7 @@ typedef struct sc_shm_header {
 	uint64_t coo_idx_offset; /* uint32 indices */
 	uint64_t coo_val_offset; /* values of dtype */
 	uint64_t total_bytes;
+	uint64_t residual_offset; /* numel floats of error-feedback residual, 0 when none */
 	char name[SC_SHM_NAME_MAX];
 } sc_shm_header_t;
 
@@ -39,10 +42,10 @@ static inline uint64_t sc_shm_align64(uint64_t x)
 	return (x + 63u) & ~(uint64_t)63u;
 }
 
-/* Fills the offsets and the total size of an object for numel elements of elem_bytes
- * and a COO area of coo_cap entries; the total is rounded up to whole 4 KiB pages. */
+/* Fills the offsets and the total size of an object for numel elements of elem_bytes,
+ * a COO area of coo_cap entries and, if residual, a float residual of numel entries; the total is rounded up to whole 4 KiB pages. */
 static inline void sc_shm_layout(sc_shm_header_t *h, uint64_t numel, uint32_t elem_bytes,
-				 uint64_t coo_cap)
+				 uint64_t coo_cap, int residual)
 {
 	uint64_t end = SC_SHM_DATA_OFFSET + sc_shm_align64(numel * elem_bytes);
 	h->data_offset = SC_SHM_DATA_OFFSET;
@@ -53,6 +56,9 @@ static inline void sc_shm_layout(sc_shm_header_t *h, uint64_t numel, uint32_t el
 	h->coo_val_offset = coo_cap ? end : 0;
 	if (coo_cap)
 		end = sc_shm_align64(end + coo_cap * elem_bytes);
+	h->residual_offset = residual ? end : 0;
+	if (residual)
+		end = sc_shm_align64(end + numel * 4u);
 	h->total_bytes = (end + 4095u) & ~(uint64_t)4095u;
 }
 

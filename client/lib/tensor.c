@@ -174,6 +174,8 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
 		t->coo_idx = (uint32_t *)((char *)map + h->coo_idx_offset);
 		t->coo_val = (char *)map + h->coo_val_offset;
 	}
+	t->residual = h->residual_offset ? (const float *)((char *)map + h->residual_offset)
+					 : NULL;
 	t->tensor_id = r->tensor_id;
 	return SC_OK;
 }
@@ -349,4 +351,52 @@ SC_API uint32_t *sc_tensor_coo_indices(const sc_tensor_t *tensor)
 SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor)
 {
 	return tensor ? tensor->coo_val : NULL;
+}
+
+SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
+{
+	return tensor ? tensor->residual : NULL;
+}
+
+SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
+				   sc_tensor_stats_t *stats_p)
+{
+	if (!client || !tensor || !stats_p || stats_p->struct_size != sizeof(*stats_p))
+		return scl_error(SC_ERR_INVALID,
+				 "sc_tensor_stats: NULL argument or struct_size not set");
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS;
+	msg.stats = &empty;
+	sc_status_t st = scl_client_call(client, &msg, 0, "stats", &reply);
+	if (st != SC_OK)
+		return st;
+	st = SC_ERR_NOT_FOUND;
+	if (reply->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATS) {
+		for (size_t i = 0; i < reply->stats->n_tensors; i++) {
+			const Sparsecomm__TensorStats *ts = reply->stats->tensors[i];
+			if (!ts->name || strcmp(ts->name, tensor->name))
+				continue;
+			sc_tensor_stats_t s = {.struct_size = sizeof(s)};
+			s.calls = ts->calls;
+			s.errors = ts->errors;
+			s.bytes_sent = ts->bytes_sent;
+			s.bytes_received = ts->bytes_received;
+			s.time_s = ts->time_s;
+			snprintf(s.scheme, sizeof(s.scheme), "%s", ts->scheme ? ts->scheme : "");
+			s.predicted_s = ts->predicted_s;
+			s.measured_s = ts->measured_s;
+			s.density = ts->density;
+			s.densification = ts->densification;
+			s.imbalance = ts->imbalance;
+			*stats_p = s;
+			st = SC_OK;
+			break;
+		}
+	}
+	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	if (st != SC_OK)
+		scl_error(st, "stats of tensor '%s': the daemon does not know it", tensor->name);
+	return st;
 }

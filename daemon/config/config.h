@@ -48,6 +48,13 @@ typedef enum {
 	  "a tensor ready on some ranks but not others for this long fails on every rank") \
 	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                  \
 	  "largest tensor a trainer may register")                                         \
+	X(scheme, STR, 0, "auto", 0, 0, 1,                                                 \
+	  "collective scheme for every buffer: auto (cost model) or a scheme name")        \
+	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                \
+	  "per-tensor pins, comma-separated PATTERN=SCHEME with shell globs, e.g. "        \
+	  "'emb.*=balanced_par'; they win over scheme")                           \
+	X(netprobe_interval_jobs, INT, 2000, NULL, 0, 1000000000, 0,                       \
+	  "re-measure latency and bandwidth between the daemons every this many buffers (0: only at start)") \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 
 typedef enum {

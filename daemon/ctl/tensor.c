@@ -119,10 +119,11 @@ static void prefault(void *map, size_t bytes)
 
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
-			   uint64_t numel, uint64_t coo_cap, char *err, size_t err_len)
+			   uint64_t numel, uint64_t coo_cap, int residual, char *err,
+			   size_t err_len)
 {
 	sc_shm_header_t h = {0};
-	sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap);
+	sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap, residual);
 	snprintf(r->shm_name, sizeof(r->shm_name), "/sparsecomm.%d.%llu", (int)getpid(),
 		 (unsigned long long)++t->shm_seq);
 	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -155,6 +156,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
 	r->data = (char *)map + h.data_offset;
+	r->residual = h.residual_offset ? (float *)((char *)map + h.residual_offset) : NULL;
 	return SC_OK;
 err_unlink:
 	close(fd);
@@ -223,6 +225,17 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 (unsigned long long)opts->coo_capacity, (unsigned long long)numel);
 		return SC_ERR_INVALID;
 	}
+	if (opts->sparsifier > SC_SPARSIFY_NATURAL ||
+	    ((opts->sparsifier == SC_SPARSIFY_TOPK || opts->sparsifier == SC_SPARSIFY_DGC ||
+	      opts->sparsifier == SC_SPARSIFY_EXDYNA) &&
+	     !(opts->density > 0 && opts->density <= 1)) ||
+	    (opts->sparsifier == SC_SPARSIFY_THRESHOLD && !(opts->threshold > 0))) {
+		snprintf(err, err_len,
+			 "tensor '%s': sparsifier %u needs a density in (0, 1] (top-k, DGC, "
+			 "ExDyna) or a threshold > 0 (threshold)",
+			 name, opts->sparsifier);
+		return SC_ERR_INVALID;
+	}
 	scd_ntensor_t *nt = scd_tensors_find(t, name);
 	if (nt) {
 		if (nt->slot[local_rank]) {
@@ -256,7 +269,10 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		t->regs = regs;
 		t->cap_regs = cap;
 	}
-	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, err, err_len);
+	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
+					     opts->sparsifier != SC_SPARSIFY_NATURAL);
+	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, err,
+				 err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;

@@ -49,6 +49,7 @@ typedef struct scd_reg {
 	size_t map_bytes;
 	sc_shm_header_t *hdr;
 	void *data;
+	float *residual; /* error-feedback residual area, NULL when the tensor has none */
 	/* the operation in flight (handle 0: none) */
 	uint64_t handle;
 	uint32_t op;
@@ -73,6 +74,15 @@ typedef struct scd_ntensor {
 	struct scd_ntensor *hnext;
 	struct scd_ntensor *all_next;
 } scd_ntensor_t;
+
+/* Whether the tensor runs in a buffer of its own: anything but a plain dense lossless
+ * tensor (sparsified, lossy, COO input, or a pinned scheme), so that its scheme, residual
+ * and profile belong to it alone. */
+static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
+{
+	return nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.allow_lossy ||
+	       nt->opts.coo_capacity > 0 || nt->opts.scheme[0];
+}
 
 typedef struct scd_tensors scd_tensors_t;
 

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "engine/bufctx.h"
 #include "util/log.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
@@ -27,6 +28,8 @@ struct scd_engine {
 	uv_async_t async;
 	int stop, stopped;
 	scd_transport_t *transport;
+	scd_bufctx_table_t *bufs;
+	double alpha_s, beta_s_per_byte; /* agreed by every rank */
 	float *fusion;
 	uint64_t fusion_cap_bytes, fusion_want_bytes;
 };
@@ -74,6 +77,10 @@ static void add_f32(float *restrict dst, const float *restrict src, uint64_t n)
 static uint64_t local_reduce(const scd_job_item_t *it, float *dst)
 {
 	uint64_t bad = 0;
+	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
+		memset(dst, 0, it->numel * sizeof(float));
+		return 0;
+	}
 	if (it->src[0].coo) {
 		memset(dst, 0, it->numel * sizeof(float));
 		for (int s = 0; s < it->n_src; s++) {
@@ -109,11 +116,44 @@ static void scatter_out(const scd_job_item_t *it, float *res, double divisor)
 			memcpy(it->src[s].dense, res, it->numel * sizeof(float));
 }
 
+/*
+ * Measures latency and bandwidth to every peer, then makes every rank use the same values
+ * (the mean over ranks, through an allreduce whose result is bit-identical everywhere), so
+ * that the cost model chooses the same scheme on every rank.
+ */
+static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
+{
+	if (e->d->world_size == 1) {
+		e->alpha_s = 20e-6;
+		e->beta_s_per_byte = 1.0 / 10e9;
+		return SC_OK;
+	}
+	double a = 0, b = 0;
+	sc_status_t st = e->transport->ops->measure(e->transport, 256u << 10, &a, &b, timeout_ms);
+	if (st != SC_OK)
+		return st;
+	float v[2] = {(float)a, (float)b};
+	st = scd_transport_allreduce_f32(e->transport, v, 2, timeout_ms);
+	if (st != SC_OK)
+		return st;
+	e->alpha_s = (double)v[0] / e->d->world_size;
+	e->beta_s_per_byte = (double)v[1] / e->d->world_size;
+	scd_info(SCD_SUB_ENGINE, "network: alpha %.1f us, %.1f MB/s", e->alpha_s * 1e6,
+		 e->beta_s_per_byte > 0 ? 1e-6 / e->beta_s_per_byte : 0.0);
+	return SC_OK;
+}
+
+void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
+{
+	*alpha_s_p = e->alpha_s;
+	*beta_s_per_byte_p = e->beta_s_per_byte;
+}
+
 static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 {
-	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_op_timeout_ms);
+	int tmo = job->timeout_ms;
 	float *buf;
-	int in_place = job->n_items == 1;
+	int in_place = job->n_items == 1 && job->items[0].n_src > 0;
 	if (in_place) {
 		buf = job->items[0].src[0].dense;
 	} else {
@@ -131,16 +171,28 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	uint64_t bad = 0;
 	for (int i = 0; i < job->n_items; i++)
 		bad += local_reduce(&job->items[i], buf + job->items[i].offset);
+	sc_status_t st = SC_OK;
+	if (job->probe)
+		st = probe_network(e, tmo);
+	if (st != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
+			 e->d->rank, scd_transport_error());
+		return;
+	}
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
-	sc_status_t st = scd_transport_allreduce_f32(e->transport, buf, job->total_numel, tmo);
+	st = scd_bufctx_step(e->bufs, job, buf, e->transport, e->alpha_s, e->beta_s_per_byte,
+			     job->world_seed);
 	e->transport->ops->counters(e->transport, &c1);
 	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
 	if (st != SC_OK) {
+		char why[480];
+		memcpy(why, job->error, sizeof(why));
+		why[sizeof(why) - 1] = 0;
 		job->status = st;
-		snprintf(job->error, sizeof(job->error), "rank %d: data plane: %s", e->d->rank,
-			 scd_transport_error());
+		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
 	for (int i = 0; i < job->n_items; i++)
@@ -162,6 +214,8 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 					(int)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms),
 					&e->transport);
 	job->listen_fd = -1;
+	if (st == SC_OK)
+		st = probe_network(e, (int)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms));
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "data plane mesh: %s",
@@ -239,6 +293,10 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->d = d;
 	e->done = done;
 	e->fusion_want_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
+	if (scd_bufctx_table_create(&e->bufs) != SC_OK) {
+		free(e);
+		return SC_ERR_NOMEM;
+	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	uv_async_init(d->loop, &e->async, on_async);
@@ -300,6 +358,7 @@ int scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	if (!stopped)
 		return -1;
 	pthread_join(e->thread, NULL);
+	scd_bufctx_table_destroy(e->bufs);
 	scd_transport_destroy(e->transport);
 	fusion_resize(e, 0);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */

@@ -34,6 +34,11 @@ typedef struct scd_job_item {
 	uint64_t numel;
 	uint64_t offset; /* in the fused buffer */
 	uint32_t op;
+	uint32_t cache_id;
+	/* sparsification ahead (from the tensor's options) */
+	uint32_t sparsifier; /* sc_sparsifier_t */
+	double density, threshold;
+	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;
@@ -46,7 +51,11 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	double average_divisor; /* trainers in the job */
-	uint32_t scheme;
+	int pin;		/* scheme to run, -1: the cost model chooses */
+	int timeout_ms;		/* data-plane timeout */
+	int probe;		/* measure alpha/beta before this job (same job on every rank) */
+	uint64_t world_seed;	/* shared by every rank */
+	int lossless_only;	/* some tensor does not allow lossy schemes */
 	/* mesh */
 	int listen_fd;
 	uint64_t world_id;
@@ -57,6 +66,8 @@ typedef struct scd_job {
 	char error[512];
 	double time_s;
 	uint64_t bytes_sent, bytes_recv;
+	int scheme; /* the scheme that ran */
+	double predicted_s, density, gamma, imbalance;
 	struct scd_job *next;
 } scd_job_t;
 
@@ -70,6 +81,8 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
 int scd_engine_destroy(scd_engine_t *e, int timeout_ms);
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
+/* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */
+void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes);
 

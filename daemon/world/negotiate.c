@@ -6,12 +6,14 @@
  * no longer has (its trainer died after announcing it) still runs, with zeros, so the
  * collective calls of the ranks stay matched; its result is simply not delivered.
  */
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ctl/ctl.h"
 #include "engine/engine.h"
+#include "scheme/scheme.h"
 #include "util/arena.h"
 #include "util/log.h"
 #include "world/world_int.h"
@@ -39,7 +41,7 @@ static uint32_t cache_lookup(scd_world_t *w, const char *name)
 }
 
 static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
-		     uint64_t numel, uint32_t op)
+		     uint64_t numel, uint32_t op, int solo)
 {
 	if (id >= w->cap_cache) {
 		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
@@ -75,6 +77,7 @@ static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dty
 	e->dtype = dtype;
 	e->numel = numel;
 	e->op = op;
+	e->solo = solo;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
 	return 0;
@@ -97,8 +100,10 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	scd_outreq_t *o = &w->out[w->n_out++];
 	memset(o, 0, sizeof(*o));
 	uint32_t id = cache_lookup(w, nt->name);
+	int solo = scd_ntensor_solo(nt);
 	if (id != UINT32_MAX && w->cache[id].dtype == nt->dtype &&
-	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op) {
+	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
+	    w->cache[id].solo == solo) {
 		o->cached = 1;
 		o->id = id;
 	} else {
@@ -106,6 +111,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->dtype = nt->dtype;
 		o->numel = nt->numel;
 		o->op = nt->op;
+		o->solo = solo;
 	}
 	scd_world_arm_flush(w);
 }
@@ -133,6 +139,7 @@ void scd_neg_flush(scd_world_t *w)
 		r->dtype = o->dtype;
 		r->numel = o->numel;
 		r->op = o->op;
+		r->solo = o->solo;
 		rp[rl.n_requests++] = r;
 	}
 	rl.requests = rp;
@@ -202,11 +209,12 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype, uint64_t numel,
-		      uint32_t op)
+		      uint32_t op, int solo)
 {
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
 		return;
+	e->solo |= solo;
 	e->have[rank] = 1;
 	e->dtype[rank] = dtype;
 	e->numel[rank] = numel;
@@ -285,10 +293,11 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 {
 	uint32_t id = cache_lookup(w, e->name);
 	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
-	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0])
+	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
+	    w->cache[id].solo == e->solo)
 		return id;
 	id = w->n_cache;
-	cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0]);
+	cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo);
 	if (pb->plan.n_new_entries == pb->cap_ents) {
 		pb->cap_ents = pb->cap_ents ? pb->cap_ents * 2 : 16;
 		pb->ents = realloc(pb->ents, pb->cap_ents * sizeof(*pb->ents));
@@ -300,6 +309,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->dtype = e->dtype[0];
 	ce->numel = e->numel[0];
 	ce->op = e->op[0];
+	ce->solo = e->solo;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;
 }
@@ -365,7 +375,7 @@ static void coord_emit(scd_world_t *w)
 		}
 		uint32_t id = pb_cache_id(w, &pb, e);
 		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
-		if (!group || group_bytes + bytes > fuse_bytes) {
+		if (!group || group_bytes + bytes > fuse_bytes || e->solo) {
 			group = pb_response(&pb);
 			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
 			group->cache_ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
@@ -373,7 +383,7 @@ static void coord_emit(scd_world_t *w)
 		}
 		group->cache_ids[group->n_cache_ids++] = id;
 		group_bytes += bytes;
-		if (group->n_cache_ids == 512 || bytes >= fuse_bytes)
+		if (group->n_cache_ids == 512 || bytes >= fuse_bytes || e->solo)
 			group = NULL;
 		centry_free(w, e);
 	}
@@ -396,7 +406,7 @@ void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
-		coord_add(w, from, r->name, r->dtype, r->numel, r->op);
+		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo);
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
@@ -406,7 +416,7 @@ void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 			continue;
 		}
 		const scd_cache_ent_t *c = &w->cache[id];
-		coord_add(w, from, c->name, c->dtype, c->numel, c->op);
+		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo);
 	}
 	coord_emit(w);
 }
@@ -478,6 +488,47 @@ static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 	/* a failed announcement must not linger in the outgoing batch either */
 }
 
+/*
+ * The scheme a buffer is pinned to, or -1 for the cost model: ExDyna for ExDyna tensors;
+ * else the tensor's own pin; else the first scheme_pins pattern that matches its name;
+ * else the global scheme key. A lossy pin on a tensor that does not allow lossy schemes
+ * is not honoured. Computed on the loop thread when the plan arrives, so a runtime change
+ * of the keys (which reaches every rank at the same place in the stream of plans) takes
+ * effect at the same buffer on every rank.
+ */
+static int buffer_pin(scd_world_t *w, const scd_job_t *job)
+{
+	const scd_config_t *cfg = &w->d->cfg;
+	for (int i = 0; i < job->n_items; i++)
+		if (job->items[i].sparsifier == SC_SPARSIFY_EXDYNA)
+			return SCD_SCHEME_EXDYNA;
+	scd_scheme_t s;
+	int pin = -1;
+	const scd_ntensor_t *nt = job->n_items ? job->items[0].nt : NULL;
+	const char *name = job->n_items ? w->cache[job->items[0].cache_id].name : "";
+	if (nt && nt->opts.scheme[0] && scd_scheme_parse(nt->opts.scheme, &s) == 0)
+		pin = (int)s;
+	const char *pins = scd_cfg_str(cfg, SCD_CFG_scheme_pins);
+	while (pin < 0 && pins && *pins) {
+		char item[160];
+		size_t n = strcspn(pins, ",");
+		snprintf(item, sizeof(item), "%.*s", (int)(n < sizeof(item) ? n : sizeof(item) - 1),
+			 pins);
+		pins += n + (pins[n] == ',');
+		char *eq = strrchr(item, '=');
+		if (!eq)
+			continue;
+		*eq = 0;
+		if (fnmatch(item, name, 0) == 0 && scd_scheme_parse(eq + 1, &s) == 0)
+			pin = (int)s;
+	}
+	if (pin < 0 && scd_scheme_parse(scd_cfg_str(cfg, SCD_CFG_scheme), &s) == 0)
+		pin = (int)s;
+	if (pin >= 0 && job->lossless_only && !scd_scheme_lossless((scd_scheme_t)pin))
+		pin = -1;
+	return pin;
+}
+
 static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 {
 	scd_daemon_t *d = w->d;
@@ -495,19 +546,32 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 	job->items = items;
 	job->n_items = (int)resp->n_cache_ids;
 	job->average_divisor = (double)d->world_size * d->local_size;
-	job->scheme = resp->scheme;
+	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
+	job->world_seed = w->world_id;
+	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
+	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
+	job->lossless_only = 0;
 	uint64_t off = 0;
 	for (size_t i = 0; i < resp->n_cache_ids; i++) {
 		const scd_cache_ent_t *c = &w->cache[resp->cache_ids[i]];
 		scd_job_item_t *it = &items[i];
 		it->numel = c->numel;
 		it->op = c->op;
+		it->cache_id = resp->cache_ids[i];
 		it->offset = off;
 		off += (c->numel + 15) & ~(uint64_t)15; /* 64-byte aligned items */
 		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(d->ctl), c->name);
-		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel)
-			continue; /* runs with zeros, delivers nothing */
+		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel) {
+			job->lossless_only = 1; /* runs with zeros, delivers nothing */
+			continue;
+		}
 		it->nt = nt;
+		it->sparsifier = nt->opts.sparsifier;
+		it->density = nt->opts.density;
+		it->threshold = nt->opts.threshold;
+		it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
+		if (!nt->opts.allow_lossy)
+			job->lossless_only = 1;
 		nt->state = SCD_NT_RUNNING;
 		nt->state_since_ms = scd_now_ms();
 		for (int l = 0; l < d->local_size; l++) {
@@ -527,6 +591,7 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 		}
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
+	job->pin = buffer_pin(w, job);
 	scd_engine_submit(d->engine, job);
 }
 
@@ -535,7 +600,7 @@ void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	if (!w->is_coord)
 		for (size_t i = 0; i < plan->n_new_entries; i++) {
 			const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
-			cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op);
+			cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo);
 		}
 	for (size_t i = 0; i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
@@ -576,7 +641,14 @@ void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 		nt->stats.bytes_recv += (uint64_t)((double)job->bytes_recv * share);
 		nt->stats.time_s += job->time_s * share;
 		nt->stats.measured_s = job->time_s;
-		snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "dense_ring");
+		if (job->status == SC_OK) {
+			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
+				 scd_scheme_name((scd_scheme_t)job->scheme));
+			nt->stats.predicted_s = job->predicted_s;
+			nt->stats.density = job->density;
+			nt->stats.densification = job->gamma;
+			nt->stats.imbalance = job->imbalance;
+		}
 		char msg[700];
 		if (job->status != SC_OK)
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,

@@ -26,6 +26,7 @@ typedef struct scd_centry {
 	uint8_t *have;
 	uint32_t *dtype, *op;
 	uint64_t *numel;
+	int solo;
 	struct scd_centry *next, *hnext;
 } scd_centry_t;
 
@@ -33,6 +34,7 @@ typedef struct scd_cache_ent {
 	char *name;
 	uint32_t dtype, op;
 	uint64_t numel;
+	int solo;
 } scd_cache_ent_t;
 
 /* An announcement waiting for the next flush. */
@@ -42,6 +44,7 @@ typedef struct scd_outreq {
 	char *name;
 	uint32_t dtype, op;
 	uint64_t numel;
+	int solo;
 } scd_outreq_t;
 
 #define SCD_WORLD_BUCKETS 1024

@@ -1,0 +1,229 @@
+/*
+ * bufctx.c: per-buffer scheme state and one step of a buffer (see bufctx.h). The table is
+ * a small array searched linearly (buffers are few: the distinct fused groups of a job)
+ * with the least recently used entry evicted past SCD_BUFCTX_MAX.
+ */
+#include "engine/bufctx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/select.h"
+#include "util/log.h"
+
+#define SCD_BUFCTX_MAX 256
+
+typedef struct scd_bufctx {
+	uint64_t sig;
+	uint64_t numel;
+	int n_items;
+	scd_scheme_ctx_t *sctx;
+	scd_scheme_profile_t prof;
+	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
+	scd_coo_t sel;	       /* selection workspace, capacity = largest item */
+	uint64_t last_use;
+} scd_bufctx_t;
+
+struct scd_bufctx_table {
+	scd_bufctx_t *v[SCD_BUFCTX_MAX];
+	int n;
+	uint64_t clock;
+};
+
+sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p)
+{
+	*tab_p = calloc(1, sizeof(**tab_p));
+	return *tab_p ? SC_OK : SC_ERR_NOMEM;
+}
+
+static void bufctx_free(scd_bufctx_t *b)
+{
+	if (!b)
+		return;
+	scd_scheme_ctx_destroy(b->sctx);
+	for (int i = 0; b->sp && i < b->n_items; i++)
+		scd_sparsifier_destroy(b->sp[i]);
+	free(b->sp);
+	free(b->sel.idx);
+	free(b->sel.val);
+	free(b);
+}
+
+void scd_bufctx_table_destroy(scd_bufctx_table_t *tab)
+{
+	if (!tab)
+		return;
+	for (int i = 0; i < tab->n; i++)
+		bufctx_free(tab->v[i]);
+	free(tab);
+}
+
+/* The signature of a buffer: its tensors' cache ids and sizes, identical on every rank. */
+static uint64_t job_sig(const scd_job_t *job)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int i = 0; i < job->n_items; i++) {
+		h = (h ^ job->items[i].cache_id) * 1099511628211ull;
+		h = (h ^ job->items[i].numel) * 1099511628211ull;
+	}
+	return h;
+}
+
+static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
+{
+	switch (s) {
+	case SC_SPARSIFY_TOPK:
+		*k_p = SCD_SPARSIFY_TOPK;
+		return 1;
+	case SC_SPARSIFY_THRESHOLD:
+		*k_p = SCD_SPARSIFY_THRESHOLD;
+		return 1;
+	case SC_SPARSIFY_DGC:
+		*k_p = SCD_SPARSIFY_DGC;
+		return 1;
+	default:
+		return 0; /* none, natural (sent as is), ExDyna (the scheme selects) */
+	}
+}
+
+static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_t *t,
+			      double alpha, double beta, uint64_t seed, scd_bufctx_t **b_p)
+{
+	scd_bufctx_t *b = calloc(1, sizeof(*b));
+	if (!b)
+		return SC_ERR_NOMEM;
+	b->sig = sig;
+	b->numel = job->total_numel;
+	b->n_items = job->n_items;
+	b->sp = calloc((size_t)job->n_items, sizeof(*b->sp));
+	if (!b->sp)
+		goto err;
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(job->total_numel, seed ^ sig);
+	cfg.timeout_ms = job->timeout_ms;
+	double hint = 1.0;
+	uint64_t max_item = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->numel > max_item)
+			max_item = it->numel;
+		if (it->sparsifier == SC_SPARSIFY_EXDYNA || it->sparsifier == SC_SPARSIFY_TOPK ||
+		    it->sparsifier == SC_SPARSIFY_DGC) {
+			cfg.density = it->density;
+			hint = it->density;
+		}
+		scd_sparsify_kind_t kind;
+		if (!sparsify_kind(it->sparsifier, &kind))
+			continue;
+		scd_sparsifier_cfg_t sc = {.kind = kind,
+					   .numel = it->numel,
+					   .density = it->density,
+					   .threshold = (float)it->threshold,
+					   .seed = seed ^ it->cache_id};
+		if (scd_sparsifier_create(&sc, &b->sp[i]) != SC_OK)
+			goto err;
+	}
+	b->sel.cap = max_item;
+	b->sel.idx = malloc(max_item * sizeof(uint32_t));
+	b->sel.val = malloc(max_item * sizeof(float));
+	if (!b->sel.idx || !b->sel.val)
+		goto err;
+	if (scd_scheme_ctx_create(&cfg, t, NULL, &b->sctx) != SC_OK)
+		goto err;
+	scd_scheme_ctx_set_net(b->sctx, alpha, beta);
+	scd_scheme_profile_init(&b->prof, hint);
+	*b_p = b;
+	return SC_OK;
+err:
+	bufctx_free(b);
+	return SC_ERR_NOMEM;
+}
+
+static scd_bufctx_t *bufctx_get(scd_bufctx_table_t *tab, const scd_job_t *job,
+				scd_transport_t *t, double alpha, double beta, uint64_t seed)
+{
+	uint64_t sig = job_sig(job);
+	for (int i = 0; i < tab->n; i++)
+		if (tab->v[i]->sig == sig && tab->v[i]->numel == job->total_numel) {
+			tab->v[i]->last_use = ++tab->clock;
+			return tab->v[i];
+		}
+	scd_bufctx_t *b;
+	if (bufctx_new(job, sig, t, alpha, beta, seed, &b) != SC_OK)
+		return NULL;
+	if (tab->n == SCD_BUFCTX_MAX) {
+		int lru = 0;
+		for (int i = 1; i < tab->n; i++)
+			if (tab->v[i]->last_use < tab->v[lru]->last_use)
+				lru = i;
+		bufctx_free(tab->v[lru]);
+		tab->v[lru] = tab->v[--tab->n];
+	}
+	b->last_use = ++tab->clock;
+	tab->v[tab->n++] = b;
+	return b;
+}
+
+/* Sparsification ahead, per tensor: the selected values stay in the buffer, the rest goes
+ * to the tensor's residual. A tensor that allows lossy schemes but is not sparsified here
+ * gets its residual (what lossy schemes left behind last step) added back first. */
+static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf)
+{
+	for (int i = 0; i < job->n_items; i++) {
+		scd_job_item_t *it = &job->items[i];
+		float *x = buf + it->offset;
+		if (b->sp[i]) {
+			b->sel.nnz = 0;
+			sc_status_t st = scd_sparsify(b->sp[i], x, it->residual, it->numel,
+						      &b->sel, NULL);
+			if (st != SC_OK)
+				return st;
+			memset(x, 0, it->numel * sizeof(float));
+			for (uint64_t k = 0; k < b->sel.nnz; k++)
+				x[b->sel.idx[k]] = b->sel.val[k];
+		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
+			for (uint64_t k = 0; k < it->numel; k++) {
+				x[k] += it->residual[k];
+				it->residual[k] = 0;
+			}
+		}
+	}
+	return SC_OK;
+}
+
+sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
+			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
+			    uint64_t seed)
+{
+	scd_bufctx_t *b = bufctx_get(tab, job, t, alpha_s, beta_s_per_byte, seed);
+	if (!b) {
+		snprintf(job->error, sizeof(job->error), "no memory for the buffer's scheme state");
+		return SC_ERR_NOMEM;
+	}
+	sc_status_t st = sparsify_items(b, job, buf);
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
+			 sc_status_message(st));
+		return st;
+	}
+	scd_cost_t cost = {0};
+	scd_scheme_t s = scd_scheme_choose(b->sctx, &b->prof, alpha_s, beta_s_per_byte,
+					   job->lossless_only, job->pin, &cost);
+	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
+	scd_scheme_io_t io = {.data = buf,
+			      .residual = job->n_items == 1 ? job->items[0].residual : NULL};
+	scd_scheme_report_t rep;
+	st = scd_scheme_run(s, b->sctx, &io, &rep);
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error), "%s: %s", scd_scheme_name(s),
+			 scd_scheme_error());
+		return st;
+	}
+	scd_scheme_profile_update(&b->prof, &rep);
+	job->scheme = s;
+	job->predicted_s = cost.seconds;
+	job->density = rep.density;
+	job->gamma = rep.gamma;
+	job->imbalance = rep.imbalance;
+	return SC_OK;
+}

@@ -1,0 +1,31 @@
+/*
+ * bufctx.h: what the engine keeps per fused buffer from one step to the next: the scheme
+ * context (workspaces, step counter, shared seed), the profile of recent steps (density,
+ * densification, skew, fed only from scheme reports, which are identical on every rank),
+ * and a sparsifier per tensor that asked for one. A buffer is identified by the cache ids
+ * of its tensors, which the coordinator assigns, so every rank finds the same context.
+ *
+ * One step of a buffer (scd_bufctx_step), after the node's trainers have been summed into
+ * it: sparsify ahead, per tensor (SAFusion: before the scheme, with error feedback into
+ * the tensor's residual); choose the scheme (a pin, or the cost model with the measured
+ * alpha/beta and the profile); run it; fold its report into the profile.
+ */
+#ifndef SCD_ENGINE_BUFCTX_H
+#define SCD_ENGINE_BUFCTX_H
+
+#include "engine/engine.h"
+#include "scheme/scheme.h"
+
+typedef struct scd_bufctx_table scd_bufctx_table_t;
+
+sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p);
+void scd_bufctx_table_destroy(scd_bufctx_table_t *tab);
+
+/* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
+ * the agreed network costs; seed the world's shared seed. Fills job's report fields and,
+ * on failure, job->error. */
+sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
+			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
+			    uint64_t seed);
+
+#endif
