@@ -424,8 +424,12 @@ sc_status_t scd_tcp_measure(scd_transport_t *tr, size_t probe_bytes, double *alp
 			goto out;
 		if (me < peer) {
 			double a = small_rtt / 2, b = (big_rtt / 2 - a) / (double)(big - 8);
+			/* A noisy small round trip (a loaded host) can exceed the large one's
+			 * latency share; then take the large transfer's time per byte whole. */
+			if (!(b > 0))
+				b = big_rtt / 2 / (double)big;
 			table[2 * ((size_t)me * P + peer)] = (float)a;
-			table[2 * ((size_t)me * P + peer) + 1] = (float)(b > 0 ? b : 0);
+			table[2 * ((size_t)me * P + peer) + 1] = (float)b;
 		}
 	}
 	if ((st = scd_tcp_allreduce_f32(tr, table, cells, timeout_ms)) != SC_OK)
