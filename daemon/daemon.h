@@ -34,6 +34,8 @@ typedef struct scd_daemon {
 	int notify_fd;
 	int shutting_down;
 	int exit_code;
+	uint64_t stats_cycles;	/* plans applied */
+	uint64_t stats_buffers; /* buffers (fused or single) run */
 	uv_signal_t sig_term, sig_int;
 	uv_prepare_t drain; /* drains ZeroMQ sockets before the loop blocks */
 	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */

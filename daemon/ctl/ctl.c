@@ -145,7 +145,10 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 			for (int l = 0; l < SCD_MAX_LOCAL; l++)
 				if (nt->slot[l])
 					nt->slot[l]->zombie = 0;
-			scd_ctl_complete(ctl, nt, st, error);
+			char msg[512];
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed on node %d: %s",
+				 nt->name, ctl->d->rank, error);
+			scd_ctl_complete(ctl, nt, st, msg);
 		}
 	}
 }
@@ -520,6 +523,8 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 		ts->imbalance = nt->stats.imbalance;
 		r.tensors[r.n_tensors++] = ts;
 	}
+	r.cycles = ctl->d->stats_cycles;
+	r.fused_buffers = ctl->d->stats_buffers;
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
 	m.stats = &r;

@@ -602,6 +602,7 @@ void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 			const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
 			cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo);
 		}
+	w->d->stats_cycles++;
 	for (size_t i = 0; i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
@@ -627,6 +628,7 @@ void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 		free(job);
 		return;
 	}
+	d->stats_buffers++;
 	if (job->status != SC_OK)
 		scd_warn(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
 			 job->error);
