@@ -155,9 +155,11 @@ install: all
 	ln -sf libsparseclient.so.0 $(DESTDIR)$(PREFIX)/lib/libsparseclient.so
 	install -m 0644 $(LIB)/libsparseclient.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 client/include/sparsecomm.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(LIB)/pkgconfig/sparsecomm.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' mk/sparsecomm.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
 	install -m 0644 config/sparsecommd.conf $(DESTDIR)$(PREFIX)/share/sparsecomm/
-	install -m 0644 systemd/sparsecommd.service $(DESTDIR)$(PREFIX)/share/sparsecomm/
+	sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' systemd/sparsecommd.service \
+		> $(DESTDIR)$(PREFIX)/share/sparsecomm/sparsecommd.service
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sparsecommd $(DESTDIR)$(PREFIX)/bin/sparsectl \
 		$(DESTDIR)$(PREFIX)/bin/sparsecomm-run $(DESTDIR)$(PREFIX)/lib/libsparseclient.* \
