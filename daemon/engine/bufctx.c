@@ -13,6 +13,9 @@
 #include "util/log.h"
 
 #define SCD_BUFCTX_MAX 256
+/* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
+ * so they skip the scheme layer's metadata round and go straight to the ring. */
+#define SCD_SMALL_DENSE_BYTES (64u << 10)
 
 typedef struct scd_bufctx {
 	uint64_t sig;
@@ -191,10 +194,33 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf)
 	return SC_OK;
 }
 
+/* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */
+static int small_dense(const scd_job_t *job)
+{
+	if (job->pin >= 0 || job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
+		return 0;
+	for (int i = 0; i < job->n_items; i++)
+		if (job->items[i].sparsifier != SC_SPARSIFY_NONE || job->items[i].residual ||
+		    (job->items[i].n_src && job->items[i].src[0].coo))
+			return 0;
+	return 1;
+}
+
 sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
 			    uint64_t seed)
 {
+	if (small_dense(job)) {
+		sc_status_t st = scd_transport_allreduce_f32(t, buf, job->total_numel,
+							     job->timeout_ms);
+		if (st != SC_OK)
+			snprintf(job->error, sizeof(job->error), "dense_ring: %s",
+				 scd_transport_error());
+		job->scheme = SCD_SCHEME_DENSE_RING;
+		job->predicted_s = 0;
+		job->density = job->gamma = job->imbalance = 1;
+		return st;
+	}
 	scd_bufctx_t *b = bufctx_get(tab, job, t, alpha_s, beta_s_per_byte, seed);
 	if (!b) {
 		snprintf(job->error, sizeof(job->error), "no memory for the buffer's scheme state");
