@@ -468,6 +468,7 @@ static int summarise(run_t *r)
 	    o->steps, v[2], v[0], n, v[1], n, elapsed, tokens / elapsed,
 	    (double)r->cm.synced_bytes / 1e6, 100.0 * r->cm.wait_s / elapsed,
 	    o->check_every > 0 && !o->local ? "; weights identical on all ranks" : "");
+	comm_report(&r->cm);
 	return 0;
 }
 

@@ -73,8 +73,14 @@ int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms)
 	cm->rank = sc_rank(cm->client);
 	cm->size = sc_size(cm->client);
 	for (int i = 0; i < COMM_NTENSORS; i++) {
-		st = sc_register(cm->client, tensor_names[i], SC_FLOAT32, cm->numel[i],
-				 &cm->tensor[i]);
+		/* The embedding gradients are naturally sparse (only the rows of the batch's
+		 * words are non-zero): say so, and the daemons send their non-zeros with the
+		 * cheapest lossless scheme instead of the whole matrices. */
+		sc_tensor_opts_t opts = {.struct_size = sizeof(opts),
+					 .sparsifier = SC_SPARSIFY_NATURAL};
+		int grad = i == COMM_IN || i == COMM_OUT;
+		st = sc_register_ex(cm->client, tensor_names[i], SC_FLOAT32, cm->numel[i],
+				    grad ? &opts : NULL, &cm->tensor[i]);
 		if (st != SC_OK) {
 			fail(cm, "registering tensor", tensor_names[i], st);
 			return -1;
@@ -116,6 +122,24 @@ int comm_allreduce(comm_t *cm, const int *which, int n, sc_reduce_op_t op)
 	}
 	cm->wait_s += now_s() - t0;
 	return rc;
+}
+
+void comm_report(comm_t *cm)
+{
+	if (cm->local)
+		return;
+	for (int i = COMM_IN; i <= COMM_OUT; i++) {
+		sc_tensor_stats_t s = {.struct_size = sizeof(s)};
+		if (sc_tensor_stats(cm->client, cm->tensor[i], &s) != SC_OK)
+			continue;
+		printf("%s: scheme=%s calls=%llu sent=%.1fMB received=%.1fMB (dense would be "
+		       "%.1fMB each way) density=%.3f densification=%.2f\n",
+		       tensor_names[i], s.scheme, (unsigned long long)s.calls,
+		       (double)s.bytes_sent / 1e6, (double)s.bytes_received / 1e6,
+		       2.0 * (cm->size - 1) / cm->size * (double)s.calls *
+			   (double)(cm->numel[i] * sizeof(float)) / 1e6,
+		       s.density, s.densification);
+	}
 }
 
 void comm_close(comm_t *cm)

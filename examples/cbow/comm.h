@@ -38,6 +38,9 @@ int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms);
  */
 int comm_allreduce(comm_t *cm, const int *which, int n, sc_reduce_op_t op);
 
+/* Prints what the node's daemon measured for the gradient tensors (scheme, bytes). */
+void comm_report(comm_t *cm);
+
 void comm_close(comm_t *cm);
 
 #endif /* CBOW_COMM_H */
