@@ -20,9 +20,17 @@
  * never gathers G[idx] from a large tensor at random; it also empties the slots it reads,
  * so the table is clean for the next step without a separate clearing pass.
  *
- * Threads: a pool of cfg.threads (the caller included) hashes contiguous chunks of the
- * input, then extracts disjoint sets of partitions. Order within a partition depends on
- * thread timing; the set of (index, value) pairs never does.
+ * Two phases, so the table is never hit at random from the whole tensor's scan: (1) each
+ * thread scans a contiguous chunk of the input and appends every non-zero, by h0, to its
+ * own small per-partition stage (sequential writes; a stage that fills up is inserted
+ * into the table at once, by compare-and-swap); (2) each partition gets one owner thread,
+ * which sweeps its r1 slots into cache, inserts every thread's stage for it in scan order
+ * and extracts it while it is still cached. The placements are those of inserting the
+ * non-zeros one by one in scan order (with one thread, exactly), so Fig. 16's serial
+ * shares are unchanged; only the memory traffic is.
+ *
+ * Threads: a pool of cfg.threads (the caller included). Order within a partition depends
+ * on thread timing; the set of (index, value) pairs never does.
  */
 #ifndef SCD_DEVICE_HHASH_H
 #define SCD_DEVICE_HHASH_H
@@ -41,6 +49,8 @@ typedef struct scd_hh_cfg {
 	uint32_t k;	       /* rehash functions, 1..SCD_HH_MAX_K (ZEN: 3) */
 	uint64_t seed;	       /* shared by all ranks; h0 = scd_partfn_make(nparts, seed) */
 	unsigned threads;      /* worker threads, caller included (0: 1) */
+	uint32_t stage_slots;  /* staging entries per thread and partition (0: from
+				* nnz_expected; small values force early inserts, for tests) */
 } scd_hh_cfg_t;
 
 typedef struct scd_hh_stats {

@@ -94,6 +94,8 @@ UNIT_TEST(core_hh_lossless_all_densities)
 			cfg.nnz_cap += g[i] != 0;
 		cfg.threads = 1 + (unsigned)unit_rng_below(3);
 		cfg.k = 1 + (uint32_t)unit_rng_below(4);
+		/* half the time, tiny stages: most entries are inserted during the scan */
+		cfg.stage_slots = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below(64);
 		push_t ps;
 		push_setup(&ps, &cfg);
 		scd_hh_stats_t st;
@@ -129,6 +131,7 @@ UNIT_TEST(core_hh_lossless_adversarial)
 			nnz += g[i] != 0;
 		scd_hh_cfg_t cfg = scd_hh_cfg_default(n, P, nnz, seed);
 		cfg.threads = 1 + (unsigned)unit_rng_below(2);
+		cfg.stage_slots = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below(64);
 		if (shape == 3) { /* starve the parallel memory */
 			cfg.r1_factor = 0.05;
 			cfg.r2_ratio = 0.1;
@@ -157,11 +160,15 @@ UNIT_TEST(core_hh_threads_never_lose)
 	uint64_t nnz = 0;
 	for (uint64_t i = 0; i < n; i++)
 		nnz += g[i] != 0;
-	for (unsigned threads = 2; threads <= 8; threads *= 2) {
+	for (unsigned run = 0; run < 6; run++) {
+		unsigned threads = 2u << (run / 2);
 		scd_hh_cfg_t cfg =
 		    scd_hh_cfg_default(n, 1 + (uint32_t)unit_rng_below(8), nnz, unit_rng());
 		cfg.threads = threads;
 		cfg.r1_factor = 0.7; /* crowded: most probes collide */
+		/* odd runs: stages of a few entries, so the threads insert into the shared
+		 * table while scanning, racing for the same slots (the CAS path) */
+		cfg.stage_slots = run & 1 ? 1 + (uint32_t)unit_rng_below(8) : 0;
 		push_t ps;
 		push_setup(&ps, &cfg);
 		for (int rep = 0; rep < 3; rep++) {
