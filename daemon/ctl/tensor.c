@@ -1,6 +1,8 @@
 /*
  * tensor.c: the node tensor table (a chained hash on the name), registrations indexed by
- * id, and the shared-memory objects behind them.
+ * id, and the shared-memory objects behind them. Tensors are float32, float64, int32 or
+ * int64; COO input, sparsifiers and lossy schemes are float32 only (the other dtypes
+ * always take the lossless dense ring).
  */
 #include "ctl/tensor.h"
 
@@ -207,10 +209,17 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		snprintf(err, err_len, "tensor name must be 1 to 255 bytes");
 		return SC_ERR_INVALID;
 	}
-	if (dtype != SC_FLOAT32) {
-		snprintf(err, err_len, "tensor '%s': dtype %s is not supported (float32 only)",
+	if (!esz) {
+		snprintf(err, err_len, "tensor '%s': unknown dtype %u", name, dtype);
+		return SC_ERR_INVALID;
+	}
+	if (dtype != SC_FLOAT32 && (opts->coo_capacity > 0 || opts->allow_lossy ||
+				    opts->sparsifier != SC_SPARSIFY_NONE)) {
+		snprintf(err, err_len,
+			 "tensor '%s': %s tensors take dense input and the lossless dense ring "
+			 "only (COO input, sparsifiers and allow_lossy need float32)",
 			 name, sc_dtype_name(dtype));
-		return esz ? SC_ERR_UNSUPPORTED : SC_ERR_INVALID;
+		return SC_ERR_UNSUPPORTED;
 	}
 	if (numel == 0 || numel > UINT32_MAX - 1 || numel * esz > max_bytes) {
 		snprintf(err, err_len,

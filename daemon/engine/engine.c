@@ -1,7 +1,9 @@
 /*
  * engine.c: the data-plane thread (see engine.h). The queue is a mutex and a condition
  * variable; the thread sleeps on it when idle and blocks in the transport's poll(2) while
- * transferring, so it never spins.
+ * transferring, so it never spins. float32 buffers take the schemes; buffers of the other
+ * dtypes take the transport's dense ring directly, with the local sum and the averaging
+ * done here per dtype.
  */
 #include "engine/engine.h"
 
@@ -30,7 +32,7 @@ struct scd_engine {
 	scd_transport_t *transport;
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
-	float *fusion;
+	void *fusion;
 	uint64_t fusion_cap_bytes, fusion_want_bytes;
 };
 
@@ -72,23 +74,64 @@ static void add_f32(float *restrict dst, const float *restrict src, uint64_t n)
 		dst[i] += src[i];
 }
 
-/* Sums the local trainers' contributions of one item into dst (numel floats). Returns the
- * number of out-of-range COO indices it skipped. */
-static uint64_t local_reduce(const scd_job_item_t *it, float *dst)
+static void add_f64(double *restrict dst, const double *restrict src, uint64_t n)
 {
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* Integers are added as unsigned: two's-complement wrap-around, as the ring does. */
+static void add_u32(uint32_t *restrict dst, const uint32_t *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+static void add_u64(uint64_t *restrict dst, const uint64_t *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* dst[i] += src[i] for n elements of dtype (float32 included). */
+static void add_typed(uint32_t dtype, void *dst, const void *src, uint64_t n)
+{
+	switch (dtype) {
+	case SC_FLOAT32:
+		add_f32(dst, src, n);
+		break;
+	case SC_FLOAT64:
+		add_f64(dst, src, n);
+		break;
+	case SC_INT32:
+		add_u32(dst, src, n);
+		break;
+	case SC_INT64:
+		add_u64(dst, src, n);
+		break;
+	}
+}
+
+/* Sums the local trainers' contributions of one item into dst (numel elements of dtype;
+ * COO input exists for float32 only). Returns the number of out-of-range COO indices it
+ * skipped. */
+static uint64_t local_reduce(const scd_job_item_t *it, uint32_t dtype, void *dst)
+{
+	size_t esz = sc_dtype_size(dtype);
 	uint64_t bad = 0;
 	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
-		memset(dst, 0, it->numel * sizeof(float));
+		memset(dst, 0, it->numel * esz);
 		return 0;
 	}
-	if (it->src[0].coo) {
+	if (it->src[0].coo && dtype == SC_FLOAT32) {
+		float *d = dst;
 		memset(dst, 0, it->numel * sizeof(float));
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
 			for (uint64_t i = 0; i < src->coo_nnz; i++) {
 				uint32_t idx = src->coo_idx[i];
 				if (idx < it->numel)
-					dst[idx] += src->coo_val[i];
+					d[idx] += src->coo_val[i];
 				else
 					bad++;
 			}
@@ -96,24 +139,73 @@ static uint64_t local_reduce(const scd_job_item_t *it, float *dst)
 		return bad;
 	}
 	if (dst != it->src[0].dense)
-		memcpy(dst, it->src[0].dense, it->numel * sizeof(float));
+		memcpy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		add_f32(dst, it->src[s].dense, it->numel);
+		add_typed(dtype, dst, it->src[s].dense, it->numel);
 	return 0;
 }
 
-/* Scales by 1/divisor where the item asks for an average and copies the result to every
- * local trainer's buffer. */
-static void scatter_out(const scd_job_item_t *it, float *res, double divisor)
+/* Turns a sum into an average: float32 multiplies by the rounded 1/divisor, float64
+ * divides, integers divide in integer arithmetic (truncated toward zero). */
+static void average(uint32_t dtype, void *res, uint64_t n, double divisor)
 {
-	if (it->op == SC_OP_AVERAGE) {
-		float inv = (float)(1.0 / divisor);
-		for (uint64_t i = 0; i < it->numel; i++)
-			res[i] *= inv;
+	switch (dtype) {
+	case SC_FLOAT32: {
+		float *x = res, inv = (float)(1.0 / divisor);
+		for (uint64_t i = 0; i < n; i++)
+			x[i] *= inv;
+		break;
 	}
+	case SC_FLOAT64: {
+		double *x = res;
+		for (uint64_t i = 0; i < n; i++)
+			x[i] /= divisor;
+		break;
+	}
+	case SC_INT32: {
+		int32_t *x = res, div = (int32_t)divisor;
+		for (uint64_t i = 0; i < n; i++)
+			x[i] /= div;
+		break;
+	}
+	case SC_INT64: {
+		int64_t *x = res, div = (int64_t)divisor;
+		for (uint64_t i = 0; i < n; i++)
+			x[i] /= div;
+		break;
+	}
+	}
+}
+
+/* Averages where the item asks for it and copies the result to every local trainer's
+ * buffer. */
+static void scatter_out(const scd_job_item_t *it, uint32_t dtype, void *res, double divisor)
+{
+	if (it->op == SC_OP_AVERAGE)
+		average(dtype, res, it->numel, divisor);
 	for (int s = 0; s < it->n_src; s++)
 		if (it->src[s].dense != res)
-			memcpy(it->src[s].dense, res, it->numel * sizeof(float));
+			memcpy(it->src[s].dense, res, it->numel * sc_dtype_size(dtype));
+}
+
+/* A buffer of a dtype other than float32: the lossless dense ring, with the report a
+ * dense ring gives (density 1, no densification, balanced) and the alpha-beta time of
+ * 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
+static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, void *buf)
+{
+	double P = e->d->world_size;
+	double bytes = (double)job->total_numel * (double)sc_dtype_size(job->dtype);
+	sc_status_t st = scd_transport_allreduce(e->transport, buf, job->total_numel,
+						 (sc_dtype_t)job->dtype, job->timeout_ms);
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "dense_ring (%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s = P > 1 ? 2 * (P - 1) * e->alpha_s +
+				       2 * (P - 1) / P * bytes * e->beta_s_per_byte
+				 : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
 }
 
 /*
@@ -152,13 +244,20 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = job->timeout_ms;
-	float *buf;
+	size_t esz = sc_dtype_size(job->dtype);
+	char *buf;
 	int in_place = job->n_items == 1 && job->items[0].n_src > 0;
+	if (!esz) {
+		job->status = SC_ERR_INVALID;
+		snprintf(job->error, sizeof(job->error), "rank %d: unknown dtype %u",
+			 e->d->rank, job->dtype);
+		return;
+	}
 	if (in_place) {
 		buf = job->items[0].src[0].dense;
 	} else {
-		uint64_t want = e->fusion_want_bytes > job->total_numel * 4 ? e->fusion_want_bytes
-									    : job->total_numel * 4;
+		uint64_t need = job->total_numel * esz;
+		uint64_t want = e->fusion_want_bytes > need ? e->fusion_want_bytes : need;
 		if (fusion_resize(e, want) != SC_OK) {
 			job->status = SC_ERR_NOMEM;
 			snprintf(job->error, sizeof(job->error),
@@ -170,7 +269,8 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	uint64_t bad = 0;
 	for (int i = 0; i < job->n_items; i++)
-		bad += local_reduce(&job->items[i], buf + job->items[i].offset);
+		bad +=
+		    local_reduce(&job->items[i], job->dtype, buf + job->items[i].offset * esz);
 	sc_status_t st = SC_OK;
 	if (job->probe)
 		st = probe_network(e, tmo);
@@ -182,8 +282,11 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
-	st = scd_bufctx_step(e->bufs, job, buf, e->transport, e->alpha_s, e->beta_s_per_byte,
-			     job->world_seed);
+	if (job->dtype == SC_FLOAT32)
+		st = scd_bufctx_step(e->bufs, job, (float *)buf, e->transport, e->alpha_s,
+				     e->beta_s_per_byte, job->world_seed);
+	else
+		st = dense_typed(e, job, buf);
 	e->transport->ops->counters(e->transport, &c1);
 	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
@@ -196,7 +299,8 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	for (int i = 0; i < job->n_items; i++)
-		scatter_out(&job->items[i], buf + job->items[i].offset, job->average_divisor);
+		scatter_out(&job->items[i], job->dtype, buf + job->items[i].offset * esz,
+			    job->average_divisor);
 	if (bad) {
 		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error),

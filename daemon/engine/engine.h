@@ -9,6 +9,13 @@
  * runs the collective over the transport, applies averaging, copies the result to every
  * local trainer, and hands the job back to the loop through uv_async_send (whose callbacks
  * coalesce, so the loop drains a queue).
+ *
+ * Every item of a job has the job's dtype (the coordinator never fuses across dtypes).
+ * float32 buffers go through the schemes (scd_bufctx_step); float64, int32 and int64
+ * buffers always run the lossless dense ring (the schemes, sparsifiers and COO input are
+ * float32 only). Integers sum with two's-complement wrap-around, and their AVERAGE is the
+ * sum divided by the trainer count in integer division (truncated toward zero); float64
+ * divides in double.
  */
 #ifndef SCD_ENGINE_ENGINE_H
 #define SCD_ENGINE_ENGINE_H
@@ -22,7 +29,7 @@
 typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE } scd_job_kind_t;
 
 typedef struct scd_job_src {
-	float *dense; /* the trainer's buffer (input, and output) */
+	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
 	const uint32_t *coo_idx;
 	const float *coo_val;
 	uint64_t coo_nnz;
@@ -32,7 +39,7 @@ typedef struct scd_job_src {
 typedef struct scd_job_item {
 	scd_ntensor_t *nt;
 	uint64_t numel;
-	uint64_t offset; /* in the fused buffer */
+	uint64_t offset; /* in the fused buffer, in elements of the job's dtype */
 	uint32_t op;
 	uint32_t cache_id;
 	/* sparsification ahead (from the tensor's options) */
@@ -50,6 +57,7 @@ typedef struct scd_job {
 	int n_items;
 	scd_job_item_t *items;
 	uint64_t total_numel;
+	uint32_t dtype;		/* sc_dtype_t of every item */
 	double average_divisor; /* trainers in the job */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */

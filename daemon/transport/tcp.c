@@ -719,6 +719,7 @@ static const scd_transport_ops_t tcp_ops = {
     .exchange = scd_tcp_exchange,
     .exchange_v = scd_tcp_exchange_v,
     .allreduce_f32 = scd_tcp_allreduce_f32,
+    .allreduce = scd_tcp_allreduce,
     .measure = scd_tcp_measure,
     .counters = tcp_counters,
     .destroy = tcp_destroy,

@@ -1,8 +1,10 @@
 /*
- * tcp_ring.c: in-place float32 sum allreduce over the tcp mesh, by the bandwidth-optimal
- * ring: P - 1 steps of reduce-scatter then P - 1 of allgather, each rank sending one
- * chunk (n / P floats, the first n % P chunks one longer) to its right neighbour and
- * receiving one from its left. Time bound 2(P-1)/P x bytes / goodput.
+ * tcp_ring.c: in-place sum allreduce over the tcp mesh, by the bandwidth-optimal ring:
+ * P - 1 steps of reduce-scatter then P - 1 of allgather, each rank sending one chunk
+ * (n / P elements, the first n % P chunks one longer) to its right neighbour and
+ * receiving one from its left. Time bound 2(P-1)/P x bytes / goodput. The ring moves
+ * bytes; only the reduction knows the dtype (float32, float64, int32, int64; integers
+ * wrap around), and the byte streams are cut into whole elements before it.
  *
  * In global step g (0 <= g < 2(P-1)) rank r sends chunk (r - g) mod P and receives chunk
  * (r - g - 1) mod P: the chunk it sends in step g + 1 is the one it received in step g.
@@ -29,25 +31,66 @@
 
 typedef struct {
 	int P, rank, steps;
-	size_t base, rem; /* chunk c has base + (c < rem) floats */
-	float *data;
+	size_t base, rem; /* chunk c has base + (c < rem) elements */
+	size_t esize;	  /* bytes per element */
+	sc_dtype_t dtype;
+	char *data;
 	/* send side: step and bytes of its chunk sent */
 	int sg;
 	size_t s_off;
 	/* receive side: step, bytes of its chunk received and reduced (or stored), and
-	 * the bytes of an incomplete float waiting at the start of the scratch */
+	 * the bytes of an incomplete element waiting at the start of the scratch */
 	int rg;
 	size_t r_off, r_done, carry;
 } ring_t;
 
+/* Byte offset of chunk c in the data. */
 static size_t chunk_first(const ring_t *R, int c)
 {
-	return (size_t)c * R->base + ((size_t)c < R->rem ? (size_t)c : R->rem);
+	return ((size_t)c * R->base + ((size_t)c < R->rem ? (size_t)c : R->rem)) * R->esize;
 }
 
 static size_t chunk_bytes(const ring_t *R, int c)
 {
-	return (R->base + ((size_t)c < R->rem)) * sizeof(float);
+	return (R->base + ((size_t)c < R->rem)) * R->esize;
+}
+
+static void sum_f64(double *restrict dst, const double *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* Integers are added as unsigned: two's-complement wrap-around, no undefined overflow. */
+static void sum_u32(uint32_t *restrict dst, const uint32_t *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+static void sum_u64(uint64_t *restrict dst, const uint64_t *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* dst[i] += src[i] for n whole elements of the ring's dtype. */
+static void reduce_elems(const ring_t *R, void *dst, const void *src, size_t n)
+{
+	switch (R->dtype) {
+	case SC_FLOAT32:
+		scd_device_cpu_ops.reduce_sum(dst, src, n);
+		break;
+	case SC_FLOAT64:
+		sum_f64(dst, src, n);
+		break;
+	case SC_INT32:
+		sum_u32(dst, src, n);
+		break;
+	case SC_INT64:
+		sum_u64(dst, src, n);
+		break;
+	}
 }
 
 static int send_chunk(const ring_t *R, int g)
@@ -88,8 +131,7 @@ static sc_status_t ring_send(scd_tcp_t *t, ring_t *R, int fd, int right, int *mo
 		size_t limit = send_limit(R);
 		if (R->s_off >= limit)
 			return SC_OK; /* waiting for the left neighbour */
-		const char *src =
-		    (const char *)(R->data + chunk_first(R, send_chunk(R, R->sg)));
+		const char *src = R->data + chunk_first(R, send_chunk(R, R->sg));
 		ssize_t w =
 		    send(fd, src + R->s_off, limit - R->s_off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
@@ -118,7 +160,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 		return SC_OK;
 	int c = recv_chunk(R, R->rg);
 	size_t total = chunk_bytes(R, c), want = total - R->r_off;
-	char *dst = (char *)(R->data + chunk_first(R, c));
+	char *dst = R->data + chunk_first(R, c);
 	int reduce = R->rg < R->P - 1;
 	if (reduce) {
 		dst = (char *)t->scratch + R->carry;
@@ -148,13 +190,13 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	t->ctr.bytes_recv += (uint64_t)n;
 	R->r_off += (size_t)n;
 	if (reduce) {
-		size_t have = R->carry + (size_t)n, floats = have / sizeof(float);
-		float *acc = R->data + chunk_first(R, c) + R->r_done / sizeof(float);
-		scd_device_cpu_ops.reduce_sum(acc, (const float *)t->scratch, floats);
-		R->r_done += floats * sizeof(float);
-		R->carry = have - floats * sizeof(float);
+		size_t have = R->carry + (size_t)n, whole = have / R->esize * R->esize;
+		reduce_elems(R, R->data + chunk_first(R, c) + R->r_done, t->scratch,
+			     whole / R->esize);
+		R->r_done += whole;
+		R->carry = have - whole;
 		if (R->carry)
-			memmove(t->scratch, t->scratch + floats * sizeof(float), R->carry);
+			memmove(t->scratch, t->scratch + whole, R->carry);
 	} else {
 		R->r_done = R->r_off;
 	}
@@ -162,16 +204,23 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	return SC_OK;
 }
 
-sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms)
+sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
+			      int timeout_ms)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (t->failed)
 		return scd_tcp_failed_again(t);
 	const int P = t->base.size, me = t->base.rank;
+	const size_t esize = sc_dtype_size(dtype);
+	if (!esize) {
+		scd_transport_set_error("tcp: allreduce of unknown dtype %d", (int)dtype);
+		return SC_ERR_INVALID;
+	}
 	if (P == 1 || n == 0)
 		return SC_OK;
 	if (!data) {
-		scd_transport_set_error("tcp: allreduce of %zu floats without a buffer", n);
+		scd_transport_set_error("tcp: allreduce of %zu %s without a buffer", n,
+					sc_dtype_name(dtype));
 		return SC_ERR_INVALID;
 	}
 	ring_t R = {.P = P,
@@ -179,6 +228,8 @@ sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, in
 		    .steps = 2 * (P - 1),
 		    .base = n / (size_t)P,
 		    .rem = n % (size_t)P,
+		    .esize = esize,
+		    .dtype = dtype,
 		    .data = data};
 	const int left = (me + P - 1) % P, right = (me + 1) % P;
 	const int lfd = t->fds[left], rfd = t->fds[right];
@@ -249,4 +300,9 @@ sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, in
 			    (t->pfds[k].revents & (POLLERR | POLLHUP | POLLRDHUP)))
 				return scd_tcp_fail_hangup(t, right);
 	}
+}
+
+sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms)
+{
+	return scd_tcp_allreduce(tr, data, n, SC_FLOAT32, timeout_ms);
 }

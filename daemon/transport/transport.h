@@ -51,6 +51,11 @@ typedef struct scd_transport_ops {
 	/* In-place sum allreduce of n float32 (ring reduce-scatter + allgather, pipelined in
 	 * pieces through the transport's own preallocated scratch; any n, including n < P). */
 	sc_status_t (*allreduce_f32)(scd_transport_t *t, float *data, size_t n, int timeout_ms);
+	/* The same ring for n elements of any dtype: floats are summed in their own precision,
+	 * integers with two's-complement wrap-around (no overflow trap). An element is never
+	 * split across two reductions. SC_ERR_INVALID for an unknown dtype. */
+	sc_status_t (*allreduce)(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
+				 int timeout_ms);
 	/* Barrier-like latency and bandwidth probe with every peer: alpha (s per message)
 	 * and beta (s per byte), the median over the peers of several ping-pongs of 8 B and
 	 * of probe_bytes. Every rank must call it together. */
@@ -85,6 +90,11 @@ static inline sc_status_t scd_transport_allreduce_f32(scd_transport_t *t, float 
 						      int tmo)
 {
 	return t->ops->allreduce_f32(t, d, n, tmo);
+}
+static inline sc_status_t scd_transport_allreduce(scd_transport_t *t, void *d, size_t n,
+						  sc_dtype_t dtype, int tmo)
+{
+	return t->ops->allreduce(t, d, n, dtype, tmo);
 }
 static inline void scd_transport_destroy(scd_transport_t *t)
 {

@@ -5,6 +5,9 @@
  * Every rank applies the same plan in the same order: a response whose tensor this node
  * no longer has (its trainer died after announcing it) still runs, with zeros, so the
  * collective calls of the ranks stay matched; its result is simply not delivered.
+ *
+ * A fused buffer holds tensors of one dtype only (a change of dtype starts a new group),
+ * and its offsets count elements of that dtype.
  */
 #include <fnmatch.h>
 #include <stdio.h>
@@ -339,6 +342,7 @@ static void coord_emit(scd_world_t *w)
 	plan_builder_t pb = {.plan = SPARSECOMM__PLAN__INIT};
 	Sparsecomm__Response *group = NULL;
 	uint64_t group_bytes = 0;
+	uint32_t group_dtype = 0;
 	char msg[1024];
 
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
@@ -375,11 +379,13 @@ static void coord_emit(scd_world_t *w)
 		}
 		uint32_t id = pb_cache_id(w, &pb, e);
 		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
-		if (!group || group_bytes + bytes > fuse_bytes || e->solo) {
+		if (!group || group_bytes + bytes > fuse_bytes || e->solo ||
+		    e->dtype[0] != group_dtype) {
 			group = pb_response(&pb);
 			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
 			group->cache_ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
 			group_bytes = 0;
+			group_dtype = e->dtype[0];
 		}
 		group->cache_ids[group->n_cache_ids++] = id;
 		group_bytes += bytes;
@@ -551,6 +557,10 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
 	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
 	job->lossless_only = 0;
+	/* Every item has the buffer's dtype (see coord_emit); items start 64-byte aligned. */
+	job->dtype = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
+	size_t esz = sc_dtype_size(job->dtype);
+	uint64_t align = esz ? 64 / esz : 16;
 	uint64_t off = 0;
 	for (size_t i = 0; i < resp->n_cache_ids; i++) {
 		const scd_cache_ent_t *c = &w->cache[resp->cache_ids[i]];
@@ -559,9 +569,10 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 		it->op = c->op;
 		it->cache_id = resp->cache_ids[i];
 		it->offset = off;
-		off += (c->numel + 15) & ~(uint64_t)15; /* 64-byte aligned items */
+		off += (c->numel + align - 1) & ~(align - 1);
 		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(d->ctl), c->name);
-		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel) {
+		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel ||
+		    nt->dtype != c->dtype) {
 			job->lossless_only = 1; /* runs with zeros, delivers nothing */
 			continue;
 		}
@@ -591,7 +602,8 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 		}
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
-	job->pin = buffer_pin(w, job);
+	/* The schemes are float32 only: the other dtypes always take the dense ring. */
+	job->pin = job->dtype == SC_FLOAT32 ? buffer_pin(w, job) : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
 }
 

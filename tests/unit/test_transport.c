@@ -129,9 +129,9 @@ static float input(size_t i, int rank)
 	return (float)((int)((i * 7 + (size_t)rank * 13) % 17) - 8);
 }
 
-static size_t chunk_bytes(size_t n, int P, int c)
+static size_t chunk_bytes(size_t n, int P, int c, size_t esize)
 {
-	return (n / (size_t)P + ((size_t)c < n % (size_t)P)) * sizeof(float);
+	return (n / (size_t)P + ((size_t)c < n % (size_t)P)) * esize;
 }
 
 static void allreduce_rank(scd_transport_t *t, int rank, int P, void *arg)
@@ -158,10 +158,11 @@ static void allreduce_rank(scd_transport_t *t, int rank, int P, void *arg)
 		CHECK_MSG(wrong == 0, "rank %d of %d, n %zu: %zu wrong sums", rank, P, n,
 			  wrong);
 		/* Ring volume: every chunk twice but the two this rank never forwards. */
-		uint64_t want_sent = P == 1 ? 0
-					    : 2 * n * sizeof(float) -
-						  chunk_bytes(n, P, (rank + 1) % P) -
-						  chunk_bytes(n, P, (rank + 2) % P);
+		uint64_t want_sent =
+		    P == 1 ? 0
+			   : 2 * n * sizeof(float) -
+				 chunk_bytes(n, P, (rank + 1) % P, sizeof(float)) -
+				 chunk_bytes(n, P, (rank + 2) % P, sizeof(float));
 		CHECK_EQ_INT(c1.bytes_sent - c0.bytes_sent, want_sent);
 	}
 	free(x);
@@ -171,6 +172,98 @@ UNIT_TEST_TIMEOUT(transport_tcp_allreduce_exact_any_n, 240)
 {
 	for (int P = 1; P <= MAX_P; P++)
 		run_world(P, allreduce_rank, NULL);
+}
+
+/* Inputs of the other dtypes: float64 with fractions (sums still exact), integers near
+ * the top of their range, so that the sums wrap around (compared in unsigned arithmetic,
+ * which is what two's-complement wrap-around is). */
+static double input_f64(size_t i, int rank)
+{
+	return (double)input(i, rank) * 0.25 + (double)((i + (size_t)rank) % 3) * 1e9;
+}
+
+static uint32_t input_u32(size_t i, int rank)
+{
+	return (uint32_t)INT32_MAX - (uint32_t)((i * 5 + (size_t)rank * 11) % 23);
+}
+
+static uint64_t input_u64(size_t i, int rank)
+{
+	return ((uint64_t)INT64_MAX - (uint64_t)rank * 3) ^ ((uint64_t)i << 33);
+}
+
+/* Checks element i of x (dtype) against the sum over P ranks; 1 when it matches. */
+static int typed_ok(const void *x, sc_dtype_t dtype, size_t i, int P)
+{
+	double f = 0;
+	uint32_t a = 0;
+	uint64_t b = 0;
+	for (int r = 0; r < P; r++) {
+		f += input_f64(i, r);
+		a += input_u32(i, r);
+		b += input_u64(i, r);
+	}
+	switch (dtype) {
+	case SC_FLOAT64:
+		return ((const double *)x)[i] == f;
+	case SC_INT32:
+		return (uint32_t)((const int32_t *)x)[i] == a;
+	case SC_INT64:
+		return (uint64_t)((const int64_t *)x)[i] == b;
+	default:
+		return 0;
+	}
+}
+
+static void allreduce_typed_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	static const sc_dtype_t dtypes[] = {SC_FLOAT64, SC_INT32, SC_INT64};
+	size_t sizes[] = {1, (size_t)(P > 1 ? P - 1 : 1), 7, 1000003, (1u << 20) + 5};
+	void *x = malloc(8 * ((1u << 20) + 5));
+	CHECK_TRUE(x != NULL);
+	for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+		sc_dtype_t dt = dtypes[d];
+		size_t esize = sc_dtype_size(dt);
+		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+			size_t n = sizes[s];
+			for (size_t i = 0; i < n; i++) {
+				if (dt == SC_FLOAT64)
+					((double *)x)[i] = input_f64(i, rank);
+				else if (dt == SC_INT32)
+					((int32_t *)x)[i] = (int32_t)input_u32(i, rank);
+				else
+					((int64_t *)x)[i] = (int64_t)input_u64(i, rank);
+			}
+			scd_transport_counters_t c0, c1;
+			t->ops->counters(t, &c0);
+			sc_status_t st = scd_transport_allreduce(t, x, n, dt, TMO_MS);
+			CHECK_MSG(st == SC_OK, "rank %d, %s x %zu: %s", rank, sc_dtype_name(dt),
+				  n, scd_transport_error());
+			t->ops->counters(t, &c1);
+			size_t wrong = 0, first = 0;
+			for (size_t i = 0; i < n; i++)
+				if (!typed_ok(x, dt, i, P) && !wrong++)
+					first = i;
+			CHECK_MSG(wrong == 0,
+				  "rank %d of %d, %s x %zu: %zu wrong sums (first %zu)", rank,
+				  P, sc_dtype_name(dt), n, wrong, first);
+			uint64_t want_sent =
+			    P == 1 ? 0
+				   : 2 * n * esize - chunk_bytes(n, P, (rank + 1) % P, esize) -
+					 chunk_bytes(n, P, (rank + 2) % P, esize);
+			CHECK_EQ_INT(c1.bytes_sent - c0.bytes_sent, want_sent);
+		}
+	}
+	scd_log_level = -1;
+	CHECK_EQ_INT(scd_transport_allreduce(t, x, 4, (sc_dtype_t)7, TMO_MS), SC_ERR_INVALID);
+	free(x);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_allreduce_f64_i32_i64_exact, 240)
+{
+	for (int P = 1; P <= MAX_P; P++)
+		run_world(P, allreduce_typed_rank, NULL);
 }
 
 /* ---- exchange ----------------------------------------------------------------------- */
