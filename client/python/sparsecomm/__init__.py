@@ -1,0 +1,645 @@
+"""sparsecomm: synchronise tensors across training processes through sparsecommd.
+
+A ctypes binding of libsparseclient (client/include/sparsecomm.h); nothing is compiled
+beyond the C library.  Horovod-style API::
+
+    import sparsecomm
+    sparsecomm.init()                        # $SPARSECOMM_SOCKET, set by sparsecomm-run
+    avg = sparsecomm.allreduce(t, name="w")  # torch tensor or numpy array; a new result
+    h = sparsecomm.allreduce_async(t, name="w", sparsifier="topk", density=0.01)
+    out = h.wait(timeout=60)
+    sparsecomm.shutdown()
+
+Design.  Every name is registered once with the daemon (sc_register_ex); the daemon
+creates a shared-memory buffer of the tensor's size which this module wraps as a numpy
+array and, when torch is in use, as a torch tensor sharing that memory (no copy).  An
+allreduce copies the input into that buffer (one strided copy, converting the dtype when
+needed), starts the operation, and on completion copies the result out (one copy: the
+buffer is reused by the next step, so a result cannot stay a view of it).  Registration
+options (sparsifier, density, ...) are fixed by the first call for a name; a later call
+with different options is refused rather than silently ignored.
+
+Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
+take the COO path: the tensor is coalesced, its rows are expanded into flat element
+indices written straight into the daemon's COO index area, its values into the COO value
+area, and sc_allreduce_coo_async reduces them; nothing is densified on the Python side.
+The daemon returns the dense sum; it is handed back re-sparsified by non-zero rows (a
+coalesced sparse COO tensor of the input's shape, so optimizers that expect sparse
+gradients keep working), or dense with ``sparse_as_dense=True``.  A row whose reduced
+sum is exactly zero is dropped, which changes nothing for SGD-like updates.
+
+Errors from the library or the daemon raise :class:`SparsecommError`, carrying the
+status name (``SC_ERR_PEER``, ...) and the library's error text (sc_last_error), which
+names the rank(s) and tensor involved.
+
+Waits are bounded: every wait takes a timeout (default: the ``timeout`` given to
+:func:`init`, 300 s, or $SPARSECOMM_PY_TIMEOUT_S) and is done in slices of at most half a
+second so that Ctrl-C reaches Python; the library call itself blocks without holding the
+GIL and returns as soon as the operation completes.
+"""
+
+import atexit
+import ctypes
+import itertools
+import math
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import _lib
+from ._lib import DType, ReduceOp, Sparsifier, STATUS_NAMES
+
+__all__ = [
+    "SparsecommError", "Handle", "DType", "ReduceOp", "Sparsifier",
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_",
+    "registered", "library_path", "status_name",
+]
+
+_WAIT_SLICE_MS = 500
+_DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
+
+
+class SparsecommError(RuntimeError):
+    """An operation failed.  ``status`` is the sc_status_t value, ``status_name`` its name
+    ("SC_ERR_PEER"), ``message`` the library's text, ``tensor`` the tensor name if any."""
+
+    def __init__(self, status, message, tensor=None):
+        self.status = int(status)
+        self.status_name = status_name(status)
+        self.message = message
+        self.tensor = tensor
+        super().__init__("%s: %s" % (self.status_name, message))
+
+
+def status_name(status):
+    """"SC_ERR_TIMEOUT" for -6; from the library when it is loaded, else from the mirror."""
+    if _lib._lib is not None:
+        return _lib._lib.sc_status_name(int(status)).decode()
+    return STATUS_NAMES.get(int(status), "SC_UNKNOWN_STATUS")
+
+
+def _error(st, what, tensor=None):
+    """Builds the exception for status st right after the failing call (same thread)."""
+    lib = _lib.load()
+    text = (lib.sc_last_error() or b"").decode("utf-8", "replace").strip()
+    if not text:
+        text = "%s failed: %s" % (what, lib.sc_status_message(int(st)).decode())
+    elif tensor is not None and tensor not in text:
+        text = "%s: %s" % (what, text)
+    return SparsecommError(st, text, tensor)
+
+
+# ---- tensor kinds: torch tensors and numpy arrays -----------------------------------
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _is_torch(x):
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+# dtype of the data -> dtype it travels as (sparsecomm carries 4 types; others convert)
+def _sc_dtype(x):
+    if _is_torch(x):
+        t = _torch()
+        table = {t.float32: DType.FLOAT32, t.float64: DType.FLOAT64, t.int32: DType.INT32,
+                 t.int64: DType.INT64, t.float16: DType.FLOAT32, t.bfloat16: DType.FLOAT32,
+                 t.int8: DType.INT32, t.uint8: DType.INT32, t.int16: DType.INT32,
+                 t.bool: DType.INT32}
+        if x.dtype not in table:
+            raise TypeError("sparsecomm: unsupported torch dtype %s" % x.dtype)
+        return table[x.dtype]
+    a = np.asarray(x)
+    kind, size = a.dtype.kind, a.dtype.itemsize
+    if kind == "f":
+        return DType.FLOAT64 if size == 8 else DType.FLOAT32
+    if kind in "iub":
+        return DType.INT64 if size == 8 else DType.INT32
+    raise TypeError("sparsecomm: unsupported numpy dtype %s" % a.dtype)
+
+
+class _Entry:
+    """A registered tensor: its C handle and zero-copy views of its shared buffers."""
+
+    def __init__(self, name, ptr, dtype, numel, opts_key, coo_capacity):
+        lib = _lib.load()
+        self.name = name
+        self.ptr = ptr
+        self.dtype = dtype
+        self.numel = numel
+        self.opts_key = opts_key
+        self.coo_capacity = coo_capacity
+        self.inflight = False
+        ct = _lib.DTYPE_CTYPES[dtype]
+        self.data = np.ctypeslib.as_array((ct * numel).from_address(lib.sc_tensor_data(ptr)))
+        self.coo_idx = self.coo_val = None
+        if coo_capacity:
+            ip, vp = lib.sc_tensor_coo_indices(ptr), lib.sc_tensor_coo_values(ptr)
+            if not ip or not vp:
+                raise SparsecommError(_lib.SC_ERR_PROTOCOL,
+                                      "tensor '%s' was registered with coo_capacity=%d but "
+                                      "the library gives no COO area" % (name, coo_capacity),
+                                      name)
+            self.coo_idx = np.ctypeslib.as_array((ctypes.c_uint32 * coo_capacity)
+                                                 .from_address(ip))
+            self.coo_val = np.ctypeslib.as_array((ct * coo_capacity).from_address(vp))
+        self._tdata = self._tval = None
+
+    def tdata(self):
+        """The data buffer as a torch tensor sharing its memory."""
+        if self._tdata is None:
+            self._tdata = _torch().from_numpy(self.data)
+        return self._tdata
+
+    def tval(self):
+        if self._tval is None:
+            self._tval = _torch().from_numpy(self.coo_val)
+        return self._tval
+
+
+class _Context:
+    def __init__(self, client, timeout_s):
+        lib = _lib.load()
+        self.client = client
+        self.rank = lib.sc_rank(client)
+        self.size = lib.sc_size(client)
+        self.local_rank = lib.sc_local_rank(client)
+        self.local_size = lib.sc_local_size(client)
+        self.timeout_s = timeout_s
+        self.entries = {}
+        self.lock = threading.Lock()
+        self.noname = itertools.count()
+        self.closed = False
+
+
+_ctx = None
+_ctx_lock = threading.Lock()
+
+
+def init(socket=None, timeout=None, connect_timeout=30.0):
+    """Connects to the node's daemon (``socket``: its control socket path or ZeroMQ
+    endpoint; default $SPARSECOMM_SOCKET).  ``timeout`` (seconds) is the default bound
+    of every wait.  Calling it again is a no-op."""
+    global _ctx
+    with _ctx_lock:
+        if _ctx is not None:
+            return
+        lib = _lib.load()
+        cp = _lib.c_client_p()
+        path = None if socket is None else os.fsencode(socket)
+        st = lib.sc_connect(path, int(connect_timeout * 1000), ctypes.byref(cp))
+        if st != _lib.SC_OK:
+            raise _error(st, "connecting to the daemon at %s" %
+                         (socket or os.environ.get("SPARSECOMM_SOCKET", "$SPARSECOMM_SOCKET")))
+        _ctx = _Context(cp, _DEFAULT_TIMEOUT_S if timeout is None else float(timeout))
+
+
+def _need():
+    c = _ctx
+    if c is None:
+        raise SparsecommError(_lib.SC_ERR_INVALID, "sparsecomm.init() has not been called")
+    return c
+
+
+def is_initialized():
+    return _ctx is not None
+
+
+def shutdown():
+    """Disconnects (sc_finalize).  Operations in flight are abandoned; the other ranks'
+    matching operations fail with an error naming this rank."""
+    global _ctx
+    with _ctx_lock:
+        c, _ctx = _ctx, None
+        if c is None:
+            return
+        with c.lock:
+            c.closed = True
+            for e in c.entries.values():  # the views die with the mappings
+                e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = None
+            c.entries.clear()
+        _lib.load().sc_finalize(c.client)
+
+
+atexit.register(shutdown)
+
+
+def rank():
+    return _need().rank
+
+
+def size():
+    return _need().size
+
+
+def local_rank():
+    return _need().local_rank
+
+
+def local_size():
+    return _need().local_size
+
+
+def library_path():
+    return _lib.library_path()
+
+
+def registered():
+    """Names registered so far, with their dtype, element count and options."""
+    c = _need()
+    with c.lock:
+        return {n: dict(dtype=e.dtype.name.lower(), numel=e.numel,
+                        coo_capacity=e.coo_capacity, **dict(e.opts_key))
+                for n, e in c.entries.items()}
+
+
+# ---- registration ------------------------------------------------------------------
+
+def _opts_key(sparsifier, density, threshold, scheme, allow_lossy):
+    sp = Sparsifier.parse(sparsifier)
+    return (("sparsifier", sp.name.lower()), ("density", float(density or 0.0)),
+            ("threshold", float(threshold or 0.0)), ("scheme", scheme or None),
+            ("allow_lossy", bool(allow_lossy)))
+
+
+def _entry(c, name, dtype, numel, key, coo_capacity=0):
+    """The registered tensor for name, registering it on first use."""
+    with c.lock:
+        if c.closed:
+            raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
+        e = c.entries.get(name)
+        if e is not None:
+            if e.dtype != dtype or e.numel != numel:
+                raise SparsecommError(
+                    _lib.SC_ERR_INVALID,
+                    "tensor '%s' was registered as %d x %s, now given %d x %s" %
+                    (name, e.numel, e.dtype.name.lower(), numel, dtype.name.lower()), name)
+            if key is not None and key != e.opts_key:
+                raise SparsecommError(
+                    _lib.SC_ERR_INVALID,
+                    "tensor '%s' was registered with options %s, now given %s" %
+                    (name, dict(e.opts_key), dict(key)), name)
+            if coo_capacity and not e.coo_capacity:
+                raise SparsecommError(_lib.SC_ERR_INVALID,
+                                      "tensor '%s' was registered without COO input" % name,
+                                      name)
+            return e
+        if key is None:
+            key = _opts_key(None, 0, 0, None, False)
+        k = dict(key)
+        o = _lib.TensorOpts()
+        o.struct_size = ctypes.sizeof(_lib.TensorOpts)
+        o.allow_lossy = int(k["allow_lossy"])
+        o.sparsifier = int(Sparsifier[k["sparsifier"].upper()])
+        o.density = k["density"]
+        o.threshold = k["threshold"]
+        o.scheme = k["scheme"].encode() if k["scheme"] else None
+        o.coo_capacity = int(coo_capacity)
+        tp = _lib.c_tensor_p()
+        lib = _lib.load()
+        st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
+                                ctypes.byref(o), ctypes.byref(tp))
+        if st != _lib.SC_OK:
+            raise _error(st, "registering tensor '%s'" % name, name)
+        e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity))
+        c.entries[name] = e
+        return e
+
+
+# ---- handles -----------------------------------------------------------------------
+
+class Handle:
+    """An allreduce in flight.  wait() returns its result (or raises SparsecommError);
+    poll() says whether it has finished without blocking."""
+
+    def __init__(self, ctx, entry, hid, finish):
+        self._ctx = ctx
+        self._entry = entry
+        self._hid = hid
+        self._finish = finish  # callable() -> result, run once on success
+        self._done = hid == 0
+        self._result = None
+        self._exc = None
+        if self._done:
+            self._result = finish()
+
+    @property
+    def name(self):
+        return self._entry.name if self._entry is not None else None
+
+    def _complete(self, st):
+        self._done = True
+        self._entry.inflight = False
+        if st == _lib.SC_OK:
+            try:
+                self._result = self._finish()
+            except BaseException as e:  # keep the error for every later wait()
+                self._exc = e
+        else:
+            self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
+                               self._entry.name)
+
+    def _out(self):
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def poll(self):
+        if not self._done:
+            st = _lib.load().sc_poll(self._ctx.client, self._hid)
+            if st == _lib.SC_IN_PROGRESS:
+                return False
+            self._complete(st)
+        return True
+
+    def done(self):
+        return self.poll()
+
+    def wait(self, timeout=None):
+        """Waits at most ``timeout`` seconds (None: the default given to init()).  A
+        timeout raises SparsecommError(SC_ERR_TIMEOUT) and leaves the handle waitable."""
+        if self._done:
+            return self._out()
+        lib = _lib.load()
+        tmo = self._ctx.timeout_s if timeout is None else float(timeout)
+        deadline = _now() + tmo
+        while True:
+            left_ms = int(max(0.0, deadline - _now()) * 1000)
+            st = lib.sc_wait(self._ctx.client, self._hid, min(left_ms, _WAIT_SLICE_MS))
+            if st != _lib.SC_ERR_TIMEOUT:
+                self._complete(st)
+                return self._out()
+            if left_ms <= _WAIT_SLICE_MS:
+                raise SparsecommError(
+                    _lib.SC_ERR_TIMEOUT,
+                    "allreduce of tensor '%s' did not complete within %.1f s (rank %d)" %
+                    (self._entry.name, tmo, self._ctx.rank), self._entry.name)
+
+
+def _now():
+    import time
+    return time.monotonic()
+
+
+def _op(average, op):
+    if op is not None:
+        return ReduceOp(op)
+    return ReduceOp.AVERAGE if average else ReduceOp.SUM
+
+
+def _start_dense(c, e, op):
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+    return h.value
+
+
+def _start_coo(c, e, nnz, op):
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_allreduce_coo_async(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "COO allreduce of tensor '%s'" % e.name, e.name)
+    return h.value
+
+
+def _claim(e):
+    """Marks the buffer busy before anything is written into it."""
+    with _need().lock:
+        if e.inflight:
+            raise SparsecommError(_lib.SC_ERR_BUSY,
+                                  "tensor '%s' already has an allreduce in flight" % e.name,
+                                  e.name)
+        e.inflight = True
+
+
+def _auto_name(c, name, kind="allreduce"):
+    if name is not None:
+        return str(name)
+    return "%s.noname.%d" % (kind, next(c.noname))
+
+
+# ---- dense and COO allreduce -------------------------------------------------------
+
+def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
+                    threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
+                    coo_capacity=None, out=None):
+    """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
+    array) across every trainer and returns a :class:`Handle` whose wait() gives the
+    result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
+    ``average`` divides the sum by size(); ``op`` (ReduceOp) overrides it.  The options
+    (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
+    threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used."""
+    c = _need()
+    name = _auto_name(c, name)
+    red = _op(average, op)
+    if _is_torch(tensor) and tensor.is_sparse:
+        return _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold,
+                                       scheme, allow_lossy, sparse_as_dense, coo_capacity,
+                                       out)
+    key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy)
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    numel = int(x.numel()) if istorch else int(x.size)
+    if numel == 0:
+        return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
+    e = _entry(c, name, _sc_dtype(x), numel, key, coo_capacity or 0)
+    _claim(e)
+    try:
+        if istorch:
+            if x.device.type != "cpu":
+                raise TypeError("sparsecomm: tensor '%s' is on %s; only CPU tensors are "
+                                "supported by this binding" % (name, x.device))
+            e.tdata().view(x.shape).copy_(x)
+        else:
+            np.copyto(e.data.reshape(x.shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    hid = _start_dense(c, e, red)
+    return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
+
+
+def _dense_result(e, x, istorch, out):
+    if istorch:
+        t = _torch()
+        if out is None:
+            out = t.empty(x.shape, dtype=x.dtype)
+        if e is not None:
+            with t.no_grad():
+                out.copy_(e.tdata().view(x.shape))
+        return out
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    if e is not None:
+        np.copyto(out, e.data.reshape(x.shape), casting="unsafe")
+    return out
+
+
+def allreduce(tensor, name=None, average=True, timeout=None, **kw):
+    """Synchronous allreduce: allreduce_async(...).wait(timeout)."""
+    return allreduce_async(tensor, name=name, average=average, **kw).wait(timeout)
+
+
+def allreduce_async_(tensor, name=None, average=True, **kw):
+    """In place: the handle's wait() writes the result into ``tensor`` (dense only)."""
+    if _is_torch(tensor) and tensor.is_sparse:
+        raise TypeError("allreduce_async_: sparse tensors have no in-place form")
+    return allreduce_async(tensor, name=name, average=average, out=tensor, **kw)
+
+
+def allreduce_(tensor, name=None, average=True, timeout=None, **kw):
+    return allreduce_async_(tensor, name=name, average=average, **kw).wait(timeout)
+
+
+def _coo_key(sparsifier, density, threshold, scheme, allow_lossy):
+    return _opts_key(Sparsifier.NATURAL if sparsifier is None else sparsifier, density,
+                     threshold, scheme, allow_lossy)
+
+
+def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None,
+                        dtype=None, coo_capacity=None, sparsifier=None, density=0.0,
+                        threshold=0.0, scheme=None, allow_lossy=False):
+    """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel;
+    repeats are summed), ``values`` their values.  The Handle's wait() gives the dense
+    result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel."""
+    c = _need()
+    name = _auto_name(c, name)
+    idx = np.asarray(indices).reshape(-1)
+    val = np.asarray(values).reshape(-1)
+    if idx.shape != val.shape:
+        raise ValueError("indices and values differ in length: %d vs %d" %
+                         (idx.size, val.size))
+    dt = DType(dtype) if dtype is not None else _sc_dtype(val)
+    e = _entry(c, name, dt, int(numel),
+               _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
+               int(coo_capacity or numel))
+    nnz = idx.size
+    _check_nnz(e, nnz)
+    _claim(e)
+    try:
+        np.copyto(e.coo_idx[:nnz], idx, casting="unsafe")
+        np.copyto(e.coo_val[:nnz], val, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    hid = _start_coo(c, e, nnz, _op(average, op))
+    return Handle(c, e, hid, lambda: e.data.copy())
+
+
+def allreduce_coo(indices, values, numel, name=None, average=True, timeout=None, **kw):
+    return allreduce_coo_async(indices, values, numel, name=name, average=average,
+                               **kw).wait(timeout)
+
+
+def _check_nnz(e, nnz):
+    if nnz > e.coo_capacity:
+        raise SparsecommError(_lib.SC_ERR_LIMIT,
+                              "tensor '%s': %d non-zeros exceed its COO capacity of %d" %
+                              (e.name, nnz, e.coo_capacity), e.name)
+
+
+def _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold, scheme,
+                            allow_lossy, sparse_as_dense, coo_capacity, out):
+    """The COO path for a torch sparse tensor (see the module doc)."""
+    t = _torch()
+    x = tensor.detach().coalesce()
+    shape = tuple(x.shape)
+    numel = math.prod(shape)
+    if numel >= 2 ** 32:
+        raise SparsecommError(_lib.SC_ERR_LIMIT, "tensor '%s' has %d elements; COO indices "
+                              "are 32-bit" % (name, numel), name)
+    sd = x.sparse_dim()
+    dense_shape = shape[sd:]
+    dn = math.prod(dense_shape)
+    e = _entry(c, name, _sc_dtype(x), numel,
+               _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
+               int(coo_capacity or numel))
+    ind = x._indices()
+    vals = x._values()
+    nrows = ind.shape[1]
+    nnz = nrows * dn
+    _check_nnz(e, nnz)
+    _claim(e)
+    try:
+        if nrows:
+            lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
+            dst = e.coo_idx[:nnz].reshape(nrows, dn)
+            np.add(lin.numpy()[:, None] * dn, np.arange(dn, dtype=np.int64)[None, :],
+                   out=dst, casting="unsafe")
+            e.tval()[:nnz].view(vals.shape).copy_(vals)
+    except BaseException:
+        e.inflight = False
+        raise
+    hid = _start_coo(c, e, nnz, red)
+
+    def finish():
+        dense = e.tdata().view(shape)
+        if sparse_as_dense:
+            res = t.empty(shape, dtype=x.dtype) if out is None else out
+            res.copy_(dense)
+            return res
+        return _resparsify(dense, sd, x.dtype)
+
+    return Handle(c, e, hid, finish)
+
+
+def _linear(ind, sparse_shape):
+    strides = [1] * len(sparse_shape)
+    for d in range(len(sparse_shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * sparse_shape[d + 1]
+    t = _torch()
+    return (ind * t.tensor(strides, dtype=ind.dtype)[:, None]).sum(0)
+
+
+def _resparsify(dense, sd, dtype):
+    """A coalesced sparse COO copy of dense keeping the rows (over the sparse dims) that
+    hold a non-zero."""
+    t = _torch()
+    shape = tuple(dense.shape)
+    rows = dense.reshape(math.prod(shape[:sd]), -1)
+    keep = rows.ne(0).any(1).nonzero().squeeze(1)
+    vals = rows.index_select(0, keep).to(dtype).view((keep.numel(),) + shape[sd:])
+    if sd == 1:
+        ind = keep.unsqueeze(0)
+    else:
+        ind = t.stack(list(_unravel(keep, shape[:sd])))
+    return t.sparse_coo_tensor(ind, vals, shape)._coalesced_(True)
+
+
+def _unravel(lin, sparse_shape):
+    out = []
+    for d in reversed(sparse_shape):
+        out.append(lin % d)
+        lin = lin // d
+    return reversed(out)
+
+
+# ---- broadcast ---------------------------------------------------------------------
+
+def broadcast_async_(tensor, root_rank=0, name=None):
+    """In-place broadcast from root_rank, as a lossless sum allreduce in which every other
+    rank contributes zeros (so it needs nothing from the daemon beyond allreduce)."""
+    c = _need()
+    name = _auto_name(c, name, "broadcast")
+    if c.rank == root_rank:
+        src = tensor
+    elif _is_torch(tensor):
+        src = _torch().zeros_like(tensor)
+    else:
+        src = np.zeros_like(np.asarray(tensor))
+    return allreduce_async(src, name=name, op=ReduceOp.SUM, out=tensor)
+
+
+def broadcast_(tensor, root_rank=0, name=None, timeout=None):
+    return broadcast_async_(tensor, root_rank, name).wait(timeout)

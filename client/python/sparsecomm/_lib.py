@@ -1,0 +1,207 @@
+"""ctypes declarations of libsparseclient (client/include/sparsecomm.h).
+
+This module mirrors the C header by hand: the status codes, the element types, the
+reductions, the sparsifier enum and the layout of ``sc_tensor_opts_t``.  The test
+tests/python/test_binding.py compiles a small C program against the header and checks
+every value and field offset here against it, so the two cannot drift apart silently.
+
+The shared library is found, in order, through:
+
+1. ``$SPARSECOMM_LIB`` (a path to the .so, or a directory holding libsparseclient.so);
+2. the build tree next to this package (``<repo>/build/lib/libsparseclient.so``, i.e.
+   ``../../../build/lib`` from the package directory, and ``../../build/lib`` for a
+   package copied to ``<prefix>/python``);
+3. ``ctypes.util.find_library("sparseclient")`` (an installed library).
+
+Nothing is loaded at import time; :func:`load` does it on first use, so the pure-Python
+parts (and the documentation) work on a machine without the library.
+"""
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import threading
+
+# ---- constants mirrored from sparsecomm.h --------------------------------------------
+
+SC_PROTOCOL_VERSION = 1
+
+# name (without the SC_ prefix) -> value, in the order of SC_STATUS_MAP.
+STATUS_VALUES = {
+    "OK": 0,
+    "IN_PROGRESS": 1,
+    "ERR_INVALID": -1,
+    "ERR_NOMEM": -2,
+    "ERR_CONNECT": -3,
+    "ERR_PROTOCOL": -4,
+    "ERR_VERSION": -5,
+    "ERR_TIMEOUT": -6,
+    "ERR_MISMATCH": -7,
+    "ERR_NOT_FOUND": -8,
+    "ERR_BUSY": -9,
+    "ERR_PEER": -10,
+    "ERR_SHUTDOWN": -11,
+    "ERR_SYSTEM": -12,
+    "ERR_UNSUPPORTED": -13,
+    "ERR_ABORTED": -14,
+    "ERR_LIMIT": -15,
+}
+STATUS_NAMES = {v: "SC_" + k for k, v in STATUS_VALUES.items()}
+for _k, _v in STATUS_VALUES.items():
+    globals()["SC_" + _k] = _v
+del _k, _v
+
+
+class DType(enum.IntEnum):
+    FLOAT32 = 0
+    FLOAT64 = 1
+    INT32 = 2
+    INT64 = 3
+
+
+DTYPE_SIZES = {DType.FLOAT32: 4, DType.FLOAT64: 8, DType.INT32: 4, DType.INT64: 8}
+DTYPE_CTYPES = {
+    DType.FLOAT32: ctypes.c_float,
+    DType.FLOAT64: ctypes.c_double,
+    DType.INT32: ctypes.c_int32,
+    DType.INT64: ctypes.c_int64,
+}
+
+
+class ReduceOp(enum.IntEnum):
+    SUM = 0
+    AVERAGE = 1
+
+
+class Sparsifier(enum.IntEnum):
+    NONE = 0  # send as is (lossless)
+    TOPK = 1  # exact top-k by magnitude, k = density x numel
+    THRESHOLD = 2  # every |x| >= threshold
+    DGC = 3  # sampled threshold aiming at density
+    EXDYNA = 4  # ExDyna: exclusive partitions, scaled threshold
+    NATURAL = 5  # the tensor is already sparse: send its non-zeros
+
+    @classmethod
+    def parse(cls, value):
+        """Accepts a Sparsifier, its integer value or a name ("topk", "TOPK", "none")."""
+        if value is None:
+            return cls.NONE
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        if isinstance(value, str):
+            key = value.strip().upper().replace("-", "_")
+            aliases = {"TOP_K": "TOPK", "DENSE": "NONE", "": "NONE", "SPARSE": "NATURAL"}
+            key = aliases.get(key, key)
+            if key in cls.__members__:
+                return cls[key]
+        raise ValueError("unknown sparsifier %r (one of %s)" %
+                         (value, ", ".join(m.lower() for m in cls.__members__)))
+
+
+class TensorOpts(ctypes.Structure):
+    """sc_tensor_opts_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("allow_lossy", ctypes.c_int),
+        ("sparsifier", ctypes.c_int),  # sc_sparsifier_t (an int-sized enum)
+        ("density", ctypes.c_double),
+        ("threshold", ctypes.c_double),
+        ("scheme", ctypes.c_char_p),
+        ("coo_capacity", ctypes.c_size_t),
+    ]
+
+
+c_handle = ctypes.c_uint64
+c_client_p = ctypes.c_void_p
+c_tensor_p = ctypes.c_void_p
+
+# (name, restype, argtypes)
+_PROTOTYPES = [
+    ("sc_status_name", ctypes.c_char_p, [ctypes.c_int]),
+    ("sc_status_message", ctypes.c_char_p, [ctypes.c_int]),
+    ("sc_dtype_size", ctypes.c_size_t, [ctypes.c_int]),
+    ("sc_dtype_name", ctypes.c_char_p, [ctypes.c_int]),
+    ("sc_connect", ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(c_client_p)]),
+    ("sc_rank", ctypes.c_int, [c_client_p]),
+    ("sc_size", ctypes.c_int, [c_client_p]),
+    ("sc_local_rank", ctypes.c_int, [c_client_p]),
+    ("sc_local_size", ctypes.c_int, [c_client_p]),
+    ("sc_register", ctypes.c_int,
+     [c_client_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(c_tensor_p)]),
+    ("sc_register_ex", ctypes.c_int,
+     [c_client_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(TensorOpts),
+      ctypes.POINTER(c_tensor_p)]),
+    ("sc_tensor_coo_indices", ctypes.c_void_p, [c_tensor_p]),
+    ("sc_tensor_coo_values", ctypes.c_void_p, [c_tensor_p]),
+    ("sc_allreduce_coo_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(c_handle)]),
+    ("sc_tensor_data", ctypes.c_void_p, [c_tensor_p]),
+    ("sc_tensor_name", ctypes.c_char_p, [c_tensor_p]),
+    ("sc_tensor_dtype", ctypes.c_int, [c_tensor_p]),
+    ("sc_tensor_numel", ctypes.c_size_t, [c_tensor_p]),
+    ("sc_allreduce_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),
+    ("sc_poll", ctypes.c_int, [c_client_p, c_handle]),
+    ("sc_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_int]),
+    ("sc_allreduce", ctypes.c_int, [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_int]),
+    ("sc_last_error", ctypes.c_char_p, []),
+    ("sc_finalize", ctypes.c_int, [c_client_p]),
+]
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def candidate_paths():
+    """The places searched for libsparseclient.so, in order (see the module doc)."""
+    out = []
+    env = os.environ.get("SPARSECOMM_LIB")
+    if env:
+        out.append(os.path.join(env, "libsparseclient.so") if os.path.isdir(env) else env)
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    for rel in ("../../../build/lib", "../../build/lib"):
+        out.append(os.path.normpath(os.path.join(pkg, rel, "libsparseclient.so")))
+    found = ctypes.util.find_library("sparseclient")
+    if found:
+        out.append(found)
+    return out
+
+
+def load():
+    """Loads the library once and declares its prototypes; raises OSError when absent."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        env_set = bool(os.environ.get("SPARSECOMM_LIB"))
+        for i, path in enumerate(candidate_paths()):
+            is_file_path = os.sep in path
+            if is_file_path and not os.path.exists(path):
+                tried.append("%s (absent)" % path)
+                if i == 0 and env_set:
+                    raise OSError("SPARSECOMM_LIB=%s: no such file" % os.environ["SPARSECOMM_LIB"])
+                continue
+            try:
+                lib = ctypes.CDLL(path)  # CDLL releases the GIL during every call
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+                continue
+            for name, restype, argtypes in _PROTOTYPES:
+                fn = getattr(lib, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+            _lib, _lib_path = lib, path
+            return lib
+        raise OSError("libsparseclient.so not found; build it with `make build/lib/"
+                      "libsparseclient.so` or set SPARSECOMM_LIB. Tried: " + "; ".join(tried))
+
+
+def library_path():
+    """Path of the loaded library (None before load())."""
+    return _lib_path

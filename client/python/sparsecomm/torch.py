@@ -1,0 +1,344 @@
+"""sparsecomm.torch: PyTorch integration in the style of horovod.torch.
+
+* :func:`DistributedOptimizer` wraps a torch optimizer.  A hook on every parameter's
+  gradient accumulator (``register_post_accumulate_grad_hook`` where torch has it, else the
+  AccumulateGrad node reached through ``p.expand_as(p).grad_fn.next_functions[0][0]``)
+  submits the gradient asynchronously as soon as backward has produced it, so
+  communication overlaps the rest of backward.  ``step()`` waits for every handle (one
+  shared deadline), writes the averaged gradients back into ``p.grad`` and calls the
+  wrapped optimizer's step.  Parameters that got no gradient in a step are submitted as
+  zeros (every rank must submit the same names, otherwise the others would wait).
+  Sparse gradients (nn.Embedding(sparse=True)) take the COO path and come back as sparse
+  COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: dense).
+  Per-parameter options: ``overrides`` maps a parameter name or an fnmatch pattern
+  ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy}, or is a
+  callable(name, param) returning such a dict or None.
+
+* :func:`broadcast_parameters` makes every rank start from root_rank's values (a sum
+  allreduce to which the other ranks contribute zeros, which is exact).
+
+* :func:`ddp_hook` is a DistributedDataParallel communication hook: DDP's buckets are
+  reduced by the daemons instead of the process group.  DDP itself still needs a process
+  group (for its start-up broadcast and bookkeeping): :func:`init_process_group` sets up
+  gloo with the rank and world size from sparsecomm (MASTER_ADDR: $MASTER_ADDR, else the
+  first address of $SPARSECOMM_NETNS_ADDRS, else 127.0.0.1; the port is chosen by rank 0
+  and broadcast through sparsecomm unless $MASTER_PORT is set).
+
+      model = DDP(model)
+      model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
+"""
+
+import fnmatch
+import os
+import queue
+import re
+import socket as _socket
+import threading
+from contextlib import contextmanager
+
+import torch
+
+import sparsecomm as _sc
+from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
+    SparsecommError, Handle, Sparsifier, ReduceOp, init, shutdown, is_initialized, rank,
+    size, local_rank, local_size, allreduce, allreduce_, allreduce_async, allreduce_async_,
+    broadcast_, broadcast_async_)
+
+_OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, sparsifier, density, threshold, scheme,
+                 allow_lossy, overrides, average, timeout, backward_passes_per_step,
+                 sparse_as_dense, prefix):
+        super(self.__class__, self).__init__(params)
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+        else:
+            named = [("param.%d.%d" % (gi, pi), p) for gi, g in enumerate(self.param_groups)
+                     for pi, p in enumerate(g["params"])]
+        names = [n for n, _ in named]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError("named_parameters has duplicate names: %s" % ", ".join(dups))
+        self._name = {}
+        for n, p in named:
+            self._name.setdefault(p, n)
+        unnamed = [p for p in all_params if p not in self._name]
+        if unnamed:
+            raise ValueError("%d optimizer parameter(s) missing from named_parameters" %
+                             len(unnamed))
+        self._defaults_sc = dict(sparsifier=sparsifier, density=density, threshold=threshold,
+                                 scheme=scheme, allow_lossy=allow_lossy)
+        self._overrides = overrides
+        self._average = average
+        self._timeout = timeout
+        self._passes = int(backward_passes_per_step)
+        self._sparse_as_dense = sparse_as_dense
+        self._prefix = prefix
+        self._handles = {}
+        self._delay = {}
+        self._seen_sparse = set()
+        self._synchronized = False
+        self._should_sync = True
+        self._hooks = []
+        self._grad_accs = []
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._opts = {}
+        self._explicit = {}
+        for p in self._requires_update:
+            self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
+        self._register_hooks()
+
+    # -- per-parameter options --
+    def _resolve(self, name, p):
+        o = dict(self._defaults_sc)
+        ov = self._overrides
+        extra = None
+        if callable(ov):
+            extra = ov(name, p)
+        elif ov:
+            if name in ov:
+                extra = ov[name]
+            else:
+                for pat, val in ov.items():
+                    if fnmatch.fnmatchcase(name, pat):
+                        extra = val
+                        break
+        if extra:
+            bad = set(extra) - set(_OPT_KEYS)
+            if bad:
+                raise ValueError("override for %s has unknown keys %s" % (name, sorted(bad)))
+            o.update(extra)
+        return o, dict(extra or {})
+
+    def _register_hooks(self):
+        for p in self._requires_update:
+            self._delay[p] = self._passes
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    self._make_hook(p, post=True)))
+            else:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc.register_hook(self._make_hook(p)))
+                self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+
+    def _make_hook(self, p, post=False):
+        def hook(*_):
+            if p in self._handles and self._delay[p] <= 0:
+                raise AssertionError(
+                    "gradient of %s computed more than backward_passes_per_step=%d times "
+                    "before step(); call step() (or synchronize()) between backward passes"
+                    % (self._name[p], self._passes))
+            self._delay[p] -= 1
+            if self._delay[p] == 0:
+                self._handles[p] = self._submit(p)
+        return hook
+
+    def _submit(self, p):
+        name = "%s%s" % (self._prefix, self._name[p])
+        g = p.grad
+        o = self._opts[p]
+        if g is None:
+            if p in self._seen_sparse:
+                g = torch.sparse_coo_tensor(torch.empty((1, 0), dtype=torch.int64),
+                                            torch.empty((0,) + tuple(p.shape[1:]),
+                                                        dtype=p.dtype), p.shape)
+            else:
+                p.grad = g = torch.zeros_like(p)
+        if g.is_sparse:
+            self._seen_sparse.add(p)
+            # The default sparsifier is for dense gradients; a natively sparse one is
+            # sparsified further only when its own override asks for it.
+            sp = self._explicit[p].get("sparsifier")
+            return _sc.allreduce_async(
+                g, name=name, average=self._average, sparsifier=sp,
+                density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
+                allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
+                sparse_as_dense=self._sparse_as_dense)
+        return _sc.allreduce_async_(g, name=name, average=self._average,
+                                    sparsifier=o["sparsifier"], density=o["density"],
+                                    threshold=o["threshold"], scheme=o["scheme"],
+                                    allow_lossy=o["allow_lossy"])
+
+    # -- Horovod's optimizer protocol --
+    def synchronize(self):
+        """Submits what backward did not, waits for every gradient, writes them back."""
+        for p in self._requires_update:
+            if p not in self._handles:
+                self._handles[p] = self._submit(p)
+        deadline = _sc._now() + (_sc._ctx.timeout_s if self._timeout is None
+                                 else float(self._timeout))
+        handles, self._handles = self._handles, {}
+        for p in self._requires_update:
+            self._delay[p] = self._passes
+        for p, h in handles.items():
+            left = max(0.0, deadline - _sc._now())
+            res = h.wait(timeout=max(left, 0.001))
+            if res is not p.grad:  # sparse results are new tensors
+                p.grad = res
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """For `optimizer.synchronize(); clip(...); with optimizer.skip_synchronize():
+        optimizer.step()`."""
+        self._should_sync = False
+        try:
+            yield
+        finally:
+            self._should_sync = True
+
+    def step(self, closure=None):
+        if self._should_sync:
+            if self._synchronized:
+                raise AssertionError("synchronize() was called before step(); wrap step() "
+                                     "in optimizer.skip_synchronize()")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("zero_grad() while gradients are being reduced; call "
+                                 "step() or synchronize() first")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def remove_hooks(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._grad_accs = [], []
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, density=0.0,
+                         threshold=0.0, scheme=None, allow_lossy=False, overrides=None,
+                         average=True, timeout=None, backward_passes_per_step=1,
+                         sparse_as_dense=False, prefix="grad."):
+    """Wraps ``optimizer`` so that gradients are averaged across every trainer before
+    each step.  Returns an instance of a subclass of the optimizer's own class (so LR
+    schedulers keep working) sharing its param_groups.
+
+    named_parameters: model.named_parameters() (names become tensor names, prefixed
+    with ``prefix``); sparsifier/density/threshold/scheme/allow_lossy: defaults for every
+    dense gradient; overrides: per-parameter options (see the module doc); timeout:
+    seconds step() waits in all (None: init()'s default)."""
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    opt = cls(optimizer.param_groups, named_parameters, sparsifier, density, threshold,
+              scheme, allow_lossy, overrides, average, timeout, backward_passes_per_step,
+              sparse_as_dense, prefix)
+    opt.state = optimizer.state
+    return opt
+
+
+def _named(params):
+    if isinstance(params, dict):
+        return list(params.items())
+    return list(params)
+
+
+def broadcast_parameters(params, root_rank=0, timeout=None, prefix="broadcast."):
+    """Copies root_rank's values into every rank's tensors, in place.  params: a
+    state_dict (name -> tensor) or an iterable of (name, tensor)."""
+    items = [(n, t) for n, t in _named(params) if t is not None]
+    hs = []
+    with torch.no_grad():
+        for n, t in items:
+            hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n))
+        for h in hs:
+            h.wait(timeout)
+
+
+def broadcast_object_int(value, root_rank=0, name="broadcast.int"):
+    """Broadcasts one integer from root_rank (used to agree on a port)."""
+    t = torch.tensor([int(value) if _sc.rank() == root_rank else 0], dtype=torch.int64)
+    _sc.broadcast_(t, root_rank=root_rank, name=name)
+    return int(t.item())
+
+
+def netns_addrs():
+    """The node addresses exported by `sparsecomm-run --netns` (empty list otherwise)."""
+    raw = os.environ.get("SPARSECOMM_NETNS_ADDRS", "")
+    return [a for a in re.split(r"[,\s;]+", raw) if a]
+
+
+def init_process_group(backend="gloo", timeout_s=120):
+    """torch.distributed.init_process_group for the sparsecomm job (see the module doc)."""
+    import datetime
+
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    addrs = netns_addrs()
+    addr = os.environ.get("MASTER_ADDR") or (addrs[0] if addrs else "127.0.0.1")
+    port = os.environ.get("MASTER_PORT")
+    if not port:
+        free = 0
+        if _sc.rank() == 0:
+            s = _socket.socket()
+            s.bind((addr, 0))
+            free = s.getsockname()[1]
+            s.close()
+        port = broadcast_object_int(free, name="broadcast.master_port")
+    dist.init_process_group(backend, init_method="tcp://%s:%s" % (addr, port),
+                            rank=_sc.rank(), world_size=_sc.size(),
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+class DDPHookState:
+    """Options of :func:`ddp_hook`: the sparsifier options for every bucket, the wait
+    timeout (seconds) and a name prefix.  Buckets are named <prefix>.b<index>.n<numel>
+    (DDP rebuilds its buckets after the first iteration, changing their sizes)."""
+
+    def __init__(self, sparsifier=None, density=0.0, threshold=0.0, scheme=None,
+                 allow_lossy=False, timeout=None, prefix="ddp"):
+        self.opts = dict(sparsifier=sparsifier, density=density, threshold=threshold,
+                         scheme=scheme, allow_lossy=allow_lossy)
+        self.timeout = timeout
+        self.prefix = prefix
+        self._q = None
+        self._lock = threading.Lock()
+
+    def _submit(self, item):
+        with self._lock:
+            if self._q is None:
+                self._q = queue.Queue()
+                threading.Thread(target=self._run, name="sparsecomm-ddp", daemon=True).start()
+        self._q.put(item)
+
+    def _run(self):
+        while True:
+            h, buf, fut = self._q.get()
+            try:
+                h.wait(self.timeout)
+            except BaseException as e:  # noqa: B902 - handed to DDP through the future
+                fut.set_exception(e)
+            else:
+                fut.set_result(buf)
+
+
+_default_ddp_state = None
+
+
+def ddp_hook(state, bucket):
+    """DDP communication hook averaging each gradient bucket through the daemons.
+    state: a DDPHookState, a dict of its arguments, or None (defaults)."""
+    global _default_ddp_state
+    if not isinstance(state, DDPHookState):
+        if state is None:
+            if _default_ddp_state is None:
+                _default_ddp_state = DDPHookState()
+            state = _default_ddp_state
+        else:
+            raise TypeError("ddp_hook state must be a sparsecomm.torch.DDPHookState or None")
+    buf = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
+    fut = torch.futures.Future()
+    try:
+        h = _sc.allreduce_async_(buf, name=name, average=True, **state.opts)
+    except BaseException as e:  # noqa: B902
+        fut.set_exception(e)
+        return fut
+    state._submit((h, buf, fut))
+    return fut

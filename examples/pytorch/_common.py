@@ -1,0 +1,236 @@
+"""Shared plumbing of the PyTorch examples: one training loop, three ways to synchronise.
+
+backend "sparsecomm": sparsecomm.torch.DistributedOptimizer (gradients submitted from
+backward hooks, reduced by the daemons).  backend "gloo": torch.distributed's gloo
+allreduce of every gradient after backward (sparse gradients densified, or sent with
+gloo's own sparse allreduce with --gloo-sparse), the reference the tests compare with.
+backend "ddp": DistributedDataParallel with sparsecomm.torch.ddp_hook (dense models).
+
+Under `sparsecomm-run` the rank and size come from the launcher; gloo finds its peers
+through sparsecomm (sparsecomm.torch.init_process_group).  Without the launcher,
+`--spawn N` starts N local processes with torch.multiprocessing and a gloo rendezvous on
+127.0.0.1, so the gloo reference can run with no daemon at all.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.normpath(os.path.join(_HERE, "..", "..", "client", "python")))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def add_common_args(p):
+    p.add_argument("--backend", choices=["sparsecomm", "gloo", "ddp"], default="sparsecomm")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--sparsifier", default=None,
+                   help="sparsifier of dense gradients: none, topk, threshold, dgc, exdyna")
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--sim-sparsifier", default=None,
+                   help="gloo only: simulate top-k with error feedback before gloo")
+    p.add_argument("--gloo-sparse", action="store_true",
+                   help="gloo only: sparse gradients with gloo's sparse allreduce")
+    p.add_argument("--spawn", type=int, default=0,
+                   help="start this many local gloo processes (no launcher needed)")
+    p.add_argument("--json-out", default=None, help="rank 0 writes its record here")
+    p.add_argument("--fail-at-step", type=int, default=-1,
+                   help="test hook: rank --fail-rank raises at this step")
+    p.add_argument("--fail-rank", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds a step waits for its gradients")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    return p
+
+
+def wire_bytes():
+    """Bytes sent and received by this network namespace's interfaces other than lo
+    (under `sparsecomm-run --netns` that is this node's traffic on the wire)."""
+    tx = rx = 0
+    try:
+        with open("/proc/net/dev") as f:
+            for line in f.readlines()[2:]:
+                name, data = line.split(":", 1)
+                if name.strip() == "lo":
+                    continue
+                v = data.split()
+                rx += int(v[0])
+                tx += int(v[8])
+    except OSError:
+        pass
+    return tx, rx
+
+
+class Sync:
+    """Rank, size and gradient synchronisation for one backend."""
+
+    def __init__(self, args, rank=None, size=None, port=None):
+        self.args = args
+        self.backend = args.backend
+        self.sc = None
+        if rank is not None:  # a --spawn child: plain gloo on loopback
+            self.rank, self.size = rank, size
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
+                                    rank=rank, world_size=size)
+            return
+        import sparsecomm
+        import sparsecomm.torch as sct
+        self.sc, self.sct = sparsecomm, sct
+        sparsecomm.init(timeout=args.timeout)
+        self.rank, self.size = sparsecomm.rank(), sparsecomm.size()
+        if self.backend in ("gloo", "ddp"):
+            sct.init_process_group("gloo")
+
+    # -- per backend --
+    def wrap(self, model, optimizer, overrides=None):
+        a = self.args
+        if self.backend == "sparsecomm":
+            self.sct.broadcast_parameters(model.state_dict(), root_rank=0)
+            return model, self.sct.DistributedOptimizer(
+                optimizer, named_parameters=model.named_parameters(),
+                sparsifier=a.sparsifier, density=a.density, overrides=overrides,
+                timeout=a.timeout)
+        if self.backend == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            m = DDP(model)
+            m.register_comm_hook(self.sct.DDPHookState(sparsifier=a.sparsifier,
+                                                       density=a.density,
+                                                       timeout=a.timeout),
+                                 self.sct.ddp_hook)
+            return m, optimizer
+        for t in model.state_dict().values():
+            dist.broadcast(t, 0)
+        self._residual = {}
+        return model, _GlooOptimizer(optimizer, model, self)
+
+    def reduce_gloo(self, model):
+        a = self.args
+        works = []
+        for name, p in model.named_parameters():
+            g = p.grad
+            if g is None:
+                p.grad = g = torch.zeros_like(p)
+            if g.is_sparse:
+                if a.gloo_sparse:
+                    g = g.coalesce()
+                    works.append((p, g, dist.all_reduce(g, async_op=True), True))
+                    continue
+                g = p.grad = g.to_dense()
+            if a.sim_sparsifier and a.sim_sparsifier != "none" and not name.endswith("bias"):
+                g = self._sim_topk(name, g)
+                p.grad = g
+            works.append((p, g, dist.all_reduce(g, async_op=True), False))
+        for p, g, w, sparse in works:
+            w.wait()
+            if sparse:
+                p.grad = g / self.size
+            else:
+                g.div_(self.size)
+
+    def _sim_topk(self, name, g):
+        """Exact top-k with error feedback on this rank, as the daemon's TOPK does."""
+        acc = g + self._residual.get(name, 0)
+        k = max(1, int(round(self.args.density * acc.numel())))
+        flat = acc.reshape(-1)
+        idx = flat.abs().topk(k).indices
+        sent = torch.zeros_like(flat)
+        sent[idx] = flat[idx]
+        self._residual[name] = (flat - sent).view_as(g)
+        return sent.view_as(g)
+
+    def all_ranks_mean(self, value):
+        """Mean of a float over ranks (for the summary only)."""
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        if self.sc is not None and self.backend == "sparsecomm":
+            return float(self.sc.allreduce(t, name="summary.mean", average=True)[0])
+        dist.all_reduce(t)
+        return float(t[0]) / self.size
+
+    def finish(self):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self.sc is not None:
+            self.sc.shutdown()
+
+
+class _GlooOptimizer:
+    """Reduces gradients with gloo, then steps the wrapped optimizer."""
+
+    def __init__(self, opt, model, sync):
+        self.opt, self.model, self.sync = opt, model, sync
+
+    def zero_grad(self, set_to_none=True):
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        self.sync.reduce_gloo(self.model)
+        self.opt.step()
+
+
+def run(main_fn, args):
+    """Runs main_fn(args, sync) once per rank: under the launcher, or --spawn N."""
+    torch.set_num_threads(max(1, args.threads))
+    if args.spawn:
+        if args.backend != "gloo":
+            sys.exit("--spawn runs the gloo backend only")
+        import torch.multiprocessing as mp
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        mp.spawn(_spawned, args=(main_fn, args, port), nprocs=args.spawn, join=True)
+        return
+    sync = Sync(args)
+    try:
+        main_fn(args, sync)
+    finally:
+        sync.finish()
+
+
+def _spawned(rank, main_fn, args, port):
+    torch.set_num_threads(max(1, args.threads))
+    sync = Sync(args, rank=rank, size=args.spawn, port=port)
+    try:
+        main_fn(args, sync)
+    finally:
+        sync.finish()
+
+
+def log(sync, msg):
+    """Progress lines: rank 0 only (every rank with $SC_LOG_ALL=1)."""
+    if sync.rank == 0 or os.environ.get("SC_LOG_ALL") == "1":
+        print(msg, flush=True)
+
+
+def write_record(sync, args, record):
+    if sync.rank == 0 and args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(record, f)
+
+
+def maybe_fail(args, sync, step):
+    if step == args.fail_at_step and sync.rank == args.fail_rank:
+        raise RuntimeError("rank %d: injected failure at step %d" % (sync.rank, step))
+
+
+class Timer:
+    def __init__(self):
+        self.t0 = time.perf_counter()
+
+    def s(self):
+        return time.perf_counter() - self.t0
+
+
+def parse(desc, extra=None):
+    p = add_common_args(argparse.ArgumentParser(description=desc))
+    if extra:
+        extra(p)
+    return p.parse_args()
