@@ -204,7 +204,12 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	}
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
 		next = r->next_in_session;
+		char cleared[256] = "";
+		if (r->nt && r->nt->poisoned && r->nt->n_regs == 1)
+			snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
 		scd_tensors_release(ctl->tensors, r);
+		if (cleared[0]) /* the disagreeing tensor is gone from this node */
+			scd_world_abandon(ctl->d->world, cleared, SC_OK, "");
 	}
 	s->regs = NULL;
 	for (scd_session_t **pp = &ctl->sessions; *pp; pp = &(*pp)->next)
@@ -371,6 +376,21 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
 		&opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
 		sizeof(err));
+	if (st == SC_ERR_MISMATCH) {
+		/* The node's trainers disagree: the tensor can never complete here, so it fails
+		 * now for the trainers of this node that wait on it, and on every rank. */
+		scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, rq->name);
+		char msg[380];
+		snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed on node %d: %.250s",
+			 rq->name, ctl->d->rank, err);
+		if (nt) {
+			nt->poisoned = 1;
+			snprintf(nt->poison_msg, sizeof(nt->poison_msg), "%s", msg);
+			if (nt->state == SCD_NT_LOCAL_WAIT || nt->state == SCD_NT_ANNOUNCED)
+				scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, msg);
+		}
+		scd_world_abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
+	}
 	if (st != SC_OK) {
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
 		return;
@@ -417,6 +437,13 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(err, sizeof(err), "tensor '%s': %llu COO entries exceed its capacity %llu",
 			 nt->name, (unsigned long long)a->nnz,
 			 (unsigned long long)nt->opts.coo_capacity);
+	} else if (nt->poisoned) {
+		st = SC_ERR_MISMATCH;
+		snprintf(err, sizeof(err), "%s", nt->poison_msg);
+	} else if (nt->carry_mask >> r->local_rank & 1) {
+		nt->carry_mask &= ~(1ull << r->local_rank);
+		st = nt->carry_status;
+		snprintf(err, sizeof(err), "%s", nt->carry_msg);
 	} else if (ctl->degraded) {
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "allreduce of tensor '%s' refused: %s", nt->name,

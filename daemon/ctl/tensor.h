@@ -70,6 +70,14 @@ typedef struct scd_ntensor {
 	uint32_t op;
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
+	/* the node's trainers disagree on the tensor: every submission fails with this */
+	int poisoned;
+	char poison_msg[384];
+	/* an error that ended a step before every local trainer had submitted: those that
+	 * had not (bits by local rank) get it when they do, instead of waiting alone */
+	uint64_t carry_mask;
+	int carry_status;
+	char carry_msg[384];
 	scd_tensor_stats_t stats;
 	struct scd_ntensor *hnext;
 	struct scd_ntensor *all_next;

@@ -119,17 +119,58 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	scd_world_arm_flush(w);
 }
 
+void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+{
+	scd_poison_t *p = calloc(1, sizeof(*p));
+	if (!p || !(p->name = strdup(name)) || !(p->reason = strdup(reason))) {
+		if (p)
+			free(p->name);
+		free(p);
+		return;
+	}
+	p->status = status;
+	p->rank = w->d->rank;
+	p->next = w->out_abandon;
+	w->out_abandon = p;
+	scd_world_arm_flush(w);
+}
+
+static void poison_free_list(scd_poison_t *p)
+{
+	while (p) {
+		scd_poison_t *next = p->next;
+		free(p->name);
+		free(p->reason);
+		free(p);
+		p = next;
+	}
+}
+
 void scd_neg_flush(scd_world_t *w)
 {
-	if (!w->n_out || !w->formed)
+	if ((!w->n_out && !w->out_abandon) || !w->formed)
 		return;
+	size_t n_ab = 0;
+	for (scd_poison_t *p = w->out_abandon; p; p = p->next)
+		n_ab++;
+	Sparsecomm__Abandon *abs = calloc(n_ab + 1, sizeof(*abs));
+	Sparsecomm__Abandon **abp = calloc(n_ab + 1, sizeof(*abp));
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
-	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out, sizeof(*reqs));
-	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out, sizeof(*rp));
-	uint32_t *ids = calloc((size_t)w->n_out, sizeof(*ids));
-	if (!reqs || !rp || !ids)
+	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out + 1, sizeof(*reqs));
+	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out + 1, sizeof(*rp));
+	uint32_t *ids = calloc((size_t)w->n_out + 1, sizeof(*ids));
+	if (!reqs || !rp || !ids || !abs || !abp)
 		goto out;
 	rl.rank = w->d->rank;
+	for (scd_poison_t *p = w->out_abandon; p; p = p->next) {
+		Sparsecomm__Abandon *a = &abs[rl.n_abandoned];
+		sparsecomm__abandon__init(a);
+		a->name = p->name;
+		a->status = p->status;
+		a->reason = p->reason;
+		abp[rl.n_abandoned++] = a;
+	}
+	rl.abandoned = abp;
 	for (int i = 0; i < w->n_out; i++) {
 		scd_outreq_t *o = &w->out[i];
 		if (o->cached) {
@@ -155,6 +196,10 @@ out:
 	for (int i = 0; i < w->n_out; i++)
 		free(w->out[i].name);
 	w->n_out = 0;
+	poison_free_list(w->out_abandon);
+	w->out_abandon = NULL;
+	free(abs);
+	free(abp);
 	free(reqs);
 	free(rp);
 	free(ids);
@@ -328,6 +373,8 @@ static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
 	return -1;
 }
 
+static scd_poison_t **poison_find(scd_world_t *w, const char *name);
+
 /*
  * Turns every name that all ranks announced into a response (fusing consecutive small
  * tensors), every disagreement, stall or dead node into an error, and broadcasts the plan.
@@ -347,6 +394,13 @@ static void coord_emit(scd_world_t *w)
 
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
 		next = e->next;
+		scd_poison_t *poison = *poison_find(w, e->name);
+		if (poison) {
+			pb_error(&pb, e->name, poison->status, poison->reason);
+			group = NULL;
+			centry_free(w, e);
+			continue;
+		}
 		int dr = blocking_degraded(w, e);
 		if (dr >= 0) {
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", e->name,
@@ -408,8 +462,45 @@ static void coord_emit(scd_world_t *w)
 	scd_arena_free(&pb.arena);
 }
 
+static scd_poison_t **poison_find(scd_world_t *w, const char *name)
+{
+	scd_poison_t **pp = &w->poisons;
+	while (*pp && strcmp((*pp)->name, name))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+/* Records (or, status SC_OK, clears) a name rank cannot complete. */
+static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
+{
+	scd_poison_t **pp = poison_find(w, a->name ? a->name : "");
+	if (*pp) {
+		scd_poison_t *p = *pp;
+		*pp = p->next;
+		p->next = NULL;
+		poison_free_list(p);
+	}
+	if (a->status == SC_OK || !a->name)
+		return;
+	scd_poison_t *p = calloc(1, sizeof(*p));
+	if (!p || !(p->name = strdup(a->name)) ||
+	    !(p->reason = strdup(a->reason ? a->reason : ""))) {
+		if (p)
+			free(p->name);
+		free(p);
+		return;
+	}
+	p->rank = rank;
+	p->status = a->status;
+	p->next = w->poisons;
+	w->poisons = p;
+	centry_get(w, a->name); /* fails at the next emit, with whatever others announced */
+}
+
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
+	for (size_t i = 0; i < rl->n_abandoned; i++)
+		coord_poison(w, from, rl->abandoned[i]);
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
 		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo);
@@ -488,6 +579,14 @@ static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 {
 	for (size_t i = 0; i < resp->n_names; i++) {
 		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(w->d->ctl), resp->names[i]);
+		if (nt && nt->state == SCD_NT_LOCAL_WAIT) {
+			nt->carry_mask = 0;
+			for (int l = 0; l < w->d->local_size; l++)
+				if (!nt->slot[l] || !nt->slot[l]->handle)
+					nt->carry_mask |= 1ull << l;
+			nt->carry_status = resp->status;
+			snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", resp->error);
+		}
 		if (nt && (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT))
 			scd_ctl_complete(w->d->ctl, nt, resp->status, resp->error);
 	}
@@ -675,6 +774,8 @@ void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 
 void scd_neg_destroy(scd_world_t *w)
 {
+	poison_free_list(w->poisons);
+	poison_free_list(w->out_abandon);
 	while (w->ehead)
 		centry_free(w, w->ehead);
 	for (uint32_t i = 0; i < w->cap_cache; i++)

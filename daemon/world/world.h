@@ -36,6 +36,10 @@ void scd_world_tick(scd_world_t *w);
 
 /* The node tensor is ready on this node (every local trainer submitted it). */
 void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt);
+/* The tensor can never complete on this node (its trainers disagree on it): every rank's
+ * operation on it fails with status and reason until this node clears it (status SC_OK,
+ * sent when the tensor is released). */
+void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason);
 /* This node lost a trainer (degraded) or has a full set again. */
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 /* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */

@@ -47,6 +47,15 @@ typedef struct scd_outreq {
 	int solo;
 } scd_outreq_t;
 
+/* A name some rank cannot complete (coordinator), or an abandonment to send (every rank). */
+typedef struct scd_poison {
+	char *name;
+	int rank;
+	int status;
+	char *reason;
+	struct scd_poison *next;
+} scd_poison_t;
+
 #define SCD_WORLD_BUCKETS 1024
 
 struct scd_world {
@@ -70,7 +79,9 @@ struct scd_world {
 	/* announcements to send */
 	scd_outreq_t *out;
 	int n_out, cap_out;
+	scd_poison_t *out_abandon; /* to send with the next flush */
 	/* coordinator */
+	scd_poison_t *poisons;
 	scd_centry_t *ehead, *etail;
 	scd_centry_t *ebucket[SCD_WORLD_BUCKETS];
 	uint64_t cycle;
