@@ -33,17 +33,28 @@ for f in "$launcher" "$itest" "$bin/sparsecommd" "$bin/sparsectl"; do
 	fi
 done
 
+# Filters from the command line, one per line (a filter may contain spaces).
+filters=$(printf '%s\n' "$@")
+nl='
+'
+
 selected() {
-	[ $# -ge 2 ] || return 0
-	sel_name=$1
-	shift
-	for pat in "$@"; do
-		case $sel_name in *"$pat"*) return 0 ;; esac
+	[ -z "$filters" ] && return 0
+	saved_ifs=$IFS
+	IFS=$nl
+	set -f
+	for pat in $filters; do
+		case $1 in *"$pat"*)
+			IFS=$saved_ifs
+			set +f
+			return 0
+			;;
+		esac
 	done
+	IFS=$saved_ifs
+	set +f
 	return 1
 }
-
-filters=$*
 
 # run_case NAME NODES PER_NODE TIMEOUT_S EXPECT PASSES [LAUNCHER_OPTS...] -- CMD [ARGS...]
 #   EXPECT: the launcher's exit status (0, or 137 when a trainer dies of SIGKILL: the
@@ -52,8 +63,7 @@ filters=$*
 run_case() {
 	name=$1 nodes=$2 per=$3 limit=$4 expect=$5 want=$6
 	shift 6
-	# shellcheck disable=SC2086
-	selected "$name" $filters || return 0
+	selected "$name" || return 0
 	opts=""
 	while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 		opts="$opts $1"
@@ -96,8 +106,7 @@ run_case() {
 }
 
 skip_case() {
-	# shellcheck disable=SC2086
-	selected "$1" $filters || return 0
+	selected "$1" || return 0
 	echo "skip  $1: $2"
 	skipped=$((skipped + 1))
 }
