@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
 # integration tests against real daemons (tests/integration/run.sh). Adds up their
-# "N passed, N failed" lines into one final line of the same form and exits non-zero when
+# "N passed, N failed" lines (and those of any tests/integration/run_<name>.sh) into one
+# final line of the same form and exits non-zero when
 # anything failed, including a runner that crashed before printing its summary.
 #
 #   sh tests/run.sh [SUBSTRING...]   the filters go to the integration tests only
@@ -41,6 +42,12 @@ else
 fi
 echo
 suite integration sh "$root/tests/integration/run.sh" "$@"
+# Further integration suites follow the same convention: tests/integration/run_<name>.sh.
+for extra in "$root"/tests/integration/run_*.sh; do
+	[ -f "$extra" ] || continue
+	echo
+	suite "$(basename "$extra" .sh)" sh "$extra" "$@"
+done
 
 echo
 echo "$passed passed, $failed failed"
