@@ -1,9 +1,9 @@
 #!/bin/sh
 # run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
-# integration tests against real daemons (tests/integration/run.sh). Adds up their
-# "N passed, N failed" lines (and those of any tests/integration/run_<name>.sh) into one
-# final line of the same form and exits non-zero when
-# anything failed, including a runner that crashed before printing its summary.
+# integration tests against real daemons (tests/integration/run.sh, then any
+# tests/integration/run_<name>.sh). Adds up their "N passed, N failed" lines into one final
+# line of the same form and exits non-zero when anything failed, including a runner that
+# crashed before printing its summary.
 #
 #   sh tests/run.sh [SUBSTRING...]   the filters go to the integration tests only
 set -u
