@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""Compares the ctypes mirror (client/python/sparsecomm/_lib.py) with the C header:
+compiles a program that prints every enum value and the size and field offsets of
+sc_tensor_opts_t, and checks them against the Python side.  Prints CHECK lines."""
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+from sparsecomm import _lib  # noqa: E402
+
+PROG = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include "sparsecomm.h"
+int main(void) {
+#define S(name, value, msg) printf("status %s %d\n", #name, SC_##name);
+	SC_STATUS_MAP(S)
+	printf("dtype FLOAT32 %d\ndtype FLOAT64 %d\ndtype INT32 %d\ndtype INT64 %d\n",
+	       SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64);
+	printf("op SUM %d\nop AVERAGE %d\n", SC_OP_SUM, SC_OP_AVERAGE);
+	printf("sp NONE %d\nsp TOPK %d\nsp THRESHOLD %d\nsp DGC %d\nsp EXDYNA %d\n"
+	       "sp NATURAL %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,
+	       SC_SPARSIFY_DGC, SC_SPARSIFY_EXDYNA, SC_SPARSIFY_NATURAL);
+	printf("size opts %zu\nsize sparsifier %zu\nsize handle %zu\n",
+	       sizeof(sc_tensor_opts_t), sizeof(sc_sparsifier_t), sizeof(sc_handle_t));
+#define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
+	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
+	O(coo_capacity)
+	printf("proto %d\n", SC_PROTOCOL_VERSION);
+	return 0;
+}
+"""
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "h.c"), os.path.join(d, "h")
+        with open(src, "w") as f:
+            f.write(PROG)
+        subprocess.run(["cc", "-std=gnu11", "-I", os.path.join(ROOT, "client", "include"),
+                        src, "-o", exe], check=True)
+        out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+    c = {}
+    for ln in out.splitlines():
+        kind, *rest = ln.split()
+        c.setdefault(kind, {})[rest[0] if len(rest) > 1 else ""] = int(rest[-1])
+    bad = []
+    if c["status"] != _lib.STATUS_VALUES:
+        bad.append("status codes: header %s, python %s" % (c["status"], _lib.STATUS_VALUES))
+    for kind, enum in (("dtype", _lib.DType), ("op", _lib.ReduceOp), ("sp", _lib.Sparsifier)):
+        py = {m.name: int(m) for m in enum}
+        if c[kind] != py:
+            bad.append("%s: header %s, python %s" % (kind, c[kind], py))
+    if c["size"]["opts"] != ctypes.sizeof(_lib.TensorOpts):
+        bad.append("sizeof(sc_tensor_opts_t) %d, ctypes %d" %
+                   (c["size"]["opts"], ctypes.sizeof(_lib.TensorOpts)))
+    if c["size"]["sparsifier"] != ctypes.sizeof(ctypes.c_int):
+        bad.append("sc_sparsifier_t is not int-sized")
+    if c["size"]["handle"] != ctypes.sizeof(_lib.c_handle):
+        bad.append("sc_handle_t size")
+    for name, _ in _lib.TensorOpts._fields_:
+        if getattr(_lib.TensorOpts, name).offset != c["off"][name]:
+            bad.append("offset of %s: header %d, ctypes %d" %
+                       (name, c["off"][name], getattr(_lib.TensorOpts, name).offset))
+    if c["proto"][""] != _lib.SC_PROTOCOL_VERSION:
+        bad.append("protocol version")
+    print("CHECK header_mirror %s" % ("ok" if not bad else "FAIL " + "; ".join(bad)))
+    return 1 if bad else 0
+
+
+sys.exit(main())

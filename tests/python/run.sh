@@ -1,0 +1,24 @@
+#!/bin/sh
+# Runs the Python/PyTorch tests (tests/python/run_tests.py) with Debian's python3 and its
+# python3-torch / python3-sklearn, installing them with apt-get when missing. Skips, with
+# the reason, only when they cannot be installed. Ends with `N passed, N failed`.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+PY=/usr/bin/python3
+have() { "$PY" -c 'import torch, sklearn, numpy' >/dev/null 2>&1; }
+if ! have; then
+	echo "python tests: installing python3-torch python3-sklearn" >&2
+	SUDO=""
+	[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && SUDO=sudo
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq >/dev/null 2>&1 || true
+	$SUDO apt-get install -y -qq --no-install-recommends python3-torch python3-sklearn \
+		python3-numpy >/dev/null 2>&1 || true
+	if ! have; then
+		echo "SKIP python tests: python3-torch/python3-sklearn could not be installed" \
+			"(apt-get failed; not root or no package index)"
+		echo "0 passed, 0 failed, 1 skipped"
+		exit 0
+	fi
+fi
+exec "$PY" tests/python/run_tests.py "$@"

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run (4 trainers): checks of the Python binding against real
+daemons.  Prints `CHECK <name> ok` or `CHECK <name> FAIL <why>` per check; exits 1 if any
+failed.  tests/python/run_tests.py counts a check passed when every rank says ok."""
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import sparsecomm as sc  # noqa: E402
+import sparsecomm.torch as sct  # noqa: E402
+
+torch.set_num_threads(1)
+sc.init(timeout=60)
+R, P = sc.rank(), sc.size()
+failed = 0
+
+
+def check(fn):
+    global failed
+    try:
+        fn()
+        print("CHECK %s ok" % fn.__name__, flush=True)
+    except Exception as e:  # noqa: B902
+        failed += 1
+        print("CHECK %s FAIL %s: %s" % (fn.__name__, type(e).__name__, e), flush=True)
+        traceback.print_exc()
+
+
+def close(a, b, tol=1e-6):
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    assert a.shape == b.shape, "shape %s vs %s" % (tuple(a.shape), tuple(b.shape))
+    err = (a - b).abs().max().item() if a.numel() else 0.0
+    assert err <= tol, "max error %g > %g" % (err, tol)
+
+
+@check
+def world():
+    assert P == int(os.environ["SPARSECOMM_SIZE"]), (P, os.environ["SPARSECOMM_SIZE"])
+    assert R == int(os.environ["SPARSECOMM_RANK"])
+    assert 0 <= sc.local_rank() < sc.local_size()
+
+
+@check
+def average_and_sum():
+    t = torch.full((1000, 3), float(R + 1))
+    close(sc.allreduce(t, name="avg"), torch.full((1000, 3), (P + 1) / 2))
+    close(sc.allreduce(t, name="sum", average=False), torch.full((1000, 3), P * (P + 1) / 2))
+    assert t[0, 0].item() == R + 1, "input modified"
+    u = t.clone()
+    sc.allreduce_(u, name="inplace")
+    close(u, torch.full((1000, 3), (P + 1) / 2))
+    nc = torch.arange(12.0).view(3, 4).t() * (R + 1)  # non-contiguous input
+    close(sc.allreduce(nc, name="noncontig"), torch.arange(12.0).view(3, 4).t() * (P + 1) / 2)
+
+
+@check
+def numpy_and_dtypes():
+    a = np.arange(7, dtype=np.float64) * (R + 1)
+    close(sc.allreduce(a, name="np64", average=False), np.arange(7) * P * (P + 1) / 2)
+    for dt in (torch.int32, torch.int64):
+        i = torch.full((5,), R + 1, dtype=dt)
+        r = sc.allreduce(i, name="int.%s" % dt, average=False)
+        assert r.dtype == dt and r.tolist() == [P * (P + 1) // 2] * 5, r
+
+
+@check
+def async_handles():
+    hs = [sc.allreduce_async(torch.full((100 * (k + 1),), float(R * k)), name="async.%d" % k)
+          for k in range(6)]
+    for k in reversed(range(6)):  # waited out of order
+        close(hs[k].wait(), torch.full((100 * (k + 1),), k * (P - 1) / 2))
+    # a timeout leaves the handle waitable: the other ranks submit late
+    if R != 0:
+        time.sleep(1.0)
+    h = sc.allreduce_async(torch.ones(10) * R, name="late")
+    if R == 0:
+        try:
+            h.wait(timeout=0.2)
+            raise AssertionError("no timeout although the other ranks had not submitted")
+        except sc.SparsecommError as e:
+            assert e.status_name == "SC_ERR_TIMEOUT", e
+    close(h.wait(timeout=30), torch.ones(10) * (P - 1) / 2)
+    assert h.poll()
+
+
+def emb_grad(rank, vocab=50, dim=4):
+    g = torch.Generator().manual_seed(100 + rank)
+    words = torch.randint(0, vocab, (12,), generator=g)  # repeats: an uncoalesced grad
+    emb = torch.nn.Embedding(vocab, dim, sparse=True)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        emb.weight.copy_(torch.randn(vocab, dim))
+    (emb(words) * torch.randn(12, dim, generator=g)).sum().backward()
+    return emb.weight.grad
+
+
+@check
+def sparse_embedding_coo():
+    g = emb_grad(R)
+    assert g.is_sparse and not g.is_coalesced()
+    want = sum(emb_grad(r).to_dense() for r in range(P)) / P
+    res = sc.allreduce(g, name="emb.coo")
+    assert res.is_sparse and res.is_coalesced(), "result not a coalesced sparse tensor"
+    close(res.to_dense(), want, 1e-5)
+    rows = want.ne(0).any(1).nonzero().squeeze(1)
+    assert torch.equal(res._indices()[0], rows), "rows are not the union of non-zero rows"
+    dense = sc.allreduce(g, name="emb.coo.dense", sparse_as_dense=True)
+    assert not dense.is_sparse
+    close(dense, want, 1e-5)
+    idx = np.array([R, R, 10 + R])
+    out = sc.allreduce_coo(idx, np.ones(3, dtype=np.float32), 20, name="coo.np",
+                           average=False)
+    ref = np.zeros(20)
+    for r in range(P):
+        ref[r] += 2
+        ref[10 + r] += 1
+    close(out, ref)
+
+
+@check
+def optimizer_with_sparse_and_dense():
+    torch.manual_seed(1 + R)  # different on purpose: broadcast_parameters fixes it
+    m = torch.nn.Sequential(torch.nn.Embedding(30, 4, sparse=True), torch.nn.Linear(4, 2))
+    sct.broadcast_parameters(m.state_dict(), root_rank=0)
+    flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    close(sc.allreduce(flat, name="bcast.check"), flat)
+    opt = sct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5),
+                                   named_parameters=m.named_parameters(), prefix="opt.")
+    for step in range(3):
+        opt.zero_grad()
+        m(torch.tensor([R, R + 1, 7])).pow(2).sum().backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    close(sc.allreduce(flat, name="opt.check"), flat, 1e-6)
+
+
+@check
+def mismatch_raises_on_every_rank():
+    n = 10 if R == 0 else 11
+    try:
+        sc.allreduce(torch.ones(n), name="mismatch", timeout=30)
+        raise AssertionError("element counts differ across ranks but no error")
+    except sc.SparsecommError as e:
+        assert "mismatch" in e.message, e
+        print("mismatch error: %s" % e, flush=True)
+
+
+@check
+def topk_sparsifier():
+    t = torch.arange(1000.0) * (R + 1)
+    r = sc.allreduce(t, name="topk", sparsifier="topk", density=0.01)
+    assert torch.isfinite(r).all()
+    # the largest elements of every rank agree: they are sent first
+    assert r[-1].item() > 0, r[-10:]
+
+
+sc.shutdown()
+print("worker done: %d check(s) failed" % failed, flush=True)
+sys.exit(1 if failed else 0)
