@@ -314,6 +314,8 @@ int it_mentions_number(const char *msg, long long v)
 	return 0;
 }
 
+int it_sparse(int argc, char **argv); /* itest_sparse.c */
+
 static const struct {
 	const char *name;
 	int (*fn)(int, char **);
@@ -328,6 +330,7 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
+    {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
 };
 
 static void usage(FILE *f)
