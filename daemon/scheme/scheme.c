@@ -571,7 +571,10 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	r.imbalance = c->imbalance > 0 ? c->imbalance
 		      : mean > 0       ? (double)c->max_nnz / mean
 				       : 1;
-	c->last_union = r.union_nnz;
+	/* S2's result is dense inside every non-zero block: its non-zeros are not the union,
+	 * and sizing the next sketch from them would make it (nearly) dense. */
+	if (s != SCD_SCHEME_S2_SKETCH)
+		c->last_union = r.union_nnz;
 	c->step++;
 	r.elapsed_s = now_s() - t0;
 	if (report_p)
