@@ -22,7 +22,8 @@
   group (for its start-up broadcast and bookkeeping): :func:`init_process_group` sets up
   gloo with the rank and world size from sparsecomm (MASTER_ADDR: $MASTER_ADDR, else the
   first address of $SPARSECOMM_NETNS_ADDRS, else 127.0.0.1; the port is chosen by rank 0
-  and broadcast through sparsecomm unless $MASTER_PORT is set).
+  and broadcast through sparsecomm unless $MASTER_PORT is set; under --netns gloo is
+  pointed at the interface holding the node's address through $GLOO_SOCKET_IFNAME).
 
       model = DDP(model)
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
@@ -272,6 +273,12 @@ def init_process_group(backend="gloo", timeout_s=120):
         return
     addrs = netns_addrs()
     addr = os.environ.get("MASTER_ADDR") or (addrs[0] if addrs else "127.0.0.1")
+    if addrs and backend == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        # gloo binds to the address the host name resolves to (loopback inside a
+        # namespace): point it at the interface that holds this node's address
+        ifname = _ifname_of(addrs)
+        if ifname:
+            os.environ["GLOO_SOCKET_IFNAME"] = ifname
     port = os.environ.get("MASTER_PORT")
     if not port:
         free = 0
@@ -284,6 +291,20 @@ def init_process_group(backend="gloo", timeout_s=120):
     dist.init_process_group(backend, init_method="tcp://%s:%s" % (addr, port),
                             rank=_sc.rank(), world_size=_sc.size(),
                             timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def _ifname_of(addrs):
+    import subprocess
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[3].split("/")[0] in addrs:
+            return f[1].split("@")[0]
+    return None
 
 
 class DDPHookState:
