@@ -278,7 +278,13 @@ int main(int argc, char **argv)
 	else
 		uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Orderly teardown: clients were told (scd_daemon_stop); now release everything. */
+	/* Orderly teardown: clients were told (scd_daemon_stop); now release everything. A
+	 * second SIGTERM must not cut it short: block them before the handlers go. */
+	sigset_t quiet;
+	sigemptyset(&quiet);
+	sigaddset(&quiet, SIGTERM);
+	sigaddset(&quiet, SIGINT);
+	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	if (!d->shutting_down)
 		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
 	if (scd_engine_destroy(d->engine, 2000) != 0) {
@@ -291,8 +297,6 @@ int main(int argc, char **argv)
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
-	signal(SIGTERM, SIG_IGN); /* a second signal must not cut the teardown short */
-	signal(SIGINT, SIG_IGN);
 	uv_close((uv_handle_t *)&d->drain, NULL);
 	uv_close((uv_handle_t *)&d->tick, NULL);
 	uv_run(d->loop, UV_RUN_NOWAIT);

@@ -192,10 +192,13 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
 		scd_world_node_state(ctl->d->world, 1, why);
 	}
-	/* Operations of the node that can no longer complete fail now. */
+	/* Operations of the node that can no longer complete fail now. One that every local
+	 * trainer had submitted (announced, or running) still runs with the data the dead
+	 * trainer left in its buffer, which stays mapped until then: the coordinator may
+	 * already have planned it, and every rank must then compute the same full sum. */
 	for (scd_reg_t *r = s->regs; r; r = r->next_in_session) {
 		scd_ntensor_t *nt = r->nt;
-		if (why[0] && (nt->state == SCD_NT_LOCAL_WAIT || nt->state == SCD_NT_ANNOUNCED)) {
+		if (why[0] && nt->state == SCD_NT_LOCAL_WAIT) {
 			char msg[512];
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", nt->name,
 				 why);

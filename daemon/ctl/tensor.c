@@ -305,7 +305,7 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 {
 	scd_ntensor_t *nt = r->nt;
-	if (nt && nt->state == SCD_NT_RUNNING && r->handle) {
+	if (nt && (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) && r->handle) {
 		r->zombie = 1; /* the engine still reads this buffer; freed when it is done */
 		r->session = NULL;
 		return;
