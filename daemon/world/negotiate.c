@@ -672,7 +672,13 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(d->ctl), c->name);
 		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel ||
 		    nt->dtype != c->dtype) {
-			job->lossless_only = 1; /* runs with zeros, delivers nothing */
+			/* Runs with zeros, delivers nothing; the other ranks' sums then lack
+			 * this node's share, which only the loss of a whole node explains. */
+			scd_error(SCD_SUB_NEGOTIATE,
+				  "tensor '%s' was planned but is not ready on this node: it takes "
+				  "part with zeros",
+				  c->name);
+			job->lossless_only = 1;
 			continue;
 		}
 		it->nt = nt;
