@@ -5,7 +5,7 @@ through torch.distributed's gloo allreduce, in the same run, on the same nodes, 
 same seed and data: steps per second and bytes on the wire per step.
 
     build/bin/sparsecomm-run -n 4 --netns --rate 1gbit -- \\
-        /usr/bin/python3 bench/pytorch_embedding.py [--steps 60] [--json-out FILE]
+        /usr/bin/python3 bench/pytorch_embedding.py [--steps 80] [--warmup 20] [--json-out FILE]
 
 Phases (each --steps steps, the first --warmup untimed): "sparsecomm" (DistributedOptimizer,
 the embedding gradients on the COO path, lossless), "gloo" (every gradient densified and
@@ -32,8 +32,10 @@ def main():
     word_lm.add_args(p)
     p.add_argument("--phases", default=None, help="comma list, default sparsecomm,gloo")
     a = p.parse_args(sys.argv[1:])
-    if a.steps == 200 and "--steps" not in sys.argv:
-        a.steps = 60
+    if "--steps" not in sys.argv:
+        a.steps = 80
+    if "--warmup" not in sys.argv:  # the first steps of a phase pay one-time costs
+        a.warmup = 20
     import torch
     torch.set_num_threads(max(1, a.threads))
     phases = (a.phases or "sparsecomm,gloo" + (",gloo_sparse" if a.gloo_sparse else "")
