@@ -48,6 +48,12 @@ for extra in "$root"/tests/integration/run_*.sh; do
 	echo
 	suite "$(basename "$extra" .sh)" sh "$extra" "$@"
 done
+# The Python binding and PyTorch integration (installs python3-torch when missing; skips
+# with a printed reason only when it cannot).
+if [ -f "$root/tests/python/run.sh" ]; then
+	echo
+	suite python sh "$root/tests/python/run.sh"
+fi
 
 echo
 echo "$passed passed, $failed failed"
