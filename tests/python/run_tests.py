@@ -97,20 +97,6 @@ def t_header():
     checks("binding", rc, out, 1)
 
 
-def t_fake():
-    lib = os.path.join(TMP, "libfake_sparseclient.so")
-    rc, out, _ = sh(["cc", "-shared", "-fPIC", "-std=gnu11", "-Iclient/include",
-                     "tests/python/fake/fake_sparseclient.c", "client/lib/common.c", "-o", lib],
-                    120)
-    if rc != 0:
-        record("fake.build", False, out)
-        return
-    rc, out, _ = sh([PY, os.path.join(HERE, "check_fake.py")], 120,
-                    env={"SPARSECOMM_LIB": lib,
-                         "FAKE_SC_OPTS_LOG": os.path.join(TMP, "fake_opts.log")})
-    checks("fake", rc, out, 1)
-
-
 def t_api():
     # 2 nodes x 2 trainers: the daemons' local reduce is on the path too
     rc, out, _ = launch(2, os.path.join(HERE, "worker_api.py"), [], 180, per_node=2)
@@ -176,13 +162,13 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_fake, t_api, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
+TESTS = [t_header, t_api, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
          t_failure]
 
 
 def main():
     sel = sys.argv[1:]
-    daemonless = (t_header, t_fake)
+    daemonless = (t_header,)
     for t in TESTS:
         if sel and not any(s in t.__name__ for s in sel):
             continue
