@@ -262,7 +262,7 @@ static int barrier(sc_client_t *c, sc_tensor_t *t, double timeout_s)
 		sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, (int)(left * 1000) + 1);
 		if (st == SC_OK)
 			return 0;
-		if (st != SC_ERR_TIMEOUT || now_s() >= end) {
+		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || now_s() >= end) {
 			fprintf(stderr, "barrier failed: %s: %s\n", sc_status_name(st),
 				sc_last_error());
 			return -1;

@@ -62,7 +62,8 @@ extern "C" {
 	X(ERR_SYSTEM, -12, "system call failed")                                           \
 	X(ERR_UNSUPPORTED, -13, "not supported")                                           \
 	X(ERR_ABORTED, -14, "aborted because a trainer exited")                            \
-	X(ERR_LIMIT, -15, "limit exceeded")
+	X(ERR_LIMIT, -15, "limit exceeded")                                                \
+	X(ERR_STALLED, -16, "not completed by every rank in time")
 
 typedef enum {
 #define SC_STATUS_ENUM_(name, value, msg) SC_##name = (value),
@@ -193,7 +194,10 @@ SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle);
 
 /*
  * Waits for an operation for at most timeout_ms (< 0: wait without limit, 0: poll).
- * SC_ERR_TIMEOUT leaves the handle valid; any other result releases it.
+ * SC_ERR_TIMEOUT (only ever this wait running out) leaves the handle valid; any other
+ * result releases it. An operation the daemons gave up on (a rank never submitted the
+ * tensor within stall_timeout_ms, or a transfer made no progress for op_timeout_ms) ends
+ * with SC_ERR_STALLED.
  */
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms);
 

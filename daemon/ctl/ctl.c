@@ -796,7 +796,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 			if (!nt->slot[l] || !nt->slot[l]->handle)
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", l);
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
-		scd_ctl_complete(ctl, nt, SC_ERR_TIMEOUT, msg);
+		scd_ctl_complete(ctl, nt, SC_ERR_STALLED, msg);
 	}
 }
 

@@ -420,7 +420,7 @@ static void coord_emit(scd_world_t *w)
 					n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", r);
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms", (unsigned long long)stall_ms);
-			pb_error(&pb, e->name, SC_ERR_TIMEOUT, msg);
+			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -769,6 +769,8 @@ void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 			nt->stats.imbalance = job->imbalance;
 		}
 		char msg[700];
+		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
+			job->status = SC_ERR_STALLED;
 		if (job->status != SC_OK)
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,
 				 job->error);

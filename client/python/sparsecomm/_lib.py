@@ -46,6 +46,7 @@ STATUS_VALUES = {
     "ERR_UNSUPPORTED": -13,
     "ERR_ABORTED": -14,
     "ERR_LIMIT": -15,
+    "ERR_STALLED": -16,
 }
 STATUS_NAMES = {v: "SC_" + k for k, v in STATUS_VALUES.items()}
 for _k, _v in STATUS_VALUES.items():
