@@ -65,9 +65,9 @@
 #define LAT_ITERS	   30
 #define CHUNK		   65536
 
-static const char *const all_schemes[] = {"dense_ring", "agsparse",   "hier_central",
+static const char *const all_schemes[] = {"dense_ring",	  "agsparse",	"hier_central",
 					  "balanced_par", "omnireduce", "spardl",
-					  "s2_sketch",	 "exdyna",     "auto"};
+					  "s2_sketch",	  "exdyna",	"auto"};
 #define N_ALL ((int)(sizeof(all_schemes) / sizeof(all_schemes[0])))
 
 typedef struct run_result {
@@ -137,21 +137,22 @@ static int parse_rate(const char *rate, double *bits_p)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sparsecomm-bench collective --workload zipf|topk|uniform --numel N\n"
-		"           --density D --scheme S|all|auto|S1,S2.. [--iters K] [--warmup W]\n"
-		"           [--check] [--peer-mpi] [--json-out FILE] [--rate RATE]\n"
-		"           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
-		"       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
-		"Run under sparsecomm-run, one trainer per node. Schemes: dense_ring agsparse\n"
-		"hier_central balanced_par omnireduce spardl s2_sketch exdyna, auto (cost model).\n"
-		"  --iters K      timed steps per scheme (default 5), median of the slowest rank\n"
-		"  --warmup W     untimed steps first (default 1)\n"
-		"  --check        verify one more step against the exact reference\n"
-		"  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
-		"                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
-		"  --rate RATE    link rate for the bound (default $SPARSECOMM_NETNS_RATE)\n"
-		"  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n");
+	fprintf(
+	    out,
+	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform --numel N\n"
+	    "           --density D --scheme S|all|auto|S1,S2.. [--iters K] [--warmup W]\n"
+	    "           [--check] [--peer-mpi] [--json-out FILE] [--rate RATE]\n"
+	    "           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
+	    "       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
+	    "Run under sparsecomm-run, one trainer per node. Schemes: dense_ring agsparse\n"
+	    "hier_central balanced_par omnireduce spardl s2_sketch exdyna, auto (cost model).\n"
+	    "  --iters K      timed steps per scheme (default 5), median of the slowest rank\n"
+	    "  --warmup W     untimed steps first (default 1)\n"
+	    "  --check        verify one more step against the exact reference\n"
+	    "  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
+	    "                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
+	    "  --rate RATE    link rate for the bound (default $SPARSECOMM_NETNS_RATE)\n"
+	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n");
 }
 
 static int add_schemes(coll_opts_t *o, const char *list)
@@ -324,7 +325,7 @@ static int barrier(sess_t *s, double timeout_s)
 		sc_status_t st = sc_allreduce(s->c, s->bar, SC_OP_SUM, (int)(left * 1000) + 1);
 		if (st == SC_OK)
 			return 0;
-		if (st != SC_ERR_TIMEOUT || now_s() >= end) {
+		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || now_s() >= end) {
 			fprintf(stderr, "collective: barrier failed: %s: %s\n",
 				sc_status_name(st), sc_last_error());
 			return -1;
@@ -394,7 +395,8 @@ static double fill_input(const coll_opts_t *o, sc_tensor_t *t, int rank, work_t 
 	double mx = 0;
 	if (wl_is_coo(o->wl.kind)) {
 		if (!w->mine_ready) {
-			int64_t n = wl_coo(&o->wl, rank, 0, w->my_idx, w->my_val, w->cap, &w->scr);
+			int64_t n =
+			    wl_coo(&o->wl, rank, 0, w->my_idx, w->my_val, w->cap, &w->scr);
 			if (n < 0)
 				return -1;
 			w->my_nnz = (uint64_t)n;
@@ -538,7 +540,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 		opts.allow_lossy = lossy; /* natural sparsity: lossless unless pinned lossy */
 	} else {
 		opts.allow_lossy = 1;
-		opts.sparsifier = !strcmp(scheme, "exdyna") ? SC_SPARSIFY_EXDYNA : SC_SPARSIFY_TOPK;
+		opts.sparsifier =
+		    !strcmp(scheme, "exdyna") ? SC_SPARSIFY_EXDYNA : SC_SPARSIFY_TOPK;
 	}
 	snprintf(name, sizeof(name), "bench.coll.%s.%s", wl_kind_name(o->wl.kind), scheme);
 	sc_status_t st = sc_register_ex(s.c, name, SC_FLOAT32, o->wl.numel, &opts, &t);
@@ -587,8 +590,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 		const float *rsum = NULL;
 		r->has_residual = res != NULL;
 		if (res) {
-			st = sc_register(s.c, "bench.coll.residual_delta", SC_FLOAT32, o->wl.numel,
-					 &rt);
+			st = sc_register(s.c, "bench.coll.residual_delta", SC_FLOAT32,
+					 o->wl.numel, &rt);
 			if (st != SC_OK)
 				goto stfail;
 			memcpy(sc_tensor_data(rt), res, o->wl.numel * sizeof(float));
@@ -632,7 +635,8 @@ nomem:
 stfail:
 	snprintf(r->error, sizeof(r->error), "%s: %s", sc_status_name(st), sc_last_error());
 fail:
-	fprintf(stderr, "collective: rank %d: scheme %s failed: %s\n", s.rank, scheme, r->error);
+	fprintf(stderr, "collective: rank %d: scheme %s failed: %s\n", s.rank, scheme,
+		r->error);
 	mine[K + SL_FAILED] = 1;
 	r->failed = 1;
 	/* A failed step may have broken the world: try to gather, give up quietly. */
@@ -693,7 +697,8 @@ static int measure_alpha(double *alpha_p)
 			v[i] = now_s() - t0;
 	}
 	/* Every rank uses rank 0's value (float, through the gather). */
-	float mine = s.rank == 0 ? (float)median(v, LAT_ITERS) : 0, *all = calloc((size_t)s.P, 4);
+	float mine = s.rank == 0 ? (float)median(v, LAT_ITERS) : 0,
+	      *all = calloc((size_t)s.P, 4);
 	*(float *)sc_tensor_data(s.gath) = 0;
 	int rc = all && gather(&s, &mine, all) == 0 ? 0 : -1;
 	if (rc == 0)
@@ -703,7 +708,8 @@ static int measure_alpha(double *alpha_p)
 	return rc;
 }
 
-/* ---- the Open MPI peers ------------------------------------------------------------------- */
+/* ---- the Open MPI peers -------------------------------------------------------------------
+ */
 
 static int find_peer_script(const coll_opts_t *o, char *path, size_t cap)
 {
@@ -721,7 +727,8 @@ static int find_peer_script(const coll_opts_t *o, char *path, size_t cap)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	const char *tries[] = {"../../bench/mpi/run-peer.sh", "../share/sparsecomm/run-peer.sh"};
+	const char *tries[] = {"../../bench/mpi/run-peer.sh",
+			       "../share/sparsecomm/run-peer.sh"};
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
 		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
 		if (access(path, X_OK) == 0)
@@ -786,7 +793,8 @@ static char *run_script(char *const argv[])
 		return NULL;
 	out[len] = 0;
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr, "collective: the MPI peer failed (wait status %#x); output: %s\n",
+		fprintf(stderr,
+			"collective: the MPI peer failed (wait status %#x); output: %s\n",
 			status, out);
 		free(out);
 		return NULL;
@@ -805,14 +813,15 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 	char script[PATH_MAX], bytes[32], iters[16], np[16], coo[64 * 24] = "";
 	memset(pr, 0, sizeof(*pr));
 	if (find_peer_script(o, script, sizeof(script)) < 0) {
-		fprintf(stderr, "collective: bench/mpi/run-peer.sh not found (--peer-script)\n");
+		fprintf(stderr,
+			"collective: bench/mpi/run-peer.sh not found (--peer-script)\n");
 		return;
 	}
 	snprintf(bytes, sizeof(bytes), "%llu", (unsigned long long)o->wl.numel * 4);
 	snprintf(iters, sizeof(iters), "%d", o->iters);
 	snprintf(np, sizeof(np), "%d", P);
-	char *ar[] = {script, "-np", np, "allreduce", "--sizes", bytes, "--iters", iters,
-		      "--json", NULL};
+	char *ar[] = {script, "-np",	 np,	"allreduce", "--sizes",
+		      bytes,  "--iters", iters, "--json",    NULL};
 	char *out = run_script(ar);
 	pr->ar_time_s = json_time(out);
 	pr->ar_ran = pr->ar_time_s > 0;
@@ -833,15 +842,16 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 	free(w.idx);
 	free(w.val);
 	wl_scratch_free(&w.scr);
-	char *ag[] = {script, "-np",   np,    "allgatherv", "--coo-bytes",
-		      coo,    "--iters", iters, "--json",	    NULL};
+	char *ag[] = {script, "-np",	 np,	"allgatherv", "--coo-bytes",
+		      coo,    "--iters", iters, "--json",     NULL};
 	out = run_script(ag);
 	pr->ag_time_s = json_time(out);
 	pr->ag_ran = pr->ag_time_s > 0;
 	free(out);
 }
 
-/* ---- report ------------------------------------------------------------------------------- */
+/* ---- report -------------------------------------------------------------------------------
+ */
 
 static void finish_result(const coll_opts_t *o, int P, double alpha, run_result_t *r)
 {
@@ -849,9 +859,9 @@ static void finish_result(const coll_opts_t *o, int P, double alpha, run_result_
 	r->busbw = r->time_s > 0 ? bytes / r->time_s * 2.0 * (P - 1) / P : 0;
 	r->bound_s = o->goodput > 0 ? alpha + y / o->goodput : 0;
 	if (!strcmp(r->chosen, "balanced_par") && r->density > 0)
-		r->zen_eq1_bytes = scd_cost_zen_eq1((uint32_t)P, bytes, r->density,
-						    r->densification > 0 ? r->densification : 1,
-						    1.0);
+		r->zen_eq1_bytes =
+		    scd_cost_zen_eq1((uint32_t)P, bytes, r->density,
+				     r->densification > 0 ? r->densification : 1, 1.0);
 }
 
 static void num_or_null(FILE *f, const char *key, double v, const char *fmt)
@@ -869,7 +879,8 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 {
 	FILE *f = fopen(o->json_out, "w");
 	if (!f) {
-		fprintf(stderr, "collective: cannot write %s: %s\n", o->json_out, strerror(errno));
+		fprintf(stderr, "collective: cannot write %s: %s\n", o->json_out,
+			strerror(errno));
 		return;
 	}
 	const char *netns = getenv("SPARSECOMM_NETNS");
@@ -891,16 +902,16 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 	fprintf(f, ",\"results\":[");
 	for (int i = 0; i < n; i++) {
 		const run_result_t *r = &res[i];
-		fprintf(f, "%s{\"scheme\":\"%s\",\"chosen\":\"%s\",\"lossless\":%s", i ? "," : "",
-			r->scheme, r->chosen, r->lossless ? "true" : "false");
+		fprintf(f, "%s{\"scheme\":\"%s\",\"chosen\":\"%s\",\"lossless\":%s",
+			i ? "," : "", r->scheme, r->chosen, r->lossless ? "true" : "false");
 		if (!r->checked)
 			fprintf(f, ",\"wrong\":null");
 		else if (r->lossless)
 			fprintf(f, ",\"wrong\":%.0f", r->wrong);
 		else
 			fprintf(f, ",\"wrong\":%.6g", r->wrong);
-		fprintf(f, ",\"time_s\":%.6f,\"bytes_sent\":%.0f,\"bytes_recv\":%.0f", r->time_s,
-			r->bytes_sent, r->bytes_recv);
+		fprintf(f, ",\"time_s\":%.6f,\"bytes_sent\":%.0f,\"bytes_recv\":%.0f",
+			r->time_s, r->bytes_sent, r->bytes_recv);
 		num_or_null(f, "bound_s", r->bound_s, "%.6f");
 		num_or_null(f, "time_over_bound", r->bound_s > 0 ? r->time_s / r->bound_s : 0,
 			    "%.4f");
@@ -912,7 +923,9 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 			"\"residual\":%s,\"ranks_identical\":%s,\"failed\":%s",
 			r->density, r->densification, r->imbalance,
 			r->has_residual ? "true" : "false",
-			!r->checked ? "null" : r->identical ? "true" : "false",
+			!r->checked    ? "null"
+			: r->identical ? "true"
+				       : "false",
 			r->failed ? "true" : "false");
 		if (r->zen_eq1_bytes > 0)
 			fprintf(f, ",\"zen_eq1_bytes\":%.0f,\"bytes_over_eq1\":%.4f",
@@ -971,17 +984,18 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 		if (pr && pr->ar_ran && r->time_s > 0)
 			snprintf(vs, sizeof(vs), "%.1fx", pr->ar_time_s / r->time_s);
 		printf("  %-12s %-12s %10.2f %9.1f %9.2f %9.2f %9s %8s %9.1f %10s %10s%s\n",
-		       r->scheme, r->chosen[0] ? r->chosen : "-", r->time_s * 1e3, r->busbw / 1e6,
-		       r->bytes_sent / 1e6, r->bytes_recv / 1e6, bound, tb, r->predicted_s * 1e3,
-		       wrong, vs, r->failed ? "  FAILED" : "");
+		       r->scheme, r->chosen[0] ? r->chosen : "-", r->time_s * 1e3,
+		       r->busbw / 1e6, r->bytes_sent / 1e6, r->bytes_recv / 1e6, bound, tb,
+		       r->predicted_s * 1e3, wrong, vs, r->failed ? "  FAILED" : "");
 	}
 	printf("# auto selected: %s\n", selected && *selected ? selected : "-");
 	for (int i = 0; i < n; i++)
 		if (res[i].zen_eq1_bytes > 0)
-			printf("# %s: bytes %.2f MB vs ZEN eq. (1) %.2f MB: %.3fx\n", res[i].scheme,
-			       fmax(res[i].bytes_sent, res[i].bytes_recv) / 1e6,
+			printf("# %s: bytes %.2f MB vs ZEN eq. (1) %.2f MB: %.3fx\n",
+			       res[i].scheme, fmax(res[i].bytes_sent, res[i].bytes_recv) / 1e6,
 			       res[i].zen_eq1_bytes / 1e6,
-			       fmax(res[i].bytes_sent, res[i].bytes_recv) / res[i].zen_eq1_bytes);
+			       fmax(res[i].bytes_sent, res[i].bytes_recv) /
+				   res[i].zen_eq1_bytes);
 	if (pr && pr->ar_ran)
 		printf("# peer mpi_allreduce_ring (dense, %llu B): %.2f ms\n",
 		       (unsigned long long)o->wl.numel * 4, pr->ar_time_s * 1e3);
@@ -1069,7 +1083,8 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 				res[n].bytes_sent / 1e6, res[n].bytes_recv / 1e6, res[n].wrong,
 				res[n].failed ? ", FAILED" : "", now_s() - t0);
 		if (res[n].failed && res[n].error[0] == 0)
-			break; /* the daemons did not answer the gather: nothing more will work */
+			break; /* the daemons did not answer the gather: nothing more will work
+				*/
 	}
 	if (o.peer_mpi) {
 		sess_t s;
@@ -1078,7 +1093,8 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 			goto out;
 		}
 		if (rank == 0) {
-			fprintf(stderr, "collective: running the MPI peers on the same cluster\n");
+			fprintf(stderr,
+				"collective: running the MPI peers on the same cluster\n");
 			run_peers(&o, o.wl.P, &pr);
 		}
 		if (barrier(&s, PEER_TIMEOUT_S + 60) < 0)
@@ -1088,7 +1104,8 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 	if (rank == 0) {
 		print_table(&o, o.wl.P, alpha, sh, res, n, selected, o.peer_mpi ? &pr : NULL);
 		if (o.json_out)
-			write_json(&o, o.wl.P, alpha, sh, res, n, selected, o.peer_mpi ? &pr : NULL);
+			write_json(&o, o.wl.P, alpha, sh, res, n, selected,
+				   o.peer_mpi ? &pr : NULL);
 	}
 out:
 	free(w.idx);

@@ -152,7 +152,8 @@ static int64_t uniform_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_
 	double o = cfg->overlap < 0 ? 0 : cfg->overlap > 1 ? 1 : cfg->overlap;
 	double p_shared = o * d;
 	double p_priv = (1 - o) * d * cfg->P / (1 - p_shared > 1e-12 ? 1 - p_shared : 1e-12);
-	uint64_t ks = key(cfg->seed, 0, step, 0x51), kp = key(cfg->seed, (uint64_t)rank + 1, step, 0x52);
+	uint64_t ks = key(cfg->seed, 0, step, 0x51),
+		 kp = key(cfg->seed, (uint64_t)rank + 1, step, 0x52);
 	uint64_t ts = (uint64_t)(p_shared * 18446744073709551615.0);
 	uint64_t tp = p_priv >= 1 ? UINT64_MAX : (uint64_t)(p_priv * 18446744073709551615.0);
 	uint64_t n = 0;
@@ -205,7 +206,8 @@ static int irwin(uint64_t h)
 
 void wl_dense(const wl_cfg_t *cfg, int rank, uint64_t step, uint64_t lo, uint64_t hi, float *x)
 {
-	uint64_t ks = key(cfg->seed, 0, step, 0x71), kr = key(cfg->seed, (uint64_t)rank + 1, step, 0x72);
+	uint64_t ks = key(cfg->seed, 0, step, 0x71),
+		 kr = key(cfg->seed, (uint64_t)rank + 1, step, 0x72);
 	for (uint64_t i = lo; i < hi; i++)
 		x[i - lo] = (float)(irwin(mix(ks + i)) + irwin(mix(kr + i)));
 }

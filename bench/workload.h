@@ -27,12 +27,12 @@ typedef enum { WL_ZIPF = 0, WL_UNIFORM = 1, WL_TOPK = 2 } wl_kind_t;
 
 typedef struct wl_cfg {
 	wl_kind_t kind;
-	uint64_t numel;	 /* elements of the tensor (< 2^32) */
-	double density;	 /* target non-zeros per rank / numel (COO workloads) */
-	uint64_t seed;	 /* shared by every rank */
-	int P;		 /* ranks */
-	double zipf_s;	 /* Zipf exponent (zipf), default 1.2 */
-	double overlap;	 /* common fraction of ids (uniform), default 0.3 */
+	uint64_t numel; /* elements of the tensor (< 2^32) */
+	double density; /* target non-zeros per rank / numel (COO workloads) */
+	uint64_t seed;	/* shared by every rank */
+	int P;		/* ranks */
+	double zipf_s;	/* Zipf exponent (zipf), default 1.2 */
+	double overlap; /* common fraction of ids (uniform), default 0.3 */
 } wl_cfg_t;
 
 /* Parses "zipf", "uniform", "topk"; 0 on success. */
@@ -43,8 +43,8 @@ int wl_is_coo(wl_kind_t kind);
 
 /* Scratch reused across calls (one per thread); wl_scratch_free releases it. */
 typedef struct wl_scratch {
-	uint64_t *bits;	   /* numel bits */
-	uint32_t *draws;   /* zipf draws */
+	uint64_t *bits;	 /* numel bits */
+	uint32_t *draws; /* zipf draws */
 	size_t cap_draws;
 } wl_scratch_t;
 void wl_scratch_free(wl_scratch_t *s);
@@ -60,15 +60,14 @@ int64_t wl_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_t *idx, floa
 uint64_t wl_coo_cap(const wl_cfg_t *cfg);
 
 /* The dense input (topk) of rank at step, elements [lo, hi) into x[0 .. hi-lo). */
-void wl_dense(const wl_cfg_t *cfg, int rank, uint64_t step, uint64_t lo, uint64_t hi,
-	      float *x);
+void wl_dense(const wl_cfg_t *cfg, int rank, uint64_t step, uint64_t lo, uint64_t hi, float *x);
 
 /* What the P inputs look like together (the characteristics of DATA.md's table). */
 typedef struct wl_shape {
-	double density;	 /* mean non-zeros per rank / numel */
-	double gamma;	 /* union non-zeros / mean per-rank non-zeros */
-	double overlap;	 /* mean pairwise |A and B| / min(|A|, |B|) over rank pairs */
-	double skew;	 /* max / mean union non-zeros over P even index ranges */
+	double density; /* mean non-zeros per rank / numel */
+	double gamma;	/* union non-zeros / mean per-rank non-zeros */
+	double overlap; /* mean pairwise |A and B| / min(|A|, |B|) over rank pairs */
+	double skew;	/* max / mean union non-zeros over P even index ranges */
 	uint64_t union_nnz, max_nnz, total_nnz;
 } wl_shape_t;
 

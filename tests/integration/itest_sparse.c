@@ -32,9 +32,9 @@
 
 #define SP_MAX_FAIL_LINES 40
 
-static const char *const schemes[] = {"dense_ring", "agsparse",	 "hier_central",
+static const char *const schemes[] = {"dense_ring",   "agsparse",   "hier_central",
 				      "balanced_par", "omnireduce", "spardl",
-				      "s2_sketch",    "exdyna",	 "auto"};
+				      "s2_sketch",    "exdyna",	    "auto"};
 #define N_SCHEMES ((int)(sizeof(schemes) / sizeof(schemes[0])))
 
 typedef enum { SET_UNIFORM, SET_ZIPF, SET_TOPK } set_kind_t;
@@ -78,8 +78,8 @@ static double zipf_scale(uint64_t n, double density)
 }
 
 /* Rank r's value at element i for the case (0: not in r's index set). */
-static float sp_value(const sp_case_t *k, double zipf_A, int P, uint64_t seed, int r, uint64_t i,
-		      int step)
+static float sp_value(const sp_case_t *k, double zipf_A, int P, uint64_t seed, int r,
+		      uint64_t i, int step)
 {
 	uint64_t hr = mix(seed ^ mix((uint64_t)r * 7919 + 1) ^ mix(i) ^ (uint64_t)step << 40);
 	int v = (int)(hr >> 60) % 4 + 1; /* 1..4 */
@@ -148,7 +148,8 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		    const char *scheme)
 {
 	uint64_t n = s->numel;
-	int coo = k->kind != SET_TOPK, lossy = lossy_name(scheme), is_auto = !strcmp(scheme, "auto");
+	int coo = k->kind != SET_TOPK, lossy = lossy_name(scheme),
+	    is_auto = !strcmp(scheme, "auto");
 	char name[160];
 	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
 	o.scheme = is_auto ? NULL : scheme;
@@ -204,8 +205,8 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		IT_CHECK_SC(sc_tensor_stats(c, t, &ts), "stats of %s", sc_tensor_name(t));
 		const char *ran = ts.scheme;
 		if (!known_scheme(ran))
-			sp_failf(s, "%s %s step %d: sc_tensor_stats names scheme '%s'", k->label,
-				 scheme, step, ran);
+			sp_failf(s, "%s %s step %d: sc_tensor_stats names scheme '%s'",
+				 k->label, scheme, step, ran);
 		else if (!is_auto && strcmp(ran, scheme))
 			sp_failf(s, "%s %s step %d: pinned %s but the daemon ran %s", k->label,
 				 scheme, step, scheme, ran);
@@ -229,13 +230,15 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 			}
 		}
 		if (wrong)
-			sp_failf(s,
-				 "%s scheme %s (ran %s, %s) step %d: %llu of %llu elements wrong, "
-				 "largest error %g; first [%llu]: expected %g, got %g%s%g",
-				 k->label, scheme, ran, rsum ? "result + residual changes" : "exact sum",
-				 step, (unsigned long long)wrong, (unsigned long long)n, maxerr,
-				 (unsigned long long)first, (double)ref[first], (double)x[first],
-				 rsum ? " + " : " (no residual) ", rsum ? (double)rsum[first] : 0.0);
+			sp_failf(
+			    s,
+			    "%s scheme %s (ran %s, %s) step %d: %llu of %llu elements wrong, "
+			    "largest error %g; first [%llu]: expected %g, got %g%s%g",
+			    k->label, scheme, ran,
+			    rsum ? "result + residual changes" : "exact sum", step,
+			    (unsigned long long)wrong, (unsigned long long)n, maxerr,
+			    (unsigned long long)first, (double)ref[first], (double)x[first],
+			    rsum ? " + " : " (no residual) ", rsum ? (double)rsum[first] : 0.0);
 		if (!res && (lossy || !coo))
 			sp_failf(s, "%s %s: the tensor has no residual", k->label, scheme);
 		hash_in(s, x, n);
@@ -252,7 +255,8 @@ int it_sparse(int argc, char **argv)
 		else if (!strcmp(argv[i], "--scheme") && i + 1 < argc)
 			only = argv[++i];
 		else
-			IT_FAIL("unknown option '%s' (sparse [--numel N] [--scheme S])", argv[i]);
+			IT_FAIL("unknown option '%s' (sparse [--numel N] [--scheme S])",
+				argv[i]);
 	}
 	sc_client_t *c = it_connect();
 	s.rank = sc_rank(c);
@@ -289,7 +293,8 @@ int it_sparse(int argc, char **argv)
 			memset(s.ref[st], 0, s.numel * sizeof(float));
 			for (int r = 0; r < s.P; r++)
 				for (uint64_t i = 0; i < s.numel; i++) {
-					float v = sp_value(k, A, s.P, s.seed + (uint64_t)ci, r, i, st);
+					float v = sp_value(k, A, s.P, s.seed + (uint64_t)ci, r,
+							   i, st);
 					s.ref[st][i] += v;
 					if (r == s.rank)
 						s.mine[st][i] = v;
@@ -309,8 +314,10 @@ int it_sparse(int argc, char **argv)
 	for (int r = 1; r < s.P; r++)
 		for (int j = 0; j < 3; j++)
 			if (gv[r * 3 + j] != gv[j])
-				sp_failf(&s, "rank %d's results differ from rank 0's (hash piece %d)",
-					 r, j);
+				sp_failf(
+				    &s,
+				    "rank %d's results differ from rank 0's (hash piece %d)", r,
+				    j);
 	double fails = it_barrier(c, "sparse.fails", s.n_fail);
 	it_log("%d cases x %d schemes over %llu elements in %.1f s; %d mismatch(es) here, %g "
 	       "over all ranks",

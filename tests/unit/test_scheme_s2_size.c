@@ -60,8 +60,8 @@ static void s2_size_rank(scd_transport_t *t, int rank, s2_shared_t *sh)
 
 UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 {
-	s2_shared_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	s2_shared_t *sh =
+	    mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(sh != MAP_FAILED);
 	sh->seed = unit_rng();
 	int fds[S2_P];
@@ -84,8 +84,8 @@ UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 				if (q != r)
 					close(fds[q]);
 			scd_transport_t *t = NULL;
-			CHECK_EQ_INT(scd_tcp_create(fds[r], r, S2_P, addrs, ports, world, 1 << 20,
-						    S2_TMO_MS, &t),
+			CHECK_EQ_INT(scd_tcp_create(fds[r], r, S2_P, addrs, ports, world,
+						    1 << 20, S2_TMO_MS, &t),
 				     SC_OK);
 			s2_size_rank(t, r, sh);
 			scd_transport_destroy(t);
@@ -105,10 +105,11 @@ UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 	double dense = 2.0 * (S2_P - 1) / S2_P * 4.0 * S2_NUMEL;
 	for (int r = 0; r < S2_P; r++)
 		for (int step = 1; step < 3; step++)
-			CHECK_MSG(sh->bytes[r][step] <= 1.5 * sh->bytes[r][0] &&
-				      sh->bytes[r][step] < 0.5 * dense,
-				  "rank %d step %d sent %llu bytes, step 0 %llu, dense ring %.0f",
-				  r, step, (unsigned long long)sh->bytes[r][step],
-				  (unsigned long long)sh->bytes[r][0], dense);
+			CHECK_MSG(
+			    sh->bytes[r][step] <= 1.5 * sh->bytes[r][0] &&
+				sh->bytes[r][step] < 0.5 * dense,
+			    "rank %d step %d sent %llu bytes, step 0 %llu, dense ring %.0f", r,
+			    step, (unsigned long long)sh->bytes[r][step],
+			    (unsigned long long)sh->bytes[r][0], dense);
 	munmap(sh, sizeof(*sh));
 }
