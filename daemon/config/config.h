@@ -53,7 +53,7 @@ typedef enum {
 	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                \
 	  "per-tensor pins, comma-separated PATTERN=SCHEME with shell globs, e.g. "        \
 	  "'emb.*=balanced_par'; they win over scheme")                           \
-	X(netprobe_interval_jobs, INT, 2000, NULL, 0, 1000000000, 0,                       \
+	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, 0,                       \
 	  "re-measure latency and bandwidth between the daemons every this many buffers (0: only at start)") \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 

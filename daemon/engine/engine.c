@@ -221,7 +221,10 @@ static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
 		return SC_OK;
 	}
 	double a = 0, b = 0;
-	sc_status_t st = e->transport->ops->measure(e->transport, 256u << 10, &a, &b, timeout_ms);
+	/* 2 MiB probes: a shaped link lets a burst through at line rate (tbf's bucket, a
+	 * switch's buffer), and a probe much larger than the burst measures the rate the link
+	 * sustains rather than the burst (256 KiB read 1 Gbit/s as 1.8 Gbit/s). */
+	sc_status_t st = e->transport->ops->measure(e->transport, 2u << 20, &a, &b, timeout_ms);
 	if (st != SC_OK)
 		return st;
 	float v[2] = {(float)a, (float)b};
