@@ -810,13 +810,21 @@ int scd_ctl_trainers(const scd_ctl_t *ctl)
 	return ctl->n_trainers;
 }
 
+/* A tensor is gone from this node: the engine may drop the scheme state of its buffers. */
+static void on_tensor_free(void *arg, const char *name)
+{
+	scd_ctl_t *ctl = arg;
+	if (ctl->d->world && !ctl->d->shutting_down)
+		scd_world_forget(ctl->d->world, name);
+}
+
 sc_status_t scd_ctl_create(scd_daemon_t *d, scd_ctl_t **ctl_p)
 {
 	scd_ctl_t *ctl = calloc(1, sizeof(*ctl));
 	if (!ctl)
 		return SC_ERR_NOMEM;
 	ctl->d = d;
-	sc_status_t st = scd_tensors_create(d->local_size, &ctl->tensors);
+	sc_status_t st = scd_tensors_create(d->local_size, on_tensor_free, ctl, &ctl->tensors);
 	if (st != SC_OK) {
 		free(ctl);
 		return st;

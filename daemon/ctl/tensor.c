@@ -20,6 +20,8 @@
 
 struct scd_tensors {
 	int local_size;
+	scd_tensor_free_cb on_free;
+	void *on_free_arg;
 	scd_ntensor_t *bucket[NT_BUCKETS];
 	scd_ntensor_t *all;
 	scd_reg_t **regs; /* by id - 1 */
@@ -35,12 +37,15 @@ static uint32_t name_hash(const char *s)
 	return h;
 }
 
-sc_status_t scd_tensors_create(int local_size, scd_tensors_t **t_p)
+sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
+			       scd_tensors_t **t_p)
 {
 	scd_tensors_t *t = calloc(1, sizeof(*t));
 	if (!t)
 		return SC_ERR_NOMEM;
 	t->local_size = local_size;
+	t->on_free = on_free;
+	t->on_free_arg = arg;
 	*t_p = t;
 	return SC_OK;
 }
@@ -195,6 +200,8 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	for (pp = &t->all; *pp != nt;)
 		pp = &(*pp)->all_next;
 	*pp = nt->all_next;
+	if (t->on_free)
+		t->on_free(t->on_free_arg, nt->name);
 	free(nt->name);
 	free(nt);
 }

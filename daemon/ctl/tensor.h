@@ -94,7 +94,10 @@ static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 
 typedef struct scd_tensors scd_tensors_t;
 
-sc_status_t scd_tensors_create(int local_size, scd_tensors_t **t_p);
+/* on_free (optional) is called with the name of every node tensor as it is freed. */
+typedef void (*scd_tensor_free_cb)(void *arg, const char *name);
+sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
+			       scd_tensors_t **t_p);
 void scd_tensors_destroy(scd_tensors_t *t); /* unlinks and unmaps every shm object */
 void scd_tensors_unlink_all(scd_tensors_t *t); /* unlinks only */
 

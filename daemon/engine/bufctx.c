@@ -21,8 +21,15 @@ typedef struct scd_bufctx {
 	uint64_t sig;
 	uint64_t numel;
 	int n_items;
+	uint32_t *cache_ids;
 	scd_scheme_ctx_t *sctx;
 	scd_scheme_profile_t prof;
+	/* calibration: measured / predicted time per scheme (see choose()) */
+	double ratio[SCD_SCHEME_COUNT];
+	uint32_t samples[SCD_SCHEME_COUNT];
+	int last_scheme;
+	double last_pred_s;
+	int natural; /* some tensor is declared naturally sparse */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
 	scd_coo_t sel;	       /* selection workspace, capacity = largest item */
 	uint64_t last_use;
@@ -48,6 +55,7 @@ static void bufctx_free(scd_bufctx_t *b)
 	for (int i = 0; b->sp && i < b->n_items; i++)
 		scd_sparsifier_destroy(b->sp[i]);
 	free(b->sp);
+	free(b->cache_ids);
 	free(b->sel.idx);
 	free(b->sel.val);
 	free(b);
@@ -60,6 +68,22 @@ void scd_bufctx_table_destroy(scd_bufctx_table_t *tab)
 	for (int i = 0; i < tab->n; i++)
 		bufctx_free(tab->v[i]);
 	free(tab);
+}
+
+void scd_bufctx_forget(scd_bufctx_table_t *tab, uint32_t cache_id)
+{
+	for (int i = 0; i < tab->n;) {
+		scd_bufctx_t *b = tab->v[i];
+		int holds = 0;
+		for (int k = 0; k < b->n_items && !holds; k++)
+			holds = b->cache_ids[k] == cache_id;
+		if (holds) {
+			bufctx_free(b);
+			tab->v[i] = tab->v[--tab->n];
+		} else {
+			i++;
+		}
+	}
 }
 
 /* The signature of a buffer: its tensors' cache ids and sizes, identical on every rank. */
@@ -100,8 +124,11 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 	b->numel = job->total_numel;
 	b->n_items = job->n_items;
 	b->sp = calloc((size_t)job->n_items, sizeof(*b->sp));
-	if (!b->sp)
+	b->cache_ids = calloc((size_t)job->n_items, sizeof(uint32_t));
+	if (!b->sp || !b->cache_ids)
 		goto err;
+	for (int i = 0; i < job->n_items; i++)
+		b->cache_ids[i] = job->items[i].cache_id;
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(job->total_numel, seed ^ sig);
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
@@ -114,6 +141,10 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 		    it->sparsifier == SC_SPARSIFY_DGC) {
 			cfg.density = it->density;
 			hint = it->density;
+		} else if (it->sparsifier == SC_SPARSIFY_NATURAL) {
+			/* declared sparse: start from a sparse guess (the same on every rank);
+			 * the first report replaces it */
+			hint = 0.01;
 		}
 		scd_sparsify_kind_t kind;
 		if (!sparsify_kind(it->sparsifier, &kind))
@@ -135,6 +166,11 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 		goto err;
 	scd_scheme_ctx_set_net(b->sctx, alpha, beta);
 	scd_scheme_profile_init(&b->prof, hint);
+	b->last_scheme = -1;
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		b->ratio[s] = 1.0;
+	for (int i = 0; i < job->n_items; i++)
+		b->natural |= job->items[i].sparsifier == SC_SPARSIFY_NATURAL;
 	*b_p = b;
 	return SC_OK;
 err:
@@ -197,13 +233,67 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf)
 /* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */
 static int small_dense(const scd_job_t *job)
 {
-	if (job->pin >= 0 || job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
+	if (job->coo_direct || job->pin >= 0 || job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
 		return 0;
 	for (int i = 0; i < job->n_items; i++)
 		if (job->items[i].sparsifier != SC_SPARSIFY_NONE || job->items[i].residual ||
 		    (job->items[i].n_src && job->items[i].src[0].coo))
 			return 0;
 	return 1;
+}
+
+/*
+ * Folds the previous step's measurement into the calibration. The time is the slowest
+ * rank's (carried by the scheme's metadata round, so identical everywhere) and the
+ * prediction was computed from identical inputs, so every rank holds the same ratios. The
+ * first run of a scheme in a buffer is not counted: it pays for the workspaces' first
+ * touch, which says nothing about the steps that follow.
+ */
+static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
+{
+	int s = b->last_scheme;
+	if (s < 0 || rep->prev_elapsed_max_s <= 0 || b->last_pred_s <= 0)
+		return;
+	double sample = rep->prev_elapsed_max_s / b->last_pred_s;
+	if (b->samples[s]++ == 0)
+		return;
+	b->ratio[s] = b->samples[s] == 2 ? sample : 0.7 * b->ratio[s] + 0.3 * sample;
+}
+
+/*
+ * The scheme for this step: the pin, else the cheapest of the allowed schemes by the cost
+ * model's prediction times the scheme's calibration ratio (1 until measured). The model
+ * counts the network only; the ratio brings in what it misses (the CPU work of merging,
+ * hashing and encoding, which on a busy host can outweigh the wire). An unmeasured scheme
+ * is taken at its raw prediction, so a scheme the model favours gets tried and then judged
+ * by what it really did. ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen
+ * here); the S2 sketch is not offered for naturally sparse tensors, whose residual it would
+ * spread over every non-zero block step after step.
+ */
+static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s,
+			   double beta_s_per_byte, scd_cost_t *cost_p)
+{
+	if (job->pin >= 0) {
+		*cost_p = scd_scheme_cost(b->sctx, (scd_scheme_t)job->pin, &b->prof, alpha_s,
+					  beta_s_per_byte);
+		return (scd_scheme_t)job->pin;
+	}
+	scd_scheme_t best = SCD_SCHEME_DENSE_RING;
+	double best_s = -1;
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		if (s == SCD_SCHEME_EXDYNA || (s == SCD_SCHEME_S2_SKETCH && b->natural) ||
+		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
+			continue;
+		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
+					       beta_s_per_byte);
+		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : 1.0);
+		if (best_s < 0 || t < best_s) {
+			best = (scd_scheme_t)s;
+			best_s = t;
+			*cost_p = c;
+		}
+	}
+	return best;
 }
 
 sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
@@ -233,10 +323,10 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		return st;
 	}
 	scd_cost_t cost = {0};
-	scd_scheme_t s = scd_scheme_choose(b->sctx, &b->prof, alpha_s, beta_s_per_byte,
-					   job->lossless_only, job->pin, &cost);
+	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);
 	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
 	scd_scheme_io_t io = {.data = buf,
+			      .coo = job->coo_direct ? &job->coo_in : NULL,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL};
 	scd_scheme_report_t rep;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
@@ -245,6 +335,9 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			 scd_scheme_error());
 		return st;
 	}
+	calibrate(b, &rep);
+	b->last_scheme = s;
+	b->last_pred_s = cost.seconds;
 	scd_scheme_profile_update(&b->prof, &rep);
 	job->scheme = s;
 	job->predicted_s = cost.seconds;

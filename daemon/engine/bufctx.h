@@ -21,6 +21,9 @@ typedef struct scd_bufctx_table scd_bufctx_table_t;
 sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p);
 void scd_bufctx_table_destroy(scd_bufctx_table_t *tab);
 
+/* Frees the state of every buffer that holds the tensor with this cache id. */
+void scd_bufctx_forget(scd_bufctx_table_t *tab, uint32_t cache_id);
+
 /* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
  * the agreed network costs; seed the world's shared seed. Fills job's report fields and,
  * on failure, job->error. */

@@ -244,6 +244,34 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 	*beta_s_per_byte_p = e->beta_s_per_byte;
 }
 
+/*
+ * A single trainer's COO input, indices strictly ascending and in range, that nothing
+ * rewrites before the scheme (no sparsifier, no residual), goes to the scheme as it lies
+ * in shared memory: the step then costs O(nnz) to read instead of a scatter over the
+ * whole tensor. Sets job->coo_in and returns 1 when that applies.
+ */
+static int coo_direct(scd_job_t *job)
+{
+	job->coo_in.nnz = 0;
+	job->coo_direct = 0;
+	if (job->n_items != 1 || job->dtype != SC_FLOAT32)
+		return 0;
+	const scd_job_item_t *it = &job->items[0];
+	if (it->n_src != 1 || !it->src[0].coo || it->residual ||
+	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
+		return 0;
+	const scd_job_src_t *s = &it->src[0];
+	for (uint64_t i = 0; i < s->coo_nnz; i++)
+		if (s->coo_idx[i] >= it->numel || (i && s->coo_idx[i] <= s->coo_idx[i - 1]))
+			return 0;
+	job->coo_in = (scd_coo_t){.idx = (uint32_t *)s->coo_idx,
+				  .val = (float *)s->coo_val,
+				  .nnz = s->coo_nnz,
+				  .cap = s->coo_nnz};
+	job->coo_direct = 1;
+	return 1;
+}
+
 static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = job->timeout_ms;
@@ -271,9 +299,10 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		buf = e->fusion;
 	}
 	uint64_t bad = 0;
-	for (int i = 0; i < job->n_items; i++)
-		bad +=
-		    local_reduce(&job->items[i], job->dtype, buf + job->items[i].offset * esz);
+	if (!coo_direct(job))
+		for (int i = 0; i < job->n_items; i++)
+			bad += local_reduce(&job->items[i], job->dtype,
+					    buf + job->items[i].offset * esz);
 	sc_status_t st = SC_OK;
 	if (job->probe)
 		st = probe_network(e, tmo);
@@ -351,6 +380,8 @@ static void *engine_main(void *arg)
 		job->status = SC_OK;
 		if (job->kind == SCD_JOB_MESH)
 			run_mesh(e, job);
+		else if (job->kind == SCD_JOB_FORGET)
+			scd_bufctx_forget(e->bufs, job->forget_cache_id);
 		else if (!e->transport)
 			job->status = SC_ERR_PEER;
 		else

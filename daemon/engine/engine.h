@@ -23,10 +23,11 @@
 #include <stdint.h>
 
 #include "ctl/tensor.h"
+#include "device/sparse.h"
 #include "daemon.h"
 #include "transport/transport.h"
 
-typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE } scd_job_kind_t;
+typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
 
 typedef struct scd_job_src {
 	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
@@ -63,7 +64,11 @@ typedef struct scd_job {
 	int timeout_ms;		/* data-plane timeout */
 	int probe;		/* measure alpha/beta before this job (same job on every rank) */
 	uint64_t world_seed;	/* shared by every rank */
+	int coo_direct;		/* the engine hands coo_in to the scheme (no densifying) */
+	scd_coo_t coo_in;
 	int lossless_only;	/* some tensor does not allow lossy schemes */
+	/* forget: drop the state of every buffer holding this cache id */
+	uint32_t forget_cache_id;
 	/* mesh */
 	int listen_fd;
 	uint64_t world_id;

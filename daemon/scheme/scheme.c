@@ -260,7 +260,7 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 	put64(m + 16, c->step);
 	put64(m + 24, nnz);
 	put32(m + 32, nparts);
-	put32(m + 36, 0);
+	put32(m + 36, c->last_elapsed_us);
 	for (uint32_t p = 0; p < nparts; p++)
 		put64(m + META_HDR_BYTES + 8 * p, parts[p]);
 	size_t len = META_HDR_BYTES + 8 * (size_t)nparts;
@@ -277,8 +277,11 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 		return st;
 	memcpy((uint8_t *)c->meta_recv.p + slot * me, m, len);
 	c->total_nnz = c->max_nnz = 0;
+	c->prev_elapsed_max_us = 0;
 	for (int q = 0; q < P; q++) {
 		const uint8_t *r = (const uint8_t *)c->meta_recv.p + slot * q;
+		if (get32(r + 36) > c->prev_elapsed_max_us)
+			c->prev_elapsed_max_us = get32(r + 36);
 		if (get32(r) != META_MAGIC || get32(r + 4) != (uint32_t)s ||
 		    get64(r + 8) != c->cfg.numel || get64(r + 16) != c->step ||
 		    get32(r + 32) != nparts)
@@ -577,6 +580,8 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 		c->last_union = r.union_nnz;
 	c->step++;
 	r.elapsed_s = now_s() - t0;
+	r.prev_elapsed_max_s = c->prev_elapsed_max_us * 1e-6;
+	c->last_elapsed_us = r.elapsed_s < 4000.0 ? (uint32_t)(r.elapsed_s * 1e6) : UINT32_MAX;
 	if (report_p)
 		*report_p = r;
 	return SC_OK;

@@ -121,6 +121,10 @@ typedef struct scd_scheme_report {
 	double imbalance; /* (same) max/mean load over servers (BP, OmniReduce)
 			     or over ranks' contributions (the others) */
 	double elapsed_s; /* this rank's wall time in scd_scheme_run */
+	double prev_elapsed_max_s; /* (same) the slowest rank's wall time in the previous
+				      run of this context (0 on the first), carried by the
+				      metadata round: lets every rank calibrate its cost
+				      model on the same measurement */
 } scd_scheme_report_t;
 
 /*

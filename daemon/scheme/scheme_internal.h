@@ -41,6 +41,8 @@ struct scd_scheme_ctx {
 	uint64_t *nnz;	 /* [P] */
 	uint64_t *parts; /* [P][P]: parts[q * P + p] = what q has for partition p */
 	uint64_t total_nnz, max_nnz;
+	uint32_t last_elapsed_us;     /* this rank's previous run */
+	uint32_t prev_elapsed_max_us; /* (same) the slowest rank's previous run */
 
 	/* per-operation transfer lists */
 	scd_xfer_t *sends, *recvs; /* [2P] each */

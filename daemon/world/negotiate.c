@@ -729,8 +729,25 @@ void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	}
 }
 
+void scd_world_forget(scd_world_t *w, const char *name)
+{
+	uint32_t id = cache_lookup(w, name);
+	if (id == UINT32_MAX)
+		return;
+	scd_job_t *job = calloc(1, sizeof(*job));
+	if (!job)
+		return;
+	job->kind = SCD_JOB_FORGET;
+	job->forget_cache_id = id;
+	scd_engine_submit(w->d->engine, job);
+}
+
 void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 {
+	if (job->kind == SCD_JOB_FORGET) {
+		free(job);
+		return;
+	}
 	if (job->kind == SCD_JOB_MESH) {
 		if (job->status != SC_OK) {
 			scd_error(SCD_SUB_WORLD, "%s", job->error);

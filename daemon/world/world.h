@@ -40,6 +40,8 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt);
  * operation on it fails with status and reason until this node clears it (status SC_OK,
  * sent when the tensor is released). */
 void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason);
+/* The tensor is gone from this node: frees the engine's state for buffers holding it. */
+void scd_world_forget(scd_world_t *w, const char *name);
 /* This node lost a trainer (degraded) or has a full set again. */
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 /* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */
