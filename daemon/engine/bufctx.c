@@ -13,6 +13,9 @@
 #include "util/log.h"
 
 #define SCD_BUFCTX_MAX 256
+/* An unmeasured scheme is tried only when its prediction beats the best measured one by
+ * this factor: near-ties are not worth a step on a scheme that may well be slower. */
+#define SCD_EXPLORE_MARGIN 1.25
 /* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
  * so they skip the scheme layer's metadata round and go straight to the ring. */
 #define SCD_SMALL_DENSE_BYTES (64u << 10)
@@ -262,11 +265,11 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 
 /*
  * The scheme for this step: the pin, else the cheapest of the allowed schemes by the cost
- * model's prediction times the scheme's calibration ratio (1 until measured). The model
+ * model's prediction times the scheme's calibration ratio (SCD_EXPLORE_MARGIN until
+ * measured). The model
  * counts the network only; the ratio brings in what it misses (the CPU work of merging,
  * hashing and encoding, which on a busy host can outweigh the wire). An unmeasured scheme
- * is taken at its raw prediction, so a scheme the model favours gets tried and then judged
- * by what it really did. ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen
+ * that the model clearly favours gets tried, and is then judged by what it really did. ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen
  * here); the S2 sketch is not offered for naturally sparse tensors, whose residual it would
  * spread over every non-zero block step after step.
  */
@@ -286,7 +289,7 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 			continue;
 		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
 					       beta_s_per_byte);
-		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : 1.0);
+		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : SCD_EXPLORE_MARGIN);
 		if (best_s < 0 || t < best_s) {
 			best = (scd_scheme_t)s;
 			best_s = t;
@@ -336,6 +339,12 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		return st;
 	}
 	calibrate(b, &rep);
+	if ((int)s != b->last_scheme)
+		scd_info(SCD_SUB_ENGINE,
+			 "buffer %016llx (%llu elements): %s, predicted %.3f ms (density %.4f, "
+			 "densification %.2f)",
+			 (unsigned long long)b->sig, (unsigned long long)b->numel,
+			 scd_scheme_name(s), cost.seconds * 1e3, b->prof.density, b->prof.gamma_n);
 	b->last_scheme = s;
 	b->last_pred_s = cost.seconds;
 	scd_scheme_profile_update(&b->prof, &rep);
