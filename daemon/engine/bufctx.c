@@ -270,8 +270,10 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
  * counts the network only; the ratio brings in what it misses (the CPU work of merging,
  * hashing and encoding, which on a busy host can outweigh the wire). An unmeasured scheme
  * that the model clearly favours gets tried, and is then judged by what it really did. ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen
- * here); the S2 sketch is not offered for naturally sparse tensors, whose residual it would
- * spread over every non-zero block step after step.
+ * here). The S2 sketch is only run when pinned: its decode and its residual are dense over
+ * every non-zero block, CPU work the network model cannot see, and one exploratory step of
+ * it cost tens of seconds on 256 MiB tensors (with error feedback on a naturally sparse
+ * tensor its residual spreads over the blocks step after step).
  */
 static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s,
 			   double beta_s_per_byte, scd_cost_t *cost_p)
@@ -284,7 +286,7 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 	scd_scheme_t best = SCD_SCHEME_DENSE_RING;
 	double best_s = -1;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
-		if (s == SCD_SCHEME_EXDYNA || (s == SCD_SCHEME_S2_SKETCH && b->natural) ||
+		if (s == SCD_SCHEME_EXDYNA || s == SCD_SCHEME_S2_SKETCH ||
 		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
 			continue;
 		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
