@@ -20,6 +20,7 @@
  * one-element allreduce; the table gains the MPI time and the ratio ours / MPI.
  */
 #include "bench.h"
+#include "util.h"
 #include "sparsecomm.h"
 
 #include <ctype.h>
@@ -57,22 +58,11 @@ typedef struct ar_opts {
 	double goodput; /* bytes/s, 0: unknown */
 } ar_opts_t;
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
 static double percentile(double *v, int n, double p)
 {
-	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
 	if (p == 0.5 && n % 2 == 0)
 		return (v[n / 2 - 1] + v[n / 2]) / 2;
 	int k = (int)ceil(p * n) - 1;
@@ -112,25 +102,6 @@ static int parse_bytes(const char *s, size_t *out_p)
 	return 0;
 }
 
-/* Parses a tc-style rate into bits per second (1gbit, 500mbit, 100mbps). */
-static int parse_rate(const char *rate, double *bits_p)
-{
-	static const struct {
-		const char *unit;
-		double mult;
-	} units[] = {{"", 1},	     {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9},
-		     {"tbit", 1e12}, {"bps", 8}, {"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}};
-	char *end;
-	double v = strtod(rate, &end);
-	if (end == rate || !(v > 0))
-		return -1;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-		if (!strcasecmp(end, units[i].unit)) {
-			*bits_p = v * units[i].mult;
-			return 0;
-		}
-	return -1;
-}
 
 static void usage(FILE *out)
 {
@@ -214,7 +185,7 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 		}
 	} else if (o->rate && *o->rate) {
 		double bits;
-		if (parse_rate(o->rate, &bits) < 0) {
+		if (bench_parse_rate(o->rate, &bits) < 0) {
 			fprintf(stderr, "allreduce: cannot parse rate '%s'\n", o->rate);
 			return -1;
 		}
@@ -255,14 +226,14 @@ static int do_allreduce(sc_client_t *c, sc_tensor_t *t, int timeout_ms)
  */
 static int barrier(sc_client_t *c, sc_tensor_t *t, double timeout_s)
 {
-	double end = now_s() + timeout_s;
+	double end = bench_now_s() + timeout_s;
 	for (;;) {
 		*(float *)sc_tensor_data(t) = 1;
-		double left = end - now_s();
+		double left = end - bench_now_s();
 		sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, (int)(left * 1000) + 1);
 		if (st == SC_OK)
 			return 0;
-		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || now_s() >= end) {
+		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || bench_now_s() >= end) {
 			fprintf(stderr, "barrier failed: %s: %s\n", sc_status_name(st),
 				sc_last_error());
 			return -1;
@@ -282,13 +253,13 @@ static int lat_4k(sc_client_t *c, int iters, double *med_p, double *p99_p)
 	}
 	for (int i = -10; i < iters; i++) {
 		fill(sc_tensor_data(t), 1024, sc_rank(c));
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0) {
 			free(v);
 			return -1;
 		}
 		if (i >= 0)
-			v[i] = now_s() - t0;
+			v[i] = bench_now_s() - t0;
 	}
 	*med_p = percentile(v, iters, 0.5);
 	*p99_p = percentile(v, iters, 0.99);
@@ -323,10 +294,10 @@ static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_r
 		fill(x, n, rank);
 		if (barrier(c, bar, OP_TIMEOUT_MS / 1000.0) < 0)
 			goto err;
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0)
 			goto err;
-		double dt = now_s() - t0;
+		double dt = bench_now_s() - t0;
 		r->wrong += check(x, n, expect);
 		if (i >= 0)
 			times[i] = dt;
@@ -342,38 +313,12 @@ err:
 	return -1;
 }
 
-/* Finds bench/mpi/run-peer.sh: --peer-script, $SPARSECOMM_RUN_PEER, or from the binary. */
-static int find_peer_script(const ar_opts_t *o, char *path, size_t cap)
-{
-	char self[PATH_MAX];
-	const char *env = getenv("SPARSECOMM_RUN_PEER");
-	if (o->peer_script || (env && *env)) {
-		snprintf(path, cap, "%s", o->peer_script ? o->peer_script : env);
-		return access(path, X_OK);
-	}
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	const char *tries[] = {"../../bench/mpi/run-peer.sh",
-			       "../share/sparsecomm/run-peer.sh"};
-	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
-		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
-		if (access(path, X_OK) == 0)
-			return 0;
-	}
-	return -1;
-}
 
 /* Runs the MPI peer; fills mpi_time_s from its JSON. Returns 0 when it ran. */
 static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 {
 	char script[PATH_MAX], sizes[MAX_SIZES * 24] = "", iters[16], np[16];
-	if (find_peer_script(o, script, sizeof(script)) < 0) {
+	if (bench_find_peer_script(o->peer_script, script, sizeof(script)) < 0) {
 		fprintf(stderr, "allreduce: bench/mpi/run-peer.sh not found (--peer-script)\n");
 		return -1;
 	}
@@ -399,10 +344,10 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 	close(outp[1]);
 	size_t cap = 1 << 16, len = 0;
 	char *out = malloc(cap);
-	double end = now_s() + PEER_TIMEOUT_S;
+	double end = bench_now_s() + PEER_TIMEOUT_S;
 	while (out) {
 		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
-		double left = end - now_s();
+		double left = end - bench_now_s();
 		if (left <= 0) {
 			fprintf(stderr, "allreduce: the MPI peer ran over %d s; stopping it\n",
 				PEER_TIMEOUT_S);

@@ -37,6 +37,7 @@
  * gamma, and the ratio of the bytes moved to it.
  */
 #include "bench.h"
+#include "util.h"
 #include "sparsecomm.h"
 #include "workload.h"
 
@@ -97,43 +98,9 @@ typedef struct peer_result {
 	bool ar_ran, ag_ran;
 } peer_result_t;
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
 
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
-static int parse_rate(const char *rate, double *bits_p)
-{
-	static const struct {
-		const char *unit;
-		double mult;
-	} units[] = {{"", 1},	     {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9},
-		     {"tbit", 1e12}, {"bps", 8}, {"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}};
-	char *end;
-	double v = strtod(rate, &end);
-	if (end == rate || !(v > 0))
-		return -1;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-		if (!strcasecmp(end, units[i].unit)) {
-			*bits_p = v * units[i].mult;
-			return 0;
-		}
-	return -1;
-}
 
 static void usage(FILE *out)
 {
@@ -259,7 +226,7 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 		return -1;
 	if (o->rate && *o->rate) {
 		double bits;
-		if (parse_rate(o->rate, &bits) < 0) {
+		if (bench_parse_rate(o->rate, &bits) < 0) {
 			fprintf(stderr, "collective: cannot parse rate '%s'\n", o->rate);
 			return -1;
 		}
@@ -318,14 +285,14 @@ static void sess_close(sess_t *s)
  * computing its reference for longer than their stall timeout). */
 static int barrier(sess_t *s, double timeout_s)
 {
-	double end = now_s() + timeout_s;
+	double end = bench_now_s() + timeout_s;
 	for (;;) {
 		*(float *)sc_tensor_data(s->bar) = 1;
-		double left = end - now_s();
+		double left = end - bench_now_s();
 		sc_status_t st = sc_allreduce(s->c, s->bar, SC_OP_SUM, (int)(left * 1000) + 1);
 		if (st == SC_OK)
 			return 0;
-		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || now_s() >= end) {
+		if ((st != SC_ERR_TIMEOUT && st != SC_ERR_STALLED) || bench_now_s() >= end) {
 			fprintf(stderr, "collective: barrier failed: %s: %s\n",
 				sc_status_name(st), sc_last_error());
 			return -1;
@@ -423,13 +390,13 @@ static sc_status_t step_once(const coll_opts_t *o, sess_t *s, sc_tensor_t *t, si
 	sc_handle_t h;
 	if (barrier(s, OP_TIMEOUT_MS / 1000.0) < 0)
 		return SC_ERR_TIMEOUT;
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	sc_status_t st = wl_is_coo(o->wl.kind)
 			     ? sc_allreduce_coo_async(s->c, t, nnz, SC_OP_SUM, &h)
 			     : sc_allreduce_async(s->c, t, SC_OP_SUM, &h);
 	if (st == SC_OK)
 		st = sc_wait(s->c, h, OP_TIMEOUT_MS);
-	*dt_p = now_s() - t0;
+	*dt_p = bench_now_s() - t0;
 	return st;
 }
 
@@ -666,7 +633,7 @@ gathered:
 		for (int q = 0; q < s.P; q++)
 			times[i] = fmax(times[i], all[(size_t)q * slots + i]);
 	}
-	r->time_s = median(times, K);
+	r->time_s = bench_median(times, K);
 	r->lossless = !is_lossy_name(r->chosen[0] ? r->chosen : scheme);
 	r->wrong = r->lossless ? wrong_all : (maxin_all > 0 ? maxerr_all / maxin_all : 0);
 	rc = r->failed ? -1 : 0;
@@ -688,16 +655,16 @@ static int measure_alpha(double *alpha_p)
 	if (sess_open(&s, 1) < 0)
 		return -1;
 	for (int i = -5; i < LAT_ITERS; i++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		if (barrier(&s, OP_TIMEOUT_MS / 1000.0) < 0) {
 			sess_close(&s);
 			return -1;
 		}
 		if (i >= 0)
-			v[i] = now_s() - t0;
+			v[i] = bench_now_s() - t0;
 	}
 	/* Every rank uses rank 0's value (float, through the gather). */
-	float mine = s.rank == 0 ? (float)median(v, LAT_ITERS) : 0,
+	float mine = s.rank == 0 ? (float)bench_median(v, LAT_ITERS) : 0,
 	      *all = calloc((size_t)s.P, 4);
 	*(float *)sc_tensor_data(s.gath) = 0;
 	int rc = all && gather(&s, &mine, all) == 0 ? 0 : -1;
@@ -711,31 +678,6 @@ static int measure_alpha(double *alpha_p)
 /* ---- the Open MPI peers -------------------------------------------------------------------
  */
 
-static int find_peer_script(const coll_opts_t *o, char *path, size_t cap)
-{
-	char self[PATH_MAX];
-	const char *env = getenv("SPARSECOMM_RUN_PEER");
-	if (o->peer_script || (env && *env)) {
-		snprintf(path, cap, "%s", o->peer_script ? o->peer_script : env);
-		return access(path, X_OK);
-	}
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	const char *tries[] = {"../../bench/mpi/run-peer.sh",
-			       "../share/sparsecomm/run-peer.sh"};
-	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
-		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
-		if (access(path, X_OK) == 0)
-			return 0;
-	}
-	return -1;
-}
 
 /* Runs run-peer.sh with argv; returns its stdout (malloc'd) or NULL. */
 static char *run_script(char *const argv[])
@@ -758,10 +700,10 @@ static char *run_script(char *const argv[])
 	close(outp[1]);
 	size_t cap = 1 << 16, len = 0;
 	char *out = malloc(cap);
-	double end = now_s() + PEER_TIMEOUT_S;
+	double end = bench_now_s() + PEER_TIMEOUT_S;
 	while (out) {
 		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
-		double left = end - now_s();
+		double left = end - bench_now_s();
 		if (left <= 0) {
 			fprintf(stderr, "collective: the MPI peer ran over %d s; stopping it\n",
 				PEER_TIMEOUT_S);
@@ -812,7 +754,7 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 {
 	char script[PATH_MAX], bytes[32], iters[16], np[16], coo[64 * 24] = "";
 	memset(pr, 0, sizeof(*pr));
-	if (find_peer_script(o, script, sizeof(script)) < 0) {
+	if (bench_find_peer_script(o->peer_script, script, sizeof(script)) < 0) {
 		fprintf(stderr,
 			"collective: bench/mpi/run-peer.sh not found (--peer-script)\n");
 		return;
@@ -1067,7 +1009,7 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 		goto out;
 	rc = 0;
 	for (int i = 0; i < o.n_schemes; i++, n++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		if (run_scheme(&o, o.schemes[i], &w, &res[n]) < 0)
 			rc = 1;
 		finish_result(&o, o.wl.P, alpha, &res[n]);
@@ -1081,7 +1023,7 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 				"wrong %g%s (%.0f s)\n",
 				res[n].scheme, res[n].chosen, res[n].time_s * 1e3,
 				res[n].bytes_sent / 1e6, res[n].bytes_recv / 1e6, res[n].wrong,
-				res[n].failed ? ", FAILED" : "", now_s() - t0);
+				res[n].failed ? ", FAILED" : "", bench_now_s() - t0);
 		if (res[n].failed && res[n].error[0] == 0)
 			break; /* the daemons did not answer the gather: nothing more will work
 				*/

@@ -1,0 +1,22 @@
+/*
+ * util.h: helpers the benchmark commands share: a monotonic clock, medians, tc-style rate
+ * parsing, and locating bench/mpi/run-peer.sh (the Open MPI peer across the launcher's
+ * namespaces).
+ */
+#ifndef SC_BENCH_UTIL_H
+#define SC_BENCH_UTIL_H
+
+#include <stddef.h>
+
+double bench_now_s(void);
+/* qsort comparator of doubles, ascending. */
+int bench_cmp_double(const void *a, const void *b);
+/* The median of v[0..n) (sorts v). */
+double bench_median(double *v, int n);
+/* A tc-style rate (1gbit, 500mbit, 100mbps) in bits per second; 0 on success. */
+int bench_parse_rate(const char *rate, double *bits_p);
+/* bench/mpi/run-peer.sh: explicit (may be NULL), else $SPARSECOMM_RUN_PEER, else found
+ * relative to the running binary. 0 when an executable script was found. */
+int bench_find_peer_script(const char *explicit_path, char *path, size_t cap);
+
+#endif
