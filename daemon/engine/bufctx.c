@@ -16,6 +16,8 @@
 /* An unmeasured scheme is tried only when its prediction beats the best measured one by
  * this factor: near-ties are not worth a step on a scheme that may well be slower. */
 #define SCD_EXPLORE_MARGIN 1.25
+/* A measured scheme replaces the current one only when predicted this much faster. */
+#define SCD_SWITCH_GAIN 0.9
 /* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
  * so they skip the scheme layer's metadata round and go straight to the ring. */
 #define SCD_SMALL_DENSE_BYTES (64u << 10)
@@ -284,7 +286,8 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 		return (scd_scheme_t)job->pin;
 	}
 	scd_scheme_t best = SCD_SCHEME_DENSE_RING;
-	double best_s = -1;
+	double best_s = -1, last_s = -1;
+	scd_cost_t last_c = {0};
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 		if (s == SCD_SCHEME_EXDYNA || s == SCD_SCHEME_S2_SKETCH ||
 		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
@@ -292,11 +295,21 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
 					       beta_s_per_byte);
 		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : SCD_EXPLORE_MARGIN);
+		if (s == b->last_scheme) {
+			last_s = t;
+			last_c = c;
+		}
 		if (best_s < 0 || t < best_s) {
 			best = (scd_scheme_t)s;
 			best_s = t;
 			*cost_p = c;
 		}
+	}
+	/* Hysteresis: near-ties (measurements are noisy) do not flip the scheme back and
+	 * forth; every rank holds the same numbers, so they all keep or switch together. */
+	if (last_s >= 0 && (int)best != b->last_scheme && best_s > SCD_SWITCH_GAIN * last_s) {
+		*cost_p = last_c;
+		return (scd_scheme_t)b->last_scheme;
 	}
 	return best;
 }
