@@ -21,6 +21,11 @@
 /* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
  * so they skip the scheme layer's metadata round and go straight to the ring. */
 #define SCD_SMALL_DENSE_BYTES (64u << 10)
+/* Up to this size a small buffer is summed in one round: every rank sends it whole to every
+ * other rank (P - 1 messages in one exchange) and adds the P copies in rank order, so the
+ * bits agree everywhere. A ring needs 2 (P - 1) rounds, and at this size rounds are all
+ * that costs. */
+#define SCD_ONE_ROUND_BYTES (16u << 10)
 
 typedef struct scd_bufctx {
 	uint64_t sig;
@@ -44,6 +49,8 @@ struct scd_bufctx_table {
 	scd_bufctx_t *v[SCD_BUFCTX_MAX];
 	int n;
 	uint64_t clock;
+	float *gather; /* P x SCD_ONE_ROUND_BYTES, for one-round allreduces */
+	int gather_ranks;
 };
 
 sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p)
@@ -70,6 +77,7 @@ void scd_bufctx_table_destroy(scd_bufctx_table_t *tab)
 {
 	if (!tab)
 		return;
+	free(tab->gather);
 	for (int i = 0; i < tab->n; i++)
 		bufctx_free(tab->v[i]);
 	free(tab);
@@ -314,13 +322,52 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 	return best;
 }
 
+/* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES). */
+static sc_status_t one_round(scd_bufctx_table_t *tab, scd_transport_t *t, float *buf,
+			     uint64_t n, int timeout_ms)
+{
+	int P = t->size, me = t->rank;
+	size_t bytes = n * sizeof(float);
+	if (tab->gather_ranks < P) {
+		float *g = malloc((size_t)P * SCD_ONE_ROUND_BYTES);
+		if (!g)
+			return SC_ERR_NOMEM;
+		free(tab->gather);
+		tab->gather = g;
+		tab->gather_ranks = P;
+	}
+	scd_xfer_t sends[P], recvs[P];
+	int k = 0;
+	for (int q = 0; q < P; q++) {
+		if (q == me)
+			continue;
+		sends[k] = (scd_xfer_t){q, buf, bytes};
+		recvs[k] = (scd_xfer_t){q, (char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES,
+					bytes};
+		k++;
+	}
+	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, timeout_ms);
+	if (st != SC_OK)
+		return st;
+	memcpy((char *)tab->gather + (size_t)me * SCD_ONE_ROUND_BYTES, buf, bytes);
+	memcpy(buf, tab->gather, bytes);
+	for (int q = 1; q < P; q++) {
+		const float *x = (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES);
+		for (uint64_t i = 0; i < n; i++)
+			buf[i] += x[i];
+	}
+	return SC_OK;
+}
+
 sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
 			    uint64_t seed)
 {
 	if (small_dense(job)) {
-		sc_status_t st = scd_transport_allreduce_f32(t, buf, job->total_numel,
-							     job->timeout_ms);
+		sc_status_t st =
+		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1
+			? one_round(tab, t, buf, job->total_numel, job->timeout_ms)
+			: scd_transport_allreduce_f32(t, buf, job->total_numel, job->timeout_ms);
 		if (st != SC_OK)
 			snprintf(job->error, sizeof(job->error), "dense_ring: %s",
 				 scd_transport_error());
