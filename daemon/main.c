@@ -4,12 +4,14 @@
  * shutdown that fails in-flight work with an error to its clients, removes shared memory
  * and sockets, and exits 0.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -88,6 +90,35 @@ static int make_runtime_dir(scd_daemon_t *d)
 	snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/ctl.sock", d->runtime_dir);
 	snprintf(d->ctl_endpoint, sizeof(d->ctl_endpoint), "ipc://%s", d->ctl_path);
 	return 0;
+}
+
+/*
+ * Removes the shared-memory objects of daemons that died without cleaning up (SIGKILL, the
+ * OOM killer): "/sparsecomm.<pid>.<n>" owned by this user whose pid no longer exists.
+ */
+static void remove_stale_shm(void)
+{
+	DIR *dir = opendir("/dev/shm");
+	if (!dir)
+		return;
+	struct dirent *de;
+	while ((de = readdir(dir))) {
+		int pid = 0;
+		char name[300];
+		struct stat st;
+		if (sscanf(de->d_name, "sparsecomm.%d.", &pid) != 1 || pid <= 0 ||
+		    pid == (int)getpid())
+			continue;
+		snprintf(name, sizeof(name), "/dev/shm/%s", de->d_name);
+		if (stat(name, &st) != 0 || st.st_uid != geteuid())
+			continue;
+		if (kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(name, sizeof(name), "/%s", de->d_name);
+		if (shm_unlink(name) == 0)
+			scd_info(SCD_SUB_MAIN, "removed %s, left by daemon pid %d", name, pid);
+	}
+	closedir(dir);
 }
 
 static void sd_notify_ready(void)
@@ -251,6 +282,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (make_runtime_dir(d) != 0)
 		return 1;
+	remove_stale_shm();
 
 	d->loop = uv_default_loop();
 	d->start_ms = scd_now_ms();

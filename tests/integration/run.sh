@@ -151,6 +151,28 @@ run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
 
+# A daemon that died without cleaning up (SIGKILL, the OOM killer) leaves its shared
+# memory behind: the next daemon of the same user removes objects whose pid is gone.
+if selected "stale shm"; then
+	sh -c 'exit 0' &
+	dead=$!
+	wait "$dead"
+	stale=/dev/shm/sparsecomm.$dead.1
+	if kill -0 "$dead" 2>/dev/null || ! : >"$stale" 2>/dev/null; then
+		skip_case "stale shm" "cannot set up a dead daemon's object in /dev/shm"
+	else
+		timeout 60 "$launcher" -n 1 --timeout 30 -- true >"$tmp/out" 2>&1 </dev/null
+		if [ -e "$stale" ]; then
+			rm -f "$stale"
+			echo "FAIL  stale shm: $stale (pid $dead is gone) was not removed"
+			failed=$((failed + 1))
+		else
+			echo "ok    stale shm"
+			passed=$((passed + 1))
+		fi
+	fi
+fi
+
 # sparsectl while a job runs.
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
