@@ -125,9 +125,9 @@ BENCH_OBJ := $(BENCH_SRC:%.c=$(OBJ)/%.o)
 $(BIN)/sparsecomm-bench: $(BENCH_OBJ) $(BENCH_LIBS)
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON) -lrt
-$(BIN)/sparsecomm-mpi-peer: bench/mpi/mpi_peer.c $(DEPS_STAMP)
+$(BIN)/sparsecomm-mpi-peer: bench/mpi/mpi_peer.c bench/util.c bench/util.h $(DEPS_STAMP)
 	@mkdir -p $(BIN)
-	$(MPICC) -std=gnu11 -O2 -Wall -Wextra $< -o $@
+	$(MPICC) -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -Ibench bench/mpi/mpi_peer.c bench/util.c -o $@
 CBOW_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard examples/cbow/*.c))
 $(BIN)/sparsecomm-cbow: $(CBOW_OBJ) $(LIB)/libsparseclient.so
 	@mkdir -p $(BIN)

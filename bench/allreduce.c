@@ -69,38 +69,6 @@ static double percentile(double *v, int n, double p)
 	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-/* "4M" -> 4 MiB; K, M, G binary; plain numbers are bytes. */
-static int parse_bytes(const char *s, size_t *out_p)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	double mult = 1;
-	if (errno || end == s || v <= 0)
-		return -1;
-	switch (toupper((unsigned char)*end)) {
-	case 'K':
-		mult = 1024.0;
-		end++;
-		break;
-	case 'M':
-		mult = 1048576.0;
-		end++;
-		break;
-	case 'G':
-		mult = 1073741824.0;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
-		end += strlen(end);
-	if (*end)
-		return -1;
-	*out_p = (size_t)(v * mult);
-	return 0;
-}
 
 
 static void usage(FILE *out)
@@ -171,7 +139,7 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 	snprintf(buf, sizeof(buf), "%s", sizes);
 	for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
 		size_t b;
-		if (o->n_sizes == MAX_SIZES || parse_bytes(tok, &b) < 0 || b < 4) {
+		if (o->n_sizes == MAX_SIZES || bench_parse_bytes(tok, &b) < 0 || b < 4) {
 			fprintf(stderr, "allreduce: bad size '%s' in --sizes\n", tok);
 			return -1;
 		}
@@ -329,64 +297,9 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 	snprintf(np, sizeof(np), "%d", P);
 	char *argv[] = {script, "-np",	   np,	  "allreduce", "--sizes",
 			sizes,	"--iters", iters, "--json",    NULL};
-	int outp[2];
-	if (pipe2(outp, O_CLOEXEC) < 0)
-		return -1;
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		dup2(outp[1], 1);
-		execv(script, argv);
-		fprintf(stderr, "cannot run %s: %s\n", script, strerror(errno));
-		_exit(127);
-	}
-	close(outp[1]);
-	size_t cap = 1 << 16, len = 0;
-	char *out = malloc(cap);
-	double end = bench_now_s() + PEER_TIMEOUT_S;
-	while (out) {
-		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
-		double left = end - bench_now_s();
-		if (left <= 0) {
-			fprintf(stderr, "allreduce: the MPI peer ran over %d s; stopping it\n",
-				PEER_TIMEOUT_S);
-			kill(pid, SIGTERM);
-			break;
-		}
-		int k = poll(&pfd, 1, (int)(left * 1000) + 1);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			continue;
-		if (len + 1 == cap) {
-			char *grown = realloc(out, cap * 2);
-			if (!grown)
-				break;
-			out = grown;
-			cap *= 2;
-		}
-		ssize_t got = read(outp[0], out + len, cap - 1 - len);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		len += (size_t)got;
-	}
-	close(outp[0]);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+	char *out = bench_run_capture(argv, PEER_TIMEOUT_S);
 	if (!out)
 		return -1;
-	out[len] = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr,
-			"allreduce: the MPI peer failed (wait status %#x); its output: %s\n",
-			status, out);
-		free(out);
-		return -1;
-	}
 	/* The peer's JSON lists {"bytes":B,"time_s":T,...} per size. */
 	int found = 0;
 	for (char *p = strstr(out, "\"bytes\":"); p; p = strstr(p + 1, "\"bytes\":")) {

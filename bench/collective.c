@@ -679,70 +679,6 @@ static int measure_alpha(double *alpha_p)
  */
 
 
-/* Runs run-peer.sh with argv; returns its stdout (malloc'd) or NULL. */
-static char *run_script(char *const argv[])
-{
-	int outp[2];
-	if (pipe2(outp, O_CLOEXEC) < 0)
-		return NULL;
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(outp[0]);
-		close(outp[1]);
-		return NULL;
-	}
-	if (pid == 0) {
-		dup2(outp[1], 1);
-		execv(argv[0], argv);
-		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(outp[1]);
-	size_t cap = 1 << 16, len = 0;
-	char *out = malloc(cap);
-	double end = bench_now_s() + PEER_TIMEOUT_S;
-	while (out) {
-		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
-		double left = end - bench_now_s();
-		if (left <= 0) {
-			fprintf(stderr, "collective: the MPI peer ran over %d s; stopping it\n",
-				PEER_TIMEOUT_S);
-			kill(pid, SIGTERM);
-			break;
-		}
-		int k = poll(&pfd, 1, (int)(left * 1000) + 1);
-		if (k <= 0)
-			continue;
-		if (len + 1 == cap) {
-			char *grown = realloc(out, cap * 2);
-			if (!grown)
-				break;
-			out = grown;
-			cap *= 2;
-		}
-		ssize_t got = read(outp[0], out + len, cap - 1 - len);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		len += (size_t)got;
-	}
-	close(outp[0]);
-	int status = 0;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (!out)
-		return NULL;
-	out[len] = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr,
-			"collective: the MPI peer failed (wait status %#x); output: %s\n",
-			status, out);
-		free(out);
-		return NULL;
-	}
-	return out;
-}
 
 static double json_time(const char *out)
 {
@@ -764,7 +700,7 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 	snprintf(np, sizeof(np), "%d", P);
 	char *ar[] = {script, "-np",	 np,	"allreduce", "--sizes",
 		      bytes,  "--iters", iters, "--json",    NULL};
-	char *out = run_script(ar);
+	char *out = bench_run_capture(ar, PEER_TIMEOUT_S);
 	pr->ar_time_s = json_time(out);
 	pr->ar_ran = pr->ar_time_s > 0;
 	free(out);
@@ -786,7 +722,7 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 	wl_scratch_free(&w.scr);
 	char *ag[] = {script, "-np",	 np,	"allgatherv", "--coo-bytes",
 		      coo,    "--iters", iters, "--json",     NULL};
-	out = run_script(ag);
+	out = bench_run_capture(ag, PEER_TIMEOUT_S);
 	pr->ag_time_s = json_time(out);
 	pr->ag_ran = pr->ag_time_s > 0;
 	free(out);

@@ -1,11 +1,17 @@
 /* util.c: see util.h. */
 #include "util.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,11 +69,107 @@ int bench_find_peer_script(const char *explicit_path, char *path, size_t cap)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	const char *tries[] = {"../../bench/mpi/run-peer.sh", "../share/sparsecomm/run-peer.sh"};
+	const char *tries[] = {"../../bench/mpi/run-peer.sh",
+			       "../share/sparsecomm/run-peer.sh"};
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
 		snprintf(path, cap, "%.*s/%s", (int)(cap - 40), self, tries[i]);
 		if (access(path, X_OK) == 0)
 			return 0;
 	}
 	return -1;
+}
+
+char *bench_run_capture(char *const argv[], int timeout_s)
+{
+	int outp[2];
+	if (pipe2(outp, O_CLOEXEC) < 0)
+		return NULL;
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(outp[0]);
+		close(outp[1]);
+		return NULL;
+	}
+	if (pid == 0) {
+		dup2(outp[1], 1);
+		execv(argv[0], argv);
+		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(outp[1]);
+	size_t cap = 1 << 16, len = 0;
+	char *out = malloc(cap);
+	double end = bench_now_s() + timeout_s;
+	while (out) {
+		struct pollfd pfd = {.fd = outp[0], .events = POLLIN};
+		double left = end - bench_now_s();
+		if (left <= 0) {
+			fprintf(stderr, "bench: %s ran over %d s; stopping it\n", argv[0],
+				timeout_s);
+			kill(pid, SIGTERM);
+			break;
+		}
+		int k = poll(&pfd, 1, (int)(left * 1000) + 1);
+		if (k <= 0)
+			continue;
+		if (len + 1 == cap) {
+			char *grown = realloc(out, cap * 2);
+			if (!grown)
+				break;
+			out = grown;
+			cap *= 2;
+		}
+		ssize_t got = read(outp[0], out + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	close(outp[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!out)
+		return NULL;
+	out[len] = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "bench: %s failed (wait status %#x); its output: %s\n", argv[0],
+			status, out);
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+int bench_parse_bytes(const char *s, size_t *out_p)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	double mult = 1;
+	switch (toupper((unsigned char)*end)) {
+	case 'K':
+		mult = 1024.0;
+		end++;
+		break;
+	case 'M':
+		mult = 1048576.0;
+		end++;
+		break;
+	case 'G':
+		mult = 1073741824.0;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
+		end += strlen(end);
+	if (*end)
+		return -1;
+	*out_p = (size_t)(v * mult);
+	return 0;
 }

@@ -15,8 +15,16 @@ int bench_cmp_double(const void *a, const void *b);
 double bench_median(double *v, int n);
 /* A tc-style rate (1gbit, 500mbit, 100mbps) in bits per second; 0 on success. */
 int bench_parse_rate(const char *rate, double *bits_p);
+/* "4M" -> 4 MiB (K, M, G binary; an optional B or iB); a plain number is bytes. 0 on
+ * success. */
+int bench_parse_bytes(const char *s, size_t *out_p);
 /* bench/mpi/run-peer.sh: explicit (may be NULL), else $SPARSECOMM_RUN_PEER, else found
  * relative to the running binary. 0 when an executable script was found. */
 int bench_find_peer_script(const char *explicit_path, char *path, size_t cap);
+
+/* Runs argv[0] with argv, stdout captured (stderr passes through), for at most timeout_s
+ * (then SIGTERM). The output (malloc'd, NUL-terminated) when it exited 0, else NULL after
+ * printing why. */
+char *bench_run_capture(char *const argv[], int timeout_s);
 
 #endif

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 #define MAX_CASES 256
 
 static int rank, nranks;
@@ -37,38 +39,6 @@ static void fail(const char *fmt, const char *arg)
 	exit(2);
 }
 
-/* "4M" -> 4 MiB; K, M, G are binary; a plain number is bytes. */
-static int parse_bytes(const char *s, size_t *out_p)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double mult = 1;
-	switch (toupper((unsigned char)*end)) {
-	case 'K':
-		mult = 1024.0;
-		end++;
-		break;
-	case 'M':
-		mult = 1048576.0;
-		end++;
-		break;
-	case 'G':
-		mult = 1073741824.0;
-		end++;
-		break;
-	default:
-		break;
-	}
-	if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
-		end += strlen(end);
-	if (*end)
-		return -1;
-	*out_p = (size_t)(v * mult);
-	return 0;
-}
 
 /* A comma-separated list of byte counts; returns how many, or -1. */
 static int parse_list(const char *s, size_t *out, int max)
@@ -77,7 +47,7 @@ static int parse_list(const char *s, size_t *out, int max)
 	int n = 0;
 	snprintf(buf, sizeof(buf), "%s", s);
 	for (char *tok = strtok(buf, ", \t\n"); tok; tok = strtok(NULL, ", \t\n")) {
-		if (n == max || parse_bytes(tok, &out[n]) < 0)
+		if (n == max || bench_parse_bytes(tok, &out[n]) < 0)
 			return -1;
 		n++;
 	}
