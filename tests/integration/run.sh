@@ -173,6 +173,14 @@ if selected "stale shm"; then
 	fi
 fi
 
+# Every sparse scheme pinned, and the cost model's choice, through the daemons (see
+# tests/integration/itest_sparse.c): node counts 1 to 8 and 2 nodes x 2 trainers; lossless
+# schemes exact, lossy ones conserving mass, identical bits on every trainer.
+for n in 1 2 3 4 5 6 7 8; do
+	run_case "sparse n=$n" "$n" 1 240 0 "$n" -- "$itest" sparse
+done
+run_case "sparse n=2 per-node=2" 2 2 240 0 4 -- "$itest" sparse
+
 # sparsectl while a job runs.
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
