@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "device/reduce.h"
 #include "engine/bufctx.h"
 #include "util/log.h"
 
@@ -68,50 +69,6 @@ static sc_status_t fusion_resize(scd_engine_t *e, uint64_t bytes)
 	return SC_OK;
 }
 
-static void add_f32(float *restrict dst, const float *restrict src, uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-static void add_f64(double *restrict dst, const double *restrict src, uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-/* Integers are added as unsigned: two's-complement wrap-around, as the ring does. */
-static void add_u32(uint32_t *restrict dst, const uint32_t *restrict src, uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-static void add_u64(uint64_t *restrict dst, const uint64_t *restrict src, uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-/* dst[i] += src[i] for n elements of dtype (float32 included). */
-static void add_typed(uint32_t dtype, void *dst, const void *src, uint64_t n)
-{
-	switch (dtype) {
-	case SC_FLOAT32:
-		add_f32(dst, src, n);
-		break;
-	case SC_FLOAT64:
-		add_f64(dst, src, n);
-		break;
-	case SC_INT32:
-		add_u32(dst, src, n);
-		break;
-	case SC_INT64:
-		add_u64(dst, src, n);
-		break;
-	}
-}
-
 /* Sums the local trainers' contributions of one item into dst (numel elements of dtype;
  * COO input exists for float32 only). Returns the number of out-of-range COO indices it
  * skipped. */
@@ -141,7 +98,7 @@ static uint64_t local_reduce(const scd_job_item_t *it, uint32_t dtype, void *dst
 	if (dst != it->src[0].dense)
 		memcpy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		add_typed(dtype, dst, it->src[s].dense, it->numel);
+		scd_reduce_typed(dtype, dst, it->src[s].dense, it->numel);
 	return 0;
 }
 

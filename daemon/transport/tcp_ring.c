@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "device/device.h"
+#include "device/reduce.h"
 #include "transport/transport_internal.h"
 
 typedef struct {
@@ -53,44 +53,6 @@ static size_t chunk_first(const ring_t *R, int c)
 static size_t chunk_bytes(const ring_t *R, int c)
 {
 	return (R->base + ((size_t)c < R->rem)) * R->esize;
-}
-
-static void sum_f64(double *restrict dst, const double *restrict src, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-/* Integers are added as unsigned: two's-complement wrap-around, no undefined overflow. */
-static void sum_u32(uint32_t *restrict dst, const uint32_t *restrict src, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-static void sum_u64(uint64_t *restrict dst, const uint64_t *restrict src, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		dst[i] += src[i];
-}
-
-/* dst[i] += src[i] for n whole elements of the ring's dtype. */
-static void reduce_elems(const ring_t *R, void *dst, const void *src, size_t n)
-{
-	switch (R->dtype) {
-	case SC_FLOAT32:
-		scd_device_cpu_ops.reduce_sum(dst, src, n);
-		break;
-	case SC_FLOAT64:
-		sum_f64(dst, src, n);
-		break;
-	case SC_INT32:
-		sum_u32(dst, src, n);
-		break;
-	case SC_INT64:
-		sum_u64(dst, src, n);
-		break;
-	}
 }
 
 static int send_chunk(const ring_t *R, int g)
@@ -191,7 +153,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	R->r_off += (size_t)n;
 	if (reduce) {
 		size_t have = R->carry + (size_t)n, whole = have / R->esize * R->esize;
-		reduce_elems(R, R->data + chunk_first(R, c) + R->r_done, t->scratch,
+		scd_reduce_typed(R->dtype, R->data + chunk_first(R, c) + R->r_done, t->scratch,
 			     whole / R->esize);
 		R->r_done += whole;
 		R->carry = have - whole;

@@ -1,0 +1,40 @@
+/* reduce.c: see reduce.h. */
+#include "device/reduce.h"
+
+#include "device/device.h"
+
+static void sum_f64(double *restrict dst, const double *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+static void sum_u32(uint32_t *restrict dst, const uint32_t *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+static void sum_u64(uint64_t *restrict dst, const uint64_t *restrict src, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
+{
+	switch (dtype) {
+	case SC_FLOAT32:
+		scd_device_cpu_ops.reduce_sum(dst, src, n);
+		break;
+	case SC_FLOAT64:
+		sum_f64(dst, src, n);
+		break;
+	case SC_INT32:
+		sum_u32(dst, src, n);
+		break;
+	case SC_INT64:
+		sum_u64(dst, src, n);
+		break;
+	}
+}
