@@ -19,6 +19,7 @@
 
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/zmsg.h"
 #include "world/world.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
@@ -730,39 +731,10 @@ void scd_ctl_drain(scd_ctl_t *ctl)
 {
 	if (!ctl || !ctl->sock)
 		return;
-	for (;;) {
-		int events = 0;
-		size_t sz = sizeof(events);
-		if (zmq_getsockopt(ctl->sock, ZMQ_EVENTS, &events, &sz) != 0 ||
-		    !(events & ZMQ_POLLIN))
-			return;
-		zmq_msg_t id, body;
-		zmq_msg_init(&id);
-		zmq_msg_init(&body);
-		if (zmq_msg_recv(&id, ctl->sock, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(&id);
-			zmq_msg_close(&body);
-			return;
-		}
-		int more = zmq_msg_more(&id);
-		if (more && zmq_msg_recv(&body, ctl->sock, ZMQ_DONTWAIT) >= 0) {
-			/* discard extra frames: one frame per message is the protocol */
-			while (zmq_msg_more(&body)) {
-				zmq_msg_t extra;
-				zmq_msg_init(&extra);
-				zmq_msg_recv(&extra, ctl->sock, ZMQ_DONTWAIT);
-				int m2 = zmq_msg_more(&extra);
-				zmq_msg_close(&extra);
-				if (!m2)
-					break;
-			}
-			if (zmq_msg_size(&id) <= 256)
-				dispatch(ctl, zmq_msg_data(&id), zmq_msg_size(&id),
-					 zmq_msg_data(&body), zmq_msg_size(&body));
-		}
-		zmq_msg_close(&id);
-		zmq_msg_close(&body);
-	}
+	scd_zmsg_t m = {0};
+	while (scd_zmsg_recv(ctl->sock, 1, &m))
+		dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
+	scd_zmsg_done(&m);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)

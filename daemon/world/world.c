@@ -18,6 +18,7 @@
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/zmsg.h"
 
 /* ---- sending ------------------------------------------------------------------------ */
 
@@ -384,38 +385,18 @@ void scd_world_drain(scd_world_t *w)
 {
 	if (!w || !w->sock)
 		return;
-	for (;;) {
-		int events = 0;
-		size_t sz = sizeof(events);
-		if (zmq_getsockopt(w->sock, ZMQ_EVENTS, &events, &sz) != 0 ||
-		    !(events & ZMQ_POLLIN))
-			return;
-		zmq_msg_t id, body;
-		zmq_msg_init(&id);
-		zmq_msg_init(&body);
-		zmq_msg_t *payload = &id;
-		if (zmq_msg_recv(&id, w->sock, ZMQ_DONTWAIT) < 0)
-			goto next;
-		if (w->is_coord) {
-			if (!zmq_msg_more(&id) || zmq_msg_recv(&body, w->sock, ZMQ_DONTWAIT) < 0)
-				goto next;
-			payload = &body;
-		}
-		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(
-			NULL, zmq_msg_size(payload), zmq_msg_data(payload));
+	scd_zmsg_t z = {0};
+	while (scd_zmsg_recv(w->sock, w->is_coord, &z)) {
+		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, z.len, z.data);
 		if (!m) {
-			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored",
-				 zmq_msg_size(payload));
-			goto next;
+			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored", z.len);
+			continue;
 		}
-		int from = w->is_coord ? rank_of_ident(w, zmq_msg_data(&id), zmq_msg_size(&id))
-				       : 0;
-		handle_peer_msg(w, from, zmq_msg_data(&id), zmq_msg_size(&id), m);
+		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
+		handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
-	next:
-		zmq_msg_close(&id);
-		zmq_msg_close(&body);
 	}
+	scd_zmsg_done(&z);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)
