@@ -761,12 +761,14 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		char msg[512];
 		int n = snprintf(msg, sizeof(msg),
 				 "allreduce of tensor '%s' stalled for %llu ms on node %d: local "
-				 "rank(s)",
+				 "rank",
 				 nt->name, (unsigned long long)(now - nt->state_since_ms),
 				 ctl->d->rank);
 		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 16; l++)
 			if (!nt->slot[l] || !nt->slot[l]->handle)
-				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", l);
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)", l,
+					      ctl->d->rank * ctl->d->local_size + l);
+		/* (one "local rank L (rank R)" per trainer that did not submit) */
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
 		scd_ctl_complete(ctl, nt, SC_ERR_STALLED, msg);
 	}

@@ -413,11 +413,27 @@ static void coord_emit(scd_world_t *w)
 		if (e->count < P) {
 			if (now - e->first_ms < stall_ms)
 				continue;
-			int n = snprintf(msg, sizeof(msg),
-					 "allreduce of tensor '%s' stalled: rank(s)", e->name);
+			/* Names the trainer ranks: with one trainer per node they are the
+			 * node ranks; otherwise every trainer of the missing nodes. */
+			int L = d->local_size, missing = P - e->count, k = 0;
+			int n = snprintf(msg, sizeof(msg), "allreduce of tensor '%s' stalled: %s",
+					 e->name,
+					 L > 1	       ? "the trainers of node"
+					 : missing > 1 ? "ranks"
+						       : "rank");
 			for (int r = 0; r < P && n < (int)sizeof(msg) - 64; r++)
 				if (!e->have[r])
-					n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d", r);
+					n += snprintf(msg + n, sizeof(msg) - (size_t)n, "%s %d",
+						      k++ ? "," : "", r);
+			if (L > 1) {
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " (ranks");
+				k = 0;
+				for (int r = 0; r < P && n < (int)sizeof(msg) - 64; r++)
+					for (int l = 0; !e->have[r] && l < L; l++)
+						n += snprintf(msg + n, sizeof(msg) - (size_t)n,
+							      "%s %d", k++ ? "," : "", r * L + l);
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, ")");
+			}
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms", (unsigned long long)stall_ms);
 			pb_error(&pb, e->name, SC_ERR_STALLED, msg);

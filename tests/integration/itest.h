@@ -110,6 +110,7 @@ int it_fusion(int argc, char **argv);
 int it_mismatch(int argc, char **argv);
 int it_busy(int argc, char **argv);
 int it_killed(int argc, char **argv);
+int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_ctl(int argc, char **argv);

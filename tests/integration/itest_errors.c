@@ -278,3 +278,52 @@ int it_killed(int argc, char **argv)
 	sc_finalize(c);
 	it_pass();
 }
+
+/*
+ * stalled: rank 1 stays alive but never submits 'stalled.x'. Run with a short
+ * stall_timeout_ms: every other rank's operation must end with SC_ERR_STALLED naming rank 1
+ * (not hang, and not SC_ERR_TIMEOUT, which only ever means a wait ran out), and a tensor
+ * every rank submits afterwards must still complete exactly.
+ */
+int it_stalled(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	if (size < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", size);
+	size_t n = 1000;
+	sc_tensor_t *x = it_register(c, "stalled.x", SC_FLOAT32, n);
+	sc_tensor_t *y = it_register(c, "stalled.y", SC_FLOAT32, n);
+	if (rank != 1) {
+		sc_handle_t h = 0;
+		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7, rank, 1);
+		IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'stalled.x'");
+		double t0 = it_now_s();
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (r == IT_HANG)
+			IT_FAIL("'stalled.x' never ended: %s", it_wait_error());
+		if (r != SC_ERR_STALLED)
+			IT_FAIL("'stalled.x': expected SC_ERR_STALLED, got %s: %s", it_wait_name(r),
+				it_wait_error());
+		if (!it_mentions_rank(it_wait_error(), 1))
+			IT_FAIL("the stall error does not name rank 1: '%s'", it_wait_error());
+		it_log("'stalled.x' failed after %.2f s: %s", it_now_s() - t0, it_wait_error());
+	}
+	/* Every rank, the silent one included, then takes part in a normal step. The ranks
+	 * arrive at different times (the others only after the stall), so a submission that
+	 * stalls meanwhile is simply made again, within a deadline. */
+	double deadline = it_now_s() + IT_ERROR_TIMEOUT_MS / 1000.0;
+	sc_status_t st;
+	do {
+		it_fill(sc_tensor_data(y), SC_FLOAT32, n, 8, rank, 1);
+		st = sc_allreduce(c, y, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+	} while (st == SC_ERR_STALLED && it_now_s() < deadline);
+	IT_CHECK_SC(st, "allreduce 'stalled.y'");
+	char why[512];
+	size_t wrong = it_check(sc_tensor_data(y), SC_FLOAT32, n, 8, size, 1, SC_OP_SUM, why,
+				sizeof(why));
+	if (wrong)
+		IT_FAIL("'stalled.y' after the stall: %zu of %zu elements wrong: %s", wrong, n, why);
+	sc_finalize(c);
+	it_pass();
+}

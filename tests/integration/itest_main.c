@@ -327,6 +327,7 @@ static const struct {
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},
     {"busy", it_busy, "duplicate allreduce and duplicate registration (P >= 2)"},
     {"killed", it_killed, "rank 1 dies between two submissions (P >= 2)"},
+    {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
