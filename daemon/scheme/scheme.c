@@ -134,7 +134,8 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 		return;
 	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx, &c->lval,
 			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
-			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval};
+			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
+			  &c->ridx,	 &c->rval};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->hh)
@@ -351,6 +352,100 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 	c->dev->coo_scatter_add(io->data, io->coo);
 }
 
+/* ---- sparse results ----------------------------------------------------------------- */
+
+/* Heap of list ids ordered by (current index, list id): ties pop in list order. */
+static int merge_less(const scd_coo_t *l, const uint64_t *pos, int a, int b)
+{
+	uint32_t ia = l[a].idx[pos[a]], ib = l[b].idx[pos[b]];
+	return ia < ib || (ia == ib && a < b);
+}
+
+static void merge_sift(const scd_coo_t *l, const uint64_t *pos, int *heap, int n, int i)
+{
+	for (;;) {
+		int m = i, a = 2 * i + 1, b = a + 1;
+		if (a < n && merge_less(l, pos, heap[a], heap[m]))
+			m = a;
+		if (b < n && merge_less(l, pos, heap[b], heap[m]))
+			m = b;
+		if (m == i)
+			return;
+		int t = heap[i];
+		heap[i] = heap[m];
+		heap[m] = t;
+		i = m;
+	}
+}
+
+sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += lists[i].nnz;
+	uint64_t cap = total < c->cfg.numel ? total : c->cfg.numel;
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->ridx, 4 * cap + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, 4 * cap + 4)) != SC_OK)
+		return st;
+	uint32_t *oi = c->ridx.p;
+	float *ov = c->rval.p;
+	uint64_t pos[n > 0 ? n : 1], w = 0;
+	int heap[n > 0 ? n : 1], hn = 0;
+	for (int i = 0; i < n; i++) {
+		pos[i] = 0;
+		if (lists[i].nnz)
+			heap[hn++] = i;
+	}
+	for (int i = hn / 2 - 1; i >= 0; i--)
+		merge_sift(lists, pos, heap, hn, i);
+	while (hn > 0) {
+		int l = heap[0];
+		uint32_t idx = lists[l].idx[pos[l]];
+		float v = lists[l].val[pos[l]];
+		/* 0.0f + v: the bits of the dense path, which adds into a cleared buffer */
+		if (w && oi[w - 1] == idx)
+			ov[w - 1] += v;
+		else if (w < cap)
+			oi[w] = idx, ov[w++] = 0.0f + v;
+		else
+			return scd_scheme_fail(SC_ERR_PROTOCOL, "merge: more than %llu indices",
+					       (unsigned long long)cap);
+		if (++pos[l] == lists[l].nnz)
+			heap[0] = heap[--hn];
+		merge_sift(lists, pos, heap, hn, 0);
+	}
+	c->res_nnz = w;
+	c->res_ready = 1;
+	return SC_OK;
+}
+
+/* Puts the result into io->out: the scheme's own COO, else the non-zeros of io->data when
+ * they fit, else marks it dense. */
+static void sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
+{
+	scd_coo_t *o = io->out;
+	if (c->res_ready) {
+		memcpy(o->idx, c->ridx.p, 4 * c->res_nnz);
+		memcpy(o->val, c->rval.p, 4 * c->res_nnz);
+		o->nnz = c->res_nnz;
+		return;
+	}
+	const float *g = io->data;
+	uint64_t n = 0;
+	for (uint64_t i = 0; i < c->cfg.numel; i++)
+		n += g[i] != 0;
+	if (n > o->cap) {
+		o->nnz = SCD_RESULT_DENSE;
+		return;
+	}
+	uint64_t w = 0;
+	for (uint64_t i = 0; i < c->cfg.numel; i++)
+		if (g[i] != 0)
+			o->idx[w] = (uint32_t)i, o->val[w++] = g[i];
+	o->nnz = w;
+}
+
 /* Checks an input COO: indices ascending, unique, in range. */
 static sc_status_t coo_check(const scd_coo_t *coo, uint64_t numel)
 {
@@ -422,7 +517,17 @@ uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 /* ---- COO-or-bitmap messages ---------------------------------------------------------------
  */
 
-enum { MSG_COO = 1, MSG_BITMAP = 2 };
+/*
+ * A message is one of three encodings, whichever is smallest (8-byte header: which):
+ *   COO     idx[nnz], val[nnz]                          8 nnz bytes
+ *   bitmap  device/format.h's bitmap over numel         numel / 8 + 4 nnz bytes
+ *   runs    nruns (u64), (start, length) u32 pairs for each maximal run of consecutive
+ *           indices, then val[nnz]                      8 + 8 nruns + 4 nnz bytes
+ * Runs carry the rows of an embedding gradient (whole rows of consecutive elements) at
+ * one index pair per row instead of an index per element. scd_scheme_msg_bytes, the
+ * receive capacity, bounds all three (runs is only used when it is the smallest).
+ */
+enum { MSG_COO = 1, MSG_BITMAP = 2, MSG_RUNS = 3 };
 
 uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz)
 {
@@ -430,23 +535,78 @@ uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz)
 	return 8 + (coo <= bm ? coo : bm);
 }
 
+static uint64_t count_runs(const scd_coo_t *src)
+{
+	uint64_t runs = src->nnz > 0;
+	for (uint64_t i = 1; i < src->nnz; i++)
+		runs += src->idx[i] != src->idx[i - 1] + 1;
+	return runs;
+}
+
+static void runs_encode(const scd_coo_t *src, uint64_t runs, uint8_t *b)
+{
+	put64(b, runs);
+	uint8_t *r = b + 8;
+	for (uint64_t i = 0; i < src->nnz;) {
+		uint64_t j = i + 1;
+		while (j < src->nnz && src->idx[j] == src->idx[j - 1] + 1)
+			j++;
+		put32(r, src->idx[i]);
+		put32(r + 4, (uint32_t)(j - i));
+		r += 8;
+		i = j;
+	}
+	memcpy(r, src->val, 4 * src->nnz);
+}
+
+static sc_status_t runs_decode(const uint8_t *b, uint64_t body, uint64_t numel, uint32_t *widx,
+			       scd_coo_t *out)
+{
+	if (body < 8)
+		return SC_ERR_PROTOCOL;
+	uint64_t runs = get64(b);
+	if (runs > (body - 8) / 8)
+		return SC_ERR_PROTOCOL;
+	const uint8_t *r = b + 8;
+	uint64_t n = 0, next = 0;
+	for (uint64_t k = 0; k < runs; k++, r += 8) {
+		uint64_t start = get32(r), len = get32(r + 4);
+		if (!len || start < next || start + len > numel ||
+		    n + len > (body - 8 - 8 * runs) / 4)
+			return SC_ERR_PROTOCOL;
+		for (uint64_t i = 0; i < len; i++)
+			widx[n++] = (uint32_t)(start + i);
+		next = start + len;
+	}
+	if (8 + 8 * runs + 4 * n != body)
+		return SC_ERR_PROTOCOL;
+	*out = (scd_coo_t){widx, (float *)r, n, n};
+	return SC_OK;
+}
+
 sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
 				  uint64_t *bytes_p)
 {
 	uint64_t coo = scd_fmt_coo_bytes(src->nnz), bm = scd_fmt_bitmap_bytes(numel, src->nnz);
+	uint64_t runs = count_runs(src), rb = 8 + 8 * runs + 4 * src->nnz;
 	uint8_t *b = buf;
 	uint64_t bytes = 0;
-	sc_status_t st;
+	sc_status_t st = SC_OK;
 	if (cap < 8)
 		return SC_ERR_LIMIT;
-	if (coo <= bm) {
+	if (rb < coo && rb < bm) {
+		put64(b, MSG_RUNS);
+		if (8 + rb > cap)
+			return SC_ERR_LIMIT;
+		runs_encode(src, runs, b + 8);
+		bytes = rb;
+	} else if (coo <= bm) {
 		put64(b, MSG_COO);
 		if (8 + coo > cap)
 			return SC_ERR_LIMIT;
 		memcpy(b + 8, src->idx, 4 * src->nnz);
 		memcpy(b + 8 + 4 * src->nnz, src->val, 4 * src->nnz);
 		bytes = coo;
-		st = SC_OK;
 	} else {
 		put64(b, MSG_BITMAP);
 		st = scd_bitmap_encode(src, numel, b + 8, cap - 8, &bytes);
@@ -469,6 +629,8 @@ sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t nume
 		*out = (scd_coo_t){(uint32_t *)(b + 8), (float *)(b + 8 + 4 * n), n, n};
 		return SC_OK;
 	}
+	if (fmt == MSG_RUNS && runs_decode(b + 8, body, numel, widx, out) == SC_OK)
+		return SC_OK;
 	uint64_t words = 8 * scd_fmt_bitmap_words(numel);
 	if (fmt == MSG_BITMAP && body >= words && (body - words) % 4 == 0) {
 		uint64_t n = (body - words) / 4;
@@ -524,6 +686,23 @@ static void result_stats(const scd_scheme_ctx_t *c, const float *g, scd_scheme_r
 	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
 }
 
+/* The same statistics from a sparse result (ascending indices): O(nnz + P). */
+static void result_stats_coo(const scd_scheme_ctx_t *c, const scd_coo_t *o,
+			     scd_scheme_report_t *r)
+{
+	uint64_t n = c->cfg.numel, P = (uint64_t)c->size, total = 0, maxr = 0, k = 0;
+	for (uint64_t p = 0; p < P; p++) {
+		uint64_t hi = (p + 1) * n / P, cnt = 0;
+		for (; k < o->nnz && o->idx[k] < hi; k++)
+			cnt += o->val[k] != 0;
+		total += cnt;
+		if (cnt > maxr)
+			maxr = cnt;
+	}
+	r->union_nnz = total;
+	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
+}
+
 typedef sc_status_t (*scheme_fn)(scd_scheme_ctx_t *, scd_scheme_io_t *);
 static const scheme_fn scheme_fns[SCD_SCHEME_COUNT] = {
     [SCD_SCHEME_DENSE_RING] = scd_scheme_dense_ring,
@@ -548,13 +727,18 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	c->rounds = 0;
 	c->imbalance = 0;
 	c->teams_used = 0;
+	c->res_ready = 0;
 	sc_status_t st = SC_OK;
+	if (io->out && !io->coo)
+		return scd_scheme_fail(SC_ERR_INVALID, "a sparse result needs COO input");
 	if (io->coo)
 		st = coo_check(io->coo, c->cfg.numel);
 	if (st == SC_OK && c->cfg.numel > 0)
 		st = scheme_fns[s](c, io);
 	if (st != SC_OK)
 		return st;
+	if (io->out)
+		sparse_result(c, io);
 	c->t->ops->counters(c->t, &k1);
 	scd_scheme_report_t r = {.scheme = s,
 				 .lossless = scd_scheme_lossless(s),
@@ -567,7 +751,10 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 				 .local_nnz = c->nnz[c->rank],
 				 .total_nnz = c->total_nnz,
 				 .max_nnz = c->max_nnz};
-	result_stats(c, io->data, &r);
+	if (io->out && io->out->nnz != SCD_RESULT_DENSE)
+		result_stats_coo(c, io->out, &r);
+	else
+		result_stats(c, io->data, &r);
 	double P = c->size, mean = (double)c->total_nnz / P;
 	r.density = c->cfg.numel ? mean / (double)c->cfg.numel : 0;
 	r.gamma = mean > 0 ? (double)r.union_nnz / mean : 1;

@@ -101,7 +101,20 @@ typedef struct scd_scheme_io {
 	const scd_coo_t *coo; /* optional contribution as COO (unique indices, ascending);
 				 then data is output only */
 	float *residual;      /* optional numel floats, lossy schemes only (see above) */
+	scd_coo_t *out;	      /* optional, with coo: the result as COO (see below) */
 } scd_scheme_io_t;
+
+/*
+ * Sparse results. With io->out (capacity out->cap, which may be the same arrays as
+ * io->coo: the input is consumed first) the result comes back as COO when it fits:
+ * out->nnz entries, indices strictly ascending, every index that any rank contributed
+ * (a sum that cancels to zero stays, as 0), values bit-identical to the dense result;
+ * io->data is then scratch with unspecified contents. When the union exceeds out->cap
+ * the result is dense in io->data and out->nnz is SCD_RESULT_DENSE. AGsparse merges the
+ * ranks' lists directly (O(non-zeros), nothing of size numel is touched); the other
+ * schemes aggregate densely and the non-zeros are then gathered from io->data.
+ */
+#define SCD_RESULT_DENSE UINT64_MAX
 
 typedef struct scd_scheme_report {
 	scd_scheme_t scheme;

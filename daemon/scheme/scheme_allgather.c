@@ -18,10 +18,49 @@
  * bitmap caps a message at numel / 8 + 4 numel bytes when densification makes it dense.
  * The running aggregate lives densely in io->data plus an ascending list of its indices
  * (merged with the partner's at each step), so aggregation costs O(non-zeros) per step.
+ * AGsparse asked for a sparse result (scheme.h) merges the P lists in rank order instead
+ * of aggregating densely, so it never touches all numel elements.
  */
 #include "scheme/scheme_internal.h"
 
 #include <string.h>
+
+/* Checks that rank q's decoded message holds what its metadata announced. */
+static sc_status_t ag_check(const scd_scheme_ctx_t *c, int q, const scd_coo_t *r)
+{
+	if (r->nnz == c->nnz[q])
+		return SC_OK;
+	return scd_scheme_fail(SC_ERR_PROTOCOL,
+			       "agsparse: rank %d sent %llu non-zeros, announced %llu", q,
+			       (unsigned long long)r->nnz, (unsigned long long)c->nnz[q]);
+}
+
+/* The sparse result: every rank's list decoded side by side, then one merge in rank order
+ * (the sums of the dense path, bit for bit, without touching numel elements). */
+static sc_status_t ag_merge(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+{
+	int P = c->size, me = c->rank;
+	uint64_t others = c->total_nnz - c->nnz[me], off = 0;
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->hidx, 4 * others + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hval, 4 * others + 4)) != SC_OK)
+		return st;
+	scd_coo_t lists[P];
+	for (int q = 0, j = 0; q < P; q++) {
+		if (q == me) {
+			lists[q] = c->local;
+			continue;
+		}
+		st = scd_scheme_msg_decode(c->recvs[j].buf, c->rbytes[j], c->cfg.numel,
+					   (uint32_t *)c->hidx.p + off, (float *)c->hval.p + off,
+					   &lists[q]);
+		if (st != SC_OK || (st = ag_check(c, q, &lists[q])) != SC_OK)
+			return st;
+		off += lists[q].nnz;
+		j++;
+	}
+	return scd_scheme_merge_result(c, lists, P);
+}
 
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
@@ -62,6 +101,9 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 		return st;
+	uint64_t bound = c->total_nnz < numel ? c->total_nnz : numel;
+	if (scd_scheme_sparse_out(io, bound))
+		return ag_merge(c, io);
 	/* One-shot aggregation, in rank order on every rank. The local COO is a copy (or
 	 * io->coo), so the buffer can be cleared first. */
 	memset(io->data, 0, 4 * numel);
@@ -73,14 +115,8 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		scd_coo_t r;
 		st = scd_scheme_msg_decode(c->recvs[j].buf, c->rbytes[j], numel, c->hidx.p,
 					   c->hval.p, &r);
-		if (st != SC_OK)
+		if (st != SC_OK || (st = ag_check(c, q, &r)) != SC_OK)
 			return st;
-		if (r.nnz != c->nnz[q])
-			return scd_scheme_fail(
-			    SC_ERR_PROTOCOL,
-			    "agsparse: rank %d sent %llu non-zeros, announced "
-			    "%llu",
-			    q, (unsigned long long)r.nnz, (unsigned long long)c->nnz[q]);
 		c->dev->coo_scatter_add(io->data, &r);
 		j++;
 	}

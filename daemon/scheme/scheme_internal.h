@@ -55,6 +55,10 @@ struct scd_scheme_ctx {
 	scd_ws_t aidx, aval, bidx; /* merge lists, selections */
 	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
 	scd_coo_t local;	   /* view of lidx/lval or io->coo */
+	/* a scheme that builds the sparse result itself leaves it here (ridx/rval) */
+	scd_ws_t ridx, rval;
+	uint64_t res_nnz;
+	int res_ready;
 
 	/* Balanced Parallelism */
 	scd_hh_t *hh;
@@ -96,6 +100,16 @@ sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 uint64_t scd_scheme_local_nnz(const scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
 /* Makes io->data hold the contribution densely (scatters io->coo into it). */
 void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
+
+/* Whether the result can be built as COO of up to `bound` entries (io->out fits it). */
+static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t bound)
+{
+	return io->out && io->coo && bound <= io->out->cap;
+}
+/* Merges P ascending COO lists into c->ridx/rval (c->res_*): the union of the indices,
+ * each value summed over the lists in list order (rank order: the bits of a dense
+ * scatter-add in that order). Reserves what it needs. */
+sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n);
 
 /* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
  * front in index order; ties at the k-th magnitude go to the lowest indices, so the same

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "scheme/scheme.h"
+#include "scheme/scheme_internal.h"
 #include "util/log.h"
 
 #define MAX_P  8
@@ -95,6 +96,8 @@ typedef struct spec {
 	int coo;	/* hand the input as COO */
 	int floats;	/* random floats instead of small integers */
 	uint64_t seed;
+	int sparse_out; /* with coo: ask for the result as COO (scheme.h, sparse results) */
+	uint32_t rows;	/* > 1: non-zeros come in whole rows of this many elements */
 } spec_t;
 
 static uint64_t mix(uint64_t *s)
@@ -147,6 +150,16 @@ static void gen_rank(const spec_t *sp, int r, float *g)
 		if (g[i] == 0)
 			g[i] = draw_val(sp, &vs), got++;
 	}
+	if (sp->rows > 1) /* every row holding a non-zero becomes whole (embedding rows) */
+		for (uint64_t lo = 0; lo < sp->numel; lo += sp->rows) {
+			uint64_t hi = lo + sp->rows < sp->numel ? lo + sp->rows : sp->numel, i;
+			for (i = lo; i < hi && g[i] == 0; i++)
+				;
+			if (i < hi)
+				for (i = lo; i < hi; i++)
+					if (g[i] == 0)
+						g[i] = draw_val(sp, &vs);
+		}
 }
 
 static void dense_to_coo(const float *g, uint64_t n, scd_coo_t *out)
@@ -170,7 +183,7 @@ static uint64_t hash_bytes(const void *p, size_t n)
 
 /* ---- the lossless and lossy matrix ------------------------------------------------------ */
 
-#define NCASES 16
+#define NCASES 18
 #define NSCH   8
 #define NUMEL  24000
 
@@ -233,15 +246,32 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 			memcpy(buf, in, 4 * n);
 			memset(res, 0, 4 * n);
 			dense_to_coo(in, n, &coo);
+			/* a sparse result goes into the input's own arrays, as in the engine */
+			scd_coo_t out = coo;
+			out.cap = n;
 			scd_scheme_io_t io = {.data = buf,
 					      .coo = sp->coo ? &coo : NULL,
-					      .residual = lossless ? NULL : res};
+					      .residual = lossless ? NULL : res,
+					      .out = sp->coo && sp->sparse_out ? &out : NULL};
 			if (sp->coo)
 				memset(buf, 0x7f, 4 * n); /* output only */
 			scd_scheme_report_t rep;
 			sc_status_t st = scd_scheme_run(sch, ctx, &io, &rep);
 			CHECK_MSG(st == SC_OK, "rank %d case %d %s: %s: %s", rank, c,
 				  scd_scheme_name(sch), sc_status_name(st), scd_scheme_error());
+			if (io.out) {
+				CHECK_MSG(out.nnz != SCD_RESULT_DENSE && out.nnz <= n,
+					  "rank %d case %d %s: no sparse result", rank, c,
+					  scd_scheme_name(sch));
+				memset(buf, 0, 4 * n);
+				for (uint64_t k = 0; k < out.nnz; k++) {
+					CHECK_MSG(out.idx[k] < n && (!k || out.idx[k] > out.idx[k - 1]),
+						  "rank %d case %d %s: sparse result index %llu",
+						  rank, c, scd_scheme_name(sch),
+						  (unsigned long long)k);
+					buf[out.idx[k]] = out.val[k];
+				}
+			}
 			if (lossless || m->exact) {
 				uint64_t wrong = 0, first = 0;
 				for (uint64_t i = 0; i < n; i++) {
@@ -294,9 +324,14 @@ static int make_cases(spec_t *specs, uint64_t numel, int with_floats)
 					      .coo = (k >> 1) & 1,
 					      .seed = unit_rng()};
 		}
+	for (int k = 0; k < n; k++) /* half the COO cases take a sparse result */
+		specs[k].sparse_out = specs[k].coo && (k >> 2) % 2;
 	if (with_floats) {
-		specs[n++] = (spec_t){numel, 0.05, 0.5, 1, 0, 1, unit_rng()};
-		specs[n++] = (spec_t){numel, 1, 0, 0, 1, 1, unit_rng()};
+		specs[n++] = (spec_t){numel, 0.05, 0.5, 1, 0, 1, unit_rng(), 0, 0};
+		specs[n++] = (spec_t){numel, 1, 0, 0, 1, 1, unit_rng(), 0, 0};
+		/* embedding-like rows (runs messages), sparse result and dense result */
+		specs[n++] = (spec_t){numel, 2e-3, 0.5, 1, 1, 1, unit_rng(), 1, 300};
+		specs[n++] = (spec_t){numel, 1e-3, 0, 0, 1, 0, unit_rng(), 0, 64};
 	}
 	return n;
 }
@@ -690,4 +725,47 @@ UNIT_TEST(scheme_s2_decodes_with_few_collisions)
 {
 	spec_t sp = {.numel = 50000, .density = 0.005, .overlap = 0.5, .seed = unit_rng()};
 	run_world(3, s2_rank, &sp);
+}
+
+/* ---- messages: runs of consecutive indices ------------------------------------------------ */
+
+UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
+{
+	enum { N = 1 << 16, ROW = 300 };
+	static uint32_t idx[N], widx[N];
+	static float val[N], wval[N];
+	static uint8_t buf[16 * N];
+	/* 7 whole rows of an embedding-like tensor */
+	uint64_t nnz = 0;
+	const uint32_t rows[] = {0, 3, 4, 9, 100, 101, 200};
+	for (int r = 0; r < 7; r++)
+		for (uint32_t j = 0; j < ROW; j++, nnz++)
+			idx[nnz] = rows[r] * ROW + j, val[nnz] = (float)(nnz + 1);
+	scd_coo_t src = {idx, val, nnz, N}, dec;
+	uint64_t bytes = 0, numel = 210 * ROW;
+	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	/* runs: rows 3,4 and 100,101 are adjacent, so 5 runs: 8 + 8 + 5 * 8 + 4 nnz */
+	CHECK_MSG(bytes == 8 + 8 + 5 * 8 + 4 * nnz, "runs message of %llu bytes",
+		  (unsigned long long)bytes);
+	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, nnz));
+	CHECK_EQ_INT(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_TRUE(dec.nnz == nnz);
+	CHECK_TRUE(!memcmp(dec.idx, idx, 4 * nnz) && !memcmp(dec.val, val, 4 * nnz));
+	/* scattered indices still go as COO or bitmap */
+	for (uint64_t i = 0; i < 1000; i++)
+		idx[i] = (uint32_t)(i * 7);
+	src.nnz = 1000;
+	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_TRUE(bytes == 8 + 8 * 1000);
+	/* a run past numel, or overlapping the previous one, is refused */
+	src.nnz = nnz = 2 * ROW;
+	for (uint64_t i = 0; i < nnz; i++)
+		idx[i] = (uint32_t)(i < ROW ? i : 5 * ROW + i);
+	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	uint32_t past = (uint32_t)numel - 10;
+	memcpy(buf + 8 + 8 + 8, &past, 4);
+	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	uint32_t back = 5;
+	memcpy(buf + 8 + 8 + 8, &back, 4);
+	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
 }
