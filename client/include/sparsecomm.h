@@ -171,6 +171,24 @@ SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor);
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p);
 
+/*
+ * A COO allreduce whose result may come back sparse, in the COO arrays themselves: once
+ * the operation has completed successfully, sc_tensor_result_nnz() gives the number of
+ * entries, indices strictly ascending (every index whose sum is non-zero; an index whose
+ * sum cancelled may stay, as 0), values summed (averaged with SC_OP_AVERAGE). The contents of
+ * sc_tensor_data are then unspecified. When the union of the indices does not fit the
+ * tensor's coo_capacity, or the node runs several trainers of the tensor, the dense sum
+ * lands in sc_tensor_data as with sc_allreduce_coo_async and sc_tensor_result_nnz() is
+ * SC_RESULT_DENSE. The sparse form skips every pass over all numel elements (the
+ * AGsparse scheme merges the ranks' lists directly): what a natively sparse gradient
+ * such as an embedding table's wants.
+ */
+#define SC_RESULT_DENSE ((size_t)-1)
+SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
+						 size_t nnz, sc_reduce_op_t op,
+						 sc_handle_t *handle_p);
+SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
+
 /* The tensor's shared buffer (numel elements, 64-byte aligned), its name, type, count. */
 SC_API void *sc_tensor_data(const sc_tensor_t *tensor);
 SC_API const char *sc_tensor_name(const sc_tensor_t *tensor);

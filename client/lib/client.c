@@ -842,7 +842,8 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.tensor_id = t->tensor_id;
 	ar.handle = h;
 	ar.op = op;
-	ar.coo = coo;
+	ar.coo = coo != 0;
+	ar.sparse_result = coo == 2;
 	ar.nnz = coo ? nnz : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
@@ -872,6 +873,8 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 			       c->rank, t->name, (unsigned long long)t->busy->handle);
 		goto err_unlock;
 	}
+	if (coo)
+		scl_tensor_result_reset(t);
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
 	*slot = o;
@@ -898,6 +901,13 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
 					  sc_reduce_op_t op, sc_handle_t *handle_p)
 {
 	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
+}
+
+SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
+						 size_t nnz, sc_reduce_op_t op,
+						 sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
 }
 
 /*

@@ -116,4 +116,8 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 /* Unmaps every tensor of a client and frees them (tensor.c, from sc_finalize). */
 void scl_tensor_free_all(sc_client_t *c);
 
+/* Marks the tensor's result dense until the daemon writes a sparse one (tensor.c owns the
+ * shared header). */
+void scl_tensor_result_reset(sc_tensor_t *t);
+
 #endif

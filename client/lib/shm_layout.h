@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define SC_SHM_MAGIC	   0x53434f4dU /* "SCOM" */
-#define SC_SHM_VERSION	   1U
+#define SC_SHM_VERSION	   2U
 #define SC_SHM_DATA_OFFSET 4096U
 #define SC_SHM_NAME_MAX	   256
 
@@ -34,6 +34,10 @@ typedef struct sc_shm_header {
 	uint64_t coo_val_offset; /* values of dtype */
 	uint64_t total_bytes;
 	uint64_t residual_offset; /* numel floats of error-feedback residual, 0 when none */
+	/* the daemon's answer to a COO allreduce that asked for a sparse result, written
+	 * before its completion is sent: the number of result entries in the COO area, or
+	 * UINT64_MAX when the result is dense in the data area */
+	uint64_t result_nnz;
 	char name[SC_SHM_NAME_MAX];
 } sc_shm_header_t;
 

@@ -353,6 +353,19 @@ SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor)
 	return tensor ? tensor->coo_val : NULL;
 }
 
+void scl_tensor_result_reset(sc_tensor_t *t)
+{
+	((volatile sc_shm_header_t *)t->map)->result_nnz = UINT64_MAX;
+}
+
+SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor)
+{
+	if (!tensor || !tensor->map || !tensor->coo_cap)
+		return SC_RESULT_DENSE;
+	uint64_t n = ((const volatile sc_shm_header_t *)tensor->map)->result_nnz;
+	return n <= tensor->coo_cap ? (size_t)n : SC_RESULT_DENSE;
+}
+
 SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
 {
 	return tensor ? tensor->residual : NULL;

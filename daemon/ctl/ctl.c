@@ -464,6 +464,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->handle = a->handle;
 	r->op = a->op;
 	r->coo = a->coo;
+	r->sparse_result = a->coo && a->sparse_result;
 	r->nnz = a->nnz;
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {

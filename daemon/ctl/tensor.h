@@ -54,6 +54,7 @@ typedef struct scd_reg {
 	uint64_t handle;
 	uint32_t op;
 	int coo;
+	int sparse_result; /* with coo: the result may come back in the COO area */
 	uint64_t nnz;
 	int zombie; /* the session went away while the engine held this buffer */
 	struct scd_reg *next_in_session;

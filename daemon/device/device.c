@@ -23,6 +23,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .bitmap_encode = scd_bitmap_encode,
     .bitmap_decode = scd_bitmap_decode,
     .hash_bitmap_encode = scd_hash_bitmap_encode,
+    .hash_bitmap_decode = scd_hash_bitmap_decode,
     .hash_bitmap_decode_dense = scd_hash_bitmap_decode_dense,
     .blocks_encode_dense = scd_blocks_encode_dense,
     .blocks_decode = scd_blocks_decode,

@@ -55,6 +55,8 @@ typedef struct scd_device_ops {
 				     scd_coo_t *out);
 	sc_status_t (*hash_bitmap_encode)(const scd_partmap_t *map, uint32_t p, const float *g,
 					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
+	sc_status_t (*hash_bitmap_decode)(const scd_partmap_t *map, uint32_t p, const void *buf,
+					  uint64_t bytes, scd_coo_t *out);
 	sc_status_t (*hash_bitmap_decode_dense)(const scd_partmap_t *map, uint32_t p,
 						const void *buf, uint64_t bytes, float *dst);
 	sc_status_t (*blocks_encode_dense)(const float *g, uint64_t numel, uint32_t block,

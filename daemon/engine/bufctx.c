@@ -392,7 +392,8 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
 	scd_scheme_io_t io = {.data = buf,
 			      .coo = job->coo_direct ? &job->coo_in : NULL,
-			      .residual = job->n_items == 1 ? job->items[0].residual : NULL};
+			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
+			      .out = job->sparse_out ? &job->coo_out : NULL};
 	scd_scheme_report_t rep;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
 	if (st != SC_OK) {

@@ -140,9 +140,12 @@ static void scatter_out(const scd_job_item_t *it, uint32_t dtype, void *res, dou
 {
 	if (it->op == SC_OP_AVERAGE)
 		average(dtype, res, it->numel, divisor);
-	for (int s = 0; s < it->n_src; s++)
+	for (int s = 0; s < it->n_src; s++) {
 		if (it->src[s].dense != res)
 			memcpy(it->src[s].dense, res, it->numel * sc_dtype_size(dtype));
+		if (it->src[s].result_nnz) /* asked for a sparse result, gets the dense one */
+			*it->src[s].result_nnz = UINT64_MAX;
+	}
 }
 
 /* A buffer of a dtype other than float32: the lossless dense ring, with the report a
@@ -211,6 +214,7 @@ static int coo_direct(scd_job_t *job)
 {
 	job->coo_in.nnz = 0;
 	job->coo_direct = 0;
+	job->sparse_out = 0;
 	if (job->n_items != 1 || job->dtype != SC_FLOAT32)
 		return 0;
 	const scd_job_item_t *it = &job->items[0];
@@ -226,7 +230,20 @@ static int coo_direct(scd_job_t *job)
 				  .nnz = s->coo_nnz,
 				  .cap = s->coo_nnz};
 	job->coo_direct = 1;
+	/* A sparse result lands in the same arrays (the scheme consumes the input first). */
+	job->sparse_out = s->result_nnz != NULL;
+	job->coo_out = (scd_coo_t){.idx = job->coo_in.idx, .val = job->coo_in.val,
+				   .cap = s->coo_cap};
 	return 1;
+}
+
+/* Averages a sparse result's values and tells the trainer how many there are. */
+static void sparse_out(const scd_job_t *job, double divisor)
+{
+	const scd_job_item_t *it = &job->items[0];
+	if (it->op == SC_OP_AVERAGE)
+		average(SC_FLOAT32, job->coo_out.val, job->coo_out.nnz, divisor);
+	*it->src[0].result_nnz = job->coo_out.nnz;
 }
 
 static void run_allreduce(scd_engine_t *e, scd_job_t *job)
@@ -287,9 +304,13 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
-	for (int i = 0; i < job->n_items; i++)
-		scatter_out(&job->items[i], job->dtype, buf + job->items[i].offset * esz,
-			    job->average_divisor);
+	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+		sparse_out(job, job->average_divisor);
+	} else {
+		for (int i = 0; i < job->n_items; i++)
+			scatter_out(&job->items[i], job->dtype, buf + job->items[i].offset * esz,
+				    job->average_divisor);
+	}
 	if (bad) {
 		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error),

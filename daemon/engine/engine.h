@@ -33,8 +33,11 @@ typedef struct scd_job_src {
 	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
 	const uint32_t *coo_idx;
 	const float *coo_val;
-	uint64_t coo_nnz;
+	uint64_t coo_nnz, coo_cap;
 	int coo;
+	/* the trainer asked for a sparse result: the engine writes its COO area and the
+	 * entry count (or UINT64_MAX, dense) here */
+	uint64_t *result_nnz;
 } scd_job_src_t;
 
 typedef struct scd_job_item {
@@ -66,6 +69,8 @@ typedef struct scd_job {
 	uint64_t world_seed;	/* shared by every rank */
 	int coo_direct;		/* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
+	int sparse_out;		/* coo_direct and the trainer asked for a sparse result */
+	scd_coo_t coo_out;	/* then: the trainer's COO area (the same arrays as coo_in) */
 	int lossless_only;	/* some tensor does not allow lossy schemes */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;

@@ -107,12 +107,13 @@ typedef struct scd_scheme_io {
 /*
  * Sparse results. With io->out (capacity out->cap, which may be the same arrays as
  * io->coo: the input is consumed first) the result comes back as COO when it fits:
- * out->nnz entries, indices strictly ascending, every index that any rank contributed
- * (a sum that cancels to zero stays, as 0), values bit-identical to the dense result;
- * io->data is then scratch with unspecified contents. When the union exceeds out->cap
- * the result is dense in io->data and out->nnz is SCD_RESULT_DENSE. AGsparse merges the
- * ranks' lists directly (O(non-zeros), nothing of size numel is touched); the other
- * schemes aggregate densely and the non-zeros are then gathered from io->data.
+ * out->nnz entries, indices strictly ascending, every index whose sum is non-zero
+ * (AGsparse and HC also keep an index whose sum cancelled, as 0), values bit-identical to
+ * the dense result; io->data is then scratch with unspecified contents. When the union
+ * exceeds out->cap the result is dense in io->data and out->nnz is SCD_RESULT_DENSE.
+ * AGsparse merges the ranks' lists directly (nothing of size numel is touched), HC reads
+ * its final aggregate's index list, Balanced Parallelism merges the decoded hash bitmaps;
+ * the other schemes aggregate densely and the non-zeros are then gathered from io->data.
  */
 #define SCD_RESULT_DENSE UINT64_MAX
 

@@ -202,6 +202,26 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	return SC_OK;
 }
 
+/* A sparse result is the final aggregate's index list (the union) with its values. */
+static sc_status_t hc_result(hc_t *h, const scd_scheme_io_t *io)
+{
+	scd_scheme_ctx_t *c = h->c;
+	if (!scd_scheme_sparse_out(io, h->n))
+		return SC_OK;
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->ridx, 4 * h->n + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, 4 * h->n + 4)) != SC_OK)
+		return st;
+	uint32_t *oi = c->ridx.p;
+	float *ov = c->rval.p;
+	memcpy(oi, h->cur, 4 * h->n);
+	for (uint64_t i = 0; i < h->n; i++)
+		ov[i] = h->g[h->cur[i]];
+	c->res_nnz = h->n;
+	c->res_ready = 1;
+	return SC_OK;
+}
+
 sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
@@ -228,9 +248,10 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	while (Pp * 2 <= P)
 		Pp *= 2;
 	if (me >= Pp) { /* folded rank: in first, result out last */
-		if ((st = hc_step(&h, me - Pp, -1, 0)) != SC_OK)
+		if ((st = hc_step(&h, me - Pp, -1, 0)) != SC_OK ||
+		    (st = hc_step(&h, -1, me - Pp, 1)) != SC_OK)
 			return st;
-		return hc_step(&h, -1, me - Pp, 1);
+		return hc_result(&h, io);
 	}
 	int extra = me + Pp < P ? me + Pp : -1;
 	if (extra >= 0 && (st = hc_step(&h, -1, extra, 0)) != SC_OK)
@@ -238,7 +259,7 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	for (int dist = 1; dist < Pp; dist <<= 1)
 		if ((st = hc_step(&h, me ^ dist, me ^ dist, 0)) != SC_OK)
 			return st;
-	if (extra >= 0)
-		return hc_step(&h, extra, -1, 0);
-	return SC_OK;
+	if (extra >= 0 && (st = hc_step(&h, extra, -1, 0)) != SC_OK)
+		return st;
+	return hc_result(&h, io);
 }

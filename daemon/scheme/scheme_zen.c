@@ -77,6 +77,33 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
 	return total ? (double)max * P / (double)total : 1;
 }
 
+/* The sparse result: every server's hash bitmap (mine is still in the send buffer,
+ * own_bytes long) decoded to its ascending indices, then one merge of the P disjoint
+ * lists; the output is never touched densely after the aggregation. */
+static sc_status_t bp_merge(scd_scheme_ctx_t *c, uint64_t own_bytes, uint64_t uni)
+{
+	int P = c->size, me = c->rank;
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->aidx, 4 * uni + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->aval, 4 * uni + 4)) != SC_OK)
+		return st;
+	scd_coo_t lists[P];
+	uint64_t off = 0;
+	for (int p = 0, j = 0; p < P; p++) {
+		const void *b = p == me ? c->sendbuf.p : c->recvs[j].buf;
+		uint64_t len = p == me ? own_bytes : c->rbytes[j];
+		lists[p] = (scd_coo_t){(uint32_t *)c->aidx.p + off, (float *)c->aval.p + off, 0,
+				       uni - off};
+		if ((st = c->dev->hash_bitmap_decode(c->map, (uint32_t)p, b, len, &lists[p])) !=
+		    SC_OK)
+			return scd_scheme_fail(st, "balanced_par: bad hash bitmap from rank %d",
+					       p);
+		off += lists[p].nnz;
+		j += p != me;
+	}
+	return scd_scheme_merge_result(c, lists, P);
+}
+
 sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
@@ -182,6 +209,13 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 		return st;
+	uint64_t uni = 0;
+	for (int p = 0; p < P; p++) {
+		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
+		uni += load[p] < sz ? load[p] : sz;
+	}
+	if (scd_scheme_sparse_out(io, uni))
+		return bp_merge(c, bytes, uni);
 	for (int p = 0, j = 0; p < P; p++) {
 		if (p == me)
 			continue;

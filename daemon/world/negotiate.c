@@ -719,6 +719,8 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 				s->coo_val = (const float *)((char *)r->map +
 							     r->hdr->coo_val_offset);
 				s->coo_nnz = r->nnz;
+				s->coo_cap = r->hdr->coo_cap;
+				s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
 			}
 		}
 	}

@@ -22,11 +22,14 @@ with different options is refused rather than silently ignored.
 Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
 take the COO path: the tensor is coalesced, its rows are expanded into flat element
 indices written straight into the daemon's COO index area, its values into the COO value
-area, and sc_allreduce_coo_async reduces them; nothing is densified on the Python side.
-The daemon returns the dense sum; it is handed back re-sparsified by non-zero rows (a
-coalesced sparse COO tensor of the input's shape, so optimizers that expect sparse
-gradients keep working), or dense with ``sparse_as_dense=True``.  A row whose reduced
-sum is exactly zero is dropped, which changes nothing for SGD-like updates.
+area, and sc_allreduce_coo_sparse_async reduces them; nothing is densified on the Python
+side.  The daemon hands the sum back sparse, in the same COO area (every index some rank
+contributed, ascending), and it becomes a coalesced sparse COO tensor of the input's shape
+(so optimizers that expect sparse gradients keep working) without any pass over the whole
+table.  When the union does not fit coo_capacity, or the node runs several trainers of
+the tensor, the sum comes back dense and is re-sparsified by its non-zero rows (a row
+whose sum is exactly zero is then dropped, which changes nothing for SGD-like updates).
+``sparse_as_dense=True`` returns the dense sum instead.
 
 Errors from the library or the daemon raise :class:`SparsecommError`, carrying the
 status name (``SC_ERR_PEER``, ...) and the library's error text (sc_last_error), which
@@ -403,10 +406,11 @@ def _start_dense(c, e, op):
     return h.value
 
 
-def _start_coo(c, e, nnz, op):
+def _start_coo(c, e, nnz, op, sparse_result=False):
     lib = _lib.load()
     h = _lib.c_handle()
-    st = lib.sc_allreduce_coo_async(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
+    start = lib.sc_allreduce_coo_sparse_async if sparse_result else lib.sc_allreduce_coo_async
+    st = start(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
         raise _error(st, "COO allreduce of tensor '%s'" % e.name, e.name)
@@ -581,9 +585,13 @@ def _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold
     except BaseException:
         e.inflight = False
         raise
-    hid = _start_coo(c, e, nnz, red)
+    hid = _start_coo(c, e, nnz, red, sparse_result=not sparse_as_dense)
 
     def finish():
+        if not sparse_as_dense:
+            n = _lib.load().sc_tensor_result_nnz(e.ptr)
+            if n != _lib.SC_RESULT_DENSE:
+                return _sparse_result(e, n, shape, sd, x.dtype)
         dense = e.tdata().view(shape)
         if sparse_as_dense:
             res = t.empty(shape, dtype=x.dtype) if out is None else out
@@ -592,6 +600,34 @@ def _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold
         return _resparsify(dense, sd, x.dtype)
 
     return Handle(c, e, hid, finish)
+
+
+def _sparse_result(e, n, shape, sd, dtype):
+    """The coalesced sparse COO tensor of a sparse result: n flat element indices
+    (ascending) and values in the tensor's COO area.  The common case, whole rows (every
+    element of each touched row, as an embedding's gradient has), is recognised from the
+    first and last index of each row-sized block, in O(n / row); otherwise the elements
+    are gathered into the rows that hold them."""
+    t = _torch()
+    dn = math.prod(shape[sd:])
+    idx = e.coo_idx[:n]
+    val = e.tval()[:n]
+    first = idx[::dn] if dn > 1 else idx
+    whole = n % dn == 0 and (dn == 1 or (
+        not np.any(first % dn) and np.array_equal(idx[dn - 1::dn] - first,
+                                                  np.full(first.size, dn - 1, first.dtype))))
+    if whole:
+        rows = t.from_numpy(first.astype(np.int64) // dn)
+        vals = val.reshape(rows.numel(), dn).clone()
+    else:
+        lin = idx.astype(np.int64)
+        keep = np.unique(lin // dn)
+        rows = t.from_numpy(keep)
+        vals = t.zeros(keep.size, dn, dtype=val.dtype)
+        vals.view(-1)[t.from_numpy(np.searchsorted(keep, lin // dn) * dn + lin % dn)] = val
+    vals = vals.to(dtype).view((rows.numel(),) + tuple(shape[sd:]))
+    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
+    return t.sparse_coo_tensor(ind, vals, shape)._coalesced_(True)
 
 
 def _linear(ind, sparse_shape):

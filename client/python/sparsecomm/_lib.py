@@ -54,6 +54,10 @@ for _k, _v in STATUS_VALUES.items():
 del _k, _v
 
 
+# sc_tensor_result_nnz's answer when the result is dense (SC_RESULT_DENSE, SIZE_MAX)
+SC_RESULT_DENSE = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
+
+
 class DType(enum.IntEnum):
     FLOAT32 = 0
     FLOAT64 = 1
@@ -140,6 +144,9 @@ _PROTOTYPES = [
     ("sc_tensor_coo_values", ctypes.c_void_p, [c_tensor_p]),
     ("sc_allreduce_coo_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(c_handle)]),
+    ("sc_allreduce_coo_sparse_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(c_handle)]),
+    ("sc_tensor_result_nnz", ctypes.c_size_t, [c_tensor_p]),
     ("sc_tensor_data", ctypes.c_void_p, [c_tensor_p]),
     ("sc_tensor_name", ctypes.c_char_p, [c_tensor_p]),
     ("sc_tensor_dtype", ctypes.c_int, [c_tensor_p]),
