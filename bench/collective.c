@@ -88,7 +88,7 @@ typedef struct coll_opts {
 	wl_cfg_t wl;
 	const char *schemes[MAX_RUNS];
 	int n_schemes, iters, warmup;
-	bool check, peer_mpi, describe;
+	bool check, peer_mpi, describe, sparse_result;
 	const char *json_out, *rate, *peer_script;
 	double goodput;
 } coll_opts_t;
@@ -109,6 +109,7 @@ static void usage(FILE *out)
 	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform --numel N\n"
 	    "           --density D --scheme S|all|auto|S1,S2.. [--iters K] [--warmup W]\n"
 	    "           [--check] [--peer-mpi] [--json-out FILE] [--rate RATE]\n"
+	    "           [--sparse-result]\n"
 	    "           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
 	    "       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
 	    "Run under sparsecomm-run, one trainer per node. Schemes: dense_ring agsparse\n"
@@ -119,6 +120,9 @@ static void usage(FILE *out)
 	    "  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
 	    "                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
 	    "  --rate RATE    link rate for the bound (default $SPARSECOMM_NETNS_RATE)\n"
+	    "  --sparse-result  COO workloads take the sum back as COO\n"
+	    "                 (sc_allreduce_coo_sparse_async), as a sparse gradient's\n"
+	    "                 consumer would; the check expands it\n"
 	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n");
 }
 
@@ -165,6 +169,9 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 			exit(0);
 		} else if (!strcmp(a, "--check")) {
 			o->check = true;
+			continue;
+		} else if (!strcmp(a, "--sparse-result")) {
+			o->sparse_result = true;
 			continue;
 		} else if (!strcmp(a, "--peer-mpi")) {
 			o->peer_mpi = true;
@@ -391,9 +398,9 @@ static sc_status_t step_once(const coll_opts_t *o, sess_t *s, sc_tensor_t *t, si
 	if (barrier(s, OP_TIMEOUT_MS / 1000.0) < 0)
 		return SC_ERR_TIMEOUT;
 	double t0 = bench_now_s();
-	sc_status_t st = wl_is_coo(o->wl.kind)
-			     ? sc_allreduce_coo_async(s->c, t, nnz, SC_OP_SUM, &h)
-			     : sc_allreduce_async(s->c, t, SC_OP_SUM, &h);
+	sc_status_t st = !wl_is_coo(o->wl.kind) ? sc_allreduce_async(s->c, t, SC_OP_SUM, &h)
+			 : o->sparse_result ? sc_allreduce_coo_sparse_async(s->c, t, nnz, SC_OP_SUM, &h)
+					    : sc_allreduce_coo_async(s->c, t, nnz, SC_OP_SUM, &h);
 	if (st == SC_OK)
 		st = sc_wait(s->c, h, OP_TIMEOUT_MS);
 	*dt_p = bench_now_s() - t0;
@@ -583,7 +590,22 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 			rsum = d;
 		}
 		double wrong, maxerr;
-		const float *result = sc_tensor_data(t);
+		float *result = sc_tensor_data(t);
+		size_t rn = sc_tensor_result_nnz(t);
+		if (rn != SC_RESULT_DENSE) { /* expand the sparse result (the data is scratch) */
+			const uint32_t *ri = sc_tensor_coo_indices(t);
+			const float *rv = sc_tensor_coo_values(t);
+			memset(result, 0, o->wl.numel * sizeof(float));
+			for (size_t k = 0; k < rn; k++) {
+				if (ri[k] >= o->wl.numel || (k && ri[k] <= ri[k - 1])) {
+					snprintf(r->error, sizeof(r->error),
+						 "rank %d: sparse result index %zu (%u) out of "
+						 "order or range", s.rank, k, ri[k]);
+					goto fail;
+				}
+				result[ri[k]] = rv[k];
+			}
+		}
 		if (verify(o, s.P, result, rsum, w, &wrong, &maxerr) < 0)
 			goto nomem;
 		put_u48(mine + K + SL_WRONG, wrong);
@@ -769,6 +791,7 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		o->iters, o->warmup, netns && *netns ? "netns" : "loopback");
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
+	fprintf(f, ",\"sparse_result\":%s", o->sparse_result ? "true" : "false");
 	num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
 	num_or_null(f, "alpha_s", alpha, "%.6f");
 	if (sh)
@@ -838,7 +861,8 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 	       wl_kind_name(o->wl.kind), P, (unsigned long long)o->wl.numel,
 	       o->wl.numel * 4.0 / 1048576, o->wl.density, o->iters, o->warmup,
 	       netns && *netns ? "netns, link " : "loopback",
-	       netns && *netns ? (o->rate ? o->rate : "unshaped") : "", "");
+	       netns && *netns ? (o->rate ? o->rate : "unshaped") : "",
+	       o->sparse_result && wl_is_coo(o->wl.kind) ? "; sparse results" : "");
 	if (sh)
 		printf("# inputs: d_G %.4g, gamma %.3g, pairwise overlap %.3g, skew %.3g\n",
 		       sh->density, sh->gamma, sh->overlap, sh->skew);
