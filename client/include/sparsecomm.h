@@ -177,7 +177,8 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
  * entries, indices strictly ascending (every index whose sum is non-zero; an index whose
  * sum cancelled may stay, as 0), values summed (averaged with SC_OP_AVERAGE). The contents of
  * sc_tensor_data are then unspecified. When the union of the indices does not fit the
- * tensor's coo_capacity, or the node runs several trainers of the tensor, the dense sum
+ * tensor's coo_capacity, the node runs several trainers of the tensor, or the tensor
+ * keeps an error-feedback residual (a sparsifier, or lossy schemes allowed), the dense sum
  * lands in sc_tensor_data as with sc_allreduce_coo_async and sc_tensor_result_nnz() is
  * SC_RESULT_DENSE. The sparse form skips every pass over all numel elements (the
  * AGsparse scheme merges the ranks' lists directly): what a natively sparse gradient

@@ -18,6 +18,10 @@
  *     sum of inputs == result + sum of residual changes (mass conservation), exactly for
  *     the lossless schemes and ExDyna/SparDL (small integers), to float rounding for S2;
  *   - auto: sc_tensor_stats names a real scheme, and the result is checked as above;
+ *   - COO input takes the dense result at step 0 and a sparse one at step 1
+ *     (sc_allreduce_coo_sparse_async): indices strictly ascending and in range, expanded
+ *     and checked as above; it must come back sparse for lossless tensors with one
+ *     trainer per node (the capacity is numel), dense with several or with a residual;
  *   - every trainer ends with the same bits (hash of every result, gathered at the end).
  * Failures are collected and the scenario fails at the end, naming case, scheme, element,
  * expected and observed values, so one run reports every broken scheme.
@@ -144,6 +148,33 @@ static void hash_in(sp_state_t *s, const float *x, uint64_t n)
 }
 
 /* One case x one scheme: registers, runs two steps, checks each. */
+/* Checks a sparse result's form and expands it into x (the data area is scratch then). */
+static void expand_sparse(sp_state_t *s, const sp_case_t *k, const char *scheme, sc_client_t *c,
+			  const sc_tensor_t *t, float *x)
+{
+	size_t rn = sc_tensor_result_nnz(t);
+	/* dense by contract: several trainers per node, or a residual (lossy allowed) */
+	int dense = sc_local_size(c) > 1 || sc_tensor_residual(t);
+	if (dense || rn == SC_RESULT_DENSE) {
+		if (dense != (rn == SC_RESULT_DENSE))
+			sp_failf(s, "%s %s: the result came back %s (%d trainer(s) per node, %s)",
+				 k->label, scheme, rn == SC_RESULT_DENSE ? "dense" : "sparse",
+				 sc_local_size(c), sc_tensor_residual(t) ? "lossy" : "lossless");
+		return;
+	}
+	const uint32_t *ri = sc_tensor_coo_indices(t);
+	const float *rv = sc_tensor_coo_values(t);
+	memset(x, 0, s->numel * sizeof(float));
+	for (size_t j = 0; j < rn; j++) {
+		if (ri[j] >= s->numel || (j && ri[j] <= ri[j - 1])) {
+			sp_failf(s, "%s %s: sparse result entry %zu (index %u) out of order or "
+				 "range", k->label, scheme, j, ri[j]);
+			return;
+		}
+		x[ri[j]] = rv[j];
+	}
+}
+
 static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		    const char *scheme)
 {
@@ -185,8 +216,10 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		if (res)
 			memcpy(sc_tensor_data(d), res, n * sizeof(float));
 		sc_handle_t h = 0;
-		sc_status_t st = coo ? sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h)
-				     : sc_allreduce_async(c, t, SC_OP_SUM, &h);
+		int sparse_out = coo && step == 1;
+		sc_status_t st = !coo	     ? sc_allreduce_async(c, t, SC_OP_SUM, &h)
+				 : sparse_out ? sc_allreduce_coo_sparse_async(c, t, nnz, SC_OP_SUM, &h)
+					      : sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h);
 		IT_CHECK_SC(st, "%s %s step %d: submit", k->label, scheme, step);
 		int w = it_wait(c, h, IT_OP_TIMEOUT_MS);
 		if (w != SC_OK)
@@ -220,6 +253,8 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		double maxerr = 0;
 		uint64_t first = 0;
 		x = sc_tensor_data(t);
+		if (sparse_out)
+			expand_sparse(s, k, scheme, c, t, x);
 		for (uint64_t i = 0; i < n; i++) {
 			double e = (double)ref[i] - ((double)x[i] + (rsum ? rsum[i] : 0));
 			if (fabs(e) > tol) {

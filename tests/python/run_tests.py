@@ -101,6 +101,10 @@ def t_api():
     # 2 nodes x 2 trainers: the daemons' local reduce is on the path too
     rc, out, _ = launch(2, os.path.join(HERE, "worker_api.py"), [], 180, per_node=2)
     checks("api", rc, out, 4)
+    # one trainer per node: lossless COO results come back sparse from the daemon
+    rc, out, _ = launch(4, os.path.join(HERE, "worker_api.py"),
+                        ["sparse_embedding_coo", "sparse_result_forms"], 180)
+    checks("api_sparse_results", rc, out, 4)
 
 
 def t_lossless_dense():
