@@ -218,9 +218,13 @@ static scd_bufctx_t *bufctx_get(scd_bufctx_table_t *tab, const scd_job_t *job,
 
 /* Sparsification ahead, per tensor: the selected values stay in the buffer, the rest goes
  * to the tensor's residual. A tensor that allows lossy schemes but is not sparsified here
- * gets its residual (what lossy schemes left behind last step) added back first. */
-static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf)
+ * gets its residual (what lossy schemes left behind last step) added back first. A buffer
+ * of one sparsified tensor hands its selection to the scheme as COO (*sel_p) instead:
+ * nothing then clears and refills the buffer, nor scans it again for the non-zeros. */
+static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
+				  const scd_coo_t **sel_p)
 {
+	*sel_p = NULL;
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		float *x = buf + it->offset;
@@ -230,6 +234,10 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf)
 						      &b->sel, NULL);
 			if (st != SC_OK)
 				return st;
+			if (job->n_items == 1) {
+				*sel_p = &b->sel;
+				return SC_OK;
+			}
 			memset(x, 0, it->numel * sizeof(float));
 			for (uint64_t k = 0; k < b->sel.nnz; k++)
 				x[b->sel.idx[k]] = b->sel.val[k];
@@ -381,7 +389,8 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		snprintf(job->error, sizeof(job->error), "no memory for the buffer's scheme state");
 		return SC_ERR_NOMEM;
 	}
-	sc_status_t st = sparsify_items(b, job, buf);
+	const scd_coo_t *sel = NULL;
+	sc_status_t st = sparsify_items(b, job, buf, &sel);
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
 			 sc_status_message(st));
@@ -391,7 +400,7 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);
 	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
 	scd_scheme_io_t io = {.data = buf,
-			      .coo = job->coo_direct ? &job->coo_in : NULL,
+			      .coo = job->coo_direct ? &job->coo_in : sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
 	scd_scheme_report_t rep;

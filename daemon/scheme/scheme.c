@@ -670,10 +670,20 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Statistics of the result, identical on every rank: non-zeros and range skew. */
-static void result_stats(const scd_scheme_ctx_t *c, const float *g, scd_scheme_report_t *r)
+/* Statistics of a dense result, identical on every rank: non-zeros and range skew. A pass
+ * over the whole buffer, so buffers over SCD_STATS_FULL_NUMEL elements are counted every
+ * SCD_STATS_EVERY steps (the same steps on every rank) and report the last count between:
+ * the profile they feed is an average over steps anyway. */
+#define SCD_STATS_FULL_NUMEL (1u << 20)
+#define SCD_STATS_EVERY	     4
+static void result_stats(scd_scheme_ctx_t *c, const float *g, scd_scheme_report_t *r)
 {
 	uint64_t n = c->cfg.numel, P = (uint64_t)c->size, total = 0, maxr = 0;
+	if (n > SCD_STATS_FULL_NUMEL && c->step % SCD_STATS_EVERY && c->stat_union) {
+		r->union_nnz = c->stat_union;
+		r->skew = c->stat_skew;
+		return;
+	}
 	for (uint64_t p = 0; p < P; p++) {
 		uint64_t lo = p * n / P, hi = (p + 1) * n / P, cnt = 0;
 		for (uint64_t i = lo; i < hi; i++)
@@ -682,8 +692,8 @@ static void result_stats(const scd_scheme_ctx_t *c, const float *g, scd_scheme_r
 		if (cnt > maxr)
 			maxr = cnt;
 	}
-	r->union_nnz = total;
-	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
+	r->union_nnz = c->stat_union = total;
+	r->skew = c->stat_skew = total ? (double)maxr * (double)P / (double)total : 1;
 }
 
 /* The same statistics from a sparse result (ascending indices): O(nnz + P). */

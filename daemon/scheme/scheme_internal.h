@@ -59,6 +59,9 @@ struct scd_scheme_ctx {
 	scd_ws_t ridx, rval;
 	uint64_t res_nnz;
 	int res_ready;
+	/* the last dense result's statistics (sampled, see result_stats) */
+	uint64_t stat_union;
+	double stat_skew;
 
 	/* Balanced Parallelism */
 	scd_hh_t *hh;
