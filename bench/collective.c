@@ -510,7 +510,12 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 	opts.scheme = is_auto ? NULL : scheme;
 	opts.density = o->wl.density;
 	if (coo) {
+		/* a sparse result needs room for the union of every rank's indices */
 		opts.coo_capacity = w->cap;
+		if (o->sparse_result)
+			opts.coo_capacity = (uint64_t)s.P * w->cap < o->wl.numel
+						? (uint64_t)s.P * w->cap
+						: o->wl.numel;
 		opts.allow_lossy = lossy; /* natural sparsity: lossless unless pinned lossy */
 	} else {
 		opts.allow_lossy = 1;

@@ -135,7 +135,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx, &c->lval,
 			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
 			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
-			  &c->ridx,	 &c->rval};
+			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->hh)
@@ -354,82 +354,89 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 
 /* ---- sparse results ----------------------------------------------------------------- */
 
-/* Heap of list ids ordered by (current index, list id): ties pop in list order. */
-static int merge_less(const scd_coo_t *l, const uint64_t *pos, int a, int b)
+/* Merges the ascending list b into a (a's entries first on equal indices, so sums keep
+ * list order); returns the union's length. o has room for an + bn entries. */
+static uint64_t merge_two(const uint32_t *ai, const float *av, uint64_t an, const scd_coo_t *b,
+			  uint32_t *oi, float *ov)
 {
-	uint32_t ia = l[a].idx[pos[a]], ib = l[b].idx[pos[b]];
-	return ia < ib || (ia == ib && a < b);
-}
-
-static void merge_sift(const scd_coo_t *l, const uint64_t *pos, int *heap, int n, int i)
-{
-	for (;;) {
-		int m = i, a = 2 * i + 1, b = a + 1;
-		if (a < n && merge_less(l, pos, heap[a], heap[m]))
-			m = a;
-		if (b < n && merge_less(l, pos, heap[b], heap[m]))
-			m = b;
-		if (m == i)
-			return;
-		int t = heap[i];
-		heap[i] = heap[m];
-		heap[m] = t;
-		i = m;
+	const uint32_t *bi = b->idx;
+	const float *bv = b->val;
+	uint64_t i = 0, j = 0, w = 0, bn = b->nnz;
+	while (i < an && j < bn) {
+		uint32_t x = ai[i], y = bi[j];
+		if (x < y)
+			oi[w] = x, ov[w++] = av[i++];
+		else if (x > y)
+			oi[w] = y, ov[w++] = 0.0f + bv[j++];
+		else
+			oi[w] = x, ov[w++] = av[i++] + bv[j++];
 	}
+	memcpy(oi + w, ai + i, 4 * (an - i));
+	memcpy(ov + w, av + i, 4 * (an - i));
+	w += an - i;
+	for (; j < bn; j++)
+		oi[w] = bi[j], ov[w++] = 0.0f + bv[j];
+	return w;
 }
 
+/*
+ * One two-way merge per list, in list order: ((l0 + l1) + l2) + ..., so every sum is
+ * formed in rank order, as the dense path's scatter-adds into a cleared buffer form it
+ * (0.0f + v: its bits for a first value, -0.0 included). Sequential two-way merges move
+ * more entries than a P-way heap but without its branchy sift: about twice as fast at
+ * P = 4 and 8 on embedding-like lists.
+ */
 sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n)
 {
 	uint64_t total = 0;
 	for (int i = 0; i < n; i++)
 		total += lists[i].nnz;
-	uint64_t cap = total < c->cfg.numel ? total : c->cfg.numel;
 	sc_status_t st;
-	if ((st = scd_ws_reserve(&c->ridx, 4 * cap + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->rval, 4 * cap + 4)) != SC_OK)
+	if ((st = scd_ws_reserve(&c->ridx, 4 * total + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, 4 * total + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->sidx, 4 * total + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->sval, 4 * total + 4)) != SC_OK)
 		return st;
-	uint32_t *oi = c->ridx.p;
-	float *ov = c->rval.p;
-	uint64_t pos[n > 0 ? n : 1], w = 0;
-	int heap[n > 0 ? n : 1], hn = 0;
-	for (int i = 0; i < n; i++) {
-		pos[i] = 0;
-		if (lists[i].nnz)
-			heap[hn++] = i;
+	uint32_t *ai = c->ridx.p, *bi = c->sidx.p;
+	float *av = c->rval.p, *bv = c->sval.p;
+	uint64_t m = n > 0 ? lists[0].nnz : 0;
+	if (n > 0) {
+		memcpy(ai, lists[0].idx, 4 * m);
+		for (uint64_t k = 0; k < m; k++)
+			av[k] = 0.0f + lists[0].val[k];
 	}
-	for (int i = hn / 2 - 1; i >= 0; i--)
-		merge_sift(lists, pos, heap, hn, i);
-	while (hn > 0) {
-		int l = heap[0];
-		uint32_t idx = lists[l].idx[pos[l]];
-		float v = lists[l].val[pos[l]];
-		/* 0.0f + v: the bits of the dense path, which adds into a cleared buffer */
-		if (w && oi[w - 1] == idx)
-			ov[w - 1] += v;
-		else if (w < cap)
-			oi[w] = idx, ov[w++] = 0.0f + v;
-		else
-			return scd_scheme_fail(SC_ERR_PROTOCOL, "merge: more than %llu indices",
-					       (unsigned long long)cap);
-		if (++pos[l] == lists[l].nnz)
-			heap[0] = heap[--hn];
-		merge_sift(lists, pos, heap, hn, 0);
+	for (int l = 1; l < n; l++) {
+		m = merge_two(ai, av, m, &lists[l], bi, bv);
+		uint32_t *ti = ai;
+		float *tv = av;
+		ai = bi, av = bv, bi = ti, bv = tv;
 	}
-	c->res_nnz = w;
+	if (ai != c->ridx.p) { /* the result is in the second pair: swap the workspaces */
+		scd_ws_t t = c->ridx;
+		c->ridx = c->sidx, c->sidx = t;
+		t = c->rval;
+		c->rval = c->sval, c->sval = t;
+	}
+	c->res_nnz = m;
 	c->res_ready = 1;
 	return SC_OK;
 }
 
 /* Puts the result into io->out: the scheme's own COO, else the non-zeros of io->data when
  * they fit, else marks it dense. */
-static void sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
+static sc_status_t sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 {
 	scd_coo_t *o = io->out;
 	if (c->res_ready) {
+		if (c->res_nnz > o->cap) /* only malformed peer lists (repeats) can do this */
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "sparse result of %llu entries over %llu",
+					       (unsigned long long)c->res_nnz,
+					       (unsigned long long)o->cap);
 		memcpy(o->idx, c->ridx.p, 4 * c->res_nnz);
 		memcpy(o->val, c->rval.p, 4 * c->res_nnz);
 		o->nnz = c->res_nnz;
-		return;
+		return SC_OK;
 	}
 	const float *g = io->data;
 	uint64_t n = 0;
@@ -437,13 +444,14 @@ static void sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 		n += g[i] != 0;
 	if (n > o->cap) {
 		o->nnz = SCD_RESULT_DENSE;
-		return;
+		return SC_OK;
 	}
 	uint64_t w = 0;
 	for (uint64_t i = 0; i < c->cfg.numel; i++)
 		if (g[i] != 0)
 			o->idx[w] = (uint32_t)i, o->val[w++] = g[i];
 	o->nnz = w;
+	return SC_OK;
 }
 
 /* Checks an input COO: indices ascending, unique, in range. */
@@ -747,8 +755,8 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 		st = scheme_fns[s](c, io);
 	if (st != SC_OK)
 		return st;
-	if (io->out)
-		sparse_result(c, io);
+	if (io->out && (st = sparse_result(c, io)) != SC_OK)
+		return st;
 	c->t->ops->counters(c->t, &k1);
 	scd_scheme_report_t r = {.scheme = s,
 				 .lossless = scd_scheme_lossless(s),

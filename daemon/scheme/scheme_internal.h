@@ -56,7 +56,7 @@ struct scd_scheme_ctx {
 	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
 	scd_coo_t local;	   /* view of lidx/lval or io->coo */
 	/* a scheme that builds the sparse result itself leaves it here (ridx/rval) */
-	scd_ws_t ridx, rval;
+	scd_ws_t ridx, rval, sidx, sval; /* s*: the merge's second buffer */
 	uint64_t res_nnz;
 	int res_ready;
 	/* the last dense result's statistics (sampled, see result_stats) */
@@ -109,9 +109,10 @@ static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t boun
 {
 	return io->out && io->coo && bound <= io->out->cap;
 }
-/* Merges P ascending COO lists into c->ridx/rval (c->res_*): the union of the indices,
+/* Merges n ascending COO lists into c->ridx/rval (c->res_*): the union of the indices,
  * each value summed over the lists in list order (rank order: the bits of a dense
- * scatter-add in that order). Reserves what it needs. */
+ * scatter-add in that order). Reserves what it needs. Lists that are not ascending give
+ * a wrong but bounded result (at most the sum of their lengths). */
 sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n);
 
 /* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
