@@ -627,7 +627,7 @@ def _sparse_result(e, n, shape, sd, dtype):
         vals.view(-1)[t.from_numpy(np.searchsorted(keep, lin // dn) * dn + lin % dn)] = val
     vals = vals.to(dtype).view((rows.numel(),) + tuple(shape[sd:]))
     ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
-    return t.sparse_coo_tensor(ind, vals, shape)._coalesced_(True)
+    return _coalesced_coo(ind, vals, shape)
 
 
 def _linear(ind, sparse_shape):
@@ -650,7 +650,26 @@ def _resparsify(dense, sd, dtype):
         ind = keep.unsqueeze(0)
     else:
         ind = t.stack(list(_unravel(keep, shape[:sd])))
-    return t.sparse_coo_tensor(ind, vals, shape)._coalesced_(True)
+    return _coalesced_coo(ind, vals, shape)
+
+
+_COO_KW = None
+
+
+def _coalesced_coo(ind, vals, shape):
+    """A sparse COO tensor marked coalesced (the daemon's indices are unique and
+    ascending).  Newer torch warns when invariant checking is left implicit: it is
+    declared off where the keyword exists (the indices were built here, in range)."""
+    global _COO_KW
+    t = _torch()
+    if _COO_KW is None:
+        try:
+            t.sparse_coo_tensor(t.zeros((1, 0), dtype=t.int64), t.zeros(0), (1,),
+                                check_invariants=False)
+            _COO_KW = {"check_invariants": False}
+        except TypeError:
+            _COO_KW = {}
+    return t.sparse_coo_tensor(ind, vals, shape, **_COO_KW)._coalesced_(True)
 
 
 def _unravel(lin, sparse_shape):
