@@ -23,6 +23,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .bitmap_encode = scd_bitmap_encode,
     .bitmap_decode = scd_bitmap_decode,
     .hash_bitmap_encode = scd_hash_bitmap_encode,
+    .hash_bitmap_encode_local = scd_hash_bitmap_encode_local,
     .hash_bitmap_decode = scd_hash_bitmap_decode,
     .hash_bitmap_decode_dense = scd_hash_bitmap_decode_dense,
     .blocks_encode_dense = scd_blocks_encode_dense,
@@ -31,6 +32,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .sketch_decode_dense = scd_sketch_decode_dense,
     .reduce_sum = scd_reduce_sum,
     .coo_scatter_add = scd_coo_scatter_add,
+    .coo_scatter_add_part = scd_coo_scatter_add_part,
 };
 
 extern const scd_device_ops_t scd_device_cuda_ops __attribute__((weak));

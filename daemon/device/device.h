@@ -55,6 +55,9 @@ typedef struct scd_device_ops {
 				     scd_coo_t *out);
 	sc_status_t (*hash_bitmap_encode)(const scd_partmap_t *map, uint32_t p, const float *g,
 					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
+	sc_status_t (*hash_bitmap_encode_local)(const scd_partmap_t *map, uint32_t p,
+						const float *local, void *buf, uint64_t cap_bytes,
+						uint64_t *bytes_p);
 	sc_status_t (*hash_bitmap_decode)(const scd_partmap_t *map, uint32_t p, const void *buf,
 					  uint64_t bytes, scd_coo_t *out);
 	sc_status_t (*hash_bitmap_decode_dense)(const scd_partmap_t *map, uint32_t p,
@@ -73,6 +76,8 @@ typedef struct scd_device_ops {
 	/* reductions */
 	void (*reduce_sum)(float *dst, const float *src, uint64_t n);
 	void (*coo_scatter_add)(float *dst, const scd_coo_t *src);
+	uint64_t (*coo_scatter_add_part)(float *dst, const scd_partmap_t *map, uint32_t p,
+					 const scd_coo_t *src);
 } scd_device_ops_t;
 
 extern const scd_device_ops_t scd_device_cpu_ops;

@@ -395,3 +395,17 @@ void scd_reduce_sum(float *dst, const float *src, uint64_t n)
 	for (uint64_t i = 0; i < n; i++)
 		dst[i] += src[i];
 }
+
+uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t p,
+				  const scd_coo_t *src)
+{
+	uint64_t bad = 0, n = scd_partmap_size(map, p);
+	for (uint64_t k = 0; k < src->nnz; k++) {
+		uint32_t i = src->idx[k], j = i < map->numel ? map->pos[i] : UINT32_MAX;
+		if (j < n && map->list[map->offset[p] + j] == i)
+			dst[j] += src->val[k];
+		else
+			bad++;
+	}
+	return bad;
+}

@@ -110,6 +110,11 @@ sc_status_t scd_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel, u
 /* ---- dense helpers ------------------------------------------------------------------- */
 /* dst[idx] += val for every pair (aggregation of a received COO). */
 void scd_coo_scatter_add(float *dst, const scd_coo_t *src);
+/* Partition p's aggregate over its own index list I_p: dst[pos[idx]] += val (dst holds
+ * |I_p| floats) for every pair whose index is in partition p; returns how many were not
+ * (skipped: a malformed push). */
+uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t p,
+				  const scd_coo_t *src);
 /* dst[i] += src[i] (the dense reduction). */
 void scd_reduce_sum(float *dst, const float *src, uint64_t n);
 

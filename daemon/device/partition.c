@@ -29,7 +29,8 @@ static sc_status_t build(entry_t *e, uint64_t numel, uint32_t nparts, uint64_t s
 	m->fn = scd_partfn_make(nparts, seed);
 	m->offset = calloc((size_t)m->fn.nparts + 1, sizeof(uint64_t));
 	m->list = malloc((numel ? numel : 1) * sizeof(uint32_t));
-	if (!m->offset || !m->list)
+	m->pos = malloc((numel ? numel : 1) * sizeof(uint32_t));
+	if (!m->offset || !m->list || !m->pos)
 		return SC_ERR_NOMEM;
 	for (uint64_t i = 0; i < numel; i++)
 		m->offset[scd_partition_of(&m->fn, (uint32_t)i) + 1]++;
@@ -40,8 +41,11 @@ static sc_status_t build(entry_t *e, uint64_t numel, uint32_t nparts, uint64_t s
 		return SC_ERR_NOMEM;
 	for (uint32_t p = 0; p < m->fn.nparts; p++)
 		cursor[p] = m->offset[p];
-	for (uint64_t i = 0; i < numel; i++)
-		m->list[cursor[scd_partition_of(&m->fn, (uint32_t)i)]++] = (uint32_t)i;
+	for (uint64_t i = 0; i < numel; i++) {
+		uint32_t p = scd_partition_of(&m->fn, (uint32_t)i);
+		m->pos[i] = (uint32_t)(cursor[p] - m->offset[p]);
+		m->list[cursor[p]++] = (uint32_t)i;
+	}
 	free(cursor);
 	return SC_OK;
 }
@@ -50,6 +54,7 @@ static void entry_free(entry_t *e)
 {
 	free(e->map.offset);
 	free(e->map.list);
+	free(e->map.pos);
 	free(e);
 }
 

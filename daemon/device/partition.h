@@ -10,7 +10,8 @@
  *
  * The hash bitmap needs I_p = {idx < numel : partition(idx) = p} in ascending order. That
  * costs a pass over the whole index space, so it is computed once per (numel, P, seed)
- * and shared through a reference-counted cache.
+ * (with its inverse, 8 bytes per element in all) and shared through a reference-counted
+ * cache.
  */
 #ifndef SCD_DEVICE_PARTITION_H
 #define SCD_DEVICE_PARTITION_H
@@ -33,13 +34,17 @@ static inline uint32_t scd_partition_of(const scd_partfn_t *fn, uint32_t idx)
 	return scd_hash_range(fn->seed, idx, fn->nparts);
 }
 
-/* I_0 .. I_{P-1}, each ascending, back to back: I_p = list[offset[p] .. offset[p + 1]). */
+/* I_0 .. I_{P-1}, each ascending, back to back: I_p = list[offset[p] .. offset[p + 1]).
+ * pos is the inverse: list[offset[partition(i)] + pos[i]] == i, the slot of index i in
+ * its partition's list (a server aggregates its partition in a dense array of |I_p|
+ * floats indexed by pos, instead of one of numel). */
 typedef struct scd_partmap {
 	uint64_t numel;
 	uint64_t seed; /* the seed given to scd_partmap_acquire */
 	scd_partfn_t fn;
 	uint64_t *offset; /* nparts + 1 */
 	uint32_t *list;	  /* numel */
+	uint32_t *pos;	  /* numel */
 } scd_partmap_t;
 
 /* Returns the cached lists for (numel, nparts, seed), building them on first use. */

@@ -7,8 +7,9 @@
  *         into P partitions by the shared hash h0 = partition(idx); partition p goes to
  *         server p as COO. Hashing balances the servers' loads whatever the index
  *         distribution (Theorem 2).
- *   aggregate: server p sums what it received, in rank order, into the (cleared) output
- *         buffer, which is dense only over its partition's indices.
+ *   aggregate: server p sums what it received, in rank order, into a dense array over
+ *         its own partition's indices I_p only (|I_p| = numel / P floats, each index at
+ *         its slot in I_p), so nothing of size numel is cleared or scanned.
  *   pull: server p sends its partition as a hash bitmap (Algorithm 2: a bitmap over I_p,
  *         the partition's indices in ascending order, then the non-zero values), |I_p|/8 +
  *         4 nnz_p bytes, and every rank decodes every partition into the output.
@@ -145,7 +146,8 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if ((st = scd_ws_reserve(&c->sendbuf,
 				 send_total > pull_send ? send_total : pull_send)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->recvbuf, recv_total > pull_recv ? recv_total + 8
-								     : pull_recv + 8)) != SC_OK)
+								     : pull_recv + 8)) != SC_OK ||
+	    (P > 1 && (st = scd_ws_reserve(&c->fscratch, 4 * mysize + 4)) != SC_OK))
 		return st;
 	int n = 0;
 	uint8_t *sb = c->sendbuf.p, *rb = c->recvbuf.p;
@@ -166,34 +168,46 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 		return st;
 
-	/* aggregate partition me, in rank order, into the cleared output */
-	memset(io->data, 0, 4 * numel);
-	for (int q = 0, j = 0; q < P; q++) {
-		if (q == me) {
-			scd_coo_t own = {out.idx + off[me], out.val + off[me], parts[me],
-					 parts[me]};
-			c->dev->coo_scatter_add(io->data, &own);
-			continue;
-		}
-		uint64_t k = c->rbytes[j] / 8;
-		if (c->rbytes[j] != 8 * c->parts[(size_t)q * P + me])
-			return scd_scheme_fail(
-			    SC_ERR_PROTOCOL,
-			    "balanced_par: rank %d pushed %zu bytes, announced "
-			    "%llu non-zeros",
-			    q, c->rbytes[j], (unsigned long long)c->parts[(size_t)q * P + me]);
-		const uint8_t *b = c->recvs[j].buf;
-		scd_coo_t r = {(uint32_t *)b, (float *)(b + 4 * k), k, k};
-		c->dev->coo_scatter_add(io->data, &r);
-		j++;
-	}
-	if (P == 1)
+	if (P == 1) { /* my partition is everything: aggregate into the output */
+		memset(io->data, 0, 4 * numel);
+		scd_coo_t own = {out.idx + off[me], out.val + off[me], parts[me], parts[me]};
+		c->dev->coo_scatter_add(io->data, &own);
 		return SC_OK;
+	}
+	/* aggregate partition me, in rank order, over I_me only (|I_me| = numel / P floats,
+	 * indexed by the slot of each index in I_me), so neither the aggregation nor the
+	 * hash bitmap's encoding touches the other partitions' elements */
+	float *L = c->fscratch.p;
+	memset(L, 0, 4 * mysize);
+	for (int q = 0, j = 0; q < P; q++) {
+		scd_coo_t r;
+		if (q == me) {
+			r = (scd_coo_t){out.idx + off[me], out.val + off[me], parts[me], parts[me]};
+		} else {
+			uint64_t k = c->rbytes[j] / 8;
+			if (c->rbytes[j] != 8 * c->parts[(size_t)q * P + me])
+				return scd_scheme_fail(
+				    SC_ERR_PROTOCOL,
+				    "balanced_par: rank %d pushed %zu bytes, announced "
+				    "%llu non-zeros",
+				    q, c->rbytes[j],
+				    (unsigned long long)c->parts[(size_t)q * P + me]);
+			const uint8_t *b = c->recvs[j].buf;
+			r = (scd_coo_t){(uint32_t *)b, (float *)(b + 4 * k), k, k};
+			j++;
+		}
+		uint64_t bad = c->dev->coo_scatter_add_part(L, c->map, (uint32_t)me, &r);
+		if (bad)
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "balanced_par: rank %d pushed %llu indices that are "
+					       "not in partition %d",
+					       q, (unsigned long long)bad, me);
+	}
 
 	/* pull: my partition as a hash bitmap to everyone, everyone's into the output */
 	uint64_t bytes = 0;
-	if ((st = c->dev->hash_bitmap_encode(c->map, (uint32_t)me, io->data, c->sendbuf.p,
-					     c->sendbuf.cap, &bytes)) != SC_OK)
+	if ((st = c->dev->hash_bitmap_encode_local(c->map, (uint32_t)me, L, c->sendbuf.p,
+						   c->sendbuf.cap, &bytes)) != SC_OK)
 		return scd_scheme_fail(st, "balanced_par: hash bitmap of partition %d", me);
 	n = 0;
 	rb = c->recvbuf.p;
@@ -216,15 +230,16 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	if (scd_scheme_sparse_out(io, uni))
 		return bp_merge(c, bytes, uni);
+	/* the dense result: every partition, mine too (still in the send buffer) */
+	memset(io->data, 0, 4 * numel);
 	for (int p = 0, j = 0; p < P; p++) {
-		if (p == me)
-			continue;
-		st = c->dev->hash_bitmap_decode_dense(c->map, (uint32_t)p, c->recvs[j].buf,
-						      c->rbytes[j], io->data);
+		const void *b = p == me ? c->sendbuf.p : c->recvs[j].buf;
+		uint64_t len = p == me ? bytes : c->rbytes[j];
+		st = c->dev->hash_bitmap_decode_dense(c->map, (uint32_t)p, b, len, io->data);
 		if (st != SC_OK)
 			return scd_scheme_fail(st, "balanced_par: bad hash bitmap from rank %d",
 					       p);
-		j++;
+		j += p != me;
 	}
 	return SC_OK;
 }

@@ -167,7 +167,25 @@ UNIT_TEST(core_partition_lists_cover_and_cache)
 			seen[i] = 1;
 			CHECK_TRUE(scd_partition_of(&a->fn, i) == p);
 			CHECK_TRUE(j == a->offset[p] || i > a->list[j - 1]);
+			CHECK_TRUE(a->pos[i] == j - a->offset[p]); /* the inverse */
 		}
+	/* aggregation over a partition's own list: members land at their slot, others
+	 * (and indices past numel) are refused and counted (P >= 2: an outsider exists) */
+	uint32_t p0 = 1;
+	uint64_t sz = P > 1 ? scd_partmap_size(a, p0) : 0;
+	float *L = calloc(sz + 1, sizeof(float));
+	uint32_t idx[4] = {0, 0, 0, (uint32_t)n};
+	float val[4] = {1, 2, 3, 4};
+	int k = 0;
+	for (uint64_t i = 0; P > 1 && i < n && k < 3; i++)
+		if ((scd_partition_of(&a->fn, (uint32_t)i) == p0) == (k < 2))
+			idx[k++] = (uint32_t)i;
+	if (k == 3) { /* two members, one outsider, one past the end */
+		scd_coo_t in = {idx, val, 4, 4};
+		CHECK_EQ_INT(scd_coo_scatter_add_part(L, a, p0, &in), 2);
+		CHECK_TRUE(L[a->pos[idx[0]]] == 1 && L[a->pos[idx[1]]] == 2);
+	}
+	free(L);
 	scd_partmap_release(a);
 	scd_partmap_release(b);
 	scd_partmap_release(c);
