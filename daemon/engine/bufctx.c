@@ -283,12 +283,14 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 
 /*
  * The scheme for this step: the pin, else the cheapest of the allowed schemes by the cost
- * model's prediction times the scheme's calibration ratio (SCD_EXPLORE_MARGIN until
- * measured). The model
- * counts the network only; the ratio brings in what it misses (the CPU work of merging,
- * hashing and encoding, which on a busy host can outweigh the wire). An unmeasured scheme
- * that the model clearly favours gets tried, and is then judged by what it really did. ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen
- * here). The S2 sketch is only run when pinned: its decode and its residual are dense over
+ * model's prediction times the scheme's calibration ratio. The model counts the network
+ * only; the ratio brings in what it misses (the CPU work of merging, hashing and encoding,
+ * which on a busy host can outweigh the wire). Until a scheme is measured its ratio is
+ * taken as the smallest measured so far, at least SCD_EXPLORE_MARGIN: an unmeasured
+ * scheme gets tried when the model clearly favours it even after the slowdown every
+ * scheme showed here, and is then judged by what it really did (each try costs about
+ * three steps, so trying every scheme on a CPU-bound host took a dozen slow steps).
+ * ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen here). The S2 sketch is only run when pinned: its decode and its residual are dense over
  * every non-zero block, CPU work the network model cannot see, and one exploratory step of
  * it cost tens of seconds on 256 MiB tensors (with error feedback on a naturally sparse
  * tensor its residual spreads over the blocks step after step).
@@ -302,15 +304,23 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 		return (scd_scheme_t)job->pin;
 	}
 	scd_scheme_t best = SCD_SCHEME_DENSE_RING;
-	double best_s = -1, last_s = -1;
+	double best_s = -1, last_s = -1, prior = 0;
 	scd_cost_t last_c = {0};
+	/* An unmeasured scheme is assumed to miss its prediction by at least the smallest
+	 * ratio measured so far (the CPU cost the model cannot see weighs on every scheme),
+	 * and at least by the exploration margin. */
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		if (b->samples[s] >= 2 && (prior == 0 || b->ratio[s] < prior))
+			prior = b->ratio[s];
+	if (prior < SCD_EXPLORE_MARGIN)
+		prior = SCD_EXPLORE_MARGIN;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 		if (s == SCD_SCHEME_EXDYNA || s == SCD_SCHEME_S2_SKETCH ||
 		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
 			continue;
 		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
 					       beta_s_per_byte);
-		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : SCD_EXPLORE_MARGIN);
+		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : prior);
 		if (s == b->last_scheme) {
 			last_s = t;
 			last_c = c;
