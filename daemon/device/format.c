@@ -402,7 +402,7 @@ uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t
 	uint64_t bad = 0, n = scd_partmap_size(map, p);
 	for (uint64_t k = 0; k < src->nnz; k++) {
 		uint32_t i = src->idx[k], j = i < map->numel ? map->pos[i] : UINT32_MAX;
-		if (j < n && map->list[map->offset[p] + j] == i)
+		if (j < n)
 			dst[j] += src->val[k];
 		else
 			bad++;

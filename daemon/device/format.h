@@ -111,8 +111,10 @@ sc_status_t scd_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel, u
 /* dst[idx] += val for every pair (aggregation of a received COO). */
 void scd_coo_scatter_add(float *dst, const scd_coo_t *src);
 /* Partition p's aggregate over its own index list I_p: dst[pos[idx]] += val (dst holds
- * |I_p| floats) for every pair whose index is in partition p; returns how many were not
- * (skipped: a malformed push). */
+ * |I_p| floats). Pairs whose index is past numel or whose slot is past |I_p| are skipped
+ * and counted (a malformed push); an index of another partition whose slot happens to
+ * fit is not detected (checking costs a random read per pair: the pushes come from the
+ * same partition function on every rank). */
 uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t p,
 				  const scd_coo_t *src);
 /* dst[i] += src[i] (the dense reduction). */

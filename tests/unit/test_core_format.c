@@ -169,8 +169,9 @@ UNIT_TEST(core_partition_lists_cover_and_cache)
 			CHECK_TRUE(j == a->offset[p] || i > a->list[j - 1]);
 			CHECK_TRUE(a->pos[i] == j - a->offset[p]); /* the inverse */
 		}
-	/* aggregation over a partition's own list: members land at their slot, others
-	 * (and indices past numel) are refused and counted (P >= 2: an outsider exists) */
+	/* aggregation over a partition's own list: members land at their slot, an index past
+	 * numel is refused and counted (P >= 2; the third entry is another partition's
+	 * index, refused only when its slot is past |I_p|) */
 	uint32_t p0 = 1;
 	uint64_t sz = P > 1 ? scd_partmap_size(a, p0) : 0;
 	float *L = calloc(sz + 1, sizeof(float));
@@ -182,8 +183,10 @@ UNIT_TEST(core_partition_lists_cover_and_cache)
 			idx[k++] = (uint32_t)i;
 	if (k == 3) { /* two members, one outsider, one past the end */
 		scd_coo_t in = {idx, val, 4, 4};
-		CHECK_EQ_INT(scd_coo_scatter_add_part(L, a, p0, &in), 2);
-		CHECK_TRUE(L[a->pos[idx[0]]] == 1 && L[a->pos[idx[1]]] == 2);
+		uint64_t bad = scd_coo_scatter_add_part(L, a, p0, &in);
+		CHECK_EQ_INT(bad, a->pos[idx[2]] < sz ? 1 : 2);
+		CHECK_TRUE(L[a->pos[idx[0]]] == 1 + (a->pos[idx[2]] == a->pos[idx[0]] ? 3 : 0));
+		CHECK_TRUE(L[a->pos[idx[1]]] == 2 + (a->pos[idx[2]] == a->pos[idx[1]] ? 3 : 0));
 	}
 	free(L);
 	scd_partmap_release(a);
