@@ -19,6 +19,7 @@
 #include "device/hhash.h"
 
 #include "device/pool.h"
+#include "util/bigmem.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -462,19 +463,6 @@ sc_status_t scd_hh_push_coo(scd_hh_t *hh, const scd_coo_t *in, scd_coo_t *out, u
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
-/* The table is hit at random: back it with huge pages where the kernel allows, or every
- * probe also misses the TLB (a nested page walk on a VM). */
-static void *table_alloc(size_t bytes)
-{
-	const size_t huge = 2u << 20;
-	void *p = NULL;
-	size_t len = (bytes + huge - 1) & ~(huge - 1);
-	if (posix_memalign(&p, huge, len))
-		return NULL;
-	(void)madvise(p, len, MADV_HUGEPAGE); /* advisory: fine if refused */
-	return p;
-}
-
 /* Stage entries per (thread, partition): the expected load with a quarter to spare, so a
  * full stage (an early insert, while other threads may race) is rare; bounded per thread. */
 static uint32_t stage_slots(const scd_hh_cfg_t *cfg, uint64_t expect, unsigned nthreads)
@@ -508,7 +496,7 @@ sc_status_t scd_hh_create(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p)
 	hh->r2 = (uint64_t)ceil(cfg->r2_ratio * (double)hh->r1);
 	hh->stride = hh->r1 + hh->r2;
 	uint64_t nslots = hh->stride * cfg->nparts;
-	hh->slots = table_alloc(nslots * sizeof(uint64_t));
+	hh->slots = scd_big_alloc(nslots * sizeof(uint64_t));
 	hh->serial = aligned_alloc(64, cfg->nparts * sizeof(padded_counter_t));
 	hh->spill = malloc((cfg->nnz_cap ? cfg->nnz_cap : 1) * sizeof(uint64_t));
 	hh->tstride = (sizeof(thread_stats_t) +
@@ -518,7 +506,7 @@ sc_status_t scd_hh_create(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p)
 	hh->cursor = calloc(cfg->nparts, sizeof(uint64_t));
 	hh->stage_cap = stage_slots(cfg, expect, hh->nthreads);
 	uint64_t nstage = (uint64_t)hh->stage_cap * cfg->nparts * hh->nthreads;
-	hh->stage = table_alloc(nstage * sizeof(uint64_t));
+	hh->stage = scd_big_alloc(nstage * sizeof(uint64_t));
 	if (!hh->slots || !hh->serial || !hh->spill || !hh->tblock || !hh->cursor ||
 	    !hh->stage) {
 		scd_hh_destroy(hh);

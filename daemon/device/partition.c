@@ -8,6 +8,8 @@
  */
 #include "device/partition.h"
 
+#include "util/bigmem.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -28,8 +30,8 @@ static sc_status_t build(entry_t *e, uint64_t numel, uint32_t nparts, uint64_t s
 	m->seed = seed;
 	m->fn = scd_partfn_make(nparts, seed);
 	m->offset = calloc((size_t)m->fn.nparts + 1, sizeof(uint64_t));
-	m->list = malloc((numel ? numel : 1) * sizeof(uint32_t));
-	m->pos = malloc((numel ? numel : 1) * sizeof(uint32_t));
+	m->list = scd_big_alloc((numel ? numel : 1) * sizeof(uint32_t));
+	m->pos = scd_big_alloc((numel ? numel : 1) * sizeof(uint32_t));
 	if (!m->offset || !m->list || !m->pos)
 		return SC_ERR_NOMEM;
 	for (uint64_t i = 0; i < numel; i++)

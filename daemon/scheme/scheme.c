@@ -10,6 +10,7 @@
  * ranks is caught before it corrupts data, and d_G is known identically on every rank.
  */
 #include "scheme/scheme_internal.h"
+#include "util/bigmem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -50,7 +51,7 @@ sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes)
 	if (cap < bytes)
 		cap = bytes;
 	cap = (cap + 4095) & ~(size_t)4095;
-	void *p = aligned_alloc(64, cap);
+	void *p = scd_big_alloc(cap); /* merges, scatters and slots hit them at random */
 	if (!p)
 		return scd_scheme_fail(SC_ERR_NOMEM, "cannot allocate %zu bytes", cap);
 	memset(p, 0, cap); /* pre-fault: the first touch of a page is slow */
