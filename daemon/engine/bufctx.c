@@ -295,6 +295,35 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
  * it cost tens of seconds on 256 MiB tensors (with error feedback on a naturally sparse
  * tensor its residual spreads over the blocks step after step).
  */
+int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
+		    int last)
+{
+	int best = -1;
+	double best_s = -1, last_s = -1, prior = 0;
+	/* An unmeasured scheme is assumed to miss its prediction by at least the smallest
+	 * ratio measured so far (the CPU cost the model cannot see weighs on every scheme),
+	 * and at least by the exploration margin. */
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		if (pred_s[s] >= 0 && samples[s] >= 2 && (prior == 0 || ratio[s] < prior))
+			prior = ratio[s];
+	if (prior < SCD_EXPLORE_MARGIN)
+		prior = SCD_EXPLORE_MARGIN;
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		if (pred_s[s] < 0)
+			continue;
+		double t = pred_s[s] * (samples[s] >= 2 ? ratio[s] : prior);
+		if (s == last)
+			last_s = t;
+		if (best_s < 0 || t < best_s)
+			best = s, best_s = t;
+	}
+	/* Hysteresis: near-ties (measurements are noisy) do not flip the scheme back and
+	 * forth; every rank holds the same numbers, so they all keep or switch together. */
+	if (last_s >= 0 && best != last && best_s > SCD_SWITCH_GAIN * last_s)
+		return last;
+	return best;
+}
+
 static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s,
 			   double beta_s_per_byte, scd_cost_t *cost_p)
 {
@@ -303,41 +332,22 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 					  beta_s_per_byte);
 		return (scd_scheme_t)job->pin;
 	}
-	scd_scheme_t best = SCD_SCHEME_DENSE_RING;
-	double best_s = -1, last_s = -1, prior = 0;
-	scd_cost_t last_c = {0};
-	/* An unmeasured scheme is assumed to miss its prediction by at least the smallest
-	 * ratio measured so far (the CPU cost the model cannot see weighs on every scheme),
-	 * and at least by the exploration margin. */
-	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
-		if (b->samples[s] >= 2 && (prior == 0 || b->ratio[s] < prior))
-			prior = b->ratio[s];
-	if (prior < SCD_EXPLORE_MARGIN)
-		prior = SCD_EXPLORE_MARGIN;
+	scd_cost_t cost[SCD_SCHEME_COUNT];
+	double pred[SCD_SCHEME_COUNT];
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		pred[s] = -1;
 		if (s == SCD_SCHEME_EXDYNA || s == SCD_SCHEME_S2_SKETCH ||
 		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
 			continue;
-		scd_cost_t c = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
-					       beta_s_per_byte);
-		double t = c.seconds * (b->samples[s] >= 2 ? b->ratio[s] : prior);
-		if (s == b->last_scheme) {
-			last_s = t;
-			last_c = c;
-		}
-		if (best_s < 0 || t < best_s) {
-			best = (scd_scheme_t)s;
-			best_s = t;
-			*cost_p = c;
-		}
+		cost[s] = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
+					  beta_s_per_byte);
+		pred[s] = cost[s].seconds;
 	}
-	/* Hysteresis: near-ties (measurements are noisy) do not flip the scheme back and
-	 * forth; every rank holds the same numbers, so they all keep or switch together. */
-	if (last_s >= 0 && (int)best != b->last_scheme && best_s > SCD_SWITCH_GAIN * last_s) {
-		*cost_p = last_c;
-		return (scd_scheme_t)b->last_scheme;
-	}
-	return best;
+	int s = scd_bufctx_pick(pred, b->ratio, b->samples, b->last_scheme);
+	if (s < 0) /* nothing allowed: cannot happen (the dense ring always is) */
+		s = SCD_SCHEME_DENSE_RING, cost[s] = (scd_cost_t){0};
+	*cost_p = cost[s];
+	return (scd_scheme_t)s;
 }
 
 /* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES). */

@@ -2,8 +2,9 @@
  * test_scheme_select.c: the choice of scheme (scheme/scheme.h) from the cost model: dense
  * data pick the dense ring, sparse data a sparse scheme, lossless_only never returns a
  * lossy scheme, a pin always wins, ExDyna only when pinned; identical reports fold into
- * identical profiles and so into identical choices. No communication: the context only
- * needs the transport's rank and size.
+ * identical profiles and so into identical choices; the engine's calibrated pick
+ * (measured/predicted ratios, the prior of unmeasured schemes, hysteresis). No
+ * communication: the context only needs the transport's rank and size.
  */
 #include "unit.h"
 
@@ -95,4 +96,49 @@ UNIT_TEST(scheme_names_parse)
 	}
 	scd_scheme_t p;
 	CHECK_TRUE(scd_scheme_parse("nope", &p) != 0);
+}
+
+/* ---- the engine's calibrated pick (engine/bufctx.h) ---------------------------------------- */
+
+#include "engine/bufctx.h"
+
+UNIT_TEST(scheme_calibrated_pick)
+{
+	enum { A = SCD_SCHEME_AGSPARSE, B = SCD_SCHEME_BALANCED_PAR, H = SCD_SCHEME_HIER_CENTRAL,
+	       R = SCD_SCHEME_DENSE_RING };
+	double pred[SCD_SCHEME_COUNT], ratio[SCD_SCHEME_COUNT];
+	uint32_t samples[SCD_SCHEME_COUNT];
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		pred[s] = -1, ratio[s] = 1, samples[s] = 0;
+	/* nothing measured: the cheapest prediction; a scheme not allowed is never picked */
+	pred[R] = 1.0, pred[A] = 0.3, pred[B] = 0.2, pred[H] = 0.25;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1), B);
+	pred[B] = -1;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1), H);
+	pred[B] = 0.2;
+	/* B measured 4x slower than predicted (0.8 s): an unmeasured scheme is assumed as
+	 * slow, so H (0.25 x 4) is not worth a step, but the ring (1.0 x 4) neither */
+	samples[B] = 2, ratio[B] = 4;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), B);
+	/* with the old fixed margin (1.25) H would have been tried: 0.31 < 0.8 */
+	CHECK_TRUE(pred[H] * 1.25 < pred[B] * ratio[B]);
+	/* an unmeasured scheme predicted clearly cheaper even after the slowdown is tried */
+	pred[H] = 0.15; /* 0.6 < 0.8 */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), H);
+	/* a measured scheme with a small ratio lowers the prior of the unmeasured ones (to
+	 * the 1.25 floor): H, 0.25 x 1.25, is tried ahead of A's measured 0.33 */
+	pred[H] = 0.25, samples[A] = 3, ratio[A] = 1.1; /* A: 0.33 */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), H);
+	pred[H] = 0.28; /* 0.35: A */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), A);
+	pred[H] = 0.25;
+	/* hysteresis: staying on A unless another is more than 10% cheaper */
+	samples[H] = 2, ratio[H] = 1.25; /* H: 0.3125, 0.95 of A */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+	ratio[H] = 1.15; /* H: 0.2875, 0.87 of A */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), H);
+	/* no allowed scheme */
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		pred[s] = -1;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), -1);
 }
