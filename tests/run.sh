@@ -9,7 +9,8 @@
 set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-tests.XXXXXX") || exit 1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-tests.XXXXXX") ||
+	{ echo "tests/run.sh: cannot create a temporary directory in ${TMPDIR:-/tmp}" >&2; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 passed=0

@@ -387,19 +387,28 @@ static uint64_t merge_two(const uint32_t *ai, const float *av, uint64_t an, cons
  * more entries than a P-way heap but without its branchy sift: about twice as fast at
  * P = 4 and 8 on embedding-like lists.
  */
-sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n)
+sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n,
+				    scd_coo_t *dst)
 {
 	uint64_t total = 0;
 	for (int i = 0; i < n; i++)
 		total += lists[i].nnz;
+	if (total > dst->cap) /* the lists' union can be as long as they are together */
+		return scd_scheme_fail(SC_ERR_LIMIT, "merge: %llu entries for room of %llu",
+				       (unsigned long long)total, (unsigned long long)dst->cap);
 	sc_status_t st;
-	if ((st = scd_ws_reserve(&c->ridx, 4 * total + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->rval, 4 * total + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->sidx, 4 * total + 4)) != SC_OK ||
+	if ((st = scd_ws_reserve(&c->sidx, 4 * total + 4)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->sval, 4 * total + 4)) != SC_OK)
 		return st;
-	uint32_t *ai = c->ridx.p, *bi = c->sidx.p;
-	float *av = c->rval.p, *bv = c->sval.p;
+	/* n writes (a copy, then n - 1 merges) alternate between dst and the scratch,
+	 * starting where the last one lands in dst */
+	uint32_t *ai = dst->idx, *bi = c->sidx.p;
+	float *av = dst->val, *bv = c->sval.p;
+	if (n % 2 == 0) {
+		uint32_t *ti = ai;
+		float *tv = av;
+		ai = bi, av = bv, bi = ti, bv = tv;
+	}
 	uint64_t m = n > 0 ? lists[0].nnz : 0;
 	if (n > 0) {
 		memcpy(ai, lists[0].idx, 4 * m);
@@ -412,33 +421,17 @@ sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists,
 		float *tv = av;
 		ai = bi, av = bv, bi = ti, bv = tv;
 	}
-	if (ai != c->ridx.p) { /* the result is in the second pair: swap the workspaces */
-		scd_ws_t t = c->ridx;
-		c->ridx = c->sidx, c->sidx = t;
-		t = c->rval;
-		c->rval = c->sval, c->sval = t;
-	}
-	c->res_nnz = m;
-	c->res_ready = 1;
+	dst->nnz = m;
 	return SC_OK;
 }
 
-/* Puts the result into io->out: the scheme's own COO, else the non-zeros of io->data when
- * they fit, else marks it dense. */
+/* A scheme that did not fill io->out itself (c->res_ready): the non-zeros of io->data
+ * when they fit, else the result is marked dense. */
 static sc_status_t sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 {
 	scd_coo_t *o = io->out;
-	if (c->res_ready) {
-		if (c->res_nnz > o->cap) /* only malformed peer lists (repeats) can do this */
-			return scd_scheme_fail(SC_ERR_PROTOCOL,
-					       "sparse result of %llu entries over %llu",
-					       (unsigned long long)c->res_nnz,
-					       (unsigned long long)o->cap);
-		memcpy(o->idx, c->ridx.p, 4 * c->res_nnz);
-		memcpy(o->val, c->rval.p, 4 * c->res_nnz);
-		o->nnz = c->res_nnz;
+	if (c->res_ready)
 		return SC_OK;
-	}
 	const float *g = io->data;
 	uint64_t n = 0;
 	for (uint64_t i = 0; i < c->cfg.numel; i++)

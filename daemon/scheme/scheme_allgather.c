@@ -59,7 +59,24 @@ static sc_status_t ag_merge(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		off += lists[q].nnz;
 		j++;
 	}
-	return scd_scheme_merge_result(c, lists, P);
+	/* io->out may be the input's own arrays, which the merge still reads: merge aside,
+	 * then copy */
+	uint64_t total = c->total_nnz;
+	if ((st = scd_ws_reserve(&c->ridx, 4 * total + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, 4 * total + 4)) != SC_OK)
+		return st;
+	scd_coo_t m = {c->ridx.p, c->rval.p, 0, total};
+	if ((st = scd_scheme_merge_result(c, lists, P, &m)) != SC_OK)
+		return st;
+	if (m.nnz > io->out->cap) /* only lists with repeats (malformed) can do this */
+		return scd_scheme_fail(SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
+				       (unsigned long long)m.nnz,
+				       (unsigned long long)io->out->cap);
+	memcpy(io->out->idx, m.idx, 4 * m.nnz);
+	memcpy(io->out->val, m.val, 4 * m.nnz);
+	io->out->nnz = m.nnz;
+	c->res_ready = 1;
+	return SC_OK;
 }
 
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
@@ -202,23 +219,17 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	return SC_OK;
 }
 
-/* A sparse result is the final aggregate's index list (the union) with its values. */
+/* A sparse result is the final aggregate's index list (the union) with its values,
+ * written straight into io->out (the input was consumed at the start). */
 static sc_status_t hc_result(hc_t *h, const scd_scheme_io_t *io)
 {
-	scd_scheme_ctx_t *c = h->c;
 	if (!scd_scheme_sparse_out(io, h->n))
 		return SC_OK;
-	sc_status_t st;
-	if ((st = scd_ws_reserve(&c->ridx, 4 * h->n + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->rval, 4 * h->n + 4)) != SC_OK)
-		return st;
-	uint32_t *oi = c->ridx.p;
-	float *ov = c->rval.p;
-	memcpy(oi, h->cur, 4 * h->n);
+	memcpy(io->out->idx, h->cur, 4 * h->n);
 	for (uint64_t i = 0; i < h->n; i++)
-		ov[i] = h->g[h->cur[i]];
-	c->res_nnz = h->n;
-	c->res_ready = 1;
+		io->out->val[i] = h->g[h->cur[i]];
+	io->out->nnz = h->n;
+	h->c->res_ready = 1;
 	return SC_OK;
 }
 

@@ -55,9 +55,9 @@ struct scd_scheme_ctx {
 	scd_ws_t aidx, aval, bidx; /* merge lists, selections */
 	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
 	scd_coo_t local;	   /* view of lidx/lval or io->coo */
-	/* a scheme that builds the sparse result itself leaves it here (ridx/rval) */
-	scd_ws_t ridx, rval, sidx, sval; /* s*: the merge's second buffer */
-	uint64_t res_nnz;
+	/* sparse results: AGsparse's merge target (its input may be io->out's arrays), the
+	 * merge's scratch, and whether the scheme filled io->out itself */
+	scd_ws_t ridx, rval, sidx, sval;
 	int res_ready;
 	/* the last dense result's statistics (sampled, see result_stats) */
 	uint64_t stat_union;
@@ -109,11 +109,12 @@ static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t boun
 {
 	return io->out && io->coo && bound <= io->out->cap;
 }
-/* Merges n ascending COO lists into c->ridx/rval (c->res_*): the union of the indices,
- * each value summed over the lists in list order (rank order: the bits of a dense
- * scatter-add in that order). Reserves what it needs. Lists that are not ascending give
- * a wrong but bounded result (at most the sum of their lengths). */
-sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n);
+/* Merges n ascending COO lists into dst (which must not overlap them, and must have room
+ * for their total length): the union of the indices, each value summed over the lists in
+ * list order (rank order: the bits of a dense scatter-add in that order). Lists that are
+ * not ascending give a wrong but bounded result. */
+sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n,
+				    scd_coo_t *dst);
 
 /* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
  * front in index order; ties at the k-th magnitude go to the lowest indices, so the same

@@ -80,8 +80,9 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
 
 /* The sparse result: every server's hash bitmap (mine is still in the send buffer,
  * own_bytes long) decoded to its ascending indices, then one merge of the P disjoint
- * lists; the output is never touched densely after the aggregation. */
-static sc_status_t bp_merge(scd_scheme_ctx_t *c, uint64_t own_bytes, uint64_t uni)
+ * lists straight into io->out (the input was consumed by the push). */
+static sc_status_t bp_merge(scd_scheme_ctx_t *c, const scd_scheme_io_t *io, uint64_t own_bytes,
+			    uint64_t uni)
 {
 	int P = c->size, me = c->rank;
 	sc_status_t st;
@@ -102,7 +103,9 @@ static sc_status_t bp_merge(scd_scheme_ctx_t *c, uint64_t own_bytes, uint64_t un
 		off += lists[p].nnz;
 		j += p != me;
 	}
-	return scd_scheme_merge_result(c, lists, P);
+	if ((st = scd_scheme_merge_result(c, lists, P, io->out)) == SC_OK)
+		c->res_ready = 1;
+	return st;
 }
 
 sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
@@ -229,7 +232,7 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		uni += load[p] < sz ? load[p] : sz;
 	}
 	if (scd_scheme_sparse_out(io, uni))
-		return bp_merge(c, bytes, uni);
+		return bp_merge(c, io, bytes, uni);
 	/* the dense result: every partition, mine too (still in the send buffer) */
 	memset(io->data, 0, 4 * numel);
 	for (int p = 0, j = 0; p < P; p++) {

@@ -21,7 +21,8 @@ passed=0
 failed=0
 skipped=0
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-itest.XXXXXX") || exit 1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-itest.XXXXXX") ||
+	{ echo "tests/integration/run.sh: cannot create a temporary directory in ${TMPDIR:-/tmp}" >&2; exit 1; }
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
