@@ -81,7 +81,8 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .sketch_rows = 1,
 				  .sketch_cols_factor = 2,
 				  .sketch_block = 256,
-				  .omni_block = 256};
+				  .omni_block = 256,
+				  .stream_chunk = 32768};
 }
 
 sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *t,
@@ -106,6 +107,8 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 		c->cfg.sketch_block = 256;
 	if (!c->cfg.omni_block)
 		c->cfg.omni_block = 256;
+	if (!c->cfg.stream_chunk)
+		c->cfg.stream_chunk = 32768;
 	c->t = t;
 	c->dev = dev ? dev : &scd_device_cpu_ops;
 	c->rank = t->rank;
@@ -136,7 +139,8 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx, &c->lval,
 			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
 			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
-			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval};
+			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval,
+			  &c->xs,	 &c->xr,	&c->xb};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->hh)
@@ -216,6 +220,33 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	c->rounds++;
 	sc_status_t st = scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
+}
+
+sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			       const scd_xfer_t *r, int nr, size_t *rb, const scd_xfer_work_t *w)
+{
+	sc_status_t st = SC_OK;
+	c->work_st = SC_OK;
+	if (ns || nr) {
+		c->rounds++;
+		st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, w, c->cfg.timeout_ms);
+		if (st != SC_OK)
+			return c->work_st != SC_OK ? c->work_st : xport_fail(c, st, "exchange");
+	}
+	int k;
+	while ((k = w->fn(w->arg)) > 0)
+		;
+	return k < 0 ? (sc_status_t)k : SC_OK;
+}
+
+sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return c->work_st = scd_scheme_fail(st, "%s", msg);
 }
 
 sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)

@@ -71,6 +71,8 @@ typedef struct scd_scheme_cfg {
 	double sketch_cols_factor; /* S2 columns = factor x union non-zeros (2) */
 	uint32_t sketch_block;	   /* S2 bitmap block, elements (256) */
 	uint32_t omni_block;	   /* OmniReduce block, elements (256) */
+	/* overlap of computation with communication */
+	uint32_t stream_chunk; /* AGsparse: fewest non-zeros per streamed chunk (32768) */
 } scd_scheme_cfg_t;
 
 scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed);

@@ -3,7 +3,8 @@
  *
  * AGsparse: every rank sends its sparse contribution to every other rank in one
  * exchange_v (all P - 1 sends and receives progress together) and aggregates all P of
- * them at once, in rank order, so every rank computes the same sums in the same order.
+ * them in rank order, so every rank computes the same sums in the same order; the
+ * aggregation streams behind the receives (see "AGsparse, streamed" below).
  *
  * Hierarchical Centralization (ZEN Def. 7, SparCML's recursive doubling with incremental
  * aggregation): ranks pair at distances 1, 2, 4, ... and exchange their running aggregate,
@@ -25,58 +26,158 @@
 
 #include <string.h>
 
-/* Checks that rank q's decoded message holds what its metadata announced. */
-static sc_status_t ag_check(const scd_scheme_ctx_t *c, int q, const scd_coo_t *r)
+/* ---- AGsparse, streamed ----------------------------------------------------------------
+ *
+ * Each rank's list goes out in K equal-count chunks (K from its count alone, so every
+ * receiver knows it: 1 when a bitmap would be smaller than COO, else one chunk per
+ * cfg.stream_chunk entries, at most AG_CHUNKS_MAX), each encoded on its own. While the
+ * exchange waits on the network, ag_work decodes the chunks that have arrived into one
+ * contiguous list per rank and aggregates every index below the watermark W, the lowest
+ * "last index received + 1" over the ranks still sending: all of every rank's entries
+ * below W are in, so their sums are final. Every index is still summed in rank order (a
+ * merge of the P sub-lists below W, or scatter-adds in rank order), so the result is the
+ * same, bit for bit, however the slices fall. For a dense result the buffer is cleared
+ * ahead of W in slices while nothing else can be done. What is left when the last byte
+ * arrives is the last chunk's share.
+ */
+
+#define AG_CHUNKS_MAX 16
+#define AG_CLEAR_SLICE (1u << 18) /* floats cleared per idle slice (1 MiB) */
+
+static uint32_t ag_chunks(const scd_scheme_ctx_t *c, uint64_t nnz)
 {
-	if (r->nnz == c->nnz[q])
-		return SC_OK;
-	return scd_scheme_fail(SC_ERR_PROTOCOL,
-			       "agsparse: rank %d sent %llu non-zeros, announced %llu", q,
-			       (unsigned long long)r->nnz, (unsigned long long)c->nnz[q]);
+	uint64_t min = c->cfg.stream_chunk;
+	if (scd_fmt_coo_bytes(nnz) > scd_fmt_bitmap_bytes(c->cfg.numel, nnz) || nnz < 2 * min)
+		return 1;
+	return nnz / min > AG_CHUNKS_MAX ? AG_CHUNKS_MAX : (uint32_t)(nnz / min);
 }
 
-/* The sparse result: every rank's list decoded side by side, then one merge in rank order
- * (the sums of the dense path, bit for bit, without touching numel elements). */
-static sc_status_t ag_merge(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+/* Entries before chunk k of a list of n entries in K chunks. */
+static uint64_t ag_chunk_lo(uint64_t n, uint32_t K, uint32_t k)
 {
-	int P = c->size, me = c->rank;
-	uint64_t others = c->total_nnz - c->nnz[me], off = 0;
-	sc_status_t st;
-	if ((st = scd_ws_reserve(&c->hidx, 4 * others + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hval, 4 * others + 4)) != SC_OK)
-		return st;
-	scd_coo_t lists[P];
-	for (int q = 0, j = 0; q < P; q++) {
-		if (q == me) {
-			lists[q] = c->local;
-			continue;
-		}
-		st = scd_scheme_msg_decode(c->recvs[j].buf, c->rbytes[j], c->cfg.numel,
-					   (uint32_t *)c->hidx.p + off, (float *)c->hval.p + off,
-					   &lists[q]);
-		if (st != SC_OK || (st = ag_check(c, q, &lists[q])) != SC_OK)
-			return st;
-		off += lists[q].nnz;
-		j++;
+	return n * k / K;
+}
+
+typedef struct ag_list {
+	uint32_t K, got; /* chunks, chunks decoded */
+	int first;	 /* its first receive */
+	scd_coo_t l;	 /* decoded so far (the whole local list for this rank) */
+	uint64_t pos;	 /* entries aggregated */
+} ag_list_t;
+
+typedef struct ag {
+	scd_scheme_ctx_t *c;
+	scd_scheme_io_t *io;
+	ag_list_t *r; /* [P] */
+	int sparse;
+	uint64_t W, cleared, outn;
+} ag_t;
+
+static uint64_t lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
+{
+	uint64_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (a[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	/* io->out may be the input's own arrays, which the merge still reads: merge aside,
-	 * then copy */
-	uint64_t total = c->total_nnz;
-	if ((st = scd_ws_reserve(&c->ridx, 4 * total + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->rval, 4 * total + 4)) != SC_OK)
-		return st;
-	scd_coo_t m = {c->ridx.p, c->rval.p, 0, total};
-	if ((st = scd_scheme_merge_result(c, lists, P, &m)) != SC_OK)
-		return st;
-	if (m.nnz > io->out->cap) /* only lists with repeats (malformed) can do this */
-		return scd_scheme_fail(SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
-				       (unsigned long long)m.nnz,
-				       (unsigned long long)io->out->cap);
-	memcpy(io->out->idx, m.idx, 4 * m.nnz);
-	memcpy(io->out->val, m.val, 4 * m.nnz);
-	io->out->nnz = m.nnz;
-	c->res_ready = 1;
+	return lo;
+}
+
+/* Decodes rank q's chunks that have arrived, appending to its list. */
+static sc_status_t ag_decode(ag_t *a, int q)
+{
+	scd_scheme_ctx_t *c = a->c;
+	ag_list_t *r = &a->r[q];
+	const scd_xfer_t *rv = c->xr.p;
+	const size_t *rb = c->xb.p;
+	while (r->got < r->K && rb[r->first + r->got] != SCD_XFER_PENDING) {
+		int i = r->first + (int)r->got;
+		uint64_t want = ag_chunk_lo(c->nnz[q], r->K, r->got + 1) -
+				ag_chunk_lo(c->nnz[q], r->K, r->got);
+		uint32_t *wi = r->l.idx + r->l.nnz;
+		float *wv = r->l.val + r->l.nnz;
+		scd_coo_t d;
+		sc_status_t st =
+		    scd_scheme_msg_decode(rv[i].buf, rb[i], c->cfg.numel, wi, wv, &d);
+		if (st != SC_OK || d.nnz != want)
+			return scd_scheme_work_fail(
+			    c, SC_ERR_PROTOCOL,
+			    "agsparse: rank %d sent %llu non-zeros in chunk %u of %u, announced "
+			    "%llu",
+			    q, st == SC_OK ? (unsigned long long)d.nnz : 0ull, r->got, r->K,
+			    (unsigned long long)want);
+		if (d.idx != wi)
+			memcpy(wi, d.idx, 4 * d.nnz);
+		if (d.val != wv)
+			memcpy(wv, d.val, 4 * d.nnz);
+		r->l.nnz += d.nnz;
+		r->got++;
+	}
 	return SC_OK;
+}
+
+/* Aggregates every index in [a->W, W). */
+static sc_status_t ag_slice(ag_t *a, uint64_t W)
+{
+	scd_scheme_ctx_t *c = a->c;
+	int P = c->size;
+	scd_coo_t sub[P];
+	for (int q = 0; q < P; q++) {
+		ag_list_t *r = &a->r[q];
+		uint64_t end = r->pos + lower_bound(r->l.idx + r->pos, r->l.nnz - r->pos, W);
+		sub[q] = (scd_coo_t){r->l.idx + r->pos, r->l.val + r->pos, end - r->pos,
+				     end - r->pos};
+		r->pos = end;
+	}
+	if (a->sparse) {
+		scd_coo_t dst = {(uint32_t *)c->ridx.p + a->outn, (float *)c->rval.p + a->outn,
+				 0, c->total_nnz - a->outn};
+		sc_status_t st = scd_scheme_merge_result(c, sub, P, &dst);
+		if (st != SC_OK)
+			return c->work_st = st;
+		a->outn += dst.nnz;
+	} else {
+		if (a->cleared < W) {
+			memset(a->io->data + a->cleared, 0, 4 * (W - a->cleared));
+			a->cleared = W;
+		}
+		for (int q = 0; q < P; q++)
+			c->dev->coo_scatter_add(a->io->data, &sub[q]);
+	}
+	a->W = W;
+	return SC_OK;
+}
+
+static int ag_work(void *arg)
+{
+	ag_t *a = arg;
+	scd_scheme_ctx_t *c = a->c;
+	uint64_t numel = c->cfg.numel, W = numel;
+	sc_status_t st;
+	for (int q = 0; q < c->size; q++) {
+		ag_list_t *r = &a->r[q];
+		if (q == c->rank || r->got == r->K)
+			continue;
+		if ((st = ag_decode(a, q)) != SC_OK)
+			return st;
+		if (r->got < r->K) {
+			uint64_t w = r->l.nnz ? (uint64_t)r->l.idx[r->l.nnz - 1] + 1 : 0;
+			W = w < W ? w : W;
+		}
+	}
+	if (W > a->W)
+		return (st = ag_slice(a, W)) != SC_OK ? st : 1;
+	if (!a->sparse && a->cleared < numel) {
+		uint64_t n = numel - a->cleared < AG_CLEAR_SLICE ? numel - a->cleared
+								 : AG_CLEAR_SLICE;
+		memset(a->io->data + a->cleared, 0, 4 * n);
+		a->cleared += n;
+		return 1;
+	}
+	return 0;
 }
 
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
@@ -88,55 +189,99 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		st = scd_scheme_meta(c, SCD_SCHEME_AGSPARSE, c->local.nnz, NULL, 0);
 	if (st != SC_OK)
 		return st;
-	uint64_t recv_total = 0, max_other = 0;
-	for (int q = 0; q < P; q++)
-		if (q != me) {
-			recv_total += scd_scheme_msg_bytes(numel, c->nnz[q]);
-			if (c->nnz[q] > max_other)
-				max_other = c->nnz[q];
-		}
-	uint64_t send_bytes = scd_scheme_msg_bytes(numel, c->local.nnz), sent = 0;
-	if ((st = scd_ws_reserve(&c->sendbuf, send_bytes)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->recvbuf, recv_total + 8)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hidx, 4 * max_other + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hval, 4 * max_other + 4)) != SC_OK)
-		return st;
-	if ((st = scd_scheme_msg_encode(&c->local, numel, c->sendbuf.p, c->sendbuf.cap,
-					&sent)) != SC_OK)
-		return scd_scheme_fail(st, "agsparse: encoding %llu non-zeros",
-				       (unsigned long long)c->local.nnz);
-	int n = 0;
-	uint64_t off = 0;
+	ag_list_t lists[P];
+	uint64_t recv_total = 0, others = 0, max_chunk = 0;
+	int nr = 0;
 	for (int q = 0; q < P; q++) {
+		lists[q] = (ag_list_t){.K = ag_chunks(c, c->nnz[q]), .first = nr};
 		if (q == me)
 			continue;
-		uint64_t cap = scd_scheme_msg_bytes(numel, c->nnz[q]);
-		c->sends[n] = (scd_xfer_t){q, c->sendbuf.p, sent};
-		c->recvs[n] = (scd_xfer_t){q, (uint8_t *)c->recvbuf.p + off, cap};
-		off += cap;
-		n++;
+		for (uint32_t k = 0; k < lists[q].K; k++) {
+			uint64_t n = ag_chunk_lo(c->nnz[q], lists[q].K, k + 1) -
+				     ag_chunk_lo(c->nnz[q], lists[q].K, k);
+			recv_total += scd_scheme_msg_bytes(numel, n);
+			max_chunk = n > max_chunk ? n : max_chunk;
+		}
+		nr += (int)lists[q].K;
+		others += c->nnz[q];
 	}
-	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+	uint32_t K = lists[me].K;
+	uint64_t send_cap = 0;
+	for (uint32_t k = 0; k < K; k++)
+		send_cap += scd_scheme_msg_bytes(
+		    numel, ag_chunk_lo(c->local.nnz, K, k + 1) - ag_chunk_lo(c->local.nnz, K, k));
+	int ns = (P - 1) * (int)K;
+	uint64_t room = others + 2 * max_chunk + 1; /* a malformed chunk may run over */
+	int sparse = scd_scheme_sparse_out(io, c->total_nnz < numel ? c->total_nnz : numel);
+	if ((st = scd_ws_reserve(&c->sendbuf, send_cap)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->recvbuf, recv_total + 8)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hidx, 4 * room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hval, 4 * room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xs, sizeof(scd_xfer_t) * (size_t)(ns + 1))) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xr, sizeof(scd_xfer_t) * (size_t)(nr + 1))) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xb, sizeof(size_t) * (size_t)(nr + 1))) != SC_OK ||
+	    (sparse && ((st = scd_ws_reserve(&c->ridx, 4 * c->total_nnz + 4)) != SC_OK ||
+			(st = scd_ws_reserve(&c->rval, 4 * c->total_nnz + 4)) != SC_OK)))
 		return st;
-	uint64_t bound = c->total_nnz < numel ? c->total_nnz : numel;
-	if (scd_scheme_sparse_out(io, bound))
-		return ag_merge(c, io);
-	/* One-shot aggregation, in rank order on every rank. The local COO is a copy (or
-	 * io->coo), so the buffer can be cleared first. */
-	memset(io->data, 0, 4 * numel);
-	for (int q = 0, j = 0; q < P; q++) {
+	/* my chunks, each encoded once, to every peer in order */
+	scd_xfer_t *sends = c->xs.p, *recvs = c->xr.p;
+	uint8_t *sb = c->sendbuf.p;
+	uint64_t used = 0;
+	for (uint32_t k = 0; k < K; k++) {
+		uint64_t lo = ag_chunk_lo(c->local.nnz, K, k), hi = ag_chunk_lo(c->local.nnz, K, k + 1);
+		scd_coo_t part = {c->local.idx + lo, c->local.val + lo, hi - lo, hi - lo};
+		uint64_t bytes = 0;
+		if ((st = scd_scheme_msg_encode(&part, numel, sb + used, send_cap - used,
+						&bytes)) != SC_OK)
+			return scd_scheme_fail(st, "agsparse: encoding %llu non-zeros",
+					       (unsigned long long)(hi - lo));
+		for (int q = 0, n = 0; q < P; q++)
+			if (q != me)
+				sends[(size_t)n++ * K + k] = (scd_xfer_t){q, sb + used, bytes};
+		used += bytes;
+	}
+	/* every peer's chunks into their own slots; decoded lists side by side */
+	uint8_t *rb = c->recvbuf.p;
+	uint64_t base = 0;
+	for (int q = 0; q < P; q++) {
+		ag_list_t *r = &lists[q];
 		if (q == me) {
-			c->dev->coo_scatter_add(io->data, &c->local);
+			r->l = c->local;
 			continue;
 		}
-		scd_coo_t r;
-		st = scd_scheme_msg_decode(c->recvs[j].buf, c->rbytes[j], numel, c->hidx.p,
-					   c->hval.p, &r);
-		if (st != SC_OK || (st = ag_check(c, q, &r)) != SC_OK)
-			return st;
-		c->dev->coo_scatter_add(io->data, &r);
-		j++;
+		r->l = (scd_coo_t){(uint32_t *)c->hidx.p + base, (float *)c->hval.p + base, 0,
+				   c->nnz[q]};
+		base += c->nnz[q];
+		for (uint32_t k = 0; k < r->K; k++) {
+			uint64_t cap = scd_scheme_msg_bytes(
+			    numel, ag_chunk_lo(c->nnz[q], r->K, k + 1) -
+				       ag_chunk_lo(c->nnz[q], r->K, k));
+			recvs[r->first + (int)k] = (scd_xfer_t){q, rb, cap};
+			rb += cap;
+		}
 	}
+	ag_t a = {.c = c, .io = io, .r = lists, .sparse = sparse};
+	scd_xfer_work_t w = {ag_work, &a};
+	if ((st = scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w)) != SC_OK)
+		return st;
+	for (int q = 0; q < P; q++) /* what the watermark never reached was not ascending */
+		if (lists[q].pos != lists[q].l.nnz)
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "agsparse: rank %d's indices are not ascending "
+					       "below %llu",
+					       q, (unsigned long long)numel);
+	if (!sparse)
+		return SC_OK;
+	/* io->out may be the input's own arrays, which the merge read until the end: the
+	 * union was built aside, and is copied now */
+	if (a.outn > io->out->cap) /* only lists with repeats (malformed) can do this */
+		return scd_scheme_fail(SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
+				       (unsigned long long)a.outn,
+				       (unsigned long long)io->out->cap);
+	memcpy(io->out->idx, c->ridx.p, 4 * a.outn);
+	memcpy(io->out->val, c->rval.p, 4 * a.outn);
+	io->out->nnz = a.outn;
+	c->res_ready = 1;
 	return SC_OK;
 }
 

@@ -47,7 +47,9 @@ struct scd_scheme_ctx {
 	/* per-operation transfer lists */
 	scd_xfer_t *sends, *recvs; /* [2P] each */
 	size_t *rbytes;		   /* [2P] */
+	scd_ws_t xs, xr, xb;	   /* longer lists (streamed chunks) */
 	uint32_t rounds;
+	sc_status_t work_st; /* the failure of work overlapped with an exchange */
 
 	/* shared workspaces */
 	scd_ws_t lidx, lval; /* the local contribution as COO */
@@ -89,6 +91,13 @@ sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			      const scd_xfer_t *r, int nr, size_t *rb);
 sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n);
+/* exchange_v with w's work overlapped (transport.h), then what is left of the work. The
+ * work reports its failures through scd_scheme_work_fail, which this returns as is. */
+sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			       const scd_xfer_t *r, int nr, size_t *rb, const scd_xfer_work_t *w);
+/* scd_scheme_fail for overlapped work: also remembers st for scd_scheme_xchg_vw. */
+sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /*
  * The metadata round: sends (scheme, numel, step, nnz, parts[nparts]) to every peer and

@@ -4,7 +4,10 @@
  * sends (gathered several messages to a sendmsg(2)) and the receives each follow the
  * caller's list order, and a peer whose socket is full or empty simply waits for its next
  * poll event while the others go on. exchange_v frames each message with its length as a
- * 64-bit little-endian header. Messages to this rank itself are copied.
+ * 64-bit little-endian header. Messages to this rank itself are copied. exchange_v's
+ * optional work runs in the loop's idle time: a poll that finds nothing ready returns at
+ * once and a slice of the work runs before the next, so the kernel's socket buffers keep
+ * the links busy while the CPU computes.
  *
  * measure pairs every two ranks once in a round-robin schedule for ping-pongs of 8 bytes
  * and of probe_bytes, and shares the results so every rank returns the same alpha and
@@ -232,7 +235,7 @@ static sc_status_t exchange_timeout(scd_tcp_t *t, int timeout_ms)
 
 static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends, int ns,
 				    const scd_xfer_t *recvs, int nr, size_t *recv_bytes_p,
-				    int timeout_ms, int framed)
+				    const scd_xfer_work_t *work, int timeout_ms, int framed)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (t->failed)
@@ -244,6 +247,9 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 		scd_transport_set_error("tcp: exchange_v without recv_bytes_p");
 		st = SC_ERR_INVALID;
 	}
+	if (st == SC_OK && framed)
+		for (int i = 0; i < nr; i++)
+			recv_bytes_p[i] = SCD_XFER_PENDING;
 	if (st == SC_OK)
 		st = exchange_self(t, sends, ns, recvs, nr, recv_bytes_p, framed);
 	if (st != SC_OK)
@@ -260,7 +266,7 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 		io->r_len = (!framed && io->r_idx >= 0) ? recvs[io->r_idx].bytes : 0;
 	}
 	int64_t last_ms = scd_tcp_now_ms();
-	int npfd = 0;
+	int npfd = 0, more_work = work != NULL;
 	for (int first = 1;; first = 0) {
 		/* Move bytes on every socket that may take or give some, then wait for more. */
 		int moved = 0;
@@ -281,8 +287,10 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 			    (rev & (POLLERR | POLLHUP | POLLRDHUP)))
 				return scd_tcp_fail_hangup(t, p);
 		}
-		if (moved)
+		if (moved) {
 			last_ms = scd_tcp_now_ms();
+			more_work = work != NULL;
+		}
 		npfd = 0;
 		for (int p = 0; p < P; p++) {
 			const scd_tcp_io_t *io = &t->io[p];
@@ -304,7 +312,13 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 		if (wait_ms == 0)
 			return t->suspect >= 0 ? scd_tcp_fail_stalled(t, op_ms)
 					       : exchange_timeout(t, timeout_ms);
-		int rc = poll(t->pfds, (nfds_t)nall, wait_ms);
+		int rc = poll(t->pfds, (nfds_t)nall, more_work ? 0 : wait_ms);
+		if (rc == 0 && more_work) { /* nothing to move: a slice of the work */
+			int w = work->fn(work->arg);
+			if (w < 0)
+				return (sc_status_t)w;
+			more_work = w > 0;
+		}
 		if (rc < 0 && errno != EINTR)
 			return scd_tcp_fail(t, SC_ERR_SYSTEM, "poll: %s", strerror(errno));
 		if (rc <= 0)
@@ -318,14 +332,14 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 sc_status_t scd_tcp_exchange(scd_transport_t *tr, const scd_xfer_t *sends, int ns,
 			     const scd_xfer_t *recvs, int nr, int timeout_ms)
 {
-	return tcp_exchange_any(tr, sends, ns, recvs, nr, NULL, timeout_ms, 0);
+	return tcp_exchange_any(tr, sends, ns, recvs, nr, NULL, NULL, timeout_ms, 0);
 }
 
 sc_status_t scd_tcp_exchange_v(scd_transport_t *tr, const scd_xfer_t *sends, int ns,
 			       const scd_xfer_t *recvs, int nr, size_t *recv_bytes_p,
-			       int timeout_ms)
+			       const scd_xfer_work_t *work, int timeout_ms)
 {
-	return tcp_exchange_any(tr, sends, ns, recvs, nr, recv_bytes_p, timeout_ms, 1);
+	return tcp_exchange_any(tr, sends, ns, recvs, nr, recv_bytes_p, work, timeout_ms, 1);
 }
 
 /* ---- probe ------------------------------------------------------------------------ */

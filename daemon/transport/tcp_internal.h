@@ -89,7 +89,7 @@ sc_status_t scd_tcp_exchange(scd_transport_t *tr, const scd_xfer_t *sends, int n
 			     const scd_xfer_t *recvs, int nr, int timeout_ms);
 sc_status_t scd_tcp_exchange_v(scd_transport_t *tr, const scd_xfer_t *sends, int ns,
 			       const scd_xfer_t *recvs, int nr, size_t *recv_bytes_p,
-			       int timeout_ms);
+			       const scd_xfer_work_t *work, int timeout_ms);
 sc_status_t scd_tcp_measure(scd_transport_t *tr, size_t probe_bytes, double *alpha_s_p,
 			    double *beta_s_per_byte_p, int timeout_ms);
 sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms);

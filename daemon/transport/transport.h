@@ -29,6 +29,21 @@ typedef struct scd_xfer {
 	size_t bytes;
 } scd_xfer_t;
 
+/*
+ * Work that runs while an exchange_v waits on the network (computation overlapped with
+ * communication). fn is called whenever no socket has anything to move and after bytes
+ * arrived; it does a bounded slice (about a millisecond) and returns 1 while it has more
+ * it can do now, 0 when it must wait for more receives, or a negative sc_status_t to abort
+ * the exchange (its message is the caller's to record). While the exchange runs,
+ * recv_bytes_p[i] of a receive that has not completed reads SCD_XFER_PENDING; a completed
+ * receive's bytes are final. What is left when the exchange completes is the caller's.
+ */
+#define SCD_XFER_PENDING SIZE_MAX
+typedef struct scd_xfer_work {
+	int (*fn)(void *arg);
+	void *arg;
+} scd_xfer_work_t;
+
 /* Byte counters since creation (the engine takes differences around an operation). */
 typedef struct scd_transport_counters {
 	uint64_t bytes_sent;
@@ -44,10 +59,10 @@ typedef struct scd_transport_ops {
 				const scd_xfer_t *recvs, int n_recvs, int timeout_ms);
 	/* Like exchange, but each message carries its length: recvs[i].buf is a buffer of
 	 * capacity recvs[i].bytes and recv_bytes_p[i] gets the length received (SC_ERR_LIMIT
-	 * when a message is larger than the buffer). */
+	 * when a message is larger than the buffer). work (optional) runs while it waits. */
 	sc_status_t (*exchange_v)(scd_transport_t *t, const scd_xfer_t *sends, int n_sends,
 				  const scd_xfer_t *recvs, int n_recvs, size_t *recv_bytes_p,
-				  int timeout_ms);
+				  const scd_xfer_work_t *work, int timeout_ms);
 	/* In-place sum allreduce of n float32 (ring reduce-scatter + allgather, pipelined in
 	 * pieces through the transport's own preallocated scratch; any n, including n < P). */
 	sc_status_t (*allreduce_f32)(scd_transport_t *t, float *data, size_t n, int timeout_ms);
@@ -84,7 +99,14 @@ static inline sc_status_t scd_transport_exchange_v(scd_transport_t *t, const scd
 						   int ns, const scd_xfer_t *r, int nr,
 						   size_t *rb, int tmo)
 {
-	return t->ops->exchange_v(t, s, ns, r, nr, rb, tmo);
+	return t->ops->exchange_v(t, s, ns, r, nr, rb, NULL, tmo);
+}
+static inline sc_status_t scd_transport_exchange_vw(scd_transport_t *t, const scd_xfer_t *s,
+						    int ns, const scd_xfer_t *r, int nr,
+						    size_t *rb, const scd_xfer_work_t *w,
+						    int tmo)
+{
+	return t->ops->exchange_v(t, s, ns, r, nr, rb, w, tmo);
 }
 static inline sc_status_t scd_transport_allreduce_f32(scd_transport_t *t, float *d, size_t n,
 						      int tmo)
