@@ -124,6 +124,19 @@ static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t boun
  * not ascending give a wrong but bounded result. */
 sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists, int n,
 				    scd_coo_t *dst);
+/* The same merge a list at a time (as lists arrive): begin with the number of lists n and
+ * their total length, then add each in order; dst->nnz is set by the n-th add. Uses
+ * c->sidx/sval as scratch, so one merge at a time per context. */
+typedef struct scd_merge {
+	scd_coo_t *dst;
+	uint32_t *ai, *bi;
+	float *av, *bv;
+	uint64_t m, total;
+	int left, first_done;
+} scd_merge_t;
+sc_status_t scd_scheme_merge_begin(scd_scheme_ctx_t *c, scd_merge_t *mg, scd_coo_t *dst, int n,
+				   uint64_t total);
+sc_status_t scd_scheme_merge_add(scd_merge_t *mg, const scd_coo_t *l);
 
 /* Top-k by magnitude of a COO list (n entries, ascending indices), kept in place at the
  * front in index order; ties at the k-th magnitude go to the lowest indices, so the same

@@ -78,34 +78,127 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
 	return total ? (double)max * P / (double)total : 1;
 }
 
-/* The sparse result: every server's hash bitmap (mine is still in the send buffer,
- * own_bytes long) decoded to its ascending indices, then one merge of the P disjoint
- * lists straight into io->out (the input was consumed by the push). */
-static sc_status_t bp_merge(scd_scheme_ctx_t *c, const scd_scheme_io_t *io, uint64_t own_bytes,
-			    uint64_t uni)
+/*
+ * Overlap. Both exchanges run work in their idle time (scd_scheme_xchg_vw), in slices:
+ *   push: clear the aggregate L, then aggregate each rank's push as soon as it and every
+ *         lower rank's are in (rank order: the bits do not depend on arrival), then clear
+ *         io->data for a dense result (the input was consumed by the push);
+ *   pull: decode each server's hash bitmap as it arrives: into io->data (disjoint
+ *         partitions, any order), or for a sparse result into its list, merged in server
+ *         order into io->out as soon as it and every lower server's are in.
+ * What is left when the last byte arrives is the last rank's share.
+ */
+#define BP_CLEAR_SLICE (1u << 18) /* floats cleared per slice (1 MiB) */
+
+typedef struct bp {
+	scd_scheme_ctx_t *c;
+	scd_scheme_io_t *io;
+	const scd_coo_t *out; /* my push, partitioned (c->hoff) */
+	float *L;	      /* my partition's aggregate, |I_me| floats */
+	uint64_t mysize, lclr, clr;
+	int next; /* the next rank to aggregate / server to merge */
+	int sparse;
+	uint64_t own_bytes; /* pull: my hash bitmap, in c->sendbuf */
+	uint64_t uni, off;  /* pull, sparse: room and use of the decoded lists */
+	scd_merge_t mg;
+} bp_t;
+
+static int bp_recv(const bp_t *b, int q)
 {
+	return q < b->c->rank ? q : q - 1;
+}
+
+/* Clears n floats of a buffer of len in a slice; 1 if it did. */
+static int clear_slice(float *p, uint64_t len, uint64_t *done)
+{
+	if (*done >= len)
+		return 0;
+	uint64_t n = len - *done < BP_CLEAR_SLICE ? len - *done : BP_CLEAR_SLICE;
+	memset(p + *done, 0, 4 * n);
+	*done += n;
+	return 1;
+}
+
+static sc_status_t bp_aggregate(bp_t *b, int q)
+{
+	scd_scheme_ctx_t *c = b->c;
 	int P = c->size, me = c->rank;
-	sc_status_t st;
-	if ((st = scd_ws_reserve(&c->aidx, 4 * uni + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->aval, 4 * uni + 4)) != SC_OK)
-		return st;
-	scd_coo_t lists[P];
-	uint64_t off = 0;
-	for (int p = 0, j = 0; p < P; p++) {
-		const void *b = p == me ? c->sendbuf.p : c->recvs[j].buf;
-		uint64_t len = p == me ? own_bytes : c->rbytes[j];
-		lists[p] = (scd_coo_t){(uint32_t *)c->aidx.p + off, (float *)c->aval.p + off, 0,
-				       uni - off};
-		if ((st = c->dev->hash_bitmap_decode(c->map, (uint32_t)p, b, len, &lists[p])) !=
-		    SC_OK)
-			return scd_scheme_fail(st, "balanced_par: bad hash bitmap from rank %d",
-					       p);
-		off += lists[p].nnz;
-		j += p != me;
+	scd_coo_t r;
+	if (q == me) {
+		uint64_t k = c->hoff[me + 1] - c->hoff[me];
+		r = (scd_coo_t){b->out->idx + c->hoff[me], b->out->val + c->hoff[me], k, k};
+	} else {
+		int j = bp_recv(b, q);
+		uint64_t k = c->rbytes[j] / 8;
+		if (c->rbytes[j] != 8 * c->parts[(size_t)q * P + me])
+			return scd_scheme_work_fail(
+			    c, SC_ERR_PROTOCOL,
+			    "balanced_par: rank %d pushed %zu bytes, announced %llu non-zeros", q,
+			    c->rbytes[j], (unsigned long long)c->parts[(size_t)q * P + me]);
+		const uint8_t *p = c->recvs[j].buf;
+		r = (scd_coo_t){(uint32_t *)p, (float *)(p + 4 * k), k, k};
 	}
-	if ((st = scd_scheme_merge_result(c, lists, P, io->out)) == SC_OK)
-		c->res_ready = 1;
-	return st;
+	uint64_t bad = c->dev->coo_scatter_add_part(b->L, c->map, (uint32_t)me, &r);
+	if (bad)
+		return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
+					    "balanced_par: rank %d pushed %llu indices that are "
+					    "not in partition %d",
+					    q, (unsigned long long)bad, me);
+	return SC_OK;
+}
+
+static int bp_push_work(void *arg)
+{
+	bp_t *b = arg;
+	scd_scheme_ctx_t *c = b->c;
+	if (clear_slice(b->L, b->mysize, &b->lclr))
+		return 1;
+	if (b->next < c->size &&
+	    (b->next == c->rank || c->rbytes[bp_recv(b, b->next)] != SCD_XFER_PENDING)) {
+		sc_status_t st = bp_aggregate(b, b->next++);
+		return st != SC_OK ? st : 1;
+	}
+	if (!b->sparse && clear_slice(b->io->data, b->c->cfg.numel, &b->clr))
+		return 1;
+	return 0;
+}
+
+static sc_status_t bp_decode(bp_t *b, int p)
+{
+	scd_scheme_ctx_t *c = b->c;
+	int me = c->rank;
+	const void *buf = p == me ? c->sendbuf.p : c->recvs[bp_recv(b, p)].buf;
+	uint64_t len = p == me ? b->own_bytes : c->rbytes[bp_recv(b, p)];
+	sc_status_t st;
+	if (b->sparse) {
+		scd_coo_t l = {(uint32_t *)c->aidx.p + b->off, (float *)c->aval.p + b->off, 0,
+			       b->uni - b->off};
+		st = c->dev->hash_bitmap_decode(c->map, (uint32_t)p, buf, len, &l);
+		if (st == SC_OK) {
+			b->off += l.nnz;
+			if ((st = scd_scheme_merge_add(&b->mg, &l)) != SC_OK)
+				return c->work_st = st;
+		}
+	} else {
+		st = c->dev->hash_bitmap_decode_dense(c->map, (uint32_t)p, buf, len, b->io->data);
+	}
+	if (st != SC_OK)
+		return scd_scheme_work_fail(c, st, "balanced_par: bad hash bitmap from rank %d", p);
+	return SC_OK;
+}
+
+static int bp_pull_work(void *arg)
+{
+	bp_t *b = arg;
+	scd_scheme_ctx_t *c = b->c;
+	if (!b->sparse && clear_slice(b->io->data, c->cfg.numel, &b->clr))
+		return 1;
+	if (b->next < c->size &&
+	    (b->next == c->rank || c->rbytes[bp_recv(b, b->next)] != SCD_XFER_PENDING)) {
+		sc_status_t st = bp_decode(b, b->next++);
+		return st != SC_OK ? st : 1;
+	}
+	return 0;
 }
 
 sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
@@ -132,25 +225,30 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return st;
 	uint64_t load[P];
 	c->imbalance = server_imbalance(c, load);
+	if (P == 1) { /* my partition is everything: aggregate into the output */
+		memset(io->data, 0, 4 * numel);
+		c->dev->coo_scatter_add(io->data, &out);
+		return SC_OK;
+	}
 
 	/* push: partition p to server p, COO */
 	uint64_t send_total = 8 * (out.nnz - parts[me]), recv_total = 0;
 	for (int q = 0; q < P; q++)
 		if (q != me)
 			recv_total += 8 * c->parts[(size_t)q * P + me];
-	uint64_t mysize = P > 1 ? scd_partmap_size(c->map, (uint32_t)me) : numel;
-	uint64_t pull_send = scd_fmt_hash_bitmap_bytes(mysize, mysize), pull_recv = 0;
+	uint64_t mysize = scd_partmap_size(c->map, (uint32_t)me);
+	uint64_t pull_send = scd_fmt_hash_bitmap_bytes(mysize, mysize), pull_recv = 0, uni = 0;
 	for (int p = 0; p < P; p++) {
-		if (p == me)
-			continue;
 		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
-		pull_recv += scd_fmt_hash_bitmap_bytes(sz, load[p] < sz ? load[p] : sz);
+		uni += load[p] < sz ? load[p] : sz;
+		if (p != me)
+			pull_recv += scd_fmt_hash_bitmap_bytes(sz, load[p] < sz ? load[p] : sz);
 	}
 	if ((st = scd_ws_reserve(&c->sendbuf,
 				 send_total > pull_send ? send_total : pull_send)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->recvbuf, recv_total > pull_recv ? recv_total + 8
 								     : pull_recv + 8)) != SC_OK ||
-	    (P > 1 && (st = scd_ws_reserve(&c->fscratch, 4 * mysize + 4)) != SC_OK))
+	    (st = scd_ws_reserve(&c->fscratch, 4 * mysize + 4)) != SC_OK)
 		return st;
 	int n = 0;
 	uint8_t *sb = c->sendbuf.p, *rb = c->recvbuf.p;
@@ -168,49 +266,23 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		rb += cap;
 		n++;
 	}
-	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+	/* aggregate partition me behind the receives, in rank order, over I_me only
+	 * (|I_me| = numel / P floats, indexed by the slot of each index in I_me), so neither
+	 * the aggregation nor the hash bitmap's encoding touches the other partitions */
+	bp_t b = {.c = c,
+		  .io = io,
+		  .out = &out,
+		  .L = c->fscratch.p,
+		  .mysize = mysize,
+		  .sparse = scd_scheme_sparse_out(io, uni),
+		  .uni = uni};
+	scd_xfer_work_t w = {bp_push_work, &b};
+	if ((st = scd_scheme_xchg_vw(c, c->sends, n, c->recvs, n, c->rbytes, &w)) != SC_OK)
 		return st;
 
-	if (P == 1) { /* my partition is everything: aggregate into the output */
-		memset(io->data, 0, 4 * numel);
-		scd_coo_t own = {out.idx + off[me], out.val + off[me], parts[me], parts[me]};
-		c->dev->coo_scatter_add(io->data, &own);
-		return SC_OK;
-	}
-	/* aggregate partition me, in rank order, over I_me only (|I_me| = numel / P floats,
-	 * indexed by the slot of each index in I_me), so neither the aggregation nor the
-	 * hash bitmap's encoding touches the other partitions' elements */
-	float *L = c->fscratch.p;
-	memset(L, 0, 4 * mysize);
-	for (int q = 0, j = 0; q < P; q++) {
-		scd_coo_t r;
-		if (q == me) {
-			r = (scd_coo_t){out.idx + off[me], out.val + off[me], parts[me], parts[me]};
-		} else {
-			uint64_t k = c->rbytes[j] / 8;
-			if (c->rbytes[j] != 8 * c->parts[(size_t)q * P + me])
-				return scd_scheme_fail(
-				    SC_ERR_PROTOCOL,
-				    "balanced_par: rank %d pushed %zu bytes, announced "
-				    "%llu non-zeros",
-				    q, c->rbytes[j],
-				    (unsigned long long)c->parts[(size_t)q * P + me]);
-			const uint8_t *b = c->recvs[j].buf;
-			r = (scd_coo_t){(uint32_t *)b, (float *)(b + 4 * k), k, k};
-			j++;
-		}
-		uint64_t bad = c->dev->coo_scatter_add_part(L, c->map, (uint32_t)me, &r);
-		if (bad)
-			return scd_scheme_fail(SC_ERR_PROTOCOL,
-					       "balanced_par: rank %d pushed %llu indices that are "
-					       "not in partition %d",
-					       q, (unsigned long long)bad, me);
-	}
-
 	/* pull: my partition as a hash bitmap to everyone, everyone's into the output */
-	uint64_t bytes = 0;
-	if ((st = c->dev->hash_bitmap_encode_local(c->map, (uint32_t)me, L, c->sendbuf.p,
-						   c->sendbuf.cap, &bytes)) != SC_OK)
+	if ((st = c->dev->hash_bitmap_encode_local(c->map, (uint32_t)me, b.L, c->sendbuf.p,
+						   c->sendbuf.cap, &b.own_bytes)) != SC_OK)
 		return scd_scheme_fail(st, "balanced_par: hash bitmap of partition %d", me);
 	n = 0;
 	rb = c->recvbuf.p;
@@ -219,31 +291,22 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			continue;
 		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
 		uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, load[p] < sz ? load[p] : sz);
-		c->sends[n] = (scd_xfer_t){p, c->sendbuf.p, bytes};
+		c->sends[n] = (scd_xfer_t){p, c->sendbuf.p, b.own_bytes};
 		c->recvs[n] = (scd_xfer_t){p, rb, cap};
 		rb += cap;
 		n++;
 	}
-	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+	/* the sparse result: the servers' lists decoded side by side, merged (disjoint) in
+	 * server order straight into io->out (the input was consumed by the push) */
+	if (b.sparse && ((st = scd_ws_reserve(&c->aidx, 4 * uni + 4)) != SC_OK ||
+			 (st = scd_ws_reserve(&c->aval, 4 * uni + 4)) != SC_OK ||
+			 (st = scd_scheme_merge_begin(c, &b.mg, io->out, P, uni)) != SC_OK))
 		return st;
-	uint64_t uni = 0;
-	for (int p = 0; p < P; p++) {
-		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
-		uni += load[p] < sz ? load[p] : sz;
-	}
-	if (scd_scheme_sparse_out(io, uni))
-		return bp_merge(c, io, bytes, uni);
-	/* the dense result: every partition, mine too (still in the send buffer) */
-	memset(io->data, 0, 4 * numel);
-	for (int p = 0, j = 0; p < P; p++) {
-		const void *b = p == me ? c->sendbuf.p : c->recvs[j].buf;
-		uint64_t len = p == me ? bytes : c->rbytes[j];
-		st = c->dev->hash_bitmap_decode_dense(c->map, (uint32_t)p, b, len, io->data);
-		if (st != SC_OK)
-			return scd_scheme_fail(st, "balanced_par: bad hash bitmap from rank %d",
-					       p);
-		j += p != me;
-	}
+	b.next = 0;
+	w.fn = bp_pull_work;
+	if ((st = scd_scheme_xchg_vw(c, c->sends, n, c->recvs, n, c->rbytes, &w)) != SC_OK)
+		return st;
+	c->res_ready = b.sparse;
 	return SC_OK;
 }
 
