@@ -18,6 +18,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .hh_destroy = scd_hh_destroy,
     .hh_push_dense = scd_hh_push_dense,
     .hh_push_coo = scd_hh_push_coo,
+    .partition_coo = scd_partition_coo,
     .coo_encode = scd_coo_encode,
     .coo_decode = scd_coo_decode,
     .bitmap_encode = scd_bitmap_encode,

@@ -44,6 +44,9 @@ typedef struct scd_device_ops {
 				     scd_coo_t *out, uint64_t *offset, scd_hh_stats_t *stats_p);
 	sc_status_t (*hh_push_coo)(scd_hh_t *hh, const scd_coo_t *in, scd_coo_t *out,
 				   uint64_t *offset, scd_hh_stats_t *stats_p);
+	/* the same partitions of an ascending COO list, kept ascending (partition.h) */
+	sc_status_t (*partition_coo)(const scd_partfn_t *fn, const scd_coo_t *in,
+				     scd_coo_t *out, uint64_t *offset);
 
 	/* formats (format.h) */
 	sc_status_t (*coo_encode)(const scd_coo_t *src, void *buf, uint64_t cap_bytes,

@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct entry {
 	scd_partmap_t map;
@@ -49,6 +50,34 @@ static sc_status_t build(entry_t *e, uint64_t numel, uint32_t nparts, uint64_t s
 		m->list[cursor[p]++] = (uint32_t)i;
 	}
 	free(cursor);
+	return SC_OK;
+}
+
+sc_status_t scd_partition_coo(const scd_partfn_t *fn, const scd_coo_t *in, scd_coo_t *out,
+			      uint64_t *offset)
+{
+	uint32_t P = fn->nparts;
+	if (out->cap < in->nnz)
+		return SC_ERR_LIMIT;
+	uint64_t small[65], *cur = P < 65 ? small : malloc(((size_t)P + 1) * sizeof(uint64_t));
+	if (!cur)
+		return SC_ERR_NOMEM;
+	memset(offset, 0, ((size_t)P + 1) * sizeof(uint64_t));
+	for (uint64_t i = 0; i < in->nnz; i++)
+		offset[scd_partition_of(fn, in->idx[i]) + 1]++;
+	for (uint32_t p = 0; p < P; p++) {
+		cur[p] = offset[p]; /* where partition p's next entry goes */
+		offset[p + 1] += offset[p];
+	}
+	for (uint64_t i = 0; i < in->nnz; i++) {
+		uint32_t idx = in->idx[i];
+		uint64_t k = cur[scd_partition_of(fn, idx)]++;
+		out->idx[k] = idx;
+		out->val[k] = in->val[i];
+	}
+	out->nnz = in->nnz;
+	if (cur != small)
+		free(cur);
 	return SC_OK;
 }
 

@@ -47,6 +47,17 @@ typedef struct scd_partmap {
 	uint32_t *pos;	  /* numel */
 } scd_partmap_t;
 
+/*
+ * Splits an ascending COO list by partition(idx), stably: partition p lands at
+ * out->idx/val[offset[p] .. offset[p + 1]) (offset: nparts + 1 entries), still ascending.
+ * Two sequential passes (count, then place), so the pushes of Balanced Parallelism leave
+ * in index order and the servers' aggregation and the pull walk memory in order; the
+ * partitions are those of hierarchical hashing (same h0). SC_ERR_LIMIT if out->cap is
+ * smaller than in->nnz.
+ */
+sc_status_t scd_partition_coo(const scd_partfn_t *fn, const scd_coo_t *in, scd_coo_t *out,
+			      uint64_t *offset);
+
 /* Returns the cached lists for (numel, nparts, seed), building them on first use. */
 sc_status_t scd_partmap_acquire(uint64_t numel, uint32_t nparts, uint64_t seed,
 				const scd_partmap_t **map_p);

@@ -143,8 +143,6 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 			  &c->xs,	 &c->xr,	&c->xb};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
-	if (c->hh)
-		c->dev->hh_destroy(c->hh);
 	if (c->map)
 		scd_partmap_release(c->map);
 	if (c->ex)

@@ -66,8 +66,6 @@ struct scd_scheme_ctx {
 	double stat_skew;
 
 	/* Balanced Parallelism */
-	scd_hh_t *hh;
-	uint64_t hh_cap;
 	const scd_partmap_t *map;
 	scd_ws_t hidx, hval;
 	uint64_t *hoff; /* [P + 1] */

@@ -213,6 +213,8 @@ UNIT_TEST(core_step_ops_allocate_nothing)
 		NO_ALLOC("hh_push_coo", scd_hh_push_coo(hh, &coo, &out, offset, NULL));
 		scd_hh_destroy(hh);
 	}
+	scd_partfn_t fn = scd_partfn_make(P, seed);
+	NO_ALLOC("partition_coo", scd_partition_coo(&fn, &coo, &out, offset));
 	free(offset);
 
 	/* formats: encode and decode each; the partition lists come from the cache */

@@ -9,6 +9,7 @@
 
 #include "device/format.h"
 #include "device/hhash.h"
+#include "device/partition.h"
 
 #include <string.h>
 
@@ -276,4 +277,50 @@ UNIT_TEST(core_hh_push_pull_matches_dense_sum)
 	for (uint32_t r = 0; r < R; r++)
 		free(g[r]);
 	free(g), free(sum), free(agg), free(result), free(buf);
+}
+
+/* The stable partition of Balanced Parallelism's push: the same partitions as h0, every
+ * entry once, each partition ascending; more partitions than fit on the stack too. */
+UNIT_TEST(core_partition_coo_stable)
+{
+	static const uint32_t parts[] = {1, 2, 3, 7, 16, 100};
+	for (size_t t = 0; t < sizeof(parts) / sizeof(parts[0]); t++) {
+		uint32_t P = parts[t];
+		uint64_t numel = 50000 + unit_rng_below(50000), n = 0;
+		scd_coo_t in = {malloc(4 * numel), malloc(4 * numel), 0, numel};
+		for (uint64_t i = 0; i < numel; i++)
+			if (unit_rng_below(10) == 0) {
+				in.idx[n] = (uint32_t)i;
+				in.val[n++] = (float)i;
+			}
+		in.nnz = n;
+		scd_partfn_t fn = scd_partfn_make(P, unit_rng());
+		scd_coo_t out = {malloc(4 * n + 4), malloc(4 * n + 4), 0, n};
+		uint64_t *off = malloc(((size_t)P + 1) * sizeof(uint64_t));
+		CHECK_EQ_INT(scd_partition_coo(&fn, &in, &out, off), SC_OK);
+		CHECK_MSG(out.nnz == n && off[0] == 0 && off[P] == n,
+			  "P %u: %llu entries, offsets %llu .. %llu, of %llu", P,
+			  (unsigned long long)out.nnz, (unsigned long long)off[0],
+			  (unsigned long long)off[P], (unsigned long long)n);
+		unsigned char *was = calloc(numel, 1);
+		for (uint64_t k = 0; k < n; k++)
+			was[in.idx[k]] = 1;
+		uint64_t seen = 0;
+		for (uint32_t p = 0; p < P; p++)
+			for (uint64_t k = off[p]; k < off[p + 1]; k++) {
+				CHECK_MSG(scd_partition_of(&fn, out.idx[k]) == p,
+					  "P %u: index %u in partition %u", P, out.idx[k], p);
+				CHECK_MSG(k == off[p] || out.idx[k] > out.idx[k - 1],
+					  "P %u: partition %u not ascending at %llu", P, p,
+					  (unsigned long long)k);
+				CHECK_TRUE(out.val[k] == (float)out.idx[k] && was[out.idx[k]]);
+				seen++;
+			}
+		CHECK_TRUE(seen == n);
+		free(was);
+		out.cap = n ? n - 1 : 0;
+		if (n)
+			CHECK_EQ_INT(scd_partition_coo(&fn, &in, &out, off), SC_ERR_LIMIT);
+		free(in.idx), free(in.val), free(out.idx), free(out.val), free(off);
+	}
 }
