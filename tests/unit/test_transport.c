@@ -331,6 +331,85 @@ UNIT_TEST_TIMEOUT(transport_tcp_exchange_all_to_all, 120)
 		run_world(P, exchange_rank, &seed);
 }
 
+/* exchange_v's work runs while receives are pending (rank 0 sends 200 ms late), sees a
+ * receive as complete only when all its bytes are in, and its failure ends the exchange
+ * with its status. */
+typedef struct work_probe {
+	const scd_xfer_t *r;
+	const size_t *got;
+	int n, calls, pending_calls, src_rank;
+	int fail;
+} work_probe_t;
+
+static int probe_work(void *arg)
+{
+	work_probe_t *w = arg;
+	w->calls++;
+	if (w->fail)
+		return SC_ERR_PROTOCOL;
+	int pending = 0;
+	for (int i = 0; i < w->n; i++) {
+		if (w->got[i] == SCD_XFER_PENDING) {
+			pending = 1;
+			continue;
+		}
+		const unsigned char *b = w->r[i].buf;
+		CHECK_MSG(w->got[i] == w->r[i].bytes - 1 &&
+			      b[w->got[i] - 1] == msg_byte(w->r[i].peer, w->src_rank, i, 0),
+			  "rank %d: receive %d complete with %zu bytes before its data", w->src_rank,
+			  i, w->got[i]);
+	}
+	w->pending_calls += pending;
+	return pending;
+}
+
+static void work_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	enum { BYTES = 1u << 20 };
+	scd_xfer_t s[MAX_P], r[MAX_P];
+	size_t got[MAX_P];
+	int n = 0;
+	for (int p = 0; p < P; p++) {
+		if (p == rank)
+			continue;
+		s[n] = (scd_xfer_t){p, malloc(BYTES), BYTES};
+		r[n] = (scd_xfer_t){p, malloc(BYTES + 1), BYTES + 1};
+		memset(s[n].buf, 0, BYTES);
+		((unsigned char *)s[n].buf)[BYTES - 1] =
+		    msg_byte(rank, p, rank < p ? rank : rank - 1, 0); /* i at the receiver */
+		n++;
+	}
+	if (rank == 0)
+		usleep(200 * 1000);
+	work_probe_t w = {.r = r, .got = got, .n = n, .src_rank = rank};
+	scd_xfer_work_t wk = {probe_work, &w};
+	sc_status_t st = scd_transport_exchange_vw(t, s, n, r, n, got, &wk, TMO_MS);
+	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
+	if (rank != 0)
+		CHECK_MSG(w.pending_calls > 0, "rank %d: work never ran while waiting (%d calls)",
+			  rank, w.calls);
+	/* a failing work ends the exchange: rank 1 waits for rank 0's late 4 KiB */
+	if (rank < 2) {
+		if (rank == 0)
+			usleep(200 * 1000);
+		w = (work_probe_t){.r = r, .got = got, .fail = 1, .src_rank = rank};
+		scd_xfer_t x = {1 - rank, s[0].buf, 4096}, y = {1 - rank, r[0].buf, 4096};
+		st = rank == 0 ? scd_transport_exchange_vw(t, &x, 1, NULL, 0, NULL, NULL, TMO_MS)
+			       : scd_transport_exchange_vw(t, NULL, 0, &y, 1, got, &wk, TMO_MS);
+		CHECK_EQ_INT(st, rank == 0 ? SC_OK : SC_ERR_PROTOCOL);
+		CHECK_TRUE(rank == 0 || w.calls == 1);
+	}
+	for (int i = 0; i < n; i++)
+		free(s[i].buf), free(r[i].buf);
+}
+
+UNIT_TEST(transport_tcp_exchange_v_work_overlaps)
+{
+	for (int P = 2; P <= 4; P++)
+		run_world(P, work_rank, NULL);
+}
+
 static void limit_rank(scd_transport_t *t, int rank, int P, void *arg)
 {
 	char buf[100] = {0};
