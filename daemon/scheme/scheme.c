@@ -258,42 +258,21 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 
 /* ---- metadata round ---------------------------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-	memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
 sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts)
 {
 	int P = c->size, me = c->rank;
 	size_t slot = META_HDR_BYTES + 8 * (size_t)P;
 	uint8_t *m = c->meta_send.p;
-	put32(m, META_MAGIC);
-	put32(m + 4, (uint32_t)s);
-	put64(m + 8, c->cfg.numel);
-	put64(m + 16, c->step);
-	put64(m + 24, nnz);
-	put32(m + 32, nparts);
-	put32(m + 36, c->last_elapsed_us);
+	scd_put32(m, META_MAGIC);
+	scd_put32(m + 4, (uint32_t)s);
+	scd_put64(m + 8, c->cfg.numel);
+	scd_put64(m + 16, c->step);
+	scd_put64(m + 24, nnz);
+	scd_put32(m + 32, nparts);
+	scd_put32(m + 36, c->last_elapsed_us);
 	for (uint32_t p = 0; p < nparts; p++)
-		put64(m + META_HDR_BYTES + 8 * p, parts[p]);
+		scd_put64(m + META_HDR_BYTES + 8 * p, parts[p]);
 	size_t len = META_HDR_BYTES + 8 * (size_t)nparts;
 	int n = 0;
 	for (int q = 0; q < P; q++) {
@@ -311,26 +290,26 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 	c->prev_elapsed_max_us = 0;
 	for (int q = 0; q < P; q++) {
 		const uint8_t *r = (const uint8_t *)c->meta_recv.p + slot * q;
-		if (get32(r + 36) > c->prev_elapsed_max_us)
-			c->prev_elapsed_max_us = get32(r + 36);
-		if (get32(r) != META_MAGIC || get32(r + 4) != (uint32_t)s ||
-		    get64(r + 8) != c->cfg.numel || get64(r + 16) != c->step ||
-		    get32(r + 32) != nparts)
+		if (scd_get32(r + 36) > c->prev_elapsed_max_us)
+			c->prev_elapsed_max_us = scd_get32(r + 36);
+		if (scd_get32(r) != META_MAGIC || scd_get32(r + 4) != (uint32_t)s ||
+		    scd_get64(r + 8) != c->cfg.numel || scd_get64(r + 16) != c->step ||
+		    scd_get32(r + 32) != nparts)
 			return scd_scheme_fail(
 			    SC_ERR_MISMATCH,
 			    "rank %d runs %s over %llu elements at step %llu, rank %d runs %s "
 			    "over %llu at step %llu",
 			    me, scd_scheme_name(s), (unsigned long long)c->cfg.numel,
-			    (unsigned long long)c->step, q, scd_scheme_name(get32(r + 4)),
-			    (unsigned long long)get64(r + 8),
-			    (unsigned long long)get64(r + 16));
-		c->nnz[q] = get64(r + 24);
+			    (unsigned long long)c->step, q, scd_scheme_name(scd_get32(r + 4)),
+			    (unsigned long long)scd_get64(r + 8),
+			    (unsigned long long)scd_get64(r + 16));
+		c->nnz[q] = scd_get64(r + 24);
 		c->total_nnz += c->nnz[q];
 		if (c->nnz[q] > c->max_nnz)
 			c->max_nnz = c->nnz[q];
 		if (nparts == (uint32_t)P)
 			for (int p = 0; p < P; p++)
-				c->parts[(size_t)q * P + p] = get64(r + META_HDR_BYTES + 8 * p);
+				c->parts[(size_t)q * P + p] = scd_get64(r + META_HDR_BYTES + 8 * p);
 	}
 	return SC_OK;
 }
@@ -564,135 +543,6 @@ uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 	memcpy(idx + w, tmp_idx, 4 * r);
 	memcpy(val + w, tmp_val, 4 * r);
 	return w;
-}
-
-/* ---- COO-or-bitmap messages ---------------------------------------------------------------
- */
-
-/*
- * A message is one of three encodings, whichever is smallest (8-byte header: which):
- *   COO     idx[nnz], val[nnz]                          8 nnz bytes
- *   bitmap  device/format.h's bitmap over numel         numel / 8 + 4 nnz bytes
- *   runs    nruns (u64), (start, length) u32 pairs for each maximal run of consecutive
- *           indices, then val[nnz]                      8 + 8 nruns + 4 nnz bytes
- * Runs carry the rows of an embedding gradient (whole rows of consecutive elements) at
- * one index pair per row instead of an index per element. scd_scheme_msg_bytes, the
- * receive capacity, bounds all three (runs is only used when it is the smallest).
- */
-enum { MSG_COO = 1, MSG_BITMAP = 2, MSG_RUNS = 3 };
-
-uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz)
-{
-	uint64_t coo = scd_fmt_coo_bytes(nnz), bm = scd_fmt_bitmap_bytes(numel, nnz);
-	return 8 + (coo <= bm ? coo : bm);
-}
-
-static uint64_t count_runs(const scd_coo_t *src)
-{
-	uint64_t runs = src->nnz > 0;
-	for (uint64_t i = 1; i < src->nnz; i++)
-		runs += src->idx[i] != src->idx[i - 1] + 1;
-	return runs;
-}
-
-static void runs_encode(const scd_coo_t *src, uint64_t runs, uint8_t *b)
-{
-	put64(b, runs);
-	uint8_t *r = b + 8;
-	for (uint64_t i = 0; i < src->nnz;) {
-		uint64_t j = i + 1;
-		while (j < src->nnz && src->idx[j] == src->idx[j - 1] + 1)
-			j++;
-		put32(r, src->idx[i]);
-		put32(r + 4, (uint32_t)(j - i));
-		r += 8;
-		i = j;
-	}
-	memcpy(r, src->val, 4 * src->nnz);
-}
-
-static sc_status_t runs_decode(const uint8_t *b, uint64_t body, uint64_t numel, uint32_t *widx,
-			       scd_coo_t *out)
-{
-	if (body < 8)
-		return SC_ERR_PROTOCOL;
-	uint64_t runs = get64(b);
-	if (runs > (body - 8) / 8)
-		return SC_ERR_PROTOCOL;
-	const uint8_t *r = b + 8;
-	uint64_t n = 0, next = 0;
-	for (uint64_t k = 0; k < runs; k++, r += 8) {
-		uint64_t start = get32(r), len = get32(r + 4);
-		if (!len || start < next || start + len > numel ||
-		    n + len > (body - 8 - 8 * runs) / 4)
-			return SC_ERR_PROTOCOL;
-		for (uint64_t i = 0; i < len; i++)
-			widx[n++] = (uint32_t)(start + i);
-		next = start + len;
-	}
-	if (8 + 8 * runs + 4 * n != body)
-		return SC_ERR_PROTOCOL;
-	*out = (scd_coo_t){widx, (float *)r, n, n};
-	return SC_OK;
-}
-
-sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
-				  uint64_t *bytes_p)
-{
-	uint64_t coo = scd_fmt_coo_bytes(src->nnz), bm = scd_fmt_bitmap_bytes(numel, src->nnz);
-	uint64_t runs = count_runs(src), rb = 8 + 8 * runs + 4 * src->nnz;
-	uint8_t *b = buf;
-	uint64_t bytes = 0;
-	sc_status_t st = SC_OK;
-	if (cap < 8)
-		return SC_ERR_LIMIT;
-	if (rb < coo && rb < bm) {
-		put64(b, MSG_RUNS);
-		if (8 + rb > cap)
-			return SC_ERR_LIMIT;
-		runs_encode(src, runs, b + 8);
-		bytes = rb;
-	} else if (coo <= bm) {
-		put64(b, MSG_COO);
-		if (8 + coo > cap)
-			return SC_ERR_LIMIT;
-		memcpy(b + 8, src->idx, 4 * src->nnz);
-		memcpy(b + 8 + 4 * src->nnz, src->val, 4 * src->nnz);
-		bytes = coo;
-	} else {
-		put64(b, MSG_BITMAP);
-		st = scd_bitmap_encode(src, numel, b + 8, cap - 8, &bytes);
-	}
-	if (st == SC_OK)
-		*bytes_p = 8 + bytes;
-	return st;
-}
-
-sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
-				  uint32_t *widx, float *wval, scd_coo_t *out)
-{
-	const uint8_t *b = buf;
-	if (bytes < 8)
-		return scd_scheme_fail(SC_ERR_PROTOCOL, "sparse message of %llu bytes",
-				       (unsigned long long)bytes);
-	uint64_t fmt = get64(b), body = bytes - 8;
-	if (fmt == MSG_COO && body % 8 == 0) {
-		uint64_t n = body / 8;
-		*out = (scd_coo_t){(uint32_t *)(b + 8), (float *)(b + 8 + 4 * n), n, n};
-		return SC_OK;
-	}
-	if (fmt == MSG_RUNS && runs_decode(b + 8, body, numel, widx, out) == SC_OK)
-		return SC_OK;
-	uint64_t words = 8 * scd_fmt_bitmap_words(numel);
-	if (fmt == MSG_BITMAP && body >= words && (body - words) % 4 == 0) {
-		uint64_t n = (body - words) / 4;
-		*out = (scd_coo_t){widx, wval, 0, n};
-		return scd_bitmap_decode(b + 8, body, numel, out);
-	}
-	return scd_scheme_fail(SC_ERR_PROTOCOL,
-			       "malformed sparse message (format %llu, %llu "
-			       "bytes)",
-			       (unsigned long long)fmt, (unsigned long long)bytes);
 }
 
 /* ---- dispatch

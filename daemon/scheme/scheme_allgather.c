@@ -29,8 +29,8 @@
 /* ---- AGsparse, streamed ----------------------------------------------------------------
  *
  * Each rank's list goes out in K equal-count chunks (K from its count alone, so every
- * receiver knows it: 1 when a bitmap would be smaller than COO, else one chunk per
- * cfg.stream_chunk entries, at most AG_CHUNKS_MAX), each encoded on its own. While the
+ * receiver knows it: one chunk per cfg.stream_chunk entries, at most AG_CHUNKS_MAX), each
+ * encoded on its own (a bitmap spans only its chunk's range, so chunks cost no more). While the
  * exchange waits on the network, ag_work decodes the chunks that have arrived into one
  * contiguous list per rank and aggregates every index below the watermark W, the lowest
  * "last index received + 1" over the ranks still sending: all of every rank's entries
@@ -47,9 +47,15 @@
 static uint32_t ag_chunks(const scd_scheme_ctx_t *c, uint64_t nnz)
 {
 	uint64_t min = c->cfg.stream_chunk;
-	if (scd_fmt_coo_bytes(nnz) > scd_fmt_bitmap_bytes(c->cfg.numel, nnz) || nnz < 2 * min)
+	if (nnz < 2 * min)
 		return 1;
 	return nnz / min > AG_CHUNKS_MAX ? AG_CHUNKS_MAX : (uint32_t)(nnz / min);
+}
+
+/* Room a chunk takes in the send and receive buffers: 8-aligned (the arrays it holds). */
+static uint64_t ag_slot(uint64_t bytes)
+{
+	return (bytes + 7) & ~(uint64_t)7;
 }
 
 /* Entries before chunk k of a list of n entries in K chunks. */
@@ -199,7 +205,7 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		for (uint32_t k = 0; k < lists[q].K; k++) {
 			uint64_t n = ag_chunk_lo(c->nnz[q], lists[q].K, k + 1) -
 				     ag_chunk_lo(c->nnz[q], lists[q].K, k);
-			recv_total += scd_scheme_msg_bytes(numel, n);
+			recv_total += ag_slot(scd_scheme_msg_bytes(numel, n));
 			max_chunk = n > max_chunk ? n : max_chunk;
 		}
 		nr += (int)lists[q].K;
@@ -208,8 +214,8 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	uint32_t K = lists[me].K;
 	uint64_t send_cap = 0;
 	for (uint32_t k = 0; k < K; k++)
-		send_cap += scd_scheme_msg_bytes(
-		    numel, ag_chunk_lo(c->local.nnz, K, k + 1) - ag_chunk_lo(c->local.nnz, K, k));
+		send_cap += ag_slot(scd_scheme_msg_bytes(
+		    numel, ag_chunk_lo(c->local.nnz, K, k + 1) - ag_chunk_lo(c->local.nnz, K, k)));
 	int ns = (P - 1) * (int)K;
 	uint64_t room = others + 2 * max_chunk + 1; /* a malformed chunk may run over */
 	int sparse = scd_scheme_sparse_out(io, c->total_nnz < numel ? c->total_nnz : numel);
@@ -238,7 +244,7 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		for (int q = 0, n = 0; q < P; q++)
 			if (q != me)
 				sends[(size_t)n++ * K + k] = (scd_xfer_t){q, sb + used, bytes};
-		used += bytes;
+		used += ag_slot(bytes);
 	}
 	/* every peer's chunks into their own slots; decoded lists side by side */
 	uint8_t *rb = c->recvbuf.p;
@@ -257,7 +263,7 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			    numel, ag_chunk_lo(c->nnz[q], r->K, k + 1) -
 				       ag_chunk_lo(c->nnz[q], r->K, k));
 			recvs[r->first + (int)k] = (scd_xfer_t){q, rb, cap};
-			rb += cap;
+			rb += ag_slot(cap);
 		}
 	}
 	ag_t a = {.c = c, .io = io, .r = lists, .sparse = sparse};

@@ -9,8 +9,32 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "scheme/scheme.h"
+
+/* Fields of scheme messages, unaligned, in host order (the arrays travel as they are in
+ * memory: the daemons of a world share one byte order). */
+static inline void scd_put32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+static inline void scd_put64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+static inline uint32_t scd_get32(const uint8_t *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+static inline uint64_t scd_get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
 
 /* A buffer that only grows (geometrically), pre-faulted when it does. */
 typedef struct scd_ws {

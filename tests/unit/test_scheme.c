@@ -790,12 +790,27 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 	CHECK_EQ_INT(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec), SC_OK);
 	CHECK_TRUE(dec.nnz == nnz);
 	CHECK_TRUE(!memcmp(dec.idx, idx, 4 * nnz) && !memcmp(dec.val, val, 4 * nnz));
-	/* scattered indices still go as COO or bitmap */
+	/* scattered indices over the whole range go as COO */
 	for (uint64_t i = 0; i < 1000; i++)
-		idx[i] = (uint32_t)(i * 7);
+		idx[i] = (uint32_t)(i * 63);
 	src.nnz = 1000;
 	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	CHECK_TRUE(bytes == 8 + 8 * 1000);
+	/* ... and as a bitmap over their own range [7000, 13993] when that is smaller */
+	for (uint64_t i = 0; i < 1000; i++)
+		idx[i] = (uint32_t)(7000 + i * 7);
+	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_MSG(bytes == 8 + 16 + 8 * ((6994 + 63) / 64) + 4 * 1000, "bitmap of %llu bytes",
+		  (unsigned long long)bytes);
+	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, 1000));
+	CHECK_EQ_INT(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_TRUE(dec.nnz == 1000 && !memcmp(dec.idx, idx, 4000) && !memcmp(dec.val, val, 4000));
+	uint64_t lo_past = numel - 6000; /* its range would end past numel */
+	memcpy(buf + 8, &lo_past, 8);
+	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	/* a list past numel is not encoded */
+	idx[999] = (uint32_t)numel;
+	CHECK_TRUE(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes) != SC_OK);
 	/* a run past numel, or overlapping the previous one, is refused */
 	src.nnz = nnz = 2 * ROW;
 	for (uint64_t i = 0; i < nnz; i++)
