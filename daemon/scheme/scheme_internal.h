@@ -175,6 +175,40 @@ sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *bu
 sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
 				  uint32_t *widx, float *wval, scd_coo_t *out);
 
+/* ---- streamed lists (AGsparse, HC) ---- */
+#define SCD_CHUNKS_MAX 16
+/* Chunks a list of up to n entries travels in: one per cfg.stream_chunk, 1..16. */
+static inline uint32_t scd_scheme_chunks(const scd_scheme_ctx_t *c, uint64_t n)
+{
+	uint64_t min = c->cfg.stream_chunk;
+	if (n < 2 * min)
+		return 1;
+	return n / min > SCD_CHUNKS_MAX ? SCD_CHUNKS_MAX : (uint32_t)(n / min);
+}
+/* Entries before chunk k of a list of n entries in K chunks. */
+static inline uint64_t scd_chunk_lo(uint64_t n, uint32_t K, uint32_t k)
+{
+	return n * k / K;
+}
+/* Room a message takes in a send or receive buffer: 8-aligned (the arrays it holds). */
+static inline uint64_t scd_slot8(uint64_t bytes)
+{
+	return (bytes + 7) & ~(uint64_t)7;
+}
+/* First position in ascending a[0, n) whose value is >= v. */
+static inline uint64_t scd_lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
+{
+	uint64_t lo = 0, hi = n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (a[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* The schemes. */
 sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
