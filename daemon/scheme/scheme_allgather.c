@@ -57,23 +57,15 @@ static sc_status_t ag_decode(ag_t *a, int q)
 		int i = r->first + (int)r->got;
 		uint64_t want = scd_chunk_lo(c->nnz[q], r->K, r->got + 1) -
 				scd_chunk_lo(c->nnz[q], r->K, r->got);
-		uint32_t *wi = r->l.idx + r->l.nnz;
-		float *wv = r->l.val + r->l.nnz;
-		scd_coo_t d;
+		uint64_t got = 0;
 		sc_status_t st =
-		    scd_scheme_msg_decode(rv[i].buf, rb[i], c->cfg.numel, wi, wv, &d);
-		if (st != SC_OK || d.nnz != want)
+		    scd_scheme_msg_append(rv[i].buf, rb[i], c->cfg.numel, &r->l, &got);
+		if (st != SC_OK || got != want)
 			return scd_scheme_work_fail(
 			    c, SC_ERR_PROTOCOL,
 			    "agsparse: rank %d sent %llu non-zeros in chunk %u of %u, announced "
 			    "%llu",
-			    q, st == SC_OK ? (unsigned long long)d.nnz : 0ull, r->got, r->K,
-			    (unsigned long long)want);
-		if (d.idx != wi)
-			memcpy(wi, d.idx, 4 * d.nnz);
-		if (d.val != wv)
-			memcpy(wv, d.val, 4 * d.nnz);
-		r->l.nnz += d.nnz;
+			    q, (unsigned long long)got, r->got, r->K, (unsigned long long)want);
 		r->got++;
 	}
 	return SC_OK;

@@ -67,25 +67,18 @@ static sc_status_t hc_decode(hc_t *h)
 	const scd_xfer_t *rv = c->xr.p;
 	const size_t *rb = c->xb.p;
 	while (h->got < h->K && rb[h->got] != SCD_XFER_PENDING) {
-		uint32_t *wi = h->r.idx + h->r.nnz;
-		float *wv = h->r.val + h->r.nnz;
-		scd_coo_t d;
-		sc_status_t st = scd_scheme_msg_decode(rv[h->got].buf, rb[h->got], c->cfg.numel,
-						       wi, wv, &d);
+		uint64_t last = h->r.nnz ? h->r.idx[h->r.nnz - 1] : 0, got = 0;
+		sc_status_t st = scd_scheme_msg_append(rv[h->got].buf, rb[h->got], c->cfg.numel,
+						       &h->r, &got);
 		if (st != SC_OK)
 			return c->work_st = st;
-		if (d.nnz > hc_chunk_max(h) || h->r.nnz + d.nnz > h->bound ||
-		    (d.nnz && h->r.nnz && d.idx[0] <= h->r.idx[h->r.nnz - 1]))
+		if (got > hc_chunk_max(h) || h->r.nnz > h->bound ||
+		    (got && h->r.nnz > got && h->r.idx[h->r.nnz - got] <= last))
 			return scd_scheme_work_fail(
 			    c, SC_ERR_PROTOCOL,
 			    "hier_central: rank %d's chunk %u (%llu non-zeros) is too long or out "
 			    "of order",
-			    h->from, h->got, (unsigned long long)d.nnz);
-		if (d.idx != wi)
-			memcpy(wi, d.idx, 4 * d.nnz);
-		if (d.val != wv)
-			memcpy(wv, d.val, 4 * d.nnz);
-		h->r.nnz += d.nnz;
+			    h->from, h->got, (unsigned long long)got);
 		h->got++;
 	}
 	return SC_OK;

@@ -209,6 +209,11 @@ static inline uint64_t scd_lower_bound(const uint32_t *a, uint64_t n, uint64_t v
 	return lo;
 }
 
+/* Decodes a message onto the end of list (whose arrays must have room for what the
+ * message's receive capacity allows, see scd_scheme_msg_bytes); *added_p: its entries. */
+sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel, scd_coo_t *list,
+				  uint64_t *added_p);
+
 /* The schemes. */
 sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io);

@@ -166,3 +166,21 @@ sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t nume
 			       (unsigned long long)fmt, (unsigned long long)bytes);
 }
 
+
+sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel, scd_coo_t *list,
+				  uint64_t *added_p)
+{
+	uint32_t *wi = list->idx + list->nnz;
+	float *wv = list->val + list->nnz;
+	scd_coo_t d;
+	sc_status_t st = scd_scheme_msg_decode(buf, bytes, numel, wi, wv, &d);
+	if (st != SC_OK)
+		return st;
+	if (d.idx != wi)
+		memcpy(wi, d.idx, 4 * d.nnz);
+	if (d.val != wv)
+		memcpy(wv, d.val, 4 * d.nnz);
+	list->nnz += d.nnz;
+	*added_p = d.nnz;
+	return SC_OK;
+}
