@@ -363,10 +363,8 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 
 /* ---- sparse results ----------------------------------------------------------------- */
 
-/* Merges the ascending list b into a (a's entries first on equal indices, so sums keep
- * list order); returns the union's length. o has room for an + bn entries. */
-static uint64_t merge_two(const uint32_t *ai, const float *av, uint64_t an, const scd_coo_t *b,
-			  uint32_t *oi, float *ov)
+uint64_t scd_scheme_merge_two(const uint32_t *ai, const float *av, uint64_t an,
+			      const scd_coo_t *b, uint32_t *oi, float *ov)
 {
 	const uint32_t *bi = b->idx;
 	const float *bv = b->val;
@@ -425,7 +423,7 @@ sc_status_t scd_scheme_merge_add(scd_merge_t *mg, const scd_coo_t *l)
 				       (unsigned long long)l->nnz,
 				       (unsigned long long)mg->total);
 	if (mg->first_done) {
-		mg->m = merge_two(mg->ai, mg->av, mg->m, l, mg->bi, mg->bv);
+		mg->m = scd_scheme_merge_two(mg->ai, mg->av, mg->m, l, mg->bi, mg->bv);
 		uint32_t *ti = mg->ai;
 		float *tv = mg->av;
 		mg->ai = mg->bi, mg->av = mg->bv, mg->bi = ti, mg->bv = tv;

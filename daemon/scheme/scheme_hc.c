@@ -10,55 +10,41 @@
  * doubling step add the same two floats (a + b == b + a), so every rank ends with the
  * same bits.
  *
- * The running aggregate lives densely in io->data plus an ascending list of its indices,
- * so a step costs O(non-zeros): gather the values of the list, send it (scheme_msg.c's
- * smallest encoding), and add the partner's in. The partner's list arrives in K chunks
- * (K = scd_scheme_chunks of the aggregate's bound, which both partners know); while the
- * exchange waits on the network, hc_work decodes what has arrived and, below the
- * watermark W (the last index received + 1), adds the partner's values into the dense
- * aggregate and merges the two index lists. So each step's aggregation hides behind its
- * transfer, but for the last chunk's share. A rank that receives the final aggregate
- * (replace) takes it whole once it is in.
+ * The running aggregate is an ascending COO list (values entered as 0.0f + v, a dense
+ * scatter-add's bits), so a step costs O(non-zeros) and nothing of size numel is touched
+ * but a dense result's buffer: send the list (scheme_msg.c's smallest encoding), merge the
+ * partner's into it. The partner's list arrives in K chunks (K = scd_scheme_chunks of the
+ * aggregate's bound, which both partners know); while the exchange waits on the network,
+ * hc_work decodes what has arrived and merges every index below the watermark W (the last
+ * index received + 1). So each step's aggregation hides behind its transfer but for the
+ * last chunk's share, and a dense result's buffer is cleared in the idle time of the
+ * steps. A rank that receives the final aggregate (replace) takes it whole.
  */
 #include "scheme/scheme_internal.h"
 
 #include <string.h>
 
+#define HC_CLEAR_SLICE (1u << 18) /* floats of a dense result cleared per idle slice */
+
 typedef struct hc {
 	scd_scheme_ctx_t *c;
-	float *g;	/* the running aggregate, dense */
-	uint32_t *cur;	/* its indices, ascending (c->aidx) */
-	uint64_t n;	/* how many */
+	scd_scheme_io_t *io;
+	scd_coo_t cur;	/* the running aggregate (c->aidx/aval) */
 	uint64_t bound; /* most indices an aggregate can have */
 	uint32_t K;	/* chunks per message */
+	int dense;	/* the result goes to io->data */
+	uint64_t cleared;
 	/* the step in flight */
 	int from, replace;
 	uint32_t got;		   /* chunks decoded */
-	scd_coo_t r;		   /* the partner's list so far (c->hidx, c->hval) */
-	uint64_t W, cpos, rpos, w; /* watermark; consumed of cur and r; merged (c->bidx) */
+	scd_coo_t r;		   /* the partner's list so far (c->hidx/hval) */
+	uint64_t W, cpos, rpos, w; /* watermark; consumed of cur and r; merged (c->ridx/rval) */
 } hc_t;
 
 /* Largest chunk of an aggregate: the receive capacity of each chunk. */
 static uint64_t hc_chunk_max(const hc_t *h)
 {
 	return (h->bound + h->K - 1) / h->K;
-}
-
-/* Union of the ascending lists a and b into o; returns its length. */
-static uint64_t merge_idx(const uint32_t *a, uint64_t an, const uint32_t *b, uint64_t bn,
-			  uint32_t *o)
-{
-	uint64_t i = 0, j = 0, w = 0;
-	while (i < an && j < bn) {
-		uint32_t x = a[i], y = b[j];
-		o[w++] = x < y ? x : y;
-		i += x <= y;
-		j += y <= x;
-	}
-	memcpy(o + w, a + i, 4 * (an - i));
-	w += an - i;
-	memcpy(o + w, b + j, 4 * (bn - j));
-	return w + bn - j;
 }
 
 static sc_status_t hc_decode(hc_t *h)
@@ -84,25 +70,26 @@ static sc_status_t hc_decode(hc_t *h)
 	return SC_OK;
 }
 
-/* Adds the partner's entries below W into g and merges the index lists below W. */
+/* Merges the aggregate's and the partner's entries below W onto the new aggregate. */
 static sc_status_t hc_slice(hc_t *h, uint64_t W)
 {
-	uint64_t cend = h->cpos + scd_lower_bound(h->cur + h->cpos, h->n - h->cpos, W);
+	scd_scheme_ctx_t *c = h->c;
+	uint64_t cend = h->cpos + scd_lower_bound(h->cur.idx + h->cpos, h->cur.nnz - h->cpos, W);
 	uint64_t rend = h->rpos + scd_lower_bound(h->r.idx + h->rpos, h->r.nnz - h->rpos, W);
 	scd_coo_t add = {h->r.idx + h->rpos, h->r.val + h->rpos, rend - h->rpos, rend - h->rpos};
-	h->c->dev->coo_scatter_add(h->g, &add);
-	/* bidx has room for both lists whole (2 bound), so a union that outgrew the
-	 * announced counts is caught after the merge */
-	h->w += merge_idx(h->cur + h->cpos, cend - h->cpos, add.idx, add.nnz,
-			  (uint32_t *)h->c->bidx.p + h->w);
-	if (h->w > h->bound)
-		return scd_scheme_work_fail(h->c, SC_ERR_PROTOCOL,
-					    "hier_central: rank %d's aggregate has more indices "
-					    "than all ranks announced",
-					    h->from);
+	/* the new aggregate has room for both lists whole (2 bound), so a union that outgrew
+	 * the announced counts is caught after the merge */
+	h->w += scd_scheme_merge_two(h->cur.idx + h->cpos, h->cur.val + h->cpos, cend - h->cpos,
+				     &add, (uint32_t *)c->ridx.p + h->w,
+				     (float *)c->rval.p + h->w);
 	h->cpos = cend;
 	h->rpos = rend;
 	h->W = W;
+	if (h->w > h->bound)
+		return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
+					    "hier_central: rank %d's aggregate has more indices "
+					    "than all ranks announced",
+					    h->from);
 	return SC_OK;
 }
 
@@ -112,18 +99,25 @@ static int hc_work(void *arg)
 	sc_status_t st = hc_decode(h);
 	if (st != SC_OK)
 		return st;
-	if (h->from < 0 || h->replace)
-		return 0;
-	uint64_t W = h->got == h->K		? h->c->cfg.numel
-		     : h->r.nnz ? (uint64_t)h->r.idx[h->r.nnz - 1] + 1
-				: 0;
-	if (W <= h->W)
-		return 0;
-	return (st = hc_slice(h, W)) != SC_OK ? st : 1;
+	if (h->from >= 0 && !h->replace) {
+		uint64_t W = h->got == h->K	    ? h->c->cfg.numel
+			     : h->r.nnz ? (uint64_t)h->r.idx[h->r.nnz - 1] + 1
+					: 0;
+		if (W > h->W)
+			return (st = hc_slice(h, W)) != SC_OK ? st : 1;
+	}
+	if (h->dense && h->cleared < h->c->cfg.numel) {
+		uint64_t n = h->c->cfg.numel - h->cleared;
+		n = n < HC_CLEAR_SLICE ? n : HC_CLEAR_SLICE;
+		memset(h->io->data + h->cleared, 0, 4 * n);
+		h->cleared += n;
+		return 1;
+	}
+	return 0;
 }
 
 /* One step: optionally sends the aggregate to `to`, optionally receives one from `from`
- * and adds it in (replace: the received aggregate is the final result). */
+ * and merges it in (replace: the received aggregate is the final result). */
 static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 {
 	scd_scheme_ctx_t *c = h->c;
@@ -132,14 +126,11 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	scd_xfer_t *sends = c->xs.p, *recvs = c->xr.p;
 	int ns = 0, nr = 0;
 	if (to >= 0) {
-		float *v = c->aval.p;
-		for (uint64_t i = 0; i < h->n; i++)
-			v[i] = h->g[h->cur[i]];
 		uint8_t *sb = c->sendbuf.p;
-		uint64_t used = 0;
+		uint64_t used = 0, n = h->cur.nnz;
 		for (uint32_t k = 0; k < h->K; k++) {
-			uint64_t lo = scd_chunk_lo(h->n, h->K, k), hi = scd_chunk_lo(h->n, h->K, k + 1);
-			scd_coo_t part = {h->cur + lo, v + lo, hi - lo, hi - lo};
+			uint64_t lo = scd_chunk_lo(n, h->K, k), hi = scd_chunk_lo(n, h->K, k + 1);
+			scd_coo_t part = {h->cur.idx + lo, h->cur.val + lo, hi - lo, hi - lo};
 			uint64_t bytes = 0;
 			if ((st = scd_scheme_msg_encode(&part, numel, sb + used,
 							c->sendbuf.cap - used, &bytes)) != SC_OK)
@@ -161,37 +152,38 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	h->r = (scd_coo_t){c->hidx.p, c->hval.p, 0, h->bound};
 	h->W = h->cpos = h->rpos = h->w = 0;
 	scd_xfer_work_t w = {hc_work, h};
-	if (from < 0)
-		return scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w);
-	if ((st = scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w)) != SC_OK)
+	if ((st = scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w)) != SC_OK ||
+	    from < 0)
 		return st;
-	if (replace) {
-		memset(h->g, 0, 4 * numel);
-		c->dev->coo_scatter_add(h->g, &h->r);
-		memcpy(h->cur, h->r.idx, 4 * h->r.nnz);
-		h->n = h->r.nnz;
+	if (replace) { /* the final aggregate, whole */
+		memcpy(h->cur.idx, h->r.idx, 4 * h->r.nnz);
+		memcpy(h->cur.val, h->r.val, 4 * h->r.nnz);
+		h->cur.nnz = h->r.nnz;
 		return SC_OK;
 	}
-	/* the merged list becomes the aggregate's */
-	scd_ws_t t = c->aidx;
-	c->aidx = c->bidx;
-	c->bidx = t;
-	h->cur = c->aidx.p;
-	h->n = h->w;
+	/* the merged list becomes the aggregate */
+	scd_ws_t ti = c->aidx, tv = c->aval;
+	c->aidx = c->ridx, c->aval = c->rval;
+	c->ridx = ti, c->rval = tv;
+	h->cur = (scd_coo_t){c->aidx.p, c->aval.p, h->w, 2 * h->bound};
 	return SC_OK;
 }
 
-/* A sparse result is the final aggregate's index list (the union) with its values,
- * written straight into io->out (the input was consumed at the start). */
-static sc_status_t hc_result(hc_t *h, const scd_scheme_io_t *io)
+/* The result: the final aggregate as COO straight into io->out (the input was consumed
+ * at the start), or scattered into io->data (cleared in the steps' idle time). */
+static sc_status_t hc_result(hc_t *h)
 {
-	if (!scd_scheme_sparse_out(io, h->n))
+	scd_scheme_io_t *io = h->io;
+	if (!h->dense) {
+		memcpy(io->out->idx, h->cur.idx, 4 * h->cur.nnz);
+		memcpy(io->out->val, h->cur.val, 4 * h->cur.nnz);
+		io->out->nnz = h->cur.nnz;
+		h->c->res_ready = 1;
 		return SC_OK;
-	memcpy(io->out->idx, h->cur, 4 * h->n);
-	for (uint64_t i = 0; i < h->n; i++)
-		io->out->val[i] = h->g[h->cur[i]];
-	io->out->nnz = h->n;
-	h->c->res_ready = 1;
+	}
+	if (h->cleared < h->c->cfg.numel)
+		memset(io->data + h->cleared, 0, 4 * (h->c->cfg.numel - h->cleared));
+	h->c->dev->coo_scatter_add(io->data, &h->cur);
 	return SC_OK;
 }
 
@@ -205,23 +197,31 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if (st != SC_OK)
 		return st;
 	uint64_t bound = c->total_nnz < numel ? c->total_nnz : numel;
-	hc_t h = {.c = c, .g = io->data, .n = c->local.nnz, .bound = bound,
-		  .K = scd_scheme_chunks(c, bound)};
-	uint64_t slot = scd_slot8(scd_scheme_msg_bytes(numel, hc_chunk_max(&h)));
-	if ((st = scd_ws_reserve(&c->aidx, 8 * bound + 4)) != SC_OK || /* swaps with bidx */
-	    (st = scd_ws_reserve(&c->bidx, 8 * bound + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->aval, 4 * bound + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hidx, 4 * (bound + 2 * hc_chunk_max(&h)) + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hval, 4 * (bound + 2 * hc_chunk_max(&h)) + 4)) != SC_OK ||
+	hc_t h = {.c = c,
+		  .io = io,
+		  .bound = bound,
+		  .K = scd_scheme_chunks(c, bound),
+		  .dense = !scd_scheme_sparse_out(io, bound)};
+	uint64_t slot = scd_slot8(scd_scheme_msg_bytes(numel, hc_chunk_max(&h))),
+		 room = 4 * (2 * bound + 2 * hc_chunk_max(&h)) + 4;
+	/* aggregates (a, r: swapped each step) hold both lists whole before the check */
+	if ((st = scd_ws_reserve(&c->aidx, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->aval, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->ridx, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hidx, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hval, room)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->sendbuf, h.K * slot)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->recvbuf, h.K * slot)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->xs, sizeof(scd_xfer_t) * h.K)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->xr, sizeof(scd_xfer_t) * h.K)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->xb, sizeof(size_t) * h.K)) != SC_OK)
 		return st;
-	h.cur = c->aidx.p;
-	memcpy(h.cur, c->local.idx, 4 * c->local.nnz);
-	scd_scheme_densify(c, io);
+	/* my contribution starts the aggregate (its values as a dense scatter-add's bits) */
+	h.cur = (scd_coo_t){c->aidx.p, c->aval.p, c->local.nnz, 2 * bound};
+	memcpy(h.cur.idx, c->local.idx, 4 * c->local.nnz);
+	for (uint64_t i = 0; i < c->local.nnz; i++)
+		h.cur.val[i] = 0.0f + c->local.val[i];
 	int Pp = 1;
 	while (Pp * 2 <= P)
 		Pp *= 2;
@@ -229,7 +229,7 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		if ((st = hc_step(&h, me - Pp, -1, 0)) != SC_OK ||
 		    (st = hc_step(&h, -1, me - Pp, 1)) != SC_OK)
 			return st;
-		return hc_result(&h, io);
+		return hc_result(&h);
 	}
 	int extra = me + Pp < P ? me + Pp : -1;
 	if (extra >= 0 && (st = hc_step(&h, -1, extra, 0)) != SC_OK)
@@ -239,5 +239,5 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return st;
 	if (extra >= 0 && (st = hc_step(&h, extra, -1, 0)) != SC_OK)
 		return st;
-	return hc_result(&h, io);
+	return hc_result(&h);
 }

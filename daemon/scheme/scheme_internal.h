@@ -140,6 +140,11 @@ static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t boun
 {
 	return io->out && io->coo && bound <= io->out->cap;
 }
+/* Merges the ascending list b into a (a's entries first on equal indices, so sums keep
+ * list order; b's alone enter as 0.0f + v, a dense scatter-add's bits); returns the
+ * union's length. o has room for an + b->nnz entries. */
+uint64_t scd_scheme_merge_two(const uint32_t *ai, const float *av, uint64_t an,
+			      const scd_coo_t *b, uint32_t *oi, float *ov);
 /* Merges n ascending COO lists into dst (which must not overlap them, and must have room
  * for their total length): the union of the indices, each value summed over the lists in
  * list order (rank order: the bits of a dense scatter-add in that order). Lists that are
