@@ -58,13 +58,14 @@ typedef struct scd_device_ops {
 				     scd_coo_t *out);
 	sc_status_t (*hash_bitmap_encode)(const scd_partmap_t *map, uint32_t p, const float *g,
 					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
-	sc_status_t (*hash_bitmap_encode_local)(const scd_partmap_t *map, uint32_t p,
-						const float *local, void *buf, uint64_t cap_bytes,
-						uint64_t *bytes_p);
-	sc_status_t (*hash_bitmap_decode)(const scd_partmap_t *map, uint32_t p, const void *buf,
-					  uint64_t bytes, scd_coo_t *out);
-	sc_status_t (*hash_bitmap_decode_dense)(const scd_partmap_t *map, uint32_t p,
-						const void *buf, uint64_t bytes, float *dst);
+	sc_status_t (*hash_bitmap_encode_seg)(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					      const float *local, void *buf, uint64_t cap_bytes,
+					      uint64_t *bytes_p);
+	sc_status_t (*hash_bitmap_decode_seg)(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					      const void *buf, uint64_t bytes, scd_coo_t *out);
+	sc_status_t (*hash_bitmap_decode_dense_seg)(const scd_partmap_t *map,
+						    const scd_hbseg_t *seg, const void *buf,
+						    uint64_t bytes, float *dst);
 	sc_status_t (*blocks_encode_dense)(const float *g, uint64_t numel, uint32_t block,
 					   void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
 	sc_status_t (*blocks_decode)(const void *buf, uint64_t bytes, uint64_t numel,

@@ -226,13 +226,19 @@ sc_status_t scd_hash_bitmap_encode(const scd_partmap_t *map, uint32_t p, const f
 	return SC_OK;
 }
 
-sc_status_t scd_hash_bitmap_encode_local(const scd_partmap_t *map, uint32_t p,
-					 const float *local, void *buf, uint64_t cap_bytes,
-					 uint64_t *bytes_p)
+static int seg_ok(const scd_partmap_t *map, const scd_hbseg_t *seg)
 {
-	if (p >= map->fn.nparts)
+	return seg->p < map->fn.nparts && seg->lo <= seg->hi &&
+	       seg->hi <= scd_partmap_size(map, seg->p);
+}
+
+sc_status_t scd_hash_bitmap_encode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+				       const float *local, void *buf, uint64_t cap_bytes,
+				       uint64_t *bytes_p)
+{
+	if (!seg_ok(map, seg))
 		return SC_ERR_INVALID;
-	uint64_t n = scd_partmap_size(map, p), nwords = scd_fmt_bitmap_words(n);
+	uint64_t n = seg->hi - seg->lo, nwords = scd_fmt_bitmap_words(n);
 	if (scd_fmt_bitmap_bytes(n, n) > cap_bytes)
 		return SC_ERR_LIMIT;
 	uint64_t nnz = bitmap_from_dense(local, n, buf, (float *)((uint64_t *)buf + nwords));
@@ -240,18 +246,18 @@ sc_status_t scd_hash_bitmap_encode_local(const scd_partmap_t *map, uint32_t p,
 	return SC_OK;
 }
 
-sc_status_t scd_hash_bitmap_decode(const scd_partmap_t *map, uint32_t p, const void *buf,
-				   uint64_t bytes, scd_coo_t *out)
+sc_status_t scd_hash_bitmap_decode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+				       const void *buf, uint64_t bytes, scd_coo_t *out)
 {
-	if (p >= map->fn.nparts)
+	if (!seg_ok(map, seg))
 		return SC_ERR_INVALID;
-	uint64_t n = scd_partmap_size(map, p), nnz;
+	uint64_t n = seg->hi - seg->lo, nnz;
 	sc_status_t st = bitmap_check(buf, bytes, n, &nnz);
 	if (st != SC_OK)
 		return st;
 	if (nnz > out->cap)
 		return SC_ERR_LIMIT;
-	const uint32_t *I = map->list + map->offset[p];
+	const uint32_t *I = map->list + map->offset[seg->p] + seg->lo;
 	const uint64_t *words = buf;
 	uint64_t nwords = scd_fmt_bitmap_words(n), k = 0;
 	for (uint64_t w = 0; w < nwords; w++)
@@ -262,16 +268,16 @@ sc_status_t scd_hash_bitmap_decode(const scd_partmap_t *map, uint32_t p, const v
 	return SC_OK;
 }
 
-sc_status_t scd_hash_bitmap_decode_dense(const scd_partmap_t *map, uint32_t p, const void *buf,
-					 uint64_t bytes, float *dst)
+sc_status_t scd_hash_bitmap_decode_dense_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					     const void *buf, uint64_t bytes, float *dst)
 {
-	if (p >= map->fn.nparts)
+	if (!seg_ok(map, seg))
 		return SC_ERR_INVALID;
-	uint64_t n = scd_partmap_size(map, p), nnz;
+	uint64_t n = seg->hi - seg->lo, nnz;
 	sc_status_t st = bitmap_check(buf, bytes, n, &nnz);
 	if (st != SC_OK)
 		return st;
-	const uint32_t *I = map->list + map->offset[p];
+	const uint32_t *I = map->list + map->offset[seg->p] + seg->lo;
 	const uint64_t *words = buf;
 	uint64_t nwords = scd_fmt_bitmap_words(n), k = 0;
 	const float *vals = (const float *)(words + nwords);
@@ -279,6 +285,33 @@ sc_status_t scd_hash_bitmap_decode_dense(const scd_partmap_t *map, uint32_t p, c
 		for (uint64_t b = words[w]; b; b &= b - 1)
 			dst[I[w * 64 + (uint64_t)__builtin_ctzll(b)]] = vals[k++];
 	return SC_OK;
+}
+
+static scd_hbseg_t whole(const scd_partmap_t *map, uint32_t p)
+{
+	return (scd_hbseg_t){p, 0, p < map->fn.nparts ? scd_partmap_size(map, p) : 0};
+}
+
+sc_status_t scd_hash_bitmap_encode_local(const scd_partmap_t *map, uint32_t p,
+					 const float *local, void *buf, uint64_t cap_bytes,
+					 uint64_t *bytes_p)
+{
+	scd_hbseg_t seg = whole(map, p);
+	return scd_hash_bitmap_encode_seg(map, &seg, local, buf, cap_bytes, bytes_p);
+}
+
+sc_status_t scd_hash_bitmap_decode(const scd_partmap_t *map, uint32_t p, const void *buf,
+				   uint64_t bytes, scd_coo_t *out)
+{
+	scd_hbseg_t seg = whole(map, p);
+	return scd_hash_bitmap_decode_seg(map, &seg, buf, bytes, out);
+}
+
+sc_status_t scd_hash_bitmap_decode_dense(const scd_partmap_t *map, uint32_t p, const void *buf,
+					 uint64_t bytes, float *dst)
+{
+	scd_hbseg_t seg = whole(map, p);
+	return scd_hash_bitmap_decode_dense_seg(map, &seg, buf, bytes, dst);
 }
 
 /* ---- blocks (OmniReduce) ------------------------------------------------------------- */

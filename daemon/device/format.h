@@ -97,6 +97,21 @@ sc_status_t scd_hash_bitmap_decode(const scd_partmap_t *map, uint32_t p, const v
 /* Decodes straight into a dense tensor (dst[idx] = value); the pull's last step. */
 sc_status_t scd_hash_bitmap_decode_dense(const scd_partmap_t *map, uint32_t p, const void *buf,
 					 uint64_t bytes, float *dst);
+/* The same three over a segment of partition p: its slots [lo, hi), i.e. the elements
+ * I_p[lo .. hi), with a hash bitmap of its own (hi - lo bits); local[j] is element
+ * I_p[lo + j]. A partition sent in segments (by index range: I_p is ascending) costs what
+ * it costs whole, plus a word's rounding per segment. */
+typedef struct scd_hbseg {
+	uint32_t p;
+	uint64_t lo, hi;
+} scd_hbseg_t;
+sc_status_t scd_hash_bitmap_encode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+				       const float *local, void *buf, uint64_t cap_bytes,
+				       uint64_t *bytes_p);
+sc_status_t scd_hash_bitmap_decode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+				       const void *buf, uint64_t bytes, scd_coo_t *out);
+sc_status_t scd_hash_bitmap_decode_dense_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					     const void *buf, uint64_t bytes, float *dst);
 
 /* ---- blocks (OmniReduce) ------------------------------------------------------------- */
 sc_status_t scd_blocks_encode(const scd_coo_t *src, uint64_t numel, uint32_t block, void *buf,

@@ -118,6 +118,7 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 	size_t P = (size_t)c->size;
 	c->nnz = calloc(P, sizeof(uint64_t));
 	c->parts = calloc(P * P, sizeof(uint64_t));
+	c->parts_cap = P * P;
 	c->sends = calloc(2 * P, sizeof(scd_xfer_t));
 	c->recvs = calloc(2 * P, sizeof(scd_xfer_t));
 	c->rbytes = calloc(2 * P, sizeof(size_t));
@@ -140,7 +141,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
 			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
 			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval,
-			  &c->xs,	 &c->xr,	&c->xb};
+			  &c->xs,	 &c->xr,	&c->xb,	  &c->sendbuf2};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
@@ -262,7 +263,21 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts)
 {
 	int P = c->size, me = c->rank;
-	size_t slot = META_HDR_BYTES + 8 * (size_t)P;
+	size_t slot = META_HDR_BYTES + 8 * (size_t)(nparts > (uint32_t)P ? nparts : (uint32_t)P);
+	if (nparts > (uint32_t)P * SCD_CHUNKS_MAX)
+		return scd_scheme_fail(SC_ERR_INVALID, "metadata of %u counts", nparts);
+	if ((uint64_t)P * nparts > c->parts_cap) {
+		uint64_t *np = realloc(c->parts, (size_t)P * nparts * sizeof(uint64_t));
+		if (!np)
+			return scd_scheme_fail(SC_ERR_NOMEM, "metadata of %u counts", nparts);
+		c->parts = np;
+		c->parts_cap = (uint64_t)P * nparts;
+	}
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->meta_send, slot)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->meta_recv, (size_t)P * slot)) != SC_OK)
+		return st;
+	c->nparts = nparts;
 	uint8_t *m = c->meta_send.p;
 	scd_put32(m, META_MAGIC);
 	scd_put32(m + 4, (uint32_t)s);
@@ -282,8 +297,7 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 		c->recvs[n] = (scd_xfer_t){q, (uint8_t *)c->meta_recv.p + slot * q, slot};
 		n++;
 	}
-	sc_status_t st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes);
-	if (st != SC_OK)
+	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 		return st;
 	memcpy((uint8_t *)c->meta_recv.p + slot * me, m, len);
 	c->total_nnz = c->max_nnz = 0;
@@ -307,9 +321,8 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 		c->total_nnz += c->nnz[q];
 		if (c->nnz[q] > c->max_nnz)
 			c->max_nnz = c->nnz[q];
-		if (nparts == (uint32_t)P)
-			for (int p = 0; p < P; p++)
-				c->parts[(size_t)q * P + p] = scd_get64(r + META_HDR_BYTES + 8 * p);
+		for (uint32_t p = 0; p < nparts; p++)
+			c->parts[(size_t)q * nparts + p] = scd_get64(r + META_HDR_BYTES + 8 * p);
 	}
 	return SC_OK;
 }

@@ -63,7 +63,9 @@ struct scd_scheme_ctx {
 	/* metadata round: per rank nnz and an optional per-partition vector */
 	scd_ws_t meta_send, meta_recv;
 	uint64_t *nnz;	 /* [P] */
-	uint64_t *parts; /* [P][P]: parts[q * P + p] = what q has for partition p */
+	uint64_t *parts; /* [P][nparts]: parts[q * nparts + i] = rank q's i-th count */
+	uint32_t nparts;
+	uint64_t parts_cap;
 	uint64_t total_nnz, max_nnz;
 	uint32_t last_elapsed_us;     /* this rank's previous run */
 	uint32_t prev_elapsed_max_us; /* (same) the slowest rank's previous run */
@@ -78,6 +80,7 @@ struct scd_scheme_ctx {
 	/* shared workspaces */
 	scd_ws_t lidx, lval; /* the local contribution as COO */
 	scd_ws_t sendbuf, recvbuf;
+	scd_ws_t sendbuf2; /* a next phase's messages, built while sendbuf is on the wire */
 	scd_ws_t aidx, aval, bidx; /* merge lists, selections */
 	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
 	scd_coo_t local;	   /* view of lidx/lval or io->coo */
@@ -123,7 +126,8 @@ sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char
 
 /*
  * The metadata round: sends (scheme, numel, step, nnz, parts[nparts]) to every peer and
- * receives theirs; fills c->nnz, c->total_nnz, c->max_nnz and, when nparts == P, c->parts.
+ * receives theirs; fills c->nnz, c->total_nnz, c->max_nnz, c->parts and c->nparts
+ * (nparts <= P x SCD_CHUNKS_MAX: per partition, or per partition and chunk).
  */
 sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts);

@@ -52,15 +52,18 @@ static sc_status_t bp_ensure(scd_scheme_ctx_t *c, uint64_t nnz)
 	return SC_OK;
 }
 
-/* max / mean of the servers' loads, loads[p] = sum over q of parts[q][p]. */
+/* max / mean of the servers' loads, load[p] = what every rank has for partition p (the
+ * metadata's counts: per partition, or per partition and chunk). */
 static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
 {
 	int P = c->size;
+	uint32_t K = c->nparts / (uint32_t)P;
 	uint64_t total = 0, max = 0;
 	for (int p = 0; p < P; p++) {
 		load[p] = 0;
 		for (int q = 0; q < P; q++)
-			load[p] += c->parts[(size_t)q * P + p];
+			for (uint32_t k = 0; k < K; k++)
+				load[p] += c->parts[(size_t)q * c->nparts + (size_t)p * K + k];
 		total += load[p];
 		if (load[p] > max)
 			max = load[p];
@@ -69,36 +72,74 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
 }
 
 /*
- * Overlap. Both exchanges run work in their idle time (scd_scheme_xchg_vw), in slices:
- *   push: clear the aggregate L, then aggregate each rank's push as soon as it and every
- *         lower rank's are in (rank order: the bits do not depend on arrival), then clear
- *         io->data for a dense result (the input was consumed by the push);
- *   pull: decode each server's hash bitmap as it arrives: into io->data (disjoint
- *         partitions, any order), or for a sparse result into its list, merged in server
- *         order into io->out as soon as it and every lower server's are in.
- * What is left when the last byte arrives is the last rank's share.
+ * Streaming. The index space is cut into K ranges [B_k, B_k+1), B_k = numel k / K, the same
+ * on every rank; every push and every pull travels as K messages, one per range (each
+ * partition is ascending, so a range is a contiguous piece of it: of a push list, or of
+ * I_p, a segment of the hash bitmap). The metadata round carries each rank's counts per
+ * partition and range, which size every receive. Both exchanges run work in their idle
+ * time (scd_scheme_xchg_vw), in slices, range by range:
+ *   push: clear the aggregate L; aggregate range k of each rank's push, in rank order
+ *         (the bits do not depend on arrival), once every rank's range k is in; encode
+ *         range k of my hash bitmap as soon as it is summed; then clear io->data for a
+ *         dense result (the input was consumed by the push);
+ *   pull: once every server's range k is in, decode the servers' segments into io->data
+ *         (disjoint partitions), or for a sparse result into lists merged (disjoint, in
+ *         server order) onto the end of io->out: the ranges follow each other, so the
+ *         result is their concatenation.
+ * What is left when the last byte arrives is the last range's share.
  */
 #define BP_CLEAR_SLICE (1u << 18) /* floats cleared per slice (1 MiB) */
+#define BP_CHUNKS_MAX  8
+
+/* Ranges: one per 32 cfg.stream_chunk elements of the tensor, 1..BP_CHUNKS_MAX. */
+static uint32_t bp_chunks(const scd_scheme_ctx_t *c)
+{
+	uint64_t k = c->cfg.numel / (32ull * c->cfg.stream_chunk);
+	return k < 1 ? 1 : k > BP_CHUNKS_MAX ? BP_CHUNKS_MAX : (uint32_t)k;
+}
 
 typedef struct bp {
 	scd_scheme_ctx_t *c;
 	scd_scheme_io_t *io;
+	uint32_t K;
 	const scd_coo_t *out; /* my push, partitioned (c->hoff) */
+	uint64_t *cut;	      /* [P][K + 1]: range k of my push list p: [cut[p][k], cut[p][k+1]) */
+	uint64_t *seg;	      /* [P][K + 1]: range k of I_p: slots [seg[p][k], seg[p][k+1]) */
 	float *L;	      /* my partition's aggregate, |I_me| floats */
 	uint64_t mysize, lclr, clr;
-	int next; /* the next rank to aggregate / server to merge */
+	uint32_t k; /* the range in the works */
+	int q;	    /* push: the next rank to aggregate in range k */
 	int sparse;
-	uint64_t own_bytes; /* pull: my hash bitmap, in c->sendbuf */
-	uint64_t uni, off;  /* pull, sparse: room and use of the decoded lists */
-	scd_merge_t mg;
+	uint8_t *pull;	     /* my hash bitmap's segments, 8-aligned (c->sendbuf2) */
+	uint64_t *pull_off;  /* [K + 1] */
+	uint64_t *pull_len;  /* [K] */
+	uint64_t uni, outn;  /* sparse: room and use of io->out */
 } bp_t;
 
-static int bp_recv(const bp_t *b, int q)
+static uint64_t *bp_at(const bp_t *b, uint64_t *a, int p)
 {
-	return q < b->c->rank ? q : q - 1;
+	return a + (size_t)p * (b->K + 1);
 }
 
-/* Clears n floats of a buffer of len in a slice; 1 if it did. */
+/* The receive of (rank q, range k) in c->xr / c->xb. */
+static int bp_recv(const bp_t *b, int q, uint32_t k)
+{
+	return (q < b->c->rank ? q : q - 1) * (int)b->K + (int)k;
+}
+
+/* What rank q announced for (partition p, range k). */
+static uint64_t bp_count(const scd_scheme_ctx_t *c, int q, int p, uint32_t k, uint32_t K)
+{
+	return c->parts[(size_t)q * c->nparts + (size_t)p * K + k];
+}
+
+static int bp_ready(const bp_t *b, int q, uint32_t k)
+{
+	const size_t *rb = b->c->xb.p;
+	return q == b->c->rank || rb[bp_recv(b, q, k)] != SCD_XFER_PENDING;
+}
+
+/* Clears a slice of a buffer of len floats; 1 if it did. */
 static int clear_slice(float *p, uint64_t len, uint64_t *done)
 {
 	if (*done >= len)
@@ -109,24 +150,26 @@ static int clear_slice(float *p, uint64_t len, uint64_t *done)
 	return 1;
 }
 
-static sc_status_t bp_aggregate(bp_t *b, int q)
+static sc_status_t bp_aggregate(bp_t *b, int q, uint32_t k)
 {
 	scd_scheme_ctx_t *c = b->c;
-	int P = c->size, me = c->rank;
+	int me = c->rank;
 	scd_coo_t r;
 	if (q == me) {
-		uint64_t k = c->hoff[me + 1] - c->hoff[me];
-		r = (scd_coo_t){b->out->idx + c->hoff[me], b->out->val + c->hoff[me], k, k};
+		uint64_t lo = bp_at(b, b->cut, me)[k], hi = bp_at(b, b->cut, me)[k + 1];
+		r = (scd_coo_t){b->out->idx + lo, b->out->val + lo, hi - lo, hi - lo};
 	} else {
-		int j = bp_recv(b, q);
-		uint64_t k = c->rbytes[j] / 8;
-		if (c->rbytes[j] != 8 * c->parts[(size_t)q * P + me])
-			return scd_scheme_work_fail(
-			    c, SC_ERR_PROTOCOL,
-			    "balanced_par: rank %d pushed %zu bytes, announced %llu non-zeros", q,
-			    c->rbytes[j], (unsigned long long)c->parts[(size_t)q * P + me]);
-		const uint8_t *p = c->recvs[j].buf;
-		r = (scd_coo_t){(uint32_t *)p, (float *)(p + 4 * k), k, k};
+		int j = bp_recv(b, q, k);
+		const size_t *rb = c->xb.p;
+		const scd_xfer_t *rv = c->xr.p;
+		uint64_t want = bp_count(c, q, me, k, b->K), n = rb[j] / 8;
+		if (rb[j] != 8 * want)
+			return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
+						    "balanced_par: rank %d pushed %zu bytes in range "
+						    "%u, announced %llu non-zeros",
+						    q, rb[j], k, (unsigned long long)want);
+		const uint8_t *p = rv[j].buf;
+		r = (scd_coo_t){(uint32_t *)p, (float *)(p + 4 * n), n, n};
 	}
 	uint64_t bad = c->dev->coo_scatter_add_part(b->L, c->map, (uint32_t)me, &r);
 	if (bad)
@@ -137,43 +180,81 @@ static sc_status_t bp_aggregate(bp_t *b, int q)
 	return SC_OK;
 }
 
+/* Range k of my partition is summed: its hash bitmap segment, for the pull. */
+static sc_status_t bp_encode(bp_t *b, uint32_t k)
+{
+	scd_scheme_ctx_t *c = b->c;
+	int me = c->rank;
+	scd_hbseg_t sg = {(uint32_t)me, bp_at(b, b->seg, me)[k], bp_at(b, b->seg, me)[k + 1]};
+	uint64_t bytes = 0;
+	sc_status_t st = c->dev->hash_bitmap_encode_seg(
+	    c->map, &sg, b->L + sg.lo, b->pull + b->pull_off[k],
+	    b->pull_off[k + 1] - b->pull_off[k], &bytes);
+	if (st != SC_OK)
+		return scd_scheme_work_fail(c, st, "balanced_par: hash bitmap of partition %d",
+					    me);
+	b->pull_len[k] = bytes;
+	return SC_OK;
+}
+
 static int bp_push_work(void *arg)
 {
 	bp_t *b = arg;
 	scd_scheme_ctx_t *c = b->c;
+	sc_status_t st;
 	if (clear_slice(b->L, b->mysize, &b->lclr))
 		return 1;
-	if (b->next < c->size &&
-	    (b->next == c->rank || c->rbytes[bp_recv(b, b->next)] != SCD_XFER_PENDING)) {
-		sc_status_t st = bp_aggregate(b, b->next++);
-		return st != SC_OK ? st : 1;
+	if (b->k < b->K && bp_ready(b, b->q, b->k)) {
+		if ((st = bp_aggregate(b, b->q, b->k)) != SC_OK)
+			return st;
+		if (++b->q == c->size) {
+			if ((st = bp_encode(b, b->k)) != SC_OK)
+				return st;
+			b->q = 0;
+			b->k++;
+		}
+		return 1;
 	}
-	if (!b->sparse && clear_slice(b->io->data, b->c->cfg.numel, &b->clr))
+	if (!b->sparse && clear_slice(b->io->data, c->cfg.numel, &b->clr))
 		return 1;
 	return 0;
 }
 
-static sc_status_t bp_decode(bp_t *b, int p)
+/* Every server's segment of range k, decoded (into io->data, or merged onto io->out). */
+static sc_status_t bp_decode(bp_t *b, uint32_t k)
 {
 	scd_scheme_ctx_t *c = b->c;
-	int me = c->rank;
-	const void *buf = p == me ? c->sendbuf.p : c->recvs[bp_recv(b, p)].buf;
-	uint64_t len = p == me ? b->own_bytes : c->rbytes[bp_recv(b, p)];
-	sc_status_t st;
-	if (b->sparse) {
-		scd_coo_t l = {(uint32_t *)c->aidx.p + b->off, (float *)c->aval.p + b->off, 0,
-			       b->uni - b->off};
-		st = c->dev->hash_bitmap_decode(c->map, (uint32_t)p, buf, len, &l);
-		if (st == SC_OK) {
-			b->off += l.nnz;
-			if ((st = scd_scheme_merge_add(&b->mg, &l)) != SC_OK)
-				return c->work_st = st;
+	int P = c->size, me = c->rank;
+	const size_t *rb = c->xb.p;
+	const scd_xfer_t *rv = c->xr.p;
+	scd_coo_t lists[P];
+	uint64_t off = 0;
+	sc_status_t st = SC_OK;
+	for (int p = 0; p < P && st == SC_OK; p++) {
+		scd_hbseg_t sg = {(uint32_t)p, bp_at(b, b->seg, p)[k], bp_at(b, b->seg, p)[k + 1]};
+		const void *buf = p == me ? (const void *)(b->pull + b->pull_off[k])
+					  : rv[bp_recv(b, p, k)].buf;
+		uint64_t len = p == me ? b->pull_len[k] : rb[bp_recv(b, p, k)];
+		if (b->sparse) {
+			lists[p] = (scd_coo_t){(uint32_t *)c->aidx.p + off, (float *)c->aval.p + off,
+					       0, b->uni - off};
+			st = c->dev->hash_bitmap_decode_seg(c->map, &sg, buf, len, &lists[p]);
+			off += lists[p].nnz;
+		} else {
+			st = c->dev->hash_bitmap_decode_dense_seg(c->map, &sg, buf, len,
+								  b->io->data);
 		}
-	} else {
-		st = c->dev->hash_bitmap_decode_dense(c->map, (uint32_t)p, buf, len, b->io->data);
+		if (st != SC_OK)
+			return scd_scheme_work_fail(
+			    c, st, "balanced_par: bad hash bitmap from rank %d (range %u)", p, k);
 	}
-	if (st != SC_OK)
-		return scd_scheme_work_fail(c, st, "balanced_par: bad hash bitmap from rank %d", p);
+	if (!b->sparse)
+		return SC_OK;
+	scd_coo_t dst = {b->io->out->idx + b->outn, b->io->out->val + b->outn, 0,
+			 b->io->out->cap - b->outn};
+	if ((st = scd_scheme_merge_result(c, lists, P, &dst)) != SC_OK)
+		return c->work_st = st;
+	b->outn += dst.nnz;
 	return SC_OK;
 }
 
@@ -183,12 +264,13 @@ static int bp_pull_work(void *arg)
 	scd_scheme_ctx_t *c = b->c;
 	if (!b->sparse && clear_slice(b->io->data, c->cfg.numel, &b->clr))
 		return 1;
-	if (b->next < c->size &&
-	    (b->next == c->rank || c->rbytes[bp_recv(b, b->next)] != SCD_XFER_PENDING)) {
-		sc_status_t st = bp_decode(b, b->next++);
-		return st != SC_OK ? st : 1;
-	}
-	return 0;
+	if (b->k == b->K)
+		return 0;
+	for (int p = 0; p < c->size; p++)
+		if (!bp_ready(b, p, b->k))
+			return 0;
+	sc_status_t st = bp_decode(b, b->k++);
+	return st != SC_OK ? st : 1;
 }
 
 sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
@@ -206,7 +288,7 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 					  &c->local.nnz, 1)) != SC_OK)
 			return st;
 		c->imbalance = 1;
-		scd_coo_t own = c->local;
+			scd_coo_t own = c->local;
 		memset(io->data, 0, 4 * numel);
 		c->dev->coo_scatter_add(io->data, &own);
 		return SC_OK;
@@ -216,92 +298,116 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if ((st = c->dev->partition_coo(&c->map->fn, &c->local, &out, off)) != SC_OK)
 		return scd_scheme_fail(st, "balanced_par: push of %llu non-zeros",
 				       (unsigned long long)c->local.nnz);
-	/* per-partition counts; the metadata round spreads them */
-	uint64_t parts[P];
-	for (int p = 0; p < P; p++)
-		parts[p] = off[p + 1] - off[p];
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_BALANCED_PAR, out.nnz, parts, (uint32_t)P)) !=
+	/* ranges: of every push list and of every I_p; counts per partition and range */
+	uint32_t K = bp_chunks(c);
+	uint64_t cut[P * (K + 1)], seg[P * (K + 1)], parts[P * K];
+	bp_t b = {.c = c, .io = io, .K = K, .out = &out, .cut = cut, .seg = seg};
+	for (int p = 0; p < P; p++) {
+		const uint32_t *I = c->map->list + c->map->offset[p];
+		uint64_t n = scd_partmap_size(c->map, (uint32_t)p), m = off[p + 1] - off[p];
+		for (uint32_t k = 0; k <= K; k++) {
+			uint64_t B = numel * k / K;
+			bp_at(&b, seg, p)[k] = scd_lower_bound(I, n, B);
+			bp_at(&b, cut, p)[k] = off[p] + scd_lower_bound(out.idx + off[p], m, B);
+		}
+		for (uint32_t k = 0; k < K; k++)
+			parts[(size_t)p * K + k] = bp_at(&b, cut, p)[k + 1] - bp_at(&b, cut, p)[k];
+	}
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_BALANCED_PAR, out.nnz, parts, (uint32_t)(P * K))) !=
 	    SC_OK)
 		return st;
 	uint64_t load[P];
 	c->imbalance = server_imbalance(c, load);
 
-	/* push: partition p to server p, COO */
-	uint64_t send_total = 8 * (out.nnz - parts[me]), recv_total = 0;
-	for (int q = 0; q < P; q++)
-		if (q != me)
-			recv_total += 8 * c->parts[(size_t)q * P + me];
-	uint64_t mysize = scd_partmap_size(c->map, (uint32_t)me);
-	uint64_t pull_send = scd_fmt_hash_bitmap_bytes(mysize, mysize), pull_recv = 0, uni = 0;
-	for (int p = 0; p < P; p++) {
-		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
-		uni += load[p] < sz ? load[p] : sz;
-		if (p != me)
-			pull_recv += scd_fmt_hash_bitmap_bytes(sz, load[p] < sz ? load[p] : sz);
+	/* sizes: the push's receives, my hash bitmap's segments, the pull's receives */
+	uint64_t recv_push = 0, recv_pull = 0, pull_off[K + 1], pull_len[K], uni = 0;
+	pull_off[0] = 0;
+	for (uint32_t k = 0; k < K; k++) {
+		uint64_t sz = bp_at(&b, seg, me)[k + 1] - bp_at(&b, seg, me)[k];
+		pull_off[k + 1] = pull_off[k] + scd_slot8(scd_fmt_hash_bitmap_bytes(sz, sz));
 	}
-	if ((st = scd_ws_reserve(&c->sendbuf,
-				 send_total > pull_send ? send_total : pull_send)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->recvbuf, recv_total > pull_recv ? recv_total + 8
-								     : pull_recv + 8)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->fscratch, 4 * mysize + 4)) != SC_OK)
+	for (int p = 0; p < P; p++)
+		for (uint32_t k = 0; k < K; k++) {
+			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k], l = 0;
+			for (int q = 0; q < P; q++)
+				l += bp_count(c, q, p, k, K);
+			uni += l < sz ? l : sz;
+			if (p != me) {
+				recv_push += scd_slot8(8 * bp_count(c, p, me, k, K));
+				recv_pull += scd_slot8(scd_fmt_hash_bitmap_bytes(sz, l < sz ? l : sz));
+			}
+		}
+	uint64_t mysize = scd_partmap_size(c->map, (uint32_t)me);
+	size_t nx = (size_t)(P - 1) * K;
+	if ((st = scd_ws_reserve(&c->sendbuf, 8 * (out.nnz - (off[me + 1] - off[me])) + 8)) !=
+		SC_OK ||
+	    (st = scd_ws_reserve(&c->recvbuf, recv_push > recv_pull ? recv_push + 8
+								     : recv_pull + 8)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->sendbuf2, pull_off[K] + 8)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->fscratch, 4 * mysize + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xs, sizeof(scd_xfer_t) * (nx + 1))) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xr, sizeof(scd_xfer_t) * (nx + 1))) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xb, sizeof(size_t) * (nx + 1))) != SC_OK)
 		return st;
-	int n = 0;
+	b.L = c->fscratch.p;
+	b.mysize = mysize;
+	b.sparse = scd_scheme_sparse_out(io, uni);
+	b.uni = uni;
+	b.pull = c->sendbuf2.p;
+	b.pull_off = pull_off;
+	b.pull_len = pull_len;
+	if (b.sparse && ((st = scd_ws_reserve(&c->aidx, 4 * uni + 4)) != SC_OK ||
+			 (st = scd_ws_reserve(&c->aval, 4 * uni + 4)) != SC_OK))
+		return st;
+
+	/* push: range k of partition p to server p, COO; the aggregation and the hash
+	 * bitmap's segments behind the receives */
+	scd_xfer_t *sends = c->xs.p, *recvs = c->xr.p;
 	uint8_t *sb = c->sendbuf.p, *rb = c->recvbuf.p;
+	int n = 0;
 	for (int p = 0; p < P; p++) {
 		if (p == me)
 			continue;
-		uint64_t k = parts[p], bytes = 0;
-		scd_coo_t part = {out.idx + off[p], out.val + off[p], k, k};
-		if ((st = c->dev->coo_encode(&part, sb, 8 * k, &bytes)) != SC_OK)
-			return scd_scheme_fail(st, "balanced_par: encoding partition %d", p);
-		c->sends[n] = (scd_xfer_t){p, sb, bytes};
-		uint64_t cap = 8 * c->parts[(size_t)p * P + me];
-		c->recvs[n] = (scd_xfer_t){p, rb, cap};
-		sb += bytes;
-		rb += cap;
-		n++;
+		for (uint32_t k = 0; k < K; k++, n++) {
+			uint64_t lo = bp_at(&b, cut, p)[k], m = bp_at(&b, cut, p)[k + 1] - lo, bytes = 0;
+			scd_coo_t part = {out.idx + lo, out.val + lo, m, m};
+			if ((st = c->dev->coo_encode(&part, sb, 8 * m, &bytes)) != SC_OK)
+				return scd_scheme_fail(st, "balanced_par: encoding partition %d", p);
+			sends[n] = (scd_xfer_t){p, sb, bytes};
+			uint64_t cap = 8 * bp_count(c, p, me, k, K);
+			recvs[n] = (scd_xfer_t){p, rb, cap};
+			sb += scd_slot8(bytes);
+			rb += scd_slot8(cap);
+		}
 	}
-	/* aggregate partition me behind the receives, in rank order, over I_me only
-	 * (|I_me| = numel / P floats, indexed by the slot of each index in I_me), so neither
-	 * the aggregation nor the hash bitmap's encoding touches the other partitions */
-	bp_t b = {.c = c,
-		  .io = io,
-		  .out = &out,
-		  .L = c->fscratch.p,
-		  .mysize = mysize,
-		  .sparse = scd_scheme_sparse_out(io, uni),
-		  .uni = uni};
 	scd_xfer_work_t w = {bp_push_work, &b};
-	if ((st = scd_scheme_xchg_vw(c, c->sends, n, c->recvs, n, c->rbytes, &w)) != SC_OK)
+	if ((st = scd_scheme_xchg_vw(c, sends, n, recvs, n, c->xb.p, &w)) != SC_OK)
 		return st;
 
-	/* pull: my partition as a hash bitmap to everyone, everyone's into the output */
-	if ((st = c->dev->hash_bitmap_encode_local(c->map, (uint32_t)me, b.L, c->sendbuf.p,
-						   c->sendbuf.cap, &b.own_bytes)) != SC_OK)
-		return scd_scheme_fail(st, "balanced_par: hash bitmap of partition %d", me);
+	/* pull: my segments to everyone, everyone's into the output */
 	n = 0;
 	rb = c->recvbuf.p;
 	for (int p = 0; p < P; p++) {
 		if (p == me)
 			continue;
-		uint64_t sz = scd_partmap_size(c->map, (uint32_t)p);
-		uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, load[p] < sz ? load[p] : sz);
-		c->sends[n] = (scd_xfer_t){p, c->sendbuf.p, b.own_bytes};
-		c->recvs[n] = (scd_xfer_t){p, rb, cap};
-		rb += cap;
-		n++;
+		for (uint32_t k = 0; k < K; k++, n++) {
+			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k], l = 0;
+			for (int q = 0; q < P; q++)
+				l += bp_count(c, q, p, k, K);
+			uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, l < sz ? l : sz);
+			sends[n] = (scd_xfer_t){p, b.pull + pull_off[k], pull_len[k]};
+			recvs[n] = (scd_xfer_t){p, rb, cap};
+			rb += scd_slot8(cap);
+		}
 	}
-	/* the sparse result: the servers' lists decoded side by side, merged (disjoint) in
-	 * server order straight into io->out (the input was consumed by the push) */
-	if (b.sparse && ((st = scd_ws_reserve(&c->aidx, 4 * uni + 4)) != SC_OK ||
-			 (st = scd_ws_reserve(&c->aval, 4 * uni + 4)) != SC_OK ||
-			 (st = scd_scheme_merge_begin(c, &b.mg, io->out, P, uni)) != SC_OK))
-		return st;
-	b.next = 0;
+	b.k = 0;
 	w.fn = bp_pull_work;
-	if ((st = scd_scheme_xchg_vw(c, c->sends, n, c->recvs, n, c->rbytes, &w)) != SC_OK)
+	if ((st = scd_scheme_xchg_vw(c, sends, n, recvs, n, c->xb.p, &w)) != SC_OK)
 		return st;
-	c->res_ready = b.sparse;
+	if (b.sparse) {
+		io->out->nnz = b.outn;
+		c->res_ready = 1;
+	}
 	return SC_OK;
 }
 

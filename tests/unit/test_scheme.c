@@ -204,7 +204,7 @@ typedef struct matrix {
 	double density; /* cfg.density for the lossy schemes */
 	int exact;	/* lossy schemes must give the exact sum too (SparDL at k = numel) */
 	uint32_t stream_chunk; /* cfg.stream_chunk (0: default) */
-	int rank_order;	       /* AGsparse's floats too must be the rank-order sum's bits */
+	int rank_order; /* AGsparse's and BP's floats too must be the rank-order sum's bits */
 	slot_t *slots;	/* [case][scheme][rank] */
 	float *res;	/* lossy: [case][scheme][rank][numel] residual after the run */
 	float *out;	/* lossy: [case][scheme][numel] rank 0's result */
@@ -279,7 +279,8 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 			if (lossless || m->exact) {
 				uint64_t wrong = 0, first = 0;
 				for (uint64_t i = 0; i < n; i++) {
-					int bitwise = m->rank_order && sch == SCD_SCHEME_AGSPARSE;
+					int bitwise = m->rank_order && (sch == SCD_SCHEME_AGSPARSE ||
+									sch == SCD_SCHEME_BALANCED_PAR);
 					double tol = sp->floats && !bitwise
 							 ? 1e-5 * (fabs(ref[i]) + P)
 							 : 0;
@@ -401,9 +402,10 @@ UNIT_TEST(scheme_lossless_p8)
 
 /* Streaming (aggregation behind the receives, in chunks of as few as 16 entries) gives
  * the exact sums, the same on every rank, and the same bits as whole messages (floats
- * included: AGsparse's are the bits of the sum in rank order; HC's, of its pairwise
- * sums), at every P. */
-static const scd_scheme_t streamed_schemes[] = {SCD_SCHEME_AGSPARSE, SCD_SCHEME_HIER_CENTRAL};
+ * included: AGsparse's and Balanced Parallelism's are the bits of the sum in rank order;
+ * HC's, of its pairwise sums), at every P. */
+static const scd_scheme_t streamed_schemes[] = {SCD_SCHEME_AGSPARSE, SCD_SCHEME_HIER_CENTRAL,
+						SCD_SCHEME_BALANCED_PAR};
 #define NSTREAMED (int)(sizeof(streamed_schemes) / sizeof(streamed_schemes[0]))
 
 static void streamed_world(int P)
