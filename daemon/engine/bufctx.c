@@ -16,6 +16,8 @@
 /* An unmeasured scheme is tried only when its prediction beats the best measured one by
  * this factor: near-ties are not worth a step on a scheme that may well be slower. */
 #define SCD_EXPLORE_MARGIN 1.25
+/* At most this many schemes are ever tried per buffer (each try costs about two steps). */
+#define SCD_EXPLORE_SCHEMES 4
 /* A measured scheme replaces the current one only when predicted this much faster. */
 #define SCD_SWITCH_GAIN 0.9
 /* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
@@ -285,33 +287,36 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
  * The scheme for this step: the pin, else the cheapest of the allowed schemes by the cost
  * model's prediction times the scheme's calibration ratio. The model counts the network
  * only; the ratio brings in what it misses (the CPU work of merging, hashing and encoding,
- * which on a busy host can outweigh the wire). Until a scheme is measured its ratio is
- * taken as the smallest measured so far, at least SCD_EXPLORE_MARGIN: an unmeasured
- * scheme gets tried when the model clearly favours it even after the slowdown every
- * scheme showed here, and is then judged by what it really did (each try costs about
- * three steps, so trying every scheme on a CPU-bound host took a dozen slow steps).
- * ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen here). The S2 sketch is only run when pinned: its decode and its residual are dense over
- * every non-zero block, CPU work the network model cannot see, and one exploratory step of
- * it cost tens of seconds on 256 MiB tensors (with error feedback on a naturally sparse
- * tensor its residual spreads over the blocks step after step).
+ * which on a busy host can outweigh the wire, and which differs a lot from scheme to
+ * scheme). Until a scheme is measured its ratio is taken as SCD_EXPLORE_MARGIN: it gets
+ * tried when the model favours it by that margin over what the best scheme really did,
+ * and is then judged by what it did itself. Each try costs about two steps, so at most
+ * SCD_EXPLORE_SCHEMES schemes are ever tried per buffer (in the order of their
+ * predictions: the likeliest first); after that only measured schemes compete. (Assuming
+ * every unmeasured scheme misses as badly as the best measured one did kept the choice on
+ * a scheme 1.5x slower than another the model mispredicted: 8 nodes, zipf.)
+ * ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen here). The S2 sketch is
+ * only run when pinned: its decode and its residual are dense over every non-zero block,
+ * CPU work the network model cannot see, and one exploratory step of it cost tens of
+ * seconds on 256 MiB tensors (with error feedback on a naturally sparse tensor its
+ * residual spreads over the blocks step after step).
  */
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
 		    int last)
 {
-	int best = -1;
-	double best_s = -1, last_s = -1, prior = 0;
-	/* An unmeasured scheme is assumed to miss its prediction by at least the smallest
-	 * ratio measured so far (the CPU cost the model cannot see weighs on every scheme),
-	 * and at least by the exploration margin. */
+	int best = -1, tried = 0;
+	double best_s = -1, last_s = -1;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
-		if (pred_s[s] >= 0 && samples[s] >= 2 && (prior == 0 || ratio[s] < prior))
-			prior = ratio[s];
-	if (prior < SCD_EXPLORE_MARGIN)
-		prior = SCD_EXPLORE_MARGIN;
+		tried += pred_s[s] >= 0 && samples[s] > 0;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 		if (pred_s[s] < 0)
 			continue;
-		double t = pred_s[s] * (samples[s] >= 2 ? ratio[s] : prior);
+		/* measured; being measured (its first, uncounted run is done); or a candidate
+		 * for a try while tries are left */
+		double r = samples[s] >= 2 ? ratio[s] : SCD_EXPLORE_MARGIN;
+		if (samples[s] == 0 && tried >= SCD_EXPLORE_SCHEMES)
+			continue;
+		double t = pred_s[s] * r;
 		if (s == last)
 			last_s = t;
 		if (best_s < 0 || t < best_s)

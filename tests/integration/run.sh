@@ -186,6 +186,11 @@ for n in 1 2 3 4 5 6 7 8; do
 	run_case "sparse n=$n" "$n" 1 240 0 "$n" -- "$itest" sparse
 done
 run_case "sparse n=2 per-node=2" 2 2 240 0 4 -- "$itest" sparse
+# The same on a tensor big enough for the streamed schemes to send their lists in pieces
+# (AGsparse and HC by count, Balanced Parallelism by index range: 2 ranges at 2M elements).
+for s in agsparse hier_central balanced_par; do
+	run_case "sparse streamed n=4 $s" 4 1 300 0 4 -- "$itest" sparse --numel 2097169 --scheme "$s"
+done
 
 # sparsectl while a job runs.
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl

@@ -116,22 +116,25 @@ UNIT_TEST(scheme_calibrated_pick)
 	pred[B] = -1;
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1), H);
 	pred[B] = 0.2;
-	/* B measured 4x slower than predicted (0.8 s): an unmeasured scheme is assumed as
-	 * slow, so H (0.25 x 4) is not worth a step, but the ring (1.0 x 4) neither */
+	/* B measured 4x slower than predicted (0.8 s): H (0.25 x 1.25) is tried, the ring
+	 * (1.0 x 1.25) is not */
 	samples[B] = 2, ratio[B] = 4;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), B);
-	/* with the old fixed margin (1.25) H would have been tried: 0.31 < 0.8 */
-	CHECK_TRUE(pred[H] * 1.25 < pred[B] * ratio[B]);
-	/* an unmeasured scheme predicted clearly cheaper even after the slowdown is tried */
-	pred[H] = 0.15; /* 0.6 < 0.8 */
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), H);
-	/* a measured scheme with a small ratio lowers the prior of the unmeasured ones (to
-	 * the 1.25 floor): H, 0.25 x 1.25, is tried ahead of A's measured 0.33 */
-	pred[H] = 0.25, samples[A] = 3, ratio[A] = 1.1; /* A: 0.33 */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), H);
-	pred[H] = 0.28; /* 0.35: A */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), A);
-	pred[H] = 0.25;
+	/* H in its first (uncounted) run keeps the margin until it is measured */
+	samples[H] = 1;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H), H);
+	/* measured as slow as B: B is back, and A (0.3 x 1.25 = 0.375) gets its try */
+	samples[H] = 2, ratio[H] = 4;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H), A);
+	/* once SCD_EXPLORE_SCHEMES (4) schemes were tried, an unmeasured one is not, however
+	 * cheap its prediction: A measured, and a fourth measured (the ring, 1.0 x 0.9) */
+	samples[A] = 3, ratio[A] = 1.1;  /* A: 0.33 */
+	samples[R] = 2, ratio[R] = 0.9;	 /* R: 0.9 */
+	pred[SCD_SCHEME_OMNIREDUCE] = 0.1; /* 0.125 if it could be tried */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+	samples[R] = 0; /* three tried: the fourth try goes to OmniReduce */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), SCD_SCHEME_OMNIREDUCE);
+	pred[SCD_SCHEME_OMNIREDUCE] = -1;
 	/* hysteresis: staying on A unless another is more than 10% cheaper */
 	samples[H] = 2, ratio[H] = 1.25; /* H: 0.3125, 0.95 of A */
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
