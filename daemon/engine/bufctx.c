@@ -156,9 +156,11 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 		    it->sparsifier == SC_SPARSIFY_DGC) {
 			cfg.density = it->density;
 			hint = it->density;
-		} else if (it->sparsifier == SC_SPARSIFY_NATURAL) {
-			/* declared sparse: start from a sparse guess (the same on every rank);
-			 * the first report replaces it */
+		} else if (it->sparsifier == SC_SPARSIFY_NATURAL ||
+			   (it->nt && it->nt->opts.coo_capacity > 0)) {
+			/* declared sparse, or registered for COO input: start from a sparse
+			 * guess (the same on every rank; a first step on the dense ring cost
+			 * seconds on 256 MiB tensors); the first report replaces it */
 			hint = 0.01;
 		}
 		scd_sparsify_kind_t kind;
@@ -272,6 +274,7 @@ static int small_dense(const scd_job_t *job)
  * first run of a scheme in a buffer is not counted: it pays for the workspaces' first
  * touch, which says nothing about the steps that follow.
  */
+#define SCD_CALIBRATE_SETTLE 3 /* runs (the first included) whose sample is taken whole */
 static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 {
 	int s = b->last_scheme;
@@ -280,7 +283,11 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 	double sample = rep->prev_elapsed_max_s / b->last_pred_s;
 	if (b->samples[s]++ == 0)
 		return;
-	b->ratio[s] = b->samples[s] == 2 ? sample : 0.7 * b->ratio[s] + 0.3 * sample;
+	/* the first counted runs replace the ratio: the profile (hence the prediction) is
+	 * still settling then, and a slowly moving average kept a scheme that had missed its
+	 * settled prediction by 1.8x chosen for several more steps */
+	b->ratio[s] = b->samples[s] <= SCD_CALIBRATE_SETTLE ? sample
+							     : 0.7 * b->ratio[s] + 0.3 * sample;
 }
 
 /*
