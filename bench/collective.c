@@ -87,7 +87,7 @@ typedef struct run_result {
 typedef struct coll_opts {
 	wl_cfg_t wl;
 	const char *schemes[MAX_RUNS];
-	int n_schemes, iters, warmup;
+	int n_schemes, iters, warmup, auto_warmup;
 	bool check, peer_mpi, describe, sparse_result;
 	const char *json_out, *rate, *peer_script;
 	double goodput;
@@ -116,6 +116,8 @@ static void usage(FILE *out)
 	    "hier_central balanced_par omnireduce spardl s2_sketch exdyna, auto (cost model).\n"
 	    "  --iters K      timed steps per scheme (default 5), median of the slowest rank\n"
 	    "  --warmup W     untimed steps first (default 1)\n"
+	    "  --auto-warmup A  untimed steps of auto (default max(W, 24)): the cost model\n"
+	    "                 tries up to 4 schemes, about three steps each, before it settles\n"
 	    "  --check        verify one more step against the exact reference\n"
 	    "  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
 	    "                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
@@ -153,7 +155,7 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 {
 	const char *schemes = "all";
 	bool have_wl = false;
-	*o = (coll_opts_t){.iters = 5, .warmup = 1};
+	*o = (coll_opts_t){.iters = 5, .warmup = 1, .auto_warmup = -1};
 	o->wl = (wl_cfg_t){.kind = WL_ZIPF,
 			   .numel = 1u << 20,
 			   .density = 0.01,
@@ -201,6 +203,8 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 			o->iters = atoi(v);
 		else if (!strcmp(a, "--warmup"))
 			o->warmup = atoi(v);
+		else if (!strcmp(a, "--auto-warmup"))
+			o->auto_warmup = atoi(v);
 		else if (!strcmp(a, "--json-out"))
 			o->json_out = v;
 		else if (!strcmp(a, "--rate"))
@@ -222,6 +226,8 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 	}
 	if (!have_wl)
 		fprintf(stderr, "collective: no --workload: using zipf\n");
+	if (o->auto_warmup < 0)
+		o->auto_warmup = o->warmup > 24 ? o->warmup : 24;
 	if (o->wl.numel < 1 || o->wl.numel > UINT32_MAX || !(o->wl.density > 0) ||
 	    o->wl.density > 1 || o->iters < 1 || o->iters > MAX_ITERS || o->warmup < 0 ||
 	    o->wl.P < 1) {
@@ -533,7 +539,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 	size_t nnz = 0;
 	uint64_t step = 0;
 	sc_tensor_stats_t s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
-	for (int i = -o->warmup; i < K; i++, step++) {
+	int warmup = is_auto ? o->auto_warmup : o->warmup;
+	for (int i = -warmup; i < K; i++, step++) {
 		if (i == 0 && sc_tensor_stats(s.c, t, &s0) != SC_OK)
 			goto stfail;
 		double dt, mx = fill_input(o, t, s.rank, w, &nnz);
@@ -791,9 +798,9 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 	const char *netns = getenv("SPARSECOMM_NETNS");
 	fprintf(f,
 		"{\"bench\":\"collective\",\"workload\":\"%s\",\"P\":%d,\"numel\":%llu,"
-		"\"density\":%g,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\"",
+		"\"density\":%g,\"iters\":%d,\"warmup\":%d,\"auto_warmup\":%d,\"cluster\":\"%s\"",
 		wl_kind_name(o->wl.kind), P, (unsigned long long)o->wl.numel, o->wl.density,
-		o->iters, o->warmup, netns && *netns ? "netns" : "loopback");
+		o->iters, o->warmup, o->auto_warmup, netns && *netns ? "netns" : "loopback");
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
 	fprintf(f, ",\"sparse_result\":%s", o->sparse_result ? "true" : "false");
@@ -862,9 +869,9 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 {
 	const char *netns = getenv("SPARSECOMM_NETNS");
 	printf("# sparsecomm collective: workload %s, P=%d, numel %llu (%.1f MiB float32), "
-	       "density %g, median of %d after %d warm-up; %s%s%s\n",
+	       "density %g, median of %d after %d warm-up (auto: %d); %s%s%s\n",
 	       wl_kind_name(o->wl.kind), P, (unsigned long long)o->wl.numel,
-	       o->wl.numel * 4.0 / 1048576, o->wl.density, o->iters, o->warmup,
+	       o->wl.numel * 4.0 / 1048576, o->wl.density, o->iters, o->warmup, o->auto_warmup,
 	       netns && *netns ? "netns, link " : "loopback",
 	       netns && *netns ? (o->rate ? o->rate : "unshaped") : "",
 	       o->sparse_result && wl_is_coo(o->wl.kind) ? "; sparse results" : "");

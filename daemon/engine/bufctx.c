@@ -281,13 +281,22 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 	if (s < 0 || rep->prev_elapsed_max_s <= 0 || b->last_pred_s <= 0)
 		return;
 	double sample = rep->prev_elapsed_max_s / b->last_pred_s;
+	scd_debug(SCD_SUB_ENGINE,
+		  "buffer %016llx: %s took %.3f ms, predicted %.3f ms (run %u of it here)",
+		  (unsigned long long)b->sig, scd_scheme_name((scd_scheme_t)s),
+		  rep->prev_elapsed_max_s * 1e3, b->last_pred_s * 1e3, b->samples[s] + 1);
 	if (b->samples[s]++ == 0)
 		return;
-	/* the first counted runs replace the ratio: the profile (hence the prediction) is
-	 * still settling then, and a slowly moving average kept a scheme that had missed its
-	 * settled prediction by 1.8x chosen for several more steps */
-	b->ratio[s] = b->samples[s] <= SCD_CALIBRATE_SETTLE ? sample
-							     : 0.7 * b->ratio[s] + 0.3 * sample;
+	/* The first counted runs set the ratio to their best: a try is two or three runs on
+	 * a host whose other work can slow one run by half (8 daemons on 2 cores: SparDL's
+	 * two runs took 574 and 941 ms), and a slowly moving average kept a scheme that had
+	 * missed its prediction by 1.8x chosen for several more steps. Then an average. */
+	if (b->samples[s] == 2)
+		b->ratio[s] = sample;
+	else if (b->samples[s] <= SCD_CALIBRATE_SETTLE)
+		b->ratio[s] = sample < b->ratio[s] ? sample : b->ratio[s];
+	else
+		b->ratio[s] = 0.7 * b->ratio[s] + 0.3 * sample;
 }
 
 /*
