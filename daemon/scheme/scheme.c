@@ -47,7 +47,11 @@ sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes)
 {
 	if (bytes <= w->cap)
 		return SC_OK;
-	size_t cap = w->cap + w->cap / 2;
+	/* geometric growth; the first reservation gets a quarter more than asked, since
+	 * sizes follow the data and the next step's is often a little larger (a regrowth
+	 * pre-faults the whole workspace again, which made a scheme's second run look slow
+	 * to the calibration) */
+	size_t cap = w->cap ? w->cap + w->cap / 2 : bytes + bytes / 4;
 	if (cap < bytes)
 		cap = bytes;
 	cap = (cap + 4095) & ~(size_t)4095;
