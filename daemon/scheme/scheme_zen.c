@@ -20,12 +20,13 @@
  *   pull: server p sends its partition as a hash bitmap (Algorithm 2: a bitmap over I_p,
  *         the partition's indices in ascending order, then the non-zero values), |I_p|/8 +
  *         4 nnz_p bytes, and every rank decodes every partition into the output.
- * Both all-to-all phases are one exchange_v each, so all peers progress together and a
- * slow peer holds back only its own transfers. The push and pull maps are the same
- * function (device/partition.h), so they cannot disagree for any numel and P. The
- * metadata round carries each rank's per-partition counts, which size every receive
- * exactly and give every rank the servers' loads, hence the same imbalance ratio
- * (ZEN Def. 8: max load x P / total).
+ * Both all-to-all phases are one exchange_v each (K messages per peer, one per index
+ * range: "Streaming" below), so all peers progress together and a slow peer holds back
+ * only its own transfers. The push and pull maps are the same function
+ * (device/partition.h), so they cannot disagree for any numel and P. The metadata round
+ * carries each rank's counts per partition and range, which size every receive exactly
+ * and give every rank the servers' loads, hence the same imbalance ratio (ZEN Def. 8:
+ * max load x P / total).
  *
  * OmniReduce-style blocks (ZEN sec. 2.4): the same push/aggregate/pull over P contiguous
  * ranges of whole blocks of cfg.omni_block elements; only non-zero blocks travel, as
