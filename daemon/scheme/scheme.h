@@ -19,9 +19,10 @@
  * result), so a profile fed only with reports, and scd_scheme_choose() fed with that
  * profile and with alpha/beta that the engine agreed on (e.g. rank 0's measurement, sent
  * with the plan), gives the same scheme on every rank. Each run also starts with a small
- * metadata exchange (one round, 40 + 8 P bytes per peer) that carries every rank's
- * non-zero count and checks that all ranks run the same scheme on the same numel at the
- * same step (SC_ERR_MISMATCH otherwise, naming the rank).
+ * metadata exchange (one round, 40 bytes per peer plus 8 per count: none, one per
+ * partition, or one per partition and index range) that carries every rank's non-zero
+ * count and checks that all ranks run the same scheme on the same numel at the same step
+ * (SC_ERR_MISMATCH otherwise, naming the rank).
  *
  * The result: on success io->data holds, on every rank, the same numel float32 values:
  * for lossless schemes exactly the elementwise sum of the contributions (summed in rank
