@@ -482,9 +482,12 @@ sc_status_t scd_hh_create(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p)
 	    cfg->k > SCD_HH_MAX_K || !(cfg->r1_factor > 0) || !(cfg->r2_ratio >= 0) ||
 	    cfg->threads > MAX_THREADS)
 		return SC_ERR_INVALID;
-	scd_hh_t *hh = calloc(1, sizeof(*hh));
+	/* the struct holds cache-line aligned members: calloc's 16 bytes are not enough */
+	scd_hh_t *hh = aligned_alloc(_Alignof(scd_hh_t), (sizeof(*hh) + _Alignof(scd_hh_t) - 1) &
+							     ~(_Alignof(scd_hh_t) - 1));
 	if (!hh)
 		return SC_ERR_NOMEM;
+	memset(hh, 0, sizeof(*hh));
 	hh->cfg = *cfg;
 	hh->nthreads = cfg->threads ? cfg->threads : 1;
 	hh->fn = scd_partfn_make(cfg->nparts, cfg->seed);
