@@ -73,7 +73,9 @@ typedef struct scd_scheme_cfg {
 	uint32_t sketch_block;	   /* S2 bitmap block, elements (256) */
 	uint32_t omni_block;	   /* OmniReduce block, elements (256) */
 	/* overlap of computation with communication */
-	uint32_t stream_chunk; /* AGsparse: fewest non-zeros per streamed chunk (32768) */
+	uint32_t stream_chunk; /* fewest non-zeros per streamed chunk (AGsparse, HC; 32768);
+				  Balanced Parallelism: one index range per 32 x as many
+				  elements (at most 8) */
 } scd_scheme_cfg_t;
 
 scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed);
