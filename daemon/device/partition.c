@@ -59,25 +59,24 @@ sc_status_t scd_partition_coo(const scd_partfn_t *fn, const scd_coo_t *in, scd_c
 	uint32_t P = fn->nparts;
 	if (out->cap < in->nnz)
 		return SC_ERR_LIMIT;
-	uint64_t small[65], *cur = P < 65 ? small : malloc(((size_t)P + 1) * sizeof(uint64_t));
-	if (!cur)
-		return SC_ERR_NOMEM;
+	/* counts, then ends: offset[p + 1] = where partition p ends */
 	memset(offset, 0, ((size_t)P + 1) * sizeof(uint64_t));
 	for (uint64_t i = 0; i < in->nnz; i++)
 		offset[scd_partition_of(fn, in->idx[i]) + 1]++;
-	for (uint32_t p = 0; p < P; p++) {
-		cur[p] = offset[p]; /* where partition p's next entry goes */
+	for (uint32_t p = 0; p < P; p++)
 		offset[p + 1] += offset[p];
-	}
-	for (uint64_t i = 0; i < in->nnz; i++) {
+	/* placed from the back, each partition fills down from its end: its order is kept,
+	 * and offset[p + 1] ends at partition p's start */
+	for (uint64_t i = in->nnz; i-- > 0;) {
 		uint32_t idx = in->idx[i];
-		uint64_t k = cur[scd_partition_of(fn, idx)]++;
+		uint64_t k = --offset[scd_partition_of(fn, idx) + 1];
 		out->idx[k] = idx;
 		out->val[k] = in->val[i];
 	}
+	for (uint32_t p = 0; p < P; p++)
+		offset[p] = offset[p + 1];
+	offset[P] = in->nnz;
 	out->nnz = in->nnz;
-	if (cur != small)
-		free(cur);
 	return SC_OK;
 }
 

@@ -370,6 +370,13 @@ sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 	return SC_OK;
 }
 
+sc_status_t scd_scheme_local_meta(scd_scheme_ctx_t *c, const scd_scheme_io_t *io,
+				  scd_scheme_t s)
+{
+	sc_status_t st = scd_scheme_local_coo(c, io);
+	return st == SC_OK ? scd_scheme_meta(c, s, c->local.nnz, NULL, 0) : st;
+}
+
 void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 {
 	if (!io->coo)

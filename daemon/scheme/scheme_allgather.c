@@ -26,8 +26,6 @@
  * arrives is the last chunk's share.
  */
 
-#define AG_CLEAR_SLICE (1u << 18) /* floats cleared per idle slice (1 MiB) */
-
 
 
 typedef struct ag_list {
@@ -122,23 +120,14 @@ static int ag_work(void *arg)
 	}
 	if (W > a->W)
 		return (st = ag_slice(a, W)) != SC_OK ? st : 1;
-	if (!a->sparse && a->cleared < numel) {
-		uint64_t n = numel - a->cleared < AG_CLEAR_SLICE ? numel - a->cleared
-								 : AG_CLEAR_SLICE;
-		memset(a->io->data + a->cleared, 0, 4 * n);
-		a->cleared += n;
-		return 1;
-	}
-	return 0;
+	return !a->sparse && scd_clear_slice(a->io->data, numel, &a->cleared);
 }
 
 sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
-	sc_status_t st = scd_scheme_local_coo(c, io);
-	if (st == SC_OK)
-		st = scd_scheme_meta(c, SCD_SCHEME_AGSPARSE, c->local.nnz, NULL, 0);
+	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_AGSPARSE);
 	if (st != SC_OK)
 		return st;
 	ag_list_t lists[P];

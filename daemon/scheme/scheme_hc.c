@@ -24,8 +24,6 @@
 
 #include <string.h>
 
-#define HC_CLEAR_SLICE (1u << 18) /* floats of a dense result cleared per idle slice */
-
 typedef struct hc {
 	scd_scheme_ctx_t *c;
 	scd_scheme_io_t *io;
@@ -106,14 +104,7 @@ static int hc_work(void *arg)
 		if (W > h->W)
 			return (st = hc_slice(h, W)) != SC_OK ? st : 1;
 	}
-	if (h->dense && h->cleared < h->c->cfg.numel) {
-		uint64_t n = h->c->cfg.numel - h->cleared;
-		n = n < HC_CLEAR_SLICE ? n : HC_CLEAR_SLICE;
-		memset(h->io->data + h->cleared, 0, 4 * n);
-		h->cleared += n;
-		return 1;
-	}
-	return 0;
+	return h->dense && scd_clear_slice(h->io->data, h->c->cfg.numel, &h->cleared);
 }
 
 /* One step: optionally sends the aggregate to `to`, optionally receives one from `from`
@@ -191,9 +182,7 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
-	sc_status_t st = scd_scheme_local_coo(c, io);
-	if (st == SC_OK)
-		st = scd_scheme_meta(c, SCD_SCHEME_HIER_CENTRAL, c->local.nnz, NULL, 0);
+	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_HIER_CENTRAL);
 	if (st != SC_OK)
 		return st;
 	uint64_t bound = c->total_nnz < numel ? c->total_nnz : numel;
@@ -202,15 +191,16 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		  .bound = bound,
 		  .K = scd_scheme_chunks(c, bound),
 		  .dense = !scd_scheme_sparse_out(io, bound)};
+	/* aggregates (a, r: swapped each step) hold both lists whole before the check; the
+	 * partner's list, a malformed last chunk's overrun */
 	uint64_t slot = scd_slot8(scd_scheme_msg_bytes(numel, hc_chunk_max(&h))),
-		 room = 4 * (2 * bound + 2 * hc_chunk_max(&h)) + 4;
-	/* aggregates (a, r: swapped each step) hold both lists whole before the check */
+		 room = 4 * 2 * bound + 4, in = 4 * (bound + 2 * hc_chunk_max(&h)) + 4;
 	if ((st = scd_ws_reserve(&c->aidx, room)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->aval, room)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->ridx, room)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->rval, room)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hidx, room)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hval, room)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hidx, in)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hval, in)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->sendbuf, h.K * slot)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->recvbuf, h.K * slot)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->xs, sizeof(scd_xfer_t) * h.K)) != SC_OK ||

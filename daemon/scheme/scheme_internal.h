@@ -134,6 +134,9 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 
 /* The contribution as COO in c->local (io->coo itself, or the scan of io->data). */
 sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
+/* Both of the above for a scheme whose metadata is the non-zero count alone. */
+sc_status_t scd_scheme_local_meta(scd_scheme_ctx_t *c, const scd_scheme_io_t *io,
+				  scd_scheme_t s);
 /* Non-zeros of the contribution (counts io->data when there is no COO). */
 uint64_t scd_scheme_local_nnz(const scd_scheme_ctx_t *c, const scd_scheme_io_t *io);
 /* Makes io->data hold the contribution densely (scatters io->coo into it). */
@@ -203,6 +206,18 @@ static inline uint64_t scd_chunk_lo(uint64_t n, uint32_t K, uint32_t k)
 static inline uint64_t scd_slot8(uint64_t bytes)
 {
 	return (bytes + 7) & ~(uint64_t)7;
+}
+/* Work overlapped with an exchange clears a dense result ahead in slices of this many
+ * floats (1 MiB): *done grows towards len; 1 if it cleared a slice. */
+#define SCD_CLEAR_SLICE (1u << 18)
+static inline int scd_clear_slice(float *p, uint64_t len, uint64_t *done)
+{
+	if (*done >= len)
+		return 0;
+	uint64_t n = len - *done < SCD_CLEAR_SLICE ? len - *done : SCD_CLEAR_SLICE;
+	memset(p + *done, 0, 4 * n);
+	*done += n;
+	return 1;
 }
 /* First position in ascending a[0, n) whose value is >= v. */
 static inline uint64_t scd_lower_bound(const uint32_t *a, uint64_t n, uint64_t v)

@@ -28,9 +28,7 @@
 sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint64_t numel = c->cfg.numel;
-	sc_status_t st = scd_scheme_local_coo(c, io);
-	if (st == SC_OK)
-		st = scd_scheme_meta(c, SCD_SCHEME_S2_SKETCH, c->local.nnz, NULL, 0);
+	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_S2_SKETCH);
 	if (st != SC_OK)
 		return st;
 	double base = c->last_union ? (double)c->last_union : (double)c->total_nnz;

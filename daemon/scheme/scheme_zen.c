@@ -89,7 +89,6 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
  *         result is their concatenation.
  * What is left when the last byte arrives is the last range's share.
  */
-#define BP_CLEAR_SLICE (1u << 18) /* floats cleared per slice (1 MiB) */
 #define BP_CHUNKS_MAX  8
 
 /* Ranges: one per 32 cfg.stream_chunk elements of the tensor, 1..BP_CHUNKS_MAX. */
@@ -138,17 +137,6 @@ static int bp_ready(const bp_t *b, int q, uint32_t k)
 {
 	const size_t *rb = b->c->xb.p;
 	return q == b->c->rank || rb[bp_recv(b, q, k)] != SCD_XFER_PENDING;
-}
-
-/* Clears a slice of a buffer of len floats; 1 if it did. */
-static int clear_slice(float *p, uint64_t len, uint64_t *done)
-{
-	if (*done >= len)
-		return 0;
-	uint64_t n = len - *done < BP_CLEAR_SLICE ? len - *done : BP_CLEAR_SLICE;
-	memset(p + *done, 0, 4 * n);
-	*done += n;
-	return 1;
 }
 
 static sc_status_t bp_aggregate(bp_t *b, int q, uint32_t k)
@@ -203,7 +191,7 @@ static int bp_push_work(void *arg)
 	bp_t *b = arg;
 	scd_scheme_ctx_t *c = b->c;
 	sc_status_t st;
-	if (clear_slice(b->L, b->mysize, &b->lclr))
+	if (scd_clear_slice(b->L, b->mysize, &b->lclr))
 		return 1;
 	if (b->k < b->K && bp_ready(b, b->q, b->k)) {
 		if ((st = bp_aggregate(b, b->q, b->k)) != SC_OK)
@@ -216,7 +204,7 @@ static int bp_push_work(void *arg)
 		}
 		return 1;
 	}
-	if (!b->sparse && clear_slice(b->io->data, c->cfg.numel, &b->clr))
+	if (!b->sparse && scd_clear_slice(b->io->data, c->cfg.numel, &b->clr))
 		return 1;
 	return 0;
 }
@@ -263,7 +251,7 @@ static int bp_pull_work(void *arg)
 {
 	bp_t *b = arg;
 	scd_scheme_ctx_t *c = b->c;
-	if (!b->sparse && clear_slice(b->io->data, c->cfg.numel, &b->clr))
+	if (!b->sparse && scd_clear_slice(b->io->data, c->cfg.numel, &b->clr))
 		return 1;
 	if (b->k == b->K)
 		return 0;
@@ -327,15 +315,20 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		uint64_t sz = bp_at(&b, seg, me)[k + 1] - bp_at(&b, seg, me)[k];
 		pull_off[k + 1] = pull_off[k] + scd_slot8(scd_fmt_hash_bitmap_bytes(sz, sz));
 	}
+	/* pullmax[p][k]: the most non-zeros server p's segment k can hold (its load there,
+	 * capped by the segment's slots), which sizes its receive */
+	uint64_t pullmax[P * K];
 	for (int p = 0; p < P; p++)
 		for (uint32_t k = 0; k < K; k++) {
 			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k], l = 0;
 			for (int q = 0; q < P; q++)
 				l += bp_count(c, q, p, k, K);
-			uni += l < sz ? l : sz;
+			pullmax[(size_t)p * K + k] = l < sz ? l : sz;
+			uni += pullmax[(size_t)p * K + k];
 			if (p != me) {
 				recv_push += scd_slot8(8 * bp_count(c, p, me, k, K));
-				recv_pull += scd_slot8(scd_fmt_hash_bitmap_bytes(sz, l < sz ? l : sz));
+				recv_pull += scd_slot8(
+				    scd_fmt_hash_bitmap_bytes(sz, pullmax[(size_t)p * K + k]));
 			}
 		}
 	uint64_t mysize = scd_partmap_size(c->map, (uint32_t)me);
@@ -392,10 +385,8 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		if (p == me)
 			continue;
 		for (uint32_t k = 0; k < K; k++, n++) {
-			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k], l = 0;
-			for (int q = 0; q < P; q++)
-				l += bp_count(c, q, p, k, K);
-			uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, l < sz ? l : sz);
+			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k];
+			uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, pullmax[(size_t)p * K + k]);
 			sends[n] = (scd_xfer_t){p, b.pull + pull_off[k], pull_len[k]};
 			recvs[n] = (scd_xfer_t){p, rb, cap};
 			rb += scd_slot8(cap);
