@@ -177,12 +177,13 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
  * entries, indices strictly ascending (every index whose sum is non-zero; an index whose
  * sum cancelled may stay, as 0), values summed (averaged with SC_OP_AVERAGE). The contents of
  * sc_tensor_data are then unspecified. When the union of the indices does not fit the
- * tensor's coo_capacity, the node runs several trainers of the tensor, or the tensor
- * keeps an error-feedback residual (a sparsifier, or lossy schemes allowed), the dense sum
- * lands in sc_tensor_data as with sc_allreduce_coo_async and sc_tensor_result_nnz() is
- * SC_RESULT_DENSE. The sparse form skips every pass over all numel elements (the
- * AGsparse scheme merges the ranks' lists directly): what a natively sparse gradient
- * such as an embedding table's wants.
+ * tensor's coo_capacity, the node runs several trainers of the tensor, or the tensor has
+ * a sparsifier (which rewrites it densely), the dense sum lands in sc_tensor_data as with
+ * sc_allreduce_coo_async and sc_tensor_result_nnz() is SC_RESULT_DENSE. The sparse form
+ * skips every pass over all numel elements (the AGsparse scheme merges the ranks' lists
+ * directly): what a natively sparse gradient such as an embedding table's wants. A
+ * tensor that allows lossy schemes keeps that property: its residual is folded into the
+ * list where it is non-zero, and the result of a lossy scheme is the values it delivered.
  */
 #define SC_RESULT_DENSE ((size_t)-1)
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,

@@ -13,6 +13,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .exdyna_create = scd_exdyna_create,
     .exdyna_destroy = scd_exdyna_destroy,
     .exdyna_select = scd_exdyna_select,
+    .exdyna_select_coo = scd_exdyna_select_coo,
     .exdyna_update = scd_exdyna_update,
     .hh_create = scd_hh_create,
     .hh_destroy = scd_hh_destroy,

@@ -35,6 +35,8 @@ typedef struct scd_device_ops {
 	void (*exdyna_destroy)(scd_exdyna_t *ex);
 	sc_status_t (*exdyna_select)(scd_exdyna_t *ex, const float *in, float *residual,
 				     scd_coo_t *out, uint64_t *count_p);
+	sc_status_t (*exdyna_select_coo)(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
+					 scd_coo_t *dis, uint64_t *count_p);
 	sc_status_t (*exdyna_update)(scd_exdyna_t *ex, const uint64_t *counts);
 
 	/* ZEN hierarchical hashing (hhash.h) */

@@ -139,6 +139,33 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
 	return SC_OK;
 }
 
+sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
+				  scd_coo_t *dis, uint64_t *count_p)
+{
+	if (!ex || !in || !out || !dis || out->cap < in->nnz || dis->cap < in->nnz)
+		return SC_ERR_INVALID;
+	uint64_t lo, hi;
+	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &lo, &hi);
+	uint32_t tkey = scd_threshold_key((float)ex->threshold);
+	uint64_t n = 0, m = 0;
+	for (uint64_t j = 0; j < in->nnz; j++) {
+		uint32_t i = in->idx[j];
+		float v = in->val[j];
+		if (i >= lo && i < hi && scd_abs_key(v) >= tkey) {
+			out->idx[n] = i;
+			out->val[n++] = v;
+		} else if (v != 0) {
+			dis->idx[m] = i;
+			dis->val[m++] = v;
+		}
+	}
+	out->nnz = n;
+	dis->nnz = m;
+	if (count_p)
+		*count_p = n;
+	return SC_OK;
+}
+
 /* Alg. 3 lines 9-28 in integers: det = kpart[i] / (sum / P) > alpha becomes
  * kpart[i] * P * 1000 > sum * alpha_permille, det < 1 / alpha becomes
  * kpart[i] * P * alpha_permille < sum * 10^6 (all below 2^60 for 32-bit counts and

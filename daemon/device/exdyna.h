@@ -61,6 +61,14 @@ uint32_t scd_exdyna_part_of_rank(const scd_exdyna_t *ex, uint32_t rank);
  */
 sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual,
 			      scd_coo_t *out, uint64_t *count_p);
+/*
+ * The same selection on an ascending COO list (input and residual already summed: what
+ * the residual held is in the list and zero in the residual): entries inside this rank's
+ * partition with |v| >= threshold go to out, every other non-zero to dis (what the
+ * residual gets). out and dis have room for in->nnz entries; *count_p as above.
+ */
+sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
+				  scd_coo_t *dis, uint64_t *count_p);
 /* Alg. 3 + 5 from the gathered counts (counts[r]: what rank r selected this iteration),
  * then advances the iteration. */
 sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts);

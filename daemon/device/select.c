@@ -189,16 +189,10 @@ static void sel_dispatch(const float *in, float *res, uint64_t lo, uint64_t hi, 
 		sel_range(in, NULL, MODE_READONLY, lo, hi, s);
 }
 
-static uint32_t threshold_key(float threshold)
-{
-	uint32_t key = scd_abs_key(threshold);
-	return key ? key : 1; /* never select exact zeros */
-}
-
 uint64_t scd_select_threshold(const float *in, float *residual, uint64_t lo, uint64_t hi,
 			      float threshold, scd_coo_t *out)
 {
-	sel_t s = {.out = out, .tkey = threshold_key(threshold), .quota = UINT64_MAX};
+	sel_t s = {.out = out, .tkey = scd_threshold_key(threshold), .quota = UINT64_MAX};
 	out->nnz = 0;
 	sel_dispatch(in, residual, lo, hi, &s);
 	return s.qualified;
@@ -212,7 +206,7 @@ void scd_residual_accumulate(const float *in, float *residual, uint64_t lo, uint
 
 uint64_t scd_count_at_least(const float *x, uint64_t n, float threshold)
 {
-	uint32_t tkey = threshold_key(threshold);
+	uint32_t tkey = scd_threshold_key(threshold);
 	uint64_t c = 0;
 	for (uint64_t i = 0; i < n; i++)
 		c += scd_abs_key(x[i]) >= tkey;

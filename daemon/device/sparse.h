@@ -67,6 +67,13 @@ static inline uint32_t scd_abs_key(float x)
 	return v.u & 0x7fffffffu;
 }
 
+/* The smallest key a threshold selects: |x| >= threshold, never an exact zero. */
+static inline uint32_t scd_threshold_key(float threshold)
+{
+	uint32_t key = scd_abs_key(threshold);
+	return key ? key : 1;
+}
+
 static inline float scd_key_to_float(uint32_t key)
 {
 	union {

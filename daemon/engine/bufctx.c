@@ -44,6 +44,11 @@ typedef struct scd_bufctx {
 	int natural; /* some tensor is declared naturally sparse */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
 	scd_coo_t sel;	       /* selection workspace, capacity = largest item */
+	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
+	 * may be non-zero, valid when rknown; the input with the residual folded in */
+	uint64_t *rbits;
+	int rknown;
+	scd_coo_t fold;
 	uint64_t last_use;
 } scd_bufctx_t;
 
@@ -72,6 +77,9 @@ static void bufctx_free(scd_bufctx_t *b)
 	free(b->cache_ids);
 	free(b->sel.idx);
 	free(b->sel.val);
+	free(b->rbits);
+	free(b->fold.idx);
+	free(b->fold.val);
 	free(b);
 }
 
@@ -255,6 +263,88 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 	return SC_OK;
 }
 
+/*
+ * A single trainer's COO input with a residual (lossy schemes allowed, no sparsifier):
+ * the residual's non-zeros are folded into the list (input + residual, the bits of the
+ * dense x[i] += residual[i]) and zeroed, so the scheme sees one ascending list and no
+ * pass over the tensor is needed. Where the residual may be non-zero is a bitmap the
+ * previous step's scheme filled (scd_scheme_residual_added); after a step that wrote the
+ * residual densely, or the first, the residual is scanned once instead. Entries that
+ * sum to zero are left out.
+ */
+static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *res)
+{
+	uint64_t n = b->numel, nw = (n + 63) / 64, cnt = 0;
+	if (!b->rbits && !(b->rbits = calloc(nw, 8)))
+		return SC_ERR_NOMEM;
+	uint64_t *bits = b->rbits;
+	if (!b->rknown) {
+		memset(bits, 0, 8 * nw);
+		for (uint64_t i = 0; i < n; i++)
+			if (res[i] != 0)
+				bits[i / 64] |= 1ull << (i % 64);
+	}
+	for (uint64_t w = 0; w < nw; w++)
+		cnt += (uint64_t)__builtin_popcountll(bits[w]);
+	uint64_t need = in->nnz + cnt;
+	if (need > b->fold.cap) {
+		uint64_t cap = need + need / 4 + 1024;
+		uint32_t *fi = malloc(4 * cap);
+		float *fv = malloc(4 * cap);
+		if (!fi || !fv) {
+			free(fi), free(fv);
+			return SC_ERR_NOMEM;
+		}
+		free(b->fold.idx), free(b->fold.val);
+		b->fold = (scd_coo_t){fi, fv, 0, cap};
+	}
+	uint32_t *oi = b->fold.idx;
+	float *ov = b->fold.val;
+	uint64_t j = 0, m = 0, w = 0, cur = nw ? bits[0] : 0;
+	if (nw)
+		bits[0] = 0;
+	for (;;) {
+		while (!cur && ++w < nw) {
+			cur = bits[w];
+			bits[w] = 0;
+		}
+		uint64_t r = cur ? w * 64 + (uint64_t)__builtin_ctzll(cur) : UINT64_MAX;
+		if (r == UINT64_MAX && j == in->nnz)
+			break;
+		uint32_t i;
+		float v;
+		if (j < in->nnz && in->idx[j] < r) {
+			i = in->idx[j];
+			v = in->val[j++];
+		} else {
+			i = (uint32_t)r;
+			cur &= cur - 1;
+			v = j < in->nnz && in->idx[j] == r ? in->val[j++] + res[i] : res[i];
+			res[i] = 0;
+		}
+		if (v != 0) {
+			oi[m] = i;
+			ov[m++] = v;
+		}
+	}
+	b->fold.nnz = m;
+	b->rknown = 1; /* all zero now: the scheme's additions are the next support */
+	return SC_OK;
+}
+
+/* After the step: marks where the scheme left residual, or forgets it (dense write). */
+static void residual_support(scd_bufctx_t *b, int ok)
+{
+	const uint32_t *idx;
+	uint64_t n;
+	if (!ok || !scd_scheme_residual_added(b->sctx, &idx, &n)) {
+		b->rknown = 0;
+		return;
+	}
+	for (uint64_t k = 0; k < n; k++)
+		b->rbits[idx[k] / 64] |= 1ull << (idx[k] % 64);
+}
+
 /* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */
 static int small_dense(const scd_job_t *job)
 {
@@ -431,7 +521,7 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		return SC_ERR_NOMEM;
 	}
 	const scd_coo_t *sel = NULL;
-	sc_status_t st = sparsify_items(b, job, buf, &sel);
+	sc_status_t st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
 			 sc_status_message(st));
@@ -444,8 +534,21 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			      .coo = job->coo_direct ? &job->coo_in : sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
+	if (job->coo_direct && io.residual) {
+		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
+			snprintf(job->error, sizeof(job->error),
+				 "no memory to fold the residual into the COO input");
+			return st;
+		}
+		io.coo = &b->fold;
+		io.track_residual = 1;
+	} else {
+		b->rknown = 0; /* a dense step rewrites the residual */
+	}
 	scd_scheme_report_t rep;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
+	if (io.track_residual)
+		residual_support(b, st == SC_OK);
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "%s: %s", scd_scheme_name(s),
 			 scd_scheme_error());

@@ -205,10 +205,11 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 }
 
 /*
- * A single trainer's COO input, indices strictly ascending and in range, that nothing
- * rewrites before the scheme (no sparsifier, no residual), goes to the scheme as it lies
- * in shared memory: the step then costs O(nnz) to read instead of a scatter over the
- * whole tensor. Sets job->coo_in and returns 1 when that applies.
+ * A single trainer's COO input, indices strictly ascending and in range, that no
+ * sparsifier rewrites, goes to the scheme as it lies in shared memory: the step then
+ * costs O(nnz) to read instead of a scatter over the whole tensor. A residual (lossy
+ * schemes allowed) is folded into the list by the buffer's step, not added densely. Sets
+ * job->coo_in and returns 1 when that applies.
  */
 static int coo_direct(scd_job_t *job)
 {
@@ -218,7 +219,7 @@ static int coo_direct(scd_job_t *job)
 	if (job->n_items != 1 || job->dtype != SC_FLOAT32)
 		return 0;
 	const scd_job_item_t *it = &job->items[0];
-	if (it->n_src != 1 || !it->src[0].coo || it->residual ||
+	if (it->n_src != 1 || !it->src[0].coo ||
 	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
 		return 0;
 	const scd_job_src_t *s = &it->src[0];

@@ -9,9 +9,10 @@
  * runs the collective over the transport, applies averaging, copies the result to every
  * local trainer, and hands the job back to the loop through uv_async_send (whose callbacks
  * coalesce, so the loop drains a queue). A single trainer's COO input that asked for a
- * sparse result (sc_allreduce_coo_sparse_async) gets it in its own COO area, averaged
- * there, with the entry count in its shm header; every other form of the job gets the
- * dense result (and SC_RESULT_DENSE in that header when a sparse one was asked for).
+ * sparse result (sc_allreduce_coo_sparse_async) and has no sparsifier gets it in its own
+ * COO area, averaged there, with the entry count in its shm header (a residual is folded
+ * into the list, see bufctx.c); every other form of the job gets the dense result (and
+ * SC_RESULT_DENSE in that header when a sparse one was asked for).
  *
  * Every item of a job has the job's dtype (the coordinator never fuses across dtypes).
  * float32 buffers go through the schemes (scd_bufctx_step); float64, int32 and int64

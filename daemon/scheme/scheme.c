@@ -145,7 +145,8 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
 			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
 			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval,
-			  &c->xs,	 &c->xr,	&c->xb,	  &c->sendbuf2};
+			  &c->xs,	 &c->xr,	&c->xb,	  &c->sendbuf2,
+			  &c->rtouch};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
@@ -383,6 +384,29 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 		return;
 	memset(io->data, 0, 4 * c->cfg.numel);
 	c->dev->coo_scatter_add(io->data, io->coo);
+}
+
+sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n)
+{
+	if (!c->rtrack || 4 * (c->n_rtouch + n) <= c->rtouch.cap)
+		return SC_OK;
+	scd_ws_t grown = {0};
+	sc_status_t st = scd_ws_reserve(&grown, 4 * (c->n_rtouch + n) + c->rtouch.cap);
+	if (st != SC_OK)
+		return st;
+	if (c->n_rtouch)
+		memcpy(grown.p, c->rtouch.p, 4 * c->n_rtouch);
+	scd_ws_free(&c->rtouch);
+	c->rtouch = grown;
+	return SC_OK;
+}
+
+int scd_scheme_residual_added(const scd_scheme_ctx_t *c, const uint32_t **idx_p,
+			      uint64_t *n_p)
+{
+	*idx_p = c->rtouch.p;
+	*n_p = c->n_rtouch;
+	return c->rtouch_ok;
 }
 
 /* ---- sparse results ----------------------------------------------------------------- */
@@ -662,6 +686,8 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	c->imbalance = 0;
 	c->teams_used = 0;
 	c->res_ready = 0;
+	c->rtrack = c->rtouch_ok = io->track_residual && io->residual;
+	c->n_rtouch = 0;
 	sc_status_t st = SC_OK;
 	if (io->out && !io->coo)
 		return scd_scheme_fail(SC_ERR_INVALID, "a sparse result needs COO input");

@@ -107,7 +107,19 @@ typedef struct scd_scheme_io {
 				 then data is output only */
 	float *residual;      /* optional numel floats, lossy schemes only (see above) */
 	scd_coo_t *out;	      /* optional, with coo: the result as COO (see below) */
+	int track_residual;   /* record where the scheme adds to residual (see below) */
 } scd_scheme_io_t;
+
+/*
+ * A residual kept sparse. With io->track_residual, a scheme records every index at which
+ * it adds to io->residual, so that a caller which folded the residual's non-zeros into
+ * io->coo (and zeroed them) knows where the residual is non-zero after the run without
+ * reading numel floats. After a successful run, scd_scheme_residual_added() gives those
+ * indices (unordered, an index possibly more than once) and returns 1; it returns 0 when
+ * the run wrote the residual over the whole tensor (S2) or did not track.
+ */
+int scd_scheme_residual_added(const scd_scheme_ctx_t *ctx, const uint32_t **idx_p,
+			      uint64_t *n_p);
 
 /*
  * Sparse results. With io->out (capacity out->cap, which may be the same arrays as

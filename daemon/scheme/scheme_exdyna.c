@@ -20,6 +20,49 @@
 
 #include <string.h>
 
+/* Scatters the K = total_nnz reduced values at the gathered indices (segments in rank
+ * order, each inside its rank's partition, ascending) into io->data, or, for a sparse
+ * result, concatenates the segments in partition order into io->out. */
+static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const uint32_t *idx,
+				 const float *val)
+{
+	int P = c->size;
+	uint64_t numel = c->cfg.numel, K = c->total_nnz;
+	uint64_t *seg = c->hoff; /* [P + 1]: segment starts */
+	seg[0] = 0;
+	for (int q = 0; q < P; q++) {
+		seg[q + 1] = seg[q] + c->nnz[q];
+		uint64_t lo, hi;
+		scd_exdyna_part_range(c->ex, scd_exdyna_part_of_rank(c->ex, (uint32_t)q), &lo, &hi);
+		for (uint64_t j = seg[q]; j < seg[q + 1]; j++)
+			if (idx[j] < lo || idx[j] >= hi || (j > seg[q] && idx[j] <= idx[j - 1]))
+				return scd_scheme_fail(SC_ERR_PROTOCOL,
+						       "exdyna: rank %d sent index %u outside its "
+						       "partition [%llu, %llu) or out of order",
+						       q, idx[j], (unsigned long long)lo,
+						       (unsigned long long)hi);
+	}
+	if (!scd_scheme_sparse_out(io, K)) {
+		memset(io->data, 0, 4 * numel);
+		for (uint64_t i = 0; i < K; i++)
+			io->data[idx[i]] += val[i];
+		return SC_OK;
+	}
+	/* partitions in index order: part p covers the p-th range, rank q holds part_of_rank */
+	uint64_t w = 0;
+	for (uint32_t p = 0; p < (uint32_t)P; p++)
+		for (int q = 0; q < P; q++)
+			if (scd_exdyna_part_of_rank(c->ex, (uint32_t)q) == p) {
+				uint64_t n = seg[q + 1] - seg[q];
+				memcpy(io->out->idx + w, idx + seg[q], 4 * n);
+				memcpy(io->out->val + w, val + seg[q], 4 * n);
+				w += n;
+			}
+	io->out->nnz = w;
+	c->res_ready = 1;
+	return SC_OK;
+}
+
 sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
@@ -33,17 +76,35 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return scd_scheme_fail(st, "exdyna: create over %llu elements",
 					       (unsigned long long)numel);
 	}
-	scd_scheme_densify(c, io);
-	/* The selection is at most one partition, at most numel. */
+	/* The selection is at most one partition, at most numel (or the list). */
 	uint64_t lo, hi;
 	scd_exdyna_part_range(c->ex, scd_exdyna_part_of_rank(c->ex, (uint32_t)me), &lo, &hi);
-	if ((st = scd_ws_reserve(&c->lidx, 4 * (hi - lo) + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->lval, 4 * (hi - lo) + 4)) != SC_OK)
+	uint64_t cap = io->coo ? io->coo->nnz + 1 : hi - lo + 1;
+	if ((st = scd_ws_reserve(&c->lidx, 4 * cap)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->lval, 4 * cap)) != SC_OK)
 		return st;
-	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, hi - lo + 1};
+	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, cap};
 	uint64_t count = 0;
-	if ((st = c->dev->exdyna_select(c->ex, io->data, io->residual, &sel, &count)) != SC_OK)
-		return scd_scheme_fail(st, "exdyna: select");
+	if (io->coo) {
+		/* the list already holds the residual's non-zeros (the caller folded them in) */
+		if ((st = scd_ws_reserve(&c->hidx, 4 * cap)) != SC_OK ||
+		    (st = scd_ws_reserve(&c->hval, 4 * cap)) != SC_OK)
+			return st;
+		scd_coo_t dis = {c->hidx.p, c->hval.p, 0, cap};
+		if ((st = c->dev->exdyna_select_coo(c->ex, io->coo, &sel, &dis, &count)) != SC_OK)
+			return scd_scheme_fail(st, "exdyna: select");
+		if (io->residual) {
+			if ((st = scd_res_reserve(c, dis.nnz)) != SC_OK)
+				return st;
+			for (uint64_t j = 0; j < dis.nnz; j++)
+				scd_res_add(c, io->residual, dis.idx[j], dis.val[j]);
+		}
+	} else {
+		c->rtouch_ok = 0; /* the residual is written over the whole tensor */
+		if ((st = c->dev->exdyna_select(c->ex, io->data, io->residual, &sel, &count)) !=
+		    SC_OK)
+			return scd_scheme_fail(st, "exdyna: select");
+	}
 	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, NULL, 0)) != SC_OK)
 		return st;
 	uint64_t K = c->total_nnz, seg = 0;
@@ -75,13 +136,8 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	memcpy(val + seg, sel.val, 4 * sel.nnz);
 	if ((st = scd_scheme_allreduce(c, val, K)) != SC_OK)
 		return st;
-	memset(io->data, 0, 4 * numel);
-	for (uint64_t i = 0; i < K; i++) {
-		if (idx[i] >= numel)
-			return scd_scheme_fail(SC_ERR_PROTOCOL, "exdyna: index %u out of range",
-					       idx[i]);
-		io->data[idx[i]] += val[i];
-	}
+	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
+		return st;
 	if ((st = c->dev->exdyna_update(c->ex, c->nnz)) != SC_OK)
 		return scd_scheme_fail(st, "exdyna: update");
 	return SC_OK;

@@ -100,11 +100,25 @@ struct scd_scheme_ctx {
 	scd_exdyna_t *ex;
 	/* SparDL */
 	scd_spardl_state_t sd;
+	/* residual tracking (io->track_residual): indices added to, and whether complete */
+	scd_ws_t rtouch;
+	uint64_t n_rtouch;
+	int rtrack, rtouch_ok;
 	/* S2 */
 	uint64_t last_union;
 	uint32_t teams_used;
 	double imbalance;
 };
+
+/* Makes room for n more tracked residual indices (no-op when not tracking). */
+sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n);
+/* residual[i] += v, recording i when tracked (after scd_res_reserve for the batch). */
+static inline void scd_res_add(scd_scheme_ctx_t *c, float *residual, uint32_t i, float v)
+{
+	if (c->rtrack && residual[i] == 0)
+		((uint32_t *)c->rtouch.p)[c->n_rtouch++] = i;
+	residual[i] += v;
+}
 
 /* Records an error message for scd_scheme_error() and logs it; returns st. */
 sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)

@@ -62,6 +62,7 @@ sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if (!io->residual)
 		return SC_OK;
 	float *res = io->residual;
+	c->rtouch_ok = 0; /* written over the whole tensor below */
 	c->dev->coo_scatter_add(res, &c->local);
 	if (linear) {
 		if ((st = scd_ws_reserve(&c->fscratch, 4 * numel)) != SC_OK)

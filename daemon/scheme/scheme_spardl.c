@@ -14,8 +14,9 @@
  * w + 2^(l-i) and receives the same-numbered bag of w - 2^(l-i), whose blocks it still holds
  * (Theorem 1), adding them in. Blocks are sparsified to top-L only just before they are
  * sent (the paper's "optimization for SRS"), then the preserved block once more at the
- * end. Sent and discarded blocks are cleared, so the working copy (the output buffer
- * itself) is all zero after SRS.
+ * end. Every block a member holds is an ascending (index, value) list: a slice of the
+ * contribution, then merged with what arrives for it (held value + received value, the
+ * bits of a dense W[i] += r), so nothing of size numel is read or cleared on the way.
  *
  * Global residual collection (Algorithm 1): every value a selection discards goes to the
  * residual of the rank that discarded it (local and end-procedure residuals land on the
@@ -39,7 +40,8 @@
  * a group, so their h agree.
  *
  * Final Bruck all-gather inside each team of the blocks, as (block id, count, indices,
- * values) records; the blocks are disjoint, so the output is their scatter.
+ * values) records; the blocks are disjoint, so the output is their scatter, or, for a
+ * sparse result, their lists in block order.
  */
 #include "scheme/scheme_internal.h"
 
@@ -48,10 +50,13 @@
 
 typedef struct sd {
 	scd_scheme_ctx_t *c;
-	float *W;   /* working copy = output buffer */
 	float *res; /* residual or NULL */
 	uint64_t numel, L;
 	uint32_t Q, d, t, w;
+	/* the blocks this member still holds, as ascending lists in an arena (ridx/rval;
+	 * sidx/sval is the other half of a ping-pong), empty once taken */
+	uint64_t *boff, *blen;
+	uint8_t *held;
 } sd_t;
 
 static uint64_t blk_lo(const sd_t *s, uint32_t b)
@@ -59,27 +64,53 @@ static uint64_t blk_lo(const sd_t *s, uint32_t b)
 	return (uint64_t)b * s->numel / s->Q;
 }
 
-/* Takes block b out of W: its top-L non-zeros are appended to (oi, ov) (index order),
- * the rest go to the residual times frac; the block is cleared. Returns the kept count. */
-static uint64_t take_block(sd_t *s, uint32_t b, uint32_t *oi, float *ov)
+static uint32_t blk_of(const sd_t *s, uint32_t i)
+{
+	uint32_t b = (uint32_t)((uint64_t)i * s->Q / s->numel);
+	while (b + 1 < s->Q && blk_lo(s, b + 1) <= i)
+		b++;
+	while (b > 0 && blk_lo(s, b) > i)
+		b--;
+	return b;
+}
+
+/* Residual for the discarded entries [from, n) of (idx, val), each times share. */
+static sc_status_t discard(sd_t *s, const uint32_t *idx, const float *val, uint64_t from,
+			   uint64_t n, float share)
+{
+	if (!s->res || from >= n)
+		return SC_OK;
+	sc_status_t st = scd_res_reserve(s->c, n - from);
+	if (st != SC_OK)
+		return st;
+	for (uint64_t j = from; j < n; j++)
+		scd_res_add(s->c, s->res, idx[j], share == 1.0f ? val[j] : share * val[j]);
+	return SC_OK;
+}
+
+/* Takes block b: its top-L non-zeros are appended to (oi, ov) (index order), the rest go
+ * to the residual; the block is then empty. Returns the kept count (*kept_p). */
+static sc_status_t take_block(sd_t *s, uint32_t b, uint32_t *oi, float *ov, uint64_t *kept_p)
 {
 	scd_scheme_ctx_t *c = s->c;
-	uint64_t lo = blk_lo(s, b), hi = blk_lo(s, b + 1), n = 0;
+	const uint32_t *si = (const uint32_t *)c->ridx.p + s->boff[b];
+	const float *sv = (const float *)c->rval.p + s->boff[b];
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
-	for (uint64_t i = lo; i < hi; i++)
-		if (s->W[i] != 0) {
-			idx[n] = (uint32_t)i;
-			val[n++] = s->W[i];
+	uint64_t n = 0;
+	for (uint64_t j = 0; j < s->blen[b]; j++)
+		if (sv[j] != 0) {
+			idx[n] = si[j];
+			val[n++] = sv[j];
 		}
-	memset(s->W + lo, 0, 4 * (hi - lo));
+	s->blen[b] = 0;
+	s->held[b] = 0;
 	uint64_t kept = scd_scheme_topk_coo(idx, val, n, s->L, c->hidx.p, c->hval.p);
-	if (s->res)
-		for (uint64_t j = kept; j < n; j++)
-			s->res[idx[j]] += val[j];
+	sc_status_t st = discard(s, idx, val, kept, n, 1.0f);
 	memcpy(oi, idx, 4 * kept);
 	memcpy(ov, val, 4 * kept);
-	return kept;
+	*kept_p = kept;
+	return st;
 }
 
 static int team_rank(const sd_t *s, uint32_t team, uint32_t member)
@@ -87,7 +118,55 @@ static int team_rank(const sd_t *s, uint32_t team, uint32_t member)
 	return (int)(team * s->Q + member);
 }
 
-/* Spar-Reduce-Scatter; leaves this member's final block in (F idx, val), returns its size. */
+/* Adds a received bag (k entries: each block's kept list, ascending, blocks in any order)
+ * into the held blocks: every held block is rewritten into the other arena half, merged
+ * with its segment of the bag (mine first, so the bits are W[i] += received). */
+static sc_status_t add_bag(sd_t *s, const uint32_t *ri, const float *rv, uint64_t k, int from)
+{
+	scd_scheme_ctx_t *c = s->c;
+	uint32_t Q = s->Q;
+	uint64_t *seg_lo = (uint64_t *)c->xb.p, *seg_hi = seg_lo + Q;
+	for (uint32_t b = 0; b < Q; b++)
+		seg_lo[b] = seg_hi[b] = 0;
+	for (uint64_t p = 0; p < k;) {
+		if (ri[p] >= s->numel)
+			return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: index %u from rank %d",
+					       ri[p], from);
+		uint32_t b = blk_of(s, ri[p]);
+		uint64_t hi = blk_lo(s, b + 1), e = p + 1;
+		while (e < k && ri[e] > ri[e - 1] && ri[e] < hi)
+			e++;
+		if (!s->held[b] || seg_hi[b] > seg_lo[b])
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "spardl: rank %d sent block %u, which this rank "
+					       "does not hold or already had",
+					       from, b);
+		seg_lo[b] = p;
+		seg_hi[b] = e;
+		p = e;
+	}
+	uint32_t *ni = c->sidx.p;
+	float *nv = c->sval.p;
+	uint64_t used = 0;
+	for (uint32_t b = 0; b < Q; b++) {
+		if (!s->held[b])
+			continue;
+		const uint32_t *oi = (const uint32_t *)c->ridx.p + s->boff[b];
+		const float *ov = (const float *)c->rval.p + s->boff[b];
+		scd_coo_t seg = {(uint32_t *)ri + seg_lo[b], (float *)rv + seg_lo[b],
+				 seg_hi[b] - seg_lo[b], 0};
+		uint64_t n = scd_scheme_merge_two(oi, ov, s->blen[b], &seg, ni + used, nv + used);
+		s->boff[b] = used;
+		s->blen[b] = n;
+		used += n;
+	}
+	scd_ws_t ti = c->ridx, tv = c->rval;
+	c->ridx = c->sidx, c->rval = c->sval;
+	c->sidx = ti, c->sval = tv;
+	return SC_OK;
+}
+
+/* Spar-Reduce-Scatter; leaves this member's final block in (lidx, lval), returns its size. */
 static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 {
 	scd_scheme_ctx_t *c = s->c;
@@ -98,8 +177,12 @@ static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 	for (uint32_t i = 1; i <= l; i++) {
 		uint32_t dist = 1u << (l - i), bsz = i == 1 ? Q - (1u << (l - 1)) : dist;
 		uint64_t n = 0;
-		for (uint32_t j = 0; j < bsz; j++)
-			n += take_block(s, (w + dist + j) % Q, bi + n, bv + n);
+		for (uint32_t j = 0; j < bsz; j++) {
+			uint64_t kept;
+			if ((st = take_block(s, (w + dist + j) % Q, bi + n, bv + n, &kept)) != SC_OK)
+				return st;
+			n += kept;
+		}
 		uint8_t *sb = c->sendbuf.p;
 		memcpy(sb, bi, 4 * n);
 		memcpy(sb + 4 * n, bv, 4 * n);
@@ -112,16 +195,10 @@ static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 		uint64_t k = got / 8;
 		const uint32_t *ri = c->recvbuf.p;
 		const float *rv = (const float *)((const uint8_t *)c->recvbuf.p + 4 * k);
-		for (uint64_t j = 0; j < k; j++) {
-			if (ri[j] >= s->numel)
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "spardl: index %u from rank %d", ri[j],
-						       from);
-			s->W[ri[j]] += rv[j];
-		}
+		if ((st = add_bag(s, ri, rv, k, from)) != SC_OK)
+			return st;
 	}
-	*fn_p = take_block(s, w, bi, bv);
-	return SC_OK;
+	return take_block(s, w, bi, bv, fn_p);
 }
 
 /* Record: u32 tag, u32 n, idx[n], val[n]. */
@@ -161,6 +238,48 @@ static uint64_t recs_len(const uint8_t *buf, uint64_t used, uint32_t cnt)
 		off += 8 + 8 * (uint64_t)h[1];
 	}
 	return off;
+}
+
+/*
+ * Indexes the nrec records of a Bruck all-gather by tag: rec[tag] gets the tag's record,
+ * each tag exactly once, each record's indices strictly ascending inside block tag's range
+ * (by_tag) or else inside [lo, hi). *total_p: their entries.
+ */
+typedef struct rec {
+	uint64_t n;
+	const uint32_t *idx;
+	const float *val;
+} rec_t;
+
+static sc_status_t rec_index(const sd_t *s, const uint8_t *buf, uint64_t used, uint32_t nrec,
+			     int by_tag, uint64_t lo, uint64_t hi, rec_t *rec, uint64_t *total_p)
+{
+	uint64_t total = 0, off = 0;
+	for (uint32_t g = 0; g < nrec; g++)
+		rec[g].idx = NULL;
+	for (uint32_t j = 0; j < nrec; j++) {
+		uint32_t tag;
+		rec_t r;
+		if (rec_next(buf + off, used - off, &tag, &r.n, &r.idx, &r.val) != SC_OK ||
+		    tag >= nrec || rec[tag].idx)
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "spardl: all-gather record %u of %u malformed or "
+					       "repeated",
+					       j, nrec);
+		uint64_t rlo = by_tag ? blk_lo(s, tag) : lo, rhi = by_tag ? blk_lo(s, tag + 1) : hi;
+		for (uint64_t k = 0; k < r.n; k++)
+			if (r.idx[k] < rlo || r.idx[k] >= rhi || (k && r.idx[k] <= r.idx[k - 1]))
+				return scd_scheme_fail(SC_ERR_PROTOCOL,
+						       "spardl: record of member %u: index %u "
+						       "outside [%llu, %llu) or out of order",
+						       tag, r.idx[k], (unsigned long long)rlo,
+						       (unsigned long long)rhi);
+		rec[tag] = r;
+		total += r.n;
+		off += 8 + 8 * r.n;
+	}
+	*total_p = total;
+	return SC_OK;
 }
 
 /*
@@ -243,10 +362,8 @@ static sc_status_t rsag(sd_t *s, uint64_t *fn_p)
 		}
 		uint64_t kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 		/* 2 bit teams hold this same sum and discard the same values */
-		float share = 1.0f / (float)(2 * bit);
-		if (s->res)
-			for (uint64_t k = kept; k < m; k++)
-				s->res[mi[k]] += share * mv[k];
+		if ((st = discard(s, mi, mv, kept, m, 1.0f / (float)(2 * bit))) != SC_OK)
+			return st;
 		memcpy(fi, mi, 4 * kept);
 		memcpy(fv, mv, 4 * kept);
 		fn = kept;
@@ -275,60 +392,45 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	if (hk < 1)
 		hk = 1;
 	uint64_t kept = scd_scheme_topk_coo(fi, fv, fn, hk, c->hidx.p, c->hval.p);
-	if (s->res)
-		for (uint64_t j = kept; j < fn; j++)
-			s->res[fi[j]] += fv[j];
+	sc_status_t st = discard(s, fi, fv, kept, fn, 1.0f);
+	if (st != SC_OK)
+		return st;
 	int ranks[s->d];
 	for (uint32_t g = 0; g < s->d; g++)
 		ranks[g] = team_rank(s, g, s->w);
 	uint8_t *buf = c->recvbuf.p;
 	uint64_t used = rec_put(buf, s->t, fi, fv, kept);
-	sc_status_t st = bruck(c, ranks, s->d, s->t, buf, c->recvbuf.cap, &used);
-	if (st != SC_OK)
+	if ((st = bruck(c, ranks, s->d, s->t, buf, c->recvbuf.cap, &used)) != SC_OK)
 		return st;
-	/* sum in team order: records arrive as t, t+1, ...; find each team's record */
-	const uint8_t *rp[s->d];
-	memset(rp, 0, sizeof(rp));
-	for (uint64_t off = 0; off < used;) {
-		uint32_t tag;
-		uint64_t n;
-		const uint32_t *ri;
-		const float *rv;
-		if (rec_next(buf + off, used - off, &tag, &n, &ri, &rv) != SC_OK || tag >= s->d)
-			return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: bad B-SAG record");
-		rp[tag] = buf + off;
-		off += 8 + 8 * n;
-	}
-	uint64_t blo = blk_lo(s, s->w), bhi = blk_lo(s, s->w + 1);
+	/* the sum in team order: ((0 + r_0) + r_1) + ..., the bits of W[i] += r_g */
+	rec_t rec[s->d];
+	uint64_t m = 0, total;
+	if ((st = rec_index(s, buf, used, s->d, 0, blk_lo(s, s->w), blk_lo(s, s->w + 1), rec,
+			    &total)) != SC_OK)
+		return st;
+	uint32_t *ti = c->sidx.p;
+	float *tv = c->sval.p;
 	for (uint32_t g = 0; g < s->d; g++) {
-		uint32_t tag;
-		uint64_t n;
-		const uint32_t *ri;
-		const float *rv;
-		if (!rp[g] || rec_next(rp[g], used - (uint64_t)(rp[g] - buf), &tag, &n, &ri,
-				       &rv) != SC_OK)
-			return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: B-SAG lacks team %u",
-					       g);
-		for (uint64_t j = 0; j < n; j++) {
-			if (ri[j] < blo || ri[j] >= bhi)
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "spardl: B-SAG index %u outside block",
-						       ri[j]);
-			s->W[ri[j]] += rv[j];
-		}
+		scd_coo_t r = {(uint32_t *)rec[g].idx, (float *)rec[g].val, rec[g].n, rec[g].n};
+		m = scd_scheme_merge_two(mi, mv, m, &r, ti, tv);
+		memcpy(mi, ti, 4 * m);
+		memcpy(mv, tv, 4 * m);
 	}
-	uint64_t m = 0;
-	for (uint64_t i = blo; i < bhi; i++)
-		if (s->W[i] != 0) {
-			mi[m] = (uint32_t)i;
-			mv[m++] = s->W[i];
-			s->W[i] = 0;
+	uint64_t nz = 0;
+	for (uint64_t j = 0; j < m; j++)
+		if (mv[j] != 0) {
+			mi[nz] = mi[j];
+			mv[nz++] = mv[j];
 		}
+	m = nz;
 	kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
-	if (s->res)
+	if (s->res) {
+		if ((st = scd_res_reserve(c, m - kept)) != SC_OK)
+			return st;
 		for (uint64_t j = kept; j < m; j++)
 			if (mi[j] % s->d == s->t)
-				s->res[mi[j]] += mv[j];
+				scd_res_add(c, s->res, mi[j], mv[j]);
+	}
 	memcpy(fi, mi, 4 * kept);
 	memcpy(fv, mv, 4 * kept);
 	*fn_p = kept;
@@ -336,38 +438,93 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	return SC_OK;
 }
 
+/* The final blocks of the team (Bruck records in buf) into io->out (ascending: blocks in
+ * id order) when it fits, else into io->data. */
+static sc_status_t spardl_output(sd_t *s, scd_scheme_io_t *io, const uint8_t *buf,
+				 uint64_t used)
+{
+	scd_scheme_ctx_t *c = s->c;
+	rec_t *rec = c->xb.p;
+	uint64_t total;
+	sc_status_t st = rec_index(s, buf, used, s->Q, 1, 0, 0, rec, &total);
+	if (st != SC_OK)
+		return st;
+	int sparse = scd_scheme_sparse_out(io, total);
+	if (!sparse)
+		memset(io->data, 0, 4 * s->numel);
+	uint64_t w = 0;
+	for (uint32_t b = 0; b < s->Q; b++) {
+		uint64_t n = rec[b].n;
+		const uint32_t *ri = rec[b].idx;
+		const float *rv = rec[b].val;
+		if (sparse) {
+			memcpy(io->out->idx + w, ri, 4 * n);
+			memcpy(io->out->val + w, rv, 4 * n);
+			w += n;
+		} else {
+			for (uint64_t j = 0; j < n; j++)
+				io->data[ri[j]] = rv[j];
+		}
+	}
+	if (sparse) {
+		io->out->nnz = w;
+		c->res_ready = 1;
+	}
+	return SC_OK;
+}
+
 sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint32_t P = (uint32_t)c->size, me = (uint32_t)c->rank;
 	uint64_t numel = c->cfg.numel;
-	sc_status_t st =
-	    scd_scheme_meta(c, SCD_SCHEME_SPARDL, scd_scheme_local_nnz(c, io), NULL, 0);
+	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_SPARDL);
 	if (st != SC_OK)
 		return st;
 	uint64_t k = c->cfg.density > 0 ? scd_density_to_k(c->cfg.density, numel)
 					: (c->total_nnz + P - 1) / P;
 	if (k < 1)
 		k = 1;
-	sd_t s = {.c = c, .W = io->data, .res = io->residual, .numel = numel};
+	sd_t s = {.c = c, .res = io->residual, .numel = numel};
 	s.d = scd_scheme_spardl_teams(c, (double)k / (double)numel);
 	s.Q = P / s.d;
 	s.t = me / s.Q;
 	s.w = me % s.Q;
 	s.L = (k + s.Q - 1) / s.Q;
 	c->teams_used = s.d;
-	uint64_t maxblk = numel / s.Q + 2, rec = 8 + 8 * s.L;
+	uint64_t nl = c->local.nnz, rec = 8 + 8 * s.L;
 	uint64_t bag = (uint64_t)s.Q * s.L + 2 * s.L + 2;
+	uint64_t held = nl + bag, list = held > s.d * s.L ? held : s.d * s.L;
 	uint64_t msg = (uint64_t)(s.Q > s.d ? s.Q : s.d) * rec + 8 * bag;
-	if ((st = scd_ws_reserve(&c->aidx, 4 * (maxblk > bag ? maxblk : bag))) != SC_OK ||
-	    (st = scd_ws_reserve(&c->aval, 4 * (maxblk > bag ? maxblk : bag))) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hidx, 4 * (maxblk > bag ? maxblk : bag))) != SC_OK ||
-	    (st = scd_ws_reserve(&c->hval, 4 * (maxblk > bag ? maxblk : bag))) != SC_OK ||
+	uint64_t blocks = 2 * 8 * (uint64_t)s.Q + s.Q; /* boff, blen, held */
+	/* the contribution's blocks: slices of its (ascending) list, copied into the arena
+	 * first (the list may be lidx, which the bags use, or io->out's arrays) */
+	if ((st = scd_ws_reserve(&c->ridx, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->rval, 4 * list)) != SC_OK)
+		return st;
+	memcpy(c->ridx.p, c->local.idx, 4 * nl);
+	memcpy(c->rval.p, c->local.val, 4 * nl);
+	if ((st = scd_ws_reserve(&c->aidx, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->aval, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hidx, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->hval, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->sidx, 4 * list)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->sval, 4 * list)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->lidx, 4 * bag)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->lval, 4 * bag)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->sendbuf, msg)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->recvbuf, msg)) != SC_OK)
+	    (st = scd_ws_reserve(&c->recvbuf, msg)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->fscratch, blocks)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->xb, sizeof(rec_t) * (uint64_t)(s.Q + 1))) != SC_OK)
 		return st;
-	scd_scheme_densify(c, io);
+	s.boff = c->fscratch.p;
+	s.blen = s.boff + s.Q;
+	s.held = (uint8_t *)(s.blen + s.Q);
+	for (uint64_t b = 0, j = 0, e; b < s.Q; b++, j = e) {
+		e = scd_lower_bound(c->ridx.p, nl, blk_lo(&s, (uint32_t)b + 1));
+		s.boff[b] = j;
+		s.blen[b] = e - j;
+		s.held[b] = 1;
+	}
 	uint64_t fn = 0;
 	if ((st = srs(&s, &fn)) != SC_OK)
 		return st;
@@ -376,31 +533,13 @@ sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		if (st != SC_OK)
 			return st;
 	}
-	/* Bruck all-gather of the blocks inside the team; W is all zero here */
+	/* Bruck all-gather of the blocks inside the team */
 	int ranks[s.Q];
-	for (uint32_t j = 0; j < s.Q; j++)
-		ranks[j] = team_rank(&s, s.t, j);
+	for (uint32_t q = 0; q < s.Q; q++)
+		ranks[q] = team_rank(&s, s.t, q);
 	uint8_t *buf = c->recvbuf.p;
 	uint64_t used = rec_put(buf, s.w, c->lidx.p, c->lval.p, fn);
 	if ((st = bruck(c, ranks, s.Q, s.w, buf, c->recvbuf.cap, &used)) != SC_OK)
 		return st;
-	for (uint64_t off = 0; off < used;) {
-		uint32_t tag;
-		uint64_t n;
-		const uint32_t *ri;
-		const float *rv;
-		if (rec_next(buf + off, used - off, &tag, &n, &ri, &rv) != SC_OK || tag >= s.Q)
-			return scd_scheme_fail(SC_ERR_PROTOCOL,
-					       "spardl: bad all-gather record");
-		uint64_t lo = blk_lo(&s, tag), hi = blk_lo(&s, tag + 1);
-		for (uint64_t j = 0; j < n; j++) {
-			if (ri[j] < lo || ri[j] >= hi)
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "spardl: index %u outside block %u",
-						       ri[j], tag);
-			s.W[ri[j]] = rv[j];
-		}
-		off += 8 + 8 * n;
-	}
-	return SC_OK;
+	return spardl_output(&s, io, buf, used);
 }

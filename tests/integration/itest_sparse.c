@@ -20,8 +20,8 @@
  *   - auto: sc_tensor_stats names a real scheme, and the result is checked as above;
  *   - COO input takes the dense result at step 0 and a sparse one at step 1
  *     (sc_allreduce_coo_sparse_async): indices strictly ascending and in range, expanded
- *     and checked as above; it must come back sparse for lossless tensors with one
- *     trainer per node (the capacity is numel), dense with several or with a residual;
+ *     and checked as above; it must come back sparse with one trainer per node (the
+ *     capacity is numel; a residual is folded into the list), dense with several;
  *   - every trainer ends with the same bits (hash of every result, gathered at the end).
  * Failures are collected and the scenario fails at the end, naming case, scheme, element,
  * expected and observed values, so one run reports every broken scheme.
@@ -153,8 +153,9 @@ static void expand_sparse(sp_state_t *s, const sp_case_t *k, const char *scheme,
 			  const sc_tensor_t *t, float *x)
 {
 	size_t rn = sc_tensor_result_nnz(t);
-	/* dense by contract: several trainers per node, or a residual (lossy allowed) */
-	int dense = sc_local_size(c) > 1 || sc_tensor_residual(t);
+	/* dense by contract with several trainers per node; sparse with one, a residual
+	 * (lossy allowed, no sparsifier) included, since the case's union fits */
+	int dense = sc_local_size(c) > 1;
 	if (dense || rn == SC_RESULT_DENSE) {
 		if (dense != (rn == SC_RESULT_DENSE))
 			sp_failf(s, "%s %s: the result came back %s (%d trainer(s) per node, %s)",

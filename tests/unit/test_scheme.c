@@ -732,6 +732,107 @@ UNIT_TEST(scheme_steps_shared_state_and_mass)
 	steps_world(4, SCD_SCHEME_S2_SKETCH);
 }
 
+/* ---- lossy schemes on COO input with a residual kept sparse ----------------------------
+ * The daemon folds a COO tensor's residual into its list and asks the scheme where it
+ * adds residual (io->track_residual). Over three steps with error feedback, SparDL and
+ * ExDyna on that path must give the bits of the dense path (result and residual), the
+ * result as an ascending list, and name every index where the residual is non-zero. */
+
+typedef struct {
+	scd_scheme_t scheme;
+	uint32_t teams;
+	uint64_t seed;
+} coo_path_arg_t;
+
+static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	const coo_path_arg_t *a = arg;
+	const uint64_t n = 20000;
+	float *g = malloc(4 * n), *xd = malloc(4 * n), *rd = calloc(n, 4), *rc = calloc(n, 4),
+	      *xc = malloc(4 * n);
+	scd_coo_t in = {malloc(4 * n), malloc(4 * n), 0, n}, out = {malloc(4 * n), malloc(4 * n), 0, n};
+	uint8_t *seen = malloc(n);
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 11);
+	cfg.density = 0.02;
+	cfg.spardl_teams = a->teams;
+	scd_scheme_ctx_t *cd = NULL, *cc = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &cd), SC_OK);
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &cc), SC_OK);
+	for (int step = 0; step < 3; step++) {
+		spec_t sp = {.numel = n, .density = 0.05, .overlap = 0.5, .zipf = step & 1,
+			     .floats = 1, .seed = a->seed + (uint64_t)step};
+		gen_rank(&sp, rank, g);
+		/* dense path: the engine adds the residual (ExDyna's selection does it itself) */
+		memcpy(xd, g, 4 * n);
+		if (a->scheme != SCD_SCHEME_EXDYNA)
+			for (uint64_t i = 0; i < n; i++) {
+				xd[i] = g[i] + rd[i];
+				rd[i] = 0;
+			}
+		scd_scheme_io_t iod = {.data = xd, .residual = rd};
+		CHECK_MSG(scd_scheme_run(a->scheme, cd, &iod, NULL) == SC_OK, "rank %d: %s", rank,
+			  scd_scheme_error());
+		/* COO path: the residual folded into the list, as bufctx.c does */
+		in.nnz = 0;
+		for (uint64_t i = 0; i < n; i++)
+			if (g[i] != 0 || rc[i] != 0) {
+				float v = g[i] + rc[i];
+				rc[i] = 0;
+				if (v != 0) {
+					in.idx[in.nnz] = (uint32_t)i;
+					in.val[in.nnz++] = v;
+				}
+			}
+		memset(xc, 0x7f, 4 * n);
+		scd_scheme_io_t ioc = {
+		    .data = xc, .coo = &in, .residual = rc, .out = &out, .track_residual = 1};
+		CHECK_MSG(scd_scheme_run(a->scheme, cc, &ioc, NULL) == SC_OK, "rank %d: %s", rank,
+			  scd_scheme_error());
+		CHECK_MSG(out.nnz != SCD_RESULT_DENSE, "%s rank %d step %d: no sparse result",
+			  scd_scheme_name(a->scheme), rank, step);
+		memset(xc, 0, 4 * n);
+		for (uint64_t k = 0; k < out.nnz; k++) {
+			CHECK_MSG(out.idx[k] < n && (!k || out.idx[k] > out.idx[k - 1]),
+				  "%s rank %d step %d: result entry %llu out of order",
+				  scd_scheme_name(a->scheme), rank, step, (unsigned long long)k);
+			xc[out.idx[k]] = out.val[k];
+		}
+		CHECK_MSG(!memcmp(xc, xd, 4 * n), "%s P %d rank %d step %d: results differ",
+			  scd_scheme_name(a->scheme), P, rank, step);
+		CHECK_MSG(!memcmp(rc, rd, 4 * n), "%s P %d rank %d step %d: residuals differ",
+			  scd_scheme_name(a->scheme), P, rank, step);
+		const uint32_t *ai;
+		uint64_t an;
+		CHECK_MSG(scd_scheme_residual_added(cc, &ai, &an), "%s: residual not tracked",
+			  scd_scheme_name(a->scheme));
+		memset(seen, 0, n);
+		for (uint64_t k = 0; k < an; k++)
+			seen[ai[k]] = 1;
+		for (uint64_t i = 0; i < n; i++)
+			CHECK_MSG(rc[i] == 0 || seen[i],
+				  "%s P %d rank %d step %d: residual at %llu not reported",
+				  scd_scheme_name(a->scheme), P, rank, step, (unsigned long long)i);
+	}
+	scd_scheme_ctx_destroy(cd), scd_scheme_ctx_destroy(cc);
+	free(g), free(xd), free(rd), free(rc), free(xc), free(seen);
+	free(in.idx), free(in.val), free(out.idx), free(out.val);
+}
+
+UNIT_TEST(scheme_lossy_coo_residual_same_bits)
+{
+	static const struct {
+		scd_scheme_t s;
+		int P;
+		uint32_t teams;
+	} runs[] = {{SCD_SCHEME_SPARDL, 5, 1}, {SCD_SCHEME_SPARDL, 4, 2},
+		    {SCD_SCHEME_SPARDL, 6, 3}, {SCD_SCHEME_EXDYNA, 3, 0},
+		    {SCD_SCHEME_EXDYNA, 4, 0}};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		coo_path_arg_t a = {runs[i].s, runs[i].teams, unit_rng()};
+		run_world(runs[i].P, coo_path_rank, &a);
+	}
+}
+
 /* ---- S2: with many columns almost every value comes back exactly ---------------------------
  */
 
