@@ -47,6 +47,7 @@ typedef struct scd_bufctx {
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
 	 * may be non-zero, valid when rknown; the input with the residual folded in */
 	uint64_t *rbits;
+	uint64_t rcount; /* at least the bits set */
 	int rknown;
 	scd_coo_t fold;
 	uint64_t last_use;
@@ -274,19 +275,20 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
  */
 static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *res)
 {
-	uint64_t n = b->numel, nw = (n + 63) / 64, cnt = 0;
+	uint64_t n = b->numel, nw = (n + 63) / 64;
 	if (!b->rbits && !(b->rbits = calloc(nw, 8)))
 		return SC_ERR_NOMEM;
 	uint64_t *bits = b->rbits;
 	if (!b->rknown) {
 		memset(bits, 0, 8 * nw);
+		b->rcount = 0;
 		for (uint64_t i = 0; i < n; i++)
-			if (res[i] != 0)
+			if (res[i] != 0) {
 				bits[i / 64] |= 1ull << (i % 64);
+				b->rcount++;
+			}
 	}
-	for (uint64_t w = 0; w < nw; w++)
-		cnt += (uint64_t)__builtin_popcountll(bits[w]);
-	uint64_t need = in->nnz + cnt;
+	uint64_t need = in->nnz + b->rcount;
 	if (need > b->fold.cap) {
 		uint64_t cap = need + need / 4 + 1024;
 		uint32_t *fi = malloc(4 * cap);
@@ -329,6 +331,7 @@ static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *re
 	}
 	b->fold.nnz = m;
 	b->rknown = 1; /* all zero now: the scheme's additions are the next support */
+	b->rcount = 0;
 	return SC_OK;
 }
 
@@ -343,6 +346,7 @@ static void residual_support(scd_bufctx_t *b, int ok)
 	}
 	for (uint64_t k = 0; k < n; k++)
 		b->rbits[idx[k] / 64] |= 1ull << (idx[k] % 64);
+	b->rcount = n; /* an index may be listed twice: a bound */
 }
 
 /* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */

@@ -84,7 +84,7 @@ static sc_status_t discard(sd_t *s, const uint32_t *idx, const float *val, uint6
 	if (st != SC_OK)
 		return st;
 	for (uint64_t j = from; j < n; j++)
-		scd_res_add(s->c, s->res, idx[j], share == 1.0f ? val[j] : share * val[j]);
+		scd_res_add(s->c, s->res, idx[j], share * val[j]);
 	return SC_OK;
 }
 
