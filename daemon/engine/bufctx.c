@@ -41,7 +41,7 @@ typedef struct scd_bufctx {
 	uint32_t samples[SCD_SCHEME_COUNT];
 	int last_scheme;
 	double last_pred_s;
-	int natural; /* some tensor is declared naturally sparse */
+	int natural;	       /* some tensor is declared naturally sparse */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
 	scd_coo_t sel;	       /* selection workspace, capacity = largest item */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
@@ -161,8 +161,8 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 		const scd_job_item_t *it = &job->items[i];
 		if (it->numel > max_item)
 			max_item = it->numel;
-		if (it->sparsifier == SC_SPARSIFY_EXDYNA || it->sparsifier == SC_SPARSIFY_TOPK ||
-		    it->sparsifier == SC_SPARSIFY_DGC) {
+		if (it->sparsifier == SC_SPARSIFY_EXDYNA ||
+		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC) {
 			cfg.density = it->density;
 			hint = it->density;
 		} else if (it->sparsifier == SC_SPARSIFY_NATURAL ||
@@ -243,8 +243,8 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 		float *x = buf + it->offset;
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
-			sc_status_t st = scd_sparsify(b->sp[i], x, it->residual, it->numel,
-						      &b->sel, NULL);
+			sc_status_t st =
+			    scd_sparsify(b->sp[i], x, it->residual, it->numel, &b->sel, NULL);
 			if (st != SC_OK)
 				return st;
 			if (job->n_items == 1) {
@@ -352,7 +352,8 @@ static void residual_support(scd_bufctx_t *b, int ok)
 /* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */
 static int small_dense(const scd_job_t *job)
 {
-	if (job->coo_direct || job->pin >= 0 || job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
+	if (job->coo_direct || job->pin >= 0 ||
+	    job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
 		return 0;
 	for (int i = 0; i < job->n_items; i++)
 		if (job->items[i].sparsifier != SC_SPARSIFY_NONE || job->items[i].residual ||
@@ -485,8 +486,8 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_transport_t *t, float 
 		if (q == me)
 			continue;
 		sends[k] = (scd_xfer_t){q, buf, bytes};
-		recvs[k] = (scd_xfer_t){q, (char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES,
-					bytes};
+		recvs[k] = (scd_xfer_t){
+		    q, (char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES, bytes};
 		k++;
 	}
 	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, timeout_ms);
@@ -495,7 +496,8 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_transport_t *t, float 
 	memcpy((char *)tab->gather + (size_t)me * SCD_ONE_ROUND_BYTES, buf, bytes);
 	memcpy(buf, tab->gather, bytes);
 	for (int q = 1; q < P; q++) {
-		const float *x = (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES);
+		const float *x =
+		    (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES);
 		for (uint64_t i = 0; i < n; i++)
 			buf[i] += x[i];
 	}
@@ -510,7 +512,8 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		sc_status_t st =
 		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1
 			? one_round(tab, t, buf, job->total_numel, job->timeout_ms)
-			: scd_transport_allreduce_f32(t, buf, job->total_numel, job->timeout_ms);
+			: scd_transport_allreduce_f32(t, buf, job->total_numel,
+						      job->timeout_ms);
 		if (st != SC_OK)
 			snprintf(job->error, sizeof(job->error), "dense_ring: %s",
 				 scd_transport_error());
@@ -521,7 +524,8 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 	}
 	scd_bufctx_t *b = bufctx_get(tab, job, t, alpha_s, beta_s_per_byte, seed);
 	if (!b) {
-		snprintf(job->error, sizeof(job->error), "no memory for the buffer's scheme state");
+		snprintf(job->error, sizeof(job->error),
+			 "no memory for the buffer's scheme state");
 		return SC_ERR_NOMEM;
 	}
 	const scd_coo_t *sel = NULL;
@@ -558,13 +562,18 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			 scd_scheme_error());
 		return st;
 	}
+	scd_debug(SCD_SUB_ENGINE,
+		  "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds",
+		  (unsigned long long)b->sig, scd_scheme_name(s), rep.elapsed_s * 1e3,
+		  rep.xchg_s * 1e3, rep.rounds);
 	calibrate(b, &rep);
 	if ((int)s != b->last_scheme)
 		scd_info(SCD_SUB_ENGINE,
 			 "buffer %016llx (%llu elements): %s, predicted %.3f ms (density %.4f, "
 			 "densification %.2f)",
 			 (unsigned long long)b->sig, (unsigned long long)b->numel,
-			 scd_scheme_name(s), cost.seconds * 1e3, b->prof.density, b->prof.gamma_n);
+			 scd_scheme_name(s), cost.seconds * 1e3, b->prof.density,
+			 b->prof.gamma_n);
 	b->last_scheme = s;
 	b->last_pred_s = cost.seconds;
 	scd_scheme_profile_update(&b->prof, &rep);

@@ -15,9 +15,10 @@
  *                   teams d > 1: R-SAG eq. (7) (d a power of two) or B-SAG eq. (10) upper
  *                   bound.
  *   S2 sketch       ring allreduce of r c + ceil(U/B) floats (c default: gamma_n k).
- *   ExDyna          allgather of indices, each rank's count padded to the largest
- *                   (dynamic allocation keeps that within alpha = 1.05 of the mean, or skew
- *                   if smaller), then a ring allreduce of the k' = k selected values.
+ *   ExDyna          k is what a rank selected (ExDyna reports it as its non-zeros), the
+ *                   union K = P k (exclusive partitions): allgather of indices, the largest
+ *                   count within alpha = 1.05 of the mean by the dynamic partitioning (or
+ *                   the skew, if smaller), then a ring allreduce of the K values.
  */
 #include "model/cost.h"
 
@@ -171,8 +172,8 @@ static scd_cost_t cost_s2(const scd_cost_in_t *in, double k, double U)
 static scd_cost_t cost_exdyna(const scd_cost_in_t *in, double k)
 {
 	double P = in->P, imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
-	double gather = (P - 1) * imb * k / P * 4;
-	double reduce = 2 * (P - 1) / P * 4 * k;
+	double gather = (P - 1) * imb * k * 4;
+	double reduce = 2 * (P - 1) / P * 4 * (P * k);
 	return make(scd_ceil_log2(in->P) + 2 * (P - 1), gather + reduce, 0, in);
 }
 

@@ -45,6 +45,11 @@ sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)
 
 sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes)
 {
+	return scd_ws_reserve_keep(w, bytes, 0);
+}
+
+sc_status_t scd_ws_reserve_keep(scd_ws_t *w, size_t bytes, size_t keep)
+{
 	if (bytes <= w->cap)
 		return SC_OK;
 	/* geometric growth; the first reservation gets a quarter more than asked, since
@@ -59,6 +64,8 @@ sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes)
 	if (!p)
 		return scd_scheme_fail(SC_ERR_NOMEM, "cannot allocate %zu bytes", cap);
 	memset(p, 0, cap); /* pre-fault: the first touch of a page is slow */
+	if (keep)
+		memcpy(p, w->p, keep < w->cap ? keep : w->cap);
 	free(w->p);
 	w->p = p;
 	w->cap = cap;
@@ -141,12 +148,11 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 {
 	if (!c)
 		return;
-	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx, &c->lval,
-			  &c->sendbuf,	 &c->recvbuf,	&c->aidx, &c->aval,
-			  &c->bidx,	 &c->fscratch,	&c->hidx, &c->hval,
-			  &c->ridx,	 &c->rval,	&c->sidx, &c->sval,
-			  &c->xs,	 &c->xr,	&c->xb,	  &c->sendbuf2,
-			  &c->rtouch};
+	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx,  &c->lval, &c->sendbuf,
+			  &c->recvbuf,	 &c->aidx,	&c->aval,  &c->bidx, &c->fscratch,
+			  &c->hidx,	 &c->hval,	&c->ridx,  &c->rval, &c->sidx,
+			  &c->sval,	 &c->xs,	&c->xr,	   &c->xb,   &c->sendbuf2,
+			  &c->rtouch,	 &c->rq_idx,	&c->rq_val};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
@@ -198,6 +204,39 @@ uint64_t scd_scheme_ctx_digest(const scd_scheme_ctx_t *c)
 	return h;
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Writes up to max queued residual additions; returns whether some are left. */
+#define SCD_RES_SLICE 8192 /* random read-modify-writes: about a millisecond */
+static int res_write(scd_scheme_ctx_t *c, uint64_t max)
+{
+	float *res = c->rq_res;
+	if (!res) /* nothing is kept without a residual */
+		c->rq_done = c->rq_n;
+	const uint32_t *qi = c->rq_idx.p;
+	const float *qv = c->rq_val.p;
+	uint64_t end = c->rq_n - c->rq_done > max ? c->rq_done + max : c->rq_n;
+	uint32_t *touch = c->rtouch.p;
+	for (uint64_t j = c->rq_done; j < end; j++) {
+		uint32_t i = qi[j];
+		if (c->rtrack && res[i] == 0)
+			touch[c->n_rtouch++] = i;
+		res[i] += qv[j];
+	}
+	c->rq_done = end;
+	return end < c->rq_n;
+}
+
+static int res_work(void *arg)
+{
+	return res_write(arg, SCD_RES_SLICE);
+}
+
 /* ---- transport wrappers ------------------------------------------------------------------ */
 
 static sc_status_t xport_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *what)
@@ -212,7 +251,9 @@ sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	if (ns == 0 && nr == 0)
 		return SC_OK;
 	c->rounds++;
+	double t0 = now_s();
 	sc_status_t st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
+	c->xchg_s += now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
 
@@ -222,18 +263,28 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	if (ns == 0 && nr == 0)
 		return SC_OK;
 	c->rounds++;
-	sc_status_t st = scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
+	double t0 = now_s();
+	scd_xfer_work_t w = {res_work, c};
+	sc_status_t st =
+	    c->rq_done < c->rq_n
+		? scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, &w, c->cfg.timeout_ms)
+		: scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
+	c->xchg_s += now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
 
 sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
-			       const scd_xfer_t *r, int nr, size_t *rb, const scd_xfer_work_t *w)
+			       const scd_xfer_t *r, int nr, size_t *rb,
+			       const scd_xfer_work_t *w)
 {
 	sc_status_t st = SC_OK;
 	c->work_st = SC_OK;
+	res_write(c, UINT64_MAX); /* one work at a time: w's */
 	if (ns || nr) {
 		c->rounds++;
+		double t0 = now_s();
 		st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, w, c->cfg.timeout_ms);
+		c->xchg_s += now_s() - t0;
 		if (st != SC_OK)
 			return c->work_st != SC_OK ? c->work_st : xport_fail(c, st, "exchange");
 	}
@@ -258,7 +309,9 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 	if (c->size <= 1 || n == 0)
 		return SC_OK;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
+	double t0 = now_s();
 	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
+	c->xchg_s += now_s() - t0; /* the ring's own additions, pipelined with it, included */
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
 }
 
@@ -268,7 +321,8 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts)
 {
 	int P = c->size, me = c->rank;
-	size_t slot = META_HDR_BYTES + 8 * (size_t)(nparts > (uint32_t)P ? nparts : (uint32_t)P);
+	size_t slot =
+	    META_HDR_BYTES + 8 * (size_t)(nparts > (uint32_t)P ? nparts : (uint32_t)P);
 	if (nparts > (uint32_t)P * SCD_CHUNKS_MAX)
 		return scd_scheme_fail(SC_ERR_INVALID, "metadata of %u counts", nparts);
 	if ((uint64_t)P * nparts > c->parts_cap) {
@@ -327,7 +381,8 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 		if (c->nnz[q] > c->max_nnz)
 			c->max_nnz = c->nnz[q];
 		for (uint32_t p = 0; p < nparts; p++)
-			c->parts[(size_t)q * nparts + p] = scd_get64(r + META_HDR_BYTES + 8 * p);
+			c->parts[(size_t)q * nparts + p] =
+			    scd_get64(r + META_HDR_BYTES + 8 * p);
 	}
 	return SC_OK;
 }
@@ -388,21 +443,27 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 
 sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n)
 {
-	if (!c->rtrack || 4 * (c->n_rtouch + n) <= c->rtouch.cap)
-		return SC_OK;
-	scd_ws_t grown = {0};
-	sc_status_t st = scd_ws_reserve(&grown, 4 * (c->n_rtouch + n) + c->rtouch.cap);
+	sc_status_t st;
+	uint64_t need = c->rq_n + n;
+	if ((st = scd_ws_reserve_keep(&c->rq_idx, 4 * need, 4 * c->rq_n)) != SC_OK ||
+	    (st = scd_ws_reserve_keep(&c->rq_val, 4 * need, 4 * c->rq_n)) != SC_OK)
+		return st;
+	/* every entry written records at most one index */
+	return c->rtrack ? scd_ws_reserve_keep(&c->rtouch, 4 * need, 4 * c->n_rtouch) : SC_OK;
+}
+
+sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float *val,
+			  uint64_t n, float share)
+{
+	sc_status_t st = scd_res_reserve(c, n);
 	if (st != SC_OK)
 		return st;
-	if (c->n_rtouch)
-		memcpy(grown.p, c->rtouch.p, 4 * c->n_rtouch);
-	scd_ws_free(&c->rtouch);
-	c->rtouch = grown;
+	for (uint64_t j = 0; j < n; j++)
+		scd_res_push(c, idx[j], share * val[j]);
 	return SC_OK;
 }
 
-int scd_scheme_residual_added(const scd_scheme_ctx_t *c, const uint32_t **idx_p,
-			      uint64_t *n_p)
+int scd_scheme_residual_added(const scd_scheme_ctx_t *c, const uint32_t **idx_p, uint64_t *n_p)
 {
 	*idx_p = c->rtouch.p;
 	*n_p = c->n_rtouch;
@@ -611,13 +672,6 @@ int scd_scheme_parse(const char *name, scd_scheme_t *s_p)
 	return -1;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Statistics of a dense result, identical on every rank: non-zeros and range skew. A pass
  * over the whole buffer, so buffers over SCD_STATS_FULL_NUMEL elements are counted every
  * SCD_STATS_EVERY steps (the same steps on every rank) and report the last count between:
@@ -683,11 +737,14 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	scd_transport_counters_t k0, k1;
 	c->t->ops->counters(c->t, &k0);
 	c->rounds = 0;
+	c->xchg_s = 0;
 	c->imbalance = 0;
 	c->teams_used = 0;
 	c->res_ready = 0;
 	c->rtrack = c->rtouch_ok = io->track_residual && io->residual;
 	c->n_rtouch = 0;
+	c->rq_res = io->residual;
+	c->rq_n = c->rq_done = 0;
 	sc_status_t st = SC_OK;
 	if (io->out && !io->coo)
 		return scd_scheme_fail(SC_ERR_INVALID, "a sparse result needs COO input");
@@ -695,6 +752,7 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 		st = coo_check(io->coo, c->cfg.numel);
 	if (st == SC_OK && c->cfg.numel > 0)
 		st = scheme_fns[s](c, io);
+	res_write(c, UINT64_MAX); /* what no exchange overlapped, also after a failure */
 	if (st != SC_OK)
 		return st;
 	if (io->out && (st = sparse_result(c, io)) != SC_OK)
@@ -727,6 +785,7 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 		c->last_union = r.union_nnz;
 	c->step++;
 	r.elapsed_s = now_s() - t0;
+	r.xchg_s = c->xchg_s;
 	r.prev_elapsed_max_s = c->prev_elapsed_max_us * 1e-6;
 	c->last_elapsed_us = r.elapsed_s < 4000.0 ? (uint32_t)(r.elapsed_s * 1e6) : UINT32_MAX;
 	if (report_p)

@@ -33,14 +33,15 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 	for (int q = 0; q < P; q++) {
 		seg[q + 1] = seg[q] + c->nnz[q];
 		uint64_t lo, hi;
-		scd_exdyna_part_range(c->ex, scd_exdyna_part_of_rank(c->ex, (uint32_t)q), &lo, &hi);
+		scd_exdyna_part_range(c->ex, scd_exdyna_part_of_rank(c->ex, (uint32_t)q), &lo,
+				      &hi);
 		for (uint64_t j = seg[q]; j < seg[q + 1]; j++)
 			if (idx[j] < lo || idx[j] >= hi || (j > seg[q] && idx[j] <= idx[j - 1]))
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "exdyna: rank %d sent index %u outside its "
-						       "partition [%llu, %llu) or out of order",
-						       q, idx[j], (unsigned long long)lo,
-						       (unsigned long long)hi);
+				return scd_scheme_fail(
+				    SC_ERR_PROTOCOL,
+				    "exdyna: rank %d sent index %u outside its "
+				    "partition [%llu, %llu) or out of order",
+				    q, idx[j], (unsigned long long)lo, (unsigned long long)hi);
 	}
 	if (!scd_scheme_sparse_out(io, K)) {
 		memset(io->data, 0, 4 * numel);
@@ -86,19 +87,18 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, cap};
 	uint64_t count = 0;
 	if (io->coo) {
-		/* the list already holds the residual's non-zeros (the caller folded them in) */
+		/* the list already holds the residual's non-zeros (the caller folded them in)
+		 */
 		if ((st = scd_ws_reserve(&c->hidx, 4 * cap)) != SC_OK ||
 		    (st = scd_ws_reserve(&c->hval, 4 * cap)) != SC_OK)
 			return st;
 		scd_coo_t dis = {c->hidx.p, c->hval.p, 0, cap};
-		if ((st = c->dev->exdyna_select_coo(c->ex, io->coo, &sel, &dis, &count)) != SC_OK)
+		if ((st = c->dev->exdyna_select_coo(c->ex, io->coo, &sel, &dis, &count)) !=
+		    SC_OK)
 			return scd_scheme_fail(st, "exdyna: select");
-		if (io->residual) {
-			if ((st = scd_res_reserve(c, dis.nnz)) != SC_OK)
-				return st;
-			for (uint64_t j = 0; j < dis.nnz; j++)
-				scd_res_add(c, io->residual, dis.idx[j], dis.val[j]);
-		}
+		if (io->residual &&
+		    (st = scd_res_queue(c, dis.idx, dis.val, dis.nnz, 1.0f)) != SC_OK)
+			return st;
 	} else {
 		c->rtouch_ok = 0; /* the residual is written over the whole tensor */
 		if ((st = c->dev->exdyna_select(c->ex, io->data, io->residual, &sel, &count)) !=

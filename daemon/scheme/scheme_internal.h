@@ -43,6 +43,8 @@ typedef struct scd_ws {
 } scd_ws_t;
 
 sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes);
+/* The same, keeping the first keep bytes' contents when it grows. */
+sc_status_t scd_ws_reserve_keep(scd_ws_t *w, size_t bytes, size_t keep);
 void scd_ws_free(scd_ws_t *w);
 
 /* SparDL's state that lives across steps (Algorithm 2's h controller). */
@@ -75,6 +77,7 @@ struct scd_scheme_ctx {
 	size_t *rbytes;		   /* [2P] */
 	scd_ws_t xs, xr, xb;	   /* longer lists (streamed chunks) */
 	uint32_t rounds;
+	double xchg_s;	     /* this run's time inside exchanges */
 	sc_status_t work_st; /* the failure of work overlapped with an exchange */
 
 	/* shared workspaces */
@@ -104,21 +107,33 @@ struct scd_scheme_ctx {
 	scd_ws_t rtouch;
 	uint64_t n_rtouch;
 	int rtrack, rtouch_ok;
+	/* residual additions queued this run (rq_idx/rq_val), the first rq_done written */
+	float *rq_res;
+	scd_ws_t rq_idx, rq_val;
+	uint64_t rq_n, rq_done;
 	/* S2 */
 	uint64_t last_union;
 	uint32_t teams_used;
 	double imbalance;
 };
 
-/* Makes room for n more tracked residual indices (no-op when not tracking). */
+/*
+ * A lossy scheme's residual additions (residual[i] += v for what a selection discarded)
+ * are queued, not written at once: they are random accesses into a tensor-sized array,
+ * about as slow per value as the wire, and need not be done before anything is sent. The
+ * queue is written, in the order it was filled (so the sums have the bits of immediate
+ * writes), while the scheme's next scd_scheme_xchg_v waits on the network, and whatever
+ * is left when the scheme returns. scd_res_reserve makes room for n more entries, which
+ * scd_res_push then appends; scd_res_queue is both for a list, each value times share.
+ */
 sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n);
-/* residual[i] += v, recording i when tracked (after scd_res_reserve for the batch). */
-static inline void scd_res_add(scd_scheme_ctx_t *c, float *residual, uint32_t i, float v)
+static inline void scd_res_push(scd_scheme_ctx_t *c, uint32_t i, float v)
 {
-	if (c->rtrack && residual[i] == 0)
-		((uint32_t *)c->rtouch.p)[c->n_rtouch++] = i;
-	residual[i] += v;
+	((uint32_t *)c->rq_idx.p)[c->rq_n] = i;
+	((float *)c->rq_val.p)[c->rq_n++] = v;
 }
+sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float *val,
+			  uint64_t n, float share);
 
 /* Records an error message for scd_scheme_error() and logs it; returns st. */
 sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)
@@ -133,7 +148,8 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n);
 /* exchange_v with w's work overlapped (transport.h), then what is left of the work. The
  * work reports its failures through scd_scheme_work_fail, which this returns as is. */
 sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
-			       const scd_xfer_t *r, int nr, size_t *rb, const scd_xfer_work_t *w);
+			       const scd_xfer_t *r, int nr, size_t *rb,
+			       const scd_xfer_work_t *w);
 /* scd_scheme_fail for overlapped work: also remembers st for scd_scheme_xchg_vw. */
 sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -249,8 +265,8 @@ static inline uint64_t scd_lower_bound(const uint32_t *a, uint64_t n, uint64_t v
 
 /* Decodes a message onto the end of list (whose arrays must have room for what the
  * message's receive capacity allows, see scd_scheme_msg_bytes); *added_p: its entries. */
-sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel, scd_coo_t *list,
-				  uint64_t *added_p);
+sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel,
+				  scd_coo_t *list, uint64_t *added_p);
 
 /* The schemes. */
 sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *io);

@@ -80,12 +80,7 @@ static sc_status_t discard(sd_t *s, const uint32_t *idx, const float *val, uint6
 {
 	if (!s->res || from >= n)
 		return SC_OK;
-	sc_status_t st = scd_res_reserve(s->c, n - from);
-	if (st != SC_OK)
-		return st;
-	for (uint64_t j = from; j < n; j++)
-		scd_res_add(s->c, s->res, idx[j], share * val[j]);
-	return SC_OK;
+	return scd_res_queue(s->c, idx + from, val + from, n - from, share);
 }
 
 /* Takes block b: its top-L non-zeros are appended to (oi, ov) (index order), the rest go
@@ -155,7 +150,8 @@ static sc_status_t add_bag(sd_t *s, const uint32_t *ri, const float *rv, uint64_
 		const float *ov = (const float *)c->rval.p + s->boff[b];
 		scd_coo_t seg = {(uint32_t *)ri + seg_lo[b], (float *)rv + seg_lo[b],
 				 seg_hi[b] - seg_lo[b], 0};
-		uint64_t n = scd_scheme_merge_two(oi, ov, s->blen[b], &seg, ni + used, nv + used);
+		uint64_t n =
+		    scd_scheme_merge_two(oi, ov, s->blen[b], &seg, ni + used, nv + used);
 		s->boff[b] = used;
 		s->blen[b] = n;
 		used += n;
@@ -179,7 +175,8 @@ static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 		uint64_t n = 0;
 		for (uint32_t j = 0; j < bsz; j++) {
 			uint64_t kept;
-			if ((st = take_block(s, (w + dist + j) % Q, bi + n, bv + n, &kept)) != SC_OK)
+			if ((st = take_block(s, (w + dist + j) % Q, bi + n, bv + n, &kept)) !=
+			    SC_OK)
 				return st;
 			n += kept;
 		}
@@ -252,7 +249,8 @@ typedef struct rec {
 } rec_t;
 
 static sc_status_t rec_index(const sd_t *s, const uint8_t *buf, uint64_t used, uint32_t nrec,
-			     int by_tag, uint64_t lo, uint64_t hi, rec_t *rec, uint64_t *total_p)
+			     int by_tag, uint64_t lo, uint64_t hi, rec_t *rec,
+			     uint64_t *total_p)
 {
 	uint64_t total = 0, off = 0;
 	for (uint32_t g = 0; g < nrec; g++)
@@ -262,13 +260,16 @@ static sc_status_t rec_index(const sd_t *s, const uint8_t *buf, uint64_t used, u
 		rec_t r;
 		if (rec_next(buf + off, used - off, &tag, &r.n, &r.idx, &r.val) != SC_OK ||
 		    tag >= nrec || rec[tag].idx)
-			return scd_scheme_fail(SC_ERR_PROTOCOL,
-					       "spardl: all-gather record %u of %u malformed or "
-					       "repeated",
-					       j, nrec);
-		uint64_t rlo = by_tag ? blk_lo(s, tag) : lo, rhi = by_tag ? blk_lo(s, tag + 1) : hi;
+			return scd_scheme_fail(
+			    SC_ERR_PROTOCOL,
+			    "spardl: all-gather record %u of %u malformed or "
+			    "repeated",
+			    j, nrec);
+		uint64_t rlo = by_tag ? blk_lo(s, tag) : lo,
+			 rhi = by_tag ? blk_lo(s, tag + 1) : hi;
 		for (uint64_t k = 0; k < r.n; k++)
-			if (r.idx[k] < rlo || r.idx[k] >= rhi || (k && r.idx[k] <= r.idx[k - 1]))
+			if (r.idx[k] < rlo || r.idx[k] >= rhi ||
+			    (k && r.idx[k] <= r.idx[k - 1]))
 				return scd_scheme_fail(SC_ERR_PROTOCOL,
 						       "spardl: record of member %u: index %u "
 						       "outside [%llu, %llu) or out of order",
@@ -429,7 +430,7 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 			return st;
 		for (uint64_t j = kept; j < m; j++)
 			if (mi[j] % s->d == s->t)
-				scd_res_add(c, s->res, mi[j], mv[j]);
+				scd_res_push(c, mi[j], mv[j]);
 	}
 	memcpy(fi, mi, 4 * kept);
 	memcpy(fv, mv, 4 * kept);

@@ -98,11 +98,15 @@ UNIT_TEST(core_cost_schemes_by_hand)
 	in = base();
 	c = scd_cost_scheme(SCD_SCHEME_S2_SKETCH, &in);
 	CHECK_NEAR(c.bytes, 1.5 * 4 * (20000 + 3907), 1e-6);
-	/* ExDyna, skew 1: gather 3 * 2500 * 4 = 30000, reduce 1.5 * 4 * 1e4 = 60000; rounds 2 +
-	 * 6 */
+	/* ExDyna, skew 1, k = 1e4 selected per rank: gather 3 * 1e4 * 4 = 120000, reduce of the
+	 * union's 4e4 values 1.5 * 4 * 4e4 = 240000; rounds 2 + 6. Skew 3 counts as ExDyna's
+	 * own bound on the imbalance, 1.05, on the gather. */
 	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 90000, 1e-6);
+	CHECK_NEAR(c.bytes, 360000, 1e-6);
 	CHECK_NEAR(c.rounds, 8, 0);
+	in.skew = 3;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 120000 * 1.05 + 240000, 1e-6);
 }
 
 /* ZEN Fig. 17a's crossing: a COO pull equals a hash-bitmap pull at density 1/32. */
