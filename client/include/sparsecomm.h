@@ -234,6 +234,8 @@ typedef struct sc_tensor_stats {
 	char scheme[32];		     /* scheme of the last call */
 	double predicted_s, measured_s;	     /* cost model vs wall time, last call */
 	double density, densification, imbalance; /* last call */
+	double exchange_s; /* of measured_s, inside the scheme's exchanges (on the wire or
+			      waiting for peers); the rest is this node's own work */
 } sc_tensor_stats_t;
 
 /* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */

@@ -374,7 +374,10 @@ SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
 SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
 				   sc_tensor_stats_t *stats_p)
 {
-	if (!client || !tensor || !stats_p || stats_p->struct_size != sizeof(*stats_p))
+	/* struct_size: this header's, or an older one's (which ended before exchange_s) */
+	size_t size = stats_p ? stats_p->struct_size : 0;
+	if (!client || !tensor || size < offsetof(sc_tensor_stats_t, exchange_s) ||
+	    size > sizeof(*stats_p))
 		return scl_error(SC_ERR_INVALID,
 				 "sc_tensor_stats: NULL argument or struct_size not set");
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
@@ -391,7 +394,7 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 			const Sparsecomm__TensorStats *ts = reply->stats->tensors[i];
 			if (!ts->name || strcmp(ts->name, tensor->name))
 				continue;
-			sc_tensor_stats_t s = {.struct_size = sizeof(s)};
+			sc_tensor_stats_t s = {.struct_size = (uint32_t)size};
 			s.calls = ts->calls;
 			s.errors = ts->errors;
 			s.bytes_sent = ts->bytes_sent;
@@ -403,7 +406,8 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 			s.density = ts->density;
 			s.densification = ts->densification;
 			s.imbalance = ts->imbalance;
-			*stats_p = s;
+			s.exchange_s = ts->exchange_s;
+			memcpy(stats_p, &s, size);
 			st = SC_OK;
 			break;
 		}

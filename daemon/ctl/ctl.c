@@ -553,6 +553,7 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 		ts->density = nt->stats.density;
 		ts->densification = nt->stats.densification;
 		ts->imbalance = nt->stats.imbalance;
+		ts->exchange_s = nt->stats.exchange_s;
 		r.tensors[r.n_tensors++] = ts;
 	}
 	r.cycles = ctl->d->stats_cycles;

@@ -37,6 +37,7 @@ typedef struct scd_tensor_stats {
 	double time_s;
 	char scheme[32];
 	double predicted_s, measured_s, density, densification, imbalance;
+	double exchange_s; /* of measured_s, inside the scheme's exchanges */
 } scd_tensor_stats_t;
 
 typedef struct scd_reg {

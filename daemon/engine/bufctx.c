@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "device/select.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define SCD_BUFCTX_MAX 256
@@ -508,7 +509,8 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
 			    uint64_t seed)
 {
-	if (small_dense(job)) {
+	if (small_dense(job)) { /* all of it an exchange */
+		double t0 = scd_now_s();
 		sc_status_t st =
 		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1
 			? one_round(tab, t, buf, job->total_numel, job->timeout_ms)
@@ -520,6 +522,7 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		job->scheme = SCD_SCHEME_DENSE_RING;
 		job->predicted_s = 0;
 		job->density = job->gamma = job->imbalance = 1;
+		job->exchange_s = scd_now_s() - t0;
 		return st;
 	}
 	scd_bufctx_t *b = bufctx_get(tab, job, t, alpha_s, beta_s_per_byte, seed);
@@ -582,5 +585,6 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 	job->density = rep.density;
 	job->gamma = rep.gamma;
 	job->imbalance = rep.imbalance;
+	job->exchange_s = rep.xchg_s;
 	return SC_OK;
 }

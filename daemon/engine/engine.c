@@ -7,6 +7,7 @@
  */
 #include "engine/engine.h"
 
+#include "util/clock.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "device/reduce.h"
 #include "engine/bufctx.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
@@ -36,13 +38,6 @@ struct scd_engine {
 	void *fusion;
 	uint64_t fusion_cap_bytes, fusion_want_bytes;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Maps and pre-faults the fusion buffer; never called on the per-step path except after a
  * runtime change of fusion_threshold_bytes. */
@@ -155,8 +150,10 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, void *buf)
 {
 	double P = e->d->world_size;
 	double bytes = (double)job->total_numel * (double)sc_dtype_size(job->dtype);
+	double t0 = scd_now_s();
 	sc_status_t st = scd_transport_allreduce(e->transport, buf, job->total_numel,
 						 (sc_dtype_t)job->dtype, job->timeout_ms);
+	job->exchange_s = scd_now_s() - t0; /* all of it */
 	if (st != SC_OK)
 		snprintf(job->error, sizeof(job->error), "dense_ring (%s): %s",
 			 sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
@@ -355,7 +352,7 @@ static void *engine_main(void *arg)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->mu);
 
-		double t0 = now_s();
+		double t0 = scd_now_s();
 		job->status = SC_OK;
 		if (job->kind == SCD_JOB_MESH)
 			run_mesh(e, job);
@@ -365,7 +362,7 @@ static void *engine_main(void *arg)
 			job->status = SC_ERR_PEER;
 		else
 			run_allreduce(e, job);
-		job->time_s = now_s() - t0;
+		job->time_s = scd_now_s() - t0;
 
 		pthread_mutex_lock(&e->mu);
 		job->next = NULL;

@@ -90,6 +90,7 @@ typedef struct scd_job {
 	uint64_t bytes_sent, bytes_recv;
 	int scheme; /* the scheme that ran */
 	double predicted_s, density, gamma, imbalance;
+	double exchange_s; /* of the scheme's time, inside exchanges */
 	struct scd_job *next;
 } scd_job_t;
 

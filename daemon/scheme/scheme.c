@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 
 #define META_MAGIC     0x314d4353u /* "SCM1" */
@@ -204,13 +205,6 @@ uint64_t scd_scheme_ctx_digest(const scd_scheme_ctx_t *c)
 	return h;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Writes up to max queued residual additions; returns whether some are left. */
 #define SCD_RES_SLICE 8192 /* random read-modify-writes: about a millisecond */
 static int res_write(scd_scheme_ctx_t *c, uint64_t max)
@@ -251,9 +245,9 @@ sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	if (ns == 0 && nr == 0)
 		return SC_OK;
 	c->rounds++;
-	double t0 = now_s();
+	double t0 = scd_now_s();
 	sc_status_t st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
-	c->xchg_s += now_s() - t0;
+	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
 
@@ -263,13 +257,13 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	if (ns == 0 && nr == 0)
 		return SC_OK;
 	c->rounds++;
-	double t0 = now_s();
+	double t0 = scd_now_s();
 	scd_xfer_work_t w = {res_work, c};
 	sc_status_t st =
 	    c->rq_done < c->rq_n
 		? scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, &w, c->cfg.timeout_ms)
 		: scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
-	c->xchg_s += now_s() - t0;
+	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
 
@@ -282,9 +276,9 @@ sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	res_write(c, UINT64_MAX); /* one work at a time: w's */
 	if (ns || nr) {
 		c->rounds++;
-		double t0 = now_s();
+		double t0 = scd_now_s();
 		st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, w, c->cfg.timeout_ms);
-		c->xchg_s += now_s() - t0;
+		c->xchg_s += scd_now_s() - t0;
 		if (st != SC_OK)
 			return c->work_st != SC_OK ? c->work_st : xport_fail(c, st, "exchange");
 	}
@@ -309,9 +303,9 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 	if (c->size <= 1 || n == 0)
 		return SC_OK;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
-	double t0 = now_s();
+	double t0 = scd_now_s();
 	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
-	c->xchg_s += now_s() - t0; /* the ring's own additions, pipelined with it, included */
+	c->xchg_s += scd_now_s() - t0; /* the ring's own additions, pipelined with it, included */
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
 }
 
@@ -733,7 +727,7 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	if ((unsigned)s >= SCD_SCHEME_COUNT || !c || !io || !io->data)
 		return scd_scheme_fail(SC_ERR_INVALID, "bad scheme run arguments");
 	scheme_err[0] = 0;
-	double t0 = now_s();
+	double t0 = scd_now_s();
 	scd_transport_counters_t k0, k1;
 	c->t->ops->counters(c->t, &k0);
 	c->rounds = 0;
@@ -784,7 +778,7 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	if (s != SCD_SCHEME_S2_SKETCH)
 		c->last_union = r.union_nnz;
 	c->step++;
-	r.elapsed_s = now_s() - t0;
+	r.elapsed_s = scd_now_s() - t0;
 	r.xchg_s = c->xchg_s;
 	r.prev_elapsed_max_s = c->prev_elapsed_max_us * 1e-6;
 	c->last_elapsed_us = r.elapsed_s < 4000.0 ? (uint32_t)(r.elapsed_s * 1e6) : UINT32_MAX;

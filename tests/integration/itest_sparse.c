@@ -18,6 +18,8 @@
  *     sum of inputs == result + sum of residual changes (mass conservation), exactly for
  *     the lossless schemes and ExDyna/SparDL (small integers), to float rounding for S2;
  *   - auto: sc_tensor_stats names a real scheme, and the result is checked as above;
+ *   - sc_tensor_stats: the time inside exchanges is within the measured time (and not 0
+ *     with peers); a struct_size from before exchange_s is served, nothing written past;
  *   - COO input takes the dense result at step 0 and a sparse one at step 1
  *     (sc_allreduce_coo_sparse_async): indices strictly ascending and in range, expanded
  *     and checked as above; it must come back sparse with one trainer per node (the
@@ -244,6 +246,29 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		else if (!is_auto && strcmp(ran, scheme))
 			sp_failf(s, "%s %s step %d: pinned %s but the daemon ran %s", k->label,
 				 scheme, step, scheme, ran);
+		/* the time inside exchanges is part of the measured time, and there is some
+		 * whenever there are peers to exchange with */
+		if (!(ts.exchange_s >= 0 && ts.exchange_s <= ts.measured_s) ||
+		    (s->P > 1 && !(ts.exchange_s > 0)))
+			sp_failf(s, "%s %s step %d: %.6f s inside exchanges of %.6f s measured",
+				 k->label, scheme, step, ts.exchange_s, ts.measured_s);
+		if (step == 0) { /* a caller built with the header before exchange_s */
+			sc_tensor_stats_t os;
+			size_t old = offsetof(sc_tensor_stats_t, exchange_s);
+			memset(&os, 0xa5, sizeof(os));
+			os.struct_size = (uint32_t)old;
+			IT_CHECK_SC(sc_tensor_stats(c, t, &os), "stats of %s, older struct_size",
+				    sc_tensor_name(t));
+			const unsigned char *tail = (const unsigned char *)&os + old;
+			for (size_t b = 0; b < sizeof(os) - old; b++)
+				if (tail[b] != 0xa5)
+					sp_failf(s, "sc_tensor_stats wrote past struct_size %zu", old);
+			if (os.calls != ts.calls || strcmp(os.scheme, ts.scheme))
+				sp_failf(s, "sc_tensor_stats, older struct_size: calls %llu, scheme "
+					    "'%s' (full: %llu, '%s')",
+					 (unsigned long long)os.calls, os.scheme,
+					 (unsigned long long)ts.calls, ts.scheme);
+		}
 		/* exact for everything but the sketch (its estimate is not integer) */
 		int exact = strcmp(ran, "s2_sketch") != 0;
 		double maxref = 1;
