@@ -28,8 +28,11 @@
  *     with err_i != 0 for lossless schemes, max |err_i| / max |input| for lossy ones;
  *   - every rank's result must hash the same (else the run fails: "ranks_identical").
  *
- * bound_s = alpha + y beta: y the most bytes one rank sent or received per step (every
- * node has its own shaped link, both directions), beta = 1 / goodput (link rate x 0.952,
+ * bound_s = alpha + y beta: y the most bytes one rank sent or received in a step (every
+ * node has its own shaped link, both directions; the mean over the timed steps of the
+ * busiest rank's bytes, which is the step's critical path even when the load moves from
+ * rank to rank between steps, as ExDyna's rotating partitions move it; never less than
+ * the busiest rank's mean), beta = 1 / goodput (link rate x 0.952,
  * TCP/IP over Ethernet framing), alpha the median time of a one-element allreduce through
  * the daemons (a whole operation's fixed cost: negotiation, metadata round, completion).
  * busbw follows nccl-tests for allreduce: (4 numel / time) x 2(P-1)/P.
@@ -76,6 +79,7 @@ typedef struct run_result {
 	char chosen[32]; /* what the daemon ran (sc_tensor_stats) */
 	int lossless, has_residual, failed;
 	double time_s, bound_s, busbw, predicted_s, measured_s;
+	double step_bytes; /* mean over steps of the busiest rank's max(sent, recv) */
 	double work_s; /* last call, slowest rank: measured_s outside the exchanges */
 	double bytes_sent, bytes_recv; /* per step, max over ranks */
 	double wrong;		       /* count, or relative error (lossy) */
@@ -497,7 +501,8 @@ enum {
 static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_result_t *r)
 {
 	sess_t s;
-	int K = o->iters, slots = K + SL_COUNT;
+	/* slots: K step times, SL_COUNT values, K step bytes (max(sent, recv)) */
+	int K = o->iters, slots = 2 * K + SL_COUNT;
 	bool coo = wl_is_coo(o->wl.kind), lossy = is_lossy_name(scheme);
 	bool is_auto = !strcmp(scheme, "auto");
 	char name[96];
@@ -540,7 +545,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 	double maxin = 0;
 	size_t nnz = 0;
 	uint64_t step = 0;
-	sc_tensor_stats_t s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
+	sc_tensor_stats_t s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)},
+			  sp = {.struct_size = sizeof(sp)};
 	int warmup = is_auto ? o->auto_warmup : o->warmup;
 	for (int i = -warmup; i < K; i++, step++) {
 		if (i == 0 && sc_tensor_stats(s.c, t, &s0) != SC_OK)
@@ -557,8 +563,18 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 				 (unsigned long long)step, sc_status_name(st), sc_last_error());
 			goto fail;
 		}
-		if (i >= 0)
+		if (i >= 0) {
 			mine[i] = (float)dt;
+			/* this step's bytes (stats after the timing, before the next step) */
+			sc_tensor_stats_t sn = {.struct_size = sizeof(sn)};
+			if (sc_tensor_stats(s.c, t, &sn) != SC_OK)
+				goto stfail;
+			const sc_tensor_stats_t *prev = i ? &sp : &s0;
+			mine[K + SL_COUNT + i] =
+			    (float)fmax((double)(sn.bytes_sent - prev->bytes_sent),
+					(double)(sn.bytes_received - prev->bytes_received));
+			sp = sn;
+		}
 	}
 	if (sc_tensor_stats(s.c, t, &s1) != SC_OK)
 		goto stfail;
@@ -669,6 +685,14 @@ gathered:
 	for (int i = 0; i < K; i++) {
 		times[i] = 0;
 		for (int q = 0; q < s.P; q++)
+			times[i] = fmax(times[i], all[(size_t)q * slots + K + SL_COUNT + i]);
+	}
+	r->step_bytes = 0;
+	for (int i = 0; i < K; i++)
+		r->step_bytes += times[i] / K;
+	for (int i = 0; i < K; i++) {
+		times[i] = 0;
+		for (int q = 0; q < s.P; q++)
 			times[i] = fmax(times[i], all[(size_t)q * slots + i]);
 	}
 	r->time_s = bench_median(times, K);
@@ -771,7 +795,7 @@ static void run_peers(const coll_opts_t *o, int P, peer_result_t *pr)
 
 static void finish_result(const coll_opts_t *o, int P, double alpha, run_result_t *r)
 {
-	double bytes = 4.0 * (double)o->wl.numel, y = fmax(r->bytes_sent, r->bytes_recv);
+	double bytes = 4.0 * (double)o->wl.numel, y = r->step_bytes;
 	r->busbw = r->time_s > 0 ? bytes / r->time_s * 2.0 * (P - 1) / P : 0;
 	r->bound_s = o->goodput > 0 ? alpha + y / o->goodput : 0;
 	if (!strcmp(r->chosen, "balanced_par") && r->density > 0)
@@ -829,6 +853,7 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 			fprintf(f, ",\"wrong\":%.6g", r->wrong);
 		fprintf(f, ",\"time_s\":%.6f,\"bytes_sent\":%.0f,\"bytes_recv\":%.0f",
 			r->time_s, r->bytes_sent, r->bytes_recv);
+		fprintf(f, ",\"step_bytes_max\":%.0f", r->step_bytes);
 		num_or_null(f, "bound_s", r->bound_s, "%.6f");
 		num_or_null(f, "time_over_bound", r->bound_s > 0 ? r->time_s / r->bound_s : 0,
 			    "%.4f");
@@ -884,8 +909,8 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 		printf("# inputs: d_G %.4g, gamma %.3g, pairwise overlap %.3g, skew %.3g\n",
 		       sh->density, sh->gamma, sh->overlap, sh->skew);
 	if (o->goodput > 0)
-		printf("# bound = alpha + max(sent, recv) / goodput; alpha %.3f ms (1-element "
-		       "allreduce), goodput %.1f MB/s\n",
+		printf("# bound = alpha + the busiest rank's max(sent, recv) in a step / goodput; "
+		       "alpha %.3f ms (1-element allreduce), goodput %.1f MB/s\n",
 		       alpha * 1e3, o->goodput / 1e6);
 	printf("# work = the last step's time outside the scheme's exchanges, slowest rank\n");
 	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %10s %10s\n", "scheme", "ran",

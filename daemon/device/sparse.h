@@ -56,6 +56,11 @@ static inline uint64_t scd_seed_derive(uint64_t seed, uint64_t i)
 	return scd_fmix64(seed + 0x9e3779b97f4a7c15ULL * (i + 1));
 }
 
+/* How far ahead a walk over scattered indices of a tensor-sized array (a residual) asks
+ * for their cache lines (__builtin_prefetch): enough misses in flight to cover the
+ * latency, few enough to stay in the line fill buffers. */
+#define SCD_PREFETCH_AHEAD 16
+
 /* The key that orders floats by magnitude: |x|'s bit pattern as an unsigned integer.
  * For every non-NaN x, |a| < |b| iff key(a) < key(b); NaNs rank above infinity. */
 static inline uint32_t scd_abs_key(float x)

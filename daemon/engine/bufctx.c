@@ -274,6 +274,17 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
  * residual densely, or the first, the residual is scanned once instead. Entries that
  * sum to zero are left out.
  */
+static inline void prefetch_next_bit(const uint64_t *bits, uint64_t nw, uint64_t *w,
+				     uint64_t *cur, const float *res)
+{
+	while (!*cur && ++*w < nw)
+		*cur = bits[*w];
+	if (*cur) {
+		__builtin_prefetch(res + *w * 64 + (uint64_t)__builtin_ctzll(*cur), 1);
+		*cur &= *cur - 1;
+	}
+}
+
 static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *res)
 {
 	uint64_t n = b->numel, nw = (n + 63) / 64;
@@ -303,6 +314,11 @@ static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *re
 	}
 	uint32_t *oi = b->fold.idx;
 	float *ov = b->fold.val;
+	/* a second walk SCD_PREFETCH_AHEAD set bits ahead asks for the residual's lines early
+	 */
+	uint64_t aw = 0, acur = nw ? bits[0] : 0;
+	for (int a = 0; a < SCD_PREFETCH_AHEAD; a++)
+		prefetch_next_bit(bits, nw, &aw, &acur, res);
 	uint64_t j = 0, m = 0, w = 0, cur = nw ? bits[0] : 0;
 	if (nw)
 		bits[0] = 0;
@@ -322,6 +338,7 @@ static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *re
 		} else {
 			i = (uint32_t)r;
 			cur &= cur - 1;
+			prefetch_next_bit(bits, nw, &aw, &acur, res);
 			v = j < in->nnz && in->idx[j] == r ? in->val[j++] + res[i] : res[i];
 			res[i] = 0;
 		}

@@ -218,6 +218,8 @@ static int res_write(scd_scheme_ctx_t *c, uint64_t max)
 	uint32_t *touch = c->rtouch.p;
 	for (uint64_t j = c->rq_done; j < end; j++) {
 		uint32_t i = qi[j];
+		if (j + SCD_PREFETCH_AHEAD < c->rq_n) /* scattered lines: ask for them early */
+			__builtin_prefetch(res + qi[j + SCD_PREFETCH_AHEAD], 1);
 		if (c->rtrack && res[i] == 0)
 			touch[c->n_rtouch++] = i;
 		res[i] += qv[j];
@@ -305,7 +307,8 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
 	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
-	c->xchg_s += scd_now_s() - t0; /* the ring's own additions, pipelined with it, included */
+	c->xchg_s +=
+	    scd_now_s() - t0; /* the ring's own additions, pipelined with it, included */
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
 }
 
@@ -593,28 +596,51 @@ static sc_status_t coo_check(const scd_coo_t *coo, uint64_t numel)
 /* ---- deterministic top-k --------------------------------------------------------------------
  */
 
-/* The k-th largest magnitude key (k >= 1, k <= n) by 8-bit radix select. */
-static uint32_t kth_key(const float *val, uint64_t n, uint64_t k)
+/* Picks, from the top, the bucket of hist[nb] holding the remaining-th largest key; moves
+ * the buckets above it from *remaining into *gt. */
+static uint32_t kth_bucket(const uint64_t *hist, uint32_t nb, uint64_t *remaining, uint64_t *gt)
 {
-	uint32_t prefix = 0, mask = 0;
-	uint64_t remaining = k;
-	for (int shift = 24; shift >= 0; shift -= 8) {
-		uint64_t hist[256] = {0};
-		for (uint64_t i = 0; i < n; i++) {
-			uint32_t key = scd_abs_key(val[i]);
-			if ((key & mask) == prefix)
-				hist[(key >> shift) & 255]++;
-		}
-		for (int b = 255; b >= 0; b--) {
-			if (remaining <= hist[b]) {
-				prefix |= (uint32_t)b << shift;
-				mask |= 255u << shift;
-				break;
-			}
-			remaining -= hist[b];
-		}
+	uint32_t b = nb - 1;
+	for (; b > 0 && *remaining > hist[b]; b--) {
+		*remaining -= hist[b];
+		*gt += hist[b];
 	}
-	return prefix;
+	return b;
+}
+
+/*
+ * The k-th largest magnitude key (1 <= k <= n) and how many keys are larger (*gt_p): a
+ * radix select whose first digit is the key's top 11 bits (the exponent and 3 mantissa
+ * bits, where magnitudes spread out), then two 10-bit digits over the boundary bucket's
+ * keys only, copied once into keys (scratch of n). Three passes over val.
+ */
+static uint32_t kth_key(const float *val, uint64_t n, uint64_t k, uint32_t *keys,
+			uint64_t *gt_p)
+{
+	uint64_t hist[2048] = {0}, remaining = k, gt = 0;
+	for (uint64_t i = 0; i < n; i++)
+		hist[scd_abs_key(val[i]) >> 20]++;
+	uint32_t hi = kth_bucket(hist, 2048, &remaining, &gt), T = hi << 20;
+	uint64_t m = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t key = scd_abs_key(val[i]);
+		if (key >> 20 == hi)
+			keys[m++] = key;
+	}
+	for (int shift = 10; shift >= 0; shift -= 10) {
+		memset(hist, 0, 1024 * sizeof(hist[0]));
+		for (uint64_t i = 0; i < m; i++)
+			hist[(keys[i] >> shift) & 1023]++;
+		uint32_t d = kth_bucket(hist, 1024, &remaining, &gt);
+		T |= d << shift;
+		uint64_t w = 0;
+		for (uint64_t i = 0; i < m; i++)
+			if (((keys[i] >> shift) & 1023) == d)
+				keys[w++] = keys[i];
+		m = w;
+	}
+	*gt_p = gt;
+	return T;
 }
 
 uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
@@ -622,11 +648,8 @@ uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 {
 	if (k >= n)
 		return n;
-	uint32_t T = k ? kth_key(val, n, k) : UINT32_MAX;
 	uint64_t gt = 0;
-	if (k)
-		for (uint64_t i = 0; i < n; i++)
-			gt += scd_abs_key(val[i]) > T;
+	uint32_t T = k ? kth_key(val, n, k, tmp_idx, &gt) : UINT32_MAX;
 	uint64_t ties = k > gt ? k - gt : 0, w = 0, r = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t key = scd_abs_key(val[i]);

@@ -192,6 +192,34 @@ for s in agsparse hier_central balanced_par; do
 	run_case "sparse streamed n=4 $s" 4 1 300 0 4 -- "$itest" sparse --numel 2097169 --scheme "$s"
 done
 
+# The collective benchmark's JSON (tests/integration/bench_json.py): every field of each
+# result, 0 wrong, identical ranks, and a bound that follows from the bytes it reports.
+bench_case() {
+	name=$1 schemes=$2
+	shift 2
+	selected "$name" || return 0
+	json=$tmp/collective.json
+	rm -f "$json"
+	t0=$(date +%s)
+	timeout -k 10 300 "$launcher" -n 3 --timeout 240 -- "$bin/sparsecomm-bench" collective \
+		--numel 262144 --density 0.01 --scheme "$schemes" --warmup 2 --iters 3 --check \
+		--rate 1gbit --json-out "$json" "$@" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	if [ "$rc" -eq 0 ] && python3 "$root/tests/integration/bench_json.py" "$json" \
+		"$schemes" >"$tmp/why" 2>&1; then
+		echo "ok    $name (${dt} s)"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: benchmark exited with $rc (${dt} s)"
+		sed 's/^/      | /' "$tmp/why" 2>/dev/null | head -n 20
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zipf --sparse-result
+bench_case "bench collective topk n=3" hier_central,balanced_par,spardl --workload topk
+
 # sparsectl while a job runs.
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl

@@ -928,3 +928,55 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 	memcpy(buf + 8 + 8 + 8, &back, 4);
 	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
 }
+
+/* scd_scheme_topk_coo against a reference selection (keys descending, ties to the lower
+ * index): values drawn to crowd one exponent (a deep boundary bucket), with many ties,
+ * zeros and both signs, for k from 0 to n. */
+static int topk_ref_cmp(const void *a, const void *b)
+{
+	const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+UNIT_TEST(scheme_topk_coo_matches_reference)
+{
+	enum { N = 5000 };
+	static uint32_t idx[N], tidx[N], ref_idx[N];
+	static float val[N], tval[N], orig[N];
+	static uint64_t order[N];
+	for (int round = 0; round < 40; round++) {
+		uint64_t n = 1 + unit_rng() % N, k = unit_rng() % (n + 2);
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t r = unit_rng();
+			float v = (r & 7) == 0	 ? 0.0f
+				  : (r & 7) == 1 ? (float)((r >> 8) % 5) /* ties */
+						 : 1.0f + (float)((r >> 8) % 100000) * 1e-6f;
+			orig[i] = (r >> 40) & 1 ? -v : v;
+		}
+		/* reference: key descending, index ascending, the first k; then index order */
+		for (uint64_t i = 0; i < n; i++)
+			order[i] = ((uint64_t)(0x7fffffffu - scd_abs_key(orig[i])) << 32) | i;
+		qsort(order, n, sizeof(order[0]), topk_ref_cmp);
+		uint64_t kk = k < n ? k : n, nref = 0;
+		static uint8_t chosen[N];
+		memset(chosen, 0, n);
+		for (uint64_t j = 0; j < kk; j++)
+			chosen[order[j] & 0xffffffffu] = 1;
+		for (uint64_t i = 0; i < n; i++)
+			if (chosen[i])
+				ref_idx[nref++] = (uint32_t)(3 * i);
+		for (uint64_t i = 0; i < n; i++)
+			idx[i] = (uint32_t)(3 * i), val[i] = orig[i];
+		uint64_t kept = scd_scheme_topk_coo(idx, val, n, k, tidx, tval);
+		CHECK_MSG(kept == kk, "n %llu k %llu: kept %llu", (unsigned long long)n,
+			  (unsigned long long)k, (unsigned long long)kept);
+		CHECK_MSG(!memcmp(idx, ref_idx, 4 * kk), "n %llu k %llu: a different selection",
+			  (unsigned long long)n, (unsigned long long)k);
+		/* kept and discarded: each in index order, together every entry once */
+		for (uint64_t i = 0; i < n; i++) {
+			CHECK_TRUE(val[i] == orig[idx[i] / 3]);
+			if (i && i != kept)
+				CHECK_TRUE(idx[i] > idx[i - 1]);
+		}
+	}
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""bench_json.py FILE SCHEMES: checks the JSON that `sparsecomm-bench collective
+--json-out FILE --check` wrote for the comma-separated SCHEMES (in order, "auto" allowed):
+one result per scheme with every field of the contract, 0 wrong, identical ranks, bytes
+and bound consistent with each other. Prints what is wrong and exits 1, or exits 0."""
+import json
+import math
+import sys
+
+KNOWN = {"dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce", "spardl",
+         "s2_sketch", "exdyna"}
+FIELDS = ("scheme", "chosen", "lossless", "wrong", "time_s", "bytes_sent", "bytes_recv",
+          "step_bytes_max", "bound_s", "busbw", "predicted_s", "measured_s", "work_s",
+          "ranks_identical", "failed")
+
+
+def check(doc, schemes):
+    errs = []
+    res = doc.get("results")
+    if not isinstance(res, list) or [r.get("scheme") for r in res] != schemes:
+        return ["results: %r, expected one per scheme of %r" %
+                ([r.get("scheme") for r in res or []], schemes)]
+    rate = doc["goodput_bytes_per_s"]
+    for r in res:
+        name = r["scheme"]
+        missing = [f for f in FIELDS if f not in r]
+        if missing:
+            errs.append("%s: no %s" % (name, ", ".join(missing)))
+            continue
+        if r["failed"] or r["wrong"] != 0 or r["ranks_identical"] is not True:
+            errs.append("%s: failed %s, wrong %s, ranks identical %s" %
+                        (name, r["failed"], r["wrong"], r["ranks_identical"]))
+        if r["chosen"] not in KNOWN or (name != "auto" and r["chosen"] != name):
+            errs.append("%s: ran %r" % (name, r["chosen"]))
+        if r["lossless"] != (r["chosen"] in KNOWN - {"spardl", "s2_sketch", "exdyna"}):
+            errs.append("%s: lossless %s for %s" % (name, r["lossless"], r["chosen"]))
+        if not (r["time_s"] > 0 and r["bytes_sent"] > 0 and r["bytes_recv"] > 0):
+            errs.append("%s: time %s, bytes %s/%s" %
+                        (name, r["time_s"], r["bytes_sent"], r["bytes_recv"]))
+        # the mean over steps of the busiest rank's bytes is at least any rank's mean
+        # (rounding of the per-step float slots aside)
+        if not r["step_bytes_max"] >= 0.999 * max(r["bytes_sent"], r["bytes_recv"]):
+            errs.append("%s: step_bytes_max %s below the per-rank bytes %s/%s" %
+                        (name, r["step_bytes_max"], r["bytes_sent"], r["bytes_recv"]))
+        want = doc["alpha_s"] + r["step_bytes_max"] / rate
+        if not math.isclose(r["bound_s"], want, rel_tol=1e-3, abs_tol=2e-6):
+            errs.append("%s: bound_s %s, alpha + step bytes / goodput = %s" %
+                        (name, r["bound_s"], want))
+        if not (r["work_s"] is None or 0 <= r["work_s"] <= r["measured_s"] + 1e-6):
+            errs.append("%s: work_s %s outside [0, measured %s]" %
+                        (name, r["work_s"], r["measured_s"]))
+    if "auto" in schemes and doc.get("selected") not in KNOWN:
+        errs.append("selected: %r" % doc.get("selected"))
+    return errs
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__.strip())
+        return 2
+    try:
+        with open(sys.argv[1]) as f:
+            doc = json.load(f)
+        errs = check(doc, sys.argv[2].split(","))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        errs = ["%s: %s: %s" % (sys.argv[1], type(e).__name__, e)]
+    for e in errs:
+        print(e)
+    return 1 if errs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
