@@ -320,7 +320,7 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 	int P = c->size, me = c->rank;
 	size_t slot =
 	    META_HDR_BYTES + 8 * (size_t)(nparts > (uint32_t)P ? nparts : (uint32_t)P);
-	if (nparts > (uint32_t)P * SCD_CHUNKS_MAX)
+	if (nparts > (uint32_t)P * SCD_CHUNKS_MAX && nparts > SCD_META_HIST_MAX)
 		return scd_scheme_fail(SC_ERR_INVALID, "metadata of %u counts", nparts);
 	if ((uint64_t)P * nparts > c->parts_cap) {
 		uint64_t *np = realloc(c->parts, (size_t)P * nparts * sizeof(uint64_t));

@@ -149,8 +149,9 @@ typedef struct scd_scheme_report {
 	double density;			 /* (same) d_G = total_nnz / (P numel) */
 	double gamma;			 /* (same) union_nnz / (total_nnz / P), ZEN gamma_G^n */
 	double skew;		   /* (same) max/mean result non-zeros over P even ranges */
-	double imbalance;	   /* (same) max/mean load over servers (BP, OmniReduce)
-				      or over ranks' contributions (the others) */
+	double imbalance;	   /* (same) max/mean load over servers (BP, OmniReduce),
+				      over blocks (SparDL) or over ranks' contributions
+				      (the others) */
 	double elapsed_s;	   /* this rank's wall time in scd_scheme_run */
 	double xchg_s;		   /* of it, inside exchanges (waiting on, or moving, bytes) */
 	double prev_elapsed_max_s; /* (same) the slowest rank's wall time in the previous

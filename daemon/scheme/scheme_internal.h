@@ -157,8 +157,10 @@ sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char
 /*
  * The metadata round: sends (scheme, numel, step, nnz, parts[nparts]) to every peer and
  * receives theirs; fills c->nnz, c->total_nnz, c->max_nnz, c->parts and c->nparts
- * (nparts <= P x SCD_CHUNKS_MAX: per partition, or per partition and chunk).
+ * (nparts <= P x SCD_CHUNKS_MAX: per partition, or per partition and chunk; or up to
+ * SCD_META_HIST_MAX: a histogram of the indices).
  */
+#define SCD_META_HIST_MAX 1024
 sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts);
 

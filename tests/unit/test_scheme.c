@@ -980,3 +980,59 @@ UNIT_TEST(scheme_topk_coo_matches_reference)
 		}
 	}
 }
+
+/* SparDL's blocks hold about equal loads on skewed input: Zipf-distributed indices crowd
+ * the low end, where equal-size blocks would give the first block most of the non-zeros
+ * (and its member most of the selection work); the report's imbalance is the blocks'. */
+typedef struct sd_arg {
+	spec_t sp;
+	scd_scheme_report_t *reps; /* [rank] */
+} sd_arg_t;
+
+static void spardl_blocks_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	sd_arg_t *a = arg;
+	uint64_t n = a->sp.numel;
+	float *g = malloc(4 * n);
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 7);
+	cfg.density = 0.01;
+	cfg.spardl_teams = 1;
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	gen_rank(&a->sp, rank, g);
+	scd_scheme_io_t io = {.data = g};
+	CHECK_MSG(scd_scheme_run(SCD_SCHEME_SPARDL, ctx, &io, &a->reps[rank]) == SC_OK,
+		  "rank %d: %s", rank, scd_scheme_error());
+	scd_scheme_ctx_destroy(ctx);
+	free(g);
+}
+
+UNIT_TEST(scheme_spardl_blocks_balance_skewed_load)
+{
+	enum { P = 4 };
+	sd_arg_t a = {.sp = {.numel = 1 << 18, .density = 0.05, .overlap = 0.3, .zipf = 1,
+			     .seed = unit_rng()}};
+	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
+	run_world(P, spardl_blocks_rank, &a);
+	/* what P equal-size blocks would hold (d = 1 team: Q = P blocks) */
+	float *g = malloc(4 * a.sp.numel);
+	uint64_t load[P] = {0}, total = 0, maxload = 0;
+	for (int r = 0; r < P; r++) {
+		gen_rank(&a.sp, r, g);
+		for (uint64_t i = 0; i < a.sp.numel; i++)
+			if (g[i] != 0)
+				load[i * P / a.sp.numel]++, total++;
+	}
+	for (int b = 0; b < P; b++)
+		maxload = load[b] > maxload ? load[b] : maxload;
+	double equal = (double)maxload * P / (double)total;
+	printf("    P %d zipf: block imbalance %.3f (equal-size blocks: %.3f), teams %u\n", P,
+	       a.reps[0].imbalance, equal, a.reps[0].teams);
+	CHECK_MSG(a.reps[0].teams == 1, "teams %u", a.reps[0].teams);
+	CHECK_MSG(equal > 2, "the input is not skewed enough to tell: %.3f", equal);
+	for (int r = 0; r < P; r++)
+		CHECK_MSG(a.reps[r].imbalance < 1.2 && a.reps[r].imbalance == a.reps[0].imbalance,
+			  "rank %d: block imbalance %.3f", r, a.reps[r].imbalance);
+	free(g);
+	munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
+}
