@@ -547,24 +547,31 @@ UNIT_TEST(scheme_spardl_exact_at_full_density)
 
 /* ---- Balanced Parallelism's bytes against ZEN eq. (1) with hash-bitmap pull -------------- */
 
-typedef struct bytes_arg {
+/* One scheme run twice (the second run is the steady state) on gen_rank's input, every
+ * rank's report kept. */
+typedef struct report_arg {
 	spec_t sp;
+	scd_scheme_t scheme;
+	double density;		   /* cfg.density (0: the default) */
+	uint32_t teams;		   /* cfg.spardl_teams */
 	scd_scheme_report_t *reps; /* [rank] */
-} bytes_arg_t;
+} report_arg_t;
 
-static void bytes_rank(scd_transport_t *t, int rank, int P, void *arg)
+static void report_rank(scd_transport_t *t, int rank, int P, void *arg)
 {
-	bytes_arg_t *a = arg;
+	report_arg_t *a = arg;
 	uint64_t n = a->sp.numel;
 	float *g = malloc(4 * n);
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 99);
+	if (a->density > 0)
+		cfg.density = a->density;
+	cfg.spardl_teams = a->teams;
 	scd_scheme_ctx_t *ctx = NULL;
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
-	for (int step = 0; step < 2; step++) { /* the second run is the steady state */
+	for (int step = 0; step < 2; step++) {
 		gen_rank(&a->sp, rank, g);
 		scd_scheme_io_t io = {.data = g};
-		sc_status_t st =
-		    scd_scheme_run(SCD_SCHEME_BALANCED_PAR, ctx, &io, &a->reps[rank]);
+		sc_status_t st = scd_scheme_run(a->scheme, ctx, &io, &a->reps[rank]);
 		CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_scheme_error());
 	}
 	scd_scheme_ctx_destroy(ctx);
@@ -573,13 +580,14 @@ static void bytes_rank(scd_transport_t *t, int rank, int P, void *arg)
 
 static void bytes_world(int P, double density, double overlap, int zipf)
 {
-	bytes_arg_t a = {.sp = {.numel = 1 << 18,
+	report_arg_t a = {.scheme = SCD_SCHEME_BALANCED_PAR,
+			  .sp = {.numel = 1 << 18,
 				.density = density,
 				.overlap = overlap,
 				.zipf = zipf,
 				.seed = unit_rng()}};
 	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
-	run_world(P, bytes_rank, &a);
+	run_world(P, report_rank, &a);
 	const scd_scheme_report_t *r0 = &a.reps[0];
 	double U = (double)a.sp.numel, k = (double)r0->total_nnz / P,
 	       un = (double)r0->union_nnz;
@@ -984,36 +992,16 @@ UNIT_TEST(scheme_topk_coo_matches_reference)
 /* SparDL's blocks hold about equal loads on skewed input: Zipf-distributed indices crowd
  * the low end, where equal-size blocks would give the first block most of the non-zeros
  * (and its member most of the selection work); the report's imbalance is the blocks'. */
-typedef struct sd_arg {
-	spec_t sp;
-	scd_scheme_report_t *reps; /* [rank] */
-} sd_arg_t;
-
-static void spardl_blocks_rank(scd_transport_t *t, int rank, int P, void *arg)
-{
-	sd_arg_t *a = arg;
-	uint64_t n = a->sp.numel;
-	float *g = malloc(4 * n);
-	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 7);
-	cfg.density = 0.01;
-	cfg.spardl_teams = 1;
-	scd_scheme_ctx_t *ctx = NULL;
-	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
-	gen_rank(&a->sp, rank, g);
-	scd_scheme_io_t io = {.data = g};
-	CHECK_MSG(scd_scheme_run(SCD_SCHEME_SPARDL, ctx, &io, &a->reps[rank]) == SC_OK,
-		  "rank %d: %s", rank, scd_scheme_error());
-	scd_scheme_ctx_destroy(ctx);
-	free(g);
-}
-
 UNIT_TEST(scheme_spardl_blocks_balance_skewed_load)
 {
 	enum { P = 4 };
-	sd_arg_t a = {.sp = {.numel = 1 << 18, .density = 0.05, .overlap = 0.3, .zipf = 1,
-			     .seed = unit_rng()}};
+	report_arg_t a = {.scheme = SCD_SCHEME_SPARDL,
+			  .density = 0.01,
+			  .teams = 1,
+			  .sp = {.numel = 1 << 18, .density = 0.05, .overlap = 0.3, .zipf = 1,
+				 .seed = unit_rng()}};
 	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
-	run_world(P, spardl_blocks_rank, &a);
+	run_world(P, report_rank, &a);
 	/* what P equal-size blocks would hold (d = 1 team: Q = P blocks) */
 	float *g = malloc(4 * a.sp.numel);
 	uint64_t load[P] = {0}, total = 0, maxload = 0;
