@@ -265,15 +265,7 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 	return SC_OK;
 }
 
-/*
- * A single trainer's COO input with a residual (lossy schemes allowed, no sparsifier):
- * the residual's non-zeros are folded into the list (input + residual, the bits of the
- * dense x[i] += residual[i]) and zeroed, so the scheme sees one ascending list and no
- * pass over the tensor is needed. Where the residual may be non-zero is a bitmap the
- * previous step's scheme filled (scd_scheme_residual_added); after a step that wrote the
- * residual densely, or the first, the residual is scanned once instead. Entries that
- * sum to zero are left out.
- */
+/* Advances a walk over the set bits of bits[nw] and prefetches res at the bit found. */
 static inline void prefetch_next_bit(const uint64_t *bits, uint64_t nw, uint64_t *w,
 				     uint64_t *cur, const float *res)
 {
@@ -285,6 +277,15 @@ static inline void prefetch_next_bit(const uint64_t *bits, uint64_t nw, uint64_t
 	}
 }
 
+/*
+ * A single trainer's COO input with a residual (lossy schemes allowed, no sparsifier):
+ * the residual's non-zeros are folded into the list (input + residual, the bits of the
+ * dense x[i] += residual[i]) and zeroed, so the scheme sees one ascending list and no
+ * pass over the tensor is needed. Where the residual may be non-zero is a bitmap the
+ * previous step's scheme filled (scd_scheme_residual_added); after a step that wrote the
+ * residual densely, or the first, the residual is scanned once instead. Entries that
+ * sum to zero are left out.
+ */
 static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *res)
 {
 	uint64_t n = b->numel, nw = (n + 63) / 64;
@@ -314,8 +315,7 @@ static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *re
 	}
 	uint32_t *oi = b->fold.idx;
 	float *ov = b->fold.val;
-	/* a second walk SCD_PREFETCH_AHEAD set bits ahead asks for the residual's lines early
-	 */
+	/* a second walk, SCD_PREFETCH_AHEAD bits ahead, asks for the residual's lines */
 	uint64_t aw = 0, acur = nw ? bits[0] : 0;
 	for (int a = 0; a < SCD_PREFETCH_AHEAD; a++)
 		prefetch_next_bit(bits, nw, &aw, &acur, res);

@@ -16,9 +16,12 @@
  *                   bound.
  *   S2 sketch       ring allreduce of r c + ceil(U/B) floats (c default: gamma_n k).
  *   ExDyna          k is what a rank selected (ExDyna reports it as its non-zeros), the
- *                   union K = P k (exclusive partitions): allgather of indices, the largest
- *                   count within alpha = 1.05 of the mean by the dynamic partitioning (or
- *                   the skew, if smaller), then a ring allreduce of the K values.
+ *                   union K = P k (exclusive partitions): allgather of indices, the
+ *                   largest count the measured imbalance times the mean (before any
+ *                   measurement: alpha = 1.05, the dynamic partitioning's target, or the
+ *                   skew if smaller; block-granular partitions cannot balance an index
+ *                   distribution as skewed as Zipf's, whose hottest block alone can hold
+ *                   most of the load), then a ring allreduce of the K values.
  */
 #include "model/cost.h"
 
@@ -172,6 +175,8 @@ static scd_cost_t cost_s2(const scd_cost_in_t *in, double k, double U)
 static scd_cost_t cost_exdyna(const scd_cost_in_t *in, double k)
 {
 	double P = in->P, imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
+	if (in->imbalance >= 1)
+		imb = in->imbalance;
 	double gather = (P - 1) * imb * k * 4;
 	double reduce = 2 * (P - 1) / P * 4 * (P * k);
 	return make(scd_ceil_log2(in->P) + 2 * (P - 1), gather + reduce, 0, in);

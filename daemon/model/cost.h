@@ -41,6 +41,7 @@ typedef struct scd_cost_in {
 	double density; /* d_G per rank */
 	double gamma_n; /* gamma_G^n in [1, P] */
 	double skew;	/* >= 1 */
+	double imbalance; /* ExDyna: measured max / mean selection over ranks (0: unknown) */
 	double alpha_s; /* latency per message round, seconds */
 	double beta_s_per_byte;
 	scd_format_t format;	  /* sparse message format (COO, bitmap, hash bitmap) */

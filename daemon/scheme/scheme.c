@@ -307,8 +307,8 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
 	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
-	c->xchg_s +=
-	    scd_now_s() - t0; /* the ring's own additions, pipelined with it, included */
+	/* the ring's own additions, pipelined with its transfers, count as exchange time */
+	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
 }
 

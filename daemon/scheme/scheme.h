@@ -182,7 +182,8 @@ typedef struct scd_scheme_profile {
 	double density; /* d_G */
 	double gamma_n; /* gamma_G^n */
 	double skew;
-	uint64_t steps; /* reports folded in */
+	double ex_imbalance; /* ExDyna's max / mean selection over ranks (0: not yet run) */
+	uint64_t steps;	     /* reports folded in */
 } scd_scheme_profile_t;
 
 /* Starts a profile from a hint (the tensor's declared density; 1 for dense tensors). */

@@ -38,6 +38,10 @@ void scd_scheme_profile_update(scd_scheme_profile_t *pf, const scd_scheme_report
 		pf->gamma_n = (1 - w) * g + w * r->gamma;
 		pf->skew = (1 - w) * pf->skew + w * r->skew;
 	}
+	if (r->scheme == SCD_SCHEME_EXDYNA)
+		pf->ex_imbalance = pf->ex_imbalance > 0
+				       ? 0.5 * pf->ex_imbalance + 0.5 * r->imbalance
+				       : r->imbalance;
 	pf->steps++;
 }
 
@@ -55,6 +59,7 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .density = pf->density > 1 ? 1 : pf->density,
 			       .gamma_n = g,
 			       .skew = pf->skew > 1 ? pf->skew : 1,
+			       .imbalance = pf->ex_imbalance,
 			       .alpha_s = alpha_s,
 			       .beta_s_per_byte = beta_s_per_byte,
 			       .format = SCD_FMT_COO,

@@ -107,6 +107,10 @@ UNIT_TEST(core_cost_schemes_by_hand)
 	in.skew = 3;
 	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
 	CHECK_NEAR(c.bytes, 120000 * 1.05 + 240000, 1e-6);
+	/* a measured imbalance replaces the assumption: the heaviest rank's indices */
+	in.imbalance = 3.5;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 120000 * 3.5 + 240000, 1e-6);
 }
 
 /* ZEN Fig. 17a's crossing: a COO pull equals a hash-bitmap pull at density 1/32. */
