@@ -3,10 +3,11 @@
  *
  * Each trainer runs build/bin/sparsectl (or $SPARSECTL) on its own node's socket while
  * its client is connected: `status --json` must describe this node and this trainer,
- * `stats --json` must list the tensors the job reduced with calls > 0, `pending --json`
- * must show a tensor some rank holds back, and `config set cycle_time_ms` issued on one
- * node (the coordinator's, then a non-coordinator's) must be visible through
- * `config get` on every node's socket. Invalid settings must be refused.
+ * `stats --json` must list the tensors the job reduced with calls > 0 (and the time inside
+ * exchanges within the measured time), `pending --json` must show a tensor some rank
+ * holds back, and `config set cycle_time_ms` issued on one node (the coordinator's, then a
+ * non-coordinator's) must be visible through `config get` on every node's socket. Invalid
+ * settings must be refused.
  */
 #include "itest.h"
 
@@ -178,6 +179,12 @@ static void check_stats(const char *sock, const char *const *names, int n_names)
 		if (!(calls->num > 0))
 			IT_FAIL("stats --json: tensor '%s' has calls %g after allreduces",
 				names[k], calls->num);
+		/* the last call's time inside exchanges is part of its measured time */
+		double meas = need(hit, "measured_s", IT_JNUM, names[k])->num,
+		       xchg = need(hit, "exchange_s", IT_JNUM, names[k])->num;
+		if (!(xchg >= 0 && xchg <= meas))
+			IT_FAIL("stats --json: tensor '%s': exchange_s %g of measured_s %g",
+				names[k], xchg, meas);
 	}
 	it_log("stats --json lists the job's %d tensors with calls > 0 (%zu tensors)", n_names,
 	       ts->n);
