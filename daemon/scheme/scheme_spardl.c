@@ -9,9 +9,9 @@
  * per-rank target (cfg.density x numel, or the mean input non-zeros).
  *
  * Blocks of equal load, not equal size: the metadata round carries each rank's histogram
- * of its indices over H = 1024 equal ranges, and every rank cuts the summed histogram at
- * the same range edges so that each block holds about 1/Q of the non-zeros (the report's
- * imbalance is the blocks' max / mean load). The paper's equal-size blocks gave, on Zipf
+ * of its indices over H equal ranges (numel / 256 within [16 P, 1024]), and every rank
+ * cuts the summed histogram at the same range edges so that each block holds about 1/Q
+ * of the non-zeros (the report's imbalance is the blocks' max / mean load). The paper's equal-size blocks gave, on Zipf
  * indices, the first block 3x its share: its member did most of the merging and
  * selecting while the others waited (4 nodes, 1 Gbit/s, zipf: 203 -> 165 ms), and its L
  * values were the top of a far larger set than the other blocks' (top-k per block is
@@ -88,6 +88,19 @@ static uint32_t blk_of(const sd_t *s, uint32_t i)
 			hi = mid - 1;
 	}
 	return lo;
+}
+
+/* How many ranges the histograms have: one per 256 elements (8 bytes of metadata per
+ * 1 KiB of tensor; a small tensor's step is latency anyway), at least 16 per rank for a
+ * useful cut and at most SCD_META_HIST_MAX; never more than numel. */
+static uint32_t hist_ranges(uint64_t numel, uint32_t P)
+{
+	uint64_t H = numel / 256;
+	if (H < 16 * (uint64_t)P)
+		H = 16 * (uint64_t)P;
+	if (H > SCD_META_HIST_MAX)
+		H = SCD_META_HIST_MAX;
+	return (uint32_t)(H < numel ? H : numel);
 }
 
 /* The local list's histogram over H equal index ranges (ascending list: H searches). */
@@ -540,7 +553,7 @@ sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint32_t P = (uint32_t)c->size, me = (uint32_t)c->rank;
 	uint64_t numel = c->cfg.numel;
-	uint32_t H = numel < SCD_META_HIST_MAX ? (uint32_t)numel : SCD_META_HIST_MAX;
+	uint32_t H = hist_ranges(numel, P);
 	sc_status_t st = scd_scheme_local_coo(c, io);
 	if (st != SC_OK || (st = scd_ws_reserve(&c->fscratch, 8 * (uint64_t)H)) != SC_OK)
 		return st;
