@@ -21,7 +21,9 @@
  *                   measurement: alpha = 1.05, the dynamic partitioning's target, or the
  *                   skew if smaller; block-granular partitions cannot balance an index
  *                   distribution as skewed as Zipf's, whose hottest block alone can hold
- *                   most of the load), then a ring allreduce of the K values.
+ *                   most of the load), then a ring allreduce of the K values; above an
+ *                   imbalance of 2, indices and values share the ring (2K words: 16 (P-1) k
+ *                   bytes), as the scheme then does.
  */
 #include "model/cost.h"
 
@@ -177,6 +179,8 @@ static scd_cost_t cost_exdyna(const scd_cost_in_t *in, double k)
 	double P = in->P, imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
 	if (in->imbalance >= 1)
 		imb = in->imbalance;
+	if (imb > 2)
+		return make(2 * (P - 1), 2 * (P - 1) / P * 8 * (P * k), 0, in);
 	double gather = (P - 1) * imb * k * 4;
 	double reduce = 2 * (P - 1) / P * 4 * (P * k);
 	return make(scd_ceil_log2(in->P) + 2 * (P - 1), gather + reduce, 0, in);

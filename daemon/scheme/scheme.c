@@ -300,16 +300,24 @@ sc_status_t scd_scheme_work_fail(scd_scheme_ctx_t *c, sc_status_t st, const char
 	return c->work_st = scd_scheme_fail(st, "%s", msg);
 }
 
-sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
+sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n,
+				       sc_dtype_t dtype)
 {
 	if (c->size <= 1 || n == 0)
 		return SC_OK;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
-	sc_status_t st = scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms);
+	sc_status_t st = dtype == SC_FLOAT32
+			     ? scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms)
+			     : scd_transport_allreduce(c->t, data, n, dtype, c->cfg.timeout_ms);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
+}
+
+sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
+{
+	return scd_scheme_allreduce_typed(c, data, n, SC_FLOAT32);
 }
 
 /* ---- metadata round ---------------------------------------------------------------------- */

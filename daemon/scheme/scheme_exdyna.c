@@ -7,6 +7,14 @@
  *   3. the values are reduced at the union: a vector of K = sum of counts floats, this
  *      rank's values in its own segment (segments in rank order) and zeros elsewhere, is
  *      summed by the ring allreduce, and every rank scatters the K values into the output,
+ *   When one rank selected over twice the mean (ExDyna's partitions move whole blocks of
+ *   numel / 1024 elements, and a Zipf-distributed embedding's hottest block alone can
+ *   hold most of the selection: 3.5x the mean at 4 nodes), step 2 would make that rank
+ *   send its indices P - 1 times over its one link (7 MB of a step's 11 MB at 4 nodes).
+ *   Then the indices ride the ring with the values instead: 2K 32-bit words, each rank's
+ *   indices and values' bits in its own segments and zeros elsewhere, summed as
+ *   integers (adding zeros moves bits exactly), which spreads the hot segment over every
+ *   link: 16 (P-1) k bytes per rank against 4 (P-1) (imbalance + 2) k, k the mean count.
  *   4. every rank updates partitions and threshold from the gathered counts, integer and
  *      correctly rounded arithmetic only (device/exdyna.h), so the state stays
  *      bit-identical across ranks (the metadata round checks the step; tests check the
@@ -110,32 +118,46 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	uint64_t K = c->total_nnz, seg = 0;
 	for (int q = 0; q < me; q++)
 		seg += c->nnz[q];
-	if ((st = scd_ws_reserve(&c->aidx, 4 * K + 4)) != SC_OK ||
+	/* a selection over twice the mean (a hot block the partitions cannot split) would
+	 * make its rank send it P - 1 times: the indices then ride the ring too */
+	int ring = c->max_nnz * (uint64_t)P > 2 * K;
+	if ((st = scd_ws_reserve(&c->aidx, 4 * (ring ? 2 * K : K) + 4)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->aval, 4 * K + 4)) != SC_OK)
 		return st;
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
-	/* indices: all-gather straight into place, segments in rank order */
-	memcpy(idx + seg, sel.idx, 4 * sel.nnz);
-	int n = 0;
-	for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
-		if ((int)q == me)
-			continue;
-		c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
-		c->recvs[n] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
-		n++;
+	if (ring) {
+		/* K index words, then K value words (a float's bits), each rank's in its own
+		 * segment and zeros elsewhere: the integer ring sum is every segment, exactly */
+		memset(idx, 0, 8 * K);
+		memcpy(idx + seg, sel.idx, 4 * sel.nnz);
+		memcpy(idx + K + seg, sel.val, 4 * sel.nnz);
+		if ((st = scd_scheme_allreduce_typed(c, idx, 2 * K, SC_INT32)) != SC_OK)
+			return st;
+		memcpy(val, idx + K, 4 * K);
+	} else {
+		/* indices: all-gather straight into place, segments in rank order */
+		memcpy(idx + seg, sel.idx, 4 * sel.nnz);
+		int n = 0;
+		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
+			if ((int)q == me)
+				continue;
+			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
+			c->recvs[n] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
+			n++;
+		}
+		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+			return st;
+		for (int q = 0, j = 0; q < P; q++)
+			if (q != me && c->rbytes[j++] != 4 * c->nnz[q])
+				return scd_scheme_fail(SC_ERR_PROTOCOL,
+						       "exdyna: rank %d sent a wrong index count", q);
+		/* values: reduced at the union */
+		memset(val, 0, 4 * K);
+		memcpy(val + seg, sel.val, 4 * sel.nnz);
+		if ((st = scd_scheme_allreduce(c, val, K)) != SC_OK)
+			return st;
 	}
-	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
-		return st;
-	for (int q = 0, j = 0; q < P; q++)
-		if (q != me && c->rbytes[j++] != 4 * c->nnz[q])
-			return scd_scheme_fail(SC_ERR_PROTOCOL,
-					       "exdyna: rank %d sent a wrong index count", q);
-	/* values: reduced at the union */
-	memset(val, 0, 4 * K);
-	memcpy(val + seg, sel.val, 4 * sel.nnz);
-	if ((st = scd_scheme_allreduce(c, val, K)) != SC_OK)
-		return st;
 	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;
 	if ((st = c->dev->exdyna_update(c->ex, c->nnz)) != SC_OK)

@@ -145,6 +145,9 @@ sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			      const scd_xfer_t *r, int nr, size_t *rb);
 sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n);
+/* The same ring for any dtype (integers wrap around: adding zeros moves bits exactly). */
+sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n,
+				       sc_dtype_t dtype);
 /* exchange_v with w's work overlapped (transport.h), then what is left of the work. The
  * work reports its failures through scd_scheme_work_fail, which this returns as is. */
 sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,

@@ -107,10 +107,15 @@ UNIT_TEST(core_cost_schemes_by_hand)
 	in.skew = 3;
 	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
 	CHECK_NEAR(c.bytes, 120000 * 1.05 + 240000, 1e-6);
-	/* a measured imbalance replaces the assumption: the heaviest rank's indices */
+	/* a measured imbalance replaces the assumption: the heaviest rank's indices; over 2
+	 * the indices share the ring with the values, 1.5 * 8 * 4e4 bytes in 6 rounds */
+	in.imbalance = 1.5;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 120000 * 1.5 + 240000, 1e-6);
 	in.imbalance = 3.5;
 	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 120000 * 3.5 + 240000, 1e-6);
+	CHECK_NEAR(c.bytes, 480000, 1e-6);
+	CHECK_NEAR(c.rounds, 6, 0);
 }
 
 /* ZEN Fig. 17a's crossing: a COO pull equals a hash-bitmap pull at density 1/32. */
