@@ -11,13 +11,14 @@
  * Blocks of equal load, not equal size: the metadata round carries each rank's histogram
  * of its indices over H equal ranges (numel / 256 within [16 P, 1024]), and every rank
  * cuts the summed histogram at the same range edges so that each block holds about 1/Q
- * of the non-zeros (the report's imbalance is the blocks' max / mean load). The paper's equal-size blocks gave, on Zipf
- * indices, the first block 3x its share: its member did most of the merging and
- * selecting while the others waited (4 nodes, 1 Gbit/s, zipf: 203 -> 165 ms), and its L
- * values were the top of a far larger set than the other blocks' (top-k per block is
- * closer to a global top-k when the blocks are equally full). With k >= numel nothing is
- * selected away and the blocks stay equal in size (a block of more than L elements could
- * lose values).
+ * of the non-zeros (the report's imbalance is the blocks' max / mean load). The paper's
+ * equal-size blocks gave, on Zipf indices, the first block 2.9x its share: its member did
+ * most of the merging and selecting while the others waited (4 nodes, 1 Gbit/s, zipf:
+ * 203 -> 165 ms), and its L values were the top of a far larger set than the other
+ * blocks' (top-k per block is closer to a global top-k when the blocks are equally
+ * full; the sparse blocks, which sent all they had, now fill their L too). With k >=
+ * numel nothing is selected away and the blocks stay equal in size (a block of more
+ * than L elements could lose values).
  *
  * Spar-Reduce-Scatter (Fig. 5) inside a team, any Q: member w puts block w in its
  * preservation bag and blocks w+2^(j-1) .. w+2^j-1 (mod Q) in sending bag j, the last one
