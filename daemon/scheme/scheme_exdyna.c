@@ -95,8 +95,7 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, cap};
 	uint64_t count = 0;
 	if (io->coo) {
-		/* the list already holds the residual's non-zeros (the caller folded them in)
-		 */
+		/* the list already holds the residual's non-zeros (folded in by the caller) */
 		if ((st = scd_ws_reserve(&c->hidx, 4 * cap)) != SC_OK ||
 		    (st = scd_ws_reserve(&c->hval, 4 * cap)) != SC_OK)
 			return st;
