@@ -307,9 +307,10 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 		return SC_OK;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
-	sc_status_t st = dtype == SC_FLOAT32
-			     ? scd_transport_allreduce_f32(c->t, data, n, c->cfg.timeout_ms)
-			     : scd_transport_allreduce(c->t, data, n, dtype, c->cfg.timeout_ms);
+	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
+	sc_status_t st = scd_transport_allreduce_w(c->t, data, n, dtype,
+						   c->rq_done < c->rq_n ? &w : NULL,
+						   c->cfg.timeout_ms);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");

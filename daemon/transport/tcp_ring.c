@@ -167,7 +167,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 }
 
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
-			      int timeout_ms)
+			      const scd_xfer_work_t *work, int timeout_ms)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (t->failed)
@@ -199,6 +199,7 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 	    t->scratch_bytes < SCD_TCP_PIECE_BYTES ? t->scratch_bytes : SCD_TCP_PIECE_BYTES;
 	advance(&R);
 	int64_t last_ms = scd_tcp_now_ms();
+	int more_work = work != NULL;
 	sc_status_t st;
 	for (;;) {
 		/* Alternate: forward what is reduced, then take one piece, while either moves.
@@ -209,8 +210,10 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 			if ((st = ring_send(t, &R, rfd, right, &moved)) != SC_OK ||
 			    (st = ring_recv(t, &R, lfd, left, piece, &moved)) != SC_OK)
 				return st;
-			if (moved)
+			if (moved) {
 				last_ms = scd_tcp_now_ms();
+				more_work = work != NULL;
+			}
 		} while (moved && (R.sg < R.steps || R.rg < R.steps));
 		if (R.sg == R.steps && R.rg == R.steps)
 			return SC_OK;
@@ -251,7 +254,15 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 			    "%d)",
 			    right, timeout_ms, R.sg, R.steps);
 		}
-		int rc = poll(t->pfds, (nfds_t)nall, wait_ms);
+		/* with work to do, a poll that finds nothing ready runs a slice of it */
+		int rc = poll(t->pfds, (nfds_t)nall, more_work ? 0 : wait_ms);
+		if (rc == 0 && more_work) {
+			int w = work->fn(work->arg);
+			if (w < 0)
+				return (sc_status_t)w;
+			more_work = w > 0;
+			continue;
+		}
 		if (rc < 0 && errno != EINTR)
 			return scd_tcp_fail(t, SC_ERR_SYSTEM, "poll: %s", strerror(errno));
 		if (rc <= 0)
@@ -266,5 +277,5 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 
 sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms)
 {
-	return scd_tcp_allreduce(tr, data, n, SC_FLOAT32, timeout_ms);
+	return scd_tcp_allreduce(tr, data, n, SC_FLOAT32, NULL, timeout_ms);
 }

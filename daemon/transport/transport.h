@@ -68,9 +68,10 @@ typedef struct scd_transport_ops {
 	sc_status_t (*allreduce_f32)(scd_transport_t *t, float *data, size_t n, int timeout_ms);
 	/* The same ring for n elements of any dtype: floats are summed in their own precision,
 	 * integers with two's-complement wrap-around (no overflow trap). An element is never
-	 * split across two reductions. SC_ERR_INVALID for an unknown dtype. */
+	 * split across two reductions. SC_ERR_INVALID for an unknown dtype. work (optional)
+	 * runs while it waits, as for exchange_v. */
 	sc_status_t (*allreduce)(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
-				 int timeout_ms);
+				 const scd_xfer_work_t *work, int timeout_ms);
 	/* Barrier-like latency and bandwidth probe with every peer: alpha (s per message)
 	 * and beta (s per byte), the median over the peers of several ping-pongs of 8 B and
 	 * of probe_bytes. Every rank must call it together. */
@@ -116,7 +117,13 @@ static inline sc_status_t scd_transport_allreduce_f32(scd_transport_t *t, float 
 static inline sc_status_t scd_transport_allreduce(scd_transport_t *t, void *d, size_t n,
 						  sc_dtype_t dtype, int tmo)
 {
-	return t->ops->allreduce(t, d, n, dtype, tmo);
+	return t->ops->allreduce(t, d, n, dtype, NULL, tmo);
+}
+static inline sc_status_t scd_transport_allreduce_w(scd_transport_t *t, void *d, size_t n,
+						    sc_dtype_t dtype,
+						    const scd_xfer_work_t *w, int tmo)
+{
+	return t->ops->allreduce(t, d, n, dtype, w, tmo);
 }
 static inline void scd_transport_destroy(scd_transport_t *t)
 {

@@ -410,6 +410,54 @@ UNIT_TEST(transport_tcp_exchange_v_work_overlaps)
 		run_world(P, work_rank, NULL);
 }
 
+/* The ring's work runs while it waits (rank 0 joins 200 ms late), the sums stay exact,
+ * and a failing work ends the allreduce with its status. */
+static int count_work(void *arg)
+{
+	int *calls = arg;
+	return ++*calls < 1000 ? 1 : 0;
+}
+
+static int failing_work(void *arg)
+{
+	(*(int *)arg)++;
+	return SC_ERR_PROTOCOL;
+}
+
+static void ring_work_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	enum { N = 1 << 18 };
+	int32_t *x = malloc(4 * N);
+	for (size_t i = 0; i < N; i++)
+		x[i] = (int32_t)input_u32(i, rank);
+	if (rank == 0)
+		usleep(200 * 1000);
+	int calls = 0;
+	scd_xfer_work_t wk = {count_work, &calls};
+	sc_status_t st = scd_transport_allreduce_w(t, x, N, SC_INT32, &wk, TMO_MS);
+	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
+	for (size_t i = 0; i < N; i++)
+		CHECK_MSG(typed_ok(x, SC_INT32, i, P), "rank %d: sum %zu wrong", rank, i);
+	if (rank != 0)
+		CHECK_MSG(calls > 0, "rank %d: the work never ran while the ring waited", rank);
+	/* every rank's work fails at its first idle poll: the allreduce ends with it */
+	if (rank == 0)
+		usleep(200 * 1000);
+	calls = 0;
+	wk = (scd_xfer_work_t){failing_work, &calls};
+	st = scd_transport_allreduce_w(t, x, N, SC_INT32, &wk, TMO_MS);
+	if (rank != 0)
+		CHECK_MSG(st == SC_ERR_PROTOCOL && calls == 1, "rank %d: %s after %d calls",
+			  rank, sc_status_name(st), calls);
+	free(x);
+}
+
+UNIT_TEST(transport_tcp_allreduce_work_overlaps)
+{
+	run_world(2, ring_work_rank, NULL);
+}
+
 static void limit_rank(scd_transport_t *t, int rank, int P, void *arg)
 {
 	char buf[100] = {0};
