@@ -29,11 +29,11 @@
  *   - every rank's result must hash the same (else the run fails: "ranks_identical").
  *
  * bound_s = alpha + y beta: y the most bytes one rank sent or received in a step (every
- * node has its own shaped link, both directions; the mean over the timed steps of the
- * busiest rank's bytes, which is the step's critical path even when the load moves from
- * rank to rank between steps, as ExDyna's rotating partitions move it; never less than
- * the busiest rank's mean), beta = 1 / goodput (link rate x 0.952,
- * TCP/IP over Ethernet framing), alpha the median time of a one-element allreduce through
+ * node has its own shaped link, both directions), averaged over the timed steps: the
+ * busiest rank of each step is its critical path even when the load moves from rank to
+ * rank between steps, as ExDyna's rotating partitions move it, and the mean is never
+ * less than any rank's own mean. beta = 1 / goodput (link rate x 0.952, TCP/IP over
+ * Ethernet framing), alpha the median time of a one-element allreduce through
  * the daemons (a whole operation's fixed cost: negotiation, metadata round, completion).
  * busbw follows nccl-tests for allreduce: (4 numel / time) x 2(P-1)/P.
  * For balanced_par the JSON also holds ZEN eq. (1)'s bytes for the measured d_G and
@@ -498,6 +498,16 @@ enum {
 	SL_COUNT = 16
 };
 
+/* out[i] = the largest of the P ranks' slot off + i (gathered rows of slots floats). */
+static void slots_max(const float *all, int P, int slots, int off, int K, double *out)
+{
+	for (int i = 0; i < K; i++) {
+		out[i] = 0;
+		for (int q = 0; q < P; q++)
+			out[i] = fmax(out[i], all[(size_t)q * slots + off + i]);
+	}
+}
+
 static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_result_t *r)
 {
 	sess_t s;
@@ -682,19 +692,11 @@ gathered:
 			if (g[K + SL_HASH + j] != all[K + SL_HASH + j])
 				r->identical = false;
 	}
-	for (int i = 0; i < K; i++) {
-		times[i] = 0;
-		for (int q = 0; q < s.P; q++)
-			times[i] = fmax(times[i], all[(size_t)q * slots + K + SL_COUNT + i]);
-	}
+	slots_max(all, s.P, slots, K + SL_COUNT, K, times);
 	r->step_bytes = 0;
 	for (int i = 0; i < K; i++)
 		r->step_bytes += times[i] / K;
-	for (int i = 0; i < K; i++) {
-		times[i] = 0;
-		for (int q = 0; q < s.P; q++)
-			times[i] = fmax(times[i], all[(size_t)q * slots + i]);
-	}
+	slots_max(all, s.P, slots, 0, K, times);
 	r->time_s = bench_median(times, K);
 	r->lossless = !is_lossy_name(r->chosen[0] ? r->chosen : scheme);
 	r->wrong = r->lossless ? wrong_all : (maxin_all > 0 ? maxerr_all / maxin_all : 0);

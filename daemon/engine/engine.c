@@ -7,7 +7,6 @@
  */
 #include "engine/engine.h"
 
-#include "util/clock.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

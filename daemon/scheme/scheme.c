@@ -260,11 +260,10 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 		return SC_OK;
 	c->rounds++;
 	double t0 = scd_now_s();
-	scd_xfer_work_t w = {res_work, c};
-	sc_status_t st =
-	    c->rq_done < c->rq_n
-		? scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, &w, c->cfg.timeout_ms)
-		: scd_transport_exchange_v(c->t, s, ns, r, nr, rb, c->cfg.timeout_ms);
+	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
+	sc_status_t st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb,
+						   c->rq_done < c->rq_n ? &w : NULL,
+						   c->cfg.timeout_ms);
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }

@@ -122,6 +122,15 @@ static void local_hist(const scd_coo_t *l, uint64_t numel, uint32_t H, uint64_t 
  * numel: a block of more than L = k / Q elements could then lose values) or there is no
  * non-zero.
  */
+/* Every rank's count in range h of the H-range histograms (c->parts). */
+static uint64_t range_load(const scd_scheme_ctx_t *c, uint32_t H, uint32_t h)
+{
+	uint64_t n = 0;
+	for (int q = 0; q < c->size; q++)
+		n += c->parts[(size_t)q * H + h];
+	return n;
+}
+
 static double cut_blocks(sd_t *s, uint32_t H, uint64_t k)
 {
 	const scd_scheme_ctx_t *c = s->c;
@@ -129,8 +138,7 @@ static double cut_blocks(sd_t *s, uint32_t H, uint64_t k)
 	uint32_t b = 1;
 	s->bnd[0] = 0;
 	for (uint32_t h = 0; h < H && b < s->Q && total; h++) {
-		for (int q = 0; q < c->size; q++)
-			cum += c->parts[(size_t)q * H + h];
+		cum += range_load(c, H, h);
 		while (b < s->Q && cum * s->Q >= (uint64_t)b * total)
 			s->bnd[b++] = (uint64_t)(h + 1) * s->numel / H;
 	}
@@ -143,8 +151,7 @@ static double cut_blocks(sd_t *s, uint32_t H, uint64_t k)
 			load = 0;
 			bb++;
 		}
-		for (int q = 0; q < c->size; q++)
-			load += c->parts[(size_t)q * H + h];
+		load += range_load(c, H, h);
 	}
 	maxload = load > maxload ? load : maxload;
 	return c->total_nnz ? (double)maxload * s->Q / (double)c->total_nnz : 1;
