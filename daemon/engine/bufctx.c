@@ -37,9 +37,10 @@ typedef struct scd_bufctx {
 	uint32_t *cache_ids;
 	scd_scheme_ctx_t *sctx;
 	scd_scheme_profile_t prof;
-	/* calibration: measured / predicted time per scheme (see choose()) */
+	/* calibration: measured / predicted time per scheme (see calibrate(), choose()) */
 	double ratio[SCD_SCHEME_COUNT];
 	uint32_t samples[SCD_SCHEME_COUNT];
+	double window[SCD_SCHEME_COUNT][SCD_CALIB_WINDOW];
 	int last_scheme;
 	double last_pred_s;
 	int natural;	       /* some tensor is declared naturally sparse */
@@ -387,7 +388,6 @@ static int small_dense(const scd_job_t *job)
  * first run of a scheme in a buffer is not counted: it pays for the workspaces' first
  * touch, which says nothing about the steps that follow.
  */
-#define SCD_CALIBRATE_SETTLE 3 /* runs (the first included) whose sample is taken whole */
 static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 {
 	int s = b->last_scheme;
@@ -400,16 +400,30 @@ static void calibrate(scd_bufctx_t *b, const scd_scheme_report_t *rep)
 		  rep->prev_elapsed_max_s * 1e3, b->last_pred_s * 1e3, b->samples[s] + 1);
 	if (b->samples[s]++ == 0)
 		return;
-	/* The first counted runs set the ratio to their best: a try is two or three runs on
-	 * a host whose other work can slow one run by half (8 daemons on 2 cores: SparDL's
-	 * two runs took 574 and 941 ms), and a slowly moving average kept a scheme that had
-	 * missed its prediction by 1.8x chosen for several more steps. Then an average. */
-	if (b->samples[s] == 2)
-		b->ratio[s] = sample;
-	else if (b->samples[s] <= SCD_CALIBRATE_SETTLE)
-		b->ratio[s] = sample < b->ratio[s] ? sample : b->ratio[s];
-	else
-		b->ratio[s] = 0.7 * b->ratio[s] + 0.3 * sample;
+	b->ratio[s] = scd_calib_add(b->window[s], b->samples[s] - 2, sample);
+}
+
+/*
+ * Every scheme's ratio is the same statistic, the lower median of its last counted runs,
+ * so a scheme that was only tried and the one that has run for a hundred steps are judged
+ * alike. On a busy host a step can run 1.5x slow (8 daemons on 2 cores: two runs of
+ * SparDL took 574 and 941 ms); the median of seven ignores three such steps, and the lower
+ * median of a try's two runs is the better one. (A running average for the incumbent
+ * against the best runs of a try handed steps to a scheme that was not faster: 4 nodes,
+ * top-k, SparDL against AGsparse.)
+ */
+double scd_calib_add(double *window, uint32_t counted, double sample)
+{
+	window[counted % SCD_CALIB_WINDOW] = sample;
+	uint32_t n = counted + 1 < SCD_CALIB_WINDOW ? counted + 1 : SCD_CALIB_WINDOW;
+	double v[SCD_CALIB_WINDOW];
+	for (uint32_t i = 0; i < n; i++) { /* insertion sort: at most seven values */
+		uint32_t j = i;
+		for (; j > 0 && v[j - 1] > window[i]; j--)
+			v[j] = v[j - 1];
+		v[j] = window[i];
+	}
+	return v[(n - 1) / 2];
 }
 
 /*

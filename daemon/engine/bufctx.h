@@ -24,20 +24,28 @@ void scd_bufctx_table_destroy(scd_bufctx_table_t *tab);
 /* Frees the state of every buffer that holds the tensor with this cache id. */
 void scd_bufctx_forget(scd_bufctx_table_t *tab, uint32_t cache_id);
 
-/* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
- * the agreed network costs; seed the world's shared seed. Fills job's report fields and,
- * on failure, job->error. */
+/* Runs of a scheme that its calibration ratio is taken over (see scd_calib_add). */
+#define SCD_CALIB_WINDOW 7
+
+/* Records the measured / predicted ratio of a scheme's counted run number counted (from 0)
+ * in window[SCD_CALIB_WINDOW] (oldest overwritten); returns the scheme's ratio: the lower
+ * median of the last min(counted + 1, SCD_CALIB_WINDOW) runs. */
+double scd_calib_add(double *window, uint32_t counted, double sample);
+
 /*
  * The calibrated choice among schemes (pure; the engine calls it with every rank's same
  * numbers): pred_s[s] the cost model's prediction in seconds (< 0: not allowed), ratio[s]
  * the measured / predicted time learnt for s once samples[s] >= 2, last the scheme of the
- * previous step (-1: none). Each allowed scheme counts as pred_s x its ratio; an
- * unmeasured one as pred_s x the smallest measured ratio (at least 1.25). The cheapest
+ * previous step (-1: none). Each allowed scheme counts as pred_s x its ratio; one not yet
+ * measured as pred_s x 1.25, while fewer than four schemes have been tried. The cheapest
  * wins, unless the previous scheme is within 10% of it. Returns -1 when none is allowed.
  */
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
 		    int last);
 
+/* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
+ * the agreed network costs; seed the world's shared seed. Fills job's report fields and,
+ * on failure, job->error. */
 sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
 			    uint64_t seed);

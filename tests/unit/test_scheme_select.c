@@ -145,3 +145,49 @@ UNIT_TEST(scheme_calibrated_pick)
 		pred[s] = -1;
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), -1);
 }
+
+/* The calibration statistic: the lower median of the last SCD_CALIB_WINDOW runs, the same
+ * for a scheme that was only tried and one that has run for many steps. */
+UNIT_TEST(scheme_calibration_is_a_windowed_median)
+{
+	double w[SCD_CALIB_WINDOW];
+	/* a try's two runs: the better one */
+	CHECK_NEAR(scd_calib_add(w, 0, 1.4), 1.4, 0);
+	CHECK_NEAR(scd_calib_add(w, 1, 0.9), 0.9, 0);
+	CHECK_NEAR(scd_calib_add(w, 2, 1.0), 1.0, 0);
+	/* an incumbent at 1.0 with three slow steps among its last seven keeps 1.0 */
+	double inc[SCD_CALIB_WINDOW], r = 0;
+	uint32_t n = 0;
+	for (; n < 20; n++)
+		r = scd_calib_add(inc, n, 1.0);
+	for (int i = 0; i < 3; i++, n++)
+		r = scd_calib_add(inc, n, 1.6);
+	CHECK_NEAR(r, 1.0, 0);
+	/* a fourth makes the slow steps the majority, and the median follows them */
+	r = scd_calib_add(inc, n++, 1.6);
+	CHECK_NEAR(r, 1.6, 0);
+	/* the window forgets: seven fast runs later only they count */
+	for (int i = 0; i < SCD_CALIB_WINDOW; i++, n++)
+		r = scd_calib_add(inc, n, 0.8);
+	CHECK_NEAR(r, 0.8, 0);
+
+	/* Both statistics alike: an incumbent (AGsparse) measured at 1.0 with two slow steps,
+	 * a tried scheme (SparDL, predicted 3% faster) whose best run matched it. AGsparse
+	 * stays: its slow steps do not hand the buffer to a scheme that is not faster. */
+	enum { A = SCD_SCHEME_AGSPARSE, S = SCD_SCHEME_SPARDL };
+	double pred[SCD_SCHEME_COUNT], ratio[SCD_SCHEME_COUNT], wa[SCD_CALIB_WINDOW],
+	    ws[SCD_CALIB_WINDOW];
+	uint32_t samples[SCD_SCHEME_COUNT];
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		pred[s] = -1, ratio[s] = 1, samples[s] = 0;
+	pred[A] = 0.30, pred[S] = 0.29;
+	for (n = 0; n < 10; n++)
+		ratio[A] = scd_calib_add(wa, n, 1.0);
+	ratio[A] = scd_calib_add(wa, n++, 1.5);
+	ratio[A] = scd_calib_add(wa, n++, 1.5);
+	samples[A] = n + 1;
+	ratio[S] = scd_calib_add(ws, 0, 1.0);
+	ratio[S] = scd_calib_add(ws, 1, 1.4);
+	samples[S] = 3;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+}
