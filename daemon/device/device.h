@@ -61,8 +61,8 @@ typedef struct scd_device_ops {
 	sc_status_t (*hash_bitmap_encode)(const scd_partmap_t *map, uint32_t p, const float *g,
 					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p);
 	sc_status_t (*hash_bitmap_encode_seg)(const scd_partmap_t *map, const scd_hbseg_t *seg,
-					      const float *local, void *buf, uint64_t cap_bytes,
-					      uint64_t *bytes_p);
+					      float *local, uint64_t *touched, void *buf,
+					      uint64_t cap_bytes, uint64_t *bytes_p);
 	sc_status_t (*hash_bitmap_decode_seg)(const scd_partmap_t *map, const scd_hbseg_t *seg,
 					      const void *buf, uint64_t bytes, scd_coo_t *out);
 	sc_status_t (*hash_bitmap_decode_dense_seg)(const scd_partmap_t *map,
@@ -82,7 +82,8 @@ typedef struct scd_device_ops {
 	/* reductions */
 	void (*reduce_sum)(float *dst, const float *src, uint64_t n);
 	void (*coo_scatter_add)(float *dst, const scd_coo_t *src);
-	uint64_t (*coo_scatter_add_part)(float *dst, const scd_partmap_t *map, uint32_t p,
+	uint64_t (*coo_scatter_add_part)(float *dst, uint64_t *touched,
+					 const scd_partmap_t *map, uint32_t p,
 					 const scd_coo_t *src);
 } scd_device_ops_t;
 

@@ -232,16 +232,47 @@ static int seg_ok(const scd_partmap_t *map, const scd_hbseg_t *seg)
 	       seg->hi <= scd_partmap_size(map, seg->p);
 }
 
+/* The marked slots of [lo, hi) (bits of touched over the partition's slots): each one's
+ * value is taken (non-zeros into words/vals, segment-relative) and cleared, and so is its
+ * mark. */
+static uint64_t bitmap_from_marked(float *local, uint64_t *touched, uint64_t lo, uint64_t hi,
+				   uint64_t *words, float *vals)
+{
+	uint64_t nnz = 0;
+	memset(words, 0, 8 * scd_fmt_bitmap_words(hi - lo));
+	for (uint64_t tw = lo / 64; tw * 64 < hi; tw++) {
+		uint64_t base = tw * 64, mask = ~0ull;
+		if (base < lo)
+			mask <<= lo - base;
+		if (hi - base < 64)
+			mask &= (1ull << (hi - base)) - 1;
+		uint64_t bits = touched[tw] & mask;
+		touched[tw] &= ~mask;
+		for (; bits; bits &= bits - 1) {
+			uint64_t j = base + (uint64_t)__builtin_ctzll(bits) - lo;
+			float v = local[j];
+			local[j] = 0.0f;
+			if (v != 0.0f) {
+				words[j / 64] |= 1ull << (j % 64);
+				vals[nnz++] = v;
+			}
+		}
+	}
+	return nnz;
+}
+
 sc_status_t scd_hash_bitmap_encode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
-				       const float *local, void *buf, uint64_t cap_bytes,
-				       uint64_t *bytes_p)
+				       float *local, uint64_t *touched, void *buf,
+				       uint64_t cap_bytes, uint64_t *bytes_p)
 {
 	if (!seg_ok(map, seg))
 		return SC_ERR_INVALID;
 	uint64_t n = seg->hi - seg->lo, nwords = scd_fmt_bitmap_words(n);
 	if (scd_fmt_bitmap_bytes(n, n) > cap_bytes)
 		return SC_ERR_LIMIT;
-	uint64_t nnz = bitmap_from_dense(local, n, buf, (float *)((uint64_t *)buf + nwords));
+	float *vals = (float *)((uint64_t *)buf + nwords);
+	uint64_t nnz = touched ? bitmap_from_marked(local, touched, seg->lo, seg->hi, buf, vals)
+			       : bitmap_from_dense(local, n, buf, vals);
 	*bytes_p = scd_fmt_bitmap_bytes(n, nnz);
 	return SC_OK;
 }
@@ -297,7 +328,9 @@ sc_status_t scd_hash_bitmap_encode_local(const scd_partmap_t *map, uint32_t p,
 					 uint64_t *bytes_p)
 {
 	scd_hbseg_t seg = whole(map, p);
-	return scd_hash_bitmap_encode_seg(map, &seg, local, buf, cap_bytes, bytes_p);
+	/* without marks the segment is only read */
+	return scd_hash_bitmap_encode_seg(map, &seg, (float *)local, NULL, buf, cap_bytes,
+					  bytes_p);
 }
 
 sc_status_t scd_hash_bitmap_decode(const scd_partmap_t *map, uint32_t p, const void *buf,
@@ -429,16 +462,19 @@ void scd_reduce_sum(float *dst, const float *src, uint64_t n)
 		dst[i] += src[i];
 }
 
-uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t p,
-				  const scd_coo_t *src)
+uint64_t scd_coo_scatter_add_part(float *dst, uint64_t *touched, const scd_partmap_t *map,
+				  uint32_t p, const scd_coo_t *src)
 {
 	uint64_t bad = 0, n = scd_partmap_size(map, p);
 	for (uint64_t k = 0; k < src->nnz; k++) {
 		uint32_t i = src->idx[k], j = i < map->numel ? map->pos[i] : UINT32_MAX;
-		if (j < n)
+		if (j < n) {
 			dst[j] += src->val[k];
-		else
+			if (touched)
+				touched[j / 64] |= 1ull << (j % 64);
+		} else {
 			bad++;
+		}
 	}
 	return bad;
 }

@@ -105,9 +105,14 @@ typedef struct scd_hbseg {
 	uint32_t p;
 	uint64_t lo, hi;
 } scd_hbseg_t;
+/* encode_seg reads local[0, hi - lo) whole when touched is NULL. Otherwise touched is a
+ * bitmap over the partition's slots (bit s: slot s may be non-zero, as scatter_add_part
+ * marks them) and only the marked slots of the segment are read; each is then cleared in
+ * local and in touched, so an aggregate kept zero between steps costs what it holds, not
+ * its size. */
 sc_status_t scd_hash_bitmap_encode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
-				       const float *local, void *buf, uint64_t cap_bytes,
-				       uint64_t *bytes_p);
+				       float *local, uint64_t *touched, void *buf,
+				       uint64_t cap_bytes, uint64_t *bytes_p);
 sc_status_t scd_hash_bitmap_decode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
 				       const void *buf, uint64_t bytes, scd_coo_t *out);
 sc_status_t scd_hash_bitmap_decode_dense_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
@@ -129,9 +134,10 @@ void scd_coo_scatter_add(float *dst, const scd_coo_t *src);
  * |I_p| floats). Pairs whose index is past numel or whose slot is past |I_p| are skipped
  * and counted (a malformed push); an index of another partition whose slot happens to
  * fit is not detected (checking costs a random read per pair: the pushes come from the
- * same partition function on every rank). */
-uint64_t scd_coo_scatter_add_part(float *dst, const scd_partmap_t *map, uint32_t p,
-				  const scd_coo_t *src);
+ * same partition function on every rank). touched (NULL: none) gets bit j set for every
+ * slot j added to. */
+uint64_t scd_coo_scatter_add_part(float *dst, uint64_t *touched, const scd_partmap_t *map,
+				  uint32_t p, const scd_coo_t *src);
 /* dst[i] += src[i] (the dense reduction). */
 void scd_reduce_sum(float *dst, const float *src, uint64_t n);
 

@@ -576,6 +576,7 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 			      .coo = job->coo_direct ? &job->coo_in : sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
+	double t_fold = scd_now_s(), cpu0 = scd_thread_cpu_s();
 	if (job->coo_direct && io.residual) {
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
 			snprintf(job->error, sizeof(job->error),
@@ -588,18 +589,23 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		b->rknown = 0; /* a dense step rewrites the residual */
 	}
 	scd_scheme_report_t rep;
+	t_fold = scd_now_s() - t_fold;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
+	double t_support = scd_now_s();
 	if (io.track_residual)
 		residual_support(b, st == SC_OK);
+	t_support = scd_now_s() - t_support;
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "%s: %s", scd_scheme_name(s),
 			 scd_scheme_error());
 		return st;
 	}
 	scd_debug(SCD_SUB_ENGINE,
-		  "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds",
+		  "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds; "
+		  "residual fold %.3f ms, support %.3f ms; %.3f ms of CPU in all",
 		  (unsigned long long)b->sig, scd_scheme_name(s), rep.elapsed_s * 1e3,
-		  rep.xchg_s * 1e3, rep.rounds);
+		  rep.xchg_s * 1e3, rep.rounds, t_fold * 1e3, t_support * 1e3,
+		  (scd_thread_cpu_s() - cpu0) * 1e3);
 	calibrate(b, &rep);
 	if ((int)s != b->last_scheme)
 		scd_info(SCD_SUB_ENGINE,

@@ -153,7 +153,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 			  &c->recvbuf,	 &c->aidx,	&c->aval,  &c->bidx, &c->fscratch,
 			  &c->hidx,	 &c->hval,	&c->ridx,  &c->rval, &c->sidx,
 			  &c->sval,	 &c->xs,	&c->xr,	   &c->xb,   &c->sendbuf2,
-			  &c->rtouch,	 &c->rq_idx,	&c->rq_val};
+			  &c->rtouch,	 &c->rq_idx,	&c->rq_val, &c->bp_agg, &c->bp_touch};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)

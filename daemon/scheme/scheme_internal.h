@@ -98,7 +98,9 @@ struct scd_scheme_ctx {
 	/* Balanced Parallelism */
 	const scd_partmap_t *map;
 	scd_ws_t hidx, hval;
-	uint64_t *hoff; /* [P + 1] */
+	uint64_t *hoff;		/* [P + 1] */
+	scd_ws_t bp_agg, bp_touch; /* the server's aggregate and its marks (zero between runs) */
+	int bp_dirty;		/* a run stopped before clearing them */
 	/* ExDyna */
 	scd_exdyna_t *ex;
 	/* SparDL */

@@ -53,13 +53,22 @@ static int next_msg(const scd_xfer_t *x, int n, int from, int p, int framed)
 	return -1;
 }
 
-static sc_status_t check_list(const scd_tcp_t *t, const scd_xfer_t *x, int n, const char *what)
+static sc_status_t check_list(const scd_tcp_t *t, const scd_xfer_t *x, int n, const char *what,
+			      int may_wait)
 {
 	if (n < 0 || (n > 0 && !x)) {
 		scd_transport_set_error("tcp: invalid %s list", what);
 		return SC_ERR_INVALID;
 	}
 	for (int i = 0; i < n; i++) {
+		if (x[i].bytes == SCD_XFER_PENDING &&
+		    (!may_wait || !x[i].buf || x[i].peer == t->base.rank)) {
+			scd_transport_set_error("tcp: %s[%d] is held back, but %s", what, i,
+						!may_wait   ? "no work can release it"
+						: !x[i].buf ? "has no buffer"
+							    : "is to this rank itself");
+			return SC_ERR_INVALID;
+		}
 		if (x[i].peer < 0 || x[i].peer >= t->base.size || (x[i].bytes && !x[i].buf)) {
 			scd_transport_set_error(
 			    "tcp: %s[%d] names rank %d of %d or has no buffer", what, i,
@@ -109,12 +118,13 @@ static sc_status_t send_some(scd_tcp_t *t, int p, const scd_xfer_t *sends, int n
 {
 	scd_tcp_io_t *io = &t->io[p];
 	const size_t hb = framed ? 8 : 0;
-	while (io->s_idx >= 0) {
+	while (io->s_idx >= 0 && sends[io->s_idx].bytes != SCD_XFER_PENDING) {
 		struct iovec iov[2 * TCP_SEND_BATCH];
 		unsigned char hdr[TCP_SEND_BATCH][8];
 		size_t total = 0, off = io->s_off;
 		int niov = 0;
-		for (int k = 0, i = io->s_idx; k < TCP_SEND_BATCH && i >= 0;
+		for (int k = 0, i = io->s_idx;
+		     k < TCP_SEND_BATCH && i >= 0 && sends[i].bytes != SCD_XFER_PENDING;
 		     k++, off = 0, i = next_msg(sends, ns, i + 1, p, framed)) {
 			if (off < hb) {
 				put64(hdr[k], sends[i].bytes);
@@ -140,7 +150,7 @@ static sc_status_t send_some(scd_tcp_t *t, int p, const scd_xfer_t *sends, int n
 		*moved_p = 1;
 		t->ctr.bytes_sent += (uint64_t)w;
 		size_t left = (size_t)w;
-		while (io->s_idx >= 0) {
+		while (io->s_idx >= 0 && sends[io->s_idx].bytes != SCD_XFER_PENDING) {
 			size_t rem = hb + sends[io->s_idx].bytes - io->s_off;
 			if (left < rem) {
 				io->s_off += left;
@@ -240,9 +250,9 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (t->failed)
 		return scd_tcp_failed_again(t);
-	sc_status_t st = check_list(t, sends, ns, "sends");
+	sc_status_t st = check_list(t, sends, ns, "sends", framed && work);
 	if (st == SC_OK)
-		st = check_list(t, recvs, nr, "recvs");
+		st = check_list(t, recvs, nr, "recvs", 0);
 	if (st == SC_OK && framed && nr > 0 && !recv_bytes_p) {
 		scd_transport_set_error("tcp: exchange_v without recv_bytes_p");
 		st = SC_ERR_INVALID;
@@ -292,18 +302,27 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 			more_work = work != NULL;
 		}
 		npfd = 0;
+		int held = -1, live = 0; /* a send the work has not released; any other I/O */
 		for (int p = 0; p < P; p++) {
 			const scd_tcp_io_t *io = &t->io[p];
 			if (io->s_idx < 0 && io->r_idx < 0)
 				continue;
 			short ev = io->r_idx >= 0 ? POLLIN : POLLRDHUP;
-			if (io->s_idx >= 0)
+			if (io->s_idx >= 0 && sends[io->s_idx].bytes == SCD_XFER_PENDING)
+				held = io->s_idx;
+			else if (io->s_idx >= 0)
 				ev |= POLLOUT;
+			live |= ev != POLLRDHUP;
 			t->pfds[npfd] = (struct pollfd){.fd = t->fds[p], .events = ev};
 			t->pfd_peer[npfd++] = p;
 		}
 		if (npfd == 0)
 			return SC_OK;
+		if (held >= 0 && !live && !more_work)
+			return scd_tcp_fail(t, SC_ERR_INVALID,
+					    "rank %d: send %d is still held back, and the work "
+					    "waits for nothing left to receive",
+					    sends[held].peer, held);
 		/* The peers not in this exchange are watched for a hangup, to blame the right
 		 * rank when the world breaks. */
 		int nall = scd_tcp_watch_others(t, npfd);

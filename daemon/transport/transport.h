@@ -37,6 +37,11 @@ typedef struct scd_xfer {
  * the exchange (its message is the caller's to record). While the exchange runs,
  * recv_bytes_p[i] of a receive that has not completed reads SCD_XFER_PENDING; a completed
  * receive's bytes are final. What is left when the exchange completes is the caller's.
+ * A send whose bytes read SCD_XFER_PENDING (its buf already set, not to this rank) is
+ * held back, and so are the sends after it to the same peer, until the work writes its
+ * length into the caller's list: a later phase that depends on received data can share
+ * the exchange with the phase it depends on. An exchange whose work waits with a send
+ * held back and nothing left to receive fails (SC_ERR_INVALID).
  */
 #define SCD_XFER_PENDING SIZE_MAX
 typedef struct scd_xfer_work {

@@ -1,5 +1,6 @@
 /*
- * clock.h: the monotonic clock in seconds, for durations.
+ * clock.h: the monotonic clock in seconds, for durations, and the calling thread's CPU
+ * time (what a step cost this node, waits excluded).
  */
 #ifndef SCD_UTIL_CLOCK_H
 #define SCD_UTIL_CLOCK_H
@@ -10,6 +11,13 @@ static inline double scd_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double scd_thread_cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 

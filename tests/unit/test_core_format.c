@@ -146,6 +146,57 @@ UNIT_TEST(core_hash_bitmap_round_trip)
 	}
 }
 
+/* A server's aggregate kept zero between steps: the pushes scattered with marks, each
+ * segment encoded from its marked slots gives the bytes of the full scan (zero sums left
+ * out), and leaves the aggregate and the marks zero again, the neighbours' included. */
+UNIT_TEST(core_hash_bitmap_marked_segments)
+{
+	for (int rep = 0; rep < 12; rep++) {
+		uint64_t n = random_numel();
+		uint32_t P = 1 + (uint32_t)unit_rng_below(8), p = (uint32_t)unit_rng_below(P);
+		const scd_partmap_t *map;
+		CHECK_EQ_INT(scd_partmap_acquire(n, P, unit_rng(), &map), SC_OK);
+		uint64_t sz = scd_partmap_size(map, p), nw = scd_fmt_bitmap_words(sz) + 1;
+		float *L = calloc(sz + 1, 4), *D = calloc(sz + 1, 4);
+		uint64_t *touch = calloc(nw, 8);
+		/* three pushes of the partition's members; some values cancel to zero */
+		for (int q = 0; q < 3; q++) {
+			tensor_t t;
+			tensor_make(&t, n, -1);
+			scd_coo_t mine = {t.coo.idx, t.coo.val, 0, t.coo.nnz};
+			for (uint64_t j = 0; j < t.coo.nnz; j++)
+				if (scd_partition_of(&map->fn, t.coo.idx[j]) == p) {
+					mine.idx[mine.nnz] = t.coo.idx[j];
+					mine.val[mine.nnz++] = q == 2 && j % 3 == 0
+								   ? -L[map->pos[t.coo.idx[j]]]
+								   : t.coo.val[j];
+				}
+			CHECK_EQ_INT(scd_coo_scatter_add_part(L, touch, map, p, &mine), 0);
+			CHECK_EQ_INT(scd_coo_scatter_add_part(D, NULL, map, p, &mine), 0);
+			tensor_free(&t);
+		}
+		uint64_t cap = 8 * sz + 64, K = 1 + unit_rng_below(5);
+		void *a = malloc(cap), *b = malloc(cap);
+		for (uint64_t k = 0; k < K; k++) {
+			scd_hbseg_t sg = {p, sz * k / K, sz * (k + 1) / K};
+			uint64_t ba = 0, bb = 0;
+			memset(a, 0xa5, cap), memset(b, 0x5a, cap);
+			CHECK_EQ_INT(scd_hash_bitmap_encode_seg(map, &sg, D + sg.lo, NULL, a, cap, &ba),
+				     SC_OK);
+			CHECK_EQ_INT(scd_hash_bitmap_encode_seg(map, &sg, L + sg.lo, touch, b, cap, &bb),
+				     SC_OK);
+			CHECK_EQ_INT(bb, ba);
+			CHECK_TRUE(memcmp(a, b, ba) == 0);
+		}
+		for (uint64_t j = 0; j < sz; j++)
+			CHECK_MSG(L[j] == 0 && !(touch[j / 64] >> (j % 64) & 1),
+				  "slot %llu left %g, marked %d", (unsigned long long)j, L[j],
+				  (int)(touch[j / 64] >> (j % 64) & 1));
+		free(a), free(b), free(L), free(D), free(touch);
+		scd_partmap_release(map);
+	}
+}
+
 UNIT_TEST(core_partition_lists_cover_and_cache)
 {
 	uint64_t n = random_numel() + unit_rng_below(300000);
@@ -183,7 +234,7 @@ UNIT_TEST(core_partition_lists_cover_and_cache)
 			idx[k++] = (uint32_t)i;
 	if (k == 3) { /* two members, one outsider, one past the end */
 		scd_coo_t in = {idx, val, 4, 4};
-		uint64_t bad = scd_coo_scatter_add_part(L, a, p0, &in);
+		uint64_t bad = scd_coo_scatter_add_part(L, NULL, a, p0, &in);
 		CHECK_EQ_INT(bad, a->pos[idx[2]] < sz ? 1 : 2);
 		CHECK_TRUE(L[a->pos[idx[0]]] == 1 + (a->pos[idx[2]] == a->pos[idx[0]] ? 3 : 0));
 		CHECK_TRUE(L[a->pos[idx[1]]] == 2 + (a->pos[idx[2]] == a->pos[idx[1]] ? 3 : 0));

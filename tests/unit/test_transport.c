@@ -410,6 +410,100 @@ UNIT_TEST(transport_tcp_exchange_v_work_overlaps)
 		run_world(P, work_rank, NULL);
 }
 
+/* Held sends: a second message to every peer is held back until the work has every
+ * peer's first message and writes the second from them (its bytes depend on the
+ * receives, as a pull depends on the pushes); both phases share one exchange. A send held
+ * with nothing left to receive fails at once, and so does one without work. */
+typedef struct held {
+	scd_xfer_t *s, *r;
+	size_t *got;
+	int n, released;
+	uint32_t sum;
+} held_t;
+
+static int held_work(void *arg)
+{
+	held_t *h = arg;
+	if (h->released)
+		return 0;
+	for (int i = 0; i < h->n; i++) /* the first phase's receives */
+		if (h->got[i] == SCD_XFER_PENDING)
+			return 0;
+	h->sum = 0;
+	for (int i = 0; i < h->n; i++)
+		h->sum += ((uint32_t *)h->r[i].buf)[0];
+	for (int i = 0; i < h->n; i++) {
+		((uint32_t *)h->s[h->n + i].buf)[0] = h->sum;
+		h->s[h->n + i].bytes = 4 + 1000 * (size_t)i; /* released */
+	}
+	h->released = 1;
+	return 1;
+}
+
+static void held_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	enum { BYTES = 1u << 20 };
+	scd_xfer_t s[2 * MAX_P], r[2 * MAX_P];
+	size_t got[2 * MAX_P];
+	int n = 0;
+	for (int p = 0; p < P; p++)
+		if (p != rank) {
+			s[n] = (scd_xfer_t){p, calloc(1, BYTES), BYTES};
+			((uint32_t *)s[n].buf)[0] = 1000u * (uint32_t)rank + (uint32_t)p;
+			r[n] = (scd_xfer_t){p, malloc(BYTES), BYTES};
+			n++;
+		}
+	for (int i = 0; i < n; i++) {
+		s[n + i] = (scd_xfer_t){s[i].peer, calloc(1, 4 + 1000 * (size_t)n), SCD_XFER_PENDING};
+		r[n + i] = (scd_xfer_t){r[i].peer, malloc(4 + 1000 * (size_t)n), 4 + 1000 * (size_t)n};
+	}
+	if (rank == 0)
+		usleep(100 * 1000);
+	held_t h = {.s = s, .r = r, .got = got, .n = n};
+	scd_xfer_work_t wk = {held_work, &h};
+	sc_status_t st = scd_transport_exchange_vw(t, s, 2 * n, r, 2 * n, got, &wk, TMO_MS);
+	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
+	CHECK_TRUE(h.released);
+	for (int i = 0; i < n; i++) {
+		int q = r[i].peer;
+		/* q's second message carries the sum of what q received first */
+		uint32_t want = 0;
+		for (int p = 0; p < P; p++)
+			if (p != q)
+				want += 1000u * (uint32_t)p + (uint32_t)q;
+		int at_q = rank < q ? rank : rank - 1; /* my index in q's list */
+		CHECK_EQ_INT(got[n + i], 4 + 1000 * (size_t)at_q);
+		CHECK_MSG(((uint32_t *)r[n + i].buf)[0] == want,
+			  "rank %d: rank %d's held message carries %u, not %u", rank, q,
+			  ((uint32_t *)r[n + i].buf)[0], want);
+	}
+	for (int i = 0; i < 2 * n; i++)
+		free(s[i].buf), free(r[i].buf);
+	if (P != 2)
+		return;
+	if (rank == 0) { /* stays connected while rank 1 fails on its own */
+		usleep(300 * 1000);
+		return;
+	}
+	/* held with no work to release it, and held with nothing left to receive */
+	scd_log_level = -1;
+	char b[8] = {0};
+	scd_xfer_t x = {0, b, SCD_XFER_PENDING};
+	CHECK_EQ_INT(scd_transport_exchange_v(t, &x, 1, NULL, 0, NULL, TMO_MS), SC_ERR_INVALID);
+	h = (held_t){.released = 1};
+	double t0 = now_ms();
+	CHECK_EQ_INT(scd_transport_exchange_vw(t, &x, 1, NULL, 0, NULL, &wk, TMO_MS),
+		     SC_ERR_INVALID);
+	CHECK_MSG(now_ms() - t0 < 1000, "a held send waited %.0f ms", now_ms() - t0);
+}
+
+UNIT_TEST(transport_tcp_exchange_v_held_sends)
+{
+	for (int P = 2; P <= 4; P++)
+		run_world(P, held_rank, NULL);
+}
+
 /* The ring's work runs while it waits (rank 0 joins 200 ms late), the sums stay exact,
  * and a failing work ends the allreduce with its status. */
 static int count_work(void *arg)
