@@ -81,6 +81,7 @@ typedef struct run_result {
 	double time_s, bound_s, busbw, predicted_s, measured_s;
 	double step_bytes; /* mean over steps of the busiest rank's max(sent, recv) */
 	double work_s; /* last call, slowest rank: measured_s outside the exchanges */
+	double cpu_s, cpu_sum_s; /* last call: the daemons' CPU time, busiest and summed */
 	double bytes_sent, bytes_recv; /* per step, max over ranks */
 	double wrong;		       /* count, or relative error (lossy) */
 	bool checked, identical;
@@ -495,6 +496,7 @@ enum {
 	SL_FAILED = 11,
 	SL_MEASURED = 12,
 	SL_WORK = 13,
+	SL_CPU = 14,
 	SL_COUNT = 16
 };
 
@@ -592,6 +594,7 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 	put_u48(mine + K + SL_RECV, (double)(s1.bytes_received - s0.bytes_received) / K);
 	mine[K + SL_MEASURED] = (float)s1.measured_s;
 	mine[K + SL_WORK] = (float)(s1.measured_s - s1.exchange_s);
+	mine[K + SL_CPU] = (float)s1.cpu_s;
 	snprintf(r->chosen, sizeof(r->chosen), "%s", s1.scheme);
 	r->predicted_s = s1.predicted_s;
 	r->density = s1.density;
@@ -685,6 +688,8 @@ gathered:
 		r->bytes_recv = fmax(r->bytes_recv, get_u48(g + K + SL_RECV));
 		r->measured_s = fmax(r->measured_s, g[K + SL_MEASURED]);
 		r->work_s = fmax(r->work_s, g[K + SL_WORK]);
+		r->cpu_s = fmax(r->cpu_s, g[K + SL_CPU]);
+		r->cpu_sum_s += g[K + SL_CPU];
 		maxin_all = fmax(maxin_all, g[K + SL_MAXIN]);
 		maxerr_all = fmax(maxerr_all, g[K + SL_MAXERR]);
 		wrong_all += get_u48(g + K + SL_WRONG);
@@ -836,6 +841,7 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 	fprintf(f, ",\"sparse_result\":%s", o->sparse_result ? "true" : "false");
 	num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
 	num_or_null(f, "alpha_s", alpha, "%.6f");
+	fprintf(f, ",\"host_cores\":%ld", sysconf(_SC_NPROCESSORS_ONLN));
 	if (sh)
 		fprintf(f,
 			",\"shape\":{\"density\":%.6g,\"gamma\":%.4g,\"overlap\":%.4g,"
@@ -863,6 +869,8 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		num_or_null(f, "predicted_s", r->predicted_s, "%.6f");
 		num_or_null(f, "measured_s", r->measured_s, "%.6f");
 		num_or_null(f, "work_s", r->work_s, "%.6f");
+		num_or_null(f, "cpu_s", r->cpu_s, "%.6f");
+		num_or_null(f, "cpu_sum_s", r->cpu_sum_s, "%.6f");
 		fprintf(f,
 			",\"density\":%.6g,\"densification\":%.4g,\"imbalance\":%.4g,"
 			"\"residual\":%s,\"ranks_identical\":%s,\"failed\":%s",
@@ -915,11 +923,16 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 		       "alpha %.3f ms (1-element allreduce), goodput %.1f MB/s\n",
 		       alpha * 1e3, o->goodput / 1e6);
 	printf("# work = the last step's time outside the scheme's exchanges, slowest rank\n");
-	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %10s %10s\n", "scheme", "ran",
-	       "time", "busbw", "sent", "recv", "bound", "t/bound", "pred", "work", "wrong",
-	       "vs mpi");
-	printf("# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %10s %10s\n", "", "", "(ms)",
-	       "(MB/s)", "(MB)", "(MB)", "(ms)", "", "(ms)", "(ms)", "", "allreduce");
+	printf("# cpu = the last step's data-plane CPU time, busiest daemon; cpu sum = all of "
+	       "them (nodes sharing this host's %ld cores: cpu sum / %ld is a floor under a "
+	       "step)\n",
+	       sysconf(_SC_NPROCESSORS_ONLN), sysconf(_SC_NPROCESSORS_ONLN));
+	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n", "scheme",
+	       "ran", "time", "busbw", "sent", "recv", "bound", "t/bound", "pred", "work", "cpu",
+	       "cpu sum", "wrong", "vs mpi");
+	printf("# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n", "", "",
+	       "(ms)", "(MB/s)", "(MB)", "(MB)", "(ms)", "", "(ms)", "(ms)", "(ms)", "(ms)", "",
+	       "allreduce");
 	for (int i = 0; i < n; i++) {
 		const run_result_t *r = &res[i];
 		char bound[32] = "-", tb[32] = "-", wrong[32] = "-", vs[32] = "-";
@@ -931,11 +944,12 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 			snprintf(wrong, sizeof(wrong), r->lossless ? "%.0f" : "%.2g", r->wrong);
 		if (pr && pr->ar_ran && r->time_s > 0)
 			snprintf(vs, sizeof(vs), "%.1fx", pr->ar_time_s / r->time_s);
-		printf("  %-12s %-12s %10.2f %9.1f %9.2f %9.2f %9s %8s %9.1f %9.1f %10s %10s%s\n",
+		printf("  %-12s %-12s %10.2f %9.1f %9.2f %9.2f %9s %8s %9.1f %9.1f %8.1f %8.1f "
+		       "%10s %10s%s\n",
 		       r->scheme, r->chosen[0] ? r->chosen : "-", r->time_s * 1e3,
 		       r->busbw / 1e6, r->bytes_sent / 1e6, r->bytes_recv / 1e6, bound, tb,
-		       r->predicted_s * 1e3, r->work_s * 1e3, wrong, vs,
-		       r->failed ? "  FAILED" : "");
+		       r->predicted_s * 1e3, r->work_s * 1e3, r->cpu_s * 1e3, r->cpu_sum_s * 1e3,
+		       wrong, vs, r->failed ? "  FAILED" : "");
 	}
 	printf("# auto selected: %s\n", selected && *selected ? selected : "-");
 	for (int i = 0; i < n; i++)

@@ -259,6 +259,8 @@ static void stats_json(const Sparsecomm__StatsReply *s)
 			json_num(t->imbalance);
 			fputs(",\"exchange_s\":", stdout);
 			json_num(t->exchange_s);
+			fputs(",\"cpu_s\":", stdout);
+			json_num(t->cpu_s);
 		}
 		putchar('}');
 	}
@@ -289,9 +291,9 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	       s->n_tensors);
 	if (!s->n_tensors)
 		return;
-	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %8s %8s %6s\n", "TENSOR",
-	       "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)", "MEAS(ms)",
-	       "XCHG(ms)", "DENSITY", "DENSIF", "IMBAL");
+	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n",
+	       "TENSOR", "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)",
+	       "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY", "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
@@ -300,9 +302,10 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 		       human_bytes(sent, sizeof(sent), t->bytes_sent),
 		       human_bytes(recv, sizeof(recv), t->bytes_received), t->time_s);
 		if (*t->scheme)
-			printf("  %-18s %10.3f %10.3f %10.3f %8.4f %8.3f %6.2f\n", t->scheme,
-			       t->predicted_s * 1e3, t->measured_s * 1e3, t->exchange_s * 1e3,
-			       t->density, t->densification, t->imbalance);
+			printf("  %-18s %10.3f %10.3f %10.3f %9.3f %8.4f %8.3f %6.2f\n",
+			       t->scheme, t->predicted_s * 1e3, t->measured_s * 1e3,
+			       t->exchange_s * 1e3, t->cpu_s * 1e3, t->density, t->densification,
+			       t->imbalance);
 		else
 			printf("  %-18s\n", "-");
 	}

@@ -236,6 +236,8 @@ typedef struct sc_tensor_stats {
 	double density, densification, imbalance; /* last call */
 	double exchange_s; /* of measured_s, inside the scheme's exchanges (on the wire or
 			      waiting for peers); the rest is this node's own work */
+	double cpu_s;	   /* CPU time the daemon's data plane spent on the last call (at
+			      most measured_s: waits excluded) */
 } sc_tensor_stats_t;
 
 /* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */

@@ -374,7 +374,8 @@ SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
 SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
 				   sc_tensor_stats_t *stats_p)
 {
-	/* struct_size: this header's, or an older one's (which ended before exchange_s) */
+	/* struct_size: this header's, or an older one's (which ended before exchange_s, or
+	 * before cpu_s): the fields it has are filled, nothing past it is written */
 	size_t size = stats_p ? stats_p->struct_size : 0;
 	if (!client || !tensor || size < offsetof(sc_tensor_stats_t, exchange_s) ||
 	    size > sizeof(*stats_p))
@@ -407,6 +408,7 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 			s.densification = ts->densification;
 			s.imbalance = ts->imbalance;
 			s.exchange_s = ts->exchange_s;
+			s.cpu_s = ts->cpu_s;
 			memcpy(stats_p, &s, size);
 			st = SC_OK;
 			break;

@@ -554,6 +554,7 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 		ts->densification = nt->stats.densification;
 		ts->imbalance = nt->stats.imbalance;
 		ts->exchange_s = nt->stats.exchange_s;
+		ts->cpu_s = nt->stats.cpu_s;
 		r.tensors[r.n_tensors++] = ts;
 	}
 	r.cycles = ctl->d->stats_cycles;

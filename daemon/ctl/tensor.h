@@ -38,6 +38,7 @@ typedef struct scd_tensor_stats {
 	char scheme[32];
 	double predicted_s, measured_s, density, densification, imbalance;
 	double exchange_s; /* of measured_s, inside the scheme's exchanges */
+	double cpu_s;	   /* the data plane's CPU time, last call */
 } scd_tensor_stats_t;
 
 typedef struct scd_reg {

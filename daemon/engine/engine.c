@@ -351,7 +351,7 @@ static void *engine_main(void *arg)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->mu);
 
-		double t0 = scd_now_s();
+		double t0 = scd_now_s(), cpu0 = scd_thread_cpu_s();
 		job->status = SC_OK;
 		if (job->kind == SCD_JOB_MESH)
 			run_mesh(e, job);
@@ -362,6 +362,7 @@ static void *engine_main(void *arg)
 		else
 			run_allreduce(e, job);
 		job->time_s = scd_now_s() - t0;
+		job->cpu_s = scd_thread_cpu_s() - cpu0;
 
 		pthread_mutex_lock(&e->mu);
 		job->next = NULL;

@@ -91,6 +91,7 @@ typedef struct scd_job {
 	int scheme; /* the scheme that ran */
 	double predicted_s, density, gamma, imbalance;
 	double exchange_s; /* of the scheme's time, inside exchanges */
+	double cpu_s;	   /* the engine thread's CPU time for the job */
 	struct scd_job *next;
 } scd_job_t;
 

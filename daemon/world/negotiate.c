@@ -803,6 +803,7 @@ void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
 			nt->stats.densification = job->gamma;
 			nt->stats.imbalance = job->imbalance;
 			nt->stats.exchange_s = job->exchange_s;
+			nt->stats.cpu_s = job->cpu_s;
 		}
 		char msg[700];
 		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */

@@ -11,7 +11,7 @@ KNOWN = {"dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce",
          "s2_sketch", "exdyna"}
 FIELDS = ("scheme", "chosen", "lossless", "wrong", "time_s", "bytes_sent", "bytes_recv",
           "step_bytes_max", "bound_s", "busbw", "predicted_s", "measured_s", "work_s",
-          "ranks_identical", "failed")
+          "cpu_s", "cpu_sum_s", "ranks_identical", "failed")
 
 
 def check(doc, schemes):
@@ -49,6 +49,12 @@ def check(doc, schemes):
         if not (r["work_s"] is None or 0 <= r["work_s"] <= r["measured_s"] + 1e-6):
             errs.append("%s: work_s %s outside [0, measured %s]" %
                         (name, r["work_s"], r["measured_s"]))
+        # one engine thread per daemon: its CPU time within the slowest call's wall time,
+        # and the sum over the ranks at least the busiest one's
+        if not (0 < r["cpu_s"] <= r["measured_s"] * 1.01 + 1e-3 and
+                r["cpu_s"] <= r["cpu_sum_s"] <= doc["P"] * r["cpu_s"] * 1.0001 + 1e-6):
+            errs.append("%s: cpu_s %s, cpu_sum_s %s, measured %s, P %s" %
+                        (name, r["cpu_s"], r["cpu_sum_s"], r["measured_s"], doc["P"]))
     if "auto" in schemes and doc.get("selected") not in KNOWN:
         errs.append("selected: %r" % doc.get("selected"))
     return errs

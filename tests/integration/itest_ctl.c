@@ -185,6 +185,11 @@ static void check_stats(const char *sock, const char *const *names, int n_names)
 		if (!(xchg >= 0 && xchg <= meas))
 			IT_FAIL("stats --json: tensor '%s': exchange_s %g of measured_s %g",
 				names[k], xchg, meas);
+		/* and its CPU time too (one engine thread: never more than the wall time) */
+		double cpu = need(hit, "cpu_s", IT_JNUM, names[k])->num;
+		if (!(cpu > 0 && cpu <= meas * 1.01 + 1e-4))
+			IT_FAIL("stats --json: tensor '%s': cpu_s %g of measured_s %g", names[k],
+				cpu, meas);
 	}
 	it_log("stats --json lists the job's %d tensors with calls > 0 (%zu tensors)", n_names,
 	       ts->n);

@@ -18,8 +18,9 @@
  *     sum of inputs == result + sum of residual changes (mass conservation), exactly for
  *     the lossless schemes and ExDyna/SparDL (small integers), to float rounding for S2;
  *   - auto: sc_tensor_stats names a real scheme, and the result is checked as above;
- *   - sc_tensor_stats: the time inside exchanges is within the measured time (and not 0
- *     with peers); a struct_size from before exchange_s is served, nothing written past;
+ *   - sc_tensor_stats: the time inside exchanges and the CPU time are within the
+ *     measured time (the first not 0 with peers, the second never 0); struct_sizes from
+ *     before exchange_s and before cpu_s are served, nothing written past;
  *   - COO input takes the dense result at step 0 and a sparse one at step 1
  *     (sc_allreduce_coo_sparse_async): indices strictly ascending and in range, expanded
  *     and checked as above; it must come back sparse with one trainer per node (the
@@ -252,9 +253,14 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		    (s->P > 1 && !(ts.exchange_s > 0)))
 			sp_failf(s, "%s %s step %d: %.6f s inside exchanges of %.6f s measured",
 				 k->label, scheme, step, ts.exchange_s, ts.measured_s);
-		if (step == 0) { /* a caller built with the header before exchange_s */
+		/* the engine thread's CPU time: some, and no more than the call's wall time */
+		if (!(ts.cpu_s > 0 && ts.cpu_s <= ts.measured_s * 1.01 + 1e-4))
+			sp_failf(s, "%s %s step %d: %.6f s of CPU in %.6f s measured", k->label,
+				 scheme, step, ts.cpu_s, ts.measured_s);
+		for (int v = 0; step == 0 && v < 2; v++) { /* callers built with older headers */
 			sc_tensor_stats_t os;
-			size_t old = offsetof(sc_tensor_stats_t, exchange_s);
+			size_t old = v ? offsetof(sc_tensor_stats_t, cpu_s)
+				       : offsetof(sc_tensor_stats_t, exchange_s);
 			memset(&os, 0xa5, sizeof(os));
 			os.struct_size = (uint32_t)old;
 			IT_CHECK_SC(sc_tensor_stats(c, t, &os), "stats of %s, older struct_size",
