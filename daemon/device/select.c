@@ -14,9 +14,12 @@
  * key >> 21 (fused with the error-feedback pass), then 11-bit digits over the boundary
  * bucket only, first over the full tensor if the bucket is too big for the candidate
  * buffer, else over a copy of the bucket's keys. The result is the exact k-th key T and a
- * quota of ties at T, applied in index order by the final pass.
+ * quota of ties at T, applied in index order by the final pass. Selections among a
+ * sample's or the bracket's candidate keys use the shared radix select (device/kth.h).
  */
 #include "device/select.h"
+
+#include "device/kth.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -343,8 +346,6 @@ static uint32_t topk_find(scd_sparsifier_t *sp, const float *x, uint64_t n, uint
 	return prefix;
 }
 
-static uint32_t keys_select(scd_sparsifier_t *sp, const uint32_t *keys, uint64_t m, uint64_t r);
-
 /* ---- top-k fast path: sampled bracket, one pass ------------------------------------- */
 
 /*
@@ -493,10 +494,10 @@ static int topk_fast(scd_sparsifier_t *sp, const float *in, float *res, uint64_t
 	double margin = 4 * sqrt(r * (1 - r / SAMPLE_SIZE)) + 8;
 	uint32_t hi = r - margin < 1
 			  ? 0x80000000u
-			  : keys_select(sp, sp->sample, SAMPLE_SIZE, (uint64_t)(r - margin));
+			  : scd_kth_key_u32(sp->sample, SAMPLE_SIZE, (uint64_t)(r - margin), NULL, NULL);
 	uint32_t lo = r + margin > SAMPLE_SIZE - 1 ? 1
-						   : keys_select(sp, sp->sample, SAMPLE_SIZE,
-								 (uint64_t)(r + margin) + 1);
+						   : scd_kth_key_u32(sp->sample, SAMPLE_SIZE,
+								     (uint64_t)(r + margin) + 1, NULL, NULL);
 	if (lo == 0)
 		lo = 1;
 	if (hi <= lo)
@@ -523,7 +524,7 @@ static int topk_fast(scd_sparsifier_t *sp, const float *in, float *res, uint64_t
 		return 0;
 	}
 	uint64_t need = k - certain, w = 0;
-	uint32_t tkey = need ? keys_select(sp, b.ck, b.nc, need) : hi;
+	uint32_t tkey = need ? scd_kth_key_u32(b.ck, b.nc, need, NULL, NULL) : hi;
 	uint64_t quota = 0;
 	for (uint64_t j = 0; j < b.nc && need; j++)
 		quota += b.ck[j] > tkey;
@@ -587,31 +588,13 @@ static uint64_t dgc_sample(scd_sparsifier_t *sp, const float *in, const float *r
 	return m;
 }
 
-/* The r-th largest of keys[0, m) by the same radix digits (keys is not reordered). */
-static uint32_t keys_select(scd_sparsifier_t *sp, const uint32_t *keys, uint64_t m, uint64_t r)
-{
-	uint64_t need = r, count;
-	memset(sp->hist, 0, sizeof(sp->hist));
-	for (uint64_t i = 0; i < m; i++)
-		sp->hist[0][keys[i] >> HIST_TOP_SHIFT]++;
-	uint32_t prefix = hist_pick(sp, 1u << (31 - HIST_TOP_SHIFT), &need, &count);
-	for (int pshift = HIST_TOP_SHIFT; pshift > 0;) {
-		int nshift = pshift > HIST_DIGIT ? pshift - HIST_DIGIT : 0;
-		hist_refine(sp, keys, NULL, m, prefix, pshift, nshift);
-		uint32_t b = hist_pick(sp, 1u << (pshift - nshift), &need, &count);
-		prefix = (prefix << (pshift - nshift)) | b;
-		pshift = nshift;
-	}
-	return prefix;
-}
-
 static void dgc_step(scd_sparsifier_t *sp, const float *in, float *res, uint64_t n,
 		     scd_coo_t *out, scd_select_stats_t *st)
 {
 	uint64_t k = sp->k < n ? sp->k : n;
 	uint64_t m = dgc_sample(sp, in, res, n);
 	uint64_t r = (uint64_t)((double)k * (double)m / (double)n + 0.5);
-	float thr = scd_key_to_float(keys_select(sp, sp->cand, m, r ? r : 1));
+	float thr = scd_key_to_float(scd_kth_key_u32(sp->cand, m, r ? r : 1, NULL, NULL));
 	st->target = k;
 	uint64_t lo = (uint64_t)ceil(DGC_LO * (double)k),
 		 hi = (uint64_t)floor(DGC_HI * (double)k);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/kth.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -604,60 +605,13 @@ static sc_status_t coo_check(const scd_coo_t *coo, uint64_t numel)
 /* ---- deterministic top-k --------------------------------------------------------------------
  */
 
-/* Picks, from the top, the bucket of hist[nb] holding the remaining-th largest key; moves
- * the buckets above it from *remaining into *gt. */
-static uint32_t kth_bucket(const uint64_t *hist, uint32_t nb, uint64_t *remaining, uint64_t *gt)
-{
-	uint32_t b = nb - 1;
-	for (; b > 0 && *remaining > hist[b]; b--) {
-		*remaining -= hist[b];
-		*gt += hist[b];
-	}
-	return b;
-}
-
-/*
- * The k-th largest magnitude key (1 <= k <= n) and how many keys are larger (*gt_p): a
- * radix select whose first digit is the key's top 11 bits (the exponent and 3 mantissa
- * bits, where magnitudes spread out), then two 10-bit digits over the boundary bucket's
- * keys only, copied once into keys (scratch of n). Three passes over val.
- */
-static uint32_t kth_key(const float *val, uint64_t n, uint64_t k, uint32_t *keys,
-			uint64_t *gt_p)
-{
-	uint64_t hist[2048] = {0}, remaining = k, gt = 0;
-	for (uint64_t i = 0; i < n; i++)
-		hist[scd_abs_key(val[i]) >> 20]++;
-	uint32_t hi = kth_bucket(hist, 2048, &remaining, &gt), T = hi << 20;
-	uint64_t m = 0;
-	for (uint64_t i = 0; i < n; i++) {
-		uint32_t key = scd_abs_key(val[i]);
-		if (key >> 20 == hi)
-			keys[m++] = key;
-	}
-	for (int shift = 10; shift >= 0; shift -= 10) {
-		memset(hist, 0, 1024 * sizeof(hist[0]));
-		for (uint64_t i = 0; i < m; i++)
-			hist[(keys[i] >> shift) & 1023]++;
-		uint32_t d = kth_bucket(hist, 1024, &remaining, &gt);
-		T |= d << shift;
-		uint64_t w = 0;
-		for (uint64_t i = 0; i < m; i++)
-			if (((keys[i] >> shift) & 1023) == d)
-				keys[w++] = keys[i];
-		m = w;
-	}
-	*gt_p = gt;
-	return T;
-}
-
 uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 			     uint32_t *tmp_idx, float *tmp_val)
 {
 	if (k >= n)
 		return n;
 	uint64_t gt = 0;
-	uint32_t T = k ? kth_key(val, n, k, tmp_idx, &gt) : UINT32_MAX;
+	uint32_t T = k ? scd_kth_key_f32(val, n, k, tmp_idx, &gt) : UINT32_MAX;
 	uint64_t ties = k > gt ? k - gt : 0, w = 0, r = 0;
 	for (uint64_t i = 0; i < n; i++) {
 		uint32_t key = scd_abs_key(val[i]);

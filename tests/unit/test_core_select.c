@@ -1,11 +1,13 @@
 /*
  * test_core_select.c: property tests of the sparsifiers (device/select.h): error feedback
  * conserves every element bit for bit, each sparsifier selects what it promises (exact
- * top-k against a sort, DGC within its band, natural = the non-zeros), and the per-step
- * path allocates nothing after warm-up.
+ * top-k against a sort, DGC within its band, natural = the non-zeros), the per-step
+ * path allocates nothing after warm-up, and the shared radix select (device/kth.h) agrees
+ * with a sort.
  */
 #include "unit.h"
 
+#include "device/kth.h"
 #include "device/select.h"
 
 #include <malloc.h>
@@ -342,4 +344,52 @@ UNIT_TEST(core_sparsify_step_allocates_nothing)
 		scd_sparsifier_destroy(sp);
 	}
 	fixture_free(&f);
+}
+
+/* The shared radix select (device/kth.h) against a sort: floats and keys, with and
+ * without scratch, on crowded magnitudes (many keys per digit bucket), ties, zeros and
+ * both signs, every k from 1 to n; the count of larger keys with it. */
+static int key_desc(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+UNIT_TEST(core_kth_key_matches_sort)
+{
+	for (int rep = 0; rep < 20; rep++) {
+		uint64_t n = 1 + unit_rng_below(rep < 10 ? 64 : 3000);
+		float *x = malloc(4 * n);
+		uint32_t *keys = malloc(4 * n), *sorted = malloc(4 * n), *scr = malloc(4 * n);
+		for (uint64_t i = 0; i < n; i++) {
+			/* few distinct magnitudes near 1 (crowded top digits), some ties and
+			 * zeros, either sign */
+			float v = 1.0f + (float)unit_rng_below(rep % 3 ? 7 : 100000) / 1048576.0f;
+			if (unit_rng_below(10) == 0)
+				v = 0;
+			x[i] = unit_rng_below(2) ? -v : v;
+			keys[i] = sorted[i] = scd_abs_key(x[i]);
+		}
+		qsort(sorted, n, 4, key_desc);
+		for (uint64_t k = 1; k <= n; k += 1 + n / 97) {
+			uint64_t gt_want = 0;
+			while (gt_want < n && sorted[gt_want] > sorted[k - 1])
+				gt_want++;
+			uint64_t gt[3] = {~0ull, ~0ull, ~0ull};
+			uint32_t got[3] = {scd_kth_key_f32(x, n, k, scr, &gt[0]),
+					   scd_kth_key_f32(x, n, k, NULL, &gt[1]),
+					   scd_kth_key_u32(keys, n, k, scr, &gt[2])};
+			uint32_t plain = scd_kth_key_u32(keys, n, k, NULL, NULL);
+			for (int v = 0; v < 3; v++)
+				CHECK_MSG(got[v] == sorted[k - 1] && gt[v] == gt_want,
+					  "n %llu k %llu variant %d: key %08x (> %llu), want %08x "
+					  "(> %llu)",
+					  (unsigned long long)n, (unsigned long long)k, v, got[v],
+					  (unsigned long long)gt[v], sorted[k - 1],
+					  (unsigned long long)gt_want);
+			CHECK_TRUE(plain == sorted[k - 1]);
+		}
+		CHECK_EQ_INT(scd_kth_key_u32(keys, n, n + 1, NULL, NULL), 0);
+		free(x), free(keys), free(sorted), free(scr);
+	}
 }
