@@ -9,6 +9,7 @@
  */
 #include "device/exdyna.h"
 
+#include "device/kth.h"
 #include "device/select.h"
 
 #include <math.h>
@@ -27,6 +28,8 @@ struct scd_exdyna {
 	double threshold;
 	double up, up_fine, down, down_fine;
 	uint64_t iter;
+	int calibrating; /* the threshold is still to be taken from the data */
+	double proposal; /* this rank's threshold at that first selection */
 };
 
 scd_exdyna_cfg_t scd_exdyna_cfg_default(uint64_t numel, uint32_t nranks, uint32_t rank,
@@ -87,6 +90,7 @@ sc_status_t scd_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
 	initial_partitions(ex);
 	ex->threshold =
 	    cfg->init_threshold > 0 ? cfg->init_threshold : 1.0 / (2.0 * sqrt((double)ex->k));
+	ex->calibrating = cfg->init_threshold == 0;
 	ex->up = 1.0 + cfg->gamma;
 	ex->up_fine = 1.0 + cfg->gamma / 4;
 	ex->down = 1.0 - cfg->gamma;
@@ -122,6 +126,22 @@ void scd_exdyna_part_range(const scd_exdyna_t *ex, uint32_t part, uint64_t *lo_p
 	*hi_p = hi;
 }
 
+/* This rank's share of the target, for the selection that calibrates the threshold. */
+static uint64_t share(const scd_exdyna_t *ex)
+{
+	uint64_t P = ex->cfg.nranks, s = (ex->k + P / 2) / P;
+	return s ? s : 1;
+}
+
+/* The threshold that selects this rank's share among keys (the exact share-th largest;
+ * an exact zero never qualifies), recorded as the rank's proposal. */
+static float propose(scd_exdyna_t *ex, uint32_t key)
+{
+	float t = scd_key_to_float(key ? key : 1);
+	ex->proposal = t;
+	return t;
+}
+
 sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual,
 			      scd_coo_t *out, uint64_t *count_p)
 {
@@ -129,11 +149,19 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
 		return SC_ERR_INVALID;
 	uint64_t lo, hi, n = ex->cfg.numel;
 	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &lo, &hi);
-	if (in && residual) {
+	float thr = (float)ex->threshold;
+	if (ex->calibrating) { /* acc first, then the exact share-th magnitude in the part */
+		if (in && residual) {
+			scd_residual_accumulate(in, residual, 0, n);
+			in = NULL;
+		}
+		const float *acc = residual ? residual : in;
+		thr = propose(ex, scd_kth_key_f32(acc + lo, hi - lo, share(ex), NULL, NULL));
+	} else if (in && residual) {
 		scd_residual_accumulate(in, residual, 0, lo);
 		scd_residual_accumulate(in, residual, hi, n);
 	}
-	scd_select_threshold(in, residual, lo, hi, (float)ex->threshold, out);
+	scd_select_threshold(in, residual, lo, hi, thr, out);
 	if (count_p)
 		*count_p = out->nnz;
 	return SC_OK;
@@ -147,6 +175,14 @@ sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo
 	uint64_t lo, hi;
 	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &lo, &hi);
 	uint32_t tkey = scd_threshold_key((float)ex->threshold);
+	if (ex->calibrating) { /* the partition's keys, in dis as scratch, before it is filled */
+		uint64_t m = 0;
+		for (uint64_t j = 0; j < in->nnz; j++)
+			if (in->idx[j] >= lo && in->idx[j] < hi)
+				dis->idx[m++] = scd_abs_key(in->val[j]);
+		tkey = scd_threshold_key(propose(ex, scd_kth_key_u32(dis->idx, m, share(ex), NULL,
+								     NULL)));
+	}
 	uint64_t n = 0, m = 0;
 	for (uint64_t j = 0; j < in->nnz; j++) {
 		uint32_t i = in->idx[j];
@@ -223,11 +259,47 @@ static void scale_threshold(scd_exdyna_t *ex, uint64_t actual)
 		ex->threshold *= ex->down_fine;
 }
 
-sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts)
+/* The lower median of the ranks' proposals (non-negative doubles: their bits sort as
+ * integers), sorted in kpart before it holds the counts. */
+static double median_proposal(scd_exdyna_t *ex, const double *proposals)
 {
-	if (!ex || !counts)
+	uint32_t P = ex->cfg.nranks;
+	int64_t *v = ex->kpart;
+	for (uint32_t r = 0; r < P; r++) {
+		int64_t b;
+		memcpy(&b, &proposals[r], 8);
+		uint32_t j = r;
+		for (; j > 0 && v[j - 1] > b; j--)
+			v[j] = v[j - 1];
+		v[j] = b;
+	}
+	double t;
+	memcpy(&t, &v[(P - 1) / 2], 8);
+	return t;
+}
+
+int scd_exdyna_calibrating(const scd_exdyna_t *ex)
+{
+	return ex->calibrating;
+}
+
+double scd_exdyna_proposal(const scd_exdyna_t *ex)
+{
+	return ex->proposal;
+}
+
+sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts,
+			      const double *proposals)
+{
+	if (!ex || !counts || (ex->calibrating && !proposals))
 		return SC_ERR_INVALID;
 	uint32_t P = ex->cfg.nranks;
+	if (ex->calibrating) {
+		for (uint32_t r = 0; r < P; r++)
+			if (!(proposals[r] > 0 && proposals[r] < INFINITY))
+				return SC_ERR_INVALID; /* NaN, negative or infinite: not a threshold */
+		ex->threshold = median_proposal(ex, proposals);
+	}
 	int64_t sum = 0;
 	for (uint32_t r = 0; r < P; r++) {
 		ex->kpart[scd_exdyna_part_of_rank(ex, r)] = (int64_t)counts[r];
@@ -235,7 +307,9 @@ sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts)
 	}
 	if (sum > 0)
 		rebalance(ex, sum);
-	scale_threshold(ex, (uint64_t)sum);
+	if (!ex->calibrating) /* that iteration's counts came from the ranks' own thresholds */
+		scale_threshold(ex, (uint64_t)sum);
+	ex->calibrating = 0;
 	ex->iter++;
 	return SC_OK;
 }

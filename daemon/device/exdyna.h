@@ -22,6 +22,15 @@
  * here the fine step goes towards the target (x(1 + gamma/4) above it, x(1 - gamma/4)
  * below). Outside the band: x(1 + gamma) when selected/target > beta, x(1 - gamma) when
  * below 1/beta (gamma = 0.005, beta = 1.1: the reference code's values).
+ *
+ * The start of the threshold is taken from the data by default. The reference's start,
+ * 1 / (2 sqrt(k)), assumes gradients of a certain scale: on gradients of unit scale it
+ * selects nearly everything, and Algorithm 5's steps of 0.5% need about 1700 iterations
+ * to climb to the right threshold (ExDyna on a dense 256 MiB gradient sent 600 MB per
+ * step meanwhile). Instead, at the first iteration every rank selects exactly its share
+ * k / P inside its partition (the exact k/P-th largest magnitude there, a local radix
+ * select), the ranks' thresholds are gathered with the counts, and every rank adopts
+ * their lower median: the same bits everywhere, from the same gathered values.
  */
 #ifndef SCD_DEVICE_EXDYNA_H
 #define SCD_DEVICE_EXDYNA_H
@@ -38,7 +47,8 @@ typedef struct scd_exdyna_cfg {
 	uint32_t alpha_permille; /* load-ratio trigger for moves (1050 = 1.05) */
 	uint32_t beta_permille;	 /* threshold band (1100 = 1.1) */
 	double gamma;		 /* threshold step (0.005) */
-	double init_threshold;	 /* shared start; <= 0: 1 / (2 sqrt(k)) as the reference */
+	double init_threshold;	 /* shared start; 0: from the first iteration's data (the
+				    default); < 0: 1 / (2 sqrt(k)) as the reference */
 } scd_exdyna_cfg_t;
 
 typedef struct scd_exdyna scd_exdyna_t;
@@ -69,9 +79,16 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
  */
 sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
 				  scd_coo_t *dis, uint64_t *count_p);
+/* Whether the threshold is still to be taken from the data (the first iteration with
+ * init_threshold 0): the update then needs every rank's proposal, the threshold the
+ * rank's selection used (scd_exdyna_proposal, after the selection). */
+int scd_exdyna_calibrating(const scd_exdyna_t *ex);
+double scd_exdyna_proposal(const scd_exdyna_t *ex);
 /* Alg. 3 + 5 from the gathered counts (counts[r]: what rank r selected this iteration),
- * then advances the iteration. */
-sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts);
+ * then advances the iteration. proposals[r]: rank r's proposal, needed (else
+ * SC_ERR_INVALID) while calibrating, ignored otherwise (may be NULL). */
+sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts,
+			      const double *proposals);
 
 float scd_exdyna_threshold(const scd_exdyna_t *ex);
 uint64_t scd_exdyna_target(const scd_exdyna_t *ex);

@@ -18,7 +18,8 @@
  *   4. every rank updates partitions and threshold from the gathered counts, integer and
  *      correctly rounded arithmetic only (device/exdyna.h), so the state stays
  *      bit-identical across ranks (the metadata round checks the step; tests check the
- *      digest).
+ *      digest). At the first iteration the metadata round also carries each rank's
+ *      threshold proposal (the threshold's start is taken from the data, exdyna.h).
  * A value is added to zeros only, so the output holds the selected values exactly, and
  * what was not selected stays in the residual: acc = input + residual, residual = acc -
  * selected. This scheme reads the residual (it is the sparsifier); io->residual NULL runs
@@ -112,8 +113,16 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		    SC_OK)
 			return scd_scheme_fail(st, "exdyna: select");
 	}
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, NULL, 0)) != SC_OK)
+	int cal = scd_exdyna_calibrating(c->ex);
+	double prop = scd_exdyna_proposal(c->ex);
+	uint64_t prop_bits;
+	memcpy(&prop_bits, &prop, 8);
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, cal ? &prop_bits : NULL,
+				  cal ? 1 : 0)) != SC_OK)
 		return st;
+	double props[P];
+	for (int q = 0; cal && q < P; q++)
+		memcpy(&props[q], &c->parts[q], 8);
 	uint64_t K = c->total_nnz, seg = 0;
 	for (int q = 0; q < me; q++)
 		seg += c->nnz[q];
@@ -159,7 +168,8 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;
-	if ((st = c->dev->exdyna_update(c->ex, c->nnz)) != SC_OK)
-		return scd_scheme_fail(st, "exdyna: update");
+	if ((st = c->dev->exdyna_update(c->ex, c->nnz, cal ? props : NULL)) != SC_OK)
+		return scd_scheme_fail(st, "exdyna: update%s",
+				       cal ? " (a rank proposed no valid threshold)" : "");
 	return SC_OK;
 }

@@ -194,10 +194,14 @@ UNIT_TEST(core_step_ops_allocate_nothing)
 	CHECK_EQ_INT(scd_exdyna_create(&ec, &ex), SC_OK);
 	uint64_t *counts = calloc(P, 8);
 	memset(res, 0, n * 4);
+	double *props = malloc(P * sizeof(double));
 	CHECK_EQ_INT(scd_exdyna_select(ex, g, res, &out, &counts[0]), SC_OK);
-	CHECK_EQ_INT(scd_exdyna_update(ex, counts), SC_OK);
+	for (uint32_t r = 0; r < P; r++) /* the first iteration takes the threshold's start */
+		props[r] = scd_exdyna_proposal(ex);
+	CHECK_EQ_INT(scd_exdyna_update(ex, counts, props), SC_OK);
 	NO_ALLOC("exdyna_select", scd_exdyna_select(ex, g, res, &out, &counts[0]));
-	NO_ALLOC("exdyna_update", scd_exdyna_update(ex, counts));
+	NO_ALLOC("exdyna_update", scd_exdyna_update(ex, counts, NULL));
+	free(props);
 	scd_exdyna_destroy(ex);
 	free(counts);
 

@@ -48,6 +48,7 @@ typedef struct {
 	scd_exdyna_t **ex;
 	float **res, *grad;
 	scd_coo_t out;
+	double *props_out; /* sim_step_props: where the ranks' proposals go */
 	uint64_t *counts;
 } sim_t;
 
@@ -101,6 +102,8 @@ static void check_partitions(const sim_t *s)
 	free(owner);
 }
 
+static uint64_t sim_step_props(sim_t *s, double drift, double *props_out);
+
 /* One iteration on every rank; returns the total selected. */
 static uint64_t sim_step(sim_t *s, double drift, int check)
 {
@@ -137,14 +140,34 @@ static uint64_t sim_step(sim_t *s, double drift, int check)
 		}
 		total += s->counts[r];
 	}
+	double props[s->P]; /* each rank's selection threshold, gathered with the counts */
 	for (uint32_t r = 0; r < s->P; r++)
-		CHECK_EQ_INT(scd_exdyna_update(s->ex[r], s->counts), SC_OK);
+		props[r] = scd_exdyna_proposal(s->ex[r]);
+	if (s->props_out)
+		memcpy(s->props_out, props, sizeof(props));
+	for (uint32_t r = 0; r < s->P; r++)
+		CHECK_EQ_INT(scd_exdyna_update(s->ex[r], s->counts, props), SC_OK);
 	uint64_t d0 = scd_exdyna_digest(s->ex[0]);
 	for (uint32_t r = 1; r < s->P; r++)
 		CHECK_MSG(scd_exdyna_digest(s->ex[r]) == d0,
 			  "rank %u diverged at iteration %llu", r,
 			  (unsigned long long)scd_exdyna_iteration(s->ex[0]));
 	return total;
+}
+
+/* sim_step, checked, also giving the ranks' proposals (props_out: P entries). */
+static uint64_t sim_step_props(sim_t *s, double drift, double *props_out)
+{
+	s->props_out = props_out;
+	uint64_t total = sim_step(s, drift, 1);
+	s->props_out = NULL;
+	return total;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
 }
 
 UNIT_TEST(core_exdyna_ranks_agree_and_conserve)
@@ -176,7 +199,7 @@ UNIT_TEST(core_exdyna_moves_blocks_to_light_partition)
 	CHECK_EQ_INT(hi0, n / 2);
 	/* iteration 0: rank 0 owns partition 0 */
 	uint64_t counts[2] = {1000, 0};
-	CHECK_EQ_INT(scd_exdyna_update(ex, counts), SC_OK);
+	CHECK_EQ_INT(scd_exdyna_update(ex, counts, NULL), SC_OK);
 	scd_exdyna_part_range(ex, 0, &lo0, &hi0);
 	scd_exdyna_part_range(ex, 1, &lo1, &hi1);
 	CHECK_EQ_INT(hi0, n / 2 - 64);
@@ -187,7 +210,7 @@ UNIT_TEST(core_exdyna_moves_blocks_to_light_partition)
 	uint64_t k = scd_exdyna_target(ex);
 	uint64_t counts2[2] = {k / 2, k / 2 - 1};
 	double thr = 1.0 * 1.005;
-	CHECK_EQ_INT(scd_exdyna_update(ex, counts2), SC_OK);
+	CHECK_EQ_INT(scd_exdyna_update(ex, counts2, NULL), SC_OK);
 	CHECK_TRUE(scd_exdyna_threshold(ex) == (float)(thr * (1 - 0.005 / 4)));
 	scd_exdyna_destroy(ex);
 }
@@ -232,4 +255,44 @@ UNIT_TEST_TIMEOUT(core_exdyna_density_tracks_target, 120)
 		  "actual/target density ranged %.3f..%.3f after warm-up (P=%u, k=%llu)",
 		  worst_lo, worst_hi, P, (unsigned long long)k);
 	sim_free(&s);
+}
+
+/* The threshold's start from the data (init_threshold 0): at the first iteration each
+ * rank selects its share k / P inside its partition, whatever the gradient's scale, and
+ * the ranks then hold the lower median of their thresholds (sim_step checks that they
+ * agree). The reference's start, 1 / (2 sqrt k), depends on the scale: on gradients
+ * thousand times smaller it selects almost nothing, on ones a thousand times larger
+ * nearly everything, and Algorithm 5's 0.5% steps take hundreds of iterations to
+ * recover. */
+UNIT_TEST(core_exdyna_threshold_starts_from_data)
+{
+	pool_fill();
+	uint32_t P = 2 + (uint32_t)unit_rng_below(4);
+	uint64_t n = 100000 + unit_rng_below(40000);
+	double density = 0.01 + unit_rng_double() * 0.02;
+	for (int v = 0; v < 4; v++) {
+		double scale = v % 2 ? 1e4 : 1e-5;
+		int data = v < 2;
+		sim_t s;
+		sim_init(&s, P, n, density, data ? 0 : -1);
+		uint64_t k = scd_exdyna_target(s.ex[0]);
+		CHECK_TRUE(scd_exdyna_calibrating(s.ex[0]) == data);
+		double props[8];
+		uint64_t first = sim_step_props(&s, scale, props);
+		if (data) {
+			/* every rank took its share exactly (ties aside): k within rounding */
+			CHECK_MSG(first + P >= k && first <= k + P + k / 100,
+				  "scale %g: the first iteration selected %llu of %llu", scale,
+				  (unsigned long long)first, (unsigned long long)k);
+			qsort(props, P, sizeof(double), cmp_double);
+			CHECK_TRUE(scd_exdyna_threshold(s.ex[0]) == (float)props[(P - 1) / 2]);
+			CHECK_TRUE(!scd_exdyna_calibrating(s.ex[0]));
+		} else {
+			CHECK_MSG(first < k / 10 || first > 10 * k,
+				  "scale %g: the reference start selected %llu of %llu", scale,
+				  (unsigned long long)first, (unsigned long long)k);
+		}
+		sim_free(&s);
+	}
+	free(pool);
 }
