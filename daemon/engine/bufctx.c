@@ -17,8 +17,14 @@
 /* An unmeasured scheme is tried only when its prediction beats the best measured one by
  * this factor: near-ties are not worth a step on a scheme that may well be slower. */
 #define SCD_EXPLORE_MARGIN 1.25
-/* At most this many schemes are ever tried per buffer (each try costs about two steps). */
+/* At most this many schemes are ever tried per buffer (each try costs about two steps),
+ * and only in its first SCD_EXPLORE_STEPS steps: after that only measured schemes compete,
+ * so the choice settles and a late try cannot stall a running job (a try's first run
+ * pays for its workspaces and tables: Balanced Parallelism's first step on a 256 MiB
+ * tensor at 8 nodes took 8.8 s, and a try that started after 25 steps of top-k put
+ * steps of other schemes among SparDL's). */
 #define SCD_EXPLORE_SCHEMES 4
+#define SCD_EXPLORE_STEPS   16
 /* A measured scheme replaces the current one only when predicted this much faster. */
 #define SCD_SWITCH_GAIN 0.9
 /* Plain dense buffers below this size are latency-bound: no sparse scheme can win there,
@@ -41,6 +47,7 @@ typedef struct scd_bufctx {
 	double ratio[SCD_SCHEME_COUNT];
 	uint32_t samples[SCD_SCHEME_COUNT];
 	double window[SCD_SCHEME_COUNT][SCD_CALIB_WINDOW];
+	uint64_t steps; /* steps this buffer ran with the cost model's choice */
 	int last_scheme;
 	double last_pred_s;
 	int natural;	       /* some tensor is declared naturally sparse */
@@ -435,7 +442,8 @@ double scd_calib_add(double *window, uint32_t counted, double sample)
  * tried when the model favours it by that margin over what the best scheme really did,
  * and is then judged by what it did itself. Each try costs about two steps, so at most
  * SCD_EXPLORE_SCHEMES schemes are ever tried per buffer (in the order of their
- * predictions: the likeliest first); after that only measured schemes compete. (Assuming
+ * predictions: the likeliest first), within its first SCD_EXPLORE_STEPS steps; after
+ * that only measured schemes compete. (Assuming
  * every unmeasured scheme misses as badly as the best measured one did kept the choice on
  * a scheme 1.5x slower than another the model mispredicted: 8 nodes, zipf.)
  * ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen here). The S2 sketch is
@@ -445,9 +453,9 @@ double scd_calib_add(double *window, uint32_t counted, double sample)
  * residual spreads over the blocks step after step).
  */
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
-		    int last)
+		    int last, int explore)
 {
-	int best = -1, tried = 0;
+	int best = -1, tried = explore ? 0 : SCD_EXPLORE_SCHEMES;
 	double best_s = -1, last_s = -1;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
 		tried += pred_s[s] >= 0 && samples[s] > 0;
@@ -491,7 +499,8 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 					  beta_s_per_byte);
 		pred[s] = cost[s].seconds;
 	}
-	int s = scd_bufctx_pick(pred, b->ratio, b->samples, b->last_scheme);
+	int s = scd_bufctx_pick(pred, b->ratio, b->samples, b->last_scheme,
+				b->steps++ < SCD_EXPLORE_STEPS);
 	if (s < 0) /* nothing allowed: cannot happen (the dense ring always is) */
 		s = SCD_SCHEME_DENSE_RING, cost[s] = (scd_cost_t){0};
 	*cost_p = cost[s];

@@ -37,11 +37,12 @@ double scd_calib_add(double *window, uint32_t counted, double sample);
  * numbers): pred_s[s] the cost model's prediction in seconds (< 0: not allowed), ratio[s]
  * the measured / predicted time learnt for s once samples[s] >= 2, last the scheme of the
  * previous step (-1: none). Each allowed scheme counts as pred_s x its ratio; one not yet
- * measured as pred_s x 1.25, while fewer than four schemes have been tried. The cheapest
- * wins, unless the previous scheme is within 10% of it. Returns -1 when none is allowed.
+ * measured as pred_s x 1.25, while explore is set (a buffer's first 16 steps) and fewer
+ * than four schemes have been tried. The cheapest wins, unless the previous scheme is
+ * within 10% of it. Returns -1 when none is allowed.
  */
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
-		    int last);
+		    int last, int explore);
 
 /* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
  * the agreed network costs; seed the world's shared seed. Fills job's report fields and,

@@ -112,38 +112,44 @@ UNIT_TEST(scheme_calibrated_pick)
 		pred[s] = -1, ratio[s] = 1, samples[s] = 0;
 	/* nothing measured: the cheapest prediction; a scheme not allowed is never picked */
 	pred[R] = 1.0, pred[A] = 0.3, pred[B] = 0.2, pred[H] = 0.25;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1), B);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1, 1), B);
 	pred[B] = -1;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1), H);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, -1, 1), H);
 	pred[B] = 0.2;
 	/* B measured 4x slower than predicted (0.8 s): H (0.25 x 1.25) is tried, the ring
 	 * (1.0 x 1.25) is not */
 	samples[B] = 2, ratio[B] = 4;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B), H);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, B, 1), H);
 	/* H in its first (uncounted) run keeps the margin until it is measured */
 	samples[H] = 1;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H), H);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H, 1), H);
 	/* measured as slow as B: B is back, and A (0.3 x 1.25 = 0.375) gets its try */
 	samples[H] = 2, ratio[H] = 4;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H), A);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H, 1), A);
 	/* once SCD_EXPLORE_SCHEMES (4) schemes were tried, an unmeasured one is not, however
 	 * cheap its prediction: A measured, and a fourth measured (the ring, 1.0 x 0.9) */
 	samples[A] = 3, ratio[A] = 1.1;  /* A: 0.33 */
 	samples[R] = 2, ratio[R] = 0.9;	 /* R: 0.9 */
 	pred[SCD_SCHEME_OMNIREDUCE] = 0.1; /* 0.125 if it could be tried */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), A);
 	samples[R] = 0; /* three tried: the fourth try goes to OmniReduce */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), SCD_SCHEME_OMNIREDUCE);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), SCD_SCHEME_OMNIREDUCE);
+	/* past the buffer's first steps no scheme is tried any more: A stays */
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 0), A);
+	/* but one whose try began (its first, uncounted run done) is still measured */
+	samples[SCD_SCHEME_OMNIREDUCE] = 1;
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 0), SCD_SCHEME_OMNIREDUCE);
+	samples[SCD_SCHEME_OMNIREDUCE] = 0;
 	pred[SCD_SCHEME_OMNIREDUCE] = -1;
 	/* hysteresis: staying on A unless another is more than 10% cheaper */
 	samples[H] = 2, ratio[H] = 1.25; /* H: 0.3125, 0.95 of A */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), A);
 	ratio[H] = 1.15; /* H: 0.2875, 0.87 of A */
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), H);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), H);
 	/* no allowed scheme */
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
 		pred[s] = -1;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), -1);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), -1);
 }
 
 /* The calibration statistic: the lower median of the last SCD_CALIB_WINDOW runs, the same
@@ -189,5 +195,5 @@ UNIT_TEST(scheme_calibration_is_a_windowed_median)
 	ratio[S] = scd_calib_add(ws, 0, 1.0);
 	ratio[S] = scd_calib_add(ws, 1, 1.4);
 	samples[S] = 3;
-	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A), A);
+	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), A);
 }
