@@ -16,13 +16,14 @@
  *         283 -> 253 ms with a sparse result, 357 -> 242 ms dense).
  *   aggregate: server p sums what it received, in rank order, into a dense array over
  *         its own partition's indices I_p only (|I_p| = numel / P floats, each index at
- *         its slot in I_p), so nothing of size numel is cleared or scanned.
+ *         its slot in I_p), kept zero between steps: the slots added to are marked, and
+ *         only they are read and cleared again (bp_aggregate_room).
  *   pull: server p sends its partition as a hash bitmap (Algorithm 2: a bitmap over I_p,
  *         the partition's indices in ascending order, then the non-zero values), |I_p|/8 +
  *         4 nnz_p bytes, and every rank decodes every partition into the output.
- * Both all-to-all phases are one exchange_v each (K messages per peer, one per index
- * range: "Streaming" below), so all peers progress together and a slow peer holds back
- * only its own transfers. The push and pull maps are the same function
+ * Both all-to-all phases share one exchange_v (K messages per peer and phase, one per
+ * index range: "Streaming" below), so all peers progress together, a slow peer holds back
+ * only its own transfers, and the pull of a range leaves while later ranges are pushed. The push and pull maps are the same function
  * (device/partition.h), so they cannot disagree for any numel and P. The metadata round
  * carries each rank's counts per partition and range, which size every receive exactly
  * and give every rank the servers' loads, hence the same imbalance ratio (ZEN Def. 8:
@@ -77,11 +78,12 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
  * on every rank; every push and every pull travels as K messages, one per range (each
  * partition is ascending, so a range is a contiguous piece of it: of a push list, or of
  * I_p, a segment of the hash bitmap). The metadata round carries each rank's counts per
- * partition and range, which size every receive. Both exchanges run work in their idle
- * time (scd_scheme_xchg_vw), in slices, range by range:
- *   push: clear the aggregate L; aggregate range k of each rank's push, in rank order
- *         (the bits do not depend on arrival), once every rank's range k is in; encode
- *         range k of my hash bitmap as soon as it is summed; then clear io->data for a
+ * partition and range, which size every receive. The pull's sends follow the pushes on
+ * every link, each held by the transport until its range is encoded. The exchange runs
+ * work in its idle time (bp_work), in slices, range by range:
+ *   push: aggregate range k of each rank's push, in rank order (the bits do not depend
+ *         on arrival), once every rank's range k is in; encode range k of my hash bitmap
+ *         as soon as it is summed and release it to every rank; then clear io->data for a
  *         dense result (the input was consumed by the push);
  *   pull: once every server's range k is in, decode the servers' segments into io->data
  *         (disjoint partitions), or for a sparse result into lists merged (disjoint, in
@@ -91,7 +93,6 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
  */
 #define BP_CHUNKS_MAX  8
 
-/* Ranges: one per 32 cfg.stream_chunk elements of the tensor, 1..BP_CHUNKS_MAX. */
 /*
  * The server's aggregate of its partition: |I_me| floats and a bit per slot, both zero
  * between steps. The pushes are scattered into it and mark their slots; each range's
@@ -114,6 +115,7 @@ static sc_status_t bp_aggregate_room(scd_scheme_ctx_t *c, uint64_t mysize)
 	return SC_OK;
 }
 
+/* Ranges: one per 32 cfg.stream_chunk elements of the tensor, 1..BP_CHUNKS_MAX. */
 static uint32_t bp_chunks(const scd_scheme_ctx_t *c)
 {
 	uint64_t k = c->cfg.numel / (32ull * c->cfg.stream_chunk);
