@@ -32,6 +32,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .blocks_decode = scd_blocks_decode,
     .sketch_encode = scd_sketch_encode,
     .sketch_decode_dense = scd_sketch_decode_dense,
+    .sketch_decode_apply = scd_sketch_decode_apply,
     .reduce_sum = scd_reduce_sum,
     .coo_scatter_add = scd_coo_scatter_add,
     .coo_scatter_add_part = scd_coo_scatter_add_part,

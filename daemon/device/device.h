@@ -79,6 +79,9 @@ typedef struct scd_device_ops {
 				     const scd_coo_t *src, float *sketch);
 	sc_status_t (*sketch_decode_dense)(const scd_sketch_cfg_t *cfg, uint64_t step,
 					   const float *sketch, float *dst);
+	sc_status_t (*sketch_decode_apply)(const scd_sketch_cfg_t *cfg, uint64_t step,
+					   const float *sketch, const float *own, float *dst,
+					   float *res);
 
 	/* reductions */
 	void (*reduce_sum)(float *dst, const float *src, uint64_t n);

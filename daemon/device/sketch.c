@@ -129,11 +129,66 @@ sc_status_t scd_sketch_decode(const scd_sketch_cfg_t *cfg, uint64_t step, const 
 	return decode_each(cfg, step, sketch, emit_coo, out);
 }
 
+/* One row, straight loops: dst over the marked blocks (zero elsewhere) and, when own is
+ * given, res -= own's estimate there. */
+#define DECODE_RUN 64
+static void decode_row(const scd_sketch_cfg_t *cfg, uint64_t seed, const float *sketch,
+		       const float *own, float *restrict dst, float *restrict res)
+{
+	const float *bitmap = sketch + cfg->cols;
+	uint64_t nb = scd_sketch_nblocks(cfg);
+	for (uint64_t b = 0; b < nb; b++) {
+		uint64_t lo = b * cfg->block, hi = lo + cfg->block;
+		if (hi > cfg->numel)
+			hi = cfg->numel;
+		if (!(bitmap[b] > 0.0f)) {
+			memset(dst + lo, 0, 4 * (hi - lo));
+			continue;
+		}
+		/* the buckets of a run first, their lines asked for, then the reads: the
+		 * sketch is megabytes, hit at random */
+		for (uint64_t r = lo; r < hi; r += DECODE_RUN) {
+			uint64_t e = hi - r < DECODE_RUN ? hi - r : DECODE_RUN;
+			uint32_t col[DECODE_RUN];
+			float sg[DECODE_RUN];
+			for (uint64_t j = 0; j < e; j++) {
+				col[j] = row_hash(seed, (uint32_t)(r + j), cfg->cols, &sg[j]);
+				__builtin_prefetch(sketch + col[j]);
+				if (own)
+					__builtin_prefetch(own + col[j]);
+			}
+			for (uint64_t j = 0; j < e; j++) {
+				dst[r + j] = sg[j] * sketch[col[j]];
+				if (own)
+					res[r + j] -= sg[j] * own[col[j]];
+			}
+		}
+	}
+}
+
 sc_status_t scd_sketch_decode_dense(const scd_sketch_cfg_t *cfg, uint64_t step,
 				    const float *sketch, float *dst)
 {
 	if (scd_sketch_cfg_check(cfg) != SC_OK)
 		return SC_ERR_INVALID;
+	if (cfg->rows == 1) {
+		uint64_t seed;
+		row_seeds(cfg, step, &seed);
+		decode_row(cfg, seed, sketch, NULL, dst, NULL);
+		return SC_OK;
+	}
 	memset(dst, 0, 4 * cfg->numel);
 	return decode_each(cfg, step, sketch, emit_dense, dst);
+}
+
+sc_status_t scd_sketch_decode_apply(const scd_sketch_cfg_t *cfg, uint64_t step,
+				    const float *sketch, const float *own, float *dst,
+				    float *res)
+{
+	if (scd_sketch_cfg_check(cfg) != SC_OK || cfg->rows != 1 || !own || !res)
+		return SC_ERR_INVALID;
+	uint64_t seed;
+	row_seeds(cfg, step, &seed);
+	decode_row(cfg, seed, sketch, own, dst, res);
+	return SC_OK;
 }

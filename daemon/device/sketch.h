@@ -52,5 +52,16 @@ sc_status_t scd_sketch_decode(const scd_sketch_cfg_t *cfg, uint64_t step, const 
 /* The same into a dense tensor: dst is zeroed, then estimated elements are written. */
 sc_status_t scd_sketch_decode_dense(const scd_sketch_cfg_t *cfg, uint64_t step,
 				    const float *sketch, float *dst);
+/*
+ * One row (rows == 1, else SC_ERR_INVALID): the dense decode of sketch into dst, and in
+ * the same pass res[i] -= the estimate of i from own (another sketch of the same
+ * geometry and step) for every element i that sketch's bitmap marks; elsewhere dst is 0
+ * and res unchanged. The bits of a decode_dense of each followed by res -= the second,
+ * with one hash per element and no second tensor-sized array (S2's residual: the
+ * result, and what this rank's own sketch contributed to it).
+ */
+sc_status_t scd_sketch_decode_apply(const scd_sketch_cfg_t *cfg, uint64_t step,
+				    const float *sketch, const float *own, float *dst,
+				    float *res);
 
 #endif

@@ -56,24 +56,23 @@ sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		memcpy(own, S, 4 * rc);
 	if ((st = scd_scheme_allreduce(c, S, nf)) != SC_OK)
 		return st;
-	/* The local COO is a copy of the input (or io->coo): the output may go in now. */
+	/* The local COO is a copy of the input (or io->coo): the output may go in now. With
+	 * one row, the result and this rank's own share (its residual's part) are decoded in
+	 * one pass: one hash per element. */
+	float *res = io->residual;
+	if (res) {
+		c->rtouch_ok = 0; /* written over the whole tensor below */
+		c->dev->coo_scatter_add(res, &c->local);
+	}
+	if (linear) {
+		if ((st = c->dev->sketch_decode_apply(&kc, c->step, S, own, io->data, res)) !=
+		    SC_OK)
+			return scd_scheme_fail(st, "s2: sketch decode");
+		return SC_OK;
+	}
 	if ((st = c->dev->sketch_decode_dense(&kc, c->step, S, io->data)) != SC_OK)
 		return scd_scheme_fail(st, "s2: sketch decode");
-	if (!io->residual)
-		return SC_OK;
-	float *res = io->residual;
-	c->rtouch_ok = 0; /* written over the whole tensor below */
-	c->dev->coo_scatter_add(res, &c->local);
-	if (linear) {
-		if ((st = scd_ws_reserve(&c->fscratch, 4 * numel)) != SC_OK)
-			return st;
-		memcpy(own + rc, S + rc, 4 * (nf - rc));
-		float *applied = c->fscratch.p;
-		if ((st = c->dev->sketch_decode_dense(&kc, c->step, own, applied)) != SC_OK)
-			return scd_scheme_fail(st, "s2: own share decode");
-		for (uint64_t i = 0; i < numel; i++)
-			res[i] -= applied[i];
-	} else {
+	if (res) {
 		float inv = 1.0f / (float)c->size;
 		for (uint64_t i = 0; i < numel; i++)
 			res[i] -= io->data[i] * inv;

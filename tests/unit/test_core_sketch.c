@@ -122,3 +122,47 @@ UNIT_TEST(core_sketch_decode_unbiased_over_seeds)
 	free(g.idx), free(g.val), free(out.idx), free(out.val), free(sk), free(est), free(mean),
 	    free(sq);
 }
+
+/* One row: the fast dense decode gives the elements the general decoder estimates (and 0
+ * outside the marked blocks), and decode_apply gives, in one pass, the bits of decoding
+ * both sketches and subtracting the second from the residual. */
+UNIT_TEST(core_sketch_decode_apply_matches_two_decodes)
+{
+	scd_sketch_cfg_t cfg = {.numel = 3000 + unit_rng_below(5000),
+				.rows = 1,
+				.cols = 50 + (uint32_t)unit_rng_below(500),
+				.block = 1 + (uint32_t)unit_rng_below(64),
+				.seed = unit_rng()};
+	uint64_t n = cfg.numel, F = scd_sketch_floats(&cfg), step = unit_rng_below(100);
+	scd_coo_t a = {malloc(n * 4), malloc(n * 4), 0, n}, b = {malloc(n * 4), malloc(n * 4), 0, n},
+		  lst = {malloc(n * 4), malloc(n * 4), 0, n};
+	random_coo(&a, n, n / 50 + 1, 0);
+	random_coo(&b, n, n / 50 + 1, 0);
+	float *sa = malloc(F * 4), *sb = malloc(F * 4), *d1 = malloc(n * 4), *d2 = malloc(n * 4),
+	      *own = malloc(n * 4), *r1 = malloc(n * 4), *r2 = malloc(n * 4);
+	CHECK_EQ_INT(scd_sketch_encode(&cfg, step, &a, sa), SC_OK);
+	CHECK_EQ_INT(scd_sketch_encode(&cfg, step, &b, sb), SC_OK);
+	for (uint64_t i = 0; i < n; i++)
+		r1[i] = r2[i] = (float)unit_rng_below(100) - 50.5f;
+	/* the reference: two dense decodes (own with the summed sketch's bitmap), subtract */
+	memcpy(sb + cfg.cols, sa + cfg.cols, 4 * (F - cfg.cols));
+	CHECK_EQ_INT(scd_sketch_decode_dense(&cfg, step, sa, d1), SC_OK);
+	CHECK_EQ_INT(scd_sketch_decode_dense(&cfg, step, sb, own), SC_OK);
+	for (uint64_t i = 0; i < n; i++)
+		r1[i] -= own[i];
+	memset(d2, 0x5a, n * 4);
+	CHECK_EQ_INT(scd_sketch_decode_apply(&cfg, step, sa, sb, d2, r2), SC_OK);
+	CHECK_TRUE(memcmp(d1, d2, n * 4) == 0);
+	CHECK_TRUE(memcmp(r1, r2, n * 4) == 0);
+	/* the dense decode against the general (list) decoder */
+	CHECK_EQ_INT(scd_sketch_decode(&cfg, step, sa, &lst), SC_OK);
+	float *d3 = calloc(n, 4);
+	for (uint64_t j = 0; j < lst.nnz; j++)
+		d3[lst.idx[j]] = lst.val[j];
+	CHECK_TRUE(memcmp(d1, d3, n * 4) == 0);
+	/* more than one row is not linear: refused */
+	cfg.rows = 3;
+	CHECK_EQ_INT(scd_sketch_decode_apply(&cfg, step, sa, sb, d2, r2), SC_ERR_INVALID);
+	free(a.idx), free(a.val), free(b.idx), free(b.val), free(lst.idx), free(lst.val);
+	free(sa), free(sb), free(d1), free(d2), free(d3), free(own), free(r1), free(r2);
+}
