@@ -166,22 +166,6 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 	free(c);
 }
 
-sc_status_t scd_scheme_ctx_prepare(scd_scheme_ctx_t *c, scd_scheme_t s)
-{
-	uint64_t n = c->cfg.numel;
-	switch (s) {
-	case SCD_SCHEME_BALANCED_PAR:
-		if (!c->map && c->size > 1)
-			return scd_partmap_acquire(n, (uint32_t)c->size, c->cfg.seed, &c->map);
-		return SC_OK;
-	case SCD_SCHEME_SPARDL:
-	case SCD_SCHEME_S2_SKETCH:
-		return scd_ws_reserve(&c->fscratch, 4 * n);
-	default:
-		return SC_OK;
-	}
-}
-
 void scd_scheme_ctx_set_net(scd_scheme_ctx_t *c, double alpha_s, double beta_s_per_byte)
 {
 	c->alpha_s = alpha_s;

@@ -46,8 +46,8 @@
  * may share a transport only if their runs are serialised.
  *
  * Memory: workspaces are sized from numel, P and the data, allocated and pre-faulted on a
- * scheme's first run (or scd_scheme_ctx_prepare) and grown geometrically when the data
- * need more; in steady state a run allocates nothing.
+ * scheme's first run and grown geometrically when the data need more; in steady state a
+ * run allocates nothing.
  */
 #ifndef SCD_SCHEME_SCHEME_H
 #define SCD_SCHEME_SCHEME_H
@@ -87,8 +87,6 @@ typedef struct scd_scheme_ctx scd_scheme_ctx_t;
 sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *t,
 				  const scd_device_ops_t *dev, scd_scheme_ctx_t **ctx_p);
 void scd_scheme_ctx_destroy(scd_scheme_ctx_t *ctx);
-/* Allocates the data-independent workspaces of a scheme ahead of its first run. */
-sc_status_t scd_scheme_ctx_prepare(scd_scheme_ctx_t *ctx, scd_scheme_t scheme);
 /* Latency and bandwidth the context uses for its own cost-based choices (SparDL's team
  * count when cfg.spardl_teams is 0). Must be identical on every rank. */
 void scd_scheme_ctx_set_net(scd_scheme_ctx_t *ctx, double alpha_s, double beta_s_per_byte);

@@ -85,7 +85,7 @@ struct scd_scheme_ctx {
 	scd_ws_t sendbuf, recvbuf;
 	scd_ws_t sendbuf2; /* a next phase's messages, built while sendbuf is on the wire */
 	scd_ws_t aidx, aval, bidx; /* merge lists, selections */
-	scd_ws_t fscratch;	   /* numel floats when a scheme needs them */
+	scd_ws_t fscratch;	   /* small per-run tables (SparDL), OmniReduce's aggregate */
 	scd_coo_t local;	   /* view of lidx/lval or io->coo */
 	/* sparse results: AGsparse's merge target (its input may be io->out's arrays), the
 	 * merge's scratch, and whether the scheme filled io->out itself */
