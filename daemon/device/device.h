@@ -37,8 +37,7 @@ typedef struct scd_device_ops {
 				     scd_coo_t *out, uint64_t *count_p);
 	sc_status_t (*exdyna_select_coo)(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
 					 scd_coo_t *dis, uint64_t *count_p);
-	sc_status_t (*exdyna_update)(scd_exdyna_t *ex, const uint64_t *counts,
-				     const double *proposals);
+	sc_status_t (*exdyna_update)(scd_exdyna_t *ex, const uint64_t *meta);
 
 	/* ZEN hierarchical hashing (hhash.h) */
 	sc_status_t (*hh_create)(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p);

@@ -28,9 +28,17 @@ struct scd_exdyna {
 	double threshold;
 	double up, up_fine, down, down_fine;
 	uint64_t iter;
-	int calibrating; /* the threshold is still to be taken from the data */
-	double proposal; /* this rank's threshold at that first selection */
+	int calibrating;   /* the threshold's start is still to be taken from the data */
+	double proposal;   /* this rank's threshold at that selection */
+	uint64_t *meta;	   /* [meta_words]: what the update needs from this rank: how many
+			      passed the threshold, then the proposal or the grid counts */
+	uint64_t *totals;  /* [GRID_N]: the ranks' grid counts summed */
+	uint32_t grid_key; /* the grid's centre: the shared threshold's key */
+	uint64_t jumps; /* iterations whose threshold came from the grid */
 };
+
+/* The grid counts (exdyna.h) travel with every iteration's counts but the first. */
+#define GRID_N (2 * SCD_EXDYNA_GRID_HALF + 1)
 
 scd_exdyna_cfg_t scd_exdyna_cfg_default(uint64_t numel, uint32_t nranks, uint32_t rank,
 					double density)
@@ -44,7 +52,9 @@ scd_exdyna_cfg_t scd_exdyna_cfg_default(uint64_t numel, uint32_t nranks, uint32_
 				  .alpha_permille = 1050,
 				  .beta_permille = 1100,
 				  .gamma = 0.005,
-				  .init_threshold = 0};
+				  .init_threshold = 0,
+				  .recal_permille = 1250,
+				  .cap_permille = 1250};
 }
 
 /* Alg. 2: equal contiguous partitions of whole blocks. */
@@ -63,7 +73,9 @@ sc_status_t scd_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
 	if (!cfg || !ex_p || cfg->nranks == 0 || cfg->rank >= cfg->nranks || cfg->numel == 0 ||
 	    cfg->numel > SCD_NUMEL_MAX || !(cfg->density > 0 && cfg->density <= 1) ||
 	    cfg->nblocks == 0 || cfg->blk_move == 0 || cfg->alpha_permille < 1000 ||
-	    cfg->beta_permille < 1000 || !(cfg->gamma > 0 && cfg->gamma < 1))
+	    cfg->beta_permille < 1000 || !(cfg->gamma > 0 && cfg->gamma < 1) ||
+	    (cfg->recal_permille && (cfg->recal_permille < 1000 || cfg->recal_permille > 1000000)) ||
+	    (cfg->cap_permille && (cfg->cap_permille < 1000 || cfg->cap_permille > 1000000)))
 		return SC_ERR_INVALID;
 	scd_exdyna_t *ex = calloc(1, sizeof(*ex));
 	if (!ex)
@@ -72,7 +84,9 @@ sc_status_t scd_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
 	ex->blk_part = calloc(cfg->nranks, sizeof(int64_t));
 	ex->blk_pos = calloc(cfg->nranks, sizeof(int64_t));
 	ex->kpart = calloc(cfg->nranks, sizeof(int64_t));
-	if (!ex->blk_part || !ex->blk_pos || !ex->kpart) {
+	ex->meta = calloc(1 + GRID_N, sizeof(uint64_t));
+	ex->totals = calloc(GRID_N, sizeof(uint64_t));
+	if (!ex->blk_part || !ex->blk_pos || !ex->kpart || !ex->meta || !ex->totals) {
 		scd_exdyna_destroy(ex);
 		return SC_ERR_NOMEM;
 	}
@@ -91,6 +105,7 @@ sc_status_t scd_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
 	ex->threshold =
 	    cfg->init_threshold > 0 ? cfg->init_threshold : 1.0 / (2.0 * sqrt((double)ex->k));
 	ex->calibrating = cfg->init_threshold == 0;
+	ex->grid_key = scd_threshold_key((float)ex->threshold);
 	ex->up = 1.0 + cfg->gamma;
 	ex->up_fine = 1.0 + cfg->gamma / 4;
 	ex->down = 1.0 - cfg->gamma;
@@ -106,6 +121,8 @@ void scd_exdyna_destroy(scd_exdyna_t *ex)
 	free(ex->blk_part);
 	free(ex->blk_pos);
 	free(ex->kpart);
+	free(ex->meta);
+	free(ex->totals);
 	free(ex);
 }
 
@@ -126,6 +143,12 @@ void scd_exdyna_part_range(const scd_exdyna_t *ex, uint32_t part, uint64_t *lo_p
 	*hi_p = hi;
 }
 
+/* Whether this iteration counts its partition at the grid's thresholds. */
+static int gridded(const scd_exdyna_t *ex)
+{
+	return ex->cfg.recal_permille && !ex->calibrating;
+}
+
 /* This rank's share of the target, for the selection that calibrates the threshold. */
 static uint64_t share(const scd_exdyna_t *ex)
 {
@@ -139,7 +162,80 @@ static float propose(scd_exdyna_t *ex, uint32_t key)
 {
 	float t = scd_key_to_float(key ? key : 1);
 	ex->proposal = t;
+	memcpy(&ex->meta[1], &ex->proposal, 8);
 	return t;
+}
+
+/* Grid counts: meta[1 + j] = how many of the partition's magnitudes are at least
+ * the j-th grid threshold, grid_key + (j - HALF) STEP: a histogram over the bins between
+ * thresholds (grid_add; a key under the lowest threshold counts nowhere, one over the
+ * highest in the last bin), then suffix sums (grid_finish). */
+static inline void grid_add(uint64_t *h, int64_t base, uint32_t key)
+{
+	int64_t d = (int64_t)key - base;
+	if (d >= 0) {
+		d /= SCD_EXDYNA_GRID_STEP;
+		h[d < GRID_N ? d : GRID_N - 1]++;
+	}
+}
+
+static int64_t grid_base(scd_exdyna_t *ex)
+{
+	memset(ex->meta + 1, 0, GRID_N * sizeof(uint64_t));
+	return (int64_t)ex->grid_key - (int64_t)SCD_EXDYNA_GRID_HALF * SCD_EXDYNA_GRID_STEP;
+}
+
+static void grid_finish(scd_exdyna_t *ex)
+{
+	for (int j = GRID_N - 2; j >= 0; j--)
+		ex->meta[1 + j] += ex->meta[2 + j];
+}
+
+static void grid_count_f32(scd_exdyna_t *ex, const float *x, uint64_t n)
+{
+	int64_t base = grid_base(ex);
+	for (uint64_t i = 0; i < n; i++)
+		grid_add(ex->meta + 1, base, scd_abs_key(x[i]));
+	grid_finish(ex);
+}
+
+static void grid_count_keys(scd_exdyna_t *ex, const uint32_t *keys, uint64_t n)
+{
+	int64_t base = grid_base(ex);
+	for (uint64_t i = 0; i < n; i++)
+		grid_add(ex->meta + 1, base, keys[i]);
+	grid_finish(ex);
+}
+
+/* Records how many passed the threshold (meta[0]), then the cap (cfg.cap_permille): when
+ * out holds more than cap x share entries, keeps the
+ * largest magnitudes (ties: the lowest indices), in order, and hands the others back:
+ * into residual (where the selection left zeros) when not NULL, else appended to dis when
+ * not NULL. */
+static void cap_selection(scd_exdyna_t *ex, scd_coo_t *out, float *residual,
+			  scd_coo_t *dis)
+{
+	uint64_t cap = ex->cfg.cap_permille * share(ex) / 1000, gt;
+	ex->meta[0] = out->nnz;
+	if (!ex->cfg.cap_permille || out->nnz <= cap)
+		return;
+	cap = cap ? cap : 1;
+	uint32_t t = scd_kth_key_f32(out->val, out->nnz, cap, NULL, &gt);
+	uint64_t ties = cap - gt, w = 0;
+	for (uint64_t j = 0; j < out->nnz; j++) {
+		uint32_t i = out->idx[j], key = scd_abs_key(out->val[j]);
+		float v = out->val[j];
+		if (key > t || (key == t && ties && ties--)) {
+			out->idx[w] = i;
+			out->val[w++] = v;
+		} else if (residual) {
+			residual[i] = v;
+		} else if (dis) {
+			dis->idx[dis->nnz] = i;
+			dis->val[dis->nnz++] = v;
+		}
+	}
+	out->nnz = w;
 }
 
 sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual,
@@ -150,18 +246,22 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
 	uint64_t lo, hi, n = ex->cfg.numel;
 	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &lo, &hi);
 	float thr = (float)ex->threshold;
-	if (ex->calibrating) { /* acc first, then the exact share-th magnitude in the part */
+	if (ex->calibrating || gridded(ex)) { /* acc first, then its magnitudes in the part */
 		if (in && residual) {
 			scd_residual_accumulate(in, residual, 0, n);
 			in = NULL;
 		}
-		const float *acc = residual ? residual : in;
-		thr = propose(ex, scd_kth_key_f32(acc + lo, hi - lo, share(ex), NULL, NULL));
+		const float *acc = (residual ? residual : in) + lo;
+		if (ex->calibrating) /* the exact share-th magnitude */
+			thr = propose(ex, scd_kth_key_f32(acc, hi - lo, share(ex), NULL, NULL));
+		else
+			grid_count_f32(ex, acc, hi - lo);
 	} else if (in && residual) {
 		scd_residual_accumulate(in, residual, 0, lo);
 		scd_residual_accumulate(in, residual, hi, n);
 	}
 	scd_select_threshold(in, residual, lo, hi, thr, out);
+	cap_selection(ex, out, residual, NULL);
 	if (count_p)
 		*count_p = out->nnz;
 	return SC_OK;
@@ -175,13 +275,16 @@ sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo
 	uint64_t lo, hi;
 	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &lo, &hi);
 	uint32_t tkey = scd_threshold_key((float)ex->threshold);
-	if (ex->calibrating) { /* the partition's keys, in dis as scratch, before it is filled */
+	if (ex->calibrating || gridded(ex)) { /* the partition's keys, in dis as scratch */
 		uint64_t m = 0;
 		for (uint64_t j = 0; j < in->nnz; j++)
 			if (in->idx[j] >= lo && in->idx[j] < hi)
 				dis->idx[m++] = scd_abs_key(in->val[j]);
-		tkey = scd_threshold_key(propose(ex, scd_kth_key_u32(dis->idx, m, share(ex), NULL,
-								     NULL)));
+		if (ex->calibrating)
+			tkey = scd_threshold_key(
+			    propose(ex, scd_kth_key_u32(dis->idx, m, share(ex), NULL, NULL)));
+		else
+			grid_count_keys(ex, dis->idx, m);
 	}
 	uint64_t n = 0, m = 0;
 	for (uint64_t j = 0; j < in->nnz; j++) {
@@ -197,8 +300,9 @@ sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo
 	}
 	out->nnz = n;
 	dis->nnz = m;
+	cap_selection(ex, out, NULL, dis);
 	if (count_p)
-		*count_p = n;
+		*count_p = out->nnz;
 	return SC_OK;
 }
 
@@ -260,14 +364,13 @@ static void scale_threshold(scd_exdyna_t *ex, uint64_t actual)
 }
 
 /* The lower median of the ranks' proposals (non-negative doubles: their bits sort as
- * integers), sorted in kpart before it holds the counts. */
-static double median_proposal(scd_exdyna_t *ex, const double *proposals)
+ * integers; meta[2 r + 1] holds rank r's), sorted in kpart before it holds the counts. */
+static double median_proposal(scd_exdyna_t *ex, const uint64_t *meta)
 {
 	uint32_t P = ex->cfg.nranks;
 	int64_t *v = ex->kpart;
 	for (uint32_t r = 0; r < P; r++) {
-		int64_t b;
-		memcpy(&b, &proposals[r], 8);
+		int64_t b = (int64_t)meta[2 * r + 1];
 		uint32_t j = r;
 		for (; j > 0 && v[j - 1] > b; j--)
 			v[j] = v[j - 1];
@@ -278,9 +381,50 @@ static double median_proposal(scd_exdyna_t *ex, const double *proposals)
 	return t;
 }
 
+/* Whether a total of actual selected is outside [1/R, R] x k (R = recal_permille / 1000). */
+static int off_target(const scd_exdyna_t *ex, uint64_t actual)
+{
+	uint64_t k = ex->k, R = ex->cfg.recal_permille;
+	return R && (actual * 1000 > k * R || actual * R < k * 1000);
+}
+
+/* The grid threshold whose summed count is nearest the target (by ratio: between the last
+ * count above k, A, and the first at or below it, B, A wins when A B < k^2), from the
+ * ranks' grid counts (meta[r (1 + GRID_N) + 1 + j]); its index, or -1 when a rank's counts are
+ * not a count function (rising, or over numel). Integers only. */
+static int grid_pick(scd_exdyna_t *ex, const uint64_t *meta)
+{
+	uint32_t P = ex->cfg.nranks;
+	uint64_t *tot = ex->totals, k = ex->k;
+	memset(tot, 0, GRID_N * sizeof(uint64_t));
+	for (uint32_t r = 0; r < P; r++) {
+		const uint64_t *m = meta + (size_t)r * (1 + GRID_N) + 1;
+		if (m[0] > ex->cfg.numel)
+			return -1;
+		for (int j = 0; j < GRID_N; j++) {
+			if (j && m[j] > m[j - 1])
+				return -1;
+			tot[j] += m[j];
+		}
+	}
+	int j = 0;
+	while (j < GRID_N && tot[j] > k)
+		j++;
+	if (j == GRID_N)
+		return GRID_N - 1;
+	if (j > 0 && (unsigned __int128)tot[j - 1] * tot[j] < (unsigned __int128)k * k)
+		j--;
+	return j;
+}
+
 int scd_exdyna_calibrating(const scd_exdyna_t *ex)
 {
 	return ex->calibrating;
+}
+
+uint64_t scd_exdyna_jumps(const scd_exdyna_t *ex)
+{
+	return ex->jumps;
 }
 
 double scd_exdyna_proposal(const scd_exdyna_t *ex)
@@ -288,28 +432,63 @@ double scd_exdyna_proposal(const scd_exdyna_t *ex)
 	return ex->proposal;
 }
 
-sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts,
-			      const double *proposals)
+uint32_t scd_exdyna_meta_words(const scd_exdyna_t *ex)
 {
-	if (!ex || !counts || (ex->calibrating && !proposals))
+	return 1 + (gridded(ex) ? GRID_N : ex->calibrating ? 1 : 0);
+}
+
+const uint64_t *scd_exdyna_meta(const scd_exdyna_t *ex)
+{
+	return ex->meta;
+}
+
+sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *meta)
+{
+	if (!ex || !meta)
 		return SC_ERR_INVALID;
-	uint32_t P = ex->cfg.nranks;
-	if (ex->calibrating) {
-		for (uint32_t r = 0; r < P; r++)
-			if (!(proposals[r] > 0 && proposals[r] < INFINITY))
-				return SC_ERR_INVALID; /* NaN, negative or infinite: not a threshold */
-		ex->threshold = median_proposal(ex, proposals);
-	}
-	int64_t sum = 0;
+	uint32_t P = ex->cfg.nranks, W = scd_exdyna_meta_words(ex);
+	int pick = -1, jump = 0;
+	int64_t sum = 0, key = 0;
 	for (uint32_t r = 0; r < P; r++) {
-		ex->kpart[scd_exdyna_part_of_rank(ex, r)] = (int64_t)counts[r];
-		sum += (int64_t)counts[r];
+		if (meta[(size_t)r * W] > ex->cfg.numel)
+			return SC_ERR_INVALID;
+		sum += (int64_t)meta[(size_t)r * W];
+	}
+	if (ex->calibrating) {
+		for (uint32_t r = 0; r < P; r++) {
+			double t;
+			memcpy(&t, &meta[2 * r + 1], 8);
+			if (!(t > 0 && t < INFINITY))
+				return SC_ERR_INVALID; /* NaN, negative or infinite: not a threshold */
+		}
+		ex->threshold = median_proposal(ex, meta);
+	} else if (gridded(ex)) {
+		if ((pick = grid_pick(ex, meta)) < 0)
+			return SC_ERR_INVALID;
+		key = (int64_t)ex->grid_key +
+		      ((int64_t)pick - SCD_EXDYNA_GRID_HALF) * SCD_EXDYNA_GRID_STEP;
+		key = key < 1 ? 1 : key > 0x7f7fffff ? 0x7f7fffff : key;
+		jump = off_target(ex, (uint64_t)sum);
+	}
+	/* the loads: how many passed each partition's threshold (before the cap), or, when
+	 * the threshold jumps to the grid's, how many would have passed that one */
+	if (jump)
+		sum = 0;
+	for (uint32_t r = 0; r < P; r++) {
+		uint64_t c = meta[(size_t)r * W + (jump ? 1 + (uint32_t)pick : 0)];
+		ex->kpart[scd_exdyna_part_of_rank(ex, r)] = (int64_t)c;
+		sum += jump ? (int64_t)c : 0;
 	}
 	if (sum > 0)
 		rebalance(ex, sum);
-	if (!ex->calibrating) /* that iteration's counts came from the ranks' own thresholds */
+	if (jump) {
+		ex->threshold = scd_key_to_float((uint32_t)key);
+		ex->jumps++;
+	} else if (!ex->calibrating) { /* the start's counts came from the ranks' own */
 		scale_threshold(ex, (uint64_t)sum);
+	}
 	ex->calibrating = 0;
+	ex->grid_key = scd_threshold_key((float)ex->threshold);
 	ex->iter++;
 	return SC_OK;
 }

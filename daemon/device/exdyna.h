@@ -31,6 +31,35 @@
  * k / P inside its partition (the exact k/P-th largest magnitude there, a local radix
  * select), the ranks' thresholds are gathered with the counts, and every rank adopts
  * their lower median: the same bits everywhere, from the same gathered values.
+ *
+ * The threshold also jumps to one taken from the data when an iteration's total count
+ * (how many passed the ranks' thresholds) left [1/1.25, 1.25] x the target
+ * (recal_permille). Algorithm 5 follows a gradient whose scale drifts by a fraction of a
+ * percent per iteration; it cannot follow a residual that grows faster, nor recover from
+ * a start that suits one partition and not the others. With error feedback on gradients
+ * uncorrelated from step to step (a dense top-k workload, or the first steps of a
+ * training run), every unselected element grows like the square root of its age:
+ * ExDyna with Algorithm 5 alone selected over 60% of a 256 MiB tensor after 15
+ * iterations, against a target of 1%. So every iteration but the first also counts its
+ * partition's magnitudes at a grid of 2 HALF + 1 thresholds around the shared one
+ * (SCD_EXDYNA_GRID_*: the threshold's float key plus multiples of STEP, 1/32 of an
+ * octave, 4 octaves either side); the counts travel with the gathered counts, and every
+ * rank sums them per grid point. When the total is off target, every rank adopts the
+ * grid threshold whose summed count is nearest the target, and the partitions are
+ * rebalanced by the counts at it. Inside the band
+ * Algorithm 5 runs as the paper has it. Integers only, from gathered values only, so every
+ * rank decides alike.
+ *
+ * A threshold still reacts an iteration late, and while the residual is young its tail
+ * grows several-fold from one iteration to the next at the same threshold (the top-k
+ * workload at 4 ranks: 2-3x in iterations 3 to 15; what a rank's partition holds depends
+ * on what that rank selected there P iterations before, so the count also swings with
+ * that period). So no rank selects more than 1.25 times its share (cap_permille, the
+ * band's edge): when more pass the threshold, the rank keeps the largest ones (the exact
+ * cap-th magnitude among those selected, ties by index) and the rest stays in its
+ * residual. Algorithms 3 and 5 and the grid see how many passed the threshold (the words
+ * below), not what the cap let through. A threshold that leads the growth instead was
+ * tried: it undershot by the swings (an iteration with 1% of the target).
  */
 #ifndef SCD_DEVICE_EXDYNA_H
 #define SCD_DEVICE_EXDYNA_H
@@ -49,9 +78,17 @@ typedef struct scd_exdyna_cfg {
 	double gamma;		 /* threshold step (0.005) */
 	double init_threshold;	 /* shared start; 0: from the first iteration's data (the
 				    default); < 0: 1 / (2 sqrt(k)) as the reference */
+	uint32_t recal_permille; /* re-take the threshold from the data when an iteration's
+				    selected / target leaves [1000/recal, recal/1000]
+				    (1250); 0: never (Algorithm 5 alone) */
+	uint32_t cap_permille;	 /* a rank selects at most cap/1000 x its share k / P: the
+				    largest magnitudes over the threshold (1250); 0: no cap */
 } scd_exdyna_cfg_t;
 
 typedef struct scd_exdyna scd_exdyna_t;
+
+#define SCD_EXDYNA_GRID_HALF 128
+#define SCD_EXDYNA_GRID_STEP (1 << 18)
 
 scd_exdyna_cfg_t scd_exdyna_cfg_default(uint64_t numel, uint32_t nranks, uint32_t rank,
 					double density);
@@ -79,16 +116,22 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
  */
 sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
 				  scd_coo_t *dis, uint64_t *count_p);
-/* Whether the threshold is still to be taken from the data (the first iteration with
- * init_threshold 0): the update then needs every rank's proposal, the threshold the
- * rank's selection used (scd_exdyna_proposal, after the selection). */
+/* Whether this iteration takes the threshold's start from the data (the first, with
+ * init_threshold 0), and how many iterations so far jumped to the grid's threshold. */
 int scd_exdyna_calibrating(const scd_exdyna_t *ex);
+uint64_t scd_exdyna_jumps(const scd_exdyna_t *ex);
+/* This rank's threshold at the calibrating iteration's selection (after it). */
 double scd_exdyna_proposal(const scd_exdyna_t *ex);
-/* Alg. 3 + 5 from the gathered counts (counts[r]: what rank r selected this iteration),
- * then advances the iteration. proposals[r]: rank r's proposal, needed (else
- * SC_ERR_INVALID) while calibrating, ignored otherwise (may be NULL). */
-sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *counts,
-			      const double *proposals);
+/* The words this iteration's update needs from every rank (valid after the selection):
+ * how many passed the threshold in its partition (before the cap), then the proposal's
+ * bits (calibrating) or the 2 HALF + 1 grid counts (recal_permille set). They travel with the
+ * gathered counts (the metadata round). */
+uint32_t scd_exdyna_meta_words(const scd_exdyna_t *ex);
+const uint64_t *scd_exdyna_meta(const scd_exdyna_t *ex);
+/* Alg. 3 + 5 from every rank's words (meta[r * meta_words + i]: rank r's i-th), then
+ * advances the iteration. SC_ERR_INVALID when a rank's words are no count, no threshold
+ * or no count function. */
+sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *meta);
 
 float scd_exdyna_threshold(const scd_exdyna_t *ex);
 uint64_t scd_exdyna_target(const scd_exdyna_t *ex);

@@ -16,13 +16,13 @@
  *                   bound.
  *   S2 sketch       ring allreduce of r c + ceil(U/B) floats (c default: gamma_n k).
  *   ExDyna          k is what a rank selected (ExDyna reports it as its non-zeros), the
- *                   union K = P k (exclusive partitions): allgather of indices, the
- *                   largest count the measured imbalance times the mean (before any
- *                   measurement: alpha = 1.05, the dynamic partitioning's target, or the
- *                   skew if smaller; block-granular partitions cannot balance an index
- *                   distribution as skewed as Zipf's, whose hottest block alone can hold
- *                   most of the load), then a ring allreduce of the K values; above an
- *                   imbalance of 2, indices and values share the ring (2K words: 16 (P-1) k
+ *                   union K = P k (exclusive partitions): allgather of indices and
+ *                   values, the largest count the measured imbalance times the mean
+ *                   (before any measurement: alpha = 1.05, the dynamic partitioning's
+ *                   target, or the skew if smaller; block-granular partitions cannot
+ *                   balance an index distribution as skewed as Zipf's, whose hottest
+ *                   block alone can hold most of the load); above an imbalance of 2,
+ *                   indices and values ride a ring allreduce instead (2K words: 16 (P-1) k
  *                   bytes), as the scheme then does.
  */
 #include "model/cost.h"
@@ -181,9 +181,7 @@ static scd_cost_t cost_exdyna(const scd_cost_in_t *in, double k)
 		imb = in->imbalance;
 	if (imb > 2)
 		return make(2 * (P - 1), 2 * (P - 1) / P * 8 * (P * k), 0, in);
-	double gather = (P - 1) * imb * k * 4;
-	double reduce = 2 * (P - 1) / P * 4 * (P * k);
-	return make(scd_ceil_log2(in->P) + 2 * (P - 1), gather + reduce, 0, in);
+	return make(P - 1, (P - 1) * imb * k * 8, 0, in);
 }
 
 scd_cost_t scd_cost_scheme(scd_scheme_t s, const scd_cost_in_t *in)

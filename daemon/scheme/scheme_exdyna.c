@@ -2,24 +2,29 @@
  * scheme_exdyna.c: ExDyna's exchange (ExDyna paper, sec. IV): the device's ExDyna
  * sparsifier selects, with error feedback, only inside this rank's exclusive partition
  * (so the ranks' index sets are disjoint), then
- *   1. the counts are gathered (the metadata round carries them),
- *   2. the indices are all-gathered (one exchange_v; each receive sized by its count),
- *   3. the values are reduced at the union: a vector of K = sum of counts floats, this
- *      rank's values in its own segment (segments in rank order) and zeros elsewhere, is
- *      summed by the ring allreduce, and every rank scatters the K values into the output,
+ *   1. the counts are gathered (the metadata round carries them, and the words ExDyna's
+ *      update needs: how many passed each rank's threshold, before the cap of 1.25 times
+ *      its share, then a threshold proposal or counts at a grid of thresholds,
+ *      exdyna.h),
+ *   2. indices and values are all-gathered in one exchange (each receive sized by its
+ *      count), straight into place: K = sum of counts entries, segments in rank order.
+ *      The index sets are disjoint, so their sum at the union is their union: 8 (P-1) k
+ *      bytes per rank, where gathering the indices and summing the values in a ring
+ *      allreduce of K floats (zeros outside a rank's segment) moved 12 (P-1) k,
+ *   3. every rank scatters the K values into the output,
  *   When one rank selected over twice the mean (ExDyna's partitions move whole blocks of
  *   numel / 1024 elements, and a Zipf-distributed embedding's hottest block alone can
- *   hold most of the selection: 3.5x the mean at 4 nodes), step 2 would make that rank
- *   send its indices P - 1 times over its one link (7 MB of a step's 11 MB at 4 nodes).
- *   Then the indices ride the ring with the values instead: 2K 32-bit words, each rank's
- *   indices and values' bits in its own segments and zeros elsewhere, summed as
- *   integers (adding zeros moves bits exactly), which spreads the hot segment over every
- *   link: 16 (P-1) k bytes per rank against 4 (P-1) (imbalance + 2) k, k the mean count.
+ *   hold most of the selection), step 2 would make that rank send its selection P - 1
+ *   times over its one link. Then indices and values ride the ring instead: 2K 32-bit
+ *   words, each rank's indices and values' bits in its own segments and zeros elsewhere,
+ *   summed as integers (adding zeros moves bits exactly), which spreads the hot segment
+ *   over every link: 16 (P-1) k bytes per rank against 8 (P-1) imbalance k, k the mean
+ *   count. (A rank selects at most 1.25 times its share, exdyna.h, so this takes a
+ *   selection that left the other ranks well under theirs.)
  *   4. every rank updates partitions and threshold from the gathered counts, integer and
  *      correctly rounded arithmetic only (device/exdyna.h), so the state stays
  *      bit-identical across ranks (the metadata round checks the step; tests check the
- *      digest). At the first iteration the metadata round also carries each rank's
- *      threshold proposal (the threshold's start is taken from the data, exdyna.h).
+ *      digest).
  * A value is added to zeros only, so the output holds the selected values exactly, and
  * what was not selected stays in the residual: acc = input + residual, residual = acc -
  * selected. This scheme reads the residual (it is the sparsifier); io->residual NULL runs
@@ -113,16 +118,10 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		    SC_OK)
 			return scd_scheme_fail(st, "exdyna: select");
 	}
-	int cal = scd_exdyna_calibrating(c->ex);
-	double prop = scd_exdyna_proposal(c->ex);
-	uint64_t prop_bits;
-	memcpy(&prop_bits, &prop, 8);
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, cal ? &prop_bits : NULL,
-				  cal ? 1 : 0)) != SC_OK)
+	uint32_t words = scd_exdyna_meta_words(c->ex);
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, scd_exdyna_meta(c->ex),
+				  words)) != SC_OK)
 		return st;
-	double props[P];
-	for (int q = 0; cal && q < P; q++)
-		memcpy(&props[q], &c->parts[q], 8);
 	uint64_t K = c->total_nnz, seg = 0;
 	for (int q = 0; q < me; q++)
 		seg += c->nnz[q];
@@ -144,32 +143,31 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return st;
 		memcpy(val, idx + K, 4 * K);
 	} else {
-		/* indices: all-gather straight into place, segments in rank order */
+		/* indices and values: all-gathered straight into place, segments in rank
+		 * order (the index sets are disjoint: the sum at the union is the union) */
 		memcpy(idx + seg, sel.idx, 4 * sel.nnz);
+		memcpy(val + seg, sel.val, 4 * sel.nnz);
 		int n = 0;
 		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
 			if ((int)q == me)
 				continue;
 			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
-			c->recvs[n] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
-			n++;
+			c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
+			c->sends[n] = (scd_xfer_t){(int)q, sel.val, 4 * sel.nnz};
+			c->recvs[n++] = (scd_xfer_t){(int)q, val + qs, 4 * c->nnz[q]};
 		}
 		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 			return st;
-		for (int q = 0, j = 0; q < P; q++)
-			if (q != me && c->rbytes[j++] != 4 * c->nnz[q])
+		for (int j = 0; j < n; j++)
+			if (c->rbytes[j] != c->recvs[j].bytes)
 				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "exdyna: rank %d sent a wrong index count", q);
-		/* values: reduced at the union */
-		memset(val, 0, 4 * K);
-		memcpy(val + seg, sel.val, 4 * sel.nnz);
-		if ((st = scd_scheme_allreduce(c, val, K)) != SC_OK)
-			return st;
+						       "exdyna: rank %d sent a wrong %s count",
+						       c->recvs[j].peer, j % 2 ? "value" : "index");
 	}
 	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;
-	if ((st = c->dev->exdyna_update(c->ex, c->nnz, cal ? props : NULL)) != SC_OK)
-		return scd_scheme_fail(st, "exdyna: update%s",
-				       cal ? " (a rank proposed no valid threshold)" : "");
+	if ((st = c->dev->exdyna_update(c->ex, c->parts)) != SC_OK)
+		return scd_scheme_fail(st, "exdyna: update (a rank's words are no count, no "
+					   "threshold or no count function)");
 	return SC_OK;
 }

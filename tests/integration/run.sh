@@ -218,7 +218,7 @@ bench_case() {
 	fi
 }
 bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zipf --sparse-result
-bench_case "bench collective topk n=3" hier_central,balanced_par,spardl --workload topk
+bench_case "bench collective topk n=3" hier_central,balanced_par,spardl,exdyna --workload topk
 
 # sparsectl while a job runs.
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl

@@ -143,6 +143,24 @@ UNIT_TEST(core_alloc_counter_sees_calls)
 			  STEPS);                                                              \
 	} while (0)
 
+/* One ExDyna iteration on this rank: every rank's words taken to be its own, except that
+ * the others passed nothing. */
+static sc_status_t exdyna_step(scd_exdyna_t *ex, const float *g, float *res, scd_coo_t *out,
+			       uint64_t *counts, uint32_t P, uint64_t *words, int *grid_steps)
+{
+	sc_status_t st = scd_exdyna_select(ex, g, res, out, &counts[0]);
+	uint32_t W = scd_exdyna_meta_words(ex);
+	if (st != SC_OK)
+		return st;
+	*grid_steps += W > 2;
+	for (uint32_t r = 0; r < P; r++) {
+		memcpy(words + (size_t)r * W, scd_exdyna_meta(ex), 8 * (size_t)W);
+		if (r) /* the others passed nothing: far under target */
+			words[(size_t)r * W] = 0;
+	}
+	return scd_exdyna_update(ex, words);
+}
+
 /* Every per-step op, each warmed up once (workspaces, cached lists), then run a few steps
  * with allocator calls counted. */
 UNIT_TEST(core_step_ops_allocate_nothing)
@@ -194,14 +212,18 @@ UNIT_TEST(core_step_ops_allocate_nothing)
 	CHECK_EQ_INT(scd_exdyna_create(&ec, &ex), SC_OK);
 	uint64_t *counts = calloc(P, 8);
 	memset(res, 0, n * 4);
-	double *props = malloc(P * sizeof(double));
-	CHECK_EQ_INT(scd_exdyna_select(ex, g, res, &out, &counts[0]), SC_OK);
-	for (uint32_t r = 0; r < P; r++) /* the first iteration takes the threshold's start */
-		props[r] = scd_exdyna_proposal(ex);
-	CHECK_EQ_INT(scd_exdyna_update(ex, counts, props), SC_OK);
-	NO_ALLOC("exdyna_select", scd_exdyna_select(ex, g, res, &out, &counts[0]));
-	NO_ALLOC("exdyna_update", scd_exdyna_update(ex, counts, NULL));
-	free(props);
+	/* the first iteration takes the threshold's start (two words: count, proposal) */
+	uint64_t *words = malloc((size_t)P * (2 * SCD_EXDYNA_GRID_HALF + 2) * 8);
+	int grid_steps = 0;
+	CHECK_EQ_INT(scd_exdyna_meta_words(ex), 2);
+	CHECK_EQ_INT(exdyna_step(ex, g, res, &out, counts, P, words, &grid_steps), SC_OK);
+	/* then every step counts on the grid; with P > 1 the total is far under target, and
+	 * the threshold jumps to the grid's */
+	NO_ALLOC("exdyna select + update",
+		 exdyna_step(ex, g, res, &out, counts, P, words, &grid_steps));
+	CHECK_TRUE(grid_steps == STEPS);
+	CHECK_TRUE(P == 1 || scd_exdyna_jumps(ex) > 0); /* P = 1: the count is the total */
+	free(words);
 	scd_exdyna_destroy(ex);
 	free(counts);
 
