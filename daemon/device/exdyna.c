@@ -174,8 +174,8 @@ static inline void grid_add(uint64_t *h, int64_t base, uint32_t key)
 {
 	int64_t d = (int64_t)key - base;
 	if (d >= 0) {
-		d /= SCD_EXDYNA_GRID_STEP;
-		h[d < GRID_N ? d : GRID_N - 1]++;
+		uint64_t b = (uint64_t)d / SCD_EXDYNA_GRID_STEP;
+		h[b < GRID_N ? b : GRID_N - 1]++;
 	}
 }
 
