@@ -34,7 +34,7 @@ struct scd_exdyna {
 			      passed the threshold, then the proposal or the grid counts */
 	uint64_t *totals;  /* [GRID_N]: the ranks' grid counts summed */
 	uint32_t grid_key; /* the grid's centre: the shared threshold's key */
-	uint64_t jumps; /* iterations whose threshold came from the grid */
+	uint64_t jumps;	   /* iterations whose threshold came from the grid */
 };
 
 /* The grid counts (exdyna.h) travel with every iteration's counts but the first. */
@@ -74,7 +74,8 @@ sc_status_t scd_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
 	    cfg->numel > SCD_NUMEL_MAX || !(cfg->density > 0 && cfg->density <= 1) ||
 	    cfg->nblocks == 0 || cfg->blk_move == 0 || cfg->alpha_permille < 1000 ||
 	    cfg->beta_permille < 1000 || !(cfg->gamma > 0 && cfg->gamma < 1) ||
-	    (cfg->recal_permille && (cfg->recal_permille < 1000 || cfg->recal_permille > 1000000)) ||
+	    (cfg->recal_permille &&
+	     (cfg->recal_permille < 1000 || cfg->recal_permille > 1000000)) ||
 	    (cfg->cap_permille && (cfg->cap_permille < 1000 || cfg->cap_permille > 1000000)))
 		return SC_ERR_INVALID;
 	scd_exdyna_t *ex = calloc(1, sizeof(*ex));
@@ -208,12 +209,10 @@ static void grid_count_keys(scd_exdyna_t *ex, const uint32_t *keys, uint64_t n)
 }
 
 /* Records how many passed the threshold (meta[0]), then the cap (cfg.cap_permille): when
- * out holds more than cap x share entries, keeps the
- * largest magnitudes (ties: the lowest indices), in order, and hands the others back:
- * into residual (where the selection left zeros) when not NULL, else appended to dis when
- * not NULL. */
-static void cap_selection(scd_exdyna_t *ex, scd_coo_t *out, float *residual,
-			  scd_coo_t *dis)
+ * out holds more than cap x share entries, keeps the largest magnitudes (ties: the lowest
+ * indices), in order, and hands the others back: into residual (where the selection left
+ * zeros) when not NULL, else appended to dis when not NULL. */
+static void cap_selection(scd_exdyna_t *ex, scd_coo_t *out, float *residual, scd_coo_t *dis)
 {
 	uint64_t cap = ex->cfg.cap_permille * share(ex) / 1000, gt;
 	ex->meta[0] = out->nnz;
@@ -459,7 +458,7 @@ sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *meta)
 			double t;
 			memcpy(&t, &meta[2 * r + 1], 8);
 			if (!(t > 0 && t < INFINITY))
-				return SC_ERR_INVALID; /* NaN, negative or infinite: not a threshold */
+				return SC_ERR_INVALID; /* NaN, negative, infinite */
 		}
 		ex->threshold = median_proposal(ex, meta);
 	} else if (gridded(ex)) {

@@ -75,7 +75,7 @@ typedef struct {
 	scd_exdyna_t **ex;
 	float **res, *grad;
 	scd_coo_t out;
-	double *props_out; /* sim_step_props: where the ranks' proposals go */
+	double *props_out;  /* sim_step_props: where the ranks' proposals go */
 	uint64_t qualified; /* the last step's: how many passed the ranks' thresholds */
 	uint64_t *counts;
 } sim_t;
@@ -376,7 +376,8 @@ UNIT_TEST_TIMEOUT(core_exdyna_follows_a_growing_residual, 120)
 			double sent = (double)sim_step(&s, 1.0, it % 8 == 0) / (double)k;
 			last = (double)s.qualified / (double)k;
 			/* the cap: 1.25 x a share of k / P (rounded) per rank */
-			CHECK_MSG(!recal || sent * k <= P * (1250 * ((k + P / 2) / P) / 1000) + 0.5,
+			CHECK_MSG(!recal ||
+				      sent * k <= P * (1250 * ((k + P / 2) / P) / 1000) + 0.5,
 				  "iteration %d sent %.3f k", it, sent);
 			if (it >= from) {
 				sum += last;
@@ -386,16 +387,17 @@ UNIT_TEST_TIMEOUT(core_exdyna_follows_a_growing_residual, 120)
 		mean[v] = sum / (iters - from);
 		recals = (int)scd_exdyna_jumps(s.ex[0]);
 		if (!recal) {
-			CHECK_MSG(last > 4.0, "Algorithm 5 alone ended at %.2f x k (P=%u)", last,
-				  P);
+			CHECK_MSG(last > 4.0, "Algorithm 5 alone ended at %.2f x k (P=%u)",
+				  last, P);
 		} else {
 			/* the count reacts two iterations late (the next iteration counts the
 			 * grid, the one after uses it): under a growing residual it rides the
 			 * band's upper edge and overshoots it by one iteration's growth */
-			CHECK_MSG(mean[1] >= 0.85 && mean[1] <= 1.25 && hi <= 2.0,
-				  "count/target after warm-up: mean %.3f, max %.3f (P=%u, k=%llu, "
-				  "%d calibrations; Algorithm 5 alone: mean %.2f)",
-				  mean[1], hi, P, (unsigned long long)k, recals, mean[0]);
+			CHECK_MSG(
+			    mean[1] >= 0.85 && mean[1] <= 1.25 && hi <= 2.0,
+			    "count/target after warm-up: mean %.3f, max %.3f (P=%u, k=%llu, "
+			    "%d calibrations; Algorithm 5 alone: mean %.2f)",
+			    mean[1], hi, P, (unsigned long long)k, recals, mean[0]);
 			CHECK_TRUE(recals > 0);
 		}
 		sim_free(&s);
