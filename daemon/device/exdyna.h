@@ -46,9 +46,8 @@
  * octave, 4 octaves either side); the counts travel with the gathered counts, and every
  * rank sums them per grid point. When the total is off target, every rank adopts the
  * grid threshold whose summed count is nearest the target, and the partitions are
- * rebalanced by the counts at it. Inside the band
- * Algorithm 5 runs as the paper has it. Integers only, from gathered values only, so every
- * rank decides alike.
+ * rebalanced by the counts at it. Inside the band Algorithm 5 runs as the paper has it.
+ * Integers only, from gathered values only, so every rank decides alike.
  *
  * A threshold still reacts an iteration late, and while the residual is young its tail
  * grows several-fold from one iteration to the next at the same threshold (the top-k
@@ -78,9 +77,9 @@ typedef struct scd_exdyna_cfg {
 	double gamma;		 /* threshold step (0.005) */
 	double init_threshold;	 /* shared start; 0: from the first iteration's data (the
 				    default); < 0: 1 / (2 sqrt(k)) as the reference */
-	uint32_t recal_permille; /* re-take the threshold from the data when an iteration's
-				    selected / target leaves [1000/recal, recal/1000]
-				    (1250); 0: never (Algorithm 5 alone) */
+	uint32_t recal_permille; /* jump to the grid's threshold when an iteration's
+				    passed / target leaves [1000/recal, recal/1000]
+				    (1250); 0: no grid (Algorithm 5 alone) */
 	uint32_t cap_permille;	 /* a rank selects at most cap/1000 x its share k / P: the
 				    largest magnitudes over the threshold (1250); 0: no cap */
 } scd_exdyna_cfg_t;
@@ -124,8 +123,8 @@ uint64_t scd_exdyna_jumps(const scd_exdyna_t *ex);
 double scd_exdyna_proposal(const scd_exdyna_t *ex);
 /* The words this iteration's update needs from every rank (valid after the selection):
  * how many passed the threshold in its partition (before the cap), then the proposal's
- * bits (calibrating) or the 2 HALF + 1 grid counts (recal_permille set). They travel with the
- * gathered counts (the metadata round). */
+ * bits (calibrating) or the 2 HALF + 1 grid counts (recal_permille set). They travel
+ * with the gathered counts (the metadata round). */
 uint32_t scd_exdyna_meta_words(const scd_exdyna_t *ex);
 const uint64_t *scd_exdyna_meta(const scd_exdyna_t *ex);
 /* Alg. 3 + 5 from every rank's words (meta[r * meta_words + i]: rank r's i-th), then
