@@ -446,12 +446,12 @@ sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *meta)
 	if (!ex || !meta)
 		return SC_ERR_INVALID;
 	uint32_t P = ex->cfg.nranks, W = scd_exdyna_meta_words(ex);
-	int pick = -1, jump = 0;
-	int64_t sum = 0, key = 0;
+	int pick = -1;
+	uint64_t passed = 0; /* how many passed the ranks' thresholds (before the cap) */
 	for (uint32_t r = 0; r < P; r++) {
 		if (meta[(size_t)r * W] > ex->cfg.numel)
 			return SC_ERR_INVALID;
-		sum += (int64_t)meta[(size_t)r * W];
+		passed += meta[(size_t)r * W];
 	}
 	if (ex->calibrating) {
 		for (uint32_t r = 0; r < P; r++) {
@@ -464,27 +464,27 @@ sc_status_t scd_exdyna_update(scd_exdyna_t *ex, const uint64_t *meta)
 	} else if (gridded(ex)) {
 		if ((pick = grid_pick(ex, meta)) < 0)
 			return SC_ERR_INVALID;
-		key = (int64_t)ex->grid_key +
-		      ((int64_t)pick - SCD_EXDYNA_GRID_HALF) * SCD_EXDYNA_GRID_STEP;
-		key = key < 1 ? 1 : key > 0x7f7fffff ? 0x7f7fffff : key;
-		jump = off_target(ex, (uint64_t)sum);
 	}
-	/* the loads: how many passed each partition's threshold (before the cap), or, when
-	 * the threshold jumps to the grid's, how many would have passed that one */
-	if (jump)
-		sum = 0;
+	int jump = pick >= 0 && off_target(ex, passed);
+	/* the loads: what passed each partition's threshold, or, when the threshold jumps to
+	 * the grid's, what would have passed that one */
+	uint32_t col = jump ? 1 + (uint32_t)pick : 0;
+	int64_t load = 0;
 	for (uint32_t r = 0; r < P; r++) {
-		uint64_t c = meta[(size_t)r * W + (jump ? 1 + (uint32_t)pick : 0)];
-		ex->kpart[scd_exdyna_part_of_rank(ex, r)] = (int64_t)c;
-		sum += jump ? (int64_t)c : 0;
+		int64_t c = (int64_t)meta[(size_t)r * W + col];
+		ex->kpart[scd_exdyna_part_of_rank(ex, r)] = c;
+		load += c;
 	}
-	if (sum > 0)
-		rebalance(ex, sum);
+	if (load > 0)
+		rebalance(ex, load);
 	if (jump) {
+		int64_t key = (int64_t)ex->grid_key +
+			      ((int64_t)pick - SCD_EXDYNA_GRID_HALF) * SCD_EXDYNA_GRID_STEP;
+		key = key < 1 ? 1 : key > 0x7f7fffff ? 0x7f7fffff : key;
 		ex->threshold = scd_key_to_float((uint32_t)key);
 		ex->jumps++;
 	} else if (!ex->calibrating) { /* the start's counts came from the ranks' own */
-		scale_threshold(ex, (uint64_t)sum);
+		scale_threshold(ex, passed);
 	}
 	ex->calibrating = 0;
 	ex->grid_key = scd_threshold_key((float)ex->threshold);
