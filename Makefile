@@ -15,11 +15,20 @@ CC ?= cc
 MPICC ?= mpicc
 OPT ?= -O3 -march=x86-64-v2
 CFLAGS ?= $(OPT) -g
-CPPFLAGS += -Iclient/include -I$(GEN) -Idaemon -Iclient/lib -D_GNU_SOURCE -DSC_VERSION_STRING=\"$(VERSION)\"
+CPPFLAGS += -D_GNU_SOURCE -DSC_VERSION_STRING=\"$(VERSION)\"
+# Include paths per component: proto/ holds what the daemon and the client library share
+# (the control protocol, the shared-memory layout, the status tables); neither sees the
+# other's private headers.
+INC_SHARED := -Iclient/include -I$(GEN) -Iproto
+INC_DAEMON := $(INC_SHARED) -Idaemon
+INC_CLIENT := $(INC_SHARED) -Iclient/lib
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
 LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm
 LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm
+
+# `make` with no target builds everything.
+.DEFAULT_GOAL := all
 
 # Installing missing packages happens once per build, before anything compiles.
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -28,7 +37,7 @@ $(DEPS_STAMP): mk/deps.sh
 	@sh mk/deps.sh
 	@touch $@
 
-.PHONY: all deps test unit integration demo bench install uninstall clean format
+.PHONY: all deps test unit integration demo bench install uninstall clean format format-check
 all: $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(LIB)/libsparseclient.so \
      $(LIB)/libsparseclient.a $(BIN)/sparsecomm-unit $(BIN)/sparsecomm-itest \
      $(BIN)/sparsecomm-bench $(BIN)/sparsecomm-cbow $(LIB)/pkgconfig/sparsecomm.pc \
@@ -38,25 +47,32 @@ deps:
 	sh mk/deps.sh
 
 # ---- protocol ------------------------------------------------------------------------
-$(GEN)/sparsecomm.pb-c.c $(GEN)/sparsecomm.pb-c.h: proto/sparsecomm.proto $(DEPS_STAMP)
+# One rule with grouped targets (&:): protoc-c runs once, also under make -j.
+$(GEN)/sparsecomm.pb-c.c $(GEN)/sparsecomm.pb-c.h &: proto/sparsecomm.proto $(DEPS_STAMP)
 	@mkdir -p $(GEN)
 	protoc-c --c_out=$(GEN) -Iproto proto/sparsecomm.proto
 PROTO_OBJ := $(OBJ)/gen/sparsecomm.pb-c.o
 
 # ---- object rules --------------------------------------------------------------------
+# Each object's include path is its component's (INC, set per folder below).
 $(OBJ)/gen/%.o: $(GEN)/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_SHARED) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 $(OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC) $(CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 # Library objects export only the sc_* API.
 $(OBJ)/lib/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_CLIENT) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) \
+		-c $< -o $@
+$(OBJ)/daemon/%.o $(OBJ)/proto/%.o $(OBJ)/tests/unit/%.o $(OBJ)/bench/%.o: INC := $(INC_DAEMON)
+$(OBJ)/client/%.o: INC := $(INC_CLIENT)
+$(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
+$(OBJ)/examples/%.o: INC := -Iclient/include
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
-CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) client/lib/common.c
+CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) proto/common.c
 CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
 $(LIB)/libsccore.a: $(CORE_OBJ)
 	@mkdir -p $(LIB)
@@ -73,11 +89,11 @@ $(BIN)/sparsecommd: $(OBJ)/daemon/main.o $(LIB)/libscd.a $(LIB)/libsccore.a
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
 
 # ---- client library ----------------------------------------------------------------------
-CLIENT_SRC := $(wildcard client/lib/*.c)
+CLIENT_SRC := $(wildcard client/lib/*.c) proto/common.c
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(OBJ)/lib/%.o) $(OBJ)/lib/gen.o
 $(OBJ)/lib/gen.o: $(GEN)/sparsecomm.pb-c.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(INC_SHARED) $(CPPFLAGS) -DSC_BUILDING_LIBRARY -fvisibility=hidden $(ALL_CFLAGS) -c $< -o $@
 $(LIB)/libsparseclient.a: $(CLIENT_OBJ)
 	@mkdir -p $(LIB)
 	rm -f $@ && ar rcs $@ $^
@@ -168,7 +184,14 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/sparsecomm
 clean:
 	rm -rf $(BUILD)
+FORMAT_SRC = $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
+	clang-format -i $(FORMAT_SRC)
+# Fails, listing the files, when a source file is not formatted as .clang-format says.
+format-check:
+	@bad=$$(for f in $(FORMAT_SRC); do \
+		clang-format --dry-run --Werror "$$f" >/dev/null 2>&1 || echo "$$f"; done); \
+	if [ -n "$$bad" ]; then echo "format-check: not formatted (run make format):"; \
+		echo "$$bad"; exit 1; fi; echo "format-check: ok"
 
 -include $(shell find $(OBJ) -name '*.d' 2>/dev/null)
