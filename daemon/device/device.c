@@ -7,6 +7,29 @@
 
 const scd_device_ops_t scd_device_cpu_ops = {
     .name = "cpu",
+    .alloc = scd_cpu_alloc,
+    .free = scd_cpu_free,
+    .clear = scd_cpu_clear,
+    .copy = scd_cpu_copy,
+    .to_host = scd_cpu_copy,
+    .from_host = scd_cpu_copy,
+    .sync = scd_cpu_sync,
+    .count_nonzero = scd_count_nonzero,
+    .dense_to_coo = scd_dense_to_coo,
+    .coo_scatter = scd_coo_scatter,
+    .coo_check = scd_coo_check,
+    .lower_bound = scd_lower_bound_u32,
+    .merge_two = scd_coo_merge_two,
+    .coo_copy_first = scd_coo_copy_first,
+    .coo_scale_copy = scd_coo_scale_copy,
+    .coo_topk = scd_coo_topk,
+    .range_counts = scd_range_counts,
+    .coo_range_counts = scd_coo_range_counts,
+    .residual_add = scd_residual_add,
+    .scale = scd_scale_f32,
+    /* -- scheme infrastructure -- */
+    /* -- per-scheme kernels -- */
+    /* -- engine -- */
     .sparsifier_create = scd_sparsifier_create,
     .sparsifier_destroy = scd_sparsifier_destroy,
     .sparsify = scd_sparsify,

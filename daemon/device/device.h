@@ -5,7 +5,20 @@
  * scd_device_kind_t. A backend that is not built or whose init failed reports
  * SC_ERR_UNSUPPORTED from scd_device_get().
  *
- * Pointers passed to a device's ops live in that device's memory (host memory for cpu).
+ * Pointers passed to a device's ops live in that device's memory (host memory for cpu),
+ * except where an argument says "host". The schemes and the engine never dereference
+ * tensor or workspace memory themselves: they call these ops (and the transport's
+ * exchanges, which name device buffers), reading back to the host only the few scalars
+ * their control flow needs (to_host). So a device whose memory the host cannot touch (a
+ * GPU) serves every scheme; tests/unit/test_device_guard.c proves it with a device whose
+ * memory is inaccessible between op calls.
+ *
+ * Ops that cannot fail on the cpu return no status: a device whose ops can fail (a GPU's
+ * launches) keeps its first failure and returns it from sync(), which the scheme layer
+ * calls before every exchange and at the end of every run (a GPU device also waits there
+ * for its queued work, so a transport that stages through host memory reads finished
+ * data).
+ *
  * Objects with workspaces (sparsifier, hierarchical hash, ExDyna) are created once per
  * tensor or buffer and reused every step; the per-step ops allocate nothing.
  */
@@ -15,6 +28,7 @@
 #include "device/exdyna.h"
 #include "device/format.h"
 #include "device/hhash.h"
+#include "device/listops.h"
 #include "device/select.h"
 #include "device/sketch.h"
 
@@ -22,6 +36,45 @@ typedef enum { SCD_DEVICE_CPU = 0, SCD_DEVICE_CUDA, SCD_DEVICE_COUNT } scd_devic
 
 typedef struct scd_device_ops {
 	const char *name;
+
+	/* memory (listops.h): alloc returns zeroed memory, ready to use without page faults
+	 * (NULL when out of memory); copy does not overlap; to_host / from_host move bytes
+	 * between the device and host memory */
+	void *(*alloc)(size_t bytes);
+	void (*free)(void *p);
+	void (*clear)(void *dst, size_t bytes);
+	void (*copy)(void *dst, const void *src, size_t bytes);
+	void (*to_host)(void *host_dst, const void *src, size_t bytes);
+	void (*from_host)(void *dst, const void *host_src, size_t bytes);
+	/* waits for queued work; the first failure of an op since the last sync */
+	sc_status_t (*sync)(void);
+
+	/* scans and lists (listops.h) */
+	uint64_t (*count_nonzero)(const float *g, uint64_t n);
+	uint64_t (*dense_to_coo)(const float *g, uint64_t n, uint32_t *idx, float *val);
+	void (*coo_scatter)(float *dst, const scd_coo_t *src);
+	uint64_t (*coo_check)(const scd_coo_t *coo, uint64_t numel);
+	uint64_t (*lower_bound)(const uint32_t *a, uint64_t n, uint64_t v);
+	uint64_t (*merge_two)(const uint32_t *ai, const float *av, uint64_t an,
+			      const scd_coo_t *b, uint32_t *oi, float *ov);
+	void (*coo_copy_first)(uint32_t *oi, float *ov, const scd_coo_t *src);
+	void (*coo_scale_copy)(uint32_t *oi, float *ov, const uint32_t *idx, const float *val,
+			       uint64_t n, float share);
+	uint64_t (*coo_topk)(uint32_t *idx, float *val, uint64_t n, uint64_t k,
+			     uint32_t *tmp_idx, float *tmp_val);
+	void (*range_counts)(const float *g, uint64_t numel, uint32_t P,
+			     uint64_t *host_counts);
+	void (*coo_range_counts)(const scd_coo_t *o, uint64_t numel, uint32_t P,
+				 uint64_t *host_counts);
+	void (*residual_add)(float *res, const uint32_t *idx, const float *val, uint64_t n,
+			     uint32_t *touch, uint64_t *host_n_touch);
+	void (*scale)(float *d, uint64_t n, float f);
+
+	/* -- scheme infrastructure (scheme.c, messages, AGsparse, HC) -- */
+
+	/* -- per-scheme kernels (Balanced Parallelism, OmniReduce, SparDL, S2, ExDyna) -- */
+
+	/* -- engine (local sums of any dtype, averaging, copies to and from trainers) -- */
 
 	/* sparsifiers with error feedback (select.h) */
 	sc_status_t (*sparsifier_create)(const scd_sparsifier_cfg_t *cfg,

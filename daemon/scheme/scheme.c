@@ -62,13 +62,21 @@ sc_status_t scd_ws_reserve_keep(scd_ws_t *w, size_t bytes, size_t keep)
 	if (cap < bytes)
 		cap = bytes;
 	cap = (cap + 4095) & ~(size_t)4095;
-	void *p = scd_big_alloc(cap); /* merges, scatters and slots hit them at random */
+	/* pre-faulted, huge-page advised: merges, scatters and slots hit them at random */
+	void *p = w->dev ? w->dev->alloc(cap) : scd_cpu_alloc(cap);
 	if (!p)
 		return scd_scheme_fail(SC_ERR_NOMEM, "cannot allocate %zu bytes", cap);
-	memset(p, 0, cap); /* pre-fault: the first touch of a page is slow */
-	if (keep)
-		memcpy(p, w->p, keep < w->cap ? keep : w->cap);
-	free(w->p);
+	if (keep && w->p) {
+		size_t n = keep < w->cap ? keep : w->cap;
+		if (w->dev)
+			w->dev->copy(p, w->p, n);
+		else
+			memcpy(p, w->p, n);
+	}
+	if (w->dev)
+		w->dev->free(w->p);
+	else
+		free(w->p);
 	w->p = p;
 	w->cap = cap;
 	return SC_OK;
@@ -76,7 +84,10 @@ sc_status_t scd_ws_reserve_keep(scd_ws_t *w, size_t bytes, size_t keep)
 
 void scd_ws_free(scd_ws_t *w)
 {
-	free(w->p);
+	if (w->dev)
+		w->dev->free(w->p);
+	else
+		free(w->p);
 	w->p = NULL;
 	w->cap = 0;
 }

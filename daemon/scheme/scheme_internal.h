@@ -36,10 +36,14 @@ static inline uint64_t scd_get64(const uint8_t *p)
 	return v;
 }
 
-/* A buffer that only grows (geometrically), pre-faulted when it does. */
+/* A buffer that only grows (geometrically), pre-faulted when it does. With dev set it
+ * lives in that device's memory (allocated, copied and freed through its ops): the
+ * workspaces that hold tensor data or travel through the transport. Without, host memory:
+ * control data (transfer lists, counts). */
 typedef struct scd_ws {
 	void *p;
 	size_t cap;
+	const scd_device_ops_t *dev;
 } scd_ws_t;
 
 sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes);
