@@ -45,6 +45,7 @@
 #include "workload.h"
 
 #include "model/cost.h"
+#include "scheme/registry.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,10 +70,12 @@
 #define LAT_ITERS	   30
 #define CHUNK		   65536
 
-static const char *const all_schemes[] = {"dense_ring",	  "agsparse",	"hier_central",
-					  "balanced_par", "omnireduce", "spardl",
-					  "s2_sketch",	  "exdyna",	"auto"};
-#define N_ALL ((int)(sizeof(all_schemes) / sizeof(all_schemes[0])))
+/* What --scheme all runs: every scheme of the registry, then the cost model's own choice. */
+#define N_ALL (SCD_SCHEME_COUNT + 1)
+static const char *all_schemes(int i)
+{
+	return i < SCD_SCHEME_COUNT ? scd_scheme_name((scd_scheme_t)i) : "auto";
+}
 
 typedef struct run_result {
 	char scheme[32]; /* as asked: a scheme name or "auto" */
@@ -110,6 +113,10 @@ typedef struct peer_result {
 
 static void usage(FILE *out)
 {
+	char names[512] = "";
+	for (int i = 0, w = 0; i < N_ALL && w < (int)sizeof(names); i++)
+		w += snprintf(names + w, sizeof(names) - (size_t)w, "%s%s", i ? " " : "",
+			      all_schemes(i));
 	fprintf(
 	    out,
 	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform --numel N\n"
@@ -118,8 +125,8 @@ static void usage(FILE *out)
 	    "           [--sparse-result]\n"
 	    "           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
 	    "       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
-	    "Run under sparsecomm-run, one trainer per node. Schemes: dense_ring agsparse\n"
-	    "hier_central balanced_par omnireduce spardl s2_sketch exdyna, auto (cost model).\n"
+	    "Run under sparsecomm-run, one trainer per node. Schemes (auto: the cost model):\n"
+	    "%s\n"
 	    "  --iters K      timed steps per scheme (default 5), median of the slowest rank\n"
 	    "  --warmup W     untimed steps first (default 1)\n"
 	    "  --auto-warmup A  untimed steps of auto (default max(W, 24)): the cost model\n"
@@ -131,7 +138,8 @@ static void usage(FILE *out)
 	    "  --sparse-result  COO workloads take the sum back as COO\n"
 	    "                 (sc_allreduce_coo_sparse_async), as a sparse gradient's\n"
 	    "                 consumer would; the check expands it\n"
-	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n");
+	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n",
+	    names);
 }
 
 static int add_schemes(coll_opts_t *o, const char *list)
@@ -141,18 +149,18 @@ static int add_schemes(coll_opts_t *o, const char *list)
 	for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
 		if (!strcmp(tok, "all")) {
 			for (int i = 0; i < N_ALL && o->n_schemes < MAX_RUNS; i++)
-				o->schemes[o->n_schemes++] = all_schemes[i];
+				o->schemes[o->n_schemes++] = all_schemes(i);
 			continue;
 		}
 		int k = -1;
 		for (int i = 0; i < N_ALL; i++)
-			if (!strcmp(tok, all_schemes[i]))
+			if (!strcmp(tok, all_schemes(i)))
 				k = i;
 		if (k < 0 || o->n_schemes == MAX_RUNS) {
 			fprintf(stderr, "collective: unknown scheme '%s'\n", tok);
 			return -1;
 		}
-		o->schemes[o->n_schemes++] = all_schemes[k];
+		o->schemes[o->n_schemes++] = all_schemes(k);
 	}
 	return 0;
 }
@@ -366,7 +374,8 @@ typedef struct work {
 
 static int is_lossy_name(const char *s)
 {
-	return !strcmp(s, "spardl") || !strcmp(s, "s2_sketch") || !strcmp(s, "exdyna");
+	scd_scheme_t id;
+	return scd_scheme_parse(s, &id) == 0 && !scd_scheme_lossless(id);
 }
 
 /*
@@ -544,8 +553,12 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 		opts.allow_lossy = lossy; /* natural sparsity: lossless unless pinned lossy */
 	} else {
 		opts.allow_lossy = 1;
-		opts.sparsifier =
-		    !strcmp(scheme, "exdyna") ? SC_SPARSIFY_EXDYNA : SC_SPARSIFY_TOPK;
+		/* top-k, unless the scheme is a sparsifier itself (ExDyna) */
+		scd_scheme_t id;
+		opts.sparsifier = scd_scheme_parse(scheme, &id) == 0 &&
+					  scd_schemes[id]->sparsifier != SC_SPARSIFY_NONE
+				      ? scd_schemes[id]->sparsifier
+				      : SC_SPARSIFY_TOPK;
 	}
 	snprintf(name, sizeof(name), "bench.coll.%s.%s", wl_kind_name(o->wl.kind), scheme);
 	sc_status_t st = sc_register_ex(s.c, name, SC_FLOAT32, o->wl.numel, &opts, &t);

@@ -1,7 +1,7 @@
 /*
  * compress_common.h: helpers shared by the compress benchmarks (bench/compress*.c):
  * option parsing, a monotonic clock, pre-faulted buffers, and synthetic tensors shaped
- * like real gradients (DATA.md: heavy tails; skewed non-zero placement).
+ * like real gradients (docs/performance.md: heavy tails; skewed non-zero placement).
  */
 #ifndef SC_BENCH_COMPRESS_COMMON_H
 #define SC_BENCH_COMPRESS_COMMON_H

@@ -11,7 +11,7 @@
  *            frequent) until it holds density x numel distinct ids; an id's value is its
  *            count in the window (capped), like the rows of an embedding gradient. Shared
  *            frequent ids give partial overlap, and the frequency order gives skew
- *            (../shared/DATA.md: gamma about 3-5 at P 4-8, skew 3-6).
+ *            (docs/performance.md: gamma about 3-5 at P 4-8, skew 3-6).
  *   uniform  COO input, uniform index sets with a chosen overlap: a fraction `overlap` of
  *            the ids is common to every rank, the rest private (disjoint across ranks).
  *   topk     a dense gradient (shared component plus a rank-specific one, integer valued,
@@ -62,7 +62,7 @@ uint64_t wl_coo_cap(const wl_cfg_t *cfg);
 /* The dense input (topk) of rank at step, elements [lo, hi) into x[0 .. hi-lo). */
 void wl_dense(const wl_cfg_t *cfg, int rank, uint64_t step, uint64_t lo, uint64_t hi, float *x);
 
-/* What the P inputs look like together (the characteristics of DATA.md's table). */
+/* What the P inputs look like together (the characteristics docs/performance.md describes). */
 typedef struct wl_shape {
 	double density; /* mean non-zeros per rank / numel */
 	double gamma;	/* union non-zeros / mean per-rank non-zeros */

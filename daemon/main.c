@@ -23,7 +23,7 @@
 #include "daemon.h"
 #include "engine/engine.h"
 #include "util/log.h"
-#include "world/world_int.h"
+#include "world/world.h"
 
 uint64_t scd_now_ms(void)
 {
@@ -54,7 +54,7 @@ static void usage(FILE *out)
 }
 
 /* Creates the runtime directory (0700, owned by us) or checks an existing one. */
-static int make_runtime_dir(scd_daemon_t *d)
+static sc_status_t make_runtime_dir(scd_daemon_t *d)
 {
 	const char *dir = scd_cfg_str(&d->cfg, SCD_CFG_runtime_dir);
 	if (dir[0]) {
@@ -78,18 +78,18 @@ static int make_runtime_dir(scd_daemon_t *d)
 	if (mkdir(d->runtime_dir, 0700) != 0 && errno != EEXIST) {
 		scd_error(SCD_SUB_MAIN, "cannot create runtime directory %s: %s", d->runtime_dir,
 			  strerror(errno));
-		return -1;
+		return SC_ERR_SYSTEM;
 	}
 	struct stat st;
 	if (stat(d->runtime_dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
 		scd_error(SCD_SUB_MAIN, "runtime directory %s is not a directory owned by uid %u",
 			  d->runtime_dir, (unsigned)geteuid());
-		return -1;
+		return SC_ERR_SYSTEM;
 	}
 	chmod(d->runtime_dir, 0700);
 	snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/ctl.sock", d->runtime_dir);
 	snprintf(d->ctl_endpoint, sizeof(d->ctl_endpoint), "ipc://%s", d->ctl_path);
-	return 0;
+	return SC_OK;
 }
 
 /*
@@ -137,6 +137,17 @@ static void sd_notify_ready(void)
 	sendto(fd, msg, sizeof(msg) - 1, 0, (struct sockaddr *)&sa, sizeof(sa));
 	close(fd);
 }
+
+/* What ctl tells the world: ctl does not include world/ (ctl.h). */
+static const scd_ctl_upcalls_t world_upcalls = {
+    .announce = scd_world_announce,
+    .abandon = scd_world_abandon,
+    .forget = scd_world_forget,
+    .node_state = scd_world_node_state,
+    .pending = scd_world_pending,
+    .config_propose = scd_world_config_propose,
+    .status = scd_world_status,
+};
 
 void scd_daemon_world_ready(scd_daemon_t *d)
 {
@@ -187,32 +198,34 @@ static void on_tick(uv_timer_t *h)
 	scd_world_tick(d->world);
 }
 
-/* Parses the command line into cfg: returns 0 to run, 1 to exit 0, -1 on error. */
-static int parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p)
+/* Parses the command line into cfg. *done_p is set when there is nothing left to do
+ * (--help, --version); an error is printed here and returned. */
+static sc_status_t parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p, int *done_p)
 {
 	char err[300];
 	const char *file = getenv("SPARSECOMM_CONFIG");
 	for (int i = 1; i < argc; i++)
 		if (!strcmp(argv[i], "--config") && i + 1 < argc)
 			file = argv[i + 1];
-	if (file && scd_config_load_file(&d->cfg, file, err, sizeof(err)) != SC_OK) {
+	sc_status_t st = file ? scd_config_load_file(&d->cfg, file, err, sizeof(err)) : SC_OK;
+	if (st == SC_OK)
+		st = scd_config_load_env(&d->cfg, err, sizeof(err));
+	if (st != SC_OK) {
 		fprintf(stderr, "sparsecommd: %s\n", err);
-		return -1;
-	}
-	if (scd_config_load_env(&d->cfg, err, sizeof(err)) != SC_OK) {
-		fprintf(stderr, "sparsecommd: %s\n", err);
-		return -1;
+		return st;
 	}
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
-			return 1;
+			*done_p = 1;
+			return SC_OK;
 		}
 		if (!strcmp(a, "--version")) {
 			printf("sparsecommd %s (protocol %d)\n", SC_VERSION_STRING,
 			       SC_PROTOCOL_VERSION);
-			return 1;
+			*done_p = 1;
+			return SC_OK;
 		}
 		if (!strcmp(a, "--dump-config")) {
 			*dump_p = 1;
@@ -220,7 +233,7 @@ static int parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p)
 		}
 		if (strncmp(a, "--", 2) != 0) {
 			fprintf(stderr, "sparsecommd: unexpected argument '%s' (see --help)\n", a);
-			return -1;
+			return SC_ERR_INVALID;
 		}
 		char key[64];
 		const char *eq = strchr(a, '='), *val;
@@ -232,7 +245,7 @@ static int parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p)
 			val = argv[++i];
 		} else {
 			fprintf(stderr, "sparsecommd: %s needs a value\n", a);
-			return -1;
+			return SC_ERR_INVALID;
 		}
 		if (!strcmp(key, "config"))
 			continue;
@@ -243,14 +256,15 @@ static int parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_p)
 		int k = scd_config_find(key);
 		if (k < 0) {
 			fprintf(stderr, "sparsecommd: unknown option --%s (see --help)\n", key);
-			return -1;
+			return SC_ERR_INVALID;
 		}
-		if (scd_config_set(&d->cfg, k, val, SCD_SRC_FLAG, err, sizeof(err)) != SC_OK) {
+		st = scd_config_set(&d->cfg, k, val, SCD_SRC_FLAG, err, sizeof(err));
+		if (st != SC_OK) {
 			fprintf(stderr, "sparsecommd: --%s: %s\n", key, err);
-			return -1;
+			return st;
 		}
 	}
-	return 0;
+	return SC_OK;
 }
 
 int main(int argc, char **argv)
@@ -259,10 +273,11 @@ int main(int argc, char **argv)
 	scd_daemon_t *d = &daemon_state;
 	d->notify_fd = -1;
 	scd_config_init(&d->cfg);
-	int dump = 0;
-	int rc = parse_args(d, argc, argv, &dump);
-	if (rc)
-		return rc > 0 ? 0 : 2;
+	int dump = 0, done = 0;
+	if (parse_args(d, argc, argv, &dump, &done) != SC_OK)
+		return 2;
+	if (done)
+		return 0;
 	if (dump) {
 		scd_config_dump(&d->cfg, stdout);
 		return 0;
@@ -280,17 +295,23 @@ int main(int argc, char **argv)
 	snprintf(prefix, sizeof(prefix), "sparsecommd[%d]", d->rank);
 	scd_log_set_prefix(prefix);
 	signal(SIGPIPE, SIG_IGN);
-	if (make_runtime_dir(d) != 0)
+	if (make_runtime_dir(d) != SC_OK)
 		return 1;
 	remove_stale_shm();
 
 	d->loop = uv_default_loop();
 	d->start_ms = scd_now_ms();
 	d->zctx = zmq_ctx_new();
-	if (!d->zctx || scd_ctl_create(d, &d->ctl) != SC_OK ||
-	    scd_engine_create(d, scd_neg_job_done, &d->engine) != SC_OK ||
-	    scd_world_create(d, &d->world) != SC_OK) {
-		scd_error(SCD_SUB_MAIN, "cannot initialise the daemon");
+	sc_status_t st = d->zctx ? SC_OK : SC_ERR_SYSTEM;
+	if (st == SC_OK)
+		st = scd_ctl_create(d, &world_upcalls, &d->ctl);
+	if (st == SC_OK)
+		st = scd_engine_create(d, scd_world_job_done, &d->engine);
+	if (st == SC_OK)
+		st = scd_world_create(d, &d->world);
+	if (st != SC_OK) {
+		scd_error(SCD_SUB_MAIN, "cannot initialise the daemon: %s",
+			  sc_status_message(st));
 		return 1;
 	}
 	uv_signal_init(d->loop, &d->sig_term);
@@ -319,7 +340,7 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	if (!d->shutting_down)
 		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
-	if (scd_engine_destroy(d->engine, 2000) != 0) {
+	if (scd_engine_destroy(d->engine, 2000) != SC_OK) {
 		/* the engine is blocked in a transfer: remove what others could see, and go */
 		scd_warn(SCD_SUB_MAIN, "the data plane is still busy; exiting without waiting");
 		scd_ctl_unlink_all(d->ctl);

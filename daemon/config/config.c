@@ -51,13 +51,13 @@ int scd_config_find(const char *name)
 }
 
 /* Parses an integer with an optional K/M/G (binary) suffix. */
-static int parse_int(const char *text, int64_t *v_p)
+static sc_status_t parse_int(const char *text, int64_t *v_p)
 {
 	char *end;
 	errno = 0;
 	long long v = strtoll(text, &end, 0);
 	if (errno || end == text)
-		return -1;
+		return SC_ERR_INVALID;
 	switch (*end) {
 	case 'k': case 'K': v <<= 10; end++; break;
 	case 'm': case 'M': v <<= 20; end++; break;
@@ -67,9 +67,9 @@ static int parse_int(const char *text, int64_t *v_p)
 	while (isspace((unsigned char)*end))
 		end++;
 	if (*end)
-		return -1;
+		return SC_ERR_INVALID;
 	*v_p = v;
-	return 0;
+	return SC_OK;
 }
 
 sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cfg_source_t src,
@@ -86,7 +86,7 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 	}
 	if (d->type == SCD_CFG_INT) {
 		int64_t v;
-		if (parse_int(value, &v)) {
+		if (parse_int(value, &v) != SC_OK) {
 			snprintf(err, err_len, "%s: '%s' is not an integer", d->name, value);
 			return SC_ERR_INVALID;
 		}

@@ -17,10 +17,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "engine/engine.h"
 #include "util/arena.h"
 #include "util/log.h"
 #include "util/zmsg.h"
-#include "world/world.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
 
@@ -40,6 +40,7 @@ typedef struct scd_session {
 
 struct scd_ctl {
 	scd_daemon_t *d;
+	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */
 	void *sock;
 	uv_poll_t poll;
 	int polling;
@@ -160,6 +161,60 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl)
 	unlink(ctl->d->ctl_path);
 }
 
+void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const char *error)
+{
+	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
+	if (!nt)
+		return;
+	if (nt->state == SCD_NT_LOCAL_WAIT) {
+		nt->carry_mask = 0;
+		for (int l = 0; l < ctl->d->local_size; l++)
+			if (!nt->slot[l] || !nt->slot[l]->handle)
+				nt->carry_mask |= 1ull << l;
+		nt->carry_status = st;
+		snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", error);
+	}
+	if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT)
+		scd_ctl_complete(ctl, nt, st, error);
+}
+
+/* ---- jobs: the engine's view of the shared buffers ----------------------------------- */
+
+sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
+			     scd_job_item_t *it)
+{
+	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
+	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel || nt->dtype != dtype)
+		return SC_ERR_NOT_FOUND;
+	it->nt = nt;
+	it->name = nt->name;
+	it->sparsifier = nt->opts.sparsifier;
+	it->density = nt->opts.density;
+	it->threshold = nt->opts.threshold;
+	it->coo_capacity = nt->opts.coo_capacity;
+	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
+	nt->state = SCD_NT_RUNNING;
+	nt->state_since_ms = scd_now_ms();
+	for (int l = 0; l < ctl->d->local_size; l++) {
+		scd_reg_t *r = nt->slot[l];
+		if (!r || !r->handle)
+			continue;
+		scd_job_src_t *s = &it->src[it->n_src++];
+		s->device = SCD_DEVICE_CPU; /* trainers hand tensors in shared memory */
+		s->dense = r->data;
+		s->coo = r->coo;
+		if (r->coo) {
+			s->coo_idx =
+			    (const uint32_t *)((char *)r->map + r->hdr->coo_idx_offset);
+			s->coo_val = (const float *)((char *)r->map + r->hdr->coo_val_offset);
+			s->coo_nnz = r->nnz;
+			s->coo_cap = r->hdr->coo_cap;
+			s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
+		}
+	}
+	return SC_OK;
+}
+
 /* ---- sessions ----------------------------------------------------------------------- */
 
 static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t len)
@@ -191,7 +246,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		scd_warn(SCD_SUB_CTL, "%s", why);
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
-		scd_world_node_state(ctl->d->world, 1, why);
+		ctl->up->node_state(ctl->d->world, 1, why);
 	}
 	/* Operations of the node that can no longer complete fail now. One that every local
 	 * trainer had submitted (announced, or running) still runs with the data the dead
@@ -213,7 +268,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
 		scd_tensors_release(ctl->tensors, r);
 		if (cleared[0]) /* the disagreeing tensor is gone from this node */
-			scd_world_abandon(ctl->d->world, cleared, SC_OK, "");
+			ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
 	}
 	s->regs = NULL;
 	for (scd_session_t **pp = &ctl->sessions; *pp; pp = &(*pp)->next)
@@ -335,7 +390,7 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		ctl->n_trainers++;
 		if (ctl->degraded && ctl->n_trainers == d->local_size) {
 			ctl->degraded = 0;
-			scd_world_node_state(d->world, 0, "");
+			ctl->up->node_state(d->world, 0, "");
 		}
 	}
 	s->next = ctl->sessions;
@@ -393,7 +448,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			if (nt->state == SCD_NT_LOCAL_WAIT || nt->state == SCD_NT_ANNOUNCED)
 				scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, msg);
 		}
-		scd_world_abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
+		ctl->up->abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
 	}
 	if (st != SC_OK) {
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
@@ -482,7 +537,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	if (nt->submitted == ctl->d->local_size) {
 		nt->state = SCD_NT_ANNOUNCED;
 		nt->state_since_ms = scd_now_ms();
-		scd_world_announce(ctl->d->world, nt);
+		ctl->up->announce(ctl->d->world, nt);
 	}
 }
 
@@ -499,7 +554,7 @@ static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	r.version = SC_VERSION_STRING;
 	r.uptime_ms = scd_now_ms() - d->start_ms;
 	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
-	scd_world_status(d->world, &r, &a);
+	ctl->up->status(d->world, &r, &a);
 	r.clients = scd_arena_alloc(&a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
 	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
 		if (t->role != SPARSECOMM__ROLE__ROLE_TRAINER)
@@ -573,7 +628,7 @@ static void handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	q->seq = seq;
 	memcpy(q->ident, s->ident, s->ident_len);
 	q->ident_len = s->ident_len;
-	scd_world_pending(ctl->d->world, q->id);
+	ctl->up->pending(ctl->d->world, q->id);
 }
 
 void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r)
@@ -640,7 +695,7 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
 			return;
 		}
-		scd_world_config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
+		ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
 		send_ok(ctl, s, seq);
 		return;
 	}
@@ -792,15 +847,16 @@ static void on_tensor_free(void *arg, const char *name)
 {
 	scd_ctl_t *ctl = arg;
 	if (ctl->d->world && !ctl->d->shutting_down)
-		scd_world_forget(ctl->d->world, name);
+		ctl->up->forget(ctl->d->world, name);
 }
 
-sc_status_t scd_ctl_create(scd_daemon_t *d, scd_ctl_t **ctl_p)
+sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl_t **ctl_p)
 {
 	scd_ctl_t *ctl = calloc(1, sizeof(*ctl));
 	if (!ctl)
 		return SC_ERR_NOMEM;
 	ctl->d = d;
+	ctl->up = up;
 	sc_status_t st = scd_tensors_create(d->local_size, on_tensor_free, ctl, &ctl->tensors);
 	if (st != SC_OK) {
 		free(ctl);

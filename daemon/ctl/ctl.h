@@ -7,6 +7,12 @@
  * reply and is otherwise ignored. A trainer's death is seen through a pidfd on its pid
  * (polled by the loop; a periodic kill(pid, 0) where pidfd_open is not available): its
  * tensors are released, and whatever the other trainers were waiting on with it fails.
+ *
+ * Layering: world/ calls ctl (tensors, completions, a job's view of the shared buffers);
+ * ctl never includes world/. What ctl has to tell the world (a tensor is ready, a trainer
+ * died, a sparsectl request) goes through the scd_ctl_upcalls_t table main.c wires to the
+ * world's functions. ctl fills engine jobs' items (engine/engine.h); the engine includes
+ * neither.
  */
 #ifndef SCD_CTL_CTL_H
 #define SCD_CTL_CTL_H
@@ -15,7 +21,23 @@
 #include "daemon.h"
 #include "sparsecomm.pb-c.h"
 
-sc_status_t scd_ctl_create(scd_daemon_t *d, scd_ctl_t **ctl_p);
+struct scd_arena;
+struct scd_job_item;
+
+/* What ctl asks of the world (world.h documents each); called with d->world. */
+typedef struct scd_ctl_upcalls {
+	void (*announce)(scd_world_t *w, scd_ntensor_t *nt);
+	void (*abandon)(scd_world_t *w, const char *name, sc_status_t status,
+			const char *reason);
+	void (*forget)(scd_world_t *w, const char *name);
+	void (*node_state)(scd_world_t *w, int degraded, const char *reason);
+	void (*pending)(scd_world_t *w, uint64_t query_id);
+	void (*config_propose)(scd_world_t *w, const char *key, const char *value);
+	void (*status)(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
+} scd_ctl_upcalls_t;
+
+/* up must outlive ctl. */
+sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl_t **ctl_p);
 /* Binds the control socket and starts serving it. */
 sc_status_t scd_ctl_listen(scd_ctl_t *ctl);
 void scd_ctl_destroy(scd_ctl_t *ctl);
@@ -36,9 +58,21 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl);
 /* Answers a pending query that world/ forwarded to the coordinator. */
 void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r);
 /* Adds this node's tensors that wait for local trainers to a pending reply. */
-struct scd_arena;
 void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, struct scd_arena *a);
 /* Number of trainer sessions. */
 int scd_ctl_trainers(const scd_ctl_t *ctl);
+
+/*
+ * A planned tensor joins a job: when name is announced on this node with this dtype and
+ * element count, fills it (the tensor, its options, its residual, and every submitted
+ * trainer's buffer and COO area in shared memory) and marks the tensor running; else
+ * SC_ERR_NOT_FOUND and it is left as it was (the job then runs it with zeros).
+ */
+sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
+			     struct scd_job_item *it);
+/* A plan's error for name: fails the operation of the trainers that submitted it; those
+ * of this node that have not yet get the error when they do. */
+void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t status,
+			 const char *error);
 
 #endif

@@ -5,6 +5,10 @@
  */
 #include "device/device.h"
 
+#include "device/fold.h"
+#include "device/msgops.h"
+#include "device/reduce.h"
+
 const scd_device_ops_t scd_device_cpu_ops = {
     .name = "cpu",
     .alloc = scd_cpu_alloc,
@@ -28,8 +32,29 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .residual_add = scd_residual_add,
     .scale = scd_scale_f32,
     /* -- scheme infrastructure -- */
+    .idx_count_runs = scd_idx_count_runs,
+    .idx_runs_encode = scd_idx_runs_encode,
+    .idx_bitmap_encode = scd_idx_bitmap_encode,
+    .runs_decode = scd_runs_decode,
+    .idx_add = scd_idx_add,
     /* -- per-scheme kernels -- */
+    .lower_bounds = scd_lower_bounds,
+    .idx_check_range = scd_idx_check_range,
+    .coo_compact_nonzero = scd_coo_compact_nonzero,
+    .coo_merge_sum = scd_coo_merge_sum,
+    .coo_filter_mod = scd_coo_filter_mod,
+    .coo_block_runs = scd_coo_block_runs,
+    .sub_scaled = scd_sub_scaled,
+    .blocks_count_dense = scd_blocks_count_dense,
+    .blocks_apply = scd_blocks_apply,
     /* -- engine -- */
+    .reduce_typed = scd_reduce_typed,
+    .average_typed = scd_average_typed,
+    .coo_add_checked = scd_coo_add_checked,
+    .residual_drain = scd_residual_drain,
+    .residual_bits = scd_residual_bits,
+    .bits_set = scd_bits_set,
+    .coo_fold_residual = scd_coo_fold_residual,
     .sparsifier_create = scd_sparsifier_create,
     .sparsifier_destroy = scd_sparsifier_destroy,
     .sparsify = scd_sparsify,

@@ -29,6 +29,7 @@
 #include "device/format.h"
 #include "device/hhash.h"
 #include "device/listops.h"
+#include "device/scheme_kernels.h"
 #include "device/select.h"
 #include "device/sketch.h"
 
@@ -71,10 +72,62 @@ typedef struct scd_device_ops {
 	void (*scale)(float *d, uint64_t n, float f);
 
 	/* -- scheme infrastructure (scheme.c, messages, AGsparse, HC) -- */
+	/* the bodies of the sparse messages (msgops.h); the scheme composes the headers */
+	uint64_t (*idx_count_runs)(const uint32_t *idx, uint64_t n);
+	void (*idx_runs_encode)(const uint32_t *idx, uint64_t n, void *runs);
+	uint64_t (*idx_bitmap_encode)(const uint32_t *idx, uint64_t n, uint64_t lo,
+				      uint64_t span, uint64_t *words);
+	uint64_t (*runs_decode)(const void *runs, uint64_t nruns, uint64_t numel, uint64_t max,
+				uint32_t *idx);
+	void (*idx_add)(uint32_t *idx, uint64_t n, uint32_t add);
 
 	/* -- per-scheme kernels (Balanced Parallelism, OmniReduce, SparDL, S2, ExDyna) -- */
+	/* lists and ranges (scheme_kernels.h): off, v, pos, bnd, runs and bad are host
+	 * memory */
+	void (*lower_bounds)(const uint32_t *a, const uint64_t *off, uint32_t nlists,
+			     const uint64_t *v, uint32_t nv, uint64_t *pos);
+	uint64_t (*idx_check_range)(const uint32_t *idx, uint64_t n, uint64_t lo, uint64_t hi);
+	uint64_t (*coo_compact_nonzero)(const uint32_t *idx, const float *val, uint64_t n,
+					uint32_t *oi, float *ov);
+	uint64_t (*coo_merge_sum)(const uint32_t *ai, const float *av, uint64_t an,
+				  const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+				  float *ov);
+	uint64_t (*coo_filter_mod)(const uint32_t *idx, const float *val, uint64_t n, uint32_t d,
+				   uint32_t t, uint32_t *oi, float *ov);
+	uint32_t (*coo_block_runs)(const uint32_t *idx, uint64_t n, const uint64_t *bnd,
+				   uint32_t nb, uint64_t numel, uint32_t max, scd_run_t *runs,
+				   uint64_t *bad);
+	void (*sub_scaled)(float *res, const float *x, uint64_t n, float f);
+	/* OmniReduce's blocks (format.h) */
+	uint64_t (*blocks_count_dense)(const float *g, uint64_t numel, uint32_t block);
+	sc_status_t (*blocks_apply)(const void *buf, uint64_t bytes, uint32_t block, uint64_t len,
+				    float *dst, int add);
 
 	/* -- engine (local sums of any dtype, averaging, copies to and from trainers) -- */
+
+	/* The engine's ops on a fused buffer and the trainers' tensors (reduce.h, fold.h);
+	 * with the memory ops above (clear, copy) and sparsifier_* below, all it runs on
+	 * tensor data. dtype is an sc_dtype_t; an unknown one does nothing. */
+	/* dst[i] += src[i] for n elements of dtype (integers wrap around) */
+	void (*reduce_typed)(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+	/* x[i] /= divisor for n elements of dtype: float32 multiplies by the rounded
+	 * 1 / divisor, float64 divides, integers divide truncating toward zero */
+	void (*average_typed)(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
+	/* dst[idx[j]] += val[j] in order for the entries with idx[j] < numel; returns how
+	 * many were skipped */
+	uint64_t (*coo_add_checked)(float *dst, uint64_t numel, const uint32_t *idx,
+				    const float *val, uint64_t nnz);
+	/* x[i] += res[i], res[i] = 0 for n floats */
+	void (*residual_drain)(float *x, float *res, uint64_t n);
+	/* bits[(n + 63) / 64] set where res[0, n) is non-zero, clear elsewhere; returns the
+	 * number set */
+	uint64_t (*residual_bits)(const float *res, uint64_t n, uint64_t *bits);
+	/* sets the bits of idx[0, n) */
+	void (*bits_set)(uint64_t *bits, const uint32_t *idx, uint64_t n);
+	/* (oi, ov) = in with the residual at the set bits folded in (fold.h); zeroes the
+	 * residual there and clears the bits; returns the entries written */
+	uint64_t (*coo_fold_residual)(const scd_coo_t *in, float *res, uint64_t *bits,
+				      uint64_t numel, uint32_t *oi, float *ov);
 
 	/* sparsifiers with error feedback (select.h) */
 	sc_status_t (*sparsifier_create)(const scd_sparsifier_cfg_t *cfg,

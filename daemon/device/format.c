@@ -448,6 +448,40 @@ sc_status_t scd_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel, u
 	return SC_OK;
 }
 
+uint64_t scd_blocks_count_dense(const float *g, uint64_t numel, uint32_t block)
+{
+	uint64_t nb = block ? (numel + block - 1) / block : 0, n = 0;
+	for (uint64_t b = 0; b < nb; b++)
+		n += block_nonzero(g + b * block, block_len(b, numel, block));
+	return n;
+}
+
+sc_status_t scd_blocks_apply(const void *buf, uint64_t bytes, uint32_t block, uint64_t len,
+			     float *dst, int add)
+{
+	if (block == 0)
+		return SC_ERR_INVALID;
+	uint64_t rec = 4 + 4 * (uint64_t)block, nb = (len + block - 1) / block;
+	if (bytes % rec)
+		return SC_ERR_PROTOCOL;
+	const uint8_t *p = buf;
+	for (uint64_t r = 0; r < bytes / rec; r++, p += rec) {
+		uint32_t id;
+		memcpy(&id, p, 4);
+		if (id >= nb)
+			return SC_ERR_PROTOCOL;
+		uint64_t lo = (uint64_t)id * block, n = block_len(id, len, block);
+		const float *v = (const float *)(p + 4);
+		float *d = dst + lo;
+		if (add)
+			for (uint64_t i = 0; i < n; i++)
+				d[i] += v[i];
+		else
+			memcpy(d, v, 4 * n);
+	}
+	return SC_OK;
+}
+
 /* ---- dense helpers ------------------------------------------------------------------- */
 
 void scd_coo_scatter_add(float *dst, const scd_coo_t *src)

@@ -126,6 +126,14 @@ sc_status_t scd_blocks_encode_dense(const float *g, uint64_t numel, uint32_t blo
 /* Decodes to COO: every non-zero of the carried blocks (zeros inside blocks dropped). */
 sc_status_t scd_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel, uint32_t block,
 			      scd_coo_t *out);
+/* Non-zero blocks of a dense tensor of numel elements (what blocks_encode_dense would send
+ * of it, counted without encoding). */
+uint64_t scd_blocks_count_dense(const float *g, uint64_t numel, uint32_t block);
+/* Applies block records (any order, SC_ERR_PROTOCOL for a length that is no whole number
+ * of records or a block id past the range) to a dense range of len elements: dst += the
+ * records' values (add), or dst = them (the other elements untouched). */
+sc_status_t scd_blocks_apply(const void *buf, uint64_t bytes, uint32_t block, uint64_t len,
+			     float *dst, int add);
 
 /* ---- dense helpers ------------------------------------------------------------------- */
 /* dst[idx] += val for every pair (aggregation of a received COO). */

@@ -1,7 +1,7 @@
 /*
  * pool.h: a fixed set of worker threads that run one function on every thread and
  * return when all are done (fork-join). Workers sleep on a condition variable between
- * jobs; nothing spins (two-core machines, see PERFORMANCE.md). The caller is thread 0.
+ * jobs; nothing spins (two-core machines, see docs/performance.md). The caller is thread 0.
  */
 #ifndef SCD_DEVICE_POOL_H
 #define SCD_DEVICE_POOL_H

@@ -38,3 +38,43 @@ void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
 		break;
 	}
 }
+
+void scd_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)
+{
+	switch (dtype) {
+	case SC_FLOAT32:
+		scd_scale_f32(x, n, (float)(1.0 / divisor));
+		break;
+	case SC_FLOAT64: {
+		double *d = x;
+		for (uint64_t i = 0; i < n; i++)
+			d[i] /= divisor;
+		break;
+	}
+	case SC_INT32: {
+		int32_t *d = x, div = (int32_t)divisor;
+		for (uint64_t i = 0; i < n; i++)
+			d[i] /= div;
+		break;
+	}
+	case SC_INT64: {
+		int64_t *d = x, div = (int64_t)divisor;
+		for (uint64_t i = 0; i < n; i++)
+			d[i] /= div;
+		break;
+	}
+	}
+}
+
+uint64_t scd_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx, const float *val,
+			     uint64_t nnz)
+{
+	uint64_t bad = 0;
+	for (uint64_t j = 0; j < nnz; j++) {
+		if (idx[j] < numel)
+			dst[idx[j]] += val[j];
+		else
+			bad++;
+	}
+	return bad;
+}

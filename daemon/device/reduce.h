@@ -2,7 +2,8 @@
  * reduce.h: elementwise sum of two buffers of any dtype of the public API, shared by the
  * engine (summing a node's trainers) and the transport's ring. float32 goes through the
  * cpu device's reduce_sum; integers add as unsigned (two's-complement wrap-around, no
- * undefined overflow).
+ * undefined overflow). Also the cpu device's other engine ops on whole buffers: averaging
+ * of any dtype and the sum of a trainer's COO input (device.h, "-- engine --").
  */
 #ifndef SCD_DEVICE_REDUCE_H
 #define SCD_DEVICE_REDUCE_H
@@ -13,5 +14,16 @@
 
 /* dst[i] += src[i] for n elements of dtype; an unknown dtype does nothing. */
 void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+
+/* A sum turned into an average, x[i] = x[i] / divisor for n elements of dtype: float32
+ * multiplies by the rounded 1 / divisor, float64 divides in double, integers divide in
+ * integer arithmetic (truncated toward zero); an unknown dtype does nothing. */
+void scd_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
+
+/* dst[idx[j]] += val[j] for the nnz entries, in order, skipping those whose index is not
+ * below numel (a trainer's COO input, which nothing has checked); returns how many it
+ * skipped. */
+uint64_t scd_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx, const float *val,
+			     uint64_t nnz);
 
 #endif

@@ -14,7 +14,7 @@
  *              final selection pass. Ties at the k-th value are broken by lowest index.
  *   dgc        DGC-style: the threshold comes from a ~1% sample, checked by the selection
  *              pass itself; when the count falls outside [0.7k, 1.3k] the step is undone
- *              and the threshold corrected (x1.3 / x0.7) up to 3 times (see PAPERS.md).
+ *              and the threshold corrected (x1.3 / x0.7) up to 3 times (DGC, docs/schemes.md).
  *   natural    every non-zero of acc (an already sparse tensor); with a zero residual this
  *              is exactly the tensor's non-zeros.
  * NaNs compare as larger than every number, so they are always selected (and surface at

@@ -39,6 +39,7 @@
 typedef struct scd_bufctx {
 	uint64_t sig;
 	uint64_t numel;
+	const scd_device_ops_t *dev; /* of the buffer's tensors: its state lives there */
 	int n_items;
 	uint32_t *cache_ids;
 	scd_scheme_ctx_t *sctx;
@@ -52,7 +53,7 @@ typedef struct scd_bufctx {
 	double last_pred_s;
 	int natural;	       /* some tensor is declared naturally sparse */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
-	scd_coo_t sel;	       /* selection workspace, capacity = largest item */
+	scd_coo_t sel;	       /* selection workspace, capacity = largest sparsified item */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
 	 * may be non-zero, valid when rknown; the input with the residual folded in */
 	uint64_t *rbits;
@@ -66,8 +67,13 @@ struct scd_bufctx_table {
 	scd_bufctx_t *v[SCD_BUFCTX_MAX];
 	int n;
 	uint64_t clock;
-	float *gather; /* P x SCD_ONE_ROUND_BYTES, for one-round allreduces */
+	/* one-round allreduces: P x SCD_ONE_ROUND_BYTES in gather_dev's memory, and the
+	 * transfer lists (sends then recvs, P each), grown with P */
+	float *gather;
+	const scd_device_ops_t *gather_dev;
 	int gather_ranks;
+	scd_xfer_t *xfers;
+	int xfer_ranks;
 };
 
 sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p)
@@ -76,20 +82,28 @@ sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p)
 	return *tab_p ? SC_OK : SC_ERR_NOMEM;
 }
 
+/* Frees p, in dev's memory, when there is one. */
+static void dev_free(const scd_device_ops_t *dev, void *p)
+{
+	if (p)
+		dev->free(p);
+}
+
 static void bufctx_free(scd_bufctx_t *b)
 {
 	if (!b)
 		return;
 	scd_scheme_ctx_destroy(b->sctx);
 	for (int i = 0; b->sp && i < b->n_items; i++)
-		scd_sparsifier_destroy(b->sp[i]);
+		if (b->sp[i])
+			b->dev->sparsifier_destroy(b->sp[i]);
 	free(b->sp);
 	free(b->cache_ids);
-	free(b->sel.idx);
-	free(b->sel.val);
-	free(b->rbits);
-	free(b->fold.idx);
-	free(b->fold.val);
+	dev_free(b->dev, b->sel.idx);
+	dev_free(b->dev, b->sel.val);
+	dev_free(b->dev, b->rbits);
+	dev_free(b->dev, b->fold.idx);
+	dev_free(b->dev, b->fold.val);
 	free(b);
 }
 
@@ -97,7 +111,9 @@ void scd_bufctx_table_destroy(scd_bufctx_table_t *tab)
 {
 	if (!tab)
 		return;
-	free(tab->gather);
+	if (tab->gather)
+		tab->gather_dev->free(tab->gather);
+	free(tab->xfers);
 	for (int i = 0; i < tab->n; i++)
 		bufctx_free(tab->v[i]);
 	free(tab);
@@ -130,6 +146,14 @@ static uint64_t job_sig(const scd_job_t *job)
 	return h;
 }
 
+/* Logs a failure detected here, or reported by a device op (device ops do not log), once,
+ * here; the engine and the loop thread pass job->error on. Failures of the transport and
+ * the schemes were logged where they were detected. */
+static void log_step_error(const scd_job_t *job)
+{
+	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+}
+
 static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
 {
 	switch (s) {
@@ -147,35 +171,44 @@ static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
 	}
 }
 
-static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_t *t,
-			      double alpha, double beta, uint64_t seed, scd_bufctx_t **b_p)
+/* A buffer's state on device dev. A failure keeps its own status (a sparsifier the
+ * tensor's options cannot make is SC_ERR_INVALID) and says what failed in job->error. */
+static sc_status_t bufctx_new(scd_job_t *job, uint64_t sig, const scd_device_ops_t *dev,
+			      scd_transport_t *t, double alpha, double beta, uint64_t seed,
+			      scd_bufctx_t **b_p)
 {
+	sc_status_t st = SC_ERR_NOMEM;
 	scd_bufctx_t *b = calloc(1, sizeof(*b));
-	if (!b)
+	if (!b) {
+		snprintf(job->error, sizeof(job->error), "no memory for the buffer's state");
+		log_step_error(job);
 		return SC_ERR_NOMEM;
+	}
 	b->sig = sig;
 	b->numel = job->total_numel;
+	b->dev = dev;
 	b->n_items = job->n_items;
 	b->sp = calloc((size_t)job->n_items, sizeof(*b->sp));
 	b->cache_ids = calloc((size_t)job->n_items, sizeof(uint32_t));
-	if (!b->sp || !b->cache_ids)
+	if (!b->sp || !b->cache_ids) {
+		snprintf(job->error, sizeof(job->error), "no memory for the buffer's state");
+		log_step_error(job);
 		goto err;
+	}
 	for (int i = 0; i < job->n_items; i++)
 		b->cache_ids[i] = job->items[i].cache_id;
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(job->total_numel, seed ^ sig);
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
-	uint64_t max_item = 0;
+	uint64_t max_sp = 0; /* the largest item sparsified here */
 	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
-		if (it->numel > max_item)
-			max_item = it->numel;
 		if (it->sparsifier == SC_SPARSIFY_EXDYNA ||
 		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC) {
 			cfg.density = it->density;
 			hint = it->density;
 		} else if (it->sparsifier == SC_SPARSIFY_NATURAL ||
-			   (it->nt && it->nt->opts.coo_capacity > 0)) {
+			   it->coo_capacity > 0) {
 			/* declared sparse, or registered for COO input: start from a sparse
 			 * guess (the same on every rank; a first step on the dense ring cost
 			 * seconds on 256 MiB tensors); the first report replaces it */
@@ -184,21 +217,48 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 		scd_sparsify_kind_t kind;
 		if (!sparsify_kind(it->sparsifier, &kind))
 			continue;
+		if (it->numel > max_sp)
+			max_sp = it->numel;
 		scd_sparsifier_cfg_t sc = {.kind = kind,
 					   .numel = it->numel,
 					   .density = it->density,
 					   .threshold = (float)it->threshold,
 					   .seed = seed ^ it->cache_id};
-		if (scd_sparsifier_create(&sc, &b->sp[i]) != SC_OK)
+		if ((st = dev->sparsifier_create(&sc, &b->sp[i])) != SC_OK) {
+			char what[96];
+			if (kind == SCD_SPARSIFY_THRESHOLD)
+				snprintf(what, sizeof(what), "threshold %g, %g as float32",
+					 it->threshold, (double)sc.threshold);
+			else
+				snprintf(what, sizeof(what), "density %g", it->density);
+			snprintf(job->error, sizeof(job->error),
+				 "tensor '%s': its %s sparsifier cannot be made (%s): %s",
+				 it->name ? it->name : "?", scd_sparsify_kind_name(kind), what,
+				 sc_status_message(st));
+			log_step_error(job);
 			goto err;
+		}
 	}
-	b->sel.cap = max_item;
-	b->sel.idx = malloc(max_item * sizeof(uint32_t));
-	b->sel.val = malloc(max_item * sizeof(float));
-	if (!b->sel.idx || !b->sel.val)
+	if (max_sp) {
+		b->sel.cap = max_sp;
+		b->sel.idx = dev->alloc(max_sp * sizeof(uint32_t));
+		b->sel.val = dev->alloc(max_sp * sizeof(float));
+		if (!b->sel.idx || !b->sel.val) {
+			st = SC_ERR_NOMEM;
+			snprintf(job->error, sizeof(job->error),
+				 "no memory on the %s device for a selection of %llu elements",
+				 dev->name, (unsigned long long)max_sp);
+			log_step_error(job);
+			goto err;
+		}
+	}
+	if ((st = scd_scheme_ctx_create(&cfg, t, dev, &b->sctx)) != SC_OK) {
+		/* the scheme layer logged it */
+		snprintf(job->error, sizeof(job->error),
+			 "cannot create the buffer's scheme context: %s",
+			 st == SC_ERR_NOMEM ? sc_status_message(st) : scd_scheme_error());
 		goto err;
-	if (scd_scheme_ctx_create(&cfg, t, NULL, &b->sctx) != SC_OK)
-		goto err;
+	}
 	scd_scheme_ctx_set_net(b->sctx, alpha, beta);
 	scd_scheme_profile_init(&b->prof, hint);
 	b->last_scheme = -1;
@@ -210,21 +270,33 @@ static sc_status_t bufctx_new(const scd_job_t *job, uint64_t sig, scd_transport_
 	return SC_OK;
 err:
 	bufctx_free(b);
-	return SC_ERR_NOMEM;
+	return st;
 }
 
-static scd_bufctx_t *bufctx_get(scd_bufctx_table_t *tab, const scd_job_t *job,
-				scd_transport_t *t, double alpha, double beta, uint64_t seed)
+/* The state of job's buffer on device dev, made on its first step (see bufctx_new). */
+static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
+			      const scd_device_ops_t *dev, scd_transport_t *t, double alpha,
+			      double beta, uint64_t seed, scd_bufctx_t **b_p)
 {
 	uint64_t sig = job_sig(job);
-	for (int i = 0; i < tab->n; i++)
-		if (tab->v[i]->sig == sig && tab->v[i]->numel == job->total_numel) {
-			tab->v[i]->last_use = ++tab->clock;
-			return tab->v[i];
+	for (int i = 0; i < tab->n; i++) {
+		scd_bufctx_t *o = tab->v[i];
+		if (o->sig != sig || o->numel != job->total_numel)
+			continue;
+		if (o->dev == dev) {
+			o->last_use = ++tab->clock;
+			*b_p = o;
+			return SC_OK;
 		}
+		/* its tensors moved to another device: the state starts over there */
+		bufctx_free(o);
+		tab->v[i] = tab->v[--tab->n];
+		break;
+	}
 	scd_bufctx_t *b;
-	if (bufctx_new(job, sig, t, alpha, beta, seed, &b) != SC_OK)
-		return NULL;
+	sc_status_t st = bufctx_new(job, sig, dev, t, alpha, beta, seed, &b);
+	if (st != SC_OK)
+		return st;
 	if (tab->n == SCD_BUFCTX_MAX) {
 		int lru = 0;
 		for (int i = 1; i < tab->n; i++)
@@ -235,7 +307,8 @@ static scd_bufctx_t *bufctx_get(scd_bufctx_table_t *tab, const scd_job_t *job,
 	}
 	b->last_use = ++tab->clock;
 	tab->v[tab->n++] = b;
-	return b;
+	*b_p = b;
+	return SC_OK;
 }
 
 /* Sparsification ahead, per tensor: the selected values stay in the buffer, the rest goes
@@ -252,37 +325,21 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 		float *x = buf + it->offset;
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
-			sc_status_t st =
-			    scd_sparsify(b->sp[i], x, it->residual, it->numel, &b->sel, NULL);
+			sc_status_t st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel,
+							  &b->sel, NULL);
 			if (st != SC_OK)
 				return st;
 			if (job->n_items == 1) {
 				*sel_p = &b->sel;
 				return SC_OK;
 			}
-			memset(x, 0, it->numel * sizeof(float));
-			for (uint64_t k = 0; k < b->sel.nnz; k++)
-				x[b->sel.idx[k]] = b->sel.val[k];
+			b->dev->clear(x, it->numel * sizeof(float));
+			b->dev->coo_scatter(x, &b->sel);
 		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
-			for (uint64_t k = 0; k < it->numel; k++) {
-				x[k] += it->residual[k];
-				it->residual[k] = 0;
-			}
+			b->dev->residual_drain(x, it->residual, it->numel);
 		}
 	}
 	return SC_OK;
-}
-
-/* Advances a walk over the set bits of bits[nw] and prefetches res at the bit found. */
-static inline void prefetch_next_bit(const uint64_t *bits, uint64_t nw, uint64_t *w,
-				     uint64_t *cur, const float *res)
-{
-	while (!*cur && ++*w < nw)
-		*cur = bits[*w];
-	if (*cur) {
-		__builtin_prefetch(res + *w * 64 + (uint64_t)__builtin_ctzll(*cur), 1);
-		*cur &= *cur - 1;
-	}
 }
 
 /*
@@ -292,70 +349,30 @@ static inline void prefetch_next_bit(const uint64_t *bits, uint64_t nw, uint64_t
  * pass over the tensor is needed. Where the residual may be non-zero is a bitmap the
  * previous step's scheme filled (scd_scheme_residual_added); after a step that wrote the
  * residual densely, or the first, the residual is scanned once instead. Entries that
- * sum to zero are left out.
+ * sum to zero are left out. The bitmap and the folded list are the device's memory, the
+ * walk its op (coo_fold_residual).
  */
 static sc_status_t fold_residual(scd_bufctx_t *b, const scd_coo_t *in, float *res)
 {
-	uint64_t n = b->numel, nw = (n + 63) / 64;
-	if (!b->rbits && !(b->rbits = calloc(nw, 8)))
+	const scd_device_ops_t *dev = b->dev;
+	uint64_t n = b->numel;
+	if (!b->rbits && !(b->rbits = dev->alloc(8 * ((n + 63) / 64))))
 		return SC_ERR_NOMEM;
-	uint64_t *bits = b->rbits;
-	if (!b->rknown) {
-		memset(bits, 0, 8 * nw);
-		b->rcount = 0;
-		for (uint64_t i = 0; i < n; i++)
-			if (res[i] != 0) {
-				bits[i / 64] |= 1ull << (i % 64);
-				b->rcount++;
-			}
-	}
+	if (!b->rknown)
+		b->rcount = dev->residual_bits(res, n, b->rbits);
 	uint64_t need = in->nnz + b->rcount;
 	if (need > b->fold.cap) {
 		uint64_t cap = need + need / 4 + 1024;
-		uint32_t *fi = malloc(4 * cap);
-		float *fv = malloc(4 * cap);
+		uint32_t *fi = dev->alloc(4 * cap);
+		float *fv = dev->alloc(4 * cap);
 		if (!fi || !fv) {
-			free(fi), free(fv);
+			dev_free(dev, fi), dev_free(dev, fv);
 			return SC_ERR_NOMEM;
 		}
-		free(b->fold.idx), free(b->fold.val);
+		dev_free(dev, b->fold.idx), dev_free(dev, b->fold.val);
 		b->fold = (scd_coo_t){fi, fv, 0, cap};
 	}
-	uint32_t *oi = b->fold.idx;
-	float *ov = b->fold.val;
-	/* a second walk, SCD_PREFETCH_AHEAD bits ahead, asks for the residual's lines */
-	uint64_t aw = 0, acur = nw ? bits[0] : 0;
-	for (int a = 0; a < SCD_PREFETCH_AHEAD; a++)
-		prefetch_next_bit(bits, nw, &aw, &acur, res);
-	uint64_t j = 0, m = 0, w = 0, cur = nw ? bits[0] : 0;
-	if (nw)
-		bits[0] = 0;
-	for (;;) {
-		while (!cur && ++w < nw) {
-			cur = bits[w];
-			bits[w] = 0;
-		}
-		uint64_t r = cur ? w * 64 + (uint64_t)__builtin_ctzll(cur) : UINT64_MAX;
-		if (r == UINT64_MAX && j == in->nnz)
-			break;
-		uint32_t i;
-		float v;
-		if (j < in->nnz && in->idx[j] < r) {
-			i = in->idx[j];
-			v = in->val[j++];
-		} else {
-			i = (uint32_t)r;
-			cur &= cur - 1;
-			prefetch_next_bit(bits, nw, &aw, &acur, res);
-			v = j < in->nnz && in->idx[j] == r ? in->val[j++] + res[i] : res[i];
-			res[i] = 0;
-		}
-		if (v != 0) {
-			oi[m] = i;
-			ov[m++] = v;
-		}
-	}
-	b->fold.nnz = m;
+	b->fold.nnz = dev->coo_fold_residual(in, res, b->rbits, n, b->fold.idx, b->fold.val);
 	b->rknown = 1; /* all zero now: the scheme's additions are the next support */
 	b->rcount = 0;
 	return SC_OK;
@@ -370,8 +387,7 @@ static void residual_support(scd_bufctx_t *b, int ok)
 		b->rknown = 0;
 		return;
 	}
-	for (uint64_t k = 0; k < n; k++)
-		b->rbits[idx[k] / 64] |= 1ull << (idx[k] % 64);
+	b->dev->bits_set(b->rbits, idx, n);
 	b->rcount = n; /* an index may be listed twice: a bound */
 }
 
@@ -446,11 +462,12 @@ double scd_calib_add(double *window, uint32_t counted, double sample)
  * that only measured schemes compete. (Assuming
  * every unmeasured scheme misses as badly as the best measured one did kept the choice on
  * a scheme 1.5x slower than another the model mispredicted: 8 nodes, zipf.)
- * ExDyna is a sparsifier (pinned for ExDyna tensors, never chosen here). The S2 sketch is
- * only run when pinned: its decode and its residual are dense over every non-zero block,
- * CPU work the network model cannot see, and one exploratory step of it cost tens of
- * seconds on 256 MiB tensors (with error feedback on a naturally sparse tensor its
- * residual spreads over the blocks step after step).
+ * Only schemes whose descriptor's pick is SCD_PICK_AUTO compete: ExDyna is a sparsifier
+ * (pinned for ExDyna tensors, never chosen here), and the S2 sketch is only run when
+ * pinned: its decode and its residual are dense over every non-zero block, CPU work the
+ * network model cannot see, and one exploratory step of it cost tens of seconds on 256 MiB
+ * tensors (with error feedback on a naturally sparse tensor its residual spreads over the
+ * blocks step after step).
  */
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
 		    int last, int explore)
@@ -492,8 +509,8 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 	double pred[SCD_SCHEME_COUNT];
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 		pred[s] = -1;
-		if (s == SCD_SCHEME_EXDYNA || s == SCD_SCHEME_S2_SKETCH ||
-		    (job->lossless_only && !scd_scheme_lossless((scd_scheme_t)s)))
+		if (scd_schemes[s]->pick != SCD_PICK_AUTO ||
+		    (job->lossless_only && !scd_schemes[s]->lossless))
 			continue;
 		cost[s] = scd_scheme_cost(b->sctx, (scd_scheme_t)s, &b->prof, alpha_s,
 					  beta_s_per_byte);
@@ -507,21 +524,38 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 	return (scd_scheme_t)s;
 }
 
-/* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES). */
-static sc_status_t one_round(scd_bufctx_table_t *tab, scd_transport_t *t, float *buf,
-			     uint64_t n, int timeout_ms)
+/* The one-round allreduce's workspaces for P ranks on device dev (kept across steps). */
+static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t *dev, int P)
+{
+	if (tab->gather_ranks < P || tab->gather_dev != dev) {
+		float *g = dev->alloc((size_t)P * SCD_ONE_ROUND_BYTES);
+		if (!g)
+			return SC_ERR_NOMEM;
+		if (tab->gather)
+			tab->gather_dev->free(tab->gather);
+		tab->gather = g;
+		tab->gather_dev = dev;
+		tab->gather_ranks = P;
+	}
+	if (tab->xfer_ranks < P) {
+		scd_xfer_t *x = calloc(2 * (size_t)P, sizeof(*x));
+		if (!x)
+			return SC_ERR_NOMEM;
+		free(tab->xfers);
+		tab->xfers = x;
+		tab->xfer_ranks = P;
+	}
+	return SC_OK;
+}
+
+/* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES), on device dev, in
+ * the workspaces one_round_ws() made. */
+static sc_status_t one_round(scd_bufctx_table_t *tab, const scd_device_ops_t *dev,
+			     scd_transport_t *t, float *buf, uint64_t n, int timeout_ms)
 {
 	int P = t->size, me = t->rank;
 	size_t bytes = n * sizeof(float);
-	if (tab->gather_ranks < P) {
-		float *g = malloc((size_t)P * SCD_ONE_ROUND_BYTES);
-		if (!g)
-			return SC_ERR_NOMEM;
-		free(tab->gather);
-		tab->gather = g;
-		tab->gather_ranks = P;
-	}
-	scd_xfer_t sends[P], recvs[P];
+	scd_xfer_t *sends = tab->xfers, *recvs = tab->xfers + P;
 	int k = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
@@ -534,26 +568,31 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_transport_t *t, float 
 	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, timeout_ms);
 	if (st != SC_OK)
 		return st;
-	memcpy((char *)tab->gather + (size_t)me * SCD_ONE_ROUND_BYTES, buf, bytes);
-	memcpy(buf, tab->gather, bytes);
-	for (int q = 1; q < P; q++) {
-		const float *x =
-		    (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES);
-		for (uint64_t i = 0; i < n; i++)
-			buf[i] += x[i];
-	}
+	dev->copy((char *)tab->gather + (size_t)me * SCD_ONE_ROUND_BYTES, buf, bytes);
+	dev->copy(buf, tab->gather, bytes);
+	for (int q = 1; q < P; q++)
+		dev->reduce_sum(
+		    buf, (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES),
+		    n);
 	return SC_OK;
 }
 
-sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
-			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
-			    uint64_t seed)
+sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
+			    const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+			    double alpha_s, double beta_s_per_byte, uint64_t seed)
 {
 	if (small_dense(job)) { /* all of it an exchange */
+		int one =
+		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1;
+		if (one && one_round_ws(tab, dev, t->size) != SC_OK) {
+			snprintf(job->error, sizeof(job->error),
+				 "no memory for a one-round allreduce of %d ranks", t->size);
+			log_step_error(job);
+			return SC_ERR_NOMEM;
+		}
 		double t0 = scd_now_s();
 		sc_status_t st =
-		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1
-			? one_round(tab, t, buf, job->total_numel, job->timeout_ms)
+		    one ? one_round(tab, dev, t, buf, job->total_numel, job->timeout_ms)
 			: scd_transport_allreduce_f32(t, buf, job->total_numel,
 						      job->timeout_ms);
 		if (st != SC_OK)
@@ -565,19 +604,18 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		job->exchange_s = scd_now_s() - t0;
 		return st;
 	}
-	scd_bufctx_t *b = bufctx_get(tab, job, t, alpha_s, beta_s_per_byte, seed);
-	if (!b) {
-		snprintf(job->error, sizeof(job->error),
-			 "no memory for the buffer's scheme state");
-		return SC_ERR_NOMEM;
-	}
+	scd_bufctx_t *b;
+	sc_status_t st = bufctx_get(tab, job, dev, t, alpha_s, beta_s_per_byte, seed, &b);
+	if (st != SC_OK)
+		return st; /* job->error says what failed */
 	const scd_coo_t *sel = NULL;
 	double t_sparsify = scd_now_s(), cpu0 = scd_thread_cpu_s();
-	sc_status_t st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
+	st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
 	t_sparsify = scd_now_s() - t_sparsify;
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
 			 sc_status_message(st));
+		log_step_error(job);
 		return st;
 	}
 	scd_cost_t cost = {0};
@@ -592,6 +630,7 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
 			snprintf(job->error, sizeof(job->error),
 				 "no memory to fold the residual into the COO input");
+			log_step_error(job);
 			return st;
 		}
 		io.coo = &b->fold;

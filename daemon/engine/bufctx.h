@@ -44,11 +44,15 @@ double scd_calib_add(double *window, uint32_t counted, double sample);
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
 		    int last, int explore);
 
-/* Runs one step of job's buffer buf (total_numel floats) over transport t. alpha/beta are
- * the agreed network costs; seed the world's shared seed. Fills job's report fields and,
- * on failure, job->error. */
-sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job, float *buf,
-			    scd_transport_t *t, double alpha_s, double beta_s_per_byte,
-			    uint64_t seed);
+/* Runs one step of job's buffer buf (total_numel floats, in dev's memory, as are the
+ * job's tensors and residuals) over transport t, every computation on the data through
+ * dev's ops; the buffer's state (scheme context, sparsifiers, workspaces) belongs to dev,
+ * and a buffer whose tensors move to another device starts over there. alpha/beta are the
+ * agreed network costs; seed the world's shared seed. Fills job's report fields and, on
+ * failure, job->error; the status is the failure's own (SC_ERR_INVALID for a sparsifier
+ * the tensor's options cannot make, SC_ERR_NOMEM only when memory ran out). */
+sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
+			    const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+			    double alpha_s, double beta_s_per_byte, uint64_t seed);
 
 #endif

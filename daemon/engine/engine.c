@@ -3,7 +3,8 @@
  * variable; the thread sleeps on it when idle and blocks in the transport's poll(2) while
  * transferring, so it never spins. float32 buffers take the schemes; buffers of the other
  * dtypes take the transport's dense ring directly, with the local sum and the averaging
- * done here per dtype.
+ * done here per dtype. Every computation on tensor data is an op of the job's device
+ * (job_device()); this file only decides what runs.
  */
 #include "engine/engine.h"
 
@@ -11,10 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
-#include "device/reduce.h"
 #include "engine/bufctx.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -34,109 +33,146 @@ struct scd_engine {
 	scd_transport_t *transport;
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
-	void *fusion;
-	uint64_t fusion_cap_bytes, fusion_want_bytes;
+	/* the fusion buffer of each device kind, in that device's memory (see fusion_resize) */
+	void *fusion[SCD_DEVICE_COUNT];
+	const scd_device_ops_t *fusion_dev[SCD_DEVICE_COUNT];
+	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT], fusion_want_bytes;
 };
 
-/* Maps and pre-faults the fusion buffer; never called on the per-step path except after a
- * runtime change of fusion_threshold_bytes. */
-static sc_status_t fusion_resize(scd_engine_t *e, uint64_t bytes)
+static void fusion_free(scd_engine_t *e, scd_device_kind_t kind)
 {
-	if (bytes <= e->fusion_cap_bytes && e->fusion)
+	if (e->fusion[kind])
+		e->fusion_dev[kind]->free(e->fusion[kind]);
+	e->fusion[kind] = NULL;
+	e->fusion_cap_bytes[kind] = 0;
+}
+
+/* Allocates the fusion buffer of device dev (of kind kind), zeroed and pre-faulted, through
+ * the device; never called on the per-step path except for a device's first fused job and
+ * after a runtime change of fusion_threshold_bytes. Returns SC_ERR_NOMEM without logging:
+ * the caller reports it. */
+static sc_status_t fusion_resize(scd_engine_t *e, scd_device_kind_t kind,
+				 const scd_device_ops_t *dev, uint64_t bytes)
+{
+	if (bytes <= e->fusion_cap_bytes[kind] && e->fusion[kind])
 		return SC_OK;
-	if (e->fusion)
-		munmap(e->fusion, e->fusion_cap_bytes);
-	e->fusion = NULL;
-	e->fusion_cap_bytes = 0;
+	fusion_free(e, kind);
 	if (bytes == 0)
 		return SC_OK;
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
-		scd_error(SCD_SUB_ENGINE, "cannot map a fusion buffer of %llu bytes",
-			  (unsigned long long)bytes);
+	void *p = dev->alloc(bytes);
+	if (!p)
 		return SC_ERR_NOMEM;
+	e->fusion[kind] = p;
+	e->fusion_dev[kind] = dev;
+	e->fusion_cap_bytes[kind] = bytes;
+	return SC_OK;
+}
+
+/* Logs a failure the engine itself detected, or that a device op reported (device ops do
+ * not log), once, here; the loop thread only hands job->error to the trainers. Failures
+ * of the transport and the schemes were logged where they were detected. */
+static void log_job_error(const scd_job_t *job)
+{
+	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+}
+
+/* The name of an item's tensor, for errors. */
+static const char *item_name(const scd_job_item_t *it)
+{
+	return it->name ? it->name : "?";
+}
+
+/*
+ * The device a job runs on: the one every source of every item lives on (an item with no
+ * source takes part with zeros, in the fusion buffer, anywhere). SC_ERR_UNSUPPORTED, with
+ * job->error naming the tensor, when two sources disagree or when this daemon does not
+ * have the device.
+ */
+static sc_status_t job_device(const scd_engine_t *e, scd_job_t *job, scd_device_kind_t *kind_p,
+			      const scd_device_ops_t **dev_p)
+{
+	const scd_job_item_t *first = NULL;
+	scd_device_kind_t kind = SCD_DEVICE_CPU;
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		for (int s = 0; s < it->n_src; s++) {
+			if (!first) {
+				first = it;
+				kind = it->src[s].device;
+			} else if (it->src[s].device != kind) {
+				const char *other = scd_device_kind_name(it->src[s].device);
+				if (it == first)
+					snprintf(
+					    job->error, sizeof(job->error),
+					    "rank %d: tensor '%s' is on the %s device for one "
+					    "local trainer and on the %s device for another: "
+					    "a buffer runs on one device",
+					    e->d->rank, item_name(it),
+					    scd_device_kind_name(kind), other);
+				else
+					snprintf(
+					    job->error, sizeof(job->error),
+					    "rank %d: tensor '%s' is on the %s device and "
+					    "tensor '%s' on the %s device: a buffer runs on "
+					    "one device",
+					    e->d->rank, item_name(first),
+					    scd_device_kind_name(kind), item_name(it), other);
+				log_job_error(job);
+				return SC_ERR_UNSUPPORTED;
+			}
+		}
 	}
-	madvise(p, bytes, MADV_HUGEPAGE);
-	e->fusion = p;
-	e->fusion_cap_bytes = bytes;
+	if ((unsigned)kind >= SCD_DEVICE_COUNT || scd_device_get(kind, dev_p) != SC_OK) {
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: tensor '%s' is on the %s device, which this daemon does not "
+			 "have",
+			 e->d->rank, first ? item_name(first) : "?",
+			 scd_device_kind_name(kind));
+		log_job_error(job);
+		return SC_ERR_UNSUPPORTED;
+	}
+	*kind_p = kind;
 	return SC_OK;
 }
 
 /* Sums the local trainers' contributions of one item into dst (numel elements of dtype;
- * COO input exists for float32 only). Returns the number of out-of-range COO indices it
- * skipped. */
-static uint64_t local_reduce(const scd_job_item_t *it, uint32_t dtype, void *dst)
+ * COO input exists for float32 only) on device dev. Returns the number of out-of-range COO
+ * indices it skipped. */
+static uint64_t local_reduce(const scd_device_ops_t *dev, const scd_job_item_t *it,
+			     uint32_t dtype, void *dst)
 {
 	size_t esz = sc_dtype_size(dtype);
 	uint64_t bad = 0;
 	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
-		memset(dst, 0, it->numel * esz);
+		dev->clear(dst, it->numel * esz);
 		return 0;
 	}
 	if (it->src[0].coo && dtype == SC_FLOAT32) {
-		float *d = dst;
-		memset(dst, 0, it->numel * sizeof(float));
+		dev->clear(dst, it->numel * sizeof(float));
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
-			for (uint64_t i = 0; i < src->coo_nnz; i++) {
-				uint32_t idx = src->coo_idx[i];
-				if (idx < it->numel)
-					d[idx] += src->coo_val[i];
-				else
-					bad++;
-			}
+			bad += dev->coo_add_checked(dst, it->numel, src->coo_idx, src->coo_val,
+						    src->coo_nnz);
 		}
 		return bad;
 	}
 	if (dst != it->src[0].dense)
-		memcpy(dst, it->src[0].dense, it->numel * esz);
+		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		scd_reduce_typed(dtype, dst, it->src[s].dense, it->numel);
+		dev->reduce_typed((sc_dtype_t)dtype, dst, it->src[s].dense, it->numel);
 	return 0;
-}
-
-/* Turns a sum into an average: float32 multiplies by the rounded 1/divisor, float64
- * divides, integers divide in integer arithmetic (truncated toward zero). */
-static void average(uint32_t dtype, void *res, uint64_t n, double divisor)
-{
-	switch (dtype) {
-	case SC_FLOAT32: {
-		float *x = res, inv = (float)(1.0 / divisor);
-		for (uint64_t i = 0; i < n; i++)
-			x[i] *= inv;
-		break;
-	}
-	case SC_FLOAT64: {
-		double *x = res;
-		for (uint64_t i = 0; i < n; i++)
-			x[i] /= divisor;
-		break;
-	}
-	case SC_INT32: {
-		int32_t *x = res, div = (int32_t)divisor;
-		for (uint64_t i = 0; i < n; i++)
-			x[i] /= div;
-		break;
-	}
-	case SC_INT64: {
-		int64_t *x = res, div = (int64_t)divisor;
-		for (uint64_t i = 0; i < n; i++)
-			x[i] /= div;
-		break;
-	}
-	}
 }
 
 /* Averages where the item asks for it and copies the result to every local trainer's
  * buffer. */
-static void scatter_out(const scd_job_item_t *it, uint32_t dtype, void *res, double divisor)
+static void scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it, uint32_t dtype,
+			void *res, double divisor)
 {
 	if (it->op == SC_OP_AVERAGE)
-		average(dtype, res, it->numel, divisor);
+		dev->average_typed((sc_dtype_t)dtype, res, it->numel, divisor);
 	for (int s = 0; s < it->n_src; s++) {
 		if (it->src[s].dense != res)
-			memcpy(it->src[s].dense, res, it->numel * sc_dtype_size(dtype));
+			dev->copy(it->src[s].dense, res, it->numel * sc_dtype_size(dtype));
 		if (it->src[s].result_nnz) /* asked for a sparse result, gets the dense one */
 			*it->src[s].result_nnz = UINT64_MAX;
 	}
@@ -207,7 +243,7 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
  * schemes allowed) is folded into the list by the buffer's step, not added densely. Sets
  * job->coo_in and returns 1 when that applies.
  */
-static int coo_direct(scd_job_t *job)
+static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 {
 	job->coo_in.nnz = 0;
 	job->coo_direct = 0;
@@ -219,13 +255,13 @@ static int coo_direct(scd_job_t *job)
 	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
 		return 0;
 	const scd_job_src_t *s = &it->src[0];
-	for (uint64_t i = 0; i < s->coo_nnz; i++)
-		if (s->coo_idx[i] >= it->numel || (i && s->coo_idx[i] <= s->coo_idx[i - 1]))
-			return 0;
-	job->coo_in = (scd_coo_t){.idx = (uint32_t *)s->coo_idx,
-				  .val = (float *)s->coo_val,
-				  .nnz = s->coo_nnz,
-				  .cap = s->coo_nnz};
+	scd_coo_t in = {.idx = (uint32_t *)s->coo_idx,
+			.val = (float *)s->coo_val,
+			.nnz = s->coo_nnz,
+			.cap = s->coo_nnz};
+	if (dev->coo_check(&in, it->numel) != in.nnz)
+		return 0;
+	job->coo_in = in;
 	job->coo_direct = 1;
 	/* A sparse result lands in the same arrays (the scheme consumes the input first). */
 	job->sparse_out = s->result_nnz != NULL;
@@ -235,11 +271,11 @@ static int coo_direct(scd_job_t *job)
 }
 
 /* Averages a sparse result's values and tells the trainer how many there are. */
-static void sparse_out(const scd_job_t *job, double divisor)
+static void sparse_out(const scd_device_ops_t *dev, const scd_job_t *job, double divisor)
 {
 	const scd_job_item_t *it = &job->items[0];
 	if (it->op == SC_OP_AVERAGE)
-		average(SC_FLOAT32, job->coo_out.val, job->coo_out.nnz, divisor);
+		dev->average_typed(SC_FLOAT32, job->coo_out.val, job->coo_out.nnz, divisor);
 	*it->src[0].result_nnz = job->coo_out.nnz;
 }
 
@@ -253,6 +289,14 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error), "rank %d: unknown dtype %u",
 			 e->d->rank, job->dtype);
+		log_job_error(job);
+		return;
+	}
+	scd_device_kind_t kind;
+	const scd_device_ops_t *dev;
+	sc_status_t st = job_device(e, job, &kind, &dev);
+	if (st != SC_OK) {
+		job->status = st;
 		return;
 	}
 	if (in_place) {
@@ -260,21 +304,31 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	} else {
 		uint64_t need = job->total_numel * esz;
 		uint64_t want = e->fusion_want_bytes > need ? e->fusion_want_bytes : need;
-		if (fusion_resize(e, want) != SC_OK) {
-			job->status = SC_ERR_NOMEM;
+		if ((st = fusion_resize(e, kind, dev, want)) != SC_OK) {
+			job->status = st;
 			snprintf(job->error, sizeof(job->error),
-				 "rank %d: no memory for a fusion buffer of %llu bytes",
-				 e->d->rank, (unsigned long long)want);
+				 "rank %d: no memory on the %s device for a fusion buffer of "
+				 "%llu bytes",
+				 e->d->rank, dev->name, (unsigned long long)want);
+			log_job_error(job);
 			return;
 		}
-		buf = e->fusion;
+		buf = e->fusion[kind];
 	}
 	uint64_t bad = 0;
-	if (!coo_direct(job))
+	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++)
-			bad += local_reduce(&job->items[i], job->dtype,
+			bad += local_reduce(dev, &job->items[i], job->dtype,
 					    buf + job->items[i].offset * esz);
-	sc_status_t st = SC_OK;
+	/* the local sum is done (and any failure of it known) before the buffer is sent */
+	if ((st = dev->sync()) != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: the %s device failed summing the node's trainers: %s",
+			 e->d->rank, dev->name, sc_status_message(st));
+		log_job_error(job);
+		return;
+	}
 	if (job->probe)
 		st = probe_network(e, tmo);
 	if (st != SC_OK) {
@@ -286,7 +340,7 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
 	if (job->dtype == SC_FLOAT32)
-		st = scd_bufctx_step(e->bufs, job, (float *)buf, e->transport, e->alpha_s,
+		st = scd_bufctx_step(e->bufs, job, dev, (float *)buf, e->transport, e->alpha_s,
 				     e->beta_s_per_byte, job->world_seed);
 	else
 		st = dense_typed(e, job, buf);
@@ -302,38 +356,54 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
-		sparse_out(job, job->average_divisor);
+		sparse_out(dev, job, job->average_divisor);
 	} else {
 		for (int i = 0; i < job->n_items; i++)
-			scatter_out(&job->items[i], job->dtype, buf + job->items[i].offset * esz,
-				    job->average_divisor);
+			scatter_out(dev, &job->items[i], job->dtype,
+				    buf + job->items[i].offset * esz, job->average_divisor);
+	}
+	/* the trainers read their results once the job is back: they must be there */
+	if ((st = dev->sync()) != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: the %s device failed delivering the result: %s", e->d->rank,
+			 dev->name, sc_status_message(st));
+		log_job_error(job);
+		return;
 	}
 	if (bad) {
 		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: %llu COO indices out of range were ignored", e->d->rank,
 			 (unsigned long long)bad);
+		scd_warn(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
+			 job->error);
 	}
 }
 
 static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
-	scd_daemon_t *d = e->d;
-	sc_status_t st = scd_tcp_create(job->listen_fd, d->rank, d->world_size,
-					(const char *const *)job->addrs, job->ports, job->world_id,
-					ENGINE_SCRATCH_BYTES,
-					(int)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms),
-					&e->transport);
-	job->listen_fd = -1;
+	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_join_timeout_ms);
+	/* The backend logs a failure where it detects it; the status goes up unchanged. */
+	sc_status_t st =
+	    scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &e->transport);
 	if (st == SC_OK)
-		st = probe_network(e, (int)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms));
+		st = probe_network(e, tmo);
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "data plane mesh: %s",
 			 scd_transport_error());
 		return;
 	}
-	fusion_resize(e, e->fusion_want_bytes);
+	/* every tensor is host memory today: the cpu device's fusion buffer, ahead of the first
+	 * job (another device gets its own at its first fused job) */
+	sc_status_t fst =
+	    fusion_resize(e, SCD_DEVICE_CPU, &scd_device_cpu_ops, e->fusion_want_bytes);
+	if (fst != SC_OK)
+		scd_warn(SCD_SUB_ENGINE,
+			 "no memory for a fusion buffer of %llu bytes yet: the first fused job "
+			 "tries again",
+			 (unsigned long long)e->fusion_want_bytes);
 }
 
 static void *engine_main(void *arg)
@@ -353,14 +423,17 @@ static void *engine_main(void *arg)
 
 		double t0 = scd_now_s(), cpu0 = scd_thread_cpu_s();
 		job->status = SC_OK;
-		if (job->kind == SCD_JOB_MESH)
+		if (job->kind == SCD_JOB_MESH) {
 			run_mesh(e, job);
-		else if (job->kind == SCD_JOB_FORGET)
+		} else if (job->kind == SCD_JOB_FORGET) {
 			scd_bufctx_forget(e->bufs, job->forget_cache_id);
-		else if (!e->transport)
+		} else if (!e->transport) {
 			job->status = SC_ERR_PEER;
-		else
+			snprintf(job->error, sizeof(job->error),
+				 "rank %d: the data plane never formed", e->d->rank);
+		} else {
 			run_allreduce(e, job);
+		}
 		job->time_s = scd_now_s() - t0;
 		job->cpu_s = scd_thread_cpu_s() - cpu0;
 
@@ -449,10 +522,10 @@ void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
 	pthread_mutex_unlock(&e->mu);
 }
 
-int scd_engine_destroy(scd_engine_t *e, int timeout_ms)
+sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 {
 	if (!e)
-		return 0;
+		return SC_OK;
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += timeout_ms / 1000;
@@ -470,11 +543,12 @@ int scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	int stopped = e->stopped;
 	pthread_mutex_unlock(&e->mu);
 	if (!stopped)
-		return -1;
+		return SC_ERR_TIMEOUT;
 	pthread_join(e->thread, NULL);
 	scd_bufctx_table_destroy(e->bufs);
 	scd_transport_destroy(e->transport);
-	fusion_resize(e, 0);
+	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
+		fusion_free(e, (scd_device_kind_t)k);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
-	return 0;
+	return SC_OK;
 }

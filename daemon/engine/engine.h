@@ -20,20 +20,32 @@
  * float32 only). Integers sum with two's-complement wrap-around, and their AVERAGE is the
  * sum divided by the trainer count in integer division (truncated toward zero); float64
  * divides in double.
+ *
+ * A job runs on one device (device.h): the one where its trainers' tensors live, each
+ * source's device field, set where the job is built. Every computation on tensor data
+ * (local sums, sparsification, residuals, averaging, copies to the trainers) goes through
+ * that device's ops, and the fusion buffer and the buffer's workspaces are that device's
+ * memory; residuals live with the tensors. A job whose sources are on different devices,
+ * or on one this daemon does not have, fails with SC_ERR_UNSUPPORTED naming the tensor.
  */
 #ifndef SCD_ENGINE_ENGINE_H
 #define SCD_ENGINE_ENGINE_H
 
 #include <stdint.h>
 
-#include "ctl/tensor.h"
-#include "device/sparse.h"
 #include "daemon.h"
+#include "device/device.h"
 #include "transport/transport.h"
 
 typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
 
+/* The loop thread's node tensor (ctl/tensor.h), opaque to the engine. */
+struct scd_ntensor;
+
 typedef struct scd_job_src {
+	/* where this trainer's buffer and COO area live (today always SCD_DEVICE_CPU: shared
+	 * memory); the engine runs a job on the device all its sources share */
+	scd_device_kind_t device;
 	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
 	const uint32_t *coo_idx;
 	const float *coo_val;
@@ -45,7 +57,8 @@ typedef struct scd_job_src {
 } scd_job_src_t;
 
 typedef struct scd_job_item {
-	scd_ntensor_t *nt;
+	struct scd_ntensor *nt; /* NULL: gone from this node, takes part with zeros */
+	const char *name;	/* the tensor's, for errors (NULL when nt is) */
 	uint64_t numel;
 	uint64_t offset; /* in the fused buffer, in elements of the job's dtype */
 	uint32_t op;
@@ -53,7 +66,8 @@ typedef struct scd_job_item {
 	/* sparsification ahead (from the tensor's options) */
 	uint32_t sparsifier; /* sc_sparsifier_t */
 	double density, threshold;
-	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
+	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
+	float *residual;       /* the node's residual (local rank 0's shared object), or NULL */
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;
@@ -78,11 +92,8 @@ typedef struct scd_job {
 	int lossless_only;	/* some tensor does not allow lossy schemes */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;
-	/* mesh */
-	int listen_fd;
-	uint64_t world_id;
-	char **addrs;
-	uint16_t *ports;
+	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */
+	scd_transport_boot_t boot;
 	/* result */
 	sc_status_t status;
 	char error[512];
@@ -100,9 +111,10 @@ typedef void (*scd_engine_done_cb)(scd_daemon_t *d, scd_job_t *job);
 sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engine_t **e_p);
 /* Queues a job (ownership passes to the engine until done() gets it back). */
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
-/* Stops the thread after the job it is running, waiting at most timeout_ms; returns 0 when
- * it stopped (then the engine is freed), -1 when it is still blocked in a transfer. */
-int scd_engine_destroy(scd_engine_t *e, int timeout_ms);
+/* Stops the thread after the job it is running, waiting at most timeout_ms: SC_OK when it
+ * stopped (then the engine is freed), SC_ERR_TIMEOUT while it is still blocked in a
+ * transfer. */
+sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms);
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */

@@ -1,6 +1,9 @@
 /*
- * cost.h: the alpha-beta cost model of every synchronisation scheme (ARCHITECTURE.md's
- * table), used to pick a scheme per buffer identically on every rank.
+ * cost.h: the alpha-beta cost model's inputs, result and shared terms, used to pick a
+ * scheme per buffer identically on every rank (docs/schemes.md). Each scheme's own formula
+ * lives next to its descriptor, in its file under daemon/scheme/ (scheme/registry.h);
+ * this core keeps what they share: the densification curve, message sizes, the hash
+ * imbalance, and ZEN's equations as printed.
  *
  * A cost is x alpha + y beta (SparDL sec. II): x the number of sequential message rounds,
  * y the bytes a rank receives on its critical path; time = x alpha_s + y beta_s_per_byte.
@@ -23,31 +26,20 @@
 
 #include "device/format.h"
 
-typedef enum {
-	SCD_SCHEME_DENSE_RING = 0,
-	SCD_SCHEME_AGSPARSE,
-	SCD_SCHEME_HIER_CENTRAL, /* ZEN Def. 7, eq. (2) */
-	SCD_SCHEME_BALANCED_PAR, /* ZEN Def. 6, eq. (1) */
-	SCD_SCHEME_OMNIREDUCE,
-	SCD_SCHEME_SPARDL,
-	SCD_SCHEME_S2_SKETCH,
-	SCD_SCHEME_EXDYNA,
-	SCD_SCHEME_COUNT
-} scd_scheme_t;
-
 typedef struct scd_cost_in {
 	uint32_t P;
 	uint64_t numel;
-	double density; /* d_G per rank */
-	double gamma_n; /* gamma_G^n in [1, P] */
-	double skew;	/* >= 1 */
-	double imbalance; /* ExDyna: measured max / mean selection over ranks (0: unknown) */
-	double alpha_s; /* latency per message round, seconds */
+	double density;	  /* d_G per rank */
+	double gamma_n;	  /* gamma_G^n in [1, P] */
+	double skew;	  /* >= 1 */
+	double imbalance; /* the scheme's own measured max / mean load (0: unknown) */
+	double alpha_s;	  /* latency per message round, seconds */
 	double beta_s_per_byte;
 	scd_format_t format;	  /* sparse message format (COO, bitmap, hash bitmap) */
 	const double *gamma_of_m; /* optional: gamma after m tensors, index m = 1..P */
-	uint32_t block;		  /* OmniReduce block size (elements; 0: 256) */
-	uint32_t teams;		  /* SparDL team count d (0 or 1: no Spar-All-Gather) */
+	/* what some schemes' formulas take besides (see their files) */
+	uint32_t block;			   /* OmniReduce's, S2's bitmap block (0: 256) */
+	uint32_t teams;			   /* SparDL team count d (0 or 1: no SAG) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
 } scd_cost_in_t;
 
@@ -58,7 +50,10 @@ typedef struct scd_cost {
 	int lossless;	/* 1 when the scheme returns the exact sum */
 } scd_cost_t;
 
-const char *scd_scheme_name(scd_scheme_t s);
+/* x rounds and y bytes at in's alpha and beta (.lossless 0: the caller's business). */
+scd_cost_t scd_cost_make(const scd_cost_in_t *in, double rounds, double bytes);
+/* Non-zeros per rank, k = min(d_G, 1) numel. */
+double scd_cost_nnz(const scd_cost_in_t *in);
 /* ceil(log2 P) (0 for P = 1). */
 uint32_t scd_ceil_log2(uint32_t P);
 /* Densification after aggregating m of the P tensors (see above). */
@@ -69,11 +64,10 @@ double scd_cost_msg_bytes(scd_format_t fmt, double nnz, double range_elems);
 double scd_cost_zen_eq1(uint32_t n, double M_bytes, double d, double gamma_n, double b);
 double scd_cost_zen_eq2(uint32_t n, double M_bytes, double d, const double *gamma_pow2,
 			double b);
+/* The format of a whole-tensor message in format f (a hash bitmap is per partition: it
+ * becomes a bitmap). */
+scd_format_t scd_cost_whole_format(scd_format_t f);
 /* Expected imbalance of hashing nnz balls into P bins (ZEN Theorem 2, constant sqrt 2). */
 double scd_cost_hash_imbalance(uint32_t P, double nnz);
-
-scd_cost_t scd_cost_scheme(scd_scheme_t s, const scd_cost_in_t *in);
-/* The cheapest scheme; lossless_only restricts the choice. */
-scd_scheme_t scd_cost_best(const scd_cost_in_t *in, int lossless_only, scd_cost_t *cost_p);
 
 #endif

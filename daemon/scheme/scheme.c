@@ -19,7 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "device/kth.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -135,6 +134,18 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 		c->cfg.stream_chunk = 32768;
 	c->t = t;
 	c->dev = dev ? dev : &scd_device_cpu_ops;
+	/* what Balanced Parallelism, OmniReduce, SparDL and ExDyna compute on */
+	c->bp_agg.dev = c->bp_touch.dev = c->fscratch.dev = c->hidx.dev = c->hval.dev = c->dev;
+	/* Every workspace that holds tensor data or travels through the transport lives in
+	 * the device's memory (the list above included); the transfer lists (xs, xr, xb), the
+	 * control tables (ctl, htab, meta_host) and the counts stay on the host. */
+	scd_ws_t *dws[] = {&c->meta_send, &c->meta_recv, &c->lidx,   &c->lval,	 &c->sendbuf,
+			   &c->sendbuf2,  &c->recvbuf,	 &c->aidx,   &c->aval,	 &c->bidx,
+			   &c->ridx,	  &c->rval,	 &c->sidx,   &c->sval,	 &c->hidx,
+			   &c->hval,	  &c->rtouch,	 &c->rq_idx, &c->rq_val, &c->bp_agg,
+			   &c->bp_touch,  &c->fscratch};
+	for (size_t i = 0; i < sizeof(dws) / sizeof(dws[0]); i++)
+		dws[i]->dev = c->dev;
 	c->rank = t->rank;
 	c->size = t->size;
 	c->alpha_s = 30e-6;
@@ -147,9 +158,11 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 	c->recvs = calloc(2 * P, sizeof(scd_xfer_t));
 	c->rbytes = calloc(2 * P, sizeof(size_t));
 	c->hoff = calloc(P + 1, sizeof(uint64_t));
+	c->rcount = calloc(P, sizeof(uint64_t));
 	if (!c->nnz || !c->parts || !c->sends || !c->recvs || !c->rbytes || !c->hoff ||
-	    scd_ws_reserve(&c->meta_send, META_HDR_BYTES + 8 * P) != SC_OK ||
-	    scd_ws_reserve(&c->meta_recv, P * (META_HDR_BYTES + 8 * P)) != SC_OK) {
+	    !c->rcount || scd_ws_reserve(&c->meta_send, META_HDR_BYTES + 8 * P) != SC_OK ||
+	    scd_ws_reserve(&c->meta_recv, P * (META_HDR_BYTES + 8 * P)) != SC_OK ||
+	    scd_ws_reserve(&c->meta_host, (P + 1) * (META_HDR_BYTES + 8 * P)) != SC_OK) {
 		scd_scheme_ctx_destroy(c);
 		return SC_ERR_NOMEM;
 	}
@@ -161,11 +174,12 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 {
 	if (!c)
 		return;
-	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx,  &c->lval, &c->sendbuf,
-			  &c->recvbuf,	 &c->aidx,	&c->aval,  &c->bidx, &c->fscratch,
-			  &c->hidx,	 &c->hval,	&c->ridx,  &c->rval, &c->sidx,
-			  &c->sval,	 &c->xs,	&c->xr,	   &c->xb,   &c->sendbuf2,
-			  &c->rtouch,	 &c->rq_idx,	&c->rq_val, &c->bp_agg, &c->bp_touch};
+	scd_ws_t *ws[] = {&c->meta_send, &c->meta_recv, &c->lidx,   &c->lval,	&c->sendbuf,
+			  &c->recvbuf,	 &c->aidx,	&c->aval,   &c->bidx,	&c->fscratch,
+			  &c->hidx,	 &c->hval,	&c->ridx,   &c->rval,	&c->sidx,
+			  &c->sval,	 &c->xs,	&c->xr,	    &c->xb,	&c->sendbuf2,
+			  &c->rtouch,	 &c->rq_idx,	&c->rq_val, &c->bp_agg, &c->bp_touch,
+			  &c->ctl,	 &c->meta_host, &c->htab};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
@@ -173,7 +187,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 	if (c->ex)
 		c->dev->exdyna_destroy(c->ex);
 	free(c->nnz), free(c->parts), free(c->sends), free(c->recvs), free(c->rbytes);
-	free(c->hoff);
+	free(c->hoff), free(c->rcount);
 	free(c);
 }
 
@@ -205,21 +219,13 @@ uint64_t scd_scheme_ctx_digest(const scd_scheme_ctx_t *c)
 #define SCD_RES_SLICE 8192 /* random read-modify-writes: about a millisecond */
 static int res_write(scd_scheme_ctx_t *c, uint64_t max)
 {
-	float *res = c->rq_res;
-	if (!res) /* nothing is kept without a residual */
+	if (!c->rq_res) /* nothing is kept without a residual */
 		c->rq_done = c->rq_n;
-	const uint32_t *qi = c->rq_idx.p;
-	const float *qv = c->rq_val.p;
 	uint64_t end = c->rq_n - c->rq_done > max ? c->rq_done + max : c->rq_n;
-	uint32_t *touch = c->rtouch.p;
-	for (uint64_t j = c->rq_done; j < end; j++) {
-		uint32_t i = qi[j];
-		if (j + SCD_PREFETCH_AHEAD < c->rq_n) /* scattered lines: ask for them early */
-			__builtin_prefetch(res + qi[j + SCD_PREFETCH_AHEAD], 1);
-		if (c->rtrack && res[i] == 0)
-			touch[c->n_rtouch++] = i;
-		res[i] += qv[j];
-	}
+	if (end > c->rq_done) /* in queue order; the indices where it was zero go to rtouch */
+		c->dev->residual_add(c->rq_res, (const uint32_t *)c->rq_idx.p + c->rq_done,
+				     (const float *)c->rq_val.p + c->rq_done, end - c->rq_done,
+				     c->rtrack ? c->rtouch.p : NULL, &c->n_rtouch);
 	c->rq_done = end;
 	return end < c->rq_n;
 }
@@ -237,14 +243,29 @@ static sc_status_t xport_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *w
 			       (unsigned long long)c->step, scd_transport_error());
 }
 
+/* The device's queued work done (the buffers an exchange names are final) and its first
+ * failure since the last sync. */
+static sc_status_t dev_sync(scd_scheme_ctx_t *c, const char *before)
+{
+	sc_status_t st = c->dev->sync();
+	if (st != SC_OK)
+		return scd_scheme_fail(st, "rank %d: %s device failed before %s at step %llu",
+				       c->rank, c->dev->name, before,
+				       (unsigned long long)c->step);
+	return SC_OK;
+}
+
 sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			    const scd_xfer_t *r, int nr)
 {
 	if (ns == 0 && nr == 0)
 		return SC_OK;
+	sc_status_t st = dev_sync(c, "an exchange");
+	if (st != SC_OK)
+		return st;
 	c->rounds++;
 	double t0 = scd_now_s();
-	sc_status_t st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
+	st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
@@ -254,12 +275,14 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 {
 	if (ns == 0 && nr == 0)
 		return SC_OK;
+	sc_status_t st = dev_sync(c, "an exchange");
+	if (st != SC_OK)
+		return st;
 	c->rounds++;
 	double t0 = scd_now_s();
 	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
-	sc_status_t st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb,
-						   c->rq_done < c->rq_n ? &w : NULL,
-						   c->cfg.timeout_ms);
+	st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, c->rq_done < c->rq_n ? &w : NULL,
+				       c->cfg.timeout_ms);
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
@@ -272,6 +295,8 @@ sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	c->work_st = SC_OK;
 	res_write(c, UINT64_MAX); /* one work at a time: w's */
 	if (ns || nr) {
+		if ((st = dev_sync(c, "an exchange")) != SC_OK)
+			return st;
 		c->rounds++;
 		double t0 = scd_now_s();
 		st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, w, c->cfg.timeout_ms);
@@ -300,12 +325,14 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 {
 	if (c->size <= 1 || n == 0)
 		return SC_OK;
+	sc_status_t st = dev_sync(c, "an allreduce");
+	if (st != SC_OK)
+		return st;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
 	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
-	sc_status_t st = scd_transport_allreduce_w(c->t, data, n, dtype,
-						   c->rq_done < c->rq_n ? &w : NULL,
-						   c->cfg.timeout_ms);
+	st = scd_transport_allreduce_w(c->t, data, n, dtype, c->rq_done < c->rq_n ? &w : NULL,
+				       c->cfg.timeout_ms);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
@@ -335,10 +362,13 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 	}
 	sc_status_t st;
 	if ((st = scd_ws_reserve(&c->meta_send, slot)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->meta_recv, (size_t)P * slot)) != SC_OK)
+	    (st = scd_ws_reserve(&c->meta_recv, (size_t)P * slot)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->meta_host, (size_t)(P + 1) * slot)) != SC_OK)
 		return st;
 	c->nparts = nparts;
-	uint8_t *m = c->meta_send.p;
+	/* composed on the host (meta_host's last slot), then moved to the device's send
+	 * buffer; what arrives is read back whole (P small slots) */
+	uint8_t *h = c->meta_host.p, *m = h + (size_t)P * slot;
 	scd_put32(m, META_MAGIC);
 	scd_put32(m + 4, (uint32_t)s);
 	scd_put64(m + 8, c->cfg.numel);
@@ -349,21 +379,23 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 	for (uint32_t p = 0; p < nparts; p++)
 		scd_put64(m + META_HDR_BYTES + 8 * p, parts[p]);
 	size_t len = META_HDR_BYTES + 8 * (size_t)nparts;
+	c->dev->from_host(c->meta_send.p, m, len);
 	int n = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
 			continue;
-		c->sends[n] = (scd_xfer_t){q, m, len};
+		c->sends[n] = (scd_xfer_t){q, c->meta_send.p, len};
 		c->recvs[n] = (scd_xfer_t){q, (uint8_t *)c->meta_recv.p + slot * q, slot};
 		n++;
 	}
 	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 		return st;
-	memcpy((uint8_t *)c->meta_recv.p + slot * me, m, len);
+	c->dev->to_host(h, c->meta_recv.p, (size_t)P * slot);
+	memcpy(h + slot * me, m, len);
 	c->total_nnz = c->max_nnz = 0;
 	c->prev_elapsed_max_us = 0;
 	for (int q = 0; q < P; q++) {
-		const uint8_t *r = (const uint8_t *)c->meta_recv.p + slot * q;
+		const uint8_t *r = h + slot * q;
 		if (scd_get32(r + 36) > c->prev_elapsed_max_us)
 			c->prev_elapsed_max_us = scd_get32(r + 36);
 		if (scd_get32(r) != META_MAGIC || scd_get32(r + 4) != (uint32_t)s ||
@@ -393,13 +425,7 @@ sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 
 uint64_t scd_scheme_local_nnz(const scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 {
-	if (io->coo)
-		return io->coo->nnz;
-	uint64_t n = 0;
-	const float *g = io->data;
-	for (uint64_t i = 0; i < c->cfg.numel; i++)
-		n += g[i] != 0;
-	return n;
+	return io->coo ? io->coo->nnz : c->dev->count_nonzero(io->data, c->cfg.numel);
 }
 
 sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
@@ -416,13 +442,7 @@ sc_status_t scd_scheme_local_coo(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 		return st;
 	uint32_t *idx = c->lidx.p;
 	float *val = c->lval.p;
-	const float *g = io->data;
-	uint64_t w = 0;
-	for (uint64_t i = 0; i < c->cfg.numel; i++)
-		if (g[i] != 0) {
-			idx[w] = (uint32_t)i;
-			val[w++] = g[i];
-		}
+	uint64_t w = c->dev->dense_to_coo(io->data, c->cfg.numel, idx, val);
 	c->local = (scd_coo_t){idx, val, w, nnz + 1};
 	return SC_OK;
 }
@@ -438,7 +458,7 @@ void scd_scheme_densify(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 {
 	if (!io->coo)
 		return;
-	memset(io->data, 0, 4 * c->cfg.numel);
+	c->dev->clear(io->data, 4 * c->cfg.numel);
 	c->dev->coo_scatter_add(io->data, io->coo);
 }
 
@@ -459,8 +479,9 @@ sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float 
 	sc_status_t st = scd_res_reserve(c, n);
 	if (st != SC_OK)
 		return st;
-	for (uint64_t j = 0; j < n; j++)
-		scd_res_push(c, idx[j], share * val[j]);
+	c->dev->coo_scale_copy((uint32_t *)c->rq_idx.p + c->rq_n,
+			       (float *)c->rq_val.p + c->rq_n, idx, val, n, share);
+	c->rq_n += n;
 	return SC_OK;
 }
 
@@ -472,29 +493,6 @@ int scd_scheme_residual_added(const scd_scheme_ctx_t *c, const uint32_t **idx_p,
 }
 
 /* ---- sparse results ----------------------------------------------------------------- */
-
-uint64_t scd_scheme_merge_two(const uint32_t *ai, const float *av, uint64_t an,
-			      const scd_coo_t *b, uint32_t *oi, float *ov)
-{
-	const uint32_t *bi = b->idx;
-	const float *bv = b->val;
-	uint64_t i = 0, j = 0, w = 0, bn = b->nnz;
-	while (i < an && j < bn) {
-		uint32_t x = ai[i], y = bi[j];
-		if (x < y)
-			oi[w] = x, ov[w++] = av[i++];
-		else if (x > y)
-			oi[w] = y, ov[w++] = 0.0f + bv[j++];
-		else
-			oi[w] = x, ov[w++] = av[i++] + bv[j++];
-	}
-	memcpy(oi + w, ai + i, 4 * (an - i));
-	memcpy(ov + w, av + i, 4 * (an - i));
-	w += an - i;
-	for (; j < bn; j++)
-		oi[w] = bi[j], ov[w++] = 0.0f + bv[j];
-	return w;
-}
 
 /*
  * One two-way merge per list, in list order: ((l0 + l1) + l2) + ..., so every sum is
@@ -515,7 +513,7 @@ sc_status_t scd_scheme_merge_begin(scd_scheme_ctx_t *c, scd_merge_t *mg, scd_coo
 		return st;
 	/* n writes (a copy, then n - 1 merges) alternate between dst and the scratch,
 	 * starting where the last one lands in dst */
-	*mg = (scd_merge_t){.dst = dst, .total = total, .left = n};
+	*mg = (scd_merge_t){.dev = c->dev, .dst = dst, .total = total, .left = n};
 	mg->ai = dst->idx, mg->av = dst->val, mg->bi = c->sidx.p, mg->bv = c->sval.p;
 	if (n % 2 == 0) {
 		uint32_t *ti = mg->ai;
@@ -532,15 +530,13 @@ sc_status_t scd_scheme_merge_add(scd_merge_t *mg, const scd_coo_t *l)
 		return scd_scheme_fail(SC_ERR_LIMIT, "merge: list of %llu entries over %llu",
 				       (unsigned long long)l->nnz,
 				       (unsigned long long)mg->total);
-	if (mg->first_done) {
-		mg->m = scd_scheme_merge_two(mg->ai, mg->av, mg->m, l, mg->bi, mg->bv);
+	if (mg->first_done) { /* device.h's merge_two: a's first on equal indices */
+		mg->m = mg->dev->merge_two(mg->ai, mg->av, mg->m, l, mg->bi, mg->bv);
 		uint32_t *ti = mg->ai;
 		float *tv = mg->av;
 		mg->ai = mg->bi, mg->av = mg->bv, mg->bi = ti, mg->bv = tv;
 	} else {
-		memcpy(mg->ai, l->idx, 4 * l->nnz);
-		for (uint64_t k = 0; k < l->nnz; k++)
-			mg->av[k] = 0.0f + l->val[k];
+		mg->dev->coo_copy_first(mg->ai, mg->av, l);
 		mg->m = l->nnz;
 		mg->first_done = 1;
 	}
@@ -569,82 +565,38 @@ static sc_status_t sparse_result(scd_scheme_ctx_t *c, const scd_scheme_io_t *io)
 	scd_coo_t *o = io->out;
 	if (c->res_ready)
 		return SC_OK;
-	const float *g = io->data;
-	uint64_t n = 0;
-	for (uint64_t i = 0; i < c->cfg.numel; i++)
-		n += g[i] != 0;
-	if (n > o->cap) {
+	if (c->dev->count_nonzero(io->data, c->cfg.numel) > o->cap) {
 		o->nnz = SCD_RESULT_DENSE;
 		return SC_OK;
 	}
-	uint64_t w = 0;
-	for (uint64_t i = 0; i < c->cfg.numel; i++)
-		if (g[i] != 0)
-			o->idx[w] = (uint32_t)i, o->val[w++] = g[i];
-	o->nnz = w;
+	o->nnz = c->dev->dense_to_coo(io->data, c->cfg.numel, o->idx, o->val);
 	return SC_OK;
 }
 
 /* Checks an input COO: indices ascending, unique, in range. */
-static sc_status_t coo_check(const scd_coo_t *coo, uint64_t numel)
+static sc_status_t coo_check(const scd_scheme_ctx_t *c, const scd_coo_t *coo)
 {
-	for (uint64_t i = 0; i < coo->nnz; i++)
-		if (coo->idx[i] >= numel || (i && coo->idx[i] <= coo->idx[i - 1]))
-			return scd_scheme_fail(SC_ERR_INVALID,
-					       "COO input: index %u at %llu is out of range or "
-					       "not ascending",
-					       coo->idx[i], (unsigned long long)i);
-	return SC_OK;
+	uint64_t i = c->dev->coo_check(coo, c->cfg.numel);
+	if (i >= coo->nnz)
+		return SC_OK;
+	uint32_t bad = 0;
+	c->dev->to_host(&bad, coo->idx + i, 4);
+	return scd_scheme_fail(SC_ERR_INVALID,
+			       "COO input: index %u at %llu is out of range or not ascending",
+			       bad, (unsigned long long)i);
 }
 
 /* ---- deterministic top-k --------------------------------------------------------------------
  */
 
-uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
-			     uint32_t *tmp_idx, float *tmp_val)
+uint64_t scd_scheme_topk_coo(const scd_device_ops_t *dev, uint32_t *idx, float *val, uint64_t n,
+			     uint64_t k, uint32_t *tmp_idx, float *tmp_val)
 {
-	if (k >= n)
-		return n;
-	uint64_t gt = 0;
-	uint32_t T = k ? scd_kth_key_f32(val, n, k, tmp_idx, &gt) : UINT32_MAX;
-	uint64_t ties = k > gt ? k - gt : 0, w = 0, r = 0;
-	for (uint64_t i = 0; i < n; i++) {
-		uint32_t key = scd_abs_key(val[i]);
-		int keep = k && (key > T || (key == T && ties > 0));
-		if (keep && key == T)
-			ties--;
-		if (keep) {
-			idx[w] = idx[i];
-			val[w++] = val[i];
-		} else {
-			tmp_idx[r] = idx[i];
-			tmp_val[r++] = val[i];
-		}
-	}
-	memcpy(idx + w, tmp_idx, 4 * r);
-	memcpy(val + w, tmp_val, 4 * r);
-	return w;
+	return dev->coo_topk(idx, val, n, k, tmp_idx, tmp_val);
 }
 
 /* ---- dispatch
  * -------------------------------------------------------------------------------- */
-
-int scd_scheme_lossless(scd_scheme_t s)
-{
-	return s == SCD_SCHEME_DENSE_RING || s == SCD_SCHEME_AGSPARSE ||
-	       s == SCD_SCHEME_HIER_CENTRAL || s == SCD_SCHEME_BALANCED_PAR ||
-	       s == SCD_SCHEME_OMNIREDUCE;
-}
-
-int scd_scheme_parse(const char *name, scd_scheme_t *s_p)
-{
-	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
-		if (name && strcmp(name, scd_scheme_name((scd_scheme_t)s)) == 0) {
-			*s_p = (scd_scheme_t)s;
-			return 0;
-		}
-	return -1;
-}
 
 /* Statistics of a dense result, identical on every rank: non-zeros and range skew. A pass
  * over the whole buffer, so buffers over SCD_STATS_FULL_NUMEL elements are counted every
@@ -660,13 +612,11 @@ static void result_stats(scd_scheme_ctx_t *c, const float *g, scd_scheme_report_
 		r->skew = c->stat_skew;
 		return;
 	}
+	c->dev->range_counts(g, n, (uint32_t)P, c->rcount);
 	for (uint64_t p = 0; p < P; p++) {
-		uint64_t lo = p * n / P, hi = (p + 1) * n / P, cnt = 0;
-		for (uint64_t i = lo; i < hi; i++)
-			cnt += g[i] != 0;
-		total += cnt;
-		if (cnt > maxr)
-			maxr = cnt;
+		total += c->rcount[p];
+		if (c->rcount[p] > maxr)
+			maxr = c->rcount[p];
 	}
 	r->union_nnz = c->stat_union = total;
 	r->skew = c->stat_skew = total ? (double)maxr * (double)P / (double)total : 1;
@@ -676,30 +626,16 @@ static void result_stats(scd_scheme_ctx_t *c, const float *g, scd_scheme_report_
 static void result_stats_coo(const scd_scheme_ctx_t *c, const scd_coo_t *o,
 			     scd_scheme_report_t *r)
 {
-	uint64_t n = c->cfg.numel, P = (uint64_t)c->size, total = 0, maxr = 0, k = 0;
+	uint64_t P = (uint64_t)c->size, total = 0, maxr = 0;
+	c->dev->coo_range_counts(o, c->cfg.numel, (uint32_t)P, c->rcount);
 	for (uint64_t p = 0; p < P; p++) {
-		uint64_t hi = (p + 1) * n / P, cnt = 0;
-		for (; k < o->nnz && o->idx[k] < hi; k++)
-			cnt += o->val[k] != 0;
-		total += cnt;
-		if (cnt > maxr)
-			maxr = cnt;
+		total += c->rcount[p];
+		if (c->rcount[p] > maxr)
+			maxr = c->rcount[p];
 	}
 	r->union_nnz = total;
 	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
 }
-
-typedef sc_status_t (*scheme_fn)(scd_scheme_ctx_t *, scd_scheme_io_t *);
-static const scheme_fn scheme_fns[SCD_SCHEME_COUNT] = {
-    [SCD_SCHEME_DENSE_RING] = scd_scheme_dense_ring,
-    [SCD_SCHEME_AGSPARSE] = scd_scheme_agsparse,
-    [SCD_SCHEME_HIER_CENTRAL] = scd_scheme_hier_central,
-    [SCD_SCHEME_BALANCED_PAR] = scd_scheme_balanced_par,
-    [SCD_SCHEME_OMNIREDUCE] = scd_scheme_omnireduce,
-    [SCD_SCHEME_SPARDL] = scd_scheme_spardl,
-    [SCD_SCHEME_S2_SKETCH] = scd_scheme_s2,
-    [SCD_SCHEME_EXDYNA] = scd_scheme_exdyna,
-};
 
 sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t *io,
 			   scd_scheme_report_t *report_p)
@@ -723,17 +659,19 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 	if (io->out && !io->coo)
 		return scd_scheme_fail(SC_ERR_INVALID, "a sparse result needs COO input");
 	if (io->coo)
-		st = coo_check(io->coo, c->cfg.numel);
+		st = coo_check(c, io->coo);
 	if (st == SC_OK && c->cfg.numel > 0)
-		st = scheme_fns[s](c, io);
+		st = scd_schemes[s]->run(c, io);
 	res_write(c, UINT64_MAX); /* what no exchange overlapped, also after a failure */
-	if (st != SC_OK)
+	if (st != SC_OK) {
+		c->dev->sync(); /* a failed run's device failure, if any, goes with it */
 		return st;
+	}
 	if (io->out && (st = sparse_result(c, io)) != SC_OK)
 		return st;
 	c->t->ops->counters(c->t, &k1);
 	scd_scheme_report_t r = {.scheme = s,
-				 .lossless = scd_scheme_lossless(s),
+				 .lossless = scd_schemes[s]->lossless,
 				 .step = c->step,
 				 .bytes_sent = k1.bytes_sent - k0.bytes_sent,
 				 .bytes_recv = k1.bytes_recv - k0.bytes_recv,
@@ -747,15 +685,18 @@ sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t 
 		result_stats_coo(c, io->out, &r);
 	else
 		result_stats(c, io->data, &r);
+	/* the run's device work done: its results are final, its failure is the run's */
+	if ((st = dev_sync(c, "the end of the run")) != SC_OK)
+		return st;
 	double P = c->size, mean = (double)c->total_nnz / P;
 	r.density = c->cfg.numel ? mean / (double)c->cfg.numel : 0;
 	r.gamma = mean > 0 ? (double)r.union_nnz / mean : 1;
 	r.imbalance = c->imbalance > 0 ? c->imbalance
 		      : mean > 0       ? (double)c->max_nnz / mean
 				       : 1;
-	/* S2's result is dense inside every non-zero block: its non-zeros are not the union,
-	 * and sizing the next sketch from them would make it (nearly) dense. */
-	if (s != SCD_SCHEME_S2_SKETCH)
+	/* A sketch's result (S2) is dense inside every non-zero block: its non-zeros are not
+	 * the union, and sizing the next sketch from them would make it (nearly) dense. */
+	if (!scd_schemes[s]->sketched)
 		c->last_union = r.union_nnz;
 	c->step++;
 	r.elapsed_s = scd_now_s() - t0;

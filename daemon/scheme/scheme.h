@@ -1,7 +1,8 @@
 /*
  * scheme.h: the collective schemes (layer 3): one entry point that sums a fused buffer over
- * every rank with one of the schemes of ARCHITECTURE.md's table, built from the device
- * (layer 1) and the transport (layer 2), plus the choice of scheme from the cost model.
+ * every rank with one of the schemes of the registry (scheme/registry.h, docs/schemes.md),
+ * built from the device (layer 1) and the transport (layer 2), plus the choice of scheme
+ * from the cost model.
  *
  * Use, per fused buffer (the engine):
  *
@@ -47,7 +48,10 @@
  *
  * Memory: workspaces are sized from numel, P and the data, allocated and pre-faulted on a
  * scheme's first run and grown geometrically when the data need more; in steady state a
- * run allocates nothing.
+ * run allocates nothing. The arrays io names (data, residual, the arrays of coo and out)
+ * and the indices scd_scheme_residual_added() gives are the context's device's memory
+ * (host memory for the cpu device); the structs themselves are host memory. A scheme
+ * touches tensor data only through the device's ops and the transport (docs/design.md).
  */
 #ifndef SCD_SCHEME_SCHEME_H
 #define SCD_SCHEME_SCHEME_H
@@ -56,6 +60,7 @@
 
 #include "device/device.h"
 #include "model/cost.h"
+#include "scheme/registry.h"
 #include "transport/transport.h"
 
 /* Per-buffer configuration; scd_scheme_cfg_default fills the documented defaults. */
@@ -166,12 +171,9 @@ typedef struct scd_scheme_report {
 sc_status_t scd_scheme_run(scd_scheme_t scheme, scd_scheme_ctx_t *ctx, scd_scheme_io_t *io,
 			   scd_scheme_report_t *report_p);
 
-/* The last error of this thread's scheme runs ("" if none). */
+/* The last error of this thread's scheme runs ("" if none). Names, parsing and the
+ * schemes' properties: scheme/registry.h. */
 const char *scd_scheme_error(void);
-/* Whether a scheme returns the exact sum. */
-int scd_scheme_lossless(scd_scheme_t scheme);
-/* Parses a scheme name (scd_scheme_name's); 0 on success. */
-int scd_scheme_parse(const char *name, scd_scheme_t *scheme_p);
 
 /* ---- selection ------------------------------------------------------------------------ */
 
@@ -180,34 +182,37 @@ typedef struct scd_scheme_profile {
 	double density; /* d_G */
 	double gamma_n; /* gamma_G^n */
 	double skew;
-	double ex_imbalance; /* ExDyna's max / mean selection over ranks (0: not yet run) */
-	uint64_t steps;	     /* reports folded in */
+	/* per scheme whose cost uses SCD_COST_IMBALANCE: its runs' reported imbalance
+	 * (ExDyna: max / mean selection over ranks), averaged; 0: not yet run */
+	double imbalance[SCD_SCHEME_COUNT];
+	uint64_t steps; /* reports folded in */
 } scd_scheme_profile_t;
 
 /* Starts a profile from a hint (the tensor's declared density; 1 for dense tensors). */
 void scd_scheme_profile_init(scd_scheme_profile_t *pf, double density_hint);
 /* Folds a report in: exponential average, weight 1/2 for the newest step (the first
- * report replaces the hint). S2 steps leave gamma and skew alone (a sketch's result is
- * dense inside non-zero blocks, which says nothing about the real union). */
+ * report replaces the hint). Sketched schemes' steps (S2) leave gamma and skew alone (a
+ * sketch's result is dense inside non-zero blocks, which says nothing about the real
+ * union); a scheme's imbalance is folded only from its own steps. */
 void scd_scheme_profile_update(scd_scheme_profile_t *pf, const scd_scheme_report_t *r);
 
 /*
  * The scheme to run next: pin >= 0 forces that scheme; otherwise the cheapest by
- * scd_cost_scheme() for (P, numel, profile, alpha, beta, the context's block, team and
- * sketch settings), AGsparse and Hierarchical Centralization costed with the cheaper of
- * COO and bitmap messages (what they send), Balanced Parallelism with its hash-bitmap
- * pull. lossless_only restricts the choice to the exact schemes; ExDyna is never chosen
- * here (it is a sparsifier: the engine pins it for SC_SPARSIFY_EXDYNA tensors). A pure
- * function of its arguments, so identical inputs give the same choice on every rank;
- * ties go to the lower scheme id. cost_p (optional) gets the prediction.
+ * scd_scheme_cost() of the schemes whose descriptor's pick is not SCD_PICK_PINNED (ExDyna
+ * is a sparsifier: the engine pins it for SC_SPARSIFY_EXDYNA tensors). lossless_only
+ * restricts the choice to the exact schemes. A pure function of its arguments, so
+ * identical inputs give the same choice on every rank; ties go to the lower scheme id.
+ * cost_p (optional) gets the prediction.
  */
 scd_scheme_t scd_scheme_choose(const scd_scheme_ctx_t *ctx, const scd_scheme_profile_t *pf,
 			       double alpha_s, double beta_s_per_byte, int lossless_only,
 			       int pin, scd_cost_t *cost_p);
-/* The cost model's input for a context and profile (format COO). */
+/* The cost model's input for a context and profile (format COO; no scheme's settings,
+ * no imbalance: scd_scheme_cost adds the scheme's). */
 scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *ctx, const scd_scheme_profile_t *pf,
 				 double alpha_s, double beta_s_per_byte);
-/* The predicted cost of one scheme, with the message formats it really uses. */
+/* The predicted cost of one scheme: its descriptor's cost (the message formats, teams and
+ * sizes it really uses, from the context) for the profile, plus the metadata round. */
 scd_cost_t scd_scheme_cost(const scd_scheme_ctx_t *ctx, scd_scheme_t scheme,
 			   const scd_scheme_profile_t *pf, double alpha_s,
 			   double beta_s_per_byte);

@@ -33,12 +33,14 @@ typedef struct ag_list {
 	int first;	 /* its first receive */
 	scd_coo_t l;	 /* decoded so far (the whole local list for this rank) */
 	uint64_t pos;	 /* entries aggregated */
+	uint64_t end;	 /* its last index decoded + 1 (0: none), read back from the device */
 } ag_list_t;
 
 typedef struct ag {
 	scd_scheme_ctx_t *c;
 	scd_scheme_io_t *io;
-	ag_list_t *r; /* [P] */
+	ag_list_t *r;	/* [P] (c->htab) */
+	scd_coo_t *sub; /* [P] (c->htab): the slice's views of the lists */
 	int sparse;
 	uint64_t W, cleared, outn;
 } ag_t;
@@ -51,13 +53,14 @@ static sc_status_t ag_decode(ag_t *a, int q)
 	ag_list_t *r = &a->r[q];
 	const scd_xfer_t *rv = c->xr.p;
 	const size_t *rb = c->xb.p;
+	uint64_t nnz0 = r->l.nnz;
 	while (r->got < r->K && rb[r->first + r->got] != SCD_XFER_PENDING) {
 		int i = r->first + (int)r->got;
 		uint64_t want = scd_chunk_lo(c->nnz[q], r->K, r->got + 1) -
 				scd_chunk_lo(c->nnz[q], r->K, r->got);
 		uint64_t got = 0;
 		sc_status_t st =
-		    scd_scheme_msg_append(rv[i].buf, rb[i], c->cfg.numel, &r->l, &got);
+		    scd_scheme_msg_append(c->dev, rv[i].buf, rb[i], c->cfg.numel, &r->l, &got);
 		if (st != SC_OK || got != want)
 			return scd_scheme_work_fail(
 			    c, SC_ERR_PROTOCOL,
@@ -65,6 +68,11 @@ static sc_status_t ag_decode(ag_t *a, int q)
 			    "%llu",
 			    q, (unsigned long long)got, r->got, r->K, (unsigned long long)want);
 		r->got++;
+	}
+	if (r->l.nnz > nnz0) { /* the watermark's input: one index read back per call */
+		uint32_t last = 0;
+		c->dev->to_host(&last, r->l.idx + r->l.nnz - 1, 4);
+		r->end = (uint64_t)last + 1;
 	}
 	return SC_OK;
 }
@@ -74,10 +82,11 @@ static sc_status_t ag_slice(ag_t *a, uint64_t W)
 {
 	scd_scheme_ctx_t *c = a->c;
 	int P = c->size;
-	scd_coo_t sub[P];
+	scd_coo_t *sub = a->sub;
 	for (int q = 0; q < P; q++) {
 		ag_list_t *r = &a->r[q];
-		uint64_t end = r->pos + scd_lower_bound(r->l.idx + r->pos, r->l.nnz - r->pos, W);
+		uint64_t end =
+		    r->pos + c->dev->lower_bound(r->l.idx + r->pos, r->l.nnz - r->pos, W);
 		sub[q] = (scd_coo_t){r->l.idx + r->pos, r->l.val + r->pos, end - r->pos,
 				     end - r->pos};
 		r->pos = end;
@@ -91,7 +100,7 @@ static sc_status_t ag_slice(ag_t *a, uint64_t W)
 		a->outn += dst.nnz;
 	} else {
 		if (a->cleared < W) {
-			memset(a->io->data + a->cleared, 0, 4 * (W - a->cleared));
+			c->dev->clear(a->io->data + a->cleared, 4 * (W - a->cleared));
 			a->cleared = W;
 		}
 		for (int q = 0; q < P; q++)
@@ -113,24 +122,28 @@ static int ag_work(void *arg)
 			continue;
 		if ((st = ag_decode(a, q)) != SC_OK)
 			return st;
-		if (r->got < r->K) {
-			uint64_t w = r->l.nnz ? (uint64_t)r->l.idx[r->l.nnz - 1] + 1 : 0;
-			W = w < W ? w : W;
-		}
+		if (r->got < r->K)
+			W = r->end < W ? r->end : W;
 	}
 	if (W > a->W)
 		return (st = ag_slice(a, W)) != SC_OK ? st : 1;
-	return !a->sparse && scd_clear_slice(a->io->data, numel, &a->cleared);
+	return !a->sparse && scd_clear_slice(c->dev, a->io->data, numel, &a->cleared);
 }
 
-sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
 	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_AGSPARSE);
 	if (st != SC_OK)
 		return st;
-	ag_list_t lists[P];
+	/* per-rank states and slice views: host tables of the context (nothing sized by P on
+	 * the stack) */
+	if ((st = scd_ws_reserve(&c->htab,
+				 (size_t)P * (sizeof(ag_list_t) + sizeof(scd_coo_t)))) != SC_OK)
+		return st;
+	ag_list_t *lists = c->htab.p;
+	scd_coo_t *sub = (scd_coo_t *)(lists + P);
 	uint64_t recv_total = 0, others = 0, max_chunk = 0;
 	int nr = 0;
 	for (int q = 0; q < P; q++) {
@@ -172,8 +185,8 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		uint64_t lo = scd_chunk_lo(c->local.nnz, K, k), hi = scd_chunk_lo(c->local.nnz, K, k + 1);
 		scd_coo_t part = {c->local.idx + lo, c->local.val + lo, hi - lo, hi - lo};
 		uint64_t bytes = 0;
-		if ((st = scd_scheme_msg_encode(&part, numel, sb + used, send_cap - used,
-						&bytes)) != SC_OK)
+		if ((st = scd_scheme_msg_encode(c->dev, &part, numel, sb + used,
+						send_cap - used, &bytes)) != SC_OK)
 			return scd_scheme_fail(st, "agsparse: encoding %llu non-zeros",
 					       (unsigned long long)(hi - lo));
 		for (int q = 0, n = 0; q < P; q++)
@@ -201,7 +214,7 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			rb += scd_slot8(cap);
 		}
 	}
-	ag_t a = {.c = c, .io = io, .r = lists, .sparse = sparse};
+	ag_t a = {.c = c, .io = io, .r = lists, .sub = sub, .sparse = sparse};
 	scd_xfer_work_t w = {ag_work, &a};
 	if ((st = scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w)) != SC_OK)
 		return st;
@@ -219,9 +232,36 @@ sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return scd_scheme_fail(SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
 				       (unsigned long long)a.outn,
 				       (unsigned long long)io->out->cap);
-	memcpy(io->out->idx, c->ridx.p, 4 * a.outn);
-	memcpy(io->out->val, c->rval.p, 4 * a.outn);
+	c->dev->copy(io->out->idx, c->ridx.p, 4 * a.outn);
+	c->dev->copy(io->out->val, c->rval.p, 4 * a.outn);
 	io->out->nnz = a.outn;
 	c->res_ready = 1;
 	return SC_OK;
 }
+
+/* ---- descriptor ---------------------------------------------------------------------- */
+
+/* ceil(log2 P) rounds (Bruck); (P-1) msg(f, k, U): one-shot aggregation of every rank's
+ * k = d_G U non-zeros, msg the exact size of a message in format f (model/cost.h). */
+static scd_cost_t agsparse_model(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in);
+	return scd_cost_make(in, scd_ceil_log2(in->P),
+			     (P - 1) *
+				 scd_cost_msg_bytes(scd_cost_whole_format(in->format), k, U));
+}
+
+/* It sends COO or bitmap, whichever is smaller (scheme_msg.c). */
+static scd_cost_t agsparse_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	return scd_cost_coo_or_bitmap(agsparse_model, in);
+}
+
+const scd_scheme_desc_t scd_scheme_agsparse_desc = {
+    .name = "agsparse",
+    .lossless = 1,
+    .uses = SCD_COST_DENSITY,
+    .run = scd_scheme_agsparse,
+    .model = agsparse_model,
+    .cost = agsparse_cost,
+};

@@ -49,18 +49,21 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 		uint64_t lo, hi;
 		scd_exdyna_part_range(c->ex, scd_exdyna_part_of_rank(c->ex, (uint32_t)q), &lo,
 				      &hi);
-		for (uint64_t j = seg[q]; j < seg[q + 1]; j++)
-			if (idx[j] < lo || idx[j] >= hi || (j > seg[q] && idx[j] <= idx[j - 1]))
-				return scd_scheme_fail(
-				    SC_ERR_PROTOCOL,
-				    "exdyna: rank %d sent index %u outside its "
-				    "partition [%llu, %llu) or out of order",
-				    q, idx[j], (unsigned long long)lo, (unsigned long long)hi);
+		uint64_t n = seg[q + 1] - seg[q],
+			 j = c->dev->idx_check_range(idx + seg[q], n, lo, hi);
+		if (j < n) {
+			uint32_t bad;
+			c->dev->to_host(&bad, idx + seg[q] + j, 4);
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "exdyna: rank %d sent index %u outside its "
+					       "partition [%llu, %llu) or out of order",
+					       q, bad, (unsigned long long)lo, (unsigned long long)hi);
+		}
 	}
 	if (!scd_scheme_sparse_out(io, K)) {
-		memset(io->data, 0, 4 * numel);
-		for (uint64_t i = 0; i < K; i++)
-			io->data[idx[i]] += val[i];
+		c->dev->clear(io->data, 4 * numel);
+		scd_coo_t all = {(uint32_t *)idx, (float *)val, K, K};
+		c->dev->coo_scatter_add(io->data, &all);
 		return SC_OK;
 	}
 	/* partitions in index order: part p covers the p-th range, rank q holds part_of_rank */
@@ -69,8 +72,8 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 		for (int q = 0; q < P; q++)
 			if (scd_exdyna_part_of_rank(c->ex, (uint32_t)q) == p) {
 				uint64_t n = seg[q + 1] - seg[q];
-				memcpy(io->out->idx + w, idx + seg[q], 4 * n);
-				memcpy(io->out->val + w, val + seg[q], 4 * n);
+				c->dev->copy(io->out->idx + w, idx + seg[q], 4 * n);
+				c->dev->copy(io->out->val + w, val + seg[q], 4 * n);
 				w += n;
 			}
 	io->out->nnz = w;
@@ -78,7 +81,7 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 	return SC_OK;
 }
 
-sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
@@ -136,17 +139,17 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if (ring) {
 		/* K index words, then K value words (a float's bits), each rank's in its own
 		 * segment and zeros elsewhere: the integer ring sum is every segment, exactly */
-		memset(idx, 0, 8 * K);
-		memcpy(idx + seg, sel.idx, 4 * sel.nnz);
-		memcpy(idx + K + seg, sel.val, 4 * sel.nnz);
+		c->dev->clear(idx, 8 * K);
+		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
+		c->dev->copy(idx + K + seg, sel.val, 4 * sel.nnz);
 		if ((st = scd_scheme_allreduce_typed(c, idx, 2 * K, SC_INT32)) != SC_OK)
 			return st;
-		memcpy(val, idx + K, 4 * K);
+		c->dev->copy(val, idx + K, 4 * K);
 	} else {
 		/* indices and values: all-gathered straight into place, segments in rank
 		 * order (the index sets are disjoint: the sum at the union is the union) */
-		memcpy(idx + seg, sel.idx, 4 * sel.nnz);
-		memcpy(val + seg, sel.val, 4 * sel.nnz);
+		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
+		c->dev->copy(val + seg, sel.val, 4 * sel.nnz);
 		int n = 0;
 		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
 			if ((int)q == me)
@@ -171,3 +174,34 @@ sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 					   "threshold or no count function)");
 	return SC_OK;
 }
+
+/* ---- descriptor ---------------------------------------------------------------------- */
+
+/* k is what a rank selected (its non-zeros in the report), the union K = P k (exclusive
+ * partitions): an allgather of indices and values in P - 1 rounds, the largest count the
+ * measured imbalance times the mean (before any measurement: 1.05, the dynamic
+ * partitioning's target, or the skew if smaller; block-granular partitions cannot
+ * balance an index distribution as skewed as Zipf's, whose hottest block alone can hold
+ * most of the load). Above an imbalance of 2, indices and values ride a ring allreduce
+ * instead (2K words: 16 (P-1) k bytes), as the scheme then does. */
+static scd_cost_t exdyna_model(const scd_cost_in_t *in)
+{
+	double P = in->P, k = scd_cost_nnz(in);
+	double imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
+	if (in->imbalance >= 1)
+		imb = in->imbalance;
+	if (imb > 2)
+		return scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 8 * (P * k));
+	return scd_cost_make(in, P - 1, (P - 1) * imb * k * 8);
+}
+
+/* A sparsifier as much as a scheme: the engine pins it for SC_SPARSIFY_EXDYNA tensors,
+ * and no automatic choice picks it. */
+const scd_scheme_desc_t scd_scheme_exdyna_desc = {
+    .name = "exdyna",
+    .pick = SCD_PICK_PINNED,
+    .uses = SCD_COST_DENSITY | SCD_COST_SKEW | SCD_COST_IMBALANCE,
+    .sparsifier = SC_SPARSIFY_EXDYNA,
+    .run = scd_scheme_exdyna,
+    .model = exdyna_model,
+};

@@ -22,6 +22,7 @@
  */
 #include "scheme/scheme_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct hc {
@@ -36,6 +37,7 @@ typedef struct hc {
 	int from, replace;
 	uint32_t got;		   /* chunks decoded */
 	scd_coo_t r;		   /* the partner's list so far (c->hidx/hval) */
+	uint64_t rend;		   /* its last index + 1 (0: none), read back from the device */
 	uint64_t W, cpos, rpos, w; /* watermark; consumed of cur and r; merged (c->ridx/rval) */
 } hc_t;
 
@@ -51,13 +53,20 @@ static sc_status_t hc_decode(hc_t *h)
 	const scd_xfer_t *rv = c->xr.p;
 	const size_t *rb = c->xb.p;
 	while (h->got < h->K && rb[h->got] != SCD_XFER_PENDING) {
-		uint64_t last = h->r.nnz ? h->r.idx[h->r.nnz - 1] : 0, got = 0;
-		sc_status_t st = scd_scheme_msg_append(rv[h->got].buf, rb[h->got], c->cfg.numel,
-						       &h->r, &got);
+		uint64_t last = h->rend ? h->rend - 1 : 0, got = 0;
+		sc_status_t st = scd_scheme_msg_append(c->dev, rv[h->got].buf, rb[h->got],
+						       c->cfg.numel, &h->r, &got);
 		if (st != SC_OK)
 			return c->work_st = st;
-		if (got > hc_chunk_max(h) || h->r.nnz > h->bound ||
-		    (got && h->r.nnz > got && h->r.idx[h->r.nnz - got] <= last))
+		int bad = got > hc_chunk_max(h) || h->r.nnz > h->bound;
+		if (!bad && got) { /* the chunk's first and last index, read back */
+			uint32_t lo = 0, hi = 0;
+			c->dev->to_host(&lo, h->r.idx + h->r.nnz - got, 4);
+			c->dev->to_host(&hi, h->r.idx + h->r.nnz - 1, 4);
+			bad = h->r.nnz > got && lo <= last;
+			h->rend = (uint64_t)hi + 1;
+		}
+		if (bad)
 			return scd_scheme_work_fail(
 			    c, SC_ERR_PROTOCOL,
 			    "hier_central: rank %d's chunk %u (%llu non-zeros) is too long or out "
@@ -72,14 +81,17 @@ static sc_status_t hc_decode(hc_t *h)
 static sc_status_t hc_slice(hc_t *h, uint64_t W)
 {
 	scd_scheme_ctx_t *c = h->c;
-	uint64_t cend = h->cpos + scd_lower_bound(h->cur.idx + h->cpos, h->cur.nnz - h->cpos, W);
-	uint64_t rend = h->rpos + scd_lower_bound(h->r.idx + h->rpos, h->r.nnz - h->rpos, W);
+	uint64_t cend =
+	    h->cpos + c->dev->lower_bound(h->cur.idx + h->cpos, h->cur.nnz - h->cpos, W);
+	uint64_t rend =
+	    h->rpos + c->dev->lower_bound(h->r.idx + h->rpos, h->r.nnz - h->rpos, W);
 	scd_coo_t add = {h->r.idx + h->rpos, h->r.val + h->rpos, rend - h->rpos, rend - h->rpos};
 	/* the new aggregate has room for both lists whole (2 bound), so a union that outgrew
-	 * the announced counts is caught after the merge */
-	h->w += scd_scheme_merge_two(h->cur.idx + h->cpos, h->cur.val + h->cpos, cend - h->cpos,
-				     &add, (uint32_t *)c->ridx.p + h->w,
-				     (float *)c->rval.p + h->w);
+	 * the announced counts is caught after the merge; merge_two: the aggregate's entries
+	 * first on equal indices, the partner's alone as 0.0f + v */
+	h->w +=
+	    c->dev->merge_two(h->cur.idx + h->cpos, h->cur.val + h->cpos, cend - h->cpos, &add,
+			      (uint32_t *)c->ridx.p + h->w, (float *)c->rval.p + h->w);
 	h->cpos = cend;
 	h->rpos = rend;
 	h->W = W;
@@ -98,13 +110,12 @@ static int hc_work(void *arg)
 	if (st != SC_OK)
 		return st;
 	if (h->from >= 0 && !h->replace) {
-		uint64_t W = h->got == h->K	    ? h->c->cfg.numel
-			     : h->r.nnz ? (uint64_t)h->r.idx[h->r.nnz - 1] + 1
-					: 0;
+		uint64_t W = h->got == h->K ? h->c->cfg.numel : h->rend;
 		if (W > h->W)
 			return (st = hc_slice(h, W)) != SC_OK ? st : 1;
 	}
-	return h->dense && scd_clear_slice(h->io->data, h->c->cfg.numel, &h->cleared);
+	return h->dense &&
+	       scd_clear_slice(h->c->dev, h->io->data, h->c->cfg.numel, &h->cleared);
 }
 
 /* One step: optionally sends the aggregate to `to`, optionally receives one from `from`
@@ -123,7 +134,7 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 			uint64_t lo = scd_chunk_lo(n, h->K, k), hi = scd_chunk_lo(n, h->K, k + 1);
 			scd_coo_t part = {h->cur.idx + lo, h->cur.val + lo, hi - lo, hi - lo};
 			uint64_t bytes = 0;
-			if ((st = scd_scheme_msg_encode(&part, numel, sb + used,
+			if ((st = scd_scheme_msg_encode(c->dev, &part, numel, sb + used,
 							c->sendbuf.cap - used, &bytes)) != SC_OK)
 				return scd_scheme_fail(st, "hier_central: encoding %llu non-zeros",
 						       (unsigned long long)(hi - lo));
@@ -141,14 +152,14 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	h->replace = replace;
 	h->got = from >= 0 ? 0 : h->K;
 	h->r = (scd_coo_t){c->hidx.p, c->hval.p, 0, h->bound};
-	h->W = h->cpos = h->rpos = h->w = 0;
+	h->W = h->cpos = h->rpos = h->w = h->rend = 0;
 	scd_xfer_work_t w = {hc_work, h};
 	if ((st = scd_scheme_xchg_vw(c, sends, ns, recvs, nr, c->xb.p, &w)) != SC_OK ||
 	    from < 0)
 		return st;
 	if (replace) { /* the final aggregate, whole */
-		memcpy(h->cur.idx, h->r.idx, 4 * h->r.nnz);
-		memcpy(h->cur.val, h->r.val, 4 * h->r.nnz);
+		c->dev->copy(h->cur.idx, h->r.idx, 4 * h->r.nnz);
+		c->dev->copy(h->cur.val, h->r.val, 4 * h->r.nnz);
 		h->cur.nnz = h->r.nnz;
 		return SC_OK;
 	}
@@ -165,20 +176,21 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 static sc_status_t hc_result(hc_t *h)
 {
 	scd_scheme_io_t *io = h->io;
+	const scd_device_ops_t *dev = h->c->dev;
 	if (!h->dense) {
-		memcpy(io->out->idx, h->cur.idx, 4 * h->cur.nnz);
-		memcpy(io->out->val, h->cur.val, 4 * h->cur.nnz);
+		dev->copy(io->out->idx, h->cur.idx, 4 * h->cur.nnz);
+		dev->copy(io->out->val, h->cur.val, 4 * h->cur.nnz);
 		io->out->nnz = h->cur.nnz;
 		h->c->res_ready = 1;
 		return SC_OK;
 	}
 	if (h->cleared < h->c->cfg.numel)
-		memset(io->data + h->cleared, 0, 4 * (h->c->cfg.numel - h->cleared));
-	h->c->dev->coo_scatter_add(io->data, &h->cur);
+		dev->clear(io->data + h->cleared, 4 * (h->c->cfg.numel - h->cleared));
+	dev->coo_scatter_add(io->data, &h->cur);
 	return SC_OK;
 }
 
-sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
@@ -209,9 +221,7 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return st;
 	/* my contribution starts the aggregate (its values as a dense scatter-add's bits) */
 	h.cur = (scd_coo_t){c->aidx.p, c->aval.p, c->local.nnz, 2 * bound};
-	memcpy(h.cur.idx, c->local.idx, 4 * c->local.nnz);
-	for (uint64_t i = 0; i < c->local.nnz; i++)
-		h.cur.val[i] = 0.0f + c->local.val[i];
+	c->dev->coo_copy_first(h.cur.idx, h.cur.val, &c->local);
 	int Pp = 1;
 	while (Pp * 2 <= P)
 		Pp *= 2;
@@ -231,3 +241,35 @@ sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return st;
 	return hc_result(&h);
 }
+
+/* ---- descriptor ---------------------------------------------------------------------- */
+
+/* l = ceil(log2 P) rounds; sum over i = 1..l of msg(f, gamma(2^(i-1)) k, U): the running
+ * aggregate grows with the densification (ZEN eq. 2 with its rounds, any P). */
+static scd_cost_t hier_central_model(const scd_cost_in_t *in)
+{
+	double U = (double)in->numel, k = scd_cost_nnz(in);
+	uint32_t l = scd_ceil_log2(in->P);
+	double bytes = 0;
+	for (uint32_t i = 1; i <= l; i++) {
+		double nnz = scd_cost_gamma(in, ldexp(1, (int)i - 1)) * k;
+		bytes +=
+		    scd_cost_msg_bytes(scd_cost_whole_format(in->format), nnz > U ? U : nnz, U);
+	}
+	return scd_cost_make(in, l, bytes);
+}
+
+/* It sends COO or bitmap, whichever is smaller (scheme_msg.c). */
+static scd_cost_t hier_central_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	return scd_cost_coo_or_bitmap(hier_central_model, in);
+}
+
+const scd_scheme_desc_t scd_scheme_hier_central_desc = {
+    .name = "hier_central",
+    .lossless = 1,
+    .uses = SCD_COST_DENSITY | SCD_COST_GAMMA,
+    .run = scd_scheme_hier_central,
+    .model = hier_central_model,
+    .cost = hier_central_cost,
+};

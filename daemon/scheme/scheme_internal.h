@@ -2,6 +2,12 @@
  * scheme_internal.h: what the scheme files share: the context, growable pre-faulted
  * workspaces, the metadata round, transport wrappers that count rounds and record errors,
  * and the helpers every scheme uses (contribution as COO or dense, result statistics).
+ *
+ * Tensor data (io's arrays) and every workspace with dev set are the device's memory
+ * (docs/design.md, layers): the helpers here and the schemes never dereference them; they
+ * call c->dev's ops and the transport's exchanges, compose message headers on the host and
+ * move them with from_host, and read back with to_host only the few scalars their control
+ * flow needs. Host workspaces hold control data only (transfer lists, counts, tables).
  */
 #ifndef SCD_SCHEME_INTERNAL_H
 #define SCD_SCHEME_INTERNAL_H
@@ -66,8 +72,10 @@ struct scd_scheme_ctx {
 	uint64_t step;
 	double alpha_s, beta_s;
 
-	/* metadata round: per rank nnz and an optional per-partition vector */
-	scd_ws_t meta_send, meta_recv;
+	/* metadata round: per rank nnz and an optional per-partition vector; the messages
+	 * travel in device memory (meta_send, meta_recv) and are composed and read on the
+	 * host (meta_host, P + 1 slots) */
+	scd_ws_t meta_send, meta_recv, meta_host;
 	uint64_t *nnz;	 /* [P] */
 	uint64_t *parts; /* [P][nparts]: parts[q * nparts + i] = rank q's i-th count */
 	uint32_t nparts;
@@ -75,16 +83,22 @@ struct scd_scheme_ctx {
 	uint64_t total_nnz, max_nnz;
 	uint32_t last_elapsed_us;     /* this rank's previous run */
 	uint32_t prev_elapsed_max_us; /* (same) the slowest rank's previous run */
+	/* [P], host: the result's non-zeros per even range (its statistics) */
+	uint64_t *rcount;
 
 	/* per-operation transfer lists */
 	scd_xfer_t *sends, *recvs; /* [2P] each */
 	size_t *rbytes;		   /* [2P] */
 	scd_ws_t xs, xr, xb;	   /* longer lists (streamed chunks) */
+	scd_ws_t ctl; /* host: a scheme's per-run tables sized by P (BP's ranges and counts,
+			 OmniReduce's counts, SparDL's blocks, histogram and records) */
+	/* host: AGsparse's per-rank list states and slice views */
+	scd_ws_t htab;
 	uint32_t rounds;
 	double xchg_s;	     /* this run's time inside exchanges */
 	sc_status_t work_st; /* the failure of work overlapped with an exchange */
 
-	/* shared workspaces */
+	/* shared workspaces (device memory: scd_scheme_ctx_create sets their dev) */
 	scd_ws_t lidx, lval; /* the local contribution as COO */
 	scd_ws_t sendbuf, recvbuf;
 	scd_ws_t sendbuf2; /* a next phase's messages, built while sendbuf is on the wire */
@@ -135,8 +149,8 @@ struct scd_scheme_ctx {
 sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n);
 static inline void scd_res_push(scd_scheme_ctx_t *c, uint32_t i, float v)
 {
-	((uint32_t *)c->rq_idx.p)[c->rq_n] = i;
-	((float *)c->rq_val.p)[c->rq_n++] = v;
+	c->dev->from_host((uint32_t *)c->rq_idx.p + c->rq_n, &i, 4); /* the queue: device */
+	c->dev->from_host((float *)c->rq_val.p + c->rq_n++, &v, 4);
 }
 sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float *val,
 			  uint64_t n, float share);
@@ -145,7 +159,8 @@ sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float 
 sc_status_t scd_scheme_fail(sc_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Transport wrappers: count a round, record the transport's error. Zero transfers: no-op. */
+/* Transport wrappers: sync the device (its failure is the call's), count a round, record
+ * the transport's error. Zero transfers: no-op. */
 sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			    const scd_xfer_t *r, int nr);
 sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
@@ -188,11 +203,6 @@ static inline int scd_scheme_sparse_out(const scd_scheme_io_t *io, uint64_t boun
 {
 	return io->out && io->coo && bound <= io->out->cap;
 }
-/* Merges the ascending list b into a (a's entries first on equal indices, so sums keep
- * list order; b's alone enter as 0.0f + v, a dense scatter-add's bits); returns the
- * union's length. o has room for an + b->nnz entries. */
-uint64_t scd_scheme_merge_two(const uint32_t *ai, const float *av, uint64_t an,
-			      const scd_coo_t *b, uint32_t *oi, float *ov);
 /* Merges n ascending COO lists into dst (which must not overlap them, and must have room
  * for their total length): the union of the indices, each value summed over the lists in
  * list order (rank order: the bits of a dense scatter-add in that order). Lists that are
@@ -203,6 +213,7 @@ sc_status_t scd_scheme_merge_result(scd_scheme_ctx_t *c, const scd_coo_t *lists,
  * their total length, then add each in order; dst->nnz is set by the n-th add. Uses
  * c->sidx/sval as scratch, so one merge at a time per context. */
 typedef struct scd_merge {
+	const scd_device_ops_t *dev;
 	scd_coo_t *dst;
 	uint32_t *ai, *bi;
 	float *av, *bv;
@@ -217,16 +228,17 @@ sc_status_t scd_scheme_merge_add(scd_merge_t *mg, const scd_coo_t *l);
  * front in index order; ties at the k-th magnitude go to the lowest indices, so the same
  * input gives the same selection on every rank. Returns the number kept (min(k, n)).
  * Entries that are not kept move to [kept, n), in index order (tmp_*: scratch of n). */
-uint64_t scd_scheme_topk_coo(uint32_t *idx, float *val, uint64_t n, uint64_t k,
-			     uint32_t *tmp_idx, float *tmp_val);
+uint64_t scd_scheme_topk_coo(const scd_device_ops_t *dev, uint32_t *idx, float *val, uint64_t n,
+			     uint64_t k, uint32_t *tmp_idx, float *tmp_val);
 
-/* Sparse messages of AGsparse and HC: COO or bitmap, whichever is smaller, 8-byte header. */
+/* Sparse messages of AGsparse and HC: COO, bitmap or runs, whichever is smallest, 8-byte
+ * header. src, buf and the decoded lists are dev's memory. */
 uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz);
-sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
-				  uint64_t *bytes_p);
+sc_status_t scd_scheme_msg_encode(const scd_device_ops_t *dev, const scd_coo_t *src,
+				  uint64_t numel, void *buf, uint64_t cap, uint64_t *bytes_p);
 /* Decodes to a COO view: zero-copy for COO messages, into (widx, wval) for bitmaps. */
-sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
-				  uint32_t *widx, float *wval, scd_coo_t *out);
+sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
+				  uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out);
 
 /* ---- streamed lists (AGsparse, HC) ---- */
 #define SCD_CHUNKS_MAX 16
@@ -249,45 +261,25 @@ static inline uint64_t scd_slot8(uint64_t bytes)
 	return (bytes + 7) & ~(uint64_t)7;
 }
 /* Work overlapped with an exchange clears a dense result ahead in slices of this many
- * floats (1 MiB): *done grows towards len; 1 if it cleared a slice. */
+ * floats (1 MiB), through the device: *done grows towards len; 1 if it cleared a slice. */
 #define SCD_CLEAR_SLICE (1u << 18)
-static inline int scd_clear_slice(float *p, uint64_t len, uint64_t *done)
+static inline int scd_clear_slice(const scd_device_ops_t *dev, float *p, uint64_t len,
+				  uint64_t *done)
 {
 	if (*done >= len)
 		return 0;
 	uint64_t n = len - *done < SCD_CLEAR_SLICE ? len - *done : SCD_CLEAR_SLICE;
-	memset(p + *done, 0, 4 * n);
+	dev->clear(p + *done, 4 * n);
 	*done += n;
 	return 1;
-}
-/* First position in ascending a[0, n) whose value is >= v. */
-static inline uint64_t scd_lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
-{
-	uint64_t lo = 0, hi = n;
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (a[mid] < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
 }
 
 /* Decodes a message onto the end of list (whose arrays must have room for what the
  * message's receive capacity allows, see scd_scheme_msg_bytes); *added_p: its entries. */
-sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel,
-				  scd_coo_t *list, uint64_t *added_p);
+sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
+				  uint64_t numel, scd_coo_t *list, uint64_t *added_p);
 
-/* The schemes. */
-sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
+/* The schemes themselves are their files' descriptors (scheme/registry.h). */
 
 /* SparDL's team count for this context (cfg or cost-based). */
 uint32_t scd_scheme_spardl_teams(const scd_scheme_ctx_t *c, double density);

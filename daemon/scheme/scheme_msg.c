@@ -1,5 +1,7 @@
 /*
- * scheme_msg.c: the sparse messages of AGsparse and Hierarchical Centralization.
+ * scheme_msg.c: the sparse messages of AGsparse and Hierarchical Centralization. Lists
+ * and buffers are device memory: the headers are composed and read on the host (from_host,
+ * to_host), the bodies are written and read by the device's ops (msgops.h).
  */
 #include "scheme/scheme_internal.h"
 
@@ -29,136 +31,124 @@ uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz)
 	return 8 + (coo <= bm ? coo : bm);
 }
 
-static uint64_t span_of(const scd_coo_t *src)
+/* The list's bitmap body over its own range [lo, lo + span) (16-byte header: lo, span). */
+static sc_status_t bitmap_encode(const scd_device_ops_t *dev, const scd_coo_t *src, uint64_t lo,
+				 uint64_t span, uint8_t *b)
 {
-	return src->nnz ? (uint64_t)src->idx[src->nnz - 1] - src->idx[0] + 1 : 0;
-}
-
-static sc_status_t bitmap_encode(const scd_coo_t *src, uint8_t *b)
-{
-	uint64_t lo = src->nnz ? src->idx[0] : 0, span = span_of(src),
-		 nw = scd_fmt_bitmap_words(span);
-	scd_put64(b, lo);
-	scd_put64(b + 8, span);
+	uint64_t nw = scd_fmt_bitmap_words(span);
+	uint8_t hdr[16];
+	scd_put64(hdr, lo);
+	scd_put64(hdr + 8, span);
+	dev->from_host(b, hdr, 16);
 	uint64_t *w = (uint64_t *)(b + 16); /* 8-aligned: the header and lo, span */
-	memset(w, 0, 8 * nw);
-	for (uint64_t i = 0; i < src->nnz; i++) {
-		uint64_t x = (uint64_t)src->idx[i] - lo;
-		if (x >= span)
-			return SC_ERR_INVALID; /* not ascending */
-		w[x >> 6] |= 1ull << (x & 63);
-	}
-	memcpy(w + nw, src->val, 4 * src->nnz);
+	if (dev->idx_bitmap_encode(src->idx, src->nnz, lo, span, w) < src->nnz)
+		return SC_ERR_INVALID; /* not ascending */
+	dev->copy(w + nw, src->val, 4 * src->nnz);
 	return SC_OK;
 }
 
-static sc_status_t bitmap_decode(const uint8_t *b, uint64_t body, uint64_t numel,
-				 uint32_t *widx, float *wval, scd_coo_t *out)
+static sc_status_t bitmap_decode(const scd_device_ops_t *dev, const uint8_t *b, uint64_t body,
+				 uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out)
 {
 	if (body < 16)
 		return SC_ERR_PROTOCOL;
-	uint64_t lo = scd_get64(b), span = scd_get64(b + 8), words = 8 * scd_fmt_bitmap_words(span);
+	uint8_t hdr[16];
+	dev->to_host(hdr, b, 16);
+	uint64_t lo = scd_get64(hdr), span = scd_get64(hdr + 8),
+		 words = 8 * scd_fmt_bitmap_words(span);
 	if (lo > numel || span > numel - lo || body - 16 < words || (body - 16 - words) % 4)
 		return SC_ERR_PROTOCOL;
 	*out = (scd_coo_t){widx, wval, 0, (body - 16 - words) / 4};
-	sc_status_t st = scd_bitmap_decode(b + 16, body - 16, span, out);
-	for (uint64_t k = 0; st == SC_OK && k < out->nnz; k++)
-		widx[k] += (uint32_t)lo;
+	sc_status_t st = dev->bitmap_decode(b + 16, body - 16, span, out);
+	if (st == SC_OK)
+		dev->idx_add(widx, out->nnz, (uint32_t)lo);
 	return st;
 }
 
-static uint64_t count_runs(const scd_coo_t *src)
+/* The runs body: their number (u64), the (start, length) pairs, the values. */
+static void runs_encode(const scd_device_ops_t *dev, const scd_coo_t *src, uint64_t runs,
+			uint8_t *b)
 {
-	uint64_t runs = src->nnz > 0;
-	for (uint64_t i = 1; i < src->nnz; i++)
-		runs += src->idx[i] != src->idx[i - 1] + 1;
-	return runs;
+	uint8_t hdr[8];
+	scd_put64(hdr, runs);
+	dev->from_host(b, hdr, 8);
+	dev->idx_runs_encode(src->idx, src->nnz, b + 8);
+	dev->copy(b + 8 + 8 * runs, src->val, 4 * src->nnz);
 }
 
-static void runs_encode(const scd_coo_t *src, uint64_t runs, uint8_t *b)
-{
-	scd_put64(b, runs);
-	uint8_t *r = b + 8;
-	for (uint64_t i = 0; i < src->nnz;) {
-		uint64_t j = i + 1;
-		while (j < src->nnz && src->idx[j] == src->idx[j - 1] + 1)
-			j++;
-		scd_put32(r, src->idx[i]);
-		scd_put32(r + 4, (uint32_t)(j - i));
-		r += 8;
-		i = j;
-	}
-	memcpy(r, src->val, 4 * src->nnz);
-}
-
-static sc_status_t runs_decode(const uint8_t *b, uint64_t body, uint64_t numel, uint32_t *widx,
-			       scd_coo_t *out)
+static sc_status_t runs_decode(const scd_device_ops_t *dev, const uint8_t *b, uint64_t body,
+			       uint64_t numel, uint32_t *widx, scd_coo_t *out)
 {
 	if (body < 8)
 		return SC_ERR_PROTOCOL;
-	uint64_t runs = scd_get64(b);
+	uint64_t runs;
+	dev->to_host(&runs, b, 8);
 	if (runs > (body - 8) / 8)
 		return SC_ERR_PROTOCOL;
 	const uint8_t *r = b + 8;
-	uint64_t n = 0, next = 0;
-	for (uint64_t k = 0; k < runs; k++, r += 8) {
-		uint64_t start = scd_get32(r), len = scd_get32(r + 4);
-		if (!len || start < next || start + len > numel ||
-		    n + len > (body - 8 - 8 * runs) / 4)
-			return SC_ERR_PROTOCOL;
-		for (uint64_t i = 0; i < len; i++)
-			widx[n++] = (uint32_t)(start + i);
-		next = start + len;
-	}
-	if (8 + 8 * runs + 4 * n != body)
+	uint64_t n = dev->runs_decode(r, runs, numel, (body - 8 - 8 * runs) / 4, widx);
+	if (n == UINT64_MAX || 8 + 8 * runs + 4 * n != body)
 		return SC_ERR_PROTOCOL;
-	*out = (scd_coo_t){widx, (float *)r, n, n};
+	*out = (scd_coo_t){widx, (float *)(r + 8 * runs), n, n};
 	return SC_OK;
 }
 
-sc_status_t scd_scheme_msg_encode(const scd_coo_t *src, uint64_t numel, void *buf, uint64_t cap,
-				  uint64_t *bytes_p)
+sc_status_t scd_scheme_msg_encode(const scd_device_ops_t *dev, const scd_coo_t *src,
+				  uint64_t numel, void *buf, uint64_t cap, uint64_t *bytes_p)
 {
-	if (src->nnz && src->idx[src->nnz - 1] >= numel)
+	/* the list's first and last index: its range, and the check against numel */
+	uint32_t first = 0, last = 0;
+	if (src->nnz) {
+		dev->to_host(&first, src->idx, 4);
+		dev->to_host(&last, src->idx + src->nnz - 1, 4);
+	}
+	if (src->nnz && last >= numel)
 		return SC_ERR_INVALID;
-	uint64_t coo = scd_fmt_coo_bytes(src->nnz), bm = 16 + scd_fmt_bitmap_bytes(span_of(src), src->nnz);
-	uint64_t runs = count_runs(src), rb = 8 + 8 * runs + 4 * src->nnz;
+	uint64_t span = src->nnz ? (uint64_t)last - first + 1 : 0;
+	uint64_t coo = scd_fmt_coo_bytes(src->nnz),
+		 bm = 16 + scd_fmt_bitmap_bytes(span, src->nnz);
+	uint64_t runs = dev->idx_count_runs(src->idx, src->nnz),
+		 rb = 8 + 8 * runs + 4 * src->nnz;
 	uint8_t *b = buf;
 	uint64_t fmt = rb < coo && rb < bm ? MSG_RUNS : coo <= bm ? MSG_COO : MSG_BITMAP;
 	uint64_t bytes = fmt == MSG_RUNS ? rb : fmt == MSG_COO ? coo : bm;
 	if (cap < 8 + bytes)
 		return SC_ERR_LIMIT;
-	scd_put64(b, fmt);
+	uint8_t hdr[8];
+	scd_put64(hdr, fmt);
+	dev->from_host(b, hdr, 8);
 	sc_status_t st = SC_OK;
 	if (fmt == MSG_RUNS) {
-		runs_encode(src, runs, b + 8);
+		runs_encode(dev, src, runs, b + 8);
 	} else if (fmt == MSG_COO) {
-		memcpy(b + 8, src->idx, 4 * src->nnz);
-		memcpy(b + 8 + 4 * src->nnz, src->val, 4 * src->nnz);
+		dev->copy(b + 8, src->idx, 4 * src->nnz);
+		dev->copy(b + 8 + 4 * src->nnz, src->val, 4 * src->nnz);
 	} else {
-		st = bitmap_encode(src, b + 8);
+		st = bitmap_encode(dev, src, first, span, b + 8);
 	}
 	if (st == SC_OK)
 		*bytes_p = 8 + bytes;
 	return st;
 }
 
-sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t numel,
-				  uint32_t *widx, float *wval, scd_coo_t *out)
+sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
+				  uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out)
 {
 	const uint8_t *b = buf;
 	if (bytes < 8)
 		return scd_scheme_fail(SC_ERR_PROTOCOL, "sparse message of %llu bytes",
 				       (unsigned long long)bytes);
-	uint64_t fmt = scd_get64(b), body = bytes - 8;
+	uint64_t fmt, body = bytes - 8;
+	dev->to_host(&fmt, b, 8);
 	if (fmt == MSG_COO && body % 8 == 0) {
 		uint64_t n = body / 8;
 		*out = (scd_coo_t){(uint32_t *)(b + 8), (float *)(b + 8 + 4 * n), n, n};
 		return SC_OK;
 	}
-	if (fmt == MSG_RUNS && runs_decode(b + 8, body, numel, widx, out) == SC_OK)
+	if (fmt == MSG_RUNS && runs_decode(dev, b + 8, body, numel, widx, out) == SC_OK)
 		return SC_OK;
-	if (fmt == MSG_BITMAP && bitmap_decode(b + 8, body, numel, widx, wval, out) == SC_OK)
+	if (fmt == MSG_BITMAP &&
+	    bitmap_decode(dev, b + 8, body, numel, widx, wval, out) == SC_OK)
 		return SC_OK;
 	return scd_scheme_fail(SC_ERR_PROTOCOL,
 			       "malformed sparse message (format %llu, %llu "
@@ -167,19 +157,19 @@ sc_status_t scd_scheme_msg_decode(const void *buf, uint64_t bytes, uint64_t nume
 }
 
 
-sc_status_t scd_scheme_msg_append(const void *buf, uint64_t bytes, uint64_t numel, scd_coo_t *list,
-				  uint64_t *added_p)
+sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
+				  uint64_t numel, scd_coo_t *list, uint64_t *added_p)
 {
 	uint32_t *wi = list->idx + list->nnz;
 	float *wv = list->val + list->nnz;
 	scd_coo_t d;
-	sc_status_t st = scd_scheme_msg_decode(buf, bytes, numel, wi, wv, &d);
+	sc_status_t st = scd_scheme_msg_decode(dev, buf, bytes, numel, wi, wv, &d);
 	if (st != SC_OK)
 		return st;
 	if (d.idx != wi)
-		memcpy(wi, d.idx, 4 * d.nnz);
+		dev->copy(wi, d.idx, 4 * d.nnz);
 	if (d.val != wv)
-		memcpy(wv, d.val, 4 * d.nnz);
+		dev->copy(wv, d.val, 4 * d.nnz);
 	list->nnz += d.nnz;
 	*added_p = d.nnz;
 	return SC_OK;

@@ -25,7 +25,7 @@
 #include <math.h>
 #include <string.h>
 
-sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint64_t numel = c->cfg.numel;
 	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_S2_SKETCH);
@@ -53,7 +53,7 @@ sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return scd_scheme_fail(st, "s2: sketch encode");
 	int linear = kc.rows == 1 && io->residual;
 	if (linear)
-		memcpy(own, S, 4 * rc);
+		c->dev->copy(own, S, 4 * rc);
 	if ((st = scd_scheme_allreduce(c, S, nf)) != SC_OK)
 		return st;
 	/* The local COO is a copy of the input (or io->coo): the output may go in now. With
@@ -72,10 +72,48 @@ sc_status_t scd_scheme_s2(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	if ((st = c->dev->sketch_decode_dense(&kc, c->step, S, io->data)) != SC_OK)
 		return scd_scheme_fail(st, "s2: sketch decode");
-	if (res) {
-		float inv = 1.0f / (float)c->size;
-		for (uint64_t i = 0; i < numel; i++)
-			res[i] -= io->data[i] * inv;
-	}
+	if (res)
+		c->dev->sub_scaled(res, io->data, numel, 1.0f / (float)c->size);
 	return SC_OK;
 }
+
+/* ---- descriptor ---------------------------------------------------------------------- */
+
+/* A ring allreduce of r c + ceil(U/B) floats: 2(P-1) rounds, 2 (P-1)/P 4 floats bytes
+ * (c default: gamma_n k, the union's non-zeros). */
+static scd_cost_t s2_model(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in);
+	double B = in->block ? in->block : 256;
+	double rows = in->sketch_rows ? in->sketch_rows : 1;
+	double cols = in->sketch_cols ? in->sketch_cols : ceil(in->gamma_n * k);
+	double floats = rows * cols + ceil(U / B);
+	return scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 4 * floats);
+}
+
+/* Sized as the run sizes it: cfg's rows and block, cols_factor x the union (gamma_n d_G
+ * numel, the profile's estimate of the last union) columns, 1 to numel. */
+static scd_cost_t s2_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	scd_cost_in_t x = *in;
+	x.block = c->cfg.sketch_block;
+	x.sketch_rows = c->cfg.sketch_rows;
+	double cols = ceil(c->cfg.sketch_cols_factor * x.gamma_n * x.density * (double)x.numel);
+	if (cols > (double)x.numel)
+		cols = (double)x.numel;
+	x.sketch_cols = cols < 1 ? 1 : (uint32_t)cols;
+	return s2_model(&x);
+}
+
+/* Never the engine's own choice: its decode and its residual are dense over every
+ * non-zero block, CPU work the network model cannot see (one exploratory step cost tens
+ * of seconds on 256 MiB tensors). */
+const scd_scheme_desc_t scd_scheme_s2_sketch_desc = {
+    .name = "s2_sketch",
+    .pick = SCD_PICK_MODEL,
+    .uses = SCD_COST_DENSITY | SCD_COST_GAMMA,
+    .sketched = 1,
+    .run = scd_scheme_s2,
+    .model = s2_model,
+    .cost = s2_cost,
+};

@@ -70,25 +70,15 @@ typedef struct sd {
 	 * sidx/sval is the other half of a ping-pong), empty once taken */
 	uint64_t *boff, *blen;
 	uint8_t *held;
+	/* host tables (the context's ctl): a bag's runs, an all-gather's members and records */
+	scd_run_t *runs; /* [Q + 1] */
+	int *ranks;	 /* [max(Q, d)] */
+	struct rec *rec; /* [max(Q, d)] */
 } sd_t;
 
 static uint64_t blk_lo(const sd_t *s, uint32_t b)
 {
 	return s->bnd[b];
-}
-
-/* The block holding index i (blocks may be empty: the last b with bnd[b] <= i). */
-static uint32_t blk_of(const sd_t *s, uint32_t i)
-{
-	uint32_t lo = 0, hi = s->Q - 1;
-	while (lo < hi) {
-		uint32_t mid = (lo + hi + 1) / 2;
-		if (s->bnd[mid] <= i)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
 }
 
 /* How many ranges the histograms have: one per 256 elements (8 bytes of metadata per
@@ -104,15 +94,17 @@ static uint32_t hist_ranges(uint64_t numel, uint32_t P)
 	return (uint32_t)(H < numel ? H : numel);
 }
 
-/* The local list's histogram over H equal index ranges (ascending list: H searches). */
-static void local_hist(const scd_coo_t *l, uint64_t numel, uint32_t H, uint64_t *hist)
+/* The local list's histogram over H equal index ranges into hist (host): H searches of
+ * the ascending list, for the range ends (edge: host, H entries). */
+static void local_hist(scd_scheme_ctx_t *c, const scd_coo_t *l, uint64_t numel, uint32_t H,
+		       uint64_t *hist, uint64_t *edge)
 {
-	uint64_t j = 0;
-	for (uint32_t h = 0; h < H; h++) {
-		uint64_t e = scd_lower_bound(l->idx, l->nnz, (uint64_t)(h + 1) * numel / H);
-		hist[h] = e - j;
-		j = e;
-	}
+	uint64_t off[2] = {0, l->nnz};
+	for (uint32_t h = 0; h < H; h++)
+		edge[h] = (uint64_t)(h + 1) * numel / H;
+	c->dev->lower_bounds(l->idx, off, 1, edge, H, hist);
+	for (uint32_t h = H; h-- > 1;)
+		hist[h] -= hist[h - 1];
 }
 
 /*
@@ -175,18 +167,13 @@ static sc_status_t take_block(sd_t *s, uint32_t b, uint32_t *oi, float *ov, uint
 	const float *sv = (const float *)c->rval.p + s->boff[b];
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
-	uint64_t n = 0;
-	for (uint64_t j = 0; j < s->blen[b]; j++)
-		if (sv[j] != 0) {
-			idx[n] = si[j];
-			val[n++] = sv[j];
-		}
+	uint64_t n = c->dev->coo_compact_nonzero(si, sv, s->blen[b], idx, val);
 	s->blen[b] = 0;
 	s->held[b] = 0;
-	uint64_t kept = scd_scheme_topk_coo(idx, val, n, s->L, c->hidx.p, c->hval.p);
+	uint64_t kept = c->dev->coo_topk(idx, val, n, s->L, c->hidx.p, c->hval.p);
 	sc_status_t st = discard(s, idx, val, kept, n, 1.0f);
-	memcpy(oi, idx, 4 * kept);
-	memcpy(ov, val, 4 * kept);
+	c->dev->copy(oi, idx, 4 * kept);
+	c->dev->copy(ov, val, 4 * kept);
 	*kept_p = kept;
 	return st;
 }
@@ -203,25 +190,25 @@ static sc_status_t add_bag(sd_t *s, const uint32_t *ri, const float *rv, uint64_
 {
 	scd_scheme_ctx_t *c = s->c;
 	uint32_t Q = s->Q;
-	uint64_t *seg_lo = (uint64_t *)c->xb.p, *seg_hi = seg_lo + Q;
+	uint64_t *seg_lo = (uint64_t *)c->xb.p, *seg_hi = seg_lo + Q, bad;
 	for (uint32_t b = 0; b < Q; b++)
 		seg_lo[b] = seg_hi[b] = 0;
-	for (uint64_t p = 0; p < k;) {
-		if (ri[p] >= s->numel)
-			return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: index %u from rank %d",
-					       ri[p], from);
-		uint32_t b = blk_of(s, ri[p]);
-		uint64_t hi = blk_lo(s, b + 1), e = p + 1;
-		while (e < k && ri[e] > ri[e - 1] && ri[e] < hi)
-			e++;
+	/* the bag's runs, each ascending inside one block; Q + 1 runs repeat a block */
+	uint32_t nr = c->dev->coo_block_runs(ri, k, s->bnd, Q, s->numel, Q + 1, s->runs, &bad);
+	for (uint32_t r = 0; r < nr; r++) {
+		uint32_t b = s->runs[r].block;
 		if (!s->held[b] || seg_hi[b] > seg_lo[b])
 			return scd_scheme_fail(SC_ERR_PROTOCOL,
 					       "spardl: rank %d sent block %u, which this rank "
 					       "does not hold or already had",
 					       from, b);
-		seg_lo[b] = p;
-		seg_hi[b] = e;
-		p = e;
+		seg_lo[b] = s->runs[r].lo;
+		seg_hi[b] = s->runs[r].hi;
+	}
+	if (bad < k) {
+		uint32_t i;
+		c->dev->to_host(&i, ri + bad, 4);
+		return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: index %u from rank %d", i, from);
 	}
 	uint32_t *ni = c->sidx.p;
 	float *nv = c->sval.p;
@@ -233,8 +220,7 @@ static sc_status_t add_bag(sd_t *s, const uint32_t *ri, const float *rv, uint64_
 		const float *ov = (const float *)c->rval.p + s->boff[b];
 		scd_coo_t seg = {(uint32_t *)ri + seg_lo[b], (float *)rv + seg_lo[b],
 				 seg_hi[b] - seg_lo[b], 0};
-		uint64_t n =
-		    scd_scheme_merge_two(oi, ov, s->blen[b], &seg, ni + used, nv + used);
+		uint64_t n = c->dev->merge_two(oi, ov, s->blen[b], &seg, ni + used, nv + used);
 		s->boff[b] = used;
 		s->blen[b] = n;
 		used += n;
@@ -264,8 +250,8 @@ static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 			n += kept;
 		}
 		uint8_t *sb = c->sendbuf.p;
-		memcpy(sb, bi, 4 * n);
-		memcpy(sb + 4 * n, bv, 4 * n);
+		c->dev->copy(sb, bi, 4 * n);
+		c->dev->copy(sb + 4 * n, bv, 4 * n);
 		int to = team_rank(s, s->t, (w + dist) % Q),
 		    from = team_rank(s, s->t, (w + Q - dist) % Q);
 		scd_xfer_t snd = {to, sb, 8 * n}, rcv = {from, c->recvbuf.p, 8 * bsz * s->L};
@@ -281,24 +267,25 @@ static sc_status_t srs(sd_t *s, uint64_t *fn_p)
 	return take_block(s, w, bi, bv, fn_p);
 }
 
-/* Record: u32 tag, u32 n, idx[n], val[n]. */
-static uint64_t rec_put(uint8_t *p, uint32_t tag, const uint32_t *idx, const float *val,
-			uint64_t n)
+/* Record: u32 tag, u32 n, idx[n], val[n] (in device memory: the header goes from and
+ * comes back to the host). */
+static uint64_t rec_put(scd_scheme_ctx_t *c, uint8_t *p, uint32_t tag, const uint32_t *idx,
+			const float *val, uint64_t n)
 {
 	uint32_t h[2] = {tag, (uint32_t)n};
-	memcpy(p, h, 8);
-	memcpy(p + 8, idx, 4 * n);
-	memcpy(p + 8 + 4 * n, val, 4 * n);
+	c->dev->from_host(p, h, 8);
+	c->dev->copy(p + 8, idx, 4 * n);
+	c->dev->copy(p + 8 + 4 * n, val, 4 * n);
 	return 8 + 8 * n;
 }
 
-static sc_status_t rec_next(const uint8_t *p, uint64_t avail, uint32_t *tag, uint64_t *n,
-			    const uint32_t **idx, const float **val)
+static sc_status_t rec_next(scd_scheme_ctx_t *c, const uint8_t *p, uint64_t avail,
+			    uint32_t *tag, uint64_t *n, const uint32_t **idx, const float **val)
 {
 	uint32_t h[2];
 	if (avail < 8)
 		return SC_ERR_PROTOCOL;
-	memcpy(h, p, 8);
+	c->dev->to_host(h, p, 8);
 	if (avail < 8 + 8 * (uint64_t)h[1])
 		return SC_ERR_PROTOCOL;
 	*tag = h[0];
@@ -308,13 +295,13 @@ static sc_status_t rec_next(const uint8_t *p, uint64_t avail, uint32_t *tag, uin
 	return SC_OK;
 }
 
-/* Byte length of the first cnt records of buf. */
-static uint64_t recs_len(const uint8_t *buf, uint64_t used, uint32_t cnt)
+/* Byte length of the first cnt records of buf (their headers read back). */
+static uint64_t recs_len(scd_scheme_ctx_t *c, const uint8_t *buf, uint64_t used, uint32_t cnt)
 {
 	uint64_t off = 0;
 	for (uint32_t j = 0; j < cnt && off + 8 <= used; j++) {
 		uint32_t h[2];
-		memcpy(h, buf + off, 8);
+		c->dev->to_host(h, buf + off, 8);
 		off += 8 + 8 * (uint64_t)h[1];
 	}
 	return off;
@@ -335,13 +322,14 @@ static sc_status_t rec_index(const sd_t *s, const uint8_t *buf, uint64_t used, u
 			     int by_tag, uint64_t lo, uint64_t hi, rec_t *rec,
 			     uint64_t *total_p)
 {
+	scd_scheme_ctx_t *c = s->c;
 	uint64_t total = 0, off = 0;
 	for (uint32_t g = 0; g < nrec; g++)
 		rec[g].idx = NULL;
 	for (uint32_t j = 0; j < nrec; j++) {
 		uint32_t tag;
 		rec_t r;
-		if (rec_next(buf + off, used - off, &tag, &r.n, &r.idx, &r.val) != SC_OK ||
+		if (rec_next(c, buf + off, used - off, &tag, &r.n, &r.idx, &r.val) != SC_OK ||
 		    tag >= nrec || rec[tag].idx)
 			return scd_scheme_fail(
 			    SC_ERR_PROTOCOL,
@@ -349,15 +337,17 @@ static sc_status_t rec_index(const sd_t *s, const uint8_t *buf, uint64_t used, u
 			    "repeated",
 			    j, nrec);
 		uint64_t rlo = by_tag ? blk_lo(s, tag) : lo,
-			 rhi = by_tag ? blk_lo(s, tag + 1) : hi;
-		for (uint64_t k = 0; k < r.n; k++)
-			if (r.idx[k] < rlo || r.idx[k] >= rhi ||
-			    (k && r.idx[k] <= r.idx[k - 1]))
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "spardl: record of member %u: index %u "
-						       "outside [%llu, %llu) or out of order",
-						       tag, r.idx[k], (unsigned long long)rlo,
-						       (unsigned long long)rhi);
+			 rhi = by_tag ? blk_lo(s, tag + 1) : hi,
+			 k = c->dev->idx_check_range(r.idx, r.n, rlo, rhi);
+		if (k < r.n) {
+			uint32_t i;
+			c->dev->to_host(&i, r.idx + k, 4);
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "spardl: record of member %u: index %u "
+					       "outside [%llu, %llu) or out of order",
+					       tag, i, (unsigned long long)rlo,
+					       (unsigned long long)rhi);
+		}
 		rec[tag] = r;
 		total += r.n;
 		off += 8 + 8 * r.n;
@@ -378,7 +368,7 @@ static sc_status_t bruck(scd_scheme_ctx_t *c, const int *ranks, uint32_t nm, uin
 	sc_status_t st;
 	for (uint32_t have = 1; have < nm; have *= 2) {
 		uint32_t cnt = have < nm - have ? have : nm - have;
-		uint64_t len = recs_len(buf, used, cnt);
+		uint64_t len = recs_len(c, buf, used, cnt);
 		scd_xfer_t snd = {ranks[(me + nm - have) % nm], buf, len},
 			   rcv = {ranks[(me + have) % nm], buf + used, cap - used};
 		size_t got = 0;
@@ -423,33 +413,22 @@ static sc_status_t rsag(sd_t *s, uint64_t *fn_p)
 	for (uint32_t bit = 1; bit < s->d; bit <<= 1) {
 		int partner = team_rank(s, s->t ^ bit, s->w);
 		uint8_t *sb = c->sendbuf.p;
-		memcpy(sb, fi, 4 * fn);
-		memcpy(sb + 4 * fn, fv, 4 * fn);
+		c->dev->copy(sb, fi, 4 * fn);
+		c->dev->copy(sb + 4 * fn, fv, 4 * fn);
 		scd_xfer_t snd = {partner, sb, 8 * fn}, rcv = {partner, c->recvbuf.p, 8 * s->L};
 		size_t got = 0;
 		if ((st = scd_scheme_xchg_v(c, &snd, 1, &rcv, 1, &got)) != SC_OK)
 			return st;
-		uint64_t rn = got / 8, i = 0, j = 0, m = 0;
+		uint64_t rn = got / 8;
 		const uint32_t *ri = c->recvbuf.p;
 		const float *rv = (const float *)((const uint8_t *)c->recvbuf.p + 4 * rn);
-		while (i < fn || j < rn) {
-			if (j >= rn || (i < fn && fi[i] < ri[j])) {
-				mi[m] = fi[i];
-				mv[m++] = fv[i++];
-			} else if (i >= fn || ri[j] < fi[i]) {
-				mi[m] = ri[j];
-				mv[m++] = rv[j++];
-			} else {
-				mi[m] = fi[i];
-				mv[m++] = fv[i++] + rv[j++];
-			}
-		}
-		uint64_t kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
+		uint64_t m = c->dev->coo_merge_sum(fi, fv, fn, ri, rv, rn, mi, mv);
+		uint64_t kept = c->dev->coo_topk(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 		/* 2 bit teams hold this same sum and discard the same values */
 		if ((st = discard(s, mi, mv, kept, m, 1.0f / (float)(2 * bit))) != SC_OK)
 			return st;
-		memcpy(fi, mi, 4 * kept);
-		memcpy(fv, mv, 4 * kept);
+		c->dev->copy(fi, mi, 4 * kept);
+		c->dev->copy(fv, mv, 4 * kept);
 		fn = kept;
 	}
 	*fn_p = fn;
@@ -475,19 +454,19 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	uint64_t fn = *fn_p, hk = (uint64_t)llround(h->h);
 	if (hk < 1)
 		hk = 1;
-	uint64_t kept = scd_scheme_topk_coo(fi, fv, fn, hk, c->hidx.p, c->hval.p);
+	uint64_t kept = c->dev->coo_topk(fi, fv, fn, hk, c->hidx.p, c->hval.p);
 	sc_status_t st = discard(s, fi, fv, kept, fn, 1.0f);
 	if (st != SC_OK)
 		return st;
-	int ranks[s->d];
+	int *ranks = s->ranks;
 	for (uint32_t g = 0; g < s->d; g++)
 		ranks[g] = team_rank(s, g, s->w);
 	uint8_t *buf = c->recvbuf.p;
-	uint64_t used = rec_put(buf, s->t, fi, fv, kept);
+	uint64_t used = rec_put(c, buf, s->t, fi, fv, kept);
 	if ((st = bruck(c, ranks, s->d, s->t, buf, c->recvbuf.cap, &used)) != SC_OK)
 		return st;
 	/* the sum in team order: ((0 + r_0) + r_1) + ..., the bits of W[i] += r_g */
-	rec_t rec[s->d];
+	rec_t *rec = s->rec;
 	uint64_t m = 0, total;
 	if ((st = rec_index(s, buf, used, s->d, 0, blk_lo(s, s->w), blk_lo(s, s->w + 1), rec,
 			    &total)) != SC_OK)
@@ -496,27 +475,22 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	float *tv = c->sval.p;
 	for (uint32_t g = 0; g < s->d; g++) {
 		scd_coo_t r = {(uint32_t *)rec[g].idx, (float *)rec[g].val, rec[g].n, rec[g].n};
-		m = scd_scheme_merge_two(mi, mv, m, &r, ti, tv);
-		memcpy(mi, ti, 4 * m);
-		memcpy(mv, tv, 4 * m);
+		m = c->dev->merge_two(mi, mv, m, &r, ti, tv);
+		c->dev->copy(mi, ti, 4 * m);
+		c->dev->copy(mv, tv, 4 * m);
 	}
-	uint64_t nz = 0;
-	for (uint64_t j = 0; j < m; j++)
-		if (mv[j] != 0) {
-			mi[nz] = mi[j];
-			mv[nz++] = mv[j];
-		}
-	m = nz;
-	kept = scd_scheme_topk_coo(mi, mv, m, s->L, c->hidx.p, c->hval.p);
+	m = c->dev->coo_compact_nonzero(mi, mv, m, mi, mv);
+	kept = c->dev->coo_topk(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 	if (s->res) {
+		/* index i's discard goes to the member of team i mod d: appended to the queue */
 		if ((st = scd_res_reserve(c, m - kept)) != SC_OK)
 			return st;
-		for (uint64_t j = kept; j < m; j++)
-			if (mi[j] % s->d == s->t)
-				scd_res_push(c, mi[j], mv[j]);
+		c->rq_n += c->dev->coo_filter_mod(mi + kept, mv + kept, m - kept, s->d, s->t,
+						  (uint32_t *)c->rq_idx.p + c->rq_n,
+						  (float *)c->rq_val.p + c->rq_n);
 	}
-	memcpy(fi, mi, 4 * kept);
-	memcpy(fv, mv, 4 * kept);
+	c->dev->copy(fi, mi, 4 * kept);
+	c->dev->copy(fv, mv, 4 * kept);
 	*fn_p = kept;
 	h_adjust(h, m, (double)s->L, lo, hi);
 	return SC_OK;
@@ -535,19 +509,19 @@ static sc_status_t spardl_output(sd_t *s, scd_scheme_io_t *io, const uint8_t *bu
 		return st;
 	int sparse = scd_scheme_sparse_out(io, total);
 	if (!sparse)
-		memset(io->data, 0, 4 * s->numel);
+		c->dev->clear(io->data, 4 * s->numel);
 	uint64_t w = 0;
 	for (uint32_t b = 0; b < s->Q; b++) {
 		uint64_t n = rec[b].n;
 		const uint32_t *ri = rec[b].idx;
 		const float *rv = rec[b].val;
 		if (sparse) {
-			memcpy(io->out->idx + w, ri, 4 * n);
-			memcpy(io->out->val + w, rv, 4 * n);
+			c->dev->copy(io->out->idx + w, ri, 4 * n);
+			c->dev->copy(io->out->val + w, rv, 4 * n);
 			w += n;
 		} else {
-			for (uint64_t j = 0; j < n; j++)
-				io->data[ri[j]] = rv[j];
+			scd_coo_t r = {(uint32_t *)ri, (float *)rv, n, n};
+			c->dev->coo_scatter(io->data, &r);
 		}
 	}
 	if (sparse) {
@@ -557,17 +531,17 @@ static sc_status_t spardl_output(sd_t *s, scd_scheme_io_t *io, const uint8_t *bu
 	return SC_OK;
 }
 
-sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint32_t P = (uint32_t)c->size, me = (uint32_t)c->rank;
 	uint64_t numel = c->cfg.numel;
 	uint32_t H = hist_ranges(numel, P);
 	sc_status_t st = scd_scheme_local_coo(c, io);
-	if (st != SC_OK || (st = scd_ws_reserve(&c->fscratch, 8 * (uint64_t)H)) != SC_OK)
+	if (st != SC_OK || (st = scd_ws_reserve(&c->ctl, 16 * (uint64_t)H)) != SC_OK)
 		return st;
-	local_hist(&c->local, numel, H, c->fscratch.p);
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_SPARDL, c->local.nnz, c->fscratch.p, H)) !=
-	    SC_OK)
+	uint64_t *hist = c->ctl.p;
+	local_hist(c, &c->local, numel, H, hist, hist + H);
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_SPARDL, c->local.nnz, hist, H)) != SC_OK)
 		return st;
 	uint64_t k = c->cfg.density > 0 ? scd_density_to_k(c->cfg.density, numel)
 					: (c->total_nnz + P - 1) / P;
@@ -584,14 +558,17 @@ sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	uint64_t bag = (uint64_t)s.Q * s.L + 2 * s.L + 2;
 	uint64_t held = nl + bag, list = held > s.d * s.L ? held : s.d * s.L;
 	uint64_t msg = (uint64_t)(s.Q > s.d ? s.Q : s.d) * rec + 8 * bag;
-	uint64_t blocks = 8 * (3 * (uint64_t)s.Q + 1) + s.Q; /* boff, blen, bnd, held */
+	/* host tables: boff, blen, bnd, the blocks' ends, runs, records, ranks, held */
+	uint64_t M = s.Q > s.d ? s.Q : s.d;
+	uint64_t tabs = 8 * (4 * (uint64_t)s.Q + 1) + sizeof(scd_run_t) * (s.Q + 1) +
+			(sizeof(rec_t) + sizeof(int)) * M + s.Q;
 	/* the contribution's blocks: slices of its (ascending) list, copied into the arena
 	 * first (the list may be lidx, which the bags use, or io->out's arrays) */
 	if ((st = scd_ws_reserve(&c->ridx, 4 * list)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->rval, 4 * list)) != SC_OK)
 		return st;
-	memcpy(c->ridx.p, c->local.idx, 4 * nl);
-	memcpy(c->rval.p, c->local.val, 4 * nl);
+	c->dev->copy(c->ridx.p, c->local.idx, 4 * nl);
+	c->dev->copy(c->rval.p, c->local.val, 4 * nl);
 	if ((st = scd_ws_reserve(&c->aidx, 4 * list)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->aval, 4 * list)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->hidx, 4 * list)) != SC_OK ||
@@ -602,18 +579,24 @@ sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	    (st = scd_ws_reserve(&c->lval, 4 * bag)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->sendbuf, msg)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->recvbuf, msg)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->fscratch, blocks)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->ctl, tabs)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->xb, sizeof(rec_t) * (uint64_t)(s.Q + 1))) != SC_OK)
 		return st;
-	s.boff = c->fscratch.p;
+	s.boff = c->ctl.p;
 	s.blen = s.boff + s.Q;
 	s.bnd = s.blen + s.Q;
-	s.held = (uint8_t *)(s.bnd + s.Q + 1);
+	uint64_t *bend = s.bnd + s.Q + 1;
+	s.runs = (scd_run_t *)(bend + s.Q);
+	s.rec = (rec_t *)(s.runs + s.Q + 1);
+	s.ranks = (int *)(s.rec + M);
+	s.held = (uint8_t *)(s.ranks + M);
 	c->imbalance = cut_blocks(&s, H, k);
-	for (uint64_t b = 0, j = 0, e; b < s.Q; b++, j = e) {
-		e = scd_lower_bound(c->ridx.p, nl, blk_lo(&s, (uint32_t)b + 1));
+	/* the contribution's blocks: where each block's list ends */
+	uint64_t whole[2] = {0, nl};
+	c->dev->lower_bounds(c->ridx.p, whole, 1, s.bnd + 1, s.Q, bend);
+	for (uint64_t b = 0, j = 0; b < s.Q; j = bend[b++]) {
 		s.boff[b] = j;
-		s.blen[b] = e - j;
+		s.blen[b] = bend[b] - j;
 		s.held[b] = 1;
 	}
 	uint64_t fn = 0;
@@ -625,12 +608,92 @@ sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return st;
 	}
 	/* Bruck all-gather of the blocks inside the team */
-	int ranks[s.Q];
+	int *ranks = s.ranks;
 	for (uint32_t q = 0; q < s.Q; q++)
 		ranks[q] = team_rank(&s, s.t, q);
 	uint8_t *buf = c->recvbuf.p;
-	uint64_t used = rec_put(buf, s.w, c->lidx.p, c->lval.p, fn);
+	uint64_t used = rec_put(c, buf, s.w, c->lidx.p, c->lval.p, fn);
 	if ((st = bruck(c, ranks, s.Q, s.w, buf, c->recvbuf.cap, &used)) != SC_OK)
 		return st;
 	return spardl_output(&s, io, buf, used);
 }
+
+/* ---- cost and descriptor ------------------------------------------------------------- */
+
+/* k = d_G U values per rank. Without teams (d <= 1): 2 ceil(log2 P) rounds; 4 (P-1)/P k
+ * elements of 4 bytes (SparDL eq. 4). Teams d > 1: R-SAG eq. (7) when d is a power of
+ * two, else the B-SAG eq. (10) upper bound. */
+static scd_cost_t spardl_model(const scd_cost_in_t *in)
+{
+	double P = in->P, k = scd_cost_nnz(in), d = in->teams > 1 ? in->teams : 1;
+	if (d <= 1)
+		return scd_cost_make(in, 2.0 * scd_ceil_log2(in->P), 4 * 4 * k * (P - 1) / P);
+	uint32_t l_pd = scd_ceil_log2((uint32_t)ceil(P / d)), l_d = scd_ceil_log2((uint32_t)d);
+	int pow2 = ((uint32_t)d & ((uint32_t)d - 1)) == 0;
+	double elems = pow2 ? 2 * k * ((2 * P - 2 * d) / P + d / P * log2(d))
+			    : 2 * k * (d * d + 2 * P - 3 * d) / P;
+	return scd_cost_make(in, 2.0 * l_pd + l_d, 4 * elems);
+}
+
+/* The largest divisor of P that is <= d (1 at least). */
+static uint32_t divisor_at_most(uint32_t P, uint32_t d)
+{
+	if (d > P)
+		d = P;
+	while (d > 1 && P % d)
+		d--;
+	return d ? d : 1;
+}
+
+/* The model with d teams at the density the scheme runs with (cfg.density, if set). */
+static scd_cost_t spardl_cost_teams(const scd_scheme_ctx_t *c, const scd_cost_in_t *base,
+				    uint32_t d)
+{
+	scd_cost_in_t in = *base;
+	if (c->cfg.density > 0)
+		in.density = c->cfg.density;
+	in.teams = d;
+	return spardl_model(&in);
+}
+
+/* cfg.spardl_teams (its largest divisor of P), else the divisor of P with the lowest
+ * cost (ties: the fewest teams). */
+static uint32_t spardl_best_teams(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	uint32_t P = in->P;
+	if (c->cfg.spardl_teams)
+		return divisor_at_most(P, c->cfg.spardl_teams);
+	uint32_t best = 1;
+	double bs = spardl_cost_teams(c, in, 1).seconds;
+	for (uint32_t d = 2; d <= P; d++) {
+		if (P % d)
+			continue;
+		double s = spardl_cost_teams(c, in, d).seconds;
+		if (s < bs) {
+			bs = s;
+			best = d;
+		}
+	}
+	return best;
+}
+
+uint32_t scd_scheme_spardl_teams(const scd_scheme_ctx_t *c, double density)
+{
+	scd_scheme_profile_t pf = {.density = density, .gamma_n = c->size, .skew = 1};
+	scd_cost_in_t in = scd_scheme_cost_in(c, &pf, c->alpha_s, c->beta_s);
+	return spardl_best_teams(c, &in);
+}
+
+/* With the team count it will run with. */
+static scd_cost_t spardl_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	return spardl_cost_teams(c, in, spardl_best_teams(c, in));
+}
+
+const scd_scheme_desc_t scd_scheme_spardl_desc = {
+    .name = "spardl",
+    .uses = SCD_COST_DENSITY,
+    .run = scd_scheme_spardl,
+    .model = spardl_model,
+    .cost = spardl_cost,
+};

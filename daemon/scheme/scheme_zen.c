@@ -36,6 +36,7 @@
  */
 #include "scheme/scheme_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 /* The partition lists (shared, built once per numel, P and seed) and room for a push of
@@ -108,8 +109,8 @@ static sc_status_t bp_aggregate_room(scd_scheme_ctx_t *c, uint64_t mysize)
 	    (st = scd_ws_reserve(&c->bp_touch, 8 * scd_fmt_bitmap_words(mysize) + 8)) != SC_OK)
 		return st;
 	if (c->bp_dirty) {
-		memset(c->bp_agg.p, 0, c->bp_agg.cap);
-		memset(c->bp_touch.p, 0, c->bp_touch.cap);
+		c->dev->clear(c->bp_agg.p, c->bp_agg.cap);
+		c->dev->clear(c->bp_touch.p, c->bp_touch.cap);
 		c->bp_dirty = 0;
 	}
 	return SC_OK;
@@ -142,6 +143,7 @@ typedef struct bp {
 	uint64_t *pull_off;  /* [K + 1] */
 	uint64_t *pull_len;  /* [K] */
 	uint64_t uni, outn;  /* sparse: room and use of io->out */
+	scd_coo_t *lists;    /* [P]: a range's decoded segments (sparse) */
 } bp_t;
 
 static uint64_t *bp_at(const bp_t *b, uint64_t *a, int p)
@@ -211,6 +213,10 @@ static sc_status_t bp_encode(bp_t *b, uint32_t k)
 	if (st != SC_OK)
 		return scd_scheme_work_fail(c, st, "balanced_par: hash bitmap of partition %d",
 					    me);
+	/* the transport reads the segment once it is released: the device's work is done */
+	if ((st = c->dev->sync()) != SC_OK)
+		return scd_scheme_work_fail(c, st, "balanced_par: %s device failed encoding "
+						   "partition %d", c->dev->name, me);
 	b->pull_len[k] = bytes;
 	for (int p = 0; p < c->size; p++) /* release the range to every other rank */
 		if (p != me)
@@ -242,7 +248,7 @@ static int bp_work(void *arg)
 		}
 		return 1;
 	}
-	if (!b->sparse && scd_clear_slice(b->io->data, c->cfg.numel, &b->clr))
+	if (!b->sparse && scd_clear_slice(c->dev, b->io->data, c->cfg.numel, &b->clr))
 		return 1;
 	if (b->kp == b->K)
 		return 0;
@@ -260,7 +266,7 @@ static sc_status_t bp_decode(bp_t *b, uint32_t k)
 	int P = c->size, me = c->rank;
 	const size_t *rb = c->xb.p;
 	const scd_xfer_t *rv = c->xr.p;
-	scd_coo_t lists[P];
+	scd_coo_t *lists = b->lists;
 	uint64_t off = 0;
 	sc_status_t st = SC_OK;
 	for (int p = 0; p < P && st == SC_OK; p++) {
@@ -291,7 +297,7 @@ static sc_status_t bp_decode(bp_t *b, uint32_t k)
 	return SC_OK;
 }
 
-sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
@@ -306,8 +312,8 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 					  &c->local.nnz, 1)) != SC_OK)
 			return st;
 		c->imbalance = 1;
-			scd_coo_t own = c->local;
-		memset(io->data, 0, 4 * numel);
+		scd_coo_t own = c->local;
+		c->dev->clear(io->data, 4 * numel);
 		c->dev->coo_scatter_add(io->data, &own);
 		return SC_OK;
 	}
@@ -316,29 +322,41 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if ((st = c->dev->partition_coo(&c->map->fn, &c->local, &out, off)) != SC_OK)
 		return scd_scheme_fail(st, "balanced_par: push of %llu non-zeros",
 				       (unsigned long long)c->local.nnz);
-	/* ranges: of every push list and of every I_p; counts per partition and range */
+	/* ranges: of every push list and of every I_p; counts per partition and range (the
+	 * run's tables, host memory: the context's ctl) */
 	uint32_t K = bp_chunks(c);
-	uint64_t cut[P * (K + 1)], seg[P * (K + 1)], parts[P * K];
-	bp_t b = {.c = c, .io = io, .K = K, .out = &out, .cut = cut, .seg = seg};
+	size_t PK1 = (size_t)P * (K + 1), PK = (size_t)P * K;
+	if ((st = scd_ws_reserve(&c->ctl, 8 * (2 * PK1 + 2 * PK + (size_t)P + 3 * (size_t)K + 2) +
+						  sizeof(scd_coo_t) * (size_t)P)) != SC_OK)
+		return st;
+	uint64_t *cut = c->ctl.p, *seg = cut + PK1, *parts = seg + PK1, *pullmax = parts + PK,
+		 *load = pullmax + PK, *pull_off = load + P, *pull_len = pull_off + K + 1,
+		 *edge = pull_len + K;
+	bp_t b = {.c = c,
+		  .io = io,
+		  .K = K,
+		  .out = &out,
+		  .cut = cut,
+		  .seg = seg,
+		  .lists = (scd_coo_t *)(edge + K + 1)};
+	for (uint32_t k = 0; k <= K; k++)
+		edge[k] = numel * k / K;
+	/* the range edges' positions in every I_p and in every push list */
+	c->dev->lower_bounds(c->map->list, c->map->offset, (uint32_t)P, edge, K + 1, seg);
+	c->dev->lower_bounds(out.idx, off, (uint32_t)P, edge, K + 1, cut);
 	for (int p = 0; p < P; p++) {
-		const uint32_t *I = c->map->list + c->map->offset[p];
-		uint64_t n = scd_partmap_size(c->map, (uint32_t)p), m = off[p + 1] - off[p];
-		for (uint32_t k = 0; k <= K; k++) {
-			uint64_t B = numel * k / K;
-			bp_at(&b, seg, p)[k] = scd_lower_bound(I, n, B);
-			bp_at(&b, cut, p)[k] = off[p] + scd_lower_bound(out.idx + off[p], m, B);
-		}
+		for (uint32_t k = 0; k <= K; k++)
+			bp_at(&b, cut, p)[k] += off[p];
 		for (uint32_t k = 0; k < K; k++)
 			parts[(size_t)p * K + k] = bp_at(&b, cut, p)[k + 1] - bp_at(&b, cut, p)[k];
 	}
 	if ((st = scd_scheme_meta(c, SCD_SCHEME_BALANCED_PAR, out.nnz, parts, (uint32_t)(P * K))) !=
 	    SC_OK)
 		return st;
-	uint64_t load[P];
 	c->imbalance = server_imbalance(c, load);
 
 	/* sizes: the push's receives, my hash bitmap's segments, the pull's receives */
-	uint64_t recv_push = 0, recv_pull = 0, pull_off[K + 1], pull_len[K], uni = 0;
+	uint64_t recv_push = 0, recv_pull = 0, uni = 0;
 	pull_off[0] = 0;
 	for (uint32_t k = 0; k < K; k++) {
 		uint64_t sz = bp_at(&b, seg, me)[k + 1] - bp_at(&b, seg, me)[k];
@@ -346,7 +364,6 @@ sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	/* pullmax[p][k]: the most non-zeros server p's segment k can hold (its load there,
 	 * capped by the segment's slots), which sizes its receive */
-	uint64_t pullmax[P * K];
 	for (int p = 0; p < P; p++)
 		for (uint32_t k = 0; k < K; k++) {
 			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k], l = 0;
@@ -446,32 +463,7 @@ static void omni_range(const omni_t *o, int p, uint64_t *lo, uint64_t *hi)
 	*hi = b1 * o->B < o->numel ? b1 * o->B : o->numel;
 }
 
-/* Applies block records over a range of len elements: dst += (add) or dst = records. */
-static sc_status_t omni_apply(const void *buf, uint64_t bytes, uint32_t B, uint64_t len,
-			      float *dst, int add)
-{
-	uint64_t rec = 4 + 4 * (uint64_t)B, nb = (len + B - 1) / B;
-	if (bytes % rec)
-		return SC_ERR_PROTOCOL;
-	const uint8_t *p = buf;
-	for (uint64_t r = 0; r < bytes / rec; r++, p += rec) {
-		uint32_t id;
-		memcpy(&id, p, 4);
-		if (id >= nb)
-			return SC_ERR_PROTOCOL;
-		uint64_t lo = (uint64_t)id * B, n = len - lo < B ? len - lo : B;
-		const float *v = (const float *)(p + 4);
-		float *d = dst + lo;
-		if (add)
-			for (uint64_t i = 0; i < n; i++)
-				d[i] += v[i];
-		else
-			memcpy(d, v, 4 * n);
-	}
-	return SC_OK;
-}
-
-sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+static sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	omni_t o = {.numel = c->cfg.numel, .B = c->cfg.omni_block, .P = P};
@@ -481,12 +473,14 @@ sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	scd_scheme_densify(c, io);
 	uint64_t lo, hi, mylo, myhi;
 	omni_range(&o, me, &mylo, &myhi);
-	uint64_t mylen = myhi - mylo, myblocks = (mylen + o.B - 1) / o.B;
+	uint64_t mylen = myhi - mylo;
 	if ((st = scd_ws_reserve(&c->sendbuf, (o.nb + P) * rec)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->fscratch, 4 * mylen + 4)) != SC_OK)
+	    (st = scd_ws_reserve(&c->fscratch, 4 * mylen + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->ctl, 8 * (3 * (size_t)P + 1))) != SC_OK)
 		return st;
-	/* encode every other range's non-zero blocks, back to back */
-	uint64_t parts[P], soff[P + 1], used = 0;
+	/* encode every other range's non-zero blocks, back to back (counts and offsets: host
+	 * tables in the context's ctl) */
+	uint64_t *parts = c->ctl.p, *soff = parts + P, *load = soff + P + 1, used = 0;
 	for (int p = 0; p < P; p++) {
 		soff[p] = used;
 		parts[p] = 0;
@@ -504,20 +498,9 @@ sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	}
 	soff[P] = used;
 	/* my own range's block count (for the servers' loads) */
-	{
-		const float *g = io->data + mylo;
-		for (uint64_t b = 0; b < myblocks; b++) {
-			uint64_t n = mylen - b * o.B < o.B ? mylen - b * o.B : o.B;
-			for (uint64_t i = 0; i < n; i++)
-				if (g[b * o.B + i] != 0) {
-					parts[me]++;
-					break;
-				}
-		}
-	}
+	parts[me] = c->dev->blocks_count_dense(io->data + mylo, mylen, o.B);
 	if ((st = scd_scheme_meta(c, SCD_SCHEME_OMNIREDUCE, nnz, parts, (uint32_t)P)) != SC_OK)
 		return st;
-	uint64_t load[P];
 	c->imbalance = server_imbalance(c, load);
 	uint64_t recv_push = 0, recv_pull = 0;
 	for (int q = 0; q < P; q++) {
@@ -547,17 +530,18 @@ sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		return st;
 	/* aggregate my range in rank order */
 	float *R = c->fscratch.p;
-	memset(R, 0, 4 * mylen);
+	c->dev->clear(R, 4 * mylen);
 	for (int q = 0, j = 0; q < P; q++) {
 		if (q == me) {
 			c->dev->reduce_sum(R, io->data + mylo, mylen);
 			continue;
 		}
-		if ((st = omni_apply(c->recvs[j].buf, c->rbytes[j], o.B, mylen, R, 1)) != SC_OK)
+		if ((st = c->dev->blocks_apply(c->recvs[j].buf, c->rbytes[j], o.B, mylen, R, 1)) !=
+		    SC_OK)
 			return scd_scheme_fail(st, "omnireduce: bad blocks from rank %d", q);
 		j++;
 	}
-	memcpy(io->data + mylo, R, 4 * mylen);
+	c->dev->copy(io->data + mylo, R, 4 * mylen);
 	if (P == 1)
 		return SC_OK;
 	/* pull: my aggregated range to everyone */
@@ -584,11 +568,88 @@ sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		if (p == me)
 			continue;
 		omni_range(&o, p, &lo, &hi);
-		memset(io->data + lo, 0, 4 * (hi - lo));
-		if ((st = omni_apply(c->recvs[j].buf, c->rbytes[j], o.B, hi - lo, io->data + lo,
-				     0)) != SC_OK)
+		c->dev->clear(io->data + lo, 4 * (hi - lo));
+		if ((st = c->dev->blocks_apply(c->recvs[j].buf, c->rbytes[j], o.B, hi - lo,
+					       io->data + lo, 0)) != SC_OK)
 			return scd_scheme_fail(st, "omnireduce: bad aggregate from rank %d", p);
 		j++;
 	}
 	return SC_OK;
 }
+
+/* ---- descriptors --------------------------------------------------------------------- */
+
+/* 2(P-1) rounds; push (P-1) msg(COO, k/P, U/P) + pull (P-1) msg(f, gamma_n k/P, U/P), each
+ * times the hash imbalance of Theorem 2 (ZEN eq. 1 with its rounds); a bitmap pull is a
+ * hash bitmap. */
+static scd_cost_t balanced_par_model(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in),
+	       union_nnz = in->gamma_n * k;
+	if (union_nnz > U)
+		union_nnz = U;
+	double push = (P - 1) * scd_cost_msg_bytes(SCD_FMT_COO, k / P, U / P) *
+		      scd_cost_hash_imbalance(in->P, k);
+	scd_format_t pf = in->format == SCD_FMT_BITMAP ? SCD_FMT_HASH_BITMAP : in->format;
+	double pull = (P - 1) * scd_cost_msg_bytes(pf, union_nnz / P, U / P) *
+		      scd_cost_hash_imbalance(in->P, union_nnz);
+	return scd_cost_make(in, 2 * (P - 1), push + pull);
+}
+
+/* It pulls hash bitmaps. */
+static scd_cost_t balanced_par_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	scd_cost_in_t x = *in;
+	x.format = SCD_FMT_HASH_BITMAP;
+	return balanced_par_model(&x);
+}
+
+const scd_scheme_desc_t scd_scheme_balanced_par_desc = {
+    .name = "balanced_par",
+    .lossless = 1,
+    .uses = SCD_COST_DENSITY | SCD_COST_GAMMA,
+    .run = scd_scheme_balanced_par,
+    .model = balanced_par_model,
+    .cost = balanced_par_cost,
+};
+
+/* The fraction of blocks of B elements with a non-zero at density dens (placed
+ * independently): 1 - (1 - dens)^B. */
+static double omni_block_fraction(double dens, uint32_t B)
+{
+	if (dens >= 1)
+		return 1;
+	return 1 - pow(1 - dens, B);
+}
+
+/* 2(P-1) rounds; range partitions (times the skew), non-zero blocks of B elements: push
+ * (P-1) (U/PB) f(d) (4 + 4B), pull the same at f(gamma_n d), f the block fraction. */
+static scd_cost_t omnireduce_model(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel, d = in->density > 1 ? 1 : in->density;
+	double B = in->block ? in->block : 256;
+	double gd = in->gamma_n * d > 1 ? 1 : in->gamma_n * d;
+	double per_block = 4 + 4 * B, blocks = U / (P * B);
+	double push =
+	    (P - 1) * blocks * omni_block_fraction(d, (uint32_t)B) * per_block * in->skew;
+	double pull =
+	    (P - 1) * blocks * omni_block_fraction(gd, (uint32_t)B) * per_block * in->skew;
+	return scd_cost_make(in, 2 * (P - 1), push + pull);
+}
+
+/* Its blocks are cfg.omni_block elements. */
+static scd_cost_t omnireduce_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+{
+	scd_cost_in_t x = *in;
+	x.block = c->cfg.omni_block;
+	return omnireduce_model(&x);
+}
+
+const scd_scheme_desc_t scd_scheme_omnireduce_desc = {
+    .name = "omnireduce",
+    .lossless = 1,
+    .uses = SCD_COST_DENSITY | SCD_COST_GAMMA | SCD_COST_SKEW,
+    .run = scd_scheme_omnireduce,
+    .model = omnireduce_model,
+    .cost = omnireduce_cost,
+};

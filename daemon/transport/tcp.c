@@ -82,8 +82,6 @@ static const char *refusal_text(uint32_t code)
 	}
 }
 
-static const scd_transport_ops_t tcp_ops;
-
 /* ---- helpers shared with tcp_ring.c ------------------------------------------------- */
 
 int64_t scd_tcp_now_ms(void)
@@ -257,9 +255,11 @@ static void encode_hello(unsigned char *b, uint32_t code, uint64_t world_id, int
 	put32(b + 20, (uint32_t)size);
 }
 
-/* Moves exactly len bytes on a nonblocking socket before deadline_ms. Returns 0, or -1
- * with *err_p = errno, ETIMEDOUT, or 0 for an orderly close by the peer. */
-static int io_full(int fd, void *buf, size_t len, int sending, int64_t deadline_ms, int *err_p)
+/* Moves exactly len bytes on a nonblocking socket before deadline_ms. Returns SC_OK, or
+ * SC_ERR_PEER (*err_p = 0: an orderly close by the peer), SC_ERR_TIMEOUT (*err_p =
+ * ETIMEDOUT) or SC_ERR_SYSTEM (*err_p = errno). */
+static sc_status_t io_full(int fd, void *buf, size_t len, int sending, int64_t deadline_ms,
+			   int *err_p)
 {
 	size_t done = 0;
 	while (done < len) {
@@ -271,26 +271,26 @@ static int io_full(int fd, void *buf, size_t len, int sending, int64_t deadline_
 		}
 		if (n == 0) {
 			*err_p = 0;
-			return -1;
+			return SC_ERR_PEER;
 		}
 		if (errno == EINTR)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK) {
 			*err_p = errno;
-			return -1;
+			return SC_ERR_SYSTEM;
 		}
 		int64_t left = deadline_ms - scd_tcp_now_ms();
 		if (left <= 0) {
 			*err_p = ETIMEDOUT;
-			return -1;
+			return SC_ERR_TIMEOUT;
 		}
 		struct pollfd p = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
 		if (poll(&p, 1, (int)left) < 0 && errno != EINTR) {
 			*err_p = errno;
-			return -1;
+			return SC_ERR_SYSTEM;
 		}
 	}
-	return 0;
+	return SC_OK;
 }
 
 sc_status_t scd_tcp_listen(const char *bind_addr, uint16_t port, int *fd_p, uint16_t *port_p)
@@ -400,8 +400,8 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 
 	unsigned char b[TCP_HELLO_BYTES];
 	encode_hello(b, TCP_PROTOCOL, t->world_id, t->base.rank, t->base.size);
-	if (io_full(fd, b, sizeof(b), 1, deadline_ms, &err) < 0 ||
-	    io_full(fd, b, sizeof(b), 0, deadline_ms, &err) < 0) {
+	if (io_full(fd, b, sizeof(b), 1, deadline_ms, &err) != SC_OK ||
+	    io_full(fd, b, sizeof(b), 0, deadline_ms, &err) != SC_OK) {
 		if (err == 0)
 			err = ECONNRESET;
 		goto err_close;
@@ -650,7 +650,7 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 	scd_tcp_t *t = calloc(1, sizeof(*t));
 	if (!t)
 		goto err_listen;
-	t->base = (scd_transport_t){.ops = &tcp_ops, .rank = rank, .size = size};
+	t->base = (scd_transport_t){.ops = &scd_transport_tcp_ops, .rank = rank, .size = size};
 	t->world_id = world_id;
 	t->fds = malloc(sizeof(int) * (size_t)size);
 	for (int p = 0; t->fds && p < size; p++)
@@ -687,11 +687,11 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 	for (int p = 0; p < rank; p++) {
 		status = connect_peer(t, p, addrs[p], ports[p], deadline_ms);
 		if (status != SC_OK)
-			goto err_log;
+			goto err_free;
 	}
 	status = accept_peers(t, listen_fd, deadline_ms);
 	if (status != SC_OK)
-		goto err_log;
+		goto err_free;
 	if (listen_fd >= 0)
 		close(listen_fd);
 	scd_info(SCD_SUB_TRANSPORT, "rank %d: tcp mesh of %d ranks ready (scratch %zu KiB)",
@@ -699,13 +699,12 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 	*t_p = &t->base;
 	return SC_OK;
 
-err_log:
-	scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", rank, scd_transport_error());
 err_free:
 	tcp_destroy(&t->base);
 err_listen:
 	if (listen_fd >= 0)
 		close(listen_fd);
+	scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", rank, scd_transport_error());
 	return status;
 }
 
@@ -714,8 +713,116 @@ static void tcp_counters(const scd_transport_t *tr, scd_transport_counters_t *c_
 	*c_p = ((const scd_tcp_t *)tr)->ctr;
 }
 
-static const scd_transport_ops_t tcp_ops = {
+/* ---- the backend's world formation ----------------------------------------------------- */
+
+/* The endpoint: the listening socket, open from prepare until create takes it over. The
+ * blob is the port (16 bits, little-endian) followed by the address's bytes (no NUL). */
+typedef struct tcp_endpoint {
+	scd_transport_endpoint_t base;
+	int fd;
+} tcp_endpoint_t;
+
+#define TCP_ADDR_MAX 64 /* bytes of an address in a blob, NUL included */
+
+static sc_status_t tcp_describe(const void *blob, size_t len, char *addr, size_t addr_len,
+				uint16_t *port_p)
+{
+	const unsigned char *b = blob;
+	if (len < 2 || len - 2 >= TCP_ADDR_MAX || (len > 2 && memchr(b + 2, 0, len - 2)))
+		return SC_ERR_PROTOCOL;
+	if (addr_len)
+		snprintf(addr, addr_len, "%.*s", (int)(len - 2), (const char *)b + 2);
+	*port_p = (uint16_t)(b[0] | b[1] << 8);
+	return SC_OK;
+}
+
+static sc_status_t tcp_prepare(const scd_transport_cfg_t *cfg, scd_transport_endpoint_t **ep_p)
+{
+	const char *addr = cfg->addr ? cfg->addr : "";
+	size_t alen = strlen(addr);
+	if (alen >= TCP_ADDR_MAX) {
+		scd_transport_set_error("tcp: address '%s' is longer than %d bytes", addr,
+					TCP_ADDR_MAX - 1);
+		scd_error(SCD_SUB_TRANSPORT, "%s", scd_transport_error());
+		return SC_ERR_INVALID;
+	}
+	tcp_endpoint_t *ep = calloc(1, sizeof(*ep));
+	if (!ep) {
+		scd_transport_set_error("tcp: out of memory");
+		scd_error(SCD_SUB_TRANSPORT, "%s", scd_transport_error());
+		return SC_ERR_NOMEM;
+	}
+	uint16_t port = 0;
+	sc_status_t st = scd_tcp_listen(addr, cfg->port, &ep->fd, &port); /* logs a failure */
+	if (st != SC_OK) {
+		free(ep);
+		return st;
+	}
+	ep->base.ops = &scd_transport_tcp_ops;
+	ep->base.blob[0] = (unsigned char)(port & 0xff);
+	ep->base.blob[1] = (unsigned char)(port >> 8);
+	memcpy(ep->base.blob + 2, addr, alen);
+	ep->base.blob_len = 2 + alen;
+	*ep_p = &ep->base;
+	return SC_OK;
+}
+
+static void tcp_release(scd_transport_endpoint_t *base)
+{
+	tcp_endpoint_t *ep = (tcp_endpoint_t *)base;
+	if (ep->fd >= 0)
+		close(ep->fd);
+	free(ep);
+}
+
+static sc_status_t tcp_create_from(scd_transport_boot_t *b, size_t scratch_bytes,
+				   int timeout_ms, scd_transport_t **t_p)
+{
+	tcp_endpoint_t *ep = (tcp_endpoint_t *)b->ep;
+	int fd = ep->fd;
+	ep->fd = -1;
+	tcp_release(&ep->base);
+	b->ep = NULL;
+	/* Only the lower ranks' blobs are needed: the higher ranks connect to this one. */
+	int n = b->rank > 0 ? b->rank : 1;
+	char(*addrs)[TCP_ADDR_MAX] = calloc((size_t)n, TCP_ADDR_MAX);
+	const char **addr_p = calloc((size_t)n, sizeof(*addr_p));
+	uint16_t *ports = calloc((size_t)n, sizeof(*ports));
+	sc_status_t st = SC_OK;
+	if (!addrs || !addr_p || !ports) {
+		scd_transport_set_error("tcp: out of memory");
+		st = SC_ERR_NOMEM;
+	}
+	for (int r = 0; st == SC_OK && r < b->rank; r++) {
+		if (tcp_describe(b->blobs[r].data, b->blobs[r].len, addrs[r], TCP_ADDR_MAX,
+				 &ports[r]) != SC_OK) {
+			scd_transport_set_error(
+			    "rank %d: malformed tcp bootstrap blob (%zu bytes)", r,
+			    b->blobs[r].len);
+			st = SC_ERR_PROTOCOL;
+		}
+		addr_p[r] = addrs[r];
+	}
+	if (st == SC_OK) /* takes fd over, and logs a failure */
+		st = scd_tcp_create(fd, b->rank, b->size, addr_p, ports, b->world_id,
+				    scratch_bytes, timeout_ms, t_p);
+	else {
+		close(fd);
+		scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", b->rank,
+			  scd_transport_error());
+	}
+	free(addrs);
+	free(addr_p);
+	free(ports);
+	return st;
+}
+
+const scd_transport_ops_t scd_transport_tcp_ops = {
     .name = "tcp",
+    .prepare = tcp_prepare,
+    .create = tcp_create_from,
+    .release = tcp_release,
+    .describe = tcp_describe,
     .exchange = scd_tcp_exchange,
     .exchange_v = scd_tcp_exchange_v,
     .allreduce_f32 = scd_tcp_allreduce_f32,

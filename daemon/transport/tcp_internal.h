@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "transport/tcp.h"
 #include "transport/transport.h"
 
 /* The ring receives at most this many bytes per recv(2) before it reduces them, so the

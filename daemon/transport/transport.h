@@ -1,11 +1,34 @@
 /*
  * transport.h: bytes between daemons (layer 2). One ops table per backend (tcp here; nccl
- * on GPU nodes, a later issue), reached through the inline wrappers below.
+ * on GPU nodes, a later issue), filled with designated initializers, reached through a
+ * registry indexed by scd_transport_kind_t (scd_transport_get; scd_transport_lookup for a
+ * configured name) and the inline wrappers below. A backend that is not built reports
+ * SC_ERR_UNSUPPORTED. Nothing outside transport/ names a backend: the daemon picks one by
+ * the `transport` key and handles its endpoint and bootstrap blobs as opaque values.
+ *
+ * Forming a transport takes two steps around world formation (docs/design.md):
+ *   1. prepare, before the world forms: the backend opens this rank's endpoint (tcp: the
+ *      listening socket) and describes it in an opaque bootstrap blob (tcp: address and
+ *      port) of at most SCD_TRANSPORT_BLOB_MAX bytes;
+ *   2. world formation carries every rank's blob, with the backend's name, to every rank
+ *      (a rank whose backend differs is refused, naming it); create then builds the mesh
+ *      from this rank's endpoint and every rank's blob (scd_transport_boot_t).
  *
  * A transport is a full mesh between the P daemons of a world, built once the world has
  * formed, and used by one thread at a time (the engine). Every call has a timeout and on
  * failure leaves a message in scd_transport_error() that names the peer rank and the cause
- * (e.g. "rank 2: connection reset by peer", "rank 3: no data for 30000 ms").
+ * (e.g. "rank 2: connection reset by peer", "rank 3: no data for 30000 ms"). A backend
+ * logs each failure once, where it detects it; callers pass the status up without logging
+ * it again.
+ *
+ * Memory: the buffers an exchange or an allreduce names (scd_xfer_t.buf, data) live in the
+ * memory of the buffer's device (device/device.h): host memory for the cpu device, GPU
+ * memory for a cuda one. The caller has synced the device before the call (the device's
+ * sync op), and the data is final when the call returns. A backend that moves device
+ * memory itself (NCCL) takes the pointers as they are; one that cannot stages them
+ * through pinned host memory of its own; either fits this contract. The tcp backend
+ * reads and writes host memory, so it serves the cpu device. Lengths (scd_xfer_t.bytes,
+ * recv_bytes_p), the work callback and the probe's results are host values.
  *
  * Operations are blocking from the caller's view but never spin: the tcp backend
  * multiplexes all the sockets of one operation in poll(2), so the sends and receives of an
@@ -56,8 +79,69 @@ typedef struct scd_transport_counters {
 	uint64_t messages_sent;
 } scd_transport_counters_t;
 
+/* ---- backends and world formation ------------------------------------------------------ */
+
+/* The backends, in the registry's order. */
+typedef enum {
+	SCD_TRANSPORT_TCP = 0,
+	SCD_TRANSPORT_NCCL,
+	SCD_TRANSPORT_COUNT
+} scd_transport_kind_t;
+
+/* Largest bootstrap blob of any backend (an NCCL unique id is 128 bytes). */
+#define SCD_TRANSPORT_BLOB_MAX 512
+
+/* What prepare takes from the configuration. */
+typedef struct scd_transport_cfg {
+	const char *addr; /* address to bind and announce (the data_addr key) */
+	uint16_t port;	  /* port to bind, 0: any free one (the data_port key) */
+} scd_transport_cfg_t;
+
+/* One rank's bootstrap blob, as world formation delivered it. */
+typedef struct scd_transport_blob {
+	const void *data;
+	size_t len;
+} scd_transport_blob_t;
+
+/* This rank's endpoint, opened by prepare before the world forms. Every backend's
+ * endpoint starts with this; blob is what every other rank receives. */
+typedef struct scd_transport_endpoint {
+	const struct scd_transport_ops *ops;
+	unsigned char blob[SCD_TRANSPORT_BLOB_MAX];
+	size_t blob_len;
+} scd_transport_endpoint_t;
+
+/* What create builds a mesh from: this rank's endpoint and every rank's blob (blobs[rank]
+ * is this endpoint's own), gathered by world formation. scd_transport_boot_init and
+ * _set_blob fill one with copies of the blobs; scd_transport_boot_clear frees it. */
+typedef struct scd_transport_boot {
+	scd_transport_endpoint_t *ep; /* owned; create consumes it and sets it to NULL */
+	int rank, size;
+	uint64_t world_id;	     /* shared by every rank of the world */
+	scd_transport_blob_t *blobs; /* [size], by rank */
+} scd_transport_boot_t;
+
 typedef struct scd_transport_ops {
 	const char *name;
+
+	/* -- world formation (no transport exists yet) -- */
+	/* Opens this rank's endpoint and fills its bootstrap blob (tcp: binds cfg->addr,
+	 * cfg->port and describes the bound address and port). */
+	sc_status_t (*prepare)(const scd_transport_cfg_t *cfg, scd_transport_endpoint_t **ep_p);
+	/* Builds the mesh of b->size ranks from b's endpoint and blobs within timeout_ms (the
+	 * slowest rank included); scratch_bytes sizes the backend's collective scratch (0:
+	 * its default). Consumes b->ep, also on failure. */
+	sc_status_t (*create)(scd_transport_boot_t *b, size_t scratch_bytes, int timeout_ms,
+			      scd_transport_t **t_p);
+	/* Closes an endpoint that no transport was created from. */
+	void (*release)(scd_transport_endpoint_t *ep);
+	/* Checks a rank's blob (SC_ERR_PROTOCOL when malformed) and says where it points, for
+	 * status and logs: an address into addr (unless addr_len is 0) and a port (0 where
+	 * the backend has none). */
+	sc_status_t (*describe)(const void *blob, size_t len, char *addr, size_t addr_len,
+				uint16_t *port_p);
+
+	/* -- a formed transport -- */
 	/* Sends every sends[i] and receives every recvs[i] concurrently; returns when all are
 	 * done. A peer may appear in both lists and several times (in order). */
 	sc_status_t (*exchange)(scd_transport_t *t, const scd_xfer_t *sends, int n_sends,
@@ -136,21 +220,41 @@ static inline void scd_transport_destroy(scd_transport_t *t)
 		t->ops->destroy(t);
 }
 
-/* ---- tcp backend ------------------------------------------------------------------- */
+static inline sc_status_t scd_transport_prepare(const scd_transport_ops_t *ops,
+						const scd_transport_cfg_t *cfg,
+						scd_transport_endpoint_t **ep_p)
+{
+	return ops->prepare(cfg, ep_p);
+}
+static inline sc_status_t scd_transport_create(scd_transport_boot_t *b, size_t scratch_bytes,
+					       int timeout_ms, scd_transport_t **t_p)
+{
+	return b->ep->ops->create(b, scratch_bytes, timeout_ms, t_p);
+}
+static inline void scd_transport_release(scd_transport_endpoint_t *ep)
+{
+	if (ep)
+		ep->ops->release(ep);
+}
 
-/* Opens the data-plane listening socket before the world forms, so that its port can be
- * announced in Join. port 0 picks a free port; *port_p gets the bound port. */
-sc_status_t scd_tcp_listen(const char *bind_addr, uint16_t port, int *fd_p, uint16_t *port_p);
+/* ---- the registry ------------------------------------------------------------------- */
 
-/*
- * Builds the mesh: connects to every lower rank (addrs[r], ports[r]) and accepts every
- * higher rank on listen_fd (each connection opens with a hello of (world_id, rank), and a
- * connection with another world_id or a duplicate rank is refused). TCP_NODELAY, large
- * socket buffers, and a scratch of scratch_bytes preallocated and pre-faulted for the
- * ring. Takes ownership of listen_fd (closed once the mesh is complete).
- */
-sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const *addrs,
-			   const uint16_t *ports, uint64_t world_id, size_t scratch_bytes,
-			   int timeout_ms, scd_transport_t **t_p);
+const char *scd_transport_kind_name(scd_transport_kind_t kind);
+/* The ops of a backend, or SC_ERR_UNSUPPORTED when it is not built here. */
+sc_status_t scd_transport_get(scd_transport_kind_t kind, const scd_transport_ops_t **ops_p);
+/* The backend a configured name selects: a backend's name, or "auto" (tcp for now; nccl
+ * once buffers live on GPUs and NCCL loads on every rank). SC_ERR_UNSUPPORTED for an
+ * unknown name or a backend not built here, with scd_transport_error() naming it. */
+sc_status_t scd_transport_lookup(const char *name, const scd_transport_ops_t **ops_p);
+
+/* Sets up b for a world of size ranks around this rank's endpoint ep (taken over), with
+ * blobs[rank] = ep's blob and the others empty; SC_ERR_NOMEM leaves ep with the caller. */
+sc_status_t scd_transport_boot_init(scd_transport_boot_t *b, scd_transport_endpoint_t *ep,
+				    int rank, int size, uint64_t world_id);
+/* Stores a copy of rank's blob (SC_ERR_LIMIT above SCD_TRANSPORT_BLOB_MAX). */
+sc_status_t scd_transport_boot_set_blob(scd_transport_boot_t *b, int rank, const void *data,
+					size_t len);
+/* Frees the copies and releases an endpoint that create did not consume. */
+void scd_transport_boot_clear(scd_transport_boot_t *b);
 
 #endif

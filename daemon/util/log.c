@@ -20,15 +20,15 @@ void scd_log_set_prefix(const char *prefix)
 	snprintf(log_prefix, sizeof(log_prefix), "%s", prefix);
 }
 
-int scd_log_parse_level(const char *text, int *level_p)
+sc_status_t scd_log_parse_level(const char *text, int *level_p)
 {
 	for (int i = 0; i < 4; i++) {
 		if (strcasecmp(text, level_names[i]) == 0) {
 			*level_p = i;
-			return 0;
+			return SC_OK;
 		}
 	}
-	return -1;
+	return SC_ERR_INVALID;
 }
 
 void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...)

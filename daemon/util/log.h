@@ -7,6 +7,8 @@
 
 #include <stdarg.h>
 
+#include "sparsecomm.h"
+
 typedef enum { SCD_LOG_ERROR = 0, SCD_LOG_WARN, SCD_LOG_INFO, SCD_LOG_DEBUG } scd_log_level_t;
 
 typedef enum {
@@ -25,7 +27,8 @@ extern int scd_log_level;
 extern unsigned scd_log_subsystems; /* bit per scd_log_sub_t */
 
 void scd_log_set_prefix(const char *prefix);
-int scd_log_parse_level(const char *text, int *level_p);
+/* error, warn, info or debug (any case) into *level_p; SC_ERR_INVALID for anything else. */
+sc_status_t scd_log_parse_level(const char *text, int *level_p);
 void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

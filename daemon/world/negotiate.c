@@ -1,6 +1,8 @@
 /*
  * negotiate.c: Horovod-style negotiation with a response cache (see world.h), the
- * coordinator's table of announced names, plans, and the jobs they turn into.
+ * coordinator's table of announced names, plans, and the allreduce jobs they turn into
+ * (ctl fills a job's items from the node's shared buffers). The mesh job and the calls
+ * that start or stop the daemon are world.c's: a failure here is returned to it.
  *
  * Every rank applies the same plan in the same order: a response whose tensor this node
  * no longer has (its trainer died after announcing it) still runs, with zeros, so the
@@ -43,8 +45,8 @@ static uint32_t cache_lookup(scd_world_t *w, const char *name)
 	return UINT32_MAX;
 }
 
-static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
-		     uint64_t numel, uint32_t op, int solo)
+static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
+			     uint64_t numel, uint32_t op, int solo)
 {
 	if (id >= w->cap_cache) {
 		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
@@ -52,7 +54,7 @@ static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dty
 			cap *= 2;
 		scd_cache_ent_t *c = realloc(w->cache, cap * sizeof(*c));
 		if (!c)
-			return -1;
+			return SC_ERR_NOMEM;
 		memset(c + w->cap_cache, 0, (cap - w->cap_cache) * sizeof(*c));
 		w->cache = c;
 		w->cap_cache = cap;
@@ -67,7 +69,7 @@ static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dty
 		uint32_t n = *slot ? (*slot)[0] : 0;
 		uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
 		if (!v)
-			return -1;
+			return SC_ERR_NOMEM;
 		v[0] = n + 1;
 		v[n + 1] = id;
 		*slot = v;
@@ -83,7 +85,7 @@ static int cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dty
 	e->solo = solo;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
-	return 0;
+	return SC_OK;
 }
 
 /* ---- announcing (every rank) ---------------------------------------------------------- */
@@ -345,7 +347,8 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    w->cache[id].solo == e->solo)
 		return id;
 	id = w->n_cache;
-	cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo);
+	if (cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
+		return UINT32_MAX;
 	if (pb->plan.n_new_entries == pb->cap_ents) {
 		pb->cap_ents = pb->cap_ents ? pb->cap_ents * 2 : 16;
 		pb->ents = realloc(pb->ents, pb->cap_ents * sizeof(*pb->ents));
@@ -448,6 +451,16 @@ static void coord_emit(scd_world_t *w)
 			continue;
 		}
 		uint32_t id = pb_cache_id(w, &pb, e);
+		if (id == UINT32_MAX) { /* the tensor fails; the plan stays consistent */
+			snprintf(msg, sizeof(msg),
+				 "allreduce of tensor '%s' failed: the coordinator ran out of "
+				 "memory",
+				 e->name);
+			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
+			group = NULL;
+			centry_free(w, e);
+			continue;
+		}
 		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
 		if (!group || group_bytes + bytes > fuse_bytes || e->solo ||
 		    e->dtype[0] != group_dtype) {
@@ -593,36 +606,27 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, scd_arena_t *a
 
 static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 {
-	for (size_t i = 0; i < resp->n_names; i++) {
-		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(w->d->ctl), resp->names[i]);
-		if (nt && nt->state == SCD_NT_LOCAL_WAIT) {
-			nt->carry_mask = 0;
-			for (int l = 0; l < w->d->local_size; l++)
-				if (!nt->slot[l] || !nt->slot[l]->handle)
-					nt->carry_mask |= 1ull << l;
-			nt->carry_status = resp->status;
-			snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", resp->error);
-		}
-		if (nt && (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT))
-			scd_ctl_complete(w->d->ctl, nt, resp->status, resp->error);
-	}
+	for (size_t i = 0; i < resp->n_names; i++)
+		scd_ctl_fail_tensor(w->d->ctl, resp->names[i], resp->status, resp->error);
 	/* a failed announcement must not linger in the outgoing batch either */
 }
 
 /*
- * The scheme a buffer is pinned to, or -1 for the cost model: ExDyna for ExDyna tensors;
- * else the tensor's own pin; else the first scheme_pins pattern that matches its name;
- * else the global scheme key. A lossy pin on a tensor that does not allow lossy schemes
- * is not honoured. Computed on the loop thread when the plan arrives, so a runtime change
- * of the keys (which reaches every rank at the same place in the stream of plans) takes
- * effect at the same buffer on every rank.
+ * The scheme a buffer is pinned to, or -1 for the cost model: the scheme that is itself
+ * a tensor's sparsifier (ExDyna for ExDyna tensors); else the tensor's own pin; else the
+ * first scheme_pins pattern that matches its name; else the global scheme key. A lossy pin
+ * on a tensor that does not allow lossy schemes is not honoured. Computed on the loop
+ * thread when the plan arrives, so a runtime change of the keys (which reaches every rank
+ * at the same place in the stream of plans) takes effect at the same buffer on every rank.
  */
 static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 {
 	const scd_config_t *cfg = &w->d->cfg;
-	for (int i = 0; i < job->n_items; i++)
-		if (job->items[i].sparsifier == SC_SPARSIFY_EXDYNA)
-			return SCD_SCHEME_EXDYNA;
+	for (int i = 0; i < job->n_items; i++) {
+		int own = scd_scheme_of_sparsifier(job->items[i].sparsifier);
+		if (own >= 0)
+			return own;
+	}
 	scd_scheme_t s;
 	int pin = -1;
 	const scd_ntensor_t *nt = job->n_items ? job->items[0].nt : NULL;
@@ -650,17 +654,17 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	return pin;
 }
 
-static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
+static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 {
 	scd_daemon_t *d = w->d;
 	scd_job_t *job = calloc(1, sizeof(*job));
 	scd_job_item_t *items = calloc(resp->n_cache_ids, sizeof(*items));
 	if (!job || !items) {
-		scd_error(SCD_SUB_NEGOTIATE, "out of memory for a job: this rank leaves the world");
-		scd_daemon_stop(d, 1);
+		scd_error(SCD_SUB_NEGOTIATE,
+			  "out of memory for a job: this rank leaves the world");
 		free(job);
 		free(items);
-		return;
+		return SC_ERR_NOMEM;
 	}
 	job->kind = SCD_JOB_ALLREDUCE;
 	job->seq = ++w->job_seq;
@@ -685,9 +689,8 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 		it->cache_id = resp->cache_ids[i];
 		it->offset = off;
 		off += (c->numel + align - 1) & ~(align - 1);
-		scd_ntensor_t *nt = scd_tensors_find(scd_ctl_tensors(d->ctl), c->name);
-		if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != c->numel ||
-		    nt->dtype != c->dtype) {
+		/* ctl fills the item from the node's shared buffers and marks it running */
+		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
 			/* Runs with zeros, delivers nothing; the other ranks' sums then lack
 			 * this node's share, which only the loss of a whole node explains. */
 			scd_error(SCD_SUB_NEGOTIATE,
@@ -697,54 +700,35 @@ static void apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 			job->lossless_only = 1;
 			continue;
 		}
-		it->nt = nt;
-		it->sparsifier = nt->opts.sparsifier;
-		it->density = nt->opts.density;
-		it->threshold = nt->opts.threshold;
-		it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
-		if (!nt->opts.allow_lossy)
+		if (!it->nt->opts.allow_lossy)
 			job->lossless_only = 1;
-		nt->state = SCD_NT_RUNNING;
-		nt->state_since_ms = scd_now_ms();
-		for (int l = 0; l < d->local_size; l++) {
-			scd_reg_t *r = nt->slot[l];
-			if (!r || !r->handle)
-				continue;
-			scd_job_src_t *s = &it->src[it->n_src++];
-			s->dense = r->data;
-			s->coo = r->coo;
-			if (r->coo) {
-				s->coo_idx = (const uint32_t *)((char *)r->map +
-								r->hdr->coo_idx_offset);
-				s->coo_val = (const float *)((char *)r->map +
-							     r->hdr->coo_val_offset);
-				s->coo_nnz = r->nnz;
-				s->coo_cap = r->hdr->coo_cap;
-				s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
-			}
-		}
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
 	/* The schemes are float32 only: the other dtypes always take the dense ring. */
 	job->pin = job->dtype == SC_FLOAT32 ? buffer_pin(w, job) : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
+	return SC_OK;
 }
 
-void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
-	if (!w->is_coord)
-		for (size_t i = 0; i < plan->n_new_entries; i++) {
-			const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
-			cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo);
-		}
+	sc_status_t st = SC_OK;
+	for (size_t i = 0; !w->is_coord && st == SC_OK && i < plan->n_new_entries; i++) {
+		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
+		st = cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo);
+		if (st != SC_OK) /* the plans of this rank would no longer match the others' */
+			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
+						     "this rank leaves the world");
+	}
 	w->d->stats_cycles++;
-	for (size_t i = 0; i < plan->n_responses; i++) {
+	for (size_t i = 0; st == SC_OK && i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
 			apply_error(w, r);
 		else
-			apply_allreduce(w, r);
+			st = apply_allreduce(w, r);
 	}
+	return st;
 }
 
 void scd_world_forget(scd_world_t *w, const char *name)
@@ -760,30 +744,15 @@ void scd_world_forget(scd_world_t *w, const char *name)
 	scd_engine_submit(w->d->engine, job);
 }
 
-void scd_neg_job_done(scd_daemon_t *d, scd_job_t *job)
+void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
-	if (job->kind == SCD_JOB_FORGET) {
-		free(job);
-		return;
-	}
-	if (job->kind == SCD_JOB_MESH) {
-		if (job->status != SC_OK) {
-			scd_error(SCD_SUB_WORLD, "%s", job->error);
-			scd_daemon_stop(d, 1);
-		} else {
-			scd_daemon_world_ready(d);
-		}
-		for (int r = 0; r < d->world_size; r++)
-			free(job->addrs[r]);
-		free(job->addrs);
-		free(job->ports);
-		free(job);
-		return;
-	}
+	scd_daemon_t *d = w->d;
 	d->stats_buffers++;
+	/* The failure was logged where it happened (transport, scheme, engine); here it only
+	 * reaches the trainers. */
 	if (job->status != SC_OK)
-		scd_warn(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
-			 job->error);
+		scd_debug(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
+			  job->error);
 	double total = (double)(job->total_numel ? job->total_numel : 1);
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];

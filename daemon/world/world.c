@@ -1,7 +1,12 @@
 /*
- * world.c: world formation and the peer control channel (see world.h). The coordinator's
- * ROUTER and the other ranks' DEALERs carry one packed PeerMsg per frame; the coordinator
- * handles its own messages by direct call instead of through a socket.
+ * world.c: world formation, the mesh job and its completion, and the peer control channel
+ * (see world.h). The coordinator's ROUTER and the other ranks' DEALERs carry one packed
+ * PeerMsg per frame; the coordinator handles its own messages by direct call instead of
+ * through a socket. Formation carries the transport's bootstrap blobs without reading
+ * them: the backend's describe checks a Join's blob and renders it for status and logs.
+ *
+ * The calls that start or stop the daemon (scd_daemon_world_ready, scd_daemon_stop) are
+ * made here, not in negotiate.c: negotiation returns its failures.
  */
 #include "world/world_int.h"
 
@@ -66,21 +71,49 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
 
 /* ---- formation ---------------------------------------------------------------------- */
 
+/* A peer's blob rendered by the backend ("127.0.0.1:40123" for tcp), for logs. */
+static const char *describe_blob(const scd_world_t *w, const scd_peer_t *p, char *buf,
+				 size_t len)
+{
+	char addr[128];
+	uint16_t port = 0;
+	if (!p->blob_len ||
+	    w->tops->describe(p->blob, p->blob_len, addr, sizeof(addr), &port) != SC_OK)
+		snprintf(buf, len, "?");
+	else if (port)
+		snprintf(buf, len, "%s:%u", addr, (unsigned)port);
+	else
+		snprintf(buf, len, "%s", addr);
+	return buf;
+}
+
+/* Hands this rank's endpoint and every rank's blob to the engine, whose mesh job builds
+ * the transport; the job comes back through scd_world_job_done. */
 static void start_mesh(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
-	scd_job_t *job = calloc(1, sizeof(*job));
-	job->kind = SCD_JOB_MESH;
-	job->listen_fd = w->data_fd;
-	job->world_id = w->world_id;
-	job->addrs = calloc((size_t)d->world_size, sizeof(char *));
-	job->ports = calloc((size_t)d->world_size, sizeof(uint16_t));
-	for (int r = 0; r < d->world_size; r++) {
-		job->addrs[r] = strdup(w->peers[r].addr);
-		job->ports[r] = w->peers[r].port;
-	}
-	w->data_fd = -1;
 	uv_timer_stop(&w->join_timer);
+	scd_job_t *job = calloc(1, sizeof(*job));
+	sc_status_t st = SC_ERR_NOMEM;
+	if (job)
+		st = scd_transport_boot_init(&job->boot, w->endpoint, d->rank, d->world_size,
+					     w->world_id);
+	if (st == SC_OK)
+		w->endpoint = NULL; /* the job's now */
+	for (int r = 0; st == SC_OK && r < d->world_size; r++)
+		if (r != d->rank)
+			st = scd_transport_boot_set_blob(&job->boot, r, w->peers[r].blob,
+							 w->peers[r].blob_len);
+	if (st != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "cannot start the data plane: %s",
+			  job ? scd_transport_error() : "out of memory");
+		if (job)
+			scd_transport_boot_clear(&job->boot);
+		free(job);
+		scd_daemon_stop(d, 1);
+		return;
+	}
+	job->kind = SCD_JOB_MESH;
 	scd_engine_submit(d->engine, job);
 }
 
@@ -96,14 +129,15 @@ static void coord_send_world(scd_world_t *w)
 	for (int r = 0; r < d->world_size; r++) {
 		sparsecomm__peer_info__init(&infos[r]);
 		infos[r].rank = r;
-		infos[r].addr = w->peers[r].addr;
-		infos[r].port = w->peers[r].port;
 		infos[r].connected = 1;
+		infos[r].transport_blob.data = w->peers[r].blob;
+		infos[r].transport_blob.len = w->peers[r].blob_len;
 		ptrs[r] = &infos[r];
 	}
 	wi.peers = ptrs;
 	wi.n_peers = (size_t)d->world_size;
 	wi.world_id = w->world_id;
+	wi.transport = (char *)w->tops->name;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
 	m.world = &wi;
 	for (int r = 1; r < d->world_size; r++)
@@ -131,6 +165,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 {
 	scd_daemon_t *d = w->d;
 	char why[256];
+	const char *tname = j->transport ? j->transport : "";
+	uint16_t port;
 	if (j->protocol_version != SC_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why),
 			 "rank %d speaks protocol version %u, the coordinator %u", j->rank,
@@ -144,6 +180,16 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	} else if (j->rank <= 0 || j->rank >= d->world_size) {
 		snprintf(why, sizeof(why), "rank %d is outside 1 .. %d", j->rank,
 			 d->world_size - 1);
+	} else if (strcmp(tname, w->tops->name) != 0) {
+		snprintf(why, sizeof(why),
+			 "rank %d uses transport '%.40s', the coordinator '%s'", j->rank, tname,
+			 w->tops->name);
+	} else if (j->transport_blob.len > SCD_TRANSPORT_BLOB_MAX ||
+		   w->tops->describe(j->transport_blob.data, j->transport_blob.len, NULL, 0,
+				     &port) != SC_OK) {
+		snprintf(why, sizeof(why),
+			 "rank %d sent a malformed %s bootstrap blob (%zu bytes)", j->rank,
+			 w->tops->name, j->transport_blob.len);
 	} else if (w->peers[j->rank].joined || w->formed) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
@@ -151,11 +197,13 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		p->joined = 1;
 		memcpy(p->ident, ident, ident_len);
 		p->ident_len = ident_len;
-		snprintf(p->addr, sizeof(p->addr), "%s", j->data_addr ? j->data_addr : "");
-		p->port = (uint16_t)j->data_port;
+		memcpy(p->blob, j->transport_blob.data, j->transport_blob.len);
+		p->blob_len = j->transport_blob.len;
 		w->n_joined++;
-		scd_info(SCD_SUB_WORLD, "rank %d joined (%d of %d)", j->rank, w->n_joined,
-			 d->world_size);
+		char where[160];
+		scd_info(SCD_SUB_WORLD, "rank %d joined (%d of %d), data plane %s %s", j->rank,
+			 w->n_joined, d->world_size, w->tops->name,
+			 describe_blob(w, p, where, sizeof(where)));
 		if (w->n_joined == d->world_size) {
 			w->formed = 1;
 			coord_send_world(w);
@@ -172,14 +220,29 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 		scd_error(SCD_SUB_WORLD, "unexpected world info with %zu peers", wi->n_peers);
 		return;
 	}
+	const char *tname = wi->transport ? wi->transport : "";
+	if (strcmp(tname, w->tops->name) != 0) {
+		scd_error(SCD_SUB_WORLD, "the coordinator uses transport '%.40s', rank %d '%s'",
+			  tname, d->rank, w->tops->name);
+		scd_daemon_stop(d, 1);
+		return;
+	}
 	for (size_t i = 0; i < wi->n_peers; i++) {
 		const Sparsecomm__PeerInfo *pi = wi->peers[i];
 		if (pi->rank < 0 || pi->rank >= d->world_size)
 			continue;
+		if (pi->transport_blob.len > SCD_TRANSPORT_BLOB_MAX) {
+			scd_error(SCD_SUB_WORLD,
+				  "world info: rank %d's bootstrap blob has %zu bytes",
+				  pi->rank, pi->transport_blob.len);
+			scd_daemon_stop(d, 1);
+			return;
+		}
 		scd_peer_t *p = &w->peers[pi->rank];
 		p->joined = 1;
-		snprintf(p->addr, sizeof(p->addr), "%s", pi->addr ? pi->addr : "");
-		p->port = (uint16_t)pi->port;
+		if (pi->transport_blob.len)
+			memcpy(p->blob, pi->transport_blob.data, pi->transport_blob.len);
+		p->blob_len = pi->transport_blob.len;
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
@@ -302,8 +365,14 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 			return;
 		sparsecomm__peer_info__init(pi);
 		pi->rank = i;
-		pi->addr = scd_arena_strdup(a, w->peers[i].addr);
-		pi->port = w->peers[i].port;
+		char addr[128] = "";
+		uint16_t port = 0;
+		const scd_peer_t *p = &w->peers[i];
+		if (p->blob_len &&
+		    w->tops->describe(p->blob, p->blob_len, addr, sizeof(addr), &port) != SC_OK)
+			addr[0] = 0, port = 0;
+		pi->addr = scd_arena_strdup(a, addr);
+		pi->port = port;
 		pi->connected = w->formed && scd_engine_transport(w->d->engine) != NULL;
 		r->peers[r->n_peers++] = pi;
 	}
@@ -355,7 +424,8 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 			scd_neg_on_ready(w, from, m->ready);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_PLAN:
-		scd_neg_on_plan(w, m->plan);
+		if (scd_neg_on_plan(w, m->plan) != SC_OK) /* logged there */
+			scd_daemon_stop(w->d, 1);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
 		if (w->is_coord)
@@ -419,6 +489,34 @@ void scd_world_tick(scd_world_t *w)
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
+/* The mesh job came back: the daemon serves its trainers, or leaves (the transport logged
+ * the failure where it found it, naming the rank). */
+static void mesh_done(scd_daemon_t *d, scd_job_t *job)
+{
+	sc_status_t st = job->status;
+	scd_transport_boot_clear(&job->boot);
+	free(job);
+	if (st != SC_OK)
+		scd_daemon_stop(d, 1);
+	else
+		scd_daemon_world_ready(d);
+}
+
+void scd_world_job_done(scd_daemon_t *d, scd_job_t *job)
+{
+	switch (job->kind) {
+	case SCD_JOB_MESH:
+		mesh_done(d, job);
+		break;
+	case SCD_JOB_FORGET:
+		free(job);
+		break;
+	case SCD_JOB_ALLREDUCE:
+		scd_neg_job_done(d->world, job);
+		break;
+	}
+}
+
 sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 {
 	scd_world_t *w = calloc(1, sizeof(*w));
@@ -428,7 +526,6 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	}
 	w->d = d;
 	w->is_coord = d->rank == 0;
-	w->data_fd = -1;
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
 	w->join_timer.data = w->flush_timer.data = w;
@@ -449,16 +546,22 @@ sc_status_t scd_world_start(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
 	const char *coord = scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
-	const char *data_addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr);
-	sc_status_t st = scd_tcp_listen(data_addr, (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
-					&w->data_fd, &w->data_port);
+	sc_status_t st =
+	    scd_transport_lookup(scd_cfg_str(&d->cfg, SCD_CFG_transport), &w->tops);
 	if (st != SC_OK) {
-		scd_error(SCD_SUB_WORLD, "data plane: %s", scd_transport_error());
+		scd_error(SCD_SUB_WORLD, "%s", scd_transport_error());
 		return st;
 	}
+	scd_transport_cfg_t tc = {
+	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
+	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
+	};
+	st = scd_transport_prepare(w->tops, &tc, &w->endpoint);
+	if (st != SC_OK)
+		return st; /* logged by the backend */
 	scd_peer_t *self = &w->peers[d->rank];
-	snprintf(self->addr, sizeof(self->addr), "%s", data_addr);
-	self->port = w->data_port;
+	memcpy(self->blob, w->endpoint->blob, w->endpoint->blob_len);
+	self->blob_len = w->endpoint->blob_len;
 	self->joined = 1;
 	char endpoint[300];
 	snprintf(endpoint, sizeof(endpoint), "tcp://%s", coord);
@@ -489,8 +592,10 @@ sc_status_t scd_world_start(scd_world_t *w)
 	w->polling = 1;
 	uv_timer_start(&w->join_timer, on_join_timeout,
 		       (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms), 0);
-	scd_info(SCD_SUB_WORLD, "rank %d of %d, %s %s, data plane %s:%u", d->rank, d->world_size,
-		 w->is_coord ? "coordinator on" : "joining", coord, data_addr, w->data_port);
+	char where[160];
+	scd_info(SCD_SUB_WORLD, "rank %d of %d, %s %s, data plane %s %s", d->rank,
+		 d->world_size, w->is_coord ? "coordinator on" : "joining", coord,
+		 w->tops->name, describe_blob(w, self, where, sizeof(where)));
 	if (d->world_size == 1) {
 		w->formed = 1;
 		start_mesh(w);
@@ -501,8 +606,9 @@ sc_status_t scd_world_start(scd_world_t *w)
 		j.rank = d->rank;
 		j.world_size = d->world_size;
 		j.local_size = d->local_size;
-		j.data_addr = (char *)data_addr;
-		j.data_port = w->data_port;
+		j.transport = (char *)w->tops->name;
+		j.transport_blob.data = self->blob;
+		j.transport_blob.len = self->blob_len;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 		m.join = &j;
 		send_raw(w, NULL, 0, &m);
@@ -524,8 +630,8 @@ void scd_world_destroy(scd_world_t *w)
 	}
 	if (w->sock)
 		zmq_close(w->sock);
-	if (w->data_fd >= 0)
-		close(w->data_fd);
+	scd_transport_release(w->endpoint); /* not handed to a mesh job */
+	w->endpoint = NULL;
 	scd_neg_destroy(w);
 	/* w and its peers are freed once the loop has closed the handles (main.c) */
 }

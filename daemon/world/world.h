@@ -1,13 +1,17 @@
 /*
  * world.h: the daemons of a job and what they agree on.
  *
- * Formation: rank 0 (the coordinator) binds a ZeroMQ ROUTER on the coordinator address;
- * every other rank connects a DEALER and sends Join (protocol version, rank, world size,
- * trainers per node, data-plane address). When every rank has joined, the coordinator
- * sends WorldInfo (all data-plane addresses and a random world id) and each rank builds
- * the data-plane mesh. A Join with another protocol version, world size or trainer count,
- * or a duplicate rank, is refused with a reason naming both values; a rank missing after
- * join_timeout_ms fails formation with the list of the ranks that never came.
+ * Formation: every rank first prepares its data-plane endpoint with the backend the
+ * `transport` key selects (transport/transport.h), which yields an opaque bootstrap blob.
+ * Rank 0 (the coordinator) binds a ZeroMQ ROUTER on the coordinator address; every other
+ * rank connects a DEALER and sends Join (protocol version, rank, world size, trainers per
+ * node, the transport's name and blob). When every rank has joined, the coordinator sends
+ * WorldInfo (the transport's name, every rank's blob and a random world id), and on every
+ * rank the engine's mesh job builds the transport from them. A Join with another protocol
+ * version, world size, trainer count or transport, a malformed blob, or a duplicate rank,
+ * is refused with a reason naming the rank and both values; a rank missing after
+ * join_timeout_ms fails formation with the list of the ranks that never came. The world
+ * never looks inside a blob except through the backend's describe (status, logs).
  *
  * Negotiation (Horovod's, with its response cache): when every local trainer has submitted
  * a tensor, the node announces it to the coordinator in a ReadyList: the full request the
@@ -26,9 +30,11 @@
 #include "sparsecomm.pb-c.h"
 
 struct scd_arena;
+struct scd_job;
 
 sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p);
-/* Opens the data-plane listener and the coordinator socket, and joins. */
+/* Prepares the data plane's endpoint, opens the coordinator socket, and joins. A failure
+ * (an unknown or unavailable transport included) is logged here and returned. */
 sc_status_t scd_world_start(scd_world_t *w);
 void scd_world_destroy(scd_world_t *w);
 void scd_world_drain(scd_world_t *w);
@@ -50,6 +56,9 @@ void scd_world_pending(scd_world_t *w, uint64_t query_id);
 void scd_world_config_propose(scd_world_t *w, const char *key, const char *value);
 /* Fills the peers of a status reply. */
 void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
+/* The engine's completion callback (on the loop thread): the mesh job (the daemon is
+ * ready, or stops), allreduce jobs (to negotiation), forget jobs. */
+void scd_world_job_done(scd_daemon_t *d, struct scd_job *job);
 
 
 

@@ -1,11 +1,13 @@
 /*
- * world_int.h: state shared by world.c (formation, peer messages, status, configuration)
- * and negotiate.c (announcements, the coordinator's table, plans and jobs). Not for other
+ * world_int.h: state shared by world.c (formation, the mesh job and its completion, peer
+ * messages, status, configuration, the daemon's lifecycle calls) and negotiate.c
+ * (announcements, the coordinator's table, plans and allreduce jobs). Not for other
  * subsystems: they use world.h.
  */
 #ifndef SCD_WORLD_WORLD_INT_H
 #define SCD_WORLD_WORLD_INT_H
 
+#include "transport/transport.h"
 #include "world/world.h"
 
 typedef struct scd_peer {
@@ -14,8 +16,9 @@ typedef struct scd_peer {
 	char degraded_reason[256];
 	uint8_t ident[256];
 	size_t ident_len;
-	char addr[64];
-	uint16_t port;
+	/* the rank's transport bootstrap blob, from its Join (coordinator) or WorldInfo */
+	uint8_t blob[SCD_TRANSPORT_BLOB_MAX];
+	size_t blob_len;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -66,8 +69,9 @@ struct scd_world {
 	int is_coord;
 	int formed;
 	uint64_t world_id;
-	int data_fd;
-	uint16_t data_port;
+	/* the data plane's backend, and this rank's endpoint until the mesh job takes it */
+	const scd_transport_ops_t *tops;
+	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
@@ -89,20 +93,21 @@ struct scd_world {
 	uint64_t job_seq;
 };
 
-struct scd_job;
-
 /* world.c */
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+void scd_world_arm_flush(scd_world_t *w);
 /* negotiate.c */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
-void scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+/* Applies a plan; a failure (SC_ERR_NOMEM: this rank cannot follow the plan) is logged
+ * there and returned, and the caller takes the rank out of the world. */
+sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
 void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
 void scd_neg_flush(scd_world_t *w);
 void scd_neg_tick(scd_world_t *w);
 void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_arena *a);
-void scd_neg_job_done(scd_daemon_t *d, struct scd_job *job);
+/* An allreduce job came back: statistics and completions. */
+void scd_neg_job_done(scd_world_t *w, struct scd_job *job);
 void scd_neg_destroy(scd_world_t *w);
-void scd_world_arm_flush(scd_world_t *w);
 
 #endif

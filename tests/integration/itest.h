@@ -109,11 +109,13 @@ int it_sums(int argc, char **argv);
 int it_fusion(int argc, char **argv);
 int it_mismatch(int argc, char **argv);
 int it_busy(int argc, char **argv);
+int it_badopts(int argc, char **argv);
 int it_killed(int argc, char **argv);
 int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_ctl(int argc, char **argv);
+int it_join_refused(int argc, char **argv); /* itest_peer.c */
 
 /* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
 typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;

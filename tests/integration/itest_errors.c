@@ -327,3 +327,54 @@ int it_stalled(int argc, char **argv)
 	sc_finalize(c);
 	it_pass();
 }
+
+/*
+ * badopts: a tensor whose options pass registration but from which the daemon cannot make
+ * a sparsifier (a hard threshold of 1e-50 is > 0 as a double, the protocol's type, but
+ * rounds to 0 in float32, the sparsifier's). The failure must reach every trainer as what
+ * it is, SC_ERR_INVALID naming the tensor, not as "out of memory" (the engine once turned
+ * every failure to make a buffer's state into SC_ERR_NOMEM), and the job must go on
+ * working. Registration may also refuse the options with SC_ERR_INVALID.
+ */
+int it_badopts(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	const char *name = "badopts.threshold";
+	size_t n = 1000;
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_THRESHOLD;
+	o.threshold = 1e-50;
+	sc_tensor_t *t = NULL;
+	sc_status_t st = sc_register_ex(c, name, SC_FLOAT32, n, &o, &t);
+	int r = st;
+	char msg[2048];
+	snprintf(msg, sizeof(msg), "%s", sc_last_error());
+	if (st == SC_OK) {
+		it_fill(sc_tensor_data(t), SC_FLOAT32, n, 9, sc_rank(c), 1);
+		sc_handle_t h = 0;
+		st = sc_allreduce_async(c, t, SC_OP_SUM, &h);
+		r = st;
+		if (st == SC_OK) {
+			r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+			snprintf(msg, sizeof(msg), "%s", it_wait_error());
+		} else {
+			snprintf(msg, sizeof(msg), "%s", sc_last_error());
+		}
+	}
+	if (r != SC_ERR_INVALID)
+		IT_FAIL("'%s', threshold 1e-50: expected SC_ERR_INVALID, got %s: '%s'", name,
+			it_wait_name(r), msg);
+	if (strstr(msg, "memory"))
+		IT_FAIL("'%s': the SC_ERR_INVALID's text speaks of memory: '%s'", name, msg);
+	if (!strstr(msg, name) || !strstr(msg, "threshold"))
+		IT_FAIL("'%s': the SC_ERR_INVALID's text does not name the tensor and its "
+			"threshold: '%s'",
+			name, msg);
+	it_log("threshold 1e-50: SC_ERR_INVALID %s: %s",
+	       t ? "from the allreduce" : "at registration", msg);
+	still_works(c, "badopts.after");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

@@ -326,11 +326,13 @@ static const struct {
     {"fusion", it_fusion, "[--tensors N] [--steps N]: many small async tensors"},
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},
     {"busy", it_busy, "duplicate allreduce and duplicate registration (P >= 2)"},
+    {"badopts", it_badopts, "a sparsifier the daemon cannot make: SC_ERR_INVALID"},
     {"killed", it_killed, "rank 1 dies between two submissions (P >= 2)"},
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
+    {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
 };
 

@@ -136,6 +136,10 @@ run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy
 run_case "busy n=3" 3 1 120 0 3 -- "$itest" busy
 run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
+# A sparsifier the daemon cannot make from options that passed registration: every rank
+# gets SC_ERR_INVALID (not "out of memory"), and the job goes on.
+run_case "badopts n=1" 1 1 60 0 1 -- "$itest" badopts
+run_case "badopts n=2 per-node=2" 2 2 120 0 4 -- "$itest" badopts
 # killed: rank 1 dies, so the launcher fails; the survivors must still pass their checks.
 run_case "killed n=2" 2 1 120 137 1 --keep-going -- "$itest" killed
 run_case "killed n=3" 3 1 120 137 2 --keep-going -- "$itest" killed
@@ -147,6 +151,49 @@ run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
 run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
+
+# The data plane's backend named explicitly (the `transport` key); a name that is no
+# backend stops every daemon at start, with an error naming it.
+run_case "transport=tcp n=3" 3 1 120 0 3 --daemon-arg --transport --daemon-arg tcp -- \
+	"$itest" sums-small
+if selected "transport=bogus refused"; then
+	timeout 60 "$launcher" -n 2 --timeout 30 --daemon-arg --transport --daemon-arg bogus \
+		-- true >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+		grep -q "unknown transport 'bogus'" "$tmp/out"; then
+		echo "ok    transport=bogus refused"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  transport=bogus refused: launcher exited with $rc, or no error naming it"
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
+# A rank whose transport differs (or whose bootstrap blob is malformed) is refused by the
+# coordinator, naming the rank: a lone coordinator (rank 0 of 2) against raw joins.
+if selected "transport mismatch refused"; then
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	mkdir -p "$tmp/coord"
+	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/coord" --join_timeout_ms 30000 >"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
+		join-refused >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	if [ "$rc" -eq 0 ] && grep -q 'join-refused: rank 1 passed' "$tmp/out" &&
+		grep -q "join refused: rank 1 uses transport 'nccl'" "$tmp/coord.log"; then
+		echo "ok    transport mismatch refused"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  transport mismatch refused: scenario exited with $rc"
+		sed 's/^/      | /' "$tmp/out" | tail -n "$tail_lines"
+		sed 's/^/      | coordinator: /' "$tmp/coord.log" | tail -n "$tail_lines"
+		failed=$((failed + 1))
+	fi
+fi
 
 # A rank that stays alive but never submits a tensor: the others fail with
 # SC_ERR_STALLED after stall_timeout_ms (1.5 s here), and the job goes on.

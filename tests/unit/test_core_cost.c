@@ -1,5 +1,6 @@
 /*
- * test_core_cost.c: the cost model (model/cost.h) against cases worked by hand.
+ * test_core_cost.c: the cost model's shared terms (model/cost.h) against cases worked by
+ * hand; the schemes' own formulas are tested in test_scheme_cost.c.
  * Common case: P = 4, numel U = 10^6, d = 0.01 (k = 10^4), alpha = 10 us, beta = 1 ns/B.
  */
 #include "unit.h"
@@ -33,89 +34,37 @@ UNIT_TEST(core_cost_zen_equations_by_hand)
 	CHECK_EQ_INT(scd_ceil_log2(64), 6);
 }
 
-UNIT_TEST(core_cost_schemes_by_hand)
+UNIT_TEST(core_cost_shared_terms_by_hand)
 {
 	scd_cost_in_t in = base();
-	/* dense ring: 6 rounds, 2 * 3/4 * 4e6 = 6e6 bytes, 6e-5 + 6e-3 s */
-	scd_cost_t c = scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in);
+	/* k = d U; a density over 1 counts as 1 */
+	CHECK_NEAR(scd_cost_nnz(&in), 1e4, 0);
+	in.density = 3;
+	CHECK_NEAR(scd_cost_nnz(&in), 1e6, 0);
+	in = base();
+	/* 6 rounds and 6e6 bytes: 6e-5 + 6e-3 s */
+	scd_cost_t c = scd_cost_make(&in, 6, 6e6);
 	CHECK_NEAR(c.rounds, 6, 0);
-	CHECK_NEAR(c.bytes, 6e6, 1e-6);
+	CHECK_NEAR(c.bytes, 6e6, 0);
 	CHECK_NEAR(c.seconds, 6.06e-3, 1e-12);
-	CHECK_TRUE(c.lossless);
-	/* AGsparse COO: 2 rounds, 3 * 8 * 1e4 = 240000 bytes */
-	c = scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in);
-	CHECK_NEAR(c.rounds, 2, 0);
-	CHECK_NEAR(c.bytes, 240000, 1e-6);
-	/* HC with a measured curve gamma(1) = 1, gamma(2) = 1.5: 8e4 * 2.5 = 2e5 bytes */
+	/* the densification curve: a measured one as given, else the power law; gamma_n = 4
+	 * over P = 4 gives gamma(2) = 2 */
 	double curve[5] = {0, 1, 1.5, 1.8, 2};
 	in.gamma_of_m = curve;
-	c = scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in);
-	CHECK_NEAR(c.rounds, 2, 0);
-	CHECK_NEAR(c.bytes, 2e5, 1e-6);
+	CHECK_NEAR(scd_cost_gamma(&in, 2), 1.5, 0);
+	CHECK_NEAR(scd_cost_gamma(&in, 3), 1.8, 0);
 	in.gamma_of_m = NULL;
-	/* power law with gamma_n = 4 over P = 4: gamma(2) = 2 */
 	in.gamma_n = 4;
 	CHECK_NEAR(scd_cost_gamma(&in, 2), 2, 1e-12);
 	CHECK_NEAR(scd_cost_gamma(&in, 1), 1, 0);
 	CHECK_NEAR(scd_cost_gamma(&in, 4), 4, 1e-12);
-	in.gamma_n = 2;
-	/* BP COO: push 3 * 8 * 2500 * imb(k) + pull 3 * 8 * 5000 * imb(2k); 6 rounds */
-	c = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
-	double ip = 1 + sqrt(2 * 4 * log(4.0) / 1e4), iq = 1 + sqrt(2 * 4 * log(4.0) / 2e4);
-	CHECK_NEAR(c.rounds, 6, 0);
-	CHECK_NEAR(c.bytes, 60000 * ip + 120000 * iq, 1e-6);
-	/* ... and with imbalance 1 it is ZEN eq. (1) x b: 1.8e-4 s x 1e9 B/s = 180000 B */
-	CHECK_NEAR(60000 + 120000, scd_cost_zen_eq1(4, 4e6, 0.01, 2, 1e9) * 1e9, 1e-6);
-	/* BP hash-bitmap pull: 3 * (250000 / 8 + 4 * 5000) = 153750 */
-	in.format = SCD_FMT_HASH_BITMAP;
-	c = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
-	CHECK_NEAR(c.bytes, 60000 * ip + 153750 * iq, 1e-6);
-	in.format = SCD_FMT_COO;
-	/* SparDL, P = 8, no teams: 6 rounds, 4 * 4 * 1e4 * 7/8 = 140000 bytes */
-	in.P = 8;
-	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
-	CHECK_NEAR(c.rounds, 6, 0);
-	CHECK_NEAR(c.bytes, 140000, 1e-6);
-	CHECK_TRUE(!c.lossless);
-	/* R-SAG with d = 2: rounds 2 * 2 + 1 = 5; 4 * 2e4 * ((16 - 4)/8 + 2/8 * 1) = 140000 */
-	in.teams = 2;
-	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
-	CHECK_NEAR(c.rounds, 5, 0);
-	CHECK_NEAR(c.bytes, 140000, 1e-6);
-	/* B-SAG with d = 3: rounds 2 * ceil(log2 3) + 2 = 6; 4 * 2e4 * (9 + 16 - 9)/8 */
-	in.teams = 3;
-	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
-	CHECK_NEAR(c.rounds, 6, 0);
-	CHECK_NEAR(c.bytes, 4 * 2e4 * 16 / 8, 1e-6);
-	in = base();
-	/* OmniReduce, B = 1 (blocks are elements): push 3 * 250000 * 0.01 * 8 = 60000, pull at
-	 * density 0.02: 120000; skew 3 triples both */
-	in.block = 1;
-	in.skew = 3;
-	c = scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in);
-	CHECK_NEAR(c.bytes, 3 * 180000, 1e-6);
-	/* S2: 1 row x 20000 cols + 1e6 / 256 bitmap floats (3907), ring: 1.5 * 4 * 23907 */
-	in = base();
-	c = scd_cost_scheme(SCD_SCHEME_S2_SKETCH, &in);
-	CHECK_NEAR(c.bytes, 1.5 * 4 * (20000 + 3907), 1e-6);
-	/* ExDyna, skew 1, k = 1e4 selected per rank: indices and values to the 3 others,
-	 * 3 * 1e4 * 8 = 240000 bytes in 3 rounds. Skew 3 counts as ExDyna's own bound on the
-	 * imbalance, 1.05. */
-	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 240000, 1e-6);
-	CHECK_NEAR(c.rounds, 3, 0);
-	in.skew = 3;
-	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 240000 * 1.05, 1e-6);
-	/* a measured imbalance replaces the assumption: the heaviest rank's selection; over 2
-	 * indices and values ride the ring, 1.5 * 8 * 4e4 bytes in 6 rounds */
-	in.imbalance = 1.5;
-	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 240000 * 1.5, 1e-6);
-	in.imbalance = 3.5;
-	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
-	CHECK_NEAR(c.bytes, 480000, 1e-6);
-	CHECK_NEAR(c.rounds, 6, 0);
+	/* a hash bitmap is per partition: a whole-tensor message takes the bitmap */
+	CHECK_EQ_INT(scd_cost_whole_format(SCD_FMT_HASH_BITMAP), SCD_FMT_BITMAP);
+	CHECK_EQ_INT(scd_cost_whole_format(SCD_FMT_COO), SCD_FMT_COO);
+	/* ZEN Theorem 2's imbalance: 1 + sqrt(2 P ln P / nnz), at most P */
+	CHECK_NEAR(scd_cost_hash_imbalance(4, 1e4), 1 + sqrt(2 * 4 * log(4.0) / 1e4), 1e-15);
+	CHECK_NEAR(scd_cost_hash_imbalance(4, 1e-3), 4, 0);
+	CHECK_NEAR(scd_cost_hash_imbalance(1, 10), 1, 0);
 }
 
 /* ZEN Fig. 17a's crossing: a COO pull equals a hash-bitmap pull at density 1/32. */
@@ -128,45 +77,4 @@ UNIT_TEST(core_cost_formats_cross_at_one_32nd)
 		   scd_cost_msg_bytes(SCD_FMT_HASH_BITMAP, range / 16, range));
 	CHECK_TRUE(scd_cost_msg_bytes(SCD_FMT_COO, range / 64, range) <
 		   scd_cost_msg_bytes(SCD_FMT_HASH_BITMAP, range / 64, range));
-}
-
-/* The choice follows the data: dense wins at density 1, sparse schemes at low density,
- * HC over BP when the latency term dominates; ties resolve identically. */
-UNIT_TEST(core_cost_choice_follows_the_data)
-{
-	scd_cost_in_t in = base();
-	in.density = 1;
-	in.gamma_n = 1;
-	CHECK_EQ_INT(scd_cost_best(&in, 1, NULL), SCD_SCHEME_DENSE_RING);
-	in = base();
-	in.density = 1e-3;
-	scd_scheme_t s = scd_cost_best(&in, 1, NULL);
-	CHECK_MSG(s == SCD_SCHEME_BALANCED_PAR || s == SCD_SCHEME_HIER_CENTRAL ||
-		      s == SCD_SCHEME_AGSPARSE,
-		  "picked %s", scd_scheme_name(s));
-	in.P = 64;
-	in.alpha_s = 1e-2; /* latency-bound: few rounds win */
-	in.density = 1e-5;
-	s = scd_cost_best(&in, 1, NULL);
-	CHECK_MSG(s == SCD_SCHEME_AGSPARSE || s == SCD_SCHEME_HIER_CENTRAL, "picked %s",
-		  scd_scheme_name(s));
-	/* random inputs: best is never beaten by any other scheme */
-	for (int rep = 0; rep < 200; rep++) {
-		scd_cost_in_t r = {.P = 2 + (uint32_t)unit_rng_below(63),
-				   .numel = 1000 + unit_rng_below(100000000),
-				   .density = exp(log(1e-5) * unit_rng_double()),
-				   .skew = 1 + 5 * unit_rng_double(),
-				   .alpha_s = 1e-6 * (1 + unit_rng_below(100)),
-				   .beta_s_per_byte = 1e-10 * (1 + unit_rng_below(100)),
-				   .format = (scd_format_t)(1 + unit_rng_below(3))};
-		r.gamma_n = 1 + (r.P - 1) * unit_rng_double();
-		scd_cost_t bc;
-		scd_scheme_t b = scd_cost_best(&r, 0, &bc);
-		for (int j = 0; j < SCD_SCHEME_COUNT; j++) {
-			scd_cost_t c = scd_cost_scheme((scd_scheme_t)j, &r);
-			CHECK_TRUE(c.seconds >= bc.seconds);
-			CHECK_TRUE(c.bytes >= 0 && c.rounds >= 0);
-		}
-		(void)b;
-	}
 }

@@ -12,7 +12,9 @@
  *   - Balanced Parallelism's bytes are within 1.1x of ZEN eq. (1) with hash-bitmap pull.
  * Each rank generates every rank's input from the shared test seed (so it can compute the
  * reference itself); results that must be compared across ranks go through a shared
- * anonymous mapping and are checked by the parent once all ranks exit.
+ * anonymous mapping and are checked by the parent once all ranks exit. The worlds and the
+ * inputs are scheme_world.h's (shared with test_device_guard.c, which runs every scheme
+ * through a device whose memory the host cannot touch).
  */
 #include "unit.h"
 
@@ -26,165 +28,14 @@
 
 #include "scheme/scheme.h"
 #include "scheme/scheme_internal.h"
+#include "scheme_world.h"
+#include "unit_mesh.h"
 #include "util/log.h"
-
-#define MAX_P  8
-#define TMO_MS 20000
-
-/* ---- worlds ---------------------------------------------------------------------------- */
-
-typedef void (*rank_fn)(scd_transport_t *t, int rank, int size, void *arg);
-
-static void *shared_map(size_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	CHECK_TRUE(p != MAP_FAILED);
-	return p;
-}
-
-static void run_world(int P, rank_fn fn, void *arg)
-{
-	int fds[MAX_P];
-	uint16_t ports[MAX_P];
-	const char *addrs[MAX_P];
-	pid_t pids[MAX_P];
-	for (int r = 0; r < P; r++) {
-		sc_status_t st = scd_tcp_listen("127.0.0.1", 0, &fds[r], &ports[r]);
-		CHECK_MSG(st == SC_OK, "listen: %s", scd_transport_error());
-		addrs[r] = "127.0.0.1";
-	}
-	uint64_t world = unit_rng();
-	fflush(NULL);
-	for (int r = 0; r < P; r++) {
-		pids[r] = fork();
-		CHECK_TRUE(pids[r] >= 0);
-		if (pids[r] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			scd_log_level = SCD_LOG_WARN;
-			for (int q = 0; q < P; q++)
-				if (q != r)
-					close(fds[q]);
-			scd_transport_t *t = NULL;
-			sc_status_t st = scd_tcp_create(fds[r], r, P, addrs, ports, world,
-							1 << 20, TMO_MS, &t);
-			CHECK_MSG(st == SC_OK, "rank %d: tcp: %s", r, scd_transport_error());
-			fn(t, r, P, arg);
-			scd_transport_destroy(t);
-			_exit(0);
-		}
-	}
-	for (int r = 0; r < P; r++)
-		close(fds[r]);
-	int bad = -1, bad_status = 0;
-	for (int r = 0; r < P; r++) {
-		int status = 0;
-		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
-			;
-		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && bad < 0)
-			bad = r, bad_status = status;
-	}
-	CHECK_MSG(bad < 0, "P = %d: rank %d failed (wait status 0x%x)", P, bad, bad_status);
-}
-
-/* ---- data ------------------------------------------------------------------------------ */
-
-typedef struct spec {
-	uint64_t numel;
-	double density; /* per rank */
-	double overlap; /* fraction of each rank's indices drawn from a pool shared by all */
-	int zipf;	/* indices ~ Zipf(1) (log-uniform), hot at low indices */
-	int coo;	/* hand the input as COO */
-	int floats;	/* random floats instead of small integers */
-	uint64_t seed;
-	int sparse_out; /* with coo: ask for the result as COO (scheme.h, sparse results) */
-	uint32_t rows;	/* > 1: non-zeros come in whole rows of this many elements */
-} spec_t;
-
-static uint64_t mix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static uint32_t draw_idx(const spec_t *sp, uint64_t *s)
-{
-	if (!sp->zipf)
-		return (uint32_t)(mix(s) % sp->numel);
-	double u = (double)(mix(s) >> 11) / 9007199254740992.0;
-	uint64_t i = (uint64_t)pow((double)sp->numel, u) - 1;
-	return (uint32_t)(i < sp->numel ? i : sp->numel - 1);
-}
-
-static float draw_val(const spec_t *sp, uint64_t *s)
-{
-	if (sp->floats)
-		return (float)((double)(mix(s) >> 11) / 9007199254740992.0 * 2 - 1) + 1e-3f;
-	int v = (int)(mix(s) % 8) - 4;
-	return (float)(v >= 0 ? v + 1 : v);
-}
-
-/* Rank r's contribution, dense (g: numel floats). */
-static void gen_rank(const spec_t *sp, int r, float *g)
-{
-	memset(g, 0, 4 * sp->numel);
-	uint64_t vs = sp->seed ^ (0x1000u + (uint64_t)r), ps = sp->seed ^ 0x77,
-		 rs = sp->seed ^ (0x2000u + (uint64_t)r);
-	if (sp->density >= 1) {
-		for (uint64_t i = 0; i < sp->numel; i++)
-			g[i] = draw_val(sp, &vs);
-		return;
-	}
-	uint64_t nnz = (uint64_t)(sp->density * (double)sp->numel + 0.5);
-	if (nnz < 1)
-		nnz = 1;
-	uint64_t shared = (uint64_t)(sp->overlap * (double)nnz + 0.5), got = 0;
-	for (uint64_t a = 0; got < shared && a < 8 * nnz; a++) {
-		uint32_t i = draw_idx(sp, &ps);
-		if (g[i] == 0)
-			g[i] = draw_val(sp, &vs), got++;
-	}
-	for (uint64_t a = 0; got < nnz && a < 8 * nnz; a++) {
-		uint32_t i = draw_idx(sp, &rs);
-		if (g[i] == 0)
-			g[i] = draw_val(sp, &vs), got++;
-	}
-	if (sp->rows > 1) /* every row holding a non-zero becomes whole (embedding rows) */
-		for (uint64_t lo = 0; lo < sp->numel; lo += sp->rows) {
-			uint64_t hi = lo + sp->rows < sp->numel ? lo + sp->rows : sp->numel, i;
-			for (i = lo; i < hi && g[i] == 0; i++)
-				;
-			if (i < hi)
-				for (i = lo; i < hi; i++)
-					if (g[i] == 0)
-						g[i] = draw_val(sp, &vs);
-		}
-}
-
-static void dense_to_coo(const float *g, uint64_t n, scd_coo_t *out)
-{
-	out->nnz = 0;
-	for (uint64_t i = 0; i < n; i++)
-		if (g[i] != 0) {
-			out->idx[out->nnz] = (uint32_t)i;
-			out->val[out->nnz++] = g[i];
-		}
-}
-
-static uint64_t hash_bytes(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	uint64_t h = 1469598103934665603ULL;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 1099511628211ULL;
-	return h;
-}
 
 /* ---- the lossless and lossy matrix ------------------------------------------------------ */
 
 #define NCASES 18
-#define NSCH   8
+#define NSCH   SCD_SCHEME_COUNT
 #define NUMEL  24000
 
 typedef struct slot {
@@ -366,13 +217,20 @@ static void check_same(const matrix_t *m, int P)
 		}
 }
 
-static const scd_scheme_t lossless_schemes[] = {SCD_SCHEME_DENSE_RING, SCD_SCHEME_AGSPARSE,
-						SCD_SCHEME_HIER_CENTRAL,
-						SCD_SCHEME_BALANCED_PAR, SCD_SCHEME_OMNIREDUCE};
+/* The registry's lossless (lossless = 1) or lossy (0) schemes, in id order: how many. */
+static int registry_schemes(int lossless, scd_scheme_t *out)
+{
+	int n = 0;
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		if (!scd_schemes[s]->lossless == !lossless)
+			out[n++] = (scd_scheme_t)s;
+	return n;
+}
 
 static void lossless_world(int P)
 {
-	matrix_t m = {.schemes = lossless_schemes, .nschemes = 5};
+	scd_scheme_t list[SCD_SCHEME_COUNT];
+	matrix_t m = {.schemes = list, .nschemes = registry_schemes(1, list)};
 	m.ncases = make_cases(m.specs, NUMEL, 1);
 	m.slots = shared_map(sizeof(slot_t) * NCASES * NSCH * MAX_P);
 	run_world(P, matrix_rank, &m);
@@ -400,18 +258,17 @@ UNIT_TEST(scheme_lossless_p8)
 	lossless_world(8);
 }
 
-/* Streaming (aggregation behind the receives, in chunks of as few as 16 entries) gives
- * the exact sums, the same on every rank, and the same bits as whole messages (floats
- * included: AGsparse's and Balanced Parallelism's are the bits of the sum in rank order;
- * HC's, of its pairwise sums), at every P. */
-static const scd_scheme_t streamed_schemes[] = {SCD_SCHEME_AGSPARSE, SCD_SCHEME_HIER_CENTRAL,
-						SCD_SCHEME_BALANCED_PAR};
-#define NSTREAMED (int)(sizeof(streamed_schemes) / sizeof(streamed_schemes[0]))
-
+/* Streaming (aggregation behind the receives, in chunks of as few as 16 entries: AGsparse,
+ * HC, Balanced Parallelism) gives the exact sums, the same on every rank, and the same
+ * bits as whole messages (floats included: AGsparse's and Balanced Parallelism's are the
+ * bits of the sum in rank order; HC's, of its pairwise sums), at every P. Every lossless
+ * scheme of the registry runs: cfg.stream_chunk must never change a result's bits. */
 static void streamed_world(int P)
 {
 	size_t ns = sizeof(slot_t) * NCASES * NSCH * MAX_P;
-	matrix_t whole = {.schemes = streamed_schemes, .nschemes = NSTREAMED, .rank_order = 1};
+	scd_scheme_t list[SCD_SCHEME_COUNT];
+	matrix_t whole = {
+	    .schemes = list, .nschemes = registry_schemes(1, list), .rank_order = 1};
 	whole.ncases = make_cases(whole.specs, NUMEL, 1);
 	matrix_t m = whole;
 	m.stream_chunk = 16;
@@ -480,18 +337,16 @@ static void check_mass(const matrix_t *m, int P)
 	free(tmp), free(sum);
 }
 
-static const scd_scheme_t lossy_schemes[] = {SCD_SCHEME_SPARDL, SCD_SCHEME_S2_SKETCH,
-					     SCD_SCHEME_EXDYNA};
-
 static void lossy_world(int P, uint32_t teams, double density)
 {
-	matrix_t m = {
-	    .schemes = lossy_schemes, .nschemes = 3, .teams = teams, .density = density};
+	scd_scheme_t list[SCD_SCHEME_COUNT];
+	int n = registry_schemes(0, list);
+	matrix_t m = {.schemes = list, .nschemes = n, .teams = teams, .density = density};
 	m.ncases = make_cases(m.specs, 8000, 0);
 	for (int c = 0; c < m.ncases; c++)
 		m.specs[c].numel = 8000;
 	size_t ns = sizeof(slot_t) * NCASES * NSCH * MAX_P,
-	       nr = 4 * (size_t)NCASES * 3 * MAX_P * 8000, no = 4 * (size_t)NCASES * 3 * 8000;
+	       nr = 4 * (size_t)NCASES * n * MAX_P * 8000, no = 4 * (size_t)NCASES * n * 8000;
 	m.slots = shared_map(ns);
 	m.res = shared_map(nr);
 	m.out = shared_map(no);
@@ -734,10 +589,12 @@ static void steps_world(int P, scd_scheme_t scheme)
 
 UNIT_TEST(scheme_steps_shared_state_and_mass)
 {
-	steps_world(3, SCD_SCHEME_EXDYNA);
-	steps_world(4, SCD_SCHEME_EXDYNA);
-	steps_world(6, SCD_SCHEME_SPARDL);
-	steps_world(4, SCD_SCHEME_S2_SKETCH);
+	scd_scheme_t list[SCD_SCHEME_COUNT];
+	int n = registry_schemes(0, list);
+	for (int s = 0; s < n; s++) /* every lossy scheme of the registry */
+		steps_world(4, list[s]);
+	steps_world(3, SCD_SCHEME_EXDYNA); /* rotating partitions at an odd P */
+	steps_world(6, SCD_SCHEME_SPARDL); /* P not a power of two */
 }
 
 /* ---- lossy schemes on COO input with a residual kept sparse ----------------------------
@@ -884,6 +741,7 @@ UNIT_TEST(scheme_s2_decodes_with_few_collisions)
 UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 {
 	enum { N = 1 << 16, ROW = 300 };
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
 	static uint32_t idx[N], widx[N];
 	static float val[N], wval[N];
 	static uint8_t buf[16 * N];
@@ -895,46 +753,46 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 			idx[nnz] = rows[r] * ROW + j, val[nnz] = (float)(nnz + 1);
 	scd_coo_t src = {idx, val, nnz, N}, dec;
 	uint64_t bytes = 0, numel = 210 * ROW;
-	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	/* runs: rows 3,4 and 100,101 are adjacent, so 5 runs: 8 + 8 + 5 * 8 + 4 nnz */
 	CHECK_MSG(bytes == 8 + 8 + 5 * 8 + 4 * nnz, "runs message of %llu bytes",
 		  (unsigned long long)bytes);
 	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, nnz));
-	CHECK_EQ_INT(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec), SC_OK);
 	CHECK_TRUE(dec.nnz == nnz);
 	CHECK_TRUE(!memcmp(dec.idx, idx, 4 * nnz) && !memcmp(dec.val, val, 4 * nnz));
 	/* scattered indices over the whole range go as COO */
 	for (uint64_t i = 0; i < 1000; i++)
 		idx[i] = (uint32_t)(i * 63);
 	src.nnz = 1000;
-	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	CHECK_TRUE(bytes == 8 + 8 * 1000);
 	/* ... and as a bitmap over their own range [7000, 13993] when that is smaller */
 	for (uint64_t i = 0; i < 1000; i++)
 		idx[i] = (uint32_t)(7000 + i * 7);
-	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	CHECK_MSG(bytes == 8 + 16 + 8 * ((6994 + 63) / 64) + 4 * 1000, "bitmap of %llu bytes",
 		  (unsigned long long)bytes);
 	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, 1000));
-	CHECK_EQ_INT(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec), SC_OK);
 	CHECK_TRUE(dec.nnz == 1000 && !memcmp(dec.idx, idx, 4000) && !memcmp(dec.val, val, 4000));
 	uint64_t lo_past = numel - 6000; /* its range would end past numel */
 	memcpy(buf + 8, &lo_past, 8);
-	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
 	/* a list past numel is not encoded */
 	idx[999] = (uint32_t)numel;
-	CHECK_TRUE(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes) != SC_OK);
 	/* a run past numel, or overlapping the previous one, is refused */
 	src.nnz = nnz = 2 * ROW;
 	for (uint64_t i = 0; i < nnz; i++)
 		idx[i] = (uint32_t)(i < ROW ? i : 5 * ROW + i);
-	CHECK_EQ_INT(scd_scheme_msg_encode(&src, numel, buf, sizeof(buf), &bytes), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	uint32_t past = (uint32_t)numel - 10;
 	memcpy(buf + 8 + 8 + 8, &past, 4);
-	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
 	uint32_t back = 5;
 	memcpy(buf + 8 + 8 + 8, &back, 4);
-	CHECK_TRUE(scd_scheme_msg_decode(buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
 }
 
 /* scd_scheme_topk_coo against a reference selection (keys descending, ties to the lower
@@ -975,7 +833,8 @@ UNIT_TEST(scheme_topk_coo_matches_reference)
 				ref_idx[nref++] = (uint32_t)(3 * i);
 		for (uint64_t i = 0; i < n; i++)
 			idx[i] = (uint32_t)(3 * i), val[i] = orig[i];
-		uint64_t kept = scd_scheme_topk_coo(idx, val, n, k, tidx, tval);
+		uint64_t kept =
+		    scd_scheme_topk_coo(&scd_device_cpu_ops, idx, val, n, k, tidx, tval);
 		CHECK_MSG(kept == kk, "n %llu k %llu: kept %llu", (unsigned long long)n,
 			  (unsigned long long)k, (unsigned long long)kept);
 		CHECK_MSG(!memcmp(idx, ref_idx, 4 * kk), "n %llu k %llu: a different selection",

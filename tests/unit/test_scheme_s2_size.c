@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "scheme/scheme.h"
+#include "unit_mesh.h"
 #include "util/log.h"
 
 #define S2_P	  3
@@ -64,15 +65,9 @@ UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 	    mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(sh != MAP_FAILED);
 	sh->seed = unit_rng();
-	int fds[S2_P];
-	uint16_t ports[S2_P];
-	const char *addrs[S2_P];
 	pid_t pids[S2_P];
-	for (int r = 0; r < S2_P; r++) {
-		CHECK_EQ_INT(scd_tcp_listen("127.0.0.1", 0, &fds[r], &ports[r]), SC_OK);
-		addrs[r] = "127.0.0.1";
-	}
-	uint64_t world = unit_rng();
+	unit_mesh_t mesh;
+	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", S2_P, unit_rng()), SC_OK);
 	fflush(NULL);
 	for (int r = 0; r < S2_P; r++) {
 		pids[r] = fork();
@@ -80,20 +75,14 @@ UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 		if (pids[r] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			scd_log_level = SCD_LOG_WARN;
-			for (int q = 0; q < S2_P; q++)
-				if (q != r)
-					close(fds[q]);
 			scd_transport_t *t = NULL;
-			CHECK_EQ_INT(scd_tcp_create(fds[r], r, S2_P, addrs, ports, world,
-						    1 << 20, S2_TMO_MS, &t),
-				     SC_OK);
+			CHECK_EQ_INT(unit_mesh_create(&mesh, r, 1 << 20, S2_TMO_MS, &t), SC_OK);
 			s2_size_rank(t, r, sh);
 			scd_transport_destroy(t);
 			_exit(0);
 		}
 	}
-	for (int r = 0; r < S2_P; r++)
-		close(fds[r]);
+	unit_mesh_release(&mesh);
 	for (int r = 0; r < S2_P; r++) {
 		int status = 0;
 		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)

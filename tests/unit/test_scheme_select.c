@@ -44,22 +44,23 @@ UNIT_TEST(scheme_choose_by_density)
 		CHECK_TRUE(c.seconds < dense.seconds / 10);
 		/* the choice is the cheapest of the allowed schemes */
 		for (int k = 0; k < SCD_SCHEME_COUNT; k++) {
-			if (k == SCD_SCHEME_EXDYNA || !scd_scheme_lossless(k))
+			if (scd_schemes[k]->pick == SCD_PICK_PINNED || !scd_scheme_lossless(k))
 				continue;
 			CHECK_TRUE(
 			    c.seconds <=
 			    scd_scheme_cost(ctx, (scd_scheme_t)k, &pf, alpha, beta).seconds);
 		}
-		/* lossy allowed: never ExDyna unless pinned; a pin always wins */
+		/* lossy allowed: never a pinned-only scheme (ExDyna) unless pinned; a pin
+		 * always wins */
 		for (double d = 1e-5; d <= 1; d *= 10) {
 			pf.density = d;
-			CHECK_TRUE(scd_scheme_choose(ctx, &pf, alpha, beta, 0, -1, NULL) !=
-				   SCD_SCHEME_EXDYNA);
+			scd_scheme_t s0 = scd_scheme_choose(ctx, &pf, alpha, beta, 0, -1, NULL);
+			CHECK_TRUE(scd_schemes[s0]->pick != SCD_PICK_PINNED);
 			CHECK_TRUE(scd_scheme_lossless(
 			    scd_scheme_choose(ctx, &pf, alpha, beta, 1, -1, NULL)));
-			CHECK_EQ_INT(scd_scheme_choose(ctx, &pf, alpha, beta, 1,
-						       SCD_SCHEME_EXDYNA, NULL),
-				     SCD_SCHEME_EXDYNA);
+			for (int k = 0; k < SCD_SCHEME_COUNT; k++)
+				CHECK_EQ_INT(scd_scheme_choose(ctx, &pf, alpha, beta, 1, k, NULL),
+					     k);
 		}
 		scd_scheme_ctx_destroy(ctx);
 	}
@@ -73,7 +74,7 @@ UNIT_TEST(scheme_profile_identical_reports_identical_choice)
 	scd_scheme_profile_init(&a, 0.01);
 	scd_scheme_profile_init(&b, 0.01);
 	for (int i = 0; i < 50; i++) {
-		scd_scheme_report_t r = {.scheme = (scd_scheme_t)(unit_rng_below(8)),
+		scd_scheme_report_t r = {.scheme = (scd_scheme_t)(unit_rng_below(SCD_SCHEME_COUNT)),
 					 .density = unit_rng_double() * 0.1,
 					 .gamma = 1 + 5 * unit_rng_double(),
 					 .skew = 1 + unit_rng_double()};

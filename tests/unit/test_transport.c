@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "transport/tcp.h"
 #include "transport/transport.h"
+#include "unit_mesh.h"
 #include "util/log.h"
 
 #define MAX_P  5
@@ -789,4 +791,146 @@ UNIT_TEST(transport_tcp_measure_agrees_on_every_rank)
 				  out[2 * r], out[2 * r + 1], out[0], out[1]);
 	}
 	munmap(out, sizeof(double) * 2 * MAX_P);
+}
+
+/* ---- the registry and the backend's world formation ----------------------------------- */
+
+UNIT_TEST(transport_registry_lookup)
+{
+	const scd_transport_ops_t *ops = NULL;
+	CHECK_EQ_INT(scd_transport_lookup("tcp", &ops), SC_OK);
+	CHECK_TRUE(ops && !strcmp(ops->name, "tcp"));
+	CHECK_TRUE(ops->prepare && ops->create && ops->release && ops->describe);
+	ops = NULL;
+	CHECK_EQ_INT(scd_transport_lookup("auto", &ops),
+		     SC_OK); /* tcp while buffers are host */
+	CHECK_TRUE(ops && !strcmp(ops->name, "tcp"));
+	CHECK_EQ_INT(scd_transport_get(SCD_TRANSPORT_TCP, &ops), SC_OK);
+	CHECK_TRUE(!strcmp(ops->name, scd_transport_kind_name(SCD_TRANSPORT_TCP)));
+	CHECK_TRUE(!strcmp(scd_transport_kind_name(SCD_TRANSPORT_NCCL), "nccl"));
+	/* unknown and unavailable names fail, naming them */
+	ops = NULL;
+	CHECK_EQ_INT(scd_transport_lookup("carrier-pigeon", &ops), SC_ERR_UNSUPPORTED);
+	CHECK_TRUE(ops == NULL);
+	CHECK_MSG(strstr(scd_transport_error(), "unknown transport 'carrier-pigeon'"),
+		  "error: %s", scd_transport_error());
+	CHECK_EQ_INT(scd_transport_lookup("", &ops), SC_ERR_UNSUPPORTED);
+	CHECK_EQ_INT(scd_transport_get(SCD_TRANSPORT_COUNT, &ops), SC_ERR_UNSUPPORTED);
+	CHECK_TRUE(ops == NULL);
+	/* a build without NCCL (only a GPU build links scd_transport_nccl_ops) names it */
+	if (scd_transport_get(SCD_TRANSPORT_NCCL, &ops) != SC_OK) {
+		CHECK_EQ_INT(scd_transport_lookup("nccl", &ops), SC_ERR_UNSUPPORTED);
+		CHECK_MSG(strstr(scd_transport_error(), "transport 'nccl' is not built"),
+			  "error: %s", scd_transport_error());
+		CHECK_TRUE(ops == NULL);
+	}
+}
+
+UNIT_TEST(transport_tcp_prepare_blob)
+{
+	const scd_transport_ops_t *ops;
+	CHECK_EQ_INT(scd_transport_lookup("tcp", &ops), SC_OK);
+	scd_transport_cfg_t cfg = {.addr = "127.0.0.1", .port = 0};
+	scd_transport_endpoint_t *ep = NULL;
+	CHECK_EQ_INT(scd_transport_prepare(ops, &cfg, &ep), SC_OK);
+	CHECK_TRUE(ep && ep->ops == ops && ep->blob_len > 0);
+	char addr[64];
+	uint16_t port = 0;
+	CHECK_EQ_INT(ops->describe(ep->blob, ep->blob_len, addr, sizeof(addr), &port), SC_OK);
+	CHECK_MSG(!strcmp(addr, "127.0.0.1") && port != 0, "blob says %s:%u", addr, port);
+	/* the port is really bound: a second endpoint on it fails, naming it */
+	scd_transport_cfg_t again = {.addr = "127.0.0.1", .port = port};
+	scd_transport_endpoint_t *ep2 = NULL;
+	scd_log_level = -1;
+	CHECK_TRUE(scd_transport_prepare(ops, &again, &ep2) != SC_OK && ep2 == NULL);
+	char want[32];
+	snprintf(want, sizeof(want), "127.0.0.1:%u", port);
+	CHECK_MSG(strstr(scd_transport_error(), want), "error: %s", scd_transport_error());
+	scd_transport_release(ep);
+	/* malformed blobs */
+	unsigned char bad[80] = {1, 2, 'a', 0, 'b'};
+	CHECK_EQ_INT(ops->describe(bad, 1, addr, sizeof(addr), &port), SC_ERR_PROTOCOL);
+	CHECK_EQ_INT(ops->describe(bad, 5, addr, sizeof(addr), &port), SC_ERR_PROTOCOL);
+	memset(bad + 2, 'x', sizeof(bad) - 2);
+	CHECK_EQ_INT(ops->describe(bad, sizeof(bad), addr, sizeof(addr), &port),
+		     SC_ERR_PROTOCOL);
+	CHECK_EQ_INT(ops->describe(bad, 4, NULL, 0, &port), SC_OK);
+	CHECK_EQ_INT(port, 0x0201);
+}
+
+UNIT_TEST(transport_boot_blobs)
+{
+	const scd_transport_ops_t *ops;
+	CHECK_EQ_INT(scd_transport_lookup("tcp", &ops), SC_OK);
+	scd_transport_cfg_t cfg = {.addr = "127.0.0.1"};
+	scd_transport_endpoint_t *ep = NULL;
+	CHECK_EQ_INT(scd_transport_prepare(ops, &cfg, &ep), SC_OK);
+	scd_transport_boot_t b;
+	CHECK_EQ_INT(scd_transport_boot_init(&b, ep, 3, 2, 7),
+		     SC_ERR_INVALID); /* rank >= size */
+	CHECK_EQ_INT(scd_transport_boot_init(&b, ep, 1, 2, 7), SC_OK);
+	CHECK_TRUE(b.ep == ep && b.blobs[1].len == ep->blob_len);
+	CHECK_TRUE(!memcmp(b.blobs[1].data, ep->blob, ep->blob_len) && b.blobs[0].len == 0);
+	static unsigned char big[SCD_TRANSPORT_BLOB_MAX + 1];
+	CHECK_EQ_INT(scd_transport_boot_set_blob(&b, 0, big, sizeof(big)), SC_ERR_LIMIT);
+	CHECK_EQ_INT(scd_transport_boot_set_blob(&b, 2, big, 4), SC_ERR_INVALID);
+	/* rank 0's blob is malformed: create fails naming it, and still consumes the
+	 * endpoint */
+	CHECK_EQ_INT(scd_transport_boot_set_blob(&b, 0, big, 1), SC_OK);
+	scd_transport_t *t = NULL;
+	scd_log_level = -1;
+	CHECK_EQ_INT(scd_transport_create(&b, 0, 1000, &t), SC_ERR_PROTOCOL);
+	CHECK_TRUE(t == NULL && b.ep == NULL);
+	CHECK_MSG(strstr(scd_transport_error(), "rank 0: malformed tcp bootstrap blob"),
+		  "error: %s", scd_transport_error());
+	scd_transport_boot_clear(&b);
+	CHECK_TRUE(b.blobs == NULL);
+}
+
+/* The daemon's way: endpoints prepared through the ops, meshes created from the blobs. */
+typedef struct {
+	unit_mesh_t *mesh;
+	int rank;
+} blob_rank_t;
+
+static void blob_rank_body(void *p)
+{
+	blob_rank_t *c = p;
+	scd_log_level = SCD_LOG_WARN;
+	int P = c->mesh->P;
+	scd_transport_t *t = NULL;
+	sc_status_t st = unit_mesh_create(c->mesh, c->rank, 0, TMO_MS, &t);
+	CHECK_MSG(st == SC_OK, "rank %d: create: %s", c->rank, scd_transport_error());
+	CHECK_TRUE(t->rank == c->rank && t->size == P && !strcmp(t->ops->name, "tcp"));
+	float x[5];
+	for (int i = 0; i < 5; i++)
+		x[i] = input((size_t)i, c->rank);
+	CHECK_EQ_INT(scd_transport_allreduce_f32(t, x, 5, TMO_MS), SC_OK);
+	for (int i = 0; i < 5; i++) {
+		float want = 0;
+		for (int r = 0; r < P; r++)
+			want += input((size_t)i, r);
+		CHECK_MSG(x[i] == want, "rank %d: x[%d] = %g, want %g", c->rank, i, x[i], want);
+	}
+	scd_transport_destroy(t);
+}
+
+UNIT_TEST(transport_tcp_create_from_blobs)
+{
+	for (int P = 1; P <= 4; P += 3) {
+		unit_mesh_t mesh;
+		CHECK_MSG(unit_mesh_prepare(&mesh, "auto", P, unit_rng()) == SC_OK,
+			  "prepare: %s", scd_transport_error());
+		pid_t pids[MAX_P];
+		for (int r = 0; r < P; r++) {
+			blob_rank_t c = {&mesh, r};
+			pids[r] = spawn(blob_rank_body, &c);
+		}
+		unit_mesh_release(&mesh);
+		for (int r = 0; r < P; r++) {
+			char who[32];
+			snprintf(who, sizeof(who), "P = %d: rank %d", P, r);
+			check_exit(pids[r], who);
+		}
+	}
 }

@@ -1,0 +1,52 @@
+/*
+ * test_engine_bufctx.c: a buffer step's failures keep their own status (engine/bufctx.h).
+ * A tensor whose options passed registration but from which no sparsifier can be made (a
+ * hard threshold of 1e-50 is > 0 as a double, 0 in float32) fails its step with
+ * SC_ERR_INVALID and a text that names the tensor and its threshold, not with
+ * SC_ERR_NOMEM and "no memory" as it once did; the failure happens before the transport
+ * is used, so a bare one-rank transport without ops stands in for it.
+ */
+#include "unit.h"
+
+#include <string.h>
+
+#include "engine/bufctx.h"
+#include "util/log.h"
+
+UNIT_TEST(engine_bufctx_invalid_sparsifier_status)
+{
+	enum { N = 4096 };
+	static float buf[N], res[N];
+	scd_log_level = -1; /* the step logs the failure it detects: expected here */
+	scd_bufctx_table_t *tab = NULL;
+	CHECK_TRUE(scd_bufctx_table_create(&tab) == SC_OK);
+	const scd_device_ops_t *dev = NULL;
+	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
+	scd_transport_t t = {.ops = NULL, .rank = 0, .size = 1};
+	scd_job_item_t it = {.name = "layer.bad",
+			     .numel = N,
+			     .op = SC_OP_SUM,
+			     .cache_id = 7,
+			     .sparsifier = SC_SPARSIFY_THRESHOLD,
+			     .threshold = 1e-50,
+			     .residual = res};
+	for (int step = 0; step < 2; step++) { /* and again: no state was kept */
+		scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
+				 .n_items = 1,
+				 .items = &it,
+				 .total_numel = N,
+				 .dtype = SC_FLOAT32,
+				 .average_divisor = 1,
+				 .pin = -1,
+				 .timeout_ms = 1000};
+		sc_status_t st = scd_bufctx_step(tab, &job, dev, buf, &t, 20e-6, 1e-10, 42);
+		CHECK_MSG(st == SC_ERR_INVALID, "step %d: %s (%s), expected SC_ERR_INVALID",
+			  step, sc_status_name(st), job.error);
+		CHECK_MSG(strstr(job.error, "layer.bad") && strstr(job.error, "threshold"),
+			  "the error does not name the tensor and its threshold: '%s'",
+			  job.error);
+		CHECK_MSG(!strstr(job.error, "memory"), "the error speaks of memory: '%s'",
+			  job.error);
+	}
+	scd_bufctx_table_destroy(tab);
+}

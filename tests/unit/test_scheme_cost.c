@@ -1,0 +1,383 @@
+/*
+ * test_scheme_cost.c: the registry (scheme/registry.h) and the schemes' alpha-beta costs,
+ * each scheme's formula against cases worked by hand, and, for every scheme in the
+ * registry, that its descriptor is complete, that its cost reads no profile input it does
+ * not declare, and that the cost in context makes the choices the scheme really runs with.
+ * Common case: P = 4, numel U = 10^6, d = 0.01 (k = 10^4), alpha = 10 us, beta = 1 ns/B.
+ */
+#include "unit.h"
+
+#include <string.h>
+
+#include "scheme/scheme.h"
+#include "scheme/scheme_internal.h"
+
+static scd_cost_in_t base(void)
+{
+	return (scd_cost_in_t){.P = 4,
+			       .numel = 1000000,
+			       .density = 0.01,
+			       .gamma_n = 2,
+			       .skew = 1,
+			       .alpha_s = 1e-5,
+			       .beta_s_per_byte = 1e-9,
+			       .format = SCD_FMT_COO};
+}
+
+UNIT_TEST(scheme_cost_formulas_by_hand)
+{
+	scd_cost_in_t in = base();
+	/* dense ring: 6 rounds, 2 * 3/4 * 4e6 = 6e6 bytes, 6e-5 + 6e-3 s */
+	scd_cost_t c = scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in);
+	CHECK_NEAR(c.rounds, 6, 0);
+	CHECK_NEAR(c.bytes, 6e6, 1e-6);
+	CHECK_NEAR(c.seconds, 6.06e-3, 1e-12);
+	CHECK_TRUE(c.lossless);
+	/* AGsparse COO: 2 rounds, 3 * 8 * 1e4 = 240000 bytes */
+	c = scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in);
+	CHECK_NEAR(c.rounds, 2, 0);
+	CHECK_NEAR(c.bytes, 240000, 1e-6);
+	/* HC with a measured curve gamma(1) = 1, gamma(2) = 1.5: 8e4 * 2.5 = 2e5 bytes */
+	double curve[5] = {0, 1, 1.5, 1.8, 2};
+	in.gamma_of_m = curve;
+	c = scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in);
+	CHECK_NEAR(c.rounds, 2, 0);
+	CHECK_NEAR(c.bytes, 2e5, 1e-6);
+	in.gamma_of_m = NULL;
+	/* BP COO: push 3 * 8 * 2500 * imb(k) + pull 3 * 8 * 5000 * imb(2k); 6 rounds */
+	c = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
+	double ip = 1 + sqrt(2 * 4 * log(4.0) / 1e4), iq = 1 + sqrt(2 * 4 * log(4.0) / 2e4);
+	CHECK_NEAR(c.rounds, 6, 0);
+	CHECK_NEAR(c.bytes, 60000 * ip + 120000 * iq, 1e-6);
+	/* ... and with imbalance 1 it is ZEN eq. (1) x b: 1.8e-4 s x 1e9 B/s = 180000 B */
+	CHECK_NEAR(60000 + 120000, scd_cost_zen_eq1(4, 4e6, 0.01, 2, 1e9) * 1e9, 1e-6);
+	/* BP hash-bitmap pull: 3 * (250000 / 8 + 4 * 5000) = 153750 */
+	in.format = SCD_FMT_HASH_BITMAP;
+	c = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
+	CHECK_NEAR(c.bytes, 60000 * ip + 153750 * iq, 1e-6);
+	in.format = SCD_FMT_COO;
+	/* SparDL, P = 8, no teams: 6 rounds, 4 * 4 * 1e4 * 7/8 = 140000 bytes */
+	in.P = 8;
+	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
+	CHECK_NEAR(c.rounds, 6, 0);
+	CHECK_NEAR(c.bytes, 140000, 1e-6);
+	CHECK_TRUE(!c.lossless);
+	/* R-SAG with d = 2: rounds 2 * 2 + 1 = 5; 4 * 2e4 * ((16 - 4)/8 + 2/8 * 1) = 140000 */
+	in.teams = 2;
+	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
+	CHECK_NEAR(c.rounds, 5, 0);
+	CHECK_NEAR(c.bytes, 140000, 1e-6);
+	/* B-SAG with d = 3: rounds 2 * ceil(log2 3) + 2 = 6; 4 * 2e4 * (9 + 16 - 9)/8 */
+	in.teams = 3;
+	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
+	CHECK_NEAR(c.rounds, 6, 0);
+	CHECK_NEAR(c.bytes, 4 * 2e4 * 16 / 8, 1e-6);
+	in = base();
+	/* OmniReduce, B = 1 (blocks are elements): push 3 * 250000 * 0.01 * 8 = 60000, pull at
+	 * density 0.02: 120000; skew 3 triples both */
+	in.block = 1;
+	in.skew = 3;
+	c = scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in);
+	CHECK_NEAR(c.bytes, 3 * 180000, 1e-6);
+	/* S2: 1 row x 20000 cols + 1e6 / 256 bitmap floats (3907), ring: 1.5 * 4 * 23907 */
+	in = base();
+	c = scd_cost_scheme(SCD_SCHEME_S2_SKETCH, &in);
+	CHECK_NEAR(c.bytes, 1.5 * 4 * (20000 + 3907), 1e-6);
+	/* ExDyna, skew 1, k = 1e4 selected per rank: indices and values to the 3 others,
+	 * 3 * 1e4 * 8 = 240000 bytes in 3 rounds. Skew 3 counts as ExDyna's own bound on the
+	 * imbalance, 1.05. */
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 240000, 1e-6);
+	CHECK_NEAR(c.rounds, 3, 0);
+	in.skew = 3;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 240000 * 1.05, 1e-6);
+	/* a measured imbalance replaces the assumption: the heaviest rank's selection; over 2
+	 * indices and values ride the ring, 1.5 * 8 * 4e4 bytes in 6 rounds */
+	in.imbalance = 1.5;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 240000 * 1.5, 1e-6);
+	in.imbalance = 3.5;
+	c = scd_cost_scheme(SCD_SCHEME_EXDYNA, &in);
+	CHECK_NEAR(c.bytes, 480000, 1e-6);
+	CHECK_NEAR(c.rounds, 6, 0);
+	/* one rank: nothing moves, whatever the scheme */
+	in.P = 1;
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		c = scd_cost_scheme((scd_scheme_t)s, &in);
+		CHECK_TRUE(c.rounds == 0 && c.bytes == 0 && c.seconds == 0);
+		CHECK_EQ_INT(c.lossless, scd_scheme_lossless((scd_scheme_t)s));
+	}
+}
+
+/* The choice follows the data: dense wins at density 1, sparse schemes at low density,
+ * HC over BP when the latency term dominates; ties resolve identically. */
+UNIT_TEST(scheme_cost_choice_follows_the_data)
+{
+	scd_cost_in_t in = base();
+	in.density = 1;
+	in.gamma_n = 1;
+	CHECK_EQ_INT(scd_cost_best(&in, 1, NULL), SCD_SCHEME_DENSE_RING);
+	in = base();
+	in.density = 1e-3;
+	scd_scheme_t s = scd_cost_best(&in, 1, NULL);
+	CHECK_MSG(s == SCD_SCHEME_BALANCED_PAR || s == SCD_SCHEME_HIER_CENTRAL ||
+		      s == SCD_SCHEME_AGSPARSE,
+		  "picked %s", scd_scheme_name(s));
+	in.P = 64;
+	in.alpha_s = 1e-2; /* latency-bound: few rounds win */
+	in.density = 1e-5;
+	s = scd_cost_best(&in, 1, NULL);
+	CHECK_MSG(s == SCD_SCHEME_AGSPARSE || s == SCD_SCHEME_HIER_CENTRAL, "picked %s",
+		  scd_scheme_name(s));
+	/* random inputs: best is never beaten by any scheme of the registry */
+	for (int rep = 0; rep < 200; rep++) {
+		scd_cost_in_t r = {.P = 2 + (uint32_t)unit_rng_below(63),
+				   .numel = 1000 + unit_rng_below(100000000),
+				   .density = exp(log(1e-5) * unit_rng_double()),
+				   .skew = 1 + 5 * unit_rng_double(),
+				   .alpha_s = 1e-6 * (1 + unit_rng_below(100)),
+				   .beta_s_per_byte = 1e-10 * (1 + unit_rng_below(100)),
+				   .format = (scd_format_t)(1 + unit_rng_below(3))};
+		r.gamma_n = 1 + (r.P - 1) * unit_rng_double();
+		int lossless_only = (int)unit_rng_below(2);
+		scd_cost_t bc;
+		scd_scheme_t b = scd_cost_best(&r, lossless_only, &bc);
+		CHECK_TRUE(!lossless_only || scd_scheme_lossless(b));
+		for (int j = 0; j < SCD_SCHEME_COUNT; j++) {
+			scd_cost_t c = scd_cost_scheme((scd_scheme_t)j, &r);
+			CHECK_MSG(c.bytes >= 0 && c.rounds >= 0 && isfinite(c.seconds),
+				  "%s: %g rounds, %g bytes", scd_scheme_name(j), c.rounds,
+				  c.bytes);
+			if (!lossless_only || scd_scheme_lossless(j))
+				CHECK_TRUE(c.seconds >= bc.seconds);
+		}
+	}
+}
+
+/* Every descriptor is complete, names are unique, ids parse back; the dense ring, which
+ * the engine falls back to, is lossless and open to every choice. */
+UNIT_TEST(scheme_registry_descriptors)
+{
+	CHECK_EQ_INT(SCD_SCHEME_DENSE_RING, 0);
+	CHECK_TRUE(scd_schemes[SCD_SCHEME_DENSE_RING]->lossless &&
+		   scd_schemes[SCD_SCHEME_DENSE_RING]->pick == SCD_PICK_AUTO);
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		const scd_scheme_desc_t *d = scd_scheme_desc((scd_scheme_t)s);
+		CHECK_MSG(d && d == scd_schemes[s] && d->name && *d->name && d->run && d->model,
+			  "scheme %d: incomplete descriptor", s);
+		CHECK_MSG(strlen(d->name) < 32, "%s: name too long for the statistics",
+			  d->name);
+		CHECK_TRUE(d->pick >= SCD_PICK_AUTO && d->pick <= SCD_PICK_PINNED);
+		CHECK_TRUE((d->uses & ~(SCD_COST_DENSITY | SCD_COST_GAMMA | SCD_COST_SKEW |
+					SCD_COST_IMBALANCE)) == 0);
+		CHECK_TRUE(!(d->lossless && d->sketched));
+		scd_scheme_t p;
+		CHECK_EQ_INT(scd_scheme_parse(d->name, &p), 0);
+		CHECK_EQ_INT(p, s);
+		CHECK_TRUE(!strcmp(scd_scheme_name((scd_scheme_t)s), d->name));
+		CHECK_EQ_INT(scd_scheme_lossless((scd_scheme_t)s), d->lossless);
+		if (d->sparsifier != SC_SPARSIFY_NONE)
+			CHECK_EQ_INT(scd_scheme_of_sparsifier(d->sparsifier), s);
+		for (int t = 0; t < s; t++)
+			CHECK_MSG(strcmp(scd_schemes[t]->name, d->name) != 0, "%s twice",
+				  d->name);
+	}
+	CHECK_TRUE(scd_scheme_desc(SCD_SCHEME_COUNT) == NULL);
+	CHECK_TRUE(!strcmp(scd_scheme_name(SCD_SCHEME_COUNT), "unknown"));
+	CHECK_TRUE(!scd_scheme_lossless(SCD_SCHEME_COUNT));
+	CHECK_EQ_INT(scd_scheme_of_sparsifier(SC_SPARSIFY_NONE), -1);
+	CHECK_EQ_INT(scd_scheme_of_sparsifier(SC_SPARSIFY_TOPK), -1);
+	CHECK_EQ_INT(scd_scheme_of_sparsifier(SC_SPARSIFY_EXDYNA), SCD_SCHEME_EXDYNA);
+}
+
+/* ---- costs in context ------------------------------------------------------------------ */
+
+static const scd_transport_ops_t no_ops = {.name = "none"};
+
+static scd_scheme_ctx_t *make_ctx(const scd_scheme_cfg_t *cfg, int P, scd_transport_t *t)
+{
+	*t = (scd_transport_t){.ops = &no_ops, .rank = 0, .size = P};
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(cfg, t, NULL, &ctx), SC_OK);
+	return ctx;
+}
+
+static scd_scheme_profile_t random_profile(int P)
+{
+	scd_scheme_profile_t pf = {.density = exp(log(1e-5) * unit_rng_double()),
+				   .gamma_n = 1 + (P - 1) * unit_rng_double(),
+				   .skew = 1 + 5 * unit_rng_double(),
+				   .steps = 3};
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
+		pf.imbalance[s] = unit_rng_below(2) ? 0 : 1 + 2 * unit_rng_double();
+	return pf;
+}
+
+static int same_cost(scd_cost_t a, scd_cost_t b)
+{
+	return a.rounds == b.rounds && a.bytes == b.bytes && a.seconds == b.seconds &&
+	       a.lossless == b.lossless;
+}
+
+/* A scheme's cost changes with no profile input it does not declare in .uses (and the
+ * imbalance it reads is its own), in context and bare. */
+UNIT_TEST(scheme_cost_reads_only_declared_inputs)
+{
+	for (int rep = 0; rep < 100; rep++) {
+		int P = 2 + (int)unit_rng_below(15);
+		scd_scheme_cfg_t cfg =
+		    scd_scheme_cfg_default(1000 + unit_rng_below(10000000), unit_rng());
+		if (unit_rng_below(2))
+			cfg.density = 1e-3;
+		scd_transport_t t;
+		scd_scheme_ctx_t *ctx = make_ctx(&cfg, P, &t);
+		double alpha = 1e-6 * (1 + unit_rng_below(100)),
+		       beta = 1e-10 * (1 + unit_rng_below(100));
+		scd_scheme_profile_t pf = random_profile(P);
+		for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+			const scd_scheme_desc_t *d = scd_schemes[s];
+			scd_cost_t c0 = scd_scheme_cost(ctx, (scd_scheme_t)s, &pf, alpha, beta);
+			CHECK_MSG(isfinite(c0.seconds) && c0.seconds > 0, "%s: %g s", d->name,
+				  c0.seconds);
+			scd_scheme_profile_t q = pf;
+			if (!(d->uses & SCD_COST_DENSITY))
+				q.density = exp(log(1e-5) * unit_rng_double());
+			if (!(d->uses & SCD_COST_GAMMA))
+				q.gamma_n = 1 + (P - 1) * unit_rng_double();
+			if (!(d->uses & SCD_COST_SKEW))
+				q.skew = 1 + 5 * unit_rng_double();
+			for (int o = 0; o < SCD_SCHEME_COUNT; o++)
+				if (o != s || !(d->uses & SCD_COST_IMBALANCE))
+					q.imbalance[o] = 1 + 3 * unit_rng_double();
+			scd_cost_t c1 = scd_scheme_cost(ctx, (scd_scheme_t)s, &q, alpha, beta);
+			CHECK_MSG(same_cost(c0, c1), "%s: its cost reads an undeclared input",
+				  d->name);
+			/* bare */
+			scd_cost_in_t in = scd_scheme_cost_in(ctx, &pf, alpha, beta);
+			in.imbalance = pf.imbalance[s];
+			scd_cost_in_t jn = in;
+			if (!(d->uses & SCD_COST_DENSITY))
+				jn.density = exp(log(1e-5) * unit_rng_double());
+			if (!(d->uses & SCD_COST_GAMMA))
+				jn.gamma_n = 1 + (P - 1) * unit_rng_double();
+			if (!(d->uses & SCD_COST_SKEW))
+				jn.skew = 1 + 5 * unit_rng_double();
+			if (!(d->uses & SCD_COST_IMBALANCE))
+				jn.imbalance = 1 + 3 * unit_rng_double();
+			CHECK_MSG(same_cost(scd_cost_scheme((scd_scheme_t)s, &in),
+					    scd_cost_scheme((scd_scheme_t)s, &jn)),
+				  "%s: its model reads an undeclared input", d->name);
+		}
+		scd_scheme_ctx_destroy(ctx);
+	}
+}
+
+/* In context, each scheme is costed as it runs: AGsparse and HC with the cheaper of COO
+ * and bitmap, BP with its hash-bitmap pull, OmniReduce with cfg's block, S2 with cfg's
+ * rows and block and cols_factor x the union columns, SparDL with its best team count at
+ * cfg's density; schemes without choices of their own (no .cost) as the bare model; plus
+ * the metadata round's alpha. */
+UNIT_TEST(scheme_cost_in_context_matches_the_run)
+{
+	for (int rep = 0; rep < 100; rep++) {
+		int P = 2 + (int)unit_rng_below(15);
+		scd_scheme_cfg_t cfg =
+		    scd_scheme_cfg_default(1000 + unit_rng_below(10000000), unit_rng());
+		cfg.omni_block = 1 + (uint32_t)unit_rng_below(1024);
+		cfg.sketch_block = 1 + (uint32_t)unit_rng_below(1024);
+		cfg.sketch_rows = 1 + (uint32_t)unit_rng_below(3);
+		cfg.sketch_cols_factor = 0.5 + 3 * unit_rng_double();
+		cfg.density = unit_rng_below(2) ? 0 : 1e-3;
+		cfg.spardl_teams = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below(P);
+		scd_transport_t t;
+		scd_scheme_ctx_t *ctx = make_ctx(&cfg, P, &t);
+		double alpha = 1e-6 * (1 + unit_rng_below(100)),
+		       beta = 1e-10 * (1 + unit_rng_below(100));
+		scd_scheme_profile_t pf = random_profile(P);
+		scd_cost_in_t in = scd_scheme_cost_in(ctx, &pf, alpha, beta);
+		for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+			scd_cost_in_t x = in;
+			x.imbalance =
+			    scd_schemes[s]->uses & SCD_COST_IMBALANCE ? pf.imbalance[s] : 0;
+			scd_cost_t want;
+			if (s == SCD_SCHEME_AGSPARSE || s == SCD_SCHEME_HIER_CENTRAL) {
+				want = scd_cost_scheme((scd_scheme_t)s, &x);
+				x.format = SCD_FMT_BITMAP;
+				scd_cost_t b = scd_cost_scheme((scd_scheme_t)s, &x);
+				if (b.seconds < want.seconds)
+					want = b;
+			} else if (s == SCD_SCHEME_BALANCED_PAR) {
+				x.format = SCD_FMT_HASH_BITMAP;
+				want = scd_cost_scheme((scd_scheme_t)s, &x);
+			} else if (s == SCD_SCHEME_OMNIREDUCE) {
+				x.block = cfg.omni_block;
+				want = scd_cost_scheme((scd_scheme_t)s, &x);
+			} else if (s == SCD_SCHEME_S2_SKETCH) {
+				x.block = cfg.sketch_block;
+				x.sketch_rows = cfg.sketch_rows;
+				double cols = ceil(cfg.sketch_cols_factor * x.gamma_n *
+						   x.density * (double)x.numel);
+				if (cols > (double)x.numel)
+					cols = (double)x.numel;
+				x.sketch_cols = cols < 1 ? 1 : (uint32_t)cols;
+				want = scd_cost_scheme((scd_scheme_t)s, &x);
+			} else if (s == SCD_SCHEME_SPARDL) {
+				if (cfg.density > 0)
+					x.density = cfg.density;
+				want = (scd_cost_t){.seconds = INFINITY};
+				for (uint32_t d = 1; d <= (uint32_t)P; d++) {
+					if (P % d)
+						continue;
+					x.teams = d;
+					scd_cost_t k = scd_cost_scheme((scd_scheme_t)s, &x);
+					if (cfg.spardl_teams ? d <= cfg.spardl_teams
+							     : k.seconds < want.seconds)
+						want = k;
+				}
+			} else if (!scd_schemes[s]->cost) {
+				want = scd_cost_scheme((scd_scheme_t)s, &x);
+			} else {
+				continue; /* a scheme with choices of its own not listed here */
+			}
+			want.rounds += 1;
+			want.seconds += alpha;
+			scd_cost_t got =
+			    scd_scheme_cost(ctx, (scd_scheme_t)s, &pf, alpha, beta);
+			CHECK_MSG(same_cost(got, want),
+				  "%s P %d: %g s, %g B in context, expected %g s, %g B",
+				  scd_scheme_name(s), P, got.seconds, got.bytes, want.seconds,
+				  want.bytes);
+		}
+		scd_scheme_ctx_destroy(ctx);
+	}
+}
+
+/* What a report teaches the profile follows the descriptor: a sketched scheme's steps
+ * leave gamma and skew alone; a scheme's imbalance is folded from its own steps only, and
+ * only when its cost reads it. */
+UNIT_TEST(scheme_profile_follows_descriptors)
+{
+	for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
+		const scd_scheme_desc_t *d = scd_schemes[s];
+		int imb = (d->uses & SCD_COST_IMBALANCE) != 0;
+		scd_scheme_profile_t pf;
+		scd_scheme_profile_init(&pf, 0.01);
+		scd_scheme_report_t r = {.scheme = (scd_scheme_t)s,
+					 .density = 0.02,
+					 .gamma = 3,
+					 .skew = 2,
+					 .imbalance = 1.5};
+		scd_scheme_profile_update(&pf, &r);
+		CHECK_NEAR(pf.density, 0.02, 0);
+		CHECK_NEAR(pf.gamma_n, d->sketched ? 0 : 3, 0);
+		CHECK_NEAR(pf.skew, d->sketched ? 1 : 2, 0);
+		r.imbalance = 2.5;
+		scd_scheme_profile_update(&pf, &r);
+		for (int o = 0; o < SCD_SCHEME_COUNT; o++)
+			CHECK_MSG(pf.imbalance[o] == (o == s && imb ? 2.0 : 0),
+				  "%s: imbalance of %s %g", d->name, scd_scheme_name(o),
+				  pf.imbalance[o]);
+		CHECK_EQ_INT(pf.steps, 2);
+	}
+}

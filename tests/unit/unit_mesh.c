@@ -1,0 +1,49 @@
+/* unit_mesh.c: see unit_mesh.h. */
+#include "unit_mesh.h"
+
+#include <string.h>
+
+sc_status_t unit_mesh_prepare(unit_mesh_t *m, const char *transport, int P, uint64_t world_id)
+{
+	memset(m, 0, sizeof(*m));
+	if (P < 1 || P > UNIT_MESH_MAX_P)
+		return SC_ERR_INVALID;
+	const scd_transport_ops_t *ops;
+	sc_status_t st = scd_transport_lookup(transport, &ops);
+	scd_transport_cfg_t cfg = {.addr = "127.0.0.1", .port = 0};
+	for (int r = 0; st == SC_OK && r < P; r++, m->P = r)
+		st = scd_transport_prepare(ops, &cfg, &m->ep[r]);
+	if (st != SC_OK) {
+		unit_mesh_release(m);
+		return st;
+	}
+	m->world_id = world_id;
+	return SC_OK;
+}
+
+sc_status_t unit_mesh_create(unit_mesh_t *m, int rank, size_t scratch_bytes, int timeout_ms,
+			     scd_transport_t **t_p)
+{
+	scd_transport_boot_t b;
+	sc_status_t st = scd_transport_boot_init(&b, m->ep[rank], rank, m->P, m->world_id);
+	if (st != SC_OK)
+		return st;
+	m->ep[rank] = NULL; /* b's now */
+	for (int r = 0; st == SC_OK && r < m->P; r++)
+		if (r != rank)
+			st = scd_transport_boot_set_blob(&b, r, m->ep[r]->blob,
+							 m->ep[r]->blob_len);
+	unit_mesh_release(m);
+	if (st == SC_OK)
+		st = scd_transport_create(&b, scratch_bytes, timeout_ms, t_p);
+	scd_transport_boot_clear(&b);
+	return st;
+}
+
+void unit_mesh_release(unit_mesh_t *m)
+{
+	for (int r = 0; r < m->P; r++) {
+		scd_transport_release(m->ep[r]);
+		m->ep[r] = NULL;
+	}
+}

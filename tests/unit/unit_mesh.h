@@ -1,0 +1,28 @@
+/*
+ * unit_mesh.h: meshes for tests that fork one process per rank, built the way the daemon
+ * builds them: through the transport registry (prepare, then create from every rank's
+ * bootstrap blob). The parent prepares every rank's endpoint before it forks, so every
+ * child holds every blob; each child then builds its rank's mesh.
+ */
+#ifndef SC_TESTS_UNIT_MESH_H
+#define SC_TESTS_UNIT_MESH_H
+
+#include "transport/transport.h"
+
+#define UNIT_MESH_MAX_P 16
+
+typedef struct unit_mesh {
+	int P;
+	uint64_t world_id;
+	scd_transport_endpoint_t *ep[UNIT_MESH_MAX_P];
+} unit_mesh_t;
+
+/* Prepares P endpoints of the named backend ("tcp") on 127.0.0.1, any free port. */
+sc_status_t unit_mesh_prepare(unit_mesh_t *m, const char *transport, int P, uint64_t world_id);
+/* In rank's child: releases the other ranks' endpoints and builds rank's mesh. */
+sc_status_t unit_mesh_create(unit_mesh_t *m, int rank, size_t scratch_bytes, int timeout_ms,
+			     scd_transport_t **t_p);
+/* Releases the endpoints still held (the parent, once its children have forked). */
+void unit_mesh_release(unit_mesh_t *m);
+
+#endif
