@@ -90,18 +90,18 @@ typedef struct scd_device_ops {
 	uint64_t (*coo_compact_nonzero)(const uint32_t *idx, const float *val, uint64_t n,
 					uint32_t *oi, float *ov);
 	uint64_t (*coo_merge_sum)(const uint32_t *ai, const float *av, uint64_t an,
-				  const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
-				  float *ov);
-	uint64_t (*coo_filter_mod)(const uint32_t *idx, const float *val, uint64_t n, uint32_t d,
-				   uint32_t t, uint32_t *oi, float *ov);
+				  const uint32_t *bi, const float *bv, uint64_t bn,
+				  uint32_t *oi, float *ov);
+	uint64_t (*coo_filter_mod)(const uint32_t *idx, const float *val, uint64_t n,
+				   uint32_t d, uint32_t t, uint32_t *oi, float *ov);
 	uint32_t (*coo_block_runs)(const uint32_t *idx, uint64_t n, const uint64_t *bnd,
 				   uint32_t nb, uint64_t numel, uint32_t max, scd_run_t *runs,
 				   uint64_t *bad);
 	void (*sub_scaled)(float *res, const float *x, uint64_t n, float f);
 	/* OmniReduce's blocks (format.h) */
 	uint64_t (*blocks_count_dense)(const float *g, uint64_t numel, uint32_t block);
-	sc_status_t (*blocks_apply)(const void *buf, uint64_t bytes, uint32_t block, uint64_t len,
-				    float *dst, int add);
+	sc_status_t (*blocks_apply)(const void *buf, uint64_t bytes, uint32_t block,
+				    uint64_t len, float *dst, int add);
 
 	/* -- engine (local sums of any dtype, averaging, copies to and from trainers) -- */
 

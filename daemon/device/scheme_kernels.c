@@ -17,8 +17,8 @@ static uint64_t lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
 	return lo;
 }
 
-void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists, const uint64_t *v,
-		      uint32_t nv, uint64_t *pos)
+void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists,
+		      const uint64_t *v, uint32_t nv, uint64_t *pos)
 {
 	for (uint32_t l = 0; l < nlists; l++) {
 		const uint32_t *list = a + off[l];

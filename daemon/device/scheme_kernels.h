@@ -24,8 +24,8 @@ typedef struct scd_run {
  * host, nlists + 1 entries): pos[l * nv + k] = the first position in list l, counted from
  * its start, whose value is >= v[k] (v: host, nv entries; pos: host, nlists x nv).
  */
-void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists, const uint64_t *v,
-		      uint32_t nv, uint64_t *pos);
+void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists,
+		      const uint64_t *v, uint32_t nv, uint64_t *pos);
 
 /* The first position j of idx[0, n) with idx[j] outside [lo, hi) or not above idx[j - 1];
  * n when the list is strictly ascending inside the range. */

@@ -7,7 +7,9 @@
  * aggregates all P of them in rank order, so every rank computes the same sums in the
  * same order; the aggregation streams behind the receives (below). Asked for a sparse
  * result (scheme.h) it merges the P lists in rank order instead of aggregating densely,
- * so it never touches all numel elements.
+ * so it never touches all numel elements. The lists live in the device's memory: decodes,
+ * merges, scatter-adds and clears are its ops, and the watermark's input (each list's last
+ * index) is read back (to_host) once per call of the work.
  */
 #include "scheme/scheme_internal.h"
 

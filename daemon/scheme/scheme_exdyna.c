@@ -57,7 +57,8 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 			return scd_scheme_fail(SC_ERR_PROTOCOL,
 					       "exdyna: rank %d sent index %u outside its "
 					       "partition [%llu, %llu) or out of order",
-					       q, bad, (unsigned long long)lo, (unsigned long long)hi);
+					       q, bad, (unsigned long long)lo,
+					       (unsigned long long)hi);
 		}
 	}
 	if (!scd_scheme_sparse_out(io, K)) {

@@ -18,7 +18,9 @@
  * hc_work decodes what has arrived and merges every index below the watermark W (the last
  * index received + 1). So each step's aggregation hides behind its transfer but for the
  * last chunk's share, and a dense result's buffer is cleared in the idle time of the
- * steps. A rank that receives the final aggregate (replace) takes it whole.
+ * steps. A rank that receives the final aggregate (replace) takes it whole. The lists live
+ * in the device's memory: decodes, merges and clears are its ops, and each chunk's first
+ * and last index are read back (to_host) for the order check and the watermark.
  */
 #include "scheme/scheme_internal.h"
 

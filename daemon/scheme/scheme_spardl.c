@@ -208,7 +208,8 @@ static sc_status_t add_bag(sd_t *s, const uint32_t *ri, const float *rv, uint64_
 	if (bad < k) {
 		uint32_t i;
 		c->dev->to_host(&i, ri + bad, 4);
-		return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: index %u from rank %d", i, from);
+		return scd_scheme_fail(SC_ERR_PROTOCOL, "spardl: index %u from rank %d", i,
+				       from);
 	}
 	uint32_t *ni = c->sidx.p;
 	float *nv = c->sval.p;
@@ -482,7 +483,7 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	m = c->dev->coo_compact_nonzero(mi, mv, m, mi, mv);
 	kept = c->dev->coo_topk(mi, mv, m, s->L, c->hidx.p, c->hval.p);
 	if (s->res) {
-		/* index i's discard goes to the member of team i mod d: appended to the queue */
+		/* index i's discard goes to the member of team i mod d, into the queue */
 		if ((st = scd_res_reserve(c, m - kept)) != SC_OK)
 			return st;
 		c->rq_n += c->dev->coo_filter_mod(mi + kept, mv + kept, m - kept, s->d, s->t,

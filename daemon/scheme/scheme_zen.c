@@ -215,8 +215,8 @@ static sc_status_t bp_encode(bp_t *b, uint32_t k)
 					    me);
 	/* the transport reads the segment once it is released: the device's work is done */
 	if ((st = c->dev->sync()) != SC_OK)
-		return scd_scheme_work_fail(c, st, "balanced_par: %s device failed encoding "
-						   "partition %d", c->dev->name, me);
+		return scd_scheme_work_fail(c, st, "balanced_par: %s device failed in range %u",
+					    c->dev->name, k);
 	b->pull_len[k] = bytes;
 	for (int p = 0; p < c->size; p++) /* release the range to every other rank */
 		if (p != me)
@@ -326,8 +326,9 @@ static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t 
 	 * run's tables, host memory: the context's ctl) */
 	uint32_t K = bp_chunks(c);
 	size_t PK1 = (size_t)P * (K + 1), PK = (size_t)P * K;
-	if ((st = scd_ws_reserve(&c->ctl, 8 * (2 * PK1 + 2 * PK + (size_t)P + 3 * (size_t)K + 2) +
-						  sizeof(scd_coo_t) * (size_t)P)) != SC_OK)
+	if ((st = scd_ws_reserve(&c->ctl,
+				 8 * (2 * PK1 + 2 * PK + (size_t)P + 3 * (size_t)K + 2) +
+				     sizeof(scd_coo_t) * (size_t)P)) != SC_OK)
 		return st;
 	uint64_t *cut = c->ctl.p, *seg = cut + PK1, *parts = seg + PK1, *pullmax = parts + PK,
 		 *load = pullmax + PK, *pull_off = load + P, *pull_len = pull_off + K + 1,
@@ -536,8 +537,8 @@ static sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *i
 			c->dev->reduce_sum(R, io->data + mylo, mylen);
 			continue;
 		}
-		if ((st = c->dev->blocks_apply(c->recvs[j].buf, c->rbytes[j], o.B, mylen, R, 1)) !=
-		    SC_OK)
+		if ((st = c->dev->blocks_apply(c->recvs[j].buf, c->rbytes[j], o.B, mylen, R,
+					       1)) != SC_OK)
 			return scd_scheme_fail(st, "omnireduce: bad blocks from rank %d", q);
 		j++;
 	}

@@ -18,7 +18,9 @@ static void random_list(uint32_t *idx, float *val, uint64_t n, uint64_t numel)
 		if (unit_rng_below(numel - i) < n - w) {
 			idx[w] = (uint32_t)i;
 			uint64_t r = unit_rng_below(10);
-			val[w++] = r == 0 ? 0.0f : r == 1 ? -0.0f : (float)((int)unit_rng_below(21) - 10);
+			val[w++] = r == 0   ? 0.0f
+				   : r == 1 ? -0.0f
+					    : (float)((int)unit_rng_below(21) - 10);
 		}
 }
 
@@ -208,10 +210,12 @@ UNIT_TEST(core_kernels_blocks_count_and_apply)
 			CHECK_TRUE(acc[i] == 1 + g[i]);
 		/* malformed: a partial record, a block past the range */
 		if (bytes) {
-			CHECK_EQ_INT(d->blocks_apply(buf, bytes - 1, B, n, acc, 1), SC_ERR_PROTOCOL);
+			CHECK_EQ_INT(d->blocks_apply(buf, bytes - 1, B, n, acc, 1),
+				     SC_ERR_PROTOCOL);
 			uint32_t id = (uint32_t)nb;
 			memcpy(buf, &id, 4);
-			CHECK_EQ_INT(d->blocks_apply(buf, bytes, B, n, acc, 1), SC_ERR_PROTOCOL);
+			CHECK_EQ_INT(d->blocks_apply(buf, bytes, B, n, acc, 1),
+				     SC_ERR_PROTOCOL);
 		}
 		free(g), free(dst), free(acc), free(buf);
 	}
