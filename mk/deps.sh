@@ -3,7 +3,8 @@
 # that are missing. Run by `make deps` and, implicitly, before every build.
 set -eu
 pkgs="build-essential pkg-config libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-      bible-kjv bible-kjv-text iproute2 openmpi-bin libopenmpi-dev util-linux procps"
+      bible-kjv bible-kjv-text iproute2 openmpi-bin libopenmpi-dev util-linux procps
+      clang-format"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

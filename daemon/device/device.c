@@ -38,6 +38,8 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .runs_decode = scd_runs_decode,
     .idx_add = scd_idx_add,
     /* -- per-scheme kernels -- */
+    .partmap_acquire = scd_partmap_acquire,
+    .partmap_release = scd_partmap_release,
     .lower_bounds = scd_lower_bounds,
     .idx_check_range = scd_idx_check_range,
     .coo_compact_nonzero = scd_coo_compact_nonzero,

@@ -1,6 +1,6 @@
 /*
  * device.h: the compute device behind the engine and the schemes: one ops table per
- * backend (cpu here; cuda, a later issue, fills the same table and is tested against the
+ * backend (cpu here; a cuda device fills the same table and is tested against the
  * cpu one), filled with designated initializers and reached through a registry indexed by
  * scd_device_kind_t. A backend that is not built or whose init failed reports
  * SC_ERR_UNSUPPORTED from scd_device_get().
@@ -19,8 +19,12 @@
  * for its queued work, so a transport that stages through host memory reads finished
  * data).
  *
- * Objects with workspaces (sparsifier, hierarchical hash, ExDyna) are created once per
- * tensor or buffer and reused every step; the per-step ops allocate nothing.
+ * Objects with workspaces (sparsifier, hierarchical hash, ExDyna, ZEN's partition map) are
+ * created by the device once per tensor or buffer and reused every step; the per-step ops
+ * allocate nothing. Such an object is a host structure: its control state (ExDyna's
+ * partitions and threshold, a partition map's offsets) is host memory that the schemes
+ * read through its accessors (exdyna.h, partition.h), and its data arrays are the
+ * device's memory.
  */
 #ifndef SCD_DEVICE_DEVICE_H
 #define SCD_DEVICE_DEVICE_H
@@ -82,6 +86,12 @@ typedef struct scd_device_ops {
 	void (*idx_add)(uint32_t *idx, uint64_t n, uint32_t add);
 
 	/* -- per-scheme kernels (Balanced Parallelism, OmniReduce, SparDL, S2, ExDyna) -- */
+	/* ZEN's partition lists (partition.h) in this device's memory, cached and shared:
+	 * offset stays in host memory (the schemes' control flow reads it), list and pos are
+	 * device arrays; release what acquire gave */
+	sc_status_t (*partmap_acquire)(uint64_t numel, uint32_t nparts, uint64_t seed,
+				       const scd_partmap_t **map_p);
+	void (*partmap_release)(const scd_partmap_t *map);
 	/* lists and ranges (scheme_kernels.h): off, v, pos, bnd, runs and bad are host
 	 * memory */
 	void (*lower_bounds)(const uint32_t *a, const uint64_t *off, uint32_t nlists,

@@ -116,7 +116,7 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 		return scd_scheme_fail(SC_ERR_INVALID, "bad scheme context arguments");
 	scd_scheme_ctx_t *c = calloc(1, sizeof(*c));
 	if (!c)
-		return SC_ERR_NOMEM;
+		return scd_scheme_fail(SC_ERR_NOMEM, "no memory for a scheme context");
 	c->cfg = *cfg;
 	if (c->cfg.timeout_ms <= 0)
 		c->cfg.timeout_ms = 30000;
@@ -164,7 +164,8 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 	    scd_ws_reserve(&c->meta_recv, P * (META_HDR_BYTES + 8 * P)) != SC_OK ||
 	    scd_ws_reserve(&c->meta_host, (P + 1) * (META_HDR_BYTES + 8 * P)) != SC_OK) {
 		scd_scheme_ctx_destroy(c);
-		return SC_ERR_NOMEM;
+		return scd_scheme_fail(SC_ERR_NOMEM, "no memory for a scheme context of %zu ranks",
+				       P);
 	}
 	*ctx_p = c;
 	return SC_OK;
@@ -183,7 +184,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
-		scd_partmap_release(c->map);
+		c->dev->partmap_release(c->map);
 	if (c->ex)
 		c->dev->exdyna_destroy(c->ex);
 	free(c->nnz), free(c->parts), free(c->sends), free(c->recvs), free(c->rbytes);
@@ -237,10 +238,14 @@ static int res_work(void *arg)
 
 /* ---- transport wrappers ------------------------------------------------------------------ */
 
+/* A transport failure: the transport logged it where it was detected, so it is only
+ * recorded here (with the step), for scd_scheme_error(). */
 static sc_status_t xport_fail(scd_scheme_ctx_t *c, sc_status_t st, const char *what)
 {
-	return scd_scheme_fail(st, "rank %d: %s at step %llu: %s", c->rank, what,
-			       (unsigned long long)c->step, scd_transport_error());
+	snprintf(scheme_err, sizeof(scheme_err), "rank %d: %s at step %llu: %s", c->rank, what,
+		 (unsigned long long)c->step, scd_transport_error());
+	scd_debug(SCD_SUB_ENGINE, "scheme: %s (%s)", scheme_err, sc_status_name(st));
+	return st;
 }
 
 /* The device's queued work done (the buffers an exchange names are final) and its first

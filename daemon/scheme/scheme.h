@@ -18,8 +18,8 @@
  * Agreement without messages: every field of the report marked (same) below is identical
  * on every rank (computed from data every rank holds: the gathered counts and the summed
  * result), so a profile fed only with reports, and scd_scheme_choose() fed with that
- * profile and with alpha/beta that the engine agreed on (e.g. rank 0's measurement, sent
- * with the plan), gives the same scheme on every rank. Each run also starts with a small
+ * profile and with alpha/beta that the engine agreed on (every rank's probe, averaged
+ * through an allreduce), gives the same scheme on every rank. Each run also starts with a small
  * metadata exchange (one round, 40 bytes per peer plus 8 per count: none, one per
  * partition, or one per partition and index range) that carries every rank's non-zero
  * count and checks that all ranks run the same scheme on the same numel at the same step

@@ -45,7 +45,7 @@ static sc_status_t bp_ensure(scd_scheme_ctx_t *c, uint64_t nnz)
 {
 	sc_status_t st;
 	if (!c->map &&
-	    (st = scd_partmap_acquire(c->cfg.numel, (uint32_t)c->size, c->cfg.seed, &c->map)) !=
+	    (st = c->dev->partmap_acquire(c->cfg.numel, (uint32_t)c->size, c->cfg.seed, &c->map)) !=
 		SC_OK)
 		return scd_scheme_fail(st, "balanced_par: partition lists for %llu elements",
 				       (unsigned long long)c->cfg.numel);

@@ -1,6 +1,6 @@
 /*
  * transport.h: bytes between daemons (layer 2). One ops table per backend (tcp here; nccl
- * on GPU nodes, a later issue), filled with designated initializers, reached through a
+ * fills the same table on GPU nodes), filled with designated initializers, reached through a
  * registry indexed by scd_transport_kind_t (scd_transport_get; scd_transport_lookup for a
  * configured name) and the inline wrappers below. A backend that is not built reports
  * SC_ERR_UNSUPPORTED. Nothing outside transport/ names a backend: the daemon picks one by

@@ -24,6 +24,7 @@
 #include "util/arena.h"
 #include "util/log.h"
 #include "util/zmsg.h"
+#include "world_protocol.h"
 
 /* ---- sending ------------------------------------------------------------------------ */
 
@@ -167,10 +168,10 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	char why[256];
 	const char *tname = j->transport ? j->transport : "";
 	uint16_t port;
-	if (j->protocol_version != SC_PROTOCOL_VERSION) {
+	if (j->protocol_version != SCD_WORLD_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why),
 			 "rank %d speaks protocol version %u, the coordinator %u", j->rank,
-			 j->protocol_version, SC_PROTOCOL_VERSION);
+			 j->protocol_version, SCD_WORLD_PROTOCOL_VERSION);
 	} else if (j->world_size != d->world_size) {
 		snprintf(why, sizeof(why), "rank %d has world_size %d, the coordinator %d",
 			 j->rank, j->world_size, d->world_size);
@@ -602,7 +603,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 	} else if (!w->is_coord) {
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
-		j.protocol_version = SC_PROTOCOL_VERSION;
+		j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
 		j.rank = d->rank;
 		j.world_size = d->world_size;
 		j.local_size = d->local_size;

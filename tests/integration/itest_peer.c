@@ -4,12 +4,14 @@
  * SPARSECOMM_SOCKET names the coordinator's endpoint (tcp://HOST:PORT); run.sh starts the
  * coordinator alone (rank 0 of 2).
  *
- * join-refused: a Join whose transport differs from the coordinator's is refused with a
+ * join-refused: a Join of the previous daemon protocol version is refused naming both
+ *   versions; a Join whose transport differs from the coordinator's is refused with a
  *   reason naming the rank and both transports; a Join with the coordinator's transport
  *   but a malformed bootstrap blob is refused naming the rank and the blob's size.
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
+#include "world_protocol.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,11 +22,12 @@
 #define PEER_REPLY_MS 10000
 
 /* Sends a Join of rank 1 of 2 and returns the refusal's reason (the caller frees it). */
-static char *join_refused(void *sock, const char *transport, const void *blob, size_t len)
+static char *join_refused(void *sock, uint32_t version, const char *transport, const void *blob,
+			  size_t len)
 {
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
-	j.protocol_version = SC_PROTOCOL_VERSION;
+	j.protocol_version = version;
 	j.rank = 1;
 	j.world_size = 2;
 	j.local_size = 1;
@@ -80,12 +83,20 @@ int it_join_refused(int argc, char **argv)
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
 	if (zmq_connect(sock, it_env.socket) != 0)
 		IT_FAIL("zmq_connect(%s): %s", it_env.socket, zmq_strerror(zmq_errno()));
-	char *why = join_refused(sock, "nccl", "x", 1);
+	char *why = join_refused(sock, SCD_WORLD_PROTOCOL_VERSION - 1, "tcp", "x", 1);
+	char want[96];
+	snprintf(want, sizeof(want), "rank 1 speaks protocol version %d, the coordinator %d",
+		 SCD_WORLD_PROTOCOL_VERSION - 1, SCD_WORLD_PROTOCOL_VERSION);
+	if (!strstr(why, want))
+		IT_FAIL("refusal of a join of the previous version: '%s'", why);
+	it_log("other version: %s", why);
+	free(why);
+	why = join_refused(sock, SCD_WORLD_PROTOCOL_VERSION, "nccl", "x", 1);
 	if (!strstr(why, "rank 1 uses transport 'nccl', the coordinator 'tcp'"))
 		IT_FAIL("refusal of a join with another transport: '%s'", why);
 	it_log("other transport: %s", why);
 	free(why);
-	why = join_refused(sock, "tcp", "x", 1);
+	why = join_refused(sock, SCD_WORLD_PROTOCOL_VERSION, "tcp", "x", 1);
 	if (!strstr(why, "rank 1 sent a malformed tcp bootstrap blob (1 bytes)"))
 		IT_FAIL("refusal of a join with a malformed blob: '%s'", why);
 	it_log("malformed blob: %s", why);

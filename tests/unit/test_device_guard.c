@@ -98,7 +98,62 @@ static void guard_free(void *p)
 }
 
 /*
- * Every op of device.h but alloc and free: R(return type, name, parameters, arguments) or
+ * The partition map of Balanced Parallelism: the cpu device's cached map, with its list
+ * and pos arrays copied into guarded memory (offset, which the schemes read on the host,
+ * stays host memory). A scheme that read the arrays directly would fault.
+ */
+typedef struct guard_map {
+	scd_partmap_t map;
+	const scd_partmap_t *cpu;
+	struct guard_map *next;
+} guard_map_t;
+static guard_map_t *guard_maps;
+
+static sc_status_t guard_partmap_acquire(uint64_t numel, uint32_t nparts, uint64_t seed,
+					 const scd_partmap_t **map_p)
+{
+	const scd_partmap_t *cpu;
+	sc_status_t st = scd_device_cpu_ops.partmap_acquire(numel, nparts, seed, &cpu);
+	if (st != SC_OK)
+		return st;
+	guard_map_t *g = calloc(1, sizeof(*g));
+	if (!g || !(g->map.list = guard_alloc(4 * numel + 4)) ||
+	    !(g->map.pos = guard_alloc(4 * numel + 4))) {
+		if (g)
+			guard_free(g->map.list);
+		free(g);
+		scd_device_cpu_ops.partmap_release(cpu);
+		return SC_ERR_NOMEM;
+	}
+	g->map.numel = cpu->numel, g->map.seed = cpu->seed, g->map.fn = cpu->fn;
+	g->map.offset = cpu->offset;
+	guard_open();
+	memcpy(g->map.list, cpu->list, 4 * numel);
+	memcpy(g->map.pos, cpu->pos, 4 * numel);
+	guard_close();
+	g->cpu = cpu;
+	g->next = guard_maps, guard_maps = g;
+	*map_p = &g->map;
+	return SC_OK;
+}
+
+static void guard_partmap_release(const scd_partmap_t *map)
+{
+	for (guard_map_t **pg = &guard_maps; *pg; pg = &(*pg)->next)
+		if (&(*pg)->map == map) {
+			guard_map_t *g = *pg;
+			*pg = g->next;
+			guard_free(g->map.list);
+			guard_free(g->map.pos);
+			scd_device_cpu_ops.partmap_release(g->cpu);
+			free(g);
+			return;
+		}
+	unit_fail(__FILE__, __LINE__, "the guard device releases a map it did not make");
+}
+
+/*
+ * Every op of device.h but alloc, free and the partition map's: R(return type, name, parameters, arguments) or
  * V(name, parameters, arguments) for the void ones. An op added to device.h needs its
  * line here (device_guard_wraps_every_op fails until it has one).
  */
@@ -298,6 +353,8 @@ static const scd_device_ops_t *guard_device(void)
 	guard_ops.name = "guard";
 	guard_ops.alloc = guard_alloc;
 	guard_ops.free = guard_free;
+	guard_ops.partmap_acquire = guard_partmap_acquire;
+	guard_ops.partmap_release = guard_partmap_release;
 #define GUARD_SET_R(ret, op, params, args) guard_ops.op = guard_##op;
 #define GUARD_SET_V(op, params, args)	   guard_ops.op = guard_##op;
 	GUARD_OPS(GUARD_SET_R, GUARD_SET_V)
@@ -433,6 +490,7 @@ typedef struct guard_run {
 	spec_t specs[GCASES];
 	int ncases;
 	uint32_t stream_chunk; /* cfg.stream_chunk (0: the default) */
+	uint32_t teams;	       /* cfg.spardl_teams (0: the cost model's) */
 	uint64_t *hash;	       /* [case][MAX_P]: each rank's result */
 	float *out;	       /* [case][GNUMEL]: rank 0's result (lossy) */
 	float *res;	       /* [case][MAX_P][GNUMEL]: each rank's residual after the run */
@@ -484,6 +542,7 @@ static void guard_rank(scd_transport_t *tcp, int rank, int P, void *arg)
 	cfg.density = GDENSITY;
 	if (g->stream_chunk)
 		cfg.stream_chunk = g->stream_chunk;
+	cfg.spardl_teams = g->teams;
 	scd_scheme_ctx_t *ctx = NULL;
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, &gx.base, dev, &ctx), SC_OK);
 	for (int c = 0; c < g->ncases; c++) {
@@ -619,7 +678,11 @@ static void guard_scheme(scd_scheme_t s)
 		for (int streamed = 0; streamed <= 1; streamed++) {
 			guard_run_t g = {.scheme = s,
 					 .lossless = scd_schemes[s]->lossless,
-					 .stream_chunk = streamed ? 16 : 0};
+					 .stream_chunk = streamed ? 16 : 0,
+					 /* SparDL: one team (Spar-Reduce-Scatter over
+					  * all P), two teams at P = 4 (R-SAG), and the
+					  * cost model's choice when streamed */
+					 .teams = streamed ? 0 : P == 4 ? 2 : 1};
 			g.ncases = guard_cases(g.specs);
 			g.hash = shared_map(hb);
 			g.out = shared_map(ob);

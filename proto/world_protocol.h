@@ -1,0 +1,13 @@
+/*
+ * world_protocol.h: the version of the messages between daemons (PeerMsg: Join,
+ * WorldInfo, plans; proto/sparsecomm.proto). A Join of another version is refused with
+ * both versions named. It is separate from the library's SC_PROTOCOL_VERSION (trainers
+ * and sparsectl <-> daemon), so a change between daemons does not make the library's
+ * users upgrade. 2: Join and WorldInfo carry the transport's name and bootstrap data.
+ */
+#ifndef SC_WORLD_PROTOCOL_H
+#define SC_WORLD_PROTOCOL_H
+
+#define SCD_WORLD_PROTOCOL_VERSION 2
+
+#endif
