@@ -20,8 +20,8 @@
  * one-element allreduce; the table gains the MPI time and the ratio ours / MPI.
  */
 #include "bench.h"
-#include "util.h"
 #include "sparsecomm.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -58,8 +58,6 @@ typedef struct ar_opts {
 	double goodput; /* bytes/s, 0: unknown */
 } ar_opts_t;
 
-
-
 static double percentile(double *v, int n, double p)
 {
 	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
@@ -68,8 +66,6 @@ static double percentile(double *v, int n, double p)
 	int k = (int)ceil(p * n) - 1;
 	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
-
-
 
 static void usage(FILE *out)
 {
@@ -280,7 +276,6 @@ err:
 	free(times);
 	return -1;
 }
-
 
 /* Runs the MPI peer; fills mpi_time_s from its JSON. Returns 0 when it ran. */
 static int run_peer(const ar_opts_t *o, size_result_t *res, int P)

@@ -10,12 +10,12 @@ typedef int (*bench_fn)(int argc, char **argv);
 
 void bench_register(const char *name, const char *summary, bench_fn fn);
 
-#define BENCH_COMMAND(name, summary)                                                       \
-	static int bench_cmd_##name(int argc, char **argv);                                \
-	__attribute__((constructor)) static void bench_reg_##name(void)                    \
-	{                                                                                  \
-		bench_register(#name, summary, bench_cmd_##name);                          \
-	}                                                                                  \
+#define BENCH_COMMAND(name, summary)                                                           \
+	static int bench_cmd_##name(int argc, char **argv);                                    \
+	__attribute__((constructor)) static void bench_reg_##name(void)                        \
+	{                                                                                      \
+		bench_register(#name, summary, bench_cmd_##name);                              \
+	}                                                                                      \
 	static int bench_cmd_##name(int argc, char **argv)
 
 #endif

@@ -40,8 +40,8 @@
  * gamma, and the ratio of the bytes moved to it.
  */
 #include "bench.h"
-#include "util.h"
 #include "sparsecomm.h"
+#include "util.h"
 #include "workload.h"
 
 #include "model/cost.h"
@@ -82,8 +82,8 @@ typedef struct run_result {
 	char chosen[32]; /* what the daemon ran (sc_tensor_stats) */
 	int lossless, has_residual, failed;
 	double time_s, bound_s, busbw, predicted_s, measured_s;
-	double step_bytes; /* mean over steps of the busiest rank's max(sent, recv) */
-	double work_s; /* last call, slowest rank: measured_s outside the exchanges */
+	double step_bytes;	 /* mean over steps of the busiest rank's max(sent, recv) */
+	double work_s;		 /* last call, slowest rank: measured_s outside the exchanges */
 	double cpu_s, cpu_sum_s; /* last call: the daemons' CPU time, busiest and summed */
 	double bytes_sent, bytes_recv; /* per step, max over ranks */
 	double wrong;		       /* count, or relative error (lossy) */
@@ -107,10 +107,6 @@ typedef struct peer_result {
 	bool ar_ran, ag_ran;
 } peer_result_t;
 
-
-
-
-
 static void usage(FILE *out)
 {
 	char names[512] = "";
@@ -130,7 +126,8 @@ static void usage(FILE *out)
 	    "  --iters K      timed steps per scheme (default 5), median of the slowest rank\n"
 	    "  --warmup W     untimed steps first (default 1)\n"
 	    "  --auto-warmup A  untimed steps of auto (default max(W, 24)): the cost model\n"
-	    "                 tries up to 4 schemes, about three steps each, before it settles\n"
+	    "                 tries up to 4 schemes, about three steps each, before it "
+	    "settles\n"
 	    "  --check        verify one more step against the exact reference\n"
 	    "  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
 	    "                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
@@ -420,8 +417,9 @@ static sc_status_t step_once(const coll_opts_t *o, sess_t *s, sc_tensor_t *t, si
 		return SC_ERR_TIMEOUT;
 	double t0 = bench_now_s();
 	sc_status_t st = !wl_is_coo(o->wl.kind) ? sc_allreduce_async(s->c, t, SC_OP_SUM, &h)
-			 : o->sparse_result ? sc_allreduce_coo_sparse_async(s->c, t, nnz, SC_OP_SUM, &h)
-					    : sc_allreduce_coo_async(s->c, t, nnz, SC_OP_SUM, &h);
+			 : o->sparse_result
+			     ? sc_allreduce_coo_sparse_async(s->c, t, nnz, SC_OP_SUM, &h)
+			     : sc_allreduce_coo_async(s->c, t, nnz, SC_OP_SUM, &h);
 	if (st == SC_OK)
 		st = sc_wait(s->c, h, OP_TIMEOUT_MS);
 	*dt_p = bench_now_s() - t0;
@@ -649,7 +647,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 		double wrong, maxerr;
 		float *result = sc_tensor_data(t);
 		size_t rn = sc_tensor_result_nnz(t);
-		if (rn != SC_RESULT_DENSE) { /* expand the sparse result (the data is scratch) */
+		if (rn !=
+		    SC_RESULT_DENSE) { /* expand the sparse result (the data is scratch) */
 			const uint32_t *ri = sc_tensor_coo_indices(t);
 			const float *rv = sc_tensor_coo_values(t);
 			memset(result, 0, o->wl.numel * sizeof(float));
@@ -657,7 +656,8 @@ static int run_scheme(const coll_opts_t *o, const char *scheme, work_t *w, run_r
 				if (ri[k] >= o->wl.numel || (k && ri[k] <= ri[k - 1])) {
 					snprintf(r->error, sizeof(r->error),
 						 "rank %d: sparse result index %zu (%u) out of "
-						 "order or range", s.rank, k, ri[k]);
+						 "order or range",
+						 s.rank, k, ri[k]);
 					goto fail;
 				}
 				result[ri[k]] = rv[k];
@@ -760,8 +760,6 @@ static int measure_alpha(double *alpha_p)
 /* ---- the Open MPI peers -------------------------------------------------------------------
  */
 
-
-
 static double json_time(const char *out)
 {
 	const char *t = out ? strstr(out, "\"time_s\":") : NULL;
@@ -844,11 +842,12 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		return;
 	}
 	const char *netns = getenv("SPARSECOMM_NETNS");
-	fprintf(f,
-		"{\"bench\":\"collective\",\"workload\":\"%s\",\"P\":%d,\"numel\":%llu,"
-		"\"density\":%g,\"iters\":%d,\"warmup\":%d,\"auto_warmup\":%d,\"cluster\":\"%s\"",
-		wl_kind_name(o->wl.kind), P, (unsigned long long)o->wl.numel, o->wl.density,
-		o->iters, o->warmup, o->auto_warmup, netns && *netns ? "netns" : "loopback");
+	fprintf(
+	    f,
+	    "{\"bench\":\"collective\",\"workload\":\"%s\",\"P\":%d,\"numel\":%llu,"
+	    "\"density\":%g,\"iters\":%d,\"warmup\":%d,\"auto_warmup\":%d,\"cluster\":\"%s\"",
+	    wl_kind_name(o->wl.kind), P, (unsigned long long)o->wl.numel, o->wl.density,
+	    o->iters, o->warmup, o->auto_warmup, netns && *netns ? "netns" : "loopback");
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
 	fprintf(f, ",\"sparse_result\":%s", o->sparse_result ? "true" : "false");
@@ -932,17 +931,18 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 		printf("# inputs: d_G %.4g, gamma %.3g, pairwise overlap %.3g, skew %.3g\n",
 		       sh->density, sh->gamma, sh->overlap, sh->skew);
 	if (o->goodput > 0)
-		printf("# bound = alpha + the busiest rank's max(sent, recv) in a step / goodput; "
-		       "alpha %.3f ms (1-element allreduce), goodput %.1f MB/s\n",
-		       alpha * 1e3, o->goodput / 1e6);
+		printf(
+		    "# bound = alpha + the busiest rank's max(sent, recv) in a step / goodput; "
+		    "alpha %.3f ms (1-element allreduce), goodput %.1f MB/s\n",
+		    alpha * 1e3, o->goodput / 1e6);
 	printf("# work = the last step's time outside the scheme's exchanges, slowest rank\n");
 	printf("# cpu = the last step's data-plane CPU time, busiest daemon; cpu sum = all of "
 	       "them (nodes sharing this host's %ld cores: cpu sum / %ld is a floor under a "
 	       "step)\n",
 	       sysconf(_SC_NPROCESSORS_ONLN), sysconf(_SC_NPROCESSORS_ONLN));
-	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n", "scheme",
-	       "ran", "time", "busbw", "sent", "recv", "bound", "t/bound", "pred", "work", "cpu",
-	       "cpu sum", "wrong", "vs mpi");
+	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n",
+	       "scheme", "ran", "time", "busbw", "sent", "recv", "bound", "t/bound", "pred",
+	       "work", "cpu", "cpu sum", "wrong", "vs mpi");
 	printf("# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n", "", "",
 	       "(ms)", "(MB/s)", "(MB)", "(MB)", "(ms)", "", "(ms)", "(ms)", "(ms)", "(ms)", "",
 	       "allreduce");
@@ -961,8 +961,8 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 		       "%10s %10s%s\n",
 		       r->scheme, r->chosen[0] ? r->chosen : "-", r->time_s * 1e3,
 		       r->busbw / 1e6, r->bytes_sent / 1e6, r->bytes_recv / 1e6, bound, tb,
-		       r->predicted_s * 1e3, r->work_s * 1e3, r->cpu_s * 1e3, r->cpu_sum_s * 1e3,
-		       wrong, vs, r->failed ? "  FAILED" : "");
+		       r->predicted_s * 1e3, r->work_s * 1e3, r->cpu_s * 1e3,
+		       r->cpu_sum_s * 1e3, wrong, vs, r->failed ? "  FAILED" : "");
 	}
 	printf("# auto selected: %s\n", selected && *selected ? selected : "-");
 	for (int i = 0; i < n; i++)

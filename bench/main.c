@@ -20,7 +20,9 @@ void bench_register(const char *name, const char *summary, bench_fn fn)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: sparsecomm-bench COMMAND [ARGS...]   (COMMAND --help for its options)\n");
+	fprintf(
+	    out,
+	    "usage: sparsecomm-bench COMMAND [ARGS...]   (COMMAND --help for its options)\n");
 	for (int i = 0; i < n_commands; i++)
 		fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
 }

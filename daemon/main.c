@@ -34,11 +34,12 @@ uint64_t scd_now_ms(void)
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: sparsecommd [--config FILE] [--KEY VALUE]... [--notify-fd N] "
-		"[--dump-config]\n\n"
-		"The sparsecomm gradient synchronisation daemon, one per node. Every KEY below is\n"
-		"also read from the INI file and from SPARSECOMM_<KEY> in the environment.\n\n");
+	fprintf(
+	    out,
+	    "usage: sparsecommd [--config FILE] [--KEY VALUE]... [--notify-fd N] "
+	    "[--dump-config]\n\n"
+	    "The sparsecomm gradient synchronisation daemon, one per node. Every KEY below is\n"
+	    "also read from the INI file and from SPARSECOMM_<KEY> in the environment.\n\n");
 	for (int k = 0; k < SCD_CFG_COUNT; k++) {
 		char buf[32];
 		scd_config_t c;
@@ -76,13 +77,14 @@ static sc_status_t make_runtime_dir(scd_daemon_t *d)
 		*p = '/';
 	}
 	if (mkdir(d->runtime_dir, 0700) != 0 && errno != EEXIST) {
-		scd_error(SCD_SUB_MAIN, "cannot create runtime directory %s: %s", d->runtime_dir,
-			  strerror(errno));
+		scd_error(SCD_SUB_MAIN, "cannot create runtime directory %s: %s",
+			  d->runtime_dir, strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
 	struct stat st;
 	if (stat(d->runtime_dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
-		scd_error(SCD_SUB_MAIN, "runtime directory %s is not a directory owned by uid %u",
+		scd_error(SCD_SUB_MAIN,
+			  "runtime directory %s is not a directory owned by uid %u",
 			  d->runtime_dir, (unsigned)geteuid());
 		return SC_ERR_SYSTEM;
 	}
@@ -232,7 +234,8 @@ static sc_status_t parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_
 			continue;
 		}
 		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "sparsecommd: unexpected argument '%s' (see --help)\n", a);
+			fprintf(stderr, "sparsecommd: unexpected argument '%s' (see --help)\n",
+				a);
 			return SC_ERR_INVALID;
 		}
 		char key[64];

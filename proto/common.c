@@ -4,8 +4,8 @@
 SC_API const char *sc_status_name(sc_status_t status)
 {
 	switch (status) {
-#define SC_STATUS_NAME_(name, value, msg)                                                  \
-	case SC_##name:                                                                    \
+#define SC_STATUS_NAME_(name, value, msg)                                                      \
+	case SC_##name:                                                                        \
 		return "SC_" #name;
 		SC_STATUS_MAP(SC_STATUS_NAME_)
 #undef SC_STATUS_NAME_
@@ -16,8 +16,8 @@ SC_API const char *sc_status_name(sc_status_t status)
 SC_API const char *sc_status_message(sc_status_t status)
 {
 	switch (status) {
-#define SC_STATUS_MSG_(name, value, msg)                                                   \
-	case SC_##name:                                                                    \
+#define SC_STATUS_MSG_(name, value, msg)                                                       \
+	case SC_##name:                                                                        \
 		return msg;
 		SC_STATUS_MAP(SC_STATUS_MSG_)
 #undef SC_STATUS_MSG_

@@ -47,7 +47,8 @@ static inline uint64_t sc_shm_align64(uint64_t x)
 }
 
 /* Fills the offsets and the total size of an object for numel elements of elem_bytes,
- * a COO area of coo_cap entries and, if residual, a float residual of numel entries; the total is rounded up to whole 4 KiB pages. */
+ * a COO area of coo_cap entries and, if residual, a float residual of numel entries; the total
+ * is rounded up to whole 4 KiB pages. */
 static inline void sc_shm_layout(sc_shm_header_t *h, uint64_t numel, uint32_t elem_bytes,
 				 uint64_t coo_cap, int residual)
 {

@@ -39,7 +39,6 @@ static void fail(const char *fmt, const char *arg)
 	exit(2);
 }
 
-
 /* A comma-separated list of byte counts; returns how many, or -1. */
 static int parse_list(const char *s, size_t *out, int max)
 {

@@ -291,8 +291,8 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	       s->n_tensors);
 	if (!s->n_tensors)
 		return;
-	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n",
-	       "TENSOR", "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)",
+	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n", "TENSOR",
+	       "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)",
 	       "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY", "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
@@ -304,8 +304,8 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 		if (*t->scheme)
 			printf("  %-18s %10.3f %10.3f %10.3f %9.3f %8.4f %8.3f %6.2f\n",
 			       t->scheme, t->predicted_s * 1e3, t->measured_s * 1e3,
-			       t->exchange_s * 1e3, t->cpu_s * 1e3, t->density, t->densification,
-			       t->imbalance);
+			       t->exchange_s * 1e3, t->cpu_s * 1e3, t->density,
+			       t->densification, t->imbalance);
 		else
 			printf("  %-18s\n", "-");
 	}

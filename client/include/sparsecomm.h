@@ -45,24 +45,24 @@ extern "C" {
  * Status codes: 0 success, 1 still in progress, negative values errors. The single list
  * below generates the enum and the messages, so they never disagree.
  */
-#define SC_STATUS_MAP(X)                                                                   \
-	X(OK, 0, "success")                                                                \
-	X(IN_PROGRESS, 1, "operation in progress")                                         \
-	X(ERR_INVALID, -1, "invalid argument")                                             \
-	X(ERR_NOMEM, -2, "out of memory")                                                  \
-	X(ERR_CONNECT, -3, "cannot reach the daemon")                                      \
-	X(ERR_PROTOCOL, -4, "malformed or unexpected message")                             \
-	X(ERR_VERSION, -5, "incompatible protocol version")                                \
-	X(ERR_TIMEOUT, -6, "timed out")                                                    \
-	X(ERR_MISMATCH, -7, "tensor differs across ranks")                                 \
-	X(ERR_NOT_FOUND, -8, "unknown tensor")                                             \
-	X(ERR_BUSY, -9, "tensor already registered or in flight")                          \
-	X(ERR_PEER, -10, "a peer daemon failed")                                           \
-	X(ERR_SHUTDOWN, -11, "the daemon is shutting down")                                \
-	X(ERR_SYSTEM, -12, "system call failed")                                           \
-	X(ERR_UNSUPPORTED, -13, "not supported")                                           \
-	X(ERR_ABORTED, -14, "aborted because a trainer exited")                            \
-	X(ERR_LIMIT, -15, "limit exceeded")                                                \
+#define SC_STATUS_MAP(X)                                                                       \
+	X(OK, 0, "success")                                                                    \
+	X(IN_PROGRESS, 1, "operation in progress")                                             \
+	X(ERR_INVALID, -1, "invalid argument")                                                 \
+	X(ERR_NOMEM, -2, "out of memory")                                                      \
+	X(ERR_CONNECT, -3, "cannot reach the daemon")                                          \
+	X(ERR_PROTOCOL, -4, "malformed or unexpected message")                                 \
+	X(ERR_VERSION, -5, "incompatible protocol version")                                    \
+	X(ERR_TIMEOUT, -6, "timed out")                                                        \
+	X(ERR_MISMATCH, -7, "tensor differs across ranks")                                     \
+	X(ERR_NOT_FOUND, -8, "unknown tensor")                                                 \
+	X(ERR_BUSY, -9, "tensor already registered or in flight")                              \
+	X(ERR_PEER, -10, "a peer daemon failed")                                               \
+	X(ERR_SHUTDOWN, -11, "the daemon is shutting down")                                    \
+	X(ERR_SYSTEM, -12, "system call failed")                                               \
+	X(ERR_UNSUPPORTED, -13, "not supported")                                               \
+	X(ERR_ABORTED, -14, "aborted because a trainer exited")                                \
+	X(ERR_LIMIT, -15, "limit exceeded")                                                    \
 	X(ERR_STALLED, -16, "not completed by every rank in time")
 
 typedef enum {
@@ -95,7 +95,7 @@ typedef enum {
 
 typedef struct sc_client sc_client_t; /* a connection to the node's daemon */
 typedef struct sc_tensor sc_tensor_t; /* a registered tensor and its shared buffer */
-typedef uint64_t sc_handle_t;         /* an operation in flight; 0 is never valid */
+typedef uint64_t sc_handle_t;	      /* an operation in flight; 0 is never valid */
 
 /*
  * Connects to the daemon. socket_path is the daemon's control socket (a filesystem path

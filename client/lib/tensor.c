@@ -174,8 +174,8 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
 		t->coo_idx = (uint32_t *)((char *)map + h->coo_idx_offset);
 		t->coo_val = (char *)map + h->coo_val_offset;
 	}
-	t->residual = h->residual_offset ? (const float *)((char *)map + h->residual_offset)
-					 : NULL;
+	t->residual =
+	    h->residual_offset ? (const float *)((char *)map + h->residual_offset) : NULL;
 	t->tensor_id = r->tensor_id;
 	return SC_OK;
 }
@@ -401,7 +401,8 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 			s.bytes_sent = ts->bytes_sent;
 			s.bytes_received = ts->bytes_received;
 			s.time_s = ts->time_s;
-			snprintf(s.scheme, sizeof(s.scheme), "%s", ts->scheme ? ts->scheme : "");
+			snprintf(s.scheme, sizeof(s.scheme), "%s",
+				 ts->scheme ? ts->scheme : "");
 			s.predicted_s = ts->predicted_s;
 			s.measured_s = ts->measured_s;
 			s.density = ts->density;
@@ -416,6 +417,7 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 	}
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 	if (st != SC_OK)
-		scl_error(st, "stats of tensor '%s': the daemon does not know it", tensor->name);
+		scl_error(st, "stats of tensor '%s': the daemon does not know it",
+			  tensor->name);
 	return st;
 }

@@ -7,9 +7,9 @@
 #include <string.h>
 
 const scd_cfg_desc_t scd_cfg_desc[SCD_CFG_COUNT] = {
-#define SCD_CFG_DESC_(key, type, di, ds, mn, mx, rt, doc)                                  \
+#define SCD_CFG_DESC_(key, type, di, ds, mn, mx, rt, doc)                                      \
 	[SCD_CFG_##key] = {#key, SCD_CFG_##type, (di), (ds), (mn), (mx), (rt), (doc)},
-	SCD_CONFIG_MAP(SCD_CFG_DESC_)
+    SCD_CONFIG_MAP(SCD_CFG_DESC_)
 #undef SCD_CFG_DESC_
 };
 
@@ -59,10 +59,23 @@ static sc_status_t parse_int(const char *text, int64_t *v_p)
 	if (errno || end == text)
 		return SC_ERR_INVALID;
 	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		v <<= 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	while (isspace((unsigned char)*end))
 		end++;
@@ -97,10 +110,10 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 		}
 		cfg->ival[key] = v;
 	} else {
-		if (key == SCD_CFG_log_level && strcmp(value, "error") && strcmp(value, "warn") &&
-		    strcmp(value, "info") && strcmp(value, "debug")) {
-			snprintf(err, err_len, "log_level: '%s' is not error, warn, info or debug",
-				 value);
+		if (key == SCD_CFG_log_level && strcmp(value, "error") &&
+		    strcmp(value, "warn") && strcmp(value, "info") && strcmp(value, "debug")) {
+			snprintf(err, err_len,
+				 "log_level: '%s' is not error, warn, info or debug", value);
 			return SC_ERR_INVALID;
 		}
 		char *copy = strdup(value);

@@ -23,48 +23,51 @@ typedef enum {
 	SCD_SRC_RUNTIME
 } scd_cfg_source_t;
 
-/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc) */
-#define SCD_CONFIG_MAP(X)                                                                  \
-	X(rank, INT, 0, NULL, 0, 4095, 0, "this node's rank in the world (0 is the coordinator)") \
-	X(world_size, INT, 1, NULL, 1, 4096, 0, "number of nodes (daemons) in the world")  \
-	X(local_size, INT, 1, NULL, 1, 64, 0, "trainer processes per node")                \
-	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                  \
-	  "host:port the coordinator (rank 0) listens on and the other ranks join")       \
-	X(transport, STR, 0, "auto", 0, 0, 0,                                              \
-	  "data-plane transport between the daemons: auto (tcp today) or tcp; every rank "  \
-	  "must end up with the same one")                                                 \
-	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                         \
-	  "address this daemon's data plane binds to and announces to its peers")         \
-	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")  \
-	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                \
-	  "private directory (mode 0700) for the control socket ctl.sock; empty: "         \
-	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID") \
-	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                         \
-	  "how long ready tensors are batched before they are announced (0: next loop turn)") \
-	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                   \
-	  "largest fused buffer; ready tensors smaller than this are fused up to it")      \
-	X(op_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                \
-	  "a data-plane operation with no progress for this long fails")                   \
-	X(join_timeout_ms, INT, 60000, NULL, 100, 3600000, 0,                              \
-	  "world formation fails if some rank has not joined within this time")            \
-	X(stall_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                             \
-	  "a tensor ready on some ranks but not others for this long fails on every rank") \
-	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                  \
-	  "largest tensor a trainer may register")                                         \
-	X(scheme, STR, 0, "auto", 0, 0, 1,                                                 \
-	  "collective scheme for every buffer: auto (cost model) or a scheme name")        \
-	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                \
-	  "per-tensor pins, comma-separated PATTERN=SCHEME with shell globs, e.g. "        \
-	  "'emb.*=balanced_par'; they win over scheme")                           \
-	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, 0,                       \
-	  "re-measure latency and bandwidth between the daemons every this many buffers (0: only at start)") \
+/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc)
+ */
+#define SCD_CONFIG_MAP(X)                                                                      \
+	X(rank, INT, 0, NULL, 0, 4095, 0,                                                      \
+	  "this node's rank in the world (0 is the coordinator)")                              \
+	X(world_size, INT, 1, NULL, 1, 4096, 0, "number of nodes (daemons) in the world")      \
+	X(local_size, INT, 1, NULL, 1, 64, 0, "trainer processes per node")                    \
+	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                      \
+	  "host:port the coordinator (rank 0) listens on and the other ranks join")            \
+	X(transport, STR, 0, "auto", 0, 0, 0,                                                  \
+	  "data-plane transport between the daemons: auto (tcp today) or tcp; every rank "     \
+	  "must end up with the same one")                                                     \
+	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                             \
+	  "address this daemon's data plane binds to and announces to its peers")              \
+	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")      \
+	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                    \
+	  "private directory (mode 0700) for the control socket ctl.sock; empty: "             \
+	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID")  \
+	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                             \
+	  "how long ready tensors are batched before they are announced (0: next loop turn)")  \
+	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                       \
+	  "largest fused buffer; ready tensors smaller than this are fused up to it")          \
+	X(op_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                    \
+	  "a data-plane operation with no progress for this long fails")                       \
+	X(join_timeout_ms, INT, 60000, NULL, 100, 3600000, 0,                                  \
+	  "world formation fails if some rank has not joined within this time")                \
+	X(stall_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                 \
+	  "a tensor ready on some ranks but not others for this long fails on every rank")     \
+	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
+	  "largest tensor a trainer may register")                                             \
+	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \
+	  "collective scheme for every buffer: auto (cost model) or a scheme name")            \
+	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                    \
+	  "per-tensor pins, comma-separated PATTERN=SCHEME with shell globs, e.g. "            \
+	  "'emb.*=balanced_par'; they win over scheme")                                        \
+	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, 0,                          \
+	  "re-measure latency and bandwidth between the daemons every this many buffers (0: "  \
+	  "only at start)")                                                                    \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 
 typedef enum {
 #define SCD_CFG_ENUM_(key, type, di, ds, mn, mx, rt, doc) SCD_CFG_##key,
 	SCD_CONFIG_MAP(SCD_CFG_ENUM_)
 #undef SCD_CFG_ENUM_
-	SCD_CFG_COUNT
+	    SCD_CFG_COUNT
 } scd_cfg_key_t;
 
 typedef struct scd_config {
@@ -94,7 +97,8 @@ int scd_config_find(const char *name);
 sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cfg_source_t src,
 			   char *err, size_t err_len);
 /* Loads an INI file (sections ignored, '#' and ';' comments). */
-sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err, size_t err_len);
+sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err,
+				 size_t err_len);
 /* Applies every SPARSECOMM_<KEY> environment variable. */
 sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len);
 /* The value as text (into buf) and the source's name. */

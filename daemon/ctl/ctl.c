@@ -148,8 +148,9 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 				if (nt->slot[l])
 					nt->slot[l]->zombie = 0;
 			char msg[512];
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed on node %d: %s",
-				 nt->name, ctl->d->rank, error);
+			snprintf(msg, sizeof(msg),
+				 "allreduce of tensor '%s' failed on node %d: %s", nt->name,
+				 ctl->d->rank, error);
 			scd_ctl_complete(ctl, nt, st, msg);
 		}
 	}
@@ -204,11 +205,11 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->dense = r->data;
 		s->coo = r->coo;
 		if (r->coo) {
-			s->coo_idx =
-			    (const uint32_t *)((char *)r->map + r->hdr->coo_idx_offset);
-			s->coo_val = (const float *)((char *)r->map + r->hdr->coo_val_offset);
+			/* the daemon's own layout: the trainer can write the header */
+			s->coo_idx = r->coo_idx;
+			s->coo_val = r->coo_val;
 			s->coo_nnz = r->nnz;
-			s->coo_cap = r->hdr->coo_cap;
+			s->coo_cap = r->coo_cap;
 			s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
 		}
 	}
@@ -239,7 +240,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
 		inflight += r->handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
-		snprintf(why, sizeof(why), "trainer rank %d (node %d, local rank %d, pid %d) %s",
+		snprintf(why, sizeof(why),
+			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
 			 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank,
 			 s->local_rank, s->pid,
 			 died ? "exited" : "disconnected with operations in flight");
@@ -256,8 +258,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		scd_ntensor_t *nt = r->nt;
 		if (why[0] && nt->state == SCD_NT_LOCAL_WAIT) {
 			char msg[512];
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", nt->name,
-				 why);
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
+				 nt->name, why);
 			scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
 		}
 	}
@@ -337,8 +339,8 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 			}
 			if (ctl->by_local[h->local_rank]) {
 				snprintf(msg, sizeof(msg),
-					 "local rank %d is already taken by pid %d", h->local_rank,
-					 ctl->by_local[h->local_rank]->pid);
+					 "local rank %d is already taken by pid %d",
+					 h->local_rank, ctl->by_local[h->local_rank]->pid);
 				send_error(ctl, ident, ident_len, seq, SC_ERR_BUSY, msg);
 				return;
 			}
@@ -432,9 +434,9 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 	scd_reg_t *reg;
 	sc_status_t st = scd_tensors_register(
-		ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
-		&opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
-		sizeof(err));
+	    ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
+	    &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
+	    sizeof(err));
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */
@@ -474,7 +476,8 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	char err[512];
 	scd_reg_t *r = scd_tensors_reg(ctl->tensors, a->tensor_id);
 	if (!r || r->session != s) {
-		snprintf(err, sizeof(err), "unknown tensor: id %u is not registered by this client",
+		snprintf(err, sizeof(err),
+			 "unknown tensor: id %u is not registered by this client",
 			 a->tensor_id);
 		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
 		return;
@@ -490,12 +493,13 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name);
 	} else if (a->op > SC_OP_AVERAGE) {
 		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name, a->op);
+		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
+			 a->op);
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "tensor '%s': %llu COO entries exceed its capacity %llu",
-			 nt->name, (unsigned long long)a->nnz,
-			 (unsigned long long)nt->opts.coo_capacity);
+		snprintf(err, sizeof(err),
+			 "tensor '%s': %llu COO entries exceed its capacity %llu", nt->name,
+			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
@@ -510,7 +514,8 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err),
-			 "tensor '%s': the previous step's operation is still running", nt->name);
+			 "tensor '%s': the previous step's operation is still running",
+			 nt->name);
 	}
 	if (st != SC_OK) {
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
@@ -651,8 +656,7 @@ void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_aren
 		n += nt->state == SCD_NT_LOCAL_WAIT;
 	if (!n)
 		return;
-	Sparsecomm__PendingTensor **v =
-		scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
+	Sparsecomm__PendingTensor **v = scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
 	if (!v)
 		return;
 	memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
@@ -690,8 +694,8 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		scd_config_free(&probe);
 		if (st != SC_OK) {
 			char msg2[300];
-			snprintf(msg2, sizeof(msg2), "config set %s: %s", cs->key ? cs->key : "",
-				 err);
+			snprintf(msg2, sizeof(msg2), "config set %s: %s",
+				 cs->key ? cs->key : "", err);
 			send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
 			return;
 		}
@@ -817,15 +821,15 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		if (nt->state != SCD_NT_LOCAL_WAIT || now - nt->state_since_ms < stall)
 			continue;
 		char msg[512];
-		int n = snprintf(msg, sizeof(msg),
-				 "allreduce of tensor '%s' stalled for %llu ms on node %d: local "
-				 "rank",
-				 nt->name, (unsigned long long)(now - nt->state_since_ms),
-				 ctl->d->rank);
+		int n = snprintf(
+		    msg, sizeof(msg),
+		    "allreduce of tensor '%s' stalled for %llu ms on node %d: local "
+		    "rank",
+		    nt->name, (unsigned long long)(now - nt->state_since_ms), ctl->d->rank);
 		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 16; l++)
 			if (!nt->slot[l] || !nt->slot[l]->handle)
-				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)", l,
-					      ctl->d->rank * ctl->d->local_size + l);
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)",
+					      l, ctl->d->rank * ctl->d->local_size + l);
 		/* (one "local rank L (rank R)" per trainer that did not submit) */
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
 		scd_ctl_complete(ctl, nt, SC_ERR_STALLED, msg);

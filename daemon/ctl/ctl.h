@@ -56,7 +56,8 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
  * while the engine may still be using the buffers). */
 void scd_ctl_unlink_all(scd_ctl_t *ctl);
 /* Answers a pending query that world/ forwarded to the coordinator. */
-void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r);
+void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id,
+			   const Sparsecomm__PendingReply *r);
 /* Adds this node's tensors that wait for local trainers to a pending reply. */
 void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, struct scd_arena *a);
 /* Number of trainer sessions. */

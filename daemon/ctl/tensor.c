@@ -164,6 +164,9 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->hdr = map;
 	r->data = (char *)map + h.data_offset;
 	r->residual = h.residual_offset ? (float *)((char *)map + h.residual_offset) : NULL;
+	r->coo_cap = h.coo_cap;
+	r->coo_idx = h.coo_cap ? (uint32_t *)((char *)map + h.coo_idx_offset) : NULL;
+	r->coo_val = h.coo_cap ? (float *)((char *)map + h.coo_val_offset) : NULL;
 	return SC_OK;
 err_unlink:
 	close(fd);
@@ -230,15 +233,17 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	if (numel == 0 || numel > UINT32_MAX - 1 || numel * esz > max_bytes) {
 		snprintf(err, err_len,
-			 "tensor '%s': %llu elements is outside 1 .. %llu (max_tensor_bytes)", name,
-			 (unsigned long long)numel,
-			 (unsigned long long)(max_bytes / esz < UINT32_MAX - 1 ? max_bytes / esz
-									     : UINT32_MAX - 1));
+			 "tensor '%s': %llu elements is outside 1 .. %llu (max_tensor_bytes)",
+			 name, (unsigned long long)numel,
+			 (unsigned long long)(max_bytes / esz < UINT32_MAX - 1
+						  ? max_bytes / esz
+						  : UINT32_MAX - 1));
 		return SC_ERR_INVALID;
 	}
 	if (opts->coo_capacity > numel) {
-		snprintf(err, err_len, "tensor '%s': coo_capacity %llu exceeds numel %llu", name,
-			 (unsigned long long)opts->coo_capacity, (unsigned long long)numel);
+		snprintf(err, err_len, "tensor '%s': coo_capacity %llu exceeds numel %llu",
+			 name, (unsigned long long)opts->coo_capacity,
+			 (unsigned long long)numel);
 		return SC_ERR_INVALID;
 	}
 	if (opts->sparsifier > SC_SPARSIFY_NATURAL ||
@@ -255,20 +260,22 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	scd_ntensor_t *nt = scd_tensors_find(t, name);
 	if (nt) {
 		if (nt->slot[local_rank]) {
-			snprintf(err, err_len, "tensor '%s' is already registered by local rank %d",
-				 name, local_rank);
+			snprintf(err, err_len,
+				 "tensor '%s' is already registered by local rank %d", name,
+				 local_rank);
 			return SC_ERR_BUSY;
 		}
 		if (nt->dtype != dtype || nt->numel != numel) {
 			int other = 0;
 			while (other < SCD_MAX_LOCAL && !nt->slot[other])
 				other++;
-			snprintf(err, err_len,
-				 "tensor '%s' differs between trainers of this node: local rank %d "
-				 "registered %s x %llu, local rank %d %s x %llu",
-				 name, other, sc_dtype_name(nt->dtype),
-				 (unsigned long long)nt->numel, local_rank, sc_dtype_name(dtype),
-				 (unsigned long long)numel);
+			snprintf(
+			    err, err_len,
+			    "tensor '%s' differs between trainers of this node: local rank %d "
+			    "registered %s x %llu, local rank %d %s x %llu",
+			    name, other, sc_dtype_name(nt->dtype),
+			    (unsigned long long)nt->numel, local_rank, sc_dtype_name(dtype),
+			    (unsigned long long)numel);
 			return SC_ERR_MISMATCH;
 		}
 	}
@@ -287,8 +294,8 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
-	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, err,
-				 err_len);
+	sc_status_t st =
+	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, err, err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;

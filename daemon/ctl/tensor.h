@@ -52,6 +52,10 @@ typedef struct scd_reg {
 	sc_shm_header_t *hdr;
 	void *data;
 	float *residual; /* error-feedback residual area, NULL when the tensor has none */
+	/* the COO area, from the daemon's own layout (the trainer may write the header) */
+	uint32_t *coo_idx;
+	float *coo_val;
+	uint64_t coo_cap;
 	/* the operation in flight (handle 0: none) */
 	uint64_t handle;
 	uint32_t op;
@@ -101,7 +105,7 @@ typedef struct scd_tensors scd_tensors_t;
 typedef void (*scd_tensor_free_cb)(void *arg, const char *name);
 sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
 			       scd_tensors_t **t_p);
-void scd_tensors_destroy(scd_tensors_t *t); /* unlinks and unmaps every shm object */
+void scd_tensors_destroy(scd_tensors_t *t);    /* unlinks and unmaps every shm object */
 void scd_tensors_unlink_all(scd_tensors_t *t); /* unlinks only */
 
 scd_ntensor_t *scd_tensors_find(scd_tensors_t *t, const char *name);

@@ -67,8 +67,7 @@ typedef struct scd_device_ops {
 			       uint64_t n, float share);
 	uint64_t (*coo_topk)(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 			     uint32_t *tmp_idx, float *tmp_val);
-	void (*range_counts)(const float *g, uint64_t numel, uint32_t P,
-			     uint64_t *host_counts);
+	void (*range_counts)(const float *g, uint64_t numel, uint32_t P, uint64_t *host_counts);
 	void (*coo_range_counts)(const scd_coo_t *o, uint64_t numel, uint32_t P,
 				 uint64_t *host_counts);
 	void (*residual_add)(float *res, const uint32_t *idx, const float *val, uint64_t n,

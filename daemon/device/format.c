@@ -501,8 +501,8 @@ uint64_t scd_coo_scatter_add_part(float *dst, uint64_t *touched, const scd_partm
 {
 	uint64_t bad = 0, n = scd_partmap_size(map, p), A = SCD_PREFETCH_AHEAD;
 	for (uint64_t k = 0; k < src->nnz; k++) {
-		/* both reads land on scattered lines: ask for the map's line 2A entries ahead and
-		 * for the slot A ahead, whose map entry was asked for A iterations ago */
+		/* both reads land on scattered lines: ask for the map's line 2A entries ahead
+		 * and for the slot A ahead, whose map entry was asked for A iterations ago */
 		if (k + 2 * A < src->nnz && src->idx[k + 2 * A] < map->numel)
 			__builtin_prefetch(map->pos + src->idx[k + 2 * A]);
 		if (k + A < src->nnz && src->idx[k + A] < map->numel) {

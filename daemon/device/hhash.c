@@ -483,8 +483,9 @@ sc_status_t scd_hh_create(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p)
 	    cfg->threads > MAX_THREADS)
 		return SC_ERR_INVALID;
 	/* the struct holds cache-line aligned members: calloc's 16 bytes are not enough */
-	scd_hh_t *hh = aligned_alloc(_Alignof(scd_hh_t), (sizeof(*hh) + _Alignof(scd_hh_t) - 1) &
-							     ~(_Alignof(scd_hh_t) - 1));
+	scd_hh_t *hh =
+	    aligned_alloc(_Alignof(scd_hh_t),
+			  (sizeof(*hh) + _Alignof(scd_hh_t) - 1) & ~(_Alignof(scd_hh_t) - 1));
 	if (!hh)
 		return SC_ERR_NOMEM;
 	memset(hh, 0, sizeof(*hh));

@@ -23,14 +23,14 @@ static uint32_t pick(const uint64_t *hist, uint32_t nb, uint64_t *remaining, uin
 }
 
 static inline __attribute__((always_inline)) uint32_t key_at(const float *x,
-							      const uint32_t *keys, uint64_t i)
+							     const uint32_t *keys, uint64_t i)
 {
 	return x ? scd_abs_key(x[i]) : keys[i];
 }
 
-static inline __attribute__((always_inline)) uint32_t
-kth(const float *x, const uint32_t *keys, uint64_t n, uint64_t k, uint32_t *scratch,
-    uint64_t *gt_p)
+static inline __attribute__((always_inline)) uint32_t kth(const float *x, const uint32_t *keys,
+							  uint64_t n, uint64_t k,
+							  uint32_t *scratch, uint64_t *gt_p)
 {
 	uint64_t hist[1u << (31 - TOP_SHIFT)] = {0}, remaining = k, gt = 0;
 	for (uint64_t i = 0; i < n; i++)

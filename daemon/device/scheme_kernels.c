@@ -4,18 +4,7 @@
  */
 #include "device/scheme_kernels.h"
 
-static uint64_t lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
-{
-	uint64_t lo = 0, hi = n;
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (a[mid] < v)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
+#include "device/listops.h"
 
 void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists,
 		      const uint64_t *v, uint32_t nv, uint64_t *pos)
@@ -24,7 +13,7 @@ void scd_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists,
 		const uint32_t *list = a + off[l];
 		uint64_t n = off[l + 1] - off[l];
 		for (uint32_t k = 0; k < nv; k++)
-			pos[(uint64_t)l * nv + k] = lower_bound(list, n, v[k]);
+			pos[(uint64_t)l * nv + k] = scd_lower_bound_u32(list, n, v[k]);
 	}
 }
 

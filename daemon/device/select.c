@@ -492,12 +492,13 @@ static int topk_fast(scd_sparsifier_t *sp, const float *in, float *res, uint64_t
 	topk_sample(sp, in, res, n);
 	double r = (double)k * SAMPLE_SIZE / (double)n;
 	double margin = 4 * sqrt(r * (1 - r / SAMPLE_SIZE)) + 8;
-	uint32_t hi = r - margin < 1
-			  ? 0x80000000u
-			  : scd_kth_key_u32(sp->sample, SAMPLE_SIZE, (uint64_t)(r - margin), NULL, NULL);
-	uint32_t lo = r + margin > SAMPLE_SIZE - 1 ? 1
-						   : scd_kth_key_u32(sp->sample, SAMPLE_SIZE,
-								     (uint64_t)(r + margin) + 1, NULL, NULL);
+	uint32_t hi = r - margin < 1 ? 0x80000000u
+				     : scd_kth_key_u32(sp->sample, SAMPLE_SIZE,
+						       (uint64_t)(r - margin), NULL, NULL);
+	uint32_t lo = r + margin > SAMPLE_SIZE - 1
+			  ? 1
+			  : scd_kth_key_u32(sp->sample, SAMPLE_SIZE, (uint64_t)(r + margin) + 1,
+					    NULL, NULL);
 	if (lo == 0)
 		lo = 1;
 	if (hi <= lo)

@@ -207,8 +207,7 @@ static sc_status_t bufctx_new(scd_job_t *job, uint64_t sig, const scd_device_ops
 		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC) {
 			cfg.density = it->density;
 			hint = it->density;
-		} else if (it->sparsifier == SC_SPARSIFY_NATURAL ||
-			   it->coo_capacity > 0) {
+		} else if (it->sparsifier == SC_SPARSIFY_NATURAL || it->coo_capacity > 0) {
 			/* declared sparse, or registered for COO input: start from a sparse
 			 * guess (the same on every rank; a first step on the dense ring cost
 			 * seconds on 256 MiB tensors); the first report replaces it */
@@ -650,12 +649,13 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
 			 scd_scheme_error());
 		return st;
 	}
-	scd_debug(SCD_SUB_ENGINE,
-		  "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds; "
-		  "sparsify %.3f ms, residual fold %.3f ms, support %.3f ms; %.3f ms of CPU in all",
-		  (unsigned long long)b->sig, scd_scheme_name(s), rep.elapsed_s * 1e3,
-		  rep.xchg_s * 1e3, rep.rounds, t_sparsify * 1e3, t_fold * 1e3, t_support * 1e3,
-		  (scd_thread_cpu_s() - cpu0) * 1e3);
+	scd_debug(
+	    SCD_SUB_ENGINE,
+	    "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds; "
+	    "sparsify %.3f ms, residual fold %.3f ms, support %.3f ms; %.3f ms of CPU in all",
+	    (unsigned long long)b->sig, scd_scheme_name(s), rep.elapsed_s * 1e3,
+	    rep.xchg_s * 1e3, rep.rounds, t_sparsify * 1e3, t_fold * 1e3, t_support * 1e3,
+	    (scd_thread_cpu_s() - cpu0) * 1e3);
 	calibrate(b, &rep);
 	if ((int)s != b->last_scheme)
 		scd_info(SCD_SUB_ENGINE,

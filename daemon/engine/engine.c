@@ -193,9 +193,8 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, void *buf)
 		snprintf(job->error, sizeof(job->error), "dense_ring (%s): %s",
 			 sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
 	job->scheme = SCD_SCHEME_DENSE_RING;
-	job->predicted_s = P > 1 ? 2 * (P - 1) * e->alpha_s +
-				       2 * (P - 1) / P * bytes * e->beta_s_per_byte
-				 : 0;
+	job->predicted_s =
+	    P > 1 ? 2 * (P - 1) * e->alpha_s + 2 * (P - 1) / P * bytes * e->beta_s_per_byte : 0;
 	job->density = job->gamma = job->imbalance = 1;
 	return st;
 }
@@ -265,8 +264,8 @@ static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 	job->coo_direct = 1;
 	/* A sparse result lands in the same arrays (the scheme consumes the input first). */
 	job->sparse_out = s->result_nnz != NULL;
-	job->coo_out = (scd_coo_t){.idx = job->coo_in.idx, .val = job->coo_in.val,
-				   .cap = s->coo_cap};
+	job->coo_out =
+	    (scd_coo_t){.idx = job->coo_in.idx, .val = job->coo_in.val, .cap = s->coo_cap};
 	return 1;
 }
 
@@ -431,6 +430,8 @@ static void *engine_main(void *arg)
 			job->status = SC_ERR_PEER;
 			snprintf(job->error, sizeof(job->error),
 				 "rank %d: the data plane never formed", e->d->rank);
+			scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
+				  job->error);
 		} else {
 			run_allreduce(e, job);
 		}

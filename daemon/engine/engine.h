@@ -83,13 +83,13 @@ typedef struct scd_job {
 	double average_divisor; /* trainers in the job */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */
-	int probe;		/* measure alpha/beta before this job (same job on every rank) */
-	uint64_t world_seed;	/* shared by every rank */
-	int coo_direct;		/* the engine hands coo_in to the scheme (no densifying) */
+	int probe;	     /* measure alpha/beta before this job (same job on every rank) */
+	uint64_t world_seed; /* shared by every rank */
+	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
-	int sparse_out;		/* coo_direct and the trainer asked for a sparse result */
-	scd_coo_t coo_out;	/* then: the trainer's COO area (the same arrays as coo_in) */
-	int lossless_only;	/* some tensor does not allow lossy schemes */
+	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
+	scd_coo_t coo_out; /* then: the trainer's COO area (the same arrays as coo_in) */
+	int lossless_only; /* some tensor does not allow lossy schemes */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */

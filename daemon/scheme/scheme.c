@@ -134,10 +134,8 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 		c->cfg.stream_chunk = 32768;
 	c->t = t;
 	c->dev = dev ? dev : &scd_device_cpu_ops;
-	/* what Balanced Parallelism, OmniReduce, SparDL and ExDyna compute on */
-	c->bp_agg.dev = c->bp_touch.dev = c->fscratch.dev = c->hidx.dev = c->hval.dev = c->dev;
 	/* Every workspace that holds tensor data or travels through the transport lives in
-	 * the device's memory (the list above included); the transfer lists (xs, xr, xb), the
+	 * the device's memory; the transfer lists (xs, xr, xb), the
 	 * control tables (ctl, htab, meta_host) and the counts stay on the host. */
 	scd_ws_t *dws[] = {&c->meta_send, &c->meta_recv, &c->lidx,   &c->lval,	 &c->sendbuf,
 			   &c->sendbuf2,  &c->recvbuf,	 &c->aidx,   &c->aval,	 &c->bidx,
@@ -164,8 +162,8 @@ sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *
 	    scd_ws_reserve(&c->meta_recv, P * (META_HDR_BYTES + 8 * P)) != SC_OK ||
 	    scd_ws_reserve(&c->meta_host, (P + 1) * (META_HDR_BYTES + 8 * P)) != SC_OK) {
 		scd_scheme_ctx_destroy(c);
-		return scd_scheme_fail(SC_ERR_NOMEM, "no memory for a scheme context of %zu ranks",
-				       P);
+		return scd_scheme_fail(SC_ERR_NOMEM,
+				       "no memory for a scheme context of %zu ranks", P);
 	}
 	*ctx_p = c;
 	return SC_OK;

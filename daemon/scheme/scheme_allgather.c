@@ -18,17 +18,15 @@
 /*
  * Streaming. Each rank's list goes out in K equal-count chunks (K = scd_scheme_chunks of
  * its count, so every receiver knows it), each encoded on its own (a bitmap spans only its
- * chunk's range, so chunks cost no more). While the exchange waits on the network, ag_work decodes the chunks that have arrived into one
- * contiguous list per rank and aggregates every index below the watermark W, the lowest
- * "last index received + 1" over the ranks still sending: all of every rank's entries
- * below W are in, so their sums are final. Every index is still summed in rank order (a
- * merge of the P sub-lists below W, or scatter-adds in rank order), so the result is the
- * same, bit for bit, however the slices fall. For a dense result the buffer is cleared
- * ahead of W in slices while nothing else can be done. What is left when the last byte
- * arrives is the last chunk's share.
+ * chunk's range, so chunks cost no more). While the exchange waits on the network, ag_work
+ * decodes the chunks that have arrived into one contiguous list per rank and aggregates every
+ * index below the watermark W, the lowest "last index received + 1" over the ranks still
+ * sending: all of every rank's entries below W are in, so their sums are final. Every index is
+ * still summed in rank order (a merge of the P sub-lists below W, or scatter-adds in rank
+ * order), so the result is the same, bit for bit, however the slices fall. For a dense result
+ * the buffer is cleared ahead of W in slices while nothing else can be done. What is left when
+ * the last byte arrives is the last chunk's share.
  */
-
-
 
 typedef struct ag_list {
 	uint32_t K, got; /* chunks, chunks decoded */
@@ -47,7 +45,6 @@ typedef struct ag {
 	uint64_t W, cleared, outn;
 } ag_t;
 
-
 /* Decodes rank q's chunks that have arrived, appending to its list. */
 static sc_status_t ag_decode(ag_t *a, int q)
 {
@@ -64,11 +61,12 @@ static sc_status_t ag_decode(ag_t *a, int q)
 		sc_status_t st =
 		    scd_scheme_msg_append(c->dev, rv[i].buf, rb[i], c->cfg.numel, &r->l, &got);
 		if (st != SC_OK || got != want)
-			return scd_scheme_work_fail(
-			    c, SC_ERR_PROTOCOL,
-			    "agsparse: rank %d sent %llu non-zeros in chunk %u of %u, announced "
-			    "%llu",
-			    q, (unsigned long long)got, r->got, r->K, (unsigned long long)want);
+			return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
+						    "agsparse: rank %d sent %llu non-zeros in "
+						    "chunk %u of %u, announced "
+						    "%llu",
+						    q, (unsigned long long)got, r->got, r->K,
+						    (unsigned long long)want);
 		r->got++;
 	}
 	if (r->l.nnz > nnz0) { /* the watermark's input: one index read back per call */
@@ -164,8 +162,9 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	uint32_t K = lists[me].K;
 	uint64_t send_cap = 0;
 	for (uint32_t k = 0; k < K; k++)
-		send_cap += scd_slot8(scd_scheme_msg_bytes(
-		    numel, scd_chunk_lo(c->local.nnz, K, k + 1) - scd_chunk_lo(c->local.nnz, K, k)));
+		send_cap += scd_slot8(
+		    scd_scheme_msg_bytes(numel, scd_chunk_lo(c->local.nnz, K, k + 1) -
+						    scd_chunk_lo(c->local.nnz, K, k)));
 	int ns = (P - 1) * (int)K;
 	uint64_t room = others + 2 * max_chunk + 1; /* a malformed chunk may run over */
 	int sparse = scd_scheme_sparse_out(io, c->total_nnz < numel ? c->total_nnz : numel);
@@ -184,7 +183,8 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	uint8_t *sb = c->sendbuf.p;
 	uint64_t used = 0;
 	for (uint32_t k = 0; k < K; k++) {
-		uint64_t lo = scd_chunk_lo(c->local.nnz, K, k), hi = scd_chunk_lo(c->local.nnz, K, k + 1);
+		uint64_t lo = scd_chunk_lo(c->local.nnz, K, k),
+			 hi = scd_chunk_lo(c->local.nnz, K, k + 1);
 		scd_coo_t part = {c->local.idx + lo, c->local.val + lo, hi - lo, hi - lo};
 		uint64_t bytes = 0;
 		if ((st = scd_scheme_msg_encode(c->dev, &part, numel, sb + used,
@@ -209,9 +209,9 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 				   c->nnz[q]};
 		base += c->nnz[q];
 		for (uint32_t k = 0; k < r->K; k++) {
-			uint64_t cap = scd_scheme_msg_bytes(
-			    numel, scd_chunk_lo(c->nnz[q], r->K, k + 1) -
-				       scd_chunk_lo(c->nnz[q], r->K, k));
+			uint64_t cap =
+			    scd_scheme_msg_bytes(numel, scd_chunk_lo(c->nnz[q], r->K, k + 1) -
+							    scd_chunk_lo(c->nnz[q], r->K, k));
 			recvs[r->first + (int)k] = (scd_xfer_t){q, rb, cap};
 			rb += scd_slot8(cap);
 		}
@@ -231,9 +231,9 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	/* io->out may be the input's own arrays, which the merge read until the end: the
 	 * union was built aside, and is copied now */
 	if (a.outn > io->out->cap) /* only lists with repeats (malformed) can do this */
-		return scd_scheme_fail(SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
-				       (unsigned long long)a.outn,
-				       (unsigned long long)io->out->cap);
+		return scd_scheme_fail(
+		    SC_ERR_PROTOCOL, "agsparse: %llu result entries over %llu",
+		    (unsigned long long)a.outn, (unsigned long long)io->out->cap);
 	c->dev->copy(io->out->idx, c->ridx.p, 4 * a.outn);
 	c->dev->copy(io->out->val, c->rval.p, 4 * a.outn);
 	io->out->nnz = a.outn;

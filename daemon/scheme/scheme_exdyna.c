@@ -139,7 +139,8 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	float *val = c->aval.p;
 	if (ring) {
 		/* K index words, then K value words (a float's bits), each rank's in its own
-		 * segment and zeros elsewhere: the integer ring sum is every segment, exactly */
+		 * segment and zeros elsewhere: the integer ring sum is every segment, exactly
+		 */
 		c->dev->clear(idx, 8 * K);
 		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
 		c->dev->copy(idx + K + seg, sel.val, 4 * sel.nnz);
@@ -164,9 +165,9 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return st;
 		for (int j = 0; j < n; j++)
 			if (c->rbytes[j] != c->recvs[j].bytes)
-				return scd_scheme_fail(SC_ERR_PROTOCOL,
-						       "exdyna: rank %d sent a wrong %s count",
-						       c->recvs[j].peer, j % 2 ? "value" : "index");
+				return scd_scheme_fail(
+				    SC_ERR_PROTOCOL, "exdyna: rank %d sent a wrong %s count",
+				    c->recvs[j].peer, j % 2 ? "value" : "index");
 	}
 	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;

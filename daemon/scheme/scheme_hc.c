@@ -69,11 +69,11 @@ static sc_status_t hc_decode(hc_t *h)
 			h->rend = (uint64_t)hi + 1;
 		}
 		if (bad)
-			return scd_scheme_work_fail(
-			    c, SC_ERR_PROTOCOL,
-			    "hier_central: rank %d's chunk %u (%llu non-zeros) is too long or out "
-			    "of order",
-			    h->from, h->got, (unsigned long long)got);
+			return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
+						    "hier_central: rank %d's chunk %u (%llu "
+						    "non-zeros) is too long or out "
+						    "of order",
+						    h->from, h->got, (unsigned long long)got);
 		h->got++;
 	}
 	return SC_OK;
@@ -87,7 +87,8 @@ static sc_status_t hc_slice(hc_t *h, uint64_t W)
 	    h->cpos + c->dev->lower_bound(h->cur.idx + h->cpos, h->cur.nnz - h->cpos, W);
 	uint64_t rend =
 	    h->rpos + c->dev->lower_bound(h->r.idx + h->rpos, h->r.nnz - h->rpos, W);
-	scd_coo_t add = {h->r.idx + h->rpos, h->r.val + h->rpos, rend - h->rpos, rend - h->rpos};
+	scd_coo_t add = {h->r.idx + h->rpos, h->r.val + h->rpos, rend - h->rpos,
+			 rend - h->rpos};
 	/* the new aggregate has room for both lists whole (2 bound), so a union that outgrew
 	 * the announced counts is caught after the merge; merge_two: the aggregate's entries
 	 * first on equal indices, the partner's alone as 0.0f + v */
@@ -98,10 +99,11 @@ static sc_status_t hc_slice(hc_t *h, uint64_t W)
 	h->rpos = rend;
 	h->W = W;
 	if (h->w > h->bound)
-		return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
-					    "hier_central: rank %d's aggregate has more indices "
-					    "than all ranks announced",
-					    h->from);
+		return scd_scheme_work_fail(
+		    c, SC_ERR_PROTOCOL,
+		    "hier_central: rank %d's aggregate has more indices "
+		    "than all ranks announced",
+		    h->from);
 	return SC_OK;
 }
 
@@ -133,12 +135,15 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 		uint8_t *sb = c->sendbuf.p;
 		uint64_t used = 0, n = h->cur.nnz;
 		for (uint32_t k = 0; k < h->K; k++) {
-			uint64_t lo = scd_chunk_lo(n, h->K, k), hi = scd_chunk_lo(n, h->K, k + 1);
+			uint64_t lo = scd_chunk_lo(n, h->K, k),
+				 hi = scd_chunk_lo(n, h->K, k + 1);
 			scd_coo_t part = {h->cur.idx + lo, h->cur.val + lo, hi - lo, hi - lo};
 			uint64_t bytes = 0;
 			if ((st = scd_scheme_msg_encode(c->dev, &part, numel, sb + used,
-							c->sendbuf.cap - used, &bytes)) != SC_OK)
-				return scd_scheme_fail(st, "hier_central: encoding %llu non-zeros",
+							c->sendbuf.cap - used, &bytes)) !=
+			    SC_OK)
+				return scd_scheme_fail(st,
+						       "hier_central: encoding %llu non-zeros",
 						       (unsigned long long)(hi - lo));
 			sends[ns++] = (scd_xfer_t){to, sb + used, bytes};
 			used += scd_slot8(bytes);
@@ -147,8 +152,8 @@ static sc_status_t hc_step(hc_t *h, int to, int from, int replace)
 	if (from >= 0) {
 		uint64_t cap = scd_scheme_msg_bytes(numel, hc_chunk_max(h));
 		for (uint32_t k = 0; k < h->K; k++)
-			recvs[nr++] = (scd_xfer_t){from, (uint8_t *)c->recvbuf.p + k * scd_slot8(cap),
-						   cap};
+			recvs[nr++] = (scd_xfer_t){
+			    from, (uint8_t *)c->recvbuf.p + k * scd_slot8(cap), cap};
 	}
 	h->from = from;
 	h->replace = replace;

@@ -116,9 +116,10 @@ struct scd_scheme_ctx {
 	/* Balanced Parallelism */
 	const scd_partmap_t *map;
 	scd_ws_t hidx, hval;
-	uint64_t *hoff;		/* [P + 1] */
-	scd_ws_t bp_agg, bp_touch; /* the server's aggregate and its marks (zero between runs) */
-	int bp_dirty;		/* a run stopped before clearing them */
+	uint64_t *hoff; /* [P + 1] */
+	scd_ws_t bp_agg,
+	    bp_touch; /* the server's aggregate and its marks (zero between runs) */
+	int bp_dirty; /* a run stopped before clearing them */
 	/* ExDyna */
 	scd_exdyna_t *ex;
 	/* SparDL */
@@ -143,15 +144,11 @@ struct scd_scheme_ctx {
  * about as slow per value as the wire, and need not be done before anything is sent. The
  * queue is written, in the order it was filled (so the sums have the bits of immediate
  * writes), while the scheme's next scd_scheme_xchg_v waits on the network, and whatever
- * is left when the scheme returns. scd_res_reserve makes room for n more entries, which
- * scd_res_push then appends; scd_res_queue is both for a list, each value times share.
+ * is left when the scheme returns. The queue lives in the device's memory and grows by
+ * whole lists: scd_res_reserve makes room for n more entries (a scheme that appends them
+ * with its own op advances c->rq_n), scd_res_queue appends a list, each value times share.
  */
 sc_status_t scd_res_reserve(scd_scheme_ctx_t *c, uint64_t n);
-static inline void scd_res_push(scd_scheme_ctx_t *c, uint32_t i, float v)
-{
-	c->dev->from_host((uint32_t *)c->rq_idx.p + c->rq_n, &i, 4); /* the queue: device */
-	c->dev->from_host((float *)c->rq_val.p + c->rq_n++, &v, 4);
-}
 sc_status_t scd_res_queue(scd_scheme_ctx_t *c, const uint32_t *idx, const float *val,
 			  uint64_t n, float share);
 

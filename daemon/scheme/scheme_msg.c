@@ -156,7 +156,6 @@ sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, 
 			       (unsigned long long)fmt, (unsigned long long)bytes);
 }
 
-
 sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
 				  uint64_t numel, scd_coo_t *list, uint64_t *added_p)
 {

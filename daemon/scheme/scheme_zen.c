@@ -23,11 +23,11 @@
  *         4 nnz_p bytes, and every rank decodes every partition into the output.
  * Both all-to-all phases share one exchange_v (K messages per peer and phase, one per
  * index range: "Streaming" below), so all peers progress together, a slow peer holds back
- * only its own transfers, and the pull of a range leaves while later ranges are pushed. The push and pull maps are the same function
- * (device/partition.h), so they cannot disagree for any numel and P. The metadata round
- * carries each rank's counts per partition and range, which size every receive exactly
- * and give every rank the servers' loads, hence the same imbalance ratio (ZEN Def. 8:
- * max load x P / total).
+ * only its own transfers, and the pull of a range leaves while later ranges are pushed. The
+ * push and pull maps are the same function (device/partition.h), so they cannot disagree for
+ * any numel and P. The metadata round carries each rank's counts per partition and range, which
+ * size every receive exactly and give every rank the servers' loads, hence the same imbalance
+ * ratio (ZEN Def. 8: max load x P / total).
  *
  * OmniReduce-style blocks (ZEN sec. 2.4): the same push/aggregate/pull over P contiguous
  * ranges of whole blocks of cfg.omni_block elements; only non-zero blocks travel, as
@@ -44,9 +44,8 @@
 static sc_status_t bp_ensure(scd_scheme_ctx_t *c, uint64_t nnz)
 {
 	sc_status_t st;
-	if (!c->map &&
-	    (st = c->dev->partmap_acquire(c->cfg.numel, (uint32_t)c->size, c->cfg.seed, &c->map)) !=
-		SC_OK)
+	if (!c->map && (st = c->dev->partmap_acquire(c->cfg.numel, (uint32_t)c->size,
+						     c->cfg.seed, &c->map)) != SC_OK)
 		return scd_scheme_fail(st, "balanced_par: partition lists for %llu elements",
 				       (unsigned long long)c->cfg.numel);
 	if ((st = scd_ws_reserve(&c->hidx, 4 * nnz + 4)) != SC_OK ||
@@ -92,7 +91,7 @@ static double server_imbalance(const scd_scheme_ctx_t *c, uint64_t *load)
  *         result is their concatenation.
  * What is left when the last byte arrives is the last range's share.
  */
-#define BP_CHUNKS_MAX  8
+#define BP_CHUNKS_MAX 8
 
 /*
  * The server's aggregate of its partition: |I_me| floats and a bit per slot, both zero
@@ -128,22 +127,22 @@ typedef struct bp {
 	scd_scheme_io_t *io;
 	uint32_t K;
 	const scd_coo_t *out; /* my push, partitioned (c->hoff) */
-	uint64_t *cut;	      /* [P][K + 1]: range k of my push list p: [cut[p][k], cut[p][k+1]) */
-	uint64_t *seg;	      /* [P][K + 1]: range k of I_p: slots [seg[p][k], seg[p][k+1]) */
-	float *L;	      /* my partition's aggregate, |I_me| floats, zero between steps */
-	uint64_t *touch;      /* L's slots added to this step (a bit per slot) */
+	uint64_t *cut;	 /* [P][K + 1]: range k of my push list p: [cut[p][k], cut[p][k+1]) */
+	uint64_t *seg;	 /* [P][K + 1]: range k of I_p: slots [seg[p][k], seg[p][k+1]) */
+	float *L;	 /* my partition's aggregate, |I_me| floats, zero between steps */
+	uint64_t *touch; /* L's slots added to this step (a bit per slot) */
 	uint64_t mysize, clr;
-	uint32_t k;	  /* push: the range in the works */
-	int q;		  /* push: the next rank to aggregate in range k */
-	uint32_t kp;	  /* pull: the next range to decode */
-	int nx;		  /* the push's messages; the pull's follow them in the lists */
+	uint32_t k;	   /* push: the range in the works */
+	int q;		   /* push: the next rank to aggregate in range k */
+	uint32_t kp;	   /* pull: the next range to decode */
+	int nx;		   /* the push's messages; the pull's follow them in the lists */
 	scd_xfer_t *sends; /* the pull's sends are held until their range is encoded */
 	int sparse;
-	uint8_t *pull;	     /* my hash bitmap's segments, 8-aligned (c->sendbuf2) */
-	uint64_t *pull_off;  /* [K + 1] */
-	uint64_t *pull_len;  /* [K] */
-	uint64_t uni, outn;  /* sparse: room and use of io->out */
-	scd_coo_t *lists;    /* [P]: a range's decoded segments (sparse) */
+	uint8_t *pull;	    /* my hash bitmap's segments, 8-aligned (c->sendbuf2) */
+	uint64_t *pull_off; /* [K + 1] */
+	uint64_t *pull_len; /* [K] */
+	uint64_t uni, outn; /* sparse: room and use of io->out */
+	scd_coo_t *lists;   /* [P]: a range's decoded segments (sparse) */
 } bp_t;
 
 static uint64_t *bp_at(const bp_t *b, uint64_t *a, int p)
@@ -184,19 +183,21 @@ static sc_status_t bp_aggregate(bp_t *b, int q, uint32_t k)
 		const scd_xfer_t *rv = c->xr.p;
 		uint64_t want = bp_count(c, q, me, k, b->K), n = rb[j] / 8;
 		if (rb[j] != 8 * want)
-			return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
-						    "balanced_par: rank %d pushed %zu bytes in range "
-						    "%u, announced %llu non-zeros",
-						    q, rb[j], k, (unsigned long long)want);
+			return scd_scheme_work_fail(
+			    c, SC_ERR_PROTOCOL,
+			    "balanced_par: rank %d pushed %zu bytes in range "
+			    "%u, announced %llu non-zeros",
+			    q, rb[j], k, (unsigned long long)want);
 		const uint8_t *p = rv[j].buf;
 		r = (scd_coo_t){(uint32_t *)p, (float *)(p + 4 * n), n, n};
 	}
 	uint64_t bad = c->dev->coo_scatter_add_part(b->L, b->touch, c->map, (uint32_t)me, &r);
 	if (bad)
-		return scd_scheme_work_fail(c, SC_ERR_PROTOCOL,
-					    "balanced_par: rank %d pushed %llu indices that are "
-					    "not in partition %d",
-					    q, (unsigned long long)bad, me);
+		return scd_scheme_work_fail(
+		    c, SC_ERR_PROTOCOL,
+		    "balanced_par: rank %d pushed %llu indices that are "
+		    "not in partition %d",
+		    q, (unsigned long long)bad, me);
 	return SC_OK;
 }
 
@@ -270,13 +271,14 @@ static sc_status_t bp_decode(bp_t *b, uint32_t k)
 	uint64_t off = 0;
 	sc_status_t st = SC_OK;
 	for (int p = 0; p < P && st == SC_OK; p++) {
-		scd_hbseg_t sg = {(uint32_t)p, bp_at(b, b->seg, p)[k], bp_at(b, b->seg, p)[k + 1]};
+		scd_hbseg_t sg = {(uint32_t)p, bp_at(b, b->seg, p)[k],
+				  bp_at(b, b->seg, p)[k + 1]};
 		const void *buf = p == me ? (const void *)(b->pull + b->pull_off[k])
 					  : rv[b->nx + bp_recv(b, p, k)].buf;
 		uint64_t len = p == me ? b->pull_len[k] : rb[b->nx + bp_recv(b, p, k)];
 		if (b->sparse) {
-			lists[p] = (scd_coo_t){(uint32_t *)c->aidx.p + off, (float *)c->aval.p + off,
-					       0, b->uni - off};
+			lists[p] = (scd_coo_t){(uint32_t *)c->aidx.p + off,
+					       (float *)c->aval.p + off, 0, b->uni - off};
 			st = c->dev->hash_bitmap_decode_seg(c->map, &sg, buf, len, &lists[p]);
 			off += lists[p].nnz;
 		} else {
@@ -285,7 +287,8 @@ static sc_status_t bp_decode(bp_t *b, uint32_t k)
 		}
 		if (st != SC_OK)
 			return scd_scheme_work_fail(
-			    c, st, "balanced_par: bad hash bitmap from rank %d (range %u)", p, k);
+			    c, st, "balanced_par: bad hash bitmap from rank %d (range %u)", p,
+			    k);
 	}
 	if (!b->sparse)
 		return SC_OK;
@@ -349,10 +352,11 @@ static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t 
 		for (uint32_t k = 0; k <= K; k++)
 			bp_at(&b, cut, p)[k] += off[p];
 		for (uint32_t k = 0; k < K; k++)
-			parts[(size_t)p * K + k] = bp_at(&b, cut, p)[k + 1] - bp_at(&b, cut, p)[k];
+			parts[(size_t)p * K + k] =
+			    bp_at(&b, cut, p)[k + 1] - bp_at(&b, cut, p)[k];
 	}
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_BALANCED_PAR, out.nnz, parts, (uint32_t)(P * K))) !=
-	    SC_OK)
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_BALANCED_PAR, out.nnz, parts,
+				  (uint32_t)(P * K))) != SC_OK)
 		return st;
 	c->imbalance = server_imbalance(c, load);
 
@@ -410,10 +414,12 @@ static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t 
 		if (p == me)
 			continue;
 		for (uint32_t k = 0; k < K; k++, n++) {
-			uint64_t lo = bp_at(&b, cut, p)[k], m = bp_at(&b, cut, p)[k + 1] - lo, bytes = 0;
+			uint64_t lo = bp_at(&b, cut, p)[k], m = bp_at(&b, cut, p)[k + 1] - lo,
+				 bytes = 0;
 			scd_coo_t part = {out.idx + lo, out.val + lo, m, m};
 			if ((st = c->dev->coo_encode(&part, sb, 8 * m, &bytes)) != SC_OK)
-				return scd_scheme_fail(st, "balanced_par: encoding partition %d", p);
+				return scd_scheme_fail(
+				    st, "balanced_par: encoding partition %d", p);
 			sends[n] = (scd_xfer_t){p, sb, bytes};
 			uint64_t cap = 8 * bp_count(c, p, me, k, K);
 			recvs[n] = (scd_xfer_t){p, rb, cap};
@@ -428,7 +434,8 @@ static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t 
 			continue;
 		for (uint32_t k = 0; k < K; k++, n++) {
 			uint64_t sz = bp_at(&b, seg, p)[k + 1] - bp_at(&b, seg, p)[k];
-			uint64_t cap = scd_fmt_hash_bitmap_bytes(sz, pullmax[(size_t)p * K + k]);
+			uint64_t cap =
+			    scd_fmt_hash_bitmap_bytes(sz, pullmax[(size_t)p * K + k]);
 			sends[n] = (scd_xfer_t){p, b.pull + pull_off[k], SCD_XFER_PENDING};
 			recvs[n] = (scd_xfer_t){p, rb, cap};
 			rb += scd_slot8(cap);

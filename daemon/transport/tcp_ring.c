@@ -154,7 +154,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	if (reduce) {
 		size_t have = R->carry + (size_t)n, whole = have / R->esize * R->esize;
 		scd_reduce_typed(R->dtype, R->data + chunk_first(R, c) + R->r_done, t->scratch,
-			     whole / R->esize);
+				 whole / R->esize);
 		R->r_done += whole;
 		R->carry = have - whole;
 		if (R->carry)

@@ -63,9 +63,9 @@ sc_status_t scd_transport_get(scd_transport_kind_t kind, const scd_transport_ops
 }
 
 /*
- * "auto" is tcp while the engine's buffers live in host memory. The nccl issue makes it
- * nccl when they live on GPUs and NCCL loads; a rank where it does not then resolves to
- * another backend and world formation refuses it, naming the rank.
+ * "auto" resolves to tcp: every buffer the engine holds lives in host memory. Whatever
+ * "auto" resolves to on a rank, world formation refuses a rank whose backend differs from
+ * the coordinator's, naming the rank.
  */
 sc_status_t scd_transport_lookup(const char *name, const scd_transport_ops_t **ops_p)
 {

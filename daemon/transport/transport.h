@@ -209,8 +209,8 @@ static inline sc_status_t scd_transport_allreduce(scd_transport_t *t, void *d, s
 	return t->ops->allreduce(t, d, n, dtype, NULL, tmo);
 }
 static inline sc_status_t scd_transport_allreduce_w(scd_transport_t *t, void *d, size_t n,
-						    sc_dtype_t dtype,
-						    const scd_xfer_work_t *w, int tmo)
+						    sc_dtype_t dtype, const scd_xfer_work_t *w,
+						    int tmo)
 {
 	return t->ops->allreduce(t, d, n, dtype, w, tmo);
 }
@@ -242,8 +242,8 @@ static inline void scd_transport_release(scd_transport_endpoint_t *ep)
 const char *scd_transport_kind_name(scd_transport_kind_t kind);
 /* The ops of a backend, or SC_ERR_UNSUPPORTED when it is not built here. */
 sc_status_t scd_transport_get(scd_transport_kind_t kind, const scd_transport_ops_t **ops_p);
-/* The backend a configured name selects: a backend's name, or "auto" (tcp for now; nccl
- * once buffers live on GPUs and NCCL loads on every rank). SC_ERR_UNSUPPORTED for an
+/* The backend a configured name selects: a backend's name, or "auto" (tcp: every buffer
+ * lives in host memory). SC_ERR_UNSUPPORTED for an
  * unknown name or a backend not built here, with scd_transport_error() naming it. */
 sc_status_t scd_transport_lookup(const char *name, const scd_transport_ops_t **ops_p);
 

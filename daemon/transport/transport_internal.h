@@ -13,6 +13,6 @@ void scd_transport_set_error(const char *fmt, ...) __attribute__((format(printf,
 
 /* The backends' ops tables (tcp.c; nccl in a GPU build only, see transport.c). */
 extern const scd_transport_ops_t scd_transport_tcp_ops;
-extern const scd_transport_ops_t scd_transport_nccl_ops;
+extern const scd_transport_ops_t scd_transport_nccl_ops __attribute__((weak));
 
 #endif

@@ -13,7 +13,7 @@ static char log_prefix[64] = "sparsecommd";
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const sub_names[SCD_SUB_COUNT] = {
-	"main", "config", "ctl", "world", "negotiate", "engine", "transport", "device"};
+    "main", "config", "ctl", "world", "negotiate", "engine", "transport", "device"};
 
 void scd_log_set_prefix(const char *prefix)
 {

@@ -30,16 +30,16 @@ void scd_log_set_prefix(const char *prefix);
 /* error, warn, info or debug (any case) into *level_p; SC_ERR_INVALID for anything else. */
 sc_status_t scd_log_parse_level(const char *text, int *level_p);
 void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
-#define scd_log(level, sub, ...)                                                           \
-	do {                                                                               \
-		if ((int)(level) <= scd_log_level && (scd_log_subsystems >> (sub) & 1u))  \
-			scd_log_emit((level), (sub), __VA_ARGS__);                         \
+#define scd_log(level, sub, ...)                                                               \
+	do {                                                                                   \
+		if ((int)(level) <= scd_log_level && (scd_log_subsystems >> (sub)&1u))         \
+			scd_log_emit((level), (sub), __VA_ARGS__);                             \
 	} while (0)
 #define scd_error(sub, ...) scd_log(SCD_LOG_ERROR, sub, __VA_ARGS__)
-#define scd_warn(sub, ...) scd_log(SCD_LOG_WARN, sub, __VA_ARGS__)
-#define scd_info(sub, ...) scd_log(SCD_LOG_INFO, sub, __VA_ARGS__)
+#define scd_warn(sub, ...)  scd_log(SCD_LOG_WARN, sub, __VA_ARGS__)
+#define scd_info(sub, ...)  scd_log(SCD_LOG_INFO, sub, __VA_ARGS__)
 #define scd_debug(sub, ...) scd_log(SCD_LOG_DEBUG, sub, __VA_ARGS__)
 
 #endif

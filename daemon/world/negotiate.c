@@ -258,8 +258,8 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 	free(e);
 }
 
-static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype, uint64_t numel,
-		      uint32_t op, int solo)
+static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
+		      uint64_t numel, uint32_t op, int solo)
 {
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
@@ -289,8 +289,9 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 	}
 	if (kind < 0)
 		return 0;
-	int n = snprintf(buf, len, "allreduce of tensor '%s' failed: %s differs across ranks:",
-			 e->name, what);
+	int n = snprintf(buf, len,
+			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
+			 what);
 	for (int r = 0; r < P && n < (int)len - 48; r++) {
 		char val[32];
 		if (kind == 0)
@@ -406,8 +407,8 @@ static void coord_emit(scd_world_t *w)
 		}
 		int dr = blocking_degraded(w, e);
 		if (dr >= 0) {
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s", e->name,
-				 w->peers[dr].degraded_reason);
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
+				 e->name, w->peers[dr].degraded_reason);
 			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
 			group = NULL;
 			centry_free(w, e);
@@ -419,8 +420,8 @@ static void coord_emit(scd_world_t *w)
 			/* Names the trainer ranks: with one trainer per node they are the
 			 * node ranks; otherwise every trainer of the missing nodes. */
 			int L = d->local_size, missing = P - e->count, k = 0;
-			int n = snprintf(msg, sizeof(msg), "allreduce of tensor '%s' stalled: %s",
-					 e->name,
+			int n = snprintf(msg, sizeof(msg),
+					 "allreduce of tensor '%s' stalled: %s", e->name,
 					 L > 1	       ? "the trainers of node"
 					 : missing > 1 ? "ranks"
 						       : "rank");
@@ -434,11 +435,13 @@ static void coord_emit(scd_world_t *w)
 				for (int r = 0; r < P && n < (int)sizeof(msg) - 64; r++)
 					for (int l = 0; !e->have[r] && l < L; l++)
 						n += snprintf(msg + n, sizeof(msg) - (size_t)n,
-							      "%s %d", k++ ? "," : "", r * L + l);
+							      "%s %d", k++ ? "," : "",
+							      r * L + l);
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, ")");
 			}
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
-				 " did not submit it within %llu ms", (unsigned long long)stall_ms);
+				 " did not submit it within %llu ms",
+				 (unsigned long long)stall_ms);
 			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
 			group = NULL;
 			centry_free(w, e);
@@ -537,8 +540,8 @@ void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
 		if (id >= w->n_cache || !w->cache[id].name) {
-			scd_warn(SCD_SUB_NEGOTIATE, "rank %d announced unknown cache id %u", from,
-				 id);
+			scd_warn(SCD_SUB_NEGOTIATE, "rank %d announced unknown cache id %u",
+				 from, id);
 			continue;
 		}
 		const scd_cache_ent_t *c = &w->cache[id];
@@ -556,8 +559,8 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
 		 ns->reason ? ns->reason : "");
 	scd_info(SCD_SUB_NEGOTIATE, "node %d is %s%s%s", ns->rank,
-		 ns->degraded ? "degraded: " : "whole again", ns->degraded ? p->degraded_reason : "",
-		 "");
+		 ns->degraded ? "degraded: " : "whole again",
+		 ns->degraded ? p->degraded_reason : "", "");
 	if (ns->degraded) {
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
@@ -637,8 +640,8 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	while (pin < 0 && pins && *pins) {
 		char item[160];
 		size_t n = strcspn(pins, ",");
-		snprintf(item, sizeof(item), "%.*s", (int)(n < sizeof(item) ? n : sizeof(item) - 1),
-			 pins);
+		snprintf(item, sizeof(item), "%.*s",
+			 (int)(n < sizeof(item) ? n : sizeof(item) - 1), pins);
 		pins += n + (pins[n] == ',');
 		char *eq = strrchr(item, '=');
 		if (!eq)
@@ -693,10 +696,11 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
 			/* Runs with zeros, delivers nothing; the other ranks' sums then lack
 			 * this node's share, which only the loss of a whole node explains. */
-			scd_error(SCD_SUB_NEGOTIATE,
-				  "tensor '%s' was planned but is not ready on this node: it takes "
-				  "part with zeros",
-				  c->name);
+			scd_error(
+			    SCD_SUB_NEGOTIATE,
+			    "tensor '%s' was planned but is not ready on this node: it takes "
+			    "part with zeros",
+			    c->name);
 			job->lossless_only = 1;
 			continue;
 		}
@@ -778,8 +782,8 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
 			job->status = SC_ERR_STALLED;
 		if (job->status != SC_OK)
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,
-				 job->error);
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s",
+				 nt->name, job->error);
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
 	free(job->items);

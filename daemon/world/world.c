@@ -256,8 +256,8 @@ static void on_join_timeout(uv_timer_t *t)
 	scd_daemon_t *d = w->d;
 	if (!w->is_coord) {
 		scd_error(SCD_SUB_WORLD,
-			  "rank %d could not join the coordinator at %s within %lld ms", d->rank,
-			  scd_cfg_str(&d->cfg, SCD_CFG_coordinator),
+			  "rank %d could not join the coordinator at %s within %lld ms",
+			  d->rank, scd_cfg_str(&d->cfg, SCD_CFG_coordinator),
 			  (long long)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms));
 		scd_daemon_stop(d, 1);
 		return;
@@ -270,7 +270,8 @@ static void on_join_timeout(uv_timer_t *t)
 			n += snprintf(missing + n, sizeof(missing) - (size_t)n, "%s%d",
 				      n ? ", " : "", r);
 	char why[600];
-	snprintf(why, sizeof(why), "world formation timed out after %lld ms: rank(s) %s never joined",
+	snprintf(why, sizeof(why),
+		 "world formation timed out after %lld ms: rank(s) %s never joined",
 		 (long long)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms), missing);
 	scd_error(SCD_SUB_WORLD, "%s", why);
 	for (int r = 1; r < d->world_size; r++)
@@ -460,7 +461,8 @@ void scd_world_drain(scd_world_t *w)
 	while (scd_zmsg_recv(w->sock, w->is_coord, &z)) {
 		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, z.len, z.data);
 		if (!m) {
-			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored", z.len);
+			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored",
+				 z.len);
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;

@@ -45,7 +45,8 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt);
 /* The tensor can never complete on this node (its trainers disagree on it): every rank's
  * operation on it fails with status and reason until this node clears it (status SC_OK,
  * sent when the tensor is released). */
-void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason);
+void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status,
+		       const char *reason);
 /* The tensor is gone from this node: frees the engine's state for buffers holding it. */
 void scd_world_forget(scd_world_t *w, const char *name);
 /* This node lost a trainer (degraded) or has a full set again. */
@@ -59,7 +60,5 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_are
 /* The engine's completion callback (on the loop thread): the mesh job (the daemon is
  * ready, or stops), allreduce jobs (to negotiation), forget jobs. */
 void scd_world_job_done(scd_daemon_t *d, struct scd_job *job);
-
-
 
 #endif

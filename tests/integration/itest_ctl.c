@@ -188,8 +188,8 @@ static void check_stats(const char *sock, const char *const *names, int n_names)
 		/* and its CPU time too (one engine thread: never more than the wall time) */
 		double cpu = need(hit, "cpu_s", IT_JNUM, names[k])->num;
 		if (!(cpu > 0 && cpu <= meas * 1.01 + 1e-4))
-			IT_FAIL("stats --json: tensor '%s': cpu_s %g of measured_s %g", names[k],
-				cpu, meas);
+			IT_FAIL("stats --json: tensor '%s': cpu_s %g of measured_s %g",
+				names[k], cpu, meas);
 	}
 	it_log("stats --json lists the job's %d tensors with calls > 0 (%zu tensors)", n_names,
 	       ts->n);

@@ -303,8 +303,8 @@ int it_stalled(int argc, char **argv)
 		if (r == IT_HANG)
 			IT_FAIL("'stalled.x' never ended: %s", it_wait_error());
 		if (r != SC_ERR_STALLED)
-			IT_FAIL("'stalled.x': expected SC_ERR_STALLED, got %s: %s", it_wait_name(r),
-				it_wait_error());
+			IT_FAIL("'stalled.x': expected SC_ERR_STALLED, got %s: %s",
+				it_wait_name(r), it_wait_error());
 		if (!it_mentions_rank(it_wait_error(), 1))
 			IT_FAIL("the stall error does not name rank 1: '%s'", it_wait_error());
 		it_log("'stalled.x' failed after %.2f s: %s", it_now_s() - t0, it_wait_error());
@@ -320,10 +320,11 @@ int it_stalled(int argc, char **argv)
 	} while (st == SC_ERR_STALLED && it_now_s() < deadline);
 	IT_CHECK_SC(st, "allreduce 'stalled.y'");
 	char why[512];
-	size_t wrong = it_check(sc_tensor_data(y), SC_FLOAT32, n, 8, size, 1, SC_OP_SUM, why,
-				sizeof(why));
+	size_t wrong =
+	    it_check(sc_tensor_data(y), SC_FLOAT32, n, 8, size, 1, SC_OP_SUM, why, sizeof(why));
 	if (wrong)
-		IT_FAIL("'stalled.y' after the stall: %zu of %zu elements wrong: %s", wrong, n, why);
+		IT_FAIL("'stalled.y' after the stall: %zu of %zu elements wrong: %s", wrong, n,
+			why);
 	sc_finalize(c);
 	it_pass();
 }
@@ -332,8 +333,7 @@ int it_stalled(int argc, char **argv)
  * badopts: a tensor whose options pass registration but from which the daemon cannot make
  * a sparsifier (a hard threshold of 1e-50 is > 0 as a double, the protocol's type, but
  * rounds to 0 in float32, the sparsifier's). The failure must reach every trainer as what
- * it is, SC_ERR_INVALID naming the tensor, not as "out of memory" (the engine once turned
- * every failure to make a buffer's state into SC_ERR_NOMEM), and the job must go on
+ * it is, SC_ERR_INVALID naming the tensor, not as "out of memory", and the job must go on
  * working. Registration may also refuse the options with SC_ERR_INVALID.
  */
 int it_badopts(int argc, char **argv)

@@ -161,9 +161,10 @@ static void expand_sparse(sp_state_t *s, const sp_case_t *k, const char *scheme,
 	int dense = sc_local_size(c) > 1;
 	if (dense || rn == SC_RESULT_DENSE) {
 		if (dense != (rn == SC_RESULT_DENSE))
-			sp_failf(s, "%s %s: the result came back %s (%d trainer(s) per node, %s)",
-				 k->label, scheme, rn == SC_RESULT_DENSE ? "dense" : "sparse",
-				 sc_local_size(c), sc_tensor_residual(t) ? "lossy" : "lossless");
+			sp_failf(
+			    s, "%s %s: the result came back %s (%d trainer(s) per node, %s)",
+			    k->label, scheme, rn == SC_RESULT_DENSE ? "dense" : "sparse",
+			    sc_local_size(c), sc_tensor_residual(t) ? "lossy" : "lossless");
 		return;
 	}
 	const uint32_t *ri = sc_tensor_coo_indices(t);
@@ -171,8 +172,10 @@ static void expand_sparse(sp_state_t *s, const sp_case_t *k, const char *scheme,
 	memset(x, 0, s->numel * sizeof(float));
 	for (size_t j = 0; j < rn; j++) {
 		if (ri[j] >= s->numel || (j && ri[j] <= ri[j - 1])) {
-			sp_failf(s, "%s %s: sparse result entry %zu (index %u) out of order or "
-				 "range", k->label, scheme, j, ri[j]);
+			sp_failf(s,
+				 "%s %s: sparse result entry %zu (index %u) out of order or "
+				 "range",
+				 k->label, scheme, j, ri[j]);
 			return;
 		}
 		x[ri[j]] = rv[j];
@@ -221,9 +224,10 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 			memcpy(sc_tensor_data(d), res, n * sizeof(float));
 		sc_handle_t h = 0;
 		int sparse_out = coo && step == 1;
-		sc_status_t st = !coo	     ? sc_allreduce_async(c, t, SC_OP_SUM, &h)
-				 : sparse_out ? sc_allreduce_coo_sparse_async(c, t, nnz, SC_OP_SUM, &h)
-					      : sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h);
+		sc_status_t st = !coo ? sc_allreduce_async(c, t, SC_OP_SUM, &h)
+				 : sparse_out
+				     ? sc_allreduce_coo_sparse_async(c, t, nnz, SC_OP_SUM, &h)
+				     : sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h);
 		IT_CHECK_SC(st, "%s %s step %d: submit", k->label, scheme, step);
 		int w = it_wait(c, h, IT_OP_TIMEOUT_MS);
 		if (w != SC_OK)
@@ -257,23 +261,28 @@ static void run_one(sc_client_t *c, sp_state_t *s, const sp_case_t *k, int ci,
 		if (!(ts.cpu_s > 0 && ts.cpu_s <= ts.measured_s * 1.01 + 1e-4))
 			sp_failf(s, "%s %s step %d: %.6f s of CPU in %.6f s measured", k->label,
 				 scheme, step, ts.cpu_s, ts.measured_s);
-		for (int v = 0; step == 0 && v < 2; v++) { /* callers built with older headers */
+		for (int v = 0; step == 0 && v < 2;
+		     v++) { /* callers built with older headers */
 			sc_tensor_stats_t os;
 			size_t old = v ? offsetof(sc_tensor_stats_t, cpu_s)
 				       : offsetof(sc_tensor_stats_t, exchange_s);
 			memset(&os, 0xa5, sizeof(os));
 			os.struct_size = (uint32_t)old;
-			IT_CHECK_SC(sc_tensor_stats(c, t, &os), "stats of %s, older struct_size",
-				    sc_tensor_name(t));
+			IT_CHECK_SC(sc_tensor_stats(c, t, &os),
+				    "stats of %s, older struct_size", sc_tensor_name(t));
 			const unsigned char *tail = (const unsigned char *)&os + old;
 			for (size_t b = 0; b < sizeof(os) - old; b++)
 				if (tail[b] != 0xa5)
-					sp_failf(s, "sc_tensor_stats wrote past struct_size %zu", old);
+					sp_failf(s,
+						 "sc_tensor_stats wrote past struct_size %zu",
+						 old);
 			if (os.calls != ts.calls || strcmp(os.scheme, ts.scheme))
-				sp_failf(s, "sc_tensor_stats, older struct_size: calls %llu, scheme "
-					    "'%s' (full: %llu, '%s')",
-					 (unsigned long long)os.calls, os.scheme,
-					 (unsigned long long)ts.calls, ts.scheme);
+				sp_failf(
+				    s,
+				    "sc_tensor_stats, older struct_size: calls %llu, scheme "
+				    "'%s' (full: %llu, '%s')",
+				    (unsigned long long)os.calls, os.scheme,
+				    (unsigned long long)ts.calls, ts.scheme);
 		}
 		/* exact for everything but the sketch (its estimate is not integer) */
 		int exact = strcmp(ran, "s2_sketch") != 0;

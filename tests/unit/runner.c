@@ -63,9 +63,15 @@ static void seed_rng(uint64_t seed)
 		rng_state[i] = splitmix64(&x);
 }
 
-uint64_t unit_seed(void) { return current_seed; }
+uint64_t unit_seed(void)
+{
+	return current_seed;
+}
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
 
 uint64_t unit_rng(void)
 {
@@ -80,9 +86,15 @@ uint64_t unit_rng(void)
 	return result;
 }
 
-double unit_rng_double(void) { return (double)(unit_rng() >> 11) * 0x1.0p-53; }
+double unit_rng_double(void)
+{
+	return (double)(unit_rng() >> 11) * 0x1.0p-53;
+}
 
-uint64_t unit_rng_below(uint64_t n) { return n ? unit_rng() % n : 0; }
+uint64_t unit_rng_below(uint64_t n)
+{
+	return n ? unit_rng() % n : 0;
+}
 
 static int matches(const char *name, int argc, char **argv)
 {
@@ -122,12 +134,12 @@ static int run_case(const unit_case_t *c, uint64_t seed)
 		printf("  ok    %-48s %8.1f ms\n", c->name, ms);
 	} else {
 		if (WIFSIGNALED(status))
-			printf("  FAIL  %-48s killed by signal %d%s (seed %" PRIu64 ")\n", c->name,
-			       WTERMSIG(status),
+			printf("  FAIL  %-48s killed by signal %d%s (seed %" PRIu64 ")\n",
+			       c->name, WTERMSIG(status),
 			       WTERMSIG(status) == SIGALRM ? " (timeout)" : "", seed);
 		else
-			printf("  FAIL  %-48s (%s, seed %" PRIu64 ", replay with SC_TEST_SEED=%"
-			       PRIu64 ")\n",
+			printf("  FAIL  %-48s (%s, seed %" PRIu64
+			       ", replay with SC_TEST_SEED=%" PRIu64 ")\n",
 			       c->name, c->file, seed, seed);
 	}
 	fflush(stdout);
@@ -143,7 +155,8 @@ int main(int argc, char **argv)
 	} else {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+		uint64_t x =
+		    (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
 		base = splitmix64(&x);
 	}
 	printf("unit tests (base seed %" PRIu64 ")\n", base);

@@ -40,18 +40,19 @@ UNIT_TEST(config_rejects_bad_values)
 	scd_config_t c;
 	char err[256];
 	scd_config_init(&c);
-	CHECK_EQ_INT(scd_config_set(&c, SCD_CFG_world_size, "0", SCD_SRC_FLAG, err, sizeof(err)),
-		     SC_ERR_INVALID);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, SCD_CFG_world_size, "0", SCD_SRC_FLAG, err, sizeof(err)),
+	    SC_ERR_INVALID);
 	CHECK_MSG(strstr(err, "world_size") != NULL, "error names the key: %s", err);
-	CHECK_EQ_INT(scd_config_set(&c, SCD_CFG_cycle_time_ms, "abc", SCD_SRC_FLAG, err,
-				    sizeof(err)),
-		     SC_ERR_INVALID);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, SCD_CFG_cycle_time_ms, "abc", SCD_SRC_FLAG, err, sizeof(err)),
+	    SC_ERR_INVALID);
 	/* not changeable while running */
 	CHECK_EQ_INT(scd_config_set(&c, SCD_CFG_rank, "1", SCD_SRC_RUNTIME, err, sizeof(err)),
 		     SC_ERR_INVALID);
-	CHECK_EQ_INT(scd_config_set(&c, SCD_CFG_log_level, "loud", SCD_SRC_FLAG, err,
-				    sizeof(err)),
-		     SC_ERR_INVALID);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, SCD_CFG_log_level, "loud", SCD_SRC_FLAG, err, sizeof(err)),
+	    SC_ERR_INVALID);
 	CHECK_EQ_INT(scd_config_find("no_such_key"), -1);
 	scd_config_free(&c);
 }

@@ -181,10 +181,12 @@ UNIT_TEST(core_hash_bitmap_marked_segments)
 			scd_hbseg_t sg = {p, sz * k / K, sz * (k + 1) / K};
 			uint64_t ba = 0, bb = 0;
 			memset(a, 0xa5, cap), memset(b, 0x5a, cap);
-			CHECK_EQ_INT(scd_hash_bitmap_encode_seg(map, &sg, D + sg.lo, NULL, a, cap, &ba),
-				     SC_OK);
-			CHECK_EQ_INT(scd_hash_bitmap_encode_seg(map, &sg, L + sg.lo, touch, b, cap, &bb),
-				     SC_OK);
+			CHECK_EQ_INT(
+			    scd_hash_bitmap_encode_seg(map, &sg, D + sg.lo, NULL, a, cap, &ba),
+			    SC_OK);
+			CHECK_EQ_INT(
+			    scd_hash_bitmap_encode_seg(map, &sg, L + sg.lo, touch, b, cap, &bb),
+			    SC_OK);
 			CHECK_EQ_INT(bb, ba);
 			CHECK_TRUE(memcmp(a, b, ba) == 0);
 		}

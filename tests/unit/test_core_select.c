@@ -364,7 +364,8 @@ UNIT_TEST(core_kth_key_matches_sort)
 		for (uint64_t i = 0; i < n; i++) {
 			/* few distinct magnitudes near 1 (crowded top digits), some ties and
 			 * zeros, either sign */
-			float v = 1.0f + (float)unit_rng_below(rep % 3 ? 7 : 100000) / 1048576.0f;
+			float v =
+			    1.0f + (float)unit_rng_below(rep % 3 ? 7 : 100000) / 1048576.0f;
 			if (unit_rng_below(10) == 0)
 				v = 0;
 			x[i] = unit_rng_below(2) ? -v : v;
@@ -381,12 +382,13 @@ UNIT_TEST(core_kth_key_matches_sort)
 					   scd_kth_key_u32(keys, n, k, scr, &gt[2])};
 			uint32_t plain = scd_kth_key_u32(keys, n, k, NULL, NULL);
 			for (int v = 0; v < 3; v++)
-				CHECK_MSG(got[v] == sorted[k - 1] && gt[v] == gt_want,
-					  "n %llu k %llu variant %d: key %08x (> %llu), want %08x "
-					  "(> %llu)",
-					  (unsigned long long)n, (unsigned long long)k, v, got[v],
-					  (unsigned long long)gt[v], sorted[k - 1],
-					  (unsigned long long)gt_want);
+				CHECK_MSG(
+				    got[v] == sorted[k - 1] && gt[v] == gt_want,
+				    "n %llu k %llu variant %d: key %08x (> %llu), want %08x "
+				    "(> %llu)",
+				    (unsigned long long)n, (unsigned long long)k, v, got[v],
+				    (unsigned long long)gt[v], sorted[k - 1],
+				    (unsigned long long)gt_want);
 			CHECK_TRUE(plain == sorted[k - 1]);
 		}
 		CHECK_EQ_INT(scd_kth_key_u32(keys, n, n + 1, NULL, NULL), 0);

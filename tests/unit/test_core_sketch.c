@@ -134,12 +134,14 @@ UNIT_TEST(core_sketch_decode_apply_matches_two_decodes)
 				.block = 1 + (uint32_t)unit_rng_below(64),
 				.seed = unit_rng()};
 	uint64_t n = cfg.numel, F = scd_sketch_floats(&cfg), step = unit_rng_below(100);
-	scd_coo_t a = {malloc(n * 4), malloc(n * 4), 0, n}, b = {malloc(n * 4), malloc(n * 4), 0, n},
+	scd_coo_t a = {malloc(n * 4), malloc(n * 4), 0, n},
+		  b = {malloc(n * 4), malloc(n * 4), 0, n},
 		  lst = {malloc(n * 4), malloc(n * 4), 0, n};
 	random_coo(&a, n, n / 50 + 1, 0);
 	random_coo(&b, n, n / 50 + 1, 0);
-	float *sa = malloc(F * 4), *sb = malloc(F * 4), *d1 = malloc(n * 4), *d2 = malloc(n * 4),
-	      *own = malloc(n * 4), *r1 = malloc(n * 4), *r2 = malloc(n * 4);
+	float *sa = malloc(F * 4), *sb = malloc(F * 4), *d1 = malloc(n * 4),
+	      *d2 = malloc(n * 4), *own = malloc(n * 4), *r1 = malloc(n * 4),
+	      *r2 = malloc(n * 4);
 	CHECK_EQ_INT(scd_sketch_encode(&cfg, step, &a, sa), SC_OK);
 	CHECK_EQ_INT(scd_sketch_encode(&cfg, step, &b, sb), SC_OK);
 	for (uint64_t i = 0; i < n; i++)

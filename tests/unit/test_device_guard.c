@@ -153,9 +153,9 @@ static void guard_partmap_release(const scd_partmap_t *map)
 }
 
 /*
- * Every op of device.h but alloc, free and the partition map's: R(return type, name, parameters, arguments) or
- * V(name, parameters, arguments) for the void ones. An op added to device.h needs its
- * line here (device_guard_wraps_every_op fails until it has one).
+ * Every op of device.h but alloc, free and the partition map's: R(return type, name,
+ * parameters, arguments) or V(name, parameters, arguments) for the void ones. An op added to
+ * device.h needs its line here (device_guard_wraps_every_op fails until it has one).
  */
 #define GUARD_OPS(R, V)                                                                        \
 	V(clear, (void *dst, size_t bytes), (dst, bytes))                                      \
@@ -682,7 +682,9 @@ static void guard_scheme(scd_scheme_t s)
 					 /* SparDL: one team (Spar-Reduce-Scatter over
 					  * all P), two teams at P = 4 (R-SAG), and the
 					  * cost model's choice when streamed */
-					 .teams = streamed ? 0 : P == 4 ? 2 : 1};
+					 .teams = streamed ? 0
+						  : P == 4 ? 2
+							   : 1};
 			g.ncases = guard_cases(g.specs);
 			g.hash = shared_map(hb);
 			g.out = shared_map(ob);

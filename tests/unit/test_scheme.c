@@ -120,18 +120,21 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 					  scd_scheme_name(sch));
 				memset(buf, 0, 4 * n);
 				for (uint64_t k = 0; k < out.nnz; k++) {
-					CHECK_MSG(out.idx[k] < n && (!k || out.idx[k] > out.idx[k - 1]),
-						  "rank %d case %d %s: sparse result index %llu",
-						  rank, c, scd_scheme_name(sch),
-						  (unsigned long long)k);
+					CHECK_MSG(
+					    out.idx[k] < n &&
+						(!k || out.idx[k] > out.idx[k - 1]),
+					    "rank %d case %d %s: sparse result index %llu",
+					    rank, c, scd_scheme_name(sch),
+					    (unsigned long long)k);
 					buf[out.idx[k]] = out.val[k];
 				}
 			}
 			if (lossless || m->exact) {
 				uint64_t wrong = 0, first = 0;
 				for (uint64_t i = 0; i < n; i++) {
-					int bitwise = m->rank_order && (sch == SCD_SCHEME_AGSPARSE ||
-									sch == SCD_SCHEME_BALANCED_PAR);
+					int bitwise =
+					    m->rank_order && (sch == SCD_SCHEME_AGSPARSE ||
+							      sch == SCD_SCHEME_BALANCED_PAR);
 					double tol = sp->floats && !bitwise
 							 ? 1e-5 * (fabs(ref[i]) + P)
 							 : 0;
@@ -279,9 +282,10 @@ static void streamed_world(int P)
 	check_same(&m, P);
 	for (int c = 0; c < m.ncases; c++)
 		for (int s = 0; s < m.nschemes; s++)
-			CHECK_MSG(slot_at(&m, c, s, 0)->hash == slot_at(&whole, c, s, 0)->hash,
-				  "P %d case %d %s: streamed result differs from whole messages'",
-				  P, c, scd_scheme_name(m.schemes[s]));
+			CHECK_MSG(
+			    slot_at(&m, c, s, 0)->hash == slot_at(&whole, c, s, 0)->hash,
+			    "P %d case %d %s: streamed result differs from whole messages'", P,
+			    c, scd_scheme_name(m.schemes[s]));
 	munmap(whole.slots, ns);
 	munmap(m.slots, ns);
 }
@@ -437,10 +441,10 @@ static void bytes_world(int P, double density, double overlap, int zipf)
 {
 	report_arg_t a = {.scheme = SCD_SCHEME_BALANCED_PAR,
 			  .sp = {.numel = 1 << 18,
-				.density = density,
-				.overlap = overlap,
-				.zipf = zipf,
-				.seed = unit_rng()}};
+				 .density = density,
+				 .overlap = overlap,
+				 .zipf = zipf,
+				 .seed = unit_rng()}};
 	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
 	run_world(P, report_rank, &a);
 	const scd_scheme_report_t *r0 = &a.reps[0];
@@ -615,7 +619,8 @@ static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
 	const uint64_t n = 20000;
 	float *g = malloc(4 * n), *xd = malloc(4 * n), *rd = calloc(n, 4), *rc = calloc(n, 4),
 	      *xc = malloc(4 * n);
-	scd_coo_t in = {malloc(4 * n), malloc(4 * n), 0, n}, out = {malloc(4 * n), malloc(4 * n), 0, n};
+	scd_coo_t in = {malloc(4 * n), malloc(4 * n), 0, n},
+		  out = {malloc(4 * n), malloc(4 * n), 0, n};
 	uint8_t *seen = malloc(n);
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 11);
 	cfg.density = 0.02;
@@ -624,10 +629,15 @@ static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &cd), SC_OK);
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &cc), SC_OK);
 	for (int step = 0; step < 3; step++) {
-		spec_t sp = {.numel = n, .density = 0.05, .overlap = 0.5, .zipf = step & 1,
-			     .floats = 1, .seed = a->seed + (uint64_t)step};
+		spec_t sp = {.numel = n,
+			     .density = 0.05,
+			     .overlap = 0.5,
+			     .zipf = step & 1,
+			     .floats = 1,
+			     .seed = a->seed + (uint64_t)step};
 		gen_rank(&sp, rank, g);
-		/* dense path: the engine adds the residual (ExDyna's selection does it itself) */
+		/* dense path: the engine adds the residual (ExDyna's selection does it itself)
+		 */
 		memcpy(xd, g, 4 * n);
 		if (a->scheme != SCD_SCHEME_EXDYNA)
 			for (uint64_t i = 0; i < n; i++) {
@@ -635,8 +645,8 @@ static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
 				rd[i] = 0;
 			}
 		scd_scheme_io_t iod = {.data = xd, .residual = rd};
-		CHECK_MSG(scd_scheme_run(a->scheme, cd, &iod, NULL) == SC_OK, "rank %d: %s", rank,
-			  scd_scheme_error());
+		CHECK_MSG(scd_scheme_run(a->scheme, cd, &iod, NULL) == SC_OK, "rank %d: %s",
+			  rank, scd_scheme_error());
 		/* COO path: the residual folded into the list, as bufctx.c does */
 		in.nnz = 0;
 		for (uint64_t i = 0; i < n; i++)
@@ -651,15 +661,16 @@ static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
 		memset(xc, 0x7f, 4 * n);
 		scd_scheme_io_t ioc = {
 		    .data = xc, .coo = &in, .residual = rc, .out = &out, .track_residual = 1};
-		CHECK_MSG(scd_scheme_run(a->scheme, cc, &ioc, NULL) == SC_OK, "rank %d: %s", rank,
-			  scd_scheme_error());
+		CHECK_MSG(scd_scheme_run(a->scheme, cc, &ioc, NULL) == SC_OK, "rank %d: %s",
+			  rank, scd_scheme_error());
 		CHECK_MSG(out.nnz != SCD_RESULT_DENSE, "%s rank %d step %d: no sparse result",
 			  scd_scheme_name(a->scheme), rank, step);
 		memset(xc, 0, 4 * n);
 		for (uint64_t k = 0; k < out.nnz; k++) {
 			CHECK_MSG(out.idx[k] < n && (!k || out.idx[k] > out.idx[k - 1]),
 				  "%s rank %d step %d: result entry %llu out of order",
-				  scd_scheme_name(a->scheme), rank, step, (unsigned long long)k);
+				  scd_scheme_name(a->scheme), rank, step,
+				  (unsigned long long)k);
 			xc[out.idx[k]] = out.val[k];
 		}
 		CHECK_MSG(!memcmp(xc, xd, 4 * n), "%s P %d rank %d step %d: results differ",
@@ -676,7 +687,8 @@ static void coo_path_rank(scd_transport_t *t, int rank, int P, void *arg)
 		for (uint64_t i = 0; i < n; i++)
 			CHECK_MSG(rc[i] == 0 || seen[i],
 				  "%s P %d rank %d step %d: residual at %llu not reported",
-				  scd_scheme_name(a->scheme), P, rank, step, (unsigned long long)i);
+				  scd_scheme_name(a->scheme), P, rank, step,
+				  (unsigned long long)i);
 	}
 	scd_scheme_ctx_destroy(cd), scd_scheme_ctx_destroy(cc);
 	free(g), free(xd), free(rd), free(rc), free(xc), free(seen);
@@ -689,8 +701,10 @@ UNIT_TEST(scheme_lossy_coo_residual_same_bits)
 		scd_scheme_t s;
 		int P;
 		uint32_t teams;
-	} runs[] = {{SCD_SCHEME_SPARDL, 5, 1}, {SCD_SCHEME_SPARDL, 4, 2},
-		    {SCD_SCHEME_SPARDL, 6, 3}, {SCD_SCHEME_EXDYNA, 3, 0},
+	} runs[] = {{SCD_SCHEME_SPARDL, 5, 1},
+		    {SCD_SCHEME_SPARDL, 4, 2},
+		    {SCD_SCHEME_SPARDL, 6, 3},
+		    {SCD_SCHEME_EXDYNA, 3, 0},
 		    {SCD_SCHEME_EXDYNA, 4, 0}};
 	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		coo_path_arg_t a = {runs[i].s, runs[i].teams, unit_rng()};
@@ -736,7 +750,8 @@ UNIT_TEST(scheme_s2_decodes_with_few_collisions)
 	run_world(3, s2_rank, &sp);
 }
 
-/* ---- messages: runs of consecutive indices ------------------------------------------------ */
+/* ---- messages: runs of consecutive indices ------------------------------------------------
+ */
 
 UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 {
@@ -775,7 +790,8 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 		  (unsigned long long)bytes);
 	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, 1000));
 	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec), SC_OK);
-	CHECK_TRUE(dec.nnz == 1000 && !memcmp(dec.idx, idx, 4000) && !memcmp(dec.val, val, 4000));
+	CHECK_TRUE(dec.nnz == 1000 && !memcmp(dec.idx, idx, 4000) &&
+		   !memcmp(dec.val, val, 4000));
 	uint64_t lo_past = numel - 6000; /* its range would end past numel */
 	memcpy(buf + 8, &lo_past, 8);
 	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
@@ -857,7 +873,10 @@ UNIT_TEST(scheme_spardl_blocks_balance_skewed_load)
 	report_arg_t a = {.scheme = SCD_SCHEME_SPARDL,
 			  .density = 0.01,
 			  .teams = 1,
-			  .sp = {.numel = 1 << 18, .density = 0.05, .overlap = 0.3, .zipf = 1,
+			  .sp = {.numel = 1 << 18,
+				 .density = 0.05,
+				 .overlap = 0.3,
+				 .zipf = 1,
 				 .seed = unit_rng()}};
 	a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
 	run_world(P, report_rank, &a);
@@ -878,7 +897,8 @@ UNIT_TEST(scheme_spardl_blocks_balance_skewed_load)
 	CHECK_MSG(a.reps[0].teams == 1, "teams %u", a.reps[0].teams);
 	CHECK_MSG(equal > 2, "the input is not skewed enough to tell: %.3f", equal);
 	for (int r = 0; r < P; r++)
-		CHECK_MSG(a.reps[r].imbalance < 1.2 && a.reps[r].imbalance == a.reps[0].imbalance,
+		CHECK_MSG(a.reps[r].imbalance < 1.2 &&
+			      a.reps[r].imbalance == a.reps[0].imbalance,
 			  "rank %d: block imbalance %.3f", r, a.reps[r].imbalance);
 	free(g);
 	munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
@@ -896,7 +916,8 @@ UNIT_TEST(scheme_exdyna_ring_when_selection_is_skewed)
 	for (int zipf = 0; zipf <= 1; zipf++) {
 		report_arg_t a = {.scheme = SCD_SCHEME_EXDYNA,
 				  .density = zipf ? 0.05 : 0.01,
-				  .sp = {.numel = 1 << 18, .density = zipf ? 0.01 : 0.05,
+				  .sp = {.numel = 1 << 18,
+					 .density = zipf ? 0.01 : 0.05,
 					 .zipf = zipf,
 					 .seed = unit_rng()}};
 		a.reps = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
@@ -906,8 +927,8 @@ UNIT_TEST(scheme_exdyna_ring_when_selection_is_skewed)
 		       r->rounds);
 		CHECK_MSG(zipf ? r->imbalance > 2 : r->imbalance < 2, "zipf %d: imbalance %.3f",
 			  zipf, r->imbalance);
-		CHECK_MSG(r->rounds == (zipf ? 1u + 2 * (P - 1) : 2u), "zipf %d: %u rounds", zipf,
-			  r->rounds);
+		CHECK_MSG(r->rounds == (zipf ? 1u + 2 * (P - 1) : 2u), "zipf %d: %u rounds",
+			  zipf, r->rounds);
 		munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
 	}
 }

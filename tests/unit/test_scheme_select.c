@@ -59,8 +59,8 @@ UNIT_TEST(scheme_choose_by_density)
 			CHECK_TRUE(scd_scheme_lossless(
 			    scd_scheme_choose(ctx, &pf, alpha, beta, 1, -1, NULL)));
 			for (int k = 0; k < SCD_SCHEME_COUNT; k++)
-				CHECK_EQ_INT(scd_scheme_choose(ctx, &pf, alpha, beta, 1, k, NULL),
-					     k);
+				CHECK_EQ_INT(
+				    scd_scheme_choose(ctx, &pf, alpha, beta, 1, k, NULL), k);
 		}
 		scd_scheme_ctx_destroy(ctx);
 	}
@@ -74,7 +74,8 @@ UNIT_TEST(scheme_profile_identical_reports_identical_choice)
 	scd_scheme_profile_init(&a, 0.01);
 	scd_scheme_profile_init(&b, 0.01);
 	for (int i = 0; i < 50; i++) {
-		scd_scheme_report_t r = {.scheme = (scd_scheme_t)(unit_rng_below(SCD_SCHEME_COUNT)),
+		scd_scheme_report_t r = {.scheme =
+					     (scd_scheme_t)(unit_rng_below(SCD_SCHEME_COUNT)),
 					 .density = unit_rng_double() * 0.1,
 					 .gamma = 1 + 5 * unit_rng_double(),
 					 .skew = 1 + unit_rng_double()};
@@ -99,14 +100,19 @@ UNIT_TEST(scheme_names_parse)
 	CHECK_TRUE(scd_scheme_parse("nope", &p) != 0);
 }
 
-/* ---- the engine's calibrated pick (engine/bufctx.h) ---------------------------------------- */
+/* ---- the engine's calibrated pick (engine/bufctx.h) ----------------------------------------
+ */
 
 #include "engine/bufctx.h"
 
 UNIT_TEST(scheme_calibrated_pick)
 {
-	enum { A = SCD_SCHEME_AGSPARSE, B = SCD_SCHEME_BALANCED_PAR, H = SCD_SCHEME_HIER_CENTRAL,
-	       R = SCD_SCHEME_DENSE_RING };
+	enum {
+		A = SCD_SCHEME_AGSPARSE,
+		B = SCD_SCHEME_BALANCED_PAR,
+		H = SCD_SCHEME_HIER_CENTRAL,
+		R = SCD_SCHEME_DENSE_RING
+	};
 	double pred[SCD_SCHEME_COUNT], ratio[SCD_SCHEME_COUNT];
 	uint32_t samples[SCD_SCHEME_COUNT];
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
@@ -129,8 +135,8 @@ UNIT_TEST(scheme_calibrated_pick)
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, H, 1), A);
 	/* once SCD_EXPLORE_SCHEMES (4) schemes were tried, an unmeasured one is not, however
 	 * cheap its prediction: A measured, and a fourth measured (the ring, 1.0 x 0.9) */
-	samples[A] = 3, ratio[A] = 1.1;  /* A: 0.33 */
-	samples[R] = 2, ratio[R] = 0.9;	 /* R: 0.9 */
+	samples[A] = 3, ratio[A] = 1.1;	   /* A: 0.33 */
+	samples[R] = 2, ratio[R] = 0.9;	   /* R: 0.9 */
 	pred[SCD_SCHEME_OMNIREDUCE] = 0.1; /* 0.125 if it could be tried */
 	CHECK_EQ_INT(scd_bufctx_pick(pred, ratio, samples, A, 1), A);
 	samples[R] = 0; /* three tried: the fourth try goes to OmniReduce */

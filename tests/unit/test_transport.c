@@ -358,8 +358,8 @@ static int probe_work(void *arg)
 		const unsigned char *b = w->r[i].buf;
 		CHECK_MSG(w->got[i] == w->r[i].bytes - 1 &&
 			      b[w->got[i] - 1] == msg_byte(w->r[i].peer, w->src_rank, i, 0),
-			  "rank %d: receive %d complete with %zu bytes before its data", w->src_rank,
-			  i, w->got[i]);
+			  "rank %d: receive %d complete with %zu bytes before its data",
+			  w->src_rank, i, w->got[i]);
 	}
 	w->pending_calls += pending;
 	return pending;
@@ -389,16 +389,17 @@ static void work_rank(scd_transport_t *t, int rank, int P, void *arg)
 	sc_status_t st = scd_transport_exchange_vw(t, s, n, r, n, got, &wk, TMO_MS);
 	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
 	if (rank != 0)
-		CHECK_MSG(w.pending_calls > 0, "rank %d: work never ran while waiting (%d calls)",
-			  rank, w.calls);
+		CHECK_MSG(w.pending_calls > 0,
+			  "rank %d: work never ran while waiting (%d calls)", rank, w.calls);
 	/* a failing work ends the exchange: rank 1 waits for rank 0's late 4 KiB */
 	if (rank < 2) {
 		if (rank == 0)
 			usleep(200 * 1000);
 		w = (work_probe_t){.r = r, .got = got, .fail = 1, .src_rank = rank};
 		scd_xfer_t x = {1 - rank, s[0].buf, 4096}, y = {1 - rank, r[0].buf, 4096};
-		st = rank == 0 ? scd_transport_exchange_vw(t, &x, 1, NULL, 0, NULL, NULL, TMO_MS)
-			       : scd_transport_exchange_vw(t, NULL, 0, &y, 1, got, &wk, TMO_MS);
+		st = rank == 0
+			 ? scd_transport_exchange_vw(t, &x, 1, NULL, 0, NULL, NULL, TMO_MS)
+			 : scd_transport_exchange_vw(t, NULL, 0, &y, 1, got, &wk, TMO_MS);
 		CHECK_EQ_INT(st, rank == 0 ? SC_OK : SC_ERR_PROTOCOL);
 		CHECK_TRUE(rank == 0 || w.calls == 1);
 	}
@@ -457,8 +458,10 @@ static void held_rank(scd_transport_t *t, int rank, int P, void *arg)
 			n++;
 		}
 	for (int i = 0; i < n; i++) {
-		s[n + i] = (scd_xfer_t){s[i].peer, calloc(1, 4 + 1000 * (size_t)n), SCD_XFER_PENDING};
-		r[n + i] = (scd_xfer_t){r[i].peer, malloc(4 + 1000 * (size_t)n), 4 + 1000 * (size_t)n};
+		s[n + i] =
+		    (scd_xfer_t){s[i].peer, calloc(1, 4 + 1000 * (size_t)n), SCD_XFER_PENDING};
+		r[n + i] =
+		    (scd_xfer_t){r[i].peer, malloc(4 + 1000 * (size_t)n), 4 + 1000 * (size_t)n};
 	}
 	if (rank == 0)
 		usleep(100 * 1000);

@@ -20,7 +20,7 @@ typedef void (*unit_fn)(void);
 
 void unit_register(const char *name, const char *file, unit_fn fn, int timeout_s);
 void unit_fail(const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4), noreturn));
+    __attribute__((format(printf, 3, 4), noreturn));
 /* The seed of the running test, and a per-test xoshiro256** generator seeded with it. */
 uint64_t unit_seed(void);
 uint64_t unit_rng(void);
@@ -28,38 +28,38 @@ uint64_t unit_rng(void);
 double unit_rng_double(void);
 uint64_t unit_rng_below(uint64_t n);
 
-#define UNIT_TEST_TIMEOUT(name, timeout_s)                                                 \
-	static void unit_test_##name(void);                                                \
-	__attribute__((constructor)) static void unit_reg_##name(void)                     \
-	{                                                                                  \
-		unit_register(#name, __FILE__, unit_test_##name, (timeout_s));             \
-	}                                                                                  \
+#define UNIT_TEST_TIMEOUT(name, timeout_s)                                                     \
+	static void unit_test_##name(void);                                                    \
+	__attribute__((constructor)) static void unit_reg_##name(void)                         \
+	{                                                                                      \
+		unit_register(#name, __FILE__, unit_test_##name, (timeout_s));                 \
+	}                                                                                      \
 	static void unit_test_##name(void)
 #define UNIT_TEST(name) UNIT_TEST_TIMEOUT(name, 60)
 
-#define CHECK_TRUE(cond)                                                                   \
-	do {                                                                               \
-		if (!(cond))                                                               \
-			unit_fail(__FILE__, __LINE__, "expected %s", #cond);               \
+#define CHECK_TRUE(cond)                                                                       \
+	do {                                                                                   \
+		if (!(cond))                                                                   \
+			unit_fail(__FILE__, __LINE__, "expected %s", #cond);                   \
 	} while (0)
-#define CHECK_MSG(cond, ...)                                                               \
-	do {                                                                               \
-		if (!(cond))                                                               \
-			unit_fail(__FILE__, __LINE__, __VA_ARGS__);                        \
+#define CHECK_MSG(cond, ...)                                                                   \
+	do {                                                                                   \
+		if (!(cond))                                                                   \
+			unit_fail(__FILE__, __LINE__, __VA_ARGS__);                            \
 	} while (0)
-#define CHECK_EQ_INT(a, b)                                                                 \
-	do {                                                                               \
-		long long a_ = (long long)(a), b_ = (long long)(b);                        \
-		if (a_ != b_)                                                              \
-			unit_fail(__FILE__, __LINE__, "%s == %lld, expected %s == %lld",   \
-				  #a, a_, #b, b_);                                         \
+#define CHECK_EQ_INT(a, b)                                                                     \
+	do {                                                                                   \
+		long long a_ = (long long)(a), b_ = (long long)(b);                            \
+		if (a_ != b_)                                                                  \
+			unit_fail(__FILE__, __LINE__, "%s == %lld, expected %s == %lld", #a,   \
+				  a_, #b, b_);                                                 \
 	} while (0)
-#define CHECK_NEAR(a, b, tol)                                                              \
-	do {                                                                               \
-		double a_ = (double)(a), b_ = (double)(b);                                 \
-		if (!(fabs(a_ - b_) <= (tol)))                                             \
-			unit_fail(__FILE__, __LINE__, "%s == %.9g, expected %.9g +- %g",  \
-				  #a, a_, b_, (double)(tol));                              \
+#define CHECK_NEAR(a, b, tol)                                                                  \
+	do {                                                                                   \
+		double a_ = (double)(a), b_ = (double)(b);                                     \
+		if (!(fabs(a_ - b_) <= (tol)))                                                 \
+			unit_fail(__FILE__, __LINE__, "%s == %.9g, expected %.9g +- %g", #a,   \
+				  a_, b_, (double)(tol));                                      \
 	} while (0)
 
 #endif
