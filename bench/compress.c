@@ -1,7 +1,8 @@
 /*
- * compress.c: `sparsecomm-bench compress`: throughput of every cpu-device operation on
- * one tensor, side by side with single-core memcpy measured in the same run (absolute
- * bandwidth drifts 2x between runs here; ratios do not, docs/performance.md).
+ * compress.c: `sparsecomm-bench compress`: throughput of the cpu device's sparsifiers,
+ * hashing, encoders and sketch on one tensor, side by side with single-core memcpy measured in
+ * the same run (absolute bandwidth drifts 2x between runs here; ratios do not,
+ * docs/performance.md).
  *
  *   sparsecomm-bench compress --numel N --density D [--threads T] [--parts P] [--reps R]
  *                             [--json]

@@ -1,9 +1,9 @@
 /*
  * device.h: the compute device behind the engine and the schemes: one ops table per
- * backend (cpu here; a cuda device fills the same table and is tested against the
- * cpu one), filled with designated initializers and reached through a registry indexed by
- * scd_device_kind_t. A backend that is not built or whose init failed reports
- * SC_ERR_UNSUPPORTED from scd_device_get().
+ * backend (cpu here; the registry's cuda slot takes a GPU device, which fills the same
+ * table and is tested against the cpu one), filled with designated initializers and reached
+ * through a registry indexed by scd_device_kind_t. A backend that is not built or whose init
+ * failed reports SC_ERR_UNSUPPORTED from scd_device_get().
  *
  * Pointers passed to a device's ops live in that device's memory (host memory for cpu),
  * except where an argument says "host". The schemes and the engine never dereference

@@ -548,7 +548,9 @@ static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t 
 }
 
 /* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES), on device dev, in
- * the workspaces one_round_ws() made. */
+ * the workspaces one_round_ws() made. The engine synced the device after the local sum
+ * and nothing ran on it since, so buf is final when the transport reads it (the same
+ * holds for the small buffers' ring below). */
 static sc_status_t one_round(scd_bufctx_table_t *tab, const scd_device_ops_t *dev,
 			     scd_transport_t *t, float *buf, uint64_t n, int timeout_ms)
 {

@@ -4,10 +4,11 @@
  * built from the device (layer 1) and the transport (layer 2), plus the choice of scheme
  * from the cost model.
  *
- * Use, per fused buffer (the engine):
+ * Use, per fused buffer (the engine, engine/bufctx.c, which calibrates the costs with
+ * measured times before it picks; scd_scheme_choose is the uncalibrated choice):
  *
  *	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(numel, seed);
- *	scd_scheme_ctx_create(&cfg, transport, &scd_device_cpu_ops, &ctx);	// once
+ *	scd_scheme_ctx_create(&cfg, transport, dev, &ctx);	// once, on the buffer's device
  *	scd_scheme_profile_t prof; scd_scheme_profile_init(&prof, density_hint);
  *	per step:
  *	  s = scd_scheme_choose(ctx, &prof, alpha, beta, lossless_only, pin, &cost);

@@ -1,10 +1,11 @@
 /*
- * transport.h: bytes between daemons (layer 2). One ops table per backend (tcp here; nccl
- * fills the same table on GPU nodes), filled with designated initializers, reached through a
- * registry indexed by scd_transport_kind_t (scd_transport_get; scd_transport_lookup for a
- * configured name) and the inline wrappers below. A backend that is not built reports
- * SC_ERR_UNSUPPORTED. Nothing outside transport/ names a backend: the daemon picks one by
- * the `transport` key and handles its endpoint and bootstrap blobs as opaque values.
+ * transport.h: bytes between daemons (layer 2). One ops table per backend (tcp here; the
+ * registry's nccl slot takes the GPU nodes' backend, which fills the same table), filled with
+ * designated initializers, reached through a registry indexed by scd_transport_kind_t
+ * (scd_transport_get; scd_transport_lookup for a configured name) and the inline wrappers
+ * below. A backend that is not built reports SC_ERR_UNSUPPORTED. Nothing outside transport/
+ * names a backend: the daemon picks one by the `transport` key and handles its endpoint and
+ * bootstrap blobs as opaque values.
  *
  * Forming a transport takes two steps around world formation (docs/design.md):
  *   1. prepare, before the world forms: the backend opens this rank's endpoint (tcp: the

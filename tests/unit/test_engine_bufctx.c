@@ -3,7 +3,7 @@
  * A tensor whose options passed registration but from which no sparsifier can be made (a
  * hard threshold of 1e-50 is > 0 as a double, 0 in float32) fails its step with
  * SC_ERR_INVALID and a text that names the tensor and its threshold, not with
- * SC_ERR_NOMEM and "no memory" as it once did; the failure happens before the transport
+ * SC_ERR_NOMEM and "no memory"; the failure happens before the transport
  * is used, so a bare one-rank transport without ops stands in for it.
  */
 #include "unit.h"
