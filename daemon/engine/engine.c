@@ -4,7 +4,7 @@
  * transferring, so it never spins. float32 buffers take the schemes; buffers of the other
  * dtypes take the transport's dense ring directly, with the local sum and the averaging
  * done here per dtype. Every computation on tensor data is an op of the job's device
- * (job_device()); this file only decides what runs.
+ * (scd_engine_job_device()); this file only decides what runs.
  */
 #include "engine/engine.h"
 
@@ -82,14 +82,9 @@ static const char *item_name(const scd_job_item_t *it)
 	return it->name ? it->name : "?";
 }
 
-/*
- * The device a job runs on: the one every source of every item lives on (an item with no
- * source takes part with zeros, in the fusion buffer, anywhere). SC_ERR_UNSUPPORTED, with
- * job->error naming the tensor, when two sources disagree or when this daemon does not
- * have the device.
- */
-static sc_status_t job_device(const scd_engine_t *e, scd_job_t *job, scd_device_kind_t *kind_p,
-			      const scd_device_ops_t **dev_p)
+/* See engine.h. */
+sc_status_t scd_engine_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
+				  const scd_device_ops_t **dev_p)
 {
 	const scd_job_item_t *first = NULL;
 	scd_device_kind_t kind = SCD_DEVICE_CPU;
@@ -107,16 +102,16 @@ static sc_status_t job_device(const scd_engine_t *e, scd_job_t *job, scd_device_
 					    "rank %d: tensor '%s' is on the %s device for one "
 					    "local trainer and on the %s device for another: "
 					    "a buffer runs on one device",
-					    e->d->rank, item_name(it),
-					    scd_device_kind_name(kind), other);
+					    rank, item_name(it), scd_device_kind_name(kind),
+					    other);
 				else
 					snprintf(
 					    job->error, sizeof(job->error),
 					    "rank %d: tensor '%s' is on the %s device and "
 					    "tensor '%s' on the %s device: a buffer runs on "
 					    "one device",
-					    e->d->rank, item_name(first),
-					    scd_device_kind_name(kind), item_name(it), other);
+					    rank, item_name(first), scd_device_kind_name(kind),
+					    item_name(it), other);
 				log_job_error(job);
 				return SC_ERR_UNSUPPORTED;
 			}
@@ -126,8 +121,7 @@ static sc_status_t job_device(const scd_engine_t *e, scd_job_t *job, scd_device_
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: tensor '%s' is on the %s device, which this daemon does not "
 			 "have",
-			 e->d->rank, first ? item_name(first) : "?",
-			 scd_device_kind_name(kind));
+			 rank, first ? item_name(first) : "?", scd_device_kind_name(kind));
 		log_job_error(job);
 		return SC_ERR_UNSUPPORTED;
 	}
@@ -293,7 +287,7 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	scd_device_kind_t kind;
 	const scd_device_ops_t *dev;
-	sc_status_t st = job_device(e, job, &kind, &dev);
+	sc_status_t st = scd_engine_job_device(e->d->rank, job, &kind, &dev);
 	if (st != SC_OK) {
 		job->status = st;
 		return;

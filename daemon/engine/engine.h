@@ -121,5 +121,13 @@ scd_transport_t *scd_engine_transport(scd_engine_t *e);
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes);
+/*
+ * The device an allreduce job runs on: the one every source of every item lives on (an
+ * item with no source takes part with zeros, in the fusion buffer, anywhere), and its ops.
+ * SC_ERR_UNSUPPORTED, with job->error naming the tensor(s) and this rank, when two sources
+ * disagree or when this daemon does not have the device (logged once, here).
+ */
+sc_status_t scd_engine_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
+				  const scd_device_ops_t **dev_p);
 
 #endif

@@ -50,3 +50,38 @@ UNIT_TEST(engine_bufctx_invalid_sparsifier_status)
 	}
 	scd_bufctx_table_destroy(tab);
 }
+
+/* The device of a buffer comes from where its tensors live: one device for all, else a
+ * clear error naming the tensors; a device this daemon lacks (no GPU build here) too. */
+UNIT_TEST(engine_job_device_per_buffer)
+{
+	scd_log_level = -1; /* the failures are expected here */
+	scd_job_item_t it[2] = {{.name = "layer.a", .n_src = 1},
+				{.name = "layer.b", .n_src = 2}};
+	scd_job_t job = {.kind = SCD_JOB_ALLREDUCE, .n_items = 2, .items = it};
+	scd_device_kind_t kind = SCD_DEVICE_COUNT;
+	const scd_device_ops_t *dev = NULL;
+	CHECK_EQ_INT(scd_engine_job_device(3, &job, &kind, &dev), SC_OK);
+	CHECK_EQ_INT(kind, SCD_DEVICE_CPU);
+	CHECK_TRUE(dev == &scd_device_cpu_ops);
+
+	it[1].src[1].device = SCD_DEVICE_CUDA; /* one trainer of layer.b on a GPU */
+	CHECK_EQ_INT(scd_engine_job_device(3, &job, &kind, &dev), SC_ERR_UNSUPPORTED);
+	CHECK_MSG(strstr(job.error, "rank 3") && strstr(job.error, "layer.a") &&
+		      strstr(job.error, "layer.b") && strstr(job.error, "cuda"),
+		  "mixed devices: '%s'", job.error);
+
+	it[1].src[0].device = SCD_DEVICE_CUDA; /* layer.b's trainers both on it */
+	it[0].n_src = 0;		       /* layer.a absent from this node: zeros */
+	const scd_device_ops_t *cuda = NULL;
+	sc_status_t want = scd_device_get(SCD_DEVICE_CUDA, &cuda);
+	job.error[0] = 0;
+	sc_status_t st = scd_engine_job_device(3, &job, &kind, &dev);
+	CHECK_EQ_INT(st, want);
+	if (want == SC_OK)
+		CHECK_TRUE(kind == SCD_DEVICE_CUDA && dev == cuda);
+	else
+		CHECK_MSG(strstr(job.error, "layer.b") && strstr(job.error, "cuda") &&
+			      strstr(job.error, "does not have"),
+			  "missing device: '%s'", job.error);
+}
