@@ -20,11 +20,11 @@ CPPFLAGS += -D_GNU_SOURCE -DSC_VERSION_STRING=\"$(VERSION)\"
 # (the control protocol, the shared-memory layout, the status tables); neither sees the
 # other's private headers.
 INC_SHARED := -Iclient/include -I$(GEN) -Iproto
-INC_DAEMON := $(INC_SHARED) -Idaemon
+INC_DAEMON := $(INC_SHARED) -Idaemon -Igpu
 INC_CLIENT := $(INC_SHARED) -Iclient/lib
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
-LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm
+LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm -ldl
 LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm
 
 # `make` with no target builds everything.
@@ -78,6 +78,52 @@ $(LIB)/libsccore.a: $(CORE_OBJ)
 	@mkdir -p $(LIB)
 	rm -f $@ && ar rcs $@ $^
 
+# ---- GPU device (gpu/*.cu; docs/design.md, devices) ---------------------------------------
+# Every gpu/*.cu builds twice, one object per source (-j friendly):
+#  - by nvcc into $(LIB)/libsparsecomm-cuda.so, which the daemon loads at run time only
+#    when a GPU buffer asks for the cuda device (daemon/device/cuda.c); built by `make`
+#    whenever nvcc is found (NVCC=... names another, CUDA_ARCH other GPUs);
+#  - by the host C++ compiler with Thrust's OpenMP backend (-DSCG_HOST) into
+#    $(LIB)/libscgpu-host.a, which the unit runner links, so that every machine with the
+#    CUDA toolkit's headers (CCCL) tests the GPU algorithms against the cpu device.
+# CORE_ONLY=1 builds neither.
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(abspath $(dir $(realpath $(NVCC)))/..),/usr/local/cuda)
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_OPT ?= -O3
+CCCL_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cccl /usr/local/cuda/include/cccl))
+CXX_HOST ?= g++
+GPU_SRC := $(wildcard gpu/*.cu)
+GPU_INC := -Igpu -Iclient/include
+GPU_HOST_OBJ := $(GPU_SRC:gpu/%.cu=$(OBJ)/gpu-host/%.o)
+GPU_CUDA_OBJ := $(GPU_SRC:gpu/%.cu=$(OBJ)/gpu-cuda/%.o)
+GPU_HOST_LDLIBS := -fopenmp -lstdc++
+ifneq ($(CORE_ONLY),1)
+GPU_HOST := $(if $(CCCL_INC),yes,)
+GPU_CUDA := $(if $(NVCC),yes,)
+endif
+$(OBJ)/gpu-host/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
+	@mkdir -p $(dir $@)
+	$(CXX_HOST) -x c++ -std=c++17 -DSCG_HOST -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP \
+		-fopenmp -fPIC -MMD -MP -Wall -Wextra -Wno-unused-parameter $(CFLAGS) $(GPU_INC) \
+		-isystem $(CCCL_INC) -isystem $(CUDA_HOME)/include -c $< -o $@
+$(LIB)/libscgpu-host.a: $(GPU_HOST_OBJ)
+	@mkdir -p $(LIB)
+	rm -f $@ && ar rcs $@ $^
+$(OBJ)/gpu-cuda/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 $(NVCC_OPT) -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP \
+		$(GPU_INC) -c $< -o $@
+$(LIB)/libsparsecomm-cuda.so: $(GPU_CUDA_OBJ)
+	@mkdir -p $(LIB)
+	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -cudart shared -L$(CUDA_HOME)/lib64 -lcudart \
+		-Xlinker -rpath,$(CUDA_HOME)/lib64
+.PHONY: gpu-note test-gpu
+gpu-note:
+	@echo "gpu: nvcc not found, the CUDA device is not built"
+GPU_ALL := $(if $(GPU_CUDA),$(LIB)/libsparsecomm-cuda.so,$(if $(filter 1,$(CORE_ONLY)),,gpu-note))
+all: $(GPU_ALL)
+
 # ---- daemon internals (the other daemon/ folders, main.c apart) -> libscd.a ----------------
 DAEMON_SRC := $(filter-out daemon/main.c $(CORE_SRC),$(wildcard daemon/*.c daemon/*/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o) $(PROTO_OBJ)
@@ -126,13 +172,40 @@ BENCH_LIBS := $(LIB)/libsccore.a
 else
 UNIT_SRC := $(wildcard tests/unit/*.c)
 UNIT_LIBS := $(LIB)/libscd.a $(LIB)/libsccore.a
+# the GPU algorithms' tests run on the host build (above) where it can be built
+ifeq ($(GPU_HOST),yes)
+UNIT_LIBS += $(LIB)/libscgpu-host.a
+UNIT_LDLIBS := $(GPU_HOST_LDLIBS)
+else
+UNIT_SRC := $(filter-out tests/unit/test_gpu_%,$(UNIT_SRC))
+endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_LIBS := $(LIB)/libscd.a $(LIB)/libsccore.a $(LIB)/libsparseclient.a
 endif
 UNIT_OBJ := $(UNIT_SRC:%.c=$(OBJ)/%.o)
 $(BIN)/sparsecomm-unit: $(UNIT_OBJ) $(UNIT_LIBS)
 	@mkdir -p $(BIN)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON) $(UNIT_LDLIBS)
+# The same tests/unit/test_gpu_*.c against the CUDA build (-DSCG_TEST_GPU), with a runner
+# that skips every test, saying why, on a machine without a usable GPU (`make test-gpu`).
+GPU_TEST_SRC := tests/unit/runner.c tests/unit/gpu/unit_gpu.c $(wildcard tests/unit/test_gpu_*.c)
+GPU_TEST_OBJ := $(GPU_TEST_SRC:%.c=$(OBJ)/gpu-test/%.o)
+$(OBJ)/gpu-test/%.o: %.c $(GEN)/sparsecomm.pb-c.h
+	@mkdir -p $(dir $@)
+	$(CC) $(INC_DAEMON) -Itests/unit $(CPPFLAGS) -DSCG_TEST_GPU $(ALL_CFLAGS) -c $< -o $@
+$(BIN)/sparsecomm-unit-gpu: $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a \
+			    $(LIB)/libsparsecomm-cuda.so
+	@mkdir -p $(BIN)
+	$(CC) $(ALL_CFLAGS) $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a -o $@ \
+		-L$(LIB) -lsparsecomm-cuda -Wl,-rpath,'$$ORIGIN/../lib' \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 $(LDLIBS_DAEMON)
+ifeq ($(GPU_CUDA),yes)
+test-gpu: $(BIN)/sparsecomm-unit-gpu
+	$(BIN)/sparsecomm-unit-gpu
+else
+test-gpu:
+	@echo "test-gpu: nvcc not found, the CUDA device is not built; GPU tests skipped"
+endif
 ITEST_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tests/integration/*.c))
 $(BIN)/sparsecomm-itest: $(ITEST_OBJ) $(LIB)/libsparseclient.a
 	@mkdir -p $(BIN)
@@ -170,6 +243,7 @@ install: all
 	ln -sf libsparseclient.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsparseclient.so.0
 	ln -sf libsparseclient.so.0 $(DESTDIR)$(PREFIX)/lib/libsparseclient.so
 	install -m 0644 $(LIB)/libsparseclient.a $(DESTDIR)$(PREFIX)/lib/
+	$(if $(GPU_CUDA),install -m 0755 $(LIB)/libsparsecomm-cuda.so $(DESTDIR)$(PREFIX)/lib/)
 	install -m 0644 client/include/sparsecomm.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' mk/sparsecomm.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
@@ -179,6 +253,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sparsecommd $(DESTDIR)$(PREFIX)/bin/sparsectl \
 		$(DESTDIR)$(PREFIX)/bin/sparsecomm-run $(DESTDIR)$(PREFIX)/lib/libsparseclient.* \
+		$(DESTDIR)$(PREFIX)/lib/libsparsecomm-cuda.so \
 		$(DESTDIR)$(PREFIX)/include/sparsecomm.h \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
 	rm -rf $(DESTDIR)$(PREFIX)/share/sparsecomm

@@ -1,10 +1,11 @@
 /*
  * device.c: the cpu device's ops table and the device registry (see device.h).
- * The cuda device is linked in only by a GPU build, which defines scd_device_cuda_ops;
- * here it is a weak reference, so a build without CUDA reports "not supported".
+ * The cuda slot (cuda.c) loads the GPU device's library at run time, the first time it is
+ * asked for; without it, a driver or a GPU it reports "not supported".
  */
 #include "device/device.h"
 
+#include "device/cuda.h"
 #include "device/fold.h"
 #include "device/msgops.h"
 #include "device/reduce.h"
@@ -88,8 +89,6 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .coo_scatter_add_part = scd_coo_scatter_add_part,
 };
 
-extern const scd_device_ops_t scd_device_cuda_ops __attribute__((weak));
-
 const char *scd_device_kind_name(scd_device_kind_t kind)
 {
 	switch (kind) {
@@ -104,13 +103,11 @@ const char *scd_device_kind_name(scd_device_kind_t kind)
 
 sc_status_t scd_device_get(scd_device_kind_t kind, const scd_device_ops_t **ops_p)
 {
-	const scd_device_ops_t *ops = NULL;
-	if (kind == SCD_DEVICE_CPU)
-		ops = &scd_device_cpu_ops;
-	else if (kind == SCD_DEVICE_CUDA)
-		ops = &scd_device_cuda_ops; /* NULL unless a GPU build links it */
-	if (!ops)
-		return SC_ERR_UNSUPPORTED;
-	*ops_p = ops;
-	return SC_OK;
+	if (kind == SCD_DEVICE_CPU) {
+		*ops_p = &scd_device_cpu_ops;
+		return SC_OK;
+	}
+	if (kind == SCD_DEVICE_CUDA)
+		return scd_cuda_device_get(ops_p);
+	return SC_ERR_UNSUPPORTED;
 }

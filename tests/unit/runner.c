@@ -106,7 +106,20 @@ static int matches(const char *name, int argc, char **argv)
 	return 0;
 }
 
-/* Runs one test in a child; returns 1 when it passed. */
+void unit_skip(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	printf("        skipped: ");
+	vprintf(fmt, ap);
+	printf("\n");
+	va_end(ap);
+	fflush(NULL);
+	_exit(UNIT_SKIP_STATUS);
+}
+
+/* Runs one test in a child; returns 1 when it passed, 0 when it failed, -1 when it was
+ * skipped. */
 static int run_case(const unit_case_t *c, uint64_t seed)
 {
 	struct timespec t0, t1;
@@ -130,6 +143,11 @@ static int run_case(const unit_case_t *c, uint64_t seed)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
 	int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == UNIT_SKIP_STATUS) {
+		printf("  skip  %s\n", c->name);
+		fflush(stdout);
+		return -1;
+	}
 	if (ok) {
 		printf("  ok    %-48s %8.1f ms\n", c->name, ms);
 	} else {
@@ -160,18 +178,32 @@ int main(int argc, char **argv)
 		base = splitmix64(&x);
 	}
 	printf("unit tests (base seed %" PRIu64 ")\n", base);
-	int passed = 0, failed = 0;
+	int passed = 0, failed = 0, skipped = 0;
+	const char *skip_all = unit_skip_all ? unit_skip_all() : NULL;
+	if (skip_all)
+		printf("every test skipped: %s\n", skip_all);
 	for (int i = 0; i < n_cases; i++) {
 		if (!matches(cases[i].name, argc, argv))
 			continue;
+		if (skip_all) {
+			printf("  skip  %s\n", cases[i].name);
+			skipped++;
+			continue;
+		}
 		/* With SC_TEST_SEED every test replays that exact seed. */
 		uint64_t x = base + (uint64_t)i;
 		uint64_t seed = (env && *env) ? base : splitmix64(&x);
-		if (run_case(&cases[i], seed))
+		int r = run_case(&cases[i], seed);
+		if (r > 0)
 			passed++;
+		else if (r < 0)
+			skipped++;
 		else
 			failed++;
 	}
+	/* the last line stays "N passed, N failed" (tests/run.sh adds these up) */
+	if (skipped)
+		printf("%d skipped\n", skipped);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -28,6 +28,14 @@ uint64_t unit_rng(void);
 double unit_rng_double(void);
 uint64_t unit_rng_below(uint64_t n);
 
+/* Ends the running test as skipped (exit status UNIT_SKIP_STATUS), printing why; the
+ * runner counts it apart from passed and failed. */
+#define UNIT_SKIP_STATUS 77
+void unit_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Optional, defined by a runner that needs it (tests/unit/gpu/unit_gpu.c): why every
+ * test is skipped on this machine, or NULL to run them. */
+const char *unit_skip_all(void) __attribute__((weak));
+
 #define UNIT_TEST_TIMEOUT(name, timeout_s)                                                     \
 	static void unit_test_##name(void);                                                    \
 	__attribute__((constructor)) static void unit_reg_##name(void)                         \

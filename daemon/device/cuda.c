@@ -1,0 +1,398 @@
+/*
+ * cuda.c: the cuda slot of the device registry (cuda.h): dlopen of the GPU device's
+ * library at the first request, the ops table built from its scg_* functions (scg.h), and
+ * the adapters between the two conventions: the GPU's functions all return a status, the
+ * ops table's memory and scan ops return none (device.h), so those keep the thread's first
+ * failure for sync() to return.
+ */
+#include "device/cuda.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+/* The daemon's structures pass through unchanged: same layouts. */
+#define SCD_SAME_FIELD(a, b, f)                                                                \
+	_Static_assert(offsetof(a, f) == offsetof(b, f) &&                                     \
+			   sizeof(((a *)0)->f) == sizeof(((b *)0)->f),                         \
+		       #a "." #f " differs from " #b)
+_Static_assert(sizeof(scg_coo_t) == sizeof(scd_coo_t), "scg_coo_t != scd_coo_t");
+SCD_SAME_FIELD(scg_coo_t, scd_coo_t, idx);
+SCD_SAME_FIELD(scg_coo_t, scd_coo_t, val);
+SCD_SAME_FIELD(scg_coo_t, scd_coo_t, nnz);
+SCD_SAME_FIELD(scg_coo_t, scd_coo_t, cap);
+_Static_assert(sizeof(scg_hh_cfg_t) == sizeof(scd_hh_cfg_t), "scg_hh_cfg_t != scd_hh_cfg_t");
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, numel);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, nparts);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, nnz_cap);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, nnz_expected);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, r1_factor);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, r2_ratio);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, k);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, seed);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, threads);
+SCD_SAME_FIELD(scg_hh_cfg_t, scd_hh_cfg_t, stage_slots);
+_Static_assert(sizeof(scg_hh_stats_t) == sizeof(scd_hh_stats_t), "scg_hh_stats_t differs");
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, nnz);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, parallel);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, serial);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, spill);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, probes);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, max_part);
+SCD_SAME_FIELD(scg_hh_stats_t, scd_hh_stats_t, imbalance);
+_Static_assert(sizeof(scg_sketch_cfg_t) == sizeof(scd_sketch_cfg_t), "sketch cfg differs");
+SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, numel);
+SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, rows);
+SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, cols);
+SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, block);
+SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, seed);
+_Static_assert(SCG_HH_MAX_K == SCD_HH_MAX_K, "SCG_HH_MAX_K != SCD_HH_MAX_K");
+_Static_assert(SCG_SKETCH_MAX_ROWS == SCD_SKETCH_MAX_ROWS, "sketch rows differ");
+
+/* Every op of scd_device_ops_t, for naming the missing ones. */
+// clang-format off
+#define SCD_DEVICE_OPS(X) \
+	X(alloc) X(free) X(clear) X(copy) X(to_host) X(from_host) X(sync) \
+	X(count_nonzero) X(dense_to_coo) X(coo_scatter) X(coo_check) X(lower_bound) \
+	X(merge_two) X(coo_copy_first) X(coo_scale_copy) X(coo_topk) X(range_counts) \
+	X(coo_range_counts) X(residual_add) X(scale) X(idx_count_runs) \
+	X(idx_runs_encode) X(idx_bitmap_encode) X(runs_decode) X(idx_add) \
+	X(partmap_acquire) X(partmap_release) X(lower_bounds) X(idx_check_range) \
+	X(coo_compact_nonzero) X(coo_merge_sum) X(coo_filter_mod) X(coo_block_runs) \
+	X(sub_scaled) X(blocks_count_dense) X(blocks_apply) X(reduce_typed) \
+	X(average_typed) X(coo_add_checked) X(residual_drain) X(residual_bits) \
+	X(bits_set) X(coo_fold_residual) X(sparsifier_create) X(sparsifier_destroy) \
+	X(sparsify) X(exdyna_create) X(exdyna_destroy) X(exdyna_select) \
+	X(exdyna_select_coo) X(exdyna_update) X(hh_create) X(hh_destroy) \
+	X(hh_push_dense) X(hh_push_coo) X(partition_coo) X(coo_encode) X(coo_decode) \
+	X(bitmap_encode) X(bitmap_decode) X(hash_bitmap_encode) \
+	X(hash_bitmap_encode_seg) X(hash_bitmap_decode_seg) \
+	X(hash_bitmap_decode_dense_seg) X(blocks_encode_dense) X(blocks_decode) \
+	X(sketch_encode) X(sketch_decode_dense) X(sketch_decode_apply) X(reduce_sum) \
+	X(coo_scatter_add) X(coo_scatter_add_part)
+// clang-format on
+
+#define SCD_OP_COUNT_(f) +1
+/* A new op in device.h must be added above (and, when the GPU has it, below). */
+_Static_assert(sizeof(scd_device_ops_t) ==
+		   sizeof(const char *) +
+		       (0 SCD_DEVICE_OPS(SCD_OP_COUNT_)) * sizeof(void (*)(void)),
+	       "scd_device_ops_t has ops SCD_DEVICE_OPS does not list");
+_Static_assert((0 SCD_DEVICE_OPS(SCD_OP_COUNT_)) == SCD_DEVICE_OPS_COUNT,
+	       "SCD_DEVICE_OPS_COUNT is stale");
+
+/* ---- adapters ---------------------------------------------------------------------- */
+
+static scd_cuda_fns_t fns;		 /* the functions the adapters call */
+static _Thread_local int thread_ready;	 /* this thread called fns.init */
+static _Thread_local sc_status_t sticky; /* first failure since the last sync */
+
+static const char *gpu_error(void)
+{
+	const char *e = fns.error ? fns.error() : NULL;
+	return e && *e ? e : "no detail";
+}
+
+/* Each thread's first op makes the device usable on it (its own stream). */
+static sc_status_t ready(void)
+{
+	if (thread_ready)
+		return SC_OK;
+	sc_status_t st = fns.init ? fns.init(0) : SC_OK;
+	if (st == SC_OK)
+		thread_ready = 1;
+	return st;
+}
+
+/* Keeps the first failure of an op without a status, logged where detected. */
+static void note(sc_status_t st, const char *op)
+{
+	if (st == SC_OK || sticky != SC_OK)
+		return;
+	sticky = st;
+	scd_error(SCD_SUB_DEVICE, "cuda: %s failed: %s (%s)", op, gpu_error(),
+		  sc_status_name(st));
+}
+
+/* An op with a status: its failure is the caller's to report, with this detail. */
+static sc_status_t passed(sc_status_t st, const char *op)
+{
+	if (st != SC_OK)
+		scd_debug(SCD_SUB_DEVICE, "cuda: %s: %s (%s)", op, gpu_error(),
+			  sc_status_name(st));
+	return st;
+}
+
+static void *cu_alloc(size_t bytes)
+{
+	void *p = NULL;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.alloc(bytes, &p);
+	if (st != SC_OK) {
+		/* out of memory is the caller's to report (NULL); anything else is sticky */
+		if (st != SC_ERR_NOMEM)
+			note(st, "alloc");
+		return NULL;
+	}
+	return p;
+}
+
+static void cu_free(void *p)
+{
+	if (p)
+		note(fns.free(p), "free");
+}
+
+static void cu_clear(void *dst, size_t bytes)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.clear(dst, bytes) : st, "clear");
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.copy(dst, src, bytes) : st, "copy");
+}
+
+static void cu_to_host(void *host_dst, const void *src, size_t bytes)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.to_host(host_dst, src, bytes) : st, "to_host");
+}
+
+static void cu_from_host(void *dst, const void *host_src, size_t bytes)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.from_host(dst, host_src, bytes) : st, "from_host");
+}
+
+static sc_status_t cu_sync(void)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sync();
+	note(st, "sync");
+	st = sticky;
+	sticky = SC_OK;
+	return st;
+}
+
+static sc_status_t cu_hh_create(const scd_hh_cfg_t *cfg, scd_hh_t **hh_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hh_create((const scg_hh_cfg_t *)cfg, (scg_hh_t **)hh_p);
+	return passed(st, "hh_create");
+}
+
+static void cu_hh_destroy(scd_hh_t *hh)
+{
+	fns.hh_destroy((scg_hh_t *)hh);
+}
+
+static sc_status_t cu_hh_push_dense(scd_hh_t *hh, const float *g, uint64_t numel,
+				    scd_coo_t *out, uint64_t *offset, scd_hh_stats_t *stats_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hh_push_dense((scg_hh_t *)hh, g, numel, (scg_coo_t *)out, offset,
+				       (scg_hh_stats_t *)stats_p);
+	return passed(st, "hh_push_dense");
+}
+
+static sc_status_t cu_hh_push_coo(scd_hh_t *hh, const scd_coo_t *in, scd_coo_t *out,
+				  uint64_t *offset, scd_hh_stats_t *stats_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hh_push_coo((scg_hh_t *)hh, (const scg_coo_t *)in, (scg_coo_t *)out,
+				     offset, (scg_hh_stats_t *)stats_p);
+	return passed(st, "hh_push_coo");
+}
+
+static sc_status_t cu_blocks_encode_dense(const float *g, uint64_t numel, uint32_t block,
+					  void *buf, uint64_t cap_bytes, uint64_t *bytes_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.blocks_encode_dense(g, numel, block, buf, cap_bytes, bytes_p);
+	return passed(st, "blocks_encode_dense");
+}
+
+static sc_status_t cu_sketch_encode(const scd_sketch_cfg_t *cfg, uint64_t step,
+				    const scd_coo_t *src, float *sketch)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sketch_encode((const scg_sketch_cfg_t *)cfg, step,
+				       (const scg_coo_t *)src, sketch);
+	return passed(st, "sketch_encode");
+}
+
+static sc_status_t cu_sketch_decode_dense(const scd_sketch_cfg_t *cfg, uint64_t step,
+					  const float *sketch, float *dst)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sketch_decode_dense((const scg_sketch_cfg_t *)cfg, step, sketch, dst);
+	return passed(st, "sketch_decode_dense");
+}
+
+unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
+			   size_t cap)
+{
+	fns = *f;
+	memset(ops, 0, sizeof *ops);
+	ops->name = "cuda";
+	/* memory: all or nothing (sync needs the rest) */
+	if (f->alloc && f->free && f->clear && f->copy && f->to_host && f->from_host &&
+	    f->sync) {
+		ops->alloc = cu_alloc;
+		ops->free = cu_free;
+		ops->clear = cu_clear;
+		ops->copy = cu_copy;
+		ops->to_host = cu_to_host;
+		ops->from_host = cu_from_host;
+		ops->sync = cu_sync;
+	}
+	if (f->hh_create && f->hh_destroy && f->hh_push_dense && f->hh_push_coo) {
+		ops->hh_create = cu_hh_create;
+		ops->hh_destroy = cu_hh_destroy;
+		ops->hh_push_dense = cu_hh_push_dense;
+		ops->hh_push_coo = cu_hh_push_coo;
+	}
+	if (f->blocks_encode_dense)
+		ops->blocks_encode_dense = cu_blocks_encode_dense;
+	if (f->sketch_encode)
+		ops->sketch_encode = cu_sketch_encode;
+	if (f->sketch_decode_dense)
+		ops->sketch_decode_dense = cu_sketch_decode_dense;
+
+	unsigned n_missing = 0;
+	size_t len = 0;
+	if (missing && cap)
+		missing[0] = '\0';
+#define SCD_OP_MISSING_(op)                                                                    \
+	if (!ops->op) {                                                                        \
+		if (missing && len + 1 < cap) {                                                \
+			int w = snprintf(missing + len, cap - len, "%s%s",                     \
+					 n_missing ? ", " : "", #op);                          \
+			len = w < 0 ? cap : len + (size_t)w;                                   \
+		}                                                                              \
+		n_missing++;                                                                   \
+	}
+	SCD_DEVICE_OPS(SCD_OP_MISSING_)
+#undef SCD_OP_MISSING_
+	if (missing && len >= cap && cap >= 4)
+		strcpy(missing + cap - 4, "...");
+	return n_missing;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static scd_device_ops_t cuda_ops;
+static sc_status_t load_status = SC_ERR_UNSUPPORTED;
+static char load_reason[512];
+
+/* The library: $SPARSECOMM_CUDA_LIB, else ../lib/ next to this executable. */
+static void library_path(char *path, size_t cap)
+{
+	const char *env = getenv("SPARSECOMM_CUDA_LIB");
+	if (env && *env) {
+		snprintf(path, cap, "%s", env);
+		return;
+	}
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) {
+		snprintf(path, cap, "libsparsecomm-cuda.so");
+		return;
+	}
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(path, cap, "%s/../lib/libsparsecomm-cuda.so", exe);
+}
+
+static void load(void)
+{
+	char path[PATH_MAX + 64];
+	library_path(path, sizeof path);
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *e = dlerror();
+		snprintf(load_reason, sizeof load_reason, "cannot load %.200s: %.280s", path,
+			 e ? e : "unknown error");
+		goto out;
+	}
+	scd_cuda_fns_t f = {0};
+#define SCD_SYM_(field, sym) *(void **)(&f.field) = dlsym(lib, sym)
+	SCD_SYM_(error, "scg_error");
+	SCD_SYM_(backend, "scg_backend");
+	SCD_SYM_(init, "scg_init");
+	SCD_SYM_(stream_set, "scg_stream_set");
+	SCD_SYM_(alloc, "scg_alloc");
+	SCD_SYM_(free, "scg_free");
+	SCD_SYM_(clear, "scg_clear");
+	SCD_SYM_(copy, "scg_copy");
+	SCD_SYM_(to_host, "scg_to_host");
+	SCD_SYM_(from_host, "scg_from_host");
+	SCD_SYM_(sync, "scg_sync");
+	SCD_SYM_(hh_create, "scg_hh_create");
+	SCD_SYM_(hh_destroy, "scg_hh_destroy");
+	SCD_SYM_(hh_push_dense, "scg_hh_push_dense");
+	SCD_SYM_(hh_push_coo, "scg_hh_push_coo");
+	SCD_SYM_(blocks_encode_dense, "scg_blocks_encode_dense");
+	SCD_SYM_(sketch_encode, "scg_sketch_encode");
+	SCD_SYM_(sketch_decode_dense, "scg_sketch_decode_dense");
+#undef SCD_SYM_
+	if (!f.error || !f.init) {
+		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",
+			 path);
+		goto out;
+	}
+	sc_status_t st = f.init(0);
+	if (st != SC_OK) {
+		snprintf(load_reason, sizeof load_reason, "%s", f.error());
+		goto out;
+	}
+	char missing[256];
+	unsigned n = scd_cuda_ops_fill(&f, &cuda_ops, missing, sizeof missing);
+	if (n) {
+		snprintf(load_reason, sizeof load_reason, "%u of %u ops not built yet (%s)", n,
+			 SCD_DEVICE_OPS_COUNT, missing);
+		goto out;
+	}
+	load_status = SC_OK;
+	load_reason[0] = '\0';
+	scd_info(SCD_SUB_DEVICE, "cuda: device 0 ready (%s)", path);
+	return;
+out:
+	/* the library stays loaded: CUDA's runtime does not always unload cleanly */
+	scd_debug(SCD_SUB_DEVICE, "cuda: unavailable (%s)", load_reason);
+}
+
+sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p)
+{
+	pthread_once(&load_once, load);
+	if (load_status != SC_OK)
+		return load_status;
+	*ops_p = &cuda_ops;
+	return SC_OK;
+}
+
+const char *scd_cuda_unavailable_reason(void)
+{
+	return load_reason;
+}

@@ -1,0 +1,65 @@
+/*
+ * cuda.h: the cuda slot of the device registry (device.h). The GPU device lives in
+ * build/lib/libsparsecomm-cuda.so (gpu/, scg.h), which this daemon loads at run time only
+ * when scd_device_get(SCD_DEVICE_CUDA) is first asked: nothing CUDA-related is linked into
+ * the daemon, and a machine without the library, a driver or a GPU reports
+ * SC_ERR_UNSUPPORTED (reason in scd_cuda_unavailable_reason(), logged once at debug
+ * level). The table is offered only when every op is built on the GPU.
+ */
+#ifndef SCD_DEVICE_CUDA_H
+#define SCD_DEVICE_CUDA_H
+
+#include "device/device.h"
+#include "scg.h"
+
+/* The GPU device's entry points (scg.h) that the ops table is built from; NULL where the
+ * library does not have one (yet). */
+typedef struct scd_cuda_fns {
+	const char *(*error)(void);
+	const char *(*backend)(void);
+	sc_status_t (*init)(int ordinal);
+	sc_status_t (*stream_set)(void *stream);
+	sc_status_t (*alloc)(size_t bytes, void **p_host);
+	sc_status_t (*free)(void *p);
+	sc_status_t (*clear)(void *dst, size_t bytes);
+	sc_status_t (*copy)(void *dst, const void *src, size_t bytes);
+	sc_status_t (*to_host)(void *dst_host, const void *src, size_t bytes);
+	sc_status_t (*from_host)(void *dst, const void *src_host, size_t bytes);
+	sc_status_t (*sync)(void);
+	/* hhash.cu / sketch.cu */
+	sc_status_t (*hh_create)(const scg_hh_cfg_t *cfg_host, scg_hh_t **hh_host);
+	void (*hh_destroy)(scg_hh_t *hh_host);
+	sc_status_t (*hh_push_dense)(scg_hh_t *hh_host, const float *g, uint64_t numel,
+				     scg_coo_t *out_host, uint64_t *offset_host,
+				     scg_hh_stats_t *stats_host);
+	sc_status_t (*hh_push_coo)(scg_hh_t *hh_host, const scg_coo_t *in_host,
+				   scg_coo_t *out_host, uint64_t *offset_host,
+				   scg_hh_stats_t *stats_host);
+	sc_status_t (*blocks_encode_dense)(const float *g, uint64_t numel, uint32_t block,
+					   void *buf, uint64_t cap_bytes, uint64_t *bytes_host);
+	sc_status_t (*sketch_encode)(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+				     const scg_coo_t *src_host, float *sketch);
+	sc_status_t (*sketch_decode_dense)(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+					   const float *sketch, float *dst);
+} scd_cuda_fns_t;
+
+/* The number of ops in scd_device_ops_t. */
+#define SCD_DEVICE_OPS_COUNT 72u
+
+/* Fills *ops (name "cuda") from fns, with adapters: ops without a status keep the
+ * calling thread's first failure, logged once with the GPU device's text, and sync()
+ * returns and clears it; each thread's first op calls fns->init(0). Ops fns cannot serve
+ * stay NULL. Returns how many are missing, naming them (comma-separated, truncated) in
+ * missing[cap] when missing is not NULL. The adapters call through one set of functions
+ * per process: the last one given here. For tests (the host build's functions wired into
+ * a table) and for scd_device_get. */
+unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *fns, scd_device_ops_t *ops, char *missing,
+			   size_t cap);
+
+/* The registry's cuda slot (device.c): loads and checks the GPU device once. */
+sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p);
+/* Why the cuda device is unavailable ("" before the first scd_device_get or when it is
+ * available). */
+const char *scd_cuda_unavailable_reason(void);
+
+#endif

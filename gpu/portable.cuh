@@ -1,0 +1,51 @@
+/*
+ * portable.cuh: what lets one source build both for the GPU (nvcc) and for the host
+ * (g++ with Thrust's OpenMP backend, SCG_HOST defined): the execution policy every
+ * algorithm runs under, the function qualifiers, atomics, and error capture.
+ */
+#ifndef SCG_PORTABLE_CUH
+#define SCG_PORTABLE_CUH
+
+#include <thrust/execution_policy.h>
+
+#include <cuda/atomic>
+#include <cuda/std/cstdint>
+
+#include "scg.h"
+
+#if defined(SCG_HOST)
+#include <thrust/system/omp/execution_policy.h>
+#define SCG_POLICY thrust::omp::par
+#else
+#include <cuda_runtime.h>
+#include <thrust/system/cuda/execution_policy.h>
+/* the calling thread's stream (mem.cu) */
+cudaStream_t scg_stream(void);
+#define SCG_POLICY thrust::cuda::par_nosync.on(scg_stream())
+#endif
+
+#define SCG_HD __host__ __device__
+
+/* Records a failure's text for scg_error() and returns st. */
+sc_status_t scg_fail(sc_status_t st, const char *fmt, ...);
+
+/* Checks the last launch (CUDA build; a no-op on the host). */
+#if defined(SCG_HOST)
+#define SCG_CHECK(what) SC_OK
+#else
+#define SCG_CHECK(what) scg_check_cuda(cudaGetLastError(), what)
+sc_status_t scg_check_cuda(cudaError_t e, const char *what);
+#endif
+
+/* Runs a piece of work in a try block: Thrust reports failures by exception, which must
+ * not cross the C boundary. */
+#define SCG_TRY(label_, ...)                                                                   \
+	do {                                                                                   \
+		try {                                                                          \
+			__VA_ARGS__;                                                           \
+		} catch (const std::exception &ex_) {                                          \
+			return scg_fail(SC_ERR_SYSTEM, "%s: %s", label_, ex_.what());          \
+		}                                                                              \
+	} while (0)
+
+#endif

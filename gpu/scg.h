@@ -1,0 +1,177 @@
+/*
+ * scg.h: the GPU device: plain C entry points of the CUDA C++ sources in gpu/, each
+ * returning sc_status_t. daemon/device/cuda.c builds the cuda device's ops table from
+ * them (docs/design.md, devices).
+ *
+ * One source, two builds (gpu/portable.cuh): nvcc builds it for the GPU (the shared object
+ * the daemon loads at run time, only when a GPU buffer is used), and the host compiler
+ * builds it with Thrust's OpenMP backend, so that every machine tests the same algorithms
+ * against the cpu device (tests/unit/test_gpu_*.c).
+ *
+ * Conventions:
+ *   - every pointer argument is device memory unless its name ends in _host;
+ *   - results the caller's control flow needs come back through _host output parameters
+ *     (the call then waits for its work); everything else is queued on the calling
+ *     thread's stream (scg_stream_set) and is final after scg_sync();
+ *   - a failure returns a negative sc_status_t and leaves its text in scg_error()
+ *     (CUDA's error string, with the function that saw it); nothing is logged here.
+ */
+#ifndef SCG_H
+#define SCG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scg_types.h"
+#include "sparsecomm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The last failure's text on this thread ("" if none). */
+const char *scg_error(void);
+/* Which build this is: "cuda" or "host". */
+const char *scg_backend(void);
+
+/* ---- memory and streams (mem.cu) ---- */
+/* Makes the device usable on this thread (the CUDA build picks device ordinal and creates
+ * the thread's stream). */
+sc_status_t scg_init(int ordinal);
+sc_status_t scg_stream_set(void *stream);
+sc_status_t scg_alloc(size_t bytes, void **p_host); /* zeroed */
+sc_status_t scg_free(void *p);
+sc_status_t scg_clear(void *dst, size_t bytes);
+sc_status_t scg_copy(void *dst, const void *src, size_t bytes);
+sc_status_t scg_to_host(void *dst_host, const void *src, size_t bytes);
+sc_status_t scg_from_host(void *dst, const void *src_host, size_t bytes);
+sc_status_t scg_sync(void);
+
+/* ---- hhash.cu / sketch.cu ---- */
+/* ZEN hierarchical hashing (daemon/device/hhash.h), same configuration layout as
+ * scd_hh_cfg_t (threads and stage_slots are ignored here). Every input of up to nnz_cap
+ * non-zeros is kept: k CAS claims on parallel slots (sentinel UINT64_MAX, index 0 safe),
+ * then the partition's bounded serial memory by atomic counter, then a spill area. */
+typedef struct scg_hh_cfg {
+	uint64_t numel;
+	uint32_t nparts;
+	uint64_t nnz_cap;
+	uint64_t nnz_expected; /* 0: nnz_cap */
+	double r1_factor;
+	double r2_ratio;
+	uint32_t k; /* 1..SCG_HH_MAX_K */
+	uint64_t seed;
+	unsigned threads;     /* ignored */
+	uint32_t stage_slots; /* ignored */
+} scg_hh_cfg_t;
+#define SCG_HH_MAX_K 8
+
+typedef struct scg_hh_stats {
+	uint64_t nnz, parallel, serial, spill;
+	uint64_t probes; /* not counted on the GPU: 0 */
+	uint64_t max_part;
+	double imbalance;
+} scg_hh_stats_t;
+
+typedef struct scg_hh scg_hh_t;
+
+/* Allocates the table, counters, spill and sort workspaces once (nothing per push). */
+sc_status_t scg_hh_create(const scg_hh_cfg_t *cfg_host, scg_hh_t **hh_host);
+void scg_hh_destroy(scg_hh_t *hh_host);
+/* As scd_hh_push_dense / _coo: out_host's arrays are device memory (cap entries), its
+ * nnz is set; partition p is out[offset_host[p] .. offset_host[p + 1]), the same SET of
+ * pairs as the cpu's, sorted by index ascending within each partition. More non-zeros
+ * than nnz_cap or out cap: SC_ERR_LIMIT (table left clean). stats_host may be NULL. */
+sc_status_t scg_hh_push_dense(scg_hh_t *hh_host, const float *g, uint64_t numel,
+			      scg_coo_t *out_host, uint64_t *offset_host,
+			      scg_hh_stats_t *stats_host);
+sc_status_t scg_hh_push_coo(scg_hh_t *hh_host, const scg_coo_t *in_host, scg_coo_t *out_host,
+			    uint64_t *offset_host, scg_hh_stats_t *stats_host);
+
+/* Hash bitmap (ZEN Algorithm 2) of partition p over the partition map's arrays (device:
+ * list[numel], offset[nparts + 1]); byte-identical to scd_hash_bitmap_encode / decode /
+ * decode_dense. */
+sc_status_t scg_hash_bitmap_encode(const uint32_t *list, const uint64_t *offset,
+				   uint32_t nparts, uint32_t p, const float *g, void *buf,
+				   uint64_t cap_bytes, uint64_t *bytes_host);
+sc_status_t scg_hash_bitmap_decode(const uint32_t *list, const uint64_t *offset,
+				   uint32_t nparts, uint32_t p, const void *buf, uint64_t bytes,
+				   scg_coo_t *out_host);
+sc_status_t scg_hash_bitmap_decode_dense(const uint32_t *list, const uint64_t *offset,
+					 uint32_t nparts, uint32_t p, const void *buf,
+					 uint64_t bytes, float *dst);
+/* Non-zero blocks of a dense tensor, byte-identical to scd_blocks_encode_dense. */
+sc_status_t scg_blocks_encode_dense(const float *g, uint64_t numel, uint32_t block, void *buf,
+				    uint64_t cap_bytes, uint64_t *bytes_host);
+
+/* S2 count sketch (daemon/device/sketch.h); the configuration is scd_sketch_cfg_t's
+ * layout. Float sums are atomic here: identical to the cpu where exact. */
+typedef struct scg_sketch_cfg {
+	uint64_t numel;
+	uint32_t rows, cols, block;
+	uint64_t seed;
+} scg_sketch_cfg_t;
+#define SCG_SKETCH_MAX_ROWS 15
+sc_status_t scg_sketch_encode(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+			      const scg_coo_t *src_host, float *sketch);
+sc_status_t scg_sketch_decode_dense(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+				    const float *sketch, float *dst);
+
+/* ---- reduce.cu / select.cu ---- */
+/* Dense ops, bit-identical to the cpu device's (reduce.h, format.h, listops.h). */
+sc_status_t scg_reduce_sum(float *dst, const float *src, uint64_t n); /* dst += src */
+/* dst += src for n elements of dtype (integers wrap); an unknown dtype does nothing */
+sc_status_t scg_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+/* x /= divisor as scd_average_typed: float32 times (float)(1 / divisor), float64 divides,
+ * integers divide truncating toward zero (SC_ERR_INVALID for an integer divisor of 0) */
+sc_status_t scg_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
+sc_status_t scg_scale(float *d, uint64_t n, float f); /* d *= f */
+/* dst[idx[j]] = val[j] / += val[j]; the indices of one call must be unique */
+sc_status_t scg_coo_scatter(float *dst, const uint32_t *idx, const float *val, uint64_t nnz);
+sc_status_t scg_coo_scatter_add(float *dst, const uint32_t *idx, const float *val,
+				uint64_t nnz);
+sc_status_t scg_count_nonzero(const float *g, uint64_t n, uint64_t *count_host);
+/* the non-zeros of g, indices ascending (idx, val hold up to n entries) */
+sc_status_t scg_dense_to_coo(const float *g, uint64_t n, uint32_t *idx, float *val,
+			     uint64_t *nnz_host);
+
+/* Sparsifiers with error feedback (daemon/device/select.h): configuration and stats have
+ * the layouts of scd_sparsifier_cfg_t and scd_select_stats_t, kinds its numbering. The
+ * output (out_host's arrays: device memory, cap entries) and the residual are
+ * bit-identical to scd_sparsify's for every kind (threshold, topk, dgc, natural). in may
+ * be NULL (the tensor is in residual), residual may be NULL (no error feedback). */
+enum { SCG_SPARSIFY_THRESHOLD = 0, SCG_SPARSIFY_TOPK, SCG_SPARSIFY_DGC, SCG_SPARSIFY_NATURAL };
+typedef struct scg_sparsifier_cfg {
+	uint32_t kind;
+	uint64_t numel;
+	double density;
+	float threshold;
+	uint64_t seed;
+} scg_sparsifier_cfg_t;
+typedef struct scg_select_stats {
+	uint64_t target, qualified;
+	float threshold; /* topk: the exact k-th magnitude */
+	uint32_t passes; /* passes over the tensor here (not the cpu's count) */
+} scg_select_stats_t;
+typedef struct scg_sparsifier scg_sparsifier_t;
+sc_status_t scg_sparsifier_create(const scg_sparsifier_cfg_t *cfg_host,
+				  scg_sparsifier_t **sp_host);
+void scg_sparsifier_destroy(scg_sparsifier_t *sp_host);
+sc_status_t scg_sparsify(scg_sparsifier_t *sp_host, const float *in, float *residual,
+			 uint64_t numel, scg_coo_t *out_host, scg_select_stats_t *stats_host);
+/* scd_select_threshold over [0, n): selects |acc| >= threshold (scd_threshold_key), the
+ * first out cap of them by index; *qualified_host: how many qualified */
+sc_status_t scg_select_threshold(const float *in, float *residual, uint64_t n, float threshold,
+				 scg_coo_t *out_host, uint64_t *qualified_host);
+/* Bitmap format, byte-identical to scd_bitmap_encode / scd_bitmap_decode (same status
+ * codes: SC_ERR_LIMIT, SC_ERR_INVALID, SC_ERR_PROTOCOL). */
+sc_status_t scg_bitmap_encode(const scg_coo_t *src_host, uint64_t numel, void *buf,
+			      uint64_t cap_bytes, uint64_t *bytes_host);
+sc_status_t scg_bitmap_decode(const void *buf, uint64_t bytes, uint64_t numel,
+			      scg_coo_t *out_host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
