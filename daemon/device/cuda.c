@@ -53,6 +53,23 @@ SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, rows);
 SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, cols);
 SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, block);
 SCD_SAME_FIELD(scg_sketch_cfg_t, scd_sketch_cfg_t, seed);
+_Static_assert(sizeof(scg_sparsifier_cfg_t) == sizeof(scd_sparsifier_cfg_t),
+	       "sparsifier cfg differs");
+SCD_SAME_FIELD(scg_sparsifier_cfg_t, scd_sparsifier_cfg_t, kind);
+SCD_SAME_FIELD(scg_sparsifier_cfg_t, scd_sparsifier_cfg_t, numel);
+SCD_SAME_FIELD(scg_sparsifier_cfg_t, scd_sparsifier_cfg_t, density);
+SCD_SAME_FIELD(scg_sparsifier_cfg_t, scd_sparsifier_cfg_t, threshold);
+SCD_SAME_FIELD(scg_sparsifier_cfg_t, scd_sparsifier_cfg_t, seed);
+_Static_assert(sizeof(scg_select_stats_t) == sizeof(scd_select_stats_t), "select stats differ");
+SCD_SAME_FIELD(scg_select_stats_t, scd_select_stats_t, target);
+SCD_SAME_FIELD(scg_select_stats_t, scd_select_stats_t, qualified);
+SCD_SAME_FIELD(scg_select_stats_t, scd_select_stats_t, threshold);
+SCD_SAME_FIELD(scg_select_stats_t, scd_select_stats_t, passes);
+_Static_assert((int)SCG_SPARSIFY_THRESHOLD == (int)SCD_SPARSIFY_THRESHOLD &&
+		   (int)SCG_SPARSIFY_TOPK == (int)SCD_SPARSIFY_TOPK &&
+		   (int)SCG_SPARSIFY_DGC == (int)SCD_SPARSIFY_DGC &&
+		   (int)SCG_SPARSIFY_NATURAL == (int)SCD_SPARSIFY_NATURAL,
+	       "sparsifier kinds differ");
 _Static_assert(SCG_HH_MAX_K == SCD_HH_MAX_K, "SCG_HH_MAX_K != SCD_HH_MAX_K");
 _Static_assert(SCG_SKETCH_MAX_ROWS == SCD_SKETCH_MAX_ROWS, "sketch rows differ");
 
@@ -247,6 +264,108 @@ static sc_status_t cu_sketch_decode_dense(const scd_sketch_cfg_t *cfg, uint64_t 
 	return passed(st, "sketch_decode_dense");
 }
 
+static void cu_reduce_sum(float *dst, const float *src, uint64_t n)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.reduce_sum(dst, src, n) : st, "reduce_sum");
+}
+
+static void cu_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.reduce_typed(dtype, dst, src, n) : st, "reduce_typed");
+}
+
+static void cu_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.average_typed(dtype, x, n, divisor) : st, "average_typed");
+}
+
+static void cu_scale(float *d, uint64_t n, float f)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.scale(d, n, f) : st, "scale");
+}
+
+static void cu_coo_scatter(float *dst, const scd_coo_t *src)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.coo_scatter(dst, src->idx, src->val, src->nnz) : st,
+	     "coo_scatter");
+}
+
+static void cu_coo_scatter_add(float *dst, const scd_coo_t *src)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.coo_scatter_add(dst, src->idx, src->val, src->nnz) : st,
+	     "coo_scatter_add");
+}
+
+/* A failed count is 0, the failure sticky. */
+static uint64_t cu_count_nonzero(const float *g, uint64_t n)
+{
+	uint64_t c = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.count_nonzero(g, n, &c);
+	note(st, "count_nonzero");
+	return st == SC_OK ? c : 0;
+}
+
+static uint64_t cu_dense_to_coo(const float *g, uint64_t n, uint32_t *idx, float *val)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.dense_to_coo(g, n, idx, val, &w);
+	note(st, "dense_to_coo");
+	return st == SC_OK ? w : 0;
+}
+
+static sc_status_t cu_sparsifier_create(const scd_sparsifier_cfg_t *cfg,
+					scd_sparsifier_t **sp_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sparsifier_create((const scg_sparsifier_cfg_t *)cfg,
+					   (scg_sparsifier_t **)sp_p);
+	return passed(st, "sparsifier_create");
+}
+
+static void cu_sparsifier_destroy(scd_sparsifier_t *sp)
+{
+	fns.sparsifier_destroy((scg_sparsifier_t *)sp);
+}
+
+static sc_status_t cu_sparsify(scd_sparsifier_t *sp, const float *in, float *residual,
+			       uint64_t numel, scd_coo_t *out, scd_select_stats_t *stats_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sparsify((scg_sparsifier_t *)sp, in, residual, numel, (scg_coo_t *)out,
+				  (scg_select_stats_t *)stats_p);
+	return passed(st, "sparsify");
+}
+
+static sc_status_t cu_bitmap_encode(const scd_coo_t *src, uint64_t numel, void *buf,
+				    uint64_t cap_bytes, uint64_t *bytes_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.bitmap_encode((const scg_coo_t *)src, numel, buf, cap_bytes, bytes_p);
+	return passed(st, "bitmap_encode");
+}
+
+static sc_status_t cu_bitmap_decode(const void *buf, uint64_t bytes, uint64_t numel,
+				    scd_coo_t *out)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.bitmap_decode(buf, bytes, numel, (scg_coo_t *)out);
+	return passed(st, "bitmap_decode");
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -276,6 +395,31 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->sketch_encode = cu_sketch_encode;
 	if (f->sketch_decode_dense)
 		ops->sketch_decode_dense = cu_sketch_decode_dense;
+	if (f->reduce_sum)
+		ops->reduce_sum = cu_reduce_sum;
+	if (f->reduce_typed)
+		ops->reduce_typed = cu_reduce_typed;
+	if (f->average_typed)
+		ops->average_typed = cu_average_typed;
+	if (f->scale)
+		ops->scale = cu_scale;
+	if (f->coo_scatter)
+		ops->coo_scatter = cu_coo_scatter;
+	if (f->coo_scatter_add)
+		ops->coo_scatter_add = cu_coo_scatter_add;
+	if (f->count_nonzero)
+		ops->count_nonzero = cu_count_nonzero;
+	if (f->dense_to_coo)
+		ops->dense_to_coo = cu_dense_to_coo;
+	if (f->sparsifier_create && f->sparsifier_destroy && f->sparsify) {
+		ops->sparsifier_create = cu_sparsifier_create;
+		ops->sparsifier_destroy = cu_sparsifier_destroy;
+		ops->sparsify = cu_sparsify;
+	}
+	if (f->bitmap_encode)
+		ops->bitmap_encode = cu_bitmap_encode;
+	if (f->bitmap_decode)
+		ops->bitmap_decode = cu_bitmap_decode;
 
 	unsigned n_missing = 0;
 	size_t len = 0;
@@ -356,6 +500,19 @@ static void load(void)
 	SCD_SYM_(blocks_encode_dense, "scg_blocks_encode_dense");
 	SCD_SYM_(sketch_encode, "scg_sketch_encode");
 	SCD_SYM_(sketch_decode_dense, "scg_sketch_decode_dense");
+	SCD_SYM_(reduce_sum, "scg_reduce_sum");
+	SCD_SYM_(reduce_typed, "scg_reduce_typed");
+	SCD_SYM_(average_typed, "scg_average_typed");
+	SCD_SYM_(scale, "scg_scale");
+	SCD_SYM_(coo_scatter, "scg_coo_scatter");
+	SCD_SYM_(coo_scatter_add, "scg_coo_scatter_add");
+	SCD_SYM_(count_nonzero, "scg_count_nonzero");
+	SCD_SYM_(dense_to_coo, "scg_dense_to_coo");
+	SCD_SYM_(sparsifier_create, "scg_sparsifier_create");
+	SCD_SYM_(sparsifier_destroy, "scg_sparsifier_destroy");
+	SCD_SYM_(sparsify, "scg_sparsify");
+	SCD_SYM_(bitmap_encode, "scg_bitmap_encode");
+	SCD_SYM_(bitmap_decode, "scg_bitmap_decode");
 #undef SCD_SYM_
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",

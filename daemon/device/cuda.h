@@ -41,6 +41,28 @@ typedef struct scd_cuda_fns {
 				     const scg_coo_t *src_host, float *sketch);
 	sc_status_t (*sketch_decode_dense)(const scg_sketch_cfg_t *cfg_host, uint64_t step,
 					   const float *sketch, float *dst);
+	/* reduce.cu / select.cu */
+	sc_status_t (*reduce_sum)(float *dst, const float *src, uint64_t n);
+	sc_status_t (*reduce_typed)(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+	sc_status_t (*average_typed)(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
+	sc_status_t (*scale)(float *d, uint64_t n, float f);
+	sc_status_t (*coo_scatter)(float *dst, const uint32_t *idx, const float *val,
+				   uint64_t nnz);
+	sc_status_t (*coo_scatter_add)(float *dst, const uint32_t *idx, const float *val,
+				       uint64_t nnz);
+	sc_status_t (*count_nonzero)(const float *g, uint64_t n, uint64_t *count_host);
+	sc_status_t (*dense_to_coo)(const float *g, uint64_t n, uint32_t *idx, float *val,
+				    uint64_t *nnz_host);
+	sc_status_t (*sparsifier_create)(const scg_sparsifier_cfg_t *cfg_host,
+					 scg_sparsifier_t **sp_host);
+	void (*sparsifier_destroy)(scg_sparsifier_t *sp_host);
+	sc_status_t (*sparsify)(scg_sparsifier_t *sp_host, const float *in, float *residual,
+				uint64_t numel, scg_coo_t *out_host,
+				scg_select_stats_t *stats_host);
+	sc_status_t (*bitmap_encode)(const scg_coo_t *src_host, uint64_t numel, void *buf,
+				     uint64_t cap_bytes, uint64_t *bytes_host);
+	sc_status_t (*bitmap_decode)(const void *buf, uint64_t bytes, uint64_t numel,
+				     scg_coo_t *out_host);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */
