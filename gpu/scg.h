@@ -170,6 +170,52 @@ sc_status_t scg_bitmap_encode(const scg_coo_t *src_host, uint64_t numel, void *b
 sc_status_t scg_bitmap_decode(const void *buf, uint64_t bytes, uint64_t numel,
 			      scg_coo_t *out_host);
 
+/* ---- listops.cu ---- */
+/* Generic list ops and residual ops, bit-identical to the cpu device's (listops.h, fold.h);
+ * a list is (idx, val, nnz), indices ascending where the cpu's contract says so. */
+/* *pos_host: the first entry out of [0, numel) or not above the one before it; nnz if none */
+sc_status_t scg_coo_check(const uint32_t *idx, uint64_t nnz, uint64_t numel,
+			  uint64_t *pos_host);
+/* *pos_host: the first position in ascending a[0, n) whose value is >= v */
+sc_status_t scg_lower_bound(const uint32_t *a, uint64_t n, uint64_t v, uint64_t *pos_host);
+/* (oi, ov) = (idx, 0.0f + val) */
+sc_status_t scg_coo_copy_first(uint32_t *oi, float *ov, const uint32_t *idx, const float *val,
+			       uint64_t nnz);
+/* (oi, ov)[j] = (idx[j], share x val[j]) (share 1: an exact copy; in place allowed) */
+sc_status_t scg_coo_scale_copy(uint32_t *oi, float *ov, const uint32_t *idx, const float *val,
+			       uint64_t n, float share);
+/* non-zeros of g in each of P even ranges of [0, numel) into counts_host[P] */
+sc_status_t scg_range_counts(const float *g, uint64_t numel, uint32_t P, uint64_t *counts_host);
+/* the same for an ascending list (entries whose value is non-zero) */
+sc_status_t scg_coo_range_counts(const uint32_t *idx, const float *val, uint64_t nnz,
+				 uint64_t numel, uint32_t P, uint64_t *counts_host);
+/* the ascending union of a and b (each strictly ascending; o distinct from both, room for
+ * an + bn): a's value alone, 0.0f + b's alone, a + b on an equal index */
+sc_status_t scg_merge_two(const uint32_t *ai, const float *av, uint64_t an, const uint32_t *bi,
+			  const float *bv, uint64_t bn, uint32_t *oi, float *ov,
+			  uint64_t *nnz_host);
+/* x[i] += res[i], res[i] = 0 for n floats */
+sc_status_t scg_residual_drain(float *x, float *res, uint64_t n);
+/* bits[(n + 63) / 64] set where res is non-zero, clear elsewhere; *count_host: bits set */
+sc_status_t scg_residual_bits(const float *res, uint64_t n, uint64_t *bits,
+			      uint64_t *count_host);
+/* sets the bit of each of idx[0, n) (an index may repeat) */
+sc_status_t scg_bits_set(uint64_t *bits, const uint32_t *idx, uint64_t n);
+/* res[idx[j]] += val[j] in order; with touch, each index where res was exactly zero before
+ * its addition is appended at touch[*n_touch_host] (the cpu's order), *n_touch_host
+ * advanced */
+sc_status_t scg_residual_add(float *res, const uint32_t *idx, const float *val, uint64_t n,
+			     uint32_t *touch, uint64_t *n_touch_host);
+/* dst[idx[j]] += val[j] in order for idx[j] < numel; *bad_host: the entries skipped */
+/* scd_coo_fold_residual: (oi, ov) = in (ascending) with the residual at the set bits of
+ * bits[(numel + 63) / 64] folded in (in + res on a shared index), zero sums left out; the
+ * residual zeroed at the bits, the bits cleared; *nnz_host: the entries written */
+sc_status_t scg_coo_fold_residual(const uint32_t *in_idx, const float *in_val, uint64_t in_nnz,
+				  float *res, uint64_t *bits, uint64_t numel, uint32_t *oi,
+				  float *ov, uint64_t *nnz_host);
+sc_status_t scg_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx,
+				const float *val, uint64_t nnz, uint64_t *bad_host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -366,6 +366,128 @@ static sc_status_t cu_bitmap_decode(const void *buf, uint64_t bytes, uint64_t nu
 	return passed(st, "bitmap_decode");
 }
 
+/* ---- listops.cu: a failed position or count is 0 (counts all 0), the failure sticky */
+
+static uint64_t cu_coo_check(const scd_coo_t *coo, uint64_t numel)
+{
+	uint64_t pos = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_check(coo->idx, coo->nnz, numel, &pos);
+	note(st, "coo_check");
+	return st == SC_OK ? pos : 0;
+}
+
+static uint64_t cu_lower_bound(const uint32_t *a, uint64_t n, uint64_t v)
+{
+	uint64_t pos = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.lower_bound(a, n, v, &pos);
+	note(st, "lower_bound");
+	return st == SC_OK ? pos : 0;
+}
+
+static void cu_coo_copy_first(uint32_t *oi, float *ov, const scd_coo_t *src)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.coo_copy_first(oi, ov, src->idx, src->val, src->nnz) : st,
+	     "coo_copy_first");
+}
+
+static void cu_coo_scale_copy(uint32_t *oi, float *ov, const uint32_t *idx, const float *val,
+			      uint64_t n, float share)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.coo_scale_copy(oi, ov, idx, val, n, share) : st,
+	     "coo_scale_copy");
+}
+
+static void cu_range_counts(const float *g, uint64_t numel, uint32_t P, uint64_t *counts)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.range_counts(g, numel, P, counts);
+	note(st, "range_counts");
+	if (st != SC_OK)
+		memset(counts, 0, 8 * (size_t)P);
+}
+
+static void cu_coo_range_counts(const scd_coo_t *o, uint64_t numel, uint32_t P,
+				uint64_t *counts)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_range_counts(o->idx, o->val, o->nnz, numel, P, counts);
+	note(st, "coo_range_counts");
+	if (st != SC_OK)
+		memset(counts, 0, 8 * (size_t)P);
+}
+
+static uint64_t cu_merge_two(const uint32_t *ai, const float *av, uint64_t an,
+			     const scd_coo_t *b, uint32_t *oi, float *ov)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.merge_two(ai, av, an, b->idx, b->val, b->nnz, oi, ov, &w);
+	note(st, "merge_two");
+	return st == SC_OK ? w : 0;
+}
+
+static void cu_residual_drain(float *x, float *res, uint64_t n)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.residual_drain(x, res, n) : st, "residual_drain");
+}
+
+static uint64_t cu_residual_bits(const float *res, uint64_t n, uint64_t *bits)
+{
+	uint64_t c = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.residual_bits(res, n, bits, &c);
+	note(st, "residual_bits");
+	return st == SC_OK ? c : 0;
+}
+
+static void cu_bits_set(uint64_t *bits, const uint32_t *idx, uint64_t n)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.bits_set(bits, idx, n) : st, "bits_set");
+}
+
+static void cu_residual_add(float *res, const uint32_t *idx, const float *val, uint64_t n,
+			    uint32_t *touch, uint64_t *n_touch)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.residual_add(res, idx, val, n, touch, n_touch) : st,
+	     "residual_add");
+}
+
+static uint64_t cu_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx,
+				   const float *val, uint64_t nnz)
+{
+	uint64_t bad = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_add_checked(dst, numel, idx, val, nnz, &bad);
+	note(st, "coo_add_checked");
+	return st == SC_OK ? bad : 0;
+}
+
+static uint64_t cu_coo_fold_residual(const scd_coo_t *in, float *res, uint64_t *bits,
+				     uint64_t numel, uint32_t *oi, float *ov)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_fold_residual(in->idx, in->val, in->nnz, res, bits, numel, oi, ov,
+					   &w);
+	note(st, "coo_fold_residual");
+	return st == SC_OK ? w : 0;
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -420,6 +542,32 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->bitmap_encode = cu_bitmap_encode;
 	if (f->bitmap_decode)
 		ops->bitmap_decode = cu_bitmap_decode;
+	if (f->coo_check)
+		ops->coo_check = cu_coo_check;
+	if (f->lower_bound)
+		ops->lower_bound = cu_lower_bound;
+	if (f->coo_copy_first)
+		ops->coo_copy_first = cu_coo_copy_first;
+	if (f->coo_scale_copy)
+		ops->coo_scale_copy = cu_coo_scale_copy;
+	if (f->range_counts)
+		ops->range_counts = cu_range_counts;
+	if (f->coo_range_counts)
+		ops->coo_range_counts = cu_coo_range_counts;
+	if (f->merge_two)
+		ops->merge_two = cu_merge_two;
+	if (f->residual_drain)
+		ops->residual_drain = cu_residual_drain;
+	if (f->residual_bits)
+		ops->residual_bits = cu_residual_bits;
+	if (f->bits_set)
+		ops->bits_set = cu_bits_set;
+	if (f->residual_add)
+		ops->residual_add = cu_residual_add;
+	if (f->coo_add_checked)
+		ops->coo_add_checked = cu_coo_add_checked;
+	if (f->coo_fold_residual)
+		ops->coo_fold_residual = cu_coo_fold_residual;
 
 	unsigned n_missing = 0;
 	size_t len = 0;
@@ -513,6 +661,19 @@ static void load(void)
 	SCD_SYM_(sparsify, "scg_sparsify");
 	SCD_SYM_(bitmap_encode, "scg_bitmap_encode");
 	SCD_SYM_(bitmap_decode, "scg_bitmap_decode");
+	SCD_SYM_(coo_check, "scg_coo_check");
+	SCD_SYM_(lower_bound, "scg_lower_bound");
+	SCD_SYM_(coo_copy_first, "scg_coo_copy_first");
+	SCD_SYM_(coo_scale_copy, "scg_coo_scale_copy");
+	SCD_SYM_(range_counts, "scg_range_counts");
+	SCD_SYM_(coo_range_counts, "scg_coo_range_counts");
+	SCD_SYM_(merge_two, "scg_merge_two");
+	SCD_SYM_(residual_drain, "scg_residual_drain");
+	SCD_SYM_(residual_bits, "scg_residual_bits");
+	SCD_SYM_(bits_set, "scg_bits_set");
+	SCD_SYM_(residual_add, "scg_residual_add");
+	SCD_SYM_(coo_add_checked, "scg_coo_add_checked");
+	SCD_SYM_(coo_fold_residual, "scg_coo_fold_residual");
 #undef SCD_SYM_
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",

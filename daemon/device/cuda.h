@@ -63,6 +63,34 @@ typedef struct scd_cuda_fns {
 				     uint64_t cap_bytes, uint64_t *bytes_host);
 	sc_status_t (*bitmap_decode)(const void *buf, uint64_t bytes, uint64_t numel,
 				     scg_coo_t *out_host);
+	/* listops.cu */
+	sc_status_t (*coo_check)(const uint32_t *idx, uint64_t nnz, uint64_t numel,
+				 uint64_t *pos_host);
+	sc_status_t (*lower_bound)(const uint32_t *a, uint64_t n, uint64_t v,
+				   uint64_t *pos_host);
+	sc_status_t (*coo_copy_first)(uint32_t *oi, float *ov, const uint32_t *idx,
+				      const float *val, uint64_t nnz);
+	sc_status_t (*coo_scale_copy)(uint32_t *oi, float *ov, const uint32_t *idx,
+				      const float *val, uint64_t n, float share);
+	sc_status_t (*range_counts)(const float *g, uint64_t numel, uint32_t P,
+				    uint64_t *counts_host);
+	sc_status_t (*coo_range_counts)(const uint32_t *idx, const float *val, uint64_t nnz,
+					uint64_t numel, uint32_t P, uint64_t *counts_host);
+	sc_status_t (*merge_two)(const uint32_t *ai, const float *av, uint64_t an,
+				 const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+				 float *ov, uint64_t *nnz_host);
+	sc_status_t (*residual_drain)(float *x, float *res, uint64_t n);
+	sc_status_t (*residual_bits)(const float *res, uint64_t n, uint64_t *bits,
+				     uint64_t *count_host);
+	sc_status_t (*bits_set)(uint64_t *bits, const uint32_t *idx, uint64_t n);
+	sc_status_t (*residual_add)(float *res, const uint32_t *idx, const float *val,
+				    uint64_t n, uint32_t *touch, uint64_t *n_touch_host);
+	sc_status_t (*coo_add_checked)(float *dst, uint64_t numel, const uint32_t *idx,
+				       const float *val, uint64_t nnz, uint64_t *bad_host);
+	sc_status_t (*coo_fold_residual)(const uint32_t *in_idx, const float *in_val,
+					 uint64_t in_nnz, float *res, uint64_t *bits,
+					 uint64_t numel, uint32_t *oi, float *ov,
+					 uint64_t *nnz_host);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */

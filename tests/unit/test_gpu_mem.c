@@ -54,6 +54,19 @@ static scd_cuda_fns_t linked_fns(void)
 	    .sparsify = scg_sparsify,
 	    .bitmap_encode = scg_bitmap_encode,
 	    .bitmap_decode = scg_bitmap_decode,
+	    .coo_check = scg_coo_check,
+	    .lower_bound = scg_lower_bound,
+	    .coo_copy_first = scg_coo_copy_first,
+	    .coo_scale_copy = scg_coo_scale_copy,
+	    .range_counts = scg_range_counts,
+	    .coo_range_counts = scg_coo_range_counts,
+	    .merge_two = scg_merge_two,
+	    .residual_drain = scg_residual_drain,
+	    .residual_bits = scg_residual_bits,
+	    .bits_set = scg_bits_set,
+	    .residual_add = scg_residual_add,
+	    .coo_add_checked = scg_coo_add_checked,
+	    .coo_fold_residual = scg_coo_fold_residual,
 	};
 	return f;
 }
@@ -125,17 +138,23 @@ UNIT_TEST(gpu_mem_ops_table)
 	printf("        %u of %u ops not built yet (%s)\n", n_missing, SCD_DEVICE_OPS_COUNT,
 	       missing);
 	CHECK_TRUE(n_missing > 0 && n_missing < SCD_DEVICE_OPS_COUNT);
-	/* 7 memory ops, 13 of reduce.cu / select.cu */
-	CHECK_EQ_INT(n_missing, SCD_DEVICE_OPS_COUNT - 7 - 13);
-	CHECK_MSG(strstr(missing, "exdyna_select") && !strstr(missing, "alloc") &&
-		      !strstr(missing, "to_host") && !strstr(missing, "sparsify") &&
-		      !strstr(missing, "sparsifier_") && !strstr(missing, "reduce_") &&
-		      !strstr(missing, "average_typed") && !strstr(missing, "scale,") &&
-		      !strstr(missing, "coo_scatter,") &&
-		      !strstr(missing, "coo_scatter_add,") &&
-		      !strstr(missing, "count_nonzero") && !strstr(missing, "dense_to_coo") &&
-		      !strstr(missing, ", bitmap_"),
-		  "missing: %s", missing);
+	/* 7 memory ops, 13 of reduce.cu / select.cu, 13 of listops.cu */
+	CHECK_EQ_INT(n_missing, SCD_DEVICE_OPS_COUNT - 7 - 13 - 13);
+	CHECK_MSG(
+	    strstr(missing, "exdyna_select") && !strstr(missing, "alloc") &&
+		!strstr(missing, "to_host") && !strstr(missing, "sparsify") &&
+		!strstr(missing, "sparsifier_") && !strstr(missing, "reduce_") &&
+		!strstr(missing, "average_typed") && !strstr(missing, "scale,") &&
+		!strstr(missing, "coo_scatter,") && !strstr(missing, "coo_scatter_add,") &&
+		!strstr(missing, "count_nonzero") && !strstr(missing, "dense_to_coo") &&
+		!strstr(missing, ", bitmap_") && !strstr(missing, "coo_check") &&
+		!strstr(missing, "lower_bound,") && !strstr(missing, "merge_two") &&
+		!strstr(missing, "coo_copy_first") && !strstr(missing, "coo_scale_copy") &&
+		!strstr(missing, "range_counts") && !strstr(missing, "residual_drain") &&
+		!strstr(missing, "residual_bits") && !strstr(missing, "bits_set") &&
+		!strstr(missing, "residual_add") && !strstr(missing, "coo_add_checked") &&
+		!strstr(missing, "coo_fold_residual") && strstr(missing, "coo_topk"),
+	    "missing: %s", missing);
 	CHECK_TRUE(ops.alloc && ops.free && ops.clear && ops.copy && ops.to_host &&
 		   ops.from_host && ops.sync);
 	CHECK_TRUE(ops.reduce_sum && ops.reduce_typed && ops.average_typed && ops.scale &&
@@ -474,6 +493,226 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_reduce_select, 120)
 	OK(ops.sync());
 	ops.free(x);
 	OK(ops.sync());
+}
+
+/* ---- listops.cu through the ops table ----------------------------------------------- */
+
+/* Every result of one device, appended in order; names mark where each op's bytes start. */
+typedef struct op_log {
+	uint8_t *buf;
+	size_t len, cap;
+	const char *name[64];
+	size_t at[64];
+	int nnames;
+} op_log_t;
+
+static void log_put(op_log_t *l, const char *name, const void *p, size_t bytes)
+{
+	if (l->nnames < 64) {
+		l->name[l->nnames] = name;
+		l->at[l->nnames++] = l->len;
+	}
+	if (l->len + bytes > l->cap) {
+		l->cap = (l->len + bytes) * 2 + 64;
+		l->buf = realloc(l->buf, l->cap);
+		CHECK_TRUE(l->buf != NULL);
+	}
+	if (bytes)
+		memcpy(l->buf + l->len, p, bytes);
+	l->len += bytes;
+}
+
+/* A device array's bytes into the log. */
+static void log_dev(op_log_t *l, const scd_device_ops_t *o, const char *name, const void *dev,
+		    size_t bytes)
+{
+	void *h = malloc(bytes + 4);
+	CHECK_TRUE(h != NULL);
+	back(o, h, dev, bytes);
+	log_put(l, name, h, bytes);
+	free(h);
+}
+
+/* A random strictly ascending list over [0, numel) at a density (values with zeros, -0.0
+ * and ties); returns its length. */
+static uint64_t random_list(uint64_t numel, double density, uint32_t *idx, float *val)
+{
+	uint64_t w = 0;
+	for (uint64_t i = 0; i < numel; i++)
+		if (unit_rng_double() < density)
+			idx[w++] = (uint32_t)i;
+	fill_floats(val, w, 0.8);
+	return w;
+}
+
+typedef struct listops_in {
+	uint64_t numel, an, bn;
+	uint32_t *ai, *bi, P;
+	float *av, *bv, *g, *x, share;
+	uint64_t bad_k, v[8]; /* drawn once: both devices see the same */
+	uint32_t *rep;	      /* an indices below numel, repeating */
+} listops_in_t;
+
+static void run_listops(const scd_device_ops_t *o, const listops_in_t *in, op_log_t *l)
+{
+	uint64_t n = in->numel, an = in->an, bn = in->bn, m = an + bn;
+	uint32_t *ai = dev_from(o, in->ai, an * 4), *bi = dev_from(o, in->bi, bn * 4);
+	float *av = dev_from(o, in->av, an * 4), *bv = dev_from(o, in->bv, bn * 4);
+	scd_coo_t a = {ai, av, an, an}, b = {bi, bv, bn, bn};
+	/* coo_check: the list, then broken copies */
+	uint64_t r = o->coo_check(&a, n);
+	log_put(l, "coo_check", &r, 8);
+	r = o->coo_check(&a, n ? n - 1 : 0);
+	log_put(l, "coo_check numel - 1", &r, 8);
+	if (an >= 2) {
+		uint32_t *bad = malloc(an * 4);
+		memcpy(bad, in->ai, an * 4);
+		uint64_t k = in->bad_k;
+		bad[k] = bad[k - 1]; /* a repeat */
+		uint32_t *dbad = dev_from(o, bad, an * 4);
+		scd_coo_t c = {dbad, av, an, an};
+		r = o->coo_check(&c, n);
+		log_put(l, "coo_check repeat", &r, 8);
+		o->free(dbad);
+		free(bad);
+	}
+	/* lower_bound at list values, between them, at the ends and above uint32_t */
+	for (int t = 0; t < 8; t++) {
+		r = o->lower_bound(ai, an, in->v[t]);
+		log_put(l, "lower_bound", &r, 8);
+	}
+	/* coo_copy_first, coo_scale_copy (a share, 1, in place) */
+	uint32_t *oi = o->alloc((m + n) * 4 + 4);
+	float *ov = o->alloc((m + n) * 4 + 4);
+	CHECK_TRUE(oi && ov);
+	o->coo_copy_first(oi, ov, &a);
+	log_dev(l, o, "coo_copy_first idx", oi, an * 4);
+	log_dev(l, o, "coo_copy_first val", ov, an * 4);
+	o->coo_scale_copy(oi, ov, bi, bv, bn, in->share);
+	log_dev(l, o, "coo_scale_copy idx", oi, bn * 4);
+	log_dev(l, o, "coo_scale_copy val", ov, bn * 4);
+	o->coo_scale_copy(oi, ov, bi, bv, bn, 1.0f);
+	log_dev(l, o, "coo_scale_copy 1 val", ov, bn * 4);
+	o->coo_scale_copy(oi, ov, oi, ov, bn, in->share);
+	log_dev(l, o, "coo_scale_copy in place", ov, bn * 4);
+	/* merge_two */
+	r = o->merge_two(ai, av, an, &b, oi, ov);
+	log_put(l, "merge_two nnz", &r, 8);
+	log_dev(l, o, "merge_two idx", oi, (r <= m + n ? r : 0) * 4);
+	log_dev(l, o, "merge_two val", ov, (r <= m + n ? r : 0) * 4);
+	/* range_counts, coo_range_counts */
+	uint64_t counts[64];
+	float *g = dev_from(o, in->g, n * 4);
+	o->range_counts(g, n, in->P, counts);
+	log_put(l, "range_counts", counts, 8 * in->P);
+	o->coo_range_counts(&a, n, in->P, counts);
+	log_put(l, "coo_range_counts", counts, 8 * in->P);
+	/* residual_bits of g, bits_set of b (and a repeat), residual_drain of g into x */
+	uint64_t nw = (n + 63) / 64;
+	uint64_t *bits = o->alloc(nw * 8 + 8);
+	CHECK_TRUE(bits != NULL);
+	o->from_host(bits, in->g, nw * 8 < n * 4 ? nw * 8 : 0); /* stale words */
+	r = o->residual_bits(g, n, bits);
+	log_put(l, "residual_bits count", &r, 8);
+	log_dev(l, o, "residual_bits", bits, nw * 8);
+	o->bits_set(bits, bi, bn);
+	o->bits_set(bits, bi, bn / 2);
+	log_dev(l, o, "bits_set", bits, nw * 8);
+	float *x = dev_from(o, in->x, n * 4);
+	/* residual_add of a into x (a touch list already holding one entry) and of a list
+	 * whose indices repeat; coo_add_checked of b against a smaller numel and repeated */
+	uint32_t *touch = o->alloc(2 * n * 4 + 8);
+	CHECK_TRUE(touch != NULL);
+	uint64_t nt = 1;
+	o->residual_add(x, ai, av, an, touch, &nt);
+	log_put(l, "residual_add n_touch", &nt, 8);
+	log_dev(l, o, "residual_add touch", touch, nt * 4);
+	log_dev(l, o, "residual_add res", x, n * 4);
+	uint32_t *rep = dev_from(o, in->rep, an * 4);
+	o->residual_add(x, rep, av, an, touch, &nt);
+	log_put(l, "residual_add repeats n_touch", &nt, 8);
+	log_dev(l, o, "residual_add repeats touch", touch, nt * 4);
+	o->residual_add(x, rep, bv, an < bn ? an : bn, NULL, &nt);
+	log_dev(l, o, "residual_add repeats res", x, n * 4);
+	r = o->coo_add_checked(x, n / 2 + 1, bi, bv, bn);
+	log_put(l, "coo_add_checked bad", &r, 8);
+	r = o->coo_add_checked(x, n, rep, av, an);
+	log_put(l, "coo_add_checked repeats bad", &r, 8);
+	log_dev(l, o, "coo_add_checked", x, n * 4);
+	o->free(rep), o->free(touch);
+	/* coo_fold_residual of a with x as the residual: bits where x is non-zero and at b */
+	r = o->residual_bits(x, n, bits);
+	o->bits_set(bits, bi, bn);
+	r = o->coo_fold_residual(&a, x, bits, n, oi, ov);
+	log_put(l, "coo_fold_residual nnz", &r, 8);
+	log_dev(l, o, "coo_fold_residual idx", oi, (r <= m + n ? r : 0) * 4);
+	log_dev(l, o, "coo_fold_residual val", ov, (r <= m + n ? r : 0) * 4);
+	log_dev(l, o, "coo_fold_residual res", x, n * 4);
+	log_dev(l, o, "coo_fold_residual bits", bits, nw * 8);
+	o->from_host(x, in->x, n * 4);
+	o->residual_drain(x, g, n);
+	log_dev(l, o, "residual_drain x", x, n * 4);
+	log_dev(l, o, "residual_drain res", g, n * 4);
+	OK(o->sync());
+	o->free(x), o->free(bits), o->free(g), o->free(oi), o->free(ov);
+	o->free(ai), o->free(bi), o->free(av), o->free(bv);
+	OK(o->sync());
+}
+
+/* coo_check, lower_bound, coo_copy_first, coo_scale_copy, merge_two, range_counts,
+ * coo_range_counts, residual_bits, bits_set, residual_add (touch list in the cpu's order),
+ * coo_add_checked, coo_fold_residual, residual_drain through the partial cuda table
+ * give the cpu device's results bit for bit. */
+UNIT_TEST_TIMEOUT(gpu_ops_table_listops, 120)
+{
+	scd_cuda_fns_t fns = linked_fns();
+	scd_device_ops_t ops;
+	scd_cuda_ops_fill(&fns, &ops, NULL, 0);
+	for (int round = 0; round < 24; round++) {
+		uint64_t n = round == 0	  ? 0
+			     : round == 1 ? 1
+			     : round < 12 ? (1 + unit_rng_below(300)) | 1
+					  : 1000 + unit_rng_below(50000);
+		listops_in_t in = {.numel = n};
+		in.ai = malloc(n * 4 + 4), in.bi = malloc(n * 4 + 4);
+		in.av = malloc(n * 4 + 4), in.bv = malloc(n * 4 + 4);
+		in.g = malloc(n * 4 + 4), in.x = malloc(n * 4 + 4);
+		in.an = random_list(n, unit_rng_double(), in.ai, in.av);
+		in.bn = random_list(n, unit_rng_double(), in.bi, in.bv);
+		fill_floats(in.g, n, pow(10.0, -3.0 * unit_rng_double()));
+		fill_floats(in.x, n, 0.9);
+		in.P = (uint32_t)(1 + unit_rng_below(round % 3 ? 9 : 64));
+		for (int t = 0; t < 8; t++)
+			in.v[t] = t == 0	   ? 0
+				  : t == 1	   ? n
+				  : t == 2	   ? (uint64_t)UINT32_MAX + 5
+				  : in.an && t < 5 ? in.ai[unit_rng_below(in.an)]
+						   : unit_rng_below(n + 2);
+		in.bad_k = in.an >= 2 ? 1 + unit_rng_below(in.an - 1) : 0;
+		in.rep = malloc(n * 4 + 4);
+		for (uint64_t j = 0; j < in.an; j++)
+			in.rep[j] = (uint32_t)unit_rng_below(n / 8 + 1);
+		in.share = round % 4 ? (float)(unit_rng_double() * 2) : -0.5f;
+		op_log_t got = {0}, want = {0};
+		run_listops(&ops, &in, &got);
+		run_listops(&scd_device_cpu_ops, &in, &want);
+		CHECK_EQ_INT(got.len, want.len);
+		CHECK_EQ_INT(got.nnames, want.nnames);
+		size_t len = got.len < want.len ? got.len : want.len;
+		for (size_t k = 0; k < len; k++)
+			if (got.buf[k] != want.buf[k]) {
+				const char *name = "?";
+				for (int t = 0; t < want.nnames; t++)
+					if (want.at[t] <= k)
+						name = want.name[t];
+				CHECK_MSG(0, "%s differs from the cpu (n %llu, byte %zu)", name,
+					  (unsigned long long)n, k);
+				break;
+			}
+		free(got.buf), free(want.buf);
+		free(in.ai), free(in.bi), free(in.av), free(in.bv), free(in.g), free(in.x),
+		    free(in.rep);
+	}
 }
 
 #ifndef SCG_TEST_GPU
