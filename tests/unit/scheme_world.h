@@ -160,6 +160,21 @@ static inline void dense_to_coo(const float *g, uint64_t n, scd_coo_t *out)
 		}
 }
 
+/* Every rank's contribution of case sp summed into ref (numel n, in rank order), and this
+ * rank's own into in (tmp: scratch of n floats). */
+static inline void gen_case(const spec_t *sp, int P, int rank, uint64_t n, float *tmp,
+			    float *ref, float *in)
+{
+	memset(ref, 0, 4 * n);
+	for (int r = 0; r < P; r++) {
+		gen_rank(sp, r, tmp);
+		for (uint64_t i = 0; i < n; i++)
+			ref[i] += tmp[i];
+		if (r == rank)
+			memcpy(in, tmp, 4 * n);
+	}
+}
+
 static inline uint64_t hash_bytes(const void *p, size_t n)
 {
 	const uint8_t *b = p;

@@ -547,14 +547,7 @@ static void guard_rank(scd_transport_t *tcp, int rank, int P, void *arg)
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, &gx.base, dev, &ctx), SC_OK);
 	for (int c = 0; c < g->ncases; c++) {
 		const spec_t *sp = &g->specs[c];
-		memset(ref, 0, 4 * n);
-		for (int r = 0; r < P; r++) {
-			gen_rank(sp, r, tmp);
-			for (uint64_t i = 0; i < n; i++)
-				ref[i] += tmp[i];
-			if (r == rank)
-				memcpy(in, tmp, 4 * n);
-		}
+		gen_case(sp, P, rank, n, tmp, ref, in);
 		guard_open(); /* the inputs, written by the test */
 		memcpy(data, in, 4 * n);
 		memset(res, 0, 4 * n);

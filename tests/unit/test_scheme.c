@@ -87,14 +87,7 @@ static void matrix_rank(scd_transport_t *t, int rank, int P, void *arg)
 	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
 	for (int c = 0; c < m->ncases; c++) {
 		const spec_t *sp = &m->specs[c];
-		memset(ref, 0, 4 * n);
-		for (int r = 0; r < P; r++) {
-			gen_rank(sp, r, tmp);
-			for (uint64_t i = 0; i < n; i++)
-				ref[i] += tmp[i];
-			if (r == rank)
-				memcpy(in, tmp, 4 * n);
-		}
+		gen_case(sp, P, rank, n, tmp, ref, in);
 		for (int s = 0; s < m->nschemes; s++) {
 			scd_scheme_t sch = m->schemes[s];
 			int lossless = scd_scheme_lossless(sch);

@@ -7,22 +7,15 @@
  */
 #include "unit.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "scheme/scheme.h"
-#include "unit_mesh.h"
-#include "util/log.h"
+#include "scheme_world.h"
 
-#define S2_P	  3
-#define S2_NUMEL  200000
-#define S2_TMO_MS 20000
+#define S2_P	 3
+#define S2_NUMEL 200000
 
 typedef struct s2_shared {
 	uint64_t bytes[S2_P][3];
@@ -59,37 +52,18 @@ static void s2_size_rank(scd_transport_t *t, int rank, s2_shared_t *sh)
 	free(res);
 }
 
+static void s2_size_world_rank(scd_transport_t *t, int rank, int size, void *arg)
+{
+	s2_size_rank(t, rank, arg);
+}
+
 UNIT_TEST(scheme_s2_sketch_size_stable_across_steps)
 {
 	s2_shared_t *sh =
 	    mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(sh != MAP_FAILED);
 	sh->seed = unit_rng();
-	pid_t pids[S2_P];
-	unit_mesh_t mesh;
-	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", S2_P, unit_rng()), SC_OK);
-	fflush(NULL);
-	for (int r = 0; r < S2_P; r++) {
-		pids[r] = fork();
-		CHECK_TRUE(pids[r] >= 0);
-		if (pids[r] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			scd_log_level = SCD_LOG_WARN;
-			scd_transport_t *t = NULL;
-			CHECK_EQ_INT(unit_mesh_create(&mesh, r, 1 << 20, S2_TMO_MS, &t), SC_OK);
-			s2_size_rank(t, r, sh);
-			scd_transport_destroy(t);
-			_exit(0);
-		}
-	}
-	unit_mesh_release(&mesh);
-	for (int r = 0; r < S2_P; r++) {
-		int status = 0;
-		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
-			;
-		CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			  "rank %d failed (wait status 0x%x)", r, status);
-	}
+	run_world(S2_P, s2_size_world_rank, sh);
 	/* dense ring of the whole tensor: 2 (P-1)/P x 4 numel bytes */
 	double dense = 2.0 * (S2_P - 1) / S2_P * 4.0 * S2_NUMEL;
 	for (int r = 0; r < S2_P; r++)
