@@ -132,6 +132,38 @@ extern "C" const char *scg_backend(void)
 	return "cuda";
 }
 
+char *scg_temp_allocator::allocate(std::ptrdiff_t bytes)
+{
+	void *p = NULL;
+	cudaError_t e = cudaMallocAsync(&p, bytes > 0 ? (size_t)bytes : 1, scg_stream());
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		throw thrust::system::detail::bad_alloc(cudaGetErrorString(e));
+	}
+	return (char *)p;
+}
+
+void scg_temp_allocator::deallocate(char *p, size_t bytes)
+{
+	/* a failure here is the stream's: the next check of it reports it */
+	cudaFreeAsync(p, scg_stream());
+}
+
+/* The device's default pool keeps what it is given back (its default releases it at every
+ * synchronisation), so temporary storage costs no driver call after the first steps. */
+static sc_status_t pool_keep(int ordinal)
+{
+	cudaMemPool_t pool;
+	sc_status_t st = scg_check_cuda(cudaDeviceGetDefaultMemPool(&pool, ordinal),
+					"cudaDeviceGetDefaultMemPool");
+	if (st != SC_OK)
+		return st;
+	uint64_t keep = UINT64_MAX;
+	return scg_check_cuda(
+	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+	    "cudaMemPoolSetAttribute");
+}
+
 extern "C" sc_status_t scg_init(int ordinal)
 {
 	int n = 0;
@@ -145,6 +177,8 @@ extern "C" sc_status_t scg_init(int ordinal)
 	if (st != SC_OK)
 		return st;
 	if (!scg_thread_stream) {
+		if ((st = pool_keep(ordinal)) != SC_OK)
+			return st;
 		cudaStream_t s = 0;
 		st = scg_check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
 				    "cudaStreamCreateWithFlags");

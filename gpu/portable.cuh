@@ -8,6 +8,7 @@
 
 #include <thrust/execution_policy.h>
 
+#include <cstddef>
 #include <cuda/atomic>
 #include <cuda/std/cstdint>
 
@@ -21,7 +22,17 @@
 #include <thrust/system/cuda/execution_policy.h>
 /* the calling thread's stream (mem.cu) */
 cudaStream_t scg_stream(void);
-#define SCG_POLICY thrust::cuda::par_nosync.on(scg_stream())
+/* Thrust's temporary storage, taken from the device's stream-ordered pool on the calling
+ * thread's stream (mem.cu): Thrust's default is a cudaMalloc and a cudaFree per algorithm,
+ * and cudaFree waits for the whole device. scg_init keeps the pool's memory cached, so a
+ * step's algorithms reuse the previous step's storage without a call to the driver's
+ * allocator. */
+struct scg_temp_allocator {
+	typedef char value_type;
+	char *allocate(std::ptrdiff_t bytes);
+	void deallocate(char *p, size_t bytes);
+};
+#define SCG_POLICY thrust::cuda::par_nosync(scg_temp_allocator()).on(scg_stream())
 #endif
 
 #define SCG_HD __host__ __device__

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "device/device.h"
+#include "device_guard.h"
 #include "scheme/scheme.h"
 #include "scheme_world.h"
 
@@ -109,11 +110,15 @@ typedef struct guard_map {
 } guard_map_t;
 static guard_map_t *guard_maps;
 
+/* The device the guard wraps: the cpu device, or another whose memory is host memory (the
+ * host build of the GPU device, test_gpu_schemes.c). */
+static const scd_device_ops_t *guard_base = &scd_device_cpu_ops;
+
 static sc_status_t guard_partmap_acquire(uint64_t numel, uint32_t nparts, uint64_t seed,
 					 const scd_partmap_t **map_p)
 {
 	const scd_partmap_t *cpu;
-	sc_status_t st = scd_device_cpu_ops.partmap_acquire(numel, nparts, seed, &cpu);
+	sc_status_t st = guard_base->partmap_acquire(numel, nparts, seed, &cpu);
 	if (st != SC_OK)
 		return st;
 	guard_map_t *g = calloc(1, sizeof(*g));
@@ -122,7 +127,7 @@ static sc_status_t guard_partmap_acquire(uint64_t numel, uint32_t nparts, uint64
 		if (g)
 			guard_free(g->map.list);
 		free(g);
-		scd_device_cpu_ops.partmap_release(cpu);
+		guard_base->partmap_release(cpu);
 		return SC_ERR_NOMEM;
 	}
 	g->map.numel = cpu->numel, g->map.seed = cpu->seed, g->map.fn = cpu->fn;
@@ -145,7 +150,7 @@ static void guard_partmap_release(const scd_partmap_t *map)
 			*pg = g->next;
 			guard_free(g->map.list);
 			guard_free(g->map.pos);
-			scd_device_cpu_ops.partmap_release(g->cpu);
+			guard_base->partmap_release(g->cpu);
 			free(g);
 			return;
 		}
@@ -332,7 +337,7 @@ static void guard_partmap_release(const scd_partmap_t *map)
 	static ret guard_##op params                                                           \
 	{                                                                                      \
 		guard_open();                                                                  \
-		ret r_ = scd_device_cpu_ops.op args;                                           \
+		ret r_ = guard_base->op args;                                                  \
 		guard_close();                                                                 \
 		return r_;                                                                     \
 	}
@@ -340,7 +345,7 @@ static void guard_partmap_release(const scd_partmap_t *map)
 	static void guard_##op params                                                          \
 	{                                                                                      \
 		guard_open();                                                                  \
-		scd_device_cpu_ops.op args;                                                    \
+		guard_base->op args;                                                           \
 		guard_close();                                                                 \
 	}
 GUARD_OPS(GUARD_R, GUARD_V)
@@ -349,7 +354,7 @@ static scd_device_ops_t guard_ops;
 
 static const scd_device_ops_t *guard_device(void)
 {
-	guard_ops = scd_device_cpu_ops;
+	guard_ops = *guard_base;
 	guard_ops.name = "guard";
 	guard_ops.alloc = guard_alloc;
 	guard_ops.free = guard_free;
@@ -373,8 +378,7 @@ static size_t first_unwrapped(const scd_device_ops_t *g, size_t *nslots_p)
 	for (size_t i = 0; i < n; i++) {
 		op_slot_t a, b;
 		memcpy(&a, (const char *)g + first + i * sizeof(a), sizeof(a));
-		memcpy(&b, (const char *)&scd_device_cpu_ops + first + i * sizeof(b),
-		       sizeof(b));
+		memcpy(&b, (const char *)guard_base + first + i * sizeof(b), sizeof(b));
 		if (!a || a == b)
 			return i;
 	}
@@ -660,13 +664,63 @@ static void guard_check(const guard_run_t *g, int P)
 	free(tmp), free(sum);
 }
 
-static void guard_scheme(scd_scheme_t s)
+static void guard_maps_open(guard_run_t *g)
 {
+	g->hash = shared_map(8 * (size_t)GCASES * MAX_P);
+	g->out = shared_map(4 * (size_t)GCASES * GNUMEL);
+	g->res = shared_map(4 * (size_t)GCASES * MAX_P * GNUMEL);
+}
+
+static void guard_maps_close(guard_run_t *g)
+{
+	munmap(g->hash, 8 * (size_t)GCASES * MAX_P);
+	munmap(g->out, 4 * (size_t)GCASES * GNUMEL);
+	munmap(g->res, 4 * (size_t)GCASES * MAX_P * GNUMEL);
+}
+
+/* The same cases through the guard over base; checked for exactness (lossless) or mass. */
+static void guard_world(const scd_device_ops_t *base, guard_run_t *g, int P)
+{
+	guard_base = base;
 	size_t nslots, bad = first_unwrapped(guard_device(), &nslots);
 	CHECK_MSG(bad == nslots, "the guard device's op %zu of %zu is not wrapped", bad,
 		  nslots);
-	size_t hb = 8 * (size_t)GCASES * MAX_P, ob = 4 * (size_t)GCASES * GNUMEL,
-	       rb = 4 * (size_t)GCASES * MAX_P * GNUMEL;
+	run_world(P, guard_rank, g);
+	guard_base = &scd_device_cpu_ops;
+	guard_check(g, P);
+}
+
+/* The other device gave what the cpu device gave: every rank's result, and (lossy) rank
+ * 0's result and every rank's residual, bit for bit. */
+static void guard_same(const guard_run_t *cpu, const guard_run_t *o, const char *dev, int P)
+{
+	const uint64_t n = GNUMEL;
+	for (int c = 0; c < cpu->ncases; c++) {
+		const char *what = scd_scheme_name(cpu->scheme);
+		for (int r = 0; r < P; r++)
+			CHECK_MSG(
+			    o->hash[c * MAX_P + r] == cpu->hash[c * MAX_P + r],
+			    "P %d case %d (d %g coo %d sparse %d) %s: rank %d's result on "
+			    "%s differs from the cpu device's",
+			    P, c, cpu->specs[c].density, cpu->specs[c].coo,
+			    cpu->specs[c].sparse_out, what, r, dev);
+		if (cpu->lossless)
+			continue;
+		CHECK_MSG(!memcmp(o->out + (size_t)c * n, cpu->out + (size_t)c * n, 4 * n),
+			  "P %d case %d %s: rank 0's result on %s differs", P, c, what, dev);
+		for (int r = 0; r < P; r++) {
+			size_t at = ((size_t)c * MAX_P + (size_t)r) * n;
+			CHECK_MSG(!memcmp(o->res + at, cpu->res + at, 4 * n),
+				  "P %d case %d %s: rank %d's residual on %s differs", P, c,
+				  what, r, dev);
+		}
+	}
+}
+
+/* Scheme s's cases through the guard over the cpu device, for P = 2..4, whole and
+ * streamed; with other, the same cases again over it, compared with the cpu's. */
+static void guard_scheme_on(scd_scheme_t s, const scd_device_ops_t *other)
+{
 	for (int P = 2; P <= 4; P++)
 		for (int streamed = 0; streamed <= 1; streamed++) {
 			guard_run_t g = {.scheme = s,
@@ -679,13 +733,27 @@ static void guard_scheme(scd_scheme_t s)
 						  : P == 4 ? 2
 							   : 1};
 			g.ncases = guard_cases(g.specs);
-			g.hash = shared_map(hb);
-			g.out = shared_map(ob);
-			g.res = shared_map(rb);
-			run_world(P, guard_rank, &g);
-			guard_check(&g, P);
-			munmap(g.hash, hb), munmap(g.out, ob), munmap(g.res, rb);
+			guard_maps_open(&g);
+			guard_world(&scd_device_cpu_ops, &g, P);
+			if (other) {
+				guard_run_t o = g;
+				guard_maps_open(&o);
+				guard_world(other, &o, P);
+				guard_same(&g, &o, other->name, P);
+				guard_maps_close(&o);
+			}
+			guard_maps_close(&g);
 		}
+}
+
+static void guard_scheme(scd_scheme_t s)
+{
+	guard_scheme_on(s, NULL);
+}
+
+void device_guard_compare(scd_scheme_t s, const scd_device_ops_t *dev)
+{
+	guard_scheme_on(s, dev);
 }
 
 /* One test per scheme of the registry: device_guard_dense_ring, device_guard_agsparse, ... */

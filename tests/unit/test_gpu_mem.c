@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "device/cuda.h"
+#include "gpu_fns.h"
 #include "scg.h"
 #include "unit.h"
 
@@ -24,58 +25,6 @@ static void fill_random(uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)unit_rng();
-}
-
-/* The host build's (or, under SCG_TEST_GPU, the CUDA build's) functions. */
-static scd_cuda_fns_t linked_fns(void)
-{
-	scd_cuda_fns_t f = {
-	    .error = scg_error,
-	    .backend = scg_backend,
-	    .init = scg_init,
-	    .stream_set = scg_stream_set,
-	    .alloc = scg_alloc,
-	    .free = scg_free,
-	    .clear = scg_clear,
-	    .copy = scg_copy,
-	    .to_host = scg_to_host,
-	    .from_host = scg_from_host,
-	    .sync = scg_sync,
-	    .reduce_sum = scg_reduce_sum,
-	    .reduce_typed = scg_reduce_typed,
-	    .average_typed = scg_average_typed,
-	    .scale = scg_scale,
-	    .coo_scatter = scg_coo_scatter,
-	    .coo_scatter_add = scg_coo_scatter_add,
-	    .count_nonzero = scg_count_nonzero,
-	    .dense_to_coo = scg_dense_to_coo,
-	    .sparsifier_create = scg_sparsifier_create,
-	    .sparsifier_destroy = scg_sparsifier_destroy,
-	    .sparsify = scg_sparsify,
-	    .bitmap_encode = scg_bitmap_encode,
-	    .bitmap_decode = scg_bitmap_decode,
-	    .coo_check = scg_coo_check,
-	    .lower_bound = scg_lower_bound,
-	    .coo_copy_first = scg_coo_copy_first,
-	    .coo_scale_copy = scg_coo_scale_copy,
-	    .range_counts = scg_range_counts,
-	    .coo_range_counts = scg_coo_range_counts,
-	    .merge_two = scg_merge_two,
-	    .residual_drain = scg_residual_drain,
-	    .residual_bits = scg_residual_bits,
-	    .bits_set = scg_bits_set,
-	    .residual_add = scg_residual_add,
-	    .coo_add_checked = scg_coo_add_checked,
-	    .coo_fold_residual = scg_coo_fold_residual,
-	    .hh_create = scg_hh_create,
-	    .hh_destroy = scg_hh_destroy,
-	    .hh_push_dense = scg_hh_push_dense,
-	    .hh_push_coo = scg_hh_push_coo,
-	    .blocks_encode_dense = scg_blocks_encode_dense,
-	    .sketch_encode = scg_sketch_encode,
-	    .sketch_decode_dense = scg_sketch_decode_dense,
-	};
-	return f;
 }
 
 UNIT_TEST(gpu_mem_backend)
@@ -137,7 +86,7 @@ UNIT_TEST(gpu_mem_round_trip)
  * same bytes. */
 UNIT_TEST(gpu_mem_ops_table)
 {
-	scd_cuda_fns_t f = linked_fns();
+	scd_cuda_fns_t f = gpu_linked_fns();
 	scd_device_ops_t ops;
 	char missing[4096];
 	unsigned n_missing = scd_cuda_ops_fill(&f, &ops, missing, sizeof missing);
@@ -211,7 +160,7 @@ static sc_status_t failing_copy(void *dst, const void *src, size_t bytes)
 
 UNIT_TEST(gpu_mem_ops_sticky_failure)
 {
-	scd_cuda_fns_t f = linked_fns();
+	scd_cuda_fns_t f = gpu_linked_fns();
 	f.copy = failing_copy;
 	scd_device_ops_t ops;
 	scd_cuda_ops_fill(&f, &ops, NULL, 0);
@@ -414,7 +363,7 @@ static void ops_run_free(ops_run_t *r)
  * partial cuda table give the cpu device's results bit for bit. */
 UNIT_TEST_TIMEOUT(gpu_ops_table_reduce_select, 120)
 {
-	scd_cuda_fns_t fns = linked_fns();
+	scd_cuda_fns_t fns = gpu_linked_fns();
 	scd_device_ops_t ops;
 	scd_cuda_ops_fill(&fns, &ops, NULL, 0);
 	const scd_device_ops_t *cpu = &scd_device_cpu_ops;
@@ -672,7 +621,7 @@ static void run_listops(const scd_device_ops_t *o, const listops_in_t *in, op_lo
  * give the cpu device's results bit for bit. */
 UNIT_TEST_TIMEOUT(gpu_ops_table_listops, 120)
 {
-	scd_cuda_fns_t fns = linked_fns();
+	scd_cuda_fns_t fns = gpu_linked_fns();
 	scd_device_ops_t ops;
 	scd_cuda_ops_fill(&fns, &ops, NULL, 0);
 	for (int round = 0; round < 24; round++) {

@@ -1,0 +1,65 @@
+/*
+ * gpu_fns.h: the GPU device's functions as linked into a test runner: the host build's
+ * (libscgpu-host.a) in sparsecomm-unit, the CUDA build's under SCG_TEST_GPU
+ * (sparsecomm-unit-gpu), for scd_cuda_ops_fill (daemon/device/cuda.h). A function built
+ * on the GPU gets its line here.
+ */
+#ifndef SC_UNIT_GPU_FNS_H
+#define SC_UNIT_GPU_FNS_H
+
+#include "device/cuda.h"
+#include "scg.h"
+
+/* The host build's (or, under SCG_TEST_GPU, the CUDA build's) functions. */
+static inline scd_cuda_fns_t gpu_linked_fns(void)
+{
+	scd_cuda_fns_t f = {
+	    .error = scg_error,
+	    .backend = scg_backend,
+	    .init = scg_init,
+	    .stream_set = scg_stream_set,
+	    .alloc = scg_alloc,
+	    .free = scg_free,
+	    .clear = scg_clear,
+	    .copy = scg_copy,
+	    .to_host = scg_to_host,
+	    .from_host = scg_from_host,
+	    .sync = scg_sync,
+	    .reduce_sum = scg_reduce_sum,
+	    .reduce_typed = scg_reduce_typed,
+	    .average_typed = scg_average_typed,
+	    .scale = scg_scale,
+	    .coo_scatter = scg_coo_scatter,
+	    .coo_scatter_add = scg_coo_scatter_add,
+	    .count_nonzero = scg_count_nonzero,
+	    .dense_to_coo = scg_dense_to_coo,
+	    .sparsifier_create = scg_sparsifier_create,
+	    .sparsifier_destroy = scg_sparsifier_destroy,
+	    .sparsify = scg_sparsify,
+	    .bitmap_encode = scg_bitmap_encode,
+	    .bitmap_decode = scg_bitmap_decode,
+	    .coo_check = scg_coo_check,
+	    .lower_bound = scg_lower_bound,
+	    .coo_copy_first = scg_coo_copy_first,
+	    .coo_scale_copy = scg_coo_scale_copy,
+	    .range_counts = scg_range_counts,
+	    .coo_range_counts = scg_coo_range_counts,
+	    .merge_two = scg_merge_two,
+	    .residual_drain = scg_residual_drain,
+	    .residual_bits = scg_residual_bits,
+	    .bits_set = scg_bits_set,
+	    .residual_add = scg_residual_add,
+	    .coo_add_checked = scg_coo_add_checked,
+	    .coo_fold_residual = scg_coo_fold_residual,
+	    .hh_create = scg_hh_create,
+	    .hh_destroy = scg_hh_destroy,
+	    .hh_push_dense = scg_hh_push_dense,
+	    .hh_push_coo = scg_hh_push_coo,
+	    .blocks_encode_dense = scg_blocks_encode_dense,
+	    .sketch_encode = scg_sketch_encode,
+	    .sketch_decode_dense = scg_sketch_decode_dense,
+	};
+	return f;
+}
+
+#endif
