@@ -255,6 +255,45 @@ struct zero_at {
 	}
 };
 
+/* val[j] = src[idx[j]], src[idx[j]] = 0 with take (unique indices: no two threads meet) */
+struct gather_at {
+	float *val, *src;
+	const uint32_t *idx;
+	int take;
+	SCG_HD void operator()(uint64_t j) const
+	{
+		val[j] = src[idx[j]];
+		if (take)
+			src[idx[j]] = 0.0f;
+	}
+};
+
+/* val[j] = the list's value at idx[j] (binary search; 0 where absent), taken with take */
+struct coo_gather_at {
+	float *val;
+	const uint32_t *idx;
+	const uint32_t *li;
+	float *lv;
+	uint64_t ln;
+	int take;
+	SCG_HD void operator()(uint64_t j) const
+	{
+		uint32_t v = idx[j];
+		uint64_t lo = 0, hi = ln;
+		while (lo < hi) {
+			uint64_t mid = lo + (hi - lo) / 2;
+			if (li[mid] < v)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		int found = lo < ln && li[lo] == v;
+		val[j] = found ? lv[lo] : 0.0f;
+		if (found && take)
+			lv[lo] = 0.0f;
+	}
+};
+
 } // namespace
 
 extern "C" sc_status_t scg_coo_check(const uint32_t *idx, uint64_t nnz, uint64_t numel,
@@ -526,4 +565,28 @@ extern "C" sc_status_t scg_coo_fold_residual(const uint32_t *in_idx, const float
 	sc_status_t st2 = scg_free(ridx);
 	*nnz_host = m;
 	return st != SC_OK ? st : st2;
+}
+
+extern "C" sc_status_t scg_gather(float *val, float *src, const uint32_t *idx, uint64_t n,
+				  int take)
+{
+	const char *what = "scg_gather";
+	if (!n)
+		return SC_OK;
+	SCG_TRY(what, thrust::for_each_n(SCG_POLICY, thrust::counting_iterator<uint64_t>(0), n,
+					 gather_at{val, src, idx, take}));
+	return SCG_CHECK(what);
+}
+
+extern "C" sc_status_t scg_coo_gather(float *val, const uint32_t *idx, uint64_t n,
+				      const uint32_t *list_idx, float *list_val,
+				      uint64_t list_nnz, int take)
+{
+	const char *what = "scg_coo_gather";
+	if (!n)
+		return SC_OK;
+	SCG_TRY(what, thrust::for_each_n(
+			  SCG_POLICY, thrust::counting_iterator<uint64_t>(0), n,
+			  coo_gather_at{val, idx, list_idx, list_val, list_nnz, take}));
+	return SCG_CHECK(what);
 }

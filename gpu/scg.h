@@ -215,6 +215,13 @@ sc_status_t scg_coo_fold_residual(const uint32_t *in_idx, const float *in_val, u
 				  float *ov, uint64_t *nnz_host);
 sc_status_t scg_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx,
 				const float *val, uint64_t nnz, uint64_t *bad_host);
+/* val[j] = src[idx[j]] (src[idx[j]] = 0 after, with take); unique indices */
+sc_status_t scg_gather(float *val, float *src, const uint32_t *idx, uint64_t n, int take);
+/* val[j] = the value of index idx[j] in the ascending list (0 where absent), for indices in
+ * any order; with take, the entries found become 0 in the list; unique indices */
+sc_status_t scg_coo_gather(float *val, const uint32_t *idx, uint64_t n,
+			   const uint32_t *list_idx, float *list_val, uint64_t list_nnz,
+			   int take);
 
 #ifdef __cplusplus
 }

@@ -79,7 +79,7 @@ _Static_assert(SCG_SKETCH_MAX_ROWS == SCD_SKETCH_MAX_ROWS, "sketch rows differ")
 	X(alloc) X(free) X(clear) X(copy) X(to_host) X(from_host) X(sync) \
 	X(count_nonzero) X(dense_to_coo) X(coo_scatter) X(coo_check) X(lower_bound) \
 	X(merge_two) X(coo_copy_first) X(coo_scale_copy) X(coo_topk) X(range_counts) \
-	X(coo_range_counts) X(residual_add) X(scale) X(idx_count_runs) \
+	X(coo_range_counts) X(residual_add) X(scale) X(gather) X(coo_gather) X(idx_count_runs) \
 	X(idx_runs_encode) X(idx_bitmap_encode) X(runs_decode) X(idx_add) \
 	X(partmap_acquire) X(partmap_release) X(lower_bounds) X(idx_check_range) \
 	X(coo_compact_nonzero) X(coo_merge_sum) X(coo_filter_mod) X(coo_block_runs) \
@@ -488,6 +488,21 @@ static uint64_t cu_coo_fold_residual(const scd_coo_t *in, float *res, uint64_t *
 	return st == SC_OK ? w : 0;
 }
 
+static void cu_gather(float *val, float *src, const uint32_t *idx, uint64_t n, int take)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.gather(val, src, idx, n, take) : st, "gather");
+}
+
+static void cu_coo_gather(float *val, const uint32_t *idx, uint64_t n, scd_coo_t *list,
+			  int take)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.coo_gather(val, idx, n, list->idx, list->val, list->nnz, take)
+			 : st,
+	     "coo_gather");
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -568,6 +583,10 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->coo_add_checked = cu_coo_add_checked;
 	if (f->coo_fold_residual)
 		ops->coo_fold_residual = cu_coo_fold_residual;
+	if (f->gather)
+		ops->gather = cu_gather;
+	if (f->coo_gather)
+		ops->coo_gather = cu_coo_gather;
 
 	unsigned n_missing = 0;
 	size_t len = 0;
@@ -674,6 +693,8 @@ static void load(void)
 	SCD_SYM_(residual_add, "scg_residual_add");
 	SCD_SYM_(coo_add_checked, "scg_coo_add_checked");
 	SCD_SYM_(coo_fold_residual, "scg_coo_fold_residual");
+	SCD_SYM_(gather, "scg_gather");
+	SCD_SYM_(coo_gather, "scg_coo_gather");
 #undef SCD_SYM_
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",

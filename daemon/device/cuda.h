@@ -91,10 +91,15 @@ typedef struct scd_cuda_fns {
 					 uint64_t in_nnz, float *res, uint64_t *bits,
 					 uint64_t numel, uint32_t *oi, float *ov,
 					 uint64_t *nnz_host);
+	sc_status_t (*gather)(float *val, float *src, const uint32_t *idx, uint64_t n,
+			      int take);
+	sc_status_t (*coo_gather)(float *val, const uint32_t *idx, uint64_t n,
+				  const uint32_t *list_idx, float *list_val, uint64_t list_nnz,
+				  int take);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */
-#define SCD_DEVICE_OPS_COUNT 72u
+#define SCD_DEVICE_OPS_COUNT 74u
 
 /* Fills *ops (name "cuda") from fns, with adapters: ops without a status keep the
  * calling thread's first failure, logged once with the GPU device's text, and sync()

@@ -73,6 +73,9 @@ typedef struct scd_device_ops {
 	void (*residual_add)(float *res, const uint32_t *idx, const float *val, uint64_t n,
 			     uint32_t *touch, uint64_t *host_n_touch);
 	void (*scale)(float *d, uint64_t n, float f);
+	void (*gather)(float *val, float *src, const uint32_t *idx, uint64_t n, int take);
+	void (*coo_gather)(float *val, const uint32_t *idx, uint64_t n, scd_coo_t *list,
+			   int take);
 
 	/* -- scheme infrastructure (scheme.c, messages, AGsparse, HC) -- */
 	/* the bodies of the sparse messages (msgops.h); the scheme composes the headers */

@@ -111,7 +111,9 @@ sc_status_t scd_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual
  * The same selection on an ascending COO list (input and residual already summed: what
  * the residual held is in the list and zero in the residual): entries inside this rank's
  * partition with |v| >= threshold go to out, every other non-zero to dis (what the
- * residual gets). out and dis have room for in->nnz entries; *count_p as above.
+ * residual gets). out and dis have room for in->nnz entries; *count_p as above. dis holds
+ * the entries that did not pass, ascending, then the meta[0] - *count_p that passed but
+ * were held back by the cap (inside this rank's partition, ascending among themselves).
  */
 sc_status_t scd_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
 				  scd_coo_t *dis, uint64_t *count_p);

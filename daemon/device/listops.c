@@ -196,3 +196,23 @@ void scd_scale_f32(float *d, uint64_t n, float f)
 	for (uint64_t i = 0; i < n; i++)
 		d[i] *= f;
 }
+
+void scd_gather(float *val, float *src, const uint32_t *idx, uint64_t n, int take)
+{
+	for (uint64_t j = 0; j < n; j++) {
+		val[j] = src[idx[j]];
+		if (take)
+			src[idx[j]] = 0;
+	}
+}
+
+void scd_coo_gather(float *val, const uint32_t *idx, uint64_t n, scd_coo_t *list, int take)
+{
+	for (uint64_t j = 0; j < n; j++) {
+		uint64_t at = scd_lower_bound_u32(list->idx, list->nnz, idx[j]);
+		int found = at < list->nnz && list->idx[at] == idx[j];
+		val[j] = found ? list->val[at] : 0.0f;
+		if (found && take)
+			list->val[at] = 0;
+	}
+}

@@ -58,5 +58,12 @@ void scd_residual_add(float *res, const uint32_t *idx, const float *val, uint64_
 		      uint32_t *touch, uint64_t *n_touch);
 /* d[i] *= f for n floats. */
 void scd_scale_f32(float *d, uint64_t n, float f);
+/* val[j] = src[idx[j]] for n entries; with take, src[idx[j]] = 0 afterwards (the indices
+ * of one call are unique). */
+void scd_gather(float *val, float *src, const uint32_t *idx, uint64_t n, int take);
+/* val[j] = the value of index idx[j] in the ascending list (0 where it has none), for n
+ * entries in any order; with take, those entries of the list become 0 (the indices of one
+ * call are unique). */
+void scd_coo_gather(float *val, const uint32_t *idx, uint64_t n, scd_coo_t *list, int take);
 
 #endif

@@ -1,47 +1,46 @@
 /*
- * scheme_exdyna.c: ExDyna's exchange (ExDyna paper, sec. IV): the device's ExDyna
- * sparsifier selects, with error feedback, only inside this rank's exclusive partition
- * (so the ranks' index sets are disjoint), then
+ * scheme_exdyna.c: ExDyna's exchange (ExDyna paper, sec. IV, Algorithm 1 lines 11-13): the
+ * device's ExDyna sparsifier selects, with error feedback, only inside this rank's
+ * exclusive partition (so the ranks' index sets are disjoint), then
  *   1. the counts are gathered (the metadata round carries them, and the words ExDyna's
  *      update needs: how many passed each rank's threshold, before the cap of 1.25 times
  *      its share, then a threshold proposal or counts at a grid of thresholds,
  *      exdyna.h),
- *   2. indices and values are all-gathered in one exchange (each receive sized by its
- *      count), straight into place: K = sum of counts entries, segments in rank order.
- *      The index sets are disjoint, so their sum at the union is their union: 8 (P-1) k
- *      bytes per rank, where gathering the indices and summing the values in a ring
- *      allreduce of K floats (zeros outside a rank's segment) moved 12 (P-1) k,
- *   3. every rank scatters the K values into the output,
- *   When one rank selected over twice the mean (ExDyna's partitions move whole blocks of
- *   numel / 1024 elements, and a Zipf-distributed embedding's hottest block alone can
- *   hold most of the selection), step 2 would make that rank send its selection P - 1
- *   times over its one link. Then indices and values ride the ring instead: 2K 32-bit
- *   words, each rank's indices and values' bits in its own segments and zeros elsewhere,
- *   summed as integers (adding zeros moves bits exactly), which spreads the hot segment
- *   over every link: 16 (P-1) k bytes per rank against 8 (P-1) imbalance k, k the mean
- *   count. (A rank selects at most 1.25 times its share, exdyna.h, so this takes a
- *   selection that left the other ranks well under theirs.)
- *   4. every rank updates partitions and threshold from the gathered counts, integer and
+ *   2. the indices are all-gathered in one exchange (each receive sized by its count),
+ *      straight into place: the union U of K = sum of counts indices, segments in rank
+ *      order,
+ *   3. every rank takes ITS accumulated value at every index of U: its own selection in
+ *      its own segment, and in the other segments what its accumulator holds there (the
+ *      residual, or the input without error feedback, or the list's entry for COO input),
+ *      zeroing it there; the K values are summed over the ranks in one ring allreduce
+ *      (2 (P-1) / P x 4K bytes), so the result at U is the sum of EVERY rank's
+ *      accumulated value, which then leaves every rank's accumulator,
+ *   4. every rank scatters the K sums into the output,
+ *   5. every rank updates partitions and threshold from the gathered counts, integer and
  *      correctly rounded arithmetic only (device/exdyna.h), so the state stays
  *      bit-identical across ranks (the metadata round checks the step; tests check the
  *      digest).
- * A value is added to zeros only, so the output holds the selected values exactly, and
- * what was not selected stays in the residual: acc = input + residual, residual = acc -
- * selected. This scheme reads the residual (it is the sparsifier); io->residual NULL runs
- * it without error feedback.
+ * Per rank: 4 (P-1) k index bytes and 8 (P-1) k value bytes, k the mean count. When one
+ * rank selected over twice the mean (ExDyna's partitions move whole blocks of numel / 1024
+ * elements, and a Zipf-distributed embedding's hottest block alone can hold most of the
+ * selection), step 2 would make that rank send its indices P - 1 times over its one link.
+ * Then the indices ride a ring too: K 32-bit words, each rank's indices in its own segment
+ * and zeros elsewhere, summed as integers (adding zeros moves bits exactly), which spreads
+ * the hot segment over every link. (A rank selects at most 1.25 times its share,
+ * exdyna.h, so this takes a selection that left the other ranks well under theirs.)
+ * Conservation: what is not summed stays in the accumulator, acc = input + residual,
+ * residual = acc - what this rank contributed at U. This scheme reads the residual (it is
+ * the sparsifier); io->residual NULL runs it without error feedback.
  */
 #include "scheme/scheme_internal.h"
 
 #include <string.h>
 
-/* Scatters the K = total_nnz reduced values at the gathered indices (segments in rank
- * order, each inside its rank's partition, ascending) into io->data, or, for a sparse
- * result, concatenates the segments in partition order into io->out. */
-static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const uint32_t *idx,
-				 const float *val)
+/* The gathered indices (segments in rank order) lie each in its rank's partition,
+ * ascending: a segment that does not would make the gathers and the output wrong. */
+static sc_status_t exdyna_check(scd_scheme_ctx_t *c, const uint32_t *idx)
 {
 	int P = c->size;
-	uint64_t numel = c->cfg.numel, K = c->total_nnz;
 	uint64_t *seg = c->hoff; /* [P + 1]: segment starts */
 	seg[0] = 0;
 	for (int q = 0; q < P; q++) {
@@ -61,6 +60,18 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 					       (unsigned long long)hi);
 		}
 	}
+	return SC_OK;
+}
+
+/* Scatters the K = total_nnz summed values at the gathered indices (exdyna_check's
+ * segments) into io->data, or, for a sparse result, concatenates the segments in
+ * partition order into io->out. */
+static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const uint32_t *idx,
+				 const float *val)
+{
+	int P = c->size;
+	uint64_t numel = c->cfg.numel, K = c->total_nnz;
+	const uint64_t *seg = c->hoff;
 	if (!scd_scheme_sparse_out(io, K)) {
 		c->dev->clear(io->data, 4 * numel);
 		scd_coo_t all = {(uint32_t *)idx, (float *)val, K, K};
@@ -102,20 +113,18 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	if ((st = scd_ws_reserve(&c->lidx, 4 * cap)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->lval, 4 * cap)) != SC_OK)
 		return st;
-	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, cap};
+	scd_coo_t sel = {c->lidx.p, c->lval.p, 0, cap}, dis = {0};
 	uint64_t count = 0;
 	if (io->coo) {
-		/* the list already holds the residual's non-zeros (folded in by the caller) */
+		/* the list already holds the residual's non-zeros (folded in by the caller);
+		 * what is not selected (dis) goes back to it after the union took its share */
 		if ((st = scd_ws_reserve(&c->hidx, 4 * cap)) != SC_OK ||
 		    (st = scd_ws_reserve(&c->hval, 4 * cap)) != SC_OK)
 			return st;
-		scd_coo_t dis = {c->hidx.p, c->hval.p, 0, cap};
+		dis = (scd_coo_t){c->hidx.p, c->hval.p, 0, cap};
 		if ((st = c->dev->exdyna_select_coo(c->ex, io->coo, &sel, &dis, &count)) !=
 		    SC_OK)
 			return scd_scheme_fail(st, "exdyna: select");
-		if (io->residual &&
-		    (st = scd_res_queue(c, dis.idx, dis.val, dis.nnz, 1.0f)) != SC_OK)
-			return st;
 	} else {
 		c->rtouch_ok = 0; /* the residual is written over the whole tensor */
 		if ((st = c->dev->exdyna_select(c->ex, io->data, io->residual, &sel, &count)) !=
@@ -130,45 +139,65 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	for (int q = 0; q < me; q++)
 		seg += c->nnz[q];
 	/* a selection over twice the mean (a hot block the partitions cannot split) would
-	 * make its rank send it P - 1 times: the indices then ride the ring too */
+	 * make its rank send its indices P - 1 times: they then ride the ring */
 	int ring = c->max_nnz * (uint64_t)P > 2 * K;
-	if ((st = scd_ws_reserve(&c->aidx, 4 * (ring ? 2 * K : K) + 4)) != SC_OK ||
+	if ((st = scd_ws_reserve(&c->aidx, 4 * K + 4)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->aval, 4 * K + 4)) != SC_OK)
 		return st;
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
 	if (ring) {
-		/* K index words, then K value words (a float's bits), each rank's in its own
-		 * segment and zeros elsewhere: the integer ring sum is every segment, exactly
-		 */
-		c->dev->clear(idx, 8 * K);
+		/* K index words, each rank's in its own segment and zeros elsewhere: the
+		 * integer ring sum is every segment, exactly */
+		c->dev->clear(idx, 4 * K);
 		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		c->dev->copy(idx + K + seg, sel.val, 4 * sel.nnz);
-		if ((st = scd_scheme_allreduce_typed(c, idx, 2 * K, SC_INT32)) != SC_OK)
+		if ((st = scd_scheme_allreduce_typed(c, idx, K, SC_INT32)) != SC_OK)
 			return st;
-		c->dev->copy(val, idx + K, 4 * K);
 	} else {
-		/* indices and values: all-gathered straight into place, segments in rank
-		 * order (the index sets are disjoint: the sum at the union is the union) */
+		/* all-gathered straight into place, segments in rank order */
 		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		c->dev->copy(val + seg, sel.val, 4 * sel.nnz);
 		int n = 0;
 		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
 			if ((int)q == me)
 				continue;
 			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
 			c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
-			c->sends[n] = (scd_xfer_t){(int)q, sel.val, 4 * sel.nnz};
-			c->recvs[n++] = (scd_xfer_t){(int)q, val + qs, 4 * c->nnz[q]};
 		}
 		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
 			return st;
 		for (int j = 0; j < n; j++)
 			if (c->rbytes[j] != c->recvs[j].bytes)
 				return scd_scheme_fail(
-				    SC_ERR_PROTOCOL, "exdyna: rank %d sent a wrong %s count",
-				    c->recvs[j].peer, j % 2 ? "value" : "index");
+				    SC_ERR_PROTOCOL, "exdyna: rank %d sent a wrong index count",
+				    c->recvs[j].peer);
 	}
+	if ((st = exdyna_check(c, idx)) != SC_OK)
+		return st;
+	/* this rank's accumulated value at every index of the union, taken out of its
+	 * accumulator: its selection in its segment, the rest from the other segments. The
+	 * other segments lie outside this rank's partition, where dis is ascending: its
+	 * tail (what the cap held back, exdyna.h) is inside the partition and left out of
+	 * the search. */
+	scd_coo_t head = dis;
+	if (io->coo)
+		head.nnz = dis.nnz - (scd_exdyna_meta(c->ex)[0] - count);
+	c->dev->copy(val + seg, sel.val, 4 * sel.nnz);
+	for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
+		if ((int)q == me || !c->nnz[q])
+			continue;
+		if (io->coo)
+			c->dev->coo_gather(val + qs, idx + qs, c->nnz[q], &head, 1);
+		else if (io->residual)
+			c->dev->gather(val + qs, io->residual, idx + qs, c->nnz[q], 1);
+		else
+			c->dev->gather(val + qs, io->data, idx + qs, c->nnz[q], 0);
+	}
+	/* what the list held and the union did not take goes to the residual */
+	if (io->coo && io->residual &&
+	    (st = scd_res_queue(c, dis.idx, dis.val, dis.nnz, 1.0f)) != SC_OK)
+		return st;
+	if ((st = scd_scheme_allreduce(c, val, K)) != SC_OK)
+		return st;
 	if ((st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;
 	if ((st = c->dev->exdyna_update(c->ex, c->parts)) != SC_OK)
@@ -180,21 +209,22 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 /* ---- descriptor ---------------------------------------------------------------------- */
 
 /* k is what a rank selected (its non-zeros in the report), the union K = P k (exclusive
- * partitions): an allgather of indices and values in P - 1 rounds, the largest count the
+ * partitions): an allgather of the indices in P - 1 rounds, the largest count the
  * measured imbalance times the mean (before any measurement: 1.05, the dynamic
  * partitioning's target, or the skew if smaller; block-granular partitions cannot
  * balance an index distribution as skewed as Zipf's, whose hottest block alone can hold
- * most of the load). Above an imbalance of 2, indices and values ride a ring allreduce
- * instead (2K words: 16 (P-1) k bytes), as the scheme then does. */
+ * most of the load), then the ring allreduce of the K values. Above an imbalance of 2,
+ * the indices ride a ring allreduce too, as the scheme then does. */
 static scd_cost_t exdyna_model(const scd_cost_in_t *in)
 {
-	double P = in->P, k = scd_cost_nnz(in);
+	double P = in->P, k = scd_cost_nnz(in), K = P * k;
 	double imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
 	if (in->imbalance >= 1)
 		imb = in->imbalance;
+	double ring_rounds = 2 * (P - 1), ring_bytes = 2 * (P - 1) / P * 4 * K;
 	if (imb > 2)
-		return scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 8 * (P * k));
-	return scd_cost_make(in, P - 1, (P - 1) * imb * k * 8);
+		return scd_cost_make(in, 2 * ring_rounds, 2 * ring_bytes);
+	return scd_cost_make(in, (P - 1) + ring_rounds, (P - 1) * imb * k * 4 + ring_bytes);
 }
 
 /* A sparsifier as much as a scheme: the engine pins it for SC_SPARSIFY_EXDYNA tensors,

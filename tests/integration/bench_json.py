@@ -55,14 +55,17 @@ def check(doc, schemes):
                 r["cpu_s"] <= r["cpu_sum_s"] <= doc["P"] * r["cpu_s"] * 1.0001 + 1e-6):
             errs.append("%s: cpu_s %s, cpu_sum_s %s, measured %s, P %s" %
                         (name, r["cpu_s"], r["cpu_sum_s"], r["measured_s"], doc["P"]))
-        # ExDyna sends each selected entry's index and value to the P - 1 others, and no
-        # rank selects over 1.25 x its share of k = density x numel (device/exdyna.h); the
-        # metadata round adds a header and 1 + 257 words per peer. A threshold that lost
-        # the target (a growing residual) would send many times this.
+        # ExDyna sends each selected index to the P - 1 others (4 (P-1) c bytes, c its
+        # count; 8 (P-1) c on the ring path) and sums the K <= P c values in a ring
+        # (2 (P-1) / P x 4K), and no rank selects over 1.25 x its share of
+        # k = density x numel (device/exdyna.h): at most 16 (P-1) c. The metadata round
+        # adds a header and 1 + 257 words per peer, the rings a rounded chunk per round.
+        # A threshold that lost the target (a growing residual) would send many times this.
         if r["chosen"] == "exdyna":
             P, k = doc["P"], round(doc["density"] * doc["numel"])
             share = max(1, (k + P // 2) // P)
-            cap = 8 * (P - 1) * (1250 * share // 1000) + (P - 1) * (64 + 8 * 258)
+            cap = (16 * (P - 1) * (1250 * share // 1000) + (P - 1) * (64 + 8 * 258) +
+                   4 * (P - 1) * 8)
             if not r["bytes_sent"] <= 1.01 * cap:
                 errs.append("%s: ExDyna sent %s bytes per step, over its cap %s" %
                             (name, r["bytes_sent"], cap))

@@ -51,6 +51,8 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .residual_add = scg_residual_add,
 	    .coo_add_checked = scg_coo_add_checked,
 	    .coo_fold_residual = scg_coo_fold_residual,
+	    .gather = scg_gather,
+	    .coo_gather = scg_coo_gather,
 	    .hh_create = scg_hh_create,
 	    .hh_destroy = scg_hh_destroy,
 	    .hh_push_dense = scg_hh_push_dense,

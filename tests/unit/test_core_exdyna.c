@@ -85,6 +85,7 @@ typedef struct {
 static void sim_init_cfg(sim_t *s, uint32_t P, uint64_t n, double density, double init,
 			 int defaults)
 {
+	memset(s, 0, sizeof(*s)); /* props_out NULL: sim_step_props sets it */
 	s->P = P;
 	s->n = n;
 	s->ex = calloc(P, sizeof(*s->ex));

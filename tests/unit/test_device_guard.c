@@ -197,6 +197,11 @@ static void guard_partmap_release(const scd_partmap_t *map)
 	   uint64_t *host_n_touch),                                                            \
 	  (res, idx, val, n, touch, host_n_touch))                                             \
 	V(scale, (float *d, uint64_t n, float f), (d, n, f))                                   \
+	V(gather, (float *val, float *src, const uint32_t *idx, uint64_t n, int take),         \
+	  (val, src, idx, n, take))                                                            \
+	V(coo_gather,                                                                          \
+	  (float *val, const uint32_t *idx, uint64_t n, scd_coo_t *list, int take),            \
+	  (val, idx, n, list, take))                                                           \
 	R(uint64_t, idx_count_runs, (const uint32_t *idx, uint64_t n), (idx, n))               \
 	V(idx_runs_encode, (const uint32_t *idx, uint64_t n, void *runs), (idx, n, runs))      \
 	R(uint64_t, idx_bitmap_encode,                                                         \

@@ -95,7 +95,7 @@ UNIT_TEST(gpu_mem_ops_table)
 	       missing);
 	CHECK_TRUE(n_missing > 0 && n_missing < SCD_DEVICE_OPS_COUNT);
 	/* 7 memory ops, 13 of reduce.cu / select.cu, 13 of listops.cu */
-	CHECK_EQ_INT(n_missing, SCD_DEVICE_OPS_COUNT - 7 - 13 - 13 - 7);
+	CHECK_EQ_INT(n_missing, SCD_DEVICE_OPS_COUNT - 7 - 13 - 13 - 7 - 2);
 	CHECK_MSG(
 	    strstr(missing, "exdyna_select") && !strstr(missing, "alloc") &&
 		!strstr(missing, "to_host") && !strstr(missing, "sparsify") &&
@@ -605,6 +605,22 @@ static void run_listops(const scd_device_ops_t *o, const listops_in_t *in, op_lo
 	log_dev(l, o, "coo_fold_residual val", ov, (r <= m + n ? r : 0) * 4);
 	log_dev(l, o, "coo_fold_residual res", x, n * 4);
 	log_dev(l, o, "coo_fold_residual bits", bits, nw * 8);
+	/* gather of x at b's indices, then taking them; coo_gather from list a at b's
+	 * indices (some in a, some not), taking them */
+	o->from_host(x, in->x, n * 4);
+	float *gv = o->alloc(n * 4 + 4);
+	CHECK_TRUE(gv != NULL);
+	o->gather(gv, x, bi, bn, 0);
+	log_dev(l, o, "gather", gv, bn * 4);
+	o->gather(gv, x, bi, bn, 1);
+	log_dev(l, o, "gather take", gv, bn * 4);
+	log_dev(l, o, "gather take src", x, n * 4);
+	o->coo_gather(gv, bi, bn, &a, 0);
+	log_dev(l, o, "coo_gather", gv, bn * 4);
+	o->coo_gather(gv, bi, bn, &a, 1);
+	log_dev(l, o, "coo_gather take", gv, bn * 4);
+	log_dev(l, o, "coo_gather take list", av, an * 4);
+	o->free(gv);
 	o->from_host(x, in->x, n * 4);
 	o->residual_drain(x, g, n);
 	log_dev(l, o, "residual_drain x", x, n * 4);
@@ -617,8 +633,8 @@ static void run_listops(const scd_device_ops_t *o, const listops_in_t *in, op_lo
 
 /* coo_check, lower_bound, coo_copy_first, coo_scale_copy, merge_two, range_counts,
  * coo_range_counts, residual_bits, bits_set, residual_add (touch list in the cpu's order),
- * coo_add_checked, coo_fold_residual, residual_drain through the partial cuda table
- * give the cpu device's results bit for bit. */
+ * coo_add_checked, coo_fold_residual, gather, coo_gather, residual_drain through the partial
+ * cuda table give the cpu device's results bit for bit. */
 UNIT_TEST_TIMEOUT(gpu_ops_table_listops, 120)
 {
 	scd_cuda_fns_t fns = gpu_linked_fns();

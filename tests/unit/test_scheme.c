@@ -897,10 +897,11 @@ UNIT_TEST(scheme_spardl_blocks_balance_skewed_load)
 	munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
 }
 
-/* ExDyna's exchange follows the selection's balance: balanced counts gather indices and
- * values (metadata, one exchange: 2 rounds); one rank over twice the mean
- * (Zipf's hot block in its partition) sends indices and values through the ring
- * (1 + 2(P-1)). Both paths' results are checked by the mass-conservation tests. A rank
+/* ExDyna's exchange follows the selection's balance: balanced counts all-gather the
+ * indices (metadata, one exchange) and sum the values at the union in a ring (2(P-1)):
+ * 2 + 2(P-1) rounds; one rank over twice the mean (Zipf's hot block in its partition)
+ * sends its indices through a ring too: 1 + 4(P-1). Both paths' results are checked by
+ * the mass-conservation tests and scheme_exdyna_sums_every_rank_at_the_union. A rank
  * selects at most twice its share (exdyna.h), so the skewed case asks for more than the
  * input holds: every partition gives all it has, and the hot one holds most of it. */
 UNIT_TEST(scheme_exdyna_ring_when_selection_is_skewed)
@@ -920,8 +921,98 @@ UNIT_TEST(scheme_exdyna_ring_when_selection_is_skewed)
 		       r->rounds);
 		CHECK_MSG(zipf ? r->imbalance > 2 : r->imbalance < 2, "zipf %d: imbalance %.3f",
 			  zipf, r->imbalance);
-		CHECK_MSG(r->rounds == (zipf ? 1u + 2 * (P - 1) : 2u), "zipf %d: %u rounds",
-			  zipf, r->rounds);
+		CHECK_MSG(r->rounds == (zipf ? 1u + 4 * (P - 1) : 2u + 2 * (P - 1)),
+			  "zipf %d: %u rounds", zipf, r->rounds);
 		munmap(a.reps, sizeof(scd_scheme_report_t) * MAX_P);
 	}
+}
+
+/* ---- ExDyna sums every rank's values at the union (Algorithm 1, lines 11-13) ---------- */
+
+typedef struct union_arg {
+	spec_t sp;
+	int coo;
+	float *out; /* [MAX_P][numel]: each rank's result */
+} union_arg_t;
+
+static void union_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	union_arg_t *a = arg;
+	uint64_t n = a->sp.numel;
+	float *in = malloc(4 * n), *res = calloc(n, 4);
+	scd_coo_t coo = {malloc(4 * n + 4), malloc(4 * n + 4), 0, n};
+	CHECK_TRUE(in && res && coo.idx && coo.val);
+	gen_rank(&a->sp, rank, in);
+	dense_to_coo(in, n, &coo);
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(n, 7);
+	cfg.density = 0.01;
+	scd_scheme_ctx_t *ctx = NULL;
+	CHECK_EQ_INT(scd_scheme_ctx_create(&cfg, t, NULL, &ctx), SC_OK);
+	float *data = a->out + (size_t)rank * n;
+	if (!a->coo)
+		memcpy(data, in, 4 * n);
+	scd_scheme_io_t io = {.data = data, .coo = a->coo ? &coo : NULL, .residual = res};
+	sc_status_t st = scd_scheme_run(SCD_SCHEME_EXDYNA, ctx, &io, NULL);
+	CHECK_MSG(st == SC_OK, "P %d rank %d: %s", P, rank, scd_scheme_error());
+	scd_scheme_ctx_destroy(ctx);
+	free(in), free(res), free(coo.idx), free(coo.val);
+}
+
+/* On the first step (no residual yet), every index that comes back non-zero holds the
+ * sum of EVERY rank's value there, exactly (small integers): a rank's values at the
+ * indices the other ranks selected are summed too, not left in its residual. P = 2..8,
+ * dense and COO input, uniform and overlapping indices so most selected indices are
+ * non-zero on several ranks. */
+UNIT_TEST_TIMEOUT(scheme_exdyna_sums_every_rank_at_the_union, 300)
+{
+	for (int P = 2; P <= 8; P++)
+		for (int coo = 0; coo <= 1; coo++) {
+			union_arg_t a = {.coo = coo,
+					 .sp = {.numel = 1 << 16,
+						.density = 0.05,
+						.overlap = 0.7,
+						.seed = unit_rng()}};
+			uint64_t n = a.sp.numel;
+			a.out = shared_map(4 * (size_t)MAX_P * n);
+			run_world(P, union_rank, &a);
+			float *ref = calloc(n, 4), *g = malloc(4 * (size_t)P * n);
+			uint8_t *holders = calloc(n, 1);
+			for (int r = 0; r < P; r++) {
+				gen_rank(&a.sp, r, g + (size_t)r * n);
+				for (uint64_t i = 0; i < n; i++) {
+					ref[i] += g[(size_t)r * n + i];
+					holders[i] += g[(size_t)r * n + i] != 0;
+				}
+			}
+			uint64_t nonzero = 0, several = 0;
+			for (uint64_t i = 0; i < n; i++) {
+				float got = a.out[i];
+				for (int r = 1; r < P; r++)
+					CHECK_MSG(a.out[(size_t)r * n + i] == got,
+						  "P %d coo %d: rank %d's result at %llu "
+						  "differs from "
+						  "rank 0's",
+						  P, coo, r, (unsigned long long)i);
+				if (got == 0)
+					continue;
+				nonzero++;
+				several += holders[i] > 1;
+				CHECK_MSG(
+				    got == ref[i],
+				    "P %d coo %d: index %llu came back %g, the sum over the "
+				    "%d ranks is %g",
+				    P, coo, (unsigned long long)i, got, P, ref[i]);
+			}
+			printf("    P %d coo %d: %llu indices came back, %llu of them held by "
+			       "several ranks\n",
+			       P, coo, (unsigned long long)nonzero,
+			       (unsigned long long)several);
+			CHECK_MSG(
+			    nonzero > 0 && several * 2 > nonzero,
+			    "P %d coo %d: %llu of %llu selected indices on several ranks: "
+			    "the test does not tell",
+			    P, coo, (unsigned long long)several, (unsigned long long)nonzero);
+			free(ref), free(g), free(holders);
+			munmap(a.out, 4 * (size_t)MAX_P * n);
+		}
 }
