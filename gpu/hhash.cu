@@ -358,6 +358,12 @@ extern "C" sc_status_t scg_hh_push_coo(scg_hh_t *hh, const scg_coo_t *in, scg_co
 
 /* ---- hash bitmap (Algorithm 2) -------------------------------------------------------- */
 
+/* One implementation for the whole partition and its segments: the caller (which holds
+ * the partition map's host offsets) passes the segment's slice of the list or its slot
+ * range. Encoding builds the bitmap a word per thread, then the values by a stable
+ * compaction over the set bits; a touched bitmap confines both to the marked slots (the
+ * others are not read), which are then cleared in local and in touched, as the cpu's. */
+
 namespace
 { /* file-local: no clash with the other sources' functors */
 
@@ -366,86 +372,165 @@ static inline uint64_t bitmap_words(uint64_t n)
 	return (n + 63) / 64;
 }
 
-/* Word w of the bitmap of g[I[0, n)]. */
-struct hb_words {
+/* Element j of a segment: g[I[j]] (I not NULL), else x[j]; with touched, only the slots
+ * marked there (slot lo + j) are elements at all. */
+struct hb_src {
 	const uint32_t *I;
-	const float *g;
+	const float *x;
+	const u64 *touched;
+	uint64_t lo, n;
+	/* the marks of the segment's word w (all of its elements without touched) */
+	SCG_HD u64 marks(uint64_t w) const
+	{
+		uint64_t base = w * 64, end = n - base < 64 ? n - base : 64;
+		u64 m = end == 64 ? ~0ull : (1ull << end) - 1;
+		if (!touched)
+			return m;
+		uint64_t s0 = lo + base, tw = s0 >> 6, sh = s0 & 63;
+		u64 t = touched[tw] >> sh;
+		if (sh && ((s0 + end - 1) >> 6) > tw)
+			t |= touched[tw + 1] << (64 - sh);
+		return t & m;
+	}
+	SCG_HD float value(uint64_t j) const
+	{
+		return I ? x[I[j]] : x[j];
+	}
+};
+
+/* Word w of the bitmap: the marked elements that are non-zero. */
+struct hb_words {
+	hb_src s;
 	u64 *words;
-	uint64_t n;
 	SCG_HD void operator()(uint64_t w) const
 	{
 		u64 bits = 0;
-		uint64_t base = w * 64, end = n - base < 64 ? n - base : 64;
-		for (uint64_t j = 0; j < end; j++)
-			if (g[I[base + j]] != 0.0f)
-				bits |= 1ull << j;
+		for (u64 m = s.marks(w); m; m &= m - 1) {
+#if defined(__CUDA_ARCH__)
+			int b = __ffsll((long long)m) - 1;
+#else
+			int b = __builtin_ctzll(m);
+#endif
+			if (s.value(w * 64 + (uint64_t)b) != 0.0f)
+				bits |= 1ull << b;
+		}
 		words[w] = bits;
 	}
 };
 
-struct nonzero_f {
-	SCG_HD bool operator()(float v) const
+struct bit_set {
+	const u64 *words;
+	SCG_HD bool operator()(uint64_t j) const
 	{
-		return v != 0.0f;
+		return (words[j >> 6] >> (j & 63)) & 1;
 	}
 };
 
-/* Copies a float's bits (so every non-zero, NaN included, travels unchanged). */
-struct put_bits {
-	float *dst;
-	SCG_HD void operator()(uint64_t k, float v) const
+/* vals[k] = the k-th set element's value, as bits (every non-zero, NaN included, travels
+ * unchanged). */
+struct put_val {
+	hb_src s;
+	float *vals;
+	SCG_HD void operator()(uint64_t k, uint64_t j) const
 	{
+		float v = s.value(j);
 		uint32_t b;
 		memcpy(&b, &v, 4);
-		memcpy(&dst[k], &b, 4);
+		memcpy(&vals[k], &b, 4);
 	}
 };
 
-static sc_status_t part_range(const uint64_t *offset, uint32_t nparts, uint32_t p,
-			      uint64_t *lo_p, uint64_t *n_p, const char *what)
+/* local[j] = 0 at the marked slots of the segment's word w. */
+struct clear_marked {
+	hb_src s;
+	float *local;
+	SCG_HD void operator()(uint64_t w) const
+	{
+		for (u64 m = s.marks(w); m; m &= m - 1) {
+#if defined(__CUDA_ARCH__)
+			int b = __ffsll((long long)m) - 1;
+#else
+			int b = __builtin_ctzll(m);
+#endif
+			local[w * 64 + (uint64_t)b] = 0.0f;
+		}
+	}
+};
+
+/* Clears the bits of slots [lo, hi) in touched word tw (a neighbour's bits kept). */
+struct clear_touched {
+	u64 *touched;
+	uint64_t lo, hi;
+	SCG_HD void operator()(uint64_t tw) const
+	{
+		uint64_t base = tw * 64;
+		u64 mask = ~0ull;
+		if (base < lo)
+			mask <<= lo - base;
+		if (hi - base < 64)
+			mask &= (1ull << (hi - base)) - 1;
+		cuda::atomic_ref<u64, cuda::thread_scope_device>(touched[tw])
+		    .fetch_and(~mask, cuda::std::memory_order_relaxed);
+	}
+};
+
+/* The hash bitmap of s into buf; with s.touched, the marked slots are then cleared in
+ * local and in touched. */
+static sc_status_t hb_encode(const hb_src &s, float *local, u64 *touched, void *buf,
+			     uint64_t cap_bytes, uint64_t *bytes_host, const char *what)
 {
-	if (p >= nparts)
-		return scg_fail(SC_ERR_INVALID, "%s: partition %u of %u", what, p, nparts);
-	uint64_t o[2];
-	sc_status_t st = scg_to_host(o, offset + p, sizeof(o));
+	uint64_t n = s.n, nwords = bitmap_words(n);
+	if (8 * nwords + 4 * n > cap_bytes)
+		return scg_fail(SC_ERR_LIMIT, "%s: %llu bytes for %llu elements", what,
+				(unsigned long long)cap_bytes, (unsigned long long)n);
+	u64 *words = (u64 *)buf;
+	float *vals = (float *)(words + nwords);
+	uint64_t nnz = 0;
+	if (n) {
+		thrust::counting_iterator<uint64_t> zero(0);
+		auto out = thrust::make_tabulate_output_iterator(put_val{s, vals});
+		SCG_TRY(what, {
+			thrust::for_each(SCG_POLICY, zero, zero + nwords, hb_words{s, words});
+			nnz = (uint64_t)(thrust::copy_if(SCG_POLICY, zero, zero + n, zero, out,
+							 bit_set{words}) -
+					 out);
+			if (touched) {
+				uint64_t lo = s.lo, hi = s.lo + n;
+				thrust::for_each(SCG_POLICY, zero, zero + nwords,
+						 clear_marked{s, local});
+				thrust::for_each(SCG_POLICY, zero + lo / 64,
+						 zero + (hi + 63) / 64,
+						 clear_touched{touched, lo, hi});
+			}
+		});
+	}
+	sc_status_t st = SCG_CHECK(what);
 	if (st != SC_OK)
 		return st;
-	*lo_p = o[0];
-	*n_p = o[1] - o[0];
+	*bytes_host = 8 * nwords + 4 * nnz;
 	return SC_OK;
 }
 
 } // namespace
 
-extern "C" sc_status_t scg_hash_bitmap_encode(const uint32_t *list, const uint64_t *offset,
-					      uint32_t nparts, uint32_t p, const float *g,
+extern "C" sc_status_t scg_hash_bitmap_encode(const uint32_t *I, uint64_t n, const float *g,
 					      void *buf, uint64_t cap_bytes,
 					      uint64_t *bytes_host)
 {
-	uint64_t lo = 0, n = 0;
-	sc_status_t st = part_range(offset, nparts, p, &lo, &n, "scg_hash_bitmap_encode");
-	if (st != SC_OK)
-		return st;
-	uint64_t nwords = bitmap_words(n);
-	if (8 * nwords + 4 * n > cap_bytes)
-		return scg_fail(SC_ERR_LIMIT, "scg_hash_bitmap_encode: buffer too small");
-	const uint32_t *I = list + lo;
-	u64 *words = (u64 *)buf;
-	float *vals = (float *)(words + nwords);
-	uint64_t nnz = 0;
-	thrust::counting_iterator<uint64_t> zero(0);
-	SCG_TRY("scg_hash_bitmap_encode", {
-		thrust::for_each(SCG_POLICY, zero, zero + nwords, hb_words{I, g, words, n});
-		auto gi = thrust::make_permutation_iterator(g, I);
-		auto end = thrust::copy_if(
-		    SCG_POLICY, gi, gi + n,
-		    thrust::make_tabulate_output_iterator(put_bits{vals}), nonzero_f{});
-		nnz = (uint64_t)(end - thrust::make_tabulate_output_iterator(put_bits{vals}));
-	});
-	if ((st = SCG_CHECK("scg_hash_bitmap_encode")) != SC_OK)
-		return st;
-	*bytes_host = 8 * nwords + 4 * nnz;
-	return SC_OK;
+	hb_src s = {I, g, NULL, 0, n};
+	return hb_encode(s, NULL, NULL, buf, cap_bytes, bytes_host, "scg_hash_bitmap_encode");
+}
+
+extern "C" sc_status_t scg_hash_bitmap_encode_local(float *local, uint64_t *touched,
+						    uint64_t lo, uint64_t hi, void *buf,
+						    uint64_t cap_bytes, uint64_t *bytes_host)
+{
+	const char *what = "scg_hash_bitmap_encode_local";
+	if (hi < lo)
+		return scg_fail(SC_ERR_INVALID, "%s: slots [%llu, %llu)", what,
+				(unsigned long long)lo, (unsigned long long)hi);
+	hb_src s = {NULL, local, (const u64 *)touched, lo, hi - lo};
+	return hb_encode(s, local, (u64 *)touched, buf, cap_bytes, bytes_host, what);
 }
 
 namespace
@@ -462,14 +547,6 @@ struct popc {
 	}
 };
 
-struct bit_set {
-	const u64 *words;
-	SCG_HD bool operator()(uint64_t j) const
-	{
-		return (words[j >> 6] >> (j & 63)) & 1;
-	}
-};
-
 /* Checks a bitmap over n positions as the cpu's bitmap_check: length, no bit past n. */
 static sc_status_t hb_check(const void *buf, uint64_t bytes, uint64_t n, uint64_t *nnz_p,
 			    const char *what)
@@ -479,58 +556,25 @@ static sc_status_t hb_check(const void *buf, uint64_t bytes, uint64_t n, uint64_
 		return scg_fail(SC_ERR_PROTOCOL, "%s: %llu bytes", what,
 				(unsigned long long)bytes);
 	const u64 *words = (const u64 *)buf;
-	uint64_t nnz = 0;
-	SCG_TRY(what, nnz = thrust::transform_reduce(SCG_POLICY, words, words + nwords, popc{},
-						     (uint64_t)0, thrust::plus<uint64_t>()));
 	if (n % 64 && nwords) {
 		u64 last;
 		sc_status_t st = scg_to_host(&last, words + nwords - 1, 8);
 		if (st != SC_OK)
 			return st;
 		if (last >> (n % 64))
-			return scg_fail(SC_ERR_PROTOCOL, "%s: bit past the partition", what);
+			return scg_fail(SC_ERR_PROTOCOL, "%s: bit past the segment", what);
 	}
+	uint64_t nnz = 0;
+	if (nwords)
+		SCG_TRY(what, nnz = thrust::transform_reduce(SCG_POLICY, words, words + nwords,
+							     popc{}, (uint64_t)0,
+							     thrust::plus<uint64_t>()));
 	if (bytes != 8 * nwords + 4 * nnz)
 		return scg_fail(SC_ERR_PROTOCOL, "%s: %llu bytes for %llu values", what,
 				(unsigned long long)bytes, (unsigned long long)nnz);
 	*nnz_p = nnz;
 	return SC_OK;
 }
-
-} // namespace
-
-extern "C" sc_status_t scg_hash_bitmap_decode(const uint32_t *list, const uint64_t *offset,
-					      uint32_t nparts, uint32_t p, const void *buf,
-					      uint64_t bytes, scg_coo_t *out)
-{
-	const char *what = "scg_hash_bitmap_decode";
-	uint64_t lo = 0, n = 0, nnz = 0;
-	sc_status_t st = part_range(offset, nparts, p, &lo, &n, what);
-	if (st != SC_OK || (st = hb_check(buf, bytes, n, &nnz, what)) != SC_OK)
-		return st;
-	if (nnz > out->cap)
-		return scg_fail(SC_ERR_LIMIT, "%s: %llu values", what, (unsigned long long)nnz);
-	const u64 *words = (const u64 *)buf;
-	const float *vals = (const float *)(words + bitmap_words(n));
-	const uint32_t *I = list + lo;
-	uint32_t *oi = out->idx;
-	float *ov = out->val;
-	thrust::counting_iterator<uint64_t> zero(0);
-	SCG_TRY(what, {
-		thrust::copy_if(SCG_POLICY, thrust::make_permutation_iterator(I, zero),
-				thrust::make_permutation_iterator(I, zero + n), zero, oi,
-				bit_set{words});
-		thrust::copy(SCG_POLICY, (const uint32_t *)vals, (const uint32_t *)vals + nnz,
-			     (uint32_t *)ov);
-	});
-	if ((st = SCG_CHECK(what)) != SC_OK)
-		return st;
-	out->nnz = nnz;
-	return SC_OK;
-}
-
-namespace
-{ /* file-local: no clash with the other sources' functors */
 
 /* dst[I[j]] = vals[k] for the k-th set bit j. */
 struct scatter_val {
@@ -544,25 +588,54 @@ struct scatter_val {
 
 } // namespace
 
-extern "C" sc_status_t scg_hash_bitmap_decode_dense(const uint32_t *list,
-						    const uint64_t *offset, uint32_t nparts,
-						    uint32_t p, const void *buf, uint64_t bytes,
-						    float *dst)
+extern "C" sc_status_t scg_hash_bitmap_decode(const uint32_t *I, uint64_t n, const void *buf,
+					      uint64_t bytes, scg_coo_t *out_host)
+{
+	const char *what = "scg_hash_bitmap_decode";
+	uint64_t nnz = 0;
+	sc_status_t st = hb_check(buf, bytes, n, &nnz, what);
+	if (st != SC_OK)
+		return st;
+	if (nnz > out_host->cap)
+		return scg_fail(SC_ERR_LIMIT, "%s: %llu values, room for %llu", what,
+				(unsigned long long)nnz, (unsigned long long)out_host->cap);
+	const u64 *words = (const u64 *)buf;
+	const uint32_t *vals = (const uint32_t *)(words + bitmap_words(n));
+	uint32_t *oi = out_host->idx;
+	if (nnz) {
+		thrust::counting_iterator<uint64_t> zero(0);
+		SCG_TRY(what, {
+			thrust::copy_if(SCG_POLICY, thrust::make_permutation_iterator(I, zero),
+					thrust::make_permutation_iterator(I, zero + n), zero,
+					oi, bit_set{words});
+			thrust::copy(SCG_POLICY, vals, vals + nnz, (uint32_t *)out_host->val);
+		});
+	}
+	if ((st = SCG_CHECK(what)) != SC_OK)
+		return st;
+	out_host->nnz = nnz;
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_hash_bitmap_decode_dense(const uint32_t *I, uint64_t n,
+						    const void *buf, uint64_t bytes, float *dst)
 {
 	const char *what = "scg_hash_bitmap_decode_dense";
-	uint64_t lo = 0, n = 0, nnz = 0;
-	sc_status_t st = part_range(offset, nparts, p, &lo, &n, what);
-	if (st != SC_OK || (st = hb_check(buf, bytes, n, &nnz, what)) != SC_OK)
+	uint64_t nnz = 0;
+	sc_status_t st = hb_check(buf, bytes, n, &nnz, what);
+	if (st != SC_OK)
 		return st;
 	const u64 *words = (const u64 *)buf;
 	const uint32_t *vals = (const uint32_t *)(words + bitmap_words(n));
-	const uint32_t *I = list + lo;
-	thrust::counting_iterator<uint64_t> zero(0);
-	SCG_TRY(what, thrust::copy_if(SCG_POLICY, thrust::make_permutation_iterator(I, zero),
-				      thrust::make_permutation_iterator(I, zero + n), zero,
-				      thrust::make_tabulate_output_iterator(
-					  scatter_val{vals, (uint32_t *)dst}),
-				      bit_set{words}));
+	if (nnz) {
+		thrust::counting_iterator<uint64_t> zero(0);
+		SCG_TRY(what,
+			thrust::copy_if(SCG_POLICY, thrust::make_permutation_iterator(I, zero),
+					thrust::make_permutation_iterator(I, zero + n), zero,
+					thrust::make_tabulate_output_iterator(
+					    scatter_val{vals, (uint32_t *)dst}),
+					bit_set{words}));
+	}
 	return SCG_CHECK(what);
 }
 

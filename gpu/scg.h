@@ -88,17 +88,25 @@ sc_status_t scg_hh_push_dense(scg_hh_t *hh_host, const float *g, uint64_t numel,
 sc_status_t scg_hh_push_coo(scg_hh_t *hh_host, const scg_coo_t *in_host, scg_coo_t *out_host,
 			    uint64_t *offset_host, scg_hh_stats_t *stats_host);
 
-/* Hash bitmap (ZEN Algorithm 2) of partition p over the partition map's arrays (device:
- * list[numel], offset[nparts + 1]); byte-identical to scd_hash_bitmap_encode / decode /
- * decode_dense. */
-sc_status_t scg_hash_bitmap_encode(const uint32_t *list, const uint64_t *offset,
-				   uint32_t nparts, uint32_t p, const float *g, void *buf,
+/* Hash bitmap (ZEN Algorithm 2), byte-identical to scd_hash_bitmap_encode / _encode_seg /
+ * _decode_seg / _decode_dense_seg with the same status codes. A partition map's offsets are
+ * host memory, so the caller passes what it reads there: a segment of partition p, its
+ * slots [lo, hi) (the whole partition: [0, |I_p|)), is the n = hi - lo elements
+ * I = list + offset[p] + lo (device). */
+/* The segment's elements of the dense tensor g: element j is g[I[j]]. */
+sc_status_t scg_hash_bitmap_encode(const uint32_t *I, uint64_t n, const float *g, void *buf,
 				   uint64_t cap_bytes, uint64_t *bytes_host);
-sc_status_t scg_hash_bitmap_decode(const uint32_t *list, const uint64_t *offset,
-				   uint32_t nparts, uint32_t p, const void *buf, uint64_t bytes,
-				   scg_coo_t *out_host);
-sc_status_t scg_hash_bitmap_decode_dense(const uint32_t *list, const uint64_t *offset,
-					 uint32_t nparts, uint32_t p, const void *buf,
+/* From the segment's own values, local[j] being slot lo + j. touched NULL: local[0, hi - lo)
+ * is read whole (and not changed). Otherwise touched is a bitmap over the partition's
+ * slots: only the marked slots of [lo, hi) are read, and each is cleared in local and in
+ * touched. */
+sc_status_t scg_hash_bitmap_encode_local(float *local, uint64_t *touched, uint64_t lo,
+					 uint64_t hi, void *buf, uint64_t cap_bytes,
+					 uint64_t *bytes_host);
+/* The segment's non-zeros: global indices (ascending) and values, or dst[I[j]] = value. */
+sc_status_t scg_hash_bitmap_decode(const uint32_t *I, uint64_t n, const void *buf,
+				   uint64_t bytes, scg_coo_t *out_host);
+sc_status_t scg_hash_bitmap_decode_dense(const uint32_t *I, uint64_t n, const void *buf,
 					 uint64_t bytes, float *dst);
 /* Non-zero blocks of a dense tensor, byte-identical to scd_blocks_encode_dense. */
 sc_status_t scg_blocks_encode_dense(const float *g, uint64_t numel, uint32_t block, void *buf,
@@ -222,6 +230,50 @@ sc_status_t scg_gather(float *val, float *src, const uint32_t *idx, uint64_t n, 
 sc_status_t scg_coo_gather(float *val, const uint32_t *idx, uint64_t n,
 			   const uint32_t *list_idx, float *list_val, uint64_t list_nnz,
 			   int take);
+
+/* ---- part.cu ---- */
+/* ZEN's partition function and lists (daemon/device/partition.h), same layouts as
+ * scd_partfn_t and scd_partmap_t: offset (nparts + 1) is host memory, list and pos
+ * (numel each) device arrays; fn.seed is h0's seed (scg_partition_seed(seed)). */
+#define SCG_NUMEL_MAX ((uint64_t)UINT32_MAX)
+typedef struct scg_partfn {
+	uint64_t seed;
+	uint32_t nparts;
+} scg_partfn_t;
+typedef struct scg_partmap {
+	uint64_t numel;
+	uint64_t seed;
+	scg_partfn_t fn;
+	uint64_t *offset; /* host */
+	uint32_t *list;
+	uint32_t *pos;
+} scg_partmap_t;
+/* The lists for (numel, nparts, seed), bit-identical to scd_partmap_acquire's, built on
+ * the device at first use and cached with a reference count (thread-safe); release what
+ * acquire gave (the last release frees them). SC_ERR_INVALID for nparts 0 or numel past
+ * SCG_NUMEL_MAX. */
+sc_status_t scg_partmap_acquire(uint64_t numel, uint32_t nparts, uint64_t seed,
+				const scg_partmap_t **map_host);
+void scg_partmap_release(const scg_partmap_t *map_host);
+/* How many lists were built since start (cache effectiveness; for tests). */
+uint64_t scg_partmap_builds(void);
+/* scd_partition_coo: in split stably by partition into out, partition p at
+ * out[offset_host[p] .. offset_host[p + 1]); SC_ERR_LIMIT when out's cap is below in's
+ * nnz. */
+sc_status_t scg_partition_coo(const scg_partfn_t *fn_host, const scg_coo_t *in_host,
+			      scg_coo_t *out_host, uint64_t *offset_host);
+/* scd_coo_scatter_add_part on a partition of slots slots (pos: the map's, numel entries):
+ * dst[pos[idx]] += val where idx < numel and pos[idx] < slots, setting the slot's bit in
+ * touched (NULL: none); *bad_host: the pairs skipped. The indices of one call must be
+ * unique (an ascending list) for the cpu's sums. */
+sc_status_t scg_coo_scatter_add_part(float *dst, uint64_t *touched, const uint32_t *pos,
+				     uint64_t numel, uint64_t slots, const uint32_t *idx,
+				     const float *val, uint64_t nnz, uint64_t *bad_host);
+/* COO format, byte-identical to scd_coo_encode / scd_coo_decode (SC_ERR_LIMIT,
+ * SC_ERR_PROTOCOL for a length not a multiple of 8). */
+sc_status_t scg_coo_encode(const scg_coo_t *src_host, void *buf, uint64_t cap_bytes,
+			   uint64_t *bytes_host);
+sc_status_t scg_coo_decode(const void *buf, uint64_t bytes, scg_coo_t *out_host);
 
 #ifdef __cplusplus
 }

@@ -503,6 +503,144 @@ static void cu_coo_gather(float *val, const uint32_t *idx, uint64_t n, scd_coo_t
 	     "coo_gather");
 }
 
+/* ---- part.cu, and hhash.cu's hash bitmap: the partition map is a host structure (its
+ * offsets host memory), so the adapters check partitions and segments against it, as the
+ * cpu does, and pass the GPU the slice of the list or the slot range they name. */
+
+_Static_assert(SCG_NUMEL_MAX == SCD_NUMEL_MAX, "SCG_NUMEL_MAX != SCD_NUMEL_MAX");
+_Static_assert(sizeof(scg_partfn_t) == sizeof(scd_partfn_t), "scg_partfn_t != scd_partfn_t");
+SCD_SAME_FIELD(scg_partfn_t, scd_partfn_t, seed);
+SCD_SAME_FIELD(scg_partfn_t, scd_partfn_t, nparts);
+_Static_assert(sizeof(scg_partmap_t) == sizeof(scd_partmap_t), "scg_partmap_t differs");
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, numel);
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, seed);
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, fn);
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, offset);
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, list);
+SCD_SAME_FIELD(scg_partmap_t, scd_partmap_t, pos);
+
+static sc_status_t cu_partmap_acquire(uint64_t numel, uint32_t nparts, uint64_t seed,
+				      const scd_partmap_t **map_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.partmap_acquire(numel, nparts, seed, (const scg_partmap_t **)map_p);
+	return passed(st, "partmap_acquire");
+}
+
+static void cu_partmap_release(const scd_partmap_t *map)
+{
+	if (!map)
+		return;
+	note(ready(), "partmap_release");
+	fns.partmap_release((const scg_partmap_t *)map);
+}
+
+static sc_status_t cu_partition_coo(const scd_partfn_t *fn, const scd_coo_t *in, scd_coo_t *out,
+				    uint64_t *offset)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.partition_coo((const scg_partfn_t *)fn, (const scg_coo_t *)in,
+				       (scg_coo_t *)out, offset);
+	return passed(st, "partition_coo");
+}
+
+/* A failed count is 0, the failure sticky; so is a partition past the map's. */
+static uint64_t cu_coo_scatter_add_part(float *dst, uint64_t *touched, const scd_partmap_t *map,
+					uint32_t p, const scd_coo_t *src)
+{
+	uint64_t bad = 0;
+	sc_status_t st = p < map->fn.nparts ? ready() : SC_ERR_INVALID;
+	if (st == SC_OK)
+		st = fns.coo_scatter_add_part(dst, touched, map->pos, map->numel,
+					      scd_partmap_size(map, p), src->idx, src->val,
+					      src->nnz, &bad);
+	note(st, "coo_scatter_add_part");
+	return st == SC_OK ? bad : 0;
+}
+
+static sc_status_t cu_coo_encode(const scd_coo_t *src, void *buf, uint64_t cap_bytes,
+				 uint64_t *bytes_p)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_encode((const scg_coo_t *)src, buf, cap_bytes, bytes_p);
+	return passed(st, "coo_encode");
+}
+
+static sc_status_t cu_coo_decode(const void *buf, uint64_t bytes, scd_coo_t *out)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_decode(buf, bytes, (scg_coo_t *)out);
+	return passed(st, "coo_decode");
+}
+
+/* The cpu's seg_ok (format.c). */
+static int seg_ok(const scd_partmap_t *map, const scd_hbseg_t *seg)
+{
+	return seg->p < map->fn.nparts && seg->lo <= seg->hi &&
+	       seg->hi <= scd_partmap_size(map, seg->p);
+}
+
+/* The segment's slice of the list (device). */
+static const uint32_t *seg_list(const scd_partmap_t *map, const scd_hbseg_t *seg)
+{
+	return map->list + map->offset[seg->p] + seg->lo;
+}
+
+static sc_status_t cu_hash_bitmap_encode(const scd_partmap_t *map, uint32_t p, const float *g,
+					 void *buf, uint64_t cap_bytes, uint64_t *bytes_p)
+{
+	if (p >= map->fn.nparts)
+		return SC_ERR_INVALID;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st =
+		    fns.hash_bitmap_encode(map->list + map->offset[p], scd_partmap_size(map, p),
+					   g, buf, cap_bytes, bytes_p);
+	return passed(st, "hash_bitmap_encode");
+}
+
+static sc_status_t cu_hash_bitmap_encode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					     float *local, uint64_t *touched, void *buf,
+					     uint64_t cap_bytes, uint64_t *bytes_p)
+{
+	if (!seg_ok(map, seg))
+		return SC_ERR_INVALID;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hash_bitmap_encode_local(local, touched, seg->lo, seg->hi, buf,
+						  cap_bytes, bytes_p);
+	return passed(st, "hash_bitmap_encode_seg");
+}
+
+static sc_status_t cu_hash_bitmap_decode_seg(const scd_partmap_t *map, const scd_hbseg_t *seg,
+					     const void *buf, uint64_t bytes, scd_coo_t *out)
+{
+	if (!seg_ok(map, seg))
+		return SC_ERR_INVALID;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hash_bitmap_decode(seg_list(map, seg), seg->hi - seg->lo, buf, bytes,
+					    (scg_coo_t *)out);
+	return passed(st, "hash_bitmap_decode_seg");
+}
+
+static sc_status_t cu_hash_bitmap_decode_dense_seg(const scd_partmap_t *map,
+						   const scd_hbseg_t *seg, const void *buf,
+						   uint64_t bytes, float *dst)
+{
+	if (!seg_ok(map, seg))
+		return SC_ERR_INVALID;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.hash_bitmap_decode_dense(seg_list(map, seg), seg->hi - seg->lo, buf,
+						  bytes, dst);
+	return passed(st, "hash_bitmap_decode_dense_seg");
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -587,6 +725,28 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->gather = cu_gather;
 	if (f->coo_gather)
 		ops->coo_gather = cu_coo_gather;
+
+	/* part.cu, and hhash.cu's hash bitmap */
+	if (f->partmap_acquire && f->partmap_release) {
+		ops->partmap_acquire = cu_partmap_acquire;
+		ops->partmap_release = cu_partmap_release;
+	}
+	if (f->partition_coo)
+		ops->partition_coo = cu_partition_coo;
+	if (f->coo_scatter_add_part)
+		ops->coo_scatter_add_part = cu_coo_scatter_add_part;
+	if (f->coo_encode)
+		ops->coo_encode = cu_coo_encode;
+	if (f->coo_decode)
+		ops->coo_decode = cu_coo_decode;
+	if (f->hash_bitmap_encode)
+		ops->hash_bitmap_encode = cu_hash_bitmap_encode;
+	if (f->hash_bitmap_encode_local)
+		ops->hash_bitmap_encode_seg = cu_hash_bitmap_encode_seg;
+	if (f->hash_bitmap_decode)
+		ops->hash_bitmap_decode_seg = cu_hash_bitmap_decode_seg;
+	if (f->hash_bitmap_decode_dense)
+		ops->hash_bitmap_decode_dense_seg = cu_hash_bitmap_decode_dense_seg;
 
 	unsigned n_missing = 0;
 	size_t len = 0;
@@ -695,6 +855,17 @@ static void load(void)
 	SCD_SYM_(coo_fold_residual, "scg_coo_fold_residual");
 	SCD_SYM_(gather, "scg_gather");
 	SCD_SYM_(coo_gather, "scg_coo_gather");
+	/* part.cu, and hhash.cu's hash bitmap */
+	SCD_SYM_(partmap_acquire, "scg_partmap_acquire");
+	SCD_SYM_(partmap_release, "scg_partmap_release");
+	SCD_SYM_(partition_coo, "scg_partition_coo");
+	SCD_SYM_(coo_scatter_add_part, "scg_coo_scatter_add_part");
+	SCD_SYM_(coo_encode, "scg_coo_encode");
+	SCD_SYM_(coo_decode, "scg_coo_decode");
+	SCD_SYM_(hash_bitmap_encode, "scg_hash_bitmap_encode");
+	SCD_SYM_(hash_bitmap_encode_local, "scg_hash_bitmap_encode_local");
+	SCD_SYM_(hash_bitmap_decode, "scg_hash_bitmap_decode");
+	SCD_SYM_(hash_bitmap_decode_dense, "scg_hash_bitmap_decode_dense");
 #undef SCD_SYM_
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",

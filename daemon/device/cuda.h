@@ -96,6 +96,27 @@ typedef struct scd_cuda_fns {
 	sc_status_t (*coo_gather)(float *val, const uint32_t *idx, uint64_t n,
 				  const uint32_t *list_idx, float *list_val, uint64_t list_nnz,
 				  int take);
+	/* part.cu, and hhash.cu's hash bitmap */
+	sc_status_t (*partmap_acquire)(uint64_t numel, uint32_t nparts, uint64_t seed,
+				       const scg_partmap_t **map_host);
+	void (*partmap_release)(const scg_partmap_t *map_host);
+	sc_status_t (*partition_coo)(const scg_partfn_t *fn_host, const scg_coo_t *in_host,
+				     scg_coo_t *out_host, uint64_t *offset_host);
+	sc_status_t (*coo_scatter_add_part)(float *dst, uint64_t *touched, const uint32_t *pos,
+					    uint64_t numel, uint64_t slots, const uint32_t *idx,
+					    const float *val, uint64_t nnz, uint64_t *bad_host);
+	sc_status_t (*coo_encode)(const scg_coo_t *src_host, void *buf, uint64_t cap_bytes,
+				  uint64_t *bytes_host);
+	sc_status_t (*coo_decode)(const void *buf, uint64_t bytes, scg_coo_t *out_host);
+	sc_status_t (*hash_bitmap_encode)(const uint32_t *I, uint64_t n, const float *g,
+					  void *buf, uint64_t cap_bytes, uint64_t *bytes_host);
+	sc_status_t (*hash_bitmap_encode_local)(float *local, uint64_t *touched, uint64_t lo,
+						uint64_t hi, void *buf, uint64_t cap_bytes,
+						uint64_t *bytes_host);
+	sc_status_t (*hash_bitmap_decode)(const uint32_t *I, uint64_t n, const void *buf,
+					  uint64_t bytes, scg_coo_t *out_host);
+	sc_status_t (*hash_bitmap_decode_dense)(const uint32_t *I, uint64_t n, const void *buf,
+						uint64_t bytes, float *dst);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */

@@ -60,6 +60,17 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .blocks_encode_dense = scg_blocks_encode_dense,
 	    .sketch_encode = scg_sketch_encode,
 	    .sketch_decode_dense = scg_sketch_decode_dense,
+	    /* part.cu, and hhash.cu's hash bitmap */
+	    .partmap_acquire = scg_partmap_acquire,
+	    .partmap_release = scg_partmap_release,
+	    .partition_coo = scg_partition_coo,
+	    .coo_scatter_add_part = scg_coo_scatter_add_part,
+	    .coo_encode = scg_coo_encode,
+	    .coo_decode = scg_coo_decode,
+	    .hash_bitmap_encode = scg_hash_bitmap_encode,
+	    .hash_bitmap_encode_local = scg_hash_bitmap_encode_local,
+	    .hash_bitmap_decode = scg_hash_bitmap_decode,
+	    .hash_bitmap_decode_dense = scg_hash_bitmap_decode_dense,
 	};
 	return f;
 }

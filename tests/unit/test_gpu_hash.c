@@ -7,7 +7,9 @@
  *     order is timing-dependent, so it is sorted here before comparing); nothing lost or
  *     duplicated from density 1e-5 to 1 and on adversarial sets (one partition, index 0
  *     and numel - 1, long runs, tiny parallel memory forcing serial and spill);
- *   - hash bitmap encode / decode / decode_dense and blocks encode: byte-identical;
+ *   - hash bitmap encode / decode / decode_dense of whole partitions (each its slice of
+ *     the list) and encode of a segment from its own values, and blocks encode:
+ *     byte-identical;
  *   - count sketch encode (small integer values: exact sums) and decode_dense (rows 1..6,
  *     medians included): identical.
  * Inputs go to device memory and results come back through scg_from_host / scg_to_host,
@@ -349,16 +351,16 @@ UNIT_TEST_TIMEOUT(gpu_hash_bitmap_identical, 120)
 		CHECK_EQ_INT(scd_partmap_acquire(n, P, unit_rng(), &map), SC_OK);
 		float *g = rand_dense(n, dens[d]), *dg = dev_copy(g, n * 4);
 		uint32_t *list = dev_copy(map->list, n * 4);
-		uint64_t *off = dev_copy(map->offset, (P + 1) * 8);
 		for (uint32_t p = 0; p < P; p++) {
+			/* the whole partition: its slice of the list */
+			const uint32_t *I = list + map->offset[p];
 			uint64_t sz = scd_partmap_size(map, p),
 				 cap = 8 * ((sz + 63) / 64) + 4 * sz;
 			char *cb = calloc(cap + 8, 1), *gbd = dev_copy(cb, cap + 8);
 			uint64_t cbytes = 0, gbytes = 0;
 			CHECK_EQ_INT(scd_hash_bitmap_encode(map, p, g, cb, cap, &cbytes),
 				     SC_OK);
-			CHECK_MSG(scg_hash_bitmap_encode(list, off, P, p, dg, gbd, cap,
-							 &gbytes) == SC_OK,
+			CHECK_MSG(scg_hash_bitmap_encode(I, sz, dg, gbd, cap, &gbytes) == SC_OK,
 				  "%s", scg_error());
 			CHECK_EQ_INT(gbytes, cbytes);
 			char *gb = host_copy(gbd, cbytes);
@@ -370,9 +372,8 @@ UNIT_TEST_TIMEOUT(gpu_hash_bitmap_identical, 120)
 			scg_coo_t o = {dev_copy(c.idx, sz * 4 + 4), dev_copy(c.val, sz * 4 + 4),
 				       0, sz};
 			CHECK_EQ_INT(scd_hash_bitmap_decode(map, p, cb, cbytes, &c), SC_OK);
-			CHECK_MSG(scg_hash_bitmap_decode(list, off, P, p, gbd, cbytes, &o) ==
-				      SC_OK,
-				  "%s", scg_error());
+			CHECK_MSG(scg_hash_bitmap_decode(I, sz, gbd, cbytes, &o) == SC_OK, "%s",
+				  scg_error());
 			CHECK_EQ_INT(o.nnz, c.nnz);
 			uint32_t *oi = host_copy(o.idx, c.nnz * 4);
 			float *ov = host_copy(o.val, c.nnz * 4);
@@ -383,25 +384,50 @@ UNIT_TEST_TIMEOUT(gpu_hash_bitmap_identical, 120)
 			float *cd = calloc(n, 4), *gdd = dev_copy(cd, n * 4);
 			CHECK_EQ_INT(scd_hash_bitmap_decode_dense(map, p, cb, cbytes, cd),
 				     SC_OK);
-			CHECK_MSG(scg_hash_bitmap_decode_dense(list, off, P, p, gbd, cbytes,
-							       gdd) == SC_OK,
+			CHECK_MSG(scg_hash_bitmap_decode_dense(I, sz, gbd, cbytes, gdd) ==
+				      SC_OK,
 				  "%s", scg_error());
 			float *gd = host_copy(gdd, n * 4);
 			CHECK_TRUE(memcmp(cd, gd, n * 4) == 0);
 			/* malformed lengths are refused as the cpu refuses them */
 			if (cbytes >= 4) {
-				CHECK_EQ_INT(scg_hash_bitmap_decode(list, off, P, p, gbd,
-								    cbytes - 4, &o),
+				CHECK_EQ_INT(scg_hash_bitmap_decode(I, sz, gbd, cbytes - 4, &o),
 					     SC_ERR_PROTOCOL);
-				CHECK_EQ_INT(scg_hash_bitmap_decode_dense(list, off, P, p, gbd,
-									  cbytes + 4, gdd),
-					     SC_ERR_PROTOCOL);
+				CHECK_EQ_INT(
+				    scg_hash_bitmap_decode_dense(I, sz, gbd, cbytes + 4, gdd),
+				    SC_ERR_PROTOCOL);
 			}
+			if (sz)
+				CHECK_EQ_INT(
+				    scg_hash_bitmap_encode(I, sz, dg, gbd, cap - 1, &gbytes),
+				    SC_ERR_LIMIT);
+			/* a segment [lo, hi) of the partition, from its own values */
+			uint64_t lo = unit_rng_below(sz + 1),
+				 hi = lo + unit_rng_below(sz - lo + 1);
+			scd_hbseg_t seg = {p, lo, hi};
+			float *local = malloc((sz + 1) * 4);
+			for (uint64_t j = 0; j < sz; j++)
+				local[j] = g[map->list[map->offset[p] + j]];
+			float *dlocal = dev_copy(local + lo, (hi - lo) * 4);
+			CHECK_EQ_INT(scd_hash_bitmap_encode_seg(map, &seg, local + lo, NULL, cb,
+								cap, &cbytes),
+				     SC_OK);
+			CHECK_MSG(scg_hash_bitmap_encode_local(dlocal, NULL, lo, hi, gbd, cap,
+							       &gbytes) == SC_OK,
+				  "%s", scg_error());
+			CHECK_EQ_INT(gbytes, cbytes);
+			free(gb);
+			gb = host_copy(gbd, cbytes);
+			CHECK_MSG(memcmp(cb, gb, cbytes) == 0,
+				  "partition %u segment [%llu, %llu): encodings differ", p,
+				  (unsigned long long)lo, (unsigned long long)hi);
+			scg_free(dlocal);
+			free(local);
 			free(cd), free(gd), free(c.idx), free(c.val), free(cb), free(gb);
 			scg_free(o.idx), scg_free(o.val), scg_free(gdd), scg_free(gbd);
 		}
 		free(g);
-		scg_free(dg), scg_free(list), scg_free(off);
+		scg_free(dg), scg_free(list);
 		scd_partmap_release(map);
 	}
 }
