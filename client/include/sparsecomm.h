@@ -138,7 +138,8 @@ typedef enum {
  */
 typedef struct sc_tensor_opts {
 	uint32_t struct_size;
-	int allow_lossy;	    /* lossy schemes (SparDL, S2 sketch) may be chosen */
+	int allow_lossy;	    /* lossy schemes may run: the automatic choice may pick
+				       SparDL; S2's sketch runs only when pinned */
 	sc_sparsifier_t sparsifier; /* default SC_SPARSIFY_NONE */
 	double density;		    /* target density for TOPK, DGC, EXDYNA */
 	double threshold;	    /* for THRESHOLD */

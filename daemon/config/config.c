@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,8 @@ void scd_config_init(scd_config_t *cfg)
 		cfg->ival[k] = scd_cfg_desc[k].def_int;
 		if (scd_cfg_desc[k].type == SCD_CFG_STR)
 			cfg->sval[k] = strdup(scd_cfg_desc[k].def_str);
+		if (scd_cfg_desc[k].type == SCD_CFG_NUM)
+			cfg->dval[k] = strtod(scd_cfg_desc[k].def_str, NULL);
 	}
 }
 
@@ -109,6 +112,30 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 			return SC_ERR_INVALID;
 		}
 		cfg->ival[key] = v;
+	} else if (d->type == SCD_CFG_NUM) {
+		char *end;
+		errno = 0;
+		double v = strtod(value, &end);
+		while (isspace((unsigned char)*end))
+			end++;
+		if (errno || end == value || *end || !isfinite(v)) {
+			snprintf(err, err_len, "%s: '%s' is not a number", d->name, value);
+			return SC_ERR_INVALID;
+		}
+		double lo = (double)d->min * 1e-6, hi = (double)d->max * 1e-6;
+		if (v < lo || v > hi) {
+			snprintf(err, err_len, "%s: %g is outside [%g, %g]", d->name, v, lo,
+				 hi);
+			return SC_ERR_INVALID;
+		}
+		/* a cap or a band of 0 turns it off; below 1 it would select nothing */
+		if ((key == SCD_CFG_exdyna_cap || key == SCD_CFG_exdyna_grid) && v > 0 &&
+		    v < 1) {
+			snprintf(err, err_len, "%s: %g is neither 0 (off) nor at least 1",
+				 d->name, v);
+			return SC_ERR_INVALID;
+		}
+		cfg->dval[key] = v;
 	} else {
 		if (key == SCD_CFG_log_level && strcmp(value, "error") &&
 		    strcmp(value, "warn") && strcmp(value, "info") && strcmp(value, "debug")) {
@@ -198,7 +225,10 @@ const char *scd_config_text(const scd_config_t *cfg, int key, char *buf, size_t 
 {
 	if (scd_cfg_desc[key].type == SCD_CFG_STR)
 		return cfg->sval[key];
-	snprintf(buf, len, "%lld", (long long)cfg->ival[key]);
+	if (scd_cfg_desc[key].type == SCD_CFG_NUM)
+		snprintf(buf, len, "%g", cfg->dval[key]);
+	else
+		snprintf(buf, len, "%lld", (long long)cfg->ival[key]);
 	return buf;
 }
 

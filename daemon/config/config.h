@@ -14,7 +14,7 @@
 
 #include "sparsecomm.h"
 
-typedef enum { SCD_CFG_INT, SCD_CFG_STR } scd_cfg_type_t;
+typedef enum { SCD_CFG_INT, SCD_CFG_STR, SCD_CFG_NUM } scd_cfg_type_t;
 typedef enum {
 	SCD_SRC_DEFAULT = 0,
 	SCD_SRC_FILE,
@@ -23,8 +23,11 @@ typedef enum {
 	SCD_SRC_RUNTIME
 } scd_cfg_source_t;
 
-/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc)
- */
+/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc).
+ * INT: an integer (K, M, G suffixes), default_int, min and max. STR: text, default_str.
+ * NUM: a decimal number, default_str its default, min and max in millionths.
+ * The scheme keys (spardl_ .. sketch_) are read once at start and must be the same on every
+ * node (the ranks' schemes compute the same partitions, sketches and teams). */
 #define SCD_CONFIG_MAP(X)                                                                      \
 	X(rank, INT, 0, NULL, 0, 4095, 0,                                                      \
 	  "this node's rank in the world (0 is the coordinator)")                              \
@@ -61,6 +64,33 @@ typedef enum {
 	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, 0,                          \
 	  "re-measure latency and bandwidth between the daemons every this many buffers (0: "  \
 	  "only at start)")                                                                    \
+	X(spardl_teams, INT, 0, NULL, 0, 4096, 0,                                              \
+	  "SparDL's team count d: 0 for the cost model's choice among the divisors of P, "     \
+	  "else the largest divisor of P not above it")                                        \
+	X(exdyna_blocks, INT, 1024, NULL, 1, 1048576, 0,                                       \
+	  "ExDyna's block count n_b: the partitions are runs of blocks of numel / n_b "        \
+	  "elements, rounded down to a multiple of 32")                                        \
+	X(exdyna_move_blocks, INT, 1, NULL, 1, 1048576, 0,                                     \
+	  "ExDyna: blocks a heavy partition gives its lighter neighbour per step (Alg. 3)")    \
+	X(exdyna_alpha, NUM, 0, "1.05", 1000000, 1000000000, 0,                                \
+	  "ExDyna: a partition over alpha x the mean load gives blocks to a neighbour under "  \
+	  "1/alpha of it (Alg. 3; in thousandths)")                                            \
+	X(exdyna_beta, NUM, 0, "1.1", 1000000, 1000000000, 0,                                  \
+	  "ExDyna: the threshold's band; inside (1/beta, beta] x the target it takes the "     \
+	  "fine step (Alg. 5; in thousandths)")                                                \
+	X(exdyna_gamma, NUM, 0, "0.005", 1, 999999, 0,                                         \
+	  "ExDyna: the threshold's step (Alg. 5)")                                             \
+	X(exdyna_cap, NUM, 0, "1.25", 0, 1000000000, 0,                                        \
+	  "ExDyna: a rank sends at most cap x its share, its largest magnitudes (0: no cap, "  \
+	  "else at least 1; in thousandths)")                                                  \
+	X(exdyna_grid, NUM, 0, "1.25", 0, 1000000000, 0,                                       \
+	  "ExDyna: a step whose selection leaves [1/grid, grid] x the target moves every "     \
+	  "rank to the best of 257 thresholds it counted (0: Alg. 5 alone, else at least 1; "  \
+	  "in thousandths)")                                                                   \
+	X(sketch_rows, INT, 1, NULL, 1, 15, 0,                                                 \
+	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
+	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, 0,                                       \
+	  "S2: columns of the sketch, as a multiple of the union's expected non-zeros")        \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 
 typedef enum {
@@ -72,6 +102,7 @@ typedef enum {
 
 typedef struct scd_config {
 	int64_t ival[SCD_CFG_COUNT];
+	double dval[SCD_CFG_COUNT];
 	char *sval[SCD_CFG_COUNT];
 	scd_cfg_source_t source[SCD_CFG_COUNT];
 } scd_config_t;
@@ -113,6 +144,10 @@ static inline int64_t scd_cfg_int(const scd_config_t *cfg, scd_cfg_key_t key)
 static inline const char *scd_cfg_str(const scd_config_t *cfg, scd_cfg_key_t key)
 {
 	return cfg->sval[key];
+}
+static inline double scd_cfg_num(const scd_config_t *cfg, scd_cfg_key_t key)
+{
+	return cfg->dval[key];
 }
 
 #endif

@@ -74,12 +74,16 @@ struct scd_bufctx_table {
 	int gather_ranks;
 	scd_xfer_t *xfers;
 	int xfer_ranks;
+	scd_scheme_cfg_t base; /* the schemes' settings (numel and seed set per buffer) */
 };
 
-sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p)
+sc_status_t scd_bufctx_table_create(const scd_scheme_cfg_t *base, scd_bufctx_table_t **tab_p)
 {
 	*tab_p = calloc(1, sizeof(**tab_p));
-	return *tab_p ? SC_OK : SC_ERR_NOMEM;
+	if (!*tab_p)
+		return SC_ERR_NOMEM;
+	(*tab_p)->base = base ? *base : scd_scheme_cfg_default(0, 0);
+	return SC_OK;
 }
 
 /* Frees p, in dev's memory, when there is one. */
@@ -173,9 +177,9 @@ static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
 
 /* A buffer's state on device dev. A failure keeps its own status (a sparsifier the
  * tensor's options cannot make is SC_ERR_INVALID) and says what failed in job->error. */
-static sc_status_t bufctx_new(scd_job_t *job, uint64_t sig, const scd_device_ops_t *dev,
-			      scd_transport_t *t, double alpha, double beta, uint64_t seed,
-			      scd_bufctx_t **b_p)
+static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint64_t sig,
+			      const scd_device_ops_t *dev, scd_transport_t *t, double alpha,
+			      double beta, uint64_t seed, scd_bufctx_t **b_p)
 {
 	sc_status_t st = SC_ERR_NOMEM;
 	scd_bufctx_t *b = calloc(1, sizeof(*b));
@@ -197,7 +201,9 @@ static sc_status_t bufctx_new(scd_job_t *job, uint64_t sig, const scd_device_ops
 	}
 	for (int i = 0; i < job->n_items; i++)
 		b->cache_ids[i] = job->items[i].cache_id;
-	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(job->total_numel, seed ^ sig);
+	scd_scheme_cfg_t cfg = *base;
+	cfg.numel = job->total_numel;
+	cfg.seed = seed ^ sig;
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
 	uint64_t max_sp = 0; /* the largest item sparsified here */
@@ -293,7 +299,7 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 		break;
 	}
 	scd_bufctx_t *b;
-	sc_status_t st = bufctx_new(job, sig, dev, t, alpha, beta, seed, &b);
+	sc_status_t st = bufctx_new(&tab->base, job, sig, dev, t, alpha, beta, seed, &b);
 	if (st != SC_OK)
 		return st;
 	if (tab->n == SCD_BUFCTX_MAX) {

@@ -18,7 +18,9 @@
 
 typedef struct scd_bufctx_table scd_bufctx_table_t;
 
-sc_status_t scd_bufctx_table_create(scd_bufctx_table_t **tab_p);
+/* base: the schemes' settings for every buffer (NULL: scd_scheme_cfg_default's); each
+ * buffer's context takes them with its own numel and seed. */
+sc_status_t scd_bufctx_table_create(const scd_scheme_cfg_t *base, scd_bufctx_table_t **tab_p);
 void scd_bufctx_table_destroy(scd_bufctx_table_t *tab);
 
 /* Frees the state of every buffer that holds the tensor with this cache id. */

@@ -8,6 +8,7 @@
  */
 #include "engine/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,6 +468,25 @@ static void on_closed(uv_handle_t *h)
 	free(h->data);
 }
 
+/* The schemes' settings from the configuration's scheme keys (read once: they are not
+ * runtime-changeable, and every node must have the same). */
+static scd_scheme_cfg_t scheme_base(const scd_config_t *cfg)
+{
+	scd_scheme_cfg_t b = scd_scheme_cfg_default(0, 0);
+	b.spardl_teams = (uint32_t)scd_cfg_int(cfg, SCD_CFG_spardl_teams);
+	b.exdyna_blocks = (uint32_t)scd_cfg_int(cfg, SCD_CFG_exdyna_blocks);
+	b.exdyna_move_blocks = (uint32_t)scd_cfg_int(cfg, SCD_CFG_exdyna_move_blocks);
+	b.exdyna_alpha_permille =
+	    (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_alpha));
+	b.exdyna_beta_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_beta));
+	b.exdyna_cap_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_cap));
+	b.exdyna_grid_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_grid));
+	b.exdyna_gamma = scd_cfg_num(cfg, SCD_CFG_exdyna_gamma);
+	b.sketch_rows = (uint32_t)scd_cfg_int(cfg, SCD_CFG_sketch_rows);
+	b.sketch_cols_factor = scd_cfg_num(cfg, SCD_CFG_sketch_cols);
+	return b;
+}
+
 sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engine_t **e_p)
 {
 	scd_engine_t *e = calloc(1, sizeof(*e));
@@ -475,7 +495,8 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->d = d;
 	e->done = done;
 	e->fusion_want_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
-	if (scd_bufctx_table_create(&e->bufs) != SC_OK) {
+	scd_scheme_cfg_t base = scheme_base(&d->cfg);
+	if (scd_bufctx_table_create(&base, &e->bufs) != SC_OK) {
 		free(e);
 		return SC_ERR_NOMEM;
 	}

@@ -95,6 +95,7 @@ void scd_ws_free(scd_ws_t *w)
 
 scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 {
+	scd_exdyna_cfg_t ex = scd_exdyna_cfg_default(numel, 1, 0, 0.01);
 	return (scd_scheme_cfg_t){.numel = numel,
 				  .seed = seed,
 				  .timeout_ms = 30000,
@@ -105,6 +106,13 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .sketch_cols_factor = 2,
 				  .sketch_block = 256,
 				  .omni_block = 256,
+				  .exdyna_blocks = ex.nblocks,
+				  .exdyna_move_blocks = ex.blk_move,
+				  .exdyna_alpha_permille = ex.alpha_permille,
+				  .exdyna_beta_permille = ex.beta_permille,
+				  .exdyna_cap_permille = ex.cap_permille,
+				  .exdyna_grid_permille = ex.recal_permille,
+				  .exdyna_gamma = ex.gamma,
 				  .stream_chunk = 32768};
 }
 

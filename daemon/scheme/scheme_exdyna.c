@@ -102,6 +102,13 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 		double d = c->cfg.density > 0 ? c->cfg.density : 0.01;
 		scd_exdyna_cfg_t ec =
 		    scd_exdyna_cfg_default(numel, (uint32_t)P, (uint32_t)me, d);
+		ec.nblocks = c->cfg.exdyna_blocks;
+		ec.blk_move = c->cfg.exdyna_move_blocks;
+		ec.alpha_permille = c->cfg.exdyna_alpha_permille;
+		ec.beta_permille = c->cfg.exdyna_beta_permille;
+		ec.cap_permille = c->cfg.exdyna_cap_permille;
+		ec.recal_permille = c->cfg.exdyna_grid_permille;
+		ec.gamma = c->cfg.exdyna_gamma;
 		if ((st = c->dev->exdyna_create(&ec, &c->ex)) != SC_OK)
 			return scd_scheme_fail(st, "exdyna: create over %llu elements",
 					       (unsigned long long)numel);

@@ -81,3 +81,77 @@ UNIT_TEST(config_example_file_matches_table)
 	scd_config_free(&def);
 	scd_config_free(&file);
 }
+
+/* The README's settings table lists every key of the table once, with its default (as the
+ * daemon reads it: "16M" is 16777216) and whether it changes at runtime; a key whose
+ * default is empty says "(empty)" or "see below". */
+UNIT_TEST(config_readme_table_matches_table)
+{
+	const char *path = "README.md";
+	if (access(path, R_OK) != 0)
+		path = "../README.md";
+	FILE *f = fopen(path, "r");
+	CHECK_MSG(f != NULL, "cannot open %s", path);
+	char line[1024], err[256], a[32], b[32];
+	int in_section = 0, rows = 0, seen[SCD_CFG_COUNT] = {0};
+	scd_config_t def, doc;
+	scd_config_init(&def);
+	scd_config_init(&doc);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "## ", 3)) {
+			in_section = !strncmp(line, "## Configuration", 16);
+			continue;
+		}
+		if (!in_section || strncmp(line, "| ", 2) || !strncmp(line, "| key ", 6))
+			continue;
+		/* | keys | defaults | runtime | meaning | */
+		char *cell[4], *save = NULL, *p = line + 1;
+		int nc = 0;
+		for (char *t = strtok_r(p, "|", &save); t && nc < 4;
+		     t = strtok_r(NULL, "|", &save))
+			cell[nc++] = t;
+		CHECK_MSG(nc == 4, "%s: a settings row without four cells", path);
+		for (int c = 0; c < 3; c++) { /* trim */
+			while (*cell[c] == ' ')
+				cell[c]++;
+			char *e = cell[c] + strlen(cell[c]);
+			while (e > cell[c] && e[-1] == ' ')
+				*--e = '\0';
+		}
+		rows++;
+		char *ks = NULL, *ds = NULL;
+		char *key = strtok_r(cell[0], ",", &ks), *dv = strtok_r(cell[1], ",", &ds);
+		for (; key; key = strtok_r(NULL, ",", &ks), dv = strtok_r(NULL, ",", &ds)) {
+			while (*key == ' ')
+				key++;
+			while (dv && *dv == ' ')
+				dv++;
+			int k = scd_config_find(key);
+			CHECK_MSG(k >= 0, "%s lists '%s', which is no key", path, key);
+			CHECK_MSG(!seen[k], "%s lists %s twice", path, key);
+			seen[k] = 1;
+			CHECK_MSG(dv != NULL, "%s: %s has no default", path, key);
+			CHECK_MSG(!strcmp(cell[2], scd_cfg_desc[k].runtime ? "yes" : "no"),
+				  "%s: %s says runtime '%s'", path, key, cell[2]);
+			const char *want = scd_config_text(&def, k, a, sizeof(a));
+			if (!*want) {
+				CHECK_MSG(!strcmp(dv, "(empty)") || !strcmp(dv, "see below"),
+					  "%s: %s's default is empty, the README says '%s'",
+					  path, key, dv);
+				continue;
+			}
+			CHECK_MSG(scd_config_set(&doc, k, dv, SCD_SRC_FILE, err, sizeof(err)) ==
+				      SC_OK,
+				  "%s: %s's default '%s': %s", path, key, dv, err);
+			CHECK_MSG(!strcmp(want, scd_config_text(&doc, k, b, sizeof(b))),
+				  "%s: %s's default is %s, the README says %s", path, key, want,
+				  dv);
+		}
+	}
+	fclose(f);
+	CHECK_MSG(rows > 0, "%s has no settings table under ## Configuration", path);
+	for (int k = 0; k < SCD_CFG_COUNT; k++)
+		CHECK_MSG(seen[k], "%s's settings table lacks %s", path, scd_cfg_desc[k].name);
+	scd_config_free(&def);
+	scd_config_free(&doc);
+}

@@ -19,7 +19,7 @@ UNIT_TEST(engine_bufctx_invalid_sparsifier_status)
 	static float buf[N], res[N];
 	scd_log_level = -1; /* the step logs the failure it detects: expected here */
 	scd_bufctx_table_t *tab = NULL;
-	CHECK_TRUE(scd_bufctx_table_create(&tab) == SC_OK);
+	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
 	const scd_device_ops_t *dev = NULL;
 	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
 	scd_transport_t t = {.ops = NULL, .rank = 0, .size = 1};
