@@ -184,7 +184,8 @@ extern "C" sc_status_t scg_blocks_decode(const void *buf, uint64_t bytes, uint64
 	if (nz) {
 		auto o = thrust::make_tabulate_output_iterator(
 		    dec_write{recs, out_host->idx, out_host->val});
-		SCG_TRY(what, thrust::copy_if(SCG_POLICY, zero, zero + ne, o, dec_nz{recs, numel}));
+		SCG_TRY(what,
+			thrust::copy_if(SCG_POLICY, zero, zero + ne, o, dec_nz{recs, numel}));
 	}
 	out_host->nnz = nz;
 	return SCG_CHECK(what);

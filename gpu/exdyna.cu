@@ -21,8 +21,11 @@
  * and the discarded entries go to dis as the cpu orders them: the unselected non-zeros,
  * then the ones the cap sent back.
  *
- * Histograms and grid counts are device-scope atomics through Thrust's for_each (both
- * builds). The workspace (histogram, grid counts, one scalar) is allocated at create.
+ * Histograms and grid counts: device-scope atomics through Thrust's for_each (portable:
+ * the host build, or the CUDA build with -DSCG_PORTABLE_KERNELS), and beside it a kernel
+ * with per-block counts in shared memory for the CUDA build. The workspace (histogram,
+ * grid counts, one scalar) is allocated at create; nothing is allocated per selection but
+ * Thrust's temporary storage for its compactions.
  */
 #include "portable.cuh"
 
@@ -129,38 +132,94 @@ template <class KF> struct key_eq {
 	}
 };
 
-template <class KF> struct hist_op {
-	KF kf;
-	u64 *hist;
+/* The bins of the histograms: a digit of the keys under a prefix (the radix select), and
+ * exdyna.c's grid_add (the bin between grid thresholds base + b STEP, the last one open).
+ * EX_EXCL: counted nowhere. */
+struct digit_bin {
 	uint32_t mask, prefix, dmask;
 	int shift;
-	SCG_HD void operator()(uint64_t i) const
+	SCG_HD uint32_t operator()(uint32_t key) const
 	{
-		uint32_t key = kf(i);
-		if (key != EX_EXCL && (key & mask) == prefix)
-			dref<u64>(hist[(key >> shift) & dmask])
-			    .fetch_add(1, cuda::std::memory_order_relaxed);
+		return key != EX_EXCL && (key & mask) == prefix ? (key >> shift) & dmask
+								: EX_EXCL;
 	}
 };
 
-/* exdyna.c's grid_add: the bin between grid thresholds (base + b STEP), the last one open. */
-template <class KF> struct grid_op {
-	KF kf;
-	u64 *grid;
+struct grid_bin {
 	int64_t base;
-	SCG_HD void operator()(uint64_t i) const
+	SCG_HD uint32_t operator()(uint32_t key) const
 	{
-		uint32_t key = kf(i);
-		if (key == EX_EXCL)
-			return;
-		int64_t d = (int64_t)key - base;
-		if (d >= 0) {
-			uint64_t b = (uint64_t)d / SCG_EXDYNA_GRID_STEP;
-			dref<u64>(grid[b < SCG_EXDYNA_GRID_N ? b : SCG_EXDYNA_GRID_N - 1])
-			    .fetch_add(1, cuda::std::memory_order_relaxed);
-		}
+		if (key == EX_EXCL || (int64_t)key < base)
+			return EX_EXCL;
+		uint64_t b = (uint64_t)((int64_t)key - base) / SCG_EXDYNA_GRID_STEP;
+		return (uint32_t)(b < SCG_EXDYNA_GRID_N ? b : SCG_EXDYNA_GRID_N - 1);
 	}
 };
+
+#if defined(SCG_HOST) || defined(SCG_PORTABLE_KERNELS)
+template <class KF, class BIN> struct bin_op {
+	KF kf;
+	BIN bin;
+	u64 *hist;
+	SCG_HD void operator()(uint64_t i) const
+	{
+		uint32_t b = bin(kf(i));
+		if (b != EX_EXCL)
+			dref<u64>(hist[b]).fetch_add(1, cuda::std::memory_order_relaxed);
+	}
+};
+#else
+/* The CUDA build's histogram: per-block counts in shared memory (a gradient's keys crowd
+ * into a few bins, which global atomics would serialise), then one global add per
+ * non-empty bin and block. The same counts as bin_op's (the portable version, which the
+ * host build runs). A block sees at most n / EX_HIST_GRID elements: its 32-bit counts
+ * cannot overflow for n < 2^32. */
+#define EX_HIST_BLOCK 256
+#define EX_HIST_GRID  1024
+
+template <class KF, class BIN>
+__global__ void ex_hist_kernel(KF kf, BIN bin, uint64_t lo, uint64_t hi, u64 *hist,
+			       uint32_t nbins)
+{
+	extern __shared__ unsigned int h[];
+	for (uint32_t b = threadIdx.x; b < nbins; b += blockDim.x)
+		h[b] = 0;
+	__syncthreads();
+	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = lo + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi;
+	     i += stride) {
+		uint32_t b = bin(kf(i));
+		if (b != EX_EXCL)
+			atomicAdd(&h[b], 1u);
+	}
+	__syncthreads();
+	for (uint32_t b = threadIdx.x; b < nbins; b += blockDim.x)
+		if (h[b])
+			atomicAdd(&hist[b], (u64)h[b]);
+}
+#endif
+
+/* Adds the histogram of bin(kf(i)) over [lo, hi) into hist (nbins, cleared by the caller). */
+template <class KF, class BIN>
+sc_status_t histogram(KF kf, BIN bin, uint64_t lo, uint64_t hi, u64 *hist, uint32_t nbins,
+		      const char *what)
+{
+	if (hi <= lo)
+		return SC_OK;
+#if defined(SCG_HOST) || defined(SCG_PORTABLE_KERNELS)
+	thrust::counting_iterator<uint64_t> i0(0);
+	SCG_TRY(what,
+		thrust::for_each(SCG_POLICY, i0 + lo, i0 + hi, bin_op<KF, BIN>{kf, bin, hist}));
+	return SC_OK;
+#else
+	uint64_t blocks = (hi - lo + EX_HIST_BLOCK - 1) / EX_HIST_BLOCK;
+	unsigned grid = (unsigned)(blocks < EX_HIST_GRID ? blocks : EX_HIST_GRID);
+	ex_hist_kernel<KF, BIN>
+	    <<<grid, EX_HIST_BLOCK, nbins * sizeof(unsigned int), scg_stream()>>>(
+		kf, bin, lo, hi, hist, nbins);
+	return scg_check_cuda(cudaGetLastError(), what);
+#endif
+}
 
 /* Records the position at rank want - 1. */
 struct record_rank {
@@ -264,16 +323,15 @@ sc_status_t kth_key(scg_exdyna_t *ws, KF kf, uint64_t lo, uint64_t hi, uint64_t 
 {
 	uint64_t remaining = k, gt = 0, total = 0, eq = 0;
 	uint32_t T = 0;
-	thrust::counting_iterator<uint64_t> i0(0);
 	for (int shift = EX_TOP_SHIFT; shift >= 0; shift -= EX_DIGIT) {
 		uint32_t nb = shift == EX_TOP_SHIFT ? EX_NB_TOP : 1u << EX_DIGIT;
 		uint32_t mask = shift == EX_TOP_SHIFT ? 0 : ~((1u << (shift + EX_DIGIT)) - 1);
 		SCG_TRY(what, thrust::fill(SCG_POLICY, ws->hist, ws->hist + nb, 0ull));
-		if (hi > lo)
-			SCG_TRY(what, thrust::for_each(SCG_POLICY, i0 + lo, i0 + hi,
-						       hist_op<KF>{kf, ws->hist, mask, T, nb - 1,
-								   shift}));
-		sc_status_t st = rd(ws->hist_host, ws->hist, nb);
+		sc_status_t st = histogram(kf, digit_bin{mask, T, nb - 1, shift}, lo, hi,
+					   ws->hist, nb, what);
+		if (st != SC_OK)
+			return st;
+		st = rd(ws->hist_host, ws->hist, nb);
 		if (st != SC_OK)
 			return st;
 		if (shift == EX_TOP_SHIFT)
@@ -310,12 +368,11 @@ sc_status_t grid_counts(scg_exdyna_t *ws, KF kf, uint64_t lo, uint64_t hi, int64
 			uint64_t *meta_host, const char *what)
 {
 	const uint32_t N = SCG_EXDYNA_GRID_N;
-	thrust::counting_iterator<uint64_t> i0(0);
 	SCG_TRY(what, thrust::fill(SCG_POLICY, ws->grid, ws->grid + N, 0ull));
-	if (hi > lo)
-		SCG_TRY(what, thrust::for_each(SCG_POLICY, i0 + lo, i0 + hi,
-					       grid_op<KF>{kf, ws->grid, base}));
-	sc_status_t st = rd(ws->grid_host, ws->grid, N);
+	sc_status_t st = histogram(kf, grid_bin{base}, lo, hi, ws->grid, N, what);
+	if (st != SC_OK)
+		return st;
+	st = rd(ws->grid_host, ws->grid, N);
 	if (st != SC_OK)
 		return st;
 	for (uint32_t j = 0; j < N; j++)
@@ -443,7 +500,8 @@ extern "C" sc_status_t scg_exdyna_select(scg_exdyna_t *ws, const scg_exdyna_plan
 	if (plan->mode == SCG_EXDYNA_CALIBRATE) {
 		uint32_t key = 0;
 		uint64_t gt = 0, eq = 0;
-		st = kth_key(ws, mk(ex_plain(0, hi)), lo, hi, plan->share, &key, &gt, &eq, what);
+		st =
+		    kth_key(ws, mk(ex_plain(0, hi)), lo, hi, plan->share, &key, &gt, &eq, what);
 		if (st != SC_OK)
 			return st;
 		*key_host = key;
@@ -463,8 +521,8 @@ extern "C" sc_status_t scg_exdyna_select(scg_exdyna_t *ws, const scg_exdyna_plan
 	if (q > out->cap) { /* the output is full: the first cap of them by index */
 		m = out->cap;
 		uint64_t pos = lo;
-		if (m && (st = nth_pos(ws, key_in<dense_key>{mk(sel)}, lo, hi, m, &pos, what)) !=
-			     SC_OK)
+		if (m && (st = nth_pos(ws, key_in<dense_key>{mk(sel)}, lo, hi, m, &pos,
+				       what)) != SC_OK)
 			return st;
 		sel.bound = m ? pos + 1 : lo;
 	}
@@ -477,7 +535,8 @@ extern "C" sc_status_t scg_exdyna_select(scg_exdyna_t *ws, const scg_exdyna_plan
 		w = plan->cap;
 	}
 	if (w) {
-		auto o = thrust::make_tabulate_output_iterator(write_dense{acc, out->idx, out->val});
+		auto o =
+		    thrust::make_tabulate_output_iterator(write_dense{acc, out->idx, out->val});
 		SCG_TRY(what, thrust::copy_if(SCG_POLICY, i0 + lo, i0 + hi, o,
 					      key_in<dense_key>{mk(keep)}));
 	}
@@ -489,8 +548,9 @@ extern "C" sc_status_t scg_exdyna_select(scg_exdyna_t *ws, const scg_exdyna_plan
 }
 
 extern "C" sc_status_t scg_exdyna_select_coo(scg_exdyna_t *ws, const scg_exdyna_plan_t *plan,
-					     const scg_coo_t *in, scg_coo_t *out, scg_coo_t *dis,
-					     uint64_t *meta_host, uint32_t *key_host)
+					     const scg_coo_t *in, scg_coo_t *out,
+					     scg_coo_t *dis, uint64_t *meta_host,
+					     uint32_t *key_host)
 {
 	const char *what = "scg_exdyna_select_coo";
 	sc_status_t st = plan_check(plan, what);
@@ -505,8 +565,8 @@ extern "C" sc_status_t scg_exdyna_select_coo(scg_exdyna_t *ws, const scg_exdyna_
 	if (plan->mode == SCG_EXDYNA_CALIBRATE) {
 		uint32_t key = 0;
 		uint64_t gt = 0, eq = 0;
-		st = kth_key(ws, mk(ex_plain(0, UINT64_MAX)), 0, nnz, plan->share, &key, &gt, &eq,
-			     what);
+		st = kth_key(ws, mk(ex_plain(0, UINT64_MAX)), 0, nnz, plan->share, &key, &gt,
+			     &eq, what);
 		if (st != SC_OK)
 			return st;
 		*key_host = key;
@@ -533,8 +593,8 @@ extern "C" sc_status_t scg_exdyna_select_coo(scg_exdyna_t *ws, const scg_exdyna_
 	if (w) {
 		auto o = thrust::make_tabulate_output_iterator(
 		    write_coo{in->idx, in->val, out->idx, out->val});
-		SCG_TRY(what,
-			thrust::copy_if(SCG_POLICY, j0, j0 + nnz, o, key_in<coo_key>{mk(keep)}));
+		SCG_TRY(what, thrust::copy_if(SCG_POLICY, j0, j0 + nnz, o,
+					      key_in<coo_key>{mk(keep)}));
 	}
 	if (nnz) {
 		coo_rest<coo_key> rest{mk(sel), in->val};

@@ -25,8 +25,9 @@ struct scd_exdyna {
 	uint64_t iter;
 	int calibrating;   /* the threshold's start is still to be taken from the data */
 	double proposal;   /* this rank's threshold at that selection */
-	uint64_t *meta;	   /* [1 + 2 HALF + 1], meta_words used: what the update needs from this rank: how many
-			      passed the threshold, then the proposal or the grid counts */
+	uint64_t *meta;	   /* [1 + 2 HALF + 1], meta_words used: what the update needs
+			      from this rank: how many passed the threshold, then the
+			      proposal or the grid counts */
 	uint64_t *totals;  /* [2 HALF + 1]: the ranks' grid counts summed */
 	uint32_t grid_key; /* the grid's centre: the shared threshold's key */
 	uint64_t jumps;	   /* iterations whose threshold came from the grid */

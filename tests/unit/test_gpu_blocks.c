@@ -89,8 +89,10 @@ static uint32_t pick_block(uint64_t n)
 
 static uint64_t pick_numel(int round)
 {
-	return round == 0 ? 0 : round == 1 ? 1 : round < 10 ? 1 + unit_rng_below(300)
-							    : 1000 + unit_rng_below(40000);
+	return round == 0   ? 0
+	       : round == 1 ? 1
+	       : round < 10 ? 1 + unit_rng_below(300)
+			    : 1000 + unit_rng_below(40000);
 }
 
 UNIT_TEST(gpu_ops_table_blocks_count_dense)
@@ -187,7 +189,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_blocks_decode, 120)
 		for (uint64_t i = 0; i < n; i++)
 			nnz += g[i] != 0.0f;
 		uint8_t *buf = malloc(nz * rec + 2 * rec);
-		CHECK_EQ_INT(scd_blocks_encode_dense(g, n, block, buf, nz * rec, &bytes), SC_OK);
+		CHECK_EQ_INT(scd_blocks_encode_dense(g, n, block, buf, nz * rec, &bytes),
+			     SC_OK);
 		/* well formed: room for all, exactly enough, one short, none */
 		decode_both(&gpu, buf, bytes, n, block, nnz + 3, "encoded");
 		decode_both(&gpu, buf, bytes, n, block, nnz, "exactly enough");
@@ -207,7 +210,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_blocks_decode, 120)
 			uint32_t *id = (uint32_t *)(buf + r * rec), keep = *id;
 			*id = (uint32_t)(nb + unit_rng_below(3));
 			decode_both(&gpu, buf, bytes, n, block, nnz, "id past the tensor");
-			decode_both(&gpu, buf, bytes, n, block, nnz / 2, "id past, little room");
+			decode_both(&gpu, buf, bytes, n, block, nnz / 2,
+				    "id past, little room");
 			*id = UINT32_MAX;
 			decode_both(&gpu, buf, bytes, n, block, nnz, "id UINT32_MAX");
 			if (r) {
@@ -225,7 +229,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_blocks_decode, 120)
 
 /* Applies buf to a copy of dst0 on both devices: same status, same tensor. */
 static void apply_both(const scd_device_ops_t *gpu, const void *buf, uint64_t bytes,
-		       uint32_t block, uint64_t len, const float *dst0, int add, const char *what)
+		       uint32_t block, uint64_t len, const float *dst0, int add,
+		       const char *what)
 {
 	const scd_device_ops_t *cpu = &scd_device_cpu_ops;
 	float *c = malloc(4 * len + 4), *back = malloc(4 * len + 4);
@@ -238,8 +243,9 @@ static void apply_both(const scd_device_ops_t *gpu, const void *buf, uint64_t by
 		  (unsigned long long)len, block, (unsigned long long)bytes,
 		  add ? "add" : "assign", sc_status_name(gs), sc_status_name(cs));
 	dget(gpu, back, dd, 4 * len);
-	CHECK_MSG(same_bits(back, c, 4 * len), "%s (len %llu, block %u, %s): the tensor differs",
-		  what, (unsigned long long)len, block, add ? "add" : "assign");
+	CHECK_MSG(same_bits(back, c, 4 * len),
+		  "%s (len %llu, block %u, %s): the tensor differs", what,
+		  (unsigned long long)len, block, add ? "add" : "assign");
 	gpu->free(db), gpu->free(dd);
 	free(c), free(back);
 }
@@ -266,8 +272,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_blocks_apply, 120)
 			apply_both(&gpu, buf, 0, block, len, dst0, add, "empty");
 			apply_both(&gpu, buf, bytes, 0, len, dst0, add, "block 0");
 			if (bytes)
-				apply_both(&gpu, buf, bytes - 1 - unit_rng_below(rec - 1), block,
-					   len, dst0, add, "cut");
+				apply_both(&gpu, buf, bytes - 1 - unit_rng_below(rec - 1),
+					   block, len, dst0, add, "cut");
 			if (nrec) { /* an id past the range: what precedes it is applied */
 				uint64_t r = unit_rng_below(nrec);
 				uint32_t *id = buf + r * (1 + (uint64_t)block), keep = *id;
@@ -289,7 +295,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_blocks_apply, 120)
 				}
 			}
 			for (int add = 0; add < 2; add++)
-				apply_both(&gpu, twice, m * rec, block, len, dst0, add, "twice");
+				apply_both(&gpu, twice, m * rec, block, len, dst0, add,
+					   "twice");
 			free(twice);
 		}
 		free(dst0), free(buf);
@@ -303,11 +310,12 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_sketch_decode_apply, 120)
 	const scd_device_ops_t *cpu = &scd_device_cpu_ops;
 	for (int round = 0; round < 24; round++) {
 		uint64_t n = pick_numel(round);
-		scd_sketch_cfg_t cfg = {.numel = n,
-					.rows = 1,
-					.cols = 1 + (uint32_t)unit_rng_below(round < 10 ? 50 : 5000),
-					.block = pick_block(n),
-					.seed = unit_rng()};
+		scd_sketch_cfg_t cfg = {
+		    .numel = n,
+		    .rows = 1,
+		    .cols = 1 + (uint32_t)unit_rng_below(round < 10 ? 50 : 5000),
+		    .block = pick_block(n),
+		    .seed = unit_rng()};
 		uint64_t step = unit_rng_below(100), F = scd_sketch_floats(&cfg);
 		uint64_t nb = scd_sketch_nblocks(&cfg);
 		float *S = malloc(4 * F + 4), *own = malloc(4 * F + 4);
@@ -326,8 +334,8 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_sketch_decode_apply, 120)
 		float *dS = dput(&gpu, S, 4 * F), *down = dput(&gpu, own, 4 * F);
 		float *ddst = dput(&gpu, dst, 4 * n), *dres = dput(&gpu, res, 4 * n);
 		CHECK_EQ_INT(cpu->sketch_decode_apply(&cfg, step, S, own, dst, res), SC_OK);
-		CHECK_MSG(gpu.sketch_decode_apply(&cfg, step, dS, down, ddst, dres) == SC_OK, "%s",
-			  scg_error());
+		CHECK_MSG(gpu.sketch_decode_apply(&cfg, step, dS, down, ddst, dres) == SC_OK,
+			  "%s", scg_error());
 		dget(&gpu, gdst, ddst, 4 * n);
 		dget(&gpu, gres, dres, 4 * n);
 		CHECK_MSG(same_bits(gdst, dst, 4 * n) && same_bits(gres, res, 4 * n),

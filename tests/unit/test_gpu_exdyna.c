@@ -116,8 +116,8 @@ static void check_state(scd_exdyna_t *a, scd_exdyna_t *b, const char *what, int 
 		      scd_exdyna_jumps(a) == scd_exdyna_jumps(b),
 		  "%s, step %d: the state differs from the cpu's", what, step);
 	float ta = scd_exdyna_threshold(a), tb = scd_exdyna_threshold(b);
-	CHECK_MSG(same_bits(&ta, &tb, 4), "%s, step %d: threshold %.9g, cpu %.9g", what, step, tb,
-		  ta);
+	CHECK_MSG(same_bits(&ta, &tb, 4), "%s, step %d: threshold %.9g, cpu %.9g", what, step,
+		  tb, ta);
 }
 
 /* mode: 0 in and residual, 1 the tensor already in the residual, 2 no error feedback;
@@ -130,7 +130,7 @@ static void run_world(const scd_device_ops_t *gpu, uint32_t P, uint64_t n, doubl
 	snprintf(what, sizeof what, "P %u, numel %llu, density %g, config %d, mode %d, %s", P,
 		 (unsigned long long)n, density, c, mode, coo ? "list" : "dense");
 	scd_exdyna_t **ce = calloc(P, sizeof *ce), **ge = calloc(P, sizeof *ge);
-	float **res = calloc(P, sizeof *res); /* the cpu's residuals (host) */
+	float **res = calloc(P, sizeof *res);	/* the cpu's residuals (host) */
 	float **gres = calloc(P, sizeof *gres); /* the GPU's (device) */
 	float *g = malloc(4 * n), *back = malloc(4 * n);
 	uint32_t *ci = malloc(4 * n + 4), *gi = malloc(4 * n + 4), *li = malloc(4 * n + 4);
@@ -177,16 +177,17 @@ static void run_world(const scd_device_ops_t *gpu, uint32_t P, uint64_t n, doubl
 					if (mode == 2)
 						cres = NULL, gr = NULL;
 				}
-				CHECK_EQ_INT(cpu->exdyna_select(ce[r], cin, cres, &cout, &ccount),
-					     SC_OK);
+				CHECK_EQ_INT(
+				    cpu->exdyna_select(ce[r], cin, cres, &cout, &ccount),
+				    SC_OK);
 				CHECK_MSG(gpu->exdyna_select(ge[r], gin, gr, &gout, &gcount) ==
 					      SC_OK,
 					  "%s: %s", what, scg_error());
 				if (mode != 2) {
 					dget(gpu, back, gres[r], 4 * n);
 					CHECK_MSG(same_bits(back, res[r], 4 * n),
-						  "%s, step %d, rank %u: residual differs", what,
-						  step, r);
+						  "%s, step %d, rank %u: residual differs",
+						  what, step, r);
 				}
 			} else {
 				/* the list: acc's non-zeros, the residual emptied into it */
@@ -202,13 +203,15 @@ static void run_world(const scd_device_ops_t *gpu, uint32_t P, uint64_t n, doubl
 				gpu->from_host(dlv, lv, 4 * m);
 				scd_coo_t cdis = {di, dv, 0, m}, gdis = {ddi, ddv, 0, m};
 				cout.cap = gout.cap = m;
-				CHECK_EQ_INT(cpu->exdyna_select_coo(ce[r], &cl, &cout, &cdis, &ccount),
-					     SC_OK);
+				CHECK_EQ_INT(
+				    cpu->exdyna_select_coo(ce[r], &cl, &cout, &cdis, &ccount),
+				    SC_OK);
 				CHECK_MSG(gpu->exdyna_select_coo(ge[r], &gl, &gout, &gdis,
 								 &gcount) == SC_OK,
 					  "%s: %s", what, scg_error());
-				CHECK_MSG(gdis.nnz == cdis.nnz, "%s, step %d, rank %u: dis %llu, cpu %llu",
-					  what, step, r, (unsigned long long)gdis.nnz,
+				CHECK_MSG(gdis.nnz == cdis.nnz,
+					  "%s, step %d, rank %u: dis %llu, cpu %llu", what,
+					  step, r, (unsigned long long)gdis.nnz,
 					  (unsigned long long)cdis.nnz);
 				dget(gpu, gdi, ddi, 4 * cdis.nnz);
 				dget(gpu, gdv, ddv, 4 * cdis.nnz);
@@ -220,16 +223,18 @@ static void run_world(const scd_device_ops_t *gpu, uint32_t P, uint64_t n, doubl
 						res[r][di[j]] += dv[j];
 			}
 			CHECK_MSG(gout.nnz == cout.nnz && gcount == ccount,
-				  "%s, step %d, rank %u: %llu selected, cpu %llu", what, step, r,
-				  (unsigned long long)gout.nnz, (unsigned long long)cout.nnz);
+				  "%s, step %d, rank %u: %llu selected, cpu %llu", what, step,
+				  r, (unsigned long long)gout.nnz,
+				  (unsigned long long)cout.nnz);
 			dget(gpu, gi, doi, 4 * cout.nnz);
 			dget(gpu, gv, dov, 4 * cout.nnz);
-			CHECK_MSG(same_bits(gi, ci, 4 * cout.nnz) && same_bits(gv, cv, 4 * cout.nnz),
+			CHECK_MSG(same_bits(gi, ci, 4 * cout.nnz) &&
+				      same_bits(gv, cv, 4 * cout.nnz),
 				  "%s, step %d, rank %u: selection differs", what, step, r);
 			CHECK_EQ_INT(scd_exdyna_meta_words(ge[r]), W);
-			CHECK_MSG(same_bits(scd_exdyna_meta(ge[r]), scd_exdyna_meta(ce[r]), 8 * W),
-				  "%s, step %d, rank %u: the update's words differ", what, step,
-				  r);
+			CHECK_MSG(
+			    same_bits(scd_exdyna_meta(ge[r]), scd_exdyna_meta(ce[r]), 8 * W),
+			    "%s, step %d, rank %u: the update's words differ", what, step, r);
 			memcpy(meta + (size_t)r * W, scd_exdyna_meta(ce[r]), 8 * W);
 			double pc = scd_exdyna_proposal(ce[r]), pg = scd_exdyna_proposal(ge[r]);
 			CHECK_MSG(same_bits(&pc, &pg, 8), "%s, step %d: proposal differs", what,
@@ -250,9 +255,9 @@ static void run_world(const scd_device_ops_t *gpu, uint32_t P, uint64_t n, doubl
 	gpu->free(dg), gpu->free(doi), gpu->free(ddi), gpu->free(dli), gpu->free(dov),
 	    gpu->free(ddv), gpu->free(dlv);
 	CHECK_EQ_INT(gpu->sync(), SC_OK);
-	free(ce), free(ge), free(res), free(gres), free(g), free(back), free(ci),
-	    free(gi), free(li), free(cv), free(gv), free(lv), free(di), free(gdi), free(dv),
-	    free(gdv), free(meta);
+	free(ce), free(ge), free(res), free(gres), free(g), free(back), free(ci), free(gi),
+	    free(li), free(cv), free(gv), free(lv), free(di), free(gdi), free(dv), free(gdv),
+	    free(meta);
 }
 
 static uint64_t pick_numel(int round)
