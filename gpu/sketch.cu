@@ -9,7 +9,9 @@
  * exact (integers of modest size), within rounding otherwise. The bitmap entry is set to
  * 1.0f (the same value from every writer). Decode: one thread per element of a marked
  * block, the median over rows by the same insertion sort (mean of the two middle values
- * for an even row count): identical to the cpu's given the same sketch.
+ * for an even row count): identical to the cpu's given the same sketch. Decode-apply
+ * (one row, scg.h section exdyna.cu / blocks.cu / sketch.cu): the same decode and, per
+ * marked element, res -= s * own's bucket, a product by a sign (exact): the cpu's bits.
  */
 #include "scg_hash.cuh"
 
