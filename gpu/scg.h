@@ -275,6 +275,53 @@ sc_status_t scg_coo_encode(const scg_coo_t *src_host, void *buf, uint64_t cap_by
 			   uint64_t *bytes_host);
 sc_status_t scg_coo_decode(const void *buf, uint64_t bytes, scg_coo_t *out_host);
 
+/* ---- exdyna.cu / blocks.cu / sketch.cu (decode_apply) ---- */
+/* ExDyna's selection (daemon/device/exdyna.h): the object and its control state are the
+ * daemon's (exdyna.c); each selection gets a plan of the iteration with the layout of
+ * scd_exdyna_plan_t (daemon/device/exdyna_impl.h). CALIBRATE: the threshold is the
+ * share-th largest magnitude of the partition (its key to *key_host: 0 when fewer);
+ * GRID: the partition's counts at the grid's thresholds to meta_host[1 .. GRID_N];
+ * always meta_host[0]: how many passed the threshold (before the cap). Outputs and
+ * residual are bit-identical to scd_exdyna_select / _select_coo's. */
+enum { SCG_EXDYNA_FIXED = 0, SCG_EXDYNA_CALIBRATE, SCG_EXDYNA_GRID };
+#define SCG_EXDYNA_GRID_N    257 /* 2 SCD_EXDYNA_GRID_HALF + 1 */
+#define SCG_EXDYNA_GRID_STEP (1 << 18)
+typedef struct scg_exdyna_plan {
+	uint64_t numel;
+	uint64_t lo, hi;   /* this rank's partition */
+	uint64_t share;	   /* CALIBRATE: the rank of the threshold's magnitude */
+	uint64_t cap;	   /* at most cap selected, the largest (UINT64_MAX: no cap) */
+	int64_t grid_base; /* GRID: the lowest grid threshold's key */
+	uint32_t tkey;	   /* FIXED and GRID: the threshold's key */
+	uint32_t mode;	   /* SCG_EXDYNA_* */
+} scg_exdyna_plan_t;
+typedef struct scg_exdyna scg_exdyna_t;
+/* The selection's workspace (histogram, grid counts), allocated once. */
+sc_status_t scg_exdyna_create(scg_exdyna_t **ws_host);
+void scg_exdyna_destroy(scg_exdyna_t *ws_host);
+/* in may be NULL (the tensor is in residual), residual may be NULL (no error feedback);
+ * out_host's arrays: device memory (cap entries); meta_host: 1 + GRID_N words. */
+sc_status_t scg_exdyna_select(scg_exdyna_t *ws_host, const scg_exdyna_plan_t *plan_host,
+			      const float *in, float *residual, scg_coo_t *out_host,
+			      uint64_t *meta_host, uint32_t *key_host);
+/* out_host and dis_host have room for in_host->nnz entries (else SC_ERR_INVALID). */
+sc_status_t scg_exdyna_select_coo(scg_exdyna_t *ws_host, const scg_exdyna_plan_t *plan_host,
+				  const scg_coo_t *in_host, scg_coo_t *out_host,
+				  scg_coo_t *dis_host, uint64_t *meta_host, uint32_t *key_host);
+/* OmniReduce's blocks, as scd_blocks_count_dense, scd_blocks_decode and scd_blocks_apply
+ * (format.h), with their status codes; apply takes records in any order (a block sent
+ * twice is applied in record order, as the cpu does). */
+sc_status_t scg_blocks_count_dense(const float *g, uint64_t numel, uint32_t block,
+				   uint64_t *count_host);
+sc_status_t scg_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel, uint32_t block,
+			      scg_coo_t *out_host);
+sc_status_t scg_blocks_apply(const void *buf, uint64_t bytes, uint32_t block, uint64_t len,
+			     float *dst, int add);
+/* scd_sketch_decode_apply: one row (else SC_ERR_INVALID), bit-identical. */
+sc_status_t scg_sketch_decode_apply(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+				    const float *sketch, const float *own, float *dst,
+				    float *res);
+
 #ifdef __cplusplus
 }
 #endif

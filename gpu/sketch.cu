@@ -9,7 +9,9 @@
  * exact (integers of modest size), within rounding otherwise. The bitmap entry is set to
  * 1.0f (the same value from every writer). Decode: one thread per element of a marked
  * block, the median over rows by the same insertion sort (mean of the two middle values
- * for an even row count): identical to the cpu's given the same sketch.
+ * for an even row count): identical to the cpu's given the same sketch. Decode-apply
+ * (one row, scg.h section exdyna.cu / blocks.cu / sketch.cu): the same decode and, per
+ * marked element, res -= s * own's bucket, a product by a sign (exact): the cpu's bits.
  */
 #include "scg_hash.cuh"
 
@@ -155,5 +157,52 @@ extern "C" sc_status_t scg_sketch_decode_dense(const scg_sketch_cfg_t *cfg, uint
 	thrust::counting_iterator<uint64_t> zero(0);
 	SCG_TRY(what,
 		thrust::for_each(SCG_POLICY, zero, zero + g.numel, sk_decode{g, sketch, dst}));
+	return SCG_CHECK(what);
+}
+
+/* ---- decode_apply (one row) --------------------------------------------------------- */
+
+namespace
+{ /* file-local: no clash with the other sources' functors */
+
+/* Element i of sketch_decode_apply: sketch.c's decode_row, one element per thread. The
+ * products are by a sign (+-1), exact, so a contraction of res - s * own into a fused
+ * multiply-add gives the same bits as the cpu's separate subtraction. */
+struct sk_decode_apply {
+	sk_geom g;
+	const float *sketch, *own;
+	float *dst, *res;
+	SCG_HD void operator()(uint64_t i) const
+	{
+		const float *bitmap = sketch + g.cols;
+		if (!(bitmap[i / g.block] > 0.0f)) {
+			dst[i] = 0.0f;
+			return;
+		}
+		float s;
+		uint32_t b = sk_row_hash(g.seeds[0], (uint32_t)i, g.cols, &s);
+		dst[i] = s * sketch[b];
+		float e = s * own[b];
+		res[i] = res[i] - e;
+	}
+};
+
+} // namespace
+
+extern "C" sc_status_t scg_sketch_decode_apply(const scg_sketch_cfg_t *cfg, uint64_t step,
+					       const float *sketch, const float *own,
+					       float *dst, float *res)
+{
+	const char *what = "scg_sketch_decode_apply";
+	sk_geom g;
+	sc_status_t st = sk_geom_of(cfg, step, &g, what);
+	if (st != SC_OK)
+		return st;
+	if (g.rows != 1 || !own || !res)
+		return scg_fail(SC_ERR_INVALID, "%s: %u rows (1 only), own and res needed",
+				what, g.rows);
+	thrust::counting_iterator<uint64_t> zero(0);
+	SCG_TRY(what, thrust::for_each(SCG_POLICY, zero, zero + g.numel,
+				       sk_decode_apply{g, sketch, own, dst, res}));
 	return SCG_CHECK(what);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device/exdyna_impl.h"
 #include "util/log.h"
 
 /* The daemon's structures pass through unchanged: same layouts. */
@@ -641,6 +642,138 @@ static sc_status_t cu_hash_bitmap_decode_dense_seg(const scd_partmap_t *map,
 	return passed(st, "hash_bitmap_decode_dense_seg");
 }
 
+/* ---- exdyna.cu / blocks.cu / sketch.cu (decode_apply): the ExDyna object is exdyna.c's
+ * (exdyna_impl.h) with the GPU's selection workspace in dev; its control state and update
+ * stay on the host, the selection runs on the GPU from the iteration's plan */
+_Static_assert(sizeof(scg_exdyna_plan_t) == sizeof(scd_exdyna_plan_t), "exdyna plan differs");
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, numel);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, lo);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, hi);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, share);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, cap);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, grid_base);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, tkey);
+SCD_SAME_FIELD(scg_exdyna_plan_t, scd_exdyna_plan_t, mode);
+_Static_assert((int)SCG_EXDYNA_FIXED == (int)SCD_EXDYNA_FIXED &&
+		   (int)SCG_EXDYNA_CALIBRATE == (int)SCD_EXDYNA_CALIBRATE &&
+		   (int)SCG_EXDYNA_GRID == (int)SCD_EXDYNA_GRID,
+	       "exdyna plan modes differ");
+_Static_assert(SCG_EXDYNA_GRID_N == 2 * SCD_EXDYNA_GRID_HALF + 1 &&
+		   SCG_EXDYNA_GRID_STEP == SCD_EXDYNA_GRID_STEP,
+	       "exdyna grid differs");
+
+static sc_status_t cu_exdyna_create(const scd_exdyna_cfg_t *cfg, scd_exdyna_t **ex_p)
+{
+	scd_exdyna_t *ex = NULL;
+	scg_exdyna_t *ws = NULL;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = scd_exdyna_create(cfg, &ex);
+	if (st != SC_OK)
+		return st;
+	if ((st = fns.exdyna_create(&ws)) != SC_OK) {
+		scd_exdyna_destroy(ex);
+		return passed(st, "exdyna_create");
+	}
+	ex->dev = ws;
+	*ex_p = ex;
+	return SC_OK;
+}
+
+static void cu_exdyna_destroy(scd_exdyna_t *ex)
+{
+	if (!ex)
+		return;
+	fns.exdyna_destroy(ex->dev);
+	ex->dev = NULL;
+	scd_exdyna_destroy(ex);
+}
+
+/* The words the selection measured are in ex->meta; a calibrating one's threshold is
+ * recorded as exdyna.c does. */
+static sc_status_t cu_exdyna_select(scd_exdyna_t *ex, const float *in, float *residual,
+				    scd_coo_t *out, uint64_t *count_p)
+{
+	if (!ex || !out || (!in && !residual))
+		return SC_ERR_INVALID;
+	scd_exdyna_plan_t plan;
+	scd_exdyna_plan(ex, &plan);
+	uint32_t key = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.exdyna_select(ex->dev, (const scg_exdyna_plan_t *)&plan, in, residual,
+				       (scg_coo_t *)out, ex->meta, &key);
+	if (st != SC_OK)
+		return passed(st, "exdyna_select");
+	if (plan.mode == SCD_EXDYNA_CALIBRATE)
+		scd_exdyna_propose_key(ex, key);
+	if (count_p)
+		*count_p = out->nnz;
+	return SC_OK;
+}
+
+static sc_status_t cu_exdyna_select_coo(scd_exdyna_t *ex, const scd_coo_t *in, scd_coo_t *out,
+					scd_coo_t *dis, uint64_t *count_p)
+{
+	if (!ex || !in || !out || !dis || out->cap < in->nnz || dis->cap < in->nnz)
+		return SC_ERR_INVALID;
+	scd_exdyna_plan_t plan;
+	scd_exdyna_plan(ex, &plan);
+	uint32_t key = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.exdyna_select_coo(ex->dev, (const scg_exdyna_plan_t *)&plan,
+					   (const scg_coo_t *)in, (scg_coo_t *)out,
+					   (scg_coo_t *)dis, ex->meta, &key);
+	if (st != SC_OK)
+		return passed(st, "exdyna_select_coo");
+	if (plan.mode == SCD_EXDYNA_CALIBRATE)
+		scd_exdyna_propose_key(ex, key);
+	if (count_p)
+		*count_p = out->nnz;
+	return SC_OK;
+}
+
+/* A failed count is 0, the failure sticky. */
+static uint64_t cu_blocks_count_dense(const float *g, uint64_t numel, uint32_t block)
+{
+	uint64_t c = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.blocks_count_dense(g, numel, block, &c);
+	note(st, "blocks_count_dense");
+	return st == SC_OK ? c : 0;
+}
+
+static sc_status_t cu_blocks_decode(const void *buf, uint64_t bytes, uint64_t numel,
+				    uint32_t block, scd_coo_t *out)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.blocks_decode(buf, bytes, numel, block, (scg_coo_t *)out);
+	return passed(st, "blocks_decode");
+}
+
+static sc_status_t cu_blocks_apply(const void *buf, uint64_t bytes, uint32_t block,
+				   uint64_t len, float *dst, int add)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.blocks_apply(buf, bytes, block, len, dst, add);
+	return passed(st, "blocks_apply");
+}
+
+static sc_status_t cu_sketch_decode_apply(const scd_sketch_cfg_t *cfg, uint64_t step,
+					  const float *sketch, const float *own, float *dst,
+					  float *res)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.sketch_decode_apply((const scg_sketch_cfg_t *)cfg, step, sketch, own,
+					     dst, res);
+	return passed(st, "sketch_decode_apply");
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -747,6 +880,23 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->hash_bitmap_decode_seg = cu_hash_bitmap_decode_seg;
 	if (f->hash_bitmap_decode_dense)
 		ops->hash_bitmap_decode_dense_seg = cu_hash_bitmap_decode_dense_seg;
+
+	/* exdyna.cu / blocks.cu / sketch.cu (decode_apply) */
+	if (f->exdyna_create && f->exdyna_destroy && f->exdyna_select && f->exdyna_select_coo) {
+		ops->exdyna_create = cu_exdyna_create;
+		ops->exdyna_destroy = cu_exdyna_destroy;
+		ops->exdyna_select = cu_exdyna_select;
+		ops->exdyna_select_coo = cu_exdyna_select_coo;
+		ops->exdyna_update = scd_exdyna_update; /* host state only */
+	}
+	if (f->blocks_count_dense)
+		ops->blocks_count_dense = cu_blocks_count_dense;
+	if (f->blocks_decode)
+		ops->blocks_decode = cu_blocks_decode;
+	if (f->blocks_apply)
+		ops->blocks_apply = cu_blocks_apply;
+	if (f->sketch_decode_apply)
+		ops->sketch_decode_apply = cu_sketch_decode_apply;
 
 	unsigned n_missing = 0;
 	size_t len = 0;
@@ -866,6 +1016,15 @@ static void load(void)
 	SCD_SYM_(hash_bitmap_encode_local, "scg_hash_bitmap_encode_local");
 	SCD_SYM_(hash_bitmap_decode, "scg_hash_bitmap_decode");
 	SCD_SYM_(hash_bitmap_decode_dense, "scg_hash_bitmap_decode_dense");
+	/* exdyna.cu / blocks.cu / sketch.cu (decode_apply) */
+	SCD_SYM_(exdyna_create, "scg_exdyna_create");
+	SCD_SYM_(exdyna_destroy, "scg_exdyna_destroy");
+	SCD_SYM_(exdyna_select, "scg_exdyna_select");
+	SCD_SYM_(exdyna_select_coo, "scg_exdyna_select_coo");
+	SCD_SYM_(blocks_count_dense, "scg_blocks_count_dense");
+	SCD_SYM_(blocks_decode, "scg_blocks_decode");
+	SCD_SYM_(blocks_apply, "scg_blocks_apply");
+	SCD_SYM_(sketch_decode_apply, "scg_sketch_decode_apply");
 #undef SCD_SYM_
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",

@@ -117,6 +117,26 @@ typedef struct scd_cuda_fns {
 					  uint64_t bytes, scg_coo_t *out_host);
 	sc_status_t (*hash_bitmap_decode_dense)(const uint32_t *I, uint64_t n, const void *buf,
 						uint64_t bytes, float *dst);
+	/* exdyna.cu / blocks.cu / sketch.cu (decode_apply) */
+	sc_status_t (*exdyna_create)(scg_exdyna_t **ws_host);
+	void (*exdyna_destroy)(scg_exdyna_t *ws_host);
+	sc_status_t (*exdyna_select)(scg_exdyna_t *ws_host, const scg_exdyna_plan_t *plan_host,
+				     const float *in, float *residual, scg_coo_t *out_host,
+				     uint64_t *meta_host, uint32_t *key_host);
+	sc_status_t (*exdyna_select_coo)(scg_exdyna_t *ws_host,
+					 const scg_exdyna_plan_t *plan_host,
+					 const scg_coo_t *in_host, scg_coo_t *out_host,
+					 scg_coo_t *dis_host, uint64_t *meta_host,
+					 uint32_t *key_host);
+	sc_status_t (*blocks_count_dense)(const float *g, uint64_t numel, uint32_t block,
+					  uint64_t *count_host);
+	sc_status_t (*blocks_decode)(const void *buf, uint64_t bytes, uint64_t numel,
+				     uint32_t block, scg_coo_t *out_host);
+	sc_status_t (*blocks_apply)(const void *buf, uint64_t bytes, uint32_t block,
+				    uint64_t len, float *dst, int add);
+	sc_status_t (*sketch_decode_apply)(const scg_sketch_cfg_t *cfg_host, uint64_t step,
+					   const float *sketch, const float *own, float *dst,
+					   float *res);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */

@@ -7,7 +7,7 @@
  * last whole block belong to the last partition. A tensor of fewer than 32 elements is one
  * block. Partitions may own zero blocks only when there are fewer blocks than ranks.
  */
-#include "device/exdyna.h"
+#include "device/exdyna_impl.h"
 
 #include "device/kth.h"
 #include "device/select.h"
@@ -15,27 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct scd_exdyna {
-	scd_exdyna_cfg_t cfg;
-	uint64_t k;
-	uint64_t blk_size;
-	uint32_t nblocks;
-	int64_t min_blk;
-	int64_t *blk_part; /* blocks per partition */
-	int64_t *blk_pos;  /* first block of each partition */
-	int64_t *kpart;	   /* scratch: counts by partition */
-	double threshold;
-	double up, up_fine, down, down_fine;
-	uint64_t iter;
-	int calibrating;   /* the threshold's start is still to be taken from the data */
-	double proposal;   /* this rank's threshold at that selection */
-	uint64_t *meta;	   /* [meta_words]: what the update needs from this rank: how many
-			      passed the threshold, then the proposal or the grid counts */
-	uint64_t *totals;  /* [GRID_N]: the ranks' grid counts summed */
-	uint32_t grid_key; /* the grid's centre: the shared threshold's key */
-	uint64_t jumps;	   /* iterations whose threshold came from the grid */
-};
 
 /* The grid counts (exdyna.h) travel with every iteration's counts but the first. */
 #define GRID_N (2 * SCD_EXDYNA_GRID_HALF + 1)
@@ -165,6 +144,26 @@ static float propose(scd_exdyna_t *ex, uint32_t key)
 	ex->proposal = t;
 	memcpy(&ex->meta[1], &ex->proposal, 8);
 	return t;
+}
+
+void scd_exdyna_propose_key(scd_exdyna_t *ex, uint32_t key)
+{
+	propose(ex, key);
+}
+
+void scd_exdyna_plan(const scd_exdyna_t *ex, scd_exdyna_plan_t *plan_p)
+{
+	scd_exdyna_plan_t p = {.numel = ex->cfg.numel, .share = share(ex)};
+	scd_exdyna_part_range(ex, scd_exdyna_part_of_rank(ex, ex->cfg.rank), &p.lo, &p.hi);
+	uint64_t cap = ex->cfg.cap_permille * p.share / 1000; /* as cap_selection */
+	p.cap = !ex->cfg.cap_permille ? UINT64_MAX : cap ? cap : 1;
+	p.grid_base =
+	    (int64_t)ex->grid_key - (int64_t)SCD_EXDYNA_GRID_HALF * SCD_EXDYNA_GRID_STEP;
+	p.tkey = scd_threshold_key((float)ex->threshold);
+	p.mode = ex->calibrating ? SCD_EXDYNA_CALIBRATE
+		 : gridded(ex)	 ? SCD_EXDYNA_GRID
+				 : SCD_EXDYNA_FIXED;
+	*plan_p = p;
 }
 
 /* Grid counts: meta[1 + j] = how many of the partition's magnitudes are at least

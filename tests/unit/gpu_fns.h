@@ -71,6 +71,15 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .hash_bitmap_encode_local = scg_hash_bitmap_encode_local,
 	    .hash_bitmap_decode = scg_hash_bitmap_decode,
 	    .hash_bitmap_decode_dense = scg_hash_bitmap_decode_dense,
+	    /* exdyna.cu / blocks.cu / sketch.cu (decode_apply) */
+	    .exdyna_create = scg_exdyna_create,
+	    .exdyna_destroy = scg_exdyna_destroy,
+	    .exdyna_select = scg_exdyna_select,
+	    .exdyna_select_coo = scg_exdyna_select_coo,
+	    .blocks_count_dense = scg_blocks_count_dense,
+	    .blocks_decode = scg_blocks_decode,
+	    .blocks_apply = scg_blocks_apply,
+	    .sketch_decode_apply = scg_sketch_decode_apply,
 	};
 	return f;
 }
