@@ -91,6 +91,34 @@ typedef struct scd_cuda_fns {
 					 uint64_t in_nnz, float *res, uint64_t *bits,
 					 uint64_t numel, uint32_t *oi, float *ov,
 					 uint64_t *nnz_host);
+	/* kernels.cu */
+	sc_status_t (*idx_count_runs)(const uint32_t *idx, uint64_t n, uint64_t *count_host);
+	sc_status_t (*idx_runs_encode)(const uint32_t *idx, uint64_t n, void *runs);
+	sc_status_t (*idx_bitmap_encode)(const uint32_t *idx, uint64_t n, uint64_t lo,
+					 uint64_t span, uint64_t *words, uint64_t *pos_host);
+	sc_status_t (*runs_decode)(const void *runs, uint64_t nruns, uint64_t numel,
+				   uint64_t max, uint32_t *idx, uint64_t *n_host);
+	sc_status_t (*idx_add)(uint32_t *idx, uint64_t n, uint32_t add);
+	sc_status_t (*lower_bounds)(const uint32_t *a, const uint64_t *off_host,
+				    uint32_t nlists, const uint64_t *v_host, uint32_t nv,
+				    uint64_t *pos_host);
+	sc_status_t (*idx_check_range)(const uint32_t *idx, uint64_t n, uint64_t lo,
+				       uint64_t hi, uint64_t *pos_host);
+	sc_status_t (*coo_compact_nonzero)(const uint32_t *idx, const float *val, uint64_t n,
+					   uint32_t *oi, float *ov, uint64_t *nnz_host);
+	sc_status_t (*coo_merge_sum)(const uint32_t *ai, const float *av, uint64_t an,
+				     const uint32_t *bi, const float *bv, uint64_t bn,
+				     uint32_t *oi, float *ov, uint64_t *nnz_host);
+	sc_status_t (*coo_filter_mod)(const uint32_t *idx, const float *val, uint64_t n,
+				      uint32_t d, uint32_t t, uint32_t *oi, float *ov,
+				      uint64_t *nnz_host);
+	sc_status_t (*coo_block_runs)(const uint32_t *idx, uint64_t n, const uint64_t *bnd_host,
+				      uint32_t nb, uint64_t numel, uint32_t max,
+				      scg_run_t *runs_host, uint64_t *bad_host,
+				      uint32_t *nr_host);
+	sc_status_t (*sub_scaled)(float *res, const float *x, uint64_t n, float f);
+	sc_status_t (*coo_topk)(uint32_t *idx, float *val, uint64_t n, uint64_t k,
+				uint32_t *tmp_idx, float *tmp_val, uint64_t *kept_host);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */
