@@ -24,10 +24,11 @@
  * an index >= numel) and the host builds the cpu's run table from them.
  *
  * coo_topk: the k-th largest magnitude key T and the number above it (gt) by select.cu's
- * radix select (scg_radix.cuh: three digit histograms over the list's values), the index
- * position of the (k - gt)-th key equal to T (a compaction that records one rank), then a
+ * radix select (scg_radix.cuh: three digit histograms over the list's values, each read
+ * back for the host to pick the next prefix, as select.cu's top-k does), the position of
+ * the (k - gt)-th key equal to T (a compaction that records one rank; read back), then a
  * stable partition (key > T, or == T up to that position) into the scratch and a copy
- * back: no sort.
+ * back: no sort. k = 0 and k >= n leave the list as it is, as the cpu does.
  *
  * Scratch beyond the arguments (lower_bounds' tables, coo_block_runs' starts, runs_decode's
  * offsets, coo_topk's histogram, the rare partly aliased compaction) is Thrust's temporary
@@ -521,7 +522,8 @@ extern "C" sc_status_t scg_runs_decode(const void *runs, uint64_t nruns, uint64_
 		SCG_TRY(what, total = thrust::transform_reduce(SCG_POLICY, k0, k0 + nruns,
 							       run_len_checked{r, numel, al},
 							       (uint64_t)0, sum_sat()));
-		if (total > max) /* malformed (RUNS_BAD) or past max: nothing written */
+		if (total >= RUNS_BAD ||
+		    total > max) /* malformed or past max: nothing written */
 			return SCG_CHECK(what);
 		scratch<u64> off;
 		sc_status_t st = off.get(nruns, what);
