@@ -24,11 +24,12 @@
  * an index >= numel) and the host builds the cpu's run table from them.
  *
  * coo_topk: the k-th largest magnitude key T and the number above it (gt) by select.cu's
- * radix select (scg_radix.cuh: three digit histograms over the list's values, each read
- * back for the host to pick the next prefix, as select.cu's top-k does), the position of
- * the (k - gt)-th key equal to T (a compaction that records one rank; read back), then a
- * stable partition (key > T, or == T up to that position) into the scratch and a copy
- * back: no sort. k = 0 and k >= n leave the list as it is, as the cpu does.
+ * radix select (scg_radix.cuh: three digit histograms over the list's values), each
+ * digit's bucket picked on the device from the histogram's suffix sums, so nothing is
+ * read back (the count kept is min(k, n)); then the position of the (k - gt)-th key equal
+ * to T (a compaction that records one rank) and a stable partition (key > T, or == T up
+ * to that position) into the scratch and a copy back: no sort. k = 0 and k >= n leave the
+ * list as it is, as the cpu does.
  *
  * Scratch beyond the arguments (lower_bounds' tables, coo_block_runs' starts, runs_decode's
  * offsets, coo_topk's histogram, the rare partly aliased compaction) is Thrust's temporary
@@ -44,6 +45,7 @@
 #include <thrust/find.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/reverse_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
@@ -415,35 +417,69 @@ struct sub_scaled_op {
 
 /* ---- coo_topk ---- */
 
-struct key_eq {
-	const float *val;
-	uint32_t key;
-	SCG_HD bool operator()(uint64_t i) const
+/* The radix select's state, in device memory: the prefix of the k-th largest key found so
+ * far (T), how many of the k are still to be found among the keys with that prefix
+ * (remaining), how many keys are larger (gt), and the position of the last tie kept
+ * (tiecut). */
+struct topk_state {
+	u64 remaining, gt, tiecut;
+	uint32_t T;
+};
+
+/* kth.c's pick from the suffix sums of the histogram (suf[j]: buckets nb - 1 - j and
+ * above): the bucket holding the remaining-th largest key, the first j with
+ * suf[j] >= remaining (bucket 0 when none is) */
+struct pick_on_device {
+	const u64 *hist, *suf;
+	uint32_t nb;
+	int shift;
+	topk_state *st;
+	SCG_HD void operator()(uint64_t) const
 	{
-		return abs_key(val[i]) == key;
+		uint64_t rem = st->remaining;
+		uint32_t lo = 0, hi = nb - 1;
+		while (lo < hi) {
+			uint32_t mid = (lo + hi) / 2;
+			if (suf[mid] >= rem)
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		uint32_t b = nb - 1 - lo;
+		uint64_t above = suf[lo] - hist[b];
+		st->remaining = rem - above;
+		st->gt += above;
+		st->T |= b << shift;
 	}
 };
 
-/* records the position at rank want - 1 */
-struct record_at_rank {
-	u64 *dst;
-	uint64_t want;
+struct key_is_T {
+	const float *val;
+	const topk_state *st;
+	SCG_HD bool operator()(uint64_t i) const
+	{
+		return abs_key(val[i]) == st->T;
+	}
+};
+
+/* the position of the remaining-th key equal to T: the ties up to it are kept */
+struct record_tiecut {
+	topk_state *st;
 	SCG_HD void operator()(uint64_t r, uint64_t i) const
 	{
-		if (r + 1 == want)
-			*dst = i;
+		if (r + 1 == st->remaining)
+			st->tiecut = i;
 	}
 };
 
 /* kept: key above T, or equal to it at a position up to tiecut */
 struct topk_keep {
 	const float *val;
-	uint32_t T;
-	uint64_t tiecut;
+	const topk_state *st;
 	SCG_HD bool operator()(uint64_t i) const
 	{
-		uint32_t key = abs_key(val[i]);
-		return key > T || (key == T && i <= tiecut);
+		uint32_t key = abs_key(val[i]), T = st->T;
+		return key > T || (key == T && i <= st->tiecut);
 	}
 };
 
@@ -753,44 +789,41 @@ extern "C" sc_status_t scg_coo_topk(uint32_t *idx, float *val, uint64_t n, uint6
 		*kept_host = k >= n ? n : 0;
 		return SC_OK;
 	}
-	/* hist[NB_TOP] and the tie cut */
+	/* hist and its suffix sums (NB_TOP each), then the state */
 	const uint32_t nb_top = 1u << (31 - TOP_SHIFT);
+	const uint64_t state_words = (sizeof(topk_state) + 7) / 8;
 	scratch<u64> tab;
-	sc_status_t st = tab.get(nb_top + 1, what);
+	sc_status_t st = tab.get(2 * nb_top + state_words, what);
 	if (st != SC_OK)
 		return st;
-	u64 *hist = tab.p, *cut = hist + nb_top, hh[1u << (31 - TOP_SHIFT)];
+	u64 *hist = tab.p, *suf = hist + nb_top;
+	topk_state *ts = (topk_state *)(suf + nb_top), init = {k, 0, UINT64_MAX, 0};
+	st = scg_from_host(ts, &init, sizeof init);
+	if (st != SC_OK)
+		return st;
 	acc_view acc{val, NULL};
-	uint64_t remaining = k, gt = 0, count_eq = 0;
-	uint32_t T = 0;
+	thrust::counting_iterator<uint64_t> i0(0);
 	for (int shift = TOP_SHIFT; shift >= 0; shift -= DIGIT) {
 		uint32_t nb = shift == TOP_SHIFT ? nb_top : 1u << DIGIT;
 		uint32_t mask = shift == TOP_SHIFT ? 0 : ~((1u << (shift + DIGIT)) - 1);
 		SCG_TRY(what, thrust::fill(SCG_POLICY, hist, hist + nb, 0ull));
-		st = histogram(acc, n, hist, nb, mask, T, shift, what);
-		if (st == SC_OK)
-			st = rd(hh, (const u64 *)hist, nb);
+		st = histogram(acc, n, hist, nb, mask, 0, shift, what, &ts->T);
 		if (st != SC_OK)
 			return st;
-		uint32_t b = pick(hh, nb, &remaining, &gt);
-		T |= b << shift;
-		count_eq = hh[b];
+		SCG_TRY(what, thrust::inclusive_scan(SCG_POLICY,
+						     thrust::make_reverse_iterator(hist + nb),
+						     thrust::make_reverse_iterator(hist), suf));
+		SCG_TRY(what, thrust::for_each(SCG_POLICY, i0, i0 + 1,
+					       pick_on_device{hist, suf, nb, shift, ts}));
 	}
-	/* the (k - gt)-th key equal to T, by position (all of them when that is the last) */
-	u64 tiecut = UINT64_MAX;
-	thrust::counting_iterator<uint64_t> i0(0);
-	if (remaining < count_eq) {
-		auto o = thrust::make_tabulate_output_iterator(record_at_rank{cut, remaining});
-		SCG_TRY(what, thrust::copy_if(SCG_POLICY, i0, i0 + n, o, key_eq{val, T}));
-		st = rd(&tiecut, (const u64 *)cut, 1);
-		if (st != SC_OK)
-			return st;
-	}
+	/* the last tie kept, by position */
+	auto o = thrust::make_tabulate_output_iterator(record_tiecut{ts});
+	SCG_TRY(what, thrust::copy_if(SCG_POLICY, i0, i0 + n, o, key_is_T{val, ts}));
 	/* kept first, the rest behind, each in index order; then back in place */
 	auto in = thrust::make_zip_iterator(thrust::make_tuple(idx, val));
 	auto t = thrust::make_zip_iterator(thrust::make_tuple(tmp_idx, tmp_val));
 	SCG_TRY(what, thrust::stable_partition_copy(SCG_POLICY, in, in + n, i0, t, t + k,
-						    topk_keep{val, T, tiecut}));
+						    topk_keep{val, ts}));
 	SCG_TRY(what, thrust::copy(SCG_POLICY, tmp_idx, tmp_idx + n, idx));
 	SCG_TRY(what, thrust::copy(SCG_POLICY, tmp_val, tmp_val + n, val));
 	st = SCG_CHECK(what);

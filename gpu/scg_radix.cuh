@@ -47,10 +47,11 @@ struct hist_op {
 	u64 *hist;
 	uint32_t mask, prefix, dmask;
 	int shift;
+	const uint32_t *prefix_dev; /* the prefix in device memory, or NULL: prefix */
 	SCG_HD void operator()(uint64_t i) const
 	{
 		uint32_t key = abs_key(acc(i));
-		if ((key & mask) == prefix)
+		if ((key & mask) == (prefix_dev ? *prefix_dev : prefix))
 			cuda::atomic_ref<u64, cuda::thread_scope_device>(
 			    hist[(key >> shift) & dmask])
 			    .fetch_add(1, cuda::std::memory_order_relaxed);
@@ -69,9 +70,11 @@ struct hist_op {
 
 template <uint32_t NB>
 __global__ void hist_kernel(acc_view acc, uint64_t n, u64 *hist, uint32_t mask, uint32_t prefix,
-			    int shift)
+			    int shift, const uint32_t *prefix_dev)
 {
 	__shared__ unsigned int h[NB];
+	if (prefix_dev)
+		prefix = *prefix_dev;
 	for (uint32_t b = threadIdx.x; b < NB; b += blockDim.x)
 		h[b] = 0;
 	__syncthreads();
@@ -89,24 +92,27 @@ __global__ void hist_kernel(acc_view acc, uint64_t n, u64 *hist, uint32_t mask, 
 #endif
 
 /* Adds the histogram of digit (key >> shift) & (nb - 1) over the keys whose masked bits
- * equal prefix into hist (nb buckets, cleared by the caller). */
+ * equal prefix (or *prefix_dev, device memory, when not NULL: a prefix the device picked)
+ * into hist (nb buckets, cleared by the caller). */
 inline sc_status_t histogram(acc_view acc, uint64_t n, u64 *hist, uint32_t nb, uint32_t mask,
-			     uint32_t prefix, int shift, const char *what)
+			     uint32_t prefix, int shift, const char *what,
+			     const uint32_t *prefix_dev = nullptr)
 {
 #if defined(SCG_HOST) || defined(SCG_PORTABLE_KERNELS)
 	thrust::counting_iterator<uint64_t> i0(0);
-	SCG_TRY(what, thrust::for_each(SCG_POLICY, i0, i0 + n,
-				       hist_op{acc, hist, mask, prefix, nb - 1, shift}));
+	SCG_TRY(what,
+		thrust::for_each(SCG_POLICY, i0, i0 + n,
+				 hist_op{acc, hist, mask, prefix, nb - 1, shift, prefix_dev}));
 	return SC_OK;
 #else
 	uint64_t blocks = (n + HIST_BLOCK - 1) / HIST_BLOCK;
 	unsigned grid = (unsigned)(blocks < HIST_GRID ? blocks : HIST_GRID);
 	if (nb == 2048)
-		hist_kernel<2048>
-		    <<<grid, HIST_BLOCK, 0, scg_stream()>>>(acc, n, hist, mask, prefix, shift);
+		hist_kernel<2048><<<grid, HIST_BLOCK, 0, scg_stream()>>>(
+		    acc, n, hist, mask, prefix, shift, prefix_dev);
 	else
-		hist_kernel<1024>
-		    <<<grid, HIST_BLOCK, 0, scg_stream()>>>(acc, n, hist, mask, prefix, shift);
+		hist_kernel<1024><<<grid, HIST_BLOCK, 0, scg_stream()>>>(
+		    acc, n, hist, mask, prefix, shift, prefix_dev);
 	return scg_check_cuda(cudaGetLastError(), what);
 #endif
 }
