@@ -322,6 +322,62 @@ sc_status_t scg_sketch_decode_apply(const scg_sketch_cfg_t *cfg_host, uint64_t s
 				    const float *sketch, const float *own, float *dst,
 				    float *res);
 
+/* ---- kernels.cu ---- */
+/* The scheme layer's message bodies (daemon/device/msgops.h), its per-scheme kernels
+ * (scheme_kernels.h) and the top-k of a COO list (listops.h, scd_coo_topk), each
+ * bit-identical to the cpu device's. */
+/* *count_host: the maximal runs of consecutive indices (idx[j] == idx[j - 1] + 1) */
+sc_status_t scg_idx_count_runs(const uint32_t *idx, uint64_t n, uint64_t *count_host);
+/* those runs as (start, length) u32 pairs at runs (any alignment) */
+sc_status_t scg_idx_runs_encode(const uint32_t *idx, uint64_t n, void *runs);
+/* clears the (span + 63) / 64 words and sets bit idx[j] - lo of each entry before the
+ * first outside [lo, lo + span); *pos_host: that entry's position, n if none */
+sc_status_t scg_idx_bitmap_encode(const uint32_t *idx, uint64_t n, uint64_t lo, uint64_t span,
+				  uint64_t *words, uint64_t *pos_host);
+/* expands nruns (start, length) u32 pairs (any alignment) into idx (room for max);
+ * *n_host: the indices written, or UINT64_MAX (nothing written) when a run is empty,
+ * starts below the end of the one before, ends past numel, or the sum is past max */
+sc_status_t scg_runs_decode(const void *runs, uint64_t nruns, uint64_t numel, uint64_t max,
+			    uint32_t *idx, uint64_t *n_host);
+/* idx[j] += add (wrapping) */
+sc_status_t scg_idx_add(uint32_t *idx, uint64_t n, uint32_t add);
+/* pos_host[l * nv + k]: the first position of list l (a[off_host[l], off_host[l + 1]))
+ * whose value is >= v_host[k], counted from the list's start */
+sc_status_t scg_lower_bounds(const uint32_t *a, const uint64_t *off_host, uint32_t nlists,
+			     const uint64_t *v_host, uint32_t nv, uint64_t *pos_host);
+/* *pos_host: the first j with idx[j] outside [lo, hi) or not above idx[j - 1]; n if none */
+sc_status_t scg_idx_check_range(const uint32_t *idx, uint64_t n, uint64_t lo, uint64_t hi,
+				uint64_t *pos_host);
+/* the entries with a non-zero value, in order, into (oi, ov) (may be (idx, val)) */
+sc_status_t scg_coo_compact_nonzero(const uint32_t *idx, const float *val, uint64_t n,
+				    uint32_t *oi, float *ov, uint64_t *nnz_host);
+/* the ascending union of a and b (each strictly ascending; o distinct from both, room for
+ * an + bn): a value on one side as it is, av + bv on an equal index */
+sc_status_t scg_coo_merge_sum(const uint32_t *ai, const float *av, uint64_t an,
+			      const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+			      float *ov, uint64_t *nnz_host);
+/* the entries whose index is t modulo d (d > 0), in order, into (oi, ov) */
+sc_status_t scg_coo_filter_mod(const uint32_t *idx, const float *val, uint64_t n, uint32_t d,
+			       uint32_t t, uint32_t *oi, float *ov, uint64_t *nnz_host);
+/* scd_run_t's layout: entries [lo, hi) of a list in one block */
+typedef struct scg_run {
+	uint32_t block;
+	uint64_t lo, hi;
+} scg_run_t;
+/* scd_coo_block_runs: the runs (strictly ascending inside one block of the partition
+ * bnd_host[nb + 1] of [0, numel)) into runs_host (room for max), *nr_host their number;
+ * *bad_host: the position of an index >= numel that starts a run, n if none stopped it */
+sc_status_t scg_coo_block_runs(const uint32_t *idx, uint64_t n, const uint64_t *bnd_host,
+			       uint32_t nb, uint64_t numel, uint32_t max, scg_run_t *runs_host,
+			       uint64_t *bad_host, uint32_t *nr_host);
+/* res[i] -= x[i] * f, the product rounded first (no fused multiply-add) */
+sc_status_t scg_sub_scaled(float *res, const float *x, uint64_t n, float f);
+/* scd_coo_topk: the top k by magnitude of an ascending list kept in place in index order
+ * (ties at the k-th magnitude to the lowest positions), the rest behind in index order
+ * (tmp_*: scratch of n); *kept_host: min(k, n) */
+sc_status_t scg_coo_topk(uint32_t *idx, float *val, uint64_t n, uint64_t k, uint32_t *tmp_idx,
+			 float *tmp_val, uint64_t *kept_host);
+
 #ifdef __cplusplus
 }
 #endif

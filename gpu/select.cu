@@ -27,10 +27,12 @@
  *
  * The histograms: device-scope atomics through Thrust's for_each (portable, the host
  * build, or the CUDA build with -DSCG_PORTABLE_KERNELS), and beside it a kernel with
- * per-block shared-memory counts for the CUDA build.
+ * per-block shared-memory counts for the CUDA build. They, the digits and the pick of a
+ * bucket are in scg_radix.cuh, shared with the top-k of COO lists (kernels.cu).
  */
 #include "portable.cuh"
 #include "scg_hash.cuh"
+#include "scg_radix.cuh"
 
 #include <thrust/copy.h>
 #include <thrust/count.h>
@@ -54,16 +56,6 @@ typedef unsigned long long u64;
 namespace
 {
 
-#define TOP_SHIFT 20 /* first digit: key bits 30..20 (2048 buckets), then 19..10, 9..0 */
-#define DIGIT	  10
-
-SCG_HD inline uint32_t abs_key(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	return u & 0x7fffffffu;
-}
-
 inline float key_to_float(uint32_t key)
 {
 	float f;
@@ -82,16 +74,6 @@ template <class T> sc_status_t rd(T *dst_host, const T *src, size_t n)
 {
 	return scg_to_host(dst_host, src, n * sizeof(T));
 }
-
-/* acc = in + res, res or in, whichever the pointers call for */
-struct acc_view {
-	const float *in;
-	const float *res;
-	SCG_HD float operator()(uint64_t i) const
-	{
-		return in ? (res ? in[i] + res[i] : in[i]) : res[i];
-	}
-};
 
 struct crit_t {
 	uint32_t tkey, tiekey;
@@ -163,76 +145,6 @@ struct record_rank {
 	}
 };
 
-#if defined(SCG_HOST) || defined(SCG_PORTABLE_KERNELS)
-struct hist_op {
-	acc_view acc;
-	u64 *hist;
-	uint32_t mask, prefix, dmask;
-	int shift;
-	SCG_HD void operator()(uint64_t i) const
-	{
-		uint32_t key = abs_key(acc(i));
-		if ((key & mask) == prefix)
-			cuda::atomic_ref<u64, cuda::thread_scope_device>(
-			    hist[(key >> shift) & dmask])
-			    .fetch_add(1, cuda::std::memory_order_relaxed);
-	}
-};
-#endif
-
-#if !defined(SCG_HOST) && !defined(SCG_PORTABLE_KERNELS)
-/* The CUDA build's histogram: per-block counts in shared memory (the keys of a gradient
- * crowd into a few buckets, which global atomics would serialise), then one global add
- * per non-empty bucket and block. Same counts as hist_op's (the portable version, which
- * the host build runs). A block sees at most n / HIST_GRID elements: its 32-bit counts
- * cannot overflow for n < 2^32. */
-#define HIST_BLOCK 256
-#define HIST_GRID  2048
-
-template <uint32_t NB>
-__global__ void hist_kernel(acc_view acc, uint64_t n, u64 *hist, uint32_t mask, uint32_t prefix,
-			    int shift)
-{
-	__shared__ unsigned int h[NB];
-	for (uint32_t b = threadIdx.x; b < NB; b += blockDim.x)
-		h[b] = 0;
-	__syncthreads();
-	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-		uint32_t key = abs_key(acc(i));
-		if ((key & mask) == prefix)
-			atomicAdd(&h[(key >> shift) & (NB - 1)], 1u);
-	}
-	__syncthreads();
-	for (uint32_t b = threadIdx.x; b < NB; b += blockDim.x)
-		if (h[b])
-			atomicAdd(&hist[b], (u64)h[b]);
-}
-#endif
-
-/* Adds the histogram of digit (key >> shift) & (nb - 1) over the keys whose masked bits
- * equal prefix into hist (nb buckets, cleared by the caller). */
-sc_status_t histogram(acc_view acc, uint64_t n, u64 *hist, uint32_t nb, uint32_t mask,
-		      uint32_t prefix, int shift, const char *what)
-{
-#if defined(SCG_HOST) || defined(SCG_PORTABLE_KERNELS)
-	thrust::counting_iterator<uint64_t> i0(0);
-	SCG_TRY(what, thrust::for_each(SCG_POLICY, i0, i0 + n,
-				       hist_op{acc, hist, mask, prefix, nb - 1, shift}));
-	return SC_OK;
-#else
-	uint64_t blocks = (n + HIST_BLOCK - 1) / HIST_BLOCK;
-	unsigned grid = (unsigned)(blocks < HIST_GRID ? blocks : HIST_GRID);
-	if (nb == 2048)
-		hist_kernel<2048>
-		    <<<grid, HIST_BLOCK, 0, scg_stream()>>>(acc, n, hist, mask, prefix, shift);
-	else
-		hist_kernel<1024>
-		    <<<grid, HIST_BLOCK, 0, scg_stream()>>>(acc, n, hist, mask, prefix, shift);
-	return scg_check_cuda(cudaGetLastError(), what);
-#endif
-}
-
 struct add_f32 {
 	SCG_HD float operator()(float a, float b) const
 	{
@@ -294,17 +206,6 @@ uint64_t density_to_k(double density, uint64_t numel)
 	if (k < 1)
 		k = 1;
 	return k > (double)numel ? numel : (uint64_t)k;
-}
-
-/* From the top bucket down: the one holding the remaining-th largest key (kth.c). */
-uint32_t pick(const u64 *hist, uint32_t nb, uint64_t *remaining, uint64_t *gt)
-{
-	uint32_t b = nb - 1;
-	for (; b > 0 && *remaining > hist[b]; b--) {
-		*remaining -= hist[b];
-		*gt += hist[b];
-	}
-	return b;
 }
 
 } // namespace

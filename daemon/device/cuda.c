@@ -774,6 +774,147 @@ static sc_status_t cu_sketch_decode_apply(const scd_sketch_cfg_t *cfg, uint64_t 
 	return passed(st, "sketch_decode_apply");
 }
 
+/* ---- kernels.cu: a failed count or position is 0 (runs_decode's UINT64_MAX, a failed
+ * run table empty with bad 0, failed positions 0), the failure sticky */
+
+_Static_assert(sizeof(scg_run_t) == sizeof(scd_run_t), "scg_run_t != scd_run_t");
+SCD_SAME_FIELD(scg_run_t, scd_run_t, block);
+SCD_SAME_FIELD(scg_run_t, scd_run_t, lo);
+SCD_SAME_FIELD(scg_run_t, scd_run_t, hi);
+
+static uint64_t cu_idx_count_runs(const uint32_t *idx, uint64_t n)
+{
+	uint64_t c = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.idx_count_runs(idx, n, &c);
+	note(st, "idx_count_runs");
+	return st == SC_OK ? c : 0;
+}
+
+static void cu_idx_runs_encode(const uint32_t *idx, uint64_t n, void *runs)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.idx_runs_encode(idx, n, runs) : st, "idx_runs_encode");
+}
+
+static uint64_t cu_idx_bitmap_encode(const uint32_t *idx, uint64_t n, uint64_t lo,
+				     uint64_t span, uint64_t *words)
+{
+	uint64_t pos = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.idx_bitmap_encode(idx, n, lo, span, words, &pos);
+	note(st, "idx_bitmap_encode");
+	return st == SC_OK ? pos : 0;
+}
+
+static uint64_t cu_runs_decode(const void *runs, uint64_t nruns, uint64_t numel, uint64_t max,
+			       uint32_t *idx)
+{
+	uint64_t n = UINT64_MAX;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.runs_decode(runs, nruns, numel, max, idx, &n);
+	note(st, "runs_decode");
+	return st == SC_OK ? n : UINT64_MAX;
+}
+
+static void cu_idx_add(uint32_t *idx, uint64_t n, uint32_t add)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.idx_add(idx, n, add) : st, "idx_add");
+}
+
+static void cu_lower_bounds(const uint32_t *a, const uint64_t *off, uint32_t nlists,
+			    const uint64_t *v, uint32_t nv, uint64_t *pos)
+{
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.lower_bounds(a, off, nlists, v, nv, pos);
+	note(st, "lower_bounds");
+	if (st != SC_OK)
+		memset(pos, 0, 8 * (size_t)nlists * nv);
+}
+
+static uint64_t cu_idx_check_range(const uint32_t *idx, uint64_t n, uint64_t lo, uint64_t hi)
+{
+	uint64_t pos = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.idx_check_range(idx, n, lo, hi, &pos);
+	note(st, "idx_check_range");
+	return st == SC_OK ? pos : 0;
+}
+
+static uint64_t cu_coo_compact_nonzero(const uint32_t *idx, const float *val, uint64_t n,
+				       uint32_t *oi, float *ov)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_compact_nonzero(idx, val, n, oi, ov, &w);
+	note(st, "coo_compact_nonzero");
+	return st == SC_OK ? w : 0;
+}
+
+static uint64_t cu_coo_merge_sum(const uint32_t *ai, const float *av, uint64_t an,
+				 const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+				 float *ov)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_merge_sum(ai, av, an, bi, bv, bn, oi, ov, &w);
+	note(st, "coo_merge_sum");
+	return st == SC_OK ? w : 0;
+}
+
+static uint64_t cu_coo_filter_mod(const uint32_t *idx, const float *val, uint64_t n, uint32_t d,
+				  uint32_t t, uint32_t *oi, float *ov)
+{
+	uint64_t w = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_filter_mod(idx, val, n, d, t, oi, ov, &w);
+	note(st, "coo_filter_mod");
+	return st == SC_OK ? w : 0;
+}
+
+static uint32_t cu_coo_block_runs(const uint32_t *idx, uint64_t n, const uint64_t *bnd,
+				  uint32_t nb, uint64_t numel, uint32_t max, scd_run_t *runs,
+				  uint64_t *bad)
+{
+	uint32_t nr = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_block_runs(idx, n, bnd, nb, numel, max, (scg_run_t *)runs, bad,
+					&nr);
+	note(st, "coo_block_runs");
+	if (st != SC_OK) {
+		*bad = 0;
+		return 0;
+	}
+	return nr;
+}
+
+static void cu_sub_scaled(float *res, const float *x, uint64_t n, float f)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.sub_scaled(res, x, n, f) : st, "sub_scaled");
+}
+
+static uint64_t cu_coo_topk(uint32_t *idx, float *val, uint64_t n, uint64_t k,
+			    uint32_t *tmp_idx, float *tmp_val)
+{
+	uint64_t kept = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.coo_topk(idx, val, n, k, tmp_idx, tmp_val, &kept);
+	note(st, "coo_topk");
+	return st == SC_OK ? kept : 0;
+}
+
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char *missing,
 			   size_t cap)
 {
@@ -898,6 +1039,34 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 	if (f->sketch_decode_apply)
 		ops->sketch_decode_apply = cu_sketch_decode_apply;
 
+	/* kernels.cu */
+	if (f->idx_count_runs)
+		ops->idx_count_runs = cu_idx_count_runs;
+	if (f->idx_runs_encode)
+		ops->idx_runs_encode = cu_idx_runs_encode;
+	if (f->idx_bitmap_encode)
+		ops->idx_bitmap_encode = cu_idx_bitmap_encode;
+	if (f->runs_decode)
+		ops->runs_decode = cu_runs_decode;
+	if (f->idx_add)
+		ops->idx_add = cu_idx_add;
+	if (f->lower_bounds)
+		ops->lower_bounds = cu_lower_bounds;
+	if (f->idx_check_range)
+		ops->idx_check_range = cu_idx_check_range;
+	if (f->coo_compact_nonzero)
+		ops->coo_compact_nonzero = cu_coo_compact_nonzero;
+	if (f->coo_merge_sum)
+		ops->coo_merge_sum = cu_coo_merge_sum;
+	if (f->coo_filter_mod)
+		ops->coo_filter_mod = cu_coo_filter_mod;
+	if (f->coo_block_runs)
+		ops->coo_block_runs = cu_coo_block_runs;
+	if (f->sub_scaled)
+		ops->sub_scaled = cu_sub_scaled;
+	if (f->coo_topk)
+		ops->coo_topk = cu_coo_topk;
+
 	unsigned n_missing = 0;
 	size_t len = 0;
 	if (missing && cap)
@@ -946,19 +1115,10 @@ static void library_path(char *path, size_t cap)
 	snprintf(path, cap, "%s/../lib/libsparsecomm-cuda.so", exe);
 }
 
-static void load(void)
+void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 {
-	char path[PATH_MAX + 64];
-	library_path(path, sizeof path);
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		const char *e = dlerror();
-		snprintf(load_reason, sizeof load_reason, "cannot load %.200s: %.280s", path,
-			 e ? e : "unknown error");
-		goto out;
-	}
-	scd_cuda_fns_t f = {0};
-#define SCD_SYM_(field, sym) *(void **)(&f.field) = dlsym(lib, sym)
+	memset(f, 0, sizeof *f);
+#define SCD_SYM_(field, sym) *(void **)(&f->field) = dlsym(lib, sym)
 	SCD_SYM_(error, "scg_error");
 	SCD_SYM_(backend, "scg_backend");
 	SCD_SYM_(init, "scg_init");
@@ -1025,7 +1185,36 @@ static void load(void)
 	SCD_SYM_(blocks_decode, "scg_blocks_decode");
 	SCD_SYM_(blocks_apply, "scg_blocks_apply");
 	SCD_SYM_(sketch_decode_apply, "scg_sketch_decode_apply");
+	/* kernels.cu */
+	SCD_SYM_(idx_count_runs, "scg_idx_count_runs");
+	SCD_SYM_(idx_runs_encode, "scg_idx_runs_encode");
+	SCD_SYM_(idx_bitmap_encode, "scg_idx_bitmap_encode");
+	SCD_SYM_(runs_decode, "scg_runs_decode");
+	SCD_SYM_(idx_add, "scg_idx_add");
+	SCD_SYM_(lower_bounds, "scg_lower_bounds");
+	SCD_SYM_(idx_check_range, "scg_idx_check_range");
+	SCD_SYM_(coo_compact_nonzero, "scg_coo_compact_nonzero");
+	SCD_SYM_(coo_merge_sum, "scg_coo_merge_sum");
+	SCD_SYM_(coo_filter_mod, "scg_coo_filter_mod");
+	SCD_SYM_(coo_block_runs, "scg_coo_block_runs");
+	SCD_SYM_(sub_scaled, "scg_sub_scaled");
+	SCD_SYM_(coo_topk, "scg_coo_topk");
 #undef SCD_SYM_
+}
+
+static void load(void)
+{
+	char path[PATH_MAX + 64];
+	library_path(path, sizeof path);
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *e = dlerror();
+		snprintf(load_reason, sizeof load_reason, "cannot load %.200s: %.280s", path,
+			 e ? e : "unknown error");
+		goto out;
+	}
+	scd_cuda_fns_t f;
+	scd_cuda_fns_resolve(lib, &f);
 	if (!f.error || !f.init) {
 		snprintf(load_reason, sizeof load_reason, "%.400s lacks scg_error or scg_init",
 			 path);

@@ -137,6 +137,34 @@ typedef struct scd_cuda_fns {
 	sc_status_t (*sketch_decode_apply)(const scg_sketch_cfg_t *cfg_host, uint64_t step,
 					   const float *sketch, const float *own, float *dst,
 					   float *res);
+	/* kernels.cu */
+	sc_status_t (*idx_count_runs)(const uint32_t *idx, uint64_t n, uint64_t *count_host);
+	sc_status_t (*idx_runs_encode)(const uint32_t *idx, uint64_t n, void *runs);
+	sc_status_t (*idx_bitmap_encode)(const uint32_t *idx, uint64_t n, uint64_t lo,
+					 uint64_t span, uint64_t *words, uint64_t *pos_host);
+	sc_status_t (*runs_decode)(const void *runs, uint64_t nruns, uint64_t numel,
+				   uint64_t max, uint32_t *idx, uint64_t *n_host);
+	sc_status_t (*idx_add)(uint32_t *idx, uint64_t n, uint32_t add);
+	sc_status_t (*lower_bounds)(const uint32_t *a, const uint64_t *off_host,
+				    uint32_t nlists, const uint64_t *v_host, uint32_t nv,
+				    uint64_t *pos_host);
+	sc_status_t (*idx_check_range)(const uint32_t *idx, uint64_t n, uint64_t lo,
+				       uint64_t hi, uint64_t *pos_host);
+	sc_status_t (*coo_compact_nonzero)(const uint32_t *idx, const float *val, uint64_t n,
+					   uint32_t *oi, float *ov, uint64_t *nnz_host);
+	sc_status_t (*coo_merge_sum)(const uint32_t *ai, const float *av, uint64_t an,
+				     const uint32_t *bi, const float *bv, uint64_t bn,
+				     uint32_t *oi, float *ov, uint64_t *nnz_host);
+	sc_status_t (*coo_filter_mod)(const uint32_t *idx, const float *val, uint64_t n,
+				      uint32_t d, uint32_t t, uint32_t *oi, float *ov,
+				      uint64_t *nnz_host);
+	sc_status_t (*coo_block_runs)(const uint32_t *idx, uint64_t n, const uint64_t *bnd_host,
+				      uint32_t nb, uint64_t numel, uint32_t max,
+				      scg_run_t *runs_host, uint64_t *bad_host,
+				      uint32_t *nr_host);
+	sc_status_t (*sub_scaled)(float *res, const float *x, uint64_t n, float f);
+	sc_status_t (*coo_topk)(uint32_t *idx, float *val, uint64_t n, uint64_t k,
+				uint32_t *tmp_idx, float *tmp_val, uint64_t *kept_host);
 } scd_cuda_fns_t;
 
 /* The number of ops in scd_device_ops_t. */
@@ -151,6 +179,10 @@ typedef struct scd_cuda_fns {
  * a table) and for scd_device_get. */
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *fns, scd_device_ops_t *ops, char *missing,
 			   size_t cap);
+
+/* The GPU device's functions in lib (a dlopen handle of libsparsecomm-cuda.so) by their
+ * scg_* names; a field stays NULL where lib lacks the function. */
+void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *fns);
 
 /* The registry's cuda slot (device.c): loads and checks the GPU device once. */
 sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p);

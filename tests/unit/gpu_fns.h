@@ -80,6 +80,20 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .blocks_decode = scg_blocks_decode,
 	    .blocks_apply = scg_blocks_apply,
 	    .sketch_decode_apply = scg_sketch_decode_apply,
+	    /* kernels.cu */
+	    .idx_count_runs = scg_idx_count_runs,
+	    .idx_runs_encode = scg_idx_runs_encode,
+	    .idx_bitmap_encode = scg_idx_bitmap_encode,
+	    .runs_decode = scg_runs_decode,
+	    .idx_add = scg_idx_add,
+	    .lower_bounds = scg_lower_bounds,
+	    .idx_check_range = scg_idx_check_range,
+	    .coo_compact_nonzero = scg_coo_compact_nonzero,
+	    .coo_merge_sum = scg_coo_merge_sum,
+	    .coo_filter_mod = scg_coo_filter_mod,
+	    .coo_block_runs = scg_coo_block_runs,
+	    .sub_scaled = scg_sub_scaled,
+	    .coo_topk = scg_coo_topk,
 	};
 	return f;
 }
