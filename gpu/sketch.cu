@@ -4,14 +4,14 @@
  * seeds (seed_j = derive(derive(seed, step), j)), bucket (multiply-shift of the high
  * half) and sign (lowest bit) are reproduced bit for bit.
  *
- * Encode: one thread per non-zero adds s_j * v to each row's bucket by an atomic float
- * add, so a bucket's sum is in arrival order: identical to the cpu's where the sums are
- * exact (integers of modest size), within rounding otherwise. The bitmap entry is set to
- * 1.0f (the same value from every writer). Decode: one thread per element of a marked
- * block, the median over rows by the same insertion sort (mean of the two middle values
- * for an even row count): identical to the cpu's given the same sketch. Decode-apply
- * (one row, scg.h section exdyna.cu / blocks.cu / sketch.cu): the same decode and, per
- * marked element, res -= s * own's bucket, a product by a sign (exact): the cpu's bits.
+ * Encode: one thread per non-zero adds s_j * v to each row's bucket by compare-and-swap
+ * (subnormals kept, as on the cpu), so a bucket's sum is in arrival order: identical to the
+ * cpu's where the sums are exact (integers of modest size), within rounding otherwise. The
+ * bitmap entry is set to 1.0f (the same value from every writer). Decode: one thread per
+ * element of a marked block, the median over rows by the same insertion sort (mean of the two
+ * middle values for an even row count): identical to the cpu's given the same sketch.
+ * Decode-apply (one row, scg.h section exdyna.cu / blocks.cu / sketch.cu): the same decode and,
+ * per marked element, res -= s * own's bucket, a product by a sign (exact): the cpu's bits.
  */
 #include "scg_hash.cuh"
 
@@ -67,9 +67,14 @@ struct sk_insert {
 		for (uint32_t j = 0; j < g.rows; j++) {
 			float s;
 			uint32_t b = sk_row_hash(g.seeds[j], x, g.cols, &s);
-			cuda::atomic_ref<float, cuda::thread_scope_device>(
-			    sketch[(uint64_t)j * g.cols + b])
-			    .fetch_add(s * v, cuda::std::memory_order_relaxed);
+			/* a compare-and-swap loop, not an atomic float add: on the GPU's global
+			 * memory that add flushes subnormals to zero, which the cpu does not */
+			cuda::atomic_ref<float, cuda::thread_scope_device> cell(
+			    sketch[(uint64_t)j * g.cols + b]);
+			float old = cell.load(cuda::std::memory_order_relaxed), add = s * v;
+			while (!cell.compare_exchange_weak(old, old + add,
+							   cuda::std::memory_order_relaxed))
+				;
 		}
 	}
 };

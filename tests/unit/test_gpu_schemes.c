@@ -36,8 +36,9 @@ SCD_SCHEMES(GPU_SCHEME_TEST_)
 
 UNIT_TEST(gpu_schemes)
 {
-	unit_skip("the schemes on GPU memory need a transport that moves device memory "
-		  "(tcp reads host memory); here they run on the host build, in sparsecomm-unit");
+	unit_skip(
+	    "the schemes on GPU memory need a transport that moves device memory "
+	    "(tcp reads host memory); here they run on the host build, in sparsecomm-unit");
 }
 
 #endif
