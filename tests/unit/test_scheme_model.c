@@ -8,8 +8,10 @@
  * and the test checks:
  *   - rounds: the most any rank reported equals the model's rounds, exactly;
  *   - bytes: the most any rank sent, less its metadata round ((P-1) messages of 40 + 8
- *     nparts bytes), is within 10% of the model's bytes, plus 16 bytes per message sent
- *     (the transport's and the schemes' message headers, 8-byte slots).
+ *     nparts bytes), is within 5% of the model's bytes, plus 16 bytes per message sent
+ *     (the transport's and the schemes' message headers, 8-byte slots). The runs this
+ *     was written with came within 2.5% (OmniReduce's block fraction and HC's
+ *     densification curve are expectations over random indices).
  * SparDL's B-SAG (teams not a power of two) is charged at its upper bound (h = L, see
  * scheme_spardl.c): there the bytes must lie between the model with h = k/P (Algorithm
  * 2's first h) and the model.
@@ -100,7 +102,7 @@ static void model_world(scd_scheme_t s, int P, spec_t sp, uint32_t teams, double
 		msgs = o->rep.messages > msgs ? o->rep.messages : msgs;
 	}
 	const model_out_t *o0 = &a.out[0];
-	double model = o0->cost.bytes, slack = 0.10 * model + 16.0 * (double)msgs;
+	double model = o0->cost.bytes, slack = 0.05 * model + 16.0 * (double)msgs;
 	double lo = s == SCD_SCHEME_SPARDL ? bsag_low(o0, P) : model;
 	printf("    %-12s P %d d %.3f overlap %.1f %s%s teams %u: rounds %u (model %g), "
 	       "sent %llu B (model %.0f, x%.3f)\n",
@@ -122,12 +124,16 @@ static void model_scheme(scd_scheme_t s)
 	for (int P = 2; P <= 5; P++) {
 		spec_t sp = {.numel = 1 << 17, .density = 0.01, .seed = unit_rng()};
 		model_world(s, P, sp, 0, 0);
-		sp = (spec_t){
-		    .numel = 1 << 17, .density = 0.05, .overlap = 0.5, .coo = 1, .seed = unit_rng()};
+		sp = (spec_t){.numel = 1 << 17,
+			      .density = 0.05,
+			      .overlap = 0.5,
+			      .coo = 1,
+			      .seed = unit_rng()};
 		model_world(s, P, sp, 0, 0);
 	}
 	if (s == SCD_SCHEME_SPARDL) { /* R-SAG (d = 2, 4) and B-SAG (d = 3) */
-		spec_t sp = {.numel = 1 << 17, .density = 0.02, .overlap = 0.3, .seed = unit_rng()};
+		spec_t sp = {
+		    .numel = 1 << 17, .density = 0.02, .overlap = 0.3, .seed = unit_rng()};
 		model_world(s, 4, sp, 2, 0);
 		model_world(s, 4, sp, 4, 0);
 		model_world(s, 3, sp, 3, 0);
