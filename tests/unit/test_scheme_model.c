@@ -131,6 +131,11 @@ static void model_scheme(scd_scheme_t s)
 			      .seed = unit_rng()};
 		model_world(s, P, sp, 0, 0);
 	}
+	/* a larger tensor: AGsparse and HC send their lists in chunks, Balanced Parallelism
+	 * its pushes and pulls in two index ranges, all in the same exchanges */
+	spec_t big = {
+	    .numel = 1 << 21, .density = 0.03, .overlap = 0.2, .coo = 1, .seed = unit_rng()};
+	model_world(s, 3, big, 0, 0);
 	if (s == SCD_SCHEME_SPARDL) { /* R-SAG (d = 2, 4) and B-SAG (d = 3) */
 		spec_t sp = {
 		    .numel = 1 << 17, .density = 0.02, .overlap = 0.3, .seed = unit_rng()};
