@@ -5,8 +5,10 @@
  * this core keeps what they share: the densification curve, message sizes, the hash
  * imbalance, and ZEN's equations as printed.
  *
- * A cost is x alpha + y beta (SparDL sec. II): x the number of sequential message rounds,
- * y the bytes a rank receives on its critical path; time = x alpha_s + y beta_s_per_byte.
+ * A cost is x alpha + y beta (SparDL sec. II): x the number of sequential message rounds
+ * (the exchanges the scheme runs, as its report counts them), y the bytes the busiest rank
+ * sends (its report's bytes_sent but for headers and the metadata round); time = x
+ * alpha_s + y beta_s_per_byte.
  * Inputs describe one tensor: P ranks, numel float32 elements, per-rank density d_G,
  * densification gamma_G^n (non-zeros of the sum of all P tensors over one tensor's: ZEN
  * Table 4; 1 = perfect overlap, P = disjoint), skew (max / mean non-zeros over P even
@@ -14,10 +16,11 @@
  * messages where a scheme has a choice.
  *
  * ZEN eq. (1) and (2) assume P a power of two and count only bandwidth; here they carry
- * their rounds too, generalise to any P (ceil(log2 P) stages; the last stage then merges
- * P - 2^(l-1) partners), and take the densification after m tensors from gamma_of_m (a
- * caller-measured curve), or else from the power law gamma(m) = m^(log gamma_n / log P),
- * which is 1 at m = 1 and gamma_n at m = P (documented assumption).
+ * their rounds too, generalise to any P (scheme_hc.c: the ranks over the largest power of
+ * two fold in first and get the result back last, two more rounds), and take the densification
+ * after m tensors from gamma_of_m (a caller-measured curve), or else from the power law
+ * gamma(m) = m^(log gamma_n / log P), which is 1 at m = 1 and gamma_n at m = P (documented
+ * assumption).
  */
 #ifndef SCD_MODEL_COST_H
 #define SCD_MODEL_COST_H
@@ -45,7 +48,7 @@ typedef struct scd_cost_in {
 
 typedef struct scd_cost {
 	double rounds;	/* x: sequential message rounds */
-	double bytes;	/* y: bytes received per rank on the critical path */
+	double bytes;	/* y: bytes the busiest rank sends */
 	double seconds; /* x alpha + y beta */
 	int lossless;	/* 1 when the scheme returns the exact sum */
 } scd_cost_t;

@@ -75,9 +75,10 @@ typedef struct scd_scheme_desc {
 	/* Sums io over every rank (scd_scheme_run has checked the arguments, reset the
 	 * counters, and builds the report from the context afterwards). */
 	sc_status_t (*run)(scd_scheme_ctx_t *c, scd_scheme_io_t *io);
-	/* The formula: rounds x and bytes y one rank receives on its critical path
-	 * (scd_cost_make), for in exactly as given (its format, teams, block, sketch size).
-	 * Called with P >= 2 only. */
+	/* The formula: rounds x (the exchange rounds the run counts, less the metadata
+	 * round) and bytes y the busiest rank sends (scd_cost_make), for in exactly as given
+	 * (its format, teams, block, sketch size); tests/unit/test_scheme_model.c holds each
+	 * to its scheme's runs. Called with P >= 2 only. */
 	scd_cost_t (*model)(const scd_cost_in_t *in);
 	/* Optional: the cost of what the scheme really runs in context c: fills in the
 	 * choices the scheme makes itself (message format, teams, sketch size, block, from

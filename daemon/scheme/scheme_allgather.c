@@ -243,14 +243,16 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 
 /* ---- descriptor ---------------------------------------------------------------------- */
 
-/* ceil(log2 P) rounds (Bruck); (P-1) msg(f, k, U): one-shot aggregation of every rank's
- * k = d_G U non-zeros, msg the exact size of a message in format f (model/cost.h). */
+/* 1 round: the one exchange_v in which every rank sends its list to the P - 1 others (all
+ * transfers progress together; the chunks of a streamed list travel in that same
+ * exchange). Bytes: (P-1) msg(f, k, U), a rank's k = d_G U non-zeros sent to each peer, msg
+ * the size of a message in format f (model/cost.h; the code's bitmap spans only the list's
+ * own range, and its messages add an 8-byte header). */
 static scd_cost_t agsparse_model(const scd_cost_in_t *in)
 {
 	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in);
-	return scd_cost_make(in, scd_ceil_log2(in->P),
-			     (P - 1) *
-				 scd_cost_msg_bytes(scd_cost_whole_format(in->format), k, U));
+	return scd_cost_make(
+	    in, 1, (P - 1) * scd_cost_msg_bytes(scd_cost_whole_format(in->format), k, U));
 }
 
 /* It sends COO or bitmap, whichever is smaller (scheme_msg.c). */

@@ -216,12 +216,14 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 /* ---- descriptor ---------------------------------------------------------------------- */
 
 /* k is what a rank selected (its non-zeros in the report), the union K = P k (exclusive
- * partitions): an allgather of the indices in P - 1 rounds, the largest count the
- * measured imbalance times the mean (before any measurement: 1.05, the dynamic
- * partitioning's target, or the skew if smaller; block-granular partitions cannot
- * balance an index distribution as skewed as Zipf's, whose hottest block alone can hold
- * most of the load), then the ring allreduce of the K values. Above an imbalance of 2,
- * the indices ride a ring allreduce too, as the scheme then does. */
+ * partitions). Rounds: the indices all-gathered in one exchange, then the ring allreduce
+ * of the K values, 1 + 2(P-1). Bytes a rank sends: its indices to each of the P-1 others,
+ * (P-1) 4 imb k, imb the largest count over the mean (the measured imbalance; before any
+ * measurement 1.05, the dynamic partitioning's target, or the skew if smaller:
+ * block-granular partitions cannot balance an index distribution as skewed as Zipf's,
+ * whose hottest block alone can hold most of the load), then the ring's 2 (P-1)/P 4K.
+ * Above an imbalance of 2 the indices ride a ring allreduce of K words too, as the scheme
+ * then does: 4(P-1) rounds, twice the ring's bytes. */
 static scd_cost_t exdyna_model(const scd_cost_in_t *in)
 {
 	double P = in->P, k = scd_cost_nnz(in), K = P * k;
@@ -231,7 +233,7 @@ static scd_cost_t exdyna_model(const scd_cost_in_t *in)
 	double ring_rounds = 2 * (P - 1), ring_bytes = 2 * (P - 1) / P * 4 * K;
 	if (imb > 2)
 		return scd_cost_make(in, 2 * ring_rounds, 2 * ring_bytes);
-	return scd_cost_make(in, (P - 1) + ring_rounds, (P - 1) * imb * k * 4 + ring_bytes);
+	return scd_cost_make(in, 1 + ring_rounds, (P - 1) * imb * k * 4 + ring_bytes);
 }
 
 /* A sparsifier as much as a scheme: the engine pins it for SC_SPARSIFY_EXDYNA tensors,

@@ -251,25 +251,48 @@ static sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t 
 
 /* ---- descriptor ---------------------------------------------------------------------- */
 
-/* l = ceil(log2 P) rounds; sum over i = 1..l of msg(f, gamma(2^(i-1)) k, U): the running
- * aggregate grows with the densification (ZEN eq. 2 with its rounds, any P). */
-static scd_cost_t hier_central_model(const scd_cost_in_t *in)
+/*
+ * The busiest rank's path (rank 0), P' the largest power of two <= P, l = log2 P', e = P - P'
+ * folded ranks. Rounds: l doubling steps, plus, when e > 0, the fold-in (rank j < e
+ * receives rank P' + j's contribution) and the hand-back (it sends the final aggregate to
+ * P' + j): l + 2. Bytes rank 0 sends: at doubling step i = 1..l its aggregate covers its
+ * 2^(i-1) doubling ranks and their m_i = min(2^(i-1), e) folded partners, msg(f,
+ * gamma(2^(i-1) + m_i) k, U); when e > 0, the hand-back, msg(f, gamma(P) k, U); each capped
+ * at U non-zeros (ZEN eq. 2 with its rounds for P a power of two; any P). The fold-in's
+ * msg(f, k, U) is received, not sent, by rank 0. cheaper: each message in the cheaper of
+ * COO and bitmap, as the scheme encodes each message (scheme_msg.c), instead of in f.
+ */
+static scd_cost_t hc_model(const scd_cost_in_t *in, int cheaper)
 {
 	double U = (double)in->numel, k = scd_cost_nnz(in);
-	uint32_t l = scd_ceil_log2(in->P);
+	scd_format_t f = scd_cost_whole_format(in->format);
+	uint32_t Pp = 1, l = 0;
+	while (2 * Pp <= in->P)
+		Pp *= 2, l++;
+	uint32_t e = in->P - Pp;
 	double bytes = 0;
-	for (uint32_t i = 1; i <= l; i++) {
-		double nnz = scd_cost_gamma(in, ldexp(1, (int)i - 1)) * k;
-		bytes +=
-		    scd_cost_msg_bytes(scd_cost_whole_format(in->format), nnz > U ? U : nnz, U);
+	for (uint32_t i = 1; i <= l + (e > 0); i++) {
+		uint32_t g = 1u << (i - 1), m = g < e ? g : e;
+		double nnz = scd_cost_gamma(in, i > l ? in->P : g + m) * k;
+		if (nnz > U)
+			nnz = U;
+		double b = scd_cost_msg_bytes(cheaper ? SCD_FMT_COO : f, nnz, U);
+		if (cheaper && scd_cost_msg_bytes(SCD_FMT_BITMAP, nnz, U) < b)
+			b = scd_cost_msg_bytes(SCD_FMT_BITMAP, nnz, U);
+		bytes += b;
 	}
-	return scd_cost_make(in, l, bytes);
+	return scd_cost_make(in, e > 0 ? l + 2 : l, bytes);
 }
 
-/* It sends COO or bitmap, whichever is smaller (scheme_msg.c). */
+static scd_cost_t hier_central_model(const scd_cost_in_t *in)
+{
+	return hc_model(in, 0);
+}
+
+/* It sends each message as COO or bitmap, whichever is smaller (scheme_msg.c). */
 static scd_cost_t hier_central_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
 {
-	return scd_cost_coo_or_bitmap(hier_central_model, in);
+	return hc_model(in, 1);
 }
 
 const scd_scheme_desc_t scd_scheme_hier_central_desc = {

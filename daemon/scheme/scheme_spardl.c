@@ -621,9 +621,16 @@ static sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 
 /* ---- cost and descriptor ------------------------------------------------------------- */
 
-/* k = d_G U values per rank. Without teams (d <= 1): 2 ceil(log2 P) rounds; 4 (P-1)/P k
- * elements of 4 bytes (SparDL eq. 4). Teams d > 1: R-SAG eq. (7) when d is a power of
- * two, else the B-SAG eq. (10) upper bound. */
+/*
+ * k = d_G U values per rank, d teams of Q = P/d ranks, L = dk/P values per block, each
+ * value 8 bytes (index and value). Rounds: Spar-Reduce-Scatter ceil(log2 Q), the SAG
+ * ceil(log2 d) (R-SAG's doubling, or B-SAG's Bruck), the team's Bruck all-gather
+ * ceil(log2 Q). Bytes a rank sends: the SRS sends Q-1 blocks of at most L values in all,
+ * the final all-gather Q-1 records of at most L, so 16 (Q-1) L = 16 k (P-d)/P; R-SAG sends
+ * its L values log2 d times, 8 L log2 d (SparDL eq. 7); B-SAG sends d-1 records of h values,
+ * h within [k/P, L] (Algorithm 2), charged at h = L, 8 (d-1) L: the upper bound of eq. (10).
+ * Without teams (d = 1) this is eq. (4): 2 ceil(log2 P) rounds, 16 k (P-1)/P bytes.
+ */
 static scd_cost_t spardl_model(const scd_cost_in_t *in)
 {
 	double P = in->P, k = scd_cost_nnz(in), d = in->teams > 1 ? in->teams : 1;

@@ -447,6 +447,7 @@ static sc_status_t scd_scheme_balanced_par(scd_scheme_ctx_t *c, scd_scheme_io_t 
 	c->bp_dirty = 1;
 	if ((st = scd_scheme_xchg_vw(c, sends, n, recvs, n, c->xb.p, &w)) != SC_OK)
 		return st;
+	c->rounds++; /* the pull waited on the push: two sequential rounds in one exchange */
 	c->bp_dirty = 0; /* every range encoded: the aggregate and its marks are zero again */
 	if (b.sparse) {
 		io->out->nnz = b.outn;
@@ -587,21 +588,26 @@ static sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *i
 
 /* ---- descriptors --------------------------------------------------------------------- */
 
-/* 2(P-1) rounds; push (P-1) msg(COO, k/P, U/P) + pull (P-1) msg(f, gamma_n k/P, U/P), each
- * times the hash imbalance of Theorem 2 (ZEN eq. 1 with its rounds); a bitmap pull is a
- * hash bitmap. */
+/*
+ * 2 rounds: the push, then the pull, which waits on it (the code runs both in one
+ * exchange_v, and counts the two). Bytes the busiest server sends: its push, (P-1)
+ * msg(COO, k/P, U/P), its k = d_G U non-zeros less its own partition's share; and its pull,
+ * its partition of the union (gamma_n k non-zeros over U/P elements) to each of the P-1
+ * others, (P-1) msg(f, i gamma_n k/P, U/P), i the hash imbalance of Theorem 2 on the
+ * union (the busiest partition); a bitmap pull is a hash bitmap. Balanced (i = 1) and
+ * summed as sent and received, this is ZEN eq. (1).
+ */
 static scd_cost_t balanced_par_model(const scd_cost_in_t *in)
 {
 	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in),
 	       union_nnz = in->gamma_n * k;
 	if (union_nnz > U)
 		union_nnz = U;
-	double push = (P - 1) * scd_cost_msg_bytes(SCD_FMT_COO, k / P, U / P) *
-		      scd_cost_hash_imbalance(in->P, k);
+	double push = (P - 1) * scd_cost_msg_bytes(SCD_FMT_COO, k / P, U / P);
 	scd_format_t pf = in->format == SCD_FMT_BITMAP ? SCD_FMT_HASH_BITMAP : in->format;
-	double pull = (P - 1) * scd_cost_msg_bytes(pf, union_nnz / P, U / P) *
-		      scd_cost_hash_imbalance(in->P, union_nnz);
-	return scd_cost_make(in, 2 * (P - 1), push + pull);
+	double part = union_nnz / P * scd_cost_hash_imbalance(in->P, union_nnz);
+	double pull = (P - 1) * scd_cost_msg_bytes(pf, part > U / P ? U / P : part, U / P);
+	return scd_cost_make(in, 2, push + pull);
 }
 
 /* It pulls hash bitmaps. */
@@ -630,19 +636,24 @@ static double omni_block_fraction(double dens, uint32_t B)
 	return 1 - pow(1 - dens, B);
 }
 
-/* 2(P-1) rounds; range partitions (times the skew), non-zero blocks of B elements: push
- * (P-1) (U/PB) f(d) (4 + 4B), pull the same at f(gamma_n d), f the block fraction. */
+/*
+ * 2 rounds: the push exchange, then the pull exchange. Range partitions of U/(PB) blocks
+ * of B elements, a block travelling as a (4 + 4B)-byte record when it holds a non-zero:
+ * a rank pushes its non-zero blocks of the P-1 other ranges, (P-1) (U/PB) f(d) (4 + 4B);
+ * the busiest server pulls its range's non-zero blocks of the sum to the P-1 others,
+ * (P-1) (U/PB) f(gamma_n d) (4 + 4B) times the skew (its range's load over the mean); f
+ * the block fraction.
+ */
 static scd_cost_t omnireduce_model(const scd_cost_in_t *in)
 {
 	double P = in->P, U = (double)in->numel, d = in->density > 1 ? 1 : in->density;
 	double B = in->block ? in->block : 256;
 	double gd = in->gamma_n * d > 1 ? 1 : in->gamma_n * d;
 	double per_block = 4 + 4 * B, blocks = U / (P * B);
-	double push =
-	    (P - 1) * blocks * omni_block_fraction(d, (uint32_t)B) * per_block * in->skew;
+	double push = (P - 1) * blocks * omni_block_fraction(d, (uint32_t)B) * per_block;
 	double pull =
 	    (P - 1) * blocks * omni_block_fraction(gd, (uint32_t)B) * per_block * in->skew;
-	return scd_cost_make(in, 2 * (P - 1), push + pull);
+	return scd_cost_make(in, 2, push + pull);
 }
 
 /* Its blocks are cfg.omni_block elements. */
