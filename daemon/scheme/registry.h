@@ -31,6 +31,7 @@
 	X(SPARDL, spardl)	      /* scheme_spardl.c */                                    \
 	X(S2_SKETCH, s2_sketch)	      /* scheme_sketch.c */                                    \
 	X(EXDYNA, exdyna)	      /* scheme_exdyna.c */                                    \
+	X(EXDYNA_OWNER, exdyna_owner) /* scheme_exdyna.c: each rank's own values only */       \
 				      /* a new scheme: one line X(ID, name) above this one */
 
 typedef enum {
@@ -70,7 +71,9 @@ typedef struct scd_scheme_desc {
 	 * skew alone and do not size the next sketch. */
 	int sketched;
 	/* Tensors with this sparsifier run this scheme, pinned: the scheme selects, with
-	 * error feedback, itself (it reads the residual). SC_SPARSIFY_NONE: none. */
+	 * error feedback, itself (it reads the residual). SC_SPARSIFY_NONE: none. When several
+	 * schemes name a sparsifier, the first in the list is its default and the others run
+	 * where a pin names them. */
 	sc_sparsifier_t sparsifier;
 	/* Sums io over every rank (scd_scheme_run has checked the arguments, reset the
 	 * counters, and builds the report from the context afterwards). */
@@ -101,7 +104,8 @@ const char *scd_scheme_name(scd_scheme_t s);
 int scd_scheme_lossless(scd_scheme_t s);
 /* Parses a scheme name (scd_scheme_name's); 0 on success. */
 int scd_scheme_parse(const char *name, scd_scheme_t *s_p);
-/* The scheme that tensors with sparsifier sp are pinned to, -1 if none. */
+/* The scheme that tensors with sparsifier sp are pinned to by default (the first that
+ * names it), -1 if none. */
 int scd_scheme_of_sparsifier(sc_sparsifier_t sp);
 
 /* A scheme's model for in as given, 0 for P <= 1 (infinite for no scheme); lossless from

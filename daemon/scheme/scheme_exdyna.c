@@ -93,7 +93,11 @@ static sc_status_t exdyna_output(scd_scheme_ctx_t *c, scd_scheme_io_t *io, const
 	return SC_OK;
 }
 
-static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+/* The selection inside this rank's partition (sel; for COO input, the rest in dis) and the
+ * metadata round that gathers the counts and ExDyna's words, for scheme id. */
+static sc_status_t exdyna_select_round(scd_scheme_ctx_t *c, scd_scheme_io_t *io,
+				       scd_scheme_t id, scd_coo_t *sel_p, scd_coo_t *dis_p,
+				       uint64_t *count_p)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
@@ -139,8 +143,21 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 			return scd_scheme_fail(st, "exdyna: select");
 	}
 	uint32_t words = scd_exdyna_meta_words(c->ex);
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_EXDYNA, sel.nnz, scd_exdyna_meta(c->ex),
-				  words)) != SC_OK)
+	if ((st = scd_scheme_meta(c, id, sel.nnz, scd_exdyna_meta(c->ex), words)) != SC_OK)
+		return st;
+	*sel_p = sel;
+	*dis_p = dis;
+	*count_p = count;
+	return SC_OK;
+}
+
+static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+{
+	int P = c->size, me = c->rank;
+	scd_coo_t sel, dis;
+	uint64_t count;
+	sc_status_t st = exdyna_select_round(c, io, SCD_SCHEME_EXDYNA, &sel, &dis, &count);
+	if (st != SC_OK)
 		return st;
 	uint64_t K = c->total_nnz, seg = 0;
 	for (int q = 0; q < me; q++)
@@ -213,6 +230,78 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 	return SC_OK;
 }
 
+/* ---- exdyna_owner: each rank's own values only ------------------------------------- */
+
+/*
+ * The variant named exdyna_owner: after the same selection and metadata round, each rank
+ * all-gathers only the indices and values it selected, in one exchange (8 (P-1) k bytes
+ * per rank), and every rank scatters them. The other ranks' values at those indices stay
+ * in their residuals until the rotation brings that partition to them (ExDyna's
+ * Algorithm 1 sums them at once: exdyna). When one rank selected over twice the mean,
+ * indices and values ride an integer ring allreduce instead (2K words, each rank's in its
+ * own segment). Fewer rounds than exdyna's ring of values, so fewer latencies per step:
+ * measured in docs/schemes.md.
+ */
+static sc_status_t scd_scheme_exdyna_owner(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+{
+	int P = c->size, me = c->rank;
+	scd_coo_t sel, dis;
+	uint64_t count;
+	sc_status_t st =
+	    exdyna_select_round(c, io, SCD_SCHEME_EXDYNA_OWNER, &sel, &dis, &count);
+	if (st != SC_OK)
+		return st;
+	if (io->coo && io->residual &&
+	    (st = scd_res_queue(c, dis.idx, dis.val, dis.nnz, 1.0f)) != SC_OK)
+		return st;
+	uint64_t K = c->total_nnz, seg = 0;
+	for (int q = 0; q < me; q++)
+		seg += c->nnz[q];
+	int ring = c->max_nnz * (uint64_t)P > 2 * K;
+	if ((st = scd_ws_reserve(&c->aidx, 4 * (ring ? 2 * K : K) + 4)) != SC_OK ||
+	    (st = scd_ws_reserve(&c->aval, 4 * K + 4)) != SC_OK)
+		return st;
+	uint32_t *idx = c->aidx.p;
+	float *val = c->aval.p;
+	if (ring) {
+		/* K index words, then K value words (a float's bits), each rank's in its own
+		 * segment and zeros elsewhere: the integer ring sum is every segment */
+		c->dev->clear(idx, 8 * K);
+		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
+		c->dev->copy(idx + K + seg, sel.val, 4 * sel.nnz);
+		if ((st = scd_scheme_allreduce_typed(c, idx, 2 * K, SC_INT32)) != SC_OK)
+			return st;
+		c->dev->copy(val, idx + K, 4 * K);
+	} else {
+		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
+		c->dev->copy(val + seg, sel.val, 4 * sel.nnz);
+		int n = 0;
+		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
+			if ((int)q == me)
+				continue;
+			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
+			c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
+			c->sends[n] = (scd_xfer_t){(int)q, sel.val, 4 * sel.nnz};
+			c->recvs[n++] = (scd_xfer_t){(int)q, val + qs, 4 * c->nnz[q]};
+		}
+		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+			return st;
+		for (int j = 0; j < n; j++)
+			if (c->rbytes[j] != c->recvs[j].bytes)
+				return scd_scheme_fail(
+				    SC_ERR_PROTOCOL,
+				    "exdyna_owner: rank %d sent a wrong %s count",
+				    c->recvs[j].peer, j % 2 ? "value" : "index");
+	}
+	if ((st = exdyna_check(c, idx)) != SC_OK ||
+	    (st = exdyna_output(c, io, idx, val)) != SC_OK)
+		return st;
+	if ((st = c->dev->exdyna_update(c->ex, c->parts)) != SC_OK)
+		return scd_scheme_fail(st, "exdyna_owner: update (a rank's words are no count, "
+					   "no threshold or no count function)");
+	return SC_OK;
+}
+
 /* ---- descriptor ---------------------------------------------------------------------- */
 
 /* k is what a rank selected (its non-zeros in the report), the union K = P k (exclusive
@@ -236,8 +325,22 @@ static scd_cost_t exdyna_model(const scd_cost_in_t *in)
 	return scd_cost_make(in, 1 + ring_rounds, (P - 1) * imb * k * 4 + ring_bytes);
 }
 
-/* A sparsifier as much as a scheme: the engine pins it for SC_SPARSIFY_EXDYNA tensors,
- * and no automatic choice picks it. */
+/* The same imbalance; each rank's indices and values to the P-1 others in one exchange,
+ * (P-1) 8 imb k; above 2, indices and values on an integer ring, 2(P-1) rounds and
+ * 2 (P-1)/P 8K bytes. */
+static scd_cost_t exdyna_owner_model(const scd_cost_in_t *in)
+{
+	double P = in->P, k = scd_cost_nnz(in);
+	double imb = in->skew < 1.05 ? (in->skew > 1 ? in->skew : 1) : 1.05;
+	if (in->imbalance >= 1)
+		imb = in->imbalance;
+	if (imb > 2)
+		return scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 8 * (P * k));
+	return scd_cost_make(in, 1, (P - 1) * imb * k * 8);
+}
+
+/* A sparsifier as much as a scheme: the engine pins SC_SPARSIFY_EXDYNA tensors to it (or
+ * to exdyna_owner where that is pinned), and no automatic choice picks it. */
 const scd_scheme_desc_t scd_scheme_exdyna_desc = {
     .name = "exdyna",
     .pick = SCD_PICK_PINNED,
@@ -245,4 +348,15 @@ const scd_scheme_desc_t scd_scheme_exdyna_desc = {
     .sparsifier = SC_SPARSIFY_EXDYNA,
     .run = scd_scheme_exdyna,
     .model = exdyna_model,
+};
+
+/* The variant: pinned by name (a tensor's scheme, scheme_pins or the scheme key) for
+ * SC_SPARSIFY_EXDYNA tensors. */
+const scd_scheme_desc_t scd_scheme_exdyna_owner_desc = {
+    .name = "exdyna_owner",
+    .pick = SCD_PICK_PINNED,
+    .uses = SCD_COST_DENSITY | SCD_COST_SKEW | SCD_COST_IMBALANCE,
+    .sparsifier = SC_SPARSIFY_EXDYNA,
+    .run = scd_scheme_exdyna_owner,
+    .model = exdyna_owner_model,
 };

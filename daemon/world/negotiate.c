@@ -616,7 +616,8 @@ static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 
 /*
  * The scheme a buffer is pinned to, or -1 for the cost model: the scheme that is itself
- * a tensor's sparsifier (ExDyna for ExDyna tensors); else the tensor's own pin; else the
+ * a tensor's sparsifier (ExDyna for ExDyna tensors, or its variant exdyna_owner where the
+ * pin below names it); else the tensor's own pin; else the
  * first scheme_pins pattern that matches its name; else the global scheme key. A lossy pin
  * on a tensor that does not allow lossy schemes is not honoured. Computed on the loop
  * thread when the plan arrives, so a runtime change of the keys (which reaches every rank
@@ -625,11 +626,9 @@ static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 {
 	const scd_config_t *cfg = &w->d->cfg;
-	for (int i = 0; i < job->n_items; i++) {
-		int own = scd_scheme_of_sparsifier(job->items[i].sparsifier);
-		if (own >= 0)
-			return own;
-	}
+	int own = -1;
+	for (int i = 0; i < job->n_items && own < 0; i++)
+		own = scd_scheme_of_sparsifier(job->items[i].sparsifier);
 	scd_scheme_t s;
 	int pin = -1;
 	const scd_ntensor_t *nt = job->n_items ? job->items[0].nt : NULL;
@@ -652,6 +651,11 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	}
 	if (pin < 0 && scd_scheme_parse(scd_cfg_str(cfg, SCD_CFG_scheme), &s) == 0)
 		pin = (int)s;
+	/* a sparsifier's scheme, or a variant of it that a pin names */
+	if (own >= 0)
+		return pin >= 0 && scd_schemes[pin]->sparsifier == scd_schemes[own]->sparsifier
+			   ? pin
+			   : own;
 	if (pin >= 0 && job->lossless_only && !scd_scheme_lossless((scd_scheme_t)pin))
 		pin = -1;
 	return pin;

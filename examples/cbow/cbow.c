@@ -28,7 +28,7 @@
 typedef struct options {
 	long steps, batch, dim, print_every, check_every;
 	unsigned window, negatives, min_count;
-	double lr, sample;
+	double lr, sample, exdyna;
 	optimizer_t opt;
 	uint64_t seed;
 	const char *corpus;
@@ -55,6 +55,7 @@ static const options_t defaults = {
     .local_ranks = 1,
     .verbose_all = 0,
     .timeout_ms = 60000,
+    .exdyna = 0,
 };
 
 static void usage(FILE *f)
@@ -83,6 +84,9 @@ static void usage(FILE *f)
 	    "  --neighbours LIST  words whose nearest neighbours are printed at the end\n"
 	    "                     (comma-separated; empty: none; default %s)\n"
 	    "  --timeout-ms MS    limit of every wait on the daemon (default %d)\n"
+	    "  --exdyna D         the daemon sparsifies the gradients with ExDyna at density "
+	    "D\n"
+	    "                     (lossy, error feedback) instead of sending their non-zeros\n"
 	    "  --verbose-all      every rank prints progress, not only rank 0\n"
 	    "  --local            train alone, without sparsecomm\n"
 	    "  --local-ranks N    with --local: simulate N ranks in this process (their own\n"
@@ -139,7 +143,8 @@ static int parse_options(int argc, char **argv, options_t *o)
 		O_TIMEOUT,
 		O_VERBOSE,
 		O_LOCAL,
-		O_LOCAL_RANKS
+		O_LOCAL_RANKS,
+		O_EXDYNA
 	};
 	static const struct option longopts[] = {
 	    {"steps", 1, 0, O_STEPS},
@@ -160,6 +165,7 @@ static int parse_options(int argc, char **argv, options_t *o)
 	    {"verbose-all", 0, 0, O_VERBOSE},
 	    {"local", 0, 0, O_LOCAL},
 	    {"local-ranks", 1, 0, O_LOCAL_RANKS},
+	    {"exdyna", 1, 0, O_EXDYNA},
 	    {"help", 0, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -236,6 +242,13 @@ static int parse_options(int argc, char **argv, options_t *o)
 		case O_LOCAL_RANKS:
 			rc = parse_long("local-ranks", optarg, 1, 1024, &v);
 			o->local_ranks = (int)v;
+			break;
+		case O_EXDYNA:
+			rc = parse_double("exdyna", optarg, 0, &o->exdyna);
+			if (rc == 0 && o->exdyna > 1) {
+				fprintf(stderr, "cbow: --exdyna wants a density in (0, 1]\n");
+				rc = -1;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -481,7 +494,7 @@ static int setup(run_t *r)
 		return -1;
 	size_t numel = c->vocab_size * (size_t)o->dim;
 
-	if (comm_open(&r->cm, o->local, numel, o->timeout_ms) < 0)
+	if (comm_open(&r->cm, o->local, numel, o->timeout_ms, o->exdyna) < 0)
 		return -1;
 	r->show = r->cm.rank == 0 || o->verbose_all;
 	r->n_workers = o->local ? o->local_ranks : 1;

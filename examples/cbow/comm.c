@@ -48,7 +48,7 @@ static int open_local(comm_t *cm)
 	return 0;
 }
 
-int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms)
+int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms, double exdyna)
 {
 	sc_status_t st;
 
@@ -78,6 +78,10 @@ int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms)
 		 * cheapest lossless scheme instead of the whole matrices. */
 		sc_tensor_opts_t opts = {.struct_size = sizeof(opts),
 					 .sparsifier = SC_SPARSIFY_NATURAL};
+		if (exdyna > 0) {
+			opts.sparsifier = SC_SPARSIFY_EXDYNA;
+			opts.density = exdyna;
+		}
 		int grad = i == COMM_IN || i == COMM_OUT;
 		st = sc_register_ex(cm->client, tensor_names[i], SC_FLOAT32, cm->numel[i],
 				    grad ? &opts : NULL, &cm->tensor[i]);

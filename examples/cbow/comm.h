@@ -29,8 +29,10 @@ typedef struct comm {
 	double wait_s;	       /* time spent in allreduces */
 } comm_t;
 
-/* Connects (unless local) and registers the tensors; 0, or -1 after printing why. */
-int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms);
+/* Connects (unless local) and registers the tensors; 0, or -1 after printing why. With
+ * exdyna > 0 the gradient matrices are sparsified by the daemon with ExDyna at that density
+ * (lossy, with error feedback), else their non-zeros are sent exactly. */
+int comm_open(comm_t *cm, int local, size_t grad_numel, int timeout_ms, double exdyna);
 
 /*
  * Starts an allreduce of each listed tensor, then waits for all of them (each wait

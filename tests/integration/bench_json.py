@@ -8,7 +8,7 @@ import math
 import sys
 
 KNOWN = {"dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce", "spardl",
-         "s2_sketch", "exdyna"}
+         "s2_sketch", "exdyna", "exdyna_owner"}
 FIELDS = ("scheme", "chosen", "lossless", "wrong", "time_s", "bytes_sent", "bytes_recv",
           "step_bytes_max", "bound_s", "busbw", "predicted_s", "measured_s", "work_s",
           "cpu_s", "cpu_sum_s", "ranks_identical", "failed")
@@ -32,7 +32,8 @@ def check(doc, schemes):
                         (name, r["failed"], r["wrong"], r["ranks_identical"]))
         if r["chosen"] not in KNOWN or (name != "auto" and r["chosen"] != name):
             errs.append("%s: ran %r" % (name, r["chosen"]))
-        if r["lossless"] != (r["chosen"] in KNOWN - {"spardl", "s2_sketch", "exdyna"}):
+        if r["lossless"] != (r["chosen"] in KNOWN - {"spardl", "s2_sketch", "exdyna",
+                                                      "exdyna_owner"}):
             errs.append("%s: lossless %s for %s" % (name, r["lossless"], r["chosen"]))
         if not (r["time_s"] > 0 and r["bytes_sent"] > 0 and r["bytes_recv"] > 0):
             errs.append("%s: time %s, bytes %s/%s" %
@@ -61,7 +62,7 @@ def check(doc, schemes):
         # k = density x numel (device/exdyna.h): at most 16 (P-1) c. The metadata round
         # adds a header and 1 + 257 words per peer, the rings a rounded chunk per round.
         # A threshold that lost the target (a growing residual) would send many times this.
-        if r["chosen"] == "exdyna":
+        if r["chosen"] in ("exdyna", "exdyna_owner"):
             P, k = doc["P"], round(doc["density"] * doc["numel"])
             share = max(1, (k + P // 2) // P)
             cap = (16 * (P - 1) * (1250 * share // 1000) + (P - 1) * (64 + 8 * 258) +

@@ -39,9 +39,9 @@
 
 #define SP_MAX_FAIL_LINES 40
 
-static const char *const schemes[] = {"dense_ring",   "agsparse",   "hier_central",
-				      "balanced_par", "omnireduce", "spardl",
-				      "s2_sketch",    "exdyna",	    "auto"};
+static const char *const schemes[] = {
+    "dense_ring", "agsparse",  "hier_central", "balanced_par", "omnireduce",
+    "spardl",	  "s2_sketch", "exdyna",       "exdyna_owner", "auto"};
 #define N_SCHEMES ((int)(sizeof(schemes) / sizeof(schemes[0])))
 
 typedef enum { SET_UNIFORM, SET_ZIPF, SET_TOPK } set_kind_t;
@@ -132,7 +132,8 @@ static void sp_failf(sp_state_t *s, const char *fmt, ...)
 
 static int lossy_name(const char *s)
 {
-	return !strcmp(s, "spardl") || !strcmp(s, "s2_sketch") || !strcmp(s, "exdyna");
+	return !strcmp(s, "spardl") || !strcmp(s, "s2_sketch") || !strcmp(s, "exdyna") ||
+	       !strcmp(s, "exdyna_owner");
 }
 
 static int known_scheme(const char *s)
