@@ -20,6 +20,8 @@
  * tensor of density D. hash_bitmap_encode is the pull's encode over all P partitions from
  * their local (partition-ordered) values: what the P servers do together, one pass over
  * numel elements; bitmap_encode encodes the natural tensor's COO list.
+ * hierarchical_hash_coo and partition_coo split that list into the P partitions of
+ * Balanced Parallelism's push: ZEN's hashing against the counting split the scheme runs.
  *
  * With --device cuda the JSON adds hbm_bytes_per_s (the device-to-device copy: 8 numel
  * bytes read and written) and, per op, bytes_moved (what the op must read and write at
@@ -137,6 +139,21 @@ static void run_hh(ctx_t *c)
 	c->last_nnz = c->out.nnz;
 }
 
+/* Balanced Parallelism's push on a COO list: ZEN's hierarchical hashing against the
+ * stable counting split the scheme runs (the same partitions, h0) */
+static void run_hh_coo(ctx_t *c)
+{
+	check(c, "hh_push_coo", c->d->hh_push_coo(c->hh, &c->nat, &c->out, c->offset, NULL));
+	c->last_nnz = c->out.nnz;
+}
+
+static void run_partition_coo(ctx_t *c)
+{
+	scd_partfn_t fn = scd_partfn_make(c->parts, 4242);
+	check(c, "partition_coo", c->d->partition_coo(&fn, &c->nat, &c->out, c->offset));
+	c->last_nnz = c->out.nnz;
+}
+
 static void run_hash_bitmap(ctx_t *c)
 {
 	uint64_t total = 0, nnz = 0, bytes;
@@ -198,6 +215,11 @@ static double moved_select(const ctx_t *c)
 {
 	return dense_bytes(c) + 8.0 * (double)c->last_nnz;
 }
+/* a list read and written */
+static double moved_list(const ctx_t *c)
+{
+	return 16.0 * (double)c->last_nnz;
+}
 /* the tensor read, the encoding written */
 static double moved_dense_encode(const ctx_t *c)
 {
@@ -220,6 +242,8 @@ static const op_t ops[] = {
     {"exdyna", prep_residual, run_exdyna, moved_feedback},
     {"natural", prep_none, run_natural, moved_select},
     {"hierarchical_hash", prep_none, run_hh, moved_select},
+    {"hierarchical_hash_coo", prep_none, run_hh_coo, moved_list},
+    {"partition_coo", prep_none, run_partition_coo, moved_list},
     {"hash_bitmap_encode", prep_none, run_hash_bitmap, moved_dense_encode},
     {"bitmap_encode", prep_none, run_bitmap, moved_bitmap},
     {"blocks_encode", prep_none, run_blocks, moved_dense_encode},

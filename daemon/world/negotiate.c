@@ -368,13 +368,18 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 
 /* The first degraded rank, or -1. A degraded node refuses new submissions and has failed
  * what it had announced, so nothing pending can complete while it stays degraded. */
+/* The degraded rank an entry waits for, or -1: the one degraded first, so that a failure
+ * that spreads (a trainer that fails an operation and then leaves) is reported by its
+ * cause. */
 static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
 {
 	(void)e;
+	int first = -1;
 	for (int r = 0; r < w->d->world_size; r++)
-		if (w->peers[r].degraded)
-			return r;
-	return -1;
+		if (w->peers[r].degraded &&
+		    (first < 0 || w->peers[r].degraded_seq < w->peers[first].degraded_seq))
+			first = r;
+	return first;
 }
 
 static scd_poison_t **poison_find(scd_world_t *w, const char *name);
@@ -555,6 +560,8 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 	if (ns->rank < 0 || ns->rank >= w->d->world_size)
 		return;
 	scd_peer_t *p = &w->peers[ns->rank];
+	if (ns->degraded && !p->degraded)
+		p->degraded_seq = ++w->degraded_seq;
 	p->degraded = ns->degraded;
 	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
 		 ns->reason ? ns->reason : "");

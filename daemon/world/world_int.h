@@ -13,6 +13,7 @@
 typedef struct scd_peer {
 	int joined;
 	int degraded;
+	uint64_t degraded_seq; /* when it became degraded (the coordinator's count) */
 	char degraded_reason[256];
 	uint8_t ident[256];
 	size_t ident_len;
@@ -73,6 +74,7 @@ struct scd_world {
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
+	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
 	int flush_armed;
