@@ -9,6 +9,7 @@
 
 #include "device/cuda.h"
 #include "scg.h"
+#include "unit.h"
 
 /* The host build's (or, under SCG_TEST_GPU, the CUDA build's) functions. */
 static inline scd_cuda_fns_t gpu_linked_fns(void)
@@ -96,6 +97,15 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .coo_topk = scg_coo_topk,
 	};
 	return f;
+}
+
+/* The cuda table of the linked build, complete (the test fails naming what is missing). */
+static inline void gpu_linked_table(scd_device_ops_t *ops)
+{
+	scd_cuda_fns_t f = gpu_linked_fns();
+	char missing[1024];
+	unsigned n = scd_cuda_ops_fill(&f, ops, missing, sizeof missing);
+	CHECK_MSG(n == 0, "%u ops of the GPU device are missing: %s", n, missing);
 }
 
 #endif

@@ -13,31 +13,14 @@
 #include "device/cuda.h"
 #include "device/format.h"
 #include "device/sketch.h"
+#include "gpu_fns.h"
 #include "scg.h"
 #include "unit.h"
 
 static scd_device_ops_t gpu_table(void)
 {
-	scd_cuda_fns_t f = {
-	    .error = scg_error,
-	    .backend = scg_backend,
-	    .init = scg_init,
-	    .alloc = scg_alloc,
-	    .free = scg_free,
-	    .clear = scg_clear,
-	    .copy = scg_copy,
-	    .to_host = scg_to_host,
-	    .from_host = scg_from_host,
-	    .sync = scg_sync,
-	    .blocks_count_dense = scg_blocks_count_dense,
-	    .blocks_decode = scg_blocks_decode,
-	    .blocks_apply = scg_blocks_apply,
-	    .sketch_decode_apply = scg_sketch_decode_apply,
-	};
 	scd_device_ops_t ops;
-	scd_cuda_ops_fill(&f, &ops, NULL, 0);
-	CHECK_TRUE(ops.blocks_count_dense && ops.blocks_decode && ops.blocks_apply &&
-		   ops.sketch_decode_apply && ops.alloc);
+	gpu_linked_table(&ops);
 	return ops;
 }
 

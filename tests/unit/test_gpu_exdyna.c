@@ -14,31 +14,14 @@
 
 #include "device/cuda.h"
 #include "device/exdyna.h"
+#include "gpu_fns.h"
 #include "scg.h"
 #include "unit.h"
 
 static scd_device_ops_t gpu_table(void)
 {
-	scd_cuda_fns_t f = {
-	    .error = scg_error,
-	    .backend = scg_backend,
-	    .init = scg_init,
-	    .alloc = scg_alloc,
-	    .free = scg_free,
-	    .clear = scg_clear,
-	    .copy = scg_copy,
-	    .to_host = scg_to_host,
-	    .from_host = scg_from_host,
-	    .sync = scg_sync,
-	    .exdyna_create = scg_exdyna_create,
-	    .exdyna_destroy = scg_exdyna_destroy,
-	    .exdyna_select = scg_exdyna_select,
-	    .exdyna_select_coo = scg_exdyna_select_coo,
-	};
 	scd_device_ops_t ops;
-	scd_cuda_ops_fill(&f, &ops, NULL, 0);
-	CHECK_TRUE(ops.exdyna_create && ops.exdyna_destroy && ops.exdyna_select &&
-		   ops.exdyna_select_coo && ops.exdyna_update && ops.alloc);
+	gpu_linked_table(&ops);
 	return ops;
 }
 

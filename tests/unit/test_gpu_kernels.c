@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "device/cuda.h"
+#include "gpu_fns.h"
+#include "gpu_log.h"
 #include "scg.h"
 #include "unit.h"
 
@@ -17,33 +19,7 @@
 /* Memory and kernels.cu's functions: what these tests' cuda table is built from. */
 static void kernels_table(scd_device_ops_t *ops)
 {
-	scd_cuda_fns_t f = {
-	    .error = scg_error,
-	    .backend = scg_backend,
-	    .init = scg_init,
-	    .stream_set = scg_stream_set,
-	    .alloc = scg_alloc,
-	    .free = scg_free,
-	    .clear = scg_clear,
-	    .copy = scg_copy,
-	    .to_host = scg_to_host,
-	    .from_host = scg_from_host,
-	    .sync = scg_sync,
-	    .idx_count_runs = scg_idx_count_runs,
-	    .idx_runs_encode = scg_idx_runs_encode,
-	    .idx_bitmap_encode = scg_idx_bitmap_encode,
-	    .runs_decode = scg_runs_decode,
-	    .idx_add = scg_idx_add,
-	    .lower_bounds = scg_lower_bounds,
-	    .idx_check_range = scg_idx_check_range,
-	    .coo_compact_nonzero = scg_coo_compact_nonzero,
-	    .coo_merge_sum = scg_coo_merge_sum,
-	    .coo_filter_mod = scg_coo_filter_mod,
-	    .coo_block_runs = scg_coo_block_runs,
-	    .sub_scaled = scg_sub_scaled,
-	    .coo_topk = scg_coo_topk,
-	};
-	scd_cuda_ops_fill(&f, ops, NULL, 0);
+	gpu_linked_table(ops);
 	CHECK_TRUE(ops->idx_count_runs && ops->idx_runs_encode && ops->idx_bitmap_encode &&
 		   ops->runs_decode && ops->idx_add && ops->lower_bounds &&
 		   ops->idx_check_range && ops->coo_compact_nonzero && ops->coo_merge_sum &&
@@ -51,79 +27,12 @@ static void kernels_table(scd_device_ops_t *ops)
 		   ops->coo_topk);
 }
 
-/* ---- results of one device, appended in order; names mark where each result starts ---- */
-
-typedef struct res_log {
-	uint8_t *buf;
-	size_t len, cap;
-	const char *name[256];
-	size_t at[256];
-	int nnames;
-} res_log_t;
-
-static void put(res_log_t *l, const char *name, const void *p, size_t bytes)
-{
-	if (l->nnames < 256) {
-		l->name[l->nnames] = name;
-		l->at[l->nnames++] = l->len;
-	}
-	if (l->len + bytes > l->cap) {
-		l->cap = (l->len + bytes) * 2 + 64;
-		l->buf = realloc(l->buf, l->cap);
-		CHECK_TRUE(l->buf != NULL);
-	}
-	if (bytes)
-		memcpy(l->buf + l->len, p, bytes);
-	l->len += bytes;
-}
-
-static void put64(res_log_t *l, const char *name, uint64_t v)
-{
-	put(l, name, &v, 8);
-}
-
-static void *dev_from(const scd_device_ops_t *o, const void *host, size_t bytes)
-{
-	void *p = o->alloc(bytes ? bytes : 4);
-	CHECK_TRUE(p != NULL);
-	if (bytes)
-		o->from_host(p, host, bytes);
-	return p;
-}
-
-/* A device array's bytes into the log. */
-static void put_dev(res_log_t *l, const scd_device_ops_t *o, const char *name, const void *dev,
-		    size_t bytes)
-{
-	void *h = malloc(bytes + 4);
-	CHECK_TRUE(h != NULL);
-	if (bytes)
-		o->to_host(h, dev, bytes);
-	put(l, name, h, bytes);
-	free(h);
-}
-
 /* The two logs agree byte for byte (the first difference named). */
-static void same_logs(const res_log_t *got, const res_log_t *want, const char *what, uint64_t n)
+static void same_logs(const op_log_t *got, const op_log_t *want, const char *what, uint64_t n)
 {
-	CHECK_EQ_INT(got->nnames, want->nnames);
-	size_t len = got->len < want->len ? got->len : want->len;
-	for (size_t k = 0; k < len; k++)
-		if (got->buf[k] != want->buf[k]) {
-			const char *name = "?";
-			for (int t = 0; t < want->nnames; t++)
-				if (want->at[t] <= k)
-					name = want->name[t];
-			CHECK_MSG(0, "%s: %s differs from the cpu (n %llu, byte %zu)", what,
-				  name, (unsigned long long)n, k);
-		}
-	CHECK_EQ_INT(got->len, want->len);
-}
-
-static void log_free(res_log_t *l)
-{
-	free(l->buf);
-	memset(l, 0, sizeof *l);
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s (n %llu)", what, (unsigned long long)n);
+	logs_compare(got, want, buf);
 }
 
 /* Random floats: zeros (some -0.0), values from a few ties, gradient-like values. */
@@ -178,18 +87,18 @@ static const char *make_list(uint32_t *idx, uint64_t n, int shape)
  * encoding (max exact, one short, numel at the last index + 1 and one short), idx_add,
  * idx_bitmap_encode over the list's range, a smaller one and one that misses. */
 static void run_msg(const scd_device_ops_t *o, const uint32_t *h, uint64_t n, uint32_t add,
-		    res_log_t *l)
+		    op_log_t *l)
 {
 	uint32_t *idx = dev_from(o, h, n * 4);
 	uint64_t runs = o->idx_count_runs(idx, n);
-	put64(l, "idx_count_runs", runs);
+	log_u64(l, "idx_count_runs", runs);
 	uint8_t *buf = o->alloc(8 * runs + 16);
 	CHECK_TRUE(buf != NULL);
 	for (int mis = 0; mis < 3; mis += 1) {
 		uint8_t *r = buf + (mis == 2 ? 8 : mis); /* 0, 1 (unaligned), 8 */
 		o->clear(buf, 8 * runs + 16);
 		o->idx_runs_encode(idx, n, r);
-		put_dev(l, o, "idx_runs_encode", buf, 8 * runs + 16);
+		log_dev(l, o, "idx_runs_encode", buf, 8 * runs + 16);
 		uint64_t last = 0;
 		if (n) {
 			uint32_t lx;
@@ -203,9 +112,9 @@ static void run_msg(const scd_device_ops_t *o, const uint32_t *h, uint64_t n, ui
 			for (int b = 0; b < 2; b++) {
 				uint64_t got =
 				    o->runs_decode(r, runs, numels[a], maxes[b], out);
-				put64(l, "runs_decode", got);
+				log_u64(l, "runs_decode", got);
 				if (got != UINT64_MAX && got <= n)
-					put_dev(l, o, "runs_decode idx", out, got * 4);
+					log_dev(l, o, "runs_decode idx", out, got * 4);
 			}
 		o->free(out);
 	}
@@ -226,13 +135,13 @@ static void run_msg(const scd_device_ops_t *o, const uint32_t *h, uint64_t n, ui
 			o->from_host(w, h,
 				     n * 4 < 8 * ((span + 63) / 64) ? n * 4 : 0); /* stale */
 			uint64_t pos = o->idx_bitmap_encode(idx, n, los[t], spans[t], w);
-			put64(l, "idx_bitmap_encode pos", pos);
-			put_dev(l, o, "idx_bitmap_encode words", w, 8 * ((spans[t] + 63) / 64));
+			log_u64(l, "idx_bitmap_encode pos", pos);
+			log_dev(l, o, "idx_bitmap_encode words", w, 8 * ((spans[t] + 63) / 64));
 		}
 		o->free(w);
 	}
 	o->idx_add(idx, n, add);
-	put_dev(l, o, "idx_add", idx, n * 4);
+	log_dev(l, o, "idx_add", idx, n * 4);
 	OK(o->sync());
 	o->free(idx);
 	OK(o->sync());
@@ -251,7 +160,7 @@ UNIT_TEST_TIMEOUT(gpu_kernels_messages, 120)
 		uint32_t *h = malloc(n * 4 + 4);
 		const char *kind = make_list(h, n, shape);
 		uint32_t add = round % 3 ? (uint32_t)unit_rng() : UINT32_MAX;
-		res_log_t got = {0}, want = {0};
+		op_log_t got = {0}, want = {0};
 		run_msg(&ops, h, n, add, &got);
 		run_msg(&scd_device_cpu_ops, h, n, add, &want);
 		same_logs(&got, &want, kind, n);
@@ -359,17 +268,17 @@ UNIT_TEST(gpu_kernels_bitmap_outside)
 		h[bad] = how == 0   ? (uint32_t)(lo + span)		   /* just past */
 			 : how == 1 ? (uint32_t)(lo ? lo - 1 : UINT32_MAX) /* just below */
 				    : UINT32_MAX;
-		res_log_t got = {0}, want = {0};
+		op_log_t got = {0}, want = {0};
 		const scd_device_ops_t *devs[2] = {&ops, &scd_device_cpu_ops};
-		res_log_t *logs[2] = {&got, &want};
+		op_log_t *logs[2] = {&got, &want};
 		for (int d = 0; d < 2; d++) {
 			const scd_device_ops_t *o = devs[d];
 			uint32_t *idx = dev_from(o, h, n * 4);
 			uint64_t *w = o->alloc(8 * ((span + 63) / 64));
 			CHECK_TRUE(w != NULL);
 			uint64_t pos = o->idx_bitmap_encode(idx, n, lo, span, w);
-			put64(logs[d], "pos", pos);
-			put_dev(logs[d], o, "words", w, 8 * ((span + 63) / 64));
+			log_u64(logs[d], "pos", pos);
+			log_dev(logs[d], o, "words", w, 8 * ((span + 63) / 64));
 			OK(o->sync());
 			o->free(idx), o->free(w);
 		}
@@ -399,7 +308,7 @@ typedef struct lists_in {
 	uint64_t off[9], v[12], lo, hi, bad_k;
 } lists_in_t;
 
-static void run_lists(const scd_device_ops_t *o, const lists_in_t *in, res_log_t *l)
+static void run_lists(const scd_device_ops_t *o, const lists_in_t *in, op_log_t *l)
 {
 	uint64_t an = in->an, bn = in->bn, m = an + bn;
 	uint32_t *ai = dev_from(o, in->ai, an * 4), *bi = dev_from(o, in->bi, bn * 4);
@@ -408,18 +317,19 @@ static void run_lists(const scd_device_ops_t *o, const lists_in_t *in, res_log_t
 	uint64_t pos[8 * 12];
 	memset(pos, 0xa5, sizeof pos);
 	o->lower_bounds(ai, in->off, in->nlists, in->v, in->nv, pos);
-	put(l, "lower_bounds", pos, 8 * (size_t)in->nlists * in->nv);
+	log_put(l, "lower_bounds", pos, 8 * (size_t)in->nlists * in->nv);
 	o->lower_bounds(bi, (const uint64_t[]){0, bn}, 1, in->v, in->nv, pos);
-	put(l, "lower_bounds one list", pos, 8 * (size_t)in->nv);
+	log_put(l, "lower_bounds one list", pos, 8 * (size_t)in->nv);
 	/* idx_check_range: the list, a narrower range, a repeat */
-	put64(l, "idx_check_range", o->idx_check_range(ai, an, 0, in->numel));
-	put64(l, "idx_check_range narrow", o->idx_check_range(ai, an, in->lo, in->hi));
+	log_u64(l, "idx_check_range", o->idx_check_range(ai, an, 0, in->numel));
+	log_u64(l, "idx_check_range narrow", o->idx_check_range(ai, an, in->lo, in->hi));
 	if (an >= 2) {
 		uint32_t *rep = malloc(an * 4);
 		memcpy(rep, in->ai, an * 4);
 		rep[in->bad_k] = rep[in->bad_k - 1];
 		uint32_t *drep = dev_from(o, rep, an * 4);
-		put64(l, "idx_check_range repeat", o->idx_check_range(drep, an, 0, in->numel));
+		log_u64(l, "idx_check_range repeat",
+			o->idx_check_range(drep, an, 0, in->numel));
 		o->free(drep);
 		free(rep);
 	}
@@ -428,42 +338,42 @@ static void run_lists(const scd_device_ops_t *o, const lists_in_t *in, res_log_t
 	CHECK_TRUE(oi && ov);
 	/* coo_merge_sum of a and b */
 	uint64_t r = o->coo_merge_sum(ai, av, an, bi, bv, bn, oi, ov);
-	put64(l, "coo_merge_sum nnz", r);
-	put_dev(l, o, "coo_merge_sum idx", oi, (r <= m ? r : 0) * 4);
-	put_dev(l, o, "coo_merge_sum val", ov, (r <= m ? r : 0) * 4);
+	log_u64(l, "coo_merge_sum nnz", r);
+	log_dev(l, o, "coo_merge_sum idx", oi, (r <= m ? r : 0) * 4);
+	log_dev(l, o, "coo_merge_sum val", ov, (r <= m ? r : 0) * 4);
 	/* coo_filter_mod of the union, out of place and in place */
 	uint32_t *fi = o->alloc(m * 4 + 4);
 	float *fv = o->alloc(m * 4 + 4);
 	CHECK_TRUE(fi && fv);
 	uint64_t f = o->coo_filter_mod(oi, ov, r, in->d, in->t, fi, fv);
-	put64(l, "coo_filter_mod nnz", f);
-	put_dev(l, o, "coo_filter_mod idx", fi, (f <= m ? f : 0) * 4);
-	put_dev(l, o, "coo_filter_mod val", fv, (f <= m ? f : 0) * 4);
+	log_u64(l, "coo_filter_mod nnz", f);
+	log_dev(l, o, "coo_filter_mod idx", fi, (f <= m ? f : 0) * 4);
+	log_dev(l, o, "coo_filter_mod val", fv, (f <= m ? f : 0) * 4);
 	/* coo_compact_nonzero of a: out of place, in place, idx alone in place */
 	uint64_t c = o->coo_compact_nonzero(ai, av, an, fi, fv);
-	put64(l, "coo_compact_nonzero nnz", c);
-	put_dev(l, o, "coo_compact_nonzero idx", fi, (c <= m ? c : 0) * 4);
-	put_dev(l, o, "coo_compact_nonzero val", fv, (c <= m ? c : 0) * 4);
+	log_u64(l, "coo_compact_nonzero nnz", c);
+	log_dev(l, o, "coo_compact_nonzero idx", fi, (c <= m ? c : 0) * 4);
+	log_dev(l, o, "coo_compact_nonzero val", fv, (c <= m ? c : 0) * 4);
 	o->copy(fi, ai, an * 4);
 	o->copy(fv, av, an * 4);
 	c = o->coo_compact_nonzero(fi, fv, an, fi, fv);
-	put64(l, "coo_compact_nonzero in place nnz", c);
-	put_dev(l, o, "coo_compact_nonzero in place idx", fi, (c <= m ? c : 0) * 4);
-	put_dev(l, o, "coo_compact_nonzero in place val", fv, (c <= m ? c : 0) * 4);
+	log_u64(l, "coo_compact_nonzero in place nnz", c);
+	log_dev(l, o, "coo_compact_nonzero in place idx", fi, (c <= m ? c : 0) * 4);
+	log_dev(l, o, "coo_compact_nonzero in place val", fv, (c <= m ? c : 0) * 4);
 	o->copy(fi, bi, bn * 4);
 	c = o->coo_compact_nonzero(fi, bv, bn, fi, ov);
-	put64(l, "coo_compact_nonzero idx in place nnz", c);
-	put_dev(l, o, "coo_compact_nonzero idx in place idx", fi, (c <= m ? c : 0) * 4);
-	put_dev(l, o, "coo_compact_nonzero idx in place val", ov, (c <= m ? c : 0) * 4);
-	put_dev(l, o, "coo_compact_nonzero input untouched", bv, bn * 4);
+	log_u64(l, "coo_compact_nonzero idx in place nnz", c);
+	log_dev(l, o, "coo_compact_nonzero idx in place idx", fi, (c <= m ? c : 0) * 4);
+	log_dev(l, o, "coo_compact_nonzero idx in place val", ov, (c <= m ? c : 0) * 4);
+	log_dev(l, o, "coo_compact_nonzero input untouched", bv, bn * 4);
 	o->copy(fi, bi, bn * 4);
 	o->copy(fv, bv, bn * 4);
 	f = o->coo_filter_mod(fi, fv, bn, in->d, in->t, fi, fv);
-	put64(l, "coo_filter_mod in place nnz", f);
-	put_dev(l, o, "coo_filter_mod in place idx", fi, (f <= m ? f : 0) * 4);
-	put_dev(l, o, "coo_filter_mod in place val", fv, (f <= m ? f : 0) * 4);
+	log_u64(l, "coo_filter_mod in place nnz", f);
+	log_dev(l, o, "coo_filter_mod in place idx", fi, (f <= m ? f : 0) * 4);
+	log_dev(l, o, "coo_filter_mod in place val", fv, (f <= m ? f : 0) * 4);
 	f = o->coo_filter_mod(bi, bv, bn, in->d, in->d + in->t, oi, ov);
-	put64(l, "coo_filter_mod t >= d", f);
+	log_u64(l, "coo_filter_mod t >= d", f);
 	OK(o->sync());
 	o->free(fi), o->free(fv), o->free(oi), o->free(ov);
 	o->free(ai), o->free(bi), o->free(av), o->free(bv);
@@ -509,7 +419,7 @@ UNIT_TEST_TIMEOUT(gpu_kernels_lists, 120)
 		in.bad_k = in.an >= 2 ? 1 + unit_rng_below(in.an - 1) : 0;
 		in.d = 1 + (uint32_t)unit_rng_below(round % 4 ? 8 : 1);
 		in.t = (uint32_t)unit_rng_below(in.d);
-		res_log_t got = {0}, want = {0};
+		op_log_t got = {0}, want = {0};
 		run_lists(&ops, &in, &got);
 		run_lists(&scd_device_cpu_ops, &in, &want);
 		same_logs(&got, &want, "lists", n);
@@ -636,15 +546,15 @@ UNIT_TEST(gpu_kernels_sub_scaled)
 /* ---- coo_topk ----------------------------------------------------------------------- */
 
 static void run_topk(const scd_device_ops_t *o, const uint32_t *hi, const float *hv, uint64_t n,
-		     uint64_t k, res_log_t *l)
+		     uint64_t k, op_log_t *l)
 {
 	uint32_t *idx = dev_from(o, hi, n * 4), *ti = o->alloc(n * 4 + 4);
 	float *val = dev_from(o, hv, n * 4), *tv = o->alloc(n * 4 + 4);
 	CHECK_TRUE(ti && tv);
 	uint64_t kept = o->coo_topk(idx, val, n, k, ti, tv);
-	put64(l, "coo_topk kept", kept);
-	put_dev(l, o, "coo_topk idx", idx, n * 4);
-	put_dev(l, o, "coo_topk val", val, n * 4);
+	log_u64(l, "coo_topk kept", kept);
+	log_dev(l, o, "coo_topk idx", idx, n * 4);
+	log_dev(l, o, "coo_topk val", val, n * 4);
 	OK(o->sync());
 	o->free(idx), o->free(ti), o->free(val), o->free(tv);
 	OK(o->sync());
@@ -679,7 +589,7 @@ UNIT_TEST_TIMEOUT(gpu_kernels_coo_topk, 120)
 		uint64_t ks[6] = {
 		    0, 1, n ? n - 1 : 0, n, n + 1 + unit_rng_below(3), unit_rng_below(n + 1)};
 		for (int t = 0; t < 6; t++) {
-			res_log_t got = {0}, want = {0};
+			op_log_t got = {0}, want = {0};
 			run_topk(&ops, hi, hv, n, ks[t], &got);
 			run_topk(&scd_device_cpu_ops, hi, hv, n, ks[t], &want);
 			char what[64];

@@ -17,6 +17,7 @@
 
 #include "device/cuda.h"
 #include "gpu_fns.h"
+#include "gpu_log.h"
 #include "scg.h"
 #include "unit.h"
 
@@ -194,16 +195,6 @@ static void fill_typed(sc_dtype_t dtype, void *x, uint64_t n)
 	} else {
 		fill_random(x, n * dtype_bytes(dtype));
 	}
-}
-
-/* A device array holding bytes of host (at least 4 bytes allocated). */
-static void *dev_from(const scd_device_ops_t *o, const void *host, size_t bytes)
-{
-	void *p = o->alloc(bytes ? bytes : 4);
-	CHECK_TRUE(p != NULL);
-	if (bytes)
-		o->from_host(p, host, bytes);
-	return p;
 }
 
 static void back(const scd_device_ops_t *o, void *host, const void *dev, size_t bytes)
@@ -436,42 +427,6 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_reduce_select, 120)
 
 /* ---- listops.cu through the ops table ----------------------------------------------- */
 
-/* Every result of one device, appended in order; names mark where each op's bytes start. */
-typedef struct op_log {
-	uint8_t *buf;
-	size_t len, cap;
-	const char *name[64];
-	size_t at[64];
-	int nnames;
-} op_log_t;
-
-static void log_put(op_log_t *l, const char *name, const void *p, size_t bytes)
-{
-	if (l->nnames < 64) {
-		l->name[l->nnames] = name;
-		l->at[l->nnames++] = l->len;
-	}
-	if (l->len + bytes > l->cap) {
-		l->cap = (l->len + bytes) * 2 + 64;
-		l->buf = realloc(l->buf, l->cap);
-		CHECK_TRUE(l->buf != NULL);
-	}
-	if (bytes)
-		memcpy(l->buf + l->len, p, bytes);
-	l->len += bytes;
-}
-
-/* A device array's bytes into the log. */
-static void log_dev(op_log_t *l, const scd_device_ops_t *o, const char *name, const void *dev,
-		    size_t bytes)
-{
-	void *h = malloc(bytes + 4);
-	CHECK_TRUE(h != NULL);
-	back(o, h, dev, bytes);
-	log_put(l, name, h, bytes);
-	free(h);
-}
-
 /* A random strictly ascending list over [0, numel) at a density (values with zeros, -0.0
  * and ties); returns its length. */
 static uint64_t random_list(uint64_t numel, double density, uint32_t *idx, float *val)
@@ -651,20 +606,10 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_listops, 120)
 		op_log_t got = {0}, want = {0};
 		run_listops(&ops, &in, &got);
 		run_listops(&scd_device_cpu_ops, &in, &want);
-		CHECK_EQ_INT(got.len, want.len);
-		CHECK_EQ_INT(got.nnames, want.nnames);
-		size_t len = got.len < want.len ? got.len : want.len;
-		for (size_t k = 0; k < len; k++)
-			if (got.buf[k] != want.buf[k]) {
-				const char *name = "?";
-				for (int t = 0; t < want.nnames; t++)
-					if (want.at[t] <= k)
-						name = want.name[t];
-				CHECK_MSG(0, "%s differs from the cpu (n %llu, byte %zu)", name,
-					  (unsigned long long)n, k);
-				break;
-			}
-		free(got.buf), free(want.buf);
+		char what[64];
+		snprintf(what, sizeof what, "listops n %llu", (unsigned long long)n);
+		logs_compare(&got, &want, what);
+		log_free(&got), log_free(&want);
 		free(in.ai), free(in.bi), free(in.av), free(in.bv), free(in.g), free(in.x),
 		    free(in.rep);
 	}

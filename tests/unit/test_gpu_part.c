@@ -23,6 +23,8 @@
 #include <string.h>
 
 #include "device/cuda.h"
+#include "gpu_fns.h"
+#include "gpu_log.h"
 #include "scg.h"
 #include "unit.h"
 
@@ -31,30 +33,7 @@
 /* The linked build's functions for the memory ops and this file's. */
 static void gpu_table(scd_device_ops_t *ops)
 {
-	scd_cuda_fns_t f = {
-	    .error = scg_error,
-	    .backend = scg_backend,
-	    .init = scg_init,
-	    .stream_set = scg_stream_set,
-	    .alloc = scg_alloc,
-	    .free = scg_free,
-	    .clear = scg_clear,
-	    .copy = scg_copy,
-	    .to_host = scg_to_host,
-	    .from_host = scg_from_host,
-	    .sync = scg_sync,
-	    .partmap_acquire = scg_partmap_acquire,
-	    .partmap_release = scg_partmap_release,
-	    .partition_coo = scg_partition_coo,
-	    .coo_scatter_add_part = scg_coo_scatter_add_part,
-	    .coo_encode = scg_coo_encode,
-	    .coo_decode = scg_coo_decode,
-	    .hash_bitmap_encode = scg_hash_bitmap_encode,
-	    .hash_bitmap_encode_local = scg_hash_bitmap_encode_local,
-	    .hash_bitmap_decode = scg_hash_bitmap_decode,
-	    .hash_bitmap_decode_dense = scg_hash_bitmap_decode_dense,
-	};
-	scd_cuda_ops_fill(&f, ops, NULL, 0);
+	gpu_linked_table(ops);
 	CHECK_TRUE(ops->alloc && ops->partmap_acquire && ops->partmap_release &&
 		   ops->partition_coo && ops->coo_scatter_add_part && ops->coo_encode &&
 		   ops->coo_decode && ops->hash_bitmap_encode && ops->hash_bitmap_encode_seg &&
@@ -73,57 +52,6 @@ static void fill_floats(float *x, uint64_t n, double density)
 			x[i] =
 			    (float)(unit_rng_double() - 0.5) * (float)(1 + unit_rng_below(16));
 	}
-}
-
-static void *dev_from(const scd_device_ops_t *o, const void *host, size_t bytes)
-{
-	void *p = o->alloc(bytes ? bytes : 4);
-	CHECK_TRUE(p != NULL);
-	if (bytes)
-		o->from_host(p, host, bytes);
-	return p;
-}
-
-/* Every result of one device, appended in order; names mark where each op's bytes start. */
-typedef struct op_log {
-	uint8_t *buf;
-	size_t len, cap;
-	const char *name[4096];
-	size_t at[4096];
-	int nnames;
-} op_log_t;
-
-static void log_put(op_log_t *l, const char *name, const void *p, size_t bytes)
-{
-	if (l->nnames < 4096) {
-		l->name[l->nnames] = name;
-		l->at[l->nnames++] = l->len;
-	}
-	if (l->len + bytes > l->cap) {
-		l->cap = (l->len + bytes) * 2 + 64;
-		l->buf = realloc(l->buf, l->cap);
-		CHECK_TRUE(l->buf != NULL);
-	}
-	if (bytes)
-		memcpy(l->buf + l->len, p, bytes);
-	l->len += bytes;
-}
-
-static void log_u64(op_log_t *l, const char *name, uint64_t v)
-{
-	log_put(l, name, &v, 8);
-}
-
-/* A device array's bytes into the log. */
-static void log_dev(op_log_t *l, const scd_device_ops_t *o, const char *name, const void *dev,
-		    size_t bytes)
-{
-	void *h = malloc(bytes + 4);
-	CHECK_TRUE(h != NULL);
-	if (bytes)
-		o->to_host(h, dev, bytes);
-	log_put(l, name, h, bytes);
-	free(h);
 }
 
 /* A device array's FNV-1a hash into the log (a whole tensor compared many times). */
@@ -148,23 +76,14 @@ static op_log_t *log_new(void)
 	return l;
 }
 
-/* The logs of the two devices are the same bytes, op by op. */
+/* The logs of the two devices are the same bytes, op by op; both are freed. */
 static void logs_same(op_log_t *got, op_log_t *want, const char *what, uint64_t numel,
 		      uint32_t P)
 {
-	size_t len = got->len < want->len ? got->len : want->len;
-	for (size_t k = 0; k < len; k++)
-		if (got->buf[k] != want->buf[k]) {
-			const char *name = "?";
-			for (int t = 0; t < want->nnames; t++)
-				if (want->at[t] <= k)
-					name = want->name[t];
-			CHECK_MSG(0, "%s: %s differs from the cpu (numel %llu, P %u, byte %zu)",
-				  what, name, (unsigned long long)numel, P, k);
-		}
-	CHECK_EQ_INT(got->nnames, want->nnames);
-	CHECK_EQ_INT(got->len, want->len);
-	free(got->buf), free(want->buf);
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s (numel %llu, P %u)", what, (unsigned long long)numel, P);
+	logs_compare(got, want, buf);
+	log_free(got), log_free(want);
 	free(got), free(want);
 }
 

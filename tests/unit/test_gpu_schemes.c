@@ -18,10 +18,7 @@
 static const scd_device_ops_t *host_gpu_device(void)
 {
 	static scd_device_ops_t ops;
-	scd_cuda_fns_t f = gpu_linked_fns();
-	char missing[1024];
-	unsigned n = scd_cuda_ops_fill(&f, &ops, missing, sizeof missing);
-	CHECK_MSG(n == 0, "%u ops of the GPU device are not built: %s", n, missing);
+	gpu_linked_table(&ops);
 	return &ops;
 }
 
