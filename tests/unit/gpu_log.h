@@ -86,8 +86,8 @@ static inline void logs_compare(const op_log_t *got, const op_log_t *want, const
 			for (int t = 0; t < want->nnames; t++)
 				if (want->at[t] <= k)
 					name = want->name[t];
-			CHECK_MSG(0, "%s: %s differs from the cpu device (byte %zu)", what, name,
-				  k);
+			CHECK_MSG(0, "%s: %s differs from the cpu device (byte %zu)", what,
+				  name, k);
 		}
 	CHECK_EQ_INT(got->nnames, want->nnames);
 	CHECK_EQ_INT(got->len, want->len);
