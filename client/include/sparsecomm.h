@@ -145,6 +145,11 @@ typedef struct sc_tensor_opts {
 	double threshold;	    /* for THRESHOLD */
 	const char *scheme;	    /* pin a scheme by name ("dense_ring", ...); NULL: auto */
 	size_t coo_capacity;	    /* > 0: the tensor also takes COO input (see below) */
+	/* S2's sketch for this tensor where S2 runs (it is pinned): rows (1..15; 3 or more
+	 * decode by the median) and columns per expected non-zero of the union; 0: the
+	 * daemons' sketch_rows and sketch_cols. Every rank must give the same. */
+	uint32_t sketch_rows;
+	double sketch_cols;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */

@@ -50,6 +50,16 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		w->scheme = (char *)o->scheme;
 	if (OPTS_HAS(o, coo_capacity))
 		w->coo_capacity = o->coo_capacity;
+	if (OPTS_HAS(o, sketch_rows))
+		w->sketch_rows = o->sketch_rows;
+	if (OPTS_HAS(o, sketch_cols))
+		w->sketch_cols = o->sketch_cols;
+	if (w->sketch_rows > 15 || !(isfinite(w->sketch_cols) && w->sketch_cols >= 0))
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: registering tensor '%s': sketch rows %u (at most 15) "
+		    "or columns %g (a finite value >= 0) out of range",
+		    c->rank, name, w->sketch_rows, w->sketch_cols);
 	if (w->sparsifier > SC_SPARSIFY_NATURAL)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown "

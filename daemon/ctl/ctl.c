@@ -192,6 +192,8 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->sparsifier = nt->opts.sparsifier;
 	it->density = nt->opts.density;
 	it->threshold = nt->opts.threshold;
+	it->sketch_rows = nt->opts.sketch_rows;
+	it->sketch_cols = nt->opts.sketch_cols;
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
 	nt->state = SCD_NT_RUNNING;
@@ -429,6 +431,8 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		opts.density = rq->opts->density;
 		opts.threshold = rq->opts->threshold;
 		opts.coo_capacity = rq->opts->coo_capacity;
+		opts.sketch_rows = rq->opts->sketch_rows;
+		opts.sketch_cols = rq->opts->sketch_cols;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}

@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "device/sketch.h"
 #include "util/log.h"
 
 #define NT_BUCKETS 1024
@@ -238,6 +240,16 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 (unsigned long long)(max_bytes / esz < UINT32_MAX - 1
 						  ? max_bytes / esz
 						  : UINT32_MAX - 1));
+		return SC_ERR_INVALID;
+	}
+	if (opts->sketch_rows > SCD_SKETCH_MAX_ROWS ||
+	    !(isfinite(opts->sketch_cols) && opts->sketch_cols >= 0 &&
+	      opts->sketch_cols <= 1e6)) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s': sketch rows %u (at most %d) or columns %g (0 to 1e6) out "
+		    "of range",
+		    name, opts->sketch_rows, SCD_SKETCH_MAX_ROWS, opts->sketch_cols);
 		return SC_ERR_INVALID;
 	}
 	if (opts->coo_capacity > numel) {

@@ -30,6 +30,8 @@ typedef struct scd_tensor_opts {
 	double density, threshold;
 	char scheme[32];
 	uint64_t coo_capacity;
+	uint32_t sketch_rows; /* S2 for this tensor (0: the configuration's) */
+	double sketch_cols;
 } scd_tensor_opts_t;
 
 typedef struct scd_tensor_stats {

@@ -204,6 +204,13 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 	scd_scheme_cfg_t cfg = *base;
 	cfg.numel = job->total_numel;
 	cfg.seed = seed ^ sig;
+	/* a tensor's own sketch settings (S2 runs on a buffer of its own) */
+	for (int i = 0; i < job->n_items; i++) {
+		if (job->items[i].sketch_rows)
+			cfg.sketch_rows = job->items[i].sketch_rows;
+		if (job->items[i].sketch_cols > 0)
+			cfg.sketch_cols_factor = job->items[i].sketch_cols;
+	}
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
 	uint64_t max_sp = 0; /* the largest item sparsified here */

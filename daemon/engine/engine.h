@@ -67,7 +67,9 @@ typedef struct scd_job_item {
 	uint32_t sparsifier; /* sc_sparsifier_t */
 	double density, threshold;
 	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
-	float *residual;       /* the node's residual (local rank 0's shared object), or NULL */
+	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
+	double sketch_cols;
+	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;

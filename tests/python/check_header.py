@@ -29,7 +29,7 @@ int main(void) {
 	       sizeof(sc_tensor_opts_t), sizeof(sc_sparsifier_t), sizeof(sc_handle_t));
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
-	O(coo_capacity)
+	O(coo_capacity) O(sketch_rows) O(sketch_cols)
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;
 }

@@ -85,3 +85,69 @@ UNIT_TEST(engine_job_device_per_buffer)
 			      strstr(job.error, "does not have"),
 			  "missing device: '%s'", job.error);
 }
+
+/* ---- a tensor's own S2 sketch settings reach its scheme ------------------------------- */
+
+#include <sys/mman.h>
+
+#include "scheme_world.h"
+
+typedef struct sketch_arg {
+	uint32_t rows;	/* the item's sketch_rows (0: the table's) */
+	uint64_t *sent; /* [MAX_P] bytes each rank sent */
+} sketch_arg_t;
+
+static void sketch_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	enum { N = 1 << 16 };
+	sketch_arg_t *a = arg;
+	float *buf = calloc(N, 4), *res = calloc(N, 4);
+	for (uint64_t i = (uint64_t)rank; i < N; i += 97)
+		buf[i] = (float)(i % 7 + 1);
+	scd_bufctx_table_t *tab = NULL;
+	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
+	const scd_device_ops_t *dev = NULL;
+	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
+	scd_job_item_t it = {.name = "emb.s2",
+			     .numel = N,
+			     .op = SC_OP_SUM,
+			     .cache_id = 3,
+			     .residual = res,
+			     .sketch_rows = a->rows};
+	scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
+			 .n_items = 1,
+			 .items = &it,
+			 .total_numel = N,
+			 .dtype = SC_FLOAT32,
+			 .average_divisor = 1,
+			 .pin = SCD_SCHEME_S2_SKETCH,
+			 .timeout_ms = 10000};
+	scd_transport_counters_t c0, c1;
+	t->ops->counters(t, &c0);
+	sc_status_t st = scd_bufctx_step(tab, &job, dev, buf, t, 20e-6, 1e-10, 42);
+	t->ops->counters(t, &c1);
+	CHECK_MSG(st == SC_OK, "rank %d: %s (%s)", rank, sc_status_name(st), job.error);
+	a->sent[rank] = c1.bytes_sent - c0.bytes_sent;
+	scd_bufctx_table_destroy(tab);
+	free(buf), free(res);
+}
+
+/* sc_tensor_opts_t.sketch_rows travels with the job's item into the buffer's scheme: the
+ * same step with 3 rows sends more than with the configuration's 1 (the sketch is 3 rows
+ * of the same width; the block bitmap is the same). */
+UNIT_TEST(engine_bufctx_tensor_sketch_rows)
+{
+	uint64_t sent[2];
+	for (int k = 0; k < 2; k++) {
+		sketch_arg_t a = {.rows = k ? 3 : 0};
+		a.sent = shared_map(8 * MAX_P);
+		run_world(2, sketch_rank, &a);
+		sent[k] = a.sent[0];
+		CHECK_EQ_INT(a.sent[1], a.sent[0]);
+		munmap(a.sent, 8 * MAX_P);
+	}
+	printf("    S2 bytes sent per rank: rows 1 %llu, rows 3 %llu\n",
+	       (unsigned long long)sent[0], (unsigned long long)sent[1]);
+	CHECK_MSG(sent[1] > sent[0] * 3 / 2, "rows 3 sent %llu, rows 1 %llu",
+		  (unsigned long long)sent[1], (unsigned long long)sent[0]);
+}

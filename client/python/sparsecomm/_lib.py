@@ -117,6 +117,8 @@ class TensorOpts(ctypes.Structure):
         ("threshold", ctypes.c_double),
         ("scheme", ctypes.c_char_p),
         ("coo_capacity", ctypes.c_size_t),
+        ("sketch_rows", ctypes.c_uint32),
+        ("sketch_cols", ctypes.c_double),
     ]
 
 
