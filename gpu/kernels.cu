@@ -334,17 +334,6 @@ struct entry_mod {
 
 /* After a stable merge of a (first) and b, the first of an equal pair takes a + b (the
  * pair's second, which no thread writes, is dropped by unique_by_key). */
-struct pair_sum {
-	const uint32_t *oi;
-	float *ov;
-	uint64_t m;
-	SCG_HD void operator()(uint64_t k) const
-	{
-		if (k + 1 < m && oi[k + 1] == oi[k])
-			ov[k] = ov[k] + ov[k + 1];
-	}
-};
-
 /* The block holding index i: the last b with bnd[b] <= i (scheme_kernels.c's block_of). */
 SCG_HD inline uint32_t block_of(const u64 *bnd, uint32_t nb, uint32_t i)
 {
@@ -697,20 +686,8 @@ extern "C" sc_status_t scg_coo_merge_sum(const uint32_t *ai, const float *av, ui
 					 const uint32_t *bi, const float *bv, uint64_t bn,
 					 uint32_t *oi, float *ov, uint64_t *nnz_host)
 {
-	const char *what = "scg_coo_merge_sum";
-	uint64_t m = an + bn, w = 0;
-	if (m) {
-		/* stable: a's entry first on an equal index */
-		SCG_TRY(what, thrust::merge_by_key(SCG_POLICY, ai, ai + an, bi, bi + bn, av, bv,
-						   oi, ov));
-		thrust::counting_iterator<uint64_t> k0(0);
-		SCG_TRY(what, thrust::for_each(SCG_POLICY, k0, k0 + m, pair_sum{oi, ov, m}));
-		SCG_TRY(what,
-			w = (uint64_t)(thrust::unique_by_key(SCG_POLICY, oi, oi + m, ov).first -
-				       oi));
-	}
-	*nnz_host = w;
-	return SCG_CHECK(what);
+	return scg_merge_union("scg_coo_merge_sum", ai, av, an, bi, bv, bn, oi, ov, false,
+			       nnz_host);
 }
 
 extern "C" sc_status_t scg_coo_block_runs(const uint32_t *idx, uint64_t n,

@@ -76,6 +76,7 @@ struct merge_fix {
 	uint64_t m;
 	const uint32_t *ai;
 	uint64_t an;
+	bool zero_alone; /* 0.0f + v for b's alone (merge_two), else values as they are */
 	SCG_HD void operator()(uint64_t k) const
 	{
 		uint32_t key = oi[k];
@@ -83,7 +84,7 @@ struct merge_fix {
 			ov[k] = ov[k] + ov[k + 1];
 			return;
 		}
-		if (k && oi[k - 1] == key)
+		if (!zero_alone || (k && oi[k - 1] == key))
 			return;
 		uint64_t lo = 0, hi = an; /* alone: from b unless a has the index */
 		while (lo < hi) {
@@ -391,11 +392,10 @@ extern "C" sc_status_t scg_coo_range_counts(const uint32_t *idx, const float *va
 	return SCG_CHECK(what);
 }
 
-extern "C" sc_status_t scg_merge_two(const uint32_t *ai, const float *av, uint64_t an,
-				     const uint32_t *bi, const float *bv, uint64_t bn,
-				     uint32_t *oi, float *ov, uint64_t *nnz_host)
+sc_status_t scg_merge_union(const char *what, const uint32_t *ai, const float *av, uint64_t an,
+			    const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+			    float *ov, bool zero_alone, uint64_t *nnz_host)
 {
-	const char *what = "scg_merge_two";
 	uint64_t m = an + bn, w = 0;
 	if (m) {
 		/* stable: a's entry first on an equal index */
@@ -403,13 +403,20 @@ extern "C" sc_status_t scg_merge_two(const uint32_t *ai, const float *av, uint64
 						   oi, ov));
 		thrust::counting_iterator<uint64_t> first(0);
 		SCG_TRY(what, thrust::for_each(SCG_POLICY, first, first + m,
-					       merge_fix{oi, ov, m, ai, an}));
+					       merge_fix{oi, ov, m, ai, an, zero_alone}));
 		SCG_TRY(what,
 			w = (uint64_t)(thrust::unique_by_key(SCG_POLICY, oi, oi + m, ov).first -
 				       oi));
 	}
 	*nnz_host = w;
 	return SCG_CHECK(what);
+}
+
+extern "C" sc_status_t scg_merge_two(const uint32_t *ai, const float *av, uint64_t an,
+				     const uint32_t *bi, const float *bv, uint64_t bn,
+				     uint32_t *oi, float *ov, uint64_t *nnz_host)
+{
+	return scg_merge_union("scg_merge_two", ai, av, an, bi, bv, bn, oi, ov, true, nnz_host);
 }
 
 extern "C" sc_status_t scg_residual_drain(float *x, float *res, uint64_t n)

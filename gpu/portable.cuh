@@ -48,6 +48,13 @@ sc_status_t scg_fail(sc_status_t st, const char *fmt, ...);
 sc_status_t scg_check_cuda(cudaError_t e, const char *what);
 #endif
 
+/* The ascending union of two strictly ascending lists (listops.cu): a + b on an equal
+ * index; a value alone as it is, or, with zero_alone, b's as 0.0f + v (merge_two's rule,
+ * coo_merge_sum's being the other). o distinct from a and b, room for an + bn. */
+sc_status_t scg_merge_union(const char *what, const uint32_t *ai, const float *av, uint64_t an,
+			    const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
+			    float *ov, bool zero_alone, uint64_t *nnz_host);
+
 /* Runs a piece of work in a try block: Thrust reports failures by exception, which must
  * not cross the C boundary. */
 #define SCG_TRY(label_, ...)                                                                   \

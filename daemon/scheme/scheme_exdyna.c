@@ -151,50 +151,78 @@ static sc_status_t exdyna_select_round(scd_scheme_ctx_t *c, scd_scheme_io_t *io,
 	return SC_OK;
 }
 
-static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+/*
+ * Gathers every rank's selection into place: K = total_nnz indices (and, with values, the
+ * K values) in segments in rank order, *seg_p this rank's segment's start. Balanced
+ * counts travel in one exchange. A selection over twice the mean (a hot block the
+ * partitions cannot split) would make its rank send it P - 1 times: then the words ride
+ * an integer ring allreduce, each rank's in its own segment and zeros elsewhere, whose sum
+ * is every segment exactly (a float's bits move unchanged).
+ */
+static sc_status_t exdyna_gather(scd_scheme_ctx_t *c, const scd_coo_t *sel, int values,
+				 const char *what, uint64_t *seg_p)
 {
 	int P = c->size, me = c->rank;
-	scd_coo_t sel, dis;
-	uint64_t count;
-	sc_status_t st = exdyna_select_round(c, io, SCD_SCHEME_EXDYNA, &sel, &dis, &count);
-	if (st != SC_OK)
-		return st;
 	uint64_t K = c->total_nnz, seg = 0;
 	for (int q = 0; q < me; q++)
 		seg += c->nnz[q];
-	/* a selection over twice the mean (a hot block the partitions cannot split) would
-	 * make its rank send its indices P - 1 times: they then ride the ring */
+	*seg_p = seg;
 	int ring = c->max_nnz * (uint64_t)P > 2 * K;
-	if ((st = scd_ws_reserve(&c->aidx, 4 * K + 4)) != SC_OK ||
+	sc_status_t st;
+	if ((st = scd_ws_reserve(&c->aidx, 4 * (ring && values ? 2 * K : K) + 4)) != SC_OK ||
 	    (st = scd_ws_reserve(&c->aval, 4 * K + 4)) != SC_OK)
 		return st;
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
 	if (ring) {
-		/* K index words, each rank's in its own segment and zeros elsewhere: the
-		 * integer ring sum is every segment, exactly */
-		c->dev->clear(idx, 4 * K);
-		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		if ((st = scd_scheme_allreduce_typed(c, idx, K, SC_INT32)) != SC_OK)
+		uint64_t words = values ? 2 * K : K;
+		c->dev->clear(idx, 4 * words);
+		c->dev->copy(idx + seg, sel->idx, 4 * sel->nnz);
+		if (values)
+			c->dev->copy(idx + K + seg, sel->val, 4 * sel->nnz);
+		if ((st = scd_scheme_allreduce_typed(c, idx, words, SC_INT32)) != SC_OK)
 			return st;
-	} else {
-		/* all-gathered straight into place, segments in rank order */
-		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		int n = 0;
-		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
-			if ((int)q == me)
-				continue;
-			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
-			c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
-		}
-		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
-			return st;
-		for (int j = 0; j < n; j++)
-			if (c->rbytes[j] != c->recvs[j].bytes)
-				return scd_scheme_fail(
-				    SC_ERR_PROTOCOL, "exdyna: rank %d sent a wrong index count",
-				    c->recvs[j].peer);
+		if (values)
+			c->dev->copy(val, idx + K, 4 * K);
+		return SC_OK;
 	}
+	c->dev->copy(idx + seg, sel->idx, 4 * sel->nnz);
+	if (values)
+		c->dev->copy(val + seg, sel->val, 4 * sel->nnz);
+	int n = 0;
+	for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
+		if ((int)q == me)
+			continue;
+		c->sends[n] = (scd_xfer_t){(int)q, sel->idx, 4 * sel->nnz};
+		c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
+		if (values) {
+			c->sends[n] = (scd_xfer_t){(int)q, sel->val, 4 * sel->nnz};
+			c->recvs[n++] = (scd_xfer_t){(int)q, val + qs, 4 * c->nnz[q]};
+		}
+	}
+	if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
+		return st;
+	for (int j = 0; j < n; j++)
+		if (c->rbytes[j] != c->recvs[j].bytes)
+			return scd_scheme_fail(
+			    SC_ERR_PROTOCOL, "%s: rank %d sent a wrong %s count", what,
+			    c->recvs[j].peer, values && j % 2 ? "value" : "index");
+	return SC_OK;
+}
+
+static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
+{
+	int P = c->size, me = c->rank;
+	scd_coo_t sel = {0}, dis = {0};
+	uint64_t count = 0;
+	sc_status_t st = exdyna_select_round(c, io, SCD_SCHEME_EXDYNA, &sel, &dis, &count);
+	if (st != SC_OK)
+		return st;
+	uint64_t K = c->total_nnz, seg;
+	if ((st = exdyna_gather(c, &sel, 0, "exdyna", &seg)) != SC_OK)
+		return st;
+	uint32_t *idx = c->aidx.p;
+	float *val = c->aval.p;
 	if ((st = exdyna_check(c, idx)) != SC_OK)
 		return st;
 	/* this rank's accumulated value at every index of the union, taken out of its
@@ -244,9 +272,8 @@ static sc_status_t scd_scheme_exdyna(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
  */
 static sc_status_t scd_scheme_exdyna_owner(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
-	int P = c->size, me = c->rank;
-	scd_coo_t sel, dis;
-	uint64_t count;
+	scd_coo_t sel = {0}, dis = {0};
+	uint64_t count = 0;
 	sc_status_t st =
 	    exdyna_select_round(c, io, SCD_SCHEME_EXDYNA_OWNER, &sel, &dis, &count);
 	if (st != SC_OK)
@@ -254,45 +281,11 @@ static sc_status_t scd_scheme_exdyna_owner(scd_scheme_ctx_t *c, scd_scheme_io_t 
 	if (io->coo && io->residual &&
 	    (st = scd_res_queue(c, dis.idx, dis.val, dis.nnz, 1.0f)) != SC_OK)
 		return st;
-	uint64_t K = c->total_nnz, seg = 0;
-	for (int q = 0; q < me; q++)
-		seg += c->nnz[q];
-	int ring = c->max_nnz * (uint64_t)P > 2 * K;
-	if ((st = scd_ws_reserve(&c->aidx, 4 * (ring ? 2 * K : K) + 4)) != SC_OK ||
-	    (st = scd_ws_reserve(&c->aval, 4 * K + 4)) != SC_OK)
+	uint64_t seg;
+	if ((st = exdyna_gather(c, &sel, 1, "exdyna_owner", &seg)) != SC_OK)
 		return st;
 	uint32_t *idx = c->aidx.p;
 	float *val = c->aval.p;
-	if (ring) {
-		/* K index words, then K value words (a float's bits), each rank's in its own
-		 * segment and zeros elsewhere: the integer ring sum is every segment */
-		c->dev->clear(idx, 8 * K);
-		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		c->dev->copy(idx + K + seg, sel.val, 4 * sel.nnz);
-		if ((st = scd_scheme_allreduce_typed(c, idx, 2 * K, SC_INT32)) != SC_OK)
-			return st;
-		c->dev->copy(val, idx + K, 4 * K);
-	} else {
-		c->dev->copy(idx + seg, sel.idx, 4 * sel.nnz);
-		c->dev->copy(val + seg, sel.val, 4 * sel.nnz);
-		int n = 0;
-		for (uint64_t q = 0, qs = 0; q < (uint64_t)P; qs += c->nnz[q], q++) {
-			if ((int)q == me)
-				continue;
-			c->sends[n] = (scd_xfer_t){(int)q, sel.idx, 4 * sel.nnz};
-			c->recvs[n++] = (scd_xfer_t){(int)q, idx + qs, 4 * c->nnz[q]};
-			c->sends[n] = (scd_xfer_t){(int)q, sel.val, 4 * sel.nnz};
-			c->recvs[n++] = (scd_xfer_t){(int)q, val + qs, 4 * c->nnz[q]};
-		}
-		if ((st = scd_scheme_xchg_v(c, c->sends, n, c->recvs, n, c->rbytes)) != SC_OK)
-			return st;
-		for (int j = 0; j < n; j++)
-			if (c->rbytes[j] != c->recvs[j].bytes)
-				return scd_scheme_fail(
-				    SC_ERR_PROTOCOL,
-				    "exdyna_owner: rank %d sent a wrong %s count",
-				    c->recvs[j].peer, j % 2 ? "value" : "index");
-	}
 	if ((st = exdyna_check(c, idx)) != SC_OK ||
 	    (st = exdyna_output(c, io, idx, val)) != SC_OK)
 		return st;
