@@ -47,6 +47,26 @@ sc_status_t scg_to_host(void *dst_host, const void *src, size_t bytes);
 sc_status_t scg_from_host(void *dst, const void *src_host, size_t bytes);
 sc_status_t scg_sync(void);
 
+/* ---- memory and events shared with trainers (ipc.cu) ---- */
+/* A CUDA IPC handle: cudaIpcMemHandle_t / cudaIpcEventHandle_t (64 bytes). The host build
+ * stands in for CUDA IPC with POSIX shared memory (scg_host_ipc.h), so the protocol runs
+ * end to end on machines without a GPU. */
+#define SCG_IPC_HANDLE_BYTES 64
+/* bytes of zeroed device memory the daemon owns, and its handle for other processes */
+sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host);
+sc_status_t scg_ipc_free(void *p);
+/* An interprocess event (disable-timing) and its handle. */
+sc_status_t scg_ipc_event_create(void **ev_host, void *handle_host);
+sc_status_t scg_ipc_event_destroy(void *ev);
+/* Records ev on the calling thread's stream; makes that stream wait on ev's last record
+ * (the host build checks that a record happened since this process's previous wait: a
+ * trainer that submitted without recording its ready event is a protocol error). */
+sc_status_t scg_event_record(void *ev);
+sc_status_t scg_stream_wait_event(void *ev);
+/* Page-locked host memory for staging transfers (the host build: malloc). */
+sc_status_t scg_host_alloc(size_t bytes, void **p_host);
+sc_status_t scg_host_free(void *p_host);
+
 /* ---- hhash.cu / sketch.cu ---- */
 /* ZEN hierarchical hashing (daemon/device/hhash.h), same configuration layout as
  * scd_hh_cfg_t (threads and stage_slots are ignored here). Every input of up to nnz_cap

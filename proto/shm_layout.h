@@ -9,6 +9,10 @@
  *   residual_offset (if any) numel floats: the node's error-feedback residual, written by
  *                            the daemon (local rank 0's object only; zeros elsewhere)
  *
+ * A cuda tensor's object holds the header only (total_bytes 4096): its offsets are into the
+ * daemon's GPU allocation of the same layout less the header page (data_offset 0), which
+ * the trainer maps from the registration reply's CUDA IPC handle.
+ *
  * The header carries a version and its size so that a library and a daemon of different
  * builds detect a mismatch instead of misreading each other's memory.
  */
@@ -18,7 +22,7 @@
 #include <stdint.h>
 
 #define SC_SHM_MAGIC	   0x53434f4dU /* "SCOM" */
-#define SC_SHM_VERSION	   2U
+#define SC_SHM_VERSION	   3U
 #define SC_SHM_DATA_OFFSET 4096U
 #define SC_SHM_NAME_MAX	   256
 
@@ -38,6 +42,8 @@ typedef struct sc_shm_header {
 	 * before its completion is sent: the number of result entries in the COO area, or
 	 * UINT64_MAX when the result is dense in the data area */
 	uint64_t result_nnz;
+	uint32_t device_kind;	 /* sc_device_kind_t: where data, COO area and residual live */
+	uint32_t device_ordinal; /* with cuda: the GPU */
 	char name[SC_SHM_NAME_MAX];
 } sc_shm_header_t;
 
@@ -65,6 +71,24 @@ static inline void sc_shm_layout(sc_shm_header_t *h, uint64_t numel, uint32_t el
 	if (residual)
 		end = sc_shm_align64(end + numel * 4u);
 	h->total_bytes = (end + 4095u) & ~(uint64_t)4095u;
+}
+
+/* The same layout for a cuda tensor: the areas in one GPU allocation (data at 0), whose
+ * size is returned; the shared object holds the header page only. */
+static inline uint64_t sc_shm_layout_device(sc_shm_header_t *h, uint64_t numel,
+					    uint32_t elem_bytes, uint64_t coo_cap, int residual)
+{
+	sc_shm_layout(h, numel, elem_bytes, coo_cap, residual);
+	uint64_t bytes = h->total_bytes - SC_SHM_DATA_OFFSET;
+	h->data_offset = 0;
+	if (h->coo_cap) {
+		h->coo_idx_offset -= SC_SHM_DATA_OFFSET;
+		h->coo_val_offset -= SC_SHM_DATA_OFFSET;
+	}
+	if (h->residual_offset)
+		h->residual_offset -= SC_SHM_DATA_OFFSET;
+	h->total_bytes = SC_SHM_DATA_OFFSET;
+	return bytes;
 }
 
 #endif

@@ -131,6 +131,12 @@ typedef enum {
 	SC_SPARSIFY_NATURAL = 5,   /* the tensor is already sparse: send its non-zeros */
 } sc_sparsifier_t;
 
+/* Where a tensor's buffer lives (sc_tensor_opts_t.device). */
+typedef enum {
+	SC_DEVICE_CPU = 0,  /* host shared memory */
+	SC_DEVICE_CUDA = 1, /* the daemon's GPU memory, mapped by CUDA IPC (see below) */
+} sc_device_kind_t;
+
 /*
  * Per-tensor options for sc_register_ex. Zero-initialise, set struct_size to
  * sizeof(sc_tensor_opts_t), then set what differs from the defaults (dense, lossless,
@@ -150,6 +156,15 @@ typedef struct sc_tensor_opts {
 	 * daemons' sketch_rows and sketch_cols. Every rank must give the same. */
 	uint32_t sketch_rows;
 	double sketch_cols;
+	/* Placement (default SC_DEVICE_CPU). SC_DEVICE_CUDA: the daemon allocates the
+	 * buffer, its COO area and its residual on GPU device_ordinal of the node and the
+	 * library maps them with CUDA IPC, so sc_tensor_data, sc_tensor_coo_indices,
+	 * sc_tensor_coo_values and sc_tensor_residual return device pointers. The library
+	 * loads the CUDA driver (libcuda.so.1, or $SPARSECOMM_CUDA_DRIVER) at the first such
+	 * registration; without a driver, a GPU or a daemon that serves that GPU, it fails
+	 * with SC_ERR_UNSUPPORTED naming the reason. */
+	sc_device_kind_t device;
+	int device_ordinal;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */
@@ -196,6 +211,31 @@ SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p);
 SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
+
+/* Where the tensor lives, and the GPU's ordinal into *ordinal_p (when not NULL; 0 for
+ * SC_DEVICE_CPU). */
+SC_API sc_device_kind_t sc_tensor_device(const sc_tensor_t *tensor, int *ordinal_p);
+
+/*
+ * Ordering of a cuda tensor without host synchronisation (CUDA stream semantics). stream
+ * is a cudaStream_t / CUstream of the calling process (NULL: the legacy default stream);
+ * the tensor's later submissions are ordered after the work queued on it so far: each
+ * submission records the tensor's ready event on it, and the daemon's stream waits on
+ * that event before it reads the buffer. Set it before each submission when the writer's
+ * stream changes. SC_ERR_INVALID for a cpu tensor.
+ */
+SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream);
+
+/*
+ * Queues the completion of an operation on a cuda tensor on a stream of the caller: waits
+ * on the host (at most timeout_ms, as sc_wait) until the daemon has queued the result,
+ * then makes stream wait on the tensor's done event, so work queued on stream afterwards
+ * (an optimizer step) runs after the result is in the buffer, with no wait for the GPU
+ * on the host. Returns as sc_wait, and releases the handle likewise. For a cpu tensor it
+ * is sc_wait. (sc_wait on a cuda tensor also waits for the result on the GPU.)
+ */
+SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
+				  int timeout_ms);
 
 /* The tensor's shared buffer (numel elements, 64-byte aligned), its name, type, count. */
 SC_API void *sc_tensor_data(const sc_tensor_t *tensor);

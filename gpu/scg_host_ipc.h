@@ -1,0 +1,34 @@
+/*
+ * scg_host_ipc.h: the host build's stand-in for CUDA IPC handles (gpu/ipc.cu, SCG_HOST),
+ * shared with the test stand-in of the CUDA driver that the client library loads in tests
+ * (tests/cudahost/). A handle is 64 bytes, as CUDA's: a magic that says memory or event,
+ * the object's size and the name of a POSIX shared-memory object (mode 0600) that the
+ * exporting process created and unlinks when it frees the memory or destroys the event.
+ * An event's object is one scg_host_event_t: the number of records so far.
+ */
+#ifndef SCG_HOST_IPC_H
+#define SCG_HOST_IPC_H
+
+#include <stdint.h>
+
+#define SCG_HOST_IPC_MEM   0x4d474353U /* "SCGM" */
+#define SCG_HOST_IPC_EVENT 0x45474353U /* "SCGE" */
+
+typedef struct scg_host_ipc {
+	uint32_t magic;
+	uint32_t reserved;
+	uint64_t bytes;
+	char name[48]; /* NUL-terminated */
+} scg_host_ipc_t;
+
+typedef struct scg_host_event {
+	uint64_t records; /* atomically incremented by every record, in either process */
+} scg_host_event_t;
+
+#ifdef __cplusplus
+static_assert(sizeof(scg_host_ipc_t) == 64, "a CUDA IPC handle is 64 bytes");
+#else
+_Static_assert(sizeof(scg_host_ipc_t) == 64, "a CUDA IPC handle is 64 bytes");
+#endif
+
+#endif
