@@ -102,7 +102,7 @@ ifneq ($(CORE_ONLY),1)
 GPU_HOST := $(if $(CCCL_INC),yes,)
 GPU_CUDA := $(if $(NVCC),yes,)
 endif
-$(OBJ)/gpu-host/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
+$(OBJ)/gpu-host/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh gpu/scg_host_ipc.h
 	@mkdir -p $(dir $@)
 	$(CXX_HOST) -x c++ -std=c++17 -DSCG_HOST -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP \
 		-fopenmp -fPIC -MMD -MP -Wall -Wextra -Wno-unused-parameter $(CFLAGS) $(GPU_INC) \
@@ -110,6 +110,12 @@ $(OBJ)/gpu-host/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
 $(LIB)/libscgpu-host.a: $(GPU_HOST_OBJ)
 	@mkdir -p $(LIB)
 	rm -f $@ && ar rcs $@ $^
+# The host build as the daemon's GPU library: tests point $$SPARSECOMM_CUDA_LIB at it, so
+# that daemons on machines without a GPU run the cuda device, CUDA IPC stood in by POSIX
+# shared memory (gpu/ipc.cu, gpu/scg_host_ipc.h), end to end.
+$(LIB)/libsparsecomm-cuda-host.so: $(GPU_HOST_OBJ)
+	@mkdir -p $(LIB)
+	$(CXX_HOST) -shared -fopenmp $^ -o $@ -lrt
 $(OBJ)/gpu-cuda/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 $(NVCC_OPT) -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP \
@@ -121,7 +127,8 @@ $(LIB)/libsparsecomm-cuda.so: $(GPU_CUDA_OBJ)
 .PHONY: gpu-note test-gpu
 gpu-note:
 	@echo "gpu: nvcc not found, the CUDA device is not built"
-GPU_ALL := $(if $(GPU_CUDA),$(LIB)/libsparsecomm-cuda.so,$(if $(filter 1,$(CORE_ONLY)),,gpu-note))
+GPU_ALL := $(if $(GPU_CUDA),$(LIB)/libsparsecomm-cuda.so,$(if $(filter 1,$(CORE_ONLY)),,gpu-note)) \
+	   $(if $(GPU_HOST),$(LIB)/libsparsecomm-cuda-host.so)
 all: $(GPU_ALL)
 
 # ---- daemon internals (the other daemon/ folders, main.c apart) -> libscd.a ----------------

@@ -1199,6 +1199,15 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 	SCD_SYM_(coo_block_runs, "scg_coo_block_runs");
 	SCD_SYM_(sub_scaled, "scg_sub_scaled");
 	SCD_SYM_(coo_topk, "scg_coo_topk");
+	/* ipc.cu */
+	SCD_SYM_(ipc_alloc, "scg_ipc_alloc");
+	SCD_SYM_(ipc_free, "scg_ipc_free");
+	SCD_SYM_(ipc_event_create, "scg_ipc_event_create");
+	SCD_SYM_(ipc_event_destroy, "scg_ipc_event_destroy");
+	SCD_SYM_(event_record, "scg_event_record");
+	SCD_SYM_(stream_wait_event, "scg_stream_wait_event");
+	SCD_SYM_(host_alloc, "scg_host_alloc");
+	SCD_SYM_(host_free, "scg_host_free");
 #undef SCD_SYM_
 }
 
@@ -1239,6 +1248,104 @@ static void load(void)
 out:
 	/* the library stays loaded: CUDA's runtime does not always unload cleanly */
 	scd_debug(SCD_SUB_DEVICE, "cuda: unavailable (%s)", load_reason);
+}
+
+/* ---- sharing with trainers (cuda.h, scd_cuda_ipc_t) ---------------------------------- */
+
+static sc_status_t ipc_alloc(size_t bytes, void **p, void *handle)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.ipc_alloc(bytes, p, handle);
+}
+static sc_status_t ipc_free(void *p)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.ipc_free(p);
+}
+static sc_status_t ipc_event_create(void **ev, void *handle)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.ipc_event_create(ev, handle);
+}
+static sc_status_t ipc_event_destroy(void *ev)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.ipc_event_destroy(ev);
+}
+static sc_status_t ipc_event_record(void *ev)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.event_record(ev);
+}
+static sc_status_t ipc_stream_wait_event(void *ev)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.stream_wait_event(ev);
+}
+static sc_status_t ipc_host_alloc(size_t bytes, void **p)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.host_alloc(bytes, p);
+}
+static sc_status_t ipc_host_free(void *p)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.host_free(p);
+}
+
+/* Through the functions the adapters call, so that staging and the table they stage
+ * for always belong to the same GPU library. */
+void *scd_cuda_stage_alloc(size_t bytes)
+{
+	void *p = NULL;
+	if (fns.host_alloc && fns.host_free) {
+		sc_status_t st = ready();
+		if (st == SC_OK)
+			st = fns.host_alloc(bytes, &p);
+		if (st != SC_OK) {
+			scd_warn(SCD_SUB_DEVICE, "cuda: page-locked staging of %zu bytes: %s",
+				 bytes, gpu_error());
+			return NULL;
+		}
+		return p;
+	}
+	return malloc(bytes ? bytes : 1);
+}
+
+void scd_cuda_stage_free(void *p)
+{
+	if (!p)
+		return;
+	if (fns.host_alloc && fns.host_free)
+		fns.host_free(p);
+	else
+		free(p);
+}
+
+static const scd_cuda_ipc_t cuda_ipc = {
+    .alloc = ipc_alloc,
+    .free = ipc_free,
+    .event_create = ipc_event_create,
+    .event_destroy = ipc_event_destroy,
+    .event_record = ipc_event_record,
+    .stream_wait_event = ipc_stream_wait_event,
+    .host_alloc = ipc_host_alloc,
+    .host_free = ipc_host_free,
+    .error = gpu_error,
+};
+
+sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p)
+{
+	const scd_device_ops_t *ops;
+	sc_status_t st = scd_cuda_device_get(&ops);
+	if (st != SC_OK)
+		return st;
+	if (!fns.ipc_alloc || !fns.ipc_free || !fns.ipc_event_create ||
+	    !fns.ipc_event_destroy || !fns.event_record || !fns.stream_wait_event ||
+	    !fns.host_alloc || !fns.host_free)
+		return SC_ERR_UNSUPPORTED;
+	*ipc_p = &cuda_ipc;
+	return SC_OK;
 }
 
 sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p)

@@ -165,7 +165,44 @@ typedef struct scd_cuda_fns {
 	sc_status_t (*sub_scaled)(float *res, const float *x, uint64_t n, float f);
 	sc_status_t (*coo_topk)(uint32_t *idx, float *val, uint64_t n, uint64_t k,
 				uint32_t *tmp_idx, float *tmp_val, uint64_t *kept_host);
+	/* ipc.cu (not ops of the table: scd_cuda_ipc_t) */
+	sc_status_t (*ipc_alloc)(size_t bytes, void **p_host, void *handle_host);
+	sc_status_t (*ipc_free)(void *p);
+	sc_status_t (*ipc_event_create)(void **ev_host, void *handle_host);
+	sc_status_t (*ipc_event_destroy)(void *ev);
+	sc_status_t (*event_record)(void *ev);
+	sc_status_t (*stream_wait_event)(void *ev);
+	sc_status_t (*host_alloc)(size_t bytes, void **p_host);
+	sc_status_t (*host_free)(void *p_host);
 } scd_cuda_fns_t;
+
+/*
+ * What the daemon shares with trainers on the GPU (gpu/ipc.cu): memory and interprocess
+ * events exported as CUDA IPC handles (SCG_IPC_HANDLE_BYTES each), records and waits on
+ * the calling thread's stream, and page-locked host memory for staging. Each makes the
+ * device usable on the calling thread first, as the ops do. On failure, the GPU device's
+ * text is in error().
+ */
+typedef struct scd_cuda_ipc {
+	sc_status_t (*alloc)(size_t bytes, void **p, void *handle);
+	sc_status_t (*free)(void *p);
+	sc_status_t (*event_create)(void **ev, void *handle);
+	sc_status_t (*event_destroy)(void *ev);
+	sc_status_t (*event_record)(void *ev);
+	sc_status_t (*stream_wait_event)(void *ev);
+	sc_status_t (*host_alloc)(size_t bytes, void **p);
+	sc_status_t (*host_free)(void *p);
+	const char *(*error)(void);
+} scd_cuda_ipc_t;
+
+/* The GPU device's sharing functions, once scd_device_get(SCD_DEVICE_CUDA) has succeeded
+ * (SC_ERR_UNSUPPORTED before, or when the library lacks them; the reason in
+ * scd_cuda_unavailable_reason()). */
+sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p);
+/* Staging memory for the table the adapters call (scd_device_stage_alloc): page-locked
+ * where the GPU device has it, else malloc; NULL when out of memory. */
+void *scd_cuda_stage_alloc(size_t bytes);
+void scd_cuda_stage_free(void *p);
 
 /* The number of ops in scd_device_ops_t. */
 #define SCD_DEVICE_OPS_COUNT 74u

@@ -5,6 +5,9 @@
  */
 #include "device/device.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "device/cuda.h"
 #include "device/fold.h"
 #include "device/msgops.h"
@@ -112,4 +115,24 @@ sc_status_t scd_device_get(scd_device_kind_t kind, const scd_device_ops_t **ops_
 	if (kind == SCD_DEVICE_CUDA)
 		return scd_cuda_device_get(ops_p);
 	return SC_ERR_UNSUPPORTED;
+}
+
+int scd_device_host_memory(const scd_device_ops_t *dev)
+{
+	return dev == &scd_device_cpu_ops;
+}
+
+void *scd_device_stage_alloc(const scd_device_ops_t *dev, size_t bytes)
+{
+	if (!strcmp(dev->name, "cuda"))
+		return scd_cuda_stage_alloc(bytes);
+	return malloc(bytes ? bytes : 1);
+}
+
+void scd_device_stage_free(const scd_device_ops_t *dev, void *p)
+{
+	if (!strcmp(dev->name, "cuda"))
+		scd_cuda_stage_free(p);
+	else
+		free(p);
 }

@@ -214,4 +214,12 @@ const char *scd_device_kind_name(scd_device_kind_t kind);
 /* The ops of a device kind, or SC_ERR_UNSUPPORTED when it is not available here. */
 sc_status_t scd_device_get(scd_device_kind_t kind, const scd_device_ops_t **ops_p);
 
+/* Whether the host reads and writes dev's memory directly (the cpu device): a transport
+ * that moves host memory then needs no staging. */
+int scd_device_host_memory(const scd_device_ops_t *dev);
+/* Host memory to stage dev's buffers through such a transport: page-locked for the GPU
+ * (so its copies run at full speed), plain otherwise. NULL when out of memory. */
+void *scd_device_stage_alloc(const scd_device_ops_t *dev, size_t bytes);
+void scd_device_stage_free(const scd_device_ops_t *dev, void *p);
+
 #endif

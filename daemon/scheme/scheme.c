@@ -186,7 +186,7 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 			  &c->hidx,	 &c->hval,	&c->ridx,   &c->rval,	&c->sidx,
 			  &c->sval,	 &c->xs,	&c->xr,	    &c->xb,	&c->sendbuf2,
 			  &c->rtouch,	 &c->rq_idx,	&c->rq_val, &c->bp_agg, &c->bp_touch,
-			  &c->ctl,	 &c->meta_host, &c->htab};
+			  &c->ctl,	 &c->meta_host, &c->htab,   &c->stx};
 	for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
 		scd_ws_free(ws[i]);
 	if (c->map)
@@ -195,6 +195,9 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *c)
 		c->dev->exdyna_destroy(c->ex);
 	free(c->nnz), free(c->parts), free(c->sends), free(c->recvs), free(c->rbytes);
 	free(c->hoff), free(c->rcount);
+	scd_device_stage_free(c->dev, c->stage);
+	for (int i = 0; i < c->n_late; i++)
+		scd_device_stage_free(c->dev, c->late[i].p);
 	free(c);
 }
 
@@ -266,6 +269,193 @@ static sc_status_t dev_sync(scd_scheme_ctx_t *c, const char *before)
 	return SC_OK;
 }
 
+/*
+ * Staging (docs/design.md, the GPU device): a transport that moves host memory cannot read
+ * a GPU's buffers, so an exchange of a device without host memory goes through c->stage:
+ * each send is copied to the host first (to_host waits for it), the transport moves host
+ * bytes, and each receive is copied back (what arrived of it) before anything reads it.
+ * Work overlapped with a staged exchange still overlaps it: each receive is copied back as
+ * it completes, before the work runs, and a send the work releases (held back until a
+ * later phase has encoded it) is staged before the transport sees its length.
+ */
+static int staged(const scd_scheme_ctx_t *c)
+{
+	return !scd_device_host_memory(c->dev);
+}
+
+static sc_status_t stage_reserve(scd_scheme_ctx_t *c, size_t bytes)
+{
+	if (bytes <= c->stage_cap)
+		return SC_OK;
+	size_t cap = c->stage_cap ? c->stage_cap : 1u << 16;
+	while (cap < bytes)
+		cap *= 2;
+	void *p = scd_device_stage_alloc(c->dev, cap);
+	if (!p)
+		return scd_scheme_fail(SC_ERR_NOMEM,
+				       "rank %d: cannot stage %zu bytes through host memory",
+				       c->rank, bytes);
+	scd_device_stage_free(c->dev, c->stage);
+	c->stage = p;
+	c->stage_cap = cap;
+	return SC_OK;
+}
+
+/* Host room for a send held back until the work writes its length (only then is its size
+ * known): from chunks that are never moved while an exchange runs, reused by the next. */
+static void *stage_late(scd_scheme_ctx_t *c, size_t bytes)
+{
+	bytes = scd_slot8(bytes);
+	for (int i = 0; i < c->n_late; i++) {
+		scd_stage_chunk_t *k = &c->late[i];
+		if (k->cap - k->used >= bytes) {
+			void *p = (uint8_t *)k->p + k->used;
+			k->used += bytes;
+			return p;
+		}
+	}
+	if (c->n_late == SCD_STAGE_CHUNKS)
+		return NULL;
+	size_t cap = c->n_late ? 2 * c->late[c->n_late - 1].cap : c->stage_cap;
+	if (cap < bytes)
+		cap = bytes;
+	void *p = scd_device_stage_alloc(c->dev, cap);
+	if (!p)
+		return NULL;
+	c->late[c->n_late++] = (scd_stage_chunk_t){p, cap, bytes};
+	return p;
+}
+
+/* The transfers' host copies: sends filled (those held back are staged by the work when
+ * released), receives to be copied back as they complete. */
+static sc_status_t stage_lists(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			       const scd_xfer_t *r, int nr, scd_xfer_t **hs_p,
+			       scd_xfer_t **hr_p)
+{
+	size_t bytes = 0;
+	for (int i = 0; i < ns; i++)
+		if (s[i].bytes != SCD_XFER_PENDING)
+			bytes += scd_slot8(s[i].bytes);
+	for (int i = 0; i < nr; i++)
+		bytes += scd_slot8(r[i].bytes);
+	sc_status_t st = stage_reserve(c, bytes);
+	if (st == SC_OK)
+		st = scd_ws_reserve(&c->stx,
+				    sizeof(scd_xfer_t) * (size_t)(ns + nr) + (size_t)nr + 8);
+	if (st != SC_OK)
+		return st;
+	for (int i = 0; i < c->n_late; i++)
+		c->late[i].used = 0;
+	scd_xfer_t *hs = c->stx.p, *hr = hs + ns;
+	memset(hr + nr, 0, (size_t)nr); /* receives copied back */
+	uint8_t *p = c->stage;
+	for (int i = 0; i < ns; i++) {
+		hs[i] = (scd_xfer_t){s[i].peer, p, s[i].bytes};
+		if (s[i].bytes == SCD_XFER_PENDING)
+			continue;
+		c->dev->to_host(p, s[i].buf, s[i].bytes);
+		p += scd_slot8(s[i].bytes);
+	}
+	for (int i = 0; i < nr; i++) {
+		hr[i] = (scd_xfer_t){r[i].peer, p, r[i].bytes};
+		p += scd_slot8(r[i].bytes);
+	}
+	*hs_p = hs;
+	*hr_p = hr;
+	return dev_sync(c, "an exchange");
+}
+
+typedef struct stage_run {
+	scd_scheme_ctx_t *c;
+	const scd_xfer_t *s, *r;
+	scd_xfer_t *hs, *hr;
+	int ns, nr;
+	size_t *rb;
+	const scd_xfer_work_t *inner;
+} stage_run_t;
+
+/* The receives that completed (rb[i] of each, or all of it), once each, back into the
+ * device's buffers. */
+static void stage_back(stage_run_t *sr)
+{
+	uint8_t *done = (uint8_t *)(sr->hr + sr->nr);
+	for (int i = 0; i < sr->nr; i++) {
+		size_t got = sr->rb ? sr->rb[i] : sr->r[i].bytes;
+		if (done[i] || got == SCD_XFER_PENDING)
+			continue;
+		sr->c->dev->from_host(sr->r[i].buf, sr->hr[i].buf, got);
+		done[i] = 1;
+	}
+}
+
+/* The sends the work released: staged (once per buffer: a segment sent to several peers
+ * is copied once), then released in the transport's list. */
+static sc_status_t stage_release(stage_run_t *sr)
+{
+	for (int i = 0; i < sr->ns; i++) {
+		scd_xfer_t *h = &sr->hs[i];
+		size_t bytes = sr->s[i].bytes;
+		if (h->bytes != SCD_XFER_PENDING || bytes == SCD_XFER_PENDING)
+			continue;
+		void *host = NULL;
+		for (int j = 0; j < i && !host; j++)
+			if (sr->s[j].buf == sr->s[i].buf && sr->hs[j].bytes == bytes &&
+			    sr->s[j].bytes == bytes && sr->hs[j].buf != NULL)
+				host = sr->hs[j].buf;
+		if (!host) {
+			if (!(host = stage_late(sr->c, bytes)))
+				return scd_scheme_fail(SC_ERR_NOMEM,
+						       "rank %d: cannot stage a %zu-byte send "
+						       "through host memory",
+						       sr->c->rank, bytes);
+			sr->c->dev->to_host(host, sr->s[i].buf, bytes);
+		}
+		h->buf = host;
+		h->bytes = bytes;
+	}
+	return SC_OK;
+}
+
+/* The scheme's work over a staged exchange: it reads receives once they are back in
+ * device memory, and its released sends are staged before the transport sees them. */
+static int stage_work(void *arg)
+{
+	stage_run_t *sr = arg;
+	stage_back(sr);
+	int k = sr->inner->fn(sr->inner->arg);
+	if (k < 0)
+		return k;
+	sc_status_t st = stage_release(sr);
+	return st != SC_OK ? (int)st : k;
+}
+
+/* One exchange through the transport, staged where the device needs it; inner_w is the
+ * work that may overlap it. */
+static sc_status_t xchg_any(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			    const scd_xfer_t *r, int nr, size_t *rb,
+			    const scd_xfer_work_t *inner_w)
+{
+	sc_status_t st;
+	if (!staged(c)) {
+		if (!rb && !inner_w)
+			return scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
+		return scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, inner_w,
+						 c->cfg.timeout_ms);
+	}
+	stage_run_t sr = {c, s, r, NULL, NULL, ns, nr, rb, inner_w};
+	if ((st = stage_lists(c, s, ns, r, nr, &sr.hs, &sr.hr)) != SC_OK)
+		return st;
+	scd_xfer_work_t w = {stage_work, &sr};
+	if (!rb && !inner_w)
+		st = scd_transport_exchange(c->t, sr.hs, ns, sr.hr, nr, c->cfg.timeout_ms);
+	else
+		st = scd_transport_exchange_vw(c->t, sr.hs, ns, sr.hr, nr, rb,
+					       inner_w ? &w : NULL, c->cfg.timeout_ms);
+	if (st == SC_OK)
+		stage_back(&sr);
+	return st;
+}
+
 sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			    const scd_xfer_t *r, int nr)
 {
@@ -276,7 +466,7 @@ sc_status_t scd_scheme_xchg(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 		return st;
 	c->rounds++;
 	double t0 = scd_now_s();
-	st = scd_transport_exchange(c->t, s, ns, r, nr, c->cfg.timeout_ms);
+	st = xchg_any(c, s, ns, r, nr, NULL, NULL);
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
@@ -292,8 +482,7 @@ sc_status_t scd_scheme_xchg_v(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 	c->rounds++;
 	double t0 = scd_now_s();
 	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
-	st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, c->rq_done < c->rq_n ? &w : NULL,
-				       c->cfg.timeout_ms);
+	st = xchg_any(c, s, ns, r, nr, rb, c->rq_done < c->rq_n ? &w : NULL);
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "exchange");
 }
@@ -310,7 +499,7 @@ sc_status_t scd_scheme_xchg_vw(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			return st;
 		c->rounds++;
 		double t0 = scd_now_s();
-		st = scd_transport_exchange_vw(c->t, s, ns, r, nr, rb, w, c->cfg.timeout_ms);
+		st = xchg_any(c, s, ns, r, nr, rb, w);
 		c->xchg_s += scd_now_s() - t0;
 		if (st != SC_OK)
 			return c->work_st != SC_OK ? c->work_st : xport_fail(c, st, "exchange");
@@ -342,8 +531,18 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
 	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
-	st = scd_transport_allreduce_w(c->t, data, n, dtype, c->rq_done < c->rq_n ? &w : NULL,
+	void *buf = data;
+	size_t bytes = n * sc_dtype_size(dtype);
+	if (staged(c)) { /* the ring sums on the host: the whole buffer goes there and back */
+		if ((st = stage_reserve(c, bytes)) != SC_OK)
+			return st;
+		c->dev->to_host(c->stage, data, bytes);
+		buf = c->stage;
+	}
+	st = scd_transport_allreduce_w(c->t, buf, n, dtype, c->rq_done < c->rq_n ? &w : NULL,
 				       c->cfg.timeout_ms);
+	if (st == SC_OK && buf != data)
+		c->dev->from_host(data, buf, bytes);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */
 	c->xchg_s += scd_now_s() - t0;
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");

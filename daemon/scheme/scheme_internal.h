@@ -57,6 +57,13 @@ sc_status_t scd_ws_reserve(scd_ws_t *w, size_t bytes);
 sc_status_t scd_ws_reserve_keep(scd_ws_t *w, size_t bytes, size_t keep);
 void scd_ws_free(scd_ws_t *w);
 
+/* Host memory for staged sends whose size is known only once released (scheme.c). */
+#define SCD_STAGE_CHUNKS 24
+typedef struct scd_stage_chunk {
+	void *p;
+	size_t cap, used;
+} scd_stage_chunk_t;
+
 /* SparDL's state that lives across steps (Algorithm 2's h controller). */
 typedef struct scd_spardl_state {
 	uint32_t teams; /* d the state belongs to (0: none yet) */
@@ -132,6 +139,14 @@ struct scd_scheme_ctx {
 	float *rq_res;
 	scd_ws_t rq_idx, rq_val;
 	uint64_t rq_n, rq_done;
+	/* staging through host memory, for a device whose memory the transport cannot
+	 * touch (scd_device_host_memory): the bytes of one exchange or allreduce, and the
+	 * staged transfer lists */
+	void *stage;
+	size_t stage_cap;
+	scd_ws_t stx;
+	scd_stage_chunk_t late[SCD_STAGE_CHUNKS]; /* sends held back until released */
+	int n_late;
 	/* S2 */
 	uint64_t last_union;
 	uint32_t teams_used;
