@@ -143,6 +143,11 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 				 "log_level: '%s' is not error, warn, info or debug", value);
 			return SC_ERR_INVALID;
 		}
+		if (key == SCD_CFG_device && strcmp(value, "cpu") && strcmp(value, "cuda") &&
+		    strcmp(value, "auto")) {
+			snprintf(err, err_len, "device: '%s' is not cpu, cuda or auto", value);
+			return SC_ERR_INVALID;
+		}
 		char *copy = strdup(value);
 		if (!copy)
 			return SC_ERR_NOMEM;

@@ -91,6 +91,11 @@ typedef enum {
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
 	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, 0,                                       \
 	  "S2: columns of the sketch, as a multiple of the union's expected non-zeros")        \
+	X(device, STR, 0, "auto", 0, 0, 0,                                                     \
+	  "tensors' placements served: cpu (cuda registrations are refused), cuda (the GPU "   \
+	  "device must load at start), auto (cuda tensors too when it loads)")                 \
+	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
+	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 
 typedef enum {
