@@ -107,6 +107,12 @@ def t_api():
     checks("api_sparse_results", rc, out, 4)
 
 
+def t_unnamed():
+    # 10,000 unnamed allreduces: buffers reused, registrations/shm/RSS flat, sums right
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
+    checks("unnamed", rc, out, 2)
+
+
 def t_lossless_dense():
     args = ["--sparsifier", "none", "--steps", "100", "--log-every", "50"]
     script = os.path.join(EX, "digits_mlp.py")
@@ -166,7 +172,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_api, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
+TESTS = [t_header, t_api, t_unnamed, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
          t_failure]
 
 
