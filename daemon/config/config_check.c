@@ -57,16 +57,18 @@ static sc_status_t check_pins(const char *value, char *err, size_t err_len)
 			return SC_ERR_INVALID;
 		}
 		if (!scheme || !item[0]) {
-			snprintf(err, err_len,
-				 "scheme_pins: item %d ('%.60s') of '%.100s' is not PATTERN=SCHEME",
-				 i, item, value);
+			snprintf(
+			    err, err_len,
+			    "scheme_pins: item %d ('%.60s') of '%.100s' is not PATTERN=SCHEME",
+			    i, item, value);
 			return SC_ERR_INVALID;
 		}
 		if (scd_scheme_parse(scheme, &s) != 0) {
-			snprintf(err, err_len,
-				 "scheme_pins: item %d of '%.100s' names the unknown scheme '%.40s' "
-				 "(known: %s)",
-				 i, value, scheme, scheme_names(names, sizeof(names)));
+			snprintf(
+			    err, err_len,
+			    "scheme_pins: item %d of '%.100s' names the unknown scheme '%.40s' "
+			    "(known: %s)",
+			    i, value, scheme, scheme_names(names, sizeof(names)));
 			return SC_ERR_INVALID;
 		}
 	}

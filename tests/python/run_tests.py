@@ -97,6 +97,12 @@ def t_header():
     checks("binding", rc, out, 1)
 
 
+def t_header_example():
+    # the example at the top of sparsecomm.h, compiled and run on 2 daemons
+    rc, out, _ = sh([PY, os.path.join(HERE, "check_header.py"), "--example"], 150)
+    checks("binding", rc, out, 1)
+
+
 def t_api():
     # 2 nodes x 2 trainers: the daemons' local reduce is on the path too
     rc, out, _ = launch(2, os.path.join(HERE, "worker_api.py"), [], 180, per_node=2)
@@ -172,7 +178,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_api, t_unnamed, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
+TESTS = [t_header, t_header_example, t_api, t_unnamed, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
          t_failure]
 
 
