@@ -8,7 +8,8 @@
  * holds back, and `config set cycle_time_ms` issued on one node (the coordinator's, then a
  * non-coordinator's) must be visible through `config get` on every node's socket. Invalid
  * settings must be refused: an unknown scheme or a malformed scheme_pins with a JSON error
- * naming the key and the value, and the old value still in force on every node. Once the
+ * naming the key and the value, and the old value still in force on every node; a valid
+ * scheme_pins is followed (the pinned tensor runs the scheme it names). Once the
  * node's trainers have left, `stats` still lists their tensors, and `stats --reset`
  * clears them.
  */
@@ -308,6 +309,22 @@ static double stats_calls(const char *sock, const char *name)
 	return calls;
 }
 
+/* The scheme of the tensor's last call in `stats --json` on sock. */
+static void stats_scheme(const char *sock, const char *name, char *out, size_t out_len)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = ctl_json(sock, args);
+	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
+	snprintf(out, out_len, "(not listed)");
+	for (size_t i = 0; i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
+			snprintf(out, out_len, "%s",
+				 need(ts->items[i], "scheme", IT_JSTR, name)->str);
+	}
+	it_json_free(s);
+}
+
 /* Waits (bounded) until the node's daemon lists no trainer. */
 static void wait_no_clients(const char *sock)
 {
@@ -472,6 +489,25 @@ int it_ctl(int argc, char **argv)
 		expect_config(sock, "scheme_pins", pins0);
 	}
 	it_barrier(c, "ctl.cfg6", 0);
+
+	/* a valid pin is applied everywhere and followed: 'ctl.pin' runs AGsparse */
+	if (rank == 0)
+		config_set(it_env.socket, "scheme_pins", "ctl.zz=dense_ring,ctl.pi*=agsparse");
+	it_barrier(c, "ctl.cfg7", 0);
+	expect_config(it_env.socket, "scheme_pins", "ctl.zz=dense_ring,ctl.pi*=agsparse");
+	it_barrier(c, "ctl.cfg8", 0);
+	sc_tensor_t *pt = it_register(c, "ctl.pin", SC_FLOAT32, 300);
+	it_fill(sc_tensor_data(pt), SC_FLOAT32, 300, 5, rank, 1);
+	IT_CHECK_SC(sc_allreduce(c, pt, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce 'ctl.pin'");
+	if (it_check(sc_tensor_data(pt), SC_FLOAT32, 300, 5, size, 1, SC_OP_SUM, why,
+		     sizeof(why)))
+		IT_FAIL("'ctl.pin': wrong sum: %s", why);
+	char scheme[64];
+	stats_scheme(it_env.socket, "ctl.pin", scheme, sizeof(scheme));
+	if (strcmp(scheme, "agsparse") != 0)
+		IT_FAIL("'ctl.pin' ran %s, but scheme_pins pins ctl.pi* to agsparse", scheme);
+	it_log("scheme_pins ctl.pi*=agsparse followed by 'ctl.pin'");
+	it_barrier(c, "ctl.cfg9", 0);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	if (it_env.env_local_rank <= 0)
 		check_stats_kept(it_env.socket, names, 2);
