@@ -3,7 +3,9 @@
  *
  *   sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]
  *     status               rank, world size, peers and the node's trainers
- *     stats                per tensor: calls, bytes, time, last scheme and its prediction
+ *     stats [--reset]      per tensor: calls, bytes, time, last scheme and its prediction
+ *                          (kept after the trainers leave; --reset zeroes them after
+ *                          printing)
  *     pending              tensors some ranks submitted and others have not
  *     config get [KEY]     every setting, or one
  *     config set KEY VALUE change a runtime setting on every node
@@ -12,10 +14,12 @@
  * ZeroMQ DEALER, hello with role CONTROL) through the client library's internal request
  * path, so it shares the library's handshake, timeouts and daemon-death detection; it
  * links the static library, where those functions are visible. --json prints exactly one
- * JSON object per command. Exit status: 0 success, 1 the daemon failed or could not be
+ * JSON object per command, errors included: {"error": TEXT, "status": "SC_ERR_..."}
+ * on stdout. Exit status: 0 success, 1 the daemon failed or could not be
  * reached, 2 usage error.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,7 @@ struct ctl {
 	const char *socket;
 	int timeout_ms;
 	int json;
+	int reset;
 	sc_client_t *client;
 };
 
@@ -43,10 +48,11 @@ static void usage(FILE *f)
 		"\n"
 		"commands:\n"
 		"  status                rank, world size, peers and the node's trainers\n"
-		"  stats                 per tensor: calls, bytes sent/received, time, last "
+		"  stats [--reset]       per tensor: calls, bytes sent/received, time, last "
 		"scheme,\n"
 		"                        predicted/measured time, of it inside exchanges,\n"
-		"                        density, densification, imbalance\n"
+		"                        density, densification, imbalance; kept after the\n"
+		"                        trainers leave until --reset (prints, then zeroes)\n"
 		"  pending               tensors waiting, with the ranks that have not "
 		"submitted them\n"
 		"  config get [KEY]      show every setting, or KEY\n"
@@ -57,7 +63,8 @@ static void usage(FILE *f)
 		"endpoint);\n"
 		"                        default $SPARSECOMM_SOCKET\n"
 		"  --timeout-ms N        how long to wait for the daemon (default %d)\n"
-		"  --json                print one JSON object\n"
+		"  --json                print one JSON object (errors too: \"error\", "
+		"\"status\")\n"
 		"  -h, --help            this text\n"
 		"\n"
 		"exit status: 0 success, 1 daemon error or unreachable, 2 usage error\n",
@@ -113,6 +120,31 @@ static void json_int_array(const int32_t *v, size_t n)
 	putchar(']');
 }
 
+/* ---- errors ------------------------------------------------------------------------- */
+
+/* Reports an error: "sparsectl: TEXT" on stderr, or with --json one object
+ * {"error": TEXT, "status": NAME} on stdout. */
+static void ctl_error(int json, sc_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ctl_error(int json, sc_status_t st, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (!json) {
+		fprintf(stderr, "sparsectl: %s\n", text);
+		return;
+	}
+	fputs("{\"error\":", stdout);
+	json_str(text);
+	fputs(",\"status\":", stdout);
+	json_str(sc_status_name(st));
+	fputs("}\n", stdout);
+}
+
 /* ---- talking to the daemon ----------------------------------------------------------- */
 
 /* Sends one request and returns the reply, checking its kind; NULL after printing why. */
@@ -126,7 +158,7 @@ static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *m
 		st = scl_client_open(ctl->socket, ctl->timeout_ms,
 				     SPARSECOMM__ROLE__ROLE_CONTROL, &ctl->client);
 		if (st != SC_OK) {
-			fprintf(stderr, "sparsectl: %s\n", sc_last_error());
+			ctl_error(ctl->json, st, "%s", sc_last_error());
 			return NULL;
 		}
 	}
@@ -134,14 +166,15 @@ static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *m
 	st = scl_client_call(ctl->client, msg, ctl->timeout_ms, "", &reply);
 	if (st != SC_OK) {
 		if (st == SC_ERR_TIMEOUT || st == SC_ERR_CONNECT)
-			fprintf(stderr, "sparsectl: %s: %s\n", what, sc_last_error());
+			ctl_error(ctl->json, st, "%s: %s", what, sc_last_error());
 		else
-			fprintf(stderr, "sparsectl: %s\n", sc_last_error());
+			ctl_error(ctl->json, st, "%s", sc_last_error());
 		return NULL;
 	}
 	if (reply->body_case != want) {
-		fprintf(stderr, "sparsectl: %s: unexpected reply from the daemon (body %d)\n",
-			what, (int)reply->body_case);
+		ctl_error(ctl->json, SC_ERR_PROTOCOL,
+			  "%s: unexpected reply from the daemon (body %d)", what,
+			  (int)reply->body_case);
 		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 		return NULL;
 	}
@@ -227,10 +260,11 @@ static int cmd_status(struct ctl *ctl)
 
 /* ---- stats --------------------------------------------------------------------------- */
 
-static void stats_json(const Sparsecomm__StatsReply *s)
+static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 {
-	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"tensors\":[",
-	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers);
+	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"reset\":%s,\"tensors\":[",
+	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
+	       reset ? "true" : "false");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
@@ -317,15 +351,24 @@ static int cmd_stats(struct ctl *ctl)
 	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
 	Sparsecomm__DaemonMsg *r;
 
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS;
-	msg.stats = &empty;
-	r = ctl_call(ctl, &msg, "stats", SPARSECOMM__DAEMON_MSG__BODY_STATS);
+	if (ctl->reset) {
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS_RESET;
+		msg.stats_reset = &empty;
+	} else {
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS;
+		msg.stats = &empty;
+	}
+	r = ctl_call(ctl, &msg, ctl->reset ? "stats --reset" : "stats",
+		     SPARSECOMM__DAEMON_MSG__BODY_STATS);
 	if (!r)
 		return EXIT_DAEMON;
-	if (ctl->json)
-		stats_json(r->stats);
-	else
+	if (ctl->json) {
+		stats_json(r->stats, ctl->reset);
+	} else {
 		stats_text(r->stats);
+		if (ctl->reset)
+			printf("statistics reset on this node\n");
+	}
 	sparsecomm__daemon_msg__free_unpacked(r, NULL);
 	return 0;
 }
@@ -468,19 +511,20 @@ static int cmd_config(struct ctl *ctl, int argc, char **argv)
 			json_str(set.value);
 			fputs("}\n", stdout);
 		} else {
-			printf("%s = %s (applied on every node)\n", set.key, set.value);
+			printf("%s = %s (checked, then applied on every node)\n", set.key,
+			       set.value);
 		}
 		sparsecomm__daemon_msg__free_unpacked(r, NULL);
 		return 0;
 	}
-	fprintf(stderr, "sparsectl: usage: config get [KEY] | config set KEY VALUE\n");
+	ctl_error(ctl->json, SC_ERR_INVALID, "usage: config get [KEY] | config set KEY VALUE");
 	return EXIT_USAGE;
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
 
 /* A missing IPC socket file is reported at once rather than after the whole timeout. */
-static int check_socket(const char *sock)
+static int check_socket(const char *sock, int json)
 {
 	const char *path = strstr(sock, "://") ? NULL : sock;
 	struct stat st;
@@ -488,9 +532,9 @@ static int check_socket(const char *sock)
 	if (strncmp(sock, "ipc://", 6) == 0)
 		path = sock + 6;
 	if (path && stat(path, &st) < 0) {
-		fprintf(stderr,
-			"sparsectl: no daemon socket at %s (%s); is sparsecommd running?\n",
-			path, strerror(errno));
+		ctl_error(json, SC_ERR_CONNECT,
+			  "no daemon socket at %s (%s); is sparsecommd running?", path,
+			  strerror(errno));
 		return EXIT_DAEMON;
 	}
 	return 0;
@@ -533,6 +577,8 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (strcmp(a, "--json") == 0) {
 			ctl.json = 1;
+		} else if (strcmp(a, "--reset") == 0) {
+			ctl.reset = 1;
 		} else if ((v = opt_value("--socket", argc, argv, &i))) {
 			ctl.socket = v;
 		} else if ((v = opt_value("--timeout-ms", argc, argv, &i))) {
@@ -561,17 +607,26 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!ctl.socket && !getenv("SPARSECOMM_SOCKET")) {
-		fprintf(stderr, "sparsectl: no daemon socket: use --socket PATH or set "
-				"$SPARSECOMM_SOCKET\n");
+		ctl_error(ctl.json, SC_ERR_INVALID,
+			  "no daemon socket: use --socket PATH or set $SPARSECOMM_SOCKET");
 		free(args);
 		return EXIT_USAGE;
 	}
-	if ((rc = check_socket(ctl.socket ? ctl.socket : getenv("SPARSECOMM_SOCKET")))) {
+	if (ctl.reset && (nargs != 1 || strcmp(args[0], "stats") != 0)) {
+		ctl_error(ctl.json, SC_ERR_INVALID, "--reset goes with the stats command only");
+		free(args);
+		return EXIT_USAGE;
+	}
+	if ((rc = check_socket(ctl.socket ? ctl.socket : getenv("SPARSECOMM_SOCKET"),
+			       ctl.json))) {
 		free(args);
 		return rc;
 	}
 	if (nargs == 0) {
-		usage(stderr);
+		if (ctl.json)
+			ctl_error(1, SC_ERR_INVALID, "no command (see sparsectl --help)");
+		else
+			usage(stderr);
 		rc = EXIT_USAGE;
 	} else if (strcmp(args[0], "status") == 0 && nargs == 1) {
 		rc = cmd_status(&ctl);
@@ -582,10 +637,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(args[0], "config") == 0) {
 		rc = cmd_config(&ctl, nargs - 1, args + 1);
 	} else {
-		fprintf(stderr,
-			"sparsectl: unknown command or wrong arguments: '%s' (see "
-			"sparsectl --help)\n",
-			args[0]);
+		ctl_error(ctl.json, SC_ERR_INVALID,
+			  "unknown command or wrong arguments: '%s' (see sparsectl --help)",
+			  args[0]);
 		rc = EXIT_USAGE;
 	}
 	sc_finalize(ctl.client);

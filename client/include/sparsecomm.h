@@ -8,12 +8,23 @@
  * all nodes agree that the tensor is ready everywhere, reduce it across every trainer of
  * the job, and write the result back into the same buffer (the operation is in place).
  *
- *     sc_client_t *c;  sc_tensor_t *t;  sc_handle_t h;
- *     sc_connect(NULL, &c);                        // $SPARSECOMM_SOCKET
- *     sc_register(c, "layer1.weight", SC_FLOAT32, n, &t);
- *     memcpy(sc_tensor_data(t), grad, n * 4);
- *     sc_allreduce_async(c, t, SC_OP_AVERAGE, &h);
- *     if (sc_wait(c, h, 60000) != SC_OK) fprintf(stderr, "%s\n", sc_last_error());
+ * Example (compiled and run by tests/python/check_header.py): grad holds n floats.
+ *     sc_client_t *c = NULL;
+ *     sc_tensor_t *t;
+ *     sc_handle_t h;
+ *     sc_status_t st = sc_connect(NULL, 30000, &c); // $SPARSECOMM_SOCKET, 30 s at most
+ *     if (st == SC_OK)
+ *             st = sc_register(c, "layer1.weight", SC_FLOAT32, n, &t);
+ *     if (st == SC_OK) {
+ *             memcpy(sc_tensor_data(t), grad, n * sizeof(float));
+ *             st = sc_allreduce_async(c, t, SC_OP_AVERAGE, &h);
+ *     }
+ *     if (st == SC_OK)
+ *             st = sc_wait(c, h, 60000); // 60 s at most
+ *     if (st == SC_OK)
+ *             memcpy(grad, sc_tensor_data(t), n * sizeof(float)); // the average
+ *     else
+ *             fprintf(stderr, "%s\n", sc_last_error());
  *     sc_finalize(c);
  *
  * Every function is thread safe: one client may be shared by the threads of a process.

@@ -137,17 +137,9 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 		}
 		cfg->dval[key] = v;
 	} else {
-		if (key == SCD_CFG_log_level && strcmp(value, "error") &&
-		    strcmp(value, "warn") && strcmp(value, "info") && strcmp(value, "debug")) {
-			snprintf(err, err_len,
-				 "log_level: '%s' is not error, warn, info or debug", value);
-			return SC_ERR_INVALID;
-		}
-		if (key == SCD_CFG_device && strcmp(value, "cpu") && strcmp(value, "cuda") &&
-		    strcmp(value, "auto")) {
-			snprintf(err, err_len, "device: '%s' is not cpu, cuda or auto", value);
-			return SC_ERR_INVALID;
-		}
+		sc_status_t st = scd_config_check_text(key, value, err, err_len);
+		if (st != SC_OK)
+			return st;
 		char *copy = strdup(value);
 		if (!copy)
 			return SC_ERR_NOMEM;
@@ -156,6 +148,20 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 	}
 	cfg->source[key] = src;
 	return SC_OK;
+}
+
+sc_status_t scd_config_probe(const char *name, const char *value, char *err, size_t err_len)
+{
+	int key = scd_config_find(name);
+	if (key < 0) {
+		snprintf(err, err_len, "unknown configuration key '%.100s'", name);
+		return SC_ERR_NOT_FOUND;
+	}
+	scd_config_t probe;
+	scd_config_init(&probe);
+	sc_status_t st = scd_config_set(&probe, key, value, SCD_SRC_RUNTIME, err, err_len);
+	scd_config_free(&probe);
+	return st;
 }
 
 static char *trim(char *s)

@@ -132,6 +132,19 @@ int scd_config_find(const char *name);
 /* Sets key from text, checking type and range; err gets a message on failure. */
 sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cfg_source_t src,
 			   char *err, size_t err_len);
+/* Whether a runtime change of the key called name to value would be accepted, tried on a
+ * scratch configuration: what a daemon checks before proposing or broadcasting it. */
+sc_status_t scd_config_probe(const char *name, const char *value, char *err, size_t err_len);
+/* What a text key may hold beyond being text (config_check.c): log_level's levels, a
+ * known scheme or auto for scheme, a PATTERN=SCHEME list of known schemes for
+ * scheme_pins. SC_OK for other keys; err names the key and the value otherwise. */
+sc_status_t scd_config_check_text(int key, const char *value, char *err, size_t err_len);
+/* Longest scheme_pins item, with its terminating NUL. */
+#define SCD_PIN_ITEM_MAX 160
+/* The next comma-separated item of a scheme_pins list: copied into item (cut at its last
+ * '=', *scheme_p pointing after it, or NULL when there is none), *pins advanced past it
+ * and its comma. 1 for an item, -1 for one longer than len - 1 (truncated), 0 at the end. */
+int scd_config_pin_next(const char **pins, char *item, size_t len, const char **scheme_p);
 /* Loads an INI file (sections ignored, '#' and ';' comments). */
 sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err,
 				 size_t err_len);

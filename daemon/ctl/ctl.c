@@ -588,39 +588,51 @@ static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	scd_arena_free(&a);
 }
 
-static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+/* One tensor's entry of a stats reply (name and scheme point into st and name). */
+static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, uint32_t dtype,
+			uint64_t numel, scd_tensor_stats_t *st)
+{
+	Sparsecomm__TensorStats *ts = scd_arena_alloc(a, sizeof(*ts));
+	if (!ts)
+		return;
+	sparsecomm__tensor_stats__init(ts);
+	ts->name = name;
+	ts->numel = numel;
+	ts->dtype = dtype;
+	ts->calls = st->calls;
+	ts->errors = st->errors;
+	ts->bytes_sent = st->bytes_sent;
+	ts->bytes_received = st->bytes_recv;
+	ts->time_s = st->time_s;
+	ts->scheme = st->scheme;
+	ts->predicted_s = st->predicted_s;
+	ts->measured_s = st->measured_s;
+	ts->density = st->density;
+	ts->densification = st->densification;
+	ts->imbalance = st->imbalance;
+	ts->exchange_s = st->exchange_s;
+	ts->cpu_s = st->cpu_s;
+	r->tensors[r->n_tensors++] = ts;
+}
+
+/* The registered tensors' statistics, then those kept of released ones; with reset,
+ * every counter is zeroed once the reply has been sent. */
+static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset)
 {
 	scd_arena_t a = {0};
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__StatsReply r = SPARSECOMM__STATS_REPLY__INIT;
-	size_t n = 0;
+	scd_stats_keep_t *kept = scd_tensors_kept(ctl->tensors);
+	size_t n = kept->n;
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
 		n++;
 	r.tensors = scd_arena_alloc(&a, sizeof(*r.tensors) * (n + 1));
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r.tensors;
-	     nt = nt->all_next) {
-		Sparsecomm__TensorStats *ts = scd_arena_alloc(&a, sizeof(*ts));
-		if (!ts)
-			break;
-		sparsecomm__tensor_stats__init(ts);
-		ts->name = nt->name;
-		ts->numel = nt->numel;
-		ts->dtype = nt->dtype;
-		ts->calls = nt->stats.calls;
-		ts->errors = nt->stats.errors;
-		ts->bytes_sent = nt->stats.bytes_sent;
-		ts->bytes_received = nt->stats.bytes_recv;
-		ts->time_s = nt->stats.time_s;
-		ts->scheme = nt->stats.scheme;
-		ts->predicted_s = nt->stats.predicted_s;
-		ts->measured_s = nt->stats.measured_s;
-		ts->density = nt->stats.density;
-		ts->densification = nt->stats.densification;
-		ts->imbalance = nt->stats.imbalance;
-		ts->exchange_s = nt->stats.exchange_s;
-		ts->cpu_s = nt->stats.cpu_s;
-		r.tensors[r.n_tensors++] = ts;
-	}
+	     nt = nt->all_next)
+		stats_entry(&a, &r, nt->name, nt->dtype, nt->numel, &nt->stats);
+	for (size_t i = 0; i < kept->n && r.tensors; i++)
+		stats_entry(&a, &r, kept->v[i].name, kept->v[i].dtype, kept->v[i].numel,
+			    &kept->v[i].stats);
 	r.cycles = ctl->d->stats_cycles;
 	r.fused_buffers = ctl->d->stats_buffers;
 	m.seq = seq;
@@ -628,6 +640,11 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	m.stats = &r;
 	send_to(ctl, s->ident, s->ident_len, &m);
 	scd_arena_free(&a);
+	if (reset) {
+		scd_tensors_reset_stats(ctl->tensors);
+		ctl->d->stats_cycles = ctl->d->stats_buffers = 0;
+		scd_info(SCD_SUB_CTL, "statistics reset");
+	}
 }
 
 static void handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
@@ -691,15 +708,14 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET) {
 		const Sparsecomm__ConfigSet *cs = msg->config_set;
 		int k = scd_config_find(cs->key ? cs->key : "");
-		scd_config_t probe;
-		scd_config_init(&probe);
-		sc_status_t st = scd_config_set(&probe, k, cs->value ? cs->value : "",
-						SCD_SRC_RUNTIME, err, sizeof(err));
-		scd_config_free(&probe);
+		char why[512], msg2[700];
+		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
+						  cs->value ? cs->value : "", why, sizeof(why));
 		if (st != SC_OK) {
-			char msg2[300];
-			snprintf(msg2, sizeof(msg2), "config set %s: %s",
-				 cs->key ? cs->key : "", err);
+			snprintf(msg2, sizeof(msg2),
+				 "config set %.60s '%.100s' refused, nothing applied on any "
+				 "node: %s",
+				 cs->key ? cs->key : "", cs->value ? cs->value : "", why);
 			send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
 			return;
 		}
@@ -772,7 +788,10 @@ static void dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, con
 		handle_status(ctl, s, seq);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATS:
-		handle_stats(ctl, s, seq);
+		handle_stats(ctl, s, seq, 0);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_STATS_RESET:
+		handle_stats(ctl, s, seq, 1);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_PENDING:
 		handle_pending(ctl, s, seq);

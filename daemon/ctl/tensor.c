@@ -29,6 +29,7 @@ struct scd_tensors {
 	scd_reg_t **regs; /* by id - 1 */
 	uint32_t n_regs, cap_regs;
 	uint64_t shm_seq;
+	scd_stats_keep_t kept;
 };
 
 static uint32_t name_hash(const char *s)
@@ -77,6 +78,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 		free(nt->name);
 		free(nt);
 	}
+	scd_stats_keep_clear(&t->kept);
 	free(t->regs);
 	free(t);
 }
@@ -188,12 +190,25 @@ static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype,
 	nt->dtype = dtype;
 	nt->numel = numel;
 	nt->opts = *opts;
+	scd_stats_keep_take(&t->kept, name, dtype, numel, &nt->stats);
 	uint32_t b = name_hash(name) % NT_BUCKETS;
 	nt->hnext = t->bucket[b];
 	t->bucket[b] = nt;
 	nt->all_next = t->all;
 	t->all = nt;
 	return nt;
+}
+
+scd_stats_keep_t *scd_tensors_kept(scd_tensors_t *t)
+{
+	return &t->kept;
+}
+
+void scd_tensors_reset_stats(scd_tensors_t *t)
+{
+	for (scd_ntensor_t *nt = t->all; nt; nt = nt->all_next)
+		nt->stats = (scd_tensor_stats_t){0};
+	scd_stats_keep_clear(&t->kept);
 }
 
 static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
@@ -207,6 +222,7 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	*pp = nt->all_next;
 	if (t->on_free)
 		t->on_free(t->on_free_arg, nt->name);
+	scd_stats_keep_put(&t->kept, nt->name, nt->dtype, nt->numel, &nt->stats);
 	free(nt->name);
 	free(nt);
 }

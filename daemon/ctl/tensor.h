@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctl/stats_keep.h"
 #include "daemon.h"
 #include "shm_layout.h"
 #include "sparsecomm.h"
@@ -33,15 +34,6 @@ typedef struct scd_tensor_opts {
 	uint32_t sketch_rows; /* S2 for this tensor (0: the configuration's) */
 	double sketch_cols;
 } scd_tensor_opts_t;
-
-typedef struct scd_tensor_stats {
-	uint64_t calls, errors, bytes_sent, bytes_recv;
-	double time_s;
-	char scheme[32];
-	double predicted_s, measured_s, density, densification, imbalance;
-	double exchange_s; /* of measured_s, inside the scheme's exchanges */
-	double cpu_s;	   /* the data plane's CPU time, last call */
-} scd_tensor_stats_t;
 
 typedef struct scd_reg {
 	uint32_t id; /* the tensor_id the trainer uses */
@@ -114,6 +106,10 @@ scd_ntensor_t *scd_tensors_find(scd_tensors_t *t, const char *name);
 scd_reg_t *scd_tensors_reg(scd_tensors_t *t, uint32_t id);
 /* The first node tensor (iterate with ->all_next). */
 scd_ntensor_t *scd_tensors_first(scd_tensors_t *t);
+/* Statistics of the node tensors already released (stats_keep.h). */
+scd_stats_keep_t *scd_tensors_kept(scd_tensors_t *t);
+/* Zeroes every node tensor's statistics and forgets the kept ones. */
+void scd_tensors_reset_stats(scd_tensors_t *t);
 
 /*
  * Registers name for the trainer at local_rank: checks the attributes against the other

@@ -643,19 +643,11 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	if (nt && nt->opts.scheme[0] && scd_scheme_parse(nt->opts.scheme, &s) == 0)
 		pin = (int)s;
 	const char *pins = scd_cfg_str(cfg, SCD_CFG_scheme_pins);
-	while (pin < 0 && pins && *pins) {
-		char item[160];
-		size_t n = strcspn(pins, ",");
-		snprintf(item, sizeof(item), "%.*s",
-			 (int)(n < sizeof(item) ? n : sizeof(item) - 1), pins);
-		pins += n + (pins[n] == ',');
-		char *eq = strrchr(item, '=');
-		if (!eq)
-			continue;
-		*eq = 0;
-		if (fnmatch(item, name, 0) == 0 && scd_scheme_parse(eq + 1, &s) == 0)
+	char item[SCD_PIN_ITEM_MAX];
+	const char *want;
+	while (pin < 0 && scd_config_pin_next(&pins, item, sizeof(item), &want) != 0)
+		if (want && fnmatch(item, name, 0) == 0 && scd_scheme_parse(want, &s) == 0)
 			pin = (int)s;
-	}
 	if (pin < 0 && scd_scheme_parse(scd_cfg_str(cfg, SCD_CFG_scheme), &s) == 0)
 		pin = (int)s;
 	/* a sparsifier's scheme, or a variant of it that a pin names */

@@ -310,8 +310,17 @@ void scd_world_config_propose(scd_world_t *w, const char *key, const char *value
 	scd_world_send_coord(w, &m);
 }
 
-static void coord_on_propose(scd_world_t *w, const Sparsecomm__ConfigSet *cs)
+/* The coordinator checks a proposed change again (the proposing daemon has) before any
+ * node applies it: a value some daemon would refuse is applied on none. */
+static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs)
 {
+	char err[512];
+	if (scd_config_probe(cs->key ? cs->key : "", cs->value ? cs->value : "", err,
+			     sizeof(err)) != SC_OK) {
+		scd_error(SCD_SUB_CONFIG,
+			  "config set from rank %d refused, applied nowhere: %s", from, err);
+		return;
+	}
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 	m.config_apply = (Sparsecomm__ConfigSet *)cs;
@@ -435,7 +444,7 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
 		if (w->is_coord)
-			coord_on_propose(w, m->config_propose);
+			coord_on_propose(w, from, m->config_propose);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY:
 		apply_config(w, m->config_apply);

@@ -7,7 +7,11 @@
  * exchanges within the measured time), `pending --json` must show a tensor some rank
  * holds back, and `config set cycle_time_ms` issued on one node (the coordinator's, then a
  * non-coordinator's) must be visible through `config get` on every node's socket. Invalid
- * settings must be refused.
+ * settings must be refused: an unknown scheme or a malformed scheme_pins with a JSON error
+ * naming the key and the value, and the old value still in force on every node; a valid
+ * scheme_pins is followed (the pinned tensor runs the scheme it names). Once the
+ * node's trainers have left, `stats` still lists their tensors, and `stats --reset`
+ * clears them.
  */
 #include "itest.h"
 
@@ -241,15 +245,33 @@ static void config_set(const char *sock, const char *key, const char *value)
 			sock, rc, out);
 }
 
+/* A refused set: non-zero exit and, under --json, one object whose "error" names the key
+ * and the value and whose "status" is the status name. */
 static void config_set_refused(const char *sock, const char *key, const char *value)
 {
-	char out[4096];
+	char out[4096], err[256];
 	const char *args[] = {"config", "set", key, value, NULL};
 	int rc = run_ctl(sock, out, sizeof(out), args);
 	if (rc == 0)
 		IT_FAIL("sparsectl config set %s %s was accepted (exit 0), expected a refusal",
 			key, value);
-	it_log("config set %s %s refused (exit %d)", key, value, rc);
+	it_json_t *v = it_json_parse(out, err, sizeof(err));
+	if (!v || v->type != IT_JOBJ)
+		IT_FAIL(
+		    "sparsectl --json config set %s %s: the error is not a JSON object (%s): "
+		    "%.300s",
+		    key, value, v ? "not an object" : err, out);
+	const it_json_t *e = it_json_get(v, "error"), *st = it_json_get(v, "status");
+	if (!e || e->type != IT_JSTR || !strstr(e->str, key) || !strstr(e->str, value))
+		IT_FAIL(
+		    "sparsectl --json config set %s %s: \"error\" does not name the key and "
+		    "the value: %.300s",
+		    key, value, out);
+	if (!st || st->type != IT_JSTR || strncmp(st->str, "SC_ERR_", 7) != 0)
+		IT_FAIL("sparsectl --json config set %s %s: no \"status\" name: %.300s", key,
+			value, out);
+	it_log("config set %s %s refused (exit %d, %s): %s", key, value, rc, st->str, e->str);
+	it_json_free(v);
 }
 
 /* Every node's socket when the launcher's layout (DIR/node<i>/ctl.sock) is recognised;
@@ -269,6 +291,81 @@ static int node_sockets(char socks[][4200], int max)
 		snprintf(socks[i], sizeof(socks[i]), "%.*s/node%d/ctl.sock", (int)(tail - s), s,
 			 i);
 	return n;
+}
+
+/* The tensor's calls in `stats --json` on sock, or -1 when it is not listed. */
+static double stats_calls(const char *sock, const char *name)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = ctl_json(sock, args);
+	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
+	double calls = -1;
+	for (size_t i = 0; i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
+			calls = need(ts->items[i], "calls", IT_JNUM, name)->num;
+	}
+	it_json_free(s);
+	return calls;
+}
+
+/* The scheme of the tensor's last call in `stats --json` on sock. */
+static void stats_scheme(const char *sock, const char *name, char *out, size_t out_len)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = ctl_json(sock, args);
+	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
+	snprintf(out, out_len, "(not listed)");
+	for (size_t i = 0; i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
+			snprintf(out, out_len, "%s",
+				 need(ts->items[i], "scheme", IT_JSTR, name)->str);
+	}
+	it_json_free(s);
+}
+
+/* Waits (bounded) until the node's daemon lists no trainer. */
+static void wait_no_clients(const char *sock)
+{
+	const char *args[] = {"status", NULL};
+	double deadline = it_now_s() + CTL_PROPAGATE_MS / 1000.0;
+	for (;;) {
+		it_json_t *s = ctl_json(sock, args);
+		size_t n = need(s, "clients", IT_JARR, "status --json")->n;
+		it_json_free(s);
+		if (n == 0)
+			return;
+		if (it_now_s() > deadline)
+			IT_FAIL("status --json still lists %zu trainer(s) %d ms after they "
+				"finished",
+				n, CTL_PROPAGATE_MS);
+		it_sleep_ms(100);
+	}
+}
+
+/* After every trainer of the node has left: the tensors' statistics are still listed,
+ * `stats --reset` prints them once more and clears them. */
+static void check_stats_kept(const char *sock, const char *const *names, int n_names)
+{
+	wait_no_clients(sock);
+	for (int k = 0; k < n_names; k++) {
+		double calls = stats_calls(sock, names[k]);
+		if (!(calls > 0))
+			IT_FAIL("stats --json after the trainers left: tensor '%s' %s",
+				names[k], calls < 0 ? "is no longer listed" : "has no calls");
+	}
+	const char *reset[] = {"stats", "--reset", NULL};
+	it_json_t *s = ctl_json(sock, reset);
+	const it_json_t *r = need(s, "reset", IT_JBOOL, "stats --reset --json");
+	if (!(r->num > 0))
+		IT_FAIL("stats --reset --json: \"reset\" is false");
+	it_json_free(s);
+	for (int k = 0; k < n_names; k++)
+		if (stats_calls(sock, names[k]) >= 0)
+			IT_FAIL("stats --json after stats --reset still lists tensor '%s'",
+				names[k]);
+	it_log("stats kept %d tensors after the trainers left; --reset cleared them", n_names);
 }
 
 /* Node ranks some tensor is waiting for; -1 when pending does not list it. */
@@ -373,6 +470,46 @@ int it_ctl(int argc, char **argv)
 		it_barrier(c, round == 0 ? "ctl.cfg3" : "ctl.cfg4", 0);
 	}
 	it_log("cycle_time_ms was %s before the test", before);
+
+	/* refused before anything is applied: the old scheme and pins stay on every node */
+	char scheme0[256], pins0[256];
+	config_get(it_env.socket, "scheme", scheme0, sizeof(scheme0));
+	config_get(it_env.socket, "scheme_pins", pins0, sizeof(pins0));
+	if (rank == size - 1) {
+		config_set_refused(it_env.socket, "scheme", "nosuch");
+		config_set_refused(it_env.socket, "scheme_pins", "garbage");
+		config_set_refused(it_env.socket, "scheme_pins", "emb.*=nosuch");
+		config_set_refused(it_env.socket, "scheme_pins", "emb.*=agsparse,");
+	}
+	it_barrier(c, "ctl.cfg5", 0);
+	it_sleep_ms(300); /* a wrongly broadcast change would have arrived by now */
+	for (int i = 0; i < (rank == 0 ? n_socks : 1); i++) {
+		const char *sock = rank == 0 ? socks[i] : it_env.socket;
+		expect_config(sock, "scheme", scheme0);
+		expect_config(sock, "scheme_pins", pins0);
+	}
+	it_barrier(c, "ctl.cfg6", 0);
+
+	/* a valid pin is applied everywhere and followed: 'ctl.pin' runs AGsparse */
+	if (rank == 0)
+		config_set(it_env.socket, "scheme_pins", "ctl.zz=dense_ring,ctl.pi*=agsparse");
+	it_barrier(c, "ctl.cfg7", 0);
+	expect_config(it_env.socket, "scheme_pins", "ctl.zz=dense_ring,ctl.pi*=agsparse");
+	it_barrier(c, "ctl.cfg8", 0);
+	sc_tensor_t *pt = it_register(c, "ctl.pin", SC_FLOAT32, 300);
+	it_fill(sc_tensor_data(pt), SC_FLOAT32, 300, 5, rank, 1);
+	IT_CHECK_SC(sc_allreduce(c, pt, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce 'ctl.pin'");
+	if (it_check(sc_tensor_data(pt), SC_FLOAT32, 300, 5, size, 1, SC_OP_SUM, why,
+		     sizeof(why)))
+		IT_FAIL("'ctl.pin': wrong sum: %s", why);
+	char scheme[64];
+	stats_scheme(it_env.socket, "ctl.pin", scheme, sizeof(scheme));
+	if (strcmp(scheme, "agsparse") != 0)
+		IT_FAIL("'ctl.pin' ran %s, but scheme_pins pins ctl.pi* to agsparse", scheme);
+	it_log("scheme_pins ctl.pi*=agsparse followed by 'ctl.pin'");
+	it_barrier(c, "ctl.cfg9", 0);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	if (it_env.env_local_rank <= 0)
+		check_stats_kept(it_env.socket, names, 2);
 	it_pass();
 }

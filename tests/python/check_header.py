@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """Compares the ctypes mirror (client/python/sparsecomm/_lib.py) with the C header:
 compiles a program that prints every enum value and the size and field offsets of
-sc_tensor_opts_t, and checks them against the Python side.  Prints CHECK lines."""
+sc_tensor_opts_t, and checks them against the Python side.  Prints CHECK lines.
+
+With --example: the example at the top of the header (the indented lines after its
+"Example (compiled and run by tests/python/check_header.py)" line) is wrapped in a main()
+that fills grad, compiled against the built library, run by 2 trainers on 2 daemons under
+build/bin/sparsecomm-run, and must exit 0 with the average in grad on every trainer."""
 import ctypes
 import os
 import subprocess
@@ -34,6 +39,92 @@ int main(void) {
 	return 0;
 }
 """
+
+
+HEADER = os.path.join(ROOT, "client", "include", "sparsecomm.h")
+EXAMPLE_MARK = "Example (compiled and run by tests/python/check_header.py)"
+
+WRAP = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "sparsecomm.h"
+static int example(float *grad, size_t n)
+{
+@EXAMPLE@
+	return st == SC_OK ? 0 : 1;
+}
+int main(void)
+{
+	const char *r = getenv("SPARSECOMM_RANK"), *p = getenv("SPARSECOMM_SIZE");
+	int rank = r ? atoi(r) : 0, size = p ? atoi(p) : 1;
+	size_t n = 1000;
+	float *grad = malloc(n * sizeof(float));
+	if (!grad)
+		return 2;
+	for (size_t i = 0; i < n; i++)
+		grad[i] = (float)((rank + 1) * (int)(i % 7));
+	if (example(grad, n) != 0)
+		return 1;
+	for (size_t i = 0; i < n; i++) {
+		float want = (float)((size + 1) * (int)(i % 7)) / 2.0f;
+		if (grad[i] != want) {
+			printf("CHECK header_example FAIL rank %d: grad[%zu] = %g, want %g\n",
+			       rank, i, grad[i], want);
+			return 1;
+		}
+	}
+	printf("CHECK header_example ok\n");
+	free(grad);
+	return 0;
+}
+"""
+
+
+def header_example():
+    """The example's code lines from the header comment, without the ' * ' prefix."""
+    with open(HEADER) as f:
+        lines = f.read().splitlines()
+    start = [i for i, ln in enumerate(lines) if EXAMPLE_MARK in ln]
+    if len(start) != 1:
+        raise SystemExit("CHECK header_example FAIL the header has %d '%s' lines" %
+                         (len(start), EXAMPLE_MARK))
+    code = []
+    for ln in lines[start[0] + 1:]:
+        if not ln.startswith(" *     "):
+            break
+        code.append("\t" + ln[len(" *     "):])
+    if not code:
+        raise SystemExit("CHECK header_example FAIL no indented code after the mark")
+    return "\n".join(code)
+
+
+def run_example():
+    lib = os.path.join(ROOT, "build", "lib")
+    run = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "example.c"), os.path.join(d, "example")
+        with open(src, "w") as f:
+            f.write(WRAP.replace("@EXAMPLE@", header_example()))
+        cc = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", "-I",
+                             os.path.join(ROOT, "client", "include"), src, "-o", exe,
+                             "-L", lib, "-Wl,-rpath," + lib, "-lsparseclient"],
+                            capture_output=True, text=True)
+        if cc.returncode != 0:
+            print("CHECK header_example FAIL the header's example does not compile:\n" +
+                  cc.stdout + cc.stderr)
+            return 1
+        try:
+            p = subprocess.run([run, "-n", "2", "--timeout", "60", "--", exe],
+                               capture_output=True, text=True, timeout=90)
+        except subprocess.TimeoutExpired:
+            print("CHECK header_example FAIL no result within 90 s")
+            return 1
+    out = p.stdout + p.stderr
+    ok = p.returncode == 0 and out.count("CHECK header_example ok") == 2
+    print("CHECK header_example %s" % ("ok" if ok else "FAIL exit %d:\n%s" %
+                                         (p.returncode, out[-2000:])))
+    return 0 if ok else 1
 
 
 def main():
@@ -72,4 +163,4 @@ def main():
     return 1 if bad else 0
 
 
-sys.exit(main())
+sys.exit(run_example() if sys.argv[1:] == ["--example"] else main())

@@ -97,6 +97,12 @@ def t_header():
     checks("binding", rc, out, 1)
 
 
+def t_header_example():
+    # the example at the top of sparsecomm.h, compiled and run on 2 daemons
+    rc, out, _ = sh([PY, os.path.join(HERE, "check_header.py"), "--example"], 150)
+    checks("binding", rc, out, 1)
+
+
 def t_api():
     # 2 nodes x 2 trainers: the daemons' local reduce is on the path too
     rc, out, _ = launch(2, os.path.join(HERE, "worker_api.py"), [], 180, per_node=2)
@@ -105,6 +111,12 @@ def t_api():
     rc, out, _ = launch(4, os.path.join(HERE, "worker_api.py"),
                         ["sparse_embedding_coo", "sparse_result_forms"], 180)
     checks("api_sparse_results", rc, out, 4)
+
+
+def t_unnamed():
+    # 10,000 unnamed allreduces: buffers reused, registrations/shm/RSS flat, sums right
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
+    checks("unnamed", rc, out, 2)
 
 
 def t_lossless_dense():
@@ -166,7 +178,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_api, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
+TESTS = [t_header, t_header_example, t_api, t_unnamed, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
          t_failure]
 
 

@@ -155,3 +155,51 @@ UNIT_TEST(config_readme_table_matches_table)
 	scd_config_free(&def);
 	scd_config_free(&doc);
 }
+
+/* scheme and scheme_pins: only values the daemons understand, refused with the key and
+ * the value named; what is refused leaves the old value. */
+UNIT_TEST(config_scheme_and_pins_checked)
+{
+	scd_config_t c;
+	char err[512];
+	scd_config_init(&c);
+	const char *good[][2] = {{"scheme", "auto"},
+				 {"scheme", "dense_ring"},
+				 {"scheme_pins", ""},
+				 {"scheme_pins", "emb.*=balanced_par"},
+				 {"scheme_pins", "a=agsparse,b*=dense_ring"}};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		CHECK_EQ_INT(scd_config_probe(good[i][0], good[i][1], err, sizeof(err)), SC_OK);
+		CHECK_EQ_INT(scd_config_set(&c, scd_config_find(good[i][0]), good[i][1],
+					    SCD_SRC_RUNTIME, err, sizeof(err)),
+			     SC_OK);
+	}
+	const char *bad[][2] = {
+	    {"scheme", "nosuch"},	    {"scheme", ""},
+	    {"scheme_pins", "garbage"},	    {"scheme_pins", "=dense_ring"},
+	    {"scheme_pins", "a=nosuch"},    {"scheme_pins", "a=auto"},
+	    {"scheme_pins", "a=agsparse,"}, {"scheme_pins", "a=agsparse,,b=agsparse"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = 0;
+		CHECK_EQ_INT(scd_config_probe(bad[i][0], bad[i][1], err, sizeof(err)),
+			     SC_ERR_INVALID);
+		CHECK_TRUE(strstr(err, bad[i][0]) != NULL);
+		CHECK_TRUE(strstr(err, bad[i][1]) != NULL);
+		CHECK_EQ_INT(scd_config_set(&c, scd_config_find(bad[i][0]), bad[i][1],
+					    SCD_SRC_RUNTIME, err, sizeof(err)),
+			     SC_ERR_INVALID);
+	}
+	CHECK_TRUE(strcmp(scd_cfg_str(&c, SCD_CFG_scheme), "dense_ring") == 0);
+	CHECK_TRUE(strcmp(scd_cfg_str(&c, SCD_CFG_scheme_pins), "a=agsparse,b*=dense_ring") ==
+		   0);
+	CHECK_EQ_INT(scd_config_probe("no_such_key", "1", err, sizeof(err)), SC_ERR_NOT_FOUND);
+	/* the list reader buffer_pin uses */
+	const char *p = "x*=dense_ring,y", *scheme;
+	char item[SCD_PIN_ITEM_MAX];
+	CHECK_EQ_INT(scd_config_pin_next(&p, item, sizeof(item), &scheme), 1);
+	CHECK_TRUE(strcmp(item, "x*") == 0 && scheme && strcmp(scheme, "dense_ring") == 0);
+	CHECK_EQ_INT(scd_config_pin_next(&p, item, sizeof(item), &scheme), 1);
+	CHECK_TRUE(strcmp(item, "y") == 0 && scheme == NULL);
+	CHECK_EQ_INT(scd_config_pin_next(&p, item, sizeof(item), &scheme), 0);
+	scd_config_free(&c);
+}

@@ -19,6 +19,21 @@ buffer is reused by the next step, so a result cannot stay a view of it).  Regis
 options (sparsifier, density, ...) are fixed by the first call for a name; a later call
 with different options is refused rather than silently ignored.
 
+Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
+reuse buffers instead of registering a new one per call.  They are grouped in classes by
+kind (allreduce or broadcast), the dtype they travel as, element count, options and COO
+capacity; class C is numbered in the order its first call came.  A call takes the
+lowest-numbered buffer S of its class that is free, registering buffer
+``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
+reports completion (wait() returns or raises other than on timeout, or poll() returns
+True).  So ranks that make the same calls, and wait for them in the same places, use the
+same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
+no buffer an operation still uses is handed out, and a class holds at most as many
+buffers as it ever had operations outstanding at once.  What stays registered is one
+buffer per class (and per extra concurrent operation): unnamed tensors of ever new
+shapes still register one buffer per shape, as do handles dropped without being waited
+for; name those.
+
 Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
 take the COO path: the tensor is coalesced, its rows are expanded into flat element
 indices written straight into the daemon's COO index area, its values into the COO value
@@ -43,7 +58,6 @@ GIL and returns as soon as the operation completes.
 
 import atexit
 import ctypes
-import itertools
 import math
 import os
 import sys
@@ -177,7 +191,8 @@ class _Context:
         self.timeout_s = timeout_s
         self.entries = {}
         self.lock = threading.Lock()
-        self.noname = itertools.count()
+        self.unnamed = {}  # class (kind, dtype, numel, options, coo) -> [_Entry] (slots)
+        self.unnamed_ids = {}  # class -> its number, in order of first use
         self.closed = False
 
 
@@ -274,45 +289,81 @@ def _opts_key(sparsifier, density, threshold, scheme, allow_lossy):
 def _entry(c, name, dtype, numel, key, coo_capacity=0):
     """The registered tensor for name, registering it on first use."""
     with c.lock:
-        if c.closed:
-            raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
-        e = c.entries.get(name)
-        if e is not None:
-            if e.dtype != dtype or e.numel != numel:
-                raise SparsecommError(
-                    _lib.SC_ERR_INVALID,
-                    "tensor '%s' was registered as %d x %s, now given %d x %s" %
-                    (name, e.numel, e.dtype.name.lower(), numel, dtype.name.lower()), name)
-            if key is not None and key != e.opts_key:
-                raise SparsecommError(
-                    _lib.SC_ERR_INVALID,
-                    "tensor '%s' was registered with options %s, now given %s" %
-                    (name, dict(e.opts_key), dict(key)), name)
-            if coo_capacity and not e.coo_capacity:
-                raise SparsecommError(_lib.SC_ERR_INVALID,
-                                      "tensor '%s' was registered without COO input" % name,
-                                      name)
-            return e
-        if key is None:
-            key = _opts_key(None, 0, 0, None, False)
-        k = dict(key)
-        o = _lib.TensorOpts()
-        o.struct_size = ctypes.sizeof(_lib.TensorOpts)
-        o.allow_lossy = int(k["allow_lossy"])
-        o.sparsifier = int(Sparsifier[k["sparsifier"].upper()])
-        o.density = k["density"]
-        o.threshold = k["threshold"]
-        o.scheme = k["scheme"].encode() if k["scheme"] else None
-        o.coo_capacity = int(coo_capacity)
-        tp = _lib.c_tensor_p()
-        lib = _lib.load()
-        st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
-                                ctypes.byref(o), ctypes.byref(tp))
-        if st != _lib.SC_OK:
-            raise _error(st, "registering tensor '%s'" % name, name)
-        e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity))
-        c.entries[name] = e
+        return _entry_locked(c, name, dtype, numel, key, coo_capacity)
+
+
+def _entry_locked(c, name, dtype, numel, key, coo_capacity):
+    if c.closed:
+        raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
+    e = c.entries.get(name)
+    if e is not None:
+        if e.dtype != dtype or e.numel != numel:
+            raise SparsecommError(
+                _lib.SC_ERR_INVALID,
+                "tensor '%s' was registered as %d x %s, now given %d x %s" %
+                (name, e.numel, e.dtype.name.lower(), numel, dtype.name.lower()), name)
+        if key is not None and key != e.opts_key:
+            raise SparsecommError(
+                _lib.SC_ERR_INVALID,
+                "tensor '%s' was registered with options %s, now given %s" %
+                (name, dict(e.opts_key), dict(key)), name)
+        if coo_capacity and not e.coo_capacity:
+            raise SparsecommError(_lib.SC_ERR_INVALID,
+                                  "tensor '%s' was registered without COO input" % name,
+                                  name)
         return e
+    if key is None:
+        key = _opts_key(None, 0, 0, None, False)
+    k = dict(key)
+    o = _lib.TensorOpts()
+    o.struct_size = ctypes.sizeof(_lib.TensorOpts)
+    o.allow_lossy = int(k["allow_lossy"])
+    o.sparsifier = int(Sparsifier[k["sparsifier"].upper()])
+    o.density = k["density"]
+    o.threshold = k["threshold"]
+    o.scheme = k["scheme"].encode() if k["scheme"] else None
+    o.coo_capacity = int(coo_capacity)
+    tp = _lib.c_tensor_p()
+    lib = _lib.load()
+    st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
+                            ctypes.byref(o), ctypes.byref(tp))
+    if st != _lib.SC_OK:
+        raise _error(st, "registering tensor '%s'" % name, name)
+    e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity))
+    c.entries[name] = e
+    return e
+
+
+def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity):
+    """A free buffer for an unnamed operation, already claimed (the rule is in the module doc)."""
+    cls = (kind, dtype, int(numel), key, int(coo_capacity))
+    with c.lock:
+        slots = c.unnamed.get(cls)
+        if slots is None:
+            slots = c.unnamed[cls] = []
+            c.unnamed_ids[cls] = len(c.unnamed_ids)
+        for e in slots:
+            if not e.inflight:
+                e.inflight = True
+                return e
+        name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))
+        if name in c.entries:
+            raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
+                                  "unnamed operations but was given explicitly" % name, name)
+        e = _entry_locked(c, name, dtype, numel, key, coo_capacity)
+        slots.append(e)
+        e.inflight = True
+        return e
+
+
+def _acquire(c, name, kind, dtype, numel, key, coo_capacity):
+    """The claimed buffer of an operation: the named tensor's (registered on first use),
+    or, for name None, an unnamed one."""
+    if name is None:
+        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity)
+    e = _entry(c, name, dtype, numel, key, coo_capacity)
+    _claim(e)
+    return e
 
 
 # ---- handles -----------------------------------------------------------------------
@@ -338,13 +389,15 @@ class Handle:
 
     def _complete(self, st):
         self._done = True
-        self._entry.inflight = False
         if st == _lib.SC_OK:
-            try:
+            try:  # the result is copied out before the buffer is free for another op
                 self._result = self._finish()
             except BaseException as e:  # keep the error for every later wait()
                 self._exc = e
+            finally:
+                self._entry.inflight = False
         else:
+            self._entry.inflight = False
             self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
                                self._entry.name)
 
@@ -427,43 +480,42 @@ def _claim(e):
         e.inflight = True
 
 
-def _auto_name(c, name, kind="allreduce"):
-    if name is not None:
-        return str(name)
-    return "%s.noname.%d" % (kind, next(c.noname))
+def _name_or_none(name):
+    return None if name is None else str(name)
 
 
 # ---- dense and COO allreduce -------------------------------------------------------
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None):
+                    coo_capacity=None, out=None, _kind="allreduce"):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
     ``average`` divides the sum by size(); ``op`` (ReduceOp) overrides it.  The options
     (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
-    threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used."""
+    threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used.
+    Without ``name`` the operation gets a buffer by the rule in the module doc (unnamed
+    operations)."""
     c = _need()
-    name = _auto_name(c, name)
+    name = _name_or_none(name)
     red = _op(average, op)
     if _is_torch(tensor) and tensor.is_sparse:
-        return _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold,
-                                       scheme, allow_lossy, sparse_as_dense, coo_capacity,
-                                       out)
+        return _allreduce_torch_sparse(c, tensor, name, _kind, red, sparsifier, density,
+                                       threshold, scheme, allow_lossy, sparse_as_dense,
+                                       coo_capacity, out)
     key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy)
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
-    e = _entry(c, name, _sc_dtype(x), numel, key, coo_capacity or 0)
-    _claim(e)
+    e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0)
     try:
         if istorch:
             if x.device.type != "cpu":
                 raise TypeError("sparsecomm: tensor '%s' is on %s; only CPU tensors are "
-                                "supported by this binding" % (name, x.device))
+                                "supported by this binding" % (e.name, x.device))
             e.tdata().view(x.shape).copy_(x)
         else:
             np.copyto(e.data.reshape(x.shape), x, casting="unsafe")
@@ -518,20 +570,19 @@ def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None
     repeats are summed), ``values`` their values.  The Handle's wait() gives the dense
     result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel."""
     c = _need()
-    name = _auto_name(c, name)
+    name = _name_or_none(name)
     idx = np.asarray(indices).reshape(-1)
     val = np.asarray(values).reshape(-1)
     if idx.shape != val.shape:
         raise ValueError("indices and values differ in length: %d vs %d" %
                          (idx.size, val.size))
     dt = DType(dtype) if dtype is not None else _sc_dtype(val)
-    e = _entry(c, name, dt, int(numel),
-               _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
-               int(coo_capacity or numel))
+    e = _acquire(c, name, "allreduce", dt, int(numel),
+                 _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
+                 int(coo_capacity or numel))
     nnz = idx.size
-    _check_nnz(e, nnz)
-    _claim(e)
     try:
+        _check_nnz(e, nnz)
         np.copyto(e.coo_idx[:nnz], idx, casting="unsafe")
         np.copyto(e.coo_val[:nnz], val, casting="unsafe")
     except BaseException:
@@ -553,8 +604,8 @@ def _check_nnz(e, nnz):
                               (e.name, nnz, e.coo_capacity), e.name)
 
 
-def _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold, scheme,
-                            allow_lossy, sparse_as_dense, coo_capacity, out):
+def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, threshold,
+                            scheme, allow_lossy, sparse_as_dense, coo_capacity, out):
     """The COO path for a torch sparse tensor (see the module doc)."""
     t = _torch()
     x = tensor.detach().coalesce()
@@ -562,20 +613,19 @@ def _allreduce_torch_sparse(c, tensor, name, red, sparsifier, density, threshold
     numel = math.prod(shape)
     if numel >= 2 ** 32:
         raise SparsecommError(_lib.SC_ERR_LIMIT, "tensor '%s' has %d elements; COO indices "
-                              "are 32-bit" % (name, numel), name)
+                              "are 32-bit" % (name or "(unnamed)", numel), name)
     sd = x.sparse_dim()
     dense_shape = shape[sd:]
     dn = math.prod(dense_shape)
-    e = _entry(c, name, _sc_dtype(x), numel,
-               _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
-               int(coo_capacity or numel))
+    e = _acquire(c, name, kind, _sc_dtype(x), numel,
+                 _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
+                 int(coo_capacity or numel))
     ind = x._indices()
     vals = x._values()
     nrows = ind.shape[1]
     nnz = nrows * dn
-    _check_nnz(e, nnz)
-    _claim(e)
     try:
+        _check_nnz(e, nnz)
         if nrows:
             lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
             dst = e.coo_idx[:nnz].reshape(nrows, dn)
@@ -686,14 +736,13 @@ def broadcast_async_(tensor, root_rank=0, name=None):
     """In-place broadcast from root_rank, as a lossless sum allreduce in which every other
     rank contributes zeros (so it needs nothing from the daemon beyond allreduce)."""
     c = _need()
-    name = _auto_name(c, name, "broadcast")
     if c.rank == root_rank:
         src = tensor
     elif _is_torch(tensor):
         src = _torch().zeros_like(tensor)
     else:
         src = np.zeros_like(np.asarray(tensor))
-    return allreduce_async(src, name=name, op=ReduceOp.SUM, out=tensor)
+    return allreduce_async(src, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast")
 
 
 def broadcast_(tensor, root_rank=0, name=None, timeout=None):
