@@ -21,6 +21,7 @@
 
 #include "ctl/ctl.h"
 #include "daemon.h"
+#include "device/cuda.h"
 #include "engine/engine.h"
 #include "util/log.h"
 #include "world/world.h"
@@ -301,6 +302,13 @@ int main(int argc, char **argv)
 	if (make_runtime_dir(d) != SC_OK)
 		return 1;
 	remove_stale_shm();
+	const scd_device_ops_t *gpu;
+	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cuda") &&
+	    scd_device_get(SCD_DEVICE_CUDA, &gpu) != SC_OK) {
+		scd_error(SCD_SUB_MAIN, "device = cuda, but the GPU device is not available: %s",
+			  scd_cuda_unavailable_reason());
+		return 1;
+	}
 
 	d->loop = uv_default_loop();
 	d->start_ms = scd_now_ms();

@@ -203,7 +203,11 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		if (!r || !r->handle)
 			continue;
 		scd_job_src_t *s = &it->src[it->n_src++];
-		s->device = SCD_DEVICE_CPU; /* trainers hand tensors in shared memory */
+		/* shared memory, or the daemon's GPU memory the trainer maps by CUDA IPC */
+		s->device = r->device_kind == SC_DEVICE_CUDA ? SCD_DEVICE_CUDA : SCD_DEVICE_CPU;
+		s->ready_ev = r->ready_ev;
+		s->done_ev = r->done_ev;
+		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
 		if (r->coo) {
@@ -433,10 +437,15 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		opts.coo_capacity = rq->opts->coo_capacity;
 		opts.sketch_rows = rq->opts->sketch_rows;
 		opts.sketch_cols = rq->opts->sketch_cols;
+		opts.device_kind = rq->opts->device_kind;
+		opts.device_ordinal = rq->opts->device_ordinal;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}
 	scd_reg_t *reg;
+	scd_tensors_gpu_policy(
+	    ctl->tensors, strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0,
+	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_gpu_mem_limit_bytes));
 	sc_status_t st = scd_tensors_register(
 	    ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
 	    &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
@@ -468,6 +477,11 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r.shm_name = reg->shm_name;
 	r.shm_bytes = reg->map_bytes;
 	r.data_offset = reg->hdr->data_offset;
+	if (reg->gpu_mem) {
+		r.mem_ipc = (ProtobufCBinaryData){sizeof(reg->mem_ipc), reg->mem_ipc};
+		r.ready_event_ipc = (ProtobufCBinaryData){sizeof(reg->ready_ipc), reg->ready_ipc};
+		r.done_event_ipc = (ProtobufCBinaryData){sizeof(reg->done_ipc), reg->done_ipc};
+	}
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_REG;
 	m.reg = &r;

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "device/cuda.h"
 #include "device/sketch.h"
 #include "util/log.h"
 
@@ -30,6 +31,8 @@ struct scd_tensors {
 	uint32_t n_regs, cap_regs;
 	uint64_t shm_seq;
 	scd_stats_keep_t kept;
+	int gpu_served;			  /* cuda registrations allowed (device setting) */
+	uint64_t gpu_limit, gpu_held;	  /* bytes of GPU memory: the limit (0: none), held */
 };
 
 static uint32_t name_hash(const char *s)
@@ -53,6 +56,64 @@ sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void 
 	return SC_OK;
 }
 
+void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes)
+{
+	t->gpu_served = served;
+	t->gpu_limit = limit_bytes;
+}
+
+uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t)
+{
+	return t->gpu_held;
+}
+
+/* A cuda registration's GPU memory and events, and their handles; freed by gpu_release. */
+static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, uint64_t bytes,
+			     char *err, size_t err_len)
+{
+	const scd_cuda_ipc_t *ipc;
+	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
+		const char *why = scd_cuda_unavailable_reason();
+		snprintf(err, err_len, "tensor '%s': cuda:0 is not available on this node: %s",
+			 name, *why ? why : "the GPU library lacks CUDA IPC");
+		return SC_ERR_UNSUPPORTED;
+	}
+	if (t->gpu_limit && t->gpu_held + bytes > t->gpu_limit) {
+		snprintf(err, err_len,
+			 "tensor '%s': %llu bytes of GPU memory would exceed gpu_mem_limit_bytes "
+			 "(%llu held of %llu)",
+			 name, (unsigned long long)bytes, (unsigned long long)t->gpu_held,
+			 (unsigned long long)t->gpu_limit);
+		return SC_ERR_LIMIT;
+	}
+	sc_status_t st = ipc->alloc(bytes, &r->gpu_mem, r->mem_ipc);
+	if (st == SC_OK && (st = ipc->event_create(&r->ready_ev, r->ready_ipc)) == SC_OK)
+		st = ipc->event_create(&r->done_ev, r->done_ipc);
+	if (st != SC_OK) {
+		snprintf(err, err_len, "tensor '%s': %llu bytes of GPU memory and its events: %s",
+			 name, (unsigned long long)bytes, ipc->error());
+		ipc->event_destroy(r->ready_ev);
+		ipc->free(r->gpu_mem);
+		r->gpu_mem = r->ready_ev = NULL;
+		return st;
+	}
+	r->gpu_bytes = bytes;
+	t->gpu_held += bytes;
+	return SC_OK;
+}
+
+static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
+{
+	const scd_cuda_ipc_t *ipc;
+	if (!r->gpu_mem || scd_cuda_ipc_get(&ipc) != SC_OK)
+		return;
+	ipc->event_destroy(r->done_ev);
+	ipc->event_destroy(r->ready_ev);
+	ipc->free(r->gpu_mem);
+	t->gpu_held -= r->gpu_bytes;
+	r->gpu_mem = r->ready_ev = r->done_ev = NULL;
+}
+
 static void reg_unmap(scd_reg_t *r)
 {
 	if (r->map)
@@ -69,6 +130,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 		return;
 	for (uint32_t i = 0; i < t->n_regs; i++) {
 		if (t->regs[i]) {
+			gpu_release(t, t->regs[i]);
 			reg_unmap(t->regs[i]);
 			free(t->regs[i]);
 		}
@@ -130,11 +192,16 @@ static void prefault(void *map, size_t bytes)
 
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
-			   uint64_t numel, uint64_t coo_cap, int residual, char *err,
-			   size_t err_len)
+			   uint64_t numel, uint64_t coo_cap, int residual,
+			   const scd_tensor_opts_t *opts, char *err, size_t err_len)
 {
 	sc_shm_header_t h = {0};
-	sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap, residual);
+	uint64_t gpu_bytes = 0;
+	if (opts->device_kind == SC_DEVICE_CUDA)
+		gpu_bytes = sc_shm_layout_device(&h, numel, (uint32_t)sc_dtype_size(dtype),
+						 coo_cap, residual);
+	else
+		sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap, residual);
 	snprintf(r->shm_name, sizeof(r->shm_name), "/sparsecomm.%d.%llu", (int)getpid(),
 		 (unsigned long long)++t->shm_seq);
 	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -161,16 +228,28 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	h.header_bytes = sizeof(h);
 	h.dtype = dtype;
 	h.numel = numel;
+	h.device_kind = opts->device_kind;
+	h.device_ordinal = opts->device_ordinal;
 	snprintf(h.name, sizeof(h.name), "%s", name);
 	memcpy(map, &h, sizeof(h));
 	r->map = map;
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
-	r->data = (char *)map + h.data_offset;
-	r->residual = h.residual_offset ? (float *)((char *)map + h.residual_offset) : NULL;
+	r->device_kind = opts->device_kind;
+	char *base = map;
+	if (gpu_bytes) {
+		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
+		if (st != SC_OK) {
+			reg_unmap(r);
+			return st;
+		}
+		base = r->gpu_mem;
+	}
+	r->data = base + h.data_offset;
+	r->residual = h.residual_offset ? (float *)(base + h.residual_offset) : NULL;
 	r->coo_cap = h.coo_cap;
-	r->coo_idx = h.coo_cap ? (uint32_t *)((char *)map + h.coo_idx_offset) : NULL;
-	r->coo_val = h.coo_cap ? (float *)((char *)map + h.coo_val_offset) : NULL;
+	r->coo_idx = h.coo_cap ? (uint32_t *)(base + h.coo_idx_offset) : NULL;
+	r->coo_val = h.coo_cap ? (float *)(base + h.coo_val_offset) : NULL;
 	return SC_OK;
 err_unlink:
 	close(fd);
@@ -285,7 +364,32 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 name, opts->sparsifier);
 		return SC_ERR_INVALID;
 	}
+	if (opts->device_kind > SC_DEVICE_CUDA) {
+		snprintf(err, err_len, "tensor '%s': unknown device kind %u", name,
+			 opts->device_kind);
+		return SC_ERR_INVALID;
+	}
+	if (opts->device_kind == SC_DEVICE_CUDA && !t->gpu_served) {
+		snprintf(err, err_len,
+			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)", name);
+		return SC_ERR_UNSUPPORTED;
+	}
+	if (opts->device_kind == SC_DEVICE_CUDA && opts->device_ordinal != 0) {
+		snprintf(err, err_len,
+			 "tensor '%s': cuda:%u: this daemon's tensors live on cuda:0 (one GPU "
+			 "per daemon)",
+			 name, opts->device_ordinal);
+		return SC_ERR_UNSUPPORTED;
+	}
 	scd_ntensor_t *nt = scd_tensors_find(t, name);
+	if (nt && nt->opts.device_kind != opts->device_kind) {
+		snprintf(err, err_len,
+			 "tensor '%s' differs between trainers of this node: registered on %s "
+			 "before, on %s by local rank %d",
+			 name, nt->opts.device_kind ? "cuda" : "cpu",
+			 opts->device_kind ? "cuda" : "cpu", local_rank);
+		return SC_ERR_MISMATCH;
+	}
 	if (nt) {
 		if (nt->slot[local_rank]) {
 			snprintf(err, err_len,
@@ -322,13 +426,14 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
-	sc_status_t st =
-	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, err, err_len);
+	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts,
+				 err, err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;
 	}
 	if (!nt && !(nt = nt_new(t, name, dtype, numel, opts))) {
+		gpu_release(t, r);
 		reg_unmap(r);
 		free(r);
 		return SC_ERR_NOMEM;
@@ -363,6 +468,7 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 			nt_free(t, nt);
 	}
 	t->regs[r->id - 1] = NULL;
+	gpu_release(t, r);
 	reg_unmap(r);
 	free(r);
 }

@@ -33,6 +33,8 @@ typedef struct scd_tensor_opts {
 	uint64_t coo_capacity;
 	uint32_t sketch_rows; /* S2 for this tensor (0: the configuration's) */
 	double sketch_cols;
+	uint32_t device_kind;	 /* sc_device_kind_t of the trainer's buffer */
+	uint32_t device_ordinal; /* with cuda: the GPU */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -50,6 +52,13 @@ typedef struct scd_reg {
 	uint32_t *coo_idx;
 	float *coo_val;
 	uint64_t coo_cap;
+	/* a cuda tensor: the areas above are one GPU allocation of gpu_bytes (gpu_mem),
+	 * exported to the trainer with the two interprocess events (handles in *_ipc) */
+	uint32_t device_kind;
+	void *gpu_mem;
+	uint64_t gpu_bytes;
+	void *ready_ev, *done_ev;
+	unsigned char mem_ipc[64], ready_ipc[64], done_ipc[64];
 	/* the operation in flight (handle 0: none) */
 	uint64_t handle;
 	uint32_t op;
@@ -120,6 +129,12 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 				 const char *name, uint32_t dtype, uint64_t numel,
 				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
 				 scd_reg_t **reg_p, char *err, size_t err_len);
+/* What cuda registrations may use: served at all (the daemon's device setting), and the
+ * GPU memory all of them may hold (0: no limit). */
+void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes);
+/* The GPU memory the node's cuda tensors hold. */
+uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t);
+
 /* Releases a registration (unmaps and unlinks its buffer); the node tensor is freed with
  * its last registration when it is idle. */
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *reg);

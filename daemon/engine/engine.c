@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/cuda.h"
 #include "engine/bufctx.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -38,6 +39,10 @@ struct scd_engine {
 	void *fusion[SCD_DEVICE_COUNT];
 	const scd_device_ops_t *fusion_dev[SCD_DEVICE_COUNT];
 	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT], fusion_want_bytes;
+	/* host staging of a GPU buffer's dense ring (the schemes stage their own) */
+	void *stage;
+	size_t stage_cap;
+	const scd_device_ops_t *stage_dev;
 };
 
 static void fusion_free(scd_engine_t *e, scd_device_kind_t kind)
@@ -176,13 +181,39 @@ static void scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it, u
 /* A buffer of a dtype other than float32: the lossless dense ring, with the report a
  * dense ring gives (density 1, no densification, balanced) and the alpha-beta time of
  * 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
-static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, void *buf)
+/* Host memory for staging bytes of dev's buffer through the transport (grow-only). */
+static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t bytes)
+{
+	if (e->stage && e->stage_dev == dev && e->stage_cap >= bytes)
+		return e->stage;
+	if (e->stage)
+		scd_device_stage_free(e->stage_dev, e->stage);
+	e->stage = scd_device_stage_alloc(dev, bytes);
+	e->stage_dev = dev;
+	e->stage_cap = e->stage ? bytes : 0;
+	return e->stage;
+}
+
+static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+			       void *buf)
 {
 	double P = e->d->world_size;
-	double bytes = (double)job->total_numel * (double)sc_dtype_size(job->dtype);
+	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
+	double bytes = (double)nbytes;
 	double t0 = scd_now_s();
-	sc_status_t st = scd_transport_allreduce(e->transport, buf, job->total_numel,
+	void *host = buf;
+	if (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, nbytes))) {
+		snprintf(job->error, sizeof(job->error),
+			 "dense_ring (%s): cannot stage %zu bytes through host memory",
+			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
+		return SC_ERR_NOMEM;
+	}
+	if (host != buf)
+		dev->to_host(host, buf, nbytes);
+	sc_status_t st = scd_transport_allreduce(e->transport, host, job->total_numel,
 						 (sc_dtype_t)job->dtype, job->timeout_ms);
+	if (st == SC_OK && host != buf)
+		dev->from_host(buf, host, nbytes);
 	job->exchange_s = scd_now_s() - t0; /* all of it */
 	if (st != SC_OK)
 		snprintf(job->error, sizeof(job->error), "dense_ring (%s): %s",
@@ -273,6 +304,49 @@ static void sparse_out(const scd_device_ops_t *dev, const scd_job_t *job, double
 	*it->src[0].result_nnz = job->coo_out.nnz;
 }
 
+/* The engine's stream waits for what each GPU trainer queued before it submitted (its ready
+ * event), or marks where the result is complete (its done event). A failure names the
+ * tensor and the trainer's local rank. */
+static sc_status_t trainers_events(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
+				   int done)
+{
+	const scd_cuda_ipc_t *ipc;
+	if (kind != SCD_DEVICE_CUDA)
+		return SC_OK;
+	sc_status_t st = scd_cuda_ipc_get(&ipc);
+	for (int i = 0; i < job->n_items && st == SC_OK; i++) {
+		scd_job_item_t *it = &job->items[i];
+		for (int k = 0; k < it->n_src && st == SC_OK; k++) {
+			void *ev = done ? it->src[k].done_ev : it->src[k].ready_ev;
+			if (!ev)
+				continue;
+			st = done ? ipc->event_record(ev) : ipc->stream_wait_event(ev);
+			if (st != SC_OK)
+				snprintf(job->error, sizeof(job->error),
+					 "rank %d: tensor '%s', local rank %d: its %s event: "
+					 "%s",
+					 e->d->rank, it->name ? it->name : "?",
+					 it->src[k].local_rank,
+					 done ? "done" : "ready", ipc->error());
+		}
+	}
+	if (st != SC_OK) {
+		job->status = st;
+		log_job_error(job);
+	}
+	return st;
+}
+
+static sc_status_t trainers_ready(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
+{
+	return trainers_events(e, job, kind, 0);
+}
+
+static sc_status_t trainers_done(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
+{
+	return trainers_events(e, job, kind, 1);
+}
+
 static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = job->timeout_ms;
@@ -309,6 +383,8 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		}
 		buf = e->fusion[kind];
 	}
+	if ((st = trainers_ready(e, job, kind)) != SC_OK)
+		return;
 	uint64_t bad = 0;
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++)
@@ -337,7 +413,7 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		st = scd_bufctx_step(e->bufs, job, dev, (float *)buf, e->transport, e->alpha_s,
 				     e->beta_s_per_byte, job->world_seed);
 	else
-		st = dense_typed(e, job, buf);
+		st = dense_typed(e, job, dev, buf);
 	e->transport->ops->counters(e->transport, &c1);
 	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
@@ -356,7 +432,10 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 			scatter_out(dev, &job->items[i], job->dtype,
 				    buf + job->items[i].offset * esz, job->average_divisor);
 	}
-	/* the trainers read their results once the job is back: they must be there */
+	/* the trainers read their results once the job is back: they must be there (a GPU
+	 * trainer's stream may instead wait on its done event, recorded behind them) */
+	if ((st = trainers_done(e, job, kind)) != SC_OK)
+		return;
 	if ((st = dev->sync()) != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error),
@@ -565,6 +644,8 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	scd_transport_destroy(e->transport);
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
 		fusion_free(e, (scd_device_kind_t)k);
+	if (e->stage)
+		scd_device_stage_free(e->stage_dev, e->stage);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
 }

@@ -43,9 +43,15 @@ typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kin
 struct scd_ntensor;
 
 typedef struct scd_job_src {
-	/* where this trainer's buffer and COO area live (today always SCD_DEVICE_CPU: shared
-	 * memory); the engine runs a job on the device all its sources share */
+	/* where this trainer's buffer and COO area live (SCD_DEVICE_CPU: shared memory;
+	 * SCD_DEVICE_CUDA: the daemon's GPU memory); the engine runs a job on the device all
+	 * its sources share */
 	scd_device_kind_t device;
+	/* cuda: the trainer's ready event (recorded after it wrote the buffer: the engine's
+	 * stream waits on it before reading) and its done event (the engine records it once
+	 * the result is written, before the job comes back) */
+	void *ready_ev, *done_ev;
+	int local_rank; /* the trainer's, for errors */
 	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
 	const uint32_t *coo_idx;
 	const float *coo_val;
