@@ -305,7 +305,8 @@ int main(int argc, char **argv)
 	const scd_device_ops_t *gpu;
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cuda") &&
 	    scd_device_get(SCD_DEVICE_CUDA, &gpu) != SC_OK) {
-		scd_error(SCD_SUB_MAIN, "device = cuda, but the GPU device is not available: %s",
+		scd_error(SCD_SUB_MAIN,
+			  "device = cuda, but the GPU device is not available: %s",
 			  scd_cuda_unavailable_reason());
 		return 1;
 	}

@@ -146,22 +146,25 @@ extern "C" sc_status_t scg_stream_wait_event(void *ev)
 		o->seen = now;
 	pthread_mutex_unlock(&host_objs_mu);
 	if (!o)
-		return scg_fail(SC_ERR_INVALID, "scg_stream_wait_event: %p is not an event of "
-						"this process",
+		return scg_fail(SC_ERR_INVALID,
+				"scg_stream_wait_event: %p is not an event of "
+				"this process",
 				ev);
 	if (now == seen)
-		return scg_fail(SC_ERR_PROTOCOL,
-				"the event was not recorded since the previous wait on it (%llu "
-				"records)",
-				(unsigned long long)now);
+		return scg_fail(
+		    SC_ERR_PROTOCOL,
+		    "the event was not recorded since the previous wait on it (%llu "
+		    "records)",
+		    (unsigned long long)now);
 	return SC_OK;
 }
 
 extern "C" sc_status_t scg_host_alloc(size_t bytes, void **p_host)
 {
 	*p_host = malloc(bytes ? bytes : 1);
-	return *p_host ? SC_OK
-		       : scg_fail(SC_ERR_NOMEM, "scg_host_alloc: %zu bytes: out of memory", bytes);
+	return *p_host
+		   ? SC_OK
+		   : scg_fail(SC_ERR_NOMEM, "scg_host_alloc: %zu bytes: out of memory", bytes);
 }
 
 extern "C" sc_status_t scg_host_free(void *p_host)
@@ -224,7 +227,8 @@ extern "C" sc_status_t scg_ipc_event_destroy(void *ev)
 
 extern "C" sc_status_t scg_event_record(void *ev)
 {
-	return scg_check_cuda(cudaEventRecord((cudaEvent_t)ev, scg_stream()), "cudaEventRecord");
+	return scg_check_cuda(cudaEventRecord((cudaEvent_t)ev, scg_stream()),
+			      "cudaEventRecord");
 }
 
 extern "C" sc_status_t scg_stream_wait_event(void *ev)

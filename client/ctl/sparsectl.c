@@ -191,6 +191,9 @@ static void status_json(const Sparsecomm__StatusReply *s)
 	json_str(s->version);
 	printf(",\"uptime_ms\":%llu,\"coordinator\":", (unsigned long long)s->uptime_ms);
 	json_str(s->coordinator);
+	fputs(",\"gpu\":", stdout);
+	json_str(s->gpu);
+	printf(",\"gpu_bytes\":%llu", (unsigned long long)s->gpu_bytes);
 	fputs(",\"peers\":[", stdout);
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Sparsecomm__PeerInfo *p = s->peers[i];
@@ -218,6 +221,8 @@ static void status_text(const Sparsecomm__StatusReply *s)
 	printf("daemon %s, protocol %u, up %.1f s, coordinator %s\n",
 	       *s->version ? s->version : "?", s->protocol_version, s->uptime_ms / 1000.0,
 	       *s->coordinator ? s->coordinator : "-");
+	printf("gpu %s, %.1f MiB held by cuda tensors\n", *s->gpu ? s->gpu : "-",
+	       s->gpu_bytes / 1048576.0);
 	printf("\npeers (%zu):\n", s->n_peers);
 	if (s->n_peers)
 		printf("  %-6s %-24s %-6s %s\n", "RANK", "ADDRESS", "PORT", "CONNECTED");
@@ -272,6 +277,8 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 		json_str(t->name);
 		printf(",\"dtype\":");
 		json_str(sc_dtype_name((sc_dtype_t)t->dtype));
+		printf(",\"device\":");
+		json_str(*t->device ? t->device : "cpu");
 		printf(",\"numel\":%llu,\"calls\":%llu,\"errors\":%llu,\"bytes_sent\":%llu,"
 		       "\"bytes_received\":%llu,\"time_s\":",
 		       (unsigned long long)t->numel, (unsigned long long)t->calls,
@@ -325,14 +332,15 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	       s->n_tensors);
 	if (!s->n_tensors)
 		return;
-	printf("%-32s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n", "TENSOR",
-	       "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)",
-	       "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY", "DENSIF", "IMBAL");
+	printf("%-32s %-7s %8s %6s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n",
+	       "TENSOR", "DEVICE", "CALLS", "ERRORS", "SENT", "RECEIVED", "TIME(s)", "SCHEME",
+	       "PRED(ms)", "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY", "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
-		printf("%-32s %8llu %6llu %11s %11s %10.4f", t->name,
-		       (unsigned long long)t->calls, (unsigned long long)t->errors,
+		printf("%-32s %-7s %8llu %6llu %11s %11s %10.4f", t->name,
+		       *t->device ? t->device : "cpu", (unsigned long long)t->calls,
+		       (unsigned long long)t->errors,
 		       human_bytes(sent, sizeof(sent), t->bytes_sent),
 		       human_bytes(recv, sizeof(recv), t->bytes_received), t->time_s);
 		if (*t->scheme)

@@ -1,9 +1,9 @@
 /*
  * config_check.c: what the text settings may hold beyond their type: log_level's four
- * levels, device's three placements, scheme's names and scheme_pins' PATTERN=SCHEME list. scd_config_set runs these
- * checks for every source (file, environment, flags, a runtime change), so a value the
- * daemons would not understand is refused where it is given instead of being silently
- * ignored when a buffer is planned.
+ * levels, device's three placements, scheme's names and scheme_pins' PATTERN=SCHEME list.
+ * scd_config_set runs these checks for every source (file, environment, flags, a runtime
+ * change), so a value the daemons would not understand is refused where it is given instead of
+ * being silently ignored when a buffer is planned.
  */
 #include "config/config.h"
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "device/cuda.h"
 #include "engine/engine.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -479,7 +480,8 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r.data_offset = reg->hdr->data_offset;
 	if (reg->gpu_mem) {
 		r.mem_ipc = (ProtobufCBinaryData){sizeof(reg->mem_ipc), reg->mem_ipc};
-		r.ready_event_ipc = (ProtobufCBinaryData){sizeof(reg->ready_ipc), reg->ready_ipc};
+		r.ready_event_ipc =
+		    (ProtobufCBinaryData){sizeof(reg->ready_ipc), reg->ready_ipc};
 		r.done_event_ipc = (ProtobufCBinaryData){sizeof(reg->done_ipc), reg->done_ipc};
 	}
 	m.seq = seq;
@@ -577,6 +579,16 @@ static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	r.version = SC_VERSION_STRING;
 	r.uptime_ms = scd_now_ms() - d->start_ms;
 	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
+	char gpu[600];
+	const scd_device_ops_t *gops;
+	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
+		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
+	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
+		snprintf(gpu, sizeof(gpu), "cuda:0 (%s)", scd_cuda_backend());
+	else
+		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
+	r.gpu = gpu;
+	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
 	ctl->up->status(d->world, &r, &a);
 	r.clients = scd_arena_alloc(&a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
 	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
@@ -626,6 +638,7 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	ts->imbalance = st->imbalance;
 	ts->exchange_s = st->exchange_s;
 	ts->cpu_s = st->cpu_s;
+	ts->device = st->device_kind == SC_DEVICE_CUDA ? "cuda:0" : "cpu";
 	r->tensors[r->n_tensors++] = ts;
 }
 

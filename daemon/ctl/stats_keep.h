@@ -18,8 +18,9 @@ typedef struct scd_tensor_stats {
 	double time_s;
 	char scheme[32];
 	double predicted_s, measured_s, density, densification, imbalance;
-	double exchange_s; /* of measured_s, inside the scheme's exchanges */
-	double cpu_s;	   /* the data plane's CPU time, last call */
+	double exchange_s;    /* of measured_s, inside the scheme's exchanges */
+	double cpu_s;	      /* the data plane's CPU time, last call */
+	uint32_t device_kind; /* where the tensor lives (sc_device_kind_t) */
 } scd_tensor_stats_t;
 
 typedef struct scd_kept_stats {

@@ -31,8 +31,8 @@ struct scd_tensors {
 	uint32_t n_regs, cap_regs;
 	uint64_t shm_seq;
 	scd_stats_keep_t kept;
-	int gpu_served;			  /* cuda registrations allowed (device setting) */
-	uint64_t gpu_limit, gpu_held;	  /* bytes of GPU memory: the limit (0: none), held */
+	int gpu_served;		      /* cuda registrations allowed (device setting) */
+	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
 };
 
 static uint32_t name_hash(const char *s)
@@ -79,19 +79,21 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 		return SC_ERR_UNSUPPORTED;
 	}
 	if (t->gpu_limit && t->gpu_held + bytes > t->gpu_limit) {
-		snprintf(err, err_len,
-			 "tensor '%s': %llu bytes of GPU memory would exceed gpu_mem_limit_bytes "
-			 "(%llu held of %llu)",
-			 name, (unsigned long long)bytes, (unsigned long long)t->gpu_held,
-			 (unsigned long long)t->gpu_limit);
+		snprintf(
+		    err, err_len,
+		    "tensor '%s': %llu bytes of GPU memory would exceed gpu_mem_limit_bytes "
+		    "(%llu held of %llu)",
+		    name, (unsigned long long)bytes, (unsigned long long)t->gpu_held,
+		    (unsigned long long)t->gpu_limit);
 		return SC_ERR_LIMIT;
 	}
 	sc_status_t st = ipc->alloc(bytes, &r->gpu_mem, r->mem_ipc);
 	if (st == SC_OK && (st = ipc->event_create(&r->ready_ev, r->ready_ipc)) == SC_OK)
 		st = ipc->event_create(&r->done_ev, r->done_ipc);
 	if (st != SC_OK) {
-		snprintf(err, err_len, "tensor '%s': %llu bytes of GPU memory and its events: %s",
-			 name, (unsigned long long)bytes, ipc->error());
+		snprintf(err, err_len,
+			 "tensor '%s': %llu bytes of GPU memory and its events: %s", name,
+			 (unsigned long long)bytes, ipc->error());
 		ipc->event_destroy(r->ready_ev);
 		ipc->free(r->gpu_mem);
 		r->gpu_mem = r->ready_ev = NULL;
@@ -270,6 +272,7 @@ static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype,
 	nt->numel = numel;
 	nt->opts = *opts;
 	scd_stats_keep_take(&t->kept, name, dtype, numel, &nt->stats);
+	nt->stats.device_kind = opts->device_kind;
 	uint32_t b = name_hash(name) % NT_BUCKETS;
 	nt->hnext = t->bucket[b];
 	t->bucket[b] = nt;
@@ -286,7 +289,7 @@ scd_stats_keep_t *scd_tensors_kept(scd_tensors_t *t)
 void scd_tensors_reset_stats(scd_tensors_t *t)
 {
 	for (scd_ntensor_t *nt = t->all; nt; nt = nt->all_next)
-		nt->stats = (scd_tensor_stats_t){0};
+		nt->stats = (scd_tensor_stats_t){.device_kind = nt->opts.device_kind};
 	scd_stats_keep_clear(&t->kept);
 }
 
@@ -371,7 +374,8 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	if (opts->device_kind == SC_DEVICE_CUDA && !t->gpu_served) {
 		snprintf(err, err_len,
-			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)", name);
+			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)",
+			 name);
 		return SC_ERR_UNSUPPORTED;
 	}
 	if (opts->device_kind == SC_DEVICE_CUDA && opts->device_ordinal != 0) {
@@ -426,8 +430,8 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
-	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts,
-				 err, err_len);
+	sc_status_t st =
+	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts, err, err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;

@@ -1357,6 +1357,11 @@ sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p)
 	return SC_OK;
 }
 
+const char *scd_cuda_backend(void)
+{
+	return load_status == SC_OK && fns.backend ? fns.backend() : "?";
+}
+
 const char *scd_cuda_unavailable_reason(void)
 {
 	return load_reason;

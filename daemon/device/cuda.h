@@ -223,6 +223,8 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *fns);
 
 /* The registry's cuda slot (device.c): loads and checks the GPU device once. */
 sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p);
+/* The loaded GPU library's build ("cuda", or "host" for the host build), "?" before. */
+const char *scd_cuda_backend(void);
 /* Why the cuda device is unavailable ("" before the first scd_device_get or when it is
  * available). */
 const char *scd_cuda_unavailable_reason(void);

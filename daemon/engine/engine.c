@@ -326,8 +326,8 @@ static sc_status_t trainers_events(scd_engine_t *e, scd_job_t *job, scd_device_k
 					 "rank %d: tensor '%s', local rank %d: its %s event: "
 					 "%s",
 					 e->d->rank, it->name ? it->name : "?",
-					 it->src[k].local_rank,
-					 done ? "done" : "ready", ipc->error());
+					 it->src[k].local_rank, done ? "done" : "ready",
+					 ipc->error());
 		}
 	}
 	if (st != SC_OK) {

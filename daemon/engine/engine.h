@@ -52,7 +52,7 @@ typedef struct scd_job_src {
 	 * the result is written, before the job comes back) */
 	void *ready_ev, *done_ev;
 	int local_rank; /* the trainer's, for errors */
-	void *dense; /* the trainer's buffer (input, and output), of the job's dtype */
+	void *dense;	/* the trainer's buffer (input, and output), of the job's dtype */
 	const uint32_t *coo_idx;
 	const float *coo_val;
 	uint64_t coo_nnz, coo_cap;
