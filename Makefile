@@ -69,6 +69,8 @@ $(OBJ)/lib/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 $(OBJ)/daemon/%.o $(OBJ)/proto/%.o $(OBJ)/tests/unit/%.o $(OBJ)/bench/%.o: INC := $(INC_DAEMON)
 $(OBJ)/client/%.o: INC := $(INC_CLIENT)
 $(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
+# the one integration test of the library's internals (its CUDA driver plumbing)
+$(OBJ)/tests/integration/itest_cudadrv.o: INC := $(INC_CLIENT) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------

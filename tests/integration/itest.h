@@ -116,6 +116,10 @@ int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_ctl(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
+int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
+int it_cuda_sums(int argc, char **argv);
+int it_cuda_killed(int argc, char **argv);
+int it_cuda_driver(int argc, char **argv); /* itest_cudadrv.c */
 
 /* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
 typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;
