@@ -107,6 +107,20 @@ def t_api():
     checks("api_sparse_results", rc, out, 4)
 
 
+def t_cuda():
+    # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
+                        [os.path.join(TMP, "none", "libcuda.so.1")], 120)
+    checks("cuda", rc, out, 2)
+    # torch's CUDA tensors end to end: skipped, saying why, without a GPU or daemons for it
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"), ["gpu"], 120)
+    skips = sorted(set(re.findall(r"^(?:\[\d+\] )?SKIP (.*)$", out, re.M)))
+    for m in skips:
+        print("SKIP cuda.%s" % m, flush=True)
+    if not skips:
+        checks("cuda_gpu", rc, out, 2)
+
+
 def t_lossless_dense():
     args = ["--sparsifier", "none", "--steps", "100", "--log-every", "50"]
     script = os.path.join(EX, "digits_mlp.py")
@@ -166,7 +180,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_api, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
+TESTS = [t_header, t_api, t_cuda, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
          t_failure]
 
 
