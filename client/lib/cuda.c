@@ -24,9 +24,9 @@
 
 #include "internal.h"
 
-#define DRIVER_DEFAULT		  "libcuda.so.1"
-#define IPC_MEM_LAZY_PEER_ACCESS  1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
-#define DRIVER_ERR_MAX		  512
+#define DRIVER_DEFAULT		 "libcuda.so.1"
+#define IPC_MEM_LAZY_PEER_ACCESS 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+#define DRIVER_ERR_MAX		 512
 
 /* The driver's types, as cuda.h declares them. */
 typedef int cu_result_t; /* CUresult, 0: CUDA_SUCCESS */
@@ -62,7 +62,10 @@ static const struct {
 	const char *name;
 	size_t offset;
 } symbols[] = {
-#define SYM(field, name) {name, offsetof(__typeof__(drv), field)}
+#define SYM(field, name)                                                                       \
+	{                                                                                      \
+		name, offsetof(__typeof__(drv), field)                                         \
+	}
     SYM(init, "cuInit"),
     SYM(device_count, "cuDeviceGetCount"),
     SYM(device_get, "cuDeviceGet"),
@@ -149,8 +152,8 @@ sc_status_t scl_cuda_check(const char *what, int ordinal)
 {
 	pthread_once(&load_once, driver_load);
 	if (!load_ok)
-		return scl_error(SC_ERR_UNSUPPORTED, "%s: cuda:%d needs the CUDA driver: %s", what,
-				 ordinal, load_error);
+		return scl_error(SC_ERR_UNSUPPORTED, "%s: cuda:%d needs the CUDA driver: %s",
+				 what, ordinal, load_error);
 	if (ordinal >= device_count)
 		return scl_error(SC_ERR_UNSUPPORTED,
 				 "%s: cuda:%d does not exist: the CUDA driver sees %d GPU(s)",
@@ -210,8 +213,8 @@ sc_status_t scl_cuda_open(const char *what, int ordinal, const void *mem_handle,
 		r = drv.ctx_retain(&g->ctx, g->dev);
 	if (r != 0) {
 		free(g);
-		return scl_error(SC_ERR_UNSUPPORTED, "%s: cannot use cuda:%d: %s", what, ordinal,
-				 result_text(r, why, sizeof(why)));
+		return scl_error(SC_ERR_UNSUPPORTED, "%s: cannot use cuda:%d: %s", what,
+				 ordinal, result_text(r, why, sizeof(why)));
 	}
 	memcpy(&mh, mem_handle, sizeof(mh));
 	memcpy(&rh, ready_handle, sizeof(rh));

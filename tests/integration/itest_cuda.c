@@ -249,7 +249,8 @@ int it_cuda_killed(int argc, char **argv)
 	IT_CHECK_SC(sc_allreduce_async(c, k, SC_OP_SUM, &h), "allreduce 'cuda.k'");
 	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
 	if (r == SC_OK || r == IT_HANG)
-		IT_FAIL("'cuda.k' after rank 1 died: %s (%s)", it_wait_name(r), it_wait_error());
+		IT_FAIL("'cuda.k' after rank 1 died: %s (%s)", it_wait_name(r),
+			it_wait_error());
 	if (!it_mentions_rank(it_wait_error(), 1))
 		IT_FAIL("the error for 'cuda.k' does not name rank 1: %s", it_wait_error());
 	sc_finalize(c);

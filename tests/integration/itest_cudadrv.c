@@ -135,8 +135,8 @@ int it_cuda_driver(int argc, char **argv)
 	g = NULL;
 	st = scl_cuda_open("cuda-driver", 0, &mem.h, &ready.h, &done.h, &g);
 	if (st != SC_ERR_SYSTEM || g || !strstr(sc_last_error(), "done event"))
-		IT_FAIL("opening with the done event's object gone: %s (%s)", sc_status_name(st),
-			sc_last_error());
+		IT_FAIL("opening with the done event's object gone: %s (%s)",
+			sc_status_name(st), sc_last_error());
 	expect_log(log, "mem_open", mem.h.name, 2);
 	expect_log(log, "mem_close", mem.h.name, 2);
 	expect_log(log, "event_open", ready.h.name, 2);
