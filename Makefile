@@ -71,6 +71,7 @@ $(OBJ)/client/%.o: INC := $(INC_CLIENT)
 $(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
 # the one integration test of the library's internals (its CUDA driver plumbing)
 $(OBJ)/tests/integration/itest_cudadrv.o: INC := $(INC_CLIENT) -Igpu
+$(OBJ)/tests/integration/itest_cudafake.o: INC := $(INC_SHARED) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------

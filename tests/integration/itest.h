@@ -120,6 +120,7 @@ int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);
 int it_cuda_driver(int argc, char **argv); /* itest_cudadrv.c */
+int it_cuda_fake(int argc, char **argv);   /* itest_cudafake.c */
 
 /* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
 typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;

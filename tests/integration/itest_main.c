@@ -338,6 +338,7 @@ static const struct {
     {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},
     {"cuda-driver", it_cuda_driver, "DRIVER LOG: the library's CUDA IPC plumbing alone"},
+    {"cuda-fake", it_cuda_fake, "DRIVER LOG: cuda tensors against a fake daemon"},
 };
 
 static void usage(FILE *f)

@@ -278,6 +278,7 @@ run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl
 # missing; cpu tensors of the same trainer keep working.
 cudahost=$root/build/lib/libcuda-host.so
 run_case "cuda driver plumbing n=1" 1 1 60 0 1 -- "$itest" cuda-driver "$cudahost" "$tmp/cuda-driver.log"
+run_case "cuda fake daemon n=1" 1 1 90 0 1 -- "$itest" cuda-fake "$cudahost" "$tmp/cuda-fake.log"
 run_case "cuda refused no driver n=2" 2 1 60 0 2 -- "$itest" cuda-refused "$tmp/none/libcuda.so.1" \
 	"cuda:0 needs the CUDA driver: $tmp/none/libcuda.so.1: cannot open shared object file"
 run_case "cuda refused no symbols n=1" 1 1 60 0 1 -- "$itest" cuda-refused \
