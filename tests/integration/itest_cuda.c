@@ -132,45 +132,49 @@ int it_cuda_refused(int argc, char **argv)
 	it_pass();
 }
 
-/* Counts the stand-in's log lines of this process: every handle opened must be closed
- * once (ctx_retain/ctx_release, mem_open/mem_close, event_open/event_destroy), and
- * tensors memory handles opened in all. */
-static void check_log(const char *path, int tensors)
+int it_cuda_log_count(const char *path, const char *kind, const char *arg)
 {
 	FILE *f = fopen(path, "r");
-	char line[512], what[64], arg[256];
-	int pid, me = (int)getpid();
-	int n[6] = {0};
-	static const char *kinds[6] = {"ctx_retain", "ctx_release", "mem_open",
-				       "mem_close",  "event_open",  "event_destroy"};
+	char line[512], k[64], a[256];
+	int pid, n = 0;
 
 	if (!f)
-		IT_FAIL("the CUDA driver stand-in wrote no log at %s", path);
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%d %63s %255s", &pid, what, arg) != 3 || pid != me)
-			continue;
-		int k = 0;
-		while (k < 6 && strcmp(what, kinds[k]))
-			k++;
-		if (k == 6)
-			IT_FAIL("unexpected line in %s: %s", path, line);
-		n[k]++;
-	}
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%d %63s %255s", &pid, k, a) == 3 && pid == (int)getpid() &&
+		    (!kind || !strcmp(k, kind)) && (!arg || !strcmp(a, arg)))
+			n++;
 	fclose(f);
-	if (n[0] != tensors || n[1] != tensors || n[2] != tensors || n[3] != tensors ||
-	    n[4] != 2 * tensors || n[5] != 2 * tensors)
-		IT_FAIL("%s: for %d cuda tensors, contexts retained %d released %d, memory "
-			"opened %d closed %d, events opened %d destroyed %d",
-			path, tensors, n[0], n[1], n[2], n[3], n[4], n[5]);
+	return n;
 }
 
-/* Sets up the driver stand-in and its log for this rank; returns the log's path. */
-static const char *use_stand_in(const char *log_prefix)
+void it_cuda_log_balanced(const char *path, int tensors)
+{
+	static const char *kinds[6] = {"ctx_retain", "ctx_release", "mem_open",
+				       "mem_close",  "event_open",  "event_destroy"};
+	int n[6], sum = 0;
+
+	for (int k = 0; k < 6; k++)
+		sum += n[k] = it_cuda_log_count(path, kinds[k], NULL);
+	if (n[0] != tensors || n[1] != tensors || n[2] != tensors || n[3] != tensors ||
+	    n[4] != 2 * tensors || n[5] != 2 * tensors ||
+	    sum != it_cuda_log_count(path, NULL, NULL))
+		IT_FAIL("%s: for %d cuda tensors, contexts retained %d released %d, memory "
+			"opened %d closed %d, events opened %d destroyed %d (%d lines in all)",
+			path, tensors, n[0], n[1], n[2], n[3], n[4], n[5],
+			it_cuda_log_count(path, NULL, NULL));
+}
+
+/* Sets up the driver stand-in and its log (argv[1], LOG: LOG.<rank>) for this rank;
+ * returns the log's path. */
+static const char *use_stand_in(int argc, char **argv)
 {
 	static char driver[4200], log[4200];
 
+	if (argc < 2)
+		IT_FAIL("usage: %s LOG", argv[0]);
 	snprintf(driver, sizeof(driver), "%s/../lib/libcuda-host.so", it_env.self_dir);
-	snprintf(log, sizeof(log), "%s.%d", log_prefix, it_env.env_rank);
+	snprintf(log, sizeof(log), "%s.%d", argv[1], it_env.env_rank);
 	unlink(log);
 	setenv("SPARSECOMM_CUDA_DRIVER", driver, 1);
 	setenv("SC_CUDA_HOST_LOG", log, 1);
@@ -195,9 +199,7 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 
 int it_cuda_sums(int argc, char **argv)
 {
-	if (argc < 2)
-		IT_FAIL("usage: cuda-sums LOG");
-	const char *log = use_stand_in(argv[1]);
+	const char *log = use_stand_in(argc, argv);
 	sc_client_t *c = it_connect();
 	sc_tensor_t *a = cuda_tensor(c, "cuda.a", SC_FLOAT32);
 	sc_tensor_t *b = cuda_tensor(c, "cuda.b", SC_FLOAT64);
@@ -224,15 +226,13 @@ int it_cuda_sums(int argc, char **argv)
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
 	sc_finalize(c);
-	check_log(log, 2);
+	it_cuda_log_balanced(log, 2);
 	it_pass();
 }
 
 int it_cuda_killed(int argc, char **argv)
 {
-	if (argc < 2)
-		IT_FAIL("usage: cuda-killed LOG");
-	const char *log = use_stand_in(argv[1]);
+	const char *log = use_stand_in(argc, argv);
 	sc_client_t *c = it_connect();
 	sc_tensor_t *k = cuda_tensor(c, "cuda.k", SC_FLOAT32);
 	sc_handle_t h = 0;
@@ -254,6 +254,6 @@ int it_cuda_killed(int argc, char **argv)
 	if (!it_mentions_rank(it_wait_error(), 1))
 		IT_FAIL("the error for 'cuda.k' does not name rank 1: %s", it_wait_error());
 	sc_finalize(c);
-	check_log(log, 1);
+	it_cuda_log_balanced(log, 1);
 	it_pass();
 }

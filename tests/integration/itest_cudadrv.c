@@ -59,26 +59,9 @@ static void record(fake_t *f)
 	__atomic_add_fetch(&((scg_host_event_t *)f->p)->records, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Lines of the log whose second field is kind and third arg (NULL: any). */
-static int log_count(const char *path, const char *kind, const char *arg)
-{
-	FILE *f = fopen(path, "r");
-	char line[512], k[64], a[256];
-	int pid, n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%d %63s %255s", &pid, k, a) == 3 && pid == (int)getpid() &&
-		    !strcmp(k, kind) && (!arg || !strcmp(a, arg)))
-			n++;
-	fclose(f);
-	return n;
-}
-
 static void expect_log(const char *path, const char *kind, const char *arg, int n)
 {
-	int got = log_count(path, kind, arg);
+	int got = it_cuda_log_count(path, kind, arg);
 	if (got != n)
 		IT_FAIL("log %s: %d '%s %s' lines, expected %d", path, got, kind,
 			arg ? arg : "*", n);

@@ -239,35 +239,6 @@ static void fake_stop(fake_t *f)
 		IT_FAIL("%s", f->failure);
 }
 
-/* The stand-in's log lines of kind by this process. */
-static int log_lines(const char *path, const char *kind)
-{
-	FILE *fp = fopen(path, "r");
-	char line[512], k[64], a[256];
-	int pid, n = 0;
-
-	if (!fp)
-		return 0;
-	while (fgets(line, sizeof(line), fp))
-		if (sscanf(line, "%d %63s %255s", &pid, k, a) == 3 && pid == (int)getpid() &&
-		    !strcmp(k, kind))
-			n++;
-	fclose(fp);
-	return n;
-}
-
-static void expect_balanced(const char *log, int tensors)
-{
-	static const char *kinds[6] = {"ctx_retain", "ctx_release",   "mem_open",
-				       "mem_close",  "event_destroy", "event_open"};
-	int want[6] = {tensors, tensors, tensors, tensors, 2 * tensors, 2 * tensors};
-
-	for (int i = 0; i < 6; i++)
-		if (log_lines(log, kinds[i]) != want[i])
-			IT_FAIL("%s: %d '%s' lines for %d cuda tensors, expected %d", log,
-				log_lines(log, kinds[i]), kinds[i], tensors, want[i]);
-}
-
 static sc_status_t reg(sc_client_t *c, const char *name, int ordinal, sc_tensor_t **t_p)
 {
 	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
@@ -353,11 +324,11 @@ int it_cuda_fake(int argc, char **argv)
 	st = sc_register(c, "cpu", SC_FLOAT32, 10, &bad);
 	if (st != SC_ERR_UNSUPPORTED)
 		IT_FAIL("the fake's refusal: %s (%s)", sc_status_name(st), sc_last_error());
-	if (log_lines(log, "mem_open") != 1)
+	if (it_cuda_log_count(log, "mem_open", NULL) != 1)
 		IT_FAIL("refused registrations opened memory handles");
 	sc_finalize(c);
 	fake_stop(&f);
-	expect_balanced(log, 1);
+	it_cuda_log_balanced(log, 1);
 
 	/* the daemon goes away after a registration */
 	fake_start(&f, log, 1);
@@ -378,6 +349,6 @@ int it_cuda_fake(int argc, char **argv)
 			sc_last_error());
 	sc_finalize(c);
 	fake_stop(&f);
-	expect_balanced(log, 2);
+	it_cuda_log_balanced(log, 2);
 	it_pass();
 }

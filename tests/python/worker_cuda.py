@@ -8,7 +8,6 @@ missing file: every cuda registration must fail with SC_ERR_UNSUPPORTED naming i
 "gpu": CUDA tensors of torch end to end, where torch has a GPU and the daemons serve it."""
 import os
 import sys
-import traceback
 
 GPU = sys.argv[1] == "gpu"
 if not GPU:
@@ -18,21 +17,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
+from checks import Checks  # noqa: E402
 
 sc.init(timeout=60)
 R, P = sc.rank(), sc.size()
-failed = 0
-
-
-def check(fn):
-    global failed
-    try:
-        fn()
-        print("CHECK %s ok" % fn.__name__, flush=True)
-    except Exception as e:  # noqa: B902
-        failed += 1
-        print("CHECK %s FAIL %s: %s" % (fn.__name__, type(e).__name__, e), flush=True)
-        traceback.print_exc()
+check = Checks()
 
 
 def cuda_torch_allreduce():
@@ -61,7 +50,7 @@ if GPU:
         else:
             check(cuda_torch_allreduce)
     sc.shutdown()
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if check.failed else 0)
 
 
 @check
@@ -108,4 +97,4 @@ def register_explicit():
 
 
 sc.shutdown()
-sys.exit(1 if failed else 0)
+sys.exit(1 if check.failed else 0)
