@@ -25,7 +25,7 @@ INC_CLIENT := $(INC_SHARED) -Iclient/lib
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
 LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm -ldl
-LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm
+LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm -ldl
 
 # `make` with no target builds everything.
 .DEFAULT_GOAL := all
@@ -41,7 +41,7 @@ $(DEPS_STAMP): mk/deps.sh
 all: $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(LIB)/libsparseclient.so \
      $(LIB)/libsparseclient.a $(BIN)/sparsecomm-unit $(BIN)/sparsecomm-itest \
      $(BIN)/sparsecomm-bench $(BIN)/sparsecomm-cbow $(LIB)/pkgconfig/sparsecomm.pc \
-     $(BIN)/sparsecomm-mpi-peer
+     $(BIN)/sparsecomm-mpi-peer $(LIB)/libcuda-host.so
 
 deps:
 	sh mk/deps.sh
@@ -69,6 +69,9 @@ $(OBJ)/lib/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 $(OBJ)/daemon/%.o $(OBJ)/proto/%.o $(OBJ)/tests/unit/%.o $(OBJ)/bench/%.o: INC := $(INC_DAEMON)
 $(OBJ)/client/%.o: INC := $(INC_CLIENT)
 $(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
+# the one integration test of the library's internals (its CUDA driver plumbing)
+$(OBJ)/tests/integration/itest_cudadrv.o: INC := $(INC_CLIENT) -Igpu
+$(OBJ)/tests/integration/itest_cudafake.o: INC := $(INC_SHARED) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
@@ -213,6 +216,11 @@ else
 test-gpu:
 	@echo "test-gpu: nvcc not found, the CUDA device is not built; GPU tests skipped"
 endif
+# A test stand-in for the CUDA driver over the host build's IPC handles (plain C; the
+# library loads it through $SPARSECOMM_CUDA_DRIVER in tests, see tests/cudahost/driver.c).
+$(LIB)/libcuda-host.so: tests/cudahost/driver.c gpu/scg_host_ipc.h
+	@mkdir -p $(LIB)
+	$(CC) -shared -fvisibility=hidden -Igpu $(CPPFLAGS) $(ALL_CFLAGS) $< -o $@ -lrt -lpthread
 ITEST_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tests/integration/*.c))
 $(BIN)/sparsecomm-itest: $(ITEST_OBJ) $(LIB)/libsparseclient.a
 	@mkdir -p $(BIN)

@@ -873,6 +873,17 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 			       c->rank, t->name, (unsigned long long)t->busy->handle);
 		goto err_unlock;
 	}
+	/* the daemon's stream reads the buffer after the writes queued on the tensor's
+	 * stream so far (the driver call only queues the record) */
+	if (t->cuda) {
+		char what[SCL_NAME_MAX + 64];
+
+		snprintf(what, sizeof(what), "rank %d: allreduce of tensor '%s'", c->rank,
+			 t->name);
+		st = scl_cuda_record_ready(t->cuda, t->stream, what);
+		if (st != SC_OK)
+			goto err_unlock;
+	}
 	if (coo)
 		scl_tensor_result_reset(t);
 	slot = &c->ops[h % SCL_OP_BUCKETS];
@@ -910,16 +921,26 @@ SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_
 	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
 }
 
+/* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
+typedef enum {
+	GPU_SYNC,	 /* on the host, for the done event (sc_wait, sc_poll) */
+	GPU_STREAM_WAIT, /* by making a stream of the caller wait on it (sc_stream_wait) */
+} gpu_wait_t;
+
 /*
  * Collects an operation: waits for it up to timeout_ms (< 0: no limit, 0: not at all)
- * and releases it once it has ended. not_done is what to return while it still runs.
+ * and releases it once it has ended. not_done is what to return while it still runs. A
+ * cuda tensor's result is in its buffer once the daemon's done event has happened on the
+ * GPU: gw says how that is waited for (the driver is called without the client's lock).
  */
 static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
-			      sc_status_t not_done)
+			      sc_status_t not_done, gpu_wait_t gw, void *stream)
 {
 	struct timespec deadline;
 	struct scl_op *o;
+	sc_tensor_t *t;
 	sc_status_t st;
+	char what[SCL_NAME_MAX + 64];
 
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "wait: NULL client");
@@ -952,21 +973,35 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		return not_done;
 	}
 	st = o->status;
+	t = o->tensor;
 	if (st != SC_OK)
 		scl_error(st, "%s", o->error ? o->error : sc_status_message(st));
 	op_release(c, o);
 	pthread_mutex_unlock(&c->mu);
-	return st;
+	if (st != SC_OK || !t->cuda)
+		return st;
+	/* the tensor lives until sc_finalize, which no call may overlap */
+	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
+		 t->name);
+	if (gw == GPU_STREAM_WAIT)
+		return scl_cuda_stream_wait_done(t->cuda, stream, what);
+	return scl_cuda_sync_done(t->cuda, what);
 }
 
 SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
 {
-	return op_collect(client, handle, 0, SC_IN_PROGRESS);
+	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL);
 }
 
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT);
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL);
+}
+
+SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
+				  int timeout_ms)
+{
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream);
 }
 
 SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,

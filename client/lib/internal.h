@@ -42,6 +42,10 @@ struct sc_tensor {
 	const float *residual;
 	size_t coo_cap;
 	struct scl_op *busy; /* the operation in flight, NULL when none */
+	sc_device_kind_t device;
+	int device_ordinal;
+	struct scl_cuda *cuda; /* a cuda tensor's GPU mapping (cuda.c), NULL for cpu */
+	void *stream; /* a cuda tensor's stream (sc_tensor_set_stream), guarded by mu */
 };
 
 /* One allreduce started by sc_allreduce_async, kept until its result is collected. */
@@ -119,5 +123,26 @@ void scl_tensor_free_all(sc_client_t *c);
 /* Marks the tensor's result dense until the daemon writes a sparse one (tensor.c owns the
  * shared header). */
 void scl_tensor_result_reset(sc_tensor_t *t);
+
+/* ---- cuda tensors (cuda.c) ---- */
+#define SCL_CUDA_HANDLE_BYTES 64 /* a CUDA IPC memory or event handle */
+typedef struct scl_cuda scl_cuda_t;
+/* Loads the CUDA driver (once per process) and checks that GPU ordinal exists;
+ * SC_ERR_UNSUPPORTED naming why not (what: who asks, e.g. "rank 0: registering tensor 'w'"). */
+sc_status_t scl_cuda_check(const char *what, int ordinal);
+/* Opens the daemon's allocation and its ready and done events from their IPC handles
+ * (SCL_CUDA_HANDLE_BYTES each) on GPU ordinal; nothing stays open on failure. */
+sc_status_t scl_cuda_open(const char *what, int ordinal, const void *mem_handle,
+			  const void *ready_handle, const void *done_handle, scl_cuda_t **g_p);
+/* The allocation's device address in this process. */
+void *scl_cuda_base(const scl_cuda_t *g);
+/* Closes the events and the allocation and releases the GPU's context; g NULL: nothing. */
+void scl_cuda_close(scl_cuda_t *g);
+/* Records the ready event on stream (NULL: the legacy default stream). */
+sc_status_t scl_cuda_record_ready(scl_cuda_t *g, void *stream, const char *what);
+/* Waits on the host until the done event's last record has happened on the GPU. */
+sc_status_t scl_cuda_sync_done(scl_cuda_t *g, const char *what);
+/* Makes stream wait on the done event's last record, without waiting on the host. */
+sc_status_t scl_cuda_stream_wait_done(scl_cuda_t *g, void *stream, const char *what);
 
 #endif

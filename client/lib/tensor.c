@@ -54,6 +54,21 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		w->sketch_rows = o->sketch_rows;
 	if (OPTS_HAS(o, sketch_cols))
 		w->sketch_cols = o->sketch_cols;
+	if (OPTS_HAS(o, device))
+		w->device_kind = (uint32_t)o->device;
+	if (OPTS_HAS(o, device_ordinal) && w->device_kind == SC_DEVICE_CUDA) {
+		if (o->device_ordinal < 0)
+			return scl_error(SC_ERR_INVALID,
+					 "rank %d: registering tensor '%s': GPU ordinal %d is "
+					 "negative",
+					 c->rank, name, o->device_ordinal);
+		w->device_ordinal = (uint32_t)o->device_ordinal;
+	}
+	if (w->device_kind != SC_DEVICE_CPU && w->device_kind != SC_DEVICE_CUDA)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': unknown device kind %u "
+				 "(SC_DEVICE_CPU or SC_DEVICE_CUDA)",
+				 c->rank, name, w->device_kind);
 	if (w->sketch_rows > 15 || !(isfinite(w->sketch_cols) && w->sketch_cols >= 0))
 		return scl_error(
 		    SC_ERR_INVALID,
@@ -96,33 +111,65 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 	return SC_OK;
 }
 
-/* Checks the header the daemon wrote against what was asked and what it replied. */
-static sc_status_t check_header(const sc_client_t *c, const sc_tensor_t *t,
-				const sc_shm_header_t *h, uint64_t bytes, uint64_t data_offset,
-				uint64_t coo_cap)
+/* What in the header the daemon wrote differs from what this library writes and what was
+ * asked, whatever the placement (NULL: nothing). */
+static const char *header_mismatch(const sc_tensor_t *t, const sc_shm_header_t *h)
+{
+	if (h->magic != SC_SHM_MAGIC)
+		return "bad magic";
+	if (h->version != SC_SHM_VERSION)
+		return "layout version differs";
+	if (h->header_bytes != sizeof(sc_shm_header_t))
+		return "header size differs";
+	if (h->dtype != (uint32_t)t->dtype || h->numel != t->numel)
+		return "element type or count differs from the registration";
+	return NULL;
+}
+
+/* A cpu tensor's areas: inside the object, where the reply said, aligned. */
+static const char *layout_cpu(const sc_tensor_t *t, const sc_shm_header_t *h, uint64_t bytes,
+			      uint64_t data_offset, uint64_t coo_cap)
 {
 	uint64_t esz = sc_dtype_size(t->dtype);
-	const char *why = NULL;
 
-	if (h->magic != SC_SHM_MAGIC)
-		why = "bad magic";
-	else if (h->version != SC_SHM_VERSION)
-		why = "layout version differs";
-	else if (h->header_bytes != sizeof(sc_shm_header_t))
-		why = "header size differs";
-	else if (h->dtype != (uint32_t)t->dtype || h->numel != t->numel)
-		why = "element type or count differs from the registration";
-	else if (h->data_offset != data_offset || data_offset % 64 ||
-		 data_offset < sizeof(*h) || data_offset + t->numel * esz > bytes)
-		why = "data offset is not where the reply said, aligned and inside the object";
-	else if (h->coo_cap < coo_cap)
-		why = "COO area smaller than asked";
-	else if (coo_cap && (h->coo_idx_offset % 64 || h->coo_val_offset % 64 ||
-			     h->coo_idx_offset + h->coo_cap * 4 > bytes ||
-			     h->coo_val_offset + h->coo_cap * esz > bytes))
-		why = "COO area outside the object or misaligned";
-	if (!why)
-		return SC_OK;
+	if (h->device_kind != SC_DEVICE_CPU)
+		return "a device buffer for a cpu tensor";
+	if (h->data_offset != data_offset || data_offset % 64 || data_offset < sizeof(*h) ||
+	    data_offset + t->numel * esz > bytes)
+		return "data offset is not where the reply said, aligned and inside the object";
+	if (h->coo_cap < coo_cap)
+		return "COO area smaller than asked";
+	if (coo_cap && (h->coo_idx_offset % 64 || h->coo_val_offset % 64 ||
+			h->coo_idx_offset + h->coo_cap * 4 > bytes ||
+			h->coo_val_offset + h->coo_cap * esz > bytes))
+		return "COO area outside the object or misaligned";
+	return NULL;
+}
+
+/* A cuda tensor's areas: the layout of sc_shm_layout_device in one GPU allocation, whose
+ * size goes to *alloc_p; the shared object holds the header page only. */
+static const char *layout_cuda(const sc_tensor_t *t, const sc_shm_header_t *h, uint64_t bytes,
+			       uint64_t coo_cap, uint64_t *alloc_p)
+{
+	sc_shm_header_t e;
+
+	if (h->device_ordinal != (uint32_t)t->device_ordinal)
+		return "the buffer is on another GPU than asked";
+	if (bytes < SC_SHM_DATA_OFFSET || h->total_bytes != SC_SHM_DATA_OFFSET)
+		return "the shared object is not the header page";
+	if (h->coo_cap < coo_cap || h->coo_cap > t->numel)
+		return "COO area smaller than asked or larger than the tensor";
+	*alloc_p = sc_shm_layout_device(&e, t->numel, (uint32_t)sc_dtype_size(t->dtype),
+					h->coo_cap, h->residual_offset != 0);
+	if (h->data_offset != e.data_offset || h->coo_idx_offset != e.coo_idx_offset ||
+	    h->coo_val_offset != e.coo_val_offset || h->residual_offset != e.residual_offset)
+		return "offsets differ from the GPU allocation's layout";
+	return NULL;
+}
+
+static sc_status_t header_error(const sc_client_t *c, const sc_tensor_t *t,
+				const sc_shm_header_t *h, const char *why)
+{
 	return scl_error(SC_ERR_PROTOCOL,
 			 "rank %d: tensor '%s': the daemon's shared buffer "
 			 "does not match this library (%s; magic %#x version %u header %u, "
@@ -131,10 +178,10 @@ static sc_status_t check_header(const sc_client_t *c, const sc_tensor_t *t,
 			 SC_SHM_MAGIC, SC_SHM_VERSION, sizeof(sc_shm_header_t));
 }
 
-static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
-			      const Sparsecomm__RegisterReply *r, uint64_t coo_cap)
+/* Maps the daemon's shared object (the whole buffer, or a cuda tensor's header page). */
+static sc_status_t map_object(const sc_client_t *c, const sc_tensor_t *t,
+			      const Sparsecomm__RegisterReply *r, void **map_p)
 {
-	const sc_shm_header_t *h;
 	struct stat st;
 	sc_status_t status;
 	void *map;
@@ -170,22 +217,80 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
 				 "'%s' (%llu bytes): %s",
 				 c->rank, t->name, r->shm_name,
 				 (unsigned long long)r->shm_bytes, strerror(errno));
+	*map_p = map;
+	return SC_OK;
+}
+
+/* Opens a cuda tensor's GPU allocation and events from the reply's IPC handles; base_p:
+ * the allocation's address in this process. */
+static sc_status_t open_cuda(const sc_client_t *c, sc_tensor_t *t,
+			     const Sparsecomm__RegisterReply *r, const sc_shm_header_t *h,
+			     uint64_t coo_cap, char **base_p)
+{
+	char what[SCL_NAME_MAX + 64];
+	const char *why;
+	uint64_t alloc = 0;
+	sc_status_t st;
+
+	snprintf(what, sizeof(what), "rank %d: tensor '%s'", c->rank, t->name);
+	if (h->device_kind != SC_DEVICE_CUDA)
+		return scl_error(SC_ERR_UNSUPPORTED,
+				 "%s: the daemon answered a cuda:%d registration with a "
+				 "buffer in host memory (it does not serve GPU tensors)",
+				 what, t->device_ordinal);
+	why = layout_cuda(t, h, r->shm_bytes, coo_cap, &alloc);
+	if (why)
+		return header_error(c, t, h, why);
+	if (r->mem_ipc.len != SCL_CUDA_HANDLE_BYTES ||
+	    r->ready_event_ipc.len != SCL_CUDA_HANDLE_BYTES ||
+	    r->done_event_ipc.len != SCL_CUDA_HANDLE_BYTES)
+		return scl_error(SC_ERR_PROTOCOL,
+				 "%s: the daemon's IPC handles for its GPU allocation of %llu "
+				 "bytes have %zu, %zu and %zu bytes, not %d",
+				 what, (unsigned long long)alloc, r->mem_ipc.len,
+				 r->ready_event_ipc.len, r->done_event_ipc.len,
+				 SCL_CUDA_HANDLE_BYTES);
+	st = scl_cuda_open(what, t->device_ordinal, r->mem_ipc.data, r->ready_event_ipc.data,
+			   r->done_event_ipc.data, &t->cuda);
+	if (st != SC_OK)
+		return st;
+	*base_p = scl_cuda_base(t->cuda);
+	return SC_OK;
+}
+
+static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
+			      const Sparsecomm__RegisterReply *r, uint64_t coo_cap)
+{
+	const sc_shm_header_t *h;
+	const char *why;
+	sc_status_t status;
+	char *base;
+	void *map = NULL;
+
+	status = map_object(c, t, r, &map);
+	if (status != SC_OK)
+		return status;
 	h = map;
-	status = check_header(c, t, h, r->shm_bytes, r->data_offset, coo_cap);
+	base = map;
+	why = header_mismatch(t, h);
+	if (!why && t->device == SC_DEVICE_CPU)
+		why = layout_cpu(t, h, r->shm_bytes, r->data_offset, coo_cap);
+	status = why ? header_error(c, t, h, why) : SC_OK;
+	if (status == SC_OK && t->device == SC_DEVICE_CUDA)
+		status = open_cuda(c, t, r, h, coo_cap, &base);
 	if (status != SC_OK) {
 		munmap(map, r->shm_bytes);
 		return status;
 	}
 	t->map = map;
 	t->map_bytes = r->shm_bytes;
-	t->data = (char *)map + h->data_offset;
+	t->data = base + h->data_offset;
 	if (coo_cap) {
 		t->coo_cap = coo_cap;
-		t->coo_idx = (uint32_t *)((char *)map + h->coo_idx_offset);
-		t->coo_val = (char *)map + h->coo_val_offset;
+		t->coo_idx = (uint32_t *)(base + h->coo_idx_offset);
+		t->coo_val = base + h->coo_val_offset;
 	}
-	t->residual =
-	    h->residual_offset ? (const float *)((char *)map + h->residual_offset) : NULL;
+	t->residual = h->residual_offset ? (const float *)(base + h->residual_offset) : NULL;
 	t->tensor_id = r->tensor_id;
 	return SC_OK;
 }
@@ -275,6 +380,15 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	memcpy(t->name, name, len + 1);
 	t->dtype = dtype;
 	t->numel = numel;
+	t->device = (sc_device_kind_t)wopts.device_kind;
+	t->device_ordinal = (int)wopts.device_ordinal;
+	snprintf(what, sizeof(what), "rank %d: registering tensor '%s'", client->rank, name);
+	/* a GPU this process cannot use is refused before the daemon allocates for it */
+	if (t->device == SC_DEVICE_CUDA &&
+	    (st = scl_cuda_check(what, t->device_ordinal)) != SC_OK) {
+		free(t);
+		return st;
+	}
 	st = tensor_reserve(client, t);
 	if (st != SC_OK) {
 		free(t);
@@ -285,7 +399,6 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	reg.numel = numel;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG;
 	msg.reg = &reg;
-	snprintf(what, sizeof(what), "rank %d: registering tensor '%s'", client->rank, name);
 	st = scl_client_call(client, &msg, 0, what, &reply);
 	if (st != SC_OK)
 		goto err_drop;
@@ -327,6 +440,7 @@ void scl_tensor_free_all(sc_client_t *c)
 	pthread_mutex_unlock(&c->mu);
 	for (; t; t = next) {
 		next = t->next;
+		scl_cuda_close(t->cuda);
 		if (t->map)
 			munmap(t->map, t->map_bytes);
 		free(t);
@@ -430,4 +544,27 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 		scl_error(st, "stats of tensor '%s': the daemon does not know it",
 			  tensor->name);
 	return st;
+}
+
+SC_API sc_device_kind_t sc_tensor_device(const sc_tensor_t *tensor, int *ordinal_p)
+{
+	sc_device_kind_t kind = tensor ? tensor->device : SC_DEVICE_CPU;
+
+	if (ordinal_p)
+		*ordinal_p = kind == SC_DEVICE_CUDA ? tensor->device_ordinal : 0;
+	return kind;
+}
+
+SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
+{
+	if (!tensor || !tensor->ready)
+		return scl_error(SC_ERR_INVALID, "sc_tensor_set_stream: no registered tensor");
+	if (!tensor->cuda)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s' is a cpu tensor: it has no stream",
+				 tensor->client->rank, tensor->name);
+	pthread_mutex_lock(&tensor->client->mu);
+	tensor->stream = stream;
+	pthread_mutex_unlock(&tensor->client->mu);
+	return SC_OK;
 }

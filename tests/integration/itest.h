@@ -116,6 +116,16 @@ int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_ctl(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
+int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
+int it_cuda_sums(int argc, char **argv);
+int it_cuda_killed(int argc, char **argv);
+/* The CUDA driver stand-in's log (tests/cudahost/driver.c) at path: this process's lines of
+ * kind with arg (NULL: any), and a check that tensors cuda tensors opened and closed every
+ * handle once (nothing else logged). */
+int it_cuda_log_count(const char *path, const char *kind, const char *arg);
+void it_cuda_log_balanced(const char *path, int tensors);
+int it_cuda_driver(int argc, char **argv); /* itest_cudadrv.c */
+int it_cuda_fake(int argc, char **argv);   /* itest_cudafake.c */
 
 /* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
 typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;

@@ -334,6 +334,11 @@ static const struct {
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
+    {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
+    {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
+    {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},
+    {"cuda-driver", it_cuda_driver, "DRIVER LOG: the library's CUDA IPC plumbing alone"},
+    {"cuda-fake", it_cuda_fake, "DRIVER LOG: cuda tensors against a fake daemon"},
 };
 
 static void usage(FILE *f)

@@ -272,6 +272,54 @@ run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
 run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl
 
+# cuda tensors (tests/integration/itest_cuda.c). Refused registrations need neither a GPU
+# nor daemons that serve GPU tensors: no driver, a library without the driver's symbols, a
+# GPU the driver stand-in (build/lib/libcuda-host.so) lacks, daemons whose GPU library is
+# missing; cpu tensors of the same trainer keep working.
+cudahost=$root/build/lib/libcuda-host.so
+run_case "cuda driver plumbing n=1" 1 1 60 0 1 -- "$itest" cuda-driver "$cudahost" "$tmp/cuda-driver.log"
+run_case "cuda fake daemon n=1" 1 1 90 0 1 -- "$itest" cuda-fake "$cudahost" "$tmp/cuda-fake.log"
+run_case "cuda refused no driver n=2" 2 1 60 0 2 -- "$itest" cuda-refused "$tmp/none/libcuda.so.1" \
+	"cuda:0 needs the CUDA driver: $tmp/none/libcuda.so.1: cannot open shared object file"
+run_case "cuda refused no symbols n=1" 1 1 60 0 1 -- "$itest" cuda-refused \
+	"$root/build/lib/libsparseclient.so" "cuda:0 needs the CUDA driver: $root/build/lib/libsparseclient.so has no symbol cuInit"
+run_case "cuda refused ordinal n=1" 1 1 60 0 1 -- "$itest" cuda-refused "$cudahost" \
+	"cuda:1 does not exist: the CUDA driver sees 1 GPU" 1
+export SPARSECOMM_CUDA_LIB="$tmp/none/libsparsecomm-cuda.so"
+run_case "cuda refused by the daemon n=2" 2 1 60 0 2 -- "$itest" cuda-refused "$cudahost" "cuda"
+unset SPARSECOMM_CUDA_LIB
+# End to end: written before the daemons served cuda tensors; it runs once the host build
+# of the GPU library exists for the daemons to load ($SPARSECOMM_CUDA_LIB). Every handle the
+# trainers opened must be closed (the stand-in's log), also with a trainer killed, and the
+# daemons must unlink the handles' objects.
+cudalib=$root/build/lib/libsparsecomm-cuda-host.so
+if [ ! -e "$cudalib" ]; then
+	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2"; do
+		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
+	done
+else
+	export SPARSECOMM_CUDA_LIB="$cudalib"
+	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log"
+	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log"
+	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
+		"$tmp/cuda-killed.log"
+	unset SPARSECOMM_CUDA_LIB
+	if selected "cuda killed n=2"; then
+		left=""
+		for name in $(cat "$tmp"/cuda-killed.log.* 2>/dev/null |
+			awk '$2 == "mem_open" || $2 == "event_open" { print $3 }'); do
+			[ -e "/dev/shm$name" ] && left="$left $name"
+		done
+		if [ -z "$left" ]; then
+			echo "ok    cuda killed n=2: handle objects unlinked"
+			passed=$((passed + 1))
+		else
+			echo "FAIL  cuda killed n=2: objects of the trainers' handles left:$left"
+			failed=$((failed + 1))
+		fi
+	fi
+fi
+
 # Nodes in separate network namespaces over a shaped bridge (needs root).
 if [ "$(id -u)" -ne 0 ]; then
 	skip_case "netns sums n=3" "needs root to create network namespaces"

@@ -27,6 +27,7 @@ int main(void) {
 	printf("dtype FLOAT32 %d\ndtype FLOAT64 %d\ndtype INT32 %d\ndtype INT64 %d\n",
 	       SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64);
 	printf("op SUM %d\nop AVERAGE %d\n", SC_OP_SUM, SC_OP_AVERAGE);
+	printf("dev CPU %d\ndev CUDA %d\n", SC_DEVICE_CPU, SC_DEVICE_CUDA);
 	printf("sp NONE %d\nsp TOPK %d\nsp THRESHOLD %d\nsp DGC %d\nsp EXDYNA %d\n"
 	       "sp NATURAL %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,
 	       SC_SPARSIFY_DGC, SC_SPARSIFY_EXDYNA, SC_SPARSIFY_NATURAL);
@@ -34,7 +35,7 @@ int main(void) {
 	       sizeof(sc_tensor_opts_t), sizeof(sc_sparsifier_t), sizeof(sc_handle_t));
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
-	O(coo_capacity) O(sketch_rows) O(sketch_cols)
+	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal)
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;
 }
@@ -142,7 +143,8 @@ def main():
     bad = []
     if c["status"] != _lib.STATUS_VALUES:
         bad.append("status codes: header %s, python %s" % (c["status"], _lib.STATUS_VALUES))
-    for kind, enum in (("dtype", _lib.DType), ("op", _lib.ReduceOp), ("sp", _lib.Sparsifier)):
+    for kind, enum in (("dtype", _lib.DType), ("op", _lib.ReduceOp), ("sp", _lib.Sparsifier),
+                       ("dev", _lib.DeviceKind)):
         py = {m.name: int(m) for m in enum}
         if c[kind] != py:
             bad.append("%s: header %s, python %s" % (kind, c[kind], py))

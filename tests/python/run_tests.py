@@ -118,6 +118,19 @@ def t_unnamed():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
     checks("unnamed", rc, out, 2)
 
+def t_cuda():
+    # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
+                        [os.path.join(TMP, "none", "libcuda.so.1")], 120)
+    checks("cuda", rc, out, 2)
+    # torch's CUDA tensors end to end: skipped, saying why, without a GPU or daemons for it
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"), ["gpu"], 120)
+    skips = sorted(set(re.findall(r"^(?:\[\d+\] )?SKIP (.*)$", out, re.M)))
+    for m in skips:
+        print("SKIP cuda.%s" % m, flush=True)
+    if not skips:
+        checks("cuda_gpu", rc, out, 2)
+
 
 def t_lossless_dense():
     args = ["--sparsifier", "none", "--steps", "100", "--log-every", "50"]
@@ -178,8 +191,8 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_header_example, t_api, t_unnamed, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk,
-         t_failure]
+TESTS = [t_header, t_header_example, t_api, t_unnamed, t_cuda, t_lossless_dense,
+         t_lossless_sparse, t_ddp, t_topk, t_failure]
 
 
 def main():

@@ -5,7 +5,6 @@ failed.  tests/python/run_tests.py counts a check passed when every rank says ok
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
@@ -14,26 +13,13 @@ import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as sct  # noqa: E402
+from checks import Checks  # noqa: E402
 
 torch.set_num_threads(1)
 sc.init(timeout=60)
 R, P = sc.rank(), sc.size()
-failed = 0
 # argv: the checks to run (default every one)
-ONLY = set(sys.argv[1:])
-
-
-def check(fn):
-    global failed
-    if ONLY and fn.__name__ not in ONLY:
-        return fn
-    try:
-        fn()
-        print("CHECK %s ok" % fn.__name__, flush=True)
-    except Exception as e:  # noqa: B902
-        failed += 1
-        print("CHECK %s FAIL %s: %s" % (fn.__name__, type(e).__name__, e), flush=True)
-        traceback.print_exc()
+check = Checks(sys.argv[1:])
 
 
 def close(a, b, tol=1e-6):
@@ -198,5 +184,5 @@ def topk_sparsifier():
 
 
 sc.shutdown()
-print("worker done: %d check(s) failed" % failed, flush=True)
-sys.exit(1 if failed else 0)
+print("worker done: %d check(s) failed" % check.failed, flush=True)
+sys.exit(1 if check.failed else 0)

@@ -46,6 +46,14 @@ the tensor, the sum comes back dense and is re-sparsified by its non-zero rows (
 whose sum is exactly zero is then dropped, which changes nothing for SGD-like updates).
 ``sparse_as_dense=True`` returns the dense sum instead.
 
+CUDA tensors (torch tensors whose ``device`` is cuda, or names registered with
+``register(..., device="cuda:N")``) live in the daemon's GPU memory, mapped into this
+process with CUDA IPC: an allreduce copies the input into that buffer on the tensor's
+current stream, makes the submission wait for that stream (sc_tensor_set_stream), and the
+result is queued back on the same stream (sc_stream_wait, then a copy on the stream), so
+the host never waits for the GPU.  The library needs the CUDA driver for them
+(libcuda.so.1, or $SPARSECOMM_CUDA_DRIVER).
+
 Errors from the library or the daemon raise :class:`SparsecommError`, carrying the
 status name (``SC_ERR_PEER``, ...) and the library's error text (sc_last_error), which
 names the rank(s) and tensor involved.
@@ -66,11 +74,12 @@ import threading
 import numpy as np
 
 from . import _lib
-from ._lib import DType, ReduceOp, Sparsifier, STATUS_NAMES
+from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, STATUS_NAMES
 
 __all__ = [
-    "SparsecommError", "Handle", "DType", "ReduceOp", "Sparsifier",
+    "SparsecommError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_",
     "registered", "library_path", "status_name",
@@ -144,7 +153,7 @@ def _sc_dtype(x):
 class _Entry:
     """A registered tensor: its C handle and zero-copy views of its shared buffers."""
 
-    def __init__(self, name, ptr, dtype, numel, opts_key, coo_capacity):
+    def __init__(self, name, ptr, dtype, numel, opts_key, coo_capacity, device=None):
         lib = _lib.load()
         self.name = name
         self.ptr = ptr
@@ -152,10 +161,14 @@ class _Entry:
         self.numel = numel
         self.opts_key = opts_key
         self.coo_capacity = coo_capacity
+        self.device = device or (DeviceKind.CPU, 0)
         self.inflight = False
+        self.data = self.coo_idx = self.coo_val = None
+        self._tdata = self._tval = None
+        if self.device[0] == DeviceKind.CUDA:
+            return  # device pointers: only tdata() wraps them
         ct = _lib.DTYPE_CTYPES[dtype]
         self.data = np.ctypeslib.as_array((ct * numel).from_address(lib.sc_tensor_data(ptr)))
-        self.coo_idx = self.coo_val = None
         if coo_capacity:
             ip, vp = lib.sc_tensor_coo_indices(ptr), lib.sc_tensor_coo_values(ptr)
             if not ip or not vp:
@@ -166,18 +179,42 @@ class _Entry:
             self.coo_idx = np.ctypeslib.as_array((ctypes.c_uint32 * coo_capacity)
                                                  .from_address(ip))
             self.coo_val = np.ctypeslib.as_array((ct * coo_capacity).from_address(vp))
-        self._tdata = self._tval = None
+
+    @property
+    def cuda(self):
+        return self.device[0] == DeviceKind.CUDA
 
     def tdata(self):
-        """The data buffer as a torch tensor sharing its memory."""
+        """The data buffer as a torch tensor sharing its memory (on the GPU for a cuda
+        tensor)."""
         if self._tdata is None:
-            self._tdata = _torch().from_numpy(self.data)
+            t = _torch()
+            if self.cuda:
+                ptr = _lib.load().sc_tensor_data(self.ptr)
+                self._tdata = t.as_tensor(_CudaArray(ptr, self.numel, self.dtype),
+                                          device=t.device("cuda", self.device[1]))
+            else:
+                self._tdata = t.from_numpy(self.data)
         return self._tdata
 
     def tval(self):
         if self._tval is None:
             self._tval = _torch().from_numpy(self.coo_val)
         return self._tval
+
+
+class _CudaArray:
+    """A device pointer of this process as the CUDA array interface describes it, for
+    torch.as_tensor to wrap without a copy.  No stream is named: the buffer's users order
+    themselves (the submission waits on the writer's stream, sc_stream_wait the reader's)."""
+
+    _TYPESTR = {DType.FLOAT32: "<f4", DType.FLOAT64: "<f8", DType.INT32: "<i4",
+                DType.INT64: "<i8"}
+
+    def __init__(self, ptr, numel, dtype):
+        self.__cuda_array_interface__ = {"shape": (int(numel),), "typestr":
+                                         self._TYPESTR[dtype], "data": (int(ptr), False),
+                                         "strides": None, "version": 2}
 
 
 class _Context:
@@ -273,8 +310,15 @@ def registered():
     c = _need()
     with c.lock:
         return {n: dict(dtype=e.dtype.name.lower(), numel=e.numel,
-                        coo_capacity=e.coo_capacity, **dict(e.opts_key))
+                        coo_capacity=e.coo_capacity, device=_device_name(e.device),
+                        **dict(e.opts_key))
                 for n, e in c.entries.items()}
+
+
+def _device_name(device):
+    kind, ordinal = device
+    return "cuda:%d" % ordinal if kind == DeviceKind.CUDA else "cpu"
+
 
 
 # ---- registration ------------------------------------------------------------------
@@ -286,13 +330,16 @@ def _opts_key(sparsifier, density, threshold, scheme, allow_lossy):
             ("allow_lossy", bool(allow_lossy)))
 
 
-def _entry(c, name, dtype, numel, key, coo_capacity=0):
-    """The registered tensor for name, registering it on first use."""
+def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None):
+    """The registered tensor for name, registering it on first use; device: (DeviceKind,
+    ordinal), None for the cpu."""
+    device = device or (DeviceKind.CPU, 0)
     with c.lock:
-        return _entry_locked(c, name, dtype, numel, key, coo_capacity)
+        return _entry_locked(c, name, dtype, numel, key, coo_capacity, device)
 
 
-def _entry_locked(c, name, dtype, numel, key, coo_capacity):
+def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
+    device = device or (DeviceKind.CPU, 0)
     if c.closed:
         raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
     e = c.entries.get(name)
@@ -311,6 +358,10 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity):
             raise SparsecommError(_lib.SC_ERR_INVALID,
                                   "tensor '%s' was registered without COO input" % name,
                                   name)
+        if device != e.device:
+            raise SparsecommError(
+                _lib.SC_ERR_INVALID, "tensor '%s' was registered on %s, now given on %s"
+                % (name, _device_name(e.device), _device_name(device)), name)
         return e
     if key is None:
         key = _opts_key(None, 0, 0, None, False)
@@ -334,9 +385,10 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity):
     return e
 
 
-def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity):
+def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None):
     """A free buffer for an unnamed operation, already claimed (the rule is in the module doc)."""
-    cls = (kind, dtype, int(numel), key, int(coo_capacity))
+    device = device or (DeviceKind.CPU, 0)
+    cls = (kind, dtype, int(numel), key, int(coo_capacity), device)
     with c.lock:
         slots = c.unnamed.get(cls)
         if slots is None:
@@ -350,20 +402,37 @@ def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity):
         if name in c.entries:
             raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
                                   "unnamed operations but was given explicitly" % name, name)
-        e = _entry_locked(c, name, dtype, numel, key, coo_capacity)
+        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device)
         slots.append(e)
         e.inflight = True
         return e
 
 
-def _acquire(c, name, kind, dtype, numel, key, coo_capacity):
+def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None):
     """The claimed buffer of an operation: the named tensor's (registered on first use),
     or, for name None, an unnamed one."""
     if name is None:
-        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity)
-    e = _entry(c, name, dtype, numel, key, coo_capacity)
+        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device)
+    e = _entry(c, name, dtype, numel, key, coo_capacity, device)
     _claim(e)
     return e
+
+
+def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
+             threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0):
+    """Registers ``name`` with the daemon now instead of at its first allreduce: ``numel``
+    elements of ``dtype`` ("float32", "float64", "int32", "int64" or a DType) on
+    ``device`` ("cpu", "cuda", "cuda:N" or a torch.device; a cuda tensor's buffer is in
+    the daemon's GPU memory).  Later allreduces of the name must agree with it.  Returns
+    what registered() says of it.  A GPU the library cannot use (no CUDA driver, no such
+    GPU, a daemon that does not serve GPU tensors) raises SparsecommError
+    (SC_ERR_UNSUPPORTED) naming the reason."""
+    c = _need()
+    dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
+    _entry(c, str(name), dt, int(numel),
+           _opts_key(sparsifier, density, threshold, scheme, allow_lossy),
+           int(coo_capacity or 0), DeviceKind.parse(device))
+    return registered()[str(name)]
 
 
 # ---- handles -----------------------------------------------------------------------
@@ -372,11 +441,12 @@ class Handle:
     """An allreduce in flight.  wait() returns its result (or raises SparsecommError);
     poll() says whether it has finished without blocking."""
 
-    def __init__(self, ctx, entry, hid, finish):
+    def __init__(self, ctx, entry, hid, finish, stream=None):
         self._ctx = ctx
         self._entry = entry
         self._hid = hid
         self._finish = finish  # callable() -> result, run once on success
+        self._stream = stream  # a cuda tensor's torch stream: the result is queued on it
         self._done = hid == 0
         self._result = None
         self._exc = None
@@ -427,7 +497,12 @@ class Handle:
         deadline = _now() + tmo
         while True:
             left_ms = int(max(0.0, deadline - _now()) * 1000)
-            st = lib.sc_wait(self._ctx.client, self._hid, min(left_ms, _WAIT_SLICE_MS))
+            slice_ms = min(left_ms, _WAIT_SLICE_MS)
+            if self._stream is not None:
+                st = lib.sc_stream_wait(self._ctx.client, self._hid,
+                                        self._stream.cuda_stream, slice_ms)
+            else:
+                st = lib.sc_wait(self._ctx.client, self._hid, slice_ms)
             if st != _lib.SC_ERR_TIMEOUT:
                 self._complete(st)
                 return self._out()
@@ -501,6 +576,9 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     name = _name_or_none(name)
     red = _op(average, op)
     if _is_torch(tensor) and tensor.is_sparse:
+        if tensor.device.type != "cpu":
+            raise TypeError("sparsecomm: sparse tensor '%s' is on %s; sparse tensors are "
+                            "reduced from the CPU (use .cpu())" % (name, tensor.device))
         return _allreduce_torch_sparse(c, tensor, name, _kind, red, sparsifier, density,
                                        threshold, scheme, allow_lossy, sparse_as_dense,
                                        coo_capacity, out)
@@ -510,12 +588,14 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
+    if istorch and x.device.type == "cuda":
+        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out)
     e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0)
     try:
         if istorch:
             if x.device.type != "cpu":
-                raise TypeError("sparsecomm: tensor '%s' is on %s; only CPU tensors are "
-                                "supported by this binding" % (e.name, x.device))
+                raise TypeError("sparsecomm: tensor '%s' is on %s; only CPU and CUDA "
+                                "tensors are supported" % (e.name, x.device))
             e.tdata().view(x.shape).copy_(x)
         else:
             np.copyto(e.data.reshape(x.shape), x, casting="unsafe")
@@ -524,6 +604,36 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
         raise
     hid = _start_dense(c, e, red)
     return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
+
+
+def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
+    """A dense CUDA tensor: copied into the daemon's GPU buffer on the tensor's current
+    stream, which the submission waits for; the Handle queues the result on that stream
+    (sc_stream_wait) and copies it out there.  The host never waits for the GPU."""
+    t = _torch()
+    dev = x.device if x.device.index is not None else t.device("cuda", t.cuda.current_device())
+    e = _acquire(c, name, kind, _sc_dtype(x), int(x.numel()), key, coo_capacity or 0,
+                 (DeviceKind.CUDA, dev.index))
+    stream = t.cuda.current_stream(dev)
+    try:
+        with t.cuda.device(dev), t.cuda.stream(stream):
+            e.tdata().view(x.shape).copy_(x)
+        st = _lib.load().sc_tensor_set_stream(e.ptr, stream.cuda_stream)
+        if st != _lib.SC_OK:
+            raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+    except BaseException:
+        e.inflight = False
+        raise
+
+    def finish():
+        res = out
+        with t.cuda.device(dev), t.cuda.stream(stream), t.no_grad():
+            if res is None:
+                res = t.empty(x.shape, dtype=x.dtype, device=dev)
+            res.copy_(e.tdata().view(x.shape))
+        return res
+
+    return Handle(c, e, _start_dense(c, e, red), finish, stream)
 
 
 def _dense_result(e, x, istorch, out):

@@ -1,7 +1,7 @@
 """ctypes declarations of libsparseclient (client/include/sparsecomm.h).
 
 This module mirrors the C header by hand: the status codes, the element types, the
-reductions, the sparsifier enum and the layout of ``sc_tensor_opts_t``.  The test
+reductions, the sparsifier and device enums and the layout of ``sc_tensor_opts_t``.  The test
 tests/python/test_binding.py compiles a small C program against the header and checks
 every value and field offset here against it, so the two cannot drift apart silently.
 
@@ -106,6 +106,32 @@ class Sparsifier(enum.IntEnum):
                          (value, ", ".join(m.lower() for m in cls.__members__)))
 
 
+class DeviceKind(enum.IntEnum):
+    """sc_device_kind_t: where a tensor's buffer lives."""
+    CPU = 0  # host shared memory
+    CUDA = 1  # the daemon's GPU memory, mapped by CUDA IPC
+
+    @classmethod
+    def parse(cls, device):
+        """(kind, ordinal) of a device: None or "cpu"; "cuda", "cuda:N"; a torch.device;
+        a DeviceKind."""
+        if device is None:
+            return cls.CPU, 0
+        if isinstance(device, cls):
+            return device, 0
+        kind = getattr(device, "type", None)  # torch.device
+        if kind is not None:
+            index = getattr(device, "index", None)
+            device = kind if index is None else "%s:%d" % (kind, index)
+        text = str(device).strip().lower()
+        name, _, num = text.partition(":")
+        if name == "cpu" and not num:
+            return cls.CPU, 0
+        if name == "cuda" and (not num or (num.isdigit() and len(num) < 6)):
+            return cls.CUDA, int(num or 0)
+        raise ValueError("unknown device %r (\"cpu\", \"cuda\" or \"cuda:N\")" % (device,))
+
+
 class TensorOpts(ctypes.Structure):
     """sc_tensor_opts_t."""
 
@@ -119,6 +145,8 @@ class TensorOpts(ctypes.Structure):
         ("coo_capacity", ctypes.c_size_t),
         ("sketch_rows", ctypes.c_uint32),
         ("sketch_cols", ctypes.c_double),
+        ("device", ctypes.c_int),  # sc_device_kind_t
+        ("device_ordinal", ctypes.c_int),
     ]
 
 
@@ -153,6 +181,9 @@ _PROTOTYPES = [
     ("sc_tensor_name", ctypes.c_char_p, [c_tensor_p]),
     ("sc_tensor_dtype", ctypes.c_int, [c_tensor_p]),
     ("sc_tensor_numel", ctypes.c_size_t, [c_tensor_p]),
+    ("sc_tensor_device", ctypes.c_int, [c_tensor_p, ctypes.POINTER(ctypes.c_int)]),
+    ("sc_tensor_set_stream", ctypes.c_int, [c_tensor_p, ctypes.c_void_p]),
+    ("sc_stream_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_void_p, ctypes.c_int]),
     ("sc_allreduce_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),
     ("sc_poll", ctypes.c_int, [c_client_p, c_handle]),

@@ -1,0 +1,259 @@
+/*
+ * itest_cuda.c: cuda tensors (sc_tensor_opts_t.device = SC_DEVICE_CUDA) through the
+ * library's CUDA IPC path, on machines without a GPU: the library loads the test stand-in
+ * of the CUDA driver (build/lib/libcuda-host.so, tests/cudahost/driver.c) through
+ * $SPARSECOMM_CUDA_DRIVER, whose "device pointers" are host mappings of the daemon's
+ * stand-in handles, so a trainer writes and reads a cuda tensor's buffer directly.
+ *
+ *   cuda-refused DRIVER EXPECT [ORDINAL]: a cuda registration that must fail with
+ *       SC_ERR_UNSUPPORTED naming the tensor, the rank and EXPECT (no driver at DRIVER, a
+ *       library without the driver's symbols, a GPU the driver does not have, a daemon
+ *       that does not serve GPU tensors); cpu tensors of the same client keep working,
+ *       and options of the previous struct_size (without the device fields) register cpu.
+ *   cuda-sums LOG: end to end (needs daemons that serve cuda tensors through the host
+ *       build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
+ *       written through their device pointers, collected by sc_wait and sc_stream_wait;
+ *       after sc_finalize the stand-in's log (LOG.<rank>) shows every handle opened once
+ *       and closed once.
+ *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
+ *       fail naming rank 1 and still close everything at sc_finalize.
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CUDA_N 1000
+
+/* Registers name on GPU ordinal; returns the status, the tensor in *t_p. */
+static sc_status_t reg_cuda(sc_client_t *c, const char *name, sc_dtype_t dtype, size_t n,
+			    int ordinal, sc_tensor_t **t_p)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
+
+	o.device = SC_DEVICE_CUDA;
+	o.device_ordinal = ordinal;
+	*t_p = NULL;
+	return sc_register_ex(c, name, dtype, n, &o, t_p);
+}
+
+/* A dense SUM of a cpu tensor, collected with sc_stream_wait (sc_wait for cpu tensors). */
+static void cpu_sums(sc_client_t *c, const char *name, uint64_t seed)
+{
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, CUDA_N);
+	sc_handle_t h = 0;
+	char why[512];
+	int ordinal = -1;
+
+	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CPU || ordinal != 0)
+		IT_FAIL("'%s': sc_tensor_device says %d (ordinal %d), registered on the cpu",
+			name, (int)sc_tensor_device(t, NULL), ordinal);
+	if (sc_tensor_set_stream(t, NULL) != SC_ERR_INVALID)
+		IT_FAIL("sc_tensor_set_stream accepted the cpu tensor '%s'", name);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, seed, it_env.rank, 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce '%s'", name);
+	IT_CHECK_SC(sc_stream_wait(c, h, NULL, IT_OP_TIMEOUT_MS), "sc_stream_wait '%s'", name);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, CUDA_N, seed, it_env.size, 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s': %zu of %d elements wrong: %s", name, wrong, CUDA_N, why);
+	if (sc_wait(c, h, 0) != SC_ERR_INVALID)
+		IT_FAIL("sc_stream_wait did not release the handle of '%s'", name);
+}
+
+/* Options of the previous header (struct_size ending before the device fields): cpu,
+ * whatever lies in memory past struct_size. */
+static void old_opts_are_cpu(sc_client_t *c)
+{
+	sc_tensor_opts_t o = {.struct_size = offsetof(sc_tensor_opts_t, device)};
+	sc_tensor_t *t = NULL;
+
+	o.device = SC_DEVICE_CUDA; /* past struct_size: not the caller's */
+	o.device_ordinal = 3;
+	IT_CHECK_SC(sc_register_ex(c, "cuda.oldopts", SC_FLOAT32, CUDA_N, &o, &t),
+		    "registering with the previous struct_size %u", o.struct_size);
+	if (sc_tensor_device(t, NULL) != SC_DEVICE_CPU)
+		IT_FAIL("opts of struct_size %u (no device fields) registered a %d tensor",
+			o.struct_size, (int)sc_tensor_device(t, NULL));
+}
+
+/* Device kinds and ordinals that are no placement: SC_ERR_INVALID before the daemon. */
+static void bad_placements(sc_client_t *c)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
+	sc_tensor_t *t = NULL;
+	sc_status_t st;
+
+	o.device = (sc_device_kind_t)7;
+	st = sc_register_ex(c, "cuda.badkind", SC_FLOAT32, CUDA_N, &o, &t);
+	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "device kind 7"))
+		IT_FAIL("device kind 7: %s (%s), expected SC_ERR_INVALID naming it",
+			sc_status_name(st), sc_last_error());
+	st = reg_cuda(c, "cuda.negative", SC_FLOAT32, CUDA_N, -1, &t);
+	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "cuda.negative"))
+		IT_FAIL("GPU ordinal -1: %s (%s), expected SC_ERR_INVALID naming the tensor",
+			sc_status_name(st), sc_last_error());
+}
+
+int it_cuda_refused(int argc, char **argv)
+{
+	if (argc < 3)
+		IT_FAIL("usage: cuda-refused DRIVER EXPECT [ORDINAL]");
+	int ordinal = argc > 3 ? atoi(argv[3]) : 0;
+	sc_tensor_t *t = NULL;
+
+	setenv("SPARSECOMM_CUDA_DRIVER", argv[1], 1);
+	sc_client_t *c = it_connect();
+	bad_placements(c);
+	sc_status_t st = reg_cuda(c, "cuda.w", SC_FLOAT32, CUDA_N, ordinal, &t);
+	const char *err = sc_last_error();
+	if (st != SC_ERR_UNSUPPORTED)
+		IT_FAIL("cuda registration with driver '%s': %s (%s), expected "
+			"SC_ERR_UNSUPPORTED",
+			argv[1], sc_status_name(st), err);
+	if (t || !strstr(err, "'cuda.w'") || !strstr(err, argv[2]) ||
+	    !it_mentions_rank(err, it_env.rank))
+		IT_FAIL("the refusal does not name the tensor 'cuda.w', rank %d and '%s': %s",
+			it_env.rank, argv[2], err);
+	it_log("refused as expected: %s", err);
+	/* the same refusal again (the load is once per process, its reason kept); another
+	 * name, as a daemon that refuses after allocating keeps the first */
+	st = reg_cuda(c, "cuda.w2", SC_FLOAT32, CUDA_N, ordinal, &t);
+	if (st != SC_ERR_UNSUPPORTED || !strstr(sc_last_error(), argv[2]))
+		IT_FAIL("second cuda registration: %s (%s)", sc_status_name(st),
+			sc_last_error());
+	cpu_sums(c, "cuda.cpu", 41);
+	old_opts_are_cpu(c);
+	sc_finalize(c);
+	it_pass();
+}
+
+int it_cuda_log_count(const char *path, const char *kind, const char *arg)
+{
+	FILE *f = fopen(path, "r");
+	char line[512], k[64], a[256];
+	int pid, n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%d %63s %255s", &pid, k, a) == 3 && pid == (int)getpid() &&
+		    (!kind || !strcmp(k, kind)) && (!arg || !strcmp(a, arg)))
+			n++;
+	fclose(f);
+	return n;
+}
+
+void it_cuda_log_balanced(const char *path, int tensors)
+{
+	static const char *kinds[6] = {"ctx_retain", "ctx_release", "mem_open",
+				       "mem_close",  "event_open",  "event_destroy"};
+	int n[6], sum = 0;
+
+	for (int k = 0; k < 6; k++)
+		sum += n[k] = it_cuda_log_count(path, kinds[k], NULL);
+	if (n[0] != tensors || n[1] != tensors || n[2] != tensors || n[3] != tensors ||
+	    n[4] != 2 * tensors || n[5] != 2 * tensors ||
+	    sum != it_cuda_log_count(path, NULL, NULL))
+		IT_FAIL("%s: for %d cuda tensors, contexts retained %d released %d, memory "
+			"opened %d closed %d, events opened %d destroyed %d (%d lines in all)",
+			path, tensors, n[0], n[1], n[2], n[3], n[4], n[5],
+			it_cuda_log_count(path, NULL, NULL));
+}
+
+/* Sets up the driver stand-in and its log (argv[1], LOG: LOG.<rank>) for this rank;
+ * returns the log's path. */
+static const char *use_stand_in(int argc, char **argv)
+{
+	static char driver[4200], log[4200];
+
+	if (argc < 2)
+		IT_FAIL("usage: %s LOG", argv[0]);
+	snprintf(driver, sizeof(driver), "%s/../lib/libcuda-host.so", it_env.self_dir);
+	snprintf(log, sizeof(log), "%s.%d", argv[1], it_env.env_rank);
+	unlink(log);
+	setenv("SPARSECOMM_CUDA_DRIVER", driver, 1);
+	setenv("SC_CUDA_HOST_LOG", log, 1);
+	return log;
+}
+
+static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dtype)
+{
+	sc_tensor_t *t = NULL;
+	int ordinal = -1;
+
+	IT_CHECK_SC(reg_cuda(c, name, dtype, CUDA_N, 0, &t), "registering '%s' on cuda:0",
+		    name);
+	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CUDA || ordinal != 0)
+		IT_FAIL("'%s': sc_tensor_device says %d, ordinal %d", name,
+			(int)sc_tensor_device(t, NULL), ordinal);
+	if (!sc_tensor_data(t) || ((uintptr_t)sc_tensor_data(t) & 63u))
+		IT_FAIL("'%s': device pointer %p is not 64-byte aligned", name,
+			sc_tensor_data(t));
+	return t;
+}
+
+int it_cuda_sums(int argc, char **argv)
+{
+	const char *log = use_stand_in(argc, argv);
+	sc_client_t *c = it_connect();
+	sc_tensor_t *a = cuda_tensor(c, "cuda.a", SC_FLOAT32);
+	sc_tensor_t *b = cuda_tensor(c, "cuda.b", SC_FLOAT64);
+	char why[512];
+
+	for (int step = 0; step < 3; step++) {
+		sc_handle_t ha = 0, hb = 0;
+
+		it_fill(sc_tensor_data(a), SC_FLOAT32, CUDA_N, 50 + step, it_env.rank, 1);
+		it_fill(sc_tensor_data(b), SC_FLOAT64, CUDA_N, 60 + step, it_env.rank, 2);
+		IT_CHECK_SC(sc_tensor_set_stream(a, NULL), "sc_tensor_set_stream 'cuda.a'");
+		IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &ha), "allreduce 'cuda.a'");
+		IT_CHECK_SC(sc_allreduce_async(c, b, SC_OP_AVERAGE, &hb), "allreduce 'cuda.b'");
+		IT_CHECK_SC(sc_wait(c, ha, IT_OP_TIMEOUT_MS), "sc_wait 'cuda.a' step %d", step);
+		IT_CHECK_SC(sc_stream_wait(c, hb, NULL, IT_OP_TIMEOUT_MS),
+			    "sc_stream_wait 'cuda.b' step %d", step);
+		size_t wrong = it_check(sc_tensor_data(a), SC_FLOAT32, CUDA_N, 50 + step,
+					it_env.size, 1, SC_OP_SUM, why, sizeof(why));
+		if (!wrong)
+			wrong = it_check(sc_tensor_data(b), SC_FLOAT64, CUDA_N, 60 + step,
+					 it_env.size, 2, SC_OP_AVERAGE, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("step %d: %zu elements wrong: %s", step, wrong, why);
+	}
+	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 2);
+	it_pass();
+}
+
+int it_cuda_killed(int argc, char **argv)
+{
+	const char *log = use_stand_in(argc, argv);
+	sc_client_t *c = it_connect();
+	sc_tensor_t *k = cuda_tensor(c, "cuda.k", SC_FLOAT32);
+	sc_handle_t h = 0;
+
+	if (it_env.size < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", it_env.size);
+	if (it_env.rank == 1) {
+		it_log("registered 'cuda.k'; dying before submitting it");
+		fflush(NULL);
+		raise(SIGKILL);
+		IT_FAIL("still alive after SIGKILL");
+	}
+	it_fill(sc_tensor_data(k), SC_FLOAT32, CUDA_N, 80, it_env.rank, 1);
+	IT_CHECK_SC(sc_allreduce_async(c, k, SC_OP_SUM, &h), "allreduce 'cuda.k'");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (r == SC_OK || r == IT_HANG)
+		IT_FAIL("'cuda.k' after rank 1 died: %s (%s)", it_wait_name(r),
+			it_wait_error());
+	if (!it_mentions_rank(it_wait_error(), 1))
+		IT_FAIL("the error for 'cuda.k' does not name rank 1: %s", it_wait_error());
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 1);
+	it_pass();
+}
