@@ -12,7 +12,8 @@
  *       and options of the previous struct_size (without the device fields) register cpu.
  *   cuda-sums LOG: end to end (needs daemons that serve cuda tensors through the host
  *       build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
- *       written through their device pointers, collected by sc_wait and sc_stream_wait;
+ *       written through their device pointers, collected by sc_wait and sc_stream_wait,
+ *       COO input summed exactly and a top-k tensor's GPU residual conserving every value;
  *       after sc_finalize the stand-in's log (LOG.<rank>) shows every handle opened once
  *       and closed once.
  *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
@@ -197,6 +198,72 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 	return t;
 }
 
+/* Sparse cuda tensors: COO input summed exactly (small integers), and a top-k tensor whose
+ * residual lives on the GPU conserving every value (what was sent, the input less the
+ * node's residual, summed over the job by a lossless cpu tensor, equals the result). */
+static void cuda_sparse(sc_client_t *c)
+{
+	enum { NNZ = 100 };
+	sc_tensor_opts_t o = {
+	    .struct_size = sizeof(o), .device = SC_DEVICE_CUDA, .coo_capacity = NNZ};
+	sc_tensor_t *coo = NULL, *tk = NULL,
+		    *sent = it_register(c, "cuda.sent", SC_FLOAT32, CUDA_N);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_register_ex(c, "cuda.coo", SC_FLOAT32, CUDA_N, &o, &coo),
+		    "registering 'cuda.coo'");
+	o.coo_capacity = 0;
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.05;
+	IT_CHECK_SC(sc_register_ex(c, "cuda.topk", SC_FLOAT32, CUDA_N, &o, &tk),
+		    "registering 'cuda.topk'");
+	/* COO: rank r's entries at (7 j + 3 r) mod N, value (r + 1)(j mod 5 + 1) */
+	uint32_t *ci = sc_tensor_coo_indices(coo);
+	float *cv = sc_tensor_coo_values(coo);
+	for (uint32_t j = 0; j < NNZ; j++) {
+		ci[j] = (7 * j + 3 * (uint32_t)it_env.rank) % CUDA_N;
+		cv[j] = (float)((it_env.rank + 1) * (int)(j % 5 + 1));
+	}
+	IT_CHECK_SC(sc_allreduce_coo_async(c, coo, NNZ, SC_OP_SUM, &h), "allreduce 'cuda.coo'");
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "sc_wait 'cuda.coo'");
+	static float want[CUDA_N];
+	memset(want, 0, sizeof(want));
+	for (int r = 0; r < it_env.size; r++)
+		for (uint32_t j = 0; j < NNZ; j++)
+			want[(7 * j + 3 * (uint32_t)r) % CUDA_N] +=
+			    (float)((r + 1) * (int)(j % 5 + 1));
+	const float *got = sc_tensor_data(coo);
+	for (int i = 0; i < CUDA_N; i++)
+		if (got[i] != want[i])
+			IT_FAIL("'cuda.coo'[%d] = %g, the sum over %d ranks is %g", i, got[i],
+				it_env.size, want[i]);
+	/* top-k: integers, so every sum is exact in any order */
+	float *g = sc_tensor_data(tk);
+	static float in[CUDA_N];
+	for (int i = 0; i < CUDA_N; i++)
+		in[i] = g[i] = (float)((i * 31 + it_env.rank * 17) % 23 - 11);
+	IT_CHECK_SC(sc_allreduce_async(c, tk, SC_OP_SUM, &h), "allreduce 'cuda.topk'");
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "sc_wait 'cuda.topk'");
+	const float *res = sc_tensor_residual(tk);
+	if (!res)
+		IT_FAIL("'cuda.topk' has no residual");
+	float *s = sc_tensor_data(sent);
+	int have_res = 0;
+	for (int i = 0; i < CUDA_N; i++) {
+		s[i] =
+		    in[i] - res[i]; /* local rank 0 reads the node's residual, the others 0 */
+		have_res |= res[i] != 0;
+	}
+	if (sc_local_rank(c) == 0 && !have_res)
+		IT_FAIL("'cuda.topk' at density 0.05 left no residual on local rank 0");
+	IT_CHECK_SC(sc_allreduce(c, sent, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+		    "allreduce 'cuda.sent'");
+	for (int i = 0; i < CUDA_N; i++)
+		if (g[i] != s[i])
+			IT_FAIL(
+			    "'cuda.topk'[%d] = %g, but the ranks sent %g in all: not conserved",
+			    i, g[i], s[i]);
+}
+
 int it_cuda_sums(int argc, char **argv)
 {
 	const char *log = use_stand_in(argc, argv);
@@ -225,8 +292,9 @@ int it_cuda_sums(int argc, char **argv)
 			IT_FAIL("step %d: %zu elements wrong: %s", step, wrong, why);
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
+	cuda_sparse(c);
 	sc_finalize(c);
-	it_cuda_log_balanced(log, 2);
+	it_cuda_log_balanced(log, 4);
 	it_pass();
 }
 
