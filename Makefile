@@ -247,9 +247,17 @@ $(FUZZ_OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 $(FUZZ_BIN)/libscd-fuzz.a: $(FUZZ_LIB_OBJ)
 	@mkdir -p $(FUZZ_BIN)
 	rm -f $@ && ar rcs $@ $^
-$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_BIN)/libscd-fuzz.a
+$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_OBJ)/tests/unit/daemon_stub.o \
+		    $(FUZZ_BIN)/libscd-fuzz.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS_DAEMON)
-.PHONY: fuzz fuzz-build
+# The seed corpora are written by fuzz/seeds.c from the daemon's own encoders (normal build).
+$(OBJ)/fuzz/%.o: INC := $(INC_DAEMON)
+$(FUZZ_BIN)/fuzz-seeds: $(OBJ)/fuzz/seeds.o $(LIB)/libscd.a $(LIB)/libsccore.a
+	@mkdir -p $(FUZZ_BIN)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
+.PHONY: fuzz fuzz-build fuzz-seeds
+fuzz-seeds: $(FUZZ_BIN)/fuzz-seeds
+	mkdir -p fuzz/corpus && $< fuzz/corpus
 fuzz-build: $(FUZZ_BINS)
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh

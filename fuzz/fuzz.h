@@ -38,7 +38,7 @@ static inline uint64_t fuzz_take(const uint8_t **data, size_t *size, size_t n)
 {
 	uint64_t v = 0;
 	for (size_t i = 0; i < n && *size; i++, (*data)++, (*size)--)
-		v |= (uint64_t)**data << (8 * i);
+		v |= (uint64_t) * *data << (8 * i);
 	return v;
 }
 

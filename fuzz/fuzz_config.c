@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char *value = strndup((const char *)data + 1, size - 1);
 		if (value) {
 			value[strcspn(value, "\n")] = 0;
-			scd_config_set(&cfg, data[0] % (SCD_CFG_COUNT + 1), value, SCD_SRC_RUNTIME,
-				       err, sizeof(err));
+			scd_config_set(&cfg, data[0] % (SCD_CFG_COUNT + 1), value,
+				       SCD_SRC_RUNTIME, err, sizeof(err));
 			free(value);
 		}
 	}
