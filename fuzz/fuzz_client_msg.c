@@ -10,27 +10,13 @@
 
 #include "ctl/ctl.h"
 
-static void announce(scd_world_t *w, scd_ntensor_t *nt)
-{
-}
-static void abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
-{
-}
-static void forget(scd_world_t *w, const char *name)
-{
-}
-static void node_state(scd_world_t *w, int degraded, const char *reason)
-{
-}
-static void pending(scd_world_t *w, uint64_t query_id)
-{
-}
-static void config_propose(scd_world_t *w, const char *key, const char *value)
-{
-}
-static void status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a)
-{
-}
+static void announce(scd_world_t *w, scd_ntensor_t *nt) {}
+static void abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason) {}
+static void forget(scd_world_t *w, const char *name) {}
+static void node_state(scd_world_t *w, int degraded, const char *reason) {}
+static void pending(scd_world_t *w, uint64_t query_id) {}
+static void config_propose(scd_world_t *w, const char *key, const char *value) {}
+static void status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a) {}
 static const scd_ctl_upcalls_t up = {announce, abandon,	       forget, node_state,
 				     pending,  config_propose, status};
 

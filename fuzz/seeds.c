@@ -66,8 +66,8 @@ static void scheme_msg_seeds(void)
 		make_list(idx, val, cases[c].n, cases[c].numel, cases[c].rows);
 		scd_coo_t src = {idx, val, cases[c].n, cases[c].n};
 		uint64_t bytes = 0;
-		if (scd_scheme_msg_encode(dev, &src, cases[c].numel, buf, sizeof(buf), &bytes) !=
-		    SC_OK)
+		if (scd_scheme_msg_encode(dev, &src, cases[c].numel, buf, sizeof(buf),
+					  &bytes) != SC_OK)
 			exit(1);
 		uint16_t head[2] = {(uint16_t)(cases[c].numel - 1), 64};
 		put("scheme_msg", cases[c].name, head, 4, buf, bytes);
@@ -160,7 +160,8 @@ static void peer_msg_seeds(void)
 	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT, *pr = &r;
 	r.cache_ids = ids, r.n_cache_ids = 2;
 	Sparsecomm__Plan p = SPARSECOMM__PLAN__INIT;
-	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = &pr, p.n_responses = 1;
+	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = &pr,
+	p.n_responses = 1;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
 	size_t n = peer_record(out, 0, &m);
 	p.cycle = 2, p.n_new_entries = 0;
