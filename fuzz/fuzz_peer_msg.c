@@ -1,12 +1,18 @@
 /*
  * fuzz_peer_msg.c: the daemons' protocol (world/) as a peer or the coordinator sends it.
- * The input is a sequence of records (length u16, a PeerMsg of that length), each unpacked
- * as scd_world_drain does and handed to what checks and applies it without the network:
+ * The input is a sequence of records (sender's rank u8, length u16, a PeerMsg of that
+ * length), each unpacked as scd_world_drain does and handed to what checks and applies it
+ * without the network:
  *   Plan           scd_neg_plan_check, then scd_neg_plan_entries on a rank's response
  *                  cache kept across the records; every id of an accepted plan's
  *                  responses must then name a cached entry (what the job reads);
  *   Join, World    the transport's bootstrap blobs, through the tcp backend's describe;
- *   Config*        the runtime change of a setting (scd_config_set), as apply_config.
+ *   Config*        the runtime change of a setting (scd_config_set), as apply_config;
+ *   Ready          what the coordinator of a world of three ranks collects of it
+ *                  (scd_neg_ready_collect); every name collected must then be counted
+ *                  once for each rank that announced it.
+ * The world (one per input) is a coordinator's and a rank's at once: the plans' entries
+ * go to its cache as on a rank, the announcements to its collection.
  */
 #include "fuzz.h"
 
@@ -44,9 +50,25 @@ static void config(scd_config_t *cfg, const Sparsecomm__ConfigSet *cs)
 		       SCD_SRC_RUNTIME, err, sizeof(err));
 }
 
-static void handle(scd_world_t *w, scd_config_t *cfg, const Sparsecomm__PeerMsg *m)
+enum { WORLD_SIZE = 3 };
+
+static void ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	scd_neg_ready_collect(w, from, rl);
+	for (const scd_centry_t *e = w->ehead; e; e = e->next) {
+		int n = 0;
+		for (int r = 0; r < WORLD_SIZE; r++)
+			n += e->have[r];
+		FUZZ_REQUIRE(n == e->count && n <= WORLD_SIZE);
+	}
+}
+
+static void handle(scd_world_t *w, scd_config_t *cfg, int from, const Sparsecomm__PeerMsg *m)
 {
 	switch (m->body_case) {
+	case SPARSECOMM__PEER_MSG__BODY_READY:
+		ready(w, from, m->ready);
+		break;
 	case SPARSECOMM__PEER_MSG__BODY_PLAN:
 		plan(w, m->plan);
 		break;
@@ -71,18 +93,22 @@ static void handle(scd_world_t *w, scd_config_t *cfg, const Sparsecomm__PeerMsg 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_quiet();
+	static scd_daemon_t d;
 	scd_world_t *w = calloc(1, sizeof(*w));
 	scd_config_t cfg;
 	if (!w)
 		return 0;
+	d.world_size = WORLD_SIZE, d.local_size = 1;
+	w->d = &d;
 	scd_config_init(&cfg);
 	while (size) {
+		int from = (int)(fuzz_take(&data, &size, 1) % WORLD_SIZE);
 		size_t len = (size_t)fuzz_take(&data, &size, 2);
 		len = len < size ? len : size;
 		uint8_t *buf = fuzz_copy(data, len);
 		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, len, buf);
 		if (m) {
-			handle(w, &cfg, m);
+			handle(w, &cfg, from, m);
 			sparsecomm__peer_msg__free_unpacked(m, NULL);
 		}
 		free(buf);

@@ -141,9 +141,11 @@ static void pack_peer(const void *m, uint8_t *out)
 	sparsecomm__peer_msg__pack(m, out);
 }
 
-static size_t peer_record(uint8_t *out, size_t at, const Sparsecomm__PeerMsg *m)
+/* One record of the peer conversation: the sender's rank, then the message. */
+static size_t peer_record(uint8_t *out, size_t at, uint8_t rank, const Sparsecomm__PeerMsg *m)
 {
-	return record(out, at, NULL, 0, sparsecomm__peer_msg__get_packed_size(m), pack_peer, m);
+	return record(out, at, &rank, 1, sparsecomm__peer_msg__get_packed_size(m), pack_peer,
+		      m);
 }
 
 static void peer_msg_seeds(void)
@@ -163,9 +165,9 @@ static void peer_msg_seeds(void)
 	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = &pr,
 	p.n_responses = 1;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
-	size_t n = peer_record(out, 0, &m);
+	size_t n = peer_record(out, 0, 0, &m);
 	p.cycle = 2, p.n_new_entries = 0;
-	n = peer_record(out, n, &m);
+	n = peer_record(out, n, 0, &m);
 	put("peer_msg", "plans", out, n, NULL, 0);
 	/* a join with a tcp blob (port, address) */
 	uint8_t blob[11] = {0x1c, 0x1e, '1', '2', '7', '.', '0', '.', '0', '.', '1'};
@@ -174,7 +176,7 @@ static void peer_msg_seeds(void)
 	j.local_size = 1, j.transport = "tcp";
 	j.transport_blob = (ProtobufCBinaryData){sizeof(blob), blob};
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN, m.join = &j;
-	put("peer_msg", "join", out, peer_record(out, 0, &m), NULL, 0);
+	put("peer_msg", "join", out, peer_record(out, 0, 0, &m), NULL, 0);
 	/* world info of two ranks */
 	Sparsecomm__PeerInfo pi[2] = {SPARSECOMM__PEER_INFO__INIT, SPARSECOMM__PEER_INFO__INIT};
 	Sparsecomm__PeerInfo *ppi[2] = {&pi[0], &pi[1]};
@@ -183,12 +185,31 @@ static void peer_msg_seeds(void)
 	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
 	wi.peers = ppi, wi.n_peers = 2, wi.world_id = 99, wi.transport = "tcp";
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD, m.world = &wi;
-	put("peer_msg", "world", out, peer_record(out, 0, &m), NULL, 0);
+	put("peer_msg", "world", out, peer_record(out, 0, 0, &m), NULL, 0);
 	/* a runtime configuration change */
 	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
 	cs.key = "scheme", cs.value = "agsparse";
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY, m.config_apply = &cs;
-	put("peer_msg", "config", out, peer_record(out, 0, &m), NULL, 0);
+	put("peer_msg", "config", out, peer_record(out, 0, 0, &m), NULL, 0);
+	/* ranks 1 and 2 announce a tensor, rank 2 by its cached id after a plan; rank 1
+	 * abandons another */
+	Sparsecomm__TensorRequest tr = SPARSECOMM__TENSOR_REQUEST__INIT, *ptr = &tr;
+	tr.name = "layer0.weight", tr.numel = 4096;
+	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, *pab = &ab;
+	ab.name = "layer1.weight", ab.status = SC_ERR_MISMATCH, ab.reason = "numel differs";
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	rl.rank = 1, rl.requests = &ptr, rl.n_requests = 1, rl.abandoned = &pab;
+	rl.n_abandoned = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
+	n = peer_record(out, 0, 1, &m);
+	p.cycle = 1, p.n_new_entries = 2;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
+	n = peer_record(out, n, 0, &m);
+	rl.rank = 2, rl.n_requests = 0, rl.n_abandoned = 0, rl.cached_ids = ids;
+	rl.n_cached_ids = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
+	n = peer_record(out, n, 2, &m);
+	put("peer_msg", "ready", out, n, NULL, 0);
 }
 
 static void pack_client(const void *m, uint8_t *out)

@@ -534,7 +534,7 @@ static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
 	centry_get(w, a->name); /* fails at the next emit, with whatever others announced */
 }
 
-void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_abandoned; i++)
 		coord_poison(w, from, rl->abandoned[i]);
@@ -552,6 +552,11 @@ void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 		const scd_cache_ent_t *c = &w->cache[id];
 		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo);
 	}
+}
+
+void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	scd_neg_ready_collect(w, from, rl);
 	coord_emit(w);
 }
 

@@ -101,6 +101,9 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 void scd_world_arm_flush(scd_world_t *w);
 /* negotiate.c */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
+/* Its first step, without the plan it may emit: the announcements and abandons of rank
+ * from (0 .. world_size - 1) added to what the coordinator collects. */
+void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Applies a plan; a failure (SC_ERR_PROTOCOL: a cache id the plan cannot name;
  * SC_ERR_NOMEM: this rank cannot follow the plan) is logged there and returned, and the
  * caller takes the rank out of the world. */
