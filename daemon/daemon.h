@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "config/config.h"
+#include "util/clock.h"
 
 #define SCD_MAX_LOCAL 64
 
@@ -40,9 +41,6 @@ typedef struct scd_daemon {
 	uv_prepare_t drain; /* drains ZeroMQ sockets before the loop blocks */
 	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */
 } scd_daemon_t;
-
-/* Milliseconds of a monotonic clock. */
-uint64_t scd_now_ms(void);
 
 /* Called by world/ once the world has formed and the data plane is up. */
 void scd_daemon_world_ready(scd_daemon_t *d);

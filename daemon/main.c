@@ -26,13 +26,6 @@
 #include "util/log.h"
 #include "world/world.h"
 
-uint64_t scd_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void usage(FILE *out)
 {
 	fprintf(

@@ -1,9 +1,10 @@
 #!/bin/sh
 # run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
 # integration tests against real daemons (tests/integration/run.sh, then any
-# tests/integration/run_<name>.sh). Adds up their "N passed, N failed" lines into one final
-# line of the same form and exits non-zero when anything failed, including a runner that
-# crashed before printing its summary.
+# tests/integration/run_<name>.sh), the bounded fuzz run (tests/fuzz/run.sh) and the Python
+# tests. Adds up their "N passed, N failed" lines into one final line of the same form and
+# exits non-zero when anything failed, including a runner that crashed before printing its
+# summary.
 #
 #   sh tests/run.sh [SUBSTRING...]   the filters go to the integration tests only
 set -u
@@ -49,6 +50,11 @@ for extra in "$root"/tests/integration/run_*.sh; do
 	echo
 	suite "$(basename "$extra" .sh)" sh "$extra" "$@"
 done
+# The bounded fuzz run: every libFuzzer harness for 20 s (skips, saying why, without clang).
+if [ -f "$root/tests/fuzz/run.sh" ]; then
+	echo
+	suite fuzz env FUZZ_SECONDS=20 sh "$root/tests/fuzz/run.sh"
+fi
 # The Python binding and PyTorch integration (installs python3-torch when missing; skips
 # with a printed reason only when it cannot).
 if [ -f "$root/tests/python/run.sh" ]; then

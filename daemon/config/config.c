@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,38 +54,42 @@ int scd_config_find(const char *name)
 	return -1;
 }
 
-/* Parses an integer with an optional K/M/G (binary) suffix. */
+/* Parses an integer with an optional K/M/G (binary) suffix: SC_ERR_INVALID for text that
+ * is no integer, SC_ERR_LIMIT for one past the range of int64_t (suffix included). */
 static sc_status_t parse_int(const char *text, int64_t *v_p)
 {
 	char *end;
 	errno = 0;
 	long long v = strtoll(text, &end, 0);
-	if (errno || end == text)
+	if (end == text)
 		return SC_ERR_INVALID;
+	if (errno)
+		return SC_ERR_LIMIT;
+	int shift = 0;
 	switch (*end) {
 	case 'k':
 	case 'K':
-		v <<= 10;
-		end++;
+		shift = 10;
 		break;
 	case 'm':
 	case 'M':
-		v <<= 20;
-		end++;
+		shift = 20;
 		break;
 	case 'g':
 	case 'G':
-		v <<= 30;
-		end++;
+		shift = 30;
 		break;
 	default:
 		break;
 	}
+	end += shift != 0;
 	while (isspace((unsigned char)*end))
 		end++;
 	if (*end)
 		return SC_ERR_INVALID;
-	*v_p = v;
+	if (v > (LLONG_MAX >> shift) || v < (LLONG_MIN >> shift))
+		return SC_ERR_LIMIT;
+	*v_p = v * (1LL << shift);
 	return SC_OK;
 }
 
@@ -102,8 +107,10 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 	}
 	if (d->type == SCD_CFG_INT) {
 		int64_t v;
-		if (parse_int(value, &v) != SC_OK) {
-			snprintf(err, err_len, "%s: '%s' is not an integer", d->name, value);
+		sc_status_t pst = parse_int(value, &v);
+		if (pst != SC_OK) {
+			snprintf(err, err_len, "%s: '%.64s' is %s", d->name, value,
+				 pst == SC_ERR_LIMIT ? "out of range" : "not an integer");
 			return SC_ERR_INVALID;
 		}
 		if (v < d->min || v > d->max) {
@@ -181,36 +188,48 @@ sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err,
 		snprintf(err, err_len, "cannot open %s: %s", path, strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
+	sc_status_t st = scd_config_load_stream(cfg, f, path, err, err_len);
+	fclose(f);
+	return st;
+}
+
+sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name, char *err,
+				   size_t err_len)
+{
 	char line[1024], msg[256];
 	int lineno = 0;
 	sc_status_t st = SC_OK;
 	while (fgets(line, sizeof(line), f)) {
 		lineno++;
+		size_t len = strlen(line);
+		/* the rest of a longer line would be read as a line of its own */
+		if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f)) {
+			snprintf(err, err_len, "%s:%d: line longer than %zu bytes", name,
+				 lineno, sizeof(line) - 2);
+			return SC_ERR_INVALID;
+		}
 		char *s = trim(line);
 		if (!*s || *s == '#' || *s == ';' || *s == '[')
 			continue;
 		char *eq = strchr(s, '=');
 		if (!eq) {
-			snprintf(err, err_len, "%s:%d: expected key = value", path, lineno);
-			st = SC_ERR_INVALID;
-			break;
+			snprintf(err, err_len, "%s:%d: expected key = value", name, lineno);
+			return SC_ERR_INVALID;
 		}
 		*eq = 0;
 		char *key = trim(s), *val = trim(eq + 1);
 		int k = scd_config_find(key);
 		if (k < 0) {
-			snprintf(err, err_len, "%s:%d: unknown key '%s'", path, lineno, key);
-			st = SC_ERR_INVALID;
-			break;
+			snprintf(err, err_len, "%s:%d: unknown key '%.64s'", name, lineno, key);
+			return SC_ERR_INVALID;
 		}
 		st = scd_config_set(cfg, k, val, SCD_SRC_FILE, msg, sizeof(msg));
 		if (st != SC_OK) {
-			snprintf(err, err_len, "%s:%d: %s", path, lineno, msg);
-			break;
+			snprintf(err, err_len, "%s:%d: %s", name, lineno, msg);
+			return st;
 		}
 	}
-	fclose(f);
-	return st;
+	return SC_OK;
 }
 
 sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len)

@@ -148,6 +148,9 @@ int scd_config_pin_next(const char **pins, char *item, size_t len, const char **
 /* Loads an INI file (sections ignored, '#' and ';' comments). */
 sc_status_t scd_config_load_file(scd_config_t *cfg, const char *path, char *err,
 				 size_t err_len);
+/* The same from an open stream; name is what the messages call it. */
+sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name, char *err,
+				   size_t err_len);
 /* Applies every SPARSECOMM_<KEY> environment variable. */
 sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len);
 /* The value as text (into buf) and the source's name. */

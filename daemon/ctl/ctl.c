@@ -780,8 +780,8 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
-static void dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, const uint8_t *buf,
-		     size_t len)
+void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		      const uint8_t *buf, size_t len)
 {
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
 	if (!msg) {
@@ -845,7 +845,7 @@ void scd_ctl_drain(scd_ctl_t *ctl)
 		return;
 	scd_zmsg_t m = {0};
 	while (scd_zmsg_recv(ctl->sock, 1, &m))
-		dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
+		scd_ctl_dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
 	scd_zmsg_done(&m);
 }
 

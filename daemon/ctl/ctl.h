@@ -43,6 +43,10 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl);
 void scd_ctl_destroy(scd_ctl_t *ctl);
 /* Reads every queued message (the loop calls it before it blocks). */
 void scd_ctl_drain(scd_ctl_t *ctl);
+/* Decodes and serves one message (len bytes of a ClientMsg) from the client whose socket
+ * identity is ident, as scd_ctl_drain does with each (the fuzz harness calls it alone). */
+void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		      const uint8_t *buf, size_t len);
 /* Housekeeping: liveness of trainers without a pidfd, local stall timeouts. */
 void scd_ctl_tick(scd_ctl_t *ctl);
 scd_tensors_t *scd_ctl_tensors(scd_ctl_t *ctl);

@@ -248,9 +248,13 @@ uint64_t scd_scheme_topk_coo(const scd_device_ops_t *dev, uint32_t *idx, float *
 uint64_t scd_scheme_msg_bytes(uint64_t numel, uint64_t nnz);
 sc_status_t scd_scheme_msg_encode(const scd_device_ops_t *dev, const scd_coo_t *src,
 				  uint64_t numel, void *buf, uint64_t cap, uint64_t *bytes_p);
-/* Decodes to a COO view: zero-copy for COO messages, into (widx, wval) for bitmaps. */
+/* Decodes a message from a peer to a COO view: zero-copy for COO messages, into (widx,
+ * wval) for bitmaps and runs. SC_ERR_PROTOCOL (scd_scheme_error names the cause) for a
+ * malformed message: an index at or past numel, indices not strictly ascending, more than
+ * max entries (the room in widx and wval), or a length the format does not fit. */
 sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
-				  uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out);
+				  uint64_t numel, uint64_t max, uint32_t *widx, float *wval,
+				  scd_coo_t *out);
 
 /* ---- streamed lists (AGsparse, HC) ---- */
 #define SCD_CHUNKS_MAX 16
@@ -286,8 +290,8 @@ static inline int scd_clear_slice(const scd_device_ops_t *dev, float *p, uint64_
 	return 1;
 }
 
-/* Decodes a message onto the end of list (whose arrays must have room for what the
- * message's receive capacity allows, see scd_scheme_msg_bytes); *added_p: its entries. */
+/* Decodes a message onto the end of list, within its room (list->cap); *added_p: its
+ * entries. A message that does not fit, or is malformed, leaves list as it was. */
 sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
 				  uint64_t numel, scd_coo_t *list, uint64_t *added_p);
 

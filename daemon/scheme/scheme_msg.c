@@ -48,7 +48,8 @@ static sc_status_t bitmap_encode(const scd_device_ops_t *dev, const scd_coo_t *s
 }
 
 static sc_status_t bitmap_decode(const scd_device_ops_t *dev, const uint8_t *b, uint64_t body,
-				 uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out)
+				 uint64_t numel, uint64_t max, uint32_t *widx, float *wval,
+				 scd_coo_t *out)
 {
 	if (body < 16)
 		return SC_ERR_PROTOCOL;
@@ -58,7 +59,8 @@ static sc_status_t bitmap_decode(const scd_device_ops_t *dev, const uint8_t *b, 
 		 words = 8 * scd_fmt_bitmap_words(span);
 	if (lo > numel || span > numel - lo || body - 16 < words || (body - 16 - words) % 4)
 		return SC_ERR_PROTOCOL;
-	*out = (scd_coo_t){widx, wval, 0, (body - 16 - words) / 4};
+	uint64_t room = (body - 16 - words) / 4;
+	*out = (scd_coo_t){widx, wval, 0, room < max ? room : max};
 	sc_status_t st = dev->bitmap_decode(b + 16, body - 16, span, out);
 	if (st == SC_OK)
 		dev->idx_add(widx, out->nnz, (uint32_t)lo);
@@ -77,7 +79,7 @@ static void runs_encode(const scd_device_ops_t *dev, const scd_coo_t *src, uint6
 }
 
 static sc_status_t runs_decode(const scd_device_ops_t *dev, const uint8_t *b, uint64_t body,
-			       uint64_t numel, uint32_t *widx, scd_coo_t *out)
+			       uint64_t numel, uint64_t max, uint32_t *widx, scd_coo_t *out)
 {
 	if (body < 8)
 		return SC_ERR_PROTOCOL;
@@ -86,10 +88,41 @@ static sc_status_t runs_decode(const scd_device_ops_t *dev, const uint8_t *b, ui
 	if (runs > (body - 8) / 8)
 		return SC_ERR_PROTOCOL;
 	const uint8_t *r = b + 8;
-	uint64_t n = dev->runs_decode(r, runs, numel, (body - 8 - 8 * runs) / 4, widx);
+	uint64_t room = (body - 8 - 8 * runs) / 4;
+	uint64_t n = dev->runs_decode(r, runs, numel, room < max ? room : max, widx);
 	if (n == UINT64_MAX || 8 + 8 * runs + 4 * n != body)
 		return SC_ERR_PROTOCOL;
 	*out = (scd_coo_t){widx, (float *)(r + 8 * runs), n, n};
+	return SC_OK;
+}
+
+/* A COO body of n pairs, viewed in place once its indices are checked: below numel and
+ * strictly ascending, as the encoder sends them (the receivers write dst[idx], and
+ * AGsparse's watermark needs the order). */
+static sc_status_t coo_decode(const scd_device_ops_t *dev, const uint8_t *b, uint64_t n,
+			      uint64_t numel, uint64_t max, scd_coo_t *out)
+{
+	if (n > max)
+		return scd_scheme_fail(SC_ERR_PROTOCOL,
+				       "sparse message: %llu COO entries, room for %llu",
+				       (unsigned long long)n, (unsigned long long)max);
+	const uint32_t *idx = (const uint32_t *)b;
+	uint64_t k = dev->idx_check_range(idx, n, 0, numel < UINT32_MAX ? numel : UINT32_MAX);
+	if (k < n) {
+		uint32_t bad = 0;
+		dev->to_host(&bad, idx + k, 4);
+		if (bad >= numel)
+			return scd_scheme_fail(SC_ERR_PROTOCOL,
+					       "sparse message: COO index %u at position %llu "
+					       "is past the tensor's %llu elements",
+					       bad, (unsigned long long)k,
+					       (unsigned long long)numel);
+		return scd_scheme_fail(SC_ERR_PROTOCOL,
+				       "sparse message: COO index %u at position %llu is not "
+				       "above the one before it",
+				       bad, (unsigned long long)k);
+	}
+	*out = (scd_coo_t){(uint32_t *)idx, (float *)(b + 4 * n), n, n};
 	return SC_OK;
 }
 
@@ -132,7 +165,8 @@ sc_status_t scd_scheme_msg_encode(const scd_device_ops_t *dev, const scd_coo_t *
 }
 
 sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, uint64_t bytes,
-				  uint64_t numel, uint32_t *widx, float *wval, scd_coo_t *out)
+				  uint64_t numel, uint64_t max, uint32_t *widx, float *wval,
+				  scd_coo_t *out)
 {
 	const uint8_t *b = buf;
 	if (bytes < 8)
@@ -140,15 +174,12 @@ sc_status_t scd_scheme_msg_decode(const scd_device_ops_t *dev, const void *buf, 
 				       (unsigned long long)bytes);
 	uint64_t fmt, body = bytes - 8;
 	dev->to_host(&fmt, b, 8);
-	if (fmt == MSG_COO && body % 8 == 0) {
-		uint64_t n = body / 8;
-		*out = (scd_coo_t){(uint32_t *)(b + 8), (float *)(b + 8 + 4 * n), n, n};
-		return SC_OK;
-	}
-	if (fmt == MSG_RUNS && runs_decode(dev, b + 8, body, numel, widx, out) == SC_OK)
+	if (fmt == MSG_COO && body % 8 == 0)
+		return coo_decode(dev, b + 8, body / 8, numel, max, out);
+	if (fmt == MSG_RUNS && runs_decode(dev, b + 8, body, numel, max, widx, out) == SC_OK)
 		return SC_OK;
 	if (fmt == MSG_BITMAP &&
-	    bitmap_decode(dev, b + 8, body, numel, widx, wval, out) == SC_OK)
+	    bitmap_decode(dev, b + 8, body, numel, max, widx, wval, out) == SC_OK)
 		return SC_OK;
 	return scd_scheme_fail(SC_ERR_PROTOCOL,
 			       "malformed sparse message (format %llu, %llu "
@@ -162,7 +193,8 @@ sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, 
 	uint32_t *wi = list->idx + list->nnz;
 	float *wv = list->val + list->nnz;
 	scd_coo_t d;
-	sc_status_t st = scd_scheme_msg_decode(dev, buf, bytes, numel, wi, wv, &d);
+	sc_status_t st =
+	    scd_scheme_msg_decode(dev, buf, bytes, numel, list->cap - list->nnz, wi, wv, &d);
 	if (st != SC_OK)
 		return st;
 	if (d.idx != wi)

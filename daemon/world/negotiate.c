@@ -534,7 +534,7 @@ static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
 	centry_get(w, a->name); /* fails at the next emit, with whatever others announced */
 }
 
-void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_abandoned; i++)
 		coord_poison(w, from, rl->abandoned[i]);
@@ -552,6 +552,11 @@ void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 		const scd_cache_ent_t *c = &w->cache[id];
 		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo);
 	}
+}
+
+void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	scd_neg_ready_collect(w, from, rl);
 	coord_emit(w);
 }
 
@@ -717,16 +722,73 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	return SC_OK;
 }
 
-sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+/*
+ * A plan comes from the network: before anything of it is applied, its cache ids are
+ * checked. The coordinator assigns ids in sequence (pb_cache_id: the cache's size), so a
+ * new entry's id is at most the size of the cache with the entries before it, and a
+ * response's id names an entry that is cached or new in this plan; anything else would
+ * index past the cache (a new entry's id also sizes it).
+ */
+sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+			       size_t err_len)
 {
-	sc_status_t st = SC_OK;
-	for (size_t i = 0; !w->is_coord && st == SC_OK && i < plan->n_new_entries; i++) {
+	uint64_t n = w->n_cache;
+	for (size_t i = 0; i < plan->n_new_entries; i++) {
 		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
-		st = cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo);
-		if (st != SC_OK) /* the plans of this rank would no longer match the others' */
+		if (ce->id > n || !ce->name) {
+			snprintf(
+			    err, err_len,
+			    "plan cycle %llu: new cache entry %zu has id %u, the cache %llu "
+			    "entries",
+			    (unsigned long long)plan->cycle, i, ce->id, (unsigned long long)n);
+			return SC_ERR_PROTOCOL;
+		}
+		n += ce->id == n;
+	}
+	for (size_t i = 0; i < plan->n_responses; i++) {
+		const Sparsecomm__Response *r = plan->responses[i];
+		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
+			continue;
+		for (size_t k = 0; k < r->n_cache_ids; k++) {
+			uint32_t id = r->cache_ids[k];
+			if (id >= n || (id < w->n_cache && !w->cache[id].name)) {
+				snprintf(err, err_len,
+					 "plan cycle %llu: response %zu names cache id %u, the "
+					 "cache %llu entries",
+					 (unsigned long long)plan->cycle, i, id,
+					 (unsigned long long)n);
+				return SC_ERR_PROTOCOL;
+			}
+		}
+	}
+	return SC_OK;
+}
+
+sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	for (size_t i = 0; !w->is_coord && i < plan->n_new_entries; i++) {
+		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
+		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo) !=
+		    SC_OK) {
+			/* the plans of this rank would no longer match the others' */
 			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
 						     "this rank leaves the world");
+			return SC_ERR_NOMEM;
+		}
 	}
+	return SC_OK;
+}
+
+sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	char err[200];
+	sc_status_t st = scd_neg_plan_check(w, plan, err, sizeof(err));
+	if (st != SC_OK) {
+		scd_error(SCD_SUB_NEGOTIATE, "%s: this rank leaves the world", err);
+		return st;
+	}
+	if ((st = scd_neg_plan_entries(w, plan)) != SC_OK)
+		return st;
 	w->d->stats_cycles++;
 	for (size_t i = 0; st == SC_OK && i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];

@@ -413,9 +413,25 @@ static int rank_of_ident(scd_world_t *w, const uint8_t *ident, size_t len)
 	return -1;
 }
 
+/* What only the coordinator sends (plans, world info, refusals, configuration changes)
+ * is taken from it alone: on the coordinator, from itself (no ident), never from a peer. */
+static int coord_only(const Sparsecomm__PeerMsg *m)
+{
+	return m->body_case == SPARSECOMM__PEER_MSG__BODY_WORLD ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFUSED ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_PLAN ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
+}
+
 static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
 			    const Sparsecomm__PeerMsg *m)
 {
+	if (w->is_coord && ident && coord_only(m)) {
+		scd_warn(SCD_SUB_WORLD,
+			 "peer message %d from rank %d ignored: only the coordinator sends it",
+			 m->body_case, from);
+		return;
+	}
 	switch (m->body_case) {
 	case SPARSECOMM__PEER_MSG__BODY_JOIN:
 		if (w->is_coord && ident)

@@ -101,9 +101,19 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 void scd_world_arm_flush(scd_world_t *w);
 /* negotiate.c */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
-/* Applies a plan; a failure (SC_ERR_NOMEM: this rank cannot follow the plan) is logged
- * there and returned, and the caller takes the rank out of the world. */
+/* Its first step, without the plan it may emit: the announcements and abandons of rank
+ * from (0 .. world_size - 1) added to what the coordinator collects. */
+void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
+/* Applies a plan; a failure (SC_ERR_PROTOCOL: a cache id the plan cannot name;
+ * SC_ERR_NOMEM: this rank cannot follow the plan) is logged there and returned, and the
+ * caller takes the rank out of the world. */
 sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+/* Its two first steps, which touch only the cache: the check of every cache id (err
+ * names the offending one), and the new entries cached (not on the coordinator, which
+ * cached them when it planned). */
+sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+			       size_t err_len);
+sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan);
 void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
 void scd_neg_flush(scd_world_t *w);
 void scd_neg_tick(scd_world_t *w);

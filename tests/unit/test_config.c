@@ -203,3 +203,60 @@ UNIT_TEST(config_scheme_and_pins_checked)
 	CHECK_EQ_INT(scd_config_pin_next(&p, item, sizeof(item), &scheme), 0);
 	scd_config_free(&c);
 }
+
+/* A line longer than the reader's buffer is refused, naming the line: its tail must not
+ * be read as a line of its own (here a comment whose tail says rank = 5). */
+UNIT_TEST(config_refuses_a_line_too_long)
+{
+	scd_config_t c;
+	char err[256] = "";
+	static char text[1100];
+	text[0] = '#';
+	memset(text + 1, ' ', 1022);
+	strcpy(text + 1023, "rank = 5\n");
+	scd_config_init(&c);
+	FILE *f = fmemopen(text, strlen(text), "r");
+	CHECK_TRUE(f != NULL);
+	CHECK_EQ_INT(scd_config_load_stream(&c, f, "long.conf", err, sizeof(err)),
+		     SC_ERR_INVALID);
+	fclose(f);
+	CHECK_MSG(strstr(err, "long.conf:1: line longer than 1022 bytes"), "error: %s", err);
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_rank), 0);
+	/* a line of 1022 bytes and its newline still fits */
+	text[1021] = '\n';
+	text[1022] = 0;
+	f = fmemopen(text, strlen(text), "r");
+	CHECK_EQ_INT(scd_config_load_stream(&c, f, "long.conf", err, sizeof(err)), SC_OK);
+	fclose(f);
+	scd_config_free(&c);
+}
+
+/* An integer whose suffix takes it past int64_t is refused, named: it used to wrap, here
+ * (2^44 + 1) MiB to 1 MiB, a value in range. */
+UNIT_TEST(config_refuses_an_integer_past_its_range)
+{
+	scd_config_t c;
+	char err[256] = "";
+	scd_config_init(&c);
+	int k = SCD_CFG_fusion_threshold_bytes;
+	int64_t before = scd_cfg_int(&c, k);
+	CHECK_EQ_INT(scd_config_set(&c, k, "17592186044417M", SCD_SRC_FILE, err, sizeof(err)),
+		     SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "fusion_threshold_bytes: '17592186044417M' is out of range"),
+		  "error: %s", err);
+	CHECK_EQ_INT(scd_cfg_int(&c, k), before);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, k, "99999999999999999999", SCD_SRC_FILE, err, sizeof(err)),
+	    SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "out of range"), "error: %s", err);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, k, "-3333333333333333G", SCD_SRC_FILE, err, sizeof(err)),
+	    SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "out of range"), "error: %s", err);
+	CHECK_EQ_INT(scd_config_set(&c, k, "12x", SCD_SRC_FILE, err, sizeof(err)),
+		     SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "'12x' is not an integer"), "error: %s", err);
+	CHECK_EQ_INT(scd_config_set(&c, k, "3M", SCD_SRC_FILE, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, k), 3 << 20);
+	scd_config_free(&c);
+}

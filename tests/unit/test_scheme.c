@@ -766,7 +766,7 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 	CHECK_MSG(bytes == 8 + 8 + 5 * 8 + 4 * nnz, "runs message of %llu bytes",
 		  (unsigned long long)bytes);
 	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, nnz));
-	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, N, widx, wval, &dec), SC_OK);
 	CHECK_TRUE(dec.nnz == nnz);
 	CHECK_TRUE(!memcmp(dec.idx, idx, 4 * nnz) && !memcmp(dec.val, val, 4 * nnz));
 	/* scattered indices over the whole range go as COO */
@@ -782,12 +782,12 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 	CHECK_MSG(bytes == 8 + 16 + 8 * ((6994 + 63) / 64) + 4 * 1000, "bitmap of %llu bytes",
 		  (unsigned long long)bytes);
 	CHECK_TRUE(bytes <= scd_scheme_msg_bytes(numel, 1000));
-	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec), SC_OK);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, numel, N, widx, wval, &dec), SC_OK);
 	CHECK_TRUE(dec.nnz == 1000 && !memcmp(dec.idx, idx, 4000) &&
 		   !memcmp(dec.val, val, 4000));
 	uint64_t lo_past = numel - 6000; /* its range would end past numel */
 	memcpy(buf + 8, &lo_past, 8);
-	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, N, widx, wval, &dec) != SC_OK);
 	/* a list past numel is not encoded */
 	idx[999] = (uint32_t)numel;
 	CHECK_TRUE(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes) != SC_OK);
@@ -798,10 +798,10 @@ UNIT_TEST(scheme_msg_runs_roundtrip_and_size)
 	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, numel, buf, sizeof(buf), &bytes), SC_OK);
 	uint32_t past = (uint32_t)numel - 10;
 	memcpy(buf + 8 + 8 + 8, &past, 4);
-	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, N, widx, wval, &dec) != SC_OK);
 	uint32_t back = 5;
 	memcpy(buf + 8 + 8 + 8, &back, 4);
-	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, widx, wval, &dec) != SC_OK);
+	CHECK_TRUE(scd_scheme_msg_decode(dev, buf, bytes, numel, N, widx, wval, &dec) != SC_OK);
 }
 
 /* scd_scheme_topk_coo against a reference selection (keys descending, ties to the lower
@@ -1015,4 +1015,98 @@ UNIT_TEST_TIMEOUT(scheme_exdyna_sums_every_rank_at_the_union, 300)
 			free(ref), free(g), free(holders);
 			munmap(a.out, 4 * (size_t)MAX_P * n);
 		}
+}
+
+/* ---- messages from a peer: indices checked before anyone writes dst[idx] -------------------
+ */
+
+/* A COO message of n (index, value) pairs (8-byte header: format 1). */
+static uint64_t coo_msg(uint8_t *buf, const uint32_t *idx, uint64_t n)
+{
+	uint64_t fmt = 1;
+	memcpy(buf, &fmt, 8);
+	memcpy(buf + 8, idx, 4 * n);
+	for (uint64_t i = 0; i < n; i++) {
+		float v = 1.0f;
+		memcpy(buf + 8 + 4 * n + 4 * i, &v, 4);
+	}
+	return 8 + 8 * n;
+}
+
+UNIT_TEST(scheme_msg_coo_index_past_numel_is_refused)
+{
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
+	static uint8_t buf[256];
+	static uint32_t widx[16];
+	static float wval[16], dense[1000];
+	uint32_t idx[3] = {5, 9, 0x7ffffff0u};
+	uint64_t bytes = coo_msg(buf, idx, 3);
+	scd_coo_t dec = {0};
+	sc_status_t st = scd_scheme_msg_decode(dev, buf, bytes, 1000, 16, widx, wval, &dec);
+	if (st == SC_OK) /* what AGsparse does with a decoded list: dst[idx] += val */
+		scd_coo_scatter_add(dense, &dec);
+	CHECK_EQ_INT(st, SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(scd_scheme_error(), "index 2147483632"), "error: %s",
+		  scd_scheme_error());
+	CHECK_MSG(strstr(scd_scheme_error(), "1000 elements"), "error: %s", scd_scheme_error());
+	/* the same through append, the list untouched */
+	uint32_t li[16];
+	float lv[16];
+	scd_coo_t list = {li, lv, 0, 16};
+	uint64_t added = 99;
+	CHECK_EQ_INT(scd_scheme_msg_append(dev, buf, bytes, 1000, &list, &added),
+		     SC_ERR_PROTOCOL);
+	CHECK_TRUE(list.nnz == 0 && added == 99);
+}
+
+UNIT_TEST(scheme_msg_coo_indices_out_of_order_are_refused)
+{
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
+	static uint8_t buf[256];
+	static uint32_t widx[16];
+	static float wval[16];
+	uint32_t idx[4] = {5, 9, 9, 12};
+	scd_coo_t dec = {0};
+	uint64_t bytes = coo_msg(buf, idx, 4);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, 100, 16, widx, wval, &dec),
+		     SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(scd_scheme_error(), "index 9 at position 2 is not above"), "error: %s",
+		  scd_scheme_error());
+	idx[2] = 7;
+	bytes = coo_msg(buf, idx, 4);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, 100, 16, widx, wval, &dec),
+		     SC_ERR_PROTOCOL);
+	/* ascending and in range: accepted, zero-copy */
+	idx[2] = 10;
+	bytes = coo_msg(buf, idx, 4);
+	CHECK_EQ_INT(scd_scheme_msg_decode(dev, buf, bytes, 100, 16, widx, wval, &dec), SC_OK);
+	CHECK_TRUE(dec.nnz == 4 && dec.idx[3] == 12);
+}
+
+/* A message that decodes to more entries than the list has room for is refused before
+ * anything is written past it (a bitmap over a short span carries many values). */
+UNIT_TEST(scheme_msg_more_entries_than_room_is_refused)
+{
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
+	static uint8_t buf[1024];
+	uint32_t idx[64];
+	float val[64];
+	for (int i = 0; i < 64; i++)
+		idx[i] = (uint32_t)(100 + i), val[i] = 1.0f + (float)i;
+	scd_coo_t src = {idx, val, 64, 64};
+	uint64_t bytes = 0;
+	CHECK_EQ_INT(scd_scheme_msg_encode(dev, &src, 100000, buf, sizeof(buf), &bytes), SC_OK);
+	uint32_t li[64 + 8];
+	float lv[64 + 8];
+	for (int i = 0; i < 72; i++)
+		li[i] = 0xdeadbeefu;
+	scd_coo_t list = {li, lv, 0, 10};
+	uint64_t added = 0;
+	CHECK_EQ_INT(scd_scheme_msg_append(dev, buf, bytes, 100000, &list, &added),
+		     SC_ERR_PROTOCOL);
+	CHECK_TRUE(list.nnz == 0);
+	CHECK_MSG(li[10] == 0xdeadbeefu, "entry 10 written past the list's room: %u", li[10]);
+	list.cap = 64;
+	CHECK_EQ_INT(scd_scheme_msg_append(dev, buf, bytes, 100000, &list, &added), SC_OK);
+	CHECK_TRUE(added == 64 && list.nnz == 64 && li[63] == 163);
 }

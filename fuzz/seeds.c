@@ -1,0 +1,285 @@
+/*
+ * seeds.c: writes the harnesses' seed corpora (fuzz/corpus/<harness>/) from the daemon's
+ * own encoders, so every seed is a valid input in the layout its harness reads (see each
+ * fuzz_<name>.c). Built with the normal compiler and run by `make fuzz-seeds`; the files
+ * it writes are committed.
+ *
+ *   fuzz-seeds DIR    writes DIR/<harness>/<seed>
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config/config.h"
+#include "device/device.h"
+#include "device/format.h"
+#include "device/msgops.h"
+#include "scheme/scheme_internal.h"
+#include "sparsecomm.pb-c.h"
+#include "world_protocol.h"
+
+static const char *root;
+
+/* DIR/harness/name = head (hn bytes) then body (bn bytes). */
+static void put(const char *harness, const char *name, const void *head, size_t hn,
+		const void *body, size_t bn)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", root, harness);
+	if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+		perror(path);
+		exit(1);
+	}
+	snprintf(path, sizeof(path), "%s/%s/%s", root, harness, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(head, 1, hn, f) != hn || (bn && fwrite(body, 1, bn, f) != bn) ||
+	    fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+}
+
+/* A list of n ascending indices: whole runs (rows), or scattered over numel. */
+static void make_list(uint32_t *idx, float *val, uint64_t n, uint64_t numel, int rows)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		idx[i] = rows ? (uint32_t)(40 + i) : (uint32_t)(i * (numel / n));
+		val[i] = 0.5f + (float)i;
+	}
+}
+
+static void scheme_msg_seeds(void)
+{
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
+	uint32_t idx[64];
+	float val[64];
+	static uint8_t buf[4096];
+	const struct {
+		const char *name;
+		uint64_t numel, n;
+		int rows;
+	} cases[] = {{"coo", 60000, 12, 0}, {"bitmap", 600, 60, 0}, {"runs", 1000, 64, 1}};
+	for (size_t c = 0; c < 3; c++) {
+		make_list(idx, val, cases[c].n, cases[c].numel, cases[c].rows);
+		scd_coo_t src = {idx, val, cases[c].n, cases[c].n};
+		uint64_t bytes = 0;
+		if (scd_scheme_msg_encode(dev, &src, cases[c].numel, buf, sizeof(buf),
+					  &bytes) != SC_OK)
+			exit(1);
+		uint16_t head[2] = {(uint16_t)(cases[c].numel - 1), 64};
+		put("scheme_msg", cases[c].name, head, 4, buf, bytes);
+	}
+}
+
+/* The formats harness's header: decoder, numel - 1 (u16), parameter. */
+static void put_format(const char *name, uint8_t which, uint64_t numel, uint8_t param,
+		       const void *body, size_t bn)
+{
+	uint8_t head[4] = {which, (uint8_t)(numel - 1), (uint8_t)((numel - 1) >> 8), param};
+	put("formats", name, head, 4, body, bn);
+}
+
+static void formats_seeds(void)
+{
+	enum { NUMEL = 700, N = 40 };
+	uint32_t idx[N];
+	float val[N], dense[NUMEL] = {0};
+	static uint8_t buf[8192];
+	make_list(idx, val, N, NUMEL, 0);
+	for (int i = 0; i < N; i++)
+		dense[idx[i]] = val[i];
+	scd_coo_t src = {idx, val, N, N};
+	uint64_t bytes = 0;
+	if (scd_coo_encode(&src, buf, sizeof(buf), &bytes) == SC_OK)
+		put_format("coo", 0, NUMEL, 0, buf, bytes);
+	if (scd_bitmap_encode(&src, NUMEL, buf, sizeof(buf), &bytes) == SC_OK)
+		put_format("bitmap", 1, NUMEL, 0, buf, bytes);
+	const scd_partmap_t *map;
+	uint8_t param = 3 | 1 << 3; /* 4 partitions, partition 1 */
+	if (scd_partmap_acquire(NUMEL, 4, 7, &map) == SC_OK) {
+		if (scd_hash_bitmap_encode(map, 1, dense, buf, sizeof(buf), &bytes) == SC_OK) {
+			put_format("hash_bitmap", 2, NUMEL, param, buf, bytes);
+			put_format("hash_bitmap_dense", 3, NUMEL, param, buf, bytes);
+		}
+		scd_partmap_release(map);
+	}
+	if (scd_blocks_encode(&src, NUMEL, 8, buf, sizeof(buf), &bytes) == SC_OK) {
+		put_format("blocks", 4, NUMEL, 7, buf, bytes);
+		put_format("blocks_apply", 5, NUMEL, 7, buf, bytes);
+	}
+	make_list(idx, val, N, NUMEL, 1);
+	scd_idx_runs_encode(idx, N, buf);
+	put_format("runs", 6, NUMEL, 0, buf, 8 * scd_idx_count_runs(idx, N));
+}
+
+static void config_seeds(void)
+{
+	static const char conf[] = "[sparsecommd]\n# a comment\nworld_size = 4\nrank = 1\n"
+				   "fusion_threshold_bytes = 16M\nscheme = auto\n"
+				   "exdyna_alpha = 1.05\nlog_level = info\n";
+	put("config", "file", conf, sizeof(conf) - 1, NULL, 0);
+	/* first byte: the key of the runtime change (cycle_time_ms), then its value */
+	uint8_t key = SCD_CFG_cycle_time_ms;
+	put("config", "runtime", &key, 1, "5\n", 2);
+}
+
+/* Appends one record (length u16 then the packed message) to a conversation. */
+static size_t record(uint8_t *out, size_t at, const uint8_t *prefix, size_t pn, size_t len,
+		     void (*pack)(const void *, uint8_t *), const void *m)
+{
+	memcpy(out + at, prefix, pn);
+	out[at + pn] = (uint8_t)len, out[at + pn + 1] = (uint8_t)(len >> 8);
+	pack(m, out + at + pn + 2);
+	return at + pn + 2 + len;
+}
+
+static void pack_peer(const void *m, uint8_t *out)
+{
+	sparsecomm__peer_msg__pack(m, out);
+}
+
+/* One record of the peer conversation: the sender's rank, then the message. */
+static size_t peer_record(uint8_t *out, size_t at, uint8_t rank, const Sparsecomm__PeerMsg *m)
+{
+	return record(out, at, &rank, 1, sparsecomm__peer_msg__get_packed_size(m), pack_peer,
+		      m);
+}
+
+static void peer_msg_seeds(void)
+{
+	static uint8_t out[4096];
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	/* a plan caching two tensors and running them fused, then one naming them again */
+	Sparsecomm__CacheEntry e[2] = {SPARSECOMM__CACHE_ENTRY__INIT,
+				       SPARSECOMM__CACHE_ENTRY__INIT};
+	Sparsecomm__CacheEntry *pe[2] = {&e[0], &e[1]};
+	e[0].id = 0, e[0].name = "layer0.weight", e[0].numel = 4096;
+	e[1].id = 1, e[1].name = "layer0.bias", e[1].numel = 64;
+	uint32_t ids[2] = {0, 1};
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT, *pr = &r;
+	r.cache_ids = ids, r.n_cache_ids = 2;
+	Sparsecomm__Plan p = SPARSECOMM__PLAN__INIT;
+	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = &pr,
+	p.n_responses = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
+	size_t n = peer_record(out, 0, 0, &m);
+	p.cycle = 2, p.n_new_entries = 0;
+	n = peer_record(out, n, 0, &m);
+	put("peer_msg", "plans", out, n, NULL, 0);
+	/* a join with a tcp blob (port, address) */
+	uint8_t blob[11] = {0x1c, 0x1e, '1', '2', '7', '.', '0', '.', '0', '.', '1'};
+	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
+	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION, j.rank = 1, j.world_size = 2;
+	j.local_size = 1, j.transport = "tcp";
+	j.transport_blob = (ProtobufCBinaryData){sizeof(blob), blob};
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN, m.join = &j;
+	put("peer_msg", "join", out, peer_record(out, 0, 0, &m), NULL, 0);
+	/* world info of two ranks */
+	Sparsecomm__PeerInfo pi[2] = {SPARSECOMM__PEER_INFO__INIT, SPARSECOMM__PEER_INFO__INIT};
+	Sparsecomm__PeerInfo *ppi[2] = {&pi[0], &pi[1]};
+	pi[1].rank = 1;
+	pi[0].transport_blob = pi[1].transport_blob = j.transport_blob;
+	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
+	wi.peers = ppi, wi.n_peers = 2, wi.world_id = 99, wi.transport = "tcp";
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD, m.world = &wi;
+	put("peer_msg", "world", out, peer_record(out, 0, 0, &m), NULL, 0);
+	/* a runtime configuration change */
+	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+	cs.key = "scheme", cs.value = "agsparse";
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY, m.config_apply = &cs;
+	put("peer_msg", "config", out, peer_record(out, 0, 0, &m), NULL, 0);
+	/* ranks 1 and 2 announce a tensor, rank 2 by its cached id after a plan; rank 1
+	 * abandons another */
+	Sparsecomm__TensorRequest tr = SPARSECOMM__TENSOR_REQUEST__INIT, *ptr = &tr;
+	tr.name = "layer0.weight", tr.numel = 4096;
+	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, *pab = &ab;
+	ab.name = "layer1.weight", ab.status = SC_ERR_MISMATCH, ab.reason = "numel differs";
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	rl.rank = 1, rl.requests = &ptr, rl.n_requests = 1, rl.abandoned = &pab;
+	rl.n_abandoned = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
+	n = peer_record(out, 0, 1, &m);
+	p.cycle = 1, p.n_new_entries = 2;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
+	n = peer_record(out, n, 0, &m);
+	rl.rank = 2, rl.n_requests = 0, rl.n_abandoned = 0, rl.cached_ids = ids;
+	rl.n_cached_ids = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
+	n = peer_record(out, n, 2, &m);
+	put("peer_msg", "ready", out, n, NULL, 0);
+}
+
+static void pack_client(const void *m, uint8_t *out)
+{
+	sparsecomm__client_msg__pack(m, out);
+}
+
+/* One record of client c's conversation. */
+static size_t client_record(uint8_t *out, size_t at, uint8_t c, Sparsecomm__ClientMsg *m)
+{
+	m->seq++;
+	return record(out, at, &c, 1, sparsecomm__client_msg__get_packed_size(m), pack_client,
+		      m);
+}
+
+static void client_msg_seeds(void)
+{
+	static uint8_t out[4096];
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
+	h.protocol_version = SC_PROTOCOL_VERSION, h.local_rank = -1;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
+	/* a trainer: hello, register a COO tensor, submit it, bye */
+	size_t n = client_record(out, 0, 0, &m);
+	Sparsecomm__TensorOpts o = SPARSECOMM__TENSOR_OPTS__INIT;
+	o.coo_capacity = 16, o.allow_lossy = 1, o.density = 0.01;
+	Sparsecomm__RegisterTensor rt = SPARSECOMM__REGISTER_TENSOR__INIT;
+	rt.name = "emb", rt.dtype = 0, rt.numel = 1024, rt.opts = &o;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG, m.reg = &rt;
+	n = client_record(out, n, 0, &m);
+	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	a.tensor_id = 1, a.handle = 7, a.coo = 1, a.nnz = 4;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE, m.allreduce = &a;
+	n = client_record(out, n, 0, &m);
+	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE, m.bye = &empty;
+	n = client_record(out, n, 0, &m);
+	put("client_msg", "trainer", out, n, NULL, 0);
+	/* sparsectl: hello, status, stats, pending, config get and set */
+	h.role = SPARSECOMM__ROLE__ROLE_CONTROL;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
+	n = client_record(out, 0, 1, &m);
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATUS, m.status = &empty;
+	n = client_record(out, n, 1, &m);
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_STATS, m.stats = &empty;
+	n = client_record(out, n, 1, &m);
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_PENDING, m.pending = &empty;
+	n = client_record(out, n, 1, &m);
+	Sparsecomm__ConfigGet cg = SPARSECOMM__CONFIG_GET__INIT;
+	cg.key = "scheme";
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET, m.config_get = &cg;
+	n = client_record(out, n, 1, &m);
+	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+	cs.key = "cycle_time_ms", cs.value = "3";
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET, m.config_set = &cs;
+	n = client_record(out, n, 1, &m);
+	put("client_msg", "control", out, n, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: fuzz-seeds DIR\n");
+		return 2;
+	}
+	root = argv[1];
+	scheme_msg_seeds();
+	formats_seeds();
+	config_seeds();
+	peer_msg_seeds();
+	client_msg_seeds();
+	return 0;
+}
