@@ -91,6 +91,9 @@ typedef enum {
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
 	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, 0,                                       \
 	  "S2: columns of the sketch, as a multiple of the union's expected non-zeros")        \
+	X(engine_pipeline, INT, 1, NULL, 0, 1, 0,                                              \
+	  "1: a buffer's compression (local sum, sparsification ahead) runs while the "        \
+	  "previous buffer is on the network (two engine threads); 0: one after the other")    \
 	X(device, STR, 0, "auto", 0, 0, 0,                                                     \
 	  "tensors' placements served: cpu (cuda registrations are refused), cuda (the GPU "   \
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \

@@ -61,6 +61,7 @@ typedef struct scd_bufctx {
 	int rknown;
 	scd_coo_t fold;
 	uint64_t last_use;
+	int inflight; /* prepared, not yet released: never evicted meanwhile */
 } scd_bufctx_t;
 
 struct scd_bufctx_table {
@@ -310,12 +311,15 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 	if (st != SC_OK)
 		return st;
 	if (tab->n == SCD_BUFCTX_MAX) {
-		int lru = 0;
-		for (int i = 1; i < tab->n; i++)
-			if (tab->v[i]->last_use < tab->v[lru]->last_use)
+		int lru = -1;
+		for (int i = 0; i < tab->n; i++)
+			if (!tab->v[i]->inflight &&
+			    (lru < 0 || tab->v[i]->last_use < tab->v[lru]->last_use))
 				lru = i;
-		bufctx_free(tab->v[lru]);
-		tab->v[lru] = tab->v[--tab->n];
+		if (lru >= 0) { /* at most one buffer is in flight: never all of them */
+			bufctx_free(tab->v[lru]);
+			tab->v[lru] = tab->v[--tab->n];
+		}
 	}
 	b->last_use = ++tab->clock;
 	tab->v[tab->n++] = b;
@@ -591,11 +595,56 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, const scd_device_ops_t *de
 	return SC_OK;
 }
 
-sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
-			    const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
-			    double alpha_s, double beta_s_per_byte, uint64_t seed)
+/* A small dense buffer skips the scheme layer (see SCD_SMALL_DENSE_BYTES) where the
+ * transport can read its memory; a device's buffer that needs staging goes through the
+ * scheme layer, which stages. */
+static int small_direct(const scd_job_t *job, const scd_device_ops_t *dev)
 {
-	if (small_dense(job)) { /* all of it an exchange */
+	return small_dense(job) && scd_device_host_memory(dev);
+}
+
+sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
+			       const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+			       double alpha_s, double beta_s_per_byte, uint64_t seed,
+			       scd_job_prep_t *prep)
+{
+	*prep = (scd_job_prep_t){0};
+	if (small_direct(job, dev)) {
+		prep->small = 1;
+		return SC_OK;
+	}
+	scd_bufctx_t *b;
+	sc_status_t st = bufctx_get(tab, job, dev, t, alpha_s, beta_s_per_byte, seed, &b);
+	if (st != SC_OK)
+		return st; /* job->error says what failed */
+	const scd_coo_t *sel = NULL;
+	double t0 = scd_now_s();
+	st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
+	prep->sparsify_s = scd_now_s() - t0;
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
+			 sc_status_message(st));
+		log_step_error(job);
+		return st;
+	}
+	b->inflight = 1;
+	prep->bufctx = b;
+	prep->sel = sel;
+	return SC_OK;
+}
+
+void scd_bufctx_release(scd_job_prep_t *prep)
+{
+	if (prep->bufctx)
+		prep->bufctx->inflight = 0;
+	prep->bufctx = NULL;
+}
+
+sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
+				   const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+				   double alpha_s, double beta_s_per_byte, scd_job_prep_t *prep)
+{
+	if (prep->small) { /* all of it an exchange */
 		int one =
 		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1;
 		if (one && one_round_ws(tab, dev, t->size) != SC_OK) {
@@ -618,25 +667,14 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
 		job->exchange_s = scd_now_s() - t0;
 		return st;
 	}
-	scd_bufctx_t *b;
-	sc_status_t st = bufctx_get(tab, job, dev, t, alpha_s, beta_s_per_byte, seed, &b);
-	if (st != SC_OK)
-		return st; /* job->error says what failed */
-	const scd_coo_t *sel = NULL;
-	double t_sparsify = scd_now_s(), cpu0 = scd_thread_cpu_s();
-	st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
-	t_sparsify = scd_now_s() - t_sparsify;
-	if (st != SC_OK) {
-		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
-			 sc_status_message(st));
-		log_step_error(job);
-		return st;
-	}
+	scd_bufctx_t *b = prep->bufctx;
+	sc_status_t st;
+	double cpu0 = scd_thread_cpu_s();
 	scd_cost_t cost = {0};
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);
 	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
 	scd_scheme_io_t io = {.data = buf,
-			      .coo = job->coo_direct ? &job->coo_in : sel,
+			      .coo = job->coo_direct ? &job->coo_in : prep->sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
 	double t_fold = scd_now_s();
@@ -667,9 +705,9 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
 	scd_debug(
 	    SCD_SUB_ENGINE,
 	    "buffer %016llx: %s ran %.3f ms here, %.3f ms of it in its %u rounds; "
-	    "sparsify %.3f ms, residual fold %.3f ms, support %.3f ms; %.3f ms of CPU in all",
+	    "sparsify %.3f ms, residual fold %.3f ms, support %.3f ms; %.3f ms of CPU here",
 	    (unsigned long long)b->sig, scd_scheme_name(s), rep.elapsed_s * 1e3,
-	    rep.xchg_s * 1e3, rep.rounds, t_sparsify * 1e3, t_fold * 1e3, t_support * 1e3,
+	    rep.xchg_s * 1e3, rep.rounds, prep->sparsify_s * 1e3, t_fold * 1e3, t_support * 1e3,
 	    (scd_thread_cpu_s() - cpu0) * 1e3);
 	calibrate(b, &rep);
 	if ((int)s != b->last_scheme)
@@ -689,4 +727,18 @@ sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
 	job->imbalance = rep.imbalance;
 	job->exchange_s = rep.xchg_s;
 	return SC_OK;
+}
+
+sc_status_t scd_bufctx_step(scd_bufctx_table_t *tab, scd_job_t *job,
+			    const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+			    double alpha_s, double beta_s_per_byte, uint64_t seed)
+{
+	scd_job_prep_t prep;
+	sc_status_t st =
+	    scd_bufctx_prepare(tab, job, dev, buf, t, alpha_s, beta_s_per_byte, seed, &prep);
+	if (st == SC_OK)
+		st = scd_bufctx_communicate(tab, job, dev, buf, t, alpha_s, beta_s_per_byte,
+					    &prep);
+	scd_bufctx_release(&prep);
+	return st;
 }

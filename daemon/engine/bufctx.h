@@ -46,6 +46,24 @@ double scd_calib_add(double *window, uint32_t counted, double sample);
 int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *samples,
 		    int last, int explore);
 
+/*
+ * A step in two stages (the engine's pipeline, engine.h): prepare, on the compute stage,
+ * finds the buffer's state and sparsifies ahead (per tensor, into the tensors' residuals);
+ * communicate, on the communication stage, chooses and runs the scheme and folds its
+ * report into the profile; release ends the step's hold on the buffer's state (which is
+ * never evicted while held). Same arguments as scd_bufctx_step, which is the three in a
+ * row.
+ */
+sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
+			       const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+			       double alpha_s, double beta_s_per_byte, uint64_t seed,
+			       scd_job_prep_t *prep);
+sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
+				   const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
+				   double alpha_s, double beta_s_per_byte,
+				   scd_job_prep_t *prep);
+void scd_bufctx_release(scd_job_prep_t *prep);
+
 /* Runs one step of job's buffer buf (total_numel floats, in dev's memory, as are the
  * job's tensors and residuals) over transport t, every computation on the data through
  * dev's ops; the buffer's state (scheme context, sparsifiers, workspaces) belongs to dev,

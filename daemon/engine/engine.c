@@ -21,56 +21,72 @@
 #include "util/log.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
+/* Fusion buffers per device: one being filled by the compute stage while another is on
+ * the network (the queue between the stages holds one job). */
+#define ENGINE_SLOTS 2
 
 struct scd_engine {
 	scd_daemon_t *d;
 	scd_engine_done_cb done;
-	pthread_t thread;
+	pthread_t thread, comm_thread;
+	int pipeline; /* the stages on two threads (else one runs both, in turn) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	scd_job_t *head, *tail; /* to run */
+	scd_job_t *head, *tail;	      /* to run */
+	scd_job_t *cq_head, *cq_tail; /* compute stage done, for the communication stage */
+	int cq_n, comm_busy;
 	scd_job_t *done_head, *done_tail;
 	uv_async_t async;
-	int stop, stopped;
+	int stop, stopped, comm_stopped;
 	scd_transport_t *transport;
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
-	/* the fusion buffer of each device kind, in that device's memory (see fusion_resize) */
-	void *fusion[SCD_DEVICE_COUNT];
-	const scd_device_ops_t *fusion_dev[SCD_DEVICE_COUNT];
-	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT], fusion_want_bytes;
+	/* the fusion buffers of each device kind, in that device's memory (see
+	 * fusion_resize), and which of them a job holds */
+	void *fusion[SCD_DEVICE_COUNT][ENGINE_SLOTS];
+	const scd_device_ops_t *fusion_dev[SCD_DEVICE_COUNT][ENGINE_SLOTS];
+	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT][ENGINE_SLOTS], fusion_want_bytes;
+	int slot_busy[SCD_DEVICE_COUNT][ENGINE_SLOTS];
 	/* host staging of a GPU buffer's dense ring (the schemes stage their own) */
 	void *stage;
 	size_t stage_cap;
 	const scd_device_ops_t *stage_dev;
 };
 
-static void fusion_free(scd_engine_t *e, scd_device_kind_t kind)
+static void fusion_free(scd_engine_t *e, scd_device_kind_t kind, int k)
 {
-	if (e->fusion[kind])
-		e->fusion_dev[kind]->free(e->fusion[kind]);
-	e->fusion[kind] = NULL;
-	e->fusion_cap_bytes[kind] = 0;
+	if (e->fusion[kind][k])
+		e->fusion_dev[kind][k]->free(e->fusion[kind][k]);
+	e->fusion[kind][k] = NULL;
+	e->fusion_cap_bytes[kind][k] = 0;
 }
 
-/* Allocates the fusion buffer of device dev (of kind kind), zeroed and pre-faulted, through
- * the device; never called on the per-step path except for a device's first fused job and
- * after a runtime change of fusion_threshold_bytes. Returns SC_ERR_NOMEM without logging:
- * the caller reports it. */
-static sc_status_t fusion_resize(scd_engine_t *e, scd_device_kind_t kind,
+static void slot_release(scd_engine_t *e, scd_device_kind_t kind, int k)
+{
+	pthread_mutex_lock(&e->mu);
+	e->slot_busy[kind][k] = 0;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Allocates fusion buffer slot k of device dev (of kind kind), zeroed and pre-faulted,
+ * through the device; never called on the per-step path except for a device's first fused
+ * jobs and after a runtime change of fusion_threshold_bytes. Returns SC_ERR_NOMEM without
+ * logging: the caller reports it. */
+static sc_status_t fusion_resize(scd_engine_t *e, scd_device_kind_t kind, int k,
 				 const scd_device_ops_t *dev, uint64_t bytes)
 {
-	if (bytes <= e->fusion_cap_bytes[kind] && e->fusion[kind])
+	if (bytes <= e->fusion_cap_bytes[kind][k] && e->fusion[kind][k])
 		return SC_OK;
-	fusion_free(e, kind);
+	fusion_free(e, kind, k);
 	if (bytes == 0)
 		return SC_OK;
 	void *p = dev->alloc(bytes);
 	if (!p)
 		return SC_ERR_NOMEM;
-	e->fusion[kind] = p;
-	e->fusion_dev[kind] = dev;
-	e->fusion_cap_bytes[kind] = bytes;
+	e->fusion[kind][k] = p;
+	e->fusion_dev[kind][k] = dev;
+	e->fusion_cap_bytes[kind][k] = bytes;
 	return SC_OK;
 }
 
@@ -347,60 +363,121 @@ static sc_status_t trainers_done(scd_engine_t *e, scd_job_t *job, scd_device_kin
 	return trainers_events(e, job, kind, 1);
 }
 
-static void run_allreduce(scd_engine_t *e, scd_job_t *job)
+/* Fails a job in its compute stage: it goes to done, in order, with nothing to send. */
+static void compute_fail(scd_job_t *job, sc_status_t st)
 {
-	int tmo = job->timeout_ms;
+	job->status = st;
+	job->run.passthrough = 1;
+}
+
+/* A free fusion buffer slot of device kind, sized for need bytes (waits while both are in
+ * the pipeline); -1 with job->error set when there is no memory for it. */
+static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
+			const scd_device_ops_t *dev, uint64_t need)
+{
+	pthread_mutex_lock(&e->mu);
+	int k;
+	for (;;) {
+		for (k = 0; k < ENGINE_SLOTS && e->slot_busy[kind][k]; k++)
+			;
+		if (k < ENGINE_SLOTS || e->stop)
+			break;
+		pthread_cond_wait(&e->cv, &e->mu);
+	}
+	uint64_t want = e->fusion_want_bytes > need ? e->fusion_want_bytes : need;
+	if (k < ENGINE_SLOTS)
+		e->slot_busy[kind][k] = 1;
+	pthread_mutex_unlock(&e->mu);
+	if (k == ENGINE_SLOTS) {
+		snprintf(job->error, sizeof(job->error), "rank %d: the engine is stopping",
+			 e->d->rank);
+		return -1;
+	}
+	if (fusion_resize(e, kind, k, dev, want) != SC_OK) {
+		snprintf(
+		    job->error, sizeof(job->error),
+		    "rank %d: no memory on the %s device for a fusion buffer of %llu bytes",
+		    e->d->rank, dev->name, (unsigned long long)want);
+		log_job_error(job);
+		slot_release(e, kind, k);
+		return -1;
+	}
+	return k;
+}
+
+/*
+ * The compute stage of an allreduce: the device, a fusion buffer, the GPU trainers' ready
+ * events, the local sum, and the buffer's sparsification ahead (bufctx prepare). What it
+ * leaves in job->run is the communication stage's to finish.
+ */
+static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
+{
+	scd_job_run_t *run = &job->run;
 	size_t esz = sc_dtype_size(job->dtype);
-	char *buf;
-	int in_place = job->n_items == 1 && job->items[0].n_src > 0;
 	if (!esz) {
-		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error), "rank %d: unknown dtype %u",
 			 e->d->rank, job->dtype);
 		log_job_error(job);
+		compute_fail(job, SC_ERR_INVALID);
 		return;
 	}
-	scd_device_kind_t kind;
-	const scd_device_ops_t *dev;
-	sc_status_t st = scd_engine_job_device(e->d->rank, job, &kind, &dev);
+	sc_status_t st = scd_engine_job_device(e->d->rank, job, &run->kind, &run->dev);
 	if (st != SC_OK) {
-		job->status = st;
+		compute_fail(job, st);
 		return;
 	}
-	if (in_place) {
-		buf = job->items[0].src[0].dense;
+	const scd_device_ops_t *dev = run->dev;
+	if (job->n_items == 1 && job->items[0].n_src > 0) {
+		run->buf = job->items[0].src[0].dense; /* in place */
 	} else {
-		uint64_t need = job->total_numel * esz;
-		uint64_t want = e->fusion_want_bytes > need ? e->fusion_want_bytes : need;
-		if ((st = fusion_resize(e, kind, dev, want)) != SC_OK) {
-			job->status = st;
-			snprintf(job->error, sizeof(job->error),
-				 "rank %d: no memory on the %s device for a fusion buffer of "
-				 "%llu bytes",
-				 e->d->rank, dev->name, (unsigned long long)want);
-			log_job_error(job);
+		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
+		if (run->slot < 0) {
+			compute_fail(job, SC_ERR_NOMEM);
 			return;
 		}
-		buf = e->fusion[kind];
+		run->buf = e->fusion[run->kind][run->slot];
 	}
-	if ((st = trainers_ready(e, job, kind)) != SC_OK)
+	if ((st = trainers_ready(e, job, run->kind)) != SC_OK) {
+		compute_fail(job, st);
 		return;
-	uint64_t bad = 0;
+	}
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++)
-			bad += local_reduce(dev, &job->items[i], job->dtype,
-					    buf + job->items[i].offset * esz);
-	/* the local sum is done (and any failure of it known) before the buffer is sent */
+			run->bad += local_reduce(dev, &job->items[i], job->dtype,
+						 run->buf + job->items[i].offset * esz);
+	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
+		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
+					e->alpha_s, e->beta_s_per_byte, job->world_seed,
+					&run->prep);
+		if (st != SC_OK) {
+			char why[480];
+			memcpy(why, job->error, sizeof(why));
+			why[sizeof(why) - 1] = 0;
+			snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank,
+				 why);
+			compute_fail(job, st);
+			return;
+		}
+	}
+	/* the local sum and the selection are done (and any failure of them known) before
+	 * the communication stage sends the buffer */
 	if ((st = dev->sync()) != SC_OK) {
-		job->status = st;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed summing the node's trainers: %s",
 			 e->d->rank, dev->name, sc_status_message(st));
 		log_job_error(job);
-		return;
+		compute_fail(job, st);
 	}
-	if (job->probe)
-		st = probe_network(e, tmo);
+}
+
+/* The communication stage of an allreduce: the network probe when due, the scheme (or the
+ * typed ring), averaging and the copies out, the GPU trainers' done events. */
+static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
+{
+	scd_job_run_t *run = &job->run;
+	const scd_device_ops_t *dev = run->dev;
+	size_t esz = sc_dtype_size(job->dtype);
+	sc_status_t st = job->probe ? probe_network(e, job->timeout_ms) : SC_OK;
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
@@ -410,10 +487,10 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
 	if (job->dtype == SC_FLOAT32)
-		st = scd_bufctx_step(e->bufs, job, dev, (float *)buf, e->transport, e->alpha_s,
-				     e->beta_s_per_byte, job->world_seed);
+		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, e->transport,
+					    e->alpha_s, e->beta_s_per_byte, &run->prep);
 	else
-		st = dense_typed(e, job, dev, buf);
+		st = dense_typed(e, job, dev, run->buf);
 	e->transport->ops->counters(e->transport, &c1);
 	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
@@ -430,11 +507,12 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 	} else {
 		for (int i = 0; i < job->n_items; i++)
 			scatter_out(dev, &job->items[i], job->dtype,
-				    buf + job->items[i].offset * esz, job->average_divisor);
+				    run->buf + job->items[i].offset * esz,
+				    job->average_divisor);
 	}
 	/* the trainers read their results once the job is back: they must be there (a GPU
 	 * trainer's stream may instead wait on its done event, recorded behind them) */
-	if ((st = trainers_done(e, job, kind)) != SC_OK)
+	if ((st = trainers_done(e, job, run->kind)) != SC_OK)
 		return;
 	if ((st = dev->sync()) != SC_OK) {
 		job->status = st;
@@ -444,11 +522,11 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		log_job_error(job);
 		return;
 	}
-	if (bad) {
+	if (run->bad) {
 		job->status = SC_ERR_INVALID;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: %llu COO indices out of range were ignored", e->d->rank,
-			 (unsigned long long)bad);
+			 (unsigned long long)run->bad);
 		scd_warn(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
 			 job->error);
 	}
@@ -468,10 +546,12 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 scd_transport_error());
 		return;
 	}
-	/* every tensor is host memory today: the cpu device's fusion buffer, ahead of the first
-	 * job (another device gets its own at its first fused job) */
-	sc_status_t fst =
-	    fusion_resize(e, SCD_DEVICE_CPU, &scd_device_cpu_ops, e->fusion_want_bytes);
+	/* the cpu device's fusion buffers, ahead of the first job (another device gets its
+	 * own at its first fused jobs) */
+	sc_status_t fst = SC_OK;
+	for (int k = 0; k < ENGINE_SLOTS && fst == SC_OK; k++)
+		fst = fusion_resize(e, SCD_DEVICE_CPU, k, &scd_device_cpu_ops,
+				    e->fusion_want_bytes);
 	if (fst != SC_OK)
 		scd_warn(SCD_SUB_ENGINE,
 			 "no memory for a fusion buffer of %llu bytes yet: the first fused job "
@@ -479,6 +559,75 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 (unsigned long long)e->fusion_want_bytes);
 }
 
+/* Hands a finished job to the loop thread (in order: only the communication stage, or
+ * the single thread, finishes jobs). Called with e->mu held. */
+static void finish_locked(scd_engine_t *e, scd_job_t *job)
+{
+	job->next = NULL;
+	if (e->done_tail)
+		e->done_tail->next = job;
+	else
+		e->done_head = job;
+	e->done_tail = job;
+	uv_async_send(&e->async);
+}
+
+/* The communication stage of any job (a passthrough has nothing to send), then its release
+ * of what the compute stage held, and its hand-back. */
+static void comm_job(scd_engine_t *e, scd_job_t *job)
+{
+	double cpu0 = scd_thread_cpu_s();
+	if (!job->run.passthrough)
+		comm_allreduce(e, job);
+	scd_bufctx_release(&job->run.prep);
+	job->time_s = scd_now_s() - job->run.t0;
+	job->cpu_s = job->run.cpu_s + (scd_thread_cpu_s() - cpu0);
+	if (job->run.slot >= 0)
+		slot_release(e, job->run.kind, job->run.slot);
+	pthread_mutex_lock(&e->mu);
+	finish_locked(e, job);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Waits (e->mu held) until the communication stage has nothing queued or running. */
+static void drain_locked(scd_engine_t *e)
+{
+	while ((e->cq_head || e->comm_busy) && !e->comm_stopped)
+		pthread_cond_wait(&e->cv, &e->mu);
+}
+
+/* The compute stage of any job. A mesh or forget job changes what every buffer uses (the
+ * transport, the buffers' state), so it waits for the communication stage to drain. */
+static void compute_job(scd_engine_t *e, scd_job_t *job)
+{
+	job->status = SC_OK;
+	job->run = (scd_job_run_t){.slot = -1, .t0 = scd_now_s()};
+	double cpu0 = scd_thread_cpu_s();
+	if (job->kind != SCD_JOB_ALLREDUCE) {
+		pthread_mutex_lock(&e->mu);
+		drain_locked(e);
+		pthread_mutex_unlock(&e->mu);
+		job->run.passthrough = 1;
+		if (job->kind == SCD_JOB_MESH)
+			run_mesh(e, job);
+		else
+			scd_bufctx_forget(e->bufs, job->forget_cache_id);
+	} else if (!e->transport) {
+		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
+			 e->d->rank);
+		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
+			  job->error);
+		compute_fail(job, SC_ERR_PEER);
+	} else {
+		compute_allreduce(e, job);
+	}
+	job->compute_s = scd_now_s() - job->run.t0;
+	job->run.cpu_s = scd_thread_cpu_s() - cpu0;
+}
+
+/* The compute thread: takes jobs in submission order, runs their compute stage, and
+ * queues them for the communication stage (at most one waiting), or runs that too when
+ * the engine is not pipelined. */
 static void *engine_main(void *arg)
 {
 	scd_engine_t *e = arg;
@@ -493,35 +642,54 @@ static void *engine_main(void *arg)
 		if (!e->head)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->mu);
-
-		double t0 = scd_now_s(), cpu0 = scd_thread_cpu_s();
-		job->status = SC_OK;
-		if (job->kind == SCD_JOB_MESH) {
-			run_mesh(e, job);
-		} else if (job->kind == SCD_JOB_FORGET) {
-			scd_bufctx_forget(e->bufs, job->forget_cache_id);
-		} else if (!e->transport) {
-			job->status = SC_ERR_PEER;
-			snprintf(job->error, sizeof(job->error),
-				 "rank %d: the data plane never formed", e->d->rank);
-			scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-				  job->error);
-		} else {
-			run_allreduce(e, job);
+		compute_job(e, job);
+		if (!e->pipeline) {
+			comm_job(e, job);
+			pthread_mutex_lock(&e->mu);
+			continue;
 		}
-		job->time_s = scd_now_s() - t0;
-		job->cpu_s = scd_thread_cpu_s() - cpu0;
-
 		pthread_mutex_lock(&e->mu);
+		while (e->cq_n >= 1 && !e->stop && !e->comm_stopped)
+			pthread_cond_wait(&e->cv, &e->mu);
 		job->next = NULL;
-		if (e->done_tail)
-			e->done_tail->next = job;
+		if (e->cq_tail)
+			e->cq_tail->next = job;
 		else
-			e->done_head = job;
-		e->done_tail = job;
-		uv_async_send(&e->async);
+			e->cq_head = job;
+		e->cq_tail = job;
+		e->cq_n++;
+		pthread_cond_broadcast(&e->cv);
 	}
 	e->stopped = 1;
+	pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+	return NULL;
+}
+
+/* The communication thread: the communication stage of each job, in order. */
+static void *comm_main(void *arg)
+{
+	scd_engine_t *e = arg;
+	pthread_mutex_lock(&e->mu);
+	for (;;) {
+		while (!e->cq_head && !e->stop)
+			pthread_cond_wait(&e->cv, &e->mu);
+		if (e->stop)
+			break;
+		scd_job_t *job = e->cq_head;
+		e->cq_head = job->next;
+		if (!e->cq_head)
+			e->cq_tail = NULL;
+		e->cq_n--;
+		e->comm_busy = 1;
+		pthread_cond_broadcast(&e->cv);
+		pthread_mutex_unlock(&e->mu);
+		comm_job(e, job);
+		pthread_mutex_lock(&e->mu);
+		e->comm_busy = 0;
+		pthread_cond_broadcast(&e->cv);
+	}
+	e->comm_stopped = 1;
 	pthread_cond_broadcast(&e->cv);
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
@@ -583,7 +751,20 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	pthread_cond_init(&e->cv, NULL);
 	uv_async_init(d->loop, &e->async, on_async);
 	e->async.data = e;
+	e->pipeline = scd_cfg_int(&d->cfg, SCD_CFG_engine_pipeline) != 0;
+	e->comm_stopped = !e->pipeline;
+	if (e->pipeline && pthread_create(&e->comm_thread, NULL, comm_main, e) != 0) {
+		uv_close((uv_handle_t *)&e->async, NULL);
+		free(e);
+		return SC_ERR_SYSTEM;
+	}
 	if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+		pthread_mutex_lock(&e->mu);
+		e->stop = 1;
+		pthread_cond_broadcast(&e->cv);
+		pthread_mutex_unlock(&e->mu);
+		if (e->pipeline)
+			pthread_join(e->comm_thread, NULL);
 		uv_close((uv_handle_t *)&e->async, NULL);
 		free(e);
 		return SC_ERR_SYSTEM;
@@ -601,7 +782,7 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 	else
 		e->head = job;
 	e->tail = job;
-	pthread_cond_signal(&e->cv);
+	pthread_cond_broadcast(&e->cv); /* both threads wait on cv */
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -632,18 +813,21 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);
-	while (!e->stopped)
+	while (!e->stopped || !e->comm_stopped)
 		if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0)
 			break;
-	int stopped = e->stopped;
+	int stopped = e->stopped && e->comm_stopped;
 	pthread_mutex_unlock(&e->mu);
 	if (!stopped)
 		return SC_ERR_TIMEOUT;
 	pthread_join(e->thread, NULL);
+	if (e->pipeline)
+		pthread_join(e->comm_thread, NULL);
 	scd_bufctx_table_destroy(e->bufs);
 	scd_transport_destroy(e->transport);
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
-		fusion_free(e, (scd_device_kind_t)k);
+		for (int j = 0; j < ENGINE_SLOTS; j++)
+			fusion_free(e, (scd_device_kind_t)k, j);
 	if (e->stage)
 		scd_device_stage_free(e->stage_dev, e->stage);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */

@@ -1,6 +1,9 @@
 /*
- * engine.h: the data-plane thread. It executes jobs strictly in submission order, which
- * is plan order, the same on every rank, so the collective calls of all ranks match.
+ * engine.h: the data plane. It executes jobs strictly in submission order, which is plan
+ * order, the same on every rank, so the collective calls of all ranks match, in two
+ * stages on two threads (engine_pipeline; docs/design.md, threads): the compute stage
+ * (local sum, sparsification ahead) of a buffer runs while the previous buffer is in the
+ * communication stage (scheme, averaging, copies out); one job waits between them.
  *
  * An allreduce job is one fused buffer: the loop thread resolves its tensors to the
  * trainers' shared buffers before submitting it (and keeps them mapped until the job
@@ -80,6 +83,27 @@ typedef struct scd_job_item {
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;
 
+/* What a job's compute stage hands its communication stage (engine.c, bufctx.c). */
+struct scd_bufctx;
+typedef struct scd_job_prep {
+	struct scd_bufctx *bufctx; /* the buffer's state, held until released */
+	const scd_coo_t *sel;	   /* a single sparsified tensor's selection, as COO */
+	int small;		   /* a small dense buffer: straight to the transport */
+	double sparsify_s;
+} scd_job_prep_t;
+
+/* The engine's own state of a job between its stages. */
+typedef struct scd_job_run {
+	int passthrough; /* nothing to communicate: straight to done, in order */
+	scd_device_kind_t kind;
+	const scd_device_ops_t *dev;
+	char *buf;
+	int slot; /* fusion buffer slot held, -1: none (in place) */
+	uint64_t bad;
+	scd_job_prep_t prep;
+	double t0, cpu_s;
+} scd_job_run_t;
+
 typedef struct scd_job {
 	scd_job_kind_t kind;
 	uint64_t seq;
@@ -110,7 +134,9 @@ typedef struct scd_job {
 	int scheme; /* the scheme that ran */
 	double predicted_s, density, gamma, imbalance;
 	double exchange_s; /* of the scheme's time, inside exchanges */
-	double cpu_s;	   /* the engine thread's CPU time for the job */
+	double cpu_s;	   /* the engine threads' CPU time for the job */
+	double compute_s;  /* of time_s, the compute stage's (local sum, sparsify ahead) */
+	scd_job_run_t run; /* the engine's, between its stages */
 	struct scd_job *next;
 } scd_job_t;
 

@@ -118,6 +118,7 @@ int it_ctl(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
+int it_bits(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);
 /* The CUDA driver stand-in's log (tests/cudahost/driver.c) at path: this process's lines of
  * kind with arg (NULL: any), and a check that tensors cuda tensors opened and closed every

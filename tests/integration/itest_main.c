@@ -334,6 +334,7 @@ static const struct {
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
+    {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
     {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},

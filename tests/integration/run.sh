@@ -288,6 +288,27 @@ run_case "cuda refused ordinal n=1" 1 1 60 0 1 -- "$itest" cuda-refused "$cudaho
 export SPARSECOMM_CUDA_LIB="$tmp/none/libsparsecomm-cuda.so"
 run_case "cuda refused by the daemon n=2" 2 1 60 0 2 -- "$itest" cuda-refused "$cudahost" "cuda"
 unset SPARSECOMM_CUDA_LIB
+# The engine's pipeline (compression of one buffer while the previous one is on the
+# network) keeps every result's bits: the same job with it on and off, hashes compared.
+# A buffer per tensor: which tensors fuse by bytes depends on when they arrive, and a
+# buffer's sum order on its make-up, so byte-threshold fusion alone differs run to run.
+pipe="--daemon-arg --fusion_threshold_bytes --daemon-arg 0 --daemon-arg --engine_pipeline"
+# shellcheck disable=SC2086
+run_case "pipeline on n=3" 3 1 120 0 3 $pipe --daemon-arg 1 -- "$itest" bits "$tmp/bits-on"
+# shellcheck disable=SC2086
+run_case "pipeline off n=3" 3 1 120 0 3 $pipe --daemon-arg 0 -- "$itest" bits "$tmp/bits-off"
+if selected "pipeline on n=3" && selected "pipeline off n=3"; then
+	cat "$tmp"/bits-on.* >"$tmp/bits-all-on" 2>/dev/null
+	cat "$tmp"/bits-off.* >"$tmp/bits-all-off" 2>/dev/null
+	if [ -s "$tmp/bits-all-on" ] && cmp -s "$tmp/bits-all-on" "$tmp/bits-all-off"; then
+		echo "ok    pipeline on and off: every result and residual bit-identical"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  pipeline on and off: results differ (or are missing):"
+		diff "$tmp/bits-all-on" "$tmp/bits-all-off" 2>&1 | head -5 | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
 # End to end: written before the daemons served cuda tensors; it runs once the host build
 # of the GPU library exists for the daemons to load ($SPARSECOMM_CUDA_LIB). Every handle the
 # trainers opened must be closed (the stand-in's log), also with a trainer killed, and the
