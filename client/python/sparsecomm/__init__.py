@@ -374,13 +374,14 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     o.threshold = k["threshold"]
     o.scheme = k["scheme"].encode() if k["scheme"] else None
     o.coo_capacity = int(coo_capacity)
+    o.device, o.device_ordinal = int(device[0]), int(device[1])
     tp = _lib.c_tensor_p()
     lib = _lib.load()
     st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                             ctypes.byref(o), ctypes.byref(tp))
     if st != _lib.SC_OK:
         raise _error(st, "registering tensor '%s'" % name, name)
-    e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity))
+    e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device)
     c.entries[name] = e
     return e
 
