@@ -147,6 +147,33 @@ def sparse_result_forms():
 
 
 @check
+def coo_torch_helpers():
+    """The torch-only halves of the GPU COO path (flat uint32 indices written as int32, the
+    sparse tensor rebuilt from a COO result), run here on CPU tensors."""
+    # indices past 2**31: stored as the int32 of their uint32 bits
+    shape, rows = (65536, 65535), torch.tensor([[3, 65535]])
+    got = sc._flat_indices(rows, shape, 1, 65535)
+    want = (rows[0].numpy()[:, None] * 65535 + np.arange(65535)).astype(np.uint32)
+    assert got.dtype == torch.int32 and np.array_equal(got.numpy().view(np.uint32),
+                                                       want.reshape(-1))
+    res = sc._sparse_from_coo(got, torch.ones(got.numel()), shape, 1, torch.float32)
+    assert res.is_coalesced() and torch.equal(res._indices(), rows), res._indices()
+    assert res._values().shape == (2, 65535) and bool((res._values() == 1).all())
+    # two sparse dims over [4, 5] with rows of 3; a partial row (its middle element
+    # dropped, as schemes that drop zero sums return it) and a whole one
+    flat = torch.tensor([3 * 7, 3 * 7 + 2, 3 * 18, 3 * 18 + 1, 3 * 18 + 2], dtype=torch.int32)
+    val = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    res = sc._sparse_from_coo(flat, val, (4, 5, 3), 2, torch.float64)
+    want = torch.zeros(60, dtype=torch.float64)
+    want[flat.long()] = val.double()
+    assert res.dtype == torch.float64 and res.sparse_dim() == 2 and res.is_coalesced()
+    assert torch.equal(res._indices(), torch.tensor([[1, 3], [2, 3]])), res._indices()
+    close(res.to_dense(), want.view(4, 5, 3), 0)
+    empty = sc._sparse_from_coo(flat[:0], val[:0], (4, 5, 3), 2, torch.float32)
+    assert empty._nnz() == 0 and empty.shape == (4, 5, 3)
+
+
+@check
 def optimizer_with_sparse_and_dense():
     torch.manual_seed(1 + R)  # different on purpose: broadcast_parameters fixes it
     m = torch.nn.Sequential(torch.nn.Embedding(30, 4, sparse=True), torch.nn.Linear(4, 2))
