@@ -14,6 +14,7 @@ import torch  # noqa: E402
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as sct  # noqa: E402
 from checks import Checks  # noqa: E402
+from forms import check_forms  # noqa: E402
 
 torch.set_num_threads(1)
 sc.init(timeout=60)
@@ -113,29 +114,9 @@ def sparse_embedding_coo():
     close(out, ref)
 
 
-def forms_input(r):
-    """Two sparse dims over [4, 5] with rows of 3: a row every rank shares, whose middle
-    element cancels over an even number of ranks, and a row of the rank's own."""
-    s = 1.0 if r % 2 == 0 else -1.0
-    ind = torch.tensor([[0, r % 4], [0, 1 + r % 4]])
-    return torch.sparse_coo_tensor(ind, torch.tensor([[1.0, s, 2.0], [3.0, 4.0, 5.0]]),
-                                   (4, 5, 3))
-
-
 @check
 def sparse_result_forms():
-    want = sum(forms_input(r).to_dense() for r in range(P))
-    # balanced_par drops elements whose sum is zero: partial rows come back
-    for scheme in ("agsparse", "balanced_par"):
-        res = sc.allreduce(forms_input(R), name="forms." + scheme, average=False,
-                           scheme=scheme)
-        assert res.is_sparse and res.is_coalesced() and res.sparse_dim() == 2
-        close(res.to_dense(), want)
-        # which form the daemon answered in: sparse with one trainer per node
-        e = sc._need().entries["forms." + scheme]
-        dense = sc._lib.load().sc_tensor_result_nnz(e.ptr) == sc._lib.SC_RESULT_DENSE
-        assert dense == (sc.local_size() > 1), "result dense=%s with %d trainer(s)/node" % (
-            dense, sc.local_size())
+    check_forms(close)
     v = torch.sparse_coo_tensor(torch.tensor([[R, 7]]), torch.tensor([1.0, 2.0]), (10,))
     res = sc.allreduce(v, name="forms.vector", average=True)
     wantv = torch.zeros(10)
