@@ -209,12 +209,17 @@ $(BIN)/sparsecomm-unit-gpu: $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a \
 	$(CC) $(ALL_CFLAGS) $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a -o $@ \
 		-L$(LIB) -lsparsecomm-cuda -Wl,-rpath,'$$ORIGIN/../lib' \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 $(LDLIBS_DAEMON)
+# Then torch's CUDA tensors through daemons serving the GPU with libsparsecomm-cuda.so and
+# trainers on the real CUDA driver (tests/python/worker_gpu.py; skipped, saying why,
+# where torch has no CUDA device).
 ifeq ($(GPU_CUDA),yes)
-test-gpu: $(BIN)/sparsecomm-unit-gpu
+test-gpu: $(BIN)/sparsecomm-unit-gpu all
 	$(BIN)/sparsecomm-unit-gpu
+	env -u SPARSECOMM_CUDA_LIB -u SPARSECOMM_CUDA_DRIVER sh tests/python/run.sh t_gpu
 else
 test-gpu:
-	@echo "test-gpu: nvcc not found, the CUDA device is not built; GPU tests skipped"
+	@echo "test-gpu: nvcc not found, the CUDA device is not built; GPU tests (unit and" \
+		"Python) skipped"
 endif
 # A test stand-in for the CUDA driver over the host build's IPC handles (plain C; the
 # library loads it through $SPARSECOMM_CUDA_DRIVER in tests, see tests/cudahost/driver.c).

@@ -24,6 +24,11 @@ the namespace addresses ($SPARSECOMM_NETNS_ADDRS; MASTER_ADDR is the first).  Ra
 a table and the ratios (and which BLAS torch runs on: the dense projection and the
 negatives' scores are BLAS-bound, and the reference BLAS is several times slower than
 OpenBLAS); --json-out writes them.
+
+--device cuda (default cpu) trains on the GPU (each trainer's local rank modulo the GPU
+count): sparsecomm then reduces CUDA gradients, the embeddings' through the COO path on
+the GPU, and gloo stages them through host memory.  Without CUDA in torch it exits with a
+message saying so.
 """
 import argparse
 import json
@@ -80,13 +85,13 @@ def main():
                     "  last10_loss %.6f" % (ph, r["steps_per_s"], r["tx_bytes_per_step"],
                                            r["rx_bytes_per_step"], r["last10_loss"]))
         sync.backend = "sparsecomm"
-    out = dict(ranks=sync.size, steps=a.steps, warmup=a.warmup, batch=a.batch, dim=a.dim,
+    out = dict(ranks=sync.size, device=str(sync.device), steps=a.steps, warmup=a.warmup, batch=a.batch, dim=a.dim,
                window=a.window, negatives=a.negatives, vocab=rows[phases[0]]["vocab"],
                blas=blas_library(), netns=netns,
                rate=os.environ.get("SPARSECOMM_NETNS_RATE", ""), phases=rows)
-    _common.log(sync, "model: vocab=%d dim=%d window=%d negatives=%d batch=%d/rank; "
-                "blas=%s" % (out["vocab"], a.dim, a.window, a.negatives, a.batch,
-                             out["blas"]))
+    _common.log(sync, "model: vocab=%d dim=%d window=%d negatives=%d batch=%d/rank "
+                "device=%s; blas=%s" % (out["vocab"], a.dim, a.window, a.negatives, a.batch,
+                                        out["device"], out["blas"]))
     if "sparsecomm" in rows and "gloo" in rows:
         s, g = rows["sparsecomm"], rows["gloo"]
         out["speedup_vs_gloo"] = s["steps_per_s"] / g["steps_per_s"]

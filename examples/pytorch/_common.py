@@ -5,6 +5,9 @@ backward hooks, reduced by the daemons).  backend "gloo": torch.distributed's gl
 allreduce of every gradient after backward (sparse gradients densified, or sent with
 gloo's own sparse allreduce with --gloo-sparse), the reference the tests compare with.
 backend "ddp": DistributedDataParallel with sparsecomm.torch.ddp_hook (dense models).
+--device cuda puts the model and the data on a GPU (each trainer's local rank modulo the
+GPU count), so sparsecomm reduces CUDA gradients; without CUDA in torch it exits with a
+message saying so.
 
 Under `sparsecomm-run` the rank and size come from the launcher; gloo finds its peers
 through sparsecomm (sparsecomm.torch.init_process_group).  Without the launcher,
@@ -48,7 +51,27 @@ def add_common_args(p):
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a step waits for its gradients")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model, the data and the gradients live (cuda: GPU "
+                   "local_rank modulo the GPU count; sparsecomm reduces CUDA tensors on it)")
     return p
+
+
+def check_device(args):
+    """Exits with a clear message when --device cuda cannot be served by this torch."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("%s: --device cuda: torch %s has no CUDA device here "
+                 "(torch.cuda.is_available() is False); use --device cpu" %
+                 (os.path.basename(sys.argv[0]), torch.__version__))
+
+
+def pick_device(args, local_rank):
+    """The torch device of a trainer: the cpu, or GPU local_rank modulo the GPU count."""
+    if args.device != "cuda":
+        return torch.device("cpu")
+    dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
 
 
 def wire_bytes():
@@ -76,8 +99,10 @@ class Sync:
         self.args = args
         self.backend = args.backend
         self.sc = None
+        check_device(args)
         if rank is not None:  # a --spawn child: plain gloo on loopback
             self.rank, self.size = rank, size
+            self.device = pick_device(args, rank)
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
                                     rank=rank, world_size=size)
             return
@@ -86,6 +111,7 @@ class Sync:
         self.sc, self.sct = sparsecomm, sct
         sparsecomm.init(timeout=args.timeout)
         self.rank, self.size = sparsecomm.rank(), sparsecomm.size()
+        self.device = pick_device(args, sparsecomm.local_rank())
         if self.backend in ("gloo", "ddp"):
             sct.init_process_group("gloo")
 
@@ -100,7 +126,7 @@ class Sync:
                 timeout=a.timeout)
         if self.backend == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
-            m = DDP(model)
+            m = DDP(model, device_ids=[self.device] if self.device.type == "cuda" else None)
             m.register_comm_hook(self.sct.DDPHookState(sparsifier=a.sparsifier,
                                                        density=a.density,
                                                        timeout=a.timeout),
@@ -178,6 +204,7 @@ class _GlooOptimizer:
 def run(main_fn, args):
     """Runs main_fn(args, sync) once per rank: under the launcher, or --spawn N."""
     torch.set_num_threads(max(1, args.threads))
+    check_device(args)
     if args.spawn:
         if args.backend != "gloo":
             sys.exit("--spawn runs the gloo backend only")

@@ -8,6 +8,8 @@ daemons: top-k with error feedback on the weight matrices (--sparsifier topk --d
     build/bin/sparsecomm-run -n 4 -- /usr/bin/python3 examples/pytorch/digits_mlp.py \\
         --sparsifier none                      # lossless, comparable with --backend gloo
     /usr/bin/python3 examples/pytorch/digits_mlp.py --backend gloo --spawn 4  # reference
+    build/bin/sparsecomm-run -n 4 -- /usr/bin/python3 examples/pytorch/digits_mlp.py \\
+        --device cuda                          # model, data and gradients on the GPU
 
 Each rank trains on its own shard (samples rank::size), batches of --batch samples per
 step; `step=<n> loss=<x>` is rank 0's minibatch loss; the summary gives the loss and
@@ -42,8 +44,10 @@ def main(args, sync):
     n_train = 1500  # the rest is held out: the summary's test loss
     xt, yt = x[n_train:], y[n_train:]
     x, y = x[:n_train], y[:n_train]
+    dev = sync.device
+    x, y, xt, yt = x.to(dev), y.to(dev), xt.to(dev), yt.to(dev)
     xs, ys = x[sync.rank::sync.size], y[sync.rank::sync.size]
-    model = model_fn(args.seed)
+    model = model_fn(args.seed).to(dev)
     lr = args.lr if args.lr is not None else 0.1
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9,
                           weight_decay=args.weight_decay)
@@ -57,7 +61,7 @@ def main(args, sync):
     losses = []
     timer = _common.Timer()
     for step in range(1, args.steps + 1):
-        idx = torch.randint(0, xs.shape[0], (args.batch,), generator=g)
+        idx = torch.randint(0, xs.shape[0], (args.batch,), generator=g).to(dev)
         opt.zero_grad()
         loss = lossf(model(xs[idx]), ys[idx])
         loss.backward()
@@ -73,9 +77,9 @@ def main(args, sync):
         out = model(xt)
         test_loss = lossf(out, yt).item()
         acc = (out.argmax(1) == yt).float().mean().item()
-    _common.log(sync, "summary: backend=%s ranks=%d steps=%d sparsifier=%s density=%g "
-                "final_loss=%.6f test_loss=%.6f test_accuracy=%.4f steps_per_s=%.1f" %
-                (args.backend, sync.size, args.steps, args.sparsifier or args.sim_sparsifier
+    _common.log(sync, "summary: backend=%s device=%s ranks=%d steps=%d sparsifier=%s "
+                "density=%g final_loss=%.6f test_loss=%.6f test_accuracy=%.4f "
+                "steps_per_s=%.1f" % (args.backend, dev, sync.size, args.steps, args.sparsifier or args.sim_sparsifier
                  or "none", args.density, full_loss, test_loss, acc, args.steps / elapsed))
     _common.write_record(sync, args, dict(losses=losses, final_loss=full_loss, test_loss=test_loss,
                                           accuracy=acc,

@@ -14,6 +14,8 @@ step.
 
     build/bin/sparsecomm-run -n 4 -- /usr/bin/python3 examples/pytorch/word_lm.py
     /usr/bin/python3 examples/pytorch/word_lm.py --backend gloo --spawn 4   # reference
+    build/bin/sparsecomm-run -n 4 -- /usr/bin/python3 examples/pytorch/word_lm.py \\
+        --device cuda   # sparse CUDA gradients through the COO path on the GPU
 
 Prints `step=<n> loss=<x>` (rank 0's minibatch loss) and a summary with the mean loss of
 the last 10 steps over every rank, steps/s and bytes on the wire per step (this node's
@@ -70,7 +72,7 @@ def build(args, rank, size):
     n = ids.numel() // size
     shard = ids[rank * n:(rank + 1) * n]
     torch.manual_seed(args.seed)
-    model = CBOW(len(vocab), args.dim)
+    model = CBOW(len(vocab), args.dim)  # initialised on the cpu: the same on every device
     noise = counts.pow(0.75)
     return model, shard, noise / noise.sum()
 
@@ -95,6 +97,7 @@ def batches(args, shard, noise, rank):
 def train(args, sync, quiet=False):
     """Trains args.steps steps; returns the record (losses, timings, bytes)."""
     model, shard, noise = build(args, sync.rank, sync.size)
+    model = model.to(sync.device)
     lr = args.lr if args.lr is not None else 2.0
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     model, opt = sync.wrap(model, opt)
@@ -104,7 +107,7 @@ def train(args, sync, quiet=False):
     for step in range(1, args.steps + 1):
         if step == args.warmup + 1:  # time and count bytes after the warm-up steps
             t_start, b_start = timer.s(), _common.wire_bytes()
-        ctx, centre, neg = next(data)
+        ctx, centre, neg = (t.to(sync.device) for t in next(data))
         opt.zero_grad()
         loss = model(ctx, centre, neg)
         loss.backward()

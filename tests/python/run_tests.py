@@ -2,7 +2,8 @@
 """The Python/PyTorch test suite: binding checks, then training runs through real daemons
 under build/bin/sparsecomm-run compared with torch.distributed's gloo allreduce.
 
-Every test is bounded in time; the last line is `N passed, N failed`.  Optional: names of
+Every test is bounded in time; the last line is `N passed, N failed`, after `(N skipped)`
+when some could not run here (each printed as `SKIP <name>: <why>`).  Optional: names of
 tests to run (substring match) as arguments."""
 import json
 import os
@@ -19,12 +20,29 @@ EX = os.path.join(ROOT, "examples", "pytorch")
 HERE = os.path.join(ROOT, "tests", "python")
 TMP = tempfile.mkdtemp(prefix="sc-pytest-")
 results = []
+skipped = []
 
 
 def record(name, ok, why=""):
     results.append((name, ok))
     print("%s %s%s" % ("PASS" if ok else "FAIL", name, (": " + why) if why else ""),
           flush=True)
+
+
+def skip(name, why):
+    """A test this machine cannot run: printed with the reason and counted, never passed."""
+    skipped.append(name)
+    print("SKIP %s: %s" % (name, why), flush=True)
+
+
+def skips_or_checks(name, rc, out, ranks):
+    """The workers' `SKIP <what>: <why>` lines (one skip per distinct line, named by the
+    worker), else their CHECK lines."""
+    found = sorted(set(re.findall(r"^(?:\[\d+\] )?SKIP (\S+?):? (.*)$", out, re.M)))
+    for what, why in found:
+        skip(what, why)
+    if not found:
+        checks(name, rc, out, ranks)
 
 
 def sh(cmd, timeout, env=None):
@@ -123,13 +141,19 @@ def t_cuda():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
                         [os.path.join(TMP, "none", "libcuda.so.1")], 120)
     checks("cuda", rc, out, 2)
-    # torch's CUDA tensors end to end: skipped, saying why, without a GPU or daemons for it
-    rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"), ["gpu"], 120)
-    skips = sorted(set(re.findall(r"^(?:\[\d+\] )?SKIP (.*)$", out, re.M)))
-    for m in skips:
-        print("SKIP cuda.%s" % m, flush=True)
-    if not skips:
-        checks("cuda_gpu", rc, out, 2)
+
+
+def t_gpu():
+    # torch's CUDA tensors end to end (tests/python/worker_gpu.py), every trainer on one
+    # GPU: 2 nodes x 2 trainers, then 4 nodes x 1, where sparse results come back sparse.
+    # Skipped, saying why, where torch has no CUDA device or the daemons serve no GPU.
+    worker = os.path.join(HERE, "worker_gpu.py")
+    rc, out, _ = launch(2, worker, [], 300, per_node=2)
+    skips_or_checks("gpu", rc, out, 4)
+    if skipped and skipped[-1] == "gpu":
+        return
+    rc, out, _ = launch(4, worker, ["sparse_embedding", "sparse_result_forms"], 240)
+    skips_or_checks("gpu_sparse_results", rc, out, 4)
 
 
 def t_lossless_dense():
@@ -191,7 +215,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_header_example, t_api, t_unnamed, t_cuda, t_lossless_dense,
+TESTS = [t_header, t_header_example, t_api, t_unnamed, t_cuda, t_gpu, t_lossless_dense,
          t_lossless_sparse, t_ddp, t_topk, t_failure]
 
 
@@ -209,6 +233,8 @@ def main():
         except Exception as e:  # noqa: B902
             record(t.__name__[2:], False, "%s: %s" % (type(e).__name__, e))
     passed = sum(1 for _, ok in results if ok)
+    if skipped:
+        print("(%d skipped)" % len(skipped), flush=True)
     print("%d passed, %d failed" % (passed, len(results) - passed), flush=True)
     return 0 if passed == len(results) else 1
 

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as sct  # noqa: E402
 from checks import Checks  # noqa: E402
+from forms import check_forms  # noqa: E402
 
 torch.set_num_threads(1)
 sc.init(timeout=60)
@@ -113,29 +114,9 @@ def sparse_embedding_coo():
     close(out, ref)
 
 
-def forms_input(r):
-    """Two sparse dims over [4, 5] with rows of 3: a row every rank shares, whose middle
-    element cancels over an even number of ranks, and a row of the rank's own."""
-    s = 1.0 if r % 2 == 0 else -1.0
-    ind = torch.tensor([[0, r % 4], [0, 1 + r % 4]])
-    return torch.sparse_coo_tensor(ind, torch.tensor([[1.0, s, 2.0], [3.0, 4.0, 5.0]]),
-                                   (4, 5, 3))
-
-
 @check
 def sparse_result_forms():
-    want = sum(forms_input(r).to_dense() for r in range(P))
-    # balanced_par drops elements whose sum is zero: partial rows come back
-    for scheme in ("agsparse", "balanced_par"):
-        res = sc.allreduce(forms_input(R), name="forms." + scheme, average=False,
-                           scheme=scheme)
-        assert res.is_sparse and res.is_coalesced() and res.sparse_dim() == 2
-        close(res.to_dense(), want)
-        # which form the daemon answered in: sparse with one trainer per node
-        e = sc._need().entries["forms." + scheme]
-        dense = sc._lib.load().sc_tensor_result_nnz(e.ptr) == sc._lib.SC_RESULT_DENSE
-        assert dense == (sc.local_size() > 1), "result dense=%s with %d trainer(s)/node" % (
-            dense, sc.local_size())
+    check_forms(close)
     v = torch.sparse_coo_tensor(torch.tensor([[R, 7]]), torch.tensor([1.0, 2.0]), (10,))
     res = sc.allreduce(v, name="forms.vector", average=True)
     wantv = torch.zeros(10)
@@ -144,6 +125,33 @@ def sparse_result_forms():
     wantv[7] += 2.0
     assert res.is_sparse
     close(res.to_dense(), wantv)
+
+
+@check
+def coo_torch_helpers():
+    """The torch-only halves of the GPU COO path (flat uint32 indices written as int32, the
+    sparse tensor rebuilt from a COO result), run here on CPU tensors."""
+    # indices past 2**31: stored as the int32 of their uint32 bits
+    shape, rows = (65536, 65535), torch.tensor([[3, 65535]])
+    got = sc._flat_indices(rows, shape, 1, 65535)
+    want = (rows[0].numpy()[:, None] * 65535 + np.arange(65535)).astype(np.uint32)
+    assert got.dtype == torch.int32 and np.array_equal(got.numpy().view(np.uint32),
+                                                       want.reshape(-1))
+    res = sc._sparse_from_coo(got, torch.ones(got.numel()), shape, 1, torch.float32)
+    assert res.is_coalesced() and torch.equal(res._indices(), rows), res._indices()
+    assert res._values().shape == (2, 65535) and bool((res._values() == 1).all())
+    # two sparse dims over [4, 5] with rows of 3; a partial row (its middle element
+    # dropped, as schemes that drop zero sums return it) and a whole one
+    flat = torch.tensor([3 * 7, 3 * 7 + 2, 3 * 18, 3 * 18 + 1, 3 * 18 + 2], dtype=torch.int32)
+    val = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    res = sc._sparse_from_coo(flat, val, (4, 5, 3), 2, torch.float64)
+    want = torch.zeros(60, dtype=torch.float64)
+    want[flat.long()] = val.double()
+    assert res.dtype == torch.float64 and res.sparse_dim() == 2 and res.is_coalesced()
+    assert torch.equal(res._indices(), torch.tensor([[1, 3], [2, 3]])), res._indices()
+    close(res.to_dense(), want.view(4, 5, 3), 0)
+    empty = sc._sparse_from_coo(flat[:0], val[:0], (4, 5, 3), 2, torch.float32)
+    assert empty._nnz() == 0 and empty.shape == (4, 5, 3)
 
 
 @check

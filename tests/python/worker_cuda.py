@@ -1,17 +1,14 @@
 #!/usr/bin/python3
-"""Run under sparsecomm-run: cuda tensors in the Python binding.  Prints `CHECK <name> ok`
-or `CHECK <name> FAIL <why>` per check and `SKIP <name>: <why>` for a check this machine
-cannot run.
+"""Run under sparsecomm-run: cuda tensors in the Python binding without a CUDA driver.
+Prints `CHECK <name> ok` or `CHECK <name> FAIL <why>` per check (torch's CUDA tensors end
+to end, on a GPU: tests/python/worker_gpu.py).
 
 argv[1]: the path $SPARSECOMM_CUDA_DRIVER is set to before anything loads the driver (a
-missing file: every cuda registration must fail with SC_ERR_UNSUPPORTED naming it), or
-"gpu": CUDA tensors of torch end to end, where torch has a GPU and the daemons serve it."""
+missing file: every cuda registration must fail with SC_ERR_UNSUPPORTED naming it)."""
 import os
 import sys
 
-GPU = sys.argv[1] == "gpu"
-if not GPU:
-    os.environ["SPARSECOMM_CUDA_DRIVER"] = sys.argv[1]
+os.environ["SPARSECOMM_CUDA_DRIVER"] = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
 import torch  # noqa: E402
@@ -22,35 +19,6 @@ from checks import Checks  # noqa: E402
 sc.init(timeout=60)
 R, P = sc.rank(), sc.size()
 check = Checks()
-
-
-def cuda_torch_allreduce():
-    """A CUDA tensor's sum and average stay on its GPU, queued on its stream."""
-    x = torch.full((1000,), float(R + 1), device="cuda")
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        got = sc.allreduce(x * 2, name="g", average=False)
-        avg = sc.allreduce(x, name="g")
-    s.synchronize()
-    assert got.device == x.device and avg.device == x.device, (got.device, avg.device)
-    assert torch.equal(got.cpu(), torch.full((1000,), float(P * (P + 1)))), got
-    assert torch.allclose(avg.cpu(), torch.full((1000,), (P + 1) / 2)), avg
-    assert sc.registered()["g"]["device"] == "cuda:%d" % x.device.index
-
-
-if GPU:
-    if not torch.cuda.is_available():
-        print("SKIP cuda_torch_allreduce: torch has no CUDA device on this machine",
-              flush=True)
-    else:
-        try:
-            sc.register("probe", 1, device="cuda")
-        except sc.SparsecommError as e:
-            print("SKIP cuda_torch_allreduce: %s" % e, flush=True)
-        else:
-            check(cuda_torch_allreduce)
-    sc.shutdown()
-    sys.exit(1 if check.failed else 0)
 
 
 @check

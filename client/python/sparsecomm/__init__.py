@@ -54,6 +54,15 @@ result is queued back on the same stream (sc_stream_wait, then a copy on the str
 the host never waits for the GPU.  The library needs the CUDA driver for them
 (libcuda.so.1, or $SPARSECOMM_CUDA_DRIVER).
 
+Sparse CUDA tensors take the COO path on their GPU, with torch ops on the tensor's
+current stream: coalesced there, their rows expanded into flat element indices (the
+daemon's uint32, written through an int32 view) and copied with the values into the
+daemon's GPU COO area.  A sparse result is rebuilt on the GPU from that area, on the same
+stream after sc_stream_wait: the rows holding an index become the coalesced sparse
+tensor, partial rows filled with zeros.  Two steps read a count back from the GPU, and so
+wait for the stream: coalescing the input (torch's own) and finding the result's row
+count; a dense result is re-sparsified on the GPU as on the CPU.
+
 Errors from the library or the daemon raise :class:`SparsecommError`, carrying the
 status name (``SC_ERR_PEER``, ...) and the library's error text (sc_last_error), which
 names the rank(s) and tensor involved.
@@ -65,6 +74,7 @@ GIL and returns as soon as the operation completes.
 """
 
 import atexit
+import contextlib
 import ctypes
 import math
 import os
@@ -164,7 +174,7 @@ class _Entry:
         self.device = device or (DeviceKind.CPU, 0)
         self.inflight = False
         self.data = self.coo_idx = self.coo_val = None
-        self._tdata = self._tval = None
+        self._tdata = self._tval = self._tcoo = None
         if self.device[0] == DeviceKind.CUDA:
             return  # device pointers: only tdata() wraps them
         ct = _lib.DTYPE_CTYPES[dtype]
@@ -188,14 +198,33 @@ class _Entry:
         """The data buffer as a torch tensor sharing its memory (on the GPU for a cuda
         tensor)."""
         if self._tdata is None:
-            t = _torch()
             if self.cuda:
-                ptr = _lib.load().sc_tensor_data(self.ptr)
-                self._tdata = t.as_tensor(_CudaArray(ptr, self.numel, self.dtype),
-                                          device=t.device("cuda", self.device[1]))
+                self._tdata = self._cuda_view(_lib.load().sc_tensor_data(self.ptr),
+                                              self.numel, self.dtype)
             else:
-                self._tdata = t.from_numpy(self.data)
+                self._tdata = _torch().from_numpy(self.data)
         return self._tdata
+
+    def tcoo(self):
+        """A cuda tensor's COO area as torch tensors on its GPU sharing its memory: the
+        indices (uint32 in the daemon) seen as int32, and the values."""
+        if self._tcoo is None:
+            lib = _lib.load()
+            ip, vp = lib.sc_tensor_coo_indices(self.ptr), lib.sc_tensor_coo_values(self.ptr)
+            if not self.coo_capacity or not ip or not vp:
+                raise SparsecommError(_lib.SC_ERR_PROTOCOL,
+                                      "tensor '%s' (%s, coo_capacity=%d) has no COO area "
+                                      "in the library" % (self.name,
+                                                          _device_name(self.device),
+                                                          self.coo_capacity), self.name)
+            self._tcoo = (self._cuda_view(ip, self.coo_capacity, DType.INT32),
+                          self._cuda_view(vp, self.coo_capacity, self.dtype))
+        return self._tcoo
+
+    def _cuda_view(self, ptr, numel, dtype):
+        t = _torch()
+        return t.as_tensor(_CudaArray(ptr, numel, dtype),
+                           device=t.device("cuda", self.device[1]))
 
     def tval(self):
         if self._tval is None:
@@ -277,7 +306,7 @@ def shutdown():
         with c.lock:
             c.closed = True
             for e in c.entries.values():  # the views die with the mappings
-                e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = None
+                e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = e._tcoo = None
             c.entries.clear()
         _lib.load().sc_finalize(c.client)
 
@@ -458,6 +487,11 @@ class Handle:
     def name(self):
         return self._entry.name if self._entry is not None else None
 
+    @property
+    def stream(self):
+        """A cuda tensor's torch stream, on which wait() queues the result (else None)."""
+        return self._stream
+
     def _complete(self, st):
         self._done = True
         if st == _lib.SC_OK:
@@ -577,9 +611,9 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     name = _name_or_none(name)
     red = _op(average, op)
     if _is_torch(tensor) and tensor.is_sparse:
-        if tensor.device.type != "cpu":
-            raise TypeError("sparsecomm: sparse tensor '%s' is on %s; sparse tensors are "
-                            "reduced from the CPU (use .cpu())" % (name, tensor.device))
+        if tensor.device.type not in ("cpu", "cuda"):
+            raise TypeError("sparsecomm: sparse tensor '%s' is on %s; only CPU and CUDA "
+                            "tensors are supported" % (name, tensor.device))
         return _allreduce_torch_sparse(c, tensor, name, _kind, red, sparsifier, density,
                                        threshold, scheme, allow_lossy, sparse_as_dense,
                                        coo_capacity, out)
@@ -612,23 +646,20 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
     stream, which the submission waits for; the Handle queues the result on that stream
     (sc_stream_wait) and copies it out there.  The host never waits for the GPU."""
     t = _torch()
-    dev = x.device if x.device.index is not None else t.device("cuda", t.cuda.current_device())
+    dev, stream = _cuda_place(x)
     e = _acquire(c, name, kind, _sc_dtype(x), int(x.numel()), key, coo_capacity or 0,
                  (DeviceKind.CUDA, dev.index))
-    stream = t.cuda.current_stream(dev)
     try:
-        with t.cuda.device(dev), t.cuda.stream(stream):
+        with _on(dev, stream):
             e.tdata().view(x.shape).copy_(x)
-        st = _lib.load().sc_tensor_set_stream(e.ptr, stream.cuda_stream)
-        if st != _lib.SC_OK:
-            raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+        _set_stream(e, stream)
     except BaseException:
         e.inflight = False
         raise
 
     def finish():
         res = out
-        with t.cuda.device(dev), t.cuda.stream(stream), t.no_grad():
+        with _on(dev, stream):
             if res is None:
                 res = t.empty(x.shape, dtype=x.dtype, device=dev)
             res.copy_(e.tdata().view(x.shape))
@@ -637,11 +668,33 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
     return Handle(c, e, _start_dense(c, e, red), finish, stream)
 
 
+def _cuda_place(x):
+    """The torch device (with its index) of a CUDA tensor and its current stream."""
+    t = _torch()
+    dev = x.device if x.device.index is not None else t.device("cuda", t.cuda.current_device())
+    return dev, t.cuda.current_stream(dev)
+
+
+@contextlib.contextmanager
+def _on(dev, stream):
+    """Torch work queued on ``stream`` of ``dev``, outside autograd."""
+    t = _torch()
+    with t.cuda.device(dev), t.cuda.stream(stream), t.no_grad():
+        yield
+
+
+def _set_stream(e, stream):
+    """Names the stream that wrote a cuda tensor's buffer: its submission waits for it."""
+    st = _lib.load().sc_tensor_set_stream(e.ptr, stream.cuda_stream)
+    if st != _lib.SC_OK:
+        raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+
+
 def _dense_result(e, x, istorch, out):
     if istorch:
         t = _torch()
         if out is None:
-            out = t.empty(x.shape, dtype=x.dtype)
+            out = t.empty(x.shape, dtype=x.dtype, device=x.device)
         if e is not None:
             with t.no_grad():
                 out.copy_(e.tdata().view(x.shape))
@@ -717,50 +770,113 @@ def _check_nnz(e, nnz):
 
 def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, threshold,
                             scheme, allow_lossy, sparse_as_dense, coo_capacity, out):
-    """The COO path for a torch sparse tensor (see the module doc)."""
-    t = _torch()
-    x = tensor.detach().coalesce()
+    """The COO path for a torch sparse tensor (see the module doc): on the CPU through
+    numpy views of the shared COO area, on a GPU with torch ops on the tensor's current
+    stream in the daemon's GPU COO area."""
+    cuda = tensor.device.type == "cuda"
+    dev, stream = _cuda_place(tensor) if cuda else (None, None)
+    with _on(dev, stream) if cuda else contextlib.nullcontext():
+        x = tensor.detach().coalesce()
     shape = tuple(x.shape)
     numel = math.prod(shape)
     if numel >= 2 ** 32:
         raise SparsecommError(_lib.SC_ERR_LIMIT, "tensor '%s' has %d elements; COO indices "
                               "are 32-bit" % (name or "(unnamed)", numel), name)
     sd = x.sparse_dim()
-    dense_shape = shape[sd:]
-    dn = math.prod(dense_shape)
+    dn = math.prod(shape[sd:])
     e = _acquire(c, name, kind, _sc_dtype(x), numel,
                  _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
-                 int(coo_capacity or numel))
-    ind = x._indices()
-    vals = x._values()
-    nrows = ind.shape[1]
-    nnz = nrows * dn
+                 int(coo_capacity or numel),
+                 (DeviceKind.CUDA, dev.index) if cuda else None)
+    nnz = x._indices().shape[1] * dn
     try:
         _check_nnz(e, nnz)
-        if nrows:
-            lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
-            dst = e.coo_idx[:nnz].reshape(nrows, dn)
-            np.add(lin.numpy()[:, None] * dn, np.arange(dn, dtype=np.int64)[None, :],
-                   out=dst, casting="unsafe")
-            e.tval()[:nnz].view(vals.shape).copy_(vals)
+        if cuda:
+            with _on(dev, stream):
+                _coo_fill_cuda(e, x, shape, sd, dn)
+            _set_stream(e, stream)
+        else:
+            _coo_fill_cpu(e, x, shape, sd, dn)
     except BaseException:
         e.inflight = False
         raise
     hid = _start_coo(c, e, nnz, red, sparse_result=not sparse_as_dense)
 
     def finish():
-        if not sparse_as_dense:
-            n = _lib.load().sc_tensor_result_nnz(e.ptr)
-            if n != _lib.SC_RESULT_DENSE:
-                return _sparse_result(e, n, shape, sd, x.dtype)
-        dense = e.tdata().view(shape)
-        if sparse_as_dense:
-            res = t.empty(shape, dtype=x.dtype) if out is None else out
-            res.copy_(dense)
-            return res
-        return _resparsify(dense, sd, x.dtype)
+        with _on(dev, stream) if cuda else contextlib.nullcontext():
+            if not sparse_as_dense:
+                n = _lib.load().sc_tensor_result_nnz(e.ptr)
+                if n != _lib.SC_RESULT_DENSE:
+                    if cuda:
+                        idx, val = e.tcoo()
+                        return _sparse_from_coo(idx[:n], val[:n], shape, sd, x.dtype)
+                    return _sparse_result(e, n, shape, sd, x.dtype)
+            dense = e.tdata().view(shape)
+            if sparse_as_dense:
+                res = out
+                if res is None:
+                    res = _torch().empty(shape, dtype=x.dtype, device=x.device)
+                res.copy_(dense)
+                return res
+            return _resparsify(dense, sd, x.dtype)
 
-    return Handle(c, e, hid, finish)
+    return Handle(c, e, hid, finish, stream)
+
+
+def _coo_fill_cpu(e, x, shape, sd, dn):
+    """Writes coalesced sparse x (nrows rows of dn elements) as flat element indices and
+    values into a cpu tensor's COO area."""
+    ind, vals = x._indices(), x._values()
+    nrows = ind.shape[1]
+    if nrows:
+        nnz = nrows * dn
+        lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
+        dst = e.coo_idx[:nnz].reshape(nrows, dn)
+        np.add(lin.numpy()[:, None] * dn, np.arange(dn, dtype=np.int64)[None, :],
+               out=dst, casting="unsafe")
+        e.tval()[:nnz].view(vals.shape).copy_(vals)
+
+
+def _coo_fill_cuda(e, x, shape, sd, dn):
+    """The same into a cuda tensor's GPU COO area, by torch ops on the current stream."""
+    ind, vals = x._indices(), x._values()
+    nrows = ind.shape[1]
+    if nrows:
+        nnz = nrows * dn
+        idx, val = e.tcoo()
+        idx[:nnz].copy_(_flat_indices(ind, shape, sd, dn))
+        val[:nnz].view(vals.shape).copy_(vals)
+
+
+def _flat_indices(ind, shape, sd, dn):
+    """The flat element indices (numel < 2**32) of every element of the rows ``ind`` (a
+    sparse tensor's indices over its sd sparse dims) as int32 holding their uint32 bits,
+    the type of the daemon's COO indices; computed where ind is."""
+    t = _torch()
+    lin = ind[0] if sd == 1 else _linear(ind, shape[:sd])
+    flat = (lin[:, None] * dn + t.arange(dn, dtype=t.int64, device=ind.device)).reshape(-1)
+    return t.where(flat >= 2 ** 31, flat - 2 ** 32, flat).to(t.int32)
+
+
+def _sparse_from_coo(idx, val, shape, sd, dtype):
+    """The coalesced sparse COO tensor of a sparse result held as torch tensors: idx, the
+    flat element indices (ascending) as int32 holding uint32 bits, and val; built where
+    they are (on the GPU: torch ops on the current stream).  The rows over the sparse dims
+    are those holding an index (one read of their count; partial rows, which schemes that
+    drop zero sums return, get zeros in their missing elements)."""
+    t = _torch()
+    dn = math.prod(shape[sd:])
+    lin = idx.to(t.int64) & 0xFFFFFFFF
+    row = lin // dn
+    rows = t.unique_consecutive(row)
+    first = t.ones_like(row, dtype=t.bool)
+    first[1:] = row[1:] != row[:-1]
+    slot = (first.cumsum(0) - 1) * dn + lin % dn
+    vals = t.zeros(rows.numel() * dn, dtype=dtype, device=val.device)
+    vals[slot] = val.to(dtype)
+    vals = vals.view((rows.numel(),) + tuple(shape[sd:]))
+    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
+    return _coalesced_coo(ind, vals, shape)
 
 
 def _sparse_result(e, n, shape, sd, dtype):
@@ -796,7 +912,7 @@ def _linear(ind, sparse_shape):
     for d in range(len(sparse_shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * sparse_shape[d + 1]
     t = _torch()
-    return (ind * t.tensor(strides, dtype=ind.dtype)[:, None]).sum(0)
+    return (ind * t.tensor(strides, dtype=ind.dtype, device=ind.device)[:, None]).sum(0)
 
 
 def _resparsify(dense, sd, dtype):

@@ -27,6 +27,10 @@
 
       model = DDP(model)
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
+
+CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
+sparsecomm (see the sparsecomm module doc), their results queued on the stream that was
+current when they were submitted, and a CUDA bucket's future names its device.
 """
 
 import fnmatch
@@ -143,9 +147,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         o = self._opts[p]
         if g is None:
             if p in self._seen_sparse:
-                g = torch.sparse_coo_tensor(torch.empty((1, 0), dtype=torch.int64),
-                                            torch.empty((0,) + tuple(p.shape[1:]),
-                                                        dtype=p.dtype), p.shape)
+                g = torch.sparse_coo_tensor(
+                    torch.empty((1, 0), dtype=torch.int64, device=p.device),
+                    torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device),
+                    p.shape)
             else:
                 p.grad = g = torch.zeros_like(p)
         if g.is_sparse:
@@ -336,7 +341,27 @@ class DDPHookState:
             except BaseException as e:  # noqa: B902 - handed to DDP through the future
                 fut.set_exception(e)
             else:
-                fut.set_result(buf)
+                _set_result(fut, buf, h)
+
+
+def _future(buf):
+    """The future of a bucket: a CUDA bucket's names its device, so that DDP's streams
+    wait for the stream its result is queued on (torch refuses CUDA tensors in a future
+    without devices)."""
+    if buf.is_cuda:
+        return torch.futures.Future(devices=[buf.device])
+    return torch.futures.Future()
+
+
+def _set_result(fut, buf, h):
+    """Completes fut with buf.  For a CUDA bucket the result's copy is queued on the
+    stream the bucket was submitted from (Handle.stream): the future records its event
+    there, not on this thread's current stream."""
+    if h.stream is None:
+        fut.set_result(buf)
+        return
+    with torch.cuda.device(buf.device), torch.cuda.stream(h.stream):
+        fut.set_result(buf)
 
 
 _default_ddp_state = None
@@ -355,7 +380,7 @@ def ddp_hook(state, bucket):
             raise TypeError("ddp_hook state must be a sparsecomm.torch.DDPHookState or None")
     buf = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
-    fut = torch.futures.Future()
+    fut = _future(buf)
     try:
         h = _sc.allreduce_async_(buf, name=name, average=True, **state.opts)
     except BaseException as e:  # noqa: B902

@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run: torch CUDA tensors through sparsecomm end to end, every trainer
+on GPU local_rank modulo the GPU count.  Prints `CHECK <name> ok` or `CHECK <name> FAIL
+<why>` per check; without a CUDA device in torch, or daemons that do not serve GPU tensors,
+prints `SKIP gpu: <why>` once and runs nothing.  argv: the checks to run (default every
+one).
+
+The CPU reference of each check is the same computation on CPU tensors through the same
+daemons: dense sums are exact (small integers), sparse embedding gradients and a lossless
+DistributedOptimizer run must match it to float tolerance, and the GPU memory free after
+shutdown must come back to what it was before the first cuda tensor."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import torch  # noqa: E402
+
+import sparsecomm as sc  # noqa: E402
+import sparsecomm.torch as sct  # noqa: E402
+from checks import Checks  # noqa: E402
+from forms import check_forms  # noqa: E402
+
+torch.set_num_threads(1)
+sc.init(timeout=120)
+R, P = sc.rank(), sc.size()
+
+
+def skip(why):
+    print("SKIP gpu: torch CUDA tensors through the daemons (%s)" % why, flush=True)
+    sc.shutdown()
+    sys.exit(0)
+
+
+if not torch.cuda.is_available():
+    skip("torch has no CUDA device: torch %s, torch.cuda.is_available() is False" %
+         torch.__version__)
+DEV = torch.device("cuda", sc.local_rank() % torch.cuda.device_count())
+torch.cuda.set_device(DEV)
+try:
+    sc.register("probe", 1, device=DEV)
+except sc.SparsecommError as e:
+    skip("the daemons do not serve GPU tensors here: %s" % e)
+
+
+def warm_up():
+    """The kernels the checks use, loaded (lazily, by CUDA) before the memory is measured."""
+    lin = torch.nn.Linear(8, 3).to(DEV)
+    lin(torch.ones(4, 8, device=DEV)).sum().backward()
+    sp = torch.sparse_coo_tensor(torch.tensor([[1, 0, 1]]), torch.ones(3, 2), (4, 2))
+    sp = sp.to(DEV).coalesce()
+    v = torch.zeros(8, device=DEV)
+    v[sp._indices()[0].cumsum(0)] = torch.unique_consecutive(sp._indices()[0]).float()
+    torch.cuda.synchronize()
+    del lin, sp, v
+    torch.cuda.empty_cache()
+
+
+# every trainer's context, and every daemon's, exists before the memory is measured
+warm_up()
+sc.allreduce(torch.zeros(1), name="barrier.start")
+FREE_BEFORE = torch.cuda.mem_get_info(DEV)[0]
+SLACK = 512 << 20  # contexts growing as kernels load; a leaked 1 GiB probe is twice that
+check = Checks(sys.argv[1:])
+
+
+def close(a, b, tol=1e-6):
+    a = torch.as_tensor(a.cpu() if torch.is_tensor(a) else a, dtype=torch.float64)
+    b = torch.as_tensor(b.cpu() if torch.is_tensor(b) else b, dtype=torch.float64)
+    assert a.shape == b.shape, "shape %s vs %s" % (tuple(a.shape), tuple(b.shape))
+    err = (a - b).abs().max().item() if a.numel() else 0.0
+    assert err <= tol, "max error %g > %g" % (err, tol)
+
+
+def on_gpu(t):
+    assert t.device == DEV, "result on %s, not %s" % (t.device, DEV)
+    return t
+
+
+@check
+def dense_exact_sums():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # queued on a side stream: results come back on it
+        for dt in (torch.float32, torch.float64, torch.int32, torch.int64):
+            x = torch.full((3000, 7), R + 1, dtype=dt, device=DEV)
+            got = on_gpu(sc.allreduce(x, name="sum.%s" % dt, average=False))
+            assert got.dtype == dt and torch.equal(got, torch.full_like(x, P * (P + 1) // 2)), \
+                "%s: %s" % (dt, got[0, :3])
+        avg = on_gpu(sc.allreduce(torch.full((1000,), float(R), device=DEV), name="avg"))
+        u = torch.arange(12.0, device=DEV).view(3, 4).t() * (R + 1)  # non-contiguous
+        sc.allreduce_(u, name="inplace", average=False)
+    s.synchronize()
+    close(avg, torch.full((1000,), (P - 1) / 2))
+    close(u, torch.arange(12.0).view(3, 4).t() * P * (P + 1) / 2, 0)
+    assert sc.registered()["avg"]["device"] == str(DEV), sc.registered()["avg"]
+
+
+def emb_grad(rank, vocab=50, dim=4):
+    """A rank's uncoalesced sparse embedding gradient (on the CPU)."""
+    g = torch.Generator().manual_seed(100 + rank)
+    words = torch.randint(0, vocab, (12,), generator=g)
+    emb = torch.nn.Embedding(vocab, dim, sparse=True)
+    with torch.no_grad():
+        emb.weight.copy_(torch.randn(vocab, dim, generator=torch.Generator().manual_seed(7)))
+    (emb(words) * torch.randn(12, dim, generator=g)).sum().backward()
+    return emb.weight.grad
+
+
+@check
+def sparse_embedding():
+    g = emb_grad(R)
+    ref = sc.allreduce(g, name="emb.cpu")  # the CPU path's answer
+    res = on_gpu(sc.allreduce(g.to(DEV), name="emb.gpu"))
+    assert res.is_sparse and res.is_coalesced(), "not a coalesced sparse tensor"
+    close(res.to_dense(), ref.to_dense(), 1e-6)
+    want = sum(emb_grad(r).to_dense() for r in range(P)) / P
+    rows = want.ne(0).any(1).nonzero().squeeze(1)
+    assert torch.equal(res._indices()[0].cpu(), rows), "rows are not the union"
+    dense = on_gpu(sc.allreduce(g.to(DEV), name="emb.gpu.dense", sparse_as_dense=True))
+    assert not dense.is_sparse
+    close(dense, want, 1e-5)
+
+
+@check
+def sparse_result_forms():
+    check_forms(close, DEV)
+
+
+def train(device, prefix, steps=8):
+    """Losses of a lossless DistributedOptimizer run of a sparse embedding and a dense
+    head on device; every rank starts from rank 0's parameters (broadcast_parameters)."""
+    torch.manual_seed(1 + R)  # different on purpose: broadcast_parameters fixes it
+    m = torch.nn.Sequential(torch.nn.Embedding(40, 8, sparse=True), torch.nn.Linear(8, 3))
+    m = m.to(device)
+    sct.broadcast_parameters(m.state_dict(), root_rank=0, prefix=prefix + "bcast.")
+    opt = sct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5),
+                                   named_parameters=m.named_parameters(),
+                                   sparsifier="none", prefix=prefix)
+    g = torch.Generator().manual_seed(10 + R)
+    losses = []
+    for _ in range(steps):
+        words = torch.randint(0, 40, (16,), generator=g).to(device)
+        opt.zero_grad()
+        loss = m(words).pow(2).mean()
+        loss.backward()
+        opt.step()
+        for p in m.parameters():
+            assert p.device == device and p.grad.device == device, (p.device, p.grad.device)
+        losses.append(loss.item())
+    opt.remove_hooks()
+    flat = torch.cat([p.detach().reshape(-1).cpu() for p in m.parameters()])
+    return losses, flat
+
+
+@check
+def optimizer_matches_cpu():
+    cpu_losses, cpu_flat = train(torch.device("cpu"), "cpu.")
+    gpu_losses, gpu_flat = train(DEV, "gpu.")
+    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(gpu_losses, cpu_losses))
+    assert worst <= 1e-4, "losses differ by %.2e: gpu %s cpu %s" % (worst, gpu_losses,
+                                                                   cpu_losses)
+    close(gpu_flat, cpu_flat, 1e-4)
+    close(sc.allreduce(gpu_flat, name="opt.same"), gpu_flat, 1e-6)  # every rank the same
+
+
+@check
+def ddp_hook_cuda():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    sct.init_process_group("gloo")
+    torch.manual_seed(3)
+    m = DDP(torch.nn.Linear(6, 2).to(DEV), device_ids=[DEV])
+    m.register_comm_hook(sct.DDPHookState(sparsifier="none", prefix="ddp.gpu"), sct.ddp_hook)
+    x = torch.full((4, 6), float(R + 1), device=DEV)
+    m(x).sum().backward()
+    grads = [p.grad for p in m.parameters()]
+    for gr in grads:
+        on_gpu(gr)
+    # the gradient of sum(W x + b) over 4 rows of (R + 1): W's is 4 (R + 1), b's is 4;
+    # averaged over the ranks
+    close(grads[0], torch.full((2, 6), 4 * (P + 1) / 2), 1e-5)
+    close(grads[1], torch.full((2,), 4.0), 1e-5)
+    torch.distributed.destroy_process_group()
+
+
+def leak_probe():
+    """A cuda tensor big enough that its daemon buffer, left behind, shows in mem_get_info."""
+    sc.register("leak.probe", 256 << 20, device=DEV)  # 1 GiB of float32
+    held = torch.cuda.mem_get_info(DEV)[0]
+    assert held < FREE_BEFORE - SLACK, "registering 1 GiB took %d MiB" % (
+        (FREE_BEFORE - held) >> 20)
+
+
+check(leak_probe)
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+sc.allreduce(torch.zeros(1), name="barrier.end")  # every rank's work is done
+sc.shutdown()
+deadline = time.monotonic() + 30
+while True:  # the daemons release the trainers' registrations as they go
+    free = torch.cuda.mem_get_info(DEV)[0]
+    if free >= FREE_BEFORE - SLACK or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+if free >= FREE_BEFORE - SLACK:
+    print("CHECK no_gpu_memory_left ok", flush=True)
+else:
+    check.failed += 1
+    print("CHECK no_gpu_memory_left FAIL %d MiB of GPU memory free before the first cuda "
+          "tensor, %d MiB 30 s after shutdown" % (FREE_BEFORE >> 20, free >> 20), flush=True)
+print("worker done: %d check(s) failed" % check.failed, flush=True)
+sys.exit(1 if check.failed else 0)
