@@ -387,9 +387,12 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	uint64_t bad = 0;
 	if (!coo_direct(dev, job))
-		for (int i = 0; i < job->n_items; i++)
+		for (int i = 0; i < job->n_items; i++) {
+			uint64_t tl = scd_tl_begin();
 			bad += local_reduce(dev, &job->items[i], job->dtype,
 					    buf + job->items[i].offset * esz);
+			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
+		}
 	/* the local sum is done (and any failure of it known) before the buffer is sent */
 	if ((st = dev->sync()) != SC_OK) {
 		job->status = st;
@@ -426,11 +429,16 @@ static void run_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+		uint64_t tl = scd_tl_begin();
 		sparse_out(dev, job, job->average_divisor);
+		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);
 	} else {
-		for (int i = 0; i < job->n_items; i++)
+		for (int i = 0; i < job->n_items; i++) {
+			uint64_t tl = scd_tl_begin();
 			scatter_out(dev, &job->items[i], job->dtype,
 				    buf + job->items[i].offset * esz, job->average_divisor);
+			scd_job_item_tl(&job->items[i], "copy_out", tl, job->dtype);
+		}
 	}
 	/* the trainers read their results once the job is back: they must be there (a GPU
 	 * trainer's stream may instead wait on its done event, recorded behind them) */
@@ -479,9 +487,27 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 (unsigned long long)e->fusion_want_bytes);
 }
 
+/* The timeline's event of one buffer, on the engine thread's lane: the scheme's and the
+ * exchanges' events nest inside it. */
+static void tl_buffer(const scd_job_t *job, uint64_t t0)
+{
+	if (!t0)
+		return;
+	scd_tl_arg_t a[] = {
+	    {"job", NULL, (int64_t)job->seq},
+	    {"tensors", NULL, job->n_items},
+	    {"bytes", NULL, (int64_t)(job->total_numel * sc_dtype_size(job->dtype))},
+	    {"scheme", job->status == SC_OK ? scd_scheme_name((scd_scheme_t)job->scheme) : "-",
+	     0},
+	    {"bytes_sent", NULL, (int64_t)job->bytes_sent},
+	    {"status", sc_status_name(job->status), 0}};
+	scd_tl_here("buffer", t0, a, 6);
+}
+
 static void *engine_main(void *arg)
 {
 	scd_engine_t *e = arg;
+	scd_tl_thread("engine");
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		while (!e->head && !e->stop)
@@ -507,7 +533,9 @@ static void *engine_main(void *arg)
 			scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
 				  job->error);
 		} else {
+			uint64_t tl = scd_tl_begin();
 			run_allreduce(e, job);
+			tl_buffer(job, tl);
 		}
 		job->time_s = scd_now_s() - t0;
 		job->cpu_s = scd_thread_cpu_s() - cpu0;

@@ -219,16 +219,18 @@ static int label_locked(const lane_t *l, int kind, const char *name)
 {
 	char esc[NAME_MAX_], ev[EVENT_MAX];
 	scd_tl_escape(name, esc, sizeof(esc));
-	int n = snprintf(ev, sizeof(ev),
-			 "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
-			 "\"args\":{\"name\":\"%s%s\"}}",
-			 tl.rank, l->tid, kind == LANE_THREAD ? "thread " : "", esc);
+	int n =
+	    snprintf(ev, sizeof(ev),
+		     "{\"name\":\"thread_name\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+		     "\"args\":{\"name\":\"%s%s\"}}",
+		     tl.rank, l->tid, kind == LANE_THREAD ? "thread " : "", esc);
 	if (!put_locked(ev, (size_t)n))
 		return 0;
-	n = snprintf(ev, sizeof(ev),
-		     "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
-		     "\"args\":{\"sort_index\":%d}}",
-		     tl.rank, l->tid, kind == LANE_THREAD ? l->tid : 100000 + l->tid);
+	n = snprintf(
+	    ev, sizeof(ev),
+	    "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+	    "\"args\":{\"sort_index\":%d}}",
+	    tl.rank, l->tid, kind == LANE_THREAD ? l->tid : 100000 + l->tid);
 	return put_locked(ev, (size_t)n);
 }
 
@@ -432,11 +434,12 @@ static sc_status_t stop_locked(scd_tl_counts_t *counts_p)
 	pthread_mutex_unlock(&tl.mu);
 	pthread_join(tl.writer, NULL);
 	char trailer[256];
-	int n = snprintf(trailer, sizeof(trailer),
-			 "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"sparsecomm_timeline\":1,"
-			 "\"rank\":%d,\"events\":%llu,\"dropped_events\":%llu}}\n",
-			 tl.rank, (unsigned long long)tl.counts.events,
-			 (unsigned long long)tl.counts.dropped);
+	int n =
+	    snprintf(trailer, sizeof(trailer),
+		     "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"sparsecomm_timeline\":1,"
+		     "\"rank\":%d,\"events\":%llu,\"dropped_events\":%llu}}\n",
+		     tl.rank, (unsigned long long)tl.counts.events,
+		     (unsigned long long)tl.counts.dropped);
 	write_all(trailer, (size_t)n);
 	if (close(tl.fd) != 0 && !tl.counts.write_errno)
 		tl.counts.write_errno = errno;
@@ -470,8 +473,9 @@ static sc_status_t start_locked(const char *path, int rank, size_t buf_bytes, in
 	if (!b0 || !b1 || cv_init() != SC_OK) {
 		free(b0);
 		free(b1);
-		snprintf(err, err_len, "timeline file %.200s: no memory for two %zu-byte buffers",
-			 path, buf_bytes);
+		snprintf(err, err_len,
+			 "timeline file %.200s: no memory for two %zu-byte buffers", path,
+			 buf_bytes);
 		return SC_ERR_NOMEM;
 	}
 	int fd;
@@ -537,7 +541,8 @@ sc_status_t scd_tl_start(const char *pattern, int rank, int world_size, size_t b
 			 int flush_ms, char *err, size_t err_len)
 {
 	char path[PATH_MAX];
-	sc_status_t st = scd_tl_path(pattern, rank, world_size, path, sizeof(path), err, err_len);
+	sc_status_t st =
+	    scd_tl_path(pattern, rank, world_size, path, sizeof(path), err, err_len);
 	if (st != SC_OK)
 		return st;
 	pthread_mutex_lock(&tl.ctl_mu);
@@ -558,11 +563,12 @@ sc_status_t scd_tl_configure(const char *pattern, int rank, int world_size)
 	sc_status_t st = stop_locked(&c);
 	pthread_mutex_unlock(&tl.ctl_mu);
 	if (was_open && st != SC_OK)
-		scd_error(SCD_SUB_MAIN, "timeline file %s: writing failed: %s (the file is cut)",
-			  old, strerror(c.write_errno));
+		scd_error(SCD_SUB_MAIN,
+			  "timeline file %s: writing failed: %s (the file is cut)", old,
+			  strerror(c.write_errno));
 	else if (was_open)
-		scd_info(SCD_SUB_MAIN, "timeline file %s closed: %llu events, %llu dropped", old,
-			 (unsigned long long)c.events, (unsigned long long)c.dropped);
+		scd_info(SCD_SUB_MAIN, "timeline file %s closed: %llu events, %llu dropped",
+			 old, (unsigned long long)c.events, (unsigned long long)c.dropped);
 	if (!pattern || !pattern[0])
 		return st;
 	if ((st = scd_tl_start(pattern, rank, world_size, 0, 0, err, sizeof(err))) != SC_OK) {

@@ -51,7 +51,8 @@ UNIT_TEST(timeline_path_names_the_rank)
 	CHECK_EQ_INT(scd_tl_path("/t/tl.json", 12, 16, out, sizeof(out), err, sizeof(err)),
 		     SC_OK);
 	CHECK_TRUE(!strcmp(out, "/t/tl.12.json"));
-	CHECK_EQ_INT(scd_tl_path("/t/tl.json", 0, 1, out, sizeof(out), err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_tl_path("/t/tl.json", 0, 1, out, sizeof(out), err, sizeof(err)),
+		     SC_OK);
 	CHECK_TRUE(!strcmp(out, "/t/tl.json")); /* one daemon: the name as given */
 	CHECK_EQ_INT(scd_tl_path("", 0, 1, out, sizeof(out), err, sizeof(err)), SC_ERR_INVALID);
 	CHECK_EQ_INT(scd_tl_path("/t/0123456789012345678901234567890123456789012345678901.json",
