@@ -480,7 +480,7 @@ static sc_status_t start_locked(const char *path, int rank, size_t buf_bytes, in
 	}
 	int fd;
 	do
-		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	while (fd < 0 && errno == EINTR);
 	if (fd < 0) {
 		snprintf(err, err_len, "timeline file %.200s: %s", path, strerror(errno));
