@@ -508,21 +508,14 @@ static sc_status_t start_locked(const char *path, int rank, size_t buf_bytes, in
 			 "\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"sparsecommd rank %d\"}}",
 			 rank, rank);
 	write_all(head, (size_t)n);
-	int rc = pthread_create(&tl.writer, NULL, writer_main, NULL);
-	if (rc != 0 || tl.counts.write_errno) {
-		snprintf(err, err_len, "timeline file %.200s: %s", path,
-			 strerror(rc ? rc : tl.counts.write_errno));
-		if (rc == 0) {
-			pthread_mutex_lock(&tl.mu);
-			tl.stopping = 1;
-			pthread_cond_signal(&tl.cv);
-			pthread_mutex_unlock(&tl.mu);
-			pthread_join(tl.writer, NULL);
-		}
+	int rc = tl.counts.write_errno;
+	if (!rc)
+		rc = pthread_create(&tl.writer, NULL, writer_main, NULL);
+	if (rc != 0) {
+		snprintf(err, err_len, "timeline file %.200s: %s", path, strerror(rc));
 		close(fd);
 		pthread_mutex_lock(&tl.mu);
 		tl.fd = -1;
-		tl.stopping = 0;
 		free(tl.buf[0]);
 		free(tl.buf[1]);
 		tl.buf[0] = tl.buf[1] = NULL;

@@ -20,7 +20,7 @@
 
 #define TL_STEPS     3
 #define TL_FILE_MS   10000 /* the setting reaching a node, or the file closed */
-#define TL_CHECK_S   60    /* the checker's run */
+#define TL_CHECK_S   60	   /* the checker's run */
 #define TL_TOPK_N    100000
 #define TL_N_TENSORS 4
 
@@ -122,17 +122,19 @@ int it_timeline(int argc, char **argv)
 	it_log("timeline file %s closed", mine);
 	if (it_env.env_local_rank <= 0) {
 		char cmd[9000];
-		snprintf(cmd, sizeof(cmd),
-			 "timeout %d python3 %s/../../tests/integration/timeline_check.py %s "
-			 "--rank %d --world %d --steps %d --tensors %s,%s,%s,%s --sparsified %s",
-			 TL_CHECK_S, it_env.self_dir, mine, it_env.env_node_rank,
-			 it_env.env_node_count, TL_STEPS, tl_names[0], tl_names[1], tl_names[2],
-			 tl_names[3], tl_names[3]);
+		snprintf(
+		    cmd, sizeof(cmd),
+		    "timeout %d python3 %s/../../tests/integration/timeline_check.py %s "
+		    "--rank %d --world %d --steps %d --tensors %s,%s,%s,%s --sparsified %s",
+		    TL_CHECK_S, it_env.self_dir, mine, it_env.env_node_rank,
+		    it_env.env_node_count, TL_STEPS, tl_names[0], tl_names[1], tl_names[2],
+		    tl_names[3], tl_names[3]);
 		fflush(NULL);
 		int rc = system(cmd);
 		if (rc != 0)
-			IT_FAIL("timeline_check.py on %s failed (status %d): see its lines above",
-				mine, rc);
+			IT_FAIL(
+			    "timeline_check.py on %s failed (status %d): see its lines above",
+			    mine, rc);
 		it_log("timeline_check.py: %s holds every tensor of the %d steps", mine,
 		       TL_STEPS);
 	}

@@ -164,4 +164,18 @@ UNIT_TEST(timeline_refuses_unwritable_file)
 		  "error: %s", err);
 	CHECK_TRUE(!scd_tl_on());
 	CHECK_EQ_INT(scd_tl_stop(NULL), SC_OK);
+	/* a symbolic link is not followed (nor the file it names truncated) */
+	char target[] = "/tmp/sc-tl-target-XXXXXX", link[64];
+	int fd = mkstemp(target);
+	CHECK_TRUE(fd >= 0);
+	CHECK_TRUE(write(fd, "keep", 4) == 4);
+	close(fd);
+	snprintf(link, sizeof(link), "%s.link", target);
+	CHECK_TRUE(symlink(target, link) == 0);
+	CHECK_EQ_INT(scd_tl_start(link, 0, 1, 0, 0, err, sizeof(err)), SC_ERR_SYSTEM);
+	CHECK_TRUE(!scd_tl_on());
+	size_t len;
+	CHECK_TRUE(!strcmp(slurp(target, &len), "keep"));
+	unlink(link);
+	unlink(target);
 }
