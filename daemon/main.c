@@ -24,6 +24,7 @@
 #include "device/cuda.h"
 #include "engine/engine.h"
 #include "util/log.h"
+#include "util/timeline.h"
 #include "world/world.h"
 
 static void usage(FILE *out)
@@ -304,6 +305,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	scd_tl_thread("loop");
+	if (scd_cfg_str(&d->cfg, SCD_CFG_timeline_file)[0])
+		scd_tl_configure(scd_cfg_str(&d->cfg, SCD_CFG_timeline_file), d->rank,
+				 d->world_size);
 	d->loop = uv_default_loop();
 	d->start_ms = scd_now_ms();
 	d->zctx = zmq_ctx_new();
@@ -349,8 +354,10 @@ int main(int argc, char **argv)
 		/* the engine is blocked in a transfer: remove what others could see, and go */
 		scd_warn(SCD_SUB_MAIN, "the data plane is still busy; exiting without waiting");
 		scd_ctl_unlink_all(d->ctl);
+		scd_tl_configure("", d->rank, d->world_size); /* the file stays valid JSON */
 		_exit(d->exit_code);
 	}
+	scd_tl_configure("", d->rank, d->world_size);
 	scd_world_destroy(d->world);
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);

@@ -9,6 +9,8 @@
  *     pending              tensors some ranks submitted and others have not
  *     config get [KEY]     every setting, or one
  *     config set KEY VALUE change a runtime setting on every node
+ *     timeline start FILE  every node writes a Chrome-trace timeline (%r in FILE: the
+ *                          node's rank); timeline stop closes the files
  *
  * It speaks the same protocol as the trainers (one ClientMsg frame per request over a
  * ZeroMQ DEALER, hello with role CONTROL) through the client library's internal request
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -57,6 +60,12 @@ static void usage(FILE *f)
 		"submitted them\n"
 		"  config get [KEY]      show every setting, or KEY\n"
 		"  config set KEY VALUE  change a runtime setting (applied on every node)\n"
+		"  timeline start FILE   every node writes a Chrome-trace timeline (chrome://"
+		"tracing,\n"
+		"                        Perfetto) to FILE, %%r in it the node's rank (without "
+		"it,\n"
+		"                        FILE.<rank>.json where there are several nodes)\n"
+		"  timeline stop         close the timelines (the setting timeline_file)\n"
 		"\n"
 		"options:\n"
 		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ "
@@ -482,11 +491,37 @@ static void config_print(const Sparsecomm__ConfigReply *cr, int json, int one)
 	}
 }
 
+/* Sets a runtime setting on every node (checked by the daemon, then by the coordinator). */
+static int config_set(struct ctl *ctl, const char *key, const char *value)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
+	char what[256];
+	set.key = (char *)key;
+	set.value = (char *)value;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
+	msg.config_set = &set;
+	snprintf(what, sizeof(what), "config set %.100s %.100s", set.key, set.value);
+	Sparsecomm__DaemonMsg *r = ctl_call(ctl, &msg, what, SPARSECOMM__DAEMON_MSG__BODY_OK);
+	if (!r)
+		return EXIT_DAEMON;
+	if (ctl->json) {
+		fputs("{\"ok\":true,\"key\":", stdout);
+		json_str(set.key);
+		fputs(",\"value\":", stdout);
+		json_str(set.value);
+		fputs("}\n", stdout);
+	} else {
+		printf("%s = %s (checked, then applied on every node)\n", set.key, set.value);
+	}
+	sparsecomm__daemon_msg__free_unpacked(r, NULL);
+	return 0;
+}
+
 static int cmd_config(struct ctl *ctl, int argc, char **argv)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__ConfigGet get = SPARSECOMM__CONFIG_GET__INIT;
-	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
 	Sparsecomm__DaemonMsg *r;
 	char what[256];
 
@@ -503,30 +538,38 @@ static int cmd_config(struct ctl *ctl, int argc, char **argv)
 		sparsecomm__daemon_msg__free_unpacked(r, NULL);
 		return 0;
 	}
-	if (argc == 3 && strcmp(argv[0], "set") == 0) {
-		set.key = argv[1];
-		set.value = argv[2];
-		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
-		msg.config_set = &set;
-		snprintf(what, sizeof(what), "config set %.100s %.100s", set.key, set.value);
-		r = ctl_call(ctl, &msg, what, SPARSECOMM__DAEMON_MSG__BODY_OK);
-		if (!r)
-			return EXIT_DAEMON;
-		if (ctl->json) {
-			fputs("{\"ok\":true,\"key\":", stdout);
-			json_str(set.key);
-			fputs(",\"value\":", stdout);
-			json_str(set.value);
-			fputs("}\n", stdout);
-		} else {
-			printf("%s = %s (checked, then applied on every node)\n", set.key,
-			       set.value);
-		}
-		sparsecomm__daemon_msg__free_unpacked(r, NULL);
-		return 0;
-	}
+	if (argc == 3 && strcmp(argv[0], "set") == 0)
+		return config_set(ctl, argv[1], argv[2]);
 	ctl_error(ctl->json, SC_ERR_INVALID, "usage: config get [KEY] | config set KEY VALUE");
 	return EXIT_USAGE;
+}
+
+/* ---- timeline ------------------------------------------------------------------------ */
+
+/* timeline start FILE | stop: the setting timeline_file on every node. A relative FILE is
+ * made absolute here, since the daemons do not share this command's directory. */
+static int cmd_timeline(struct ctl *ctl, int argc, char **argv)
+{
+	if (argc == 1 && strcmp(argv[0], "stop") == 0)
+		return config_set(ctl, "timeline_file", "");
+	if (argc != 2 || strcmp(argv[0], "start") != 0 || !argv[1][0]) {
+		ctl_error(ctl->json, SC_ERR_INVALID,
+			  "usage: timeline start FILE | timeline stop");
+		return EXIT_USAGE;
+	}
+	char cwd[4096], path[8192];
+	if (argv[1][0] == '/') {
+		snprintf(path, sizeof(path), "%s", argv[1]);
+	} else if (getcwd(cwd, sizeof(cwd))) {
+		snprintf(path, sizeof(path), "%s/%s", cwd, argv[1]);
+	} else {
+		ctl_error(ctl->json, SC_ERR_SYSTEM,
+			  "timeline start %s: the current directory is unknown (%s); give an "
+			  "absolute path",
+			  argv[1], strerror(errno));
+		return EXIT_USAGE;
+	}
+	return config_set(ctl, "timeline_file", path);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -644,6 +687,8 @@ int main(int argc, char **argv)
 		rc = cmd_pending(&ctl);
 	} else if (strcmp(args[0], "config") == 0) {
 		rc = cmd_config(&ctl, nargs - 1, args + 1);
+	} else if (strcmp(args[0], "timeline") == 0) {
+		rc = cmd_timeline(&ctl, nargs - 1, args + 1);
 	} else {
 		ctl_error(ctl.json, SC_ERR_INVALID,
 			  "unknown command or wrong arguments: '%s' (see sparsectl --help)",

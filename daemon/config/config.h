@@ -99,7 +99,10 @@ typedef enum {
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
 	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
-	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
+	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
+	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
+	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
+	  "and without it several daemons write FILE.<rank>.json")
 
 typedef enum {
 #define SCD_CFG_ENUM_(key, type, di, ds, mn, mx, rt, doc) SCD_CFG_##key,

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/timeline.h"
 #include "util/zmsg.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
@@ -199,6 +200,11 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
 	nt->state = SCD_NT_RUNNING;
 	nt->state_since_ms = scd_now_ms();
+	/* the timeline's wait for the other ranks: announced until planned here */
+	scd_tl_arg_t ta[] = {{"step", NULL, (int64_t)nt->stats.calls + 1},
+			     {"numel", NULL, (int64_t)numel}};
+	scd_tl_tensor(nt->name, "wait_ranks", nt->tl_announced, ta, 2);
+	nt->tl_announced = 0;
 	for (int l = 0; l < ctl->d->local_size; l++) {
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
@@ -562,6 +568,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	if (nt->submitted == ctl->d->local_size) {
 		nt->state = SCD_NT_ANNOUNCED;
 		nt->state_since_ms = scd_now_ms();
+		nt->tl_announced = scd_tl_begin();
 		ctl->up->announce(ctl->d->world, nt);
 	}
 }

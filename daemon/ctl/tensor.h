@@ -80,6 +80,7 @@ typedef struct scd_ntensor {
 	uint32_t op;
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
+	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
 	/* the node's trainers disagree on the tensor: every submission fails with this */
 	int poisoned;
 	char poison_msg[384];

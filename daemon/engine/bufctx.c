@@ -341,8 +341,10 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 		float *x = buf + it->offset;
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
+			uint64_t tl = scd_tl_begin();
 			sc_status_t st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel,
 							  &b->sel, NULL);
+			scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
 			if (st != SC_OK)
 				return st;
 			if (job->n_items == 1) {
@@ -654,10 +656,16 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 			return SC_ERR_NOMEM;
 		}
 		double t0 = scd_now_s();
+		uint64_t tl = scd_tl_begin();
 		sc_status_t st =
 		    one ? one_round(tab, dev, t, buf, job->total_numel, job->timeout_ms)
 			: scd_transport_allreduce_f32(t, buf, job->total_numel,
 						      job->timeout_ms);
+		scd_tl_arg_t ta[] = {
+		    {"scheme", "dense_ring", 0},
+		    {"bytes", NULL, (int64_t)(job->total_numel * sizeof(float))},
+		    {"one_round", NULL, one}};
+		scd_tl_here("scheme", tl, ta, 3);
 		if (st != SC_OK)
 			snprintf(job->error, sizeof(job->error), "dense_ring: %s",
 				 scd_transport_error());

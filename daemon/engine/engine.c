@@ -442,9 +442,12 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	if (!coo_direct(dev, job))
-		for (int i = 0; i < job->n_items; i++)
+		for (int i = 0; i < job->n_items; i++) {
+			uint64_t tl = scd_tl_begin();
 			run->bad += local_reduce(dev, &job->items[i], job->dtype,
 						 run->buf + job->items[i].offset * esz);
+			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
+		}
 	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
 		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
 					e->alpha_s, e->beta_s_per_byte, job->world_seed,
@@ -503,12 +506,17 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+		uint64_t tl = scd_tl_begin();
 		sparse_out(dev, job, job->average_divisor);
+		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);
 	} else {
-		for (int i = 0; i < job->n_items; i++)
+		for (int i = 0; i < job->n_items; i++) {
+			uint64_t tl = scd_tl_begin();
 			scatter_out(dev, &job->items[i], job->dtype,
 				    run->buf + job->items[i].offset * esz,
 				    job->average_divisor);
+			scd_job_item_tl(&job->items[i], "copy_out", tl, job->dtype);
+		}
 	}
 	/* the trainers read their results once the job is back: they must be there (a GPU
 	 * trainer's stream may instead wait on its done event, recorded behind them) */
@@ -559,6 +567,23 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 (unsigned long long)e->fusion_want_bytes);
 }
 
+/* The timeline's event of one stage of a buffer, on the stage's thread's lane: the
+ * scheme's and the exchanges' events nest inside the communication stage's. */
+static void tl_buffer(const scd_job_t *job, const char *stage, uint64_t t0)
+{
+	if (!t0)
+		return;
+	scd_tl_arg_t a[] = {
+	    {"job", NULL, (int64_t)job->seq},
+	    {"tensors", NULL, job->n_items},
+	    {"bytes", NULL, (int64_t)(job->total_numel * sc_dtype_size(job->dtype))},
+	    {"scheme", job->status == SC_OK ? scd_scheme_name((scd_scheme_t)job->scheme) : "-",
+	     0},
+	    {"bytes_sent", NULL, (int64_t)job->bytes_sent},
+	    {"status", sc_status_name(job->status), 0}};
+	scd_tl_here(stage, t0, a, 6);
+}
+
 /* Hands a finished job to the loop thread (in order: only the communication stage, or
  * the single thread, finishes jobs). Called with e->mu held. */
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
@@ -577,8 +602,11 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
 static void comm_job(scd_engine_t *e, scd_job_t *job)
 {
 	double cpu0 = scd_thread_cpu_s();
-	if (!job->run.passthrough)
+	if (!job->run.passthrough) {
+		uint64_t tl = scd_tl_begin();
 		comm_allreduce(e, job);
+		tl_buffer(job, "buffer", tl);
+	}
 	scd_bufctx_release(&job->run.prep);
 	job->time_s = scd_now_s() - job->run.t0;
 	job->cpu_s = job->run.cpu_s + (scd_thread_cpu_s() - cpu0);
@@ -619,7 +647,9 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			  job->error);
 		compute_fail(job, SC_ERR_PEER);
 	} else {
+		uint64_t tl = scd_tl_begin();
 		compute_allreduce(e, job);
+		tl_buffer(job, "compress", tl);
 	}
 	job->compute_s = scd_now_s() - job->run.t0;
 	job->run.cpu_s = scd_thread_cpu_s() - cpu0;
@@ -631,6 +661,7 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 static void *engine_main(void *arg)
 {
 	scd_engine_t *e = arg;
+	scd_tl_thread(e->pipeline ? "engine.compute" : "engine");
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		while (!e->head && !e->stop)
@@ -670,6 +701,7 @@ static void *engine_main(void *arg)
 static void *comm_main(void *arg)
 {
 	scd_engine_t *e = arg;
+	scd_tl_thread("engine.comm");
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		while (!e->cq_head && !e->stop)

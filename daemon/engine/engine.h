@@ -39,6 +39,7 @@
 #include "daemon.h"
 #include "device/device.h"
 #include "transport/transport.h"
+#include "util/timeline.h"
 
 typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
 
@@ -103,6 +104,17 @@ typedef struct scd_job_run {
 	scd_job_prep_t prep;
 	double t0, cpu_s;
 } scd_job_run_t;
+
+/* The timeline's phase of one item begun at t0, on its tensor's lane (util/timeline.h),
+ * with its size; nothing for a tensor gone from this node. */
+static inline void scd_job_item_tl(const scd_job_item_t *it, const char *phase, uint64_t t0,
+				   uint32_t dtype)
+{
+	if (!t0 || !it->name)
+		return;
+	scd_tl_arg_t a[] = {{"bytes", NULL, (int64_t)(it->numel * sc_dtype_size(dtype))}};
+	scd_tl_tensor(it->name, phase, t0, a, 1);
+}
 
 typedef struct scd_job {
 	scd_job_kind_t kind;

@@ -21,6 +21,7 @@
 
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/timeline.h"
 
 #define META_MAGIC     0x314d4353u /* "SCM1" */
 #define META_HDR_BYTES 40
@@ -429,11 +430,41 @@ static int stage_work(void *arg)
 	return st != SC_OK ? (int)st : k;
 }
 
+/* The timeline's event of one exchange round begun at t0 (util/timeline.h): on the
+ * calling thread's lane, inside the scheme's event, with what this rank sent. */
+static void tl_round(const scd_scheme_ctx_t *c, const char *what, uint64_t t0,
+		     const scd_xfer_t *s, int ns, int nr, size_t send_bytes)
+{
+	if (!t0)
+		return;
+	for (int i = 0; i < ns; i++)
+		send_bytes += s[i].bytes;
+	scd_tl_arg_t a[] = {{"round", NULL, c->rounds},
+			    {"send_bytes", NULL, (int64_t)send_bytes},
+			    {"sends", NULL, ns},
+			    {"recvs", NULL, nr}};
+	scd_tl_here(what, t0, a, 4);
+}
+
+static sc_status_t xchg_staged(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			       const scd_xfer_t *r, int nr, size_t *rb,
+			       const scd_xfer_work_t *inner_w);
+
 /* One exchange through the transport, staged where the device needs it; inner_w is the
  * work that may overlap it. */
 static sc_status_t xchg_any(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
 			    const scd_xfer_t *r, int nr, size_t *rb,
 			    const scd_xfer_work_t *inner_w)
+{
+	uint64_t tl = scd_tl_begin();
+	sc_status_t st = xchg_staged(c, s, ns, r, nr, rb, inner_w);
+	tl_round(c, "xchg", tl, s, ns, nr, 0);
+	return st;
+}
+
+static sc_status_t xchg_staged(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,
+			       const scd_xfer_t *r, int nr, size_t *rb,
+			       const scd_xfer_work_t *inner_w)
 {
 	sc_status_t st;
 	if (!staged(c)) {
@@ -530,6 +561,7 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 		return st;
 	c->rounds += 2 * (uint32_t)(c->size - 1);
 	double t0 = scd_now_s();
+	uint64_t tl = scd_tl_begin();
 	scd_xfer_work_t w = {res_work, c}; /* queued residual additions, if any */
 	void *buf = data;
 	size_t bytes = n * sc_dtype_size(dtype);
@@ -545,6 +577,7 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 		c->dev->from_host(data, buf, bytes);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */
 	c->xchg_s += scd_now_s() - t0;
+	tl_round(c, "allreduce", tl, NULL, 0, 0, bytes);
 	return st == SC_OK ? st : xport_fail(c, st, "allreduce");
 }
 
@@ -555,8 +588,24 @@ sc_status_t scd_scheme_allreduce(scd_scheme_ctx_t *c, float *data, size_t n)
 
 /* ---- metadata round ---------------------------------------------------------------------- */
 
+static sc_status_t meta_round(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
+			      const uint64_t *parts, uint32_t nparts);
+
+/* The metadata round, an event of the timeline around its exchange. */
 sc_status_t scd_scheme_meta(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
 			    const uint64_t *parts, uint32_t nparts)
+{
+	uint64_t tl = scd_tl_begin();
+	sc_status_t st = meta_round(c, s, nnz, parts, nparts);
+	if (tl) {
+		scd_tl_arg_t a[] = {{"nnz", NULL, (int64_t)nnz}, {"parts", NULL, nparts}};
+		scd_tl_here("meta", tl, a, 2);
+	}
+	return st;
+}
+
+static sc_status_t meta_round(scd_scheme_ctx_t *c, scd_scheme_t s, uint64_t nnz,
+			      const uint64_t *parts, uint32_t nparts)
 {
 	int P = c->size, me = c->rank;
 	size_t slot =
@@ -847,11 +896,31 @@ static void result_stats_coo(const scd_scheme_ctx_t *c, const scd_coo_t *o,
 	r->skew = total ? (double)maxr * (double)P / (double)total : 1;
 }
 
+static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t *io,
+			      scd_scheme_report_t *report_p);
+
+/* One run, an event of the timeline (on the calling thread's lane, around the run's
+ * exchange rounds) named "scheme" with the scheme's name and the buffer's size. */
 sc_status_t scd_scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t *io,
 			   scd_scheme_report_t *report_p)
 {
 	if ((unsigned)s >= SCD_SCHEME_COUNT || !c || !io || !io->data)
 		return scd_scheme_fail(SC_ERR_INVALID, "bad scheme run arguments");
+	uint64_t tl = scd_tl_begin();
+	sc_status_t st = scheme_run(s, c, io, report_p);
+	if (tl) {
+		scd_tl_arg_t a[] = {{"scheme", scd_scheme_name(s), 0},
+				    {"bytes", NULL, (int64_t)(c->cfg.numel * sizeof(float))},
+				    {"rounds", NULL, c->rounds},
+				    {"status", sc_status_name(st), 0}};
+		scd_tl_here("scheme", tl, a, 4);
+	}
+	return st;
+}
+
+static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io_t *io,
+			      scd_scheme_report_t *report_p)
+{
 	scheme_err[0] = 0;
 	double t0 = scd_now_s();
 	scd_transport_counters_t k0, k1;

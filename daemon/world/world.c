@@ -23,6 +23,7 @@
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/timeline.h"
 #include "util/zmsg.h"
 #include "world_protocol.h"
 
@@ -297,6 +298,8 @@ static void apply_config(scd_world_t *w, const Sparsecomm__ConfigSet *cs)
 		scd_log_parse_level(cs->value, &scd_log_level);
 	if (k == SCD_CFG_fusion_threshold_bytes)
 		scd_engine_set_fusion_bytes(d->engine, (uint64_t)scd_cfg_int(&d->cfg, k));
+	if (k == SCD_CFG_timeline_file)
+		scd_tl_configure(cs->value, d->rank, d->world_size);
 }
 
 void scd_world_config_propose(scd_world_t *w, const char *key, const char *value)

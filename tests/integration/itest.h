@@ -115,6 +115,12 @@ int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_ctl(int argc, char **argv);
+int it_timeline(int argc, char **argv); /* itest_timeline.c */
+/* Finds sparsectl ($SPARSECTL, else next to this executable), failing when it cannot run;
+ * then it_run_ctl runs `sparsectl --socket SOCK --json ARGS...` (args NULL-terminated),
+ * bounded in time, with its stdout in out, and returns its exit status (itest_ctl.c). */
+void it_sparsectl_find(void);
+int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *args);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);

@@ -30,8 +30,8 @@ static uint64_t fnv(const void *p, size_t n)
 /* A deterministic float of rank, step, tensor and element, spread over many magnitudes. */
 static float value(int rank, int step, int t, size_t i)
 {
-	uint64_t x = ((uint64_t)rank * 1000003u + (uint64_t)step * 7919u + (uint64_t)t * 104729u +
-		      i * 2654435761u) *
+	uint64_t x = ((uint64_t)rank * 1000003u + (uint64_t)step * 7919u +
+		      (uint64_t)t * 104729u + i * 2654435761u) *
 		     0x9e3779b97f4a7c15ull;
 	x ^= x >> 29;
 	double u = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) */
@@ -62,8 +62,8 @@ int it_bits(int argc, char **argv)
 			o.sparsifier = SC_SPARSIFY_THRESHOLD;
 			o.threshold = 20;
 		}
-		IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, n[k], &o, &t[k]), "registering %s",
-			    name);
+		IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, n[k], &o, &t[k]),
+			    "registering %s", name);
 	}
 	for (int s = 0; s < BITS_STEPS; s++) {
 		sc_handle_t h[BITS_TENSORS];
@@ -71,12 +71,13 @@ int it_bits(int argc, char **argv)
 			float *x = sc_tensor_data(t[k]);
 			for (size_t i = 0; i < n[k]; i++)
 				x[i] = value(it_env.rank, s, k, i);
-			IT_CHECK_SC(sc_allreduce_async(c, t[k], k % 3 ? SC_OP_SUM : SC_OP_AVERAGE,
-						       &h[k]),
+			IT_CHECK_SC(sc_allreduce_async(
+					c, t[k], k % 3 ? SC_OP_SUM : SC_OP_AVERAGE, &h[k]),
 				    "allreduce bits.%02d step %d", k, s);
 		}
 		for (int k = 0; k < BITS_TENSORS; k++) {
-			IT_CHECK_SC(sc_wait(c, h[k], IT_OP_TIMEOUT_MS), "bits.%02d step %d", k, s);
+			IT_CHECK_SC(sc_wait(c, h[k], IT_OP_TIMEOUT_MS), "bits.%02d step %d", k,
+				    s);
 			fprintf(f, "step %d tensor %d %016llx\n", s, k,
 				(unsigned long long)fnv(sc_tensor_data(t[k]), n[k] * 4));
 		}

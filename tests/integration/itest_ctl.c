@@ -31,9 +31,18 @@
 
 static char ctl_path[4200];
 
-/* Runs sparsectl --socket SOCK --json ARGS..., captures stdout into out; returns its exit
- * status (or -1 when it had to be killed). */
-static int run_ctl(const char *sock, char *out, size_t out_len, const char *const *args)
+void it_sparsectl_find(void)
+{
+	const char *env = getenv("SPARSECTL");
+	snprintf(ctl_path, sizeof(ctl_path), "%s", env && *env ? env : "");
+	if (!*ctl_path)
+		snprintf(ctl_path, sizeof(ctl_path), "%s/sparsectl", it_env.self_dir);
+	if (access(ctl_path, X_OK) != 0)
+		IT_FAIL("cannot run sparsectl at %s (set $SPARSECTL)", ctl_path);
+}
+
+/* See itest.h. */
+int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *args)
 {
 	const char *argv[16];
 	int n = 0;
@@ -99,7 +108,7 @@ static it_json_t *ctl_json(const char *sock, const char *const *args)
 {
 	static char out[CTL_OUT_BYTES];
 	char err[256];
-	int rc = run_ctl(sock, out, sizeof(out), args);
+	int rc = it_run_ctl(sock, out, sizeof(out), args);
 	if (rc != 0)
 		IT_FAIL("sparsectl --socket %s --json %s %s exited with %d; output: %.500s",
 			sock, args[0], args[1] ? args[1] : "", rc, out);
@@ -239,7 +248,7 @@ static void config_set(const char *sock, const char *key, const char *value)
 {
 	char out[4096];
 	const char *args[] = {"config", "set", key, value, NULL};
-	int rc = run_ctl(sock, out, sizeof(out), args);
+	int rc = it_run_ctl(sock, out, sizeof(out), args);
 	if (rc != 0)
 		IT_FAIL("sparsectl config set %s %s on %s exited with %d: %.300s", key, value,
 			sock, rc, out);
@@ -251,7 +260,7 @@ static void config_set_refused(const char *sock, const char *key, const char *va
 {
 	char out[4096], err[256];
 	const char *args[] = {"config", "set", key, value, NULL};
-	int rc = run_ctl(sock, out, sizeof(out), args);
+	int rc = it_run_ctl(sock, out, sizeof(out), args);
 	if (rc == 0)
 		IT_FAIL("sparsectl config set %s %s was accepted (exit 0), expected a refusal",
 			key, value);
@@ -396,12 +405,7 @@ static void check_pending(const char *sock, const char *name)
 
 int it_ctl(int argc, char **argv)
 {
-	const char *env = getenv("SPARSECTL");
-	snprintf(ctl_path, sizeof(ctl_path), "%s", env && *env ? env : "");
-	if (!*ctl_path)
-		snprintf(ctl_path, sizeof(ctl_path), "%s/sparsectl", it_env.self_dir);
-	if (access(ctl_path, X_OK) != 0)
-		IT_FAIL("cannot run sparsectl at %s (set $SPARSECTL)", ctl_path);
+	it_sparsectl_find();
 	sc_client_t *c = it_connect();
 	int rank = sc_rank(c), size = sc_size(c);
 	const char *names[] = {"ctl.a", "ctl.b"};

@@ -332,6 +332,7 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
+    {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},

@@ -272,6 +272,12 @@ run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
 run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl
 
+# The timeline: sparsectl timeline start/stop around a few steps; every node's file is
+# checked by tests/integration/timeline_check.py (valid JSON, nesting, every tensor).
+mkdir -p "$tmp/timeline3" "$tmp/timeline22"
+run_case "timeline n=3" 3 1 120 0 3 -- "$itest" timeline "$tmp/timeline3"
+run_case "timeline n=2 per-node=2" 2 2 120 0 4 -- "$itest" timeline "$tmp/timeline22"
+
 # cuda tensors (tests/integration/itest_cuda.c). Refused registrations need neither a GPU
 # nor daemons that serve GPU tensors: no driver, a library without the driver's symbols, a
 # GPU the driver stand-in (build/lib/libcuda-host.so) lacks, daemons whose GPU library is
