@@ -447,6 +447,8 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_tensors_gpu_policy(
 	    ctl->tensors, strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0,
 	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_gpu_mem_limit_bytes));
+	scd_tensors_reg_limit(ctl->tensors,
+			      (uint32_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_registrations));
 	sc_status_t st = scd_tensors_register(
 	    ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
 	    &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
@@ -477,7 +479,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r.tensor_id = reg->id;
 	r.shm_name = reg->shm_name;
 	r.shm_bytes = reg->map_bytes;
-	r.data_offset = reg->hdr->data_offset;
+	r.data_offset = reg->data_offset;
 	if (reg->gpu_mem) {
 		r.mem_ipc = (ProtobufCBinaryData){sizeof(reg->mem_ipc), reg->mem_ipc};
 		r.ready_event_ipc =

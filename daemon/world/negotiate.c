@@ -315,27 +315,38 @@ typedef struct plan_builder {
 	scd_arena_t arena;
 } plan_builder_t;
 
+/* A new response, or NULL out of memory (the plan then lacks it and is still whole). */
 static Sparsecomm__Response *pb_response(plan_builder_t *pb)
 {
 	if (pb->plan.n_responses == pb->cap_resp) {
-		pb->cap_resp = pb->cap_resp ? pb->cap_resp * 2 : 16;
-		pb->resp = realloc(pb->resp, pb->cap_resp * sizeof(*pb->resp));
+		size_t cap = pb->cap_resp ? pb->cap_resp * 2 : 16;
+		Sparsecomm__Response **resp = realloc(pb->resp, cap * sizeof(*resp));
+		if (!resp)
+			return NULL;
+		pb->resp = resp;
+		pb->cap_resp = cap;
 	}
 	Sparsecomm__Response *r = scd_arena_alloc(&pb->arena, sizeof(*r));
-	sparsecomm__response__init(r);
-	pb->resp[pb->plan.n_responses++] = r;
+	if (r)
+		sparsecomm__response__init(r);
 	return r;
 }
 
-static void pb_error(plan_builder_t *pb, const char *name, sc_status_t st, const char *msg)
+/* Adds an error response for name; SC_ERR_NOMEM (nothing added) out of memory. */
+static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st,
+			    const char *msg)
 {
 	Sparsecomm__Response *r = pb_response(pb);
+	char **names = scd_arena_alloc(&pb->arena, sizeof(char *));
+	if (!r || !names || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
+	    !(r->error = scd_arena_strdup(&pb->arena, msg)))
+		return SC_ERR_NOMEM;
 	r->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR;
-	r->names = scd_arena_alloc(&pb->arena, sizeof(char *));
-	r->names[0] = scd_arena_strdup(&pb->arena, name);
+	r->names = names;
 	r->n_names = 1;
 	r->status = st;
-	r->error = scd_arena_strdup(&pb->arena, msg);
+	pb->resp[pb->plan.n_responses++] = r;
+	return SC_OK;
 }
 
 /* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
@@ -347,17 +358,24 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
 	    w->cache[id].solo == e->solo)
 		return id;
-	id = w->n_cache;
-	if (cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
-		return UINT32_MAX;
+	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (pb->plan.n_new_entries == pb->cap_ents) {
-		pb->cap_ents = pb->cap_ents ? pb->cap_ents * 2 : 16;
-		pb->ents = realloc(pb->ents, pb->cap_ents * sizeof(*pb->ents));
+		size_t cap = pb->cap_ents ? pb->cap_ents * 2 : 16;
+		Sparsecomm__CacheEntry **ents = realloc(pb->ents, cap * sizeof(*ents));
+		if (!ents)
+			return UINT32_MAX;
+		pb->ents = ents;
+		pb->cap_ents = cap;
 	}
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
+	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
+	id = w->n_cache;
+	if (!ce || !ce_name ||
+	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
+		return UINT32_MAX;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
-	ce->name = scd_arena_strdup(&pb->arena, e->name);
+	ce->name = ce_name;
 	ce->dtype = e->dtype[0];
 	ce->numel = e->numel[0];
 	ce->op = e->op[0];
@@ -405,7 +423,8 @@ static void coord_emit(scd_world_t *w)
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
 		if (poison) {
-			pb_error(&pb, e->name, poison->status, poison->reason);
+			if (pb_error(&pb, e->name, poison->status, poison->reason) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -414,7 +433,8 @@ static void coord_emit(scd_world_t *w)
 		if (dr >= 0) {
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
 				 e->name, w->peers[dr].degraded_reason);
-			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
+			if (pb_error(&pb, e->name, SC_ERR_ABORTED, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -447,13 +467,15 @@ static void coord_emit(scd_world_t *w)
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms",
 				 (unsigned long long)stall_ms);
-			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
+			if (pb_error(&pb, e->name, SC_ERR_STALLED, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
 		}
 		if (describe_mismatch(w, e, msg, sizeof(msg))) {
-			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
+			if (pb_error(&pb, e->name, SC_ERR_MISMATCH, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -464,7 +486,8 @@ static void coord_emit(scd_world_t *w)
 				 "allreduce of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
 				 e->name);
-			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
+			if (pb_error(&pb, e->name, SC_ERR_NOMEM, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -472,9 +495,12 @@ static void coord_emit(scd_world_t *w)
 		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
 		if (!group || group_bytes + bytes > fuse_bytes || e->solo ||
 		    e->dtype[0] != group_dtype) {
-			group = pb_response(&pb);
+			uint32_t *ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
+			if (!ids || !(group = pb_response(&pb)))
+				break; /* out of memory: the rest waits for the next plan */
+			pb.resp[pb.plan.n_responses++] = group;
 			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
-			group->cache_ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
+			group->cache_ids = ids;
 			group_bytes = 0;
 			group_dtype = e->dtype[0];
 		}

@@ -125,6 +125,14 @@ static void coord_send_world(scd_world_t *w)
 	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
 	Sparsecomm__PeerInfo *infos = calloc((size_t)d->world_size, sizeof(*infos));
 	Sparsecomm__PeerInfo **ptrs = calloc((size_t)d->world_size, sizeof(*ptrs));
+	if (!infos || !ptrs) {
+		free(infos);
+		free(ptrs);
+		scd_error(SCD_SUB_WORLD, "no memory to announce the world of %d ranks",
+			  d->world_size);
+		scd_daemon_stop(d, 1);
+		return;
+	}
 	if (getrandom(&w->world_id, sizeof(w->world_id), 0) != sizeof(w->world_id))
 		w->world_id = (uint64_t)getpid() << 32 ^ scd_now_ms();
 	for (int r = 0; r < d->world_size; r++) {

@@ -195,6 +195,37 @@ if selected "transport mismatch refused"; then
 	fi
 fi
 
+# Two daemons on one runtime directory: the second stops at start, naming the directory
+# and the pid of the daemon that holds it; the first keeps running.
+if selected "runtime dir locked"; then
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	mkdir -p "$tmp/shared-rt"
+	"$bin/sparsecommd" --world_size 1 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/shared-rt" >"$tmp/first.log" 2>&1 </dev/null &
+	first=$!
+	i=0
+	while [ ! -S "$tmp/shared-rt/ctl.sock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	timeout 30 "$bin/sparsecommd" --world_size 1 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/shared-rt" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	alive=0
+	kill -0 "$first" 2>/dev/null && alive=1
+	kill "$first" 2>/dev/null
+	wait "$first" 2>/dev/null
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$alive" -eq 1 ] &&
+		grep -q "runtime directory $tmp/shared-rt is in use by another sparsecommd (pid $first" "$tmp/out"; then
+		echo "ok    runtime dir locked"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  runtime dir locked: second daemon exited with $rc (first alive: $alive)"
+		sed 's/^/      | /' "$tmp/out" | tail -n "$tail_lines"
+		failed=$((failed + 1))
+	fi
+fi
+
 # A rank that stays alive but never submits a tensor: the others fail with
 # SC_ERR_STALLED after stall_timeout_ms (1.5 s here), and the job goes on.
 run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
