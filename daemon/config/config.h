@@ -56,7 +56,7 @@ typedef enum {
 	  "a tensor ready on some ranks but not others for this long fails on every rank")     \
 	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
 	  "largest tensor a trainer may register")                                             \
-	X(max_registrations, INT, 16384, NULL, 1, 1000000, 1,                                  \
+	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel caps a process's mappings (vm.max_map_count, 65530)")       \
 	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \

@@ -930,6 +930,12 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	if (scd_zsock_bound(ctl->sock, SCD_CTL_MSG_MAX_BYTES) != 0) {
+		scd_error(SCD_SUB_CTL,
+			  "cannot bound the control socket's messages to %lld bytes: %s",
+			  SCD_CTL_MSG_MAX_BYTES, zmq_strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	unlink(d->ctl_path);
 	mode_t old = umask(0077);
 	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);

@@ -42,15 +42,17 @@ sc_status_t scd_dirlock_take(const char *dir, int *fd_p, char *err, size_t err_l
 			return SC_ERR_SYSTEM;
 		}
 		if (pid > 0)
-			snprintf(err, err_len,
-				 "runtime directory %s is in use by another sparsecommd (pid %ld, "
-				 "holding %s): give this daemon its own runtime_dir",
-				 dir, pid, path);
+			snprintf(
+			    err, err_len,
+			    "runtime directory %s is in use by another sparsecommd (pid %ld, "
+			    "holding %s): give this daemon its own runtime_dir",
+			    dir, pid, path);
 		else
-			snprintf(err, err_len,
-				 "runtime directory %s is in use by another sparsecommd (holding "
-				 "%s): give this daemon its own runtime_dir",
-				 dir, path);
+			snprintf(
+			    err, err_len,
+			    "runtime directory %s is in use by another sparsecommd (holding "
+			    "%s): give this daemon its own runtime_dir",
+			    dir, path);
 		return SC_ERR_BUSY;
 	}
 	char buf[32];

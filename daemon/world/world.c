@@ -607,6 +607,12 @@ sc_status_t scd_world_start(scd_world_t *w)
 	zmq_setsockopt(w->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	if (scd_zsock_bound(w->sock, SCD_PEER_MSG_MAX_BYTES) != 0) {
+		scd_error(SCD_SUB_WORLD,
+			  "cannot bound the peer socket's messages to %lld bytes: %s",
+			  SCD_PEER_MSG_MAX_BYTES, zmq_strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD, "cannot listen on coordinator address %s: %s",

@@ -114,6 +114,7 @@ int it_killed(int argc, char **argv);
 int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
+int it_oversize(int argc, char **argv); /* itest_raw.c */
 int it_ctl(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */

@@ -331,6 +331,7 @@ static const struct {
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
+    {"oversize", it_oversize, "a 192 MiB control frame, the daemon's memory bounded"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},

@@ -151,6 +151,7 @@ run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
 run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
+run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.

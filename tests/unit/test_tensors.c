@@ -32,8 +32,7 @@ UNIT_TEST(tensors_registration_limit)
 	CHECK_EQ_INT(reg(t, "c", 0, &r[2], err, sizeof(err)), SC_OK);
 	CHECK_EQ_INT(scd_tensors_live(t), 3);
 	CHECK_EQ_INT(reg(t, "d", 0, &r[3], err, sizeof(err)), SC_ERR_LIMIT);
-	CHECK_MSG(strstr(err, "max_registrations") && strstr(err, "'d'") &&
-		      strstr(err, " 3 "),
+	CHECK_MSG(strstr(err, "max_registrations") && strstr(err, "'d'") && strstr(err, " 3 "),
 		  "the error names the key, the tensor and the count: %s", err);
 	scd_tensors_release(t, r[1]);
 	CHECK_EQ_INT(scd_tensors_live(t), 2);
@@ -55,13 +54,11 @@ UNIT_TEST(tensors_shm_names_unpredictable)
 	CHECK_MSG(!strncmp(a->shm_name, pre, strlen(pre)), "name %s", a->shm_name);
 	const char *ra = strrchr(a->shm_name, '.'), *rb = strrchr(b->shm_name, '.');
 	CHECK_MSG(strlen(ra) == 17 && strlen(rb) == 17 && strcmp(ra, rb) != 0,
-		  "random parts of 16 hex digits that differ: %s %s", a->shm_name,
-		  b->shm_name);
+		  "random parts of 16 hex digits that differ: %s %s", a->shm_name, b->shm_name);
 	char path[128];
 	struct stat st;
 	snprintf(path, sizeof(path), "/dev/shm%s", a->shm_name);
-	CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s is mode 0600",
-		  path);
+	CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s is mode 0600", path);
 	scd_tensors_destroy(t);
 	CHECK_MSG(stat(path, &st) != 0, "%s removed with the table", path);
 }
