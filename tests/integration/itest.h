@@ -117,6 +117,7 @@ int it_version(int argc, char **argv);
 int it_oversize(int argc, char **argv); /* itest_raw.c */
 int it_ctl(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
+int it_peer_oversize(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);

@@ -332,6 +332,7 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"oversize", it_oversize, "a 192 MiB control frame, the daemon's memory bounded"},
+    {"peer-oversize", it_peer_oversize, "a 192 MiB frame to the coordinator"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},

@@ -196,6 +196,33 @@ if selected "transport mismatch refused"; then
 	fi
 fi
 
+# A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
+# its header arrives, so the coordinator's peak resident memory stays under 96 MiB, and it
+# still answers a join.
+if selected "peer oversize frame"; then
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	mkdir -p "$tmp/coord-big"
+	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/coord-big" --join_timeout_ms 60000 >"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
+		peer-oversize >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$coord/status" 2>/dev/null)
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	if [ "$rc" -eq 0 ] && grep -q 'peer-oversize: rank 1 passed' "$tmp/out" &&
+		[ -n "$hwm" ] && [ "$hwm" -lt 98304 ]; then
+		echo "ok    peer oversize frame (coordinator peak ${hwm} KiB)"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  peer oversize frame: scenario exited with $rc, coordinator peak '${hwm}' KiB"
+		sed 's/^/      | /' "$tmp/out" | tail -n "$tail_lines"
+		sed 's/^/      | coordinator: /' "$tmp/coord.log" | tail -n "$tail_lines"
+		failed=$((failed + 1))
+	fi
+fi
+
 # Two daemons on one runtime directory: the second stops at start, naming the directory
 # and the pid of the daemon that holds it; the first keeps running.
 if selected "runtime dir locked"; then
