@@ -640,8 +640,11 @@ static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms
 		}
 		if (!pfd[0].revents || accepted >= need)
 			continue;
-		/* at most a table's worth a turn: the hellos already in are served first */
-		for (int k = 0; k < TCP_MAX_PENDING; k++) {
+		/* the free slots, or one in place of the oldest when none is free: the hellos
+		 * of those just accepted are served before any of them can be closed for room
+		 */
+		int room = n_pend < TCP_MAX_PENDING ? TCP_MAX_PENDING - n_pend : 1;
+		for (int k = 0; k < room; k++) {
 			int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 			if (fd < 0) {
 				if (errno == EINTR || errno == ECONNABORTED)
