@@ -99,6 +99,10 @@ typedef enum {
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
 	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
+	X(nonfinite, STR, 0, "pass", 0, 0, 0,                                                  \
+	  "a NaN or infinity in a trainer's float32 input: pass (summed as it is), warn "      \
+	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \
+	  "the same on every node")                                                            \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")
 
 typedef enum {

@@ -629,6 +629,7 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	ts->dtype = dtype;
 	ts->calls = st->calls;
 	ts->errors = st->errors;
+	ts->nonfinite = st->nonfinite;
 	ts->bytes_sent = st->bytes_sent;
 	ts->bytes_received = st->bytes_recv;
 	ts->time_s = st->time_s;

@@ -39,6 +39,22 @@
 
 typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
 
+/* What a NaN or an infinity in a trainer's float32 input does (the nonfinite key). */
+typedef enum {
+	SCD_NONFINITE_PASS = 0, /* nothing checked: it reaches the sum */
+	SCD_NONFINITE_WARN,	/* counted per tensor and logged; the sum goes on */
+	SCD_NONFINITE_ERROR,	/* the operation fails on every rank (engine/verdict.h) */
+} scd_nonfinite_t;
+
+/* The mode the nonfinite key's text names (checked by the configuration: pass, warn or
+ * error). */
+static inline scd_nonfinite_t scd_nonfinite_parse(const char *text)
+{
+	return text[0] == 'e'	? SCD_NONFINITE_ERROR
+	       : text[0] == 'w' ? SCD_NONFINITE_WARN
+				: SCD_NONFINITE_PASS;
+}
+
 /* The loop thread's node tensor (ctl/tensor.h), opaque to the engine. */
 struct scd_ntensor;
 
@@ -69,6 +85,8 @@ typedef struct scd_job_item {
 	uint64_t offset; /* in the fused buffer, in elements of the job's dtype */
 	uint32_t op;
 	uint32_t cache_id;
+	int solo;	    /* the plan's: the tensor runs in a buffer of its own */
+	uint64_t nonfinite; /* result: NaN or infinite values in this node's sum of it */
 	/* sparsification ahead (from the tensor's options) */
 	uint32_t sparsifier; /* sc_sparsifier_t */
 	double density, threshold;
@@ -98,6 +116,7 @@ typedef struct scd_job {
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
 	scd_coo_t coo_out; /* then: the trainer's COO area (the same arrays as coo_in) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
+	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */

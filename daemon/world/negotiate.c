@@ -713,6 +713,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
 	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
 	job->lossless_only = 0;
+	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
 	/* Every item has the buffer's dtype (see coord_emit); items start 64-byte aligned. */
 	job->dtype = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
 	size_t esz = sc_dtype_size(job->dtype);
@@ -724,6 +725,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		it->numel = c->numel;
 		it->op = c->op;
 		it->cache_id = resp->cache_ids[i];
+		it->solo = c->solo;
 		it->offset = off;
 		off += (c->numel + align - 1) & ~(align - 1);
 		/* ctl fills the item from the node's shared buffers and marks it running */
@@ -869,6 +871,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 			nt->stats.exchange_s = job->exchange_s;
 			nt->stats.cpu_s = job->cpu_s;
 		}
+		nt->stats.nonfinite += it->nonfinite;
 		char msg[700];
 		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
 			job->status = SC_ERR_STALLED;

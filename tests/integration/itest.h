@@ -116,6 +116,12 @@ int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_oversize(int argc, char **argv); /* itest_raw.c */
 int it_ctl(int argc, char **argv);
+/* sparsectl for the helpers below: $SPARSECTL, else next to this executable. */
+void it_ctl_locate(void);
+/* A number of tensor name's entry in `sparsectl --socket SOCK --json stats`, or -1 when
+ * the tensor is not listed. */
+double it_stats_number(const char *sock, const char *name, const char *field);
+int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_peer_oversize(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */

@@ -296,17 +296,7 @@ static int node_sockets(char socks[][4200], int max)
 /* The tensor's calls in `stats --json` on sock, or -1 when it is not listed. */
 static double stats_calls(const char *sock, const char *name)
 {
-	const char *args[] = {"stats", NULL};
-	it_json_t *s = ctl_json(sock, args);
-	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
-	double calls = -1;
-	for (size_t i = 0; i < ts->n; i++) {
-		const it_json_t *nm = it_json_get(ts->items[i], "name");
-		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
-			calls = need(ts->items[i], "calls", IT_JNUM, name)->num;
-	}
-	it_json_free(s);
-	return calls;
+	return it_stats_number(sock, name, "calls");
 }
 
 /* The scheme of the tensor's last call in `stats --json` on sock. */
@@ -394,7 +384,7 @@ static void check_pending(const char *sock, const char *name)
 	}
 }
 
-int it_ctl(int argc, char **argv)
+void it_ctl_locate(void)
 {
 	const char *env = getenv("SPARSECTL");
 	snprintf(ctl_path, sizeof(ctl_path), "%s", env && *env ? env : "");
@@ -402,6 +392,28 @@ int it_ctl(int argc, char **argv)
 		snprintf(ctl_path, sizeof(ctl_path), "%s/sparsectl", it_env.self_dir);
 	if (access(ctl_path, X_OK) != 0)
 		IT_FAIL("cannot run sparsectl at %s (set $SPARSECTL)", ctl_path);
+}
+
+double it_stats_number(const char *sock, const char *name, const char *field)
+{
+	if (!*ctl_path)
+		it_ctl_locate();
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = ctl_json(sock, args);
+	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
+	double v = -1;
+	for (size_t i = 0; i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
+			v = need(ts->items[i], field, IT_JNUM, name)->num;
+	}
+	it_json_free(s);
+	return v;
+}
+
+int it_ctl(int argc, char **argv)
+{
+	it_ctl_locate();
 	sc_client_t *c = it_connect();
 	int rank = sc_rank(c), size = sc_size(c);
 	const char *names[] = {"ctl.a", "ctl.b"};

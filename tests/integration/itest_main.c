@@ -333,6 +333,7 @@ static const struct {
     {"version", it_version, "raw hello with protocol_version 999"},
     {"oversize", it_oversize, "a 192 MiB control frame, the daemon's memory bounded"},
     {"peer-oversize", it_peer_oversize, "a 192 MiB frame to the coordinator"},
+    {"badinput", it_badinput, "one rank's invalid input fails the operation on every rank"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},

@@ -152,6 +152,18 @@ run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
+# One rank's invalid input fails the operation on every rank, naming the rank and the
+# tensor (a COO index out of range; a NaN with nonfinite = error); with nonfinite = warn
+# the sum proceeds and the offender's node counts the values; pass counts nothing.
+run_case "badinput coo n=3" 3 1 120 0 3 -- "$itest" badinput coo
+run_case "badinput coo n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput coo
+run_case "badinput nan error n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-arg error -- \
+	"$itest" badinput nan-error
+run_case "badinput nan error n=2 per-node=2" 2 2 120 0 4 --daemon-arg --nonfinite \
+	--daemon-arg error -- "$itest" badinput nan-error
+run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-arg warn -- \
+	"$itest" badinput nan-warn
+run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.
