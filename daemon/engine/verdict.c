@@ -40,7 +40,8 @@ int scd_verdict_needed(const scd_job_t *job)
 void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const scd_fault_t *f,
 			  char *msg, size_t len)
 {
-	const scd_job_item_t *it = f->item < (uint32_t)job->n_items ? &job->items[f->item] : NULL;
+	const scd_job_item_t *it =
+	    f->item < (uint32_t)job->n_items ? &job->items[f->item] : NULL;
 	char tensor[300];
 	if (it && it->name)
 		snprintf(tensor, sizeof(tensor), "tensor '%s'", it->name);
@@ -54,10 +55,11 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 			 trainer, rank, f->local_rank, (unsigned long long)f->count, tensor,
 			 (unsigned long long)(it ? it->numel : 0));
 	else
-		snprintf(msg, len,
-			 "rank %d (node %d, local rank %d) sent %llu non-finite values (NaN or "
-			 "infinity) in %s (nonfinite = error): the operation fails on every rank",
-			 trainer, rank, f->local_rank, (unsigned long long)f->count, tensor);
+		snprintf(
+		    msg, len,
+		    "rank %d (node %d, local rank %d) sent %llu non-finite values (NaN or "
+		    "infinity) in %s (nonfinite = error): the operation fails on every rank",
+		    trainer, rank, f->local_rank, (unsigned long long)f->count, tensor);
 }
 
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,

@@ -30,9 +30,9 @@ typedef enum {
 /* One rank's finding: the first faulty item of the job. */
 typedef struct scd_fault {
 	scd_fault_kind_t kind;
-	uint32_t item;	 /* index in job->items */
-	int local_rank;	 /* the trainer of the node that sent it */
-	uint64_t count;	 /* offending entries (saturates at UINT32_MAX on the wire) */
+	uint32_t item;	/* index in job->items */
+	int local_rank; /* the trainer of the node that sent it */
+	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
 } scd_fault_t;
 
 /* The 8 bytes a rank sends, and back. */

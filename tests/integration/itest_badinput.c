@@ -27,9 +27,10 @@ static void expect_everyone_fails(sc_client_t *c, sc_handle_t h, int bad, const 
 	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
 	const char *why = it_wait_error();
 	if (r != SC_ERR_INVALID)
-		IT_FAIL("'%s' with rank %d's invalid input: %s (%s), expected SC_ERR_INVALID on "
-			"every rank",
-			name, bad, it_wait_name(r), why);
+		IT_FAIL(
+		    "'%s' with rank %d's invalid input: %s (%s), expected SC_ERR_INVALID on "
+		    "every rank",
+		    name, bad, it_wait_name(r), why);
 	char quoted[300];
 	snprintf(quoted, sizeof(quoted), "'%s'", name);
 	if (!it_mentions_rank(why, bad) || !strstr(why, quoted))
@@ -43,7 +44,8 @@ static void valid_dense_step(sc_client_t *c, sc_tensor_t *t, const char *name, u
 {
 	char why[512];
 	it_fill(sc_tensor_data(t), SC_FLOAT32, BI_NUMEL, seed, sc_rank(c), 1);
-	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "valid step of '%s'", name);
+	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "valid step of '%s'",
+		    name);
 	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, BI_NUMEL, seed, sc_size(c), 1,
 				SC_OP_SUM, why, sizeof(why));
 	if (wrong)
@@ -82,8 +84,9 @@ static void bad_coo(sc_client_t *c, int bad)
 		for (int i = 0; i < BI_NUMEL; i++) {
 			int rr = i % 100, want = i / 100 < 4 && rr < sc_size(c) ? 1 : 0;
 			if (x[i] != (float)want)
-				IT_FAIL("'%s' element %d is %g after the valid step, expected %d",
-					name, i, (double)x[i], want);
+				IT_FAIL(
+				    "'%s' element %d is %g after the valid step, expected %d",
+				    name, i, (double)x[i], want);
 		}
 	}
 }
@@ -133,7 +136,8 @@ int it_badinput(int argc, char **argv)
 	const char *mode = argc > 1 ? argv[1] : "";
 	if (strcmp(mode, "coo") && strcmp(mode, "nan-error") && strcmp(mode, "nan-warn") &&
 	    strcmp(mode, "nan-pass"))
-		IT_FAIL("badinput: mode '%s' is not coo, nan-error, nan-warn or nan-pass", mode);
+		IT_FAIL("badinput: mode '%s' is not coo, nan-error, nan-warn or nan-pass",
+			mode);
 	sc_client_t *c = it_connect();
 	int bad = sc_size(c) - 1;
 	if (!strcmp(mode, "coo"))
