@@ -11,8 +11,12 @@
  *   two non-finite values for the tensor in `sparsectl stats`; the others count none.
  * badinput nan-pass (nonfinite = pass): the sum proceeds as with warn and nothing is
  *   counted.
+ * badinput header: every trainer scribbles over the offsets and capacities in its shared
+ *   buffer's header (proto/shm_layout.h) before each step; the daemon uses its own copies,
+ *   so COO and dense steps stay exact and no daemon crashes.
  */
 #include "itest.h"
+#include "shm_layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -131,16 +135,68 @@ static void bad_nan(sc_client_t *c, int bad, const char *mode)
 	valid_dense_step(c, t, name, 4);
 }
 
+/* Offsets and capacities a daemon that trusted them would read past its mapping with. */
+static void scribble_header(sc_tensor_t *t)
+{
+	sc_shm_header_t *h =
+	    (sc_shm_header_t *)((char *)sc_tensor_data(t) - SC_SHM_DATA_OFFSET);
+	h->data_offset = UINT64_MAX / 2;
+	h->numel = UINT64_MAX;
+	h->coo_cap = UINT64_MAX;
+	h->coo_idx_offset = 1ull << 40;
+	h->coo_val_offset = 1ull << 41;
+	h->total_bytes = 1;
+	h->residual_offset = 1ull << 42;
+}
+
+static void scribbled_header(sc_client_t *c)
+{
+	const char *name = "badinput.header";
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = 8};
+	sc_tensor_t *t, *d = it_register(c, "badinput.header.dense", SC_FLOAT32, BI_NUMEL);
+	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, BI_NUMEL, &o, &t), "register '%s'",
+		    name);
+	int me = sc_rank(c);
+	for (int step = 0; step < 3; step++) {
+		uint32_t *idx = sc_tensor_coo_indices(t);
+		float *val = sc_tensor_coo_values(t);
+		for (int j = 0; j < 4; j++) {
+			idx[j] = (uint32_t)(j * 100 + me);
+			val[j] = 1.0f;
+		}
+		scribble_header(t);
+		sc_handle_t h;
+		IT_CHECK_SC(sc_allreduce_coo_async(c, t, 4, SC_OP_SUM, &h), "COO allreduce");
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("COO step %d of '%s' with a scribbled header: %s (%s)", step,
+				name, it_wait_name(r), it_wait_error());
+		const float *x = sc_tensor_data(t);
+		for (int i = 0; i < BI_NUMEL; i++) {
+			int want = i / 100 < 4 && i % 100 < sc_size(c) ? 1 : 0;
+			if (x[i] != (float)want)
+				IT_FAIL("'%s' element %d is %g with a scribbled header, "
+					"expected %d",
+					name, i, (double)x[i], want);
+		}
+		scribble_header(d);
+		valid_dense_step(c, d, "badinput.header.dense", (uint64_t)step);
+	}
+}
+
 int it_badinput(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	if (strcmp(mode, "coo") && strcmp(mode, "nan-error") && strcmp(mode, "nan-warn") &&
-	    strcmp(mode, "nan-pass"))
-		IT_FAIL("badinput: mode '%s' is not coo, nan-error, nan-warn or nan-pass",
-			mode);
+	    strcmp(mode, "nan-pass") && strcmp(mode, "header"))
+		IT_FAIL(
+		    "badinput: mode '%s' is not coo, nan-error, nan-warn, nan-pass or header",
+		    mode);
 	sc_client_t *c = it_connect();
 	int bad = sc_size(c) - 1;
-	if (!strcmp(mode, "coo"))
+	if (!strcmp(mode, "header"))
+		scribbled_header(c);
+	else if (!strcmp(mode, "coo"))
 		bad_coo(c, bad);
 	else
 		bad_nan(c, bad, mode);

@@ -164,6 +164,7 @@ run_case "badinput nan error n=2 per-node=2" 2 2 120 0 4 --daemon-arg --nonfinit
 run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-arg warn -- \
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
+run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.

@@ -44,7 +44,8 @@ UNIT_TEST(verdict_needed_only_where_a_fault_can_be)
 
 UNIT_TEST(verdict_describe_names_rank_and_tensor)
 {
-	scd_job_item_t items[2] = {{.name = "emb.w", .numel = 1000}, {.name = "fc.b", .numel = 8}};
+	scd_job_item_t items[2] = {{.name = "emb.w", .numel = 1000},
+				   {.name = "fc.b", .numel = 8}};
 	scd_job_t job = {.n_items = 2, .items = items, .dtype = SC_FLOAT32};
 	char msg[512];
 	scd_fault_t f = {SCD_FAULT_COO_RANGE, 0, 1, 3};
