@@ -315,17 +315,25 @@ typedef struct plan_builder {
 	scd_arena_t arena;
 } plan_builder_t;
 
+/* Room for one more pointer in *v (n held, *cap allocated); 0 out of memory. */
+static int pb_room(void ***v, size_t *cap, size_t n)
+{
+	if (n < *cap)
+		return 1;
+	size_t c = *cap ? *cap * 2 : 16;
+	void **nv = realloc(*v, c * sizeof(**v));
+	if (!nv)
+		return 0;
+	*v = nv;
+	*cap = c;
+	return 1;
+}
+
 /* A new response, or NULL out of memory (the plan then lacks it and is still whole). */
 static Sparsecomm__Response *pb_response(plan_builder_t *pb)
 {
-	if (pb->plan.n_responses == pb->cap_resp) {
-		size_t cap = pb->cap_resp ? pb->cap_resp * 2 : 16;
-		Sparsecomm__Response **resp = realloc(pb->resp, cap * sizeof(*resp));
-		if (!resp)
-			return NULL;
-		pb->resp = resp;
-		pb->cap_resp = cap;
-	}
+	if (!pb_room((void ***)&pb->resp, &pb->cap_resp, pb->plan.n_responses))
+		return NULL;
 	Sparsecomm__Response *r = scd_arena_alloc(&pb->arena, sizeof(*r));
 	if (r)
 		sparsecomm__response__init(r);
@@ -359,14 +367,8 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    w->cache[id].solo == e->solo)
 		return id;
 	/* the plan's room first: an id the coordinator assigns is always announced */
-	if (pb->plan.n_new_entries == pb->cap_ents) {
-		size_t cap = pb->cap_ents ? pb->cap_ents * 2 : 16;
-		Sparsecomm__CacheEntry **ents = realloc(pb->ents, cap * sizeof(*ents));
-		if (!ents)
-			return UINT32_MAX;
-		pb->ents = ents;
-		pb->cap_ents = cap;
-	}
+	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
+		return UINT32_MAX;
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
 	id = w->n_cache;

@@ -57,6 +57,29 @@ static void valid_dense_step(sc_client_t *c, sc_tensor_t *t, const char *name, u
 			BI_NUMEL, why);
 }
 
+/* Rank me's COO input: 1 at j * 100 + me for j < 4 (4 entries). */
+static void fill_coo(sc_tensor_t *t, int me)
+{
+	uint32_t *idx = sc_tensor_coo_indices(t);
+	float *val = sc_tensor_coo_values(t);
+	for (int j = 0; j < 4; j++) {
+		idx[j] = (uint32_t)(j * 100 + me);
+		val[j] = 1.0f;
+	}
+}
+
+/* The sum of every rank's fill_coo: 1 at j * 100 + r for j < 4 and r < size. */
+static void check_coo_sum(sc_client_t *c, sc_tensor_t *t, const char *name, const char *when)
+{
+	const float *x = sc_tensor_data(t);
+	for (int i = 0; i < BI_NUMEL; i++) {
+		int want = i / 100 < 4 && i % 100 < sc_size(c) ? 1 : 0;
+		if (x[i] != (float)want)
+			IT_FAIL("'%s' element %d is %g %s, expected %d", name, i, (double)x[i],
+				when, want);
+	}
+}
+
 static void bad_coo(sc_client_t *c, int bad)
 {
 	const char *name = "badinput.coo";
@@ -66,14 +89,9 @@ static void bad_coo(sc_client_t *c, int bad)
 		    name);
 	int me = sc_rank(c);
 	for (int step = 0; step < 2; step++) {
-		uint32_t *idx = sc_tensor_coo_indices(t);
-		float *val = sc_tensor_coo_values(t);
-		for (int j = 0; j < 4; j++) {
-			idx[j] = (uint32_t)(j * 100 + me);
-			val[j] = 1.0f;
-		}
+		fill_coo(t, me);
 		if (step == 0 && me == bad)
-			idx[2] = BI_NUMEL + 7; /* out of range */
+			sc_tensor_coo_indices(t)[2] = BI_NUMEL + 7; /* out of range */
 		sc_handle_t h;
 		IT_CHECK_SC(sc_allreduce_coo_async(c, t, 4, SC_OP_SUM, &h), "COO allreduce");
 		if (step == 0) {
@@ -84,14 +102,7 @@ static void bad_coo(sc_client_t *c, int bad)
 		if (r != SC_OK)
 			IT_FAIL("valid COO step of '%s' after the failed one: %s (%s)", name,
 				it_wait_name(r), it_wait_error());
-		const float *x = sc_tensor_data(t);
-		for (int i = 0; i < BI_NUMEL; i++) {
-			int rr = i % 100, want = i / 100 < 4 && rr < sc_size(c) ? 1 : 0;
-			if (x[i] != (float)want)
-				IT_FAIL(
-				    "'%s' element %d is %g after the valid step, expected %d",
-				    name, i, (double)x[i], want);
-		}
+		check_coo_sum(c, t, name, "after the valid step");
 	}
 }
 
@@ -158,12 +169,7 @@ static void scribbled_header(sc_client_t *c)
 		    name);
 	int me = sc_rank(c);
 	for (int step = 0; step < 3; step++) {
-		uint32_t *idx = sc_tensor_coo_indices(t);
-		float *val = sc_tensor_coo_values(t);
-		for (int j = 0; j < 4; j++) {
-			idx[j] = (uint32_t)(j * 100 + me);
-			val[j] = 1.0f;
-		}
+		fill_coo(t, me);
 		scribble_header(t);
 		sc_handle_t h;
 		IT_CHECK_SC(sc_allreduce_coo_async(c, t, 4, SC_OP_SUM, &h), "COO allreduce");
@@ -171,14 +177,7 @@ static void scribbled_header(sc_client_t *c)
 		if (r != SC_OK)
 			IT_FAIL("COO step %d of '%s' with a scribbled header: %s (%s)", step,
 				name, it_wait_name(r), it_wait_error());
-		const float *x = sc_tensor_data(t);
-		for (int i = 0; i < BI_NUMEL; i++) {
-			int want = i / 100 < 4 && i % 100 < sc_size(c) ? 1 : 0;
-			if (x[i] != (float)want)
-				IT_FAIL("'%s' element %d is %g with a scribbled header, "
-					"expected %d",
-					name, i, (double)x[i], want);
-		}
+		check_coo_sum(c, t, name, "with a scribbled header");
 		scribble_header(d);
 		valid_dense_step(c, d, "badinput.header.dense", (uint64_t)step);
 	}
