@@ -9,7 +9,8 @@
  * stay in step and no rank delivers a partial sum.
  *
  * Whether a job takes the round is decided from what every rank agrees on (the plan and
- * the configuration's nonfinite key, which must be the same on every node): a float32
+ * the configuration's nonfinite key, which world formation checks is the same on every
+ * node: world/world.c refuses a Join whose value differs): a float32
  * job with a tensor of its own buffer (the only ones that take COO input), and every job
  * when nonfinite = error.
  */

@@ -175,6 +175,7 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	scd_daemon_t *d = w->d;
 	char why[256];
 	const char *tname = j->transport ? j->transport : "";
+	const char *own_nonfinite = scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 	uint16_t port;
 	if (j->protocol_version != SCD_WORLD_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why),
@@ -199,6 +200,10 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		snprintf(why, sizeof(why),
 			 "rank %d sent a malformed %s bootstrap blob (%zu bytes)", j->rank,
 			 w->tops->name, j->transport_blob.len);
+	} else if (strcmp(j->nonfinite ? j->nonfinite : "", own_nonfinite) != 0) {
+		snprintf(why, sizeof(why),
+			 "rank %d has nonfinite '%.16s', the coordinator '%s'", j->rank,
+			 j->nonfinite ? j->nonfinite : "", own_nonfinite);
 	} else if (w->peers[j->rank].joined || w->formed) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
@@ -649,6 +654,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 		j.world_size = d->world_size;
 		j.local_size = d->local_size;
 		j.transport = (char *)w->tops->name;
+		j.nonfinite = (char *)scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 		j.transport_blob.data = self->blob;
 		j.transport_blob.len = self->blob_len;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;

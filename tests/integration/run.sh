@@ -117,14 +117,16 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# start_lone_coordinator DIR: a coordinator (rank 0 of 2) alone on a free port, in the
-# background, with DIR as its runtime directory; sets $port and $coord, logs to
-# $tmp/coord.log.
+# start_lone_coordinator DIR [ARGS...]: a coordinator (rank 0 of 2) alone on a free port,
+# in the background, with DIR as its runtime directory and ARGS added; sets $port and
+# $coord, logs to $tmp/coord.log.
 start_lone_coordinator() {
 	port=$(free_port)
 	mkdir -p "$1"
+	rt=$1
+	shift
 	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
-		--runtime_dir "$1" --join_timeout_ms 60000 >"$tmp/coord.log" 2>&1 </dev/null &
+		--runtime_dir "$rt" --join_timeout_ms 60000 "$@" >"$tmp/coord.log" 2>&1 </dev/null &
 	coord=$!
 }
 
@@ -227,6 +229,22 @@ if selected "transport mismatch refused"; then
 	[ "$rc" -eq 0 ] && grep -q 'join-refused: rank 1 passed' "$tmp/out" &&
 		grep -q "join refused: rank 1 uses transport 'nccl'" "$tmp/coord.log" && ok=1
 	lone_verdict "transport mismatch refused" "$ok" "scenario exited with $rc"
+fi
+
+# The nonfinite key decides which jobs take the input check's round, so every rank must
+# agree: a rank whose key differs is refused at its join, naming both values.
+if selected "nonfinite mismatch refused"; then
+	start_lone_coordinator "$tmp/coord-nf" --nonfinite error
+	mkdir -p "$tmp/rank1-nf"
+	timeout 60 "$bin/sparsecommd" --rank 1 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/rank1-nf" --nonfinite warn >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+		grep -q "rank 1 has nonfinite 'warn', the coordinator 'error'" "$tmp/coord.log" && ok=1
+	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
 fi
 
 # A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
