@@ -28,9 +28,10 @@ struct scd_tensors {
 	void *on_free_arg;
 	scd_ntensor_t *bucket[NT_BUCKETS];
 	scd_ntensor_t *all;
-	scd_reg_t **regs; /* by id - 1 */
-	uint32_t n_regs, cap_regs;
-	uint32_t live, max_live; /* registrations held, and the most allowed (0: no limit) */
+	scd_reg_t **regs;	   /* by id - 1 */
+	uint32_t n_regs, cap_regs; /* slots used (ids 1..n_regs), allocated */
+	uint32_t free_from;	   /* no free slot below this one */
+	uint32_t live, max_live;   /* registrations held, and the most allowed (0: no limit) */
 	uint64_t shm_seq;
 	scd_stats_keep_t kept;
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
@@ -444,9 +445,14 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		    name, local_rank, t->live);
 		return SC_ERR_LIMIT;
 	}
-	if (t->n_regs == UINT32_MAX - 1) {
+	/* a released registration's slot (and id) is taken again: the table never grows
+	 * past the most registrations held at once */
+	uint32_t slot = t->free_from;
+	while (slot < t->n_regs && t->regs[slot])
+		slot++;
+	if (slot == UINT32_MAX - 1) {
 		snprintf(err, err_len, "tensor '%s': registration ids exhausted (%u)", name,
-			 t->n_regs);
+			 slot);
 		return SC_ERR_LIMIT;
 	}
 	scd_reg_t *r = calloc(1, sizeof(*r));
@@ -454,7 +460,7 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		snprintf(err, err_len, "tensor '%s': out of memory for its registration", name);
 		return SC_ERR_NOMEM;
 	}
-	if (t->n_regs == t->cap_regs) {
+	if (slot == t->cap_regs) {
 		uint32_t cap = t->cap_regs ? t->cap_regs * 2 : 256;
 		scd_reg_t **regs =
 		    cap > t->cap_regs ? realloc(t->regs, (size_t)cap * sizeof(*regs)) : NULL;
@@ -484,8 +490,10 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		return SC_ERR_NOMEM;
 	}
 	t->live++;
-	t->regs[t->n_regs++] = r;
-	r->id = t->n_regs;
+	t->regs[slot] = r;
+	t->n_regs = slot == t->n_regs ? slot + 1 : t->n_regs;
+	t->free_from = slot + 1;
+	r->id = slot + 1;
 	r->session = s;
 	r->nt = nt;
 	r->local_rank = local_rank;
@@ -514,6 +522,8 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 			nt_free(t, nt);
 	}
 	t->regs[r->id - 1] = NULL;
+	if (r->id - 1 < t->free_from)
+		t->free_from = r->id - 1;
 	t->live--;
 	gpu_release(t, r);
 	reg_unmap(r);

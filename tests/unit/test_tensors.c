@@ -34,9 +34,19 @@ UNIT_TEST(tensors_registration_limit)
 	CHECK_EQ_INT(reg(t, "d", 0, &r[3], err, sizeof(err)), SC_ERR_LIMIT);
 	CHECK_MSG(strstr(err, "max_registrations") && strstr(err, "'d'") && strstr(err, " 3 "),
 		  "the error names the key, the tensor and the count: %s", err);
+	uint32_t freed = r[1]->id;
 	scd_tensors_release(t, r[1]);
 	CHECK_EQ_INT(scd_tensors_live(t), 2);
 	CHECK_EQ_INT(reg(t, "d", 0, &r[3], err, sizeof(err)), SC_OK);
+	/* the released slot is taken again: churn does not grow the table */
+	CHECK_EQ_INT(r[3]->id, freed);
+	CHECK_TRUE(scd_tensors_reg(t, freed) == r[3]);
+	for (int k = 0; k < 1000; k++) {
+		scd_tensors_release(t, r[3]);
+		CHECK_EQ_INT(reg(t, "d", 0, &r[3], err, sizeof(err)), SC_OK);
+		CHECK_MSG(r[3]->id <= 3, "registration %d took id %u of a table of 3", k,
+			  r[3]->id);
+	}
 	scd_tensors_destroy(t);
 }
 
