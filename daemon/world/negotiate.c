@@ -77,7 +77,8 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	scd_cache_ent_t *e = &w->cache[id];
 	if (!e->name || strcmp(e->name, name)) {
 		free(e->name);
-		e->name = strdup(name);
+		if (!(e->name = strdup(name)))
+			return SC_ERR_NOMEM;
 	}
 	e->dtype = dtype;
 	e->numel = numel;
@@ -112,7 +113,11 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->cached = 1;
 		o->id = id;
 	} else {
-		o->name = strdup(nt->name);
+		if (!(o->name = strdup(nt->name))) {
+			w->n_out--;
+			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+			return;
+		}
 		o->dtype = nt->dtype;
 		o->numel = nt->numel;
 		o->op = nt->op;
@@ -224,6 +229,15 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->dtype = calloc((size_t)P, sizeof(uint32_t));
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
+	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel) {
+		free(e->name);
+		free(e->have);
+		free(e->dtype);
+		free(e->op);
+		free(e->numel);
+		free(e);
+		return NULL;
+	}
 	e->first_ms = scd_now_ms();
 	e->hnext = w->ebucket[b];
 	w->ebucket[b] = e;
