@@ -47,9 +47,11 @@ typedef enum {
 } scd_nonfinite_t;
 
 /* The mode the nonfinite key's text names (checked by the configuration: pass, warn or
- * error). */
+ * error; NULL, an unset configuration, is pass). */
 static inline scd_nonfinite_t scd_nonfinite_parse(const char *text)
 {
+	if (!text)
+		return SCD_NONFINITE_PASS;
 	return text[0] == 'e'	? SCD_NONFINITE_ERROR
 	       : text[0] == 'w' ? SCD_NONFINITE_WARN
 				: SCD_NONFINITE_PASS;

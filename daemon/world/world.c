@@ -176,6 +176,7 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	char why[256];
 	const char *tname = j->transport ? j->transport : "";
 	const char *own_nonfinite = scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
+	own_nonfinite = own_nonfinite ? own_nonfinite : "";
 	uint16_t port;
 	if (j->protocol_version != SCD_WORLD_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why),
