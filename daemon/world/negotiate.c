@@ -214,6 +214,17 @@ out:
 
 /* ---- the coordinator -------------------------------------------------------------------- */
 
+/* Frees an entry that is in no list. */
+static void centry_release(scd_centry_t *e)
+{
+	free(e->name);
+	free(e->have);
+	free(e->dtype);
+	free(e->op);
+	free(e->numel);
+	free(e);
+}
+
 static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 {
 	uint32_t b = hash_name(name);
@@ -230,12 +241,7 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
 	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel) {
-		free(e->name);
-		free(e->have);
-		free(e->dtype);
-		free(e->op);
-		free(e->numel);
-		free(e);
+		centry_release(e);
 		return NULL;
 	}
 	e->first_ms = scd_now_ms();
@@ -264,12 +270,7 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 		w->ehead = e->next;
 	if (w->etail == e)
 		w->etail = prev;
-	free(e->name);
-	free(e->have);
-	free(e->dtype);
-	free(e->op);
-	free(e->numel);
-	free(e);
+	centry_release(e);
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
