@@ -23,6 +23,7 @@
 #include "daemon.h"
 #include "device/cuda.h"
 #include "engine/engine.h"
+#include "util/dirlock.h"
 #include "util/log.h"
 #include "util/timeline.h"
 #include "world/world.h"
@@ -84,6 +85,12 @@ static sc_status_t make_runtime_dir(scd_daemon_t *d)
 		return SC_ERR_SYSTEM;
 	}
 	chmod(d->runtime_dir, 0700);
+	char why[512];
+	int lock_fd; /* held open (and locked) until the process exits */
+	if (scd_dirlock_take(d->runtime_dir, &lock_fd, why, sizeof(why)) != SC_OK) {
+		scd_error(SCD_SUB_MAIN, "%s", why);
+		return SC_ERR_BUSY;
+	}
 	snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/ctl.sock", d->runtime_dir);
 	snprintf(d->ctl_endpoint, sizeof(d->ctl_endpoint), "ipc://%s", d->ctl_path);
 	return SC_OK;

@@ -56,6 +56,9 @@ typedef enum {
 	  "a tensor ready on some ranks but not others for this long fails on every rank")     \
 	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
 	  "largest tensor a trainer may register")                                             \
+	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \
+	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
+	  "mapping, and the kernel caps a process's mappings (vm.max_map_count, 65530)")       \
 	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \
 	  "collective scheme for every buffer: auto (cost model) or a scheme name")            \
 	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                    \
@@ -99,6 +102,10 @@ typedef enum {
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
 	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
+	X(nonfinite, STR, 0, "pass", 0, 0, 0,                                                  \
+	  "a NaN or infinity in a trainer's float32 input: pass (summed as it is), warn "      \
+	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \
+	  "the same on every node")                                                            \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
 	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \

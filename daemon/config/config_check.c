@@ -1,9 +1,9 @@
 /*
  * config_check.c: what the text settings may hold beyond their type: log_level's four
- * levels, device's three placements, scheme's names and scheme_pins' PATTERN=SCHEME list.
- * scd_config_set runs these checks for every source (file, environment, flags, a runtime
- * change), so a value the daemons would not understand is refused where it is given instead of
- * being silently ignored when a buffer is planned.
+ * levels, device's three placements, nonfinite's three modes, scheme's names and scheme_pins'
+ * PATTERN=SCHEME list. scd_config_set runs these checks for every source (file, environment,
+ * flags, a runtime change), so a value the daemons would not understand is refused where it is
+ * given instead of being silently ignored when a buffer is planned.
  */
 #include "config/config.h"
 
@@ -98,6 +98,11 @@ sc_status_t scd_config_check_text(int key, const char *value, char *err, size_t 
 	if (key == SCD_CFG_device && strcmp(value, "cpu") && strcmp(value, "cuda") &&
 	    strcmp(value, "auto")) {
 		snprintf(err, err_len, "device: '%.100s' is not cpu, cuda or auto", value);
+		return SC_ERR_INVALID;
+	}
+	if (key == SCD_CFG_nonfinite && strcmp(value, "pass") && strcmp(value, "warn") &&
+	    strcmp(value, "error")) {
+		snprintf(err, err_len, "nonfinite: '%.100s' is not pass, warn or error", value);
 		return SC_ERR_INVALID;
 	}
 	if (key == SCD_CFG_scheme_pins)

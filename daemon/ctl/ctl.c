@@ -453,6 +453,8 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_tensors_gpu_policy(
 	    ctl->tensors, strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0,
 	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_gpu_mem_limit_bytes));
+	scd_tensors_reg_limit(ctl->tensors,
+			      (uint32_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_registrations));
 	sc_status_t st = scd_tensors_register(
 	    ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
 	    &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
@@ -483,7 +485,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r.tensor_id = reg->id;
 	r.shm_name = reg->shm_name;
 	r.shm_bytes = reg->map_bytes;
-	r.data_offset = reg->hdr->data_offset;
+	r.data_offset = reg->data_offset;
 	if (reg->gpu_mem) {
 		r.mem_ipc = (ProtobufCBinaryData){sizeof(reg->mem_ipc), reg->mem_ipc};
 		r.ready_event_ipc =
@@ -634,6 +636,7 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	ts->dtype = dtype;
 	ts->calls = st->calls;
 	ts->errors = st->errors;
+	ts->nonfinite = st->nonfinite;
 	ts->bytes_sent = st->bytes_sent;
 	ts->bytes_received = st->bytes_recv;
 	ts->time_s = st->time_s;
@@ -935,6 +938,12 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	if (scd_zsock_bound(ctl->sock, SCD_CTL_MSG_MAX_BYTES) != 0) {
+		scd_error(SCD_SUB_CTL,
+			  "cannot bound the control socket's messages to %lld bytes: %s",
+			  SCD_CTL_MSG_MAX_BYTES, zmq_strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	unlink(d->ctl_path);
 	mode_t old = umask(0077);
 	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);

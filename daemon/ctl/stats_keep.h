@@ -15,6 +15,7 @@
 
 typedef struct scd_tensor_stats {
 	uint64_t calls, errors, bytes_sent, bytes_recv;
+	uint64_t nonfinite; /* NaN or infinite input values seen (nonfinite = warn or error) */
 	double time_s;
 	char scheme[32];
 	double predicted_s, measured_s, density, densification, imbalance;

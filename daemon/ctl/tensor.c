@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "device/cuda.h"
@@ -27,8 +28,10 @@ struct scd_tensors {
 	void *on_free_arg;
 	scd_ntensor_t *bucket[NT_BUCKETS];
 	scd_ntensor_t *all;
-	scd_reg_t **regs; /* by id - 1 */
-	uint32_t n_regs, cap_regs;
+	scd_reg_t **regs;	   /* by id - 1 */
+	uint32_t n_regs, cap_regs; /* slots used (ids 1..n_regs), allocated */
+	uint32_t free_from;	   /* no free slot below this one */
+	uint32_t live, max_live;   /* registrations held, and the most allowed (0: no limit) */
 	uint64_t shm_seq;
 	scd_stats_keep_t kept;
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
@@ -60,6 +63,16 @@ void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes)
 {
 	t->gpu_served = served;
 	t->gpu_limit = limit_bytes;
+}
+
+void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs)
+{
+	t->max_live = max_regs;
+}
+
+uint32_t scd_tensors_live(const scd_tensors_t *t)
+{
+	return t->live;
 }
 
 uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t)
@@ -204,8 +217,16 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 						 coo_cap, residual);
 	else
 		sc_shm_layout(&h, numel, (uint32_t)sc_dtype_size(dtype), coo_cap, residual);
-	snprintf(r->shm_name, sizeof(r->shm_name), "/sparsecomm.%d.%llu", (int)getpid(),
-		 (unsigned long long)++t->shm_seq);
+	/* the pid leads (a later daemon removes the objects of one that died), a random part
+	 * makes the name unguessable to anything but the trainer the reply goes to */
+	uint64_t nonce;
+	if (getrandom(&nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce)) {
+		snprintf(err, err_len, "tensor '%s': getrandom for its shared memory name: %s",
+			 name, strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	snprintf(r->shm_name, sizeof(r->shm_name), "/sparsecomm.%d.%llu.%016llx", (int)getpid(),
+		 (unsigned long long)++t->shm_seq, (unsigned long long)nonce);
 	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0) {
 		snprintf(err, err_len, "shm_open(%s): %s", r->shm_name, strerror(errno));
@@ -248,6 +269,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		base = r->gpu_mem;
 	}
 	r->data = base + h.data_offset;
+	r->data_offset = h.data_offset;
 	r->residual = h.residual_offset ? (float *)(base + h.residual_offset) : NULL;
 	r->coo_cap = h.coo_cap;
 	r->coo_idx = h.coo_cap ? (uint32_t *)(base + h.coo_idx_offset) : NULL;
@@ -415,14 +437,38 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			return SC_ERR_MISMATCH;
 		}
 	}
+	if (t->max_live && t->live >= t->max_live) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s' (local rank %d): this node already holds %u registrations, "
+		    "the most max_registrations allows",
+		    name, local_rank, t->live);
+		return SC_ERR_LIMIT;
+	}
+	/* a released registration's slot (and id) is taken again: the table never grows
+	 * past the most registrations held at once */
+	uint32_t slot = t->free_from;
+	while (slot < t->n_regs && t->regs[slot])
+		slot++;
+	if (slot == UINT32_MAX - 1) {
+		snprintf(err, err_len, "tensor '%s': registration ids exhausted (%u)", name,
+			 slot);
+		return SC_ERR_LIMIT;
+	}
 	scd_reg_t *r = calloc(1, sizeof(*r));
-	if (!r)
+	if (!r) {
+		snprintf(err, err_len, "tensor '%s': out of memory for its registration", name);
 		return SC_ERR_NOMEM;
-	if (t->n_regs == t->cap_regs) {
+	}
+	if (slot == t->cap_regs) {
 		uint32_t cap = t->cap_regs ? t->cap_regs * 2 : 256;
-		scd_reg_t **regs = realloc(t->regs, cap * sizeof(*regs));
+		scd_reg_t **regs =
+		    cap > t->cap_regs ? realloc(t->regs, (size_t)cap * sizeof(*regs)) : NULL;
 		if (!regs) {
 			free(r);
+			snprintf(err, err_len,
+				 "tensor '%s': out of memory for the table of %u registrations",
+				 name, cap);
 			return SC_ERR_NOMEM;
 		}
 		t->regs = regs;
@@ -440,10 +486,14 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		gpu_release(t, r);
 		reg_unmap(r);
 		free(r);
+		snprintf(err, err_len, "tensor '%s': out of memory for the node tensor", name);
 		return SC_ERR_NOMEM;
 	}
-	t->regs[t->n_regs++] = r;
-	r->id = t->n_regs;
+	t->live++;
+	t->regs[slot] = r;
+	t->n_regs = slot == t->n_regs ? slot + 1 : t->n_regs;
+	t->free_from = slot + 1;
+	r->id = slot + 1;
 	r->session = s;
 	r->nt = nt;
 	r->local_rank = local_rank;
@@ -472,6 +522,9 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 			nt_free(t, nt);
 	}
 	t->regs[r->id - 1] = NULL;
+	if (r->id - 1 < t->free_from)
+		t->free_from = r->id - 1;
+	t->live--;
 	gpu_release(t, r);
 	reg_unmap(r);
 	free(r);

@@ -47,7 +47,8 @@ typedef struct scd_reg {
 	size_t map_bytes;
 	sc_shm_header_t *hdr;
 	void *data;
-	float *residual; /* error-feedback residual area, NULL when the tensor has none */
+	uint64_t data_offset; /* of data in the object (or the GPU allocation): the daemon's */
+	float *residual;      /* error-feedback residual area, NULL when the tensor has none */
 	/* the COO area, from the daemon's own layout (the trainer may write the header) */
 	uint32_t *coo_idx;
 	float *coo_val;
@@ -133,6 +134,11 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 /* What cuda registrations may use: served at all (the daemon's device setting), and the
  * GPU memory all of them may hold (0: no limit). */
 void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes);
+/* The most registrations the node's trainers may hold at once (0: no limit): each is a
+ * shared-memory mapping, and the kernel's vm.max_map_count bounds a process's mappings. */
+void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs);
+/* The registrations held now. */
+uint32_t scd_tensors_live(const scd_tensors_t *t);
 /* The GPU memory the node's cuda tensors hold. */
 uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t);
 

@@ -3,6 +3,8 @@
 
 #include "device/device.h"
 
+#include <string.h>
+
 static void sum_f64(double *restrict dst, const double *restrict src, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
@@ -76,5 +78,42 @@ uint64_t scd_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx, co
 		else
 			bad++;
 	}
+	return bad;
+}
+
+/* NaN or an infinity: every exponent bit set (a branch-free test the loops vectorise). */
+static inline uint64_t nonfinite_bit(float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, sizeof(u));
+	return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+uint64_t scd_copy_f32_nonfinite(float *restrict dst, const float *restrict src, uint64_t n)
+{
+	uint64_t bad = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		dst[i] = src[i];
+		bad += nonfinite_bit(src[i]);
+	}
+	return bad;
+}
+
+uint64_t scd_sum_f32_nonfinite(float *restrict dst, const float *restrict src, uint64_t n)
+{
+	uint64_t bad = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		float v = dst[i] + src[i];
+		dst[i] = v;
+		bad += nonfinite_bit(v);
+	}
+	return bad;
+}
+
+uint64_t scd_count_f32_nonfinite(const float *x, uint64_t n)
+{
+	uint64_t bad = 0;
+	for (uint64_t i = 0; i < n; i++)
+		bad += nonfinite_bit(x[i]);
 	return bad;
 }

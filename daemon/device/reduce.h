@@ -26,4 +26,15 @@ void scd_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
 uint64_t scd_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx, const float *val,
 			     uint64_t nnz);
 
+/*
+ * The local sum with the non-finite check folded into it (host memory, float32): each
+ * writes dst and returns how many of the values it wrote are NaN or infinite, in the same
+ * pass. copy: dst = src; sum: dst += src (a NaN or infinity in either input, or a sum that
+ * overflows, gives one); count: reads x only, for a sum that had nothing to add (a node of
+ * one trainer whose buffer is summed in place).
+ */
+uint64_t scd_copy_f32_nonfinite(float *restrict dst, const float *restrict src, uint64_t n);
+uint64_t scd_sum_f32_nonfinite(float *restrict dst, const float *restrict src, uint64_t n);
+uint64_t scd_count_f32_nonfinite(const float *x, uint64_t n);
+
 #endif

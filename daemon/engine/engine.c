@@ -16,7 +16,9 @@
 #include <time.h>
 
 #include "device/cuda.h"
+#include "device/reduce.h"
 #include "engine/bufctx.h"
+#include "engine/verdict.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -151,32 +153,71 @@ sc_status_t scd_engine_job_device(int rank, scd_job_t *job, scd_device_kind_t *k
 	return SC_OK;
 }
 
-/* Sums the local trainers' contributions of one item into dst (numel elements of dtype;
- * COO input exists for float32 only) on device dev. Returns the number of out-of-range COO
- * indices it skipped. */
-static uint64_t local_reduce(const scd_device_ops_t *dev, const scd_job_item_t *it,
-			     uint32_t dtype, void *dst)
+/* Records a fault of kind in item by local_rank when count > 0 and none is recorded yet. */
+static void note_fault(scd_fault_t *f, scd_fault_kind_t kind, int item, int local_rank,
+		       uint64_t count)
+{
+	if (count && f->kind == SCD_FAULT_NONE)
+		*f = (scd_fault_t){kind, (uint32_t)item, local_rank, count};
+}
+
+/* NaN and infinities in a float32 sum being built on the host: dst = src (first) or
+ * dst += src, checked in the same pass (device/reduce.h). */
+static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int first)
+{
+	if (!first)
+		return scd_sum_f32_nonfinite(dst, src, n);
+	return dst == src ? scd_count_f32_nonfinite(dst, n)
+			  : scd_copy_f32_nonfinite(dst, src, n);
+}
+
+/* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
+ * COO input exists for float32 only) on device dev. The pass that reads the input finds
+ * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
+ * caller passes pass for data that is not in host memory), NaN or infinite values, counted in
+ * it->nonfinite; the first goes to *f, naming the trainer whose contribution made the node's
+ * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
+ * SCD_NONFINITE_PASS checks nothing. */
+static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i, uint32_t dtype,
+			 void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
-	uint64_t bad = 0;
+	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
+	int nf_fault = check_nf && nonfinite == SCD_NONFINITE_ERROR;
 	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
 		dev->clear(dst, it->numel * esz);
-		return 0;
+		return;
 	}
 	if (it->src[0].coo && dtype == SC_FLOAT32) {
 		dev->clear(dst, it->numel * sizeof(float));
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
-			bad += dev->coo_add_checked(dst, it->numel, src->coo_idx, src->coo_val,
-						    src->coo_nnz);
+			note_fault(f, SCD_FAULT_COO_RANGE, i, src->local_rank,
+				   dev->coo_add_checked(dst, it->numel, src->coo_idx,
+							src->coo_val, src->coo_nnz));
+			uint64_t nf = check_nf ? /* the nnz values just read, still in cache */
+					  scd_count_f32_nonfinite(src->coo_val, src->coo_nnz)
+					       : 0;
+			if (nf_fault)
+				note_fault(f, SCD_FAULT_NONFINITE, i, src->local_rank, nf);
+			it->nonfinite += nf;
 		}
-		return bad;
+		return;
+	}
+	if (check_nf) {
+		for (int s = 0; s < it->n_src; s++) {
+			const scd_job_src_t *src = &it->src[s];
+			uint64_t nf = host_add_checked(dst, src->dense, it->numel, s == 0);
+			if (nf_fault)
+				note_fault(f, SCD_FAULT_NONFINITE, i, src->local_rank, nf);
+			it->nonfinite = nf; /* of the sum so far: the last is the node's */
+		}
+		return;
 	}
 	if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
 		dev->reduce_typed((sc_dtype_t)dtype, dst, it->src[s].dense, it->numel);
-	return 0;
 }
 
 /* Averages where the item asks for it and copies the result to every local trainer's
@@ -363,6 +404,38 @@ static sc_status_t trainers_done(scd_engine_t *e, scd_job_t *job, scd_device_kin
 	return trainers_events(e, job, kind, 1);
 }
 
+/* A COO input the scheme reads where it lies: its values checked (O(nnz)). */
+static void coo_direct_nonfinite(scd_job_t *job, scd_nonfinite_t nonfinite, scd_fault_t *f)
+{
+	scd_job_item_t *it = &job->items[0];
+	it->nonfinite = scd_count_f32_nonfinite(job->coo_in.val, job->coo_in.nnz);
+	if (nonfinite == SCD_NONFINITE_ERROR)
+		note_fault(f, SCD_FAULT_NONFINITE, 0, it->src[0].local_rank, it->nonfinite);
+}
+
+/* Logs what nonfinite = warn lets through; with the input check round (verdict.h), fails
+ * the job on every rank when some rank found a fault in its input. */
+static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_fault_t *f)
+{
+	for (int i = 0; i < job->n_items && job->nonfinite == SCD_NONFINITE_WARN; i++)
+		if (job->items[i].nonfinite)
+			scd_warn(
+			    SCD_SUB_ENGINE,
+			    "rank %d: tensor '%s': %llu non-finite values (NaN or infinity) "
+			    "in this node's input, summed as they are (nonfinite = warn)",
+			    e->d->rank, item_name(&job->items[i]),
+			    (unsigned long long)job->items[i].nonfinite);
+	if (!scd_verdict_needed(job))
+		return SC_OK;
+	sc_status_t st =
+	    scd_verdict_round(e->transport, job, f, e->d->local_size, job->timeout_ms);
+	if (st != SC_OK) {
+		job->status = st;
+		log_job_error(job);
+	}
+	return st;
+}
+
 /* Fails a job in its compute stage: it goes to done, in order, with nothing to send. */
 static void compute_fail(scd_job_t *job, sc_status_t st)
 {
@@ -441,13 +514,18 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		compute_fail(job, st);
 		return;
 	}
+	scd_nonfinite_t nonfinite =
+	    run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
-			run->bad += local_reduce(dev, &job->items[i], job->dtype,
-						 run->buf + job->items[i].offset * esz);
+			local_reduce(dev, &job->items[i], i, job->dtype,
+				     run->buf + job->items[i].offset * esz, nonfinite,
+				     &run->fault);
 			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
 		}
+	else if (nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place: its values */
+		coo_direct_nonfinite(job, nonfinite, &run->fault);
 	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
 		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
 					e->alpha_s, e->beta_s_per_byte, job->world_seed,
@@ -487,6 +565,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 			 e->d->rank, scd_transport_error());
 		return;
 	}
+	if ((st = input_verdict(e, job, &run->fault)) != SC_OK)
+		return;
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
 	if (job->dtype == SC_FLOAT32)
@@ -529,14 +609,6 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 			 dev->name, sc_status_message(st));
 		log_job_error(job);
 		return;
-	}
-	if (run->bad) {
-		job->status = SC_ERR_INVALID;
-		snprintf(job->error, sizeof(job->error),
-			 "rank %d: %llu COO indices out of range were ignored", e->d->rank,
-			 (unsigned long long)run->bad);
-		scd_warn(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			 job->error);
 	}
 }
 

@@ -43,6 +43,24 @@
 
 typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
 
+/* What a NaN or an infinity in a trainer's float32 input does (the nonfinite key). */
+typedef enum {
+	SCD_NONFINITE_PASS = 0, /* nothing checked: it reaches the sum */
+	SCD_NONFINITE_WARN,	/* counted per tensor and logged; the sum goes on */
+	SCD_NONFINITE_ERROR,	/* the operation fails on every rank (engine/verdict.h) */
+} scd_nonfinite_t;
+
+/* The mode the nonfinite key's text names (checked by the configuration: pass, warn or
+ * error; NULL, an unset configuration, is pass). */
+static inline scd_nonfinite_t scd_nonfinite_parse(const char *text)
+{
+	if (!text)
+		return SCD_NONFINITE_PASS;
+	return text[0] == 'e'	? SCD_NONFINITE_ERROR
+	       : text[0] == 'w' ? SCD_NONFINITE_WARN
+				: SCD_NONFINITE_PASS;
+}
+
 /* The loop thread's node tensor (ctl/tensor.h), opaque to the engine. */
 struct scd_ntensor;
 
@@ -73,6 +91,8 @@ typedef struct scd_job_item {
 	uint64_t offset; /* in the fused buffer, in elements of the job's dtype */
 	uint32_t op;
 	uint32_t cache_id;
+	int solo;	    /* the plan's: the tensor runs in a buffer of its own */
+	uint64_t nonfinite; /* result: NaN or infinite values in this node's sum of it */
 	/* sparsification ahead (from the tensor's options) */
 	uint32_t sparsifier; /* sc_sparsifier_t */
 	double density, threshold;
@@ -83,6 +103,20 @@ typedef struct scd_job_item {
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;
+
+typedef enum {
+	SCD_FAULT_NONE = 0,
+	SCD_FAULT_COO_RANGE, /* COO indices not below the tensor's numel */
+	SCD_FAULT_NONFINITE, /* NaN or infinite values, with nonfinite = error */
+} scd_fault_kind_t;
+
+/* One rank's finding in its input (verdict.h): the first faulty item of the job. */
+typedef struct scd_fault {
+	scd_fault_kind_t kind;
+	uint32_t item;	/* index in job->items */
+	int local_rank; /* the trainer of the node that sent it */
+	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
+} scd_fault_t;
 
 /* What a job's compute stage hands its communication stage (engine.c, bufctx.c). */
 struct scd_bufctx;
@@ -99,8 +133,8 @@ typedef struct scd_job_run {
 	scd_device_kind_t kind;
 	const scd_device_ops_t *dev;
 	char *buf;
-	int slot; /* fusion buffer slot held, -1: none (in place) */
-	uint64_t bad;
+	int slot;	   /* fusion buffer slot held, -1: none (in place) */
+	scd_fault_t fault; /* what the local sum found wrong in this node's input */
 	scd_job_prep_t prep;
 	double t0, cpu_s;
 } scd_job_run_t;
@@ -134,6 +168,7 @@ typedef struct scd_job {
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
 	scd_coo_t coo_out; /* then: the trainer's COO area (the same arrays as coo_in) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
+	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */

@@ -55,6 +55,10 @@
 #define TCP_SOCKET_BUF_BYTES (4 << 20)
 #define TCP_SEND_BATCH	     16 /* messages gathered into one sendmsg(2) */
 #define TCP_MAX_PENDING	     32 /* accepted connections still owing a hello */
+/* A real peer sends its hello as soon as it has connected; a connection that has not
+ * within this time is a stranger and is closed, and when every slot is taken the oldest
+ * is closed for the next connection, so idle connections never keep the peers out. */
+#define TCP_HELLO_TIMEOUT_MS 2000
 
 enum {
 	TCP_ACK_OK = 0,
@@ -490,6 +494,7 @@ static sc_status_t connect_peer(scd_tcp_t *t, int peer, const char *addr, uint16
 typedef struct {
 	int fd;
 	size_t got;
+	int64_t since_ms; /* accepted at */
 	unsigned char b[TCP_HELLO_BYTES];
 } pending_t;
 
@@ -556,6 +561,43 @@ static void missing_ranks(const scd_tcp_t *t, char *buf, size_t len)
 			    (size_t)snprintf(buf + off, len - off, "%s%d", off ? ", " : "", p);
 }
 
+/* Closes pending connections that owe their hello past TCP_HELLO_TIMEOUT_MS and, with
+ * make_room, the oldest one when every slot is taken. Returns the milliseconds until the
+ * next one expires (-1: none pending). */
+static int64_t expire_pending(const scd_tcp_t *t, pending_t *pend, int *n_pend_p, int make_room)
+{
+	int64_t now = scd_tcp_now_ms(), next = -1;
+	for (int i = *n_pend_p - 1; i >= 0; i--) {
+		if (now - pend[i].since_ms < TCP_HELLO_TIMEOUT_MS)
+			continue;
+		scd_warn(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: closed a data-port connection that sent %zu of the %d bytes of "
+		    "a hello in %d ms",
+		    t->base.rank, pend[i].got, TCP_HELLO_BYTES, TCP_HELLO_TIMEOUT_MS);
+		close(pend[i].fd);
+		pend[i] = pend[--*n_pend_p];
+	}
+	if (make_room && *n_pend_p == TCP_MAX_PENDING) {
+		int old = 0;
+		for (int i = 1; i < *n_pend_p; i++)
+			if (pend[i].since_ms < pend[old].since_ms)
+				old = i;
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: %d data-port connections owe a hello: closed the oldest "
+			 "(%lld ms) for a new one",
+			 t->base.rank, TCP_MAX_PENDING, (long long)(now - pend[old].since_ms));
+		close(pend[old].fd);
+		pend[old] = pend[--*n_pend_p];
+	}
+	for (int i = 0; i < *n_pend_p; i++) {
+		int64_t left = pend[i].since_ms + TCP_HELLO_TIMEOUT_MS - now;
+		if (next < 0 || left < next)
+			next = left;
+	}
+	return next;
+}
+
 /* Accepts every higher rank on listen_fd before deadline_ms. */
 static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms)
 {
@@ -565,8 +607,9 @@ static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms
 	sc_status_t status = SC_OK;
 	while (accepted < need) {
 		int np = 0;
-		if (n_pend < TCP_MAX_PENDING)
-			pfd[np++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+		int64_t expiry = expire_pending(t, pend, &n_pend, 0);
+		/* the listening socket is always watched: a full table makes room (below) */
+		pfd[np++] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
 		for (int i = 0; i < n_pend; i++)
 			pfd[np++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
 		int64_t left = deadline_ms - scd_tcp_now_ms();
@@ -579,7 +622,8 @@ static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms
 			status = SC_ERR_TIMEOUT;
 			break;
 		}
-		int rc = poll(pfd, (nfds_t)np, (int)left);
+		int rc =
+		    poll(pfd, (nfds_t)np, (int)(expiry >= 0 && expiry < left ? expiry : left));
 		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
@@ -588,16 +632,19 @@ static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms
 			break;
 		}
 		/* Serve the pending hellos first: their slots may make room for accepts. */
-		int base = n_pend < TCP_MAX_PENDING ? 1 : 0;
 		for (int i = n_pend - 1; i >= 0; i--) {
-			if (!pfd[base + i].revents)
+			if (!pfd[1 + i].revents)
 				continue;
 			if (serve_pending(t, &pend[i], &accepted))
 				pend[i] = pend[--n_pend];
 		}
-		if (!base || !pfd[0].revents)
+		if (!pfd[0].revents || accepted >= need)
 			continue;
-		while (n_pend < TCP_MAX_PENDING) {
+		/* the free slots, or one in place of the oldest when none is free: the hellos
+		 * of those just accepted are served before any of them can be closed for room
+		 */
+		int room = n_pend < TCP_MAX_PENDING ? TCP_MAX_PENDING - n_pend : 1;
+		for (int k = 0; k < room; k++) {
 			int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 			if (fd < 0) {
 				if (errno == EINTR || errno == ECONNABORTED)
@@ -608,7 +655,9 @@ static sc_status_t accept_peers(scd_tcp_t *t, int listen_fd, int64_t deadline_ms
 				status = SC_ERR_SYSTEM;
 				goto out;
 			}
-			pend[n_pend++] = (pending_t){.fd = fd};
+			if (n_pend == TCP_MAX_PENDING)
+				expire_pending(t, pend, &n_pend, 1);
+			pend[n_pend++] = (pending_t){.fd = fd, .since_ms = scd_tcp_now_ms()};
 		}
 	}
 out:

@@ -70,3 +70,8 @@ void scd_zmsg_done(scd_zmsg_t *m)
 	m->data = NULL;
 	m->len = 0;
 }
+
+int scd_zsock_bound(void *sock, int64_t max_bytes)
+{
+	return zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
+}

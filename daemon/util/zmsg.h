@@ -20,6 +20,27 @@ typedef struct scd_zmsg {
 	int held_;
 } scd_zmsg_t;
 
+/*
+ * The largest frame each socket of the daemon accepts (ZMQ_MAXMSGSIZE): a peer that sends
+ * a longer one is disconnected as its header arrives, before anything is buffered, so a
+ * stranger cannot make the daemon hold a frame of its choosing.
+ *
+ * Control socket: a ClientMsg is a request of a few fixed fields and at most a tensor name
+ * (255 bytes, checked at registration), a scheme name or a configuration key and value
+ * (a line of the configuration file is at most 1 KiB): 64 KiB is over ten times that.
+ *
+ * Peer socket (coordinator and joins): the largest message is a ReadyList or a Plan naming
+ * every tensor of a cycle: at most max_registrations (65536 at most) names of up to 255
+ * bytes, each with fields under 64 bytes and, in a Plan's error responses, a reason under
+ * 1 KiB: 65536 x (255 + 64 + 1024) bytes is 84 MiB; a WorldInfo of 4096 ranks' bootstrap
+ * blobs is under 2 MiB. 128 MiB bounds both with room to spare.
+ */
+#define SCD_CTL_MSG_MAX_BYTES  (64LL << 10)
+#define SCD_PEER_MSG_MAX_BYTES (128LL << 20)
+
+/* Sets ZMQ_MAXMSGSIZE of sock to max_bytes; -1 (errno set) when ZeroMQ refuses it. */
+int scd_zsock_bound(void *sock, int64_t max_bytes);
+
 /* Reads the next message without blocking: 1 when one was read, 0 when none is queued.
  * router: the socket prepends the sender's identity. Messages whose identity is longer
  * than 256 bytes, or that lack a payload, are skipped. */

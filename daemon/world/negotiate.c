@@ -77,7 +77,8 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	scd_cache_ent_t *e = &w->cache[id];
 	if (!e->name || strcmp(e->name, name)) {
 		free(e->name);
-		e->name = strdup(name);
+		if (!(e->name = strdup(name)))
+			return SC_ERR_NOMEM;
 	}
 	e->dtype = dtype;
 	e->numel = numel;
@@ -112,7 +113,11 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->cached = 1;
 		o->id = id;
 	} else {
-		o->name = strdup(nt->name);
+		if (!(o->name = strdup(nt->name))) {
+			w->n_out--;
+			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+			return;
+		}
 		o->dtype = nt->dtype;
 		o->numel = nt->numel;
 		o->op = nt->op;
@@ -209,6 +214,17 @@ out:
 
 /* ---- the coordinator -------------------------------------------------------------------- */
 
+/* Frees an entry that is in no list. */
+static void centry_release(scd_centry_t *e)
+{
+	free(e->name);
+	free(e->have);
+	free(e->dtype);
+	free(e->op);
+	free(e->numel);
+	free(e);
+}
+
 static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 {
 	uint32_t b = hash_name(name);
@@ -224,6 +240,10 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->dtype = calloc((size_t)P, sizeof(uint32_t));
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
+	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel) {
+		centry_release(e);
+		return NULL;
+	}
 	e->first_ms = scd_now_ms();
 	e->hnext = w->ebucket[b];
 	w->ebucket[b] = e;
@@ -250,12 +270,7 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 		w->ehead = e->next;
 	if (w->etail == e)
 		w->etail = prev;
-	free(e->name);
-	free(e->have);
-	free(e->dtype);
-	free(e->op);
-	free(e->numel);
-	free(e);
+	centry_release(e);
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
@@ -315,27 +330,46 @@ typedef struct plan_builder {
 	scd_arena_t arena;
 } plan_builder_t;
 
+/* Room for one more pointer in *v (n held, *cap allocated); 0 out of memory. */
+static int pb_room(void ***v, size_t *cap, size_t n)
+{
+	if (n < *cap)
+		return 1;
+	size_t c = *cap ? *cap * 2 : 16;
+	void **nv = realloc(*v, c * sizeof(**v));
+	if (!nv)
+		return 0;
+	*v = nv;
+	*cap = c;
+	return 1;
+}
+
+/* A new response, or NULL out of memory (the plan then lacks it and is still whole). */
 static Sparsecomm__Response *pb_response(plan_builder_t *pb)
 {
-	if (pb->plan.n_responses == pb->cap_resp) {
-		pb->cap_resp = pb->cap_resp ? pb->cap_resp * 2 : 16;
-		pb->resp = realloc(pb->resp, pb->cap_resp * sizeof(*pb->resp));
-	}
+	if (!pb_room((void ***)&pb->resp, &pb->cap_resp, pb->plan.n_responses))
+		return NULL;
 	Sparsecomm__Response *r = scd_arena_alloc(&pb->arena, sizeof(*r));
-	sparsecomm__response__init(r);
-	pb->resp[pb->plan.n_responses++] = r;
+	if (r)
+		sparsecomm__response__init(r);
 	return r;
 }
 
-static void pb_error(plan_builder_t *pb, const char *name, sc_status_t st, const char *msg)
+/* Adds an error response for name; SC_ERR_NOMEM (nothing added) out of memory. */
+static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st,
+			    const char *msg)
 {
 	Sparsecomm__Response *r = pb_response(pb);
+	char **names = scd_arena_alloc(&pb->arena, sizeof(char *));
+	if (!r || !names || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
+	    !(r->error = scd_arena_strdup(&pb->arena, msg)))
+		return SC_ERR_NOMEM;
 	r->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR;
-	r->names = scd_arena_alloc(&pb->arena, sizeof(char *));
-	r->names[0] = scd_arena_strdup(&pb->arena, name);
+	r->names = names;
 	r->n_names = 1;
 	r->status = st;
-	r->error = scd_arena_strdup(&pb->arena, msg);
+	pb->resp[pb->plan.n_responses++] = r;
+	return SC_OK;
 }
 
 /* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
@@ -347,17 +381,18 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
 	    w->cache[id].solo == e->solo)
 		return id;
-	id = w->n_cache;
-	if (cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
+	/* the plan's room first: an id the coordinator assigns is always announced */
+	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
-	if (pb->plan.n_new_entries == pb->cap_ents) {
-		pb->cap_ents = pb->cap_ents ? pb->cap_ents * 2 : 16;
-		pb->ents = realloc(pb->ents, pb->cap_ents * sizeof(*pb->ents));
-	}
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
+	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
+	id = w->n_cache;
+	if (!ce || !ce_name ||
+	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
+		return UINT32_MAX;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
-	ce->name = scd_arena_strdup(&pb->arena, e->name);
+	ce->name = ce_name;
 	ce->dtype = e->dtype[0];
 	ce->numel = e->numel[0];
 	ce->op = e->op[0];
@@ -405,7 +440,8 @@ static void coord_emit(scd_world_t *w)
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
 		if (poison) {
-			pb_error(&pb, e->name, poison->status, poison->reason);
+			if (pb_error(&pb, e->name, poison->status, poison->reason) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -414,7 +450,8 @@ static void coord_emit(scd_world_t *w)
 		if (dr >= 0) {
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
 				 e->name, w->peers[dr].degraded_reason);
-			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
+			if (pb_error(&pb, e->name, SC_ERR_ABORTED, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -447,13 +484,15 @@ static void coord_emit(scd_world_t *w)
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms",
 				 (unsigned long long)stall_ms);
-			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
+			if (pb_error(&pb, e->name, SC_ERR_STALLED, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
 		}
 		if (describe_mismatch(w, e, msg, sizeof(msg))) {
-			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
+			if (pb_error(&pb, e->name, SC_ERR_MISMATCH, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -464,7 +503,8 @@ static void coord_emit(scd_world_t *w)
 				 "allreduce of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
 				 e->name);
-			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
+			if (pb_error(&pb, e->name, SC_ERR_NOMEM, msg) != SC_OK)
+				break; /* out of memory: the rest waits for the next plan */
 			group = NULL;
 			centry_free(w, e);
 			continue;
@@ -472,9 +512,12 @@ static void coord_emit(scd_world_t *w)
 		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
 		if (!group || group_bytes + bytes > fuse_bytes || e->solo ||
 		    e->dtype[0] != group_dtype) {
-			group = pb_response(&pb);
+			uint32_t *ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
+			if (!ids || !(group = pb_response(&pb)))
+				break; /* out of memory: the rest waits for the next plan */
+			pb.resp[pb.plan.n_responses++] = group;
 			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
-			group->cache_ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
+			group->cache_ids = ids;
 			group_bytes = 0;
 			group_dtype = e->dtype[0];
 		}
@@ -687,6 +730,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
 	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
 	job->lossless_only = 0;
+	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
 	/* Every item has the buffer's dtype (see coord_emit); items start 64-byte aligned. */
 	job->dtype = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
 	size_t esz = sc_dtype_size(job->dtype);
@@ -698,6 +742,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		it->numel = c->numel;
 		it->op = c->op;
 		it->cache_id = resp->cache_ids[i];
+		it->solo = c->solo;
 		it->offset = off;
 		off += (c->numel + align - 1) & ~(align - 1);
 		/* ctl fills the item from the node's shared buffers and marks it running */
@@ -843,6 +888,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 			nt->stats.exchange_s = job->exchange_s;
 			nt->stats.cpu_s = job->cpu_s;
 		}
+		nt->stats.nonfinite += it->nonfinite;
 		char msg[700];
 		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
 			job->status = SC_ERR_STALLED;

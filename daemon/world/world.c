@@ -126,6 +126,14 @@ static void coord_send_world(scd_world_t *w)
 	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
 	Sparsecomm__PeerInfo *infos = calloc((size_t)d->world_size, sizeof(*infos));
 	Sparsecomm__PeerInfo **ptrs = calloc((size_t)d->world_size, sizeof(*ptrs));
+	if (!infos || !ptrs) {
+		free(infos);
+		free(ptrs);
+		scd_error(SCD_SUB_WORLD, "no memory to announce the world of %d ranks",
+			  d->world_size);
+		scd_daemon_stop(d, 1);
+		return;
+	}
 	if (getrandom(&w->world_id, sizeof(w->world_id), 0) != sizeof(w->world_id))
 		w->world_id = (uint64_t)getpid() << 32 ^ scd_now_ms();
 	for (int r = 0; r < d->world_size; r++) {
@@ -168,6 +176,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	scd_daemon_t *d = w->d;
 	char why[256];
 	const char *tname = j->transport ? j->transport : "";
+	const char *own_nonfinite = scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
+	own_nonfinite = own_nonfinite ? own_nonfinite : "";
 	uint16_t port;
 	if (j->protocol_version != SCD_WORLD_PROTOCOL_VERSION) {
 		snprintf(why, sizeof(why),
@@ -192,6 +202,10 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		snprintf(why, sizeof(why),
 			 "rank %d sent a malformed %s bootstrap blob (%zu bytes)", j->rank,
 			 w->tops->name, j->transport_blob.len);
+	} else if (strcmp(j->nonfinite ? j->nonfinite : "", own_nonfinite) != 0) {
+		snprintf(why, sizeof(why),
+			 "rank %d has nonfinite '%.16s', the coordinator '%s'", j->rank,
+			 j->nonfinite ? j->nonfinite : "", own_nonfinite);
 	} else if (w->peers[j->rank].joined || w->formed) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
@@ -602,6 +616,12 @@ sc_status_t scd_world_start(scd_world_t *w)
 	zmq_setsockopt(w->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	if (scd_zsock_bound(w->sock, SCD_PEER_MSG_MAX_BYTES) != 0) {
+		scd_error(SCD_SUB_WORLD,
+			  "cannot bound the peer socket's messages to %lld bytes: %s",
+			  SCD_PEER_MSG_MAX_BYTES, zmq_strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD, "cannot listen on coordinator address %s: %s",
@@ -638,6 +658,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 		j.world_size = d->world_size;
 		j.local_size = d->local_size;
 		j.transport = (char *)w->tops->name;
+		j.nonfinite = (char *)scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 		j.transport_blob.data = self->blob;
 		j.transport_blob.len = self->blob_len;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;

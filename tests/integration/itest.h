@@ -114,6 +114,7 @@ int it_killed(int argc, char **argv);
 int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
+int it_oversize(int argc, char **argv); /* itest_raw.c */
 int it_ctl(int argc, char **argv);
 int it_timeline(int argc, char **argv); /* itest_timeline.c */
 /* Finds sparsectl ($SPARSECTL, else next to this executable), failing when it cannot run;
@@ -121,7 +122,12 @@ int it_timeline(int argc, char **argv); /* itest_timeline.c */
  * bounded in time, with its stdout in out, and returns its exit status (itest_ctl.c). */
 void it_sparsectl_find(void);
 int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *args);
+/* A number of tensor name's entry in `sparsectl --socket SOCK --json stats`, or -1 when
+ * the tensor is not listed. */
+double it_stats_number(const char *sock, const char *name, const char *field);
+int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
+int it_peer_oversize(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_bits(int argc, char **argv);

@@ -305,17 +305,7 @@ static int node_sockets(char socks[][4200], int max)
 /* The tensor's calls in `stats --json` on sock, or -1 when it is not listed. */
 static double stats_calls(const char *sock, const char *name)
 {
-	const char *args[] = {"stats", NULL};
-	it_json_t *s = ctl_json(sock, args);
-	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
-	double calls = -1;
-	for (size_t i = 0; i < ts->n; i++) {
-		const it_json_t *nm = it_json_get(ts->items[i], "name");
-		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
-			calls = need(ts->items[i], "calls", IT_JNUM, name)->num;
-	}
-	it_json_free(s);
-	return calls;
+	return it_stats_number(sock, name, "calls");
 }
 
 /* The scheme of the tensor's last call in `stats --json` on sock. */
@@ -401,6 +391,23 @@ static void check_pending(const char *sock, const char *name)
 				name, CTL_PROPAGATE_MS);
 		it_sleep_ms(100);
 	}
+}
+
+double it_stats_number(const char *sock, const char *name, const char *field)
+{
+	if (!*ctl_path)
+		it_sparsectl_find();
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = ctl_json(sock, args);
+	const it_json_t *ts = need(s, "tensors", IT_JARR, "stats --json");
+	double v = -1;
+	for (size_t i = 0; i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		if (nm && nm->type == IT_JSTR && strcmp(nm->str, name) == 0)
+			v = need(ts->items[i], field, IT_JNUM, name)->num;
+	}
+	it_json_free(s);
+	return v;
 }
 
 int it_ctl(int argc, char **argv)

@@ -8,6 +8,9 @@
  *   versions; a Join whose transport differs from the coordinator's is refused with a
  *   reason naming the rank and both transports; a Join with the coordinator's transport
  *   but a malformed bootstrap blob is refused naming the rank and the blob's size.
+ * peer-oversize: a 192 MiB frame to the coordinator's socket is refused as its header
+ *   arrives; the coordinator still answers a join afterwards (run.sh checks its peak
+ *   resident memory).
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
@@ -73,7 +76,8 @@ static char *join_refused(void *sock, uint32_t version, const char *transport, c
 	}
 }
 
-int it_join_refused(int argc, char **argv)
+/* A DEALER connected to the coordinator ($SPARSECOMM_SOCKET). */
+static void *peer_connect(void **ctx_p)
 {
 	void *ctx = zmq_ctx_new();
 	void *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
@@ -83,6 +87,13 @@ int it_join_refused(int argc, char **argv)
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
 	if (zmq_connect(sock, it_env.socket) != 0)
 		IT_FAIL("zmq_connect(%s): %s", it_env.socket, zmq_strerror(zmq_errno()));
+	*ctx_p = ctx;
+	return sock;
+}
+
+/* A join of the previous protocol version is refused naming both versions. */
+static void old_version_refused(void *sock)
+{
 	char *why = join_refused(sock, SCD_WORLD_PROTOCOL_VERSION - 1, "tcp", "x", 1);
 	char want[96];
 	snprintf(want, sizeof(want), "rank 1 speaks protocol version %d, the coordinator %d",
@@ -91,6 +102,33 @@ int it_join_refused(int argc, char **argv)
 		IT_FAIL("refusal of a join of the previous version: '%s'", why);
 	it_log("other version: %s", why);
 	free(why);
+}
+
+int it_peer_oversize(int argc, char **argv)
+{
+	const size_t frame = (size_t)192 << 20;
+	void *ctx, *sock = peer_connect(&ctx);
+	char *big = malloc(frame);
+	if (!big)
+		IT_FAIL("out of memory for a %zu-byte frame", frame);
+	memset(big, 0x5a, frame);
+	if (zmq_send(sock, big, frame, 0) < 0)
+		IT_FAIL("zmq_send of %zu bytes: %s", frame, zmq_strerror(zmq_errno()));
+	free(big);
+	it_sleep_ms(1500);
+	zmq_close(sock);
+	sock = peer_connect(&ctx);
+	old_version_refused(sock);
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	it_pass();
+}
+
+int it_join_refused(int argc, char **argv)
+{
+	void *ctx, *sock = peer_connect(&ctx);
+	old_version_refused(sock);
+	char *why;
 	why = join_refused(sock, SCD_WORLD_PROTOCOL_VERSION, "nccl", "x", 1);
 	if (!strstr(why, "rank 1 uses transport 'nccl', the coordinator 'tcp'"))
 		IT_FAIL("refusal of a join with another transport: '%s'", why);

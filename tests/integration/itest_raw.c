@@ -8,11 +8,15 @@
  *   daemon stays up; afterwards the library works normally.
  * version: a hello with protocol_version 999 is refused with an error naming both
  *   versions (999 and SC_PROTOCOL_VERSION), for trainers and for control clients.
+ * oversize: a 192 MiB frame on the control socket is refused as its header arrives: the
+ *   daemon stays up, its peak resident memory (VmHWM) grows by less than 32 MiB, and the
+ *   library works normally afterwards.
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,5 +382,76 @@ int it_version(int argc, char **argv)
 	refused_version(SPARSECOMM__ROLE__ROLE_CONTROL, -1);
 	daemon_alive("a refused hello");
 	library_still_works("version.after");
+	it_pass();
+}
+
+/* The daemon's pid, from the name of a shared object this process maps
+ * ("/dev/shm/sparsecomm.<pid>.<n>.<random>"). */
+static int daemon_pid_from_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4400];
+	int pid = -1;
+	while (f && pid < 0 && fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "/dev/shm/sparsecomm.");
+		if (p)
+			pid = atoi(p + strlen("/dev/shm/sparsecomm."));
+	}
+	if (f)
+		fclose(f);
+	if (pid <= 0)
+		IT_FAIL("no /dev/shm/sparsecomm.<pid> object in /proc/self/maps");
+	return pid;
+}
+
+/* A process's peak resident memory in KiB (VmHWM of /proc/PID/status). */
+static long vm_hwm_kib(int pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		IT_FAIL("cannot read %s: %s", path, strerror(errno));
+	long kib = -1;
+	while (kib < 0 && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmHWM:", 6))
+			kib = atol(line + 6);
+	fclose(f);
+	if (kib < 0)
+		IT_FAIL("%s has no VmHWM line", path);
+	return kib;
+}
+
+int it_oversize(int argc, char **argv)
+{
+	const size_t frame = (size_t)192 << 20;
+	sc_client_t *c = it_connect();
+	it_register(c, "oversize.probe", SC_FLOAT32, 16);
+	int pid = daemon_pid_from_maps();
+	long before = vm_hwm_kib(pid);
+	raw_t r;
+	raw_open(&r);
+	raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	char *big = malloc(frame);
+	if (!big)
+		IT_FAIL("out of memory for a %zu-byte frame", frame);
+	memset(big, 0x5a, frame);
+	raw_send_bytes(&r, big, frame);
+	free(big);
+	/* the frame has left this process once the daemon's answer to a later one could come:
+	 * wait for the socket to flush it, then for the daemon to still answer */
+	it_sleep_ms(1500);
+	raw_close(&r);
+	daemon_alive("a 192 MiB control frame");
+	long after = vm_hwm_kib(pid);
+	it_log("daemon pid %d: VmHWM %ld KiB before the 192 MiB frame, %ld KiB after", pid,
+	       before, after);
+	if (after - before >= 32 << 10)
+		IT_FAIL(
+		    "the daemon (pid %d) buffered the %zu-byte frame: its peak resident memory "
+		    "grew from %ld to %ld KiB",
+		    pid, frame, before, after);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	library_still_works("oversize.after");
 	it_pass();
 }

@@ -112,6 +112,38 @@ skip_case() {
 	skipped=$((skipped + 1))
 }
 
+# A free TCP port on loopback.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_lone_coordinator DIR [ARGS...]: a coordinator (rank 0 of 2) alone on a free port,
+# in the background, with DIR as its runtime directory and ARGS added; sets $port and
+# $coord, logs to $tmp/coord.log.
+start_lone_coordinator() {
+	port=$(free_port)
+	mkdir -p "$1"
+	rt=$1
+	shift
+	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$rt" --join_timeout_ms 60000 "$@" >"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+}
+
+# lone_verdict NAME OK WHY: counts a case run against a lone daemon; on failure (OK not
+# 1) prints WHY, the scenario's output and the coordinator's log.
+lone_verdict() {
+	if [ "$2" -eq 1 ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $1: $3"
+		sed 's/^/      | /' "$tmp/out" | tail -n "$tail_lines"
+		sed 's/^/      | coordinator: /' "$tmp/coord.log" 2>/dev/null | tail -n "$tail_lines"
+		failed=$((failed + 1))
+	fi
+}
+
 echo "integration tests ($launcher)"
 
 # sums: every node count 1..5 with one trainer per node, 2 nodes with 2 and 3 per node.
@@ -151,6 +183,20 @@ run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
 run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
+run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
+# One rank's invalid input fails the operation on every rank, naming the rank and the
+# tensor (a COO index out of range; a NaN with nonfinite = error); with nonfinite = warn
+# the sum proceeds and the offender's node counts the values; pass counts nothing.
+run_case "badinput coo n=3" 3 1 120 0 3 -- "$itest" badinput coo
+run_case "badinput coo n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput coo
+run_case "badinput nan error n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-arg error -- \
+	"$itest" badinput nan-error
+run_case "badinput nan error n=2 per-node=2" 2 2 120 0 4 --daemon-arg --nonfinite \
+	--daemon-arg error -- "$itest" badinput nan-error
+run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-arg warn -- \
+	"$itest" badinput nan-warn
+run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
+run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.
@@ -173,26 +219,74 @@ fi
 # A rank whose transport differs (or whose bootstrap blob is malformed) is refused by the
 # coordinator, naming the rank: a lone coordinator (rank 0 of 2) against raw joins.
 if selected "transport mismatch refused"; then
-	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	mkdir -p "$tmp/coord"
-	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
-		--runtime_dir "$tmp/coord" --join_timeout_ms 30000 >"$tmp/coord.log" 2>&1 </dev/null &
-	coord=$!
+	start_lone_coordinator "$tmp/coord"
 	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
 		join-refused >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	kill "$coord" 2>/dev/null
 	wait "$coord" 2>/dev/null
-	if [ "$rc" -eq 0 ] && grep -q 'join-refused: rank 1 passed' "$tmp/out" &&
-		grep -q "join refused: rank 1 uses transport 'nccl'" "$tmp/coord.log"; then
-		echo "ok    transport mismatch refused"
-		passed=$((passed + 1))
-	else
-		echo "FAIL  transport mismatch refused: scenario exited with $rc"
-		sed 's/^/      | /' "$tmp/out" | tail -n "$tail_lines"
-		sed 's/^/      | coordinator: /' "$tmp/coord.log" | tail -n "$tail_lines"
-		failed=$((failed + 1))
-	fi
+	ok=0
+	[ "$rc" -eq 0 ] && grep -q 'join-refused: rank 1 passed' "$tmp/out" &&
+		grep -q "join refused: rank 1 uses transport 'nccl'" "$tmp/coord.log" && ok=1
+	lone_verdict "transport mismatch refused" "$ok" "scenario exited with $rc"
+fi
+
+# The nonfinite key decides which jobs take the input check's round, so every rank must
+# agree: a rank whose key differs is refused at its join, naming both values.
+if selected "nonfinite mismatch refused"; then
+	start_lone_coordinator "$tmp/coord-nf" --nonfinite error
+	mkdir -p "$tmp/rank1-nf"
+	timeout 60 "$bin/sparsecommd" --rank 1 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/rank1-nf" --nonfinite warn >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+		grep -q "rank 1 has nonfinite 'warn', the coordinator 'error'" "$tmp/coord.log" && ok=1
+	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
+fi
+
+# A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
+# its header arrives, so the coordinator's peak resident memory stays under 96 MiB, and it
+# still answers a join.
+if selected "peer oversize frame"; then
+	start_lone_coordinator "$tmp/coord-big"
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
+		peer-oversize >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$coord/status" 2>/dev/null)
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -eq 0 ] && grep -q 'peer-oversize: rank 1 passed' "$tmp/out" &&
+		[ -n "$hwm" ] && [ "$hwm" -lt 98304 ] && ok=1
+	lone_verdict "peer oversize frame" "$ok" \
+		"scenario exited with $rc, coordinator peak '${hwm}' KiB (limit 98304)"
+fi
+
+# Two daemons on one runtime directory: the second stops at start, naming the directory
+# and the pid of the daemon that holds it; the first keeps running.
+if selected "runtime dir locked"; then
+	start_lone_coordinator "$tmp/shared-rt"
+	i=0
+	while [ ! -s "$tmp/shared-rt/sparsecommd.lock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	timeout 30 "$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$(free_port)" \
+		--runtime_dir "$tmp/shared-rt" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	alive=0
+	kill -0 "$coord" 2>/dev/null && alive=1
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$alive" -eq 1 ] &&
+		grep -q "runtime directory $tmp/shared-rt is in use by another sparsecommd (pid $coord" \
+			"$tmp/out" && ok=1
+	lone_verdict "runtime dir locked" "$ok" \
+		"second daemon exited with $rc (first alive: $alive), or no error naming the directory and pid $coord"
 fi
 
 # A rank that stays alive but never submits a tensor: the others fail with

@@ -7,11 +7,14 @@
  */
 #include "unit.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -709,6 +712,18 @@ static void check_exit(pid_t pid, const char *who)
 		  who, status);
 }
 
+/* Starts rank 1 of the world rank 0 (p0, already running) waits in, and checks both. */
+static void join_pair_finish(pid_t p0, int *fds, uint16_t *ports, const char **addrs,
+			     uint64_t world)
+{
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
+	pid_t p1 = spawn(join_body, &r1);
+	close(fds[0]);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+}
+
 UNIT_TEST(transport_tcp_refuses_other_worlds)
 {
 	int fds[2];
@@ -730,12 +745,7 @@ UNIT_TEST(transport_tcp_refuses_other_worlds)
 	wrong_size.ports = ports3;
 	wrong_size.addrs = addrs3;
 	check_exit(spawn(join_body, &wrong_size), "the rank of another world size");
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
-	pid_t p1 = spawn(join_body, &r1);
-	close(fds[0]);
-	close(fds[1]);
-	check_exit(p0, "rank 0");
-	check_exit(p1, "rank 1");
+	join_pair_finish(p0, fds, ports, addrs, world);
 }
 
 UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
@@ -762,6 +772,35 @@ UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
 	check_exit(spawn(join_body, &lone), "the lone rank 1");
 	CHECK_MSG(now_ms() - t0 < 4500, "gave up after %.0f ms", now_ms() - t0);
 	close(fds[1]);
+}
+
+/* Idle connections to rank 0's data port before its peer joins, more than it keeps
+ * pending: it closes them (the oldest first, or after 2 s without a hello) and the world
+ * still forms, well before the join timeout. */
+UNIT_TEST(transport_tcp_idle_connections_do_not_block_formation)
+{
+	enum { IDLE = 40 };
+	int fds[2], idle[IDLE];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	uint64_t world = unit_rng();
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(ports[0])};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (int i = 0; i < IDLE; i++) {
+		idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+		CHECK_TRUE(idle[i] >= 0);
+		CHECK_MSG(connect(idle[i], (struct sockaddr *)&sa, sizeof(sa)) == 0,
+			  "idle connection %d: %s", i, strerror(errno));
+	}
+	double t0 = now_ms();
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL};
+	pid_t p0 = spawn(join_body, &r0);
+	usleep(200 * 1000); /* rank 0 takes the idle connections first */
+	join_pair_finish(p0, fds, ports, addrs, world);
+	CHECK_MSG(now_ms() - t0 < TMO_MS / 2, "the world formed after %.0f ms", now_ms() - t0);
+	for (int i = 0; i < IDLE; i++)
+		close(idle[i]);
 }
 
 /* ---- probe -------------------------------------------------------------------------- */

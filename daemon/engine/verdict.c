@@ -1,0 +1,107 @@
+/* verdict.c: see verdict.h. */
+#include "engine/verdict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Wire form, little-endian: bits 0-31 the count (saturated), 32-47 the item, 48-55 the
+ * local rank, 56-63 the kind (0: no fault). */
+uint64_t scd_fault_pack(const scd_fault_t *f)
+{
+	if (f->kind == SCD_FAULT_NONE)
+		return 0;
+	uint64_t count = f->count < UINT32_MAX ? f->count : UINT32_MAX;
+	return (uint64_t)f->kind << 56 | (uint64_t)(f->local_rank & 0xff) << 48 |
+	       (uint64_t)(f->item & 0xffff) << 32 | count;
+}
+
+scd_fault_t scd_fault_unpack(uint64_t w)
+{
+	scd_fault_t f = {.kind = (scd_fault_kind_t)(w >> 56),
+			 .local_rank = (int)(w >> 48 & 0xff),
+			 .item = (uint32_t)(w >> 32 & 0xffff),
+			 .count = w & 0xffffffffu};
+	return f;
+}
+
+int scd_verdict_needed(const scd_job_t *job)
+{
+	if (job->nonfinite == SCD_NONFINITE_ERROR)
+		return 1;
+	if (job->dtype != SC_FLOAT32)
+		return 0;
+	for (int i = 0; i < job->n_items; i++)
+		if (job->items[i].solo)
+			return 1;
+	return 0;
+}
+
+void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const scd_fault_t *f,
+			  char *msg, size_t len)
+{
+	const scd_job_item_t *it =
+	    f->item < (uint32_t)job->n_items ? &job->items[f->item] : NULL;
+	char tensor[300];
+	if (it && it->name)
+		snprintf(tensor, sizeof(tensor), "tensor '%s'", it->name);
+	else
+		snprintf(tensor, sizeof(tensor), "item %u of the buffer", f->item);
+	int trainer = rank * local_size + f->local_rank;
+	if (f->kind == SCD_FAULT_COO_RANGE)
+		snprintf(msg, len,
+			 "rank %d (node %d, local rank %d) sent %llu COO indices out of range "
+			 "for %s of %llu elements: the operation fails on every rank",
+			 trainer, rank, f->local_rank, (unsigned long long)f->count, tensor,
+			 (unsigned long long)(it ? it->numel : 0));
+	else
+		snprintf(
+		    msg, len,
+		    "rank %d (node %d, local rank %d) sent %llu non-finite values (NaN or "
+		    "infinity) in %s (nonfinite = error): the operation fails on every rank",
+		    trainer, rank, f->local_rank, (unsigned long long)f->count, tensor);
+}
+
+sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
+			      int local_size, int timeout_ms)
+{
+	int P = t->size, me = t->rank;
+	uint8_t *in = malloc((size_t)P * 8);
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	if (!in || !x) {
+		free(in);
+		free(x);
+		snprintf(job->error, sizeof(job->error),
+			 "no memory for the input check round of %d ranks", P);
+		return SC_ERR_NOMEM;
+	}
+	uint64_t w = scd_fault_pack(mine);
+	for (int b = 0; b < 8; b++)
+		in[(size_t)me * 8 + (size_t)b] = (uint8_t)(w >> (8 * b));
+	scd_xfer_t *sends = x, *recvs = x + P;
+	int k = 0;
+	for (int q = 0; q < P; q++) {
+		if (q == me)
+			continue;
+		sends[k] = (scd_xfer_t){q, in + (size_t)me * 8, 8};
+		recvs[k] = (scd_xfer_t){q, in + (size_t)q * 8, 8};
+		k++;
+	}
+	sc_status_t st = k ? scd_transport_exchange(t, sends, k, recvs, k, timeout_ms) : SC_OK;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "the input check round: %s",
+			 scd_transport_error());
+	for (int q = 0; q < P && st == SC_OK; q++) {
+		uint64_t v = 0;
+		for (int b = 0; b < 8; b++)
+			v |= (uint64_t)in[(size_t)q * 8 + (size_t)b] << (8 * b);
+		scd_fault_t f = scd_fault_unpack(v);
+		if (f.kind == SCD_FAULT_NONE)
+			continue;
+		scd_verdict_describe(job, q, local_size, &f, job->error, sizeof(job->error));
+		st = SC_ERR_INVALID;
+	}
+	free(in);
+	free(x);
+	return st;
+}

@@ -1,0 +1,83 @@
+/* test_verdict.c: the input check's wire word and its decision (engine/verdict.c), and the
+ * local sum's non-finite count (device/reduce.c). */
+#include <math.h>
+#include <string.h>
+
+#include "device/reduce.h"
+#include "engine/verdict.h"
+#include "unit.h"
+
+UNIT_TEST(verdict_fault_word_round_trip)
+{
+	scd_fault_t none = {0};
+	CHECK_EQ_INT(scd_fault_pack(&none), 0);
+	CHECK_EQ_INT(scd_fault_unpack(0).kind, SCD_FAULT_NONE);
+	scd_fault_t f = {SCD_FAULT_COO_RANGE, 511, 63, 12345};
+	scd_fault_t g = scd_fault_unpack(scd_fault_pack(&f));
+	CHECK_EQ_INT(g.kind, SCD_FAULT_COO_RANGE);
+	CHECK_EQ_INT(g.item, 511);
+	CHECK_EQ_INT(g.local_rank, 63);
+	CHECK_EQ_INT(g.count, 12345);
+	f = (scd_fault_t){SCD_FAULT_NONFINITE, 0, 0, 1ull << 40}; /* the count saturates */
+	g = scd_fault_unpack(scd_fault_pack(&f));
+	CHECK_EQ_INT(g.kind, SCD_FAULT_NONFINITE);
+	CHECK_EQ_INT(g.count, UINT32_MAX);
+}
+
+/* The round runs where a fault can happen and nowhere else, decided from what every rank
+ * shares: a float32 job with a buffer of its own, or nonfinite = error. */
+UNIT_TEST(verdict_needed_only_where_a_fault_can_be)
+{
+	scd_job_item_t items[2] = {{.name = "a", .numel = 10}, {.name = "b", .numel = 10}};
+	scd_job_t job = {.n_items = 2, .items = items, .dtype = SC_FLOAT32};
+	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
+	job.nonfinite = SCD_NONFINITE_WARN;
+	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
+	job.nonfinite = SCD_NONFINITE_ERROR;
+	CHECK_EQ_INT(scd_verdict_needed(&job), 1);
+	job.nonfinite = SCD_NONFINITE_PASS;
+	items[1].solo = 1;
+	CHECK_EQ_INT(scd_verdict_needed(&job), 1);
+	job.dtype = SC_FLOAT64; /* no COO input but float32's */
+	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
+}
+
+UNIT_TEST(verdict_describe_names_rank_and_tensor)
+{
+	scd_job_item_t items[2] = {{.name = "emb.w", .numel = 1000},
+				   {.name = "fc.b", .numel = 8}};
+	scd_job_t job = {.n_items = 2, .items = items, .dtype = SC_FLOAT32};
+	char msg[512];
+	scd_fault_t f = {SCD_FAULT_COO_RANGE, 0, 1, 3};
+	scd_verdict_describe(&job, 2, 4, &f, msg, sizeof(msg)); /* node 2 of 4 trainers each */
+	CHECK_MSG(strstr(msg, "rank 9 (node 2, local rank 1)") && strstr(msg, "'emb.w'") &&
+		      strstr(msg, "3 COO indices out of range") && strstr(msg, "1000"),
+		  "%s", msg);
+	f = (scd_fault_t){SCD_FAULT_NONFINITE, 1, 0, 2};
+	scd_verdict_describe(&job, 1, 1, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "rank 1 (node 1, local rank 0)") && strstr(msg, "'fc.b'") &&
+		      strstr(msg, "2 non-finite values"),
+		  "%s", msg);
+	f.item = 7; /* past the job's items: named by index, never read past them */
+	scd_verdict_describe(&job, 1, 1, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "item 7"), "%s", msg);
+}
+
+/* The checked copy and sum write what the plain ones do and count NaN and infinities of
+ * what they wrote, overflow included. */
+UNIT_TEST(reduce_nonfinite_counts_in_the_summing_pass)
+{
+	enum { N = 37 };
+	float a[N], b[N], d[N];
+	for (int i = 0; i < N; i++)
+		a[i] = (float)i, b[i] = (float)(2 * i);
+	a[3] = NAN;
+	b[5] = INFINITY;
+	a[7] = 3e38f, b[7] = 3e38f; /* the sum overflows */
+	CHECK_EQ_INT(scd_copy_f32_nonfinite(d, a, N), 1);
+	CHECK_TRUE(isnan(d[3]) && d[4] == 4.0f);
+	CHECK_EQ_INT(scd_sum_f32_nonfinite(d, b, N), 3);
+	CHECK_TRUE(isnan(d[3]) && isinf(d[5]) && isinf(d[7]) && d[4] == 12.0f);
+	CHECK_EQ_INT(scd_count_f32_nonfinite(d, N), 3);
+	CHECK_EQ_INT(scd_count_f32_nonfinite(b, N), 1);
+}
