@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char *const mode_names[SCD_FUSION_MODE_COUNT] = {"layerwise", "fixed", "aligned",
-							       "adaptive"};
+							      "adaptive"};
 
 int scd_fusion_mode_parse(const char *name)
 {
@@ -246,6 +246,24 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 	return 0;
 }
 
+void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id)
+{
+	int k = scd_fplan_pos(s, id);
+	if (k < 0)
+		return;
+	size_t rest = (size_t)(s->n - k - 1), P3 = 3 * (size_t)s->P;
+	memmove(&s->ids[k], &s->ids[k + 1], rest * sizeof(uint32_t));
+	memmove(&s->t[k], &s->t[k + 1], rest * sizeof(scd_fplan_tensor_t));
+	memmove(&s->rank_t[k * P3], &s->rank_t[(k + 1) * P3], rest * P3 * sizeof(double));
+	memmove(&s->snap[3 * k], &s->snap[3 * (k + 1)], rest * 3 * sizeof(double));
+	memmove(&s->buf[k], &s->buf[k + 1], rest * sizeof(int));
+	s->n--;
+	s->pos_of[id] = -1;
+	for (int j = k; j < s->n; j++)
+		s->pos_of[s->ids[j]] = j;
+	s->dirty = 1;
+}
+
 void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
 		      double cm_s)
 {
@@ -286,7 +304,8 @@ static int drifted(const scd_fplan_state_t *s)
 			double was = s->snap[3 * k + i];
 			if ((was < 0) != (now[i] < 0))
 				return 1;
-			double scale = was > SCD_FPLAN_DRIFT_FLOOR_S ? was : SCD_FPLAN_DRIFT_FLOOR_S;
+			double scale =
+			    was > SCD_FPLAN_DRIFT_FLOOR_S ? was : SCD_FPLAN_DRIFT_FLOOR_S;
 			if (fabs(now[i] - was) > SCD_FPLAN_DRIFT * scale)
 				return 1;
 		}

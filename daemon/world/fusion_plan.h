@@ -52,9 +52,9 @@ int scd_fusion_mode_parse(const char *name);
 const char *scd_fusion_mode_name(scd_fusion_mode_t m);
 
 typedef struct scd_fplan_tensor {
-	uint64_t bytes; /* dense */
-	uint32_t key;	/* fusion class: equal keys may share a buffer */
-	int solo;	/* always a buffer of its own */
+	uint64_t bytes;		  /* dense */
+	uint32_t key;		  /* fusion class: equal keys may share a buffer */
+	int solo;		  /* always a buffer of its own */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -84,8 +84,8 @@ double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b);
  * whenever the boundaries change).
  */
 typedef struct scd_fplan_state {
-	int P;	     /* ranks reporting */
-	int n, cap;  /* tensors in plan order */
+	int P;	    /* ranks reporting */
+	int n, cap; /* tensors in plan order */
 	uint32_t *ids;
 	scd_fplan_tensor_t *t; /* times: the slowest rank's smoothed ones */
 	double *rank_t;	       /* [n][P][3]: each rank's smoothed tcp, tb, cm (< 0: none) */
@@ -108,6 +108,9 @@ int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id);
  * attributes changed, puts id in its place with no times. -1: out of memory. */
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
 		  uint32_t key, int solo);
+/* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the
+ * next update. */
+void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);
 /* Rank's measured times of cache id (ignored for an unknown id or rank). */
 void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
 		      double cm_s);

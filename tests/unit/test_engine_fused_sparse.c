@@ -21,7 +21,7 @@ typedef struct fused_arg {
 	int pin;
 	uint64_t total;
 	float *in[RANKS], *res[RANKS], *out[RANKS]; /* shared: [total] each */
-	double *tcm, *tcp; /* shared: [RANKS] each */
+	double *tcm, *tcp;			    /* shared: [RANKS] each */
 } fused_arg_t;
 
 static uint64_t t_numel(int l)
@@ -97,7 +97,8 @@ static void run_fused(fused_arg_t *a, int pin)
 		double scale = pow(10.0, -8.0 * l / (NT - 1));
 		for (int r = 0; r < RANKS; r++)
 			for (uint64_t i = 0; i < t_numel(l); i++) {
-				uint64_t h = (i * 2654435761u + (uint64_t)r * 97 + (uint64_t)l) % 100003;
+				uint64_t h =
+				    (i * 2654435761u + (uint64_t)r * 97 + (uint64_t)l) % 100003;
 				double v = scale * (1.0 + (double)h / 1000.0);
 				a->in[r][it[l].offset + i] = (float)(h & 1 ? v : -v);
 			}
@@ -125,8 +126,8 @@ UNIT_TEST(engine_fused_topk_per_tensor_no_tensor_missing)
 		uint64_t off = it[l].offset, n = t_numel(l);
 		uint64_t k = (uint64_t)floor(0.01 * (double)n + 0.5);
 		for (int r = 0; r < RANKS; r++) {
-			/* selection = input - residual: exactly k elements, all at least as large
-			 * as any left in the residual */
+			/* selection = input - residual: exactly k elements, all at least as
+			 * large as any left in the residual */
 			uint64_t sel = 0;
 			float min_sel = INFINITY, max_left = 0;
 			for (uint64_t i = 0; i < n; i++) {
@@ -141,7 +142,8 @@ UNIT_TEST(engine_fused_topk_per_tensor_no_tensor_missing)
 			}
 			CHECK_MSG(sel == k, "tensor %d rank %d: %llu selected, k = %llu", l, r,
 				  (unsigned long long)sel, (unsigned long long)k);
-			CHECK_MSG(min_sel >= max_left, "tensor %d rank %d: not its top-k", l, r);
+			CHECK_MSG(min_sel >= max_left, "tensor %d rank %d: not its top-k", l,
+				  r);
 		}
 		/* every tensor receives elements, and exactly the sum of the selections */
 		uint64_t got = 0;
@@ -151,7 +153,8 @@ UNIT_TEST(engine_fused_topk_per_tensor_no_tensor_missing)
 			CHECK_TRUE(a.out[0][off + i] == want && a.out[1][off + i] == want);
 			got += want != 0;
 		}
-		CHECK_MSG(got >= k, "tensor %d received %llu elements", l, (unsigned long long)got);
+		CHECK_MSG(got >= k, "tensor %d received %llu elements", l,
+			  (unsigned long long)got);
 	}
 	CHECK_TRUE(a.tcm[0] > 0 && a.tcp[0] > 0);
 	free_fused(&a);
@@ -172,8 +175,9 @@ UNIT_TEST(engine_fused_lossy_conserves_per_tensor)
 			double kept = (double)a.res[0][off + i] + a.res[1][off + i];
 			double err = fabs(in - (a.out[0][off + i] + kept));
 			CHECK_MSG(err <= 1e-5 * scale * 200,
-				  "tensor %d element %llu: inputs %g, result %g + residuals %g", l,
-				  (unsigned long long)i, in, (double)a.out[0][off + i], kept);
+				  "tensor %d element %llu: inputs %g, result %g + residuals %g",
+				  l, (unsigned long long)i, in, (double)a.out[0][off + i],
+				  kept);
 			CHECK_TRUE(a.out[0][off + i] == a.out[1][off + i]);
 		}
 	}

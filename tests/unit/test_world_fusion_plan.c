@@ -181,8 +181,9 @@ UNIT_TEST(fusion_plan_replans_on_drift_identically)
 		for (int c = 0; c < 2; c++)
 			for (int r = 0; r < 3; r++)
 				for (uint32_t id = 0; id < L; id++) /* rank 2 the slowest */
-					scd_fplan_report(&s[c], r, id, 0.8e-3 * (r == 2 ? 1 : 0.5),
-							 0.2e-3, 1e-3);
+					scd_fplan_report(&s[c], r, id,
+							 0.8e-3 * (r == 2 ? 1 : 0.5), 0.2e-3,
+							 1e-3);
 	for (int c = 0; c < 2; c++) {
 		CHECK_EQ_INT(scd_fplan_update(&s[c], &cfg), 1);
 		CHECK_EQ_INT((int)s[c].version, 2);
