@@ -242,6 +242,7 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 	s->pos_of[id] = k;
 	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes, .key = key, .solo = solo};
 	clear_times(s, k);
+	s->from_times = 0;
 	s->dirty = 1;
 	return 0;
 }
@@ -313,27 +314,53 @@ static int drifted(const scd_fplan_state_t *s)
 	return 0;
 }
 
+static uint64_t plan_hash(const uint8_t *start, int n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int k = 0; k < n; k++)
+		h = (h ^ start[k] ^ ((uint64_t)k << 8)) * 1099511628211ull;
+	return h ? h : 1;
+}
+
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 {
 	int cfg_changed = cfg->mode != s->cfg.mode || cfg->fixed_bytes != s->cfg.fixed_bytes ||
 			  cfg->buffers != s->cfg.buffers || cfg->alpha_s != s->cfg.alpha_s;
-	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && drifted(s);
+	int confirm = s->pending && s->reports >= SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n;
+	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && (confirm || drifted(s));
 	if (!s->dirty && !cfg_changed && !profiled)
 		return 0;
 	uint8_t *start = malloc((size_t)s->n + 1);
 	if (!start)
 		return -1;
+	int all_timed = measured(s->t, s->n);
+	int forced_replan = s->dirty || cfg_changed || (all_timed && !s->from_times);
+	s->from_times = all_timed;
 	s->cfg = *cfg;
 	s->dirty = 0;
 	s->reports = 0;
+	for (int k = 0; k < s->n; k++) {
+		s->snap[3 * k] = s->t[k].tcp_s;
+		s->snap[3 * k + 1] = s->t[k].tb_s;
+		s->snap[3 * k + 2] = s->t[k].cm_s;
+	}
 	int n_buf = scd_fplan_plan(cfg, s->t, s->n, start), changed = 0, b = -1;
 	for (int k = 0; k < s->n; k++) {
 		b += start[k];
 		changed |= s->buf[k] != b;
+	}
+	/* hysteresis: a plan rebuilt from drifted times is taken when confirmed */
+	uint64_t h = plan_hash(start, s->n);
+	if (!forced_replan && changed && s->pending != h) {
+		s->pending = h;
+		free(start);
+		return 0;
+	}
+	s->pending = 0;
+	b = -1;
+	for (int k = 0; k < s->n; k++) {
+		b += start[k];
 		s->buf[k] = b;
-		s->snap[3 * k] = s->t[k].tcp_s;
-		s->snap[3 * k + 1] = s->t[k].tb_s;
-		s->snap[3 * k + 2] = s->t[k].cm_s;
 	}
 	free(start);
 	s->n_buf = n_buf;

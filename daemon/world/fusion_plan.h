@@ -42,8 +42,11 @@ typedef enum {
  * SCD_FPLAN_DRIFT_FLOOR_S) since the plan was made, and at least SCD_FPLAN_MIN_REPORTS
  * reports arrived since. */
 #define SCD_FPLAN_DRIFT		0.25
-#define SCD_FPLAN_DRIFT_FLOOR_S 50e-6
+#define SCD_FPLAN_DRIFT_FLOOR_S 200e-6
 #define SCD_FPLAN_MIN_REPORTS	2
+/* The rebuilt plan replaces the current one only when the next rebuild, SCD_FPLAN_MIN_REPORTS
+ * reports per tensor later, gives the same boundaries again: a plan that noise proposes
+ * once is not taken. */
 /* Weight of a new report in a rank's smoothed time of a tensor. */
 #define SCD_FPLAN_EWMA 0.5
 
@@ -97,6 +100,8 @@ typedef struct scd_fplan_state {
 	uint64_t version;
 	uint64_t reports; /* since the current plan */
 	int dirty;	  /* tensors added or replaced, or the configuration changed */
+	int from_times;	  /* the current plan was made from every tensor's times */
+	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
 	scd_fplan_cfg_t cfg;
 } scd_fplan_state_t;
 
@@ -115,8 +120,8 @@ void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);
 void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
 		      double cm_s);
 /* Re-plans when tensors were added, cfg differs from the plan's, or the profiles drifted
- * (see SCD_FPLAN_DRIFT); returns 1 when the boundaries changed (version bumped), 0 when
- * not, -1 out of memory (the plan stays). */
+ * (see SCD_FPLAN_DRIFT; such a plan is taken when the next rebuild confirms it); returns 1 when
+ * the boundaries changed (version bumped), 0 when not, -1 out of memory (the plan stays). */
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg);
 
 #endif

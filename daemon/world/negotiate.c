@@ -912,7 +912,12 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			job->lossless_only = 1;
 			continue;
 		}
-		if (!it->nt->opts.allow_lossy)
+		/* Several tensors sparsified ahead: each made its own selection, which only a
+		 * lossless scheme delivers whole (a lossy one would select again over the
+		 * concatenated index space, and the tensors of small magnitudes would go
+		 * missing: the loss sparsification ahead avoids). */
+		if (!it->nt->opts.allow_lossy ||
+		    (resp->n_cache_ids > 1 && it->sparsifier != SC_SPARSIFY_NONE))
 			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;

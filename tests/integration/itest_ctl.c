@@ -394,7 +394,8 @@ static void check_pending(const char *sock, const char *name)
 	}
 }
 
-int it_ctl(int argc, char **argv)
+/* Finds sparsectl: $SPARSECTL, else next to this executable. */
+static void ctl_path_init(void)
 {
 	const char *env = getenv("SPARSECTL");
 	snprintf(ctl_path, sizeof(ctl_path), "%s", env && *env ? env : "");
@@ -402,6 +403,26 @@ int it_ctl(int argc, char **argv)
 		snprintf(ctl_path, sizeof(ctl_path), "%s/sparsectl", it_env.self_dir);
 	if (access(ctl_path, X_OK) != 0)
 		IT_FAIL("cannot run sparsectl at %s (set $SPARSECTL)", ctl_path);
+}
+
+it_json_t *it_ctl_json(const char *sock, const char *const *args)
+{
+	if (!*ctl_path)
+		ctl_path_init();
+	return ctl_json(sock, args);
+}
+
+void it_ctl_config_set(const char *sock, const char *key, const char *value)
+{
+	if (!*ctl_path)
+		ctl_path_init();
+	config_set(sock, key, value);
+	expect_config(sock, key, value);
+}
+
+int it_ctl(int argc, char **argv)
+{
+	ctl_path_init();
 	sc_client_t *c = it_connect();
 	int rank = sc_rank(c), size = sc_size(c);
 	const char *names[] = {"ctl.a", "ctl.b"};
