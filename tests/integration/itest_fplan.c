@@ -34,8 +34,8 @@ static double s_scale(int l)
 static void fill_sparse(float *x, int l, int rank, int step)
 {
 	for (uint64_t i = 0; i < s_numel(l); i++) {
-		uint64_t h = (i * 2654435761u + (uint64_t)rank * 7919 + (uint64_t)step * 104729 +
-			      (uint64_t)l) %
+		uint64_t h = (i * 2654435761u + (uint64_t)rank * 7919 +
+			      (uint64_t)step * 104729 + (uint64_t)l) %
 			     100003;
 		double v = s_scale(l) * (1.0 + (double)h / 1000.0) * (1 + rank);
 		x[i] = (float)(h & 1 ? v : -v);
@@ -45,7 +45,8 @@ static void fill_sparse(float *x, int l, int rank, int step)
 static void fill_dense(float *x, int d, int rank, int step)
 {
 	for (uint64_t i = 0; i < 100 + 50 * (uint64_t)d; i++)
-		x[i] = sinf((float)i * 0.37f + (float)rank * 1.3f + (float)step) * 1000.0f / 3.0f;
+		x[i] =
+		    sinf((float)i * 0.37f + (float)rank * 1.3f + (float)step) * 1000.0f / 3.0f;
 }
 
 /* Submits every tensor in ts[0..n-1] and waits for them all. */
@@ -53,8 +54,8 @@ static void step_all(sc_client_t *c, sc_tensor_t **ts, int n, const char *what)
 {
 	sc_handle_t h[NS + ND];
 	for (int i = 0; i < n; i++)
-		IT_CHECK_SC(sc_allreduce_async(c, ts[i], SC_OP_SUM, &h[i]), "%s: tensor %d", what,
-			    i);
+		IT_CHECK_SC(sc_allreduce_async(c, ts[i], SC_OP_SUM, &h[i]), "%s: tensor %d",
+			    what, i);
 	for (int i = 0; i < n; i++) {
 		int r = it_wait(c, h[i], IT_OP_TIMEOUT_MS);
 		if (r != SC_OK)
@@ -95,8 +96,9 @@ static uint32_t check_plan(const char *sock, int *version_p, int *buffers_p)
 				seen[NS + i]++, dense = 1;
 		}
 		if (sparse && dense)
-			IT_FAIL("stats --json: fusion buffer %zu holds sparse and dense tensors",
-				b);
+			IT_FAIL(
+			    "stats --json: fusion buffer %zu holds sparse and dense tensors",
+			    b);
 	}
 	for (int i = 0; i < NS + ND; i++)
 		if (seen[i] != 1)
@@ -107,8 +109,41 @@ static uint32_t check_plan(const char *sock, int *version_p, int *buffers_p)
 	return h % 65521;
 }
 
+static int by_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* fplan --bench N: N timed steps of the 46 tensors, no checks; rank 0 prints the median
+ * and the mean step time (the fusion mode is the daemons', e.g. --daemon-arg
+ * --fusion_mode --daemon-arg fixed). */
+static void bench_steps(sc_client_t *c, sc_tensor_t **ts, int rank, int steps)
+{
+	double *t = calloc((size_t)steps + 1, sizeof(double)), sum = 0;
+	if (!t)
+		IT_FAIL("no memory for %d step times", steps);
+	for (int step = 0; step < steps + 3; step++) { /* 3 untimed: the plan settles */
+		for (int l = 0; l < NS; l++)
+			fill_sparse(sc_tensor_data(ts[l]), l, rank, step);
+		for (int d = 0; d < ND; d++)
+			fill_dense(sc_tensor_data(ts[NS + d]), d, rank, step);
+		it_barrier(c, "fplan.bench", 1);
+		double t0 = it_now_s();
+		step_all(c, ts, NS + ND, "bench step");
+		if (step >= 3)
+			sum += t[step - 3] = it_now_s() - t0;
+	}
+	qsort(t, (size_t)steps, sizeof(double), by_double);
+	if (rank == 0)
+		printf("fplan bench: %d steps, median %.3f ms, mean %.3f ms\n", steps,
+		       t[steps / 2] * 1e3, sum / steps * 1e3);
+	free(t);
+}
+
 int it_fplan(int argc, char **argv)
 {
+	int bench = argc > 2 && !strcmp(argv[1], "--bench") ? atoi(argv[2]) : 0;
 	sc_client_t *c = it_connect();
 	int rank = sc_rank(c), size = sc_size(c);
 	if (it_env.env_local_size > 1)
@@ -131,6 +166,11 @@ int it_fplan(int argc, char **argv)
 	for (int d = 0; d < ND; d++) {
 		snprintf(name, sizeof(name), "fp.d.%d", d);
 		ts[NS + d] = it_register(c, name, SC_FLOAT32, 100 + 50 * (size_t)d);
+	}
+	if (bench > 0) {
+		bench_steps(c, ts, rank, bench);
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+		it_pass();
 	}
 	cons = it_register(c, "fp.conservation", SC_FLOAT64, NS);
 	static float before[NS][3000];
@@ -175,9 +215,10 @@ int it_fplan(int argc, char **argv)
 			double want = ((double *)sc_tensor_data(cons))[l];
 			double tol = 1e-4 * (mag + fabs(want)) + 1e-30;
 			if (fabs(got - want) > tol)
-				IT_FAIL("step %d: tensor fp.s.%02d: result sums to %g, inputs and "
-					"residuals to %g",
-					step, l, got, want);
+				IT_FAIL(
+				    "step %d: tensor fp.s.%02d: result sums to %g, inputs and "
+				    "residuals to %g",
+				    step, l, got, want);
 		}
 	}
 	for (int d = 0; d < ND; d++)
@@ -187,8 +228,8 @@ int it_fplan(int argc, char **argv)
 	uint32_t ph = check_plan(it_env.socket, &version, &buffers);
 	double sum = it_barrier(c, "fplan", (double)ph);
 	if (sum != (double)ph * size)
-		IT_FAIL("the nodes' fusion plans differ (hash %u here, sum %g over %d ranks)", ph,
-			sum, size);
+		IT_FAIL("the nodes' fusion plans differ (hash %u here, sum %g over %d ranks)",
+			ph, sum, size);
 	it_log("fusion plan version %d, %d buffers, the same on all %d ranks", version, buffers,
 	       size);
 
@@ -200,8 +241,10 @@ int it_fplan(int argc, char **argv)
 		fill_dense(sc_tensor_data(ts[NS + d]), d, rank, STEPS - 1);
 	step_all(c, ts + NS, ND, "layerwise step");
 	for (int d = 0; d < ND; d++)
-		if (memcmp(dense_fused[d], sc_tensor_data(ts[NS + d]), (100 + 50 * (size_t)d) * 4))
-			IT_FAIL("tensor fp.d.%d: the fused sum differs from the layer-wise one", d);
+		if (memcmp(dense_fused[d], sc_tensor_data(ts[NS + d]),
+			   (100 + 50 * (size_t)d) * 4))
+			IT_FAIL("tensor fp.d.%d: the fused sum differs from the layer-wise one",
+				d);
 	it_log("%d steps of %d fused tensors: none missing, each conserved; dense sums "
 	       "bit-identical to layer-wise",
 	       STEPS, NS + ND);

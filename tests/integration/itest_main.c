@@ -332,7 +332,7 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
-    {"fplan", it_fplan, "40 fused top-k/threshold tensors: fusion plans end to end"},
+    {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
