@@ -120,6 +120,17 @@ static void json_int_array(const int32_t *v, size_t n)
 	putchar(']');
 }
 
+static void json_str_array(char *const *v, size_t n)
+{
+	putchar('[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			putchar(',');
+		json_str(v[i]);
+	}
+	putchar(']');
+}
+
 /* ---- errors ------------------------------------------------------------------------- */
 
 /* Reports an error: "sparsectl: TEXT" on stderr, or with --json one object
@@ -316,13 +327,9 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 		json_num(b->tcm_s);
 		fputs(",\"tcp_s\":", stdout);
 		json_num(b->tcp_s);
-		fputs(",\"tensors\":[", stdout);
-		for (size_t k = 0; k < b->n_tensors; k++) {
-			if (k)
-				putchar(',');
-			json_str(b->tensors[k]);
-		}
-		fputs("]}", stdout);
+		fputs(",\"tensors\":", stdout);
+		json_str_array(b->tensors, b->n_tensors);
+		putchar('}');
 	}
 	fputs("]}}\n", stdout);
 }

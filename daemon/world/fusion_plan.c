@@ -45,10 +45,10 @@ double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b)
 }
 
 /* Whether tensor j must open a buffer whatever the mode: a solo tensor, the one after
- * it, or a change of fusion key. */
+ * it, a learnt break, or a change of fusion key. */
 static int forced(const scd_fplan_tensor_t *t, int j)
 {
-	return j == 0 || t[j].solo || t[j - 1].solo || t[j].key != t[j - 1].key;
+	return j == 0 || t[j].solo || t[j - 1].solo || t[j].brk || t[j].key != t[j - 1].key;
 }
 
 static int measured(const scd_fplan_tensor_t *t, int L)
@@ -245,6 +245,15 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 	s->from_times = 0;
 	s->dirty = 1;
 	return 0;
+}
+
+void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
+{
+	int k = scd_fplan_pos(s, id);
+	if (k > 0 && !s->t[k].brk) {
+		s->t[k].brk = 1;
+		s->dirty = 1;
+	}
 }
 
 void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id)

@@ -14,7 +14,8 @@
  *              eq. 1 holds, then eq. 3 merges the long tail; aligned until every tensor
  *              has been measured.
  * In every mode a buffer holds at most SCD_FPLAN_MAX_ITEMS tensors, tensors of different
- * fusion keys never share one, and a solo tensor is always alone.
+ * fusion keys never share one, a solo tensor is always alone, and a tensor marked brk
+ * always opens a buffer.
  *
  * The times, each the slowest rank's: tcp_s a tensor's compression (its sparsifier, or the
  * residual added back), tb_s its fusion into the buffer (the scatter of its selection),
@@ -58,6 +59,7 @@ typedef struct scd_fplan_tensor {
 	uint64_t bytes;		  /* dense */
 	uint32_t key;		  /* fusion class: equal keys may share a buffer */
 	int solo;		  /* always a buffer of its own */
+	int brk;		  /* always opens a buffer (learnt: scd_fplan_break) */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -113,6 +115,10 @@ int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id);
  * attributes changed, puts id in its place with no times. -1: out of memory. */
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
 		  uint32_t key, int solo);
+/* Makes cache id always open a buffer: its buffer went out without it after waiting
+ * (a trainer that waits for each result before it submits the next tensor, or a step
+ * that skips it), so the tensors before it do not arrive with it. */
+void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
 /* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the
  * next update. */
 void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);

@@ -491,12 +491,28 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 	free(start);
 }
 
+/* A buffer of positions [a, end) goes out after its wait with only r[0..n-1] (in position
+ * order) ready: every position where readiness changes opens a buffer from now on. */
+static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end)
+{
+	int i = 0, was = -1;
+	for (int k = a; k < end; k++) {
+		int is = i < n && r[i].pos == k;
+		i += is;
+		if (was >= 0 && is != was)
+			scd_fplan_break(fp, fp->ids[k]);
+		was = is;
+	}
+}
+
 /*
  * Aligned and adaptive fusion: the cached plan, learnt from the order in which tensors
  * were first planned, says each tensor's buffer. A buffer goes out when all its tensors
  * are ready, when one of them is planned for the first time (the first step runs as the
  * tensors come), or when its first ready tensor has waited fusion_wait_ms for the others
- * (a tensor that a step skips); the wait of the rest is armed on the hold timer.
+ * (a tensor that a step skips, or a trainer that waits for each result before it submits
+ * the next tensor: the plan then learns a break where readiness changed, learn_breaks);
+ * the wait of the rest is armed on the hold timer.
  */
 static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n,
 			 const scd_fplan_cfg_t *cfg, uint64_t now)
@@ -532,10 +548,14 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			if (r[j].e->ready_ms < first)
 				first = r[j].e->ready_ms;
 		}
-		int size = 0; /* the buffer's tensors in the plan (contiguous positions) */
-		for (int k = r[i].pos; b >= 0 && k < fp->n && fp->buf[k] == b; k++)
-			size++;
-		if (b < 0 || j - i == size || fresh || now >= first + wait)
+		int a = r[i].pos, end = r[i].pos; /* the buffer's positions: [a, end) */
+		while (b >= 0 && a > 0 && fp->buf[a - 1] == b)
+			a--;
+		while (b >= 0 && end < fp->n && fp->buf[end] == b)
+			end++;
+		if (b >= 0 && !fresh && j - i < end - a && now >= first + wait)
+			learn_breaks(fp, r + i, j - i, a, end);
+		if (b < 0 || j - i == end - a || fresh || now >= first + wait)
 			emit_buffer(w, pb, r + i, j - i);
 		else if (first + wait < next)
 			next = first + wait;

@@ -244,3 +244,28 @@ UNIT_TEST(fusion_plan_mode_names)
 	CHECK_EQ_INT(scd_fusion_mode_parse("aligned"), SCD_FUSION_ALIGNED);
 	CHECK_EQ_INT(scd_fusion_mode_parse("bogus"), -1);
 }
+
+UNIT_TEST(fusion_plan_learnt_break)
+{
+	/* a buffer that went out without tensor 3 after its wait: 3 opens a buffer from
+	 * then on, in every mode but layerwise (where all do anyway) */
+	scd_fplan_state_t s;
+	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ALIGNED, .buffers = 1};
+	scd_fplan_state_init(&s, 2);
+	for (uint32_t id = 0; id < 8; id++)
+		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_EQ_INT(s.n_buf, 1);
+	scd_fplan_break(&s, 3);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_EQ_INT(s.n_buf, 2);
+	CHECK_EQ_INT(s.buf[2], 0);
+	CHECK_EQ_INT(s.buf[3], 1);
+	CHECK_EQ_INT((int)s.version, 2);
+	/* released: its neighbours close ranks, the break goes with it */
+	scd_fplan_remove(&s, 3);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_EQ_INT(s.n_buf, 1);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 4), 3);
+	scd_fplan_state_free(&s);
+}
