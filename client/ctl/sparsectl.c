@@ -129,6 +129,17 @@ static void json_int_array(const int32_t *v, size_t n)
 	putchar(']');
 }
 
+static void json_str_array(char *const *v, size_t n)
+{
+	putchar('[');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			putchar(',');
+		json_str(v[i]);
+	}
+	putchar(']');
+}
+
 /* ---- errors ------------------------------------------------------------------------- */
 
 /* Reports an error: "sparsectl: TEXT" on stderr, or with --json one object
@@ -315,7 +326,38 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 		}
 		putchar('}');
 	}
-	fputs("]}\n", stdout);
+	fputs("],\"fusion\":{\"mode\":", stdout);
+	json_str(s->fusion_mode);
+	printf(",\"plan_version\":%llu,\"buffers\":[",
+	       (unsigned long long)s->fusion_plan_version);
+	for (size_t i = 0; i < s->n_fusion_buffers; i++) {
+		const Sparsecomm__FusionBufferStats *b = s->fusion_buffers[i];
+
+		printf("%s{\"tcm_s\":", i ? "," : "");
+		json_num(b->tcm_s);
+		fputs(",\"tcp_s\":", stdout);
+		json_num(b->tcp_s);
+		fputs(",\"tensors\":", stdout);
+		json_str_array(b->tensors, b->n_tensors);
+		putchar('}');
+	}
+	fputs("]}}\n", stdout);
+}
+
+/* The fusion plan: its version, then a line per buffer (its measured times, its tensors). */
+static void fusion_text(const Sparsecomm__StatsReply *s)
+{
+	printf("fusion %s, plan version %llu, %zu buffer(s)\n", s->fusion_mode,
+	       (unsigned long long)s->fusion_plan_version, s->n_fusion_buffers);
+	for (size_t i = 0; i < s->n_fusion_buffers; i++) {
+		const Sparsecomm__FusionBufferStats *b = s->fusion_buffers[i];
+
+		printf("  buffer %zu: T_cm %.3f ms, T_cp %.3f ms, %zu tensor(s):", i,
+		       b->tcm_s * 1e3, b->tcp_s * 1e3, b->n_tensors);
+		for (size_t k = 0; k < b->n_tensors; k++)
+			printf(" %s", b->tensors[k]);
+		putchar('\n');
+	}
 }
 
 /* Bytes with a binary unit, in a static buffer of the caller's choice. */
@@ -340,6 +382,7 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	printf("%llu cycle(s), %llu fused buffer(s), %zu tensor(s)\n",
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
 	       s->n_tensors);
+	fusion_text(s);
 	if (!s->n_tensors)
 		return;
 	printf("%-32s %-7s %8s %6s %9s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n",

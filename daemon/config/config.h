@@ -47,7 +47,16 @@ typedef enum {
 	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                             \
 	  "how long ready tensors are batched before they are announced (0: next loop turn)")  \
 	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                       \
-	  "largest fused buffer; ready tensors smaller than this are fused up to it")          \
+	  "largest fused buffer in fusion_mode fixed; ready tensors smaller than this are "    \
+	  "fused up to it")                                                                    \
+	X(fusion_mode, STR, 0, "adaptive", 0, 0, 1,                                            \
+	  "which tensors share a buffer: layerwise (each alone), fixed (up to "                \
+	  "fusion_threshold_bytes), aligned (fusion_buffers buffers of equal tensor counts), " \
+	  "adaptive (sized from measured compression and communication times)")                \
+	X(fusion_buffers, INT, 4, NULL, 1, 512, 1,                                             \
+	  "buffers per step in fusion_mode aligned (and adaptive until measured)")             \
+	X(fusion_wait_ms, INT, 20, NULL, 0, 60000, 1,                                          \
+	  "aligned and adaptive: how long a planned buffer waits for its last tensors")        \
 	X(op_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                    \
 	  "a data-plane operation with no progress for this long fails")                       \
 	X(join_timeout_ms, INT, 60000, NULL, 100, 3600000, 0,                                  \

@@ -1,9 +1,10 @@
 /*
  * config_check.c: what the text settings may hold beyond their type: log_level's four
- * levels, device's three placements, nonfinite's three modes, scheme's names and scheme_pins'
- * PATTERN=SCHEME list. scd_config_set runs these checks for every source (file, environment,
- * flags, a runtime change), so a value the daemons would not understand is refused where it is
- * given instead of being silently ignored when a buffer is planned.
+ * levels, device's three placements, nonfinite's three modes, scheme's names, fusion_mode's
+ * four modes and scheme_pins' PATTERN=SCHEME list. scd_config_set runs these checks for every
+ * source (file, environment, flags, a runtime change), so a value the daemons would not
+ * understand is refused where it is given instead of being silently ignored when a buffer is
+ * planned.
  */
 #include "config/config.h"
 
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "scheme/registry.h"
+#include "world/fusion_plan.h"
 
 int scd_config_pin_next(const char **pins, char *item, size_t len, const char **scheme_p)
 {
@@ -103,6 +105,12 @@ sc_status_t scd_config_check_text(int key, const char *value, char *err, size_t 
 	if (key == SCD_CFG_nonfinite && strcmp(value, "pass") && strcmp(value, "warn") &&
 	    strcmp(value, "error")) {
 		snprintf(err, err_len, "nonfinite: '%.100s' is not pass, warn or error", value);
+		return SC_ERR_INVALID;
+	}
+	if (key == SCD_CFG_fusion_mode && scd_fusion_mode_parse(value) < 0) {
+		snprintf(err, err_len,
+			 "fusion_mode: '%.100s' is not layerwise, fixed, aligned or adaptive",
+			 value);
 		return SC_ERR_INVALID;
 	}
 	if (key == SCD_CFG_scheme_pins)

@@ -95,13 +95,34 @@ typedef struct scd_ntensor {
 	struct scd_ntensor *all_next;
 } scd_ntensor_t;
 
-/* Whether the tensor runs in a buffer of its own: anything but a plain dense lossless
- * tensor (sparsified, lossy, COO input, or a pinned scheme), so that its scheme, residual
- * and profile belong to it alone. */
+/*
+ * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
+ * reads its residual whole), COO input (the engine hands a single tensor's list to the
+ * scheme directly) and a tensor with its own S2 sketch settings (the buffer's sketch is
+ * made from them).
+ */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
-	return nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.allow_lossy ||
-	       nt->opts.coo_capacity > 0 || nt->opts.scheme[0];
+	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0;
+}
+
+/*
+ * The tensor's fusion class (docs/design.md, "Fusion plans"): tensors share a buffer only
+ * with tensors of the same class, that is the same lossless-or-lossy class (a lossless
+ * tensor restricts its buffer to lossless schemes, and lossy schemes need every tensor's
+ * error feedback), the same sparse-ahead-or-dense class (a dense tensor in a buffer of
+ * sparsified ones would make the whole buffer dense), and the same pinned scheme (a
+ * buffer runs one). Sparsifiers may differ: each tensor keeps its own selection and
+ * residual. The coordinator adds the dtype and the scheme_pins pattern a name matches.
+ */
+static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
+{
+	uint32_t h = 2166136261u;
+	for (const char *c = nt->opts.scheme; *c; c++)
+		h = (h ^ (uint8_t)*c) * 16777619u;
+	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
+	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
 }
 
 typedef struct scd_tensors scd_tensors_t;

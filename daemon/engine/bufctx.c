@@ -60,6 +60,9 @@ typedef struct scd_bufctx {
 	uint64_t rcount; /* at least the bits set */
 	int rknown;
 	scd_coo_t fold;
+	/* a buffer of several tensors that lossy schemes may run on: what the scheme did not
+	 * deliver, over the whole buffer, split back into each tensor's residual after it */
+	float *bres;
 	uint64_t last_use;
 	int inflight; /* prepared, not yet released: never evicted meanwhile */
 } scd_bufctx_t;
@@ -109,6 +112,7 @@ static void bufctx_free(scd_bufctx_t *b)
 	dev_free(b->dev, b->rbits);
 	dev_free(b->dev, b->fold.idx);
 	dev_free(b->dev, b->fold.val);
+	dev_free(b->dev, b->bres);
 	free(b);
 }
 
@@ -328,10 +332,13 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 }
 
 /* Sparsification ahead, per tensor: the selected values stay in the buffer, the rest goes
- * to the tensor's residual. A tensor that allows lossy schemes but is not sparsified here
- * gets its residual (what lossy schemes left behind last step) added back first. A buffer
- * of one sparsified tensor hands its selection to the scheme as COO (*sel_p) instead:
- * nothing then clears and refills the buffer, nor scans it again for the non-zeros. */
+ * to the tensor's residual. Each tensor has its own sparsifier, so each keeps its own k
+ * (at least one element, scd_density_to_k) whatever the other tensors' magnitudes. A
+ * tensor that allows lossy schemes but is not sparsified here gets its residual (what
+ * lossy schemes left behind last step) added back first. A buffer of one sparsified
+ * tensor hands its selection to the scheme as COO (*sel_p) instead: nothing then clears
+ * and refills the buffer, nor scans it again for the non-zeros. Each item's compression
+ * and fusion times go to its tcp_s and tb_s. */
 static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 				  const scd_coo_t **sel_p)
 {
@@ -339,6 +346,8 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		float *x = buf + it->offset;
+		double t0 = scd_now_s();
+		it->tb_s = 0;
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
 			uint64_t tl = scd_tl_begin();
@@ -347,17 +356,52 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
 			if (st != SC_OK)
 				return st;
+			double t1 = scd_now_s();
+			it->tcp_s = t1 - t0;
 			if (job->n_items == 1) {
 				*sel_p = &b->sel;
 				return SC_OK;
 			}
 			b->dev->clear(x, it->numel * sizeof(float));
 			b->dev->coo_scatter(x, &b->sel);
+			it->tb_s = scd_now_s() - t1;
+			continue;
 		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
 			b->dev->residual_drain(x, it->residual, it->numel);
 		}
+		it->tcp_s = scd_now_s() - t0;
 	}
 	return SC_OK;
+}
+
+/* Whether some tensor of the buffer keeps a residual (error feedback). */
+static int any_residual(const scd_job_t *job)
+{
+	for (int i = 0; i < job->n_items; i++)
+		if (job->items[i].residual)
+			return 1;
+	return 0;
+}
+
+/* The residual a lossy scheme fills for a buffer of several tensors, zeroed before the
+ * run (split back by split_residual() after it); NULL when out of memory. */
+static float *buffer_residual(scd_bufctx_t *b)
+{
+	if (!b->bres && !(b->bres = b->dev->alloc(b->numel * sizeof(float))))
+		return NULL;
+	b->dev->clear(b->bres, b->numel * sizeof(float));
+	return b->bres;
+}
+
+/* Adds each tensor's part of the buffer's residual to the tensor's own (padding between
+ * tensors holds zeros, which the scheme never discards). */
+static void split_residual(const scd_bufctx_t *b, const scd_job_t *job)
+{
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->residual)
+			b->dev->reduce_sum(it->residual, b->bres + it->offset, it->numel);
+	}
 }
 
 /*
@@ -672,7 +716,9 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 		job->scheme = SCD_SCHEME_DENSE_RING;
 		job->predicted_s = 0;
 		job->density = job->gamma = job->imbalance = 1;
-		job->exchange_s = scd_now_s() - t0;
+		job->exchange_s = job->tcm_s = scd_now_s() - t0;
+		for (int i = 0; i < job->n_items; i++)
+			job->items[i].tcp_s = job->items[i].tb_s = 0;
 		return st;
 	}
 	scd_bufctx_t *b = prep->bufctx;
@@ -680,11 +726,21 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	double cpu0 = scd_thread_cpu_s();
 	scd_cost_t cost = {0};
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);
-	/* Lossy schemes keep what they did not deliver in the (single) tensor's residual. */
+	/* Lossy schemes keep what they did not deliver in the tensor's residual: the single
+	 * tensor's own, or the buffer's, split back per tensor after the run. */
+	int split = job->n_items > 1 && !scd_scheme_lossless(s) && any_residual(job);
 	scd_scheme_io_t io = {.data = buf,
 			      .coo = job->coo_direct ? &job->coo_in : prep->sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
+	if (split && !(io.residual = buffer_residual(b))) {
+		snprintf(job->error, sizeof(job->error),
+			 "no memory on the %s device for the residual of a buffer of %llu "
+			 "elements",
+			 dev->name, (unsigned long long)b->numel);
+		log_step_error(job);
+		return SC_ERR_NOMEM;
+	}
 	double t_fold = scd_now_s();
 	if (job->coo_direct && io.residual) {
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
@@ -701,6 +757,8 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	scd_scheme_report_t rep;
 	t_fold = scd_now_s() - t_fold;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
+	if (st == SC_OK && split)
+		split_residual(b, job);
 	double t_support = scd_now_s();
 	if (io.track_residual)
 		residual_support(b, st == SC_OK);
@@ -734,6 +792,7 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	job->gamma = rep.gamma;
 	job->imbalance = rep.imbalance;
 	job->exchange_s = rep.xchg_s;
+	job->tcm_s = rep.elapsed_s;
 	return SC_OK;
 }
 

@@ -100,6 +100,9 @@ typedef struct scd_job_item {
 	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
 	double sketch_cols;
 	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
+	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
+	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
+	double tcp_s, tb_s;
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;
@@ -181,6 +184,7 @@ typedef struct scd_job {
 	int scheme; /* the scheme that ran */
 	double predicted_s, density, gamma, imbalance;
 	double exchange_s; /* of the scheme's time, inside exchanges */
+	double tcm_s;	   /* the buffer's communication: the scheme's run (or the ring's) */
 	double cpu_s;	   /* the engine threads' CPU time for the job */
 	double compute_s;  /* of time_s, the compute stage's (local sum, sparsify ahead) */
 	scd_job_run_t run; /* the engine's, between its stages */

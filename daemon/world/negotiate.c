@@ -23,6 +23,13 @@
 #include "util/log.h"
 #include "world/world_int.h"
 
+/* A buffer's communication latency in the planner: its scheme's metadata round and one
+ * exchange, each the agreed latency (docs/design.md, "Fusion plans"). */
+#define SCD_FUSION_LATENCY_ROUNDS 2
+/* At most this many tensor times wait for the next ReadyList (the latest steps' are
+ * enough: the planner smooths them). */
+#define SCD_MAX_TIMES 65536
+
 static uint32_t hash_name(const char *s)
 {
 	uint32_t h = 2166136261u;
@@ -46,7 +53,7 @@ static uint32_t cache_lookup(scd_world_t *w, const char *name)
 }
 
 static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
-			     uint64_t numel, uint32_t op, int solo)
+			     uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
 {
 	if (id >= w->cap_cache) {
 		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
@@ -84,6 +91,8 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	e->numel = numel;
 	e->op = op;
 	e->solo = solo;
+	e->fuse_key = fuse_key;
+	e->last_tcp_s = e->last_tcm_s = 0;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
 	return SC_OK;
@@ -107,9 +116,10 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	memset(o, 0, sizeof(*o));
 	uint32_t id = cache_lookup(w, nt->name);
 	int solo = scd_ntensor_solo(nt);
+	uint32_t key = scd_ntensor_fuse_key(nt);
 	if (id != UINT32_MAX && w->cache[id].dtype == nt->dtype &&
 	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
-	    w->cache[id].solo == solo) {
+	    w->cache[id].solo == solo && w->cache[id].fuse_key == key) {
 		o->cached = 1;
 		o->id = id;
 	} else {
@@ -122,6 +132,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->numel = nt->numel;
 		o->op = nt->op;
 		o->solo = solo;
+		o->fuse_key = key;
 	}
 	scd_world_arm_flush(w);
 }
@@ -191,14 +202,21 @@ void scd_neg_flush(scd_world_t *w)
 		r->numel = o->numel;
 		r->op = o->op;
 		r->solo = o->solo;
+		r->fuse_key = o->fuse_key;
 		rp[rl.n_requests++] = r;
 	}
 	rl.requests = rp;
 	rl.cached_ids = ids;
+	Sparsecomm__TensorTimes **tp = calloc((size_t)w->n_times + 1, sizeof(*tp));
+	for (int i = 0; tp && i < w->n_times; i++)
+		tp[rl.n_times++] = &w->out_times[i];
+	rl.times = tp;
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY;
 	m.ready = &rl;
 	scd_world_send_coord(w, &m);
+	free(tp);
+	w->n_times = 0;
 out:
 	for (int i = 0; i < w->n_out; i++)
 		free(w->out[i].name);
@@ -274,17 +292,22 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
-		      uint64_t numel, uint32_t op, int solo)
+		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
 {
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
 		return;
 	e->solo |= solo;
+	if (!e->count)
+		e->fuse_key = fuse_key;
+	else if (e->fuse_key != fuse_key) /* the nodes' options differ: fuse with nothing */
+		e->solo = 1;
 	e->have[rank] = 1;
 	e->dtype[rank] = dtype;
 	e->numel[rank] = numel;
 	e->op[rank] = op;
-	e->count++;
+	if (++e->count == w->d->world_size)
+		e->ready_ms = scd_now_ms();
 }
 
 /* Describes how the ranks of e disagree on one attribute (NULL when they agree). */
@@ -373,14 +396,18 @@ static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st
 }
 
 /* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
- * name is new or its attributes changed. */
-static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e)
+ * name is new or its attributes changed (*old_p then gets the id it had, else
+ * UINT32_MAX). */
+static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e,
+			    uint32_t *old_p)
 {
 	uint32_t id = cache_lookup(w, e->name);
+	*old_p = UINT32_MAX;
 	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
 	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
-	    w->cache[id].solo == e->solo)
+	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key)
 		return id;
+	*old_p = id;
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
@@ -388,7 +415,8 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
 	id = w->n_cache;
 	if (!ce || !ce_name ||
-	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo) != SC_OK)
+	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
+		      e->fuse_key) != SC_OK)
 		return UINT32_MAX;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
@@ -397,6 +425,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->numel = e->numel[0];
 	ce->op = e->op[0];
 	ce->solo = e->solo;
+	ce->fuse_key = e->fuse_key;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;
 }
@@ -418,31 +447,215 @@ static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
 }
 
 static scd_poison_t **poison_find(scd_world_t *w, const char *name);
+static void on_hold(uv_timer_t *t);
+
+/* A tensor every rank announced, waiting for its buffer in coord_emit. */
+typedef struct ready_ent {
+	scd_centry_t *e;
+	uint32_t id, old_id; /* old_id: the id the name had before, or UINT32_MAX */
+	int pos;   /* in the fusion plan, -1: planned this cycle only (fixed, layerwise) */
+	int fresh; /* first planned now: never held */
+} ready_ent_t;
+
+/* The fusion key the planner sees: the tensor's class (scd_ntensor_fuse_key), its dtype
+ * and the scheme_pins pattern its name matches (a buffer runs one scheme). */
+static uint32_t plan_key(const scd_world_t *w, const scd_centry_t *e)
+{
+	const char *pins = scd_cfg_str(&w->d->cfg, SCD_CFG_scheme_pins);
+	char item[SCD_PIN_ITEM_MAX];
+	const char *want;
+	uint32_t k = (e->fuse_key ^ (e->dtype[0] * 0x9e3779b9u)) * 16777619u, n = 1;
+	while (scd_config_pin_next(&pins, item, sizeof(item), &want) != 0) {
+		if (want && fnmatch(item, e->name, 0) == 0)
+			return k ^ (n * 0x85ebca6bu);
+		n++;
+	}
+	return k;
+}
+
+static scd_fplan_cfg_t plan_cfg(const scd_world_t *w, scd_fusion_mode_t mode)
+{
+	const scd_config_t *cfg = &w->d->cfg;
+	double alpha = 0, beta = 0;
+	scd_engine_net(w->d->engine, &alpha, &beta);
+	return (scd_fplan_cfg_t){.mode = mode,
+				 .fixed_bytes =
+				     (uint64_t)scd_cfg_int(cfg, SCD_CFG_fusion_threshold_bytes),
+				 .buffers = (int)scd_cfg_int(cfg, SCD_CFG_fusion_buffers),
+				 .alpha_s = SCD_FUSION_LATENCY_ROUNDS * alpha};
+}
+
+/* One response for the ready tensors r[0..n-1] (in buffer order), their entries freed;
+ * out of memory, the entries stay for the next plan. */
+static void emit_buffer(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n)
+{
+	Sparsecomm__Response *g = pb_response(pb);
+	uint32_t *ids = scd_arena_alloc(&pb->arena, sizeof(uint32_t) * (size_t)n);
+	if (!g || !ids) {
+		scd_warn(SCD_SUB_NEGOTIATE, "out of memory planning a buffer of %d tensors", n);
+		return;
+	}
+	pb->resp[pb->plan.n_responses++] = g;
+	g->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	g->cache_ids = ids;
+	for (int i = 0; i < n; i++) {
+		g->cache_ids[g->n_cache_ids++] = r[i].id;
+		centry_free(w, r[i].e);
+		r[i].e = NULL;
+	}
+}
+
+static int by_pos(const void *a, const void *b)
+{
+	const ready_ent_t *x = a, *y = b;
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Fixed and layer-wise fusion: the tensors ready now, in arrival order, planned alone. */
+static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n,
+		       const scd_fplan_cfg_t *cfg)
+{
+	scd_fplan_tensor_t *t = calloc((size_t)n + 1, sizeof(*t));
+	uint8_t *start = calloc((size_t)n + 1, 1);
+	for (int i = 0; t && start && i < n; i++)
+		t[i] = (scd_fplan_tensor_t){.bytes = r[i].e->numel[0] *
+						     sc_dtype_size(r[i].e->dtype[0]),
+					    .key = plan_key(w, r[i].e),
+					    .solo = r[i].e->solo};
+	if (t && start)
+		scd_fplan_plan(cfg, t, n, start);
+	for (int i = 0, j; i < n; i = j) { /* out of memory: every tensor alone */
+		for (j = i + 1; j < n && t && start && !start[j]; j++)
+			;
+		emit_buffer(w, pb, r + i, j - i);
+	}
+	free(t);
+	free(start);
+}
+
+/* A buffer of positions [a, end) goes out after its wait with only r[0..n-1] (in position
+ * order) ready: every position where readiness changes opens a buffer from now on. */
+static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end)
+{
+	int i = 0, was = -1;
+	for (int k = a; k < end; k++) {
+		int is = i < n && r[i].pos == k;
+		i += is;
+		if (was >= 0 && is != was)
+			scd_fplan_break(fp, fp->ids[k]);
+		was = is;
+	}
+}
 
 /*
- * Turns every name that all ranks announced into a response (fusing consecutive small
- * tensors), every disagreement, stall or dead node into an error, and broadcasts the plan.
+ * Aligned and adaptive fusion: the cached plan, learnt from the order in which tensors
+ * were first planned, says each tensor's buffer. A buffer goes out when all its tensors
+ * are ready, when one of them is planned for the first time (the first step runs as the
+ * tensors come), or when its first ready tensor has waited fusion_wait_ms for the others
+ * (a tensor that a step skips, or a trainer that waits for each result before it submits
+ * the next tensor: the plan then learns a break where readiness changed, learn_breaks);
+ * the wait of the rest is armed on the hold timer.
+ */
+static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n,
+			 const scd_fplan_cfg_t *cfg, uint64_t now)
+{
+	scd_fplan_state_t *fp = &w->fplan;
+	for (int i = 0; i < n; i++) {
+		r[i].pos = scd_fplan_pos(fp, r[i].id);
+		if (r[i].pos >= 0)
+			continue;
+		const scd_centry_t *e = r[i].e;
+		r[i].fresh = 1;
+		if (scd_fplan_add(fp, r[i].id, r[i].old_id,
+				  e->numel[0] * sc_dtype_size(e->dtype[0]), plan_key(w, e),
+				  e->solo) != 0)
+			r[i].pos = -1;
+	}
+	if (scd_fplan_update(fp, cfg) > 0)
+		scd_info(SCD_SUB_NEGOTIATE, "fusion plan %llu (%s): %d tensors in %d buffers",
+			 (unsigned long long)fp->version, scd_fusion_mode_name(cfg->mode),
+			 fp->n, fp->n_buf);
+	for (int i = 0; i < n; i++) /* after the update: positions may have moved */
+		if (r[i].pos >= 0 || r[i].fresh)
+			r[i].pos = scd_fplan_pos(fp, r[i].id);
+	qsort(r, (size_t)n, sizeof(*r), by_pos);
+	uint64_t wait = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
+	uint64_t next = UINT64_MAX;
+	for (int i = 0, j; i < n; i = j) {
+		int b = r[i].pos >= 0 ? fp->buf[r[i].pos] : -1, fresh = r[i].fresh;
+		uint64_t first = r[i].e->ready_ms;
+		for (j = i + 1; b >= 0 && j < n && r[j].pos >= 0 && fp->buf[r[j].pos] == b;
+		     j++) {
+			fresh |= r[j].fresh;
+			if (r[j].e->ready_ms < first)
+				first = r[j].e->ready_ms;
+		}
+		int a = r[i].pos, end = r[i].pos; /* the buffer's positions: [a, end) */
+		while (b >= 0 && a > 0 && fp->buf[a - 1] == b)
+			a--;
+		while (b >= 0 && end < fp->n && fp->buf[end] == b)
+			end++;
+		if (b >= 0 && !fresh && j - i < end - a && now >= first + wait)
+			learn_breaks(fp, r + i, j - i, a, end);
+		if (b < 0 || j - i == end - a || fresh || now >= first + wait)
+			emit_buffer(w, pb, r + i, j - i);
+		else if (first + wait < next)
+			next = first + wait;
+	}
+	if (next != UINT64_MAX)
+		uv_timer_start(&w->hold_timer, on_hold, next - now, 0);
+}
+
+/* The fusion plan's buffers, for the ranks' statistics, when its version is new. */
+static void pb_fusion(scd_world_t *w, plan_builder_t *pb)
+{
+	const scd_fplan_state_t *fp = &w->fplan;
+	if (fp->version == w->fusion_version || !fp->n_buf)
+		return;
+	Sparsecomm__FusionBuffer **v =
+	    scd_arena_alloc(&pb->arena, sizeof(*v) * (size_t)fp->n_buf);
+	uint32_t *ids = scd_arena_alloc(&pb->arena, sizeof(uint32_t) * (size_t)fp->n);
+	if (!v || !ids)
+		return;
+	memcpy(ids, fp->ids, sizeof(uint32_t) * (size_t)fp->n);
+	pb->plan.n_fusion_buffers = 0;
+	for (int k = 0; k < fp->n; k++) {
+		if (k == 0 || fp->buf[k] != fp->buf[k - 1]) {
+			Sparsecomm__FusionBuffer *f = scd_arena_alloc(&pb->arena, sizeof(*f));
+			if (!f)
+				return;
+			sparsecomm__fusion_buffer__init(f);
+			f->cache_ids = &ids[k];
+			v[pb->plan.n_fusion_buffers++] = f;
+		}
+		v[pb->plan.n_fusion_buffers - 1]->n_cache_ids++;
+	}
+	pb->plan.fusion_buffers = v;
+	pb->plan.fusion_version = fp->version;
+}
+
+/*
+ * Turns every name that all ranks announced into an error (disagreement, stall, dead
+ * node) or a place in a fused buffer (by the fusion mode: emit_cycle, emit_planned), and
+ * broadcasts the plan.
  */
 static void coord_emit(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
 	int P = d->world_size;
-	uint64_t fuse_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
+	int mode = scd_fusion_mode_parse(scd_cfg_str(&d->cfg, SCD_CFG_fusion_mode));
 	uint64_t stall_ms = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_stall_timeout_ms);
 	uint64_t now = scd_now_ms();
 	plan_builder_t pb = {.plan = SPARSECOMM__PLAN__INIT};
-	Sparsecomm__Response *group = NULL;
-	uint64_t group_bytes = 0;
-	uint32_t group_dtype = 0;
+	ready_ent_t *ready = NULL;
+	int n_ready = 0, cap_ready = 0;
 	char msg[1024];
 
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
 		if (poison) {
-			if (pb_error(&pb, e->name, poison->status, poison->reason) != SC_OK)
-				break; /* out of memory: the rest waits for the next plan */
-			group = NULL;
+			pb_error(&pb, e->name, poison->status, poison->reason);
 			centry_free(w, e);
 			continue;
 		}
@@ -450,9 +663,7 @@ static void coord_emit(scd_world_t *w)
 		if (dr >= 0) {
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
 				 e->name, w->peers[dr].degraded_reason);
-			if (pb_error(&pb, e->name, SC_ERR_ABORTED, msg) != SC_OK)
-				break; /* out of memory: the rest waits for the next plan */
-			group = NULL;
+			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
 			centry_free(w, e);
 			continue;
 		}
@@ -484,50 +695,47 @@ static void coord_emit(scd_world_t *w)
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms",
 				 (unsigned long long)stall_ms);
-			if (pb_error(&pb, e->name, SC_ERR_STALLED, msg) != SC_OK)
-				break; /* out of memory: the rest waits for the next plan */
-			group = NULL;
+			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
 			centry_free(w, e);
 			continue;
 		}
 		if (describe_mismatch(w, e, msg, sizeof(msg))) {
-			if (pb_error(&pb, e->name, SC_ERR_MISMATCH, msg) != SC_OK)
-				break; /* out of memory: the rest waits for the next plan */
-			group = NULL;
+			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
 			centry_free(w, e);
 			continue;
 		}
-		uint32_t id = pb_cache_id(w, &pb, e);
-		if (id == UINT32_MAX) { /* the tensor fails; the plan stays consistent */
+		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
+		if (id == UINT32_MAX || n_ready == INT32_MAX) { /* the tensor fails alone */
 			snprintf(msg, sizeof(msg),
 				 "allreduce of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
 				 e->name);
-			if (pb_error(&pb, e->name, SC_ERR_NOMEM, msg) != SC_OK)
-				break; /* out of memory: the rest waits for the next plan */
-			group = NULL;
+			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
 			centry_free(w, e);
 			continue;
 		}
-		uint64_t bytes = e->numel[0] * sc_dtype_size(e->dtype[0]);
-		if (!group || group_bytes + bytes > fuse_bytes || e->solo ||
-		    e->dtype[0] != group_dtype) {
-			uint32_t *ids = scd_arena_alloc(&pb.arena, sizeof(uint32_t) * 512);
-			if (!ids || !(group = pb_response(&pb)))
-				break; /* out of memory: the rest waits for the next plan */
-			pb.resp[pb.plan.n_responses++] = group;
-			group->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
-			group->cache_ids = ids;
-			group_bytes = 0;
-			group_dtype = e->dtype[0];
+		if (n_ready == cap_ready) {
+			int cap = cap_ready ? 2 * cap_ready : 64;
+			ready_ent_t *v = realloc(ready, sizeof(*v) * (size_t)cap);
+			if (!v) { /* stays announced: the next emit plans it */
+				scd_warn(SCD_SUB_NEGOTIATE, "out of memory planning '%s'",
+					 e->name);
+				continue;
+			}
+			ready = v, cap_ready = cap;
 		}
-		group->cache_ids[group->n_cache_ids++] = id;
-		group_bytes += bytes;
-		if (group->n_cache_ids == 512 || bytes >= fuse_bytes || e->solo)
-			group = NULL;
-		centry_free(w, e);
+		ready[n_ready++] = (ready_ent_t){.e = e, .id = id, .old_id = old, .pos = -1};
 	}
+	if (mode == SCD_FUSION_ALIGNED || mode == SCD_FUSION_ADAPTIVE) {
+		scd_fplan_cfg_t cfg = plan_cfg(w, (scd_fusion_mode_t)mode);
+		emit_planned(w, &pb, ready, n_ready, &cfg, now);
+	} else if (n_ready) {
+		scd_fplan_cfg_t cfg = plan_cfg(w, mode < 0 ? SCD_FUSION_FIXED : mode);
+		emit_cycle(w, &pb, ready, n_ready, &cfg);
+	}
+	free(ready);
 	if (pb.plan.n_responses) {
+		pb_fusion(w, &pb);
 		pb.plan.cycle = ++w->cycle;
 		pb.plan.responses = pb.resp;
 		pb.plan.new_entries = pb.ents;
@@ -540,6 +748,13 @@ static void coord_emit(scd_world_t *w)
 	free(pb.resp);
 	free(pb.ents);
 	scd_arena_free(&pb.arena);
+}
+
+static void on_hold(uv_timer_t *t)
+{
+	scd_world_t *w = t->data;
+	if (w->formed && w->is_coord)
+		coord_emit(w);
 }
 
 static scd_poison_t **poison_find(scd_world_t *w, const char *name)
@@ -583,7 +798,7 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 		coord_poison(w, from, rl->abandoned[i]);
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
-		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo);
+		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key);
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
@@ -593,7 +808,11 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			continue;
 		}
 		const scd_cache_ent_t *c = &w->cache[id];
-		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo);
+		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key);
+	}
+	for (size_t i = 0; i < rl->n_times; i++) {
+		const Sparsecomm__TensorTimes *t = rl->times[i];
+		scd_fplan_report(&w->fplan, from, t->cache_id, t->tcp_s, t->tb_s, t->cm_s);
 	}
 }
 
@@ -757,7 +976,12 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			job->lossless_only = 1;
 			continue;
 		}
-		if (!it->nt->opts.allow_lossy)
+		/* Several tensors sparsified ahead: each made its own selection, which only a
+		 * lossless scheme delivers whole (a lossy one would select again over the
+		 * concatenated index space, and the tensors of small magnitudes would go
+		 * missing: the loss sparsification ahead avoids). */
+		if (!it->nt->opts.allow_lossy ||
+		    (resp->n_cache_ids > 1 && it->sparsifier != SC_SPARSIFY_NONE))
 			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
@@ -813,8 +1037,8 @@ sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
 	for (size_t i = 0; !w->is_coord && i < plan->n_new_entries; i++) {
 		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
-		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo) !=
-		    SC_OK) {
+		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo,
+			      ce->fuse_key) != SC_OK) {
 			/* the plans of this rank would no longer match the others' */
 			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
 						     "this rank leaves the world");
@@ -822,6 +1046,64 @@ sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
 		}
 	}
 	return SC_OK;
+}
+
+static void fusion_free(scd_world_t *w)
+{
+	for (int i = 0; i < w->n_fusion_bufs; i++)
+		free(w->fusion_bufs[i]);
+	free(w->fusion_bufs);
+	w->fusion_bufs = NULL;
+	w->n_fusion_bufs = 0;
+}
+
+/* Keeps a new fusion plan's buffers for the statistics (out of memory: they are left
+ * out, the version still counts). */
+static void fusion_keep(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	fusion_free(w);
+	w->fusion_version = plan->fusion_version;
+	w->fusion_bufs = calloc(plan->n_fusion_buffers + 1, sizeof(uint32_t *));
+	for (size_t i = 0; w->fusion_bufs && i < plan->n_fusion_buffers; i++) {
+		const Sparsecomm__FusionBuffer *f = plan->fusion_buffers[i];
+		uint32_t *v = malloc(sizeof(uint32_t) * (f->n_cache_ids + 1));
+		if (!v || f->n_cache_ids > SCD_FPLAN_MAX_ITEMS) {
+			free(v);
+			break;
+		}
+		v[0] = (uint32_t)f->n_cache_ids;
+		memcpy(v + 1, f->cache_ids, sizeof(uint32_t) * f->n_cache_ids);
+		w->fusion_bufs[w->n_fusion_bufs++] = v;
+	}
+}
+
+void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena_t *a)
+{
+	r->fusion_mode = (char *)scd_cfg_str(&w->d->cfg, SCD_CFG_fusion_mode);
+	r->fusion_plan_version = w->fusion_version;
+	r->fusion_buffers =
+	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));
+	for (int i = 0; r->fusion_buffers && i < w->n_fusion_bufs; i++) {
+		const uint32_t *v = w->fusion_bufs[i];
+		Sparsecomm__FusionBufferStats *b = scd_arena_alloc(a, sizeof(*b));
+		char **names = scd_arena_alloc(a, sizeof(char *) * (v[0] + 1));
+		if (!b || !names)
+			return;
+		sparsecomm__fusion_buffer_stats__init(b);
+		b->tensors = names;
+		for (uint32_t k = 1; k <= v[0]; k++) {
+			/* the ids were checked against the cache only when responses name them
+			 */
+			const scd_cache_ent_t *c = v[k] < w->n_cache ? &w->cache[v[k]] : NULL;
+			if (!c || !c->name)
+				continue;
+			names[b->n_tensors++] = c->name;
+			b->tcp_s += c->last_tcp_s;
+			if (c->last_tcm_s > b->tcm_s)
+				b->tcm_s = c->last_tcm_s;
+		}
+		r->fusion_buffers[r->n_fusion_buffers++] = b;
+	}
 }
 
 sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
@@ -834,6 +1116,8 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	}
 	if ((st = scd_neg_plan_entries(w, plan)) != SC_OK)
 		return st;
+	if (plan->fusion_version > w->fusion_version)
+		fusion_keep(w, plan);
 	w->d->stats_cycles++;
 	for (size_t i = 0; st == SC_OK && i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
@@ -850,12 +1134,52 @@ void scd_world_forget(scd_world_t *w, const char *name)
 	uint32_t id = cache_lookup(w, name);
 	if (id == UINT32_MAX)
 		return;
+	if (w->is_coord) /* its buffer mates no longer wait for it */
+		scd_fplan_remove(&w->fplan, id);
 	scd_job_t *job = calloc(1, sizeof(*job));
 	if (!job)
 		return;
 	job->kind = SCD_JOB_FORGET;
 	job->forget_cache_id = id;
 	scd_engine_submit(w->d->engine, job);
+}
+
+/*
+ * A job's measured times, kept per tensor for the statistics and queued for the
+ * coordinator's fusion plan (sent with the next ReadyList): each tensor's compression and
+ * fusion, and its share (by elements) of the buffer's communication beyond the latency
+ * the planner counts per buffer.
+ */
+static void record_times(scd_world_t *w, const scd_job_t *job)
+{
+	double alpha = 0, beta = 0;
+	scd_engine_net(w->d->engine, &alpha, &beta);
+	double beyond = job->tcm_s - SCD_FUSION_LATENCY_ROUNDS * alpha;
+	double total = (double)(job->total_numel ? job->total_numel : 1);
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->cache_id >= w->n_cache)
+			continue;
+		scd_cache_ent_t *c = &w->cache[it->cache_id];
+		c->last_tcp_s = it->tcp_s + it->tb_s;
+		c->last_tcm_s = job->tcm_s;
+		if (w->n_times == w->cap_times) {
+			int cap = w->cap_times ? 2 * w->cap_times : 64;
+			Sparsecomm__TensorTimes *v =
+			    cap <= SCD_MAX_TIMES
+				? realloc(w->out_times, sizeof(*v) * (size_t)cap)
+				: NULL;
+			if (!v) /* the coordinator plans from the reports it has */
+				continue;
+			w->out_times = v, w->cap_times = cap;
+		}
+		Sparsecomm__TensorTimes *t = &w->out_times[w->n_times++];
+		sparsecomm__tensor_times__init(t);
+		t->cache_id = it->cache_id;
+		t->tcp_s = it->tcp_s;
+		t->tb_s = it->tb_s;
+		t->cm_s = beyond > 0 ? beyond * (double)it->numel / total : 0;
+	}
 }
 
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
@@ -868,6 +1192,8 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		scd_debug(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
 			  job->error);
 	double total = (double)(job->total_numel ? job->total_numel : 1);
+	if (job->status == SC_OK)
+		record_times(w, job);
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		scd_ntensor_t *nt = it->nt;
@@ -915,4 +1241,7 @@ void scd_neg_destroy(scd_world_t *w)
 	for (int i = 0; i < w->n_out; i++)
 		free(w->out[i].name);
 	free(w->out);
+	free(w->out_times);
+	fusion_free(w);
+	scd_fplan_state_free(&w->fplan);
 }

@@ -573,7 +573,9 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	w->is_coord = d->rank == 0;
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
-	w->join_timer.data = w->flush_timer.data = w;
+	uv_timer_init(d->loop, &w->hold_timer);
+	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w;
+	scd_fplan_state_init(&w->fplan, d->world_size);
 	*w_p = w;
 	return SC_OK;
 }
@@ -674,8 +676,10 @@ void scd_world_destroy(scd_world_t *w)
 		return;
 	uv_timer_stop(&w->join_timer);
 	uv_timer_stop(&w->flush_timer);
+	uv_timer_stop(&w->hold_timer);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
+	uv_close((uv_handle_t *)&w->hold_timer, NULL);
 	if (w->polling) {
 		uv_poll_stop(&w->poll);
 		uv_close((uv_handle_t *)&w->poll, NULL);

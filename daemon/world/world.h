@@ -55,6 +55,9 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 void scd_world_pending(scd_world_t *w, uint64_t query_id);
 /* Proposes a runtime configuration change, applied on every node. */
 void scd_world_config_propose(scd_world_t *w, const char *key, const char *value);
+/* Fills the fusion plan of a stats reply: the mode, the plan's version and its buffers
+ * with this node's last measured times. */
+void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a);
 /* Fills the peers of a status reply. */
 void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
 /* The engine's completion callback (on the loop thread): the mesh job (the daemon is

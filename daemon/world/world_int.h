@@ -8,6 +8,7 @@
 #define SCD_WORLD_WORLD_INT_H
 
 #include "transport/transport.h"
+#include "world/fusion_plan.h"
 #include "world/world.h"
 
 typedef struct scd_peer {
@@ -31,6 +32,8 @@ typedef struct scd_centry {
 	uint32_t *dtype, *op;
 	uint64_t *numel;
 	int solo;
+	uint32_t fuse_key; /* the first announcement's; ranks that differ make it solo */
+	uint64_t ready_ms; /* when the last rank announced it (count reached world size) */
 	struct scd_centry *next, *hnext;
 } scd_centry_t;
 
@@ -39,6 +42,10 @@ typedef struct scd_cache_ent {
 	uint32_t dtype, op;
 	uint64_t numel;
 	int solo;
+	uint32_t fuse_key;
+	/* this node's last measured times of the tensor (stats): compression plus fusion,
+	 * and its buffer's communication */
+	double last_tcp_s, last_tcm_s;
 } scd_cache_ent_t;
 
 /* An announcement waiting for the next flush. */
@@ -49,6 +56,7 @@ typedef struct scd_outreq {
 	uint32_t dtype, op;
 	uint64_t numel;
 	int solo;
+	uint32_t fuse_key;
 } scd_outreq_t;
 
 /* A name some rank cannot complete (coordinator), or an abandonment to send (every rank). */
@@ -91,6 +99,18 @@ struct scd_world {
 	scd_centry_t *ehead, *etail;
 	scd_centry_t *ebucket[SCD_WORLD_BUCKETS];
 	uint64_t cycle;
+	/* the fusion plan (coordinator; docs/design.md "Fusion plans"), and the timer that
+	 * ends a held buffer's wait for its missing tensors */
+	scd_fplan_state_t fplan;
+	uv_timer_t hold_timer;
+	/* every rank: times measured since the last ReadyList, to send with it */
+	Sparsecomm__TensorTimes *out_times;
+	int n_times, cap_times;
+	/* every rank: the fusion plan last received (stats), its buffers' cache ids as
+	 * [n, id...] vectors */
+	uint64_t fusion_version;
+	uint32_t **fusion_bufs;
+	int n_fusion_bufs;
 	/* jobs */
 	uint64_t job_seq;
 };

@@ -126,6 +126,7 @@ int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *a
  * the tensor is not listed. */
 double it_stats_number(const char *sock, const char *name, const char *field);
 int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
+int it_fplan(int argc, char **argv);	    /* itest_fplan.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_peer_oversize(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
@@ -156,5 +157,11 @@ it_json_t *it_json_parse(const char *text, char *err, size_t err_len);
 void it_json_free(it_json_t *v);
 /* Member of an object, or NULL. */
 const it_json_t *it_json_get(const it_json_t *obj, const char *key);
+
+/* sparsectl --socket SOCK --json ARGS... parsed (itest_ctl.c); fails the trainer on a
+ * non-zero exit or invalid JSON. */
+it_json_t *it_ctl_json(const char *sock, const char *const *args);
+/* `config set KEY VALUE` on sock, then waits (bounded) until sock's node shows it. */
+void it_ctl_config_set(const char *sock, const char *key, const char *value);
 
 #endif

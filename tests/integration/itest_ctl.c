@@ -410,6 +410,21 @@ double it_stats_number(const char *sock, const char *name, const char *field)
 	return v;
 }
 
+it_json_t *it_ctl_json(const char *sock, const char *const *args)
+{
+	if (!*ctl_path)
+		it_sparsectl_find();
+	return ctl_json(sock, args);
+}
+
+void it_ctl_config_set(const char *sock, const char *key, const char *value)
+{
+	if (!*ctl_path)
+		it_sparsectl_find();
+	config_set(sock, key, value);
+	expect_config(sock, key, value);
+}
+
 int it_ctl(int argc, char **argv)
 {
 	it_sparsectl_find();

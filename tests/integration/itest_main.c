@@ -336,6 +336,7 @@ static const struct {
     {"badinput", it_badinput, "one rank's invalid input fails the operation on every rank"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
+    {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},

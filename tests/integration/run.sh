@@ -362,6 +362,8 @@ bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zi
 bench_case "bench collective topk n=3" hier_central,balanced_par,spardl,exdyna --workload topk
 
 # sparsectl while a job runs.
+run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
+run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
 run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl

@@ -1,0 +1,379 @@
+/*
+ * fusion_plan.c: the fusion planner and the coordinator's cached plan (see fusion_plan.h).
+ */
+#include "world/fusion_plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const mode_names[SCD_FUSION_MODE_COUNT] = {"layerwise", "fixed", "aligned",
+							      "adaptive"};
+
+int scd_fusion_mode_parse(const char *name)
+{
+	for (int m = 0; name && m < SCD_FUSION_MODE_COUNT; m++)
+		if (!strcmp(name, mode_names[m]))
+			return m;
+	return -1;
+}
+
+const char *scd_fusion_mode_name(scd_fusion_mode_t m)
+{
+	return (unsigned)m < SCD_FUSION_MODE_COUNT ? mode_names[m] : "?";
+}
+
+static double pos0(double v)
+{
+	return v > 0 ? v : 0;
+}
+
+double scd_fplan_tcm(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int a, int b)
+{
+	double s = cfg->alpha_s;
+	for (int j = a; j < b; j++)
+		s += pos0(t[j].cm_s);
+	return s;
+}
+
+double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b)
+{
+	double s = 0;
+	for (int j = a; j < b; j++)
+		s += pos0(t[j].tcp_s) + pos0(t[j].tb_s);
+	return s;
+}
+
+/* Whether tensor j must open a buffer whatever the mode: a solo tensor, the one after
+ * it, a learnt break, or a change of fusion key. */
+static int forced(const scd_fplan_tensor_t *t, int j)
+{
+	return j == 0 || t[j].solo || t[j - 1].solo || t[j].brk || t[j].key != t[j - 1].key;
+}
+
+static int measured(const scd_fplan_tensor_t *t, int L)
+{
+	for (int j = 0; j < L; j++)
+		if (t[j].tcp_s < 0 || t[j].tb_s < 0 || t[j].cm_s < 0)
+			return 0;
+	return 1;
+}
+
+/* eq. 2 for a first buffer of tensors [0, n): its fusion time plus its communication beat
+ * the layer-wise communication of the same tensors. */
+static int eq2_holds(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int n)
+{
+	double tb = 0, layerwise = 0;
+	for (int l = 0; l < n; l++) {
+		tb += pos0(t[l].tb_s);
+		layerwise += cfg->alpha_s + pos0(t[l].cm_s);
+	}
+	return tb + scd_fplan_tcm(cfg, t, 0, n) < layerwise;
+}
+
+/* The first buffer's size: the fewest tensors (at least two) for which eq. 2 holds, so
+ * that the pipeline starts as early as fusing pays; 1 when no such prefix exists before
+ * a forced boundary. */
+static int first_size(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L)
+{
+	for (int n = 2; n <= L && n <= SCD_FPLAN_MAX_ITEMS && !forced(t, n - 1); n++)
+		if (eq2_holds(cfg, t, n))
+			return n;
+	return 1;
+}
+
+/* eq. 3: the first M' with sum_{i<=M'} T_cm(i) > sum_{i>=2} (T_cp(i) + T_b(i)), M' < M;
+ * buffers M' .. M then merge (key and solo boundaries stay). */
+static void long_tail(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
+		      uint8_t *start)
+{
+	int M = 0, *first = malloc(sizeof(int) * ((size_t)L + 1));
+	if (!first)
+		return; /* the plan stays without the merge */
+	for (int j = 0; j < L; j++)
+		if (start[j])
+			first[M++] = j;
+	first[M] = L;
+	double fuse_rest = M > 1 ? scd_fplan_fuse(t, first[1], L) : 0, comm = 0;
+	for (int i = 0; i + 1 < M; i++) {
+		comm += scd_fplan_tcm(cfg, t, first[i], first[i + 1]);
+		if (comm > fuse_rest) {
+			for (int j = first[i] + 1; j < L; j++)
+				start[j] = forced(t, j);
+			break;
+		}
+	}
+	free(first);
+}
+
+int scd_fplan_plan(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
+		   uint8_t *start)
+{
+	scd_fusion_mode_t mode = cfg->mode;
+	int M = cfg->buffers > 0 ? cfg->buffers : 1;
+	int per = (L + M - 1) / M; /* aligned: N_i = ceil(L / M) */
+	if (mode == SCD_FUSION_ADAPTIVE && !measured(t, L))
+		mode = SCD_FUSION_ALIGNED;
+	uint64_t bytes = 0;
+	int a = 0, n_buf = 0, items = 0;
+	int first = mode == SCD_FUSION_ADAPTIVE ? first_size(cfg, t, L) : 0;
+	double prev_cm = 0;
+	for (int j = 0; j < L; j++) {
+		int open = forced(t, j) || items == SCD_FPLAN_MAX_ITEMS;
+		switch (mode) {
+		case SCD_FUSION_LAYERWISE:
+			open = 1;
+			break;
+		case SCD_FUSION_FIXED:
+			open = open || bytes + t[j].bytes > cfg->fixed_bytes ||
+			       t[j - 1].bytes >= cfg->fixed_bytes;
+			break;
+		case SCD_FUSION_ALIGNED:
+			open = open || j % per == 0;
+			break;
+		default: /* buffer 1 by eq. 2; buffer i >= 2 grows while eq. 1 holds:
+			  * T_cm(i-1) >= T_cp(i) + T_b(i) */
+			open = open || (n_buf == 1 ? j >= first
+						   : prev_cm < scd_fplan_fuse(t, a, j + 1));
+			break;
+		}
+		if (open) {
+			if (j > 0)
+				prev_cm = scd_fplan_tcm(cfg, t, a, j);
+			a = j, bytes = 0, items = 0, n_buf++;
+		}
+		start[j] = (uint8_t)open;
+		bytes += t[j].bytes;
+		items++;
+	}
+	if (mode == SCD_FUSION_ADAPTIVE) {
+		long_tail(cfg, t, L, start);
+		n_buf = 0;
+		for (int j = 0; j < L; j++)
+			n_buf += start[j];
+	}
+	return n_buf;
+}
+
+/* ---- the cached plan ------------------------------------------------------------------ */
+
+int scd_fplan_state_init(scd_fplan_state_t *s, int P)
+{
+	memset(s, 0, sizeof(*s));
+	s->P = P > 0 ? P : 1;
+	s->cfg.mode = SCD_FUSION_MODE_COUNT; /* none yet: the first update plans */
+	return 0;
+}
+
+void scd_fplan_state_free(scd_fplan_state_t *s)
+{
+	free(s->ids);
+	free(s->t);
+	free(s->rank_t);
+	free(s->snap);
+	free(s->buf);
+	free(s->pos_of);
+	memset(s, 0, sizeof(*s));
+}
+
+int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id)
+{
+	return id < s->cap_pos ? s->pos_of[id] : -1;
+}
+
+static int grow(void **p, size_t elem, int cap)
+{
+	void *q = realloc(*p, elem * (size_t)cap);
+	if (!q)
+		return -1;
+	*p = q;
+	return 0;
+}
+
+static int pos_map(scd_fplan_state_t *s, uint32_t id)
+{
+	if (id < s->cap_pos)
+		return 0;
+	uint32_t cap = s->cap_pos ? s->cap_pos : 256;
+	while (cap <= id)
+		cap *= 2;
+	int32_t *p = realloc(s->pos_of, cap * sizeof(int32_t));
+	if (!p)
+		return -1;
+	for (uint32_t i = s->cap_pos; i < cap; i++)
+		p[i] = -1;
+	s->pos_of = p;
+	s->cap_pos = cap;
+	return 0;
+}
+
+static void clear_times(scd_fplan_state_t *s, int k)
+{
+	s->t[k].tcp_s = s->t[k].tb_s = s->t[k].cm_s = -1;
+	for (int i = 0; i < 3 * s->P; i++)
+		s->rank_t[(size_t)k * 3 * (size_t)s->P + (size_t)i] = -1;
+	for (int i = 0; i < 3; i++)
+		s->snap[3 * k + i] = -1;
+}
+
+int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
+		  uint32_t key, int solo)
+{
+	if (pos_map(s, id) != 0)
+		return -1;
+	int k = scd_fplan_pos(s, old_id);
+	if (k < 0) {
+		if (s->n == s->cap) {
+			int cap = s->cap ? 2 * s->cap : 64;
+			if (grow((void **)&s->ids, sizeof(uint32_t), cap) ||
+			    grow((void **)&s->t, sizeof(scd_fplan_tensor_t), cap) ||
+			    grow((void **)&s->rank_t, sizeof(double) * 3 * (size_t)s->P, cap) ||
+			    grow((void **)&s->snap, sizeof(double) * 3, cap) ||
+			    grow((void **)&s->buf, sizeof(int), cap))
+				return -1;
+			s->cap = cap;
+		}
+		k = s->n++;
+		s->buf[k] = -1;
+	} else {
+		s->pos_of[old_id] = -1;
+	}
+	s->ids[k] = id;
+	s->pos_of[id] = k;
+	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes, .key = key, .solo = solo};
+	clear_times(s, k);
+	s->from_times = 0;
+	s->dirty = 1;
+	return 0;
+}
+
+void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
+{
+	int k = scd_fplan_pos(s, id);
+	if (k > 0 && !s->t[k].brk) {
+		s->t[k].brk = 1;
+		s->dirty = 1;
+	}
+}
+
+void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id)
+{
+	int k = scd_fplan_pos(s, id);
+	if (k < 0)
+		return;
+	size_t rest = (size_t)(s->n - k - 1), P3 = 3 * (size_t)s->P;
+	memmove(&s->ids[k], &s->ids[k + 1], rest * sizeof(uint32_t));
+	memmove(&s->t[k], &s->t[k + 1], rest * sizeof(scd_fplan_tensor_t));
+	memmove(&s->rank_t[k * P3], &s->rank_t[(k + 1) * P3], rest * P3 * sizeof(double));
+	memmove(&s->snap[3 * k], &s->snap[3 * (k + 1)], rest * 3 * sizeof(double));
+	memmove(&s->buf[k], &s->buf[k + 1], rest * sizeof(int));
+	s->n--;
+	s->pos_of[id] = -1;
+	for (int j = k; j < s->n; j++)
+		s->pos_of[s->ids[j]] = j;
+	s->dirty = 1;
+}
+
+void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
+		      double cm_s)
+{
+	int k = scd_fplan_pos(s, id);
+	if (k < 0 || rank < 0 || rank >= s->P)
+		return;
+	double in[3] = {tcp_s, tb_s, cm_s}, out[3];
+	double *r = &s->rank_t[((size_t)k * (size_t)s->P + (size_t)rank) * 3];
+	for (int i = 0; i < 3; i++) {
+		double v = isfinite(in[i]) && in[i] > 0 ? in[i] : 0;
+		r[i] = r[i] < 0 ? v : (1 - SCD_FPLAN_EWMA) * r[i] + SCD_FPLAN_EWMA * v;
+		out[i] = -1; /* the slowest rank's, once every rank reported */
+	}
+	int all = 1;
+	for (int q = 0; q < s->P; q++) {
+		const double *o = &s->rank_t[((size_t)k * (size_t)s->P + (size_t)q) * 3];
+		all = all && o[0] >= 0;
+		for (int i = 0; i < 3; i++)
+			if (o[i] > out[i])
+				out[i] = o[i];
+	}
+	if (all) {
+		s->t[k].tcp_s = out[0];
+		s->t[k].tb_s = out[1];
+		s->t[k].cm_s = out[2];
+	}
+	s->reports++;
+}
+
+/* Whether some tensor's times moved past the hysteresis since the plan was made. */
+static int drifted(const scd_fplan_state_t *s)
+{
+	if (s->reports < SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n)
+		return 0;
+	for (int k = 0; k < s->n; k++) {
+		const double now[3] = {s->t[k].tcp_s, s->t[k].tb_s, s->t[k].cm_s};
+		for (int i = 0; i < 3; i++) {
+			double was = s->snap[3 * k + i];
+			if ((was < 0) != (now[i] < 0))
+				return 1;
+			double scale =
+			    was > SCD_FPLAN_DRIFT_FLOOR_S ? was : SCD_FPLAN_DRIFT_FLOOR_S;
+			if (fabs(now[i] - was) > SCD_FPLAN_DRIFT * scale)
+				return 1;
+		}
+	}
+	return 0;
+}
+
+static uint64_t plan_hash(const uint8_t *start, int n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int k = 0; k < n; k++)
+		h = (h ^ start[k] ^ ((uint64_t)k << 8)) * 1099511628211ull;
+	return h ? h : 1;
+}
+
+int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
+{
+	int cfg_changed = cfg->mode != s->cfg.mode || cfg->fixed_bytes != s->cfg.fixed_bytes ||
+			  cfg->buffers != s->cfg.buffers || cfg->alpha_s != s->cfg.alpha_s;
+	int confirm = s->pending && s->reports >= SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n;
+	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && (confirm || drifted(s));
+	if (!s->dirty && !cfg_changed && !profiled)
+		return 0;
+	uint8_t *start = malloc((size_t)s->n + 1);
+	if (!start)
+		return -1;
+	int all_timed = measured(s->t, s->n);
+	int forced_replan = s->dirty || cfg_changed || (all_timed && !s->from_times);
+	s->from_times = all_timed;
+	s->cfg = *cfg;
+	s->dirty = 0;
+	s->reports = 0;
+	for (int k = 0; k < s->n; k++) {
+		s->snap[3 * k] = s->t[k].tcp_s;
+		s->snap[3 * k + 1] = s->t[k].tb_s;
+		s->snap[3 * k + 2] = s->t[k].cm_s;
+	}
+	int n_buf = scd_fplan_plan(cfg, s->t, s->n, start), changed = 0, b = -1;
+	for (int k = 0; k < s->n; k++) {
+		b += start[k];
+		changed |= s->buf[k] != b;
+	}
+	/* hysteresis: a plan rebuilt from drifted times is taken when confirmed */
+	uint64_t h = plan_hash(start, s->n);
+	if (!forced_replan && changed && s->pending != h) {
+		s->pending = h;
+		free(start);
+		return 0;
+	}
+	s->pending = 0;
+	b = -1;
+	for (int k = 0; k < s->n; k++) {
+		b += start[k];
+		s->buf[k] = b;
+	}
+	free(start);
+	s->n_buf = n_buf;
+	if (changed)
+		s->version++;
+	return changed;
+}

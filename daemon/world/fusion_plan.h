@@ -1,0 +1,133 @@
+/*
+ * fusion_plan.h: which tensors share a fused buffer (the coordinator's fusion plans,
+ * docs/design.md "Fusion plans"). Pure: no I/O, no clock; the coordinator feeds it the
+ * tensors in the order they were first planned (the trainers' submission order, which for
+ * a backward pass is layer order from the output) and the ranks' measured times, and it
+ * returns buffer boundaries. Every rank follows the coordinator's plan, so the boundaries
+ * never depend on one rank's sparse sizes.
+ *
+ * Modes (config key fusion_mode):
+ *   layerwise  every tensor its own buffer;
+ *   fixed      consecutive tensors up to fusion_threshold_bytes (dense bytes);
+ *   aligned    N = ceil(L / M) tensors per buffer, L tensors, M = fusion_buffers;
+ *   adaptive   from the profiles: buffer 1 grows while eq. 2 holds, buffer i >= 2 while
+ *              eq. 1 holds, then eq. 3 merges the long tail; aligned until every tensor
+ *              has been measured.
+ * In every mode a buffer holds at most SCD_FPLAN_MAX_ITEMS tensors, tensors of different
+ * fusion keys never share one, a solo tensor is always alone, and a tensor marked brk
+ * always opens a buffer.
+ *
+ * The times, each the slowest rank's: tcp_s a tensor's compression (its sparsifier, or the
+ * residual added back), tb_s its fusion into the buffer (the scatter of its selection),
+ * cm_s its share of its buffer's communication beyond the per-buffer latency alpha_s. A
+ * buffer's estimated communication time is T_cm = alpha_s + the sum of its cm_s; its
+ * sparse tensor fusion time T_cp + T_b the sum of its tcp_s + tb_s.
+ */
+#ifndef SCD_WORLD_FUSION_PLAN_H
+#define SCD_WORLD_FUSION_PLAN_H
+
+#include <stdint.h>
+
+typedef enum {
+	SCD_FUSION_LAYERWISE = 0,
+	SCD_FUSION_FIXED,
+	SCD_FUSION_ALIGNED,
+	SCD_FUSION_ADAPTIVE,
+	SCD_FUSION_MODE_COUNT
+} scd_fusion_mode_t;
+
+/* The most tensors in one buffer (a response's cache ids). */
+#define SCD_FPLAN_MAX_ITEMS 512
+/* Re-planning hysteresis: a plan is rebuilt from the profiles when some tensor's time
+ * moved by more than this fraction (of the larger of its planned time and
+ * SCD_FPLAN_DRIFT_FLOOR_S) since the plan was made, and at least SCD_FPLAN_MIN_REPORTS
+ * reports arrived since. */
+#define SCD_FPLAN_DRIFT		0.25
+#define SCD_FPLAN_DRIFT_FLOOR_S 200e-6
+#define SCD_FPLAN_MIN_REPORTS	2
+/* The rebuilt plan replaces the current one only when the next rebuild, SCD_FPLAN_MIN_REPORTS
+ * reports per tensor later, gives the same boundaries again: a plan that noise proposes
+ * once is not taken. */
+/* Weight of a new report in a rank's smoothed time of a tensor. */
+#define SCD_FPLAN_EWMA 0.5
+
+/* The mode called name, or -1. */
+int scd_fusion_mode_parse(const char *name);
+const char *scd_fusion_mode_name(scd_fusion_mode_t m);
+
+typedef struct scd_fplan_tensor {
+	uint64_t bytes;		  /* dense */
+	uint32_t key;		  /* fusion class: equal keys may share a buffer */
+	int solo;		  /* always a buffer of its own */
+	int brk;		  /* always opens a buffer (learnt: scd_fplan_break) */
+	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
+} scd_fplan_tensor_t;
+
+typedef struct scd_fplan_cfg {
+	scd_fusion_mode_t mode;
+	uint64_t fixed_bytes; /* fixed */
+	int buffers;	      /* M, aligned (and adaptive before the profiles) */
+	double alpha_s;	      /* a buffer's communication latency */
+} scd_fplan_cfg_t;
+
+/*
+ * Plans L tensors t[0..L-1] in order: start[j] = 1 when tensor j opens a buffer (start[0]
+ * = 1 when L > 0). Returns the number of buffers. Deterministic: the same inputs give the
+ * same boundaries on every machine.
+ */
+int scd_fplan_plan(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
+		   uint8_t *start);
+
+/* A buffer of tensors t[a..b-1]: its estimated communication time (alpha_s + the cm_s)
+ * and its sparse tensor fusion time (the tcp_s + tb_s); unmeasured times count as 0. */
+double scd_fplan_tcm(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int a, int b);
+double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b);
+
+/*
+ * The coordinator's cached plan: the tensors (by cache id) in plan order with their sizes,
+ * keys and every rank's smoothed times, the buffer of each, and the plan's version (bumped
+ * whenever the boundaries change).
+ */
+typedef struct scd_fplan_state {
+	int P;	    /* ranks reporting */
+	int n, cap; /* tensors in plan order */
+	uint32_t *ids;
+	scd_fplan_tensor_t *t; /* times: the slowest rank's smoothed ones */
+	double *rank_t;	       /* [n][P][3]: each rank's smoothed tcp, tb, cm (< 0: none) */
+	double *snap;	       /* [n][3]: the times the current plan was made from */
+	int *buf;	       /* buffer of each position */
+	int n_buf;
+	int32_t *pos_of; /* by cache id: position, -1 none */
+	uint32_t cap_pos;
+	uint64_t version;
+	uint64_t reports; /* since the current plan */
+	int dirty;	  /* tensors added or replaced, or the configuration changed */
+	int from_times;	  /* the current plan was made from every tensor's times */
+	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
+	scd_fplan_cfg_t cfg;
+} scd_fplan_state_t;
+
+int scd_fplan_state_init(scd_fplan_state_t *s, int P);
+void scd_fplan_state_free(scd_fplan_state_t *s);
+/* The position of cache id in plan order, or -1. */
+int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id);
+/* Appends cache id (a tensor first planned now), or, old_id naming a planned tensor whose
+ * attributes changed, puts id in its place with no times. -1: out of memory. */
+int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
+		  uint32_t key, int solo);
+/* Makes cache id always open a buffer: its buffer went out without it after waiting
+ * (a trainer that waits for each result before it submits the next tensor, or a step
+ * that skips it), so the tensors before it do not arrive with it. */
+void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
+/* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the
+ * next update. */
+void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);
+/* Rank's measured times of cache id (ignored for an unknown id or rank). */
+void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
+		      double cm_s);
+/* Re-plans when tensors were added, cfg differs from the plan's, or the profiles drifted
+ * (see SCD_FPLAN_DRIFT; such a plan is taken when the next rebuild confirms it); returns 1 when
+ * the boundaries changed (version bumped), 0 when not, -1 out of memory (the plan stays). */
+int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * test_engine_fused_sparse.c: one buffer of several sparsified tensors (sparsification
+ * ahead, engine/bufctx.c). 40 tensors whose magnitudes spread over 8 decades, top-k 1%
+ * each, fused into one buffer on 2 ranks: each tensor's selection is its own top-k (no
+ * tensor goes missing, however small its values beside the others'), a lossless scheme's
+ * result is exactly the sum of the ranks' selections, and a lossy scheme's discards go
+ * back to the tensor they came from (per tensor: inputs = result + residuals).
+ */
+#include "unit.h"
+
+#include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/bufctx.h"
+#include "scheme_world.h"
+
+enum { NT = 40, RANKS = 2 };
+
+typedef struct fused_arg {
+	int pin;
+	uint64_t total;
+	float *in[RANKS], *res[RANKS], *out[RANKS]; /* shared: [total] each */
+	double *tcm, *tcp;			    /* shared: [RANKS] each */
+} fused_arg_t;
+
+static uint64_t t_numel(int l)
+{
+	return 1000 + 37 * (uint64_t)l;
+}
+
+/* The items of the buffer, 16-element aligned like the coordinator's plan. */
+static uint64_t layout(scd_job_item_t *it, float **res)
+{
+	uint64_t off = 0;
+	for (int l = 0; l < NT; l++) {
+		it[l] = (scd_job_item_t){.name = "fused",
+					 .numel = t_numel(l),
+					 .op = SC_OP_SUM,
+					 .cache_id = (uint32_t)l,
+					 .sparsifier = SC_SPARSIFY_TOPK,
+					 .density = 0.01,
+					 .offset = off};
+		if (res)
+			it[l].residual = *res + off;
+		off += (t_numel(l) + 15) & ~(uint64_t)15;
+	}
+	return off;
+}
+
+static void fused_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	fused_arg_t *a = arg;
+	scd_job_item_t it[NT];
+	float *res = a->res[rank];
+	uint64_t total = layout(it, &res);
+	float *buf = calloc(total, sizeof(float));
+	memcpy(buf, a->in[rank], total * sizeof(float));
+	scd_bufctx_table_t *tab = NULL;
+	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
+	const scd_device_ops_t *dev = NULL;
+	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
+	scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
+			 .n_items = NT,
+			 .items = it,
+			 .total_numel = total,
+			 .dtype = SC_FLOAT32,
+			 .average_divisor = 1,
+			 .pin = a->pin,
+			 .timeout_ms = 10000};
+	sc_status_t st = scd_bufctx_step(tab, &job, dev, buf, t, 20e-6, 1e-10, 42);
+	CHECK_MSG(st == SC_OK, "rank %d: %s (%s)", rank, sc_status_name(st), job.error);
+	memcpy(a->out[rank], buf, total * sizeof(float));
+	a->tcm[rank] = job.tcm_s;
+	a->tcp[rank] = 0;
+	for (int l = 0; l < NT; l++)
+		a->tcp[rank] += it[l].tcp_s + it[l].tb_s;
+	scd_bufctx_table_destroy(tab);
+	free(buf);
+}
+
+static void run_fused(fused_arg_t *a, int pin)
+{
+	scd_job_item_t it[NT];
+	a->pin = pin;
+	a->total = layout(it, NULL);
+	a->tcm = shared_map(2 * RANKS * sizeof(double));
+	a->tcp = a->tcm + RANKS;
+	for (int r = 0; r < RANKS; r++) {
+		a->in[r] = shared_map(a->total * sizeof(float));
+		a->res[r] = shared_map(a->total * sizeof(float));
+		a->out[r] = shared_map(a->total * sizeof(float));
+	}
+	/* tensor l's magnitudes around 10^(-8 l / 39): 8 decades from the first to the last;
+	 * distinct magnitudes per element so that each top-k is unique */
+	for (int l = 0; l < NT; l++) {
+		double scale = pow(10.0, -8.0 * l / (NT - 1));
+		for (int r = 0; r < RANKS; r++)
+			for (uint64_t i = 0; i < t_numel(l); i++) {
+				uint64_t h =
+				    (i * 2654435761u + (uint64_t)r * 97 + (uint64_t)l) % 100003;
+				double v = scale * (1.0 + (double)h / 1000.0);
+				a->in[r][it[l].offset + i] = (float)(h & 1 ? v : -v);
+			}
+	}
+	run_world(RANKS, fused_rank, a);
+}
+
+static void free_fused(fused_arg_t *a)
+{
+	munmap(a->tcm, 2 * RANKS * sizeof(double));
+	for (int r = 0; r < RANKS; r++) {
+		munmap(a->in[r], a->total * sizeof(float));
+		munmap(a->res[r], a->total * sizeof(float));
+		munmap(a->out[r], a->total * sizeof(float));
+	}
+}
+
+UNIT_TEST(engine_fused_topk_per_tensor_no_tensor_missing)
+{
+	fused_arg_t a = {0};
+	scd_job_item_t it[NT];
+	layout(it, NULL);
+	run_fused(&a, SCD_SCHEME_AGSPARSE); /* lossless: the residual is the sparsifier's */
+	for (int l = 0; l < NT; l++) {
+		uint64_t off = it[l].offset, n = t_numel(l);
+		uint64_t k = (uint64_t)floor(0.01 * (double)n + 0.5);
+		for (int r = 0; r < RANKS; r++) {
+			/* selection = input - residual: exactly k elements, all at least as
+			 * large as any left in the residual */
+			uint64_t sel = 0;
+			float min_sel = INFINITY, max_left = 0;
+			for (uint64_t i = 0; i < n; i++) {
+				float x = a.in[r][off + i], left = a.res[r][off + i];
+				if (left == 0) {
+					sel++;
+					min_sel = fminf(min_sel, fabsf(x));
+				} else {
+					CHECK_TRUE(left == x);
+					max_left = fmaxf(max_left, fabsf(left));
+				}
+			}
+			CHECK_MSG(sel == k, "tensor %d rank %d: %llu selected, k = %llu", l, r,
+				  (unsigned long long)sel, (unsigned long long)k);
+			CHECK_MSG(min_sel >= max_left, "tensor %d rank %d: not its top-k", l,
+				  r);
+		}
+		/* every tensor receives elements, and exactly the sum of the selections */
+		uint64_t got = 0;
+		for (uint64_t i = 0; i < n; i++) {
+			float want = (a.in[0][off + i] - a.res[0][off + i]) +
+				     (a.in[1][off + i] - a.res[1][off + i]);
+			CHECK_TRUE(a.out[0][off + i] == want && a.out[1][off + i] == want);
+			got += want != 0;
+		}
+		CHECK_MSG(got >= k, "tensor %d received %llu elements", l,
+			  (unsigned long long)got);
+	}
+	CHECK_TRUE(a.tcm[0] > 0 && a.tcp[0] > 0);
+	free_fused(&a);
+}
+
+UNIT_TEST(engine_fused_lossy_conserves_per_tensor)
+{
+	fused_arg_t a = {0};
+	scd_job_item_t it[NT];
+	layout(it, NULL);
+	run_fused(&a, SCD_SCHEME_SPARDL);
+	double discarded = 0;
+	for (int l = 0; l < NT; l++) {
+		uint64_t off = it[l].offset, n = t_numel(l);
+		double scale = pow(10.0, -8.0 * l / (NT - 1));
+		for (uint64_t i = 0; i < n; i++) {
+			double in = (double)a.in[0][off + i] + a.in[1][off + i];
+			double kept = (double)a.res[0][off + i] + a.res[1][off + i];
+			double err = fabs(in - (a.out[0][off + i] + kept));
+			CHECK_MSG(err <= 1e-5 * scale * 200,
+				  "tensor %d element %llu: inputs %g, result %g + residuals %g",
+				  l, (unsigned long long)i, in, (double)a.out[0][off + i],
+				  kept);
+			CHECK_TRUE(a.out[0][off + i] == a.out[1][off + i]);
+		}
+	}
+	/* the scheme's discards (beyond the sparsifiers' leftovers) went into the residuals:
+	 * some selected element of some tensor holds residual */
+	for (int r = 0; r < RANKS; r++)
+		for (uint64_t i = 0; i < a.total; i++)
+			if (a.res[r][i] != 0 && a.res[r][i] != a.in[r][i])
+				discarded += 1;
+	printf("    SparDL on 40 fused top-k tensors: %g selected values kept in residuals\n",
+	       discarded);
+	free_fused(&a);
+}
