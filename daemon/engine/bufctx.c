@@ -64,7 +64,8 @@ typedef struct scd_bufctx {
 	 * deliver, over the whole buffer, split back into each tensor's residual after it */
 	float *bres;
 	uint64_t last_use;
-	int inflight; /* prepared, not yet released: never evicted meanwhile */
+	int inflight;  /* prepared, not yet released: never evicted meanwhile */
+	int net_fixed; /* the scheme context has the network costs of its first run */
 } scd_bufctx_t;
 
 struct scd_bufctx_table {
@@ -724,6 +725,13 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	scd_bufctx_t *b = prep->bufctx;
 	sc_status_t st;
 	double cpu0 = scd_thread_cpu_s();
+	/* the network costs every rank agreed on when this buffer first runs, taken here in
+	 * the communication stage, after any probe before it: the compute stage that made
+	 * the context may have run beside that probe */
+	if (!b->net_fixed) {
+		scd_scheme_ctx_set_net(b->sctx, alpha_s, beta_s_per_byte);
+		b->net_fixed = 1;
+	}
 	scd_cost_t cost = {0};
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);
 	/* Lossy schemes keep what they did not deliver in the tensor's residual: the single

@@ -290,8 +290,10 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
 {
 	if (e->d->world_size == 1) {
+		pthread_mutex_lock(&e->mu);
 		e->alpha_s = 20e-6;
 		e->beta_s_per_byte = 1.0 / 10e9;
+		pthread_mutex_unlock(&e->mu);
 		return SC_OK;
 	}
 	double a = 0, b = 0;
@@ -305,8 +307,10 @@ static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
 	st = scd_transport_allreduce_f32(e->transport, v, 2, timeout_ms);
 	if (st != SC_OK)
 		return st;
+	pthread_mutex_lock(&e->mu); /* read by the compute stage and the loop thread */
 	e->alpha_s = (double)v[0] / e->d->world_size;
 	e->beta_s_per_byte = (double)v[1] / e->d->world_size;
+	pthread_mutex_unlock(&e->mu);
 	scd_info(SCD_SUB_ENGINE, "network: alpha %.1f us, %.1f MB/s", e->alpha_s * 1e6,
 		 e->beta_s_per_byte > 0 ? 1e-6 / e->beta_s_per_byte : 0.0);
 	return SC_OK;
@@ -314,8 +318,10 @@ static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
 
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
 {
+	pthread_mutex_lock(&e->mu);
 	*alpha_s_p = e->alpha_s;
 	*beta_s_per_byte_p = e->beta_s_per_byte;
+	pthread_mutex_unlock(&e->mu);
 }
 
 /*
@@ -436,6 +442,27 @@ static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_faul
 	return st;
 }
 
+/* Zeroes what no item of the job covers in its fusion buffer (the alignment gaps between
+ * items and the tail): a slot keeps whatever an earlier buffer of another layout left
+ * there, and the schemes run over the whole buffer, so that padding must read zeros. */
+static void clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
+			  size_t esz)
+{
+	uint64_t end = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->offset < end) { /* not in ascending order: clear it all */
+			dev->clear(buf, job->total_numel * esz);
+			return;
+		}
+		if (it->offset > end)
+			dev->clear(buf + end * esz, (it->offset - end) * esz);
+		end = it->offset + it->numel;
+	}
+	if (job->total_numel > end)
+		dev->clear(buf + end * esz, (job->total_numel - end) * esz);
+}
+
 /* Fails a job in its compute stage: it goes to done, in order, with nothing to send. */
 static void compute_fail(scd_job_t *job, sc_status_t st)
 {
@@ -509,6 +536,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 			return;
 		}
 		run->buf = e->fusion[run->kind][run->slot];
+		clear_padding(dev, job, run->buf, esz);
 	}
 	if ((st = trainers_ready(e, job, run->kind)) != SC_OK) {
 		compute_fail(job, st);
@@ -527,9 +555,10 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	else if (nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place: its values */
 		coo_direct_nonfinite(job, nonfinite, &run->fault);
 	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
+		double alpha, beta;
+		scd_engine_net(e, &alpha, &beta);
 		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
-					e->alpha_s, e->beta_s_per_byte, job->world_seed,
-					&run->prep);
+					alpha, beta, job->world_seed, &run->prep);
 		if (st != SC_OK) {
 			char why[480];
 			memcpy(why, job->error, sizeof(why));
@@ -858,8 +887,8 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->pipeline = scd_cfg_int(&d->cfg, SCD_CFG_engine_pipeline) != 0;
 	e->comm_stopped = !e->pipeline;
 	if (e->pipeline && pthread_create(&e->comm_thread, NULL, comm_main, e) != 0) {
-		uv_close((uv_handle_t *)&e->async, NULL);
-		free(e);
+		scd_bufctx_table_destroy(e->bufs);
+		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
 	}
 	if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
@@ -869,8 +898,8 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 		pthread_mutex_unlock(&e->mu);
 		if (e->pipeline)
 			pthread_join(e->comm_thread, NULL);
-		uv_close((uv_handle_t *)&e->async, NULL);
-		free(e);
+		scd_bufctx_table_destroy(e->bufs);
+		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
 	}
 	*e_p = e;

@@ -333,8 +333,10 @@ static uint64_t plan_hash(const uint8_t *start, int n)
 
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 {
+	/* a re-measured latency moves a little at every probe: only a real change re-plans */
 	int cfg_changed = cfg->mode != s->cfg.mode || cfg->fixed_bytes != s->cfg.fixed_bytes ||
-			  cfg->buffers != s->cfg.buffers || cfg->alpha_s != s->cfg.alpha_s;
+			  cfg->buffers != s->cfg.buffers ||
+			  fabs(cfg->alpha_s - s->cfg.alpha_s) > 0.25 * s->cfg.alpha_s;
 	int confirm = s->pending && s->reports >= SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n;
 	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && (confirm || drifted(s));
 	if (!s->dirty && !cfg_changed && !profiled)
