@@ -25,7 +25,7 @@ The daemons' fusion_mode is set by the launcher (--daemon-arg --fusion_mode
 differs from the mode asked for.
 
     # all four, one after the other, 4 nodes at 1 Gbit/s (root: network namespaces)
-    /usr/bin/python3 bench/pytorch_fusion.py --all --steps 200 --warmup 40 --json F
+    /usr/bin/python3 bench/pytorch_fusion.py --all --steps 300 --warmup 50 --json F
     # one mode by hand
     build/bin/sparsecomm-run -n 4 --netns --rate 1gbit \\
         --daemon-arg --fusion_mode --daemon-arg adaptive \\
@@ -75,8 +75,8 @@ def add_args(p):
     p.add_argument("--nodes", type=int, default=4, help="driver: nodes")
     p.add_argument("--rate", default="1gbit", help="driver: link rate (--netns)")
     p.add_argument("--no-netns", action="store_true", help="driver: run on loopback")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--warmup", type=int, default=40)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--depth", type=int, default=24)
     p.add_argument("--width", type=int, default=128)
