@@ -1,0 +1,452 @@
+#!/usr/bin/python3
+"""Benchmark: fusion plans against sparsification behind fusion, on a deep residual MLP
+(scikit-learn's digits) trained data-parallel through the daemons with top-k 1% and
+error feedback.
+
+The model: Linear(64, W), --depth residual blocks x + relu(Linear(W, W)(x)) scaled by
+1/sqrt(depth), Linear(W, 10); every Linear has a bias, so 2 x (depth + 2) parameter
+tensors (52 with the default --depth 24, --width 128: about 410,000 parameters).  Each
+rank trains on its own shard (samples rank::size), --batch samples per step, SGD with
+momentum; every rank starts from rank 0's parameters and the same seed.
+
+Modes (one per invocation, --mode; the driver runs all four):
+  layerwise   DistributedOptimizer, top-k --density per tensor (the daemon keeps each
+              tensor's residual), daemons at fusion_mode=layerwise (one buffer a tensor);
+  fused_topk  sparsification behind fusion, the usual Horovod + compression way: the
+              script flattens every gradient into ONE tensor after backward and
+              allreduces it with top-k --density (one selection over the fused buffer,
+              one residual); the daemons' fusion_mode does not matter (one tensor);
+  aligned     as layerwise, daemons at fusion_mode=aligned (fusion_buffers buffers of
+              equal tensor counts);
+  adaptive    as layerwise, daemons at fusion_mode=adaptive (SAFusion's buffers sized
+              from measured times, long-tail elimination).
+The daemons' fusion_mode is set by the launcher (--daemon-arg --fusion_mode
+--daemon-arg MODE); the script checks it with `sparsectl config get` and fails when it
+differs from the mode asked for.
+
+    # all four, one after the other, 4 nodes at 1 Gbit/s (root: network namespaces)
+    /usr/bin/python3 bench/pytorch_fusion.py --all --steps 300 --warmup 50 --json F
+    # one mode by hand
+    build/bin/sparsecomm-run -n 4 --netns --rate 1gbit \\
+        --daemon-arg --fusion_mode --daemon-arg adaptive \\
+        --daemon-arg --timeline_file --daemon-arg /tmp/tl-%r.json -- \\
+        /usr/bin/python3 bench/pytorch_fusion.py --mode adaptive --json-out rec.json
+
+Per mode, over the timed steps (after --warmup untimed ones), averaged over ranks:
+steps/s; wire bytes per step as the sum of `bytes_sent` over the gradient tensors in
+`sparsectl --json stats` of the rank's node (the daemon's data-plane payload; the bytes
+of the node's link from /proc/net/dev are recorded too, as link_tx_per_step); buffers per
+step (each buffer is one metadata round) counted from the timeline's "buffer" events on
+the engine.comm lane, and the fusion plan's buffer count from stats; missing tensors per
+step: parameter tensors whose synchronized gradient is all zero while this rank's local
+gradient was not (mean over the timed steps and ranks, the most in any step, and the mean
+over every step, warm-up included); the loss of the
+final model on the whole training set (and the mean minibatch loss of the last 10 steps);
+and from each node's timeline, clipped to the timed window, the share of the window the
+engine.comm lane (buffer events) and the engine.compute lane (compress events) sat idle.
+The timeline shares are computed by the driver once the daemons have closed their files
+(run by hand, pass the files and the record to --analyze).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+
+MODES = ["layerwise", "fused_topk", "aligned", "adaptive"]
+DAEMON_MODE = {"layerwise": "layerwise", "fused_topk": "layerwise", "aligned": "aligned",
+               "adaptive": "adaptive"}
+SPARSECTL = os.path.join(ROOT, "build", "bin", "sparsectl")
+LAUNCHER = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
+
+
+def add_args(p):
+    p.add_argument("--mode", choices=MODES, default="adaptive")
+    p.add_argument("--all", action="store_true", help="driver: run every mode in turn")
+    p.add_argument("--modes", default=",".join(MODES), help="driver: comma list")
+    p.add_argument("--nodes", type=int, default=4, help="driver: nodes")
+    p.add_argument("--rate", default="1gbit", help="driver: link rate (--netns)")
+    p.add_argument("--no-netns", action="store_true", help="driver: run on loopback")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--depth", type=int, default=24)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--json-out", default=None, help="trainer: rank 0 writes its record")
+    p.add_argument("--json", default=None, help="driver: write every mode's record here")
+    p.add_argument("--analyze", nargs="+", default=None, metavar="FILE",
+                   help="RECORD TIMELINE...: add the timeline shares to a record, print")
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# the trainer
+
+def model_fn(seed, depth, width):
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(64, width)
+            self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
+            self.out = nn.Linear(width, 10)
+            self.scale = 1.0 / math.sqrt(depth)
+
+        def forward(self, x):
+            x = torch.relu(self.inp(x))
+            for b in self.blocks:
+                x = x + self.scale * torch.relu(b(x))
+            return self.out(x)
+
+    torch.manual_seed(seed)
+    return Net()
+
+
+def sparsectl(*args):
+    out = subprocess.run([SPARSECTL, "--json"] + list(args), capture_output=True, text=True,
+                         timeout=30)
+    return json.loads(out.stdout)
+
+
+def grad_stats(prefix):
+    """bytes_sent, bytes_received, calls summed over this node's tensors named prefix*,
+    and the fusion plan."""
+    s = sparsectl("stats")
+    tx = rx = calls = 0
+    for t in s["tensors"]:
+        if t["name"].startswith(prefix):
+            tx += t["bytes_sent"]
+            rx += t["bytes_received"]
+            calls += t["calls"]
+    return tx, rx, calls, s.get("fusion", {}), s.get("fused_buffers", 0)
+
+
+def train(a):
+    import torch
+    import torch.nn as nn
+    import sparsecomm as sc
+    import sparsecomm.torch as sct
+    sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+    import _common  # noqa: F401  (wire_bytes)
+    from sklearn.datasets import load_digits
+
+    torch.set_num_threads(1)
+    sc.init(timeout=a.timeout)
+    rank, size = sc.rank(), sc.size()
+    cfg_mode = [e["value"] for e in sparsectl("config", "get", "fusion_mode")["config"]
+                if e["key"] == "fusion_mode"][0]
+    if a.mode != "fused_topk" and cfg_mode != DAEMON_MODE[a.mode]:
+        sys.exit("rank %d: the daemons run fusion_mode %s, not %s (pass --daemon-arg "
+                 "--fusion_mode --daemon-arg %s)" % (rank, cfg_mode, a.mode, a.mode))
+
+    d = load_digits()
+    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target, dtype=torch.int64)
+    xs, ys = x[rank::size], y[rank::size]
+    model = model_fn(a.seed, a.depth, a.width)
+    params = [(n, p) for n, p in model.named_parameters()]
+    sct.broadcast_parameters(model.state_dict(), root_rank=0)
+    base = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    local_nz = {}
+    if a.mode == "fused_topk":
+        opt = base
+        numels = [p.numel() for _, p in params]
+        flat = torch.zeros(sum(numels))
+    else:
+        opt = sct.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+                                       sparsifier="topk", density=a.density,
+                                       timeout=a.timeout)
+        # the local gradient, seen before DistributedOptimizer's hook submits (and the
+        # daemon overwrites) p.grad: tensor hooks run ahead of the accumulation
+        for n, p in params:
+            p.register_hook(lambda g, n=n: local_nz.__setitem__(n, bool(g.any())))
+    g = torch.Generator().manual_seed(a.seed * 1000 + rank)
+    lossf = nn.CrossEntropyLoss()
+    barrier = torch.zeros(1)
+
+    def sync_barrier():
+        sc.allreduce_(barrier, name="bench.barrier", average=False)
+
+    losses, missing, missing_all = [], [], []
+    snap0 = None
+    t0 = t1 = None
+    for step in range(1, a.steps + 1):
+        if step == a.warmup + 1:
+            snap0 = grad_stats("grad.") + (_common.wire_bytes(),)
+            sync_barrier()
+            t0 = time.monotonic()
+        idx = torch.randint(0, xs.shape[0], (a.batch,), generator=g)
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(xs[idx]), ys[idx])
+        loss.backward()
+        if a.mode == "fused_topk":
+            off = 0
+            for (n, p), k in zip(params, numels):
+                local_nz[n] = bool(p.grad.any())
+                flat[off:off + k].copy_(p.grad.reshape(-1))
+                off += k
+            sc.allreduce_(flat, name="grad.fused", average=True, sparsifier="topk",
+                          density=a.density)
+            off = 0
+            for (n, p), k in zip(params, numels):
+                p.grad.copy_(flat[off:off + k].view_as(p))
+                off += k
+            miss = sum(1 for n, p in params if local_nz[n] and not bool(p.grad.any()))
+            opt.step()
+        else:
+            opt.synchronize()
+            miss = sum(1 for n, p in params if local_nz.get(n) and not bool(p.grad.any()))
+            with opt.skip_synchronize():
+                opt.step()
+        losses.append(loss.item())
+        missing_all.append(miss)
+        if step > a.warmup:
+            missing.append(miss)
+        if rank == 0 and (step % 50 == 0 or step == a.steps):
+            print("step=%d loss=%.4f missing=%d" % (step, loss.item(), miss), flush=True)
+    t1 = time.monotonic()
+    sync_barrier()
+    snap1 = grad_stats("grad.") + (_common.wire_bytes(),)
+    timed = a.steps - a.warmup
+    with torch.no_grad():
+        full_loss = lossf(model(x), y).item()
+        acc = (model(x).argmax(1) == y).float().mean().item()
+
+    # every rank's numbers to rank 0, through the daemons (sum of a vector with one slot
+    # per rank and quantity)
+    q = ["steps_per_s", "bytes_sent", "bytes_received", "link_tx", "calls", "missing_mean",
+         "missing_max", "missing_all_mean", "t0", "t1"]
+    v = torch.zeros(size * len(q), dtype=torch.float64)
+    mine = [timed / (t1 - t0), (snap1[0] - snap0[0]) / timed, (snap1[1] - snap0[1]) / timed,
+            (snap1[5][0] - snap0[5][0]) / timed, (snap1[2] - snap0[2]) / timed,
+            sum(missing) / max(1, len(missing)), max(missing) if missing else 0,
+            sum(missing_all) / len(missing_all), t0, t1]
+    v[rank * len(q):(rank + 1) * len(q)] = torch.tensor(mine, dtype=torch.float64)
+    sc.allreduce_(v, name="bench.gather", average=False)
+    per = [dict(zip(q, v[r * len(q):(r + 1) * len(q)].tolist())) for r in range(size)]
+    if rank == 0:
+        mean = lambda k: sum(r[k] for r in per) / size  # noqa: E731
+        fusion = snap1[3]
+        rec = dict(mode=a.mode, daemon_fusion_mode=fusion.get("mode"), ranks=size,
+                   steps=a.steps, warmup=a.warmup, seed=a.seed, depth=a.depth,
+                   width=a.width, batch=a.batch, lr=a.lr, density=a.density,
+                   tensors=len(params), numel=sum(p.numel() for _, p in params),
+                   steps_per_s=mean("steps_per_s"),
+                   bytes_sent_per_step=mean("bytes_sent"),
+                   bytes_received_per_step=mean("bytes_received"),
+                   link_tx_per_step=mean("link_tx"),
+                   tensor_calls_per_step=mean("calls"),
+                   plan_version=fusion.get("plan_version"),
+                   # buffers of the plan that hold gradients (the plan also covers the
+                   # broadcast and bench.* tensors); layerwise has no plan: 0
+                   plan_buffers=sum(1 for b in fusion.get("buffers", [])
+                                    if any(t.startswith("grad.") for t in b["tensors"])),
+                   missing_per_step=mean("missing_mean"),
+                   missing_max=max(r["missing_max"] for r in per),
+                   missing_all_steps_per_step=mean("missing_all_mean"),
+                   final_loss=full_loss, train_accuracy=acc,
+                   last10_loss=sum(losses[-10:]) / len(losses[-10:]),
+                   windows=[[r["t0"], r["t1"]] for r in per],
+                   netns=bool(os.environ.get("SPARSECOMM_NETNS_ADDRS")),
+                   rate=os.environ.get("SPARSECOMM_NETNS_RATE", ""))
+        print("record: " + json.dumps({k: v for k, v in rec.items() if k != "windows"}),
+              flush=True)
+        if a.json_out:
+            with open(a.json_out, "w") as f:
+                json.dump(rec, f)
+    sc.shutdown()
+
+
+# ---------------------------------------------------------------------------------------
+# the timeline
+
+def read_events(path):
+    """The complete events of a Chrome-trace file, one per line (a file cut short by a
+    daemon that did not close it loses only its last line)."""
+    ev = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip().rstrip(",")
+            if line.startswith("{\"traceEvents\":["):
+                line = line[len("{\"traceEvents\":["):]
+            if not line.startswith("{\"name\""):
+                continue
+            try:
+                ev.append(json.loads(line))
+            except ValueError:
+                continue
+    return ev
+
+
+def busy(intervals, lo, hi):
+    """Length of the union of intervals clipped to [lo, hi]."""
+    tot, end = 0.0, lo
+    for s, e in sorted(intervals):
+        s, e = max(s, end), min(e, hi)
+        if e > s:
+            tot += e - s
+            end = e
+    return tot
+
+
+def timeline_shares(rec, files):
+    """Idle shares of the engine's two lanes in each node's timed window, and the buffer
+    events per step, averaged over nodes."""
+    comm_idle, comp_idle, bufs, nodes = [], [], [], 0
+    for path in files:
+        ev = read_events(path)
+        if not ev:
+            continue
+        pid = ev[0].get("pid", 0)
+        if pid >= len(rec["windows"]):
+            continue
+        lo, hi = (w * 1e6 for w in rec["windows"][pid])
+        # thread lanes are named "thread <name>", tensor lanes by the tensor's name
+        lanes = {e["tid"]: e["args"]["name"] for e in ev
+                 if e.get("ph") == "M" and e["name"] == "thread_name"}
+        comm = [t for t, n in lanes.items() if n == "thread engine.comm"]
+        comp = [t for t, n in lanes.items() if n in ("thread engine.compute", "thread engine")]
+        xs = [e for e in ev if e.get("ph") == "X"]
+        ci = [(e["ts"], e["ts"] + e["dur"]) for e in xs
+              if e["tid"] in comm and e["name"] == "buffer"]
+        pi = [(e["ts"], e["ts"] + e["dur"]) for e in xs
+              if e["tid"] in comp and e["name"] == "compress"]
+        win = hi - lo
+        comm_idle.append(1 - busy(ci, lo, hi) / win)
+        comp_idle.append(1 - busy(pi, lo, hi) / win)
+        bufs.append(sum(1 for s, _ in ci if lo <= s < hi) / (rec["steps"] - rec["warmup"]))
+        nodes += 1
+    if nodes:
+        rec["comm_idle_share"] = sum(comm_idle) / nodes
+        rec["compute_idle_share"] = sum(comp_idle) / nodes
+        rec["buffers_per_step"] = sum(bufs) / nodes
+        rec["timeline_nodes"] = nodes
+    return rec
+
+
+# ---------------------------------------------------------------------------------------
+# the driver
+
+COLS = [("mode", "mode", "%s"), ("steps/s", "steps_per_s", "%.2f"),
+        ("wire B/step (stats sent)", "bytes_sent_per_step", "%.0f"),
+        ("link tx B/step", "link_tx_per_step", "%.0f"),
+        ("buffers/step (timeline)", "buffers_per_step", "%.2f"),
+        ("plan buffers", "plan_buffers", "%d"),
+        ("missing tensors/step (max)", None, None),
+        ("missing/step, all steps", "missing_all_steps_per_step", "%.2f"),
+        ("final loss", "final_loss", "%.4f"), ("last10 loss", "last10_loss", "%.4f"),
+        ("comm idle", "comm_idle_share", "%.2f"),
+        ("compute idle", "compute_idle_share", "%.2f")]
+
+
+def table(recs):
+    lines = ["| " + " | ".join(c[0] for c in COLS) + " |",
+             "|" + "---|" * len(COLS)]
+    for r in recs:
+        cells = []
+        for _, k, fmt in COLS:
+            if k is None:
+                cells.append("%.2f (%d)" % (r.get("missing_per_step", float("nan")),
+                                            r.get("missing_max", -1)))
+            elif k in r and r[k] is not None:
+                cells.append(fmt % r[k])
+            else:
+                cells.append("-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def drive(a):
+    recs = []
+    work = tempfile.mkdtemp(prefix="sc-fusion-")
+    for mode in a.modes.split(","):
+        rec_path = os.path.join(work, mode + ".json")
+        tl = os.path.join(work, mode + "-tl-%r.json")
+        cmd = [LAUNCHER, "-n", str(a.nodes), "--timeout", "900"]
+        if not a.no_netns:
+            cmd += ["--netns", "--rate", a.rate]
+        cmd += ["--daemon-arg", "--fusion_mode", "--daemon-arg", DAEMON_MODE[mode],
+                "--daemon-arg", "--timeline_file", "--daemon-arg", tl,
+                "--", sys.executable, os.path.abspath(__file__), "--mode", mode,
+                "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
+                "--depth", str(a.depth), "--width", str(a.width), "--batch", str(a.batch),
+                "--lr", str(a.lr), "--density", str(a.density), "--timeout", str(a.timeout),
+                "--json-out", rec_path]
+        load0 = loadavg()
+        t = time.monotonic()
+        print("== %s (load %s): %s" % (mode, load0, " ".join(cmd)), flush=True)
+        rc = subprocess.call(cmd)
+        if rc != 0 or not os.path.exists(rec_path):
+            print("== %s failed (exit %d)" % (mode, rc), flush=True)
+            continue
+        with open(rec_path) as f:
+            rec = json.load(f)
+        rec = timeline_shares(rec, sorted(glob.glob(os.path.join(work, mode + "-tl-*.json"))))
+        rec["load_before"], rec["load_after"] = load0, loadavg()
+        rec["wall_s"] = time.monotonic() - t
+        recs.append(rec)
+    print()
+    print("%d nodes%s, %d steps (%d untimed), seed %d, depth %d width %d batch %d/rank, "
+          "top-k density %g, %d tensors" % (
+              a.nodes, "" if a.no_netns else " at " + a.rate, a.steps, a.warmup, a.seed,
+              a.depth, a.width, a.batch, a.density, recs[0]["tensors"] if recs else 0))
+    print(table(recs))
+    for r in recs:
+        print("%s: load %s -> %s, %.0f s wall, train accuracy %.3f" % (
+            r["mode"], r["load_before"], r["load_after"], r["wall_s"], r["train_accuracy"]))
+    by = {r["mode"]: r for r in recs}
+    goals = {}
+    if "adaptive" in by and "layerwise" in by:
+        goals["adaptive_over_layerwise_steps"] = (by["adaptive"]["steps_per_s"] /
+                                                  by["layerwise"]["steps_per_s"])
+        goals["adaptive_loss_rel_diff"] = (abs(by["adaptive"]["final_loss"] -
+                                               by["layerwise"]["final_loss"]) /
+                                           by["layerwise"]["final_loss"])
+    if "adaptive" in by and "aligned" in by:
+        goals["adaptive_over_aligned_steps"] = (by["adaptive"]["steps_per_s"] /
+                                                by["aligned"]["steps_per_s"])
+    for k, v in goals.items():
+        print("%s = %.3f" % (k, v))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(modes=recs, goals=goals, timelines=work), f, indent=1)
+    print("timelines and records in %s" % work)
+    return 0 if len(recs) == len(a.modes.split(",")) else 1
+
+
+def main():
+    a = add_args(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
+    if a.analyze:
+        with open(a.analyze[0]) as f:
+            rec = timeline_shares(json.load(f), a.analyze[1:])
+        print(table([rec]))
+        return 0
+    if a.all:
+        return drive(a)
+    if not os.environ.get("SPARSECOMM_SOCKET"):
+        sys.exit("run under build/bin/sparsecomm-run (or pass --all)")
+    train(a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
