@@ -392,9 +392,9 @@ run_case "cuda refused by the daemon n=2" 2 1 60 0 2 -- "$itest" cuda-refused "$
 unset SPARSECOMM_CUDA_LIB
 # The engine's pipeline (compression of one buffer while the previous one is on the
 # network) keeps every result's bits: the same job with it on and off, hashes compared.
-# A buffer per tensor: which tensors fuse by bytes depends on when they arrive, and a
-# buffer's sum order on its make-up, so byte-threshold fusion alone differs run to run.
-pipe="--daemon-arg --fusion_threshold_bytes --daemon-arg 0 --daemon-arg --engine_pipeline"
+# A buffer per tensor (fusion_mode layerwise): which tensors the adaptive and fixed plans
+# fuse depends on measured times and arrival, and a buffer's sum order on its make-up.
+pipe="--daemon-arg --fusion_mode --daemon-arg layerwise --daemon-arg --engine_pipeline"
 # shellcheck disable=SC2086
 run_case "pipeline on n=3" 3 1 120 0 3 $pipe --daemon-arg 1 -- "$itest" bits "$tmp/bits-on"
 # shellcheck disable=SC2086

@@ -651,6 +651,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
                  (DeviceKind.CUDA, dev.index))
     try:
         with _on(dev, stream):
+            _after_last_read(e, stream)
             e.tdata().view(x.shape).copy_(x)
         _set_stream(e, stream)
     except BaseException:
@@ -663,9 +664,26 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
             if res is None:
                 res = t.empty(x.shape, dtype=x.dtype, device=dev)
             res.copy_(e.tdata().view(x.shape))
+            _mark_last_read(e, stream)
         return res
 
     return Handle(c, e, _start_dense(c, e, red), finish, stream)
+
+
+def _mark_last_read(e, stream):
+    """Records where the last copy out of a cuda buffer was queued: the buffer is free once
+    that stream passes it."""
+    ev = _torch().cuda.Event()
+    ev.record(stream)
+    e.last_read = ev
+
+
+def _after_last_read(e, stream):
+    """Orders a new write of a cuda buffer (on ``stream``) after the last copy out of it,
+    which may have been queued on another stream."""
+    ev = getattr(e, "last_read", None)
+    if ev is not None:
+        stream.wait_event(ev)
 
 
 def _cuda_place(x):
@@ -793,6 +811,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
         _check_nnz(e, nnz)
         if cuda:
             with _on(dev, stream):
+                _after_last_read(e, stream)
                 _coo_fill_cuda(e, x, shape, sd, dn)
             _set_stream(e, stream)
         else:
@@ -802,23 +821,30 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
         raise
     hid = _start_coo(c, e, nnz, red, sparse_result=not sparse_as_dense)
 
+    def result():
+        if not sparse_as_dense:
+            n = _lib.load().sc_tensor_result_nnz(e.ptr)
+            if n != _lib.SC_RESULT_DENSE:
+                if cuda:
+                    idx, val = e.tcoo()
+                    return _sparse_from_coo(idx[:n], val[:n], shape, sd, x.dtype)
+                return _sparse_result(e, n, shape, sd, x.dtype)
+        dense = e.tdata().view(shape)
+        if sparse_as_dense:
+            res = out
+            if res is None:
+                res = _torch().empty(shape, dtype=x.dtype, device=x.device)
+            res.copy_(dense)
+            return res
+        return _resparsify(dense, sd, x.dtype)
+
     def finish():
-        with _on(dev, stream) if cuda else contextlib.nullcontext():
-            if not sparse_as_dense:
-                n = _lib.load().sc_tensor_result_nnz(e.ptr)
-                if n != _lib.SC_RESULT_DENSE:
-                    if cuda:
-                        idx, val = e.tcoo()
-                        return _sparse_from_coo(idx[:n], val[:n], shape, sd, x.dtype)
-                    return _sparse_result(e, n, shape, sd, x.dtype)
-            dense = e.tdata().view(shape)
-            if sparse_as_dense:
-                res = out
-                if res is None:
-                    res = _torch().empty(shape, dtype=x.dtype, device=x.device)
-                res.copy_(dense)
-                return res
-            return _resparsify(dense, sd, x.dtype)
+        if not cuda:
+            return result()
+        with _on(dev, stream):
+            res = result()
+            _mark_last_read(e, stream)
+        return res
 
     return Handle(c, e, hid, finish, stream)
 
