@@ -250,10 +250,16 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
 {
 	int k = scd_fplan_pos(s, id);
-	if (k > 0 && !s->t[k].brk) {
+	if (k > 0 && !s->t[k].brk && ++s->t[k].misses >= SCD_FPLAN_MISSES) {
 		s->t[k].brk = 1;
 		s->dirty = 1;
 	}
+}
+
+void scd_fplan_whole(scd_fplan_state_t *s, int a, int end)
+{
+	for (int k = a < 0 ? 0 : a; k < end && k < s->n; k++)
+		s->t[k].misses = 0;
 }
 
 void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id)

@@ -60,6 +60,8 @@ typedef struct scd_fplan_tensor {
 	uint32_t key;		  /* fusion class: equal keys may share a buffer */
 	int solo;		  /* always a buffer of its own */
 	int brk;		  /* always opens a buffer (learnt: scd_fplan_break) */
+	int misses;		  /* buffers in a row that went out without it (or with it
+				     alone of the tensors before it): SCD_FPLAN_MISSES learn brk */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -115,10 +117,15 @@ int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id);
  * attributes changed, puts id in its place with no times. -1: out of memory. */
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
 		  uint32_t key, int solo);
-/* Makes cache id always open a buffer: its buffer went out without it after waiting
- * (a trainer that waits for each result before it submits the next tensor, or a step
- * that skips it), so the tensors before it do not arrive with it. */
+/* Counts that cache id's buffer went out without it after waiting (a trainer that waits
+ * for each result before it submits the next tensor, or a step that skips it); after
+ * SCD_FPLAN_MISSES such buffers in a row it always opens a buffer, since the tensors
+ * before it do not arrive with it. One late tensor of a loaded host is not a pattern:
+ * a buffer that goes out whole resets the count (scd_fplan_whole). */
+#define SCD_FPLAN_MISSES 3
 void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
+/* The buffer of positions [a, end) went out with all its tensors. */
+void scd_fplan_whole(scd_fplan_state_t *s, int a, int end);
 /* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the
  * next update. */
 void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);

@@ -534,7 +534,8 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 }
 
 /* A buffer of positions [a, end) goes out after its wait with only r[0..n-1] (in position
- * order) ready: every position where readiness changes opens a buffer from now on. */
+ * order) ready: every position where readiness changes counts a miss, and opens a buffer
+ * from the SCD_FPLAN_MISSES-th in a row on. */
 static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end)
 {
 	int i = 0, was = -1;
@@ -597,6 +598,8 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			end++;
 		if (b >= 0 && !fresh && j - i < end - a && now >= first + wait)
 			learn_breaks(fp, r + i, j - i, a, end);
+		else if (b >= 0 && j - i == end - a)
+			scd_fplan_whole(fp, a, end);
 		if (b < 0 || j - i == end - a || fresh || now >= first + wait)
 			emit_buffer(w, pb, r + i, j - i);
 		else if (first + wait < next)

@@ -247,8 +247,9 @@ UNIT_TEST(fusion_plan_mode_names)
 
 UNIT_TEST(fusion_plan_learnt_break)
 {
-	/* a buffer that went out without tensor 3 after its wait: 3 opens a buffer from
-	 * then on, in every mode but layerwise (where all do anyway) */
+	/* buffers that went out without tensor 3 after their wait, SCD_FPLAN_MISSES in a
+	 * row: 3 opens a buffer from then on, in every mode but layerwise (where all do
+	 * anyway) */
 	scd_fplan_state_t s;
 	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ALIGNED, .buffers = 1};
 	scd_fplan_state_init(&s, 2);
@@ -256,6 +257,15 @@ UNIT_TEST(fusion_plan_learnt_break)
 		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
 	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
 	CHECK_EQ_INT(s.n_buf, 1);
+	/* missed twice, then whole: one late tensor is not a pattern */
+	scd_fplan_break(&s, 3);
+	scd_fplan_break(&s, 3);
+	scd_fplan_whole(&s, 0, 8);
+	scd_fplan_break(&s, 3);
+	scd_fplan_break(&s, 3);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	CHECK_EQ_INT(s.n_buf, 1);
+	/* the third in a row is */
 	scd_fplan_break(&s, 3);
 	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
 	CHECK_EQ_INT(s.n_buf, 2);
