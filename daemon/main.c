@@ -151,6 +151,7 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .pending = scd_world_pending,
     .config_propose = scd_world_config_propose,
     .status = scd_world_status,
+    .fusion_stats = scd_world_fusion_stats,
 };
 
 void scd_daemon_world_ready(scd_daemon_t *d)

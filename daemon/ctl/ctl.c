@@ -673,7 +673,7 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int res
 			    &kept->v[i].stats);
 	r.cycles = ctl->d->stats_cycles;
 	r.fused_buffers = ctl->d->stats_buffers;
-	scd_world_fusion_stats(ctl->d->world, &r, &a);
+	ctl->up->fusion_stats(ctl->d->world, &r, &a);
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
 	m.stats = &r;

@@ -34,6 +34,8 @@ typedef struct scd_ctl_upcalls {
 	void (*pending)(scd_world_t *w, uint64_t query_id);
 	void (*config_propose)(scd_world_t *w, const char *key, const char *value);
 	void (*status)(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
+	/* the fusion plan's part of a stats reply */
+	void (*fusion_stats)(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */
