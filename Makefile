@@ -136,6 +136,21 @@ all: $(GPU_ALL)
 
 # ---- daemon internals (the other daemon/ folders, main.c apart) -> libscd.a ----------------
 DAEMON_SRC := $(filter-out daemon/main.c $(CORE_SRC),$(wildcard daemon/*.c daemon/*/*.c))
+# The nccl transport (daemon/transport/nccl*.c) compiles against the CUDA toolkit's nccl.h
+# and loads libnccl.so.2 at run time, so the daemon links nothing of NCCL or CUDA; without
+# the header it is left out, and `transport = nccl` reports that it is not built.
+NCCL_H ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h))
+NCCL_LIB_DIR ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so.2 \
+		$(CUDA_HOME)/lib64/libnccl.so.2))))
+NCCL_CFLAGS := $(if $(NCCL_H),-isystem $(dir $(NCCL_H))) \
+	       $(if $(NCCL_LIB_DIR),-DSCD_NCCL_LIB_DIR=\"$(NCCL_LIB_DIR)\")
+ifeq ($(NCCL_H),)
+DAEMON_SRC := $(filter-out daemon/transport/nccl%.c,$(DAEMON_SRC))
+endif
+$(OBJ)/daemon/transport/nccl%: INC := $(INC_DAEMON) $(NCCL_CFLAGS)
+$(BUILD)/obj-fuzz/daemon/transport/nccl%: NCCL_FUZZ := $(NCCL_CFLAGS)
+$(OBJ)/daemon/transport/transport.o: INC := $(INC_DAEMON) $(if $(NCCL_H),-DSCD_HAVE_NCCL)
+$(BUILD)/obj-fuzz/daemon/transport/transport.o: NCCL_FUZZ := $(if $(NCCL_H),-DSCD_HAVE_NCCL)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o) $(PROTO_OBJ)
 $(LIB)/libscd.a: $(DAEMON_OBJ)
 	@mkdir -p $(LIB)
@@ -262,8 +277,8 @@ $(FUZZ_OBJ)/gen/%.o: $(GEN)/%.c
 	$(FUZZ_CC) $(INC_SHARED) $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(INC_DAEMON) -Ifuzz $(CPPFLAGS) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link \
-		-c $< -o $@
+	$(FUZZ_CC) $(INC_DAEMON) $(NCCL_FUZZ) -Ifuzz $(CPPFLAGS) $(FUZZ_CFLAGS) \
+		-fsanitize=fuzzer-no-link -c $< -o $@
 $(FUZZ_BIN)/libscd-fuzz.a: $(FUZZ_LIB_OBJ)
 	@mkdir -p $(FUZZ_BIN)
 	rm -f $@ && ar rcs $@ $^

@@ -98,6 +98,18 @@ extern "C" sc_status_t scg_sync(void)
 	return SC_OK;
 }
 
+extern "C" sc_status_t scg_stream_get(void **stream_host)
+{
+	*stream_host = NULL; /* the host build has no streams */
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_stream_query(int *done_host)
+{
+	*done_host = 1;
+	return SC_OK;
+}
+
 #else /* CUDA */
 
 /* The calling thread's stream: created by scg_init, or the caller's (scg_stream_set);
@@ -280,6 +292,23 @@ extern "C" sc_status_t scg_sync(void)
 		return st;
 	/* a failed kernel launched earlier and not checked since */
 	return scg_check_cuda(cudaGetLastError(), "scg_sync");
+}
+
+extern "C" sc_status_t scg_stream_get(void **stream_host)
+{
+	*stream_host = (void *)scg_stream();
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_stream_query(int *done_host)
+{
+	cudaError_t e = cudaStreamQuery(scg_stream());
+	*done_host = e == cudaSuccess;
+	if (e == cudaErrorNotReady) {
+		cudaGetLastError(); /* not an error: clear it */
+		return SC_OK;
+	}
+	return scg_check_cuda(e, "cudaStreamQuery");
 }
 
 #endif

@@ -46,6 +46,11 @@ sc_status_t scg_copy(void *dst, const void *src, size_t bytes);
 sc_status_t scg_to_host(void *dst_host, const void *src, size_t bytes);
 sc_status_t scg_from_host(void *dst, const void *src_host, size_t bytes);
 sc_status_t scg_sync(void);
+/* The calling thread's stream as an opaque handle (a cudaStream_t; NULL in the host build),
+ * for a library that queues its own work behind the device's (NCCL), and whether every
+ * piece of work queued on it so far has finished (*done_host), without waiting. */
+sc_status_t scg_stream_get(void **stream_host);
+sc_status_t scg_stream_query(int *done_host);
 
 /* ---- memory and events shared with trainers (ipc.cu) ---- */
 /* A CUDA IPC handle: cudaIpcMemHandle_t / cudaIpcEventHandle_t (64 bytes). The host build

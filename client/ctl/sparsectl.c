@@ -309,6 +309,8 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 		if (*t->scheme) {
 			fputs(",\"scheme\":", stdout);
 			json_str(t->scheme);
+			fputs(",\"transport\":", stdout);
+			json_str(t->transport);
 			fputs(",\"predicted_s\":", stdout);
 			json_num(t->predicted_s);
 			fputs(",\"measured_s\":", stdout);
@@ -385,16 +387,18 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	fusion_text(s);
 	if (!s->n_tensors)
 		return;
-	printf("%-32s %-7s %8s %6s %9s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s %6s\n",
-	       "TENSOR", "DEVICE", "CALLS", "ERRORS", "NONFINITE", "SENT", "RECEIVED",
+	printf("%-32s %-7s %-4s %8s %6s %9s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s "
+	       "%6s\n",
+	       "TENSOR", "DEVICE", "VIA", "CALLS", "ERRORS", "NONFINITE", "SENT", "RECEIVED",
 	       "TIME(s)", "SCHEME", "PRED(ms)", "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY",
 	       "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
-		printf("%-32s %-7s %8llu %6llu %9llu %11s %11s %10.4f", t->name,
-		       *t->device ? t->device : "cpu", (unsigned long long)t->calls,
-		       (unsigned long long)t->errors, (unsigned long long)t->nonfinite,
+		printf("%-32s %-7s %-4s %8llu %6llu %9llu %11s %11s %10.4f", t->name,
+		       *t->device ? t->device : "cpu", *t->transport ? t->transport : "-",
+		       (unsigned long long)t->calls, (unsigned long long)t->errors,
+		       (unsigned long long)t->nonfinite,
 		       human_bytes(sent, sizeof(sent), t->bytes_sent),
 		       human_bytes(recv, sizeof(recv), t->bytes_received), t->time_s);
 		if (*t->scheme)

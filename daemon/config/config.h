@@ -36,8 +36,9 @@ typedef enum {
 	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                      \
 	  "host:port the coordinator (rank 0) listens on and the other ranks join")            \
 	X(transport, STR, 0, "auto", 0, 0, 0,                                                  \
-	  "data-plane transport between the daemons: auto (tcp: every buffer lives in host "   \
-	  "memory), tcp, or nccl where built; every rank must end up with the same one")       \
+	  "transport of GPU buffers between the daemons: auto (nccl where every node loads "   \
+	  "NCCL, else tcp), tcp (staged through host memory), or nccl (required); cpu "        \
+	  "buffers and the daemons' own rounds always use tcp")                                \
 	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                             \
 	  "address this daemon's data plane binds to and announces to its peers")              \
 	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")      \

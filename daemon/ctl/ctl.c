@@ -642,6 +642,7 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	ts->bytes_received = st->bytes_recv;
 	ts->time_s = st->time_s;
 	ts->scheme = st->scheme;
+	ts->transport = st->transport;
 	ts->predicted_s = st->predicted_s;
 	ts->measured_s = st->measured_s;
 	ts->density = st->density;

@@ -18,6 +18,7 @@ typedef struct scd_tensor_stats {
 	uint64_t nonfinite; /* NaN or infinite input values seen (nonfinite = warn or error) */
 	double time_s;
 	char scheme[32];
+	char transport[8]; /* of the last call's buffer */
 	double predicted_s, measured_s, density, densification, imbalance;
 	double exchange_s;    /* of measured_s, inside the scheme's exchanges */
 	double cpu_s;	      /* the data plane's CPU time, last call */

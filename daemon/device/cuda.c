@@ -1123,6 +1123,8 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 	SCD_SYM_(backend, "scg_backend");
 	SCD_SYM_(init, "scg_init");
 	SCD_SYM_(stream_set, "scg_stream_set");
+	SCD_SYM_(stream_get, "scg_stream_get");
+	SCD_SYM_(stream_query, "scg_stream_query");
 	SCD_SYM_(alloc, "scg_alloc");
 	SCD_SYM_(free, "scg_free");
 	SCD_SYM_(clear, "scg_clear");
@@ -1345,6 +1347,39 @@ sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p)
 	    !fns.host_alloc || !fns.host_free)
 		return SC_ERR_UNSUPPORTED;
 	*ipc_p = &cuda_ipc;
+	return SC_OK;
+}
+
+static sc_status_t queue_stream(void **stream)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.stream_get(stream);
+}
+
+static sc_status_t queue_done(void)
+{
+	int done = 0;
+	sc_status_t st = ready();
+	if (st == SC_OK)
+		st = fns.stream_query(&done);
+	return st != SC_OK ? st : done ? SC_OK : SC_IN_PROGRESS;
+}
+
+static const scd_cuda_queue_t cuda_queue = {
+    .stream = queue_stream,
+    .done = queue_done,
+    .error = gpu_error,
+};
+
+sc_status_t scd_cuda_queue_get(const scd_cuda_queue_t **q_p)
+{
+	const scd_device_ops_t *ops;
+	sc_status_t st = scd_cuda_device_get(&ops);
+	if (st != SC_OK)
+		return st;
+	if (!fns.stream_get || !fns.stream_query)
+		return SC_ERR_UNSUPPORTED;
+	*q_p = &cuda_queue;
 	return SC_OK;
 }
 

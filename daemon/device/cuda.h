@@ -174,6 +174,9 @@ typedef struct scd_cuda_fns {
 	sc_status_t (*stream_wait_event)(void *ev);
 	sc_status_t (*host_alloc)(size_t bytes, void **p_host);
 	sc_status_t (*host_free)(void *p_host);
+	/* mem.cu (not ops of the table: scd_cuda_queue_t) */
+	sc_status_t (*stream_get)(void **stream_host);
+	sc_status_t (*stream_query)(int *done_host);
 } scd_cuda_fns_t;
 
 /*
@@ -199,6 +202,23 @@ typedef struct scd_cuda_ipc {
  * (SC_ERR_UNSUPPORTED before, or when the library lacks them; the reason in
  * scd_cuda_unavailable_reason()). */
 sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p);
+
+/*
+ * The calling thread's stream, for a library that queues its own work behind the
+ * device's and waits for it by polling (the nccl transport): stream gives the native
+ * handle (NULL where the GPU library has no streams), done says without waiting whether
+ * everything queued on it has finished (SC_IN_PROGRESS while not, a failure's status
+ * with the text in error()). Each makes the device usable on the calling thread first.
+ */
+typedef struct scd_cuda_queue {
+	sc_status_t (*stream)(void **stream);
+	sc_status_t (*done)(void);
+	const char *(*error)(void);
+} scd_cuda_queue_t;
+
+/* The queue functions, once scd_device_get(SCD_DEVICE_CUDA) has succeeded
+ * (SC_ERR_UNSUPPORTED before, or when the library lacks them). */
+sc_status_t scd_cuda_queue_get(const scd_cuda_queue_t **q_p);
 /* Staging memory for the table the adapters call (scd_device_stage_alloc): page-locked
  * where the GPU device has it, else malloc; NULL when out of memory. */
 void *scd_cuda_stage_alloc(size_t bytes);

@@ -64,8 +64,9 @@ typedef struct scd_bufctx {
 	 * deliver, over the whole buffer, split back into each tensor's residual after it */
 	float *bres;
 	uint64_t last_use;
-	int inflight;  /* prepared, not yet released: never evicted meanwhile */
-	int net_fixed; /* the scheme context has the network costs of its first run */
+	int inflight;		/* prepared, not yet released: never evicted meanwhile */
+	int net_fixed;		/* the scheme context has the network costs of its first run */
+	scd_transport_t *net_t; /* the transport the scheme context last ran over */
 } scd_bufctx_t;
 
 struct scd_bufctx_table {
@@ -728,9 +729,11 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	/* the network costs every rank agreed on when this buffer first runs, taken here in
 	 * the communication stage, after any probe before it: the compute stage that made
 	 * the context may have run beside that probe */
-	if (!b->net_fixed) {
+	if (!b->net_fixed || b->net_t != t) {
 		scd_scheme_ctx_set_net(b->sctx, alpha_s, beta_s_per_byte);
+		scd_scheme_ctx_set_transport(b->sctx, t);
 		b->net_fixed = 1;
+		b->net_t = t;
 	}
 	scd_cost_t cost = {0};
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);

@@ -18,6 +18,7 @@
 #include "device/cuda.h"
 #include "device/reduce.h"
 #include "engine/bufctx.h"
+#include "engine/gpunet.h"
 #include "engine/verdict.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -40,7 +41,8 @@ struct scd_engine {
 	scd_job_t *done_head, *done_tail;
 	uv_async_t async;
 	int stop, stopped, comm_stopped;
-	scd_transport_t *transport;
+	scd_transport_t *transport; /* the mesh: tcp */
+	scd_gpunet_t *gpunet;	    /* what GPU buffers take (gpunet.h) */
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
 	/* the fusion buffers of each device kind, in that device's memory (see
@@ -252,14 +254,15 @@ static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t byte
 }
 
 static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
-			       void *buf)
+			       scd_transport_t *t, void *buf)
 {
 	double P = e->d->world_size;
 	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
 	double bytes = (double)nbytes;
 	double t0 = scd_now_s();
 	void *host = buf;
-	if (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, nbytes))) {
+	if (!scd_device_host_memory(dev) && !t->ops->device_memory &&
+	    !(host = stage_get(e, dev, nbytes))) {
 		snprintf(job->error, sizeof(job->error),
 			 "dense_ring (%s): cannot stage %zu bytes through host memory",
 			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
@@ -267,7 +270,7 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	}
 	if (host != buf)
 		dev->to_host(host, buf, nbytes);
-	sc_status_t st = scd_transport_allreduce(e->transport, host, job->total_numel,
+	sc_status_t st = scd_transport_allreduce(t, host, job->total_numel,
 						 (sc_dtype_t)job->dtype, job->timeout_ms);
 	if (st == SC_OK && host != buf)
 		dev->from_host(buf, host, nbytes);
@@ -596,16 +599,32 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	if ((st = input_verdict(e, job, &run->fault)) != SC_OK)
 		return;
+	scd_transport_t *t = e->transport;
+	double alpha = e->alpha_s, beta = e->beta_s_per_byte;
+	if (run->kind == SCD_DEVICE_CUDA &&
+	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &t, &alpha, &beta,
+				  job->error, sizeof(job->error))) != SC_OK) {
+		char why[480];
+		memcpy(why, job->error, sizeof(why));
+		why[sizeof(why) - 1] = 0;
+		job->status = st;
+		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
+		log_job_error(job);
+		return;
+	}
+	job->transport_name = t->ops->name;
 	scd_transport_counters_t c0, c1;
-	e->transport->ops->counters(e->transport, &c0);
+	t->ops->counters(t, &c0);
 	if (job->dtype == SC_FLOAT32)
-		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, e->transport,
-					    e->alpha_s, e->beta_s_per_byte, &run->prep);
+		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, t, alpha,
+					    beta, &run->prep);
 	else
-		st = dense_typed(e, job, dev, run->buf);
-	e->transport->ops->counters(e->transport, &c1);
+		st = dense_typed(e, job, dev, t, run->buf);
+	t->ops->counters(t, &c1);
 	job->bytes_sent = c1.bytes_sent - c0.bytes_sent;
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
+	if (st != SC_OK && t != e->transport)
+		scd_gpunet_failed(e->gpunet);
 	if (st != SC_OK) {
 		char why[480];
 		memcpy(why, job->error, sizeof(why));
@@ -645,6 +664,7 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_join_timeout_ms);
 	/* The backend logs a failure where it detects it; the status goes up unchanged. */
+	scd_gpunet_reset(e->gpunet);
 	sc_status_t st =
 	    scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &e->transport);
 	if (st == SC_OK)
@@ -876,7 +896,12 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->done = done;
 	e->fusion_want_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
 	scd_scheme_cfg_t base = scheme_base(&d->cfg);
+	if (scd_gpunet_create(scd_cfg_str(&d->cfg, SCD_CFG_transport), &e->gpunet) != SC_OK) {
+		free(e);
+		return SC_ERR_NOMEM;
+	}
 	if (scd_bufctx_table_create(&base, &e->bufs) != SC_OK) {
+		scd_gpunet_destroy(e->gpunet);
 		free(e);
 		return SC_ERR_NOMEM;
 	}
@@ -888,6 +913,7 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->comm_stopped = !e->pipeline;
 	if (e->pipeline && pthread_create(&e->comm_thread, NULL, comm_main, e) != 0) {
 		scd_bufctx_table_destroy(e->bufs);
+		scd_gpunet_destroy(e->gpunet);
 		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
 	}
@@ -899,6 +925,7 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 		if (e->pipeline)
 			pthread_join(e->comm_thread, NULL);
 		scd_bufctx_table_destroy(e->bufs);
+		scd_gpunet_destroy(e->gpunet);
 		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
 	}
@@ -957,6 +984,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	if (e->pipeline)
 		pthread_join(e->comm_thread, NULL);
 	scd_bufctx_table_destroy(e->bufs);
+	scd_gpunet_destroy(e->gpunet);
 	scd_transport_destroy(e->transport);
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
 		for (int j = 0; j < ENGINE_SLOTS; j++)

@@ -181,7 +181,8 @@ typedef struct scd_job {
 	char error[512];
 	double time_s;
 	uint64_t bytes_sent, bytes_recv;
-	int scheme; /* the scheme that ran */
+	int scheme;		    /* the scheme that ran */
+	const char *transport_name; /* the transport it ran over (static) */
 	double predicted_s, density, gamma, imbalance;
 	double exchange_s; /* of the scheme's time, inside exchanges */
 	double tcm_s;	   /* the buffer's communication: the scheme's run (or the ring's) */

@@ -208,6 +208,11 @@ void scd_scheme_ctx_set_net(scd_scheme_ctx_t *c, double alpha_s, double beta_s_p
 	c->beta_s = beta_s_per_byte;
 }
 
+void scd_scheme_ctx_set_transport(scd_scheme_ctx_t *c, scd_transport_t *t)
+{
+	c->t = t;
+}
+
 uint64_t scd_scheme_ctx_step(const scd_scheme_ctx_t *c)
 {
 	return c->step;
@@ -281,7 +286,7 @@ static sc_status_t dev_sync(scd_scheme_ctx_t *c, const char *before)
  */
 static int staged(const scd_scheme_ctx_t *c)
 {
-	return !scd_device_host_memory(c->dev);
+	return !scd_device_host_memory(c->dev) && !c->t->ops->device_memory;
 }
 
 static sc_status_t stage_reserve(scd_scheme_ctx_t *c, size_t bytes)
@@ -442,8 +447,9 @@ static void tl_round(const scd_scheme_ctx_t *c, const char *what, uint64_t t0,
 	scd_tl_arg_t a[] = {{"round", NULL, c->rounds},
 			    {"send_bytes", NULL, (int64_t)send_bytes},
 			    {"sends", NULL, ns},
-			    {"recvs", NULL, nr}};
-	scd_tl_here(what, t0, a, 4);
+			    {"recvs", NULL, nr},
+			    {"transport", c->t->ops->name, 0}};
+	scd_tl_here(what, t0, a, 5);
 }
 
 static sc_status_t xchg_staged(scd_scheme_ctx_t *c, const scd_xfer_t *s, int ns,

@@ -102,6 +102,9 @@ void scd_scheme_ctx_destroy(scd_scheme_ctx_t *ctx);
 /* Latency and bandwidth the context uses for its own cost-based choices (SparDL's team
  * count when cfg.spardl_teams is 0). Must be identical on every rank. */
 void scd_scheme_ctx_set_net(scd_scheme_ctx_t *ctx, double alpha_s, double beta_s_per_byte);
+/* The transport the next runs take (a GPU buffer's moves to nccl or back to the mesh
+ * between steps; every rank switches at the same step). */
+void scd_scheme_ctx_set_transport(scd_scheme_ctx_t *ctx, scd_transport_t *t);
 /* Runs so far (the step number the next run uses; per-step seeds derive from it). */
 uint64_t scd_scheme_ctx_step(const scd_scheme_ctx_t *ctx);
 const scd_scheme_cfg_t *scd_scheme_ctx_cfg(const scd_scheme_ctx_t *ctx);

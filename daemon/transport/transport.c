@@ -5,8 +5,8 @@
  * stays readable after the call returns without any locking (the transport is used by one
  * thread at a time, but a daemon may run tests or probes on others).
  *
- * The nccl backend is linked in only by a GPU build, which defines scd_transport_nccl_ops;
- * here it is a weak reference, so a build without it reports "not built".
+ * The nccl backend (nccl.c) is built where the CUDA toolkit's nccl.h is found
+ * (SCD_HAVE_NCCL); a build without it reports "not built".
  */
 #include "transport/transport.h"
 
@@ -17,7 +17,11 @@
 
 #include "transport/transport_internal.h"
 
-extern const scd_transport_ops_t scd_transport_nccl_ops __attribute__((weak));
+#ifdef SCD_HAVE_NCCL
+#define NCCL_OPS (&scd_transport_nccl_ops)
+#else
+#define NCCL_OPS NULL
+#endif
 
 static const char *const kind_names[SCD_TRANSPORT_COUNT] = {
     [SCD_TRANSPORT_TCP] = "tcp",
@@ -52,7 +56,7 @@ sc_status_t scd_transport_get(scd_transport_kind_t kind, const scd_transport_ops
 	if (kind == SCD_TRANSPORT_TCP)
 		ops = &scd_transport_tcp_ops;
 	else if (kind == SCD_TRANSPORT_NCCL)
-		ops = &scd_transport_nccl_ops; /* NULL unless a GPU build links it */
+		ops = NCCL_OPS;
 	if (!ops) {
 		scd_transport_set_error("transport '%s' is not built into this daemon",
 					scd_transport_kind_name(kind));

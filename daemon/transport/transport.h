@@ -24,12 +24,13 @@
  *
  * Memory: the buffers an exchange or an allreduce names (scd_xfer_t.buf, data) live in the
  * memory of the buffer's device (device/device.h): host memory for the cpu device, GPU
- * memory for a cuda one. The caller has synced the device before the call (the device's
- * sync op), and the data is final when the call returns. A backend that moves device
- * memory itself (NCCL) takes the pointers as they are; one that cannot stages them
- * through pinned host memory of its own; either fits this contract. The tcp backend
- * reads and writes host memory, so it serves the cpu device. Lengths (scd_xfer_t.bytes,
- * recv_bytes_p), the work callback and the probe's results are host values.
+ * memory for a cuda one. The tcp backend reads and writes host memory: it serves the cpu
+ * device, and a GPU buffer reaches it staged through pinned host memory by its caller
+ * (scheme.c, the engine). The nccl backend (device_memory = 1) takes the cuda device's
+ * pointers as they are and queues its work on the device's stream behind the device's
+ * own, so the caller need not sync the device first; the data is final when the call
+ * returns, for either. Lengths (scd_xfer_t.bytes, recv_bytes_p), the work callback and
+ * the probe's results are host values.
  *
  * Operations are blocking from the caller's view but never spin: the tcp backend
  * multiplexes all the sockets of one operation in poll(2), so the sends and receives of an
@@ -96,6 +97,7 @@ typedef enum {
 typedef struct scd_transport_cfg {
 	const char *addr; /* address to bind and announce (the data_addr key) */
 	uint16_t port;	  /* port to bind, 0: any free one (the data_port key) */
+	int rank;	  /* this rank (nccl: rank 0's blob is the communicator's id) */
 } scd_transport_cfg_t;
 
 /* One rank's bootstrap blob, as world formation delivered it. */
@@ -124,6 +126,9 @@ typedef struct scd_transport_boot {
 
 typedef struct scd_transport_ops {
 	const char *name;
+	/* 1: moves the cuda device's memory itself (NCCL); 0: host memory only (tcp), a GPU
+	 * buffer is staged through host memory by the caller */
+	int device_memory;
 
 	/* -- world formation (no transport exists yet) -- */
 	/* Opens this rank's endpoint and fills its bootstrap blob (tcp: binds cfg->addr,
@@ -243,9 +248,10 @@ static inline void scd_transport_release(scd_transport_endpoint_t *ep)
 const char *scd_transport_kind_name(scd_transport_kind_t kind);
 /* The ops of a backend, or SC_ERR_UNSUPPORTED when it is not built here. */
 sc_status_t scd_transport_get(scd_transport_kind_t kind, const scd_transport_ops_t **ops_p);
-/* The backend a configured name selects: a backend's name, or "auto" (tcp: every buffer
- * lives in host memory). SC_ERR_UNSUPPORTED for an
- * unknown name or a backend not built here, with scd_transport_error() naming it. */
+/* The backend a configured name selects: a backend's name, or "auto" (tcp). The mesh of
+ * a world is always tcp (it carries host memory and the engine's control rounds); the
+ * `transport` key chooses what GPU buffers use (engine/gpunet.h). SC_ERR_UNSUPPORTED for
+ * an unknown name or a backend not built here, with scd_transport_error() naming it. */
 sc_status_t scd_transport_lookup(const char *name, const scd_transport_ops_t **ops_p);
 
 /* Sets up b for a world of size ranks around this rank's endpoint ep (taken over), with

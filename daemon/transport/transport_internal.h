@@ -11,8 +11,8 @@
 /* Formats this thread's transport error text (truncated to a fixed size). */
 void scd_transport_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* The backends' ops tables (tcp.c; nccl in a GPU build only, see transport.c). */
+/* The backends' ops tables (tcp.c; nccl.c where built, see transport.c). */
 extern const scd_transport_ops_t scd_transport_tcp_ops;
-extern const scd_transport_ops_t scd_transport_nccl_ops __attribute__((weak));
+extern const scd_transport_ops_t scd_transport_nccl_ops;
 
 #endif

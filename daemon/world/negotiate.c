@@ -1210,6 +1210,8 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
 				 scd_scheme_name((scd_scheme_t)job->scheme));
+			snprintf(nt->stats.transport, sizeof(nt->stats.transport), "%s",
+				 job->transport_name ? job->transport_name : "");
 			nt->stats.predicted_s = job->predicted_s;
 			nt->stats.density = job->density;
 			nt->stats.densification = job->gamma;

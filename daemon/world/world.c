@@ -20,6 +20,7 @@
 
 #include "ctl/ctl.h"
 #include "engine/engine.h"
+#include "engine/gpunet.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -593,15 +594,27 @@ sc_status_t scd_world_start(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
 	const char *coord = scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
-	sc_status_t st =
-	    scd_transport_lookup(scd_cfg_str(&d->cfg, SCD_CFG_transport), &w->tops);
+	/* the mesh is tcp whatever the key says: it carries host memory and the engine's
+	 * rounds; the key's choice for GPU buffers is checked here and made by the engine
+	 * (engine/gpunet.h) */
+	const scd_transport_ops_t *want;
+	char why[256] = "";
+	sc_status_t st = scd_transport_lookup(scd_cfg_str(&d->cfg, SCD_CFG_transport), &want);
+	if (st != SC_OK)
+		snprintf(why, sizeof why, "%s", scd_transport_error());
+	else if (want->device_memory && !scd_gpunet_usable(why, sizeof why))
+		st = SC_ERR_UNSUPPORTED;
+	if (st == SC_OK && (st = scd_transport_get(SCD_TRANSPORT_TCP, &w->tops)) != SC_OK)
+		snprintf(why, sizeof why, "%s", scd_transport_error());
 	if (st != SC_OK) {
-		scd_error(SCD_SUB_WORLD, "%s", scd_transport_error());
+		scd_error(SCD_SUB_WORLD, "transport = %s: %s",
+			  scd_cfg_str(&d->cfg, SCD_CFG_transport), why);
 		return st;
 	}
 	scd_transport_cfg_t tc = {
 	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
 	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
+	    .rank = d->rank,
 	};
 	st = scd_transport_prepare(w->tops, &tc, &w->endpoint);
 	if (st != SC_OK)

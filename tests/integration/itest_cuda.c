@@ -10,10 +10,12 @@
  *       library without the driver's symbols, a GPU the driver does not have, a daemon
  *       that does not serve GPU tensors); cpu tensors of the same client keep working,
  *       and options of the previous struct_size (without the device fields) register cpu.
- *   cuda-sums LOG: end to end (needs daemons that serve cuda tensors through the host
- *       build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
- *       written through their device pointers, collected by sc_wait and sc_stream_wait,
- *       COO input summed exactly and a top-k tensor's GPU residual conserving every value;
+ *   cuda-sums LOG [TRANSPORT]: end to end (needs daemons that serve cuda tensors through
+ *       the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda
+ *       tensors written through their device pointers, collected by sc_wait and
+ *       sc_stream_wait, COO input summed exactly and a top-k tensor's GPU residual
+ *       conserving every value; with TRANSPORT, `sparsectl stats` on every node says the
+ *       cuda tensors' buffers went over it (tcp or nccl) and the cpu tensor's over tcp;
  *       after sc_finalize the stand-in's log (LOG.<rank>) shows every handle opened once
  *       and closed once.
  *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
@@ -264,6 +266,26 @@ static void cuda_sparse(sc_client_t *c)
 			    i, g[i], s[i]);
 }
 
+/* The transport `sparsectl stats` names for tensor name on this node. */
+static void expect_transport(const char *name, const char *want)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *ts = it_json_get(s, "tensors");
+	const char *got = NULL;
+	for (size_t i = 0; ts && ts->type == IT_JARR && i < ts->n; i++) {
+		const it_json_t *nm = it_json_get(ts->items[i], "name");
+		const it_json_t *tr = it_json_get(ts->items[i], "transport");
+		if (nm && nm->type == IT_JSTR && !strcmp(nm->str, name) && tr &&
+		    tr->type == IT_JSTR)
+			got = tr->str;
+	}
+	if (!got || strcmp(got, want))
+		IT_FAIL("'%s' went over %s, expected %s", name, got ? got : "(not listed)",
+			want);
+	it_json_free(s);
+}
+
 int it_cuda_sums(int argc, char **argv)
 {
 	const char *log = use_stand_in(argc, argv);
@@ -293,6 +315,12 @@ int it_cuda_sums(int argc, char **argv)
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
 	cuda_sparse(c);
+	if (argc > 2 && sc_local_rank(c) == 0) {
+		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
+		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++)
+			expect_transport(cuda[i], argv[2]);
+		expect_transport("cuda.cpu", "tcp");
+	}
 	sc_finalize(c);
 	it_cuda_log_balanced(log, 4);
 	it_pass();

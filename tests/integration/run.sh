@@ -422,11 +422,36 @@ if [ ! -e "$cudalib" ]; then
 	done
 else
 	export SPARSECOMM_CUDA_LIB="$cudalib"
-	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log"
-	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log"
+	# GPU buffers over tcp, staged through host memory: no node can load NCCL (auto)
+	export SPARSECOMM_NCCL_LIB="$tmp/none/libnccl.so.2"
+	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log" tcp
+	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log" tcp
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
-	unset SPARSECOMM_CUDA_LIB
+	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
+	# (tests/ncclhost/): the same sums, stats naming nccl; a world where only rank 0
+	# loads NCCL settles on tcp; a trainer killed mid-job
+	ncclhost=$root/build/lib/libnccl-host.so
+	if [ ! -e "$ncclhost" ]; then
+		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" \
+			"cuda nccl disagree n=2" "cuda nccl killed n=2"; do
+			skip_case "$c" "$ncclhost is not built (needs the CUDA toolkit's nccl.h)"
+		done
+	else
+		export SPARSECOMM_NCCL_LIB="$ncclhost"
+		run_case "cuda nccl sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
+			"$tmp/cuda-nccl-sums.log" nccl
+		run_case "cuda nccl sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums \
+			"$tmp/cuda-nccl-sums3.log" nccl
+		run_case "cuda nccl killed n=2" 2 1 120 137 1 --keep-going -- "$itest" \
+			cuda-killed "$tmp/cuda-nccl-killed.log"
+		export NCCL_RANK0_LIB="$ncclhost" SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
+		run_case "cuda nccl disagree n=2" 2 1 120 0 2 \
+			--daemon "$root/tests/integration/daemon_nccl_rank0.sh" -- "$itest" cuda-sums \
+			"$tmp/cuda-nccl-disagree.log" tcp
+		unset NCCL_RANK0_LIB SPARSECOMM_REAL_DAEMON
+	fi
+	unset SPARSECOMM_CUDA_LIB SPARSECOMM_NCCL_LIB
 	if selected "cuda killed n=2"; then
 		left=""
 		for name in $(cat "$tmp"/cuda-killed.log.* 2>/dev/null |
