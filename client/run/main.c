@@ -145,7 +145,9 @@ static void usage(FILE *out)
 	    "  --netns                run each node in its own network namespace, joined by a\n"
 	    "                         bridge (root only); exports SPARSECOMM_NETNS,\n"
 	    "                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
-	    "                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE\n"
+	    "                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE;\n"
+	    "                         every node's processes get NCCL_HOSTID (a host of\n"
+	    "                         its own to NCCL) and NCCL_SOCKET_IFNAME=\"=eth0\"\n"
 	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
 	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
 	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
@@ -467,6 +469,22 @@ static void signal_proc(proc_t *p, int sig, bool group)
 		kill(p->pid, sig);
 }
 
+/*
+ * With --netns each node is a host of its own to NCCL too (the daemons' nccl transport
+ * and the trainers' own NCCL, e.g. torch.distributed): NCCL takes a host's identity from
+ * NCCL_HOSTID, and would otherwise refuse two ranks on one GPU of one host, and its
+ * sockets go over the namespace's link (eth0), which --rate shapes.
+ */
+static void nccl_env(const run_t *r, int node)
+{
+	if (!r->net)
+		return;
+	char id[64];
+	snprintf(id, sizeof(id), "%s-node%d", r->net->ns[node], node);
+	setenv("NCCL_HOSTID", id, 1);
+	setenv("NCCL_SOCKET_IFNAME", "=eth0", 1);
+}
+
 /* In a forked child: detaches from the launcher's signal handling before exec. */
 static void child_setup(pid_t launcher)
 {
@@ -570,6 +588,7 @@ static int spawn_daemon(run_t *r, int i)
 	}
 	if (pid == 0) {
 		child_setup(launcher);
+		nccl_env(r, i);
 		fcntl(notify[1], F_SETFD, 0);
 		dup2(outp[1], 1);
 		dup2(outp[1], 2);
@@ -655,6 +674,7 @@ static int spawn_trainer(run_t *r, int node, int local)
 	if (pid == 0) {
 		child_setup(launcher);
 		trainer_env(r, node, local);
+		nccl_env(r, node);
 		dup2(outp[1], 1);
 		dup2(errp[1], 2);
 		run_execvp_sbin(argv[0], argv);

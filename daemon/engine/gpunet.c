@@ -219,10 +219,12 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 	free(v);
 	if (without >= 0) {
 		if (g->want == WANT_NCCL) {
-			snprintf(err, err_cap, "transport nccl: rank %d cannot run NCCL", without);
+			snprintf(err, err_cap, "transport nccl: rank %d cannot run NCCL",
+				 without);
 			return SC_ERR_UNSUPPORTED;
 		}
-		scd_info(SCD_SUB_ENGINE, "GPU buffers over tcp: rank %d cannot run NCCL", without);
+		scd_info(SCD_SUB_ENGINE, "GPU buffers over tcp: rank %d cannot run NCCL",
+			 without);
 		g->settled_tcp = 1;
 		return SC_OK;
 	}
@@ -234,7 +236,8 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 			snprintf(err, err_cap, "transport nccl: %s", why);
 			return st != SC_OK ? st : SC_ERR_PEER;
 		}
-		scd_warn(SCD_SUB_ENGINE, "GPU buffers over tcp: no NCCL communicator (%s)", why);
+		scd_warn(SCD_SUB_ENGINE, "GPU buffers over tcp: no NCCL communicator (%s)",
+			 why);
 		g->settled_tcp = 1;
 		return SC_OK;
 	}

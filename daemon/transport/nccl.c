@@ -54,9 +54,9 @@ typedef struct scd_nccl {
 	const scd_cuda_queue_t *q;
 	ncclComm_t comm; /* NULL once aborted */
 	cudaStream_t stream;
-	char broken[256];   /* why the communicator was aborted ("" while usable) */
-	uint64_t *dhdr;	    /* device: [2][size][NCCL_HDR_WORDS] headers, out then in */
-	uint64_t *hhdr;	    /* host copy of the same */
+	char broken[256]; /* why the communicator was aborted ("" while usable) */
+	uint64_t *dhdr;	  /* device: [2][size][NCCL_HDR_WORDS] headers, out then in */
+	uint64_t *hhdr;	  /* host copy of the same */
 	scd_transport_counters_t ctr;
 } scd_nccl_t;
 
@@ -122,8 +122,7 @@ static sc_status_t usable(scd_nccl_t *t)
  * stream. what names the operation, peers its ranks; on failure the communicator is
  * aborted and the error says which ranks the operation waited for.
  */
-static sc_status_t nccl_wait(scd_nccl_t *t, const char *what, const char *peers,
-			     int timeout_ms)
+static sc_status_t nccl_wait(scd_nccl_t *t, const char *what, const char *peers, int timeout_ms)
 {
 	const scd_nccl_api_t *a = t->api;
 	double deadline = scd_now_s() + (timeout_ms > 0 ? timeout_ms : 30000) / 1e3;
@@ -365,8 +364,8 @@ static sc_status_t check_peers(const scd_nccl_t *t, const scd_xfer_t *x, int n,
 {
 	for (int i = 0; i < n; i++)
 		if (x[i].peer < 0 || x[i].peer >= t->base.size) {
-			scd_transport_set_error("rank %d: %s %d names rank %d of %d", t->base.rank,
-						what, i, x[i].peer, t->base.size);
+			scd_transport_set_error("rank %d: %s %d names rank %d of %d",
+						t->base.rank, what, i, x[i].peer, t->base.size);
 			return SC_ERR_INVALID;
 		}
 	return SC_OK;
@@ -395,9 +394,10 @@ static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends,
 		if (ks == n_sends || kr == n_recvs)
 			break;
 		if (sends[ks].bytes != recvs[kr].bytes) {
-			scd_transport_set_error("rank %d: a message of %zu bytes to itself where "
-						"%zu are expected",
-						me, sends[ks].bytes, recvs[kr].bytes);
+			scd_transport_set_error(
+			    "rank %d: a message of %zu bytes to itself where "
+			    "%zu are expected",
+			    me, sends[ks].bytes, recvs[kr].bytes);
 			return SC_ERR_INVALID;
 		}
 		t->dev->copy(recvs[kr].buf, sends[ks].buf, sends[ks].bytes);
@@ -409,8 +409,8 @@ static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends,
 	for (int i = 0; i < n_sends && st == SC_OK; i++)
 		if (sends[i].peer != me && sends[i].bytes) {
 			st = queued(t,
-				    a->Send(sends[i].buf, sends[i].bytes, ncclUint8, sends[i].peer,
-					    t->comm, t->stream),
+				    a->Send(sends[i].buf, sends[i].bytes, ncclUint8,
+					    sends[i].peer, t->comm, t->stream),
 				    "ncclSend");
 			t->ctr.bytes_sent += sends[i].bytes;
 			t->ctr.messages_sent++;
@@ -419,8 +419,8 @@ static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends,
 	for (int i = 0; i < n_recvs && st == SC_OK; i++)
 		if (recvs[i].peer != me && recvs[i].bytes) {
 			st = queued(t,
-				    a->Recv(recvs[i].buf, recvs[i].bytes, ncclUint8, recvs[i].peer,
-					    t->comm, t->stream),
+				    a->Recv(recvs[i].buf, recvs[i].bytes, ncclUint8,
+					    recvs[i].peer, t->comm, t->stream),
 				    "ncclRecv");
 			t->ctr.bytes_recv += recvs[i].bytes;
 			ops++;
@@ -464,9 +464,10 @@ static sc_status_t xv_self(xv_t *v, int *moved)
 		if (i == v->ns || j == v->nr || v->s[i].bytes == SCD_XFER_PENDING)
 			return SC_OK;
 		if (v->s[i].bytes > v->r[j].bytes) {
-			scd_transport_set_error("rank %d: a message of %zu bytes to itself does "
-						"not fit its %zu-byte receive",
-						me, v->s[i].bytes, v->r[j].bytes);
+			scd_transport_set_error(
+			    "rank %d: a message of %zu bytes to itself does "
+			    "not fit its %zu-byte receive",
+			    me, v->s[i].bytes, v->r[j].bytes);
 			return SC_ERR_LIMIT;
 		}
 		t->dev->copy(v->r[j].buf, v->s[i].buf, v->s[i].bytes);
@@ -555,8 +556,9 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 				k++;
 		if (n > NCCL_HDR_MSGS || k < n) {
 			char why[160];
-			snprintf(why, sizeof why, "rank %d announced %llu messages, %llu expected",
-				 p, (unsigned long long)n, (unsigned long long)k);
+			snprintf(why, sizeof why,
+				 "rank %d announced %llu messages, %llu expected", p,
+				 (unsigned long long)n, (unsigned long long)k);
 			nccl_break(t, why);
 			scd_transport_set_error("rank %d: NCCL exchange: %s", me, why);
 			return SC_ERR_PROTOCOL;
@@ -583,7 +585,8 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 		if (p == me)
 			continue;
 		uint64_t *h = hout + (size_t)p * NCCL_HDR_WORDS;
-		for (int i = v->snext[p], k = 0; i < v->ns && k < (int)h[0] && st == SC_OK; i++) {
+		for (int i = v->snext[p], k = 0; i < v->ns && k < (int)h[0] && st == SC_OK;
+		     i++) {
 			if (v->s[i].peer != p || v->sdone[i])
 				continue;
 			if (v->s[i].bytes)
@@ -601,13 +604,14 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 		if (!hear_from[p])
 			continue;
 		h = hin + (size_t)p * NCCL_HDR_WORDS;
-		for (int i = v->rnext[p], k = 0; i < v->nr && k < (int)h[0] && st == SC_OK; i++) {
+		for (int i = v->rnext[p], k = 0; i < v->nr && k < (int)h[0] && st == SC_OK;
+		     i++) {
 			if (v->r[i].peer != p || v->rdone[i])
 				continue;
 			if (h[1 + k])
 				st = queued(t,
-					    a->Recv(v->r[i].buf, h[1 + k], ncclUint8, p, t->comm,
-						    t->stream),
+					    a->Recv(v->r[i].buf, h[1 + k], ncclUint8, p,
+						    t->comm, t->stream),
 					    "ncclRecv");
 			t->ctr.bytes_recv += h[1 + k];
 			v->rb[i] = h[1 + k];
@@ -640,8 +644,8 @@ static sc_status_t nccl_exchange_v(scd_transport_t *base, const scd_xfer_t *send
 		return st;
 	for (int i = 0; i < n_recvs; i++)
 		recv_bytes_p[i] = SCD_XFER_PENDING;
-	xv_t v = {.t = t, .s = sends, .r = recvs, .ns = n_sends, .nr = n_recvs,
-		  .rb = recv_bytes_p};
+	xv_t v = {
+	    .t = t, .s = sends, .r = recvs, .ns = n_sends, .nr = n_recvs, .rb = recv_bytes_p};
 	v.sdone = calloc((size_t)n_sends + 1, 1);
 	v.rdone = calloc((size_t)n_recvs + 1, 1);
 	v.snext = calloc((size_t)P, sizeof(int));
@@ -684,16 +688,18 @@ static sc_status_t nccl_exchange_v(scd_transport_t *base, const scd_xfer_t *send
 		for (int i = 0; i < n_sends; i++)
 			sready += !v.sdone[i] && sends[i].bytes != SCD_XFER_PENDING;
 		if (!rleft && !sready && !moved && !worked) {
-			scd_transport_set_error("rank %d: the exchange's work holds a send back "
-						"with nothing left to receive",
-						t->base.rank);
+			scd_transport_set_error(
+			    "rank %d: the exchange's work holds a send back "
+			    "with nothing left to receive",
+			    t->base.rank);
 			st = SC_ERR_INVALID;
 			goto out;
 		}
 		if (moved || worked) {
 			idle_since = scd_now_s();
 			us = NCCL_POLL_MIN_US;
-		} else if ((scd_now_s() - idle_since) * 1e3 > (timeout_ms > 0 ? timeout_ms : 30000)) {
+		} else if ((scd_now_s() - idle_since) * 1e3 >
+			   (timeout_ms > 0 ? timeout_ms : 30000)) {
 			char peers[128];
 			peers_text(t, sends, n_sends, recvs, n_recvs, peers, sizeof peers);
 			scd_transport_set_error("rank %d: NCCL exchange: no message for %d ms "
@@ -767,8 +773,7 @@ static sc_status_t nccl_allreduce(scd_transport_t *base, void *data, size_t n, s
 	return nccl_wait(t, "allreduce", peers, timeout_ms);
 }
 
-static sc_status_t nccl_allreduce_f32(scd_transport_t *t, float *data, size_t n,
-				      int timeout_ms)
+static sc_status_t nccl_allreduce_f32(scd_transport_t *t, float *data, size_t n, int timeout_ms)
 {
 	return nccl_allreduce(t, data, n, SC_FLOAT32, NULL, timeout_ms);
 }

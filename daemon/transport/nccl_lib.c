@@ -57,7 +57,7 @@ static void load(void)
 		snprintf(load_reason, sizeof load_reason, "cannot load NCCL: %s", tried);
 		goto out;
 	}
-#define SCD_NCCL_SYM_(field, sym)                                                             \
+#define SCD_NCCL_SYM_(field, sym)                                                              \
 	if (!(*(void **)&api.field = dlsym(lib, #sym))) {                                      \
 		snprintf(load_reason, sizeof load_reason, "%s has no %s", api.path, #sym);     \
 		goto fail;                                                                     \

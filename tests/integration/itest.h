@@ -133,6 +133,12 @@ int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_bits(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);
+int it_cuda_schemes(int argc, char **argv); /* itest_cudaschemes.c */
+/* Sets up the CUDA driver stand-in and its log (argv[1], LOG: LOG.<rank>) for this rank;
+ * returns the log's path (itest_cuda.c). */
+const char *it_cuda_stand_in(int argc, char **argv);
+/* Fails unless `sparsectl stats` on this node says tensor name went over want. */
+void it_expect_transport(const char *name, const char *want);
 /* The CUDA driver stand-in's log (tests/cudahost/driver.c) at path: this process's lines of
  * kind with arg (NULL: any), and a check that tensors cuda tensors opened and closed every
  * handle once (nothing else logged). */

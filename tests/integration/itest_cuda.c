@@ -170,7 +170,7 @@ void it_cuda_log_balanced(const char *path, int tensors)
 
 /* Sets up the driver stand-in and its log (argv[1], LOG: LOG.<rank>) for this rank;
  * returns the log's path. */
-static const char *use_stand_in(int argc, char **argv)
+const char *it_cuda_stand_in(int argc, char **argv)
 {
 	static char driver[4200], log[4200];
 
@@ -266,8 +266,7 @@ static void cuda_sparse(sc_client_t *c)
 			    i, g[i], s[i]);
 }
 
-/* The transport `sparsectl stats` names for tensor name on this node. */
-static void expect_transport(const char *name, const char *want)
+void it_expect_transport(const char *name, const char *want)
 {
 	const char *args[] = {"stats", NULL};
 	it_json_t *s = it_ctl_json(it_env.socket, args);
@@ -288,7 +287,7 @@ static void expect_transport(const char *name, const char *want)
 
 int it_cuda_sums(int argc, char **argv)
 {
-	const char *log = use_stand_in(argc, argv);
+	const char *log = it_cuda_stand_in(argc, argv);
 	sc_client_t *c = it_connect();
 	sc_tensor_t *a = cuda_tensor(c, "cuda.a", SC_FLOAT32);
 	sc_tensor_t *b = cuda_tensor(c, "cuda.b", SC_FLOAT64);
@@ -318,8 +317,8 @@ int it_cuda_sums(int argc, char **argv)
 	if (argc > 2 && sc_local_rank(c) == 0) {
 		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
 		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++)
-			expect_transport(cuda[i], argv[2]);
-		expect_transport("cuda.cpu", "tcp");
+			it_expect_transport(cuda[i], argv[2]);
+		it_expect_transport("cuda.cpu", "tcp");
 	}
 	sc_finalize(c);
 	it_cuda_log_balanced(log, 4);
@@ -328,7 +327,7 @@ int it_cuda_sums(int argc, char **argv)
 
 int it_cuda_killed(int argc, char **argv)
 {
-	const char *log = use_stand_in(argc, argv);
+	const char *log = it_cuda_stand_in(argc, argv);
 	sc_client_t *c = it_connect();
 	sc_tensor_t *k = cuda_tensor(c, "cuda.k", SC_FLOAT32);
 	sc_handle_t h = 0;

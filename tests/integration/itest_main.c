@@ -342,6 +342,8 @@ static const struct {
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
     {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
+    {"cuda-schemes", it_cuda_schemes,
+     "LOG TRANSPORT: every scheme pinned on cuda tensors, exact or conserving"},
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},
     {"cuda-driver", it_cuda_driver, "DRIVER LOG: the library's CUDA IPC plumbing alone"},
     {"cuda-fake", it_cuda_fake, "DRIVER LOG: cuda tensors against a fake daemon"},

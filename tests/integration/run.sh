@@ -426,6 +426,7 @@ else
 	export SPARSECOMM_NCCL_LIB="$tmp/none/libnccl.so.2"
 	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log" tcp
 	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log" tcp
+	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
 	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
@@ -434,7 +435,8 @@ else
 	ncclhost=$root/build/lib/libnccl-host.so
 	if [ ! -e "$ncclhost" ]; then
 		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" \
-			"cuda nccl disagree n=2" "cuda nccl killed n=2"; do
+			"cuda nccl disagree n=2" "cuda nccl killed n=2" "cuda nccl schemes n=2" \
+			"cuda nccl schemes n=3" "cuda nccl schemes n=4"; do
 			skip_case "$c" "$ncclhost is not built (needs the CUDA toolkit's nccl.h)"
 		done
 	else
@@ -443,6 +445,10 @@ else
 			"$tmp/cuda-nccl-sums.log" nccl
 		run_case "cuda nccl sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums \
 			"$tmp/cuda-nccl-sums3.log" nccl
+		for P in 2 3 4; do
+			run_case "cuda nccl schemes n=$P" "$P" 1 180 0 "$P" -- "$itest" cuda-schemes \
+				"$tmp/cuda-nccl-schemes$P.log" nccl
+		done
 		run_case "cuda nccl killed n=2" 2 1 120 137 1 --keep-going -- "$itest" \
 			cuda-killed "$tmp/cuda-nccl-killed.log"
 		export NCCL_RANK0_LIB="$ncclhost" SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
