@@ -13,6 +13,9 @@
  *  3. SIGSTOP: rank P-1 stops itself after init; the others' all-reduce stays in progress
  *     (a silent peer is no error, as in NCCL) until their own deadline, and ncclCommAbort
  *     then returns within 1 s.
+ * Before: $NCCL_SOCKET_IFNAME naming no interface fails ncclGetUniqueId; a rank that never
+ * joins fails rank 0's set-up after $NCCL_HOST_TIMEOUT_MS. The runs of operations select
+ * the loopback interface by prefix (P = 2), by exact name (P = 3) and by default (P = 4).
  * Prints one line per check and "N passed, N failed"; exits 0 only when nothing failed.
  */
 #include <dlfcn.h>
@@ -76,7 +79,9 @@ static int check(int ok, const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("%s P=%d rank %d: ", ok ? "ok  " : "FAIL", P, R);
+	printf("%s ", ok ? "ok  " : "FAIL");
+	if (R >= 0)
+		printf("P=%d rank %d: ", P, R);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -289,11 +294,12 @@ static void check_mismatch(ncclComm_t comm)
 		return;
 	r = R == 0 ? nc.ncclSend(buf, 100, ncclInt32, 1, comm, NULL)
 		   : nc.ncclRecv(buf, 50, ncclInt32, 0, comm, NULL);
-	if (R == 0) {
-		check(r == ncclSuccess, "send of 100 elements queued");
+	r = r == ncclSuccess ? wait_comm(comm, 10000) : r;
+	if (R == 0) { /* its frame fits in the socket's buffer */
+		check(r == ncclSuccess, "a send of 100 elements completes: %s",
+		      nc.ncclGetErrorString(r));
 		return;
 	}
-	r = wait_comm(comm, 10000);
 	check(r != ncclSuccess && r != ncclInProgress &&
 		  strstr(nc.ncclGetLastError(comm), "rank 0"),
 	      "a receive of 50 where 100 were sent fails: %s (%s)", nc.ncclGetErrorString(r),
@@ -307,20 +313,19 @@ static void run_ops(void)
 
 	if (!comm)
 		return;
-	check(nc.ncclAllReduce(NULL, NULL, 1, (ncclDataType_t)99, ncclSum, comm, NULL) ==
-		      ncclInvalidArgument &&
-		  strstr(nc.ncclGetLastError(comm), "datatype"),
-	      "a bad datatype is refused: %s", nc.ncclGetLastError(comm));
+	r = nc.ncclAllReduce(NULL, NULL, 1, (ncclDataType_t)99, ncclSum, comm, NULL);
+	check(r == ncclInvalidArgument && strstr(nc.ncclGetLastError(comm), "datatype"),
+	      "a bad datatype is refused: %s (%s)", nc.ncclGetErrorString(r),
+	      nc.ncclGetLastError(comm));
 	check_allreduce(comm);
 	check_alltoall(comm);
 	check_gather_bcast(comm);
 	check_mismatch(comm);
 	r = nc.ncclCommFinalize(comm);
-	if (R > 1) { /* ranks 0 and 1 may still hold their mismatched frames */
-		if (r == ncclInProgress)
-			r = wait_comm(comm, 10000);
+	if (r == ncclInProgress)
+		r = wait_comm(comm, 10000);
+	if (R != 1) /* rank 1 failed above, for good */
 		check(r == ncclSuccess, "finalize: %s", nc.ncclGetErrorString(r));
-	}
 	nc.ncclCommDestroy(comm);
 }
 
@@ -384,6 +389,31 @@ static void run_stop(void)
 	nc.ncclCommAbort(comm);
 	check(now_ms() - t0 < 1000, "ncclCommAbort with a stopped peer took %llu ms",
 	      (unsigned long long)(now_ms() - t0));
+}
+
+/* Rank 1 never joins: rank 0's set-up fails once $NCCL_HOST_TIMEOUT_MS passed. */
+static void run_timeout(void)
+{
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	ncclComm_t comm = NULL;
+	ncclResult_t r;
+	uint64_t t0 = now_ms();
+
+	if (R != 0)
+		return;
+	setenv("NCCL_HOST_TIMEOUT_MS", "300", 1);
+	config.blocking = 0;
+	r = nc.ncclGetUniqueId(&sh->id);
+	if (r == ncclSuccess)
+		r = nc.ncclCommInitRankConfig(&comm, 2, sh->id, 0, &config);
+	if (r == ncclInProgress)
+		r = wait_comm(comm, 10000);
+	check(r == ncclSystemError && now_ms() - t0 < 3000 &&
+		  strstr(nc.ncclGetLastError(comm), "NCCL_HOST_TIMEOUT_MS=300"),
+	      "a rank missing at set-up fails it after %llu ms: %s (%s)",
+	      (unsigned long long)(now_ms() - t0), nc.ncclGetErrorString(r),
+	      nc.ncclGetLastError(comm));
+	nc.ncclCommDestroy(comm);
 }
 
 /* Forks the P ranks of one run and reaps them; victim: the rank expected to die. */
@@ -454,6 +484,7 @@ int main(int argc, char **argv)
 {
 	void *lib;
 	int version = 0;
+	ncclResult_t r;
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s LIBNCCL\n", argv[0]);
@@ -477,9 +508,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	R = -1;
-	check(nc.ncclGetVersion(&version) == ncclSuccess && version == NCCL_VERSION_CODE,
-	      "version %d", version);
+	if (nc.ncclGetVersion(&version) != ncclSuccess)
+		version = -1;
+	check(version == NCCL_VERSION_CODE, "version %d", version);
+	setenv("NCCL_SOCKET_IFNAME", "=nosuchif0", 1);
+	r = nc.ncclGetUniqueId(&sh->id);
+	check(r == ncclSystemError && strstr(nc.ncclGetLastError(NULL), "nosuchif0"),
+	      "NCCL_SOCKET_IFNAME selecting no interface: %s (%s)", nc.ncclGetErrorString(r),
+	      nc.ncclGetLastError(NULL));
+	unsetenv("NCCL_SOCKET_IFNAME");
+	run(2, run_timeout, "set-up timeout", 0);
 	for (int p = 2; p <= 4; p++) {
+		/* the loopback interface by prefix, by exact name, by default */
+		if (p < 4)
+			setenv("NCCL_SOCKET_IFNAME", p == 2 ? "lo" : "=lo", 1);
+		else
+			unsetenv("NCCL_SOCKET_IFNAME");
 		run(p, run_ops, "operations", 0);
 		run(p, run_kill, "SIGKILL", SIGKILL);
 		run(p, run_stop, "SIGSTOP", SIGSTOP);

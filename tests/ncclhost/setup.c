@@ -92,7 +92,8 @@ ncclResult_t nh_pick_addr(struct in_addr *addr, char *text, size_t len)
 		return ncclSuccess;
 	}
 	freeifaddrs(ifs);
-	snprintf(text, len, "NCCL_SOCKET_IFNAME=%s selects no IPv4 interface that is up", spec);
+	snprintf(text, len, "NCCL_SOCKET_IFNAME \"%s\" selects no IPv4 interface that is up",
+		 spec);
 	return ncclSystemError;
 }
 
