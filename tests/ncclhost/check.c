@@ -13,6 +13,8 @@
  *  3. SIGSTOP: rank P-1 stops itself after init; the others' all-reduce stays in progress
  *     (a silent peer is no error, as in NCCL) until their own deadline, and ncclCommAbort
  *     then returns within 1 s.
+ *  4. blocking comm: calls return when done; a rank that stays out of an all-reduce fails
+ *     the others' call after $NCCL_HOST_TIMEOUT_MS, naming it.
  * Before: $NCCL_SOCKET_IFNAME naming no interface fails ncclGetUniqueId; a rank that never
  * joins fails rank 0's set-up after $NCCL_HOST_TIMEOUT_MS. The runs of operations select
  * the loopback interface by prefix (P = 2), by exact name (P = 3) and by default (P = 4).
@@ -416,6 +418,56 @@ static void run_timeout(void)
 	nc.ncclCommDestroy(comm);
 }
 
+/* A blocking comm: its calls return when done; one whose peer never joins the operation
+ * fails after $NCCL_HOST_TIMEOUT_MS, naming that peer. */
+static void run_blocking(void)
+{
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER; /* blocking: NCCL's default */
+	uint64_t deadline, t0;
+	ncclComm_t comm = NULL;
+	double x[300], y[300];
+	ncclResult_t r;
+	char want[32];
+	int bad = 0;
+
+	setenv("NCCL_HOST_TIMEOUT_MS", "2000", 1);
+	if (R == 0) {
+		nc.ncclGetUniqueId(&sh->id);
+		atomic_store(&sh->id_ready, 1);
+	}
+	deadline = now_ms() + 10000;
+	while (!atomic_load(&sh->id_ready) && now_ms() < deadline)
+		usleep(1000);
+	r = nc.ncclCommInitRankConfig(&comm, P, sh->id, R, &config);
+	if (!check(r == ncclSuccess, "blocking init: %s (%s)", nc.ncclGetErrorString(r),
+		   r == ncclSuccess ? "" : nc.ncclGetLastError(NULL)))
+		return;
+	for (int i = 0; i < 300; i++)
+		x[i] = R * 0.5 + i;
+	r = nc.ncclAllReduce(x, y, 300, ncclFloat64, ncclSum, comm, NULL);
+	for (int i = 0; i < 300 && r == ncclSuccess; i++)
+		bad += y[i] != P * (P - 1) * 0.25 + P * i;
+	check(r == ncclSuccess && !bad, "blocking allreduce f64 sum: %s, %d wrong",
+	      nc.ncclGetErrorString(r), bad);
+	if (R == P - 1) { /* stays out of the next one until the others gave up */
+		deadline = now_ms() + 20000;
+		while (atomic_load(&sh->seen) < P - 1 && now_ms() < deadline)
+			usleep(1000);
+		nc.ncclCommDestroy(comm);
+		return;
+	}
+	t0 = now_ms();
+	r = nc.ncclAllReduce(x, y, 300, ncclFloat64, ncclSum, comm, NULL);
+	snprintf(want, sizeof(want), "rank %d", P - 1);
+	check(r == ncclSystemError && now_ms() - t0 < 5000 &&
+		  strstr(nc.ncclGetLastError(comm), want),
+	      "blocking allreduce without rank %d fails after %llu ms: %s (%s)", P - 1,
+	      (unsigned long long)(now_ms() - t0), nc.ncclGetErrorString(r),
+	      nc.ncclGetLastError(comm));
+	atomic_fetch_add(&sh->seen, 1);
+	nc.ncclCommDestroy(comm);
+}
+
 /* Forks the P ranks of one run and reaps them; victim: the rank expected to die. */
 static void run(int nranks, void (*fn)(void), const char *name, int victim_signal)
 {
@@ -527,6 +579,7 @@ int main(int argc, char **argv)
 		run(p, run_ops, "operations", 0);
 		run(p, run_kill, "SIGKILL", SIGKILL);
 		run(p, run_stop, "SIGSTOP", SIGSTOP);
+		run(p, run_blocking, "blocking", 0);
 	}
 	printf("%d passed, %d failed\n", atomic_load(&sh->passed), atomic_load(&sh->failed));
 	return atomic_load(&sh->failed) ? 1 : 0;

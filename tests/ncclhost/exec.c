@@ -16,7 +16,7 @@
  * pair's sequence number, byte length), checked on receipt against what this rank posted,
  * then the bytes. A closed connection, a socket error or a header that does not match
  * fails the comm, naming the peer; a peer that sends nothing is waited for (as NCCL waits),
- * until ncclCommAbort.
+ * until ncclCommAbort, or for a blocking comm's call until NCCL_HOST_TIMEOUT_MS passed.
  */
 #include <endian.h>
 #include <errno.h>
@@ -279,6 +279,19 @@ static ncclResult_t send_some(struct ncclComm *comm, struct plan *pl, int p)
 	return ncclSuccess;
 }
 
+/* A blocking call gave up on the batch: the failure names the first peer still owing. */
+static ncclResult_t timed_out(struct ncclComm *comm, const struct plan *pl)
+{
+	int p = 0;
+
+	while (p < comm->nranks - 1 && !pl->sq[p] && !pl->rq[p])
+		p++;
+	return nh_fail(comm, ncclSystemError,
+		       "rank %d: no progress within NCCL_HOST_TIMEOUT_MS=%d (a blocking comm's "
+		       "call), waiting for rank %d",
+		       comm->rank, comm->timeout_ms, p);
+}
+
 static ncclResult_t progress(struct ncclComm *comm, struct plan *pl)
 {
 	while (pl->left > 0) {
@@ -286,6 +299,8 @@ static ncclResult_t progress(struct ncclComm *comm, struct plan *pl)
 
 		if (atomic_load(&comm->abort))
 			return nh_fail(comm, ncclSystemError, "rank %d: aborted", comm->rank);
+		if (atomic_load(&comm->cancel))
+			return timed_out(comm, pl);
 		for (int p = 0; p < comm->nranks; p++) {
 			short ev =
 			    (short)((pl->sq[p] ? POLLOUT : 0) | (pl->rq[p] ? POLLIN : 0));
@@ -398,6 +413,7 @@ void *nh_worker(void *arg)
 
 ncclResult_t nh_submit(struct ncclComm *comm, struct nh_batch *b)
 {
+	uint64_t deadline;
 	ncclResult_t r;
 
 	pthread_mutex_lock(&comm->mu);
@@ -421,11 +437,16 @@ ncclResult_t nh_submit(struct ncclComm *comm, struct nh_batch *b)
 		pthread_mutex_unlock(&comm->mu);
 		return ncclSuccess;
 	}
-	/* A blocking comm waits as NCCL's stream would: a peer that sends nothing is no
-	 * error, only a failure ends the wait early (callers that must bound it use a
-	 * non-blocking comm and ncclCommAbort). */
-	while (!b->done)
+	/* A blocking call waits for its batch at most NCCL_HOST_TIMEOUT_MS, then fails the
+	 * batch (and so the comm) and waits for the worker to let go of the caller's buffers,
+	 * which takes at most NH_SLICE_MS. A non-blocking comm waits for a silent peer as NCCL
+	 * does, until the caller aborts. */
+	deadline = nh_now_ms() + (uint64_t)comm->timeout_ms;
+	while (!b->done) {
+		if (nh_now_ms() >= deadline)
+			atomic_store(&comm->cancel, 1);
 		nh_wait(comm, NH_SLICE_MS);
+	}
 	r = b->result;
 	pthread_mutex_unlock(&comm->mu);
 	nh_batch_free(b);

@@ -61,7 +61,7 @@ struct nh_batch {
 struct ncclComm {
 	int rank, nranks;
 	int blocking;
-	int timeout_ms; /* set-up: $NCCL_HOST_TIMEOUT_MS */
+	int timeout_ms; /* $NCCL_HOST_TIMEOUT_MS: set-up, and each call of a blocking comm */
 	uint64_t nonce;
 	struct sockaddr_in root;
 	int rfd;		       /* rank 0: the unique id's listener */
@@ -70,6 +70,7 @@ struct ncclComm {
 	uint32_t *send_seq, *recv_seq; /* per peer: the next frame's sequence number */
 	pthread_t worker;
 	atomic_int abort;
+	atomic_int cancel; /* a blocking call waited NCCL_HOST_TIMEOUT_MS: fail the batch */
 
 	/* under mu */
 	pthread_mutex_t mu;

@@ -13,7 +13,8 @@
  *   non-blocking comm (config->blocking == 0) returns ncclInProgress from its init and
  *   ncclSuccess from each operation once queued; ncclCommGetAsyncError says ncclInProgress
  *   while the set-up or any batch is queued or running, then ncclSuccess, or the first
- *   failure for good. A blocking comm waits for the set-up and each batch.
+ *   failure for good. A blocking comm waits for the set-up and each batch, a batch at
+ *   most $NCCL_HOST_TIMEOUT_MS (then it fails the comm, naming a peer it waited for).
  * - Operations between ncclGroupStart and the outermost ncclGroupEnd are one batch, of one
  *   comm; an operation outside a group is a batch of one.
  * - ncclGetLastError names the peer rank of a failure, e.g. "rank 2: connection closed by
@@ -340,14 +341,16 @@ EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
 	return ncclSuccess;
 }
 
-/* Waits until the comm has nothing queued, at most its timeout; says whether it has. */
+/* Waits until the comm has nothing queued, at most its timeout and not after a failure;
+ * says whether it has nothing queued. */
 static int drain(struct ncclComm *comm)
 {
 	uint64_t deadline = nh_now_ms() + (uint64_t)comm->timeout_ms;
 	int idle;
 
 	pthread_mutex_lock(&comm->mu);
-	while ((!comm->ready || comm->head) && nh_now_ms() < deadline)
+	while ((!comm->ready || comm->head) && comm->error == ncclSuccess &&
+	       nh_now_ms() < deadline)
 		nh_wait(comm, NH_SLICE_MS);
 	idle = comm->ready && !comm->head;
 	pthread_mutex_unlock(&comm->mu);
@@ -357,6 +360,7 @@ static int drain(struct ncclComm *comm)
 EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
 	ncclResult_t r;
+	int idle;
 
 	if (!comm)
 		return refuse(NULL, ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
@@ -366,13 +370,14 @@ EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
 	pthread_mutex_unlock(&comm->mu);
 	if (r != ncclInProgress || !comm->blocking)
 		return r;
-	if (!drain(comm))
-		return nh_fail(comm, ncclSystemError,
-			       "rank %d: operations still queued after NCCL_HOST_TIMEOUT_MS=%d",
-			       comm->rank, comm->timeout_ms);
+	idle = drain(comm);
 	pthread_mutex_lock(&comm->mu);
 	r = comm->error;
 	pthread_mutex_unlock(&comm->mu);
+	if (r == ncclSuccess && !idle)
+		r = nh_fail(comm, ncclSystemError,
+			    "rank %d: operations still queued after NCCL_HOST_TIMEOUT_MS=%d",
+			    comm->rank, comm->timeout_ms);
 	return r;
 }
 
