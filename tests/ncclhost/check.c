@@ -16,7 +16,8 @@
  *  4. blocking comm: calls return when done; a rank that stays out of an all-reduce fails
  *     the others' call after $NCCL_HOST_TIMEOUT_MS, naming it.
  * Before: $NCCL_SOCKET_IFNAME naming no interface fails ncclGetUniqueId; a rank that never
- * joins fails rank 0's set-up after $NCCL_HOST_TIMEOUT_MS. The runs of operations select
+ * joins fails rank 0's set-up after $NCCL_HOST_TIMEOUT_MS, and ncclCommAbort ends a set-up
+ * that waits at once. The runs of operations select
  * the loopback interface by prefix (P = 2), by exact name (P = 3) and by default (P = 4).
  * Prints one line per check and "N passed, N failed"; exits 0 only when nothing failed.
  */
@@ -416,6 +417,19 @@ static void run_timeout(void)
 	      (unsigned long long)(now_ms() - t0), nc.ncclGetErrorString(r),
 	      nc.ncclGetLastError(comm));
 	nc.ncclCommDestroy(comm);
+	/* the same set-up under a long timeout, aborted while it waits */
+	setenv("NCCL_HOST_TIMEOUT_MS", "60000", 1);
+	comm = NULL;
+	r = nc.ncclGetUniqueId(&sh->id);
+	if (r == ncclSuccess)
+		r = nc.ncclCommInitRankConfig(&comm, 2, sh->id, 0, &config);
+	usleep(100000);
+	t0 = now_ms();
+	if (r == ncclInProgress)
+		nc.ncclCommAbort(comm);
+	check(r == ncclInProgress && now_ms() - t0 < 1000,
+	      "ncclCommAbort during set-up took %llu ms: %s",
+	      (unsigned long long)(now_ms() - t0), nc.ncclGetErrorString(r));
 }
 
 /* A blocking comm: its calls return when done; one whose peer never joins the operation
