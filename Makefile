@@ -241,6 +241,23 @@ endif
 $(LIB)/libcuda-host.so: tests/cudahost/driver.c gpu/scg_host_ipc.h
 	@mkdir -p $(LIB)
 	$(CC) -shared -fvisibility=hidden -Igpu $(CPPFLAGS) $(ALL_CFLAGS) $< -o $@ -lrt -lpthread
+# A test stand-in for NCCL between processes over TCP on host memory (tests/ncclhost/
+# nccl.c): the daemon's nccl transport loads it through $$SPARSECOMM_NCCL_LIB in tests.
+# Built against nccl.h's declarations, so only where the header is found; its checker
+# (tests/ncclhost/check.c) loads it by path.
+NCCL_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+NCCLHOST_SRC := $(addprefix tests/ncclhost/,nccl.c setup.c exec.c reduce.c)
+NCCLHOST_CFLAGS = -isystem $(dir $(NCCL_INC)) -isystem $(CUDA_HOME)/include $(CPPFLAGS) \
+	$(ALL_CFLAGS)
+$(LIB)/libnccl-host.so: $(NCCLHOST_SRC) tests/ncclhost/host.h
+	@mkdir -p $(LIB)
+	$(CC) -shared -fvisibility=hidden $(NCCLHOST_CFLAGS) $(NCCLHOST_SRC) -o $@ -lpthread -lm
+$(BIN)/sparsecomm-ncclhost-check: tests/ncclhost/check.c
+	@mkdir -p $(BIN)
+	$(CC) $(NCCLHOST_CFLAGS) $< -o $@ -ldl
+ifneq ($(NCCL_INC),)
+all: $(LIB)/libnccl-host.so $(BIN)/sparsecomm-ncclhost-check
+endif
 ITEST_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tests/integration/*.c))
 $(BIN)/sparsecomm-itest: $(ITEST_OBJ) $(LIB)/libsparseclient.a
 	@mkdir -p $(BIN)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
 # integration tests against real daemons (tests/integration/run.sh, then any
-# tests/integration/run_<name>.sh), the bounded fuzz run (tests/fuzz/run.sh) and the Python
+# tests/integration/run_<name>.sh), the NCCL stand-in's checks (tests/ncclhost/check.c),
+# the bounded fuzz run (tests/fuzz/run.sh) and the Python
 # tests. Adds up their "N passed, N failed" lines into one final line of the same form and
 # exits non-zero when anything failed, including a runner that crashed before printing its
 # summary.
@@ -50,6 +51,14 @@ for extra in "$root"/tests/integration/run_*.sh; do
 	echo
 	suite "$(basename "$extra" .sh)" sh "$extra" "$@"
 done
+# The NCCL stand-in (tests/ncclhost/check.c), built only where nccl.h is found.
+echo
+if [ -x "$root/build/bin/sparsecomm-ncclhost-check" ] && [ -f "$root/build/lib/libnccl-host.so" ]
+then
+	suite ncclhost "$root/build/bin/sparsecomm-ncclhost-check" "$root/build/lib/libnccl-host.so"
+else
+	echo "ncclhost: skipped, build/lib/libnccl-host.so is not built (make builds it where nccl.h is found)"
+fi
 # The bounded fuzz run: every libFuzzer harness for 20 s (skips, saying why, without clang).
 if [ -f "$root/tests/fuzz/run.sh" ]; then
 	echo
