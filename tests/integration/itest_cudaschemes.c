@@ -26,8 +26,8 @@ typedef struct {
 } sch_t;
 
 static const sch_t schemes[] = {
-    {"dense_ring", 1}, {"agsparse", 1},	    {"hier_central", 1},
-    {"balanced_par", 1}, {"omnireduce", 1}, {"spardl", 0},
+    {"dense_ring", 1},	 {"agsparse", 1},     {"hier_central", 1},
+    {"balanced_par", 1}, {"omnireduce", 1},   {"spardl", 0},
     {"exdyna", 0},	 {"exdyna_owner", 0}, {"s2_sketch", 0},
 };
 
