@@ -154,6 +154,13 @@ def t_gpu():
         return
     rc, out, _ = launch(4, worker, ["sparse_embedding", "sparse_result_forms"], 240)
     skips_or_checks("gpu_sparse_results", rc, out, 4)
+    # the same between daemons over NCCL (transport = nccl: a job fails rather than fall
+    # back to tcp), each daemon a host of its own to NCCL on the one GPU
+    os.environ["SPARSECOMM_REAL_DAEMON"] = os.path.join(ROOT, "build", "bin", "sparsecommd")
+    rc, out, _ = launch(4, worker, [], 300,
+                        extra=["--daemon", os.path.join(HERE, "daemon_hostid.sh"),
+                               "--daemon-arg", "--transport", "--daemon-arg", "nccl"])
+    skips_or_checks("gpu_nccl", rc, out, 4)
 
 
 def t_lossless_dense():

@@ -141,7 +141,8 @@ UNIT_TEST(nccl_missing_says_why_and_settles_on_tcp)
 	text[n > 0 ? n : 0] = 0;
 	CHECK_MSG(!ok, "NCCL usable from /nonexistent");
 	CHECK_MSG(strstr(why, "/nonexistent/libnccl.so.2"), "why: '%s'", why);
-	CHECK_MSG(strstr(text, "nccl: unavailable") && strstr(text, "/nonexistent/libnccl.so.2"),
+	CHECK_MSG(strstr(text, "nccl: unavailable") &&
+		      strstr(text, "/nonexistent/libnccl.so.2"),
 		  "debug log: '%s'", text);
 }
 
@@ -149,8 +150,7 @@ static void expect_mesh(scd_transport_t *mesh, scd_transport_t *t, int rank, int
 			void *shared)
 {
 	(void)shared;
-	CHECK_MSG(t == mesh, "rank %d: GPU buffers take %s, not the mesh", rank,
-		  t->ops->name);
+	CHECK_MSG(t == mesh, "rank %d: GPU buffers take %s, not the mesh", rank, t->ops->name);
 }
 
 UNIT_TEST(nccl_world_without_nccl_takes_tcp)
@@ -183,7 +183,8 @@ UNIT_TEST(nccl_bootstrap_blob_round_trips)
 	CHECK_EQ_INT(other->blob_len, 0);
 	char addr[64];
 	uint16_t port = 1;
-	CHECK_EQ_INT(ops->describe(root->blob, root->blob_len, addr, sizeof(addr), &port), SC_OK);
+	CHECK_EQ_INT(ops->describe(root->blob, root->blob_len, addr, sizeof(addr), &port),
+		     SC_OK);
 	CHECK_EQ_INT(port, 0);
 	CHECK_EQ_INT(ops->describe(root->blob, 100, NULL, 0, NULL), SC_ERR_PROTOCOL);
 	/* through the bootstrap record, as the engine hands it to create */
@@ -218,7 +219,8 @@ static void exchange_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, i
 	uint8_t *sb[NCCL_P_MAX], *rb[NCCL_P_MAX];
 	size_t got[NCCL_P_MAX];
 	for (int p = 0; p < P; p++) {
-		size_t out = (size_t)(rank + 3 * p) * 97 + 1, in = (size_t)(p + 3 * rank) * 97 + 1;
+		size_t out = (size_t)(rank + 3 * p) * 97 + 1,
+		       in = (size_t)(p + 3 * rank) * 97 + 1;
 		sb[p] = malloc(out);
 		rb[p] = calloc(1, in + 64);
 		for (size_t i = 0; i < out; i++)
@@ -236,8 +238,8 @@ static void exchange_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, i
 		memset(rb[p], 0, r[p].bytes + 64);
 		r[p].bytes += 64; /* capacity, not length */
 	}
-	CHECK_MSG(scd_transport_exchange_v(t, s, P, r, P, got, NCCL_TMO) == SC_OK, "rank %d: %s",
-		  rank, scd_transport_error());
+	CHECK_MSG(scd_transport_exchange_v(t, s, P, r, P, got, NCCL_TMO) == SC_OK,
+		  "rank %d: %s", rank, scd_transport_error());
 	for (int p = 0; p < P; p++) {
 		CHECK_EQ_INT(got[p], r[p].bytes - 64);
 		for (size_t i = 0; i < got[p]; i++)
@@ -321,7 +323,8 @@ static void held_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int P
 	for (int p = 0; p < P; p++)
 		CHECK_MSG(h.first[p] == p + 1 && h.second[p] == want,
 			  "rank %d: from %d got %lld then %lld, expected %d then %lld", rank, p,
-			  (long long)h.first[p], (long long)h.second[p], p + 1, (long long)want);
+			  (long long)h.first[p], (long long)h.second[p], p + 1,
+			  (long long)want);
 	/* held back with nothing to receive: refused at once */
 	scd_xfer_t x = {(rank + 1) % P, &mine, SCD_XFER_PENDING};
 	h.released = 1;
@@ -388,7 +391,8 @@ static void allreduce_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, 
 UNIT_TEST_TIMEOUT(nccl_allreduce_typed_identical, 120)
 {
 	use_stand_ins();
-	uint64_t *h = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint64_t *h =
+	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(h != MAP_FAILED);
 	int st[NCCL_P_MAX];
 	for (int P = 2; P <= NCCL_P_MAX; P++) {
@@ -396,8 +400,8 @@ UNIT_TEST_TIMEOUT(nccl_allreduce_typed_identical, 120)
 		run_ranks(P, "nccl", allreduce_rank, h, st);
 		all_ok(P, st);
 		for (int r = 1; r < P; r++)
-			CHECK_MSG(h[r] == h[0], "P=%d: rank %d's float64 sums differ from rank 0's",
-				  P, r);
+			CHECK_MSG(h[r] == h[0],
+				  "P=%d: rank %d's float64 sums differ from rank 0's", P, r);
 	}
 	munmap(h, 4096);
 }
@@ -405,8 +409,7 @@ UNIT_TEST_TIMEOUT(nccl_allreduce_typed_identical, 120)
 /* A rank that stops (SIGSTOP, as a paused or wedged node) mid-allreduce: the others give
  * up within the call's timeout, naming the ranks they waited for, abort the communicator
  * at once, and every later call fails at once; a rank that dies (SIGKILL) likewise. */
-static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int P,
-		       void *shared)
+static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int P, void *shared)
 {
 	(void)mesh;
 	int how = *(int *)shared;
@@ -420,7 +423,8 @@ static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int 
 	double t0 = now_ms();
 	sc_status_t st = scd_transport_allreduce_f32(t, f, N, 1500);
 	double dt = now_ms() - t0;
-	CHECK_MSG(st != SC_OK, "rank %d: allreduce with rank %d stopped succeeded", rank, P - 1);
+	CHECK_MSG(st != SC_OK, "rank %d: allreduce with rank %d stopped succeeded", rank,
+		  P - 1);
 	CHECK_MSG(dt < 1500 + 2000, "rank %d: gave up after %.0f ms (timeout 1500)", rank, dt);
 	char want[32];
 	snprintf(want, sizeof(want), "%d", P - 1);
