@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,8 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *newcomm, int nranks, nccl
 		return refuse(
 		    NULL, ncclInvalidArgument,
 		    "ncclCommInitRank: the unique id was not made by ncclGetUniqueId");
-	if (config && (config->magic != 0xcafebeef || config->size < sizeof(int) * 4))
+	if (config && (config->magic != 0xcafebeef ||
+		       config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)))
 		return refuse(
 		    NULL, ncclInvalidArgument,
 		    "ncclCommInitRankConfig: config not set from NCCL_CONFIG_INITIALIZER");
