@@ -344,6 +344,27 @@ def registered():
                 for n, e in c.entries.items()}
 
 
+def residual(name):
+    """What the daemon has not yet sent of this node's part of the registered tensor
+    ``name`` (its error-feedback residual, float32, of the tensor's element count), as a
+    torch tensor sharing the daemon's memory (on the GPU for a cuda tensor; read it after
+    the operation completed: the daemon writes it at each step), or None when the tensor
+    keeps none (lossless and not sparsified).  The residual belongs to the node: local
+    rank 0 reads it, the node's other trainers read zeros (sc_tensor_residual)."""
+    c = _need()
+    with c.lock:
+        e = c.entries.get(name)
+    if e is None:
+        raise KeyError("sparsecomm: no tensor '%s' is registered" % name)
+    p = _lib.load().sc_tensor_residual(e.ptr)
+    if not p:
+        return None
+    if e.cuda:
+        return e._cuda_view(p, e.numel, DType.FLOAT32)
+    return _torch().from_numpy(np.ctypeslib.as_array((ctypes.c_float * e.numel)
+                                                     .from_address(p)))
+
+
 def _device_name(device):
     kind, ordinal = device
     return "cuda:%d" % ordinal if kind == DeviceKind.CUDA else "cpu"

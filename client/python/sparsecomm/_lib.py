@@ -172,6 +172,7 @@ _PROTOTYPES = [
       ctypes.POINTER(c_tensor_p)]),
     ("sc_tensor_coo_indices", ctypes.c_void_p, [c_tensor_p]),
     ("sc_tensor_coo_values", ctypes.c_void_p, [c_tensor_p]),
+    ("sc_tensor_residual", ctypes.c_void_p, [c_tensor_p]),
     ("sc_allreduce_coo_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(c_handle)]),
     ("sc_allreduce_coo_sparse_async", ctypes.c_int,
