@@ -95,7 +95,7 @@ static void rank_body(void *p)
 			close(c->fds[r]);
 	scd_transport_t *t = NULL;
 	sc_status_t st = scd_tcp_create(c->fds[c->rank], c->rank, c->size, c->addrs, c->ports,
-					c->world, 0, TMO_MS, &t);
+					c->world, NULL, 0, TMO_MS, &t);
 	CHECK_MSG(st == SC_OK, "rank %d: create: %s", c->rank, scd_transport_error());
 	CHECK_TRUE(t->rank == c->rank && t->size == c->size);
 	CHECK_TRUE(strcmp(t->ops->name, "tcp") == 0);
@@ -672,7 +672,8 @@ typedef struct {
 	uint64_t world;
 	int delay_ms;
 	int expect; /* 0: succeed and allreduce; else the status the create must fail with */
-	const char *text; /* expected in the error */
+	const char *text;   /* expected in the error */
+	const uint8_t *key; /* of the handshake (NULL: zeros) */
 } join_t;
 
 static void join_body(void *p)
@@ -689,7 +690,7 @@ static void join_body(void *p)
 		scd_log_level = -1;
 	scd_transport_t *t = NULL;
 	sc_status_t st = scd_tcp_create(j->fd, j->rank, j->size, j->addrs, j->ports, j->world,
-					0, j->expect ? 3000 : TMO_MS, &t);
+					j->key, 0, j->expect ? 3000 : TMO_MS, &t);
 	if (j->expect) {
 		CHECK_MSG(st == j->expect, "rank %d: create gave %d (%s)", j->rank, st,
 			  scd_transport_error());
@@ -716,7 +717,7 @@ static void check_exit(pid_t pid, const char *who)
 static void join_pair_finish(pid_t p0, int *fds, uint16_t *ports, const char **addrs,
 			     uint64_t world)
 {
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL};
 	pid_t p1 = spawn(join_body, &r1);
 	close(fds[0]);
 	close(fds[1]);
@@ -731,15 +732,15 @@ UNIT_TEST(transport_tcp_refuses_other_worlds)
 	const char *addrs[2];
 	open_listeners(2, fds, ports, addrs);
 	uint64_t world = unit_rng() | 1;
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL};
 	pid_t p0 = spawn(join_body, &r0);
 	/* Strangers first: another world, then another world size; rank 0 refuses both and
 	 * keeps waiting for its real rank 1. */
 	join_t stranger = {
-	    1, 2, -1, ports, addrs, world + 1, 0, SC_ERR_PEER, "world_id differs"};
+	    1, 2, -1, ports, addrs, world + 1, 0, SC_ERR_PEER, "world_id differs", NULL};
 	check_exit(spawn(join_body, &stranger), "the rank of another world");
 	join_t wrong_size = {
-	    1, 3, -1, ports, addrs, world, 0, SC_ERR_PEER, "world size differs"};
+	    1, 3, -1, ports, addrs, world, 0, SC_ERR_PEER, "world size differs", NULL};
 	const char *addrs3[3] = {"127.0.0.1", "127.0.0.1", "127.0.0.1"};
 	uint16_t ports3[3] = {ports[0], ports[1], 0};
 	wrong_size.ports = ports3;
@@ -757,8 +758,8 @@ UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
 	open_listeners(2, fds, ports, addrs);
 	close(fds[0]);
 	uint64_t world = unit_rng();
-	join_t r0 = {0, 2, -1, ports, addrs, world, 300, 0, NULL};
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL};
+	join_t r0 = {0, 2, -1, ports, addrs, world, 300, 0, NULL, NULL};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL};
 	pid_t p1 = spawn(join_body, &r1);
 	pid_t p0 = spawn(join_body, &r0);
 	close(fds[1]);
@@ -767,7 +768,7 @@ UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
 	/* Nobody listening at all: the connect gives up at the timeout, naming the rank. */
 	open_listeners(2, fds, ports, addrs);
 	close(fds[0]);
-	join_t lone = {1, 2, fds[1], ports, addrs, world, 0, SC_ERR_TIMEOUT, "rank 0:"};
+	join_t lone = {1, 2, fds[1], ports, addrs, world, 0, SC_ERR_TIMEOUT, "rank 0:", NULL};
 	double t0 = now_ms();
 	check_exit(spawn(join_body, &lone), "the lone rank 1");
 	CHECK_MSG(now_ms() - t0 < 4500, "gave up after %.0f ms", now_ms() - t0);
@@ -794,7 +795,7 @@ UNIT_TEST(transport_tcp_idle_connections_do_not_block_formation)
 			  "idle connection %d: %s", i, strerror(errno));
 	}
 	double t0 = now_ms();
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL};
 	pid_t p0 = spawn(join_body, &r0);
 	usleep(200 * 1000); /* rank 0 takes the idle connections first */
 	join_pair_finish(p0, fds, ports, addrs, world);
