@@ -162,7 +162,8 @@ static sc_status_t setup_server(scd_daemon_t *d, void *sock, scd_curve_t *c)
 	}
 	if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
 	    zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "sparsecomm", 10) != 0) {
-		scd_error(SCD_SUB_WORLD, "cannot make the coordinator channel a CURVE server: %s",
+		scd_error(SCD_SUB_WORLD,
+			  "cannot make the coordinator channel a CURVE server: %s",
 			  zmq_strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
@@ -186,8 +187,9 @@ sc_status_t scd_curve_setup(scd_daemon_t *d, void *sock, int coord, scd_curve_t 
 	if (!d->secret.present)
 		return SC_OK;
 	if (!zmq_has("curve")) {
-		scd_error(SCD_SUB_WORLD, "secret_file is set, but this libzmq has no CURVE "
-					 "security to authenticate the coordinator channel with");
+		scd_error(SCD_SUB_WORLD,
+			  "secret_file is set, but this libzmq has no CURVE "
+			  "security to authenticate the coordinator channel with");
 		return SC_ERR_INVALID;
 	}
 	if (!coord)

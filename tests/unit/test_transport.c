@@ -804,6 +804,95 @@ UNIT_TEST(transport_tcp_idle_connections_do_not_block_formation)
 		close(idle[i]);
 }
 
+/* A rank holding another secret: it refuses rank 0's proof and fails at once, naming rank
+ * 0; rank 0 keeps waiting, and the rank with the right secret then joins. */
+UNIT_TEST(transport_tcp_refuses_other_secrets)
+{
+	int fds[2];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	uint64_t world = unit_rng();
+	uint8_t key[32], other[32];
+	for (int i = 0; i < 32; i++)
+		key[i] = other[i] = (uint8_t)unit_rng();
+	other[5] ^= 1;
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key};
+	pid_t p0 = spawn(join_body, &r0);
+	join_t impostor = {
+	    1,	   2,		-1,
+	    ports, addrs,	world,
+	    0,	   SC_ERR_PEER, "(rank 0) did not prove that it holds the job secret",
+	    other};
+	check_exit(spawn(join_body, &impostor), "the rank of another secret");
+	/* without a secret (an all-zero key) is another secret too */
+	impostor.key = NULL;
+	check_exit(spawn(join_body, &impostor), "the rank without a secret");
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key};
+	pid_t p1 = spawn(join_body, &r1);
+	close(fds[0]);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+}
+
+/* Reads exactly len bytes from fd within 5 s; returns what recv last returned. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	size_t got = 0;
+	ssize_t n = 1;
+	while (got < len && (n = recv(fd, (char *)buf + got, len - got, 0)) > 0)
+		got += (size_t)n;
+	return got == len ? (ssize_t)got : n;
+}
+
+/* A connection that passes the hello with a wrong proof of the secret (a stranger who
+ * knows the world id and a rank): rank 0 answers its proof with a refusal and closes it,
+ * before it reads anything else; the real rank 1 then joins. */
+UNIT_TEST(transport_tcp_closes_wrong_proof)
+{
+	int fds[2];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	uint64_t world = unit_rng();
+	uint8_t key[32];
+	for (int i = 0; i < 32; i++)
+		key[i] = (uint8_t)unit_rng();
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key};
+	pid_t p0 = spawn(join_body, &r0);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(ports[0])};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK_TRUE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	/* the hello: magic "SCDT", protocol 2, world id, rank 1, size 2, a nonce */
+	uint8_t b[88] = {0x53, 0x43, 0x44, 0x54, 2};
+	uint64_t w = htole64(world);
+	memcpy(b + 8, &w, 8);
+	b[16] = 1;
+	b[20] = 2;
+	for (int i = 24; i < 56; i++)
+		b[i] = (uint8_t)unit_rng();
+	CHECK_TRUE(send(fd, b, 56, 0) == 56);
+	CHECK_TRUE(read_full(fd, b, 88) == 88);
+	CHECK_MSG(b[4] == 0 && b[16] == 0, "the hello was refused (code %u)", b[4]);
+	for (int i = 0; i < 32; i++) /* a proof of no secret */
+		b[i] = (uint8_t)unit_rng();
+	CHECK_TRUE(send(fd, b, 32, 0) == 32);
+	CHECK_TRUE(read_full(fd, b, 4) == 4);
+	CHECK_MSG(b[0] != 0, "a wrong proof was answered with code 0");
+	CHECK_MSG(read_full(fd, b, 1) == 0, "the connection stayed open after a wrong proof");
+	close(fd);
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key};
+	pid_t p1 = spawn(join_body, &r1);
+	close(fds[0]);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+}
+
 /* ---- probe -------------------------------------------------------------------------- */
 
 static void measure_rank(scd_transport_t *t, int rank, int P, void *arg)
