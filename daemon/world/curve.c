@@ -168,6 +168,11 @@ static sc_status_t setup_server(scd_daemon_t *d, void *sock, scd_curve_t *c)
 		return SC_ERR_SYSTEM;
 	}
 	st = set_key(sock, ZMQ_CURVE_SECRETKEY, server.secret_z85, "secret key");
+	/* The public key is no secret: what admits a peer is its own key (ZAP). */
+	scd_info(SCD_SUB_WORLD,
+		 "coordinator channel: CurveZMQ server key %s; ranks 1 .. %d "
+		 "are admitted with their keys only",
+		 server.public_z85, d->world_size - 1);
 	memset(&server, 0, sizeof(server));
 	if (st != SC_OK)
 		return st;

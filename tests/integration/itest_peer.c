@@ -11,6 +11,11 @@
  * peer-oversize: a 192 MiB frame to the coordinator's socket is refused as its header
  *   arrives; the coordinator still answers a join afterwards (run.sh checks its peak
  *   resident memory).
+ * peer-stranger: against a coordinator with a secret_file, two peers without the secret
+ *   (a plain ZeroMQ peer, and a CurveZMQ peer that knows the coordinator's public key,
+ *   $SPARSECOMM_CURVE_SERVERKEY, but has a key pair of its own) each send garbage, a Join
+ *   of rank 1 and a Plan: neither gets any answer (run.sh then checks the coordinator's
+ *   log and that the job still forms and sums).
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
@@ -119,6 +124,77 @@ int it_peer_oversize(int argc, char **argv)
 	zmq_close(sock);
 	sock = peer_connect(&ctx);
 	old_version_refused(sock);
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	it_pass();
+}
+
+/* Sends sock garbage, a Join of rank 1 of 2 and an empty Plan, and fails when anything
+ * comes back within ms. */
+static void expect_silence(void *sock, const char *who, int ms)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
+	Sparsecomm__Plan plan = SPARSECOMM__PLAN__INIT;
+	uint8_t blob[] = {0x10, 0x27, '1', '2', '7', '.', '0', '.', '0', '.', '1'};
+	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
+	j.rank = 1;
+	j.world_size = 2;
+	j.local_size = 1;
+	j.transport = "tcp";
+	j.nonfinite = "pass";
+	j.transport_blob.data = blob;
+	j.transport_blob.len = sizeof(blob);
+	uint8_t buf[3][256];
+	size_t len[3];
+	memset(buf[0], 0xa5, sizeof(buf[0]));
+	len[0] = sizeof(buf[0]);
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
+	m.join = &j;
+	len[1] = sparsecomm__peer_msg__pack(&m, buf[1]);
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
+	m.plan = &plan;
+	len[2] = sparsecomm__peer_msg__pack(&m, buf[2]);
+	/* a peer whose handshake fails never has its messages taken: the send may queue
+	 * them, or find no peer to queue them for */
+	for (int i = 0; i < 3; i++)
+		if (zmq_send(sock, buf[i], len[i], ZMQ_DONTWAIT) < 0 && zmq_errno() != EAGAIN)
+			IT_FAIL("%s: zmq_send: %s", who, zmq_strerror(zmq_errno()));
+	zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+	double deadline = it_now_s() + ms / 1000.0;
+	int left;
+	while ((left = (int)((deadline - it_now_s()) * 1000.0)) > 0) {
+		int k = zmq_poll(&it, 1, left);
+		if (k < 0 && zmq_errno() == EINTR)
+			continue;
+		if (k > 0)
+			IT_FAIL("%s got an answer from the coordinator", who);
+		break;
+	}
+	it_log("%s: no answer in %d ms", who, ms);
+}
+
+int it_peer_stranger(int argc, char **argv)
+{
+	void *ctx, *sock = peer_connect(&ctx);
+	expect_silence(sock, "a plain peer", 2000);
+	zmq_close(sock);
+	const char *server = getenv("SPARSECOMM_CURVE_SERVERKEY");
+	if (!server || strlen(server) != 40)
+		IT_FAIL("$SPARSECOMM_CURVE_SERVERKEY is not a Z85 key: '%s'",
+			server ? server : "(unset)");
+	char pub[41], sec[41];
+	if (zmq_curve_keypair(pub, sec) != 0)
+		IT_FAIL("zmq_curve_keypair: %s", zmq_strerror(zmq_errno()));
+	sock = zmq_socket(ctx, ZMQ_DEALER);
+	int zero = 0;
+	if (!sock || zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 41) != 0 ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41) != 0 ||
+	    zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 41) != 0 ||
+	    zmq_connect(sock, it_env.socket) != 0)
+		IT_FAIL("curve peer: %s", zmq_strerror(zmq_errno()));
+	expect_silence(sock, "a CURVE peer with a key of its own", 2000);
 	zmq_close(sock);
 	zmq_ctx_term(ctx);
 	it_pass();

@@ -109,7 +109,8 @@ UNIT_TEST(secret_tcp_proof)
 	random_bytes(key, sizeof(key));
 	memcpy(other, key, sizeof(other));
 	other[0] ^= 0x80;
-	scd_tcp_auth_conn_t c = {.world_id = unit_rng(), .connector_rank = 2, .acceptor_rank = 1};
+	scd_tcp_auth_conn_t c = {
+	    .world_id = unit_rng(), .connector_rank = 2, .acceptor_rank = 1};
 	scd_tcp_auth_nonce(c.connector_nonce);
 	scd_tcp_auth_nonce(c.acceptor_nonce);
 	CHECK_TRUE(memcmp(c.connector_nonce, c.acceptor_nonce, 32) != 0);
