@@ -298,7 +298,7 @@ static int host_is_loopback(const char *host)
 }
 
 /* Loads the job secret (secret_file). Without one, a daemon runs on loopback addresses
- * only, unless insecure is set (docs/README.md, "Security"). */
+ * only, unless insecure is set (README.md, "Security"). */
 static sc_status_t load_secret(scd_daemon_t *d)
 {
 	const char *path = scd_cfg_str(&d->cfg, SCD_CFG_secret_file);
@@ -336,7 +336,7 @@ static sc_status_t load_secret(scd_daemon_t *d)
 		scd_error(
 		    SCD_SUB_MAIN,
 		    "no secret_file, and coordinator %s or data_addr '%s' is not a loopback "
-		    "address: set secret_file to the job's secret (docs/README.md, "
+		    "address: set secret_file to the job's secret (README.md, "
 		    "Security), or insecure = true to run unauthenticated",
 		    coord, data);
 		return SC_ERR_INVALID;

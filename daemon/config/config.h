@@ -117,7 +117,7 @@ typedef enum {
 	  "the same on every node")                                                            \
 	X(secret_file, STR, 0, "", 0, 0, 0,                                                    \
 	  "the job secret (a file only its owner may read, 16 bytes or more): the daemons "    \
-	  "of a job prove that they hold it to each other (docs/README.md, Security)")         \
+	  "of a job prove that they hold it to each other (README.md, Security)")              \
 	X(insecure, INT, 0, NULL, 0, 1, 0,                                                     \
 	  "1 (or true): run without secret_file on addresses other than loopback, "            \
 	  "authenticating nothing")                                                            \

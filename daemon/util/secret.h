@@ -1,5 +1,5 @@
 /*
- * secret.h: the job secret every daemon of a job holds (docs/README.md, "Security"), and
+ * secret.h: the job secret every daemon of a job holds (README.md, "Security"), and
  * the keys derived from it. The secret file is read once at start: a regular file that
  * only its owner may read or write (no group or other permission bits), of at least
  * SCD_SECRET_MIN_BYTES and at most SCD_SECRET_MAX_BYTES; its whole content, hashed

@@ -470,6 +470,8 @@ static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__P
 		 m->node_state->rank != from)
 		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
 			 m->node_state->rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_READY && m->ready->rank != from)
+		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
 	else
 		return 1;
 	scd_warn(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);

@@ -265,7 +265,7 @@ if selected "peer oversize frame"; then
 		"scenario exited with $rc, coordinator peak '${hwm}' KiB (limit 98304)"
 fi
 
-# Authentication (docs/README.md, "Security"). make_secret FILE: a secret file as the
+# Authentication (README.md, "Security"). make_secret FILE: a secret file as the
 # documentation makes one.
 make_secret() {
 	(umask 077 && head -c 32 /dev/urandom >"$1")
