@@ -338,6 +338,8 @@ static const struct {
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
     {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
+    {"peer-spoof", it_peer_spoof,
+     "a raw rank 1 speaks for rank 0 and as the coordinator: nothing taken"},
     {"peer-stranger", it_peer_stranger,
      "peers without the job secret send garbage, a join and a plan: no answer"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},

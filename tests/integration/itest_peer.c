@@ -11,6 +11,11 @@
  * peer-oversize: a 192 MiB frame to the coordinator's socket is refused as its header
  *   arrives; the coordinator still answers a join afterwards (run.sh checks its peak
  *   resident memory).
+ * peer-spoof: against a coordinator without a secret (loopback): a connection that has not
+ *   joined proposes a configuration change; then a raw rank 1 joins and, once the world
+ *   info came, reports for rank 0 (a NodeState and a ReadyList) and sends what only the
+ *   coordinator sends (a Plan, a configuration change to apply). run.sh checks in the
+ *   coordinator's log that each was dropped, naming the sender, and none applied.
  * peer-stranger: against a coordinator with a secret_file, two peers without the secret
  *   (a plain ZeroMQ peer, and a CurveZMQ peer that knows the coordinator's public key,
  *   $SPARSECOMM_CURVE_SERVERKEY, but has a key pair of its own) each send garbage, a Join
@@ -124,6 +129,108 @@ int it_peer_oversize(int argc, char **argv)
 	zmq_close(sock);
 	sock = peer_connect(&ctx);
 	old_version_refused(sock);
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	it_pass();
+}
+
+/* Packs m and sends it on sock. */
+static void send_msg(void *sock, const Sparsecomm__PeerMsg *m)
+{
+	uint8_t buf[1024];
+	size_t n = sparsecomm__peer_msg__get_packed_size(m);
+	if (n > sizeof(buf))
+		IT_FAIL("peer message of %zu bytes", n);
+	sparsecomm__peer_msg__pack(m, buf);
+	if (zmq_send(sock, buf, n, 0) < 0)
+		IT_FAIL("zmq_send: %s", zmq_strerror(zmq_errno()));
+}
+
+/* Waits (bounded) for a message of body case want on sock. */
+static void wait_for(void *sock, int want)
+{
+	double deadline = it_now_s() + PEER_REPLY_MS / 1000.0;
+	for (;;) {
+		int left = (int)((deadline - it_now_s()) * 1000.0);
+		zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+		int k = left > 0 ? zmq_poll(&it, 1, left) : 0;
+		if (k < 0 && zmq_errno() == EINTR)
+			continue;
+		if (k <= 0)
+			IT_FAIL("no peer message %d within %d ms", want, PEER_REPLY_MS);
+		zmq_msg_t msg;
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			continue;
+		}
+		Sparsecomm__PeerMsg *r =
+		    sparsecomm__peer_msg__unpack(NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
+		zmq_msg_close(&msg);
+		int got = r ? (int)r->body_case : -1;
+		if (r)
+			sparsecomm__peer_msg__free_unpacked(r, NULL);
+		if (got == want)
+			return;
+		if (got == SPARSECOMM__PEER_MSG__BODY_REFUSED)
+			IT_FAIL("refused while waiting for peer message %d", want);
+	}
+}
+
+int it_peer_spoof(int argc, char **argv)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+	void *ctx, *stranger = peer_connect(&ctx);
+	cs.key = "log_level";
+	cs.value = "debug";
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE;
+	m.config_propose = &cs;
+	send_msg(stranger, &m);
+	it_sleep_ms(300);
+	zmq_close(stranger);
+
+	void *sock = zmq_socket(ctx, ZMQ_DEALER);
+	int zero = 0;
+	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+	if (!sock || zmq_connect(sock, it_env.socket) != 0)
+		IT_FAIL("zmq_connect(%s): %s", it_env.socket, zmq_strerror(zmq_errno()));
+	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
+	uint8_t blob[] = {0x10, 0x27, '1', '2', '7', '.', '0', '.', '0', '.', '1'};
+	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
+	j.rank = 1;
+	j.world_size = 2;
+	j.local_size = 1;
+	j.transport = "tcp";
+	j.nonfinite = "pass";
+	j.transport_blob.data = blob;
+	j.transport_blob.len = sizeof(blob);
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
+	m.join = &j;
+	send_msg(sock, &m);
+	wait_for(sock, SPARSECOMM__PEER_MSG__BODY_WORLD);
+	it_log("joined as rank 1");
+
+	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
+	ns.rank = 0;
+	ns.degraded = 1;
+	ns.reason = "spoofed by rank 1";
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
+	m.node_state = &ns;
+	send_msg(sock, &m);
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	rl.rank = 0;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY;
+	m.ready = &rl;
+	send_msg(sock, &m);
+	Sparsecomm__Plan plan = SPARSECOMM__PLAN__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
+	m.plan = &plan;
+	send_msg(sock, &m);
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
+	m.config_apply = &cs;
+	send_msg(sock, &m);
+	it_sleep_ms(1000);
 	zmq_close(sock);
 	zmq_ctx_term(ctx);
 	it_pass();

@@ -340,6 +340,26 @@ if selected "auth stranger ignored"; then
 	lone_verdict "auth stranger ignored" "$ok" "scenario exited with $rc, job passed: $ok_job"
 fi
 
+# Messages are taken only from the rank that may send them: a connection that has not
+# joined, a rank reporting for rank 0, and a rank sending what only the coordinator sends
+# are each dropped and logged, naming the sender; none is applied.
+if selected "peer messages bound to their rank"; then
+	start_lone_coordinator "$tmp/coord-spoof"
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
+		peer-spoof >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -eq 0 ] && grep -q 'peer-spoof: rank 1 passed' "$tmp/out" &&
+		grep -q "peer message [0-9]* from a connection that has not joined ignored" "$tmp/coord.log" &&
+		grep -q "peer message [0-9]* from rank 1 about rank 0 ignored" "$tmp/coord.log" &&
+		grep -q "peer message [0-9]* from rank 1 for rank 0 ignored" "$tmp/coord.log" &&
+		[ "$(grep -c "from rank 1 ignored: only the coordinator sends it" "$tmp/coord.log")" -eq 2 ] &&
+		! grep -q "node 0 is degraded\|log_level = debug" "$tmp/coord.log" && ok=1
+	lone_verdict "peer messages bound to their rank" "$ok" "scenario exited with $rc"
+fi
+
 # A secret file that group or others may read stops the daemon at start, naming the file;
 # without a secret, a daemon on an address other than loopback stops at start unless
 # insecure = true, which it warns about.
