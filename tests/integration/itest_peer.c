@@ -14,8 +14,11 @@
  * peer-spoof: against a coordinator without a secret (loopback): a connection that has not
  *   joined proposes a configuration change; then a raw rank 1 joins and, once the world
  *   info came, reports for rank 0 (a NodeState and a ReadyList) and sends what only the
- *   coordinator sends (a Plan, a configuration change to apply). run.sh checks in the
- *   coordinator's log that each was dropped, naming the sender, and none applied.
+ *   coordinator sends (a Plan, a configuration change to apply); then it opens a
+ *   connection to rank 0's data port and passes the hello with a wrong proof of the
+ *   secret: rank 0 answers with a refusal and closes it. run.sh checks in the
+ *   coordinator's log that each was dropped, naming the sender (the data-port connection
+ *   by its address), and none applied.
  * peer-stranger: against a coordinator with a secret_file, two peers without the secret
  *   (a plain ZeroMQ peer, and a CurveZMQ peer that knows the coordinator's public key,
  *   $SPARSECOMM_CURVE_SERVERKEY, but has a key pair of its own) each send garbage, a Join
@@ -26,10 +29,17 @@
 #include "sparsecomm.pb-c.h"
 #include "world_protocol.h"
 
+#include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #define PEER_REPLY_MS 10000
@@ -146,8 +156,9 @@ static void send_msg(void *sock, const Sparsecomm__PeerMsg *m)
 		IT_FAIL("zmq_send: %s", zmq_strerror(zmq_errno()));
 }
 
-/* Waits (bounded) for a message of body case want on sock. */
-static void wait_for(void *sock, int want)
+/* Waits (bounded) for a message of body case want on sock; returns it (the caller frees
+ * it). */
+static Sparsecomm__PeerMsg *wait_for(void *sock, int want)
 {
 	double deadline = it_now_s() + PEER_REPLY_MS / 1000.0;
 	for (;;) {
@@ -168,13 +179,64 @@ static void wait_for(void *sock, int want)
 		    sparsecomm__peer_msg__unpack(NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
 		zmq_msg_close(&msg);
 		int got = r ? (int)r->body_case : -1;
+		if (got == want)
+			return r;
 		if (r)
 			sparsecomm__peer_msg__free_unpacked(r, NULL);
-		if (got == want)
-			return;
 		if (got == SPARSECOMM__PEER_MSG__BODY_REFUSED)
 			IT_FAIL("refused while waiting for peer message %d", want);
 	}
+}
+
+/* Reads exactly len bytes from fd (its receive timeout set); returns what recv last
+ * returned, or len. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+	ssize_t n = 1;
+	while (got < len && (n = recv(fd, (char *)buf + got, len - got, 0)) > 0)
+		got += (size_t)n;
+	return got == len ? (ssize_t)got : n;
+}
+
+/* Connects to rank 0's data port (its blob in wi: port, little-endian, then address) as
+ * rank 1 and passes the hello (docs/design.md, "Authentication": magic, protocol 2,
+ * world id, rank, size, a nonce) with a proof of no secret: the answer must be a refusal,
+ * and the connection closed. */
+static void wrong_proof(const Sparsecomm__WorldInfo *wi)
+{
+	if (!wi || wi->n_peers != 2 || wi->peers[0]->transport_blob.len < 3)
+		IT_FAIL("world info without rank 0's data port");
+	const uint8_t *blob = wi->peers[0]->transport_blob.data;
+	size_t blen = wi->peers[0]->transport_blob.len;
+	char addr[64];
+	snprintf(addr, sizeof(addr), "%.*s", (int)(blen - 2), (const char *)blob + 2);
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)(blob[0] | blob[1] << 8))};
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		IT_FAIL("rank 0's data address '%s'", addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		IT_FAIL("connect to rank 0's data port %s: %s", addr, strerror(errno));
+	uint8_t b[88] = {0x53, 0x43, 0x44, 0x54, 2};
+	uint64_t world = htole64(wi->world_id);
+	memcpy(b + 8, &world, 8);
+	b[16] = 1;
+	b[20] = 2;
+	if (getrandom(b + 24, 32, 0) != 32 || send(fd, b, 56, MSG_NOSIGNAL) != 56)
+		IT_FAIL("hello to rank 0's data port: %s", strerror(errno));
+	if (read_full(fd, b, 88) != 88 || b[4] != 0)
+		IT_FAIL("rank 0 did not ack the hello (code %u)", b[4]);
+	if (getrandom(b, 32, 0) != 32 || send(fd, b, 32, MSG_NOSIGNAL) != 32)
+		IT_FAIL("proof to rank 0's data port: %s", strerror(errno));
+	if (read_full(fd, b, 4) != 4 || !(b[0] | b[1] | b[2] | b[3]))
+		IT_FAIL("rank 0 did not refuse a wrong proof of the secret");
+	if (read_full(fd, b, 1) != 0)
+		IT_FAIL("rank 0 kept the data-port connection open after a wrong proof");
+	close(fd);
+	it_log("data port: a wrong proof refused and the connection closed");
 }
 
 int it_peer_spoof(int argc, char **argv)
@@ -208,7 +270,7 @@ int it_peer_spoof(int argc, char **argv)
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
 	send_msg(sock, &m);
-	wait_for(sock, SPARSECOMM__PEER_MSG__BODY_WORLD);
+	Sparsecomm__PeerMsg *world = wait_for(sock, SPARSECOMM__PEER_MSG__BODY_WORLD);
 	it_log("joined as rank 1");
 
 	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
@@ -230,7 +292,9 @@ int it_peer_spoof(int argc, char **argv)
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 	m.config_apply = &cs;
 	send_msg(sock, &m);
-	it_sleep_ms(1000);
+	wrong_proof(world->world);
+	sparsecomm__peer_msg__free_unpacked(world, NULL);
+	it_sleep_ms(500);
 	zmq_close(sock);
 	zmq_ctx_term(ctx);
 	it_pass();

@@ -342,7 +342,8 @@ fi
 
 # Messages are taken only from the rank that may send them: a connection that has not
 # joined, a rank reporting for rank 0, and a rank sending what only the coordinator sends
-# are each dropped and logged, naming the sender; none is applied.
+# are each dropped and logged, naming the sender; none is applied. A data-port connection
+# with a wrong proof of the secret is closed, logged with its address.
 if selected "peer messages bound to their rank"; then
 	start_lone_coordinator "$tmp/coord-spoof"
 	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
@@ -356,6 +357,7 @@ if selected "peer messages bound to their rank"; then
 		grep -q "peer message [0-9]* from rank 1 about rank 0 ignored" "$tmp/coord.log" &&
 		grep -q "peer message [0-9]* from rank 1 for rank 0 ignored" "$tmp/coord.log" &&
 		[ "$(grep -c "from rank 1 ignored: only the coordinator sends it" "$tmp/coord.log")" -eq 2 ] &&
+		grep -q "closed a data-port connection from 127.0.0.1:[0-9]* claiming rank 1: its proof of the job secret is wrong" "$tmp/coord.log" &&
 		! grep -q "node 0 is degraded\|log_level = debug" "$tmp/coord.log" && ok=1
 	lone_verdict "peer messages bound to their rank" "$ok" "scenario exited with $rc"
 fi
