@@ -24,7 +24,7 @@ INC_DAEMON := $(INC_SHARED) -Idaemon -Igpu
 INC_CLIENT := $(INC_SHARED) -Iclient/lib
 WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
-LDLIBS_DAEMON := -luv -lzmq -lprotobuf-c -lpthread -lm -ldl
+LDLIBS_DAEMON := -luv -lzmq -lsodium -lprotobuf-c -lpthread -lm -ldl
 LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm -ldl
 
 # `make` with no target builds everything.

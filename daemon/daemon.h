@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "util/clock.h"
+#include "util/secret.h"
 
 #define SCD_MAX_LOCAL 64
 
@@ -25,6 +26,7 @@ typedef struct scd_daemon {
 	scd_config_t cfg;
 	void *zctx; /* ZeroMQ context */
 	int rank, world_size, local_size;
+	scd_secret_t secret; /* the job secret (secret_file); present 0 without one */
 	char runtime_dir[PATH_MAX];
 	char ctl_path[PATH_MAX + 32];
 	char ctl_endpoint[PATH_MAX + 48];

@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +275,75 @@ static sc_status_t parse_args(scd_daemon_t *d, int argc, char **argv, int *dump_
 	return SC_OK;
 }
 
+/* True when every address host resolves to is a loopback address (an empty host, or
+ * "*", means every interface). */
+static int host_is_loopback(const char *host)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	if (!host[0] || !strcmp(host, "*") || getaddrinfo(host, NULL, &hints, &res) != 0)
+		return 0;
+	int lo = 1;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		const struct sockaddr_in *v4 = (const struct sockaddr_in *)ai->ai_addr;
+		const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)ai->ai_addr;
+		if (ai->ai_family == AF_INET)
+			lo &= (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+		else if (ai->ai_family == AF_INET6)
+			lo &= IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr);
+		else
+			lo = 0;
+	}
+	freeaddrinfo(res);
+	return lo;
+}
+
+/* Loads the job secret (secret_file). Without one, a daemon runs on loopback addresses
+ * only, unless insecure is set (README.md, "Security"). */
+static sc_status_t load_secret(scd_daemon_t *d)
+{
+	const char *path = scd_cfg_str(&d->cfg, SCD_CFG_secret_file);
+	char err[PATH_MAX + 160];
+	if (path[0]) {
+		if (scd_secret_load(path, &d->secret, err, sizeof(err)) != SC_OK) {
+			scd_error(SCD_SUB_MAIN, "%s", err);
+			return SC_ERR_INVALID;
+		}
+		scd_info(SCD_SUB_MAIN,
+			 "job secret from %s: the coordinator channel (CURVE) and "
+			 "the data plane's connections are authenticated",
+			 path);
+		return SC_OK;
+	}
+	const char *coord = scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
+	const char *data = scd_cfg_str(&d->cfg, SCD_CFG_data_addr);
+	char host[256];
+	const char *colon = strrchr(coord, ':');
+	size_t n = colon ? (size_t)(colon - coord) : strlen(coord);
+	if (n >= 2 && coord[0] == '[' && coord[n - 1] == ']')
+		snprintf(host, sizeof(host), "%.*s", (int)(n - 2), coord + 1);
+	else
+		snprintf(host, sizeof(host), "%.*s", (int)n, coord);
+	int local = host_is_loopback(host) && host_is_loopback(data);
+	if (scd_cfg_int(&d->cfg, SCD_CFG_insecure)) {
+		scd_warn(
+		    SCD_SUB_MAIN,
+		    "insecure = 1 and no secret_file: nothing received from the network is "
+		    "authenticated (coordinator %s, data plane %s)",
+		    coord, data[0] ? data : "*");
+		return SC_OK;
+	}
+	if (!local) {
+		scd_error(
+		    SCD_SUB_MAIN,
+		    "no secret_file, and coordinator %s or data_addr '%s' is not a loopback "
+		    "address: set secret_file to the job's secret (README.md, "
+		    "Security), or insecure = true to run unauthenticated",
+		    coord, data);
+		return SC_ERR_INVALID;
+	}
+	return SC_OK;
+}
+
 int main(int argc, char **argv)
 {
 	static scd_daemon_t daemon_state;
@@ -301,6 +372,8 @@ int main(int argc, char **argv)
 	snprintf(prefix, sizeof(prefix), "sparsecommd[%d]", d->rank);
 	scd_log_set_prefix(prefix);
 	signal(SIGPIPE, SIG_IGN);
+	if (load_secret(d) != SC_OK)
+		return 1;
 	if (make_runtime_dir(d) != SC_OK)
 		return 1;
 	remove_stale_shm();
@@ -376,5 +449,6 @@ int main(int argc, char **argv)
 	zmq_ctx_term(d->zctx);
 	scd_info(SCD_SUB_MAIN, "exit %d", d->exit_code);
 	scd_config_free(&d->cfg);
+	scd_secret_wipe(&d->secret);
 	return d->exit_code;
 }

@@ -3,7 +3,7 @@
 # fuzz harnesses too) and the demo need, and only those that are missing. Run by `make deps`
 # and, implicitly, before every build.
 set -eu
-pkgs="build-essential pkg-config libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+pkgs="build-essential pkg-config libuv1-dev libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
       bible-kjv bible-kjv-text iproute2 openmpi-bin libopenmpi-dev util-linux procps
       clang-format clang libclang-rt-14-dev"
 missing=""

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -72,7 +73,7 @@ typedef struct daemon {
 
 typedef struct opts {
 	int nodes, per_node;
-	bool netns, keep_going, verbose;
+	bool netns, keep_going, verbose, insecure;
 	const char *rate;
 	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;
 	const char *daemon_path, *log_dir;
@@ -84,7 +85,8 @@ typedef struct opts {
 
 typedef struct run {
 	opts_t o;
-	char dir[PATH_MAX]; /* private directory */
+	char dir[PATH_MAX];	    /* private directory */
+	char secret[PATH_MAX + 16]; /* the job secret, in dir */
 	char daemon_exe[PATH_MAX + 16];
 	char coordinator[64];
 	run_netns_t *net;
@@ -164,6 +166,9 @@ static void usage(FILE *out)
 	    "  --port PORT            coordinator port (default: a free one; 29500 with "
 	    "--netns)\n"
 	    "  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
+	    "  --insecure             no job secret: the daemons run with insecure = true and\n"
+	    "                         authenticate nothing (by default a fresh secret is\n"
+	    "                         written to the run's private directory for them)\n"
 	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
 	    "                         commands that build the namespaces\n"
 	    "  -h, --help             this text\n"
@@ -259,6 +264,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
 			exit(0);
 		} else if (!strcmp(name, "--keep-going")) {
 			o->keep_going = true;
+		} else if (!strcmp(name, "--insecure")) {
+			o->insecure = true;
 		} else if (!strcmp(name, "--daemon-arg")) {
 			NEED_VAL();
 			o->daemon_args[o->n_daemon_args++] = val;
@@ -532,6 +539,31 @@ static char **build_argv(const run_t *r, int node, char **head, int n_head, char
 	return argv;
 }
 
+/* A fresh job secret (32 random bytes) in the run's directory, readable by this user
+ * alone; every daemon of the job reads it (--secret-file). */
+static int write_secret(run_t *r)
+{
+	unsigned char key[32];
+	snprintf(r->secret, sizeof(r->secret), "%s/secret", r->dir);
+	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+		fprintf(stderr, "sparsecomm-run: cannot draw a job secret: %s\n",
+			strerror(errno));
+		return -1;
+	}
+	int fd = open(r->secret, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ssize_t w = fd >= 0 ? write(fd, key, sizeof(key)) : -1;
+	int err = errno;
+	explicit_bzero(key, sizeof(key));
+	if (fd >= 0)
+		close(fd);
+	if (w != (ssize_t)sizeof(key)) {
+		fprintf(stderr, "sparsecomm-run: cannot write the job secret %s: %s\n",
+			r->secret, w < 0 ? strerror(err) : "short write");
+		return -1;
+	}
+	return 0;
+}
+
 static int spawn_daemon(run_t *r, int i)
 {
 	daemon_t *d = &r->daemons[i];
@@ -577,7 +609,9 @@ static int spawn_daemon(run_t *r, int i)
 			"--runtime-dir",
 			rdir,
 			"--notify-fd",
-			nfd};
+			nfd,
+			r->o.insecure ? "--insecure" : "--secret-file",
+			r->o.insecure ? "true" : r->secret};
 	char **argv =
 	    build_argv(r, i, head, (int)(sizeof(head) / sizeof(head[0])), r->o.daemon_args);
 	pid_t launcher = getpid();
@@ -1184,6 +1218,8 @@ int main(int argc, char **argv)
 			r->o.log_dir, strerror(errno));
 		goto out_rmdir;
 	}
+	if (!r->o.insecure && write_secret(r) < 0)
+		goto out_rmdir;
 	r->n_trainers = r->o.nodes * r->o.per_node;
 	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
 	r->trainers = calloc((size_t)r->n_trainers, sizeof(proc_t));

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const scd_cfg_desc_t scd_cfg_desc[SCD_CFG_COUNT] = {
 #define SCD_CFG_DESC_(key, type, di, ds, mn, mx, rt, doc)                                      \
@@ -107,7 +108,11 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 	}
 	if (d->type == SCD_CFG_INT) {
 		int64_t v;
-		sc_status_t pst = parse_int(value, &v);
+		/* a switch (a key of 0 or 1) also reads true and false */
+		int sw = d->min == 0 && d->max == 1;
+		sc_status_t pst = sw && !strcasecmp(value, "true")    ? (v = 1, SC_OK)
+				  : sw && !strcasecmp(value, "false") ? (v = 0, SC_OK)
+								      : parse_int(value, &v);
 		if (pst != SC_OK) {
 			snprintf(err, err_len, "%s: '%.64s' is %s", d->name, value,
 				 pst == SC_ERR_LIMIT ? "out of range" : "not an integer");

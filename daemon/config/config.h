@@ -116,6 +116,12 @@ typedef enum {
 	  "a NaN or infinity in a trainer's float32 input: pass (summed as it is), warn "      \
 	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \
 	  "the same on every node")                                                            \
+	X(secret_file, STR, 0, "", 0, 0, 0,                                                    \
+	  "the job secret (a file only its owner may read, 16 bytes or more): the daemons "    \
+	  "of a job prove that they hold it to each other (README.md, Security)")              \
+	X(insecure, INT, 0, NULL, 0, 1, 0,                                                     \
+	  "1 (or true): run without secret_file on addresses other than loopback, "            \
+	  "authenticating nothing")                                                            \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
 	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \

@@ -13,11 +13,14 @@
  * creation instead has a deadline: peers start at different times, so connects are
  * retried with a growing pause until it passes.
  *
- * Each connection opens with a 24-byte hello from the connecting side, {magic, protocol,
- * world_id, rank, size}, answered by an ack of the same shape whose second field is 0 or
- * the reason for a refusal (another world, a duplicate or impossible rank, another world
- * size). A refused connector fails at once; the acceptor logs the refusal and goes on
- * waiting for the right peer.
+ * Each connection opens with a hello from the connecting side, {magic, protocol, world_id,
+ * rank, size} and its nonce, answered by an ack of the same shape whose second field is 0
+ * or the reason for a refusal (another world, a duplicate or impossible rank, another world
+ * size), followed by the acceptor's nonce and its proof of the job secret. The connector
+ * checks that proof and sends its own, and the acceptor checks it before it takes the
+ * connection and answers with a last code (tcp_auth.h). A refused connector fails at once;
+ * the acceptor logs the refusal, naming the peer's address, and goes on waiting for the
+ * right peer.
  *
  * Any failure during an operation leaves the byte streams out of step, so the transport
  * remembers it and every later call fails with the same text rather than guessing where
@@ -46,12 +49,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "transport/tcp_auth.h"
 #include "transport/transport_internal.h"
 #include "util/log.h"
 
 #define TCP_MAGIC	     0x54444353u /* "SCDT" */
-#define TCP_PROTOCOL	     1u
-#define TCP_HELLO_BYTES	     24
+#define TCP_PROTOCOL	     2u
+#define TCP_HEAD_BYTES	     24 /* magic, protocol or code, world_id, rank, size */
+#define TCP_HELLO_BYTES	     (TCP_HEAD_BYTES + SCD_TCP_AUTH_NONCE_BYTES)
+#define TCP_ACK_BYTES	     (TCP_HELLO_BYTES + SCD_TCP_AUTH_MAC_BYTES)
+#define TCP_VERDICT_BYTES    4
 #define TCP_SOCKET_BUF_BYTES (4 << 20)
 #define TCP_SEND_BATCH	     16 /* messages gathered into one sendmsg(2) */
 #define TCP_MAX_PENDING	     32 /* accepted connections still owing a hello */
@@ -67,6 +74,7 @@ enum {
 	TCP_REFUSE_SIZE,
 	TCP_REFUSE_RANK,
 	TCP_REFUSE_DUPLICATE,
+	TCP_REFUSE_AUTH,
 };
 
 static const char *refusal_text(uint32_t code)
@@ -82,6 +90,8 @@ static const char *refusal_text(uint32_t code)
 		return "rank not expected to connect";
 	case TCP_REFUSE_DUPLICATE:
 		return "rank already connected";
+	case TCP_REFUSE_AUTH:
+		return "its proof of the job secret is wrong (the secrets differ)";
 	default:
 		return "unknown reason";
 	}
@@ -403,10 +413,14 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 	if (err)
 		goto err_close;
 
-	unsigned char b[TCP_HELLO_BYTES];
+	scd_tcp_auth_conn_t ac = {
+	    .world_id = t->world_id, .connector_rank = t->base.rank, .acceptor_rank = peer};
+	scd_tcp_auth_nonce(ac.connector_nonce);
+	unsigned char b[TCP_ACK_BYTES];
 	encode_hello(b, TCP_PROTOCOL, t->world_id, t->base.rank, t->base.size);
-	if (io_full(fd, b, sizeof(b), 1, deadline_ms, &err) != SC_OK ||
-	    io_full(fd, b, sizeof(b), 0, deadline_ms, &err) != SC_OK) {
+	memcpy(b + TCP_HEAD_BYTES, ac.connector_nonce, SCD_TCP_AUTH_NONCE_BYTES);
+	if (io_full(fd, b, TCP_HELLO_BYTES, 1, deadline_ms, &err) != SC_OK ||
+	    io_full(fd, b, TCP_ACK_BYTES, 0, deadline_ms, &err) != SC_OK) {
 		if (err == 0)
 			err = ECONNRESET;
 		goto err_close;
@@ -430,6 +444,30 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 		snprintf(why, why_len,
 			 "%s is rank %d of world %016" PRIx64 ", not rank %d of %016" PRIx64,
 			 where, (int)get32(b + 16), get64(b + 8), peer, t->world_id);
+		*status_p = SC_ERR_PEER;
+		close(fd);
+		return CONN_FATAL;
+	}
+	memcpy(ac.acceptor_nonce, b + TCP_HEAD_BYTES, SCD_TCP_AUTH_NONCE_BYTES);
+	if (!scd_tcp_auth_check(t->auth_key, SCD_TCP_AUTH_ACCEPTOR, &ac, b + TCP_HELLO_BYTES)) {
+		snprintf(why, why_len,
+			 "%s (rank %d) did not prove that it holds the job secret: its secret "
+			 "differs, or it is no daemon of this job",
+			 where, peer);
+		*status_p = SC_ERR_PEER;
+		close(fd);
+		return CONN_FATAL;
+	}
+	scd_tcp_auth_mac(t->auth_key, SCD_TCP_AUTH_CONNECTOR, &ac, b);
+	if (io_full(fd, b, SCD_TCP_AUTH_MAC_BYTES, 1, deadline_ms, &err) != SC_OK ||
+	    io_full(fd, b, TCP_VERDICT_BYTES, 0, deadline_ms, &err) != SC_OK) {
+		if (err == 0)
+			err = ECONNRESET;
+		goto err_close;
+	}
+	if (get32(b) != TCP_ACK_OK) {
+		snprintf(why, why_len, "%s (rank %d) refused this rank: %s", where, peer,
+			 refusal_text(get32(b)));
 		*status_p = SC_ERR_PEER;
 		close(fd);
 		return CONN_FATAL;
@@ -491,28 +529,92 @@ static sc_status_t connect_peer(scd_tcp_t *t, int peer, const char *addr, uint16
 	return status;
 }
 
+/* An accepted connection until it has passed its hello and its proof of the secret. */
 typedef struct {
 	int fd;
+	int proving; /* the hello was acked: reading the connector's proof */
 	size_t got;
 	int64_t since_ms; /* accepted at */
+	scd_tcp_auth_conn_t auth;
 	unsigned char b[TCP_HELLO_BYTES];
 } pending_t;
 
-/* Reads the hello on a pending connection; once complete, accepts it as a higher rank or
- * refuses it. Returns 1 when the slot is done with (accepted or closed). */
+/* The numeric address and port of fd's peer, for logs. */
+static const char *peer_name(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[64], serv[8];
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+			NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+		snprintf(buf, len, "an unknown address");
+	else
+		snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
+	return buf;
+}
+
+/* The connector's proof has arrived: takes the connection as its rank, or closes it. */
+static int check_proof(scd_tcp_t *t, pending_t *pc, int *accepted_p)
+{
+	int rank = pc->auth.connector_rank;
+	int ok = scd_tcp_auth_check(t->auth_key, SCD_TCP_AUTH_CONNECTOR, &pc->auth, pc->b);
+	unsigned char verdict[TCP_VERDICT_BYTES];
+	put32(verdict, ok ? TCP_ACK_OK : TCP_REFUSE_AUTH);
+	ssize_t w = send(pc->fd, verdict, sizeof(verdict), MSG_NOSIGNAL);
+	char from[96];
+	if (!ok) {
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: closed a data-port connection from %s claiming rank %d: its "
+			 "proof of the job secret is wrong (the peer does not hold this job's "
+			 "secret)",
+			 t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank);
+		close(pc->fd);
+		return 1;
+	}
+	if (w != (ssize_t)sizeof(verdict)) {
+		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
+			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
+			 w < 0 ? strerror(errno) : "short write");
+		close(pc->fd);
+		return 1;
+	}
+	if (t->fds[rank] >= 0) { /* another connection of that rank passed first */
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: closed a second connection of rank %d from %s", t->base.rank,
+			 rank, peer_name(pc->fd, from, sizeof(from)));
+		close(pc->fd);
+		return 1;
+	}
+	tune_socket(pc->fd, 0);
+	t->fds[rank] = pc->fd;
+	(*accepted_p)++;
+	scd_debug(SCD_SUB_TRANSPORT, "rank %d: accepted rank %d", t->base.rank, rank);
+	return 1;
+}
+
+/* Reads the hello, then the proof, on a pending connection: acks or refuses the hello,
+ * and takes the connection as a higher rank once its proof is right. Returns 1 when the
+ * slot is done with (accepted or closed). */
 static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 {
-	ssize_t n = recv(pc->fd, pc->b + pc->got, sizeof(pc->b) - pc->got, 0);
+	size_t need = pc->proving ? SCD_TCP_AUTH_MAC_BYTES : TCP_HELLO_BYTES;
+	ssize_t n = recv(pc->fd, pc->b + pc->got, need - pc->got, 0);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
 		return 0;
 	if (n <= 0) {
-		scd_debug(SCD_SUB_TRANSPORT, "a connection closed before its hello");
+		char from[96];
+		scd_debug(SCD_SUB_TRANSPORT, "a connection from %s closed before its %s",
+			  peer_name(pc->fd, from, sizeof(from)),
+			  pc->proving ? "proof of the job secret" : "hello");
 		close(pc->fd);
 		return 1;
 	}
 	pc->got += (size_t)n;
-	if (pc->got < sizeof(pc->b))
+	if (pc->got < need)
 		return 0;
+	if (pc->proving)
+		return check_proof(t, pc, accepted_p);
 	int rank = (int)get32(pc->b + 16), size = (int)get32(pc->b + 20);
 	uint64_t world = get64(pc->b + 8);
 	uint32_t code = TCP_ACK_OK;
@@ -526,29 +628,37 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		code = TCP_REFUSE_RANK;
 	else if (t->fds[rank] >= 0)
 		code = TCP_REFUSE_DUPLICATE;
-	unsigned char ack[TCP_HELLO_BYTES];
+	unsigned char ack[TCP_ACK_BYTES] = {0};
 	encode_hello(ack, code, t->world_id, t->base.rank, t->base.size);
-	/* A fresh socket's send buffer takes 24 bytes at once. */
-	ssize_t w = send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
+	char from[96];
 	if (code != TCP_ACK_OK) {
+		(void)send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
 		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: refused a connection claiming rank %d of world %016" PRIx64
-			 " (size %d): %s",
-			 t->base.rank, rank, world, size, refusal_text(code));
+			 "rank %d: refused a connection from %s claiming rank %d of world "
+			 "%016" PRIx64 " (size %d): %s",
+			 t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank, world, size,
+			 refusal_text(code));
 		close(pc->fd);
 		return 1;
 	}
+	pc->auth = (scd_tcp_auth_conn_t){
+	    .world_id = t->world_id, .connector_rank = rank, .acceptor_rank = t->base.rank};
+	memcpy(pc->auth.connector_nonce, pc->b + TCP_HEAD_BYTES, SCD_TCP_AUTH_NONCE_BYTES);
+	scd_tcp_auth_nonce(pc->auth.acceptor_nonce);
+	memcpy(ack + TCP_HEAD_BYTES, pc->auth.acceptor_nonce, SCD_TCP_AUTH_NONCE_BYTES);
+	scd_tcp_auth_mac(t->auth_key, SCD_TCP_AUTH_ACCEPTOR, &pc->auth, ack + TCP_HELLO_BYTES);
+	/* A fresh socket's send buffer takes the ack at once. */
+	ssize_t w = send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
 	if (w != (ssize_t)sizeof(ack)) {
-		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d: %s", t->base.rank,
-			 rank, w < 0 ? strerror(errno) : "short write");
+		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
+			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
+			 w < 0 ? strerror(errno) : "short write");
 		close(pc->fd);
 		return 1;
 	}
-	tune_socket(pc->fd, 0);
-	t->fds[rank] = pc->fd;
-	(*accepted_p)++;
-	scd_debug(SCD_SUB_TRANSPORT, "rank %d: accepted rank %d", t->base.rank, rank);
-	return 1;
+	pc->proving = 1;
+	pc->got = 0;
+	return 0;
 }
 
 static void missing_ranks(const scd_tcp_t *t, char *buf, size_t len)
@@ -570,11 +680,14 @@ static int64_t expire_pending(const scd_tcp_t *t, pending_t *pend, int *n_pend_p
 	for (int i = *n_pend_p - 1; i >= 0; i--) {
 		if (now - pend[i].since_ms < TCP_HELLO_TIMEOUT_MS)
 			continue;
-		scd_warn(
-		    SCD_SUB_TRANSPORT,
-		    "rank %d: closed a data-port connection that sent %zu of the %d bytes of "
-		    "a hello in %d ms",
-		    t->base.rank, pend[i].got, TCP_HELLO_BYTES, TCP_HELLO_TIMEOUT_MS);
+		char from[96];
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: closed a data-port connection from %s that sent %zu of the "
+			 "%d bytes of its %s in %d ms",
+			 t->base.rank, peer_name(pend[i].fd, from, sizeof(from)), pend[i].got,
+			 pend[i].proving ? SCD_TCP_AUTH_MAC_BYTES : TCP_HELLO_BYTES,
+			 pend[i].proving ? "proof of the job secret" : "hello",
+			 TCP_HELLO_TIMEOUT_MS);
 		close(pend[i].fd);
 		pend[i] = pend[--*n_pend_p];
 	}
@@ -682,12 +795,13 @@ static void tcp_destroy(scd_transport_t *tr)
 	free(t->io);
 	free(t->gone);
 	free(t->listed);
+	memset(t->auth_key, 0, sizeof(t->auth_key));
 	free(t);
 }
 
 sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const *addrs,
-			   const uint16_t *ports, uint64_t world_id, size_t scratch_bytes,
-			   int timeout_ms, scd_transport_t **t_p)
+			   const uint16_t *ports, uint64_t world_id, const uint8_t *auth_key,
+			   size_t scratch_bytes, int timeout_ms, scd_transport_t **t_p)
 {
 	int64_t deadline_ms = scd_tcp_now_ms() + (timeout_ms < 0 ? INT32_MAX : timeout_ms);
 	sc_status_t status = SC_ERR_NOMEM;
@@ -702,6 +816,8 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 		goto err_listen;
 	t->base = (scd_transport_t){.ops = &scd_transport_tcp_ops, .rank = rank, .size = size};
 	t->world_id = world_id;
+	if (auth_key)
+		memcpy(t->auth_key, auth_key, sizeof(t->auth_key));
 	t->fds = malloc(sizeof(int) * (size_t)size);
 	for (int p = 0; t->fds && p < size; p++)
 		t->fds[p] = -1;
@@ -855,7 +971,7 @@ static sc_status_t tcp_create_from(scd_transport_boot_t *b, size_t scratch_bytes
 	}
 	if (st == SC_OK) /* takes fd over, and logs a failure */
 		st = scd_tcp_create(fd, b->rank, b->size, addr_p, ports, b->world_id,
-				    scratch_bytes, timeout_ms, t_p);
+				    b->auth_key, scratch_bytes, timeout_ms, t_p);
 	else {
 		close(fd);
 		scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", b->rank,

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "transport/tcp.h"
+#include "transport/tcp_auth.h"
 #include "transport/transport.h"
 
 /* The ring receives at most this many bytes per recv(2) before it reduces them, so the
@@ -40,7 +41,8 @@ typedef struct scd_tcp {
 	scd_transport_t base;
 	int *fds; /* socket per rank, -1 for this rank */
 	uint64_t world_id;
-	unsigned char *scratch; /* mmap'd and pre-faulted at creation */
+	uint8_t auth_key[SCD_TCP_AUTH_KEY_BYTES]; /* of the handshake (tcp_auth.h) */
+	unsigned char *scratch;			  /* mmap'd and pre-faulted at creation */
 	size_t scratch_bytes;
 	scd_transport_counters_t ctr;
 	/* Preallocated per-call state, one entry per rank: no allocation on the data path. */

@@ -140,5 +140,5 @@ void scd_transport_boot_clear(scd_transport_boot_t *b)
 	for (int r = 0; b->blobs && r < b->size; r++)
 		free((void *)b->blobs[r].data);
 	free(b->blobs);
-	memset(b, 0, sizeof(*b));
+	memset(b, 0, sizeof(*b)); /* the key included */
 }

@@ -122,6 +122,9 @@ typedef struct scd_transport_boot {
 	int rank, size;
 	uint64_t world_id;	     /* shared by every rank of the world */
 	scd_transport_blob_t *blobs; /* [size], by rank */
+	/* the key each connection proves it holds (tcp: tcp_auth.h), derived from the job
+	 * secret (util/secret.h); all zeros without one. Set after scd_transport_boot_init. */
+	uint8_t auth_key[32];
 } scd_transport_boot_t;
 
 typedef struct scd_transport_ops {

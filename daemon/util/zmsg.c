@@ -75,3 +75,8 @@ int scd_zsock_bound(void *sock, int64_t max_bytes)
 {
 	return zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes));
 }
+
+const char *scd_zmsg_user(scd_zmsg_t *m)
+{
+	return m->held_ ? zmq_msg_gets(&m->frame_, "User-Id") : NULL;
+}

@@ -45,6 +45,9 @@ int scd_zsock_bound(void *sock, int64_t max_bytes);
  * router: the socket prepends the sender's identity. Messages whose identity is longer
  * than 256 bytes, or that lack a payload, are skipped. */
 int scd_zmsg_recv(void *sock, int router, scd_zmsg_t *m);
+/* The User-Id the socket's security handler gave the connection the last message read into
+ * m came over (ZAP, world/curve.c), or NULL when there is none. */
+const char *scd_zmsg_user(scd_zmsg_t *m);
 /* Releases the frame of the last message read into m. */
 void scd_zmsg_done(scd_zmsg_t *m);
 

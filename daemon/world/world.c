@@ -101,8 +101,10 @@ static void start_mesh(scd_world_t *w)
 	if (job)
 		st = scd_transport_boot_init(&job->boot, w->endpoint, d->rank, d->world_size,
 					     w->world_id);
-	if (st == SC_OK)
+	if (st == SC_OK) {
 		w->endpoint = NULL; /* the job's now */
+		scd_secret_data_key(&d->secret, job->boot.auth_key);
+	}
 	for (int r = 0; st == SC_OK && r < d->world_size; r++)
 		if (r != d->rank)
 			st = scd_transport_boot_set_blob(&job->boot, r, w->peers[r].blob,
@@ -272,9 +274,12 @@ static void on_join_timeout(uv_timer_t *t)
 	scd_daemon_t *d = w->d;
 	if (!w->is_coord) {
 		scd_error(SCD_SUB_WORLD,
-			  "rank %d could not join the coordinator at %s within %lld ms",
+			  "rank %d could not join the coordinator at %s within %lld ms%s",
 			  d->rank, scd_cfg_str(&d->cfg, SCD_CFG_coordinator),
-			  (long long)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms));
+			  (long long)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms),
+			  d->secret.present ? " (a coordinator whose secret differs refuses "
+					      "this rank's key without an answer)"
+					    : "");
 		scd_daemon_stop(d, 1);
 		return;
 	}
@@ -441,6 +446,39 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 }
 
+/* What the coordinator takes from a peer's connection: a Join first (under a secret, for
+ * the rank whose CURVE key the connection proved, world/curve.h), then messages only as
+ * the rank it joined as (under a secret, over that rank's key), about that rank alone. */
+static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__PeerMsg *m)
+{
+	int key_rank = w->curve ? scd_curve_rank(z) : -1;
+	char why[160] = "";
+	if (m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN) {
+		if (!w->curve || m->join->rank == key_rank)
+			return 1;
+		snprintf(why, sizeof(why),
+			 "a join as rank %d came with the key of rank %d, not its own",
+			 m->join->rank, key_rank);
+		refuse(w, z->ident, z->ident_len, why);
+		return 0;
+	}
+	if (from < 0)
+		snprintf(why, sizeof(why), "from a connection that has not joined");
+	else if (w->curve && key_rank != from)
+		snprintf(why, sizeof(why), "from rank %d with the key of rank %d", from,
+			 key_rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_STATE &&
+		 m->node_state->rank != from)
+		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
+			 m->node_state->rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_READY && m->ready->rank != from)
+		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
+	else
+		return 1;
+	scd_warn(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
+	return 0;
+}
+
 static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
 			    const Sparsecomm__PeerMsg *m)
 {
@@ -501,6 +539,7 @@ void scd_world_drain(scd_world_t *w)
 	if (!w || !w->sock)
 		return;
 	scd_zmsg_t z = {0};
+	scd_curve_drain(w->curve);
 	while (scd_zmsg_recv(w->sock, w->is_coord, &z)) {
 		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, z.len, z.data);
 		if (!m) {
@@ -509,7 +548,8 @@ void scd_world_drain(scd_world_t *w)
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
-		handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
+		if (!w->is_coord || admitted(w, from, &z, m))
+			handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
 	scd_zmsg_done(&z);
@@ -637,6 +677,9 @@ sc_status_t scd_world_start(scd_world_t *w)
 			  SCD_PEER_MSG_MAX_BYTES, zmq_strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
+	st = scd_curve_setup(d, w->sock, w->is_coord, &w->curve);
+	if (st != SC_OK)
+		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD, "cannot listen on coordinator address %s: %s",
@@ -699,6 +742,8 @@ void scd_world_destroy(scd_world_t *w)
 	}
 	if (w->sock)
 		zmq_close(w->sock);
+	scd_curve_destroy(w->curve);
+	w->curve = NULL;
 	scd_transport_release(w->endpoint); /* not handed to a mesh job */
 	w->endpoint = NULL;
 	scd_neg_destroy(w);

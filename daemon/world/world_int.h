@@ -8,6 +8,7 @@
 #define SCD_WORLD_WORLD_INT_H
 
 #include "transport/transport.h"
+#include "world/curve.h"
 #include "world/fusion_plan.h"
 #include "world/world.h"
 
@@ -73,6 +74,7 @@ typedef struct scd_poison {
 struct scd_world {
 	scd_daemon_t *d;
 	void *sock;
+	scd_curve_t *curve; /* the coordinator's CURVE keys and ZAP handler (secret only) */
 	uv_poll_t poll;
 	int polling;
 	int is_coord;

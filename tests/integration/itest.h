@@ -129,6 +129,8 @@ int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
 int it_fplan(int argc, char **argv);	    /* itest_fplan.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_peer_oversize(int argc, char **argv);
+int it_peer_stranger(int argc, char **argv);
+int it_peer_spoof(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_bits(int argc, char **argv);

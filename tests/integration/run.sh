@@ -265,6 +265,129 @@ if selected "peer oversize frame"; then
 		"scenario exited with $rc, coordinator peak '${hwm}' KiB (limit 98304)"
 fi
 
+# Authentication (README.md, "Security"). make_secret FILE: a secret file as the
+# documentation makes one.
+make_secret() {
+	(umask 077 && head -c 32 /dev/urandom >"$1")
+}
+# auth_job_runs COORD_DIR: rank 1 joins the lone coordinator with the job's secret
+# ($tmp/secret), one trainer per node sums, and both pass; sets $ok_job (1 when they did).
+auth_job_runs() {
+	mkdir -p "$tmp/auth-r1"
+	"$bin/sparsecommd" --rank 1 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/auth-r1" --secret_file "$tmp/secret" >"$tmp/r1.log" 2>&1 </dev/null &
+	r1=$!
+	i=0
+	while { [ ! -S "$1/ctl.sock" ] || [ ! -S "$tmp/auth-r1/ctl.sock" ]; } && [ $i -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	SPARSECOMM_SOCKET="ipc://$1/ctl.sock" timeout 60 "$itest" sums-small >"$tmp/out0" 2>&1 </dev/null &
+	t0=$!
+	SPARSECOMM_SOCKET="ipc://$tmp/auth-r1/ctl.sock" timeout 60 "$itest" sums-small \
+		>"$tmp/out1" 2>&1 </dev/null
+	rc1=$?
+	wait "$t0"
+	rc0=$?
+	kill "$coord" "$r1" 2>/dev/null
+	wait "$coord" "$r1" 2>/dev/null
+	cat "$tmp/out0" "$tmp/out1" "$tmp/r1.log" >>"$tmp/out"
+	ok_job=0
+	[ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && grep -q 'sums-small: rank 0 passed' "$tmp/out0" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/out1" && ok_job=1
+}
+
+# A daemon started for rank 1 with another secret never joins (the coordinator's CURVE
+# handshake fails for it) and gives up at its join timeout, saying why; the real rank 1
+# then joins and the job's sums are exact.
+if selected "auth impostor refused"; then
+	make_secret "$tmp/secret"
+	make_secret "$tmp/secret-other"
+	start_lone_coordinator "$tmp/auth-coord" --secret_file "$tmp/secret"
+	mkdir -p "$tmp/auth-imp"
+	timeout 60 "$bin/sparsecommd" --rank 1 --world_size 2 --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/auth-imp" --secret_file "$tmp/secret-other" \
+		--join_timeout_ms 3000 >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	auth_job_runs "$tmp/auth-coord"
+	ok=0
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok_job" -eq 1 ] &&
+		grep -q "rank 1 could not join the coordinator .*secret differs" "$tmp/out" &&
+		grep -q "rank 1 joined" "$tmp/coord.log" && ok=1
+	lone_verdict "auth impostor refused" "$ok" "impostor exited with $rc, job passed: $ok_job"
+fi
+
+# Peers without the secret (plain ZeroMQ, and CurveZMQ with the coordinator's public key
+# but a key pair of their own) send garbage, a Join and a Plan: no answer, the CURVE one
+# refused by the ZAP handler naming its address; the job then forms and sums.
+if selected "auth stranger ignored"; then
+	make_secret "$tmp/secret"
+	start_lone_coordinator "$tmp/auth-coord2" --secret_file "$tmp/secret"
+	i=0
+	until grep -q 'CurveZMQ server key' "$tmp/coord.log" 2>/dev/null || [ $i -ge 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	key=$(sed -n 's/.*CurveZMQ server key \([^;]*\);.*/\1/p' "$tmp/coord.log" | head -n 1)
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 SPARSECOMM_CURVE_SERVERKEY="$key" \
+		timeout 60 "$itest" peer-stranger >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	auth_job_runs "$tmp/auth-coord2"
+	ok=0
+	[ "$rc" -eq 0 ] && [ "$ok_job" -eq 1 ] && grep -q 'peer-stranger: rank 1 passed' "$tmp/out" &&
+		grep -q "refused a coordinator-channel connection from 127.0.0.1: the client key is no rank's key" \
+			"$tmp/coord.log" && ok=1
+	lone_verdict "auth stranger ignored" "$ok" "scenario exited with $rc, job passed: $ok_job"
+fi
+
+# Messages are taken only from the rank that may send them: a connection that has not
+# joined, a rank reporting for rank 0, and a rank sending what only the coordinator sends
+# are each dropped and logged, naming the sender; none is applied. A data-port connection
+# with a wrong proof of the secret is closed, logged with its address.
+if selected "peer messages bound to their rank"; then
+	start_lone_coordinator "$tmp/coord-spoof"
+	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 timeout 60 "$itest" \
+		peer-spoof >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	kill "$coord" 2>/dev/null
+	wait "$coord" 2>/dev/null
+	ok=0
+	[ "$rc" -eq 0 ] && grep -q 'peer-spoof: rank 1 passed' "$tmp/out" &&
+		grep -q "peer message [0-9]* from a connection that has not joined ignored" "$tmp/coord.log" &&
+		grep -q "peer message [0-9]* from rank 1 about rank 0 ignored" "$tmp/coord.log" &&
+		grep -q "peer message [0-9]* from rank 1 for rank 0 ignored" "$tmp/coord.log" &&
+		[ "$(grep -c "from rank 1 ignored: only the coordinator sends it" "$tmp/coord.log")" -eq 2 ] &&
+		grep -q "closed a data-port connection from 127.0.0.1:[0-9]* claiming rank 1: its proof of the job secret is wrong" "$tmp/coord.log" &&
+		! grep -q "node 0 is degraded\|log_level = debug" "$tmp/coord.log" && ok=1
+	lone_verdict "peer messages bound to their rank" "$ok" "scenario exited with $rc"
+fi
+
+# A secret file that group or others may read stops the daemon at start, naming the file;
+# without a secret, a daemon on an address other than loopback stops at start unless
+# insecure = true, which it warns about.
+if selected "auth secret file and insecure"; then
+	make_secret "$tmp/secret644"
+	chmod 644 "$tmp/secret644"
+	mkdir -p "$tmp/auth-start"
+	timeout 30 "$bin/sparsecommd" --rank 0 --world_size 1 --coordinator "127.0.0.1:$(free_port)" \
+		--runtime_dir "$tmp/auth-start" --secret_file "$tmp/secret644" >"$tmp/out" 2>&1 </dev/null
+	rc_mode=$?
+	timeout 30 "$bin/sparsecommd" --rank 0 --world_size 1 --coordinator "127.0.0.1:$(free_port)" \
+		--runtime_dir "$tmp/auth-start" --data_addr 0.0.0.0 >>"$tmp/out" 2>&1 </dev/null
+	rc_open=$?
+	timeout 60 "$launcher" -n 1 -v --insecure --timeout 30 --daemon-arg --data-addr \
+		--daemon-arg 0.0.0.0 -- "$itest" sums-small >>"$tmp/out" 2>&1 </dev/null
+	rc_insecure=$?
+	ok=0
+	[ "$rc_mode" -ne 0 ] && [ "$rc_mode" -ne 124 ] && [ "$rc_open" -ne 0 ] &&
+		[ "$rc_open" -ne 124 ] && [ "$rc_insecure" -eq 0 ] &&
+		grep -q "secret_file $tmp/secret644 has mode 0644" "$tmp/out" &&
+		grep -q "no secret_file, and coordinator .* or data_addr '0.0.0.0' is not a loopback" "$tmp/out" &&
+		grep -q "insecure = 1 and no secret_file" "$tmp/out" && ok=1
+	lone_verdict "auth secret file and insecure" "$ok" \
+		"0644 file: exit $rc_mode; 0.0.0.0 without a secret: exit $rc_open; insecure: exit $rc_insecure"
+fi
+
 # Two daemons on one runtime directory: the second stops at start, naming the directory
 # and the pid of the daemon that holds it; the first keeps running.
 if selected "runtime dir locked"; then

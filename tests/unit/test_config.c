@@ -260,3 +260,24 @@ UNIT_TEST(config_refuses_an_integer_past_its_range)
 	CHECK_EQ_INT(scd_cfg_int(&c, k), 3 << 20);
 	scd_config_free(&c);
 }
+
+/* A switch (a key of 0 or 1) reads true and false too; other keys and words do not. */
+UNIT_TEST(config_switch_reads_true_and_false)
+{
+	scd_config_t c;
+	char err[256] = "";
+	scd_config_init(&c);
+	int k = SCD_CFG_insecure;
+	CHECK_EQ_INT(scd_cfg_int(&c, k), 0);
+	CHECK_EQ_INT(scd_config_set(&c, k, "TRUE", SCD_SRC_FLAG, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, k), 1);
+	CHECK_EQ_INT(scd_config_set(&c, k, "false", SCD_SRC_FLAG, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, k), 0);
+	CHECK_EQ_INT(scd_config_set(&c, k, "yes", SCD_SRC_FLAG, err, sizeof(err)),
+		     SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "insecure: 'yes' is not an integer"), "error: %s", err);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, SCD_CFG_fusion_buffers, "true", SCD_SRC_FLAG, err, sizeof(err)),
+	    SC_ERR_INVALID);
+	scd_config_free(&c);
+}
