@@ -314,6 +314,27 @@ fuzz-build: $(FUZZ_BINS)
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh
 
+# ---- sanitizers (docs/design.md, testing) ------------------------------------------------
+# `make test-sanitize`: the unit and integration suites on a build with ASan and UBSan. The
+# sources (tracked and new, as git lists them) are copied into $(SAN_DIR), built there with
+# SAN_CFLAGS into its own build/, and the suites run from that copy, so their paths stay
+# those of a normal tree and nothing of it reaches build/. The Python tests are left out
+# (the interpreter would need the sanitizers' runtime preloaded).
+SAN_DIR ?= $(BUILD)/sanitize
+SAN_CFLAGS ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	      -fno-sanitize-recover=undefined
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+.PHONY: test-sanitize
+test-sanitize: $(DEPS_STAMP)
+	rm -rf $(SAN_DIR)/src && mkdir -p $(SAN_DIR)/src
+	git ls-files -co --exclude-standard -z | \
+		xargs -0 -I{} sh -c '[ -e "{}" ] && cp --parents -p "{}" $(SAN_DIR)/src/ || true'
+	mkdir -p $(SAN_DIR)/src/build && cp -p $(DEPS_STAMP) $(SAN_DIR)/src/build/
+	$(MAKE) -C $(SAN_DIR)/src NVCC= CORE_ONLY= CFLAGS="$(SAN_CFLAGS)" all
+	cd $(SAN_DIR)/src && $(SAN_ENV) build/bin/sparsecomm-unit && \
+		$(SAN_ENV) sh tests/integration/run.sh
+
 # ---- entry points ----------------------------------------------------------------------
 # The harnesses are built for the bounded fuzz run only where clang is found; without it
 # tests/fuzz/run.sh says why it skips.
