@@ -96,6 +96,7 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 NVCC_OPT ?= -O3
 CCCL_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/cccl /usr/local/cuda/include/cccl))
 CXX_HOST ?= g++
+GPU_HOST_CFLAGS ?= $(CFLAGS)
 GPU_SRC := $(wildcard gpu/*.cu)
 GPU_INC := -Igpu -Iclient/include
 GPU_HOST_OBJ := $(GPU_SRC:gpu/%.cu=$(OBJ)/gpu-host/%.o)
@@ -108,7 +109,7 @@ endif
 $(OBJ)/gpu-host/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh gpu/scg_host_ipc.h
 	@mkdir -p $(dir $@)
 	$(CXX_HOST) -x c++ -std=c++17 -DSCG_HOST -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP \
-		-fopenmp -fPIC -MMD -MP -Wall -Wextra -Wno-unused-parameter $(CFLAGS) $(GPU_INC) \
+		-fopenmp -fPIC -MMD -MP -Wall -Wextra -Wno-unused-parameter $(GPU_HOST_CFLAGS) $(GPU_INC) \
 		-isystem $(CCCL_INC) -isystem $(CUDA_HOME)/include -c $< -o $@
 $(LIB)/libscgpu-host.a: $(GPU_HOST_OBJ)
 	@mkdir -p $(LIB)
@@ -316,22 +317,29 @@ fuzz: fuzz-build
 
 # ---- sanitizers (docs/design.md, testing) ------------------------------------------------
 # `make test-sanitize`: the unit and integration suites on a build with ASan and UBSan. The
-# sources (tracked and new, as git lists them) are copied into $(SAN_DIR), built there with
-# SAN_CFLAGS into its own build/, and the suites run from that copy, so their paths stay
-# those of a normal tree and nothing of it reaches build/. The Python tests are left out
+# sources (tracked and new, as git lists them) are copied into $(SAN_DIR)/src (its build/
+# kept between runs), built there with SAN_CFLAGS, and the suites run from that copy, so
+# their paths stay those of a normal tree and nothing of it reaches build/. The Python tests are left out
 # (the interpreter would need the sanitizers' runtime preloaded).
 SAN_DIR ?= $(BUILD)/sanitize
 SAN_CFLAGS ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 	      -fno-sanitize-recover=undefined
-SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0 \
+# the GPU device's host build goes without UBSan: Thrust's OpenMP backend binds references
+# through null policy pointers in CCCL's own headers
+SAN_GPU_CFLAGS ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address
+# tests that allocate past any memory on purpose get NULL; tests that trap host reads of
+# guarded memory keep their own SIGSEGV handling
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:handle_segv=0 \
 	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 .PHONY: test-sanitize
 test-sanitize: $(DEPS_STAMP)
-	rm -rf $(SAN_DIR)/src && mkdir -p $(SAN_DIR)/src
+	mkdir -p $(SAN_DIR)/src && find $(SAN_DIR)/src -mindepth 1 -maxdepth 1 ! -name build \
+		-exec rm -rf {} +
 	git ls-files -co --exclude-standard -z | \
 		xargs -0 -I{} sh -c '[ -e "{}" ] && cp --parents -p "{}" $(SAN_DIR)/src/ || true'
 	mkdir -p $(SAN_DIR)/src/build && cp -p $(DEPS_STAMP) $(SAN_DIR)/src/build/
-	$(MAKE) -C $(SAN_DIR)/src NVCC= CORE_ONLY= CFLAGS="$(SAN_CFLAGS)" all
+	$(MAKE) -C $(SAN_DIR)/src NVCC= CORE_ONLY= CFLAGS="$(SAN_CFLAGS)" \
+		GPU_HOST_CFLAGS="$(SAN_GPU_CFLAGS)" all
 	cd $(SAN_DIR)/src && $(SAN_ENV) build/bin/sparsecomm-unit && \
 		$(SAN_ENV) sh tests/integration/run.sh
 

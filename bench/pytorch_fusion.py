@@ -83,6 +83,7 @@ def add_args(p):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--log-every", type=int, default=50, help="trainer: rank 0's loss lines")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json-out", default=None, help="trainer: rank 0 writes its record")
     p.add_argument("--json", default=None, help="driver: write every mode's record here")
@@ -216,7 +217,7 @@ def train(a):
         missing_all.append(miss)
         if step > a.warmup:
             missing.append(miss)
-        if rank == 0 and (step % 50 == 0 or step == a.steps):
+        if rank == 0 and (step % a.log_every == 0 or step == a.steps):
             print("step=%d loss=%.4f missing=%d" % (step, loss.item(), miss), flush=True)
     t1 = time.monotonic()
     sync_barrier()

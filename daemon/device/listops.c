@@ -117,6 +117,8 @@ void scd_coo_copy_first(uint32_t *oi, float *ov, const scd_coo_t *src)
 void scd_coo_scale_copy(uint32_t *oi, float *ov, const uint32_t *idx, const float *val,
 			uint64_t n, float share)
 {
+	if (!n)
+		return; /* the lists may be NULL then */
 	if (oi != idx)
 		memcpy(oi, idx, 4 * n);
 	if (share == 1.0f) {

@@ -579,7 +579,8 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 	for (int i = 0; i < n; i++) /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
-	qsort(r, (size_t)n, sizeof(*r), by_pos);
+	if (n > 1)
+		qsort(r, (size_t)n, sizeof(*r), by_pos);
 	uint64_t wait = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
 	uint64_t next = UINT64_MAX;
 	for (int i = 0, j; i < n; i = j) {
