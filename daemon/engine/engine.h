@@ -111,13 +111,17 @@ typedef enum {
 	SCD_FAULT_NONE = 0,
 	SCD_FAULT_COO_RANGE, /* COO indices not below the tensor's numel */
 	SCD_FAULT_NONFINITE, /* NaN or infinite values, with nonfinite = error */
+	SCD_FAULT_LOCAL,     /* the node's compute stage failed (count: minus its status) */
 } scd_fault_kind_t;
+
+/* The item of a fault that is the whole buffer's (no memory for it, its device failed). */
+#define SCD_FAULT_ITEM_BUFFER 0xffffu
 
 /* One rank's finding in its input (verdict.h): the first faulty item of the job. */
 typedef struct scd_fault {
 	scd_fault_kind_t kind;
-	uint32_t item;	/* index in job->items */
-	int local_rank; /* the trainer of the node that sent it */
+	uint32_t item;	/* index in job->items (SCD_FAULT_ITEM_BUFFER: the whole buffer) */
+	int local_rank; /* the trainer of the node that sent it (0 for SCD_FAULT_LOCAL) */
 	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
 } scd_fault_t;
 

@@ -197,6 +197,10 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
+# A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
+# the operation on every rank at once, naming that node's rank and the tensor.
+run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
+run_case "badinput compute n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput compute
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.
@@ -231,7 +235,7 @@ if selected "transport mismatch refused"; then
 	lone_verdict "transport mismatch refused" "$ok" "scenario exited with $rc"
 fi
 
-# The nonfinite key decides which jobs take the input check's round, so every rank must
+# The nonfinite key decides what the input check counts as a fault, so every rank must
 # agree: a rank whose key differs is refused at its join, naming both values.
 if selected "nonfinite mismatch refused"; then
 	start_lone_coordinator "$tmp/coord-nf" --nonfinite error
