@@ -29,8 +29,8 @@
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-static void send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
-		     const Sparsecomm__PeerMsg *m)
+void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__PeerMsg *m)
 {
 	size_t n = sparsecomm__peer_msg__get_packed_size(m);
 	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
@@ -59,8 +59,8 @@ void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
 		return;
 	}
 	scd_peer_t *p = &w->peers[rank];
-	if (p->joined)
-		send_raw(w, p->ident, p->ident_len, m);
+	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+		scd_world_send_raw(w, p->ident, p->ident_len, m);
 }
 
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
@@ -68,7 +68,7 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
 	if (w->is_coord)
 		handle_peer_msg(w, 0, NULL, 0, m);
 	else
-		send_raw(w, NULL, 0, m);
+		scd_world_send_raw(w, NULL, 0, m);
 }
 
 /* ---- formation ---------------------------------------------------------------------- */
@@ -156,6 +156,7 @@ static void coord_send_world(scd_world_t *w)
 	free(ptrs);
 	scd_info(SCD_SUB_WORLD, "world of %d formed (id %016llx)", d->world_size,
 		 (unsigned long long)w->world_id);
+	scd_live_start(w);
 	start_mesh(w);
 }
 
@@ -166,7 +167,7 @@ static void refuse(scd_world_t *w, const uint8_t *ident, size_t ident_len, const
 	jr.reason = (char *)why;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_REFUSED;
 	m.refused = &jr;
-	send_raw(w, ident, ident_len, &m);
+	scd_world_send_raw(w, ident, ident_len, &m);
 	scd_warn(SCD_SUB_WORLD, "join refused: %s", why);
 }
 
@@ -262,6 +263,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
+	scd_live_start(w);
 	start_mesh(w);
 }
 
@@ -401,7 +403,9 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 			addr[0] = 0, port = 0;
 		pi->addr = scd_arena_strdup(a, addr);
 		pi->port = port;
-		pi->connected = w->formed && scd_engine_transport(w->d->engine) != NULL;
+		pi->connected = w->formed && scd_engine_transport(w->d->engine) != NULL &&
+				p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+		scd_live_status(w, i, pi, a);
 		r->peers[r->n_peers++] = pi;
 	}
 }
@@ -474,6 +478,14 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
 		if (w->is_coord)
 			scd_neg_on_node_state(w, m->node_state);
+		else
+			scd_live_on_node_state(w, m->node_state);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_LEAVE:
+		scd_live_on_leave(w, from, m->leave);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
+		scd_live_on_heartbeat(w, from, m->heartbeat);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
 		if (w->is_coord)
@@ -508,7 +520,8 @@ void scd_world_drain(scd_world_t *w)
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
-		handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
+		if (scd_live_heard(w, from, z.ident, z.ident_len, m))
+			handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
 	scd_zmsg_done(&z);
@@ -574,7 +587,8 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);
-	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w;
+	uv_timer_init(d->loop, &w->beat_timer);
+	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w->beat_timer.data = w;
 	scd_fplan_state_init(&w->fplan, d->world_size);
 	*w_p = w;
 	return SC_OK;
@@ -651,6 +665,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 		 w->tops->name, describe_blob(w, self, where, sizeof(where)));
 	if (d->world_size == 1) {
 		w->formed = 1;
+		scd_live_start(w);
 		start_mesh(w);
 	} else if (!w->is_coord) {
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -665,7 +680,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 		j.transport_blob.len = self->blob_len;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 		m.join = &j;
-		send_raw(w, NULL, 0, &m);
+		scd_world_send_raw(w, NULL, 0, &m);
 	}
 	return SC_OK;
 }
@@ -677,6 +692,8 @@ void scd_world_destroy(scd_world_t *w)
 	uv_timer_stop(&w->join_timer);
 	uv_timer_stop(&w->flush_timer);
 	uv_timer_stop(&w->hold_timer);
+	uv_timer_stop(&w->beat_timer);
+	uv_close((uv_handle_t *)&w->beat_timer, NULL);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);

@@ -37,6 +37,9 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p);
  * (an unknown or unavailable transport included) is logged here and returned. */
 sc_status_t scd_world_start(scd_world_t *w);
 void scd_world_destroy(scd_world_t *w);
+/* The daemon stops: tells the coordinator (or, on the coordinator, every node) why, so that
+ * the others fail what needs it at once (world/liveness.c). */
+void scd_world_leave(scd_world_t *w, const char *reason);
 void scd_world_drain(scd_world_t *w);
 void scd_world_tick(scd_world_t *w);
 

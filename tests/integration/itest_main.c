@@ -338,6 +338,7 @@ static const struct {
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
     {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
+    {"gone", it_live_gone, "VICTIM WORD LIMIT_MS: a peer daemon goes away mid-wait"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},

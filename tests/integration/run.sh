@@ -298,6 +298,11 @@ fi
 run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 
+# A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
+# that dies, while the others' trainers wait on it: they fail at once or within
+# peer_timeout_ms, naming it (liveness.sh).
+. "$root/tests/integration/liveness.sh"
+
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"

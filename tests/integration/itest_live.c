@@ -1,0 +1,72 @@
+/*
+ * itest_live.c: a peer daemon that goes away while the others wait on it
+ * (tests/integration/liveness.sh starts the daemons by hand and stops the victim's).
+ *
+ *   gone VICTIM WORD LIMIT_MS: every trainer takes part in one exact allreduce; the
+ *   victim node's trainers then finalize and exit; every other trainer submits another
+ *   and prints "waiting" (the script then stops the victim's daemon). That operation must
+ *   fail with SC_ERR_PEER, naming the victim node's rank and WORD ("left", "lost"),
+ *   within LIMIT_MS of its submission; a later submission fails at once the same way.
+ */
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIVE_NUMEL 1000
+
+/* The operation h must fail with SC_ERR_PEER naming rank bad and word, within limit_ms of
+ * t0. */
+static void expect_gone(sc_client_t *c, sc_handle_t h, const char *what, int bad,
+			const char *word, double t0, int limit_ms)
+{
+	int r = it_wait(c, h, limit_ms + IT_ERROR_TIMEOUT_MS);
+	double took = it_now_s() - t0;
+	const char *why = it_wait_error();
+	if (r != SC_ERR_PEER)
+		IT_FAIL("%s: %s (%s), expected SC_ERR_PEER naming rank %d", what,
+			it_wait_name(r), why, bad);
+	if (!it_mentions_rank(why, bad) || !strstr(why, word))
+		IT_FAIL("%s: the error names neither rank %d nor '%s': %s", what, bad, word,
+			why);
+	if (took * 1000 > limit_ms)
+		IT_FAIL("%s failed only after %.2f s (limit %d ms): %s", what, took, limit_ms,
+			why);
+	it_log("%s failed after %.2f s: %s", what, took, why);
+}
+
+int it_live_gone(int argc, char **argv)
+{
+	if (argc < 4)
+		IT_FAIL("usage: gone VICTIM WORD LIMIT_MS");
+	int victim = atoi(argv[1]), limit_ms = atoi(argv[3]);
+	const char *word = argv[2];
+	sc_client_t *c = it_connect();
+	int me = sc_rank(c), size = sc_size(c), L = it_env.env_local_size;
+	int bad = victim * L; /* the victim node's first trainer */
+	sc_tensor_t *a = it_register(c, "live.a", SC_FLOAT32, LIVE_NUMEL);
+	char why[512];
+	it_fill(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, me, 1);
+	IT_CHECK_SC(sc_allreduce(c, a, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of 'live.a'");
+	if (it_check(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, size, 1, SC_OP_SUM, why,
+		     sizeof(why)))
+		IT_FAIL("'live.a' before any daemon went away: %s", why);
+	if (it_env.env_node_rank == victim) {
+		sc_finalize(c);
+		it_pass();
+	}
+	sc_tensor_t *b = it_register(c, "live.b", SC_FLOAT32, LIVE_NUMEL);
+	sc_handle_t h;
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, b, SC_OP_SUM, &h), "allreduce of 'live.b'");
+	printf("itest gone: rank %d waiting\n", me);
+	fflush(stdout);
+	expect_gone(c, h, "'live.b'", bad, word, t0, limit_ms);
+	/* the world stays without the node: the next operation fails at once */
+	t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &h), "allreduce of 'live.a' again");
+	expect_gone(c, h, "'live.a' after it", bad, word, t0, 3000);
+	sc_finalize(c);
+	it_pass();
+}
