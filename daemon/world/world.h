@@ -13,6 +13,10 @@
  * join_timeout_ms fails formation with the list of the ranks that never came. The world
  * never looks inside a blob except through the backend's describe (status, logs).
  *
+ * Liveness (liveness.c): heartbeats on the same channel find a node that died or froze
+ * within peer_timeout_ms, and a daemon that stops says so (Leave); every operation that
+ * needs a node gone then fails at once on every rank, naming it.
+ *
  * Negotiation (Horovod's, with its response cache): when every local trainer has submitted
  * a tensor, the node announces it to the coordinator in a ReadyList: the full request the
  * first time, afterwards only its cache id, so the steady state is one small message per
