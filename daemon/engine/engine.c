@@ -666,8 +666,11 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_join_timeout_ms);
 	/* The backend logs a failure where it detects it; the status goes up unchanged. */
-	sc_status_t st =
-	    scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &e->transport);
+	scd_transport_t *t = NULL;
+	sc_status_t st = scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &t);
+	pthread_mutex_lock(&e->mu); /* scd_engine_peer_gone reads it from the loop thread */
+	e->transport = t;
+	pthread_mutex_unlock(&e->mu);
 	if (st == SC_OK)
 		st = probe_network(e, tmo);
 	if (st != SC_OK) {
@@ -944,6 +947,15 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
 {
 	return e->transport;
+}
+
+void scd_engine_peer_gone(scd_engine_t *e, int rank)
+{
+	pthread_mutex_lock(&e->mu);
+	scd_transport_t *t = e->transport;
+	if (t && t->ops->peer_gone)
+		t->ops->peer_gone(t, rank);
+	pthread_mutex_unlock(&e->mu);
 }
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)

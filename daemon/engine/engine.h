@@ -204,6 +204,9 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
  * stopped (then the engine is freed), SC_ERR_TIMEOUT while it is still blocked in a
  * transfer. */
 sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms);
+/* From the loop thread: rank has gone from the world; a transfer blocked on it ends now
+ * instead of at op_timeout_ms (the transport's peer_gone, where it has one). */
+void scd_engine_peer_gone(scd_engine_t *e, int rank);
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */

@@ -14,9 +14,10 @@
  * one at once, naming rank 0: nothing can be negotiated without it.
  *
  * A job already on the data plane when its peer vanishes ends with the transport: at once
- * where the peer's connections closed (its process exited), else after op_timeout_ms
- * without progress (a stopped process); its error then names the lost node first
- * (scd_live_job_cause).
+ * where the peer's connections closed (its process exited); where they stay open (a
+ * stopped process), the node's connection is shut down when it is declared lost
+ * (scd_engine_peer_gone), so the wait ends then rather than at op_timeout_ms. Its error
+ * then names the node that went first (scd_live_cause).
  */
 #include "world/world_int.h"
 
@@ -26,6 +27,7 @@
 #include <zmq.h>
 
 #include "ctl/ctl.h"
+#include "engine/engine.h"
 #include "util/arena.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -62,6 +64,7 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 		 state == SPARSECOMM__PEER_STATE__PEER_LEFT ? "left the world" : "was lost",
 		 why);
 	scd_warn(SCD_SUB_WORLD, "%s", p->gone_reason);
+	scd_engine_peer_gone(w->d->engine, r);
 	if (w->is_coord) {
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
@@ -192,6 +195,7 @@ void scd_live_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 	p->state = ns->state;
 	snprintf(p->gone_reason, sizeof(p->gone_reason), "%s", ns->reason ? ns->reason : "");
 	scd_warn(SCD_SUB_WORLD, "%s", p->gone_reason);
+	scd_engine_peer_gone(w->d->engine, ns->rank);
 }
 
 void scd_world_leave(scd_world_t *w, const char *reason)
