@@ -662,9 +662,32 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 }
 
+static scd_scheme_cfg_t scheme_base(const scd_config_t *cfg);
+
+/* The world re-formed: the buffers' state (scheme contexts, residuals) belongs to the old
+ * mesh and its peers, so it goes with the old transport; every rank starts again from
+ * none, as a daemon that joins anew does. The communication stage has drained. */
+static sc_status_t drop_mesh(scd_engine_t *e)
+{
+	scd_scheme_cfg_t base = scheme_base(&e->d->cfg);
+	scd_bufctx_table_destroy(e->bufs);
+	e->bufs = NULL;
+	pthread_mutex_lock(&e->mu);
+	scd_transport_t *old = e->transport;
+	e->transport = NULL;
+	pthread_mutex_unlock(&e->mu);
+	scd_transport_destroy(old);
+	return scd_bufctx_table_create(&base, &e->bufs);
+}
+
 static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_join_timeout_ms);
+	if (e->transport && drop_mesh(e) != SC_OK) {
+		job->status = SC_ERR_NOMEM;
+		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");
+		return;
+	}
 	/* The backend logs a failure where it detects it; the status goes up unchanged. */
 	scd_transport_t *t = NULL;
 	sc_status_t st = scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &t);

@@ -1267,3 +1267,24 @@ void scd_neg_destroy(scd_world_t *w)
 	fusion_free(w);
 	scd_fplan_state_free(&w->fplan);
 }
+
+void scd_neg_reset(scd_world_t *w)
+{
+	scd_neg_destroy(w);
+	w->poisons = w->out_abandon = NULL;
+	w->ehead = w->etail = NULL;
+	memset(w->ebucket, 0, sizeof(w->ebucket));
+	w->cache = NULL;
+	w->n_cache = w->cap_cache = 0;
+	memset(w->name_to_id, 0, sizeof(w->name_to_id));
+	w->out = NULL;
+	w->n_out = w->cap_out = 0;
+	w->out_times = NULL;
+	w->n_times = w->cap_times = 0;
+	w->fusion_bufs = NULL;
+	w->n_fusion_bufs = 0;
+	w->fusion_version = 0;
+	w->cycle = 0;
+	w->job_seq = 0;
+	scd_fplan_state_init(&w->fplan, w->d->world_size);
+}

@@ -122,6 +122,7 @@ struct scd_world {
 	/* liveness.c: the heartbeat timer; this daemon said goodbye */
 	uv_timer_t beat_timer;
 	int left;
+	int served; /* the first mesh came up: the daemon serves its trainers */
 };
 
 /* world.c */
@@ -152,6 +153,9 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_are
 /* An allreduce job came back: statistics and completions. */
 void scd_neg_job_done(scd_world_t *w, struct scd_job *job);
 void scd_neg_destroy(scd_world_t *w);
+/* Forgets everything negotiated (the world re-forms: every rank starts again from an empty
+ * response cache, plan and job count). */
+void scd_neg_reset(scd_world_t *w);
 /* liveness.c */
 /* The world formed: every peer is connected and heard now; the heartbeats start. */
 void scd_live_start(scd_world_t *w);

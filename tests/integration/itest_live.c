@@ -2,17 +2,22 @@
  * itest_live.c: a peer daemon that goes away while the others wait on it
  * (tests/integration/liveness.sh starts the daemons by hand and stops the victim's).
  *
- *   gone VICTIM WORD LIMIT_MS: every trainer takes part in one exact allreduce; the
- *   victim node's trainers then finalize and exit; every other trainer submits another
- *   and prints "waiting" (the script then stops the victim's daemon). That operation must
- *   fail with SC_ERR_PEER, naming the victim node's rank and WORD ("left", "lost"),
- *   within LIMIT_MS of its submission; a later submission fails at once the same way.
+ *   gone VICTIM WORD LIMIT_MS [rejoin]: every trainer takes part in one exact allreduce;
+ *   the victim node's trainers then finalize and exit; every other trainer submits
+ *   another and prints "waiting" (the script then stops the victim's daemon). That
+ *   operation must fail with SC_ERR_PEER, naming the victim node's rank and WORD ("left",
+ *   "lost"), within LIMIT_MS of its submission; a later submission fails at once the same
+ *   way. With rejoin, each then prints "rejoin-ready" (the script starts the victim's
+ *   daemon again, and its trainer with the rejoin scenario) and submits again until the
+ *   world is whole: the sum must then be exact on every rank.
+ *   rejoin: the restarted node's trainer: the same allreduce until it succeeds, exact.
  */
 #include "itest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LIVE_NUMEL 1000
 
@@ -34,6 +39,39 @@ static void expect_gone(sc_client_t *c, sc_handle_t h, const char *what, int bad
 		IT_FAIL("%s failed only after %.2f s (limit %d ms): %s", what, took, limit_ms,
 			why);
 	it_log("%s failed after %.2f s: %s", what, took, why);
+}
+
+/* Submits 'live.c' until the world is whole again (a submission fails while the node is
+ * away or the world re-forms), within 60 s; the sum must then be exact. */
+static void until_whole(sc_client_t *c)
+{
+	int me = sc_rank(c), size = sc_size(c);
+	sc_tensor_t *t = it_register(c, "live.c", SC_FLOAT32, LIVE_NUMEL);
+	double t0 = it_now_s();
+	sc_status_t st;
+	int tries = 0;
+	do {
+		if (tries++)
+			usleep(100 * 1000);
+		it_fill(sc_tensor_data(t), SC_FLOAT32, LIVE_NUMEL, 13, me, 1);
+		st = sc_allreduce(c, t, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+	} while (st != SC_OK && (st == SC_ERR_PEER || st == SC_ERR_STALLED) &&
+		 it_now_s() - t0 < 60);
+	IT_CHECK_SC(st, "allreduce of 'live.c' once the node is back (%d tries)", tries);
+	char why[512];
+	if (it_check(sc_tensor_data(t), SC_FLOAT32, LIVE_NUMEL, 13, size, 1, SC_OP_SUM, why,
+		     sizeof(why)))
+		IT_FAIL("'live.c' with the node back: %s", why);
+	it_log("'live.c' exact on the whole world after %.2f s and %d tries", it_now_s() - t0,
+	       tries);
+}
+
+int it_live_rejoin(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	until_whole(c);
+	sc_finalize(c);
+	it_pass();
 }
 
 int it_live_gone(int argc, char **argv)
@@ -67,6 +105,11 @@ int it_live_gone(int argc, char **argv)
 	t0 = it_now_s();
 	IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &h), "allreduce of 'live.a' again");
 	expect_gone(c, h, "'live.a' after it", bad, word, t0, 3000);
+	if (argc > 4 && !strcmp(argv[4], "rejoin")) {
+		printf("itest gone: rank %d rejoin-ready\n", me);
+		fflush(stdout);
+		until_whole(c);
+	}
 	sc_finalize(c);
 	it_pass();
 }

@@ -9,7 +9,20 @@
 #   peer stop n=3         SIGSTOP: the same, and status shows it lost, last heard at least
 #                         peer_timeout_ms ago
 #   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost
+#   peer rejoin n=3       SIGKILL of rank 2, which is then started again with its rank: the
+#                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
+#                         of every trainer, the restarted node's new one included, is exact
 live_peer_timeout=2000
+
+# live_daemon R N: daemon R of N on $lport, its log appended to $live/dR.log, its pid in
+# live_dR.
+live_daemon() {
+	mkdir -p "$live/node$1"
+	"$bin/sparsecommd" --rank "$1" --world_size "$2" --coordinator "127.0.0.1:$lport" \
+		--runtime_dir "$live/node$1" --join_timeout_ms 30000 \
+		--peer_timeout_ms $live_peer_timeout >>"$live/d$1.log" 2>&1 </dev/null &
+	eval "live_d$1=\$!"
+}
 
 # live_start N: N daemons on a free port, logs in $live/dR.log, pids in live_dR.
 live_start() {
@@ -19,11 +32,7 @@ live_start() {
 	lport=$(free_port)
 	r=0
 	while [ $r -lt "$1" ]; do
-		mkdir -p "$live/node$r"
-		"$bin/sparsecommd" --rank $r --world_size "$1" --coordinator "127.0.0.1:$lport" \
-			--runtime_dir "$live/node$r" --join_timeout_ms 30000 \
-			--peer_timeout_ms $live_peer_timeout >"$live/d$r.log" 2>&1 </dev/null &
-		eval "live_d$r=\$!"
+		live_daemon $r "$1"
 		r=$((r + 1))
 	done
 	i=0 # the world formed: every control socket is there
@@ -119,7 +128,48 @@ live_case() {
 	failed=$((failed + 1))
 }
 
+# live_rejoin NAME: rank 2 killed, then started again (live_case's first steps, then the
+# restart and the restarted node's trainer).
+live_rejoin() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 3; then
+		live_trainers 3 gone 2 lost $((live_peer_timeout + 3000)) rejoin
+		why="the trainers never all waited"
+		if live_wait_for 2 "waiting"; then
+			kill -KILL "$live_d2"
+			wait "$live_d2" 2>/dev/null
+			why="the survivors did not see node 2 lost"
+			if live_wait_for 2 "rejoin-ready"; then
+				rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
+				live_daemon 2 3
+				SPARSECOMM_SOCKET="ipc://$live/node2/ctl.sock" SPARSECOMM_RANK=2 \
+					SPARSECOMM_SIZE=3 SPARSECOMM_LOCAL_RANK=0 SPARSECOMM_LOCAL_SIZE=1 \
+					SPARSECOMM_NODE_RANK=2 SPARSECOMM_NODE_COUNT=3 \
+					"$itest" rejoin >"$live/t2-again.out" 2>&1 </dev/null &
+				live_t2=$!
+				why="the world did not become whole again (no exact allreduce on all 3)"
+				live_wait_for 3 "live.c' exact" && live_wait_for 4 "passed" && ok=1
+			fi
+		fi
+	fi
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	if [ $ok -eq 1 ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+		return 0
+	fi
+	echo "FAIL  $1: $why"
+	for f in "$live"/t*.out "$live"/d*.log; do
+		echo "      == $f"
+		tail -n 15 "$f" | sed 's/^/      | /'
+	done
+	failed=$((failed + 1))
+}
+
 live_case "peer leave n=3" 2 TERM left 2500 1
 live_case "peer kill n=3" 2 KILL lost $((live_peer_timeout + 3000)) 1
 live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
 live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
+live_rejoin "peer rejoin n=3"
