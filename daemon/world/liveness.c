@@ -116,9 +116,13 @@ static void on_beat(uv_timer_t *t)
 			ago[r] = r == w->d->rank ? -1 : (int64_t)(now - w->peers[r].heard_ms);
 		hb.heard_ms_ago = ago;
 		hb.n_heard_ms_ago = (size_t)P;
+		/* by identity: while the world re-forms, a node that has not joined again
+		 * must still hear its coordinator */
 		for (int r = 1; r < P; r++)
-			if (w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-				scd_world_send_peer(w, r, &m);
+			if (w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
+			    w->peers[r].ident_len)
+				scd_world_send_raw(w, w->peers[r].ident, w->peers[r].ident_len,
+						   &m);
 	} else {
 		scd_world_send_coord(w, &m);
 	}
