@@ -2,7 +2,8 @@
  * sparsectl: inspect and tune a running sparsecommd through its control socket.
  *
  *   sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]
- *     status               rank, world size, peers and the node's trainers
+ *     status               rank, world size, peers (state, last heard) and the node's
+ *                          trainers
  *     stats [--reset]      per tensor: calls, bytes, time, last scheme and its prediction
  *                          (kept after the trainers leave; --reset zeroes them after
  *                          printing)

@@ -130,6 +130,7 @@ int it_fplan(int argc, char **argv);	    /* itest_fplan.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_live_gone(int argc, char **argv);    /* itest_live.c */
 int it_live_rejoin(int argc, char **argv);
+int it_live_busy(int argc, char **argv);
 int it_peer_oversize(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);

@@ -11,6 +11,11 @@
  *   daemon again, and its trainer with the rejoin scenario) and submits again until the
  *   world is whole: the sum must then be exact on every rank.
  *   rejoin: the restarted node's trainer: the same allreduce until it succeeds, exact.
+ *   gone-busy VICTIM LIMIT_MS: every trainer runs allreduces of 16 MiB back to back and prints
+ *   "busy" after the first (the script then kills the victim's daemon, most likely while
+ *   the data plane moves a buffer). The others' first failure must be SC_ERR_PEER naming
+ *   the victim node's rank, within LIMIT_MS of their "busy"; the victim's own trainer
+ *   just ends.
  */
 #include "itest.h"
 
@@ -70,6 +75,44 @@ int it_live_rejoin(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 	until_whole(c);
+	sc_finalize(c);
+	it_pass();
+}
+
+int it_live_busy(int argc, char **argv)
+{
+	if (argc < 3)
+		IT_FAIL("usage: gone-busy VICTIM LIMIT_MS");
+	int victim = atoi(argv[1]), limit_ms = atoi(argv[2]);
+	sc_client_t *c = it_connect();
+	int me = sc_rank(c), L = it_env.env_local_size;
+	size_t n = 4u << 20;
+	sc_tensor_t *t = it_register(c, "live.busy", SC_FLOAT32, n);
+	double t0 = 0;
+	sc_status_t st;
+	int steps = 0;
+	do {
+		it_fill(sc_tensor_data(t), SC_FLOAT32, n, 17, me, 1);
+		st = sc_allreduce(c, t, SC_OP_SUM, limit_ms + IT_ERROR_TIMEOUT_MS);
+		if (st == SC_OK && steps++ == 0) {
+			t0 = it_now_s();
+			printf("itest gone-busy: rank %d busy\n", me);
+			fflush(stdout);
+		}
+	} while (st == SC_OK && it_now_s() - t0 < 60);
+	if (it_env.env_node_rank == victim) { /* its daemon went: whatever it says */
+		it_log("the victim's trainer ends after %d steps: %s", steps, sc_last_error());
+		it_pass();
+	}
+	const char *why = sc_last_error();
+	double took = it_now_s() - t0;
+	if (st != SC_ERR_PEER || !it_mentions_rank(why, victim * L))
+		IT_FAIL("after %d steps: %s (%s), expected SC_ERR_PEER naming rank %d", steps,
+			sc_status_name(st), why, victim * L);
+	if (took * 1000 > limit_ms)
+		IT_FAIL("failed only %.2f s after it was busy (limit %d ms): %s", took,
+			limit_ms, why);
+	it_log("failed after %d steps, %.2f s after it was busy: %s", steps, took, why);
 	sc_finalize(c);
 	it_pass();
 }

@@ -340,6 +340,7 @@ static const struct {
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"gone", it_live_gone, "VICTIM WORD LIMIT_MS [rejoin]: a peer daemon goes away"},
     {"rejoin", it_live_rejoin, "a restarted node's trainer: an allreduce once whole"},
+    {"gone-busy", it_live_busy, "VICTIM LIMIT_MS: a peer daemon killed while buffers move"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},

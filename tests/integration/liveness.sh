@@ -9,6 +9,8 @@
 #   peer stop n=3         SIGSTOP: the same, and status shows it lost, last heard at least
 #                         peer_timeout_ms ago
 #   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost
+#   peer kill busy n=3    SIGKILL of rank 2 while 16 MiB buffers move: the others' first
+#                         failure names it, within peer_timeout_ms + 3 s
 #   peer rejoin n=3       SIGKILL of rank 2, which is then started again with its rank: the
 #                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
 #                         of every trainer, the restarted node's new one included, is exact
@@ -89,6 +91,21 @@ live_end() {
 	done
 }
 
+# live_verdict NAME OK WHY: counts the case; on failure, the tails of every output.
+live_verdict() {
+	if [ "$2" -eq 1 ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+		return 0
+	fi
+	echo "FAIL  $1: $3"
+	for f in "$live"/t*.out "$live"/d*.log; do
+		echo "      == $f"
+		tail -n 15 "$f" | sed 's/^/      | /'
+	done
+	failed=$((failed + 1))
+}
+
 # live_case NAME VICTIM SIGNAL WORD LIMIT_MS CHECK_NODE: the scenario; CHECK_NODE's status
 # must then show the victim as WORD.
 live_case() {
@@ -115,17 +132,7 @@ live_case() {
 	fi
 	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
 	live_end 3
-	if [ $ok -eq 1 ]; then
-		echo "ok    $1"
-		passed=$((passed + 1))
-		return 0
-	fi
-	echo "FAIL  $1: $why"
-	for f in "$live"/t*.out "$live"/d*.log; do
-		echo "      == $f"
-		tail -n 12 "$f" | sed 's/^/      | /'
-	done
-	failed=$((failed + 1))
+	live_verdict "$1" "$ok" "$why"
 }
 
 # live_rejoin NAME: rank 2 killed, then started again (live_case's first steps, then the
@@ -155,21 +162,30 @@ live_rejoin() {
 	fi
 	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
 	live_end 3
-	if [ $ok -eq 1 ]; then
-		echo "ok    $1"
-		passed=$((passed + 1))
-		return 0
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_busy NAME: rank 2's daemon killed while every trainer runs allreduces.
+live_busy() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 3; then
+		live_trainers 3 gone-busy 2 $((live_peer_timeout + 3000))
+		why="the trainers never all ran a step"
+		if live_wait_for 3 "busy"; then
+			kill -KILL "$live_d2"
+			why="the trainers did not pass"
+			live_wait_for 3 "passed" && ok=1
+		fi
 	fi
-	echo "FAIL  $1: $why"
-	for f in "$live"/t*.out "$live"/d*.log; do
-		echo "      == $f"
-		tail -n 15 "$f" | sed 's/^/      | /'
-	done
-	failed=$((failed + 1))
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
 }
 
 live_case "peer leave n=3" 2 TERM left 2500 1
 live_case "peer kill n=3" 2 KILL lost $((live_peer_timeout + 3000)) 1
 live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
 live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
+live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
