@@ -93,7 +93,16 @@ static void on_beat(uv_timer_t *t)
 	uint64_t now = scd_now_ms();
 	int64_t limit = peer_timeout_ms(w);
 	char why[128];
-	for (int r = 0; r < P; r++) {
+	/* This daemon itself did not run for that long (stopped, a host that hung): the
+	 * silence is its own, so it blames no one this turn; the messages waiting for it say
+	 * who is still there (a node the world gave up is told so and stops). */
+	int self_stalled = w->beat_ms && now - w->beat_ms > (uint64_t)limit;
+	if (self_stalled)
+		scd_warn(SCD_SUB_WORLD,
+			 "this daemon did not run for %llu ms (peer_timeout_ms = %lld)",
+			 (unsigned long long)(now - w->beat_ms), (long long)limit);
+	w->beat_ms = now;
+	for (int r = 0; r < P && !self_stalled; r++) {
 		const scd_peer_t *p = &w->peers[r];
 		if (r == w->d->rank || p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED ||
 		    (!w->is_coord && r != 0) || now - p->heard_ms <= (uint64_t)limit)
@@ -139,6 +148,7 @@ void scd_live_start(scd_world_t *w)
 	if (w->d->world_size == 1)
 		return;
 	uint64_t every = (uint64_t)peer_timeout_ms(w) / 4;
+	w->beat_ms = now;
 	uv_timer_start(&w->beat_timer, on_beat, every, every);
 }
 

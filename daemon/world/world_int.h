@@ -119,8 +119,10 @@ struct scd_world {
 	int n_fusion_bufs;
 	/* jobs */
 	uint64_t job_seq;
-	/* liveness.c: the heartbeat timer; this daemon said goodbye */
+	/* liveness.c: the heartbeat timer and its last turn (scd_now_ms); this daemon said
+	 * goodbye */
 	uv_timer_t beat_timer;
+	uint64_t beat_ms;
 	int left;
 	int served; /* the first mesh came up: the daemon serves its trainers */
 };

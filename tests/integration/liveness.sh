@@ -7,7 +7,7 @@
 #                         `sparsectl status` on a survivor shows it left
 #   peer kill n=3         SIGKILL: they fail naming it lost within peer_timeout_ms + 3 s
 #   peer stop n=3         SIGSTOP: the same, and status shows it lost, last heard at least
-#                         peer_timeout_ms ago
+#                         peer_timeout_ms ago; resumed, it is told it was given up and stops
 #   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost
 #   peer kill busy n=3    SIGKILL of rank 2 while 16 MiB buffers move: the others' first
 #                         failure names it, within peer_timeout_ms + 3 s
@@ -127,6 +127,17 @@ live_case() {
 			heard=$(printf '%s' "$peer" | sed -n 's/.*"heard_ms_ago":\([0-9-]*\).*/\1/p')
 			if [ $ok -eq 1 ] && [ "$4" = lost ] && [ "${heard:-0}" -lt $live_peer_timeout ]; then
 				ok=0 why="status on node $6 shows node $2 last heard ${heard} ms ago"
+			fi
+			if [ $ok -eq 1 ] && [ "$3" = STOP ]; then # resumed, it is told and stops
+				eval "kill -CONT \$live_d$2"
+				i=0
+				while eval "kill -0 \$live_d$2" 2>/dev/null && [ $i -lt 100 ]; do
+					sleep 0.1
+					i=$((i + 1))
+				done
+				grep -q "the world gave this node up: node $2 (rank $2) was lost" \
+					"$live/d$2.log" ||
+					ok=0 why="node $2, resumed, was not told it was given up"
 			fi
 		fi
 	fi
