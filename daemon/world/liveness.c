@@ -65,6 +65,10 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 		 why);
 	scd_warn(SCD_SUB_WORLD, "%s", p->gone_reason);
 	scd_engine_peer_gone(w->d->engine, r);
+	if (w->is_coord && !w->formed && p->joined) { /* the world re-forms without it now */
+		p->joined = 0;
+		w->n_joined--;
+	}
 	if (w->is_coord) {
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
@@ -158,7 +162,7 @@ int scd_live_heard(scd_world_t *w, int from, const uint8_t *ident, size_t ident_
 	if (from < 0 || from >= w->d->world_size || from == w->d->rank)
 		return 1;
 	scd_peer_t *p = &w->peers[from];
-	if (!w->formed || p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
+	if (p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
 		p->heard_ms = scd_now_ms();
 		return 1;
 	}
@@ -191,7 +195,7 @@ void scd_live_on_heartbeat(scd_world_t *w, int from, const Sparsecomm__Heartbeat
 void scd_live_on_leave(scd_world_t *w, int from, const Sparsecomm__Leave *l)
 {
 	/* the coordinator hears nodes; a node hears its coordinator only */
-	if (from < 0 || (!w->is_coord && from != 0) || !w->formed)
+	if (from < 0 || (!w->is_coord && from != 0) || (!w->formed && !w->served))
 		return;
 	peer_gone(w, from, SPARSECOMM__PEER_STATE__PEER_LEFT,
 		  l->reason && *l->reason ? l->reason : "no reason given");
@@ -214,7 +218,7 @@ void scd_live_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 
 void scd_world_leave(scd_world_t *w, const char *reason)
 {
-	if (!w || !w->sock || !w->formed || w->left || w->d->world_size == 1)
+	if (!w || !w->sock || (!w->formed && !w->served) || w->left || w->d->world_size == 1)
 		return;
 	w->left = 1;
 	uv_timer_stop(&w->beat_timer);
