@@ -974,6 +974,8 @@ scd_transport_t *scd_engine_transport(scd_engine_t *e)
 
 void scd_engine_peer_gone(scd_engine_t *e, int rank)
 {
+	if (!e) /* no engine yet (or a harness without one) */
+		return;
 	pthread_mutex_lock(&e->mu);
 	scd_transport_t *t = e->transport;
 	if (t && t->ops->peer_gone)
