@@ -180,6 +180,8 @@ void scd_daemon_stop(scd_daemon_t *d, int exit_code)
 		return;
 	d->shutting_down = 1;
 	d->exit_code = exit_code;
+	scd_world_leave(d->world,
+			exit_code ? "its daemon stopped on an error" : "its daemon stopped");
 	scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
 	uv_stop(d->loop);
 }
@@ -188,6 +190,9 @@ static void on_signal(uv_signal_t *h, int signum)
 {
 	scd_daemon_t *d = h->data;
 	scd_info(SCD_SUB_MAIN, "%s: shutting down", strsignal(signum));
+	char why[96];
+	snprintf(why, sizeof(why), "its daemon was stopped (%s)", strsignal(signum));
+	scd_world_leave(d->world, why);
 	scd_daemon_stop(d, 0);
 }
 

@@ -10,13 +10,17 @@
  *   Config*        the runtime change of a setting (scd_config_set), as apply_config;
  *   Ready          what the coordinator of a world of three ranks collects of it
  *                  (scd_neg_ready_collect); every name collected must then be counted
- *                  once for each rank that announced it.
+ *                  once for each rank that announced it;
+ *   Heartbeat,     what rank 1 takes of its coordinator's (scd_live_on_heartbeat,
+ *   NodeState      scd_live_on_node_state): no peer is then heard in the future, and
+ *                  every state is one of the three.
  * The world (one per input) is a coordinator's and a rank's at once: the plans' entries
  * go to its cache as on a rank, the announcements to its collection.
  */
 #include "fuzz.h"
 
 #include "transport/transport_internal.h"
+#include "util/clock.h"
 #include "world/world_int.h"
 
 static void plan(scd_world_t *w, const Sparsecomm__Plan *p)
@@ -63,9 +67,25 @@ static void ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 	}
 }
 
+static void liveness(scd_world_t *w)
+{
+	uint64_t now = scd_now_ms();
+	for (int r = 0; r < WORLD_SIZE; r++)
+		FUZZ_REQUIRE(w->peers[r].heard_ms <= now &&
+			     (unsigned)w->peers[r].state <= SPARSECOMM__PEER_STATE__PEER_LEFT);
+}
+
 static void handle(scd_world_t *w, scd_config_t *cfg, int from, const Sparsecomm__PeerMsg *m)
 {
 	switch (m->body_case) {
+	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
+		scd_live_on_heartbeat(w, from, m->heartbeat);
+		liveness(w);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
+		scd_live_on_node_state(w, m->node_state);
+		liveness(w);
+		break;
 	case SPARSECOMM__PEER_MSG__BODY_READY:
 		ready(w, from, m->ready);
 		break;
@@ -96,9 +116,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static scd_daemon_t d;
 	scd_world_t *w = calloc(1, sizeof(*w));
 	scd_config_t cfg;
-	if (!w)
+	if (!w || !(w->peers = calloc(WORLD_SIZE, sizeof(*w->peers)))) {
+		free(w);
 		return 0;
-	d.world_size = WORLD_SIZE, d.local_size = 1;
+	}
+	d.world_size = WORLD_SIZE, d.local_size = 1, d.rank = 1;
 	w->d = &d;
 	scd_config_init(&cfg);
 	while (size) {
@@ -115,6 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		data += len, size -= len;
 	}
 	scd_neg_destroy(w);
+	free(w->peers);
 	free(w);
 	scd_config_free(&cfg);
 	return 0;

@@ -4,10 +4,12 @@
  * both versions named. It is separate from the library's SC_PROTOCOL_VERSION (trainers
  * and sparsectl <-> daemon), so a change between daemons does not make the library's
  * users upgrade. 2: Join and WorldInfo carry the transport's name and bootstrap data.
+ * 3: heartbeats, Leave and the coordinator's NodeState for a node lost or left (a daemon
+ * without them would be declared lost), and Reform when such a node joins again.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 2
+#define SCD_WORLD_PROTOCOL_VERSION 3
 
 #endif

@@ -2,7 +2,8 @@
  * sparsectl: inspect and tune a running sparsecommd through its control socket.
  *
  *   sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]
- *     status               rank, world size, peers and the node's trainers
+ *     status               rank, world size, peers (state, last heard) and the node's
+ *                          trainers
  *     stats [--reset]      per tensor: calls, bytes, time, last scheme and its prediction
  *                          (kept after the trainers leave; --reset zeroes them after
  *                          printing)
@@ -203,6 +204,21 @@ static Sparsecomm__DaemonMsg *ctl_call(struct ctl *ctl, Sparsecomm__ClientMsg *m
 
 /* ---- status -------------------------------------------------------------------------- */
 
+/* A peer's state as status shows it. */
+static const char *peer_state(Sparsecomm__PeerState st)
+{
+	switch (st) {
+	case SPARSECOMM__PEER_STATE__PEER_CONNECTED:
+		return "connected";
+	case SPARSECOMM__PEER_STATE__PEER_LOST:
+		return "lost";
+	case SPARSECOMM__PEER_STATE__PEER_LEFT:
+		return "left";
+	default:
+		return "?";
+	}
+}
+
 static void status_json(const Sparsecomm__StatusReply *s)
 {
 	printf("{\"rank\":%d,\"world_size\":%d,\"local_size\":%d,\"protocol_version\":%u,"
@@ -220,8 +236,12 @@ static void status_json(const Sparsecomm__StatusReply *s)
 
 		printf("%s{\"rank\":%d,\"addr\":", i ? "," : "", p->rank);
 		json_str(p->addr);
-		printf(",\"port\":%u,\"connected\":%s}", p->port,
-		       p->connected ? "true" : "false");
+		printf(",\"port\":%u,\"connected\":%s,\"state\":\"%s\",\"heard_ms_ago\":%lld,"
+		       "\"reason\":",
+		       p->port, p->connected ? "true" : "false", peer_state(p->state),
+		       (long long)p->heard_ms_ago);
+		json_str(p->reason);
+		fputs("}", stdout);
 	}
 	fputs("],\"clients\":[", stdout);
 	for (size_t i = 0; i < s->n_clients; i++) {
@@ -245,12 +265,16 @@ static void status_text(const Sparsecomm__StatusReply *s)
 	       s->gpu_bytes / 1048576.0);
 	printf("\npeers (%zu):\n", s->n_peers);
 	if (s->n_peers)
-		printf("  %-6s %-24s %-6s %s\n", "RANK", "ADDRESS", "PORT", "CONNECTED");
+		printf("  %-6s %-24s %-6s %-10s %-10s %-10s %s\n", "RANK", "ADDRESS", "PORT",
+		       "CONNECTED", "STATE", "HEARD", "REASON");
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Sparsecomm__PeerInfo *p = s->peers[i];
-
-		printf("  %-6d %-24s %-6u %s\n", p->rank, p->addr, p->port,
-		       p->connected ? "yes" : "no");
+		char heard[32] = "-";
+		if (p->heard_ms_ago >= 0)
+			snprintf(heard, sizeof(heard), "%lld ms", (long long)p->heard_ms_ago);
+		printf("  %-6d %-24s %-6u %-10s %-10s %-10s %s\n", p->rank, p->addr, p->port,
+		       p->connected ? "yes" : "no", peer_state(p->state), heard,
+		       p->reason && *p->reason ? p->reason : "-");
 	}
 	printf("\nclients (%zu):\n", s->n_clients);
 	if (s->n_clients)

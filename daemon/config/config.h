@@ -64,6 +64,9 @@ typedef enum {
 	  "world formation fails if some rank has not joined within this time")                \
 	X(stall_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                 \
 	  "a tensor ready on some ranks but not others for this long fails on every rank")     \
+	X(peer_timeout_ms, INT, 10000, NULL, 200, 3600000, 0,                                  \
+	  "a daemon not heard on the coordinator channel for this long is lost and every "     \
+	  "operation that needs it fails; heartbeats go every quarter of it")                  \
 	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
 	  "largest tensor a trainer may register")                                             \
 	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \

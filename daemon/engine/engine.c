@@ -422,8 +422,10 @@ static void coo_direct_nonfinite(scd_job_t *job, scd_nonfinite_t nonfinite, scd_
 		note_fault(f, SCD_FAULT_NONFINITE, 0, it->src[0].local_rank, it->nonfinite);
 }
 
-/* Logs what nonfinite = warn lets through; with the input check round (verdict.h), fails
- * the job on every rank when some rank found a fault in its input. */
+/* Logs what nonfinite = warn lets through; then the input check round (verdict.h), which
+ * fails the job on every rank when some rank found a fault in its input or failed its
+ * compute stage. The rank whose compute stage failed keeps its own account of why after
+ * the error every rank shares. */
 static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_fault_t *f)
 {
 	for (int i = 0; i < job->n_items && job->nonfinite == SCD_NONFINITE_WARN; i++)
@@ -434,14 +436,27 @@ static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_faul
 			    "in this node's input, summed as they are (nonfinite = warn)",
 			    e->d->rank, item_name(&job->items[i]),
 			    (unsigned long long)job->items[i].nonfinite);
-	if (!scd_verdict_needed(job))
-		return SC_OK;
+	char mine[sizeof(job->error)];
+	if (f->kind == SCD_FAULT_LOCAL)
+		memcpy(mine, job->error, sizeof(mine));
+	int faulty;
 	sc_status_t st =
-	    scd_verdict_round(e->transport, job, f, e->d->local_size, job->timeout_ms);
-	if (st != SC_OK) {
-		job->status = st;
-		log_job_error(job);
+	    scd_verdict_round(e->transport, job, f, e->d->local_size, job->timeout_ms, &faulty);
+	if (st == SC_OK)
+		return SC_OK;
+	if (f->kind == SCD_FAULT_LOCAL) {
+		mine[sizeof(mine) - 1] = 0;
+		if (faulty <
+		    0) { /* the round itself failed: this node's failure is the error */
+			st = scd_fault_status(f);
+			memcpy(job->error, mine, sizeof(mine));
+		} else {
+			size_t n = strlen(job->error);
+			snprintf(job->error + n, sizeof(job->error) - n, "; here: %s", mine);
+		}
 	}
+	job->status = st;
+	log_job_error(job);
 	return st;
 }
 
@@ -466,11 +481,17 @@ static void clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, cha
 		dev->clear(buf + end * esz, (job->total_numel - end) * esz);
 }
 
-/* Fails a job in its compute stage: it goes to done, in order, with nothing to send. */
+/* Fails a job in its compute stage (job->error says why): it still takes the input check
+ * round, as this node's local fault, so that every rank fails it alike and none sends
+ * its bytes. A fault its input already showed is the one reported. */
 static void compute_fail(scd_job_t *job, sc_status_t st)
 {
 	job->status = st;
-	job->run.passthrough = 1;
+	if (job->run.fault.kind == SCD_FAULT_NONE)
+		job->run.fault = (scd_fault_t){
+		    .kind = SCD_FAULT_LOCAL,
+		    .item = job->n_items == 1 ? 0 : SCD_FAULT_ITEM_BUFFER,
+		    .count = (uint64_t)(-(int64_t)(st != SC_OK ? st : SC_ERR_SYSTEM))};
 }
 
 /* A free fusion buffer slot of device kind, sized for need bytes (waits while both are in
@@ -660,13 +681,39 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 }
 
+static scd_scheme_cfg_t scheme_base(const scd_config_t *cfg);
+
+/* The world re-formed: the buffers' state (scheme contexts, residuals) belongs to the old
+ * mesh and its peers, so it goes with the old transport; every rank starts again from
+ * none, as a daemon that joins anew does. The communication stage has drained. */
+static sc_status_t drop_mesh(scd_engine_t *e)
+{
+	scd_scheme_cfg_t base = scheme_base(&e->d->cfg);
+	scd_bufctx_table_destroy(e->bufs);
+	e->bufs = NULL;
+	pthread_mutex_lock(&e->mu);
+	scd_transport_t *old = e->transport;
+	e->transport = NULL;
+	pthread_mutex_unlock(&e->mu);
+	scd_transport_destroy(old);
+	return scd_bufctx_table_create(&base, &e->bufs);
+}
+
 static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = (int)scd_cfg_int(&e->d->cfg, SCD_CFG_join_timeout_ms);
+	if (e->transport && drop_mesh(e) != SC_OK) {
+		job->status = SC_ERR_NOMEM;
+		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");
+		return;
+	}
 	/* The backend logs a failure where it detects it; the status goes up unchanged. */
 	scd_gpunet_reset(e->gpunet);
-	sc_status_t st =
-	    scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &e->transport);
+	scd_transport_t *t = NULL;
+	sc_status_t st = scd_transport_create(&job->boot, ENGINE_SCRATCH_BYTES, tmo, &t);
+	pthread_mutex_lock(&e->mu); /* scd_engine_peer_gone reads it from the loop thread */
+	e->transport = t;
+	pthread_mutex_unlock(&e->mu);
 	if (st == SC_OK)
 		st = probe_network(e, tmo);
 	if (st != SC_OK) {
@@ -766,7 +813,8 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			 e->d->rank);
 		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
 			  job->error);
-		compute_fail(job, SC_ERR_PEER);
+		job->status = SC_ERR_PEER;
+		job->run.passthrough = 1; /* no transport to run the check round on */
 	} else {
 		uint64_t tl = scd_tl_begin();
 		compute_allreduce(e, job);
@@ -949,6 +997,18 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
 {
 	return e->transport;
+}
+
+void scd_engine_peer_gone(scd_engine_t *e, int rank)
+{
+	if (!e) /* no engine yet (or a harness without one) */
+		return;
+	pthread_mutex_lock(&e->mu);
+	scd_transport_t *t = e->transport;
+	if (t && t->ops->peer_gone)
+		t->ops->peer_gone(t, rank);
+	pthread_mutex_unlock(&e->mu);
+	scd_gpunet_peer_gone(e->gpunet, rank);
 }
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)

@@ -111,13 +111,17 @@ typedef enum {
 	SCD_FAULT_NONE = 0,
 	SCD_FAULT_COO_RANGE, /* COO indices not below the tensor's numel */
 	SCD_FAULT_NONFINITE, /* NaN or infinite values, with nonfinite = error */
+	SCD_FAULT_LOCAL,     /* the node's compute stage failed (count: minus its status) */
 } scd_fault_kind_t;
+
+/* The item of a fault that is the whole buffer's (no memory for it, its device failed). */
+#define SCD_FAULT_ITEM_BUFFER 0xffffu
 
 /* One rank's finding in its input (verdict.h): the first faulty item of the job. */
 typedef struct scd_fault {
 	scd_fault_kind_t kind;
-	uint32_t item;	/* index in job->items */
-	int local_rank; /* the trainer of the node that sent it */
+	uint32_t item;	/* index in job->items (SCD_FAULT_ITEM_BUFFER: the whole buffer) */
+	int local_rank; /* the trainer of the node that sent it (0 for SCD_FAULT_LOCAL) */
 	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
 } scd_fault_t;
 
@@ -201,6 +205,9 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
  * stopped (then the engine is freed), SC_ERR_TIMEOUT while it is still blocked in a
  * transfer. */
 sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms);
+/* From the loop thread: rank has gone from the world; a transfer blocked on it ends now
+ * instead of at op_timeout_ms (the transport's peer_gone, where it has one). */
+void scd_engine_peer_gone(scd_engine_t *e, int rank);
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */

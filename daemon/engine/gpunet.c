@@ -3,6 +3,7 @@
  */
 #include "engine/gpunet.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,33 @@ typedef enum { WANT_AUTO, WANT_TCP, WANT_NCCL } want_t;
 
 struct scd_gpunet {
 	want_t want;
-	int settled_tcp;	/* the world takes tcp for good (auto) */
-	int failed;		/* the communicator failed since its last job */
-	int local_ok;		/* -1: not asked yet; 0/1: this node can run NCCL */
-	scd_transport_t *nccl;	/* NULL: none */
+	int settled_tcp;       /* the world takes tcp for good (auto) */
+	int failed;	       /* the communicator failed since its last job */
+	int local_ok;	       /* -1: not asked yet; 0/1: this node can run NCCL */
+	scd_transport_t *nccl; /* NULL: none; set under mu (peer_gone reads it) */
+	pthread_mutex_t mu;
 	double alpha_s, beta_s; /* NCCL's, agreed */
 };
+
+/* Replaces the communicator (destroying the old one) where peer_gone may look. */
+static void set_nccl(scd_gpunet_t *g, scd_transport_t *t)
+{
+	pthread_mutex_lock(&g->mu);
+	scd_transport_t *old = g->nccl;
+	g->nccl = t;
+	pthread_mutex_unlock(&g->mu);
+	scd_transport_destroy(old);
+}
+
+void scd_gpunet_peer_gone(scd_gpunet_t *g, int rank)
+{
+	if (!g)
+		return;
+	pthread_mutex_lock(&g->mu);
+	if (g->nccl && g->nccl->ops->peer_gone)
+		g->nccl->ops->peer_gone(g->nccl, rank);
+	pthread_mutex_unlock(&g->mu);
+}
 
 sc_status_t scd_gpunet_create(const char *want, scd_gpunet_t **g_p)
 {
@@ -31,6 +53,7 @@ sc_status_t scd_gpunet_create(const char *want, scd_gpunet_t **g_p)
 						 : WANT_TCP;
 	g->settled_tcp = g->want == WANT_TCP;
 	g->local_ok = -1;
+	pthread_mutex_init(&g->mu, NULL);
 	*g_p = g;
 	return SC_OK;
 }
@@ -39,7 +62,8 @@ void scd_gpunet_destroy(scd_gpunet_t *g)
 {
 	if (!g)
 		return;
-	scd_transport_destroy(g->nccl);
+	set_nccl(g, NULL);
+	pthread_mutex_destroy(&g->mu);
 	free(g);
 }
 
@@ -70,8 +94,7 @@ void scd_gpunet_failed(scd_gpunet_t *g)
 
 void scd_gpunet_reset(scd_gpunet_t *g)
 {
-	scd_transport_destroy(g->nccl);
-	g->nccl = NULL;
+	set_nccl(g, NULL);
 	g->failed = 0;
 	g->settled_tcp = g->want == WANT_TCP;
 }
@@ -155,7 +178,7 @@ static sc_status_t make_comm(scd_gpunet_t *g, scd_transport_t *mesh, int timeout
 			snprintf(err, cap, "%d rank(s) could not make their end", bad);
 		return SC_OK;
 	}
-	g->nccl = t;
+	set_nccl(g, t);
 	/* NCCL's costs, averaged over the ranks as the mesh's are */
 	double a = 0, b = 0;
 	if ((st = t->ops->measure(t, 2u << 20, &a, &b, timeout_ms)) != SC_OK) {
@@ -209,8 +232,7 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 		*beta_s_per_byte_p = g->beta_s;
 		return SC_OK;
 	}
-	scd_transport_destroy(g->nccl); /* every rank drops its end and makes a new one */
-	g->nccl = NULL;
+	set_nccl(g, NULL); /* every rank drops its end and makes a new one */
 	g->failed = 0;
 	int without = -1;
 	for (int r = 0; r < P && without < 0; r++)

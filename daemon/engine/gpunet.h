@@ -45,6 +45,9 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 
 /* A job on the nccl communicator failed: the next GPU buffer makes a new one. */
 void scd_gpunet_failed(scd_gpunet_t *g);
+/* The world gave up rank (lost or left): a wait of the communicator on it ends now (from
+ * any thread). */
+void scd_gpunet_peer_gone(scd_gpunet_t *g, int rank);
 /* The mesh was made anew: everything is decided again. */
 void scd_gpunet_reset(scd_gpunet_t *g);
 

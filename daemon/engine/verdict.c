@@ -25,21 +25,58 @@ scd_fault_t scd_fault_unpack(uint64_t w)
 	return f;
 }
 
-int scd_verdict_needed(const scd_job_t *job)
+sc_status_t scd_fault_status(const scd_fault_t *f)
 {
-	if (job->nonfinite == SCD_NONFINITE_ERROR)
-		return 1;
-	if (job->dtype != SC_FLOAT32)
-		return 0;
-	for (int i = 0; i < job->n_items; i++)
-		if (job->items[i].solo)
-			return 1;
-	return 0;
+	if (f->kind != SCD_FAULT_LOCAL)
+		return SC_ERR_INVALID;
+	/* an error status this build knows; anything else is a failure all the same */
+	sc_status_t st = f->count <= 0xffff ? (sc_status_t)(-(int)f->count) : SC_ERR_SYSTEM;
+	if (st == SC_OK || !strcmp(sc_status_name(st), "SC_UNKNOWN_STATUS"))
+		return SC_ERR_SYSTEM;
+	return st;
+}
+
+/* What a local fault failed on: the item's tensor, or every tensor of the buffer. */
+static void local_what(const scd_job_t *job, const scd_fault_t *f, char *buf, size_t len)
+{
+	if (f->item < (uint32_t)job->n_items) {
+		const scd_job_item_t *it = &job->items[f->item];
+		snprintf(buf, len, "tensor '%s'", it->name ? it->name : "?");
+		return;
+	}
+	int n =
+	    snprintf(buf, len, "the buffer of %s", job->n_items == 1 ? "tensor" : "tensors");
+	for (int i = 0; i < job->n_items && n > 0 && (size_t)n < len - 32; i++)
+		n += snprintf(buf + n, len - (size_t)n, "%s'%s'", i ? ", " : " ",
+			      job->items[i].name ? job->items[i].name : "?");
+	if (job->n_items == 0)
+		snprintf(buf, len, "the buffer");
+}
+
+/* A local fault: the node and its trainers' ranks, the tensor and the status. */
+static void describe_local(const scd_job_t *job, int rank, int local_size, const scd_fault_t *f,
+			   char *msg, size_t len)
+{
+	char what[300], ranks[96];
+	local_what(job, f, what, sizeof(what));
+	int n = snprintf(ranks, sizeof(ranks), "rank%s", local_size > 1 ? "s" : "");
+	for (int l = 0; l < local_size && (size_t)n < sizeof(ranks) - 16; l++)
+		n += snprintf(ranks + n, sizeof(ranks) - (size_t)n, "%s%d", l ? ", " : " ",
+			      rank * local_size + l);
+	sc_status_t st = scd_fault_status(f);
+	snprintf(msg, len,
+		 "node %d (%s) failed preparing %s for the exchange (%s: %s): the operation "
+		 "fails on every rank; that node's log says why",
+		 rank, ranks, what, sc_status_name(st), sc_status_message(st));
 }
 
 void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const scd_fault_t *f,
 			  char *msg, size_t len)
 {
+	if (f->kind == SCD_FAULT_LOCAL) {
+		describe_local(job, rank, local_size, f, msg, len);
+		return;
+	}
 	const scd_job_item_t *it =
 	    f->item < (uint32_t)job->n_items ? &job->items[f->item] : NULL;
 	char tensor[300];
@@ -63,8 +100,9 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 }
 
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
-			      int local_size, int timeout_ms)
+			      int local_size, int timeout_ms, int *faulty_p)
 {
+	*faulty_p = -1;
 	int P = t->size, me = t->rank;
 	uint8_t *in = malloc((size_t)P * 8);
 	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
@@ -99,7 +137,8 @@ sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_faul
 		if (f.kind == SCD_FAULT_NONE)
 			continue;
 		scd_verdict_describe(job, q, local_size, &f, job->error, sizeof(job->error));
-		st = SC_ERR_INVALID;
+		st = scd_fault_status(&f);
+		*faulty_p = q;
 	}
 	free(in);
 	free(x);

@@ -1,18 +1,19 @@
 /*
- * verdict.h: one outcome on every rank for an allreduce whose input is invalid on some
- * rank. The engine finds the faults in the pass that already reads the input (the local
- * sum: a trainer's COO index out of range, and with nonfinite = error a NaN or an
- * infinity); before any byte of the job goes out, every rank tells every other one in
- * one round of 8 bytes per peer whether it found one (scd_verdict_round). A fault
- * anywhere fails the job on every rank with the same error, naming the lowest faulty
- * rank, its trainer and the tensor; the collective then does not run, so the byte streams
- * stay in step and no rank delivers a partial sum.
+ * verdict.h: one outcome on every rank for an allreduce that fails on some rank before it
+ * communicates. The engine finds input faults in the pass that already reads the input
+ * (the local sum: a trainer's COO index out of range, and with nonfinite = error a NaN or
+ * an infinity); anything else that fails the job's compute stage on one node (a
+ * sparsifier its tensor's options cannot make, no memory for the buffer, a device error)
+ * is that node's local fault. Before any byte of the job goes out, every rank tells every
+ * other one in one round of 8 bytes per peer whether it found one (scd_verdict_round). A
+ * fault anywhere fails the job on every rank with the same error, naming the lowest
+ * faulty rank, its trainer (or node) and the tensor; the collective then does not run, so
+ * the byte streams stay in step and no rank delivers a partial sum.
  *
- * Whether a job takes the round is decided from what every rank agrees on (the plan and
- * the configuration's nonfinite key, which world formation checks is the same on every
- * node: world/world.c refuses a Join whose value differs): a float32
- * job with a tensor of its own buffer (the only ones that take COO input), and every job
- * when nonfinite = error.
+ * Every allreduce job takes the round, whatever its dtype and configuration: any of them
+ * can fail locally, and a rank that skipped the collective alone would leave its peers
+ * waiting for bytes that never come. The cost is one exchange of 8 bytes with every peer
+ * per buffer (one network latency; fusion amortises it over the buffer's tensors).
  */
 #ifndef SCD_ENGINE_VERDICT_H
 #define SCD_ENGINE_VERDICT_H
@@ -29,22 +30,25 @@
 uint64_t scd_fault_pack(const scd_fault_t *f);
 scd_fault_t scd_fault_unpack(uint64_t w);
 
-/* Whether the job takes the round (the same answer on every rank). */
-int scd_verdict_needed(const scd_job_t *job);
-
 /* Describes rank's fault f in job (items[f->item]) as the job's error, the same text on
  * every rank: the trainer's global rank (rank * local_size + local rank), node, local rank,
- * tensor and what was wrong. */
+ * tensor and what was wrong; for a local fault, the node, its trainers' ranks, the tensor
+ * (or the buffer's tensors) and the status. */
 void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const scd_fault_t *f,
 			  char *msg, size_t len);
 
+/* The status every rank fails the job with for fault f: a local fault's own, else
+ * SC_ERR_INVALID. */
+sc_status_t scd_fault_status(const scd_fault_t *f);
+
 /*
  * Sends this rank's finding (mine) to every rank and receives theirs, in one exchange.
- * SC_ERR_INVALID with job->error set (the same on every
- * rank) when some rank found a fault; a transport failure returns its status with
- * job->error naming it (SC_ERR_NOMEM: no memory for the round's lists); SC_OK otherwise.
+ * When some rank found a fault: the lowest faulty rank's status (scd_fault_status) with
+ * job->error set, the same on every rank, and that rank in *faulty_p. A transport failure
+ * returns its status with job->error naming it (SC_ERR_NOMEM: no memory for the round's
+ * lists) and *faulty_p -1; SC_OK otherwise.
  */
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
-			      int local_size, int timeout_ms);
+			      int local_size, int timeout_ms, int *faulty_p);
 
 #endif

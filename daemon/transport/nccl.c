@@ -25,6 +25,7 @@
  * to this rank itself are copied on the device.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ typedef struct scd_nccl {
 	ncclComm_t comm; /* NULL once aborted */
 	cudaStream_t stream;
 	char broken[256]; /* why the communicator was aborted ("" while usable) */
+	atomic_int gone;  /* 1 + a rank the world gave up (peer_gone), 0: none */
 	uint64_t *dhdr;	  /* device: [2][size][NCCL_HDR_WORDS] headers, out then in */
 	uint64_t *hhdr;	  /* host copy of the same */
 	scd_transport_counters_t ctr;
@@ -110,6 +112,12 @@ static void nccl_break(scd_nccl_t *t, const char *why)
 
 static sc_status_t usable(scd_nccl_t *t)
 {
+	int gone = atomic_load(&t->gone);
+	if (gone && t->comm) {
+		char why[64];
+		snprintf(why, sizeof why, "rank %d is gone from the world", gone - 1);
+		nccl_break(t, why);
+	}
 	if (t->comm)
 		return SC_OK;
 	scd_transport_set_error("rank %d: NCCL communicator aborted earlier (%s)", t->base.rank,
@@ -129,6 +137,12 @@ static sc_status_t nccl_wait(scd_nccl_t *t, const char *what, const char *peers,
 	int us = NCCL_POLL_MIN_US;
 	char why[256];
 	for (;;) {
+		int gone = atomic_load(&t->gone);
+		if (gone) { /* NCCL would wait for it forever */
+			snprintf(why, sizeof why, "%s: rank %d is gone from the world", what,
+				 gone - 1);
+			break;
+		}
 		ncclResult_t state = ncclSuccess;
 		ncclResult_t r = a->CommGetAsyncError(t->comm, &state);
 		if (r != ncclSuccess)
@@ -845,6 +859,15 @@ static sc_status_t nccl_measure(scd_transport_t *base, size_t probe_bytes, doubl
 	return SC_OK;
 }
 
+/* From the daemon's loop thread, while the engine may be waiting: its wait (and every later
+ * call) ends at the next poll with the communicator aborted, naming the rank. */
+static void nccl_peer_gone(scd_transport_t *base, int rank)
+{
+	scd_nccl_t *t = (scd_nccl_t *)base;
+	int none = 0;
+	atomic_compare_exchange_strong(&t->gone, &none, rank + 1);
+}
+
 static void nccl_counters(const scd_transport_t *base, scd_transport_counters_t *c_p)
 {
 	*c_p = ((const scd_nccl_t *)base)->ctr;
@@ -864,4 +887,5 @@ const scd_transport_ops_t scd_transport_nccl_ops = {
     .measure = nccl_measure,
     .counters = nccl_counters,
     .destroy = nccl_destroy,
+    .peer_gone = nccl_peer_gone,
 };

@@ -779,6 +779,15 @@ out:
 	return status;
 }
 
+/* Shuts the connection down without closing it (the descriptor stays the transport's
+ * until destroy): a poll(2) waiting on it in the engine's thread wakes with a hangup. */
+static void tcp_peer_gone(scd_transport_t *tr, int rank)
+{
+	scd_tcp_t *t = (scd_tcp_t *)tr;
+	if (rank >= 0 && rank < t->base.size && rank != t->base.rank && t->fds[rank] >= 0)
+		shutdown(t->fds[rank], SHUT_RDWR);
+}
+
 static void tcp_destroy(scd_transport_t *tr)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
@@ -996,4 +1005,5 @@ const scd_transport_ops_t scd_transport_tcp_ops = {
     .measure = scd_tcp_measure,
     .counters = tcp_counters,
     .destroy = tcp_destroy,
+    .peer_gone = tcp_peer_gone,
 };

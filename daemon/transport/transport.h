@@ -177,6 +177,10 @@ typedef struct scd_transport_ops {
 			       double *beta_s_per_byte_p, int timeout_ms);
 	void (*counters)(const scd_transport_t *t, scd_transport_counters_t *c_p);
 	void (*destroy)(scd_transport_t *t);
+	/* From any thread: rank has gone from the world (the coordinator channel found it
+	 * lost or leaving). A call waiting on it ends as if its connection had closed, naming
+	 * it, and so do later ones. Optional: without it such a call ends at its timeout. */
+	void (*peer_gone)(scd_transport_t *t, int rank);
 } scd_transport_ops_t;
 
 /* Every backend's object starts with this. */

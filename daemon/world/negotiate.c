@@ -102,6 +102,13 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 
 void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 {
+	if (!w->is_coord && w->peers[0].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
+		char msg[400]; /* nothing is negotiated without the coordinator (liveness.c) */
+		snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,
+			 w->peers[0].gone_reason);
+		scd_ctl_complete(w->d->ctl, nt, SC_ERR_PEER, msg);
+		return;
+	}
 	if (w->n_out == w->cap_out) {
 		int cap = w->cap_out ? w->cap_out * 2 : 64;
 		scd_outreq_t *o = realloc(w->out, (size_t)cap * sizeof(*o));
@@ -667,7 +674,13 @@ static void coord_emit(scd_world_t *w)
 		if (dr >= 0) {
 			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
 				 e->name, w->peers[dr].degraded_reason);
-			pb_error(&pb, e->name, SC_ERR_ABORTED, msg);
+			/* a node that left or was lost (liveness.c), or one that lost a
+			 * trainer */
+			pb_error(&pb, e->name,
+				 w->peers[dr].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED
+				     ? SC_ERR_PEER
+				     : SC_ERR_ABORTED,
+				 msg);
 			centry_free(w, e);
 			continue;
 		}
@@ -831,14 +844,17 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 	if (ns->rank < 0 || ns->rank >= w->d->world_size)
 		return;
 	scd_peer_t *p = &w->peers[ns->rank];
+	if (p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED && !ns->degraded)
+		return; /* a node that left or was lost stays given up (liveness.c) */
 	if (ns->degraded && !p->degraded)
 		p->degraded_seq = ++w->degraded_seq;
 	p->degraded = ns->degraded;
 	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
 		 ns->reason ? ns->reason : "");
-	scd_info(SCD_SUB_NEGOTIATE, "node %d is %s%s%s", ns->rank,
-		 ns->degraded ? "degraded: " : "whole again",
-		 ns->degraded ? p->degraded_reason : "", "");
+	if (p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED) /* else logged as it went */
+		scd_info(SCD_SUB_NEGOTIATE, "node %d is %s%s%s", ns->rank,
+			 ns->degraded ? "degraded: " : "whole again",
+			 ns->degraded ? p->degraded_reason : "", "");
 	if (ns->degraded) {
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
@@ -1221,12 +1237,15 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 			nt->stats.cpu_s = job->cpu_s;
 		}
 		nt->stats.nonfinite += it->nonfinite;
-		char msg[700];
-		if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
+		char msg[1100];
+		const char *cause = job->status != SC_OK ? scd_live_cause(w) : NULL;
+		if (cause) /* the node that went away first: the data plane's error follows */
+			job->status = SC_ERR_PEER;
+		else if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
 			job->status = SC_ERR_STALLED;
 		if (job->status != SC_OK)
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s",
-				 nt->name, job->error);
+			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s%s%s",
+				 nt->name, cause ? cause : "", cause ? "; " : "", job->error);
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
 	free(job->items);
@@ -1250,4 +1269,25 @@ void scd_neg_destroy(scd_world_t *w)
 	free(w->out_times);
 	fusion_free(w);
 	scd_fplan_state_free(&w->fplan);
+}
+
+void scd_neg_reset(scd_world_t *w)
+{
+	scd_neg_destroy(w);
+	w->poisons = w->out_abandon = NULL;
+	w->ehead = w->etail = NULL;
+	memset(w->ebucket, 0, sizeof(w->ebucket));
+	w->cache = NULL;
+	w->n_cache = w->cap_cache = 0;
+	memset(w->name_to_id, 0, sizeof(w->name_to_id));
+	w->out = NULL;
+	w->n_out = w->cap_out = 0;
+	w->out_times = NULL;
+	w->n_times = w->cap_times = 0;
+	w->fusion_bufs = NULL;
+	w->n_fusion_bufs = 0;
+	w->fusion_version = 0;
+	w->cycle = 0;
+	w->job_seq = 0;
+	scd_fplan_state_init(&w->fplan, w->d->world_size);
 }

@@ -30,8 +30,8 @@
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-static void send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
-		     const Sparsecomm__PeerMsg *m)
+void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__PeerMsg *m)
 {
 	size_t n = sparsecomm__peer_msg__get_packed_size(m);
 	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
@@ -60,8 +60,8 @@ void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
 		return;
 	}
 	scd_peer_t *p = &w->peers[rank];
-	if (p->joined)
-		send_raw(w, p->ident, p->ident_len, m);
+	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+		scd_world_send_raw(w, p->ident, p->ident_len, m);
 }
 
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
@@ -69,7 +69,7 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
 	if (w->is_coord)
 		handle_peer_msg(w, 0, NULL, 0, m);
 	else
-		send_raw(w, NULL, 0, m);
+		scd_world_send_raw(w, NULL, 0, m);
 }
 
 /* ---- formation ---------------------------------------------------------------------- */
@@ -122,6 +122,95 @@ static void start_mesh(scd_world_t *w)
 	scd_engine_submit(d->engine, job);
 }
 
+static void on_join_timeout(uv_timer_t *t);
+
+/* This rank's data-plane endpoint, prepared anew (at start, and when the world re-forms:
+ * the mesh job took the last one), and its blob as this rank's. Failures are logged by
+ * the backend. */
+static sc_status_t prepare_endpoint(scd_world_t *w)
+{
+	scd_daemon_t *d = w->d;
+	scd_transport_cfg_t tc = {
+	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
+	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
+	    .rank = d->rank,
+	};
+	scd_transport_release(w->endpoint);
+	w->endpoint = NULL;
+	sc_status_t st = scd_transport_prepare(w->tops, &tc, &w->endpoint);
+	if (st != SC_OK)
+		return st;
+	scd_peer_t *self = &w->peers[d->rank];
+	memcpy(self->blob, w->endpoint->blob, w->endpoint->blob_len);
+	self->blob_len = w->endpoint->blob_len;
+	self->joined = 1;
+	return SC_OK;
+}
+
+static void send_join(scd_world_t *w)
+{
+	scd_daemon_t *d = w->d;
+	scd_peer_t *self = &w->peers[d->rank];
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
+	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
+	j.rank = d->rank;
+	j.world_size = d->world_size;
+	j.local_size = d->local_size;
+	j.transport = (char *)w->tops->name;
+	j.nonfinite = (char *)scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
+	j.transport_blob.data = self->blob;
+	j.transport_blob.len = self->blob_len;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
+	m.join = &j;
+	scd_world_send_raw(w, NULL, 0, &m);
+}
+
+/*
+ * The world re-forms (every rank): what was negotiated is forgotten (every operation
+ * submitted fails, naming why), this rank prepares a new endpoint, and the next WorldInfo
+ * rebuilds the mesh (the engine's mesh job replaces its transport). The coordinator, for
+ * node back (which joins again; -1 on the other nodes, which the coordinator told),
+ * tells every other node in the world, and formation waits for each to join again
+ * (join_timeout_ms).
+ */
+static sc_status_t reform(scd_world_t *w, int back)
+{
+	scd_daemon_t *d = w->d;
+	char why[200];
+	if (back >= 0)
+		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", back);
+	else
+		snprintf(why, sizeof(why), "the world re-forms: a node given up joins again");
+	scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	w->formed = 0;
+	scd_neg_reset(w);
+	if (w->is_coord) {
+		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+		Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+		m.body_case = SPARSECOMM__PEER_MSG__BODY_REFORM;
+		m.reform = &e;
+		for (int r = 1; r < d->world_size; r++) {
+			scd_peer_t *p = &w->peers[r];
+			if (r != back && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+				scd_world_send_peer(w, r, &m);
+			p->joined = 0; /* until its Join */
+		}
+		w->n_joined = 1;
+		uv_timer_start(&w->join_timer, on_join_timeout,
+			       (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms), 0);
+	}
+	sc_status_t st = prepare_endpoint(w);
+	if (st != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "cannot re-form the world: no data-plane endpoint");
+		scd_daemon_stop(d, 1);
+		return st;
+	}
+	if (!w->is_coord)
+		send_join(w);
+	return SC_OK;
+}
+
 static void coord_send_world(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
@@ -159,6 +248,7 @@ static void coord_send_world(scd_world_t *w)
 	free(ptrs);
 	scd_info(SCD_SUB_WORLD, "world of %d formed (id %016llx)", d->world_size,
 		 (unsigned long long)w->world_id);
+	scd_live_start(w);
 	start_mesh(w);
 }
 
@@ -169,8 +259,33 @@ static void refuse(scd_world_t *w, const uint8_t *ident, size_t ident_len, const
 	jr.reason = (char *)why;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_REFUSED;
 	m.refused = &jr;
-	send_raw(w, ident, ident_len, &m);
+	scd_world_send_raw(w, ident, ident_len, &m);
 	scd_warn(SCD_SUB_WORLD, "join refused: %s", why);
+}
+
+/* Rank j->rank is in (coordinator): the world forms once every rank is. */
+static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__Join *j)
+{
+	scd_daemon_t *d = w->d;
+	scd_peer_t *p = &w->peers[j->rank];
+	p->joined = 1;
+	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+	p->heard_ms = scd_now_ms();
+	p->degraded = 0;
+	memcpy(p->ident, ident, ident_len);
+	p->ident_len = ident_len;
+	memcpy(p->blob, j->transport_blob.data, j->transport_blob.len);
+	p->blob_len = j->transport_blob.len;
+	w->n_joined++;
+	char where[160];
+	scd_info(SCD_SUB_WORLD, "rank %d joined (%d of %d), data plane %s %s", j->rank,
+		 w->n_joined, d->world_size, w->tops->name,
+		 describe_blob(w, p, where, sizeof(where)));
+	if (w->n_joined == d->world_size) {
+		w->formed = 1;
+		coord_send_world(w);
+	}
 }
 
 static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
@@ -209,24 +324,20 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		snprintf(why, sizeof(why),
 			 "rank %d has nonfinite '%.16s', the coordinator '%s'", j->rank,
 			 j->nonfinite ? j->nonfinite : "", own_nonfinite);
+	} else if (w->formed &&
+		   w->peers[j->rank].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
+		/* a node given up (lost, left) comes back: the world re-forms with it */
+		scd_info(SCD_SUB_WORLD, "rank %d joins again after it %s", j->rank,
+			 w->peers[j->rank].state == SPARSECOMM__PEER_STATE__PEER_LEFT
+			     ? "left"
+			     : "was lost");
+		if (reform(w, j->rank) == SC_OK)
+			accept_join(w, ident, ident_len, j);
+		return;
 	} else if (w->peers[j->rank].joined || w->formed) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
-		scd_peer_t *p = &w->peers[j->rank];
-		p->joined = 1;
-		memcpy(p->ident, ident, ident_len);
-		p->ident_len = ident_len;
-		memcpy(p->blob, j->transport_blob.data, j->transport_blob.len);
-		p->blob_len = j->transport_blob.len;
-		w->n_joined++;
-		char where[160];
-		scd_info(SCD_SUB_WORLD, "rank %d joined (%d of %d), data plane %s %s", j->rank,
-			 w->n_joined, d->world_size, w->tops->name,
-			 describe_blob(w, p, where, sizeof(where)));
-		if (w->n_joined == d->world_size) {
-			w->formed = 1;
-			coord_send_world(w);
-		}
+		accept_join(w, ident, ident_len, j);
 		return;
 	}
 	refuse(w, ident, ident_len, why);
@@ -265,6 +376,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
+	scd_live_start(w);
 	start_mesh(w);
 }
 
@@ -407,7 +519,9 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 			addr[0] = 0, port = 0;
 		pi->addr = scd_arena_strdup(a, addr);
 		pi->port = port;
-		pi->connected = w->formed && scd_engine_transport(w->d->engine) != NULL;
+		pi->connected = w->formed && scd_engine_transport(w->d->engine) != NULL &&
+				p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+		scd_live_status(w, i, pi, a);
 		r->peers[r->n_peers++] = pi;
 	}
 }
@@ -430,7 +544,7 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 static int rank_of_ident(scd_world_t *w, const uint8_t *ident, size_t len)
 {
 	for (int r = 1; r < w->d->world_size; r++)
-		if (w->peers[r].joined && w->peers[r].ident_len == len &&
+		if (w->peers[r].ident_len && w->peers[r].ident_len == len &&
 		    !memcmp(w->peers[r].ident, ident, len))
 			return r;
 	return -1;
@@ -443,7 +557,8 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 	return m->body_case == SPARSECOMM__PEER_MSG__BODY_WORLD ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFUSED ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_PLAN ||
-	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFORM;
 }
 
 /* What the coordinator takes from a peer's connection: a Join first (under a secret, for
@@ -513,6 +628,20 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
 		if (w->is_coord)
 			scd_neg_on_node_state(w, m->node_state);
+		else
+			scd_live_on_node_state(w, m->node_state);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_LEAVE:
+		scd_live_on_leave(w, from, m->leave);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_REFORM:
+		if (!w->is_coord && w->formed) {
+			scd_info(SCD_SUB_WORLD, "a node joins again: the world re-forms");
+			reform(w, -1);
+		}
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
+		scd_live_on_heartbeat(w, from, m->heartbeat);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
 		if (w->is_coord)
@@ -548,7 +677,8 @@ void scd_world_drain(scd_world_t *w)
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
-		if (!w->is_coord || admitted(w, from, &z, m))
+		if ((!w->is_coord || admitted(w, from, &z, m)) &&
+		    scd_live_heard(w, from, z.ident, z.ident_len, m))
 			handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
@@ -582,10 +712,15 @@ static void mesh_done(scd_daemon_t *d, scd_job_t *job)
 	sc_status_t st = job->status;
 	scd_transport_boot_clear(&job->boot);
 	free(job);
-	if (st != SC_OK)
+	if (st != SC_OK) {
 		scd_daemon_stop(d, 1);
-	else
+	} else if (!d->world->served) {
+		d->world->served = 1;
 		scd_daemon_world_ready(d);
+	} else {
+		scd_info(SCD_SUB_WORLD, "the world of %d is whole again (id %016llx)",
+			 d->world_size, (unsigned long long)d->world->world_id);
+	}
 }
 
 void scd_world_job_done(scd_daemon_t *d, scd_job_t *job)
@@ -615,7 +750,8 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);
-	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w;
+	uv_timer_init(d->loop, &w->beat_timer);
+	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w->beat_timer.data = w;
 	scd_fplan_state_init(&w->fplan, d->world_size);
 	*w_p = w;
 	return SC_OK;
@@ -651,18 +787,9 @@ sc_status_t scd_world_start(scd_world_t *w)
 			  scd_cfg_str(&d->cfg, SCD_CFG_transport), why);
 		return st;
 	}
-	scd_transport_cfg_t tc = {
-	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
-	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
-	    .rank = d->rank,
-	};
-	st = scd_transport_prepare(w->tops, &tc, &w->endpoint);
-	if (st != SC_OK)
-		return st; /* logged by the backend */
+	if ((st = prepare_endpoint(w)) != SC_OK)
+		return st;
 	scd_peer_t *self = &w->peers[d->rank];
-	memcpy(self->blob, w->endpoint->blob, w->endpoint->blob_len);
-	self->blob_len = w->endpoint->blob_len;
-	self->joined = 1;
 	char endpoint[300];
 	snprintf(endpoint, sizeof(endpoint), "tcp://%s", coord);
 	w->sock = zmq_socket(d->zctx, w->is_coord ? ZMQ_ROUTER : ZMQ_DEALER);
@@ -707,21 +834,10 @@ sc_status_t scd_world_start(scd_world_t *w)
 		 w->tops->name, describe_blob(w, self, where, sizeof(where)));
 	if (d->world_size == 1) {
 		w->formed = 1;
+		scd_live_start(w);
 		start_mesh(w);
 	} else if (!w->is_coord) {
-		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-		Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
-		j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
-		j.rank = d->rank;
-		j.world_size = d->world_size;
-		j.local_size = d->local_size;
-		j.transport = (char *)w->tops->name;
-		j.nonfinite = (char *)scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
-		j.transport_blob.data = self->blob;
-		j.transport_blob.len = self->blob_len;
-		m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
-		m.join = &j;
-		send_raw(w, NULL, 0, &m);
+		send_join(w);
 	}
 	return SC_OK;
 }
@@ -733,6 +849,8 @@ void scd_world_destroy(scd_world_t *w)
 	uv_timer_stop(&w->join_timer);
 	uv_timer_stop(&w->flush_timer);
 	uv_timer_stop(&w->hold_timer);
+	uv_timer_stop(&w->beat_timer);
+	uv_close((uv_handle_t *)&w->beat_timer, NULL);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);

@@ -8,10 +8,17 @@
  * node, the transport's name and blob). When every rank has joined, the coordinator sends
  * WorldInfo (the transport's name, every rank's blob and a random world id), and on every
  * rank the engine's mesh job builds the transport from them. A Join with another protocol
- * version, world size, trainer count or transport, a malformed blob, or a duplicate rank,
- * is refused with a reason naming the rank and both values; a rank missing after
- * join_timeout_ms fails formation with the list of the ranks that never came. The world
- * never looks inside a blob except through the backend's describe (status, logs).
+ * version, world size, trainer count or transport, a malformed blob, or a duplicate rank
+ * (not a node given up: see Liveness), is refused with a reason naming the rank and both
+ * values; a rank missing after join_timeout_ms fails formation with the list of the ranks that
+ * never came. The world never looks inside a blob except through the backend's describe
+ * (status, logs).
+ *
+ * Liveness (liveness.c): heartbeats on the same channel find a node that died or froze
+ * within peer_timeout_ms, and a daemon that stops says so (Leave); every operation that
+ * needs a node gone then fails at once on every rank, naming it. A daemon started again
+ * with a given-up node's rank is accepted: the coordinator has every node re-form (Reform,
+ * then Join and WorldInfo again) and the engines rebuild the mesh.
  *
  * Negotiation (Horovod's, with its response cache): when every local trainer has submitted
  * a tensor, the node announces it to the coordinator in a ReadyList: the full request the
@@ -37,6 +44,9 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p);
  * (an unknown or unavailable transport included) is logged here and returned. */
 sc_status_t scd_world_start(scd_world_t *w);
 void scd_world_destroy(scd_world_t *w);
+/* The daemon stops: tells the coordinator (or, on the coordinator, every node) why, so that
+ * the others fail what needs it at once (world/liveness.c). */
+void scd_world_leave(scd_world_t *w, const char *reason);
 void scd_world_drain(scd_world_t *w);
 void scd_world_tick(scd_world_t *w);
 

@@ -22,6 +22,12 @@ typedef struct scd_peer {
 	/* the rank's transport bootstrap blob, from its Join (coordinator) or WorldInfo */
 	uint8_t blob[SCD_TRANSPORT_BLOB_MAX];
 	size_t blob_len;
+	/* liveness.c: SPARSECOMM__PEER_STATE__*, when it was last heard (scd_now_ms; on a node
+	 * other than the coordinator, as the coordinator's heartbeats report), and why it
+	 * left or was lost */
+	Sparsecomm__PeerState state;
+	uint64_t heard_ms;
+	char gone_reason[320];
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -115,9 +121,17 @@ struct scd_world {
 	int n_fusion_bufs;
 	/* jobs */
 	uint64_t job_seq;
+	/* liveness.c: the heartbeat timer and its last turn (scd_now_ms); this daemon said
+	 * goodbye */
+	uv_timer_t beat_timer;
+	uint64_t beat_ms;
+	int left;
+	int served; /* the first mesh came up: the daemon serves its trainers */
 };
 
 /* world.c */
+void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__PeerMsg *m);
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 void scd_world_arm_flush(scd_world_t *w);
@@ -143,5 +157,24 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_are
 /* An allreduce job came back: statistics and completions. */
 void scd_neg_job_done(scd_world_t *w, struct scd_job *job);
 void scd_neg_destroy(scd_world_t *w);
+/* Forgets everything negotiated (the world re-forms: every rank starts again from an empty
+ * response cache, plan and job count). */
+void scd_neg_reset(scd_world_t *w);
+/* liveness.c */
+/* The world formed: every peer is connected and heard now; the heartbeats start. */
+void scd_live_start(scd_world_t *w);
+/* A message m came from rank from (-1: an identity the coordinator does not know): 1 to
+ * handle it, 0 to drop it (its node was given up: the coordinator tells it so). */
+int scd_live_heard(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		   const Sparsecomm__PeerMsg *m);
+void scd_live_on_heartbeat(scd_world_t *w, int from, const Sparsecomm__Heartbeat *hb);
+void scd_live_on_leave(scd_world_t *w, int from, const Sparsecomm__Leave *l);
+/* A node other than the coordinator hears that a node left or was lost. */
+void scd_live_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
+/* Why the first node that left or was lost is gone, or NULL when every node is in. */
+const char *scd_live_cause(const scd_world_t *w);
+/* Rank r's state, last heard and reason, for a status reply. */
+void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi,
+		     struct scd_arena *a);
 
 #endif

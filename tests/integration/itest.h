@@ -128,6 +128,9 @@ double it_stats_number(const char *sock, const char *name, const char *field);
 int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
 int it_fplan(int argc, char **argv);	    /* itest_fplan.c */
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
+int it_live_gone(int argc, char **argv);    /* itest_live.c */
+int it_live_rejoin(int argc, char **argv);
+int it_live_busy(int argc, char **argv);
 int it_peer_oversize(int argc, char **argv);
 int it_peer_stranger(int argc, char **argv);
 int it_peer_spoof(int argc, char **argv);

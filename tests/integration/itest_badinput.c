@@ -11,6 +11,11 @@
  *   two non-finite values for the tensor in `sparsectl stats`; the others count none.
  * badinput nan-pass (nonfinite = pass): the sum proceeds as with warn and nothing is
  *   counted.
+ * badinput compute: the offender registers a threshold-sparsified tensor with a threshold
+ *   that is positive as a double but 0 as float32, so only its node's compute stage fails
+ *   (the sparsifier cannot be made); every rank's allreduce fails within a few seconds
+ *   (not at the stall or operation timeout) with the same error naming that node's rank
+ *   and the tensor, and a valid step of another tensor is then exact.
  * badinput header: every trainer scribbles over the offsets and capacities in its shared
  *   buffer's header (proto/shm_layout.h) before each step; the daemon uses its own copies,
  *   so COO and dense steps stay exact and no daemon crashes.
@@ -146,6 +151,31 @@ static void bad_nan(sc_client_t *c, int bad, const char *mode)
 	valid_dense_step(c, t, name, 4);
 }
 
+static void bad_compute(sc_client_t *c, int bad)
+{
+	const char *name = "badinput.compute";
+	int me = sc_rank(c), node = it_env.env_node_rank; /* every trainer of a node alike */
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .sparsifier = SC_SPARSIFY_THRESHOLD,
+			      .threshold = node == bad / it_env.env_local_size ? 1e-50 : 0.5};
+	sc_tensor_t *t, *d = it_register(c, "badinput.compute.dense", SC_FLOAT32, BI_NUMEL);
+	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, BI_NUMEL, &o, &t), "register '%s'",
+		    name);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, BI_NUMEL, 5, me, 1);
+	it_barrier(c, "badinput.compute", 0);
+	double t0 = it_now_s();
+	sc_handle_t h;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce of '%s'", name);
+	expect_everyone_fails(c, h, bad, name);
+	double took = it_now_s() - t0;
+	if (took > 10)
+		IT_FAIL("'%s' failed only after %.1f s: its peers waited for rank %d", name,
+			took, bad);
+	it_log("'%s' failed on every rank after %.2f s", name, took);
+	for (int step = 0; step < 2; step++)
+		valid_dense_step(c, d, "badinput.compute.dense", (uint64_t)step);
+}
+
 /* Offsets and capacities a daemon that trusted them would read past its mapping with. */
 static void scribble_header(sc_tensor_t *t)
 {
@@ -187,9 +217,10 @@ int it_badinput(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	if (strcmp(mode, "coo") && strcmp(mode, "nan-error") && strcmp(mode, "nan-warn") &&
-	    strcmp(mode, "nan-pass") && strcmp(mode, "header"))
+	    strcmp(mode, "nan-pass") && strcmp(mode, "header") && strcmp(mode, "compute"))
 		IT_FAIL(
-		    "badinput: mode '%s' is not coo, nan-error, nan-warn, nan-pass or header",
+		    "badinput: mode '%s' is not coo, nan-error, nan-warn, nan-pass, header or "
+		    "compute",
 		    mode);
 	sc_client_t *c = it_connect();
 	int bad = sc_size(c) - 1;
@@ -197,6 +228,8 @@ int it_badinput(int argc, char **argv)
 		scribbled_header(c);
 	else if (!strcmp(mode, "coo"))
 		bad_coo(c, bad);
+	else if (!strcmp(mode, "compute"))
+		bad_compute(c, bad);
 	else
 		bad_nan(c, bad, mode);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");

@@ -151,6 +151,19 @@ static void check_status(const char *sock, int node_rank, int node_count)
 			node_count);
 	if (ws > 1 && peers->n == 0)
 		IT_FAIL("status --json: world of %d daemons but no peers listed", ws);
+	/* every peer in the world and heard lately (heartbeats every peer_timeout_ms / 4;
+	 * 10000 by default), this node never */
+	for (size_t i = 0; i < peers->n; i++) {
+		const it_json_t *p = peers->items[i];
+		int pr = (int)need(p, "rank", IT_JNUM, "status --json peer")->num;
+		const char *state = need(p, "state", IT_JSTR, "status --json peer")->str;
+		double heard = need(p, "heard_ms_ago", IT_JNUM, "status --json peer")->num;
+		if (strcmp(state, "connected") != 0)
+			IT_FAIL("status --json: peer %d is %s while the job runs", pr, state);
+		if (pr == rank ? heard != -1 : heard < 0 || heard > 10000)
+			IT_FAIL("status --json: peer %d of node %d last heard %g ms ago", pr,
+				rank, heard);
+	}
 	int found = 0;
 	for (size_t i = 0; i < clients->n; i++) {
 		const it_json_t *pid = it_json_get(clients->items[i], "pid");

@@ -197,6 +197,10 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
+# A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
+# the operation on every rank at once, naming that node's rank and the tensor.
+run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
+run_case "badinput compute n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput compute
 
 # The data plane's backend named explicitly (the `transport` key); a name that is no
 # backend stops every daemon at start, with an error naming it.
@@ -231,7 +235,7 @@ if selected "transport mismatch refused"; then
 	lone_verdict "transport mismatch refused" "$ok" "scenario exited with $rc"
 fi
 
-# The nonfinite key decides which jobs take the input check's round, so every rank must
+# The nonfinite key decides what the input check counts as a fault, so every rank must
 # agree: a rank whose key differs is refused at its join, naming both values.
 if selected "nonfinite mismatch refused"; then
 	start_lone_coordinator "$tmp/coord-nf" --nonfinite error
@@ -416,6 +420,11 @@ fi
 # SC_ERR_STALLED after stall_timeout_ms (1.5 s here), and the job goes on.
 run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
+
+# A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
+# that dies, while the others' trainers wait on it: they fail at once or within
+# peer_timeout_ms, naming it (liveness.sh).
+. "$root/tests/integration/liveness.sh"
 
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"

@@ -36,7 +36,6 @@ extern void *__libc_realloc(void *p, size_t size);
 extern void *__libc_memalign(size_t align, size_t size);
 extern void __libc_free(void *p);
 
-
 static inline void count_call(void)
 {
 	if (atomic_load_explicit(&counting, memory_order_relaxed))

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -409,10 +410,22 @@ UNIT_TEST_TIMEOUT(nccl_allreduce_typed_identical, 120)
 /* A rank that stops (SIGSTOP, as a paused or wedged node) mid-allreduce: the others give
  * up within the call's timeout, naming the ranks they waited for, abort the communicator
  * at once, and every later call fails at once; a rank that dies (SIGKILL) likewise. */
+/* The world gives up rank 2 (peer_gone, as the daemon's loop thread does) 300 ms into a
+ * wait of 20 s. */
+static void *give_up(void *arg)
+{
+	scd_transport_t *t = arg;
+	usleep(300 * 1000);
+	t->ops->peer_gone(t, 2);
+	return NULL;
+}
+
 static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int P, void *shared)
 {
 	(void)mesh;
-	int how = *(int *)shared;
+	int how = *(int *)shared, told = how < 0;
+	if (told)
+		how = -how;
 	enum { N = 1 << 16 };
 	float *f = calloc(N, sizeof(float));
 	CHECK_TRUE(scd_transport_allreduce_f32(t, f, N, NCCL_TMO) == SC_OK);
@@ -420,16 +433,26 @@ static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int 
 		raise(how);
 		_exit(0); /* resumed (SIGCONT): the others have given up on it */
 	}
+	pthread_t th;
+	if (told)
+		CHECK_TRUE(pthread_create(&th, NULL, give_up, t) == 0);
 	double t0 = now_ms();
-	sc_status_t st = scd_transport_allreduce_f32(t, f, N, 1500);
+	sc_status_t st = scd_transport_allreduce_f32(t, f, N, told ? 20000 : 1500);
 	double dt = now_ms() - t0;
+	if (told) {
+		pthread_join(th, NULL);
+		CHECK_MSG(strstr(scd_transport_error(), "rank 2 is gone"), "rank %d: %s", rank,
+			  scd_transport_error());
+	}
 	CHECK_MSG(st != SC_OK, "rank %d: allreduce with rank %d stopped succeeded", rank,
 		  P - 1);
-	CHECK_MSG(dt < 1500 + 2000, "rank %d: gave up after %.0f ms (timeout 1500)", rank, dt);
+	CHECK_MSG(dt < 1500 + 2000, "rank %d: gave up after %.0f ms (timeout %d)", rank, dt,
+		  told ? 20000 : 1500);
 	char want[32];
 	snprintf(want, sizeof(want), "%d", P - 1);
 	const char *e = scd_transport_error(), *list = strstr(e, "ranks ");
-	CHECK_MSG((list && strstr(list, want)) || strstr(e, "rank 2:") != NULL,
+	CHECK_MSG((list && strstr(list, want)) || strstr(e, "rank 2:") ||
+		      strstr(e, "rank 2 is gone"),
 		  "rank %d: error does not name rank %d: %s", rank, P - 1, e);
 	t0 = now_ms();
 	CHECK_EQ_INT(scd_transport_allreduce_f32(t, f, N, NCCL_TMO), SC_ERR_PEER);
@@ -447,8 +470,8 @@ UNIT_TEST_TIMEOUT(nccl_stopped_or_killed_peer_no_hang, 120)
 	use_stand_ins();
 	int *how = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(how != MAP_FAILED);
-	int sigs[] = {SIGSTOP, SIGKILL};
-	for (int k = 0; k < 2; k++) {
+	int sigs[] = {SIGSTOP, SIGKILL, -SIGSTOP}; /* the last: the world gives the rank up */
+	for (int k = 0; k < 3; k++) {
 		int P = 3, st[NCCL_P_MAX];
 		*how = sigs[k];
 		/* a watcher runs the ranks and judges the survivors; the stopped rank is let
@@ -468,12 +491,15 @@ UNIT_TEST_TIMEOUT(nccl_stopped_or_killed_peer_no_hang, 120)
 		int ws = 0;
 		while (waitpid(watcher, &ws, WNOHANG) == 0 && now_ms() - t0 < 60000) {
 			usleep(200 * 1000);
-			if (sigs[k] == SIGSTOP && now_ms() - t0 > 8000)
+			if (sigs[k] != SIGKILL && now_ms() - t0 > 8000)
 				kill(0, SIGCONT);
 		}
 		CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
 			  "%s: a survivor failed (wait status 0x%x)",
-			  sigs[k] == SIGSTOP ? "SIGSTOP" : "SIGKILL", ws);
+			  sigs[k] == SIGSTOP   ? "SIGSTOP"
+			  : sigs[k] == SIGKILL ? "SIGKILL"
+					       : "peer_gone",
+			  ws);
 	}
 	munmap(how, 4096);
 }

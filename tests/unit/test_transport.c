@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -661,6 +662,58 @@ static void timeout_rank(scd_transport_t *t, int rank, int P, void *arg)
 UNIT_TEST(transport_tcp_timeout_names_rank)
 {
 	run_world(2, timeout_rank, NULL);
+}
+
+/* A rank that stays connected but silent (a stopped process) and is then declared gone:
+ * the others' calls blocked on it end at once, naming it, not at their timeout. */
+typedef struct {
+	scd_transport_t *t;
+	int rank;
+} gone_arg_t;
+
+static void *declare_gone(void *p)
+{
+	gone_arg_t *g = p;
+	usleep(300 * 1000);
+	g->t->ops->peer_gone(g->t, g->rank);
+	return NULL;
+}
+
+static void gone_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	float x[1000] = {0};
+	if (rank == P - 1) { /* silent, its connections open, until the others are done */
+		usleep(3000 * 1000);
+		return;
+	}
+	scd_log_level = -1;
+	gone_arg_t g = {t, P - 1};
+	pthread_t th;
+	CHECK_TRUE(pthread_create(&th, NULL, declare_gone, &g) == 0);
+	double t0 = now_ms();
+	sc_status_t st = scd_transport_allreduce_f32(t, x, 1000, 20000);
+	double ms = now_ms() - t0;
+	pthread_join(th, NULL);
+	char want[32];
+	snprintf(want, sizeof(want), "rank %d", P - 1);
+	CHECK_MSG(st == SC_ERR_PEER, "rank %d: status %d (%s) after %.0f ms", rank, st,
+		  scd_transport_error(), ms);
+	CHECK_MSG(strstr(scd_transport_error(), want), "rank %d: error does not name %s: %s",
+		  rank, want, scd_transport_error());
+	CHECK_MSG(ms < 2000, "rank %d: took %.0f ms after the peer was declared gone", rank,
+		  ms);
+	/* later calls fail at once, naming it again */
+	t0 = now_ms();
+	CHECK_TRUE(scd_transport_allreduce_f32(t, x, 1000, 20000) != SC_OK);
+	CHECK_MSG(now_ms() - t0 < 1000, "a later call took %.0f ms", now_ms() - t0);
+	/* Stay a while, so that the other survivors see the silent rank go, not this one. */
+	usleep(1000 * 1000);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_peer_gone_ends_waits, 60)
+{
+	run_world(2, gone_rank, NULL);
+	run_world(3, gone_rank, NULL);
 }
 
 /* ---- building the mesh -------------------------------------------------------------- */

@@ -24,22 +24,20 @@ UNIT_TEST(verdict_fault_word_round_trip)
 	CHECK_EQ_INT(g.count, UINT32_MAX);
 }
 
-/* The round runs where a fault can happen and nowhere else, decided from what every rank
- * shares: a float32 job with a buffer of its own, or nonfinite = error. */
-UNIT_TEST(verdict_needed_only_where_a_fault_can_be)
+/* A node's failed compute stage travels as its status: every rank fails the job with it,
+ * and a word no build knows still fails it. */
+UNIT_TEST(verdict_local_fault_carries_the_status)
 {
-	scd_job_item_t items[2] = {{.name = "a", .numel = 10}, {.name = "b", .numel = 10}};
-	scd_job_t job = {.n_items = 2, .items = items, .dtype = SC_FLOAT32};
-	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
-	job.nonfinite = SCD_NONFINITE_WARN;
-	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
-	job.nonfinite = SCD_NONFINITE_ERROR;
-	CHECK_EQ_INT(scd_verdict_needed(&job), 1);
-	job.nonfinite = SCD_NONFINITE_PASS;
-	items[1].solo = 1;
-	CHECK_EQ_INT(scd_verdict_needed(&job), 1);
-	job.dtype = SC_FLOAT64; /* no COO input but float32's */
-	CHECK_EQ_INT(scd_verdict_needed(&job), 0);
+	scd_fault_t f = {SCD_FAULT_LOCAL, 0, 0, (uint64_t)-SC_ERR_NOMEM};
+	scd_fault_t g = scd_fault_unpack(scd_fault_pack(&f));
+	CHECK_EQ_INT(g.kind, SCD_FAULT_LOCAL);
+	CHECK_EQ_INT(scd_fault_status(&g), SC_ERR_NOMEM);
+	g.count = 0;
+	CHECK_EQ_INT(scd_fault_status(&g), SC_ERR_SYSTEM);
+	g.count = 9999;
+	CHECK_EQ_INT(scd_fault_status(&g), SC_ERR_SYSTEM);
+	f = (scd_fault_t){SCD_FAULT_COO_RANGE, 0, 0, 3};
+	CHECK_EQ_INT(scd_fault_status(&f), SC_ERR_INVALID);
 }
 
 UNIT_TEST(verdict_describe_names_rank_and_tensor)
@@ -61,6 +59,16 @@ UNIT_TEST(verdict_describe_names_rank_and_tensor)
 	f.item = 7; /* past the job's items: named by index, never read past them */
 	scd_verdict_describe(&job, 1, 1, &f, msg, sizeof(msg));
 	CHECK_MSG(strstr(msg, "item 7"), "%s", msg);
+	/* a node's local fault: the node, its trainers, the tensor or the buffer, the status */
+	f = (scd_fault_t){SCD_FAULT_LOCAL, 0, 0, (uint64_t)-SC_ERR_INVALID};
+	scd_verdict_describe(&job, 1, 2, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "node 1 (ranks 2, 3)") && strstr(msg, "tensor 'emb.w'") &&
+		      strstr(msg, "SC_ERR_INVALID"),
+		  "%s", msg);
+	f.item = SCD_FAULT_ITEM_BUFFER;
+	scd_verdict_describe(&job, 0, 1, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "node 0 (rank 0)") && strstr(msg, "tensors 'emb.w', 'fc.b'"),
+		  "%s", msg);
 }
 
 /* The checked copy and sum write what the plain ones do and count NaN and infinities of

@@ -1,0 +1,202 @@
+# liveness.sh: sourced by run.sh (its selected, free_port, counters, $tmp, $bin and
+# $itest). A daemon that goes away while the trainers of the others wait on it: three
+# daemons started by hand (one trainer each, peer_timeout_ms 2000), one of them stopped
+# once every other trainer waits in an allreduce it never joins (itest_live.c):
+#
+#   peer leave n=3        SIGTERM: the others fail within 2.5 s naming the node that left;
+#                         `sparsectl status` on a survivor shows it left
+#   peer kill n=3         SIGKILL: they fail naming it lost within peer_timeout_ms + 3 s
+#   peer stop n=3         SIGSTOP: the same, and status shows it lost, last heard at least
+#                         peer_timeout_ms ago; resumed, it is told it was given up and stops
+#   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost
+#   peer kill busy n=3    SIGKILL of rank 2 while 16 MiB buffers move: the others' first
+#                         failure names it, within peer_timeout_ms + 3 s
+#   peer rejoin n=3       SIGKILL of rank 2, which is then started again with its rank: the
+#                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
+#                         of every trainer, the restarted node's new one included, is exact
+live_peer_timeout=2000
+
+# live_daemon R N: daemon R of N on $lport, its log appended to $live/dR.log, its pid in
+# live_dR.
+live_daemon() {
+	mkdir -p "$live/node$1"
+	"$bin/sparsecommd" --rank "$1" --world_size "$2" --coordinator "127.0.0.1:$lport" \
+		--runtime_dir "$live/node$1" --join_timeout_ms 30000 \
+		--peer_timeout_ms $live_peer_timeout >>"$live/d$1.log" 2>&1 </dev/null &
+	eval "live_d$1=\$!"
+}
+
+# live_start N: N daemons on a free port, logs in $live/dR.log, pids in live_dR.
+live_start() {
+	live=$tmp/live
+	rm -rf "$live"
+	mkdir -p "$live"
+	lport=$(free_port)
+	r=0
+	while [ $r -lt "$1" ]; do
+		live_daemon $r "$1"
+		r=$((r + 1))
+	done
+	i=0 # the world formed: every control socket is there
+	while [ $i -lt 300 ]; do
+		r=0 ready=1
+		while [ $r -lt "$1" ]; do
+			[ -S "$live/node$r/ctl.sock" ] || ready=0
+			r=$((r + 1))
+		done
+		[ $ready -eq 1 ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# live_trainers N ARGS...: one itest trainer per node, output in $live/tR.out.
+live_trainers() {
+	n=$1
+	shift
+	r=0
+	while [ $r -lt "$n" ]; do
+		SPARSECOMM_SOCKET="ipc://$live/node$r/ctl.sock" SPARSECOMM_RANK=$r \
+			SPARSECOMM_SIZE=$n SPARSECOMM_LOCAL_RANK=0 SPARSECOMM_LOCAL_SIZE=1 \
+			SPARSECOMM_NODE_RANK=$r SPARSECOMM_NODE_COUNT=$n \
+			"$itest" "$@" >"$live/t$r.out" 2>&1 </dev/null &
+		eval "live_t$r=\$!"
+		r=$((r + 1))
+	done
+}
+
+# live_wait_for COUNT PATTERN: until COUNT trainer outputs hold PATTERN (30 s at most).
+live_wait_for() {
+	i=0
+	while [ $i -lt 300 ]; do
+		[ "$(grep -l "$2" "$live"/t*.out 2>/dev/null | wc -l)" -ge "$1" ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# live_end N: every trainer and daemon still running is stopped and reaped.
+live_end() {
+	r=0
+	while [ $r -lt "$1" ]; do
+		eval "tp=\$live_t$r dp=\$live_d$r"
+		kill -CONT "$dp" 2>/dev/null
+		kill -KILL "$tp" 2>/dev/null
+		kill -TERM "$dp" 2>/dev/null
+		wait "$tp" 2>/dev/null
+		wait "$dp" 2>/dev/null
+		r=$((r + 1))
+	done
+}
+
+# live_verdict NAME OK WHY: counts the case; on failure, the tails of every output.
+live_verdict() {
+	if [ "$2" -eq 1 ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+		return 0
+	fi
+	echo "FAIL  $1: $3"
+	for f in "$live"/t*.out "$live"/d*.log; do
+		echo "      == $f"
+		tail -n 15 "$f" | sed 's/^/      | /'
+	done
+	failed=$((failed + 1))
+}
+
+# live_case NAME VICTIM SIGNAL WORD LIMIT_MS CHECK_NODE: the scenario; CHECK_NODE's status
+# must then show the victim as WORD.
+live_case() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 3; then
+		live_trainers 3 gone "$2" "$4" "$5"
+		why="the trainers never all waited"
+		if live_wait_for 2 "waiting"; then
+			eval "kill -$3 \$live_d$2"
+			why="the trainers did not pass"
+			live_wait_for 3 "passed" && ok=1
+			st=$("$bin/sparsectl" --socket "ipc://$live/node$6/ctl.sock" --timeout-ms 5000 \
+				--json status 2>&1)
+			peer=$(printf '%s' "$st" | grep -o "{\"rank\":$2,[^}]*}")
+			if [ $ok -eq 1 ] && ! printf '%s' "$peer" | grep -q "\"state\":\"$4\""; then
+				ok=0 why="status on node $6 does not show node $2 $4: $peer"
+			fi
+			heard=$(printf '%s' "$peer" | sed -n 's/.*"heard_ms_ago":\([0-9-]*\).*/\1/p')
+			if [ $ok -eq 1 ] && [ "$4" = lost ] && [ "${heard:-0}" -lt $live_peer_timeout ]; then
+				ok=0 why="status on node $6 shows node $2 last heard ${heard} ms ago"
+			fi
+			if [ $ok -eq 1 ] && [ "$3" = STOP ]; then # resumed, it is told and stops
+				eval "kill -CONT \$live_d$2"
+				i=0
+				while eval "kill -0 \$live_d$2" 2>/dev/null && [ $i -lt 100 ]; do
+					sleep 0.1
+					i=$((i + 1))
+				done
+				grep -q "the world gave this node up: node $2 (rank $2) was lost" \
+					"$live/d$2.log" ||
+					ok=0 why="node $2, resumed, was not told it was given up"
+			fi
+		fi
+	fi
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_rejoin NAME: rank 2 killed, then started again (live_case's first steps, then the
+# restart and the restarted node's trainer).
+live_rejoin() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 3; then
+		live_trainers 3 gone 2 lost $((live_peer_timeout + 3000)) rejoin
+		why="the trainers never all waited"
+		if live_wait_for 2 "waiting"; then
+			kill -KILL "$live_d2"
+			wait "$live_d2" 2>/dev/null
+			why="the survivors did not see node 2 lost"
+			if live_wait_for 2 "rejoin-ready"; then
+				rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
+				live_daemon 2 3
+				SPARSECOMM_SOCKET="ipc://$live/node2/ctl.sock" SPARSECOMM_RANK=2 \
+					SPARSECOMM_SIZE=3 SPARSECOMM_LOCAL_RANK=0 SPARSECOMM_LOCAL_SIZE=1 \
+					SPARSECOMM_NODE_RANK=2 SPARSECOMM_NODE_COUNT=3 \
+					"$itest" rejoin >"$live/t2-again.out" 2>&1 </dev/null &
+				live_t2=$!
+				why="the world did not become whole again (no exact allreduce on all 3)"
+				live_wait_for 3 "live.c' exact" && live_wait_for 4 "passed" && ok=1
+			fi
+		fi
+	fi
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_busy NAME: rank 2's daemon killed while every trainer runs allreduces.
+live_busy() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 3; then
+		live_trainers 3 gone-busy 2 $((live_peer_timeout + 3000))
+		why="the trainers never all ran a step"
+		if live_wait_for 3 "busy"; then
+			kill -KILL "$live_d2"
+			why="the trainers did not pass"
+			live_wait_for 3 "passed" && ok=1
+		fi
+	fi
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+live_case "peer leave n=3" 2 TERM left 2500 1
+live_case "peer kill n=3" 2 KILL lost $((live_peer_timeout + 3000)) 1
+live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
+live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
+live_busy "peer kill busy n=3"
+live_rejoin "peer rejoin n=3"
