@@ -34,12 +34,18 @@ typedef enum {
 	X(world_size, INT, 1, NULL, 1, 4096, 0, "number of nodes (daemons) in the world")      \
 	X(local_size, INT, 1, NULL, 1, 64, 0, "trainer processes per node")                    \
 	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                      \
-	  "host:port the coordinator (rank 0) listens on and the other ranks join")            \
+	  "host:port the coordinator (rank 0) listens on and the other ranks join; a host "    \
+	  "name is resolved (IPv4 first), an IPv6 address goes in brackets")                   \
 	X(transport, STR, 0, "auto", 0, 0, 0,                                                  \
 	  "data-plane transport between the daemons: auto (tcp: every buffer lives in host "   \
 	  "memory), tcp, or nccl where built; every rank must end up with the same one")       \
 	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                             \
-	  "address this daemon's data plane binds to and announces to its peers")              \
+	  "address or host name this daemon's data plane binds to and announces to its "       \
+	  "peers; a wildcard (0.0.0.0, ::) binds every interface and announces "               \
+	  "advertise_addr, or else the address of the interface that reaches the coordinator") \
+	X(advertise_addr, STR, 0, "", 0, 0, 0,                                                 \
+	  "address or host name announced to the peers for the data plane (empty: data_addr, " \
+	  "or the route to the coordinator when data_addr is a wildcard)")                     \
 	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")      \
 	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                    \
 	  "private directory (mode 0700) for the control socket ctl.sock; empty: "             \

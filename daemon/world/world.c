@@ -25,6 +25,7 @@
 #include "util/log.h"
 #include "util/timeline.h"
 #include "util/zmsg.h"
+#include "world/addr.h"
 #include "world_protocol.h"
 
 /* ---- sending ------------------------------------------------------------------------ */
@@ -599,8 +600,31 @@ sc_status_t scd_world_start(scd_world_t *w)
 		scd_error(SCD_SUB_WORLD, "%s", scd_transport_error());
 		return st;
 	}
+	char endpoint[300], host[256], port[8], advertise[256], err[400];
+	int v6 = 0;
+	const char *data_addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr);
+	if (scd_addr_zmq_endpoint(coord, endpoint, sizeof(endpoint), &v6, err, sizeof(err)) !=
+		SC_OK ||
+	    scd_addr_split(coord, host, sizeof(host), port, sizeof(port), err, sizeof(err)) !=
+		SC_OK) {
+		scd_error(SCD_SUB_WORLD, "coordinator %s: %s", coord, err);
+		return SC_ERR_INVALID;
+	}
+	if (scd_addr_advertised(scd_cfg_str(&d->cfg, SCD_CFG_advertise_addr), data_addr, host,
+				advertise, sizeof(advertise), err, sizeof(err)) != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "data plane address: %s", err);
+		return SC_ERR_INVALID;
+	}
+	if (scd_addr_is_wildcard(data_addr) && scd_addr_is_wildcard(host) &&
+	    !*scd_cfg_str(&d->cfg, SCD_CFG_advertise_addr) && d->world_size > 1)
+		scd_warn(
+		    SCD_SUB_WORLD,
+		    "data_addr and the coordinator's host are both wildcards: announcing %s; "
+		    "set advertise_addr to an address the other ranks reach",
+		    advertise);
 	scd_transport_cfg_t tc = {
-	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
+	    .addr = data_addr,
+	    .advertise = advertise,
 	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
 	};
 	st = scd_transport_prepare(w->tops, &tc, &w->endpoint);
@@ -610,14 +634,13 @@ sc_status_t scd_world_start(scd_world_t *w)
 	memcpy(self->blob, w->endpoint->blob, w->endpoint->blob_len);
 	self->blob_len = w->endpoint->blob_len;
 	self->joined = 1;
-	char endpoint[300];
-	snprintf(endpoint, sizeof(endpoint), "tcp://%s", coord);
 	w->sock = zmq_socket(d->zctx, w->is_coord ? ZMQ_ROUTER : ZMQ_DEALER);
 	int hwm = 1 << 20, linger = 0, ivl = 100;
 	zmq_setsockopt(w->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	zmq_setsockopt(w->sock, ZMQ_IPV6, &v6, sizeof(v6));
 	if (scd_zsock_bound(w->sock, SCD_PEER_MSG_MAX_BYTES) != 0) {
 		scd_error(SCD_SUB_WORLD,
 			  "cannot bound the peer socket's messages to %lld bytes: %s",
@@ -626,8 +649,9 @@ sc_status_t scd_world_start(scd_world_t *w)
 	}
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
-			scd_error(SCD_SUB_WORLD, "cannot listen on coordinator address %s: %s",
-				  coord, zmq_strerror(errno));
+			scd_error(SCD_SUB_WORLD,
+				  "cannot listen on coordinator address %s (%s): %s", coord,
+				  endpoint + 6, zmq_strerror(errno));
 			return SC_ERR_SYSTEM;
 		}
 		w->n_joined = 1;

@@ -247,6 +247,61 @@ if selected "nonfinite mismatch refused"; then
 	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
 fi
 
+# Addresses by name and wildcards: two daemons whose coordinator is "localhost:PORT" (a
+# name, resolved) and whose data planes bind 0.0.0.0. They must form, sum right, and
+# announce the interface that reaches the coordinator (127.0.0.1), never the wildcard.
+if selected "wildcard data_addr, coordinator localhost"; then
+	name="wildcard data_addr, coordinator localhost"
+	port=$(free_port)
+	pids=""
+	for r in 0 1; do
+		mkdir -p "$tmp/wild$r"
+		"$bin/sparsecommd" --rank $r --world_size 2 --coordinator "localhost:$port" \
+			--data_addr 0.0.0.0 --runtime_dir "$tmp/wild$r" --join_timeout_ms 30000 \
+			>"$tmp/wild$r.log" 2>&1 </dev/null &
+		pids="$pids $!"
+	done
+	i=0
+	while { [ ! -S "$tmp/wild0/ctl.sock" ] || [ ! -S "$tmp/wild1/ctl.sock" ]; } &&
+		[ $i -lt 200 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	for r in 0 1; do
+		SPARSECOMM_SOCKET="ipc://$tmp/wild$r/ctl.sock" SPARSECOMM_RANK=$r SPARSECOMM_SIZE=2 \
+			timeout 60 "$itest" sums-small >"$tmp/wild-t$r.out" 2>&1 </dev/null &
+		eval "t$r=\$!"
+	done
+	# shellcheck disable=SC2154
+	wait "$t0"
+	rc0=$?
+	# shellcheck disable=SC2154
+	wait "$t1"
+	rc1=$?
+	timeout 20 "$bin/sparsectl" --socket "ipc://$tmp/wild1/ctl.sock" --json status \
+		>"$tmp/wild-status.json" 2>&1 </dev/null
+	rcs=$?
+	# shellcheck disable=SC2086
+	kill $pids 2>/dev/null
+	# shellcheck disable=SC2086
+	wait $pids 2>/dev/null
+	cat "$tmp/wild-t0.out" "$tmp/wild-t1.out" "$tmp/wild-status.json" "$tmp/wild1.log" \
+		>"$tmp/out"
+	cp "$tmp/wild0.log" "$tmp/coord.log"
+	ok=0
+	why="trainers exited with $rc0 and $rc1, sparsectl status with $rcs"
+	if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$rcs" -eq 0 ] &&
+		grep -q 'sums-small: rank 0 passed' "$tmp/wild-t0.out" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/wild-t1.out"; then
+		peers=$(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(" ".join(p["addr"] for p in s["peers"]))' "$tmp/wild-status.json" 2>&1)
+		why="peer addresses in sparsectl status: '$peers' (expected 127.0.0.1 twice)"
+		[ "$peers" = "127.0.0.1 127.0.0.1" ] && ok=1
+	fi
+	lone_verdict "$name" "$ok" "$why"
+fi
+
 # A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
 # its header arrives, so the coordinator's peak resident memory stays under 96 MiB, and it
 # still answers a join.
