@@ -120,8 +120,8 @@ sc_status_t scd_addr_zmq_endpoint(const char *hostport, char *out, size_t out_le
 				  char *err, size_t err_len)
 {
 	char host[256], port[8], addr[SCD_ADDR_MAX];
-	sc_status_t st = scd_addr_split(hostport, host, sizeof(host), port, sizeof(port), err,
-					err_len);
+	sc_status_t st =
+	    scd_addr_split(hostport, host, sizeof(host), port, sizeof(port), err, err_len);
 	if (st == SC_OK)
 		st = scd_addr_resolve(host, addr, sizeof(addr), v6, err, err_len);
 	if (st != SC_OK)
@@ -135,8 +135,8 @@ sc_status_t scd_addr_zmq_endpoint(const char *hostport, char *out, size_t out_le
 }
 
 /* This host's source address towards host: a connected UDP socket sends nothing. */
-static sc_status_t route_to(const char *host, int family, char *out, size_t out_len,
-			    char *err, size_t err_len)
+static sc_status_t route_to(const char *host, int family, char *out, size_t out_len, char *err,
+			    size_t err_len)
 {
 	struct sockaddr_storage to, from;
 	socklen_t to_len, from_len = sizeof(from);
@@ -176,8 +176,9 @@ sc_status_t scd_addr_advertised(const char *advertise, const char *data_addr,
 		return SC_OK;
 	}
 	if (pick == advertise) {
-		snprintf(err, err_len, "advertise_addr '%s' is a wildcard: name an address "
-				       "the other ranks reach",
+		snprintf(err, err_len,
+			 "advertise_addr '%s' is a wildcard: name an address "
+			 "the other ranks reach",
 			 advertise);
 		return SC_ERR_INVALID;
 	}

@@ -16,11 +16,12 @@ UNIT_TEST(addr_split)
 				    sizeof(err)),
 		     SC_OK);
 	CHECK_TRUE(!strcmp(host, "::1") && !strcmp(port, "7700"));
-	CHECK_EQ_INT(scd_addr_split(":7700", host, sizeof(host), port, sizeof(port), err,
-				    sizeof(err)),
-		     SC_OK);
+	CHECK_EQ_INT(
+	    scd_addr_split(":7700", host, sizeof(host), port, sizeof(port), err, sizeof(err)),
+	    SC_OK);
 	CHECK_TRUE(!strcmp(host, ""));
-	const char *bad[] = {"vm", "vm:", "vm:0", "vm:65536", "vm:12x", "::1:7700", "[::1]7700"};
+	const char *bad[] = {"vm",     "vm:",	   "vm:0",     "vm:65536",
+			     "vm:12x", "::1:7700", "[::1]7700"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = 0;
 		CHECK_EQ_INT(scd_addr_split(bad[i], host, sizeof(host), port, sizeof(port), err,
@@ -38,20 +39,20 @@ UNIT_TEST(addr_resolve_and_endpoint)
 	CHECK_EQ_INT(scd_addr_resolve("localhost", out, sizeof(out), &v6, err, sizeof(err)),
 		     SC_OK);
 	CHECK_MSG(!strcmp(out, "127.0.0.1") && v6 == 0, "localhost resolved to %s", out);
-	CHECK_EQ_INT(scd_addr_zmq_endpoint("localhost:7700", out, sizeof(out), &v6, err,
-					   sizeof(err)),
-		     SC_OK);
+	CHECK_EQ_INT(
+	    scd_addr_zmq_endpoint("localhost:7700", out, sizeof(out), &v6, err, sizeof(err)),
+	    SC_OK);
 	CHECK_MSG(!strcmp(out, "tcp://127.0.0.1:7700"), "endpoint %s", out);
-	CHECK_EQ_INT(scd_addr_zmq_endpoint("[::1]:7700", out, sizeof(out), &v6, err,
-					   sizeof(err)),
-		     SC_OK);
+	CHECK_EQ_INT(
+	    scd_addr_zmq_endpoint("[::1]:7700", out, sizeof(out), &v6, err, sizeof(err)),
+	    SC_OK);
 	CHECK_MSG(!strcmp(out, "tcp://[::1]:7700") && v6 == 1, "endpoint %s", out);
 	CHECK_EQ_INT(scd_addr_zmq_endpoint("*:7700", out, sizeof(out), &v6, err, sizeof(err)),
 		     SC_OK);
 	CHECK_MSG(!strcmp(out, "tcp://0.0.0.0:7700"), "endpoint %s", out);
-	CHECK_EQ_INT(scd_addr_resolve("no-such-host.invalid", out, sizeof(out), &v6, err,
-				      sizeof(err)),
-		     SC_ERR_INVALID);
+	CHECK_EQ_INT(
+	    scd_addr_resolve("no-such-host.invalid", out, sizeof(out), &v6, err, sizeof(err)),
+	    SC_ERR_INVALID);
 	CHECK_MSG(strstr(err, "no-such-host.invalid") != NULL, "error '%s'", err);
 }
 
@@ -66,14 +67,14 @@ UNIT_TEST(addr_advertised)
 					 sizeof(err)),
 		     SC_OK);
 	CHECK_TRUE(!strcmp(out, "10.1.2.3"));
-	CHECK_EQ_INT(scd_addr_advertised("node7", "0.0.0.0", "127.0.0.1", out, sizeof(out),
-					 err, sizeof(err)),
+	CHECK_EQ_INT(scd_addr_advertised("node7", "0.0.0.0", "127.0.0.1", out, sizeof(out), err,
+					 sizeof(err)),
 		     SC_OK);
 	CHECK_TRUE(!strcmp(out, "node7"));
 	/* a wildcard announces the route to the coordinator: loopback for a local one */
-	CHECK_EQ_INT(scd_addr_advertised("", "0.0.0.0", "localhost", out, sizeof(out), err,
-					 sizeof(err)),
-		     SC_OK);
+	CHECK_EQ_INT(
+	    scd_addr_advertised("", "0.0.0.0", "localhost", out, sizeof(out), err, sizeof(err)),
+	    SC_OK);
 	CHECK_MSG(!strcmp(out, "127.0.0.1"), "announced %s", out);
 	CHECK_EQ_INT(scd_addr_advertised("0.0.0.0", "0.0.0.0", "localhost", out, sizeof(out),
 					 err, sizeof(err)),
