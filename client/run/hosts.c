@@ -80,8 +80,8 @@ static int add(run_hosts_t *hs, const char *name, size_t len, int slots, const c
 }
 
 /* One "host", "host:N" or "[v6]:N" item. */
-static int add_item(run_hosts_t *hs, const char *item, size_t len, const char *what,
-		    char *err, size_t err_len)
+static int add_item(run_hosts_t *hs, const char *item, size_t len, const char *what, char *err,
+		    size_t err_len)
 {
 	char tmp[RUN_HOST_NAME_BYTES + 16];
 	if (len >= sizeof(tmp)) {

@@ -525,12 +525,17 @@ static void reap_all(run_t *r)
 /* Sends sig to a child's process group (and to the pid, in case it left the group). A
  * remote process is stopped by closing its agent's stdin: its tether then sends SIGTERM
  * there, SIGKILL after the grace period, and exits, which ends the agent; only SIGKILL
- * goes to the agent itself. */
+ * goes to the agent itself. The tether sends the signal whose number the launcher wrote
+ * there before closing (remote.h). */
 static void signal_proc(proc_t *p, int sig, bool group)
 {
 	if (p->pid <= 0)
 		return;
 	if (p->remote && sig != SIGKILL) {
+		unsigned char b = (unsigned char)sig;
+		if (p->in_fd >= 0 && write(p->in_fd, &b, 1) < 0) {
+			/* the agent has gone: closing is all there is to do */
+		}
 		if (p->in_fd >= 0)
 			close(p->in_fd);
 		p->in_fd = -1;

@@ -6,9 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +152,8 @@ int run_tether_main(int argc, char **argv)
 		if (!strcmp(argv[i], "--notify-fd") && i + 1 < argc) {
 			long v = strtol(argv[++i], &end, 10);
 			if (*end || v < 3 || v > 255)
-				return tether_usage("--notify-fd needs a descriptor from 3 to 255");
+				return tether_usage(
+				    "--notify-fd needs a descriptor from 3 to 255");
 			notify_fd = (int)v;
 		} else if (!strcmp(argv[i], "--grace") && i + 1 < argc) {
 			grace_s = strtod(argv[++i], &end);
@@ -219,7 +220,7 @@ int run_tether_main(int argc, char **argv)
 
 	int status = 0;
 	long long kill_at = 0;
-	int in_open = 1;
+	int in_open = 1, stop_sig = SIGTERM;
 	for (;;) {
 		siginfo_t info = {0};
 		if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
@@ -257,9 +258,14 @@ int run_tether_main(int argc, char **argv)
 					in_open = 0; /* the launcher or its connection went */
 					stop = true;
 				}
+				for (ssize_t j = 0; j < m; j++) { /* the signal to stop with */
+					if (buf[j] > 0 && buf[j] < NSIG && buf[j] != SIGKILL)
+						stop_sig = buf[j];
+				}
 			} else if (m > 0) {
 				if (write(1, buf, (size_t)m) < 0) {
-					/* the launcher stopped listening: it closes stdin next */
+					/* the launcher stopped listening: it closes stdin next
+					 */
 				}
 			} else if (m == 0 || errno != EINTR) {
 				close(notify[0]);
@@ -267,7 +273,7 @@ int run_tether_main(int argc, char **argv)
 			}
 		}
 		if (stop && !kill_at) {
-			kill(-pid, SIGTERM);
+			kill(-pid, stop_sig);
 			kill_at = mono_ms() + (long long)(grace_s * 1000);
 		}
 	}

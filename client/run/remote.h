@@ -11,8 +11,9 @@
  * The tether starts the process in its own process group and watches its own standard
  * input, which is a pipe from the launcher through the agent's connection. When it closes
  * (the launcher stopped the process, ended, or died; the connection dropped) the tether
- * sends SIGTERM to the group, SIGKILL after its grace period, and exits: no process is
- * left behind on the host. With --notify-fd N the process gets a pipe as fd N (the
+ * sends SIGTERM to the group (or the signal whose number was the last byte the launcher
+ * wrote there: SIGINT passed on), SIGKILL after its grace period, and exits: no process
+ * is left behind on the host. With --notify-fd N the process gets a pipe as fd N (the
  * daemon's --notify-fd) whose bytes the tether copies to its standard output, while the
  * process's own output goes to standard error: the launcher reads readiness from the
  * agent's stdout and the log from its stderr.

@@ -511,6 +511,122 @@ else
 	run_case "netns killed n=2" 2 1 120 137 1 --netns --keep-going -- "$itest" killed
 fi
 
+# Host lists naming this machine run without an agent (a bogus one proves it is unused);
+# a malformed host list or file is a usage error naming the item or the line.
+printf '# this machine\n\nlocalhost slots=2   # two trainers\n' >"$tmp/hostfile"
+run_case "hostfile localhost" 1 2 120 0 2 --hostfile "$tmp/hostfile" --rsh-agent /nonexistent \
+	-- "$itest" sums-small
+if selected "host lists refused"; then
+	printf 'a slots=2\nb slots=x\n' >"$tmp/hostfile-bad"
+	bad=0
+	for spec in "-H a:2,b:3|b has 3 slot(s) but a has 2" "-H a:0|'a:0': slots must be 1 to 64" \
+		"-H -oProxy=x|'-oProxy=x' is not a host name" "-H a,a|host 'a' is listed twice" \
+		"--hostfile $tmp/hostfile-bad|hostfile-bad:2: expected 'HOST slots=N'" \
+		"-n 3 -H a,b|-n 3 but 2 host(s) given"; do
+		# shellcheck disable=SC2086
+		timeout 20 "$launcher" ${spec%%|*} -- true >"$tmp/out" 2>&1 </dev/null
+		rc=$?
+		if [ "$rc" -ne 2 ] || ! grep -qF -- "${spec#*|}" "$tmp/out"; then
+			echo "FAIL  host lists refused: '${spec%%|*}' exited $rc without '${spec#*|}'"
+			sed 's/^/      | /' "$tmp/out"
+			bad=1
+		fi
+	done
+	if [ "$bad" -eq 0 ]; then
+		echo "ok    host lists refused"
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+fi
+
+# Several hosts through a remote-shell agent (needs root): two network namespaces joined
+# by a veth pair are the hosts, tests/integration/netns_agent.sh the agent, so the
+# launcher starts every daemon and trainer through the agent and sparsecomm-run --tether.
+# A 2-host x 2-slot job sums right; SIGINT or SIGKILL to the launcher leaves no process
+# in either namespace (nor the trainers' marker command anywhere).
+hosts_cases="hosts 2x2 through an agent|hosts SIGINT leaves nothing|hosts SIGKILL leaves nothing"
+hosts_skip() {
+	saved_ifs=$IFS
+	IFS='|'
+	for c in $hosts_cases; do
+		skip_case "$c" "$1"
+	done
+	IFS=$saved_ifs
+}
+if ! selected "hosts 2x2 through an agent" && ! selected "hosts SIGINT leaves nothing" &&
+	! selected "hosts SIGKILL leaves nothing"; then
+	:
+elif [ "$(id -u)" -ne 0 ]; then
+	hosts_skip "needs root to create network namespaces"
+elif ! command -v ip >/dev/null 2>&1 || ! command -v pgrep >/dev/null 2>&1; then
+	hosts_skip "needs ip (iproute2) and pgrep (procps)"
+elif ! ip netns add "sch$$a" 2>/dev/null; then
+	hosts_skip "cannot create network namespaces here"
+else
+	ha=sch$$a hb=sch$$b
+	addr_a=10.252.$(($$ % 250)).1 addr_b=10.252.$(($$ % 250)).2
+	if ip netns add "$hb" && ip link add "sch$$x" type veth peer name "sch$$y" &&
+		ip link set "sch$$x" netns "$ha" && ip link set "sch$$y" netns "$hb" &&
+		ip -n "$ha" addr add "$addr_a/24" dev "sch$$x" &&
+		ip -n "$hb" addr add "$addr_b/24" dev "sch$$y" &&
+		ip -n "$ha" link set "sch$$x" up && ip -n "$hb" link set "sch$$y" up &&
+		ip -n "$ha" link set lo up && ip -n "$hb" link set lo up; then
+		export SC_AGENT_HOSTS="$addr_a=$ha $addr_b=$hb"
+		agent="--rsh-agent $root/tests/integration/netns_agent.sh"
+		run_case "hosts 2x2 through an agent" 2 2 120 0 4 -H "$addr_a:2,$addr_b:2" $agent \
+			-- "$itest" sums-small
+		# SIGINT: the launcher stops everything and exits 130; SIGKILL: the agents lose
+		# their launcher, and the tethers stop what they hold by themselves.
+		for sig in INT KILL; do
+			name="hosts SIG$sig leaves nothing"
+			selected "$name" || continue
+			want=130
+			[ "$sig" = KILL ] && want=137
+			marker=$((3000 + $$ % 1000))
+			# shellcheck disable=SC2086
+			"$launcher" -H "$addr_a:2,$addr_b:2" $agent --timeout 100 -- \
+				sh -c "echo started; exec sleep $marker" >"$tmp/out" 2>&1 </dev/null &
+			lpid=$!
+			i=0
+			while [ "$(grep -c 'started' "$tmp/out")" -lt 4 ] && [ $i -lt 300 ]; do
+				sleep 0.1
+				i=$((i + 1))
+			done
+			up=$(grep -c 'started' "$tmp/out")
+			kill -"$sig" "$lpid"
+			wait "$lpid" 2>/dev/null
+			rc=$?
+			# bounded: the tethers' grace period (5 s) and a margin
+			i=0
+			while [ $i -lt 150 ]; do
+				left=$( (ip netns pids "$ha"; ip netns pids "$hb") | tr '\n' ' ')
+				stray=$(pgrep -f "sleep $marker" | tr '\n' ' ')
+				[ -z "$left$stray" ] && break
+				sleep 0.1
+				i=$((i + 1))
+			done
+			if [ "$up" -eq 4 ] && [ "$rc" -eq "$want" ] && [ -z "$left" ] &&
+				[ -z "$stray" ] && grep -q 'daemons up 2/2' "$tmp/out"; then
+				echo "ok    $name"
+				passed=$((passed + 1))
+			else
+				echo "FAIL  $name: $up of 4 trainers started, launcher exit $rc" \
+					"(expected $want), processes left in the namespaces '$left'," \
+					"'$stray' running sleep $marker"
+				tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+				failed=$((failed + 1))
+				# shellcheck disable=SC2086
+				[ -n "$left$stray" ] && kill -9 $left $stray 2>/dev/null
+			fi
+		done
+	else
+		hosts_skip "cannot connect two network namespaces with a veth pair"
+	fi
+	ip netns delete "$ha" 2>/dev/null
+	ip netns delete "$hb" 2>/dev/null
+fi
+
 [ "$skipped" -gt 0 ] && echo "($skipped skipped)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
