@@ -26,6 +26,7 @@ typedef struct scd_daemon {
 	void *zctx; /* ZeroMQ context */
 	int rank, world_size, local_size;
 	char runtime_dir[PATH_MAX];
+	long ctl_gid; /* the ctl_group key's group id, -1: none (the user alone) */
 	char ctl_path[PATH_MAX + 32];
 	char ctl_endpoint[PATH_MAX + 48];
 	scd_ctl_t *ctl;

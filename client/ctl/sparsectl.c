@@ -21,6 +21,7 @@
  * reached, 2 usage error.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rundir.h"
 
 #define EXIT_DAEMON	   1
 #define EXIT_USAGE	   2
@@ -44,40 +46,43 @@ struct ctl {
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]\n"
-		"\n"
-		"Inspect and tune the node's sparsecommd.\n"
-		"\n"
-		"commands:\n"
-		"  status                rank, world size, peers and the node's trainers\n"
-		"  stats [--reset]       per tensor: calls, bytes sent/received, time, last "
-		"scheme,\n"
-		"                        predicted/measured time, of it inside exchanges,\n"
-		"                        density, densification, imbalance; kept after the\n"
-		"                        trainers leave until --reset (prints, then zeroes)\n"
-		"  pending               tensors waiting, with the ranks that have not "
-		"submitted them\n"
-		"  config get [KEY]      show every setting, or KEY\n"
-		"  config set KEY VALUE  change a runtime setting (applied on every node)\n"
-		"  timeline start FILE   every node writes a Chrome-trace timeline (chrome://"
-		"tracing,\n"
-		"                        Perfetto) to FILE, %%r in it the node's rank (without "
-		"it,\n"
-		"                        FILE.<rank>.json where there are several nodes)\n"
-		"  timeline stop         close the timelines (the setting timeline_file)\n"
-		"\n"
-		"options:\n"
-		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ "
-		"endpoint);\n"
-		"                        default $SPARSECOMM_SOCKET\n"
-		"  --timeout-ms N        how long to wait for the daemon (default %d)\n"
-		"  --json                print one JSON object (errors too: \"error\", "
-		"\"status\")\n"
-		"  -h, --help            this text\n"
-		"\n"
-		"exit status: 0 success, 1 daemon error or unreachable, 2 usage error\n",
-		DEFAULT_TIMEOUT_MS);
+	fprintf(
+	    f,
+	    "usage: sparsectl [--socket PATH] [--timeout-ms N] [--json] COMMAND [ARGS]\n"
+	    "\n"
+	    "Inspect and tune the node's sparsecommd.\n"
+	    "\n"
+	    "commands:\n"
+	    "  status                rank, world size, peers and the node's trainers\n"
+	    "  stats [--reset]       per tensor: calls, bytes sent/received, time, last "
+	    "scheme,\n"
+	    "                        predicted/measured time, of it inside exchanges,\n"
+	    "                        density, densification, imbalance; kept after the\n"
+	    "                        trainers leave until --reset (prints, then zeroes)\n"
+	    "  pending               tensors waiting, with the ranks that have not "
+	    "submitted them\n"
+	    "  config get [KEY]      show every setting, or KEY\n"
+	    "  config set KEY VALUE  change a runtime setting (applied on every node)\n"
+	    "  timeline start FILE   every node writes a Chrome-trace timeline (chrome://"
+	    "tracing,\n"
+	    "                        Perfetto) to FILE, %%r in it the node's rank (without "
+	    "it,\n"
+	    "                        FILE.<rank>.json where there are several nodes)\n"
+	    "  timeline stop         close the timelines (the setting timeline_file)\n"
+	    "\n"
+	    "options:\n"
+	    "  --socket PATH         the daemon's control socket (a path or a ZeroMQ "
+	    "endpoint);\n"
+	    "                        default $SPARSECOMM_SOCKET, else ctl.sock in your own\n"
+	    "                        daemon's default runtime directory when it exists,\n"
+	    "                        else the system daemon's " SC_RUNDIR_SYSTEM "/ctl.sock\n"
+	    "  --timeout-ms N        how long to wait for the daemon (default %d)\n"
+	    "  --json                print one JSON object (errors too: \"error\", "
+	    "\"status\")\n"
+	    "  -h, --help            this text\n"
+	    "\n"
+	    "exit status: 0 success, 1 daemon error or unreachable, 2 usage error\n",
+	    DEFAULT_TIMEOUT_MS);
 }
 
 /* ---- JSON output --------------------------------------------------------------------- */
@@ -661,6 +666,7 @@ int main(int argc, char **argv)
 	char **args = calloc((size_t)argc + 1, sizeof(*args));
 	int nargs = 0, rc;
 	const char *v;
+	char fallback[PATH_MAX + 16];
 
 	if (!args)
 		return EXIT_DAEMON;
@@ -702,19 +708,14 @@ int main(int argc, char **argv)
 			args[nargs++] = argv[i];
 		}
 	}
-	if (!ctl.socket && !getenv("SPARSECOMM_SOCKET")) {
-		ctl_error(ctl.json, SC_ERR_INVALID,
-			  "no daemon socket: use --socket PATH or set $SPARSECOMM_SOCKET");
-		free(args);
-		return EXIT_USAGE;
-	}
+	if (!ctl.socket)
+		ctl.socket = sc_socket_default(fallback, sizeof(fallback));
 	if (ctl.reset && (nargs != 1 || strcmp(args[0], "stats") != 0)) {
 		ctl_error(ctl.json, SC_ERR_INVALID, "--reset goes with the stats command only");
 		free(args);
 		return EXIT_USAGE;
 	}
-	if ((rc = check_socket(ctl.socket ? ctl.socket : getenv("SPARSECOMM_SOCKET"),
-			       ctl.json))) {
+	if ((rc = check_socket(ctl.socket, ctl.json))) {
 		free(args);
 		return rc;
 	}

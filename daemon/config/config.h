@@ -50,6 +50,10 @@ typedef enum {
 	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                    \
 	  "private directory (mode 0700) for the control socket ctl.sock; empty: "             \
 	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID")  \
+	X(ctl_group, STR, 0, "", 0, 0, 0,                                                      \
+	  "group (name or number) whose members may use this daemon: the runtime directory "   \
+	  "0750, ctl.sock and the tensors' shared memory 0660, all of that group (empty: the " \
+	  "daemon's user alone)")                                                              \
 	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                             \
 	  "how long ready tensors are batched before they are announced (0: next loop turn)")  \
 	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                       \

@@ -924,6 +924,8 @@ sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl
 	ctl->d = d;
 	ctl->up = up;
 	sc_status_t st = scd_tensors_create(d->local_size, on_tensor_free, ctl, &ctl->tensors);
+	if (st == SC_OK)
+		scd_tensors_set_shm_group(ctl->tensors, d->ctl_gid);
 	if (st != SC_OK) {
 		free(ctl);
 		return st;
@@ -947,7 +949,8 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 		return SC_ERR_SYSTEM;
 	}
 	unlink(d->ctl_path);
-	mode_t old = umask(0077);
+	/* the socket is never wider than its final mode, not even between bind and chmod */
+	mode_t old = umask(d->ctl_gid >= 0 ? 0007 : 0077);
 	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);
 	umask(old);
 	if (rc != 0) {
@@ -955,7 +958,12 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 			  zmq_strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
-	chmod(d->ctl_path, 0600);
+	if (d->ctl_gid >= 0 && chown(d->ctl_path, (uid_t)-1, (gid_t)d->ctl_gid) != 0) {
+		scd_error(SCD_SUB_CTL, "cannot give %s to ctl_group %ld: %s", d->ctl_path,
+			  d->ctl_gid, strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	chmod(d->ctl_path, d->ctl_gid >= 0 ? 0660 : 0600);
 	int fd;
 	size_t sz = sizeof(fd);
 	zmq_getsockopt(ctl->sock, ZMQ_FD, &fd, &sz);

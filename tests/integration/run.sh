@@ -302,6 +302,69 @@ print(" ".join(p["addr"] for p in s["peers"]))' "$tmp/wild-status.json" 2>&1)
 	lone_verdict "$name" "$ok" "$why"
 fi
 
+# A daemon shared by a group (ctl_group, needs root): a root daemon whose ctl_group is a
+# fresh group; a fresh user in that group connects, registers tensors (their shared memory
+# is 0660 of the group) and sums, and sparsectl status works for it; a user outside the
+# group is refused. Without a named socket, sparsectl falls back to the system daemon's
+# /run/sparsecomm/ctl.sock when the user's own default has none.
+if selected "ctl_group member connects"; then
+	name="ctl_group member connects"
+	if [ "$(id -u)" -ne 0 ]; then
+		skip_case "$name" "needs root to create a user and a group"
+	elif ! command -v useradd >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; then
+		skip_case "$name" "needs useradd, groupadd (passwd) and setpriv (util-linux)"
+	else
+		grp=scg$$ member=scm$$ other=sco$$
+		groupadd "$grp" && useradd -M -N -g users -G "$grp" "$member" &&
+			useradd -M -N -g users "$other"
+		shared=$(mktemp -d /tmp/sc-group.XXXXXX)
+		chmod 0755 "$shared"
+		rt=$shared/rt
+		"$bin/sparsecommd" --runtime_dir "$rt" --ctl_group "$grp" >"$tmp/coord.log" 2>&1 \
+			</dev/null &
+		gd=$!
+		i=0
+		while [ ! -S "$rt/ctl.sock" ] && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		modes="$(stat -c '%a %G' "$rt") / $(stat -c '%a %G' "$rt/ctl.sock" 2>/dev/null)"
+		as_member() {
+			setpriv --reuid="$member" --regid=users --init-groups env -i PATH="$PATH" \
+				HOME=/ "$@"
+		}
+		as_member timeout 60 env SPARSECOMM_SOCKET="$rt/ctl.sock" SPARSECOMM_RANK=0 \
+			SPARSECOMM_SIZE=1 "$itest" sums-small >"$tmp/out" 2>&1 </dev/null
+		rc_member=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
+			>>"$tmp/out" 2>&1 </dev/null
+		rc_ctl=$?
+		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
+			timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
+			>"$tmp/other.out" 2>&1 </dev/null
+		rc_other=$?
+		as_member env XDG_RUNTIME_DIR="$shared" timeout 20 "$bin/sparsectl" status \
+			>"$tmp/default.out" 2>&1 </dev/null
+		kill "$gd" 2>/dev/null
+		wait "$gd" 2>/dev/null
+		userdel "$member" 2>/dev/null
+		userdel "$other" 2>/dev/null
+		groupdel "$grp" 2>/dev/null
+		rm -rf "$shared"
+		cat "$tmp/other.out" "$tmp/default.out" >>"$tmp/out"
+		ok=0
+		# the system socket is either missing (named in the error) or answers
+		[ "$modes" = "750 $grp / 660 $grp" ] && [ "$rc_member" -eq 0 ] &&
+			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] &&
+			grep -q 'sums-small: rank 0 passed' "$tmp/out" &&
+			grep -q 'Permission denied\|permission' "$tmp/other.out" &&
+			{ grep -q '/run/sparsecomm/ctl.sock' "$tmp/default.out" ||
+				grep -q '^daemon ' "$tmp/default.out"; } && ok=1
+		lone_verdict "$name" "$ok" "modes '$modes' (want '750 $grp / 660 $grp'), the \
+member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other"
+	fi
+fi
+
 # A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
 # its header arrives, so the coordinator's peak resident memory stays under 96 MiB, and it
 # still answers a join.
