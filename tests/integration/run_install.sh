@@ -79,8 +79,8 @@ tmpl=$d/usr/local/lib/systemd/system/sparsecommd@.service
 ok=0
 grep -q '^ExecStart=/usr/local/bin/sparsecommd --config /etc/sparsecomm/sparsecommd.conf ' \
 	"$unit" && grep -q '^User=sparsecomm$' "$unit" && grep -q '^Group=sparsecomm$' "$unit" &&
-	grep -q '^ExecStart=.* --config /etc/sparsecomm/%i.conf --runtime_dir /run/sparsecomm/%i ' \
-		"$tmpl" && grep -q '^RuntimeDirectory=sparsecomm/%i$' "$tmpl" && ok=1
+	grep -q '^ExecStart=.* --config /etc/sparsecomm/%i.conf --runtime_dir /run/sparsecomm-%i ' \
+		"$tmpl" && grep -q '^RuntimeDirectory=sparsecomm-%i$' "$tmpl" && ok=1
 check "units name the installed daemon and configuration" "$ok" \
 	"$(grep -h '^ExecStart\|^User\|^Group\|^RuntimeDirectory=' "$unit" "$tmpl" | tr '\n' ' ')"
 
