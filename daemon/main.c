@@ -24,6 +24,7 @@
 #include "daemon.h"
 #include "device/cuda.h"
 #include "engine/engine.h"
+#include "metrics/metrics.h"
 #include "rundir.h"
 #include "util/dirlock.h"
 #include "util/log.h"
@@ -353,6 +354,8 @@ int main(int argc, char **argv)
 		st = scd_engine_create(d, scd_world_job_done, &d->engine);
 	if (st == SC_OK)
 		st = scd_world_create(d, &d->world);
+	if (st == SC_OK && scd_metrics_start(d) != SC_OK)
+		return 1; /* logged */
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_MAIN, "cannot initialise the daemon: %s",
 			  sc_status_message(st));
@@ -392,6 +395,7 @@ int main(int argc, char **argv)
 		_exit(d->exit_code);
 	}
 	scd_tl_configure("", d->rank, d->world_size);
+	scd_metrics_stop(d);
 	scd_world_destroy(d->world);
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);

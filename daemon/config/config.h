@@ -126,6 +126,9 @@ typedef enum {
 	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \
 	  "the same on every node")                                                            \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
+	X(metrics_addr, STR, 0, "", 0, 0, 0,                                                   \
+	  "HOST:PORT of a Prometheus endpoint (GET /metrics) with the counters of "            \
+	  "`sparsectl stats` and the world's state (empty: off)")                              \
 	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
 	  "and without it several daemons write FILE.<rank>.json")
