@@ -182,8 +182,8 @@ sc_status_t scd_metrics_start(scd_daemon_t *d)
 	d->metrics = NULL;
 	if (!where[0])
 		return SC_OK;
-	sc_status_t st = scd_addr_split(where, host, sizeof(host), port, sizeof(port), err,
-					sizeof(err));
+	sc_status_t st =
+	    scd_addr_split(where, host, sizeof(host), port, sizeof(port), err, sizeof(err));
 	if (st == SC_OK)
 		st = scd_addr_resolve(host, addr, sizeof(addr), &v6, err, sizeof(err));
 	scd_metrics_t *m = st == SC_OK ? calloc(1, sizeof(*m)) : NULL;

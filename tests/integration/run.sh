@@ -247,29 +247,35 @@ if selected "nonfinite mismatch refused"; then
 	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
 fi
 
-# Addresses by name and wildcards: two daemons whose coordinator is "localhost:PORT" (a
-# name, resolved) and whose data planes bind 0.0.0.0. They must form, sum right, and
-# announce the interface that reaches the coordinator (127.0.0.1), never the wildcard.
-if selected "wildcard data_addr, coordinator localhost"; then
-	name="wildcard data_addr, coordinator localhost"
+# pair_start NAME ARGS0 ARGS1: two daemons (rank 0 and 1 of 2, one trainer each) on a
+# coordinator "localhost:PORT", rank R with ARGS<R> added (split on blanks), runtime
+# directories $tmp/pair<R>; waits (bounded) for their sockets. pair_trainers SCENARIO
+# ARGS...: one trainer per daemon; sets $rc0 $rc1, output in $tmp/pair-t<R>.out.
+# pair_stop: stops both, logs in $tmp/pair<R>.log (rank 0's as coord.log for
+# lone_verdict).
+pair_start() {
 	port=$(free_port)
 	pids=""
 	for r in 0 1; do
-		mkdir -p "$tmp/wild$r"
+		mkdir -p "$tmp/pair$r"
+		if [ $r -eq 0 ]; then extra=$2; else extra=$3; fi
+		# shellcheck disable=SC2086
 		"$bin/sparsecommd" --rank $r --world_size 2 --coordinator "localhost:$port" \
-			--data_addr 0.0.0.0 --runtime_dir "$tmp/wild$r" --join_timeout_ms 30000 \
-			>"$tmp/wild$r.log" 2>&1 </dev/null &
+			--runtime_dir "$tmp/pair$r" --join_timeout_ms 30000 $extra \
+			>"$tmp/pair$r.log" 2>&1 </dev/null &
 		pids="$pids $!"
 	done
 	i=0
-	while { [ ! -S "$tmp/wild0/ctl.sock" ] || [ ! -S "$tmp/wild1/ctl.sock" ]; } &&
+	while { [ ! -S "$tmp/pair0/ctl.sock" ] || [ ! -S "$tmp/pair1/ctl.sock" ]; } &&
 		[ $i -lt 200 ]; do
 		sleep 0.1
 		i=$((i + 1))
 	done
+}
+pair_trainers() {
 	for r in 0 1; do
-		SPARSECOMM_SOCKET="ipc://$tmp/wild$r/ctl.sock" SPARSECOMM_RANK=$r SPARSECOMM_SIZE=2 \
-			timeout 60 "$itest" sums-small >"$tmp/wild-t$r.out" 2>&1 </dev/null &
+		SPARSECOMM_SOCKET="ipc://$tmp/pair$r/ctl.sock" SPARSECOMM_RANK=$r SPARSECOMM_SIZE=2 \
+			timeout 60 "$itest" "$@" >"$tmp/pair-t$r.out" 2>&1 </dev/null &
 		eval "t$r=\$!"
 	done
 	# shellcheck disable=SC2154
@@ -278,21 +284,33 @@ if selected "wildcard data_addr, coordinator localhost"; then
 	# shellcheck disable=SC2154
 	wait "$t1"
 	rc1=$?
-	timeout 20 "$bin/sparsectl" --socket "ipc://$tmp/wild1/ctl.sock" --json status \
-		>"$tmp/wild-status.json" 2>&1 </dev/null
-	rcs=$?
+}
+pair_stop() {
 	# shellcheck disable=SC2086
 	kill $pids 2>/dev/null
 	# shellcheck disable=SC2086
 	wait $pids 2>/dev/null
-	cat "$tmp/wild-t0.out" "$tmp/wild-t1.out" "$tmp/wild-status.json" "$tmp/wild1.log" \
-		>"$tmp/out"
-	cp "$tmp/wild0.log" "$tmp/coord.log"
+	cat "$tmp/pair-t0.out" "$tmp/pair-t1.out" "$tmp/pair1.log" >"$tmp/out"
+	cp "$tmp/pair0.log" "$tmp/coord.log"
+}
+
+# Addresses by name and wildcards: two daemons whose coordinator is "localhost:PORT" (a
+# name, resolved) and whose data planes bind 0.0.0.0. They must form, sum right, and
+# announce the interface that reaches the coordinator (127.0.0.1), never the wildcard.
+if selected "wildcard data_addr, coordinator localhost"; then
+	name="wildcard data_addr, coordinator localhost"
+	pair_start "$name" "--data_addr 0.0.0.0" "--data_addr 0.0.0.0"
+	pair_trainers sums-small
+	timeout 20 "$bin/sparsectl" --socket "ipc://$tmp/pair1/ctl.sock" --json status \
+		>"$tmp/wild-status.json" 2>&1 </dev/null
+	rcs=$?
+	pair_stop
+	cat "$tmp/wild-status.json" >>"$tmp/out"
 	ok=0
 	why="trainers exited with $rc0 and $rc1, sparsectl status with $rcs"
 	if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$rcs" -eq 0 ] &&
-		grep -q 'sums-small: rank 0 passed' "$tmp/wild-t0.out" &&
-		grep -q 'sums-small: rank 1 passed' "$tmp/wild-t1.out"; then
+		grep -q 'sums-small: rank 0 passed' "$tmp/pair-t0.out" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/pair-t1.out"; then
 		peers=$(python3 -c 'import json, sys
 s = json.load(open(sys.argv[1]))
 print(" ".join(p["addr"] for p in s["peers"]))' "$tmp/wild-status.json" 2>&1)
@@ -300,6 +318,20 @@ print(" ".join(p["addr"] for p in s["peers"]))' "$tmp/wild-status.json" 2>&1)
 		[ "$peers" = "127.0.0.1 127.0.0.1" ] && ok=1
 	fi
 	lone_verdict "$name" "$ok" "$why"
+fi
+
+# The metrics endpoint (metrics_addr) of each of two daemons, scraped by its trainer
+# around allreduces (tests/integration/itest_metrics.c).
+if selected "metrics endpoint"; then
+	m0=127.0.0.1:$(free_port)
+	m1=127.0.0.1:$(free_port)
+	pair_start "metrics endpoint" "--metrics_addr $m0" "--metrics_addr $m1"
+	pair_trainers metrics "$m0" "$m1"
+	pair_stop
+	ok=0
+	grep -q 'metrics: rank 0 passed' "$tmp/pair-t0.out" &&
+		grep -q 'metrics: rank 1 passed' "$tmp/pair-t1.out" && ok=1
+	lone_verdict "metrics endpoint" "$ok" "trainers exited with $rc0 and $rc1"
 fi
 
 # A daemon shared by a group (ctl_group, needs root): a root daemon whose ctl_group is a
