@@ -3,9 +3,10 @@
  * allreduces. Each trainer scrapes its own node's daemon, given as argv[1 + node rank]
  * (HOST:PORT, one per node), runs IT_METRICS_CALLS allreduces of one tensor and checks
  * that the tensor's counters grew by exactly that many calls and by the bytes (those of
- * the dense ring, and those `sparsectl stats` reports) and some seconds, that the schemes' buffers grew by at least as
- * many, and that the world shows formed with every peer up. Other paths answer 404,
- * another method 405, a request over the bound 431.
+ * the dense ring, and those `sparsectl stats` reports) and some seconds, that the schemes'
+ * buffers grew by at least as many, and that the world shows formed with every peer up. Other
+ * paths answer 404, another method 405, a request over the bound 431, a connection past 16
+ * silent ones 503.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -69,6 +70,23 @@ static char *http(const char *hostport, const char *request, size_t request_len)
 	close(fd);
 	buf[len] = 0;
 	return buf;
+}
+
+/* A connection to host:port that sends nothing. */
+static int open_idle(const char *hostport)
+{
+	char host[256], *colon;
+	snprintf(host, sizeof(host), "%s", hostport);
+	colon = strrchr(host, ':');
+	*colon = 0;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+		IT_FAIL("cannot resolve %s", hostport);
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) != 0)
+		IT_FAIL("cannot connect to %s: %s", hostport, strerror(errno));
+	freeaddrinfo(res);
+	return fd;
 }
 
 static char *scrape(const char *hostport)
@@ -137,8 +155,8 @@ int it_metrics(int argc, char **argv)
 
 	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, IT_METRICS_NUMEL);
 	for (int k = 0; k < IT_METRICS_CALLS; k++) {
-		it_fill(sc_tensor_data(t), SC_FLOAT32, IT_METRICS_NUMEL, (uint64_t)k, it_env.rank,
-			1);
+		it_fill(sc_tensor_data(t), SC_FLOAT32, IT_METRICS_NUMEL, (uint64_t)k,
+			it_env.rank, 1);
 		sc_handle_t h = 0;
 		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce %d", k);
 		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
@@ -154,7 +172,8 @@ int it_metrics(int argc, char **argv)
 		IT_FAIL("%s is %g", series, sample(after, series));
 	snprintf(series, sizeof(series), "sparsecomm_tensor_bytes_sent_total{tensor=\"%s\"}",
 		 name);
-	double sent = sample(after, series), ctl_sent = it_stats_number(sock, name, "bytes_sent");
+	double sent = sample(after, series),
+	       ctl_sent = it_stats_number(sock, name, "bytes_sent");
 	if (nodes > 1 && !(sent > 0))
 		IT_FAIL("%s is %g after %d calls between %d nodes", series, sent,
 			IT_METRICS_CALLS, nodes);
@@ -162,11 +181,13 @@ int it_metrics(int argc, char **argv)
 		IT_FAIL("%s is %g, sparsectl stats says %g", series, sent, ctl_sent);
 	/* a dense float32 tensor goes through the ring: reduce-scatter and allgather each
 	 * send (P - 1) / P of it */
-	double ring = (double)IT_METRICS_CALLS * 2.0 * (nodes - 1) * IT_METRICS_NUMEL * 4 / nodes;
+	double ring =
+	    (double)IT_METRICS_CALLS * 2.0 * (nodes - 1) * IT_METRICS_NUMEL * 4 / nodes;
 	if (nodes > 1 && IT_METRICS_NUMEL % nodes == 0 && sent != ring)
-		IT_FAIL("%s is %g; %d ring allreduces of %d float32 over %d nodes send %g", series,
-			sent, IT_METRICS_CALLS, IT_METRICS_NUMEL, nodes, ring);
-	snprintf(series, sizeof(series), "sparsecomm_tensor_seconds_total{tensor=\"%s\"}", name);
+		IT_FAIL("%s is %g; %d ring allreduces of %d float32 over %d nodes send %g",
+			series, sent, IT_METRICS_CALLS, IT_METRICS_NUMEL, nodes, ring);
+	snprintf(series, sizeof(series), "sparsecomm_tensor_seconds_total{tensor=\"%s\"}",
+		 name);
 	if (!(sample(after, series) > 0))
 		IT_FAIL("%s is %g", series, sample(after, series));
 	double buffers = family_sum(after, "sparsecomm_scheme_buffers_total") - buffers0;
@@ -180,14 +201,15 @@ int it_metrics(int argc, char **argv)
 	    sample(after, "sparsecomm_rank") != node)
 		IT_FAIL("world: formed %g, size %g, rank %g (want 1, %d, %d)",
 			sample(after, "sparsecomm_world_formed"),
-			sample(after, "sparsecomm_world_size"), sample(after, "sparsecomm_rank"),
-			nodes, node);
+			sample(after, "sparsecomm_world_size"),
+			sample(after, "sparsecomm_rank"), nodes, node);
 	if (family_sum(after, "sparsecomm_peer_up") != nodes)
 		IT_FAIL("%g of %d peers up", family_sum(after, "sparsecomm_peer_up"), nodes);
 	it_log("%s: %d calls, %g bytes sent, %g buffers, world of %d formed", where,
 	       IT_METRICS_CALLS, sent, buffers, nodes);
 
-	const char nf[] = "GET /nope HTTP/1.1\r\n\r\n", post[] = "POST /metrics HTTP/1.1\r\n\r\n";
+	const char nf[] = "GET /nope HTTP/1.1\r\n\r\n",
+		   post[] = "POST /metrics HTTP/1.1\r\n\r\n";
 	expect_status(where, nf, sizeof(nf) - 1, "404");
 	expect_status(where, post, sizeof(post) - 1, "405");
 	size_t big = 2 * 8192;
@@ -196,6 +218,14 @@ int it_metrics(int argc, char **argv)
 	memcpy(huge, "GET /metrics HTTP/1.1\r\nX: ", 26);
 	expect_status(where, huge, big, "431");
 	free(huge);
+	/* connections past the limit (16 open, silent) answer 503 at once */
+	int idle[16];
+	for (int i = 0; i < 16; i++)
+		idle[i] = open_idle(where);
+	it_sleep_ms(200); /* the daemon accepts them in order */
+	expect_status(where, nf, sizeof(nf) - 1, "503");
+	for (int i = 0; i < 16; i++)
+		close(idle[i]);
 	free(before);
 	free(after);
 	it_barrier(c, "metrics.done", 0);
