@@ -962,8 +962,8 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 		return SC_ERR_SYSTEM;
 	}
 	unlink(d->ctl_path);
-	/* the socket is never wider than its final mode, not even between bind and chmod */
-	mode_t old = umask(d->ctl_gid >= 0 ? 0007 : 0077);
+	/* bound private, given its group, and only then opened to it: never wider between */
+	mode_t old = umask(0077);
 	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);
 	umask(old);
 	if (rc != 0) {
