@@ -3,8 +3,12 @@
  */
 #include "hosts.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +79,7 @@ static int add(run_hosts_t *hs, const char *name, size_t len, int slots, const c
 	h = &hs->h[hs->n++];
 	memcpy(h->name, buf, len + 1);
 	h->slots = slots;
-	h->local = run_host_is_local(buf);
+	h->local = false; /* run_hosts_classify, once the list is known to be valid */
 	return 0;
 }
 
@@ -174,19 +178,72 @@ int run_hosts_parse_file(run_hosts_t *hs, const char *path, char *err, size_t er
 	return rc;
 }
 
+static bool is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	return sa->sa_family == AF_INET6 &&
+	       IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return a->sa_family == AF_INET6 &&
+	       !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+}
+
+/* Whether one of name's addresses (getaddrinfo) is loopback, or with every_local, an
+ * address of one of this machine's interfaces. A name that does not resolve here is
+ * neither (the agent may know it, e.g. an ssh alias). */
+static bool resolves_local(const char *name, bool every_local)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	struct ifaddrs *ifs = NULL;
+	bool found = false;
+	if (getaddrinfo(name, NULL, &hints, &res) != 0)
+		return false;
+	if (every_local && getifaddrs(&ifs) != 0)
+		ifs = NULL;
+	for (const struct addrinfo *ai = res; ai && !found; ai = ai->ai_next) {
+		found = is_loopback(ai->ai_addr);
+		for (const struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+			found = i->ifa_addr && same_addr(ai->ai_addr, i->ifa_addr);
+	}
+	freeifaddrs(ifs);
+	freeaddrinfo(res);
+	return found;
+}
+
 bool run_host_is_local(const char *name)
 {
 	char self[RUN_HOST_NAME_BYTES];
-	if (!strcmp(name, "localhost") || !strncmp(name, "127.", 4) || !strcmp(name, "::1"))
+	if (!strcmp(name, "localhost"))
 		return true;
-	if (gethostname(self, sizeof(self)) != 0)
-		return false;
-	self[sizeof(self) - 1] = 0;
-	if (!strcmp(name, self))
-		return true;
-	/* "node1" against "node1.example.org", either way round */
-	size_t a = strcspn(name, "."), b = strcspn(self, ".");
-	return a == b && !strncmp(name, self, a) && (!name[a] || !self[b]);
+	if (gethostname(self, sizeof(self)) == 0) {
+		self[sizeof(self) - 1] = 0;
+		/* "node1" against "node1.example.org", either way round */
+		size_t a = strcspn(name, "."), b = strcspn(self, ".");
+		if (a == b && !strncmp(name, self, a) && (!name[a] || !self[b]))
+			return true;
+	}
+	return resolves_local(name, true);
+}
+
+bool run_host_is_loopback(const char *name)
+{
+	return resolves_local(name, false);
+}
+
+void run_hosts_classify(run_hosts_t *hs)
+{
+	for (int i = 0; i < hs->n; i++)
+		hs->h[i].local = run_host_is_local(hs->h[i].name);
 }
 
 void run_hosts_free(run_hosts_t *hs)

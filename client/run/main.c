@@ -238,6 +238,7 @@ static void hosts_to_nodes(opts_t *o, bool per_node_given)
 			  hs->h[0].slots);
 	o->nodes = hs->n;
 	o->per_node = hs->h[0].slots;
+	run_hosts_classify(&o->hosts);
 }
 
 static void parse_args(int argc, char **argv, opts_t *o)
@@ -1309,6 +1310,12 @@ static void coordinator_addr(run_t *r, int port)
 	}
 	snprintf(r->coordinator, sizeof(r->coordinator),
 		 strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+	if (r->remote && run_host_is_loopback(host))
+		fprintf(stderr,
+			"sparsecomm-run: warning: the coordinator's host %s resolves to a "
+			"loopback address here, which the other hosts cannot reach; name the "
+			"first host by an address or name they reach\n",
+			host);
 }
 
 static int install_signals(void)
