@@ -614,11 +614,13 @@ run_case "hostfile localhost" 1 2 120 0 2 --hostfile "$tmp/hostfile" --rsh-agent
 if selected "host lists refused"; then
 	printf 'a slots=2\nb slots=x\n' >"$tmp/hostfile-bad"
 	bad=0
+	# shellcheck disable=SC2089
 	for spec in "-H a:2,b:3|b has 3 slot(s) but a has 2" "-H a:0|'a:0': slots must be 1 to 64" \
 		"-H -oProxy=x|'-oProxy=x' is not a host name" "-H a,a|host 'a' is listed twice" \
 		"--hostfile $tmp/hostfile-bad|hostfile-bad:2: expected 'HOST slots=N'" \
 		"-n 3 -H a,b|-n 3 but 2 host(s) given"; do
-		# shellcheck disable=SC2086
+		# the options split on blanks; the expected text keeps its quotes
+		# shellcheck disable=SC2086,SC2090
 		timeout 20 "$launcher" ${spec%%|*} -- true >"$tmp/out" 2>&1 </dev/null
 		rc=$?
 		if [ "$rc" -ne 2 ] || ! grep -qF -- "${spec#*|}" "$tmp/out"; then
