@@ -4,6 +4,18 @@
 
 PREFIX ?= /usr/local
 DESTDIR ?=
+# Where `make install` puts what the system looks up elsewhere than under PREFIX: the
+# configuration, systemd's units and sysusers.d (systemd's own directories when its
+# pkg-config file says, else under PREFIX, which systemd also searches), and the Python
+# package (python3's site-packages for PREFIX).
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= $(or $(shell pkg-config --variable=systemdsystemunitdir systemd \
+	2>/dev/null),$(PREFIX)/lib/systemd/system)
+SYSUSERS_DIR ?= $(or $(shell pkg-config --variable=sysusersdir systemd 2>/dev/null),\
+	$(PREFIX)/lib/sysusers.d)
+PYTHON_SITE ?= $(shell python3 -c 'import sysconfig; \
+	print(sysconfig.get_path("purelib", vars={"base": "$(PREFIX)"}))' 2>/dev/null)
+MAN_DIR ?= $(PREFIX)/share/man
 BUILD := build
 GEN := $(BUILD)/gen
 OBJ := $(BUILD)/obj
@@ -361,8 +373,12 @@ bench: all
 	@echo "see README.md, section Benchmarks"
 
 install: all
+	@test -n "$(PYTHON_SITE)" || { echo "install: python3 not found: set PYTHON_SITE"; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/sparsecomm
+		$(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/sparsecomm \
+		$(DESTDIR)$(SYSCONFDIR)/sparsecomm $(DESTDIR)$(SYSTEMD_UNIT_DIR) \
+		$(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(MAN_DIR)/man1 $(DESTDIR)$(MAN_DIR)/man8 \
+		$(DESTDIR)$(PYTHON_SITE)/sparsecomm
 	install -m 0755 $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run \
 		$(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(LIB)/libsparseclient.so $(DESTDIR)$(PREFIX)/lib/libsparseclient.so.$(VERSION)
@@ -374,15 +390,31 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' mk/sparsecomm.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
 	install -m 0644 config/sparsecommd.conf $(DESTDIR)$(PREFIX)/share/sparsecomm/
-	sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' systemd/sparsecommd.service \
-		> $(DESTDIR)$(PREFIX)/share/sparsecomm/sparsecommd.service
+	@# an existing configuration is the operator's: never overwritten
+	test -e $(DESTDIR)$(SYSCONFDIR)/sparsecomm/sparsecommd.conf || install -m 0644 \
+		config/sparsecommd.conf $(DESTDIR)$(SYSCONFDIR)/sparsecomm/sparsecommd.conf
+	for u in sparsecommd.service sparsecommd@.service; do \
+		sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' -e 's|/etc/sparsecomm/|$(SYSCONFDIR)/sparsecomm/|g' \
+		systemd/$$u > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u && chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/$$u; \
+	done
+	install -m 0644 systemd/sparsecomm.sysusers $(DESTDIR)$(SYSUSERS_DIR)/sparsecomm.conf
+	install -m 0644 man/sparsectl.1 $(DESTDIR)$(MAN_DIR)/man1/
+	install -m 0644 man/sparsecommd.8 $(DESTDIR)$(MAN_DIR)/man8/
+	install -m 0644 client/python/sparsecomm/*.py $(DESTDIR)$(PYTHON_SITE)/sparsecomm/
+	printf '# written by make install: where libsparseclient was installed\nLIBDIR = "%s"\n' \
+		'$(PREFIX)/lib' > $(DESTDIR)$(PYTHON_SITE)/sparsecomm/_install.py
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sparsecommd $(DESTDIR)$(PREFIX)/bin/sparsectl \
 		$(DESTDIR)$(PREFIX)/bin/sparsecomm-run $(DESTDIR)$(PREFIX)/lib/libsparseclient.* \
 		$(DESTDIR)$(PREFIX)/lib/libsparsecomm-cuda.so \
 		$(DESTDIR)$(PREFIX)/include/sparsecomm.h \
-		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc
-	rm -rf $(DESTDIR)$(PREFIX)/share/sparsecomm
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/sparsecomm.pc \
+		$(DESTDIR)$(SYSTEMD_UNIT_DIR)/sparsecommd.service \
+		$(DESTDIR)$(SYSTEMD_UNIT_DIR)/sparsecommd@.service \
+		$(DESTDIR)$(SYSUSERS_DIR)/sparsecomm.conf \
+		$(DESTDIR)$(MAN_DIR)/man1/sparsectl.1 $(DESTDIR)$(MAN_DIR)/man8/sparsecommd.8
+	rm -rf $(DESTDIR)$(PREFIX)/share/sparsecomm $(DESTDIR)$(PYTHON_SITE)/sparsecomm
+	@echo "uninstall: $(SYSCONFDIR)/sparsecomm is the operator's and stays"
 clean:
 	rm -rf $(BUILD)
 FORMAT_SRC = $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

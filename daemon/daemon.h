@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "config/config.h"
+#include "scheme/registry.h"
 #include "util/clock.h"
 #include "util/secret.h"
 
@@ -21,6 +22,14 @@ typedef struct scd_ctl scd_ctl_t;
 typedef struct scd_world scd_world_t;
 typedef struct scd_engine scd_engine_t;
 
+/* What the buffers a scheme ran moved and took on this node (the metrics endpoint). */
+typedef struct scd_scheme_counters {
+	uint64_t buffers, errors, bytes_sent, bytes_recv;
+	double time_s;
+} scd_scheme_counters_t;
+
+typedef struct scd_metrics scd_metrics_t;
+
 typedef struct scd_daemon {
 	uv_loop_t *loop;
 	scd_config_t cfg;
@@ -28,6 +37,7 @@ typedef struct scd_daemon {
 	int rank, world_size, local_size;
 	scd_secret_t secret; /* the job secret (secret_file); present 0 without one */
 	char runtime_dir[PATH_MAX];
+	long ctl_gid; /* the ctl_group key's group id, -1: none (the user alone) */
 	char ctl_path[PATH_MAX + 32];
 	char ctl_endpoint[PATH_MAX + 48];
 	scd_ctl_t *ctl;
@@ -39,6 +49,8 @@ typedef struct scd_daemon {
 	int exit_code;
 	uint64_t stats_cycles;	/* plans applied */
 	uint64_t stats_buffers; /* buffers (fused or single) run */
+	scd_scheme_counters_t scheme_stats[SCD_SCHEME_COUNT]; /* by scheme, reset with them */
+	scd_metrics_t *metrics; /* the metrics endpoint (metrics_addr), NULL: off */
 	uv_signal_t sig_term, sig_int;
 	uv_prepare_t drain; /* drains ZeroMQ sockets before the loop blocks */
 	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */

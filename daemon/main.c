@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -25,6 +26,8 @@
 #include "daemon.h"
 #include "device/cuda.h"
 #include "engine/engine.h"
+#include "metrics/metrics.h"
+#include "rundir.h"
 #include "util/dirlock.h"
 #include "util/log.h"
 #include "util/timeline.h"
@@ -52,21 +55,40 @@ static void usage(FILE *out)
 		     "and where each value came from\n");
 }
 
-/* Creates the runtime directory (0700, owned by us) or checks an existing one. */
+/* The ctl_group key as a group id (d->ctl_gid, -1 when empty). */
+static sc_status_t resolve_ctl_group(scd_daemon_t *d)
+{
+	const char *name = scd_cfg_str(&d->cfg, SCD_CFG_ctl_group);
+	char *end, buf[4096];
+	struct group gr, *found = NULL;
+	d->ctl_gid = -1;
+	if (!name[0])
+		return SC_OK;
+	errno = 0;
+	unsigned long n = strtoul(name, &end, 10);
+	if (!*end && !errno && n < 0x7fffffff) {
+		d->ctl_gid = (long)n;
+		return SC_OK;
+	}
+	int rc = getgrnam_r(name, &gr, buf, sizeof(buf), &found);
+	if (!found) {
+		scd_error(SCD_SUB_MAIN, "ctl_group '%s': %s", name,
+			  rc ? strerror(rc) : "no such group");
+		return SC_ERR_INVALID;
+	}
+	d->ctl_gid = (long)gr.gr_gid;
+	return SC_OK;
+}
+
+/* Creates the runtime directory (0700, owned by us; 0750 of ctl_group when set) or checks
+ * an existing one. */
 static sc_status_t make_runtime_dir(scd_daemon_t *d)
 {
 	const char *dir = scd_cfg_str(&d->cfg, SCD_CFG_runtime_dir);
-	if (dir[0]) {
+	if (dir[0])
 		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "%s", dir);
-	} else if (geteuid() == 0) {
-		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "/run/sparsecomm");
-	} else if (getenv("XDG_RUNTIME_DIR")) {
-		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "%s/sparsecomm",
-			 getenv("XDG_RUNTIME_DIR"));
-	} else {
-		snprintf(d->runtime_dir, sizeof(d->runtime_dir), "/tmp/sparsecomm-%u",
-			 (unsigned)geteuid());
-	}
+	else
+		sc_rundir_default((unsigned)geteuid(), d->runtime_dir, sizeof(d->runtime_dir));
 	for (char *p = d->runtime_dir + 1; *p; p++) { /* parents, as mkdir -p */
 		if (*p != '/')
 			continue;
@@ -86,7 +108,12 @@ static sc_status_t make_runtime_dir(scd_daemon_t *d)
 			  d->runtime_dir, (unsigned)geteuid());
 		return SC_ERR_SYSTEM;
 	}
-	chmod(d->runtime_dir, 0700);
+	if (d->ctl_gid >= 0 && chown(d->runtime_dir, (uid_t)-1, (gid_t)d->ctl_gid) != 0) {
+		scd_error(SCD_SUB_MAIN, "cannot give runtime directory %s to ctl_group %ld: %s",
+			  d->runtime_dir, d->ctl_gid, strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	chmod(d->runtime_dir, d->ctl_gid >= 0 ? 0750 : 0700);
 	char why[512];
 	int lock_fd; /* held open (and locked) until the process exits */
 	if (scd_dirlock_take(d->runtime_dir, &lock_fd, why, sizeof(why)) != SC_OK) {
@@ -379,7 +406,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (load_secret(d) != SC_OK)
 		return 1;
-	if (make_runtime_dir(d) != SC_OK)
+	if (resolve_ctl_group(d) != SC_OK || make_runtime_dir(d) != SC_OK)
 		return 1;
 	remove_stale_shm();
 	const scd_device_ops_t *gpu;
@@ -405,6 +432,8 @@ int main(int argc, char **argv)
 		st = scd_engine_create(d, scd_world_job_done, &d->engine);
 	if (st == SC_OK)
 		st = scd_world_create(d, &d->world);
+	if (st == SC_OK && scd_metrics_start(d) != SC_OK)
+		return 1; /* logged */
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_MAIN, "cannot initialise the daemon: %s",
 			  sc_status_message(st));
@@ -444,6 +473,7 @@ int main(int argc, char **argv)
 		_exit(d->exit_code);
 	}
 	scd_tl_configure("", d->rank, d->world_size);
+	scd_metrics_stop(d);
 	scd_world_destroy(d->world);
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);

@@ -1,5 +1,14 @@
-/* common.c: status and dtype tables shared by the client library and the daemon. */
+/* common.c: status and dtype tables shared by the client library and the daemon, and the
+ * default places of a daemon's control socket (rundir.h). */
 #include "sparsecomm.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rundir.h"
 
 SC_API const char *sc_status_name(sc_status_t status)
 {
@@ -51,4 +60,32 @@ SC_API const char *sc_dtype_name(sc_dtype_t dtype)
 		return "int64";
 	}
 	return "unknown";
+}
+
+char *sc_rundir_default(unsigned uid, char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (uid == 0)
+		snprintf(buf, len, "%s", SC_RUNDIR_SYSTEM);
+	else if (xdg && *xdg)
+		snprintf(buf, len, "%s/sparsecomm", xdg);
+	else
+		snprintf(buf, len, "/tmp/sparsecomm-%u", uid);
+	return buf;
+}
+
+char *sc_socket_default(char *buf, size_t len)
+{
+	const char *env = getenv("SPARSECOMM_SOCKET");
+	char dir[PATH_MAX];
+	struct stat st;
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+		return buf;
+	}
+	snprintf(buf, len, "%s/ctl.sock",
+		 sc_rundir_default((unsigned)geteuid(), dir, sizeof(dir)));
+	if (stat(buf, &st) != 0)
+		snprintf(buf, len, "%s/ctl.sock", SC_RUNDIR_SYSTEM);
+	return buf;
 }

@@ -22,6 +22,7 @@
  * reached, 2 usage error.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rundir.h"
 
 #define EXIT_DAEMON	   1
 #define EXIT_USAGE	   2
@@ -71,7 +73,9 @@ static void usage(FILE *f)
 		"options:\n"
 		"  --socket PATH         the daemon's control socket (a path or a ZeroMQ "
 		"endpoint);\n"
-		"                        default $SPARSECOMM_SOCKET\n"
+		"                        default $SPARSECOMM_SOCKET, else ctl.sock in your\n"
+		"                        own daemon's default runtime directory when it\n"
+		"                        exists, else /run/sparsecomm/ctl.sock\n"
 		"  --timeout-ms N        how long to wait for the daemon (default %d)\n"
 		"  --json                print one JSON object (errors too: \"error\", "
 		"\"status\")\n"
@@ -689,6 +693,7 @@ int main(int argc, char **argv)
 	char **args = calloc((size_t)argc + 1, sizeof(*args));
 	int nargs = 0, rc;
 	const char *v;
+	char fallback[PATH_MAX + 16];
 
 	if (!args)
 		return EXIT_DAEMON;
@@ -730,19 +735,14 @@ int main(int argc, char **argv)
 			args[nargs++] = argv[i];
 		}
 	}
-	if (!ctl.socket && !getenv("SPARSECOMM_SOCKET")) {
-		ctl_error(ctl.json, SC_ERR_INVALID,
-			  "no daemon socket: use --socket PATH or set $SPARSECOMM_SOCKET");
-		free(args);
-		return EXIT_USAGE;
-	}
+	if (!ctl.socket)
+		ctl.socket = sc_socket_default(fallback, sizeof(fallback));
 	if (ctl.reset && (nargs != 1 || strcmp(args[0], "stats") != 0)) {
 		ctl_error(ctl.json, SC_ERR_INVALID, "--reset goes with the stats command only");
 		free(args);
 		return EXIT_USAGE;
 	}
-	if ((rc = check_socket(ctl.socket ? ctl.socket : getenv("SPARSECOMM_SOCKET"),
-			       ctl.json))) {
+	if ((rc = check_socket(ctl.socket, ctl.json))) {
 		free(args);
 		return rc;
 	}

@@ -111,8 +111,11 @@ typedef uint64_t sc_handle_t;	      /* an operation in flight; 0 is never valid 
 /*
  * Connects to the daemon. socket_path is the daemon's control socket (a filesystem path
  * or a ZeroMQ endpoint such as "ipc:///run/sparsecomm/ctl.sock"); NULL takes
- * $SPARSECOMM_SOCKET. The local rank is taken from $SPARSECOMM_LOCAL_RANK when set,
- * otherwise the daemon assigns the lowest free one. timeout_ms bounds the handshake
+ * $SPARSECOMM_SOCKET, else ctl.sock in the caller's own daemon's default runtime
+ * directory ($XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID; /run/sparsecomm for
+ * root) when it exists, else the system daemon's /run/sparsecomm/ctl.sock. The local rank is
+ * taken from $SPARSECOMM_LOCAL_RANK when set, otherwise the daemon assigns the lowest free one.
+ * timeout_ms bounds the handshake
  * (<= 0: 30000).
  */
 SC_API sc_status_t sc_connect(const char *socket_path, int timeout_ms, sc_client_t **client_p);

@@ -48,6 +48,7 @@
 #include <zmq.h>
 
 #include "internal.h"
+#include "rundir.h"
 
 #define HEARTBEAT_IVL_MS     1000
 #define HEARTBEAT_TIMEOUT_MS 5000
@@ -727,11 +728,12 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	sc_client_t *c;
 	int local_rank = -1;
 	sc_status_t st;
+	char fallback[PATH_MAX + 16];
 
 	if (!client_p)
 		return scl_error(SC_ERR_INVALID, "sc_connect: client_p is NULL");
 	if (!socket_path)
-		socket_path = getenv("SPARSECOMM_SOCKET");
+		socket_path = sc_socket_default(fallback, sizeof(fallback));
 	if (timeout_ms <= 0)
 		timeout_ms = SCL_DEFAULT_TMO_MS;
 	if (role == SPARSECOMM__ROLE__ROLE_TRAINER && (st = local_rank_from_env(&local_rank)))

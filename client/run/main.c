@@ -1,13 +1,15 @@
 /*
- * main.c: sparsecomm-run, the launcher of a job on one machine (like horovodrun or mpirun).
+ * main.c: sparsecomm-run, the launcher of a job (like horovodrun or mpirun), on one machine
+ * or on several hosts (-H, --hostfile; hosts.h) through a remote-shell agent (remote.h).
  *
  * It starts N sparsecommd daemons ("nodes"), waits until each has written READY=1 on its
- * notify pipe, runs the training command once per trainer (N x per-node processes) with
- * the SPARSECOMM_* environment, relays every trainer's output line by line with a "[rank] "
- * prefix, and tears everything down by pid when the trainers have ended, on a failure
- * after a grace period, on --timeout, or on SIGINT/SIGTERM (forwarded to the trainers
- * first, the daemons after). With --netns the nodes are network namespaces joined by a
- * shaped bridge (netns.c), so one machine behaves like a network-bound cluster.
+ * notify pipe (a remote daemon's arrives on its agent's stdout, through the tether), runs the
+ * training command once per trainer (N x per-node processes) with the SPARSECOMM_* environment,
+ * relays every trainer's output line by line with a "[rank] " prefix, and tears everything down
+ * by pid when the trainers have ended, on a failure after a grace period, on --timeout, or on
+ * SIGINT/SIGTERM (forwarded to the trainers first, the daemons after). With --netns the nodes
+ * are network namespaces joined by a shaped bridge (netns.c), so one machine behaves like a
+ * network-bound cluster.
  *
  * One thread and one poll() loop do everything: signals arrive through a self-pipe, child
  * exits are reaped by pid, and every wait in the loop has a deadline. Each child runs in
@@ -15,7 +17,9 @@
  * started. The exit status is the first non-zero trainer status (a signal counts as
  * 128 + signal), 124 on --timeout, 1 when a daemon failed while every trainer succeeded.
  */
+#include "hosts.h"
 #include "netns.h"
+#include "remote.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,6 +62,9 @@ typedef struct proc {
 	bool reported; /* its exit has been handled */
 	int status;    /* wait status */
 	int rank;      /* trainer rank or node index */
+	int node;      /* its node (host) */
+	int in_fd;     /* remote: the agent's stdin, which the tether watches; -1 */
+	bool remote;   /* runs through the agent */
 	stream_t out, err;
 } proc_t;
 
@@ -74,6 +81,7 @@ typedef struct daemon {
 typedef struct opts {
 	int nodes, per_node;
 	bool netns, keep_going, verbose, insecure;
+	const char *secret_file; /* --secret-file, or NULL: a fresh one */
 	const char *rate;
 	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;
 	const char *daemon_path, *log_dir;
@@ -81,6 +89,8 @@ typedef struct opts {
 	char **daemon_args;
 	int n_daemon_args;
 	char **cmd;
+	run_hosts_t hosts; /* -H, --hostfile; n == 0: every node on this machine */
+	const char *rsh_agent;
 } opts_t;
 
 typedef struct run {
@@ -88,7 +98,10 @@ typedef struct run {
 	char dir[PATH_MAX];	    /* private directory */
 	char secret[PATH_MAX + 16]; /* the job secret, in dir */
 	char daemon_exe[PATH_MAX + 16];
-	char coordinator[64];
+	char coordinator[RUN_HOST_NAME_BYTES + 16];
+	char self_exe[PATH_MAX]; /* this program, the remote tether */
+	char cwd[PATH_MAX];	 /* where remote commands start */
+	bool remote;		 /* some node runs through the agent */
 	run_netns_t *net;
 	daemon_t *daemons;
 	proc_t *trainers;
@@ -133,6 +146,8 @@ static void usage(FILE *out)
 	fprintf(
 	    out,
 	    "usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
+	    "       sparsecomm-run -H HOST:SLOTS,... | --hostfile FILE [OPTIONS] -- CMD "
+	    "[ARGS...]\n"
 	    "\n"
 	    "Starts N sparsecommd daemons (nodes) on this machine, waits until they are "
 	    "ready,\n"
@@ -142,8 +157,16 @@ static void usage(FILE *out)
 	    "with \"[rank] \", and stops everything when the trainers have ended.\n"
 	    "\n"
 	    "options:\n"
-	    "  -n, --nodes N          number of nodes (daemons), required\n"
+	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
 	    "  --per-node M           trainers per node (default 1)\n"
+	    "  -H, --hosts LIST       one node per host, HOST:SLOTS trainers each (SLOTS\n"
+	    "                         the same on every host), e.g. -H a:4,b:4\n"
+	    "  --hostfile FILE        the hosts, one a line: 'HOST slots=N', 'HOST:N' or\n"
+	    "                         'HOST'; '#' starts a comment\n"
+	    "  --rsh-agent CMD        how to run a command on a host that is not this\n"
+	    "                         machine: CMD HOST 'SHELL COMMAND' (default ssh);\n"
+	    "                         sparsecomm-run and sparsecommd must be at the same\n"
+	    "                         paths there\n"
 	    "  --netns                run each node in its own network namespace, joined by a\n"
 	    "                         bridge (root only); exports SPARSECOMM_NETNS,\n"
 	    "                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
@@ -164,11 +187,14 @@ static void usage(FILE *out)
 	    "sparsecomm-run,\n"
 	    "                         else $SPARSECOMM_DAEMON, else found on PATH)\n"
 	    "  --port PORT            coordinator port (default: a free one; 29500 with "
-	    "--netns)\n"
+	    "--netns\n"
+	    "                         or remote hosts)\n"
 	    "  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
 	    "  --insecure             no job secret: the daemons run with insecure = true and\n"
 	    "                         authenticate nothing (by default a fresh secret is\n"
 	    "                         written to the run's private directory for them)\n"
+	    "  --secret-file FILE     the job secret the daemons read instead (mode 0600; at\n"
+	    "                         the same path on every host of a job on several hosts)\n"
 	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
 	    "                         commands that build the namespaces\n"
 	    "  -h, --help             this text\n"
@@ -202,9 +228,37 @@ static int parse_int(const char *opt, const char *v, int lo, int hi)
 	return (int)n;
 }
 
+/* -H / --hostfile: one node per host, the hosts' slots trainers each. */
+static void hosts_to_nodes(opts_t *o, bool per_node_given)
+{
+	const run_hosts_t *hs = &o->hosts;
+	if (o->netns)
+		die_usage("--netns makes its own nodes on this machine; it does not go with "
+			  "-H or --hostfile");
+	if (o->nodes && o->nodes != hs->n)
+		die_usage("-n %d but %d host(s) given: one node runs per host", o->nodes,
+			  hs->n);
+	for (int h = 1; h < hs->n; h++)
+		if (hs->h[h].slots != hs->h[0].slots)
+			die_usage("host %s has %d slot(s) but %s has %d: every node runs the "
+				  "same number of trainers",
+				  hs->h[h].name, hs->h[h].slots, hs->h[0].name, hs->h[0].slots);
+	if (per_node_given && o->per_node != hs->h[0].slots)
+		die_usage("--per-node %d but the hosts have %d slot(s) each", o->per_node,
+			  hs->h[0].slots);
+	o->nodes = hs->n;
+	o->per_node = hs->h[0].slots;
+	run_hosts_classify(&o->hosts);
+}
+
 static void parse_args(int argc, char **argv, opts_t *o)
 {
-	*o = (opts_t){.per_node = 1, .grace_s = 10, .ready_timeout_s = 60, .kill_grace_s = 5};
+	*o = (opts_t){.per_node = 1,
+		      .grace_s = 10,
+		      .ready_timeout_s = 60,
+		      .kill_grace_s = 5,
+		      .rsh_agent = "ssh"};
+	bool per_node_given = false;
 	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
 	int i;
 	for (i = 1; i < argc; i++) {
@@ -240,6 +294,20 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		} else if (!strcmp(name, "--per-node")) {
 			NEED_VAL();
 			o->per_node = parse_int(name, val, 1, MAX_TRAINERS);
+			per_node_given = true;
+		} else if (!strcmp(name, "-H") || !strcmp(name, "--hosts") ||
+			   !strcmp(name, "--hostfile")) {
+			char err[512];
+			NEED_VAL();
+			if ((!strcmp(name, "--hostfile")
+				 ? run_hosts_parse_file(&o->hosts, val, err, sizeof(err))
+				 : run_hosts_parse_list(&o->hosts, val, err, sizeof(err))) < 0)
+				die_usage("%s", err);
+		} else if (!strcmp(name, "--rsh-agent")) {
+			NEED_VAL();
+			if (!val[strspn(val, " \t")])
+				die_usage("--rsh-agent needs a command, e.g. ssh");
+			o->rsh_agent = val;
 		} else if (!strcmp(name, "--netns")) {
 			o->netns = true;
 		} else if (!strcmp(name, "--rate")) {
@@ -266,6 +334,9 @@ static void parse_args(int argc, char **argv, opts_t *o)
 			o->keep_going = true;
 		} else if (!strcmp(name, "--insecure")) {
 			o->insecure = true;
+		} else if (!strcmp(name, "--secret-file")) {
+			NEED_VAL();
+			o->secret_file = val;
 		} else if (!strcmp(name, "--daemon-arg")) {
 			NEED_VAL();
 			o->daemon_args[o->n_daemon_args++] = val;
@@ -289,8 +360,10 @@ static void parse_args(int argc, char **argv, opts_t *o)
 		die_usage(
 		    "no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
 	o->cmd = argv + i + 1;
+	if (o->hosts.n)
+		hosts_to_nodes(o, per_node_given);
 	if (!o->nodes)
-		die_usage("-n N (the number of nodes) is required");
+		die_usage("-n N (the number of nodes) or -H HOST:SLOTS,... is required");
 	if ((long)o->nodes * o->per_node > MAX_TRAINERS)
 		die_usage("%d nodes x %d per node is more than %d trainers", o->nodes,
 			  o->per_node, MAX_TRAINERS);
@@ -465,11 +538,25 @@ static void reap_all(run_t *r)
 		reap(&r->trainers[i]);
 }
 
-/* Sends sig to a child's process group (and to the pid, in case it left the group). */
+/* Sends sig to a child's process group (and to the pid, in case it left the group). A
+ * remote process is stopped by closing its agent's stdin: its tether then sends SIGTERM
+ * there, SIGKILL after the grace period, and exits, which ends the agent; only SIGKILL
+ * goes to the agent itself. The tether sends the signal whose number the launcher wrote
+ * there before closing (remote.h). */
 static void signal_proc(proc_t *p, int sig, bool group)
 {
 	if (p->pid <= 0)
 		return;
+	if (p->remote && sig != SIGKILL) {
+		unsigned char b = (unsigned char)sig;
+		if (p->in_fd >= 0 && write(p->in_fd, &b, 1) < 0) {
+			/* the agent has gone: closing is all there is to do */
+		}
+		if (p->in_fd >= 0)
+			close(p->in_fd);
+		p->in_fd = -1;
+		return;
+	}
 	if (group)
 		kill(-p->pid, sig);
 	if (p->alive)
@@ -492,8 +579,9 @@ static void nccl_env(const run_t *r, int node)
 	setenv("NCCL_SOCKET_IFNAME", "=eth0", 1);
 }
 
-/* In a forked child: detaches from the launcher's signal handling before exec. */
-static void child_setup(pid_t launcher)
+/* In a forked child: detaches from the launcher's signal handling before exec; stdin
+ * becomes in_fd (an agent's pipe), or /dev/null when it is -1. */
+static void child_setup(pid_t launcher, int in_fd)
 {
 	sigset_t none;
 	setpgid(0, 0);
@@ -508,6 +596,10 @@ static void child_setup(pid_t launcher)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	unsetenv("NOTIFY_SOCKET");
+	if (in_fd >= 0) {
+		dup2(in_fd, 0);
+		return;
+	}
 	int devnull = open("/dev/null", O_RDONLY);
 	if (devnull >= 0 && devnull != 0) {
 		dup2(devnull, 0);
@@ -515,28 +607,78 @@ static void child_setup(pid_t launcher)
 	}
 }
 
-/* Builds the argv of a child: optionally "ip netns exec NS", then head, then tail. */
-static char **build_argv(const run_t *r, int node, char **head, int n_head, char **tail)
+/* The daemon of node i's command line: every option of a node's daemon is added here,
+ * for a local and a remote daemon alike; then the --daemon-arg options. */
+static void daemon_cmdline(const run_t *r, int i, int notify_fd, run_argv_t *av)
 {
-	int n_tail = 0;
-	while (tail && tail[n_tail])
-		n_tail++;
-	char **argv = calloc((size_t)(4 + n_head + n_tail + 1), sizeof(char *));
-	int k = 0;
-	if (!argv)
-		return NULL;
-	if (r->net) {
-		argv[k++] = "ip";
-		argv[k++] = "netns";
-		argv[k++] = "exec";
-		argv[k++] = (char *)r->net->ns[node];
+	const char *addr = r->net ? r->net->addr[i] : r->remote ? "0.0.0.0" : "127.0.0.1";
+	run_argv_add(av, "%s", r->daemon_exe);
+	run_argv_add(av, "--rank");
+	run_argv_add(av, "%d", i);
+	run_argv_add(av, "--world-size");
+	run_argv_add(av, "%d", r->o.nodes);
+	run_argv_add(av, "--local-size");
+	run_argv_add(av, "%d", r->o.per_node);
+	run_argv_add(av, "--coordinator");
+	run_argv_add(av, "%s", r->coordinator);
+	run_argv_add(av, "--data-addr");
+	run_argv_add(av, "%s", addr);
+	run_argv_add(av, "--runtime-dir");
+	run_argv_add(av, "%s/node%d", r->dir, i);
+	run_argv_add(av, "--notify-fd");
+	run_argv_add(av, "%d", notify_fd);
+	if (r->o.insecure) {
+		run_argv_add(av, "--insecure");
+		run_argv_add(av, "true");
+	} else {
+		run_argv_add(av, "--secret-file");
+		run_argv_add(av, "%s", r->o.secret_file ? r->o.secret_file : r->secret);
 	}
-	for (int i = 0; i < n_head; i++)
-		argv[k++] = head[i];
-	for (int i = 0; i < n_tail; i++)
-		argv[k++] = tail[i];
-	argv[k] = NULL;
-	return argv;
+	for (int k = 0; k < r->o.n_daemon_args; k++)
+		run_argv_add(av, "%s", r->o.daemon_args[k]);
+}
+
+/* Where node's processes run: "this machine", or the host's name. */
+static const char *node_host(const run_t *r, int node)
+{
+	return r->o.hosts.n ? r->o.hosts.h[node].name : "this machine";
+}
+
+static bool node_remote(const run_t *r, int node)
+{
+	return r->o.hosts.n && !r->o.hosts.h[node].local;
+}
+
+/* The argv that runs words for node: through the agent and the tether on a remote host,
+ * under "ip netns exec NS" with --netns, else as they are. */
+static void node_argv(const run_t *r, int node, char *const *words, int notify_fd,
+		      run_argv_t *out)
+{
+	if (node_remote(r, node)) {
+		run_remote_argv(out, r->o.rsh_agent, r->o.hosts.h[node].name, r->self_exe,
+				r->cwd, notify_fd, r->o.kill_grace_s, words);
+		return;
+	}
+	if (r->net) {
+		run_argv_add(out, "ip");
+		run_argv_add(out, "netns");
+		run_argv_add(out, "exec");
+		run_argv_add(out, "%s", r->net->ns[node]);
+	}
+	run_argv_add_all(out, words);
+}
+
+/* A pipe for a remote process's stdin (the launcher keeps the write end), or -1s. */
+static int stdin_pipe(bool remote, int in[2])
+{
+	in[0] = in[1] = -1;
+	if (!remote)
+		return 0;
+	if (pipe2(in, O_CLOEXEC) < 0) {
+		fprintf(stderr, "sparsecomm-run: pipe: %s\n", strerror(errno));
+		return -1;
+	}
+	return 0;
 }
 
 /* A fresh job secret (32 random bytes) in the run's directory, readable by this user
@@ -567,9 +709,9 @@ static int write_secret(run_t *r)
 static int spawn_daemon(run_t *r, int i)
 {
 	daemon_t *d = &r->daemons[i];
-	int notify[2], outp[2];
-	char rank[16], ws[16], ls[16], nfd[16], rdir[PATH_MAX + 16], prefix[24];
-	const char *addr = r->net ? r->net->addr[i] : "127.0.0.1";
+	bool remote = node_remote(r, i);
+	int notify[2], outp[2], in[2];
+	char rdir[PATH_MAX + 16], prefix[24];
 
 	snprintf(d->log_path, sizeof(d->log_path), "%s/daemon%d.log",
 		 r->o.log_dir ? r->o.log_dir : r->dir, i);
@@ -580,40 +722,22 @@ static int spawn_daemon(run_t *r, int i)
 		return -1;
 	}
 	snprintf(rdir, sizeof(rdir), "%s/node%d", r->dir, i);
-	if (mkdir(rdir, 0700) < 0 && errno != EEXIST) {
+	if (!remote && mkdir(rdir, 0700) < 0 && errno != EEXIST) {
 		fprintf(stderr, "sparsecomm-run: cannot create %s: %s\n", rdir,
 			strerror(errno));
 		close(log_fd);
 		return -1;
 	}
-	if (pipe2(notify, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0) {
+	if (pipe2(notify, O_CLOEXEC) < 0 || pipe2(outp, O_CLOEXEC) < 0 ||
+	    stdin_pipe(remote, in) < 0) {
 		fprintf(stderr, "sparsecomm-run: pipe: %s\n", strerror(errno));
 		close(log_fd);
 		return -1;
 	}
-	snprintf(rank, sizeof(rank), "%d", i);
-	snprintf(ws, sizeof(ws), "%d", r->o.nodes);
-	snprintf(ls, sizeof(ls), "%d", r->o.per_node);
-	snprintf(nfd, sizeof(nfd), "%d", notify[1]);
-	char *head[] = {r->daemon_exe,
-			"--rank",
-			rank,
-			"--world-size",
-			ws,
-			"--local-size",
-			ls,
-			"--coordinator",
-			r->coordinator,
-			"--data-addr",
-			(char *)addr,
-			"--runtime-dir",
-			rdir,
-			"--notify-fd",
-			nfd,
-			r->o.insecure ? "--insecure" : "--secret-file",
-			r->o.insecure ? "true" : r->secret};
-	char **argv =
-	    build_argv(r, i, head, (int)(sizeof(head) / sizeof(head[0])), r->o.daemon_args);
+	/* remote: the tether hands the daemon fd 3 and copies it to the agent's stdout */
+	run_argv_t words = {0}, argv = {0};
+	daemon_cmdline(r, i, remote ? 3 : notify[1], &words);
+	node_argv(r, i, words.v, 3, &argv);
 	pid_t launcher = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -621,49 +745,50 @@ static int spawn_daemon(run_t *r, int i)
 		return -1;
 	}
 	if (pid == 0) {
-		child_setup(launcher);
+		child_setup(launcher, in[0]);
 		nccl_env(r, i);
-		fcntl(notify[1], F_SETFD, 0);
-		dup2(outp[1], 1);
-		dup2(outp[1], 2);
-		run_execvp_sbin(argv[0], argv);
-		dprintf(2, "sparsecomm-run: cannot run %s: %s\n", argv[0], strerror(errno));
+		if (remote) {
+			dup2(notify[1], 1);
+			dup2(outp[1], 2);
+		} else {
+			fcntl(notify[1], F_SETFD, 0);
+			dup2(outp[1], 1);
+			dup2(outp[1], 2);
+		}
+		run_execvp_sbin(argv.v[0], argv.v);
+		dprintf(2, "sparsecomm-run: cannot run %s: %s\n", argv.v[0], strerror(errno));
 		_exit(127);
 	}
 	setpgid(pid, pid);
-	free(argv);
+	run_argv_free(&words);
+	run_argv_free(&argv);
 	close(notify[1]);
 	close(outp[1]);
-	d->p = (proc_t){.pid = pid, .alive = true, .rank = i};
+	if (in[0] >= 0)
+		close(in[0]);
+	d->p = (proc_t){
+	    .pid = pid, .alive = true, .rank = i, .node = i, .in_fd = in[1], .remote = remote};
 	d->p.err.fd = -1;
 	d->notify_fd = notify[0];
 	snprintf(prefix, sizeof(prefix), "[d%d] ", i);
 	stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
 	if (r->o.verbose) {
-		fprintf(stderr, "sparsecomm-run: daemon %d: pid %d, log %s\n", i, (int)pid,
-			d->log_path);
+		fprintf(stderr, "sparsecomm-run: daemon %d on %s: pid %d%s, log %s\n", i,
+			node_host(r, i), (int)pid, remote ? " (agent)" : "", d->log_path);
 	}
 	return 0;
 }
 
-static void set_env_int(const char *name, int v)
+/* The SPARSECOMM_* environment of a trainer, as NAME=VALUE words. */
+static void trainer_env(const run_t *r, int node, int local, run_argv_t *env)
 {
-	char buf[16];
-	snprintf(buf, sizeof(buf), "%d", v);
-	setenv(name, buf, 1);
-}
-
-static void trainer_env(const run_t *r, int node, int local)
-{
-	char sock[PATH_MAX + 32];
-	snprintf(sock, sizeof(sock), "ipc://%s/node%d/ctl.sock", r->dir, node);
-	setenv("SPARSECOMM_SOCKET", sock, 1);
-	set_env_int("SPARSECOMM_RANK", node * r->o.per_node + local);
-	set_env_int("SPARSECOMM_SIZE", r->o.nodes * r->o.per_node);
-	set_env_int("SPARSECOMM_LOCAL_RANK", local);
-	set_env_int("SPARSECOMM_LOCAL_SIZE", r->o.per_node);
-	set_env_int("SPARSECOMM_NODE_RANK", node);
-	set_env_int("SPARSECOMM_NODE_COUNT", r->o.nodes);
+	run_argv_add(env, "SPARSECOMM_SOCKET=ipc://%s/node%d/ctl.sock", r->dir, node);
+	run_argv_add(env, "SPARSECOMM_RANK=%d", node * r->o.per_node + local);
+	run_argv_add(env, "SPARSECOMM_SIZE=%d", r->o.nodes * r->o.per_node);
+	run_argv_add(env, "SPARSECOMM_LOCAL_RANK=%d", local);
+	run_argv_add(env, "SPARSECOMM_LOCAL_SIZE=%d", r->o.per_node);
+	run_argv_add(env, "SPARSECOMM_NODE_RANK=%d", node);
+	run_argv_add(env, "SPARSECOMM_NODE_COUNT=%d", r->o.nodes);
 	if (r->net) {
 		size_t cap = (size_t)r->o.nodes * RUN_IFNAME_BYTES + 1;
 		char *names = calloc(1, cap), *addrs = calloc(1, cap);
@@ -673,32 +798,52 @@ static void trainer_env(const run_t *r, int node, int local)
 			strcat(addrs, i ? " " : "");
 			strcat(addrs, r->net->addr[i]);
 		}
-		setenv("SPARSECOMM_NETNS", names ? names : "", 1);
-		setenv("SPARSECOMM_NETNS_ADDRS", addrs ? addrs : "", 1);
-		setenv("SPARSECOMM_BRIDGE_ADDR", r->net->bridge_addr, 1);
-		setenv("SPARSECOMM_NETNS_SUBNET", r->net->subnet, 1);
-		setenv("SPARSECOMM_NETNS_RATE", r->net->rate, 1);
-	} else {
-		unsetenv("SPARSECOMM_NETNS");
-		unsetenv("SPARSECOMM_NETNS_ADDRS");
-		unsetenv("SPARSECOMM_BRIDGE_ADDR");
-		unsetenv("SPARSECOMM_NETNS_SUBNET");
-		unsetenv("SPARSECOMM_NETNS_RATE");
+		run_argv_add(env, "SPARSECOMM_NETNS=%s", names ? names : "");
+		run_argv_add(env, "SPARSECOMM_NETNS_ADDRS=%s", addrs ? addrs : "");
+		run_argv_add(env, "SPARSECOMM_BRIDGE_ADDR=%s", r->net->bridge_addr);
+		run_argv_add(env, "SPARSECOMM_NETNS_SUBNET=%s", r->net->subnet);
+		run_argv_add(env, "SPARSECOMM_NETNS_RATE=%s", r->net->rate);
+		/* see nccl_env */
+		run_argv_add(env, "NCCL_HOSTID=%s-node%d", r->net->ns[node], node);
+		run_argv_add(env, "NCCL_SOCKET_IFNAME==eth0");
+		free(names);
+		free(addrs);
 	}
+}
+
+/* In a local trainer's child: the environment set, stale --netns variables removed. */
+static void apply_env(const run_argv_t *env)
+{
+	static const char *const netns_vars[] = {
+	    "SPARSECOMM_NETNS", "SPARSECOMM_NETNS_ADDRS", "SPARSECOMM_BRIDGE_ADDR",
+	    "SPARSECOMM_NETNS_SUBNET", "SPARSECOMM_NETNS_RATE"};
+	for (size_t k = 0; k < sizeof(netns_vars) / sizeof(netns_vars[0]); k++)
+		unsetenv(netns_vars[k]);
+	for (int k = 0; k < env->n; k++)
+		putenv(env->v[k]);
 }
 
 static int spawn_trainer(run_t *r, int node, int local)
 {
 	int rank = node * r->o.per_node + local;
 	proc_t *t = &r->trainers[rank];
-	int outp[2], errp[2];
+	bool remote = node_remote(r, node);
+	int outp[2], errp[2], in[2];
 	char prefix[24];
 
-	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+	if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+	    stdin_pipe(remote, in) < 0) {
 		fprintf(stderr, "sparsecomm-run: pipe: %s\n", strerror(errno));
 		return -1;
 	}
-	char **argv = build_argv(r, node, NULL, 0, r->o.cmd);
+	run_argv_t env = {0}, words = {0}, argv = {0};
+	trainer_env(r, node, local, &env);
+	if (remote) { /* the environment travels on the command line */
+		run_argv_add(&words, "env");
+		run_argv_add_all(&words, env.v);
+	}
+	run_argv_add_all(&words, r->o.cmd);
+	node_argv(r, node, words.v, -1, &argv);
 	pid_t launcher = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
@@ -706,20 +851,29 @@ static int spawn_trainer(run_t *r, int node, int local)
 		return -1;
 	}
 	if (pid == 0) {
-		child_setup(launcher);
-		trainer_env(r, node, local);
-		nccl_env(r, node);
+		child_setup(launcher, in[0]);
+		if (!remote)
+			apply_env(&env);
 		dup2(outp[1], 1);
 		dup2(errp[1], 2);
-		run_execvp_sbin(argv[0], argv);
-		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+		run_execvp_sbin(argv.v[0], argv.v);
+		dprintf(2, "cannot run %s: %s\n", argv.v[0], strerror(errno));
 		_exit(127);
 	}
 	setpgid(pid, pid);
-	free(argv);
+	run_argv_free(&env);
+	run_argv_free(&words);
+	run_argv_free(&argv);
 	close(outp[1]);
 	close(errp[1]);
-	*t = (proc_t){.pid = pid, .alive = true, .rank = rank};
+	if (in[0] >= 0)
+		close(in[0]);
+	*t = (proc_t){.pid = pid,
+		      .alive = true,
+		      .rank = rank,
+		      .node = node,
+		      .in_fd = in[1],
+		      .remote = remote};
 	snprintf(prefix, sizeof(prefix), "[%d] ", rank);
 	stream_init(&t->out, outp[0], 1, -1, prefix);
 	stream_init(&t->err, errp[0], 2, -1, prefix);
@@ -857,6 +1011,7 @@ static void print_log_tail(run_t *r, int i)
 static int wait_ready(run_t *r)
 {
 	long long deadline = now_ms() + (long long)(r->o.ready_timeout_s * 1000);
+	int shown = 0;
 	for (;;) {
 		int ready = 0;
 		for (int i = 0; i < r->o.nodes; i++) {
@@ -880,11 +1035,16 @@ static int wait_ready(run_t *r)
 			else
 				describe_status(d->p.status, how, sizeof(how));
 			fprintf(stderr,
-				"sparsecomm-run: daemon rank %d %s before it was ready\n", i,
-				how);
+				"sparsecomm-run: daemon rank %d (%s) %s before it was ready\n",
+				i, node_host(r, i), how);
 			print_log_tail(r, i);
 			d->shown = true;
 			return -1;
+		}
+		if (ready != shown && (r->o.hosts.n || r->o.verbose)) {
+			fprintf(stderr, "sparsecomm-run: daemons up %d/%d\n", ready,
+				r->o.nodes);
+			shown = ready;
 		}
 		if (ready == r->o.nodes)
 			return 0;
@@ -899,10 +1059,11 @@ static int wait_ready(run_t *r)
 			for (int i = 0; i < r->o.nodes; i++) {
 				if (r->daemons[i].ready)
 					continue;
-				fprintf(stderr,
-					"sparsecomm-run: daemon rank %d not ready after %g s "
-					"(--ready-timeout)\n",
-					i, r->o.ready_timeout_s);
+				fprintf(
+				    stderr,
+				    "sparsecomm-run: daemon rank %d (%s) not ready after %g "
+				    "s (--ready-timeout)\n",
+				    i, node_host(r, i), r->o.ready_timeout_s);
 				print_log_tail(r, i);
 			}
 			return -1;
@@ -943,8 +1104,8 @@ static void check_exits(run_t *r, job_state_t *js)
 		if (c == 0)
 			continue;
 		describe_status(t->status, how, sizeof(how));
-		fprintf(stderr, "sparsecomm-run: rank %d %s%s\n", t->rank, how,
-			js->stopping ? " (stopped)" : "");
+		fprintf(stderr, "sparsecomm-run: rank %d (%s) %s%s\n", t->rank,
+			node_host(r, t->node), how, js->stopping ? " (stopped)" : "");
 		if (!js->code)
 			js->code = c;
 		if (!r->o.keep_going && !js->stop_at && !js->stopping) {
@@ -963,8 +1124,9 @@ static void check_exits(run_t *r, job_state_t *js)
 		d->reported = true;
 		js->daemon_failed = true;
 		describe_status(d->status, how, sizeof(how));
-		fprintf(stderr, "sparsecomm-run: daemon rank %d %s while the trainers ran\n", i,
-			how);
+		fprintf(stderr,
+			"sparsecomm-run: daemon rank %d (%s) %s while the trainers ran\n", i,
+			node_host(r, i), how);
 		print_log_tail(r, i);
 		r->daemons[i].shown = true;
 		if (!r->o.keep_going && !js->stop_at && !js->stopping) {
@@ -1049,7 +1211,8 @@ static void run_job(run_t *r, job_state_t *js)
 /* Stops every child still running by pid: trainers first, then daemons. */
 static void teardown(run_t *r, job_state_t *js)
 {
-	long long grace = (long long)(r->o.kill_grace_s * 1000);
+	/* a remote tether takes the grace period itself before its SIGKILL */
+	long long grace = (long long)(r->o.kill_grace_s * 1000) + (r->remote ? 3000 : 0);
 	for (int pass = 0; pass < 2; pass++) {
 		bool daemons = pass == 1;
 		int count = daemons ? r->o.nodes : r->n_trainers;
@@ -1071,9 +1234,11 @@ static void teardown(run_t *r, job_state_t *js)
 			proc_t *p = daemons ? &r->daemons[i].p : &r->trainers[i];
 			if (!p->alive)
 				continue;
-			fprintf(stderr,
-				"sparsecomm-run: %s %d (pid %d) ignored SIGTERM; killing it\n",
-				daemons ? "daemon" : "rank", p->rank, (int)p->pid);
+			fprintf(stderr, "sparsecomm-run: %s %d (%s, pid %d) %s; killing it\n",
+				daemons ? "daemon" : "rank", p->rank, node_host(r, p->node),
+				(int)p->pid,
+				p->remote ? "did not stop with its agent's input closed"
+					  : "ignored SIGTERM");
 			signal_proc(p, SIGKILL, true);
 			int st;
 			while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR)
@@ -1173,6 +1338,53 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return 0;
 }
 
+/* What remote nodes need: this program's path (the tether) and the working directory. */
+static int prepare_remote(run_t *r)
+{
+	ssize_t n = readlink("/proc/self/exe", r->self_exe, sizeof(r->self_exe) - 1);
+	if (n <= 0 || !getcwd(r->cwd, sizeof(r->cwd))) {
+		fprintf(stderr,
+			"sparsecomm-run: cannot find this program or the working "
+			"directory: %s\n",
+			strerror(errno));
+		return -1;
+	}
+	r->self_exe[n] = 0;
+	if (r->daemon_exe[0] != '/') {
+		fprintf(stderr,
+			"sparsecomm-run: remote hosts need the daemon's absolute path (found "
+			"'%s'): give --daemon PATH\n",
+			r->daemon_exe);
+		return -1;
+	}
+	return 0;
+}
+
+/* The coordinator's host:port: node 0's host as named, or loopback when every node is on
+ * this machine; the host of --netns's first namespace. */
+static void coordinator_addr(run_t *r, int port)
+{
+	char self[RUN_HOST_NAME_BYTES] = "localhost";
+	const char *host = "127.0.0.1";
+	if (r->net) {
+		host = r->net->addr[0];
+	} else if (r->remote) {
+		host = r->o.hosts.h[0].name;
+		if (r->o.hosts.h[0].local && gethostname(self, sizeof(self)) == 0) {
+			self[sizeof(self) - 1] = 0;
+			host = self; /* the others cannot reach "localhost" */
+		}
+	}
+	snprintf(r->coordinator, sizeof(r->coordinator),
+		 strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+	if (r->remote && run_host_is_loopback(host))
+		fprintf(stderr,
+			"sparsecomm-run: warning: the coordinator's host %s resolves to a "
+			"loopback address here, which the other hosts cannot reach; name the "
+			"first host by an address or name they reach\n",
+			host);
+}
+
 static int install_signals(void)
 {
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -1195,6 +1407,8 @@ int main(int argc, char **argv)
 	job_state_t js = {0};
 	int code = 1;
 
+	if (argc > 1 && !strcmp(argv[1], "--tether"))
+		return run_tether_main(argc - 2, argv + 2);
 	parse_args(argc, argv, &r->o);
 	if (r->o.netns && geteuid() != 0) {
 		fprintf(stderr,
@@ -1218,9 +1432,18 @@ int main(int argc, char **argv)
 			r->o.log_dir, strerror(errno));
 		goto out_rmdir;
 	}
-	if (!r->o.insecure && write_secret(r) < 0)
-		goto out_rmdir;
 	r->n_trainers = r->o.nodes * r->o.per_node;
+	for (int h = 0; h < r->o.hosts.n; h++)
+		r->remote |= !r->o.hosts.h[h].local;
+	/* a secret written here exists on this host only */
+	if (r->remote && !r->o.insecure && !r->o.secret_file) {
+		fprintf(stderr,
+			"sparsecomm-run: a job on other hosts needs --secret-file FILE, a "
+			"job secret provisioned at that path on every host (or --insecure)\n");
+		goto out_rmdir;
+	}
+	if (!r->o.insecure && !r->o.secret_file && write_secret(r) < 0)
+		goto out_rmdir;
 	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
 	r->trainers = calloc((size_t)r->n_trainers, sizeof(proc_t));
 	if (!r->daemons || !r->trainers) {
@@ -1231,10 +1454,12 @@ int main(int argc, char **argv)
 		r->daemons[i].notify_fd = -1;
 		r->daemons[i].p.out.fd = r->daemons[i].p.err.fd = -1;
 		r->daemons[i].p.out.log_fd = r->daemons[i].p.err.log_fd = -1;
+		r->daemons[i].p.in_fd = -1;
 	}
 	for (int i = 0; i < r->n_trainers; i++) {
 		r->trainers[i].out.fd = r->trainers[i].err.fd = -1;
 		r->trainers[i].out.log_fd = r->trainers[i].err.log_fd = -1;
+		r->trainers[i].in_fd = -1;
 	}
 
 	if (r->o.netns) {
@@ -1253,22 +1478,27 @@ int main(int argc, char **argv)
 		    r->o.nodes, r->net->ns[0], r->net->ns[r->o.nodes - 1], r->net->subnet,
 		    r->net->bridge_addr, r->o.rate ? r->o.rate : "unshaped");
 	}
-	int port = r->o.port ? r->o.port : r->net ? DEFAULT_PORT_NETNS : free_port();
+	if (r->remote && prepare_remote(r) < 0)
+		goto out_netns;
+	int port = r->o.port		 ? r->o.port
+		   : r->net || r->remote ? DEFAULT_PORT_NETNS
+					 : free_port();
 	if (port <= 0) {
 		fprintf(stderr, "sparsecomm-run: cannot find a free port on 127.0.0.1\n");
 		goto out_netns;
 	}
-	snprintf(r->coordinator, sizeof(r->coordinator), "%s:%d",
-		 r->net ? r->net->addr[0] : "127.0.0.1", port);
+	coordinator_addr(r, port);
 
 	for (int i = 0; i < r->o.nodes; i++)
 		if (spawn_daemon(r, i) < 0)
 			goto out_teardown;
 	if (wait_ready(r) < 0)
 		goto out_teardown;
-	if (r->o.verbose)
-		fprintf(stderr, "sparsecomm-run: %d daemons ready; starting %d trainers\n",
-			r->o.nodes, r->n_trainers);
+	if (r->o.verbose || r->o.hosts.n)
+		fprintf(
+		    stderr,
+		    "sparsecomm-run: %d daemons ready; starting %d trainers on %d host(s)\n",
+		    r->o.nodes, r->n_trainers, r->o.hosts.n ? r->o.hosts.n : 1);
 	for (int node = 0; node < r->o.nodes; node++)
 		for (int local = 0; local < r->o.per_node; local++)
 			if (spawn_trainer(r, node, local) < 0) {

@@ -34,17 +34,27 @@ typedef enum {
 	X(world_size, INT, 1, NULL, 1, 4096, 0, "number of nodes (daemons) in the world")      \
 	X(local_size, INT, 1, NULL, 1, 64, 0, "trainer processes per node")                    \
 	X(coordinator, STR, 0, "127.0.0.1:7700", 0, 0, 0,                                      \
-	  "host:port the coordinator (rank 0) listens on and the other ranks join")            \
+	  "host:port the coordinator (rank 0) listens on and the other ranks join; a host "    \
+	  "name is resolved (IPv4 first), an IPv6 address goes in brackets")                   \
 	X(transport, STR, 0, "auto", 0, 0, 0,                                                  \
 	  "transport of GPU buffers between the daemons: auto (nccl where every node loads "   \
 	  "NCCL, else tcp), tcp (staged through host memory), or nccl (required); cpu "        \
 	  "buffers and the daemons' own rounds always use tcp")                                \
 	X(data_addr, STR, 0, "127.0.0.1", 0, 0, 0,                                             \
-	  "address this daemon's data plane binds to and announces to its peers")              \
+	  "address or host name this daemon's data plane binds to and announces to its "       \
+	  "peers; a wildcard (0.0.0.0, ::) binds every interface and announces "               \
+	  "advertise_addr, or else the address of the interface that reaches the coordinator") \
+	X(advertise_addr, STR, 0, "", 0, 0, 0,                                                 \
+	  "address or host name announced to the peers for the data plane (empty: data_addr, " \
+	  "or the route to the coordinator when data_addr is a wildcard)")                     \
 	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")      \
 	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                    \
 	  "private directory (mode 0700) for the control socket ctl.sock; empty: "             \
 	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID")  \
+	X(ctl_group, STR, 0, "", 0, 0, 0,                                                      \
+	  "group (name or number) whose members may use this daemon: the runtime directory "   \
+	  "0750, ctl.sock and the tensors' shared memory 0660, all of that group (empty: the " \
+	  "daemon's user alone)")                                                              \
 	X(cycle_time_ms, INT, 0, NULL, 0, 1000, 1,                                             \
 	  "how long ready tensors are batched before they are announced (0: next loop turn)")  \
 	X(fusion_threshold_bytes, INT, 16777216, NULL, 0, 1073741824, 1,                       \
@@ -126,6 +136,9 @@ typedef enum {
 	  "1 (or true): run without secret_file on addresses other than loopback, "            \
 	  "authenticating nothing")                                                            \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
+	X(metrics_addr, STR, 0, "", 0, 0, 0,                                                   \
+	  "HOST:PORT of a Prometheus endpoint (GET /metrics) with the counters of "            \
+	  "`sparsectl stats` and the world's state (empty: off)")                              \
 	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
 	  "and without it several daemons write FILE.<rank>.json")

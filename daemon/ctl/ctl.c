@@ -576,12 +576,10 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 }
 
-static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_t *a)
 {
 	scd_daemon_t *d = ctl->d;
-	scd_arena_t a = {0};
-	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
-	Sparsecomm__StatusReply r = SPARSECOMM__STATUS_REPLY__INIT;
+	Sparsecomm__StatusReply r = *rp;
 	r.rank = d->rank;
 	r.world_size = d->world_size;
 	r.local_size = d->local_size;
@@ -597,14 +595,14 @@ static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 		snprintf(gpu, sizeof(gpu), "cuda:0 (%s)", scd_cuda_backend());
 	else
 		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
-	r.gpu = gpu;
+	r.gpu = scd_arena_strdup(a, gpu);
 	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
-	ctl->up->status(d->world, &r, &a);
-	r.clients = scd_arena_alloc(&a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
+	ctl->up->status(d->world, &r, a);
+	r.clients = scd_arena_alloc(a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
 	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
 		if (t->role != SPARSECOMM__ROLE__ROLE_TRAINER)
 			continue;
-		Sparsecomm__ClientInfo *ci = scd_arena_alloc(&a, sizeof(*ci));
+		Sparsecomm__ClientInfo *ci = scd_arena_alloc(a, sizeof(*ci));
 		if (!ci)
 			break;
 		sparsecomm__client_info__init(ci);
@@ -617,6 +615,15 @@ static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 		}
 		r.clients[r.n_clients++] = ci;
 	}
+	*rp = r;
+}
+
+static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	scd_arena_t a = {0};
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__StatusReply r = SPARSECOMM__STATUS_REPLY__INIT;
+	scd_ctl_fill_status(ctl, &r, &a);
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATUS;
 	m.status = &r;
@@ -656,25 +663,30 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 
 /* The registered tensors' statistics, then those kept of released ones; with reset,
  * every counter is zeroed once the reply has been sent. */
+void scd_ctl_fill_stats(scd_ctl_t *ctl, Sparsecomm__StatsReply *r, scd_arena_t *a)
+{
+	scd_stats_keep_t *kept = scd_tensors_kept(ctl->tensors);
+	size_t n = kept->n;
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
+		n++;
+	r->tensors = scd_arena_alloc(a, sizeof(*r->tensors) * (n + 1));
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r->tensors;
+	     nt = nt->all_next)
+		stats_entry(a, r, nt->name, nt->dtype, nt->numel, &nt->stats);
+	for (size_t i = 0; i < kept->n && r->tensors; i++)
+		stats_entry(a, r, kept->v[i].name, kept->v[i].dtype, kept->v[i].numel,
+			    &kept->v[i].stats);
+	r->cycles = ctl->d->stats_cycles;
+	r->fused_buffers = ctl->d->stats_buffers;
+	ctl->up->fusion_stats(ctl->d->world, r, a);
+}
+
 static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset)
 {
 	scd_arena_t a = {0};
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__StatsReply r = SPARSECOMM__STATS_REPLY__INIT;
-	scd_stats_keep_t *kept = scd_tensors_kept(ctl->tensors);
-	size_t n = kept->n;
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
-		n++;
-	r.tensors = scd_arena_alloc(&a, sizeof(*r.tensors) * (n + 1));
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r.tensors;
-	     nt = nt->all_next)
-		stats_entry(&a, &r, nt->name, nt->dtype, nt->numel, &nt->stats);
-	for (size_t i = 0; i < kept->n && r.tensors; i++)
-		stats_entry(&a, &r, kept->v[i].name, kept->v[i].dtype, kept->v[i].numel,
-			    &kept->v[i].stats);
-	r.cycles = ctl->d->stats_cycles;
-	r.fused_buffers = ctl->d->stats_buffers;
-	ctl->up->fusion_stats(ctl->d->world, &r, &a);
+	scd_ctl_fill_stats(ctl, &r, &a);
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
 	m.stats = &r;
@@ -683,6 +695,7 @@ static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int res
 	if (reset) {
 		scd_tensors_reset_stats(ctl->tensors);
 		ctl->d->stats_cycles = ctl->d->stats_buffers = 0;
+		memset(ctl->d->scheme_stats, 0, sizeof(ctl->d->scheme_stats));
 		scd_info(SCD_SUB_CTL, "statistics reset");
 	}
 }
@@ -925,6 +938,8 @@ sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl
 	ctl->d = d;
 	ctl->up = up;
 	sc_status_t st = scd_tensors_create(d->local_size, on_tensor_free, ctl, &ctl->tensors);
+	if (st == SC_OK)
+		scd_tensors_set_shm_group(ctl->tensors, d->ctl_gid);
 	if (st != SC_OK) {
 		free(ctl);
 		return st;
@@ -948,6 +963,7 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 		return SC_ERR_SYSTEM;
 	}
 	unlink(d->ctl_path);
+	/* bound private, given its group, and only then opened to it: never wider between */
 	mode_t old = umask(0077);
 	int rc = zmq_bind(ctl->sock, d->ctl_endpoint);
 	umask(old);
@@ -956,7 +972,12 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 			  zmq_strerror(errno));
 		return SC_ERR_SYSTEM;
 	}
-	chmod(d->ctl_path, 0600);
+	if (d->ctl_gid >= 0 && chown(d->ctl_path, (uid_t)-1, (gid_t)d->ctl_gid) != 0) {
+		scd_error(SCD_SUB_CTL, "cannot give %s to ctl_group %ld: %s", d->ctl_path,
+			  d->ctl_gid, strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	chmod(d->ctl_path, d->ctl_gid >= 0 ? 0660 : 0600);
 	int fd;
 	size_t sz = sizeof(fd);
 	zmq_getsockopt(ctl->sock, ZMQ_FD, &fd, &sz);

@@ -42,6 +42,10 @@ typedef struct scd_ctl_upcalls {
 sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl_t **ctl_p);
 /* Binds the control socket and starts serving it. */
 sc_status_t scd_ctl_listen(scd_ctl_t *ctl);
+/* What `sparsectl status` and `sparsectl stats` report, into r (initialised), allocated
+ * from a: for the control socket and the metrics endpoint alike. */
+void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *r, struct scd_arena *a);
+void scd_ctl_fill_stats(scd_ctl_t *ctl, Sparsecomm__StatsReply *r, struct scd_arena *a);
 void scd_ctl_destroy(scd_ctl_t *ctl);
 /* Reads every queued message (the loop calls it before it blocks). */
 void scd_ctl_drain(scd_ctl_t *ctl);

@@ -33,6 +33,7 @@ struct scd_tensors {
 	uint32_t free_from;	   /* no free slot below this one */
 	uint32_t live, max_live;   /* registrations held, and the most allowed (0: no limit) */
 	uint64_t shm_seq;
+	long shm_gid; /* group of the shared memory (mode 0660), -1: none (0600) */
 	scd_stats_keep_t kept;
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
 	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
@@ -55,8 +56,14 @@ sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void 
 	t->local_size = local_size;
 	t->on_free = on_free;
 	t->on_free_arg = arg;
+	t->shm_gid = -1;
 	*t_p = t;
 	return SC_OK;
+}
+
+void scd_tensors_set_shm_group(scd_tensors_t *t, long gid)
+{
+	t->shm_gid = gid;
 }
 
 void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes)
@@ -232,6 +239,13 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		snprintf(err, err_len, "shm_open(%s): %s", r->shm_name, strerror(errno));
 		r->shm_name[0] = 0;
 		return SC_ERR_SYSTEM;
+	}
+	/* widened only once it has the group: never readable by others in between */
+	if (t->shm_gid >= 0 &&
+	    (fchown(fd, (uid_t)-1, (gid_t)t->shm_gid) != 0 || fchmod(fd, 0660) != 0)) {
+		snprintf(err, err_len, "shared memory %s for ctl_group %ld: %s", r->shm_name,
+			 t->shm_gid, strerror(errno));
+		goto err_unlink;
 	}
 	if (ftruncate(fd, (off_t)h.total_bytes) != 0) {
 		snprintf(err, err_len, "cannot size shared memory of %llu bytes: %s",

@@ -131,6 +131,9 @@ typedef struct scd_tensors scd_tensors_t;
 typedef void (*scd_tensor_free_cb)(void *arg, const char *name);
 sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
 			       scd_tensors_t **t_p);
+/* The group of every shared-memory object created from now on (mode 0660; the ctl_group
+ * key), or -1 for none (mode 0600, the default). */
+void scd_tensors_set_shm_group(scd_tensors_t *t, long gid);
 void scd_tensors_destroy(scd_tensors_t *t);    /* unlinks and unmaps every shm object */
 void scd_tensors_unlink_all(scd_tensors_t *t); /* unlinks only */
 

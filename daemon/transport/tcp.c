@@ -914,9 +914,10 @@ static sc_status_t tcp_describe(const void *blob, size_t len, char *addr, size_t
 static sc_status_t tcp_prepare(const scd_transport_cfg_t *cfg, scd_transport_endpoint_t **ep_p)
 {
 	const char *addr = cfg->addr ? cfg->addr : "";
-	size_t alen = strlen(addr);
+	const char *shown = cfg->advertise ? cfg->advertise : addr;
+	size_t alen = strlen(shown);
 	if (alen >= TCP_ADDR_MAX) {
-		scd_transport_set_error("tcp: address '%s' is longer than %d bytes", addr,
+		scd_transport_set_error("tcp: address '%s' is longer than %d bytes", shown,
 					TCP_ADDR_MAX - 1);
 		scd_error(SCD_SUB_TRANSPORT, "%s", scd_transport_error());
 		return SC_ERR_INVALID;
@@ -936,7 +937,7 @@ static sc_status_t tcp_prepare(const scd_transport_cfg_t *cfg, scd_transport_end
 	ep->base.ops = &scd_transport_tcp_ops;
 	ep->base.blob[0] = (unsigned char)(port & 0xff);
 	ep->base.blob[1] = (unsigned char)(port >> 8);
-	memcpy(ep->base.blob + 2, addr, alen);
+	memcpy(ep->base.blob + 2, shown, alen);
 	ep->base.blob_len = 2 + alen;
 	*ep_p = &ep->base;
 	return SC_OK;

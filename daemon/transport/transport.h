@@ -95,9 +95,10 @@ typedef enum {
 
 /* What prepare takes from the configuration. */
 typedef struct scd_transport_cfg {
-	const char *addr; /* address to bind and announce (the data_addr key) */
-	uint16_t port;	  /* port to bind, 0: any free one (the data_port key) */
-	int rank;	  /* this rank (nccl: rank 0's blob is the communicator's id) */
+	const char *addr;      /* address to bind (the data_addr key) */
+	const char *advertise; /* address to announce (world/addr.h; NULL: addr) */
+	uint16_t port;	       /* port to bind, 0: any free one (the data_port key) */
+	int rank;	       /* this rank (nccl: rank 0's blob is the communicator's id) */
 } scd_transport_cfg_t;
 
 /* One rank's bootstrap blob, as world formation delivered it. */
@@ -135,7 +136,7 @@ typedef struct scd_transport_ops {
 
 	/* -- world formation (no transport exists yet) -- */
 	/* Opens this rank's endpoint and fills its bootstrap blob (tcp: binds cfg->addr,
-	 * cfg->port and describes the bound address and port). */
+	 * cfg->port and describes cfg->advertise and the bound port). */
 	sc_status_t (*prepare)(const scd_transport_cfg_t *cfg, scd_transport_endpoint_t **ep_p);
 	/* Builds the mesh of b->size ranks from b's endpoint and blobs within timeout_ms (the
 	 * slowest rank included); scratch_bytes sizes the backend's collective scratch (0:

@@ -1214,6 +1214,14 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 	double total = (double)(job->total_numel ? job->total_numel : 1);
 	if (job->status == SC_OK)
 		record_times(w, job);
+	if (job->scheme >= 0 && job->scheme < SCD_SCHEME_COUNT) {
+		scd_scheme_counters_t *c = &d->scheme_stats[job->scheme];
+		c->buffers++;
+		c->errors += job->status != SC_OK;
+		c->bytes_sent += job->bytes_sent;
+		c->bytes_recv += job->bytes_recv;
+		c->time_s += job->time_s;
+	}
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		scd_ntensor_t *nt = it->nt;

@@ -26,6 +26,7 @@
 #include "util/log.h"
 #include "util/timeline.h"
 #include "util/zmsg.h"
+#include "world/addr.h"
 #include "world_protocol.h"
 
 /* ---- sending ------------------------------------------------------------------------ */
@@ -132,6 +133,7 @@ static sc_status_t prepare_endpoint(scd_world_t *w)
 	scd_daemon_t *d = w->d;
 	scd_transport_cfg_t tc = {
 	    .addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr),
+	    .advertise = w->advertise[0] ? w->advertise : NULL,
 	    .port = (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_data_port),
 	    .rank = d->rank,
 	};
@@ -787,17 +789,39 @@ sc_status_t scd_world_start(scd_world_t *w)
 			  scd_cfg_str(&d->cfg, SCD_CFG_transport), why);
 		return st;
 	}
+	char endpoint[300], host[256], port[8], advertise[256], err[400];
+	int v6 = 0;
+	const char *data_addr = scd_cfg_str(&d->cfg, SCD_CFG_data_addr);
+	if (scd_addr_zmq_endpoint(coord, endpoint, sizeof(endpoint), &v6, err, sizeof(err)) !=
+		SC_OK ||
+	    scd_addr_split(coord, host, sizeof(host), port, sizeof(port), err, sizeof(err)) !=
+		SC_OK) {
+		scd_error(SCD_SUB_WORLD, "coordinator %s: %s", coord, err);
+		return SC_ERR_INVALID;
+	}
+	if (scd_addr_advertised(scd_cfg_str(&d->cfg, SCD_CFG_advertise_addr), data_addr, host,
+				advertise, sizeof(advertise), err, sizeof(err)) != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "data plane address: %s", err);
+		return SC_ERR_INVALID;
+	}
+	if (scd_addr_is_wildcard(data_addr) && scd_addr_is_wildcard(host) &&
+	    !*scd_cfg_str(&d->cfg, SCD_CFG_advertise_addr) && d->world_size > 1)
+		scd_warn(
+		    SCD_SUB_WORLD,
+		    "data_addr and the coordinator's host are both wildcards: announcing %s; "
+		    "set advertise_addr to an address the other ranks reach",
+		    advertise);
+	snprintf(w->advertise, sizeof(w->advertise), "%s", advertise);
 	if ((st = prepare_endpoint(w)) != SC_OK)
 		return st;
 	scd_peer_t *self = &w->peers[d->rank];
-	char endpoint[300];
-	snprintf(endpoint, sizeof(endpoint), "tcp://%s", coord);
 	w->sock = zmq_socket(d->zctx, w->is_coord ? ZMQ_ROUTER : ZMQ_DEALER);
 	int hwm = 1 << 20, linger = 0, ivl = 100;
 	zmq_setsockopt(w->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+	zmq_setsockopt(w->sock, ZMQ_IPV6, &v6, sizeof(v6));
 	if (scd_zsock_bound(w->sock, SCD_PEER_MSG_MAX_BYTES) != 0) {
 		scd_error(SCD_SUB_WORLD,
 			  "cannot bound the peer socket's messages to %lld bytes: %s",
@@ -809,8 +833,9 @@ sc_status_t scd_world_start(scd_world_t *w)
 		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
-			scd_error(SCD_SUB_WORLD, "cannot listen on coordinator address %s: %s",
-				  coord, zmq_strerror(errno));
+			scd_error(SCD_SUB_WORLD,
+				  "cannot listen on coordinator address %s (%s): %s", coord,
+				  endpoint + 6, zmq_strerror(errno));
 			return SC_ERR_SYSTEM;
 		}
 		w->n_joined = 1;

@@ -354,6 +354,7 @@ static const struct {
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},
     {"cuda-driver", it_cuda_driver, "DRIVER LOG: the library's CUDA IPC plumbing alone"},
     {"cuda-fake", it_cuda_fake, "DRIVER LOG: cuda tensors against a fake daemon"},
+    {"metrics", it_metrics, "HOST:PORT...: the metrics endpoint around allreduces"},
 };
 
 static void usage(FILE *f)

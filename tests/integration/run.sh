@@ -251,6 +251,156 @@ if selected "nonfinite mismatch refused"; then
 	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
 fi
 
+# pair_start NAME ARGS0 ARGS1: two daemons (rank 0 and 1 of 2, one trainer each) on a
+# coordinator "localhost:PORT", rank R with ARGS<R> added (split on blanks), runtime
+# directories $tmp/pair<R>; waits (bounded) for their sockets. pair_trainers SCENARIO
+# ARGS...: one trainer per daemon; sets $rc0 $rc1, output in $tmp/pair-t<R>.out.
+# pair_stop: stops both, logs in $tmp/pair<R>.log (rank 0's as coord.log for
+# lone_verdict).
+pair_start() {
+	port=$(free_port)
+	pids=""
+	for r in 0 1; do
+		mkdir -p "$tmp/pair$r"
+		if [ $r -eq 0 ]; then extra=$2; else extra=$3; fi
+		# shellcheck disable=SC2086
+		"$bin/sparsecommd" --rank $r --world_size 2 --coordinator "localhost:$port" \
+			--runtime_dir "$tmp/pair$r" --join_timeout_ms 30000 $extra \
+			>"$tmp/pair$r.log" 2>&1 </dev/null &
+		pids="$pids $!"
+	done
+	i=0
+	while { [ ! -S "$tmp/pair0/ctl.sock" ] || [ ! -S "$tmp/pair1/ctl.sock" ]; } &&
+		[ $i -lt 200 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+}
+pair_trainers() {
+	for r in 0 1; do
+		SPARSECOMM_SOCKET="ipc://$tmp/pair$r/ctl.sock" SPARSECOMM_RANK=$r SPARSECOMM_SIZE=2 \
+			timeout 60 "$itest" "$@" >"$tmp/pair-t$r.out" 2>&1 </dev/null &
+		eval "t$r=\$!"
+	done
+	# shellcheck disable=SC2154
+	wait "$t0"
+	rc0=$?
+	# shellcheck disable=SC2154
+	wait "$t1"
+	rc1=$?
+}
+pair_stop() {
+	# shellcheck disable=SC2086
+	kill $pids 2>/dev/null
+	# shellcheck disable=SC2086
+	wait $pids 2>/dev/null
+	cat "$tmp/pair-t0.out" "$tmp/pair-t1.out" "$tmp/pair1.log" >"$tmp/out"
+	cp "$tmp/pair0.log" "$tmp/coord.log"
+}
+
+# Addresses by name and wildcards: two daemons whose coordinator is "localhost:PORT" (a
+# name, resolved) and whose data planes bind 0.0.0.0. They must form, sum right, and
+# announce the interface that reaches the coordinator (127.0.0.1), never the wildcard.
+if selected "wildcard data_addr, coordinator localhost"; then
+	name="wildcard data_addr, coordinator localhost"
+	pair_start "$name" "--data_addr 0.0.0.0" "--data_addr 0.0.0.0"
+	pair_trainers sums-small
+	timeout 20 "$bin/sparsectl" --socket "ipc://$tmp/pair1/ctl.sock" --json status \
+		>"$tmp/wild-status.json" 2>&1 </dev/null
+	rcs=$?
+	pair_stop
+	cat "$tmp/wild-status.json" >>"$tmp/out"
+	ok=0
+	why="trainers exited with $rc0 and $rc1, sparsectl status with $rcs"
+	if [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && [ "$rcs" -eq 0 ] &&
+		grep -q 'sums-small: rank 0 passed' "$tmp/pair-t0.out" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/pair-t1.out"; then
+		peers=$(python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(" ".join(p["addr"] for p in s["peers"]))' "$tmp/wild-status.json" 2>&1)
+		why="peer addresses in sparsectl status: '$peers' (expected 127.0.0.1 twice)"
+		[ "$peers" = "127.0.0.1 127.0.0.1" ] && ok=1
+	fi
+	lone_verdict "$name" "$ok" "$why"
+fi
+
+# The metrics endpoint (metrics_addr) of each of two daemons, scraped by its trainer
+# around allreduces (tests/integration/itest_metrics.c).
+if selected "metrics endpoint"; then
+	m0=127.0.0.1:$(free_port)
+	m1=127.0.0.1:$(free_port)
+	pair_start "metrics endpoint" "--metrics_addr $m0" "--metrics_addr $m1"
+	pair_trainers metrics "$m0" "$m1"
+	pair_stop
+	ok=0
+	grep -q 'metrics: rank 0 passed' "$tmp/pair-t0.out" &&
+		grep -q 'metrics: rank 1 passed' "$tmp/pair-t1.out" && ok=1
+	lone_verdict "metrics endpoint" "$ok" "trainers exited with $rc0 and $rc1"
+fi
+
+# A daemon shared by a group (ctl_group, needs root): a root daemon whose ctl_group is a
+# fresh group; a fresh user in that group connects, registers tensors (their shared memory
+# is 0660 of the group) and sums, and sparsectl status works for it; a user outside the
+# group is refused. Without a named socket, sparsectl falls back to the system daemon's
+# /run/sparsecomm/ctl.sock when the user's own default has none.
+if selected "ctl_group member connects"; then
+	name="ctl_group member connects"
+	if [ "$(id -u)" -ne 0 ]; then
+		skip_case "$name" "needs root to create a user and a group"
+	elif ! command -v useradd >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; then
+		skip_case "$name" "needs useradd, groupadd (passwd) and setpriv (util-linux)"
+	else
+		grp=scg$$ member=scm$$ other=sco$$
+		groupadd "$grp" && useradd -M -N -g users -G "$grp" "$member" &&
+			useradd -M -N -g users "$other"
+		shared=$(mktemp -d /tmp/sc-group.XXXXXX)
+		chmod 0755 "$shared"
+		rt=$shared/rt
+		"$bin/sparsecommd" --runtime_dir "$rt" --ctl_group "$grp" >"$tmp/coord.log" 2>&1 \
+			</dev/null &
+		gd=$!
+		i=0
+		while [ ! -S "$rt/ctl.sock" ] && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		modes="$(stat -c '%a %G' "$rt") / $(stat -c '%a %G' "$rt/ctl.sock" 2>/dev/null)"
+		as_member() {
+			setpriv --reuid="$member" --regid=users --init-groups env -i PATH="$PATH" \
+				HOME=/ "$@"
+		}
+		as_member timeout 60 env SPARSECOMM_SOCKET="$rt/ctl.sock" SPARSECOMM_RANK=0 \
+			SPARSECOMM_SIZE=1 "$itest" sums-small >"$tmp/out" 2>&1 </dev/null
+		rc_member=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
+			>>"$tmp/out" 2>&1 </dev/null
+		rc_ctl=$?
+		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
+			timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
+			>"$tmp/other.out" 2>&1 </dev/null
+		rc_other=$?
+		as_member env XDG_RUNTIME_DIR="$shared" timeout 20 "$bin/sparsectl" status \
+			>"$tmp/default.out" 2>&1 </dev/null
+		kill "$gd" 2>/dev/null
+		wait "$gd" 2>/dev/null
+		userdel "$member" 2>/dev/null
+		userdel "$other" 2>/dev/null
+		groupdel "$grp" 2>/dev/null
+		rm -rf "$shared"
+		cat "$tmp/other.out" "$tmp/default.out" >>"$tmp/out"
+		ok=0
+		# the system socket is either missing (named in the error) or answers
+		[ "$modes" = "750 $grp / 660 $grp" ] && [ "$rc_member" -eq 0 ] &&
+			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] &&
+			grep -q 'sums-small: rank 0 passed' "$tmp/out" &&
+			grep -q 'Permission denied\|permission' "$tmp/other.out" &&
+			{ grep -q '/run/sparsecomm/ctl.sock' "$tmp/default.out" ||
+				grep -q '^daemon ' "$tmp/default.out"; } && ok=1
+		lone_verdict "$name" "$ok" "modes '$modes' (want '750 $grp / 660 $grp'), the \
+member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other"
+	fi
+fi
+
 # A 192 MiB frame to a lone coordinator's peer socket (over its 128 MiB bound): refused as
 # its header arrives, so the coordinator's peak resident memory stays under 96 MiB, and it
 # still answers a join.
@@ -617,6 +767,124 @@ else
 	ip netns delete sc-itest-probe.$$ 2>/dev/null
 	run_case "netns sums n=3" 3 1 240 0 3 --netns --rate 1gbit -- "$itest" sums
 	run_case "netns killed n=2" 2 1 120 137 1 --netns --keep-going -- "$itest" killed
+fi
+
+# Host lists naming this machine run without an agent (a bogus one proves it is unused);
+# a malformed host list or file is a usage error naming the item or the line.
+printf '# this machine\n\nlocalhost slots=2   # two trainers\n' >"$tmp/hostfile"
+run_case "hostfile localhost" 1 2 120 0 2 --hostfile "$tmp/hostfile" --rsh-agent /nonexistent \
+	-- "$itest" sums-small
+if selected "host lists refused"; then
+	printf 'a slots=2\nb slots=x\n' >"$tmp/hostfile-bad"
+	bad=0
+	# shellcheck disable=SC2089
+	for spec in "-H a:2,b:3|b has 3 slot(s) but a has 2" "-H a:0|'a:0': slots must be 1 to 64" \
+		"-H -oProxy=x|'-oProxy=x' is not a host name" "-H a,a|host 'a' is listed twice" \
+		"--hostfile $tmp/hostfile-bad|hostfile-bad:2: expected 'HOST slots=N'" \
+		"-n 3 -H a,b|-n 3 but 2 host(s) given"; do
+		# the options split on blanks; the expected text keeps its quotes
+		# shellcheck disable=SC2086,SC2090
+		timeout 20 "$launcher" ${spec%%|*} -- true >"$tmp/out" 2>&1 </dev/null
+		rc=$?
+		if [ "$rc" -ne 2 ] || ! grep -qF -- "${spec#*|}" "$tmp/out"; then
+			echo "FAIL  host lists refused: '${spec%%|*}' exited $rc without '${spec#*|}'"
+			sed 's/^/      | /' "$tmp/out"
+			bad=1
+		fi
+	done
+	if [ "$bad" -eq 0 ]; then
+		echo "ok    host lists refused"
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+fi
+
+# Several hosts through a remote-shell agent (needs root): two network namespaces joined
+# by a veth pair are the hosts, tests/integration/netns_agent.sh the agent, so the
+# launcher starts every daemon and trainer through the agent and sparsecomm-run --tether.
+# A 2-host x 2-slot job sums right; SIGINT or SIGKILL to the launcher leaves no process
+# in either namespace (nor the trainers' marker command anywhere).
+hosts_cases="hosts 2x2 through an agent|hosts SIGINT leaves nothing|hosts SIGKILL leaves nothing"
+hosts_skip() {
+	saved_ifs=$IFS
+	IFS='|'
+	for c in $hosts_cases; do
+		skip_case "$c" "$1"
+	done
+	IFS=$saved_ifs
+}
+if ! selected "hosts 2x2 through an agent" && ! selected "hosts SIGINT leaves nothing" &&
+	! selected "hosts SIGKILL leaves nothing"; then
+	:
+elif [ "$(id -u)" -ne 0 ]; then
+	hosts_skip "needs root to create network namespaces"
+elif ! command -v ip >/dev/null 2>&1 || ! command -v pgrep >/dev/null 2>&1; then
+	hosts_skip "needs ip (iproute2) and pgrep (procps)"
+elif ! ip netns add "sch$$a" 2>/dev/null; then
+	hosts_skip "cannot create network namespaces here"
+else
+	ha=sch$$a hb=sch$$b
+	addr_a=10.252.$(($$ % 250)).1 addr_b=10.252.$(($$ % 250)).2
+	if ip netns add "$hb" && ip link add "sch$$x" type veth peer name "sch$$y" &&
+		ip link set "sch$$x" netns "$ha" && ip link set "sch$$y" netns "$hb" &&
+		ip -n "$ha" addr add "$addr_a/24" dev "sch$$x" &&
+		ip -n "$hb" addr add "$addr_b/24" dev "sch$$y" &&
+		ip -n "$ha" link set "sch$$x" up && ip -n "$hb" link set "sch$$y" up &&
+		ip -n "$ha" link set lo up && ip -n "$hb" link set lo up; then
+		export SC_AGENT_HOSTS="$addr_a=$ha $addr_b=$hb"
+		agent="--rsh-agent $root/tests/integration/netns_agent.sh"
+		run_case "hosts 2x2 through an agent" 2 2 120 0 4 -H "$addr_a:2,$addr_b:2" $agent \
+			-- "$itest" sums-small
+		# SIGINT: the launcher stops everything and exits 130; SIGKILL: the agents lose
+		# their launcher, and the tethers stop what they hold by themselves.
+		for sig in INT KILL; do
+			name="hosts SIG$sig leaves nothing"
+			selected "$name" || continue
+			want=130
+			[ "$sig" = KILL ] && want=137
+			marker=$((3000 + $$ % 1000))
+			# shellcheck disable=SC2086
+			"$launcher" -H "$addr_a:2,$addr_b:2" $agent --timeout 100 -- \
+				sh -c "echo started; exec sleep $marker" >"$tmp/out" 2>&1 </dev/null &
+			lpid=$!
+			i=0
+			while [ "$(grep -c 'started' "$tmp/out")" -lt 4 ] && [ $i -lt 300 ]; do
+				sleep 0.1
+				i=$((i + 1))
+			done
+			up=$(grep -c 'started' "$tmp/out")
+			kill -"$sig" "$lpid"
+			wait "$lpid" 2>/dev/null
+			rc=$?
+			# bounded: the tethers' grace period (5 s) and a margin
+			i=0
+			while [ $i -lt 150 ]; do
+				left=$( (ip netns pids "$ha"; ip netns pids "$hb") | tr '\n' ' ')
+				stray=$(pgrep -f "sleep $marker" | tr '\n' ' ')
+				[ -z "$left$stray" ] && break
+				sleep 0.1
+				i=$((i + 1))
+			done
+			if [ "$up" -eq 4 ] && [ "$rc" -eq "$want" ] && [ -z "$left" ] &&
+				[ -z "$stray" ] && grep -q 'daemons up 2/2' "$tmp/out"; then
+				echo "ok    $name"
+				passed=$((passed + 1))
+			else
+				echo "FAIL  $name: $up of 4 trainers started, launcher exit $rc" \
+					"(expected $want), processes left in the namespaces '$left'," \
+					"'$stray' running sleep $marker"
+				tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+				failed=$((failed + 1))
+				# shellcheck disable=SC2086
+				[ -n "$left$stray" ] && kill -9 $left $stray 2>/dev/null
+			fi
+		done
+	else
+		hosts_skip "cannot connect two network namespaces with a veth pair"
+	fi
+	ip netns delete "$ha" 2>/dev/null
+	ip netns delete "$hb" 2>/dev/null
 fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped)"

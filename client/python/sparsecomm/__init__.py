@@ -268,7 +268,8 @@ _ctx_lock = threading.Lock()
 
 def init(socket=None, timeout=None, connect_timeout=30.0):
     """Connects to the node's daemon (``socket``: its control socket path or ZeroMQ
-    endpoint; default $SPARSECOMM_SOCKET).  ``timeout`` (seconds) is the default bound
+    endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
+    user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).  ``timeout`` (seconds) is the default bound
     of every wait.  Calling it again is a no-op."""
     global _ctx
     with _ctx_lock:
@@ -280,7 +281,8 @@ def init(socket=None, timeout=None, connect_timeout=30.0):
         st = lib.sc_connect(path, int(connect_timeout * 1000), ctypes.byref(cp))
         if st != _lib.SC_OK:
             raise _error(st, "connecting to the daemon at %s" %
-                         (socket or os.environ.get("SPARSECOMM_SOCKET", "$SPARSECOMM_SOCKET")))
+                         (socket or os.environ.get("SPARSECOMM_SOCKET",
+                                                   "the default socket")))
         _ctx = _Context(cp, _DEFAULT_TIMEOUT_S if timeout is None else float(timeout))
 
 

@@ -11,7 +11,9 @@ The shared library is found, in order, through:
 2. the build tree next to this package (``<repo>/build/lib/libsparseclient.so``, i.e.
    ``../../../build/lib`` from the package directory, and ``../../build/lib`` for a
    package copied to ``<prefix>/python``);
-3. ``ctypes.util.find_library("sparseclient")`` (an installed library).
+3. the library directory ``make install`` recorded in ``_install.py`` (absent in the
+   source tree);
+4. ``ctypes.util.find_library("sparseclient")`` (an installed library).
 
 Nothing is loaded at import time; :func:`load` does it on first use, so the pure-Python
 parts (and the documentation) work on a machine without the library.
@@ -208,6 +210,11 @@ def candidate_paths():
     pkg = os.path.dirname(os.path.abspath(__file__))
     for rel in ("../../../build/lib", "../../build/lib"):
         out.append(os.path.normpath(os.path.join(pkg, rel, "libsparseclient.so")))
+    try:
+        from . import _install
+        out.append(os.path.join(_install.LIBDIR, "libsparseclient.so"))
+    except ImportError:
+        pass
     found = ctypes.util.find_library("sparseclient")
     if found:
         out.append(found)
