@@ -95,8 +95,9 @@ typedef struct opts {
 
 typedef struct run {
 	opts_t o;
-	char dir[PATH_MAX];	    /* private directory */
-	char secret[PATH_MAX + 16]; /* the job secret, in dir */
+	char dir[PATH_MAX];			  /* private directory */
+	char secret[PATH_MAX + 16];		  /* the job secret, in dir */
+	char secret_hex[RUN_SECRET_HEX_LINE + 1]; /* the same, as handed to remote tethers */
 	char daemon_exe[PATH_MAX + 16];
 	char coordinator[RUN_HOST_NAME_BYTES + 16];
 	char self_exe[PATH_MAX]; /* this program, the remote tether */
@@ -607,6 +608,10 @@ static void child_setup(pid_t launcher, int in_fd)
 	}
 }
 
+/* Where node i's daemon reads the job secret the launcher made: its file here, or on a
+ * remote host the file its tether writes from what the launcher hands it. */
+static const char *secret_path(const run_t *r, int i, char *buf, size_t cap);
+
 /* The daemon of node i's command line: every option of a node's daemon is added here,
  * for a local and a remote daemon alike; then the --daemon-arg options. */
 static void daemon_cmdline(const run_t *r, int i, int notify_fd, run_argv_t *av)
@@ -630,9 +635,13 @@ static void daemon_cmdline(const run_t *r, int i, int notify_fd, run_argv_t *av)
 	if (r->o.insecure) {
 		run_argv_add(av, "--insecure");
 		run_argv_add(av, "true");
-	} else {
+	} else if (r->o.secret_file) {
 		run_argv_add(av, "--secret-file");
-		run_argv_add(av, "%s", r->o.secret_file ? r->o.secret_file : r->secret);
+		run_argv_add(av, "%s", r->o.secret_file);
+	} else {
+		char to[PATH_MAX + 32];
+		run_argv_add(av, "--secret-file");
+		run_argv_add(av, "%s", secret_path(r, i, to, sizeof(to)));
 	}
 	for (int k = 0; k < r->o.n_daemon_args; k++)
 		run_argv_add(av, "%s", r->o.daemon_args[k]);
@@ -649,14 +658,27 @@ static bool node_remote(const run_t *r, int node)
 	return r->o.hosts.n && !r->o.hosts.h[node].local;
 }
 
+static const char *secret_path(const run_t *r, int i, char *buf, size_t cap)
+{
+	if (!node_remote(r, i))
+		return r->secret;
+	snprintf(buf, cap, "%s/node%d.secret", r->dir, i);
+	return buf;
+}
+
 /* The argv that runs words for node: through the agent and the tether on a remote host,
  * under "ip netns exec NS" with --netns, else as they are. */
 static void node_argv(const run_t *r, int node, char *const *words, int notify_fd,
 		      run_argv_t *out)
 {
 	if (node_remote(r, node)) {
+		/* a daemon's tether writes the job secret the launcher hands it */
+		char to[PATH_MAX + 32];
+		const char *secret_to = notify_fd >= 0 && !r->o.insecure && !r->o.secret_file
+					    ? secret_path(r, node, to, sizeof(to))
+					    : NULL;
 		run_remote_argv(out, r->o.rsh_agent, r->o.hosts.h[node].name, r->self_exe,
-				r->cwd, notify_fd, r->o.kill_grace_s, words);
+				r->cwd, notify_fd, secret_to, r->o.kill_grace_s, words);
 		return;
 	}
 	if (r->net) {
@@ -695,6 +717,9 @@ static int write_secret(run_t *r)
 	int fd = open(r->secret, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	ssize_t w = fd >= 0 ? write(fd, key, sizeof(key)) : -1;
 	int err = errno;
+	for (size_t k = 0; k < sizeof(key); k++)
+		snprintf(r->secret_hex + 2 * k, 3, "%02x", key[k]);
+	r->secret_hex[2 * sizeof(key)] = '\n';
 	explicit_bzero(key, sizeof(key));
 	if (fd >= 0)
 		close(fd);
@@ -766,6 +791,11 @@ static int spawn_daemon(run_t *r, int i)
 	close(outp[1]);
 	if (in[0] >= 0)
 		close(in[0]);
+	/* the remote daemon's tether reads the job secret first (a pipe's buffer holds it) */
+	if (remote && !r->o.insecure && !r->o.secret_file &&
+	    write(in[1], r->secret_hex, RUN_SECRET_HEX_LINE) != RUN_SECRET_HEX_LINE)
+		fprintf(stderr, "sparsecomm-run: cannot hand node %d the job secret: %s\n", i,
+			strerror(errno));
 	d->p = (proc_t){
 	    .pid = pid, .alive = true, .rank = i, .node = i, .in_fd = in[1], .remote = remote};
 	d->p.err.fd = -1;
@@ -1435,13 +1465,6 @@ int main(int argc, char **argv)
 	r->n_trainers = r->o.nodes * r->o.per_node;
 	for (int h = 0; h < r->o.hosts.n; h++)
 		r->remote |= !r->o.hosts.h[h].local;
-	/* a secret written here exists on this host only */
-	if (r->remote && !r->o.insecure && !r->o.secret_file) {
-		fprintf(stderr,
-			"sparsecomm-run: a job on other hosts needs --secret-file FILE, a "
-			"job secret provisioned at that path on every host (or --insecure)\n");
-		goto out_rmdir;
-	}
 	if (!r->o.insecure && !r->o.secret_file && write_secret(r) < 0)
 		goto out_rmdir;
 	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
@@ -1523,6 +1546,7 @@ out_netns:
 		free(r->net);
 	}
 out_rmdir:
+	explicit_bzero(r->secret_hex, sizeof(r->secret_hex));
 	nftw(r->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return code;
 }

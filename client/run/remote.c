@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,7 +86,8 @@ char *run_shell_join(char *const *words)
 }
 
 void run_remote_argv(run_argv_t *out, const char *agent, const char *host, const char *self,
-		     const char *cwd, int notify_fd, double grace_s, char *const *words)
+		     const char *cwd, int notify_fd, const char *secret_to, double grace_s,
+		     char *const *words)
 {
 	char *copy = xrealloc(NULL, strlen(agent) + 1), *save = NULL;
 	strcpy(copy, agent);
@@ -100,6 +102,10 @@ void run_remote_argv(run_argv_t *out, const char *agent, const char *host, const
 	if (notify_fd >= 0) {
 		run_argv_add(&tether, "--notify-fd");
 		run_argv_add(&tether, "%d", notify_fd);
+	}
+	if (secret_to) {
+		run_argv_add(&tether, "--secret-to");
+		run_argv_add(&tether, "%s", secret_to);
 	}
 	run_argv_add(&tether, "--grace");
 	run_argv_add(&tether, "%g", grace_s);
@@ -143,8 +149,76 @@ static int tether_usage(const char *why)
 	return 2;
 }
 
+static int hex_val(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The secret line from stdin (bounded in time and size) into path, mode 0600, in a
+ * directory of mode 0700 made for it when missing; 0 or -1 (said why). */
+static int tether_secret(const char *path)
+{
+	char line[RUN_SECRET_HEX_LINE];
+	size_t got = 0;
+	long long deadline = mono_ms() + 30000;
+	while (got < sizeof(line)) {
+		struct pollfd p = {.fd = 0, .events = POLLIN};
+		long long left = deadline - mono_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+			fprintf(stderr,
+				"sparsecomm-run --tether: no job secret on stdin in 30 s\n");
+			return -1;
+		}
+		ssize_t m = read(0, line + got, sizeof(line) - got);
+		if (m <= 0) {
+			fprintf(stderr, "sparsecomm-run --tether: stdin closed before the job "
+					"secret\n");
+			return -1;
+		}
+		got += (size_t)m;
+	}
+	unsigned char key[RUN_SECRET_BYTES];
+	int bad = line[sizeof(line) - 1] != '\n';
+	for (int k = 0; k < RUN_SECRET_BYTES && !bad; k++) {
+		int hi = hex_val(line[2 * k]), lo = hex_val(line[2 * k + 1]);
+		bad = hi < 0 || lo < 0;
+		key[k] = (unsigned char)(hi << 4 | (lo & 15));
+	}
+	explicit_bzero(line, sizeof(line));
+	if (bad) {
+		fprintf(stderr, "sparsecomm-run --tether: malformed job secret on stdin\n");
+		return -1;
+	}
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+			fprintf(stderr, "sparsecomm-run --tether: cannot create %s: %s\n", dir,
+				strerror(errno));
+			return -1;
+		}
+	}
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	ssize_t w = fd >= 0 ? write(fd, key, sizeof(key)) : -1;
+	int err = errno;
+	explicit_bzero(key, sizeof(key));
+	if (fd >= 0)
+		close(fd);
+	if (w != (ssize_t)sizeof(key)) {
+		fprintf(stderr, "sparsecomm-run --tether: cannot write the job secret %s: %s\n",
+			path, w < 0 ? strerror(err) : "short write");
+		if (fd >= 0)
+			unlink(path);
+		return -1;
+	}
+	return 0;
+}
+
 int run_tether_main(int argc, char **argv)
 {
+	const char *secret_to = NULL;
 	int notify_fd = -1, i;
 	double grace_s = 5;
 	for (i = 0; i < argc && strcmp(argv[i], "--"); i++) {
@@ -155,6 +229,8 @@ int run_tether_main(int argc, char **argv)
 				return tether_usage(
 				    "--notify-fd needs a descriptor from 3 to 255");
 			notify_fd = (int)v;
+		} else if (!strcmp(argv[i], "--secret-to") && i + 1 < argc) {
+			secret_to = argv[++i];
 		} else if (!strcmp(argv[i], "--grace") && i + 1 < argc) {
 			grace_s = strtod(argv[++i], &end);
 			if (*end || !(grace_s >= 0) || grace_s > 3600)
@@ -166,6 +242,8 @@ int run_tether_main(int argc, char **argv)
 	if (i + 1 >= argc)
 		return tether_usage("no command after '--'");
 	char **cmd = argv + i + 1;
+	if (secret_to && tether_secret(secret_to) < 0)
+		return 1;
 
 	struct sigaction sa = {.sa_handler = tether_on_signal};
 	int notify[2] = {-1, -1};
@@ -280,6 +358,8 @@ int run_tether_main(int argc, char **argv)
 	kill(-pid, SIGKILL); /* whatever the process left in its group */
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
+	if (secret_to)
+		unlink(secret_to);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;

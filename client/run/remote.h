@@ -39,13 +39,23 @@ void run_argv_free(run_argv_t *a);
 char *run_shell_join(char *const *words);
 
 /* The agent's command line that runs words on host under the tether: agent's words,
- * host, and the shell command (cd cwd, exec self --tether [--notify-fd N] --grace G --
- * words...). notify_fd < 0: none. */
+ * host, and the shell command (cd cwd, exec self --tether [--notify-fd N] [--secret-to
+ * PATH] --grace G -- words...). notify_fd < 0, secret_to NULL: none. */
 void run_remote_argv(run_argv_t *out, const char *agent, const char *host, const char *self,
-		     const char *cwd, int notify_fd, double grace_s, char *const *words);
+		     const char *cwd, int notify_fd, const char *secret_to, double grace_s,
+		     char *const *words);
 
-/* sparsecomm-run --tether [--notify-fd N] [--grace SEC] -- CMD [ARGS...]: argv after
- * "--tether". Returns the process's exit status (128 + signal when killed). */
+/* The job secret as the launcher hands it to a tether (--secret-to): its 32 bytes in
+ * hexadecimal and a newline, first on the tether's stdin, which then carries the stop
+ * signal as before. */
+#define RUN_SECRET_BYTES    32
+#define RUN_SECRET_HEX_LINE (2 * RUN_SECRET_BYTES + 1)
+
+/* sparsecomm-run --tether [--notify-fd N] [--secret-to PATH] [--grace SEC] -- CMD
+ * [ARGS...]: argv after "--tether". With --secret-to, the job secret is read from stdin
+ * (within 30 s) and written to PATH (mode 0600, in a directory of mode 0700 made for it)
+ * before CMD starts, and removed when CMD has ended. Returns the process's exit status
+ * (128 + signal when killed). */
 int run_tether_main(int argc, char **argv);
 
 #endif

@@ -303,7 +303,10 @@ pair_stop() {
 # announce the interface that reaches the coordinator (127.0.0.1), never the wildcard.
 if selected "wildcard data_addr, coordinator localhost"; then
 	name="wildcard data_addr, coordinator localhost"
-	pair_start "$name" "--data_addr 0.0.0.0" "--data_addr 0.0.0.0"
+	# not loopback: the daemons run with a job secret (README.md, "Security")
+	(umask 077 && head -c 32 /dev/urandom >"$tmp/wild-secret")
+	pair_start "$name" "--data_addr 0.0.0.0 --secret_file $tmp/wild-secret" \
+		"--data_addr 0.0.0.0 --secret_file $tmp/wild-secret"
 	pair_trainers sums-small
 	timeout 20 "$bin/sparsectl" --socket "ipc://$tmp/pair1/ctl.sock" --json status \
 		>"$tmp/wild-status.json" 2>&1 </dev/null
