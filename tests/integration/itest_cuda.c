@@ -20,6 +20,14 @@
  *       and closed once.
  *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
  *       fail naming rank 1 and still close everything at sc_finalize.
+ *
+ * With $SCG_HOST_DEVICES = N > 1 (the GPUs that the driver stand-in and the daemons' host
+ * GPU library emulate), local rank r registers its cuda tensors on cuda:(r mod N): the
+ * daemon allocates them there, sums on its engine GPU (cuda:0) and copies the results
+ * back, and a kernel that read another GPU's memory would fail the operation. cuda-sums
+ * then also checks that each trainer's context is its own GPU's, and, its driver seeing one
+ * GPU more than the daemons, that a registration on cuda:N is refused by the daemon and
+ * one on cuda:N+1 by the library, each naming the tensor and the count.
  */
 #include "itest.h"
 
@@ -31,6 +39,25 @@
 #include <unistd.h>
 
 #define CUDA_N 1000
+
+/* The GPUs emulated for this job's daemons ($SCG_HOST_DEVICES at the first call, 1 when
+ * unset). */
+static int cuda_gpus(void)
+{
+	static int n;
+	if (!n) {
+		const char *s = getenv("SCG_HOST_DEVICES");
+		n = s && *s ? atoi(s) : 1;
+		n = n < 1 ? 1 : n;
+	}
+	return n;
+}
+
+/* The GPU this trainer's cuda tensors live on: its local rank's, modulo the GPUs. */
+static int cuda_ordinal(void)
+{
+	return it_env.env_local_rank > 0 ? it_env.env_local_rank % cuda_gpus() : 0;
+}
 
 /* Registers name on GPU ordinal; returns the status, the tensor in *t_p. */
 static sc_status_t reg_cuda(sc_client_t *c, const char *name, sc_dtype_t dtype, size_t n,
@@ -189,11 +216,11 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 	sc_tensor_t *t = NULL;
 	int ordinal = -1;
 
-	IT_CHECK_SC(reg_cuda(c, name, dtype, CUDA_N, 0, &t), "registering '%s' on cuda:0",
-		    name);
-	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CUDA || ordinal != 0)
-		IT_FAIL("'%s': sc_tensor_device says %d, ordinal %d", name,
-			(int)sc_tensor_device(t, NULL), ordinal);
+	IT_CHECK_SC(reg_cuda(c, name, dtype, CUDA_N, cuda_ordinal(), &t),
+		    "registering '%s' on cuda:%d", name, cuda_ordinal());
+	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CUDA || ordinal != cuda_ordinal())
+		IT_FAIL("'%s': sc_tensor_device says %d, ordinal %d, registered on cuda:%d",
+			name, (int)sc_tensor_device(t, NULL), ordinal, cuda_ordinal());
 	if (!sc_tensor_data(t) || ((uintptr_t)sc_tensor_data(t) & 63u))
 		IT_FAIL("'%s': device pointer %p is not 64-byte aligned", name,
 			sc_tensor_data(t));
@@ -206,8 +233,10 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 static void cuda_sparse(sc_client_t *c)
 {
 	enum { NNZ = 100 };
-	sc_tensor_opts_t o = {
-	    .struct_size = sizeof(o), .device = SC_DEVICE_CUDA, .coo_capacity = NNZ};
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .device = SC_DEVICE_CUDA,
+			      .device_ordinal = cuda_ordinal(),
+			      .coo_capacity = NNZ};
 	sc_tensor_t *coo = NULL, *tk = NULL,
 		    *sent = it_register(c, "cuda.sent", SC_FLOAT32, CUDA_N);
 	sc_handle_t h = 0;
@@ -285,9 +314,47 @@ void it_expect_transport(const char *name, const char *want)
 	it_json_free(s);
 }
 
+/* Registrations on a GPU past the node's (the trainer's driver sees N + 1 GPUs, the
+ * daemons N): the library refuses cuda:N+1, the daemon cuda:N, each naming the tensor and
+ * the count. Every context this trainer retained is its own GPU's. */
+static void cuda_gpu_placement(sc_client_t *c, const char *log)
+{
+	int n = cuda_gpus();
+	char want[128], arg[16];
+	sc_tensor_t *t = NULL;
+	sc_status_t st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n + 1, &t);
+	snprintf(want, sizeof(want), "cuda:%d does not exist: the CUDA driver sees %d GPU",
+		 n + 1, n + 1);
+	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
+	    !strstr(sc_last_error(), want))
+		IT_FAIL("registering 'cuda.far' on cuda:%d: %s (%s), expected "
+			"SC_ERR_UNSUPPORTED naming the tensor and '%s'",
+			n + 1, sc_status_name(st), sc_last_error(), want);
+	st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n, &t);
+	snprintf(want, sizeof(want),
+		 "cuda:%d is not served on this node: the daemon sees %d GPUs", n, n);
+	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
+	    !strstr(sc_last_error(), want) || !it_mentions_rank(sc_last_error(), it_env.rank))
+		IT_FAIL("registering 'cuda.far' on cuda:%d, a GPU the daemon lacks: %s (%s), "
+			"expected SC_ERR_UNSUPPORTED naming the tensor, rank %d and '%s'",
+			n, sc_status_name(st), sc_last_error(), it_env.rank, want);
+	it_log("refused as expected: %s", sc_last_error());
+	snprintf(arg, sizeof(arg), "%d", cuda_ordinal());
+	int own = it_cuda_log_count(log, "ctx_retain", arg),
+	    all = it_cuda_log_count(log, "ctx_retain", NULL);
+	if (!own || own != all)
+		IT_FAIL("%s: %d of %d contexts retained are cuda:%d's, this trainer's GPU", log,
+			own, all, cuda_ordinal());
+}
+
 int it_cuda_sums(int argc, char **argv)
 {
 	const char *log = it_cuda_stand_in(argc, argv);
+	if (cuda_gpus() > 1) { /* this trainer's driver sees one GPU more than the daemons */
+		char more[16];
+		snprintf(more, sizeof(more), "%d", cuda_gpus() + 1);
+		setenv("SCG_HOST_DEVICES", more, 1);
+	}
 	sc_client_t *c = it_connect();
 	sc_tensor_t *a = cuda_tensor(c, "cuda.a", SC_FLOAT32);
 	sc_tensor_t *b = cuda_tensor(c, "cuda.b", SC_FLOAT64);
@@ -314,6 +381,8 @@ int it_cuda_sums(int argc, char **argv)
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
 	cuda_sparse(c);
+	if (cuda_gpus() > 1)
+		cuda_gpu_placement(c, log);
 	if (argc > 2 && sc_local_rank(c) == 0) {
 		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
 		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++)

@@ -540,7 +540,9 @@ fi
 # daemons must unlink the handles' objects.
 cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
-	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2"; do
+	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
+		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
+		"cuda gpus killed n=1 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
 else
@@ -552,6 +554,17 @@ else
 	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
+	# Several GPUs per node, emulated by the host build and the driver stand-in: local
+	# rank r's cuda tensors on cuda:r, summed on cuda:0 (a kernel reading cuda:1's memory
+	# fails the operation), the results copied back; a trainer on cuda:1 killed
+	export SCG_HOST_DEVICES=2
+	run_case "cuda gpus sums n=1 per-node=2" 1 2 120 0 2 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-sums.log" tcp
+	run_case "cuda gpus sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-sums2.log" tcp
+	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
+		cuda-killed "$tmp/cuda-gpus-killed.log"
+	unset SCG_HOST_DEVICES
 	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
 	# (tests/ncclhost/): the same sums, stats naming nccl; a world where only rank 0
 	# loads NCCL settles on tcp; a trainer killed mid-job
@@ -581,20 +594,22 @@ else
 		unset NCCL_RANK0_LIB SPARSECOMM_REAL_DAEMON
 	fi
 	unset SPARSECOMM_CUDA_LIB SPARSECOMM_NCCL_LIB
-	if selected "cuda killed n=2"; then
+	for c in "cuda killed n=2:cuda-killed" "cuda gpus killed n=1 per-node=2:cuda-gpus-killed"; do
+		case=${c%%:*}
+		selected "$case" || continue
 		left=""
-		for name in $(cat "$tmp"/cuda-killed.log.* 2>/dev/null |
+		for name in $(cat "$tmp/${c#*:}".log.* 2>/dev/null |
 			awk '$2 == "mem_open" || $2 == "event_open" { print $3 }'); do
 			[ -e "/dev/shm$name" ] && left="$left $name"
 		done
 		if [ -z "$left" ]; then
-			echo "ok    cuda killed n=2: handle objects unlinked"
+			echo "ok    $case: handle objects unlinked"
 			passed=$((passed + 1))
 		else
-			echo "FAIL  cuda killed n=2: objects of the trainers' handles left:$left"
+			echo "FAIL  $case: objects of the trainers' handles left:$left"
 			failed=$((failed + 1))
 		fi
-	fi
+	done
 fi
 
 # Nodes in separate network namespaces over a shaped bridge (needs root).
