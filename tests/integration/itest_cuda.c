@@ -10,16 +10,14 @@
  *       library without the driver's symbols, a GPU the driver does not have, a daemon
  *       that does not serve GPU tensors); cpu tensors of the same client keep working,
  *       and options of the previous struct_size (without the device fields) register cpu.
- *   cuda-sums LOG [TRANSPORT]: end to end (needs daemons that serve cuda tensors through
- *       the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda
- *       tensors written through their device pointers, collected by sc_wait and
- *       sc_stream_wait, COO input summed exactly and a top-k tensor's GPU residual
- *       conserving every value; with TRANSPORT, `sparsectl stats` on every node says the
- *       cuda tensors' buffers went over it (tcp or nccl) and the cpu tensor's over tcp;
- *       after sc_finalize the stand-in's log (LOG.<rank>) shows every handle opened once
- *       and closed once.
- *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
- *       fail naming rank 1 and still close everything at sc_finalize.
+ *   cuda-sums LOG [TRANSPORT [ENGINE]]: end to end (needs daemons that serve cuda tensors
+ * through the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
+ * written through their device pointers, collected by sc_wait and sc_stream_wait, COO input
+ * summed exactly and a top-k tensor's GPU residual conserving every value; with TRANSPORT,
+ * `sparsectl stats` on every node says the cuda tensors' buffers went over it (tcp or nccl) and
+ * the cpu tensor's over tcp; after sc_finalize the stand-in's log (LOG.<rank>) shows every
+ * handle opened once and closed once. cuda-killed LOG: the same with rank 1 killed (SIGKILL)
+ * after registering: the others fail naming rank 1 and still close everything at sc_finalize.
  *
  * With $SCG_HOST_DEVICES = N > 1 (the GPUs that the driver stand-in and the daemons' host
  * GPU library emulate), local rank r registers its cuda tensors on cuda:(r mod N): the
@@ -27,7 +25,9 @@
  * back, and a kernel that read another GPU's memory would fail the operation. cuda-sums
  * then also checks that each trainer's context is its own GPU's, and, its driver seeing one
  * GPU more than the daemons, that a registration on cuda:N is refused by the daemon and
- * one on cuda:N+1 by the library, each naming the tensor and the count.
+ * one on cuda:N+1 by the library, each naming the tensor and the count. ENGINE: the
+ * daemons' engine GPU (cuda_device) when it is not 0: the top-k tensor, whose residual is
+ * local rank 0's on cuda:0, must then fail naming the tensor and both GPUs.
  */
 #include "itest.h"
 
@@ -230,7 +230,7 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 /* Sparse cuda tensors: COO input summed exactly (small integers), and a top-k tensor whose
  * residual lives on the GPU conserving every value (what was sent, the input less the
  * node's residual, summed over the job by a lossless cpu tensor, equals the result). */
-static void cuda_sparse(sc_client_t *c)
+static void cuda_sparse(sc_client_t *c, int engine)
 {
 	enum { NNZ = 100 };
 	sc_tensor_opts_t o = {.struct_size = sizeof(o),
@@ -273,6 +273,20 @@ static void cuda_sparse(sc_client_t *c)
 	for (int i = 0; i < CUDA_N; i++)
 		in[i] = g[i] = (float)((i * 31 + it_env.rank * 17) % 23 - 11);
 	IT_CHECK_SC(sc_allreduce_async(c, tk, SC_OP_SUM, &h), "allreduce 'cuda.topk'");
+	if (engine != 0) { /* the residual is on cuda:0, the engine elsewhere */
+		char why[160];
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		snprintf(why, sizeof(why),
+			 "tensor 'cuda.topk': its error-feedback residual is local rank 0's, "
+			 "on cuda:0, and this daemon's engine sums on cuda:%d",
+			 engine);
+		if (r != SC_ERR_UNSUPPORTED || !strstr(it_wait_error(), why))
+			IT_FAIL("'cuda.topk' with the engine on cuda:%d: %s (%s), expected "
+				"SC_ERR_UNSUPPORTED with '%s'",
+				engine, it_wait_name(r), it_wait_error(), why);
+		it_log("failed as expected: %s", it_wait_error());
+		return;
+	}
 	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "sc_wait 'cuda.topk'");
 	const float *res = sc_tensor_residual(tk);
 	if (!res)
@@ -380,13 +394,15 @@ int it_cuda_sums(int argc, char **argv)
 			IT_FAIL("step %d: %zu elements wrong: %s", step, wrong, why);
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
-	cuda_sparse(c);
+	int engine = argc > 3 ? atoi(argv[3]) : 0;
+	cuda_sparse(c, engine);
 	if (cuda_gpus() > 1)
 		cuda_gpu_placement(c, log);
 	if (argc > 2 && sc_local_rank(c) == 0) {
 		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
-		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++)
-			it_expect_transport(cuda[i], argv[2]);
+		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]) - (engine != 0); i++)
+			it_expect_transport(cuda[i],
+					    argv[2]); /* cuda.topk failed: not listed */
 		it_expect_transport("cuda.cpu", "tcp");
 	}
 	sc_finalize(c);

@@ -542,7 +542,7 @@ cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
 	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
-		"cuda gpus killed n=1 per-node=2"; do
+		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
 else
@@ -564,6 +564,12 @@ else
 		"$tmp/cuda-gpus-sums2.log" tcp
 	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
 		cuda-killed "$tmp/cuda-gpus-killed.log"
+	# the engine on cuda:1: local rank 0's tensors copied over and back, and its top-k
+	# residual on cuda:0 refused
+	export SPARSECOMM_CUDA_DEVICE=1
+	run_case "cuda gpus engine 1 n=1 per-node=2" 1 2 120 0 2 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-engine1.log" tcp 1
+	unset SPARSECOMM_CUDA_DEVICE
 	unset SCG_HOST_DEVICES
 	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
 	# (tests/ncclhost/): the same sums, stats naming nccl; a world where only rank 0
