@@ -330,8 +330,9 @@ void it_expect_transport(const char *name, const char *want)
 
 /* Registrations on a GPU past the node's (the trainer's driver sees N + 1 GPUs, the
  * daemons N): the library refuses cuda:N+1, the daemon cuda:N, each naming the tensor and
- * the count. Every context this trainer retained is its own GPU's. */
-static void cuda_gpu_placement(sc_client_t *c, const char *log)
+ * the count. `sparsectl status` names the engine GPU and the count. Every context this
+ * trainer retained is its own GPU's. */
+static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
 {
 	int n = cuda_gpus();
 	char want[128], arg[16];
@@ -353,6 +354,15 @@ static void cuda_gpu_placement(sc_client_t *c, const char *log)
 			"expected SC_ERR_UNSUPPORTED naming the tensor, rank %d and '%s'",
 			n, sc_status_name(st), sc_last_error(), it_env.rank, want);
 	it_log("refused as expected: %s", sc_last_error());
+	/* `sparsectl status` names the engine GPU and the GPUs served */
+	const char *args[] = {"status", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *gpu = it_json_get(s, "gpu");
+	snprintf(want, sizeof(want), "cuda:%d, the engine's, of %d (host)", engine, n);
+	if (!gpu || gpu->type != IT_JSTR || strcmp(gpu->str, want))
+		IT_FAIL("sparsectl status: gpu is '%s', expected '%s'",
+			gpu && gpu->type == IT_JSTR ? gpu->str : "(missing)", want);
+	it_json_free(s);
 	snprintf(arg, sizeof(arg), "%d", cuda_ordinal());
 	int own = it_cuda_log_count(log, "ctx_retain", arg),
 	    all = it_cuda_log_count(log, "ctx_retain", NULL);
@@ -397,7 +407,7 @@ int it_cuda_sums(int argc, char **argv)
 	int engine = argc > 3 ? atoi(argv[3]) : 0;
 	cuda_sparse(c, engine);
 	if (cuda_gpus() > 1)
-		cuda_gpu_placement(c, log);
+		cuda_gpu_placement(c, log, engine);
 	if (argc > 2 && sc_local_rank(c) == 0) {
 		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
 		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]) - (engine != 0); i++)
