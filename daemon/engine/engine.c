@@ -72,7 +72,7 @@ struct scd_engine {
 	void *stage;
 	size_t stage_cap;
 	const scd_device_ops_t *stage_dev;
-	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_get) */
+	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_in) */
 	scd_peer_t peer;
 };
 
@@ -192,13 +192,6 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
 			  : scd_copy_f32_nonfinite(dst, src, n);
 }
 
-/* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
- * COO input exists for float32 only) on device dev. The pass that reads the input finds
- * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
- * caller passes pass for data that is not in host memory), NaN or infinite values, counted in
- * it->nonfinite; the first goes to *f, naming the trainer whose contribution made the node's
- * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
- * SCD_NONFINITE_PASS checks nothing. */
 /* Whether the engine's kernels may read src where it lies. */
 static int peer_local(const scd_peer_t *pe, const scd_job_src_t *src)
 {
@@ -232,6 +225,14 @@ static const void *peer_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_j
 	return pe->buf + at;
 }
 
+/* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
+ * COO input exists for float32 only) on device dev. The pass that reads the input finds
+ * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
+ * caller passes pass for data that is not in host memory), NaN or infinite values, counted in
+ * it->nonfinite; the first goes to *f, naming the trainer whose contribution made the node's
+ * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
+ * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
+ * from its copy on the engine GPU (pe). */
 static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it, int i,
 			 uint32_t dtype, void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
 {

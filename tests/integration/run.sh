@@ -577,6 +577,7 @@ else
 	ncclhost=$root/build/lib/libnccl-host.so
 	if [ ! -e "$ncclhost" ]; then
 		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" \
+			"cuda gpus nccl sums n=2 per-node=2" \
 			"cuda nccl disagree n=2" "cuda nccl killed n=2" "cuda nccl schemes n=2" \
 			"cuda nccl schemes n=3" "cuda nccl schemes n=4"; do
 			skip_case "$c" "$ncclhost is not built (needs the CUDA toolkit's nccl.h)"
@@ -587,6 +588,10 @@ else
 			"$tmp/cuda-nccl-sums.log" nccl
 		run_case "cuda nccl sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums \
 			"$tmp/cuda-nccl-sums3.log" nccl
+		export SCG_HOST_DEVICES=2
+		run_case "cuda gpus nccl sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
+			"$tmp/cuda-gpus-nccl-sums.log" nccl
+		unset SCG_HOST_DEVICES
 		for P in 2 3 4; do
 			run_case "cuda nccl schemes n=$P" "$P" 1 180 0 "$P" -- "$itest" cuda-schemes \
 				"$tmp/cuda-nccl-schemes$P.log" nccl
