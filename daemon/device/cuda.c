@@ -1237,7 +1237,12 @@ static void load(void)
 	}
 	sc_status_t st = f.init(engine_ordinal);
 	if (st != SC_OK) {
-		snprintf(load_reason, sizeof load_reason, "%s", f.error());
+		if (engine_ordinal)
+			snprintf(load_reason, sizeof load_reason,
+				 "the engine GPU cuda:%d (cuda_device): %.400s", engine_ordinal,
+				 f.error());
+		else
+			snprintf(load_reason, sizeof load_reason, "%s", f.error());
 		goto out;
 	}
 	char missing[256];

@@ -542,7 +542,8 @@ cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
 	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
-		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2"; do
+		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
+		"cuda gpus engine 2 refused n=1 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
 else
@@ -569,6 +570,10 @@ else
 	export SPARSECOMM_CUDA_DEVICE=1
 	run_case "cuda gpus engine 1 n=1 per-node=2" 1 2 120 0 2 -- "$itest" cuda-sums \
 		"$tmp/cuda-gpus-engine1.log" tcp 1
+	# an engine GPU the node lacks: cuda tensors refused with the reason, cpu ones served
+	export SPARSECOMM_CUDA_DEVICE=2
+	run_case "cuda gpus engine 2 refused n=1 per-node=2" 1 2 60 0 2 -- "$itest" \
+		cuda-refused "$cudahost" "the engine GPU cuda:2 (cuda_device): scg_init: no device 2"
 	unset SPARSECOMM_CUDA_DEVICE
 	unset SCG_HOST_DEVICES
 	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
