@@ -1256,10 +1256,10 @@ static void load(void)
 	load_reason[0] = '\0';
 	int gpus = 0;
 	if (f.device_count && f.device_count(&gpus) == SC_OK)
-		scd_info(SCD_SUB_DEVICE, "cuda: %d GPUs served, the engine's on cuda:%d (%s)",
+		scd_info(SCD_SUB_DEVICE, "cuda: %d GPUs served, the engine on cuda:%d (%s)",
 			 gpus, engine_ordinal, path);
 	else
-		scd_info(SCD_SUB_DEVICE, "cuda: the engine's GPU cuda:%d ready (%s)",
+		scd_info(SCD_SUB_DEVICE, "cuda: the engine GPU cuda:%d ready (%s)",
 			 engine_ordinal, path);
 	return;
 out:
