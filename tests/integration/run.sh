@@ -610,19 +610,20 @@ else
 		unset NCCL_RANK0_LIB SPARSECOMM_REAL_DAEMON
 	fi
 	unset SPARSECOMM_CUDA_LIB SPARSECOMM_NCCL_LIB
+	# the killed cases' logs (CASE:LOG): the daemons unlinked every handle's object
 	for c in "cuda killed n=2:cuda-killed" "cuda gpus killed n=1 per-node=2:cuda-gpus-killed"; do
-		case=${c%%:*}
-		selected "$case" || continue
+		cname=${c%%:*}
+		selected "$cname" || continue
 		left=""
 		for name in $(cat "$tmp/${c#*:}".log.* 2>/dev/null |
 			awk '$2 == "mem_open" || $2 == "event_open" { print $3 }'); do
 			[ -e "/dev/shm$name" ] && left="$left $name"
 		done
 		if [ -z "$left" ]; then
-			echo "ok    $case: handle objects unlinked"
+			echo "ok    $cname: handle objects unlinked"
 			passed=$((passed + 1))
 		else
-			echo "FAIL  $case: objects of the trainers' handles left:$left"
+			echo "FAIL  $cname: objects of the trainers' handles left:$left"
 			failed=$((failed + 1))
 		fi
 	done
