@@ -13,8 +13,9 @@
  * An event is a shared counter of records; a wait checks that the counter moved since this
  * process's previous wait on that event, so a trainer that submits without recording its
  * ready event fails the operation instead of racing the daemon. Host work is synchronous,
- * so a record needs nothing more to order what came before it. Exported memory belongs to
- * the calling thread's current emulated device (scg_host_owner), as scg_alloc's does.
+ * so a record needs nothing more to order what came before it. Exported memory and events
+ * belong to the calling thread's current emulated device (scg_host_owner), as scg_alloc's
+ * memory does; an event is recorded only from its own device (a wait, from any).
  */
 #include "portable.cuh"
 #include "scg_host_ipc.h"
@@ -131,16 +132,27 @@ extern "C" sc_status_t scg_ipc_free(void *p)
 extern "C" sc_status_t scg_ipc_event_create(void **ev_host, void *handle_host)
 {
 	*ev_host = NULL;
-	return host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
+	sc_status_t st =
+	    host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
+	if (st == SC_OK)
+		scg_host_tag(*ev_host, sizeof(scg_host_event_t));
+	return st;
 }
 
 extern "C" sc_status_t scg_ipc_event_destroy(void *ev)
 {
-	return host_unexport(ev, "scg_ipc_event_destroy");
+	sc_status_t st = host_unexport(ev, "scg_ipc_event_destroy");
+	if (st == SC_OK && ev)
+		scg_host_untag(ev);
+	return st;
 }
 
 extern "C" sc_status_t scg_event_record(void *ev)
 {
+	/* an event is recorded on a stream of its own device, as CUDA requires */
+	sc_status_t st = scg_host_local("scg_event_record", ev);
+	if (st != SC_OK)
+		return st;
 	__atomic_fetch_add(&((scg_host_event_t *)ev)->records, 1, __ATOMIC_RELEASE);
 	return SC_OK;
 }

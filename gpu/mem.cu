@@ -95,8 +95,8 @@ sc_status_t scg_host_local(const char *what, const void *p)
 	if (owner < 0 || owner == host_current)
 		return SC_OK;
 	return scg_fail(SC_ERR_INVALID,
-			"%s: %p is memory of device %d, and this thread works on device %d: a "
-			"kernel reads only its own device's memory (copy it over first)",
+			"%s: %p belongs to device %d, and this thread works on device %d: only "
+			"the current device's memory and events are usable here",
 			what, p, owner, host_current);
 }
 

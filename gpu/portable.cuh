@@ -45,7 +45,7 @@ sc_status_t scg_fail(sc_status_t st, const char *fmt, ...);
 #define SCG_CHECK(what) SC_OK
 /* The emulated devices' bookkeeping (mem.cu): an allocation of bytes at p belongs to the
  * calling thread's current device until untagged; scg_host_local fails naming what when p
- * is memory of another device than the current one. */
+ * belongs to another device than the current one. */
 void scg_host_tag(const void *p, size_t bytes);
 void scg_host_untag(const void *p);
 sc_status_t scg_host_local(const char *what, const void *p);

@@ -631,7 +631,8 @@ static void *host_owner_of_new(void *arg)
 /* The host build's emulated GPUs ($SCG_HOST_DEVICES, read at the first call: each test
  * runs in a process of its own): allocations tagged with the thread's current device,
  * kernels refused on another device's memory naming both, copies between devices checked
- * against the ordinals they name, exported memory freed on its own device only. */
+ * against the ordinals they name, exported memory freed and events recorded on their own
+ * device only (an event waited on from any). */
 UNIT_TEST(gpu_host_devices)
 {
 	enum { N = 1000 };
@@ -686,8 +687,23 @@ UNIT_TEST(gpu_host_devices)
 		CHECK_TRUE(host[i] == 2.0f * (float)i);
 	OK(scg_stream_follow(1));
 	CHECK_EQ_INT(scg_stream_follow(3), SC_ERR_INVALID);
-	/* exported memory: on device 2, freed there only */
+	/* an event of device 2: recorded there only, waited on from any device */
+	void *ev = NULL;
 	OK(scg_init(2));
+	OK(scg_ipc_event_create(&ev, handle));
+	CHECK_EQ_INT(scg_host_owner(ev), 2);
+	OK(scg_init(0));
+	CHECK_EQ_INT(scg_event_record(ev), SC_ERR_INVALID);
+	CHECK_MSG(strstr(scg_error(), "scg_event_record") && strstr(scg_error(), "device 2"),
+		  "%s", scg_error());
+	OK(scg_init(2));
+	OK(scg_event_record(ev));
+	OK(scg_init(0));
+	OK(scg_stream_wait_event(ev));
+	OK(scg_init(2));
+	OK(scg_ipc_event_destroy(ev));
+	CHECK_EQ_INT(scg_host_owner(ev), -1);
+	/* exported memory: on device 2, freed there only */
 	OK(scg_ipc_alloc(4096, &x, handle));
 	CHECK_EQ_INT(scg_host_owner(x), 2);
 	OK(scg_init(0));
