@@ -410,6 +410,7 @@ int main(int argc, char **argv)
 		return 1;
 	remove_stale_shm();
 	const scd_device_ops_t *gpu;
+	scd_cuda_engine_set((int)scd_cfg_int(&d->cfg, SCD_CFG_cuda_device));
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cuda") &&
 	    scd_device_get(SCD_DEVICE_CUDA, &gpu) != SC_OK) {
 		scd_error(SCD_SUB_MAIN,

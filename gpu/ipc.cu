@@ -4,15 +4,18 @@
  *
  * The CUDA build: cudaMalloc'd memory exported with cudaIpcGetMemHandle, interprocess
  * events (cudaEventInterprocess | cudaEventDisableTiming) exported with
- * cudaIpcGetEventHandle, records and waits on the calling thread's stream, and
- * cudaHostAlloc for staging.
+ * cudaIpcGetEventHandle, both on the calling thread's current device (scg_init), records
+ * and waits on the thread's stream of that device (a record on the event's own device, a
+ * wait from any), and cudaHostAlloc for staging.
  *
  * The host build stands in for CUDA IPC with POSIX shared memory (scg_host_ipc.h): the
  * handle names an object this process created (mode 0600) and unlinks when it frees it.
  * An event is a shared counter of records; a wait checks that the counter moved since this
  * process's previous wait on that event, so a trainer that submits without recording its
  * ready event fails the operation instead of racing the daemon. Host work is synchronous,
- * so a record needs nothing more to order what came before it.
+ * so a record needs nothing more to order what came before it. Exported memory and events
+ * belong to the calling thread's current emulated device (scg_host_owner), as scg_alloc's
+ * memory does; an event is recorded only from its own device (a wait, from any).
  */
 #include "portable.cuh"
 #include "scg_host_ipc.h"
@@ -109,27 +112,47 @@ static sc_status_t host_unexport(void *p, const char *what)
 extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host)
 {
 	*p_host = NULL;
-	return host_export(SCG_HOST_IPC_MEM, bytes, p_host, handle_host);
+	sc_status_t st = host_export(SCG_HOST_IPC_MEM, bytes, p_host, handle_host);
+	if (st == SC_OK)
+		scg_host_tag(*p_host, bytes);
+	return st;
 }
 
 extern "C" sc_status_t scg_ipc_free(void *p)
 {
-	return host_unexport(p, "scg_ipc_free");
+	/* freed on the device it was allocated on, as the CUDA build does */
+	sc_status_t st = scg_host_local("scg_ipc_free", p);
+	if (st == SC_OK)
+		st = host_unexport(p, "scg_ipc_free");
+	if (st == SC_OK && p)
+		scg_host_untag(p);
+	return st;
 }
 
 extern "C" sc_status_t scg_ipc_event_create(void **ev_host, void *handle_host)
 {
 	*ev_host = NULL;
-	return host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
+	sc_status_t st =
+	    host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
+	if (st == SC_OK)
+		scg_host_tag(*ev_host, sizeof(scg_host_event_t));
+	return st;
 }
 
 extern "C" sc_status_t scg_ipc_event_destroy(void *ev)
 {
-	return host_unexport(ev, "scg_ipc_event_destroy");
+	sc_status_t st = host_unexport(ev, "scg_ipc_event_destroy");
+	if (st == SC_OK && ev)
+		scg_host_untag(ev);
+	return st;
 }
 
 extern "C" sc_status_t scg_event_record(void *ev)
 {
+	/* an event is recorded on a stream of its own device, as CUDA requires */
+	sc_status_t st = scg_host_local("scg_event_record", ev);
+	if (st != SC_OK)
+		return st;
 	__atomic_fetch_add(&((scg_host_event_t *)ev)->records, 1, __ATOMIC_RELEASE);
 	return SC_OK;
 }

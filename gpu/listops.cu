@@ -424,6 +424,11 @@ extern "C" sc_status_t scg_residual_drain(float *x, float *res, uint64_t n)
 	const char *what = "scg_residual_drain";
 	if (!n)
 		return SC_OK;
+	sc_status_t st = SCG_LOCAL(what, x);
+	if (st == SC_OK)
+		st = SCG_LOCAL(what, res);
+	if (st != SC_OK)
+		return st;
 	thrust::counting_iterator<uint64_t> first(0);
 	SCG_TRY(what, thrust::for_each(SCG_POLICY, first, first + n, drain_op{x, res}));
 	return SCG_CHECK(what);
@@ -505,6 +510,13 @@ extern "C" sc_status_t scg_coo_add_checked(float *dst, uint64_t numel, const uin
 {
 	const char *what = "scg_coo_add_checked";
 	uint64_t bad = 0;
+	sc_status_t lst = SCG_LOCAL(what, dst);
+	if (lst == SC_OK)
+		lst = SCG_LOCAL(what, idx);
+	if (lst == SC_OK)
+		lst = SCG_LOCAL(what, val);
+	if (lst != SC_OK)
+		return lst;
 	if (nnz) {
 		bool uniq = false;
 		sc_status_t st = ascending(idx, nnz, &uniq, what);

@@ -1,11 +1,17 @@
 /*
- * mem.cu: the GPU device's errors, streams and memory (scg.h, section mem.cu), for both
- * builds (portable.cuh). The CUDA build allocates with cudaMalloc, clears and copies
- * asynchronously on the calling thread's stream (scg_init creates one per thread, or
- * scg_stream_set names the caller's), and to_host waits for that stream; a CUDA failure
- * returns SC_ERR_NOMEM (allocation), SC_ERR_UNSUPPORTED (no driver or no device) or
- * SC_ERR_SYSTEM, with cudaGetErrorString's text in scg_error(). The host build (SCG_HOST)
- * is malloc, memset and memcpy; its sync has nothing to wait for.
+ * mem.cu: the GPU device's errors, devices, streams and memory (scg.h, section mem.cu), for
+ * both builds (portable.cuh). A thread works on one device at a time, its current device
+ * (scg_init), with one stream per device it has used. The CUDA build allocates with
+ * cudaMalloc on the current device, clears and copies asynchronously on the thread's
+ * stream of it (scg_init creates one per thread and device, or scg_stream_set names the
+ * caller's), and to_host waits for that stream; a CUDA failure returns SC_ERR_NOMEM
+ * (allocation), SC_ERR_UNSUPPORTED (no driver or no device) or SC_ERR_SYSTEM, with
+ * cudaGetErrorString's text in scg_error(). The host build (SCG_HOST) is malloc, memset and
+ * memcpy; its sync has nothing to wait for. It emulates $SCG_HOST_DEVICES devices (1 when
+ * unset): each allocation is tagged with the current device of the thread that made it
+ * (scg_host_owner), and the entry points that run a kernel check that the memory they
+ * touch is the current device's (scg_host_local), so that a kernel reading another GPU's
+ * memory fails here as it would on GPUs without peer access.
  */
 #include "portable.cuh"
 
@@ -13,6 +19,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 /* The last failure's text, per thread. */
 static thread_local char scg_error_text[256];
@@ -38,12 +46,82 @@ extern "C" const char *scg_backend(void)
 	return "host";
 }
 
+/* The emulated devices: $SCG_HOST_DEVICES, 1 when unset, at most SCG_MAX_DEVICES. */
+static int host_devices(void)
+{
+	static const int n = [] {
+		const char *s = getenv("SCG_HOST_DEVICES");
+		int v = s && *s ? atoi(s) : 1;
+		return v < 1 ? 1 : v > SCG_MAX_DEVICES ? SCG_MAX_DEVICES : v;
+	}();
+	return n;
+}
+
+static thread_local int host_current;
+
+/* Every live allocation of the emulated devices: its end and its device, by its start. */
+struct host_span {
+	uintptr_t end;
+	int ordinal;
+};
+static std::map<uintptr_t, host_span> host_spans;
+static std::mutex host_spans_mu;
+
+void scg_host_tag(const void *p, size_t bytes)
+{
+	std::lock_guard<std::mutex> lk(host_spans_mu);
+	host_spans[(uintptr_t)p] = host_span{(uintptr_t)p + (bytes ? bytes : 1), host_current};
+}
+
+void scg_host_untag(const void *p)
+{
+	std::lock_guard<std::mutex> lk(host_spans_mu);
+	host_spans.erase((uintptr_t)p);
+}
+
+extern "C" int scg_host_owner(const void *p)
+{
+	std::lock_guard<std::mutex> lk(host_spans_mu);
+	auto it = host_spans.upper_bound((uintptr_t)p);
+	if (it == host_spans.begin())
+		return -1;
+	--it;
+	return (uintptr_t)p < it->second.end ? it->second.ordinal : -1;
+}
+
+sc_status_t scg_host_local(const char *what, const void *p)
+{
+	int owner = p ? scg_host_owner(p) : -1;
+	if (owner < 0 || owner == host_current)
+		return SC_OK;
+	return scg_fail(SC_ERR_INVALID,
+			"%s: %p belongs to device %d, and this thread works on device %d: only "
+			"the current device's memory and events are usable here",
+			what, p, owner, host_current);
+}
+
+extern "C" sc_status_t scg_device_count(int *n_host)
+{
+	*n_host = host_devices();
+	return SC_OK;
+}
+
 extern "C" sc_status_t scg_init(int ordinal)
 {
-	if (ordinal != 0)
+	if (ordinal < 0 || ordinal >= host_devices())
 		return scg_fail(SC_ERR_UNSUPPORTED,
-				"scg_init: the host build has device 0 only");
+				"scg_init: no device %d: the host build emulates %d "
+				"(SCG_HOST_DEVICES)",
+				ordinal, host_devices());
+	host_current = ordinal;
 	return SC_OK;
+}
+
+extern "C" sc_status_t scg_stream_follow(int ordinal)
+{
+	if (ordinal < 0 || ordinal >= host_devices())
+		return scg_fail(SC_ERR_INVALID, "scg_stream_follow: no device %d", ordinal);
+	return SC_OK; /* host work is done when its call returns */
 }
 
 extern "C" sc_status_t scg_stream_set(void *stream)
@@ -59,38 +137,75 @@ extern "C" sc_status_t scg_alloc(size_t bytes, void **p_host)
 		*p_host = NULL;
 		return scg_fail(SC_ERR_NOMEM, "scg_alloc: %zu bytes: out of memory", bytes);
 	}
+	scg_host_tag(p, bytes);
 	*p_host = p;
 	return SC_OK;
 }
 
 extern "C" sc_status_t scg_free(void *p)
 {
+	if (p)
+		scg_host_untag(p);
 	free(p);
 	return SC_OK;
 }
 
 extern "C" sc_status_t scg_clear(void *dst, size_t bytes)
 {
-	if (bytes)
+	sc_status_t st = scg_host_local("scg_clear", dst);
+	if (st == SC_OK && bytes)
 		memset(dst, 0, bytes);
-	return SC_OK;
+	return st;
 }
 
 extern "C" sc_status_t scg_copy(void *dst, const void *src, size_t bytes)
 {
-	if (bytes)
+	sc_status_t st = scg_host_local("scg_copy", dst);
+	if (st == SC_OK)
+		st = scg_host_local("scg_copy", src);
+	if (st == SC_OK && bytes)
 		memcpy(dst, src, bytes);
+	return st;
+}
+
+/* Where the memory is known, it must be the device the caller says. */
+static sc_status_t host_on(const char *what, const void *p, int ordinal)
+{
+	int owner = scg_host_owner(p);
+	if (ordinal < 0 || ordinal >= host_devices())
+		return scg_fail(SC_ERR_INVALID, "%s: no device %d", what, ordinal);
+	if (owner >= 0 && owner != ordinal)
+		return scg_fail(SC_ERR_INVALID,
+				"%s: %p is memory of device %d, not of device %d", what, p,
+				owner, ordinal);
 	return SC_OK;
+}
+
+extern "C" sc_status_t scg_copy_peer(void *dst, int dst_ordinal, const void *src,
+				     int src_ordinal, size_t bytes)
+{
+	sc_status_t st = host_on("scg_copy_peer (destination)", dst, dst_ordinal);
+	if (st == SC_OK)
+		st = host_on("scg_copy_peer (source)", src, src_ordinal);
+	if (st == SC_OK && bytes)
+		memcpy(dst, src, bytes);
+	return st;
 }
 
 extern "C" sc_status_t scg_to_host(void *dst_host, const void *src, size_t bytes)
 {
-	return scg_copy(dst_host, src, bytes);
+	sc_status_t st = scg_host_local("scg_to_host", src);
+	if (st == SC_OK && bytes)
+		memcpy(dst_host, src, bytes);
+	return st;
 }
 
 extern "C" sc_status_t scg_from_host(void *dst, const void *src_host, size_t bytes)
 {
-	return scg_copy(dst, src_host, bytes);
+	sc_status_t st = scg_host_local("scg_from_host", dst);
+	if (st == SC_OK && bytes)
+		memcpy(dst, src_host, bytes);
+	return st;
 }
 
 extern "C" sc_status_t scg_sync(void)
@@ -112,31 +227,17 @@ extern "C" sc_status_t scg_stream_query(int *done_host)
 
 #else /* CUDA */
 
-/* The calling thread's stream: created by scg_init, or the caller's (scg_stream_set);
- * 0 (the default stream) before either. */
-static thread_local cudaStream_t scg_thread_stream;
-static thread_local bool scg_thread_stream_owned;
+/* The calling thread's current device (scg_init) and its stream on each device: created
+ * by scg_init, or the caller's (scg_stream_set); 0 (the default stream) before either. */
+static thread_local int scg_thread_device;
+static thread_local cudaStream_t scg_thread_stream[SCG_MAX_DEVICES];
+static thread_local bool scg_thread_stream_owned[SCG_MAX_DEVICES];
+/* an event per device, for scg_stream_follow */
+static thread_local cudaEvent_t scg_thread_mark[SCG_MAX_DEVICES];
 
 cudaStream_t scg_stream(void)
 {
-	return scg_thread_stream;
-}
-
-sc_status_t scg_check_cuda(cudaError_t e, const char *what)
-{
-	if (e == cudaSuccess)
-		return SC_OK;
-	sc_status_t st = SC_ERR_SYSTEM;
-	if (e == cudaErrorMemoryAllocation)
-		st = SC_ERR_NOMEM;
-	else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-		 e == cudaErrorInvalidDevice || e == cudaErrorStubLibrary ||
-		 e == cudaErrorInitializationError ||
-		 e == cudaErrorCompatNotSupportedOnDevice ||
-		 e == cudaErrorSystemDriverMismatch || e == cudaErrorNoKernelImageForDevice ||
-		 e == cudaErrorUnsupportedPtxVersion)
-		st = SC_ERR_UNSUPPORTED;
-	return scg_fail(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+	return scg_thread_stream[scg_thread_device];
 }
 
 extern "C" const char *scg_backend(void)
@@ -176,10 +277,31 @@ static sc_status_t pool_keep(int ordinal)
 	    "cudaMemPoolSetAttribute");
 }
 
+/* The devices the driver sees, asked once per thread. */
+static sc_status_t device_count(int *n_host)
+{
+	static thread_local int n = -1;
+	if (n < 0) {
+		int c = 0;
+		sc_status_t st = scg_check_cuda(cudaGetDeviceCount(&c), "cudaGetDeviceCount");
+		if (st != SC_OK)
+			return st;
+		n = c < SCG_MAX_DEVICES ? c : SCG_MAX_DEVICES;
+	}
+	*n_host = n;
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_device_count(int *n_host)
+{
+	*n_host = 0;
+	return device_count(n_host);
+}
+
 extern "C" sc_status_t scg_init(int ordinal)
 {
 	int n = 0;
-	sc_status_t st = scg_check_cuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+	sc_status_t st = device_count(&n);
 	if (st != SC_OK)
 		return st;
 	if (ordinal < 0 || ordinal >= n)
@@ -188,7 +310,8 @@ extern "C" sc_status_t scg_init(int ordinal)
 	st = scg_check_cuda(cudaSetDevice(ordinal), "cudaSetDevice");
 	if (st != SC_OK)
 		return st;
-	if (!scg_thread_stream) {
+	scg_thread_device = ordinal;
+	if (!scg_thread_stream[ordinal]) {
 		if ((st = pool_keep(ordinal)) != SC_OK)
 			return st;
 		cudaStream_t s = 0;
@@ -196,26 +319,97 @@ extern "C" sc_status_t scg_init(int ordinal)
 				    "cudaStreamCreateWithFlags");
 		if (st != SC_OK)
 			return st;
-		scg_thread_stream = s;
-		scg_thread_stream_owned = true;
+		scg_thread_stream[ordinal] = s;
+		scg_thread_stream_owned[ordinal] = true;
 	}
 	return SC_OK;
 }
 
 extern "C" sc_status_t scg_stream_set(void *stream)
 {
-	if (scg_thread_stream_owned && scg_thread_stream != (cudaStream_t)stream) {
-		sc_status_t st = scg_check_cuda(cudaStreamSynchronize(scg_thread_stream),
+	int d = scg_thread_device;
+	if (scg_thread_stream_owned[d] && scg_thread_stream[d] != (cudaStream_t)stream) {
+		sc_status_t st = scg_check_cuda(cudaStreamSynchronize(scg_thread_stream[d]),
 						"cudaStreamSynchronize");
-		cudaStreamDestroy(scg_thread_stream);
-		scg_thread_stream_owned = false;
+		cudaStreamDestroy(scg_thread_stream[d]);
+		scg_thread_stream_owned[d] = false;
 		if (st != SC_OK) {
-			scg_thread_stream = (cudaStream_t)stream;
+			scg_thread_stream[d] = (cudaStream_t)stream;
 			return st;
 		}
 	}
-	scg_thread_stream = (cudaStream_t)stream;
+	scg_thread_stream[d] = (cudaStream_t)stream;
 	return SC_OK;
+}
+
+extern "C" sc_status_t scg_stream_follow(int ordinal)
+{
+	int n = 0, cur = scg_thread_device;
+	sc_status_t st = device_count(&n);
+	if (st != SC_OK)
+		return st;
+	if (ordinal < 0 || ordinal >= n)
+		return scg_fail(SC_ERR_INVALID, "scg_stream_follow: no CUDA device %d",
+				ordinal);
+	if (ordinal == cur)
+		return SC_OK;
+	/* an event of the followed device, recorded on its stream there */
+	st = scg_check_cuda(cudaSetDevice(ordinal), "cudaSetDevice");
+	if (st == SC_OK && !scg_thread_mark[ordinal])
+		st = scg_check_cuda(
+		    cudaEventCreateWithFlags(&scg_thread_mark[ordinal], cudaEventDisableTiming),
+		    "cudaEventCreateWithFlags");
+	if (st == SC_OK)
+		st = scg_check_cuda(
+		    cudaEventRecord(scg_thread_mark[ordinal], scg_thread_stream[ordinal]),
+		    "cudaEventRecord");
+	sc_status_t back = scg_check_cuda(cudaSetDevice(cur), "cudaSetDevice");
+	if (st == SC_OK)
+		st = back;
+	if (st != SC_OK)
+		return st;
+	return scg_check_cuda(cudaStreamWaitEvent(scg_stream(), scg_thread_mark[ordinal], 0),
+			      "cudaStreamWaitEvent");
+}
+
+/* Lets the current device reach peer's memory directly where the two allow it (once per
+ * pair and process); a copy between devices without it is staged by the driver. */
+static void peer_enable(int cur, int peer)
+{
+	static std::mutex mu;
+	static bool tried[SCG_MAX_DEVICES][SCG_MAX_DEVICES];
+	std::lock_guard<std::mutex> lk(mu);
+	if (cur == peer || tried[cur][peer])
+		return;
+	tried[cur][peer] = true;
+	int can = 0;
+	if (cudaDeviceCanAccessPeer(&can, cur, peer) == cudaSuccess && can &&
+	    cudaDeviceEnablePeerAccess(peer, 0) != cudaSuccess)
+		cudaGetLastError(); /* already enabled, or not possible: the copy is staged */
+}
+
+extern "C" sc_status_t scg_copy_peer(void *dst, int dst_ordinal, const void *src,
+				     int src_ordinal, size_t bytes)
+{
+	int n = 0;
+	sc_status_t st = device_count(&n);
+	if (st != SC_OK)
+		return st;
+	if (dst_ordinal < 0 || dst_ordinal >= n || src_ordinal < 0 || src_ordinal >= n)
+		return scg_fail(SC_ERR_INVALID,
+				"scg_copy_peer: no CUDA device %d or %d (%d present)",
+				dst_ordinal, src_ordinal, n);
+	if (!bytes)
+		return SC_OK;
+	if (dst_ordinal == src_ordinal)
+		return scg_check_cuda(
+		    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, scg_stream()),
+		    "cudaMemcpyAsync (device to device)");
+	peer_enable(scg_thread_device,
+		    dst_ordinal == scg_thread_device ? src_ordinal : dst_ordinal);
+	return scg_check_cuda(
+	    cudaMemcpyPeerAsync(dst, dst_ordinal, src, src_ordinal, bytes, scg_stream()),
+	    "cudaMemcpyPeerAsync");
 }
 
 extern "C" sc_status_t scg_alloc(size_t bytes, void **p_host)

@@ -43,8 +43,17 @@ sc_status_t scg_fail(sc_status_t st, const char *fmt, ...);
 /* Checks the last launch (CUDA build; a no-op on the host). */
 #if defined(SCG_HOST)
 #define SCG_CHECK(what) SC_OK
+/* The emulated devices' bookkeeping (mem.cu): an allocation of bytes at p belongs to the
+ * calling thread's current device until untagged; scg_host_local fails naming what when p
+ * belongs to another device than the current one. */
+void scg_host_tag(const void *p, size_t bytes);
+void scg_host_untag(const void *p);
+sc_status_t scg_host_local(const char *what, const void *p);
+#define SCG_LOCAL(what, p) scg_host_local(what, p)
 #else
-#define SCG_CHECK(what) scg_check_cuda(cudaGetLastError(), what)
+/* A kernel on another device's memory is the driver's to refuse on the GPU. */
+#define SCG_LOCAL(what, p) SC_OK
+#define SCG_CHECK(what)	   scg_check_cuda(cudaGetLastError(), what)
 sc_status_t scg_check_cuda(cudaError_t e, const char *what);
 #endif
 

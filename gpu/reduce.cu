@@ -48,6 +48,11 @@ template <class T> sc_status_t sum(T *dst, const T *src, uint64_t n, const char 
 {
 	if (!n)
 		return SC_OK;
+	sc_status_t st = SCG_LOCAL(what, dst);
+	if (st == SC_OK)
+		st = SCG_LOCAL(what, src);
+	if (st != SC_OK)
+		return st;
 	SCG_TRY(what, thrust::transform(SCG_POLICY, dst, dst + n, src, dst, add_op<T>()));
 	return SCG_CHECK(what);
 }
@@ -110,6 +115,9 @@ extern "C" sc_status_t scg_scale(float *d, uint64_t n, float f)
 extern "C" sc_status_t scg_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)
 {
 	const char *what = "scg_average_typed";
+	sc_status_t st = SCG_LOCAL(what, x);
+	if (st != SC_OK)
+		return st;
 	switch (dtype) {
 	case SC_FLOAT32: /* multiplies by the rounded 1 / divisor, as the cpu device */
 		return scg_scale((float *)x, n, (float)(1.0 / divisor));

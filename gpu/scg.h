@@ -34,15 +34,35 @@ const char *scg_error(void);
 /* Which build this is: "cuda" or "host". */
 const char *scg_backend(void);
 
-/* ---- memory and streams (mem.cu) ---- */
-/* Makes the device usable on this thread (the CUDA build picks device ordinal and creates
- * the thread's stream). */
+/* ---- devices, memory and streams (mem.cu) ---- */
+/* The most devices one process uses. */
+#define SCG_MAX_DEVICES 64
+/* The devices this build serves: those the CUDA driver sees (at most SCG_MAX_DEVICES), or
+ * in the host build $SCG_HOST_DEVICES emulated ones (1 when unset). */
+sc_status_t scg_device_count(int *n_host);
+/* Makes ordinal this thread's current device: what follows allocates there, and queues
+ * its work on the thread's stream of that device (created at the first call for it).
+ * Each thread starts on device 0; a call per switch. */
 sc_status_t scg_init(int ordinal);
+/* Names the stream of the current device this thread queues its work on. */
 sc_status_t scg_stream_set(void *stream);
-sc_status_t scg_alloc(size_t bytes, void **p_host); /* zeroed */
+sc_status_t scg_alloc(size_t bytes, void **p_host); /* zeroed, on the current device */
 sc_status_t scg_free(void *p);
+/* A kernel reads and writes only memory of the current device: the ops below and in the
+ * sections after this one take their device memory there (the host build checks it). */
 sc_status_t scg_clear(void *dst, size_t bytes);
 sc_status_t scg_copy(void *dst, const void *src, size_t bytes);
+/* Copies between devices (or within one), queued on the current device's stream: direct
+ * where peer access is possible (enabled at the first copy between two devices), staged
+ * by the driver where it is not. */
+sc_status_t scg_copy_peer(void *dst, int dst_ordinal, const void *src, int src_ordinal,
+			  size_t bytes);
+/* Makes the current device's stream wait for what this thread queued so far on its stream
+ * of device ordinal (an event of that device's, recorded there). */
+sc_status_t scg_stream_follow(int ordinal);
+/* The host build only: the emulated device whose allocation (scg_alloc, scg_ipc_alloc) p
+ * points into, -1 for memory of no device. */
+int scg_host_owner(const void *p);
 sc_status_t scg_to_host(void *dst_host, const void *src, size_t bytes);
 sc_status_t scg_from_host(void *dst, const void *src_host, size_t bytes);
 sc_status_t scg_sync(void);

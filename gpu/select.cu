@@ -403,6 +403,11 @@ extern "C" sc_status_t scg_sparsify(scg_sparsifier_t *sp, const float *in, float
 {
 	if (!sp || !out || (!in && !residual) || numel > sp->cfg.numel)
 		return scg_fail(SC_ERR_INVALID, "scg_sparsify: bad arguments");
+	sc_status_t local = SCG_LOCAL("scg_sparsify", in);
+	if (local == SC_OK)
+		local = SCG_LOCAL("scg_sparsify", residual);
+	if (local != SC_OK)
+		return local;
 	scg_select_stats_t st = {};
 	sc_status_t s = SC_OK;
 	out->nnz = 0;

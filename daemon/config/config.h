@@ -125,6 +125,9 @@ typedef enum {
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
 	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
+	X(cuda_device, INT, 0, NULL, 0, 63, 0,                                                 \
+	  "the engine GPU: the node's local sums and schemes of cuda tensors run on this "     \
+	  "ordinal; tensors on the node's other GPUs are copied to it and back")               \
 	X(nonfinite, STR, 0, "pass", 0, 0, 0,                                                  \
 	  "a NaN or infinity in a trainer's float32 input: pass (summed as it is), warn "      \
 	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \

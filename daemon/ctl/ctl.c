@@ -184,6 +184,16 @@ void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const
 
 /* ---- jobs: the engine's view of the shared buffers ----------------------------------- */
 
+/* The GPUs the daemon serves (0 when it cannot tell). */
+static int gpu_count(void)
+{
+	const scd_cuda_ipc_t *ipc;
+	int n = 0;
+	if (scd_cuda_ipc_get(&ipc) != SC_OK || ipc->devices(&n) != SC_OK)
+		return 0;
+	return n;
+}
+
 sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
 			     scd_job_item_t *it)
 {
@@ -199,6 +209,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->sketch_cols = nt->opts.sketch_cols;
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
+	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
 	nt->state = SCD_NT_RUNNING;
 	nt->state_since_ms = scd_now_ms();
 	/* the timeline's wait for the other ranks: announced until planned here */
@@ -215,6 +226,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->device = r->device_kind == SC_DEVICE_CUDA ? SCD_DEVICE_CUDA : SCD_DEVICE_CPU;
 		s->ready_ev = r->ready_ev;
 		s->done_ev = r->done_ev;
+		s->ordinal = (int)r->device_ordinal;
 		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
@@ -592,7 +604,8 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
 		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
 	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
-		snprintf(gpu, sizeof(gpu), "cuda:0 (%s)", scd_cuda_backend());
+		snprintf(gpu, sizeof(gpu), "cuda:%d, the engine's, of %d (%s)",
+			 scd_cuda_engine(), gpu_count(), scd_cuda_backend());
 	else
 		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
 	r.gpu = scd_arena_strdup(a, gpu);

@@ -87,15 +87,26 @@ uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t)
 	return t->gpu_held;
 }
 
-/* A cuda registration's GPU memory and events, and their handles; freed by gpu_release. */
+/* A cuda registration's GPU memory and events on the trainer's GPU, and their handles;
+ * freed by gpu_release. */
 static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, uint64_t bytes,
 			     char *err, size_t err_len)
 {
 	const scd_cuda_ipc_t *ipc;
+	int gpu = (int)r->device_ordinal, n = 0;
 	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
 		const char *why = scd_cuda_unavailable_reason();
-		snprintf(err, err_len, "tensor '%s': cuda:0 is not available on this node: %s",
-			 name, *why ? why : "the GPU library lacks CUDA IPC");
+		snprintf(err, err_len, "tensor '%s': cuda:%d is not available on this node: %s",
+			 name, gpu, *why ? why : "the GPU library lacks CUDA IPC");
+		return SC_ERR_UNSUPPORTED;
+	}
+	sc_status_t st = ipc->devices(&n);
+	if (st != SC_OK || gpu >= n) {
+		snprintf(err, err_len,
+			 "tensor '%s': cuda:%d is not served on this node: the daemon sees %d "
+			 "GPU%s%s%s",
+			 name, gpu, n, n == 1 ? "" : "s", st != SC_OK ? ": " : "",
+			 st != SC_OK ? ipc->error() : "");
 		return SC_ERR_UNSUPPORTED;
 	}
 	if (t->gpu_limit && t->gpu_held + bytes > t->gpu_limit) {
@@ -107,15 +118,15 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 		    (unsigned long long)t->gpu_limit);
 		return SC_ERR_LIMIT;
 	}
-	sc_status_t st = ipc->alloc(bytes, &r->gpu_mem, r->mem_ipc);
-	if (st == SC_OK && (st = ipc->event_create(&r->ready_ev, r->ready_ipc)) == SC_OK)
-		st = ipc->event_create(&r->done_ev, r->done_ipc);
+	st = ipc->alloc(gpu, bytes, &r->gpu_mem, r->mem_ipc);
+	if (st == SC_OK && (st = ipc->event_create(gpu, &r->ready_ev, r->ready_ipc)) == SC_OK)
+		st = ipc->event_create(gpu, &r->done_ev, r->done_ipc);
 	if (st != SC_OK) {
 		snprintf(err, err_len,
-			 "tensor '%s': %llu bytes of GPU memory and its events: %s", name,
-			 (unsigned long long)bytes, ipc->error());
-		ipc->event_destroy(r->ready_ev);
-		ipc->free(r->gpu_mem);
+			 "tensor '%s': %llu bytes of GPU memory on cuda:%d and its events: %s",
+			 name, (unsigned long long)bytes, gpu, ipc->error());
+		ipc->event_destroy(gpu, r->ready_ev);
+		ipc->free(gpu, r->gpu_mem);
 		r->gpu_mem = r->ready_ev = NULL;
 		return st;
 	}
@@ -129,9 +140,13 @@ static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 	const scd_cuda_ipc_t *ipc;
 	if (!r->gpu_mem || scd_cuda_ipc_get(&ipc) != SC_OK)
 		return;
-	ipc->event_destroy(r->done_ev);
-	ipc->event_destroy(r->ready_ev);
-	ipc->free(r->gpu_mem);
+	int gpu = (int)r->device_ordinal;
+	ipc->event_destroy(gpu, r->done_ev);
+	ipc->event_destroy(gpu, r->ready_ev);
+	if (ipc->free(gpu, r->gpu_mem) != SC_OK)
+		scd_warn(SCD_SUB_CTL,
+			 "tensor '%s', local rank %d: freeing its GPU memory on cuda:%d: %s",
+			 r->hdr ? r->hdr->name : "?", r->local_rank, gpu, ipc->error());
 	t->gpu_held -= r->gpu_bytes;
 	r->gpu_mem = r->ready_ev = r->done_ev = NULL;
 }
@@ -273,6 +288,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
 	r->device_kind = opts->device_kind;
+	r->device_ordinal = opts->device_kind == SC_DEVICE_CUDA ? opts->device_ordinal : 0;
 	char *base = map;
 	if (gpu_bytes) {
 		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
@@ -412,13 +428,6 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		snprintf(err, err_len,
 			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)",
 			 name);
-		return SC_ERR_UNSUPPORTED;
-	}
-	if (opts->device_kind == SC_DEVICE_CUDA && opts->device_ordinal != 0) {
-		snprintf(err, err_len,
-			 "tensor '%s': cuda:%u: this daemon's tensors live on cuda:0 (one GPU "
-			 "per daemon)",
-			 name, opts->device_ordinal);
 		return SC_ERR_UNSUPPORTED;
 	}
 	scd_ntensor_t *nt = scd_tensors_find(t, name);

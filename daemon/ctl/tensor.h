@@ -56,6 +56,7 @@ typedef struct scd_reg {
 	/* a cuda tensor: the areas above are one GPU allocation of gpu_bytes (gpu_mem),
 	 * exported to the trainer with the two interprocess events (handles in *_ipc) */
 	uint32_t device_kind;
+	uint32_t device_ordinal; /* the GPU they live on */
 	void *gpu_mem;
 	uint64_t gpu_bytes;
 	void *ready_ev, *done_ev;

@@ -109,6 +109,7 @@ _Static_assert((0 SCD_DEVICE_OPS(SCD_OP_COUNT_)) == SCD_DEVICE_OPS_COUNT,
 /* ---- adapters ---------------------------------------------------------------------- */
 
 static scd_cuda_fns_t fns;		 /* the functions the adapters call */
+static int engine_ordinal;		 /* the GPU the ops work on */
 static _Thread_local int thread_ready;	 /* this thread called fns.init */
 static _Thread_local sc_status_t sticky; /* first failure since the last sync */
 
@@ -123,7 +124,7 @@ static sc_status_t ready(void)
 {
 	if (thread_ready)
 		return SC_OK;
-	sc_status_t st = fns.init ? fns.init(0) : SC_OK;
+	sc_status_t st = fns.init ? fns.init(engine_ordinal) : SC_OK;
 	if (st == SC_OK)
 		thread_ready = 1;
 	return st;
@@ -1122,6 +1123,9 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 	SCD_SYM_(error, "scg_error");
 	SCD_SYM_(backend, "scg_backend");
 	SCD_SYM_(init, "scg_init");
+	SCD_SYM_(device_count, "scg_device_count");
+	SCD_SYM_(copy_peer, "scg_copy_peer");
+	SCD_SYM_(stream_follow, "scg_stream_follow");
 	SCD_SYM_(stream_set, "scg_stream_set");
 	SCD_SYM_(stream_get, "scg_stream_get");
 	SCD_SYM_(stream_query, "scg_stream_query");
@@ -1231,9 +1235,14 @@ static void load(void)
 			 path);
 		goto out;
 	}
-	sc_status_t st = f.init(0);
+	sc_status_t st = f.init(engine_ordinal);
 	if (st != SC_OK) {
-		snprintf(load_reason, sizeof load_reason, "%s", f.error());
+		if (engine_ordinal)
+			snprintf(load_reason, sizeof load_reason,
+				 "the engine GPU cuda:%d (cuda_device): %.400s", engine_ordinal,
+				 f.error());
+		else
+			snprintf(load_reason, sizeof load_reason, "%s", f.error());
 		goto out;
 	}
 	char missing[256];
@@ -1245,7 +1254,13 @@ static void load(void)
 	}
 	load_status = SC_OK;
 	load_reason[0] = '\0';
-	scd_info(SCD_SUB_DEVICE, "cuda: device 0 ready (%s)", path);
+	int gpus = 0;
+	if (f.device_count && f.device_count(&gpus) == SC_OK)
+		scd_info(SCD_SUB_DEVICE, "cuda: %d GPUs served, the engine on cuda:%d (%s)",
+			 gpus, engine_ordinal, path);
+	else
+		scd_info(SCD_SUB_DEVICE, "cuda: the engine GPU cuda:%d ready (%s)",
+			 engine_ordinal, path);
 	return;
 out:
 	/* the library stays loaded: CUDA's runtime does not always unload cleanly */
@@ -1254,35 +1269,75 @@ out:
 
 /* ---- sharing with trainers (cuda.h, scd_cuda_ipc_t) ---------------------------------- */
 
-static sc_status_t ipc_alloc(size_t bytes, void **p, void *handle)
+void scd_cuda_engine_set(int ordinal)
 {
-	sc_status_t st = ready();
-	return st != SC_OK ? st : fns.ipc_alloc(bytes, p, handle);
+	engine_ordinal = ordinal;
 }
-static sc_status_t ipc_free(void *p)
+
+int scd_cuda_engine(void)
 {
-	sc_status_t st = ready();
-	return st != SC_OK ? st : fns.ipc_free(p);
+	return engine_ordinal;
 }
-static sc_status_t ipc_event_create(void **ev, void *handle)
+
+static sc_status_t ipc_devices(int *n)
 {
 	sc_status_t st = ready();
-	return st != SC_OK ? st : fns.ipc_event_create(ev, handle);
+	return st != SC_OK ? st : fns.device_count(n);
 }
-static sc_status_t ipc_event_destroy(void *ev)
+
+/* The calling thread works on ordinal for one call, then on the engine GPU again. */
+static sc_status_t on_gpu(int ordinal)
 {
 	sc_status_t st = ready();
-	return st != SC_OK ? st : fns.ipc_event_destroy(ev);
+	return st != SC_OK || ordinal == engine_ordinal ? st : fns.init(ordinal);
 }
-static sc_status_t ipc_event_record(void *ev)
+
+static sc_status_t off_gpu(int ordinal, sc_status_t st)
 {
-	sc_status_t st = ready();
-	return st != SC_OK ? st : fns.event_record(ev);
+	if (ordinal == engine_ordinal)
+		return st;
+	sc_status_t back = fns.init(engine_ordinal);
+	return st != SC_OK ? st : back;
+}
+
+static sc_status_t ipc_alloc(int ordinal, size_t bytes, void **p, void *handle)
+{
+	sc_status_t st = on_gpu(ordinal);
+	return off_gpu(ordinal, st != SC_OK ? st : fns.ipc_alloc(bytes, p, handle));
+}
+static sc_status_t ipc_free(int ordinal, void *p)
+{
+	sc_status_t st = on_gpu(ordinal);
+	return off_gpu(ordinal, st != SC_OK ? st : fns.ipc_free(p));
+}
+static sc_status_t ipc_event_create(int ordinal, void **ev, void *handle)
+{
+	sc_status_t st = on_gpu(ordinal);
+	return off_gpu(ordinal, st != SC_OK ? st : fns.ipc_event_create(ev, handle));
+}
+static sc_status_t ipc_event_destroy(int ordinal, void *ev)
+{
+	sc_status_t st = on_gpu(ordinal);
+	return off_gpu(ordinal, st != SC_OK ? st : fns.ipc_event_destroy(ev));
+}
+/* On the event's GPU, behind what the engine GPU's stream holds so far. */
+static sc_status_t ipc_event_record(int ordinal, void *ev)
+{
+	sc_status_t st = on_gpu(ordinal);
+	if (st == SC_OK && ordinal != engine_ordinal)
+		st = fns.stream_follow(engine_ordinal);
+	return off_gpu(ordinal, st != SC_OK ? st : fns.event_record(ev));
 }
 static sc_status_t ipc_stream_wait_event(void *ev)
 {
 	sc_status_t st = ready();
 	return st != SC_OK ? st : fns.stream_wait_event(ev);
+}
+static sc_status_t ipc_copy_peer(void *dst, int dst_ordinal, const void *src, int src_ordinal,
+				 size_t bytes)
+{
+	sc_status_t st = ready();
+	return st != SC_OK ? st : fns.copy_peer(dst, dst_ordinal, src, src_ordinal, bytes);
 }
 static sc_status_t ipc_host_alloc(size_t bytes, void **p)
 {
@@ -1325,12 +1380,14 @@ void scd_cuda_stage_free(void *p)
 }
 
 static const scd_cuda_ipc_t cuda_ipc = {
+    .devices = ipc_devices,
     .alloc = ipc_alloc,
     .free = ipc_free,
     .event_create = ipc_event_create,
     .event_destroy = ipc_event_destroy,
     .event_record = ipc_event_record,
     .stream_wait_event = ipc_stream_wait_event,
+    .copy_peer = ipc_copy_peer,
     .host_alloc = ipc_host_alloc,
     .host_free = ipc_host_free,
     .error = gpu_error,
@@ -1344,7 +1401,8 @@ sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p)
 		return st;
 	if (!fns.ipc_alloc || !fns.ipc_free || !fns.ipc_event_create ||
 	    !fns.ipc_event_destroy || !fns.event_record || !fns.stream_wait_event ||
-	    !fns.host_alloc || !fns.host_free)
+	    !fns.host_alloc || !fns.host_free || !fns.device_count || !fns.copy_peer ||
+	    !fns.stream_follow)
 		return SC_ERR_UNSUPPORTED;
 	*ipc_p = &cuda_ipc;
 	return SC_OK;

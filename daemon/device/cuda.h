@@ -5,6 +5,11 @@
  * the daemon, and a machine without the library, a driver or a GPU reports
  * SC_ERR_UNSUPPORTED (reason in scd_cuda_unavailable_reason(), logged once at debug
  * level). The table is offered only when every op is built on the GPU.
+ *
+ * One daemon serves every GPU of its node: a cuda tensor's memory and events live on the
+ * GPU its trainer registered it on (scd_cuda_ipc_t), and the engine's work runs on one of
+ * them, the engine GPU (the cuda_device setting, scd_cuda_engine_set): every op of the
+ * table, and every thread's first op, works there.
  */
 #ifndef SCD_DEVICE_CUDA_H
 #define SCD_DEVICE_CUDA_H
@@ -18,6 +23,10 @@ typedef struct scd_cuda_fns {
 	const char *(*error)(void);
 	const char *(*backend)(void);
 	sc_status_t (*init)(int ordinal);
+	sc_status_t (*device_count)(int *n_host);
+	sc_status_t (*copy_peer)(void *dst, int dst_ordinal, const void *src, int src_ordinal,
+				 size_t bytes);
+	sc_status_t (*stream_follow)(int ordinal);
 	sc_status_t (*stream_set)(void *stream);
 	sc_status_t (*alloc)(size_t bytes, void **p_host);
 	sc_status_t (*free)(void *p);
@@ -181,18 +190,23 @@ typedef struct scd_cuda_fns {
 
 /*
  * What the daemon shares with trainers on the GPU (gpu/ipc.cu): memory and interprocess
- * events exported as CUDA IPC handles (SCG_IPC_HANDLE_BYTES each), records and waits on
- * the calling thread's stream, and page-locked host memory for staging. Each makes the
- * device usable on the calling thread first, as the ops do. On failure, the GPU device's
- * text is in error().
+ * events exported as CUDA IPC handles (SCG_IPC_HANDLE_BYTES each) on the trainer's GPU
+ * (ordinal: the calling thread switches to it for the call and back to the engine GPU),
+ * records of an event on its GPU behind the engine GPU's work so far, waits of the engine
+ * GPU's stream on an event of any GPU, copies between GPUs on the engine GPU's stream, and
+ * page-locked host memory for staging. Each makes the device usable on the calling thread
+ * first, as the ops do. On failure, the GPU device's text is in error().
  */
 typedef struct scd_cuda_ipc {
-	sc_status_t (*alloc)(size_t bytes, void **p, void *handle);
-	sc_status_t (*free)(void *p);
-	sc_status_t (*event_create)(void **ev, void *handle);
-	sc_status_t (*event_destroy)(void *ev);
-	sc_status_t (*event_record)(void *ev);
+	sc_status_t (*devices)(int *n); /* the GPUs served: ordinals 0 .. n - 1 */
+	sc_status_t (*alloc)(int ordinal, size_t bytes, void **p, void *handle);
+	sc_status_t (*free)(int ordinal, void *p);
+	sc_status_t (*event_create)(int ordinal, void **ev, void *handle);
+	sc_status_t (*event_destroy)(int ordinal, void *ev);
+	sc_status_t (*event_record)(int ordinal, void *ev);
 	sc_status_t (*stream_wait_event)(void *ev);
+	sc_status_t (*copy_peer)(void *dst, int dst_ordinal, const void *src, int src_ordinal,
+				 size_t bytes);
 	sc_status_t (*host_alloc)(size_t bytes, void **p);
 	sc_status_t (*host_free)(void *p);
 	const char *(*error)(void);
@@ -229,17 +243,22 @@ void scd_cuda_stage_free(void *p);
 
 /* Fills *ops (name "cuda") from fns, with adapters: ops without a status keep the
  * calling thread's first failure, logged once with the GPU device's text, and sync()
- * returns and clears it; each thread's first op calls fns->init(0). Ops fns cannot serve
- * stay NULL. Returns how many are missing, naming them (comma-separated, truncated) in
- * missing[cap] when missing is not NULL. The adapters call through one set of functions
- * per process: the last one given here. For tests (the host build's functions wired into
- * a table) and for scd_device_get. */
+ * returns and clears it; each thread's first op calls fns->init on the engine GPU. Ops fns
+ * cannot serve stay NULL. Returns how many are missing, naming them (comma-separated,
+ * truncated) in missing[cap] when missing is not NULL. The adapters call through one set of
+ * functions per process: the last one given here. For tests (the host build's functions wired
+ * into a table) and for scd_device_get. */
 unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *fns, scd_device_ops_t *ops, char *missing,
 			   size_t cap);
 
 /* The GPU device's functions in lib (a dlopen handle of libsparsecomm-cuda.so) by their
  * scg_* names; a field stays NULL where lib lacks the function. */
 void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *fns);
+
+/* The engine GPU: the ordinal every op and every thread's first op works on (0 unless
+ * set), before the first scd_device_get(SCD_DEVICE_CUDA); and the one in use. */
+void scd_cuda_engine_set(int ordinal);
+int scd_cuda_engine(void);
 
 /* The registry's cuda slot (device.c): loads and checks the GPU device once. */
 sc_status_t scd_cuda_device_get(const scd_device_ops_t **ops_p);

@@ -28,6 +28,23 @@
  * the network (the queue between the stages holds one job). */
 #define ENGINE_SLOTS 2
 
+/*
+ * The local sum of cuda sources on several GPUs runs on the engine GPU (scd_cuda_engine):
+ * a kernel reads only its own GPU's memory, so a source on another GPU is first copied
+ * over (scg_copy_peer: direct where peer access is possible, staged by the driver where
+ * not) into this area, one source at a time on the engine GPU's stream, and the result is
+ * copied back to each trainer's GPU when it is delivered.
+ */
+typedef struct scd_peer {
+	const scd_cuda_ipc_t *ipc; /* NULL: every source is on the engine's device */
+	int engine;		   /* the engine GPU */
+	const scd_device_ops_t *dev;
+	char *buf; /* on the engine GPU */
+	size_t cap;
+	sc_status_t st; /* the first failed copy, named in what */
+	char what[200];
+} scd_peer_t;
+
 struct scd_engine {
 	scd_daemon_t *d;
 	scd_engine_done_cb done;
@@ -55,6 +72,8 @@ struct scd_engine {
 	void *stage;
 	size_t stage_cap;
 	const scd_device_ops_t *stage_dev;
+	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_in) */
+	scd_peer_t peer;
 };
 
 static void fusion_free(scd_engine_t *e, scd_device_kind_t kind, int k)
@@ -173,15 +192,49 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
 			  : scd_copy_f32_nonfinite(dst, src, n);
 }
 
+/* Whether the engine's kernels may read src where it lies. */
+static int peer_local(const scd_peer_t *pe, const scd_job_src_t *src)
+{
+	return !pe->ipc || src->device != SCD_DEVICE_CUDA || src->ordinal == pe->engine;
+}
+
+/* bytes of src at p, copied to dst on the engine GPU; the first failure is kept. */
+static void peer_copy_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_job_src_t *src,
+			 void *dst, const void *p, size_t bytes)
+{
+	sc_status_t st = pe->ipc->copy_peer(dst, pe->engine, p, src->ordinal, bytes);
+	if (st != SC_OK && pe->st == SC_OK) {
+		pe->st = st;
+		snprintf(
+		    pe->what, sizeof(pe->what),
+		    "tensor '%s', local rank %d: copying its %zu bytes from cuda:%d to the "
+		    "engine GPU cuda:%d: %s",
+		    item_name(it), src->local_rank, bytes, src->ordinal, pe->engine,
+		    pe->ipc->error());
+	}
+}
+
+/* src's bytes at p where the engine's kernels may read them: p itself, or a copy in the
+ * staging area from offset at (room made by peer_reserve). */
+static const void *peer_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_job_src_t *src,
+			   const void *p, size_t bytes, size_t at)
+{
+	if (peer_local(pe, src))
+		return p;
+	peer_copy_in(pe, it, src, pe->buf + at, p, bytes);
+	return pe->buf + at;
+}
+
 /* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
  * COO input exists for float32 only) on device dev. The pass that reads the input finds
  * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
  * caller passes pass for data that is not in host memory), NaN or infinite values, counted in
  * it->nonfinite; the first goes to *f, naming the trainer whose contribution made the node's
  * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
- * SCD_NONFINITE_PASS checks nothing. */
-static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i, uint32_t dtype,
-			 void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
+ * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
+ * from its copy on the engine GPU (pe). */
+static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it, int i,
+			 uint32_t dtype, void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
 	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
@@ -194,9 +247,14 @@ static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i,
 		dev->clear(dst, it->numel * sizeof(float));
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
-			note_fault(f, SCD_FAULT_COO_RANGE, i, src->local_rank,
-				   dev->coo_add_checked(dst, it->numel, src->coo_idx,
-							src->coo_val, src->coo_nnz));
+			size_t ib = src->coo_nnz * sizeof(uint32_t);
+			const uint32_t *idx = peer_in(pe, it, src, src->coo_idx, ib, 0);
+			const float *val =
+			    peer_in(pe, it, src, src->coo_val, src->coo_nnz * sizeof(float),
+				    (ib + 63) & ~63u);
+			note_fault(
+			    f, SCD_FAULT_COO_RANGE, i, src->local_rank,
+			    dev->coo_add_checked(dst, it->numel, idx, val, src->coo_nnz));
 			uint64_t nf = check_nf ? /* the nnz values just read, still in cache */
 					  scd_count_f32_nonfinite(src->coo_val, src->coo_nnz)
 					       : 0;
@@ -216,25 +274,89 @@ static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i,
 		}
 		return;
 	}
-	if (dst != it->src[0].dense)
+	if (!peer_local(pe, &it->src[0]))
+		peer_copy_in(pe, it, &it->src[0], dst, it->src[0].dense, it->numel * esz);
+	else if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		dev->reduce_typed((sc_dtype_t)dtype, dst, it->src[s].dense, it->numel);
+		dev->reduce_typed(
+		    (sc_dtype_t)dtype, dst,
+		    peer_in(pe, it, &it->src[s], it->src[s].dense, it->numel * esz, 0),
+		    it->numel);
+}
+
+/* Readies pe for the job: whether any source is on another GPU than the engine's, and a
+ * staging area on the engine GPU for the largest of them (grow-only). */
+static sc_status_t peer_reserve(scd_peer_t *pe, const scd_device_ops_t *dev, scd_job_t *job,
+				scd_device_kind_t kind)
+{
+	size_t need = 0, esz = sc_dtype_size(job->dtype);
+	int off = 0;
+	pe->ipc = NULL;
+	pe->st = SC_OK;
+	if (kind != SCD_DEVICE_CUDA)
+		return SC_OK;
+	pe->engine = scd_cuda_engine();
+	for (int i = 0; i < job->n_items; i++)
+		for (int s = 0; s < job->items[i].n_src; s++) {
+			const scd_job_src_t *src = &job->items[i].src[s];
+			if (src->ordinal == pe->engine)
+				continue;
+			size_t b = src->coo ? ((src->coo_nnz * 4 + 63) & ~(size_t)63) +
+						  src->coo_nnz * 4
+					    : job->items[i].numel * esz;
+			need = b > need ? b : need;
+			off = 1;
+		}
+	if (!off)
+		return SC_OK;
+	sc_status_t st = scd_cuda_ipc_get(&pe->ipc);
+	if (st != SC_OK)
+		return st;
+	if (pe->cap >= need && pe->dev == dev)
+		return SC_OK;
+	if (pe->buf)
+		pe->dev->free(pe->buf);
+	pe->dev = dev;
+	pe->buf = dev->alloc(need);
+	pe->cap = pe->buf ? need : 0;
+	return pe->buf ? SC_OK : SC_ERR_NOMEM;
 }
 
 /* Averages where the item asks for it and copies the result to every local trainer's
- * buffer. */
-static void scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it, uint32_t dtype,
-			void *res, double divisor)
+ * buffer (to a trainer on another GPU than the engine's, from GPU to GPU). */
+static sc_status_t scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it,
+			       uint32_t dtype, void *res, double divisor, char *err,
+			       size_t err_len)
 {
+	const scd_cuda_ipc_t *ipc = NULL;
+	size_t bytes = it->numel * sc_dtype_size(dtype);
 	if (it->op == SC_OP_AVERAGE)
 		dev->average_typed((sc_dtype_t)dtype, res, it->numel, divisor);
 	for (int s = 0; s < it->n_src; s++) {
-		if (it->src[s].dense != res)
-			dev->copy(it->src[s].dense, res, it->numel * sc_dtype_size(dtype));
+		const scd_job_src_t *src = &it->src[s];
+		sc_status_t st = SC_OK;
+		if (src->device == SCD_DEVICE_CUDA && src->ordinal != scd_cuda_engine()) {
+			if (!ipc)
+				st = scd_cuda_ipc_get(&ipc);
+			if (st == SC_OK)
+				st = ipc->copy_peer(src->dense, src->ordinal, res,
+						    scd_cuda_engine(), bytes);
+			if (st != SC_OK) {
+				snprintf(
+				    err, err_len,
+				    "tensor '%s', local rank %d: copying the result to its "
+				    "cuda:%d: %s",
+				    item_name(it), src->local_rank, src->ordinal,
+				    ipc ? ipc->error() : sc_status_message(st));
+				return st;
+			}
+		} else if (src->dense != res)
+			dev->copy(it->src[s].dense, res, bytes);
 		if (it->src[s].result_nnz) /* asked for a sparse result, gets the dense one */
 			*it->src[s].result_nnz = UINT64_MAX;
 	}
+	return SC_OK;
 }
 
 /* A buffer of a dtype other than float32: the lossless dense ring, with the report a
@@ -346,6 +468,8 @@ static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
 		return 0;
 	const scd_job_src_t *s = &it->src[0];
+	if (s->device == SCD_DEVICE_CUDA && s->ordinal != scd_cuda_engine())
+		return 0; /* the scheme would read another GPU's memory */
 	scd_coo_t in = {.idx = (uint32_t *)s->coo_idx,
 			.val = (float *)s->coo_val,
 			.nnz = s->coo_nnz,
@@ -386,7 +510,8 @@ static sc_status_t trainers_events(scd_engine_t *e, scd_job_t *job, scd_device_k
 			void *ev = done ? it->src[k].done_ev : it->src[k].ready_ev;
 			if (!ev)
 				continue;
-			st = done ? ipc->event_record(ev) : ipc->stream_wait_event(ev);
+			st = done ? ipc->event_record(it->src[k].ordinal, ev)
+				  : ipc->stream_wait_event(ev);
 			if (st != SC_OK)
 				snprintf(job->error, sizeof(job->error),
 					 "rank %d: tensor '%s', local rank %d: its %s event: "
@@ -529,6 +654,26 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
 	return k;
 }
 
+/* The scheme's kernels read the node's residual where it lies: a cuda tensor's must be on
+ * the engine GPU (local rank 0's registration holds it). */
+static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
+{
+	for (int i = 0; i < job->n_items && kind == SCD_DEVICE_CUDA; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (!it->residual || it->residual_ordinal == scd_cuda_engine())
+			continue;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: tensor '%s': its error-feedback residual is local rank 0's, "
+			 "on cuda:%d, and this daemon's engine sums on cuda:%d (cuda_device): "
+			 "local rank 0 registers it on cuda:%d",
+			 e->d->rank, item_name(it), it->residual_ordinal, scd_cuda_engine(),
+			 scd_cuda_engine());
+		log_job_error(job);
+		return SC_ERR_UNSUPPORTED;
+	}
+	return SC_OK;
+}
+
 /*
  * The compute stage of an allreduce: the device, a fusion buffer, the GPU trainers' ready
  * events, the local sum, and the buffer's sparsification ahead (bufctx prepare). What it
@@ -551,7 +696,13 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	const scd_device_ops_t *dev = run->dev;
-	if (job->n_items == 1 && job->items[0].n_src > 0) {
+	if ((st = engine_gpu_check(e, job, run->kind)) != SC_OK) {
+		compute_fail(job, st);
+		return;
+	}
+	if (job->n_items == 1 && job->items[0].n_src > 0 &&
+	    (run->kind != SCD_DEVICE_CUDA ||
+	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
 		run->buf = job->items[0].src[0].dense; /* in place */
 	} else {
 		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
@@ -566,18 +717,35 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		compute_fail(job, st);
 		return;
 	}
+	if ((st = peer_reserve(&e->peer, dev, job, run->kind)) != SC_OK) {
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: no room on the engine GPU cuda:%d to copy the node's "
+			 "sources on other GPUs over: %s",
+			 e->d->rank, scd_cuda_engine(), sc_status_message(st));
+		log_job_error(job);
+		compute_fail(job, st);
+		return;
+	}
 	scd_nonfinite_t nonfinite =
 	    run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
-			local_reduce(dev, &job->items[i], i, job->dtype,
+			local_reduce(dev, &e->peer, &job->items[i], i, job->dtype,
 				     run->buf + job->items[i].offset * esz, nonfinite,
 				     &run->fault);
 			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
 		}
 	else if (nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place: its values */
 		coo_direct_nonfinite(job, nonfinite, &run->fault);
+	if (e->peer.st != SC_OK) {
+		dev->sync(); /* what failed behind the copy is this job's too */
+		snprintf(job->error, sizeof(job->error), "rank %d: %s", e->d->rank,
+			 e->peer.what);
+		log_job_error(job);
+		compute_fail(job, e->peer.st);
+		return;
+	}
 	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
 		double alpha, beta;
 		scd_engine_net(e, &alpha, &beta);
@@ -594,8 +762,11 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		}
 	}
 	/* the local sum and the selection are done (and any failure of them known) before
-	 * the communication stage sends the buffer */
-	if ((st = dev->sync()) != SC_OK) {
+	 * the communication stage sends the buffer; a failure the sync before the selection
+	 * returned (and cleared) is the job's too */
+	if (st == SC_OK)
+		st = dev->sync();
+	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed summing the node's trainers: %s",
 			 e->d->rank, dev->name, sc_status_message(st));
@@ -661,10 +832,18 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	} else {
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
-			scatter_out(dev, &job->items[i], job->dtype,
-				    run->buf + job->items[i].offset * esz,
-				    job->average_divisor);
+			char why[300];
+			st = scatter_out(dev, &job->items[i], job->dtype,
+					 run->buf + job->items[i].offset * esz,
+					 job->average_divisor, why, sizeof(why));
 			scd_job_item_tl(&job->items[i], "copy_out", tl, job->dtype);
+			if (st != SC_OK) {
+				job->status = st;
+				snprintf(job->error, sizeof(job->error), "rank %d: %s",
+					 e->d->rank, why);
+				log_job_error(job);
+				return;
+			}
 		}
 	}
 	/* the trainers read their results once the job is back: they must be there (a GPU
@@ -1051,6 +1230,8 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 			fusion_free(e, (scd_device_kind_t)k, j);
 	if (e->stage)
 		scd_device_stage_free(e->stage_dev, e->stage);
+	if (e->peer.buf)
+		e->peer.dev->free(e->peer.buf);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
 }

@@ -69,6 +69,9 @@ typedef struct scd_job_src {
 	 * SCD_DEVICE_CUDA: the daemon's GPU memory); the engine runs a job on the device all
 	 * its sources share */
 	scd_device_kind_t device;
+	/* cuda: the GPU they live on; the engine sums on its own GPU (scd_cuda_engine), and
+	 * copies a source on another GPU over before a kernel reads it, and the result back */
+	int ordinal;
 	/* cuda: the trainer's ready event (recorded after it wrote the buffer: the engine's
 	 * stream waits on it before reading) and its done event (the engine records it once
 	 * the result is written, before the job comes back) */
@@ -99,7 +102,8 @@ typedef struct scd_job_item {
 	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
 	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
 	double sketch_cols;
-	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
+	float *residual;      /* the node's residual (local rank 0's shared object), or NULL */
+	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
 	double tcp_s, tb_s;

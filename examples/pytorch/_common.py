@@ -52,9 +52,9 @@ def add_common_args(p):
                    help="seconds a step waits for its gradients")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="where the model, the data and the gradients live (cuda: GPU 0 "
-                   "of the node, the GPU its daemon serves; sparsecomm reduces CUDA "
-                   "tensors on it)")
+                   help="where the model, the data and the gradients live (cuda: the "
+                   "trainer's local rank modulo the node's GPU count; the node's daemon "
+                   "serves every GPU and sparsecomm reduces CUDA tensors on them)")
     return p
 
 
@@ -67,11 +67,11 @@ def check_device(args):
 
 
 def pick_device(args, local_rank):
-    """The torch device of a trainer: the cpu, or GPU 0, the one its node's daemon serves
-    (a daemon serves one GPU: its trainers share it)."""
+    """The torch device of a trainer: the cpu, or GPU local_rank modulo the node's GPU
+    count (the node's daemon serves every GPU of the node)."""
     if args.device != "cuda":
         return torch.device("cpu")
-    dev = torch.device("cuda", 0)
+    dev = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     return dev
 

@@ -14,7 +14,8 @@
  *   advanced since this process's last wait on that event, and fail otherwise (the daemon
  *   must record done before it sends a completion).
  * - Contexts and streams are tokens: no work is ever queued, everything happens at once.
- * - cuDeviceGetCount says 1, or $SC_CUDA_HOST_DEVICES.
+ * - cuDeviceGetCount says $SCG_HOST_DEVICES, 1 when unset: the devices the host build of
+ *   the GPU library emulates for the daemon (gpu/mem.cu), so both sides see the same GPUs.
  * - $SC_CUDA_HOST_LOG names a file that gets one line per open and close, prefixed with
  *   the process id ("PID mem_open NAME", "PID mem_close NAME", "PID event_open NAME",
  *   "PID event_destroy NAME", "PID ctx_retain N", "PID ctx_release N"), so tests check
@@ -100,7 +101,7 @@ static void host_log(const char *what, const char *arg)
 
 static int device_count(void)
 {
-	const char *s = getenv("SC_CUDA_HOST_DEVICES");
+	const char *s = getenv("SCG_HOST_DEVICES");
 	int n = s && *s ? atoi(s) : 1;
 
 	return n < 0 ? 0 : n > 64 ? 64 : n;

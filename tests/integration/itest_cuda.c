@@ -10,16 +10,24 @@
  *       library without the driver's symbols, a GPU the driver does not have, a daemon
  *       that does not serve GPU tensors); cpu tensors of the same client keep working,
  *       and options of the previous struct_size (without the device fields) register cpu.
- *   cuda-sums LOG [TRANSPORT]: end to end (needs daemons that serve cuda tensors through
- *       the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda
- *       tensors written through their device pointers, collected by sc_wait and
- *       sc_stream_wait, COO input summed exactly and a top-k tensor's GPU residual
- *       conserving every value; with TRANSPORT, `sparsectl stats` on every node says the
- *       cuda tensors' buffers went over it (tcp or nccl) and the cpu tensor's over tcp;
- *       after sc_finalize the stand-in's log (LOG.<rank>) shows every handle opened once
- *       and closed once.
- *   cuda-killed LOG: the same with rank 1 killed (SIGKILL) after registering: the others
- *       fail naming rank 1 and still close everything at sc_finalize.
+ *   cuda-sums LOG [TRANSPORT [ENGINE]]: end to end (needs daemons that serve cuda tensors
+ * through the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
+ * written through their device pointers, collected by sc_wait and sc_stream_wait, COO input
+ * summed exactly and a top-k tensor's GPU residual conserving every value; with TRANSPORT,
+ * `sparsectl stats` on every node says the cuda tensors' buffers went over it (tcp or nccl) and
+ * the cpu tensor's over tcp; after sc_finalize the stand-in's log (LOG.<rank>) shows every
+ * handle opened once and closed once. cuda-killed LOG: the same with rank 1 killed (SIGKILL)
+ * after registering: the others fail naming rank 1 and still close everything at sc_finalize.
+ *
+ * With $SCG_HOST_DEVICES = N > 1 (the GPUs that the driver stand-in and the daemons' host
+ * GPU library emulate), local rank r registers its cuda tensors on cuda:(r mod N): the
+ * daemon allocates them there, sums on its engine GPU (cuda:0) and copies the results
+ * back, and a kernel that read another GPU's memory would fail the operation. cuda-sums
+ * then also checks that each trainer's context is its own GPU's, and, its driver seeing one
+ * GPU more than the daemons, that a registration on cuda:N is refused by the daemon and
+ * one on cuda:N+1 by the library, each naming the tensor and the count. ENGINE: the
+ * daemons' engine GPU (cuda_device) when it is not 0: the top-k tensor, whose residual is
+ * local rank 0's on cuda:0, must then fail naming the tensor and both GPUs.
  */
 #include "itest.h"
 
@@ -31,6 +39,25 @@
 #include <unistd.h>
 
 #define CUDA_N 1000
+
+/* The GPUs emulated for this job's daemons ($SCG_HOST_DEVICES at the first call, 1 when
+ * unset). */
+static int cuda_gpus(void)
+{
+	static int n;
+	if (!n) {
+		const char *s = getenv("SCG_HOST_DEVICES");
+		n = s && *s ? atoi(s) : 1;
+		n = n < 1 ? 1 : n;
+	}
+	return n;
+}
+
+/* The GPU this trainer's cuda tensors live on: its local rank's, modulo the GPUs. */
+static int cuda_ordinal(void)
+{
+	return it_env.env_local_rank > 0 ? it_env.env_local_rank % cuda_gpus() : 0;
+}
 
 /* Registers name on GPU ordinal; returns the status, the tensor in *t_p. */
 static sc_status_t reg_cuda(sc_client_t *c, const char *name, sc_dtype_t dtype, size_t n,
@@ -189,11 +216,11 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 	sc_tensor_t *t = NULL;
 	int ordinal = -1;
 
-	IT_CHECK_SC(reg_cuda(c, name, dtype, CUDA_N, 0, &t), "registering '%s' on cuda:0",
-		    name);
-	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CUDA || ordinal != 0)
-		IT_FAIL("'%s': sc_tensor_device says %d, ordinal %d", name,
-			(int)sc_tensor_device(t, NULL), ordinal);
+	IT_CHECK_SC(reg_cuda(c, name, dtype, CUDA_N, cuda_ordinal(), &t),
+		    "registering '%s' on cuda:%d", name, cuda_ordinal());
+	if (sc_tensor_device(t, &ordinal) != SC_DEVICE_CUDA || ordinal != cuda_ordinal())
+		IT_FAIL("'%s': sc_tensor_device says %d, ordinal %d, registered on cuda:%d",
+			name, (int)sc_tensor_device(t, NULL), ordinal, cuda_ordinal());
 	if (!sc_tensor_data(t) || ((uintptr_t)sc_tensor_data(t) & 63u))
 		IT_FAIL("'%s': device pointer %p is not 64-byte aligned", name,
 			sc_tensor_data(t));
@@ -203,11 +230,13 @@ static sc_tensor_t *cuda_tensor(sc_client_t *c, const char *name, sc_dtype_t dty
 /* Sparse cuda tensors: COO input summed exactly (small integers), and a top-k tensor whose
  * residual lives on the GPU conserving every value (what was sent, the input less the
  * node's residual, summed over the job by a lossless cpu tensor, equals the result). */
-static void cuda_sparse(sc_client_t *c)
+static void cuda_sparse(sc_client_t *c, int engine)
 {
 	enum { NNZ = 100 };
-	sc_tensor_opts_t o = {
-	    .struct_size = sizeof(o), .device = SC_DEVICE_CUDA, .coo_capacity = NNZ};
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .device = SC_DEVICE_CUDA,
+			      .device_ordinal = cuda_ordinal(),
+			      .coo_capacity = NNZ};
 	sc_tensor_t *coo = NULL, *tk = NULL,
 		    *sent = it_register(c, "cuda.sent", SC_FLOAT32, CUDA_N);
 	sc_handle_t h = 0;
@@ -244,6 +273,20 @@ static void cuda_sparse(sc_client_t *c)
 	for (int i = 0; i < CUDA_N; i++)
 		in[i] = g[i] = (float)((i * 31 + it_env.rank * 17) % 23 - 11);
 	IT_CHECK_SC(sc_allreduce_async(c, tk, SC_OP_SUM, &h), "allreduce 'cuda.topk'");
+	if (engine != 0) { /* the residual is on cuda:0, the engine elsewhere */
+		char why[160];
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		snprintf(why, sizeof(why),
+			 "tensor 'cuda.topk': its error-feedback residual is local rank 0's, "
+			 "on cuda:0, and this daemon's engine sums on cuda:%d",
+			 engine);
+		if (r != SC_ERR_UNSUPPORTED || !strstr(it_wait_error(), why))
+			IT_FAIL("'cuda.topk' with the engine on cuda:%d: %s (%s), expected "
+				"SC_ERR_UNSUPPORTED with '%s'",
+				engine, it_wait_name(r), it_wait_error(), why);
+		it_log("failed as expected: %s", it_wait_error());
+		return;
+	}
 	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "sc_wait 'cuda.topk'");
 	const float *res = sc_tensor_residual(tk);
 	if (!res)
@@ -285,9 +328,57 @@ void it_expect_transport(const char *name, const char *want)
 	it_json_free(s);
 }
 
+/* Registrations on a GPU past the node's (the trainer's driver sees N + 1 GPUs, the
+ * daemons N): the library refuses cuda:N+1, the daemon cuda:N, each naming the tensor and
+ * the count. `sparsectl status` names the engine GPU and the count. Every context this
+ * trainer retained is its own GPU's. */
+static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
+{
+	int n = cuda_gpus();
+	char want[128], arg[16];
+	sc_tensor_t *t = NULL;
+	sc_status_t st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n + 1, &t);
+	snprintf(want, sizeof(want), "cuda:%d does not exist: the CUDA driver sees %d GPU",
+		 n + 1, n + 1);
+	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
+	    !strstr(sc_last_error(), want))
+		IT_FAIL("registering 'cuda.far' on cuda:%d: %s (%s), expected "
+			"SC_ERR_UNSUPPORTED naming the tensor and '%s'",
+			n + 1, sc_status_name(st), sc_last_error(), want);
+	st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n, &t);
+	snprintf(want, sizeof(want),
+		 "cuda:%d is not served on this node: the daemon sees %d GPUs", n, n);
+	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
+	    !strstr(sc_last_error(), want) || !it_mentions_rank(sc_last_error(), it_env.rank))
+		IT_FAIL("registering 'cuda.far' on cuda:%d, a GPU the daemon lacks: %s (%s), "
+			"expected SC_ERR_UNSUPPORTED naming the tensor, rank %d and '%s'",
+			n, sc_status_name(st), sc_last_error(), it_env.rank, want);
+	it_log("refused as expected: %s", sc_last_error());
+	/* `sparsectl status` names the engine GPU and the GPUs served */
+	const char *args[] = {"status", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *gpu = it_json_get(s, "gpu");
+	snprintf(want, sizeof(want), "cuda:%d, the engine's, of %d (host)", engine, n);
+	if (!gpu || gpu->type != IT_JSTR || strcmp(gpu->str, want))
+		IT_FAIL("sparsectl status: gpu is '%s', expected '%s'",
+			gpu && gpu->type == IT_JSTR ? gpu->str : "(missing)", want);
+	it_json_free(s);
+	snprintf(arg, sizeof(arg), "%d", cuda_ordinal());
+	int own = it_cuda_log_count(log, "ctx_retain", arg),
+	    all = it_cuda_log_count(log, "ctx_retain", NULL);
+	if (!own || own != all)
+		IT_FAIL("%s: %d of %d contexts retained are cuda:%d's, this trainer's GPU", log,
+			own, all, cuda_ordinal());
+}
+
 int it_cuda_sums(int argc, char **argv)
 {
 	const char *log = it_cuda_stand_in(argc, argv);
+	if (cuda_gpus() > 1) { /* this trainer's driver sees one GPU more than the daemons */
+		char more[16];
+		snprintf(more, sizeof(more), "%d", cuda_gpus() + 1);
+		setenv("SCG_HOST_DEVICES", more, 1);
+	}
 	sc_client_t *c = it_connect();
 	sc_tensor_t *a = cuda_tensor(c, "cuda.a", SC_FLOAT32);
 	sc_tensor_t *b = cuda_tensor(c, "cuda.b", SC_FLOAT64);
@@ -313,11 +404,15 @@ int it_cuda_sums(int argc, char **argv)
 			IT_FAIL("step %d: %zu elements wrong: %s", step, wrong, why);
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
-	cuda_sparse(c);
+	int engine = argc > 3 ? atoi(argv[3]) : 0;
+	cuda_sparse(c, engine);
+	if (cuda_gpus() > 1)
+		cuda_gpu_placement(c, log, engine);
 	if (argc > 2 && sc_local_rank(c) == 0) {
 		const char *cuda[] = {"cuda.a", "cuda.b", "cuda.coo", "cuda.topk"};
-		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]); i++)
-			it_expect_transport(cuda[i], argv[2]);
+		for (size_t i = 0; i < sizeof(cuda) / sizeof(cuda[0]) - (engine != 0); i++)
+			it_expect_transport(cuda[i],
+					    argv[2]); /* cuda.topk failed: not listed */
 		it_expect_transport("cuda.cpu", "tcp");
 	}
 	sc_finalize(c);

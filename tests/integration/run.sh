@@ -702,7 +702,10 @@ fi
 # daemons must unlink the handles' objects.
 cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
-	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2"; do
+	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
+		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
+		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
+		"cuda gpus engine 2 refused n=1 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
 else
@@ -714,12 +717,34 @@ else
 	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
+	# Several GPUs per node, emulated by the host build and the driver stand-in: local
+	# rank r's cuda tensors on cuda:r, summed on cuda:0 (a kernel reading cuda:1's memory
+	# fails the operation), the results copied back; a trainer on cuda:1 killed
+	export SCG_HOST_DEVICES=2
+	run_case "cuda gpus sums n=1 per-node=2" 1 2 120 0 2 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-sums.log" tcp
+	run_case "cuda gpus sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-sums2.log" tcp
+	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
+		cuda-killed "$tmp/cuda-gpus-killed.log"
+	# the engine on cuda:1: local rank 0's tensors copied over and back, and its top-k
+	# residual on cuda:0 refused
+	export SPARSECOMM_CUDA_DEVICE=1
+	run_case "cuda gpus engine 1 n=1 per-node=2" 1 2 120 0 2 -- "$itest" cuda-sums \
+		"$tmp/cuda-gpus-engine1.log" tcp 1
+	# an engine GPU the node lacks: cuda tensors refused with the reason, cpu ones served
+	export SPARSECOMM_CUDA_DEVICE=2
+	run_case "cuda gpus engine 2 refused n=1 per-node=2" 1 2 60 0 2 -- "$itest" \
+		cuda-refused "$cudahost" "the engine GPU cuda:2 (cuda_device): scg_init: no device 2"
+	unset SPARSECOMM_CUDA_DEVICE
+	unset SCG_HOST_DEVICES
 	# GPU buffers over the nccl transport, NCCL stood in by build/lib/libnccl-host.so
 	# (tests/ncclhost/): the same sums, stats naming nccl; a world where only rank 0
 	# loads NCCL settles on tcp; a trainer killed mid-job
 	ncclhost=$root/build/lib/libnccl-host.so
 	if [ ! -e "$ncclhost" ]; then
 		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" \
+			"cuda gpus nccl sums n=2 per-node=2" \
 			"cuda nccl disagree n=2" "cuda nccl killed n=2" "cuda nccl schemes n=2" \
 			"cuda nccl schemes n=3" "cuda nccl schemes n=4"; do
 			skip_case "$c" "$ncclhost is not built (needs the CUDA toolkit's nccl.h)"
@@ -730,6 +755,10 @@ else
 			"$tmp/cuda-nccl-sums.log" nccl
 		run_case "cuda nccl sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums \
 			"$tmp/cuda-nccl-sums3.log" nccl
+		export SCG_HOST_DEVICES=2
+		run_case "cuda gpus nccl sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
+			"$tmp/cuda-gpus-nccl-sums.log" nccl
+		unset SCG_HOST_DEVICES
 		for P in 2 3 4; do
 			run_case "cuda nccl schemes n=$P" "$P" 1 180 0 "$P" -- "$itest" cuda-schemes \
 				"$tmp/cuda-nccl-schemes$P.log" nccl
@@ -743,20 +772,23 @@ else
 		unset NCCL_RANK0_LIB SPARSECOMM_REAL_DAEMON
 	fi
 	unset SPARSECOMM_CUDA_LIB SPARSECOMM_NCCL_LIB
-	if selected "cuda killed n=2"; then
+	# the killed cases' logs (CASE:LOG): the daemons unlinked every handle's object
+	for c in "cuda killed n=2:cuda-killed" "cuda gpus killed n=1 per-node=2:cuda-gpus-killed"; do
+		cname=${c%%:*}
+		selected "$cname" || continue
 		left=""
-		for name in $(cat "$tmp"/cuda-killed.log.* 2>/dev/null |
+		for name in $(cat "$tmp/${c#*:}".log.* 2>/dev/null |
 			awk '$2 == "mem_open" || $2 == "event_open" { print $3 }'); do
 			[ -e "/dev/shm$name" ] && left="$left $name"
 		done
 		if [ -z "$left" ]; then
-			echo "ok    cuda killed n=2: handle objects unlinked"
+			echo "ok    $cname: handle objects unlinked"
 			passed=$((passed + 1))
 		else
-			echo "FAIL  cuda killed n=2: objects of the trainers' handles left:$left"
+			echo "FAIL  $cname: objects of the trainers' handles left:$left"
 			failed=$((failed + 1))
 		fi
-	fi
+	done
 fi
 
 # Nodes in separate network namespaces over a shaped bridge (needs root).

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -616,6 +617,107 @@ UNIT_TEST_TIMEOUT(gpu_ops_table_listops, 120)
 }
 
 #ifndef SCG_TEST_GPU
+static void *host_owner_of_new(void *arg)
+{
+	void *p = NULL;
+	(void)arg;
+	if (scg_alloc(64, &p) != SC_OK)
+		return (void *)(intptr_t)-2;
+	intptr_t owner = scg_host_owner(p);
+	scg_free(p);
+	return (void *)owner;
+}
+
+/* The host build's emulated GPUs ($SCG_HOST_DEVICES, read at the first call: each test
+ * runs in a process of its own): allocations tagged with the thread's current device,
+ * kernels refused on another device's memory naming both, copies between devices checked
+ * against the ordinals they name, exported memory freed and events recorded on their own
+ * device only (an event waited on from any). */
+UNIT_TEST(gpu_host_devices)
+{
+	enum { N = 1000 };
+	float *a = NULL, *b = NULL, host[N];
+	void *x = NULL, *out = NULL;
+	unsigned char handle[SCG_IPC_HANDLE_BYTES];
+	int n = 0;
+	pthread_t th;
+
+	setenv("SCG_HOST_DEVICES", "3", 1);
+	OK(scg_device_count(&n));
+	CHECK_EQ_INT(n, 3);
+	CHECK_EQ_INT(scg_init(3), SC_ERR_UNSUPPORTED);
+	CHECK_MSG(strstr(scg_error(), "no device 3") && strstr(scg_error(), "emulates 3"),
+		  "scg_init(3): %s", scg_error());
+	OK(scg_init(1));
+	OK(scg_alloc(N * sizeof(float), (void **)&a));
+	CHECK_EQ_INT(scg_host_owner(a), 1);
+	CHECK_EQ_INT(scg_host_owner(a + N - 1), 1);
+	CHECK_EQ_INT(scg_host_owner(host), -1);
+	for (int i = 0; i < N; i++)
+		host[i] = (float)i;
+	OK(scg_from_host(a, host, sizeof(host)));
+	/* a new thread starts on device 0 */
+	CHECK_EQ_INT(pthread_create(&th, NULL, host_owner_of_new, NULL), 0);
+	CHECK_EQ_INT(pthread_join(th, &out), 0);
+	CHECK_EQ_INT((int)(intptr_t)out, 0);
+	OK(scg_init(0));
+	OK(scg_alloc(N * sizeof(float), (void **)&b));
+	CHECK_EQ_INT(scg_host_owner(b), 0);
+	/* a kernel on device 0 reading device 1's memory fails and leaves dst alone */
+	CHECK_EQ_INT(scg_reduce_sum(b, a, N), SC_ERR_INVALID);
+	CHECK_MSG(strstr(scg_error(), "scg_reduce_sum") && strstr(scg_error(), "device 1") &&
+		      strstr(scg_error(), "device 0"),
+		  "%s", scg_error());
+	CHECK_EQ_INT(scg_reduce_typed(SC_FLOAT32, b, a, N), SC_ERR_INVALID);
+	CHECK_EQ_INT(scg_copy(b, a, N * sizeof(float)), SC_ERR_INVALID);
+	CHECK_EQ_INT(scg_coo_add_checked(b, N, (const uint32_t *)a, a, 1, &(uint64_t){0}),
+		     SC_ERR_INVALID);
+	OK(scg_to_host(host, b, sizeof(host)));
+	for (int i = 0; i < N; i++)
+		CHECK_TRUE(host[i] == 0.0f);
+	/* copied over first, it is summed */
+	CHECK_EQ_INT(scg_copy_peer(b, 1, a, 1, N * sizeof(float)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(scg_error(), "not of device 1"), "%s", scg_error());
+	CHECK_EQ_INT(scg_copy_peer(b, 0, a, 2, N * sizeof(float)), SC_ERR_INVALID);
+	OK(scg_copy_peer(b, 0, a, 1, N * sizeof(float)));
+	OK(scg_reduce_sum(b, b, N));
+	OK(scg_sync());
+	OK(scg_to_host(host, b, sizeof(host)));
+	for (int i = 0; i < N; i++)
+		CHECK_TRUE(host[i] == 2.0f * (float)i);
+	OK(scg_stream_follow(1));
+	CHECK_EQ_INT(scg_stream_follow(3), SC_ERR_INVALID);
+	/* an event of device 2: recorded there only, waited on from any device */
+	void *ev = NULL;
+	OK(scg_init(2));
+	OK(scg_ipc_event_create(&ev, handle));
+	CHECK_EQ_INT(scg_host_owner(ev), 2);
+	OK(scg_init(0));
+	CHECK_EQ_INT(scg_event_record(ev), SC_ERR_INVALID);
+	CHECK_MSG(strstr(scg_error(), "scg_event_record") && strstr(scg_error(), "device 2"),
+		  "%s", scg_error());
+	OK(scg_init(2));
+	OK(scg_event_record(ev));
+	OK(scg_init(0));
+	OK(scg_stream_wait_event(ev));
+	OK(scg_init(2));
+	OK(scg_ipc_event_destroy(ev));
+	CHECK_EQ_INT(scg_host_owner(ev), -1);
+	/* exported memory: on device 2, freed there only */
+	OK(scg_ipc_alloc(4096, &x, handle));
+	CHECK_EQ_INT(scg_host_owner(x), 2);
+	OK(scg_init(0));
+	CHECK_EQ_INT(scg_ipc_free(x), SC_ERR_INVALID);
+	OK(scg_init(2));
+	OK(scg_ipc_free(x));
+	CHECK_EQ_INT(scg_host_owner(x), -1);
+	OK(scg_init(1));
+	OK(scg_free(a));
+	CHECK_EQ_INT(scg_host_owner(a), -1);
+	OK(scg_init(0));
+	OK(scg_free(b));
+}
+
 /* On a machine without a GPU (or without the library) the cuda slot says so, with a
  * reason, the same every time. */
 UNIT_TEST(gpu_device_cuda_unavailable)
