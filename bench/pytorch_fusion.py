@@ -24,8 +24,10 @@ The daemons' fusion_mode is set by the launcher (--daemon-arg --fusion_mode
 --daemon-arg MODE); the script checks it with `sparsectl config get` and fails when it
 differs from the mode asked for.
 
-    # all four, one after the other, 4 nodes at 1 Gbit/s (root: network namespaces)
-    /usr/bin/python3 bench/pytorch_fusion.py --all --steps 300 --warmup 50 --json F
+    # all four, one after the other, 4 nodes at 1 Gbit/s (root: network namespaces);
+    # --loss-seeds: layerwise and adaptive again at each seed (loopback), mean final loss
+    /usr/bin/python3 bench/pytorch_fusion.py --all --steps 300 --warmup 50 --json F \
+        --loss-seeds 1,2,3,4,5
     # one mode by hand
     build/bin/sparsecomm-run -n 4 --netns --rate 1gbit \\
         --daemon-arg --fusion_mode --daemon-arg adaptive \\
@@ -84,6 +86,10 @@ def add_args(p):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--log-every", type=int, default=50, help="trainer: rank 0's loss lines")
+    p.add_argument("--loss-seeds", default="",
+                   help="driver: comma list of seeds for which layerwise and adaptive also "
+                        "run on loopback, to compare their mean final loss (a deep net's "
+                        "final loss moves by tens of percent with the order of float sums)")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json-out", default=None, help="trainer: rank 0 writes its record")
     p.add_argument("--json", default=None, help="driver: write every mode's record here")
@@ -376,6 +382,44 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
+def loss_seeds(a, seeds, work):
+    """Layerwise and adaptive at every seed on loopback (the loss does not depend on the
+    link): the mean final loss of each and their relative difference, with the spread
+    over seeds for scale.  Fusion changes the order of float sums, not the math (the two
+    modes' losses agree to the printed digit for the first tens of steps), and a deep net
+    amplifies such differences: one seed's difference says little, the mean does."""
+    import statistics
+    final = {"layerwise": [], "adaptive": []}
+    for seed in seeds:
+        for mode in final:
+            rec_path = os.path.join(work, "loss-%s-%d.json" % (mode, seed))
+            cmd = [LAUNCHER, "-n", str(a.nodes), "--timeout", "900",
+                   "--daemon-arg", "--fusion_mode", "--daemon-arg", DAEMON_MODE[mode],
+                   "--", sys.executable, os.path.abspath(__file__), "--mode", mode,
+                   "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(seed),
+                   "--depth", str(a.depth), "--width", str(a.width), "--batch",
+                   str(a.batch), "--lr", str(a.lr), "--density", str(a.density),
+                   "--timeout", str(a.timeout), "--json-out", rec_path]
+            if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0 or \
+                    not os.path.exists(rec_path):
+                print("== loss run %s seed %d failed" % (mode, seed), flush=True)
+                continue
+            with open(rec_path) as f:
+                final[mode].append(json.load(f)["final_loss"])
+            print("loss seed %d %-9s final loss %.4f" % (seed, mode, final[mode][-1]),
+                  flush=True)
+    out = {}
+    if len(final["layerwise"]) == len(seeds) and len(final["adaptive"]) == len(seeds):
+        ml, ma = statistics.mean(final["layerwise"]), statistics.mean(final["adaptive"])
+        out["loss_seeds"] = len(seeds)
+        out["layerwise_mean_final_loss"] = ml
+        out["adaptive_mean_final_loss"] = ma
+        out["adaptive_mean_loss_rel_diff"] = abs(ma - ml) / ml
+        if len(seeds) > 1:
+            out["layerwise_final_loss_rel_sd"] = statistics.stdev(final["layerwise"]) / ml
+    return out
+
+
 def drive(a):
     recs = []
     work = tempfile.mkdtemp(prefix="sc-fusion-")
@@ -425,6 +469,10 @@ def drive(a):
     if "adaptive" in by and "aligned" in by:
         goals["adaptive_over_aligned_steps"] = (by["adaptive"]["steps_per_s"] /
                                                 by["aligned"]["steps_per_s"])
+    seeds = [int(x) for x in a.loss_seeds.split(",") if x.strip()]
+    if seeds:
+        losses = loss_seeds(a, seeds, work)
+        goals.update(losses)
     for k, v in goals.items():
         print("%s = %.3f" % (k, v))
     if a.json:
