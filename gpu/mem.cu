@@ -240,6 +240,23 @@ cudaStream_t scg_stream(void)
 	return scg_thread_stream[scg_thread_device];
 }
 
+sc_status_t scg_check_cuda(cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return SC_OK;
+	sc_status_t st = SC_ERR_SYSTEM;
+	if (e == cudaErrorMemoryAllocation)
+		st = SC_ERR_NOMEM;
+	else if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+		 e == cudaErrorInvalidDevice || e == cudaErrorStubLibrary ||
+		 e == cudaErrorInitializationError ||
+		 e == cudaErrorCompatNotSupportedOnDevice ||
+		 e == cudaErrorSystemDriverMismatch || e == cudaErrorNoKernelImageForDevice ||
+		 e == cudaErrorUnsupportedPtxVersion)
+		st = SC_ERR_UNSUPPORTED;
+	return scg_fail(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
 extern "C" const char *scg_backend(void)
 {
 	return "cuda";
