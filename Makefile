@@ -131,7 +131,7 @@ $(LIB)/libscgpu-host.a: $(GPU_HOST_OBJ)
 # shared memory (gpu/ipc.cu, gpu/scg_host_ipc.h), end to end.
 $(LIB)/libsparsecomm-cuda-host.so: $(GPU_HOST_OBJ)
 	@mkdir -p $(LIB)
-	$(CXX_HOST) -shared -fopenmp $^ -o $@ -lrt
+	$(CXX_HOST) -shared -fopenmp $^ -o $@ -lrt $(if $(findstring sanitize,$(GPU_HOST_CFLAGS)),,-Wl,-z,defs)
 $(OBJ)/gpu-cuda/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 $(NVCC_OPT) -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP \
@@ -139,7 +139,7 @@ $(OBJ)/gpu-cuda/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
 $(LIB)/libsparsecomm-cuda.so: $(GPU_CUDA_OBJ)
 	@mkdir -p $(LIB)
 	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -cudart shared -L$(CUDA_HOME)/lib64 -lcudart \
-		-Xlinker -rpath,$(CUDA_HOME)/lib64
+		-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -z,defs
 .PHONY: gpu-note test-gpu
 gpu-note:
 	@echo "gpu: nvcc not found, the CUDA device is not built"
