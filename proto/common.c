@@ -1,4 +1,4 @@
-/* common.c: status and dtype tables shared by the client library and the daemon. */
+/* common.c: status, dtype and reduction tables shared by the client library and the daemon. */
 #include "sparsecomm.h"
 
 SC_API const char *sc_status_name(sc_status_t status)
@@ -49,6 +49,23 @@ SC_API const char *sc_dtype_name(sc_dtype_t dtype)
 		return "int32";
 	case SC_INT64:
 		return "int64";
+	}
+	return "unknown";
+}
+
+SC_API const char *sc_reduce_op_name(sc_reduce_op_t op)
+{
+	switch (op) {
+	case SC_OP_SUM:
+		return "sum";
+	case SC_OP_AVERAGE:
+		return "average";
+	case SC_OP_MIN:
+		return "min";
+	case SC_OP_MAX:
+		return "max";
+	case SC_OP_PRODUCT:
+		return "product";
 	}
 	return "unknown";
 }

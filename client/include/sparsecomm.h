@@ -98,11 +98,32 @@ typedef enum {
 SC_API size_t sc_dtype_size(sc_dtype_t dtype);
 SC_API const char *sc_dtype_name(sc_dtype_t dtype);
 
-/* Reductions. SC_OP_AVERAGE divides the sum by the number of trainers in the job. */
+/*
+ * Reductions, elementwise over every trainer of the job, on every dtype.
+ *
+ * SC_OP_SUM adds (integers wrap around in two's complement). SC_OP_AVERAGE divides the sum
+ * by the number of trainers in the job: float32 multiplies by the rounded 1 / size,
+ * float64 divides, and integers divide in integer arithmetic, truncating toward zero
+ * (C's division: 1 / 2 averages to 0, -1 / 2 to 0), after the sum has wrapped around.
+ *
+ * SC_OP_MIN, SC_OP_MAX and SC_OP_PRODUCT take the smallest, the largest or the product
+ * (integers wrap around; a NaN in any trainer's element makes that element NaN, as
+ * torch.minimum and torch.maximum do). They are lossless dense reductions: the buffer always
+ * goes through the dense ring, whatever scheme the tensor pins or allow_lossy permits, and
+ * never fuses with sum or average tensors. A tensor with a sparsifier, or COO input,
+ * refuses them (SC_ERR_UNSUPPORTED naming the tensor): a sparsifier's residual and a COO
+ * list's implicit zeros mean a sum.
+ */
 typedef enum {
 	SC_OP_SUM = 0,
 	SC_OP_AVERAGE = 1,
+	SC_OP_MIN = 2,
+	SC_OP_MAX = 3,
+	SC_OP_PRODUCT = 4,
 } sc_reduce_op_t;
+
+/* "sum", "average", "min", "max", "product"; "unknown" for any other value. */
+SC_API const char *sc_reduce_op_name(sc_reduce_op_t op);
 
 typedef struct sc_client sc_client_t; /* a connection to the node's daemon */
 typedef struct sc_tensor sc_tensor_t; /* a registered tensor and its shared buffer */

@@ -823,7 +823,7 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
-	if (op != SC_OP_SUM && op != SC_OP_AVERAGE)
+	if (op < SC_OP_SUM || op > SC_OP_PRODUCT)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",

@@ -520,10 +520,18 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (a->op > SC_OP_AVERAGE) {
+	} else if (a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
 			 a->op);
+	} else if (a->op > SC_OP_AVERAGE &&
+		   (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
+		/* a residual and a list's implicit zeros mean a sum */
+		st = SC_ERR_UNSUPPORTED;
+		snprintf(err, sizeof(err),
+			 "tensor '%s': %s is a dense reduction: a tensor with a sparsifier or "
+			 "COO input takes sum and average only",
+			 nt->name, sc_reduce_op_name((sc_reduce_op_t)a->op));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -563,8 +571,9 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (nt->op != a->op) {
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
-			 "reductions (sum and average)",
-			 nt->name, ctl->d->rank);
+			 "reductions (%s and %s)",
+			 nt->name, ctl->d->rank, sc_reduce_op_name((sc_reduce_op_t)nt->op),
+			 sc_reduce_op_name((sc_reduce_op_t)a->op));
 		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
 		return;
 	}

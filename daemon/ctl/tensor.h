@@ -112,15 +112,19 @@ static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
  * with tensors of the same class, that is the same lossless-or-lossy class (a lossless
  * tensor restricts its buffer to lossless schemes, and lossy schemes need every tensor's
  * error feedback), the same sparse-ahead-or-dense class (a dense tensor in a buffer of
- * sparsified ones would make the whole buffer dense), and the same pinned scheme (a
- * buffer runs one). Sparsifiers may differ: each tensor keeps its own selection and
- * residual. The coordinator adds the dtype and the scheme_pins pattern a name matches.
+ * sparsified ones would make the whole buffer dense), the same pinned scheme (a buffer
+ * runs one) and, for min, max and product, the same reduction (a buffer reduces by one
+ * op; sum and average share buffers, each item averaging its own). Sparsifiers may
+ * differ: each tensor keeps its own selection and residual. The coordinator adds the dtype
+ * and the scheme_pins pattern a name matches.
  */
 static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 {
 	uint32_t h = 2166136261u;
 	for (const char *c = nt->opts.scheme; *c; c++)
 		h = (h ^ (uint8_t)*c) * 16777619u;
+	if (nt->op > SC_OP_AVERAGE)
+		h = (h ^ (nt->op * 0x9e3779b9u)) * 16777619u;
 	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
 }

@@ -179,7 +179,8 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
  * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
  * SCD_NONFINITE_PASS checks nothing. */
 static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i, uint32_t dtype,
-			 void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
+			 sc_reduce_op_t op, void *dst, scd_nonfinite_t nonfinite,
+			 scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
 	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
@@ -204,7 +205,7 @@ static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i,
 		}
 		return;
 	}
-	if (check_nf) {
+	if (check_nf && op == SC_OP_SUM) {
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
 			uint64_t nf = host_add_checked(dst, src->dense, it->numel, s == 0);
@@ -214,10 +215,25 @@ static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i,
 		}
 		return;
 	}
+	/* min, max and product keep a NaN of any trainer: each input is checked as read */
+	for (int s = 0; check_nf && s < it->n_src; s++) {
+		uint64_t nf = scd_count_f32_nonfinite(it->src[s].dense, it->numel);
+		if (nf_fault)
+			note_fault(f, SCD_FAULT_NONFINITE, i, it->src[s].local_rank, nf);
+	}
 	if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		dev->reduce_typed((sc_dtype_t)dtype, dst, it->src[s].dense, it->numel);
+		dev->reduce_typed((sc_dtype_t)dtype, op, dst, it->src[s].dense, it->numel);
+	if (check_nf)
+		it->nonfinite = scd_count_f32_nonfinite(dst, it->numel);
+}
+
+/* The float32 sums go through the scheme layer (bufctx); the other dtypes and the other
+ * reductions through the transport's typed ring. */
+static int job_schemes(const scd_job_t *job)
+{
+	return job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM;
 }
 
 /* Averages where the item asks for it and copies the result to every local trainer's
@@ -235,9 +251,6 @@ static void scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it, u
 	}
 }
 
-/* A buffer of a dtype other than float32: the lossless dense ring, with the report a
- * dense ring gives (density 1, no densification, balanced) and the alpha-beta time of
- * 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
 /* Host memory for staging bytes of dev's buffer through the transport (grow-only). */
 static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t bytes)
 {
@@ -251,6 +264,9 @@ static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t byte
 	return e->stage;
 }
 
+/* A buffer of a dtype other than float32, or reduced by min, max or product: the lossless
+ * dense ring, with the report a dense ring gives (density 1, no densification, balanced)
+ * and the alpha-beta time of 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
 static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
 			       void *buf)
 {
@@ -268,7 +284,8 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	if (host != buf)
 		dev->to_host(host, buf, nbytes);
 	sc_status_t st = scd_transport_allreduce(e->transport, host, job->total_numel,
-						 (sc_dtype_t)job->dtype, job->timeout_ms);
+						 (sc_dtype_t)job->dtype,
+						 (sc_reduce_op_t)job->op, job->timeout_ms);
 	if (st == SC_OK && host != buf)
 		dev->from_host(buf, host, nbytes);
 	job->exchange_s = scd_now_s() - t0; /* all of it */
@@ -547,14 +564,14 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
-			local_reduce(dev, &job->items[i], i, job->dtype,
-				     run->buf + job->items[i].offset * esz, nonfinite,
-				     &run->fault);
+			local_reduce(
+			    dev, &job->items[i], i, job->dtype, (sc_reduce_op_t)job->op,
+			    run->buf + job->items[i].offset * esz, nonfinite, &run->fault);
 			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
 		}
 	else if (nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place: its values */
 		coo_direct_nonfinite(job, nonfinite, &run->fault);
-	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
+	if (job_schemes(job) && (st = dev->sync()) == SC_OK) {
 		double alpha, beta;
 		scd_engine_net(e, &alpha, &beta);
 		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
@@ -598,7 +615,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	scd_transport_counters_t c0, c1;
 	e->transport->ops->counters(e->transport, &c0);
-	if (job->dtype == SC_FLOAT32)
+	if (job_schemes(job))
 		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, e->transport,
 					    e->alpha_s, e->beta_s_per_byte, &run->prep);
 	else

@@ -161,6 +161,9 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	uint32_t dtype;		/* sc_dtype_t of every item */
+	uint32_t op;		/* sc_reduce_op_t the buffer reduces by: SC_OP_SUM for sum and
+				   average items (each averages its own), else every item's
+				   MIN, MAX or PRODUCT (they never fuse with others) */
 	double average_divisor; /* trainers in the job */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */

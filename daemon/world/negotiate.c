@@ -337,7 +337,7 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 		else if (kind == 1)
 			snprintf(val, sizeof(val), "%s", sc_dtype_name(e->dtype[r]));
 		else
-			snprintf(val, sizeof(val), "%s", e->op[r] ? "average" : "sum");
+			snprintf(val, sizeof(val), "%s", sc_reduce_op_name(e->op[r]));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
 			      val);
 	}
@@ -988,8 +988,14 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
-	/* The schemes are float32 only: the other dtypes always take the dense ring. */
-	job->pin = job->dtype == SC_FLOAT32 ? buffer_pin(w, job) : (int)SCD_SCHEME_DENSE_RING;
+	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
+	 * apart); sum and average items share the sum, each averaging its own. */
+	job->op = job->n_items && items[0].op > SC_OP_AVERAGE ? items[0].op : SC_OP_SUM;
+	/* The schemes are float32 sums only: the other dtypes and reductions always take the
+	 * dense ring. */
+	job->pin = job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM
+		       ? buffer_pin(w, job)
+		       : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
 	return SC_OK;
 }

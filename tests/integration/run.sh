@@ -154,6 +154,10 @@ run_case "sums n=2 per-node=2" 2 2 180 0 4 -- "$itest" sums
 run_case "sums n=2 per-node=3" 2 3 180 0 6 -- "$itest" sums
 run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 
+# ops: min, max and product of every dtype, fused beside sums; refusals and mismatches.
+run_case "ops n=3" 3 1 180 0 3 -- "$itest" ops
+run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
+
 # fusion: 300 tensors in a rank-dependent order.
 run_case "fusion n=1" 1 1 120 0 1 -- "$itest" fusion
 run_case "fusion n=3" 3 1 180 0 3 -- "$itest" fusion

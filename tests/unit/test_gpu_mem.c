@@ -235,7 +235,7 @@ static void run_ops(const scd_device_ops_t *o, uint64_t n, const float *a, const
 	for (int t = 0; t < 4; t++) {
 		size_t tbytes = n * dtype_bytes(typed_dtypes[t]);
 		void *x = dev_from(o, ta[t], tbytes), *y = dev_from(o, tb[t], tbytes);
-		o->reduce_typed(typed_dtypes[t], x, y, n);
+		o->reduce_typed(typed_dtypes[t], SC_OP_SUM, x, y, n);
 		back(o, r->typed[t], x, tbytes);
 		o->average_typed(typed_dtypes[t], x, n, divisor);
 		back(o, r->avg[t], x, tbytes);

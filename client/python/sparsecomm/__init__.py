@@ -86,8 +86,13 @@ import numpy as np
 from . import _lib
 from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, STATUS_NAMES
 
+# Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
+Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
+                                   ReduceOp.MAX, ReduceOp.PRODUCT)
+
 __all__ = [
     "SparsecommError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
+    "Sum", "Average", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -555,7 +560,7 @@ def _now():
 
 def _op(average, op):
     if op is not None:
-        return ReduceOp(op)
+        return ReduceOp.parse(op)
     return ReduceOp.AVERAGE if average else ReduceOp.SUM
 
 
@@ -602,7 +607,9 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
-    ``average`` divides the sum by size(); ``op`` (ReduceOp) overrides it.  The options
+    ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
+    Sum, Average, Min, Max, Product, or a name such as "max"); MIN, MAX and PRODUCT are
+    lossless dense reductions that a tensor with a sparsifier refuses.  The options
     (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
     threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used.
     Without ``name`` the operation gets a buffer by the rule in the module doc (unnamed

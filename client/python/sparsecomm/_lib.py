@@ -75,8 +75,30 @@ DTYPE_CTYPES = {
 
 
 class ReduceOp(enum.IntEnum):
+    """sc_reduce_op_t (sparsecomm.h).  MIN, MAX and PRODUCT are lossless dense reductions
+    (a tensor with a sparsifier or COO input refuses them); an integer AVERAGE divides the
+    wrapped sum truncating toward zero."""
     SUM = 0
     AVERAGE = 1
+    MIN = 2
+    MAX = 3
+    PRODUCT = 4
+
+    @classmethod
+    def parse(cls, value):
+        """Accepts a ReduceOp, its integer value or a name ("min", "MAX", "Product")."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.strip().upper()
+            if key not in cls.__members__:
+                raise ValueError("unknown reduction %r (one of %s)" %
+                                 (value, ", ".join(m.lower() for m in cls.__members__)))
+            return cls[key]
+        try:
+            return cls(int(value))
+        except ValueError:
+            raise ValueError("unknown reduction %r (0 to %d)" % (value, len(cls) - 1))
 
 
 class Sparsifier(enum.IntEnum):

@@ -45,9 +45,9 @@ import torch
 
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, Handle, Sparsifier, ReduceOp, init, shutdown, is_initialized, rank,
-    size, local_rank, local_size, allreduce, allreduce_, allreduce_async, allreduce_async_,
-    broadcast_, broadcast_async_)
+    SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
+    shutdown, is_initialized, rank, size, local_rank, local_size, allreduce, allreduce_,
+    allreduce_async, allreduce_async_, broadcast_, broadcast_async_)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
 

@@ -1,0 +1,286 @@
+/*
+ * itest_colls.c: the collectives beyond sum and average, through real daemons.
+ *
+ * ops: MIN, MAX and PRODUCT of every dtype (1, 7 and 100003 elements; integer products
+ *   that overflow, compared with the wrapped result), every element exact on every rank;
+ *   twenty small float32 tensors, half MIN and half SUM, in flight together (a MIN tensor
+ *   fused with a SUM one would come back summed); the integer AVERAGE's rounding (toward
+ *   zero: sums 1 and -1 average to 0, 2P - 1 to 1); a tensor with a sparsifier asked for
+ *   MAX refused with SC_ERR_UNSUPPORTED naming it; and, with one trainer per node, rank 1
+ *   asking MAX where the others ask MIN: SC_ERR_MISMATCH naming the tensor and the ranks
+ *   on every rank.
+ */
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rank r's element i: small integers of both signs (products of halves stay exact in
+ * float32 in any order), scaled for the integers so that their products wrap. */
+static long long ops_value(int r, size_t i)
+{
+	return (long long)((i * 7 + (size_t)r * 13) % 11) - 5;
+}
+
+static void ops_fill(void *x, sc_dtype_t dt, size_t n, int rank)
+{
+	for (size_t i = 0; i < n; i++) {
+		long long v = ops_value(rank, i);
+		switch (dt) {
+		case SC_FLOAT32:
+			((float *)x)[i] = (float)v * 0.5f;
+			break;
+		case SC_FLOAT64:
+			((double *)x)[i] = (double)v * 0.5;
+			break;
+		case SC_INT32:
+			((int32_t *)x)[i] = (int32_t)(v * 100003);
+			break;
+		case SC_INT64:
+			((int64_t *)x)[i] = v * 1000000007LL;
+			break;
+		}
+	}
+}
+
+/* The element every rank must get, as the dtype's bits widened: doubles for the floats,
+ * the wrapped unsigned value for the integers. */
+static int ops_ok(const void *x, sc_dtype_t dt, sc_reduce_op_t op, size_t i, int P,
+		  double *got_p, double *want_p)
+{
+	double f = 0;
+	uint64_t u = 0;
+	long long m = 0;
+	for (int r = 0; r < P; r++) {
+		long long v = ops_value(r, i);
+		uint64_t w = dt == SC_INT32 ? (uint32_t)(int32_t)(v * 100003)
+					    : (uint64_t)(v * 1000000007LL);
+		if (r == 0) {
+			f = (double)v * 0.5, u = w, m = v;
+		} else if (op == SC_OP_PRODUCT) {
+			f *= (double)v * 0.5, u *= w;
+		} else if ((v < m) == (op == SC_OP_MIN) && v != m) {
+			m = v;
+		}
+	}
+	if (op != SC_OP_PRODUCT) {
+		f = (double)m * 0.5;
+		u = dt == SC_INT32 ? (uint32_t)(int32_t)(m * 100003) : (uint64_t)(m * 1000000007LL);
+	}
+	switch (dt) {
+	case SC_FLOAT32:
+		*got_p = ((const float *)x)[i], *want_p = (float)f;
+		return ((const float *)x)[i] == (float)f;
+	case SC_FLOAT64:
+		*got_p = ((const double *)x)[i], *want_p = f;
+		return ((const double *)x)[i] == f;
+	case SC_INT32:
+		*got_p = ((const int32_t *)x)[i], *want_p = (int32_t)(uint32_t)u;
+		return (uint32_t)((const int32_t *)x)[i] == (uint32_t)u;
+	default:
+		*got_p = (double)((const int64_t *)x)[i], *want_p = (double)(int64_t)u;
+		return (uint64_t)((const int64_t *)x)[i] == u;
+	}
+}
+
+static void ops_check(sc_tensor_t *t, sc_reduce_op_t op, int P, const char *when)
+{
+	size_t n = sc_tensor_numel(t), wrong = 0, first = 0;
+	double got = 0, want = 0;
+	for (size_t i = 0; i < n; i++) {
+		double g, w;
+		if (!ops_ok(sc_tensor_data(t), sc_tensor_dtype(t), op, i, P, &g, &w) &&
+		    !wrong++)
+			first = i, got = g, want = w;
+	}
+	if (wrong)
+		IT_FAIL("%s of '%s' (%s x %zu) over %d trainers%s: %zu wrong, first [%zu] = "
+			"%.17g, expected %.17g",
+			sc_reduce_op_name(op), sc_tensor_name(t),
+			sc_dtype_name(sc_tensor_dtype(t)), n, P, when, wrong, first, got, want);
+}
+
+static void ops_run(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op)
+{
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, op, &h), "sc_allreduce_async('%s', %s)",
+		    sc_tensor_name(t), sc_reduce_op_name(op));
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("%s of '%s': %s: %s", sc_reduce_op_name(op), sc_tensor_name(t),
+			it_wait_name(r), it_wait_error());
+}
+
+/* Every op and dtype, each tensor reduced twice (the second time from the daemons'
+ * cache of the announcement). */
+static void ops_exact(sc_client_t *c)
+{
+	static const sc_dtype_t dts[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	static const sc_reduce_op_t ops[] = {SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT};
+	static const size_t sizes[] = {1, 7, 100003};
+	int P = sc_size(c), rank = sc_rank(c);
+	for (size_t o = 0; o < 3; o++)
+		for (size_t d = 0; d < 4; d++)
+			for (size_t s = 0; s < 3; s++) {
+				char name[96];
+				snprintf(name, sizeof(name), "ops.%s.%s.%zu",
+					 sc_reduce_op_name(ops[o]), sc_dtype_name(dts[d]),
+					 sizes[s]);
+				sc_tensor_t *t = it_register(c, name, dts[d], sizes[s]);
+				for (int step = 0; step < 2; step++) {
+					ops_fill(sc_tensor_data(t), dts[d], sizes[s], rank);
+					ops_run(c, t, ops[o]);
+					ops_check(t, ops[o], P, step ? ", second step" : "");
+				}
+			}
+	it_log("min, max, product x float32, float64, int32, int64 x 1, 7, 100003: exact");
+}
+
+/* MIN and SUM tensors in flight together: fusion must keep them apart. */
+static void ops_fused(sc_client_t *c)
+{
+	enum { N = 20 };
+	sc_tensor_t *t[N];
+	sc_handle_t h[N];
+	int P = sc_size(c), rank = sc_rank(c);
+	for (int k = 0; k < N; k++) {
+		char name[64];
+		snprintf(name, sizeof(name), "ops.fused.%02d", k);
+		t[k] = it_register(c, name, SC_FLOAT32, 5 + (size_t)k * 9);
+	}
+	for (int step = 0; step < 3; step++) {
+		for (int k = 0; k < N; k++) {
+			size_t n = sc_tensor_numel(t[k]);
+			if (k % 2)
+				it_fill(sc_tensor_data(t[k]), SC_FLOAT32, n, (uint64_t)k, rank, 1);
+			else
+				ops_fill(sc_tensor_data(t[k]), SC_FLOAT32, n, rank);
+			IT_CHECK_SC(sc_allreduce_async(c, t[k], k % 2 ? SC_OP_SUM : SC_OP_MIN,
+						       &h[k]),
+				    "sc_allreduce_async('%s')", sc_tensor_name(t[k]));
+		}
+		for (int k = N - 1; k >= 0; k--) {
+			int r = it_wait(c, h[k], IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("'%s', step %d: %s: %s", sc_tensor_name(t[k]), step,
+					it_wait_name(r), it_wait_error());
+		}
+		char why[512];
+		for (int k = 0; k < N; k++) {
+			size_t n = sc_tensor_numel(t[k]);
+			if (!(k % 2)) {
+				ops_check(t[k], SC_OP_MIN, P, ", in flight with sum tensors");
+				continue;
+			}
+			size_t wrong = it_check(sc_tensor_data(t[k]), SC_FLOAT32, n, (uint64_t)k,
+						P, 1, SC_OP_SUM, why, sizeof(why));
+			if (wrong)
+				IT_FAIL("sum of '%s' in flight with min tensors: %zu wrong: %s",
+					sc_tensor_name(t[k]), wrong, why);
+		}
+	}
+	it_log("%d tensors, min and sum in flight together, 3 steps: exact", N);
+}
+
+/* The integer average divides the sum truncating toward zero. */
+static void ops_int_average(sc_client_t *c)
+{
+	int P = sc_size(c), rank = sc_rank(c);
+	sc_tensor_t *t = it_register(c, "ops.avg.int64", SC_INT64, 3);
+	int64_t *x = sc_tensor_data(t);
+	x[0] = rank == 0 ? 1 : 0;		   /* sum 1 */
+	x[1] = rank == 0 ? -1 : 0;		   /* sum -1: floor division would give -1 */
+	x[2] = rank == 0 ? 2 * (int64_t)P - 1 : 0; /* sum 2P - 1 */
+	ops_run(c, t, SC_OP_AVERAGE);
+	int64_t want[3] = {1 / P, -1 / P, (2 * (int64_t)P - 1) / P};
+	if (P >= 2 && (want[0] != 0 || want[1] != 0 || want[2] != 1))
+		IT_FAIL("internal: C division does not truncate toward zero");
+	for (int i = 0; i < 3; i++)
+		if (x[i] != want[i])
+			IT_FAIL("int64 average over %d trainers: element %d is %lld, expected "
+				"%lld (truncated toward zero)",
+				P, i, (long long)x[i], (long long)want[i]);
+	it_log("int64 average over %d trainers truncates toward zero: [1, -1, %d] -> [%lld, "
+	       "%lld, %lld]",
+	       P, 2 * P - 1, (long long)x[0], (long long)x[1], (long long)x[2]);
+}
+
+/* An operation expected to fail with want: at submission or through its completion.
+ * Returns the error text. */
+static const char *ops_expect(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op,
+			      sc_status_t want)
+{
+	static char msg[2048];
+	sc_handle_t h = 0;
+	sc_status_t st = sc_allreduce_async(c, t, op, &h);
+	int r = st;
+	if (st == SC_OK) {
+		r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		snprintf(msg, sizeof(msg), "%s", it_wait_error());
+	} else {
+		snprintf(msg, sizeof(msg), "%s", sc_last_error());
+	}
+	if (r != (int)want)
+		IT_FAIL("%s of '%s': expected %s, got %s ('%s')", sc_reduce_op_name(op),
+			sc_tensor_name(t), sc_status_name(want), it_wait_name(r), msg);
+	if (!strstr(msg, sc_tensor_name(t)))
+		IT_FAIL("%s of '%s' failed with %s without naming the tensor: '%s'",
+			sc_reduce_op_name(op), sc_tensor_name(t), sc_status_name(want), msg);
+	return msg;
+}
+
+static void ops_refused(sc_client_t *c)
+{
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.1;
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, "ops.topk", SC_FLOAT32, 1000, &o, &t),
+		    "sc_register_ex('ops.topk', topk)");
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 3, sc_rank(c), 1);
+	const char *msg = ops_expect(c, t, SC_OP_MAX, SC_ERR_UNSUPPORTED);
+	if (!strstr(msg, "max"))
+		IT_FAIL("the refusal of max on a sparsified tensor does not name the op: '%s'",
+			msg);
+	it_log("max of a top-k tensor refused: %s", msg);
+	/* the tensor still takes a sum */
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 3, sc_rank(c), 1);
+	ops_run(c, t, SC_OP_SUM);
+}
+
+static void ops_mismatch(sc_client_t *c)
+{
+	int rank = sc_rank(c), P = sc_size(c);
+	if (P < 2 || sc_local_size(c) != 1) {
+		it_log("min/max mismatch not tested: it needs 2 or more nodes of one trainer");
+		return;
+	}
+	sc_tensor_t *t = it_register(c, "ops.mismatch", SC_INT32, 10);
+	ops_fill(sc_tensor_data(t), SC_INT32, 10, rank);
+	const char *msg = ops_expect(c, t, rank == 1 ? SC_OP_MAX : SC_OP_MIN, SC_ERR_MISMATCH);
+	if (!it_mentions_rank(msg, 1) || !it_mentions_rank(msg, 0) || !strstr(msg, "max") ||
+	    !strstr(msg, "min"))
+		IT_FAIL("the reduction mismatch does not name ranks 0 and 1, min and max: '%s'",
+			msg);
+	it_log("reduction mismatch: %s", msg);
+	/* the tensor works again once the ranks agree */
+	ops_fill(sc_tensor_data(t), SC_INT32, 10, rank);
+	ops_run(c, t, SC_OP_MAX);
+	ops_check(t, SC_OP_MAX, P, " after a mismatch");
+}
+
+int it_ops(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	ops_exact(c);
+	ops_fused(c);
+	ops_int_average(c);
+	ops_refused(c);
+	ops_mismatch(c);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
