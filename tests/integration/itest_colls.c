@@ -66,7 +66,8 @@ static int ops_ok(const void *x, sc_dtype_t dt, sc_reduce_op_t op, size_t i, int
 	}
 	if (op != SC_OP_PRODUCT) {
 		f = (double)m * 0.5;
-		u = dt == SC_INT32 ? (uint32_t)(int32_t)(m * 100003) : (uint64_t)(m * 1000000007LL);
+		u = dt == SC_INT32 ? (uint32_t)(int32_t)(m * 100003)
+				   : (uint64_t)(m * 1000000007LL);
 	}
 	switch (dt) {
 	case SC_FLOAT32:
@@ -153,12 +154,13 @@ static void ops_fused(sc_client_t *c)
 		for (int k = 0; k < N; k++) {
 			size_t n = sc_tensor_numel(t[k]);
 			if (k % 2)
-				it_fill(sc_tensor_data(t[k]), SC_FLOAT32, n, (uint64_t)k, rank, 1);
+				it_fill(sc_tensor_data(t[k]), SC_FLOAT32, n, (uint64_t)k, rank,
+					1);
 			else
 				ops_fill(sc_tensor_data(t[k]), SC_FLOAT32, n, rank);
-			IT_CHECK_SC(sc_allreduce_async(c, t[k], k % 2 ? SC_OP_SUM : SC_OP_MIN,
-						       &h[k]),
-				    "sc_allreduce_async('%s')", sc_tensor_name(t[k]));
+			IT_CHECK_SC(
+			    sc_allreduce_async(c, t[k], k % 2 ? SC_OP_SUM : SC_OP_MIN, &h[k]),
+			    "sc_allreduce_async('%s')", sc_tensor_name(t[k]));
 		}
 		for (int k = N - 1; k >= 0; k--) {
 			int r = it_wait(c, h[k], IT_OP_TIMEOUT_MS);
@@ -173,8 +175,8 @@ static void ops_fused(sc_client_t *c)
 				ops_check(t[k], SC_OP_MIN, P, ", in flight with sum tensors");
 				continue;
 			}
-			size_t wrong = it_check(sc_tensor_data(t[k]), SC_FLOAT32, n, (uint64_t)k,
-						P, 1, SC_OP_SUM, why, sizeof(why));
+			size_t wrong = it_check(sc_tensor_data(t[k]), SC_FLOAT32, n,
+						(uint64_t)k, P, 1, SC_OP_SUM, why, sizeof(why));
 			if (wrong)
 				IT_FAIL("sum of '%s' in flight with min tensors: %zu wrong: %s",
 					sc_tensor_name(t[k]), wrong, why);

@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run: the collectives of the Python binding beyond sum and
+average, against real daemons.  Prints `CHECK <name> ok` or `CHECK <name> FAIL <why>` per
+check; exits 1 if any failed.  tests/python/run_tests.py counts a check passed when every
+rank says ok."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import sparsecomm as sc  # noqa: E402
+import sparsecomm.torch as sct  # noqa: E402
+from checks import Checks  # noqa: E402
+
+torch.set_num_threads(1)
+sc.init(timeout=60)
+R, P = sc.rank(), sc.size()
+check = Checks(sys.argv[1:])
+
+
+def rank_values(r, n, dtype):
+    """Rank r's input: values of both signs, different on every rank."""
+    v = (torch.arange(n, dtype=torch.int64) * 7 + r * 13) % 11 - 5
+    if dtype.is_floating_point:
+        return v.to(dtype) * 1.5  # products exact in any order
+    return (v * 100003).to(dtype)  # integer products wrap
+
+
+@check
+def min_max_product_every_dtype():
+    for dt in (torch.float32, torch.float64, torch.int32, torch.int64):
+        x = rank_values(R, 1001, dt)
+        every = torch.stack([rank_values(r, 1001, dt) for r in range(P)])
+        want = {"min": every.min(0).values, "max": every.max(0).values,
+                "product": every.prod(0, dtype=dt)}
+        for op, horovod in (("min", sc.Min), ("max", sct.Max), ("product", sc.Product)):
+            got = sc.allreduce(x, name="ops.%s.%s" % (op, dt), op=horovod)
+            assert got.dtype == dt, (op, dt, got.dtype)
+            assert torch.equal(got, want[op]), "%s of %s: %s vs %s" % (
+                op, dt, got[:8].tolist(), want[op][:8].tolist())
+            # the name of the op selects the same reduction
+            again = sc.allreduce(x, name="ops.%s.%s" % (op, dt), op=op)
+            assert torch.equal(again, want[op]), (op, dt)
+    # numpy arrays too
+    a = np.full(5, R - 1.5)
+    assert np.array_equal(sc.allreduce(a, name="ops.np", op=sc.ReduceOp.MAX),
+                          np.full(5, P - 2.5))
+
+
+@check
+def int_average_truncates_toward_zero():
+    x = torch.tensor([1, -1, 2 * P - 1], dtype=torch.int64) * (R == 0)
+    got = sc.allreduce(x, name="ops.intavg", op=sc.Average)
+    assert got.tolist() == [0, 0, 1], got
+
+
+@check
+def sparsified_tensor_refuses_max():
+    try:
+        sc.allreduce(torch.ones(100), name="ops.topk", op=sc.Max, sparsifier="topk",
+                     density=0.1)
+        raise AssertionError("max of a top-k tensor was accepted")
+    except sc.SparsecommError as e:
+        assert e.status_name == "SC_ERR_UNSUPPORTED" and "ops.topk" in e.message, e
+
+
+@check
+def unknown_op_refused():
+    try:
+        sc.allreduce(torch.ones(3), name="ops.bad", op="median")
+        raise AssertionError("op 'median' was accepted")
+    except ValueError as e:
+        assert "median" in str(e), e
+
+
+sc.shutdown()
+print("worker done: %d check(s) failed" % check.failed, flush=True)
+sys.exit(1 if check.failed else 0)
