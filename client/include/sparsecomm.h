@@ -303,6 +303,19 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
 SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
 				int timeout_ms);
 
+/*
+ * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
+ * barrier of each trainer since it connected). The daemons agree through their
+ * coordinator; no tensor is involved and nothing travels on the data plane. The handle is
+ * waited for with sc_poll / sc_wait like an allreduce's, and a trainer has one barrier in
+ * flight at most (SC_ERR_BUSY). Ends with SC_ERR_STALLED naming the ranks that did not
+ * enter within the daemons' stall_timeout_ms, and with SC_ERR_ABORTED on every rank when
+ * a trainer of the job exited.
+ */
+SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
+/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
+SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
+
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */
 typedef struct sc_tensor_stats {
 	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call */

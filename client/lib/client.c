@@ -178,11 +178,20 @@ static void op_release(sc_client_t *c, struct scl_op *op)
 	op_free(op);
 }
 
+/* What an operation is, for error texts: "allreduce of tensor 'x'" or "barrier". */
+static const char *op_what(const struct scl_op *op, char *buf, size_t len)
+{
+	if (!op->tensor)
+		return "barrier";
+	snprintf(buf, len, "allreduce of tensor '%s'", op->tensor->name);
+	return buf;
+}
+
 /* Ends an operation with status; error is the text to report (NULL: composed here). */
 static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 			const char *error)
 {
-	char buf[SCL_ERR_MAX];
+	char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 	if (op->done)
 		return;
@@ -190,14 +199,14 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 	op->status = status;
 	if (status != SC_OK) {
 		if (!error || !*error) {
-			snprintf(buf, sizeof(buf),
-				 "allreduce of tensor '%s' on rank %d failed: %s",
-				 op->tensor->name, c->rank, sc_status_message(status));
+			snprintf(buf, sizeof(buf), "%s on rank %d failed: %s",
+				 op_what(op, what, sizeof(what)), c->rank,
+				 sc_status_message(status));
 			error = buf;
 		}
 		op->error = strdup(error);
 	}
-	if (op->tensor->busy == op)
+	if (op->tensor && op->tensor->busy == op)
 		op->tensor->busy = NULL;
 	if (op->orphan)
 		op_release(c, op);
@@ -210,7 +219,7 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
  */
 static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 {
-	char buf[SCL_ERR_MAX];
+	char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 	if (c->dead != SC_OK)
 		return;
@@ -227,9 +236,8 @@ static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 			next = op->next;
 			if (op->done)
 				continue;
-			snprintf(buf, sizeof(buf),
-				 "allreduce of tensor '%s' on rank %d failed: %s",
-				 op->tensor->name, c->rank, msg);
+			snprintf(buf, sizeof(buf), "%s on rank %d failed: %s",
+				 op_what(op, what, sizeof(what)), c->rank, msg);
 			op_complete(c, op, status, buf);
 		}
 	}
@@ -320,14 +328,12 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 	op = op_find(c, m->seq);
 	if (op && !op->done && m->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
 		sc_status_t st = status_from_wire(m->error->status);
-		char buf[SCL_ERR_MAX];
+		char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 		if (st >= SC_OK)
 			st = SC_ERR_PROTOCOL;
-		snprintf(buf, sizeof(buf),
-			 "rank %d: the daemon refused the allreduce of tensor "
-			 "'%s': %s",
-			 c->rank, op->tensor->name, m->error->message);
+		snprintf(buf, sizeof(buf), "rank %d: the daemon refused the %s: %s", c->rank,
+			 op_what(op, what, sizeof(what)), m->error->message);
 		op_complete(c, op, st, buf);
 	}
 out_free:
@@ -965,10 +971,8 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	}
 	if (!o->done) {
 		if (not_done == SC_ERR_TIMEOUT)
-			scl_error(SC_ERR_TIMEOUT,
-				  "rank %d: allreduce of tensor '%s' still in "
-				  "progress after %d ms",
-				  c->rank, o->tensor->name, timeout_ms);
+			scl_error(SC_ERR_TIMEOUT, "rank %d: %s still in progress after %d ms",
+				  c->rank, op_what(o, what, sizeof(what)), timeout_ms);
 		pthread_mutex_unlock(&c->mu);
 		return not_done;
 	}
@@ -978,7 +982,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		scl_error(st, "%s", o->error ? o->error : sc_status_message(st));
 	op_release(c, o);
 	pthread_mutex_unlock(&c->mu);
-	if (st != SC_OK || !t->cuda)
+	if (st != SC_OK || !t || !t->cuda) /* a barrier has no tensor */
 		return st;
 	/* the tensor lives until sc_finalize, which no call may overlap */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
@@ -1004,18 +1008,14 @@ SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void 
 	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream);
 }
 
-SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
-				int timeout_ms)
+/* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
+ * frees it. */
+static sc_status_t wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
 {
-	sc_handle_t h;
-	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+	sc_status_t st = sc_wait(client, h, timeout_ms);
 	struct scl_op *o;
 
-	if (st != SC_OK)
-		return st;
-	st = sc_wait(client, h, timeout_ms);
 	if (st == SC_ERR_TIMEOUT) {
-		/* Nobody holds the handle: let the completion free the operation. */
 		pthread_mutex_lock(&client->mu);
 		o = op_find(client, h);
 		if (o && o->done)
@@ -1025,6 +1025,72 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 		pthread_mutex_unlock(&client->mu);
 	}
 	return st;
+}
+
+SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
+				int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
+}
+
+/* ---- barrier ------------------------------------------------------------------------- */
+
+SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
+	sc_client_t *c = client;
+	struct scl_op *o, **slot;
+	struct scl_frame *f;
+	sc_status_t st;
+	sc_handle_t h;
+
+	if (!c || !handle_p)
+		return scl_error(SC_ERR_INVALID, "barrier: NULL client or handle_p");
+	h = client_next_id(c);
+	b.handle = h;
+	msg.seq = h;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER;
+	msg.barrier = &b;
+	o = calloc(1, sizeof(*o));
+	f = frame_pack(&msg);
+	if (!o || !f) {
+		free(o);
+		free(f);
+		return scl_error(SC_ERR_NOMEM, "rank %d: barrier: out of memory", c->rank);
+	}
+	o->handle = h;
+	o->status = SC_IN_PROGRESS;
+	pthread_mutex_lock(&c->mu);
+	if (c->dead != SC_OK) {
+		st = scl_error(c->dead, "rank %d: barrier: %s", c->rank, c->dead_msg);
+		pthread_mutex_unlock(&c->mu);
+		free(o);
+		free(f);
+		return st;
+	}
+	slot = &c->ops[h % SCL_OP_BUCKETS];
+	o->next = *slot;
+	*slot = o;
+	client_enqueue(c, f);
+	pthread_mutex_unlock(&c->mu);
+	*handle_p = h;
+	return SC_OK;
+}
+
+SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_barrier_async(client, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
 }
 
 /* ---- finalize ------------------------------------------------------------------------ */

@@ -36,6 +36,7 @@ typedef struct scd_session {
 	int pidfd;
 	uv_poll_t pidpoll;
 	scd_reg_t *regs;
+	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
 	uint64_t last_ms;
 	struct scd_session *next;
 	struct scd_ctl *ctl;
@@ -53,6 +54,11 @@ struct scd_ctl {
 	int n_trainers;
 	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
 	char degraded_reason[256];
+	/* barriers: the last one that ended on every rank, the local trainers in the next
+	 * one (since when), and whether the node entered it (world/barrier.c) */
+	uint64_t barrier_seq;
+	int barrier_waiting, barrier_entered;
+	uint64_t barrier_since_ms;
 	struct pending_q {
 		uint64_t id, seq;
 		uint8_t ident[256];
@@ -140,8 +146,34 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */
 }
 
+/* Ends every local trainer's barrier in progress. */
+static void barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
+{
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->barrier_handle) {
+			send_completion(ctl, s, s->barrier_handle, st, error);
+			s->barrier_handle = 0;
+		}
+	ctl->barrier_waiting = 0;
+	ctl->barrier_entered = 0;
+}
+
+void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t st, const char *error)
+{
+	if (seq <= ctl->barrier_seq) /* an end this node already took */
+		return;
+	ctl->barrier_seq = seq;
+	barrier_complete(ctl, st, error);
+}
+
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 {
+	if (ctl->barrier_waiting) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "barrier %llu failed on node %d: %s",
+			 (unsigned long long)ctl->barrier_seq + 1, ctl->d->rank, error);
+		barrier_complete(ctl, st, msg);
+	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_IDLE) {
@@ -253,6 +285,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	int inflight = 0;
 	for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
 		inflight += r->handle != 0;
+	inflight += s->barrier_handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
 		snprintf(why, sizeof(why),
 			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
@@ -263,6 +296,14 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
 		ctl->up->node_state(ctl->d->world, 1, why);
+	}
+	/* A barrier cannot complete without the trainer: the node's waiters fail now (and the
+	 * coordinator ends it on every rank once it learns the node is degraded). */
+	if (why[0] && ctl->barrier_waiting) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",
+			 (unsigned long long)ctl->barrier_seq + 1, why);
+		barrier_complete(ctl, SC_ERR_ABORTED, msg);
 	}
 	/* Operations of the node that can no longer complete fail now. One that every local
 	 * trainer had submitted (announced, or running) still runs with the data the dead
@@ -585,6 +626,40 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 }
 
+static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__Barrier *b)
+{
+	char err[512] = "";
+	sc_status_t st = SC_OK;
+	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
+	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "a barrier is for trainers, not control clients");
+	} else if (!b->handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "rank %d: barrier: handle 0 is not valid", rank);
+	} else if (s->barrier_handle) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err), "rank %d: already in a barrier", rank);
+	} else if (ctl->degraded) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err), "rank %d: barrier refused: %s", rank,
+			 ctl->degraded_reason);
+	}
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	s->barrier_handle = b->handle;
+	send_ok(ctl, s, seq);
+	if (ctl->barrier_waiting++ == 0)
+		ctl->barrier_since_ms = scd_now_ms();
+	if (ctl->barrier_waiting == ctl->d->local_size && !ctl->barrier_entered) {
+		ctl->barrier_entered = 1;
+		ctl->up->barrier_enter(ctl->d->world, ctl->barrier_seq + 1);
+	}
+}
+
 static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 {
 	scd_daemon_t *d = ctl->d;
@@ -844,6 +919,9 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	case SPARSECOMM__CLIENT_MSG__BODY_PENDING:
 		handle_pending(ctl, s, seq);
 		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_BARRIER:
+		handle_barrier(ctl, s, seq, msg->barrier);
+		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:
 		handle_config(ctl, s, seq, msg);
@@ -887,6 +965,20 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 	/* Tensors some local trainers submitted and others never did. */
 	uint64_t now = scd_now_ms();
 	uint64_t stall = (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_stall_timeout_ms);
+	if (ctl->barrier_waiting && !ctl->barrier_entered &&
+	    now - ctl->barrier_since_ms >= stall) {
+		char msg[512];
+		int n = snprintf(
+		    msg, sizeof(msg), "barrier %llu stalled for %llu ms on node %d: local rank",
+		    (unsigned long long)ctl->barrier_seq + 1,
+		    (unsigned long long)(now - ctl->barrier_since_ms), ctl->d->rank);
+		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 32; l++)
+			if (!ctl->by_local[l] || !ctl->by_local[l]->barrier_handle)
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)",
+					      l, ctl->d->rank * ctl->d->local_size + l);
+		snprintf(msg + n, sizeof(msg) - (size_t)n, " never entered it");
+		barrier_complete(ctl, SC_ERR_STALLED, msg);
+	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_LOCAL_WAIT || now - nt->state_since_ms < stall)

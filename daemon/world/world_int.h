@@ -14,6 +14,7 @@
 typedef struct scd_peer {
 	int joined;
 	int degraded;
+	int barrier_in;	       /* entered the barrier in progress (coordinator) */
 	uint64_t degraded_seq; /* when it became degraded (the coordinator's count) */
 	char degraded_reason[256];
 	uint8_t ident[256];
@@ -113,7 +114,19 @@ struct scd_world {
 	int n_fusion_bufs;
 	/* jobs */
 	uint64_t job_seq;
+	/* barriers (coordinator, barrier.c): the last one concluded, how many ranks entered
+	 * the next one, and when the first did */
+	uint64_t barrier_seq;
+	int barrier_count;
+	uint64_t barrier_first_ms;
 };
+
+/* barrier.c */
+void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m);
+void scd_barrier_on_done(scd_world_t *w, const Sparsecomm__BarrierDone *m);
+/* The coordinator's barrier in progress fails once a rank is degraded or missing past
+ * stall_timeout_ms. */
+void scd_barrier_tick(scd_world_t *w);
 
 /* world.c */
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);

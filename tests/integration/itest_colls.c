@@ -286,3 +286,94 @@ int it_ops(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/* One barrier in which rank late enters delay_s after the others: every other rank's
+ * barrier must take about that long, and none may return before late has entered. */
+static void barrier_round(sc_client_t *c, int late, double delay_s, int round)
+{
+	int rank = sc_rank(c);
+	it_barrier(c, "barrier.align", 0); /* start together (an allreduce) */
+	double t0 = it_now_s();
+	if (rank == late)
+		it_sleep_ms((int)(delay_s * 1000));
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier %d (rank %d late)", round, late);
+	double dt = it_now_s() - t0;
+	if (rank != late && dt < delay_s * 0.9)
+		IT_FAIL("barrier %d returned after %.3f s although rank %d entered it only "
+			"after %.3f s",
+			round, dt, late, delay_s);
+	it_log("barrier %d, rank %d late by %.1f s: returned after %.3f s", round, late,
+	       delay_s, dt);
+}
+
+int it_barrier_case(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int P = sc_size(c), rank = sc_rank(c);
+	for (int round = 0; round < 3; round++)
+		barrier_round(c, (round * 2 + 1) % P, 1.0, round);
+	/* many in a row, with an allreduce in flight meanwhile */
+	sc_tensor_t *t = it_register(c, "barrier.sum", SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 5, rank, 1);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "sc_allreduce_async");
+	double t0 = it_now_s();
+	for (int k = 0; k < 50; k++)
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier %d of 50", k);
+	it_log("50 barriers in %.3f s", it_now_s() - t0);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	char why[512];
+	if (r != SC_OK ||
+	    it_check(sc_tensor_data(t), SC_FLOAT32, 1000, 5, P, 1, SC_OP_SUM, why, sizeof(why)))
+		IT_FAIL("allreduce beside the barriers: %s %s", it_wait_name(r), why);
+	/* a second barrier while one is in flight */
+	sc_handle_t b1 = 0, b2 = 0;
+	IT_CHECK_SC(sc_barrier_async(c, &b1), "sc_barrier_async");
+	sc_status_t st = sc_barrier_async(c, &b2);
+	if (st == SC_OK)
+		st = (sc_status_t)it_wait(c, b2, IT_ERROR_TIMEOUT_MS);
+	if (st != SC_ERR_BUSY)
+		IT_FAIL("a second barrier in flight: expected SC_ERR_BUSY, got %s",
+			sc_status_name(st));
+	IT_CHECK_SC((sc_status_t)it_wait(c, b1, IT_OP_TIMEOUT_MS), "the first barrier");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/* Rank 1 skips a barrier: every other rank's ends with SC_ERR_STALLED naming rank 1
+ * (stall_timeout_ms short); then every rank, rank 1 included, passes the next one. */
+int it_barrier_stalled(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	if (rank != 1) {
+		double t0 = it_now_s();
+		sc_status_t st = sc_barrier(c, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_STALLED)
+			IT_FAIL(
+			    "a barrier rank 1 never enters: expected SC_ERR_STALLED, got %s: "
+			    "%s",
+			    sc_status_name(st), sc_last_error());
+		if (!it_mentions_rank(sc_last_error(), 1))
+			IT_FAIL("the barrier's stall does not name rank 1: '%s'",
+				sc_last_error());
+		it_log("barrier without rank 1: %s after %.2f s: %s", sc_status_name(st),
+		       it_now_s() - t0, sc_last_error());
+	} else {
+		it_sleep_ms(4000); /* past the others' stall */
+	}
+	/* the ranks arrive at different times: a barrier that stalls meanwhile is entered
+	 * again, within a deadline */
+	double deadline = it_now_s() + IT_ERROR_TIMEOUT_MS / 1000.0;
+	sc_status_t st;
+	do
+		st = sc_barrier(c, IT_ERROR_TIMEOUT_MS);
+	while (st == SC_ERR_STALLED && it_now_s() < deadline);
+	IT_CHECK_SC(st, "the barrier after the stall");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

@@ -158,6 +158,12 @@ run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 run_case "ops n=3" 3 1 180 0 3 -- "$itest" ops
 run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
 
+# barrier: a late rank holds every other rank's barrier; a missing one stalls it.
+run_case "barrier n=3" 3 1 120 0 3 -- "$itest" barrier
+run_case "barrier n=2 per-node=2" 2 2 120 0 4 -- "$itest" barrier
+run_case "barrier stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" barrier-stalled
+run_case "barrier stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" barrier-stalled
+
 # fusion: 300 tensors in a rank-dependent order.
 run_case "fusion n=1" 1 1 120 0 1 -- "$itest" fusion
 run_case "fusion n=3" 3 1 180 0 3 -- "$itest" fusion

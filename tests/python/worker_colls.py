@@ -76,6 +76,22 @@ def unknown_op_refused():
         assert "median" in str(e), e
 
 
+@check
+def barrier_waits_for_the_last_rank():
+    import time
+    for late in (0, P - 1):
+        sc.allreduce(torch.zeros(1), name="barrier.align")  # start together
+        t0 = time.monotonic()
+        if R == late:
+            time.sleep(1.0)
+        sct.barrier()
+        dt = time.monotonic() - t0
+        assert R == late or dt >= 0.9, "barrier returned after %.3f s, rank %d was 1 s " \
+            "late" % (dt, late)
+    for _ in range(20):
+        sc.barrier(timeout=30)
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

@@ -96,7 +96,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_",
+    "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_", "barrier",
     "registered", "library_path", "status_name",
 ]
 
@@ -988,6 +988,34 @@ def _unravel(lin, sparse_shape):
         out.append(lin % d)
         lin = lin // d
     return reversed(out)
+
+
+# ---- barrier -----------------------------------------------------------------------
+
+def barrier(timeout=None):
+    """Returns once every trainer of the job has called barrier() (sc_barrier_async: the
+    daemons agree through their coordinator; no tensor is involved).  Raises
+    SparsecommError: SC_ERR_STALLED naming the ranks that did not arrive within the
+    daemons' stall_timeout_ms, SC_ERR_ABORTED when a trainer exited, SC_ERR_TIMEOUT after
+    ``timeout`` seconds (None: the default given to init())."""
+    c = _need()
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_barrier_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "barrier")
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
+        if st == _lib.SC_OK:
+            return
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "barrier")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete within "
+                                  "%.1f s (rank %d)" % (tmo, c.rank))
 
 
 # ---- broadcast ---------------------------------------------------------------------

@@ -47,7 +47,7 @@ import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
     shutdown, is_initialized, rank, size, local_rank, local_size, allreduce, allreduce_,
-    allreduce_async, allreduce_async_, broadcast_, broadcast_async_)
+    allreduce_async, allreduce_async_, broadcast_, broadcast_async_, barrier)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
 
