@@ -304,6 +304,20 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 				int timeout_ms);
 
 /*
+ * Broadcast: once it completes, every trainer's buffer of the tensor holds what trainer
+ * root_rank's held when it submitted (in place, like an allreduce; every trainer submits
+ * the tensor with the same root, or each fails with SC_ERR_MISMATCH naming every rank's
+ * operation). The root's node sends the buffer once to every other node, which copies it
+ * to its trainers: half the bytes a sum allreduce moves. Any dtype; a tensor with a
+ * sparsifier, or COO input, refuses it (SC_ERR_UNSUPPORTED). Wait with sc_poll / sc_wait.
+ */
+SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				      sc_handle_t *handle_p);
+/* sc_broadcast_async followed by sc_wait. */
+SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				int timeout_ms);
+
+/*
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
  * barrier of each trainer since it connected). The daemons agree through their
  * coordinator; no tensor is involved and nothing travels on the data plane. The handle is

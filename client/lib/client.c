@@ -812,8 +812,9 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
+/* Starts an allreduce (root < 0) or a broadcast from trainer rank root of t. */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
-				   size_t nnz, sc_handle_t *handle_p)
+				   size_t nnz, int root, sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
@@ -829,7 +830,13 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
-	if (op < SC_OP_SUM || op > SC_OP_PRODUCT)
+	if (root >= c->size)
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: broadcast of tensor '%s': root rank %d is not a rank of "
+		    "the job (0 to %d)",
+		    c->rank, t->name, root, c->size - 1);
+	if (root < 0 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
@@ -850,6 +857,8 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.op = op;
 	ar.coo = coo != 0;
 	ar.sparse_result = coo == 2;
+	ar.broadcast = root >= 0;
+	ar.root_rank = root >= 0 ? (uint32_t)root : 0;
 	ar.nnz = coo ? nnz : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
@@ -911,20 +920,20 @@ err_unlock:
 SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
 				      sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 0, 0, handle_p);
+	return allreduce_start(client, tensor, op, 0, 0, -1, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
+	return allreduce_start(client, tensor, op, 1, nnz, -1, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
+	return allreduce_start(client, tensor, op, 2, nnz, -1, handle_p);
 }
 
 /* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
@@ -1032,6 +1041,26 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 {
 	sc_handle_t h;
 	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
+}
+
+SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				      sc_handle_t *handle_p)
+{
+	if (root_rank < 0)
+		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
+				 root_rank);
+	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, handle_p);
+}
+
+SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_broadcast_async(client, tensor, root_rank, &h);
 
 	if (st != SC_OK)
 		return st;

@@ -554,6 +554,9 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 	scd_ntensor_t *nt = r->nt;
 	sc_status_t st = SC_OK;
+	int trainers = ctl->d->world_size * ctl->d->local_size;
+	uint32_t opw = a->broadcast ? SCD_OP_BROADCAST | a->root_rank : a->op;
+	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': handle 0 is not valid", nt->name);
@@ -561,18 +564,24 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (a->op > SC_OP_PRODUCT) {
+	} else if (!a->broadcast && a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
 			 a->op);
-	} else if (a->op > SC_OP_AVERAGE &&
-		   (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
+	} else if (a->broadcast && a->root_rank >= (uint32_t)trainers) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "broadcast of tensor '%s': root rank %u is not a rank of the job (0 to "
+		    "%d)",
+		    nt->name, a->root_rank, trainers - 1);
+	} else if (opw > SC_OP_AVERAGE && (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
 		/* a residual and a list's implicit zeros mean a sum */
 		st = SC_ERR_UNSUPPORTED;
 		snprintf(err, sizeof(err),
-			 "tensor '%s': %s is a dense reduction: a tensor with a sparsifier or "
+			 "tensor '%s': %s is a dense operation: a tensor with a sparsifier or "
 			 "COO input takes sum and average only",
-			 nt->name, sc_reduce_op_name((sc_reduce_op_t)a->op));
+			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -600,21 +609,23 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
-	r->op = a->op;
+	r->op = opw;
 	r->coo = a->coo;
 	r->sparse_result = a->coo && a->sparse_result;
 	r->nnz = a->nnz;
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
-		nt->op = a->op;
+		nt->op = opw;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
-	} else if (nt->op != a->op) {
+	} else if (nt->op != opw) {
+		char other[64];
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
-			 "reductions (%s and %s)",
-			 nt->name, ctl->d->rank, sc_reduce_op_name((sc_reduce_op_t)nt->op),
-			 sc_reduce_op_name((sc_reduce_op_t)a->op));
+			 "operations (%s and %s)",
+			 nt->name, ctl->d->rank,
+			 scd_op_describe(nt->op, opname, sizeof(opname)),
+			 scd_op_describe(opw, other, sizeof(other)));
 		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
 		return;
 	}

@@ -113,8 +113,9 @@ static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
  * tensor restricts its buffer to lossless schemes, and lossy schemes need every tensor's
  * error feedback), the same sparse-ahead-or-dense class (a dense tensor in a buffer of
  * sparsified ones would make the whole buffer dense), the same pinned scheme (a buffer
- * runs one) and, for min, max and product, the same reduction (a buffer reduces by one
- * op; sum and average share buffers, each item averaging its own). Sparsifiers may
+ * runs one) and, for min, max, product and broadcasts, the same operation word (a buffer
+ * reduces by one op or comes from one root; sum and average share buffers, each item
+ * averaging its own). Sparsifiers may
  * differ: each tensor keeps its own selection and residual. The coordinator adds the dtype
  * and the scheme_pins pattern a name matches.
  */

@@ -229,6 +229,23 @@ static void local_reduce(const scd_device_ops_t *dev, scd_job_item_t *it, int i,
 		it->nonfinite = scd_count_f32_nonfinite(dst, it->numel);
 }
 
+/* A broadcast's local step: on the root's node, the root trainer's buffer (root_local,
+ * its local rank) becomes the node's; elsewhere the buffer only receives. */
+static void local_broadcast(const scd_device_ops_t *dev, const scd_job_item_t *it,
+			    uint32_t dtype, void *dst, int root_local)
+{
+	if (root_local < 0)
+		return;
+	for (int s = 0; s < it->n_src; s++)
+		if (it->src[s].local_rank == root_local) {
+			if (dst != it->src[s].dense)
+				dev->copy(dst, it->src[s].dense,
+					  it->numel * sc_dtype_size(dtype));
+			return;
+		}
+	dev->clear(dst, it->numel * sc_dtype_size(dtype)); /* the root's tensor went away */
+}
+
 /* The float32 sums go through the scheme layer (bufctx); the other dtypes and the other
  * reductions through the transport's typed ring. */
 static int job_schemes(const scd_job_t *job)
@@ -295,6 +312,53 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	job->scheme = SCD_SCHEME_DENSE_RING;
 	job->predicted_s =
 	    P > 1 ? 2 * (P - 1) * e->alpha_s + 2 * (P - 1) / P * bytes * e->beta_s_per_byte : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/* A broadcast: the root's node sends the buffer once to every other node, which receives
+ * it (P - 1 copies leave the root, half the bytes of the ring's sum); staged through host
+ * memory where the device's is not, as the dense ring. The report: one round of the whole
+ * buffer per peer from the root. */
+static sc_status_t broadcast_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				   void *buf)
+{
+	int P = e->d->world_size, me = e->d->rank;
+	int root = scd_op_root(job->op) / e->d->local_size;
+	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
+	double t0 = scd_now_s();
+	void *host = buf;
+	scd_xfer_t *x = malloc(sizeof(*x) * (size_t)P);
+	if (!x || (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, nbytes)))) {
+		free(x);
+		snprintf(job->error, sizeof(job->error),
+			 "broadcast (%s): cannot stage %zu bytes through host memory",
+			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
+		return SC_ERR_NOMEM;
+	}
+	int n = 0;
+	sc_status_t st;
+	if (me == root) {
+		if (host != buf)
+			dev->to_host(host, buf, nbytes);
+		for (int r = 0; r < P; r++)
+			if (r != me)
+				x[n++] = (scd_xfer_t){.peer = r, .buf = host, .bytes = nbytes};
+		st = scd_transport_exchange(e->transport, x, n, NULL, 0, job->timeout_ms);
+	} else {
+		x[0] = (scd_xfer_t){.peer = root, .buf = host, .bytes = nbytes};
+		st = scd_transport_exchange(e->transport, NULL, 0, x, 1, job->timeout_ms);
+		if (st == SC_OK && host != buf)
+			dev->from_host(buf, host, nbytes);
+	}
+	free(x);
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "broadcast from node %d (%s): %s",
+			 root, sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? e->alpha_s + (P - 1) * (double)nbytes * e->beta_s_per_byte : 0;
 	job->density = job->gamma = job->imbalance = 1;
 	return st;
 }
@@ -561,7 +625,13 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	scd_nonfinite_t nonfinite =
 	    run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
-	if (!coo_direct(dev, job))
+	int L = e->d->local_size, root = scd_op_root(job->op);
+	if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
+		for (int i = 0; i < job->n_items; i++)
+			local_broadcast(dev, &job->items[i], job->dtype,
+					run->buf + job->items[i].offset * esz,
+					root / L == e->d->rank ? root % L : -1);
+	else if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
 			local_reduce(
@@ -618,6 +688,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	if (job_schemes(job))
 		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, e->transport,
 					    e->alpha_s, e->beta_s_per_byte, &run->prep);
+	else if (scd_op_is_broadcast(job->op))
+		st = broadcast_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, run->buf);
 	e->transport->ops->counters(e->transport, &c1);

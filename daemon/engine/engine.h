@@ -35,6 +35,7 @@
 #define SCD_ENGINE_ENGINE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "daemon.h"
 #include "device/device.h"
@@ -83,6 +84,34 @@ typedef struct scd_job_src {
 	 * entry count (or UINT64_MAX, dense) here */
 	uint64_t *result_nnz;
 } scd_job_src_t;
+
+/*
+ * The operation word of a node tensor's step, as negotiation carries it (nt->op, the
+ * announcements' and the response cache's op): an sc_reduce_op_t, or a broadcast from
+ * trainer rank root as SCD_OP_BROADCAST | root. The ranks must agree on the whole word: a
+ * broadcast from another root is a mismatch like another reduction.
+ */
+#define SCD_OP_BROADCAST 0x80000000u
+
+static inline int scd_op_is_broadcast(uint32_t op)
+{
+	return (op & SCD_OP_BROADCAST) != 0;
+}
+
+static inline int scd_op_root(uint32_t op)
+{
+	return (int)(op & ~SCD_OP_BROADCAST);
+}
+
+/* "sum", "max", ... or "broadcast from rank 3", in buf. */
+static inline const char *scd_op_describe(uint32_t op, char *buf, size_t len)
+{
+	if (scd_op_is_broadcast(op))
+		snprintf(buf, len, "broadcast from rank %d", scd_op_root(op));
+	else
+		snprintf(buf, len, "%s", sc_reduce_op_name((sc_reduce_op_t)op));
+	return buf;
+}
 
 typedef struct scd_job_item {
 	struct scd_ntensor *nt; /* NULL: gone from this node, takes part with zeros */
@@ -161,9 +190,9 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	uint32_t dtype;		/* sc_dtype_t of every item */
-	uint32_t op;		/* sc_reduce_op_t the buffer reduces by: SC_OP_SUM for sum and
-				   average items (each averages its own), else every item's
-				   MIN, MAX or PRODUCT (they never fuse with others) */
+	uint32_t op;		/* the operation word (above) of the buffer: SC_OP_SUM for sum
+				   and average items (each averages its own), else every item's
+				   MIN, MAX, PRODUCT or broadcast (they never fuse with others) */
 	double average_divisor; /* trainers in the job */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */

@@ -65,8 +65,8 @@ void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnt
 	w->barrier_count++;
 	int dr = barrier_degraded(w);
 	if (dr >= 0) {
-		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s", (unsigned long long)want,
-			 w->peers[dr].degraded_reason);
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
+			 (unsigned long long)want, w->peers[dr].degraded_reason);
 		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
 	} else if (w->barrier_count == w->d->world_size) {
 		barrier_conclude(w, want, SC_OK, NULL);
@@ -81,8 +81,8 @@ void scd_barrier_tick(scd_world_t *w)
 	char msg[1024];
 	int dr = barrier_degraded(w);
 	if (dr >= 0) {
-		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s", (unsigned long long)want,
-			 w->peers[dr].degraded_reason);
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
+			 (unsigned long long)want, w->peers[dr].degraded_reason);
 		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
 		return;
 	}
@@ -92,12 +92,14 @@ void scd_barrier_tick(scd_world_t *w)
 	/* Names the nodes that never entered and their trainer ranks (a node enters once all
 	 * its trainers have; which of them did not, its own trainers learn from it). */
 	int L = w->d->local_size, missing = w->d->world_size - w->barrier_count, k = 0;
-	int n = snprintf(msg, sizeof(msg), "barrier %llu stalled: %s", (unsigned long long)want,
-			 L > 1 ? (missing > 1 ? "the trainers of nodes" : "the trainers of node")
-			       : (missing > 1 ? "ranks" : "rank"));
+	int n =
+	    snprintf(msg, sizeof(msg), "barrier %llu stalled: %s", (unsigned long long)want,
+		     L > 1 ? (missing > 1 ? "the trainers of nodes" : "the trainers of node")
+			   : (missing > 1 ? "ranks" : "rank"));
 	for (int r = 0; r < w->d->world_size && n < (int)sizeof(msg) - 96; r++)
 		if (!w->peers[r].barrier_in)
-			n += snprintf(msg + n, sizeof(msg) - (size_t)n, "%s %d", k++ ? "," : "", r);
+			n += snprintf(msg + n, sizeof(msg) - (size_t)n, "%s %d", k++ ? "," : "",
+				      r);
 	if (L > 1) {
 		n += snprintf(msg + n, sizeof(msg) - (size_t)n, " (ranks");
 		k = 0;

@@ -323,7 +323,7 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 		else if (e->dtype[r] != e->dtype[0])
 			kind = 1, what = "dtype";
 		else if (e->op[r] != e->op[0])
-			kind = 2, what = "reduction";
+			kind = 2, what = "operation";
 	}
 	if (kind < 0)
 		return 0;
@@ -331,13 +331,13 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
 			 what);
 	for (int r = 0; r < P && n < (int)len - 48; r++) {
-		char val[32];
+		char val[48];
 		if (kind == 0)
 			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
 		else if (kind == 1)
 			snprintf(val, sizeof(val), "%s", sc_dtype_name(e->dtype[r]));
 		else
-			snprintf(val, sizeof(val), "%s", sc_reduce_op_name(e->op[r]));
+			scd_op_describe(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
 			      val);
 	}
@@ -1215,7 +1215,9 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		nt->stats.measured_s = job->time_s;
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
-				 scd_scheme_name((scd_scheme_t)job->scheme));
+				 scd_op_is_broadcast(job->op)
+				     ? "broadcast"
+				     : scd_scheme_name((scd_scheme_t)job->scheme));
 			nt->stats.predicted_s = job->predicted_s;
 			nt->stats.density = job->density;
 			nt->stats.densification = job->gamma;

@@ -377,3 +377,190 @@ int it_barrier_stalled(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/* Rank r's broadcast input: distinct on every rank, of every dtype. */
+static void bcast_fill(void *x, sc_dtype_t dt, size_t n, int rank)
+{
+	for (size_t i = 0; i < n; i++) {
+		long long v = (long long)((i * 31 + 7) % 1009) * 1000 + rank;
+		switch (dt) {
+		case SC_FLOAT32:
+			((float *)x)[i] = (float)v * 0.25f;
+			break;
+		case SC_FLOAT64:
+			((double *)x)[i] = (double)v * 0.125;
+			break;
+		case SC_INT32:
+			((int32_t *)x)[i] = (int32_t)-v;
+			break;
+		case SC_INT64:
+			((int64_t *)x)[i] = v << 30;
+			break;
+		}
+	}
+}
+
+static void bcast_one(sc_client_t *c, sc_tensor_t *t, int root, const char *when)
+{
+	size_t n = sc_tensor_numel(t), es = sc_dtype_size(sc_tensor_dtype(t));
+	bcast_fill(sc_tensor_data(t), sc_tensor_dtype(t), n, sc_rank(c));
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_broadcast_async(c, t, root, &h), "sc_broadcast_async('%s', root %d)",
+		    sc_tensor_name(t), root);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("broadcast of '%s' from rank %d%s: %s: %s", sc_tensor_name(t), root,
+			when, it_wait_name(r), it_wait_error());
+	unsigned char *want = malloc(n * es);
+	if (!want)
+		IT_FAIL("out of memory");
+	bcast_fill(want, sc_tensor_dtype(t), n, root);
+	if (memcmp(want, sc_tensor_data(t), n * es)) {
+		size_t i = 0;
+		while (!memcmp(want + i * es, (char *)sc_tensor_data(t) + i * es, es))
+			i++;
+		IT_FAIL("broadcast of '%s' (%s x %zu) from rank %d%s: element %zu differs from "
+			"the root's",
+			sc_tensor_name(t), sc_dtype_name(sc_tensor_dtype(t)), n, root, when, i);
+	}
+	free(want);
+}
+
+/* The node's bytes sent and received for t so far (sc_tensor_stats). */
+static void bcast_bytes(sc_client_t *c, sc_tensor_t *t, double *sent, double *recv)
+{
+	sc_tensor_stats_t s;
+	memset(&s, 0, sizeof(s));
+	s.struct_size = sizeof(s);
+	IT_CHECK_SC(sc_tensor_stats(c, t, &s), "sc_tensor_stats('%s')", sc_tensor_name(t));
+	*sent = (double)s.bytes_sent, *recv = (double)s.bytes_received;
+}
+
+int it_broadcast(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int P = sc_size(c), rank = sc_rank(c), L = sc_local_size(c), nodes = P / L;
+	static const sc_dtype_t dts[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	static const size_t sizes[] = {1, 1000, 1000003};
+	int roots[3] = {0, P - 1, P / 2};
+	for (size_t d = 0; d < 4; d++)
+		for (size_t s = 0; s < 3; s++) {
+			char name[64];
+			snprintf(name, sizeof(name), "bcast.%s.%zu", sc_dtype_name(dts[d]),
+				 sizes[s]);
+			sc_tensor_t *t = it_register(c, name, dts[d], sizes[s]);
+			for (int k = 0; k < 3; k++)
+				bcast_one(c, t, roots[k], "");
+		}
+	it_log("broadcasts of 4 dtypes x 1, 1000, 1000003 from ranks %d, %d, %d: exact",
+	       roots[0], roots[1], roots[2]);
+
+	/* many small broadcasts in flight together (fused by root), beside a sum */
+	enum { N = 12 };
+	sc_tensor_t *f[N];
+	sc_handle_t h[N];
+	for (int k = 0; k < N; k++) {
+		char name[64];
+		snprintf(name, sizeof(name), "bcast.fused.%02d", k);
+		f[k] = it_register(c, name, SC_FLOAT32, 3 + (size_t)k * 17);
+		bcast_fill(sc_tensor_data(f[k]), SC_FLOAT32, sc_tensor_numel(f[k]), rank);
+		if (k % 3 == 2)
+			IT_CHECK_SC(sc_allreduce_async(c, f[k], SC_OP_SUM, &h[k]), "sum");
+		else
+			IT_CHECK_SC(sc_broadcast_async(c, f[k], (k % 3) * (P - 1), &h[k]),
+				    "broadcast");
+	}
+	for (int k = 0; k < N; k++) {
+		int r = it_wait(c, h[k], IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("'%s': %s: %s", sc_tensor_name(f[k]), it_wait_name(r),
+				it_wait_error());
+		size_t n = sc_tensor_numel(f[k]);
+		const float *x = sc_tensor_data(f[k]);
+		for (size_t i = 0; i < n; i++) {
+			float want = 0;
+			if (k % 3 == 2)
+				for (int q = 0; q < P; q++)
+					want +=
+					    (float)((long long)((i * 31 + 7) % 1009) * 1000 +
+						    q) *
+					    0.25f;
+			else
+				want = (float)((long long)((i * 31 + 7) % 1009) * 1000 +
+					       (k % 3) * (P - 1)) *
+				       0.25f;
+			if (x[i] != want)
+				IT_FAIL(
+				    "'%s' in flight with other roots and a sum: [%zu] = %g, "
+				    "expected %g",
+				    sc_tensor_name(f[k]), i, x[i], want);
+		}
+	}
+	it_log("%d small broadcasts from two roots and sums in flight together: exact", N);
+
+	/* the bytes: the root's node sends the buffer once to every other node, at most half
+	 * of what a sum allreduce of it (the ring's 2(P - 1) / P of it from every node, and
+	 * the scheme's framing) sends over all nodes */
+	sc_tensor_t *b = it_register(c, "bcast.bytes", SC_FLOAT32, 1 << 20);
+	double nbytes = (double)(4u << 20), s0, r0, s1, r1, s2, r2;
+	bcast_bytes(c, b, &s0, &r0);
+	bcast_one(c, b, P - 1, ", measured");
+	bcast_bytes(c, b, &s1, &r1);
+	IT_CHECK_SC(sc_allreduce(c, b, SC_OP_SUM, IT_OP_TIMEOUT_MS), "sum of 'bcast.bytes'");
+	bcast_bytes(c, b, &s2, &r2);
+	int root_node = (P - 1) / L, node = rank / L;
+	double want_sent = node == root_node ? (nodes - 1) * nbytes : 0;
+	double want_recv = node == root_node ? 0 : nbytes;
+	if (s1 - s0 != want_sent || r1 - r0 != want_recv)
+		IT_FAIL("broadcast of %.0f bytes from rank %d: node %d sent %.0f and received "
+			"%.0f bytes, expected %.0f and %.0f",
+			nbytes, P - 1, node, s1 - s0, r1 - r0, want_sent, want_recv);
+	/* over every node (one trainer per node counts its node's bytes) */
+	int first = rank % L == 0;
+	double bc_all = it_barrier(c, "bcast.bytes.bc", first ? s1 - s0 : 0);
+	double ar_all = it_barrier(c, "bcast.bytes.ar", first ? s2 - s1 : 0);
+	if (bc_all != (nodes - 1) * nbytes || ar_all < 2 * bc_all)
+		IT_FAIL("a broadcast sent %.0f bytes over all nodes, a sum allreduce %.0f: "
+			"expected %.0f, at most half",
+			bc_all, ar_all, (nodes - 1) * nbytes);
+	it_log("4 MiB broadcast: %.0f bytes sent over %d nodes, a sum allreduce %.0f", bc_all,
+	       nodes, ar_all);
+
+	/* errors: a root outside the job, a sparsified tensor, roots that differ */
+	sc_handle_t bad = 0;
+	sc_status_t st = sc_broadcast_async(c, b, P, &bad);
+	if (st != SC_ERR_INVALID || !it_mentions_number(sc_last_error(), P))
+		IT_FAIL("broadcast from root %d of %d trainers: expected SC_ERR_INVALID naming "
+			"it, got %s: '%s'",
+			P, P, sc_status_name(st), sc_last_error());
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.1;
+	sc_tensor_t *tk = NULL;
+	IT_CHECK_SC(sc_register_ex(c, "bcast.topk", SC_FLOAT32, 100, &o, &tk), "register");
+	st = sc_broadcast_async(c, tk, 0, &bad);
+	int r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
+	if (r != SC_ERR_UNSUPPORTED)
+		IT_FAIL("broadcast of a top-k tensor: expected SC_ERR_UNSUPPORTED, got %s",
+			it_wait_name(r));
+	if (P >= 2 && L == 1) {
+		sc_tensor_t *m = it_register(c, "bcast.mismatch", SC_INT64, 10);
+		st = sc_broadcast_async(c, m, rank == 1 ? 1 : 0, &bad);
+		r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
+		const char *msg = st == SC_OK ? it_wait_error() : sc_last_error();
+		if (r != SC_ERR_MISMATCH || !strstr(msg, "bcast.mismatch") ||
+		    !strstr(msg, "broadcast from rank 1") ||
+		    !strstr(msg, "broadcast from rank 0"))
+			IT_FAIL(
+			    "roots that differ: expected SC_ERR_MISMATCH naming the tensor and "
+			    "both roots, got %s: '%s'",
+			    it_wait_name(r), msg);
+		it_log("roots that differ: %s", msg);
+		bcast_one(c, m, 1, " after a mismatch");
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

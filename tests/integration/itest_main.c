@@ -325,6 +325,7 @@ static const struct {
     {"sums-small", it_sums, "sums of sizes 1, 3 or P-1, 1000 only"},
     {"fusion", it_fusion, "[--tensors N] [--steps N]: many small async tensors"},
     {"ops", it_ops, "min, max, product of every dtype exact; refusals and mismatches"},
+    {"broadcast", it_broadcast, "broadcasts of every dtype exact, their bytes, errors"},
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},
     {"barrier-stalled", it_barrier_stalled, "rank 1 skips a barrier: SC_ERR_STALLED"},
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},

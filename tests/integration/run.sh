@@ -158,6 +158,10 @@ run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 run_case "ops n=3" 3 1 180 0 3 -- "$itest" ops
 run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
 
+# broadcast: every dtype from several roots, fused, its bytes (half a sum's), errors.
+run_case "broadcast n=3" 3 1 180 0 3 -- "$itest" broadcast
+run_case "broadcast n=2 per-node=2" 2 2 180 0 4 -- "$itest" broadcast
+
 # barrier: a late rank holds every other rank's barrier; a missing one stalls it.
 run_case "barrier n=3" 3 1 120 0 3 -- "$itest" barrier
 run_case "barrier n=2 per-node=2" 2 2 120 0 4 -- "$itest" barrier

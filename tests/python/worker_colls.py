@@ -92,6 +92,46 @@ def barrier_waits_for_the_last_rank():
         sc.barrier(timeout=30)
 
 
+@check
+def broadcast_every_form():
+    root = P - 1
+    for dt in (torch.float32, torch.float64, torch.int32, torch.int64):
+        t = (torch.arange(1000, dtype=torch.int64) * 7 + R).to(dt)
+        want = (torch.arange(1000, dtype=torch.int64) * 7 + root).to(dt)
+        got = sc.broadcast(t, root_rank=root, name="bc.%s" % dt)
+        assert torch.equal(got, want) and torch.equal(t, (torch.arange(1000) * 7 + R).to(dt))
+        sct.broadcast_(t, root_rank=root, name="bc_.%s" % dt)
+        assert torch.equal(t, want), (dt, t[:4])
+    a = np.full((3, 4), float(R))
+    assert np.array_equal(sc.broadcast(a, root_rank=1 % P, name="bc.np"), np.full((3, 4), 1.0 % P))
+    try:
+        sc.broadcast(torch.ones(2), root_rank=P, name="bc.bad")
+        raise AssertionError("a root outside the job was accepted")
+    except ValueError as e:
+        assert str(P) in str(e), e
+
+
+@check
+def broadcast_object_and_optimizer_state():
+    obj = {"rank": R, "blob": bytes(range(256)) * (R + 1), "list": list(range(R + 5))}
+    got = sc.broadcast_object(obj, root_rank=1 % P)
+    assert got == {"rank": 1 % P, "blob": bytes(range(256)) * (1 % P + 1),
+                   "list": list(range(1 % P + 5))}, got["rank"]
+    torch.manual_seed(R)
+    model = torch.nn.Linear(5, 3)
+    sct.broadcast_parameters(model.state_dict(), root_rank=0)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.equal(sc.broadcast(flat, root_rank=0, name="bc.check"), flat)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1), momentum=0.9)
+    if R == 0:  # only the root has stepped: momentum buffers exist there alone
+        model(torch.ones(2, 5)).sum().backward()
+        opt.step()
+    sct.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.1, opt.param_groups[0]["lr"]
+    buf = opt.state[model.weight]["momentum_buffer"]
+    assert torch.equal(sc.broadcast(buf, root_rank=0, name="bc.momentum"), buf)
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

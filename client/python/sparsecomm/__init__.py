@@ -96,7 +96,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_", "barrier",
+    "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
+    "broadcast_async_", "broadcast_object", "barrier",
     "registered", "library_path", "status_name",
 ]
 
@@ -564,13 +565,18 @@ def _op(average, op):
     return ReduceOp.AVERAGE if average else ReduceOp.SUM
 
 
-def _start_dense(c, e, op):
+def _start_dense(c, e, op, root=None):
+    """Starts an allreduce by op, or (root given) a broadcast from trainer rank root."""
     lib = _lib.load()
     h = _lib.c_handle()
-    st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+    if root is None:
+        st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+    else:
+        st = lib.sc_broadcast_async(c.client, e.ptr, int(root), ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
-        raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+        raise _error(st, "%s of tensor '%s'" % ("allreduce" if root is None else "broadcast",
+                                                 e.name), e.name)
     return h.value
 
 
@@ -603,7 +609,7 @@ def _name_or_none(name):
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None, _kind="allreduce"):
+                    coo_capacity=None, out=None, _kind="allreduce", _root=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
@@ -631,7 +637,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
     if istorch and x.device.type == "cuda":
-        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out)
+        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root)
     e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0)
     try:
         if istorch:
@@ -644,11 +650,11 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     except BaseException:
         e.inflight = False
         raise
-    hid = _start_dense(c, e, red)
+    hid = _start_dense(c, e, red, _root)
     return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
 
 
-def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
+def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None):
     """A dense CUDA tensor: copied into the daemon's GPU buffer on the tensor's current
     stream, which the submission waits for; the Handle queues the result on that stream
     (sc_stream_wait) and copies it out there.  The host never waits for the GPU."""
@@ -674,7 +680,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
             _mark_last_read(e, stream)
         return res
 
-    return Handle(c, e, _start_dense(c, e, red), finish, stream)
+    return Handle(c, e, _start_dense(c, e, red, root), finish, stream)
 
 
 def _mark_last_read(e, stream):
@@ -1021,16 +1027,49 @@ def barrier(timeout=None):
 # ---- broadcast ---------------------------------------------------------------------
 
 def broadcast_async_(tensor, root_rank=0, name=None):
-    """In-place broadcast from root_rank, as a lossless sum allreduce in which every other
-    rank contributes zeros (so it needs nothing from the daemon beyond allreduce)."""
+    """In-place broadcast from root_rank (sc_broadcast_async): the handle's wait() writes
+    root_rank's values into ``tensor`` on every rank.  The root's node sends them once to
+    every other node."""
     c = _need()
+    root = int(root_rank)
+    if not 0 <= root < c.size:
+        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
+                         (root, c.size - 1))
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast",
+                           _root=root)
+
+
+def broadcast_async(tensor, root_rank=0, name=None):
+    """Broadcast from root_rank into a new tensor (the input is left as it is)."""
+    c = _need()
+    root = int(root_rank)
+    if not 0 <= root < c.size:
+        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
+                         (root, c.size - 1))
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, _kind="broadcast", _root=root)
+
+
+def broadcast(tensor, root_rank=0, name=None, timeout=None):
+    return broadcast_async(tensor, root_rank, name).wait(timeout)
+
+
+def broadcast_object(obj, root_rank=0, name=None, timeout=None):
+    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
+    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
+    smallest dtype), so the payload travels once from the root's node.  Every rank must
+    call it with the same name (default "broadcast.object")."""
+    import pickle
+    c = _need()
+    name = "broadcast.object" if name is None else str(name)
+    payload = pickle.dumps(obj) if c.rank == root_rank else b""
+    n = np.array([len(payload)], dtype=np.int64)
+    n = int(broadcast(n, root_rank, name=name + ".len", timeout=timeout)[0])
+    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
     if c.rank == root_rank:
-        src = tensor
-    elif _is_torch(tensor):
-        src = _torch().zeros_like(tensor)
-    else:
-        src = np.zeros_like(np.asarray(tensor))
-    return allreduce_async(src, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast")
+        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
+    # the payload's buffer is named by its size: each size registers once
+    words = broadcast(words, root_rank, name="%s.%d" % (name, words.size), timeout=timeout)
+    return obj if c.rank == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
 
 
 def broadcast_(tensor, root_rank=0, name=None, timeout=None):
