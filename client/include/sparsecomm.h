@@ -242,7 +242,7 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p);
-SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
+SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor); /* also an allgather's total */
 
 /* Where the tensor lives, and the GPU's ordinal into *ordinal_p (when not NULL; 0 for
  * SC_DEVICE_CPU). */
@@ -316,6 +316,18 @@ SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, 
 /* sc_broadcast_async followed by sc_wait. */
 SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
 				int timeout_ms);
+
+/*
+ * Allgather with a variable first dimension: every trainer gives the first count elements
+ * of its buffer (count may differ across ranks: rows x elements per row), and once it
+ * completes every trainer's buffer begins with all of them, concatenated in rank order;
+ * sc_tensor_result_nnz() then gives their total. Register the tensor with the size the
+ * concatenation needs (every rank the same size); a total over it fails on every rank
+ * with SC_ERR_LIMIT naming each rank's count. The tensor runs in a buffer of its own and
+ * each node sends its trainers' elements once to every other node. Any dtype.
+ */
+SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
+				      sc_handle_t *handle_p);
 
 /*
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th

@@ -812,7 +812,9 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
-/* Starts an allreduce (root < 0) or a broadcast from trainer rank root of t. */
+/* Starts an operation on t: an allreduce of its buffer (coo 0), of its COO area with a
+ * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), or an
+ * allgather of its first nnz elements (coo 3). */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
 				   size_t nnz, int root, sc_handle_t *handle_p)
 {
@@ -836,17 +838,22 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		    "rank %d: broadcast of tensor '%s': root rank %d is not a rank of "
 		    "the job (0 to %d)",
 		    c->rank, t->name, root, c->size - 1);
-	if (root < 0 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
+	if (coo == 3 && nnz > t->numel)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: allgather of tensor '%s': %zu elements given, the "
+				 "tensor has %zu",
+				 c->rank, t->name, nnz, t->numel);
+	if (root < 0 && coo != 3 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
 				 c->rank, t->name, (int)op);
-	if (coo && !t->coo_cap)
+	if (coo && coo != 3 && !t->coo_cap)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' was registered without COO "
 				 "input (coo_capacity 0)",
 				 c->rank, t->name);
-	if (coo && nnz > t->coo_cap)
+	if (coo && coo != 3 && nnz > t->coo_cap)
 		return scl_error(SC_ERR_LIMIT,
 				 "rank %d: COO allreduce of tensor '%s': %zu "
 				 "non-zeros exceed its capacity %zu",
@@ -855,11 +862,13 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.tensor_id = t->tensor_id;
 	ar.handle = h;
 	ar.op = op;
-	ar.coo = coo != 0;
+	ar.coo = coo == 1 || coo == 2;
 	ar.sparse_result = coo == 2;
 	ar.broadcast = root >= 0;
 	ar.root_rank = root >= 0 ? (uint32_t)root : 0;
-	ar.nnz = coo ? nnz : 0;
+	ar.nnz = ar.coo ? nnz : 0;
+	ar.allgather = coo == 3;
+	ar.count = coo == 3 ? nnz : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
 	msg.allreduce = &ar;
@@ -899,7 +908,7 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		if (st != SC_OK)
 			goto err_unlock;
 	}
-	if (coo)
+	if (coo) /* a sparse result's count, or an allgather's */
 		scl_tensor_result_reset(t);
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
@@ -1054,6 +1063,12 @@ SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, 
 		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
 				 root_rank);
 	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, handle_p);
+}
+
+SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
+				      sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, handle_p);
 }
 
 SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,

@@ -250,6 +250,10 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
+		if (nt->op == SCD_OP_ALLGATHER) {
+			s->count = r->nnz;
+			s->result_nnz = &r->hdr->result_nnz;
+		}
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -555,7 +559,9 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_ntensor_t *nt = r->nt;
 	sc_status_t st = SC_OK;
 	int trainers = ctl->d->world_size * ctl->d->local_size;
-	uint32_t opw = a->broadcast ? SCD_OP_BROADCAST | a->root_rank : a->op;
+	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
+		       : a->allgather ? SCD_OP_ALLGATHER
+				      : a->op;
 	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
@@ -564,7 +570,14 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (!a->broadcast && a->op > SC_OP_PRODUCT) {
+	} else if (a->allgather && (a->broadcast || a->coo || a->count > nt->numel)) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "allgather of tensor '%s': %llu elements given, over its %llu (or with "
+		    "COO input or a broadcast)",
+		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel);
+	} else if (!a->broadcast && !a->allgather && a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
 			 a->op);
@@ -612,7 +625,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->op = opw;
 	r->coo = a->coo;
 	r->sparse_result = a->coo && a->sparse_result;
-	r->nnz = a->nnz;
+	r->nnz = a->allgather ? a->count : a->nnz; /* an allgather's count */
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->op = opw;

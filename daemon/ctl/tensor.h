@@ -13,6 +13,7 @@
 
 #include "ctl/stats_keep.h"
 #include "daemon.h"
+#include "engine/opword.h"
 #include "shm_layout.h"
 #include "sparsecomm.h"
 
@@ -98,13 +99,13 @@ typedef struct scd_ntensor {
 /*
  * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
  * reads its residual whole), COO input (the engine hands a single tensor's list to the
- * scheme directly) and a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them).
+ * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
+ * made from them) and an allgather (its buffer's layout depends on every rank's count).
  */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0;
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER;
 }
 
 /*

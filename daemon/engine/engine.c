@@ -364,6 +364,108 @@ static sc_status_t broadcast_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 }
 
 /*
+ * An allgather (a buffer of its own): the nodes first exchange how many elements each
+ * gives (its trainers' counts, in local rank order), then every node sends its block to
+ * every other, straight to its place in the buffer (node order, which is rank order). A
+ * total over the tensor's size fails on every rank alike, naming every rank's count.
+ */
+static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				   void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	int P = e->d->world_size, me = e->d->rank, L = e->d->local_size;
+	size_t esz = sc_dtype_size(job->dtype);
+	uint64_t mine = 0, total = 0;
+	for (int s = 0; s < it->n_src; s++)
+		mine += it->src[s].count;
+	uint64_t *counts = calloc((size_t)P, sizeof(*counts));
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	if (!counts || !x) {
+		free(counts);
+		free(x);
+		snprintf(job->error, sizeof(job->error), "allgather: out of memory");
+		return SC_ERR_NOMEM;
+	}
+	double t0 = scd_now_s();
+	int ns = 0, nr = 0;
+	counts[me] = mine;
+	for (int r = 0; r < P; r++)
+		if (r != me) {
+			x[ns++] = (scd_xfer_t){.peer = r, .buf = &mine, .bytes = sizeof(mine)};
+			x[P + nr++] = (scd_xfer_t){.peer = r, .buf = &counts[r], .bytes = 8};
+		}
+	sc_status_t st =
+	    scd_transport_exchange(e->transport, x, ns, x + P, nr, job->timeout_ms);
+	for (int r = 0; st == SC_OK && r < P; r++)
+		total += counts[r] <= it->numel ? counts[r] : it->numel + 1;
+	if (st == SC_OK && total > it->numel) {
+		int n = snprintf(job->error, sizeof(job->error),
+				 "allgather of tensor '%s': the ranks give more than its %llu "
+				 "elements in all (",
+				 it->name ? it->name : "?", (unsigned long long)it->numel);
+		for (int r = 0; r < P && n < (int)sizeof(job->error) - 48; r++)
+			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
+				      "%s%s %d: %llu", r ? ", " : "", L > 1 ? "node" : "rank",
+				      r, (unsigned long long)counts[r]);
+		snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
+		free(counts);
+		free(x);
+		return SC_ERR_LIMIT;
+	}
+	void *host = buf;
+	if (st == SC_OK && !scd_device_host_memory(dev) &&
+	    !(host = stage_get(e, dev, total * esz)))
+		st = SC_ERR_NOMEM;
+	if (st == SC_OK) {
+		uint64_t off = 0, at = 0;
+		for (int r = 0; r < me; r++)
+			off += counts[r];
+		/* this node's block, its trainers in local rank order */
+		for (int s = 0; s < it->n_src; s++) {
+			char *dst = (char *)host + (off + at) * esz;
+			size_t bytes = it->src[s].count * esz;
+			if (host == buf)
+				dev->copy(dst, it->src[s].dense, bytes);
+			else
+				dev->to_host(dst, it->src[s].dense, bytes);
+			at += it->src[s].count;
+		}
+		ns = nr = 0;
+		uint64_t o = 0;
+		for (int r = 0; r < P; r++) {
+			if (r != me && mine)
+				x[ns++] = (scd_xfer_t){.peer = r,
+						       .buf = (char *)host + off * esz,
+						       .bytes = mine * esz};
+			if (r != me && counts[r])
+				x[P + nr++] = (scd_xfer_t){.peer = r,
+							   .buf = (char *)host + o * esz,
+							   .bytes = counts[r] * esz};
+			o += counts[r];
+		}
+		if ((st = dev->sync()) == SC_OK)
+			st = scd_transport_exchange(e->transport, x, ns, x + P, nr,
+						    job->timeout_ms);
+		if (st == SC_OK && host != buf)
+			dev->from_host(buf, host, total * esz);
+	}
+	free(counts);
+	free(x);
+	job->gathered = total;
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "allgather (%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype),
+			 st == SC_ERR_NOMEM ? "out of memory" : scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? (P - 1) * e->alpha_s + (double)(total - mine) * esz * e->beta_s_per_byte
+		  : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/*
  * Measures latency and bandwidth to every peer, then makes every rank use the same values
  * (the mean over ranks, through an allreduce whose result is bit-identical everywhere), so
  * that the cost model chooses the same scheme on every rank.
@@ -608,8 +710,9 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	const scd_device_ops_t *dev = run->dev;
-	if (job->n_items == 1 && job->items[0].n_src > 0) {
-		run->buf = job->items[0].src[0].dense; /* in place */
+	/* in place, but an allgather, whose result is larger than a trainer's input */
+	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER) {
+		run->buf = job->items[0].src[0].dense;
 	} else {
 		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
 		if (run->slot < 0) {
@@ -626,7 +729,9 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	scd_nonfinite_t nonfinite =
 	    run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
 	int L = e->d->local_size, root = scd_op_root(job->op);
-	if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
+	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
+		;
+	else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
 		for (int i = 0; i < job->n_items; i++)
 			local_broadcast(dev, &job->items[i], job->dtype,
 					run->buf + job->items[i].offset * esz,
@@ -690,6 +795,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 					    e->alpha_s, e->beta_s_per_byte, &run->prep);
 	else if (scd_op_is_broadcast(job->op))
 		st = broadcast_typed(e, job, dev, run->buf);
+	else if (job->op == SCD_OP_ALLGATHER)
+		st = allgather_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, run->buf);
 	e->transport->ops->counters(e->transport, &c1);
@@ -703,7 +810,13 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
-	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+	if (job->op == SCD_OP_ALLGATHER) {
+		const scd_job_item_t *it = &job->items[0];
+		for (int s = 0; s < it->n_src; s++) {
+			dev->copy(it->src[s].dense, run->buf, job->gathered * esz);
+			*it->src[s].result_nnz = job->gathered;
+		}
+	} else if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
 		uint64_t tl = scd_tl_begin();
 		sparse_out(dev, job, job->average_divisor);
 		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);

@@ -35,10 +35,10 @@
 #define SCD_ENGINE_ENGINE_H
 
 #include <stdint.h>
-#include <stdio.h>
 
 #include "daemon.h"
 #include "device/device.h"
+#include "engine/opword.h"
 #include "transport/transport.h"
 #include "util/timeline.h"
 
@@ -80,38 +80,11 @@ typedef struct scd_job_src {
 	const float *coo_val;
 	uint64_t coo_nnz, coo_cap;
 	int coo;
+	uint64_t count; /* an allgather: the elements this trainer gives */
 	/* the trainer asked for a sparse result: the engine writes its COO area and the
-	 * entry count (or UINT64_MAX, dense) here */
+	 * entry count (or UINT64_MAX, dense) here; an allgather's total, likewise */
 	uint64_t *result_nnz;
 } scd_job_src_t;
-
-/*
- * The operation word of a node tensor's step, as negotiation carries it (nt->op, the
- * announcements' and the response cache's op): an sc_reduce_op_t, or a broadcast from
- * trainer rank root as SCD_OP_BROADCAST | root. The ranks must agree on the whole word: a
- * broadcast from another root is a mismatch like another reduction.
- */
-#define SCD_OP_BROADCAST 0x80000000u
-
-static inline int scd_op_is_broadcast(uint32_t op)
-{
-	return (op & SCD_OP_BROADCAST) != 0;
-}
-
-static inline int scd_op_root(uint32_t op)
-{
-	return (int)(op & ~SCD_OP_BROADCAST);
-}
-
-/* "sum", "max", ... or "broadcast from rank 3", in buf. */
-static inline const char *scd_op_describe(uint32_t op, char *buf, size_t len)
-{
-	if (scd_op_is_broadcast(op))
-		snprintf(buf, len, "broadcast from rank %d", scd_op_root(op));
-	else
-		snprintf(buf, len, "%s", sc_reduce_op_name((sc_reduce_op_t)op));
-	return buf;
-}
 
 typedef struct scd_job_item {
 	struct scd_ntensor *nt; /* NULL: gone from this node, takes part with zeros */
@@ -194,6 +167,7 @@ typedef struct scd_job {
 				   and average items (each averages its own), else every item's
 				   MIN, MAX, PRODUCT or broadcast (they never fuse with others) */
 	double average_divisor; /* trainers in the job */
+	uint64_t gathered;	/* an allgather's result: the elements gathered */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */
 	int probe;	     /* measure alpha/beta before this job (same job on every rank) */

@@ -1215,8 +1215,9 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		nt->stats.measured_s = job->time_s;
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
-				 scd_op_is_broadcast(job->op)
-				     ? "broadcast"
+				 scd_op_is_broadcast(job->op) ? "broadcast"
+				 : job->op == SCD_OP_ALLGATHER
+				     ? "allgather"
 				     : scd_scheme_name((scd_scheme_t)job->scheme));
 			nt->stats.predicted_s = job->predicted_s;
 			nt->stats.density = job->density;

@@ -564,3 +564,101 @@ int it_broadcast(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/* Rank r's count at step s of an allgather (zero for some) and its element i. */
+static size_t ag_count(int r, int step)
+{
+	return (size_t)((r * 7 + step * 3) % 5) * 1000 + (size_t)(r == 1 ? 0 : r + step);
+}
+
+static double ag_value(int r, size_t i)
+{
+	return (double)r * 1000000.0 + (double)i;
+}
+
+static void ag_store(void *x, sc_dtype_t dt, size_t i, double v)
+{
+	switch (dt) {
+	case SC_FLOAT32:
+		((float *)x)[i] = (float)v;
+		break;
+	case SC_FLOAT64:
+		((double *)x)[i] = v;
+		break;
+	case SC_INT32:
+		((int32_t *)x)[i] = (int32_t)v;
+		break;
+	case SC_INT64:
+		((int64_t *)x)[i] = (int64_t)v;
+		break;
+	}
+}
+
+int it_allgather(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int P = sc_size(c), rank = sc_rank(c);
+	static const sc_dtype_t dts[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	size_t cap = 0;
+	for (int r = 0; r < P; r++)
+		cap += 5000 + (size_t)r + 3;
+	for (size_t d = 0; d < 4; d++) {
+		char name[64];
+		snprintf(name, sizeof(name), "allgather.%s", sc_dtype_name(dts[d]));
+		sc_tensor_t *t = it_register(c, name, dts[d], cap);
+		unsigned char *want = malloc(cap * 8);
+		if (!want)
+			IT_FAIL("out of memory");
+		for (int step = 0; step < 3; step++) {
+			size_t n = ag_count(rank, step), total = 0;
+			for (size_t i = 0; i < n; i++)
+				ag_store(sc_tensor_data(t), dts[d], i, ag_value(rank, i));
+			for (int r = 0; r < P; r++)
+				for (size_t i = 0; i < ag_count(r, step); i++)
+					ag_store(want, dts[d], total++, ag_value(r, i));
+			sc_handle_t h = 0;
+			IT_CHECK_SC(sc_allgather_async(c, t, n, &h),
+				    "sc_allgather_async('%s', %zu)", name, n);
+			int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("allgather of '%s', step %d: %s: %s", name, step,
+					it_wait_name(r), it_wait_error());
+			if (sc_tensor_result_nnz(t) != total)
+				IT_FAIL("allgather of '%s', step %d: %zu elements gathered, "
+					"expected "
+					"%zu",
+					name, step, sc_tensor_result_nnz(t), total);
+			size_t es = sc_dtype_size(dts[d]);
+			if (memcmp(sc_tensor_data(t), want, total * es)) {
+				size_t i = 0;
+				while (!memcmp((char *)sc_tensor_data(t) + i * es,
+					       want + i * es, es))
+					i++;
+				IT_FAIL(
+				    "allgather of '%s', step %d: element %zu of %zu differs",
+				    name, step, i, total);
+			}
+		}
+		free(want);
+	}
+	it_log("allgathers of 4 dtypes, counts varying by rank and step (rank 1 gives none at "
+	       "first): exact");
+
+	/* more in all than the tensor holds: SC_ERR_LIMIT naming the counts, on every rank */
+	sc_tensor_t *s = it_register(c, "allgather.small", SC_INT32, 10);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allgather_async(c, s, 6, &h), "sc_allgather_async(6 of 10)");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (P > 1 && (r != SC_ERR_LIMIT || !strstr(it_wait_error(), "allgather.small") ||
+		      !it_mentions_number(it_wait_error(), 6 * sc_local_size(c))))
+		IT_FAIL(
+		    "allgathers of 6 elements each into 10: expected SC_ERR_LIMIT naming the "
+		    "tensor and the counts, got %s: '%s'",
+		    it_wait_name(r), it_wait_error());
+	it_log("over the size: %s", it_wait_error());
+	if (sc_allgather_async(c, s, 11, &h) != SC_ERR_INVALID)
+		IT_FAIL("an allgather of 11 elements of a tensor of 10 was accepted");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

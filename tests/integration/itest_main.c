@@ -326,6 +326,7 @@ static const struct {
     {"fusion", it_fusion, "[--tensors N] [--steps N]: many small async tensors"},
     {"ops", it_ops, "min, max, product of every dtype exact; refusals and mismatches"},
     {"broadcast", it_broadcast, "broadcasts of every dtype exact, their bytes, errors"},
+    {"allgather", it_allgather, "allgathers of varying counts exact; over the size refused"},
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},
     {"barrier-stalled", it_barrier_stalled, "rank 1 skips a barrier: SC_ERR_STALLED"},
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},

@@ -162,6 +162,10 @@ run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
 run_case "broadcast n=3" 3 1 180 0 3 -- "$itest" broadcast
 run_case "broadcast n=2 per-node=2" 2 2 180 0 4 -- "$itest" broadcast
 
+# allgather: counts that vary by rank and step, in rank order; a total over the size.
+run_case "allgather n=3" 3 1 180 0 3 -- "$itest" allgather
+run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
+
 # barrier: a late rank holds every other rank's barrier; a missing one stalls it.
 run_case "barrier n=3" 3 1 120 0 3 -- "$itest" barrier
 run_case "barrier n=2 per-node=2" 2 2 120 0 4 -- "$itest" barrier

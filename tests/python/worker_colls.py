@@ -132,6 +132,28 @@ def broadcast_object_and_optimizer_state():
     assert torch.equal(sc.broadcast(buf, root_rank=0, name="bc.momentum"), buf)
 
 
+@check
+def allgather_variable_first_dimension():
+    for dt in (torch.float32, torch.int64):
+        x = torch.arange((R + 1) * 3 * 2, dtype=dt).view(R + 1, 3, 2) + 100 * R
+        got = sct.allgather(x, name="ag.%s" % dt)
+        want = torch.cat([torch.arange((r + 1) * 6, dtype=dt).view(r + 1, 3, 2) + 100 * r
+                          for r in range(P)])
+        assert got.dtype == dt and torch.equal(got, want), (got.shape, want.shape)
+    # a rank with no rows, numpy
+    a = np.full((0 if R == 0 else R, 2), float(R))
+    got = sc.allgather(a, name="ag.np")
+    assert np.array_equal(got, np.concatenate([np.full((0 if r == 0 else r, 2), float(r))
+                                               for r in range(P)]))
+    objs = sc.allgather_object({"rank": R, "pad": "x" * (R * 37)})
+    assert objs == [{"rank": r, "pad": "x" * (r * 37)} for r in range(P)], objs
+    try:  # rows of different lengths
+        sc.allgather(torch.zeros(2, 3 + (R == 1)), name="ag.bad")
+        raise AssertionError("rows of different lengths were accepted")
+    except sc.SparsecommError as e:
+        assert e.status_name == "SC_ERR_MISMATCH" and "rank 1 has 4" in e.message, e
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

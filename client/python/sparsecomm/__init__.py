@@ -97,7 +97,7 @@ __all__ = [
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
-    "broadcast_async_", "broadcast_object", "barrier",
+    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "barrier",
     "registered", "library_path", "status_name",
 ]
 
@@ -994,6 +994,94 @@ def _unravel(lin, sparse_shape):
         out.append(lin % d)
         lin = lin // d
     return reversed(out)
+
+
+# ---- allgather ---------------------------------------------------------------------
+
+def _allgather_async(tensor, name, timeout):
+    """Starts an allgather; returns (Handle, every rank's row count)."""
+    c = _need()
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    dev = x.device if istorch else None
+    if istorch and dev.type != "cpu":
+        x = x.cpu()
+    shape = tuple(x.shape)
+    if not shape:
+        raise ValueError("allgather of '%s': a scalar has no first dimension" % name)
+    row = math.prod(shape[1:])
+    # the sizes first: every rank's rows and elements per row
+    meta = np.zeros(2 * c.size, dtype=np.int64)
+    meta[2 * c.rank], meta[2 * c.rank + 1] = shape[0], row
+    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
+    rows, rowlen = meta[0::2], meta[1::2]
+    if np.any(rowlen != row):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
+                              "differ across ranks: %s" % (name, ", ".join(
+                                  "rank %d has %d" % (r, rowlen[r]) for r in range(c.size))),
+                              name)
+    total = int(rows.sum()) * row
+    cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
+    e = _acquire(c, "%s.%d" % (name, cap), "allgather", _sc_dtype(x), cap,
+                 _opts_key(None, 0.0, 0.0, None, False), 0)
+    n = math.prod(shape)
+    try:
+        if istorch:
+            e.tdata()[:n].view(shape).copy_(x)
+        else:
+            np.copyto(e.data[:n].reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_allgather_async(c.client, e.ptr, n, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "allgather of tensor '%s'" % e.name, e.name)
+    out_shape = (int(rows.sum()),) + shape[1:]
+
+    def finish():
+        if istorch:
+            res = _torch().empty(out_shape, dtype=x.dtype)
+            res.copy_(e.tdata()[:total].view(out_shape))
+            return res.to(dev) if dev.type != "cpu" else res
+        return np.array(e.data[:total].reshape(out_shape), dtype=x.dtype)
+
+    return Handle(c, e, h.value, finish), rows
+
+
+def allgather(tensor, name=None, timeout=None):
+    """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
+    first dimension may differ across ranks, the others must not).  The sizes are gathered
+    first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
+    rows once to every other node).  Every rank must call it with the same name (default
+    "allgather") and dtype."""
+    name = "allgather" if name is None else str(name)
+    h, _ = _allgather_async(tensor, name, timeout)
+    return h.wait(timeout)
+
+
+def allgather_object(obj, name=None, timeout=None):
+    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
+    four to an int32 element)."""
+    import pickle
+    c = _need()
+    name = "allgather.object" if name is None else str(name)
+    payload = pickle.dumps(obj)
+    lens = np.zeros(c.size, dtype=np.int64)
+    lens[c.rank] = len(payload)
+    lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout)
+    words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
+    words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+    h, rows = _allgather_async(words, name, timeout)
+    flat = h.wait(timeout)
+    out, at = [], 0
+    for r in range(c.size):
+        chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
+        out.append(pickle.loads(chunk.tobytes()))
+        at += int(rows[r])
+    return out
 
 
 # ---- barrier -----------------------------------------------------------------------

@@ -212,6 +212,8 @@ _PROTOTYPES = [
     ("sc_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_int]),
     ("sc_allreduce", ctypes.c_int, [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_int]),
     ("sc_barrier_async", ctypes.c_int, [c_client_p, ctypes.POINTER(c_handle)]),
+    ("sc_allgather_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.POINTER(c_handle)]),
     ("sc_broadcast_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),
     ("sc_last_error", ctypes.c_char_p, []),
