@@ -4,7 +4,7 @@
  * both versions named. It is separate from the library's SC_PROTOCOL_VERSION (trainers
  * and sparsectl <-> daemon), so a change between daemons does not make the library's
  * users upgrade. 2: Join and WorldInfo carry the transport's name and bootstrap data.
- * 3: barriers (BarrierEnter, BarrierDone).
+ * 3: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H

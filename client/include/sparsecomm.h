@@ -342,6 +342,22 @@ SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
 /* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 
+/*
+ * Join, for uneven inputs: this trainer has no more data. Until every trainer of the job
+ * has joined, it submits nothing (an allreduce fails with SC_ERR_INVALID) and takes part
+ * in the other trainers' operations with zeros: a sum or average lacks its share (the
+ * average still divides by every trainer), an allgather gets no rows from it, and a min,
+ * max or product sees zeros. Once the last trainer has joined, every join completes and
+ * sc_join_result gives the last rank to join. sc_join_result is sc_wait for a join's
+ * handle (sc_wait works too, without the rank). A trainer that exits while joined ends
+ * every join with SC_ERR_ABORTED through its node becoming degraded.
+ */
+SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
+SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
+				  int *last_rank_p);
+/* sc_join_async followed by sc_join_result. */
+SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p);
+
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */
 typedef struct sc_tensor_stats {
 	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call */

@@ -178,11 +178,11 @@ static void op_release(sc_client_t *c, struct scl_op *op)
 	op_free(op);
 }
 
-/* What an operation is, for error texts: "allreduce of tensor 'x'" or "barrier". */
+/* What an operation is, for error texts: "allreduce of tensor 'x'", "barrier" or "join". */
 static const char *op_what(const struct scl_op *op, char *buf, size_t len)
 {
 	if (!op->tensor)
-		return "barrier";
+		return op->join ? "join" : "barrier";
 	snprintf(buf, len, "allreduce of tensor '%s'", op->tensor->name);
 	return buf;
 }
@@ -305,9 +305,10 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 			op = op_find(c, cp->handle);
 			if (st == SC_IN_PROGRESS)
 				st = SC_ERR_PROTOCOL;
-			if (op)
+			if (op) {
+				op->value = cp->value;
 				op_complete(c, op, st, cp->error);
-			else
+			} else
 				scl_log(SCL_LOG_DEBUG, "completion for unknown handle %llu",
 					(unsigned long long)cp->handle);
 		} else {
@@ -958,7 +959,7 @@ typedef enum {
  * GPU: gw says how that is waited for (the driver is called without the client's lock).
  */
 static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
-			      sc_status_t not_done, gpu_wait_t gw, void *stream)
+			      sc_status_t not_done, gpu_wait_t gw, void *stream, int *value_p)
 {
 	struct timespec deadline;
 	struct scl_op *o;
@@ -996,6 +997,8 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	}
 	st = o->status;
 	t = o->tensor;
+	if (value_p && st == SC_OK)
+		*value_p = (int)o->value;
 	if (st != SC_OK)
 		scl_error(st, "%s", o->error ? o->error : sc_status_message(st));
 	op_release(c, o);
@@ -1012,18 +1015,19 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
 {
-	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL);
+	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL);
 }
 
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL);
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL, NULL);
 }
 
 SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
 				  int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream);
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream,
+			  NULL);
 }
 
 /* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
@@ -1084,35 +1088,44 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
 
 /* ---- barrier ------------------------------------------------------------------------- */
 
-SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
+/* Starts a barrier or (join) a join: an operation without a tensor. */
+static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
-	sc_client_t *c = client;
+	Sparsecomm__TrainerJoin j = SPARSECOMM__TRAINER_JOIN__INIT;
+	const char *what = join ? "join" : "barrier";
 	struct scl_op *o, **slot;
 	struct scl_frame *f;
 	sc_status_t st;
 	sc_handle_t h;
 
 	if (!c || !handle_p)
-		return scl_error(SC_ERR_INVALID, "barrier: NULL client or handle_p");
+		return scl_error(SC_ERR_INVALID, "%s: NULL client or handle_p", what);
 	h = client_next_id(c);
-	b.handle = h;
 	msg.seq = h;
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER;
-	msg.barrier = &b;
+	if (join) {
+		j.handle = h;
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN;
+		msg.trainer_join = &j;
+	} else {
+		b.handle = h;
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER;
+		msg.barrier = &b;
+	}
 	o = calloc(1, sizeof(*o));
 	f = frame_pack(&msg);
 	if (!o || !f) {
 		free(o);
 		free(f);
-		return scl_error(SC_ERR_NOMEM, "rank %d: barrier: out of memory", c->rank);
+		return scl_error(SC_ERR_NOMEM, "rank %d: %s: out of memory", c->rank, what);
 	}
 	o->handle = h;
+	o->join = join;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
 	if (c->dead != SC_OK) {
-		st = scl_error(c->dead, "rank %d: barrier: %s", c->rank, c->dead_msg);
+		st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
 		pthread_mutex_unlock(&c->mu);
 		free(o);
 		free(f);
@@ -1125,6 +1138,33 @@ SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
 	pthread_mutex_unlock(&c->mu);
 	*handle_p = h;
 	return SC_OK;
+}
+
+SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
+{
+	return tensorless_start(client, 0, handle_p);
+}
+
+SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p)
+{
+	return tensorless_start(client, 1, handle_p);
+}
+
+SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
+				  int *last_rank_p)
+{
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL,
+			  last_rank_p);
+}
+
+SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_join_async(client, &h);
+
+	if (st != SC_OK)
+		return st;
+	return sc_join_result(client, h, timeout_ms, last_rank_p);
 }
 
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)

@@ -37,6 +37,7 @@ typedef struct scd_session {
 	uv_poll_t pidpoll;
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
+	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
 	uint64_t last_ms;
 	struct scd_session *next;
 	struct scd_ctl *ctl;
@@ -59,6 +60,8 @@ struct scd_ctl {
 	uint64_t barrier_seq;
 	int barrier_waiting, barrier_entered;
 	uint64_t barrier_since_ms;
+	/* joins: the local trainers joined, and the last of them (a global rank) */
+	int n_joined, join_last;
 	struct pending_q {
 		uint64_t id, seq;
 		uint8_t ident[256];
@@ -104,6 +107,21 @@ static void send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_OK;
 	m.ok = &e;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+/* A completion carrying a value (a join's last rank). */
+static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle,
+				  sc_status_t st, const char *error, int64_t value)
+{
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
+	c.handle = handle;
+	c.status = st;
+	c.error = (char *)(error ? error : "");
+	c.value = value;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
+	m.completion = &c;
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
@@ -164,6 +182,34 @@ void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t st, const ch
 		return;
 	ctl->barrier_seq = seq;
 	barrier_complete(ctl, st, error);
+}
+
+void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank)
+{
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->join_handle) {
+			send_completion_value(ctl, s, s->join_handle, SC_OK, NULL, last_rank);
+			s->join_handle = 0;
+		}
+	ctl->n_joined = 0;
+}
+
+int scd_ctl_all_joined(const scd_ctl_t *ctl)
+{
+	return ctl->n_joined == ctl->d->local_size;
+}
+
+/* A node tensor every local trainer has submitted, a joined one counting as having
+ * submitted it, goes to negotiation. */
+static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
+{
+	if (nt->state != SCD_NT_LOCAL_WAIT ||
+	    nt->submitted + ctl->n_joined < ctl->d->local_size)
+		return;
+	nt->state = SCD_NT_ANNOUNCED;
+	nt->state_since_ms = scd_now_ms();
+	nt->tl_announced = scd_tl_begin();
+	ctl->up->announce(ctl->d->world, nt);
 }
 
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
@@ -289,7 +335,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	int inflight = 0;
 	for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
 		inflight += r->handle != 0;
-	inflight += s->barrier_handle != 0;
+	inflight += s->barrier_handle != 0 || s->join_handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
 		snprintf(why, sizeof(why),
 			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
@@ -337,6 +383,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			*pp = s->next;
 			break;
 		}
+	if (s->join_handle)
+		ctl->n_joined--;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		ctl->by_local[s->local_rank] = NULL;
 		ctl->n_trainers--;
@@ -611,6 +659,12 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "allreduce of tensor '%s' refused: %s", nt->name,
 			 ctl->degraded_reason);
+	} else if (s->join_handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s' refused: rank %d has joined (it takes part "
+			 "with zeros until every rank has joined)",
+			 nt->name, ctl->d->rank * ctl->d->local_size + s->local_rank);
 	} else if (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err),
@@ -642,12 +696,51 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
 		return;
 	}
-	if (nt->submitted == ctl->d->local_size) {
-		nt->state = SCD_NT_ANNOUNCED;
-		nt->state_since_ms = scd_now_ms();
-		nt->tl_announced = scd_tl_begin();
-		ctl->up->announce(ctl->d->world, nt);
+	announce_if_ready(ctl, nt);
+}
+
+static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			const Sparsecomm__TrainerJoin *j)
+{
+	char err[512] = "";
+	sc_status_t st = SC_OK;
+	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
+	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "a join is for trainers, not control clients");
+	} else if (!j->handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "rank %d: join: handle 0 is not valid", rank);
+	} else if (s->join_handle) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err), "rank %d: already joined", rank);
+	} else if (ctl->degraded) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err), "rank %d: join refused: %s", rank,
+			 ctl->degraded_reason);
 	}
+	for (scd_reg_t *r = s->regs; st == SC_OK && r; r = r->next_in_session)
+		if (r->handle) {
+			st = SC_ERR_BUSY;
+			snprintf(err, sizeof(err),
+				 "rank %d: join with the allreduce of tensor '%s' in flight",
+				 rank, r->nt->name);
+		}
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	s->join_handle = j->handle;
+	ctl->n_joined++;
+	ctl->join_last = rank;
+	send_ok(ctl, s, seq);
+	/* what the node's other trainers submitted no longer waits for this one */
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
+		next = nt->all_next;
+		announce_if_ready(ctl, nt);
+	}
+	if (scd_ctl_all_joined(ctl))
+		ctl->up->node_join(ctl->d->world, ctl->join_last);
 }
 
 static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
@@ -945,6 +1038,9 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_BARRIER:
 		handle_barrier(ctl, s, seq, msg->barrier);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN:
+		handle_join(ctl, s, seq, msg->trainer_join);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:

@@ -670,6 +670,8 @@ static void coord_emit(scd_world_t *w)
 			centry_free(w, e);
 			continue;
 		}
+		if (e->count < P)
+			scd_join_fill(w, e); /* joined nodes take part with zeros */
 		if (e->count < P) {
 			if (now - e->first_ms < stall_ms)
 				continue;
@@ -969,13 +971,15 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		off += (c->numel + align - 1) & ~(align - 1);
 		/* ctl fills the item from the node's shared buffers and marks it running */
 		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
-			/* Runs with zeros, delivers nothing; the other ranks' sums then lack
-			 * this node's share, which only the loss of a whole node explains. */
-			scd_error(
-			    SCD_SUB_NEGOTIATE,
-			    "tensor '%s' was planned but is not ready on this node: it takes "
-			    "part with zeros",
-			    c->name);
+			/* Runs with zeros, delivers nothing: what a node whose trainers all
+			 * joined does (join.c). Otherwise the other ranks' sums then lack this
+			 * node's share, which only the loss of a whole node explains. */
+			if (!scd_ctl_all_joined(d->ctl))
+				scd_error(SCD_SUB_NEGOTIATE,
+					  "tensor '%s' was planned but is not ready on this "
+					  "node: it takes "
+					  "part with zeros",
+					  c->name);
 			job->lossless_only = 1;
 			continue;
 		}

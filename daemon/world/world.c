@@ -439,7 +439,8 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFUSED ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_PLAN ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY ||
-	       m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE;
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE;
 }
 
 static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
@@ -497,6 +498,13 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE:
 		scd_barrier_on_done(w, m->barrier_done);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_NODE_JOIN:
+		if (w->is_coord && from >= 0)
+			scd_join_on_node(w, from, m->node_join);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_JOIN_DONE:
+		scd_join_on_done(w, m->join_done);
 		break;
 	default:
 		scd_warn(SCD_SUB_WORLD, "unexpected peer message %d from rank %d", m->body_case,

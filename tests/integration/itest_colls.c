@@ -662,3 +662,47 @@ int it_allgather(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/* Uneven inputs: rank r runs 2 (r + 1) steps of a sum, then joins. At step s the sum is over
+ * the ranks still running (the joined ones add zeros), nothing waits for a stall, and every
+ * join returns the last rank to join, the one with the most steps. */
+int it_join(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int P = sc_size(c), rank = sc_rank(c), steps = 2 * (rank + 1);
+	enum { N = 1000 };
+	sc_tensor_t *t = it_register(c, "join.x", SC_FLOAT32, N);
+	double t0 = it_now_s();
+	for (int s = 0; s < steps; s++) {
+		float *x = sc_tensor_data(t);
+		for (size_t i = 0; i < N; i++)
+			x[i] = (float)(rank + 1) + (float)i;
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "step %d", s);
+		float want = 0;
+		int active = 0;
+		for (int r = 0; r < P; r++)
+			if (2 * (r + 1) > s)
+				want += (float)(r + 1), active++;
+		for (size_t i = 0; i < N; i++)
+			if (x[i] != want + (float)active * (float)i)
+				IT_FAIL(
+				    "step %d: [%zu] = %g, expected %g (%d ranks still running)",
+				    s, i, x[i], want + (float)active * (float)i, active);
+	}
+	int last = -1;
+	IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join after %d steps", steps);
+	double dt = it_now_s() - t0;
+	if (last != P - 1)
+		IT_FAIL("join returned %d as the last rank to join, expected %d", last, P - 1);
+	if (dt > 20)
+		IT_FAIL("%d steps and a join took %.1f s: something waited for a timeout",
+			steps, dt);
+	/* a joined rank's allreduce is refused while the others have not joined: here all
+	 * have, so the job works as before */
+	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+		    "allreduce after the join");
+	it_log("%d steps, joined; the last to join: rank %d (%.2f s)", steps, last, dt);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

@@ -154,6 +154,17 @@ def allgather_variable_first_dimension():
         assert e.status_name == "SC_ERR_MISMATCH" and "rank 1 has 4" in e.message, e
 
 
+@check
+def join_uneven_steps():
+    # rank r trains 2 (r + 1) steps; the joined ranks add zeros to the others' sums
+    steps = 2 * (R + 1)
+    for s in range(steps):
+        got = sc.allreduce(torch.full((10,), float(R + 1)), name="join.grad", average=False)
+        want = sum(r + 1 for r in range(P) if 2 * (r + 1) > s)
+        assert torch.equal(got, torch.full((10,), float(want))), (s, got[0].item(), want)
+    assert sct.join() == P - 1
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

@@ -97,7 +97,7 @@ __all__ = [
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
-    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "barrier",
+    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "barrier", "join",
     "registered", "library_path", "status_name",
 ]
 
@@ -1082,6 +1082,34 @@ def allgather_object(obj, name=None, timeout=None):
         out.append(pickle.loads(chunk.tobytes()))
         at += int(rows[r])
     return out
+
+
+# ---- join --------------------------------------------------------------------------
+
+def join(timeout=None):
+    """Uneven inputs: this rank has no more data.  Until every rank has joined, it takes
+    part in the others' allreduces with zeros (and may start none itself); returns the
+    last rank to join once all have (Horovod's join).  ``timeout`` as barrier's."""
+    c = _need()
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_join_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "join")
+    last = ctypes.c_int(-1)
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
+                                ctypes.byref(last))
+        if st == _lib.SC_OK:
+            return last.value
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "join")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within %.1f s "
+                                  "(rank %d)" % (tmo, c.rank))
 
 
 # ---- barrier -----------------------------------------------------------------------
