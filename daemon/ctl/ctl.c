@@ -184,11 +184,11 @@ void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t st, const ch
 	barrier_complete(ctl, st, error);
 }
 
-void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank)
+void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t st, const char *error)
 {
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		if (s->join_handle) {
-			send_completion_value(ctl, s, s->join_handle, SC_OK, NULL, last_rank);
+			send_completion_value(ctl, s, s->join_handle, st, error, last_rank);
 			s->join_handle = 0;
 		}
 	ctl->n_joined = 0;
@@ -349,6 +349,13 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	}
 	/* A barrier cannot complete without the trainer: the node's waiters fail now (and the
 	 * coordinator ends it on every rank once it learns the node is degraded). */
+	if (why[0] && ctl->n_joined) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "join aborted: %s", why);
+		if (s->join_handle)
+			ctl->n_joined--, s->join_handle = 0;
+		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
+	}
 	if (why[0] && ctl->barrier_waiting) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",

@@ -65,8 +65,9 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
 /* Barrier number seq ended on every rank (world/barrier.c): the local trainers waiting in
  * it complete with status (and error text for failures). */
 void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t status, const char *error);
-/* Every trainer of the job joined (world/join.c): the local joins complete with last_rank. */
-void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank);
+/* Every trainer of the job joined (world/join.c): the local joins complete with status and,
+ * on success, last_rank. */
+void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t status, const char *error);
 /* Whether every local trainer has joined (a tensor planned but not submitted here then
  * takes part with zeros, as it should). */
 int scd_ctl_all_joined(const scd_ctl_t *ctl);

@@ -844,6 +844,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
 		coord_emit(w);
+		scd_join_on_degraded(w, ns->rank);
 	}
 }
 

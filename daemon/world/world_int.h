@@ -136,6 +136,8 @@ void scd_barrier_tick(scd_world_t *w);
 /* join.c */
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
 void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m);
+/* Node rank became degraded: joins in progress fail on every rank. */
+void scd_join_on_degraded(scd_world_t *w, int rank);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);

@@ -132,6 +132,7 @@ int it_barrier_case(int argc, char **argv);
 int it_broadcast(int argc, char **argv);
 int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);
+int it_join_killed(int argc, char **argv);
 int it_barrier_stalled(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_peer_oversize(int argc, char **argv);

@@ -12,9 +12,11 @@
  */
 #include "itest.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rank r's element i: small integers of both signs (products of halves stay exact in
  * float32 in any order), scaled for the integers so that their products wrap. */
@@ -704,5 +706,33 @@ int it_join(int argc, char **argv)
 		    "allreduce after the join");
 	it_log("%d steps, joined; the last to join: rank %d (%.2f s)", steps, last, dt);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/* Rank 1 dies without joining: every other rank's join ends with SC_ERR_ABORTED naming
+ * it, whether it joined before or after the death. */
+int it_join_killed(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) < 3 || sc_local_size(c) != 1)
+		IT_FAIL("needs 3 or more nodes of one trainer");
+	if (rank == 1) {
+		it_sleep_ms(500);
+		kill(getpid(), SIGKILL);
+	}
+	if (rank > 1)
+		it_sleep_ms(1500);
+	double t0 = it_now_s();
+	int last = -1;
+	sc_status_t st = sc_join(c, IT_ERROR_TIMEOUT_MS, &last);
+	if (st != SC_ERR_ABORTED || !it_mentions_rank(sc_last_error(), 1))
+		IT_FAIL("join with rank 1 dead: expected SC_ERR_ABORTED naming rank 1, got %s: "
+			"'%s'",
+			sc_status_name(st), sc_last_error());
+	it_log("join with rank 1 dead: %s after %.2f s: %s", sc_status_name(st),
+	       it_now_s() - t0, sc_last_error());
+	sc_finalize(c);
 	it_pass();
 }

@@ -328,6 +328,7 @@ static const struct {
     {"broadcast", it_broadcast, "broadcasts of every dtype exact, their bytes, errors"},
     {"allgather", it_allgather, "allgathers of varying counts exact; over the size refused"},
     {"join", it_join, "uneven steps: joined ranks add zeros; the last rank to join"},
+    {"join-killed", it_join_killed, "rank 1 dies: every join fails naming it (n >= 3)"},
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},
     {"barrier-stalled", it_barrier_stalled, "rank 1 skips a barrier: SC_ERR_STALLED"},
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},

@@ -169,6 +169,7 @@ run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 # join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
 run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
+run_case "join killed n=3" 3 1 120 137 2 --keep-going -- "$itest" join-killed
 
 # barrier: a late rank holds every other rank's barrier; a missing one stalls it.
 run_case "barrier n=3" 3 1 120 0 3 -- "$itest" barrier
