@@ -347,8 +347,9 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
 		ctl->up->node_state(ctl->d->world, 1, why);
 	}
-	/* A barrier cannot complete without the trainer: the node's waiters fail now (and the
-	 * coordinator ends it on every rank once it learns the node is degraded). */
+	/* A join or a barrier cannot complete without the trainer: the node's waiters fail
+	 * now (and the coordinator ends it on every rank once it learns the node is
+	 * degraded). */
 	if (why[0] && ctl->n_joined) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "join aborted: %s", why);
