@@ -330,6 +330,21 @@ SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, 
 				      sc_handle_t *handle_p);
 
 /*
+ * Reduce-scatter: the buffer, rows of row_elems elements, is reduced by op across every
+ * trainer as by sc_allreduce_async, and each trainer gets only its slice of the result:
+ * the rows are split in rank order, the first (rows % trainers) one row more than the
+ * others, and trainer r's rows land at the start of its buffer; sc_tensor_result_nnz()
+ * then gives their element count. Each node sends every other node that node's part of
+ * its local reduction once ((P - 1) / P of the buffer, half a ring allreduce's bytes).
+ * row_elems must divide the tensor's size, and every rank must give the same op and
+ * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype; a tensor with a
+ * sparsifier refuses it.
+ */
+SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
+					  sc_reduce_op_t op, size_t row_elems,
+					  sc_handle_t *handle_p);
+
+/*
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
  * barrier of each trainer since it connected). The daemons agree through their
  * coordinator; no tensor is involved and nothing travels on the data plane. The handle is

@@ -814,8 +814,9 @@ SC_API int sc_local_size(const sc_client_t *client)
 /* ---- allreduce ----------------------------------------------------------------------- */
 
 /* Starts an operation on t: an allreduce of its buffer (coo 0), of its COO area with a
- * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), or an
- * allgather of its first nnz elements (coo 3). */
+ * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), an
+ * allgather of its first nnz elements (coo 3), or a reduce-scatter by op in rows of nnz
+ * elements (coo 4). */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
 				   size_t nnz, int root, sc_handle_t *handle_p)
 {
@@ -839,6 +840,12 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		    "rank %d: broadcast of tensor '%s': root rank %d is not a rank of "
 		    "the job (0 to %d)",
 		    c->rank, t->name, root, c->size - 1);
+	if (coo == 4 && (nnz == 0 || t->numel % nnz))
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: reducescatter of tensor '%s': rows of %zu elements do "
+		    "not divide its %zu",
+		    c->rank, t->name, nnz, t->numel);
 	if (coo == 3 && nnz > t->numel)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allgather of tensor '%s': %zu elements given, the "
@@ -849,12 +856,12 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
 				 c->rank, t->name, (int)op);
-	if (coo && coo != 3 && !t->coo_cap)
+	if ((coo == 1 || coo == 2) && !t->coo_cap)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' was registered without COO "
 				 "input (coo_capacity 0)",
 				 c->rank, t->name);
-	if (coo && coo != 3 && nnz > t->coo_cap)
+	if ((coo == 1 || coo == 2) && nnz > t->coo_cap)
 		return scl_error(SC_ERR_LIMIT,
 				 "rank %d: COO allreduce of tensor '%s': %zu "
 				 "non-zeros exceed its capacity %zu",
@@ -869,7 +876,8 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.root_rank = root >= 0 ? (uint32_t)root : 0;
 	ar.nnz = ar.coo ? nnz : 0;
 	ar.allgather = coo == 3;
-	ar.count = coo == 3 ? nnz : 0;
+	ar.reducescatter = coo == 4;
+	ar.count = coo == 3 || coo == 4 ? nnz : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
 	msg.allreduce = &ar;
@@ -909,7 +917,7 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		if (st != SC_OK)
 			goto err_unlock;
 	}
-	if (coo) /* a sparse result's count, or an allgather's */
+	if (coo) /* a sparse result's count, an allgather's or a reduce-scatter's */
 		scl_tensor_result_reset(t);
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
@@ -1073,6 +1081,13 @@ SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, 
 				      sc_handle_t *handle_p)
 {
 	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, handle_p);
+}
+
+SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
+					  sc_reduce_op_t op, size_t row_elems,
+					  sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, op, 4, row_elems, -1, handle_p);
 }
 
 SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,

@@ -300,6 +300,8 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 			s->count = r->nnz;
 			s->result_nnz = &r->hdr->result_nnz;
 		}
+		if (scd_op_is_reducescatter(nt->op))
+			s->result_nnz = &r->hdr->result_nnz;
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -617,7 +619,9 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	int trainers = ctl->d->world_size * ctl->d->local_size;
 	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
 		       : a->allgather ? SCD_OP_ALLGATHER
-				      : a->op;
+		       : a->reducescatter
+			   ? SCD_OP_REDUCESCATTER | (uint32_t)a->count << 3 | a->op
+			   : a->op;
 	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
@@ -633,6 +637,16 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		    "allgather of tensor '%s': %llu elements given, over its %llu (or with "
 		    "COO input or a broadcast)",
 		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel);
+	} else if (a->reducescatter && (a->broadcast || a->allgather || a->coo || !a->count ||
+					a->count >= SCD_RS_ROW_MAX || nt->numel % a->count ||
+					a->op > SC_OP_PRODUCT)) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "reducescatter of tensor '%s': rows of %llu elements do not divide its "
+		    "%llu (1 to %u per row), or reduction %u is unknown",
+		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel,
+		    SCD_RS_ROW_MAX - 1, a->op);
 	} else if (!a->broadcast && !a->allgather && a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,

@@ -100,12 +100,14 @@ typedef struct scd_ntensor {
  * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
  * reads its residual whole), COO input (the engine hands a single tensor's list to the
  * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them) and an allgather (its buffer's layout depends on every rank's count).
+ * made from them), an allgather (its buffer's layout depends on every rank's count) and a
+ * reduce-scatter (each trainer's slice of the buffer is its result).
  */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER;
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER ||
+	       scd_op_is_reducescatter(nt->op);
 }
 
 /*

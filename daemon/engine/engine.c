@@ -363,6 +363,98 @@ static sc_status_t broadcast_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	return st;
 }
 
+/* Trainer t's first row of a reduce-scatter of rows rows over T trainers (the first
+ * rows % T trainers get one row more). */
+static uint64_t rs_first_row(uint64_t rows, uint64_t T, uint64_t t)
+{
+	return t * (rows / T) + (t < rows % T ? t : rows % T);
+}
+
+/*
+ * A reduce-scatter (a buffer of its own, holding the node's local reduction): node n's
+ * part is the rows of its trainers. Every node sends every other node its part of this
+ * node's reduction and reduces the parts it receives into its own part (in node order),
+ * so each node sends (P - 1) / P of the buffer; an average divides the part afterwards.
+ */
+static sc_status_t reducescatter_typed(scd_engine_t *e, scd_job_t *job,
+				       const scd_device_ops_t *dev, void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	int P = e->d->world_size, me = e->d->rank, L = e->d->local_size;
+	uint64_t row = scd_op_rs_row(job->op), rows = it->numel / row;
+	sc_reduce_op_t red = scd_op_reduction(job->op);
+	size_t esz = sc_dtype_size(job->dtype), rb = row * esz;
+	uint64_t mine0 = rs_first_row(rows, (uint64_t)P * L, (uint64_t)me * L);
+	uint64_t mine = rs_first_row(rows, (uint64_t)P * L, (uint64_t)(me + 1) * L) - mine0;
+	double t0 = scd_now_s();
+	void *host = buf;
+	char *in = malloc((size_t)(P > 1 ? P - 1 : 1) * mine * rb + 1);
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	sc_status_t st = SC_OK;
+	if (!in || !x ||
+	    (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, rows * rb))))
+		st = SC_ERR_NOMEM;
+	int ns = 0, nr = 0;
+	for (int r = 0; st == SC_OK && r < P; r++) {
+		if (r == me)
+			continue;
+		uint64_t f = rs_first_row(rows, (uint64_t)P * L, (uint64_t)r * L);
+		uint64_t n = rs_first_row(rows, (uint64_t)P * L, (uint64_t)(r + 1) * L) - f;
+		if (n)
+			x[ns++] = (scd_xfer_t){
+			    .peer = r, .buf = (char *)host + f * rb, .bytes = n * rb};
+		if (mine) {
+			x[P + nr] = (scd_xfer_t){
+			    .peer = r, .buf = in + (size_t)nr * mine * rb, .bytes = mine * rb};
+			nr++;
+		}
+	}
+	if (st == SC_OK) {
+		if (host != buf)
+			dev->to_host(host, buf, rows * rb);
+		st = scd_transport_exchange(e->transport, x, ns, x + P, nr, job->timeout_ms);
+	}
+	/* the received parts reduced into this node's, in node order (on the host) */
+	char *part = (char *)host + mine0 * rb;
+	for (int k = 0; st == SC_OK && k < nr; k++)
+		scd_reduce_typed((sc_dtype_t)job->dtype, red, part, in + (size_t)k * mine * rb,
+				 mine * row);
+	if (st == SC_OK && host != buf)
+		dev->from_host((char *)buf + mine0 * rb, part, mine * rb);
+	if (st == SC_OK && red == SC_OP_AVERAGE)
+		dev->average_typed((sc_dtype_t)job->dtype, (char *)buf + mine0 * rb, mine * row,
+				   job->average_divisor);
+	free(in);
+	free(x);
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "reducescatter (%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype),
+			 st == SC_ERR_NOMEM ? "out of memory" : scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? e->alpha_s + (double)(rows - mine) * rb * e->beta_s_per_byte : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/* A reduce-scatter's result: each local trainer's rows of the node's part, at the start of
+ * its buffer, and their element count in its header. */
+static void reducescatter_out(scd_engine_t *e, const scd_job_t *job,
+			      const scd_device_ops_t *dev, const void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	uint64_t T = (uint64_t)e->d->world_size * e->d->local_size;
+	uint64_t row = scd_op_rs_row(job->op), rows = it->numel / row;
+	size_t rb = row * sc_dtype_size(job->dtype);
+	for (int s = 0; s < it->n_src; s++) {
+		uint64_t t = (uint64_t)e->d->rank * e->d->local_size + it->src[s].local_rank;
+		uint64_t f = rs_first_row(rows, T, t), n = rs_first_row(rows, T, t + 1) - f;
+		dev->copy(it->src[s].dense, (const char *)buf + f * rb, n * rb);
+		*it->src[s].result_nnz = n * row;
+	}
+}
+
 /*
  * An allgather (a buffer of its own): the nodes first exchange how many elements each
  * gives (its trainers' counts, in local rank order), then every node sends its block to
@@ -710,8 +802,10 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	}
 	const scd_device_ops_t *dev = run->dev;
-	/* in place, but an allgather, whose result is larger than a trainer's input */
-	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER) {
+	/* in place, but an allgather (its result is larger than a trainer's input) or a
+	 * reduce-scatter (each trainer's result is another part of the buffer) */
+	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER &&
+	    !scd_op_is_reducescatter(job->op)) {
 		run->buf = job->items[0].src[0].dense;
 	} else {
 		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
@@ -740,7 +834,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
 			local_reduce(
-			    dev, &job->items[i], i, job->dtype, (sc_reduce_op_t)job->op,
+			    dev, &job->items[i], i, job->dtype, scd_op_reduction(job->op),
 			    run->buf + job->items[i].offset * esz, nonfinite, &run->fault);
 			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
 		}
@@ -797,6 +891,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		st = broadcast_typed(e, job, dev, run->buf);
 	else if (job->op == SCD_OP_ALLGATHER)
 		st = allgather_typed(e, job, dev, run->buf);
+	else if (scd_op_is_reducescatter(job->op))
+		st = reducescatter_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, run->buf);
 	e->transport->ops->counters(e->transport, &c1);
@@ -816,6 +912,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 			dev->copy(it->src[s].dense, run->buf, job->gathered * esz);
 			*it->src[s].result_nnz = job->gathered;
 		}
+	} else if (scd_op_is_reducescatter(job->op)) {
+		reducescatter_out(e, job, dev, run->buf);
 	} else if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
 		uint64_t tl = scd_tl_begin();
 		sparse_out(dev, job, job->average_divisor);

@@ -1196,6 +1196,19 @@ static void record_times(scd_world_t *w, const scd_job_t *job)
 	}
 }
 
+/* What a tensor's statistics call the job's scheme: the collective's own name where it is
+ * not an allreduce. */
+static const char *stats_scheme(const scd_job_t *job)
+{
+	if (scd_op_is_broadcast(job->op))
+		return "broadcast";
+	if (job->op == SCD_OP_ALLGATHER)
+		return "allgather";
+	if (scd_op_is_reducescatter(job->op))
+		return "reducescatter";
+	return scd_scheme_name((scd_scheme_t)job->scheme);
+}
+
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
@@ -1220,10 +1233,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		nt->stats.measured_s = job->time_s;
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
-				 scd_op_is_broadcast(job->op) ? "broadcast"
-				 : job->op == SCD_OP_ALLGATHER
-				     ? "allgather"
-				     : scd_scheme_name((scd_scheme_t)job->scheme));
+				 stats_scheme(job));
 			nt->stats.predicted_s = job->predicted_s;
 			nt->stats.density = job->density;
 			nt->stats.densification = job->gamma;

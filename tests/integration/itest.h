@@ -133,6 +133,7 @@ int it_broadcast(int argc, char **argv);
 int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);
 int it_join_killed(int argc, char **argv);
+int it_reducescatter(int argc, char **argv);
 int it_barrier_stalled(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_peer_oversize(int argc, char **argv);

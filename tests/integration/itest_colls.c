@@ -736,3 +736,92 @@ int it_join_killed(int argc, char **argv)
 	sc_finalize(c);
 	it_pass();
 }
+
+/* Reduce-scatters: rows split unevenly (a row count no trainer count divides), every
+ * trainer's slice exact for sum, max and average; rows of another length on rank 1 are a
+ * mismatch on every rank. */
+int it_reducescatter(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int P = sc_size(c), rank = sc_rank(c);
+	const size_t row = 3, rows = (size_t)P * 5 + 2, n = rows * row;
+	sc_tensor_t *t = it_register(c, "rs.x", SC_INT64, n);
+	static const sc_reduce_op_t ops[] = {SC_OP_SUM, SC_OP_MAX, SC_OP_AVERAGE};
+	double s0 = 0, r0 = 0, s1 = 0, r1 = 0;
+	for (int k = 0; k < 3; k++) {
+		if (k == 1) /* around the max */
+			bcast_bytes(c, t, &s0, &r0);
+		if (k == 2)
+			bcast_bytes(c, t, &s1, &r1);
+		int64_t *x = sc_tensor_data(t);
+		for (size_t i = 0; i < n; i++) /* averages exact: sums are multiples of P */
+			x[i] = ((int64_t)(i * 7 % 13) - 6) * P + rank * (rank - 1) * (int64_t)i;
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_reducescatter_async(c, t, ops[k], row, &h),
+			    "sc_reducescatter_async(%s)", sc_reduce_op_name(ops[k]));
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("reducescatter (%s): %s: %s", sc_reduce_op_name(ops[k]),
+				it_wait_name(r), it_wait_error());
+		size_t first =
+		    (size_t)rank * (rows / (size_t)P) +
+		    ((size_t)rank < rows % (size_t)P ? (size_t)rank : rows % (size_t)P);
+		size_t mine = rows / (size_t)P + ((size_t)rank < rows % (size_t)P);
+		if (sc_tensor_result_nnz(t) != mine * row)
+			IT_FAIL(
+			    "reducescatter (%s): %zu elements, expected rows %zu to %zu (%zu)",
+			    sc_reduce_op_name(ops[k]), sc_tensor_result_nnz(t), first,
+			    first + mine, mine * row);
+		for (size_t j = 0; j < mine * row; j++) {
+			size_t i = first * row + j;
+			int64_t sum = 0, max = INT64_MIN;
+			for (int q = 0; q < P; q++) {
+				int64_t v =
+				    ((int64_t)(i * 7 % 13) - 6) * P + q * (q - 1) * (int64_t)i;
+				sum += v, max = v > max ? v : max;
+			}
+			int64_t want = ops[k] == SC_OP_SUM   ? sum
+				       : ops[k] == SC_OP_MAX ? max
+							     : sum / P;
+			if (x[j] != want)
+				IT_FAIL("reducescatter (%s): element %zu of this rank's slice "
+					"(%zu of "
+					"the tensor) is %lld, expected %lld",
+					sc_reduce_op_name(ops[k]), j, i, (long long)x[j],
+					(long long)want);
+		}
+	}
+	/* the max's bytes: this node sent the other nodes' parts of its reduction, once */
+	int L = sc_local_size(c), node = rank / L;
+	size_t nf = (size_t)node * L * (rows / (size_t)P) +
+		    ((size_t)node * L < rows % (size_t)P ? (size_t)node * L : rows % (size_t)P);
+	size_t nl = (size_t)(node + 1) * L * (rows / (size_t)P) +
+		    ((size_t)(node + 1) * L < rows % (size_t)P ? (size_t)(node + 1) * L
+							       : rows % (size_t)P);
+	double want_sent = (double)(rows - (nl - nf)) * row * 8;
+	if (s1 - s0 != want_sent)
+		IT_FAIL(
+		    "reducescatter of %zu bytes: node %d sent %.0f bytes, expected %.0f (the "
+		    "other nodes' parts)",
+		    n * 8, node, s1 - s0, want_sent);
+	it_log("reducescatter of %zu rows of %zu over %d trainers: sum, max, average exact; "
+	       "%.0f of %zu bytes sent by node %d",
+	       rows, row, P, s1 - s0, n * 8, node);
+	if (P >= 2 && sc_local_size(c) == 1) {
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_reducescatter_async(c, t, SC_OP_SUM, rank == 1 ? 1 : row, &h),
+			    "sc_reducescatter_async");
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), "rows of 1") ||
+		    !strstr(it_wait_error(), "rows of 3") ||
+		    !it_mentions_rank(it_wait_error(), 1))
+			IT_FAIL(
+			    "rows of another length on rank 1: expected SC_ERR_MISMATCH naming "
+			    "both, got %s: '%s'",
+			    it_wait_name(r), it_wait_error());
+		it_log("rows that differ: %s", it_wait_error());
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

@@ -166,6 +166,10 @@ run_case "broadcast n=2 per-node=2" 2 2 180 0 4 -- "$itest" broadcast
 run_case "allgather n=3" 3 1 180 0 3 -- "$itest" allgather
 run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 
+# reducescatter: rows split unevenly, every slice exact; rows of another length.
+run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
+run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
+
 # join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
 run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join

@@ -155,6 +155,19 @@ def allgather_variable_first_dimension():
 
 
 @check
+def reducescatter_rows_in_rank_order():
+    rows = 2 * P + 1  # uneven: the first rank gets one row more
+    x = torch.arange(rows * 4, dtype=torch.float64).view(rows, 4) * (R + 1)
+    total = torch.arange(rows * 4, dtype=torch.float64).view(rows, 4) * (P * (P + 1) / 2)
+    first = R * (rows // P) + min(R, rows % P)
+    mine = rows // P + (R < rows % P)
+    got = sct.reducescatter(x, op=sc.Sum, name="rs.sum")
+    assert torch.equal(got, total[first:first + mine]), (got.shape, first, mine)
+    got = sc.reducescatter(x, name="rs.avg")  # Horovod's default: the average
+    assert torch.allclose(got, total[first:first + mine] / P), got
+
+
+@check
 def join_uneven_steps():
     # rank r trains 2 (r + 1) steps; the joined ranks add zeros to the others' sums
     steps = 2 * (R + 1)

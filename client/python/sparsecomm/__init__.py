@@ -97,7 +97,8 @@ __all__ = [
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
-    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "barrier", "join",
+    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "reducescatter",
+    "barrier", "join",
     "registered", "library_path", "status_name",
 ]
 
@@ -1082,6 +1083,55 @@ def allgather_object(obj, name=None, timeout=None):
         out.append(pickle.loads(chunk.tobytes()))
         at += int(rows[r])
     return out
+
+
+# ---- reducescatter -----------------------------------------------------------------
+
+def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
+    """``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
+    of which this rank gets its rows: the first dimension is split in rank order, the
+    first (rows % size) ranks one row more (sc_reducescatter_async: each node sends every
+    other node its part once).  Every rank must give the same shape, dtype, op and name
+    (default "reducescatter")."""
+    c = _need()
+    name = "reducescatter" if name is None else str(name)
+    red = ReduceOp.parse(op)
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    dev = x.device if istorch else None
+    if istorch and dev.type != "cpu":
+        x = x.cpu()
+    shape = tuple(x.shape)
+    if not shape or not math.prod(shape):
+        raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
+    row, n = math.prod(shape[1:]), math.prod(shape)
+    e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
+                 _opts_key(None, 0.0, 0.0, None, False), 0)
+    try:
+        if istorch:
+            e.tdata().view(shape).copy_(x)
+        else:
+            np.copyto(e.data.reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)
+
+    def finish():
+        got = lib.sc_tensor_result_nnz(e.ptr)
+        out_shape = (got // row,) + shape[1:]
+        if istorch:
+            res = _torch().empty(out_shape, dtype=x.dtype)
+            res.copy_(e.tdata()[:got].view(out_shape))
+            return res.to(dev) if dev.type != "cpu" else res
+        return np.array(e.data[:got].reshape(out_shape), dtype=x.dtype)
+
+    return Handle(c, e, h.value, finish).wait(timeout)
 
 
 # ---- join --------------------------------------------------------------------------

@@ -217,6 +217,8 @@ _PROTOTYPES = [
      [c_client_p, c_handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
     ("sc_allgather_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.POINTER(c_handle)]),
+    ("sc_reducescatter_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(c_handle)]),
     ("sc_broadcast_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),
     ("sc_last_error", ctypes.c_char_p, []),

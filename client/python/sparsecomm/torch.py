@@ -50,7 +50,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
     shutdown, is_initialized, rank, size, local_rank, local_size, allreduce, allreduce_,
     allreduce_async, allreduce_async_, broadcast, broadcast_async, broadcast_,
-    broadcast_async_, broadcast_object, allgather, allgather_object, barrier, join)
+    broadcast_async_, broadcast_object, allgather, allgather_object, reducescatter, barrier,
+    join)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
 
