@@ -242,7 +242,9 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p);
-SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor); /* also an allgather's total */
+/* Also the element count of an allgather's or a reduce-scatter's result (and
+ * SC_RESULT_DENSE before any). */
+SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
 
 /* Where the tensor lives, and the GPU's ordinal into *ordinal_p (when not NULL; 0 for
  * SC_DEVICE_CPU). */
