@@ -181,6 +181,8 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .config_propose = scd_world_config_propose,
     .status = scd_world_status,
     .fusion_stats = scd_world_fusion_stats,
+    .barrier_enter = scd_world_barrier_enter,
+    .node_join = scd_world_node_join,
 };
 
 void scd_daemon_world_ready(scd_daemon_t *d)

@@ -18,8 +18,11 @@ static void pending(scd_world_t *w, uint64_t query_id) {}
 static void config_propose(scd_world_t *w, const char *key, const char *value) {}
 static void status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a) {}
 static void fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a) {}
-static const scd_ctl_upcalls_t up = {announce, abandon,	       forget, node_state,
-				     pending,  config_propose, status, fusion_stats};
+static void barrier_enter(scd_world_t *w, uint64_t seq) {}
+static void node_join(scd_world_t *w, int last_rank) {}
+static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget, node_state,
+				     pending,	    config_propose, status, fusion_stats,
+				     barrier_enter, node_join};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -267,6 +267,36 @@ static void client_msg_seeds(void)
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET, m.config_set = &cs;
 	n = client_record(out, n, 1, &m);
 	put("client_msg", "control", out, n, NULL, 0);
+	/* the collectives: two trainers register a tensor; a max, a broadcast from rank 1, an
+	 * allgather of 3 elements, a barrier and a join from each */
+	h.role = SPARSECOMM__ROLE__ROLE_TRAINER;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
+	n = client_record(out, 0, 0, &m);
+	n = client_record(out, n, 2, &m);
+	Sparsecomm__RegisterTensor rd = SPARSECOMM__REGISTER_TENSOR__INIT;
+	rd.name = "w", rd.dtype = 3, rd.numel = 8;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG, m.reg = &rd;
+	n = client_record(out, n, 0, &m);
+	n = client_record(out, n, 2, &m);
+	Sparsecomm__Allreduce c = SPARSECOMM__ALLREDUCE__INIT;
+	c.tensor_id = 1, c.handle = 9, c.op = SC_OP_MAX;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE, m.allreduce = &c;
+	n = client_record(out, n, 0, &m);
+	c.broadcast = 1, c.root_rank = 1, c.handle = 10;
+	n = client_record(out, n, 2, &m);
+	c.broadcast = 0, c.allgather = 1, c.count = 3, c.handle = 11;
+	n = client_record(out, n, 0, &m);
+	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
+	b.handle = 12;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER, m.barrier = &b;
+	n = client_record(out, n, 0, &m);
+	n = client_record(out, n, 2, &m);
+	Sparsecomm__TrainerJoin j = SPARSECOMM__TRAINER_JOIN__INIT;
+	j.handle = 13;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN, m.trainer_join = &j;
+	n = client_record(out, n, 2, &m);
+	n = client_record(out, n, 0, &m);
+	put("client_msg", "collectives", out, n, NULL, 0);
 }
 
 int main(int argc, char **argv)

@@ -5,7 +5,8 @@
  *
  * Every result is exact and bit-identical to the cpu device's: each element sees the same
  * single IEEE operation (float addition, float multiplication by the same rounded factor,
- * double division, integer addition as unsigned, integer division truncating toward zero).
+ * double division, integer addition and multiplication as unsigned, integer division
+ * truncating toward zero, min and max with the same NaN rule).
  * The scatters write disjoint elements (unique indices, as the cpu device's callers use
  * them), so they need no atomics and no order.
  */
@@ -28,6 +29,34 @@ template <class T> struct add_op {
 	}
 };
 
+/* MIN, MAX and PRODUCT as the cpu device's (reduce.c): a NaN operand wins, integers
+ * multiply as unsigned U (wrap-around). */
+template <class T> SCG_HD bool is_nan(T x)
+{
+	return x != x; /* false for the integers */
+}
+
+template <class T> struct min_op {
+	SCG_HD T operator()(T a, T b) const
+	{
+		return b < a || is_nan(b) ? b : a;
+	}
+};
+
+template <class T> struct max_op {
+	SCG_HD T operator()(T a, T b) const
+	{
+		return b > a || is_nan(b) ? b : a;
+	}
+};
+
+template <class T, class U> struct prod_op {
+	SCG_HD T operator()(T a, T b) const
+	{
+		return (T)((U)a * (U)b);
+	}
+};
+
 template <class T> struct mul_op {
 	T f;
 	SCG_HD T operator()(T a) const
@@ -44,7 +73,8 @@ template <class T> struct div_op {
 	}
 };
 
-template <class T> sc_status_t sum(T *dst, const T *src, uint64_t n, const char *what)
+template <class T, class Op>
+sc_status_t apply(T *dst, const T *src, uint64_t n, Op op, const char *what)
 {
 	if (!n)
 		return SC_OK;
@@ -53,8 +83,31 @@ template <class T> sc_status_t sum(T *dst, const T *src, uint64_t n, const char 
 		st = SCG_LOCAL(what, src);
 	if (st != SC_OK)
 		return st;
-	SCG_TRY(what, thrust::transform(SCG_POLICY, dst, dst + n, src, dst, add_op<T>()));
+	SCG_TRY(what, thrust::transform(SCG_POLICY, dst, dst + n, src, dst, op));
 	return SCG_CHECK(what);
+}
+
+template <class T> sc_status_t sum(T *dst, const T *src, uint64_t n, const char *what)
+{
+	return apply(dst, src, n, add_op<T>(), what);
+}
+
+/* dst = dst op src for one dtype T (U: T's unsigned twin for products). */
+template <class T, class U>
+sc_status_t reduce(sc_reduce_op_t op, T *dst, const T *src, uint64_t n, const char *what)
+{
+	switch (op) {
+	case SC_OP_SUM:
+	case SC_OP_AVERAGE: /* integers add as unsigned: wrap around */
+		return sum((U *)dst, (const U *)src, n, what);
+	case SC_OP_MIN:
+		return apply(dst, src, n, min_op<T>(), what);
+	case SC_OP_MAX:
+		return apply(dst, src, n, max_op<T>(), what);
+	case SC_OP_PRODUCT:
+		return apply(dst, src, n, prod_op<T, U>(), what);
+	}
+	return SC_OK; /* an unknown op does nothing, as on the cpu */
 }
 
 struct scatter_set {
@@ -87,18 +140,21 @@ extern "C" sc_status_t scg_reduce_sum(float *dst, const float *src, uint64_t n)
 	return sum(dst, src, n, "scg_reduce_sum");
 }
 
-extern "C" sc_status_t scg_reduce_typed(sc_dtype_t dtype, void *dst, const void *src,
-					uint64_t n)
+extern "C" sc_status_t scg_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst,
+					const void *src, uint64_t n)
 {
+	const char *what = "scg_reduce_typed";
 	switch (dtype) {
 	case SC_FLOAT32:
-		return sum((float *)dst, (const float *)src, n, "scg_reduce_typed");
+		return reduce<float, float>(op, (float *)dst, (const float *)src, n, what);
 	case SC_FLOAT64:
-		return sum((double *)dst, (const double *)src, n, "scg_reduce_typed");
-	case SC_INT32: /* as unsigned: wraps around */
-		return sum((uint32_t *)dst, (const uint32_t *)src, n, "scg_reduce_typed");
+		return reduce<double, double>(op, (double *)dst, (const double *)src, n, what);
+	case SC_INT32:
+		return reduce<int32_t, uint32_t>(op, (int32_t *)dst, (const int32_t *)src, n,
+						 what);
 	case SC_INT64:
-		return sum((uint64_t *)dst, (const uint64_t *)src, n, "scg_reduce_typed");
+		return reduce<int64_t, uint64_t>(op, (int64_t *)dst, (const int64_t *)src, n,
+						 what);
 	}
 	return SC_OK; /* an unknown dtype does nothing, as on the cpu */
 }

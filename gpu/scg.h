@@ -173,8 +173,11 @@ sc_status_t scg_sketch_decode_dense(const scg_sketch_cfg_t *cfg_host, uint64_t s
 /* ---- reduce.cu / select.cu ---- */
 /* Dense ops, bit-identical to the cpu device's (reduce.h, format.h, listops.h). */
 sc_status_t scg_reduce_sum(float *dst, const float *src, uint64_t n); /* dst += src */
-/* dst += src for n elements of dtype (integers wrap); an unknown dtype does nothing */
-sc_status_t scg_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+/* dst = dst op src for n elements of dtype as scd_reduce_typed (sum for SC_OP_SUM and
+ * SC_OP_AVERAGE, min and max with NaN winning, product; integers wrap); an unknown dtype
+ * or op does nothing */
+sc_status_t scg_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
+			     uint64_t n);
 /* x /= divisor as scd_average_typed: float32 times (float)(1 / divisor), float64 divides,
  * integers divide truncating toward zero (SC_ERR_INVALID for an integer divisor of 0) */
 sc_status_t scg_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor);

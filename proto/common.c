@@ -1,5 +1,5 @@
-/* common.c: status and dtype tables shared by the client library and the daemon, and the
- * default places of a daemon's control socket (rundir.h). */
+/* common.c: status, dtype and reduction tables shared by the client library and the
+ * daemon, and the default places of a daemon's control socket (rundir.h). */
 #include "sparsecomm.h"
 
 #include <limits.h>
@@ -88,4 +88,21 @@ char *sc_socket_default(char *buf, size_t len)
 	if (stat(buf, &st) != 0)
 		snprintf(buf, len, "%s/ctl.sock", SC_RUNDIR_SYSTEM);
 	return buf;
+}
+
+SC_API const char *sc_reduce_op_name(sc_reduce_op_t op)
+{
+	switch (op) {
+	case SC_OP_SUM:
+		return "sum";
+	case SC_OP_AVERAGE:
+		return "average";
+	case SC_OP_MIN:
+		return "min";
+	case SC_OP_MAX:
+		return "max";
+	case SC_OP_PRODUCT:
+		return "product";
+	}
+	return "unknown";
 }

@@ -6,10 +6,11 @@
  * users upgrade. 2: Join and WorldInfo carry the transport's name and bootstrap data.
  * 3: heartbeats, Leave and the coordinator's NodeState for a node lost or left (a daemon
  * without them would be declared lost), and Reform when such a node joins again.
+ * 4: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 3
+#define SCD_WORLD_PROTOCOL_VERSION 4
 
 #endif

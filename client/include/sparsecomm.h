@@ -98,11 +98,32 @@ typedef enum {
 SC_API size_t sc_dtype_size(sc_dtype_t dtype);
 SC_API const char *sc_dtype_name(sc_dtype_t dtype);
 
-/* Reductions. SC_OP_AVERAGE divides the sum by the number of trainers in the job. */
+/*
+ * Reductions, elementwise over every trainer of the job, on every dtype.
+ *
+ * SC_OP_SUM adds (integers wrap around in two's complement). SC_OP_AVERAGE divides the sum
+ * by the number of trainers in the job: float32 multiplies by the rounded 1 / size,
+ * float64 divides, and integers divide in integer arithmetic, truncating toward zero
+ * (C's division: 1 / 2 averages to 0, -1 / 2 to 0), after the sum has wrapped around.
+ *
+ * SC_OP_MIN, SC_OP_MAX and SC_OP_PRODUCT take the smallest, the largest or the product
+ * (integers wrap around; a NaN in any trainer's element makes that element NaN, as
+ * torch.minimum and torch.maximum do). They are lossless dense reductions: the buffer always
+ * goes through the dense ring, whatever scheme the tensor pins or allow_lossy permits, and
+ * never fuses with sum or average tensors. A tensor with a sparsifier, or COO input,
+ * refuses them (SC_ERR_UNSUPPORTED naming the tensor): a sparsifier's residual and a COO
+ * list's implicit zeros mean a sum.
+ */
 typedef enum {
 	SC_OP_SUM = 0,
 	SC_OP_AVERAGE = 1,
+	SC_OP_MIN = 2,
+	SC_OP_MAX = 3,
+	SC_OP_PRODUCT = 4,
 } sc_reduce_op_t;
+
+/* "sum", "average", "min", "max", "product"; "unknown" for any other value. */
+SC_API const char *sc_reduce_op_name(sc_reduce_op_t op);
 
 typedef struct sc_client sc_client_t; /* a connection to the node's daemon */
 typedef struct sc_tensor sc_tensor_t; /* a registered tensor and its shared buffer */
@@ -224,6 +245,8 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p);
+/* Also the element count of an allgather's or a reduce-scatter's result (and
+ * SC_RESULT_DENSE before any). */
 SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
 
 /* Where the tensor lives, and the GPU's ordinal into *ordinal_p (when not NULL; 0 for
@@ -284,6 +307,76 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
 /* Synchronous allreduce: sc_allreduce_async followed by sc_wait. */
 SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
 				int timeout_ms);
+
+/*
+ * Broadcast: once it completes, every trainer's buffer of the tensor holds what trainer
+ * root_rank's held when it submitted (in place, like an allreduce; every trainer submits
+ * the tensor with the same root, or each fails with SC_ERR_MISMATCH naming every rank's
+ * operation). The root's node sends the buffer once to every other node, which copies it
+ * to its trainers: half the bytes a sum allreduce moves. Any dtype; a tensor with a
+ * sparsifier, or COO input, refuses it (SC_ERR_UNSUPPORTED). Wait with sc_poll / sc_wait.
+ */
+SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				      sc_handle_t *handle_p);
+/* sc_broadcast_async followed by sc_wait. */
+SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				int timeout_ms);
+
+/*
+ * Allgather with a variable first dimension: every trainer gives the first count elements
+ * of its buffer (count may differ across ranks: rows x elements per row), and once it
+ * completes every trainer's buffer begins with all of them, concatenated in rank order;
+ * sc_tensor_result_nnz() then gives their total. Register the tensor with the size the
+ * concatenation needs (every rank the same size); a total over it fails on every rank
+ * with SC_ERR_LIMIT naming each rank's count. The tensor runs in a buffer of its own and
+ * each node sends its trainers' elements once to every other node. Any dtype.
+ */
+SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
+				      sc_handle_t *handle_p);
+
+/*
+ * Reduce-scatter: the buffer, rows of row_elems elements, is reduced by op across every
+ * trainer as by sc_allreduce_async, and each trainer gets only its slice of the result:
+ * the rows are split in rank order, the first (rows % trainers) one row more than the
+ * others, and trainer r's rows land at the start of its buffer; sc_tensor_result_nnz()
+ * then gives their element count. Each node sends every other node that node's part of
+ * its local reduction once ((P - 1) / P of the buffer, half a ring allreduce's bytes).
+ * row_elems must divide the tensor's size, and every rank must give the same op and
+ * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype; a tensor with a
+ * sparsifier refuses it.
+ */
+SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
+					  sc_reduce_op_t op, size_t row_elems,
+					  sc_handle_t *handle_p);
+
+/*
+ * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
+ * barrier of each trainer since it connected). The daemons agree through their
+ * coordinator; no tensor is involved and nothing travels on the data plane. The handle is
+ * waited for with sc_poll / sc_wait like an allreduce's, and a trainer has one barrier in
+ * flight at most (SC_ERR_BUSY). Ends with SC_ERR_STALLED naming the ranks that did not
+ * enter within the daemons' stall_timeout_ms, and with SC_ERR_ABORTED on every rank when
+ * a trainer of the job exited.
+ */
+SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
+/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
+SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
+
+/*
+ * Join, for uneven inputs: this trainer has no more data. Until every trainer of the job
+ * has joined, it submits nothing (an allreduce fails with SC_ERR_INVALID) and takes part
+ * in the other trainers' operations with zeros: a sum or average lacks its share (the
+ * average still divides by every trainer), an allgather gets no rows from it, and a min,
+ * max or product sees zeros. Once the last trainer has joined, every join completes and
+ * sc_join_result gives the last rank to join. sc_join_result is sc_wait for a join's
+ * handle (sc_wait works too, without the rank). A trainer that exits while joined ends
+ * every join with SC_ERR_ABORTED through its node becoming degraded.
+ */
+SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
+SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
+				  int *last_rank_p);
+/* sc_join_async followed by sc_join_result. */
+SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p);
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */
 typedef struct sc_tensor_stats {

@@ -179,11 +179,20 @@ static void op_release(sc_client_t *c, struct scl_op *op)
 	op_free(op);
 }
 
+/* What an operation is, for error texts: "allreduce of tensor 'x'", "barrier" or "join". */
+static const char *op_what(const struct scl_op *op, char *buf, size_t len)
+{
+	if (!op->tensor)
+		return op->join ? "join" : "barrier";
+	snprintf(buf, len, "allreduce of tensor '%s'", op->tensor->name);
+	return buf;
+}
+
 /* Ends an operation with status; error is the text to report (NULL: composed here). */
 static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 			const char *error)
 {
-	char buf[SCL_ERR_MAX];
+	char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 	if (op->done)
 		return;
@@ -191,14 +200,14 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 	op->status = status;
 	if (status != SC_OK) {
 		if (!error || !*error) {
-			snprintf(buf, sizeof(buf),
-				 "allreduce of tensor '%s' on rank %d failed: %s",
-				 op->tensor->name, c->rank, sc_status_message(status));
+			snprintf(buf, sizeof(buf), "%s on rank %d failed: %s",
+				 op_what(op, what, sizeof(what)), c->rank,
+				 sc_status_message(status));
 			error = buf;
 		}
 		op->error = strdup(error);
 	}
-	if (op->tensor->busy == op)
+	if (op->tensor && op->tensor->busy == op)
 		op->tensor->busy = NULL;
 	if (op->orphan)
 		op_release(c, op);
@@ -211,7 +220,7 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
  */
 static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 {
-	char buf[SCL_ERR_MAX];
+	char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 	if (c->dead != SC_OK)
 		return;
@@ -228,9 +237,8 @@ static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 			next = op->next;
 			if (op->done)
 				continue;
-			snprintf(buf, sizeof(buf),
-				 "allreduce of tensor '%s' on rank %d failed: %s",
-				 op->tensor->name, c->rank, msg);
+			snprintf(buf, sizeof(buf), "%s on rank %d failed: %s",
+				 op_what(op, what, sizeof(what)), c->rank, msg);
 			op_complete(c, op, status, buf);
 		}
 	}
@@ -298,9 +306,10 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 			op = op_find(c, cp->handle);
 			if (st == SC_IN_PROGRESS)
 				st = SC_ERR_PROTOCOL;
-			if (op)
+			if (op) {
+				op->value = cp->value;
 				op_complete(c, op, st, cp->error);
-			else
+			} else
 				scl_log(SCL_LOG_DEBUG, "completion for unknown handle %llu",
 					(unsigned long long)cp->handle);
 		} else {
@@ -321,14 +330,12 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 	op = op_find(c, m->seq);
 	if (op && !op->done && m->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
 		sc_status_t st = status_from_wire(m->error->status);
-		char buf[SCL_ERR_MAX];
+		char buf[SCL_ERR_MAX], what[SCL_NAME_MAX + 32];
 
 		if (st >= SC_OK)
 			st = SC_ERR_PROTOCOL;
-		snprintf(buf, sizeof(buf),
-			 "rank %d: the daemon refused the allreduce of tensor "
-			 "'%s': %s",
-			 c->rank, op->tensor->name, m->error->message);
+		snprintf(buf, sizeof(buf), "rank %d: the daemon refused the %s: %s", c->rank,
+			 op_what(op, what, sizeof(what)), m->error->message);
 		op_complete(c, op, st, buf);
 	}
 out_free:
@@ -808,8 +815,12 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
+/* Starts an operation on t: an allreduce of its buffer (coo 0), of its COO area with a
+ * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), an
+ * allgather of its first nnz elements (coo 3), or a reduce-scatter by op in rows of nnz
+ * elements (coo 4). */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
-				   size_t nnz, sc_handle_t *handle_p)
+				   size_t nnz, int root, sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
@@ -825,17 +836,34 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
-	if (op != SC_OP_SUM && op != SC_OP_AVERAGE)
+	if (root >= c->size)
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: broadcast of tensor '%s': root rank %d is not a rank of "
+		    "the job (0 to %d)",
+		    c->rank, t->name, root, c->size - 1);
+	if (coo == 4 && (nnz == 0 || t->numel % nnz))
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: reducescatter of tensor '%s': rows of %zu elements do "
+		    "not divide its %zu",
+		    c->rank, t->name, nnz, t->numel);
+	if (coo == 3 && nnz > t->numel)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: allgather of tensor '%s': %zu elements given, the "
+				 "tensor has %zu",
+				 c->rank, t->name, nnz, t->numel);
+	if (root < 0 && coo != 3 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
 				 c->rank, t->name, (int)op);
-	if (coo && !t->coo_cap)
+	if ((coo == 1 || coo == 2) && !t->coo_cap)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' was registered without COO "
 				 "input (coo_capacity 0)",
 				 c->rank, t->name);
-	if (coo && nnz > t->coo_cap)
+	if ((coo == 1 || coo == 2) && nnz > t->coo_cap)
 		return scl_error(SC_ERR_LIMIT,
 				 "rank %d: COO allreduce of tensor '%s': %zu "
 				 "non-zeros exceed its capacity %zu",
@@ -844,9 +872,14 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.tensor_id = t->tensor_id;
 	ar.handle = h;
 	ar.op = op;
-	ar.coo = coo != 0;
+	ar.coo = coo == 1 || coo == 2;
 	ar.sparse_result = coo == 2;
-	ar.nnz = coo ? nnz : 0;
+	ar.broadcast = root >= 0;
+	ar.root_rank = root >= 0 ? (uint32_t)root : 0;
+	ar.nnz = ar.coo ? nnz : 0;
+	ar.allgather = coo == 3;
+	ar.reducescatter = coo == 4;
+	ar.count = coo == 3 || coo == 4 ? nnz : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
 	msg.allreduce = &ar;
@@ -886,7 +919,7 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		if (st != SC_OK)
 			goto err_unlock;
 	}
-	if (coo)
+	if (coo) /* a sparse result's count, an allgather's or a reduce-scatter's */
 		scl_tensor_result_reset(t);
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
@@ -907,20 +940,20 @@ err_unlock:
 SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
 				      sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 0, 0, handle_p);
+	return allreduce_start(client, tensor, op, 0, 0, -1, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
+	return allreduce_start(client, tensor, op, 1, nnz, -1, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
+	return allreduce_start(client, tensor, op, 2, nnz, -1, handle_p);
 }
 
 /* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
@@ -936,7 +969,7 @@ typedef enum {
  * GPU: gw says how that is waited for (the driver is called without the client's lock).
  */
 static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
-			      sc_status_t not_done, gpu_wait_t gw, void *stream)
+			      sc_status_t not_done, gpu_wait_t gw, void *stream, int *value_p)
 {
 	struct timespec deadline;
 	struct scl_op *o;
@@ -967,20 +1000,20 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	}
 	if (!o->done) {
 		if (not_done == SC_ERR_TIMEOUT)
-			scl_error(SC_ERR_TIMEOUT,
-				  "rank %d: allreduce of tensor '%s' still in "
-				  "progress after %d ms",
-				  c->rank, o->tensor->name, timeout_ms);
+			scl_error(SC_ERR_TIMEOUT, "rank %d: %s still in progress after %d ms",
+				  c->rank, op_what(o, what, sizeof(what)), timeout_ms);
 		pthread_mutex_unlock(&c->mu);
 		return not_done;
 	}
 	st = o->status;
 	t = o->tensor;
+	if (value_p && st == SC_OK)
+		*value_p = (int)o->value;
 	if (st != SC_OK)
 		scl_error(st, "%s", o->error ? o->error : sc_status_message(st));
 	op_release(c, o);
 	pthread_mutex_unlock(&c->mu);
-	if (st != SC_OK || !t->cuda)
+	if (st != SC_OK || !t || !t->cuda) /* a barrier has no tensor */
 		return st;
 	/* the tensor lives until sc_finalize, which no call may overlap */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
@@ -992,32 +1025,29 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
 {
-	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL);
+	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL);
 }
 
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL);
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL, NULL);
 }
 
 SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
 				  int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream);
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream,
+			  NULL);
 }
 
-SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
-				int timeout_ms)
+/* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
+ * frees it. */
+static sc_status_t wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
 {
-	sc_handle_t h;
-	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+	sc_status_t st = sc_wait(client, h, timeout_ms);
 	struct scl_op *o;
 
-	if (st != SC_OK)
-		return st;
-	st = sc_wait(client, h, timeout_ms);
 	if (st == SC_ERR_TIMEOUT) {
-		/* Nobody holds the handle: let the completion free the operation. */
 		pthread_mutex_lock(&client->mu);
 		o = op_find(client, h);
 		if (o && o->done)
@@ -1027,6 +1057,141 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 		pthread_mutex_unlock(&client->mu);
 	}
 	return st;
+}
+
+SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
+				int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
+}
+
+SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				      sc_handle_t *handle_p)
+{
+	if (root_rank < 0)
+		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
+				 root_rank);
+	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, handle_p);
+}
+
+SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
+				      sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, handle_p);
+}
+
+SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
+					  sc_reduce_op_t op, size_t row_elems,
+					  sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, op, 4, row_elems, -1, handle_p);
+}
+
+SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
+				int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_broadcast_async(client, tensor, root_rank, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
+}
+
+/* ---- barrier ------------------------------------------------------------------------- */
+
+/* Starts a barrier or (join) a join: an operation without a tensor. */
+static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handle_p)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
+	Sparsecomm__TrainerJoin j = SPARSECOMM__TRAINER_JOIN__INIT;
+	const char *what = join ? "join" : "barrier";
+	struct scl_op *o, **slot;
+	struct scl_frame *f;
+	sc_status_t st;
+	sc_handle_t h;
+
+	if (!c || !handle_p)
+		return scl_error(SC_ERR_INVALID, "%s: NULL client or handle_p", what);
+	h = client_next_id(c);
+	msg.seq = h;
+	if (join) {
+		j.handle = h;
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN;
+		msg.trainer_join = &j;
+	} else {
+		b.handle = h;
+		msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER;
+		msg.barrier = &b;
+	}
+	o = calloc(1, sizeof(*o));
+	f = frame_pack(&msg);
+	if (!o || !f) {
+		free(o);
+		free(f);
+		return scl_error(SC_ERR_NOMEM, "rank %d: %s: out of memory", c->rank, what);
+	}
+	o->handle = h;
+	o->join = join;
+	o->status = SC_IN_PROGRESS;
+	pthread_mutex_lock(&c->mu);
+	if (c->dead != SC_OK) {
+		st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
+		pthread_mutex_unlock(&c->mu);
+		free(o);
+		free(f);
+		return st;
+	}
+	slot = &c->ops[h % SCL_OP_BUCKETS];
+	o->next = *slot;
+	*slot = o;
+	client_enqueue(c, f);
+	pthread_mutex_unlock(&c->mu);
+	*handle_p = h;
+	return SC_OK;
+}
+
+SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
+{
+	return tensorless_start(client, 0, handle_p);
+}
+
+SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p)
+{
+	return tensorless_start(client, 1, handle_p);
+}
+
+SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
+				  int *last_rank_p)
+{
+	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL,
+			  last_rank_p);
+}
+
+SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_join_async(client, &h);
+
+	if (st != SC_OK)
+		return st;
+	return sc_join_result(client, h, timeout_ms, last_rank_p);
+}
+
+SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
+{
+	sc_handle_t h;
+	sc_status_t st = sc_barrier_async(client, &h);
+
+	if (st != SC_OK)
+		return st;
+	return wait_owned(client, h, timeout_ms);
 }
 
 /* ---- finalize ------------------------------------------------------------------------ */

@@ -54,7 +54,9 @@ struct scl_op {
 	sc_handle_t handle;
 	struct sc_tensor *tensor;
 	int done;
-	int orphan; /* nobody will collect the result: free it on completion */
+	int orphan;    /* nobody will collect the result: free it on completion */
+	int64_t value; /* a join's completion: the last rank to join */
+	int join;      /* a join (no tensor), not a barrier */
 	sc_status_t status;
 	char *error; /* text of a failure, NULL on success */
 };

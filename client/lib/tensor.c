@@ -292,6 +292,7 @@ static sc_status_t map_tensor(sc_client_t *c, sc_tensor_t *t,
 	}
 	t->residual = h->residual_offset ? (const float *)(base + h->residual_offset) : NULL;
 	t->tensor_id = r->tensor_id;
+	scl_tensor_result_reset(t); /* no result count until an operation gives one */
 	return SC_OK;
 }
 
@@ -484,10 +485,12 @@ void scl_tensor_result_reset(sc_tensor_t *t)
 
 SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor)
 {
-	if (!tensor || !tensor->map || !tensor->coo_cap)
+	if (!tensor || !tensor->map)
 		return SC_RESULT_DENSE;
+	/* a sparse result's entries (at most coo_cap), or an allgather's total (numel) */
 	uint64_t n = ((const volatile sc_shm_header_t *)tensor->map)->result_nnz;
-	return n <= tensor->coo_cap ? (size_t)n : SC_RESULT_DENSE;
+	return n <= (tensor->coo_cap ? tensor->coo_cap : tensor->numel) ? (size_t)n
+									: SC_RESULT_DENSE;
 }
 
 SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)

@@ -36,6 +36,8 @@ typedef struct scd_session {
 	int pidfd;
 	uv_poll_t pidpoll;
 	scd_reg_t *regs;
+	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
+	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
 	uint64_t last_ms;
 	struct scd_session *next;
 	struct scd_ctl *ctl;
@@ -53,6 +55,13 @@ struct scd_ctl {
 	int n_trainers;
 	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
 	char degraded_reason[256];
+	/* barriers: the last one that ended on every rank, the local trainers in the next
+	 * one (since when), and whether the node entered it (world/barrier.c) */
+	uint64_t barrier_seq;
+	int barrier_waiting, barrier_entered;
+	uint64_t barrier_since_ms;
+	/* joins: the local trainers joined, and the last of them (a global rank) */
+	int n_joined, join_last;
 	struct pending_q {
 		uint64_t id, seq;
 		uint8_t ident[256];
@@ -101,6 +110,21 @@ static void send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
+/* A completion carrying a value (a join's last rank). */
+static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle,
+				  sc_status_t st, const char *error, int64_t value)
+{
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
+	c.handle = handle;
+	c.status = st;
+	c.error = (char *)(error ? error : "");
+	c.value = value;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
+	m.completion = &c;
+	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
 static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
 			    const char *error)
 {
@@ -140,8 +164,62 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */
 }
 
+/* Ends every local trainer's barrier in progress. */
+static void barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
+{
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->barrier_handle) {
+			send_completion(ctl, s, s->barrier_handle, st, error);
+			s->barrier_handle = 0;
+		}
+	ctl->barrier_waiting = 0;
+	ctl->barrier_entered = 0;
+}
+
+void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t st, const char *error)
+{
+	if (seq <= ctl->barrier_seq) /* an end this node already took */
+		return;
+	ctl->barrier_seq = seq;
+	barrier_complete(ctl, st, error);
+}
+
+void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t st, const char *error)
+{
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->join_handle) {
+			send_completion_value(ctl, s, s->join_handle, st, error, last_rank);
+			s->join_handle = 0;
+		}
+	ctl->n_joined = 0;
+}
+
+int scd_ctl_all_joined(const scd_ctl_t *ctl)
+{
+	return ctl->n_joined == ctl->d->local_size;
+}
+
+/* A node tensor every local trainer has submitted, a joined one counting as having
+ * submitted it, goes to negotiation. */
+static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
+{
+	if (nt->state != SCD_NT_LOCAL_WAIT ||
+	    nt->submitted + ctl->n_joined < ctl->d->local_size)
+		return;
+	nt->state = SCD_NT_ANNOUNCED;
+	nt->state_since_ms = scd_now_ms();
+	nt->tl_announced = scd_tl_begin();
+	ctl->up->announce(ctl->d->world, nt);
+}
+
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 {
+	if (ctl->barrier_waiting) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "barrier %llu failed on node %d: %s",
+			 (unsigned long long)ctl->barrier_seq + 1, ctl->d->rank, error);
+		barrier_complete(ctl, st, msg);
+	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_IDLE) {
@@ -230,6 +308,12 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
+		if (nt->op == SCD_OP_ALLGATHER) {
+			s->count = r->nnz;
+			s->result_nnz = &r->hdr->result_nnz;
+		}
+		if (scd_op_is_reducescatter(nt->op))
+			s->result_nnz = &r->hdr->result_nnz;
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -265,6 +349,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	int inflight = 0;
 	for (scd_reg_t *r = s->regs; r; r = r->next_in_session)
 		inflight += r->handle != 0;
+	inflight += s->barrier_handle != 0 || s->join_handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
 		snprintf(why, sizeof(why),
 			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
@@ -275,6 +360,22 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
 		ctl->up->node_state(ctl->d->world, 1, why);
+	}
+	/* A join or a barrier cannot complete without the trainer: the node's waiters fail
+	 * now (and the coordinator ends it on every rank once it learns the node is
+	 * degraded). */
+	if (why[0] && ctl->n_joined) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "join aborted: %s", why);
+		if (s->join_handle)
+			ctl->n_joined--, s->join_handle = 0;
+		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
+	}
+	if (why[0] && ctl->barrier_waiting) {
+		char msg[512];
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",
+			 (unsigned long long)ctl->barrier_seq + 1, why);
+		barrier_complete(ctl, SC_ERR_ABORTED, msg);
 	}
 	/* Operations of the node that can no longer complete fail now. One that every local
 	 * trainer had submitted (announced, or running) still runs with the data the dead
@@ -304,6 +405,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			*pp = s->next;
 			break;
 		}
+	if (s->join_handle)
+		ctl->n_joined--;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		ctl->by_local[s->local_rank] = NULL;
 		ctl->n_trainers--;
@@ -525,6 +628,13 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 	scd_ntensor_t *nt = r->nt;
 	sc_status_t st = SC_OK;
+	int trainers = ctl->d->world_size * ctl->d->local_size;
+	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
+		       : a->allgather ? SCD_OP_ALLGATHER
+		       : a->reducescatter
+			   ? SCD_OP_REDUCESCATTER | (uint32_t)a->count << 3 | a->op
+			   : a->op;
+	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': handle 0 is not valid", nt->name);
@@ -532,10 +642,41 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (a->op > SC_OP_AVERAGE) {
+	} else if (a->allgather && (a->broadcast || a->coo || a->count > nt->numel)) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "allgather of tensor '%s': %llu elements given, over its %llu (or with "
+		    "COO input or a broadcast)",
+		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel);
+	} else if (a->reducescatter && (a->broadcast || a->allgather || a->coo || !a->count ||
+					a->count >= SCD_RS_ROW_MAX || nt->numel % a->count ||
+					a->op > SC_OP_PRODUCT)) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "reducescatter of tensor '%s': rows of %llu elements do not divide its "
+		    "%llu (1 to %u per row), or reduction %u is unknown",
+		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel,
+		    SCD_RS_ROW_MAX - 1, a->op);
+	} else if (!a->broadcast && !a->allgather && a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
 			 a->op);
+	} else if (a->broadcast && a->root_rank >= (uint32_t)trainers) {
+		st = SC_ERR_INVALID;
+		snprintf(
+		    err, sizeof(err),
+		    "broadcast of tensor '%s': root rank %u is not a rank of the job (0 to "
+		    "%d)",
+		    nt->name, a->root_rank, trainers - 1);
+	} else if (opw > SC_OP_AVERAGE && (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
+		/* a residual and a list's implicit zeros mean a sum */
+		st = SC_ERR_UNSUPPORTED;
+		snprintf(err, sizeof(err),
+			 "tensor '%s': %s is a dense operation: a tensor with a sparsifier or "
+			 "COO input takes sum and average only",
+			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -552,6 +693,12 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "allreduce of tensor '%s' refused: %s", nt->name,
 			 ctl->degraded_reason);
+	} else if (s->join_handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s' refused: rank %d has joined (it takes part "
+			 "with zeros until every rank has joined)",
+			 nt->name, ctl->d->rank * ctl->d->local_size + s->local_rank);
 	} else if (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err),
@@ -563,28 +710,104 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
-	r->op = a->op;
+	r->op = opw;
 	r->coo = a->coo;
 	r->sparse_result = a->coo && a->sparse_result;
-	r->nnz = a->nnz;
+	r->nnz = a->allgather ? a->count : a->nnz; /* an allgather's count */
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
-		nt->op = a->op;
+		nt->op = opw;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
-	} else if (nt->op != a->op) {
+	} else if (nt->op != opw) {
+		char other[64];
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
-			 "reductions (sum and average)",
-			 nt->name, ctl->d->rank);
+			 "operations (%s and %s)",
+			 nt->name, ctl->d->rank,
+			 scd_op_describe(nt->op, opname, sizeof(opname)),
+			 scd_op_describe(opw, other, sizeof(other)));
 		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
 		return;
 	}
-	if (nt->submitted == ctl->d->local_size) {
-		nt->state = SCD_NT_ANNOUNCED;
-		nt->state_since_ms = scd_now_ms();
-		nt->tl_announced = scd_tl_begin();
-		ctl->up->announce(ctl->d->world, nt);
+	announce_if_ready(ctl, nt);
+}
+
+static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			const Sparsecomm__TrainerJoin *j)
+{
+	char err[512] = "";
+	sc_status_t st = SC_OK;
+	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
+	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "a join is for trainers, not control clients");
+	} else if (!j->handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "rank %d: join: handle 0 is not valid", rank);
+	} else if (s->join_handle) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err), "rank %d: already joined", rank);
+	} else if (ctl->degraded) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err), "rank %d: join refused: %s", rank,
+			 ctl->degraded_reason);
+	}
+	for (scd_reg_t *r = s->regs; st == SC_OK && r; r = r->next_in_session)
+		if (r->handle) {
+			st = SC_ERR_BUSY;
+			snprintf(err, sizeof(err),
+				 "rank %d: join with the allreduce of tensor '%s' in flight",
+				 rank, r->nt->name);
+		}
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	s->join_handle = j->handle;
+	ctl->n_joined++;
+	ctl->join_last = rank;
+	send_ok(ctl, s, seq);
+	/* what the node's other trainers submitted no longer waits for this one */
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
+		next = nt->all_next;
+		announce_if_ready(ctl, nt);
+	}
+	if (scd_ctl_all_joined(ctl))
+		ctl->up->node_join(ctl->d->world, ctl->join_last);
+}
+
+static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__Barrier *b)
+{
+	char err[512] = "";
+	sc_status_t st = SC_OK;
+	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
+	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "a barrier is for trainers, not control clients");
+	} else if (!b->handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err), "rank %d: barrier: handle 0 is not valid", rank);
+	} else if (s->barrier_handle) {
+		st = SC_ERR_BUSY;
+		snprintf(err, sizeof(err), "rank %d: already in a barrier", rank);
+	} else if (ctl->degraded) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err), "rank %d: barrier refused: %s", rank,
+			 ctl->degraded_reason);
+	}
+	if (st != SC_OK) {
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+		return;
+	}
+	s->barrier_handle = b->handle;
+	send_ok(ctl, s, seq);
+	if (ctl->barrier_waiting++ == 0)
+		ctl->barrier_since_ms = scd_now_ms();
+	if (ctl->barrier_waiting == ctl->d->local_size && !ctl->barrier_entered) {
+		ctl->barrier_entered = 1;
+		ctl->up->barrier_enter(ctl->d->world, ctl->barrier_seq + 1);
 	}
 }
 
@@ -862,6 +1085,12 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	case SPARSECOMM__CLIENT_MSG__BODY_PENDING:
 		handle_pending(ctl, s, seq);
 		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_BARRIER:
+		handle_barrier(ctl, s, seq, msg->barrier);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN:
+		handle_join(ctl, s, seq, msg->trainer_join);
+		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:
 		handle_config(ctl, s, seq, msg);
@@ -905,6 +1134,20 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 	/* Tensors some local trainers submitted and others never did. */
 	uint64_t now = scd_now_ms();
 	uint64_t stall = (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_stall_timeout_ms);
+	if (ctl->barrier_waiting && !ctl->barrier_entered &&
+	    now - ctl->barrier_since_ms >= stall) {
+		char msg[512];
+		int n = snprintf(
+		    msg, sizeof(msg), "barrier %llu stalled for %llu ms on node %d: local rank",
+		    (unsigned long long)ctl->barrier_seq + 1,
+		    (unsigned long long)(now - ctl->barrier_since_ms), ctl->d->rank);
+		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 32; l++)
+			if (!ctl->by_local[l] || !ctl->by_local[l]->barrier_handle)
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)",
+					      l, ctl->d->rank * ctl->d->local_size + l);
+		snprintf(msg + n, sizeof(msg) - (size_t)n, " never entered it");
+		barrier_complete(ctl, SC_ERR_STALLED, msg);
+	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_LOCAL_WAIT || now - nt->state_since_ms < stall)

@@ -36,6 +36,10 @@ typedef struct scd_ctl_upcalls {
 	void (*status)(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena *a);
 	/* the fusion plan's part of a stats reply */
 	void (*fusion_stats)(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a);
+	/* every local trainer entered the node's barrier number seq */
+	void (*barrier_enter)(scd_world_t *w, uint64_t seq);
+	/* every local trainer joined, last_rank the last of them */
+	void (*node_join)(scd_world_t *w, int last_rank);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */
@@ -62,6 +66,15 @@ scd_tensors_t *scd_ctl_tensors(scd_ctl_t *ctl);
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t status, const char *error);
 /* Fails everything submitted and not running (shutdown). */
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
+/* Barrier number seq ended on every rank (world/barrier.c): the local trainers waiting in
+ * it complete with status (and error text for failures). */
+void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t status, const char *error);
+/* Every trainer of the job joined (world/join.c): the local joins complete with status and,
+ * on success, last_rank. */
+void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t status, const char *error);
+/* Whether every local trainer has joined (a tensor planned but not submitted here then
+ * takes part with zeros, as it should). */
+int scd_ctl_all_joined(const scd_ctl_t *ctl);
 /* Removes every shared-memory object and the socket file without unmapping (for an exit
  * while the engine may still be using the buffers). */
 void scd_ctl_unlink_all(scd_ctl_t *ctl);

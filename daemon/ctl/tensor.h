@@ -13,6 +13,7 @@
 
 #include "ctl/stats_keep.h"
 #include "daemon.h"
+#include "engine/opword.h"
 #include "shm_layout.h"
 #include "sparsecomm.h"
 
@@ -99,13 +100,15 @@ typedef struct scd_ntensor {
 /*
  * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
  * reads its residual whole), COO input (the engine hands a single tensor's list to the
- * scheme directly) and a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them).
+ * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
+ * made from them), an allgather (its buffer's layout depends on every rank's count) and a
+ * reduce-scatter (each trainer's slice of the buffer is its result).
  */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0;
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER ||
+	       scd_op_is_reducescatter(nt->op);
 }
 
 /*
@@ -113,15 +116,20 @@ static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
  * with tensors of the same class, that is the same lossless-or-lossy class (a lossless
  * tensor restricts its buffer to lossless schemes, and lossy schemes need every tensor's
  * error feedback), the same sparse-ahead-or-dense class (a dense tensor in a buffer of
- * sparsified ones would make the whole buffer dense), and the same pinned scheme (a
- * buffer runs one). Sparsifiers may differ: each tensor keeps its own selection and
- * residual. The coordinator adds the dtype and the scheme_pins pattern a name matches.
+ * sparsified ones would make the whole buffer dense), the same pinned scheme (a buffer
+ * runs one) and, for min, max, product and broadcasts, the same operation word (a buffer
+ * reduces by one op or comes from one root; sum and average share buffers, each item
+ * averaging its own). Sparsifiers may
+ * differ: each tensor keeps its own selection and residual. The coordinator adds the dtype
+ * and the scheme_pins pattern a name matches.
  */
 static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 {
 	uint32_t h = 2166136261u;
 	for (const char *c = nt->opts.scheme; *c; c++)
 		h = (h ^ (uint8_t)*c) * 16777619u;
+	if (nt->op > SC_OP_AVERAGE)
+		h = (h ^ (nt->op * 0x9e3779b9u)) * 16777619u;
 	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
 }

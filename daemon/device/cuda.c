@@ -272,10 +272,11 @@ static void cu_reduce_sum(float *dst, const float *src, uint64_t n)
 	note(st == SC_OK ? fns.reduce_sum(dst, src, n) : st, "reduce_sum");
 }
 
-static void cu_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
+static void cu_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
+			    uint64_t n)
 {
 	sc_status_t st = ready();
-	note(st == SC_OK ? fns.reduce_typed(dtype, dst, src, n) : st, "reduce_typed");
+	note(st == SC_OK ? fns.reduce_typed(dtype, op, dst, src, n) : st, "reduce_typed");
 }
 
 static void cu_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)

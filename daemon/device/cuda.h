@@ -52,7 +52,8 @@ typedef struct scd_cuda_fns {
 					   const float *sketch, float *dst);
 	/* reduce.cu / select.cu */
 	sc_status_t (*reduce_sum)(float *dst, const float *src, uint64_t n);
-	sc_status_t (*reduce_typed)(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+	sc_status_t (*reduce_typed)(sc_dtype_t dtype, sc_reduce_op_t op, void *dst,
+				    const void *src, uint64_t n);
 	sc_status_t (*average_typed)(sc_dtype_t dtype, void *x, uint64_t n, double divisor);
 	sc_status_t (*scale)(float *d, uint64_t n, float f);
 	sc_status_t (*coo_scatter)(float *dst, const uint32_t *idx, const float *val,

@@ -120,8 +120,10 @@ typedef struct scd_device_ops {
 	/* The engine's ops on a fused buffer and the trainers' tensors (reduce.h, fold.h);
 	 * with the memory ops above (clear, copy) and sparsifier_* below, all it runs on
 	 * tensor data. dtype is an sc_dtype_t; an unknown one does nothing. */
-	/* dst[i] += src[i] for n elements of dtype (integers wrap around) */
-	void (*reduce_typed)(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+	/* dst[i] = dst[i] op src[i] for n elements of dtype (reduce.h: sum for SC_OP_SUM and
+	 * SC_OP_AVERAGE, min, max, product; integers wrap around) */
+	void (*reduce_typed)(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
+			     uint64_t n);
 	/* x[i] /= divisor for n elements of dtype: float32 multiplies by the rounded
 	 * 1 / divisor, float64 divides, integers divide truncating toward zero */
 	void (*average_typed)(sc_dtype_t dtype, void *x, uint64_t n, double divisor);

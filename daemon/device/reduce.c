@@ -23,7 +23,38 @@ static void sum_u64(uint64_t *restrict dst, const uint64_t *restrict src, uint64
 		dst[i] += src[i];
 }
 
-void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
+/* MIN, MAX and PRODUCT of one dtype T (integers multiply as unsigned U: wrap-around). A
+ * NaN operand wins: a NaN in dst stays (every comparison with it is false) and a NaN in
+ * src replaces dst (NAN_(x), x != x for floats). */
+#define SCD_NAN_F_(x) ((x) != (x))
+#define SCD_NAN_I_(x) 0
+#define SCD_REDUCE_OTHERS_(sfx, T, U, NAN_)                                                    \
+	static void min_##sfx(T *restrict dst, const T *restrict src, uint64_t n)              \
+	{                                                                                      \
+		for (uint64_t i = 0; i < n; i++)                                               \
+			if (src[i] < dst[i] || NAN_(src[i]))                                   \
+				dst[i] = src[i];                                               \
+	}                                                                                      \
+	static void max_##sfx(T *restrict dst, const T *restrict src, uint64_t n)              \
+	{                                                                                      \
+		for (uint64_t i = 0; i < n; i++)                                               \
+			if (src[i] > dst[i] || NAN_(src[i]))                                   \
+				dst[i] = src[i];                                               \
+	}                                                                                      \
+	static void prod_##sfx(T *restrict dst, const T *restrict src, uint64_t n)             \
+	{                                                                                      \
+		for (uint64_t i = 0; i < n; i++)                                               \
+			dst[i] = (T)((U)dst[i] * (U)src[i]);                                   \
+	}
+SCD_REDUCE_OTHERS_(f32, float, float, SCD_NAN_F_)
+SCD_REDUCE_OTHERS_(f64, double, double, SCD_NAN_F_)
+SCD_REDUCE_OTHERS_(i32, int32_t, uint32_t, SCD_NAN_I_)
+SCD_REDUCE_OTHERS_(i64, int64_t, uint64_t, SCD_NAN_I_)
+#undef SCD_REDUCE_OTHERS_
+#undef SCD_NAN_F_
+#undef SCD_NAN_I_
+
+static void reduce_sum(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
 {
 	switch (dtype) {
 	case SC_FLOAT32:
@@ -40,6 +71,43 @@ void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n)
 		break;
 	}
 }
+
+#define SCD_REDUCE_DISPATCH_(op)                                                               \
+	switch (dtype) {                                                                       \
+	case SC_FLOAT32:                                                                       \
+		op##_f32(dst, src, n);                                                         \
+		break;                                                                         \
+	case SC_FLOAT64:                                                                       \
+		op##_f64(dst, src, n);                                                         \
+		break;                                                                         \
+	case SC_INT32:                                                                         \
+		op##_i32(dst, src, n);                                                         \
+		break;                                                                         \
+	case SC_INT64:                                                                         \
+		op##_i64(dst, src, n);                                                         \
+		break;                                                                         \
+	}
+
+void scd_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
+		      uint64_t n)
+{
+	switch (op) {
+	case SC_OP_SUM:
+	case SC_OP_AVERAGE:
+		reduce_sum(dtype, dst, src, n);
+		break;
+	case SC_OP_MIN:
+		SCD_REDUCE_DISPATCH_(min)
+		break;
+	case SC_OP_MAX:
+		SCD_REDUCE_DISPATCH_(max)
+		break;
+	case SC_OP_PRODUCT:
+		SCD_REDUCE_DISPATCH_(prod)
+		break;
+	}
+}
+#undef SCD_REDUCE_DISPATCH_
 
 void scd_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)
 {

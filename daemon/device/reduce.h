@@ -1,9 +1,10 @@
 /*
- * reduce.h: elementwise sum of two buffers of any dtype of the public API, shared by the
- * engine (summing a node's trainers) and the transport's ring. float32 goes through the
- * cpu device's reduce_sum; integers add as unsigned (two's-complement wrap-around, no
- * undefined overflow). Also the cpu device's other engine ops on whole buffers: averaging
- * of any dtype and the sum of a trainer's COO input (device.h, "-- engine --").
+ * reduce.h: elementwise reduction (sum, min, max, product) of two buffers of any dtype
+ * of the public API, shared by the engine (reducing a node's trainers) and the transport's
+ * ring. A float32 sum goes through the cpu device's reduce_sum; integers add and multiply
+ * as unsigned (two's-complement wrap-around, no undefined overflow). Also the cpu device's
+ * other engine ops on whole buffers: averaging of any dtype and the sum of a trainer's COO
+ * input (device.h, "-- engine --").
  */
 #ifndef SCD_DEVICE_REDUCE_H
 #define SCD_DEVICE_REDUCE_H
@@ -12,8 +13,12 @@
 
 #include "sparsecomm.h"
 
-/* dst[i] += src[i] for n elements of dtype; an unknown dtype does nothing. */
-void scd_reduce_typed(sc_dtype_t dtype, void *dst, const void *src, uint64_t n);
+/* dst[i] = dst[i] op src[i] for n elements of dtype: SC_OP_SUM and SC_OP_AVERAGE add (the
+ * average divides afterwards, scd_average_typed), SC_OP_MIN, SC_OP_MAX and SC_OP_PRODUCT
+ * as sparsecomm.h defines them (a NaN operand makes the element NaN; integer products
+ * wrap around). An unknown dtype or op does nothing. */
+void scd_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
+		      uint64_t n);
 
 /* A sum turned into an average, x[i] = x[i] / divisor for n elements of dtype: float32
  * multiplies by the rounded 1 / divisor, float64 divides in double, integers divide in

@@ -234,7 +234,8 @@ static const void *peer_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_j
  * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
  * from its copy on the engine GPU (pe). */
 static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it, int i,
-			 uint32_t dtype, void *dst, scd_nonfinite_t nonfinite, scd_fault_t *f)
+			 uint32_t dtype, sc_reduce_op_t op, void *dst,
+			 scd_nonfinite_t nonfinite, scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
 	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
@@ -264,7 +265,7 @@ static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_it
 		}
 		return;
 	}
-	if (check_nf) {
+	if (check_nf && op == SC_OP_SUM) {
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
 			uint64_t nf = host_add_checked(dst, src->dense, it->numel, s == 0);
@@ -274,15 +275,23 @@ static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_it
 		}
 		return;
 	}
+	/* min, max and product keep a NaN of any trainer: each input is checked as read */
+	for (int s = 0; check_nf && s < it->n_src; s++) {
+		uint64_t nf = scd_count_f32_nonfinite(it->src[s].dense, it->numel);
+		if (nf_fault)
+			note_fault(f, SCD_FAULT_NONFINITE, i, it->src[s].local_rank, nf);
+	}
 	if (!peer_local(pe, &it->src[0]))
 		peer_copy_in(pe, it, &it->src[0], dst, it->src[0].dense, it->numel * esz);
 	else if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
 		dev->reduce_typed(
-		    (sc_dtype_t)dtype, dst,
+		    (sc_dtype_t)dtype, op, dst,
 		    peer_in(pe, it, &it->src[s], it->src[s].dense, it->numel * esz, 0),
 		    it->numel);
+	if (check_nf)
+		it->nonfinite = scd_count_f32_nonfinite(dst, it->numel);
 }
 
 /* Readies pe for the job: whether any source is on another GPU than the engine's, and a
@@ -323,6 +332,32 @@ static sc_status_t peer_reserve(scd_peer_t *pe, const scd_device_ops_t *dev, scd
 	return pe->buf ? SC_OK : SC_ERR_NOMEM;
 }
 
+/* A broadcast's local step: on the root's node, the root trainer's buffer (root_local,
+ * its local rank) becomes the node's; elsewhere the buffer only receives. */
+static void local_broadcast(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it,
+			    uint32_t dtype, void *dst, int root_local)
+{
+	if (root_local < 0)
+		return;
+	for (int s = 0; s < it->n_src; s++)
+		if (it->src[s].local_rank == root_local) {
+			size_t bytes = it->numel * sc_dtype_size(dtype);
+			if (!peer_local(pe, &it->src[s]))
+				peer_copy_in(pe, it, &it->src[s], dst, it->src[s].dense, bytes);
+			else if (dst != it->src[s].dense)
+				dev->copy(dst, it->src[s].dense, bytes);
+			return;
+		}
+	dev->clear(dst, it->numel * sc_dtype_size(dtype)); /* the root's tensor went away */
+}
+
+/* The float32 sums go through the scheme layer (bufctx); the other dtypes and the other
+ * reductions through the transport's typed ring. */
+static int job_schemes(const scd_job_t *job)
+{
+	return job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM;
+}
+
 /* Averages where the item asks for it and copies the result to every local trainer's
  * buffer (to a trainer on another GPU than the engine's, from GPU to GPU). */
 static sc_status_t scatter_out(const scd_device_ops_t *dev, const scd_job_item_t *it,
@@ -359,9 +394,6 @@ static sc_status_t scatter_out(const scd_device_ops_t *dev, const scd_job_item_t
 	return SC_OK;
 }
 
-/* A buffer of a dtype other than float32: the lossless dense ring, with the report a
- * dense ring gives (density 1, no densification, balanced) and the alpha-beta time of
- * 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
 /* Host memory for staging bytes of dev's buffer through the transport (grow-only). */
 static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t bytes)
 {
@@ -375,6 +407,9 @@ static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t byte
 	return e->stage;
 }
 
+/* A buffer of a dtype other than float32, or reduced by min, max or product: the lossless
+ * dense ring, with the report a dense ring gives (density 1, no densification, balanced)
+ * and the alpha-beta time of 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
 static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
 			       scd_transport_t *t, void *buf)
 {
@@ -392,8 +427,9 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	}
 	if (host != buf)
 		dev->to_host(host, buf, nbytes);
-	sc_status_t st = scd_transport_allreduce(t, host, job->total_numel,
-						 (sc_dtype_t)job->dtype, job->timeout_ms);
+	sc_status_t st =
+	    scd_transport_allreduce(t, host, job->total_numel, (sc_dtype_t)job->dtype,
+				    (sc_reduce_op_t)job->op, job->timeout_ms);
 	if (st == SC_OK && host != buf)
 		dev->from_host(buf, host, nbytes);
 	job->exchange_s = scd_now_s() - t0; /* all of it */
@@ -403,6 +439,247 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	job->scheme = SCD_SCHEME_DENSE_RING;
 	job->predicted_s =
 	    P > 1 ? 2 * (P - 1) * e->alpha_s + 2 * (P - 1) / P * bytes * e->beta_s_per_byte : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/* A broadcast: the root's node sends the buffer once to every other node, which receives
+ * it (P - 1 copies leave the root, half the bytes of the ring's sum); staged through host
+ * memory where the device's is not, as the dense ring. The report: one round of the whole
+ * buffer per peer from the root. */
+static sc_status_t broadcast_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				   void *buf)
+{
+	int P = e->d->world_size, me = e->d->rank;
+	int root = scd_op_root(job->op) / e->d->local_size;
+	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
+	double t0 = scd_now_s();
+	void *host = buf;
+	scd_xfer_t *x = malloc(sizeof(*x) * (size_t)P);
+	if (!x || (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, nbytes)))) {
+		free(x);
+		snprintf(job->error, sizeof(job->error),
+			 "broadcast (%s): cannot stage %zu bytes through host memory",
+			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
+		return SC_ERR_NOMEM;
+	}
+	int n = 0;
+	sc_status_t st;
+	if (me == root) {
+		if (host != buf)
+			dev->to_host(host, buf, nbytes);
+		for (int r = 0; r < P; r++)
+			if (r != me)
+				x[n++] = (scd_xfer_t){.peer = r, .buf = host, .bytes = nbytes};
+		st = scd_transport_exchange(e->transport, x, n, NULL, 0, job->timeout_ms);
+	} else {
+		x[0] = (scd_xfer_t){.peer = root, .buf = host, .bytes = nbytes};
+		st = scd_transport_exchange(e->transport, NULL, 0, x, 1, job->timeout_ms);
+		if (st == SC_OK && host != buf)
+			dev->from_host(buf, host, nbytes);
+	}
+	free(x);
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "broadcast from node %d (%s): %s",
+			 root, sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? e->alpha_s + (P - 1) * (double)nbytes * e->beta_s_per_byte : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/* Trainer t's first row of a reduce-scatter of rows rows over T trainers (the first
+ * rows % T trainers get one row more). */
+static uint64_t rs_first_row(uint64_t rows, uint64_t T, uint64_t t)
+{
+	return t * (rows / T) + (t < rows % T ? t : rows % T);
+}
+
+/*
+ * A reduce-scatter (a buffer of its own, holding the node's local reduction): node n's
+ * part is the rows of its trainers. Every node sends every other node its part of this
+ * node's reduction and reduces the parts it receives into its own part (in node order),
+ * so each node sends (P - 1) / P of the buffer; an average divides the part afterwards.
+ */
+static sc_status_t reducescatter_typed(scd_engine_t *e, scd_job_t *job,
+				       const scd_device_ops_t *dev, void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	int P = e->d->world_size, me = e->d->rank, L = e->d->local_size;
+	uint64_t row = scd_op_rs_row(job->op), rows = it->numel / row;
+	sc_reduce_op_t red = scd_op_reduction(job->op);
+	size_t esz = sc_dtype_size(job->dtype), rb = row * esz;
+	uint64_t mine0 = rs_first_row(rows, (uint64_t)P * L, (uint64_t)me * L);
+	uint64_t mine = rs_first_row(rows, (uint64_t)P * L, (uint64_t)(me + 1) * L) - mine0;
+	double t0 = scd_now_s();
+	void *host = buf;
+	char *in = malloc((size_t)(P > 1 ? P - 1 : 1) * mine * rb + 1);
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	sc_status_t st = SC_OK;
+	if (!in || !x ||
+	    (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, rows * rb))))
+		st = SC_ERR_NOMEM;
+	int ns = 0, nr = 0;
+	for (int r = 0; st == SC_OK && r < P; r++) {
+		if (r == me)
+			continue;
+		uint64_t f = rs_first_row(rows, (uint64_t)P * L, (uint64_t)r * L);
+		uint64_t n = rs_first_row(rows, (uint64_t)P * L, (uint64_t)(r + 1) * L) - f;
+		if (n)
+			x[ns++] = (scd_xfer_t){
+			    .peer = r, .buf = (char *)host + f * rb, .bytes = n * rb};
+		if (mine) {
+			x[P + nr] = (scd_xfer_t){
+			    .peer = r, .buf = in + (size_t)nr * mine * rb, .bytes = mine * rb};
+			nr++;
+		}
+	}
+	if (st == SC_OK) {
+		if (host != buf)
+			dev->to_host(host, buf, rows * rb);
+		st = scd_transport_exchange(e->transport, x, ns, x + P, nr, job->timeout_ms);
+	}
+	/* the received parts reduced into this node's, in node order (on the host) */
+	char *part = (char *)host + mine0 * rb;
+	for (int k = 0; st == SC_OK && k < nr; k++)
+		scd_reduce_typed((sc_dtype_t)job->dtype, red, part, in + (size_t)k * mine * rb,
+				 mine * row);
+	if (st == SC_OK && host != buf)
+		dev->from_host((char *)buf + mine0 * rb, part, mine * rb);
+	if (st == SC_OK && red == SC_OP_AVERAGE)
+		dev->average_typed((sc_dtype_t)job->dtype, (char *)buf + mine0 * rb, mine * row,
+				   job->average_divisor);
+	free(in);
+	free(x);
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "reducescatter (%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype),
+			 st == SC_ERR_NOMEM ? "out of memory" : scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? e->alpha_s + (double)(rows - mine) * rb * e->beta_s_per_byte : 0;
+	job->density = job->gamma = job->imbalance = 1;
+	return st;
+}
+
+/* A reduce-scatter's result: each local trainer's rows of the node's part, at the start of
+ * its buffer, and their element count in its header. */
+static void reducescatter_out(scd_engine_t *e, const scd_job_t *job,
+			      const scd_device_ops_t *dev, const void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	uint64_t T = (uint64_t)e->d->world_size * e->d->local_size;
+	uint64_t row = scd_op_rs_row(job->op), rows = it->numel / row;
+	size_t rb = row * sc_dtype_size(job->dtype);
+	for (int s = 0; s < it->n_src; s++) {
+		uint64_t t = (uint64_t)e->d->rank * e->d->local_size + it->src[s].local_rank;
+		uint64_t f = rs_first_row(rows, T, t), n = rs_first_row(rows, T, t + 1) - f;
+		dev->copy(it->src[s].dense, (const char *)buf + f * rb, n * rb);
+		*it->src[s].result_nnz = n * row;
+	}
+}
+
+/*
+ * An allgather (a buffer of its own): the nodes first exchange how many elements each
+ * gives (its trainers' counts, in local rank order), then every node sends its block to
+ * every other, straight to its place in the buffer (node order, which is rank order). A
+ * total over the tensor's size fails on every rank alike, naming every rank's count.
+ */
+static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				   void *buf)
+{
+	const scd_job_item_t *it = &job->items[0];
+	int P = e->d->world_size, me = e->d->rank, L = e->d->local_size;
+	size_t esz = sc_dtype_size(job->dtype);
+	uint64_t mine = 0, total = 0;
+	for (int s = 0; s < it->n_src; s++)
+		mine += it->src[s].count;
+	uint64_t *counts = calloc((size_t)P, sizeof(*counts));
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	if (!counts || !x) {
+		free(counts);
+		free(x);
+		snprintf(job->error, sizeof(job->error), "allgather: out of memory");
+		return SC_ERR_NOMEM;
+	}
+	double t0 = scd_now_s();
+	int ns = 0, nr = 0;
+	counts[me] = mine;
+	for (int r = 0; r < P; r++)
+		if (r != me) {
+			x[ns++] = (scd_xfer_t){.peer = r, .buf = &mine, .bytes = sizeof(mine)};
+			x[P + nr++] = (scd_xfer_t){.peer = r, .buf = &counts[r], .bytes = 8};
+		}
+	sc_status_t st =
+	    scd_transport_exchange(e->transport, x, ns, x + P, nr, job->timeout_ms);
+	for (int r = 0; st == SC_OK && r < P; r++)
+		total += counts[r] <= it->numel ? counts[r] : it->numel + 1;
+	if (st == SC_OK && total > it->numel) {
+		int n = snprintf(job->error, sizeof(job->error),
+				 "allgather of tensor '%s': the ranks give more than its %llu "
+				 "elements in all (",
+				 it->name ? it->name : "?", (unsigned long long)it->numel);
+		for (int r = 0; r < P && n < (int)sizeof(job->error) - 48; r++)
+			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
+				      "%s%s %d: %llu", r ? ", " : "", L > 1 ? "node" : "rank",
+				      r, (unsigned long long)counts[r]);
+		snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
+		free(counts);
+		free(x);
+		return SC_ERR_LIMIT;
+	}
+	void *host = buf;
+	if (st == SC_OK && !scd_device_host_memory(dev) &&
+	    !(host = stage_get(e, dev, total * esz)))
+		st = SC_ERR_NOMEM;
+	if (st == SC_OK) {
+		uint64_t off = 0, at = 0;
+		for (int r = 0; r < me; r++)
+			off += counts[r];
+		/* this node's block, its trainers in local rank order */
+		for (int s = 0; s < it->n_src; s++) {
+			char *dst = (char *)host + (off + at) * esz;
+			size_t bytes = it->src[s].count * esz;
+			if (host == buf)
+				dev->copy(dst, it->src[s].dense, bytes);
+			else
+				dev->to_host(dst, it->src[s].dense, bytes);
+			at += it->src[s].count;
+		}
+		ns = nr = 0;
+		uint64_t o = 0;
+		for (int r = 0; r < P; r++) {
+			if (r != me && mine)
+				x[ns++] = (scd_xfer_t){.peer = r,
+						       .buf = (char *)host + off * esz,
+						       .bytes = mine * esz};
+			if (r != me && counts[r])
+				x[P + nr++] = (scd_xfer_t){.peer = r,
+							   .buf = (char *)host + o * esz,
+							   .bytes = counts[r] * esz};
+			o += counts[r];
+		}
+		if ((st = dev->sync()) == SC_OK)
+			st = scd_transport_exchange(e->transport, x, ns, x + P, nr,
+						    job->timeout_ms);
+		if (st == SC_OK && host != buf)
+			dev->from_host(buf, host, total * esz);
+	}
+	free(counts);
+	free(x);
+	job->gathered = total;
+	job->exchange_s = scd_now_s() - t0;
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "allgather (%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype),
+			 st == SC_ERR_NOMEM ? "out of memory" : scd_transport_error());
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->predicted_s =
+	    P > 1 ? (P - 1) * e->alpha_s + (double)(total - mine) * esz * e->beta_s_per_byte
+		  : 0;
 	job->density = job->gamma = job->imbalance = 1;
 	return st;
 }
@@ -700,10 +977,14 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		compute_fail(job, st);
 		return;
 	}
-	if (job->n_items == 1 && job->items[0].n_src > 0 &&
+	/* in place, but an allgather (its result is larger than a trainer's input), a
+	 * reduce-scatter (each trainer's result is another part of the buffer) or a tensor on
+	 * another GPU than the engine's */
+	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER &&
+	    !scd_op_is_reducescatter(job->op) &&
 	    (run->kind != SCD_DEVICE_CUDA ||
 	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
-		run->buf = job->items[0].src[0].dense; /* in place */
+		run->buf = job->items[0].src[0].dense;
 	} else {
 		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
 		if (run->slot < 0) {
@@ -728,10 +1009,19 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	scd_nonfinite_t nonfinite =
 	    run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
-	if (!coo_direct(dev, job))
+	int L = e->d->local_size, root = scd_op_root(job->op);
+	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
+		;
+	else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
+		for (int i = 0; i < job->n_items; i++)
+			local_broadcast(dev, &e->peer, &job->items[i], job->dtype,
+					run->buf + job->items[i].offset * esz,
+					root / L == e->d->rank ? root % L : -1);
+	else if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
 			local_reduce(dev, &e->peer, &job->items[i], i, job->dtype,
+				     scd_op_reduction(job->op),
 				     run->buf + job->items[i].offset * esz, nonfinite,
 				     &run->fault);
 			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
@@ -746,7 +1036,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		compute_fail(job, e->peer.st);
 		return;
 	}
-	if (job->dtype == SC_FLOAT32 && (st = dev->sync()) == SC_OK) {
+	if (job_schemes(job) && (st = dev->sync()) == SC_OK) {
 		double alpha, beta;
 		scd_engine_net(e, &alpha, &beta);
 		st = scd_bufctx_prepare(e->bufs, job, dev, (float *)run->buf, e->transport,
@@ -793,7 +1083,11 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		return;
 	scd_transport_t *t = e->transport;
 	double alpha = e->alpha_s, beta = e->beta_s_per_byte;
-	if (run->kind == SCD_DEVICE_CUDA &&
+	/* broadcast, allgather and reduce-scatter take the mesh, staged (the same for a job on
+	 * every rank); reductions of a GPU buffer the transport gpunet picks */
+	int mesh_only = scd_op_is_broadcast(job->op) || job->op == SCD_OP_ALLGATHER ||
+			scd_op_is_reducescatter(job->op);
+	if (run->kind == SCD_DEVICE_CUDA && !mesh_only &&
 	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &t, &alpha, &beta,
 				  job->error, sizeof(job->error))) != SC_OK) {
 		char why[480];
@@ -807,9 +1101,15 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	job->transport_name = t->ops->name;
 	scd_transport_counters_t c0, c1;
 	t->ops->counters(t, &c0);
-	if (job->dtype == SC_FLOAT32)
+	if (job_schemes(job))
 		st = scd_bufctx_communicate(e->bufs, job, dev, (float *)run->buf, t, alpha,
 					    beta, &run->prep);
+	else if (scd_op_is_broadcast(job->op))
+		st = broadcast_typed(e, job, dev, run->buf);
+	else if (job->op == SCD_OP_ALLGATHER)
+		st = allgather_typed(e, job, dev, run->buf);
+	else if (scd_op_is_reducescatter(job->op))
+		st = reducescatter_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, t, run->buf);
 	t->ops->counters(t, &c1);
@@ -825,7 +1125,15 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
-	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+	if (job->op == SCD_OP_ALLGATHER) {
+		const scd_job_item_t *it = &job->items[0];
+		for (int s = 0; s < it->n_src; s++) {
+			dev->copy(it->src[s].dense, run->buf, job->gathered * esz);
+			*it->src[s].result_nnz = job->gathered;
+		}
+	} else if (scd_op_is_reducescatter(job->op)) {
+		reducescatter_out(e, job, dev, run->buf);
+	} else if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
 		uint64_t tl = scd_tl_begin();
 		sparse_out(dev, job, job->average_divisor);
 		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);

@@ -38,6 +38,7 @@
 
 #include "daemon.h"
 #include "device/device.h"
+#include "engine/opword.h"
 #include "transport/transport.h"
 #include "util/timeline.h"
 
@@ -82,8 +83,9 @@ typedef struct scd_job_src {
 	const float *coo_val;
 	uint64_t coo_nnz, coo_cap;
 	int coo;
+	uint64_t count; /* an allgather: the elements this trainer gives */
 	/* the trainer asked for a sparse result: the engine writes its COO area and the
-	 * entry count (or UINT64_MAX, dense) here */
+	 * entry count (or UINT64_MAX, dense) here; an allgather's total, likewise */
 	uint64_t *result_nnz;
 } scd_job_src_t;
 
@@ -169,7 +171,11 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	uint32_t dtype;		/* sc_dtype_t of every item */
+	uint32_t op;		/* the operation word (above) of the buffer: SC_OP_SUM for sum
+				   and average items (each averages its own), else every item's
+				   MIN, MAX, PRODUCT or broadcast (they never fuse with others) */
 	double average_divisor; /* trainers in the job */
+	uint64_t gathered;	/* an allgather's result: the elements gathered */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */
 	int probe;	     /* measure alpha/beta before this job (same job on every rank) */

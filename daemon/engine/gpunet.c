@@ -165,7 +165,8 @@ static sc_status_t make_comm(scd_gpunet_t *g, scd_transport_t *mesh, int timeout
 	}
 	scd_transport_release(ep);
 	int32_t bad = st != SC_OK;
-	sc_status_t ast = scd_transport_allreduce(mesh, &bad, 1, SC_INT32, timeout_ms);
+	sc_status_t ast =
+	    scd_transport_allreduce(mesh, &bad, 1, SC_INT32, SC_OP_SUM, timeout_ms);
 	if (ast != SC_OK) {
 		scd_transport_destroy(t);
 		snprintf(err, cap, "NCCL bootstrap over the mesh: %s", scd_transport_error());
@@ -219,7 +220,8 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 	}
 	v[0] = !g->nccl || g->failed;
 	v[1 + me] = g->local_ok;
-	sc_status_t st = scd_transport_allreduce(mesh, v, (size_t)P + 1, SC_INT32, timeout_ms);
+	sc_status_t st =
+	    scd_transport_allreduce(mesh, v, (size_t)P + 1, SC_INT32, SC_OP_SUM, timeout_ms);
 	if (st != SC_OK) {
 		snprintf(err, err_cap, "choosing the GPU transport: %s", scd_transport_error());
 		free(v);

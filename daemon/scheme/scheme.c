@@ -577,8 +577,8 @@ sc_status_t scd_scheme_allreduce_typed(scd_scheme_ctx_t *c, void *data, size_t n
 		c->dev->to_host(c->stage, data, bytes);
 		buf = c->stage;
 	}
-	st = scd_transport_allreduce_w(c->t, buf, n, dtype, c->rq_done < c->rq_n ? &w : NULL,
-				       c->cfg.timeout_ms);
+	st = scd_transport_allreduce_w(c->t, buf, n, dtype, SC_OP_SUM,
+				       c->rq_done < c->rq_n ? &w : NULL, c->cfg.timeout_ms);
 	if (st == SC_OK && buf != data)
 		c->dev->from_host(data, buf, bytes);
 	/* the ring's own additions, pipelined with its transfers, count as exchange time */

@@ -757,23 +757,47 @@ static int nccl_dtype(sc_dtype_t dtype, ncclDataType_t *out)
 	}
 }
 
+/* SUM and AVERAGE sum (the engine divides), the others as named. */
+static int nccl_op(sc_reduce_op_t op, ncclRedOp_t *out)
+{
+	switch (op) {
+	case SC_OP_SUM:
+	case SC_OP_AVERAGE:
+		*out = ncclSum;
+		return 1;
+	case SC_OP_MIN:
+		*out = ncclMin;
+		return 1;
+	case SC_OP_MAX:
+		*out = ncclMax;
+		return 1;
+	case SC_OP_PRODUCT:
+		*out = ncclProd;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 static sc_status_t nccl_allreduce(scd_transport_t *base, void *data, size_t n, sc_dtype_t dtype,
-				  const scd_xfer_work_t *work, int timeout_ms)
+				  sc_reduce_op_t op, const scd_xfer_work_t *work,
+				  int timeout_ms)
 {
 	scd_nccl_t *t = (scd_nccl_t *)base;
 	(void)work; /* never run beside NCCL's queued work (see the top); the caller's */
 	ncclDataType_t nt;
+	ncclRedOp_t nop;
 	sc_status_t st = usable(t);
 	if (st != SC_OK)
 		return st;
-	if (!nccl_dtype(dtype, &nt)) {
-		scd_transport_set_error("rank %d: NCCL allreduce of dtype %d", t->base.rank,
-					(int)dtype);
+	if (!nccl_dtype(dtype, &nt) || !nccl_op(op, &nop)) {
+		scd_transport_set_error("rank %d: NCCL allreduce of dtype %d, op %d",
+					t->base.rank, (int)dtype, (int)op);
 		return SC_ERR_INVALID;
 	}
 	if (!n || t->base.size == 1)
 		return t->dev->sync();
-	st = queued(t, t->api->AllReduce(data, data, n, nt, ncclSum, t->comm, t->stream),
+	st = queued(t, t->api->AllReduce(data, data, n, nt, nop, t->comm, t->stream),
 		    "ncclAllReduce");
 	size_t bytes = n * sc_dtype_size(dtype);
 	double P = t->base.size;
@@ -789,7 +813,7 @@ static sc_status_t nccl_allreduce(scd_transport_t *base, void *data, size_t n, s
 
 static sc_status_t nccl_allreduce_f32(scd_transport_t *t, float *data, size_t n, int timeout_ms)
 {
-	return nccl_allreduce(t, data, n, SC_FLOAT32, NULL, timeout_ms);
+	return nccl_allreduce(t, data, n, SC_FLOAT32, SC_OP_SUM, NULL, timeout_ms);
 }
 
 static int cmp_double(const void *a, const void *b)

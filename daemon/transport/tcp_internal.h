@@ -97,6 +97,6 @@ sc_status_t scd_tcp_measure(scd_transport_t *tr, size_t probe_bytes, double *alp
 			    double *beta_s_per_byte_p, int timeout_ms);
 sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms);
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
-			      const scd_xfer_work_t *work, int timeout_ms);
+			      sc_reduce_op_t op, const scd_xfer_work_t *work, int timeout_ms);
 
 #endif

@@ -1,10 +1,12 @@
 /*
- * tcp_ring.c: in-place sum allreduce over the tcp mesh, by the bandwidth-optimal ring:
- * P - 1 steps of reduce-scatter then P - 1 of allgather, each rank sending one chunk
- * (n / P elements, the first n % P chunks one longer) to its right neighbour and
- * receiving one from its left. Time bound 2(P-1)/P x bytes / goodput. The ring moves
- * bytes; only the reduction knows the dtype (float32, float64, int32, int64; integers
- * wrap around), and the byte streams are cut into whole elements before it.
+ * tcp_ring.c: in-place allreduce (sum, min, max, product) over the tcp mesh, by the
+ * bandwidth-optimal ring: P - 1 steps of reduce-scatter then P - 1 of allgather, each rank
+ * sending one chunk (n / P elements, the first n % P chunks one longer) to its right neighbour
+ * and receiving one from its left. Time bound 2(P-1)/P x bytes / goodput. The ring moves bytes;
+ * only the reduction knows the dtype (float32, float64, int32, int64; integers wrap around) and
+ * the op (device/reduce.h), and the byte streams are cut into whole elements before it. Each
+ * chunk is reduced on one rank, in ring order, then copied to the others, so every rank holds
+ * the same bits.
  *
  * In global step g (0 <= g < 2(P-1)) rank r sends chunk (r - g) mod P and receives chunk
  * (r - g - 1) mod P: the chunk it sends in step g + 1 is the one it received in step g.
@@ -34,6 +36,7 @@ typedef struct {
 	size_t base, rem; /* chunk c has base + (c < rem) elements */
 	size_t esize;	  /* bytes per element */
 	sc_dtype_t dtype;
+	sc_reduce_op_t op;
 	char *data;
 	/* send side: step and bytes of its chunk sent */
 	int sg;
@@ -153,8 +156,8 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	R->r_off += (size_t)n;
 	if (reduce) {
 		size_t have = R->carry + (size_t)n, whole = have / R->esize * R->esize;
-		scd_reduce_typed(R->dtype, R->data + chunk_first(R, c) + R->r_done, t->scratch,
-				 whole / R->esize);
+		scd_reduce_typed(R->dtype, R->op, R->data + chunk_first(R, c) + R->r_done,
+				 t->scratch, whole / R->esize);
 		R->r_done += whole;
 		R->carry = have - whole;
 		if (R->carry)
@@ -167,7 +170,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 }
 
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
-			      const scd_xfer_work_t *work, int timeout_ms)
+			      sc_reduce_op_t op, const scd_xfer_work_t *work, int timeout_ms)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (t->failed)
@@ -176,6 +179,10 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 	const size_t esize = sc_dtype_size(dtype);
 	if (!esize) {
 		scd_transport_set_error("tcp: allreduce of unknown dtype %d", (int)dtype);
+		return SC_ERR_INVALID;
+	}
+	if (op < SC_OP_SUM || op > SC_OP_PRODUCT) {
+		scd_transport_set_error("tcp: allreduce with unknown reduction %d", (int)op);
 		return SC_ERR_INVALID;
 	}
 	if (P == 1 || n == 0)
@@ -192,6 +199,7 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 		    .rem = n % (size_t)P,
 		    .esize = esize,
 		    .dtype = dtype,
+		    .op = op,
 		    .data = data};
 	const int left = (me + P - 1) % P, right = (me + 1) % P;
 	const int lfd = t->fds[left], rfd = t->fds[right];
@@ -277,5 +285,5 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 
 sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms)
 {
-	return scd_tcp_allreduce(tr, data, n, SC_FLOAT32, NULL, timeout_ms);
+	return scd_tcp_allreduce(tr, data, n, SC_FLOAT32, SC_OP_SUM, NULL, timeout_ms);
 }

@@ -165,12 +165,16 @@ typedef struct scd_transport_ops {
 	/* In-place sum allreduce of n float32 (ring reduce-scatter + allgather, pipelined in
 	 * pieces through the transport's own preallocated scratch; any n, including n < P). */
 	sc_status_t (*allreduce_f32)(scd_transport_t *t, float *data, size_t n, int timeout_ms);
-	/* The same ring for n elements of any dtype: floats are summed in their own precision,
-	 * integers with two's-complement wrap-around (no overflow trap). An element is never
-	 * split across two reductions. SC_ERR_INVALID for an unknown dtype. work (optional)
+	/* The same ring for n elements of any dtype, reduced by op: SC_OP_SUM (and
+	 * SC_OP_AVERAGE, which the caller divides afterwards) sums floats in their own
+	 * precision and integers with two's-complement wrap-around (no overflow trap);
+	 * SC_OP_MIN, SC_OP_MAX and SC_OP_PRODUCT as sparsecomm.h defines them (device/reduce.h
+	 * on the host). Every rank receives bit-identical results. An element is never split
+	 * across two reductions. SC_ERR_INVALID for an unknown dtype or op. work (optional)
 	 * runs while it waits, as for exchange_v. */
 	sc_status_t (*allreduce)(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
-				 const scd_xfer_work_t *work, int timeout_ms);
+				 sc_reduce_op_t op, const scd_xfer_work_t *work,
+				 int timeout_ms);
 	/* Barrier-like latency and bandwidth probe with every peer: alpha (s per message)
 	 * and beta (s per byte), the median over the peers of several ping-pongs of 8 B and
 	 * of probe_bytes. Every rank must call it together. */
@@ -218,15 +222,15 @@ static inline sc_status_t scd_transport_allreduce_f32(scd_transport_t *t, float 
 	return t->ops->allreduce_f32(t, d, n, tmo);
 }
 static inline sc_status_t scd_transport_allreduce(scd_transport_t *t, void *d, size_t n,
-						  sc_dtype_t dtype, int tmo)
+						  sc_dtype_t dtype, sc_reduce_op_t op, int tmo)
 {
-	return t->ops->allreduce(t, d, n, dtype, NULL, tmo);
+	return t->ops->allreduce(t, d, n, dtype, op, NULL, tmo);
 }
 static inline sc_status_t scd_transport_allreduce_w(scd_transport_t *t, void *d, size_t n,
-						    sc_dtype_t dtype, const scd_xfer_work_t *w,
-						    int tmo)
+						    sc_dtype_t dtype, sc_reduce_op_t op,
+						    const scd_xfer_work_t *w, int tmo)
 {
-	return t->ops->allreduce(t, d, n, dtype, w, tmo);
+	return t->ops->allreduce(t, d, n, dtype, op, w, tmo);
 }
 static inline void scd_transport_destroy(scd_transport_t *t)
 {

@@ -330,7 +330,7 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 		else if (e->dtype[r] != e->dtype[0])
 			kind = 1, what = "dtype";
 		else if (e->op[r] != e->op[0])
-			kind = 2, what = "reduction";
+			kind = 2, what = "operation";
 	}
 	if (kind < 0)
 		return 0;
@@ -338,13 +338,13 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
 			 what);
 	for (int r = 0; r < P && n < (int)len - 48; r++) {
-		char val[32];
+		char val[48];
 		if (kind == 0)
 			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
 		else if (kind == 1)
 			snprintf(val, sizeof(val), "%s", sc_dtype_name(e->dtype[r]));
 		else
-			snprintf(val, sizeof(val), "%s", e->op[r] ? "average" : "sum");
+			scd_op_describe(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
 			      val);
 	}
@@ -684,6 +684,8 @@ static void coord_emit(scd_world_t *w)
 			centry_free(w, e);
 			continue;
 		}
+		if (e->count < P)
+			scd_join_fill(w, e); /* joined nodes take part with zeros */
 		if (e->count < P) {
 			if (now - e->first_ms < stall_ms)
 				continue;
@@ -859,6 +861,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
 		coord_emit(w);
+		scd_join_on_degraded(w, ns->rank);
 	}
 }
 
@@ -986,13 +989,15 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		off += (c->numel + align - 1) & ~(align - 1);
 		/* ctl fills the item from the node's shared buffers and marks it running */
 		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
-			/* Runs with zeros, delivers nothing; the other ranks' sums then lack
-			 * this node's share, which only the loss of a whole node explains. */
-			scd_error(
-			    SCD_SUB_NEGOTIATE,
-			    "tensor '%s' was planned but is not ready on this node: it takes "
-			    "part with zeros",
-			    c->name);
+			/* Runs with zeros, delivers nothing: what a node whose trainers all
+			 * joined does (join.c). Otherwise the other ranks' sums then lack this
+			 * node's share, which only the loss of a whole node explains. */
+			if (!scd_ctl_all_joined(d->ctl))
+				scd_error(SCD_SUB_NEGOTIATE,
+					  "tensor '%s' was planned but is not ready on this "
+					  "node: it takes "
+					  "part with zeros",
+					  c->name);
 			job->lossless_only = 1;
 			continue;
 		}
@@ -1005,8 +1010,14 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
-	/* The schemes are float32 only: the other dtypes always take the dense ring. */
-	job->pin = job->dtype == SC_FLOAT32 ? buffer_pin(w, job) : (int)SCD_SCHEME_DENSE_RING;
+	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
+	 * apart); sum and average items share the sum, each averaging its own. */
+	job->op = job->n_items && items[0].op > SC_OP_AVERAGE ? items[0].op : SC_OP_SUM;
+	/* The schemes are float32 sums only: the other dtypes and reductions always take the
+	 * dense ring. */
+	job->pin = job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM
+		       ? buffer_pin(w, job)
+		       : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
 	return SC_OK;
 }
@@ -1202,6 +1213,19 @@ static void record_times(scd_world_t *w, const scd_job_t *job)
 	}
 }
 
+/* What a tensor's statistics call the job's scheme: the collective's own name where it is
+ * not an allreduce. */
+static const char *stats_scheme(const scd_job_t *job)
+{
+	if (scd_op_is_broadcast(job->op))
+		return "broadcast";
+	if (job->op == SCD_OP_ALLGATHER)
+		return "allgather";
+	if (scd_op_is_reducescatter(job->op))
+		return "reducescatter";
+	return scd_scheme_name((scd_scheme_t)job->scheme);
+}
+
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
@@ -1234,7 +1258,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		nt->stats.measured_s = job->time_s;
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
-				 scd_scheme_name((scd_scheme_t)job->scheme));
+				 stats_scheme(job));
 			snprintf(nt->stats.transport, sizeof(nt->stats.transport), "%s",
 				 job->transport_name ? job->transport_name : "");
 			nt->stats.predicted_s = job->predicted_s;

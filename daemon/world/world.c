@@ -552,7 +552,8 @@ static int rank_of_ident(scd_world_t *w, const uint8_t *ident, size_t len)
 	return -1;
 }
 
-/* What only the coordinator sends (plans, world info, refusals, configuration changes)
+/* What only the coordinator sends (plans, world info, refusals, configuration changes,
+ * barriers' ends)
  * is taken from it alone: on the coordinator, from itself (no ident), never from a peer. */
 static int coord_only(const Sparsecomm__PeerMsg *m)
 {
@@ -560,7 +561,9 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFUSED ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_PLAN ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY ||
-	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFORM;
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFORM ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE;
 }
 
 /* What the coordinator takes from a peer's connection: a Join first (under a secret, for
@@ -659,6 +662,20 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 	case SPARSECOMM__PEER_MSG__BODY_PENDING_ANSWER:
 		on_pending_answer(w, m->pending_answer);
 		break;
+	case SPARSECOMM__PEER_MSG__BODY_BARRIER_ENTER:
+		if (w->is_coord && from >= 0)
+			scd_barrier_on_enter(w, from, m->barrier_enter);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE:
+		scd_barrier_on_done(w, m->barrier_done);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_NODE_JOIN:
+		if (w->is_coord && from >= 0)
+			scd_join_on_node(w, from, m->node_join);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_JOIN_DONE:
+		scd_join_on_done(w, m->join_done);
+		break;
 	default:
 		scd_warn(SCD_SUB_WORLD, "unexpected peer message %d from rank %d", m->body_case,
 			 from);
@@ -701,8 +718,10 @@ static void on_flush(uv_timer_t *t)
 
 void scd_world_tick(scd_world_t *w)
 {
-	if (w->formed)
+	if (w->formed) {
 		scd_neg_tick(w);
+		scd_barrier_tick(w);
+	}
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------- */

@@ -61,6 +61,11 @@ void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status,
 void scd_world_forget(scd_world_t *w, const char *name);
 /* This node lost a trainer (degraded) or has a full set again. */
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
+/* Every local trainer entered this node's barrier number seq (barrier.c); how it ends on
+ * every rank comes back to scd_ctl_barrier_done. */
+void scd_world_barrier_enter(scd_world_t *w, uint64_t seq);
+/* Every local trainer joined (uneven inputs); last_rank is the last of them. */
+void scd_world_node_join(scd_world_t *w, int last_rank);
 /* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */
 void scd_world_pending(scd_world_t *w, uint64_t query_id);
 /* Proposes a runtime configuration change, applied on every node. */

@@ -15,6 +15,11 @@
 typedef struct scd_peer {
 	int joined;
 	int degraded;
+	int barrier_in; /* entered the barrier in progress (coordinator) */
+	/* every trainer of the node joined (coordinator, join.c): when (the coordinator's
+	 * count of joined nodes, 0: not joined) and the last of them */
+	uint64_t join_seq;
+	int join_last;
 	uint64_t degraded_seq; /* when it became degraded (the coordinator's count) */
 	char degraded_reason[256];
 	uint8_t ident[256];
@@ -128,7 +133,29 @@ struct scd_world {
 	uint64_t beat_ms;
 	int left;
 	int served; /* the first mesh came up: the daemon serves its trainers */
+	/* barriers (coordinator, barrier.c): the last one concluded, how many ranks entered
+	 * the next one, and when the first did */
+	uint64_t barrier_seq;
+	int barrier_count;
+	uint64_t barrier_first_ms;
+	uint64_t join_count; /* nodes that joined so far (coordinator) */
 };
+
+/* barrier.c */
+void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m);
+void scd_barrier_on_done(scd_world_t *w, const Sparsecomm__BarrierDone *m);
+/* The coordinator's barrier in progress fails once a rank is degraded or missing past
+ * stall_timeout_ms. */
+void scd_barrier_tick(scd_world_t *w);
+
+/* join.c */
+void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
+void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m);
+/* Node rank became degraded: joins in progress fail on every rank. */
+void scd_join_on_degraded(scd_world_t *w, int rank);
+/* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
+ * attributes of a rank that announced it. */
+void scd_join_fill(scd_world_t *w, scd_centry_t *e);
 
 /* world.c */
 void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,

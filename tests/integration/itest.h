@@ -125,8 +125,16 @@ int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *a
 /* A number of tensor name's entry in `sparsectl --socket SOCK --json stats`, or -1 when
  * the tensor is not listed. */
 double it_stats_number(const char *sock, const char *name, const char *field);
-int it_badinput(int argc, char **argv);	    /* itest_badinput.c */
-int it_fplan(int argc, char **argv);	    /* itest_fplan.c */
+int it_badinput(int argc, char **argv); /* itest_badinput.c */
+int it_fplan(int argc, char **argv);	/* itest_fplan.c */
+int it_ops(int argc, char **argv);	/* itest_colls.c */
+int it_barrier_case(int argc, char **argv);
+int it_broadcast(int argc, char **argv);
+int it_allgather(int argc, char **argv);
+int it_join(int argc, char **argv);
+int it_join_killed(int argc, char **argv);
+int it_reducescatter(int argc, char **argv);
+int it_barrier_stalled(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_live_gone(int argc, char **argv);    /* itest_live.c */
 int it_live_rejoin(int argc, char **argv);

@@ -154,6 +154,33 @@ run_case "sums n=2 per-node=2" 2 2 180 0 4 -- "$itest" sums
 run_case "sums n=2 per-node=3" 2 3 180 0 6 -- "$itest" sums
 run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 
+# ops: min, max and product of every dtype, fused beside sums; refusals and mismatches.
+run_case "ops n=3" 3 1 180 0 3 -- "$itest" ops
+run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
+
+# broadcast: every dtype from several roots, fused, its bytes (half a sum's), errors.
+run_case "broadcast n=3" 3 1 180 0 3 -- "$itest" broadcast
+run_case "broadcast n=2 per-node=2" 2 2 180 0 4 -- "$itest" broadcast
+
+# allgather: counts that vary by rank and step, in rank order; a total over the size.
+run_case "allgather n=3" 3 1 180 0 3 -- "$itest" allgather
+run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
+
+# reducescatter: rows split unevenly, every slice exact; rows of another length.
+run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
+run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
+
+# join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
+run_case "join n=3" 3 1 120 0 3 -- "$itest" join
+run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
+run_case "join killed n=3" 3 1 120 137 2 --keep-going -- "$itest" join-killed
+
+# barrier: a late rank holds every other rank's barrier; a missing one stalls it.
+run_case "barrier n=3" 3 1 120 0 3 -- "$itest" barrier
+run_case "barrier n=2 per-node=2" 2 2 120 0 4 -- "$itest" barrier
+run_case "barrier stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" barrier-stalled
+run_case "barrier stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" barrier-stalled
+
 # fusion: 300 tensors in a rank-dependent order.
 run_case "fusion n=1" 1 1 120 0 1 -- "$itest" fusion
 run_case "fusion n=3" 3 1 180 0 3 -- "$itest" fusion

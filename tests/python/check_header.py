@@ -26,7 +26,8 @@ int main(void) {
 	SC_STATUS_MAP(S)
 	printf("dtype FLOAT32 %d\ndtype FLOAT64 %d\ndtype INT32 %d\ndtype INT64 %d\n",
 	       SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64);
-	printf("op SUM %d\nop AVERAGE %d\n", SC_OP_SUM, SC_OP_AVERAGE);
+	printf("op SUM %d\nop AVERAGE %d\nop MIN %d\nop MAX %d\nop PRODUCT %d\n", SC_OP_SUM,
+	       SC_OP_AVERAGE, SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT);
 	printf("dev CPU %d\ndev CUDA %d\n", SC_DEVICE_CPU, SC_DEVICE_CUDA);
 	printf("sp NONE %d\nsp TOPK %d\nsp THRESHOLD %d\nsp DGC %d\nsp EXDYNA %d\n"
 	       "sp NATURAL %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,

@@ -131,6 +131,12 @@ def t_api():
     checks("api_sparse_results", rc, out, 4)
 
 
+def t_colls():
+    # 2 nodes x 2 trainers: the daemons' local reduce takes the op too
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_colls.py"), [], 180, per_node=2)
+    checks("colls", rc, out, 4)
+
+
 def t_unnamed():
     # 10,000 unnamed allreduces: buffers reused, registrations/shm/RSS flat, sums right
     rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
@@ -222,7 +228,7 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_header_example, t_api, t_unnamed, t_cuda, t_gpu, t_lossless_dense,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_cuda, t_gpu, t_lossless_dense,
          t_lossless_sparse, t_ddp, t_topk, t_failure]
 
 

@@ -2,12 +2,14 @@
  * test_core_engine_ops.c: the device ops the engine runs on tensor data (device.h,
  * "-- engine --"), through the cpu device's table, against the plain loops the engine ran
  * before they became ops, bit for bit: the typed local sum and averaging of every dtype,
+ * min, max (NaN winning) and product (integers wrapping) of every dtype,
  * the sum of a trainer's COO input with out-of-range entries, the dense residual drain,
  * and the residual folded into a COO input (which must give the bits of the dense
  * x[i] += residual[i], whatever superset of the residual's support the bitmap marks).
  */
 #include "unit.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "device/device.h"
@@ -72,7 +74,7 @@ UNIT_TEST(engine_ops_sum_and_average)
 			}
 		}
 		memcpy(got, a, N * esz);
-		dev->reduce_typed(dt, got, b, N);
+		dev->reduce_typed(dt, SC_OP_SUM, got, b, N);
 		CHECK_MSG(memcmp(got, ref, N * esz) == 0, "%s: reduce_typed differs",
 			  sc_dtype_name(dt));
 		/* the average over 3 and over 8 trainers */
@@ -101,6 +103,87 @@ UNIT_TEST(engine_ops_sum_and_average)
 		}
 	}
 }
+
+/* Element i of a op b for one dtype, as the plain loop (NaN wins in min and max). */
+#define OPS_REF_(T, U, isnanf)                                                                 \
+	do {                                                                                   \
+		T x = ((const T *)a)[i], y = ((const T *)b)[i];                                \
+		T *r = &((T *)ref)[i];                                                         \
+		if (op == SC_OP_MIN)                                                           \
+			*r = isnanf(x) || isnanf(y) ? (isnanf(x) ? x : y) : (y < x ? y : x);   \
+		else if (op == SC_OP_MAX)                                                      \
+			*r = isnanf(x) || isnanf(y) ? (isnanf(x) ? x : y) : (y > x ? y : x);   \
+		else                                                                           \
+			*r = (T)((U)x * (U)y);                                                 \
+	} while (0)
+#define OPS_NO_NAN_(x) 0
+
+UNIT_TEST(engine_ops_min_max_product)
+{
+	const scd_device_ops_t *dev = cpu();
+	const sc_dtype_t dtypes[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	const sc_reduce_op_t ops[] = {SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT};
+	enum { N = 1031 };
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+		for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+			sc_dtype_t dt = dtypes[d];
+			sc_reduce_op_t op = ops[o];
+			size_t esz = sc_dtype_size(dt);
+			unsigned char a[N * 8], b[N * 8], ref[N * 8], got[N * 8];
+			for (size_t i = 0; i < sizeof(a); i++) {
+				a[i] = (unsigned char)unit_rng();
+				b[i] = (unsigned char)unit_rng();
+			}
+			/* floats: random finite values, and a NaN in a or b every 50 */
+			for (size_t i = 0; i < N && (dt == SC_FLOAT32 || dt == SC_FLOAT64);
+			     i++) {
+				double x = i % 50 == 7 ? NAN : rand_f32();
+				double y = i % 50 == 31 ? NAN : rand_f32();
+				if (dt == SC_FLOAT32)
+					((float *)a)[i] = (float)x, ((float *)b)[i] = (float)y;
+				else
+					((double *)a)[i] = x * 1.25,
+						 ((double *)b)[i] = y * 0.75;
+			}
+			for (size_t i = 0; i < N; i++) {
+				switch (dt) {
+				case SC_FLOAT32:
+					OPS_REF_(float, float, isnan);
+					break;
+				case SC_FLOAT64:
+					OPS_REF_(double, double, isnan);
+					break;
+				case SC_INT32:
+					OPS_REF_(int32_t, uint32_t, OPS_NO_NAN_);
+					break;
+				case SC_INT64:
+					OPS_REF_(int64_t, uint64_t, OPS_NO_NAN_);
+					break;
+				}
+			}
+			memcpy(got, a, N * esz);
+			dev->reduce_typed(dt, op, got, b, N);
+			size_t bad = N;
+			for (size_t i = 0; i < N && bad == N;
+			     i++) /* NaNs compare by their bits */
+				if (memcmp(got + i * esz, ref + i * esz, esz))
+					bad = i;
+			CHECK_MSG(bad == N, "%s %s: element %zu differs", sc_reduce_op_name(op),
+				  sc_dtype_name(dt), bad);
+		}
+	/* the op decides: the same inputs under sum and min differ */
+	int32_t x[2] = {3, -4}, y[2] = {5, 6};
+	dev->reduce_typed(SC_INT32, SC_OP_MIN, x, y, 2);
+	CHECK_TRUE(x[0] == 3 && x[1] == -4);
+	dev->reduce_typed(SC_INT32, SC_OP_MAX, x, y, 2);
+	CHECK_TRUE(x[0] == 5 && x[1] == 6);
+	dev->reduce_typed(SC_INT32, SC_OP_PRODUCT, x, y, 2);
+	CHECK_TRUE(x[0] == 25 && x[1] == 36);
+	dev->reduce_typed(SC_INT32, SC_OP_AVERAGE, x, y, 2); /* adds: the average divides */
+	CHECK_TRUE(x[0] == 30 && x[1] == 42);
+}
+#undef OPS_REF_
+#undef OPS_NO_NAN_
 
 UNIT_TEST(engine_ops_coo_add_checked)
 {

@@ -239,8 +239,9 @@ static void guard_partmap_release(const scd_partmap_t *map)
 	  (const void *buf, uint64_t bytes, uint32_t block, uint64_t len, float *dst,          \
 	   int add),                                                                           \
 	  (buf, bytes, block, len, dst, add))                                                  \
-	V(reduce_typed, (sc_dtype_t dtype, void *dst, const void *src, uint64_t n),            \
-	  (dtype, dst, src, n))                                                                \
+	V(reduce_typed,                                                                        \
+	  (sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src, uint64_t n),       \
+	  (dtype, op, dst, src, n))                                                            \
 	V(average_typed, (sc_dtype_t dtype, void *x, uint64_t n, double divisor),              \
 	  (dtype, x, n, divisor))                                                              \
 	R(uint64_t, coo_add_checked,                                                           \
@@ -448,12 +449,12 @@ static sc_status_t gx_allreduce_f32(scd_transport_t *t, float *data, size_t n, i
 }
 
 static sc_status_t gx_allreduce(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
-				const scd_xfer_work_t *w, int tmo)
+				sc_reduce_op_t op, const scd_xfer_work_t *w, int tmo)
 {
 	scd_transport_t *in = inner_of(t);
 	scd_xfer_work_t gw = {guard_work, (void *)w};
 	guard_open();
-	sc_status_t st = in->ops->allreduce(in, data, n, dtype, w ? &gw : NULL, tmo);
+	sc_status_t st = in->ops->allreduce(in, data, n, dtype, op, w ? &gw : NULL, tmo);
 	guard_close();
 	return st;
 }

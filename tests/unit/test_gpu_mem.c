@@ -236,7 +236,7 @@ static void run_ops(const scd_device_ops_t *o, uint64_t n, const float *a, const
 	for (int t = 0; t < 4; t++) {
 		size_t tbytes = n * dtype_bytes(typed_dtypes[t]);
 		void *x = dev_from(o, ta[t], tbytes), *y = dev_from(o, tb[t], tbytes);
-		o->reduce_typed(typed_dtypes[t], x, y, n);
+		o->reduce_typed(typed_dtypes[t], SC_OP_SUM, x, y, n);
 		back(o, r->typed[t], x, tbytes);
 		o->average_typed(typed_dtypes[t], x, n, divisor);
 		back(o, r->avg[t], x, tbytes);
@@ -668,7 +668,7 @@ UNIT_TEST(gpu_host_devices)
 	CHECK_MSG(strstr(scg_error(), "scg_reduce_sum") && strstr(scg_error(), "device 1") &&
 		      strstr(scg_error(), "device 0"),
 		  "%s", scg_error());
-	CHECK_EQ_INT(scg_reduce_typed(SC_FLOAT32, b, a, N), SC_ERR_INVALID);
+	CHECK_EQ_INT(scg_reduce_typed(SC_FLOAT32, SC_OP_SUM, b, a, N), SC_ERR_INVALID);
 	CHECK_EQ_INT(scg_copy(b, a, N * sizeof(float)), SC_ERR_INVALID);
 	CHECK_EQ_INT(scg_coo_add_checked(b, N, (const uint32_t *)a, a, 1, &(uint64_t){0}),
 		     SC_ERR_INVALID);

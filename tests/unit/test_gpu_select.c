@@ -134,9 +134,22 @@ UNIT_TEST(gpu_reduce_typed_average_scale)
 					((double *)a)[i] = random_value(0.7, 0) * 1e3;
 					((double *)b)[i] = (double)random_value(0.7, 0) / 7;
 				}
+			/* min, max and product first (a and b unchanged by them: on copies) */
+			unsigned char *c = malloc(n * es + 8);
+			for (int op = SC_OP_MIN; op <= SC_OP_PRODUCT; op++) {
+				memcpy(c, a, n * es);
+				void *dc = dev_from(c, n * es), *db = dev_from(b, n * es);
+				SCG_OK(scg_reduce_typed((sc_dtype_t)dt, (sc_reduce_op_t)op, dc,
+							db, n));
+				scd_reduce_typed((sc_dtype_t)dt, (sc_reduce_op_t)op, c, b, n);
+				to_host(r, dc, n * es);
+				check_bits(r, c, n * es, sc_reduce_op_name((sc_reduce_op_t)op));
+				scg_free(dc), scg_free(db);
+			}
+			free(c);
 			void *da = dev_from(a, n * es), *db = dev_from(b, n * es);
-			SCG_OK(scg_reduce_typed((sc_dtype_t)dt, da, db, n));
-			scd_reduce_typed((sc_dtype_t)dt, a, b, n);
+			SCG_OK(scg_reduce_typed((sc_dtype_t)dt, SC_OP_SUM, da, db, n));
+			scd_reduce_typed((sc_dtype_t)dt, SC_OP_SUM, a, b, n);
 			to_host(r, da, n * es);
 			check_bits(r, a, n * es, "reduce_typed");
 

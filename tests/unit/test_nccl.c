@@ -359,10 +359,10 @@ static void allreduce_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, 
 		q[i] = (int64_t)val(rank, i) * 4099 - (1ll << 40);
 		f[i] = (float)(val(rank, i) % 1000) - 500.0f;
 	}
-	CHECK_MSG(scd_transport_allreduce(t, d, N, SC_FLOAT64, NCCL_TMO) == SC_OK, "%s",
-		  scd_transport_error());
-	CHECK_MSG(scd_transport_allreduce(t, q, N, SC_INT64, NCCL_TMO) == SC_OK, "%s",
-		  scd_transport_error());
+	CHECK_MSG(scd_transport_allreduce(t, d, N, SC_FLOAT64, SC_OP_SUM, NCCL_TMO) == SC_OK,
+		  "%s", scd_transport_error());
+	CHECK_MSG(scd_transport_allreduce(t, q, N, SC_INT64, SC_OP_SUM, NCCL_TMO) == SC_OK,
+		  "%s", scd_transport_error());
 	CHECK_MSG(scd_transport_allreduce_f32(t, f, N, NCCL_TMO) == SC_OK, "%s",
 		  scd_transport_error());
 	for (int i = 0; i < N; i++) {
@@ -374,6 +374,34 @@ static void allreduce_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, 
 		}
 		CHECK_MSG(q[i] == wq && f[i] == wf, "rank %d: element %d", rank, i);
 	}
+	/* the other reductions: max of int32, min of float64 */
+	int32_t *m = malloc(N * sizeof(int32_t));
+	for (int i = 0; i < N; i++) {
+		m[i] = (int32_t)(val(rank, i) % 1000) - 500;
+		d[i] = (double)m[i] / 3.0;
+	}
+	CHECK_MSG(scd_transport_allreduce(t, m, N, SC_INT32, SC_OP_MAX, NCCL_TMO) == SC_OK,
+		  "%s", scd_transport_error());
+	double *lo = malloc(N * sizeof(double));
+	memcpy(lo, d, N * sizeof(double));
+	CHECK_MSG(scd_transport_allreduce(t, lo, N, SC_FLOAT64, SC_OP_MIN, NCCL_TMO) == SC_OK,
+		  "%s", scd_transport_error());
+	for (int i = 0; i < N; i++) {
+		int32_t wm = INT32_MIN;
+		double wl = INFINITY;
+		for (int p = 0; p < P; p++) {
+			int32_t v = (int32_t)(val(p, i) % 1000) - 500;
+			wm = v > wm ? v : wm;
+			wl = (double)v / 3.0 < wl ? (double)v / 3.0 : wl;
+		}
+		CHECK_MSG(m[i] == wm && lo[i] == wl, "rank %d: max/min element %d", rank, i);
+	}
+	free(m);
+	free(lo);
+	for (int i = 0; i < N; i++)
+		d[i] = (double)val(rank, i) / 7.0;
+	CHECK_MSG(scd_transport_allreduce(t, d, N, SC_FLOAT64, SC_OP_SUM, NCCL_TMO) == SC_OK,
+		  "%s", scd_transport_error());
 	uint64_t h = 1469598103934665603ull;
 	for (int i = 0; i < N; i++) {
 		uint64_t b;

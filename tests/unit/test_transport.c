@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -243,7 +244,8 @@ static void allreduce_typed_rank(scd_transport_t *t, int rank, int P, void *arg)
 			}
 			scd_transport_counters_t c0, c1;
 			t->ops->counters(t, &c0);
-			sc_status_t st = scd_transport_allreduce(t, x, n, dt, TMO_MS);
+			sc_status_t st =
+			    scd_transport_allreduce(t, x, n, dt, SC_OP_SUM, TMO_MS);
 			CHECK_MSG(st == SC_OK, "rank %d, %s x %zu: %s", rank, sc_dtype_name(dt),
 				  n, scd_transport_error());
 			t->ops->counters(t, &c1);
@@ -262,7 +264,10 @@ static void allreduce_typed_rank(scd_transport_t *t, int rank, int P, void *arg)
 		}
 	}
 	scd_log_level = -1;
-	CHECK_EQ_INT(scd_transport_allreduce(t, x, 4, (sc_dtype_t)7, TMO_MS), SC_ERR_INVALID);
+	CHECK_EQ_INT(scd_transport_allreduce(t, x, 4, (sc_dtype_t)7, SC_OP_SUM, TMO_MS),
+		     SC_ERR_INVALID);
+	CHECK_EQ_INT(scd_transport_allreduce(t, x, 4, SC_INT32, (sc_reduce_op_t)9, TMO_MS),
+		     SC_ERR_INVALID);
 	free(x);
 }
 
@@ -270,6 +275,110 @@ UNIT_TEST_TIMEOUT(transport_tcp_allreduce_f64_i32_i64_exact, 240)
 {
 	for (int P = 1; P <= MAX_P; P++)
 		run_world(P, allreduce_typed_rank, NULL);
+}
+
+/* Inputs of min, max and product: halves of both signs (float products exact in any
+ * order), integer products that overflow (wrap-around, compared as unsigned), and at every
+ * 97th float element a NaN of one rank (it must win on every rank, whichever rank holds
+ * it). */
+static double op_input(size_t i, int rank)
+{
+	if (i % 97 == 5 && (size_t)rank == (i / 97) % 3)
+		return NAN;
+	return (double)((long long)((i * 7 + (size_t)rank * 13) % 11) - 5) * 0.5;
+}
+
+static void op_fill(void *x, sc_dtype_t dt, size_t n, int rank)
+{
+	for (size_t i = 0; i < n; i++) {
+		double v = op_input(i, rank);
+		long long k = isnan(v) ? 3 : (long long)(v * 2);
+		if (dt == SC_FLOAT32)
+			((float *)x)[i] = (float)v;
+		else if (dt == SC_FLOAT64)
+			((double *)x)[i] = v;
+		else if (dt == SC_INT32)
+			((int32_t *)x)[i] = (int32_t)(k * 100003);
+		else
+			((int64_t *)x)[i] = (int64_t)(k * 1000000007LL);
+	}
+}
+
+/* The expected element i (as a double for the floats, unsigned for the integers). */
+static int op_ok(const void *x, sc_dtype_t dt, sc_reduce_op_t op, size_t i, int P)
+{
+	double f = 0;
+	uint64_t u = 0;
+	int nan = 0;
+	for (int r = 0; r < P; r++) {
+		double v = op_input(i, r);
+		long long k = isnan(v) ? 3 : (long long)(v * 2);
+		uint64_t w = dt == SC_INT32 ? (uint64_t)(uint32_t)(int32_t)(k * 100003)
+					    : (uint64_t)(k * 1000000007LL);
+		nan |= isnan(v);
+		if (r == 0) {
+			f = v, u = w;
+			continue;
+		}
+		if (op == SC_OP_MIN)
+			f = v < f ? v : f;
+		else if (op == SC_OP_MAX)
+			f = v > f ? v : f;
+		else
+			f *= v, u *= w;
+		if (op != SC_OP_PRODUCT) {
+			int less =
+			    dt == SC_INT32 ? (int32_t)w < (int32_t)u : (int64_t)w < (int64_t)u;
+			if (less == (op == SC_OP_MIN))
+				u = w;
+		}
+	}
+	switch (dt) {
+	case SC_FLOAT32:
+		return nan ? isnan(((const float *)x)[i]) : ((const float *)x)[i] == (float)f;
+	case SC_FLOAT64:
+		return nan ? isnan(((const double *)x)[i]) : ((const double *)x)[i] == f;
+	case SC_INT32:
+		return (uint32_t)((const int32_t *)x)[i] == (uint32_t)u;
+	default:
+		return (uint64_t)((const int64_t *)x)[i] == u;
+	}
+}
+
+static void allreduce_ops_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	static const sc_dtype_t dtypes[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	static const sc_reduce_op_t ops[] = {SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT};
+	size_t sizes[] = {1, 7, 100003};
+	void *x = malloc(8 * 100003);
+	CHECK_TRUE(x != NULL);
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+		for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
+			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+				sc_dtype_t dt = dtypes[d];
+				size_t n = sizes[s], wrong = 0, first = 0;
+				op_fill(x, dt, n, rank);
+				sc_status_t st =
+				    scd_transport_allreduce(t, x, n, dt, ops[o], TMO_MS);
+				CHECK_MSG(st == SC_OK, "rank %d, %s %s x %zu: %s", rank,
+					  sc_reduce_op_name(ops[o]), sc_dtype_name(dt), n,
+					  scd_transport_error());
+				for (size_t i = 0; i < n; i++)
+					if (!op_ok(x, dt, ops[o], i, P) && !wrong++)
+						first = i;
+				CHECK_MSG(wrong == 0,
+					  "rank %d of %d, %s %s x %zu: %zu wrong (first %zu)",
+					  rank, P, sc_reduce_op_name(ops[o]), sc_dtype_name(dt),
+					  n, wrong, first);
+			}
+	free(x);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_allreduce_min_max_product_exact, 240)
+{
+	for (int P = 1; P <= MAX_P; P++)
+		run_world(P, allreduce_ops_rank, NULL);
 }
 
 /* ---- exchange ----------------------------------------------------------------------- */
@@ -538,7 +647,7 @@ static void ring_work_rank(scd_transport_t *t, int rank, int P, void *arg)
 		usleep(200 * 1000);
 	int calls = 0;
 	scd_xfer_work_t wk = {count_work, &calls};
-	sc_status_t st = scd_transport_allreduce_w(t, x, N, SC_INT32, &wk, TMO_MS);
+	sc_status_t st = scd_transport_allreduce_w(t, x, N, SC_INT32, SC_OP_SUM, &wk, TMO_MS);
 	CHECK_MSG(st == SC_OK, "rank %d: %s", rank, scd_transport_error());
 	for (size_t i = 0; i < N; i++)
 		CHECK_MSG(typed_ok(x, SC_INT32, i, P), "rank %d: sum %zu wrong", rank, i);
@@ -549,7 +658,7 @@ static void ring_work_rank(scd_transport_t *t, int rank, int P, void *arg)
 		usleep(200 * 1000);
 	calls = 0;
 	wk = (scd_xfer_work_t){failing_work, &calls};
-	st = scd_transport_allreduce_w(t, x, N, SC_INT32, &wk, TMO_MS);
+	st = scd_transport_allreduce_w(t, x, N, SC_INT32, SC_OP_SUM, &wk, TMO_MS);
 	if (rank != 0)
 		CHECK_MSG(st == SC_ERR_PROTOCOL && calls == 1, "rank %d: %s after %d calls",
 			  rank, sc_status_name(st), calls);

@@ -86,12 +86,19 @@ import numpy as np
 from . import _lib
 from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, STATUS_NAMES
 
+# Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
+Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
+                                   ReduceOp.MAX, ReduceOp.PRODUCT)
+
 __all__ = [
     "SparsecommError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
+    "Sum", "Average", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "allreduce_coo", "allreduce_coo_async", "broadcast_", "broadcast_async_",
+    "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
+    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "reducescatter",
+    "barrier", "join",
     "registered", "library_path", "status_name",
 ]
 
@@ -578,17 +585,22 @@ def _now():
 
 def _op(average, op):
     if op is not None:
-        return ReduceOp(op)
+        return ReduceOp.parse(op)
     return ReduceOp.AVERAGE if average else ReduceOp.SUM
 
 
-def _start_dense(c, e, op):
+def _start_dense(c, e, op, root=None):
+    """Starts an allreduce by op, or (root given) a broadcast from trainer rank root."""
     lib = _lib.load()
     h = _lib.c_handle()
-    st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+    if root is None:
+        st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+    else:
+        st = lib.sc_broadcast_async(c.client, e.ptr, int(root), ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
-        raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+        raise _error(st, "%s of tensor '%s'" % ("allreduce" if root is None else "broadcast",
+                                                 e.name), e.name)
     return h.value
 
 
@@ -621,11 +633,13 @@ def _name_or_none(name):
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None, _kind="allreduce"):
+                    coo_capacity=None, out=None, _kind="allreduce", _root=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
-    ``average`` divides the sum by size(); ``op`` (ReduceOp) overrides it.  The options
+    ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
+    Sum, Average, Min, Max, Product, or a name such as "max"); MIN, MAX and PRODUCT are
+    lossless dense reductions that a tensor with a sparsifier refuses.  The options
     (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
     threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used.
     Without ``name`` the operation gets a buffer by the rule in the module doc (unnamed
@@ -647,7 +661,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
     if istorch and x.device.type == "cuda":
-        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out)
+        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root)
     e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0)
     try:
         if istorch:
@@ -660,11 +674,11 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     except BaseException:
         e.inflight = False
         raise
-    hid = _start_dense(c, e, red)
+    hid = _start_dense(c, e, red, _root)
     return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
 
 
-def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
+def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None):
     """A dense CUDA tensor: copied into the daemon's GPU buffer on the tensor's current
     stream, which the submission waits for; the Handle queues the result on that stream
     (sc_stream_wait) and copies it out there.  The host never waits for the GPU."""
@@ -690,7 +704,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out):
             _mark_last_read(e, stream)
         return res
 
-    return Handle(c, e, _start_dense(c, e, red), finish, stream)
+    return Handle(c, e, _start_dense(c, e, red, root), finish, stream)
 
 
 def _mark_last_read(e, stream):
@@ -1006,19 +1020,245 @@ def _unravel(lin, sparse_shape):
     return reversed(out)
 
 
+# ---- allgather ---------------------------------------------------------------------
+
+def _allgather_async(tensor, name, timeout):
+    """Starts an allgather; returns (Handle, every rank's row count)."""
+    c = _need()
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    dev = x.device if istorch else None
+    if istorch and dev.type != "cpu":
+        x = x.cpu()
+    shape = tuple(x.shape)
+    if not shape:
+        raise ValueError("allgather of '%s': a scalar has no first dimension" % name)
+    row = math.prod(shape[1:])
+    # the sizes first: every rank's rows and elements per row
+    meta = np.zeros(2 * c.size, dtype=np.int64)
+    meta[2 * c.rank], meta[2 * c.rank + 1] = shape[0], row
+    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
+    rows, rowlen = meta[0::2], meta[1::2]
+    if np.any(rowlen != row):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
+                              "differ across ranks: %s" % (name, ", ".join(
+                                  "rank %d has %d" % (r, rowlen[r]) for r in range(c.size))),
+                              name)
+    total = int(rows.sum()) * row
+    cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
+    e = _acquire(c, "%s.%d" % (name, cap), "allgather", _sc_dtype(x), cap,
+                 _opts_key(None, 0.0, 0.0, None, False), 0)
+    n = math.prod(shape)
+    try:
+        if istorch:
+            e.tdata()[:n].view(shape).copy_(x)
+        else:
+            np.copyto(e.data[:n].reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_allgather_async(c.client, e.ptr, n, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "allgather of tensor '%s'" % e.name, e.name)
+    out_shape = (int(rows.sum()),) + shape[1:]
+
+    def finish():
+        if istorch:
+            res = _torch().empty(out_shape, dtype=x.dtype)
+            res.copy_(e.tdata()[:total].view(out_shape))
+            return res.to(dev) if dev.type != "cpu" else res
+        return np.array(e.data[:total].reshape(out_shape), dtype=x.dtype)
+
+    return Handle(c, e, h.value, finish), rows
+
+
+def allgather(tensor, name=None, timeout=None):
+    """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
+    first dimension may differ across ranks, the others must not).  The sizes are gathered
+    first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
+    rows once to every other node).  Every rank must call it with the same name (default
+    "allgather") and dtype."""
+    name = "allgather" if name is None else str(name)
+    h, _ = _allgather_async(tensor, name, timeout)
+    return h.wait(timeout)
+
+
+def allgather_object(obj, name=None, timeout=None):
+    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
+    four to an int32 element)."""
+    import pickle
+    c = _need()
+    name = "allgather.object" if name is None else str(name)
+    payload = pickle.dumps(obj)
+    lens = np.zeros(c.size, dtype=np.int64)
+    lens[c.rank] = len(payload)
+    lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout)
+    words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
+    words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+    h, rows = _allgather_async(words, name, timeout)
+    flat = h.wait(timeout)
+    out, at = [], 0
+    for r in range(c.size):
+        chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
+        out.append(pickle.loads(chunk.tobytes()))
+        at += int(rows[r])
+    return out
+
+
+# ---- reducescatter -----------------------------------------------------------------
+
+def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
+    """``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
+    of which this rank gets its rows: the first dimension is split in rank order, the
+    first (rows % size) ranks one row more (sc_reducescatter_async: each node sends every
+    other node its part once).  Every rank must give the same shape, dtype, op and name
+    (default "reducescatter")."""
+    c = _need()
+    name = "reducescatter" if name is None else str(name)
+    red = ReduceOp.parse(op)
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    dev = x.device if istorch else None
+    if istorch and dev.type != "cpu":
+        x = x.cpu()
+    shape = tuple(x.shape)
+    if not shape or not math.prod(shape):
+        raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
+    row, n = math.prod(shape[1:]), math.prod(shape)
+    e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
+                 _opts_key(None, 0.0, 0.0, None, False), 0)
+    try:
+        if istorch:
+            e.tdata().view(shape).copy_(x)
+        else:
+            np.copyto(e.data.reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)
+
+    def finish():
+        got = lib.sc_tensor_result_nnz(e.ptr)
+        out_shape = (got // row,) + shape[1:]
+        if istorch:
+            res = _torch().empty(out_shape, dtype=x.dtype)
+            res.copy_(e.tdata()[:got].view(out_shape))
+            return res.to(dev) if dev.type != "cpu" else res
+        return np.array(e.data[:got].reshape(out_shape), dtype=x.dtype)
+
+    return Handle(c, e, h.value, finish).wait(timeout)
+
+
+# ---- join --------------------------------------------------------------------------
+
+def join(timeout=None):
+    """Uneven inputs: this rank has no more data.  Until every rank has joined, it takes
+    part in the others' allreduces with zeros (and may start none itself); returns the
+    last rank to join once all have (Horovod's join).  ``timeout`` as barrier's."""
+    c = _need()
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_join_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "join")
+    last = ctypes.c_int(-1)
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
+                                ctypes.byref(last))
+        if st == _lib.SC_OK:
+            return last.value
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "join")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within %.1f s "
+                                  "(rank %d)" % (tmo, c.rank))
+
+
+# ---- barrier -----------------------------------------------------------------------
+
+def barrier(timeout=None):
+    """Returns once every trainer of the job has called barrier() (sc_barrier_async: the
+    daemons agree through their coordinator; no tensor is involved).  Raises
+    SparsecommError: SC_ERR_STALLED naming the ranks that did not arrive within the
+    daemons' stall_timeout_ms, SC_ERR_ABORTED when a trainer exited, SC_ERR_TIMEOUT after
+    ``timeout`` seconds (None: the default given to init())."""
+    c = _need()
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_barrier_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "barrier")
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
+        if st == _lib.SC_OK:
+            return
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "barrier")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete within "
+                                  "%.1f s (rank %d)" % (tmo, c.rank))
+
+
 # ---- broadcast ---------------------------------------------------------------------
 
 def broadcast_async_(tensor, root_rank=0, name=None):
-    """In-place broadcast from root_rank, as a lossless sum allreduce in which every other
-    rank contributes zeros (so it needs nothing from the daemon beyond allreduce)."""
+    """In-place broadcast from root_rank (sc_broadcast_async): the handle's wait() writes
+    root_rank's values into ``tensor`` on every rank.  The root's node sends them once to
+    every other node."""
     c = _need()
+    root = int(root_rank)
+    if not 0 <= root < c.size:
+        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
+                         (root, c.size - 1))
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast",
+                           _root=root)
+
+
+def broadcast_async(tensor, root_rank=0, name=None):
+    """Broadcast from root_rank into a new tensor (the input is left as it is)."""
+    c = _need()
+    root = int(root_rank)
+    if not 0 <= root < c.size:
+        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
+                         (root, c.size - 1))
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, _kind="broadcast", _root=root)
+
+
+def broadcast(tensor, root_rank=0, name=None, timeout=None):
+    return broadcast_async(tensor, root_rank, name).wait(timeout)
+
+
+def broadcast_object(obj, root_rank=0, name=None, timeout=None):
+    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
+    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
+    smallest dtype), so the payload travels once from the root's node.  Every rank must
+    call it with the same name (default "broadcast.object")."""
+    import pickle
+    c = _need()
+    name = "broadcast.object" if name is None else str(name)
+    payload = pickle.dumps(obj) if c.rank == root_rank else b""
+    n = np.array([len(payload)], dtype=np.int64)
+    n = int(broadcast(n, root_rank, name=name + ".len", timeout=timeout)[0])
+    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
     if c.rank == root_rank:
-        src = tensor
-    elif _is_torch(tensor):
-        src = _torch().zeros_like(tensor)
-    else:
-        src = np.zeros_like(np.asarray(tensor))
-    return allreduce_async(src, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast")
+        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
+    # the payload's buffer is named by its size: each size registers once
+    words = broadcast(words, root_rank, name="%s.%d" % (name, words.size), timeout=timeout)
+    return obj if c.rank == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
 
 
 def broadcast_(tensor, root_rank=0, name=None, timeout=None):

@@ -77,8 +77,30 @@ DTYPE_CTYPES = {
 
 
 class ReduceOp(enum.IntEnum):
+    """sc_reduce_op_t (sparsecomm.h).  MIN, MAX and PRODUCT are lossless dense reductions
+    (a tensor with a sparsifier or COO input refuses them); an integer AVERAGE divides the
+    wrapped sum truncating toward zero."""
     SUM = 0
     AVERAGE = 1
+    MIN = 2
+    MAX = 3
+    PRODUCT = 4
+
+    @classmethod
+    def parse(cls, value):
+        """Accepts a ReduceOp, its integer value or a name ("min", "MAX", "Product")."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            key = value.strip().upper()
+            if key not in cls.__members__:
+                raise ValueError("unknown reduction %r (one of %s)" %
+                                 (value, ", ".join(m.lower() for m in cls.__members__)))
+            return cls[key]
+        try:
+            return cls(int(value))
+        except ValueError:
+            raise ValueError("unknown reduction %r (0 to %d)" % (value, len(cls) - 1))
 
 
 class Sparsifier(enum.IntEnum):
@@ -192,6 +214,16 @@ _PROTOTYPES = [
     ("sc_poll", ctypes.c_int, [c_client_p, c_handle]),
     ("sc_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_int]),
     ("sc_allreduce", ctypes.c_int, [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_int]),
+    ("sc_barrier_async", ctypes.c_int, [c_client_p, ctypes.POINTER(c_handle)]),
+    ("sc_join_async", ctypes.c_int, [c_client_p, ctypes.POINTER(c_handle)]),
+    ("sc_join_result", ctypes.c_int,
+     [c_client_p, c_handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
+    ("sc_allgather_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_size_t, ctypes.POINTER(c_handle)]),
+    ("sc_reducescatter_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(c_handle)]),
+    ("sc_broadcast_async", ctypes.c_int,
+     [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),
     ("sc_last_error", ctypes.c_char_p, []),
     ("sc_finalize", ctypes.c_int, [c_client_p]),
 ]

@@ -14,8 +14,10 @@
   ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy}, or is a
   callable(name, param) returning such a dict or None.
 
-* :func:`broadcast_parameters` makes every rank start from root_rank's values (a sum
-  allreduce to which the other ranks contribute zeros, which is exact).
+* :func:`broadcast_parameters` makes every rank start from root_rank's values (a
+  broadcast: the root's node sends them once to every other node);
+  :func:`broadcast_optimizer_state` does the same for an optimizer's state (pickled by
+  :func:`sparsecomm.broadcast_object`).
 
 * :func:`ddp_hook` is a DistributedDataParallel communication hook: DDP's buckets are
   reduced by the daemons instead of the process group.  DDP itself still needs a process
@@ -45,9 +47,11 @@ import torch
 
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, Handle, Sparsifier, ReduceOp, init, shutdown, is_initialized, rank,
-    size, local_rank, local_size, allreduce, allreduce_, allreduce_async, allreduce_async_,
-    broadcast_, broadcast_async_)
+    SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
+    shutdown, is_initialized, rank, size, local_rank, local_size, allreduce, allreduce_,
+    allreduce_async, allreduce_async_, broadcast, broadcast_async, broadcast_,
+    broadcast_async_, broadcast_object, allgather, allgather_object, reducescatter, barrier,
+    join)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
 
@@ -254,6 +258,17 @@ def broadcast_parameters(params, root_rank=0, timeout=None, prefix="broadcast.")
             hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n))
         for h in hs:
             h.wait(timeout)
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, timeout=None,
+                              name="broadcast.optimizer_state"):
+    """Loads root_rank's optimizer state (state_dict: hyperparameters, momentum buffers,
+    step counts) into ``optimizer`` on every other rank.  A rank whose optimizer has not
+    stepped yet gets the root's state all the same."""
+    state = _sc.broadcast_object(optimizer.state_dict() if _sc.rank() == root_rank else None,
+                                 root_rank=root_rank, name=name, timeout=timeout)
+    if _sc.rank() != root_rank:
+        optimizer.load_state_dict(state)
 
 
 def broadcast_object_int(value, root_rank=0, name="broadcast.int"):

@@ -1,0 +1,137 @@
+/*
+ * barrier.c: barriers between the daemons (sc_barrier_async). A node whose trainers have
+ * all entered its barrier number seq sends BarrierEnter to the coordinator; when every
+ * rank has entered, the coordinator sends BarrierDone (SC_OK) to every rank, whose
+ * control socket completes its trainers' barriers. A barrier that cannot complete ends
+ * on every rank alike: at once with SC_ERR_ABORTED when a node is degraded (a trainer
+ * exited), with SC_ERR_STALLED naming the missing ranks once the first rank has waited
+ * stall_timeout_ms. No data moves on the data plane: the barrier is the coordinator's
+ * count of the ranks' messages, which are in order with their negotiation.
+ */
+#include <stdio.h>
+
+#include "ctl/ctl.h"
+#include "util/log.h"
+#include "world/world_int.h"
+
+/* Sends how barrier seq ended to every rank (the coordinator's own included) and starts
+ * counting the next one. */
+static void barrier_conclude(scd_world_t *w, uint64_t seq, sc_status_t st, const char *error)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__BarrierDone bd = SPARSECOMM__BARRIER_DONE__INIT;
+	bd.seq = seq;
+	bd.status = st;
+	bd.error = (char *)(error ? error : "");
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE;
+	m.barrier_done = &bd;
+	if (seq == w->barrier_seq + 1) {
+		w->barrier_seq = seq;
+		w->barrier_count = 0;
+		for (int r = 0; r < w->d->world_size; r++)
+			w->peers[r].barrier_in = 0;
+	}
+	if (st != SC_OK)
+		scd_warn(SCD_SUB_NEGOTIATE, "%s", error);
+	for (int r = 0; r < w->d->world_size; r++)
+		scd_world_send_peer(w, r, &m);
+}
+
+/* The first degraded node, or -1. */
+static int barrier_degraded(const scd_world_t *w)
+{
+	for (int r = 0; r < w->d->world_size; r++)
+		if (w->peers[r].degraded)
+			return r;
+	return -1;
+}
+
+void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m)
+{
+	char msg[512];
+	uint64_t want = w->barrier_seq + 1;
+	if (from < 0 || from >= w->d->world_size || m->rank != from)
+		return;
+	if (m->seq != want || w->peers[from].barrier_in) {
+		scd_warn(SCD_SUB_NEGOTIATE,
+			 "rank %d entered barrier %llu, the coordinator is at barrier %llu: "
+			 "ignored",
+			 from, (unsigned long long)m->seq, (unsigned long long)want);
+		return;
+	}
+	if (!w->barrier_count)
+		w->barrier_first_ms = scd_now_ms();
+	w->peers[from].barrier_in = 1;
+	w->barrier_count++;
+	int dr = barrier_degraded(w);
+	if (dr >= 0) {
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
+			 (unsigned long long)want, w->peers[dr].degraded_reason);
+		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
+	} else if (w->barrier_count == w->d->world_size) {
+		barrier_conclude(w, want, SC_OK, NULL);
+	}
+}
+
+void scd_barrier_tick(scd_world_t *w)
+{
+	if (!w->is_coord || !w->barrier_count)
+		return;
+	uint64_t want = w->barrier_seq + 1;
+	char msg[1024];
+	int dr = barrier_degraded(w);
+	if (dr >= 0) {
+		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
+			 (unsigned long long)want, w->peers[dr].degraded_reason);
+		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
+		return;
+	}
+	uint64_t stall_ms = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_stall_timeout_ms);
+	if (scd_now_ms() - w->barrier_first_ms < stall_ms)
+		return;
+	/* Names the nodes that never entered and their trainer ranks (a node enters once all
+	 * its trainers have; which of them did not, its own trainers learn from it). */
+	int L = w->d->local_size, missing = w->d->world_size - w->barrier_count, k = 0;
+	int n =
+	    snprintf(msg, sizeof(msg), "barrier %llu stalled: %s", (unsigned long long)want,
+		     L > 1 ? (missing > 1 ? "the trainers of nodes" : "the trainers of node")
+			   : (missing > 1 ? "ranks" : "rank"));
+	for (int r = 0; r < w->d->world_size && n < (int)sizeof(msg) - 96; r++)
+		if (!w->peers[r].barrier_in)
+			n += snprintf(msg + n, sizeof(msg) - (size_t)n, "%s %d", k++ ? "," : "",
+				      r);
+	if (L > 1) {
+		n += snprintf(msg + n, sizeof(msg) - (size_t)n, " (ranks");
+		k = 0;
+		for (int r = 0; r < w->d->world_size && n < (int)sizeof(msg) - 96; r++)
+			for (int l = 0; !w->peers[r].barrier_in && l < L; l++)
+				n += snprintf(msg + n, sizeof(msg) - (size_t)n, "%s %d",
+					      k++ ? "," : "", r * L + l);
+		n += snprintf(msg + n, sizeof(msg) - (size_t)n, ") did not all");
+	} else {
+		n += snprintf(msg + n, sizeof(msg) - (size_t)n, " did not");
+	}
+	snprintf(msg + n, sizeof(msg) - (size_t)n, " enter it within %llu ms",
+		 (unsigned long long)stall_ms);
+	barrier_conclude(w, want, SC_ERR_STALLED, msg);
+}
+
+void scd_barrier_on_done(scd_world_t *w, const Sparsecomm__BarrierDone *m)
+{
+	sc_status_t st = (sc_status_t)m->status;
+	if (st > SC_OK || st < SC_ERR_STALLED)
+		st = SC_ERR_PROTOCOL;
+	scd_ctl_barrier_done(w->d->ctl, m->seq, st, m->error);
+}
+
+void scd_world_barrier_enter(scd_world_t *w, uint64_t seq)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__BarrierEnter be = SPARSECOMM__BARRIER_ENTER__INIT;
+	be.rank = w->d->rank;
+	be.seq = seq;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_BARRIER_ENTER;
+	m.barrier_enter = &be;
+	if (w->formed)
+		scd_world_send_coord(w, &m);
+}

@@ -1,0 +1,101 @@
+/*
+ * join.c: uneven inputs (sc_join_async). A trainer that has joined submits nothing more;
+ * its node takes part in the other trainers' allreduces with its zeros. Within a node the
+ * control socket counts a joined trainer as having submitted every tensor. Once every
+ * local trainer has joined, the node sends NodeJoin to the coordinator, which from then on
+ * counts the node as having announced every tensor the others announce (scd_join_fill):
+ * the node runs the plan's jobs with zeros for what it never submitted. When every node
+ * has joined, the coordinator sends JoinDone with the last rank to join to every rank,
+ * whose joins complete, and the nodes take part in allreduces again. Once a node is
+ * degraded (a trainer exited), the joins fail on every rank with SC_ERR_ABORTED.
+ */
+#include <stdio.h>
+
+#include "ctl/ctl.h"
+#include "util/log.h"
+#include "world/world_int.h"
+
+void scd_join_fill(scd_world_t *w, scd_centry_t *e)
+{
+	int P = w->d->world_size, from = -1;
+	for (int r = 0; r < P && from < 0; r++)
+		if (e->have[r])
+			from = r;
+	for (int r = 0; from >= 0 && r < P; r++)
+		if (!e->have[r] && w->peers[r].join_seq) {
+			e->have[r] = 1;
+			e->dtype[r] = e->dtype[from];
+			e->numel[r] = e->numel[from];
+			e->op[r] = e->op[from];
+			if (++e->count == P)
+				e->ready_ms = scd_now_ms();
+		}
+}
+
+/* Ends the joins on every rank (the coordinator's own included) and starts anew. */
+static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const char *error)
+{
+	Sparsecomm__PeerMsg msg = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__JoinDone jd = SPARSECOMM__JOIN_DONE__INIT;
+	jd.last_rank = last_rank;
+	jd.status = st;
+	jd.error = (char *)(error ? error : "");
+	msg.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN_DONE;
+	msg.join_done = &jd;
+	w->join_count = 0;
+	for (int r = 0; r < w->d->world_size; r++)
+		w->peers[r].join_seq = 0;
+	for (int r = 0; r < w->d->world_size; r++)
+		scd_world_send_peer(w, r, &msg);
+}
+
+void scd_join_on_degraded(scd_world_t *w, int rank);
+
+void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m)
+{
+	int P = w->d->world_size;
+	if (from < 0 || from >= P || m->rank != from || w->peers[from].join_seq)
+		return;
+	w->peers[from].join_seq = ++w->join_count;
+	w->peers[from].join_last = m->last_rank;
+	scd_info(SCD_SUB_NEGOTIATE, "node %d joined (its last trainer: rank %d)", from,
+		 m->last_rank);
+	for (int r = 0; r < P; r++)
+		if (w->peers[r].degraded) {
+			scd_join_on_degraded(w, r);
+			return;
+		}
+	if (w->join_count < (uint64_t)P)
+		scd_neg_tick(w); /* what the others announced may be complete now */
+	else
+		join_conclude(w, m->last_rank, SC_OK, NULL); /* this node's joined last */
+}
+
+void scd_join_on_degraded(scd_world_t *w, int rank)
+{
+	if (!w->join_count)
+		return;
+	char msg[400];
+	snprintf(msg, sizeof(msg), "join aborted: %.360s", w->peers[rank].degraded_reason);
+	join_conclude(w, -1, SC_ERR_ABORTED, msg);
+}
+
+void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m)
+{
+	sc_status_t st = (sc_status_t)m->status;
+	if (st > SC_OK || st < SC_ERR_STALLED)
+		st = SC_ERR_PROTOCOL;
+	scd_ctl_join_done(w->d->ctl, m->last_rank, st, m->error);
+}
+
+void scd_world_node_join(scd_world_t *w, int last_rank)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__NodeJoin nj = SPARSECOMM__NODE_JOIN__INIT;
+	nj.rank = w->d->rank;
+	nj.last_rank = last_rank;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
+	m.node_join = &nj;
+	if (w->formed)
+		scd_world_send_coord(w, &m);
+}
