@@ -1530,6 +1530,17 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	pthread_join(e->thread, NULL);
 	if (e->pipeline)
 		pthread_join(e->comm_thread, NULL);
+	/* what the stop left queued (no trainer waits for it any more: the daemon stops) */
+	scd_job_t *lists[] = {e->head, e->cq_head, e->done_head};
+	for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
+		for (scd_job_t *j = lists[k], *next; j; j = next) {
+			next = j->next;
+			if (j->kind == SCD_JOB_MESH)
+				scd_transport_boot_clear(&j->boot);
+			free(j->items);
+			free(j);
+		}
+	e->head = e->cq_head = e->done_head = NULL;
 	scd_bufctx_table_destroy(e->bufs);
 	scd_gpunet_destroy(e->gpunet);
 	scd_transport_destroy(e->transport);
