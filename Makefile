@@ -152,10 +152,14 @@ DAEMON_SRC := $(filter-out daemon/main.c $(CORE_SRC),$(wildcard daemon/*.c daemo
 # The nccl transport (daemon/transport/nccl*.c) compiles against the CUDA toolkit's nccl.h
 # and loads libnccl.so.2 at run time, so the daemon links nothing of NCCL or CUDA; without
 # the header it is left out, and `transport = nccl` reports that it is not built.
-NCCL_H ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h))
+NCCL_H ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 NCCL_LIB_DIR ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib/libnccl.so.2 \
 		$(CUDA_HOME)/lib64/libnccl.so.2))))
-NCCL_CFLAGS := $(if $(NCCL_H),-isystem $(dir $(NCCL_H))) \
+# (the system's include directory is never added with -isystem: it breaks #include_next;
+# cuda_runtime.h, which nccl.h includes, comes from the toolkit)
+NCCL_DIR := $(patsubst %/,%,$(dir $(NCCL_H)))
+NCCL_CFLAGS := $(if $(NCCL_H),$(if $(filter /usr/include,$(NCCL_DIR)),,-isystem $(NCCL_DIR)) \
+	       -isystem $(CUDA_HOME)/include) \
 	       $(if $(NCCL_LIB_DIR),-DSCD_NCCL_LIB_DIR=\"$(NCCL_LIB_DIR)\")
 ifeq ($(NCCL_H),)
 DAEMON_SRC := $(filter-out daemon/transport/nccl%.c,$(DAEMON_SRC))
@@ -258,10 +262,9 @@ $(LIB)/libcuda-host.so: tests/cudahost/driver.c gpu/scg_host_ipc.h
 # nccl.c): the daemon's nccl transport loads it through $$SPARSECOMM_NCCL_LIB in tests.
 # Built against nccl.h's declarations, so only where the header is found; its checker
 # (tests/ncclhost/check.c) loads it by path.
-NCCL_INC ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+NCCL_INC ?= $(NCCL_H)
 NCCLHOST_SRC := $(addprefix tests/ncclhost/,nccl.c setup.c exec.c reduce.c)
-NCCLHOST_CFLAGS = -isystem $(dir $(NCCL_INC)) -isystem $(CUDA_HOME)/include $(CPPFLAGS) \
-	$(ALL_CFLAGS)
+NCCLHOST_CFLAGS = $(NCCL_CFLAGS) $(CPPFLAGS) $(ALL_CFLAGS)
 $(LIB)/libnccl-host.so: $(NCCLHOST_SRC) tests/ncclhost/host.h
 	@mkdir -p $(LIB)
 	$(CC) -shared -fvisibility=hidden $(NCCLHOST_CFLAGS) $(NCCLHOST_SRC) -o $@ -lpthread -lm
@@ -347,8 +350,8 @@ SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_nul
 test-sanitize: $(DEPS_STAMP)
 	mkdir -p $(SAN_DIR)/src && find $(SAN_DIR)/src -mindepth 1 -maxdepth 1 ! -name build \
 		-exec rm -rf {} +
-	git ls-files -co --exclude-standard -z | \
-		xargs -0 -I{} sh -c '[ -e "{}" ] && cp --parents -p "{}" $(SAN_DIR)/src/ || true'
+	git ls-files -co --exclude-standard -z | xargs -0 sh -c \
+		'for f; do [ -e "$$f" ] && cp --parents -p "$$f" "$(SAN_DIR)/src/"; done; true' sh
 	mkdir -p $(SAN_DIR)/src/build && cp -p $(DEPS_STAMP) $(SAN_DIR)/src/build/
 	$(MAKE) -C $(SAN_DIR)/src NVCC= CORE_ONLY= CFLAGS="$(SAN_CFLAGS)" \
 		GPU_HOST_CFLAGS="$(SAN_GPU_CFLAGS)" all

@@ -199,6 +199,18 @@ static int tether_secret(const char *path)
 				strerror(errno));
 			return -1;
 		}
+		/* one that was there already must be this user's own, private directory (in a
+		 * shared /tmp another user could have made it to swap the secret) */
+		struct stat st;
+		if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+		    (st.st_mode & 077)) {
+			fprintf(
+			    stderr,
+			    "sparsecomm-run --tether: %s is not a private directory of this "
+			    "user (mode 0700): the job secret is not written there\n",
+			    dir);
+			return -1;
+		}
 	}
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	ssize_t w = fd >= 0 ? write(fd, key, sizeof(key)) : -1;
@@ -242,6 +254,7 @@ int run_tether_main(int argc, char **argv)
 	if (i + 1 >= argc)
 		return tether_usage("no command after '--'");
 	char **cmd = argv + i + 1;
+	int secret_gone = 0;
 	if (secret_to && tether_secret(secret_to) < 0)
 		return 1;
 
@@ -341,6 +354,9 @@ int run_tether_main(int argc, char **argv)
 						stop_sig = buf[j];
 				}
 			} else if (m > 0) {
+				/* the daemon is ready: it has read the secret, which goes */
+				if (secret_to && !secret_gone)
+					secret_gone = unlink(secret_to) == 0 || errno == ENOENT;
 				if (write(1, buf, (size_t)m) < 0) {
 					/* the launcher stopped listening: it closes stdin next
 					 */
@@ -358,8 +374,17 @@ int run_tether_main(int argc, char **argv)
 	kill(-pid, SIGKILL); /* whatever the process left in its group */
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	if (secret_to)
-		unlink(secret_to);
+	if (secret_to) {
+		if (!secret_gone)
+			unlink(secret_to);
+		char dir[4096];
+		snprintf(dir, sizeof(dir), "%s", secret_to);
+		char *slash = strrchr(dir, '/');
+		if (slash && slash != dir) {
+			*slash = 0;
+			rmdir(dir); /* when nothing else is left in it */
+		}
+	}
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;

@@ -26,6 +26,8 @@
 #include "world/world.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
+/* How long after a trainer's process ended its last messages may still arrive. */
+#define CTL_EXIT_GRACE_MS 100
 
 typedef struct scd_session {
 	uint8_t ident[256];
@@ -35,6 +37,7 @@ typedef struct scd_session {
 	int local_rank;
 	int pidfd;
 	uv_poll_t pidpoll;
+	uint64_t exited_ms; /* when its process was seen to end (0: running); see on_pid_exit */
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
 	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
@@ -421,10 +424,15 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	}
 }
 
+/* A trainer's process ended. What it sent before it exited (its goodbye after sc_finalize,
+ * which a loaded host may deliver after the exit is seen) is handled first: the session
+ * ends as died at the next tick at least CTL_EXIT_GRACE_MS later (scd_ctl_tick), unless
+ * its goodbye has ended it cleanly by then. */
 static void on_pid_exit(uv_poll_t *h, int status, int events)
 {
 	scd_session_t *s = h->data;
-	session_end(s->ctl, s, 1);
+	uv_poll_stop(&s->pidpoll);
+	s->exited_ms = scd_now_ms();
 }
 
 static int pidfd_open_(int pid)
@@ -1124,6 +1132,18 @@ static void on_readable(uv_poll_t *h, int status, int events)
 
 void scd_ctl_tick(scd_ctl_t *ctl)
 {
+	uint64_t now = scd_now_ms();
+	/* Trainers whose process ended: what they sent first (on_pid_exit), then the end. */
+	int exited = 0;
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		exited |= s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS;
+	if (exited)
+		scd_ctl_drain(ctl);
+	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
+		next = s->next;
+		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
+			session_end(ctl, s, 1);
+	}
 	/* Trainers without a pidfd: check that the process still exists. */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
@@ -1132,7 +1152,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 			session_end(ctl, s, 1);
 	}
 	/* Tensors some local trainers submitted and others never did. */
-	uint64_t now = scd_now_ms();
+	now = scd_now_ms();
 	uint64_t stall = (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_stall_timeout_ms);
 	if (ctl->barrier_waiting && !ctl->barrier_entered &&
 	    now - ctl->barrier_since_ms >= stall) {

@@ -67,6 +67,8 @@ typedef struct scd_bufctx {
 	int inflight;		/* prepared, not yet released: never evicted meanwhile */
 	int net_fixed;		/* the scheme context has the network costs of its first run */
 	scd_transport_t *net_t; /* the transport the scheme context last ran over */
+	uint64_t
+	    net_serial; /* and its serial (a communicator made anew may reuse the address) */
 } scd_bufctx_t;
 
 struct scd_bufctx_table {
@@ -729,11 +731,12 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	/* the network costs every rank agreed on when this buffer first runs, taken here in
 	 * the communication stage, after any probe before it: the compute stage that made
 	 * the context may have run beside that probe */
-	if (!b->net_fixed || b->net_t != t) {
+	if (!b->net_fixed || b->net_t != t || b->net_serial != t->serial) {
 		scd_scheme_ctx_set_net(b->sctx, alpha_s, beta_s_per_byte);
 		scd_scheme_ctx_set_transport(b->sctx, t);
 		b->net_fixed = 1;
 		b->net_t = t;
+		b->net_serial = t->serial;
 	}
 	scd_cost_t cost = {0};
 	scd_scheme_t s = choose(b, job, alpha_s, beta_s_per_byte, &cost);

@@ -828,7 +828,8 @@ static void coo_direct_nonfinite(scd_job_t *job, scd_nonfinite_t nonfinite, scd_
  * fails the job on every rank when some rank found a fault in its input or failed its
  * compute stage. The rank whose compute stage failed keeps its own account of why after
  * the error every rank shares. */
-static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_fault_t *f)
+static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_fault_t *f,
+				 int *all_cuda)
 {
 	for (int i = 0; i < job->n_items && job->nonfinite == SCD_NONFINITE_WARN; i++)
 		if (job->items[i].nonfinite)
@@ -842,8 +843,10 @@ static sc_status_t input_verdict(scd_engine_t *e, scd_job_t *job, const scd_faul
 	if (f->kind == SCD_FAULT_LOCAL)
 		memcpy(mine, job->error, sizeof(mine));
 	int faulty;
-	sc_status_t st =
-	    scd_verdict_round(e->transport, job, f, e->d->local_size, job->timeout_ms, &faulty);
+	uint32_t flags = job->run.kind == SCD_DEVICE_CUDA ? SCD_VERDICT_CUDA : 0, agreed = 0;
+	sc_status_t st = scd_verdict_round(e->transport, job, f, flags, e->d->local_size,
+					   job->timeout_ms, &faulty, &agreed);
+	*all_cuda = (agreed & SCD_VERDICT_CUDA) != 0;
 	if (st == SC_OK)
 		return SC_OK;
 	if (f->kind == SCD_FAULT_LOCAL) {
@@ -1079,15 +1082,17 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 			 e->d->rank, scd_transport_error());
 		return;
 	}
-	if ((st = input_verdict(e, job, &run->fault)) != SC_OK)
+	int all_cuda = 0;
+	if ((st = input_verdict(e, job, &run->fault, &all_cuda)) != SC_OK)
 		return;
 	scd_transport_t *t = e->transport;
 	double alpha = e->alpha_s, beta = e->beta_s_per_byte;
 	/* broadcast, allgather and reduce-scatter take the mesh, staged (the same for a job on
-	 * every rank); reductions of a GPU buffer the transport gpunet picks */
+	 * every rank); the reductions of a buffer on a GPU on every rank (the verdict round
+	 * says) the transport gpunet picks, with every rank */
 	int mesh_only = scd_op_is_broadcast(job->op) || job->op == SCD_OP_ALLGATHER ||
 			scd_op_is_reducescatter(job->op);
-	if (run->kind == SCD_DEVICE_CUDA && !mesh_only &&
+	if (all_cuda && !mesh_only &&
 	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &t, &alpha, &beta,
 				  job->error, sizeof(job->error))) != SC_OK) {
 		char why[480];
@@ -1431,7 +1436,8 @@ sc_status_t scd_engine_create(scd_daemon_t *d, scd_engine_done_cb done, scd_engi
 	e->done = done;
 	e->fusion_want_bytes = (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_fusion_threshold_bytes);
 	scd_scheme_cfg_t base = scheme_base(&d->cfg);
-	if (scd_gpunet_create(scd_cfg_str(&d->cfg, SCD_CFG_transport), &e->gpunet) != SC_OK) {
+	if (scd_gpunet_create(scd_cfg_str(&d->cfg, SCD_CFG_transport), d->secret.present,
+			      &e->gpunet) != SC_OK) {
 		free(e);
 		return SC_ERR_NOMEM;
 	}

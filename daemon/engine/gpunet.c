@@ -13,6 +13,9 @@
 
 typedef enum { WANT_AUTO, WANT_TCP, WANT_NCCL } want_t;
 
+/* GPU buffers that wait after a failed attempt to make a communicator, doubling. */
+#define GPUNET_BACKOFF 8
+
 struct scd_gpunet {
 	want_t want;
 	int settled_tcp;       /* the world takes tcp for good (auto) */
@@ -20,6 +23,12 @@ struct scd_gpunet {
 	int local_ok;	       /* -1: not asked yet; 0/1: this node can run NCCL */
 	scd_transport_t *nccl; /* NULL: none; set under mu (peer_gone reads it) */
 	pthread_mutex_t mu;
+	uint64_t serial;   /* communicators made, the same count on every rank */
+	int authenticated; /* the job has a secret (said once: NCCL is not covered) */
+	/* GPU buffers picked for, and after a failed attempt the count at which to try
+	 * again (the wait doubling up to 1024 buffers) and why it failed */
+	uint64_t picks, retry_at, backoff;
+	char last_why[256];
 	double alpha_s, beta_s; /* NCCL's, agreed */
 };
 
@@ -43,7 +52,7 @@ void scd_gpunet_peer_gone(scd_gpunet_t *g, int rank)
 	pthread_mutex_unlock(&g->mu);
 }
 
-sc_status_t scd_gpunet_create(const char *want, scd_gpunet_t **g_p)
+sc_status_t scd_gpunet_create(const char *want, int authenticated, scd_gpunet_t **g_p)
 {
 	scd_gpunet_t *g = calloc(1, sizeof *g);
 	if (!g)
@@ -53,6 +62,8 @@ sc_status_t scd_gpunet_create(const char *want, scd_gpunet_t **g_p)
 						 : WANT_TCP;
 	g->settled_tcp = g->want == WANT_TCP;
 	g->local_ok = -1;
+	g->authenticated = authenticated;
+	g->backoff = GPUNET_BACKOFF;
 	pthread_mutex_init(&g->mu, NULL);
 	*g_p = g;
 	return SC_OK;
@@ -97,6 +108,8 @@ void scd_gpunet_reset(scd_gpunet_t *g)
 	set_nccl(g, NULL);
 	g->failed = 0;
 	g->settled_tcp = g->want == WANT_TCP;
+	g->retry_at = g->picks;
+	g->backoff = GPUNET_BACKOFF;
 }
 
 /* Rank 0's id to every rank, then every rank's end of the communicator, then whether
@@ -164,38 +177,66 @@ static sc_status_t make_comm(scd_gpunet_t *g, scd_transport_t *mesh, int timeout
 			snprintf(err, cap, "%s", scd_transport_error());
 	}
 	scd_transport_release(ep);
-	int32_t bad = st != SC_OK;
-	sc_status_t ast =
-	    scd_transport_allreduce(mesh, &bad, 1, SC_INT32, SC_OP_SUM, timeout_ms);
+	/* which ranks made their end: one slot each */
+	int32_t *bad = calloc((size_t)P, sizeof(*bad));
+	sc_status_t ast = bad ? SC_OK : SC_ERR_NOMEM;
+	if (bad) {
+		bad[me] = st != SC_OK;
+		ast = scd_transport_allreduce(mesh, bad, (size_t)P, SC_INT32, SC_OP_SUM,
+					      timeout_ms);
+	}
 	if (ast != SC_OK) {
 		scd_transport_destroy(t);
-		snprintf(err, cap, "NCCL bootstrap over the mesh: %s", scd_transport_error());
+		free(bad);
+		snprintf(err, cap, "NCCL bootstrap over the mesh: %s",
+			 ast == SC_ERR_NOMEM ? "out of memory" : scd_transport_error());
 		return ast;
 	}
-	*failed_p = bad;
-	if (bad) {
+	int first = -1, n_bad = 0;
+	for (int r = 0; r < P; r++)
+		if (bad[r]) {
+			n_bad++;
+			first = first < 0 ? r : first;
+		}
+	free(bad);
+	*failed_p = n_bad;
+	if (n_bad) {
 		scd_transport_destroy(t);
 		if (st == SC_OK)
-			snprintf(err, cap, "%d rank(s) could not make their end", bad);
+			snprintf(err, cap, "rank %d (and %d more) could not make its end",
+				 first, n_bad - 1);
 		return SC_OK;
 	}
+	t->serial = ++g->serial; /* a new one even where the allocator reuses the address */
 	set_nccl(g, t);
 	/* NCCL's costs, averaged over the ranks as the mesh's are */
 	double a = 0, b = 0;
-	if ((st = t->ops->measure(t, 2u << 20, &a, &b, timeout_ms)) != SC_OK) {
-		snprintf(err, cap, "NCCL probe: %s", scd_transport_error());
+	char why[256] = "";
+	sc_status_t mst = t->ops->measure(t, 2u << 20, &a, &b, timeout_ms);
+	if (mst != SC_OK)
+		snprintf(why, sizeof why, "%s", scd_transport_error());
+	/* every rank takes the mesh's round, a rank whose probe failed too: its third value
+	 * fails the probe on every rank alike */
+	float v[3] = {(float)a, (float)b, mst != SC_OK};
+	if ((st = scd_transport_allreduce_f32(mesh, v, 3, timeout_ms)) != SC_OK) {
+		snprintf(err, cap, "NCCL probe over the mesh: %s", scd_transport_error());
 		g->failed = 1;
 		return st;
 	}
-	float v[2] = {(float)a, (float)b};
-	if ((st = scd_transport_allreduce_f32(mesh, v, 2, timeout_ms)) != SC_OK) {
-		snprintf(err, cap, "NCCL probe over the mesh: %s", scd_transport_error());
-		return st;
+	if (v[2] > 0) {
+		snprintf(err, cap, "NCCL probe failed on %.0f rank(s)%s%s", (double)v[2],
+			 *why ? "; here: " : "", why);
+		g->failed = 1;
+		return SC_ERR_PEER;
 	}
 	g->alpha_s = (double)v[0] / P;
 	g->beta_s = (double)v[1] / P;
 	scd_info(SCD_SUB_ENGINE, "GPU buffers over nccl: alpha %.1f us, %.1f MB/s",
 		 g->alpha_s * 1e6, g->beta_s > 0 ? 1e-6 / g->beta_s : 0.0);
+	if (g->authenticated && g->serial == 1)
+		scd_warn(SCD_SUB_ENGINE,
+			 "GPU buffers over nccl: NCCL's connections are not covered by the job "
+			 "secret (transport = tcp keeps them on the authenticated mesh)");
 	return SC_OK;
 }
 
@@ -206,6 +247,17 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 	*t_p = mesh;
 	if (g->settled_tcp)
 		return SC_OK;
+	g->picks++;
+	/* after a failed attempt under nccl, the next ones wait (each makes rank 0 a new
+	 * NCCL id and its listener): the same on every rank, as the failure was agreed */
+	if (!g->nccl && g->picks < g->retry_at) {
+		snprintf(
+		    err, err_cap,
+		    "transport nccl: no NCCL communicator (%s); the next attempt in %llu GPU "
+		    "buffer(s)",
+		    g->last_why, (unsigned long long)(g->retry_at - g->picks));
+		return SC_ERR_PEER;
+	}
 	int P = mesh->size, me = mesh->rank;
 	if (g->local_ok < 0) {
 		char why[256];
@@ -258,6 +310,9 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 	if (st != SC_OK || failed) {
 		if (g->want == WANT_NCCL || st != SC_OK) {
 			snprintf(err, err_cap, "transport nccl: %s", why);
+			snprintf(g->last_why, sizeof g->last_why, "%s", why);
+			g->retry_at = g->picks + g->backoff;
+			g->backoff = g->backoff < 1024 ? 2 * g->backoff : 1024;
 			return st != SC_OK ? st : SC_ERR_PEER;
 		}
 		scd_warn(SCD_SUB_ENGINE, "GPU buffers over tcp: no NCCL communicator (%s)",
@@ -265,6 +320,7 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 		g->settled_tcp = 1;
 		return SC_OK;
 	}
+	g->backoff = GPUNET_BACKOFF;
 	*t_p = g->nccl;
 	*alpha_s_p = g->alpha_s;
 	*beta_s_per_byte_p = g->beta_s;

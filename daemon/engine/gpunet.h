@@ -28,8 +28,9 @@
 
 typedef struct scd_gpunet scd_gpunet_t;
 
-/* want: the `transport` key's value (auto, tcp, nccl). */
-sc_status_t scd_gpunet_create(const char *want, scd_gpunet_t **g_p);
+/* want: the `transport` key's value (auto, tcp, nccl); authenticated: the job has a
+ * secret (NCCL's own connections are not covered by it, which is said once). */
+sc_status_t scd_gpunet_create(const char *want, int authenticated, scd_gpunet_t **g_p);
 void scd_gpunet_destroy(scd_gpunet_t *g);
 
 /* Whether this node can run NCCL between GPU buffers (the backend is built, NCCL loads,

@@ -100,11 +100,14 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 }
 
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
-			      int local_size, int timeout_ms, int *faulty_p)
+			      uint32_t flags, int local_size, int timeout_ms, int *faulty_p,
+			      uint32_t *flags_and)
 {
+	enum { W = 12 }; /* the fault's 8 bytes, then the flags' 4 */
 	*faulty_p = -1;
+	*flags_and = flags;
 	int P = t->size, me = t->rank;
-	uint8_t *in = malloc((size_t)P * 8);
+	uint8_t *in = malloc((size_t)P * W);
 	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
 	if (!in || !x) {
 		free(in);
@@ -115,14 +118,16 @@ sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_faul
 	}
 	uint64_t w = scd_fault_pack(mine);
 	for (int b = 0; b < 8; b++)
-		in[(size_t)me * 8 + (size_t)b] = (uint8_t)(w >> (8 * b));
+		in[(size_t)me * W + (size_t)b] = (uint8_t)(w >> (8 * b));
+	for (int b = 0; b < 4; b++)
+		in[(size_t)me * W + 8 + (size_t)b] = (uint8_t)(flags >> (8 * b));
 	scd_xfer_t *sends = x, *recvs = x + P;
 	int k = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
 			continue;
-		sends[k] = (scd_xfer_t){q, in + (size_t)me * 8, 8};
-		recvs[k] = (scd_xfer_t){q, in + (size_t)q * 8, 8};
+		sends[k] = (scd_xfer_t){q, in + (size_t)me * W, W};
+		recvs[k] = (scd_xfer_t){q, in + (size_t)q * W, W};
 		k++;
 	}
 	sc_status_t st = k ? scd_transport_exchange(t, sends, k, recvs, k, timeout_ms) : SC_OK;
@@ -131,8 +136,12 @@ sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_faul
 			 scd_transport_error());
 	for (int q = 0; q < P && st == SC_OK; q++) {
 		uint64_t v = 0;
+		uint32_t fl = 0;
 		for (int b = 0; b < 8; b++)
-			v |= (uint64_t)in[(size_t)q * 8 + (size_t)b] << (8 * b);
+			v |= (uint64_t)in[(size_t)q * W + (size_t)b] << (8 * b);
+		for (int b = 0; b < 4; b++)
+			fl |= (uint32_t)in[(size_t)q * W + 8 + (size_t)b] << (8 * b);
+		*flags_and &= fl;
 		scd_fault_t f = scd_fault_unpack(v);
 		if (f.kind == SCD_FAULT_NONE)
 			continue;

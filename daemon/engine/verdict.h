@@ -5,14 +5,17 @@
  * an infinity); anything else that fails the job's compute stage on one node (a
  * sparsifier its tensor's options cannot make, no memory for the buffer, a device error)
  * is that node's local fault. Before any byte of the job goes out, every rank tells every
- * other one in one round of 8 bytes per peer whether it found one (scd_verdict_round). A
+ * other one in one round of 12 bytes per peer whether it found one (scd_verdict_round),
+ * with a few flags about its buffer that every rank must agree on before it communicates
+ * (whether the buffer is on a GPU: a GPU buffer takes the GPU transport only when it is on
+ * a GPU on every rank). A
  * fault anywhere fails the job on every rank with the same error, naming the lowest
  * faulty rank, its trainer (or node) and the tensor; the collective then does not run, so
  * the byte streams stay in step and no rank delivers a partial sum.
  *
  * Every allreduce job takes the round, whatever its dtype and configuration: any of them
  * can fail locally, and a rank that skipped the collective alone would leave its peers
- * waiting for bytes that never come. The cost is one exchange of 8 bytes with every peer
+ * waiting for bytes that never come. The cost is one exchange of 12 bytes with every peer
  * per buffer (one network latency; fusion amortises it over the buffer's tensors).
  */
 #ifndef SCD_ENGINE_VERDICT_H
@@ -41,14 +44,19 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
  * SC_ERR_INVALID. */
 sc_status_t scd_fault_status(const scd_fault_t *f);
 
+/* What a rank says of its buffer beside its finding, ANDed over the ranks by the round. */
+#define SCD_VERDICT_CUDA 1u /* the buffer is on the cuda device (its GPU transport may run) */
+
 /*
- * Sends this rank's finding (mine) to every rank and receives theirs, in one exchange.
+ * Sends this rank's finding (mine) and flags (SCD_VERDICT_*) to every rank and receives
+ * theirs, in one exchange; *flags_and gets the flags every rank set.
  * When some rank found a fault: the lowest faulty rank's status (scd_fault_status) with
  * job->error set, the same on every rank, and that rank in *faulty_p. A transport failure
  * returns its status with job->error naming it (SC_ERR_NOMEM: no memory for the round's
  * lists) and *faulty_p -1; SC_OK otherwise.
  */
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
-			      int local_size, int timeout_ms, int *faulty_p);
+			      uint32_t flags, int local_size, int timeout_ms, int *faulty_p,
+			      uint32_t *flags_and);
 
 #endif

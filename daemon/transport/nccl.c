@@ -55,10 +55,12 @@ typedef struct scd_nccl {
 	const scd_cuda_queue_t *q;
 	ncclComm_t comm; /* NULL once aborted */
 	cudaStream_t stream;
-	char broken[256]; /* why the communicator was aborted ("" while usable) */
-	atomic_int gone;  /* 1 + a rank the world gave up (peer_gone), 0: none */
-	uint64_t *dhdr;	  /* device: [2][size][NCCL_HDR_WORDS] headers, out then in */
-	uint64_t *hhdr;	  /* host copy of the same */
+	char broken[256];  /* why the communicator was aborted ("" while usable) */
+	atomic_int gone;   /* 1 + a rank the world gave up (peer_gone), 0: none */
+	int in_group;	   /* between group_start and group_end */
+	char pending[256]; /* a failure inside the open group */
+	uint64_t *dhdr;	   /* device: [2][size][NCCL_HDR_WORDS] headers, out then in */
+	uint64_t *hhdr;	   /* host copy of the same */
 	scd_transport_counters_t ctr;
 } scd_nccl_t;
 
@@ -187,11 +189,34 @@ static sc_status_t queued(scd_nccl_t *t, ncclResult_t r, const char *what)
 	const char *last = t->comm ? t->api->GetLastError(t->comm) : "";
 	snprintf(why, sizeof why, "%s: %s%s%s", what, t->api->GetErrorString(r),
 		 last && *last ? ": " : "", last ? last : "");
-	nccl_break(t, why);
+	if (t->in_group) /* aborted once the group is closed (group_end) */
+		snprintf(t->pending, sizeof t->pending, "%s", why);
+	else
+		nccl_break(t, why);
 	scd_transport_set_error("rank %d: NCCL %s", t->base.rank, why);
 	scd_error(SCD_SUB_TRANSPORT, "rank %d: NCCL %s; communicator aborted", t->base.rank,
 		  why);
 	return SC_ERR_PEER;
+}
+
+/* A group of sends and receives: NCCL's group may not outlive its communicator, so a
+ * failure inside it aborts the communicator only once the group is closed. */
+static void group_start(scd_nccl_t *t)
+{
+	t->in_group = 1;
+	t->pending[0] = '\0';
+	t->api->GroupStart();
+}
+
+static sc_status_t group_end(scd_nccl_t *t, sc_status_t st)
+{
+	ncclResult_t r = t->api->GroupEnd();
+	t->in_group = 0;
+	if (st != SC_OK) {
+		nccl_break(t, t->pending);
+		return st;
+	}
+	return queued(t, r, "ncclGroupEnd");
 }
 
 /* ---- world formation ---------------------------------------------------------------- */
@@ -419,7 +444,7 @@ static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends,
 		kr++;
 	}
 	int ops = 0;
-	a->GroupStart();
+	group_start(t);
 	for (int i = 0; i < n_sends && st == SC_OK; i++)
 		if (sends[i].peer != me && sends[i].bytes) {
 			st = queued(t,
@@ -439,10 +464,7 @@ static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends,
 			t->ctr.bytes_recv += recvs[i].bytes;
 			ops++;
 		}
-	ncclResult_t r = a->GroupEnd();
-	if (st != SC_OK)
-		return st;
-	if ((st = queued(t, r, "ncclGroupEnd")) != SC_OK)
+	if ((st = group_end(t, st)) != SC_OK)
 		return st;
 	char peers[128];
 	peers_text(t, sends, n_sends, recvs, n_recvs, peers, sizeof peers);
@@ -531,7 +553,7 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 	size_t hb = NCCL_HDR_WORDS * sizeof(uint64_t);
 	t->dev->from_host(dout, hout, (size_t)P * hb);
 	sc_status_t st = SC_OK;
-	a->GroupStart();
+	group_start(t);
 	for (int p = 0; p < P && st == SC_OK; p++) {
 		if (talk_to[p])
 			st = queued(t,
@@ -544,9 +566,7 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 					    t->comm, t->stream),
 				    "ncclRecv (lengths)");
 	}
-	ncclResult_t r = a->GroupEnd();
-	if (st == SC_OK)
-		st = queued(t, r, "ncclGroupEnd");
+	st = group_end(t, st);
 	char peers[128];
 	peers_text(t, v->s, v->ns, v->r, v->nr, peers, sizeof peers);
 	if (st == SC_OK)
@@ -594,7 +614,7 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 		}
 	}
 	int ops = 0;
-	a->GroupStart();
+	group_start(t);
 	for (int p = 0; p < P && st == SC_OK; p++) {
 		if (p == me)
 			continue;
@@ -635,9 +655,7 @@ static sc_status_t xv_round(xv_t *v, int *moved, int *left, int timeout_ms)
 			k++;
 		}
 	}
-	r = a->GroupEnd();
-	if (st == SC_OK)
-		st = queued(t, r, "ncclGroupEnd");
+	st = group_end(t, st);
 	if (st == SC_OK && ops)
 		st = nccl_wait(t, "exchange", peers, timeout_ms);
 	return st;

@@ -193,6 +193,8 @@ struct scd_transport {
 	const scd_transport_ops_t *ops;
 	int rank;
 	int size;
+	uint64_t serial; /* set by its owner, the same on every rank (gpunet numbers the
+			  * communicators it makes); 0 by default */
 };
 
 /* The last error of this thread's transport calls ("" if none). */

@@ -90,7 +90,7 @@ static void run_ranks(int P, const char *want, nccl_fn fn, void *shared, int *st
 			sc_status_t s = unit_mesh_create(&mesh, r, 0, NCCL_TMO, &m);
 			CHECK_MSG(s == SC_OK, "rank %d: mesh: %s", r, scd_transport_error());
 			scd_gpunet_t *g = NULL;
-			CHECK_TRUE(scd_gpunet_create(want, &g) == SC_OK);
+			CHECK_TRUE(scd_gpunet_create(want, 0, &g) == SC_OK);
 			scd_transport_t *t = NULL;
 			double a = 0, b = 0;
 			char err[512] = "";
