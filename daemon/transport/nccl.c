@@ -285,7 +285,8 @@ static sc_status_t nccl_create(scd_transport_boot_t *b, size_t scratch_bytes, in
 	}
 	scd_nccl_t *t = calloc(1, sizeof *t);
 	if (!t) {
-		scd_transport_set_error("out of memory for the NCCL transport");
+		scd_transport_set_error("rank %d: out of memory for the NCCL transport",
+					b->rank);
 		return SC_ERR_NOMEM;
 	}
 	t->base.ops = &scd_transport_nccl_ops;
@@ -299,8 +300,8 @@ static sc_status_t nccl_create(scd_transport_boot_t *b, size_t scratch_bytes, in
 	}
 	if (scd_device_get(SCD_DEVICE_CUDA, &t->dev) != SC_OK ||
 	    scd_cuda_queue_get(&t->q) != SC_OK) {
-		scd_transport_set_error("the cuda device is not available: %s",
-					scd_cuda_unavailable_reason());
+		scd_transport_set_error("rank %d: the cuda device is not available: %s",
+					b->rank, scd_cuda_unavailable_reason());
 		goto fail;
 	}
 	void *stream = NULL;
@@ -313,7 +314,8 @@ static sc_status_t nccl_create(scd_transport_boot_t *b, size_t scratch_bytes, in
 	t->hhdr = calloc(1, hdr);
 	t->dhdr = t->dev->alloc(hdr);
 	if (!t->hhdr || !t->dhdr) {
-		scd_transport_set_error("out of memory for %zu bytes of NCCL headers", hdr);
+		scd_transport_set_error("rank %d: out of memory for %zu bytes of NCCL headers",
+					b->rank, hdr);
 		st = SC_ERR_NOMEM;
 		goto fail;
 	}
@@ -744,8 +746,14 @@ static sc_status_t nccl_exchange_v(scd_transport_t *base, const scd_xfer_t *send
 			nap(&us);
 		}
 	}
-	st = t->dev->sync();
+	if ((st = t->dev->sync()) != SC_OK)
+		scd_transport_set_error("rank %d: the GPU failed after an NCCL exchange: %s",
+					t->base.rank, t->q->error());
 out:
+	/* a rank that gives up mid-exchange leaves its peers in NCCL: its communicator is
+	 * done with (they end at their own timeout, or when the world gives it up) */
+	if (st != SC_OK && t->comm)
+		nccl_break(t, "an exchange failed on this rank");
 	free(v.sdone);
 	free(v.rdone);
 	free(v.snext);

@@ -171,7 +171,8 @@ typedef struct scd_transport_ops {
 	 * SC_OP_MIN, SC_OP_MAX and SC_OP_PRODUCT as sparsecomm.h defines them (device/reduce.h
 	 * on the host). Every rank receives bit-identical results. An element is never split
 	 * across two reductions. SC_ERR_INVALID for an unknown dtype or op. work (optional)
-	 * runs while it waits, as for exchange_v. */
+	 * runs while it waits, as for exchange_v (nccl leaves it to the caller: NCCL's work
+	 * is queued on the device's stream, and the work's would wait behind it). */
 	sc_status_t (*allreduce)(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
 				 sc_reduce_op_t op, const scd_xfer_work_t *work,
 				 int timeout_ms);
