@@ -142,6 +142,13 @@ def t_unnamed():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
     checks("unnamed", rc, out, 2)
 
+def t_horovod_port():
+    # a Horovod training script with `import sparsecomm.torch as hvd` as its only change:
+    # uneven shards ended by join, fp16 compression, backward_passes_per_step=2
+    rc, out, _ = launch(2, os.path.join(HERE, "horovod_port.py"), [], 240, per_node=2)
+    checks("horovod_port", rc, out, 4)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -228,8 +235,8 @@ def t_failure():
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_cuda, t_gpu, t_lossless_dense,
-         t_lossless_sparse, t_ddp, t_topk, t_failure]
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_cuda, t_gpu,
+         t_lossless_dense, t_lossless_sparse, t_ddp, t_topk, t_failure]
 
 
 def main():

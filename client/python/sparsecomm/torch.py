@@ -30,6 +30,18 @@
       model = DDP(model)
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
 
+Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
+``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
+local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
+name=None, compression=..., op=None), allreduce_, allreduce_async, allreduce_async_,
+synchronize(handle), poll(handle), allgather, allgather_object, broadcast, broadcast_,
+broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter, barrier,
+join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
+compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+bf16 round each value to 16 bits as Horovod's do, but the wire stays 32-bit until the
+daemons carry 16-bit dtypes: a 16-bit tensor travels as float32, so the bytes sent are
+not halved.
+
 CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
 sparsecomm (see the sparsecomm module doc), their results queued on the stream that was
 current when they were submitted, and a CUDA bucket's future names its device.
@@ -48,18 +60,177 @@ import torch
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
-    shutdown, is_initialized, rank, size, local_rank, local_size, allreduce, allreduce_,
-    allreduce_async, allreduce_async_, broadcast, broadcast_async, broadcast_,
-    broadcast_async_, broadcast_object, allgather, allgather_object, reducescatter, barrier,
-    join)
+    shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
+    broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
+    allgather_object, barrier, join)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
+
+
+# ---- Horovod's compression and collectives -------------------------------------------
+
+class Compressor:
+    """Horovod's compressor protocol: compress(tensor) -> (tensor, ctx) before the
+    allreduce, decompress(tensor, ctx) -> tensor after it."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class NoneCompressor(Compressor):
+    """Leaves the tensor as it is."""
+
+
+class _CastCompressor(Compressor):
+    dtype = None
+
+    @classmethod
+    def compress(cls, tensor):
+        if tensor.dtype.is_floating_point and tensor.dtype != cls.dtype:
+            return tensor.to(cls.dtype), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+class FP16Compressor(_CastCompressor):
+    """Casts a floating-point tensor to float16 before the allreduce and the result back
+    to its dtype: each contribution and the result are rounded to float16, as Horovod's
+    fp16 compression rounds them.  The wire stays 32-bit until the daemons carry 16-bit
+    dtypes: a float16 tensor travels as float32 (sparsecomm._sc_dtype), so the bytes
+    sent are those of the uncompressed float32 gradient."""
+    dtype = torch.float16
+
+
+class BF16Compressor(_CastCompressor):
+    """As FP16Compressor, with bfloat16 (the wire stays 32-bit as well)."""
+    dtype = torch.bfloat16
+
+
+class Compression:
+    """Horovod's ``hvd.Compression``: ``none``, ``fp16`` and ``bf16``."""
+    none = NoneCompressor
+    fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+
+class _DecompressHandle:
+    """The handle of a compressed allreduce: wait() decompresses the result (into
+    ``out`` when given)."""
+
+    def __init__(self, handle, compression, ctx, out):
+        self._h = handle
+        self._compression = compression
+        self._ctx = ctx
+        self._out = out
+        self._result = None
+
+    @property
+    def name(self):
+        return self._h.name
+
+    @property
+    def stream(self):
+        return self._h.stream
+
+    def poll(self):
+        return self._h.poll()
+
+    def done(self):
+        return self._h.poll()
+
+    def wait(self, timeout=None):
+        res = self._h.wait(timeout)
+        if self._result is None:
+            res = self._compression.decompress(res, self._ctx)
+            if self._out is not None:
+                with torch.no_grad():
+                    self._out.copy_(res)
+                res = self._out
+            self._result = res
+        return self._result
+
+
+def _hvd_op(average, op):
+    """Horovod's rule: ``op`` (default Average) or the deprecated ``average``, not both."""
+    if op is not None and average is not None:
+        raise ValueError("allreduce: give op or average, not both")
+    if op is not None:
+        return ReduceOp.parse(op)
+    return ReduceOp.SUM if average is False else ReduceOp.AVERAGE
+
+
+def allreduce_async(tensor, average=None, name=None, compression=Compression.none, op=None,
+                    **kw):
+    """Horovod's allreduce_async: starts the reduction (``op``, default Average) and
+    returns a handle for :func:`synchronize`.  Other keywords (sparsifier, density, ...)
+    are sparsecomm.allreduce_async's."""
+    red = _hvd_op(average, op)
+    if compression is NoneCompressor or (_sc._is_torch(tensor) and tensor.is_sparse):
+        return _sc.allreduce_async(tensor, name=name, op=red, **kw)
+    compressed, ctx = compression.compress(tensor)
+    return _DecompressHandle(_sc.allreduce_async(compressed, name=name, op=red, **kw),
+                             compression, ctx, None)
+
+
+def allreduce_async_(tensor, average=None, name=None, compression=Compression.none, op=None,
+                     **kw):
+    """In place: synchronize(handle) writes the result into ``tensor`` and returns it."""
+    red = _hvd_op(average, op)
+    if compression is NoneCompressor:
+        return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
+    if tensor.is_sparse:
+        raise TypeError("allreduce_async_: sparse tensors have no in-place form")
+    compressed, ctx = compression.compress(tensor)
+    return _DecompressHandle(_sc.allreduce_async(compressed, name=name, op=red, **kw),
+                             compression, ctx, tensor)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              timeout=None, **kw):
+    """Horovod's allreduce: the reduction of ``tensor`` across every trainer, a new tensor
+    (``op`` default Average; ``average=False`` is Sum).  ``timeout``: seconds (None:
+    init()'s default)."""
+    return allreduce_async(tensor, average, name, compression, op, **kw).wait(timeout)
+
+
+def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
+               timeout=None, **kw):
+    """In-place allreduce: the result is written into ``tensor``, which is returned."""
+    return allreduce_async_(tensor, average, name, compression, op, **kw).wait(timeout)
+
+
+def synchronize(handle, timeout=None):
+    """Waits for an operation started by an ``*_async`` call and returns its result."""
+    return handle.wait(timeout)
+
+
+def poll(handle):
+    """True once the operation of ``handle`` has finished (synchronize() then returns at
+    once)."""
+    return handle.poll()
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  timeout=None):
+    """Horovod's argument order for sparsecomm.reducescatter: this rank's rows of the
+    reduction (``op`` default Average)."""
+    compressed, ctx = compression.compress(tensor)
+    res = _sc.reducescatter(compressed, op=op, name=name, timeout=timeout)
+    return compression.decompress(res, ctx)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, sparsifier, density, threshold, scheme,
                  allow_lossy, overrides, average, timeout, backward_passes_per_step,
-                 sparse_as_dense, prefix):
+                 sparse_as_dense, prefix, compression):
         super(self.__class__, self).__init__(params)
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
@@ -86,6 +257,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes = int(backward_passes_per_step)
         self._sparse_as_dense = sparse_as_dense
         self._prefix = prefix
+        self._compression = compression
         self._handles = {}
         self._delay = {}
         self._seen_sparse = set()
@@ -167,10 +339,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
                 sparse_as_dense=self._sparse_as_dense)
-        return _sc.allreduce_async_(g, name=name, average=self._average,
-                                    sparsifier=o["sparsifier"], density=o["density"],
-                                    threshold=o["threshold"], scheme=o["scheme"],
-                                    allow_lossy=o["allow_lossy"])
+        opts = dict(name=name, average=self._average, sparsifier=o["sparsifier"],
+                    density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
+                    allow_lossy=o["allow_lossy"])
+        if self._compression is NoneCompressor:
+            return _sc.allreduce_async_(g, **opts)
+        compressed, ctx = self._compression.compress(g)
+        return _DecompressHandle(_sc.allreduce_async(compressed, **opts), self._compression,
+                                 ctx, g)
 
     # -- Horovod's optimizer protocol --
     def synchronize(self):
@@ -224,7 +400,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, density=0.0,
                          threshold=0.0, scheme=None, allow_lossy=False, overrides=None,
                          average=True, timeout=None, backward_passes_per_step=1,
-                         sparse_as_dense=False, prefix="grad."):
+                         sparse_as_dense=False, prefix="grad.", compression=Compression.none,
+                         op=None):
     """Wraps ``optimizer`` so that gradients are averaged across every trainer before
     each step.  Returns an instance of a subclass of the optimizer's own class (so LR
     schedulers keep working) sharing its param_groups.
@@ -232,12 +409,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
     named_parameters: model.named_parameters() (names become tensor names, prefixed
     with ``prefix``); sparsifier/density/threshold/scheme/allow_lossy: defaults for every
     dense gradient; overrides: per-parameter options (see the module doc); timeout:
-    seconds step() waits in all (None: init()'s default)."""
+    seconds step() waits in all (None: init()'s default); backward_passes_per_step: the
+    gradients of that many backward passes accumulate in ``p.grad`` before they are
+    reduced (step() after the last).
+
+    Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
+    gradients, see :class:`FP16Compressor`); op: Average or Sum (overrides ``average``)."""
+    if op is not None:
+        red = ReduceOp.parse(op)
+        if red not in (ReduceOp.AVERAGE, ReduceOp.SUM):
+            raise ValueError("DistributedOptimizer: op must be Average or Sum, not %s" %
+                             red.name)
+        average = red == ReduceOp.AVERAGE
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, sparsifier, density, threshold,
               scheme, allow_lossy, overrides, average, timeout, backward_passes_per_step,
-              sparse_as_dense, prefix)
+              sparse_as_dense, prefix, compression)
     opt.state = optimizer.state
     return opt
 
