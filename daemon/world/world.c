@@ -287,6 +287,9 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
 		coord_send_world(w);
+		/* what was announced while the world re-formed (kept back by the flush) goes
+		 * now: nothing else might send it (the trainers wait on it) */
+		scd_neg_flush(w);
 	}
 }
 
@@ -380,6 +383,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	w->world_id = wi->world_id;
 	scd_live_start(w);
 	start_mesh(w);
+	scd_neg_flush(w); /* what was announced while the world re-formed (as above) */
 }
 
 static void on_join_timeout(uv_timer_t *t)
