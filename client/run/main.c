@@ -115,19 +115,7 @@ static int sig_pipe[2] = {-1, -1};
 
 static void on_signal(int sig)
 {
-	int saved = errno;
-	unsigned char b = (unsigned char)sig;
-	if (write(sig_pipe[1], &b, 1) < 0) {
-		/* the pipe is full: a wake-up is already pending */
-	}
-	errno = saved;
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	run_signal_to_pipe(sig_pipe[1], sig);
 }
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -995,10 +983,10 @@ static void pump(run_t *r, long long timeout_ms)
 static void print_log_tail(run_t *r, int i)
 {
 	daemon_t *d = &r->daemons[i];
-	long long until = now_ms() + 1000;
+	long long until = run_mono_ms() + 1000;
 	/* Collect what the daemon wrote before it went, if it has gone. */
-	while (d->p.out.fd >= 0 && !d->p.alive && now_ms() < until)
-		pump(r, until - now_ms());
+	while (d->p.out.fd >= 0 && !d->p.alive && run_mono_ms() < until)
+		pump(r, until - run_mono_ms());
 	if (r->o.verbose)
 		return; /* its output was shown as it came */
 	int fd = open(d->log_path, O_RDONLY | O_CLOEXEC);
@@ -1040,7 +1028,7 @@ static void print_log_tail(run_t *r, int i)
 
 static int wait_ready(run_t *r)
 {
-	long long deadline = now_ms() + (long long)(r->o.ready_timeout_s * 1000);
+	long long deadline = run_mono_ms() + (long long)(r->o.ready_timeout_s * 1000);
 	int shown = 0;
 	for (;;) {
 		int ready = 0;
@@ -1055,9 +1043,9 @@ static int wait_ready(run_t *r)
 				continue;
 			if (d->p.alive) { /* closed the pipe without READY: give it 2 s to exit
 					   */
-				long long until = now_ms() + 2000;
-				while (d->p.alive && now_ms() < until)
-					pump(r, until - now_ms());
+				long long until = run_mono_ms() + 2000;
+				while (d->p.alive && run_mono_ms() < until)
+					pump(r, until - run_mono_ms());
 			}
 			if (d->p.alive)
 				snprintf(how, sizeof(how),
@@ -1085,7 +1073,7 @@ static int wait_ready(run_t *r)
 				r->last_signal);
 			return -1;
 		}
-		if (now_ms() >= deadline) {
+		if (run_mono_ms() >= deadline) {
 			for (int i = 0; i < r->o.nodes; i++) {
 				if (r->daemons[i].ready)
 					continue;
@@ -1098,7 +1086,7 @@ static int wait_ready(run_t *r)
 			}
 			return -1;
 		}
-		pump(r, deadline - now_ms());
+		pump(r, deadline - run_mono_ms());
 	}
 }
 
@@ -1123,7 +1111,7 @@ static void stop_trainers(run_t *r, job_state_t *js, int sig)
 /* Notes trainers and daemons that ended since the last call; sets the stop deadline. */
 static void check_exits(run_t *r, job_state_t *js)
 {
-	long long now = now_ms();
+	long long now = run_mono_ms();
 	for (int i = 0; i < r->n_trainers; i++) {
 		proc_t *t = &r->trainers[i];
 		char how[96];
@@ -1178,11 +1166,11 @@ static int alive_trainers(const run_t *r)
 static void run_job(run_t *r, job_state_t *js)
 {
 	long long job_end =
-	    r->o.timeout_s > 0 ? now_ms() + (long long)(r->o.timeout_s * 1000) : 0;
+	    r->o.timeout_s > 0 ? run_mono_ms() + (long long)(r->o.timeout_s * 1000) : 0;
 	long long kill_ms = (long long)(r->o.kill_grace_s * 1000);
 
 	while (alive_trainers(r) > 0) {
-		long long now = now_ms(), next = now + 1000;
+		long long now = run_mono_ms(), next = now + 1000;
 		check_exits(r, js);
 		if (r->new_signal) {
 			r->new_signal = false;
@@ -1227,14 +1215,14 @@ static void run_job(run_t *r, job_state_t *js)
 	}
 	check_exits(r, js);
 	/* Output still in the pipes, as long as no grandchild keeps them open. */
-	long long until = now_ms() + 1000;
+	long long until = run_mono_ms() + 1000;
 	for (;;) {
 		bool open = false;
 		for (int i = 0; i < r->n_trainers; i++)
 			open |= r->trainers[i].out.fd >= 0 || r->trainers[i].err.fd >= 0;
-		if (!open || now_ms() >= until)
+		if (!open || run_mono_ms() >= until)
 			break;
-		pump(r, until - now_ms());
+		pump(r, until - run_mono_ms());
 	}
 }
 
@@ -1251,14 +1239,14 @@ static void teardown(run_t *r, job_state_t *js)
 			p->reported = true; /* exits from here on are ours */
 			signal_proc(p, SIGTERM, !daemons || p->alive);
 		}
-		long long until = now_ms() + grace;
+		long long until = run_mono_ms() + grace;
 		for (;;) {
 			int alive = 0;
 			for (int i = 0; i < count; i++)
 				alive += daemons ? r->daemons[i].p.alive : r->trainers[i].alive;
-			if (!alive || now_ms() >= until)
+			if (!alive || run_mono_ms() >= until)
 				break;
-			pump(r, until - now_ms());
+			pump(r, until - run_mono_ms());
 		}
 		for (int i = 0; i < count; i++) {
 			proc_t *p = daemons ? &r->daemons[i].p : &r->trainers[i];
@@ -1293,14 +1281,14 @@ static void teardown(run_t *r, job_state_t *js)
 			r->n_trainers && r->trainers[0].pid ? " on shutdown" : "");
 		print_log_tail(r, i);
 	}
-	long long until = now_ms() + 500;
+	long long until = run_mono_ms() + 500;
 	for (;;) {
 		bool open = false;
 		for (int i = 0; i < r->o.nodes; i++)
 			open |= r->daemons[i].p.out.fd >= 0;
-		if (!open || now_ms() >= until)
+		if (!open || run_mono_ms() >= until)
 			break;
-		pump(r, until - now_ms());
+		pump(r, until - run_mono_ms());
 	}
 	for (int i = 0; i < r->o.nodes; i++) {
 		stream_close(&r->daemons[i].p.out);

@@ -119,25 +119,30 @@ void run_remote_argv(run_argv_t *out, const char *agent, const char *host, const
 	run_argv_free(&tether);
 }
 
+long long run_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void run_signal_to_pipe(int fd, int sig)
+{
+	int saved = errno;
+	unsigned char b = (unsigned char)sig;
+	if (write(fd, &b, 1) < 0) {
+		/* the pipe is full: a wake-up is already pending */
+	}
+	errno = saved;
+}
+
 /* ---- the tether ---------------------------------------------------------------------- */
 
 static int tether_sig_pipe[2] = {-1, -1};
 
 static void tether_on_signal(int sig)
 {
-	int saved = errno;
-	unsigned char b = (unsigned char)sig;
-	if (write(tether_sig_pipe[1], &b, 1) < 0) {
-		/* full: a wake-up is pending */
-	}
-	errno = saved;
-}
-
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	run_signal_to_pipe(tether_sig_pipe[1], sig);
 }
 
 static int tether_usage(const char *why)
@@ -160,10 +165,10 @@ static int tether_secret(const char *path)
 {
 	char line[RUN_SECRET_HEX_LINE];
 	size_t got = 0;
-	long long deadline = mono_ms() + 30000;
+	long long deadline = run_mono_ms() + 30000;
 	while (got < sizeof(line)) {
 		struct pollfd p = {.fd = 0, .events = POLLIN};
-		long long left = deadline - mono_ms();
+		long long left = deadline - run_mono_ms();
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
 			fprintf(stderr,
 				"sparsecomm-run --tether: no job secret on stdin in 30 s\n");
@@ -326,7 +331,7 @@ int run_tether_main(int argc, char **argv)
 			pfd[n++] = (struct pollfd){.fd = notify[0], .events = POLLIN};
 		long long wait_ms = 1000;
 		if (kill_at) {
-			wait_ms = kill_at - mono_ms();
+			wait_ms = kill_at - run_mono_ms();
 			if (wait_ms <= 0) {
 				kill(-pid, SIGKILL);
 				kill_at = 0;
@@ -368,7 +373,7 @@ int run_tether_main(int argc, char **argv)
 		}
 		if (stop && !kill_at) {
 			kill(-pid, stop_sig);
-			kill_at = mono_ms() + (long long)(grace_s * 1000);
+			kill_at = run_mono_ms() + (long long)(grace_s * 1000);
 		}
 	}
 	kill(-pid, SIGKILL); /* whatever the process left in its group */

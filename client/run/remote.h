@@ -35,6 +35,12 @@ void run_argv_add(run_argv_t *a, const char *fmt, ...) __attribute__((format(pri
 void run_argv_add_all(run_argv_t *a, char *const *words);
 void run_argv_free(run_argv_t *a);
 
+/* CLOCK_MONOTONIC in milliseconds. */
+long long run_mono_ms(void);
+/* From a signal handler: writes sig to the self-pipe fd (errno kept; a full pipe already
+ * holds a wake-up). */
+void run_signal_to_pipe(int fd, int sig);
+
 /* The words as one POSIX-shell command line, each quoted ('...'); malloc'd. */
 char *run_shell_join(char *const *words);
 

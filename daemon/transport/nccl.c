@@ -412,17 +412,25 @@ static sc_status_t check_peers(const scd_nccl_t *t, const scd_xfer_t *x, int n,
 	return SC_OK;
 }
 
+/* Whether an exchange can start: a communicator, and every peer a rank of it. */
+static sc_status_t usable_for(scd_nccl_t *t, const scd_xfer_t *sends, int n_sends,
+			      const scd_xfer_t *recvs, int n_recvs)
+{
+	sc_status_t st = usable(t);
+	if (st == SC_OK)
+		st = check_peers(t, sends, n_sends, "send");
+	if (st == SC_OK)
+		st = check_peers(t, recvs, n_recvs, "receive");
+	return st;
+}
+
 static sc_status_t nccl_exchange(scd_transport_t *base, const scd_xfer_t *sends, int n_sends,
 				 const scd_xfer_t *recvs, int n_recvs, int timeout_ms)
 {
 	scd_nccl_t *t = (scd_nccl_t *)base;
 	const scd_nccl_api_t *a = t->api;
 	int me = t->base.rank;
-	sc_status_t st = usable(t);
-	if (st == SC_OK)
-		st = check_peers(t, sends, n_sends, "send");
-	if (st == SC_OK)
-		st = check_peers(t, recvs, n_recvs, "receive");
+	sc_status_t st = usable_for(t, sends, n_sends, recvs, n_recvs);
 	if (st != SC_OK)
 		return st;
 	/* to this rank itself: the k-th send into the k-th receive */
@@ -669,11 +677,7 @@ static sc_status_t nccl_exchange_v(scd_transport_t *base, const scd_xfer_t *send
 {
 	scd_nccl_t *t = (scd_nccl_t *)base;
 	int P = t->base.size;
-	sc_status_t st = usable(t);
-	if (st == SC_OK)
-		st = check_peers(t, sends, n_sends, "send");
-	if (st == SC_OK)
-		st = check_peers(t, recvs, n_recvs, "receive");
+	sc_status_t st = usable_for(t, sends, n_sends, recvs, n_recvs);
 	if (st != SC_OK)
 		return st;
 	for (int i = 0; i < n_recvs; i++)

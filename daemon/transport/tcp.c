@@ -24,8 +24,8 @@
  *
  * Any failure during an operation leaves the byte streams out of step, so the transport
  * remembers it and every later call fails with the same text rather than guessing where
- * each stream stands (the daemons must then be restarted: re-forming the world after a
- * data-plane failure is not implemented). While an operation waits, the
+ * each stream stands, until the mesh is built anew (the world re-forms when a node it gave
+ * up joins again: docs/design.md, "Peers that go away"). While an operation waits, the
  * sockets of the peers it does not use are watched for a hangup: a rank that dies is
  * then named by every survivor (not only by those it exchanged bytes with), and an
  * operation that stops progressing after such a hangup fails after SCD_TCP_GRACE_MS
