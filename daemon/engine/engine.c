@@ -17,6 +17,7 @@
 
 #include "device/cuda.h"
 #include "device/reduce.h"
+#include "engine/alltoall.h"
 #include "engine/bufctx.h"
 #include "engine/gpunet.h"
 #include "engine/verdict.h"
@@ -684,6 +685,37 @@ static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	return st;
 }
 
+typedef struct a2a_stage {
+	scd_engine_t *e;
+	const scd_device_ops_t *dev;
+} a2a_stage_t;
+
+static void *alltoall_stage(void *arg, size_t bytes)
+{
+	a2a_stage_t *s = arg;
+	return stage_get(s->e, s->dev, bytes);
+}
+
+/* An alltoall (alltoall.h), timed as the blocks it sent: P - 1 messages' latency and
+ * this node's bytes. */
+static sc_status_t alltoall_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				  void *buf)
+{
+	int P = e->d->world_size;
+	scd_transport_t *t = e->transport;
+	scd_transport_counters_t c0, c1;
+	t->ops->counters(t, &c0);
+	a2a_stage_t stage = {e, dev};
+	sc_status_t st = scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf,
+					  alltoall_stage, &stage);
+	t->ops->counters(t, &c1);
+	job->predicted_s =
+	    P > 1 ? (P - 1) * e->alpha_s +
+			(double)(c1.bytes_sent - c0.bytes_sent) * e->beta_s_per_byte
+		  : 0;
+	return st;
+}
+
 /*
  * Measures latency and bandwidth to every peer, then makes every rank use the same values
  * (the mean over ranks, through an allreduce whose result is bit-identical everywhere), so
@@ -984,12 +1016,15 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	 * reduce-scatter (each trainer's result is another part of the buffer) or a tensor on
 	 * another GPU than the engine's */
 	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER &&
-	    !scd_op_is_reducescatter(job->op) &&
+	    job->op != SCD_OP_ALLTOALL && !scd_op_is_reducescatter(job->op) &&
 	    (run->kind != SCD_DEVICE_CUDA ||
 	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
 		run->buf = job->items[0].src[0].dense;
 	} else {
-		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
+		run->slot =
+		    slot_acquire(e, job, run->kind, dev,
+				 job->op == SCD_OP_ALLTOALL ? scd_alltoall_buffer_bytes(job)
+							    : job->total_numel * esz);
 		if (run->slot < 0) {
 			compute_fail(job, SC_ERR_NOMEM);
 			return;
@@ -1015,6 +1050,8 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	int L = e->d->local_size, root = scd_op_root(job->op);
 	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
 		;
+	else if (job->op == SCD_OP_ALLTOALL) /* the blocks out of the trainers' buffers */
+		scd_alltoall_pack(dev, job, run->buf);
 	else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
 		for (int i = 0; i < job->n_items; i++)
 			local_broadcast(dev, &e->peer, &job->items[i], job->dtype,
@@ -1091,7 +1128,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	 * every rank); the reductions of a buffer on a GPU on every rank (the verdict round
 	 * says) the transport gpunet picks, with every rank */
 	int mesh_only = scd_op_is_broadcast(job->op) || job->op == SCD_OP_ALLGATHER ||
-			scd_op_is_reducescatter(job->op);
+			job->op == SCD_OP_ALLTOALL || scd_op_is_reducescatter(job->op);
 	if (all_cuda && !mesh_only &&
 	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &t, &alpha, &beta,
 				  job->error, sizeof(job->error))) != SC_OK) {
@@ -1115,6 +1152,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		st = allgather_typed(e, job, dev, run->buf);
 	else if (scd_op_is_reducescatter(job->op))
 		st = reducescatter_typed(e, job, dev, run->buf);
+	else if (job->op == SCD_OP_ALLTOALL)
+		st = alltoall_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, t, run->buf);
 	t->ops->counters(t, &c1);
@@ -1130,7 +1169,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
-	if (job->op == SCD_OP_ALLGATHER) {
+	if (job->op == SCD_OP_ALLTOALL) { /* written in place by the exchange */
+	} else if (job->op == SCD_OP_ALLGATHER) {
 		const scd_job_item_t *it = &job->items[0];
 		for (int s = 0; s < it->n_src; s++) {
 			dev->copy(it->src[s].dense, run->buf, job->gathered * esz);

@@ -170,6 +170,11 @@ run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
 run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
 
+# alltoall: counts that vary by pair and step, every element and byte; over the size; one
+# rank's bad counts failing every rank; a joined rank.
+run_case "alltoall n=3" 3 1 120 0 3 -- "$itest" alltoall
+run_case "alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall
+
 # join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
 run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
