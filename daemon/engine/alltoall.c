@@ -72,13 +72,14 @@ static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, 
 			sum = sat_add(sum, row[A2A_HEAD + r]);
 		if (row[0] > A2A_BAD || (row[0] == A2A_OK && sum > numel) ||
 		    (row[0] != A2A_OK && sum)) {
-			A2A_ERR(job,
-				"alltoall of tensor '%s': node %d sent rank %d's send counts in "
-				"state %llu summing to %llu, over the tensor's %llu elements or "
-				"malformed",
-				job->items[0].name ? job->items[0].name : "?", p, p * L + k,
-				(unsigned long long)row[0], (unsigned long long)sum,
-				(unsigned long long)numel);
+			A2A_ERR(
+			    job,
+			    "alltoall of tensor '%s': node %d sent rank %d's send counts in "
+			    "state %llu summing to %llu, over the tensor's %llu elements or "
+			    "malformed",
+			    job->items[0].name ? job->items[0].name : "?", p, p * L + k,
+			    (unsigned long long)row[0], (unsigned long long)sum,
+			    (unsigned long long)numel);
 			return SC_ERR_PROTOCOL;
 		}
 	}
@@ -98,10 +99,11 @@ static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int T, uint64
 		if (row[0] != A2A_BAD)
 			continue;
 		if (!bad++)
-			n = A2A_ERR(job,
-				    "alltoall of tensor '%s' (%llu elements, %d trainers): send "
-				    "counts refused:",
-				    name, (unsigned long long)numel, T);
+			n = A2A_ERR(
+			    job,
+			    "alltoall of tensor '%s' (%llu elements, %d trainers): send "
+			    "counts refused:",
+			    name, (unsigned long long)numel, T);
 		if (n < (int)sizeof(job->error) - 80)
 			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
 				      "%s rank %d gave %llu counts summing to %llu",
@@ -125,8 +127,8 @@ static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int T, uint64
 		    "%llu (received by rank:",
 		    name, over, (unsigned long long)recv[over], (unsigned long long)numel);
 	for (int q = 0; q < T && n < (int)sizeof(job->error) - 48; q++)
-		n += snprintf(job->error + n, sizeof(job->error) - (size_t)n, "%s rank %d: %llu",
-			      q ? "," : "", q, (unsigned long long)recv[q]);
+		n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
+			      "%s rank %d: %llu", q ? "," : "", q, (unsigned long long)recv[q]);
 	snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
 	return SC_ERR_LIMIT;
 }
@@ -136,9 +138,9 @@ typedef struct a2a {
 	const scd_device_ops_t *dev;
 	int node, P, L, T;
 	size_t esz, W;
-	uint64_t *M;	  /* [T][W] the count matrix */
-	uint64_t *recv;	  /* [T] each trainer's receive total */
-	uint64_t *pbase;  /* [L] each local trainer's first packed element */
+	uint64_t *M;		  /* [T][W] the count matrix */
+	uint64_t *recv;		  /* [T] each trainer's receive total */
+	uint64_t *pbase;	  /* [L] each local trainer's first packed element */
 	char *dst[SCD_MAX_LOCAL]; /* where each local trainer's result is written */
 	const scd_job_src_t *src[SCD_MAX_LOCAL];
 } a2a_t;
@@ -184,7 +186,8 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 			uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
 			if (!a->src[m] || !n)
 				continue;
-			const char *from = packed_dev + (a->pbase[l] + send_off(a, s, q)) * a->esz;
+			const char *from =
+			    packed_dev + (a->pbase[l] + send_off(a, s, q)) * a->esz;
 			char *to = a->dst[m] + recv_off(a, s, q) * a->esz;
 			if (host)
 				a->dev->copy(to, from, n * a->esz);

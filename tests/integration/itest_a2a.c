@@ -7,7 +7,8 @@
  * the count matrix plus the blocks to other nodes' trainers, each once. Then the errors,
  * on every rank alike: every rank sending rank 0 more than its size holds (SC_ERR_LIMIT
  * naming each rank's total), and rank 1 alone giving counts over its buffer
- * (SC_ERR_INVALID naming rank 1 and the tensor); an alltoall after them works. Last, rank 0
+ * (SC_ERR_INVALID naming rank 1 and the tensor); an alltoall after them works; a tensor
+ * with a sparsifier refuses it (SC_ERR_UNSUPPORTED). Last, rank 0
  * joins: the others' alltoall gets nothing from it and what they address to it goes
  * nowhere.
  */
@@ -44,7 +45,8 @@ static void a2a_store(void *x, sc_dtype_t dt, size_t i, double v)
 
 static double a2a_load(const void *x, sc_dtype_t dt, size_t i)
 {
-	return dt == SC_FLOAT32 ? (double)((const float *)x)[i] : (double)((const int64_t *)x)[i];
+	return dt == SC_FLOAT32 ? (double)((const float *)x)[i]
+				: (double)((const int64_t *)x)[i];
 }
 
 static double node_sent(sc_client_t *c, sc_tensor_t *t)
@@ -81,9 +83,10 @@ static void a2a_step(sc_client_t *c, sc_tensor_t *t, int step, int absent)
 	for (int s = 0; s < P; s++) {
 		size_t want = s == absent ? 0 : a2a_count(s, me, step);
 		if (rc[s] != want)
-			IT_FAIL("alltoall of '%s', step %d: %zu elements from rank %d, expected "
-				"%zu",
-				sc_tensor_name(t), step, rc[s], s, want);
+			IT_FAIL(
+			    "alltoall of '%s', step %d: %zu elements from rank %d, expected "
+			    "%zu",
+			    sc_tensor_name(t), step, rc[s], s, want);
 		for (size_t i = 0; i < want; i++, total++) {
 			double got = a2a_load(sc_tensor_data(t), dt, total);
 			if (got != a2a_value(s, me, i))
@@ -167,6 +170,30 @@ int it_alltoall(int argc, char **argv)
 		free(counts);
 	}
 	a2a_step(c, ts[0], 1, -1); /* after the errors */
+
+	/* a tensor with a sparsifier refuses it, naming the tensor */
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.1;
+	sc_tensor_t *sp = NULL;
+	IT_CHECK_SC(
+	    sc_register_ex(c, "alltoall.topk", SC_FLOAT32, (size_t)P * A2A_MAX, &o, &sp),
+	    "sc_register_ex(alltoall.topk)");
+	size_t *none = calloc((size_t)P, sizeof(*none));
+	sc_handle_t hs = 0;
+	if (!none)
+		IT_FAIL("out of memory");
+	IT_CHECK_SC(sc_alltoall_async(c, sp, none, &hs), "sc_alltoall_async(alltoall.topk)");
+	int rs = it_wait(c, hs, IT_ERROR_TIMEOUT_MS);
+	if (rs != SC_ERR_UNSUPPORTED || !strstr(it_wait_error(), "alltoall.topk"))
+		IT_FAIL(
+		    "alltoall of a top-k tensor: expected SC_ERR_UNSUPPORTED naming it, got "
+		    "%s: '%s'",
+		    it_wait_name(rs), it_wait_error());
+	it_log("a top-k tensor: %s", it_wait_error());
+	free(none);
 
 	/* rank 0 joins: the others run an alltoall without it, then join */
 	if (P > 1) {
