@@ -172,15 +172,7 @@ int it_alltoall(int argc, char **argv)
 	a2a_step(c, ts[0], 1, -1); /* after the errors */
 
 	/* a tensor with a sparsifier refuses it, naming the tensor */
-	sc_tensor_opts_t o;
-	memset(&o, 0, sizeof(o));
-	o.struct_size = sizeof(o);
-	o.sparsifier = SC_SPARSIFY_TOPK;
-	o.density = 0.1;
-	sc_tensor_t *sp = NULL;
-	IT_CHECK_SC(
-	    sc_register_ex(c, "alltoall.topk", SC_FLOAT32, (size_t)P * A2A_MAX, &o, &sp),
-	    "sc_register_ex(alltoall.topk)");
+	sc_tensor_t *sp = it_register_topk(c, "alltoall.topk", (size_t)P * A2A_MAX);
 	size_t *none = calloc((size_t)P, sizeof(*none));
 	sc_handle_t hs = 0;
 	if (!none)

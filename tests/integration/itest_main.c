@@ -130,6 +130,19 @@ sc_tensor_t *it_register(sc_client_t *c, const char *name, sc_dtype_t dtype, siz
 	return t;
 }
 
+sc_tensor_t *it_register_topk(sc_client_t *c, const char *name, size_t numel)
+{
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.1;
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, numel, &o, &t),
+		    "sc_register_ex('%s', top-k)", name);
+	return t;
+}
+
 int it_wait(sc_client_t *c, sc_handle_t h, int timeout_ms)
 {
 	sc_status_t st = sc_wait(c, h, timeout_ms);

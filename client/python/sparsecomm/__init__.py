@@ -1022,17 +1022,33 @@ def _unravel(lin, sparse_shape):
 
 # ---- allgather ---------------------------------------------------------------------
 
-def _allgather_async(tensor, name, timeout):
-    """Starts an allgather; returns (Handle, every rank's row count)."""
-    c = _need()
+def _rows_in(tensor, what, name):
+    """A collective's input in rows (its first dimension): (is torch, the tensor on the
+    host, its torch device or None, its shape)."""
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
     dev = x.device if istorch else None
     if istorch and dev.type != "cpu":
         x = x.cpu()
-    shape = tuple(x.shape)
-    if not shape:
-        raise ValueError("allgather of '%s': a scalar has no first dimension" % name)
+    if not x.shape:
+        raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
+    return istorch, x, dev, tuple(x.shape)
+
+
+def _rows_out(e, n, shape, dtype, dev):
+    """The first n elements of e's buffer as a new tensor of shape: torch on dev (dev not
+    None), else numpy."""
+    if dev is not None:
+        res = _torch().empty(shape, dtype=dtype)
+        res.copy_(e.tdata()[:n].view(shape))
+        return res.to(dev) if dev.type != "cpu" else res
+    return np.array(e.data[:n].reshape(shape), dtype=dtype)
+
+
+def _allgather_async(tensor, name, timeout):
+    """Starts an allgather; returns (Handle, every rank's row count)."""
+    c = _need()
+    istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
     row = math.prod(shape[1:])
     # the sizes first: every rank's rows and elements per row
     meta = np.zeros(2 * c.size, dtype=np.int64)
@@ -1066,11 +1082,7 @@ def _allgather_async(tensor, name, timeout):
     out_shape = (int(rows.sum()),) + shape[1:]
 
     def finish():
-        if istorch:
-            res = _torch().empty(out_shape, dtype=x.dtype)
-            res.copy_(e.tdata()[:total].view(out_shape))
-            return res.to(dev) if dev.type != "cpu" else res
-        return np.array(e.data[:total].reshape(out_shape), dtype=x.dtype)
+        return _rows_out(e, total, out_shape, x.dtype, dev)
 
     return Handle(c, e, h.value, finish), rows
 
@@ -1134,14 +1146,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
     (received, received_splits)."""
     c = _need()
     name = "alltoall" if name is None else str(name)
-    istorch = _is_torch(tensor)
-    x = tensor.detach() if istorch else np.asarray(tensor)
-    dev = x.device if istorch else None
-    if istorch and dev.type != "cpu":
-        x = x.cpu()
-    shape = tuple(x.shape)
-    if not shape:
-        raise ValueError("alltoall of '%s': a scalar has no first dimension" % name)
+    istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
     P, row = c.size, math.prod(shape[1:])
     sp, why = _splits_refusal(splits, shape[0], P)
     # the sizes first, every rank's alike: its refusal, elements per row and splits (a
@@ -1192,12 +1197,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
         recv = np.array([v // row if row else S[r, c.rank] for r, v in enumerate(got)],
                         dtype=np.int64)
         total = int(recv.sum())
-        out_shape = (total,) + shape[1:]
-        if istorch:
-            res = _torch().empty(out_shape, dtype=x.dtype)
-            res.copy_(e.tdata()[:total * row].view(out_shape))
-            return (res.to(dev) if dev.type != "cpu" else res), recv
-        return np.array(e.data[:total * row].reshape(out_shape), dtype=x.dtype), recv
+        return _rows_out(e, total * row, (total,) + shape[1:], x.dtype, dev), recv
 
     return Handle(c, e, h.value, finish)
 
@@ -1226,13 +1226,8 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
     c = _need()
     name = "reducescatter" if name is None else str(name)
     red = ReduceOp.parse(op)
-    istorch = _is_torch(tensor)
-    x = tensor.detach() if istorch else np.asarray(tensor)
-    dev = x.device if istorch else None
-    if istorch and dev.type != "cpu":
-        x = x.cpu()
-    shape = tuple(x.shape)
-    if not shape or not math.prod(shape):
+    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", name)
+    if not math.prod(shape):
         raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
     row, n = math.prod(shape[1:]), math.prod(shape)
     e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
@@ -1254,12 +1249,7 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
 
     def finish():
         got = lib.sc_tensor_result_nnz(e.ptr)
-        out_shape = (got // row,) + shape[1:]
-        if istorch:
-            res = _torch().empty(out_shape, dtype=x.dtype)
-            res.copy_(e.tdata()[:got].view(out_shape))
-            return res.to(dev) if dev.type != "cpu" else res
-        return np.array(e.data[:got].reshape(out_shape), dtype=x.dtype)
+        return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 
     return Handle(c, e, h.value, finish).wait(timeout)
 
