@@ -54,7 +54,8 @@ static int parse_opts(int argc, char **argv, a2a_opts_t *o)
 		else if (!strcmp(a, "--json-out") && *v)
 			o->json_out = argv[++i];
 		else {
-			fprintf(stderr, "alltoall: bad option or value: %s %s (--help)\n", a, v);
+			fprintf(stderr, "alltoall: bad option or value: %s %s (--help)\n", a,
+				v);
 			return -1;
 		}
 	}
