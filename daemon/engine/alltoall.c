@@ -47,14 +47,14 @@ size_t scd_alltoall_buffer_bytes(const scd_job_t *job)
 	return (size_t)(it->n_src ? it->n_src : 1) * it->numel * sc_dtype_size(job->dtype);
 }
 
-void scd_alltoall_pack(const scd_device_ops_t *dev, const scd_job_t *job, void *buf)
+void scd_alltoall_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h)
 {
 	const scd_job_item_t *it = &job->items[0];
 	size_t esz = sc_dtype_size(job->dtype);
 	char *at = buf;
 	for (int s = 0; s < it->n_src; s++) {
 		size_t bytes = src_total(&it->src[s]) * esz;
-		dev->copy(at, it->src[s].dense, bytes);
+		h->copy_in(h->arg, &it->src[s], at, it->src[s].dense, bytes);
 		at += bytes;
 	}
 }
@@ -230,16 +230,18 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 }
 
 /* The results: each local trainer's counts from every rank, and their total. */
-static sc_status_t results(a2a_t *a)
+static sc_status_t results(a2a_t *a, const scd_a2a_hooks_t *h)
 {
 	int me = a->node, L = a->L, T = a->T;
 	for (int m = 0; m < L; m++) {
 		const scd_job_src_t *s = a->src[m];
 		int q = me * L + m;
+		sc_status_t st;
 		if (!s)
 			continue;
-		if (!scd_device_host_memory(a->dev))
-			a->dev->from_host(s->dense, a->dst[m], a->recv[q] * a->esz);
+		if (!scd_device_host_memory(a->dev) &&
+		    (st = h->copy_out(h->arg, s, a->dst[m], a->recv[q] * a->esz)) != SC_OK)
+			return st;
 		for (int r = 0; r < T; r++)
 			s->a2a[r] = a->M[(size_t)r * a->W + A2A_HEAD + (size_t)q];
 		*s->result_nnz = a->recv[q];
@@ -248,8 +250,7 @@ static sc_status_t results(a2a_t *a)
 }
 
 sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_transport_t *t,
-			     int node, int P, int L, void *buf, scd_a2a_stage_fn stage,
-			     void *stage_arg)
+			     int node, int P, int L, void *buf, const scd_a2a_hooks_t *h)
 {
 	const scd_job_item_t *it = &job->items[0];
 	a2a_t a = {.job = job, .dev = dev, .node = node, .P = P, .L = L};
@@ -322,15 +323,15 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 		recv_here += a.recv[(size_t)node * L + (size_t)m];
 	}
 	if (st == SC_OK && !scd_device_host_memory(dev)) {
-		char *h = stage(stage_arg, (packed + recv_here) * a.esz + 1);
-		if (!h) {
+		char *hs = h->stage(h->arg, (packed + recv_here) * a.esz + 1);
+		if (!hs) {
 			A2A_ERR(job, "alltoall: no host memory to stage %llu bytes",
 				(unsigned long long)((packed + recv_here) * a.esz));
 			st = SC_ERR_NOMEM;
 		} else {
-			dev->to_host(h, buf, packed * a.esz);
-			packed_host = h;
-			char *at = h + packed * a.esz;
+			dev->to_host(hs, buf, packed * a.esz);
+			packed_host = hs;
+			char *at = hs + packed * a.esz;
 			for (int m = 0; m < L; m++)
 				if (a.src[m]) {
 					a.dst[m] = at;
@@ -340,9 +341,9 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 	}
 	if (st == SC_OK)
 		st = blocks(&a, buf, packed_host, t);
-	if (st == SC_OK && (st = results(&a)) != SC_OK)
-		A2A_ERR(job, "alltoall: the %s device failed: %s", dev->name,
-			sc_status_message(st));
+	if (st == SC_OK && (st = results(&a, h)) != SC_OK)
+		A2A_ERR(job, "alltoall: the %s device failed delivering the blocks: %s",
+			dev->name, sc_status_message(st));
 	job->exchange_s = scd_now_s() - t0;
 	job->scheme = SCD_SCHEME_DENSE_RING;
 	job->density = job->gamma = job->imbalance = 1;

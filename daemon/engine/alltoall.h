@@ -20,14 +20,27 @@
 #include "engine/engine.h"
 #include "transport/transport.h"
 
-/* Host memory for bytes of staging (the engine's, grow-only), NULL when there is none. */
-typedef void *(*scd_a2a_stage_fn)(void *arg, size_t bytes);
+/*
+ * What the engine lends an alltoall: host memory for staging bytes (grow-only; NULL when
+ * there is none), and the copies between a trainer's buffer and the job's, which cross
+ * GPUs where the trainer's tensor lives on another one than the engine's.
+ */
+typedef struct scd_a2a_hooks {
+	void *(*stage)(void *arg, size_t bytes);
+	/* bytes of src's buffer at p to dst, in the job's buffer */
+	void (*copy_in)(void *arg, const scd_job_src_t *src, void *dst, const void *p,
+			size_t bytes);
+	/* bytes of host memory at p to src's buffer (a device's, where it is not the host) */
+	sc_status_t (*copy_out)(void *arg, const scd_job_src_t *src, const void *p,
+				size_t bytes);
+	void *arg;
+} scd_a2a_hooks_t;
 
 /* The room the job's own buffer needs for the packed blocks, in bytes. */
 size_t scd_alltoall_buffer_bytes(const scd_job_t *job);
 
 /* The compute stage: the local trainers' send blocks into buf, back to back. */
-void scd_alltoall_pack(const scd_device_ops_t *dev, const scd_job_t *job, void *buf);
+void scd_alltoall_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h);
 
 /*
  * The communication stage on node `node` of P, L trainers a node: the count matrix, its
@@ -35,11 +48,10 @@ void scd_alltoall_pack(const scd_device_ops_t *dev, const scd_job_t *job, void *
  * source rank order, its a2a counts what it received from each rank and its result_nnz
  * their total. Refused counts (SC_ERR_INVALID), a receive over the tensor's size
  * (SC_ERR_LIMIT) and malformed counts from a peer (SC_ERR_PROTOCOL) fail it, with
- * job->error naming the ranks, alike on every node. stage gives host memory for a buffer
- * the transport cannot reach (a GPU's).
+ * job->error naming the ranks, alike on every node. A buffer the transport cannot reach
+ * (a GPU's) goes through host staging from h.
  */
 sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_transport_t *t,
-			     int node, int P, int L, void *buf, scd_a2a_stage_fn stage,
-			     void *stage_arg);
+			     int node, int P, int L, void *buf, const scd_a2a_hooks_t *h);
 
 #endif

@@ -685,15 +685,47 @@ static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	return st;
 }
 
-typedef struct a2a_stage {
+/* What an alltoall borrows from the engine (alltoall.h): its host staging, and the
+ * peer copies of a trainer's buffer on another GPU than the engine's (through the peer
+ * staging area on the engine GPU, which peer_reserve sized for a whole tensor). */
+typedef struct a2a_ctx {
 	scd_engine_t *e;
 	const scd_device_ops_t *dev;
-} a2a_stage_t;
+	const scd_job_item_t *it;
+} a2a_ctx_t;
 
 static void *alltoall_stage(void *arg, size_t bytes)
 {
-	a2a_stage_t *s = arg;
-	return stage_get(s->e, s->dev, bytes);
+	a2a_ctx_t *a = arg;
+	return stage_get(a->e, a->dev, bytes);
+}
+
+static void alltoall_copy_in(void *arg, const scd_job_src_t *src, void *dst, const void *p,
+			     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	if (!peer_local(&a->e->peer, src))
+		peer_copy_in(&a->e->peer, a->it, src, dst, p, bytes);
+	else
+		a->dev->copy(dst, p, bytes);
+}
+
+static sc_status_t alltoall_copy_out(void *arg, const scd_job_src_t *src, const void *p,
+				     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	scd_peer_t *pe = &a->e->peer;
+	if (peer_local(pe, src)) {
+		a->dev->from_host(src->dense, p, bytes);
+		return SC_OK;
+	}
+	a->dev->from_host(pe->buf, p, bytes);
+	return pe->ipc->copy_peer(src->dense, src->ordinal, pe->buf, pe->engine, bytes);
+}
+
+static scd_a2a_hooks_t alltoall_hooks(a2a_ctx_t *a)
+{
+	return (scd_a2a_hooks_t){alltoall_stage, alltoall_copy_in, alltoall_copy_out, a};
 }
 
 /* An alltoall (alltoall.h), timed as the blocks it sent: P - 1 messages' latency and
@@ -705,9 +737,10 @@ static sc_status_t alltoall_typed(scd_engine_t *e, scd_job_t *job, const scd_dev
 	scd_transport_t *t = e->transport;
 	scd_transport_counters_t c0, c1;
 	t->ops->counters(t, &c0);
-	a2a_stage_t stage = {e, dev};
-	sc_status_t st = scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf,
-					  alltoall_stage, &stage);
+	a2a_ctx_t ac = {e, dev, &job->items[0]};
+	scd_a2a_hooks_t h = alltoall_hooks(&ac);
+	sc_status_t st =
+	    scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf, &h);
 	t->ops->counters(t, &c1);
 	job->predicted_s =
 	    P > 1 ? (P - 1) * e->alpha_s +
@@ -1050,9 +1083,11 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	int L = e->d->local_size, root = scd_op_root(job->op);
 	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
 		;
-	else if (job->op == SCD_OP_ALLTOALL) /* the blocks out of the trainers' buffers */
-		scd_alltoall_pack(dev, job, run->buf);
-	else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
+	else if (job->op == SCD_OP_ALLTOALL) { /* the blocks out of the trainers' buffers */
+		a2a_ctx_t ac = {e, dev, &job->items[0]};
+		scd_a2a_hooks_t h = alltoall_hooks(&ac);
+		scd_alltoall_pack(job, run->buf, &h);
+	} else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
 		for (int i = 0; i < job->n_items; i++)
 			local_broadcast(dev, &e->peer, &job->items[i], job->dtype,
 					run->buf + job->items[i].offset * esz,

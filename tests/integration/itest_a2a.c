@@ -10,7 +10,8 @@
  * (SC_ERR_INVALID naming rank 1 and the tensor); an alltoall after them works; a tensor
  * with a sparsifier refuses it (SC_ERR_UNSUPPORTED). Last, rank 0
  * joins: the others' alltoall gets nothing from it and what they address to it goes
- * nowhere.
+ * nowhere. With the arguments cuda LOG, the exact steps run on cuda tensors (the driver
+ * stand-in's, its log LOG.<rank>; the daemons stage them through host memory).
  */
 #include "itest.h"
 
@@ -130,9 +131,30 @@ static void a2a_fails(sc_client_t *c, sc_tensor_t *t, const size_t *counts, sc_s
 	it_log("%s: %s", what, e);
 }
 
+/* The tensors of the exact steps: cpu, or with cuda on GPU local rank % $SCG_HOST_DEVICES
+ * (the driver stand-in maps them to the host, so the test writes and reads them directly,
+ * and the daemons stage them through host memory). */
+static sc_tensor_t *a2a_register(sc_client_t *c, const char *name, sc_dtype_t dt, size_t n,
+				 int cuda)
+{
+	if (!cuda)
+		return it_register(c, name, dt, n);
+	const char *g = getenv("SCG_HOST_DEVICES");
+	int gpus = g && atoi(g) > 1 ? atoi(g) : 1;
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .device = SC_DEVICE_CUDA,
+			      .device_ordinal = sc_local_rank(c) % gpus};
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, dt, n, &o, &t), "sc_register_ex('%s', cuda:%d)",
+		    name, o.device_ordinal);
+	return t;
+}
+
 int it_alltoall(int argc, char **argv)
 {
-	(void)argc, (void)argv;
+	int cuda = argc > 1 && !strcmp(argv[1], "cuda");
+	if (cuda)
+		it_cuda_stand_in(argc - 1, argv + 1);
 	sc_client_t *c = it_connect();
 	int P = sc_size(c), rank = sc_rank(c), L = sc_local_size(c);
 	static const sc_dtype_t dts[] = {SC_FLOAT32, SC_INT64};
@@ -140,7 +162,8 @@ int it_alltoall(int argc, char **argv)
 	for (int d = 0; d < 2; d++) {
 		char name[64];
 		snprintf(name, sizeof(name), "alltoall.%s", sc_dtype_name(dts[d]));
-		sc_tensor_t *t = ts[d] = it_register(c, name, dts[d], (size_t)P * A2A_MAX);
+		sc_tensor_t *t = ts[d] =
+		    a2a_register(c, name, dts[d], (size_t)P * A2A_MAX, cuda);
 		for (int step = 0; step < 3; step++) {
 			double s0 = node_sent(c, t);
 			a2a_step(c, t, step, -1);
@@ -152,9 +175,9 @@ int it_alltoall(int argc, char **argv)
 					name, step, rank / L, sent, want);
 		}
 	}
-	it_log("alltoalls of float32 and int64 over %d trainers, counts varying by pair and "
-	       "step (rank 1 sends none at first): exact, bytes as the blocks",
-	       P);
+	it_log("alltoalls of %s float32 and int64 over %d trainers, counts varying by pair "
+	       "and step (rank 1 sends none at first): exact, bytes as the blocks",
+	       cuda ? "cuda" : "cpu", P);
 
 	if (P > 1) {
 		size_t *counts = calloc((size_t)P, sizeof(*counts));
