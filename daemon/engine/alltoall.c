@@ -267,7 +267,7 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 			return SC_ERR_INVALID;
 		}
 	double t0 = scd_now_s();
-	a.M = calloc((size_t)a.T * a.W + 2 * (size_t)a.T + (size_t)L, sizeof(uint64_t));
+	a.M = calloc((size_t)a.T * a.W + (size_t)a.T + (size_t)L, sizeof(uint64_t));
 	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
 	if (!a.M || !x) {
 		free(a.M);
