@@ -268,7 +268,8 @@ static void client_msg_seeds(void)
 	n = client_record(out, n, 1, &m);
 	put("client_msg", "control", out, n, NULL, 0);
 	/* the collectives: two trainers register a tensor; a max, a broadcast from rank 1, an
-	 * allgather of 3 elements, a barrier and a join from each */
+	 * allgather of 3 elements, an alltoall (one trainer's counts over the tensor's size), a
+	 * barrier and a join from each */
 	h.role = SPARSECOMM__ROLE__ROLE_TRAINER;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
 	n = client_record(out, 0, 0, &m);
@@ -286,6 +287,13 @@ static void client_msg_seeds(void)
 	n = client_record(out, n, 2, &m);
 	c.broadcast = 0, c.allgather = 1, c.count = 3, c.handle = 11;
 	n = client_record(out, n, 0, &m);
+	uint64_t sends[2] = {3, 9}; /* the second trainer's sum over the tensor's 8 */
+	c.allgather = 0, c.count = 0, c.alltoall = 1, c.handle = 14;
+	c.send_counts = sends, c.n_send_counts = 2;
+	n = client_record(out, n, 2, &m);
+	sends[1] = 5;
+	n = client_record(out, n, 0, &m);
+	c.alltoall = 0, c.send_counts = NULL, c.n_send_counts = 0;
 	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
 	b.handle = 12;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER, m.barrier = &b;

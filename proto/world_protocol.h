@@ -7,10 +7,11 @@
  * 3: heartbeats, Leave and the coordinator's NodeState for a node lost or left (a daemon
  * without them would be declared lost), and Reform when such a node joins again.
  * 4: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
+ * 5: alltoall (its operation word in plans, and its count matrix on the data plane).
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 4
+#define SCD_WORLD_PROTOCOL_VERSION 5
 
 #endif

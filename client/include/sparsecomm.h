@@ -245,8 +245,8 @@ SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tens
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p);
-/* Also the element count of an allgather's or a reduce-scatter's result (and
- * SC_RESULT_DENSE before any). */
+/* Also the element count of an allgather's, a reduce-scatter's or an alltoall's result
+ * (and SC_RESULT_DENSE before any). */
 SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor);
 
 /* Where the tensor lives, and the GPU's ordinal into *ordinal_p (when not NULL; 0 for
@@ -333,6 +333,33 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
  */
 SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
 				      sc_handle_t *handle_p);
+
+/*
+ * Alltoall: send_counts holds one count per trainer rank of the job (sc_size of them):
+ * this trainer sends send_counts[r] elements to trainer r, and its buffer begins with
+ * those blocks, back to back in destination rank order. Once it completes, the buffer
+ * begins with the blocks the trainers sent this one, back to back in source rank order;
+ * sc_tensor_result_nnz() gives their total and sc_tensor_result_counts() how many came
+ * from each rank. Register the tensor with room for both (every rank the same size).
+ * Each node sends every other node, in one exchange, the blocks its trainers address to
+ * that node's trainers; blocks between trainers of one node are copied locally. Any
+ * dtype. Send counts that are not one per trainer or sum over the tensor's size fail the
+ * operation on every rank with SC_ERR_INVALID naming this rank and the tensor, and a rank
+ * that would receive more than the tensor's size fails it on every rank with
+ * SC_ERR_LIMIT naming each rank's total. A tensor with a sparsifier, or COO input,
+ * refuses it (SC_ERR_UNSUPPORTED). A trainer that has joined (sc_join) takes part
+ * sending nothing and receiving nothing: what the others address to it is not sent,
+ * and they receive 0 elements from it.
+ */
+SC_API sc_status_t sc_alltoall_async(sc_client_t *client, sc_tensor_t *tensor,
+				     const size_t *send_counts, sc_handle_t *handle_p);
+/*
+ * After an alltoall of the tensor completed successfully: counts[r] = the elements it
+ * received from trainer rank r, for n = sc_size() ranks. SC_ERR_INVALID when n is not the
+ * number of ranks the alltoall ran over, or before any alltoall of the tensor completed
+ * (a new alltoall forgets the last one's counts when it starts).
+ */
+SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *counts, int n);
 
 /*
  * Reduce-scatter: the buffer, rows of row_elems elements, is reduced by op across every

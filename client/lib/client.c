@@ -189,6 +189,17 @@ static const char *op_what(const struct scl_op *op, char *buf, size_t len)
 }
 
 /* Ends an operation with status; error is the text to report (NULL: composed here). */
+/* An alltoall's received counts, kept with its tensor (one per trainer, or none). Called
+ * with c->mu held. */
+static void op_counts(struct scl_op *op, sc_status_t st, const Sparsecomm__Completion *cp)
+{
+	sc_tensor_t *t = op->tensor;
+	if (st == SC_OK && t && cp->n_counts && cp->n_counts == (size_t)t->a2a_cap) {
+		memcpy(t->a2a_recv, cp->counts, sizeof(uint64_t) * cp->n_counts);
+		t->a2a_n = t->a2a_cap;
+	}
+}
+
 static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 			const char *error)
 {
@@ -308,6 +319,7 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 				st = SC_ERR_PROTOCOL;
 			if (op) {
 				op->value = cp->value;
+				op_counts(op, st, cp);
 				op_complete(c, op, st, cp->error);
 			} else
 				scl_log(SCL_LOG_DEBUG, "completion for unknown handle %llu",
@@ -817,10 +829,11 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* Starts an operation on t: an allreduce of its buffer (coo 0), of its COO area with a
  * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), an
- * allgather of its first nnz elements (coo 3), or a reduce-scatter by op in rows of nnz
- * elements (coo 4). */
+ * allgather of its first nnz elements (coo 3), a reduce-scatter by op in rows of nnz
+ * elements (coo 4), or an alltoall of send_counts (coo 5, one count per trainer). */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
-				   size_t nnz, int root, sc_handle_t *handle_p)
+				   size_t nnz, int root, const size_t *send_counts,
+				   sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
@@ -853,7 +866,11 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: allgather of tensor '%s': %zu elements given, the "
 				 "tensor has %zu",
 				 c->rank, t->name, nnz, t->numel);
-	if (root < 0 && coo != 3 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
+	if (coo == 5 && !send_counts)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: alltoall of tensor '%s': NULL send_counts", c->rank,
+				 t->name);
+	if (root < 0 && coo != 3 && coo != 5 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
@@ -880,11 +897,24 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	ar.allgather = coo == 3;
 	ar.reducescatter = coo == 4;
 	ar.count = coo == 3 || coo == 4 ? nnz : 0;
+	/* an alltoall's counts go as they are: the daemons check them (one per trainer,
+	 * summing to at most the tensor's size) and fail the operation on every rank */
+	uint64_t *counts = NULL;
+	ar.alltoall = coo == 5;
+	if (coo == 5 && c->size > 0 && !(counts = malloc(sizeof(*counts) * (size_t)c->size)))
+		return scl_error(SC_ERR_NOMEM,
+				 "rank %d: alltoall of tensor '%s': out of memory", c->rank,
+				 t->name);
+	for (int r = 0; counts && r < c->size; r++)
+		counts[r] = send_counts[r];
+	ar.send_counts = counts;
+	ar.n_send_counts = counts ? (size_t)c->size : 0;
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
 	msg.allreduce = &ar;
 	o = calloc(1, sizeof(*o));
 	f = frame_pack(&msg);
+	free(counts);
 	if (!o || !f) {
 		free(o);
 		free(f);
@@ -921,6 +951,18 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 	}
 	if (coo) /* a sparse result's count, an allgather's or a reduce-scatter's */
 		scl_tensor_result_reset(t);
+	if (coo == 5 && t->a2a_cap < c->size) {
+		uint64_t *a = realloc(t->a2a_recv, sizeof(*a) * (size_t)c->size);
+		if (!a) {
+			st = scl_error(SC_ERR_NOMEM,
+				       "rank %d: alltoall of tensor '%s': out of memory",
+				       c->rank, t->name);
+			goto err_unlock;
+		}
+		t->a2a_recv = a;
+		t->a2a_cap = c->size;
+	}
+	t->a2a_n = 0;
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
 	*slot = o;
@@ -940,20 +982,20 @@ err_unlock:
 SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
 				      sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 0, 0, -1, handle_p);
+	return allreduce_start(client, tensor, op, 0, 0, -1, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 1, nnz, -1, handle_p);
+	return allreduce_start(client, tensor, op, 1, nnz, -1, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 2, nnz, -1, handle_p);
+	return allreduce_start(client, tensor, op, 2, nnz, -1, NULL, handle_p);
 }
 
 /* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
@@ -1076,20 +1118,26 @@ SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, 
 	if (root_rank < 0)
 		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
 				 root_rank);
-	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, handle_p);
+	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
 				      sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, handle_p);
+	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, NULL, handle_p);
+}
+
+SC_API sc_status_t sc_alltoall_async(sc_client_t *client, sc_tensor_t *tensor,
+				     const size_t *send_counts, sc_handle_t *handle_p)
+{
+	return allreduce_start(client, tensor, SC_OP_SUM, 5, 0, -1, send_counts, handle_p);
 }
 
 SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
 					  sc_reduce_op_t op, size_t row_elems,
 					  sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 4, row_elems, -1, handle_p);
+	return allreduce_start(client, tensor, op, 4, row_elems, -1, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,

@@ -46,6 +46,10 @@ struct sc_tensor {
 	int device_ordinal;
 	struct scl_cuda *cuda; /* a cuda tensor's GPU mapping (cuda.c), NULL for cpu */
 	void *stream; /* a cuda tensor's stream (sc_tensor_set_stream), guarded by mu */
+	/* the counts an alltoall received from each rank (a2a_cap of them allocated; a2a_n
+	 * valid once one has succeeded, 0 before), guarded by mu */
+	uint64_t *a2a_recv;
+	int a2a_cap, a2a_n;
 };
 
 /* One allreduce started by sc_allreduce_async, kept until its result is collected. */

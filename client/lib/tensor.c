@@ -444,6 +444,7 @@ void scl_tensor_free_all(sc_client_t *c)
 		scl_cuda_close(t->cuda);
 		if (t->map)
 			munmap(t->map, t->map_bytes);
+		free(t->a2a_recv);
 		free(t);
 	}
 }
@@ -491,6 +492,32 @@ SC_API size_t sc_tensor_result_nnz(const sc_tensor_t *tensor)
 	uint64_t n = ((const volatile sc_shm_header_t *)tensor->map)->result_nnz;
 	return n <= (tensor->coo_cap ? tensor->coo_cap : tensor->numel) ? (size_t)n
 									: SC_RESULT_DENSE;
+}
+
+SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *counts, int n)
+{
+	if (!tensor || !counts)
+		return scl_error(SC_ERR_INVALID,
+				 "sc_tensor_result_counts: NULL tensor or counts");
+	sc_client_t *c = tensor->client;
+	pthread_mutex_lock(&c->mu);
+	int have = tensor->a2a_n;
+	if (have && n == have)
+		for (int r = 0; r < n; r++)
+			counts[r] = (size_t)tensor->a2a_recv[r];
+	pthread_mutex_unlock(&c->mu);
+	if (!have)
+		return scl_error(SC_ERR_INVALID,
+				 "tensor '%s': no alltoall has completed on it since the last "
+				 "one began",
+				 tensor->name);
+	if (n != have)
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "tensor '%s': room for %d counts, the alltoall received from %d "
+		    "ranks",
+		    tensor->name, n, have);
+	return SC_OK;
 }
 
 SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)

@@ -128,14 +128,17 @@ static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t han
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
+/* A tensor's completion; counts (n of them, or NULL) are an alltoall's received counts. */
 static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
-			    const char *error)
+			    const char *error, uint64_t *counts, int n)
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
 	c.handle = handle;
 	c.status = st;
 	c.error = (char *)(error ? error : "");
+	c.counts = counts;
+	c.n_counts = counts ? (size_t)n : 0;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
 	m.completion = &c;
 	send_to(ctl, s->ident, s->ident_len, &m);
@@ -152,7 +155,9 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		if (!r || !r->handle)
 			continue;
 		if (r->session)
-			send_completion(ctl, r->session, r->handle, st, error);
+			send_completion(ctl, r->session, r->handle, st, error,
+					st == SC_OK && r->op == SCD_OP_ALLTOALL ? r->a2a : NULL,
+					(int)r->a2a_n);
 		r->handle = 0;
 		if (r->zombie)
 			zombies[nz++] = r;
@@ -172,7 +177,7 @@ static void barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
 {
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		if (s->barrier_handle) {
-			send_completion(ctl, s, s->barrier_handle, st, error);
+			send_completion(ctl, s, s->barrier_handle, st, error, NULL, 0);
 			s->barrier_handle = 0;
 		}
 	ctl->barrier_waiting = 0;
@@ -317,6 +322,14 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		}
 		if (scd_op_is_reducescatter(nt->op))
 			s->result_nnz = &r->hdr->result_nnz;
+		if (nt->op == SCD_OP_ALLTOALL) {
+			s->a2a = r->a2a;
+			s->a2a_n = r->a2a_n;
+			s->a2a_bad = r->a2a_bad;
+			s->a2a_given = r->a2a_given;
+			s->a2a_sum = r->a2a_sum;
+			s->result_nnz = &r->hdr->result_nnz;
+		}
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -622,6 +635,39 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
+/* Room in r for an alltoall's count per trainer. */
+static sc_status_t a2a_counts(scd_reg_t *r, int trainers)
+{
+	if (r->a2a_cap >= (uint32_t)trainers)
+		return SC_OK;
+	uint64_t *a = realloc(r->a2a, sizeof(*a) * (size_t)trainers);
+	if (!a)
+		return SC_ERR_NOMEM;
+	r->a2a = a;
+	r->a2a_cap = (uint32_t)trainers;
+	return SC_OK;
+}
+
+/*
+ * An alltoall's send counts, checked: one per trainer, summing to at most the tensor's
+ * size. Counts that are not are kept as what the trainer gave (a2a_bad), and the engine's
+ * count exchange fails the operation on every rank naming this one: the other trainers
+ * have submitted, or will, and would otherwise wait for it until the stall timeout.
+ */
+static void a2a_take(scd_reg_t *r, const Sparsecomm__Allreduce *a, int trainers, uint64_t numel)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < a->n_send_counts; i++)
+		sum =
+		    a->send_counts[i] > UINT64_MAX - sum ? UINT64_MAX : sum + a->send_counts[i];
+	r->a2a_bad = a->n_send_counts != (size_t)trainers || sum > numel;
+	r->a2a_n = (uint32_t)trainers;
+	r->a2a_given = a->n_send_counts;
+	r->a2a_sum = sum;
+	for (int i = 0; i < trainers; i++)
+		r->a2a[i] = r->a2a_bad ? 0 : a->send_counts[i];
+}
+
 static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			     const Sparsecomm__Allreduce *a)
 {
@@ -639,6 +685,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	int trainers = ctl->d->world_size * ctl->d->local_size;
 	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
 		       : a->allgather ? SCD_OP_ALLGATHER
+		       : a->alltoall  ? SCD_OP_ALLTOALL
 		       : a->reducescatter
 			   ? SCD_OP_REDUCESCATTER | (uint32_t)a->count << 3 | a->op
 			   : a->op;
@@ -667,7 +714,25 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		    "%llu (1 to %u per row), or reduction %u is unknown",
 		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel,
 		    SCD_RS_ROW_MAX - 1, a->op);
-	} else if (!a->broadcast && !a->allgather && a->op > SC_OP_PRODUCT) {
+	} else if (a->alltoall &&
+		   (a->broadcast || a->allgather || a->reducescatter || a->coo)) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "alltoall of tensor '%s': asked together with another collective",
+			 nt->name);
+	} else if (a->alltoall &&
+		   (nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.coo_capacity)) {
+		st = SC_ERR_UNSUPPORTED;
+		snprintf(err, sizeof(err),
+			 "alltoall of tensor '%s': a tensor with a sparsifier or COO input "
+			 "takes sum and average only",
+			 nt->name);
+	} else if (a->alltoall && a2a_counts(r, trainers) != SC_OK) {
+		st = SC_ERR_NOMEM;
+		snprintf(err, sizeof(err),
+			 "alltoall of tensor '%s': out of memory for %d counts", nt->name,
+			 trainers);
+	} else if (!a->broadcast && !a->allgather && !a->alltoall && a->op > SC_OP_PRODUCT) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
 			 a->op);
@@ -722,6 +787,8 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->coo = a->coo;
 	r->sparse_result = a->coo && a->sparse_result;
 	r->nnz = a->allgather ? a->count : a->nnz; /* an allgather's count */
+	if (a->alltoall)
+		a2a_take(r, a, trainers, nt->numel);
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->op = opw;

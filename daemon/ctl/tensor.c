@@ -169,6 +169,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 		if (t->regs[i]) {
 			gpu_release(t, t->regs[i]);
 			reg_unmap(t->regs[i]);
+			free(t->regs[i]->a2a);
 			free(t->regs[i]);
 		}
 	}
@@ -550,5 +551,6 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 	t->live--;
 	gpu_release(t, r);
 	reg_unmap(r);
+	free(r->a2a);
 	free(r);
 }

@@ -68,6 +68,13 @@ typedef struct scd_reg {
 	int coo;
 	int sparse_result; /* with coo: the result may come back in the COO area */
 	uint64_t nnz;
+	/* an alltoall: one count per trainer of the job (a2a_cap of them allocated), the
+	 * send counts while it runs, the counts received once it has succeeded; a2a_given
+	 * and a2a_sum are what the trainer gave when it was refused (a2a_bad) */
+	uint64_t *a2a;
+	uint32_t a2a_cap, a2a_n; /* allocated, in use (the trainers at submission) */
+	int a2a_bad;
+	uint64_t a2a_given, a2a_sum;
 	int zombie; /* the session went away while the engine held this buffer */
 	struct scd_reg *next_in_session;
 } scd_reg_t;
@@ -101,14 +108,15 @@ typedef struct scd_ntensor {
  * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
  * reads its residual whole), COO input (the engine hands a single tensor's list to the
  * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them), an allgather (its buffer's layout depends on every rank's count) and a
- * reduce-scatter (each trainer's slice of the buffer is its result).
+ * made from them), an allgather (its buffer's layout depends on every rank's count), a
+ * reduce-scatter (each trainer's slice of the buffer is its result) and an alltoall (its
+ * blocks go to other trainers).
  */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
 	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER ||
-	       scd_op_is_reducescatter(nt->op);
+	       nt->op == SCD_OP_ALLTOALL || scd_op_is_reducescatter(nt->op);
 }
 
 /*

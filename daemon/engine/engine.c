@@ -17,6 +17,7 @@
 
 #include "device/cuda.h"
 #include "device/reduce.h"
+#include "engine/alltoall.h"
 #include "engine/bufctx.h"
 #include "engine/gpunet.h"
 #include "engine/verdict.h"
@@ -684,6 +685,70 @@ static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	return st;
 }
 
+/* What an alltoall borrows from the engine (alltoall.h): its host staging, and the
+ * peer copies of a trainer's buffer on another GPU than the engine's (through the peer
+ * staging area on the engine GPU, which peer_reserve sized for a whole tensor). */
+typedef struct a2a_ctx {
+	scd_engine_t *e;
+	const scd_device_ops_t *dev;
+	const scd_job_item_t *it;
+} a2a_ctx_t;
+
+static void *alltoall_stage(void *arg, size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	return stage_get(a->e, a->dev, bytes);
+}
+
+static void alltoall_copy_in(void *arg, const scd_job_src_t *src, void *dst, const void *p,
+			     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	if (!peer_local(&a->e->peer, src))
+		peer_copy_in(&a->e->peer, a->it, src, dst, p, bytes);
+	else
+		a->dev->copy(dst, p, bytes);
+}
+
+static sc_status_t alltoall_copy_out(void *arg, const scd_job_src_t *src, const void *p,
+				     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	scd_peer_t *pe = &a->e->peer;
+	if (peer_local(pe, src)) {
+		a->dev->from_host(src->dense, p, bytes);
+		return SC_OK;
+	}
+	a->dev->from_host(pe->buf, p, bytes);
+	return pe->ipc->copy_peer(src->dense, src->ordinal, pe->buf, pe->engine, bytes);
+}
+
+static scd_a2a_hooks_t alltoall_hooks(a2a_ctx_t *a)
+{
+	return (scd_a2a_hooks_t){alltoall_stage, alltoall_copy_in, alltoall_copy_out, a};
+}
+
+/* An alltoall (alltoall.h), timed as the blocks it sent: P - 1 messages' latency and
+ * this node's bytes. */
+static sc_status_t alltoall_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+				  void *buf)
+{
+	int P = e->d->world_size;
+	scd_transport_t *t = e->transport;
+	scd_transport_counters_t c0, c1;
+	t->ops->counters(t, &c0);
+	a2a_ctx_t ac = {e, dev, &job->items[0]};
+	scd_a2a_hooks_t h = alltoall_hooks(&ac);
+	sc_status_t st =
+	    scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf, &h);
+	t->ops->counters(t, &c1);
+	job->predicted_s =
+	    P > 1 ? (P - 1) * e->alpha_s +
+			(double)(c1.bytes_sent - c0.bytes_sent) * e->beta_s_per_byte
+		  : 0;
+	return st;
+}
+
 /*
  * Measures latency and bandwidth to every peer, then makes every rank use the same values
  * (the mean over ranks, through an allreduce whose result is bit-identical everywhere), so
@@ -984,12 +1049,15 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	 * reduce-scatter (each trainer's result is another part of the buffer) or a tensor on
 	 * another GPU than the engine's */
 	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER &&
-	    !scd_op_is_reducescatter(job->op) &&
+	    job->op != SCD_OP_ALLTOALL && !scd_op_is_reducescatter(job->op) &&
 	    (run->kind != SCD_DEVICE_CUDA ||
 	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
 		run->buf = job->items[0].src[0].dense;
 	} else {
-		run->slot = slot_acquire(e, job, run->kind, dev, job->total_numel * esz);
+		run->slot =
+		    slot_acquire(e, job, run->kind, dev,
+				 job->op == SCD_OP_ALLTOALL ? scd_alltoall_buffer_bytes(job)
+							    : job->total_numel * esz);
 		if (run->slot < 0) {
 			compute_fail(job, SC_ERR_NOMEM);
 			return;
@@ -1015,7 +1083,11 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	int L = e->d->local_size, root = scd_op_root(job->op);
 	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
 		;
-	else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
+	else if (job->op == SCD_OP_ALLTOALL) { /* the blocks out of the trainers' buffers */
+		a2a_ctx_t ac = {e, dev, &job->items[0]};
+		scd_a2a_hooks_t h = alltoall_hooks(&ac);
+		scd_alltoall_pack(job, run->buf, &h);
+	} else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
 		for (int i = 0; i < job->n_items; i++)
 			local_broadcast(dev, &e->peer, &job->items[i], job->dtype,
 					run->buf + job->items[i].offset * esz,
@@ -1091,7 +1163,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	 * every rank); the reductions of a buffer on a GPU on every rank (the verdict round
 	 * says) the transport gpunet picks, with every rank */
 	int mesh_only = scd_op_is_broadcast(job->op) || job->op == SCD_OP_ALLGATHER ||
-			scd_op_is_reducescatter(job->op);
+			job->op == SCD_OP_ALLTOALL || scd_op_is_reducescatter(job->op);
 	if (all_cuda && !mesh_only &&
 	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &t, &alpha, &beta,
 				  job->error, sizeof(job->error))) != SC_OK) {
@@ -1115,6 +1187,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		st = allgather_typed(e, job, dev, run->buf);
 	else if (scd_op_is_reducescatter(job->op))
 		st = reducescatter_typed(e, job, dev, run->buf);
+	else if (job->op == SCD_OP_ALLTOALL)
+		st = alltoall_typed(e, job, dev, run->buf);
 	else
 		st = dense_typed(e, job, dev, t, run->buf);
 	t->ops->counters(t, &c1);
@@ -1130,7 +1204,8 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->d->rank, why);
 		return;
 	}
-	if (job->op == SCD_OP_ALLGATHER) {
+	if (job->op == SCD_OP_ALLTOALL) { /* written in place by the exchange */
+	} else if (job->op == SCD_OP_ALLGATHER) {
 		const scd_job_item_t *it = &job->items[0];
 		for (int s = 0; s < it->n_src; s++) {
 			dev->copy(it->src[s].dense, run->buf, job->gathered * esz);

@@ -84,8 +84,17 @@ typedef struct scd_job_src {
 	uint64_t coo_nnz, coo_cap;
 	int coo;
 	uint64_t count; /* an allgather: the elements this trainer gives */
+	/* an alltoall: one count per trainer of the job, the elements this trainer sends
+	 * each (the engine writes the elements received from each there once it succeeds),
+	 * and what the trainer gave when the counts were refused (a2a_bad: not one per
+	 * trainer, or summing over the tensor's size; a2a zeros then) */
+	uint64_t *a2a;
+	uint32_t a2a_n; /* its entries: the job's trainers when the trainer submitted */
+	int a2a_bad;
+	uint64_t a2a_given, a2a_sum;
 	/* the trainer asked for a sparse result: the engine writes its COO area and the
-	 * entry count (or UINT64_MAX, dense) here; an allgather's total, likewise */
+	 * entry count (or UINT64_MAX, dense) here; an allgather's or an alltoall's total,
+	 * likewise */
 	uint64_t *result_nnz;
 } scd_job_src_t;
 

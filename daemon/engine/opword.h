@@ -15,9 +15,9 @@
 /*
  * The operation word of a node tensor's step, as negotiation carries it (nt->op, the
  * announcements' and the response cache's op): an sc_reduce_op_t, a broadcast from
- * trainer rank root as SCD_OP_BROADCAST | root, SCD_OP_ALLGATHER, or a reduce-scatter
- * (below). The ranks must agree on the whole word: a broadcast from another root, or a
- * reduce-scatter in rows of another length, is a mismatch like another reduction.
+ * trainer rank root as SCD_OP_BROADCAST | root, SCD_OP_ALLGATHER, SCD_OP_ALLTOALL, or a
+ * reduce-scatter (below). The ranks must agree on the whole word: a broadcast from another
+ * root, or a reduce-scatter in rows of another length, is a mismatch like another reduction.
  */
 #define SCD_OP_BROADCAST 0x80000000u
 /* An allgather of every trainer's first elements (scd_job_src_t.count), in rank order; it
@@ -27,6 +27,9 @@
  * row << 3 | op (row below SCD_RS_ROW_MAX); it runs in a buffer of its own. */
 #define SCD_OP_REDUCESCATTER 0x20000000u
 #define SCD_RS_ROW_MAX	     (1u << 26)
+/* An alltoall of blocks by send counts (scd_job_src_t.a2a); it runs in a buffer of its own
+ * (engine/alltoall.h). */
+#define SCD_OP_ALLTOALL 0x10000000u
 
 static inline int scd_op_is_reducescatter(uint32_t op)
 {
@@ -62,6 +65,8 @@ static inline const char *scd_op_describe(uint32_t op, char *buf, size_t len)
 		snprintf(buf, len, "broadcast from rank %d", scd_op_root(op));
 	else if (op == SCD_OP_ALLGATHER)
 		snprintf(buf, len, "allgather");
+	else if (op == SCD_OP_ALLTOALL)
+		snprintf(buf, len, "alltoall");
 	else if (scd_op_is_reducescatter(op))
 		snprintf(buf, len, "reducescatter (%s, rows of %u)",
 			 sc_reduce_op_name(scd_op_reduction(op)), scd_op_rs_row(op));

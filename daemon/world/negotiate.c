@@ -1221,6 +1221,8 @@ static const char *stats_scheme(const scd_job_t *job)
 		return "broadcast";
 	if (job->op == SCD_OP_ALLGATHER)
 		return "allgather";
+	if (job->op == SCD_OP_ALLTOALL)
+		return "alltoall";
 	if (scd_op_is_reducescatter(job->op))
 		return "reducescatter";
 	return scd_scheme_name((scd_scheme_t)job->scheme);

@@ -66,6 +66,8 @@ void it_sleep_ms(int ms);
 sc_client_t *it_connect(void);
 /* sc_register that fails the test on error. */
 sc_tensor_t *it_register(sc_client_t *c, const char *name, sc_dtype_t dtype, size_t numel);
+/* A float32 tensor with a top-k sparsifier (density 0.1), registered or the test fails. */
+sc_tensor_t *it_register_topk(sc_client_t *c, const char *name, size_t numel);
 /* sc_wait bounded by timeout_ms; tells a wait that ran out (IT_HANG) from a daemon error. */
 int it_wait(sc_client_t *c, sc_handle_t h, int timeout_ms);
 /* Name of an it_wait result, and the error text of the last it_wait (sc_last_error() as
@@ -134,6 +136,7 @@ int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);
 int it_join_killed(int argc, char **argv);
 int it_reducescatter(int argc, char **argv);
+int it_alltoall(int argc, char **argv); /* itest_a2a.c */
 int it_barrier_stalled(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */
 int it_live_gone(int argc, char **argv);    /* itest_live.c */

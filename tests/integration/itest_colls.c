@@ -236,14 +236,7 @@ static const char *ops_expect(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op,
 
 static void ops_refused(sc_client_t *c)
 {
-	sc_tensor_opts_t o;
-	memset(&o, 0, sizeof(o));
-	o.struct_size = sizeof(o);
-	o.sparsifier = SC_SPARSIFY_TOPK;
-	o.density = 0.1;
-	sc_tensor_t *t = NULL;
-	IT_CHECK_SC(sc_register_ex(c, "ops.topk", SC_FLOAT32, 1000, &o, &t),
-		    "sc_register_ex('ops.topk', topk)");
+	sc_tensor_t *t = it_register_topk(c, "ops.topk", 1000);
 	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 3, sc_rank(c), 1);
 	const char *msg = ops_expect(c, t, SC_OP_MAX, SC_ERR_UNSUPPORTED);
 	if (!strstr(msg, "max"))
@@ -536,13 +529,7 @@ int it_broadcast(int argc, char **argv)
 		IT_FAIL("broadcast from root %d of %d trainers: expected SC_ERR_INVALID naming "
 			"it, got %s: '%s'",
 			P, P, sc_status_name(st), sc_last_error());
-	sc_tensor_opts_t o;
-	memset(&o, 0, sizeof(o));
-	o.struct_size = sizeof(o);
-	o.sparsifier = SC_SPARSIFY_TOPK;
-	o.density = 0.1;
-	sc_tensor_t *tk = NULL;
-	IT_CHECK_SC(sc_register_ex(c, "bcast.topk", SC_FLOAT32, 100, &o, &tk), "register");
+	sc_tensor_t *tk = it_register_topk(c, "bcast.topk", 100);
 	st = sc_broadcast_async(c, tk, 0, &bad);
 	int r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
 	if (r != SC_ERR_UNSUPPORTED)

@@ -130,6 +130,19 @@ sc_tensor_t *it_register(sc_client_t *c, const char *name, sc_dtype_t dtype, siz
 	return t;
 }
 
+sc_tensor_t *it_register_topk(sc_client_t *c, const char *name, size_t numel)
+{
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.sparsifier = SC_SPARSIFY_TOPK;
+	o.density = 0.1;
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, numel, &o, &t),
+		    "sc_register_ex('%s', top-k)", name);
+	return t;
+}
+
 int it_wait(sc_client_t *c, sc_handle_t h, int timeout_ms)
 {
 	sc_status_t st = sc_wait(c, h, timeout_ms);
@@ -328,6 +341,7 @@ static const struct {
     {"broadcast", it_broadcast, "broadcasts of every dtype exact, their bytes, errors"},
     {"allgather", it_allgather, "allgathers of varying counts exact; over the size refused"},
     {"reducescatter", it_reducescatter, "uneven row splits exact; rows that differ"},
+    {"alltoall", it_alltoall, "alltoalls of varying counts exact; over the size; bad counts"},
     {"join", it_join, "uneven steps: joined ranks add zeros; the last rank to join"},
     {"join-killed", it_join_killed, "rank 1 dies: every join fails naming it (n >= 3)"},
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},

@@ -170,6 +170,11 @@ run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
 run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
 
+# alltoall: counts that vary by pair and step, every element and byte; over the size; one
+# rank's bad counts failing every rank; a joined rank.
+run_case "alltoall n=3" 3 1 120 0 3 -- "$itest" alltoall
+run_case "alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall
+
 # join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
 run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
@@ -730,6 +735,7 @@ fi
 cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
 	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
+		"cuda alltoall n=2 per-node=2" "cuda gpus alltoall n=2 per-node=2" \
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
 		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
 		"cuda gpus engine 2 refused n=1 per-node=2"; do
@@ -742,6 +748,8 @@ else
 	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log" tcp
 	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log" tcp
 	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
+	run_case "cuda alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
+		"$tmp/cuda-a2a.log"
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
 	# Several GPUs per node, emulated by the host build and the driver stand-in: local
@@ -752,6 +760,8 @@ else
 		"$tmp/cuda-gpus-sums.log" tcp
 	run_case "cuda gpus sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
 		"$tmp/cuda-gpus-sums2.log" tcp
+	run_case "cuda gpus alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
+		"$tmp/cuda-gpus-a2a.log"
 	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
 		cuda-killed "$tmp/cuda-gpus-killed.log"
 	# the engine on cuda:1: local rank 0's tensors copied over and back, and its top-k

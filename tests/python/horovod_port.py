@@ -53,6 +53,11 @@ halved = hvd.allreduce(torch.full((4,), 1.0 / 3 + R), average=True,
                        compression=hvd.Compression.fp16)
 root_vals = hvd.broadcast_(torch.full((2,), float(R)), root_rank=P - 1)
 scattered = hvd.reducescatter(torch.arange(2.0 * P).view(P, 2) * (R + 1), op=hvd.Sum)
+# rank r sends rank q (r + q) % 2 + 1 rows of the value 10 r + q
+a2a_splits = [(R + q) % 2 + 1 for q in range(P)]
+exchanged, exchanged_splits = hvd.alltoall(
+    torch.cat([torch.full((n, 2), 10.0 * R + q) for q, n in enumerate(a2a_splits)]),
+    splits=torch.tensor(a2a_splits, dtype=torch.int32))
 hvd.barrier()
 
 
@@ -136,6 +141,13 @@ def collectives():
     assert torch.equal(root_vals, torch.full((2,), float(P - 1))), root_vals
     want = torch.arange(2.0 * R, 2.0 * R + 2) * (P * (P + 1) / 2)
     assert torch.equal(scattered.flatten(), want), scattered
+
+
+@check
+def alltoall():
+    want = torch.cat([torch.full(((r + R) % 2 + 1, 2), 10.0 * r + R) for r in range(P)])
+    assert torch.equal(exchanged, want), exchanged
+    assert exchanged_splits.tolist() == [(r + R) % 2 + 1 for r in range(P)], exchanged_splits
 
 
 @check

@@ -155,6 +155,45 @@ def allgather_variable_first_dimension():
 
 
 @check
+def alltoall_splits_every_dtype():
+    # rank r sends rank q (r + 2 q) % 3 rows (zeros among them; rank 1 sends nothing),
+    # rows past the splits' sum stay home
+    def split(r, q):
+        return 0 if r == 1 else (r + 2 * q) % 3
+
+    for dt in (torch.float32, torch.int64):
+        sp = [split(R, q) for q in range(P)]
+        rows = sum(sp) + 1
+        x = torch.arange(rows * 3, dtype=dt).view(rows, 3) + 1000 * R
+        got, rsp = sct.alltoall(x, splits=sp, name="a2a.%s" % dt)
+        want = torch.cat([(torch.arange(rows_r * 3, dtype=dt).view(rows_r, 3) + 1000 * r)[
+            sum(split(r, q) for q in range(R)):][:split(r, R)]
+            for r in range(P) for rows_r in [sum(split(r, q) for q in range(P)) + 1]])
+        assert got.dtype == dt and torch.equal(got, want), (got, want)
+        assert rsp.dtype == torch.int32 and rsp.tolist() == [split(r, R) for r in range(P)], rsp
+    # the even split (numpy, through the base module): (received, received splits)
+    a = np.arange(2 * P, dtype=np.float64) + 100 * R
+    got, rsp = sc.alltoall(a, name="a2a.even")
+    assert np.array_equal(got, np.array([100 * r + 2 * R + k for r in range(P) for k in (0, 1)],
+                                        dtype=np.float64)), got
+    assert list(rsp) == [2] * P, rsp
+    # Horovod's form without splits returns the tensor alone; async through synchronize
+    h = sct.alltoall_async(torch.full((P, 2), float(R)), name="a2a.async")
+    got = sct.synchronize(h)
+    assert torch.equal(got, torch.arange(float(P)).repeat_interleave(2).view(P, 2)), got
+    try:  # splits refused on rank 1 alone (too few): every rank fails naming it
+        sct.alltoall(torch.zeros(P, 2), splits=[1] * (P - (R == 1)), name="a2a.bad")
+        raise AssertionError("a wrong number of splits was accepted")
+    except sc.SparsecommError as e:
+        assert e.status_name == "SC_ERR_INVALID" and "rank 1" in e.message, e
+    try:  # rows that no even split divides, on every rank
+        sct.alltoall(torch.zeros(P + 1, 2), name="a2a.uneven")
+        raise AssertionError("an uneven default split was accepted")
+    except sc.SparsecommError as e:
+        assert e.status_name == "SC_ERR_INVALID" and "evenly" in e.message, e
+
+
+@check
 def reducescatter_rows_in_rank_order():
     rows = 2 * P + 1  # uneven: the first rank gets one row more
     x = torch.arange(rows * 4, dtype=torch.float64).view(rows, 4) * (R + 1)

@@ -97,8 +97,8 @@ __all__ = [
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
-    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "reducescatter",
-    "barrier", "join",
+    "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "alltoall",
+    "alltoall_async", "reducescatter", "barrier", "join",
     "registered", "library_path", "status_name",
 ]
 
@@ -1022,17 +1022,33 @@ def _unravel(lin, sparse_shape):
 
 # ---- allgather ---------------------------------------------------------------------
 
-def _allgather_async(tensor, name, timeout):
-    """Starts an allgather; returns (Handle, every rank's row count)."""
-    c = _need()
+def _rows_in(tensor, what, name):
+    """A collective's input in rows (its first dimension): (is torch, the tensor on the
+    host, its torch device or None, its shape)."""
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
     dev = x.device if istorch else None
     if istorch and dev.type != "cpu":
         x = x.cpu()
-    shape = tuple(x.shape)
-    if not shape:
-        raise ValueError("allgather of '%s': a scalar has no first dimension" % name)
+    if not x.shape:
+        raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
+    return istorch, x, dev, tuple(x.shape)
+
+
+def _rows_out(e, n, shape, dtype, dev):
+    """The first n elements of e's buffer as a new tensor of shape: torch on dev (dev not
+    None), else numpy."""
+    if dev is not None:
+        res = _torch().empty(shape, dtype=dtype)
+        res.copy_(e.tdata()[:n].view(shape))
+        return res.to(dev) if dev.type != "cpu" else res
+    return np.array(e.data[:n].reshape(shape), dtype=dtype)
+
+
+def _allgather_async(tensor, name, timeout):
+    """Starts an allgather; returns (Handle, every rank's row count)."""
+    c = _need()
+    istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
     row = math.prod(shape[1:])
     # the sizes first: every rank's rows and elements per row
     meta = np.zeros(2 * c.size, dtype=np.int64)
@@ -1066,11 +1082,7 @@ def _allgather_async(tensor, name, timeout):
     out_shape = (int(rows.sum()),) + shape[1:]
 
     def finish():
-        if istorch:
-            res = _torch().empty(out_shape, dtype=x.dtype)
-            res.copy_(e.tdata()[:total].view(out_shape))
-            return res.to(dev) if dev.type != "cpu" else res
-        return np.array(e.data[:total].reshape(out_shape), dtype=x.dtype)
+        return _rows_out(e, total, out_shape, x.dtype, dev)
 
     return Handle(c, e, h.value, finish), rows
 
@@ -1108,6 +1120,101 @@ def allgather_object(obj, name=None, timeout=None):
     return out
 
 
+# ---- alltoall ----------------------------------------------------------------------
+
+def _splits_refusal(splits, rows, size):
+    """This rank's splits of ``rows`` rows over ``size`` ranks, and why they are refused
+    ("" when they are not): Horovod's rules, splits=None an even split."""
+    if splits is None:
+        if rows % size:
+            return None, "%d rows do not split evenly over %d ranks" % (rows, size)
+        return [rows // size] * size, ""
+    if _is_torch(splits):
+        splits = splits.detach().cpu()
+    sp = [int(v) for v in np.asarray(splits).reshape(-1)]
+    if len(sp) != size:
+        return None, "%d splits for %d ranks" % (len(sp), size)
+    if min(sp) < 0:
+        return None, "a negative split (%d)" % min(sp)
+    if sum(sp) > rows:
+        return None, "splits summing to %d rows, over its %d" % (sum(sp), rows)
+    return sp, ""
+
+
+def alltoall_async(tensor, splits=None, name=None, timeout=None):
+    """Starts an alltoall (see :func:`alltoall`); the Handle's wait() returns
+    (received, received_splits)."""
+    c = _need()
+    name = "alltoall" if name is None else str(name)
+    istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
+    P, row = c.size, math.prod(shape[1:])
+    sp, why = _splits_refusal(splits, shape[0], P)
+    # the sizes first, every rank's alike: its refusal, elements per row and splits (a
+    # rank whose splits are refused fails every rank instead of leaving them waiting)
+    meta = np.zeros((P, P + 2), dtype=np.int64)
+    meta[c.rank, 0], meta[c.rank, 1] = int(bool(why)), row
+    if not why:
+        meta[c.rank, 2:] = sp
+    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
+    bad = [r for r in range(P) if meta[r, 0]]
+    if bad:
+        raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
+                              "are refused%s" % (name, ", ".join(map(str, bad)),
+                                                 " (here: %s)" % why if why else ""), name)
+    if np.any(meta[:, 1] != row):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
+                              "differ across ranks: %s" % (name, ", ".join(
+                                  "rank %d has %d" % (r, meta[r, 1]) for r in range(P))),
+                              name)
+    S = meta[:, 2:]  # S[s, q]: the rows rank s sends rank q
+    rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
+    cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
+    e = _acquire(c, "%s.%d" % (name, cap), "alltoall", _sc_dtype(x), cap,
+                 _opts_key(None, 0.0, 0.0, None, False), 0)
+    n = int(S[c.rank].sum()) * row
+    try:
+        if istorch:
+            e.tdata()[:n].copy_(x.reshape(-1)[:n])
+        else:
+            np.copyto(e.data[:n], x.reshape(-1)[:n], casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[c.rank]))
+    st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
+
+    def finish():
+        got = (ctypes.c_size_t * P)()
+        st = lib.sc_tensor_result_counts(e.ptr, got, P)
+        if st != _lib.SC_OK:
+            raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
+        # what the daemons delivered, in rows: the splits every rank announced
+        recv = np.array([v // row if row else S[r, c.rank] for r, v in enumerate(got)],
+                        dtype=np.int64)
+        total = int(recv.sum())
+        return _rows_out(e, total * row, (total,) + shape[1:], x.dtype, dev), recv
+
+    return Handle(c, e, h.value, finish)
+
+
+def alltoall(tensor, splits=None, name=None, timeout=None):
+    """Scatters ``tensor``'s rows to every rank and gathers what every rank sends this
+    one: ``splits[r]`` rows (along the first dimension, in rank order) go to rank r
+    (default: an even split, which must divide the rows; rows past the splits' sum are
+    not sent), and the result is the rows received, in source rank order, with the number
+    from each rank: (received, received_splits).  The splits are exchanged first (an
+    int64 sum allreduce named name + ".sizes": splits refused on one rank fail every rank
+    naming it), then the rows (sc_alltoall_async: each node sends every other node its
+    trainers' rows for that node's trainers, once).  Every rank must use the same name
+    (default "alltoall"), dtype and elements per row."""
+    return alltoall_async(tensor, splits, name, timeout).wait(timeout)
+
+
 # ---- reducescatter -----------------------------------------------------------------
 
 def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
@@ -1119,13 +1226,8 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
     c = _need()
     name = "reducescatter" if name is None else str(name)
     red = ReduceOp.parse(op)
-    istorch = _is_torch(tensor)
-    x = tensor.detach() if istorch else np.asarray(tensor)
-    dev = x.device if istorch else None
-    if istorch and dev.type != "cpu":
-        x = x.cpu()
-    shape = tuple(x.shape)
-    if not shape or not math.prod(shape):
+    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", name)
+    if not math.prod(shape):
         raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
     row, n = math.prod(shape[1:]), math.prod(shape)
     e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
@@ -1147,12 +1249,7 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
 
     def finish():
         got = lib.sc_tensor_result_nnz(e.ptr)
-        out_shape = (got // row,) + shape[1:]
-        if istorch:
-            res = _torch().empty(out_shape, dtype=x.dtype)
-            res.copy_(e.tdata()[:got].view(out_shape))
-            return res.to(dev) if dev.type != "cpu" else res
-        return np.array(e.data[:got].reshape(out_shape), dtype=x.dtype)
+        return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 
     return Handle(c, e, h.value, finish).wait(timeout)
 

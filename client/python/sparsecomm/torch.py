@@ -34,8 +34,9 @@ Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
 ``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
 local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
 name=None, compression=..., op=None), allreduce_, allreduce_async, allreduce_async_,
-synchronize(handle), poll(handle), allgather, allgather_object, broadcast, broadcast_,
-broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter, barrier,
+synchronize(handle), poll(handle), allgather, allgather_object, alltoall, alltoall_async,
+broadcast, broadcast_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
+reducescatter, barrier,
 join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 round each value to 16 bits as Horovod's do, but the wire stays 32-bit until the
@@ -216,6 +217,41 @@ def poll(handle):
     """True once the operation of ``handle`` has finished (synchronize() then returns at
     once)."""
     return handle.poll()
+
+
+class _AlltoallHandle:
+    """An alltoall in flight, whose wait() gives Horovod's result: the received tensor,
+    and with it the received splits (int32) when splits were given."""
+
+    def __init__(self, handle, splits_given):
+        self._h = handle
+        self._splits = splits_given
+
+    def poll(self):
+        return self._h.poll()
+
+    def done(self):
+        return self._h.poll()
+
+    def wait(self, timeout=None):
+        out, recv = self._h.wait(timeout)
+        if not self._splits:
+            return out
+        return out, torch.as_tensor(recv, dtype=torch.int32)
+
+
+def alltoall_async(tensor, splits=None, name=None, timeout=None):
+    """Horovod's alltoall_async: a handle for synchronize() (sparsecomm.alltoall_async)."""
+    return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, timeout),
+                           splits is not None)
+
+
+def alltoall(tensor, splits=None, name=None, timeout=None):
+    """Horovod's alltoall: ``splits[r]`` rows of ``tensor`` go to rank r (default an even
+    split, which must divide the first dimension); returns the rows received in rank
+    order, and, when ``splits`` is given, also the received splits (an int32 tensor, one
+    per rank), as Horovod returns them."""
+    return alltoall_async(tensor, splits, name, timeout).wait(timeout)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,

@@ -1,0 +1,352 @@
+/*
+ * alltoall.c: the alltoall collective (alltoall.h).
+ *
+ * The count matrix. Each node sends every other node its trainers' rows, T + 3 words each
+ * (T trainers in the job): the row's state, what the trainer gave (the number of counts
+ * and their sum, for a refusal's message) and its T send counts. A trainer with no source
+ * on its node (it has joined, or its registration went away) has an absent row: it sends
+ * nothing, and nothing is sent to it. Every node holds the same matrix once the exchange
+ * is done, so the refusals and the limit below are decided, and worded, alike everywhere.
+ *
+ * The blocks. To node p, this node sends, for each of its trainers l in local rank order
+ * and each of p's trainers m in local rank order, the block l addresses to m, from the
+ * packed buffer; from p it receives in the same order, each block straight into its place
+ * in the local trainer's buffer (after the blocks of the lower source ranks). So each node
+ * pair exchanges once, in one exchange for the whole job, and nothing is copied on the
+ * receiving side.
+ */
+#include "engine/alltoall.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheme/registry.h"
+#include "util/clock.h"
+
+enum { A2A_OK = 0, A2A_ABSENT = 1, A2A_BAD = 2 };
+#define A2A_HEAD 3 /* words ahead of a row's counts: state, counts given, their sum */
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+
+/* The packed elements of a source: its send counts' sum. */
+static uint64_t src_total(const scd_job_src_t *s)
+{
+	uint64_t n = 0;
+	for (uint32_t r = 0; r < s->a2a_n && !s->a2a_bad; r++)
+		n += s->a2a[r];
+	return n;
+}
+
+size_t scd_alltoall_buffer_bytes(const scd_job_t *job)
+{
+	const scd_job_item_t *it = &job->items[0];
+	return (size_t)(it->n_src ? it->n_src : 1) * it->numel * sc_dtype_size(job->dtype);
+}
+
+void scd_alltoall_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h)
+{
+	const scd_job_item_t *it = &job->items[0];
+	size_t esz = sc_dtype_size(job->dtype);
+	char *at = buf;
+	for (int s = 0; s < it->n_src; s++) {
+		size_t bytes = src_total(&it->src[s]) * esz;
+		h->copy_in(h->arg, &it->src[s], at, it->src[s].dense, bytes);
+		at += bytes;
+	}
+}
+
+/* The job's error, as the other collectives word theirs. */
+#define A2A_ERR(job, ...) snprintf((job)->error, sizeof((job)->error), __VA_ARGS__)
+
+/* Checks the rows a peer sent: a state it can have, and counts that fit the tensor. */
+static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, uint64_t numel)
+{
+	size_t W = (size_t)T + A2A_HEAD;
+	for (int k = 0; k < L; k++) {
+		uint64_t *row = M + ((size_t)p * L + (size_t)k) * W, sum = 0;
+		for (int r = 0; r < T; r++)
+			sum = sat_add(sum, row[A2A_HEAD + r]);
+		if (row[0] > A2A_BAD || (row[0] == A2A_OK && sum > numel) ||
+		    (row[0] != A2A_OK && sum)) {
+			A2A_ERR(
+			    job,
+			    "alltoall of tensor '%s': node %d sent rank %d's send counts in "
+			    "state %llu summing to %llu, over the tensor's %llu elements or "
+			    "malformed",
+			    job->items[0].name ? job->items[0].name : "?", p, p * L + k,
+			    (unsigned long long)row[0], (unsigned long long)sum,
+			    (unsigned long long)numel);
+			return SC_ERR_PROTOCOL;
+		}
+	}
+	return SC_OK;
+}
+
+/* Every rank's refused counts, or every rank's receive when one is over the tensor's size:
+ * the same verdict and words on every node, from the same matrix. */
+static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int T, uint64_t numel,
+				uint64_t *recv)
+{
+	size_t W = (size_t)T + A2A_HEAD;
+	const char *name = job->items[0].name ? job->items[0].name : "?";
+	int n = 0, bad = 0;
+	for (int s = 0; s < T; s++) {
+		const uint64_t *row = M + (size_t)s * W;
+		if (row[0] != A2A_BAD)
+			continue;
+		if (!bad++)
+			n = A2A_ERR(
+			    job,
+			    "alltoall of tensor '%s' (%llu elements, %d trainers): send "
+			    "counts refused:",
+			    name, (unsigned long long)numel, T);
+		if (n < (int)sizeof(job->error) - 80)
+			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
+				      "%s rank %d gave %llu counts summing to %llu",
+				      bad > 1 ? "," : "", s, (unsigned long long)row[1],
+				      (unsigned long long)row[2]);
+	}
+	if (bad)
+		return SC_ERR_INVALID;
+	int over = -1;
+	for (int q = 0; q < T; q++) {
+		recv[q] = 0;
+		for (int s = 0; s < T && M[(size_t)q * W] != A2A_ABSENT; s++)
+			recv[q] = sat_add(recv[q], M[(size_t)s * W + A2A_HEAD + (size_t)q]);
+		if (recv[q] > numel && over < 0)
+			over = q;
+	}
+	if (over < 0)
+		return SC_OK;
+	n = A2A_ERR(job,
+		    "alltoall of tensor '%s': rank %d would receive %llu elements, over its "
+		    "%llu (received by rank:",
+		    name, over, (unsigned long long)recv[over], (unsigned long long)numel);
+	for (int q = 0; q < T && n < (int)sizeof(job->error) - 48; q++)
+		n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
+			      "%s rank %d: %llu", q ? "," : "", q, (unsigned long long)recv[q]);
+	snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
+	return SC_ERR_LIMIT;
+}
+
+typedef struct a2a {
+	scd_job_t *job;
+	const scd_device_ops_t *dev;
+	int node, P, L, T;
+	size_t esz, W;
+	uint64_t *M;		  /* [T][W] the count matrix */
+	uint64_t *recv;		  /* [T] each trainer's receive total */
+	uint64_t *pbase;	  /* [L] each local trainer's first packed element */
+	char *dst[SCD_MAX_LOCAL]; /* where each local trainer's result is written */
+	const scd_job_src_t *src[SCD_MAX_LOCAL];
+} a2a_t;
+
+/* Element offset of rank s's block to rank q in s's send order. */
+static uint64_t send_off(const a2a_t *a, int s, int q)
+{
+	const uint64_t *c = a->M + (size_t)s * a->W + A2A_HEAD;
+	uint64_t o = 0;
+	for (int r = 0; r < q; r++)
+		o += c[r];
+	return o;
+}
+
+/* Element offset of the block from rank s in rank q's result. */
+static uint64_t recv_off(const a2a_t *a, int s, int q)
+{
+	uint64_t o = 0;
+	for (int r = 0; r < s; r++)
+		o += a->M[(size_t)r * a->W + A2A_HEAD + (size_t)q];
+	return o;
+}
+
+/* The blocks: local ones copied, the others in one exchange. */
+static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
+			  scd_transport_t *t)
+{
+	scd_job_t *job = a->job;
+	int me = a->node, L = a->L, P = a->P;
+	size_t nx = (size_t)(P > 1 ? P - 1 : 1) * (size_t)L * (size_t)L;
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * nx);
+	if (!x) {
+		A2A_ERR(job, "alltoall: out of memory");
+		return SC_ERR_NOMEM;
+	}
+	int ns = 0, nr = 0, host = scd_device_host_memory(a->dev);
+	for (int l = 0; l < L; l++) {
+		int s = me * L + l;
+		if (!a->src[l])
+			continue;
+		for (int m = 0; m < L; m++) { /* between two trainers of this node */
+			int q = me * L + m;
+			uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
+			if (!a->src[m] || !n)
+				continue;
+			const char *from =
+			    packed_dev + (a->pbase[l] + send_off(a, s, q)) * a->esz;
+			char *to = a->dst[m] + recv_off(a, s, q) * a->esz;
+			if (host)
+				a->dev->copy(to, from, n * a->esz);
+			else
+				a->dev->to_host(to, from, n * a->esz);
+		}
+	}
+	for (int p = 0; p < P; p++) {
+		if (p == me)
+			continue;
+		for (int l = 0; l < L; l++) /* ours to p's, in p's order */
+			for (int m = 0; m < L && a->src[l]; m++) {
+				int s = me * L + l, q = p * L + m;
+				uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
+				if (n && a->M[(size_t)q * a->W] != A2A_ABSENT)
+					x[ns++] = (scd_xfer_t){
+					    p,
+					    packed_host +
+						(a->pbase[l] + send_off(a, s, q)) * a->esz,
+					    n * a->esz};
+			}
+		for (int k = 0; k < L; k++) /* p's to ours, in our order */
+			for (int m = 0; m < L; m++) {
+				int s = p * L + k, q = me * L + m;
+				uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
+				if (n && a->src[m])
+					x[nx + (size_t)nr++] = (scd_xfer_t){
+					    p, a->dst[m] + recv_off(a, s, q) * a->esz,
+					    n * a->esz};
+			}
+	}
+	sc_status_t st = a->dev->sync();
+	if (st == SC_OK)
+		st = scd_transport_exchange(t, x, ns, x + nx, nr, job->timeout_ms);
+	if (st != SC_OK)
+		A2A_ERR(job, "alltoall (%s): %s", sc_dtype_name((sc_dtype_t)job->dtype),
+			scd_transport_error());
+	free(x);
+	return st;
+}
+
+/* The results: each local trainer's counts from every rank, and their total. */
+static sc_status_t results(a2a_t *a, const scd_a2a_hooks_t *h)
+{
+	int me = a->node, L = a->L, T = a->T;
+	for (int m = 0; m < L; m++) {
+		const scd_job_src_t *s = a->src[m];
+		int q = me * L + m;
+		sc_status_t st;
+		if (!s)
+			continue;
+		if (!scd_device_host_memory(a->dev) &&
+		    (st = h->copy_out(h->arg, s, a->dst[m], a->recv[q] * a->esz)) != SC_OK)
+			return st;
+		for (int r = 0; r < T; r++)
+			s->a2a[r] = a->M[(size_t)r * a->W + A2A_HEAD + (size_t)q];
+		*s->result_nnz = a->recv[q];
+	}
+	return a->dev->sync();
+}
+
+sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_transport_t *t,
+			     int node, int P, int L, void *buf, const scd_a2a_hooks_t *h)
+{
+	const scd_job_item_t *it = &job->items[0];
+	a2a_t a = {.job = job, .dev = dev, .node = node, .P = P, .L = L};
+	a.T = P * L;
+	a.esz = sc_dtype_size(job->dtype);
+	a.W = (size_t)a.T + A2A_HEAD;
+	for (int s = 0; s < it->n_src; s++)
+		if (it->src[s].a2a_n != (uint32_t)a.T || L > SCD_MAX_LOCAL) {
+			A2A_ERR(job,
+				"alltoall of tensor '%s': local rank %d gave counts for %u "
+				"trainers, the job now has %d",
+				it->name ? it->name : "?", it->src[s].local_rank,
+				it->src[s].a2a_n, a.T);
+			return SC_ERR_INVALID;
+		}
+	double t0 = scd_now_s();
+	a.M = calloc((size_t)a.T * a.W + (size_t)a.T + (size_t)L, sizeof(uint64_t));
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	if (!a.M || !x) {
+		free(a.M);
+		free(x);
+		A2A_ERR(job, "alltoall: out of memory");
+		return SC_ERR_NOMEM;
+	}
+	a.recv = a.M + (size_t)a.T * a.W;
+	a.pbase = a.recv + a.T;
+	/* this node's rows: its trainers' states and counts, absent where none submitted */
+	uint64_t packed = 0;
+	for (int l = 0; l < L; l++)
+		a.M[((size_t)node * L + (size_t)l) * a.W] = A2A_ABSENT;
+	for (int s = 0; s < it->n_src; s++) {
+		const scd_job_src_t *src = &it->src[s];
+		int l = src->local_rank;
+		uint64_t *row = a.M + ((size_t)node * L + (size_t)l) * a.W;
+		if (l < 0 || l >= L)
+			continue;
+		a.src[l] = src;
+		a.pbase[l] = packed;
+		packed += src_total(src);
+		row[0] = src->a2a_bad ? A2A_BAD : A2A_OK;
+		row[1] = src->a2a_given;
+		row[2] = src->a2a_sum;
+		if (!src->a2a_bad)
+			memcpy(row + A2A_HEAD, src->a2a, sizeof(uint64_t) * (size_t)a.T);
+	}
+	int ns = 0, nr = 0;
+	size_t rb = (size_t)L * a.W * sizeof(uint64_t);
+	for (int p = 0; p < P; p++)
+		if (p != node) {
+			x[ns++] = (scd_xfer_t){p, a.M + (size_t)node * L * a.W, rb};
+			x[P + nr++] = (scd_xfer_t){p, a.M + (size_t)p * L * a.W, rb};
+		}
+	sc_status_t st = scd_transport_exchange(t, x, ns, x + P, nr, job->timeout_ms);
+	free(x);
+	if (st != SC_OK)
+		A2A_ERR(job, "alltoall counts: %s", scd_transport_error());
+	for (int p = 0; p < P && st == SC_OK; p++)
+		if (p != node)
+			st = rows_check(job, a.M, p, L, a.T, it->numel);
+	if (st == SC_OK)
+		st = matrix_check(job, a.M, a.T, it->numel, a.recv);
+	/* where the blocks go: the trainers' buffers, or host staging for a GPU's (the
+	 * packed sends first, then each trainer's result) */
+	char *packed_host = buf;
+	uint64_t recv_here = 0;
+	for (int m = 0; m < L && st == SC_OK; m++) {
+		if (!a.src[m])
+			continue;
+		a.dst[m] = a.src[m]->dense;
+		recv_here += a.recv[(size_t)node * L + (size_t)m];
+	}
+	if (st == SC_OK && !scd_device_host_memory(dev)) {
+		char *hs = h->stage(h->arg, (packed + recv_here) * a.esz + 1);
+		if (!hs) {
+			A2A_ERR(job, "alltoall: no host memory to stage %llu bytes",
+				(unsigned long long)((packed + recv_here) * a.esz));
+			st = SC_ERR_NOMEM;
+		} else {
+			dev->to_host(hs, buf, packed * a.esz);
+			packed_host = hs;
+			char *at = hs + packed * a.esz;
+			for (int m = 0; m < L; m++)
+				if (a.src[m]) {
+					a.dst[m] = at;
+					at += a.recv[(size_t)node * L + (size_t)m] * a.esz;
+				}
+		}
+	}
+	if (st == SC_OK)
+		st = blocks(&a, buf, packed_host, t);
+	if (st == SC_OK && (st = results(&a, h)) != SC_OK)
+		A2A_ERR(job, "alltoall: the %s device failed delivering the blocks: %s",
+			dev->name, sc_status_message(st));
+	job->exchange_s = scd_now_s() - t0;
+	job->scheme = SCD_SCHEME_DENSE_RING;
+	job->density = job->gamma = job->imbalance = 1;
+	free(a.M);
+	return st;
+}
