@@ -7,10 +7,12 @@
  * 3: heartbeats, Leave and the coordinator's NodeState for a node lost or left (a daemon
  * without them would be declared lost), and Reform when such a node joins again.
  * 4: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
+ * 5: the dtype of TensorRequest and CacheEntry is a type word with the tensor's wire
+ * format (engine/opword.h), and a 16-bit wire halves its ring's bytes.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 4
+#define SCD_WORLD_PROTOCOL_VERSION 5
 
 #endif

@@ -171,6 +171,8 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	uint32_t dtype;		/* sc_dtype_t of every item */
+	uint32_t wire;		/* sc_wire_t of every item (float32 sums travel as it) */
+	uint32_t wire_sent;	/* result: what the dense sum travelled as (0: 32 bits) */
 	uint32_t op;		/* the operation word (above) of the buffer: SC_OP_SUM for sum
 				   and average items (each averages its own), else every item's
 				   MIN, MAX, PRODUCT or broadcast (they never fuse with others) */
