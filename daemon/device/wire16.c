@@ -95,24 +95,24 @@ static void add_fp16_c(float *restrict acc, const uint16_t *restrict src, size_t
 }
 
 /* The bfloat16 loops, written once for the baseline and once for AVX2. */
-#define BF16_LOOPS(suffix, attr)                                                             \
-	attr static void narrow_bf16_##suffix(uint16_t *restrict dst,                       \
-					      const float *restrict src, size_t n)          \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			dst[i] = scd_f32_to_bf16(src[i]);                                    \
-	}                                                                                    \
-	attr static void widen_bf16_##suffix(float *restrict dst,                           \
-					     const uint16_t *restrict src, size_t n)        \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			dst[i] = scd_bf16_to_f32(src[i]);                                    \
-	}                                                                                    \
-	attr static void add_bf16_##suffix(float *restrict acc, const uint16_t *restrict src, \
-					   size_t n)                                         \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			acc[i] += scd_bf16_to_f32(src[i]);                                   \
+#define BF16_LOOPS(suffix, attr)                                                               \
+	attr static void narrow_bf16_##suffix(uint16_t *restrict dst,                          \
+					      const float *restrict src, size_t n)             \
+	{                                                                                      \
+		for (size_t i = 0; i < n; i++)                                                 \
+			dst[i] = scd_f32_to_bf16(src[i]);                                      \
+	}                                                                                      \
+	attr static void widen_bf16_##suffix(float *restrict dst,                              \
+					     const uint16_t *restrict src, size_t n)           \
+	{                                                                                      \
+		for (size_t i = 0; i < n; i++)                                                 \
+			dst[i] = scd_bf16_to_f32(src[i]);                                      \
+	}                                                                                      \
+	attr static void add_bf16_##suffix(float *restrict acc, const uint16_t *restrict src,  \
+					   size_t n)                                           \
+	{                                                                                      \
+		for (size_t i = 0; i < n; i++)                                                 \
+			acc[i] += scd_bf16_to_f32(src[i]);                                     \
 	}
 
 BF16_LOOPS(c, )
@@ -122,12 +122,12 @@ BF16_LOOPS(c, )
 #ifdef WIRE16_X86
 #define F16C_ATTR __attribute__((target("avx,f16c")))
 
-F16C_ATTR static void narrow_fp16_x(uint16_t *restrict dst, const float *restrict src,
-				    size_t n)
+F16C_ATTR static void narrow_fp16_x(uint16_t *restrict dst, const float *restrict src, size_t n)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
-		__m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+		__m128i h =
+		    _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
 		_mm_storeu_si128((__m128i *)(dst + i), h);
 	}
 	narrow_fp16_c(dst + i, src + i, n - i);

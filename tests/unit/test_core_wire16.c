@@ -51,13 +51,15 @@ static void round_trip_all(uint32_t wire)
 			int nan = wire == SC_WIRE_FP16 ? fp16_is_nan(h[i]) : bf16_is_nan(h[i]);
 			float one = wire == SC_WIRE_FP16 ? scd_fp16_to_f32(h[i])
 							 : scd_bf16_to_f32(h[i]);
-			CHECK_MSG(bits(one) == bits(f[i]) || (nan && isnan(one) && isnan(f[i])),
-				  "%s 0x%04x: widened 0x%08x by one, 0x%08x by the loop (path %d)",
-				  sc_wire_name(wire), i, bits(one), bits(f[i]), path);
+			CHECK_MSG(
+			    bits(one) == bits(f[i]) || (nan && isnan(one) && isnan(f[i])),
+			    "%s 0x%04x: widened 0x%08x by one, 0x%08x by the loop (path %d)",
+			    sc_wire_name(wire), i, bits(one), bits(f[i]), path);
 			if (nan) {
 				CHECK_MSG(isnan(f[i]), "%s NaN 0x%04x widened to %g",
 					  sc_wire_name(wire), i, f[i]);
-				uint16_t quiet = (uint16_t)(h[i] | (wire == SC_WIRE_FP16 ? 0x200 : 0x40));
+				uint16_t quiet =
+				    (uint16_t)(h[i] | (wire == SC_WIRE_FP16 ? 0x200 : 0x40));
 				CHECK_MSG(back[i] == quiet, "%s NaN 0x%04x came back as 0x%04x",
 					  sc_wire_name(wire), i, back[i]);
 			} else {
@@ -97,24 +99,24 @@ UNIT_TEST(core_wire16_fp16_rounds_to_nearest_even)
 		uint16_t out;
 	} cases[] = {
 	    {1.0f, 0x3c00},
-	    {1.0f + 0x1p-11f, 0x3c00},	       /* tie: to the even 1.0 */
-	    {1.0f + 3 * 0x1p-11f, 0x3c02},     /* tie: to the even mantissa 2 */
+	    {1.0f + 0x1p-11f, 0x3c00},		  /* tie: to the even 1.0 */
+	    {1.0f + 3 * 0x1p-11f, 0x3c02},	  /* tie: to the even mantissa 2 */
 	    {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just past the tie: up */
 	    {-2.0f, 0xc000},
-	    {65504.0f, 0x7bff},		       /* the largest finite */
-	    {65519.996f, 0x7bff},	       /* below the tie with infinity */
-	    {65520.0f, 0x7c00},		       /* the tie rounds to the even: infinity */
+	    {65504.0f, 0x7bff},	  /* the largest finite */
+	    {65519.996f, 0x7bff}, /* below the tie with infinity */
+	    {65520.0f, 0x7c00},	  /* the tie rounds to the even: infinity */
 	    {1e10f, 0x7c00},
 	    {-1e10f, 0xfc00},
 	    {INFINITY, 0x7c00},
 	    {-INFINITY, 0xfc00},
-	    {0x1p-14f, 0x0400},			       /* the smallest normal */
-	    {0x1p-14f - 0x1p-25f, 0x0400},	       /* a tie at the top of the subnormals */
-	    {0x1p-24f, 0x0001},			       /* the smallest subnormal */
-	    {0x1p-25f, 0x0000},			       /* tie between 0 and it: to 0 */
-	    {0x1p-25f + 0x1p-40f, 0x0001},	       /* just past the tie */
-	    {3 * 0x1p-25f, 0x0002},		       /* tie between 1 and 2 quanta: 2 */
-	    {5 * 0x1p-25f, 0x0002},		       /* tie between 2 and 3 quanta: 2 */
+	    {0x1p-14f, 0x0400},		   /* the smallest normal */
+	    {0x1p-14f - 0x1p-25f, 0x0400}, /* a tie at the top of the subnormals */
+	    {0x1p-24f, 0x0001},		   /* the smallest subnormal */
+	    {0x1p-25f, 0x0000},		   /* tie between 0 and it: to 0 */
+	    {0x1p-25f + 0x1p-40f, 0x0001}, /* just past the tie */
+	    {3 * 0x1p-25f, 0x0002},	   /* tie between 1 and 2 quanta: 2 */
+	    {5 * 0x1p-25f, 0x0002},	   /* tie between 2 and 3 quanta: 2 */
 	    {-0x1p-24f, 0x8001},
 	    {1e-30f, 0x0000},
 	    {-1e-30f, 0x8000},
@@ -182,11 +184,11 @@ UNIT_TEST(core_wire16_bf16_rounds_to_nearest_even)
 	    {0x3f808001u, 0x3f81},			  /* past the tie: up */
 	    {0x7f7fffffu, 0x7f80},			  /* float32's largest: infinity */
 	    {0x7f7f7fffu, 0x7f7f},			  /* below the tie: the largest */
-	    {0xff7fffffu, 0xff80},	{0x7f800000u, 0x7f80},
-	    {0x00008000u, 0x0000},			  /* subnormal tie: to even 0 */
-	    {0x00018000u, 0x0002},	{0x00000001u, 0x0000},
-	    {0x80000000u, 0x8000},	{0x7f800001u, 0x7fc0}, /* signalling NaN: quieted */
-	    {0xff800001u, 0xffc0},	{0x7fffffffu, 0x7fff},
+	    {0xff7fffffu, 0xff80}, {0x7f800000u, 0x7f80},
+	    {0x00008000u, 0x0000}, /* subnormal tie: to even 0 */
+	    {0x00018000u, 0x0002}, {0x00000001u, 0x0000},
+	    {0x80000000u, 0x8000}, {0x7f800001u, 0x7fc0}, /* signalling NaN: quieted */
+	    {0xff800001u, 0xffc0}, {0x7fffffffu, 0x7fff},
 	};
 	for (int path = 0; path < 2; path++) {
 		scd_wire16_use_f16c(path);
@@ -198,8 +200,8 @@ UNIT_TEST(core_wire16_bf16_rounds_to_nearest_even)
 			scd_wire16_narrow(SC_WIRE_BF16, buf, in, 40);
 			uint16_t one = scd_f32_to_bf16(in[0]);
 			CHECK_MSG(one == cases[i].out && buf[0] == one && buf[39] == one,
-				  "0x%08x: 0x%04x, loop 0x%04x, expected 0x%04x", cases[i].in, one,
-				  buf[0], cases[i].out);
+				  "0x%08x: 0x%04x, loop 0x%04x, expected 0x%04x", cases[i].in,
+				  one, buf[0], cases[i].out);
 		}
 	}
 	scd_wire16_use_f16c(1);
@@ -207,7 +209,8 @@ UNIT_TEST(core_wire16_bf16_rounds_to_nearest_even)
 		uint32_t x = (uint32_t)unit_rng();
 		if (i & 1) /* half of them on or next to a tie */
 			x = ((x & 0xffff0000u) | 0x8000u) + (uint32_t)unit_rng_below(3) - 1u;
-		uint16_t got = scd_f32_to_bf16(from_bits(x)), want = bf16_reference(from_bits(x));
+		uint16_t got = scd_f32_to_bf16(from_bits(x)),
+			 want = bf16_reference(from_bits(x));
 		CHECK_MSG(got == want, "0x%08x: 0x%04x, expected 0x%04x (seed %" PRIu64 ")", x,
 			  got, want, unit_seed());
 	}
