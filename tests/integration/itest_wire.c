@@ -93,7 +93,8 @@ static void identical(sc_client_t *c, sc_wire_t wire)
 	sc_tensor_t *hi = it_register(c, name, SC_INT32, WIRE_N);
 	float *x = sc_tensor_data(t);
 	for (size_t i = 0; i < WIRE_N; i++) {
-		uint64_t v = (i * 2654435761u + (uint64_t)sc_rank(c) * 40503u) * 0x9e3779b97f4a7c15ull;
+		uint64_t v =
+		    (i * 2654435761u + (uint64_t)sc_rank(c) * 40503u) * 0x9e3779b97f4a7c15ull;
 		x[i] = (float)((double)((v >> 20) % 2000001) / 1e6 - 1.0);
 	}
 	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of '%s'",
@@ -102,7 +103,8 @@ static void identical(sc_client_t *c, sc_wire_t wire)
 	for (size_t i = 0; i < WIRE_N; i++) {
 		double sum = 0;
 		for (int r = 0; r < sc_size(c); r++) {
-			uint64_t v = (i * 2654435761u + (uint64_t)r * 40503u) * 0x9e3779b97f4a7c15ull;
+			uint64_t v =
+			    (i * 2654435761u + (uint64_t)r * 40503u) * 0x9e3779b97f4a7c15ull;
 			sum += (float)((double)((v >> 20) % 2000001) / 1e6 - 1.0);
 		}
 		uint32_t b;
@@ -151,8 +153,10 @@ static double stats_of(const char *name, const char *want_wire)
 static void refused(sc_client_t *c)
 {
 	sc_tensor_t *t = NULL;
-	sc_tensor_opts_t o = {.struct_size = sizeof(o), .wire = SC_WIRE_FP16,
-			      .sparsifier = SC_SPARSIFY_TOPK, .density = 0.1};
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .wire = SC_WIRE_FP16,
+			      .sparsifier = SC_SPARSIFY_TOPK,
+			      .density = 0.1};
 	sc_status_t st = sc_register_ex(c, "wire.refused.topk", SC_FLOAT32, 1000, &o, &t);
 	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "wire.refused.topk") ||
 	    !strstr(sc_last_error(), "sparsifier"))

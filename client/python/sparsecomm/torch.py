@@ -93,25 +93,29 @@ class _CastCompressor(Compressor):
 
     @classmethod
     def compress(cls, tensor):
-        # float32 stays as it is: its wire carries the 16 bits.  Other floating dtypes
-        # are cast, as Horovod casts them; a 16-bit tensor travels in its own 16 bits.
-        if (tensor.dtype.is_floating_point and tensor.dtype != cls.dtype and
-                tensor.dtype != torch.float32):
+        # float32 stays as it is: its wire carries the 16 bits (ctx "wire": the result
+        # is rounded to them, as Horovod's comes back from 16 bits).  Other floating
+        # dtypes are cast, as Horovod casts them; a 16-bit tensor travels in its own.
+        if tensor.dtype == torch.float32:
+            return tensor, "wire"
+        if tensor.dtype.is_floating_point and tensor.dtype != cls.dtype:
             return tensor.to(cls.dtype), tensor.dtype
         return tensor, None
 
-    @staticmethod
-    def decompress(tensor, ctx):
+    @classmethod
+    def decompress(cls, tensor, ctx):
+        if ctx == "wire":
+            return tensor.to(cls.dtype).to(torch.float32)
         return tensor if ctx is None else tensor.to(ctx)
 
 
 class FP16Compressor(_CastCompressor):
     """Horovod's fp16 compression: the allreduce sends float16 values (half the bytes)
     and the result comes back in the tensor's dtype.  A float32 tensor's buffer is
-    registered with the fp16 wire: each rank's contribution and every partial sum is
-    rounded to float16 as it is sent and summed in float32 on arrival, so the result is a
-    float16 value (then averaged in float32).  Other floating dtypes are cast to float16
-    first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a 16-bit
+    registered with the fp16 wire: each node's contribution and every partial sum is
+    rounded to float16 as it is sent and summed in float32 on arrival, and the result
+    (averaged in float32) is rounded to float16 as Horovod's comes back in it.  Other
+    floating dtypes are cast to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a 16-bit
     wire) the values are rounded to float16 and travel in 32 bits."""
     dtype = torch.float16
     wire = "fp16"
@@ -134,7 +138,7 @@ def _compressed_async(compression, tensor, out, **kw):
         return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx,
                                  out)
     compressed, ctx = compression.compress(tensor)
-    if wire and compressed.dtype == torch.float32:
+    if wire and ctx == "wire":
         kw["wire"] = wire
     return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx, out)
 
