@@ -5,8 +5,7 @@
  * bits at binary16's subnormal quantum, and the FPU rounds to nearest even); it quiets a
  * NaN the way F16C's VCVTPS2PH does, so the two paths agree bit for bit. The whole-buffer
  * loops go through F16C 8 values at a time where the CPU has it (AVX2 for bfloat16, whose
- * conversions are integer shifts and adds), else through the portable code, which the
- * compiler vectorises for the baseline ISA.
+ * conversions are integer shifts and adds), else through the portable code.
  */
 #include "device/wire16.h"
 
@@ -94,28 +93,23 @@ static void add_fp16_c(float *restrict acc, const uint16_t *restrict src, size_t
 		acc[i] += scd_fp16_to_f32(src[i]);
 }
 
-/* The bfloat16 loops, written once for the baseline and once for AVX2. */
-#define BF16_LOOPS(suffix, attr)                                                               \
-	attr static void narrow_bf16_##suffix(uint16_t *restrict dst,                          \
-					      const float *restrict src, size_t n)             \
-	{                                                                                      \
-		for (size_t i = 0; i < n; i++)                                                 \
-			dst[i] = scd_f32_to_bf16(src[i]);                                      \
-	}                                                                                      \
-	attr static void widen_bf16_##suffix(float *restrict dst,                              \
-					     const uint16_t *restrict src, size_t n)           \
-	{                                                                                      \
-		for (size_t i = 0; i < n; i++)                                                 \
-			dst[i] = scd_bf16_to_f32(src[i]);                                      \
-	}                                                                                      \
-	attr static void add_bf16_##suffix(float *restrict acc, const uint16_t *restrict src,  \
-					   size_t n)                                           \
-	{                                                                                      \
-		for (size_t i = 0; i < n; i++)                                                 \
-			acc[i] += scd_bf16_to_f32(src[i]);                                     \
-	}
+static void narrow_bf16_c(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = scd_f32_to_bf16(src[i]);
+}
 
-BF16_LOOPS(c, )
+static void widen_bf16_c(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = scd_bf16_to_f32(src[i]);
+}
+
+static void add_bf16_c(float *restrict acc, const uint16_t *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		acc[i] += scd_bf16_to_f32(src[i]);
+}
 
 /* ---- whole buffers, F16C and AVX2 ------------------------------------------------------ */
 
@@ -152,7 +146,53 @@ F16C_ATTR static void add_fp16_x(float *restrict acc, const uint16_t *restrict s
 	add_fp16_c(acc + i, src + i, n - i);
 }
 
-BF16_LOOPS(x, __attribute__((target("avx2"))))
+#define AVX2_ATTR __attribute__((target("avx2")))
+
+/* 8 float32 bit patterns to bfloat16 as scd_f32_to_bf16 rounds them, in the low half. */
+AVX2_ATTR static inline __m128i bf16_8(__m256i x)
+{
+	const __m256i abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff));
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+	r = _mm256_srli_epi32(r, 16);
+	__m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+	__m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+	r = _mm256_blendv_epi8(r, q, nan);
+	r = _mm256_packus_epi32(r, r); /* per 128-bit lane: 4 values twice */
+	return _mm256_castsi256_si128(_mm256_permute4x64_epi64(r, 0x08));
+}
+
+AVX2_ATTR static void narrow_bf16_x(uint16_t *restrict dst, const float *restrict src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(dst + i),
+				 bf16_8(_mm256_loadu_si256((const __m256i *)(src + i))));
+	narrow_bf16_c(dst + i, src + i, n - i);
+}
+
+AVX2_ATTR static inline __m256 bf16_widen_8(const uint16_t *src)
+{
+	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+AVX2_ATTR static void widen_bf16_x(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, bf16_widen_8(src + i));
+	widen_bf16_c(dst + i, src + i, n - i);
+}
+
+AVX2_ATTR static void add_bf16_x(float *restrict acc, const uint16_t *restrict src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(
+		    acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), bf16_widen_8(src + i)));
+	add_bf16_c(acc + i, src + i, n - i);
+}
 #endif
 
 /* ---- dispatch ------------------------------------------------------------------------- */

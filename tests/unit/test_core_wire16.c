@@ -214,6 +214,21 @@ UNIT_TEST(core_wire16_bf16_rounds_to_nearest_even)
 		CHECK_MSG(got == want, "0x%08x: 0x%04x, expected 0x%04x (seed %" PRIu64 ")", x,
 			  got, want, unit_seed());
 	}
+	/* the buffer loop (AVX2 where the CPU has it) on random patterns and ties */
+	enum { N = 1 << 16 };
+	float *in = malloc(N * 4);
+	uint16_t *out = malloc(N * 2);
+	CHECK_TRUE(in && out);
+	for (int i = 0; i < N; i++) {
+		uint32_t x = (uint32_t)unit_rng();
+		in[i] = from_bits(i & 1 ? (x & 0xffff0000u) | 0x8000u : x);
+	}
+	scd_wire16_narrow(SC_WIRE_BF16, out, in, N);
+	for (int i = 0; i < N; i++)
+		CHECK_MSG(out[i] == bf16_reference(in[i]),
+			  "loop, 0x%08x: 0x%04x, expected 0x%04x", bits(in[i]), out[i],
+			  bf16_reference(in[i]));
+	free(in), free(out);
 }
 
 /* The portable fp16 narrowing gives F16C's bits for float32 patterns across the whole
