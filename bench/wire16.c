@@ -10,8 +10,8 @@
  * the float32 bytes, for scale. The median of K passes over N values (default 16 Mi, 64
  * MiB: beyond the caches, as a fused buffer is).
  */
-#include "bench.h"
 #include "device/wire16.h"
+#include "bench.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -44,7 +44,8 @@ BENCH_COMMAND(wire16, "fp16/bf16 wire conversions: GB/s with F16C and portable")
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: sparsecomm-bench wire16 [--numel N] [--iters K]\n");
+			fprintf(stderr,
+				"usage: sparsecomm-bench wire16 [--numel N] [--iters K]\n");
 			return !strcmp(argv[i], "--help") ? 0 : 2;
 		}
 	}
@@ -83,8 +84,8 @@ BENCH_COMMAND(wire16, "fp16/bf16 wire conversions: GB/s with F16C and portable")
 				gbs[path] = n * 4 / t[iters / 2] / 1e9;
 			}
 			printf("  %-6s %-6s %10.2f %10.2f %7.2fx\n",
-			       k == COPY ? "-" : sc_wire_name((sc_wire_t)wire), kinds[k], gbs[1],
-			       gbs[0], gbs[1] / gbs[0]);
+			       k == COPY ? "-" : sc_wire_name((sc_wire_t)wire), kinds[k],
+			       gbs[1], gbs[0], gbs[1] / gbs[0]);
 		}
 	scd_wire16_use_f16c(1);
 	free(f), free(g), free(h), free(t);
