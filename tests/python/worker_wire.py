@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "client", "python"))
 import torch  # noqa: E402
 
+import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as hvd  # noqa: E402
 from checks import Checks  # noqa: E402
 
@@ -61,6 +62,13 @@ bf16, err_bf16 = run("wire.bf16", compression=hvd.Compression.bf16)
 half, err_half = run("wire.half", dtype=torch.float16)
 avg = hvd.allreduce(data(R, 0), name="wire.avg", op=hvd.Average,
                     compression=hvd.Compression.fp16)
+sc.register("wire.reg", N, wire="bf16")
+reg = sc.allreduce(data(R, 1), name="wire.reg", average=False)
+try:
+    sc.register("wire.refused", 100, sparsifier="topk", density=0.1, wire="fp16")
+    refused = None
+except sc.SparsecommError as e:
+    refused = e
 every = hvd.allgather_object([t.double().sum().item() for t in (fp16, bf16, half, avg)])
 st = stats()
 
@@ -94,6 +102,15 @@ def average_in_float32():
 
 
 @check
+def register_wire_option():
+    want = exact_sum(1)
+    mag = sum(data(r, 1).abs().double() for r in range(P))
+    assert ((reg.double() - want).abs() <= P * 2.0 ** -8 * mag).all()
+    assert torch.equal(reg, reg.bfloat16().float()), "a result is not a bfloat16 value"
+    assert refused is not None and "wire.refused" in str(refused), refused
+
+
+@check
 def identical_on_every_rank():
     assert all(e == every[0] for e in every), every
 
@@ -101,7 +118,7 @@ def identical_on_every_rank():
 @check
 def wire_bytes_halved():
     for name, wire in (("wire.fp16", "fp16"), ("wire.bf16", "bf16"), ("wire.half", "fp16"),
-                       ("wire.native", "native")):
+                       ("wire.native", "native"), ("wire.reg", "bf16")):
         assert st[name]["wire"] == wire, (name, st[name]["wire"])
     base = st["wire.native"]["bytes_sent"]
     for name in ("wire.fp16", "wire.bf16", "wire.half"):

@@ -678,7 +678,12 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy)
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
-    key = key[:-1] + (("wire", _auto_wire(x, wire, key, _kind, coo_capacity).name.lower()),)
+    known = c.entries.get(name) if name is not None and wire is None else None
+    if known is not None:  # a name registered with a wire keeps it
+        key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
+    else:
+        key = key[:-1] + (("wire", _auto_wire(x, wire, key, _kind,
+                                              coo_capacity).name.lower()),)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
