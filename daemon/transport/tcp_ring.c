@@ -292,11 +292,11 @@ static sc_status_t ring_run(scd_tcp_t *t, void *data, size_t n, sc_dtype_t dtype
 		    .data = data,
 		    .out = data};
 	if (wire) { /* the first chunk leaves as it is, narrowed */
-		if (!(R.out = (char *)wire_copy(t, n))) {
-			scd_transport_set_error("tcp: no memory for the %s copy of %zu values",
-						sc_wire_name((sc_wire_t)wire), n);
-			return SC_ERR_NOMEM;
-		}
+		/* without its copy this rank cannot take part: the streams are out of step */
+		if (!(R.out = (char *)wire_copy(t, n)))
+			return scd_tcp_fail(t, SC_ERR_NOMEM,
+					    "no memory for the %s copy of %zu values",
+					    sc_wire_name((sc_wire_t)wire), n);
 		int c = send_chunk(&R, 0);
 		size_t e0 = chunk_elem(&R, c);
 		scd_wire16_narrow(wire, (uint16_t *)R.out + e0, (const float *)data + e0,
