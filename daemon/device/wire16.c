@@ -13,6 +13,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define WIRE16_X86 1
 #endif
@@ -203,8 +204,12 @@ static atomic_int g_mode = -1;
 static int cpu_has_f16c(void)
 {
 #ifdef WIRE16_X86
+	/* AVX2 through the compiler (it checks that the OS saves the registers); F16C by
+	 * CPUID leaf 1, which not every compiler's __builtin_cpu_supports names */
+	unsigned a, b, c, d;
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+	return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) &&
+	       (c & bit_F16C);
 #else
 	return 0;
 #endif
