@@ -15,6 +15,10 @@
  * over Ethernet framing, or --goodput-bytes-per-s. A 4 KiB allreduce repeated many times
  * gives the round-trip latency (median and p99).
  *
+ * With --wire fp16 or bf16 the tensors travel as 16-bit values (sc_tensor_opts_t.wire;
+ * the sums stay exact): algbw and busbw still count the tensor's float32 bytes, and the
+ * ring bound is that of the 16-bit bytes on the wire.
+ *
  * With --peer-mpi rank 0 then runs bench/mpi/run-peer.sh for the same sizes (Open MPI's
  * ring MPI_Allreduce, one rank per namespace) while the other trainers wait in a
  * one-element allreduce; the table gains the MPI time and the ratio ours / MPI.
@@ -56,6 +60,7 @@ typedef struct ar_opts {
 	bool peer_mpi;
 	const char *json_out, *rate, *peer_script;
 	double goodput; /* bytes/s, 0: unknown */
+	sc_wire_t wire; /* what the tensors travel as */
 } ar_opts_t;
 
 static double percentile(double *v, int n, double p)
@@ -83,7 +88,8 @@ static void usage(FILE *out)
 	    "  --rate RATE       link rate for the ring bound (default "
 	    "$SPARSECOMM_NETNS_RATE)\n"
 	    "  --goodput-bytes-per-s B   the bound's goodput directly\n"
-	    "  --json-out FILE   rank 0 writes one JSON object with every number\n");
+	    "  --json-out FILE   rank 0 writes one JSON object with every number\n"
+	    "  --wire FORMAT     native (default), fp16 or bf16: what the sums travel as\n");
 }
 
 static int parse_opts(int argc, char **argv, ar_opts_t *o)
@@ -121,7 +127,16 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 			goodput = v;
 		else if (!strcmp(a, "--peer-script"))
 			o->peer_script = v;
-		else {
+		else if (!strcmp(a, "--wire")) {
+			for (o->wire = SC_WIRE_NATIVE; o->wire <= SC_WIRE_BF16; o->wire++)
+				if (!strcmp(v, sc_wire_name(o->wire)))
+					break;
+			if (o->wire > SC_WIRE_BF16) {
+				fprintf(stderr, "allreduce: --wire %s: native, fp16 or bf16\n",
+					v);
+				return -1;
+			}
+		} else {
 			fprintf(stderr, "allreduce: unknown option %s (--help)\n", a);
 			return -1;
 		}
@@ -205,11 +220,19 @@ static int barrier(sc_client_t *c, sc_tensor_t *t, double timeout_s)
 	}
 }
 
-static int lat_4k(sc_client_t *c, int iters, double *med_p, double *p99_p)
+/* A float32 tensor of n values travelling as wire. */
+static sc_status_t reg(sc_client_t *c, const char *name, size_t n, sc_wire_t wire,
+		       sc_tensor_t **t_p)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .wire = wire};
+	return sc_register_ex(c, name, SC_FLOAT32, n, &o, t_p);
+}
+
+static int lat_4k(sc_client_t *c, int iters, sc_wire_t wire, double *med_p, double *p99_p)
 {
 	sc_tensor_t *t;
 	double *v = calloc((size_t)iters, sizeof(double));
-	sc_status_t st = sc_register(c, "bench.allreduce.lat4k", SC_FLOAT32, 1024, &t);
+	sc_status_t st = reg(c, "bench.allreduce.lat4k", 1024, wire, &t);
 	if (st != SC_OK || !v) {
 		fprintf(stderr, "register of the 4 KiB tensor failed: %s\n", sc_last_error());
 		free(v);
@@ -246,7 +269,7 @@ static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_r
 			expect[m] += (float)(((size_t)(m + q) & 7) + 1);
 	}
 	snprintf(name, sizeof(name), "bench.allreduce.%zu", r->bytes);
-	sc_status_t st = sc_register(c, name, SC_FLOAT32, n, &t);
+	sc_status_t st = reg(c, name, n, o->wire, &t);
 	if (st != SC_OK || !times) {
 		fprintf(stderr, "register of '%s' (%zu bytes) failed: %s: %s\n", name, r->bytes,
 			sc_status_name(st), sc_last_error());
@@ -269,7 +292,8 @@ static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_r
 	r->time_s = percentile(times, o->iters, 0.5);
 	r->algbw = r->bytes / r->time_s;
 	r->busbw = r->algbw * 2.0 * (P - 1) / P;
-	r->bound_s = o->goodput > 0 ? 2.0 * (P - 1) / P * r->bytes / o->goodput : 0;
+	double wire_bytes = o->wire == SC_WIRE_NATIVE ? (double)r->bytes : r->bytes / 2.0;
+	r->bound_s = o->goodput > 0 ? 2.0 * (P - 1) / P * wire_bytes / o->goodput : 0;
 	free(times);
 	return 0;
 err:
@@ -337,11 +361,12 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 			 o->rate && *o->rate ? o->rate : "unshaped");
 	else
 		snprintf(where, sizeof(where), "loopback (no emulated cluster)");
-	printf("# sparsecomm allreduce: P=%d, float32 sum, in place, median of %d after %d "
-	       "warm-up; %s\n",
-	       P, o->iters, o->warmup, where);
+	printf("# sparsecomm allreduce: P=%d, float32 sum (%s wire), in place, median of %d "
+	       "after %d warm-up; %s\n",
+	       P, sc_wire_name(o->wire), o->iters, o->warmup, where);
 	if (o->goodput > 0)
-		printf("# ring bound = 2(P-1)/P x bytes / goodput, goodput %.1f MB/s\n",
+		printf("# ring bound = 2(P-1)/P x bytes on the wire / goodput, goodput %.1f "
+		       "MB/s\n",
 		       o->goodput / 1e6);
 	printf("#\n# %12s %10s %10s %10s %8s %10s %10s %10s %9s\n", "size", "time", "algbw",
 	       "busbw", "#wrong", "bound", "time/bnd", "mpi_time", "ours/mpi");
@@ -384,8 +409,9 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 	}
 	fprintf(
 	    f,
-	    "{\"bench\":\"allreduce\",\"P\":%d,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\"",
-	    P, o->iters, o->warmup, emulated ? "netns" : "loopback");
+	    "{\"bench\":\"allreduce\",\"P\":%d,\"iters\":%d,\"warmup\":%d,\"cluster\":\"%s\","
+	    "\"wire\":\"%s\"",
+	    P, o->iters, o->warmup, emulated ? "netns" : "loopback", sc_wire_name(o->wire));
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
 	print_num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
@@ -443,7 +469,7 @@ BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and 
 		fprintf(stderr, "allreduce: register failed: %s\n", sc_last_error());
 		goto out;
 	}
-	if (o.lat_iters > 0 && lat_4k(c, o.lat_iters, &lat_med, &lat_p99) < 0)
+	if (o.lat_iters > 0 && lat_4k(c, o.lat_iters, o.wire, &lat_med, &lat_p99) < 0)
 		goto out;
 	for (int i = 0; i < o.n_sizes; i++) {
 		if (run_size(c, bar, &o, &res[i]) < 0)

@@ -19,7 +19,18 @@ Modes (one per invocation, --mode; the driver runs all four):
   aligned     as layerwise, daemons at fusion_mode=aligned (fusion_buffers buffers of
               equal tensor counts);
   adaptive    as layerwise, daemons at fusion_mode=adaptive (SAFusion's buffers sized
-              from measured times, long-tail elimination).
+              from measured times, long-tail elimination);
+  dense       DistributedOptimizer without a sparsifier (the lossless dense ring),
+              daemons at fusion_mode=aligned: the baseline of --compression (not in the
+              driver's default --modes).
+--compression fp16|bf16|none is DistributedOptimizer's (sparsecomm.torch.Compression):
+fp16 and bf16 send a dense tensor's sums as 16-bit values (half the wire bytes); a
+sparsified tensor keeps the 32-bit wire and has its values rounded instead.  Its wire
+bytes against fp32's, and the final loss:
+
+    build/bin/sparsecomm-run -n 4 --netns --rate 1gbit \\
+        --daemon-arg --fusion_mode --daemon-arg aligned -- \\
+        /usr/bin/python3 bench/pytorch_fusion.py --mode dense --compression fp16
 The daemons' fusion_mode is set by the launcher (--daemon-arg --fusion_mode
 --daemon-arg MODE); the script checks it with `sparsectl config get` and fails when it
 differs from the mode asked for.
@@ -63,9 +74,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
-MODES = ["layerwise", "fused_topk", "aligned", "adaptive"]
+MODES = ["layerwise", "fused_topk", "aligned", "adaptive", "dense"]
 DAEMON_MODE = {"layerwise": "layerwise", "fused_topk": "layerwise", "aligned": "aligned",
-               "adaptive": "adaptive"}
+               "adaptive": "adaptive", "dense": "aligned"}
 SPARSECTL = os.path.join(ROOT, "build", "bin", "sparsectl")
 LAUNCHER = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
 
@@ -73,7 +84,9 @@ LAUNCHER = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
 def add_args(p):
     p.add_argument("--mode", choices=MODES, default="adaptive")
     p.add_argument("--all", action="store_true", help="driver: run every mode in turn")
-    p.add_argument("--modes", default=",".join(MODES), help="driver: comma list")
+    p.add_argument("--modes", default=",".join(MODES[:4]), help="driver: comma list")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16"], default="none",
+                   help="DistributedOptimizer's compression (fp16/bf16: a 16-bit wire)")
     p.add_argument("--nodes", type=int, default=4, help="driver: nodes")
     p.add_argument("--rate", default="1gbit", help="driver: link rate (--netns)")
     p.add_argument("--no-netns", action="store_true", help="driver: run on loopback")
@@ -174,9 +187,10 @@ def train(a):
         numels = [p.numel() for _, p in params]
         flat = torch.zeros(sum(numels))
     else:
+        comp = getattr(sct.Compression, a.compression)
+        sp = dict(sparsifier="topk", density=a.density) if a.mode != "dense" else {}
         opt = sct.DistributedOptimizer(base, named_parameters=model.named_parameters(),
-                                       sparsifier="topk", density=a.density,
-                                       timeout=a.timeout)
+                                       timeout=a.timeout, compression=comp, **sp)
         # the local gradient, seen before DistributedOptimizer's hook submits (and the
         # daemon overwrites) p.grad: tensor hooks run ahead of the accumulation
         for n, p in params:
@@ -206,8 +220,13 @@ def train(a):
                 local_nz[n] = bool(p.grad.any())
                 flat[off:off + k].copy_(p.grad.reshape(-1))
                 off += k
-            sc.allreduce_(flat, name="grad.fused", average=True, sparsifier="topk",
-                          density=a.density)
+            if a.compression == "none":
+                sc.allreduce_(flat, name="grad.fused", average=True, sparsifier="topk",
+                              density=a.density)
+            else:  # a sparsified tensor keeps 32 bits: the compression only rounds
+                sct.allreduce_(flat, name="grad.fused", op=sct.Average, sparsifier="topk",
+                               density=a.density,
+                               compression=getattr(sct.Compression, a.compression))
             off = 0
             for (n, p), k in zip(params, numels):
                 p.grad.copy_(flat[off:off + k].view_as(p))
@@ -248,7 +267,8 @@ def train(a):
     if rank == 0:
         mean = lambda k: sum(r[k] for r in per) / size  # noqa: E731
         fusion = snap1[3]
-        rec = dict(mode=a.mode, daemon_fusion_mode=fusion.get("mode"), ranks=size,
+        rec = dict(mode=a.mode, compression=a.compression,
+                   daemon_fusion_mode=fusion.get("mode"), ranks=size,
                    steps=a.steps, warmup=a.warmup, seed=a.seed, depth=a.depth,
                    width=a.width, batch=a.batch, lr=a.lr, density=a.density,
                    tensors=len(params), numel=sum(p.numel() for _, p in params),
@@ -348,7 +368,8 @@ def timeline_shares(rec, files):
 # ---------------------------------------------------------------------------------------
 # the driver
 
-COLS = [("mode", "mode", "%s"), ("steps/s", "steps_per_s", "%.2f"),
+COLS = [("mode", "mode", "%s"), ("compression", "compression", "%s"),
+        ("steps/s", "steps_per_s", "%.2f"),
         ("wire B/step (stats sent)", "bytes_sent_per_step", "%.0f"),
         ("link tx B/step", "link_tx_per_step", "%.0f"),
         ("buffers/step (timeline)", "buffers_per_step", "%.2f"),
@@ -399,7 +420,8 @@ def loss_seeds(a, seeds, work):
                    "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(seed),
                    "--depth", str(a.depth), "--width", str(a.width), "--batch",
                    str(a.batch), "--lr", str(a.lr), "--density", str(a.density),
-                   "--timeout", str(a.timeout), "--json-out", rec_path]
+                   "--timeout", str(a.timeout), "--compression", a.compression,
+                   "--json-out", rec_path]
             if subprocess.call(cmd, stdout=subprocess.DEVNULL) != 0 or \
                     not os.path.exists(rec_path):
                 print("== loss run %s seed %d failed" % (mode, seed), flush=True)
@@ -435,7 +457,7 @@ def drive(a):
                 "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
                 "--depth", str(a.depth), "--width", str(a.width), "--batch", str(a.batch),
                 "--lr", str(a.lr), "--density", str(a.density), "--timeout", str(a.timeout),
-                "--json-out", rec_path]
+                "--compression", a.compression, "--json-out", rec_path]
         load0 = loadavg()
         t = time.monotonic()
         print("== %s (load %s): %s" % (mode, load0, " ".join(cmd)), flush=True)

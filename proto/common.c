@@ -62,6 +62,19 @@ SC_API const char *sc_dtype_name(sc_dtype_t dtype)
 	return "unknown";
 }
 
+SC_API const char *sc_wire_name(sc_wire_t wire)
+{
+	switch (wire) {
+	case SC_WIRE_NATIVE:
+		return "native";
+	case SC_WIRE_FP16:
+		return "fp16";
+	case SC_WIRE_BF16:
+		return "bf16";
+	}
+	return "unknown";
+}
+
 char *sc_rundir_default(unsigned uid, char *buf, size_t len)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");

@@ -8,10 +8,12 @@
  * without them would be declared lost), and Reform when such a node joins again.
  * 4: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
  * 5: alltoall (its operation word in plans, and its count matrix on the data plane).
+ * 6: the dtype of TensorRequest and CacheEntry is a type word with the tensor's wire
+ * format (engine/opword.h), and a 16-bit wire halves its ring's bytes.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 5
+#define SCD_WORLD_PROTOCOL_VERSION 6
 
 #endif

@@ -327,6 +327,8 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 		json_str(sc_dtype_name((sc_dtype_t)t->dtype));
 		printf(",\"device\":");
 		json_str(*t->device ? t->device : "cpu");
+		fputs(",\"wire\":", stdout);
+		json_str(*t->wire ? t->wire : "native");
 		printf(",\"numel\":%llu,\"calls\":%llu,\"errors\":%llu,\"nonfinite\":%llu,"
 		       "\"bytes_sent\":%llu,\"bytes_received\":%llu,\"time_s\":",
 		       (unsigned long long)t->numel, (unsigned long long)t->calls,
@@ -415,18 +417,18 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	fusion_text(s);
 	if (!s->n_tensors)
 		return;
-	printf("%-32s %-7s %-4s %8s %6s %9s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s %8s "
-	       "%6s\n",
-	       "TENSOR", "DEVICE", "VIA", "CALLS", "ERRORS", "NONFINITE", "SENT", "RECEIVED",
-	       "TIME(s)", "SCHEME", "PRED(ms)", "MEAS(ms)", "XCHG(ms)", "CPU(ms)", "DENSITY",
-	       "DENSIF", "IMBAL");
+	printf("%-32s %-7s %-4s %-6s %8s %6s %9s %11s %11s %10s  %-18s %10s %10s %10s %9s %8s "
+	       "%8s %6s\n",
+	       "TENSOR", "DEVICE", "VIA", "WIRE", "CALLS", "ERRORS", "NONFINITE", "SENT",
+	       "RECEIVED", "TIME(s)", "SCHEME", "PRED(ms)", "MEAS(ms)", "XCHG(ms)", "CPU(ms)",
+	       "DENSITY", "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
-		printf("%-32s %-7s %-4s %8llu %6llu %9llu %11s %11s %10.4f", t->name,
+		printf("%-32s %-7s %-4s %-6s %8llu %6llu %9llu %11s %11s %10.4f", t->name,
 		       *t->device ? t->device : "cpu", *t->transport ? t->transport : "-",
-		       (unsigned long long)t->calls, (unsigned long long)t->errors,
-		       (unsigned long long)t->nonfinite,
+		       *t->wire ? t->wire : "native", (unsigned long long)t->calls,
+		       (unsigned long long)t->errors, (unsigned long long)t->nonfinite,
 		       human_bytes(sent, sizeof(sent), t->bytes_sent),
 		       human_bytes(recv, sizeof(recv), t->bytes_received), t->time_s);
 		if (*t->scheme)

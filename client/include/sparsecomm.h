@@ -99,6 +99,30 @@ SC_API size_t sc_dtype_size(sc_dtype_t dtype);
 SC_API const char *sc_dtype_name(sc_dtype_t dtype);
 
 /*
+ * What a float32 tensor's values travel as between the daemons (sc_tensor_opts_t.wire).
+ * SC_WIRE_FP16 and SC_WIRE_BF16 halve the bytes of its dense SUM and AVERAGE allreduces:
+ * the ring sends each chunk as 16-bit values (rounded to nearest even; beyond the format's
+ * range, infinity; a NaN stays NaN) and the receiver adds them into its float32 sums on
+ * arrival; the reduced chunk goes round in 16 bits too, its owner rounding its own copy
+ * alike, so every rank ends with the same bits, each result a 16-bit value (up to the
+ * average's division). Only the dense ring converts: such a tensor refuses a sparsifier,
+ * allow_lossy, COO input and a pinned scheme other than "dense_ring" at registration
+ * (SC_ERR_INVALID), and its MIN, MAX, PRODUCT, broadcast, allgather and reduce-scatter
+ * keep the 32-bit wire. A buffer on a GPU that goes over NCCL keeps 32 bits as well
+ * (sparsectl stats says so); one staged through host memory over tcp converts. Every
+ * rank must give the same (else SC_ERR_MISMATCH naming each rank's), and tensors of
+ * different wire formats never share a fused buffer.
+ */
+typedef enum {
+	SC_WIRE_NATIVE = 0, /* the dtype's own bytes (default) */
+	SC_WIRE_FP16 = 1,   /* IEEE binary16: 11-bit precision, largest finite 65504 */
+	SC_WIRE_BF16 = 2,   /* bfloat16: float32's range, 8-bit precision */
+} sc_wire_t;
+
+/* "native", "fp16", "bf16"; "unknown" for any other value. */
+SC_API const char *sc_wire_name(sc_wire_t wire);
+
+/*
  * Reductions, elementwise over every trainer of the job, on every dtype.
  *
  * SC_OP_SUM adds (integers wrap around in two's complement). SC_OP_AVERAGE divides the sum
@@ -200,6 +224,7 @@ typedef struct sc_tensor_opts {
 	 * with SC_ERR_UNSUPPORTED naming the reason. */
 	sc_device_kind_t device;
 	int device_ordinal;
+	sc_wire_t wire; /* float32 only; default SC_WIRE_NATIVE (see sc_wire_t) */
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */
@@ -418,6 +443,8 @@ typedef struct sc_tensor_stats {
 			      waiting for peers); the rest is this node's own work */
 	double cpu_s;	   /* CPU time the daemon's data plane spent on the last call (at
 			      most measured_s: waits excluded) */
+	char wire[24];	   /* its wire format (sc_wire_name); "fp16 as fp32 (nccl)" when the
+			      last call's buffer kept 32 bits over NCCL */
 } sc_tensor_stats_t;
 
 /* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */

@@ -64,6 +64,13 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 					 c->rank, name, o->device_ordinal);
 		w->device_ordinal = (uint32_t)o->device_ordinal;
 	}
+	if (OPTS_HAS(o, wire))
+		w->wire = (uint32_t)o->wire;
+	if (w->wire > SC_WIRE_BF16)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: registering tensor '%s': unknown wire format %u "
+				 "(SC_WIRE_NATIVE, SC_WIRE_FP16 or SC_WIRE_BF16)",
+				 c->rank, name, w->wire);
 	if (w->device_kind != SC_DEVICE_CPU && w->device_kind != SC_DEVICE_CUDA)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown device kind %u "
@@ -528,8 +535,9 @@ SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
 SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
 				   sc_tensor_stats_t *stats_p)
 {
-	/* struct_size: this header's, or an older one's (which ended before exchange_s, or
-	 * before cpu_s): the fields it has are filled, nothing past it is written */
+	/* struct_size: this header's, or an older one's (which ended before exchange_s,
+	 * before cpu_s, or before wire): the fields it has are filled, nothing past it is
+	 * written */
 	size_t size = stats_p ? stats_p->struct_size : 0;
 	if (!client || !tensor || size < offsetof(sc_tensor_stats_t, exchange_s) ||
 	    size > sizeof(*stats_p))
@@ -564,6 +572,7 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 			s.imbalance = ts->imbalance;
 			s.exchange_s = ts->exchange_s;
 			s.cpu_s = ts->cpu_s;
+			snprintf(s.wire, sizeof(s.wire), "%s", ts->wire ? ts->wire : "");
 			memcpy(stats_p, &s, size);
 			st = SC_OK;
 			break;

@@ -284,7 +284,8 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 			     scd_job_item_t *it)
 {
 	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
-	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel || nt->dtype != dtype)
+	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel ||
+	    scd_ntensor_typeword(nt) != dtype)
 		return SC_ERR_NOT_FOUND;
 	it->nt = nt;
 	it->name = nt->name;
@@ -583,6 +584,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		opts.sketch_cols = rq->opts->sketch_cols;
 		opts.device_kind = rq->opts->device_kind;
 		opts.device_ordinal = rq->opts->device_ordinal;
+		opts.wire = rq->opts->wire;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}
@@ -969,6 +971,7 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	ts->exchange_s = st->exchange_s;
 	ts->cpu_s = st->cpu_s;
 	ts->device = st->device_kind == SC_DEVICE_CUDA ? "cuda:0" : "cpu";
+	ts->wire = st->wire[0] ? st->wire : "native";
 	r->tensors[r->n_tensors++] = ts;
 }
 

@@ -23,6 +23,7 @@ typedef struct scd_tensor_stats {
 	double exchange_s;    /* of measured_s, inside the scheme's exchanges */
 	double cpu_s;	      /* the data plane's CPU time, last call */
 	uint32_t device_kind; /* where the tensor lives (sc_device_kind_t) */
+	char wire[24];	      /* its wire format (sc_wire_name), or what the last call kept */
 } scd_tensor_stats_t;
 
 typedef struct scd_kept_stats {

@@ -326,6 +326,8 @@ static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype,
 	nt->opts = *opts;
 	scd_stats_keep_take(&t->kept, name, dtype, numel, &nt->stats);
 	nt->stats.device_kind = opts->device_kind;
+	snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s",
+		 sc_wire_name((sc_wire_t)opts->wire));
 	uint32_t b = name_hash(name) % NT_BUCKETS;
 	nt->hnext = t->bucket[b];
 	t->bucket[b] = nt;
@@ -383,6 +385,29 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 "only (COO input, sparsifiers and allow_lossy need float32)",
 			 name, sc_dtype_name(dtype));
 		return SC_ERR_UNSUPPORTED;
+	}
+	if (opts->wire > SC_WIRE_BF16) {
+		snprintf(err, err_len, "tensor '%s': unknown wire format %u", name, opts->wire);
+		return SC_ERR_INVALID;
+	}
+	/* Only the dense ring converts to 16 bits: a tensor that asks for it cannot also
+	 * ask for what the other schemes do (sparsecomm.h, sc_wire_t). */
+	if (opts->wire != SC_WIRE_NATIVE &&
+	    (dtype != SC_FLOAT32 || opts->sparsifier != SC_SPARSIFY_NONE || opts->allow_lossy ||
+	     opts->coo_capacity > 0 ||
+	     (opts->scheme[0] && strcmp(opts->scheme, "dense_ring")))) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s': a %s wire is for dense float32 tensors on the dense ring "
+		    "(%s%s%s%s%s given)",
+		    name, sc_wire_name((sc_wire_t)opts->wire),
+		    dtype != SC_FLOAT32 ? sc_dtype_name(dtype) : "",
+		    opts->sparsifier != SC_SPARSIFY_NONE ? " a sparsifier" : "",
+		    opts->allow_lossy ? " allow_lossy" : "",
+		    opts->coo_capacity > 0 ? " COO input" : "",
+		    opts->scheme[0] && strcmp(opts->scheme, "dense_ring") ? " a pinned scheme"
+									  : "");
+		return SC_ERR_INVALID;
 	}
 	if (numel == 0 || numel > UINT32_MAX - 1 || numel * esz > max_bytes) {
 		snprintf(err, err_len,
@@ -446,6 +471,15 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 				 "tensor '%s' is already registered by local rank %d", name,
 				 local_rank);
 			return SC_ERR_BUSY;
+		}
+		if (nt->opts.wire != opts->wire) {
+			snprintf(
+			    err, err_len,
+			    "tensor '%s' differs between trainers of this node: wire format "
+			    "%s before, %s by local rank %d",
+			    name, sc_wire_name((sc_wire_t)nt->opts.wire),
+			    sc_wire_name((sc_wire_t)opts->wire), local_rank);
+			return SC_ERR_MISMATCH;
 		}
 		if (nt->dtype != dtype || nt->numel != numel) {
 			int other = 0;

@@ -36,6 +36,7 @@ typedef struct scd_tensor_opts {
 	double sketch_cols;
 	uint32_t device_kind;	 /* sc_device_kind_t of the trainer's buffer */
 	uint32_t device_ordinal; /* with cuda: the GPU */
+	uint32_t wire;		 /* sc_wire_t: what its dense sums travel as */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -140,6 +141,12 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 		h = (h ^ (nt->op * 0x9e3779b9u)) * 16777619u;
 	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
+}
+
+/* What negotiation announces as the tensor's dtype: its type word (engine/opword.h). */
+static inline uint32_t scd_ntensor_typeword(const scd_ntensor_t *nt)
+{
+	return scd_typeword(nt->dtype, nt->opts.wire);
 }
 
 typedef struct scd_tensors scd_tensors_t;

@@ -356,7 +356,7 @@ static void local_broadcast(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job
  * reductions through the transport's typed ring. */
 static int job_schemes(const scd_job_t *job)
 {
-	return job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM;
+	return job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM && !job->wire;
 }
 
 /* Averages where the item asks for it and copies the result to every local trainer's
@@ -408,9 +408,10 @@ static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t byte
 	return e->stage;
 }
 
-/* A buffer of a dtype other than float32, or reduced by min, max or product: the lossless
- * dense ring, with the report a dense ring gives (density 1, no densification, balanced)
- * and the alpha-beta time of 2(P - 1) rounds moving 2(P - 1)/P of the buffer. */
+/* A buffer of a dtype other than float32, reduced by min, max or product, or summed over a
+ * 16-bit wire (where the transport has one; NCCL keeps 32 bits): the dense ring, with the
+ * report a dense ring gives (density 1, no densification, balanced) and the alpha-beta
+ * time of 2(P - 1) rounds moving 2(P - 1)/P of the buffer's bytes on the wire. */
 static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
 			       scd_transport_t *t, void *buf)
 {
@@ -428,15 +429,26 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	}
 	if (host != buf)
 		dev->to_host(host, buf, nbytes);
+	job->wire_sent =
+	    job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM && t->ops->allreduce_wire16
+		? job->wire
+		: SC_WIRE_NATIVE;
 	sc_status_t st =
-	    scd_transport_allreduce(t, host, job->total_numel, (sc_dtype_t)job->dtype,
-				    (sc_reduce_op_t)job->op, job->timeout_ms);
+	    job->wire_sent
+		? t->ops->allreduce_wire16(t, host, job->total_numel, job->wire_sent, NULL,
+					   job->timeout_ms)
+		: scd_transport_allreduce(t, host, job->total_numel, (sc_dtype_t)job->dtype,
+					  (sc_reduce_op_t)job->op, job->timeout_ms);
 	if (st == SC_OK && host != buf)
 		dev->from_host(buf, host, nbytes);
 	job->exchange_s = scd_now_s() - t0; /* all of it */
+	if (job->wire_sent)
+		bytes /= 2;
 	if (st != SC_OK)
-		snprintf(job->error, sizeof(job->error), "dense_ring (%s): %s",
-			 sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
+		snprintf(job->error, sizeof(job->error), "dense_ring (%s%s%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype), job->wire_sent ? " as " : "",
+			 job->wire_sent ? sc_wire_name((sc_wire_t)job->wire_sent) : "",
+			 scd_transport_error());
 	job->scheme = SCD_SCHEME_DENSE_RING;
 	job->predicted_s =
 	    P > 1 ? 2 * (P - 1) * e->alpha_s + 2 * (P - 1) / P * bytes * e->beta_s_per_byte : 0;

@@ -17,11 +17,13 @@
  * into the list, see bufctx.c); every other form of the job gets the dense result (and
  * SC_RESULT_DENSE in that header when a sparse one was asked for).
  *
- * Every item of a job has the job's dtype (the coordinator never fuses across dtypes).
- * float32 buffers go through the schemes (scd_bufctx_step); float64, int32 and int64
- * buffers always run the lossless dense ring (the schemes, sparsifiers and COO input are
- * float32 only). Integers sum with two's-complement wrap-around, and their AVERAGE is the
- * sum divided by the trainer count in integer division (truncated toward zero); float64
+ * Every item of a job has the job's dtype and wire format (the coordinator never fuses
+ * across them: negotiation's type word, opword.h). float32 sums go through the schemes
+ * (scd_bufctx_step); float64, int32 and int64 buffers, and float32 sums on a 16-bit wire,
+ * always run the dense ring (the schemes, sparsifiers and COO input are float32 only, and
+ * only the ring converts to 16 bits; a transport without 16-bit wires, NCCL, keeps 32 and
+ * job->wire_sent says so). Integers sum with two's-complement wrap-around, and their AVERAGE is
+ * the sum divided by the trainer count in integer division (truncated toward zero); float64
  * divides in double.
  *
  * A job runs on one device (device.h): the one where its trainers' tensors live, each
@@ -180,6 +182,8 @@ typedef struct scd_job {
 	scd_job_item_t *items;
 	uint64_t total_numel;
 	uint32_t dtype;		/* sc_dtype_t of every item */
+	uint32_t wire;		/* sc_wire_t of every item (float32 sums travel as it) */
+	uint32_t wire_sent;	/* result: what the dense sum travelled as (0: 32 bits) */
 	uint32_t op;		/* the operation word (above) of the buffer: SC_OP_SUM for sum
 				   and average items (each averages its own), else every item's
 				   MIN, MAX, PRODUCT or broadcast (they never fuse with others) */

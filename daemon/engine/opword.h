@@ -31,6 +31,26 @@
  * (engine/alltoall.h). */
 #define SCD_OP_ALLTOALL 0x10000000u
 
+/*
+ * The type word of a tensor, as negotiation carries it in the dtype fields (announcements,
+ * the response cache, the plans): the sc_dtype_t in the low byte and the sc_wire_t of its
+ * dense sums above it. The ranks must agree on the whole word (a rank that registered
+ * another wire format is a mismatch naming it), and tensors whose words differ never
+ * share a fused buffer.
+ */
+static inline uint32_t scd_typeword(uint32_t dtype, uint32_t wire)
+{
+	return dtype | wire << 8;
+}
+static inline uint32_t scd_tw_dtype(uint32_t word)
+{
+	return word & 0xffu;
+}
+static inline uint32_t scd_tw_wire(uint32_t word)
+{
+	return word >> 8;
+}
+
 static inline int scd_op_is_reducescatter(uint32_t op)
 {
 	return (op & (SCD_OP_BROADCAST | SCD_OP_ALLGATHER | SCD_OP_REDUCESCATTER)) ==

@@ -799,6 +799,7 @@ static void tcp_destroy(scd_transport_t *tr)
 	if (t->scratch)
 		munmap(t->scratch, t->scratch_bytes);
 	free(t->fds);
+	free(t->wire16);
 	free(t->pfds);
 	free(t->pfd_peer);
 	free(t->io);
@@ -1003,6 +1004,7 @@ const scd_transport_ops_t scd_transport_tcp_ops = {
     .exchange_v = scd_tcp_exchange_v,
     .allreduce_f32 = scd_tcp_allreduce_f32,
     .allreduce = scd_tcp_allreduce,
+    .allreduce_wire16 = scd_tcp_allreduce_wire16,
     .measure = scd_tcp_measure,
     .counters = tcp_counters,
     .destroy = tcp_destroy,

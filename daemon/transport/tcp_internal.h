@@ -59,6 +59,9 @@ typedef struct scd_tcp {
 	 * call fails at once with this status and text. */
 	sc_status_t failed;
 	char failed_text[256];
+	/* the ring's 16-bit copy of a buffer that travels as 16 bits (tcp_ring.c) */
+	uint16_t *wire16;
+	size_t wire16_cap;
 } scd_tcp_t;
 
 /* Monotonic clock in milliseconds. */
@@ -96,6 +99,8 @@ sc_status_t scd_tcp_exchange_v(scd_transport_t *tr, const scd_xfer_t *sends, int
 sc_status_t scd_tcp_measure(scd_transport_t *tr, size_t probe_bytes, double *alpha_s_p,
 			    double *beta_s_per_byte_p, int timeout_ms);
 sc_status_t scd_tcp_allreduce_f32(scd_transport_t *tr, float *data, size_t n, int timeout_ms);
+sc_status_t scd_tcp_allreduce_wire16(scd_transport_t *tr, float *data, size_t n, uint32_t wire,
+				     const scd_xfer_work_t *work, int timeout_ms);
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
 			      sc_reduce_op_t op, const scd_xfer_work_t *work, int timeout_ms);
 

@@ -21,23 +21,35 @@
  * Overwriting a chunk in the allgather cannot race its earlier send: the left neighbour
  * can only send a byte of step g after the right neighbour received that byte of step
  * g + 1 - P from this rank, and a byte is sent once send(2) has copied it.
+ *
+ * A 16-bit wire (float32 data, sparsecomm.h's sc_wire_t) runs the same streams over a
+ * 16-bit copy of the data (two bytes an element): a rank narrows its first chunk before
+ * the ring starts and each chunk as it reduces it (device/wire16.h), the receiver adds
+ * each arriving piece into its float32 data at once, and the owner of a fully reduced
+ * chunk rounds its own float32 copy to the 16-bit value it sends on. The allgather lands
+ * in the 16-bit copy, is forwarded from there and widened into the data: every rank ends
+ * with the same bits, half the bytes on the wire.
  */
 #include "transport/tcp_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "device/reduce.h"
+#include "device/wire16.h"
 #include "transport/transport_internal.h"
 
 typedef struct {
 	int P, rank, steps;
 	size_t base, rem; /* chunk c has base + (c < rem) elements */
-	size_t esize;	  /* bytes per element */
+	size_t esize;	  /* bytes per element on the wire */
 	sc_dtype_t dtype;
 	sc_reduce_op_t op;
+	uint32_t wire; /* SC_WIRE_NATIVE, or the 16-bit format float32 data travels as */
 	char *data;
+	char *out; /* what the sends read and the allgather writes: data, or its 16-bit copy */
 	/* send side: step and bytes of its chunk sent */
 	int sg;
 	size_t s_off;
@@ -47,10 +59,16 @@ typedef struct {
 	size_t r_off, r_done, carry;
 } ring_t;
 
-/* Byte offset of chunk c in the data. */
+/* Index of the first element of chunk c. */
+static size_t chunk_elem(const ring_t *R, int c)
+{
+	return (size_t)c * R->base + ((size_t)c < R->rem ? (size_t)c : R->rem);
+}
+
+/* Byte offset of chunk c on the wire (in the data too, for the native wire). */
 static size_t chunk_first(const ring_t *R, int c)
 {
-	return ((size_t)c * R->base + ((size_t)c < R->rem ? (size_t)c : R->rem)) * R->esize;
+	return chunk_elem(R, c) * R->esize;
 }
 
 static size_t chunk_bytes(const ring_t *R, int c)
@@ -96,7 +114,7 @@ static sc_status_t ring_send(scd_tcp_t *t, ring_t *R, int fd, int right, int *mo
 		size_t limit = send_limit(R);
 		if (R->s_off >= limit)
 			return SC_OK; /* waiting for the left neighbour */
-		const char *src = R->data + chunk_first(R, send_chunk(R, R->sg));
+		const char *src = R->out + chunk_first(R, send_chunk(R, R->sg));
 		ssize_t w =
 		    send(fd, src + R->s_off, limit - R->s_off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (w < 0) {
@@ -117,6 +135,21 @@ static sc_status_t ring_send(scd_tcp_t *t, ring_t *R, int fd, int right, int *mo
 	return SC_OK;
 }
 
+/* k 16-bit values of chunk c arrived (its next ones): added into the float32 data, and the
+ * sums narrowed into the 16-bit copy the next step sends; the step that completes the
+ * chunk's reduction rounds the data too, as every other rank will receive it. */
+static void wire_reduce(ring_t *R, int c, size_t k, const uint16_t *src)
+{
+	size_t e0 = chunk_elem(R, c) + R->r_done / R->esize;
+	float *acc = (float *)R->data + e0;
+	uint16_t *w = (uint16_t *)R->out + e0;
+	scd_wire16_add(R->wire, acc, src, k);
+	if (R->rg == R->P - 2)
+		scd_wire16_round(R->wire, acc, w, k);
+	else
+		scd_wire16_narrow(R->wire, w, acc, k);
+}
+
 /* Receives one piece from the left neighbour and reduces (or stores) it. */
 static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t piece,
 			     int *moved_p)
@@ -125,7 +158,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 		return SC_OK;
 	int c = recv_chunk(R, R->rg);
 	size_t total = chunk_bytes(R, c), want = total - R->r_off;
-	char *dst = R->data + chunk_first(R, c);
+	char *dst = R->out + chunk_first(R, c);
 	int reduce = R->rg < R->P - 1;
 	if (reduce) {
 		dst = (char *)t->scratch + R->carry;
@@ -156,12 +189,22 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	R->r_off += (size_t)n;
 	if (reduce) {
 		size_t have = R->carry + (size_t)n, whole = have / R->esize * R->esize;
-		scd_reduce_typed(R->dtype, R->op, R->data + chunk_first(R, c) + R->r_done,
-				 t->scratch, whole / R->esize);
+		if (R->wire)
+			wire_reduce(R, c, whole / R->esize, (const uint16_t *)t->scratch);
+		else
+			scd_reduce_typed(R->dtype, R->op,
+					 R->data + chunk_first(R, c) + R->r_done, t->scratch,
+					 whole / R->esize);
 		R->r_done += whole;
 		R->carry = have - whole;
 		if (R->carry)
 			memmove(t->scratch, t->scratch + whole, R->carry);
+	} else if (R->wire) { /* the whole elements that arrived, widened into the data */
+		size_t whole = R->r_off / R->esize * R->esize, e0 = chunk_elem(R, c);
+		e0 += R->r_done / R->esize;
+		scd_wire16_widen(R->wire, (float *)R->data + e0, (const uint16_t *)R->out + e0,
+				 (whole - R->r_done) / R->esize);
+		R->r_done = whole;
 	} else {
 		R->r_done = R->r_off;
 	}
@@ -169,14 +212,59 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 	return SC_OK;
 }
 
+/* The 16-bit copy of n elements (grow-only: a buffer of the same size finds it ready). */
+static uint16_t *wire_copy(scd_tcp_t *t, size_t n)
+{
+	if (t->wire16_cap >= n)
+		return t->wire16;
+	uint16_t *w = malloc(n * sizeof(uint16_t));
+	if (!w)
+		return NULL;
+	free(t->wire16);
+	t->wire16 = w;
+	t->wire16_cap = n;
+	return w;
+}
+
+static sc_status_t ring_run(scd_tcp_t *t, void *data, size_t n, sc_dtype_t dtype,
+			    sc_reduce_op_t op, uint32_t wire, const scd_xfer_work_t *work,
+			    int timeout_ms);
+
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
 			      sc_reduce_op_t op, const scd_xfer_work_t *work, int timeout_ms)
 {
+	return ring_run((scd_tcp_t *)tr, data, n, dtype, op, SC_WIRE_NATIVE, work, timeout_ms);
+}
+
+sc_status_t scd_tcp_allreduce_wire16(scd_transport_t *tr, float *data, size_t n, uint32_t wire,
+				     const scd_xfer_work_t *work, int timeout_ms)
+{
+	if (!scd_wire16_size(wire)) {
+		scd_transport_set_error("tcp: allreduce over unknown wire format %u", wire);
+		return SC_ERR_INVALID;
+	}
 	scd_tcp_t *t = (scd_tcp_t *)tr;
+	if (tr->size == 1 && n && data && !t->failed) { /* alone: the values still round */
+		uint16_t *w = wire_copy(t, n);
+		if (!w) {
+			scd_transport_set_error("tcp: no memory for the %s copy of %zu values",
+						sc_wire_name((sc_wire_t)wire), n);
+			return SC_ERR_NOMEM;
+		}
+		scd_wire16_round(wire, data, w, n);
+		return SC_OK;
+	}
+	return ring_run(t, data, n, SC_FLOAT32, SC_OP_SUM, wire, work, timeout_ms);
+}
+
+static sc_status_t ring_run(scd_tcp_t *t, void *data, size_t n, sc_dtype_t dtype,
+			    sc_reduce_op_t op, uint32_t wire, const scd_xfer_work_t *work,
+			    int timeout_ms)
+{
 	if (t->failed)
 		return scd_tcp_failed_again(t);
 	const int P = t->base.size, me = t->base.rank;
-	const size_t esize = sc_dtype_size(dtype);
+	const size_t esize = wire ? scd_wire16_size(wire) : sc_dtype_size(dtype);
 	if (!esize) {
 		scd_transport_set_error("tcp: allreduce of unknown dtype %d", (int)dtype);
 		return SC_ERR_INVALID;
@@ -200,7 +288,20 @@ sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtyp
 		    .esize = esize,
 		    .dtype = dtype,
 		    .op = op,
-		    .data = data};
+		    .wire = wire,
+		    .data = data,
+		    .out = data};
+	if (wire) { /* the first chunk leaves as it is, narrowed */
+		/* without its copy this rank cannot take part: the streams are out of step */
+		if (!(R.out = (char *)wire_copy(t, n)))
+			return scd_tcp_fail(t, SC_ERR_NOMEM,
+					    "no memory for the %s copy of %zu values",
+					    sc_wire_name((sc_wire_t)wire), n);
+		int c = send_chunk(&R, 0);
+		size_t e0 = chunk_elem(&R, c);
+		scd_wire16_narrow(wire, (uint16_t *)R.out + e0, (const float *)data + e0,
+				  chunk_bytes(&R, c) / esize);
+	}
 	const int left = (me + P - 1) % P, right = (me + 1) % P;
 	const int lfd = t->fds[left], rfd = t->fds[right];
 	size_t piece =

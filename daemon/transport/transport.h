@@ -176,6 +176,13 @@ typedef struct scd_transport_ops {
 	sc_status_t (*allreduce)(scd_transport_t *t, void *data, size_t n, sc_dtype_t dtype,
 				 sc_reduce_op_t op, const scd_xfer_work_t *work,
 				 int timeout_ms);
+	/* The sum of n float32 over a 16-bit wire (wire SC_WIRE_FP16 or SC_WIRE_BF16,
+	 * sparsecomm.h's sc_wire_t): each value travels narrowed and is summed in float32 on
+	 * arrival; every rank receives the same bits, each a 16-bit value. Optional: a backend
+	 * without it (nccl) keeps float32 on the wire, and its callers say so. */
+	sc_status_t (*allreduce_wire16)(scd_transport_t *t, float *data, size_t n,
+					uint32_t wire, const scd_xfer_work_t *work,
+					int timeout_ms);
 	/* Barrier-like latency and bandwidth probe with every peer: alpha (s per message)
 	 * and beta (s per byte), the median over the peers of several ping-pongs of 8 B and
 	 * of probe_bytes. Every rank must call it together. */

@@ -124,7 +124,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	uint32_t id = cache_lookup(w, nt->name);
 	int solo = scd_ntensor_solo(nt);
 	uint32_t key = scd_ntensor_fuse_key(nt);
-	if (id != UINT32_MAX && w->cache[id].dtype == nt->dtype &&
+	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
 	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
 	    w->cache[id].solo == solo && w->cache[id].fuse_key == key) {
 		o->cached = 1;
@@ -135,7 +135,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
 			return;
 		}
-		o->dtype = nt->dtype;
+		o->dtype = scd_ntensor_typeword(nt);
 		o->numel = nt->numel;
 		o->op = nt->op;
 		o->solo = solo;
@@ -327,8 +327,10 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 	for (int r = 1; r < P && kind < 0; r++) {
 		if (e->numel[r] != e->numel[0])
 			kind = 0, what = "element count";
-		else if (e->dtype[r] != e->dtype[0])
+		else if (scd_tw_dtype(e->dtype[r]) != scd_tw_dtype(e->dtype[0]))
 			kind = 1, what = "dtype";
+		else if (e->dtype[r] != e->dtype[0])
+			kind = 3, what = "wire format";
 		else if (e->op[r] != e->op[0])
 			kind = 2, what = "operation";
 	}
@@ -342,7 +344,11 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 		if (kind == 0)
 			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
 		else if (kind == 1)
-			snprintf(val, sizeof(val), "%s", sc_dtype_name(e->dtype[r]));
+			snprintf(val, sizeof(val), "%s",
+				 sc_dtype_name(scd_tw_dtype(e->dtype[r])));
+		else if (kind == 3)
+			snprintf(val, sizeof(val), "%s",
+				 sc_wire_name(scd_tw_wire(e->dtype[r])));
 		else
 			scd_op_describe(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
@@ -525,10 +531,10 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 	scd_fplan_tensor_t *t = calloc((size_t)n + 1, sizeof(*t));
 	uint8_t *start = calloc((size_t)n + 1, 1);
 	for (int i = 0; t && start && i < n; i++)
-		t[i] = (scd_fplan_tensor_t){.bytes = r[i].e->numel[0] *
-						     sc_dtype_size(r[i].e->dtype[0]),
-					    .key = plan_key(w, r[i].e),
-					    .solo = r[i].e->solo};
+		t[i] = (scd_fplan_tensor_t){
+		    .bytes = r[i].e->numel[0] * sc_dtype_size(scd_tw_dtype(r[i].e->dtype[0])),
+		    .key = plan_key(w, r[i].e),
+		    .solo = r[i].e->solo};
 	if (t && start)
 		scd_fplan_plan(cfg, t, n, start);
 	for (int i = 0, j; i < n; i = j) { /* out of memory: every tensor alone */
@@ -575,8 +581,8 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		const scd_centry_t *e = r[i].e;
 		r[i].fresh = 1;
 		if (scd_fplan_add(fp, r[i].id, r[i].old_id,
-				  e->numel[0] * sc_dtype_size(e->dtype[0]), plan_key(w, e),
-				  e->solo) != 0)
+				  e->numel[0] * sc_dtype_size(scd_tw_dtype(e->dtype[0])),
+				  plan_key(w, e), e->solo) != 0)
 			r[i].pos = -1;
 	}
 	if (scd_fplan_update(fp, cfg) > 0)
@@ -973,8 +979,11 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
 	job->lossless_only = 0;
 	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
-	/* Every item has the buffer's dtype (see coord_emit); items start 64-byte aligned. */
-	job->dtype = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
+	/* Every item has the buffer's dtype and wire format (see coord_emit; the type word,
+	 * engine/opword.h); items start 64-byte aligned. */
+	uint32_t word = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
+	job->dtype = scd_tw_dtype(word);
+	job->wire = scd_tw_wire(word);
 	size_t esz = sc_dtype_size(job->dtype);
 	uint64_t align = esz ? 64 / esz : 16;
 	uint64_t off = 0;
@@ -1013,9 +1022,9 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
 	 * apart); sum and average items share the sum, each averaging its own. */
 	job->op = job->n_items && items[0].op > SC_OP_AVERAGE ? items[0].op : SC_OP_SUM;
-	/* The schemes are float32 sums only: the other dtypes and reductions always take the
-	 * dense ring. */
-	job->pin = job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM
+	/* The schemes are float32 sums over a 32-bit wire only: the other dtypes, reductions
+	 * and wire formats always take the dense ring. */
+	job->pin = job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM && !job->wire
 		       ? buffer_pin(w, job)
 		       : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
@@ -1228,6 +1237,18 @@ static const char *stats_scheme(const scd_job_t *job)
 	return scd_scheme_name((scd_scheme_t)job->scheme);
 }
 
+/* The wire format the tensor's statistics show: the registered one, and what its last
+ * dense sum travelled as where a transport without 16-bit wires (nccl) kept 32 bits. */
+static void stats_wire(scd_ntensor_t *nt, const scd_job_t *job)
+{
+	const char *name = sc_wire_name((sc_wire_t)nt->opts.wire);
+	if (job->wire && !job->wire_sent && job->op == SC_OP_SUM)
+		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s as fp32 (%s)", name,
+			 job->transport_name ? job->transport_name : "?");
+	else
+		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s", name);
+}
+
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
@@ -1263,6 +1284,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 				 stats_scheme(job));
 			snprintf(nt->stats.transport, sizeof(nt->stats.transport), "%s",
 				 job->transport_name ? job->transport_name : "");
+			stats_wire(nt, job);
 			nt->stats.predicted_s = job->predicted_s;
 			nt->stats.density = job->density;
 			nt->stats.densification = job->gamma;

@@ -309,7 +309,8 @@ static void cuda_sparse(sc_client_t *c, int engine)
 			    i, g[i], s[i]);
 }
 
-void it_expect_transport(const char *name, const char *want)
+/* Fails unless `sparsectl stats` on this node gives tensor name's string field as want. */
+static void expect_stats_str(const char *name, const char *field, const char *want)
 {
 	const char *args[] = {"stats", NULL};
 	it_json_t *s = it_ctl_json(it_env.socket, args);
@@ -317,15 +318,47 @@ void it_expect_transport(const char *name, const char *want)
 	const char *got = NULL;
 	for (size_t i = 0; ts && ts->type == IT_JARR && i < ts->n; i++) {
 		const it_json_t *nm = it_json_get(ts->items[i], "name");
-		const it_json_t *tr = it_json_get(ts->items[i], "transport");
-		if (nm && nm->type == IT_JSTR && !strcmp(nm->str, name) && tr &&
-		    tr->type == IT_JSTR)
-			got = tr->str;
+		const it_json_t *v = it_json_get(ts->items[i], field);
+		if (nm && nm->type == IT_JSTR && !strcmp(nm->str, name) && v &&
+		    v->type == IT_JSTR)
+			got = v->str;
 	}
 	if (!got || strcmp(got, want))
-		IT_FAIL("'%s' went over %s, expected %s", name, got ? got : "(not listed)",
+		IT_FAIL("'%s': %s %s, expected %s", name, field, got ? got : "(not listed)",
 			want);
 	it_json_free(s);
+}
+
+void it_expect_transport(const char *name, const char *want)
+{
+	expect_stats_str(name, "transport", want);
+}
+
+/* A float32 cuda tensor on the fp16 wire: exact sums of small integers; staged through
+ * host memory over tcp it converts like a cpu tensor, over NCCL it keeps 32 bits and
+ * `sparsectl stats` says so. */
+static void cuda_wire(sc_client_t *c, const char *transport)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .wire = SC_WIRE_FP16};
+	sc_tensor_t *t = NULL;
+	char why[512];
+	o.device = SC_DEVICE_CUDA;
+	o.device_ordinal = cuda_ordinal();
+	IT_CHECK_SC(sc_register_ex(c, "cuda.wire", SC_FLOAT32, CUDA_N, &o, &t),
+		    "registering 'cuda.wire' (fp16 wire)");
+	for (int step = 0; step < 2; step++) {
+		it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 80 + step, it_env.rank, 1);
+		IT_CHECK_SC(sc_tensor_set_stream(t, NULL), "sc_tensor_set_stream 'cuda.wire'");
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'cuda.wire'");
+		size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 80 + step,
+					it_env.size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("'cuda.wire' step %d: %zu elements wrong: %s", step, wrong,
+				why);
+	}
+	if (transport && sc_local_rank(c) == 0 && it_env.size > 1)
+		expect_stats_str("cuda.wire", "wire",
+				 strcmp(transport, "nccl") ? "fp16" : "fp16 as fp32 (nccl)");
 }
 
 /* Registrations on a GPU past the node's (the trainer's driver sees N + 1 GPUs, the
@@ -404,6 +437,7 @@ int it_cuda_sums(int argc, char **argv)
 			IT_FAIL("step %d: %zu elements wrong: %s", step, wrong, why);
 	}
 	cpu_sums(c, "cuda.cpu", 70); /* cpu tensors beside cuda ones */
+	cuda_wire(c, argc > 2 ? argv[2] : NULL);
 	int engine = argc > 3 ? atoi(argv[3]) : 0;
 	cuda_sparse(c, engine);
 	if (cuda_gpus() > 1)
@@ -416,7 +450,7 @@ int it_cuda_sums(int argc, char **argv)
 		it_expect_transport("cuda.cpu", "tcp");
 	}
 	sc_finalize(c);
-	it_cuda_log_balanced(log, 4);
+	it_cuda_log_balanced(log, 5);
 	it_pass();
 }
 

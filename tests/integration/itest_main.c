@@ -369,6 +369,7 @@ static const struct {
     {"gone-busy", it_live_busy, "VICTIM LIMIT_MS: a peer daemon killed while buffers move"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
+    {"wire", it_wire16, "fp16/bf16 wires: exact, bit-identical, half the bytes, mismatch"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
     {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
     {"cuda-schemes", it_cuda_schemes,

@@ -155,6 +155,11 @@ run_case "sums n=2 per-node=3" 2 3 180 0 6 -- "$itest" sums
 run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 
 # ops: min, max and product of every dtype, fused beside sums; refusals and mismatches.
+# 16-bit wires: exact sums alone and fused, every rank's bits the same, half the bytes
+run_case "wire n=2" 2 1 180 0 2 -- "$itest" wire
+run_case "wire n=3" 3 1 180 0 3 -- "$itest" wire
+run_case "wire n=2 per-node=2" 2 2 180 0 4 -- "$itest" wire
+
 run_case "ops n=3" 3 1 180 0 3 -- "$itest" ops
 run_case "ops n=2 per-node=2" 2 2 180 0 4 -- "$itest" ops
 

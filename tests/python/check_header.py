@@ -29,6 +29,8 @@ int main(void) {
 	printf("op SUM %d\nop AVERAGE %d\nop MIN %d\nop MAX %d\nop PRODUCT %d\n", SC_OP_SUM,
 	       SC_OP_AVERAGE, SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT);
 	printf("dev CPU %d\ndev CUDA %d\n", SC_DEVICE_CPU, SC_DEVICE_CUDA);
+	printf("wire NATIVE %d\nwire FP16 %d\nwire BF16 %d\n", SC_WIRE_NATIVE, SC_WIRE_FP16,
+	       SC_WIRE_BF16);
 	printf("sp NONE %d\nsp TOPK %d\nsp THRESHOLD %d\nsp DGC %d\nsp EXDYNA %d\n"
 	       "sp NATURAL %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,
 	       SC_SPARSIFY_DGC, SC_SPARSIFY_EXDYNA, SC_SPARSIFY_NATURAL);
@@ -36,7 +38,7 @@ int main(void) {
 	       sizeof(sc_tensor_opts_t), sizeof(sc_sparsifier_t), sizeof(sc_handle_t));
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
-	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal)
+	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal) O(wire)
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;
 }
@@ -145,7 +147,7 @@ def main():
     if c["status"] != _lib.STATUS_VALUES:
         bad.append("status codes: header %s, python %s" % (c["status"], _lib.STATUS_VALUES))
     for kind, enum in (("dtype", _lib.DType), ("op", _lib.ReduceOp), ("sp", _lib.Sparsifier),
-                       ("dev", _lib.DeviceKind)):
+                       ("dev", _lib.DeviceKind), ("wire", _lib.Wire)):
         py = {m.name: int(m) for m in enum}
         if c[kind] != py:
             bad.append("%s: header %s, python %s" % (kind, c[kind], py))

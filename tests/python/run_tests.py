@@ -234,9 +234,15 @@ def t_failure():
            "launcher rc=%s after %.1f s; survivors that raised naming rank 1: %s%s" %
            (rc, secs, survivors, "" if ok else "\n" + tail(out, 40)))
 
+def t_wire():
+    # Compression.fp16/bf16 and a float16 tensor over the 16-bit wire: results within
+    # 16-bit rounding, half the bytes of the float32 ring
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_wire.py"), [], 180)
+    checks("wire", rc, out, 2)
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_cuda, t_gpu,
-         t_lossless_dense, t_lossless_sparse, t_ddp, t_topk, t_failure]
+
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_wire,
+         t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk, t_failure]
 
 
 def main():

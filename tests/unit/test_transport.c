@@ -7,6 +7,8 @@
  */
 #include "unit.h"
 
+#include "device/wire16.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -275,6 +277,95 @@ UNIT_TEST_TIMEOUT(transport_tcp_allreduce_f64_i32_i64_exact, 240)
 {
 	for (int P = 1; P <= MAX_P; P++)
 		run_world(P, allreduce_typed_rank, NULL);
+}
+
+/* The 16-bit wires: small integers (every partial sum exact in 16 bits) must come back
+ * exact; random values must come back as 16-bit values within the rounding of P - 1
+ * partial sums, the same bits on every rank (the int32 MIN and MAX of the results' bit
+ * patterns agree), with a NaN of one rank NaN everywhere; and half the native bytes. */
+static float wire_input(size_t i, int rank, int exact)
+{
+	if (exact)
+		return (float)((long long)((i * 7 + (size_t)rank * 3) % 17) - 8);
+	if (i % 1009 == 3 && (size_t)rank == (i / 1009) % 3)
+		return NAN;
+	uint64_t h = (i * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)rank * 0xbf58476d1ce4e5b9ull);
+	h ^= h >> 29;
+	return (float)((double)(h % 2000001) / 1000000.0 - 1.0) * 3.0f;
+}
+
+static void allreduce_wire_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	(void)arg;
+	size_t sizes[] = {1, (size_t)(P > 1 ? P - 1 : 1), 7, 1000003, (1u << 20) + 5};
+	size_t cap = (1u << 20) + 5;
+	float *x = malloc(4 * cap);
+	int32_t *lo = malloc(4 * cap), *hi = malloc(4 * cap);
+	CHECK_TRUE(x && lo && hi && t->ops->allreduce_wire16);
+	for (uint32_t wire = SC_WIRE_FP16; wire <= SC_WIRE_BF16; wire++)
+		for (int exact = 1; exact >= 0; exact--)
+			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+				size_t n = sizes[s];
+				for (size_t i = 0; i < n; i++)
+					x[i] = wire_input(i, rank, exact);
+				scd_transport_counters_t c0, c1;
+				t->ops->counters(t, &c0);
+				sc_status_t st =
+				    t->ops->allreduce_wire16(t, x, n, wire, NULL, TMO_MS);
+				CHECK_MSG(st == SC_OK, "rank %d, %s x %zu: %s", rank,
+					  sc_wire_name(wire), n, scd_transport_error());
+				t->ops->counters(t, &c1);
+				uint64_t want_sent =
+				    P == 1 ? 0
+					   : 2 * n * 2 - chunk_bytes(n, P, (rank + 1) % P, 2) -
+						 chunk_bytes(n, P, (rank + 2) % P, 2);
+				CHECK_EQ_INT(c1.bytes_sent - c0.bytes_sent, want_sent);
+				double ulp = wire == SC_WIRE_FP16 ? 0x1p-10 : 0x1p-7;
+				for (size_t i = 0; i < n; i++) {
+					double sum = 0, mag = 0;
+					int nan = 0;
+					for (int r = 0; r < P; r++) {
+						float v = wire_input(i, r, exact);
+						nan |= isnan(v);
+						sum += v;
+						mag += fabs(v);
+					}
+					uint16_t h[1];
+					float again[1];
+					scd_wire16_narrow(wire, h, &x[i], 1);
+					scd_wire16_widen(wire, again, h, 1);
+					CHECK_MSG(nan	  ? isnan(x[i])
+						  : exact ? x[i] == (float)sum
+							  : fabs(x[i] - sum) <=
+								    P * (ulp * mag + 0x1p-24) &&
+								memcmp(again, &x[i], 4) == 0,
+						  "rank %d of %d, %s x %zu, element %zu: %.9g, "
+						  "expected %.9g%s",
+						  rank, P, sc_wire_name(wire), n, i, x[i], sum,
+						  exact ? "" : " (within 16-bit rounding)");
+				}
+				memcpy(lo, x, 4 * n);
+				memcpy(hi, x, 4 * n);
+				CHECK_TRUE(scd_transport_allreduce(t, lo, n, SC_INT32,
+								   SC_OP_MIN, TMO_MS) == SC_OK);
+				CHECK_TRUE(scd_transport_allreduce(t, hi, n, SC_INT32,
+								   SC_OP_MAX, TMO_MS) == SC_OK);
+				for (size_t i = 0; i < n; i++)
+					CHECK_MSG(lo[i] == hi[i],
+						  "%s x %zu, element %zu differs across ranks: "
+						  "0x%08x .. 0x%08x",
+						  sc_wire_name(wire), n, i, (uint32_t)lo[i],
+						  (uint32_t)hi[i]);
+			}
+	scd_log_level = -1;
+	CHECK_EQ_INT(t->ops->allreduce_wire16(t, x, 4, 7, NULL, TMO_MS), SC_ERR_INVALID);
+	free(x), free(lo), free(hi);
+}
+
+UNIT_TEST_TIMEOUT(transport_tcp_allreduce_wire16, 240)
+{
+	for (int P = 1; P <= MAX_P; P++)
+		run_world(P, allreduce_wire_rank, NULL);
 }
 
 /* Inputs of min, max and product: halves of both signs (float products exact in any

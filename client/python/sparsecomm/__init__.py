@@ -84,7 +84,7 @@ import threading
 import numpy as np
 
 from . import _lib
-from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, STATUS_NAMES
+from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, Wire, STATUS_NAMES
 
 # Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
 Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
@@ -382,11 +382,26 @@ def _device_name(device):
 
 # ---- registration ------------------------------------------------------------------
 
-def _opts_key(sparsifier, density, threshold, scheme, allow_lossy):
+def _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire=None):
     sp = Sparsifier.parse(sparsifier)
     return (("sparsifier", sp.name.lower()), ("density", float(density or 0.0)),
             ("threshold", float(threshold or 0.0)), ("scheme", scheme or None),
-            ("allow_lossy", bool(allow_lossy)))
+            ("allow_lossy", bool(allow_lossy)), ("wire", Wire.parse(wire).name.lower()))
+
+
+def _auto_wire(x, wire, key, kind, coo_capacity):
+    """The wire format of a dense tensor's buffer: the one asked for, else a float16 or
+    bfloat16 torch tensor's own (it is carried in a float32 buffer, and its sums travel
+    in its 16 bits) where the daemons convert, that is a dense allreduce with no
+    sparsifier, lossy scheme, COO input or pinned scheme other than dense_ring."""
+    if wire is not None:
+        return Wire.parse(wire)
+    k = dict(key)
+    if (not _is_torch(x) or kind != "allreduce" or coo_capacity or k["allow_lossy"] or
+            k["sparsifier"] != "none" or k["scheme"] not in (None, "dense_ring")):
+        return Wire.NATIVE
+    t = _torch()
+    return {t.float16: Wire.FP16, t.bfloat16: Wire.BF16}.get(x.dtype, Wire.NATIVE)
 
 
 def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None):
@@ -434,6 +449,7 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     o.scheme = k["scheme"].encode() if k["scheme"] else None
     o.coo_capacity = int(coo_capacity)
     o.device, o.device_ordinal = int(device[0]), int(device[1])
+    o.wire = int(Wire.parse(k.get("wire")))
     tp = _lib.c_tensor_p()
     lib = _lib.load()
     st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
@@ -479,18 +495,21 @@ def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None):
 
 
 def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
-             threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0):
+             threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0, wire=None):
     """Registers ``name`` with the daemon now instead of at its first allreduce: ``numel``
     elements of ``dtype`` ("float32", "float64", "int32", "int64" or a DType) on
     ``device`` ("cpu", "cuda", "cuda:N" or a torch.device; a cuda tensor's buffer is in
     the daemon's GPU memory).  Later allreduces of the name must agree with it.  Returns
     what registered() says of it.  A GPU the library cannot use (no CUDA driver, no such
     GPU, a daemon that does not serve GPU tensors) raises SparsecommError
-    (SC_ERR_UNSUPPORTED) naming the reason."""
+    (SC_ERR_UNSUPPORTED) naming the reason.  ``wire`` ("native", "fp16", "bf16"; a
+    float32 tensor without a sparsifier, allow_lossy, COO input or another pinned scheme
+    than dense_ring): its sum and average allreduces travel as 16-bit values, summed in
+    float32 on arrival (sparsecomm.h, sc_wire_t)."""
     c = _need()
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
     _entry(c, str(name), dt, int(numel),
-           _opts_key(sparsifier, density, threshold, scheme, allow_lossy),
+           _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire),
            int(coo_capacity or 0), DeviceKind.parse(device))
     return registered()[str(name)]
 
@@ -633,7 +652,7 @@ def _name_or_none(name):
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None, _kind="allreduce", _root=None):
+                    coo_capacity=None, out=None, wire=None, _kind="allreduce", _root=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
@@ -641,9 +660,11 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     Sum, Average, Min, Max, Product, or a name such as "max"); MIN, MAX and PRODUCT are
     lossless dense reductions that a tensor with a sparsifier refuses.  The options
     (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
-    threshold; scheme; allow_lossy; coo_capacity) are fixed when ``name`` is first used.
-    Without ``name`` the operation gets a buffer by the rule in the module doc (unnamed
-    operations)."""
+    threshold; scheme; allow_lossy; coo_capacity; wire, see register()) are fixed when
+    ``name`` is first used.  A float16 or bfloat16 torch tensor travels in a float32
+    buffer whose wire is its own 16 bits (where the tensor is dense and unsparsified; the
+    result comes back in its dtype).  Without ``name`` the operation gets a buffer by the
+    rule in the module doc (unnamed operations)."""
     c = _need()
     name = _name_or_none(name)
     red = _op(average, op)
@@ -657,6 +678,12 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy)
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
+    known = c.entries.get(name) if name is not None and wire is None else None
+    if known is not None:  # a name registered with a wire keeps it
+        key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
+    else:
+        key = key[:-1] + (("wire", _auto_wire(x, wire, key, _kind,
+                                              coo_capacity).name.lower()),)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))

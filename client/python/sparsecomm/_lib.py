@@ -103,6 +103,31 @@ class ReduceOp(enum.IntEnum):
             raise ValueError("unknown reduction %r (0 to %d)" % (value, len(cls) - 1))
 
 
+class Wire(enum.IntEnum):
+    """sc_wire_t: what a float32 tensor's dense sums travel as between the daemons."""
+    NATIVE = 0  # the dtype's own 4 bytes
+    FP16 = 1  # IEEE binary16, summed in float32 on arrival
+    BF16 = 2  # bfloat16, likewise
+
+    @classmethod
+    def parse(cls, value):
+        """Accepts a Wire, its integer value, a name ("fp16", "bf16", "native", "fp32"),
+        or a torch dtype (torch.float16, torch.bfloat16, torch.float32)."""
+        if value is None:
+            return cls.NATIVE
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, int):
+            return cls(value)
+        key = str(value).strip().upper().replace("TORCH.", "")
+        aliases = {"": "NATIVE", "FP32": "NATIVE", "FLOAT32": "NATIVE", "NONE": "NATIVE",
+                   "FLOAT16": "FP16", "HALF": "FP16", "BFLOAT16": "BF16"}
+        key = aliases.get(key, key)
+        if key in cls.__members__:
+            return cls[key]
+        raise ValueError("unknown wire format %r (native, fp16 or bf16)" % (value,))
+
+
 class Sparsifier(enum.IntEnum):
     NONE = 0  # send as is (lossless)
     TOPK = 1  # exact top-k by magnitude, k = density x numel
@@ -171,6 +196,7 @@ class TensorOpts(ctypes.Structure):
         ("sketch_cols", ctypes.c_double),
         ("device", ctypes.c_int),  # sc_device_kind_t
         ("device_ordinal", ctypes.c_int),
+        ("wire", ctypes.c_int),  # sc_wire_t
     ]
 
 

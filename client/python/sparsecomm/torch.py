@@ -39,9 +39,10 @@ broadcast, broadcast_, broadcast_object, broadcast_parameters, broadcast_optimiz
 reducescatter, barrier,
 join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
-bf16 round each value to 16 bits as Horovod's do, but the wire stays 32-bit until the
-daemons carry 16-bit dtypes: a 16-bit tensor travels as float32, so the bytes sent are
-not halved.
+bf16 send 16-bit values as Horovod's do: a float32 tensor keeps its buffer and its sums
+travel in 16 bits (the wire option of sparsecomm.register), summed in float32 on arrival,
+so the bytes sent are halved and the result is the float32 tensor's, each value a 16-bit
+one.
 
 CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
 sparsecomm (see the sparsecomm module doc), their results queued on the stream that was
@@ -89,30 +90,58 @@ class NoneCompressor(Compressor):
 
 class _CastCompressor(Compressor):
     dtype = None
+    wire = None  # the sparsecomm wire format its allreduces ask for
 
     @classmethod
     def compress(cls, tensor):
+        # float32 stays as it is: its wire carries the 16 bits (ctx "wire": the result
+        # is rounded to them, as Horovod's comes back from 16 bits).  Other floating
+        # dtypes are cast, as Horovod casts them; a 16-bit tensor travels in its own.
+        if tensor.dtype == torch.float32:
+            return tensor, "wire"
         if tensor.dtype.is_floating_point and tensor.dtype != cls.dtype:
             return tensor.to(cls.dtype), tensor.dtype
         return tensor, None
 
-    @staticmethod
-    def decompress(tensor, ctx):
+    @classmethod
+    def decompress(cls, tensor, ctx):
+        if ctx == "wire":
+            return tensor.to(cls.dtype).to(torch.float32)
         return tensor if ctx is None else tensor.to(ctx)
 
 
 class FP16Compressor(_CastCompressor):
-    """Casts a floating-point tensor to float16 before the allreduce and the result back
-    to its dtype: each contribution and the result are rounded to float16, as Horovod's
-    fp16 compression rounds them.  The wire stays 32-bit until the daemons carry 16-bit
-    dtypes: a float16 tensor travels as float32 (sparsecomm._sc_dtype), so the bytes
-    sent are those of the uncompressed float32 gradient."""
+    """Horovod's fp16 compression: the allreduce sends float16 values (half the bytes)
+    and the result comes back in the tensor's dtype.  A float32 tensor's buffer is
+    registered with the fp16 wire: each node's contribution and every partial sum is
+    rounded to float16 as it is sent and summed in float32 on arrival, and the result
+    (averaged in float32) is rounded to float16 as Horovod's comes back in it.  Other
+    floating dtypes are cast to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a 16-bit
+    wire) the values are rounded to float16 and travel in 32 bits."""
     dtype = torch.float16
+    wire = "fp16"
 
 
 class BF16Compressor(_CastCompressor):
-    """As FP16Compressor, with bfloat16 (the wire stays 32-bit as well)."""
+    """As FP16Compressor, with bfloat16."""
     dtype = torch.bfloat16
+    wire = "bf16"
+
+
+def _compressed_async(compression, tensor, out, **kw):
+    """An allreduce through ``compression``: its wire format where the tensor's options
+    allow one, else its rounding (the cast of a float32 tensor to 16 bits)."""
+    wire = getattr(compression, "wire", None)
+    plain = (not kw.get("sparsifier") or str(kw.get("sparsifier")).lower() == "none")
+    if wire and tensor.dtype == torch.float32 and not (
+            plain and not kw.get("allow_lossy") and kw.get("scheme") in (None, "dense_ring")):
+        compressed, ctx = tensor.to(compression.dtype), tensor.dtype
+        return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx,
+                                 out)
+    compressed, ctx = compression.compress(tensor)
+    if wire and ctx == "wire":
+        kw["wire"] = wire
+    return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx, out)
 
 
 class Compression:
@@ -176,9 +205,7 @@ def allreduce_async(tensor, average=None, name=None, compression=Compression.non
     red = _hvd_op(average, op)
     if compression is NoneCompressor or (_sc._is_torch(tensor) and tensor.is_sparse):
         return _sc.allreduce_async(tensor, name=name, op=red, **kw)
-    compressed, ctx = compression.compress(tensor)
-    return _DecompressHandle(_sc.allreduce_async(compressed, name=name, op=red, **kw),
-                             compression, ctx, None)
+    return _compressed_async(compression, tensor, None, name=name, op=red, **kw)
 
 
 def allreduce_async_(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -189,9 +216,7 @@ def allreduce_async_(tensor, average=None, name=None, compression=Compression.no
         return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     if tensor.is_sparse:
         raise TypeError("allreduce_async_: sparse tensors have no in-place form")
-    compressed, ctx = compression.compress(tensor)
-    return _DecompressHandle(_sc.allreduce_async(compressed, name=name, op=red, **kw),
-                             compression, ctx, tensor)
+    return _compressed_async(compression, tensor, tensor, name=name, op=red, **kw)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -257,8 +282,12 @@ def alltoall(tensor, splits=None, name=None, timeout=None):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   timeout=None):
     """Horovod's argument order for sparsecomm.reducescatter: this rank's rows of the
-    reduction (``op`` default Average)."""
-    compressed, ctx = compression.compress(tensor)
+    reduction (``op`` default Average).  A reduce-scatter keeps the 32-bit wire: a 16-bit
+    compression rounds the values instead."""
+    if getattr(compression, "wire", None) and tensor.dtype == torch.float32:
+        compressed, ctx = tensor.to(compression.dtype), tensor.dtype
+    else:
+        compressed, ctx = compression.compress(tensor)
     res = _sc.reducescatter(compressed, op=op, name=name, timeout=timeout)
     return compression.decompress(res, ctx)
 
@@ -380,9 +409,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     allow_lossy=o["allow_lossy"])
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
-        compressed, ctx = self._compression.compress(g)
-        return _DecompressHandle(_sc.allreduce_async(compressed, **opts), self._compression,
-                                 ctx, g)
+        return _compressed_async(self._compression, g, g, **opts)
 
     # -- Horovod's optimizer protocol --
     def synchronize(self):

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run: the 16-bit wire from Python.  sparsecomm.torch's
+Compression.fp16 and bf16 on float32 tensors and a float16 tensor given as it is: results
+right within 16-bit rounding, in the tensor's dtype, the same on every rank, and the
+daemon's bytes_sent for each about half a float32 ring's of the same size (`sparsectl
+stats`, which names each tensor's wire).  Prints `CHECK <name> ok|FAIL <why>`."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import torch  # noqa: E402
+
+import sparsecomm as sc  # noqa: E402
+import sparsecomm.torch as hvd  # noqa: E402
+from checks import Checks  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+CTL = os.path.join(ROOT, "build", "bin", "sparsectl")
+N, STEPS = 50001, 3
+check = Checks()
+torch.set_num_threads(1)
+hvd.init()
+R, P = hvd.rank(), hvd.size()
+
+
+def data(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(N, generator=g)
+
+
+def exact_sum(step):
+    return sum(data(r, step).double() for r in range(P))
+
+
+def run(name, dtype=torch.float32, **kw):
+    """STEPS sums of name, each result checked against the exact sum of the ranks'
+    inputs (as the tensor's dtype holds them) within rel of their magnitudes."""
+    worst = 0.0
+    for s in range(STEPS):
+        x = data(R, s).to(dtype)
+        res = hvd.allreduce(x, name=name, op=hvd.Sum, **kw)
+        assert res.dtype == dtype, (name, res.dtype)
+        want = sum(data(r, s).to(dtype).double() for r in range(P))
+        mag = sum(data(r, s).to(dtype).double().abs() for r in range(P))
+        err = ((res.double() - want).abs() / (mag + 1e-30)).max().item()
+        worst = max(worst, err)
+    return res, worst
+
+
+def stats():
+    out = subprocess.run([CTL, "--json", "stats"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    return {t["name"]: t for t in json.loads(out)["tensors"]}
+
+
+native, err_native = run("wire.native", scheme="dense_ring")
+fp16, err_fp16 = run("wire.fp16", compression=hvd.Compression.fp16)
+bf16, err_bf16 = run("wire.bf16", compression=hvd.Compression.bf16)
+half, err_half = run("wire.half", dtype=torch.float16)
+avg = hvd.allreduce(data(R, 0), name="wire.avg", op=hvd.Average,
+                    compression=hvd.Compression.fp16)
+sc.register("wire.reg", N, wire="bf16")
+reg = sc.allreduce(data(R, 1), name="wire.reg", average=False)
+try:
+    sc.register("wire.refused", 100, sparsifier="topk", density=0.1, wire="fp16")
+    refused = None
+except sc.SparsecommError as e:
+    refused = e
+every = hvd.allgather_object([t.double().sum().item() for t in (fp16, bf16, half, avg)])
+st = stats()
+
+
+@check
+def compression_fp16_result():
+    assert err_native < 1e-6, err_native
+    # each partial sum rounded to float16 once: P - 1 roundings of 2^-11 at most
+    assert err_fp16 <= P * 2.0 ** -11, err_fp16
+    assert torch.equal(fp16, fp16.half().float()), "a result is not a float16 value"
+
+
+@check
+def compression_bf16_result():
+    assert err_bf16 <= P * 2.0 ** -8, err_bf16
+    assert torch.equal(bf16, bf16.bfloat16().float()), "a result is not a bfloat16 value"
+
+
+@check
+def float16_tensor_result():
+    assert half.dtype == torch.float16
+    assert err_half <= P * 2.0 ** -11, err_half
+
+
+@check
+def average_in_float32():
+    want = exact_sum(0) / P
+    assert avg.dtype == torch.float32
+    assert ((avg.double() - want).abs().max().item() <=
+            P * 2.0 ** -11 * sum(data(r, 0).abs().double() for r in range(P)).max().item())
+
+
+@check
+def register_wire_option():
+    want = exact_sum(1)
+    mag = sum(data(r, 1).abs().double() for r in range(P))
+    assert ((reg.double() - want).abs() <= P * 2.0 ** -8 * mag).all()
+    assert torch.equal(reg, reg.bfloat16().float()), "a result is not a bfloat16 value"
+    assert refused is not None and "wire.refused" in str(refused), refused
+
+
+@check
+def identical_on_every_rank():
+    assert all(e == every[0] for e in every), every
+
+
+@check
+def wire_bytes_halved():
+    for name, wire in (("wire.fp16", "fp16"), ("wire.bf16", "bf16"), ("wire.half", "fp16"),
+                       ("wire.native", "native"), ("wire.reg", "bf16")):
+        assert st[name]["wire"] == wire, (name, st[name]["wire"])
+    base = st["wire.native"]["bytes_sent"]
+    for name in ("wire.fp16", "wire.bf16", "wire.half"):
+        ratio = st[name]["bytes_sent"] / base
+        print("wire %s: bytes_sent %d vs native %d (%.3f)" %
+              (name, st[name]["bytes_sent"], base, ratio), flush=True)
+        assert 0.49 < ratio < 0.51, (name, ratio)
+
+
+hvd.shutdown()
+sys.exit(1 if check.failed else 0)
