@@ -28,7 +28,8 @@ static int run(int mode, int cipher, size_t len, double secs, double *seal_p, do
 	uint8_t k1[SCD_SEAL_KEY_BYTES], k2[SCD_SEAL_KEY_BYTES];
 	memset(k1, 1, sizeof(k1));
 	memset(k2, 2, sizeof(k2));
-	scd_seal_t *a = scd_seal_new(mode, cipher, k1, k2), *b = scd_seal_new(mode, cipher, k2, k1);
+	scd_seal_t *a = scd_seal_new(mode, cipher, k1, k2),
+		   *b = scd_seal_new(mode, cipher, k2, k1);
 	size_t batch = (8u << 20) / len + 1, rec_bytes = len + 64;
 	unsigned char *plain = malloc(len + 1), *out = malloc(len + 1);
 	unsigned char *recs = malloc(batch * rec_bytes);
@@ -47,7 +48,8 @@ static int run(int mode, int cipher, size_t len, double secs, double *seal_p, do
 		double t1 = now_s();
 		for (size_t r = 0; r < batch; r++)
 			if (scd_seal_open(b, recs + r * rec_bytes, n[0], out) != (ssize_t)len) {
-				fprintf(stderr, "sparsecomm-bench seal: a record failed to open\n");
+				fprintf(stderr,
+					"sparsecomm-bench seal: a record failed to open\n");
 				return 1;
 			}
 		double t2 = now_s();
@@ -100,7 +102,8 @@ BENCH_COMMAND(seal, "the data plane's record layer: seal and open throughput per
 			n_sizes = 1;
 		} else {
 			printf("usage: sparsecomm-bench seal [--secs S] [--record BYTES]\n"
-			       "  S seconds per measurement (default 0.5); BYTES: one payload size "
+			       "  S seconds per measurement (default 0.5); BYTES: one payload "
+			       "size "
 			       "(at most %u) instead of 1, 4, 16 and 64 KiB\n",
 			       SCD_SEAL_RECORD_BYTES);
 			return !strcmp(argv[i], "--help") ? 0 : 2;

@@ -70,8 +70,8 @@ static void derive(const uint8_t auth_key[SCD_TCP_AUTH_KEY_BYTES], const scd_tcp
 		   uint8_t key[SCD_SEAL_KEY_BYTES])
 {
 	uint8_t head[SCD_TCP_AUTH_HEAD_BYTES];
-	scd_tcp_auth_head("SCDS", (uint32_t)dir | (uint32_t)mode << 8 | (uint32_t)cipher << 16, c,
-			  head);
+	scd_tcp_auth_head("SCDS", (uint32_t)dir | (uint32_t)mode << 8 | (uint32_t)cipher << 16,
+			  c, head);
 	crypto_generichash_state st;
 	crypto_generichash_init(&st, auth_key, SCD_TCP_AUTH_KEY_BYTES, SCD_SEAL_KEY_BYTES);
 	crypto_generichash_update(&st, head, sizeof(head));
@@ -152,8 +152,8 @@ size_t scd_seal_record(scd_seal_t *s, const void *plain, size_t len, unsigned ch
 		adlen += len;
 	}
 	if (s->cipher == SCD_SEAL_AES256GCM)
-		crypto_aead_aes256gcm_encrypt_detached_afternm(
-		    payload, tag, NULL, m, mlen, rec, adlen, NULL, npub, &s->aes_tx);
+		crypto_aead_aes256gcm_encrypt_detached_afternm(payload, tag, NULL, m, mlen, rec,
+							       adlen, NULL, npub, &s->aes_tx);
 	else
 		crypto_aead_chacha20poly1305_ietf_encrypt_detached(
 		    payload, tag, NULL, m, mlen, rec, adlen, NULL, npub, s->tx_key);
@@ -270,7 +270,8 @@ ssize_t scd_seal_recv(scd_seal_t *s, int fd, void *buf, size_t len)
 		}
 		/* the header first, then the rest of the record: nothing of the next record
 		 * is read before this one is opened */
-		size_t want = s->rx_len ? s->rx_len - s->rx_got : SCD_SEAL_HEAD_BYTES - s->rx_got;
+		size_t want =
+		    s->rx_len ? s->rx_len - s->rx_got : SCD_SEAL_HEAD_BYTES - s->rx_got;
 		ssize_t n = recv(fd, s->rx + s->rx_got, want, MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;

@@ -59,12 +59,14 @@ UNIT_TEST(transport_seal_records)
 			pair(mode, cipher, &a, &b);
 			const size_t lens[] = {0, 1, 100, REC - 1, REC};
 			for (size_t k = 0; k < 5; k++) {
-				size_t len = lens[k], n = scd_seal_record(a, plain, len, rec[0]);
+				size_t len = lens[k],
+				       n = scd_seal_record(a, plain, len, rec[0]);
 				CHECK_EQ_INT(n, len + SCD_SEAL_HEAD_BYTES + SCD_SEAL_TAG_BYTES);
 				/* integrity leaves the payload readable, encrypt does not */
 				if (len >= 100)
-					CHECK_TRUE((memcmp(rec[0] + SCD_SEAL_HEAD_BYTES, plain,
-							   len) == 0) == (mode == SCD_SEAL_INTEGRITY));
+					CHECK_TRUE(
+					    (memcmp(rec[0] + SCD_SEAL_HEAD_BYTES, plain, len) ==
+					     0) == (mode == SCD_SEAL_INTEGRITY));
 				CHECK_EQ_INT(scd_seal_open(b, rec[0], n, out), (ssize_t)len);
 				CHECK_TRUE(memcmp(out, plain, len) == 0);
 			}
@@ -75,7 +77,8 @@ UNIT_TEST(transport_seal_records)
 				memcpy(rec[1], rec[0], n);
 				rec[1][flips[f]] ^= 0x10;
 				CHECK_MSG(scd_seal_open(b, rec[1], n, out) < 0,
-					  "%s/%s: flipped byte %zu passed", scd_seal_mode_name(mode),
+					  "%s/%s: flipped byte %zu passed",
+					  scd_seal_mode_name(mode),
 					  scd_seal_cipher_name(cipher), flips[f]);
 			}
 			CHECK_TRUE(scd_seal_open(b, rec[0], n - 1, out) < 0);
@@ -130,8 +133,8 @@ static void check_exit(pid_t pid, const char *what)
 	int status = 0;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed (status 0x%x)", what,
-		  status);
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed (status 0x%x)",
+		  what, status);
 }
 
 /* Runs fn on every rank of a fresh P-rank mesh with data_protection protect[rank]. */
@@ -175,14 +178,14 @@ static void round_trip(scd_transport_t *t, int rank, int P, void *arg)
 		int ns = 0;
 		for (int p = 0; p < P; p++)
 			for (size_t k = 0; k < N_SIZES && p != rank; k++, ns++) {
-				unsigned char *b = malloc(sizes[k] + 1), *c = malloc(sizes[k] + 9);
+				unsigned char *b = malloc(sizes[k] + 1),
+					      *c = malloc(sizes[k] + 9);
 				for (size_t i = 0; i < sizes[k]; i++)
 					b[i] = byte_of(i + k, rank, p);
 				s[ns] = (scd_xfer_t){p, b, sizes[k]};
 				r[ns] = (scd_xfer_t){p, c, sizes[k] + (framed ? 9 : 0)};
 			}
-		sc_status_t st = framed ? scd_transport_exchange_v(t, s, ns, r, ns, got,
-								   TMO_MS)
+		sc_status_t st = framed ? scd_transport_exchange_v(t, s, ns, r, ns, got, TMO_MS)
 					: scd_transport_exchange(t, s, ns, r, ns, TMO_MS);
 		CHECK_MSG(st == SC_OK, "rank %d: exchange%s: %s", rank, framed ? "_v" : "",
 			  scd_transport_error());
@@ -192,15 +195,23 @@ static void round_trip(scd_transport_t *t, int rank, int P, void *arg)
 				CHECK_EQ_INT(got[i], len);
 			const unsigned char *c = r[i].buf;
 			for (size_t j = 0; j < len; j++)
-				if (c[j] != byte_of(j + (size_t)(i % (int)N_SIZES), r[i].peer, rank))
-					CHECK_MSG(0, "rank %d: byte %zu of %zu from rank %d wrong",
+				if (c[j] !=
+				    byte_of(j + (size_t)(i % (int)N_SIZES), r[i].peer, rank))
+					CHECK_MSG(0,
+						  "rank %d: byte %zu of %zu from rank %d wrong",
 						  rank, j, len, r[i].peer);
 			free(s[i].buf);
 			free(r[i].buf);
 		}
 	}
-	const size_t ns_f[] = {0, 1, (size_t)P, REC / 4 - 1, REC / 4, REC / 4 + 1,
-			       (REC / 4) * (size_t)P + 1, (1u << 18) + 3};
+	const size_t ns_f[] = {0,
+			       1,
+			       (size_t)P,
+			       REC / 4 - 1,
+			       REC / 4,
+			       REC / 4 + 1,
+			       (REC / 4) * (size_t)P + 1,
+			       (1u << 18) + 3};
 	for (size_t k = 0; k < sizeof(ns_f) / sizeof(ns_f[0]); k++) {
 		size_t len = ns_f[k];
 		float *x = malloc(len * sizeof(float) + 4);
@@ -213,8 +224,8 @@ static void round_trip(scd_transport_t *t, int rank, int P, void *arg)
 			for (int q = 0; q < P; q++)
 				want += (float)((int)((i * 7 + (size_t)q * 13) % 17) - 8);
 			if (x[i] != want)
-				CHECK_MSG(0, "rank %d: allreduce of %zu: [%zu] = %g, not %g", rank,
-					  len, i, x[i], want);
+				CHECK_MSG(0, "rank %d: allreduce of %zu: [%zu] = %g, not %g",
+					  rank, len, i, x[i], want);
 		}
 		free(x);
 	}
