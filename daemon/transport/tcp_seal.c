@@ -216,12 +216,8 @@ static void seal_next(scd_seal_t *s, const struct iovec *iov, int niov, size_t s
 	s->tx_plain = len;
 }
 
-ssize_t scd_seal_send(scd_seal_t *s, int fd, const struct iovec *iov, int niov)
+ssize_t scd_seal_send_sealed(scd_seal_t *s, int fd, const struct iovec *iov, int niov)
 {
-	if (!s) {
-		struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)niov};
-		return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-	}
 	size_t total = 0, done = 0;
 	for (int k = 0; k < niov; k++)
 		total += iov[k].iov_len;
@@ -255,10 +251,8 @@ ssize_t scd_seal_send(scd_seal_t *s, int fd, const struct iovec *iov, int niov)
 	}
 }
 
-ssize_t scd_seal_recv(scd_seal_t *s, int fd, void *buf, size_t len)
+ssize_t scd_seal_recv_sealed(scd_seal_t *s, int fd, void *buf, size_t len)
 {
-	if (!s)
-		return recv(fd, buf, len, MSG_DONTWAIT);
 	for (;;) {
 		if (s->rx_pos < s->rx_end) {
 			size_t n = s->rx_end - s->rx_pos;
