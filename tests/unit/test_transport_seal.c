@@ -247,7 +247,7 @@ UNIT_TEST_TIMEOUT(transport_seal_round_trip, 240)
 }
 
 /* What rank 0 writes onto its connection to rank 1 beside the record layer. */
-enum { FLIP, DROP, REPLAY };
+enum { FLIP, DROP, REPLAY, OVERSIZE };
 
 static void tamper(scd_transport_t *tr, int rank, int P, void *arg)
 {
@@ -262,6 +262,8 @@ static void tamper(scd_transport_t *tr, int rank, int P, void *arg)
 		size_t n = scd_seal_record(t->seal[1], msg, sizeof(msg), rec);
 		if (how == FLIP)
 			rec[SCD_SEAL_HEAD_BYTES + 17] ^= 4;
+		if (how == OVERSIZE) /* a length over the limit: refused before buffering */
+			memset(rec, 0xff, SCD_SEAL_HEAD_BYTES);
 		if (how != DROP)
 			CHECK_TRUE(send(t->fds[1], rec, n, 0) == (ssize_t)n);
 		if (how == REPLAY)
@@ -279,7 +281,9 @@ static void tamper(scd_transport_t *tr, int rank, int P, void *arg)
 		st = scd_transport_exchange(tr, NULL, 0, &x, 1, TMO_MS);
 	}
 	CHECK_MSG(st == SC_ERR_PEER, "rank 1 got %d (%s)", st, scd_transport_error());
-	CHECK_MSG(strstr(scd_transport_error(), "data from rank 0 failed its integrity check"),
+	CHECK_MSG(strstr(scd_transport_error(),
+			 how == OVERSIZE ? "data from rank 0 is not a record"
+					 : "data from rank 0 failed its integrity check"),
 		  "error: %s", scd_transport_error());
 	/* the transport stays failed */
 	CHECK_TRUE(scd_transport_exchange(tr, NULL, 0, &x, 1, TMO_MS) == SC_ERR_PEER);
@@ -290,7 +294,7 @@ static void tamper(scd_transport_t *tr, int rank, int P, void *arg)
 UNIT_TEST(transport_seal_tampering_names_rank)
 {
 	for (int mode = SCD_SEAL_INTEGRITY; mode <= SCD_SEAL_ENCRYPT; mode++)
-		for (int how = FLIP; how <= REPLAY; how++) {
+		for (int how = FLIP; how <= OVERSIZE; how++) {
 			int protect[2] = {mode, mode};
 			run_mesh(2, protect, tamper, &how);
 		}
