@@ -17,13 +17,13 @@
  * rank, size, data_protection, ciphers} and its nonce, answered by an ack of the same shape
  * whose second field is 0 or the reason for a refusal (another world, a duplicate or
  * impossible rank, another world size, another data_protection), followed by the
- * acceptor's nonce and its proof of the job secret. The connector
- * checks that proof and sends its own, and the acceptor checks it before it takes the
- * connection and answers with a last code (tcp_auth.h). A refused connector fails at once;
- * the acceptor logs the refusal, naming the peer's address, and goes on waiting for the
- * right peer. With data_protection other than none, every later byte of the connection
- * goes through the record layer (tcp_seal.h) under keys derived from both nonces; its
- * cipher is AES-256-GCM when both hellos say the CPU has it, else ChaCha20-Poly1305.
+ * acceptor's nonce and its proof of the job secret. The connector checks that proof and
+ * sends its own, and the acceptor checks it before it takes the connection and answers
+ * with a last code (tcp_auth.h). A refused connector fails at once; the acceptor logs the
+ * refusal, naming the peer's address, and goes on waiting for the right peer. With
+ * data_protection other than none, every later byte of the connection goes through the
+ * record layer (tcp_seal.h) under keys derived from both nonces; its cipher is AES-256-GCM
+ * when both hellos say the CPU has it, else ChaCha20-Poly1305.
  *
  * Any failure during an operation leaves the byte streams out of step, so the transport
  * remembers it and every later call fails with the same text rather than guessing where
@@ -924,9 +924,13 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 		status = SC_ERR_INVALID;
 		goto err_listen;
 	}
-	if (protect < SCD_SEAL_NONE || protect > SCD_SEAL_ENCRYPT ||
-	    (protect != SCD_SEAL_NONE &&
-	     (!auth_key || sodium_is_zero(auth_key, SCD_TCP_AUTH_KEY_BYTES)))) {
+	if (protect < SCD_SEAL_NONE || protect > SCD_SEAL_ENCRYPT) {
+		scd_transport_set_error("tcp: unknown data_protection %d", protect);
+		status = SC_ERR_INVALID;
+		goto err_listen;
+	}
+	if (protect != SCD_SEAL_NONE &&
+	    (!auth_key || sodium_is_zero(auth_key, SCD_TCP_AUTH_KEY_BYTES))) {
 		scd_transport_set_error("tcp: data_protection = %s needs the job secret (its "
 					"keys derive from it): set secret_file",
 					scd_seal_mode_name(protect));
