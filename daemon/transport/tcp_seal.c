@@ -147,7 +147,7 @@ size_t scd_seal_record(scd_seal_t *s, const void *plain, size_t len, unsigned ch
 	if (s->mode == SCD_SEAL_INTEGRITY) {
 		if (plain != payload && len)
 			memcpy(payload, plain, len);
-		m = NULL;
+		m = payload; /* of no bytes, but libsodium wants a pointer */
 		mlen = 0;
 		adlen += len;
 	}
@@ -175,8 +175,7 @@ ssize_t scd_seal_open(scd_seal_t *s, unsigned char *rec, size_t rec_len, unsigne
 	const unsigned char *c = payload;
 	size_t clen = len, adlen = SCD_SEAL_HEAD_BYTES;
 	if (s->mode == SCD_SEAL_INTEGRITY) {
-		c = NULL;
-		clen = 0;
+		clen = 0; /* c stays a pointer of no bytes: libsodium wants one */
 		adlen += len;
 	}
 	int rc = s->cipher == SCD_SEAL_AES256GCM
