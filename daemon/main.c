@@ -348,6 +348,14 @@ static sc_status_t load_secret(scd_daemon_t *d)
 			 path);
 		return SC_OK;
 	}
+	const char *protect = scd_cfg_str(&d->cfg, SCD_CFG_data_protection);
+	if (strcmp(protect, "none") != 0) {
+		scd_error(SCD_SUB_MAIN,
+			  "data_protection = %s needs secret_file: the record layer's keys "
+			  "derive from the job secret (README.md, Security)",
+			  protect);
+		return SC_ERR_INVALID;
+	}
 	const char *coord = scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
 	const char *data = scd_cfg_str(&d->cfg, SCD_CFG_data_addr);
 	char host[256];

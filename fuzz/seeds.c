@@ -19,6 +19,7 @@
 #include "device/msgops.h"
 #include "scheme/scheme_internal.h"
 #include "sparsecomm.pb-c.h"
+#include "transport/tcp_seal.h"
 #include "world_protocol.h"
 
 static const char *root;
@@ -307,6 +308,36 @@ static void client_msg_seeds(void)
 	put("client_msg", "collectives", out, n, NULL, 0);
 }
 
+/* Streams of valid records (fuzz_seal.c: mode, cipher, read size, then the stream) under
+ * the harness's fixed key: an empty record, a short one, one of 3000 bytes. */
+static void seal_seeds(void)
+{
+	static uint8_t out[4 + 3 * (3000 + 64)], plain[3000];
+	uint8_t key[SCD_SEAL_KEY_BYTES];
+	memset(key, 0x11, sizeof(key));
+	for (size_t i = 0; i < sizeof(plain); i++)
+		plain[i] = (uint8_t)(i * 7);
+	for (int mode = SCD_SEAL_INTEGRITY; mode <= SCD_SEAL_ENCRYPT; mode++)
+		for (int cipher = SCD_SEAL_CHACHA20; cipher <= SCD_SEAL_AES256GCM; cipher++) {
+			scd_seal_t *s = scd_seal_new(mode, cipher, key, key);
+			if (!s)
+				continue; /* no AES-GCM on this CPU */
+			size_t n = 4;
+			out[0] = (uint8_t)(mode - SCD_SEAL_INTEGRITY);
+			out[1] = (uint8_t)cipher;
+			out[2] = 99; /* reads of 100 bytes */
+			out[3] = 0;
+			n += scd_seal_record(s, plain, 0, out + n);
+			n += scd_seal_record(s, plain, 5, out + n);
+			n += scd_seal_record(s, plain, 3000, out + n);
+			char name[64];
+			snprintf(name, sizeof(name), "%s_%s", scd_seal_mode_name(mode),
+				 scd_seal_cipher_name(cipher));
+			put("seal", name, out, n, NULL, 0);
+			scd_seal_free(s);
+		}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -319,5 +350,6 @@ int main(int argc, char **argv)
 	config_seeds();
 	peer_msg_seeds();
 	client_msg_seeds();
+	seal_seeds();
 	return 0;
 }

@@ -138,6 +138,10 @@ typedef enum {
 	X(insecure, INT, 0, NULL, 0, 1, 0,                                                     \
 	  "1 (or true): run without secret_file on addresses other than loopback, "            \
 	  "authenticating nothing")                                                            \
+	X(data_protection, STR, 0, "none", 0, 0, 0,                                            \
+	  "what guards the tcp data plane's bytes after each connection's handshake: none, "   \
+	  "integrity (every record carries a MAC) or encrypt (and is encrypted); needs "       \
+	  "secret_file, and the same on every node")                                           \
 	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
 	X(metrics_addr, STR, 0, "", 0, 0, 0,                                                   \
 	  "HOST:PORT of a Prometheus endpoint (GET /metrics) with the counters of "            \

@@ -1,10 +1,10 @@
 /*
  * config_check.c: what the text settings may hold beyond their type: log_level's four
- * levels, device's three placements, nonfinite's three modes, scheme's names, fusion_mode's
- * four modes and scheme_pins' PATTERN=SCHEME list. scd_config_set runs these checks for every
- * source (file, environment, flags, a runtime change), so a value the daemons would not
- * understand is refused where it is given instead of being silently ignored when a buffer is
- * planned.
+ * levels, device's three placements, nonfinite's and data_protection's three modes,
+ * scheme's names, fusion_mode's four modes and scheme_pins' PATTERN=SCHEME list. scd_config_set
+ * runs these checks for every source (file, environment, flags, a runtime change), so a value
+ * the daemons would not understand is refused where it is given instead of being silently
+ * ignored when a buffer is planned.
  */
 #include "config/config.h"
 
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "scheme/registry.h"
+#include "transport/tcp_seal.h"
 #include "world/fusion_plan.h"
 
 int scd_config_pin_next(const char **pins, char *item, size_t len, const char **scheme_p)
@@ -100,6 +101,11 @@ sc_status_t scd_config_check_text(int key, const char *value, char *err, size_t 
 	if (key == SCD_CFG_device && strcmp(value, "cpu") && strcmp(value, "cuda") &&
 	    strcmp(value, "auto")) {
 		snprintf(err, err_len, "device: '%.100s' is not cpu, cuda or auto", value);
+		return SC_ERR_INVALID;
+	}
+	if (key == SCD_CFG_data_protection && scd_seal_mode_parse(value) < 0) {
+		snprintf(err, err_len,
+			 "data_protection: '%.100s' is not none, integrity or encrypt", value);
 		return SC_ERR_INVALID;
 	}
 	if (key == SCD_CFG_nonfinite && strcmp(value, "pass") && strcmp(value, "warn") &&

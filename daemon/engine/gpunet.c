@@ -236,7 +236,8 @@ static sc_status_t make_comm(scd_gpunet_t *g, scd_transport_t *mesh, int timeout
 	if (g->authenticated && g->serial == 1)
 		scd_warn(SCD_SUB_ENGINE,
 			 "GPU buffers over nccl: NCCL's connections are not covered by the job "
-			 "secret (transport = tcp keeps them on the authenticated mesh)");
+			 "secret nor by data_protection (transport = tcp keeps them on the "
+			 "authenticated mesh)");
 	return SC_OK;
 }
 

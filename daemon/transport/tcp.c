@@ -14,13 +14,16 @@
  * retried with a growing pause until it passes.
  *
  * Each connection opens with a hello from the connecting side, {magic, protocol, world_id,
- * rank, size} and its nonce, answered by an ack of the same shape whose second field is 0
- * or the reason for a refusal (another world, a duplicate or impossible rank, another world
- * size), followed by the acceptor's nonce and its proof of the job secret. The connector
- * checks that proof and sends its own, and the acceptor checks it before it takes the
- * connection and answers with a last code (tcp_auth.h). A refused connector fails at once;
- * the acceptor logs the refusal, naming the peer's address, and goes on waiting for the
- * right peer.
+ * rank, size, data_protection, ciphers} and its nonce, answered by an ack of the same shape
+ * whose second field is 0 or the reason for a refusal (another world, a duplicate or
+ * impossible rank, another world size, another data_protection), followed by the
+ * acceptor's nonce and its proof of the job secret. The connector checks that proof and
+ * sends its own, and the acceptor checks it before it takes the connection and answers
+ * with a last code (tcp_auth.h). A refused connector fails at once; the acceptor logs the
+ * refusal, naming the peer's address, and goes on waiting for the right peer. With
+ * data_protection other than none, every later byte of the connection goes through the
+ * record layer (tcp_seal.h) under keys derived from both nonces; its cipher is AES-256-GCM
+ * when both hellos say the CPU has it, else ChaCha20-Poly1305.
  *
  * Any failure during an operation leaves the byte streams out of step, so the transport
  * remembers it and every later call fails with the same text rather than guessing where
@@ -40,6 +43,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +57,12 @@
 #include "transport/transport_internal.h"
 #include "util/log.h"
 
-#define TCP_MAGIC	     0x54444353u /* "SCDT" */
-#define TCP_PROTOCOL	     2u
-#define TCP_HEAD_BYTES	     24 /* magic, protocol or code, world_id, rank, size */
+#define TCP_MAGIC    0x54444353u /* "SCDT" */
+#define TCP_PROTOCOL 3u
+/* magic, protocol or code, world_id, rank, size, data_protection, ciphers (bit 0:
+ * AES-256-GCM runs here) */
+#define TCP_HEAD_BYTES	     32
+#define TCP_CIPHER_AES	     1u
 #define TCP_HELLO_BYTES	     (TCP_HEAD_BYTES + SCD_TCP_AUTH_NONCE_BYTES)
 #define TCP_ACK_BYTES	     (TCP_HELLO_BYTES + SCD_TCP_AUTH_MAC_BYTES)
 #define TCP_VERDICT_BYTES    4
@@ -75,6 +82,7 @@ enum {
 	TCP_REFUSE_RANK,
 	TCP_REFUSE_DUPLICATE,
 	TCP_REFUSE_AUTH,
+	TCP_REFUSE_PROTECTION,
 };
 
 static const char *refusal_text(uint32_t code)
@@ -92,6 +100,8 @@ static const char *refusal_text(uint32_t code)
 		return "rank already connected";
 	case TCP_REFUSE_AUTH:
 		return "its proof of the job secret is wrong (the secrets differ)";
+	case TCP_REFUSE_PROTECTION:
+		return "data_protection differs";
 	default:
 		return "unknown reason";
 	}
@@ -195,6 +205,22 @@ sc_status_t scd_tcp_failed_again(scd_tcp_t *t)
 	return t->failed;
 }
 
+sc_status_t scd_tcp_fail_io(scd_tcp_t *t, int peer, const char *what)
+{
+	if (errno == EBADMSG)
+		return scd_tcp_fail(t, SC_ERR_PEER,
+				    "rank %d: data from rank %d failed its integrity check "
+				    "(data_protection = %s: a record was altered, replayed, "
+				    "reordered or dropped on the way)",
+				    peer, peer, scd_seal_mode_name(t->protect));
+	if (errno == EPROTO)
+		return scd_tcp_fail(t, SC_ERR_PEER,
+				    "rank %d: data from rank %d is not a record of the data "
+				    "plane's record layer (its length is over %u bytes)",
+				    peer, peer, SCD_SEAL_RECORD_BYTES);
+	return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: %s: %s", peer, what, strerror(errno));
+}
+
 sc_status_t scd_tcp_fail_hangup(scd_tcp_t *t, int peer)
 {
 	int err = 0;
@@ -261,13 +287,40 @@ static uint64_t get64(const unsigned char *p)
 	return le64toh(v);
 }
 
-static void encode_hello(unsigned char *b, uint32_t code, uint64_t world_id, int rank, int size)
+static void encode_hello(unsigned char *b, uint32_t code, const scd_tcp_t *t)
 {
 	put32(b, TCP_MAGIC);
 	put32(b + 4, code);
-	put64(b + 8, world_id);
-	put32(b + 16, (uint32_t)rank);
-	put32(b + 20, (uint32_t)size);
+	put64(b + 8, t->world_id);
+	put32(b + 16, (uint32_t)t->base.rank);
+	put32(b + 20, (uint32_t)t->base.size);
+	put32(b + 24, (uint32_t)t->protect);
+	put32(b + 28, scd_seal_aes_available() ? TCP_CIPHER_AES : 0);
+}
+
+/* The record layer of a connection that passed its handshake, its cipher agreed from both
+ * hellos' cipher fields. Sets *seal_p (NULL with data_protection = none); 0 when out of
+ * memory. */
+static int open_seal(const scd_tcp_t *t, const scd_tcp_auth_conn_t *ac, uint32_t my_ciphers,
+		     uint32_t peer_ciphers, scd_seal_t **seal_p)
+{
+	*seal_p = NULL;
+	if (t->protect == SCD_SEAL_NONE)
+		return 1;
+	scd_seal_cipher_t cipher =
+	    my_ciphers & peer_ciphers & TCP_CIPHER_AES ? SCD_SEAL_AES256GCM : SCD_SEAL_CHACHA20;
+	uint8_t to_acceptor[SCD_SEAL_KEY_BYTES], to_connector[SCD_SEAL_KEY_BYTES];
+	scd_seal_keys(t->auth_key, ac, t->protect, cipher, to_acceptor, to_connector);
+	int connector = ac->connector_rank == t->base.rank;
+	*seal_p = scd_seal_new(t->protect, cipher, connector ? to_acceptor : to_connector,
+			       connector ? to_connector : to_acceptor);
+	memset(to_acceptor, 0, sizeof(to_acceptor));
+	memset(to_connector, 0, sizeof(to_connector));
+	if (*seal_p)
+		scd_debug(SCD_SUB_TRANSPORT, "rank %d: rank %d's connection sealed (%s, %s)",
+			  t->base.rank, connector ? ac->acceptor_rank : ac->connector_rank,
+			  scd_seal_mode_name(t->protect), scd_seal_cipher_name(cipher));
+	return *seal_p != NULL;
 }
 
 /* Moves exactly len bytes on a nonblocking socket before deadline_ms. Returns SC_OK, or
@@ -417,7 +470,7 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 	    .world_id = t->world_id, .connector_rank = t->base.rank, .acceptor_rank = peer};
 	scd_tcp_auth_nonce(ac.connector_nonce);
 	unsigned char b[TCP_ACK_BYTES];
-	encode_hello(b, TCP_PROTOCOL, t->world_id, t->base.rank, t->base.size);
+	encode_hello(b, TCP_PROTOCOL, t);
 	memcpy(b + TCP_HEAD_BYTES, ac.connector_nonce, SCD_TCP_AUTH_NONCE_BYTES);
 	if (io_full(fd, b, TCP_HELLO_BYTES, 1, deadline_ms, &err) != SC_OK ||
 	    io_full(fd, b, TCP_ACK_BYTES, 0, deadline_ms, &err) != SC_OK) {
@@ -430,6 +483,16 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 		snprintf(why, why_len, "%s answered with something other than a sparsecomm ack",
 			 where);
 		*status_p = SC_ERR_PROTOCOL;
+		close(fd);
+		return CONN_FATAL;
+	}
+	if (code == TCP_REFUSE_PROTECTION) {
+		snprintf(why, why_len,
+			 "%s (rank %d) refused the connection: data_protection differs (rank "
+			 "%d: %s, this rank: %s)",
+			 where, peer, peer, scd_seal_mode_name((int)get32(b + 24)),
+			 scd_seal_mode_name(t->protect));
+		*status_p = SC_ERR_PEER;
 		close(fd);
 		return CONN_FATAL;
 	}
@@ -448,6 +511,7 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 		close(fd);
 		return CONN_FATAL;
 	}
+	uint32_t peer_ciphers = get32(b + 28);
 	memcpy(ac.acceptor_nonce, b + TCP_HEAD_BYTES, SCD_TCP_AUTH_NONCE_BYTES);
 	if (!scd_tcp_auth_check(t->auth_key, SCD_TCP_AUTH_ACCEPTOR, &ac, b + TCP_HELLO_BYTES)) {
 		snprintf(why, why_len,
@@ -469,6 +533,14 @@ static conn_try_t connect_once(scd_tcp_t *t, int peer, const struct addrinfo *ai
 		snprintf(why, why_len, "%s (rank %d) refused this rank: %s", where, peer,
 			 refusal_text(get32(b)));
 		*status_p = SC_ERR_PEER;
+		close(fd);
+		return CONN_FATAL;
+	}
+	if (!open_seal(t, &ac, scd_seal_aes_available() ? TCP_CIPHER_AES : 0, peer_ciphers,
+		       &t->seal[peer])) {
+		snprintf(why, why_len, "%s (rank %d): out of memory for the record layer",
+			 where, peer);
+		*status_p = SC_ERR_NOMEM;
 		close(fd);
 		return CONN_FATAL;
 	}
@@ -535,6 +607,7 @@ typedef struct {
 	int proving; /* the hello was acked: reading the connector's proof */
 	size_t got;
 	int64_t since_ms; /* accepted at */
+	uint32_t ciphers; /* of its hello */
 	scd_tcp_auth_conn_t auth;
 	unsigned char b[TCP_HELLO_BYTES];
 } pending_t;
@@ -559,6 +632,17 @@ static int check_proof(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 {
 	int rank = pc->auth.connector_rank;
 	int ok = scd_tcp_auth_check(t->auth_key, SCD_TCP_AUTH_CONNECTOR, &pc->auth, pc->b);
+	scd_seal_t *seal = NULL;
+	if (ok && !open_seal(t, &pc->auth, scd_seal_aes_available() ? TCP_CIPHER_AES : 0,
+			     pc->ciphers, &seal)) {
+		char from[96];
+		scd_warn(SCD_SUB_TRANSPORT,
+			 "rank %d: closed the connection of rank %d from %s: out of memory for "
+			 "the record layer",
+			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)));
+		close(pc->fd);
+		return 1;
+	}
 	unsigned char verdict[TCP_VERDICT_BYTES];
 	put32(verdict, ok ? TCP_ACK_OK : TCP_REFUSE_AUTH);
 	ssize_t w = send(pc->fd, verdict, sizeof(verdict), MSG_NOSIGNAL);
@@ -576,6 +660,7 @@ static int check_proof(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
 			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
 			 w < 0 ? strerror(errno) : "short write");
+		scd_seal_free(seal);
 		close(pc->fd);
 		return 1;
 	}
@@ -583,11 +668,13 @@ static int check_proof(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		scd_warn(SCD_SUB_TRANSPORT,
 			 "rank %d: closed a second connection of rank %d from %s", t->base.rank,
 			 rank, peer_name(pc->fd, from, sizeof(from)));
+		scd_seal_free(seal);
 		close(pc->fd);
 		return 1;
 	}
 	tune_socket(pc->fd, 0);
 	t->fds[rank] = pc->fd;
+	t->seal[rank] = seal;
 	(*accepted_p)++;
 	scd_debug(SCD_SUB_TRANSPORT, "rank %d: accepted rank %d", t->base.rank, rank);
 	return 1;
@@ -628,9 +715,22 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		code = TCP_REFUSE_RANK;
 	else if (t->fds[rank] >= 0)
 		code = TCP_REFUSE_DUPLICATE;
+	else if (get32(pc->b + 24) != (uint32_t)t->protect)
+		code = TCP_REFUSE_PROTECTION;
 	unsigned char ack[TCP_ACK_BYTES] = {0};
-	encode_hello(ack, code, t->world_id, t->base.rank, t->base.size);
+	encode_hello(ack, code, t);
 	char from[96];
+	if (code == TCP_REFUSE_PROTECTION) {
+		(void)send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
+		scd_warn(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: refused rank %d at %s: data_protection differs (rank %d: %s, "
+		    "this rank: %s)",
+		    t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)), rank,
+		    scd_seal_mode_name((int)get32(pc->b + 24)), scd_seal_mode_name(t->protect));
+		close(pc->fd);
+		return 1;
+	}
 	if (code != TCP_ACK_OK) {
 		(void)send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
 		scd_warn(SCD_SUB_TRANSPORT,
@@ -641,6 +741,7 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		close(pc->fd);
 		return 1;
 	}
+	pc->ciphers = get32(pc->b + 28);
 	pc->auth = (scd_tcp_auth_conn_t){
 	    .world_id = t->world_id, .connector_rank = rank, .acceptor_rank = t->base.rank};
 	memcpy(pc->auth.connector_nonce, pc->b + TCP_HEAD_BYTES, SCD_TCP_AUTH_NONCE_BYTES);
@@ -796,6 +897,9 @@ static void tcp_destroy(scd_transport_t *tr)
 	for (int p = 0; t->fds && p < t->base.size; p++)
 		if (t->fds[p] >= 0)
 			close(t->fds[p]);
+	for (int p = 0; t->seal && p < t->base.size; p++)
+		scd_seal_free(t->seal[p]);
+	free(t->seal);
 	if (t->scratch)
 		munmap(t->scratch, t->scratch_bytes);
 	free(t->fds);
@@ -811,12 +915,26 @@ static void tcp_destroy(scd_transport_t *tr)
 
 sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const *addrs,
 			   const uint16_t *ports, uint64_t world_id, const uint8_t *auth_key,
-			   size_t scratch_bytes, int timeout_ms, scd_transport_t **t_p)
+			   int protect, size_t scratch_bytes, int timeout_ms,
+			   scd_transport_t **t_p)
 {
 	int64_t deadline_ms = scd_tcp_now_ms() + (timeout_ms < 0 ? INT32_MAX : timeout_ms);
 	sc_status_t status = SC_ERR_NOMEM;
 	if (size < 1 || rank < 0 || rank >= size || (rank > 0 && (!addrs || !ports))) {
 		scd_transport_set_error("tcp: invalid rank %d of size %d", rank, size);
+		status = SC_ERR_INVALID;
+		goto err_listen;
+	}
+	if (protect < SCD_SEAL_NONE || protect > SCD_SEAL_ENCRYPT) {
+		scd_transport_set_error("tcp: unknown data_protection %d", protect);
+		status = SC_ERR_INVALID;
+		goto err_listen;
+	}
+	if (protect != SCD_SEAL_NONE &&
+	    (!auth_key || sodium_is_zero(auth_key, SCD_TCP_AUTH_KEY_BYTES))) {
+		scd_transport_set_error("tcp: data_protection = %s needs the job secret (its "
+					"keys derive from it): set secret_file",
+					scd_seal_mode_name(protect));
 		status = SC_ERR_INVALID;
 		goto err_listen;
 	}
@@ -826,6 +944,7 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 		goto err_listen;
 	t->base = (scd_transport_t){.ops = &scd_transport_tcp_ops, .rank = rank, .size = size};
 	t->world_id = world_id;
+	t->protect = (scd_seal_mode_t)protect;
 	if (auth_key)
 		memcpy(t->auth_key, auth_key, sizeof(t->auth_key));
 	t->fds = malloc(sizeof(int) * (size_t)size);
@@ -836,8 +955,9 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 	t->io = calloc((size_t)size, sizeof(*t->io));
 	t->gone = calloc((size_t)size, 1);
 	t->listed = calloc((size_t)size, 1);
+	t->seal = calloc((size_t)size, sizeof(*t->seal));
 	t->suspect = -1;
-	if (!t->fds || !t->pfds || !t->pfd_peer || !t->io || !t->gone || !t->listed)
+	if (!t->fds || !t->pfds || !t->pfd_peer || !t->io || !t->gone || !t->listed || !t->seal)
 		goto err_free;
 
 	/* The scratch of the ring (and of the probe), faulted in now, not on first use. */
@@ -870,8 +990,9 @@ sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const 
 		goto err_free;
 	if (listen_fd >= 0)
 		close(listen_fd);
-	scd_info(SCD_SUB_TRANSPORT, "rank %d: tcp mesh of %d ranks ready (scratch %zu KiB)",
-		 rank, size, scratch_bytes >> 10);
+	scd_info(SCD_SUB_TRANSPORT,
+		 "rank %d: tcp mesh of %d ranks ready (scratch %zu KiB, data_protection %s)",
+		 rank, size, scratch_bytes >> 10, scd_seal_mode_name(protect));
 	*t_p = &t->base;
 	return SC_OK;
 
@@ -982,7 +1103,7 @@ static sc_status_t tcp_create_from(scd_transport_boot_t *b, size_t scratch_bytes
 	}
 	if (st == SC_OK) /* takes fd over, and logs a failure */
 		st = scd_tcp_create(fd, b->rank, b->size, addr_p, ports, b->world_id,
-				    b->auth_key, scratch_bytes, timeout_ms, t_p);
+				    b->auth_key, b->protect, scratch_bytes, timeout_ms, t_p);
 	else {
 		close(fd);
 		scd_error(SCD_SUB_TRANSPORT, "rank %d: tcp mesh: %s", b->rank,

@@ -19,13 +19,16 @@ sc_status_t scd_tcp_listen(const char *bind_addr, uint16_t port, int *fd_p, uint
  * Builds the mesh: connects to every lower rank (addrs[r], ports[r]) and accepts every
  * higher rank on listen_fd (each connection opens with a hello of (world_id, rank), and a
  * connection with another world_id or a duplicate rank is refused), each side proving that
- * it holds auth_key (tcp_auth.h; NULL: an all-zero key, which proves nothing). TCP_NODELAY,
+ * it holds auth_key (tcp_auth.h; NULL: an all-zero key, which proves nothing). protect is
+ * data_protection (tcp_seal.h: every peer must use the same; anything but none needs a
+ * key that is not all zeros). TCP_NODELAY,
  * large socket buffers, and a scratch of scratch_bytes preallocated and pre-faulted for the
  * ring. Takes ownership of listen_fd (closed once the mesh is complete, or on failure).
  * A failure is logged here, and its text is left in scd_transport_error().
  */
 sc_status_t scd_tcp_create(int listen_fd, int rank, int size, const char *const *addrs,
 			   const uint16_t *ports, uint64_t world_id, const uint8_t *auth_key,
-			   size_t scratch_bytes, int timeout_ms, scd_transport_t **t_p);
+			   int protect, size_t scratch_bytes, int timeout_ms,
+			   scd_transport_t **t_p);
 
 #endif

@@ -10,16 +10,13 @@ void scd_tcp_auth_nonce(uint8_t nonce[SCD_TCP_AUTH_NONCE_BYTES])
 	randombytes_buf(nonce, SCD_TCP_AUTH_NONCE_BYTES);
 }
 
-void scd_tcp_auth_mac(const uint8_t key[SCD_TCP_AUTH_KEY_BYTES], scd_tcp_auth_role_t role,
-		      const scd_tcp_auth_conn_t *c, uint8_t mac[SCD_TCP_AUTH_MAC_BYTES])
+void scd_tcp_auth_head(const char *tag, uint32_t word, const scd_tcp_auth_conn_t *c,
+		       uint8_t head[SCD_TCP_AUTH_HEAD_BYTES])
 {
-	/* "SCDT", role, world id, connector rank, acceptor rank: fixed-size little-endian
-	 * fields, then the connector's and the acceptor's nonces */
-	uint8_t head[4 + 4 + 8 + 4 + 4];
 	uint32_t v32;
 	uint64_t v64;
-	memcpy(head, "SCDT", 4);
-	v32 = htole32((uint32_t)role);
+	memcpy(head, tag, 4);
+	v32 = htole32(word);
 	memcpy(head + 4, &v32, 4);
 	v64 = htole64(c->world_id);
 	memcpy(head + 8, &v64, 8);
@@ -27,6 +24,15 @@ void scd_tcp_auth_mac(const uint8_t key[SCD_TCP_AUTH_KEY_BYTES], scd_tcp_auth_ro
 	memcpy(head + 16, &v32, 4);
 	v32 = htole32((uint32_t)c->acceptor_rank);
 	memcpy(head + 20, &v32, 4);
+}
+
+void scd_tcp_auth_mac(const uint8_t key[SCD_TCP_AUTH_KEY_BYTES], scd_tcp_auth_role_t role,
+		      const scd_tcp_auth_conn_t *c, uint8_t mac[SCD_TCP_AUTH_MAC_BYTES])
+{
+	/* "SCDT", role, world id, connector rank, acceptor rank, then the connector's and
+	 * the acceptor's nonces */
+	uint8_t head[SCD_TCP_AUTH_HEAD_BYTES];
+	scd_tcp_auth_head("SCDT", (uint32_t)role, c, head);
 	crypto_auth_hmacsha256_state st;
 	crypto_auth_hmacsha256_init(&st, key, SCD_TCP_AUTH_KEY_BYTES);
 	crypto_auth_hmacsha256_update(&st, head, sizeof(head));

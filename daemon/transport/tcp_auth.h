@@ -27,6 +27,12 @@ typedef struct scd_tcp_auth_conn {
 	uint8_t acceptor_nonce[SCD_TCP_AUTH_NONCE_BYTES];
 } scd_tcp_auth_conn_t;
 
+/* The fixed-size fields that open every MAC and key derivation of connection c: tag (4
+ * bytes), a 32-bit word, the world id, the connector's and the acceptor's ranks, all
+ * little-endian. */
+#define SCD_TCP_AUTH_HEAD_BYTES 24
+void scd_tcp_auth_head(const char *tag, uint32_t word, const scd_tcp_auth_conn_t *c,
+		       uint8_t head[SCD_TCP_AUTH_HEAD_BYTES]);
 /* Fills nonce with random bytes. */
 void scd_tcp_auth_nonce(uint8_t nonce[SCD_TCP_AUTH_NONCE_BYTES]);
 /* The answer of role for connection c under key. */

@@ -137,15 +137,13 @@ static sc_status_t send_some(scd_tcp_t *t, int p, const scd_xfer_t *sends, int n
 		}
 		for (int k = 0; k < niov; k++)
 			total += iov[k].iov_len;
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-		ssize_t w = sendmsg(t->fds[p], &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t w = scd_seal_send(t->seal[p], t->fds[p], iov, niov);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return SC_OK;
-			return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: send: %s", p,
-					    strerror(errno));
+			return scd_tcp_fail_io(t, p, "send");
 		}
 		*moved_p = 1;
 		t->ctr.bytes_sent += (uint64_t)w;
@@ -185,14 +183,13 @@ static sc_status_t recv_some(scd_tcp_t *t, int p, const scd_xfer_t *recvs, int n
 			want = io->r_len - (io->r_off - hb);
 		}
 		if (want) {
-			ssize_t n = recv(t->fds[p], dst, want, MSG_DONTWAIT);
+			ssize_t n = scd_seal_recv(t->seal[p], t->fds[p], dst, want);
 			if (n < 0) {
 				if (errno == EINTR)
 					continue;
 				if (errno == EAGAIN || errno == EWOULDBLOCK)
 					return SC_OK;
-				return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: recv: %s", p,
-						    strerror(errno));
+				return scd_tcp_fail_io(t, p, "recv");
 			}
 			if (n == 0)
 				return scd_tcp_fail(
@@ -331,7 +328,17 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 		if (wait_ms == 0)
 			return t->suspect >= 0 ? scd_tcp_fail_stalled(t, op_ms)
 					       : exchange_timeout(t, timeout_ms);
-		int rc = poll(t->pfds, (nfds_t)nall, more_work ? 0 : wait_ms);
+		/* Plaintext the record layer opened but the receive did not take yet is
+		 * readable now, whatever the socket says. */
+		int ready = 0;
+		for (int k = 0; k < npfd; k++)
+			ready |= (t->pfds[k].events & POLLIN) &&
+				 scd_seal_ready(t->seal[t->pfd_peer[k]]);
+		int rc = poll(t->pfds, (nfds_t)nall, more_work || ready ? 0 : wait_ms);
+		for (int k = 0; ready && k < npfd; k++)
+			if ((t->pfds[k].events & POLLIN) &&
+			    scd_seal_ready(t->seal[t->pfd_peer[k]]))
+				t->pfds[k].revents |= POLLIN, rc = rc > 0 ? rc : 1;
 		if (rc == 0 && more_work) { /* nothing to move: a slice of the work */
 			int w = work->fn(work->arg);
 			if (w < 0)

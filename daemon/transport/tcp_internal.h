@@ -12,6 +12,7 @@
 
 #include "transport/tcp.h"
 #include "transport/tcp_auth.h"
+#include "transport/tcp_seal.h"
 #include "transport/transport.h"
 
 /* The ring receives at most this many bytes per recv(2) before it reduces them, so the
@@ -42,7 +43,11 @@ typedef struct scd_tcp {
 	int *fds; /* socket per rank, -1 for this rank */
 	uint64_t world_id;
 	uint8_t auth_key[SCD_TCP_AUTH_KEY_BYTES]; /* of the handshake (tcp_auth.h) */
-	unsigned char *scratch;			  /* mmap'd and pre-faulted at creation */
+	/* data_protection, and the record layer of each peer's connection (tcp_seal.h):
+	 * NULL for this rank and with data_protection = none */
+	scd_seal_mode_t protect;
+	scd_seal_t **seal;
+	unsigned char *scratch; /* mmap'd and pre-faulted at creation */
 	size_t scratch_bytes;
 	scd_transport_counters_t ctr;
 	/* Preallocated per-call state, one entry per rank: no allocation on the data path. */
@@ -75,6 +80,9 @@ sc_status_t scd_tcp_fail(scd_tcp_t *t, sc_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The status and text of an earlier failure, repeated for a later call. */
 sc_status_t scd_tcp_failed_again(scd_tcp_t *t);
+/* Fails for the send or recv (what) on peer's connection that returned -1 with errno: a
+ * record that failed its check names the peer as the source of bad data. */
+sc_status_t scd_tcp_fail_io(scd_tcp_t *t, int peer, const char *what);
 /* Fails for an error condition reported by poll(2) on peer's socket (SO_ERROR, or an
  * orderly close when there is none). */
 sc_status_t scd_tcp_fail_hangup(scd_tcp_t *t, int peer);

@@ -126,6 +126,9 @@ typedef struct scd_transport_boot {
 	/* the key each connection proves it holds (tcp: tcp_auth.h), derived from the job
 	 * secret (util/secret.h); all zeros without one. Set after scd_transport_boot_init. */
 	uint8_t auth_key[32];
+	/* data_protection (tcp: tcp_seal.h's scd_seal_mode_t; 0, none, by default): the same
+	 * on every rank, and anything but none needs a job secret */
+	int protect;
 } scd_transport_boot_t;
 
 typedef struct scd_transport_ops {

@@ -21,6 +21,7 @@
 #include "ctl/ctl.h"
 #include "engine/engine.h"
 #include "engine/gpunet.h"
+#include "transport/tcp_seal.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -105,6 +106,8 @@ static void start_mesh(scd_world_t *w)
 	if (st == SC_OK) {
 		w->endpoint = NULL; /* the job's now */
 		scd_secret_data_key(&d->secret, job->boot.auth_key);
+		job->boot.protect =
+		    scd_seal_mode_parse(scd_cfg_str(&d->cfg, SCD_CFG_data_protection));
 	}
 	for (int r = 0; st == SC_OK && r < d->world_size; r++)
 		if (r != d->rank)

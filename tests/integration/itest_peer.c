@@ -200,9 +200,9 @@ static ssize_t read_full(int fd, void *buf, size_t len)
 }
 
 /* Connects to rank 0's data port (its blob in wi: port, little-endian, then address) as
- * rank 1 and passes the hello (docs/design.md, "Authentication": magic, protocol 2,
- * world id, rank, size, a nonce) with a proof of no secret: the answer must be a refusal,
- * and the connection closed. */
+ * rank 1 and passes the hello (docs/design.md, "Authentication": magic, protocol 3,
+ * world id, rank, size, data_protection none, no cipher, a nonce) with a proof of no
+ * secret: the answer must be a refusal, and the connection closed. */
 static void wrong_proof(const Sparsecomm__WorldInfo *wi)
 {
 	if (!wi || wi->n_peers != 2 || wi->peers[0]->transport_blob.len < 3)
@@ -220,14 +220,14 @@ static void wrong_proof(const Sparsecomm__WorldInfo *wi)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
 		IT_FAIL("connect to rank 0's data port %s: %s", addr, strerror(errno));
-	uint8_t b[88] = {0x53, 0x43, 0x44, 0x54, 2};
+	uint8_t b[96] = {0x53, 0x43, 0x44, 0x54, 3};
 	uint64_t world = htole64(wi->world_id);
 	memcpy(b + 8, &world, 8);
 	b[16] = 1;
 	b[20] = 2;
-	if (getrandom(b + 24, 32, 0) != 32 || send(fd, b, 56, MSG_NOSIGNAL) != 56)
+	if (getrandom(b + 32, 32, 0) != 32 || send(fd, b, 64, MSG_NOSIGNAL) != 64)
 		IT_FAIL("hello to rank 0's data port: %s", strerror(errno));
-	if (read_full(fd, b, 88) != 88 || b[4] != 0)
+	if (read_full(fd, b, 96) != 96 || b[4] != 0)
 		IT_FAIL("rank 0 did not ack the hello (code %u)", b[4]);
 	if (getrandom(b, 32, 0) != 32 || send(fd, b, 32, MSG_NOSIGNAL) != 32)
 		IT_FAIL("proof to rank 0's data port: %s", strerror(errno));

@@ -106,6 +106,24 @@ run_case() {
 	fi
 }
 
+# refused_at_start NAME TEXT [LAUNCHER_OPTS...]: daemons started with LAUNCHER_OPTS stop
+# at start (the launcher fails, not by its timeout) with an error containing TEXT.
+refused_at_start() {
+	name=$1 text=$2
+	shift 2
+	selected "$name" || return 0
+	timeout 60 "$launcher" -n 2 --timeout 30 "$@" -- true >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -qF "$text" "$tmp/out"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: launcher exited with $rc, or no error saying \"$text\""
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+
 skip_case() {
 	selected "$1" || return 0
 	echo "skip  $1: $2"
@@ -243,20 +261,31 @@ run_case "badinput compute n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput comp
 # backend stops every daemon at start, with an error naming it.
 run_case "transport=tcp n=3" 3 1 120 0 3 --daemon-arg --transport --daemon-arg tcp -- \
 	"$itest" sums-small
-if selected "transport=bogus refused"; then
-	timeout 60 "$launcher" -n 2 --timeout 30 --daemon-arg --transport --daemon-arg bogus \
-		-- true >"$tmp/out" 2>&1 </dev/null
-	rc=$?
-	if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
-		grep -q "unknown transport 'bogus'" "$tmp/out"; then
-		echo "ok    transport=bogus refused"
+refused_at_start "transport=bogus refused" "unknown transport 'bogus'" \
+	--daemon-arg --transport --daemon-arg bogus
+
+# data_protection = encrypt: every byte between the daemons travels in sealed records (the
+# daemons' logs say so), and the sums of dense tensors and of every sparse scheme stay
+# exact. Without a job secret (insecure) the daemons refuse it at start.
+rm -rf "$tmp/seal"
+run_case "data_protection=encrypt n=3" 3 1 300 0 6 --log-dir "$tmp/seal" \
+	--daemon-arg --data-protection --daemon-arg encrypt -- \
+	sh -c "'$itest' sums-small && '$itest' sparse"
+if selected "data_protection=encrypt n=3"; then
+	sealed=$(grep -l 'tcp mesh of 3 ranks ready .*data_protection encrypt' \
+		"$tmp/seal"/daemon*.log 2>/dev/null | wc -l)
+	if [ "$sealed" -eq 3 ]; then
+		echo "ok    data_protection=encrypt n=3: every mesh sealed"
 		passed=$((passed + 1))
 	else
-		echo "FAIL  transport=bogus refused: launcher exited with $rc, or no error naming it"
-		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		echo "FAIL  data_protection=encrypt n=3: $sealed of 3 daemons logged a sealed mesh"
 		failed=$((failed + 1))
 	fi
 fi
+refused_at_start "data_protection without secret refused" \
+	"data_protection = integrity needs secret_file" --insecure --daemon-arg \
+	--data-protection --daemon-arg integrity
+
 # A rank whose transport differs (or whose bootstrap blob is malformed) is refused by the
 # coordinator, naming the rank: a lone coordinator (rank 0 of 2) against raw joins.
 if selected "transport mismatch refused"; then

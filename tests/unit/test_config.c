@@ -53,6 +53,14 @@ UNIT_TEST(config_rejects_bad_values)
 	CHECK_EQ_INT(
 	    scd_config_set(&c, SCD_CFG_log_level, "loud", SCD_SRC_FLAG, err, sizeof(err)),
 	    SC_ERR_INVALID);
+	CHECK_EQ_INT(
+	    scd_config_set(&c, SCD_CFG_data_protection, "mac", SCD_SRC_FLAG, err, sizeof(err)),
+	    SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "data_protection: 'mac' is not none, integrity or encrypt"),
+		  "error: %s", err);
+	CHECK_EQ_INT(scd_config_set(&c, SCD_CFG_data_protection, "encrypt", SCD_SRC_FLAG, err,
+				    sizeof(err)),
+		     SC_OK);
 	CHECK_EQ_INT(scd_config_find("no_such_key"), -1);
 	scd_config_free(&c);
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "transport/tcp.h"
+#include "transport/tcp_seal.h"
 #include "transport/transport.h"
 #include "unit_mesh.h"
 #include "util/log.h"
@@ -99,7 +100,7 @@ static void rank_body(void *p)
 			close(c->fds[r]);
 	scd_transport_t *t = NULL;
 	sc_status_t st = scd_tcp_create(c->fds[c->rank], c->rank, c->size, c->addrs, c->ports,
-					c->world, NULL, 0, TMO_MS, &t);
+					c->world, NULL, SCD_SEAL_NONE, 0, TMO_MS, &t);
 	CHECK_MSG(st == SC_OK, "rank %d: create: %s", c->rank, scd_transport_error());
 	CHECK_TRUE(t->rank == c->rank && t->size == c->size);
 	CHECK_TRUE(strcmp(t->ops->name, "tcp") == 0);
@@ -927,6 +928,7 @@ typedef struct {
 	int expect; /* 0: succeed and allreduce; else the status the create must fail with */
 	const char *text;   /* expected in the error */
 	const uint8_t *key; /* of the handshake (NULL: zeros) */
+	int protect;	    /* data_protection */
 } join_t;
 
 static void join_body(void *p)
@@ -943,7 +945,7 @@ static void join_body(void *p)
 		scd_log_level = -1;
 	scd_transport_t *t = NULL;
 	sc_status_t st = scd_tcp_create(j->fd, j->rank, j->size, j->addrs, j->ports, j->world,
-					j->key, 0, j->expect ? 3000 : TMO_MS, &t);
+					j->key, j->protect, 0, j->expect ? 3000 : TMO_MS, &t);
 	if (j->expect) {
 		CHECK_MSG(st == j->expect, "rank %d: create gave %d (%s)", j->rank, st,
 			  scd_transport_error());
@@ -970,7 +972,7 @@ static void check_exit(pid_t pid, const char *who)
 static void join_pair_finish(pid_t p0, int *fds, uint16_t *ports, const char **addrs,
 			     uint64_t world)
 {
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL, 0};
 	pid_t p1 = spawn(join_body, &r1);
 	close(fds[0]);
 	close(fds[1]);
@@ -985,15 +987,15 @@ UNIT_TEST(transport_tcp_refuses_other_worlds)
 	const char *addrs[2];
 	open_listeners(2, fds, ports, addrs);
 	uint64_t world = unit_rng() | 1;
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL, 0};
 	pid_t p0 = spawn(join_body, &r0);
 	/* Strangers first: another world, then another world size; rank 0 refuses both and
 	 * keeps waiting for its real rank 1. */
 	join_t stranger = {
-	    1, 2, -1, ports, addrs, world + 1, 0, SC_ERR_PEER, "world_id differs", NULL};
+	    1, 2, -1, ports, addrs, world + 1, 0, SC_ERR_PEER, "world_id differs", NULL, 0};
 	check_exit(spawn(join_body, &stranger), "the rank of another world");
 	join_t wrong_size = {
-	    1, 3, -1, ports, addrs, world, 0, SC_ERR_PEER, "world size differs", NULL};
+	    1, 3, -1, ports, addrs, world, 0, SC_ERR_PEER, "world size differs", NULL, 0};
 	const char *addrs3[3] = {"127.0.0.1", "127.0.0.1", "127.0.0.1"};
 	uint16_t ports3[3] = {ports[0], ports[1], 0};
 	wrong_size.ports = ports3;
@@ -1011,8 +1013,8 @@ UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
 	open_listeners(2, fds, ports, addrs);
 	close(fds[0]);
 	uint64_t world = unit_rng();
-	join_t r0 = {0, 2, -1, ports, addrs, world, 300, 0, NULL, NULL};
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL};
+	join_t r0 = {0, 2, -1, ports, addrs, world, 300, 0, NULL, NULL, 0};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL, 0};
 	pid_t p1 = spawn(join_body, &r1);
 	pid_t p0 = spawn(join_body, &r0);
 	close(fds[1]);
@@ -1021,7 +1023,8 @@ UNIT_TEST(transport_tcp_connect_retries_until_peer_listens)
 	/* Nobody listening at all: the connect gives up at the timeout, naming the rank. */
 	open_listeners(2, fds, ports, addrs);
 	close(fds[0]);
-	join_t lone = {1, 2, fds[1], ports, addrs, world, 0, SC_ERR_TIMEOUT, "rank 0:", NULL};
+	join_t lone = {1,	  2,	fds[1], ports, addrs, world, 0, SC_ERR_TIMEOUT,
+		       "rank 0:", NULL, 0};
 	double t0 = now_ms();
 	check_exit(spawn(join_body, &lone), "the lone rank 1");
 	CHECK_MSG(now_ms() - t0 < 4500, "gave up after %.0f ms", now_ms() - t0);
@@ -1048,7 +1051,7 @@ UNIT_TEST(transport_tcp_idle_connections_do_not_block_formation)
 			  "idle connection %d: %s", i, strerror(errno));
 	}
 	double t0 = now_ms();
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL, 0};
 	pid_t p0 = spawn(join_body, &r0);
 	usleep(200 * 1000); /* rank 0 takes the idle connections first */
 	join_pair_finish(p0, fds, ports, addrs, world);
@@ -1070,18 +1073,24 @@ UNIT_TEST(transport_tcp_refuses_other_secrets)
 	for (int i = 0; i < 32; i++)
 		key[i] = other[i] = (uint8_t)unit_rng();
 	other[5] ^= 1;
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key, 0};
 	pid_t p0 = spawn(join_body, &r0);
-	join_t impostor = {
-	    1,	   2,		-1,
-	    ports, addrs,	world,
-	    0,	   SC_ERR_PEER, "(rank 0) did not prove that it holds the job secret",
-	    other};
+	join_t impostor = {1,
+			   2,
+			   -1,
+			   ports,
+			   addrs,
+			   world,
+			   0,
+			   SC_ERR_PEER,
+			   "(rank 0) did not prove that it holds the job secret",
+			   other,
+			   0};
 	check_exit(spawn(join_body, &impostor), "the rank of another secret");
 	/* without a secret (an all-zero key) is another secret too */
 	impostor.key = NULL;
 	check_exit(spawn(join_body, &impostor), "the rank without a secret");
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key, 0};
 	pid_t p1 = spawn(join_body, &r1);
 	close(fds[0]);
 	close(fds[1]);
@@ -1114,22 +1123,23 @@ UNIT_TEST(transport_tcp_closes_wrong_proof)
 	uint8_t key[32];
 	for (int i = 0; i < 32; i++)
 		key[i] = (uint8_t)unit_rng();
-	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key};
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, key, 0};
 	pid_t p0 = spawn(join_body, &r0);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(ports[0])};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	CHECK_TRUE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	/* the hello: magic "SCDT", protocol 2, world id, rank 1, size 2, a nonce */
-	uint8_t b[88] = {0x53, 0x43, 0x44, 0x54, 2};
+	/* the hello: magic "SCDT", protocol 3, world id, rank 1, size 2, data_protection
+	 * none, no cipher, a nonce */
+	uint8_t b[96] = {0x53, 0x43, 0x44, 0x54, 3};
 	uint64_t w = htole64(world);
 	memcpy(b + 8, &w, 8);
 	b[16] = 1;
 	b[20] = 2;
-	for (int i = 24; i < 56; i++)
+	for (int i = 32; i < 64; i++)
 		b[i] = (uint8_t)unit_rng();
-	CHECK_TRUE(send(fd, b, 56, 0) == 56);
-	CHECK_TRUE(read_full(fd, b, 88) == 88);
+	CHECK_TRUE(send(fd, b, 64, 0) == 64);
+	CHECK_TRUE(read_full(fd, b, 96) == 96);
 	CHECK_MSG(b[4] == 0 && b[16] == 0, "the hello was refused (code %u)", b[4]);
 	for (int i = 0; i < 32; i++) /* a proof of no secret */
 		b[i] = (uint8_t)unit_rng();
@@ -1138,7 +1148,7 @@ UNIT_TEST(transport_tcp_closes_wrong_proof)
 	CHECK_MSG(b[0] != 0, "a wrong proof was answered with code 0");
 	CHECK_MSG(read_full(fd, b, 1) == 0, "the connection stayed open after a wrong proof");
 	close(fd);
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key};
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, key, 0};
 	pid_t p1 = spawn(join_body, &r1);
 	close(fds[0]);
 	close(fds[1]);

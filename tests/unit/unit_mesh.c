@@ -29,6 +29,8 @@ sc_status_t unit_mesh_create(unit_mesh_t *m, int rank, size_t scratch_bytes, int
 	if (st != SC_OK)
 		return st;
 	m->ep[rank] = NULL; /* b's now */
+	b.protect = m->protect;
+	memcpy(b.auth_key, m->key, sizeof(b.auth_key));
 	for (int r = 0; st == SC_OK && r < m->P; r++)
 		if (r != rank)
 			st = scd_transport_boot_set_blob(&b, r, m->ep[r]->blob,

@@ -15,6 +15,9 @@ typedef struct unit_mesh {
 	int P;
 	uint64_t world_id;
 	scd_transport_endpoint_t *ep[UNIT_MESH_MAX_P];
+	/* the boot's data_protection and key (both 0 after prepare); a child may set them */
+	int protect;
+	uint8_t key[32];
 } unit_mesh_t;
 
 /* Prepares P endpoints of the named backend ("tcp") on 127.0.0.1, any free port. */
