@@ -405,10 +405,11 @@ SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tens
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
  * barrier of each trainer since it connected). The daemons agree through their
  * coordinator; no tensor is involved and nothing travels on the data plane. The handle is
- * waited for with sc_poll / sc_wait like an allreduce's, and a trainer has one barrier in
- * flight at most (SC_ERR_BUSY). Ends with SC_ERR_STALLED naming the ranks that did not
- * enter within the daemons' stall_timeout_ms, and with SC_ERR_ABORTED on every rank when
- * a trainer of the job exited.
+ * waited for with sc_poll / sc_wait like an allreduce's, and a trainer holds one barrier
+ * at most: until that handle is collected (sc_wait or sc_poll giving its result), even if
+ * it has already completed, another sc_barrier_async fails with SC_ERR_BUSY. Ends with
+ * SC_ERR_STALLED naming the ranks that did not enter within the daemons' stall_timeout_ms, and
+ * with SC_ERR_ABORTED on every rank when a trainer of the job exited.
  */
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
 /* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */

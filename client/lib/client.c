@@ -1153,6 +1153,17 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
 
 /* ---- barrier ------------------------------------------------------------------------- */
 
+/* Whether the trainer holds a barrier it has not collected yet (sc_wait / sc_poll), done or
+ * not; an abandoned one (orphan) no longer counts. Called with c->mu held. */
+static int barrier_outstanding(const sc_client_t *c)
+{
+	for (int b = 0; b < SCL_OP_BUCKETS; b++)
+		for (const struct scl_op *o = c->ops[b]; o; o = o->next)
+			if (!o->tensor && !o->join && !o->orphan)
+				return 1;
+	return 0;
+}
+
 /* Starts a barrier or (join) a join: an operation without a tensor. */
 static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handle_p)
 {
@@ -1195,6 +1206,16 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 		free(o);
 		free(f);
 		return st;
+	}
+	if (!join && barrier_outstanding(c)) {
+		/* the daemon may already have completed the first one (every other rank had
+		 * entered it), so only this side can say that the trainer still holds it */
+		pthread_mutex_unlock(&c->mu);
+		free(o);
+		free(f);
+		return scl_error(SC_ERR_BUSY,
+				 "rank %d: barrier: a barrier is in flight (wait for it first)",
+				 c->rank);
 	}
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
