@@ -22,8 +22,8 @@
  * peer-stranger: against a coordinator with a secret_file, two peers without the secret
  *   (a plain ZeroMQ peer, and a CurveZMQ peer that knows the coordinator's public key,
  *   $SPARSECOMM_CURVE_SERVERKEY, but has a key pair of its own) each send garbage, a Join
- *   of rank 1 and a Plan: neither gets any answer (run.sh then checks the coordinator's
- *   log and that the job still forms and sums).
+ *   of rank 1 and every other message type of the peer protocol: neither gets any answer
+ * (run.sh then checks the coordinator's log and that the job still forms and sums).
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
@@ -300,13 +300,15 @@ int it_peer_spoof(int argc, char **argv)
 	it_pass();
 }
 
-/* Sends sock garbage, a Join of rank 1 of 2 and an empty Plan, and fails when anything
+/* Sends sock garbage, a Join of rank 1 of 2 and then every other message type of the
+ * peer protocol (each body of PeerMsg's oneof, taken from the descriptor so that a type
+ * added later is sent too, with its fields at their defaults), and fails when anything
  * comes back within ms. */
+#define STRANGER_MSGS 64
 static void expect_silence(void *sock, const char *who, int ms)
 {
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
-	Sparsecomm__Plan plan = SPARSECOMM__PLAN__INIT;
 	uint8_t blob[] = {0x10, 0x27, '1', '2', '7', '.', '0', '.', '0', '.', '1'};
 	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
 	j.rank = 1;
@@ -316,19 +318,45 @@ static void expect_silence(void *sock, const char *who, int ms)
 	j.nonfinite = "pass";
 	j.transport_blob.data = blob;
 	j.transport_blob.len = sizeof(blob);
-	uint8_t buf[3][256];
-	size_t len[3];
-	memset(buf[0], 0xa5, sizeof(buf[0]));
-	len[0] = sizeof(buf[0]);
+	static uint8_t buf[STRANGER_MSGS][512];
+	size_t len[STRANGER_MSGS];
+	int n = 0;
+	memset(buf[n], 0xa5, sizeof(buf[n]));
+	len[n++] = sizeof(buf[0]);
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
-	len[1] = sparsecomm__peer_msg__pack(&m, buf[1]);
-	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
-	m.plan = &plan;
-	len[2] = sparsecomm__peer_msg__pack(&m, buf[2]);
+	len[n] = sparsecomm__peer_msg__pack(&m, buf[n]);
+	n++;
+	const ProtobufCMessageDescriptor *d = &sparsecomm__peer_msg__descriptor;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) ||
+		    f->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		if (n == STRANGER_MSGS)
+			IT_FAIL("PeerMsg has more than %d bodies", STRANGER_MSGS - 2);
+		const ProtobufCMessageDescriptor *bd = f->descriptor;
+		ProtobufCMessage *body = calloc(1, bd->sizeof_message);
+		if (!body)
+			IT_FAIL("out of memory");
+		protobuf_c_message_init(bd, body);
+		Sparsecomm__PeerMsg one = SPARSECOMM__PEER_MSG__INIT;
+		*(uint32_t *)((char *)&one + f->quantifier_offset) = f->id;
+		*(ProtobufCMessage **)((char *)&one + f->offset) = body;
+		if (sparsecomm__peer_msg__get_packed_size(&one) > sizeof(buf[n]))
+			IT_FAIL("PeerMsg body %s packs over %zu bytes", f->name,
+				sizeof(buf[n]));
+		len[n] = sparsecomm__peer_msg__pack(&one, buf[n]);
+		n++;
+		free(body);
+	}
+	/* PeerMsg has 17 bodies (proto/sparsecomm.proto) and may gain more */
+	if (n - 1 < 17)
+		IT_FAIL("%s: only %d PeerMsg bodies found in the descriptor", who, n - 1);
+	it_log("%s: sending garbage and %d message types", who, n - 1);
 	/* a peer whose handshake fails never has its messages taken: the send may queue
 	 * them, or find no peer to queue them for */
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < n; i++)
 		if (zmq_send(sock, buf[i], len[i], ZMQ_DONTWAIT) < 0 && zmq_errno() != EAGAIN)
 			IT_FAIL("%s: zmq_send: %s", who, zmq_strerror(zmq_errno()));
 	zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
