@@ -374,7 +374,9 @@ SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, 
  * SC_ERR_LIMIT naming each rank's total. A tensor with a sparsifier, or COO input,
  * refuses it (SC_ERR_UNSUPPORTED). A trainer that has joined (sc_join) takes part
  * sending nothing and receiving nothing: what the others address to it is not sent,
- * and they receive 0 elements from it.
+ * and they receive 0 elements from it. The blocks land in place, so after a failure in
+ * the transfer itself (a peer lost, a timeout) the buffer may hold part of them over the
+ * blocks it was sending; after a refusal (the errors above) it is untouched.
  */
 SC_API sc_status_t sc_alltoall_async(sc_client_t *client, sc_tensor_t *tensor,
 				     const size_t *send_counts, sc_handle_t *handle_p);

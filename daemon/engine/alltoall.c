@@ -24,7 +24,10 @@
 #include "scheme/registry.h"
 #include "util/clock.h"
 
-enum { A2A_OK = 0, A2A_ABSENT = 1, A2A_BAD = 2 };
+/* A row's state. A2A_FAIL: the node could not take part (its counts for another world
+ * size, no host memory to stage a GPU's blocks, a device error), with the status in the
+ * row's second word; it still exchanges the matrix, so every node fails alike. */
+enum { A2A_OK = 0, A2A_ABSENT = 1, A2A_BAD = 2, A2A_FAIL = 3 };
 #define A2A_HEAD 3 /* words ahead of a row's counts: state, counts given, their sum */
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
@@ -70,8 +73,9 @@ static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, 
 		uint64_t *row = M + ((size_t)p * L + (size_t)k) * W, sum = 0;
 		for (int r = 0; r < T; r++)
 			sum = sat_add(sum, row[A2A_HEAD + r]);
-		if (row[0] > A2A_BAD || (row[0] == A2A_OK && sum > numel) ||
-		    (row[0] != A2A_OK && sum)) {
+		if (row[0] > A2A_FAIL || (row[0] == A2A_OK && sum > numel) ||
+		    (row[0] != A2A_OK && sum) ||
+		    (row[0] == A2A_FAIL && (row[1] == 0 || row[1] > 64))) {
 			A2A_ERR(
 			    job,
 			    "alltoall of tensor '%s': node %d sent rank %d's send counts in "
@@ -86,14 +90,35 @@ static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, 
 	return SC_OK;
 }
 
-/* Every rank's refused counts, or every rank's receive when one is over the tensor's size:
- * the same verdict and words on every node, from the same matrix. */
-static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int T, uint64_t numel,
-				uint64_t *recv)
+/* The status a failed node put in its rows (rows_check bounded it). */
+static sc_status_t fail_status(const uint64_t *row)
+{
+	return (sc_status_t)(-(int)row[1]);
+}
+
+/* A node that could not take part, every rank's refused counts, or every rank's receive
+ * when one is over the tensor's size: the same verdict on every node, from the same
+ * matrix (and the same words, but for a failed node's own, which names the cause). */
+static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int node, int L, int T,
+				uint64_t numel, uint64_t *recv)
 {
 	size_t W = (size_t)T + A2A_HEAD;
 	const char *name = job->items[0].name ? job->items[0].name : "?";
 	int n = 0, bad = 0;
+	for (int k = 0; k < T; k++) {
+		/* this node's own rows first: its words name the cause */
+		int s = (node * L + k) % T;
+		const uint64_t *row = M + (size_t)s * W;
+		if (row[0] != A2A_FAIL)
+			continue;
+		if (s / L != node)
+			A2A_ERR(
+			    job,
+			    "alltoall of tensor '%s' failed on node %d (rank %d): %s (its log "
+			    "says why)",
+			    name, s / L, s, sc_status_message(fail_status(row)));
+		return fail_status(row);
+	}
 	for (int s = 0; s < T; s++) {
 		const uint64_t *row = M + (size_t)s * W;
 		if (row[0] != A2A_BAD)
@@ -164,18 +189,14 @@ static uint64_t recv_off(const a2a_t *a, int s, int q)
 	return o;
 }
 
-/* The blocks: local ones copied, the others in one exchange. */
+/* The blocks: local ones copied, the others in one exchange (x: room for every send and
+ * receive, allocated before the count matrix went out). The packed sends are on the host
+ * already; the local copies are waited for with the results. */
 static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
-			  scd_transport_t *t)
+			  scd_transport_t *t, scd_xfer_t *x, size_t nx)
 {
 	scd_job_t *job = a->job;
 	int me = a->node, L = a->L, P = a->P;
-	size_t nx = (size_t)(P > 1 ? P - 1 : 1) * (size_t)L * (size_t)L;
-	scd_xfer_t *x = malloc(sizeof(*x) * 2 * nx);
-	if (!x) {
-		A2A_ERR(job, "alltoall: out of memory");
-		return SC_ERR_NOMEM;
-	}
 	int ns = 0, nr = 0, host = scd_device_host_memory(a->dev);
 	for (int l = 0; l < L; l++) {
 		int s = me * L + l;
@@ -219,13 +240,11 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 					    n * a->esz};
 			}
 	}
-	sc_status_t st = a->dev->sync();
-	if (st == SC_OK)
-		st = scd_transport_exchange(t, x, ns, x + nx, nr, job->timeout_ms);
+	sc_status_t st = scd_transport_exchange(t, x, ns, x + nx, nr, job->timeout_ms);
 	if (st != SC_OK)
-		A2A_ERR(job, "alltoall (%s): %s", sc_dtype_name((sc_dtype_t)job->dtype),
-			scd_transport_error());
-	free(x);
+		A2A_ERR(job, "alltoall of tensor '%s' (%s): %s",
+			job->items[0].name ? job->items[0].name : "?",
+			sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
 	return st;
 }
 
@@ -253,26 +272,32 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 			     int node, int P, int L, void *buf, const scd_a2a_hooks_t *h)
 {
 	const scd_job_item_t *it = &job->items[0];
+	const char *name = it->name ? it->name : "?";
 	a2a_t a = {.job = job, .dev = dev, .node = node, .P = P, .L = L};
+	sc_status_t mine = SC_OK; /* this node's own failure, before the matrix goes out */
 	a.T = P * L;
 	a.esz = sc_dtype_size(job->dtype);
 	a.W = (size_t)a.T + A2A_HEAD;
-	for (int s = 0; s < it->n_src; s++)
+	for (int s = 0; s < it->n_src && mine == SC_OK; s++)
 		if (it->src[s].a2a_n != (uint32_t)a.T || L > SCD_MAX_LOCAL) {
 			A2A_ERR(job,
 				"alltoall of tensor '%s': local rank %d gave counts for %u "
 				"trainers, the job now has %d",
-				it->name ? it->name : "?", it->src[s].local_rank,
-				it->src[s].a2a_n, a.T);
-			return SC_ERR_INVALID;
+				name, it->src[s].local_rank, it->src[s].a2a_n, a.T);
+			mine = SC_ERR_INVALID;
 		}
 	double t0 = scd_now_s();
+	/* everything that can fail locally comes before the count matrix goes out: the
+	 * matrix, the transfers' lists (nx each way for the blocks) and a GPU's staging */
+	size_t nx = (size_t)(P > 1 ? P - 1 : 1) * (size_t)L * (size_t)L;
 	a.M = calloc((size_t)a.T * a.W + (size_t)a.T + (size_t)L, sizeof(uint64_t));
-	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
+	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (nx > (size_t)P ? nx : (size_t)P));
 	if (!a.M || !x) {
+		/* without the matrix this node cannot even say it failed: its peers' count
+		 * exchange ends at the operation's timeout, naming it */
 		free(a.M);
 		free(x);
-		A2A_ERR(job, "alltoall: out of memory");
+		A2A_ERR(job, "alltoall of tensor '%s': out of memory", name);
 		return SC_ERR_NOMEM;
 	}
 	a.recv = a.M + (size_t)a.T * a.W;
@@ -281,7 +306,7 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 	uint64_t packed = 0;
 	for (int l = 0; l < L; l++)
 		a.M[((size_t)node * L + (size_t)l) * a.W] = A2A_ABSENT;
-	for (int s = 0; s < it->n_src; s++) {
+	for (int s = 0; s < it->n_src && mine == SC_OK; s++) {
 		const scd_job_src_t *src = &it->src[s];
 		int l = src->local_rank;
 		uint64_t *row = a.M + ((size_t)node * L + (size_t)l) * a.W;
@@ -296,6 +321,32 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 		if (!src->a2a_bad)
 			memcpy(row + A2A_HEAD, src->a2a, sizeof(uint64_t) * (size_t)a.T);
 	}
+	/* a GPU's blocks go through host staging: the packed sends first, then room for
+	 * every local trainer's result (each at most the tensor's size) */
+	char *packed_host = buf, *hs = NULL;
+	if (mine == SC_OK && !scd_device_host_memory(dev)) {
+		size_t bytes = (packed + (uint64_t)L * it->numel) * a.esz;
+		if (!(hs = h->stage(h->arg, bytes + 1))) {
+			A2A_ERR(job,
+				"alltoall of tensor '%s': no host memory to stage %zu bytes",
+				name, bytes);
+			mine = SC_ERR_NOMEM;
+		} else {
+			dev->to_host(hs, buf, packed * a.esz);
+			packed_host = hs;
+		}
+	}
+	if (mine == SC_OK && (mine = dev->sync()) != SC_OK)
+		A2A_ERR(job,
+			"alltoall of tensor '%s': the %s device failed packing the blocks: %s",
+			name, dev->name, sc_status_message(mine));
+	if (mine != SC_OK)
+		for (int l = 0; l < L; l++) {
+			uint64_t *row = a.M + ((size_t)node * L + (size_t)l) * a.W;
+			memset(row, 0, a.W * sizeof(uint64_t));
+			row[0] = A2A_FAIL;
+			row[1] = (uint64_t)(-(int)mine);
+		}
 	int ns = 0, nr = 0;
 	size_t rb = (size_t)L * a.W * sizeof(uint64_t);
 	for (int p = 0; p < P; p++)
@@ -304,49 +355,34 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 			x[P + nr++] = (scd_xfer_t){p, a.M + (size_t)p * L * a.W, rb};
 		}
 	sc_status_t st = scd_transport_exchange(t, x, ns, x + P, nr, job->timeout_ms);
-	free(x);
 	if (st != SC_OK)
-		A2A_ERR(job, "alltoall counts: %s", scd_transport_error());
+		A2A_ERR(job, "alltoall of tensor '%s': counts: %s", name,
+			scd_transport_error());
 	for (int p = 0; p < P && st == SC_OK; p++)
 		if (p != node)
 			st = rows_check(job, a.M, p, L, a.T, it->numel);
 	if (st == SC_OK)
-		st = matrix_check(job, a.M, a.T, it->numel, a.recv);
-	/* where the blocks go: the trainers' buffers, or host staging for a GPU's (the
-	 * packed sends first, then each trainer's result) */
-	char *packed_host = buf;
-	uint64_t recv_here = 0;
+		st = matrix_check(job, a.M, node, L, a.T, it->numel, a.recv);
+	/* where the blocks go: the trainers' buffers, or the staging after the packed sends */
+	char *at = hs ? hs + packed * a.esz : NULL;
 	for (int m = 0; m < L && st == SC_OK; m++) {
 		if (!a.src[m])
 			continue;
-		a.dst[m] = a.src[m]->dense;
-		recv_here += a.recv[(size_t)node * L + (size_t)m];
-	}
-	if (st == SC_OK && !scd_device_host_memory(dev)) {
-		char *hs = h->stage(h->arg, (packed + recv_here) * a.esz + 1);
-		if (!hs) {
-			A2A_ERR(job, "alltoall: no host memory to stage %llu bytes",
-				(unsigned long long)((packed + recv_here) * a.esz));
-			st = SC_ERR_NOMEM;
-		} else {
-			dev->to_host(hs, buf, packed * a.esz);
-			packed_host = hs;
-			char *at = hs + packed * a.esz;
-			for (int m = 0; m < L; m++)
-				if (a.src[m]) {
-					a.dst[m] = at;
-					at += a.recv[(size_t)node * L + (size_t)m] * a.esz;
-				}
-		}
+		a.dst[m] = hs ? at : a.src[m]->dense;
+		if (hs)
+			at += a.recv[(size_t)node * L + (size_t)m] * a.esz;
 	}
 	if (st == SC_OK)
-		st = blocks(&a, buf, packed_host, t);
+		st = blocks(&a, buf, packed_host, t, x, nx);
 	if (st == SC_OK && (st = results(&a, h)) != SC_OK)
-		A2A_ERR(job, "alltoall: the %s device failed delivering the blocks: %s",
-			dev->name, sc_status_message(st));
+		A2A_ERR(
+		    job,
+		    "alltoall of tensor '%s': the %s device failed delivering the blocks: %s",
+		    name, dev->name, sc_status_message(st));
 	job->exchange_s = scd_now_s() - t0;
 	job->scheme = SCD_SCHEME_DENSE_RING;
 	job->density = job->gamma = job->imbalance = 1;
+	free(x);
 	free(a.M);
 	return st;
 }

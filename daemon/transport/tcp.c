@@ -698,10 +698,15 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 		return 1;
 	}
 	pc->got += (size_t)n;
-	if (pc->got < need)
+	/* another protocol's hello may be shorter: its first 8 bytes decide */
+	int foreign = !pc->proving && pc->got >= 8 &&
+		      (get32(pc->b) != TCP_MAGIC || get32(pc->b + 4) != TCP_PROTOCOL);
+	if (pc->got < need && !foreign)
 		return 0;
 	if (pc->proving)
 		return check_proof(t, pc, accepted_p);
+	if (pc->got < need)
+		memset(pc->b + pc->got, 0, need - pc->got);
 	int rank = (int)get32(pc->b + 16), size = (int)get32(pc->b + 20);
 	uint64_t world = get64(pc->b + 8);
 	uint32_t code = TCP_ACK_OK;

@@ -117,7 +117,8 @@ void scd_seal_free(scd_seal_t *s)
 {
 	if (!s)
 		return;
-	sodium_memzero(s, offsetof(scd_seal_t, tx));
+	/* the keys, and with encrypt the last records' plaintext in tx and rx */
+	sodium_memzero(s, sizeof(*s));
 	free(s);
 }
 

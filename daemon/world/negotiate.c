@@ -470,20 +470,38 @@ typedef struct ready_ent {
 	int fresh; /* first planned now: never held */
 } ready_ent_t;
 
-/* The fusion key the planner sees: the tensor's class (scd_ntensor_fuse_key), its dtype
- * and the scheme_pins pattern its name matches (a buffer runs one scheme). */
-static uint32_t plan_key(const scd_world_t *w, const scd_centry_t *e)
+/* The scheme_pins pattern a name matches: its position from 1, 0 for none. */
+static uint32_t pin_index(const scd_world_t *w, const char *name)
 {
 	const char *pins = scd_cfg_str(&w->d->cfg, SCD_CFG_scheme_pins);
 	char item[SCD_PIN_ITEM_MAX];
 	const char *want;
-	uint32_t k = (e->fuse_key ^ (e->dtype[0] * 0x9e3779b9u)) * 16777619u, n = 1;
+	uint32_t n = 1;
 	while (scd_config_pin_next(&pins, item, sizeof(item), &want) != 0) {
-		if (want && fnmatch(item, e->name, 0) == 0)
-			return k ^ (n * 0x85ebca6bu);
+		if (want && fnmatch(item, name, 0) == 0)
+			return n;
 		n++;
 	}
-	return k;
+	return 0;
+}
+
+/* The fusion key the planner sees: the tensor's class (scd_ntensor_fuse_key), its type
+ * word (dtype and wire format) and the scheme_pins pattern its name matches (a buffer
+ * runs one scheme). A hash: emit_buffer splits what a collision would put together. */
+static uint32_t plan_key(const scd_world_t *w, const scd_centry_t *e)
+{
+	uint32_t k = (e->fuse_key ^ (e->dtype[0] * 0x9e3779b9u)) * 16777619u;
+	uint32_t n = pin_index(w, e->name);
+	return n ? k ^ (n * 0x85ebca6bu) : k;
+}
+
+/* Whether two ready tensors may share a buffer: the exact class behind plan_key. */
+static int same_class(const scd_world_t *w, const scd_centry_t *a, const scd_centry_t *b)
+{
+	return a->dtype[0] == b->dtype[0] && a->fuse_key == b->fuse_key &&
+	       (a->op[0] > SC_OP_AVERAGE ? a->op[0] : 0) ==
+		   (b->op[0] > SC_OP_AVERAGE ? b->op[0] : 0) &&
+	       pin_index(w, a->name) == pin_index(w, b->name);
 }
 
 static scd_fplan_cfg_t plan_cfg(const scd_world_t *w, scd_fusion_mode_t mode)
@@ -498,9 +516,22 @@ static scd_fplan_cfg_t plan_cfg(const scd_world_t *w, scd_fusion_mode_t mode)
 				 .alpha_s = SCD_FUSION_LATENCY_ROUNDS * alpha};
 }
 
+static void emit_one(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n);
+
+/* The ready tensors r[0..n-1] (in buffer order) as one buffer, or as several where
+ * neighbours differ in class (what a collision of plan_key would have fused). */
+static void emit_buffer(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n)
+{
+	for (int i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && same_class(w, r[i].e, r[j].e); j++)
+			;
+		emit_one(w, pb, r + i, j - i);
+	}
+}
+
 /* One response for the ready tensors r[0..n-1] (in buffer order), their entries freed;
  * out of memory, the entries stay for the next plan. */
-static void emit_buffer(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n)
+static void emit_one(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n)
 {
 	Sparsecomm__Response *g = pb_response(pb);
 	uint32_t *ids = scd_arena_alloc(&pb->arena, sizeof(uint32_t) * (size_t)n);

@@ -265,12 +265,16 @@ refused_at_start "transport=bogus refused" "unknown transport 'bogus'" \
 	--daemon-arg --transport --daemon-arg bogus
 
 # data_protection = encrypt: every byte between the daemons travels in sealed records (the
-# daemons' logs say so), and the sums of dense tensors and of every sparse scheme stay
-# exact. Without a job secret (insecure) the daemons refuse it at start.
+# daemons' logs say so), and the sums of dense tensors and of every sparse scheme, the
+# 16-bit wire's ring and the alltoall's blocks stay exact; integrity likewise with two
+# trainers a node. Without a job secret (insecure) the daemons refuse it at start.
 rm -rf "$tmp/seal"
-run_case "data_protection=encrypt n=3" 3 1 300 0 6 --log-dir "$tmp/seal" \
+run_case "data_protection=encrypt n=3" 3 1 300 0 12 --log-dir "$tmp/seal" \
 	--daemon-arg --data-protection --daemon-arg encrypt -- \
-	sh -c "'$itest' sums-small && '$itest' sparse"
+	sh -c "'$itest' sums-small && '$itest' sparse && '$itest' wire && '$itest' alltoall"
+run_case "data_protection=integrity n=2 per-node=2" 2 2 300 0 12 \
+	--daemon-arg --data-protection --daemon-arg integrity -- \
+	sh -c "'$itest' sums-small && '$itest' wire && '$itest' alltoall"
 if selected "data_protection=encrypt n=3"; then
 	sealed=$(grep -l 'tcp mesh of 3 ranks ready .*data_protection encrypt' \
 		"$tmp/seal"/daemon*.log 2>/dev/null | wc -l)

@@ -1156,6 +1156,42 @@ UNIT_TEST(transport_tcp_closes_wrong_proof)
 	check_exit(p1, "rank 1");
 }
 
+/* A connection speaking protocol 2, whose hello (56 bytes) is shorter than this
+ * protocol's: rank 0 refuses it at once for its protocol (ack code 1), not after the hello
+ * deadline; the real rank 1 then joins. */
+UNIT_TEST(transport_tcp_refuses_older_protocol_at_once)
+{
+	int fds[2];
+	uint16_t ports[2];
+	const char *addrs[2];
+	open_listeners(2, fds, ports, addrs);
+	uint64_t world = unit_rng();
+	join_t r0 = {0, 2, fds[0], ports, addrs, world, 0, 0, NULL, NULL, 0};
+	pid_t p0 = spawn(join_body, &r0);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(ports[0])};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK_TRUE(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	uint8_t b[96] = {0x53, 0x43, 0x44, 0x54, 2}; /* "SCDT", protocol 2 */
+	uint64_t w = htole64(world);
+	memcpy(b + 8, &w, 8);
+	b[16] = 1;
+	b[20] = 2;
+	double t0 = now_ms();
+	CHECK_TRUE(send(fd, b, 56, 0) == 56);
+	CHECK_TRUE(read_full(fd, b, 8) == 8);
+	double dt = now_ms() - t0;
+	CHECK_MSG(b[4] == 1, "an older protocol's hello got code %u, not 1 (protocol)", b[4]);
+	CHECK_MSG(dt < 1000, "the refusal took %.0f ms (the hello deadline is 2 s)", dt);
+	close(fd);
+	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL, 0};
+	pid_t p1 = spawn(join_body, &r1);
+	close(fds[0]);
+	close(fds[1]);
+	check_exit(p0, "rank 0");
+	check_exit(p1, "rank 1");
+}
+
 /* ---- probe -------------------------------------------------------------------------- */
 
 static void measure_rank(scd_transport_t *t, int rank, int P, void *arg)
