@@ -135,6 +135,10 @@ def t_colls():
     # 2 nodes x 2 trainers: the daemons' local reduce takes the op too
     rc, out, _ = launch(2, os.path.join(HERE, "worker_colls.py"), [], 180, per_node=2)
     checks("colls", rc, out, 4)
+    # 3 nodes: rank 0 joins while the others alltoall
+    rc, out, _ = launch(3, os.path.join(HERE, "worker_colls.py"),
+                        ["alltoall_with_a_joined_rank"], 120)
+    checks("colls_joined", rc, out, 3)
 
 
 def t_unnamed():

@@ -217,6 +217,30 @@ def join_uneven_steps():
     assert sct.join() == P - 1
 
 
+if "alltoall_with_a_joined_rank" in check.only:  # a job of its own: it joins every rank
+    @check
+    def alltoall_with_a_joined_rank():
+        # rank 0 joins; the others alltoall with splits, rank 0 taking part with zeros:
+        # nothing comes from it, and nothing sent to it is lost to the others
+        def split(r, q):
+            return 1 + (r + q) % 2
+
+        if R == 0:
+            assert 1 <= sct.join() < P  # the others join after their alltoalls
+            return
+        for step in range(2):
+            sp = [split(R, q) for q in range(P)]
+            x = torch.arange(sum(sp) * 2, dtype=torch.float32).view(-1, 2) + 1000 * R + step
+            got, rsp = sct.alltoall(x, splits=sp, name="a2a.joined")
+            assert rsp.tolist() == [0] + [split(r, R) for r in range(1, P)], rsp
+            want = torch.cat([(torch.arange(sum(split(r, q) for q in range(P)) * 2,
+                                            dtype=torch.float32).view(-1, 2) + 1000 * r +
+                               step)[sum(split(r, q) for q in range(R)):][:split(r, R)]
+                              for r in range(1, P)])
+            assert torch.equal(got, want), (got, want)
+        assert 1 <= sct.join() < P
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

@@ -69,6 +69,17 @@ try:
     refused = None
 except sc.SparsecommError as e:
     refused = e
+# the wire is the call's: one name with and without compression, in both orders
+one = torch.full((1000,), 1.0001)  # float16 rounds it to 1.0
+per_call = {}
+for name, order in (("wire.g", (hvd.Compression.fp16, hvd.Compression.none)),
+                    ("wire.h", (hvd.Compression.none, hvd.Compression.fp16))):
+    for comp in order:
+        try:
+            per_call[name, comp] = hvd.allreduce(one, name=name, op=hvd.Sum,
+                                                 compression=comp)[0].item()
+        except sc.SparsecommError as e:
+            per_call[name, comp] = e
 every = hvd.allgather_object([t.double().sum().item() for t in (fp16, bf16, half, avg)])
 st = stats()
 
@@ -111,17 +122,43 @@ def register_wire_option():
 
 
 @check
+def compression_per_call():
+    exact = torch.tensor(1.0001).item() * P
+    for name in ("wire.g", "wire.h"):
+        got16, got32 = per_call[name, hvd.Compression.fp16], per_call[name, hvd.Compression.none]
+        assert got16 == float(P), (name, "fp16", got16)
+        assert abs(got32 - exact) < 1e-5, (name, "none", got32)
+        assert st[name]["wire"] == "native" and st[name + "@fp16"]["wire"] == "fp16", name
+
+
+@check
+def compress_casts_as_horovod():
+    x = torch.full((4,), 1.0001)
+    for comp, dt in ((hvd.Compression.fp16, torch.float16),
+                     (hvd.Compression.bf16, torch.bfloat16)):
+        c, ctx = comp.compress(x)
+        assert c.dtype == dt, (comp, c.dtype)
+        back = comp.decompress(c, ctx)
+        assert back.dtype == torch.float32 and torch.equal(back, x.to(dt).float()), back
+    i = torch.arange(3)
+    assert hvd.Compression.fp16.compress(i)[0] is i  # integers are left as they are
+
+
+@check
 def identical_on_every_rank():
     assert all(e == every[0] for e in every), every
 
 
 @check
 def wire_bytes_halved():
-    for name, wire in (("wire.fp16", "fp16"), ("wire.bf16", "bf16"), ("wire.half", "fp16"),
-                       ("wire.native", "native"), ("wire.reg", "bf16")):
+    # a 16-bit wire's buffer is the name with "@<wire>" appended, but for a name
+    # registered with its wire
+    for name, wire in (("wire.fp16@fp16", "fp16"), ("wire.bf16@bf16", "bf16"),
+                       ("wire.half@fp16", "fp16"), ("wire.native", "native"),
+                       ("wire.reg", "bf16")):
         assert st[name]["wire"] == wire, (name, st[name]["wire"])
     base = st["wire.native"]["bytes_sent"]
-    for name in ("wire.fp16", "wire.bf16", "wire.half"):
+    for name in ("wire.fp16@fp16", "wire.bf16@bf16", "wire.half@fp16"):
         ratio = st[name]["bytes_sent"] / base
         print("wire %s: bytes_sent %d vs native %d (%.3f)" %
               (name, st[name]["bytes_sent"], base, ratio), flush=True)

@@ -17,7 +17,10 @@ allreduce copies the input into that buffer (one strided copy, converting the dt
 needed), starts the operation, and on completion copies the result out (one copy: the
 buffer is reused by the next step, so a result cannot stay a view of it).  Registration
 options (sparsifier, density, ...) are fixed by the first call for a name; a later call
-with different options is refused rather than silently ignored.
+with different options is refused rather than silently ignored.  The wire is the
+exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16 or bfloat16
+torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16" appended, unless
+the name itself was registered with that wire by :func:`register`.
 
 Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
@@ -404,6 +407,19 @@ def _auto_wire(x, wire, key, kind, coo_capacity):
     return {t.float16: Wire.FP16, t.bfloat16: Wire.BF16}.get(x.dtype, Wire.NATIVE)
 
 
+def _wire_name(c, name, wire):
+    """The buffer of ``name`` for an allreduce asking for ``wire``: a 16-bit wire has a
+    buffer of its own, named name + "@fp16" or "@bf16", so that the wire is chosen per
+    call (Horovod's compression is) and never sticks to the name, unless ``name`` itself
+    was registered with that wire (sparsecomm.register)."""
+    if name is None or wire == Wire.NATIVE:
+        return name
+    e = c.entries.get(name)
+    if e is not None and dict(e.opts_key).get("wire") == wire.name.lower():
+        return name
+    return "%s@%s" % (name, wire.name.lower())
+
+
 def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None):
     """The registered tensor for name, registering it on first use; device: (DeviceKind,
     ordinal), None for the cpu."""
@@ -682,8 +698,9 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     if known is not None:  # a name registered with a wire keeps it
         key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
     else:
-        key = key[:-1] + (("wire", _auto_wire(x, wire, key, _kind,
-                                              coo_capacity).name.lower()),)
+        w = _auto_wire(x, wire, key, _kind, coo_capacity)
+        key = key[:-1] + (("wire", w.name.lower()),)
+        name = _wire_name(c, name, w)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
@@ -1170,30 +1187,41 @@ def _splits_refusal(splits, rows, size):
 
 def alltoall_async(tensor, splits=None, name=None, timeout=None):
     """Starts an alltoall (see :func:`alltoall`); the Handle's wait() returns
-    (received, received_splits)."""
+    (received, received_splits).  Only the rows' exchange is asynchronous: the splits'
+    exchange (the ``.sizes`` allreduce of a P x (P + 3) int64 matrix) completes before
+    this returns, so the call blocks until every rank has reached it.
+
+    The rows' buffer is registered as name + "." + its capacity in elements (a power of
+    two): each new capacity registers another shared buffer, and the library has no call
+    to release a registration, so every capacity a name ever needed stays registered
+    until shutdown().  Calls whose sizes vary widely should bound them or use names of
+    their own."""
     c = _need()
     name = "alltoall" if name is None else str(name)
     istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
     P, row = c.size, math.prod(shape[1:])
     sp, why = _splits_refusal(splits, shape[0], P)
-    # the sizes first, every rank's alike: its refusal, elements per row and splits (a
-    # rank whose splits are refused fails every rank instead of leaving them waiting)
-    meta = np.zeros((P, P + 2), dtype=np.int64)
-    meta[c.rank, 0], meta[c.rank, 1] = int(bool(why)), row
+    # the sizes first, every rank's alike: present (1: a joined rank, which takes part in
+    # this allreduce with zeros, leaves its row all zeros and sends nothing), its refusal,
+    # elements per row and splits (a rank whose splits are refused fails every rank
+    # instead of leaving them waiting)
+    meta = np.zeros((P, P + 3), dtype=np.int64)
+    meta[c.rank, :3] = 1, int(bool(why)), row
     if not why:
-        meta[c.rank, 2:] = sp
+        meta[c.rank, 3:] = sp
     meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
-    bad = [r for r in range(P) if meta[r, 0]]
+    live = meta[:, 0] != 0
+    bad = [r for r in range(P) if meta[r, 1]]
     if bad:
         raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
                               "are refused%s" % (name, ", ".join(map(str, bad)),
                                                  " (here: %s)" % why if why else ""), name)
-    if np.any(meta[:, 1] != row):
+    if np.any(live & (meta[:, 2] != row)):
         raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
                               "differ across ranks: %s" % (name, ", ".join(
-                                  "rank %d has %d" % (r, meta[r, 1]) for r in range(P))),
-                              name)
-    S = meta[:, 2:]  # S[s, q]: the rows rank s sends rank q
+                                  "rank %d has %d" % (r, meta[r, 2]) for r in range(P)
+                                  if live[r])), name)
+    S = meta[:, 3:]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
     rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
     cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
     e = _acquire(c, "%s.%d" % (name, cap), "alltoall", _sc_dtype(x), cap,

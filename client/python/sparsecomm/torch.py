@@ -39,10 +39,11 @@ broadcast, broadcast_, broadcast_object, broadcast_parameters, broadcast_optimiz
 reducescatter, barrier,
 join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
-bf16 send 16-bit values as Horovod's do: a float32 tensor keeps its buffer and its sums
-travel in 16 bits (the wire option of sparsecomm.register), summed in float32 on arrival,
-so the bytes sent are halved and the result is the float32 tensor's, each value a 16-bit
-one.
+bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
+float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
+whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
+on arrival, so the bytes sent are halved and the result is the float32 tensor's, each
+value a 16-bit one.  Their compress() and decompress() cast as Horovod's do.
 
 CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
 sparsecomm (see the sparsecomm module doc), their results queued on the stream that was
@@ -94,54 +95,55 @@ class _CastCompressor(Compressor):
 
     @classmethod
     def compress(cls, tensor):
-        # float32 stays as it is: its wire carries the 16 bits (ctx "wire": the result
-        # is rounded to them, as Horovod's comes back from 16 bits).  Other floating
-        # dtypes are cast, as Horovod casts them; a 16-bit tensor travels in its own.
-        if tensor.dtype == torch.float32:
-            return tensor, "wire"
-        if tensor.dtype.is_floating_point and tensor.dtype != cls.dtype:
+        # Horovod's: a floating tensor is cast to the 16-bit dtype, the dtype it had is
+        # the context.  The 16-bit wire, which spares the cast, is the allreduce's own
+        # (_compressed_async), so code that compresses around its own allreduce still
+        # sends 16-bit values.
+        if tensor.dtype.is_floating_point:
             return tensor.to(cls.dtype), tensor.dtype
         return tensor, None
 
     @classmethod
     def decompress(cls, tensor, ctx):
-        if ctx == "wire":
-            return tensor.to(cls.dtype).to(torch.float32)
         return tensor if ctx is None else tensor.to(ctx)
 
 
 class FP16Compressor(_CastCompressor):
     """Horovod's fp16 compression: the allreduce sends float16 values (half the bytes)
-    and the result comes back in the tensor's dtype.  A float32 tensor's buffer is
-    registered with the fp16 wire: each node's contribution and every partial sum is
-    rounded to float16 as it is sent and summed in float32 on arrival, and the result
-    (averaged in float32) is rounded to float16 as Horovod's comes back in it.  Other
-    floating dtypes are cast to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a 16-bit
-    wire) the values are rounded to float16 and travel in 32 bits."""
+    and the result comes back in the tensor's dtype.  compress() and decompress() cast as
+    Horovod's do.  Given to an allreduce or DistributedOptimizer, a float32 tensor is not
+    cast: it is reduced in a float32 buffer with the fp16 wire (named after the tensor's
+    name with "@fp16" appended, so the same name without compression keeps its own
+    32-bit buffer): each node's contribution and every partial sum is rounded to float16
+    as it is sent and summed in float32 on arrival, and the result (averaged in float32)
+    is rounded to float16 as Horovod's comes back in it.  Other floating dtypes are cast
+    to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a
+    16-bit wire) the values are rounded to float16 and travel in 32 bits."""
     dtype = torch.float16
     wire = "fp16"
 
 
 class BF16Compressor(_CastCompressor):
-    """As FP16Compressor, with bfloat16."""
+    """As FP16Compressor, with bfloat16 (and "@bf16")."""
     dtype = torch.bfloat16
     wire = "bf16"
 
 
 def _compressed_async(compression, tensor, out, **kw):
-    """An allreduce through ``compression``: its wire format where the tensor's options
-    allow one, else its rounding (the cast of a float32 tensor to 16 bits)."""
+    """An allreduce through ``compression``: a float32 tensor with options that allow a
+    16-bit wire is reduced on the compression's wire and its result rounded to the
+    compression's dtype; anything else goes through compress() and decompress()."""
     wire = getattr(compression, "wire", None)
     plain = (not kw.get("sparsifier") or str(kw.get("sparsifier")).lower() == "none")
-    if wire and tensor.dtype == torch.float32 and not (
-            plain and not kw.get("allow_lossy") and kw.get("scheme") in (None, "dense_ring")):
-        compressed, ctx = tensor.to(compression.dtype), tensor.dtype
-        return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx,
+    if wire and tensor.dtype == torch.float32 and plain and not kw.get("allow_lossy") \
+            and kw.get("scheme") in (None, "dense_ring"):
+        kw["wire"] = wire
+        return _DecompressHandle(_sc.allreduce_async(tensor, **kw),
+                                 lambda res: res.to(compression.dtype).to(torch.float32),
                                  out)
     compressed, ctx = compression.compress(tensor)
-    if wire and ctx == "wire":
-        kw["wire"] = wire
-    return _DecompressHandle(_sc.allreduce_async(compressed, **kw), compression, ctx, out)
+    return _DecompressHandle(_sc.allreduce_async(compressed, **kw),
+                             lambda res: compression.decompress(res, ctx), out)
 
 
 class Compression:
@@ -155,10 +157,9 @@ class _DecompressHandle:
     """The handle of a compressed allreduce: wait() decompresses the result (into
     ``out`` when given)."""
 
-    def __init__(self, handle, compression, ctx, out):
+    def __init__(self, handle, decompress, out):
         self._h = handle
-        self._compression = compression
-        self._ctx = ctx
+        self._decompress = decompress
         self._out = out
         self._result = None
 
@@ -179,7 +180,7 @@ class _DecompressHandle:
     def wait(self, timeout=None):
         res = self._h.wait(timeout)
         if self._result is None:
-            res = self._compression.decompress(res, self._ctx)
+            res = self._decompress(res)
             if self._out is not None:
                 with torch.no_grad():
                     self._out.copy_(res)
@@ -284,10 +285,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     """Horovod's argument order for sparsecomm.reducescatter: this rank's rows of the
     reduction (``op`` default Average).  A reduce-scatter keeps the 32-bit wire: a 16-bit
     compression rounds the values instead."""
-    if getattr(compression, "wire", None) and tensor.dtype == torch.float32:
-        compressed, ctx = tensor.to(compression.dtype), tensor.dtype
-    else:
-        compressed, ctx = compression.compress(tensor)
+    compressed, ctx = compression.compress(tensor)
     res = _sc.reducescatter(compressed, op=op, name=name, timeout=timeout)
     return compression.decompress(res, ctx)
 
