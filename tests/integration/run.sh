@@ -954,16 +954,20 @@ else
 			want=130
 			[ "$sig" = KILL ] && want=137
 			marker=$((3000 + $$ % 1000))
+			# a file of its own, empty before the launcher starts: the loop below must
+			# not count the lines of an earlier case before the redirection truncates
+			out=$tmp/out.$sig
+			: >"$out"
 			# shellcheck disable=SC2086
 			"$launcher" -H "$addr_a:2,$addr_b:2" $agent --timeout 100 -- \
-				sh -c "echo started; exec sleep $marker" >"$tmp/out" 2>&1 </dev/null &
+				sh -c "echo started; exec sleep $marker" >>"$out" 2>&1 </dev/null &
 			lpid=$!
 			i=0
-			while [ "$(grep -c 'started' "$tmp/out")" -lt 4 ] && [ $i -lt 300 ]; do
+			while [ "$(grep -c 'started' "$out")" -lt 4 ] && [ $i -lt 300 ]; do
 				sleep 0.1
 				i=$((i + 1))
 			done
-			up=$(grep -c 'started' "$tmp/out")
+			up=$(grep -c 'started' "$out")
 			kill -"$sig" "$lpid"
 			wait "$lpid" 2>/dev/null
 			rc=$?
@@ -977,14 +981,14 @@ else
 				i=$((i + 1))
 			done
 			if [ "$up" -eq 4 ] && [ "$rc" -eq "$want" ] && [ -z "$left" ] &&
-				[ -z "$stray" ] && grep -q 'daemons up 2/2' "$tmp/out"; then
+				[ -z "$stray" ] && grep -q 'daemons up 2/2' "$out"; then
 				echo "ok    $name"
 				passed=$((passed + 1))
 			else
 				echo "FAIL  $name: $up of 4 trainers started, launcher exit $rc" \
 					"(expected $want), processes left in the namespaces '$left'," \
 					"'$stray' running sleep $marker"
-				tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+				tail -n "$tail_lines" "$out" | sed 's/^/      | /'
 				failed=$((failed + 1))
 				# shellcheck disable=SC2086
 				[ -n "$left$stray" ] && kill -9 $left $stray 2>/dev/null
