@@ -143,8 +143,11 @@ start_lone_coordinator() {
 	mkdir -p "$1"
 	rt=$1
 	shift
+	# the log emptied before the daemon starts: a wait on its lines must not read the
+	# previous case's before the background redirection truncates the file
+	: >"$tmp/coord.log"
 	"$bin/sparsecommd" --rank 0 --world_size 2 --coordinator "127.0.0.1:$port" \
-		--runtime_dir "$rt" --join_timeout_ms 60000 "$@" >"$tmp/coord.log" 2>&1 </dev/null &
+		--runtime_dir "$rt" --join_timeout_ms 60000 "$@" >>"$tmp/coord.log" 2>&1 </dev/null &
 	coord=$!
 }
 
@@ -551,11 +554,12 @@ if selected "auth stranger ignored"; then
 	make_secret "$tmp/secret"
 	start_lone_coordinator "$tmp/auth-coord2" --secret_file "$tmp/secret"
 	i=0
-	until grep -q 'CurveZMQ server key' "$tmp/coord.log" 2>/dev/null || [ $i -ge 100 ]; do
-		sleep 0.1
+	key=""
+	while [ -z "$key" ] && [ $i -lt 300 ]; do
+		key=$(sed -n 's/.*CurveZMQ server key \([^;]*\);.*/\1/p' "$tmp/coord.log" | head -n 1)
+		[ -n "$key" ] || sleep 0.1
 		i=$((i + 1))
 	done
-	key=$(sed -n 's/.*CurveZMQ server key \([^;]*\);.*/\1/p' "$tmp/coord.log" | head -n 1)
 	SPARSECOMM_SOCKET="tcp://127.0.0.1:$port" SPARSECOMM_RANK=1 SPARSECOMM_CURVE_SERVERKEY="$key" \
 		timeout 60 "$itest" peer-stranger >"$tmp/out" 2>&1 </dev/null
 	rc=$?
