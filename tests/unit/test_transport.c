@@ -1184,12 +1184,7 @@ UNIT_TEST(transport_tcp_refuses_older_protocol_at_once)
 	CHECK_MSG(b[4] == 1, "an older protocol's hello got code %u, not 1 (protocol)", b[4]);
 	CHECK_MSG(dt < 1000, "the refusal took %.0f ms (the hello deadline is 2 s)", dt);
 	close(fd);
-	join_t r1 = {1, 2, fds[1], ports, addrs, world, 0, 0, NULL, NULL, 0};
-	pid_t p1 = spawn(join_body, &r1);
-	close(fds[0]);
-	close(fds[1]);
-	check_exit(p0, "rank 0");
-	check_exit(p1, "rank 1");
+	join_pair_finish(p0, fds, ports, addrs, world);
 }
 
 /* ---- probe -------------------------------------------------------------------------- */
