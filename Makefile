@@ -38,6 +38,13 @@ WARN := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 ALL_CFLAGS = -std=gnu11 -pthread -fPIC -MMD -MP $(WARN) $(CFLAGS)
 LDLIBS_DAEMON := -luv -lzmq -lsodium -lprotobuf-c -lpthread -lm -ldl
 LDLIBS_CLIENT := -lzmq -lprotobuf-c -lpthread -lrt -lm -ldl
+# Every program and shared library finds the libraries beside it first: programs in
+# ../lib, libraries in their own directory. DT_RPATH (not the newer DT_RUNPATH) because the
+# loader also searches it for the dependencies' own dependencies (libzmq's libsodium, ...),
+# which is what makes the relocatable package (`make dist`, mk/dist.sh) need no
+# LD_LIBRARY_PATH. In build/ these directories hold no system library, so nothing changes.
+RPATH_BIN := -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'
+RPATH_LIB := -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN'
 
 # `make` with no target builds everything.
 .DEFAULT_GOAL := all
@@ -49,7 +56,8 @@ $(DEPS_STAMP): mk/deps.sh
 	@sh mk/deps.sh
 	@touch $@
 
-.PHONY: all deps test unit integration demo bench install uninstall clean format format-check
+.PHONY: all deps test unit integration demo bench install uninstall clean format format-check \
+	dist
 all: $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(LIB)/libsparseclient.so \
      $(LIB)/libsparseclient.a $(BIN)/sparsecomm-unit $(BIN)/sparsecomm-itest \
      $(BIN)/sparsecomm-bench $(BIN)/sparsecomm-cbow $(LIB)/pkgconfig/sparsecomm.pc \
@@ -136,10 +144,12 @@ $(OBJ)/gpu-cuda/%.o: gpu/%.cu gpu/scg.h gpu/scg_types.h gpu/portable.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 $(NVCC_OPT) -g $(CUDA_ARCH) -Xcompiler -fPIC,-Wall -MMD -MP \
 		$(GPU_INC) -c $< -o $@
+# The CUDA runtime is linked in statically (libcudart_static.a): the library needs the
+# driver (libcuda.so.1) alone, not the toolkit it was built with.
 $(LIB)/libsparsecomm-cuda.so: $(GPU_CUDA_OBJ)
 	@mkdir -p $(LIB)
-	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -cudart shared -L$(CUDA_HOME)/lib64 -lcudart \
-		-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -z,defs
+	$(NVCC) -shared $(CUDA_ARCH) $^ -o $@ -cudart static -L$(CUDA_HOME)/lib64 \
+		-lpthread -ldl -lrt -Xlinker -z,defs
 .PHONY: gpu-note test-gpu
 gpu-note:
 	@echo "gpu: nvcc not found, the CUDA device is not built"
@@ -174,7 +184,7 @@ $(LIB)/libscd.a: $(DAEMON_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(BIN)/sparsecommd: $(OBJ)/daemon/main.o $(LIB)/libscd.a $(LIB)/libsccore.a
 	@mkdir -p $(BIN)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(RPATH_BIN) $(LDLIBS_DAEMON)
 
 # ---- client library ----------------------------------------------------------------------
 CLIENT_SRC := $(wildcard client/lib/*.c) proto/common.c
@@ -187,7 +197,8 @@ $(LIB)/libsparseclient.a: $(CLIENT_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(LIB)/libsparseclient.so: $(CLIENT_OBJ)
 	@mkdir -p $(LIB)
-	$(CC) -shared -Wl,-soname,libsparseclient.so.0 $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+	$(CC) -shared -Wl,-soname,libsparseclient.so.0 $(ALL_CFLAGS) $^ -o $@ $(RPATH_LIB) \
+		$(LDLIBS_CLIENT)
 	ln -sf libsparseclient.so $(LIB)/libsparseclient.so.0
 $(LIB)/pkgconfig/sparsecomm.pc: mk/sparsecomm.pc.in Makefile
 	@mkdir -p $(dir $@)
@@ -197,7 +208,7 @@ $(LIB)/pkgconfig/sparsecomm.pc: mk/sparsecomm.pc.in Makefile
 CTL_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard client/ctl/*.c))
 $(BIN)/sparsectl: $(CTL_OBJ) $(LIB)/libsparseclient.a
 	@mkdir -p $(BIN)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_CLIENT)
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(RPATH_BIN) $(LDLIBS_CLIENT)
 RUN_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard client/run/*.c))
 $(BIN)/sparsecomm-run: $(RUN_OBJ)
 	@mkdir -p $(BIN)
@@ -239,8 +250,7 @@ $(BIN)/sparsecomm-unit-gpu: $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a \
 			    $(LIB)/libsparsecomm-cuda.so
 	@mkdir -p $(BIN)
 	$(CC) $(ALL_CFLAGS) $(GPU_TEST_OBJ) $(LIB)/libscd.a $(LIB)/libsccore.a -o $@ \
-		-L$(LIB) -lsparsecomm-cuda -Wl,-rpath,'$$ORIGIN/../lib' \
-		-Wl,-rpath,$(CUDA_HOME)/lib64 $(LDLIBS_DAEMON)
+		-L$(LIB) -lsparsecomm-cuda $(RPATH_BIN) $(LDLIBS_DAEMON)
 # Then torch's CUDA tensors through daemons serving the GPU with libsparsecomm-cuda.so and
 # trainers on the real CUDA driver (tests/python/worker_gpu.py; skipped, saying why,
 # where torch has no CUDA device).
@@ -281,7 +291,7 @@ $(BIN)/sparsecomm-itest: $(ITEST_OBJ) $(LIB)/libsparseclient.a
 BENCH_OBJ := $(BENCH_SRC:%.c=$(OBJ)/%.o)
 $(BIN)/sparsecomm-bench: $(BENCH_OBJ) $(BENCH_LIBS)
 	@mkdir -p $(BIN)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS_DAEMON) -lrt
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(RPATH_BIN) $(LDLIBS_DAEMON) -lrt
 $(BIN)/sparsecomm-mpi-peer: bench/mpi/mpi_peer.c bench/util.c bench/util.h $(DEPS_STAMP)
 	@mkdir -p $(BIN)
 	$(MPICC) -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -Ibench bench/mpi/mpi_peer.c bench/util.c -o $@
@@ -406,6 +416,19 @@ install: all
 	install -m 0644 client/python/sparsecomm/*.py $(DESTDIR)$(PYTHON_SITE)/sparsecomm/
 	printf '# written by make install: where libsparseclient was installed\nLIBDIR = "%s"\n' \
 		'$(PREFIX)/lib' > $(DESTDIR)$(PYTHON_SITE)/sparsecomm/_install.py
+# The relocatable binary package for GPU nodes without build tools (mk/dist.sh,
+# docs/gpu.md): $(DIST_TAR), unpacked anywhere, runs without LD_LIBRARY_PATH.
+DIST_TAR := $(BUILD)/sparsecomm-$(VERSION)-$(shell uname -m).tar.gz
+DIST_IN := $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(BIN)/sparsecomm-bench \
+	   $(LIB)/libsparseclient.so
+ifeq ($(GPU_CUDA),yes)
+dist: $(DIST_IN) $(LIB)/libsparsecomm-cuda.so $(BIN)/sparsecomm-unit-gpu
+	sh mk/dist.sh $(BUILD) $(VERSION) $(DIST_TAR)
+else
+dist:
+	@echo "dist: nvcc not found: the package carries the CUDA device, build it where nvcc is"
+	@exit 1
+endif
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/sparsecommd $(DESTDIR)$(PREFIX)/bin/sparsectl \
 		$(DESTDIR)$(PREFIX)/bin/sparsecomm-run $(DESTDIR)$(PREFIX)/lib/libsparseclient.* \

@@ -185,9 +185,15 @@ int main(int argc, char **argv)
 	}
 	printf("unit tests (base seed %" PRIu64 ")\n", base);
 	int passed = 0, failed = 0, skipped = 0;
+	/* SPARSECOMM_REQUIRE_GPU=1 (tests/gpu/device_check.sh): a machine that should run
+	 * everything counts every skip as a failure */
+	const char *req = getenv("SPARSECOMM_REQUIRE_GPU");
+	int require = req && !strcmp(req, "1");
 	const char *skip_all = unit_skip_all ? unit_skip_all() : NULL;
 	if (skip_all)
 		printf("every test skipped: %s\n", skip_all);
+	if (require)
+		printf("SPARSECOMM_REQUIRE_GPU=1: every skipped test counts as failed\n");
 	for (int i = 0; i < n_cases; i++) {
 		if (!matches(cases[i].name, argc, argv))
 			continue;
@@ -207,6 +213,8 @@ int main(int argc, char **argv)
 		else
 			failed++;
 	}
+	if (require)
+		failed += skipped;
 	/* the last line stays "N passed, N failed" (tests/run.sh adds these up) */
 	if (skipped)
 		printf("%d skipped\n", skipped);
