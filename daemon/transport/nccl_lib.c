@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/wheel.h"
 #include "util/log.h"
 
 /* The non-blocking communicators (ncclCommInitRankConfig with blocking = 0). */
@@ -16,28 +17,39 @@
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static sc_status_t load_status = SC_ERR_UNSUPPORTED;
-static char load_reason[384] = "NCCL was never asked for";
+static char load_reason[1024] = "NCCL was never asked for";
 static scd_nccl_api_t api;
+
+/* The candidates, in order: $SPARSECOMM_NCCL_LIB alone when set; else the loader's own
+ * search (libnccl.so.2), the nvidia-nccl wheel of the Python that trainers run (wheel.h),
+ * and the CUDA toolkit's copy the build found. */
+static int candidates(char (*cands)[SCD_WHEEL_PATH_MAX], int max)
+{
+	const char *env = getenv("SPARSECOMM_NCCL_LIB");
+	int n = 0;
+	if (env && *env) {
+		snprintf(cands[n++], SCD_WHEEL_PATH_MAX, "%s", env); /* nothing else is tried */
+		return n;
+	}
+	snprintf(cands[n++], SCD_WHEEL_PATH_MAX, "libnccl.so.2");
+	n += scd_wheel_find("nvidia/nccl/lib/libnccl.so.2", cands + n, max - n - 1);
+#ifdef SCD_NCCL_LIB_DIR
+	snprintf(cands[n++], SCD_WHEEL_PATH_MAX, "%s", SCD_NCCL_LIB_DIR "/libnccl.so.2");
+#endif
+	return n;
+}
 
 static void *open_lib(char *tried, size_t cap)
 {
-	const char *env = getenv("SPARSECOMM_NCCL_LIB");
-	const char *cands[3] = {NULL, NULL, NULL};
-	int n = 0;
-	if (env && *env)
-		cands[n++] = env; /* named: nothing else is tried */
-	else {
-		cands[n++] = "libnccl.so.2";
-#ifdef SCD_NCCL_LIB_DIR
-		cands[n++] = SCD_NCCL_LIB_DIR "/libnccl.so.2";
-#endif
-	}
+	char cands[6][SCD_WHEEL_PATH_MAX];
+	int n = candidates(cands, 6);
 	size_t used = 0;
 	tried[0] = '\0';
 	for (int i = 0; i < n; i++) {
 		void *lib = dlopen(cands[i], RTLD_NOW | RTLD_LOCAL);
 		if (lib) {
-			snprintf(api.path, sizeof api.path, "%s", cands[i]);
+			memcpy(api.path, cands[i],
+			       sizeof api.path); /* both SCD_WHEEL_PATH_MAX */
 			return lib;
 		}
 		const char *e = dlerror();
@@ -51,7 +63,7 @@ static void *open_lib(char *tried, size_t cap)
 
 static void load(void)
 {
-	char tried[320];
+	char tried[960];
 	void *lib = open_lib(tried, sizeof tried);
 	if (!lib) {
 		snprintf(load_reason, sizeof load_reason, "cannot load NCCL: %s", tried);
