@@ -88,7 +88,7 @@ install -m 0644 "$root/man/sparsectl.1" "$stage/share/man/man1/"
 install -m 0644 "$root/man/sparsecommd.8" "$stage/share/man/man8/"
 install -m 0644 "$root/config/sparsecommd.conf" "$stage/share/sparsecomm/"
 install -m 0755 "$root/tests/gpu/device_check.sh" "$stage/tests/gpu/"
-for f in run_tests.py worker_gpu.py checks.py forms.py daemon_hostid.sh; do
+for f in run_tests.py worker_gpu.py checks.py forms.py; do
 	install -m 0644 "$root/tests/python/$f" "$stage/tests/python/"
 done
 install -m 0644 "$root/docs/gpu.md" "$stage/README.md"

@@ -80,7 +80,7 @@ typedef struct daemon {
 
 typedef struct opts {
 	int nodes, per_node;
-	bool netns, keep_going, verbose, insecure;
+	bool netns, keep_going, verbose, insecure, nccl_hostid;
 	const char *secret_file; /* --secret-file, or NULL: a fresh one */
 	const char *rate;
 	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;
@@ -162,6 +162,10 @@ static void usage(FILE *out)
 	    "                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE;\n"
 	    "                         every node's processes get NCCL_HOSTID (a host of\n"
 	    "                         its own to NCCL) and NCCL_SOCKET_IFNAME=\"=eth0\"\n"
+	    "  --nccl-hostid          give every node's daemon and trainers a host of their\n"
+	    "                         own to NCCL (NCCL_HOSTID; NCCL_SOCKET_IFNAME=lo unless\n"
+	    "                         set), so that several nodes on one GPU form NCCL\n"
+	    "                         communicators without --netns\n"
 	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
 	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
 	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
@@ -299,6 +303,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
 			o->rsh_agent = val;
 		} else if (!strcmp(name, "--netns")) {
 			o->netns = true;
+		} else if (!strcmp(name, "--nccl-hostid")) {
+			o->nccl_hostid = true;
 		} else if (!strcmp(name, "--rate")) {
 			NEED_VAL();
 			o->rate = val;
@@ -358,6 +364,10 @@ static void parse_args(int argc, char **argv, opts_t *o)
 			  o->per_node, MAX_TRAINERS);
 	if (o->rate && !o->netns)
 		die_usage("--rate shapes the links of --netns; add --netns (root only)");
+	if (o->nccl_hostid && (o->netns || o->hosts.n))
+		die_usage("--nccl-hostid makes the nodes of this machine hosts of their own to "
+			  "NCCL; %s",
+			  o->netns ? "--netns does that already" : "-H runs one node per host");
 	if (o->netns) {
 		double bps;
 		if (o->rate && run_netns_parse_rate(o->rate, &bps) < 0)
@@ -556,16 +566,39 @@ static void signal_proc(proc_t *p, int sig, bool group)
  * With --netns each node is a host of its own to NCCL too (the daemons' nccl transport
  * and the trainers' own NCCL, e.g. torch.distributed): NCCL takes a host's identity from
  * NCCL_HOSTID, and would otherwise refuse two ranks on one GPU of one host, and its
- * sockets go over the namespace's link (eth0), which --rate shapes.
+ * sockets go over the namespace's link (eth0), which --rate shapes. --nccl-hostid does
+ * the same without namespaces: the nodes share this machine's loopback, unless the caller
+ * chose NCCL's interface. Writes the variables as NAME=VALUE into the two buffers; returns
+ * 0 when the node gets none (either empty).
  */
-static void nccl_env(const run_t *r, int node)
+static int nccl_vars(const run_t *r, int node, pid_t launcher, char *id, size_t id_cap,
+		     char *ifname, size_t if_cap)
 {
-	if (!r->net)
+	id[0] = ifname[0] = '\0';
+	if (r->net) {
+		snprintf(id, id_cap, "NCCL_HOSTID=%s-node%d", r->net->ns[node], node);
+		snprintf(ifname, if_cap, "NCCL_SOCKET_IFNAME==eth0");
+		return 1;
+	}
+	if (!r->o.nccl_hostid)
+		return 0;
+	/* the launcher's pid: two jobs on one machine never share an identity */
+	snprintf(id, id_cap, "NCCL_HOSTID=sparsecomm-run%d-node%d", (int)launcher, node);
+	const char *set = getenv("NCCL_SOCKET_IFNAME");
+	if (!set || !*set)
+		snprintf(ifname, if_cap, "NCCL_SOCKET_IFNAME=lo");
+	return 1;
+}
+
+/* In node's forked daemon child, before exec. */
+static void nccl_env(const run_t *r, int node, pid_t launcher)
+{
+	char id[96], ifname[48];
+	if (!nccl_vars(r, node, launcher, id, sizeof id, ifname, sizeof ifname))
 		return;
-	char id[64];
-	snprintf(id, sizeof(id), "%s-node%d", r->net->ns[node], node);
-	setenv("NCCL_HOSTID", id, 1);
-	setenv("NCCL_SOCKET_IFNAME", "=eth0", 1);
+	setenv("NCCL_HOSTID", strchr(id, '=') + 1, 1);
+	if (ifname[0])
+		setenv("NCCL_SOCKET_IFNAME", strchr(ifname, '=') + 1, 1);
 }
 
 /* In a forked child: detaches from the launcher's signal handling before exec; stdin
@@ -759,7 +792,7 @@ static int spawn_daemon(run_t *r, int i)
 	}
 	if (pid == 0) {
 		child_setup(launcher, in[0]);
-		nccl_env(r, i);
+		nccl_env(r, i, launcher);
 		if (remote) {
 			dup2(notify[1], 1);
 			dup2(outp[1], 2);
@@ -821,11 +854,14 @@ static void trainer_env(const run_t *r, int node, int local, run_argv_t *env)
 		run_argv_add(env, "SPARSECOMM_BRIDGE_ADDR=%s", r->net->bridge_addr);
 		run_argv_add(env, "SPARSECOMM_NETNS_SUBNET=%s", r->net->subnet);
 		run_argv_add(env, "SPARSECOMM_NETNS_RATE=%s", r->net->rate);
-		/* see nccl_env */
-		run_argv_add(env, "NCCL_HOSTID=%s-node%d", r->net->ns[node], node);
-		run_argv_add(env, "NCCL_SOCKET_IFNAME==eth0");
 		free(names);
 		free(addrs);
+	}
+	char id[96], ifname[48]; /* see nccl_vars */
+	if (nccl_vars(r, node, getpid(), id, sizeof id, ifname, sizeof ifname)) {
+		run_argv_add(env, "%s", id);
+		if (ifname[0])
+			run_argv_add(env, "%s", ifname);
 	}
 }
 

@@ -3,8 +3,13 @@
 under build/bin/sparsecomm-run compared with torch.distributed's gloo allreduce.
 
 Every test is bounded in time; the last line is `N passed, N failed`, after `(N skipped)`
-when some could not run here (each printed as `SKIP <name>: <why>`).  Optional: names of
-tests to run (substring match) as arguments."""
+when some could not run here (each printed as `SKIP <name>: <why>`); with
+SPARSECOMM_REQUIRE_GPU=1 (tests/gpu/device_check.sh) every skip counts as a failure.
+Optional: names of tests to run (substring match) as arguments.
+
+The interpreter that runs the workers is $SPARSECOMM_PYTHON (default /usr/bin/python3). The
+programs come from the build tree (build/bin/) or, in the relocatable package (make dist),
+from its bin/; $SPARSECOMM_RUN names another sparsecomm-run."""
 import json
 import os
 import re
@@ -14,8 +19,12 @@ import tempfile
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-PY = "/usr/bin/python3"
-RUN = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
+PY = os.environ.get("SPARSECOMM_PYTHON") or "/usr/bin/python3"
+BIN = next((d for d in (os.path.join(ROOT, "build", "bin"), os.path.join(ROOT, "bin"))
+            if os.access(os.path.join(d, "sparsecomm-run"), os.X_OK)),
+           os.path.join(ROOT, "build", "bin"))
+RUN = os.environ.get("SPARSECOMM_RUN") or os.path.join(BIN, "sparsecomm-run")
+REQUIRE_GPU = os.environ.get("SPARSECOMM_REQUIRE_GPU") == "1"
 EX = os.path.join(ROOT, "examples", "pytorch")
 HERE = os.path.join(ROOT, "tests", "python")
 TMP = tempfile.mkdtemp(prefix="sc-pytest-")
@@ -30,7 +39,11 @@ def record(name, ok, why=""):
 
 
 def skip(name, why):
-    """A test this machine cannot run: printed with the reason and counted, never passed."""
+    """A test this machine cannot run: printed with the reason and counted, never passed;
+    a failure where SPARSECOMM_REQUIRE_GPU=1 says the machine must run everything."""
+    if REQUIRE_GPU:
+        record(name, False, "skipped under SPARSECOMM_REQUIRE_GPU=1: " + why)
+        return
     skipped.append(name)
     print("SKIP %s: %s" % (name, why), flush=True)
 
@@ -167,16 +180,15 @@ def t_gpu():
     worker = os.path.join(HERE, "worker_gpu.py")
     rc, out, _ = launch(2, worker, [], 300, per_node=2)
     skips_or_checks("gpu", rc, out, 4)
-    if skipped and skipped[-1] == "gpu":
+    if re.search(r"^(?:\[\d+\] )?SKIP gpu", out, re.M):
         return
     rc, out, _ = launch(4, worker, ["sparse_embedding", "sparse_result_forms"], 240)
     skips_or_checks("gpu_sparse_results", rc, out, 4)
     # the same between daemons over NCCL (transport = nccl: a job fails rather than fall
-    # back to tcp), each daemon a host of its own to NCCL on the one GPU
-    os.environ["SPARSECOMM_REAL_DAEMON"] = os.path.join(ROOT, "build", "bin", "sparsecommd")
+    # back to tcp), each node a host of its own to NCCL on the one GPU
     rc, out, _ = launch(4, worker, [], 300,
-                        extra=["--daemon", os.path.join(HERE, "daemon_hostid.sh"),
-                               "--daemon-arg", "--transport", "--daemon-arg", "nccl"])
+                        extra=["--nccl-hostid", "--daemon-arg", "--transport",
+                               "--daemon-arg", "nccl"])
     skips_or_checks("gpu_nccl", rc, out, 4)
 
 

@@ -2,8 +2,9 @@
 """Run under sparsecomm-run: torch CUDA tensors through sparsecomm end to end, every trainer
 on GPU local_rank modulo the GPU count.  Prints `CHECK <name> ok` or `CHECK <name> FAIL
 <why>` per check; without a CUDA device in torch, or daemons that do not serve GPU tensors,
-prints `SKIP gpu: <why>` once and runs nothing.  argv: the checks to run (default every
-one).
+prints `SKIP gpu: <why>` once and runs nothing (`CHECK gpu FAIL <why>` and exit status 1
+with SPARSECOMM_REQUIRE_GPU=1).  argv: the checks to run (default every one but
+large_tensors, which runs only when named).
 
 The CPU reference of each check is the same computation on CPU tensors through the same
 daemons: dense sums are exact (small integers), sparse embedding gradients and a lossless
@@ -28,6 +29,11 @@ R, P = sc.rank(), sc.size()
 
 
 def skip(why):
+    if os.environ.get("SPARSECOMM_REQUIRE_GPU") == "1":
+        print("CHECK gpu FAIL SPARSECOMM_REQUIRE_GPU=1 but torch CUDA tensors cannot go "
+              "through the daemons: %s" % why, flush=True)
+        sc.shutdown()
+        sys.exit(1)
     print("SKIP gpu: torch CUDA tensors through the daemons (%s)" % why, flush=True)
     sc.shutdown()
     sys.exit(0)
@@ -181,6 +187,28 @@ def ddp_hook_cuda():
     close(grads[0], torch.full((2, 6), 4 * (P + 1) / 2), 1e-5)
     close(grads[1], torch.full((2,), 4.0), 1e-5)
     torch.distributed.destroy_process_group()
+
+
+def large_tensors():
+    """Tensors of 2^30 and 2^31 + 2^20 float32 elements (4 and 8 GiB): every element's sum
+    exact, including past element 2^31, where a 32-bit index would wrap. The values repeat
+    with a period (65521, prime) that does not divide 2^31, so a wrapped index shows."""
+    for n in (1 << 30, (1 << 31) + (1 << 20)):
+        pattern = (torch.arange(n, device=DEV, dtype=torch.int64) % 65521).float()
+        x = pattern + (R + 1)
+        got = on_gpu(sc.allreduce(x, name="large.%d" % n, average=False))
+        del x
+        want = pattern.mul_(P).add_(P * (P + 1) // 2)
+        assert got.numel() == n, "%d elements back, not %d" % (got.numel(), n)
+        bad = (got != want).nonzero()
+        assert bad.numel() == 0, "%d of %d elements wrong, first at %d: %g, want %g" % (
+            bad.numel(), n, bad[0].item(), got[bad[0]].item(), want[bad[0]].item())
+        del got, want, pattern, bad
+        torch.cuda.empty_cache()
+
+
+if "large_tensors" in sys.argv[1:]:
+    check(large_tensors)
 
 
 def leak_probe():
