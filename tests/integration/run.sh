@@ -267,6 +267,44 @@ run_case "transport=tcp n=3" 3 1 120 0 3 --daemon-arg --transport --daemon-arg t
 refused_at_start "transport=bogus refused" "unknown transport 'bogus'" \
 	--daemon-arg --transport --daemon-arg bogus
 
+# --nccl-hostid: every node's daemon and trainers share one NCCL_HOSTID, each node its
+# own, over loopback unless NCCL_SOCKET_IFNAME is set; with -H it is refused.
+hostid_case() { # NAME IFNAME_SET IFNAME_WANT
+	selected "$1" || return 0
+	rm -f "$tmp/hostid-env".*
+	SPARSECOMM_REAL_DAEMON="$bin/sparsecommd" SPARSECOMM_ENV_LOG="$tmp/hostid-env" \
+		NCCL_SOCKET_IFNAME=$2 timeout 90 "$launcher" -n 3 --per-node 2 --timeout 60 \
+		--nccl-hostid --daemon "$root/tests/integration/daemon_env.sh" -- sh -c \
+		'echo "hostid $SPARSECOMM_NODE_RANK $NCCL_HOSTID $NCCL_SOCKET_IFNAME"' \
+		>"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	why=""
+	[ "$rc" -eq 0 ] || why="launcher exited with $rc"
+	ids=""
+	for n in 0 1 2; do
+		t=$(sed -n "s/^\[[0-9]*\] hostid $n //p" "$tmp/out" | sort -u)
+		d=$(cut -d' ' -f2- "$tmp/hostid-env.$n" 2>/dev/null)
+		[ "$(echo "$t" | wc -l)" -eq 1 ] && [ -n "${t%% *}" ] ||
+			why="$why; node $n's trainers: '$t'"
+		[ "$t" = "$d" ] || why="$why; node $n's daemon '$d', trainers '$t'"
+		[ "${t#* }" = "$3" ] || why="$why; node $n's interface '${t#* }', want '$3'"
+		ids="$ids${t%% *}$nl"
+	done
+	[ "$(printf '%s' "$ids" | sort -u | wc -l)" -eq 3 ] || why="$why; ids not distinct: $ids"
+	if [ -z "$why" ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $1: ${why#; }"
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+hostid_case "nccl-hostid per node n=3 per-node=2" "" lo
+hostid_case "nccl-hostid keeps NCCL_SOCKET_IFNAME" eth7 eth7
+refused_at_start "nccl-hostid with hosts refused" "runs one node per host" --nccl-hostid \
+	-H 127.0.0.1:1,localhost:1
+
 # data_protection = encrypt: every byte between the daemons travels in sealed records (the
 # daemons' logs say so), and the sums of dense tensors and of every sparse scheme, the
 # 16-bit wire's ring and the alltoall's blocks stay exact; integrity likewise with two
@@ -844,6 +882,13 @@ else
 		done
 		run_case "cuda nccl killed n=2" 2 1 120 137 1 --keep-going -- "$itest" \
 			cuda-killed "$tmp/cuda-nccl-killed.log"
+		# several nodes on one GPU, each a host of its own to NCCL, without namespaces
+		export SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
+		export SPARSECOMM_ENV_LOG="$tmp/hostid-sums-env"
+		run_case "cuda nccl sums n=3 nccl-hostid" 3 1 120 0 3 --nccl-hostid \
+			--daemon "$root/tests/integration/daemon_env.sh" -- "$itest" cuda-sums \
+			"$tmp/cuda-nccl-hostid.log" nccl
+		unset SPARSECOMM_REAL_DAEMON SPARSECOMM_ENV_LOG
 		export NCCL_RANK0_LIB="$ncclhost" SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
 		run_case "cuda nccl disagree n=2" 2 1 120 0 2 \
 			--daemon "$root/tests/integration/daemon_nccl_rank0.sh" -- "$itest" cuda-sums \
