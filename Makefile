@@ -212,7 +212,7 @@ $(BIN)/sparsectl: $(CTL_OBJ) $(LIB)/libsparseclient.a
 RUN_OBJ := $(patsubst %.c,$(OBJ)/%.o,$(wildcard client/run/*.c))
 $(BIN)/sparsecomm-run: $(RUN_OBJ)
 	@mkdir -p $(BIN)
-	$(CC) $(ALL_CFLAGS) $^ -o $@ -lm
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(RPATH_BIN) -lm
 
 # ---- tests, benchmarks, examples ---------------------------------------------------------
 # CORE_ONLY=1 builds the unit runner and the benchmark from the algorithm core alone

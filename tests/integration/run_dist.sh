@@ -1,0 +1,200 @@
+#!/bin/sh
+# run_dist.sh: the relocatable package (`make dist`, mk/dist.sh), unpacked into an empty
+# directory outside the tree, with no LD_LIBRARY_PATH: under 40 MiB; every file in place;
+# the programs carry DT_RPATH $ORIGIN/../lib and every library they need resolves inside
+# the tree or to glibc (and the compiler's libstdc++/libgcc_s); the carried libraries'
+# own needs are carried too; the CUDA runtime is inside libsparsecomm-cuda.so;
+# `sparsecommd --version` and a 2-node allreduce run from the tree; the Python package
+# loads the tree's library. Then tests/gpu/device_check.sh from the tree: without a GPU it
+# fails at S0 within 30 s with every step recorded; with a stand-in python that claims a
+# GPU every later step runs and fails (SPARSECOMM_REQUIRE_GPU=1: no step passes by
+# skipping). Prints ok/FAIL per check and "N passed, N failed" (tests/run.sh adds it up).
+#
+#   sh tests/integration/run_dist.sh       (skips, saying why, where nvcc is not found)
+set -u
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-dist.XXXXXX") ||
+	{ echo "run_dist.sh: cannot create a temporary directory" >&2; exit 1; }
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+check() { # check NAME OK DETAIL
+	if [ "$2" -eq 1 ]; then
+		echo "ok    dist: $1"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  dist: $1: $3"
+		failed=$((failed + 1))
+	fi
+}
+finish() {
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+	exit
+}
+
+echo "package tests"
+nvcc=${NVCC-$(command -v nvcc 2>/dev/null)}
+if [ -z "$nvcc" ]; then
+	echo "skip  dist: make dist: nvcc is not found (the package carries the CUDA device)"
+	finish
+fi
+if ! make -s -C "$root" dist >"$tmp/make.log" 2>&1; then
+	check "make dist" 0 "$(tail -n 5 "$tmp/make.log")"
+	finish
+fi
+tarball=$(ls "$root"/build/sparsecomm-*.tar.gz | head -n 1)
+size=$(stat -c %s "$tarball")
+check "the tarball is under 40 MiB" "$([ "$size" -lt $((40 << 20)) ] && echo 1 || echo 0)" \
+	"$size bytes"
+
+mkdir "$tmp/u"
+tar -C "$tmp/u" -xzf "$tarball"
+p=$(ls -d "$tmp"/u/*)
+missing=""
+for f in bin/sparsecommd bin/sparsectl bin/sparsecomm-run bin/sparsecomm-bench \
+	bin/sparsecomm-unit-gpu lib/libsparseclient.so lib/libsparsecomm-cuda.so \
+	lib/libzmq.so.5 lib/libuv.so.1 python/sparsecomm/__init__.py python/sparsecomm/_install.py \
+	share/man/man8/sparsecommd.8 share/man/man1/sparsectl.1 tests/gpu/device_check.sh \
+	tests/python/worker_gpu.py tests/python/run_tests.py MANIFEST; do
+	[ -e "$p/$f" ] || missing="$missing $f"
+done
+check "every file in place" "$([ -z "$missing" ] && echo 1 || echo 0)" "missing:$missing"
+# nothing of the build machine's toolkit or compiler runtime is carried
+extra=$(for f in "$p"/lib/*; do basename "$f"; done |
+	grep -E '^lib(cudart|stdc\+\+|gcc_s|gomp|c|m|pthread)\.so' | tr '\n' ' ')
+check "no CUDA runtime, compiler runtime or glibc in lib/" "$([ -z "$extra" ] && echo 1 ||
+	echo 0)" "$extra"
+
+# every program and our libraries: RPATH (not RUNPATH) to the tree's lib/
+bad=""
+for f in "$p"/bin/*; do
+	readelf -d "$f" | grep -q 'RPATH.*\[\$ORIGIN/\.\./lib\]' || bad="$bad $(basename "$f")"
+	! readelf -d "$f" | grep -q RUNPATH || bad="$bad $(basename "$f")(RUNPATH)"
+done
+readelf -d "$p/lib/libsparseclient.so" | grep -q 'RPATH.*\[\$ORIGIN\]' ||
+	bad="$bad libsparseclient.so"
+check "DT_RPATH \$ORIGIN-relative" "$([ -z "$bad" ] && echo 1 || echo 0)" "without it:$bad"
+
+# ldd of every program and our libraries: inside the tree, or the system's glibc and
+# compiler runtime; and the carried libraries need nothing that is not carried
+system='^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libpthread\.so\.0|libdl\.so\.2|librt\.so\.1|libresolv\.so\.2|libstdc\+\+\.so\.6|libgcc_s\.so\.1)$'
+env -u LD_LIBRARY_PATH sh -c 'for f in "$@"; do ldd "$f" | sed "s|^|$(basename "$f"): |"; done' \
+	sh "$p"/bin/* "$p/lib/libsparseclient.so" "$p/lib/libsparsecomm-cuda.so" >"$tmp/ldd"
+bad=$(awk -v p="$p/" -v sys="$system" '
+	/not found/ { print; next }
+	$3 == "=>" && index($4, p) != 1 && $2 !~ sys { print }
+	' "$tmp/ldd" | tr -s ' \t' ' ')
+n=$(grep -c "=> $p" "$tmp/ldd")
+check "every library resolves inside the tree or to glibc ($n from the tree)" \
+	"$([ -z "$bad" ] && [ "$n" -gt 20 ] && echo 1 || echo 0)" "$bad"
+bad=""
+for f in "$p"/lib/*.so*; do
+	for need in $(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+		echo "$need" | grep -Eq "$system" || [ -e "$p/lib/$need" ] ||
+			bad="$bad $(basename "$f")->$need"
+	done
+done
+check "the carried libraries' needs are carried" "$([ -z "$bad" ] && echo 1 || echo 0)" "$bad"
+ok=0
+grep -q 'libsparsecomm-cuda.so: .*libcudart' "$tmp/ldd" || ok=1
+check "the CUDA runtime is linked into libsparsecomm-cuda.so" "$ok" \
+	"$(grep 'libsparsecomm-cuda.so: .*libcudart' "$tmp/ldd")"
+
+# run from the tree, from another directory, with a plain PATH
+out=$(cd "$tmp" && env -u LD_LIBRARY_PATH "$p/bin/sparsecommd" --version 2>&1)
+check "sparsecommd --version" "$(echo "$out" | grep -q '^sparsecommd [0-9]' && echo 1 ||
+	echo 0)" "$out"
+(cd "$tmp" && env -u LD_LIBRARY_PATH -u SPARSECOMM_DAEMON PATH=/usr/bin:/bin timeout 150 \
+	"$p/bin/sparsecomm-run" -n 2 --timeout 120 -- "$p/bin/sparsecomm-bench" allreduce \
+	--sizes 4K,1M --iters 2) >"$tmp/ar.out" 2>&1 </dev/null
+rc=$?
+ok=0
+[ "$rc" -eq 0 ] && grep -Eq '^\[0\] +1048576 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 ' "$tmp/ar.out" && ok=1
+check "a 2-node allreduce from the tree" "$ok" "exit $rc: $(tail -n 5 "$tmp/ar.out")"
+out=$(cd "$tmp" && env -u LD_LIBRARY_PATH -u SPARSECOMM_LIB python3 -c 'import sys, types
+pkg = types.ModuleType("sparsecomm")
+pkg.__path__ = [sys.argv[1]]
+sys.modules["sparsecomm"] = pkg
+import sparsecomm._lib as l
+lib = l.load()
+print(l.library_path(), lib.sc_status_name(-6).decode())' "$p/python/sparsecomm" 2>&1)
+check "the Python package loads the tree's library" "$(echo "$out" |
+	grep -q "^$p/lib/libsparseclient.so SC_ERR_TIMEOUT$" && echo 1 || echo 0)" "$out"
+
+# SPARSECOMM_REQUIRE_GPU=1: the GPU unit runner's skips are failures
+"$p/bin/sparsecomm-unit-gpu" gpu_bitmap >"$tmp/u1" 2>&1
+rc1=$?
+SPARSECOMM_REQUIRE_GPU=1 "$p/bin/sparsecomm-unit-gpu" gpu_bitmap >"$tmp/u2" 2>&1
+rc2=$?
+if grep -q 'no usable GPU' "$tmp/u1"; then
+	check "sparsecomm-unit-gpu: skips fail under SPARSECOMM_REQUIRE_GPU=1" \
+		"$([ "$rc1" -eq 0 ] && [ "$rc2" -ne 0 ] && grep -q '^0 passed, 1 failed$' "$tmp/u2" &&
+			echo 1 || echo 0)" "exit $rc1 without, $rc2 with: $(tail -n 2 "$tmp/u2")"
+else
+	echo "skip  dist: sparsecomm-unit-gpu skips: this machine has a usable GPU"
+fi
+
+# device_check.sh without a GPU: S0 fails fast, every step recorded
+dc() { # OUTDIR [ENV...]: runs the tree's device check, prints its exit status and seconds
+	d=$1
+	shift
+	s=$(date +%s)
+	(cd "$tmp" && env -u LD_LIBRARY_PATH "$@" sh "$p/tests/gpu/device_check.sh" "$d" 300) \
+		>"$d.out" 2>&1 </dev/null
+	echo "$? $(($(date +%s) - s))"
+}
+# the steps' statuses as "S0:fail S1:not_run ..."
+statuses() {
+	python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+s = json.load(open(sys.argv[2]))
+print(" ".join("%s:%s" % (r["step"], r["status"]) for r in rows), "ok=%s" % s["ok"])' \
+		"$1/results.jsonl" "$1/summary.json" 2>&1
+}
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+	echo "skip  dist: device_check.sh without a GPU: this machine has one"
+else
+	# shellcheck disable=SC2046
+	set -- $(dc "$tmp/dc0")
+	got=$(statuses "$tmp/dc0")
+	want="S0:fail S1:not_run S2:not_run S3:not_run S4:not_run S5:not_run S6:not_run ok=False"
+	ok=0
+	[ "$1" -eq 1 ] && [ "$2" -lt 30 ] && [ "$got" = "$want" ] &&
+		grep -q '"first_failure":"S0: no python whose torch sees CUDA' "$tmp/dc0/summary.json" &&
+		[ -s "$tmp/dc0/S0.log" ] && ok=1
+	check "device_check.sh without a GPU fails at S0 in $2 s, every step recorded" "$ok" \
+		"exit $1 after $2 s; $got; $(cat "$tmp/dc0/summary.json" 2>/dev/null)"
+	# a python that claims torch with CUDA: the later steps run, and none passes
+	cat >"$tmp/fakepy" <<'EOF'
+#!/bin/sh
+case "$*" in
+*"import torch"*) echo "2.11.0 13.0 True 1 stand-in" ;;
+*"import numpy"*) echo "2.0.0" ;;
+*nvidia.nccl*) echo "none: no nvidia.nccl package" ;;
+*) echo "stand-in python: no GPU here"; exit 1 ;;
+esac
+EOF
+	chmod +x "$tmp/fakepy"
+	# shellcheck disable=SC2046
+	set -- $(dc "$tmp/dc1" SPARSECOMM_PYTHON="$tmp/fakepy")
+	got=$(statuses "$tmp/dc1")
+	want="S0:pass S1:fail S2:fail S3:fail S4:fail S5:fail S6:fail ok=False"
+	# each for the reason this machine gives: the trainers' python, the missing driver
+	why=""
+	for s in S2:1 S5:3 S6:1; do
+		n=$(grep -c 'stand-in python: no GPU here' "$tmp/dc1/${s%:*}.log")
+		[ "$n" -ge "${s#*:}" ] || why="$why ${s%:*}: $n stand-in trainer runs;"
+	done
+	grep -q 'every skipped test counts as failed' "$tmp/dc1/S3.log" || why="$why S3;"
+	grep -q 'the cuda device is unavailable' "$tmp/dc1/S1.log" || why="$why S1;"
+	grep -q 'transport = nccl: the cuda device is not available' "$tmp/dc1/S4.log" ||
+		why="$why S4;"
+	ok=0
+	[ "$1" -eq 1 ] && [ "$got" = "$want" ] && [ -z "$why" ] && ok=1
+	check "device_check.sh with a stand-in python: S1..S6 run and fail ($2 s)" "$ok" \
+		"exit $1; $got;$why $(tail -n 3 "$tmp/dc1.out")"
+fi
+finish
