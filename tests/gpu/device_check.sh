@@ -219,17 +219,17 @@ step_S4() {
 
 step_S5() {
 	r=0
-	launch 2 2 "$out/S5-daemons/2x2" 80 --daemon-arg --transport --daemon-arg tcp -- \
+	launch 2 2 "$out/S5-daemons/2x2" 75 --daemon-arg --transport --daemon-arg tcp -- \
 		>"$out/S5.2x2.out" 2>&1 || r=1
 	echo "== 2 nodes x 2 trainers over tcp"
 	cat "$out/S5.2x2.out"
 	checks_ok "$out/S5.2x2.out" 24 || r=1
-	launch 4 1 "$out/S5-daemons/4x1" 60 --daemon-arg --transport --daemon-arg tcp -- \
+	launch 4 1 "$out/S5-daemons/4x1" 55 --daemon-arg --transport --daemon-arg tcp -- \
 		dense_exact_sums sparse_embedding sparse_result_forms >"$out/S5.4x1.out" 2>&1 || r=1
 	echo "== 4 nodes x 1 over tcp"
 	cat "$out/S5.4x1.out"
 	checks_ok "$out/S5.4x1.out" 12 || r=1
-	SPARSECOMM_NCCL_LIB=/nonexistent/libnccl.so.2 launch 2 1 "$out/S5-daemons/auto" 40 -- \
+	SPARSECOMM_NCCL_LIB=/nonexistent/libnccl.so.2 launch 2 1 "$out/S5-daemons/auto" 35 -- \
 		dense_exact_sums >"$out/S5.auto.out" 2>&1 || r=1
 	echo "== transport auto where NCCL cannot load: tcp"
 	cat "$out/S5.auto.out"
@@ -334,7 +334,7 @@ step() {
 }
 
 echo "device check of $pkg, $budget s, results in $out"
-run_step S0 "environment" 30
+run_step S0 "environment" 60
 [ -f "$out/S0.env" ] || echo "S0 ended without its findings (timed out?)" >"$out/S0.reason"
 PY=$(sed -n 's/^PY=//p' "$out/S0.env" 2>/dev/null)
 # the daemons (NCCL's wheel) and the bench (its torch peer) use the trainers' python

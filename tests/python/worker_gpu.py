@@ -194,7 +194,10 @@ def large_tensors():
     exact, including past element 2^31, where a 32-bit index would wrap. The values repeat
     with a period (65521, prime) that does not divide 2^31, so a wrapped index shows."""
     for n in (1 << 30, (1 << 31) + (1 << 20)):
-        pattern = (torch.arange(n, device=DEV, dtype=torch.int64) % 65521).float()
+        pattern = torch.empty(n, device=DEV)
+        for i in range(0, n, 1 << 28):  # in pieces: a whole int64 arange is 16 GiB
+            j = min(n, i + (1 << 28))
+            pattern[i:j] = torch.arange(i, j, device=DEV, dtype=torch.int64) % 65521
         x = pattern + (R + 1)
         got = on_gpu(sc.allreduce(x, name="large.%d" % n, average=False))
         del x
