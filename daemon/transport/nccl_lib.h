@@ -32,7 +32,7 @@
 	X(AllReduce, ncclAllReduce)
 
 typedef struct scd_nccl_api {
-	int version; /* as ncclGetVersion gives it, e.g. 22809 */
+	int version;	/* as ncclGetVersion gives it, e.g. 22809 */
 	char path[512]; /* SCD_WHEEL_PATH_MAX (transport/wheel.h) */
 #define SCD_NCCL_FIELD_(field, sym) __typeof__(&sym) field;
 	SCD_NCCL_API(SCD_NCCL_FIELD_)
