@@ -157,7 +157,8 @@ else:
 	[ -n "$nccl" ] || echo "nccl: not in the python's packages: S4 will fail unless" \
 		"\$SPARSECOMM_NCCL_LIB or the loader finds it"
 	unresolved=$(for f in "$bin"/* "$bin"/../lib/libsparse*.so; do
-		[ -f "$f" ] && ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$(basename "$f"): |"
+		# (2>&1: a symbol version the system's library lacks is reported on stderr)
+		[ -f "$f" ] && ldd "$f" 2>&1 | grep 'not found' | sed "s|^|$(basename "$f"): |"
 	done | tr -s ' \t' ' ' | sort -u | tr '\n' ';')
 	[ -z "$unresolved" ] || fail "unresolved libraries: $unresolved"
 	shm=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print int($4 / 1024) }')
