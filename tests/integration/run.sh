@@ -882,13 +882,28 @@ else
 		done
 		run_case "cuda nccl killed n=2" 2 1 120 137 1 --keep-going -- "$itest" \
 			cuda-killed "$tmp/cuda-nccl-killed.log"
-		# several nodes on one GPU, each a host of its own to NCCL, without namespaces
-		export SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
-		export SPARSECOMM_ENV_LOG="$tmp/hostid-sums-env"
-		run_case "cuda nccl sums n=3 nccl-hostid" 3 1 120 0 3 --nccl-hostid \
-			--daemon "$root/tests/integration/daemon_env.sh" -- "$itest" cuda-sums \
-			"$tmp/cuda-nccl-hostid.log" nccl
-		unset SPARSECOMM_REAL_DAEMON SPARSECOMM_ENV_LOG
+		# one GPU for every node: the stand-in then refuses two ranks of one host, as NCCL
+		# does (NCCL_HOST_SAME_GPU, tests/ncclhost/setup.c); --nccl-hostid makes each
+		# node a host of its own, without namespaces
+		export NCCL_HOST_SAME_GPU=1
+		run_case "cuda nccl one GPU nccl-hostid n=3" 3 1 120 0 3 --nccl-hostid -- \
+			"$itest" cuda-sums "$tmp/cuda-nccl-hostid.log" nccl
+		if selected "cuda nccl one GPU refused n=2"; then
+			timeout 150 "$launcher" -n 2 --timeout 90 -v -- "$itest" cuda-sums \
+				"$tmp/cuda-nccl-dup.log" nccl >"$tmp/out" 2>&1 </dev/null
+			rc=$?
+			if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+				grep -q 'Duplicate GPU detected: rank 0 and rank 1' "$tmp/out"; then
+				echo "ok    cuda nccl one GPU refused n=2"
+				passed=$((passed + 1))
+			else
+				echo "FAIL  cuda nccl one GPU refused n=2: launcher exited with $rc," \
+					"or no error saying 'Duplicate GPU detected'"
+				tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+				failed=$((failed + 1))
+			fi
+		fi
+		unset NCCL_HOST_SAME_GPU
 		export NCCL_RANK0_LIB="$ncclhost" SPARSECOMM_REAL_DAEMON="$root/build/bin/sparsecommd"
 		run_case "cuda nccl disagree n=2" 2 1 120 0 2 \
 			--daemon "$root/tests/integration/daemon_nccl_rank0.sh" -- "$itest" cuda-sums \

@@ -15,6 +15,8 @@
  *     then returns within 1 s.
  *  4. blocking comm: calls return when done; a rank that stays out of an all-reduce fails
  *     the others' call after $NCCL_HOST_TIMEOUT_MS, naming it.
+ *  5. one GPU ($NCCL_HOST_SAME_GPU=1, P = 3): ranks of one host refused at set-up, as
+ *     NCCL refuses them; with an NCCL_HOSTID each they form the comm.
  * Before: $NCCL_SOCKET_IFNAME naming no interface fails ncclGetUniqueId; a rank that never
  * joins fails rank 0's set-up after $NCCL_HOST_TIMEOUT_MS, and ncclCommAbort ends a set-up
  * that waits at once. The runs of operations select
@@ -120,30 +122,41 @@ static int done(ncclComm_t comm, ncclResult_t issued, const char *what)
 	return 1;
 }
 
-/* The comm of this rank: rank 0 makes the id and shares it; non-blocking init. */
-static ncclComm_t init(void)
+/* This rank's non-blocking init (rank 0 makes the id and shares it), polled until it
+ * ends; NULL in comm_p when it could not even start. */
+static ncclResult_t init_comm(ncclComm_t *comm_p)
 {
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	uint64_t deadline = now_ms() + 10000;
-	ncclComm_t comm = NULL;
 	ncclResult_t r;
-	int n = -1, me = -1;
 
+	*comm_p = NULL;
 	if (R == 0) {
 		if (!check(nc.ncclGetUniqueId(&sh->id) == ncclSuccess, "ncclGetUniqueId"))
-			return NULL;
+			return ncclSystemError;
 		atomic_store(&sh->id_ready, 1);
 	}
 	while (!atomic_load(&sh->id_ready) && now_ms() < deadline)
 		usleep(1000);
 	if (!check(atomic_load(&sh->id_ready), "the unique id arrived"))
-		return NULL;
+		return ncclSystemError;
 	config.blocking = 0;
-	r = nc.ncclCommInitRankConfig(&comm, P, sh->id, R, &config);
-	if (!check((r == ncclInProgress || r == ncclSuccess) && comm, "non-blocking init: %s",
-		   nc.ncclGetErrorString(r)))
+	r = nc.ncclCommInitRankConfig(comm_p, P, sh->id, R, &config);
+	if (!check((r == ncclInProgress || r == ncclSuccess) && *comm_p,
+		   "non-blocking init: %s", nc.ncclGetErrorString(r)))
+		return r;
+	return wait_comm(*comm_p, 20000);
+}
+
+/* The comm of this rank, or NULL (a failed check) when its init failed. */
+static ncclComm_t init(void)
+{
+	ncclComm_t comm = NULL;
+	ncclResult_t r = init_comm(&comm);
+	int n = -1, me = -1;
+
+	if (!comm)
 		return NULL;
-	r = wait_comm(comm, 20000);
 	if (!check(r == ncclSuccess, "init completes: %s (%s)", nc.ncclGetErrorString(r),
 		   nc.ncclGetLastError(comm))) {
 		nc.ncclCommAbort(comm);
@@ -482,6 +495,62 @@ static void run_blocking(void)
 	nc.ncclCommDestroy(comm);
 }
 
+/* $NCCL_HOST_SAME_GPU=1, every rank on cuda:0 of its host as on a machine of one GPU:
+ * ranks of one host (no NCCL_HOSTID: one host name) are refused at set-up as NCCL refuses
+ * them, naming both, and every rank's init ends within the set-up timeout; with an
+ * NCCL_HOSTID each (sparsecomm-run --nccl-hostid) they form the comm and all-reduce. */
+static void run_same_gpu(void)
+{
+	uint64_t t0 = now_ms();
+	ncclComm_t comm = NULL;
+	ncclResult_t r;
+	char id[32];
+	float x[64], y[64];
+	int bad = 0;
+
+	setenv("NCCL_HOST_SAME_GPU", "1", 1);
+	setenv("NCCL_HOST_TIMEOUT_MS", "3000", 1);
+	unsetenv("NCCL_HOSTID");
+	r = init_comm(&comm);
+	if (R == 0)
+		check(r == ncclInvalidUsage &&
+			  strstr(nc.ncclGetLastError(comm),
+				 "Duplicate GPU detected: rank 0 and rank"),
+		      "one host, one GPU: rank 0 refuses the set-up: %s (%s)",
+		      nc.ncclGetErrorString(r), comm ? nc.ncclGetLastError(comm) : "");
+	else
+		check(r != ncclSuccess && r != ncclInProgress && now_ms() - t0 < 8000,
+		      "one host, one GPU: rank %d's set-up fails after %llu ms: %s", R,
+		      (unsigned long long)(now_ms() - t0), nc.ncclGetErrorString(r));
+	if (comm)
+		nc.ncclCommAbort(comm);
+	/* every rank is done with the first id before rank 0 takes it back (seen P + 1) and
+	 * makes the next one */
+	atomic_fetch_add(&sh->seen, 1);
+	while (atomic_load(&sh->seen) < P && now_ms() - t0 < 20000)
+		usleep(1000);
+	if (R == 0) {
+		atomic_store(&sh->id_ready, 0);
+		atomic_fetch_add(&sh->seen, 1);
+	}
+	while (atomic_load(&sh->seen) < P + 1 && now_ms() - t0 < 20000)
+		usleep(1000);
+	snprintf(id, sizeof(id), "check-node%d", R);
+	setenv("NCCL_HOSTID", id, 1);
+	comm = init();
+	if (!comm)
+		return;
+	for (int i = 0; i < 64; i++)
+		x[i] = (float)(R + i);
+	r = nc.ncclAllReduce(x, y, 64, ncclFloat32, ncclSum, comm, NULL);
+	if (done(comm, r, "one GPU, a host id each: allreduce")) {
+		for (int i = 0; i < 64; i++)
+			bad += y[i] != (float)(P * (P - 1) / 2 + P * i);
+		check(!bad, "one GPU, a host id each: the comm forms and sums (%d wrong)", bad);
+	}
+	nc.ncclCommDestroy(comm);
+}
+
 /* Forks the P ranks of one run and reaps them; victim: the rank expected to die. */
 static void run(int nranks, void (*fn)(void), const char *name, int victim_signal)
 {
@@ -595,6 +664,8 @@ int main(int argc, char **argv)
 		run(p, run_stop, "SIGSTOP", SIGSTOP);
 		run(p, run_blocking, "blocking", 0);
 	}
+	unsetenv("NCCL_SOCKET_IFNAME");
+	run(3, run_same_gpu, "one GPU", 0);
 	printf("%d passed, %d failed\n", atomic_load(&sh->passed), atomic_load(&sh->failed));
 	return atomic_load(&sh->failed) ? 1 : 0;
 }

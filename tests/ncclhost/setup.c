@@ -11,6 +11,9 @@
  *     one ncclGetUniqueId opened) and send a hello: magic, nonce, rank, nranks, address;
  *  2. rank 0 checks each hello (nonce, nranks, rank range, duplicates; a failure names
  *     the rank) and sends every rank the table of the ranks' addresses;
+ *     with $NCCL_HOST_SAME_GPU=1 every rank stands for cuda:0 of its host, as on a machine
+ *     of one GPU, and rank 0 refuses two ranks of one host as NCCL does ("Duplicate GPU
+ *     detected"): a host is $NCCL_HOSTID where set, else the host name, as in NCCL;
  *  3. each rank connects to every higher rank and accepts every lower one, each connection
  *     opened by a hello naming its rank; the connections then stay open, non-blocking.
  */
@@ -35,6 +38,7 @@ struct nh_hello {
 	uint16_t port, pad;
 	uint32_t pad2;
 	uint64_t nonce; /* as the id carries it */
+	uint64_t host;	/* the sender's host identity, hashed (host_hash) */
 };
 struct nh_entry {
 	uint32_t addr; /* network order */
@@ -260,6 +264,22 @@ static ncclResult_t accept_one(struct ncclComm *comm, int lfd, uint64_t deadline
 
 /* ---- set-up ---------------------------------------------------------------------------- */
 
+/* FNV-1a of $NCCL_HOSTID, else of the host name: which ranks share a host. */
+static uint64_t host_hash(void)
+{
+	const char *id = getenv("NCCL_HOSTID");
+	char name[256] = "";
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	if (!id || !*id) {
+		gethostname(name, sizeof(name) - 1);
+		id = name;
+	}
+	for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return h;
+}
+
 static void hello_fill(struct nh_hello *h, struct ncclComm *comm, struct sockaddr_in *self)
 {
 	memset(h, 0, sizeof(*h));
@@ -269,6 +289,7 @@ static void hello_fill(struct nh_hello *h, struct ncclComm *comm, struct sockadd
 	h->addr = self ? self->sin_addr.s_addr : 0;
 	h->port = self ? self->sin_port : 0;
 	h->nonce = comm->nonce;
+	h->host = host_hash();
 }
 
 /* Checks a hello from a connection; its rank must lie in [lo, hi) and not be seen yet. */
@@ -301,15 +322,19 @@ static ncclResult_t rendezvous_root(struct ncclComm *comm, struct nh_entry *tabl
 {
 	int n = comm->nranks, *fds = calloc((size_t)n, sizeof(int));
 	char *seen = calloc((size_t)n, 1), what[64];
+	uint64_t *hosts = calloc((size_t)n, sizeof(uint64_t));
+	const char *same = getenv("NCCL_HOST_SAME_GPU");
 	ncclResult_t r = ncclSuccess;
 	int joined = 0;
 
-	if (!fds || !seen) {
+	if (!fds || !seen || !hosts) {
 		free(fds);
 		free(seen);
+		free(hosts);
 		return nh_fail(comm, ncclSystemError, "rank 0: out of memory");
 	}
 	seen[0] = 1;
+	hosts[0] = host_hash();
 	while (r == ncclSuccess && joined < n - 1) {
 		struct nh_hello h;
 		int fd = -1, rank;
@@ -328,6 +353,16 @@ static ncclResult_t rendezvous_root(struct ncclComm *comm, struct nh_entry *tabl
 		}
 		seen[rank] = 1;
 		fds[rank] = fd;
+		hosts[rank] = h.host;
+		for (int i = 0; same && !strcmp(same, "1") && i < n && r == ncclSuccess; i++)
+			if (i != rank && seen[i] && hosts[i] == h.host)
+				r = nh_fail(
+				    comm, ncclInvalidUsage,
+				    "Duplicate GPU detected: rank %d and rank %d both on CUDA "
+				    "device 0 of one host (the same NCCL_HOSTID, or host name)",
+				    i < rank ? i : rank, i < rank ? rank : i);
+		if (r != ncclSuccess)
+			break;
 		table[rank].addr = h.addr;
 		table[rank].port = h.port;
 		joined++;
@@ -341,6 +376,7 @@ static ncclResult_t rendezvous_root(struct ncclComm *comm, struct nh_entry *tabl
 			close(fds[i]);
 	free(fds);
 	free(seen);
+	free(hosts);
 	return r;
 }
 
