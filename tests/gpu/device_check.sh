@@ -215,7 +215,10 @@ step_S4() {
 		-- >"$out/S4.out" 2>&1
 	rc=$?
 	cat "$out/S4.out"
-	checks_ok "$out/S4.out" 24 && [ "$rc" -eq 0 ]
+	# every daemon's GPU buffers went over NCCL (the library found as docs/gpu.md says)
+	n=$(grep -l 'GPU buffers over nccl' "$out"/S4-daemons/daemon*.log 2>/dev/null | wc -l)
+	echo "daemons whose GPU buffers went over nccl: $n of 4"
+	checks_ok "$out/S4.out" 24 && [ "$rc" -eq 0 ] && [ "$n" -eq 4 ]
 }
 
 step_S5() {
@@ -235,6 +238,8 @@ step_S5() {
 	echo "== transport auto where NCCL cannot load: tcp"
 	cat "$out/S5.auto.out"
 	checks_ok "$out/S5.auto.out" 2 || r=1
+	grep -q 'GPU buffers over tcp: rank [0-9]* cannot run NCCL' \
+		"$out/S5-daemons/auto/daemon0.log" || { echo "auto did not say it fell back" && r=1; }
 	return $r
 }
 
