@@ -2,6 +2,9 @@
  * ipc.cu: memory and events the daemon shares with its trainers (scg.h, section ipc.cu),
  * and page-locked host memory for staging.
  *
+ * Every exported allocation is rounded up to whole IPC granules (scg_ipc_bytes), so that a
+ * handle, which maps the whole driver allocation, reaches nothing else the daemon holds.
+ *
  * The CUDA build: cudaMalloc'd memory exported with cudaIpcGetMemHandle, interprocess
  * events (cudaEventInterprocess | cudaEventDisableTiming) exported with
  * cudaIpcGetEventHandle, both on the calling thread's current device (scg_init), records
@@ -20,6 +23,7 @@
 #include "portable.cuh"
 #include "scg_host_ipc.h"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -109,12 +113,24 @@ static sc_status_t host_unexport(void *p, const char *what)
 	return SC_OK;
 }
 
+/* The exported object's device: the exporting thread's current one (its tag). */
+static void host_handle_device(void *handle_host, const void *p)
+{
+	uint32_t d = (uint32_t)scg_host_owner(p);
+	memcpy((char *)handle_host + offsetof(scg_host_ipc_t, device), &d, sizeof d);
+}
+
 extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host)
 {
 	*p_host = NULL;
-	sc_status_t st = host_export(SCG_HOST_IPC_MEM, bytes, p_host, handle_host);
-	if (st == SC_OK)
-		scg_host_tag(*p_host, bytes);
+	size_t alloc = scg_ipc_bytes(bytes);
+	if (!alloc)
+		return scg_fail(SC_ERR_NOMEM, "scg_ipc_alloc: %zu bytes: too large", bytes);
+	sc_status_t st = host_export(SCG_HOST_IPC_MEM, alloc, p_host, handle_host);
+	if (st == SC_OK) {
+		scg_host_tag(*p_host, alloc);
+		host_handle_device(handle_host, *p_host);
+	}
 	return st;
 }
 
@@ -134,8 +150,10 @@ extern "C" sc_status_t scg_ipc_event_create(void **ev_host, void *handle_host)
 	*ev_host = NULL;
 	sc_status_t st =
 	    host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
-	if (st == SC_OK)
+	if (st == SC_OK) {
 		scg_host_tag(*ev_host, sizeof(scg_host_event_t));
+		host_handle_device(handle_host, *ev_host);
+	}
 	return st;
 }
 
@@ -201,7 +219,11 @@ extern "C" sc_status_t scg_host_free(void *p_host)
 extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host)
 {
 	static_assert(sizeof(cudaIpcMemHandle_t) == SCG_IPC_HANDLE_BYTES, "IPC handle size");
-	sc_status_t st = scg_alloc(bytes, p_host);
+	size_t alloc = scg_ipc_bytes(bytes);
+	*p_host = NULL;
+	if (!alloc)
+		return scg_fail(SC_ERR_NOMEM, "scg_ipc_alloc: %zu bytes: too large", bytes);
+	sc_status_t st = scg_alloc(alloc, p_host);
 	if (st != SC_OK)
 		return st;
 	cudaIpcMemHandle_t h;

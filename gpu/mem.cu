@@ -14,6 +14,7 @@
  * memory fails here as it would on GPUs without peer access.
  */
 #include "portable.cuh"
+#include "scg_host_ipc.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -103,6 +104,17 @@ sc_status_t scg_host_local(const char *what, const void *p)
 extern "C" sc_status_t scg_device_count(int *n_host)
 {
 	*n_host = host_devices();
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_device_uuid(int ordinal, unsigned char *uuid_host)
+{
+	if (ordinal < 0 || ordinal >= host_devices())
+		return scg_fail(SC_ERR_INVALID,
+				"scg_device_uuid: no device %d: the host build emulates %d "
+				"(SCG_HOST_DEVICES)",
+				ordinal, host_devices());
+	scg_host_uuid(ordinal, uuid_host);
 	return SC_OK;
 }
 
@@ -313,6 +325,22 @@ extern "C" sc_status_t scg_device_count(int *n_host)
 {
 	*n_host = 0;
 	return device_count(n_host);
+}
+
+extern "C" sc_status_t scg_device_uuid(int ordinal, unsigned char *uuid_host)
+{
+	int n = 0;
+	sc_status_t st = device_count(&n);
+	if (st != SC_OK)
+		return st;
+	if (ordinal < 0 || ordinal >= n)
+		return scg_fail(SC_ERR_INVALID,
+				"scg_device_uuid: no CUDA device %d (%d present)", ordinal, n);
+	cudaDeviceProp prop;
+	st = scg_check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+	if (st == SC_OK)
+		memcpy(uuid_host, prop.uuid.bytes, 16);
+	return st;
 }
 
 extern "C" sc_status_t scg_init(int ordinal)

@@ -584,6 +584,10 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		opts.sketch_cols = rq->opts->sketch_cols;
 		opts.device_kind = rq->opts->device_kind;
 		opts.device_ordinal = rq->opts->device_ordinal;
+		opts.device_uuid_len = (uint32_t)rq->opts->device_uuid.len;
+		if (opts.device_uuid_len == sizeof(opts.device_uuid))
+			memcpy(opts.device_uuid, rq->opts->device_uuid.data,
+			       sizeof(opts.device_uuid));
 		opts.wire = rq->opts->wire;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");

@@ -93,21 +93,44 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 			     char *err, size_t err_len)
 {
 	const scd_cuda_ipc_t *ipc;
-	int gpu = (int)r->device_ordinal, n = 0;
+	int gpu = -1, n = 0, theirs = (int)r->hdr->device_ordinal;
+	char uuid[SCD_CUDA_UUID_TEXT];
+	scd_cuda_uuid_text(r->uuid, uuid);
 	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
 		const char *why = scd_cuda_unavailable_reason();
-		snprintf(err, err_len, "tensor '%s': cuda:%d is not available on this node: %s",
-			 name, gpu, *why ? why : "the GPU library lacks CUDA IPC");
+		snprintf(err, err_len,
+			 "tensor '%s': cuda:%d (%s) is not available on this node: %s", name,
+			 theirs, uuid, *why ? why : "the GPU library lacks CUDA IPC");
 		return SC_ERR_UNSUPPORTED;
 	}
+	/* the trainer's ordinal is its own (CUDA_VISIBLE_DEVICES): the UUID names the GPU */
 	sc_status_t st = ipc->devices(&n);
-	if (st != SC_OK || gpu >= n) {
-		snprintf(err, err_len,
-			 "tensor '%s': cuda:%d is not served on this node: the daemon sees %d "
-			 "GPU%s%s%s",
-			 name, gpu, n, n == 1 ? "" : "s", st != SC_OK ? ": " : "",
-			 st != SC_OK ? ipc->error() : "");
+	if (st == SC_OK)
+		st = ipc->find(r->uuid, &gpu);
+	if (st != SC_OK) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s' (local rank %d): its GPU %s (the trainer's cuda:%d) is not "
+		    "one this daemon serves: it sees %d GPU%s%s%s",
+		    name, r->local_rank, uuid, theirs, n, n == 1 ? "" : "s",
+		    st != SC_ERR_NOT_FOUND ? ": " : "",
+		    st != SC_ERR_NOT_FOUND ? ipc->error() : "");
 		return SC_ERR_UNSUPPORTED;
+	}
+	r->device_ordinal = (uint32_t)gpu;
+	if (gpu != theirs)
+		scd_debug(SCD_SUB_CTL,
+			  "tensor '%s', local rank %d: the trainer's cuda:%d is this daemon's "
+			  "cuda:%d (%s)",
+			  name, r->local_rank, theirs, gpu, uuid);
+	/* what the allocation really takes: exported memory is rounded up to whole IPC
+	 * granules (scg_ipc_bytes), so that its handle reaches nothing else */
+	uint64_t asked = bytes;
+	bytes = scg_ipc_bytes(bytes);
+	if (!bytes) {
+		snprintf(err, err_len, "tensor '%s': %llu bytes of GPU memory is too large",
+			 name, (unsigned long long)asked);
+		return SC_ERR_LIMIT;
 	}
 	if (t->gpu_limit && t->gpu_held + bytes > t->gpu_limit) {
 		snprintf(
@@ -289,7 +312,8 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
 	r->device_kind = opts->device_kind;
-	r->device_ordinal = opts->device_kind == SC_DEVICE_CUDA ? opts->device_ordinal : 0;
+	r->device_ordinal = 0; /* a cuda tensor's: gpu_alloc finds it from the UUID */
+	memcpy(r->uuid, opts->device_uuid, sizeof(r->uuid));
 	char *base = map;
 	if (gpu_bytes) {
 		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
@@ -450,6 +474,15 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 opts->device_kind);
 		return SC_ERR_INVALID;
 	}
+	if (opts->device_kind == SC_DEVICE_CUDA &&
+	    opts->device_uuid_len != sizeof(opts->device_uuid)) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s' (local rank %d): a cuda registration names its GPU by its "
+		    "%zu-byte UUID, %u bytes given",
+		    name, local_rank, sizeof(opts->device_uuid), opts->device_uuid_len);
+		return SC_ERR_INVALID;
+	}
 	if (opts->device_kind == SC_DEVICE_CUDA && !t->gpu_served) {
 		snprintf(err, err_len,
 			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)",
@@ -534,6 +567,7 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
+	r->local_rank = local_rank; /* named by reg_map's errors */
 	sc_status_t st =
 	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts, err, err_len);
 	if (st != SC_OK) {

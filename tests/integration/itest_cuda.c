@@ -10,6 +10,7 @@
  *       library without the driver's symbols, a GPU the driver does not have, a daemon
  *       that does not serve GPU tensors); cpu tensors of the same client keep working,
  *       and options of the previous struct_size (without the device fields) register cpu.
+ *   cuda-visible LOG: one GPU visible per trainer, mapped by UUID (it_cuda_visible).
  *   cuda-sums LOG [TRANSPORT [ENGINE]]: end to end (needs daemons that serve cuda tensors
  * through the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
  * written through their device pointers, collected by sc_wait and sc_stream_wait, COO input
@@ -25,7 +26,8 @@
  * back, and a kernel that read another GPU's memory would fail the operation. cuda-sums
  * then also checks that each trainer's context is its own GPU's, and, its driver seeing one
  * GPU more than the daemons, that a registration on cuda:N is refused by the daemon and
- * one on cuda:N+1 by the library, each naming the tensor and the count. ENGINE: the
+ * one on cuda:N+1 by the library, each naming the tensor and the count (the daemon's
+ * refusal names the GPU's UUID). ENGINE: the
  * daemons' engine GPU (cuda_device) when it is not 0: the top-k tensor, whose residual is
  * local rank 0's on cuda:0, must then fail naming the tensor and both GPUs.
  */
@@ -368,7 +370,7 @@ static void cuda_wire(sc_client_t *c, const char *transport)
 static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
 {
 	int n = cuda_gpus();
-	char want[128], arg[16];
+	char want[200], arg[16];
 	sc_tensor_t *t = NULL;
 	sc_status_t st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n + 1, &t);
 	snprintf(want, sizeof(want), "cuda:%d does not exist: the CUDA driver sees %d GPU",
@@ -379,8 +381,11 @@ static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
 			"SC_ERR_UNSUPPORTED naming the tensor and '%s'",
 			n + 1, sc_status_name(st), sc_last_error(), want);
 	st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n, &t);
-	snprintf(want, sizeof(want),
-		 "cuda:%d is not served on this node: the daemon sees %d GPUs", n, n);
+	snprintf(
+	    want, sizeof(want),
+	    "its GPU GPU-53434748-0000-0000-0000-0000000000%02x (the trainer's cuda:%d) is "
+	    "not one this daemon serves: it sees %d GPUs",
+	    n, n, n);
 	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
 	    !strstr(sc_last_error(), want) || !it_mentions_rank(sc_last_error(), it_env.rank))
 		IT_FAIL("registering 'cuda.far' on cuda:%d, a GPU the daemon lacks: %s (%s), "
@@ -451,6 +456,50 @@ int it_cuda_sums(int argc, char **argv)
 	}
 	sc_finalize(c);
 	it_cuda_log_balanced(log, 5);
+	it_pass();
+}
+
+/*
+ * One GPU visible per trainer, as srun and most launchers place them: local rank r's
+ * driver sees the node's GPU r mod N alone, as its cuda:0 (SC_CUDA_HOST_VISIBLE plays
+ * CUDA_VISIBLE_DEVICES), then node GPU 7, which the daemons lack, as its cuda:1. The
+ * daemon must find cuda:0 by its UUID and allocate there (the stand-in refuses to open a
+ * handle of another GPU than the context's), and the sums are exact; a registration on
+ * cuda:1 is refused by the daemon naming the tensor, the rank and the GPU's UUID.
+ */
+int it_cuda_visible(int argc, char **argv)
+{
+	const char *log = it_cuda_stand_in(argc, argv);
+	int node = it_env.env_local_rank > 0 ? it_env.env_local_rank % cuda_gpus() : 0;
+	char vis[32], why[512];
+	const char *unseen = "GPU-53434748-0000-0000-0000-000000000007";
+	sc_tensor_t *t = NULL, *u = NULL;
+
+	snprintf(vis, sizeof(vis), "%d,7", node);
+	setenv("SC_CUDA_HOST_VISIBLE", vis, 1);
+	sc_client_t *c = it_connect();
+	IT_CHECK_SC(reg_cuda(c, "cuda.v", SC_FLOAT32, CUDA_N, 0, &t),
+		    "registering 'cuda.v' on cuda:0, the node's GPU %d", node);
+	for (int step = 0; step < 2; step++) {
+		it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 90 + step, it_env.rank, 1);
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'cuda.v' step %d",
+			    step);
+		size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 90 + step,
+					it_env.size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("'cuda.v' step %d: %zu elements wrong: %s", step, wrong, why);
+	}
+	sc_status_t st = reg_cuda(c, "cuda.unseen", SC_FLOAT32, CUDA_N, 1, &u);
+	if (st != SC_ERR_UNSUPPORTED || u || !strstr(sc_last_error(), "'cuda.unseen'") ||
+	    !strstr(sc_last_error(), unseen) || !it_mentions_rank(sc_last_error(), it_env.rank))
+		IT_FAIL("registering 'cuda.unseen' on cuda:1, the node's GPU 7: %s (%s), "
+			"expected SC_ERR_UNSUPPORTED naming the tensor, rank %d and %s",
+			sc_status_name(st), sc_last_error(), it_env.rank, unseen);
+	it_log("refused as expected: %s", sc_last_error());
+	if (it_cuda_log_count(log, "wrong_device", NULL))
+		IT_FAIL("%s: a handle of another GPU than this trainer's was opened", log);
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 1);
 	it_pass();
 }
 
