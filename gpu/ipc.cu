@@ -126,7 +126,9 @@ extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_h
 	size_t alloc = scg_ipc_bytes(bytes);
 	if (!alloc)
 		return scg_fail(SC_ERR_NOMEM, "scg_ipc_alloc: %zu bytes: too large", bytes);
-	sc_status_t st = host_export(SCG_HOST_IPC_MEM, alloc, p_host, handle_host);
+	sc_status_t st = scg_host_local("scg_ipc_alloc", NULL); /* fails once the GPU is lost */
+	if (st == SC_OK)
+		st = host_export(SCG_HOST_IPC_MEM, alloc, p_host, handle_host);
 	if (st == SC_OK) {
 		scg_host_tag(*p_host, alloc);
 		host_handle_device(handle_host, *p_host);

@@ -33,6 +33,12 @@ extern "C" {
 const char *scg_error(void);
 /* Which build this is: "cuda" or "host". */
 const char *scg_backend(void);
+/* NULL while the GPU works; once a sticky fault (an illegal address, a launch failure, a
+ * device-side assert: what leaves the process's CUDA context failing every later call)
+ * has been seen by any call, the first such fault's text, for good. The host build
+ * injects one for tests: with $SCG_HOST_FAULT = N, its N-th scg_sync reports an illegal
+ * address, and every later call that touches device memory fails with it. */
+const char *scg_lost(void);
 
 /* ---- devices, memory and streams (mem.cu) ---- */
 /* The most devices one process uses. */

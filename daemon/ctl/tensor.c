@@ -103,6 +103,13 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 			 theirs, uuid, *why ? why : "the GPU library lacks CUDA IPC");
 		return SC_ERR_UNSUPPORTED;
 	}
+	if (scd_cuda_lost()) {
+		snprintf(err, err_len,
+			 "tensor '%s': the node's GPU is lost (%s): cuda tensors are refused "
+			 "until the daemon restarts",
+			 name, scd_cuda_lost());
+		return SC_ERR_SYSTEM;
+	}
 	/* the trainer's ordinal is its own (CUDA_VISIBLE_DEVICES): the UUID names the GPU */
 	sc_status_t st = ipc->devices(&n);
 	if (st == SC_OK)

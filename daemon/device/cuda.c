@@ -1123,6 +1123,7 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 #define SCD_SYM_(field, sym) *(void **)(&f->field) = dlsym(lib, sym)
 	SCD_SYM_(error, "scg_error");
 	SCD_SYM_(backend, "scg_backend");
+	SCD_SYM_(lost, "scg_lost");
 	SCD_SYM_(init, "scg_init");
 	SCD_SYM_(device_count, "scg_device_count");
 	SCD_SYM_(device_uuid, "scg_device_uuid");
@@ -1254,7 +1255,7 @@ static void load(void)
 			 SCD_DEVICE_OPS_COUNT, missing);
 		goto out;
 	}
-	load_status = SC_OK;
+	__atomic_store_n(&load_status, SC_OK, __ATOMIC_RELEASE); /* scd_cuda_lost reads it */
 	load_reason[0] = '\0';
 	int gpus = 0;
 	if (f.device_count && f.device_count(&gpus) == SC_OK)
@@ -1500,4 +1501,24 @@ const char *scd_cuda_backend(void)
 const char *scd_cuda_unavailable_reason(void)
 {
 	return load_reason;
+}
+
+const char *scd_cuda_lost(void)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static int logged;
+	const char *lost = __atomic_load_n(&load_status, __ATOMIC_ACQUIRE) == SC_OK && fns.lost
+			       ? fns.lost()
+			       : NULL;
+	if (!lost)
+		return NULL;
+	pthread_mutex_lock(&mu);
+	if (!logged)
+		scd_error(SCD_SUB_DEVICE,
+			  "cuda: the GPU is lost: %s; every GPU job fails from now on, cpu "
+			  "tensors are still served (restart the daemon to use the GPU again)",
+			  lost);
+	logged = 1;
+	pthread_mutex_unlock(&mu);
+	return lost;
 }

@@ -22,6 +22,7 @@
 typedef struct scd_cuda_fns {
 	const char *(*error)(void);
 	const char *(*backend)(void);
+	const char *(*lost)(void);
 	sc_status_t (*init)(int ordinal);
 	sc_status_t (*device_count)(int *n_host);
 	sc_status_t (*device_uuid)(int ordinal, unsigned char *uuid_host);
@@ -278,5 +279,9 @@ const char *scd_cuda_backend(void);
 /* Why the cuda device is unavailable ("" before the first scd_device_get or when it is
  * available). */
 const char *scd_cuda_unavailable_reason(void);
+/* NULL while the GPU works (or was never loaded); once a sticky CUDA fault (scg_lost) has
+ * left every later GPU call failing, its text, for good: the daemon fails GPU work at once
+ * with it and keeps serving cpu tensors (logged once, when first seen). Any thread. */
+const char *scd_cuda_lost(void);
 
 #endif

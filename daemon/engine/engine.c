@@ -1045,6 +1045,14 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
  * the engine GPU (local rank 0's registration holds it). */
 static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
 {
+	const char *lost = kind == SCD_DEVICE_CUDA ? scd_cuda_lost() : NULL;
+	if (lost) { /* nothing of the GPU works any more: fail at once, the same every time */
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: tensor '%s': the GPU is lost (%s): GPU work fails until the "
+			 "daemon restarts; cpu tensors are still served",
+			 e->d->rank, item_name(&job->items[0]), lost);
+		return SC_ERR_SYSTEM;
+	}
 	for (int i = 0; i < job->n_items && kind == SCD_DEVICE_CUDA; i++) {
 		const scd_job_item_t *it = &job->items[i];
 		if (!it->residual || it->residual_ordinal == scd_cuda_engine())

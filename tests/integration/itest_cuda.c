@@ -503,6 +503,75 @@ int it_cuda_visible(int argc, char **argv)
 	it_pass();
 }
 
+/*
+ * A sticky GPU fault, injected into the daemons' host GPU library by $SCG_HOST_FAULT = 1
+ * (its first sync reports an illegal address, and every later call fails): the first cuda
+ * allreduce fails; from then on every cuda allreduce fails at once with one error naming
+ * the fault, a new cuda registration is refused naming it, cpu tensors are still summed
+ * exactly, and `sparsectl status` and the metrics endpoint (METRICS, HOST:PORT) say the
+ * GPU is lost.
+ */
+int it_cuda_lost(int argc, char **argv)
+{
+	const char *log = it_cuda_stand_in(argc, argv);
+	const char *fault = "cudaErrorIllegalAddress, injected by SCG_HOST_FAULT";
+	sc_tensor_t *u = NULL;
+	sc_handle_t h = 0;
+
+	if (argc < 3)
+		IT_FAIL("usage: cuda-lost LOG METRICS");
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = cuda_tensor(c, "cuda.lost", SC_FLOAT32);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 95, it_env.rank, 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'cuda.lost'");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (r == SC_OK || r == IT_HANG)
+		IT_FAIL("'cuda.lost' with a GPU fault at the first sync: %s", it_wait_name(r));
+	it_log("the faulted step failed: %s", it_wait_error());
+	for (int step = 0; step < 2; step++) { /* the same error, at once, every time */
+		double t0 = it_now_s();
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'cuda.lost'");
+		r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		const char *e = it_wait_error();
+		if (r != SC_ERR_SYSTEM || !strstr(e, "'cuda.lost'") ||
+		    !strstr(e, "the GPU is lost") || !strstr(e, fault) ||
+		    !it_mentions_rank(e, it_env.rank))
+			IT_FAIL("'cuda.lost' after the fault, step %d: %s (%s), expected "
+				"SC_ERR_SYSTEM naming the tensor, 'the GPU is lost' and '%s'",
+				step, it_wait_name(r), e, fault);
+		if (it_now_s() - t0 > 5)
+			IT_FAIL("'cuda.lost' took %.1f s to fail on a lost GPU",
+				it_now_s() - t0);
+	}
+	it_log("failed at once as expected: %s", it_wait_error());
+	sc_status_t st = reg_cuda(c, "cuda.new", SC_FLOAT32, CUDA_N, cuda_ordinal(), &u);
+	if (st != SC_ERR_SYSTEM || u || !strstr(sc_last_error(), "'cuda.new'") ||
+	    !strstr(sc_last_error(), fault))
+		IT_FAIL("registering 'cuda.new' on a lost GPU: %s (%s), expected SC_ERR_SYSTEM "
+			"naming the tensor and the fault",
+			sc_status_name(st), sc_last_error());
+	cpu_sums(c, "cuda.cpu", 96); /* cpu tensors are still served */
+	const char *args[] = {"status", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *gpu = it_json_get(s, "gpu"), *lost = it_json_get(s, "gpu_lost");
+	if (!gpu || gpu->type != IT_JSTR || strncmp(gpu->str, "lost: ", 6) ||
+	    !strstr(gpu->str, fault) || !lost || lost->type != IT_JBOOL || lost->num != 1)
+		IT_FAIL("sparsectl status: gpu '%s', gpu_lost %s: expected 'lost: ...%s...' "
+			"and true",
+			gpu && gpu->type == IT_JSTR ? gpu->str : "(missing)",
+			lost ? (lost->type == IT_JBOOL && lost->num == 1 ? "true" : "not true")
+			     : "(missing)",
+			fault);
+	it_json_free(s);
+	char *m = it_metrics_scrape(argv[2]);
+	if (!strstr(m, "\nsparsecomm_gpu_lost 1\n"))
+		IT_FAIL("the metrics at %s lack 'sparsecomm_gpu_lost 1'", argv[2]);
+	free(m);
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 1);
+	it_pass();
+}
+
 int it_cuda_killed(int argc, char **argv)
 {
 	const char *log = it_cuda_stand_in(argc, argv);
