@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <ctime>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -138,12 +139,27 @@ extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_h
 
 extern "C" sc_status_t scg_ipc_free(void *p)
 {
-	/* freed on the device it was allocated on, as the CUDA build does */
-	sc_status_t st = scg_host_local("scg_ipc_free", p);
+	/* $SCG_HOST_FREE_DELAY_MS: as long as cudaFree waits for the device's work, for
+	 * tests of the callers that must not wait with it */
+	static const long delay_ms = [] {
+		const char *s = getenv("SCG_HOST_FREE_DELAY_MS");
+		return s && *s ? atol(s) : 0L;
+	}();
+	if (delay_ms > 0 && p) {
+		struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+	}
+	/* freed on the device it was allocated on, as the CUDA build does; a lost GPU's
+	 * memory goes with it (here: the object is unlinked, and the free fails) */
+	const char *lost = scg_lost();
+	sc_status_t st = lost ? SC_OK : scg_host_local("scg_ipc_free", p);
 	if (st == SC_OK)
 		st = host_unexport(p, "scg_ipc_free");
 	if (st == SC_OK && p)
 		scg_host_untag(p);
+	if (st == SC_OK && lost)
+		st = scg_fail(SC_ERR_SYSTEM, "scg_ipc_free: %s", lost);
 	return st;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "device/cuda.h"
+#include "device/cuda_free.h"
 #include "device/sketch.h"
 #include "util/log.h"
 
@@ -165,18 +166,17 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 	return SC_OK;
 }
 
+/* Off this (the loop) thread: cudaFree waits for the whole device (cuda_free.h). */
 static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 {
 	const scd_cuda_ipc_t *ipc;
+	char what[320];
 	if (!r->gpu_mem || scd_cuda_ipc_get(&ipc) != SC_OK)
 		return;
-	int gpu = (int)r->device_ordinal;
-	ipc->event_destroy(gpu, r->done_ev);
-	ipc->event_destroy(gpu, r->ready_ev);
-	if (ipc->free(gpu, r->gpu_mem) != SC_OK)
-		scd_warn(SCD_SUB_CTL,
-			 "tensor '%s', local rank %d: freeing its GPU memory on cuda:%d: %s",
-			 r->hdr ? r->hdr->name : "?", r->local_rank, gpu, ipc->error());
+	snprintf(what, sizeof(what), "tensor '%s', local rank %d", r->hdr ? r->hdr->name : "?",
+		 r->local_rank);
+	scd_cuda_free_async(ipc, (int)r->device_ordinal, r->gpu_mem, r->ready_ev, r->done_ev,
+			    what);
 	t->gpu_held -= r->gpu_bytes;
 	r->gpu_mem = r->ready_ev = r->done_ev = NULL;
 }
@@ -211,6 +211,8 @@ void scd_tensors_destroy(scd_tensors_t *t)
 	scd_stats_keep_clear(&t->kept);
 	free(t->regs);
 	free(t);
+	/* nothing exported outlives the daemon */
+	scd_cuda_free_drain(10000);
 }
 
 void scd_tensors_unlink_all(scd_tensors_t *t)

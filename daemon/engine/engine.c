@@ -1640,14 +1640,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 {
 	if (!e)
 		return SC_OK;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = scd_deadline_ts(timeout_ms);
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);
