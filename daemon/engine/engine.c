@@ -1041,6 +1041,14 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
 	return k;
 }
 
+/* Why dev's sync failed with st: the fault that lost the GPU where there is one (the
+ * device's first failure was logged where it was seen), else st's message. */
+static const char *device_why(const scd_device_ops_t *dev, sc_status_t st)
+{
+	const char *lost = strcmp(dev->name, "cuda") ? NULL : scd_cuda_lost();
+	return lost ? lost : sc_status_message(st);
+}
+
 /* The scheme's kernels read the node's residual where it lies: a cuda tensor's must be on
  * the engine GPU (local rank 0's registration holds it). */
 static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
@@ -1184,7 +1192,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed summing the node's trainers: %s",
-			 e->d->rank, dev->name, sc_status_message(st));
+			 e->d->rank, dev->name, device_why(dev, st));
 		log_job_error(job);
 		compute_fail(job, st);
 	}
@@ -1292,7 +1300,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		job->status = st;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed delivering the result: %s", e->d->rank,
-			 dev->name, sc_status_message(st));
+			 dev->name, device_why(dev, st));
 		log_job_error(job);
 		return;
 	}
