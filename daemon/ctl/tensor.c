@@ -156,8 +156,8 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 		snprintf(err, err_len,
 			 "tensor '%s': %llu bytes of GPU memory on cuda:%d and its events: %s",
 			 name, (unsigned long long)bytes, gpu, ipc->error());
-		ipc->event_destroy(gpu, r->ready_ev);
-		ipc->free(gpu, r->gpu_mem);
+		if (r->gpu_mem || r->ready_ev) /* off this thread, as gpu_release does */
+			scd_cuda_free_async(ipc, gpu, r->gpu_mem, r->ready_ev, NULL, err);
 		r->gpu_mem = r->ready_ev = NULL;
 		return st;
 	}
