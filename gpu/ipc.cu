@@ -2,6 +2,9 @@
  * ipc.cu: memory and events the daemon shares with its trainers (scg.h, section ipc.cu),
  * and page-locked host memory for staging.
  *
+ * Every exported allocation is rounded up to whole IPC granules (scg_ipc_bytes), so that a
+ * handle, which maps the whole driver allocation, reaches nothing else the daemon holds.
+ *
  * The CUDA build: cudaMalloc'd memory exported with cudaIpcGetMemHandle, interprocess
  * events (cudaEventInterprocess | cudaEventDisableTiming) exported with
  * cudaIpcGetEventHandle, both on the calling thread's current device (scg_init), records
@@ -20,6 +23,7 @@
 #include "portable.cuh"
 #include "scg_host_ipc.h"
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +32,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <ctime>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -109,23 +114,52 @@ static sc_status_t host_unexport(void *p, const char *what)
 	return SC_OK;
 }
 
+/* The exported object's device: the exporting thread's current one (its tag). */
+static void host_handle_device(void *handle_host, const void *p)
+{
+	uint32_t d = (uint32_t)scg_host_owner(p);
+	memcpy((char *)handle_host + offsetof(scg_host_ipc_t, device), &d, sizeof d);
+}
+
 extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host)
 {
 	*p_host = NULL;
-	sc_status_t st = host_export(SCG_HOST_IPC_MEM, bytes, p_host, handle_host);
+	size_t alloc = scg_ipc_bytes(bytes);
+	if (!alloc)
+		return scg_fail(SC_ERR_NOMEM, "scg_ipc_alloc: %zu bytes: too large", bytes);
+	sc_status_t st = scg_host_local("scg_ipc_alloc", NULL); /* fails once the GPU is lost */
 	if (st == SC_OK)
-		scg_host_tag(*p_host, bytes);
+		st = host_export(SCG_HOST_IPC_MEM, alloc, p_host, handle_host);
+	if (st == SC_OK) {
+		scg_host_tag(*p_host, alloc);
+		host_handle_device(handle_host, *p_host);
+	}
 	return st;
 }
 
 extern "C" sc_status_t scg_ipc_free(void *p)
 {
-	/* freed on the device it was allocated on, as the CUDA build does */
-	sc_status_t st = scg_host_local("scg_ipc_free", p);
+	/* $SCG_HOST_FREE_DELAY_MS: as long as cudaFree waits for the device's work, for
+	 * tests of the callers that must not wait with it */
+	static const long delay_ms = [] {
+		const char *s = getenv("SCG_HOST_FREE_DELAY_MS");
+		return s && *s ? atol(s) : 0L;
+	}();
+	if (delay_ms > 0 && p) {
+		struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+	}
+	/* freed on the device it was allocated on, as the CUDA build does; a lost GPU's
+	 * memory goes with it (here: the object is unlinked, and the free fails) */
+	const char *lost = scg_lost();
+	sc_status_t st = lost ? SC_OK : scg_host_local("scg_ipc_free", p);
 	if (st == SC_OK)
 		st = host_unexport(p, "scg_ipc_free");
 	if (st == SC_OK && p)
 		scg_host_untag(p);
+	if (st == SC_OK && lost)
+		st = scg_fail(SC_ERR_SYSTEM, "scg_ipc_free: %s", lost);
 	return st;
 }
 
@@ -134,8 +168,10 @@ extern "C" sc_status_t scg_ipc_event_create(void **ev_host, void *handle_host)
 	*ev_host = NULL;
 	sc_status_t st =
 	    host_export(SCG_HOST_IPC_EVENT, sizeof(scg_host_event_t), ev_host, handle_host);
-	if (st == SC_OK)
+	if (st == SC_OK) {
 		scg_host_tag(*ev_host, sizeof(scg_host_event_t));
+		host_handle_device(handle_host, *ev_host);
+	}
 	return st;
 }
 
@@ -201,7 +237,11 @@ extern "C" sc_status_t scg_host_free(void *p_host)
 extern "C" sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host)
 {
 	static_assert(sizeof(cudaIpcMemHandle_t) == SCG_IPC_HANDLE_BYTES, "IPC handle size");
-	sc_status_t st = scg_alloc(bytes, p_host);
+	size_t alloc = scg_ipc_bytes(bytes);
+	*p_host = NULL;
+	if (!alloc)
+		return scg_fail(SC_ERR_NOMEM, "scg_ipc_alloc: %zu bytes: too large", bytes);
+	sc_status_t st = scg_alloc(alloc, p_host);
 	if (st != SC_OK)
 		return st;
 	cudaIpcMemHandle_t h;

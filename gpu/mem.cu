@@ -14,7 +14,9 @@
  * memory fails here as it would on GPUs without peer access.
  */
 #include "portable.cuh"
+#include "scg_host_ipc.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -39,11 +41,40 @@ sc_status_t scg_fail(sc_status_t st, const char *fmt, ...)
 	return st;
 }
 
+/* The first sticky fault's text ("" while there is none), kept for good. */
+static std::mutex scg_lost_mu;
+static char scg_lost_text[256];
+static std::atomic<bool> scg_is_lost;
+
+static void scg_lost_set(const char *text)
+{
+	std::lock_guard<std::mutex> lk(scg_lost_mu);
+	if (scg_is_lost.load())
+		return;
+	snprintf(scg_lost_text, sizeof scg_lost_text, "%s", text);
+	scg_is_lost.store(true);
+}
+
+extern "C" const char *scg_lost(void)
+{
+	return scg_is_lost.load() ? scg_lost_text : NULL;
+}
+
 #if defined(SCG_HOST)
 
 extern "C" const char *scg_backend(void)
 {
 	return "host";
+}
+
+/* The injected fault ($SCG_HOST_FAULT = N: the N-th scg_sync), and the failure every call
+ * that touches device memory returns once it happened, as a CUDA context fails every call
+ * after a sticky fault. */
+static std::atomic<long> host_syncs;
+static sc_status_t host_lost(const char *what)
+{
+	const char *lost = scg_lost();
+	return lost ? scg_fail(SC_ERR_SYSTEM, "%s: %s", what, lost) : SC_OK;
 }
 
 /* The emulated devices: $SCG_HOST_DEVICES, 1 when unset, at most SCG_MAX_DEVICES. */
@@ -91,6 +122,9 @@ extern "C" int scg_host_owner(const void *p)
 
 sc_status_t scg_host_local(const char *what, const void *p)
 {
+	sc_status_t st = host_lost(what);
+	if (st != SC_OK)
+		return st;
 	int owner = p ? scg_host_owner(p) : -1;
 	if (owner < 0 || owner == host_current)
 		return SC_OK;
@@ -103,6 +137,17 @@ sc_status_t scg_host_local(const char *what, const void *p)
 extern "C" sc_status_t scg_device_count(int *n_host)
 {
 	*n_host = host_devices();
+	return SC_OK;
+}
+
+extern "C" sc_status_t scg_device_uuid(int ordinal, unsigned char *uuid_host)
+{
+	if (ordinal < 0 || ordinal >= host_devices())
+		return scg_fail(SC_ERR_INVALID,
+				"scg_device_uuid: no device %d: the host build emulates %d "
+				"(SCG_HOST_DEVICES)",
+				ordinal, host_devices());
+	scg_host_uuid(ordinal, uuid_host);
 	return SC_OK;
 }
 
@@ -132,6 +177,11 @@ extern "C" sc_status_t scg_stream_set(void *stream)
 
 extern "C" sc_status_t scg_alloc(size_t bytes, void **p_host)
 {
+	sc_status_t st = host_lost("scg_alloc");
+	if (st != SC_OK) {
+		*p_host = NULL;
+		return st;
+	}
 	void *p = calloc(1, bytes ? bytes : 1);
 	if (!p) {
 		*p_host = NULL;
@@ -210,7 +260,15 @@ extern "C" sc_status_t scg_from_host(void *dst, const void *src_host, size_t byt
 
 extern "C" sc_status_t scg_sync(void)
 {
-	return SC_OK;
+	static const long fault_at = [] {
+		const char *s = getenv("SCG_HOST_FAULT");
+		return s && *s ? atol(s) : 0L;
+	}();
+	if (fault_at > 0 && ++host_syncs == fault_at)
+		scg_lost_set(
+		    "an illegal memory access was encountered (cudaErrorIllegalAddress, "
+		    "injected by SCG_HOST_FAULT)");
+	return host_lost("scg_sync");
 }
 
 extern "C" sc_status_t scg_stream_get(void **stream_host)
@@ -254,6 +312,18 @@ sc_status_t scg_check_cuda(cudaError_t e, const char *what)
 		 e == cudaErrorSystemDriverMismatch || e == cudaErrorNoKernelImageForDevice ||
 		 e == cudaErrorUnsupportedPtxVersion)
 		st = SC_ERR_UNSUPPORTED;
+	/* the faults after which the context fails every call (CUDA's documentation of each
+	 * says the process must be relaunched) */
+	if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+	    e == cudaErrorLaunchTimeout || e == cudaErrorHardwareStackError ||
+	    e == cudaErrorIllegalInstruction || e == cudaErrorMisalignedAddress ||
+	    e == cudaErrorInvalidAddressSpace || e == cudaErrorInvalidPc ||
+	    e == cudaErrorAssert || e == cudaErrorECCUncorrectable) {
+		char text[200];
+		snprintf(text, sizeof text, "%s (%s), seen by %s", cudaGetErrorString(e),
+			 cudaGetErrorName(e), what);
+		scg_lost_set(text);
+	}
 	return scg_fail(st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -313,6 +383,22 @@ extern "C" sc_status_t scg_device_count(int *n_host)
 {
 	*n_host = 0;
 	return device_count(n_host);
+}
+
+extern "C" sc_status_t scg_device_uuid(int ordinal, unsigned char *uuid_host)
+{
+	int n = 0;
+	sc_status_t st = device_count(&n);
+	if (st != SC_OK)
+		return st;
+	if (ordinal < 0 || ordinal >= n)
+		return scg_fail(SC_ERR_INVALID,
+				"scg_device_uuid: no CUDA device %d (%d present)", ordinal, n);
+	cudaDeviceProp prop;
+	st = scg_check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+	if (st == SC_OK)
+		memcpy(uuid_host, prop.uuid.bytes, 16);
+	return st;
 }
 
 extern "C" sc_status_t scg_init(int ordinal)

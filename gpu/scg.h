@@ -33,6 +33,12 @@ extern "C" {
 const char *scg_error(void);
 /* Which build this is: "cuda" or "host". */
 const char *scg_backend(void);
+/* NULL while the GPU works; once a sticky fault (an illegal address, a launch failure, a
+ * device-side assert: what leaves the process's CUDA context failing every later call)
+ * has been seen by any call, the first such fault's text, for good. The host build
+ * injects one for tests: with $SCG_HOST_FAULT = N, its N-th scg_sync reports an illegal
+ * address, and every later call that touches device memory fails with it. */
+const char *scg_lost(void);
 
 /* ---- devices, memory and streams (mem.cu) ---- */
 /* The most devices one process uses. */
@@ -40,6 +46,10 @@ const char *scg_backend(void);
 /* The devices this build serves: those the CUDA driver sees (at most SCG_MAX_DEVICES), or
  * in the host build $SCG_HOST_DEVICES emulated ones (1 when unset). */
 sc_status_t scg_device_count(int *n_host);
+/* Device ordinal's 16-byte UUID (cudaDeviceProp.uuid, what cuDeviceGetUuid_v2 gives any
+ * process for the same GPU, whatever its CUDA_VISIBLE_DEVICES), so that processes that
+ * number the node's GPUs differently can name one to each other. */
+sc_status_t scg_device_uuid(int ordinal, unsigned char *uuid_host);
 /* Makes ordinal this thread's current device: what follows allocates there, and queues
  * its work on the thread's stream of that device (created at the first call for it).
  * Each thread starts on device 0; a call per switch. */
@@ -77,7 +87,22 @@ sc_status_t scg_stream_query(int *done_host);
  * stands in for CUDA IPC with POSIX shared memory (scg_host_ipc.h), so the protocol runs
  * end to end on machines without a GPU. */
 #define SCG_IPC_HANDLE_BYTES 64
-/* bytes of zeroed device memory the daemon owns, and its handle for other processes */
+/* A CUDA IPC handle maps the whole driver allocation its pointer lies in, and cudaMalloc
+ * carves small requests out of shared blocks of this size: every allocation exported is
+ * rounded up to a multiple of it, so that it is a block of its own and a process given its
+ * handle can never reach memory the daemon allocated for anything else. */
+#define SCG_IPC_GRANULARITY_BYTES ((size_t)2 << 20)
+/* What scg_ipc_alloc allocates for bytes: rounded up to SCG_IPC_GRANULARITY_BYTES (at
+ * least one granule); 0 when that overflows. */
+static inline size_t scg_ipc_bytes(size_t bytes)
+{
+	size_t g = SCG_IPC_GRANULARITY_BYTES;
+	if (bytes > (size_t)-1 - (g - 1))
+		return 0;
+	return bytes ? (bytes + g - 1) / g * g : g;
+}
+/* bytes of zeroed device memory the daemon owns, and its handle for other processes;
+ * scg_ipc_bytes(bytes) are allocated and exported */
 sc_status_t scg_ipc_alloc(size_t bytes, void **p_host, void *handle_host);
 sc_status_t scg_ipc_free(void *p);
 /* An interprocess event (disable-timing) and its handle. */

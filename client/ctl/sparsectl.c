@@ -233,7 +233,8 @@ static void status_json(const Sparsecomm__StatusReply *s)
 	json_str(s->coordinator);
 	fputs(",\"gpu\":", stdout);
 	json_str(s->gpu);
-	printf(",\"gpu_bytes\":%llu", (unsigned long long)s->gpu_bytes);
+	printf(",\"gpu_bytes\":%llu,\"gpu_lost\":%s", (unsigned long long)s->gpu_bytes,
+	       s->gpu_lost ? "true" : "false");
 	fputs(",\"peers\":[", stdout);
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Sparsecomm__PeerInfo *p = s->peers[i];

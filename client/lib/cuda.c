@@ -44,6 +44,7 @@ static struct {
 	cu_result_t (*init)(unsigned);
 	cu_result_t (*device_count)(int *);
 	cu_result_t (*device_get)(cu_device_t *, int);
+	cu_result_t (*device_uuid)(void *, cu_device_t); /* CUuuid: 16 bytes */
 	cu_result_t (*ctx_retain)(cu_context_t *, cu_device_t);
 	cu_result_t (*ctx_release)(cu_device_t);
 	cu_result_t (*ctx_push)(cu_context_t);
@@ -69,6 +70,7 @@ static const struct {
     SYM(init, "cuInit"),
     SYM(device_count, "cuDeviceGetCount"),
     SYM(device_get, "cuDeviceGet"),
+    SYM(device_uuid, "cuDeviceGetUuid_v2"),
     SYM(ctx_retain, "cuDevicePrimaryCtxRetain"),
     SYM(ctx_release, "cuDevicePrimaryCtxRelease_v2"),
     SYM(ctx_push, "cuCtxPushCurrent_v2"),
@@ -158,6 +160,24 @@ sc_status_t scl_cuda_check(const char *what, int ordinal)
 		return scl_error(SC_ERR_UNSUPPORTED,
 				 "%s: cuda:%d does not exist: the CUDA driver sees %d GPU(s)",
 				 what, ordinal, device_count);
+	return SC_OK;
+}
+
+sc_status_t scl_cuda_uuid(const char *what, int ordinal, unsigned char *uuid)
+{
+	char why[128];
+	cu_device_t dev;
+	sc_status_t st = scl_cuda_check(what, ordinal);
+	cu_result_t r;
+
+	if (st != SC_OK)
+		return st;
+	r = drv.device_get(&dev, ordinal);
+	if (r == 0)
+		r = drv.device_uuid(uuid, dev);
+	if (r != 0)
+		return scl_error(SC_ERR_UNSUPPORTED, "%s: the UUID of cuda:%d: %s", what,
+				 ordinal, result_text(r, why, sizeof(why)));
 	return SC_OK;
 }
 

@@ -136,6 +136,10 @@ typedef struct scl_cuda scl_cuda_t;
 /* Loads the CUDA driver (once per process) and checks that GPU ordinal exists;
  * SC_ERR_UNSUPPORTED naming why not (what: who asks, e.g. "rank 0: registering tensor 'w'"). */
 sc_status_t scl_cuda_check(const char *what, int ordinal);
+#define SCL_CUDA_UUID_BYTES 16
+/* GPU ordinal's UUID (cuDeviceGetUuid_v2): how the daemon, whose ordinals may differ from
+ * this process's (CUDA_VISIBLE_DEVICES), finds the GPU. */
+sc_status_t scl_cuda_uuid(const char *what, int ordinal, unsigned char *uuid);
 /* Opens the daemon's allocation and its ready and done events from their IPC handles
  * (SCL_CUDA_HANDLE_BYTES each) on GPU ordinal; nothing stays open on failure. */
 sc_status_t scl_cuda_open(const char *what, int ordinal, const void *mem_handle,

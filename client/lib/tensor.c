@@ -392,10 +392,16 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	t->device_ordinal = (int)wopts.device_ordinal;
 	snprintf(what, sizeof(what), "rank %d: registering tensor '%s'", client->rank, name);
 	/* a GPU this process cannot use is refused before the daemon allocates for it */
-	if (t->device == SC_DEVICE_CUDA &&
-	    (st = scl_cuda_check(what, t->device_ordinal)) != SC_OK) {
-		free(t);
-		return st;
+	unsigned char uuid[SCL_CUDA_UUID_BYTES];
+	if (t->device == SC_DEVICE_CUDA) {
+		/* the daemon numbers the node's GPUs its own way: it finds this one by UUID */
+		st = scl_cuda_uuid(what, t->device_ordinal, uuid);
+		if (st != SC_OK) {
+			free(t);
+			return st;
+		}
+		wopts.device_uuid.data = uuid;
+		wopts.device_uuid.len = sizeof(uuid);
 	}
 	st = tensor_reserve(client, t);
 	if (st != SC_OK) {

@@ -584,6 +584,10 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		opts.sketch_cols = rq->opts->sketch_cols;
 		opts.device_kind = rq->opts->device_kind;
 		opts.device_ordinal = rq->opts->device_ordinal;
+		opts.device_uuid_len = (uint32_t)rq->opts->device_uuid.len;
+		if (opts.device_uuid_len == sizeof(opts.device_uuid))
+			memcpy(opts.device_uuid, rq->opts->device_uuid.data,
+			       sizeof(opts.device_uuid));
 		opts.wire = rq->opts->wire;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
@@ -903,6 +907,8 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 	const scd_device_ops_t *gops;
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
 		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
+	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK && scd_cuda_lost())
+		snprintf(gpu, sizeof(gpu), "lost: %.580s", scd_cuda_lost());
 	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
 		snprintf(gpu, sizeof(gpu), "cuda:%d, the engine's, of %d (%s)",
 			 scd_cuda_engine(), gpu_count(), scd_cuda_backend());
@@ -910,6 +916,7 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
 	r.gpu = scd_arena_strdup(a, gpu);
 	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
+	r.gpu_lost = scd_cuda_lost() != NULL;
 	ctl->up->status(d->world, &r, a);
 	r.clients = scd_arena_alloc(a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
 	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "device/cuda.h"
+#include "device/cuda_free.h"
 #include "device/sketch.h"
 #include "util/log.h"
 
@@ -93,21 +94,51 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 			     char *err, size_t err_len)
 {
 	const scd_cuda_ipc_t *ipc;
-	int gpu = (int)r->device_ordinal, n = 0;
+	int gpu = -1, n = 0, theirs = (int)r->hdr->device_ordinal;
+	char uuid[SCD_CUDA_UUID_TEXT];
+	scd_cuda_uuid_text(r->uuid, uuid);
 	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
 		const char *why = scd_cuda_unavailable_reason();
-		snprintf(err, err_len, "tensor '%s': cuda:%d is not available on this node: %s",
-			 name, gpu, *why ? why : "the GPU library lacks CUDA IPC");
+		snprintf(err, err_len,
+			 "tensor '%s': cuda:%d (%s) is not available on this node: %s", name,
+			 theirs, uuid, *why ? why : "the GPU library lacks CUDA IPC");
 		return SC_ERR_UNSUPPORTED;
 	}
-	sc_status_t st = ipc->devices(&n);
-	if (st != SC_OK || gpu >= n) {
+	if (scd_cuda_lost()) {
 		snprintf(err, err_len,
-			 "tensor '%s': cuda:%d is not served on this node: the daemon sees %d "
-			 "GPU%s%s%s",
-			 name, gpu, n, n == 1 ? "" : "s", st != SC_OK ? ": " : "",
-			 st != SC_OK ? ipc->error() : "");
+			 "tensor '%s': the node's GPU is lost (%s): cuda tensors are refused "
+			 "until the daemon restarts",
+			 name, scd_cuda_lost());
+		return SC_ERR_SYSTEM;
+	}
+	/* the trainer's ordinal is its own (CUDA_VISIBLE_DEVICES): the UUID names the GPU */
+	sc_status_t st = ipc->devices(&n);
+	if (st == SC_OK)
+		st = ipc->find(r->uuid, &gpu);
+	if (st != SC_OK) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s' (local rank %d): its GPU %s (the trainer's cuda:%d) is not "
+		    "one this daemon serves: it sees %d GPU%s%s%s",
+		    name, r->local_rank, uuid, theirs, n, n == 1 ? "" : "s",
+		    st != SC_ERR_NOT_FOUND ? ": " : "",
+		    st != SC_ERR_NOT_FOUND ? ipc->error() : "");
 		return SC_ERR_UNSUPPORTED;
+	}
+	r->device_ordinal = (uint32_t)gpu;
+	if (gpu != theirs)
+		scd_debug(SCD_SUB_CTL,
+			  "tensor '%s', local rank %d: the trainer's cuda:%d is this daemon's "
+			  "cuda:%d (%s)",
+			  name, r->local_rank, theirs, gpu, uuid);
+	/* what the allocation really takes: exported memory is rounded up to whole IPC
+	 * granules (scg_ipc_bytes), so that its handle reaches nothing else */
+	uint64_t asked = bytes;
+	bytes = scg_ipc_bytes(bytes);
+	if (!bytes) {
+		snprintf(err, err_len, "tensor '%s': %llu bytes of GPU memory is too large",
+			 name, (unsigned long long)asked);
+		return SC_ERR_LIMIT;
 	}
 	if (t->gpu_limit && t->gpu_held + bytes > t->gpu_limit) {
 		snprintf(
@@ -125,8 +156,8 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 		snprintf(err, err_len,
 			 "tensor '%s': %llu bytes of GPU memory on cuda:%d and its events: %s",
 			 name, (unsigned long long)bytes, gpu, ipc->error());
-		ipc->event_destroy(gpu, r->ready_ev);
-		ipc->free(gpu, r->gpu_mem);
+		if (r->gpu_mem || r->ready_ev) /* off this thread, as gpu_release does */
+			scd_cuda_free_async(ipc, gpu, r->gpu_mem, r->ready_ev, NULL, err);
 		r->gpu_mem = r->ready_ev = NULL;
 		return st;
 	}
@@ -135,18 +166,17 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 	return SC_OK;
 }
 
+/* Off this (the loop) thread: cudaFree waits for the whole device (cuda_free.h). */
 static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 {
 	const scd_cuda_ipc_t *ipc;
+	char what[320];
 	if (!r->gpu_mem || scd_cuda_ipc_get(&ipc) != SC_OK)
 		return;
-	int gpu = (int)r->device_ordinal;
-	ipc->event_destroy(gpu, r->done_ev);
-	ipc->event_destroy(gpu, r->ready_ev);
-	if (ipc->free(gpu, r->gpu_mem) != SC_OK)
-		scd_warn(SCD_SUB_CTL,
-			 "tensor '%s', local rank %d: freeing its GPU memory on cuda:%d: %s",
-			 r->hdr ? r->hdr->name : "?", r->local_rank, gpu, ipc->error());
+	snprintf(what, sizeof(what), "tensor '%s', local rank %d", r->hdr ? r->hdr->name : "?",
+		 r->local_rank);
+	scd_cuda_free_async(ipc, (int)r->device_ordinal, r->gpu_mem, r->ready_ev, r->done_ev,
+			    what);
 	t->gpu_held -= r->gpu_bytes;
 	r->gpu_mem = r->ready_ev = r->done_ev = NULL;
 }
@@ -181,6 +211,8 @@ void scd_tensors_destroy(scd_tensors_t *t)
 	scd_stats_keep_clear(&t->kept);
 	free(t->regs);
 	free(t);
+	/* nothing exported outlives the daemon */
+	scd_cuda_free_drain(10000);
 }
 
 void scd_tensors_unlink_all(scd_tensors_t *t)
@@ -289,7 +321,8 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
 	r->device_kind = opts->device_kind;
-	r->device_ordinal = opts->device_kind == SC_DEVICE_CUDA ? opts->device_ordinal : 0;
+	r->device_ordinal = 0; /* a cuda tensor's: gpu_alloc finds it from the UUID */
+	memcpy(r->uuid, opts->device_uuid, sizeof(r->uuid));
 	char *base = map;
 	if (gpu_bytes) {
 		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
@@ -450,6 +483,15 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 opts->device_kind);
 		return SC_ERR_INVALID;
 	}
+	if (opts->device_kind == SC_DEVICE_CUDA &&
+	    opts->device_uuid_len != sizeof(opts->device_uuid)) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s' (local rank %d): a cuda registration names its GPU by its "
+		    "%zu-byte UUID, %u bytes given",
+		    name, local_rank, sizeof(opts->device_uuid), opts->device_uuid_len);
+		return SC_ERR_INVALID;
+	}
 	if (opts->device_kind == SC_DEVICE_CUDA && !t->gpu_served) {
 		snprintf(err, err_len,
 			 "tensor '%s': this daemon serves cpu tensors only (device = cpu)",
@@ -534,6 +576,7 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
+	r->local_rank = local_rank; /* named by reg_map's errors */
 	sc_status_t st =
 	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts, err, err_len);
 	if (st != SC_OK) {

@@ -35,8 +35,12 @@ typedef struct scd_tensor_opts {
 	uint32_t sketch_rows; /* S2 for this tensor (0: the configuration's) */
 	double sketch_cols;
 	uint32_t device_kind;	 /* sc_device_kind_t of the trainer's buffer */
-	uint32_t device_ordinal; /* with cuda: the GPU */
+	uint32_t device_ordinal; /* with cuda: the GPU, as the trainer numbers it */
 	uint32_t wire;		 /* sc_wire_t: what its dense sums travel as */
+	/* with cuda: the GPU's UUID (device_uuid_len bytes given, 16 expected), which
+	 * registration maps to this daemon's ordinal (scd_reg_t.device_ordinal) */
+	unsigned char device_uuid[16];
+	uint32_t device_uuid_len;
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -58,7 +62,8 @@ typedef struct scd_reg {
 	/* a cuda tensor: the areas above are one GPU allocation of gpu_bytes (gpu_mem),
 	 * exported to the trainer with the two interprocess events (handles in *_ipc) */
 	uint32_t device_kind;
-	uint32_t device_ordinal; /* the GPU they live on */
+	uint32_t device_ordinal; /* the GPU they live on: this daemon's ordinal of it */
+	unsigned char uuid[16];	 /* and its UUID */
 	void *gpu_mem;
 	uint64_t gpu_bytes;
 	void *ready_ev, *done_ev;

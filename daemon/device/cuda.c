@@ -1123,8 +1123,10 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 #define SCD_SYM_(field, sym) *(void **)(&f->field) = dlsym(lib, sym)
 	SCD_SYM_(error, "scg_error");
 	SCD_SYM_(backend, "scg_backend");
+	SCD_SYM_(lost, "scg_lost");
 	SCD_SYM_(init, "scg_init");
 	SCD_SYM_(device_count, "scg_device_count");
+	SCD_SYM_(device_uuid, "scg_device_uuid");
 	SCD_SYM_(copy_peer, "scg_copy_peer");
 	SCD_SYM_(stream_follow, "scg_stream_follow");
 	SCD_SYM_(stream_set, "scg_stream_set");
@@ -1253,7 +1255,7 @@ static void load(void)
 			 SCD_DEVICE_OPS_COUNT, missing);
 		goto out;
 	}
-	load_status = SC_OK;
+	__atomic_store_n(&load_status, SC_OK, __ATOMIC_RELEASE); /* scd_cuda_lost reads it */
 	load_reason[0] = '\0';
 	int gpus = 0;
 	if (f.device_count && f.device_count(&gpus) == SC_OK)
@@ -1284,6 +1286,45 @@ static sc_status_t ipc_devices(int *n)
 {
 	sc_status_t st = ready();
 	return st != SC_OK ? st : fns.device_count(n);
+}
+
+const char *scd_cuda_uuid_text(const unsigned char *u, char *buf)
+{
+	snprintf(buf, SCD_CUDA_UUID_TEXT,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+		 u[12], u[13], u[14], u[15]);
+	return buf;
+}
+
+/* The served GPUs' UUIDs, asked once (a GPU's UUID never changes). */
+static pthread_mutex_t uuid_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char uuids[SCG_MAX_DEVICES][16];
+static int uuids_n = -1;
+
+static sc_status_t ipc_find(const unsigned char *uuid, int *ordinal)
+{
+	sc_status_t st = ready();
+	pthread_mutex_lock(&uuid_mu);
+	if (st == SC_OK && uuids_n < 0) {
+		int n = 0;
+		st = fns.device_count(&n);
+		for (int i = 0; st == SC_OK && i < n && i < SCG_MAX_DEVICES; i++)
+			st = fns.device_uuid(i, uuids[i]);
+		if (st == SC_OK)
+			uuids_n = n < SCG_MAX_DEVICES ? n : SCG_MAX_DEVICES;
+	}
+	int found = -1;
+	for (int i = 0; st == SC_OK && i < uuids_n && found < 0; i++)
+		if (!memcmp(uuids[i], uuid, 16))
+			found = i;
+	pthread_mutex_unlock(&uuid_mu);
+	if (st != SC_OK)
+		return st;
+	if (found < 0)
+		return SC_ERR_NOT_FOUND;
+	*ordinal = found;
+	return SC_OK;
 }
 
 /* The calling thread works on ordinal for one call, then on the engine GPU again. */
@@ -1382,6 +1423,7 @@ void scd_cuda_stage_free(void *p)
 
 static const scd_cuda_ipc_t cuda_ipc = {
     .devices = ipc_devices,
+    .find = ipc_find,
     .alloc = ipc_alloc,
     .free = ipc_free,
     .event_create = ipc_event_create,
@@ -1403,7 +1445,7 @@ sc_status_t scd_cuda_ipc_get(const scd_cuda_ipc_t **ipc_p)
 	if (!fns.ipc_alloc || !fns.ipc_free || !fns.ipc_event_create ||
 	    !fns.ipc_event_destroy || !fns.event_record || !fns.stream_wait_event ||
 	    !fns.host_alloc || !fns.host_free || !fns.device_count || !fns.copy_peer ||
-	    !fns.stream_follow)
+	    !fns.stream_follow || !fns.device_uuid)
 		return SC_ERR_UNSUPPORTED;
 	*ipc_p = &cuda_ipc;
 	return SC_OK;
@@ -1459,4 +1501,24 @@ const char *scd_cuda_backend(void)
 const char *scd_cuda_unavailable_reason(void)
 {
 	return load_reason;
+}
+
+const char *scd_cuda_lost(void)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static int logged;
+	const char *lost = __atomic_load_n(&load_status, __ATOMIC_ACQUIRE) == SC_OK && fns.lost
+			       ? fns.lost()
+			       : NULL;
+	if (!lost)
+		return NULL;
+	pthread_mutex_lock(&mu);
+	if (!logged)
+		scd_error(SCD_SUB_DEVICE,
+			  "cuda: the GPU is lost: %s; every GPU job fails from now on, cpu "
+			  "tensors are still served (restart the daemon to use the GPU again)",
+			  lost);
+	logged = 1;
+	pthread_mutex_unlock(&mu);
+	return lost;
 }

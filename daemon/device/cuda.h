@@ -22,8 +22,10 @@
 typedef struct scd_cuda_fns {
 	const char *(*error)(void);
 	const char *(*backend)(void);
+	const char *(*lost)(void);
 	sc_status_t (*init)(int ordinal);
 	sc_status_t (*device_count)(int *n_host);
+	sc_status_t (*device_uuid)(int ordinal, unsigned char *uuid_host);
 	sc_status_t (*copy_peer)(void *dst, int dst_ordinal, const void *src, int src_ordinal,
 				 size_t bytes);
 	sc_status_t (*stream_follow)(int ordinal);
@@ -200,6 +202,10 @@ typedef struct scd_cuda_fns {
  */
 typedef struct scd_cuda_ipc {
 	sc_status_t (*devices)(int *n); /* the GPUs served: ordinals 0 .. n - 1 */
+	/* The ordinal of the GPU whose 16-byte UUID is uuid (SC_ERR_NOT_FOUND: none served
+	 * has it); trainers name their GPU so, since their ordinals follow their own
+	 * CUDA_VISIBLE_DEVICES. */
+	sc_status_t (*find)(const unsigned char *uuid, int *ordinal);
 	sc_status_t (*alloc)(int ordinal, size_t bytes, void **p, void *handle);
 	sc_status_t (*free)(int ordinal, void *p);
 	sc_status_t (*event_create)(int ordinal, void **ev, void *handle);
@@ -239,6 +245,11 @@ sc_status_t scd_cuda_queue_get(const scd_cuda_queue_t **q_p);
 void *scd_cuda_stage_alloc(size_t bytes);
 void scd_cuda_stage_free(void *p);
 
+/* A GPU's UUID as nvidia-smi spells it, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", in
+ * buf[SCD_CUDA_UUID_TEXT]. */
+#define SCD_CUDA_UUID_TEXT 41
+const char *scd_cuda_uuid_text(const unsigned char *uuid, char *buf);
+
 /* The number of ops in scd_device_ops_t. */
 #define SCD_DEVICE_OPS_COUNT 74u
 
@@ -268,5 +279,9 @@ const char *scd_cuda_backend(void);
 /* Why the cuda device is unavailable ("" before the first scd_device_get or when it is
  * available). */
 const char *scd_cuda_unavailable_reason(void);
+/* NULL while the GPU works (or was never loaded); once a sticky CUDA fault (scg_lost) has
+ * left every later GPU call failing, its text, for good: the daemon fails GPU work at once
+ * with it and keeps serving cpu tensors (logged once, when first seen). Any thread. */
+const char *scd_cuda_lost(void);
 
 #endif

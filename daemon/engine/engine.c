@@ -8,6 +8,7 @@
  */
 #include "engine/engine.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -35,6 +36,12 @@
  * over (scg_copy_peer: direct where peer access is possible, staged by the driver where
  * not) into this area, one source at a time on the engine GPU's stream, and the result is
  * copied back to each trainer's GPU when it is delivered.
+ *
+ * Each stage has an area of its own (peer_in, the compute stage's; peer_out, the
+ * communication stage's, for an alltoall's blocks to trainers on other GPUs): the compute
+ * stage grows its area for job i+1 while the communication stage may still be copying job
+ * i's results, so one shared area would be freed under the other thread's copy. Each
+ * belongs to the first thread that uses it, which peer_mine asserts at every use.
  */
 typedef struct scd_peer {
 	const scd_cuda_ipc_t *ipc; /* NULL: every source is on the engine's device */
@@ -44,6 +51,8 @@ typedef struct scd_peer {
 	size_t cap;
 	sc_status_t st; /* the first failed copy, named in what */
 	char what[200];
+	int owned; /* user is the one thread that uses this area */
+	pthread_t user;
 } scd_peer_t;
 
 struct scd_engine {
@@ -73,8 +82,9 @@ struct scd_engine {
 	void *stage;
 	size_t stage_cap;
 	const scd_device_ops_t *stage_dev;
-	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_in) */
-	scd_peer_t peer;
+	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_in),
+	 * and the communication stage's of results for them (an alltoall's) */
+	scd_peer_t peer_in, peer_out;
 };
 
 static void fusion_free(scd_engine_t *e, scd_device_kind_t kind, int k)
@@ -193,6 +203,17 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
 			  : scd_copy_f32_nonfinite(dst, src, n);
 }
 
+/* pe, which only one thread ever uses (an internal invariant: see scd_peer_t). */
+static scd_peer_t *peer_mine(scd_peer_t *pe)
+{
+	if (!pe->owned) {
+		pe->user = pthread_self();
+		pe->owned = 1;
+	}
+	assert(pthread_equal(pe->user, pthread_self()));
+	return pe;
+}
+
 /* Whether the engine's kernels may read src where it lies. */
 static int peer_local(const scd_peer_t *pe, const scd_job_src_t *src)
 {
@@ -203,7 +224,7 @@ static int peer_local(const scd_peer_t *pe, const scd_job_src_t *src)
 static void peer_copy_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_job_src_t *src,
 			 void *dst, const void *p, size_t bytes)
 {
-	sc_status_t st = pe->ipc->copy_peer(dst, pe->engine, p, src->ordinal, bytes);
+	sc_status_t st = peer_mine(pe)->ipc->copy_peer(dst, pe->engine, p, src->ordinal, bytes);
 	if (st != SC_OK && pe->st == SC_OK) {
 		pe->st = st;
 		snprintf(
@@ -302,7 +323,7 @@ static sc_status_t peer_reserve(scd_peer_t *pe, const scd_device_ops_t *dev, scd
 {
 	size_t need = 0, esz = sc_dtype_size(job->dtype);
 	int off = 0;
-	pe->ipc = NULL;
+	peer_mine(pe)->ipc = NULL;
 	pe->st = SC_OK;
 	if (kind != SCD_DEVICE_CUDA)
 		return SC_OK;
@@ -704,6 +725,7 @@ typedef struct a2a_ctx {
 	scd_engine_t *e;
 	const scd_device_ops_t *dev;
 	const scd_job_item_t *it;
+	scd_peer_t *pe; /* the calling stage's area */
 } a2a_ctx_t;
 
 static void *alltoall_stage(void *arg, size_t bytes)
@@ -716,8 +738,8 @@ static void alltoall_copy_in(void *arg, const scd_job_src_t *src, void *dst, con
 			     size_t bytes)
 {
 	a2a_ctx_t *a = arg;
-	if (!peer_local(&a->e->peer, src))
-		peer_copy_in(&a->e->peer, a->it, src, dst, p, bytes);
+	if (!peer_local(a->pe, src))
+		peer_copy_in(a->pe, a->it, src, dst, p, bytes);
 	else
 		a->dev->copy(dst, p, bytes);
 }
@@ -726,7 +748,7 @@ static sc_status_t alltoall_copy_out(void *arg, const scd_job_src_t *src, const 
 				     size_t bytes)
 {
 	a2a_ctx_t *a = arg;
-	scd_peer_t *pe = &a->e->peer;
+	scd_peer_t *pe = peer_mine(a->pe);
 	if (peer_local(pe, src)) {
 		a->dev->from_host(src->dense, p, bytes);
 		return SC_OK;
@@ -743,16 +765,24 @@ static scd_a2a_hooks_t alltoall_hooks(a2a_ctx_t *a)
 /* An alltoall (alltoall.h), timed as the blocks it sent: P - 1 messages' latency and
  * this node's bytes. */
 static sc_status_t alltoall_typed(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
-				  void *buf)
+				  scd_device_kind_t kind, void *buf)
 {
 	int P = e->d->world_size;
 	scd_transport_t *t = e->transport;
 	scd_transport_counters_t c0, c1;
+	/* the results' copies to trainers on other GPUs: this stage's own area */
+	sc_status_t st = peer_reserve(&e->peer_out, dev, job, kind);
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: no room on the engine GPU cuda:%d to copy the alltoall's "
+			 "results to the node's other GPUs: %s",
+			 e->d->rank, scd_cuda_engine(), sc_status_message(st));
+		return st;
+	}
 	t->ops->counters(t, &c0);
-	a2a_ctx_t ac = {e, dev, &job->items[0]};
+	a2a_ctx_t ac = {e, dev, &job->items[0], &e->peer_out};
 	scd_a2a_hooks_t h = alltoall_hooks(&ac);
-	sc_status_t st =
-	    scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf, &h);
+	st = scd_alltoall_run(job, dev, t, e->d->rank, P, e->d->local_size, buf, &h);
 	t->ops->counters(t, &c1);
 	job->predicted_s =
 	    P > 1 ? (P - 1) * e->alpha_s +
@@ -1011,10 +1041,26 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
 	return k;
 }
 
+/* Why dev's sync failed with st: the fault that lost the GPU where there is one (the
+ * device's first failure was logged where it was seen), else st's message. */
+static const char *device_why(const scd_device_ops_t *dev, sc_status_t st)
+{
+	const char *lost = strcmp(dev->name, "cuda") ? NULL : scd_cuda_lost();
+	return lost ? lost : sc_status_message(st);
+}
+
 /* The scheme's kernels read the node's residual where it lies: a cuda tensor's must be on
  * the engine GPU (local rank 0's registration holds it). */
 static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
 {
+	const char *lost = kind == SCD_DEVICE_CUDA ? scd_cuda_lost() : NULL;
+	if (lost) { /* nothing of the GPU works any more: fail at once, the same every time */
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: tensor '%s': the GPU is lost (%s): GPU work fails until the "
+			 "daemon restarts; cpu tensors are still served",
+			 e->d->rank, item_name(&job->items[0]), lost);
+		return SC_ERR_SYSTEM;
+	}
 	for (int i = 0; i < job->n_items && kind == SCD_DEVICE_CUDA; i++) {
 		const scd_job_item_t *it = &job->items[i];
 		if (!it->residual || it->residual_ordinal == scd_cuda_engine())
@@ -1081,7 +1127,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		compute_fail(job, st);
 		return;
 	}
-	if ((st = peer_reserve(&e->peer, dev, job, run->kind)) != SC_OK) {
+	if ((st = peer_reserve(&e->peer_in, dev, job, run->kind)) != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: no room on the engine GPU cuda:%d to copy the node's "
 			 "sources on other GPUs over: %s",
@@ -1096,18 +1142,18 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	if (job->op == SCD_OP_ALLGATHER) /* gathered in the communication stage */
 		;
 	else if (job->op == SCD_OP_ALLTOALL) { /* the blocks out of the trainers' buffers */
-		a2a_ctx_t ac = {e, dev, &job->items[0]};
+		a2a_ctx_t ac = {e, dev, &job->items[0], &e->peer_in};
 		scd_a2a_hooks_t h = alltoall_hooks(&ac);
 		scd_alltoall_pack(job, run->buf, &h);
 	} else if (scd_op_is_broadcast(job->op)) /* the root's values go out as they are */
 		for (int i = 0; i < job->n_items; i++)
-			local_broadcast(dev, &e->peer, &job->items[i], job->dtype,
+			local_broadcast(dev, &e->peer_in, &job->items[i], job->dtype,
 					run->buf + job->items[i].offset * esz,
 					root / L == e->d->rank ? root % L : -1);
 	else if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			uint64_t tl = scd_tl_begin();
-			local_reduce(dev, &e->peer, &job->items[i], i, job->dtype,
+			local_reduce(dev, &e->peer_in, &job->items[i], i, job->dtype,
 				     scd_op_reduction(job->op),
 				     run->buf + job->items[i].offset * esz, nonfinite,
 				     &run->fault);
@@ -1115,12 +1161,12 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		}
 	else if (nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place: its values */
 		coo_direct_nonfinite(job, nonfinite, &run->fault);
-	if (e->peer.st != SC_OK) {
+	if (e->peer_in.st != SC_OK) {
 		dev->sync(); /* what failed behind the copy is this job's too */
 		snprintf(job->error, sizeof(job->error), "rank %d: %s", e->d->rank,
-			 e->peer.what);
+			 e->peer_in.what);
 		log_job_error(job);
-		compute_fail(job, e->peer.st);
+		compute_fail(job, e->peer_in.st);
 		return;
 	}
 	if (job_schemes(job) && (st = dev->sync()) == SC_OK) {
@@ -1146,7 +1192,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed summing the node's trainers: %s",
-			 e->d->rank, dev->name, sc_status_message(st));
+			 e->d->rank, dev->name, device_why(dev, st));
 		log_job_error(job);
 		compute_fail(job, st);
 	}
@@ -1200,7 +1246,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	else if (scd_op_is_reducescatter(job->op))
 		st = reducescatter_typed(e, job, dev, run->buf);
 	else if (job->op == SCD_OP_ALLTOALL)
-		st = alltoall_typed(e, job, dev, run->buf);
+		st = alltoall_typed(e, job, dev, run->kind, run->buf);
 	else
 		st = dense_typed(e, job, dev, t, run->buf);
 	t->ops->counters(t, &c1);
@@ -1254,7 +1300,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 		job->status = st;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: the %s device failed delivering the result: %s", e->d->rank,
-			 dev->name, sc_status_message(st));
+			 dev->name, device_why(dev, st));
 		log_job_error(job);
 		return;
 	}
@@ -1602,14 +1648,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 {
 	if (!e)
 		return SC_OK;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = scd_deadline_ts(timeout_ms);
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);
@@ -1642,8 +1681,10 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 			fusion_free(e, (scd_device_kind_t)k, j);
 	if (e->stage)
 		scd_device_stage_free(e->stage_dev, e->stage);
-	if (e->peer.buf)
-		e->peer.dev->free(e->peer.buf);
+	if (e->peer_in.buf)
+		e->peer_in.dev->free(e->peer_in.buf);
+	if (e->peer_out.buf)
+		e->peer_out.dev->free(e->peer_out.buf);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
 }

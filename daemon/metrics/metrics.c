@@ -140,6 +140,10 @@ static void world(FILE *out, const Sparsecomm__StatusReply *st)
 	      (double)st->n_clients);
 	gauge(out, "gpu_bytes", "gauge", "GPU memory held for cuda tensors.",
 	      (double)st->gpu_bytes);
+	gauge(out, "gpu_lost", "gauge",
+	      "1 once a sticky CUDA fault has left the GPU failing every call (GPU work fails, "
+	      "cpu tensors are served).",
+	      st->gpu_lost ? 1 : 0);
 	gauge(out, "uptime_seconds", "gauge", "Seconds since the daemon started.",
 	      (double)st->uptime_ms / 1000.0);
 	family(out, "info", "gauge", "The daemon's version and coordinator.");

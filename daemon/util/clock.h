@@ -18,6 +18,20 @@ static inline double scd_now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The CLOCK_REALTIME time timeout_ms from now, for pthread_cond_timedwait. */
+static inline struct timespec scd_deadline_ts(int timeout_ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
 static inline double scd_thread_cpu_s(void)
 {
 	struct timespec ts;

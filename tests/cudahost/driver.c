@@ -16,6 +16,15 @@
  * - Contexts and streams are tokens: no work is ever queued, everything happens at once.
  * - cuDeviceGetCount says $SCG_HOST_DEVICES, 1 when unset: the devices the host build of
  *   the GPU library emulates for the daemon (gpu/mem.cu), so both sides see the same GPUs.
+ *   $SC_CUDA_HOST_VISIBLE plays CUDA_VISIBLE_DEVICES: a comma-separated list of the
+ *   node's (the daemon's) device numbers this process sees, its ordinal i being the list's
+ *   i-th ("1": this process's cuda:0 is the daemon's cuda:1; a number past the daemon's
+ *   devices is a GPU the daemon does not see). cuDeviceGetUuid_v2 gives each its UUID,
+ *   scg_host_uuid of its node number, as the host build gives the daemon's.
+ * - Opening a memory or event handle checks that its object belongs to the device of the
+ *   current context (scg_host_ipc_t.device): real CUDA would quietly map another GPU's
+ *   memory through peer access, which here fails with CUDA_ERROR_INVALID_DEVICE, so a
+ *   tensor allocated on the wrong GPU shows in a test.
  * - $SC_CUDA_HOST_LOG names a file that gets one line per open and close, prefixed with
  *   the process id ("PID mem_open NAME", "PID mem_close NAME", "PID event_open NAME",
  *   "PID event_destroy NAME", "PID ctx_retain N", "PID ctx_release N"), so tests check
@@ -58,6 +67,9 @@ typedef struct host_event *CUevent;
 typedef struct {
 	char reserved[64];
 } CUipcMemHandle, CUipcEventHandle;
+typedef struct {
+	char bytes[16];
+} CUuuid;
 
 /* An opened event: its mapped counter and the count this process last waited for. */
 struct host_event {
@@ -79,6 +91,8 @@ static struct host_mem *mems;
 static int initialized;
 static int contexts[64]; /* retain counts per device */
 static __thread int ctx_depth;
+/* the devices of the contexts pushed on this thread (the deepest ones kept) */
+static __thread int ctx_dev[16];
 /* The primary contexts: their address is their device's token. */
 static char ctx_tokens[64];
 
@@ -99,12 +113,49 @@ static void host_log(const char *what, const char *arg)
 	close(fd);
 }
 
+/* This process's ordinals' node device numbers ($SC_CUDA_HOST_VISIBLE, else all of
+ * $SCG_HOST_DEVICES in order) into node[64]; returns how many. */
+static int visible(int *node)
+{
+	const char *s = getenv("SC_CUDA_HOST_VISIBLE");
+	int n = 0;
+
+	if (!s) {
+		const char *d = getenv("SCG_HOST_DEVICES");
+
+		n = d && *d ? atoi(d) : 1;
+		n = n < 0 ? 0 : n > 64 ? 64 : n;
+		for (int i = 0; i < n; i++)
+			node[i] = i;
+		return n;
+	}
+	while (*s && n < 64) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		if (end == s || v < 0 || v > 255)
+			break; /* the rest is not a device number: the driver stops there too */
+		node[n++] = (int)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end != ',')
+			break;
+	}
+	return n;
+}
+
 static int device_count(void)
 {
-	const char *s = getenv("SCG_HOST_DEVICES");
-	int n = s && *s ? atoi(s) : 1;
+	int node[64];
 
-	return n < 0 ? 0 : n > 64 ? 64 : n;
+	return visible(node);
+}
+
+/* The node's number of this process's device dev. */
+static int node_device(int dev)
+{
+	int node[64];
+
+	return dev >= 0 && dev < visible(node) ? node[dev] : -1;
 }
 
 /* Checks a handle's magic and name; maps its object of bytes (0: the handle's). */
@@ -119,6 +170,15 @@ static CUresult map_handle(const void *handle, uint32_t magic, size_t bytes, voi
 	memcpy(&h, handle, sizeof(h));
 	if (h.magic != magic || !memchr(h.name, 0, sizeof(h.name)) || h.name[0] != '/')
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* the object must be on the current context's GPU (the caller checked there is one) */
+	if ((int)h.device != node_device(ctx_dev[(ctx_depth < 16 ? ctx_depth : 16) - 1])) {
+		char arg[96];
+
+		snprintf(arg, sizeof(arg), "%s device %u, context on node device %d", h.name,
+			 h.device, node_device(ctx_dev[(ctx_depth < 16 ? ctx_depth : 16) - 1]));
+		host_log("wrong_device", arg);
+		return CUDA_ERROR_INVALID_DEVICE;
+	}
 	if (!bytes)
 		bytes = (size_t)h.bytes;
 	if (bytes == 0)
@@ -173,6 +233,20 @@ EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 	return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	int node = node_device(dev);
+
+	if (!ready())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!uuid)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (node < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	scg_host_uuid(node, (unsigned char *)uuid->bytes);
+	return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
 	char arg[16];
@@ -214,6 +288,8 @@ EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
 	if (c < ctx_tokens || c >= ctx_tokens + sizeof(ctx_tokens))
 		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth < 16)
+		ctx_dev[ctx_depth] = (int)(c - ctx_tokens);
 	ctx_depth++;
 	return CUDA_SUCCESS;
 }

@@ -149,6 +149,11 @@ int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
 int it_bits(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);
+int it_cuda_visible(int argc, char **argv);
+int it_cuda_lost(int argc, char **argv);
+/* GET /metrics of the daemon's endpoint at HOST:PORT: the whole answer, malloc'd
+ * (itest_metrics.c). */
+char *it_metrics_scrape(const char *hostport);
 int it_cuda_schemes(int argc, char **argv); /* itest_cudaschemes.c */
 /* Sets up the CUDA driver stand-in and its log (argv[1], LOG: LOG.<rank>) for this rank;
  * returns the log's path (itest_cuda.c). */

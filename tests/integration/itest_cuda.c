@@ -10,6 +10,7 @@
  *       library without the driver's symbols, a GPU the driver does not have, a daemon
  *       that does not serve GPU tensors); cpu tensors of the same client keep working,
  *       and options of the previous struct_size (without the device fields) register cpu.
+ *   cuda-visible LOG: one GPU visible per trainer, mapped by UUID (it_cuda_visible).
  *   cuda-sums LOG [TRANSPORT [ENGINE]]: end to end (needs daemons that serve cuda tensors
  * through the host build of the GPU library, $SPARSECOMM_CUDA_LIB): exact sums of cuda tensors
  * written through their device pointers, collected by sc_wait and sc_stream_wait, COO input
@@ -25,7 +26,8 @@
  * back, and a kernel that read another GPU's memory would fail the operation. cuda-sums
  * then also checks that each trainer's context is its own GPU's, and, its driver seeing one
  * GPU more than the daemons, that a registration on cuda:N is refused by the daemon and
- * one on cuda:N+1 by the library, each naming the tensor and the count. ENGINE: the
+ * one on cuda:N+1 by the library, each naming the tensor and the count (the daemon's
+ * refusal names the GPU's UUID). ENGINE: the
  * daemons' engine GPU (cuda_device) when it is not 0: the top-k tensor, whose residual is
  * local rank 0's on cuda:0, must then fail naming the tensor and both GPUs.
  */
@@ -368,7 +370,7 @@ static void cuda_wire(sc_client_t *c, const char *transport)
 static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
 {
 	int n = cuda_gpus();
-	char want[128], arg[16];
+	char want[200], arg[16];
 	sc_tensor_t *t = NULL;
 	sc_status_t st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n + 1, &t);
 	snprintf(want, sizeof(want), "cuda:%d does not exist: the CUDA driver sees %d GPU",
@@ -379,8 +381,11 @@ static void cuda_gpu_placement(sc_client_t *c, const char *log, int engine)
 			"SC_ERR_UNSUPPORTED naming the tensor and '%s'",
 			n + 1, sc_status_name(st), sc_last_error(), want);
 	st = reg_cuda(c, "cuda.far", SC_FLOAT32, CUDA_N, n, &t);
-	snprintf(want, sizeof(want),
-		 "cuda:%d is not served on this node: the daemon sees %d GPUs", n, n);
+	snprintf(
+	    want, sizeof(want),
+	    "its GPU GPU-53434748-0000-0000-0000-0000000000%02x (the trainer's cuda:%d) is "
+	    "not one this daemon serves: it sees %d GPUs",
+	    n, n, n);
 	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'cuda.far'") ||
 	    !strstr(sc_last_error(), want) || !it_mentions_rank(sc_last_error(), it_env.rank))
 		IT_FAIL("registering 'cuda.far' on cuda:%d, a GPU the daemon lacks: %s (%s), "
@@ -451,6 +456,121 @@ int it_cuda_sums(int argc, char **argv)
 	}
 	sc_finalize(c);
 	it_cuda_log_balanced(log, 5);
+	it_pass();
+}
+
+/*
+ * One GPU visible per trainer, as srun and most launchers place them: local rank r's
+ * driver sees the node's GPU r mod N alone, as its cuda:0 (SC_CUDA_HOST_VISIBLE plays
+ * CUDA_VISIBLE_DEVICES), then node GPU 7, which the daemons lack, as its cuda:1. The
+ * daemon must find cuda:0 by its UUID and allocate there (the stand-in refuses to open a
+ * handle of another GPU than the context's), and the sums are exact; a registration on
+ * cuda:1 is refused by the daemon naming the tensor, the rank and the GPU's UUID.
+ */
+int it_cuda_visible(int argc, char **argv)
+{
+	const char *log = it_cuda_stand_in(argc, argv);
+	int node = it_env.env_local_rank > 0 ? it_env.env_local_rank % cuda_gpus() : 0;
+	char vis[32], why[512];
+	const char *unseen = "GPU-53434748-0000-0000-0000-000000000007";
+	sc_tensor_t *t = NULL, *u = NULL;
+
+	snprintf(vis, sizeof(vis), "%d,7", node);
+	setenv("SC_CUDA_HOST_VISIBLE", vis, 1);
+	sc_client_t *c = it_connect();
+	IT_CHECK_SC(reg_cuda(c, "cuda.v", SC_FLOAT32, CUDA_N, 0, &t),
+		    "registering 'cuda.v' on cuda:0, the node's GPU %d", node);
+	for (int step = 0; step < 2; step++) {
+		it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 90 + step, it_env.rank, 1);
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'cuda.v' step %d",
+			    step);
+		size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 90 + step,
+					it_env.size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("'cuda.v' step %d: %zu elements wrong: %s", step, wrong, why);
+	}
+	sc_status_t st = reg_cuda(c, "cuda.unseen", SC_FLOAT32, CUDA_N, 1, &u);
+	if (st != SC_ERR_UNSUPPORTED || u || !strstr(sc_last_error(), "'cuda.unseen'") ||
+	    !strstr(sc_last_error(), unseen) || !it_mentions_rank(sc_last_error(), it_env.rank))
+		IT_FAIL("registering 'cuda.unseen' on cuda:1, the node's GPU 7: %s (%s), "
+			"expected SC_ERR_UNSUPPORTED naming the tensor, rank %d and %s",
+			sc_status_name(st), sc_last_error(), it_env.rank, unseen);
+	it_log("refused as expected: %s", sc_last_error());
+	if (it_cuda_log_count(log, "wrong_device", NULL))
+		IT_FAIL("%s: a handle of another GPU than this trainer's was opened", log);
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 1);
+	it_pass();
+}
+
+/*
+ * A sticky GPU fault, injected into the daemons' host GPU library by $SCG_HOST_FAULT = 1
+ * (its first sync reports an illegal address, and every later call fails): the first cuda
+ * allreduce fails; from then on every cuda allreduce fails at once with one error naming
+ * the fault, a new cuda registration is refused naming it, cpu tensors are still summed
+ * exactly, and `sparsectl status` and the metrics endpoint (METRICS, HOST:PORT) say the
+ * GPU is lost.
+ */
+int it_cuda_lost(int argc, char **argv)
+{
+	const char *log = it_cuda_stand_in(argc, argv);
+	const char *fault = "cudaErrorIllegalAddress, injected by SCG_HOST_FAULT";
+	sc_tensor_t *u = NULL;
+	sc_handle_t h = 0;
+
+	if (argc < 3)
+		IT_FAIL("usage: cuda-lost LOG METRICS");
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = cuda_tensor(c, "cuda.lost", SC_FLOAT32);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, CUDA_N, 95, it_env.rank, 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'cuda.lost'");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (r == SC_OK || r == IT_HANG || !strstr(it_wait_error(), "cudaErrorIllegalAddress"))
+		IT_FAIL("'cuda.lost' with a GPU fault at the first sync: %s (%s), expected a "
+			"failure naming the fault",
+			it_wait_name(r), it_wait_error());
+	it_log("the faulted step failed: %s", it_wait_error());
+	for (int step = 0; step < 2; step++) { /* the same error, at once, every time */
+		double t0 = it_now_s();
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'cuda.lost'");
+		r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		const char *e = it_wait_error();
+		if (r != SC_ERR_SYSTEM || !strstr(e, "'cuda.lost'") ||
+		    !strstr(e, "the GPU is lost") || !strstr(e, fault) ||
+		    !it_mentions_rank(e, it_env.rank))
+			IT_FAIL("'cuda.lost' after the fault, step %d: %s (%s), expected "
+				"SC_ERR_SYSTEM naming the tensor, 'the GPU is lost' and '%s'",
+				step, it_wait_name(r), e, fault);
+		if (it_now_s() - t0 > 5)
+			IT_FAIL("'cuda.lost' took %.1f s to fail on a lost GPU",
+				it_now_s() - t0);
+	}
+	it_log("failed at once as expected: %s", it_wait_error());
+	sc_status_t st = reg_cuda(c, "cuda.new", SC_FLOAT32, CUDA_N, cuda_ordinal(), &u);
+	if (st != SC_ERR_SYSTEM || u || !strstr(sc_last_error(), "'cuda.new'") ||
+	    !strstr(sc_last_error(), fault))
+		IT_FAIL("registering 'cuda.new' on a lost GPU: %s (%s), expected SC_ERR_SYSTEM "
+			"naming the tensor and the fault",
+			sc_status_name(st), sc_last_error());
+	cpu_sums(c, "cuda.cpu", 96); /* cpu tensors are still served */
+	const char *args[] = {"status", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *gpu = it_json_get(s, "gpu"), *lost = it_json_get(s, "gpu_lost");
+	if (!gpu || gpu->type != IT_JSTR || strncmp(gpu->str, "lost: ", 6) ||
+	    !strstr(gpu->str, fault) || !lost || lost->type != IT_JBOOL || lost->num != 1)
+		IT_FAIL("sparsectl status: gpu '%s', gpu_lost %s: expected 'lost: ...%s...' "
+			"and true",
+			gpu && gpu->type == IT_JSTR ? gpu->str : "(missing)",
+			lost ? (lost->type == IT_JBOOL && lost->num == 1 ? "true" : "not true")
+			     : "(missing)",
+			fault);
+	it_json_free(s);
+	char *m = it_metrics_scrape(argv[2]);
+	if (!strstr(m, "\nsparsecomm_gpu_lost 1\n"))
+		IT_FAIL("the metrics at %s lack 'sparsecomm_gpu_lost 1'", argv[2]);
+	free(m);
+	sc_finalize(c);
+	it_cuda_log_balanced(log, 1);
 	it_pass();
 }
 

@@ -375,6 +375,8 @@ static const struct {
     {"cuda-schemes", it_cuda_schemes,
      "LOG TRANSPORT: every scheme pinned on cuda tensors, exact or conserving"},
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},
+    {"cuda-visible", it_cuda_visible, "LOG: one GPU visible per trainer, found by UUID"},
+    {"cuda-lost", it_cuda_lost, "LOG METRICS: a sticky GPU fault ($SCG_HOST_FAULT)"},
     {"cuda-driver", it_cuda_driver, "DRIVER LOG: the library's CUDA IPC plumbing alone"},
     {"cuda-fake", it_cuda_fake, "DRIVER LOG: cuda tensors against a fake daemon"},
     {"metrics", it_metrics, "HOST:PORT...: the metrics endpoint around allreduces"},

@@ -89,7 +89,7 @@ static int open_idle(const char *hostport)
 	return fd;
 }
 
-static char *scrape(const char *hostport)
+char *it_metrics_scrape(const char *hostport)
 {
 	const char req[] = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n";
 	char *a = http(hostport, req, sizeof(req) - 1);
@@ -145,7 +145,7 @@ int it_metrics(int argc, char **argv)
 	char name[64], series[160];
 	snprintf(name, sizeof(name), "metrics.t");
 
-	char *before = scrape(where);
+	char *before = it_metrics_scrape(where);
 	snprintf(series, sizeof(series), "sparsecomm_tensor_calls_total{tensor=\"%s\"}", name);
 	double calls0 = sample(before, series);
 	if (calls0 > 0)
@@ -163,7 +163,7 @@ int it_metrics(int argc, char **argv)
 		if (r != SC_OK)
 			IT_FAIL("allreduce %d: %s (%s)", k, it_wait_name(r), it_wait_error());
 	}
-	char *after = scrape(where);
+	char *after = it_metrics_scrape(where);
 	double calls = sample(after, series);
 	if (calls != IT_METRICS_CALLS)
 		IT_FAIL("%s is %g after %d calls", series, calls, IT_METRICS_CALLS);

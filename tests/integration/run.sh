@@ -818,6 +818,7 @@ if [ ! -e "$cudalib" ]; then
 		"cuda alltoall n=2 per-node=2" "cuda gpus alltoall n=2 per-node=2" \
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
 		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
+		"cuda gpus visible n=2 per-node=2" "cuda gpu lost n=1 per-node=2" \
 		"cuda gpus engine 2 refused n=1 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
@@ -844,6 +845,20 @@ else
 		"$tmp/cuda-gpus-a2a.log"
 	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
 		cuda-killed "$tmp/cuda-gpus-killed.log"
+	# one GPU visible per trainer: each trainer's cuda:0 is the node's GPU of its local
+	# rank, which the daemon finds by UUID; a GPU the daemon lacks refused naming its UUID
+	run_case "cuda gpus visible n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-visible \
+		"$tmp/cuda-gpus-visible.log"
+	# a sticky GPU fault at the daemon's first sync: GPU work fails at once naming it,
+	# cpu tensors are served, status and metrics say the GPU is lost
+	if selected "cuda gpu lost n=1 per-node=2"; then
+		lost_m=127.0.0.1:$(free_port)
+		export SCG_HOST_FAULT=1
+		run_case "cuda gpu lost n=1 per-node=2" 1 2 120 0 2 \
+			--daemon-arg --metrics_addr --daemon-arg "$lost_m" -- "$itest" cuda-lost \
+			"$tmp/cuda-gpu-lost.log" "$lost_m"
+		unset SCG_HOST_FAULT
+	fi
 	# the engine on cuda:1: local rank 0's tensors copied over and back, and its top-k
 	# residual on cuda:0 refused
 	export SPARSECOMM_CUDA_DEVICE=1

@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "gpu_fns.h"
 #include "gpu_log.h"
 #include "scg.h"
+#include "scg_host_ipc.h"
 #include "unit.h"
 
 #define OK(x) CHECK_EQ_INT((x), SC_OK)
@@ -718,6 +721,51 @@ UNIT_TEST(gpu_host_devices)
 	OK(scg_free(b));
 }
 
+/* Exported memory is whole IPC granules (a CUDA IPC handle maps the whole driver
+ * allocation): the rounding, and an export of 100 bytes that is 2 MiB of the exporting
+ * device's memory, the handle and its shared object saying so. */
+UNIT_TEST(gpu_ipc_granularity)
+{
+	const size_t g = SCG_IPC_GRANULARITY_BYTES;
+	unsigned char handle[SCG_IPC_HANDLE_BYTES];
+	scg_host_ipc_t h;
+	struct stat st;
+	char *x = NULL;
+
+	CHECK_TRUE(g == (size_t)2 << 20);
+	CHECK_TRUE(scg_ipc_bytes(0) == g);
+	CHECK_TRUE(scg_ipc_bytes(1) == g);
+	CHECK_TRUE(scg_ipc_bytes(g) == g);
+	CHECK_TRUE(scg_ipc_bytes(g + 1) == 2 * g);
+	CHECK_TRUE(scg_ipc_bytes(5 * g - 7) == 5 * g);
+	CHECK_TRUE(scg_ipc_bytes(SIZE_MAX) == 0);
+	CHECK_TRUE(scg_ipc_bytes(SIZE_MAX - g + 2) == 0);
+	setenv("SCG_HOST_DEVICES", "2", 1);
+	OK(scg_init(1));
+	OK(scg_ipc_alloc(100, (void **)&x, handle));
+	memcpy(&h, handle, sizeof(h));
+	CHECK_TRUE(h.magic == SCG_HOST_IPC_MEM && h.bytes == g);
+	CHECK_EQ_INT((int)h.device, 1);
+	int fd = shm_open(h.name, O_RDONLY, 0);
+	CHECK_TRUE(fd >= 0);
+	CHECK_EQ_INT(fstat(fd, &st), 0);
+	close(fd);
+	CHECK_TRUE((uint64_t)st.st_size == g);
+	CHECK_EQ_INT(scg_host_owner(x + g - 1), 1);
+	CHECK_EQ_INT(scg_host_owner(x + g), -1);
+	OK(scg_ipc_free(x));
+	/* and the UUIDs of the emulated devices, which the driver stand-in gives trainers */
+	unsigned char u[16], want[16];
+	char text[SCD_CUDA_UUID_TEXT];
+	OK(scg_device_uuid(1, u));
+	scg_host_uuid(1, want);
+	CHECK_TRUE(!memcmp(u, want, 16));
+	CHECK_EQ_INT(scg_device_uuid(2, u), SC_ERR_INVALID);
+	CHECK_MSG(
+	    !strcmp(scd_cuda_uuid_text(u, text), "GPU-53434748-0000-0000-0000-000000000001"),
+	    "%s", text);
+}
+
 /* On a machine without a GPU (or without the library) the cuda slot says so, with a
  * reason, the same every time. */
 UNIT_TEST(gpu_device_cuda_unavailable)
@@ -778,6 +826,9 @@ UNIT_TEST(gpu_library_has_every_op)
 	scd_cuda_fns_t f;
 	scd_cuda_fns_resolve(lib, &f);
 	CHECK_TRUE(f.error && f.init && f.backend && !strcmp(f.backend(), "cuda"));
+	/* and what sharing with trainers needs (scd_cuda_ipc_get) */
+	CHECK_TRUE(f.device_uuid && f.device_count && f.ipc_alloc && f.ipc_free &&
+		   f.ipc_event_create && f.event_record && f.stream_wait_event);
 	scd_device_ops_t ops;
 	char missing[1024];
 	unsigned n = scd_cuda_ops_fill(&f, &ops, missing, sizeof missing);

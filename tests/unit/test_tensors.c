@@ -1,12 +1,16 @@
 /* test_tensors.c: the node's registrations (daemon/ctl/tensor.c): the registration limit,
- * unguessable shared-memory names, and the runtime directory's lock (util/dirlock.c). */
+ * unguessable shared-memory names, cuda registrations freed off the caller's thread
+ * (device/cuda_free.c), and the runtime directory's lock (util/dirlock.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl/tensor.h"
+#include "device/cuda_free.h"
+#include "scg_host_ipc.h"
 #include "unit.h"
 #include "util/dirlock.h"
 
@@ -71,6 +75,81 @@ UNIT_TEST(tensors_shm_names_unpredictable)
 	CHECK_MSG(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "%s is mode 0600", path);
 	scd_tensors_destroy(t);
 	CHECK_MSG(stat(path, &st) != 0, "%s removed with the table", path);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Whether the shared object of the host build's IPC handle h exists. */
+static int handle_object_exists(const unsigned char *h)
+{
+	scg_host_ipc_t hh;
+	char path[128];
+	struct stat st;
+	memcpy(&hh, h, sizeof(hh));
+	snprintf(path, sizeof(path), "/dev/shm%s", hh.name);
+	return stat(path, &st) == 0;
+}
+
+/*
+ * A cuda registration (through the host build of the GPU library, next to this runner) is
+ * freed off the caller's thread: releasing it, as unregistering or a trainer's exit does,
+ * returns at once while the free, which here takes 1 s as cudaFree waits for the device
+ * ($SCG_HOST_FREE_DELAY_MS), runs on the release thread (cuda_free.c); the memory held is
+ * whole IPC granules; destroying the table waits for every free, so no exported object
+ * outlives it.
+ */
+UNIT_TEST_TIMEOUT(tensors_gpu_free_off_the_caller, 60)
+{
+	char lib[4200], exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	CHECK_TRUE(n > 0);
+	exe[n] = 0;
+	*strrchr(exe, '/') = 0;
+	snprintf(lib, sizeof(lib), "%s/../lib/libsparsecomm-cuda-host.so", exe);
+	if (access(lib, R_OK) != 0)
+		unit_skip("%s is not built (needs CCCL)", lib);
+	setenv("SPARSECOMM_CUDA_LIB", lib, 1);
+	setenv("SCG_HOST_FREE_DELAY_MS", "1000", 1);
+	scd_tensors_t *t;
+	scd_reg_t *a, *b;
+	char err[512] = "";
+	scd_tensor_opts_t opts = {.device_kind = SC_DEVICE_CUDA, .device_uuid_len = 16};
+	scg_host_uuid(0, opts.device_uuid);
+	CHECK_EQ_INT(scd_tensors_create(2, NULL, NULL, &t), SC_OK);
+	scd_tensors_gpu_policy(t, 1, 0);
+	sc_status_t st = scd_tensors_register(t, NULL, 0, "g", SC_FLOAT32, 16, &opts, 1 << 20,
+					      &a, err, sizeof(err));
+	CHECK_MSG(st == SC_OK, "%s", err);
+	CHECK_EQ_INT(scd_tensors_register(t, NULL, 1, "g", SC_FLOAT32, 16, &opts, 1 << 20, &b,
+					  err, sizeof(err)),
+		     SC_OK);
+	CHECK_TRUE(a->gpu_mem && b->gpu_mem);
+	CHECK_TRUE(scd_tensors_gpu_bytes(t) == 2 * SCG_IPC_GRANULARITY_BYTES);
+	unsigned char ha[SCG_IPC_HANDLE_BYTES], hb[SCG_IPC_HANDLE_BYTES];
+	memcpy(ha, a->mem_ipc, sizeof(ha));
+	memcpy(hb, b->mem_ipc, sizeof(hb));
+	CHECK_TRUE(handle_object_exists(ha) && handle_object_exists(hb));
+	uint64_t q0, d0, q1, d1;
+	scd_cuda_free_counts(&q0, &d0);
+	double t0 = now_s();
+	scd_tensors_release(t, a);
+	double took = now_s() - t0;
+	CHECK_MSG(took < 0.5, "releasing a cuda registration took %.3f s on the caller", took);
+	CHECK_MSG(handle_object_exists(ha), "the 1 s free already ran on the caller's thread");
+	CHECK_TRUE(scd_tensors_gpu_bytes(t) == SCG_IPC_GRANULARITY_BYTES);
+	scd_cuda_free_counts(&q1, &d1);
+	CHECK_TRUE(q1 == q0 + 1);
+	CHECK_EQ_INT(scd_cuda_free_drain(10000), 0);
+	CHECK_MSG(!handle_object_exists(ha), "the object is unlinked once the free ran");
+	scd_tensors_destroy(t); /* b's free, waited for */
+	CHECK_MSG(!handle_object_exists(hb), "the table's destruction left b's object behind");
+	scd_cuda_free_counts(&q1, &d1);
+	CHECK_TRUE(q1 == q0 + 2 && d1 == q1);
 }
 
 /* A second lock of the same runtime directory fails naming the directory and the pid of
