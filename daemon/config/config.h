@@ -91,8 +91,9 @@ typedef enum {
 	  "re-measure latency and bandwidth between the daemons every this many buffers (0: "  \
 	  "only at start)")                                                                    \
 	X(spardl_teams, INT, 0, NULL, 0, 4096, 0,                                              \
-	  "SparDL's team count d: 0 for the cost model's choice among the divisors of P, "     \
-	  "else the largest divisor of P not above it")                                        \
+	  "SparDL's team count d: 0 for the paper's d = 1 until another divisor of P, "        \
+	  "tried when the cost model favours it, is measured faster; else the largest "        \
+	  "divisor of P not above it")                                                         \
 	X(exdyna_blocks, INT, 1024, NULL, 1, 1048576, 0,                                       \
 	  "ExDyna's block count n_b: the partitions are runs of blocks of numel / n_b "        \
 	  "elements, rounded down to a multiple of 32")                                        \

@@ -41,8 +41,10 @@ typedef struct scd_cost_in {
 	scd_format_t format;	  /* sparse message format (COO, bitmap, hash bitmap) */
 	const double *gamma_of_m; /* optional: gamma after m tensors, index m = 1..P */
 	/* what some schemes' formulas take besides (see their files) */
-	uint32_t block;			   /* OmniReduce's, S2's bitmap block (0: 256) */
-	uint32_t teams;			   /* SparDL team count d (0 or 1: no SAG) */
+	uint32_t block;	     /* OmniReduce's, S2's bitmap block (0: 256) */
+	uint32_t teams;	     /* SparDL team count d (0 or 1: no SAG) */
+	uint32_t bsag_teams; /* SparDL: the d at which bsag_hl was measured */
+	double bsag_hl;	     /* B-SAG's measured h / L at bsag_teams (0: unknown, h = L) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
 } scd_cost_in_t;
 

@@ -935,6 +935,8 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	c->xchg_s = 0;
 	c->imbalance = 0;
 	c->teams_used = 0;
+	c->bsag_teams = 0;
+	c->bsag_hl = 0;
 	c->res_ready = 0;
 	c->rtrack = c->rtouch_ok = io->track_residual && io->residual;
 	c->n_rtouch = 0;
@@ -948,6 +950,7 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	if (st == SC_OK && c->cfg.numel > 0)
 		st = scd_schemes[s]->run(c, io);
 	res_write(c, UINT64_MAX); /* what no exchange overlapped, also after a failure */
+	c->sd.prev_d = st == SC_OK ? c->teams_used : 0; /* whose time the next run folds */
 	if (st != SC_OK) {
 		c->dev->sync(); /* a failed run's device failure, if any, goes with it */
 		return st;
@@ -963,6 +966,8 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 				 .messages = k1.messages_sent - k0.messages_sent,
 				 .rounds = c->rounds,
 				 .teams = c->teams_used,
+				 .bsag_teams = c->bsag_teams,
+				 .bsag_hl = c->bsag_hl,
 				 .local_nnz = c->nnz[c->rank],
 				 .total_nnz = c->total_nnz,
 				 .max_nnz = c->max_nnz};

@@ -155,6 +155,8 @@ typedef struct scd_scheme_report {
 	uint64_t messages;		 /* messages this rank sent */
 	uint32_t rounds;		 /* sequential communication rounds */
 	uint32_t teams;			 /* SparDL: d used */
+	uint32_t bsag_teams;		 /* SparDL: d of the previous B-SAG run (0: none) */
+	double bsag_hl;			 /* (same) its h / L, the ranks' mean */
 	uint64_t local_nnz;		 /* this rank's contribution's non-zeros */
 	uint64_t total_nnz;		 /* (same) sum over ranks of local_nnz */
 	uint64_t max_nnz;		 /* (same) largest local_nnz */
@@ -195,6 +197,10 @@ typedef struct scd_scheme_profile {
 	/* per scheme whose cost uses SCD_COST_IMBALANCE: its runs' reported imbalance
 	 * (ExDyna: max / mean selection over ranks), averaged; 0: not yet run */
 	double imbalance[SCD_SCHEME_COUNT];
+	/* SparDL's B-SAG: the h / L its runs reached at bsag_teams teams, averaged (0: none
+	 * measured) */
+	uint32_t bsag_teams;
+	double bsag_hl;
 	uint64_t steps; /* reports folded in */
 } scd_scheme_profile_t;
 

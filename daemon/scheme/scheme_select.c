@@ -41,6 +41,11 @@ void scd_scheme_profile_update(scd_scheme_profile_t *pf, const scd_scheme_report
 		pf->gamma_n = (1 - w) * g + w * r->gamma;
 		pf->skew = (1 - w) * pf->skew + w * r->skew;
 	}
+	if (r->bsag_teams) {
+		int same = pf->bsag_teams == r->bsag_teams && pf->bsag_hl > 0;
+		pf->bsag_hl = same ? 0.5 * pf->bsag_hl + 0.5 * r->bsag_hl : r->bsag_hl;
+		pf->bsag_teams = r->bsag_teams;
+	}
 	if (d && (d->uses & SCD_COST_IMBALANCE)) {
 		double *imb = &pf->imbalance[r->scheme];
 		*imb = *imb > 0 ? 0.5 * *imb + 0.5 * r->imbalance : r->imbalance;
@@ -65,7 +70,9 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .alpha_s = alpha_s,
 			       .beta_s_per_byte = beta_s_per_byte,
 			       .format = SCD_FMT_COO,
-			       .teams = 1};
+			       .teams = 1,
+			       .bsag_teams = pf->bsag_teams,
+			       .bsag_hl = pf->bsag_hl};
 }
 
 scd_cost_t scd_scheme_cost(const scd_scheme_ctx_t *c, scd_scheme_t s,

@@ -734,7 +734,7 @@ static void guard_scheme_on(scd_scheme_t s, const scd_device_ops_t *other)
 					 .stream_chunk = streamed ? 16 : 0,
 					 /* SparDL: one team (Spar-Reduce-Scatter over
 					  * all P), two teams at P = 4 (R-SAG), and the
-					  * cost model's choice when streamed */
+					  * calibrated choice when streamed */
 					 .teams = streamed ? 0
 						  : P == 4 ? 2
 							   : 1};
