@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ctl/stats_keep.h"
 #include "daemon.h"
@@ -37,6 +38,7 @@ typedef struct scd_tensor_opts {
 	uint32_t device_kind;	 /* sc_device_kind_t of the trainer's buffer */
 	uint32_t device_ordinal; /* with cuda: the GPU */
 	uint32_t wire;		 /* sc_wire_t: what its dense sums travel as */
+	uint32_t block;		 /* S2's bitmap block, block top-K's (0: the configuration's) */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -116,8 +118,10 @@ typedef struct scd_ntensor {
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER ||
-	       nt->op == SCD_OP_ALLTOALL || scd_op_is_reducescatter(nt->op);
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 ||
+	       (nt->opts.block && !strcmp(nt->opts.scheme, "s2_sketch")) ||
+	       nt->op == SCD_OP_ALLGATHER || nt->op == SCD_OP_ALLTOALL ||
+	       scd_op_is_reducescatter(nt->op);
 }
 
 /*

@@ -186,6 +186,9 @@ static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
 	case SC_SPARSIFY_DGC:
 		*k_p = SCD_SPARSIFY_DGC;
 		return 1;
+	case SC_SPARSIFY_BLOCK_TOPK:
+		*k_p = SCD_SPARSIFY_BLOCK_TOPK;
+		return 1;
 	default:
 		return 0; /* none, natural (sent as is), ExDyna (the scheme selects) */
 	}
@@ -226,6 +229,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			cfg.sketch_rows = job->items[i].sketch_rows;
 		if (job->items[i].sketch_cols > 0)
 			cfg.sketch_cols_factor = job->items[i].sketch_cols;
+		if (job->items[i].block && job->n_items == 1)
+			cfg.sketch_block = job->items[i].block; /* the tensor's rows */
 	}
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
@@ -233,7 +238,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
 		if (it->sparsifier == SC_SPARSIFY_EXDYNA ||
-		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC) {
+		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC ||
+		    it->sparsifier == SC_SPARSIFY_BLOCK_TOPK) {
 			cfg.density = it->density;
 			hint = it->density;
 		} else if (it->sparsifier == SC_SPARSIFY_NATURAL || it->coo_capacity > 0) {
@@ -251,7 +257,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 					   .numel = it->numel,
 					   .density = it->density,
 					   .threshold = (float)it->threshold,
-					   .seed = seed ^ it->cache_id};
+					   .seed = seed ^ it->cache_id,
+					   .block = it->block ? it->block : base->sketch_block};
 		if ((st = dev->sparsifier_create(&sc, &b->sp[i])) != SC_OK) {
 			char what[96];
 			if (kind == SCD_SPARSIFY_THRESHOLD)

@@ -101,6 +101,7 @@ UNIT_TEST(engine_job_device_per_buffer)
 
 typedef struct sketch_arg {
 	uint32_t rows;	/* the item's sketch_rows (0: the table's) */
+	uint32_t block; /* the item's block (0: the table's sketch_block) */
 	uint64_t *sent; /* [MAX_P] bytes each rank sent */
 } sketch_arg_t;
 
@@ -118,7 +119,8 @@ static void sketch_rank(scd_transport_t *t, int rank, int P, void *arg)
 			     .op = SC_OP_SUM,
 			     .cache_id = 3,
 			     .residual = res,
-			     .sketch_rows = a->rows};
+			     .sketch_rows = a->rows,
+			     .block = a->block};
 	scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
 			 .n_items = 1,
 			 .items = &it,
@@ -154,6 +156,25 @@ UNIT_TEST(engine_bufctx_tensor_sketch_rows)
 	printf("    S2 bytes sent per rank: rows 1 %llu, rows 3 %llu\n",
 	       (unsigned long long)sent[0], (unsigned long long)sent[1]);
 	CHECK_MSG(sent[1] > sent[0] * 3 / 2, "rows 3 sent %llu, rows 1 %llu",
+		  (unsigned long long)sent[1], (unsigned long long)sent[0]);
+}
+
+/* A tensor's block (sc_tensor_opts_t.block, a row of the tensor) is S2's bitmap block for
+ * its buffer: rows of 16 elements make a bitmap of 4096 entries where the configuration's
+ * 256-element blocks make 256, and its ring sends the 3840 more (4 bytes each at P = 2). */
+UNIT_TEST(engine_bufctx_tensor_block_is_s2_bitmap_block)
+{
+	uint64_t sent[2];
+	for (int k = 0; k < 2; k++) {
+		sketch_arg_t a = {.block = k ? 16 : 0};
+		a.sent = shared_map(8 * MAX_P);
+		run_world(2, sketch_rank, &a);
+		sent[k] = a.sent[0];
+		munmap(a.sent, 8 * MAX_P);
+	}
+	printf("    S2 bytes sent per rank: block 256 %llu, block 16 %llu\n",
+	       (unsigned long long)sent[0], (unsigned long long)sent[1]);
+	CHECK_MSG(sent[1] >= sent[0] + 4 * (4096 - 256), "block 16 sent %llu, block 256 %llu",
 		  (unsigned long long)sent[1], (unsigned long long)sent[0]);
 }
 

@@ -11,7 +11,7 @@
   Sparse gradients (nn.Embedding(sparse=True)) take the COO path and come back as sparse
   COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: dense).
   Per-parameter options: ``overrides`` maps a parameter name or an fnmatch pattern
-  ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy}, or is a
+  ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy, block}, or is a
   callable(name, param) returning such a dict or None.
 
 * :func:`broadcast_parameters` makes every rank start from root_rank's values (a
@@ -67,7 +67,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_object, barrier, join)
 
-_OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
+_OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
+             "block")
 
 
 # ---- Horovod's compression and collectives -------------------------------------------
@@ -404,7 +405,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 sparse_as_dense=self._sparse_as_dense)
         opts = dict(name=name, average=self._average, sparsifier=o["sparsifier"],
                     density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
-                    allow_lossy=o["allow_lossy"])
+                    allow_lossy=o["allow_lossy"], block=o.get("block"))
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
         return _compressed_async(self._compression, g, g, **opts)
