@@ -937,6 +937,7 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	c->teams_used = 0;
 	c->bsag_teams = 0;
 	c->bsag_hl = 0;
+	c->gamma_pts = 0;
 	c->res_ready = 0;
 	c->rtrack = c->rtouch_ok = io->track_residual && io->residual;
 	c->n_rtouch = 0;
@@ -968,6 +969,7 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 				 .teams = c->teams_used,
 				 .bsag_teams = c->bsag_teams,
 				 .bsag_hl = c->bsag_hl,
+				 .gamma_pts = c->gamma_pts,
 				 .local_nnz = c->nnz[c->rank],
 				 .total_nnz = c->total_nnz,
 				 .max_nnz = c->max_nnz};
@@ -992,6 +994,8 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	r.elapsed_s = scd_now_s() - t0;
 	r.xchg_s = c->xchg_s;
 	r.prev_elapsed_max_s = c->prev_elapsed_max_us * 1e-6;
+	memcpy(r.gamma_m, c->gamma_m, sizeof(r.gamma_m));
+	memcpy(r.gamma_at, c->gamma_at, sizeof(r.gamma_at));
 	c->last_elapsed_us = r.elapsed_s < 4000.0 ? (uint32_t)(r.elapsed_s * 1e6) : UINT32_MAX;
 	if (report_p)
 		*report_p = r;

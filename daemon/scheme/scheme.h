@@ -147,6 +147,12 @@ int scd_scheme_residual_added(const scd_scheme_ctx_t *ctx, const uint32_t **idx_
  */
 #define SCD_RESULT_DENSE UINT64_MAX
 
+/* Densification measured at intermediate group sizes (Hierarchical Centralization's
+ * aggregates): at most SCD_GAMMA_PTS points per report; a profile keeps the curve for
+ * group sizes up to SCD_GAMMA_M_MAX. */
+#define SCD_GAMMA_PTS	32
+#define SCD_GAMMA_M_MAX 256
+
 typedef struct scd_scheme_report {
 	scd_scheme_t scheme;
 	int lossless;
@@ -163,6 +169,11 @@ typedef struct scd_scheme_report {
 	uint64_t union_nnz;		 /* (same) non-zeros of the result */
 	double density;			 /* (same) d_G = total_nnz / (P numel) */
 	double gamma;			 /* (same) union_nnz / (total_nnz / P), ZEN gamma_G^n */
+	/* (same) gamma at group sizes gamma_m[i] < P of the previous run (HC): the union of
+	 * an aggregate of m contributions over their mean non-zeros, the ranks' mean */
+	uint32_t gamma_pts;
+	uint32_t gamma_m[SCD_GAMMA_PTS];
+	double gamma_at[SCD_GAMMA_PTS];
 	double skew;		   /* (same) max/mean result non-zeros over P even ranges */
 	double imbalance;	   /* (same) max/mean load over servers (BP, OmniReduce),
 				      over blocks (SparDL) or over ranks' contributions
@@ -201,6 +212,9 @@ typedef struct scd_scheme_profile {
 	 * measured) */
 	uint32_t bsag_teams;
 	double bsag_hl;
+	/* gamma after m tensors, m = 2..SCD_GAMMA_M_MAX, as the runs measured it, averaged
+	 * (0: not measured; model/cost.h interpolates between measured entries) */
+	double gamma_of_m[SCD_GAMMA_M_MAX + 1];
 	uint64_t steps; /* reports folded in */
 } scd_scheme_profile_t;
 

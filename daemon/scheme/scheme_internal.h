@@ -177,6 +177,13 @@ struct scd_scheme_ctx {
 	uint32_t teams_used;
 	uint32_t bsag_teams; /* SparDL's report of the previous B-SAG run (scheme.h) */
 	double bsag_hl;
+	/* HC: this rank's gamma at each doubling level of its last run (hc_m[i] tensors in
+	 * its aggregate, 0: none), and the ranks' means from the metadata round (report) */
+	uint32_t hc_m[SCD_GAMMA_PTS];
+	double hc_g[SCD_GAMMA_PTS];
+	uint32_t gamma_pts;
+	uint32_t gamma_m[SCD_GAMMA_PTS];
+	double gamma_at[SCD_GAMMA_PTS];
 	double imbalance;
 };
 

@@ -325,3 +325,96 @@ UNIT_TEST_TIMEOUT(scheme_model_spardl_default_teams, 120)
 		munmap(a.teams, sizeof(*a.teams) * MAX_P);
 	}
 }
+
+/* ---- ZEN's densification at intermediate group sizes ------------------------------------ */
+
+#define GAMMA_STEPS 3
+#define GAMMA_K	    1000
+
+typedef struct gamma_arg {
+	scd_scheme_report_t *rep; /* [rank]: the last step's */
+	double *g;		  /* [rank][9]: scd_cost_gamma(m) from the profile, m = 0..8 */
+} gamma_arg_t;
+
+/* Rank r's contribution: GAMMA_K indices from r K/2, so neighbours share half: a group of
+ * m consecutive ranks holds (m + 1) K/2 distinct indices, gamma(m) = (m + 1)/2. */
+static void gamma_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	gamma_arg_t *a = arg;
+	uint64_t n = (uint64_t)(P + 2) * GAMMA_K;
+	float *g = malloc(4 * n);
+	CHECK_TRUE(g != NULL);
+	scd_scheme_ctx_t *ctx = model_ctx(t, n, 0, 0);
+	scd_scheme_profile_t pf;
+	scd_scheme_profile_init(&pf, 0.1);
+	scd_scheme_report_t rep;
+	for (int s = 0; s < GAMMA_STEPS; s++) {
+		memset(g, 0, 4 * n);
+		for (uint64_t i = 0; i < GAMMA_K; i++)
+			g[(uint64_t)rank * GAMMA_K / 2 + i] =
+			    1.0f + (float)((i + (uint64_t)s) % 5);
+		scd_scheme_io_t io = {.data = g};
+		sc_status_t st = scd_scheme_run(SCD_SCHEME_HIER_CENTRAL, ctx, &io, &rep);
+		CHECK_MSG(st == SC_OK, "rank %d step %d: %s", rank, s, scd_scheme_error());
+		scd_scheme_profile_update(&pf, &rep);
+	}
+	a->rep[rank] = rep;
+	scd_cost_in_t in = scd_scheme_cost_in(ctx, &pf, ALPHA, BETA);
+	for (int m = 0; m <= 8; m++)
+		a->g[rank * 9 + m] = m <= P ? scd_cost_gamma(&in, m) : 0;
+	scd_scheme_ctx_destroy(ctx);
+	free(g);
+}
+
+/* Hierarchical Centralization's aggregates measure gamma at the group sizes they reach (2,
+ * 4 at P = 8; with the folded ranks 2 and 3 at P = 5), every rank reports the same means,
+ * and the profile's curve gives the cost model the measured gamma(m) (here (m + 1)/2, where
+ * the power law from gamma(P) alone says 2^(log 4.5 / log 8) = 1.62 for m = 2 at P = 8),
+ * interpolated between measured sizes. */
+UNIT_TEST_TIMEOUT(scheme_model_hc_measures_gamma_of_m, 120)
+{
+	int Ps[] = {8, 5};
+	for (size_t i = 0; i < sizeof Ps / sizeof Ps[0]; i++) {
+		int P = Ps[i];
+		gamma_arg_t a;
+		a.rep = shared_map(sizeof(scd_scheme_report_t) * MAX_P);
+		a.g = shared_map(sizeof(double) * 9 * MAX_P);
+		run_world(P, gamma_rank, &a);
+		const scd_scheme_report_t *r0 = &a.rep[0];
+		printf("    P %d: gamma_n %.3f; measured", P, r0->gamma);
+		for (uint32_t j = 0; j < r0->gamma_pts; j++)
+			printf(" gamma(%u) = %.3f", r0->gamma_m[j], r0->gamma_at[j]);
+		printf("; model gamma(2..%d)", P);
+		for (int m = 2; m <= P; m++)
+			printf(" %.3f", a.g[m]);
+		printf("\n");
+		CHECK_MSG(r0->gamma_pts >= 2, "P %d: %u sizes measured", P, r0->gamma_pts);
+		for (uint32_t j = 0; j < r0->gamma_pts; j++) {
+			double m = r0->gamma_m[j], want = (m + 1) / 2;
+			/* a group of folded partners (P = 5: {0, 4}) is not consecutive */
+			if (P == 8)
+				CHECK_MSG(fabs(r0->gamma_at[j] - want) < 1e-3,
+					  "P 8: gamma(%u) = %.4f, expected %.4f",
+					  r0->gamma_m[j], r0->gamma_at[j], want);
+			CHECK_MSG(fabs(a.g[r0->gamma_m[j]] - r0->gamma_at[j]) < 1e-9,
+				  "P %d: the model's gamma(%u) %.4f is not the measured %.4f",
+				  P, r0->gamma_m[j], a.g[r0->gamma_m[j]], r0->gamma_at[j]);
+		}
+		for (int r = 1; r < P; r++) {
+			CHECK_MSG(a.rep[r].gamma_pts == r0->gamma_pts,
+				  "rank %d: %u sizes, rank 0 %u", r, a.rep[r].gamma_pts,
+				  r0->gamma_pts);
+			for (int m = 0; m <= 8; m++)
+				CHECK_MSG(a.g[r * 9 + m] == a.g[m],
+					  "rank %d: gamma(%d) %.6f != %.6f", r, m,
+					  a.g[r * 9 + m], a.g[m]);
+		}
+		if (P == 8) { /* gamma(3) on the log-log line between the measured 2 and 4 */
+			double want = exp(log(1.5) + log(1.5) * (log(2.5) - log(1.5)) / log(2));
+			CHECK_MSG(fabs(a.g[3] - want) < 1e-3, "gamma(3) %.4f, expected %.4f",
+				  a.g[3], want);
+		}
+		munmap(a.rep, sizeof(scd_scheme_report_t) * MAX_P);
+		munmap(a.g, sizeof(double) * 9 * MAX_P);
+	}
+}
