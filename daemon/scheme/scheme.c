@@ -114,6 +114,7 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .exdyna_cap_permille = ex.cap_permille,
 				  .exdyna_grid_permille = ex.recal_permille,
 				  .exdyna_gamma = ex.gamma,
+				  .exdyna_fine_symmetric = ex.fine_symmetric,
 				  .stream_chunk = 32768};
 }
 

@@ -79,11 +79,12 @@ typedef struct scd_scheme_cfg {
 	uint32_t sketch_block;	   /* S2 bitmap block, elements (256) */
 	uint32_t omni_block;	   /* OmniReduce block, elements (256) */
 	/* ExDyna (device/exdyna.h): n_b, blocks moved, alpha, beta, the cap and the grid in
-	 * thousandths (0: off), gamma; the paper's values by default */
+	 * thousandths (0: off), gamma, the symmetric fine step; the paper's by default */
 	uint32_t exdyna_blocks, exdyna_move_blocks;
 	uint32_t exdyna_alpha_permille, exdyna_beta_permille;
 	uint32_t exdyna_cap_permille, exdyna_grid_permille;
 	double exdyna_gamma;
+	int exdyna_fine_symmetric;
 	/* overlap of computation with communication */
 	uint32_t stream_chunk; /* fewest non-zeros per streamed chunk (AGsparse, HC; 32768);
 				  Balanced Parallelism: one index range per 32 x as many
