@@ -228,6 +228,7 @@ typedef struct scg_sparsifier_cfg {
 	double density;
 	float threshold;
 	uint64_t seed;
+	uint32_t block; /* scd_sparsifier_cfg_t's layout; block top-K is cpu-only */
 } scg_sparsifier_cfg_t;
 typedef struct scg_select_stats {
 	uint64_t target, qualified;

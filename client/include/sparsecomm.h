@@ -188,6 +188,8 @@ typedef enum {
 	SC_SPARSIFY_DGC = 3,	   /* sampled threshold (DGC) aiming at density */
 	SC_SPARSIFY_EXDYNA = 4,	   /* ExDyna: exclusive partitions, scaled threshold */
 	SC_SPARSIFY_NATURAL = 5,   /* the tensor is already sparse: send its non-zeros */
+	SC_SPARSIFY_BLOCK_TOPK = 6 /* block-wise top-K (S2): the K = density x blocks blocks
+				      of largest l2 norm, whole (blocks of opts.block) */
 } sc_sparsifier_t;
 
 /* Where a tensor's buffer lives (sc_tensor_opts_t.device). */
@@ -225,6 +227,12 @@ typedef struct sc_tensor_opts {
 	sc_device_kind_t device;
 	int device_ordinal;
 	sc_wire_t wire; /* float32 only; default SC_WIRE_NATIVE (see sc_wire_t) */
+	/* Elements per block: S2's bitmap block where S2 runs (pinned) and the block of
+	 * SC_SPARSIFY_BLOCK_TOPK; 0: 256. A row of the tensor
+	 * (its last dimension for a 2-D tensor, as the Python bindings default to) makes
+	 * S2's bitmap one bit per row, as S2 Reducer's blocks are word vectors. Every rank
+	 * must give the same. */
+	uint32_t block;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */

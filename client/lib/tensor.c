@@ -66,6 +66,8 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 	}
 	if (OPTS_HAS(o, wire))
 		w->wire = (uint32_t)o->wire;
+	if (OPTS_HAS(o, block))
+		w->block = o->block;
 	if (w->wire > SC_WIRE_BF16)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown wire format %u "
@@ -82,13 +84,13 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		    "rank %d: registering tensor '%s': sketch rows %u (at most 15) "
 		    "or columns %g (a finite value >= 0) out of range",
 		    c->rank, name, w->sketch_rows, w->sketch_cols);
-	if (w->sparsifier > SC_SPARSIFY_NATURAL)
+	if (w->sparsifier > SC_SPARSIFY_BLOCK_TOPK)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown "
 				 "sparsifier %u",
 				 c->rank, name, w->sparsifier);
 	if ((w->sparsifier == SC_SPARSIFY_TOPK || w->sparsifier == SC_SPARSIFY_DGC ||
-	     w->sparsifier == SC_SPARSIFY_EXDYNA) &&
+	     w->sparsifier == SC_SPARSIFY_EXDYNA || w->sparsifier == SC_SPARSIFY_BLOCK_TOPK) &&
 	    !(w->density > 0.0 && w->density <= 1.0))
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': density %g "

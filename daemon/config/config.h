@@ -91,8 +91,9 @@ typedef enum {
 	  "re-measure latency and bandwidth between the daemons every this many buffers (0: "  \
 	  "only at start)")                                                                    \
 	X(spardl_teams, INT, 0, NULL, 0, 4096, 0,                                              \
-	  "SparDL's team count d: 0 for the cost model's choice among the divisors of P, "     \
-	  "else the largest divisor of P not above it")                                        \
+	  "SparDL's team count d: 0 for the paper's d = 1 until another divisor of P, "        \
+	  "tried when the cost model favours it, is measured faster; else the largest "        \
+	  "divisor of P not above it")                                                         \
 	X(exdyna_blocks, INT, 1024, NULL, 1, 1048576, 0,                                       \
 	  "ExDyna's block count n_b: the partitions are runs of blocks of numel / n_b "        \
 	  "elements, rounded down to a multiple of 32")                                        \
@@ -106,13 +107,16 @@ typedef enum {
 	  "fine step (Alg. 5; in thousandths)")                                                \
 	X(exdyna_gamma, NUM, 0, "0.005", 1, 999999, 0,                                         \
 	  "ExDyna: the threshold's step (Alg. 5)")                                             \
-	X(exdyna_cap, NUM, 0, "1.25", 0, 1000000000, 0,                                        \
-	  "ExDyna: a rank sends at most cap x its share, its largest magnitudes (0: no cap, "  \
-	  "else at least 1; in thousandths)")                                                  \
-	X(exdyna_grid, NUM, 0, "1.25", 0, 1000000000, 0,                                       \
-	  "ExDyna: a step whose selection leaves [1/grid, grid] x the target moves every "     \
-	  "rank to the best of 257 thresholds it counted (0: Alg. 5 alone, else at least 1; "  \
-	  "in thousandths)")                                                                   \
+	X(exdyna_cap, NUM, 0, "0", 0, 1000000000, 0,                                           \
+	  "ExDyna variant: a rank sends at most cap x its share, its largest magnitudes (0, "  \
+	  "the paper's: no cap; else at least 1, 1.25 with the grid; in thousandths)")         \
+	X(exdyna_grid, NUM, 0, "0", 0, 1000000000, 0,                                          \
+	  "ExDyna variant: a step whose selection leaves [1/grid, grid] x the target moves "   \
+	  "every rank to the best of 257 thresholds it counted (0, the paper's: Alg. 5 "       \
+	  "alone; else at least 1, e.g. 1.25; in thousandths)")                                \
+	X(exdyna_fine_symmetric, INT, 0, NULL, 0, 1, 0,                                        \
+	  "ExDyna variant: 1 steps the threshold inside the band towards the target (x(1 -/+ " \
+	  "gamma/4)); 0, the paper's Alg. 5: x(1 + gamma/4) whatever the side")                \
 	X(sketch_rows, INT, 1, NULL, 1, 15, 0,                                                 \
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
 	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, 0,                                       \

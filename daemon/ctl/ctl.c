@@ -294,6 +294,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->threshold = nt->opts.threshold;
 	it->sketch_rows = nt->opts.sketch_rows;
 	it->sketch_cols = nt->opts.sketch_cols;
+	it->block = nt->opts.block;
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
 	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
@@ -589,6 +590,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			memcpy(opts.device_uuid, rq->opts->device_uuid.data,
 			       sizeof(opts.device_uuid));
 		opts.wire = rq->opts->wire;
+		opts.block = rq->opts->block;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}

@@ -467,14 +467,20 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 			 (unsigned long long)numel);
 		return SC_ERR_INVALID;
 	}
-	if (opts->sparsifier > SC_SPARSIFY_NATURAL ||
+	if (opts->block > numel && numel > 0) {
+		snprintf(err, err_len, "tensor '%s': block %u exceeds numel %llu", name,
+			 opts->block, (unsigned long long)numel);
+		return SC_ERR_INVALID;
+	}
+	if (opts->sparsifier > SC_SPARSIFY_BLOCK_TOPK ||
 	    ((opts->sparsifier == SC_SPARSIFY_TOPK || opts->sparsifier == SC_SPARSIFY_DGC ||
-	      opts->sparsifier == SC_SPARSIFY_EXDYNA) &&
+	      opts->sparsifier == SC_SPARSIFY_EXDYNA ||
+	      opts->sparsifier == SC_SPARSIFY_BLOCK_TOPK) &&
 	     !(opts->density > 0 && opts->density <= 1)) ||
 	    (opts->sparsifier == SC_SPARSIFY_THRESHOLD && !(opts->threshold > 0))) {
 		snprintf(err, err_len,
 			 "tensor '%s': sparsifier %u needs a density in (0, 1] (top-k, DGC, "
-			 "ExDyna) or a threshold > 0 (threshold)",
+			 "ExDyna, block top-K) or a threshold > 0 (threshold)",
 			 name, opts->sparsifier);
 		return SC_ERR_INVALID;
 	}

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ctl/stats_keep.h"
 #include "daemon.h"
@@ -41,6 +42,7 @@ typedef struct scd_tensor_opts {
 	 * registration maps to this daemon's ordinal (scd_reg_t.device_ordinal) */
 	unsigned char device_uuid[16];
 	uint32_t device_uuid_len;
+	uint32_t block;		 /* S2's bitmap block, block top-K's (0: the configuration's) */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -121,8 +123,10 @@ typedef struct scd_ntensor {
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 || nt->op == SCD_OP_ALLGATHER ||
-	       nt->op == SCD_OP_ALLTOALL || scd_op_is_reducescatter(nt->op);
+	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 ||
+	       (nt->opts.block && !strcmp(nt->opts.scheme, "s2_sketch")) ||
+	       nt->op == SCD_OP_ALLGATHER || nt->op == SCD_OP_ALLTOALL ||
+	       scd_op_is_reducescatter(nt->op);
 }
 
 /*

@@ -329,6 +329,8 @@ static uint64_t cu_dense_to_coo(const float *g, uint64_t n, uint32_t *idx, float
 static sc_status_t cu_sparsifier_create(const scd_sparsifier_cfg_t *cfg,
 					scd_sparsifier_t **sp_p)
 {
+	if (cfg->kind == SCD_SPARSIFY_BLOCK_TOPK)
+		return SC_ERR_UNSUPPORTED; /* block top-K runs on the cpu device only */
 	sc_status_t st = ready();
 	if (st == SC_OK)
 		st = fns.sparsifier_create((const scg_sparsifier_cfg_t *)cfg,

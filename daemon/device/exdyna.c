@@ -32,8 +32,9 @@ scd_exdyna_cfg_t scd_exdyna_cfg_default(uint64_t numel, uint32_t nranks, uint32_
 				  .beta_permille = 1100,
 				  .gamma = 0.005,
 				  .init_threshold = 0,
-				  .recal_permille = 1250,
-				  .cap_permille = 1250};
+				  .recal_permille = 0,
+				  .cap_permille = 0,
+				  .fine_symmetric = 0};
 }
 
 /* Alg. 2: equal contiguous partitions of whole blocks. */
@@ -355,8 +356,8 @@ static void scale_threshold(scd_exdyna_t *ex, uint64_t actual)
 		ex->threshold *= ex->up;
 	else if (actual * B < k * 1000)
 		ex->threshold *= ex->down;
-	else if (actual > k)
-		ex->threshold *= ex->up_fine;
+	else if (!ex->cfg.fine_symmetric || actual > k)
+		ex->threshold *= ex->up_fine; /* Alg. 5: inside the band, whatever the side */
 	else if (actual < k)
 		ex->threshold *= ex->down_fine;
 }

@@ -16,12 +16,12 @@
  * on every conforming machine. Nothing depends on local data but the gathered counts.
  * scd_exdyna_digest() hashes the shared state so ranks (and tests) can check agreement.
  *
- * Threshold scaling deviates from the paper's Algorithm 5 in one, documented way: inside
- * the band (1/beta, beta] the paper multiplies by 1 + gamma/4 whatever the side, which
- * only ever raises the threshold and parks the density at the band's lower edge 1/beta;
- * here the fine step goes towards the target (x(1 + gamma/4) above it, x(1 - gamma/4)
- * below). Outside the band: x(1 + gamma) when selected/target > beta, x(1 - gamma) when
- * below 1/beta (gamma = 0.005, beta = 1.1: the reference code's values).
+ * Threshold scaling is the paper's Algorithm 5 by default: outside the band, x(1 + gamma)
+ * when selected/target > beta, x(1 - gamma) when below 1/beta; inside the band (1/beta,
+ * beta] x(1 + gamma/4) whatever the side (gamma = 0.005, beta = 1.1: the reference code's
+ * values), which only ever raises the threshold there and parks the density at the
+ * band's lower edge 1/beta. The variant fine_symmetric steps towards the target instead
+ * (x(1 + gamma/4) above it, x(1 - gamma/4) below).
  *
  * The start of the threshold is taken from the data by default. The reference's start,
  * 1 / (2 sqrt(k)), assumes gradients of a certain scale: on gradients of unit scale it
@@ -32,12 +32,13 @@
  * select), the ranks' thresholds are gathered with the counts, and every rank adopts
  * their lower median: the same bits everywhere, from the same gathered values.
  *
- * The threshold also jumps to one taken from the data when an iteration's total count
- * (how many passed the ranks' thresholds) left [1/1.25, 1.25] x the target
- * (recal_permille). Algorithm 5 follows a gradient whose scale drifts by a fraction of a
- * percent per iteration; it cannot follow a residual that grows faster, nor recover from
- * a start that suits one partition and not the others. With error feedback on gradients
- * uncorrelated from step to step (a dense top-k workload, or the first steps of a
+ * Two more variants, off by default (Algorithm 5 alone is the paper's). The grid
+ * (recal_permille, 1250 for [1/1.25, 1.25]): the threshold jumps to one taken from the
+ * data when an iteration's total count (how many passed the ranks' thresholds) left
+ * [1000/recal, recal/1000] x the target. Algorithm 5 follows a gradient whose scale drifts by a
+ * fraction of a percent per iteration; it cannot follow a residual that grows faster, nor
+ * recover from a start that suits one partition and not the others. With error feedback on
+ * gradients uncorrelated from step to step (a dense top-k workload, or the first steps of a
  * training run), every unselected element grows like the square root of its age:
  * ExDyna with Algorithm 5 alone selected over 60% of a 256 MiB tensor after 15
  * iterations, against a target of 1%. So every iteration but the first also counts its
@@ -53,8 +54,9 @@
  * grows several-fold from one iteration to the next at the same threshold (the top-k
  * workload at 4 ranks: 2-3x in iterations 3 to 15; what a rank's partition holds depends
  * on what that rank selected there P iterations before, so the count also swings with
- * that period). So no rank selects more than 1.25 times its share (cap_permille, the
- * band's edge): when more pass the threshold, the rank keeps the largest ones (the exact
+ * that period). The cap (cap_permille, 1250 with the grid: the band's edge): no rank
+ * selects more than cap/1000 times its share: when more pass the threshold, the rank
+ * keeps the largest ones (the exact
  * cap-th magnitude among those selected, ties by index) and the rest stays in its
  * residual. Algorithms 3 and 5 and the grid see how many passed the threshold (the words
  * below), not what the cap let through. A threshold that leads the growth instead was
@@ -77,11 +79,14 @@ typedef struct scd_exdyna_cfg {
 	double gamma;		 /* threshold step (0.005) */
 	double init_threshold;	 /* shared start; 0: from the first iteration's data (the
 				    default); < 0: 1 / (2 sqrt(k)) as the reference */
-	uint32_t recal_permille; /* jump to the grid's threshold when an iteration's
-				    passed / target leaves [1000/recal, recal/1000]
-				    (1250); 0: no grid (Algorithm 5 alone) */
-	uint32_t cap_permille;	 /* a rank selects at most cap/1000 x its share k / P: the
-				    largest magnitudes over the threshold (1250); 0: no cap */
+	uint32_t recal_permille; /* variant: jump to the grid's threshold when an iteration's
+				    passed / target leaves [1000/recal, recal/1000];
+				    0 (the default): no grid, Algorithm 5 alone */
+	uint32_t cap_permille;	 /* variant: a rank selects at most cap/1000 x its share
+				    k / P, the largest magnitudes over the threshold;
+				    0 (the default): no cap */
+	int fine_symmetric;	 /* variant: inside the band the fine step goes towards the
+				    target; 0 (the default): x(1 + gamma/4) as Algorithm 5 */
 } scd_exdyna_cfg_t;
 
 typedef struct scd_exdyna scd_exdyna_t;

@@ -48,6 +48,10 @@ struct scd_sparsifier {
 	float *br_val;
 	uint32_t *sample;
 	uint32_t hist[HIST_COPIES][1u << HIST_DIGIT];
+	/* block_topk: per block its squared norm, the blocks by norm, whether selected */
+	double *bnorm;
+	uint32_t *border;
+	uint8_t *bsel;
 };
 
 static const char *const kind_names[SCD_SPARSIFY_COUNT] = {
@@ -55,6 +59,7 @@ static const char *const kind_names[SCD_SPARSIFY_COUNT] = {
     [SCD_SPARSIFY_TOPK] = "topk",
     [SCD_SPARSIFY_DGC] = "dgc",
     [SCD_SPARSIFY_NATURAL] = "natural",
+    [SCD_SPARSIFY_BLOCK_TOPK] = "block_topk",
 };
 
 const char *scd_sparsify_kind_name(scd_sparsify_kind_t kind)
@@ -621,6 +626,68 @@ static void dgc_step(scd_sparsifier_t *sp, const float *in, float *res, uint64_t
 	st->threshold = thr;
 }
 
+/* ---- block-wise top-K ------------------------------------------------------------------ */
+
+static uint64_t block_of(const scd_sparsifier_t *sp)
+{
+	return sp->cfg.block ? sp->cfg.block : 256;
+}
+
+/* Larger norm first; equal norms by lower block. */
+static int by_norm(const void *a, const void *b, void *arg)
+{
+	const double *norm = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	if (norm[x] != norm[y])
+		return norm[x] > norm[y] ? -1 : 1;
+	return x < y ? -1 : x > y;
+}
+
+/* acc at i: fl(in + residual), the tensor itself, or the residual alone. */
+static inline float acc_at(const float *in, const float *res, uint64_t i)
+{
+	return in ? (res ? in[i] + res[i] : in[i]) : res[i];
+}
+
+/* S2 Reducer's block-wise top-K: the squared l2 norm of each block of acc (a NaN makes
+ * it infinite), the K blocks of largest norm, whose non-zeros go out; everything else
+ * stays in the residual. */
+static void block_topk_step(scd_sparsifier_t *sp, const float *in, float *res, uint64_t n,
+			    scd_coo_t *out, scd_select_stats_t *st)
+{
+	uint64_t B = block_of(sp), nb = (n + B - 1) / B;
+	uint64_t K = scd_density_to_k(sp->cfg.density, nb);
+	for (uint64_t b = 0; b < nb; b++) {
+		double s = 0;
+		for (uint64_t i = b * B, e = i + B < n ? i + B : n; i < e; i++) {
+			double a = acc_at(in, res, i);
+			s += a * a;
+		}
+		sp->bnorm[b] = s == s ? s : INFINITY;
+		sp->border[b] = (uint32_t)b;
+		sp->bsel[b] = 0;
+	}
+	qsort_r(sp->border, nb, sizeof(uint32_t), by_norm, sp->bnorm);
+	for (uint64_t j = 0; j < K; j++)
+		sp->bsel[sp->border[j]] = 1;
+	uint64_t q = 0;
+	for (uint64_t b = 0; b < nb; b++)
+		for (uint64_t i = b * B, e = i + B < n ? i + B : n; i < e; i++) {
+			float a = acc_at(in, res, i);
+			int take = sp->bsel[b] && a != 0.0f && out->nnz < out->cap;
+			q += sp->bsel[b] && a != 0.0f;
+			if (take) {
+				out->idx[out->nnz] = (uint32_t)i;
+				out->val[out->nnz++] = a;
+			}
+			if (res)
+				res[i] = take ? 0.0f : a;
+		}
+	st->target = K;
+	st->qualified = q;
+	st->passes = 2;
+}
+
 /* ---- object -------------------------------------------------------------------------- */
 
 sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifier_t **sp_p)
@@ -630,13 +697,24 @@ sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifie
 		return SC_ERR_INVALID;
 	if (cfg->kind == SCD_SPARSIFY_THRESHOLD && !(cfg->threshold > 0))
 		return SC_ERR_INVALID;
-	if ((cfg->kind == SCD_SPARSIFY_TOPK || cfg->kind == SCD_SPARSIFY_DGC) &&
+	if ((cfg->kind == SCD_SPARSIFY_TOPK || cfg->kind == SCD_SPARSIFY_DGC ||
+	     cfg->kind == SCD_SPARSIFY_BLOCK_TOPK) &&
 	    !(cfg->density > 0 && cfg->density <= 1))
 		return SC_ERR_INVALID;
 	scd_sparsifier_t *sp = calloc(1, sizeof(*sp));
 	if (!sp)
 		return SC_ERR_NOMEM;
 	sp->cfg = *cfg;
+	if (cfg->kind == SCD_SPARSIFY_BLOCK_TOPK) {
+		uint64_t nb = (cfg->numel + block_of(sp) - 1) / block_of(sp) + 1;
+		sp->bnorm = calloc(nb, sizeof(double));
+		sp->border = calloc(nb, sizeof(uint32_t));
+		sp->bsel = calloc(nb, 1);
+		if (!sp->bnorm || !sp->border || !sp->bsel) {
+			scd_sparsifier_destroy(sp);
+			return SC_ERR_NOMEM;
+		}
+	}
 	sp->k = scd_density_to_k(cfg->density, cfg->numel);
 	if (cfg->kind == SCD_SPARSIFY_TOPK || cfg->kind == SCD_SPARSIFY_DGC) {
 		/* topk: boundary buckets up to numel/32 are collected, larger ones refined by
@@ -675,6 +753,9 @@ void scd_sparsifier_destroy(scd_sparsifier_t *sp)
 	free(sp->br_idx);
 	free(sp->br_key);
 	free(sp->br_val);
+	free(sp->bnorm);
+	free(sp->border);
+	free(sp->bsel);
 	free(sp);
 }
 
@@ -703,6 +784,10 @@ sc_status_t scd_sparsify(scd_sparsifier_t *sp, const float *in, float *residual,
 	case SCD_SPARSIFY_DGC:
 		if (numel)
 			dgc_step(sp, in, residual, numel, out, &st);
+		break;
+	case SCD_SPARSIFY_BLOCK_TOPK:
+		if (numel)
+			block_topk_step(sp, in, residual, numel, out, &st);
 		break;
 	default:
 		return SC_ERR_INVALID;

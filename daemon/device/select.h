@@ -17,6 +17,10 @@
  *              and the threshold corrected (x1.3 / x0.7) up to 3 times (DGC, docs/schemes.md).
  *   natural    every non-zero of acc (an already sparse tensor); with a zero residual this
  *              is exactly the tensor's non-zeros.
+ *   block_topk block-wise top-K (S2 Reducer's sparsifier for dense models): acc cut into
+ *              blocks of cfg.block elements (the last one shorter), the K = max(1,
+ *              round(density x blocks)) blocks of largest l2 norm selected whole (their
+ *              non-zeros; ties by lowest block, a NaN norm above every number).
  * NaNs compare as larger than every number, so they are always selected (and surface at
  * the receiver) instead of hiding in a residual forever.
  *
@@ -34,6 +38,7 @@ typedef enum {
 	SCD_SPARSIFY_TOPK,
 	SCD_SPARSIFY_DGC,
 	SCD_SPARSIFY_NATURAL,
+	SCD_SPARSIFY_BLOCK_TOPK,
 	SCD_SPARSIFY_COUNT
 } scd_sparsify_kind_t;
 
@@ -43,6 +48,7 @@ typedef struct scd_sparsifier_cfg {
 	double density;	 /* topk, dgc: k = max(1, round(density * numel)) */
 	float threshold; /* threshold: the hard threshold (> 0) */
 	uint64_t seed;	 /* dgc: sampling seed (the step number is mixed in) */
+	uint32_t block;	 /* block_topk: elements per block (0: 256) */
 } scd_sparsifier_cfg_t;
 
 typedef struct scd_select_stats {

@@ -35,6 +35,11 @@
  * bits agree everywhere. A ring needs 2 (P - 1) rounds, and at this size rounds are all
  * that costs. */
 #define SCD_ONE_ROUND_BYTES (16u << 10)
+/* A tensor alone in its buffer hands its selection to the scheme as COO, with no fusion;
+ * its fusion time (what clearing its slice and scattering its selection costs, which the
+ * planner weighs when it considers fusing it) is measured on its first this-many steps
+ * alone, and reported from that average afterwards. */
+#define SCD_ALONE_FUSE_RUNS 3
 
 typedef struct scd_bufctx {
 	uint64_t sig;
@@ -52,6 +57,8 @@ typedef struct scd_bufctx {
 	int last_scheme;
 	double last_pred_s;
 	int natural;	       /* some tensor is declared naturally sparse */
+	double alone_tb_s;     /* a lone sparsified tensor's fusion time, averaged */
+	uint32_t alone_runs;   /* steps it was measured on (SCD_ALONE_FUSE_RUNS) */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
 	scd_coo_t sel;	       /* selection workspace, capacity = largest sparsified item */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
@@ -179,6 +186,9 @@ static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
 	case SC_SPARSIFY_DGC:
 		*k_p = SCD_SPARSIFY_DGC;
 		return 1;
+	case SC_SPARSIFY_BLOCK_TOPK:
+		*k_p = SCD_SPARSIFY_BLOCK_TOPK;
+		return 1;
 	default:
 		return 0; /* none, natural (sent as is), ExDyna (the scheme selects) */
 	}
@@ -219,6 +229,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			cfg.sketch_rows = job->items[i].sketch_rows;
 		if (job->items[i].sketch_cols > 0)
 			cfg.sketch_cols_factor = job->items[i].sketch_cols;
+		if (job->items[i].block && job->n_items == 1)
+			cfg.sketch_block = job->items[i].block; /* the tensor's rows */
 	}
 	cfg.timeout_ms = job->timeout_ms;
 	double hint = 1.0;
@@ -226,7 +238,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
 		if (it->sparsifier == SC_SPARSIFY_EXDYNA ||
-		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC) {
+		    it->sparsifier == SC_SPARSIFY_TOPK || it->sparsifier == SC_SPARSIFY_DGC ||
+		    it->sparsifier == SC_SPARSIFY_BLOCK_TOPK) {
 			cfg.density = it->density;
 			hint = it->density;
 		} else if (it->sparsifier == SC_SPARSIFY_NATURAL || it->coo_capacity > 0) {
@@ -244,7 +257,8 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 					   .numel = it->numel,
 					   .density = it->density,
 					   .threshold = (float)it->threshold,
-					   .seed = seed ^ it->cache_id};
+					   .seed = seed ^ it->cache_id,
+					   .block = it->block ? it->block : base->sketch_block};
 		if ((st = dev->sparsifier_create(&sc, &b->sp[i])) != SC_OK) {
 			char what[96];
 			if (kind == SCD_SPARSIFY_THRESHOLD)
@@ -342,7 +356,24 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
  * lossy schemes left behind last step) added back first. A buffer of one sparsified
  * tensor hands its selection to the scheme as COO (*sel_p) instead: nothing then clears
  * and refills the buffer, nor scans it again for the non-zeros. Each item's compression
- * and fusion times go to its tcp_s and tb_s. */
+ * and fusion times go to its tcp_s and tb_s; a lone tensor's fusion time is what its
+ * fusion costs (alone_fuse), not 0: the planner weighs it when it considers fusing the
+ * tensor (reported as 0, a lone tensor looked free to fuse, was fused, measured and split
+ * again, and the plan flapped). */
+static double alone_fuse(scd_bufctx_t *b, float *x, uint64_t numel)
+{
+	if (b->alone_runs >= SCD_ALONE_FUSE_RUNS)
+		return b->alone_tb_s;
+	/* the scheme's data is output only with COO input (scheme.h): x may be written */
+	double t0 = scd_now_s();
+	b->dev->clear(x, numel * sizeof(float));
+	b->dev->coo_scatter(x, &b->sel); /* timed as a fused tensor's is */
+	double t = scd_now_s() - t0;
+	b->alone_runs++;
+	b->alone_tb_s += (t - b->alone_tb_s) / b->alone_runs;
+	return b->alone_tb_s;
+}
+
 static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 				  const scd_coo_t **sel_p)
 {
@@ -363,6 +394,7 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			double t1 = scd_now_s();
 			it->tcp_s = t1 - t0;
 			if (job->n_items == 1) {
+				it->tb_s = alone_fuse(b, x, it->numel);
 				*sel_p = &b->sel;
 				return SC_OK;
 			}

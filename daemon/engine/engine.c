@@ -1555,6 +1555,7 @@ static scd_scheme_cfg_t scheme_base(const scd_config_t *cfg)
 	b.exdyna_cap_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_cap));
 	b.exdyna_grid_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_grid));
 	b.exdyna_gamma = scd_cfg_num(cfg, SCD_CFG_exdyna_gamma);
+	b.exdyna_fine_symmetric = (int)scd_cfg_int(cfg, SCD_CFG_exdyna_fine_symmetric);
 	b.sketch_rows = (uint32_t)scd_cfg_int(cfg, SCD_CFG_sketch_rows);
 	b.sketch_cols_factor = scd_cfg_num(cfg, SCD_CFG_sketch_cols);
 	return b;

@@ -114,6 +114,7 @@ typedef struct scd_job_item {
 	double density, threshold;
 	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
 	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
+	uint32_t block;	       /* S2's bitmap block and block top-K's (0: configuration's) */
 	double sketch_cols;
 	float *residual;      /* the node's residual (local rank 0's shared object), or NULL */
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */

@@ -27,6 +27,26 @@ uint32_t scd_ceil_log2(uint32_t P)
 	return l;
 }
 
+/* gamma(M) from the measured curve: its entry, else the log-log line between the nearest
+ * measured entries below and above (or gamma(1) = 1, gamma(P) = gamma_n). */
+static double gamma_measured(const scd_cost_in_t *in, uint32_t M)
+{
+	const double *g = in->gamma_of_m;
+	double top = in->gamma_n > 1 ? in->gamma_n : 1; /* gamma(P) unless measured */
+	if (g[M] > 0)
+		return g[M];
+	if (M >= in->P)
+		return top;
+	uint32_t lo = M - 1, hi = M + 1;
+	while (lo > 1 && !(g[lo] > 0))
+		lo--;
+	while (hi < in->P && !(g[hi] > 0))
+		hi++;
+	double glo = lo > 1 ? g[lo] : 1, ghi = g[hi] > 0 ? g[hi] : top;
+	double f = log((double)M / lo) / log((double)hi / lo);
+	return exp(log(glo) + f * (log(ghi) - log(glo)));
+}
+
 double scd_cost_gamma(const scd_cost_in_t *in, double m)
 {
 	if (m <= 1)
@@ -34,7 +54,7 @@ double scd_cost_gamma(const scd_cost_in_t *in, double m)
 	if (m > in->P)
 		m = in->P;
 	if (in->gamma_of_m)
-		return in->gamma_of_m[(uint32_t)m];
+		return gamma_measured(in, (uint32_t)m);
 	if (in->P <= 1 || in->gamma_n <= 1)
 		return 1;
 	return pow(m, log(in->gamma_n) / log((double)in->P));

@@ -18,7 +18,9 @@
  * ZEN eq. (1) and (2) assume P a power of two and count only bandwidth; here they carry
  * their rounds too, generalise to any P (scheme_hc.c: the ranks over the largest power of
  * two fold in first and get the result back last, two more rounds), and take the densification
- * after m tensors from gamma_of_m (a caller-measured curve), or else from the power law
+ * after m tensors from gamma_of_m (a measured curve: entries of 0 are not measured, and
+ * lie on the log-log line between the nearest measured ones, with gamma(1) = 1 and
+ * gamma(P) = gamma_n as its ends), or else from the power law
  * gamma(m) = m^(log gamma_n / log P), which is 1 at m = 1 and gamma_n at m = P (documented
  * assumption).
  */
@@ -39,10 +41,13 @@ typedef struct scd_cost_in {
 	double alpha_s;	  /* latency per message round, seconds */
 	double beta_s_per_byte;
 	scd_format_t format;	  /* sparse message format (COO, bitmap, hash bitmap) */
-	const double *gamma_of_m; /* optional: gamma after m tensors, index m = 1..P */
+	const double *gamma_of_m; /* optional: gamma after m tensors, index m = 1..P (0: not
+				     measured) */
 	/* what some schemes' formulas take besides (see their files) */
-	uint32_t block;			   /* OmniReduce's, S2's bitmap block (0: 256) */
-	uint32_t teams;			   /* SparDL team count d (0 or 1: no SAG) */
+	uint32_t block;	     /* OmniReduce's, S2's bitmap block (0: 256) */
+	uint32_t teams;	     /* SparDL team count d (0 or 1: no SAG) */
+	uint32_t bsag_teams; /* SparDL: the d at which bsag_hl was measured */
+	double bsag_hl;	     /* B-SAG's measured h / L at bsag_teams (0: unknown, h = L) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
 } scd_cost_in_t;
 

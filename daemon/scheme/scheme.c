@@ -114,6 +114,7 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .exdyna_cap_permille = ex.cap_permille,
 				  .exdyna_grid_permille = ex.recal_permille,
 				  .exdyna_gamma = ex.gamma,
+				  .exdyna_fine_symmetric = ex.fine_symmetric,
 				  .stream_chunk = 32768};
 }
 
@@ -935,6 +936,9 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	c->xchg_s = 0;
 	c->imbalance = 0;
 	c->teams_used = 0;
+	c->bsag_teams = 0;
+	c->bsag_hl = 0;
+	c->gamma_pts = 0;
 	c->res_ready = 0;
 	c->rtrack = c->rtouch_ok = io->track_residual && io->residual;
 	c->n_rtouch = 0;
@@ -948,6 +952,7 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	if (st == SC_OK && c->cfg.numel > 0)
 		st = scd_schemes[s]->run(c, io);
 	res_write(c, UINT64_MAX); /* what no exchange overlapped, also after a failure */
+	c->sd.prev_d = st == SC_OK ? c->teams_used : 0; /* whose time the next run folds */
 	if (st != SC_OK) {
 		c->dev->sync(); /* a failed run's device failure, if any, goes with it */
 		return st;
@@ -963,6 +968,9 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 				 .messages = k1.messages_sent - k0.messages_sent,
 				 .rounds = c->rounds,
 				 .teams = c->teams_used,
+				 .bsag_teams = c->bsag_teams,
+				 .bsag_hl = c->bsag_hl,
+				 .gamma_pts = c->gamma_pts,
 				 .local_nnz = c->nnz[c->rank],
 				 .total_nnz = c->total_nnz,
 				 .max_nnz = c->max_nnz};
@@ -987,6 +995,8 @@ static sc_status_t scheme_run(scd_scheme_t s, scd_scheme_ctx_t *c, scd_scheme_io
 	r.elapsed_s = scd_now_s() - t0;
 	r.xchg_s = c->xchg_s;
 	r.prev_elapsed_max_s = c->prev_elapsed_max_us * 1e-6;
+	memcpy(r.gamma_m, c->gamma_m, sizeof(r.gamma_m));
+	memcpy(r.gamma_at, c->gamma_at, sizeof(r.gamma_at));
 	c->last_elapsed_us = r.elapsed_s < 4000.0 ? (uint32_t)(r.elapsed_s * 1e6) : UINT32_MAX;
 	if (report_p)
 		*report_p = r;

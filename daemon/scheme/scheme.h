@@ -79,11 +79,12 @@ typedef struct scd_scheme_cfg {
 	uint32_t sketch_block;	   /* S2 bitmap block, elements (256) */
 	uint32_t omni_block;	   /* OmniReduce block, elements (256) */
 	/* ExDyna (device/exdyna.h): n_b, blocks moved, alpha, beta, the cap and the grid in
-	 * thousandths (0: off), gamma; the paper's values by default */
+	 * thousandths (0: off), gamma, the symmetric fine step; the paper's by default */
 	uint32_t exdyna_blocks, exdyna_move_blocks;
 	uint32_t exdyna_alpha_permille, exdyna_beta_permille;
 	uint32_t exdyna_cap_permille, exdyna_grid_permille;
 	double exdyna_gamma;
+	int exdyna_fine_symmetric;
 	/* overlap of computation with communication */
 	uint32_t stream_chunk; /* fewest non-zeros per streamed chunk (AGsparse, HC; 32768);
 				  Balanced Parallelism: one index range per 32 x as many
@@ -147,6 +148,12 @@ int scd_scheme_residual_added(const scd_scheme_ctx_t *ctx, const uint32_t **idx_
  */
 #define SCD_RESULT_DENSE UINT64_MAX
 
+/* Densification measured at intermediate group sizes (Hierarchical Centralization's
+ * aggregates): at most SCD_GAMMA_PTS points per report; a profile keeps the curve for
+ * group sizes up to SCD_GAMMA_M_MAX. */
+#define SCD_GAMMA_PTS	32
+#define SCD_GAMMA_M_MAX 256
+
 typedef struct scd_scheme_report {
 	scd_scheme_t scheme;
 	int lossless;
@@ -155,12 +162,19 @@ typedef struct scd_scheme_report {
 	uint64_t messages;		 /* messages this rank sent */
 	uint32_t rounds;		 /* sequential communication rounds */
 	uint32_t teams;			 /* SparDL: d used */
+	uint32_t bsag_teams;		 /* SparDL: d of the previous B-SAG run (0: none) */
+	double bsag_hl;			 /* (same) its h / L, the ranks' mean */
 	uint64_t local_nnz;		 /* this rank's contribution's non-zeros */
 	uint64_t total_nnz;		 /* (same) sum over ranks of local_nnz */
 	uint64_t max_nnz;		 /* (same) largest local_nnz */
 	uint64_t union_nnz;		 /* (same) non-zeros of the result */
 	double density;			 /* (same) d_G = total_nnz / (P numel) */
 	double gamma;			 /* (same) union_nnz / (total_nnz / P), ZEN gamma_G^n */
+	/* (same) gamma at group sizes gamma_m[i] < P of the previous run (HC): the union of
+	 * an aggregate of m contributions over their mean non-zeros, the ranks' mean */
+	uint32_t gamma_pts;
+	uint32_t gamma_m[SCD_GAMMA_PTS];
+	double gamma_at[SCD_GAMMA_PTS];
 	double skew;		   /* (same) max/mean result non-zeros over P even ranges */
 	double imbalance;	   /* (same) max/mean load over servers (BP, OmniReduce),
 				      over blocks (SparDL) or over ranks' contributions
@@ -195,6 +209,13 @@ typedef struct scd_scheme_profile {
 	/* per scheme whose cost uses SCD_COST_IMBALANCE: its runs' reported imbalance
 	 * (ExDyna: max / mean selection over ranks), averaged; 0: not yet run */
 	double imbalance[SCD_SCHEME_COUNT];
+	/* SparDL's B-SAG: the h / L its runs reached at bsag_teams teams, averaged (0: none
+	 * measured) */
+	uint32_t bsag_teams;
+	double bsag_hl;
+	/* gamma after m tensors, m = 2..SCD_GAMMA_M_MAX, as the runs measured it, averaged
+	 * (0: not measured; model/cost.h interpolates between measured entries) */
+	double gamma_of_m[SCD_GAMMA_M_MAX + 1];
 	uint64_t steps; /* reports folded in */
 } scd_scheme_profile_t;
 

@@ -113,6 +113,7 @@ static sc_status_t exdyna_select_round(scd_scheme_ctx_t *c, scd_scheme_io_t *io,
 		ec.cap_permille = c->cfg.exdyna_cap_permille;
 		ec.recal_permille = c->cfg.exdyna_grid_permille;
 		ec.gamma = c->cfg.exdyna_gamma;
+		ec.fine_symmetric = c->cfg.exdyna_fine_symmetric;
 		if ((st = c->dev->exdyna_create(&ec, &c->ex)) != SC_OK)
 			return scd_scheme_fail(st, "exdyna: create over %llu elements",
 					       (unsigned long long)numel);

@@ -197,11 +197,89 @@ static sc_status_t hc_result(hc_t *h)
 	return SC_OK;
 }
 
+/*
+ * ZEN's densification at the group sizes the doubling reaches: after the step at distance
+ * dist, a doubling rank's aggregate holds the 2 dist doubling ranks of its group and their
+ * folded partners; its gamma is the aggregate's non-zeros over their mean contribution
+ * (every rank's count is known from the metadata round). Each rank sends its gammas of a
+ * run with the next run's metadata, one word per doubling level (m << 32 | gamma in
+ * millionths, 0: none), and every rank takes the mean per group size (scheme.h, the
+ * report's gamma_m and gamma_at), so the profile learns gamma(m) at every m the runs see.
+ */
+static void hc_gamma_here(hc_t *h, uint32_t level, int dist, int Pp)
+{
+	scd_scheme_ctx_t *c = h->c;
+	int base = c->rank & ~(2 * dist - 1);
+	double sum = 0;
+	uint32_t m = 0;
+	for (int r = base; r < base + 2 * dist; r++) {
+		sum += (double)c->nnz[r], m++;
+		if (r + Pp < c->size)
+			sum += (double)c->nnz[r + Pp], m++;
+	}
+	if (level < SCD_GAMMA_PTS && sum > 0) {
+		c->hc_m[level] = m;
+		c->hc_g[level] = (double)h->cur.nnz * m / sum;
+	}
+}
+
+static void hc_gamma_agree(scd_scheme_ctx_t *c, uint32_t l)
+{
+	for (uint32_t i = 0; i < l; i++)
+		for (int q = 0; q < c->size; q++) {
+			uint64_t w = c->parts[(size_t)q * l + i];
+			uint32_t m = (uint32_t)(w >> 32), j = 0;
+			if (!m)
+				continue;
+			while (j < c->gamma_pts && c->gamma_m[j] != m)
+				j++;
+			if (j == c->gamma_pts) { /* a new size: its mean over every rank */
+				if (j == SCD_GAMMA_PTS)
+					continue;
+				double sum = 0;
+				uint32_t n = 0;
+				for (int r = 0; r < c->size; r++)
+					for (uint32_t k = 0; k < l; k++) {
+						uint64_t v = c->parts[(size_t)r * l + k];
+						if ((uint32_t)(v >> 32) == m)
+							sum += (double)(v & 0xffffffffu) * 1e-6,
+							    n++;
+					}
+				c->gamma_m[j] = m;
+				c->gamma_at[j] = sum / n;
+				c->gamma_pts++;
+			}
+		}
+}
+
+/* The metadata round, carrying this rank's gammas of its previous run (l levels). */
+static sc_status_t hc_meta(scd_scheme_ctx_t *c, const scd_scheme_io_t *io, uint32_t l)
+{
+	sc_status_t st = scd_scheme_local_coo(c, io);
+	if (st != SC_OK)
+		return st;
+	uint64_t w[SCD_GAMMA_PTS] = {0};
+	for (uint32_t i = 0; i < l; i++) {
+		if (c->hc_m[i])
+			w[i] = (uint64_t)c->hc_m[i] << 32 |
+			       (uint64_t)llround(fmin(c->hc_g[i], 4096) * 1e6);
+		c->hc_m[i] = 0;
+	}
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_HIER_CENTRAL, c->local.nnz, l ? w : NULL, l)) !=
+	    SC_OK)
+		return st;
+	hc_gamma_agree(c, l);
+	return SC_OK;
+}
+
 static sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	int P = c->size, me = c->rank;
 	uint64_t numel = c->cfg.numel;
-	sc_status_t st = scd_scheme_local_meta(c, io, SCD_SCHEME_HIER_CENTRAL);
+	uint32_t l = 0;
+	while ((2 << l) <= P && l < SCD_GAMMA_PTS)
+		l++;
+	sc_status_t st = hc_meta(c, io, l);
 	if (st != SC_OK)
 		return st;
 	uint64_t bound = c->total_nnz < numel ? c->total_nnz : numel;
@@ -241,9 +319,11 @@ static sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t 
 	int extra = me + Pp < P ? me + Pp : -1;
 	if (extra >= 0 && (st = hc_step(&h, -1, extra, 0)) != SC_OK)
 		return st;
-	for (int dist = 1; dist < Pp; dist <<= 1)
+	for (int dist = 1, level = 0; dist < Pp; dist <<= 1, level++) {
 		if ((st = hc_step(&h, me ^ dist, me ^ dist, 0)) != SC_OK)
 			return st;
+		hc_gamma_here(&h, (uint32_t)level, dist, Pp);
+	}
 	if (extra >= 0 && (st = hc_step(&h, extra, -1, 0)) != SC_OK)
 		return st;
 	return hc_result(&h);

@@ -64,12 +64,37 @@ typedef struct scd_stage_chunk {
 	size_t cap, used;
 } scd_stage_chunk_t;
 
-/* SparDL's state that lives across steps (Algorithm 2's h controller). */
+/* SparDL's team counts that have run in a context, with their measurements (identical on
+ * every rank: the slowest rank's time and the ranks' mean h / L, from metadata rounds). */
+#define SCD_SPARDL_SLOTS 4
+typedef struct scd_spardl_slot {
+	uint32_t d;    /* 0: free */
+	uint32_t runs; /* runs at d measured (the first is not counted) */
+	double time_s; /* the slowest rank's time per run at d, averaged */
+	double hl;     /* B-SAG's h / L at d, averaged over ranks and runs (0: none) */
+} scd_spardl_slot_t;
+
+/* SparDL's state that lives across steps: Algorithm 2's h controller, and the team count's
+ * calibration (scd_spardl_fold, scd_spardl_pick_teams). */
 typedef struct scd_spardl_state {
 	uint32_t teams; /* d the state belongs to (0: none yet) */
 	double h, step; /* top-h and its step */
 	int flag;
+	double last_hl;	    /* this rank's h / L in its last B-SAG (0: none since) */
+	uint32_t prev_d;    /* d of the context's previous run if it was SparDL, else 0 */
+	uint32_t cur_d;	    /* d to run (0: none chosen yet, which is d = 1) */
+	uint32_t incumbent; /* d a try returns to unless measured faster */
+	uint32_t runs, tries;
+	scd_spardl_slot_t slot[SCD_SPARDL_SLOTS];
 } scd_spardl_state_t;
+
+/* Folds the previous run (at s->prev_d, when it was SparDL) into its slot: the slowest
+ * rank's time and the ranks' mean B-SAG h / L (0: none). */
+void scd_spardl_fold(scd_spardl_state_t *s, double time_s, double hl);
+/* The team count for the next run (see scheme_spardl.c): d = 1 until something is
+ * measured; another d only when tried and measured faster. in: the cost model's input
+ * (P, density, network) with which the untried divisors are priced. */
+uint32_t scd_spardl_pick_teams(scd_spardl_state_t *s, const scd_cost_in_t *in);
 
 struct scd_scheme_ctx {
 	scd_scheme_cfg_t cfg;
@@ -150,6 +175,15 @@ struct scd_scheme_ctx {
 	/* S2 */
 	uint64_t last_union;
 	uint32_t teams_used;
+	uint32_t bsag_teams; /* SparDL's report of the previous B-SAG run (scheme.h) */
+	double bsag_hl;
+	/* HC: this rank's gamma at each doubling level of its last run (hc_m[i] tensors in
+	 * its aggregate, 0: none), and the ranks' means from the metadata round (report) */
+	uint32_t hc_m[SCD_GAMMA_PTS];
+	double hc_g[SCD_GAMMA_PTS];
+	uint32_t gamma_pts;
+	uint32_t gamma_m[SCD_GAMMA_PTS];
+	double gamma_at[SCD_GAMMA_PTS];
 	double imbalance;
 };
 
@@ -297,7 +331,8 @@ sc_status_t scd_scheme_msg_append(const scd_device_ops_t *dev, const void *buf, 
 
 /* The schemes themselves are their files' descriptors (scheme/registry.h). */
 
-/* SparDL's team count for this context (cfg or cost-based). */
-uint32_t scd_scheme_spardl_teams(const scd_scheme_ctx_t *c, double density);
+/* SparDL's team count for this run (cfg, else scd_spardl_pick_teams on the context's
+ * measurements); call once per run. */
+uint32_t scd_scheme_spardl_teams(scd_scheme_ctx_t *c, double density);
 
 #endif

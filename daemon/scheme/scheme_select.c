@@ -41,6 +41,18 @@ void scd_scheme_profile_update(scd_scheme_profile_t *pf, const scd_scheme_report
 		pf->gamma_n = (1 - w) * g + w * r->gamma;
 		pf->skew = (1 - w) * pf->skew + w * r->skew;
 	}
+	for (uint32_t i = 0; i < r->gamma_pts && i < SCD_GAMMA_PTS; i++) {
+		if (r->gamma_m[i] < 2 || r->gamma_m[i] > SCD_GAMMA_M_MAX ||
+		    !(r->gamma_at[i] > 0))
+			continue;
+		double *g = &pf->gamma_of_m[r->gamma_m[i]];
+		*g = *g > 0 ? 0.5 * *g + 0.5 * r->gamma_at[i] : r->gamma_at[i];
+	}
+	if (r->bsag_teams) {
+		int same = pf->bsag_teams == r->bsag_teams && pf->bsag_hl > 0;
+		pf->bsag_hl = same ? 0.5 * pf->bsag_hl + 0.5 * r->bsag_hl : r->bsag_hl;
+		pf->bsag_teams = r->bsag_teams;
+	}
 	if (d && (d->uses & SCD_COST_IMBALANCE)) {
 		double *imb = &pf->imbalance[r->scheme];
 		*imb = *imb > 0 ? 0.5 * *imb + 0.5 * r->imbalance : r->imbalance;
@@ -57,7 +69,12 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 		g = 1;
 	if (g > P)
 		g = P;
-	return (scd_cost_in_t){.P = (uint32_t)c->size,
+	int curve = 0; /* some intermediate size measured */
+	for (int m = 2; m <= c->size && m <= SCD_GAMMA_M_MAX && !curve; m++)
+		curve = pf->gamma_of_m[m] > 0;
+	return (scd_cost_in_t){.gamma_of_m =
+				   curve && c->size <= SCD_GAMMA_M_MAX ? pf->gamma_of_m : NULL,
+			       .P = (uint32_t)c->size,
 			       .numel = c->cfg.numel,
 			       .density = pf->density > 1 ? 1 : pf->density,
 			       .gamma_n = g,
@@ -65,7 +82,9 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .alpha_s = alpha_s,
 			       .beta_s_per_byte = beta_s_per_byte,
 			       .format = SCD_FMT_COO,
-			       .teams = 1};
+			       .teams = 1,
+			       .bsag_teams = pf->bsag_teams,
+			       .bsag_hl = pf->bsag_hl};
 }
 
 scd_cost_t scd_scheme_cost(const scd_scheme_ctx_t *c, scd_scheme_t s,

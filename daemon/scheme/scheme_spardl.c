@@ -3,8 +3,10 @@
  * collection, Spar-All-Gather with d teams (R-SAG when d is a power of two, B-SAG with
  * Algorithm 2's h adjustment otherwise), then a Bruck all-gather inside each team.
  *
- * Teams: the P ranks form d teams of Q = P/d consecutive ranks (d divides P: cfg or the
- * cost model's best divisor); rank r is member w = r mod Q of team t = r / Q. The tensor is
+ * Teams: the P ranks form d teams of Q = P/d consecutive ranks (d divides P: cfg, else the
+ * paper's d = 1 until another divisor, tried when the cost model favours it, is measured
+ * faster; see scd_spardl_pick_teams); rank r is member w = r mod Q of team t = r / Q. The
+ * tensor is
  * cut into Q contiguous blocks; every block keeps L = ceil(k / Q) = dk/P values, k the
  * per-rank target (cfg.density x numel, or the mean input non-zeros).
  *
@@ -89,8 +91,8 @@ static uint32_t hist_ranges(uint64_t numel, uint32_t P)
 	uint64_t H = numel / 256;
 	if (H < 16 * (uint64_t)P)
 		H = 16 * (uint64_t)P;
-	if (H > SCD_META_HIST_MAX)
-		H = SCD_META_HIST_MAX;
+	if (H > SCD_META_HIST_MAX - 1) /* and one word of B-SAG's h / L (hl_word) */
+		H = SCD_META_HIST_MAX - 1;
 	return (uint32_t)(H < numel ? H : numel);
 }
 
@@ -114,12 +116,14 @@ static void local_hist(scd_scheme_ctx_t *c, const scd_coo_t *l, uint64_t numel, 
  * numel: a block of more than L = k / Q elements could then lose values) or there is no
  * non-zero.
  */
-/* Every rank's count in range h of the H-range histograms (c->parts). */
+/* Every rank's count in range h of the H-range histograms (c->parts; each rank's row
+ * ends with its hl_word). */
 static uint64_t range_load(const scd_scheme_ctx_t *c, uint32_t H, uint32_t h)
 {
+	(void)H;
 	uint64_t n = 0;
 	for (int q = 0; q < c->size; q++)
-		n += c->parts[(size_t)q * H + h];
+		n += c->parts[(size_t)q * c->nparts + h];
 	return n;
 }
 
@@ -455,6 +459,7 @@ static sc_status_t bsag(sd_t *s, uint64_t k, uint64_t *fn_p)
 	uint64_t fn = *fn_p, hk = (uint64_t)llround(h->h);
 	if (hk < 1)
 		hk = 1;
+	h->last_hl = (double)hk / (double)s->L; /* what this run sends, for the price */
 	uint64_t kept = c->dev->coo_topk(fi, fv, fn, hk, c->hidx.p, c->hval.p);
 	sc_status_t st = discard(s, fi, fv, kept, fn, 1.0f);
 	if (st != SC_OK)
@@ -532,18 +537,55 @@ static sc_status_t spardl_output(sd_t *s, scd_scheme_io_t *io, const uint8_t *bu
 	return SC_OK;
 }
 
+/*
+ * The word each rank adds to its histogram in the metadata round: the d of its previous
+ * run and the h / L its B-SAG sent there, in millionths (0: the previous run was not a
+ * B-SAG). Every rank reads every rank's word, so the mean (hl_agreed) is the same on all.
+ */
+static uint64_t hl_word(scd_spardl_state_t *sd)
+{
+	uint64_t w = 0;
+	if (sd->prev_d && sd->last_hl > 0)
+		w = (uint64_t)sd->prev_d << 32 | (uint64_t)llround(fmin(sd->last_hl, 1) * 1e6);
+	sd->last_hl = 0;
+	return w;
+}
+
+/* The ranks' mean h / L of the previous B-SAG at d_p (0 when none ran or the words
+ * disagree on d: a rank's word is then not counted). */
+static double hl_agreed(const scd_scheme_ctx_t *c, uint32_t H, uint32_t *d_p)
+{
+	double sum = 0;
+	uint32_t n = 0, d = 0;
+	for (int q = 0; q < c->size; q++) {
+		uint64_t w = c->parts[(size_t)q * c->nparts + H];
+		uint32_t dq = (uint32_t)(w >> 32);
+		if (!dq || (d && dq != d))
+			continue;
+		d = dq;
+		sum += (double)(w & 0xffffffffu) * 1e-6;
+		n++;
+	}
+	*d_p = d;
+	return n ? sum / n : 0;
+}
+
 static sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 {
 	uint32_t P = (uint32_t)c->size, me = (uint32_t)c->rank;
 	uint64_t numel = c->cfg.numel;
 	uint32_t H = hist_ranges(numel, P);
 	sc_status_t st = scd_scheme_local_coo(c, io);
-	if (st != SC_OK || (st = scd_ws_reserve(&c->ctl, 16 * (uint64_t)H)) != SC_OK)
+	if (st != SC_OK || (st = scd_ws_reserve(&c->ctl, 16 * (uint64_t)H + 8)) != SC_OK)
 		return st;
 	uint64_t *hist = c->ctl.p;
 	local_hist(c, &c->local, numel, H, hist, hist + H);
-	if ((st = scd_scheme_meta(c, SCD_SCHEME_SPARDL, c->local.nnz, hist, H)) != SC_OK)
+	hist[H] = hl_word(&c->sd);
+	if ((st = scd_scheme_meta(c, SCD_SCHEME_SPARDL, c->local.nnz, hist, H + 1)) != SC_OK)
 		return st;
+	c->bsag_hl = hl_agreed(c, H, &c->bsag_teams);
+	scd_spardl_fold(&c->sd, c->prev_elapsed_max_us * 1e-6,
+			c->bsag_teams == c->sd.prev_d ? c->bsag_hl : 0);
 	uint64_t k = c->cfg.density > 0 ? scd_density_to_k(c->cfg.density, numel)
 					: (c->total_nnz + P - 1) / P;
 	if (k < 1)
@@ -629,15 +671,14 @@ static sc_status_t scd_scheme_spardl(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
  * the final all-gather Q-1 records of at most L, so 16 (Q-1) L = 16 k (P-d)/P; R-SAG sends
  * its L values log2 d times, 8 L log2 d (SparDL eq. 7); B-SAG sends d-1 records of h values,
  * h within [k/P, L] (Algorithm 2), which steers h until the union gathered from the d
- * members holds about L values. With little overlap between the members' selections that
- * is h = L/d = k/P, the lower end of the range, charged here: 8 (d-1) k/P, the lower bound
- * of eq. (8), so 8 k (2P-d-1)/P in all (the final all-gather still sends blocks of L, the
- * upper bound of eq. (9)). It depends on the model's inputs only, so every rank prices
- * each d alike and picks the same one; the live h (c->sd) differs between member groups.
- * Overlapping selections raise h towards L: in test_scheme_model.c, once h settled,
- * uniform indices sent within 3% of this, Zipf indices with half of them shared 1.1x to
- * 1.5x; h = L overstated 1.5x to 6x. With this charge d = P is the cheapest divisor
- * whenever P is not a power of two (fewest rounds, 8 k (P-1)/P bytes).
+ * members holds about L values: 8 (d-1) h (eq. 8). Where h settles depends on how much the
+ * members' selections overlap: near k/P when they barely do, towards L when they share
+ * most indices, so h is priced from what the runs reached: each B-SAG run reports its h / L
+ * (the ranks' mean, carried by the metadata round) into the profile (bsag_hl, at
+ * bsag_teams), and a d with nothing measured is charged B-SAG's upper bound h = L. (Priced
+ * at its lower bound k/P, d = P was the cheapest divisor whenever P is not a power of two,
+ * so Spar-Reduce-Scatter never ran; in test_scheme_model.c h settled at 1.1x to 1.5x k/P
+ * on Zipf indices with half of them shared, and h = L is 1.5x to 6x k/P.)
  * Without teams (d = 1) this is eq. (4): 2 ceil(log2 P) rounds, 16 k (P-1)/P bytes.
  */
 static scd_cost_t spardl_model(const scd_cost_in_t *in)
@@ -647,8 +688,10 @@ static scd_cost_t spardl_model(const scd_cost_in_t *in)
 		return scd_cost_make(in, 2.0 * scd_ceil_log2(in->P), 4 * 4 * k * (P - 1) / P);
 	uint32_t l_pd = scd_ceil_log2((uint32_t)ceil(P / d)), l_d = scd_ceil_log2((uint32_t)d);
 	int pow2 = ((uint32_t)d & ((uint32_t)d - 1)) == 0;
+	double L = d * k / P;
+	double hl = in->bsag_teams == in->teams && in->bsag_hl > 0 ? fmin(in->bsag_hl, 1) : 1;
 	double elems = pow2 ? 2 * k * ((2 * P - 2 * d) / P + d / P * log2(d))
-			    : 2 * k * (2 * P - d - 1) / P;
+			    : 2 * k * (2 * P - 2 * d) / P + 2 * (d - 1) * hl * L;
 	return scd_cost_make(in, 2.0 * l_pd + l_d, 4 * elems);
 }
 
@@ -662,49 +705,128 @@ static uint32_t divisor_at_most(uint32_t P, uint32_t d)
 	return d ? d : 1;
 }
 
-/* The model with d teams at the density the scheme runs with (cfg.density, if set). */
-static scd_cost_t spardl_cost_teams(const scd_scheme_ctx_t *c, const scd_cost_in_t *base,
-				    uint32_t d)
+/* ---- the team count: d = 1 until another d is measured faster ------------------------ */
+
+/* A run at a d not measured yet is tried only when predicted (from the current d's
+ * measured time, scaled by the model) this much faster, only in the first
+ * SPARDL_EXPLORE_RUNS runs and at most SPARDL_TRIES times; a try is kept only when its
+ * own measured time beats the incumbent's by SPARDL_GAIN. */
+#define SPARDL_MARGIN	    1.25
+#define SPARDL_GAIN	    0.9
+#define SPARDL_EXPLORE_RUNS 16
+#define SPARDL_TRIES	    2
+
+static scd_spardl_slot_t *slot_of(scd_spardl_state_t *s, uint32_t d, int create)
 {
-	scd_cost_in_t in = *base;
-	if (c->cfg.density > 0)
-		in.density = c->cfg.density;
-	in.teams = d;
-	return spardl_model(&in);
+	scd_spardl_slot_t *v = NULL;
+	for (int i = 0; i < SCD_SPARDL_SLOTS; i++) {
+		if (s->slot[i].d == d)
+			return &s->slot[i];
+		if (create && s->slot[i].d != s->cur_d && s->slot[i].d != s->incumbent &&
+		    (!v || s->slot[i].runs < v->runs))
+			v = &s->slot[i]; /* a free slot, or the least measured other one */
+	}
+	if (v)
+		*v = (scd_spardl_slot_t){.d = d};
+	return v;
 }
 
-/* cfg.spardl_teams (its largest divisor of P), else the divisor of P with the lowest
- * cost (ties: the fewest teams). */
-static uint32_t spardl_best_teams(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+static int measured(const scd_spardl_slot_t *x)
 {
-	uint32_t P = in->P;
-	if (c->cfg.spardl_teams)
-		return divisor_at_most(P, c->cfg.spardl_teams);
-	uint32_t best = 1;
-	double bs = spardl_cost_teams(c, in, 1).seconds;
-	for (uint32_t d = 2; d <= P; d++) {
-		if (P % d)
+	return x && x->runs >= 2;
+}
+
+void scd_spardl_fold(scd_spardl_state_t *s, double time_s, double hl)
+{
+	scd_spardl_slot_t *x = s->prev_d ? slot_of(s, s->prev_d, 1) : NULL;
+	if (!x)
+		return;
+	if (hl > 0)
+		x->hl = x->hl > 0 ? 0.5 * x->hl + 0.5 * hl : hl;
+	/* the first run at d pays for its workspaces: not counted */
+	if (time_s > 0 && x->runs++ > 0)
+		x->time_s = x->runs == 2 ? time_s : 0.5 * x->time_s + 0.5 * time_s;
+}
+
+/* The model's time at d, B-SAG priced at the h / L measured there (h = L if none). */
+static double model_at(const scd_cost_in_t *base, const scd_spardl_slot_t *x, uint32_t d)
+{
+	scd_cost_in_t in = *base;
+	in.teams = d;
+	in.bsag_teams = d;
+	in.bsag_hl = x ? x->hl : 0;
+	return spardl_model(&in).seconds;
+}
+
+/* The divisor of P, not run yet, that the model scaled by the current d's measurement
+ * favours most (0: none predicted SPARDL_MARGIN faster than the current d measured). */
+static uint32_t team_to_try(scd_spardl_state_t *s, const scd_cost_in_t *in,
+			    const scd_spardl_slot_t *cur)
+{
+	double m = model_at(in, cur, s->cur_d);
+	if (!(m > 0))
+		return 0;
+	double ratio = cur->time_s / m, best_s = cur->time_s / SPARDL_MARGIN;
+	uint32_t best = 0;
+	for (uint32_t d = 1; d <= in->P; d++) {
+		if (in->P % d || d == s->cur_d || slot_of(s, d, 0))
 			continue;
-		double s = spardl_cost_teams(c, in, d).seconds;
-		if (s < bs) {
-			bs = s;
-			best = d;
-		}
+		double t = model_at(in, NULL, d) * ratio;
+		if (t < best_s)
+			best_s = t, best = d;
 	}
 	return best;
 }
 
-uint32_t scd_scheme_spardl_teams(const scd_scheme_ctx_t *c, double density)
+uint32_t scd_spardl_pick_teams(scd_spardl_state_t *s, const scd_cost_in_t *in)
 {
-	scd_scheme_profile_t pf = {.density = density, .gamma_n = c->size, .skew = 1};
-	scd_cost_in_t in = scd_scheme_cost_in(c, &pf, c->alpha_s, c->beta_s);
-	return spardl_best_teams(c, &in);
+	s->runs++;
+	if (!s->cur_d || in->P % s->cur_d)
+		s->cur_d = s->incumbent = 1;
+	scd_spardl_slot_t *cur = slot_of(s, s->cur_d, 0), *inc = slot_of(s, s->incumbent, 0);
+	if (s->cur_d != s->incumbent) { /* a try: judged once measured */
+		if (!measured(cur))
+			return s->cur_d;
+		if (!measured(inc) || cur->time_s < SPARDL_GAIN * inc->time_s)
+			s->incumbent = s->cur_d;
+		return s->cur_d = s->incumbent;
+	}
+	if (!measured(cur) || s->runs > SPARDL_EXPLORE_RUNS || s->tries >= SPARDL_TRIES)
+		return s->cur_d;
+	uint32_t d = team_to_try(s, in, cur);
+	if (d) {
+		s->tries++;
+		s->cur_d = d;
+	}
+	return s->cur_d;
 }
 
-/* With the team count it will run with. */
-static scd_cost_t spardl_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *in)
+/* cfg.spardl_teams (its largest divisor of P), else the calibrated d in c->sd. */
+static uint32_t spardl_teams_now(const scd_scheme_ctx_t *c, uint32_t P)
 {
-	return spardl_cost_teams(c, in, spardl_best_teams(c, in));
+	if (c->cfg.spardl_teams)
+		return divisor_at_most(P, c->cfg.spardl_teams);
+	return c->sd.cur_d && P % c->sd.cur_d == 0 ? c->sd.cur_d : 1;
+}
+
+uint32_t scd_scheme_spardl_teams(scd_scheme_ctx_t *c, double density)
+{
+	if (c->cfg.spardl_teams)
+		return divisor_at_most((uint32_t)c->size, c->cfg.spardl_teams);
+	scd_scheme_profile_t pf = {.density = density, .gamma_n = c->size, .skew = 1};
+	scd_cost_in_t in = scd_scheme_cost_in(c, &pf, c->alpha_s, c->beta_s);
+	return scd_spardl_pick_teams(&c->sd, &in);
+}
+
+/* With the team count it runs with now (at the density it runs with: cfg.density, if
+ * set); B-SAG priced from the profile's measured h / L. */
+static scd_cost_t spardl_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *base)
+{
+	scd_cost_in_t in = *base;
+	if (c->cfg.density > 0)
+		in.density = c->cfg.density;
+	in.teams = spardl_teams_now(c, in.P);
+	return spardl_model(&in);
 }
 
 const scd_scheme_desc_t scd_scheme_spardl_desc = {

@@ -28,12 +28,35 @@ static double pos0(double v)
 	return v > 0 ? v : 0;
 }
 
+/* T_cm of a buffer of x dense bytes from the measured points (see scd_fplan_comm_t), or
+ * -1 when fewer than two sizes are measured. */
+static double comm_at(const scd_fplan_comm_t *m, double alpha_s, double x)
+{
+	int n = 0, k[SCD_FPLAN_COMM_POINTS];
+	for (int i = 0; m && i < SCD_FPLAN_COMM_POINTS; i++)
+		if (m->bytes[i] > 0)
+			k[n++] = i;
+	if (n < 2)
+		return -1;
+	int i = 1; /* the segment [k[i-1], k[i]] holding x, or the nearest end one */
+	while (i < n - 1 && m->bytes[k[i]] < x)
+		i++;
+	double x0 = m->bytes[k[i - 1]], x1 = m->bytes[k[i]];
+	double y0 = m->time_s[k[i - 1]], y1 = m->time_s[k[i]];
+	double slope = x1 > x0 ? pos0((y1 - y0) / (x1 - x0)) : 0;
+	double y = x < x0 ? y0 - slope * (x0 - x) : y0 + slope * (x - x0);
+	return y > alpha_s ? y : alpha_s;
+}
+
 double scd_fplan_tcm(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int a, int b)
 {
-	double s = cfg->alpha_s;
-	for (int j = a; j < b; j++)
+	double s = cfg->alpha_s, bytes = 0;
+	for (int j = a; j < b; j++) {
 		s += pos0(t[j].cm_s);
-	return s;
+		bytes += (double)t[j].bytes;
+	}
+	double m = comm_at(cfg->comm, cfg->alpha_s, bytes);
+	return m >= 0 ? m : s;
 }
 
 double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b)
@@ -66,7 +89,7 @@ static int eq2_holds(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, in
 	double tb = 0, layerwise = 0;
 	for (int l = 0; l < n; l++) {
 		tb += pos0(t[l].tb_s);
-		layerwise += cfg->alpha_s + pos0(t[l].cm_s);
+		layerwise += scd_fplan_tcm(cfg, t, l, l + 1);
 	}
 	return tb + scd_fplan_tcm(cfg, t, 0, n) < layerwise;
 }
@@ -83,7 +106,8 @@ static int first_size(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, i
 }
 
 /* eq. 3: the first M' with sum_{i<=M'} T_cm(i) > sum_{i>=2} (T_cp(i) + T_b(i)), M' < M;
- * buffers M' .. M then merge (key and solo boundaries stay). */
+ * buffers M' .. M then merge (key and solo boundaries stay, and a buffer still holds at
+ * most SCD_FPLAN_MAX_ITEMS tensors). */
 static void long_tail(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
 		      uint8_t *start)
 {
@@ -98,8 +122,10 @@ static void long_tail(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, i
 	for (int i = 0; i + 1 < M; i++) {
 		comm += scd_fplan_tcm(cfg, t, first[i], first[i + 1]);
 		if (comm > fuse_rest) {
-			for (int j = first[i] + 1; j < L; j++)
-				start[j] = forced(t, j);
+			for (int j = first[i] + 1, items = 1; j < L; j++, items++) {
+				start[j] = forced(t, j) || items == SCD_FPLAN_MAX_ITEMS;
+				items = start[j] ? 0 : items;
+			}
 			break;
 		}
 	}
@@ -329,12 +355,70 @@ static int drifted(const scd_fplan_state_t *s)
 	return 0;
 }
 
+double scd_fplan_step_s(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
+			const uint8_t *start)
+{
+	double fuse_end = 0, comm_end = 0;
+	for (int a = 0, b; a < L; a = b) {
+		for (b = a + 1; b < L && !start[b]; b++)
+			;
+		fuse_end += scd_fplan_fuse(t, a, b);
+		comm_end =
+		    (comm_end > fuse_end ? comm_end : fuse_end) + scd_fplan_tcm(cfg, t, a, b);
+	}
+	return comm_end;
+}
+
+/* The point of a buffer of x dense bytes: its power of two. */
+static int comm_point(double x)
+{
+	int i = x >= 1 ? (int)floor(log2(x)) : 0;
+	return i < SCD_FPLAN_COMM_POINTS ? i : SCD_FPLAN_COMM_POINTS - 1;
+}
+
+/* Folds the current plan's buffers, every tensor of which is measured, into s->comm: each
+ * buffer's alpha_s + the sum of its cm_s (its measured communication: the shares are of
+ * it) at its bytes. */
+static void fold_comm(scd_fplan_state_t *s)
+{
+	for (int a = 0, b; a < s->n; a = b) {
+		int timed = s->t[a].cm_s >= 0;
+		for (b = a + 1; b < s->n && s->buf[b] == s->buf[a]; b++)
+			timed = timed && s->t[b].cm_s >= 0;
+		if (!timed || s->buf[a] < 0)
+			continue;
+		double bytes = 0, tcm = s->cfg.alpha_s;
+		for (int j = a; j < b; j++) {
+			bytes += (double)s->t[j].bytes;
+			tcm += s->t[j].cm_s;
+		}
+		int i = comm_point(bytes);
+		double *x = &s->comm.bytes[i], *y = &s->comm.time_s[i];
+		int first = *x <= 0;
+		*x = first ? bytes : (1 - SCD_FPLAN_EWMA) * *x + SCD_FPLAN_EWMA * bytes;
+		*y = first ? tcm : (1 - SCD_FPLAN_EWMA) * *y + SCD_FPLAN_EWMA * tcm;
+	}
+}
+
 static uint64_t plan_hash(const uint8_t *start, int n)
 {
 	uint64_t h = 1469598103934665603ull;
 	for (int k = 0; k < n; k++)
 		h = (h ^ start[k] ^ ((uint64_t)k << 8)) * 1099511628211ull;
 	return h ? h : 1;
+}
+
+/* Whether plan start is predicted SCD_FPLAN_GAIN faster than the current one (s->buf). */
+static int gains(const scd_fplan_state_t *s, const uint8_t *start)
+{
+	uint8_t *cur = malloc((size_t)s->n + 1);
+	if (!cur)
+		return 0; /* the plan stays */
+	for (int k = 0; k < s->n; k++)
+		cur[k] = k == 0 || s->buf[k] != s->buf[k - 1];
+	double now = scd_fplan_step_s(&s->cfg, s->t, s->n, cur);
+	free(cur);
+	return scd_fplan_step_s(&s->cfg, s->t, s->n, start) < (1 - SCD_FPLAN_GAIN) * now;
 }
 
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
@@ -352,8 +436,11 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		return -1;
 	int all_timed = measured(s->t, s->n);
 	int forced_replan = s->dirty || cfg_changed || (all_timed && !s->from_times);
+	if (!s->dirty && !cfg_changed)
+		fold_comm(s); /* the current plan's buffers, before they change */
 	s->from_times = all_timed;
 	s->cfg = *cfg;
+	s->cfg.comm = &s->comm;
 	s->dirty = 0;
 	s->reports = 0;
 	for (int k = 0; k < s->n; k++) {
@@ -361,15 +448,16 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		s->snap[3 * k + 1] = s->t[k].tb_s;
 		s->snap[3 * k + 2] = s->t[k].cm_s;
 	}
-	int n_buf = scd_fplan_plan(cfg, s->t, s->n, start), changed = 0, b = -1;
+	int n_buf = scd_fplan_plan(&s->cfg, s->t, s->n, start), changed = 0, b = -1;
 	for (int k = 0; k < s->n; k++) {
 		b += start[k];
 		changed |= s->buf[k] != b;
 	}
-	/* hysteresis: a plan rebuilt from drifted times is taken when confirmed */
+	/* hysteresis: a plan rebuilt from drifted times is taken when confirmed, and only on
+	 * a predicted gain on the same measured times */
 	uint64_t h = plan_hash(start, s->n);
-	if (!forced_replan && changed && s->pending != h) {
-		s->pending = h;
+	if (!forced_replan && changed && (s->pending != h || !gains(s, start))) {
+		s->pending = s->pending != h ? h : 0;
 		free(start);
 		return 0;
 	}

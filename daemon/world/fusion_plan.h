@@ -18,10 +18,15 @@
  * always opens a buffer.
  *
  * The times, each the slowest rank's: tcp_s a tensor's compression (its sparsifier, or the
- * residual added back), tb_s its fusion into the buffer (the scatter of its selection),
- * cm_s its share of its buffer's communication beyond the per-buffer latency alpha_s. A
- * buffer's estimated communication time is T_cm = alpha_s + the sum of its cm_s; its
- * sparse tensor fusion time T_cp + T_b the sum of its tcp_s + tb_s.
+ * residual added back), tb_s its fusion into the buffer (the scatter of its selection;
+ * measured also for a tensor alone in its buffer, engine/bufctx.c), cm_s its share (by
+ * size) of its buffer's communication beyond the per-buffer latency alpha_s. A buffer's
+ * sparse tensor fusion time T_cp + T_b is the sum of its tcp_s + tb_s. Its communication
+ * time T_cm is interpolated by size from the buffers measured so far (scd_fplan_comm_t:
+ * each measured buffer's alpha_s + the sum of its cm_s, by its bytes), as SAFusion
+ * interpolates measured times; alpha_s + the sum of its cm_s until two sizes are measured.
+ * (Summed per tensor, T_cm makes eq. 2's communication terms cancel but for one alpha_s
+ * per tensor, so the first buffer was nearly always two tensors.)
  */
 #ifndef SCD_WORLD_FUSION_PLAN_H
 #define SCD_WORLD_FUSION_PLAN_H
@@ -46,8 +51,10 @@ typedef enum {
 #define SCD_FPLAN_DRIFT_FLOOR_S 200e-6
 #define SCD_FPLAN_MIN_REPORTS	2
 /* The rebuilt plan replaces the current one only when the next rebuild, SCD_FPLAN_MIN_REPORTS
- * reports per tensor later, gives the same boundaries again: a plan that noise proposes
- * once is not taken. */
+ * reports per tensor later, gives the same boundaries again (a plan that noise proposes
+ * once is not taken), and when, on the same measured times, its predicted step time
+ * (scd_fplan_step_s) beats the current plan's by SCD_FPLAN_GAIN. */
+#define SCD_FPLAN_GAIN 0.05
 /* Weight of a new report in a rank's smoothed time of a tensor. */
 #define SCD_FPLAN_EWMA 0.5
 
@@ -65,11 +72,21 @@ typedef struct scd_fplan_tensor {
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
+/* Measured communication time of buffers by size: one point per power of two of the
+ * buffer's dense bytes (its mean bytes and time, smoothed), interpolated linearly between
+ * points and extrapolated from the nearest segment (never below alpha_s, never falling
+ * with size). */
+#define SCD_FPLAN_COMM_POINTS 48
+typedef struct scd_fplan_comm {
+	double bytes[SCD_FPLAN_COMM_POINTS], time_s[SCD_FPLAN_COMM_POINTS]; /* 0: none */
+} scd_fplan_comm_t;
+
 typedef struct scd_fplan_cfg {
 	scd_fusion_mode_t mode;
-	uint64_t fixed_bytes; /* fixed */
-	int buffers;	      /* M, aligned (and adaptive before the profiles) */
-	double alpha_s;	      /* a buffer's communication latency */
+	uint64_t fixed_bytes;	      /* fixed */
+	int buffers;		      /* M, aligned (and adaptive before the profiles) */
+	double alpha_s;		      /* a buffer's communication latency */
+	const scd_fplan_comm_t *comm; /* measured T_cm by size, or NULL (scd_fplan_tcm) */
 } scd_fplan_cfg_t;
 
 /*
@@ -80,8 +97,9 @@ typedef struct scd_fplan_cfg {
 int scd_fplan_plan(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
 		   uint8_t *start);
 
-/* A buffer of tensors t[a..b-1]: its estimated communication time (alpha_s + the cm_s)
- * and its sparse tensor fusion time (the tcp_s + tb_s); unmeasured times count as 0. */
+/* A buffer of tensors t[a..b-1]: its estimated communication time (cfg->comm's by its
+ * bytes when two sizes are measured, else alpha_s + the cm_s) and its sparse tensor fusion
+ * time (the tcp_s + tb_s); unmeasured times count as 0. */
 double scd_fplan_tcm(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int a, int b);
 double scd_fplan_fuse(const scd_fplan_tensor_t *t, int a, int b);
 
@@ -107,6 +125,7 @@ typedef struct scd_fplan_state {
 	int from_times;	  /* the current plan was made from every tensor's times */
 	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
 	scd_fplan_cfg_t cfg;
+	scd_fplan_comm_t comm; /* the buffers' measured communication by size */
 } scd_fplan_state_t;
 
 int scd_fplan_state_init(scd_fplan_state_t *s, int P);
@@ -133,8 +152,15 @@ void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id);
 void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s, double tb_s,
 		      double cm_s);
 /* Re-plans when tensors were added, cfg differs from the plan's, or the profiles drifted
- * (see SCD_FPLAN_DRIFT; such a plan is taken when the next rebuild confirms it); returns 1 when
+ * (see SCD_FPLAN_DRIFT; such a plan is taken when the next rebuild confirms it and it is
+ * predicted SCD_FPLAN_GAIN faster); first folds the current plan's buffers into s->comm,
+ * with which adaptive plans price communication (cfg->comm is ignored); returns 1 when
  * the boundaries changed (version bumped), 0 when not, -1 out of memory (the plan stays). */
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg);
+/* The predicted step time of plan start[0..L-1]: buffer i's fusion follows buffer i-1's on
+ * the compute stage, its communication starts when both its fusion and buffer i-1's
+ * communication are done; the last communication's end. */
+double scd_fplan_step_s(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int L,
+			const uint8_t *start);
 
 #endif

@@ -38,6 +38,8 @@ def add_common_args(p):
     p.add_argument("--sparsifier", default=None,
                    help="sparsifier of dense gradients: none, topk, threshold, dgc, exdyna")
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--ddp-selection", choices=["parameter", "bucket"], default="parameter",
+                   help="ddp: the hook selects each parameter (default) or the whole bucket")
     p.add_argument("--sim-sparsifier", default=None,
                    help="gloo only: simulate top-k with error feedback before gloo")
     p.add_argument("--gloo-sparse", action="store_true",
@@ -131,7 +133,8 @@ class Sync:
             m = DDP(model, device_ids=[self.device] if self.device.type == "cuda" else None)
             m.register_comm_hook(self.sct.DDPHookState(sparsifier=a.sparsifier,
                                                        density=a.density,
-                                                       timeout=a.timeout),
+                                                       timeout=a.timeout,
+                                                       selection=a.ddp_selection),
                                  self.sct.ddp_hook)
             return m, optimizer
         for t in model.state_dict().values():

@@ -58,7 +58,8 @@ def check(doc, schemes):
                         (name, r["cpu_s"], r["cpu_sum_s"], r["measured_s"], doc["P"]))
         # ExDyna sends each selected index to the P - 1 others (4 (P-1) c bytes, c its
         # count; 8 (P-1) c on the ring path) and sums the K <= P c values in a ring
-        # (2 (P-1) / P x 4K), and no rank selects over 1.25 x its share of
+        # (2 (P-1) / P x 4K), and with the cap variant (run.sh sets exdyna_cap = 1.25)
+        # no rank selects over 1.25 x its share of
         # k = density x numel (device/exdyna.h): at most 16 (P-1) c. The metadata round
         # adds a header and 1 + 257 words per peer, the rings a rounded chunk per round.
         # A threshold that lost the target (a growing residual) would send many times this.

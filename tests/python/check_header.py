@@ -32,13 +32,15 @@ int main(void) {
 	printf("wire NATIVE %d\nwire FP16 %d\nwire BF16 %d\n", SC_WIRE_NATIVE, SC_WIRE_FP16,
 	       SC_WIRE_BF16);
 	printf("sp NONE %d\nsp TOPK %d\nsp THRESHOLD %d\nsp DGC %d\nsp EXDYNA %d\n"
-	       "sp NATURAL %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,
-	       SC_SPARSIFY_DGC, SC_SPARSIFY_EXDYNA, SC_SPARSIFY_NATURAL);
+	       "sp NATURAL %d\nsp BLOCK_TOPK %d\n", SC_SPARSIFY_NONE, SC_SPARSIFY_TOPK,
+	       SC_SPARSIFY_THRESHOLD, SC_SPARSIFY_DGC, SC_SPARSIFY_EXDYNA, SC_SPARSIFY_NATURAL,
+	       SC_SPARSIFY_BLOCK_TOPK);
 	printf("size opts %zu\nsize sparsifier %zu\nsize handle %zu\n",
 	       sizeof(sc_tensor_opts_t), sizeof(sc_sparsifier_t), sizeof(sc_handle_t));
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
 	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal) O(wire)
+	O(block)
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;
 }

@@ -224,6 +224,13 @@ def t_ddp():
     record("ddp_hook.digits_vs_gloo", ok, "worst relative step-loss difference %.2e" % worst)
 
 
+def t_ddp_select():
+    # the DDP hook selects per parameter before the bucket is exchanged (every parameter
+    # gets its k), the whole-bucket selection starves a small bias
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_ddp_select.py"), [], 240)
+    checks("ddp_select", rc, out, 2)
+
+
 def t_topk():
     script = os.path.join(EX, "digits_mlp.py")
     common = ["--steps", "600", "--log-every", "200"]
@@ -258,7 +265,7 @@ def t_wire():
 
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_wire,
-         t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_topk, t_failure]
+         t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 
 
 def main():

@@ -80,10 +80,10 @@ typedef struct {
 	uint64_t *counts;
 } sim_t;
 
-/* recal, cap: the configuration's recal_permille and cap_permille (the defaults, or 0:
- * Algorithm 5 alone, as the paper has it) */
+/* variants: the grid, the cap (both 1250) and the symmetric fine step on; else the
+ * defaults, Algorithm 5 alone as the paper has it */
 static void sim_init_cfg(sim_t *s, uint32_t P, uint64_t n, double density, double init,
-			 int defaults)
+			 int variants)
 {
 	memset(s, 0, sizeof(*s)); /* props_out NULL: sim_step_props sets it */
 	s->P = P;
@@ -96,8 +96,10 @@ static void sim_init_cfg(sim_t *s, uint32_t P, uint64_t n, double density, doubl
 	for (uint32_t r = 0; r < P; r++) {
 		scd_exdyna_cfg_t cfg = scd_exdyna_cfg_default(n, P, r, density);
 		cfg.init_threshold = init;
-		if (!defaults)
-			cfg.recal_permille = cfg.cap_permille = 0;
+		if (variants) {
+			cfg.recal_permille = cfg.cap_permille = 1250;
+			cfg.fine_symmetric = 1;
+		}
 		CHECK_EQ_INT(scd_exdyna_create(&cfg, &s->ex[r]), SC_OK);
 		s->res[r] = calloc(n, 4);
 	}
@@ -259,13 +261,40 @@ UNIT_TEST(core_exdyna_moves_blocks_to_light_partition)
 	CHECK_EQ_INT(lo1, hi0);
 	CHECK_EQ_INT(hi1, n);
 	CHECK_TRUE(scd_exdyna_threshold(ex) == (float)(1.0 * 1.005));
-	/* iteration 1: rank 0 owns partition 1; in-band just below target: x(1 - 0.005/4) */
+	/* iteration 1: rank 0 owns partition 1; in-band just below target: Algorithm 5's
+	 * x(1 + 0.005/4), whatever the side */
 	uint64_t k = scd_exdyna_target(ex);
 	uint64_t counts2[2] = {k / 2, k / 2 - 1};
 	double thr = 1.0 * 1.005;
 	CHECK_EQ_INT(scd_exdyna_update(ex, counts2), SC_OK);
-	CHECK_TRUE(scd_exdyna_threshold(ex) == (float)(thr * (1 - 0.005 / 4)));
+	CHECK_TRUE(scd_exdyna_threshold(ex) == (float)(thr * (1 + 0.005 / 4)));
 	scd_exdyna_destroy(ex);
+}
+
+/* The defaults are the paper's Algorithm 5 alone: no grid, no cap, and inside the band
+ * (1/beta, beta] the fine step x(1 + gamma/4) on both sides of the target; the named
+ * variant exdyna_fine_symmetric steps down below the target instead. */
+UNIT_TEST(core_exdyna_defaults_are_algorithm_5)
+{
+	uint64_t n = 1024 * 64;
+	scd_exdyna_cfg_t cfg = scd_exdyna_cfg_default(n, 2, 0, 0.01);
+	CHECK_EQ_INT(cfg.recal_permille, 0);
+	CHECK_EQ_INT(cfg.cap_permille, 0);
+	CHECK_EQ_INT(cfg.fine_symmetric, 0);
+	cfg.init_threshold = 1.0;
+	for (int sym = 0; sym < 2; sym++) {
+		cfg.fine_symmetric = sym;
+		scd_exdyna_t *ex;
+		CHECK_EQ_INT(scd_exdyna_create(&cfg, &ex), SC_OK);
+		uint64_t k = scd_exdyna_target(ex);
+		uint64_t below[2] = {k / 2, k / 2 - k / 50}; /* 0.98 k: inside the band */
+		CHECK_EQ_INT(scd_exdyna_update(ex, below), SC_OK);
+		float want = (float)(sym ? 1 - 0.005 / 4 : 1 + 0.005 / 4);
+		CHECK_MSG(scd_exdyna_threshold(ex) == want,
+			  "fine_symmetric %d: %.7f, expected %.7f", sym,
+			  (double)scd_exdyna_threshold(ex), (double)want);
+		scd_exdyna_destroy(ex);
+	}
 }
 
 UNIT_TEST_TIMEOUT(core_exdyna_density_tracks_target, 120)
@@ -416,7 +445,7 @@ UNIT_TEST(core_exdyna_caps_a_rank_near_its_share)
 	uint64_t n = 50000 + unit_rng_below(50000);
 	scd_exdyna_cfg_t cfg = scd_exdyna_cfg_default(n, P, me, 0.01);
 	cfg.init_threshold = 1e-6;
-	cfg.recal_permille = 0;
+	cfg.cap_permille = 1250; /* the variant */
 	float *g = malloc(n * 4), *res = calloc(n, 4);
 	for (uint64_t i = 0; i < n; i++)
 		g[i] = (float)(unit_rng_double() - 0.5) * (i % 7 ? 1.0f : 9.0f);

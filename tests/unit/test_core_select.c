@@ -11,6 +11,7 @@
 #include "device/select.h"
 
 #include <malloc.h>
+#include <math.h>
 #include <string.h>
 
 /* A gradient-like value: Gaussian-ish body with occasional heavy-tailed outliers. */
@@ -393,5 +394,68 @@ UNIT_TEST(core_kth_key_matches_sort)
 		}
 		CHECK_EQ_INT(scd_kth_key_u32(keys, n, n + 1, NULL, NULL), 0);
 		free(x), free(keys), free(sorted), free(scr);
+	}
+}
+
+/* Block-wise top-K (S2 Reducer): exactly the non-zeros of the K = max(1, round(density x
+ * blocks)) blocks of largest l2 norm (reference: every block's norm, sorted; ties by lower
+ * block), blocks of any size with a shorter last one; a block holding a NaN is selected
+ * first. */
+UNIT_TEST(core_block_topk_selects_whole_blocks)
+{
+	for (int rep = 0; rep < 30; rep++) {
+		fixture_t f;
+		fixture_init(&f, 1 + unit_rng_below(50000), (int)unit_rng_below(4) == 0);
+		uint32_t B = 1 + (uint32_t)unit_rng_below(rep % 3 ? 300 : 4);
+		uint64_t nb = (f.n + B - 1) / B;
+		double density = 0.001 + unit_rng_double() * 0.3;
+		uint64_t nan_block = unit_rng_below(2) ? unit_rng_below(nb) : UINT64_MAX;
+		if (nan_block != UINT64_MAX) {
+			f.in[nan_block * B] = NAN;
+			f.acc[nan_block * B] = NAN;
+		}
+		scd_sparsifier_cfg_t cfg = {.kind = SCD_SPARSIFY_BLOCK_TOPK,
+					    .numel = f.n,
+					    .density = density,
+					    .block = B};
+		scd_sparsifier_t *sp;
+		CHECK_EQ_INT(scd_sparsifier_create(&cfg, &sp), SC_OK);
+		scd_select_stats_t st;
+		CHECK_EQ_INT(scd_sparsify(sp, f.in, f.res, f.n, &f.out, &st), SC_OK);
+		scd_sparsifier_destroy(sp);
+		/* the reference: the K largest norms, ties by the lower block */
+		uint64_t K = scd_density_to_k(density, nb);
+		double *norm = malloc(nb * sizeof(double));
+		uint8_t *want = calloc(nb, 1);
+		for (uint64_t b = 0; b < nb; b++) {
+			double s = 0;
+			for (uint64_t i = b * B; i < f.n && i < (b + 1) * B; i++)
+				s += (double)f.acc[i] * f.acc[i];
+			norm[b] = isnan(s) ? INFINITY : s;
+		}
+		for (uint64_t j = 0; j < K; j++) {
+			uint64_t best = UINT64_MAX;
+			for (uint64_t b = 0; b < nb; b++)
+				if (!want[b] && (best == UINT64_MAX || norm[b] > norm[best]))
+					best = b;
+			want[best] = 1;
+		}
+		if (nan_block != UINT64_MAX)
+			CHECK_MSG(want[nan_block], "the reference left out the NaN block");
+		uint64_t expect = 0;
+		for (uint64_t i = 0; i < f.n; i++)
+			expect += want[i / B] && (f.acc[i] != 0 || isnan(f.acc[i]));
+		CHECK_MSG(f.out.nnz == expect,
+			  "n %llu B %u K %llu: %llu selected, expected %llu",
+			  (unsigned long long)f.n, B, (unsigned long long)K,
+			  (unsigned long long)f.out.nnz, (unsigned long long)expect);
+		for (uint64_t j = 0; j < f.out.nnz; j++)
+			CHECK_MSG(want[f.out.idx[j] / B], "element %u of an unselected block",
+				  f.out.idx[j]);
+		CHECK_EQ_INT((int)st.target, (int)K);
+		check_conserved(&f);
+		free(norm);
+		free(want);
+		fixture_free(&f);
 	}
 }

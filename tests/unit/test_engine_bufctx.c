@@ -13,15 +13,22 @@
 #include "engine/bufctx.h"
 #include "util/log.h"
 
+/* A table of buffer contexts with the default settings, and the cpu device. */
+static scd_bufctx_table_t *cpu_table(const scd_device_ops_t **dev_p)
+{
+	scd_bufctx_table_t *tab = NULL;
+	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
+	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, dev_p) == SC_OK);
+	return tab;
+}
+
 UNIT_TEST(engine_bufctx_invalid_sparsifier_status)
 {
 	enum { N = 4096 };
 	static float buf[N], res[N];
 	scd_log_level = -1; /* the step logs the failure it detects: expected here */
-	scd_bufctx_table_t *tab = NULL;
-	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
 	const scd_device_ops_t *dev = NULL;
-	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
+	scd_bufctx_table_t *tab = cpu_table(&dev);
 	scd_transport_t t = {.ops = NULL, .rank = 0, .size = 1};
 	scd_job_item_t it = {.name = "layer.bad",
 			     .numel = N,
@@ -94,6 +101,7 @@ UNIT_TEST(engine_job_device_per_buffer)
 
 typedef struct sketch_arg {
 	uint32_t rows;	/* the item's sketch_rows (0: the table's) */
+	uint32_t block; /* the item's block (0: the table's sketch_block) */
 	uint64_t *sent; /* [MAX_P] bytes each rank sent */
 } sketch_arg_t;
 
@@ -104,16 +112,15 @@ static void sketch_rank(scd_transport_t *t, int rank, int P, void *arg)
 	float *buf = calloc(N, 4), *res = calloc(N, 4);
 	for (uint64_t i = (uint64_t)rank; i < N; i += 97)
 		buf[i] = (float)(i % 7 + 1);
-	scd_bufctx_table_t *tab = NULL;
-	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
 	const scd_device_ops_t *dev = NULL;
-	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK);
+	scd_bufctx_table_t *tab = cpu_table(&dev);
 	scd_job_item_t it = {.name = "emb.s2",
 			     .numel = N,
 			     .op = SC_OP_SUM,
 			     .cache_id = 3,
 			     .residual = res,
-			     .sketch_rows = a->rows};
+			     .sketch_rows = a->rows,
+			     .block = a->block};
 	scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
 			 .n_items = 1,
 			 .items = &it,
@@ -150,4 +157,83 @@ UNIT_TEST(engine_bufctx_tensor_sketch_rows)
 	       (unsigned long long)sent[0], (unsigned long long)sent[1]);
 	CHECK_MSG(sent[1] > sent[0] * 3 / 2, "rows 3 sent %llu, rows 1 %llu",
 		  (unsigned long long)sent[1], (unsigned long long)sent[0]);
+}
+
+/* A tensor's block (sc_tensor_opts_t.block, a row of the tensor) is S2's bitmap block for
+ * its buffer: rows of 16 elements make a bitmap of 4096 entries where the configuration's
+ * 256-element blocks make 256, and its ring sends the 3840 more (4 bytes each at P = 2). */
+UNIT_TEST(engine_bufctx_tensor_block_is_s2_bitmap_block)
+{
+	uint64_t sent[2];
+	for (int k = 0; k < 2; k++) {
+		sketch_arg_t a = {.block = k ? 16 : 0};
+		a.sent = shared_map(8 * MAX_P);
+		run_world(2, sketch_rank, &a);
+		sent[k] = a.sent[0];
+		munmap(a.sent, 8 * MAX_P);
+	}
+	printf("    S2 bytes sent per rank: block 256 %llu, block 16 %llu\n",
+	       (unsigned long long)sent[0], (unsigned long long)sent[1]);
+	CHECK_MSG(sent[1] >= sent[0] + 4 * (4096 - 256), "block 16 sent %llu, block 256 %llu",
+		  (unsigned long long)sent[1], (unsigned long long)sent[0]);
+}
+
+/* ---- a lone tensor's fusion time ------------------------------------------------------- */
+
+typedef struct alone_arg {
+	double (*tb)[4]; /* [rank][step]: the item's reported fusion time */
+} alone_arg_t;
+
+static void alone_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	enum { N = 1 << 18 };
+	alone_arg_t *a = arg;
+	float *buf = calloc(N, 4), *res = calloc(N, 4);
+	const scd_device_ops_t *dev = NULL;
+	scd_bufctx_table_t *tab = cpu_table(&dev);
+	scd_job_item_t it = {.name = "fc.weight",
+			     .numel = N,
+			     .op = SC_OP_SUM,
+			     .cache_id = 5,
+			     .sparsifier = SC_SPARSIFY_TOPK,
+			     .density = 0.01,
+			     .residual = res};
+	for (int step = 0; step < 4; step++) {
+		for (uint64_t i = 0; i < N; i++)
+			buf[i] = (float)((i * 2654435761u + (uint64_t)step) % 1000) - 500;
+		scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
+				 .n_items = 1,
+				 .items = &it,
+				 .total_numel = N,
+				 .dtype = SC_FLOAT32,
+				 .average_divisor = 1,
+				 .pin = -1,
+				 .timeout_ms = 10000};
+		sc_status_t st = scd_bufctx_step(tab, &job, dev, buf, t, 20e-6, 1e-10, 42);
+		CHECK_MSG(st == SC_OK, "rank %d step %d: %s (%s)", rank, step,
+			  sc_status_name(st), job.error);
+		a->tb[rank][step] = it.tb_s;
+	}
+	scd_bufctx_table_destroy(tab);
+	free(buf), free(res);
+}
+
+/* A sparsified tensor alone in its buffer reports the time its fusion costs (clearing its
+ * slice and scattering its selection), measured on its first steps alone and then kept,
+ * not 0: at 0 the fusion planner took it to be free to fuse, fused it, measured it and
+ * split it again, over and over. */
+UNIT_TEST(engine_bufctx_lone_tensor_reports_its_fusion_time)
+{
+	alone_arg_t a;
+	a.tb = shared_map(sizeof(*a.tb) * MAX_P);
+	run_world(2, alone_rank, &a);
+	for (int r = 0; r < 2; r++) {
+		printf("    rank %d: fusion time alone %.1f %.1f %.1f %.1f us\n", r,
+		       a.tb[r][0] * 1e6, a.tb[r][1] * 1e6, a.tb[r][2] * 1e6, a.tb[r][3] * 1e6);
+		for (int s = 0; s < 4; s++)
+			CHECK_MSG(a.tb[r][s] > 0,
+				  "rank %d step %d: a lone tensor's fusion time 0", r, s);
+		CHECK_MSG(a.tb[r][3] == a.tb[r][2], "rank %d: measured again after step 3", r);
+	}
+	munmap(a.tb, sizeof(*a.tb) * MAX_P);
 }

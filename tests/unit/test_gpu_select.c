@@ -301,8 +301,8 @@ UNIT_TEST(gpu_select_threshold_natural)
 		    .kind = natural ? SCD_SPARSIFY_NATURAL : SCD_SPARSIFY_THRESHOLD,
 		    .numel = n,
 		    .threshold = ties ? 0.5f : (float)(unit_rng_double() * 1.5 + 1e-6)};
-		scg_sparsifier_cfg_t gcfg = {cfg.kind, cfg.numel, cfg.density, cfg.threshold,
-					     cfg.seed};
+		scg_sparsifier_cfg_t gcfg = {cfg.kind,	    cfg.numel, cfg.density,
+					     cfg.threshold, cfg.seed,  cfg.block};
 		scd_sparsifier_t *cpu;
 		scg_sparsifier_t *gpu;
 		CHECK_TRUE(scd_sparsifier_create(&cfg, &cpu) == SC_OK);
@@ -356,8 +356,8 @@ UNIT_TEST_TIMEOUT(gpu_select_topk, 120)
 		int ties = unit_rng_below(2);
 		scd_sparsifier_cfg_t cfg = {
 		    .kind = SCD_SPARSIFY_TOPK, .numel = n, .density = random_density()};
-		scg_sparsifier_cfg_t gcfg = {cfg.kind, cfg.numel, cfg.density, cfg.threshold,
-					     cfg.seed};
+		scg_sparsifier_cfg_t gcfg = {cfg.kind,	    cfg.numel, cfg.density,
+					     cfg.threshold, cfg.seed,  cfg.block};
 		scd_sparsifier_t *cpu;
 		scg_sparsifier_t *gpu;
 		CHECK_TRUE(scd_sparsifier_create(&cfg, &cpu) == SC_OK);
@@ -381,8 +381,8 @@ UNIT_TEST_TIMEOUT(gpu_select_dgc, 120)
 					    .numel = n,
 					    .density = random_density(),
 					    .seed = unit_rng()};
-		scg_sparsifier_cfg_t gcfg = {cfg.kind, cfg.numel, cfg.density, cfg.threshold,
-					     cfg.seed};
+		scg_sparsifier_cfg_t gcfg = {cfg.kind,	    cfg.numel, cfg.density,
+					     cfg.threshold, cfg.seed,  cfg.block};
 		scd_sparsifier_t *cpu;
 		scg_sparsifier_t *gpu;
 		CHECK_TRUE(scd_sparsifier_create(&cfg, &cpu) == SC_OK);

@@ -79,12 +79,20 @@ UNIT_TEST(scheme_cost_formulas_by_hand)
 	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
 	CHECK_NEAR(c.rounds, 5, 0);
 	CHECK_NEAR(c.bytes, 140000, 1e-6);
-	/* B-SAG with d = 3: rounds 2 * ceil(log2 3) + 2 = 6; 4 * 2e4 * (16 - 3 - 1)/8 (h = k/P)
-	 */
+	/* B-SAG with d = 3: rounds 2 * ceil(log2 3) + 2 = 6; SRS and the final all-gather
+	 * 4 * 2e4 * (16 - 6)/8, B-SAG 8 (d - 1) h: with nothing measured h = L = dk/P = 3750
+	 * (its upper bound), measured h / L = 1/3 is h = k/P (eq. 8's lower bound) */
 	in.teams = 3;
 	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
 	CHECK_NEAR(c.rounds, 6, 0);
+	CHECK_NEAR(c.bytes, 4 * 2e4 * 10 / 8 + 8 * 2 * 3750, 1e-6);
+	in.bsag_teams = 3;
+	in.bsag_hl = 1.0 / 3;
+	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
 	CHECK_NEAR(c.bytes, 4 * 2e4 * 12 / 8, 1e-6);
+	in.bsag_teams = 6; /* measured at another d: not this d's price */
+	c = scd_cost_scheme(SCD_SCHEME_SPARDL, &in);
+	CHECK_NEAR(c.bytes, 4 * 2e4 * 10 / 8 + 8 * 2 * 3750, 1e-6);
 	in = base();
 	/* OmniReduce, B = 1 (blocks are elements): push 3 * 250000 * 0.01 * 8 = 60000, pull at
 	 * density 0.02: 120000, which skew 3 (the busiest server's range) triples; 2 rounds */
@@ -235,6 +243,8 @@ static scd_scheme_profile_t random_profile(int P)
 				   .steps = 3};
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
 		pf.imbalance[s] = unit_rng_below(2) ? 0 : 1 + 2 * unit_rng_double();
+	pf.bsag_teams = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below((uint64_t)P);
+	pf.bsag_hl = unit_rng_double();
 	return pf;
 }
 
@@ -373,14 +383,14 @@ UNIT_TEST(scheme_cost_in_context_matches_the_run)
 			} else if (s == SCD_SCHEME_SPARDL) {
 				if (cfg.density > 0)
 					x.density = cfg.density;
+				/* cfg's largest divisor, else d = 1: nothing measured */
 				want = (scd_cost_t){.seconds = INFINITY};
 				for (uint32_t d = 1; d <= (uint32_t)P; d++) {
 					if (P % d)
 						continue;
 					x.teams = d;
 					scd_cost_t k = scd_cost_scheme((scd_scheme_t)s, &x);
-					if (cfg.spardl_teams ? d <= cfg.spardl_teams
-							     : k.seconds < want.seconds)
+					if (cfg.spardl_teams ? d <= cfg.spardl_teams : d == 1)
 						want = k;
 				}
 			} else if (!scd_schemes[s]->cost) {
@@ -428,4 +438,70 @@ UNIT_TEST(scheme_profile_follows_descriptors)
 				  pf.imbalance[o]);
 		CHECK_EQ_INT(pf.steps, 2);
 	}
+}
+
+/* ---- SparDL's team count: d = 1 until another d is measured faster ---------------------- */
+
+/* Runs the team calibration for steps steps on recorded times (time_ms[d], 0: d never
+ * measured here) and h / L (hl[d]); returns the d of each step in d_p and how often the
+ * team count changed. */
+static int spardl_teams_run(const scd_cost_in_t *in, const double *time_ms, const double *hl,
+			    int steps, uint32_t *d_p)
+{
+	scd_spardl_state_t s = {0};
+	int changes = 0;
+	for (int i = 0; i < steps; i++) {
+		uint32_t d = scd_spardl_pick_teams(&s, in);
+		d_p[i] = d;
+		changes += i > 0 && d != d_p[i - 1];
+		s.prev_d = d; /* the run, then the next run's metadata round folds it */
+		scd_spardl_fold(&s, time_ms[d] * 1e-3, hl[d]);
+	}
+	return changes;
+}
+
+UNIT_TEST(scheme_spardl_teams_move_only_on_measured_time)
+{
+	/* P = 6, latency-bound (alpha 1 ms, 1000 values per rank): the model favours d = 6
+	 * (3 rounds against d = 1's 6), priced at h = L since nothing is measured there */
+	scd_cost_in_t in = {.P = 6,
+			    .numel = 100000,
+			    .density = 0.01,
+			    .gamma_n = 6,
+			    .skew = 1,
+			    .alpha_s = 1e-3,
+			    .beta_s_per_byte = 1e-10,
+			    .teams = 1};
+	enum { N = 200 };
+	uint32_t d[N];
+	double hl[7] = {0, 0, 0, 0.5, 0, 0, 0.4};
+	/* d = 6 measured 2x slower than d = 1: tried once, then back to 1 for good */
+	double slow6[7] = {0, 6, 7, 5.5, 0, 0, 12};
+	int ch = spardl_teams_run(&in, slow6, hl, N, d);
+	CHECK_MSG(d[0] == 1 && d[1] == 1, "first runs at d = %u, %u: the paper's d = 1", d[0],
+		  d[1]);
+	CHECK_MSG(d[N - 1] == 1, "settled at d = %u, measured slower than d = 1", d[N - 1]);
+	CHECK_MSG(ch <= 4, "team count changed %d times in %d steps", ch, N);
+	for (int i = 2; i < N; i++) /* a try runs twice (the first run is not counted) */
+		if (d[i] != d[i - 1] && d[i - 1] != 1)
+			CHECK_MSG(d[i - 2] == d[i - 1],
+				  "step %d: left d = %u after one run of it", i, d[i - 1]);
+	/* d = 6 measured 2x faster: kept */
+	double fast6[7] = {0, 6, 7, 5.5, 0, 0, 3};
+	ch = spardl_teams_run(&in, fast6, hl, N, d);
+	CHECK_MSG(d[N - 1] == 6, "settled at d = %u, d = 6 measured 2x faster", d[N - 1]);
+	CHECK_MSG(ch <= 2, "team count changed %d times in %d steps", ch, N);
+	/* d = 6 measured only 5% faster: not worth a change (hysteresis) */
+	double near6[7] = {0, 6, 7, 5.5, 0, 0, 5.7};
+	ch = spardl_teams_run(&in, near6, hl, N, d);
+	CHECK_MSG(d[N - 1] == 1, "settled at d = %u on a 5%% gain", d[N - 1]);
+	/* bandwidth-bound (beta 1 ns/B, 10^5 values per rank): no d is predicted faster than
+	 * d = 1 at h = L, so nothing is tried */
+	in.numel = 10000000;
+	in.alpha_s = 1e-5;
+	in.beta_s_per_byte = 1e-9;
+	double any[7] = {0, 6, 1, 1, 0, 0, 1};
+	ch = spardl_teams_run(&in, any, hl, N, d);
+	CHECK_MSG(ch == 0 && d[N - 1] == 1, "bandwidth-bound: %d changes, d = %u", ch,
+		  d[N - 1]);
 }

@@ -385,11 +385,25 @@ def _device_name(device):
 
 # ---- registration ------------------------------------------------------------------
 
-def _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire=None):
+def _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire=None, block=0):
     sp = Sparsifier.parse(sparsifier)
     return (("sparsifier", sp.name.lower()), ("density", float(density or 0.0)),
             ("threshold", float(threshold or 0.0)), ("scheme", scheme or None),
-            ("allow_lossy", bool(allow_lossy)), ("wire", Wire.parse(wire).name.lower()))
+            ("allow_lossy", bool(allow_lossy)), ("block", int(block or 0)),
+            ("wire", Wire.parse(wire).name.lower()))
+
+
+def _block(x, block, sparsifier, scheme):
+    """The block of a tensor's options: the one given, else, where a block is used (the
+    block top-K sparsifier, a pinned S2 sketch), a 2-D tensor's rows (its last dimension:
+    S2 Reducer's blocks are word vectors), else 0 (256)."""
+    if block is not None:
+        return int(block)
+    shape = getattr(x, "shape", None)
+    if (shape is not None and len(shape) == 2 and
+            (Sparsifier.parse(sparsifier) == Sparsifier.BLOCK_TOPK or scheme == "s2_sketch")):
+        return int(shape[-1])
+    return 0
 
 
 def _auto_wire(x, wire, key, kind, coo_capacity):
@@ -466,6 +480,7 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     o.coo_capacity = int(coo_capacity)
     o.device, o.device_ordinal = int(device[0]), int(device[1])
     o.wire = int(Wire.parse(k.get("wire")))
+    o.block = int(k.get("block", 0))
     tp = _lib.c_tensor_p()
     lib = _lib.load()
     st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
@@ -511,7 +526,8 @@ def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None):
 
 
 def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
-             threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0, wire=None):
+             threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0, wire=None,
+             block=0):
     """Registers ``name`` with the daemon now instead of at its first allreduce: ``numel``
     elements of ``dtype`` ("float32", "float64", "int32", "int64" or a DType) on
     ``device`` ("cpu", "cuda", "cuda:N" or a torch.device; a cuda tensor's buffer is in
@@ -521,11 +537,12 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     (SC_ERR_UNSUPPORTED) naming the reason.  ``wire`` ("native", "fp16", "bf16"; a
     float32 tensor without a sparsifier, allow_lossy, COO input or another pinned scheme
     than dense_ring): its sum and average allreduces travel as 16-bit values, summed in
-    float32 on arrival (sparsecomm.h, sc_wire_t)."""
+    float32 on arrival (sparsecomm.h, sc_wire_t).  ``block``: elements per block of S2's
+    bitmap (where S2 is pinned) and of the "block_topk" sparsifier; 0: 256."""
     c = _need()
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
     _entry(c, str(name), dt, int(numel),
-           _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire),
+           _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
            int(coo_capacity or 0), DeviceKind.parse(device))
     return registered()[str(name)]
 
@@ -668,15 +685,17 @@ def _name_or_none(name):
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None, wire=None, _kind="allreduce", _root=None):
+                    coo_capacity=None, out=None, wire=None, block=None, _kind="allreduce",
+                    _root=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
     ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
     Sum, Average, Min, Max, Product, or a name such as "max"); MIN, MAX and PRODUCT are
     lossless dense reductions that a tensor with a sparsifier refuses.  The options
-    (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural"; density;
-    threshold; scheme; allow_lossy; coo_capacity; wire, see register()) are fixed when
+    (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
+    density; threshold; scheme; allow_lossy; coo_capacity; wire and block, see register();
+    block defaults to a 2-D tensor's last dimension where it is used) are fixed when
     ``name`` is first used.  A float16 or bfloat16 torch tensor travels in a float32
     buffer whose wire is its own 16 bits (where the tensor is dense and unsparsified; the
     result comes back in its dtype).  Without ``name`` the operation gets a buffer by the
@@ -691,7 +710,8 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
         return _allreduce_torch_sparse(c, tensor, name, _kind, red, sparsifier, density,
                                        threshold, scheme, allow_lossy, sparse_as_dense,
                                        coo_capacity, out)
-    key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy)
+    key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy,
+                    block=_block(tensor, block, sparsifier, scheme))
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
     known = c.entries.get(name) if name is not None and wire is None else None

@@ -135,6 +135,7 @@ class Sparsifier(enum.IntEnum):
     DGC = 3  # sampled threshold aiming at density
     EXDYNA = 4  # ExDyna: exclusive partitions, scaled threshold
     NATURAL = 5  # the tensor is already sparse: send its non-zeros
+    BLOCK_TOPK = 6  # block-wise top-K (S2): the blocks of largest l2 norm, whole
 
     @classmethod
     def parse(cls, value):
@@ -197,6 +198,7 @@ class TensorOpts(ctypes.Structure):
         ("device", ctypes.c_int),  # sc_device_kind_t
         ("device_ordinal", ctypes.c_int),
         ("wire", ctypes.c_int),  # sc_wire_t
+        ("block", ctypes.c_uint32),  # S2's bitmap block, block top-K's (0: 256)
     ]
 
 

@@ -11,7 +11,7 @@
   Sparse gradients (nn.Embedding(sparse=True)) take the COO path and come back as sparse
   COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: dense).
   Per-parameter options: ``overrides`` maps a parameter name or an fnmatch pattern
-  ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy}, or is a
+  ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy, block}, or is a
   callable(name, param) returning such a dict or None.
 
 * :func:`broadcast_parameters` makes every rank start from root_rank's values (a
@@ -67,7 +67,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_object, barrier, join)
 
-_OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity")
+_OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
+             "block")
 
 
 # ---- Horovod's compression and collectives -------------------------------------------
@@ -404,7 +405,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 sparse_as_dense=self._sparse_as_dense)
         opts = dict(name=name, average=self._average, sparsifier=o["sparsifier"],
                     density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
-                    allow_lossy=o["allow_lossy"])
+                    allow_lossy=o["allow_lossy"], block=o.get("block"))
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
         return _compressed_async(self._compression, g, g, **opts)
@@ -577,18 +578,40 @@ def _ifname_of(addrs):
 
 
 class DDPHookState:
-    """Options of :func:`ddp_hook`: the sparsifier options for every bucket, the wait
-    timeout (seconds) and a name prefix.  Buckets are named <prefix>.b<index>.n<numel>
+    """Options of :func:`ddp_hook`: the sparsifier options, the wait timeout (seconds),
+    a name prefix, and with a sparsifier where it selects (``selection``):
+
+    * ``"parameter"`` (the default): SAFusion's order, as :func:`DistributedOptimizer`:
+      each parameter's gradient in the bucket is its own tensor (named
+      <prefix>.b<index>.p<position> after the bucket and position where it was first
+      seen, so it keeps its name, k and residual when DDP rebuilds its buckets), selected
+      on its own with its own k and residual, and the daemons fuse the selections;
+    * ``"bucket"``: the whole bucket selected as one tensor, sparsification behind
+      fusion, in which a small parameter beside large ones can get nothing.
+
+    Without a sparsifier a bucket is one dense tensor, named <prefix>.b<index>.n<numel>
     (DDP rebuilds its buckets after the first iteration, changing their sizes)."""
 
     def __init__(self, sparsifier=None, density=0.0, threshold=0.0, scheme=None,
-                 allow_lossy=False, timeout=None, prefix="ddp"):
+                 allow_lossy=False, timeout=None, prefix="ddp", selection="parameter"):
+        if selection not in ("parameter", "bucket"):
+            raise ValueError("selection %r: \"parameter\" or \"bucket\"" % (selection,))
         self.opts = dict(sparsifier=sparsifier, density=density, threshold=threshold,
                          scheme=scheme, allow_lossy=allow_lossy)
         self.timeout = timeout
         self.prefix = prefix
+        self.selection = selection
+        self._names = {}  # id(parameter) -> its tensor's name
         self._q = None
         self._lock = threading.Lock()
+
+    def _per_parameter(self, bucket):
+        sp = _sc.Sparsifier.parse(self.opts["sparsifier"])
+        return (self.selection == "parameter" and sp != _sc.Sparsifier.NONE and
+                hasattr(bucket, "gradients") and hasattr(bucket, "parameters"))
+
+    def _param_name(self, bucket, j, p):
+        return self._names.setdefault(id(p), "%s.b%d.p%d" % (self.prefix, bucket.index(), j))
 
     def _submit(self, item):
         with self._lock:
@@ -599,13 +622,14 @@ class DDPHookState:
 
     def _run(self):
         while True:
-            h, buf, fut = self._q.get()
+            hs, buf, fut = self._q.get()
             try:
-                h.wait(self.timeout)
+                for h in hs:
+                    h.wait(self.timeout)
             except BaseException as e:  # noqa: B902 - handed to DDP through the future
                 fut.set_exception(e)
             else:
-                _set_result(fut, buf, h)
+                _set_result(fut, buf, hs[-1])
 
 
 def _future(buf):
@@ -643,12 +667,18 @@ def ddp_hook(state, bucket):
         else:
             raise TypeError("ddp_hook state must be a sparsecomm.torch.DDPHookState or None")
     buf = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
-    name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
     fut = _future(buf)
     try:
-        h = _sc.allreduce_async_(buf, name=name, average=True, **state.opts)
+        if state._per_parameter(bucket):
+            # the gradients are views into the bucket: each is reduced in place
+            hs = [_sc.allreduce_async_(g, name=state._param_name(bucket, j, p),
+                                       average=True, **state.opts)
+                  for j, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients()))]
+        else:
+            name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
+            hs = [_sc.allreduce_async_(buf, name=name, average=True, **state.opts)]
     except BaseException as e:  # noqa: B902
         fut.set_exception(e)
         return fut
-    state._submit((h, buf, fut))
+    state._submit((hs, buf, fut))
     return fut
