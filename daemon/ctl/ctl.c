@@ -154,7 +154,10 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
 			continue;
-		if (r->session)
+		char lost[400];
+		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost)))
+			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL, 0);
+		else if (r->session)
 			send_completion(ctl, r->session, r->handle, st, error,
 					st == SC_OK && r->op == SCD_OP_ALLTOALL ? r->a2a : NULL,
 					(int)r->a2a_n);
@@ -757,6 +760,8 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(err, sizeof(err),
 			 "tensor '%s': %llu COO entries exceed its capacity %llu", nt->name,
 			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
+	} else if (scd_tensors_mem_lost(r, err, sizeof(err))) {
+		st = SC_ERR_INVALID;
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);

@@ -14,11 +14,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "device/cuda.h"
 #include "device/sketch.h"
 #include "util/log.h"
+#include "util/shmguard.h"
 
 #define NT_BUCKETS 1024
 
@@ -50,6 +52,11 @@ static uint32_t name_hash(const char *s)
 sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
 			       scd_tensors_t **t_p)
 {
+	if (scd_shmguard_install() != SC_OK) {
+		scd_error(SCD_SUB_CTL, "cannot install the SIGBUS handler of shared memory: %s",
+			  strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	scd_tensors_t *t = calloc(1, sizeof(*t));
 	if (!t)
 		return SC_ERR_NOMEM;
@@ -153,8 +160,10 @@ static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 
 static void reg_unmap(scd_reg_t *r)
 {
-	if (r->map)
+	if (r->map) {
+		scd_shmguard_remove(r->guard);
 		munmap(r->map, r->map_bytes);
+	}
 	if (r->shm_name[0])
 		shm_unlink(r->shm_name);
 	r->map = NULL;
@@ -228,6 +237,36 @@ static void prefault(void *map, size_t bytes)
 	}
 }
 
+/*
+ * Sizes the shared object and allocates its pages now (tmpfs takes an ftruncate past its
+ * free space, and the first touch of a page it cannot allocate raises SIGBUS): a /dev/shm
+ * too small is SC_ERR_NOMEM naming it and the sizes.
+ */
+static sc_status_t reserve(int fd, const char *name, uint64_t bytes, char *err, size_t err_len)
+{
+	int e;
+	do
+		e = posix_fallocate(fd, 0, (off_t)bytes);
+	while (e == EINTR);
+	if (e == 0)
+		return SC_OK;
+	struct statvfs vfs;
+	if ((e == ENOSPC || e == ENOMEM) && statvfs("/dev/shm", &vfs) == 0) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s': /dev/shm has no room for its %llu bytes of shared memory "
+		    "(%llu of %llu bytes free): enlarge /dev/shm (docker run --shm-size) "
+		    "or register less",
+		    name, (unsigned long long)bytes,
+		    (unsigned long long)vfs.f_bavail * vfs.f_frsize,
+		    (unsigned long long)vfs.f_blocks * vfs.f_frsize);
+		return SC_ERR_NOMEM;
+	}
+	snprintf(err, err_len, "tensor '%s': cannot allocate %llu bytes of shared memory: %s",
+		 name, (unsigned long long)bytes, strerror(e));
+	return e == ENOSPC || e == ENOMEM ? SC_ERR_NOMEM : SC_ERR_SYSTEM;
+}
+
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
 			   uint64_t numel, uint64_t coo_cap, int residual,
@@ -235,6 +274,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 {
 	sc_shm_header_t h = {0};
 	uint64_t gpu_bytes = 0;
+	sc_status_t st = SC_OK;
 	if (opts->device_kind == SC_DEVICE_CUDA)
 		gpu_bytes = sc_shm_layout_device(&h, numel, (uint32_t)sc_dtype_size(dtype),
 						 coo_cap, residual);
@@ -252,7 +292,8 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		 (unsigned long long)++t->shm_seq, (unsigned long long)nonce);
 	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0) {
-		snprintf(err, err_len, "shm_open(%s): %s", r->shm_name, strerror(errno));
+		snprintf(err, err_len, "tensor '%s': shm_open(%s): %s", name, r->shm_name,
+			 strerror(errno));
 		r->shm_name[0] = 0;
 		return SC_ERR_SYSTEM;
 	}
@@ -261,20 +302,30 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	    (fchown(fd, (uid_t)-1, (gid_t)t->shm_gid) != 0 || fchmod(fd, 0660) != 0)) {
 		snprintf(err, err_len, "shared memory %s for ctl_group %ld: %s", r->shm_name,
 			 t->shm_gid, strerror(errno));
+		st = SC_ERR_SYSTEM;
 		goto err_unlink;
 	}
-	if (ftruncate(fd, (off_t)h.total_bytes) != 0) {
-		snprintf(err, err_len, "cannot size shared memory of %llu bytes: %s",
-			 (unsigned long long)h.total_bytes, strerror(errno));
+	st = reserve(fd, name, h.total_bytes, err, err_len);
+	if (st != SC_OK)
 		goto err_unlink;
-	}
 	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
-		snprintf(err, err_len, "mmap of %llu bytes: %s",
-			 (unsigned long long)h.total_bytes, strerror(errno));
+		snprintf(err, err_len, "tensor '%s': mmap of %llu bytes: %s%s", name,
+			 (unsigned long long)h.total_bytes, strerror(errno),
+			 errno == ENOMEM ? " (the process may be at vm.max_map_count mappings)"
+					 : "");
+		st = SC_ERR_NOMEM;
 		goto err_unlink;
 	}
 	close(fd);
+	if (scd_shmguard_add(map, h.total_bytes, &r->guard) != SC_OK) {
+		munmap(map, h.total_bytes);
+		snprintf(err, err_len, "tensor '%s': the table of shared mappings is full",
+			 name);
+		fd = -1;
+		st = SC_ERR_LIMIT;
+		goto err_unlink;
+	}
 	prefault(map, h.total_bytes);
 	h.magic = SC_SHM_MAGIC;
 	h.version = SC_SHM_VERSION;
@@ -292,7 +343,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->device_ordinal = opts->device_kind == SC_DEVICE_CUDA ? opts->device_ordinal : 0;
 	char *base = map;
 	if (gpu_bytes) {
-		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
+		st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
 		if (st != SC_OK) {
 			reg_unmap(r);
 			return st;
@@ -307,10 +358,11 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->coo_val = h.coo_cap ? (float *)(base + h.coo_val_offset) : NULL;
 	return SC_OK;
 err_unlink:
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	shm_unlink(r->shm_name);
 	r->shm_name[0] = 0;
-	return SC_ERR_SYSTEM;
+	return st;
 }
 
 static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype, uint64_t numel,
@@ -587,4 +639,18 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 	reg_unmap(r);
 	free(r->a2a);
 	free(r);
+}
+
+int scd_tensors_mem_lost(const scd_reg_t *r, char *err, size_t err_len)
+{
+	uint64_t at;
+	if (!r->map || !scd_shmguard_lost(r->guard, &at))
+		return 0;
+	snprintf(err, err_len,
+		 "tensor '%s' (local rank %d): its shared memory lost its pages from byte %llu "
+		 "of %llu (the trainer truncated it, or /dev/shm ran out): the daemon no "
+		 "longer shares it with the trainer; register the tensor again",
+		 r->nt ? r->nt->name : r->hdr->name, r->local_rank, (unsigned long long)at,
+		 (unsigned long long)r->map_bytes);
+	return 1;
 }

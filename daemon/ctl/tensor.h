@@ -47,6 +47,7 @@ typedef struct scd_reg {
 	char shm_name[64];
 	void *map;
 	size_t map_bytes;
+	uint32_t guard; /* the mapping's slot in util/shmguard.h */
 	sc_shm_header_t *hdr;
 	void *data;
 	uint64_t data_offset; /* of data in the object (or the GPU allocation): the daemon's */
@@ -189,6 +190,11 @@ void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs);
 uint32_t scd_tensors_live(const scd_tensors_t *t);
 /* The GPU memory the node's cuda tensors hold. */
 uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t);
+
+/* Whether the registration's shared memory was lost (the trainer shrank it, or its pages
+ * could not be allocated): the daemon no longer shares it with the trainer. Writes what
+ * happened, naming the tensor and the local rank, to err. */
+int scd_tensors_mem_lost(const scd_reg_t *reg, char *err, size_t err_len);
 
 /* Releases a registration (unmaps and unlinks its buffer); the node tensor is freed with
  * its last registration when it is idle. */

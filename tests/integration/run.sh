@@ -255,6 +255,7 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
+run_case "badinput truncate n=2" 2 1 120 0 2 -- "$itest" badinput truncate
 # A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
 # the operation on every rank at once, naming that node's rank and the tensor.
 run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute

@@ -1,0 +1,129 @@
+/* test_shm.c: a tensor's shared memory under a hostile or starved trainer (daemon/ctl/tensor.c,
+ * util/shmguard.c): a shrunk object, a full /dev/shm, and faults that are not the daemon's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ctl/tensor.h"
+#include "unit.h"
+#include "util/shmguard.h"
+
+static sc_status_t reg_n(scd_tensors_t *t, const char *name, uint64_t numel, scd_reg_t **r,
+			 char *err, size_t err_len)
+{
+	scd_tensor_opts_t opts = {0};
+	return scd_tensors_register(t, NULL, 0, name, SC_FLOAT32, numel, &opts, 1ull << 32, r,
+				    err, err_len);
+}
+
+/* What a trainer can do with its descriptor: shrink the object under the daemon. */
+static void shrink(const char *shm_name, off_t to)
+{
+	int fd = shm_open(shm_name, O_RDWR, 0);
+	CHECK_MSG(fd >= 0, "shm_open(%s): %s", shm_name, strerror(errno));
+	CHECK_EQ_INT(ftruncate(fd, to), 0);
+	close(fd);
+}
+
+/* A trainer that truncates its tensor's object: the daemon's accesses read zeros instead of
+ * ending in SIGBUS, and the registration reports the loss naming the tensor. */
+UNIT_TEST(shm_truncated_by_trainer_is_an_error)
+{
+	scd_tensors_t *t;
+	scd_reg_t *r, *other;
+	char err[512] = "";
+	uint64_t numel = 1 << 16;
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	CHECK_EQ_INT(reg_n(t, "g", numel, &r, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(reg_n(t, "h", numel, &other, err, sizeof(err)), SC_OK);
+	float *d = r->data, *o = other->data;
+	for (uint64_t i = 0; i < numel; i++)
+		d[i] = o[i] = 1.0f;
+	CHECK_TRUE(!scd_tensors_mem_lost(r, err, sizeof(err)));
+	uint64_t before = scd_shmguard_faults();
+	shrink(r->shm_name, 4096); /* the header page stays */
+	CHECK_TRUE(scd_tensors_mem_lost(r, err, sizeof(err)));
+	CHECK_MSG(strstr(err, "'g'") && strstr(err, "local rank 0") && strstr(err, "truncated"),
+		  "the error names the tensor, the rank and the cause: %s", err);
+	CHECK_MSG(scd_shmguard_faults() > before, "the fault went through the handler");
+	/* every access to the lost part completes, reading zeros, as the engine's would */
+	double sum = 0;
+	for (uint64_t i = 0; i < numel; i++)
+		sum += ((volatile float *)d)[i];
+	CHECK_NEAR(sum, 0.0, 0.0);
+	for (uint64_t i = 0; i < numel; i++)
+		((volatile float *)d)[i] = 2.0f;
+	/* the other tensor is untouched */
+	CHECK_TRUE(!scd_tensors_mem_lost(other, err, sizeof(err)));
+	CHECK_NEAR(o[numel - 1], 1.0, 0.0);
+	/* shrunk to nothing: the header page too */
+	shrink(other->shm_name, 0);
+	CHECK_NEAR(((volatile float *)o)[0], 0.0, 0.0);
+	CHECK_TRUE(scd_tensors_mem_lost(other, err, sizeof(err)));
+	CHECK_MSG(strstr(err, "'h'") && strstr(err, "from byte 0 "), "lost from 0: %s", err);
+	scd_tensors_release(t, r);
+	scd_tensors_release(t, other);
+	/* a slot taken again starts clean */
+	CHECK_EQ_INT(reg_n(t, "g", numel, &r, err, sizeof(err)), SC_OK);
+	CHECK_TRUE(!scd_tensors_mem_lost(r, err, sizeof(err)));
+	scd_tensors_destroy(t);
+}
+
+/* A SIGBUS outside the daemon's shared mappings still ends the process: the guard does
+ * not hide real bugs. */
+UNIT_TEST(shm_guard_leaves_other_faults_alone)
+{
+	pid_t pid = fork();
+	CHECK_TRUE(pid >= 0);
+	if (pid == 0) {
+		char path[] = "/tmp/sc_shmguard_XXXXXX";
+		int fd = mkstemp(path);
+		if (fd < 0 || scd_shmguard_install() != SC_OK || ftruncate(fd, 8192) != 0)
+			_exit(2);
+		unlink(path);
+		volatile char *m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED || ftruncate(fd, 0) != 0)
+			_exit(2);
+		(void)m[4096];
+		_exit(0);
+	}
+	int status = 0;
+	CHECK_EQ_INT(waitpid(pid, &status, 0), pid);
+	CHECK_MSG(
+	    WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
+	    "a fault outside the guarded mappings ends the process by SIGBUS (status %#x)",
+	    status);
+}
+
+/* A /dev/shm too small for a registration: SC_ERR_NOMEM naming /dev/shm and the sizes, not
+ * SIGBUS at the first touch. Needs root for a private mount of a small tmpfs there. */
+UNIT_TEST(shm_full_devshm_is_nomem)
+{
+	if (geteuid() != 0)
+		unit_skip("needs root to mount a 1 MiB tmpfs on /dev/shm in a mount namespace");
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+		unit_skip("cannot make a private mount namespace: %s", strerror(errno));
+	if (mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+		unit_skip("cannot mount a small tmpfs on /dev/shm: %s", strerror(errno));
+	scd_tensors_t *t;
+	scd_reg_t *r;
+	char err[512] = "";
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	/* fits */
+	CHECK_EQ_INT(reg_n(t, "small", 1024, &r, err, sizeof(err)), SC_OK);
+	/* 4 MiB and a page: more than the whole mount */
+	CHECK_EQ_INT(reg_n(t, "big", 1 << 20, &r, err, sizeof(err)), SC_ERR_NOMEM);
+	CHECK_MSG(strstr(err, "'big'") && strstr(err, "/dev/shm") && strstr(err, "4198400") &&
+		      strstr(err, "of 1048576 bytes free"),
+		  "the error names the tensor, /dev/shm and the sizes: %s", err);
+	CHECK_EQ_INT(scd_tensors_live(t), 1);
+	scd_tensors_destroy(t);
+}
