@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -32,6 +33,10 @@
 #include "util/log.h"
 #include "util/timeline.h"
 #include "world/world.h"
+
+/* Descriptors the daemon needs whatever the job: libzmq's context and sockets, the
+ * control, metrics and runtime-directory files, a few trainers and the log. */
+#define SCD_MIN_FDS 64
 
 static void usage(FILE *out)
 {
@@ -386,6 +391,34 @@ static sc_status_t load_secret(scd_daemon_t *d)
 	return SC_OK;
 }
 
+/*
+ * Raises the descriptor limit to its hard limit (a stranger's connections, the mesh and the
+ * trainers' sessions all take descriptors, and libzmq aborts the process when it cannot
+ * make one), and refuses to start below what the daemon needs in any case.
+ */
+static int raise_fd_limit(const scd_daemon_t *d)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t was = rl.rlim_cur;
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			rl.rlim_cur = was;
+	}
+	rlim_t need = SCD_MIN_FDS + 4 * (rlim_t)d->world_size + 2 * (rlim_t)d->local_size;
+	if (rl.rlim_cur >= need)
+		return 0;
+	scd_error(SCD_SUB_MAIN,
+		  "the descriptor limit is %llu (ulimit -n; hard limit %llu): a daemon of %d "
+		  "nodes with %d trainers each needs at least %llu; raise it (LimitNOFILE= "
+		  "under systemd)",
+		  (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		  d->world_size, d->local_size, (unsigned long long)need);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	static scd_daemon_t daemon_state;
@@ -414,6 +447,8 @@ int main(int argc, char **argv)
 	snprintf(prefix, sizeof(prefix), "sparsecommd[%d]", d->rank);
 	scd_log_set_prefix(prefix);
 	signal(SIGPIPE, SIG_IGN);
+	if (raise_fd_limit(d) != 0)
+		return 1;
 	if (load_secret(d) != SC_OK)
 		return 1;
 	if (resolve_ctl_group(d) != SC_OK || make_runtime_dir(d) != SC_OK)

@@ -8,6 +8,7 @@
  * The calls that start or stop the daemon (scd_daemon_world_ready, scd_daemon_stop) are
  * made here, not in negotiate.c: negotiation returns its failures.
  */
+#include "world/admit.h"
 #include "world/world_int.h"
 
 #include <errno.h>
@@ -857,6 +858,8 @@ sc_status_t scd_world_start(scd_world_t *w)
 	st = scd_curve_setup(d, w->sock, w->is_coord, &w->curve);
 	if (st != SC_OK)
 		return st; /* logged there */
+	if (w->is_coord && (st = scd_admit_start(d, w->sock, &w->admit)) != SC_OK)
+		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD,
@@ -909,6 +912,8 @@ void scd_world_destroy(scd_world_t *w)
 		uv_poll_stop(&w->poll);
 		uv_close((uv_handle_t *)&w->poll, NULL);
 	}
+	scd_admit_stop(w->admit);
+	w->admit = NULL;
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

@@ -85,8 +85,9 @@ typedef struct scd_poison {
 struct scd_world {
 	scd_daemon_t *d;
 	void *sock;
-	scd_curve_t *curve;  /* the coordinator's CURVE keys and ZAP handler (secret only) */
-	char advertise[256]; /* the data plane's announced address (world/addr.h) */
+	scd_curve_t *curve; /* the coordinator's CURVE keys and ZAP handler (secret only) */
+	struct scd_admit *admit; /* the coordinator's bounds on unauthenticated peers */
+	char advertise[256];	 /* the data plane's announced address (world/addr.h) */
 	uv_poll_t poll;
 	int polling;
 	int is_coord;

@@ -529,8 +529,8 @@ auth_job_runs() {
 }
 
 # A daemon started for rank 1 with another secret never joins (the coordinator's CURVE
-# handshake fails for it) and gives up at its join timeout, saying why; the real rank 1
-# then joins and the job's sums are exact.
+# handshake fails for it, and the coordinator logs that, naming the address) and gives up
+# at its join timeout, saying why; the real rank 1 then joins and the job's sums are exact.
 if selected "auth impostor refused"; then
 	make_secret "$tmp/secret"
 	make_secret "$tmp/secret-other"
@@ -544,7 +544,9 @@ if selected "auth impostor refused"; then
 	ok=0
 	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok_job" -eq 1 ] &&
 		grep -q "rank 1 could not join the coordinator .*secret differs" "$tmp/out" &&
-		grep -q "rank 1 joined" "$tmp/coord.log" && ok=1
+		grep -q "rank 1 joined" "$tmp/coord.log" &&
+		grep -q "coordinator-channel handshake from 127.0.0.1 failed .*another job secret" \
+			"$tmp/coord.log" && ok=1
 	lone_verdict "auth impostor refused" "$ok" "impostor exited with $rc, job passed: $ok_job"
 fi
 
@@ -570,6 +572,57 @@ if selected "auth stranger ignored"; then
 		grep -q "refused a coordinator-channel connection from 127.0.0.1: the client key is no rank's key" \
 			"$tmp/coord.log" && ok=1
 	lone_verdict "auth stranger ignored" "$ok" "scenario exited with $rc, job passed: $ok_job"
+fi
+
+# A stranger's idle connections to the coordinator's port, more than its descriptor limit
+# (256 here, hard): the coordinator closes the oldest unauthenticated ones past its bounds,
+# saying so, and the job still forms and sums while they are held. Then a daemon under
+# `ulimit -n 16` refuses to start, naming the limit, instead of aborting in libzmq.
+if selected "stranger connection flood"; then
+	make_secret "$tmp/secret"
+	: >"$tmp/out"
+	port=$(free_port)
+	mkdir -p "$tmp/flood-coord"
+	: >"$tmp/coord.log"
+	(ulimit -n 256 && exec "$bin/sparsecommd" --rank 0 --world_size 2 \
+		--coordinator "127.0.0.1:$port" --runtime_dir "$tmp/flood-coord" \
+		--join_timeout_ms 60000 --secret_file "$tmp/secret") >>"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	i=0
+	while [ ! -S "$tmp/flood-coord/ctl.sock" ] && [ $i -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	python3 -c '
+import socket, sys, time
+held = []
+for _ in range(600):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        held.append(s)
+    except OSError as e:
+        print("connect:", e)
+print("flood: %d connections opened" % len(held), flush=True)
+time.sleep(40)
+' "$port" >"$tmp/flood.out" 2>&1 &
+	flood=$!
+	sleep 3
+	auth_job_runs "$tmp/flood-coord"
+	kill "$flood" 2>/dev/null
+	wait "$flood" 2>/dev/null
+	cat "$tmp/flood.out" >>"$tmp/out"
+	(ulimit -n 16 && exec "$bin/sparsecommd" --rank 0 --world_size 1 \
+		--runtime_dir "$tmp/flood-16") >"$tmp/out16" 2>&1 </dev/null
+	rc16=$?
+	cat "$tmp/out16" >>"$tmp/out"
+	ok=0
+	[ "$ok_job" -eq 1 ] && grep -q "flood: 600 connections opened" "$tmp/flood.out" &&
+		grep -q "closed an unauthenticated coordinator-channel connection from 127.0.0.1" \
+			"$tmp/coord.log" && [ "$rc16" -eq 1 ] &&
+		grep -q "the descriptor limit is 16 (ulimit -n; hard limit 16)" "$tmp/out16" && ok=1
+	lone_verdict "stranger connection flood" "$ok" "job passed: $ok_job, ulimit -n 16: exit $rc16"
 fi
 
 # Messages are taken only from the rank that may send them: a connection that has not
