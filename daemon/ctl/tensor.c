@@ -23,6 +23,8 @@
 #include "util/shmguard.h"
 
 #define NT_BUCKETS 1024
+/* Mappings of vm.max_map_count left to the rest of the daemon. */
+#define SCD_MAP_HEADROOM 4096
 
 struct scd_tensors {
 	int local_size;
@@ -34,6 +36,7 @@ struct scd_tensors {
 	uint32_t n_regs, cap_regs; /* slots used (ids 1..n_regs), allocated */
 	uint32_t free_from;	   /* no free slot below this one */
 	uint32_t live, max_live;   /* registrations held, and the most allowed (0: no limit) */
+	int map_cap;		   /* max_live is the kernel's bound, below max_registrations */
 	uint64_t shm_seq;
 	long shm_gid; /* group of the shared memory (mode 0660), -1: none (0600) */
 	scd_stats_keep_t kept;
@@ -79,9 +82,29 @@ void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes)
 	t->gpu_limit = limit_bytes;
 }
 
+/* The kernel's bound on this process's mappings (vm.max_map_count), 0 when unknown. */
+static uint32_t max_map_count(void)
+{
+	static uint32_t n;
+	if (!n) {
+		FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+		unsigned long v = 0;
+		if (f && fscanf(f, "%lu", &v) == 1 && v > 0 && v < UINT32_MAX)
+			n = (uint32_t)v;
+		if (f)
+			fclose(f);
+	}
+	return n;
+}
+
 void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs)
 {
-	t->max_live = max_regs;
+	/* each registration is one mapping (shmguard.h keeps it one); the rest of the
+	 * process (libraries, thread stacks, arenas) keeps the headroom */
+	uint32_t maps = max_map_count();
+	uint32_t cap = maps > 2 * SCD_MAP_HEADROOM ? maps - SCD_MAP_HEADROOM : 0;
+	t->map_cap = cap && (!max_regs || max_regs > cap);
+	t->max_live = t->map_cap ? cap : max_regs;
 }
 
 uint32_t scd_tensors_live(const scd_tensors_t *t)
@@ -551,8 +574,11 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		snprintf(
 		    err, err_len,
 		    "tensor '%s' (local rank %d): this node already holds %u registrations, "
-		    "the most max_registrations allows",
-		    name, local_rank, t->live);
+		    "the most %s allows",
+		    name, local_rank, t->live,
+		    t->map_cap ? "the kernel's vm.max_map_count (less headroom for the "
+				 "daemon's other mappings)"
+			       : "max_registrations");
 		return SC_ERR_LIMIT;
 	}
 	/* a released registration's slot (and id) is taken again: the table never grows

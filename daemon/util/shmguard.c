@@ -5,9 +5,9 @@
  * that are allocated once and never freed or moved, and each slot's fields are atomics:
  * the length is stored before the start that publishes a slot, and the start is cleared
  * before its mapping goes away. Adding and removing take a mutex (writers only). The
- * handler replaces the rest of the mapping from the faulting page with a private
- * anonymous one through the raw system call (MAP_FIXED is atomic: the range is never
- * unmapped in between), so the access it interrupted and all later ones read zeros.
+ * handler replaces the whole faulting mapping with a private anonymous one (one
+ * mapping still, never split) through the raw system call (MAP_FIXED is atomic: the range is
+ * never unmapped in between), so the access it interrupted and all later ones read zeros.
  */
 #include "util/shmguard.h"
 
@@ -66,9 +66,11 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 	uintptr_t addr = (uintptr_t)si->si_addr;
 	slot_t *s = find(addr);
 	if (s) {
+		/* the whole mapping: a part would split it in two, and the process's count
+		 * of mappings is bounded (vm.max_map_count) */
 		uintptr_t start = atomic_load(&s->start), page = addr & page_mask;
-		size_t len = atomic_load(&s->len) - (page - start);
-		long r = syscall(SYS_mmap, (void *)page, len, PROT_READ | PROT_WRITE,
+		long r = syscall(SYS_mmap, (void *)start, atomic_load(&s->len),
+				 PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 		if (r != -1) {
 			uint64_t off = page - start, was = atomic_load(&s->lost_at);

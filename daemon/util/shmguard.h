@@ -4,7 +4,7 @@
  * A trainer holds a read-write descriptor of each of its tensors' shared objects: it can
  * ftruncate one, or punch a hole in it while /dev/shm is full, and the daemon's next access
  * to the lost pages raises SIGBUS. The guard knows every shared mapping the daemon holds;
- * its SIGBUS handler replaces the lost part of the faulting mapping with private zero pages
+ * its SIGBUS handler replaces the faulting mapping with private zero pages
  * (so the access, and any other, completes), marks the mapping lost, and lets the fault of
  * any other address take its default action (a real bug still crashes). The owner of a
  * mapping asks scd_shmguard_lost at its next step and fails the tensor, naming it.

@@ -49,7 +49,7 @@ UNIT_TEST(shm_truncated_by_trainer_is_an_error)
 		d[i] = o[i] = 1.0f;
 	CHECK_TRUE(!scd_tensors_mem_lost(r, err, sizeof(err)));
 	uint64_t before = scd_shmguard_faults();
-	shrink(r->shm_name, 4096); /* the header page stays */
+	shrink(r->shm_name, 4096); /* the header page stays in the object */
 	CHECK_TRUE(scd_tensors_mem_lost(r, err, sizeof(err)));
 	CHECK_MSG(strstr(err, "'g'") && strstr(err, "local rank 0") && strstr(err, "truncated"),
 		  "the error names the tensor, the rank and the cause: %s", err);
@@ -68,7 +68,7 @@ UNIT_TEST(shm_truncated_by_trainer_is_an_error)
 	shrink(other->shm_name, 0);
 	CHECK_NEAR(((volatile float *)o)[0], 0.0, 0.0);
 	CHECK_TRUE(scd_tensors_mem_lost(other, err, sizeof(err)));
-	CHECK_MSG(strstr(err, "'h'") && strstr(err, "from byte 0 "), "lost from 0: %s", err);
+	CHECK_MSG(strstr(err, "'h'") && strstr(err, "from byte 4096 "), "lost from the data: %s", err);
 	scd_tensors_release(t, r);
 	scd_tensors_release(t, other);
 	/* a slot taken again starts clean */
@@ -125,5 +125,38 @@ UNIT_TEST(shm_full_devshm_is_nomem)
 		      strstr(err, "of 1048576 bytes free"),
 		  "the error names the tensor, /dev/shm and the sizes: %s", err);
 	CHECK_EQ_INT(scd_tensors_live(t), 1);
+	scd_tensors_destroy(t);
+}
+
+/* max_registrations above what the kernel's vm.max_map_count leaves (65530 by default):
+ * the limit is the kernel's, less headroom, and its refusal says so. */
+UNIT_TEST(shm_registrations_below_max_map_count)
+{
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+	unsigned long maps = 0;
+	if (!f || fscanf(f, "%lu", &maps) != 1)
+		unit_skip("cannot read /proc/sys/vm/max_map_count");
+	fclose(f);
+	if (maps > 200000)
+		unit_skip("vm.max_map_count is %lu: too many mappings to reach here", maps);
+	scd_tensors_t *t;
+	scd_reg_t *r;
+	char err[512] = "", name[32];
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	scd_tensors_reg_limit(t, UINT32_MAX);
+	sc_status_t st = SC_OK;
+	uint32_t n = 0;
+	for (; n < maps + 10 && st == SC_OK; n++) {
+		snprintf(name, sizeof(name), "t%u", n);
+		st = reg_n(t, name, 1, &r, err, sizeof(err));
+	}
+	CHECK_MSG(st == SC_ERR_LIMIT && strstr(err, "vm.max_map_count"),
+		  "registration %u of a kernel limit of %lu mappings: %s (%s)", n, maps,
+		  sc_status_name(st), err);
+	CHECK_MSG(n - 1 < maps && n - 1 >= maps / 2, "%u registrations held of %lu mappings",
+		  n - 1, maps);
+	/* the process can still map: the headroom is there */
+	void *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK_TRUE(m != MAP_FAILED);
 	scd_tensors_destroy(t);
 }
