@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,6 +420,31 @@ static int raise_fd_limit(const scd_daemon_t *d)
 	return -1;
 }
 
+static void no_work(uv_work_t *w) {}
+
+static void no_work_done(uv_work_t *w, int status) {}
+
+/*
+ * Starts libuv's worker threads (shared memory is prepared there, ctl/tensor.c) with the
+ * asynchronous signals blocked: they inherit the mask of the thread that creates them, and
+ * SIGTERM must reach the loop thread only (which blocks it for its orderly teardown) as it
+ * does not reach ZeroMQ's threads. The synchronous ones stay open: a SIGBUS on a worker is
+ * the shared-memory guard's (util/shmguard.h).
+ */
+static void start_workers(uv_loop_t *loop)
+{
+	static uv_work_t w;
+	sigset_t all, was;
+	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	pthread_sigmask(SIG_BLOCK, &all, &was);
+	uv_queue_work(loop, &w, no_work, no_work_done);
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	static scd_daemon_t daemon_state;
@@ -469,6 +495,7 @@ int main(int argc, char **argv)
 		scd_tl_configure(scd_cfg_str(&d->cfg, SCD_CFG_timeline_file), d->rank,
 				 d->world_size);
 	d->loop = uv_default_loop();
+	start_workers(d->loop);
 	d->start_ms = scd_now_ms();
 	d->zctx = zmq_ctx_new();
 	sc_status_t st = d->zctx ? SC_OK : SC_ERR_SYSTEM;

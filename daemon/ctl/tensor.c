@@ -26,6 +26,21 @@
 /* Mappings of vm.max_map_count left to the rest of the daemon. */
 #define SCD_MAP_HEADROOM 4096
 
+/* A registration being prepared on a worker thread (scd_tensors_register_async). */
+typedef struct scd_prep {
+	uv_work_t work;
+	scd_tensors_t *t;
+	scd_reg_t *r;
+	sc_shm_header_t h;
+	int fd;
+	uint64_t seq;
+	sc_status_t st;
+	char err[512];
+	scd_reg_ready_cb cb;
+	void *arg;
+	struct scd_prep *next;
+} scd_prep_t;
+
 struct scd_tensors {
 	int local_size;
 	scd_tensor_free_cb on_free;
@@ -42,6 +57,8 @@ struct scd_tensors {
 	scd_stats_keep_t kept;
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
 	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
+	struct scd_prep *preps;	      /* registrations being prepared on workers */
+	uv_loop_t *loop;	      /* theirs */
 };
 
 static uint32_t name_hash(const char *s)
@@ -197,6 +214,13 @@ void scd_tensors_destroy(scd_tensors_t *t)
 {
 	if (!t)
 		return;
+	/* registrations still being prepared: their workers end before the memory goes */
+	for (scd_prep_t *p = t->preps; p; p = p->next) {
+		p->r->session = NULL;
+		uv_cancel((uv_req_t *)&p->work);
+	}
+	while (t->preps)
+		uv_run(t->loop, UV_RUN_ONCE);
 	for (uint32_t i = 0; i < t->n_regs; i++) {
 		if (t->regs[i]) {
 			gpu_release(t, t->regs[i]);
@@ -235,7 +259,7 @@ scd_reg_t *scd_tensors_reg(scd_tensors_t *t, uint32_t id)
 	if (id == 0 || id > t->n_regs)
 		return NULL;
 	scd_reg_t *r = t->regs[id - 1];
-	return r && !r->zombie ? r : NULL;
+	return r && !r->zombie && !r->preparing ? r : NULL;
 }
 
 scd_ntensor_t *scd_tensors_first(scd_tensors_t *t)
@@ -293,7 +317,8 @@ static sc_status_t reserve(int fd, const char *name, uint64_t bytes, char *err, 
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
 			   uint64_t numel, uint64_t coo_cap, int residual,
-			   const scd_tensor_opts_t *opts, char *err, size_t err_len)
+			   const scd_tensor_opts_t *opts, sc_shm_header_t *h_p, int *fd_p,
+			   char *err, size_t err_len)
 {
 	sc_shm_header_t h = {0};
 	uint64_t gpu_bytes = 0;
@@ -328,9 +353,13 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		st = SC_ERR_SYSTEM;
 		goto err_unlink;
 	}
-	st = reserve(fd, name, h.total_bytes, err, err_len);
-	if (st != SC_OK)
+	if (ftruncate(fd, (off_t)h.total_bytes) != 0) {
+		snprintf(err, err_len,
+			 "tensor '%s': cannot size shared memory of %llu bytes: %s", name,
+			 (unsigned long long)h.total_bytes, strerror(errno));
+		st = SC_ERR_SYSTEM;
 		goto err_unlink;
+	}
 	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		snprintf(err, err_len, "tensor '%s': mmap of %llu bytes: %s%s", name,
@@ -340,16 +369,13 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		st = SC_ERR_NOMEM;
 		goto err_unlink;
 	}
-	close(fd);
 	if (scd_shmguard_add(map, h.total_bytes, &r->guard) != SC_OK) {
 		munmap(map, h.total_bytes);
 		snprintf(err, err_len, "tensor '%s': the table of shared mappings is full",
 			 name);
-		fd = -1;
 		st = SC_ERR_LIMIT;
 		goto err_unlink;
 	}
-	prefault(map, h.total_bytes);
 	h.magic = SC_SHM_MAGIC;
 	h.version = SC_SHM_VERSION;
 	h.header_bytes = sizeof(h);
@@ -358,16 +384,18 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	h.device_kind = opts->device_kind;
 	h.device_ordinal = opts->device_ordinal;
 	snprintf(h.name, sizeof(h.name), "%s", name);
-	memcpy(map, &h, sizeof(h));
 	r->map = map;
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
+	*h_p = h;
+	*fd_p = fd;
 	r->device_kind = opts->device_kind;
 	r->device_ordinal = opts->device_kind == SC_DEVICE_CUDA ? opts->device_ordinal : 0;
 	char *base = map;
 	if (gpu_bytes) {
 		st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
 		if (st != SC_OK) {
+			close(fd);
 			reg_unmap(r);
 			return st;
 		}
@@ -381,11 +409,30 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	r->coo_val = h.coo_cap ? (float *)(base + h.coo_val_offset) : NULL;
 	return SC_OK;
 err_unlink:
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	shm_unlink(r->shm_name);
 	r->shm_name[0] = 0;
 	return st;
+}
+
+/* The slow part of a registration, on a worker thread when it has a loop: its pages
+ * allocated (reserve) and mapped in (prefault). Touches the registration's own object
+ * only, which nobody else knows yet. */
+static sc_status_t reg_fill(int fd, scd_reg_t *r, const char *name, char *err, size_t err_len)
+{
+	sc_status_t st = reserve(fd, name, r->map_bytes, err, err_len);
+	if (st == SC_OK)
+		prefault(r->map, r->map_bytes);
+	return st;
+}
+
+/* Ends a registration's preparation on the loop: the header goes in last, over reserved
+ * pages (the trainer checks it when it maps the object). */
+static void reg_ready(scd_reg_t *r, const sc_shm_header_t *h, int fd)
+{
+	close(fd);
+	memcpy(r->map, h, sizeof(*h));
+	r->preparing = 0;
 }
 
 static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype, uint64_t numel,
@@ -439,10 +486,14 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	free(nt);
 }
 
-sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
-				 const char *name, uint32_t dtype, uint64_t numel,
-				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
-				 scd_reg_t **reg_p, char *err, size_t err_len)
+/* Checks a registration, creates and maps its object (not yet reserved nor filled in) and
+ * enters it in the tables, preparing: *h_p is its header to write and *fd_p its object's
+ * descriptor, both for reg_fill and reg_ready. */
+static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_rank,
+			     const char *name, uint32_t dtype, uint64_t numel,
+			     const scd_tensor_opts_t *opts, uint64_t max_bytes,
+			     scd_reg_t **reg_p, sc_shm_header_t *h_p, int *fd_p, char *err,
+			     size_t err_len)
 {
 	size_t esz = sc_dtype_size(dtype);
 	if (!name[0] || strlen(name) > 255) {
@@ -612,13 +663,14 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	}
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
-	sc_status_t st =
-	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts, err, err_len);
+	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts,
+				 h_p, fd_p, err, err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;
 	}
 	if (!nt && !(nt = nt_new(t, name, dtype, numel, opts))) {
+		close(*fd_p);
 		gpu_release(t, r);
 		reg_unmap(r);
 		free(r);
@@ -633,10 +685,106 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	r->session = s;
 	r->nt = nt;
 	r->local_rank = local_rank;
+	r->preparing = 1;
 	nt->slot[local_rank] = r;
 	nt->n_regs++;
 	*reg_p = r;
 	return SC_OK;
+}
+
+sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
+				 const char *name, uint32_t dtype, uint64_t numel,
+				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
+				 scd_reg_t **reg_p, char *err, size_t err_len)
+{
+	sc_shm_header_t h;
+	scd_reg_t *r;
+	int fd;
+	sc_status_t st = reg_begin(t, s, local_rank, name, dtype, numel, opts, max_bytes, &r,
+				   &h, &fd, err, err_len);
+	if (st == SC_OK && (st = reg_fill(fd, r, name, err, err_len)) != SC_OK) {
+		close(fd);
+		scd_tensors_release(t, r);
+	} else if (st == SC_OK) {
+		reg_ready(r, &h, fd);
+		*reg_p = r;
+	}
+	return st;
+}
+
+static void prep_work(uv_work_t *w)
+{
+	scd_prep_t *p = w->data;
+	p->st = reg_fill(p->fd, p->r, p->h.name, p->err, sizeof(p->err));
+}
+
+static void prep_done(uv_work_t *w, int status)
+{
+	scd_prep_t *p = w->data, **pp = &p->t->preps;
+	while (*pp != p)
+		pp = &(*pp)->next;
+	*pp = p->next;
+	struct scd_session *s = p->r->session;
+	if (status == UV_ECANCELED && p->st == SC_OK) {
+		p->st = SC_ERR_SHUTDOWN;
+		snprintf(p->err, sizeof(p->err), "tensor '%s': the daemon is shutting down",
+			 p->h.name);
+	}
+	scd_reg_t *r = p->r;
+	if (p->st != SC_OK || !s) {
+		close(p->fd);
+		scd_tensors_release(p->t, r);
+		r = NULL;
+	} else {
+		reg_ready(r, &p->h, p->fd);
+	}
+	p->cb(p->arg, s, p->seq, r, p->st, p->err);
+	free(p);
+}
+
+sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct scd_session *s,
+				       int local_rank, const char *name, uint32_t dtype,
+				       uint64_t numel, const scd_tensor_opts_t *opts,
+				       uint64_t max_bytes, uint64_t seq, scd_reg_ready_cb cb,
+				       void *arg, char *err, size_t err_len)
+{
+	scd_prep_t *p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, err_len, "tensor '%s': out of memory for its registration", name);
+		return SC_ERR_NOMEM;
+	}
+	sc_status_t st = reg_begin(t, s, local_rank, name, dtype, numel, opts, max_bytes, &p->r,
+				   &p->h, &p->fd, err, err_len);
+	if (st != SC_OK) {
+		free(p);
+		return st;
+	}
+	*p = (scd_prep_t){.t = t,
+			  .r = p->r,
+			  .h = p->h,
+			  .fd = p->fd,
+			  .seq = seq,
+			  .cb = cb,
+			  .arg = arg,
+			  .next = t->preps};
+	p->work.data = p;
+	t->loop = loop;
+	if (uv_queue_work(loop, &p->work, prep_work, prep_done) != 0) {
+		close(p->fd);
+		scd_tensors_release(t, p->r);
+		free(p);
+		snprintf(err, err_len, "tensor '%s': cannot queue its preparation", name);
+		return SC_ERR_SYSTEM;
+	}
+	t->preps = p;
+	return SC_OK;
+}
+
+void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s)
+{
+	for (scd_prep_t *p = t->preps; p; p = p->next)
+		if (p->r->session == s)
+			p->r->session = NULL;
 }
 
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)

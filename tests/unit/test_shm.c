@@ -16,6 +16,8 @@
 #include "unit.h"
 #include "util/shmguard.h"
 
+#include <uv.h>
+
 static sc_status_t reg_n(scd_tensors_t *t, const char *name, uint64_t numel, scd_reg_t **r,
 			 char *err, size_t err_len)
 {
@@ -68,7 +70,8 @@ UNIT_TEST(shm_truncated_by_trainer_is_an_error)
 	shrink(other->shm_name, 0);
 	CHECK_NEAR(((volatile float *)o)[0], 0.0, 0.0);
 	CHECK_TRUE(scd_tensors_mem_lost(other, err, sizeof(err)));
-	CHECK_MSG(strstr(err, "'h'") && strstr(err, "from byte 4096 "), "lost from the data: %s", err);
+	CHECK_MSG(strstr(err, "'h'") && strstr(err, "from byte 4096 "),
+		  "lost from the data: %s", err);
 	scd_tensors_release(t, r);
 	scd_tensors_release(t, other);
 	/* a slot taken again starts clean */
@@ -159,4 +162,82 @@ UNIT_TEST(shm_registrations_below_max_map_count)
 	void *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	CHECK_TRUE(m != MAP_FAILED);
 	scd_tensors_destroy(t);
+}
+
+typedef struct {
+	uv_loop_t *loop;
+	int timer_fired_first, ready;
+	sc_status_t st;
+	uint64_t seq;
+	scd_reg_t *r;
+	uint64_t ready_ms;
+} async_t;
+
+static void on_ready(void *arg, struct scd_session *s, uint64_t seq, scd_reg_t *r,
+		     sc_status_t st, const char *err)
+{
+	async_t *a = arg;
+	if (s != arg) /* the session ended: nothing to answer, and the registration gone */
+		r = NULL;
+	a->ready = 1;
+	a->st = st;
+	a->seq = seq;
+	a->r = r;
+	a->ready_ms = uv_now(a->loop);
+}
+
+static void on_beat(uv_timer_t *h)
+{
+	async_t *a = h->data;
+	if (!a->ready)
+		a->timer_fired_first++;
+}
+
+/* A registration of 1 GiB is prepared on a worker: the call returns before its pages are
+ * reserved, the loop's timers keep firing meanwhile (the heartbeats of a daemon), and the
+ * callback brings the registration, found by id only from then on. */
+UNIT_TEST(shm_big_registration_off_the_loop)
+{
+	uv_loop_t loop;
+	uv_timer_t beat;
+	async_t a = {.loop = &loop};
+	scd_tensors_t *t;
+	scd_tensor_opts_t opts = {0};
+	char err[512] = "";
+	CHECK_EQ_INT(uv_loop_init(&loop), 0);
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	uv_timer_init(&loop, &beat);
+	beat.data = &a;
+	uv_timer_start(&beat, on_beat, 1, 1);
+	uint64_t t0 = uv_hrtime();
+	sc_status_t st = scd_tensors_register_async(
+	    t, &loop, (struct scd_session *)&a, 0, "big", SC_FLOAT32, 1ull << 28, &opts,
+	    1ull << 32, 7, on_ready, &a, err, sizeof(err));
+	double call_ms = (double)(uv_hrtime() - t0) / 1e6;
+	CHECK_MSG(st == SC_OK, "register_async: %s", err);
+	CHECK_TRUE(!a.ready);
+	CHECK_TRUE(scd_tensors_live(t) == 1);
+	while (!a.ready)
+		uv_run(&loop, UV_RUN_ONCE);
+	double total_ms = (double)(uv_hrtime() - t0) / 1e6;
+	CHECK_EQ_INT(a.st, SC_OK);
+	CHECK_TRUE(a.seq == 7 && a.r && scd_tensors_reg(t, a.r->id) == a.r);
+	CHECK_MSG(a.timer_fired_first >= 2 && call_ms < total_ms / 2,
+		  "the loop ran %d timer callbacks while 1 GiB was prepared in %.1f ms (the "
+		  "call took %.1f ms)",
+		  a.timer_fired_first, total_ms, call_ms);
+	CHECK_NEAR(((float *)a.r->data)[(1u << 28) - 1], 0.0, 0.0);
+	/* one still being prepared when the session ends, and then the daemon stops: it is
+	 * released, its callback has no session to answer, and nothing is left mapped */
+	async_t b = {.loop = &loop};
+	st = scd_tensors_register_async(t, &loop, (struct scd_session *)&b, 0, "big2",
+					SC_FLOAT32, 1ull << 26, &opts, 1ull << 32, 8, on_ready, &b,
+					err, sizeof(err));
+	CHECK_MSG(st == SC_OK, "register_async: %s", err);
+	scd_tensors_forget_session(t, (struct scd_session *)&b);
+	uv_close((uv_handle_t *)&beat, NULL);
+	scd_tensors_destroy(t);
+	CHECK_TRUE(b.ready && !b.r);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	uv_loop_close(&loop);
 }
