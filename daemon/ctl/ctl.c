@@ -600,6 +600,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}
+	scd_reg_t *reg;
 	scd_tensors_gpu_policy(
 	    ctl->tensors, strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0,
 	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_gpu_mem_limit_bytes));
@@ -608,7 +609,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	sc_status_t st = scd_tensors_register_async(
 	    ctl->tensors, ctl->d->loop, s, s->local_rank, rq->name ? rq->name : "", rq->dtype,
 	    rq->numel, &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes),
-	    seq, registered, ctl, err, sizeof(err));
+	    seq, registered, ctl, &reg, err, sizeof(err));
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */
@@ -624,7 +625,9 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		}
 		ctl->up->abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
 	}
-	if (st != SC_OK)
+	if (st == SC_OK)
+		registered(ctl, s, seq, reg, st, "");
+	else if (st != SC_IN_PROGRESS)
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
 }
 

@@ -23,6 +23,8 @@
 #include "util/shmguard.h"
 
 #define NT_BUCKETS 1024
+/* Objects up to this size are prepared on the loop (tens of microseconds). */
+#define SCD_PREP_INLINE_BYTES (1u << 20)
 /* Mappings of vm.max_map_count left to the rest of the daemon. */
 #define SCD_MAP_HEADROOM 4096
 
@@ -41,6 +43,21 @@ typedef struct scd_prep {
 	struct scd_prep *next;
 } scd_prep_t;
 
+/* Released objects whose unmapping and unlinking is left to a worker (reg_bury): a trainer
+ * that exits with tens of thousands of registrations costs the loop no more than a list. */
+typedef struct {
+	void *map;
+	size_t bytes;
+	char name[64];
+} scd_grave_t;
+
+typedef struct scd_burial {
+	uv_work_t work;
+	scd_tensors_t *t;
+	scd_grave_t *g;
+	size_t n;
+} scd_burial_t;
+
 struct scd_tensors {
 	int local_size;
 	scd_tensor_free_cb on_free;
@@ -58,7 +75,10 @@ struct scd_tensors {
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
 	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
 	struct scd_prep *preps;	      /* registrations being prepared on workers */
-	uv_loop_t *loop;	      /* theirs */
+	scd_grave_t *grave;	      /* released objects for the next burial */
+	size_t n_grave, cap_grave;
+	scd_burial_t *burying; /* the burial on a worker now, NULL: none */
+	uv_loop_t *loop;       /* theirs */
 };
 
 static uint32_t name_hash(const char *s)
@@ -210,6 +230,81 @@ static void reg_unmap(scd_reg_t *r)
 	r->shm_name[0] = 0;
 }
 
+static void bury_work(uv_work_t *w)
+{
+	scd_burial_t *b = w->data;
+	for (size_t i = 0; i < b->n; i++) {
+		munmap(b->g[i].map, b->g[i].bytes);
+		shm_unlink(b->g[i].name);
+	}
+}
+
+static void bury_start(scd_tensors_t *t);
+
+static void bury_done(uv_work_t *w, int status)
+{
+	scd_burial_t *b = w->data;
+	scd_tensors_t *t = b->t;
+	if (status == UV_ECANCELED)
+		bury_work(w);
+	t->burying = NULL;
+	free(b->g);
+	free(b);
+	if (t->n_grave)
+		bury_start(t);
+}
+
+/* Hands the released objects to a worker (when it cannot, unmaps them here). */
+static void bury_start(scd_tensors_t *t)
+{
+	scd_burial_t *b = calloc(1, sizeof(*b));
+	if (b) {
+		*b = (scd_burial_t){.t = t, .g = t->grave, .n = t->n_grave};
+		b->work.data = b;
+		t->grave = NULL;
+		t->n_grave = t->cap_grave = 0;
+		if (uv_queue_work(t->loop, &b->work, bury_work, bury_done) == 0) {
+			t->burying = b;
+			return;
+		}
+		t->grave = b->g, t->n_grave = t->cap_grave = b->n;
+		free(b);
+	}
+	scd_burial_t now = {.g = t->grave, .n = t->n_grave};
+	now.work.data = &now;
+	bury_work(&now.work);
+	free(t->grave);
+	t->grave = NULL;
+	t->n_grave = t->cap_grave = 0;
+}
+
+/* Unmaps and unlinks a released registration's object, on a worker when there is a loop. */
+static void reg_bury(scd_tensors_t *t, scd_reg_t *r)
+{
+	if (!t->loop || !r->map || !r->shm_name[0]) {
+		reg_unmap(r);
+		return;
+	}
+	if (t->n_grave == t->cap_grave) {
+		size_t cap = t->cap_grave ? t->cap_grave * 2 : 256;
+		scd_grave_t *g = realloc(t->grave, cap * sizeof(*g));
+		if (!g) {
+			reg_unmap(r);
+			return;
+		}
+		t->grave = g;
+		t->cap_grave = cap;
+	}
+	scd_shmguard_remove(r->guard);
+	scd_grave_t *g = &t->grave[t->n_grave++];
+	*g = (scd_grave_t){.map = r->map, .bytes = r->map_bytes};
+	snprintf(g->name, sizeof(g->name), "%s", r->shm_name);
+	r->map = NULL;
+	r->shm_name[0] = 0;
+	if (!t->burying)
+		bury_start(t);
+}
+
 void scd_tensors_destroy(scd_tensors_t *t)
 {
 	if (!t)
@@ -219,7 +314,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 		p->r->session = NULL;
 		uv_cancel((uv_req_t *)&p->work);
 	}
-	while (t->preps)
+	while (t->preps || t->burying)
 		uv_run(t->loop, UV_RUN_ONCE);
 	for (uint32_t i = 0; i < t->n_regs; i++) {
 		if (t->regs[i]) {
@@ -241,6 +336,10 @@ void scd_tensors_destroy(scd_tensors_t *t)
 
 void scd_tensors_unlink_all(scd_tensors_t *t)
 {
+	for (size_t i = 0; i < t->n_grave; i++)
+		shm_unlink(t->grave[i].name);
+	for (size_t i = 0; t->burying && i < t->burying->n; i++)
+		shm_unlink(t->burying->g[i].name);
 	for (uint32_t i = 0; i < t->n_regs; i++)
 		if (t->regs[i] && t->regs[i]->shm_name[0])
 			shm_unlink(t->regs[i]->shm_name);
@@ -746,7 +845,7 @@ sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct
 				       int local_rank, const char *name, uint32_t dtype,
 				       uint64_t numel, const scd_tensor_opts_t *opts,
 				       uint64_t max_bytes, uint64_t seq, scd_reg_ready_cb cb,
-				       void *arg, char *err, size_t err_len)
+				       void *arg, scd_reg_t **reg_p, char *err, size_t err_len)
 {
 	scd_prep_t *p = calloc(1, sizeof(*p));
 	if (!p) {
@@ -755,7 +854,17 @@ sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct
 	}
 	sc_status_t st = reg_begin(t, s, local_rank, name, dtype, numel, opts, max_bytes, &p->r,
 				   &p->h, &p->fd, err, err_len);
-	if (st != SC_OK) {
+	if (st == SC_OK && p->r->map_bytes <= SCD_PREP_INLINE_BYTES) {
+		/* small: done at once, cheaper than the trip to a worker and back */
+		if ((st = reg_fill(p->fd, p->r, name, err, err_len)) != SC_OK) {
+			close(p->fd);
+			scd_tensors_release(t, p->r);
+		} else {
+			reg_ready(p->r, &p->h, p->fd);
+			*reg_p = p->r;
+		}
+	}
+	if (st != SC_OK || !p->r->preparing) {
 		free(p);
 		return st;
 	}
@@ -777,7 +886,7 @@ sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct
 		return SC_ERR_SYSTEM;
 	}
 	t->preps = p;
-	return SC_OK;
+	return SC_IN_PROGRESS;
 }
 
 void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s)
@@ -810,7 +919,7 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 		t->free_from = r->id - 1;
 	t->live--;
 	gpu_release(t, r);
-	reg_unmap(r);
+	reg_bury(t, r);
 	free(r->a2a);
 	free(r);
 }

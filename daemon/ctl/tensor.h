@@ -186,15 +186,16 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
  * scd_tensors_forget_session), and then there is nobody to answer. */
 typedef void (*scd_reg_ready_cb)(void *arg, struct scd_session *s, uint64_t seq, scd_reg_t *reg,
 				 sc_status_t st, const char *err);
-/* scd_tensors_register, with the slow part (allocating and mapping in the pages of the
- * shared object, seconds for gigabytes) on a worker thread of loop, so the loop keeps
- * serving heartbeats: fails now, or calls cb later with seq. Until then the registration
- * holds its name and local rank but is not found by id. */
+/* scd_tensors_register, with the slow part of a large registration (allocating and mapping
+ * in the pages of the shared object, seconds for gigabytes) on a worker thread of loop, so
+ * the loop keeps serving heartbeats. Fails now; or is done now (SC_OK, *reg_p: a small
+ * object); or returns SC_IN_PROGRESS and calls cb later with seq, and until then the
+ * registration holds its name and local rank but is not found by id. */
 sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct scd_session *s,
 				       int local_rank, const char *name, uint32_t dtype,
 				       uint64_t numel, const scd_tensor_opts_t *opts,
 				       uint64_t max_bytes, uint64_t seq, scd_reg_ready_cb cb,
-				       void *arg, char *err, size_t err_len);
+				       void *arg, scd_reg_t **reg_p, char *err, size_t err_len);
 /* The session s has ended: its registrations still being prepared are released when
  * they are ready, and their callback gets no session. */
 void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s);

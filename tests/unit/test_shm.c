@@ -209,13 +209,14 @@ UNIT_TEST(shm_big_registration_off_the_loop)
 	uv_timer_init(&loop, &beat);
 	beat.data = &a;
 	uv_timer_start(&beat, on_beat, 1, 1);
+	scd_reg_t *now = NULL;
 	uint64_t t0 = uv_hrtime();
 	sc_status_t st = scd_tensors_register_async(
 	    t, &loop, (struct scd_session *)&a, 0, "big", SC_FLOAT32, 1ull << 28, &opts,
-	    1ull << 32, 7, on_ready, &a, err, sizeof(err));
+	    1ull << 32, 7, on_ready, &a, &now, err, sizeof(err));
 	double call_ms = (double)(uv_hrtime() - t0) / 1e6;
-	CHECK_MSG(st == SC_OK, "register_async: %s", err);
-	CHECK_TRUE(!a.ready);
+	CHECK_MSG(st == SC_IN_PROGRESS, "register_async: %s", err);
+	CHECK_TRUE(!a.ready && !now);
 	CHECK_TRUE(scd_tensors_live(t) == 1);
 	while (!a.ready)
 		uv_run(&loop, UV_RUN_ONCE);
@@ -231,13 +232,22 @@ UNIT_TEST(shm_big_registration_off_the_loop)
 	 * released, its callback has no session to answer, and nothing is left mapped */
 	async_t b = {.loop = &loop};
 	st = scd_tensors_register_async(t, &loop, (struct scd_session *)&b, 0, "big2",
-					SC_FLOAT32, 1ull << 26, &opts, 1ull << 32, 8, on_ready, &b,
-					err, sizeof(err));
-	CHECK_MSG(st == SC_OK, "register_async: %s", err);
+					SC_FLOAT32, 1ull << 26, &opts, 1ull << 32, 8, on_ready,
+					&b, &now, err, sizeof(err));
+	CHECK_MSG(st == SC_IN_PROGRESS, "register_async: %s", err);
 	scd_tensors_forget_session(t, (struct scd_session *)&b);
 	uv_close((uv_handle_t *)&beat, NULL);
 	scd_tensors_destroy(t);
 	CHECK_TRUE(b.ready && !b.r);
+	/* a small one is done at once, without the callback */
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	async_t c = {.loop = &loop};
+	st = scd_tensors_register_async(t, &loop, (struct scd_session *)&c, 0, "small",
+					SC_FLOAT32, 1024, &opts, 1ull << 32, 9, on_ready, &c,
+					&now, err, sizeof(err));
+	CHECK_MSG(st == SC_OK && now && !c.ready, "register_async: %s", err);
+	CHECK_TRUE(scd_tensors_reg(t, now->id) == now);
+	scd_tensors_destroy(t);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);
 }
