@@ -256,6 +256,10 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
 run_case "badinput truncate n=2" 2 1 120 0 2 -- "$itest" badinput truncate
+# A 3 GiB registration takes seconds to reserve and map in: prepared beside the loop, the
+# heartbeats go on and no node is lost at a 1 s peer timeout.
+run_case "large registration beside heartbeats n=2" 2 1 180 0 2 --daemon-arg --peer_timeout_ms \
+	--daemon-arg 1000 -- "$itest" bigreg 3072
 # A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
 # the operation on every rank at once, naming that node's rank and the tensor.
 run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
