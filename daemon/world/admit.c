@@ -24,8 +24,6 @@
 #include "util/log.h"
 #include "util/tcpinfo.h"
 
-#define ADMIT_LOG_MS 10000 /* one line per kind of event in this long, with a count */
-
 typedef struct {
 	int fd;
 	struct sockaddr_storage local, peer;
@@ -43,8 +41,6 @@ struct scd_admit {
 	size_t n, cap;
 	uint64_t shed;
 	int failed_code; /* the last handshake failure, for the disconnection after it */
-	uint64_t shed_log_ms, fail_log_ms;
-	unsigned shed_quiet, fail_quiet; /* lines held back since the last one */
 };
 
 static int same_conn(const conn_t *c)
@@ -85,36 +81,20 @@ static void on_accepted(scd_admit_t *a, int fd)
 	a->c[a->n++] = c;
 }
 
-/* Logs one line of a kind at most every ADMIT_LOG_MS, counting the ones held back. */
-static int log_due(uint64_t *last_ms, unsigned *quiet)
-{
-	uint64_t now = scd_now_ms();
-	if (*last_ms && now - *last_ms < ADMIT_LOG_MS) {
-		(*quiet)++;
-		return 0;
-	}
-	*last_ms = now;
-	return 1;
-}
-
 static void on_closed(scd_admit_t *a, int fd)
 {
 	for (size_t i = 0; i < a->n; i++) {
 		if (a->c[i].fd != fd)
 			continue;
-		if (a->failed_code && log_due(&a->fail_log_ms, &a->fail_quiet)) {
-			scd_warn(
-			    SCD_SUB_WORLD,
-			    "a coordinator-channel handshake from %s failed (%s%#x): a daemon "
-			    "with another job secret, or not a sparsecomm daemon (%u more "
-			    "since the last such line)",
-			    a->c[i].addr,
-			    a->failed_code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-				? "cryptographic error "
-				: "protocol error ",
-			    (unsigned)a->failed_code, a->fail_quiet);
-			a->fail_quiet = 0;
-		}
+		const char *kind = a->failed_code == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+				       ? "cryptographic error"
+				       : "protocol error";
+		if (a->failed_code && !a->c[i].shut)
+			scd_warn_limited(SCD_SUB_WORLD,
+					 "a coordinator-channel handshake from %s failed (%s "
+					 "%#x): a daemon with another job secret, or not a "
+					 "sparsecomm daemon",
+					 a->c[i].addr, kind, (unsigned)a->failed_code);
 		a->c[i] = a->c[--a->n];
 		break;
 	}
@@ -132,15 +112,11 @@ static void shed(scd_admit_t *a, conn_t *c)
 	shutdown(c->fd, SHUT_RDWR);
 	c->shut = 1;
 	a->shed++;
-	if (log_due(&a->shed_log_ms, &a->shed_quiet)) {
-		scd_warn(
-		    SCD_SUB_WORLD,
-		    "closed an unauthenticated coordinator-channel connection from %s: over "
-		    "%d waiting for their handshake in all or %d from one address (%u more "
-		    "since the last such line)",
-		    c->addr, SCD_ADMIT_MAX_PENDING, SCD_ADMIT_MAX_PER_ADDR, a->shed_quiet);
-		a->shed_quiet = 0;
-	}
+	scd_warn_limited(
+	    SCD_SUB_WORLD,
+	    "closed an unauthenticated coordinator-channel connection from %s: over "
+	    "%d waiting for their handshake in all or %d from one address",
+	    c->addr, SCD_ADMIT_MAX_PENDING, SCD_ADMIT_MAX_PER_ADDR);
 }
 
 static int by_addr_age(const void *x, const void *y)
@@ -214,8 +190,7 @@ static void drain(scd_admit_t *a)
 				on_accepted(a, (int)value);
 			else if (event == ZMQ_EVENT_DISCONNECTED || event == ZMQ_EVENT_CLOSED)
 				on_closed(a, (int)value);
-			else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-				 event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+			else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
 				a->failed_code = value ? (int)value : 1;
 		}
 		zmq_msg_close(&ev);
@@ -249,8 +224,7 @@ sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, scd_admit_t **a_p)
 	if (zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &ivl, sizeof(ivl)) != 0 ||
 	    zmq_socket_monitor(sock, ep,
 			       ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED |
-				   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-				   ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
+				   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0 ||
 	    !(a->mon = zmq_socket(d->zctx, ZMQ_PAIR)) ||
 	    zmq_setsockopt(a->mon, ZMQ_RCVHWM, &zero, sizeof(zero)) != 0 ||
 	    zmq_setsockopt(a->mon, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||

@@ -603,7 +603,7 @@ static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__P
 		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
 	else
 		return 1;
-	scd_warn(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
+	scd_warn_limited(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
 	return 0;
 }
 
@@ -685,8 +685,8 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 		scd_join_on_done(w, m->join_done);
 		break;
 	default:
-		scd_warn(SCD_SUB_WORLD, "unexpected peer message %d from rank %d", m->body_case,
-			 from);
+		scd_warn_limited(SCD_SUB_WORLD, "unexpected peer message %d from rank %d",
+				 m->body_case, from);
 	}
 }
 
@@ -699,8 +699,8 @@ void scd_world_drain(scd_world_t *w)
 	while (scd_zmsg_recv(w->sock, w->is_coord, &z)) {
 		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, z.len, z.data);
 		if (!m) {
-			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored",
-				 z.len);
+			scd_warn_limited(SCD_SUB_WORLD,
+					 "malformed peer message (%zu bytes) ignored", z.len);
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;

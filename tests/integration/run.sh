@@ -609,10 +609,14 @@ for _ in range(600):
     except OSError as e:
         print("connect:", e)
 print("flood: %d connections opened" % len(held), flush=True)
-time.sleep(40)
+time.sleep(60)
 ' "$port" >"$tmp/flood.out" 2>&1 &
 	flood=$!
-	sleep 3
+	i=0
+	while ! grep -q "connections opened" "$tmp/flood.out" && [ $i -lt 600 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
 	auth_job_runs "$tmp/flood-coord"
 	kill "$flood" 2>/dev/null
 	wait "$flood" 2>/dev/null
