@@ -719,6 +719,47 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
 
+# The job secret the launcher writes for its daemons is gone once they are ready, and
+# when the launcher is killed (SIGKILL) before that: here the daemons never become ready
+# (a world of 3 for 2 nodes), the launcher is killed while it waits, and its janitor
+# removes the secret; the daemons go too (their parent-death signal).
+if selected "launcher secret removed"; then
+	sdir=$tmp/secret-tmp
+	rm -rf "$sdir"
+	mkdir -p "$sdir"
+	: >"$tmp/out"
+	# not under timeout(1): $! must be the launcher (its --timeout bounds it)
+	TMPDIR=$sdir "$launcher" -n 2 --timeout 60 --ready-timeout 50 \
+		--daemon-arg --world_size --daemon-arg 3 -- true >"$tmp/out" 2>&1 </dev/null &
+	lpid=$!
+	i=0
+	while ! ls "$sdir"/sparsecomm-run.*/secret >/dev/null 2>&1 && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	sleep 1
+	had=$(ls "$sdir"/sparsecomm-run.*/secret 2>/dev/null | wc -l)
+	kill -KILL "$lpid"
+	wait "$lpid" 2>/dev/null
+	i=0
+	while ls "$sdir"/sparsecomm-run.*/secret >/dev/null 2>&1 && [ $i -lt 50 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	left=$(ls "$sdir"/sparsecomm-run.*/secret 2>/dev/null | wc -l)
+	# and a job that runs: no secret left while its trainers run
+	TMPDIR=$sdir timeout 60 "$launcher" -n 2 --timeout 60 -- \
+		sh -c 'ls "$TMPDIR"/sparsecomm-run.*/secret 2>/dev/null | wc -l' >"$tmp/out2" 2>&1 </dev/null
+	rc2=$?
+	cat "$tmp/out2" >>"$tmp/out"
+	ok=0
+	[ "$had" -eq 1 ] && [ "$left" -eq 0 ] && [ "$rc2" -eq 0 ] &&
+		[ "$(grep -c '^\[[01]\] 0$' "$tmp/out2")" -eq 2 ] && ok=1
+	lone_verdict "launcher secret removed" "$ok" \
+		"secret before the kill: $had, after: $left; running job: exit $rc2"
+	rm -rf "$sdir"
+fi
+
 # A daemon that died without cleaning up (SIGKILL, the OOM killer) leaves its shared
 # memory behind: the next daemon of the same user removes objects whose pid is gone.
 if selected "stale shm"; then
