@@ -780,7 +780,9 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);
 	uv_timer_init(d->loop, &w->beat_timer);
+	uv_timer_init(d->loop, &w->orphan_timer);
 	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w->beat_timer.data = w;
+	w->orphan_timer.data = w;
 	scd_fplan_state_init(&w->fplan, d->world_size);
 	*w_p = w;
 	return SC_OK;
@@ -905,6 +907,7 @@ void scd_world_destroy(scd_world_t *w)
 	uv_timer_stop(&w->hold_timer);
 	uv_timer_stop(&w->beat_timer);
 	uv_close((uv_handle_t *)&w->beat_timer, NULL);
+	uv_close((uv_handle_t *)&w->orphan_timer, NULL);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);

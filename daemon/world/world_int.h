@@ -131,6 +131,7 @@ struct scd_world {
 	/* liveness.c: the heartbeat timer and its last turn (scd_now_ms); this daemon said
 	 * goodbye */
 	uv_timer_t beat_timer;
+	uv_timer_t orphan_timer; /* a node without its coordinator: when it exits */
 	uint64_t beat_ms;
 	int left;
 	int served; /* the first mesh came up: the daemon serves its trainers */
