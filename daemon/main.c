@@ -36,7 +36,9 @@
 #include "world/world.h"
 
 /* Descriptors the daemon needs whatever the job: libzmq's context and sockets, the
- * control, metrics and runtime-directory files, a few trainers and the log. */
+ * control, metrics and runtime-directory files and the log; then 2 per node (its
+ * coordinator-channel and data-plane connections) and 2 per trainer (its session and its
+ * pidfd). */
 #define SCD_MIN_FDS 64
 
 static void usage(FILE *out)
@@ -408,7 +410,7 @@ static int raise_fd_limit(const scd_daemon_t *d)
 		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
 			rl.rlim_cur = was;
 	}
-	rlim_t need = SCD_MIN_FDS + 4 * (rlim_t)d->world_size + 2 * (rlim_t)d->local_size;
+	rlim_t need = SCD_MIN_FDS + 2 * (rlim_t)d->world_size + 2 * (rlim_t)d->local_size;
 	if (rl.rlim_cur >= need)
 		return 0;
 	scd_error(SCD_SUB_MAIN,

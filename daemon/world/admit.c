@@ -40,6 +40,7 @@ struct scd_admit {
 	conn_t *c;
 	size_t n, cap;
 	uint64_t shed;
+	uint64_t proven_bytes;
 	int failed_code; /* the last handshake failure, for the disconnection after it */
 };
 
@@ -101,10 +102,10 @@ static void on_closed(scd_admit_t *a, int fd)
 	a->failed_code = 0;
 }
 
-static int unproven(const conn_t *c)
+static int unproven(const scd_admit_t *a, const conn_t *c)
 {
 	uint64_t got;
-	return scd_tcp_bytes_received(c->fd, &got) == 0 && got < SCD_ADMIT_PROVEN_BYTES;
+	return scd_tcp_bytes_received(c->fd, &got) == 0 && got < a->proven_bytes;
 }
 
 static void shed(scd_admit_t *a, conn_t *c)
@@ -147,7 +148,7 @@ static void enforce(scd_admit_t *a)
 		return;
 	size_t k = 0;
 	for (size_t i = 0; i < a->n; i++)
-		if (!a->c[i].shut && unproven(&a->c[i]))
+		if (!a->c[i].shut && unproven(a, &a->c[i]))
 			u[k++] = &a->c[i];
 	qsort(u, k, sizeof(*u), by_addr_age);
 	for (size_t g = 0, e; g < k; g = e) {
@@ -211,7 +212,8 @@ static void on_timer(uv_timer_t *h)
 	enforce(h->data);
 }
 
-sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, scd_admit_t **a_p)
+sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, uint64_t proven_bytes,
+			    scd_admit_t **a_p)
 {
 	char ep[64];
 	int ivl = SCD_ADMIT_HANDSHAKE_MS, fd, zero = 0;
@@ -220,6 +222,7 @@ sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, scd_admit_t **a_p)
 	if (!a)
 		return SC_ERR_NOMEM;
 	a->d = d;
+	a->proven_bytes = proven_bytes;
 	snprintf(ep, sizeof(ep), "inproc://sparsecomm.admit.%p", (void *)a);
 	if (zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &ivl, sizeof(ivl)) != 0 ||
 	    zmq_socket_monitor(sock, ep,

@@ -20,14 +20,18 @@
 #define SCD_ADMIT_MAX_PENDING  128
 #define SCD_ADMIT_MAX_PER_ADDR 32
 /* A CurveZMQ client sends its greeting (64), HELLO (202) and INITIATE (over 250) bytes:
- * a connection that has received fewer has not passed a handshake. */
-#define SCD_ADMIT_PROVEN_BYTES 512
+ * a connection that has received fewer has not passed a handshake. Without a secret
+ * (ZeroMQ's NULL mechanism) a client sends its greeting and a READY of some 40 bytes. */
+#define SCD_ADMIT_PROVEN_BYTES	    512
+#define SCD_ADMIT_PROVEN_BYTES_NULL 100
 
 typedef struct scd_admit scd_admit_t;
 
 /* Sets the handshake timeout on sock (the coordinator's ROUTER, not yet bound) and starts
- * watching its connections. */
-sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, scd_admit_t **a_p);
+ * watching its connections; proven_bytes: what a connection has received once it passed
+ * its handshake (SCD_ADMIT_PROVEN_BYTES with CurveZMQ, else ..._NULL). */
+sc_status_t scd_admit_start(scd_daemon_t *d, void *sock, uint64_t proven_bytes,
+			    scd_admit_t **a_p);
 /* Stops watching (before sock is closed). */
 void scd_admit_stop(scd_admit_t *a);
 /* Connections closed for being over a bound since the start. */

@@ -860,7 +860,10 @@ sc_status_t scd_world_start(scd_world_t *w)
 	st = scd_curve_setup(d, w->sock, w->is_coord, &w->curve);
 	if (st != SC_OK)
 		return st; /* logged there */
-	if (w->is_coord && (st = scd_admit_start(d, w->sock, &w->admit)) != SC_OK)
+	if (w->is_coord &&
+	    (st = scd_admit_start(
+		 d, w->sock, w->curve ? SCD_ADMIT_PROVEN_BYTES : SCD_ADMIT_PROVEN_BYTES_NULL,
+		 &w->admit)) != SC_OK)
 		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,11 @@ UNIT_TEST(shm_registrations_below_max_map_count)
 	fclose(f);
 	if (maps > 200000)
 		unit_skip("vm.max_map_count is %lu: too many mappings to reach here", maps);
+	struct statvfs vfs; /* each registration of one element is an object of 8 KiB */
+	if (statvfs("/dev/shm", &vfs) != 0 ||
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)maps * 8192 + (64u << 20))
+		unit_skip("/dev/shm has less than the %lu MiB that %lu registrations take",
+			  maps * 8192 / (1 << 20) + 64, maps);
 	scd_tensors_t *t;
 	scd_reg_t *r;
 	char err[512] = "", name[32];
