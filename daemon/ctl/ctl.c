@@ -1247,8 +1247,8 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 	int exited = 0;
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		exited |= s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS;
-	if (exited)
-		scd_ctl_drain(ctl);
+	while (exited && (scd_ctl_drain(ctl), uv_is_active((uv_handle_t *)&ctl->more)))
+		; /* all of it: what an exited trainer sent comes before its end */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
 		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
