@@ -581,7 +581,8 @@ fi
 # A stranger's idle connections to the coordinator's port, more than its descriptor limit
 # (256 here, hard): the coordinator closes the oldest unauthenticated ones past its bounds,
 # saying so, and the job still forms and sums while they are held. Then a daemon under
-# `ulimit -n 16` refuses to start, naming the limit, instead of aborting in libzmq.
+# `ulimit -n 16` refuses to start, naming the limit, instead of aborting in libzmq, and
+# one started with a soft limit of 100 runs at its hard limit.
 if selected "stranger connection flood"; then
 	make_secret "$tmp/secret"
 	: >"$tmp/out"
@@ -625,10 +626,28 @@ time.sleep(60)
 		--runtime_dir "$tmp/flood-16") >"$tmp/out16" 2>&1 </dev/null
 	rc16=$?
 	cat "$tmp/out16" >>"$tmp/out"
+	# a soft limit below the hard one is raised to it at start
+	mkdir -p "$tmp/flood-soft"
+	(ulimit -Sn 100 && exec "$bin/sparsecommd" --rank 0 --world_size 1 \
+		--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$tmp/flood-soft") \
+		>"$tmp/outsoft" 2>&1 </dev/null &
+	softd=$!
+	i=0
+	while [ ! -S "$tmp/flood-soft/ctl.sock" ] && [ $i -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nofile=$(sed -n 's/^Max open files *\([0-9a-z]*\) *\([0-9a-z]*\).*/\1 \2/p' \
+		"/proc/$softd/limits" 2>/dev/null)
+	kill "$softd" 2>/dev/null
+	wait "$softd" 2>/dev/null
+	echo "descriptor limit (soft hard) of a daemon started at 100: $nofile" >>"$tmp/out"
 	ok=0
+	[ -n "$nofile" ] && [ "${nofile% *}" = "${nofile#* }" ] && [ "${nofile% *}" != 100 ] ||
+		rc16="$rc16, soft limit not raised ($nofile)"
 	[ "$ok_job" -eq 1 ] && grep -q "flood: 600 connections opened" "$tmp/flood.out" &&
 		grep -q "closed an unauthenticated coordinator-channel connection from 127.0.0.1" \
-			"$tmp/coord.log" && [ "$rc16" -eq 1 ] &&
+			"$tmp/coord.log" && [ "$rc16" = 1 ] &&
 		grep -q "the descriptor limit is 16 (ulimit -n; hard limit 16)" "$tmp/out16" && ok=1
 	lone_verdict "stranger connection flood" "$ok" "job passed: $ok_job, ulimit -n 16: exit $rc16"
 fi
