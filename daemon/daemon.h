@@ -58,6 +58,10 @@ typedef struct scd_daemon {
 
 /* Called by world/ once the world has formed and the data plane is up. */
 void scd_daemon_world_ready(scd_daemon_t *d);
+/* The exit status of a node whose coordinator was lost or left: the world it served is
+ * gone, and a service manager that restarts it (Restart=on-failure) has it join the next. */
+#define SCD_EXIT_COORDINATOR_GONE 3
+
 /* Stops the daemon (exit code as given) at the next loop turn. */
 void scd_daemon_stop(scd_daemon_t *d, int exit_code);
 

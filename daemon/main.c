@@ -10,11 +10,13 @@
 #include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -32,6 +34,12 @@
 #include "util/log.h"
 #include "util/timeline.h"
 #include "world/world.h"
+
+/* Descriptors the daemon needs whatever the job: libzmq's context and sockets, the
+ * control, metrics and runtime-directory files and the log; then 2 per node (its
+ * coordinator-channel and data-plane connections) and 2 per trainer (its session and its
+ * pidfd). */
+#define SCD_MIN_FDS 64
 
 static void usage(FILE *out)
 {
@@ -386,6 +394,59 @@ static sc_status_t load_secret(scd_daemon_t *d)
 	return SC_OK;
 }
 
+/*
+ * Raises the descriptor limit to its hard limit (a stranger's connections, the mesh and the
+ * trainers' sessions all take descriptors, and libzmq aborts the process when it cannot
+ * make one), and refuses to start below what the daemon needs in any case.
+ */
+static int raise_fd_limit(const scd_daemon_t *d)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 0;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t was = rl.rlim_cur;
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			rl.rlim_cur = was;
+	}
+	rlim_t need = SCD_MIN_FDS + 2 * (rlim_t)d->world_size + 2 * (rlim_t)d->local_size;
+	if (rl.rlim_cur >= need)
+		return 0;
+	scd_error(SCD_SUB_MAIN,
+		  "the descriptor limit is %llu (ulimit -n; hard limit %llu): a daemon of %d "
+		  "nodes with %d trainers each needs at least %llu; raise it (LimitNOFILE= "
+		  "under systemd)",
+		  (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		  d->world_size, d->local_size, (unsigned long long)need);
+	return -1;
+}
+
+static void no_work(uv_work_t *w) {}
+
+static void no_work_done(uv_work_t *w, int status) {}
+
+/*
+ * Starts libuv's worker threads (shared memory is prepared there, ctl/tensor.c) with the
+ * asynchronous signals blocked: they inherit the mask of the thread that creates them, and
+ * SIGTERM must reach the loop thread only (which blocks it for its orderly teardown) as it
+ * does not reach ZeroMQ's threads. The synchronous ones stay open: a SIGBUS on a worker is
+ * the shared-memory guard's (util/shmguard.h).
+ */
+static void start_workers(uv_loop_t *loop)
+{
+	static uv_work_t w;
+	sigset_t all, was;
+	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	pthread_sigmask(SIG_BLOCK, &all, &was);
+	uv_queue_work(loop, &w, no_work, no_work_done);
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	static scd_daemon_t daemon_state;
@@ -414,6 +475,8 @@ int main(int argc, char **argv)
 	snprintf(prefix, sizeof(prefix), "sparsecommd[%d]", d->rank);
 	scd_log_set_prefix(prefix);
 	signal(SIGPIPE, SIG_IGN);
+	if (raise_fd_limit(d) != 0)
+		return 1;
 	if (load_secret(d) != SC_OK)
 		return 1;
 	if (resolve_ctl_group(d) != SC_OK || make_runtime_dir(d) != SC_OK)
@@ -434,6 +497,7 @@ int main(int argc, char **argv)
 		scd_tl_configure(scd_cfg_str(&d->cfg, SCD_CFG_timeline_file), d->rank,
 				 d->world_size);
 	d->loop = uv_default_loop();
+	start_workers(d->loop);
 	d->start_ms = scd_now_ms();
 	d->zctx = zmq_ctx_new();
 	sc_status_t st = d->zctx ? SC_OK : SC_ERR_SYSTEM;

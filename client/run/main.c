@@ -18,6 +18,7 @@
  * 128 + signal), 124 on --timeout, 1 when a daemon failed while every trainer succeeded.
  */
 #include "hosts.h"
+#include "janitor.h"
 #include "netns.h"
 #include "remote.h"
 
@@ -1491,6 +1492,11 @@ int main(int argc, char **argv)
 		r->remote |= !r->o.hosts.h[h].local;
 	if (!r->o.insecure && !r->o.secret_file && write_secret(r) < 0)
 		goto out_rmdir;
+	if (r->secret[0] && run_janitor_start(r->secret) < 0) {
+		fprintf(stderr, "sparsecomm-run: cannot start the job secret's janitor: %s\n",
+			strerror(errno));
+		goto out_rmdir;
+	}
 	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
 	r->trainers = calloc((size_t)r->n_trainers, sizeof(proc_t));
 	if (!r->daemons || !r->trainers) {
@@ -1541,6 +1547,8 @@ int main(int argc, char **argv)
 			goto out_teardown;
 	if (wait_ready(r) < 0)
 		goto out_teardown;
+	if (r->secret[0]) /* every daemon has read it */
+		unlink(r->secret);
 	if (r->o.verbose || r->o.hosts.n)
 		fprintf(
 		    stderr,

@@ -81,7 +81,8 @@ typedef enum {
 	  "largest tensor a trainer may register")                                             \
 	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
-	  "mapping, and the kernel caps a process's mappings (vm.max_map_count, 65530)")       \
+	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
+	  "says")                                                                              \
 	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \
 	  "collective scheme for every buffer: auto (cost model) or a scheme name")            \
 	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                    \

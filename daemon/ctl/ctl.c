@@ -26,6 +26,9 @@
 #include "world/world.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
+/* Requests handled in one go: the rest wait for the next turn of the loop, so a burst
+ * (thousands of registrations) never keeps the heartbeats' timers waiting. */
+#define CTL_DRAIN_BUDGET 64
 /* How long after a trainer's process ended its last messages may still arrive. */
 #define CTL_EXIT_GRACE_MS 100
 
@@ -52,6 +55,7 @@ struct scd_ctl {
 	void *sock;
 	uv_poll_t poll;
 	int polling;
+	uv_idle_t more; /* requests left over by a drain (CTL_DRAIN_BUDGET) */
 	scd_tensors_t *tensors;
 	scd_session_t *sessions;
 	scd_session_t *by_local[SCD_MAX_LOCAL];
@@ -154,7 +158,11 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
 			continue;
-		if (r->session)
+		char lost[400];
+		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost)))
+			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL,
+					0);
+		else if (r->session)
 			send_completion(ctl, r->session, r->handle, st, error,
 					st == SC_OK && r->op == SCD_OP_ALLTOALL ? r->a2a : NULL,
 					(int)r->a2a_n);
@@ -418,6 +426,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
 	}
 	s->regs = NULL;
+	scd_tensors_forget_session(ctl->tensors, s);
 	for (scd_session_t **pp = &ctl->sessions; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
@@ -565,6 +574,9 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	send_to(ctl, ident, ident_len, &m);
 }
 
+static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg,
+		       sc_status_t st, const char *err);
+
 static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			    const Sparsecomm__RegisterTensor *rq)
 {
@@ -600,10 +612,10 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_gpu_mem_limit_bytes));
 	scd_tensors_reg_limit(ctl->tensors,
 			      (uint32_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_registrations));
-	sc_status_t st = scd_tensors_register(
-	    ctl->tensors, s, s->local_rank, rq->name ? rq->name : "", rq->dtype, rq->numel,
-	    &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), &reg, err,
-	    sizeof(err));
+	sc_status_t st = scd_tensors_register_async(
+	    ctl->tensors, ctl->d->loop, s, s->local_rank, rq->name ? rq->name : "", rq->dtype,
+	    rq->numel, &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes),
+	    seq, registered, ctl, &reg, err, sizeof(err));
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */
@@ -619,6 +631,19 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		}
 		ctl->up->abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
 	}
+	if (st == SC_OK)
+		registered(ctl, s, seq, reg, st, "");
+	else if (st != SC_IN_PROGRESS)
+		send_error(ctl, s->ident, s->ident_len, seq, st, err);
+}
+
+/* A registration's memory is ready (or could not be had): the trainer's answer. */
+static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg,
+		       sc_status_t st, const char *err)
+{
+	scd_ctl_t *ctl = arg;
+	if (!s)
+		return; /* the trainer went away meanwhile */
 	if (st != SC_OK) {
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
 		return;
@@ -763,6 +788,8 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(err, sizeof(err),
 			 "tensor '%s': %llu COO entries exceed its capacity %llu", nt->name,
 			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
+	} else if (scd_tensors_mem_lost(r, err, sizeof(err))) {
+		st = SC_ERR_INVALID;
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
@@ -1194,14 +1221,27 @@ out:
 	sparsecomm__client_msg__free_unpacked(msg, NULL);
 }
 
+static void on_more(uv_idle_t *h)
+{
+	scd_ctl_drain(h->data);
+}
+
 void scd_ctl_drain(scd_ctl_t *ctl)
 {
 	if (!ctl || !ctl->sock)
 		return;
 	scd_zmsg_t m = {0};
-	while (scd_zmsg_recv(ctl->sock, 1, &m))
+	int n = 0;
+	while (n < CTL_DRAIN_BUDGET && scd_zmsg_recv(ctl->sock, 1, &m)) {
 		scd_ctl_dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
+		n++;
+	}
 	scd_zmsg_done(&m);
+	/* more may be queued: ZMQ_FD will not say so again, the idle handle comes back */
+	if (n == CTL_DRAIN_BUDGET)
+		uv_idle_start(&ctl->more, on_more);
+	else
+		uv_idle_stop(&ctl->more);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)
@@ -1216,8 +1256,8 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 	int exited = 0;
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		exited |= s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS;
-	if (exited)
-		scd_ctl_drain(ctl);
+	while (exited && (scd_ctl_drain(ctl), uv_is_active((uv_handle_t *)&ctl->more)))
+		; /* all of it: what an exited trainer sent comes before its end */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
 		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
@@ -1299,6 +1339,8 @@ sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl
 		free(ctl);
 		return st;
 	}
+	uv_idle_init(d->loop, &ctl->more);
+	ctl->more.data = ctl;
 	*ctl_p = ctl;
 	return SC_OK;
 }
@@ -1355,6 +1397,7 @@ void scd_ctl_destroy(scd_ctl_t *ctl)
 		session_end(ctl, s, 0);
 	}
 	scd_tensors_destroy(ctl->tensors);
+	uv_close((uv_handle_t *)&ctl->more, NULL);
 	if (ctl->polling) {
 		uv_poll_stop(&ctl->poll);
 		uv_close((uv_handle_t *)&ctl->poll, NULL);

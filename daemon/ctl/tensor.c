@@ -14,14 +14,50 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "device/cuda.h"
 #include "device/cuda_free.h"
 #include "device/sketch.h"
 #include "util/log.h"
+#include "util/shmguard.h"
 
 #define NT_BUCKETS 1024
+/* Objects up to this size are prepared on the loop (tens of microseconds). */
+#define SCD_PREP_INLINE_BYTES (1u << 20)
+/* Mappings of vm.max_map_count left to the rest of the daemon. */
+#define SCD_MAP_HEADROOM 4096
+
+/* A registration being prepared on a worker thread (scd_tensors_register_async). */
+typedef struct scd_prep {
+	uv_work_t work;
+	scd_tensors_t *t;
+	scd_reg_t *r;
+	sc_shm_header_t h;
+	int fd;
+	uint64_t seq;
+	sc_status_t st;
+	char err[512];
+	scd_reg_ready_cb cb;
+	void *arg;
+	struct scd_prep *next;
+} scd_prep_t;
+
+/* Released objects whose unmapping and unlinking is left to a worker (reg_bury): a trainer
+ * that exits with tens of thousands of registrations costs the loop no more than a list. */
+typedef struct {
+	void *map;
+	size_t bytes;
+	char name[64];
+} scd_grave_t;
+
+typedef struct scd_burial {
+	uv_work_t work;
+	scd_tensors_t *t;
+	scd_grave_t *g;
+	size_t n;
+} scd_burial_t;
 
 struct scd_tensors {
 	int local_size;
@@ -33,11 +69,17 @@ struct scd_tensors {
 	uint32_t n_regs, cap_regs; /* slots used (ids 1..n_regs), allocated */
 	uint32_t free_from;	   /* no free slot below this one */
 	uint32_t live, max_live;   /* registrations held, and the most allowed (0: no limit) */
+	int map_cap;		   /* max_live is the kernel's bound, below max_registrations */
 	uint64_t shm_seq;
 	long shm_gid; /* group of the shared memory (mode 0660), -1: none (0600) */
 	scd_stats_keep_t kept;
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
 	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
+	struct scd_prep *preps;	      /* registrations being prepared on workers */
+	scd_grave_t *grave;	      /* released objects for the next burial */
+	size_t n_grave, cap_grave;
+	scd_burial_t *burying; /* the burial on a worker now, NULL: none */
+	uv_loop_t *loop;       /* theirs */
 };
 
 static uint32_t name_hash(const char *s)
@@ -51,6 +93,11 @@ static uint32_t name_hash(const char *s)
 sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
 			       scd_tensors_t **t_p)
 {
+	if (scd_shmguard_install() != SC_OK) {
+		scd_error(SCD_SUB_CTL, "cannot install the SIGBUS handler of shared memory: %s",
+			  strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
 	scd_tensors_t *t = calloc(1, sizeof(*t));
 	if (!t)
 		return SC_ERR_NOMEM;
@@ -73,9 +120,29 @@ void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes)
 	t->gpu_limit = limit_bytes;
 }
 
+/* The kernel's bound on this process's mappings (vm.max_map_count), 0 when unknown. */
+static uint32_t max_map_count(void)
+{
+	static uint32_t n;
+	if (!n) {
+		FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+		unsigned long v = 0;
+		if (f && fscanf(f, "%lu", &v) == 1 && v > 0 && v < UINT32_MAX)
+			n = (uint32_t)v;
+		if (f)
+			fclose(f);
+	}
+	return n;
+}
+
 void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs)
 {
-	t->max_live = max_regs;
+	/* each registration is one mapping (shmguard.h keeps it one); the rest of the
+	 * process (libraries, thread stacks, arenas) keeps the headroom */
+	uint32_t maps = max_map_count();
+	uint32_t cap = maps > 2 * SCD_MAP_HEADROOM ? maps - SCD_MAP_HEADROOM : 0;
+	t->map_cap = cap && (!max_regs || max_regs > cap);
+	t->max_live = t->map_cap ? cap : max_regs;
 }
 
 uint32_t scd_tensors_live(const scd_tensors_t *t)
@@ -183,18 +250,102 @@ static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 
 static void reg_unmap(scd_reg_t *r)
 {
-	if (r->map)
+	if (r->map) {
+		scd_shmguard_remove(r->guard);
 		munmap(r->map, r->map_bytes);
+	}
 	if (r->shm_name[0])
 		shm_unlink(r->shm_name);
 	r->map = NULL;
 	r->shm_name[0] = 0;
 }
 
+static void bury_work(uv_work_t *w)
+{
+	scd_burial_t *b = w->data;
+	for (size_t i = 0; i < b->n; i++) {
+		munmap(b->g[i].map, b->g[i].bytes);
+		shm_unlink(b->g[i].name);
+	}
+}
+
+static void bury_start(scd_tensors_t *t);
+
+static void bury_done(uv_work_t *w, int status)
+{
+	scd_burial_t *b = w->data;
+	scd_tensors_t *t = b->t;
+	if (status == UV_ECANCELED)
+		bury_work(w);
+	t->burying = NULL;
+	free(b->g);
+	free(b);
+	if (t->n_grave)
+		bury_start(t);
+}
+
+/* Hands the released objects to a worker (when it cannot, unmaps them here). */
+static void bury_start(scd_tensors_t *t)
+{
+	scd_burial_t *b = calloc(1, sizeof(*b));
+	if (b) {
+		*b = (scd_burial_t){.t = t, .g = t->grave, .n = t->n_grave};
+		b->work.data = b;
+		t->grave = NULL;
+		t->n_grave = t->cap_grave = 0;
+		if (uv_queue_work(t->loop, &b->work, bury_work, bury_done) == 0) {
+			t->burying = b;
+			return;
+		}
+		t->grave = b->g, t->n_grave = t->cap_grave = b->n;
+		free(b);
+	}
+	scd_burial_t now = {.g = t->grave, .n = t->n_grave};
+	now.work.data = &now;
+	bury_work(&now.work);
+	free(t->grave);
+	t->grave = NULL;
+	t->n_grave = t->cap_grave = 0;
+}
+
+/* Unmaps and unlinks a released registration's object, on a worker when there is a loop. */
+static void reg_bury(scd_tensors_t *t, scd_reg_t *r)
+{
+	if (!t->loop || !r->map || !r->shm_name[0]) {
+		reg_unmap(r);
+		return;
+	}
+	if (t->n_grave == t->cap_grave) {
+		size_t cap = t->cap_grave ? t->cap_grave * 2 : 256;
+		scd_grave_t *g = realloc(t->grave, cap * sizeof(*g));
+		if (!g) {
+			reg_unmap(r);
+			return;
+		}
+		t->grave = g;
+		t->cap_grave = cap;
+	}
+	scd_shmguard_remove(r->guard);
+	scd_grave_t *g = &t->grave[t->n_grave++];
+	*g = (scd_grave_t){.map = r->map, .bytes = r->map_bytes};
+	snprintf(g->name, sizeof(g->name), "%s", r->shm_name);
+	r->map = NULL;
+	r->shm_name[0] = 0;
+	if (!t->burying)
+		bury_start(t);
+}
+
 void scd_tensors_destroy(scd_tensors_t *t)
 {
 	if (!t)
 		return;
+	/* registrations still being prepared: their workers end before the memory goes */
+	for (scd_prep_t *p = t->preps; p; p = p->next) {
+		p->r->session = NULL;
+		uv_cancel((uv_req_t *)&p->work);
+	}
+	while (t->preps || t->burying)
+		uv_run(t->loop, UV_RUN_ONCE);
 	for (uint32_t i = 0; i < t->n_regs; i++) {
 		if (t->regs[i]) {
 			gpu_release(t, t->regs[i]);
@@ -217,6 +368,10 @@ void scd_tensors_destroy(scd_tensors_t *t)
 
 void scd_tensors_unlink_all(scd_tensors_t *t)
 {
+	for (size_t i = 0; i < t->n_grave; i++)
+		shm_unlink(t->grave[i].name);
+	for (size_t i = 0; t->burying && i < t->burying->n; i++)
+		shm_unlink(t->burying->g[i].name);
 	for (uint32_t i = 0; i < t->n_regs; i++)
 		if (t->regs[i] && t->regs[i]->shm_name[0])
 			shm_unlink(t->regs[i]->shm_name);
@@ -235,7 +390,7 @@ scd_reg_t *scd_tensors_reg(scd_tensors_t *t, uint32_t id)
 	if (id == 0 || id > t->n_regs)
 		return NULL;
 	scd_reg_t *r = t->regs[id - 1];
-	return r && !r->zombie ? r : NULL;
+	return r && !r->zombie && !r->preparing ? r : NULL;
 }
 
 scd_ntensor_t *scd_tensors_first(scd_tensors_t *t)
@@ -260,13 +415,45 @@ static void prefault(void *map, size_t bytes)
 	}
 }
 
+/*
+ * Sizes the shared object and allocates its pages now (tmpfs takes an ftruncate past its
+ * free space, and the first touch of a page it cannot allocate raises SIGBUS): a /dev/shm
+ * too small is SC_ERR_NOMEM naming it and the sizes.
+ */
+static sc_status_t reserve(int fd, const char *name, uint64_t bytes, char *err, size_t err_len)
+{
+	int e;
+	do
+		e = posix_fallocate(fd, 0, (off_t)bytes);
+	while (e == EINTR);
+	if (e == 0)
+		return SC_OK;
+	struct statvfs vfs;
+	if ((e == ENOSPC || e == ENOMEM) && statvfs("/dev/shm", &vfs) == 0) {
+		snprintf(
+		    err, err_len,
+		    "tensor '%s': /dev/shm has no room for its %llu bytes of shared memory "
+		    "(%llu of %llu bytes free): enlarge /dev/shm (docker run --shm-size) "
+		    "or register less",
+		    name, (unsigned long long)bytes,
+		    (unsigned long long)vfs.f_bavail * vfs.f_frsize,
+		    (unsigned long long)vfs.f_blocks * vfs.f_frsize);
+		return SC_ERR_NOMEM;
+	}
+	snprintf(err, err_len, "tensor '%s': cannot allocate %llu bytes of shared memory: %s",
+		 name, (unsigned long long)bytes, strerror(e));
+	return e == ENOSPC || e == ENOMEM ? SC_ERR_NOMEM : SC_ERR_SYSTEM;
+}
+
 /* Creates, sizes, maps and pre-faults the shared object of a registration. */
 static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uint32_t dtype,
 			   uint64_t numel, uint64_t coo_cap, int residual,
-			   const scd_tensor_opts_t *opts, char *err, size_t err_len)
+			   const scd_tensor_opts_t *opts, sc_shm_header_t *h_p, int *fd_p,
+			   char *err, size_t err_len)
 {
 	sc_shm_header_t h = {0};
 	uint64_t gpu_bytes = 0;
+	sc_status_t st = SC_OK;
 	if (opts->device_kind == SC_DEVICE_CUDA)
 		gpu_bytes = sc_shm_layout_device(&h, numel, (uint32_t)sc_dtype_size(dtype),
 						 coo_cap, residual);
@@ -284,7 +471,8 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 		 (unsigned long long)++t->shm_seq, (unsigned long long)nonce);
 	int fd = shm_open(r->shm_name, O_RDWR | O_CREAT | O_EXCL, 0600);
 	if (fd < 0) {
-		snprintf(err, err_len, "shm_open(%s): %s", r->shm_name, strerror(errno));
+		snprintf(err, err_len, "tensor '%s': shm_open(%s): %s", name, r->shm_name,
+			 strerror(errno));
 		r->shm_name[0] = 0;
 		return SC_ERR_SYSTEM;
 	}
@@ -293,21 +481,32 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	    (fchown(fd, (uid_t)-1, (gid_t)t->shm_gid) != 0 || fchmod(fd, 0660) != 0)) {
 		snprintf(err, err_len, "shared memory %s for ctl_group %ld: %s", r->shm_name,
 			 t->shm_gid, strerror(errno));
+		st = SC_ERR_SYSTEM;
 		goto err_unlink;
 	}
 	if (ftruncate(fd, (off_t)h.total_bytes) != 0) {
-		snprintf(err, err_len, "cannot size shared memory of %llu bytes: %s",
+		snprintf(err, err_len,
+			 "tensor '%s': cannot size shared memory of %llu bytes: %s", name,
 			 (unsigned long long)h.total_bytes, strerror(errno));
+		st = SC_ERR_SYSTEM;
 		goto err_unlink;
 	}
 	void *map = mmap(NULL, h.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
-		snprintf(err, err_len, "mmap of %llu bytes: %s",
-			 (unsigned long long)h.total_bytes, strerror(errno));
+		snprintf(err, err_len, "tensor '%s': mmap of %llu bytes: %s%s", name,
+			 (unsigned long long)h.total_bytes, strerror(errno),
+			 errno == ENOMEM ? " (the process may be at vm.max_map_count mappings)"
+					 : "");
+		st = SC_ERR_NOMEM;
 		goto err_unlink;
 	}
-	close(fd);
-	prefault(map, h.total_bytes);
+	if (scd_shmguard_add(map, h.total_bytes, &r->guard) != SC_OK) {
+		munmap(map, h.total_bytes);
+		snprintf(err, err_len, "tensor '%s': the table of shared mappings is full",
+			 name);
+		st = SC_ERR_LIMIT;
+		goto err_unlink;
+	}
 	h.magic = SC_SHM_MAGIC;
 	h.version = SC_SHM_VERSION;
 	h.header_bytes = sizeof(h);
@@ -316,17 +515,19 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	h.device_kind = opts->device_kind;
 	h.device_ordinal = opts->device_ordinal;
 	snprintf(h.name, sizeof(h.name), "%s", name);
-	memcpy(map, &h, sizeof(h));
 	r->map = map;
 	r->map_bytes = h.total_bytes;
 	r->hdr = map;
+	*h_p = h;
+	*fd_p = fd;
 	r->device_kind = opts->device_kind;
 	r->device_ordinal = 0; /* a cuda tensor's: gpu_alloc finds it from the UUID */
 	memcpy(r->uuid, opts->device_uuid, sizeof(r->uuid));
 	char *base = map;
 	if (gpu_bytes) {
-		sc_status_t st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
+		st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
 		if (st != SC_OK) {
+			close(fd);
 			reg_unmap(r);
 			return st;
 		}
@@ -343,7 +544,27 @@ err_unlink:
 	close(fd);
 	shm_unlink(r->shm_name);
 	r->shm_name[0] = 0;
-	return SC_ERR_SYSTEM;
+	return st;
+}
+
+/* The slow part of a registration, on a worker thread when it has a loop: its pages
+ * allocated (reserve) and mapped in (prefault). Touches the registration's own object
+ * only, which nobody else knows yet. */
+static sc_status_t reg_fill(int fd, scd_reg_t *r, const char *name, char *err, size_t err_len)
+{
+	sc_status_t st = reserve(fd, name, r->map_bytes, err, err_len);
+	if (st == SC_OK)
+		prefault(r->map, r->map_bytes);
+	return st;
+}
+
+/* Ends a registration's preparation on the loop: the header goes in last, over reserved
+ * pages (the trainer checks it when it maps the object). */
+static void reg_ready(scd_reg_t *r, const sc_shm_header_t *h, int fd)
+{
+	close(fd);
+	memcpy(r->map, h, sizeof(*h));
+	r->preparing = 0;
 }
 
 static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype, uint64_t numel,
@@ -397,10 +618,14 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	free(nt);
 }
 
-sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
-				 const char *name, uint32_t dtype, uint64_t numel,
-				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
-				 scd_reg_t **reg_p, char *err, size_t err_len)
+/* Checks a registration, creates and maps its object (not yet reserved nor filled in) and
+ * enters it in the tables, preparing: *h_p is its header to write and *fd_p its object's
+ * descriptor, both for reg_fill and reg_ready. */
+static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_rank,
+			     const char *name, uint32_t dtype, uint64_t numel,
+			     const scd_tensor_opts_t *opts, uint64_t max_bytes,
+			     scd_reg_t **reg_p, sc_shm_header_t *h_p, int *fd_p, char *err,
+			     size_t err_len)
 {
 	size_t esz = sc_dtype_size(dtype);
 	if (!name[0] || strlen(name) > 255) {
@@ -547,8 +772,11 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 		snprintf(
 		    err, err_len,
 		    "tensor '%s' (local rank %d): this node already holds %u registrations, "
-		    "the most max_registrations allows",
-		    name, local_rank, t->live);
+		    "the most %s allows",
+		    name, local_rank, t->live,
+		    t->map_cap ? "the kernel's vm.max_map_count (less headroom for the "
+				 "daemon's other mappings)"
+			       : "max_registrations");
 		return SC_ERR_LIMIT;
 	}
 	/* a released registration's slot (and id) is taken again: the table never grows
@@ -583,13 +811,14 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	int residual = opts->allow_lossy || (opts->sparsifier != SC_SPARSIFY_NONE &&
 					     opts->sparsifier != SC_SPARSIFY_NATURAL);
 	r->local_rank = local_rank; /* named by reg_map's errors */
-	sc_status_t st =
-	    reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts, err, err_len);
+	sc_status_t st = reg_map(t, r, name, dtype, numel, opts->coo_capacity, residual, opts,
+				 h_p, fd_p, err, err_len);
 	if (st != SC_OK) {
 		free(r);
 		return st;
 	}
 	if (!nt && !(nt = nt_new(t, name, dtype, numel, opts))) {
+		close(*fd_p);
 		gpu_release(t, r);
 		reg_unmap(r);
 		free(r);
@@ -604,10 +833,116 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 	r->session = s;
 	r->nt = nt;
 	r->local_rank = local_rank;
+	r->preparing = 1;
 	nt->slot[local_rank] = r;
 	nt->n_regs++;
 	*reg_p = r;
 	return SC_OK;
+}
+
+sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int local_rank,
+				 const char *name, uint32_t dtype, uint64_t numel,
+				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
+				 scd_reg_t **reg_p, char *err, size_t err_len)
+{
+	sc_shm_header_t h;
+	scd_reg_t *r;
+	int fd;
+	sc_status_t st = reg_begin(t, s, local_rank, name, dtype, numel, opts, max_bytes, &r,
+				   &h, &fd, err, err_len);
+	if (st == SC_OK && (st = reg_fill(fd, r, name, err, err_len)) != SC_OK) {
+		close(fd);
+		scd_tensors_release(t, r);
+	} else if (st == SC_OK) {
+		reg_ready(r, &h, fd);
+		*reg_p = r;
+	}
+	return st;
+}
+
+static void prep_work(uv_work_t *w)
+{
+	scd_prep_t *p = w->data;
+	p->st = reg_fill(p->fd, p->r, p->h.name, p->err, sizeof(p->err));
+}
+
+static void prep_done(uv_work_t *w, int status)
+{
+	scd_prep_t *p = w->data, **pp = &p->t->preps;
+	while (*pp != p)
+		pp = &(*pp)->next;
+	*pp = p->next;
+	struct scd_session *s = p->r->session;
+	if (status == UV_ECANCELED && p->st == SC_OK) {
+		p->st = SC_ERR_SHUTDOWN;
+		snprintf(p->err, sizeof(p->err), "tensor '%s': the daemon is shutting down",
+			 p->h.name);
+	}
+	scd_reg_t *r = p->r;
+	if (p->st != SC_OK || !s) {
+		close(p->fd);
+		scd_tensors_release(p->t, r);
+		r = NULL;
+	} else {
+		reg_ready(r, &p->h, p->fd);
+	}
+	p->cb(p->arg, s, p->seq, r, p->st, p->err);
+	free(p);
+}
+
+sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct scd_session *s,
+				       int local_rank, const char *name, uint32_t dtype,
+				       uint64_t numel, const scd_tensor_opts_t *opts,
+				       uint64_t max_bytes, uint64_t seq, scd_reg_ready_cb cb,
+				       void *arg, scd_reg_t **reg_p, char *err, size_t err_len)
+{
+	scd_prep_t *p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, err_len, "tensor '%s': out of memory for its registration", name);
+		return SC_ERR_NOMEM;
+	}
+	sc_status_t st = reg_begin(t, s, local_rank, name, dtype, numel, opts, max_bytes, &p->r,
+				   &p->h, &p->fd, err, err_len);
+	if (st == SC_OK && p->r->map_bytes <= SCD_PREP_INLINE_BYTES) {
+		/* small: done at once, cheaper than the trip to a worker and back */
+		if ((st = reg_fill(p->fd, p->r, name, err, err_len)) != SC_OK) {
+			close(p->fd);
+			scd_tensors_release(t, p->r);
+		} else {
+			reg_ready(p->r, &p->h, p->fd);
+			*reg_p = p->r;
+		}
+	}
+	if (st != SC_OK || !p->r->preparing) {
+		free(p);
+		return st;
+	}
+	*p = (scd_prep_t){.t = t,
+			  .r = p->r,
+			  .h = p->h,
+			  .fd = p->fd,
+			  .seq = seq,
+			  .cb = cb,
+			  .arg = arg,
+			  .next = t->preps};
+	p->work.data = p;
+	t->loop = loop;
+	if (uv_queue_work(loop, &p->work, prep_work, prep_done) != 0) {
+		close(p->fd);
+		scd_tensors_release(t, p->r);
+		free(p);
+		snprintf(err, err_len, "tensor '%s': cannot queue its preparation", name);
+		return SC_ERR_SYSTEM;
+	}
+	t->preps = p;
+	return SC_IN_PROGRESS;
+}
+
+void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s)
+{
+	for (scd_prep_t *p = t->preps; p; p = p->next)
+		if (p->r->session == s)
+			p->r->session = NULL;
 }
 
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
@@ -633,7 +968,21 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 		t->free_from = r->id - 1;
 	t->live--;
 	gpu_release(t, r);
-	reg_unmap(r);
+	reg_bury(t, r);
 	free(r->a2a);
 	free(r);
+}
+
+int scd_tensors_mem_lost(const scd_reg_t *r, char *err, size_t err_len)
+{
+	uint64_t at;
+	if (!r->map || !scd_shmguard_lost(r->guard, &at))
+		return 0;
+	snprintf(err, err_len,
+		 "tensor '%s' (local rank %d): its shared memory lost its pages from byte %llu "
+		 "of %llu (the trainer truncated it, or /dev/shm ran out): the daemon no "
+		 "longer shares it with the trainer; register the tensor again",
+		 r->nt ? r->nt->name : r->hdr->name, r->local_rank, (unsigned long long)at,
+		 (unsigned long long)r->map_bytes);
+	return 1;
 }

@@ -53,6 +53,7 @@ typedef struct scd_reg {
 	char shm_name[64];
 	void *map;
 	size_t map_bytes;
+	uint32_t guard; /* the mapping's slot in util/shmguard.h */
 	sc_shm_header_t *hdr;
 	void *data;
 	uint64_t data_offset; /* of data in the object (or the GPU allocation): the daemon's */
@@ -83,7 +84,8 @@ typedef struct scd_reg {
 	uint32_t a2a_cap, a2a_n; /* allocated, in use (the trainers at submission) */
 	int a2a_bad;
 	uint64_t a2a_given, a2a_sum;
-	int zombie; /* the session went away while the engine held this buffer */
+	int zombie;    /* the session went away while the engine held this buffer */
+	int preparing; /* its memory is being reserved (scd_tensors_register_async) */
 	struct scd_reg *next_in_session;
 } scd_reg_t;
 
@@ -188,6 +190,24 @@ sc_status_t scd_tensors_register(scd_tensors_t *t, struct scd_session *s, int lo
 				 const char *name, uint32_t dtype, uint64_t numel,
 				 const scd_tensor_opts_t *opts, uint64_t max_bytes,
 				 scd_reg_t **reg_p, char *err, size_t err_len);
+/* A registration prepared (scd_tensors_register_async): reg on success, NULL with the
+ * error otherwise (it is released); s is NULL when the session ended meanwhile (see
+ * scd_tensors_forget_session), and then there is nobody to answer. */
+typedef void (*scd_reg_ready_cb)(void *arg, struct scd_session *s, uint64_t seq, scd_reg_t *reg,
+				 sc_status_t st, const char *err);
+/* scd_tensors_register, with the slow part of a large registration (allocating and mapping
+ * in the pages of the shared object, seconds for gigabytes) on a worker thread of loop, so
+ * the loop keeps serving heartbeats. Fails now; or is done now (SC_OK, *reg_p: a small
+ * object); or returns SC_IN_PROGRESS and calls cb later with seq, and until then the
+ * registration holds its name and local rank but is not found by id. */
+sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct scd_session *s,
+				       int local_rank, const char *name, uint32_t dtype,
+				       uint64_t numel, const scd_tensor_opts_t *opts,
+				       uint64_t max_bytes, uint64_t seq, scd_reg_ready_cb cb,
+				       void *arg, scd_reg_t **reg_p, char *err, size_t err_len);
+/* The session s has ended: its registrations still being prepared are released when
+ * they are ready, and their callback gets no session. */
+void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s);
 /* What cuda registrations may use: served at all (the daemon's device setting), and the
  * GPU memory all of them may hold (0: no limit). */
 void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes);
@@ -198,6 +218,11 @@ void scd_tensors_reg_limit(scd_tensors_t *t, uint32_t max_regs);
 uint32_t scd_tensors_live(const scd_tensors_t *t);
 /* The GPU memory the node's cuda tensors hold. */
 uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t);
+
+/* Whether the registration's shared memory was lost (the trainer shrank it, or its pages
+ * could not be allocated): the daemon no longer shares it with the trainer. Writes what
+ * happened, naming the tensor and the local rank, to err. */
+int scd_tensors_mem_lost(const scd_reg_t *reg, char *err, size_t err_len);
 
 /* Releases a registration (unmaps and unlinks its buffer); the node tensor is freed with
  * its last registration when it is idle. */

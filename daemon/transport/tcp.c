@@ -648,26 +648,27 @@ static int check_proof(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 	ssize_t w = send(pc->fd, verdict, sizeof(verdict), MSG_NOSIGNAL);
 	char from[96];
 	if (!ok) {
-		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: closed a data-port connection from %s claiming rank %d: its "
-			 "proof of the job secret is wrong (the peer does not hold this job's "
-			 "secret)",
-			 t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank);
+		scd_warn_limited(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: closed a data-port connection from %s claiming rank %d: its "
+		    "proof of the job secret is wrong (the peer does not hold this job's "
+		    "secret)",
+		    t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank);
 		close(pc->fd);
 		return 1;
 	}
 	if (w != (ssize_t)sizeof(verdict)) {
-		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
-			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
-			 w < 0 ? strerror(errno) : "short write");
+		scd_warn_limited(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
+				 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
+				 w < 0 ? strerror(errno) : "short write");
 		scd_seal_free(seal);
 		close(pc->fd);
 		return 1;
 	}
 	if (t->fds[rank] >= 0) { /* another connection of that rank passed first */
-		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: closed a second connection of rank %d from %s", t->base.rank,
-			 rank, peer_name(pc->fd, from, sizeof(from)));
+		scd_warn_limited(SCD_SUB_TRANSPORT,
+				 "rank %d: closed a second connection of rank %d from %s",
+				 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)));
 		scd_seal_free(seal);
 		close(pc->fd);
 		return 1;
@@ -727,7 +728,7 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 	char from[96];
 	if (code == TCP_REFUSE_PROTECTION) {
 		(void)send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
-		scd_warn(
+		scd_warn_limited(
 		    SCD_SUB_TRANSPORT,
 		    "rank %d: refused rank %d at %s: data_protection differs (rank %d: %s, "
 		    "this rank: %s)",
@@ -738,11 +739,12 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 	}
 	if (code != TCP_ACK_OK) {
 		(void)send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
-		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: refused a connection from %s claiming rank %d of world "
-			 "%016" PRIx64 " (size %d): %s",
-			 t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank, world, size,
-			 refusal_text(code));
+		scd_warn_limited(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: refused a connection from %s claiming rank %d of world "
+		    "%016" PRIx64 " (size %d): %s",
+		    t->base.rank, peer_name(pc->fd, from, sizeof(from)), rank, world, size,
+		    refusal_text(code));
 		close(pc->fd);
 		return 1;
 	}
@@ -756,9 +758,9 @@ static int serve_pending(scd_tcp_t *t, pending_t *pc, int *accepted_p)
 	/* A fresh socket's send buffer takes the ack at once. */
 	ssize_t w = send(pc->fd, ack, sizeof(ack), MSG_NOSIGNAL);
 	if (w != (ssize_t)sizeof(ack)) {
-		scd_warn(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
-			 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
-			 w < 0 ? strerror(errno) : "short write");
+		scd_warn_limited(SCD_SUB_TRANSPORT, "rank %d: cannot answer rank %d at %s: %s",
+				 t->base.rank, rank, peer_name(pc->fd, from, sizeof(from)),
+				 w < 0 ? strerror(errno) : "short write");
 		close(pc->fd);
 		return 1;
 	}
@@ -787,13 +789,14 @@ static int64_t expire_pending(const scd_tcp_t *t, pending_t *pend, int *n_pend_p
 		if (now - pend[i].since_ms < TCP_HELLO_TIMEOUT_MS)
 			continue;
 		char from[96];
-		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: closed a data-port connection from %s that sent %zu of the "
-			 "%d bytes of its %s in %d ms",
-			 t->base.rank, peer_name(pend[i].fd, from, sizeof(from)), pend[i].got,
-			 pend[i].proving ? SCD_TCP_AUTH_MAC_BYTES : TCP_HELLO_BYTES,
-			 pend[i].proving ? "proof of the job secret" : "hello",
-			 TCP_HELLO_TIMEOUT_MS);
+		scd_warn_limited(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: closed a data-port connection from %s that sent %zu of the "
+		    "%d bytes of its %s in %d ms",
+		    t->base.rank, peer_name(pend[i].fd, from, sizeof(from)), pend[i].got,
+		    pend[i].proving ? SCD_TCP_AUTH_MAC_BYTES : TCP_HELLO_BYTES,
+		    pend[i].proving ? "proof of the job secret" : "hello",
+		    TCP_HELLO_TIMEOUT_MS);
 		close(pend[i].fd);
 		pend[i] = pend[--*n_pend_p];
 	}
@@ -802,10 +805,11 @@ static int64_t expire_pending(const scd_tcp_t *t, pending_t *pend, int *n_pend_p
 		for (int i = 1; i < *n_pend_p; i++)
 			if (pend[i].since_ms < pend[old].since_ms)
 				old = i;
-		scd_warn(SCD_SUB_TRANSPORT,
-			 "rank %d: %d data-port connections owe a hello: closed the oldest "
-			 "(%lld ms) for a new one",
-			 t->base.rank, TCP_MAX_PENDING, (long long)(now - pend[old].since_ms));
+		scd_warn_limited(
+		    SCD_SUB_TRANSPORT,
+		    "rank %d: %d data-port connections owe a hello: closed the oldest "
+		    "(%lld ms) for a new one",
+		    t->base.rank, TCP_MAX_PENDING, (long long)(now - pend[old].since_ms));
 		close(pend[old].fd);
 		pend[old] = pend[--*n_pend_p];
 	}

@@ -1,6 +1,7 @@
 /* log.c: timestamped, prefixed log lines on stderr, one write(2) per line. */
 #include "log.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -58,4 +59,31 @@ void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...
 			break;
 		off += w;
 	}
+}
+
+uint64_t scd_log_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int scd_log_limit(scd_log_limit_t *l, uint64_t now_ms, unsigned *held_p)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	int pass;
+	pthread_mutex_lock(&mu);
+	*held_p = 0;
+	if (!l->since_ms || now_ms - l->since_ms >= SCD_LOG_WINDOW_MS) {
+		*held_p = l->held;
+		l->since_ms = now_ms ? now_ms : 1;
+		l->n = l->held = 0;
+	}
+	pass = l->n < SCD_LOG_BURST;
+	if (pass)
+		l->n++;
+	else
+		l->held++;
+	pthread_mutex_unlock(&mu);
+	return pass;
 }

@@ -6,6 +6,7 @@
 #define SCD_LOG_H
 
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "sparsecomm.h"
 
@@ -37,9 +38,39 @@ void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...
 		if ((int)(level) <= scd_log_level && (scd_log_subsystems >> (sub)&1u))         \
 			scd_log_emit((level), (sub), __VA_ARGS__);                             \
 	} while (0)
-#define scd_error(sub, ...) scd_log(SCD_LOG_ERROR, sub, __VA_ARGS__)
-#define scd_warn(sub, ...)  scd_log(SCD_LOG_WARN, sub, __VA_ARGS__)
-#define scd_info(sub, ...)  scd_log(SCD_LOG_INFO, sub, __VA_ARGS__)
-#define scd_debug(sub, ...) scd_log(SCD_LOG_DEBUG, sub, __VA_ARGS__)
+/* A call site whose lines an outsider can multiply (one per connection, per message): at
+ * most SCD_LOG_BURST lines in SCD_LOG_WINDOW_MS, then one line counting those held back. */
+#define SCD_LOG_BURST	  5
+#define SCD_LOG_WINDOW_MS 10000
+typedef struct {
+	uint64_t since_ms; /* the window's start */
+	unsigned n, held;  /* lines logged in it, held back in it */
+} scd_log_limit_t;
+/* Whether the call site l may log a line now; *held_p: the lines it held back in the
+ * window that ended, to be counted once (0: none). Thread-safe. */
+int scd_log_limit(scd_log_limit_t *l, uint64_t now_ms, unsigned *held_p);
+
+#define scd_log_limited(level, sub, ...)                                                       \
+	do {                                                                                   \
+		static scd_log_limit_t l_;                                                     \
+		unsigned held_;                                                                \
+		if ((int)(level) <= scd_log_level && (scd_log_subsystems >> (sub)&1u) &&       \
+		    scd_log_limit(&l_, scd_log_now_ms(), &held_)) {                            \
+			if (held_)                                                             \
+				scd_log_emit(                                                  \
+				    (level), (sub),                                            \
+				    "(%u more lines like the next one were held back "         \
+				    "in %d s)",                                                \
+				    held_, SCD_LOG_WINDOW_MS / 1000);                          \
+			scd_log_emit((level), (sub), __VA_ARGS__);                             \
+		}                                                                              \
+	} while (0)
+uint64_t scd_log_now_ms(void);
+
+#define scd_error(sub, ...)	   scd_log(SCD_LOG_ERROR, sub, __VA_ARGS__)
+#define scd_warn(sub, ...)	   scd_log(SCD_LOG_WARN, sub, __VA_ARGS__)
+#define scd_info(sub, ...)	   scd_log(SCD_LOG_INFO, sub, __VA_ARGS__)
+#define scd_debug(sub, ...)	   scd_log(SCD_LOG_DEBUG, sub, __VA_ARGS__)
+#define scd_warn_limited(sub, ...) scd_log_limited(SCD_LOG_WARN, sub, __VA_ARGS__)
 
 #endif

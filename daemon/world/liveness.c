@@ -11,7 +11,9 @@
  * (negotiate.c: coord_emit), and tells every other node (NodeState with its state) for
  * their status and their in-flight jobs' errors. A node that loses its coordinator (not
  * heard for peer_timeout_ms, or its Leave) fails every operation submitted and every later
- * one at once, naming rank 0: nothing can be negotiated without it.
+ * one at once, naming rank 0: nothing can be negotiated without it; twice peer_timeout_ms
+ * later it exits with status SCD_EXIT_COORDINATOR_GONE (3), for a service manager to
+ * start it again into the coordinator's next world.
  *
  * A job already on the data plane when its peer vanishes ends with the transport: at once
  * where the peer's connections closed (its process exited); where they stay open (a
@@ -46,6 +48,14 @@ static void node_name(const scd_world_t *w, int r, char *buf, size_t len)
 static int64_t peer_timeout_ms(const scd_world_t *w)
 {
 	return scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms);
+}
+
+static void on_orphaned(uv_timer_t *t)
+{
+	scd_world_t *w = t->data;
+	scd_error(SCD_SUB_WORLD, "exiting with status %d: %s", SCD_EXIT_COORDINATOR_GONE,
+		  w->peers[0].gone_reason);
+	scd_daemon_stop(w->d, SCD_EXIT_COORDINATOR_GONE);
 }
 
 /* Node r left (state PEER_LEFT) or was lost (PEER_LOST) for why. On the coordinator every
@@ -86,6 +96,15 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 	} else if (r == 0) {
 		scd_ctl_fail_all(w->d->ctl, SC_ERR_PEER, p->gone_reason);
 		uv_timer_stop(&w->beat_timer); /* the coordinator then finds this node lost */
+		/* nothing more can be negotiated: after a while for its trainers and its status
+		 * to tell why, the daemon exits for a service manager to start it again */
+		uint64_t grace = 2 * (uint64_t)peer_timeout_ms(w);
+		scd_warn(
+		    SCD_SUB_WORLD,
+		    "without its coordinator this node serves nothing: it exits with status "
+		    "%d in %llu ms (a service manager restarts it to join the next world)",
+		    SCD_EXIT_COORDINATOR_GONE, (unsigned long long)grace);
+		uv_timer_start(&w->orphan_timer, on_orphaned, grace, 0);
 	}
 }
 

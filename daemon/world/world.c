@@ -8,6 +8,7 @@
  * The calls that start or stop the daemon (scd_daemon_world_ready, scd_daemon_stop) are
  * made here, not in negotiate.c: negotiation returns its failures.
  */
+#include "world/admit.h"
 #include "world/world_int.h"
 
 #include <errno.h>
@@ -602,7 +603,7 @@ static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__P
 		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
 	else
 		return 1;
-	scd_warn(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
+	scd_warn_limited(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
 	return 0;
 }
 
@@ -684,8 +685,8 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 		scd_join_on_done(w, m->join_done);
 		break;
 	default:
-		scd_warn(SCD_SUB_WORLD, "unexpected peer message %d from rank %d", m->body_case,
-			 from);
+		scd_warn_limited(SCD_SUB_WORLD, "unexpected peer message %d from rank %d",
+				 m->body_case, from);
 	}
 }
 
@@ -698,8 +699,8 @@ void scd_world_drain(scd_world_t *w)
 	while (scd_zmsg_recv(w->sock, w->is_coord, &z)) {
 		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, z.len, z.data);
 		if (!m) {
-			scd_warn(SCD_SUB_WORLD, "malformed peer message (%zu bytes) ignored",
-				 z.len);
+			scd_warn_limited(SCD_SUB_WORLD,
+					 "malformed peer message (%zu bytes) ignored", z.len);
 			continue;
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
@@ -779,7 +780,9 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);
 	uv_timer_init(d->loop, &w->beat_timer);
+	uv_timer_init(d->loop, &w->orphan_timer);
 	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w->beat_timer.data = w;
+	w->orphan_timer.data = w;
 	scd_fplan_state_init(&w->fplan, d->world_size);
 	*w_p = w;
 	return SC_OK;
@@ -857,6 +860,11 @@ sc_status_t scd_world_start(scd_world_t *w)
 	st = scd_curve_setup(d, w->sock, w->is_coord, &w->curve);
 	if (st != SC_OK)
 		return st; /* logged there */
+	if (w->is_coord &&
+	    (st = scd_admit_start(
+		 d, w->sock, w->curve ? SCD_ADMIT_PROVEN_BYTES : SCD_ADMIT_PROVEN_BYTES_NULL,
+		 &w->admit)) != SC_OK)
+		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD,
@@ -902,6 +910,7 @@ void scd_world_destroy(scd_world_t *w)
 	uv_timer_stop(&w->hold_timer);
 	uv_timer_stop(&w->beat_timer);
 	uv_close((uv_handle_t *)&w->beat_timer, NULL);
+	uv_close((uv_handle_t *)&w->orphan_timer, NULL);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);
@@ -909,6 +918,8 @@ void scd_world_destroy(scd_world_t *w)
 		uv_poll_stop(&w->poll);
 		uv_close((uv_handle_t *)&w->poll, NULL);
 	}
+	scd_admit_stop(w->admit);
+	w->admit = NULL;
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

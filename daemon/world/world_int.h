@@ -85,8 +85,9 @@ typedef struct scd_poison {
 struct scd_world {
 	scd_daemon_t *d;
 	void *sock;
-	scd_curve_t *curve;  /* the coordinator's CURVE keys and ZAP handler (secret only) */
-	char advertise[256]; /* the data plane's announced address (world/addr.h) */
+	scd_curve_t *curve; /* the coordinator's CURVE keys and ZAP handler (secret only) */
+	struct scd_admit *admit; /* the coordinator's bounds on unauthenticated peers */
+	char advertise[256];	 /* the data plane's announced address (world/addr.h) */
 	uv_poll_t poll;
 	int polling;
 	int is_coord;
@@ -130,6 +131,7 @@ struct scd_world {
 	/* liveness.c: the heartbeat timer and its last turn (scd_now_ms); this daemon said
 	 * goodbye */
 	uv_timer_t beat_timer;
+	uv_timer_t orphan_timer; /* a node without its coordinator: when it exits */
 	uint64_t beat_ms;
 	int left;
 	int served; /* the first mesh came up: the daemon serves its trainers */

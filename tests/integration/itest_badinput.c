@@ -19,13 +19,20 @@
  * badinput header: every trainer scribbles over the offsets and capacities in its shared
  *   buffer's header (proto/shm_layout.h) before each step; the daemon uses its own copies,
  *   so COO and dense steps stay exact and no daemon crashes.
+ * badinput truncate: after a valid step, the offender truncates its tensor's shared object
+ *   (as any process holding its descriptor can); its next allreduce of that tensor fails at
+ *   once with SC_ERR_INVALID naming the tensor and the truncation, its daemon stays up, and
+ *   a valid step of another tensor is then exact on every rank.
  */
 #include "itest.h"
 #include "shm_layout.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BI_NUMEL 1000
 
@@ -213,14 +220,64 @@ static void scribbled_header(sc_client_t *c)
 	}
 }
 
+/* The path of the /dev/shm object mapped at addr, from /proc/self/maps. */
+static void shm_path_of(const void *addr, char *path, size_t len)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1024];
+	path[0] = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char *p = strstr(line, "/dev/shm/");
+		if (p && sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
+		    (uintptr_t)addr < hi) {
+			p[strcspn(p, "\n")] = 0;
+			snprintf(path, len, "%s", p);
+		}
+	}
+	if (f)
+		fclose(f);
+	if (!path[0])
+		IT_FAIL("no /dev/shm mapping holds the tensor's data at %p", addr);
+}
+
+static void truncated(sc_client_t *c, int bad)
+{
+	const char *name = "badinput.trunc";
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, BI_NUMEL);
+	sc_tensor_t *d = it_register(c, "badinput.trunc.dense", SC_FLOAT32, BI_NUMEL);
+	valid_dense_step(c, t, name, 1);
+	if (sc_rank(c) == bad) {
+		char path[512];
+		shm_path_of(sc_tensor_data(t), path, sizeof(path));
+		if (truncate(path, 0) != 0)
+			IT_FAIL("truncate(%s): %s", path, strerror(errno));
+		sc_handle_t h;
+		int r = sc_allreduce_async(c, t, SC_OP_SUM, &h);
+		if (r == SC_OK)
+			r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		const char *why = r == SC_OK ? "" : it_wait_error();
+		if (r != SC_ERR_INVALID || !strstr(why, "'badinput.trunc'") ||
+		    !strstr(why, "truncated"))
+			IT_FAIL(
+			    "allreduce of a truncated '%s': %s (%s), expected SC_ERR_INVALID "
+			    "naming the tensor and the truncation",
+			    name, it_wait_name(r), why);
+		it_log("'%s' refused as expected: %s", name, why);
+	}
+	for (int step = 0; step < 2; step++)
+		valid_dense_step(c, d, "badinput.trunc.dense", (uint64_t)step);
+}
+
 int it_badinput(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	if (strcmp(mode, "coo") && strcmp(mode, "nan-error") && strcmp(mode, "nan-warn") &&
-	    strcmp(mode, "nan-pass") && strcmp(mode, "header") && strcmp(mode, "compute"))
+	    strcmp(mode, "nan-pass") && strcmp(mode, "header") && strcmp(mode, "compute") &&
+	    strcmp(mode, "truncate"))
 		IT_FAIL(
-		    "badinput: mode '%s' is not coo, nan-error, nan-warn, nan-pass, header or "
-		    "compute",
+		    "badinput: mode '%s' is not coo, nan-error, nan-warn, nan-pass, header, "
+		    "compute or truncate",
 		    mode);
 	sc_client_t *c = it_connect();
 	int bad = sc_size(c) - 1;
@@ -230,6 +287,8 @@ int it_badinput(int argc, char **argv)
 		bad_coo(c, bad);
 	else if (!strcmp(mode, "compute"))
 		bad_compute(c, bad);
+	else if (!strcmp(mode, "truncate"))
+		truncated(c, bad);
 	else
 		bad_nan(c, bad, mode);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");

@@ -16,6 +16,10 @@
  *   the data plane moves a buffer). The others' first failure must be SC_ERR_PEER naming
  *   the victim node's rank, within LIMIT_MS of their "busy"; the victim's own trainer
  *   just ends.
+ *   bigreg MIB: the last rank registers a tensor of MIB MiB (seconds to reserve and map in)
+ *   while the others sum; every rank then sums again, exact: with peer_timeout_ms below
+ *   the registration's time, a daemon that prepared it on its loop would miss its
+ *   heartbeats and be declared lost.
  */
 #include "itest.h"
 
@@ -154,5 +158,38 @@ int it_live_gone(int argc, char **argv)
 		until_whole(c);
 	}
 	sc_finalize(c);
+	it_pass();
+}
+
+int it_live_bigreg(int argc, char **argv)
+{
+	if (argc < 2)
+		IT_FAIL("bigreg: MIB missing");
+	uint64_t mib = strtoull(argv[1], NULL, 10);
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, "live.bigreg.small", SC_FLOAT32, LIVE_NUMEL);
+	char why[512];
+	for (int step = 0; step < 2; step++) {
+		if (step == 1 && sc_rank(c) == sc_size(c) - 1) {
+			sc_tensor_t *big;
+			double t0 = it_now_s();
+			IT_CHECK_SC(sc_register(c, "live.bigreg.big", SC_FLOAT32,
+						(size_t)(mib << 18), &big),
+				    "register %llu MiB", (unsigned long long)mib);
+			it_log("registered %llu MiB in %.2f s", (unsigned long long)mib,
+			       it_now_s() - t0);
+		}
+		for (int k = 0; k < 5; k++) {
+			it_fill(sc_tensor_data(t), SC_FLOAT32, LIVE_NUMEL, (uint64_t)k,
+				sc_rank(c), 1);
+			IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "step %d.%d beside a large registration", step, k);
+			if (it_check(sc_tensor_data(t), SC_FLOAT32, LIVE_NUMEL, (uint64_t)k,
+				     sc_size(c), 1, SC_OP_SUM, why, sizeof(why)))
+				IT_FAIL("step %d.%d: %s", step, k, why);
+			it_sleep_ms(100);
+		}
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

@@ -367,6 +367,7 @@ static const struct {
     {"gone", it_live_gone, "VICTIM WORD LIMIT_MS [rejoin]: a peer daemon goes away"},
     {"rejoin", it_live_rejoin, "a restarted node's trainer: an allreduce once whole"},
     {"gone-busy", it_live_busy, "VICTIM LIMIT_MS: a peer daemon killed while buffers move"},
+    {"bigreg", it_live_bigreg, "MIB: one rank registers MIB MiB while the others sum"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},
     {"wire", it_wire16, "fp16/bf16 wires: exact, bit-identical, half the bytes, mismatch"},

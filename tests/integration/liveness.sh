@@ -8,7 +8,8 @@
 #   peer kill n=3         SIGKILL: they fail naming it lost within peer_timeout_ms + 3 s
 #   peer stop n=3         SIGSTOP: the same, and status shows it lost, last heard at least
 #                         peer_timeout_ms ago; resumed, it is told it was given up and stops
-#   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost
+#   coordinator kill n=3  SIGKILL of rank 0: the others fail naming the coordinator lost,
+#                         and exit with status 3 twice peer_timeout_ms later
 #   peer kill busy n=3    SIGKILL of rank 2 while 16 MiB buffers move: the others' first
 #                         failure names it, within peer_timeout_ms + 3 s
 #   peer rejoin n=3       SIGKILL of rank 2, which is then started again with its rank: the
@@ -138,6 +139,20 @@ live_case() {
 				grep -q "the world gave this node up: node $2 (rank $2) was lost" \
 					"$live/d$2.log" ||
 					ok=0 why="node $2, resumed, was not told it was given up"
+			fi
+			if [ $ok -eq 1 ] && [ "$2" -eq 0 ]; then # the orphans exit, status 3
+				i=0
+				while { kill -0 "$live_d1" || kill -0 "$live_d2"; } 2>/dev/null &&
+					[ $i -lt $((live_peer_timeout / 50 + 100)) ]; do
+					sleep 0.1
+					i=$((i + 1))
+				done
+				rc1=running rc2=running # never waited on while they run
+				kill -0 "$live_d1" 2>/dev/null || { wait "$live_d1"; rc1=$?; }
+				kill -0 "$live_d2" 2>/dev/null || { wait "$live_d2"; rc2=$?; }
+				[ "$rc1" = 3 ] && [ "$rc2" = 3 ] &&
+					grep -q "exiting with status 3: the coordinator, node 0" "$live/d1.log" ||
+					ok=0 why="nodes 1 and 2 exited with $rc1 and $rc2, not 3, without the coordinator"
 			fi
 		fi
 	fi

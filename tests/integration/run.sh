@@ -255,6 +255,11 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
+run_case "badinput truncate n=2" 2 1 120 0 2 -- "$itest" badinput truncate
+# A 3 GiB registration takes seconds to reserve and map in: prepared beside the loop, the
+# heartbeats go on and no node is lost at a 1 s peer timeout.
+run_case "large registration beside heartbeats n=2" 2 1 180 0 2 --daemon-arg --peer_timeout_ms \
+	--daemon-arg 1000 -- "$itest" bigreg 3072
 # A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
 # the operation on every rank at once, naming that node's rank and the tensor.
 run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
@@ -566,8 +571,8 @@ auth_job_runs() {
 }
 
 # A daemon started for rank 1 with another secret never joins (the coordinator's CURVE
-# handshake fails for it) and gives up at its join timeout, saying why; the real rank 1
-# then joins and the job's sums are exact.
+# handshake fails for it, and the coordinator logs that, naming the address) and gives up
+# at its join timeout, saying why; the real rank 1 then joins and the job's sums are exact.
 if selected "auth impostor refused"; then
 	make_secret "$tmp/secret"
 	make_secret "$tmp/secret-other"
@@ -581,7 +586,9 @@ if selected "auth impostor refused"; then
 	ok=0
 	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$ok_job" -eq 1 ] &&
 		grep -q "rank 1 could not join the coordinator .*secret differs" "$tmp/out" &&
-		grep -q "rank 1 joined" "$tmp/coord.log" && ok=1
+		grep -q "rank 1 joined" "$tmp/coord.log" &&
+		grep -q "coordinator-channel handshake from 127.0.0.1 failed .*another job secret" \
+			"$tmp/coord.log" && ok=1
 	lone_verdict "auth impostor refused" "$ok" "impostor exited with $rc, job passed: $ok_job"
 fi
 
@@ -607,6 +614,80 @@ if selected "auth stranger ignored"; then
 		grep -q "refused a coordinator-channel connection from 127.0.0.1: the client key is no rank's key" \
 			"$tmp/coord.log" && ok=1
 	lone_verdict "auth stranger ignored" "$ok" "scenario exited with $rc, job passed: $ok_job"
+fi
+
+# A stranger's idle connections to the coordinator's port, more than its descriptor limit
+# (256 here, hard): the coordinator closes the oldest unauthenticated ones past its bounds,
+# saying so, and the job still forms and sums while they are held. Then a daemon under
+# `ulimit -n 16` refuses to start, naming the limit, instead of aborting in libzmq, and
+# one started with a soft limit of 100 runs at its hard limit.
+if selected "stranger connection flood"; then
+	make_secret "$tmp/secret"
+	: >"$tmp/out"
+	port=$(free_port)
+	mkdir -p "$tmp/flood-coord"
+	: >"$tmp/coord.log"
+	(ulimit -n 256 && exec "$bin/sparsecommd" --rank 0 --world_size 2 \
+		--coordinator "127.0.0.1:$port" --runtime_dir "$tmp/flood-coord" \
+		--join_timeout_ms 60000 --secret_file "$tmp/secret") >>"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	i=0
+	while [ ! -S "$tmp/flood-coord/ctl.sock" ] && [ $i -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	python3 -c '
+import socket, sys, time
+held = []
+for _ in range(600):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        held.append(s)
+    except OSError as e:
+        print("connect:", e)
+print("flood: %d connections opened" % len(held), flush=True)
+time.sleep(60)
+' "$port" >"$tmp/flood.out" 2>&1 &
+	flood=$!
+	i=0
+	while ! grep -q "connections opened" "$tmp/flood.out" && [ $i -lt 600 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	auth_job_runs "$tmp/flood-coord"
+	kill "$flood" 2>/dev/null
+	wait "$flood" 2>/dev/null
+	cat "$tmp/flood.out" >>"$tmp/out"
+	(ulimit -n 16 && exec "$bin/sparsecommd" --rank 0 --world_size 1 \
+		--runtime_dir "$tmp/flood-16") >"$tmp/out16" 2>&1 </dev/null
+	rc16=$?
+	cat "$tmp/out16" >>"$tmp/out"
+	# a soft limit below the hard one is raised to it at start
+	mkdir -p "$tmp/flood-soft"
+	(ulimit -Sn 100 && exec "$bin/sparsecommd" --rank 0 --world_size 1 \
+		--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$tmp/flood-soft") \
+		>"$tmp/outsoft" 2>&1 </dev/null &
+	softd=$!
+	i=0
+	while [ ! -S "$tmp/flood-soft/ctl.sock" ] && [ $i -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nofile=$(sed -n 's/^Max open files *\([0-9a-z]*\) *\([0-9a-z]*\).*/\1 \2/p' \
+		"/proc/$softd/limits" 2>/dev/null)
+	kill "$softd" 2>/dev/null
+	wait "$softd" 2>/dev/null
+	echo "descriptor limit (soft hard) of a daemon started at 100: $nofile" >>"$tmp/out"
+	ok=0
+	[ -n "$nofile" ] && [ "${nofile% *}" = "${nofile#* }" ] && [ "${nofile% *}" != 100 ] ||
+		rc16="$rc16, soft limit not raised ($nofile)"
+	[ "$ok_job" -eq 1 ] && grep -q "flood: 600 connections opened" "$tmp/flood.out" &&
+		grep -q "closed an unauthenticated coordinator-channel connection from 127.0.0.1" \
+			"$tmp/coord.log" && [ "$rc16" = 1 ] &&
+		grep -q "the descriptor limit is 16 (ulimit -n; hard limit 16)" "$tmp/out16" && ok=1
+	lone_verdict "stranger connection flood" "$ok" "job passed: $ok_job, ulimit -n 16: exit $rc16"
 fi
 
 # Messages are taken only from the rank that may send them: a connection that has not
@@ -694,6 +775,47 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
+
+# The job secret the launcher writes for its daemons is gone once they are ready, and
+# when the launcher is killed (SIGKILL) before that: here the daemons never become ready
+# (a world of 3 for 2 nodes), the launcher is killed while it waits, and its janitor
+# removes the secret; the daemons go too (their parent-death signal).
+if selected "launcher secret removed"; then
+	sdir=$tmp/secret-tmp
+	rm -rf "$sdir"
+	mkdir -p "$sdir"
+	: >"$tmp/out"
+	# not under timeout(1): $! must be the launcher (its --timeout bounds it)
+	TMPDIR=$sdir "$launcher" -n 2 --timeout 60 --ready-timeout 50 \
+		--daemon-arg --world_size --daemon-arg 3 -- true >"$tmp/out" 2>&1 </dev/null &
+	lpid=$!
+	i=0
+	while ! ls "$sdir"/sparsecomm-run.*/secret >/dev/null 2>&1 && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	sleep 1
+	had=$(ls "$sdir"/sparsecomm-run.*/secret 2>/dev/null | wc -l)
+	kill -KILL "$lpid"
+	wait "$lpid" 2>/dev/null
+	i=0
+	while ls "$sdir"/sparsecomm-run.*/secret >/dev/null 2>&1 && [ $i -lt 50 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	left=$(ls "$sdir"/sparsecomm-run.*/secret 2>/dev/null | wc -l)
+	# and a job that runs: no secret left while its trainers run
+	TMPDIR=$sdir timeout 60 "$launcher" -n 2 --timeout 60 -- \
+		sh -c 'ls "$TMPDIR"/sparsecomm-run.*/secret 2>/dev/null | wc -l' >"$tmp/out2" 2>&1 </dev/null
+	rc2=$?
+	cat "$tmp/out2" >>"$tmp/out"
+	ok=0
+	[ "$had" -eq 1 ] && [ "$left" -eq 0 ] && [ "$rc2" -eq 0 ] &&
+		[ "$(grep -c '^\[[01]\] 0$' "$tmp/out2")" -eq 2 ] && ok=1
+	lone_verdict "launcher secret removed" "$ok" \
+		"secret before the kill: $had, after: $left; running job: exit $rc2"
+	rm -rf "$sdir"
+fi
 
 # A daemon that died without cleaning up (SIGKILL, the OOM killer) leaves its shared
 # memory behind: the next daemon of the same user removes objects whose pid is gone.
