@@ -794,8 +794,16 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->op = opw;
+		nt->coo = a->coo;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
+	} else if (!nt->coo != !a->coo) {
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "input (dense and COO)",
+			 nt->name, ctl->d->rank);
+		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
+		return;
 	} else if (nt->op != opw) {
 		char other[64];
 		snprintf(err, sizeof(err),
@@ -1108,7 +1116,7 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		e->key = (char *)scd_cfg_desc[i].name;
 		e->value = (char *)scd_config_text(cfg, i, bufs[i], sizeof(bufs[i]));
 		e->source = (char *)scd_config_source_name(cfg->source[i]);
-		e->runtime = scd_cfg_desc[i].runtime;
+		e->runtime = (scd_cfg_desc[i].runtime & SCD_CFG_RT) != 0;
 		e->doc = (char *)scd_cfg_desc[i].doc;
 		ptrs[r.n_entries++] = e;
 	}

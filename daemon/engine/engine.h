@@ -115,7 +115,9 @@ typedef struct scd_job_item {
 	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
 	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
 	double sketch_cols;
-	float *residual;      /* the node's residual (local rank 0's shared object), or NULL */
+	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
+	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
+	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */

@@ -53,7 +53,8 @@ static uint32_t cache_lookup(scd_world_t *w, const char *name)
 }
 
 static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
-			     uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
+			     uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
+			     const scd_tsig_t *sig)
 {
 	if (id >= w->cap_cache) {
 		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
@@ -92,6 +93,7 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	e->op = op;
 	e->solo = solo;
 	e->fuse_key = fuse_key;
+	e->sig = *sig;
 	e->last_tcp_s = e->last_tcm_s = 0;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
@@ -124,9 +126,12 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	uint32_t id = cache_lookup(w, nt->name);
 	int solo = scd_ntensor_solo(nt);
 	uint32_t key = scd_ntensor_fuse_key(nt);
+	scd_tsig_t sig;
+	scd_tsig_of(nt, &sig);
 	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
 	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
-	    w->cache[id].solo == solo && w->cache[id].fuse_key == key) {
+	    w->cache[id].solo == solo && w->cache[id].fuse_key == key &&
+	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
 		o->cached = 1;
 		o->id = id;
 	} else {
@@ -140,6 +145,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->op = nt->op;
 		o->solo = solo;
 		o->fuse_key = key;
+		o->sig = sig;
 	}
 	scd_world_arm_flush(w);
 }
@@ -183,8 +189,9 @@ void scd_neg_flush(scd_world_t *w)
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
 	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out + 1, sizeof(*reqs));
 	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out + 1, sizeof(*rp));
+	Sparsecomm__TensorSig *sigs = calloc((size_t)w->n_out + 1, sizeof(*sigs));
 	uint32_t *ids = calloc((size_t)w->n_out + 1, sizeof(*ids));
-	if (!reqs || !rp || !ids || !abs || !abp)
+	if (!reqs || !rp || !ids || !abs || !abp || !sigs)
 		goto out;
 	rl.rank = w->d->rank;
 	for (scd_poison_t *p = w->out_abandon; p; p = p->next) {
@@ -210,6 +217,8 @@ void scd_neg_flush(scd_world_t *w)
 		r->op = o->op;
 		r->solo = o->solo;
 		r->fuse_key = o->fuse_key;
+		scd_tsig_to_msg(&o->sig, &sigs[rl.n_requests]);
+		r->sig = &sigs[rl.n_requests];
 		rp[rl.n_requests++] = r;
 	}
 	rl.requests = rp;
@@ -234,6 +243,7 @@ out:
 	free(abp);
 	free(reqs);
 	free(rp);
+	free(sigs);
 	free(ids);
 }
 
@@ -247,6 +257,7 @@ static void centry_release(scd_centry_t *e)
 	free(e->dtype);
 	free(e->op);
 	free(e->numel);
+	free(e->sig);
 	free(e);
 }
 
@@ -265,7 +276,8 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->dtype = calloc((size_t)P, sizeof(uint32_t));
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
-	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel) {
+	e->sig = calloc((size_t)P, sizeof(scd_tsig_t));
+	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel || !e->sig) {
 		centry_release(e);
 		return NULL;
 	}
@@ -299,7 +311,8 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
-		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
+		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
+		      const scd_tsig_t *sig)
 {
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
@@ -313,6 +326,7 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 	e->dtype[rank] = dtype;
 	e->numel[rank] = numel;
 	e->op[rank] = op;
+	e->sig[rank] = *sig;
 	if (++e->count == w->d->world_size)
 		e->ready_ms = scd_now_ms();
 }
@@ -323,7 +337,7 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 	int P = w->d->world_size;
 	const char *who = w->d->local_size == 1 ? "rank" : "node";
 	const char *what = NULL;
-	int kind = -1;
+	int kind = -1, field = -1;
 	for (int r = 1; r < P && kind < 0; r++) {
 		if (e->numel[r] != e->numel[0])
 			kind = 0, what = "element count";
@@ -333,6 +347,8 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 			kind = 3, what = "wire format";
 		else if (e->op[r] != e->op[0])
 			kind = 2, what = "operation";
+		else if ((field = scd_tsig_diff(&e->sig[r], &e->sig[0])) >= 0)
+			kind = 4, what = scd_tsig_field_name(field);
 	}
 	if (kind < 0)
 		return 0;
@@ -349,6 +365,8 @@ static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, s
 		else if (kind == 3)
 			snprintf(val, sizeof(val), "%s",
 				 sc_wire_name(scd_tw_wire(e->dtype[r])));
+		else if (kind == 4)
+			scd_tsig_field_text(&e->sig[r], field, val, sizeof(val));
 		else
 			scd_op_describe(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
@@ -418,18 +436,20 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	*old_p = UINT32_MAX;
 	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
 	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
-	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key)
+	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key &&
+	    scd_tsig_equal(&w->cache[id].sig, &e->sig[0]))
 		return id;
 	*old_p = id;
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
+	Sparsecomm__TensorSig *sig = scd_arena_alloc(&pb->arena, sizeof(*sig));
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
 	id = w->n_cache;
-	if (!ce || !ce_name ||
-	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
-		      e->fuse_key) != SC_OK)
+	if (!ce || !ce_name || !sig ||
+	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo, e->fuse_key,
+		      &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
@@ -439,6 +459,8 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->op = e->op[0];
 	ce->solo = e->solo;
 	ce->fuse_key = e->fuse_key;
+	scd_tsig_to_msg(&w->cache[id].sig, sig); /* the scheme's text lives in the cache */
+	ce->sig = sig;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;
 }
@@ -854,7 +876,10 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 		coord_poison(w, from, rl->abandoned[i]);
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
-		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key);
+		scd_tsig_t sig;
+		scd_tsig_from_msg(r->sig, &sig);
+		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
+			  &sig);
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
@@ -864,7 +889,8 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			continue;
 		}
 		const scd_cache_ent_t *c = &w->cache[id];
-		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key);
+		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key,
+			  &c->sig);
 	}
 	for (size_t i = 0; i < rl->n_times; i++) {
 		const Sparsecomm__TensorTimes *t = rl->times[i];
@@ -965,9 +991,10 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 		own = scd_scheme_of_sparsifier(job->items[i].sparsifier);
 	scd_scheme_t s;
 	int pin = -1;
-	const scd_ntensor_t *nt = job->n_items ? job->items[0].nt : NULL;
-	const char *name = job->n_items ? w->cache[job->items[0].cache_id].name : "";
-	if (nt && nt->opts.scheme[0] && scd_scheme_parse(nt->opts.scheme, &s) == 0)
+	/* the agreed entry's pin: the same on a node that takes part with zeros */
+	const scd_cache_ent_t *c = job->n_items ? &w->cache[job->items[0].cache_id] : NULL;
+	const char *name = c ? c->name : "";
+	if (c && c->sig.scheme[0] && scd_scheme_parse(c->sig.scheme, &s) == 0)
 		pin = (int)s;
 	const char *pins = scd_cfg_str(cfg, SCD_CFG_scheme_pins);
 	char item[SCD_PIN_ITEM_MAX];
@@ -985,6 +1012,30 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	if (pin >= 0 && job->lossless_only && !scd_scheme_lossless((scd_scheme_t)pin))
 		pin = -1;
 	return pin;
+}
+
+/*
+ * A job item's options, from what every rank announced. Several tensors sparsified ahead
+ * in one buffer: each made its own selection, which only a lossless scheme delivers whole
+ * (a lossy one would select again over the concatenated index space, and the tensors of
+ * small magnitudes would go missing: the loss sparsification ahead avoids); apply_allreduce
+ * restricts such a buffer to lossless schemes, and one with a tensor that does not allow
+ * lossy schemes.
+ */
+static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
+{
+	it->sparsifier = sig->sparsifier;
+	it->density = sig->density;
+	it->threshold = sig->threshold;
+	it->sketch_rows = sig->sketch_rows;
+	it->sketch_cols = sig->sketch_cols;
+	it->allow_lossy = !!(sig->flags & SCD_TSIG_LOSSY);
+	it->coo_in = !!(sig->flags & SCD_TSIG_COO);
+	/* only whether there is one reaches the scheme layer (its first density guess) */
+	if (!(sig->flags & SCD_TSIG_COO_AREA))
+		it->coo_capacity = 0;
+	else if (!it->coo_capacity)
+		it->coo_capacity = 1;
 }
 
 static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
@@ -1027,8 +1078,14 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		it->solo = c->solo;
 		it->offset = off;
 		off += (c->numel + align - 1) & ~(align - 1);
-		/* ctl fills the item from the node's shared buffers and marks it running */
-		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
+		/* ctl fills the item from the node's shared buffers and marks it running; the
+		 * options that decide the scheme are the agreed ones (agree.h) */
+		sc_status_t found = scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it);
+		item_options(it, &c->sig);
+		if (!(c->sig.flags & SCD_TSIG_LOSSY) ||
+		    (resp->n_cache_ids > 1 && c->sig.sparsifier != SC_SPARSIFY_NONE))
+			job->lossless_only = 1;
+		if (found != SC_OK) {
 			/* Runs with zeros, delivers nothing: what a node whose trainers all
 			 * joined does (join.c). Otherwise the other ranks' sums then lack this
 			 * node's share, which only the loss of a whole node explains. */
@@ -1038,16 +1095,8 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 					  "node: it takes "
 					  "part with zeros",
 					  c->name);
-			job->lossless_only = 1;
 			continue;
 		}
-		/* Several tensors sparsified ahead: each made its own selection, which only a
-		 * lossless scheme delivers whole (a lossy one would select again over the
-		 * concatenated index space, and the tensors of small magnitudes would go
-		 * missing: the loss sparsification ahead avoids). */
-		if (!it->nt->opts.allow_lossy ||
-		    (resp->n_cache_ids > 1 && it->sparsifier != SC_SPARSIFY_NONE))
-			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
 	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
@@ -1108,8 +1157,10 @@ sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
 	for (size_t i = 0; !w->is_coord && i < plan->n_new_entries; i++) {
 		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
+		scd_tsig_t sig;
+		scd_tsig_from_msg(ce->sig, &sig);
 		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo,
-			      ce->fuse_key) != SC_OK) {
+			      ce->fuse_key, &sig) != SC_OK) {
 			/* the plans of this rank would no longer match the others' */
 			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
 						     "this rank leaves the world");

@@ -8,6 +8,7 @@
 #define SCD_WORLD_WORLD_INT_H
 
 #include "transport/transport.h"
+#include "world/agree.h"
 #include "world/curve.h"
 #include "world/fusion_plan.h"
 #include "world/world.h"
@@ -40,9 +41,10 @@ typedef struct scd_centry {
 	char *name;
 	uint64_t first_ms;
 	int count;
-	uint8_t *have;
+	uint8_t *have; /* 1: announced, 2: a joined node stands in (join.c) */
 	uint32_t *dtype, *op;
 	uint64_t *numel;
+	scd_tsig_t *sig;
 	int solo;
 	uint32_t fuse_key; /* the first announcement's; ranks that differ make it solo */
 	uint64_t ready_ms; /* when the last rank announced it (count reached world size) */
@@ -55,6 +57,7 @@ typedef struct scd_cache_ent {
 	uint64_t numel;
 	int solo;
 	uint32_t fuse_key;
+	scd_tsig_t sig; /* what every rank announced (agree.h) */
 	/* this node's last measured times of the tensor (stats): compression plus fusion,
 	 * and its buffer's communication */
 	double last_tcp_s, last_tcm_s;
@@ -69,6 +72,7 @@ typedef struct scd_outreq {
 	uint64_t numel;
 	int solo;
 	uint32_t fuse_key;
+	scd_tsig_t sig;
 } scd_outreq_t;
 
 /* A name some rank cannot complete (coordinator), or an abandonment to send (every rank). */

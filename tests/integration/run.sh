@@ -223,6 +223,11 @@ run_case "mismatch n=2" 2 1 120 0 2 -- "$itest" mismatch
 run_case "mismatch n=3" 3 1 120 0 3 -- "$itest" mismatch
 run_case "mismatch n=1 per-node=2" 1 2 120 0 2 -- "$itest" mismatch
 run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
+# Everything that decides a tensor's scheme or its bytes on the wire is agreed: each option
+# differing on rank 1 fails that tensor with SC_ERR_MISMATCH on every rank naming the field,
+# and other tensors then sum exactly (world/agree.h).
+run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
+run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy
 run_case "busy n=3" 3 1 120 0 3 -- "$itest" busy
 run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
