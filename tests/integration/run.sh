@@ -329,6 +329,78 @@ if selected "nonfinite mismatch refused"; then
 	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
 fi
 
+# Every key the configuration table marks the same on every node (--dump-config says which:
+# the keys a buffer's scheme or its bytes on the wire depend on) is compared at the join: a
+# node whose value differs is refused, naming the key and both values. The list comes from
+# the daemon itself; a key without an alternative value below fails the case.
+same_alt() {
+	case $1 in
+	scheme) echo dense_ring ;;
+	scheme_pins) echo "emb.*=dense_ring" ;;
+	netprobe_interval_jobs) echo 7 ;;
+	spardl_teams) echo 2 ;;
+	exdyna_blocks) echo 512 ;;
+	exdyna_move_blocks) echo 3 ;;
+	exdyna_alpha) echo 1.5 ;;
+	exdyna_beta) echo 1.3 ;;
+	exdyna_gamma) echo 0.0125 ;;
+	exdyna_cap) echo 1.75 ;;
+	exdyna_grid) echo 1.5 ;;
+	sketch_rows) echo 3 ;;
+	sketch_cols) echo 4 ;;
+	nonfinite) echo warn ;;
+	data_protection) echo integrity ;;
+	*) return 1 ;;
+	esac
+}
+# same_key_refused N KEY: a lone coordinator of N nodes with the defaults; rank N-1 (with
+# rank 1 .. N-2 agreeing) has KEY's alternative value and must be refused.
+same_key_refused() {
+	n=$1 key=$2
+	alt=$(same_alt "$key") || { echo "no alternative value for $key in run.sh"; return 1; }
+	head -c 32 /dev/urandom >"$tmp/same-secret" && chmod 600 "$tmp/same-secret"
+	port=$(free_port)
+	: >"$tmp/coord.log"
+	"$bin/sparsecommd" --rank 0 --world_size "$n" --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/same0" --secret_file "$tmp/same-secret" \
+		--join_timeout_ms 60000 >>"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	mids=""
+	r=1
+	while [ "$r" -lt $((n - 1)) ]; do
+		"$bin/sparsecommd" --rank "$r" --world_size "$n" --coordinator "127.0.0.1:$port" \
+			--runtime_dir "$tmp/same$r" --secret_file "$tmp/same-secret" \
+			>"$tmp/same$r.log" 2>&1 </dev/null &
+		mids="$mids $!"
+		r=$((r + 1))
+	done
+	timeout 60 "$bin/sparsecommd" --rank $((n - 1)) --world_size "$n" \
+		--coordinator "127.0.0.1:$port" --runtime_dir "$tmp/same-last" \
+		--secret_file "$tmp/same-secret" "--$key" "$alt" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	for p in $mids $coord; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+		grep -qF "rank $((n - 1)) has $key '" "$tmp/coord.log" || {
+		echo "rank $((n - 1)) of $n with $key = $alt: exited with $rc, the coordinator said:"
+		tail -n 5 "$tmp/coord.log"
+		return 1
+	}
+}
+if selected "same keys refused"; then
+	ok=1 why=""
+	keys=$("$bin/sparsecommd" --dump-config | sed -n 's/^\([a-z_0-9]*\) = .*same on every node.*/\1/p')
+	[ -n "$keys" ] || { ok=0; why="--dump-config lists no key the same on every node"; }
+	for key in $keys; do
+		out_k=$(same_key_refused 2 "$key") || { ok=0; why="$why $out_k"; }
+	done
+	for key in sketch_rows scheme; do
+		out_k=$(same_key_refused 3 "$key") || { ok=0; why="$why $out_k"; }
+	done
+	echo "$why" >"$tmp/out"
+	: >"$tmp/coord.log"
+	lone_verdict "same keys refused ($(echo $keys | wc -w) keys)" "$ok" "$why"
+fi
+
 # pair_start NAME ARGS0 ARGS1: two daemons (rank 0 and 1 of 2, one trainer each) on a
 # coordinator "localhost:PORT", rank R with ARGS<R> added (split on blanks), runtime
 # directories $tmp/pair<R>; waits (bounded) for their sockets. pair_trainers SCENARIO
