@@ -175,6 +175,7 @@ static void sd_notify_ready(void)
 static const scd_ctl_upcalls_t world_upcalls = {
     .announce = scd_world_announce,
     .abandon = scd_world_abandon,
+    .fail_step = scd_world_fail_step,
     .forget = scd_world_forget,
     .node_state = scd_world_node_state,
     .pending = scd_world_pending,

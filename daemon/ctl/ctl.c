@@ -670,6 +670,29 @@ static void a2a_take(scd_reg_t *r, const Sparsecomm__Allreduce *a, int trainers,
 		r->a2a[i] = r->a2a_bad ? 0 : a->send_counts[i];
 }
 
+/*
+ * The node fails its step of nt before announcing it (a local trainer stalled, was refused,
+ * or the trainers disagree): the local trainers that submitted get status and msg now, the
+ * others but local rank except (-1: none; it got its own refusal) when they submit the
+ * step late, and the coordinator fails the step on every rank (world/late.c).
+ */
+static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *msg,
+		      int except)
+{
+	nt->carry_mask = 0;
+	for (int l = 0; l < ctl->d->local_size; l++)
+		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
+			nt->carry_mask |= 1ull << l;
+	nt->carry_status = st;
+	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
+		 "allreduce of tensor '%s' refused: submitted late, for the step that failed "
+		 "(%.250s)",
+		 nt->name, msg);
+	ctl->up->fail_step(ctl->d->world, nt->name, st, msg);
+	if (nt->state == SCD_NT_LOCAL_WAIT)
+		scd_ctl_complete(ctl, nt, st, msg);
+}
+
 static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			     const Sparsecomm__Allreduce *a)
 {
@@ -755,8 +778,15 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
-			 "tensor '%s': %llu COO entries exceed its capacity %llu", nt->name,
+			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
+			 "capacity %llu",
+			 nt->name, ctl->d->rank * ctl->d->local_size + r->local_rank,
 			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
+		/* the step fails on every rank at once, not at the others' stall */
+		if (!nt->poisoned && !(nt->carry_mask >> r->local_rank & 1) && !ctl->degraded &&
+		    !s->join_handle && nt->state != SCD_NT_RUNNING &&
+		    nt->state != SCD_NT_ANNOUNCED)
+			step_fail(ctl, nt, st, err, r->local_rank);
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
@@ -802,7 +832,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "allreduce of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
 			 nt->name, ctl->d->rank);
-		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	} else if (nt->op != opw) {
 		char other[64];
@@ -812,7 +842,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, ctl->d->rank,
 			 scd_op_describe(nt->op, opname, sizeof(opname)),
 			 scd_op_describe(opw, other, sizeof(other)));
-		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}
 	announce_if_ready(ctl, nt);
@@ -1262,7 +1292,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 					      l, ctl->d->rank * ctl->d->local_size + l);
 		/* (one "local rank L (rank R)" per trainer that did not submit) */
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
-		scd_ctl_complete(ctl, nt, SC_ERR_STALLED, msg);
+		step_fail(ctl, nt, SC_ERR_STALLED, msg, -1);
 	}
 }
 

@@ -150,20 +150,38 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	scd_world_arm_flush(w);
 }
 
-void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+static void out_abandon(scd_world_t *w, const char *name, sc_status_t status,
+			const char *reason, int step)
 {
 	scd_poison_t *p = calloc(1, sizeof(*p));
 	if (!p || !(p->name = strdup(name)) || !(p->reason = strdup(reason))) {
 		if (p)
 			free(p->name);
 		free(p);
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory telling the coordinator: %s",
+			  reason);
 		return;
 	}
 	p->status = status;
 	p->rank = w->d->rank;
-	p->next = w->out_abandon;
-	w->out_abandon = p;
+	p->step = step;
+	/* in order: a node's failed steps of one name answer its announcements in turn */
+	scd_poison_t **pp = &w->out_abandon;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = p;
 	scd_world_arm_flush(w);
+}
+
+void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+{
+	out_abandon(w, name, status, reason, 0);
+}
+
+void scd_world_fail_step(scd_world_t *w, const char *name, sc_status_t status,
+			 const char *reason)
+{
+	out_abandon(w, name, status, reason, 1);
 }
 
 static void poison_free_list(scd_poison_t *p)
@@ -200,6 +218,7 @@ void scd_neg_flush(scd_world_t *w)
 		a->name = p->name;
 		a->status = p->status;
 		a->reason = p->reason;
+		a->step = p->step;
 		abp[rl.n_abandoned++] = a;
 	}
 	rl.abandoned = abp;
@@ -258,6 +277,7 @@ static void centry_release(scd_centry_t *e)
 	free(e->op);
 	free(e->numel);
 	free(e->sig);
+	free(e->failed);
 	free(e);
 }
 
@@ -314,6 +334,8 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
 		      const scd_tsig_t *sig)
 {
+	if (scd_late_take(w, rank, name, 1))
+		return; /* the late step: refused with the next plan */
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
 		return;
@@ -409,21 +431,46 @@ static Sparsecomm__Response *pb_response(plan_builder_t *pb)
 	return r;
 }
 
-/* Adds an error response for name; SC_ERR_NOMEM (nothing added) out of memory. */
+/* Adds an error response for name answering the announcements of the n node ranks in
+ * ranks (late.c); SC_ERR_NOMEM (nothing added) out of memory. */
 static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st,
-			    const char *msg)
+			    const char *msg, const int32_t *ranks, size_t n)
 {
 	Sparsecomm__Response *r = pb_response(pb);
 	char **names = scd_arena_alloc(&pb->arena, sizeof(char *));
-	if (!r || !names || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
+	int32_t *rv = scd_arena_alloc(&pb->arena, sizeof(int32_t) * (n + 1));
+	if (!r || !names || !rv || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
 	    !(r->error = scd_arena_strdup(&pb->arena, msg)))
 		return SC_ERR_NOMEM;
 	r->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR;
 	r->names = names;
 	r->n_names = 1;
 	r->status = st;
+	if (n)
+		memcpy(rv, ranks, sizeof(int32_t) * n);
+	r->ranks = rv;
+	r->n_ranks = n;
 	pb->resp[pb->plan.n_responses++] = r;
 	return SC_OK;
+}
+
+/* Fails entry e on every rank: the nodes that announced it get the error, the others but
+ * node skip (-1: none) owe the step (late.c); e is freed. */
+static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, sc_status_t st,
+			   const char *msg, int skip)
+{
+	int32_t *ranks = calloc((size_t)w->d->world_size + 1, sizeof(int32_t));
+	size_t n = 0;
+	for (int r = 0; ranks && r < w->d->world_size; r++)
+		if (e->have[r] == 1)
+			ranks[n++] = r;
+	scd_late_note(w, e, st, msg, skip);
+	/* none announced it: nothing to answer; out of memory for the list: an empty one
+	 * answers every node */
+	if ((n || !ranks) && pb_error(pb, e->name, st, msg, ranks, n) != SC_OK)
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory failing '%s': %s", e->name, msg);
+	free(ranks);
+	centry_free(w, e);
 }
 
 /* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
@@ -721,12 +768,21 @@ static void coord_emit(scd_world_t *w)
 	int n_ready = 0, cap_ready = 0;
 	char msg[1024];
 
+	scd_poison_t *refusals = scd_late_refusals(w);
+	for (scd_poison_t *l = refusals; l; l = l->next) {
+		int32_t rank = l->rank;
+		if (pb_error(&pb, l->name, l->status, l->reason, &rank, 1) != SC_OK)
+			scd_error(SCD_SUB_NEGOTIATE, "out of memory: %s", l->reason);
+	}
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
+		if (e->failed) { /* a node failed its step before announcing it */
+			pb_entry_error(w, &pb, e, e->failed_status, e->failed, -1);
+			continue;
+		}
 		if (poison) {
-			pb_error(&pb, e->name, poison->status, poison->reason);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, poison->status, poison->reason, poison->rank);
 			continue;
 		}
 		int dr = blocking_degraded(w, e);
@@ -735,12 +791,12 @@ static void coord_emit(scd_world_t *w)
 				 e->name, w->peers[dr].degraded_reason);
 			/* a node that left or was lost (liveness.c), or one that lost a
 			 * trainer */
-			pb_error(&pb, e->name,
-				 w->peers[dr].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED
-				     ? SC_ERR_PEER
-				     : SC_ERR_ABORTED,
-				 msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e,
+				       w->peers[dr].state !=
+					       SPARSECOMM__PEER_STATE__PEER_CONNECTED
+					   ? SC_ERR_PEER
+					   : SC_ERR_ABORTED,
+				       msg, -1);
 			continue;
 		}
 		if (e->count < P)
@@ -773,13 +829,11 @@ static void coord_emit(scd_world_t *w)
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms",
 				 (unsigned long long)stall_ms);
-			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, SC_ERR_STALLED, msg, -1);
 			continue;
 		}
 		if (describe_mismatch(w, e, msg, sizeof(msg))) {
-			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, SC_ERR_MISMATCH, msg, -1);
 			continue;
 		}
 		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
@@ -788,8 +842,7 @@ static void coord_emit(scd_world_t *w)
 				 "allreduce of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
 				 e->name);
-			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, SC_ERR_NOMEM, msg, -1);
 			continue;
 		}
 		if (n_ready == cap_ready) {
@@ -826,6 +879,7 @@ static void coord_emit(scd_world_t *w)
 	free(pb.resp);
 	free(pb.ents);
 	scd_arena_free(&pb.arena);
+	scd_late_free_list(refusals);
 }
 
 static void on_hold(uv_timer_t *t)
@@ -841,6 +895,23 @@ static scd_poison_t **poison_find(scd_world_t *w, const char *name)
 	while (*pp && strcmp((*pp)->name, name))
 		pp = &(*pp)->next;
 	return pp;
+}
+
+/* Rank failed its step of a name before announcing it: that answers the step the
+ * coordinator recorded it owes (late.c), or else fails the name's entry on every rank. */
+static void coord_failed_step(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
+{
+	const char *name = a->name ? a->name : "";
+	if (scd_late_take(w, rank, name, 0))
+		return;
+	scd_centry_t *e = centry_get(w, name);
+	if (!e || e->have[rank] || e->failed)
+		return;
+	if (!(e->failed = strdup(a->reason && a->reason[0] ? a->reason : "failed on a node")))
+		return;
+	e->failed_status = a->status < 0 ? a->status : SC_ERR_ABORTED;
+	e->have[rank] = 3; /* present, failed there: neither answered nor owing */
+	e->count++;
 }
 
 /* Records (or, status SC_OK, clears) a name rank cannot complete. */
@@ -873,7 +944,10 @@ static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_abandoned; i++)
-		coord_poison(w, from, rl->abandoned[i]);
+		if (rl->abandoned[i]->step)
+			coord_failed_step(w, from, rl->abandoned[i]);
+		else
+			coord_poison(w, from, rl->abandoned[i]);
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
 		scd_tsig_t sig;
@@ -913,6 +987,8 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		return; /* a node that left or was lost stays given up (liveness.c) */
 	if (ns->degraded && !p->degraded)
 		p->degraded_seq = ++w->degraded_seq;
+	if (ns->degraded) /* its next trainers start afresh: they owe no step */
+		scd_late_forget_rank(w, ns->rank);
 	p->degraded = ns->degraded;
 	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
 		 ns->reason ? ns->reason : "");
@@ -969,6 +1045,13 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, scd_arena_t *a
 
 static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 {
+	/* a node not listed has not announced the names: what it announces next is the late
+	 * step, refused when it reaches the coordinator (late.c) */
+	int listed = resp->n_ranks == 0;
+	for (size_t i = 0; i < resp->n_ranks && !listed; i++)
+		listed = resp->ranks[i] == w->d->rank;
+	if (!listed)
+		return;
 	for (size_t i = 0; i < resp->n_names; i++)
 		scd_ctl_fail_tensor(w->d->ctl, resp->names[i], resp->status, resp->error);
 	/* a failed announcement must not linger in the outgoing batch either */
@@ -1394,6 +1477,8 @@ void scd_neg_destroy(scd_world_t *w)
 {
 	poison_free_list(w->poisons);
 	poison_free_list(w->out_abandon);
+	scd_late_free_list(w->lates);
+	scd_late_free_list(w->refusals);
 	while (w->ehead)
 		centry_free(w, w->ehead);
 	for (uint32_t i = 0; i < w->cap_cache; i++)
@@ -1412,7 +1497,7 @@ void scd_neg_destroy(scd_world_t *w)
 void scd_neg_reset(scd_world_t *w)
 {
 	scd_neg_destroy(w);
-	w->poisons = w->out_abandon = NULL;
+	w->poisons = w->out_abandon = w->lates = w->refusals = NULL;
 	w->ehead = w->etail = NULL;
 	memset(w->ebucket, 0, sizeof(w->ebucket));
 	w->cache = NULL;

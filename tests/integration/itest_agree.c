@@ -181,3 +181,52 @@ int it_agree(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/*
+ * late (stall_timeout_ms 1500): rank 0 submits step 1 of a tensor 2.5 s late, as a
+ * checkpoint or an evaluation on one rank does. The others' step 1 fails with
+ * SC_ERR_STALLED naming rank 0, and they go on to step 2 at once; rank 0's late step 1 must
+ * then fail too (SC_ERR_STALLED, saying it was late), not pair with the others' step 2; and
+ * every later step, each with its own values, is exact on every rank.
+ */
+int it_late(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const size_t n = 1000;
+	char why[512];
+	(void)argc, (void)argv;
+	sc_tensor_t *g = it_register(c, "late.g", SC_FLOAT32, n);
+	for (int step = 0; step < 6; step++) {
+		if (step == 1 && rank == 0)
+			it_sleep_ms(2500);
+		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step, rank, 1);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'late.g'",
+			    step);
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (step == 1) {
+			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 0) ||
+			    (rank == 0 && !strstr(it_wait_error(), "late")))
+				IT_FAIL(
+				    "step 1 of 'late.g', rank 0 late: expected SC_ERR_STALLED "
+				    "naming rank 0%s, got %s: %s",
+				    rank == 0 ? " and its late submission" : "",
+				    it_wait_name(r), it_wait_error());
+			it_log("step 1: %s", it_wait_error());
+			continue;
+		}
+		if (r != SC_OK)
+			IT_FAIL("step %d of 'late.g': %s: %s", step, it_wait_name(r),
+				it_wait_error());
+		size_t wrong = it_check(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step,
+					size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL(
+			    "step %d of 'late.g' after rank 0's late step: %zu of %zu elements "
+			    "wrong (another step's values paired in?): %s",
+			    step, wrong, n, why);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

@@ -724,6 +724,11 @@ fi
 # SC_ERR_STALLED after stall_timeout_ms (1.5 s here), and the job goes on.
 run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
+# A rank later than stall_timeout_ms: its late step fails too (never paired with the
+# others' next step), and the steps after it are exact (world/late.c).
+run_case "late n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
+run_case "late n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
+run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 
 # A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
 # that dies, while the others' trainers wait on it: they fail at once or within
