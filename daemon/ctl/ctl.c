@@ -776,7 +776,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "COO input takes sum and average only",
 			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
-		st = SC_ERR_INVALID;
+		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
 			 "capacity %llu",

@@ -162,6 +162,8 @@ typedef struct scd_job_run {
 	int slot;	   /* fusion buffer slot held, -1: none (in place) */
 	scd_fault_t fault; /* what the local sum found wrong in this node's input */
 	scd_job_prep_t prep;
+	void *coo_copy; /* the engine's copy of a COO input (engine/coo_in.h), or NULL */
+	const scd_device_ops_t *coo_copy_dev;
 	double t0, cpu_s;
 } scd_job_run_t;
 
@@ -198,7 +200,7 @@ typedef struct scd_job {
 	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
-	scd_coo_t coo_out; /* then: the trainer's COO area (the same arrays as coo_in) */
+	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */

@@ -230,3 +230,108 @@ int it_late(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/*
+ * coo-forms (one trainer per node): rank 1 writes its COO list unsorted, with repeated
+ * indices; every rank asks for a sparse result. Every rank must get the same form, sparse,
+ * exact (the engine sorts its own copy of the list). Then rank 1 gives one entry more than
+ * the COO area holds: every rank's operation fails promptly with SC_ERR_LIMIT naming rank
+ * 1, not only rank 1's at once and the others' at their stall timeout; a valid step is
+ * then exact.
+ */
+/* Writes rank's list of step into t's COO area: indices rank*7 + 97*k (k < cap) with
+ * values 1 + step; rank 1 writes them backwards, each twice (0.5 and 0.5 + step). */
+static size_t coo_forms_list(sc_tensor_t *t, int rank, int step, uint32_t cap)
+{
+	uint32_t *idx = sc_tensor_coo_indices(t);
+	float *val = sc_tensor_coo_values(t);
+	size_t nnz = 0;
+	for (uint32_t k = 0; k < cap; k++) {
+		uint32_t i = (uint32_t)rank * 7 + 97 * (rank == 1 ? cap - 1 - k : k);
+		if (rank == 1) {
+			idx[nnz] = i, val[nnz++] = 0.5f;
+			idx[nnz] = i, val[nnz++] = 0.5f + (float)step;
+		} else {
+			idx[nnz] = i, val[nnz++] = 1.0f + (float)step;
+		}
+	}
+	return nnz;
+}
+
+int it_coo_forms(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const uint32_t numel = 1 << 16, cap = 64;
+	(void)argc, (void)argv;
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = 2 * cap * (size_t)size};
+	sc_tensor_t *t;
+	IT_CHECK_SC(sc_register_ex(c, "coo.forms", SC_FLOAT32, numel, &o, &t), "register");
+	static float want[1 << 16];
+	for (int step = 0; step < 3; step++) {
+		memset(want, 0, sizeof(want));
+		for (int r = 0; r < size; r++)
+			for (uint32_t k = 0; k < cap; k++)
+				want[(uint32_t)r * 7 + 97 * k] += 1.0f + (float)step;
+		size_t nnz = coo_forms_list(t, rank, step, cap);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_coo_sparse_async(c, t, nnz, SC_OP_SUM, &h), "step %d",
+			    step);
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("step %d of 'coo.forms': %s: %s", step, it_wait_name(r),
+				it_wait_error());
+		size_t got = sc_tensor_result_nnz(t);
+		if (got == SC_RESULT_DENSE)
+			IT_FAIL(
+			    "step %d of 'coo.forms': a dense result on rank %d (rank 1's list "
+			    "unsorted): every rank must get the same form, sparse",
+			    step, rank);
+		const uint32_t *idx = sc_tensor_coo_indices(t);
+		const float *val = sc_tensor_coo_values(t);
+		size_t listed = 0;
+		for (size_t k = 0; k < got; k++) {
+			if (k && idx[k] <= idx[k - 1])
+				IT_FAIL("step %d: result index %u at %zu not ascending", step,
+					idx[k], k);
+			if (idx[k] >= numel || val[k] != want[idx[k]])
+				IT_FAIL("step %d: index %u sums %g, expected %g", step, idx[k],
+					(double)val[k],
+					idx[k] < numel ? (double)want[idx[k]] : 0.0);
+			listed += want[idx[k]] != 0;
+		}
+		if (listed != (size_t)size * cap)
+			IT_FAIL("step %d: %zu of the %zu non-zero indices in the result", step,
+				listed, (size_t)size * cap);
+	}
+	/* one entry over the capacity on rank 1 */
+	size_t nnz = rank == 1 ? 2 * cap * (size_t)size + 1 : coo_forms_list(t, rank, 0, cap);
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	sc_status_t st = sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h);
+	int r = st == SC_OK ? it_wait(c, h, IT_ERROR_TIMEOUT_MS) : st;
+	const char *why = st == SC_OK ? it_wait_error() : sc_last_error();
+	if (r != SC_ERR_LIMIT || !it_mentions_rank(why, 1) || !strstr(why, "capacity"))
+		IT_FAIL("rank 1 over the COO capacity: expected SC_ERR_LIMIT naming rank 1 and "
+			"the capacity on every rank, got %s: %s",
+			it_wait_name(r), why);
+	if (it_now_s() - t0 > AG_ERR_LIMIT)
+		IT_FAIL("rank 1 over the COO capacity: refused here only after %.1f s",
+			it_now_s() - t0);
+	it_log("over the capacity: %s", why);
+	nnz = coo_forms_list(t, rank, 0, cap);
+	IT_CHECK_SC(sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h), "valid step");
+	if ((r = it_wait(c, h, IT_OP_TIMEOUT_MS)) != SC_OK)
+		IT_FAIL("the step after the refusal: %s: %s", it_wait_name(r), it_wait_error());
+	memset(want, 0, sizeof(want));
+	for (int q = 0; q < size; q++)
+		for (uint32_t k = 0; k < cap; k++)
+			want[(uint32_t)q * 7 + 97 * k] += 1.0f;
+	const float *d = sc_tensor_data(t);
+	for (uint32_t i = 0; i < numel; i++)
+		if (d[i] != want[i])
+			IT_FAIL("the step after the refusal: [%u] = %g, expected %g", i,
+				(double)d[i], (double)want[i]);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

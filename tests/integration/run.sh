@@ -260,8 +260,8 @@ run_case "badinput nan warn n=3" 3 1 120 0 3 --daemon-arg --nonfinite --daemon-a
 	"$itest" badinput nan-warn
 run_case "badinput nan pass n=2" 2 1 120 0 2 -- "$itest" badinput nan-pass
 run_case "badinput header n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput header
-# A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
-# the operation on every rank at once, naming that node's rank and the tensor.
+# A failure of the nodes' compute stage (a sparsifier the options cannot make) fails the
+# operation on every rank at once, naming the lowest faulty node's rank and the tensor.
 run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
 run_case "badinput compute n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput compute
 
@@ -726,6 +726,10 @@ run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 # A rank later than stall_timeout_ms: its late step fails too (never paired with the
 # others' next step), and the steps after it are exact (world/late.c).
+# A COO list in any order comes back in the same (sparse) form on every rank; entries over
+# the COO area's capacity fail the step on every rank at once (engine/coo_in.h).
+run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
+run_case "coo forms n=3" 3 1 120 0 3 -- "$itest" coo-forms
 run_case "late n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
