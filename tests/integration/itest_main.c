@@ -347,6 +347,8 @@ static const struct {
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},
     {"barrier-stalled", it_barrier_stalled, "rank 1 skips a barrier: SC_ERR_STALLED"},
     {"mismatch", it_mismatch, "numel and dtype disagreeing on rank 1 (P >= 2)"},
+    {"random", it_random,
+     "[--steps N] [--seed S]: seeded faults, exact or an error everywhere"},
     {"coo-forms", it_coo_forms, "unsorted COO: a sparse result everywhere; over capacity"},
     {"late", it_late, "rank 0 submits a step past stall_timeout_ms: it fails there too"},
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},
