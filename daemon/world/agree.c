@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "ctl/tensor.h"
+#include "engine/opword.h"
+#include "world/world_int.h"
 
 enum {
 	F_COO,
@@ -143,4 +145,47 @@ void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len)
 	default:
 		snprintf(buf, len, "?");
 	}
+}
+
+int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, size_t len)
+{
+	int P = w->d->world_size;
+	const char *who = w->d->local_size == 1 ? "rank" : "node";
+	const char *what = NULL;
+	int kind = -1, field = -1;
+	for (int r = 1; r < P && kind < 0; r++) {
+		if (e->numel[r] != e->numel[0])
+			kind = 0, what = "element count";
+		else if (scd_tw_dtype(e->dtype[r]) != scd_tw_dtype(e->dtype[0]))
+			kind = 1, what = "dtype";
+		else if (e->dtype[r] != e->dtype[0])
+			kind = 3, what = "wire format";
+		else if (e->op[r] != e->op[0])
+			kind = 2, what = "operation";
+		else if ((field = scd_tsig_diff(&e->sig[r], &e->sig[0])) >= 0)
+			kind = 4, what = scd_tsig_field_name(field);
+	}
+	if (kind < 0)
+		return 0;
+	int n = snprintf(buf, len,
+			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
+			 what);
+	for (int r = 0; r < P && n < (int)len - 48; r++) {
+		char val[48];
+		if (kind == 0)
+			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
+		else if (kind == 1)
+			snprintf(val, sizeof(val), "%s",
+				 sc_dtype_name(scd_tw_dtype(e->dtype[r])));
+		else if (kind == 3)
+			snprintf(val, sizeof(val), "%s",
+				 sc_wire_name(scd_tw_wire(e->dtype[r])));
+		else if (kind == 4)
+			scd_tsig_field_text(&e->sig[r], field, val, sizeof(val));
+		else
+			scd_op_describe(e->op[r], val, sizeof(val));
+		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
+			      val);
+	}
+	return 1;
 }

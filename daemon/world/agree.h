@@ -18,6 +18,8 @@
 #include "sparsecomm.pb-c.h"
 
 struct scd_ntensor;
+struct scd_world;
+struct scd_centry;
 
 #define SCD_TSIG_COO	  1u /* this submission's input is the COO area */
 #define SCD_TSIG_COO_AREA 2u /* registered with a COO area */
@@ -45,5 +47,11 @@ int scd_tsig_diff(const scd_tsig_t *a, const scd_tsig_t *b);
 /* The name of field f of scd_tsig_diff, and s's value of it as text. */
 const char *scd_tsig_field_name(int f);
 void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len);
+
+/* How the ranks of entry e (the coordinator's, world_int.h) disagree: the first attribute
+ * in which a rank differs from rank 0 (count, dtype, wire, operation, then the signature's
+ * fields in order), with every rank's value, into buf; 0 when they agree. */
+int scd_agree_describe(const struct scd_world *w, const struct scd_centry *e, char *buf,
+		       size_t len);
 
 #endif
