@@ -829,9 +829,12 @@ def _coo_key(sparsifier, density, threshold, scheme, allow_lossy):
 def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None,
                         dtype=None, coo_capacity=None, sparsifier=None, density=0.0,
                         threshold=0.0, scheme=None, allow_lossy=False):
-    """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel;
-    repeats are summed), ``values`` their values.  The Handle's wait() gives the dense
-    result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel."""
+    """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel, in any
+    order; repeats are summed), ``values`` their values.  The Handle's wait() gives the
+    dense result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel.
+    An index past the tensor, or one no uint32 holds (2**32 and above, negative,
+    fractional), and more entries than coo_capacity, fail the step on every rank
+    (SparsecommError: SC_ERR_INVALID, SC_ERR_LIMIT)."""
     c = _need()
     name = _name_or_none(name)
     idx = np.asarray(indices).reshape(-1)
