@@ -861,11 +861,13 @@ static void coord_failed_step(scd_world_t *w, int rank, const Sparsecomm__Abando
 	if (scd_late_take(w, rank, name, 0))
 		return;
 	scd_centry_t *e = centry_get(w, name);
-	if (!e || e->have[rank] || e->failed)
+	if (!e || e->have[rank])
 		return;
-	if (!(e->failed = strdup(a->reason && a->reason[0] ? a->reason : "failed on a node")))
-		return;
-	e->failed_status = a->status < 0 ? a->status : SC_ERR_ABORTED;
+	if (!e->failed) { /* the first node's reason is the step's */
+		if (!(e->failed = strdup(a->reason && a->reason[0] ? a->reason : "failed")))
+			return;
+		e->failed_status = a->status < 0 ? a->status : SC_ERR_ABORTED;
+	}
 	e->have[rank] = 3; /* present, failed there: neither answered nor owing */
 	e->count++;
 }
