@@ -312,12 +312,23 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	return e;
 }
 
-static void centry_free(scd_world_t *w, scd_centry_t *e)
+/* Takes e out of the lookup by name (it stays in arrival order until freed): an entry that
+ * has failed, so that the name's next announcements start a new one. */
+static void centry_detach(scd_world_t *w, scd_centry_t *e)
 {
 	scd_centry_t **pp = &w->ebucket[hash_name(e->name)];
-	while (*pp != e)
+	while (*pp && *pp != e)
 		pp = &(*pp)->hnext;
-	*pp = e->hnext;
+	if (*pp)
+		*pp = e->hnext;
+	e->hnext = NULL;
+	e->detached = 1;
+}
+
+static void centry_free(scd_world_t *w, scd_centry_t *e)
+{
+	if (!e->detached)
+		centry_detach(w, e);
 	scd_centry_t *prev = NULL;
 	for (scd_centry_t *x = w->ehead; x != e; x = x->next)
 		prev = x;
@@ -870,6 +881,10 @@ static void coord_failed_step(scd_world_t *w, int rank, const Sparsecomm__Abando
 	}
 	e->have[rank] = 3; /* present, failed there: neither answered nor owing */
 	e->count++;
+	/* the node's next step of the name (it may come in the same ReadyList) and the
+	 * others' announcements after this one go to a new entry: this one fails at the next
+	 * emit, which runs before another ReadyList is read */
+	centry_detach(w, e);
 }
 
 /* Records (or, status SC_OK, clears) a name rank cannot complete. */

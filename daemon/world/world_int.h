@@ -46,6 +46,7 @@ typedef struct scd_centry {
 	uint8_t *have;
 	char *failed;
 	int failed_status;
+	int detached; /* out of the lookup by name (negotiate.c, centry_detach) */
 	uint32_t *dtype, *op;
 	uint64_t *numel;
 	scd_tsig_t *sig;
