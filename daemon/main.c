@@ -55,7 +55,7 @@ static void usage(FILE *out)
 		scd_config_init(&c);
 		fprintf(out, "  --%-24s %s (default: %s)%s\n", scd_cfg_desc[k].name,
 			scd_cfg_desc[k].doc, scd_config_text(&c, k, buf, sizeof(buf)),
-			scd_cfg_desc[k].runtime ? " [runtime]" : "");
+			(scd_cfg_desc[k].runtime & SCD_CFG_RT) ? " [runtime]" : "");
 		scd_config_free(&c);
 	}
 	fprintf(out, "\n  --notify-fd N             write READY=1 to fd N once the world has "
@@ -183,6 +183,7 @@ static void sd_notify_ready(void)
 static const scd_ctl_upcalls_t world_upcalls = {
     .announce = scd_world_announce,
     .abandon = scd_world_abandon,
+    .fail_step = scd_world_fail_step,
     .forget = scd_world_forget,
     .node_state = scd_world_node_state,
     .pending = scd_world_pending,

@@ -20,9 +20,12 @@ static void status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena 
 static void fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a) {}
 static void barrier_enter(scd_world_t *w, uint64_t seq) {}
 static void node_join(scd_world_t *w, int last_rank) {}
-static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget, node_state,
-				     pending,	    config_propose, status, fusion_stats,
-				     barrier_enter, node_join};
+static void fail_step(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+{
+}
+static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget,   node_state,
+				     pending,	    config_propose, status,   fusion_stats,
+				     barrier_enter, node_join,	    fail_step};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -159,12 +159,24 @@ static void peer_msg_seeds(void)
 	Sparsecomm__CacheEntry *pe[2] = {&e[0], &e[1]};
 	e[0].id = 0, e[0].name = "layer0.weight", e[0].numel = 4096;
 	e[1].id = 1, e[1].name = "layer0.bias", e[1].numel = 64;
+	Sparsecomm__TensorSig sig = SPARSECOMM__TENSOR_SIG__INIT;
+	sig.coo_area = 1, sig.allow_lossy = 1, sig.sparsifier = 1, sig.density = 0.01;
+	sig.scheme = "agsparse";
+	e[0].sig = &sig;
 	uint32_t ids[2] = {0, 1};
-	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT, *pr = &r;
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT, *pr2[2] = {&r, NULL};
 	r.cache_ids = ids, r.n_cache_ids = 2;
+	/* and an error answering rank 1's announcement alone (a late step) */
+	Sparsecomm__Response re = SPARSECOMM__RESPONSE__INIT;
+	char *ren[1] = {"layer1.weight"};
+	int32_t rer[1] = {1};
+	re.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR, re.names = ren, re.n_names = 1;
+	re.status = SC_ERR_STALLED, re.error = "stalled", re.ranks = rer, re.n_ranks = 1;
+	pr2[1] = &re;
+	Sparsecomm__Response **pr = pr2;
 	Sparsecomm__Plan p = SPARSECOMM__PLAN__INIT;
-	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = &pr,
-	p.n_responses = 1;
+	p.cycle = 1, p.new_entries = pe, p.n_new_entries = 2, p.responses = pr,
+	p.n_responses = 2;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN, m.plan = &p;
 	size_t n = peer_record(out, 0, 0, &m);
 	p.cycle = 2, p.n_new_entries = 0;
@@ -176,6 +188,9 @@ static void peer_msg_seeds(void)
 	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION, j.rank = 1, j.world_size = 2;
 	j.local_size = 1, j.transport = "tcp";
 	j.transport_blob = (ProtobufCBinaryData){sizeof(blob), blob};
+	Sparsecomm__ConfigSet sk = SPARSECOMM__CONFIG_SET__INIT, *psk = &sk;
+	sk.key = "sketch_rows", sk.value = "1";
+	j.same_keys = &psk, j.n_same_keys = 1;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN, m.join = &j;
 	put("peer_msg", "join", out, peer_record(out, 0, 0, &m), NULL, 0);
 	/* world info of two ranks */
@@ -195,12 +210,16 @@ static void peer_msg_seeds(void)
 	/* ranks 1 and 2 announce a tensor, rank 2 by its cached id after a plan; rank 1
 	 * abandons another */
 	Sparsecomm__TensorRequest tr = SPARSECOMM__TENSOR_REQUEST__INIT, *ptr = &tr;
-	tr.name = "layer0.weight", tr.numel = 4096;
-	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, *pab = &ab;
+	tr.name = "layer0.weight", tr.numel = 4096, tr.sig = &sig;
+	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, ab2 = SPARSECOMM__ABANDON__INIT;
+	Sparsecomm__Abandon *pab[2] = {&ab, &ab2};
 	ab.name = "layer1.weight", ab.status = SC_ERR_MISMATCH, ab.reason = "numel differs";
+	/* a step the node failed before announcing it */
+	ab2.name = "layer2.weight", ab2.status = SC_ERR_STALLED, ab2.reason = "stalled";
+	ab2.step = 1;
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
-	rl.rank = 1, rl.requests = &ptr, rl.n_requests = 1, rl.abandoned = &pab;
-	rl.n_abandoned = 1;
+	rl.rank = 1, rl.requests = &ptr, rl.n_requests = 1, rl.abandoned = pab;
+	rl.n_abandoned = 2;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
 	n = peer_record(out, 0, 1, &m);
 	p.cycle = 1, p.n_new_entries = 2;

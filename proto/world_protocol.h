@@ -10,7 +10,10 @@
  * 5: alltoall (its operation word in plans, and its count matrix on the data plane).
  * 6: the dtype of TensorRequest and CacheEntry is a type word with the tensor's wire
  * format (engine/opword.h), and a 16-bit wire halves its ring's bytes.
- * 7: SparDL's metadata round carries, after its histogram, one word of the previous
+ * 7: TensorRequest and CacheEntry carry the tensor's signature (TensorSig: its input's form
+ * and the options its scheme depends on), an error Response the node ranks it answers, and
+ * Join every configuration key marked the same on every node.
+ * Also 7: SparDL's metadata round carries, after its histogram, one word of the previous
  * B-SAG's team count and h / L (scheme_spardl.c); Hierarchical Centralization's one word
  * per doubling level of the previous run's densification (scheme_hc.c).
  */

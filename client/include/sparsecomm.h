@@ -243,8 +243,11 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 /*
  * COO input (tensors registered with coo_capacity > 0): write nnz flat element indices
  * (0 <= index < numel, uint32) and their values (of the tensor's dtype) into these shared
- * arrays, then call sc_allreduce_coo_async. Repeated indices are summed. The result, the
- * dense sum over every trainer, lands in sc_tensor_data. NULL for other tensors.
+ * arrays, then call sc_allreduce_coo_async. In any order; repeated indices are summed. The
+ * daemon copies the list when the operation starts and reads only its copy. An index not
+ * below numel fails the operation on every rank (SC_ERR_INVALID naming this rank), and so
+ * does an nnz over coo_capacity (SC_ERR_LIMIT). The result, the dense sum over every
+ * trainer, lands in sc_tensor_data. NULL for other tensors.
  */
 SC_API uint32_t *sc_tensor_coo_indices(const sc_tensor_t *tensor);
 SC_API void *sc_tensor_coo_values(const sc_tensor_t *tensor);

@@ -880,11 +880,9 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: tensor '%s' was registered without COO "
 				 "input (coo_capacity 0)",
 				 c->rank, t->name);
-	if ((coo == 1 || coo == 2) && nnz > t->coo_cap)
-		return scl_error(SC_ERR_LIMIT,
-				 "rank %d: COO allreduce of tensor '%s': %zu "
-				 "non-zeros exceed its capacity %zu",
-				 c->rank, t->name, nnz, t->coo_cap);
+	/* more entries than the COO area holds go to the daemon all the same: it refuses
+	 * them (SC_ERR_LIMIT) and fails the step on every rank at once, where a refusal here
+	 * alone would leave the other ranks waiting for this one until their stall timeout */
 	h = client_next_id(c);
 	ar.tensor_id = t->tensor_id;
 	ar.handle = h;

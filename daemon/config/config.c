@@ -102,7 +102,7 @@ sc_status_t scd_config_set(scd_config_t *cfg, int key, const char *value, scd_cf
 		return SC_ERR_NOT_FOUND;
 	}
 	const scd_cfg_desc_t *d = &scd_cfg_desc[key];
-	if (src == SCD_SRC_RUNTIME && !d->runtime) {
+	if (src == SCD_SRC_RUNTIME && !(d->runtime & SCD_CFG_RT)) {
 		snprintf(err, err_len, "%s cannot be changed while the daemon runs", d->name);
 		return SC_ERR_INVALID;
 	}
@@ -272,8 +272,9 @@ void scd_config_dump(const scd_config_t *cfg, FILE *out)
 	char buf[32];
 	fprintf(out, "# sparsecommd effective configuration (key = value  # source)\n");
 	for (int k = 0; k < SCD_CFG_COUNT; k++)
-		fprintf(out, "%s = %s  # %s%s\n", scd_cfg_desc[k].name,
+		fprintf(out, "%s = %s  # %s%s%s\n", scd_cfg_desc[k].name,
 			scd_config_text(cfg, k, buf, sizeof(buf)),
 			scd_config_source_name(cfg->source[k]),
-			scd_cfg_desc[k].runtime ? ", runtime-changeable" : "");
+			(scd_cfg_desc[k].runtime & SCD_CFG_RT) ? ", runtime-changeable" : "",
+			(scd_cfg_desc[k].runtime & SCD_CFG_SAME) ? ", same on every node" : "");
 }

@@ -23,11 +23,19 @@ typedef enum {
 	SCD_SRC_RUNTIME
 } scd_cfg_source_t;
 
-/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc).
+/* What a key's flags column says: runtime-changeable (sparsectl config set, every node at
+ * once), and the same on every node: the coordinator refuses a node's Join when such a key
+ * differs from its own (world/world.c), naming the key and both values. The keys a
+ * buffer's scheme or its bytes on the wire depend on have it. */
+#define SCD_CFG_RT   1
+#define SCD_CFG_SAME 2
+
+/* The X-macro list of settings: X(key, type, default_int, default_str, min, max, flags, doc).
  * INT: an integer (K, M, G suffixes), default_int, min and max. STR: text, default_str.
  * NUM: a decimal number, default_str its default, min and max in millionths.
- * The scheme keys (spardl_ .. sketch_) are read once at start and must be the same on every
- * node (the ranks' schemes compute the same partitions, sketches and teams). */
+ * flags: SCD_CFG_RT and SCD_CFG_SAME above (0: neither). The scheme keys (spardl_ ..
+ * sketch_) are read once at start and the same on every node (the ranks' schemes compute
+ * the same partitions, sketches and teams). */
 #define SCD_CONFIG_MAP(X)                                                                      \
 	X(rank, INT, 0, NULL, 0, 4095, 0,                                                      \
 	  "this node's rank in the world (0 is the coordinator)")                              \
@@ -83,44 +91,44 @@ typedef enum {
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
 	  "says")                                                                              \
-	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \
+	X(scheme, STR, 0, "auto", 0, 0, SCD_CFG_RT | SCD_CFG_SAME,                             \
 	  "collective scheme for every buffer: auto (cost model) or a scheme name")            \
-	X(scheme_pins, STR, 0, "", 0, 0, 1,                                                    \
+	X(scheme_pins, STR, 0, "", 0, 0, SCD_CFG_RT | SCD_CFG_SAME,                            \
 	  "per-tensor pins, comma-separated PATTERN=SCHEME with shell globs, e.g. "            \
 	  "'emb.*=balanced_par'; they win over scheme")                                        \
-	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, 0,                          \
+	X(netprobe_interval_jobs, INT, 20000, NULL, 0, 1000000000, SCD_CFG_SAME,               \
 	  "re-measure latency and bandwidth between the daemons every this many buffers (0: "  \
 	  "only at start)")                                                                    \
-	X(spardl_teams, INT, 0, NULL, 0, 4096, 0,                                              \
+	X(spardl_teams, INT, 0, NULL, 0, 4096, SCD_CFG_SAME,                                   \
 	  "SparDL's team count d: 0 for the paper's d = 1 until another divisor of P, "        \
 	  "tried when the cost model favours it, is measured faster; else the largest "        \
 	  "divisor of P not above it")                                                         \
-	X(exdyna_blocks, INT, 1024, NULL, 1, 1048576, 0,                                       \
+	X(exdyna_blocks, INT, 1024, NULL, 1, 1048576, SCD_CFG_SAME,                            \
 	  "ExDyna's block count n_b: the partitions are runs of blocks of numel / n_b "        \
 	  "elements, rounded down to a multiple of 32")                                        \
-	X(exdyna_move_blocks, INT, 1, NULL, 1, 1048576, 0,                                     \
+	X(exdyna_move_blocks, INT, 1, NULL, 1, 1048576, SCD_CFG_SAME,                          \
 	  "ExDyna: blocks a heavy partition gives its lighter neighbour per step (Alg. 3)")    \
-	X(exdyna_alpha, NUM, 0, "1.05", 1000000, 1000000000, 0,                                \
+	X(exdyna_alpha, NUM, 0, "1.05", 1000000, 1000000000, SCD_CFG_SAME,                     \
 	  "ExDyna: a partition over alpha x the mean load gives blocks to a neighbour under "  \
 	  "1/alpha of it (Alg. 3; in thousandths)")                                            \
-	X(exdyna_beta, NUM, 0, "1.1", 1000000, 1000000000, 0,                                  \
+	X(exdyna_beta, NUM, 0, "1.1", 1000000, 1000000000, SCD_CFG_SAME,                       \
 	  "ExDyna: the threshold's band; inside (1/beta, beta] x the target it takes the "     \
 	  "fine step (Alg. 5; in thousandths)")                                                \
-	X(exdyna_gamma, NUM, 0, "0.005", 1, 999999, 0,                                         \
+	X(exdyna_gamma, NUM, 0, "0.005", 1, 999999, SCD_CFG_SAME,                              \
 	  "ExDyna: the threshold's step (Alg. 5)")                                             \
-	X(exdyna_cap, NUM, 0, "0", 0, 1000000000, 0,                                           \
+	X(exdyna_cap, NUM, 0, "0", 0, 1000000000, SCD_CFG_SAME,                                \
 	  "ExDyna variant: a rank sends at most cap x its share, its largest magnitudes (0, "  \
 	  "the paper's: no cap; else at least 1, 1.25 with the grid; in thousandths)")         \
-	X(exdyna_grid, NUM, 0, "0", 0, 1000000000, 0,                                          \
+	X(exdyna_grid, NUM, 0, "0", 0, 1000000000, SCD_CFG_SAME,                               \
 	  "ExDyna variant: a step whose selection leaves [1/grid, grid] x the target moves "   \
 	  "every rank to the best of 257 thresholds it counted (0, the paper's: Alg. 5 "       \
 	  "alone; else at least 1, e.g. 1.25; in thousandths)")                                \
-	X(exdyna_fine_symmetric, INT, 0, NULL, 0, 1, 0,                                        \
+	X(exdyna_fine_symmetric, INT, 0, NULL, 0, 1, SCD_CFG_SAME,                             \
 	  "ExDyna variant: 1 steps the threshold inside the band towards the target (x(1 -/+ " \
 	  "gamma/4)); 0, the paper's Alg. 5: x(1 + gamma/4) whatever the side")                \
-	X(sketch_rows, INT, 1, NULL, 1, 15, 0,                                                 \
+	X(sketch_rows, INT, 1, NULL, 1, 15, SCD_CFG_SAME,                                      \
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
-	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, 0,                                       \
+	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, SCD_CFG_SAME,                            \
 	  "S2: columns of the sketch, as a multiple of the union's expected non-zeros")        \
 	X(engine_pipeline, INT, 1, NULL, 0, 1, 0,                                              \
 	  "1: a buffer's compression (local sum, sparsification ahead) runs while the "        \
@@ -133,7 +141,7 @@ typedef enum {
 	X(cuda_device, INT, 0, NULL, 0, 63, 0,                                                 \
 	  "the engine GPU: the node's local sums and schemes of cuda tensors run on this "     \
 	  "ordinal; tensors on the node's other GPUs are copied to it and back")               \
-	X(nonfinite, STR, 0, "pass", 0, 0, 0,                                                  \
+	X(nonfinite, STR, 0, "pass", 0, 0, SCD_CFG_SAME,                                       \
 	  "a NaN or infinity in a trainer's float32 input: pass (summed as it is), warn "      \
 	  "(counted per tensor and logged) or error (the operation fails on every rank); "     \
 	  "the same on every node")                                                            \
@@ -143,7 +151,7 @@ typedef enum {
 	X(insecure, INT, 0, NULL, 0, 1, 0,                                                     \
 	  "1 (or true): run without secret_file on addresses other than loopback, "            \
 	  "authenticating nothing")                                                            \
-	X(data_protection, STR, 0, "none", 0, 0, 0,                                            \
+	X(data_protection, STR, 0, "none", 0, 0, SCD_CFG_SAME,                                 \
 	  "what guards the tcp data plane's bytes after each connection's handshake: none, "   \
 	  "integrity (every record carries a MAC) or encrypt (and is encrypted); needs "       \
 	  "secret_file, and the same on every node")                                           \
@@ -176,7 +184,7 @@ typedef struct scd_cfg_desc {
 	int64_t def_int;
 	const char *def_str;
 	int64_t min, max;
-	int runtime;
+	int runtime; /* the flags column: SCD_CFG_RT, SCD_CFG_SAME */
 	const char *doc;
 } scd_cfg_desc_t;
 

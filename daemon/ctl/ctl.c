@@ -701,6 +701,40 @@ static void a2a_take(scd_reg_t *r, const Sparsecomm__Allreduce *a, int trainers,
 		r->a2a[i] = r->a2a_bad ? 0 : a->send_counts[i];
 }
 
+/*
+ * The node fails its step of nt before announcing it (a local trainer stalled, was refused,
+ * or the trainers disagree): the local trainers that submitted get status and msg now, the
+ * others but local rank except (-1: none; it got its own refusal) when they submit the
+ * step late, and the coordinator fails the step on every rank (world/late.c).
+ */
+static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *msg,
+		      int except)
+{
+	nt->carry_mask = 0;
+	for (int l = 0; l < ctl->d->local_size; l++)
+		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
+			nt->carry_mask |= 1ull << l;
+	nt->carry_status = st;
+	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
+		 "allreduce of tensor '%s' refused: submitted late, for the step that failed "
+		 "(%.250s)",
+		 nt->name, msg);
+	ctl->up->fail_step(ctl->d->world, nt->name, st, msg);
+	if (nt->state == SCD_NT_LOCAL_WAIT)
+		scd_ctl_complete(ctl, nt, st, msg);
+}
+
+/* A submission refused on this node alone (its COO over capacity, its memory lost): the
+ * step fails on every rank at once, not at the others' stall, unless the tensor's step is
+ * already under way or already failed here. */
+static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd_reg_t *r,
+			sc_status_t st, const char *err)
+{
+	if (!nt->poisoned && !(nt->carry_mask >> r->local_rank & 1) && !ctl->degraded &&
+	    !s->join_handle && nt->state != SCD_NT_RUNNING && nt->state != SCD_NT_ANNOUNCED)
+		step_fail(ctl, nt, st, err, r->local_rank);
+}
+
 static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			     const Sparsecomm__Allreduce *a)
 {
@@ -784,12 +818,16 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "COO input takes sum and average only",
 			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
-		st = SC_ERR_INVALID;
+		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
-			 "tensor '%s': %llu COO entries exceed its capacity %llu", nt->name,
+			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
+			 "capacity %llu",
+			 nt->name, ctl->d->rank * ctl->d->local_size + r->local_rank,
 			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
+		refuse_step(ctl, s, nt, r, st, err);
 	} else if (scd_tensors_mem_lost(r, err, sizeof(err))) {
 		st = SC_ERR_INVALID;
+		refuse_step(ctl, s, nt, r, st, err);
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
@@ -827,8 +865,16 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->op = opw;
+		nt->coo = a->coo;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
+	} else if (!nt->coo != !a->coo) {
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "input (dense and COO)",
+			 nt->name, ctl->d->rank);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
+		return;
 	} else if (nt->op != opw) {
 		char other[64];
 		snprintf(err, sizeof(err),
@@ -837,7 +883,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, ctl->d->rank,
 			 scd_op_describe(nt->op, opname, sizeof(opname)),
 			 scd_op_describe(opw, other, sizeof(other)));
-		scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, err);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}
 	announce_if_ready(ctl, nt);
@@ -1144,7 +1190,7 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		e->key = (char *)scd_cfg_desc[i].name;
 		e->value = (char *)scd_config_text(cfg, i, bufs[i], sizeof(bufs[i]));
 		e->source = (char *)scd_config_source_name(cfg->source[i]);
-		e->runtime = scd_cfg_desc[i].runtime;
+		e->runtime = (scd_cfg_desc[i].runtime & SCD_CFG_RT) != 0;
 		e->doc = (char *)scd_cfg_desc[i].doc;
 		ptrs[r.n_entries++] = e;
 	}
@@ -1303,7 +1349,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 					      l, ctl->d->rank * ctl->d->local_size + l);
 		/* (one "local rank L (rank R)" per trainer that did not submit) */
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never submitted it");
-		scd_ctl_complete(ctl, nt, SC_ERR_STALLED, msg);
+		step_fail(ctl, nt, SC_ERR_STALLED, msg, -1);
 	}
 }
 

@@ -40,6 +40,9 @@ typedef struct scd_ctl_upcalls {
 	void (*barrier_enter)(scd_world_t *w, uint64_t seq);
 	/* every local trainer joined, last_rank the last of them */
 	void (*node_join)(scd_world_t *w, int last_rank);
+	/* the node failed its step of name before announcing it (world.h) */
+	void (*fail_step)(scd_world_t *w, const char *name, sc_status_t status,
+			  const char *reason);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */

@@ -20,6 +20,7 @@
 #include "device/cuda.h"
 #include "device/cuda_free.h"
 #include "device/sketch.h"
+#include "scheme/registry.h"
 #include "util/log.h"
 #include "util/shmguard.h"
 
@@ -618,6 +619,28 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	free(nt);
 }
 
+/* The first option (other than the wire and the device, told apart by the caller) in which
+ * two registrations of one name differ, or NULL: the node's trainers share the tensor's
+ * sum, its scheme and its residual. */
+static const char *opts_differ(const scd_tensor_opts_t *a, const scd_tensor_opts_t *b)
+{
+	if (!a->allow_lossy != !b->allow_lossy)
+		return "allow_lossy";
+	if (a->sparsifier != b->sparsifier)
+		return "sparsifier";
+	if (a->density != b->density || a->threshold != b->threshold)
+		return "density or threshold";
+	if (a->coo_capacity != b->coo_capacity)
+		return "coo_capacity";
+	if (a->sketch_rows != b->sketch_rows || a->sketch_cols != b->sketch_cols)
+		return "sketch rows or columns";
+	if (strcmp(a->scheme, b->scheme))
+		return "pinned scheme";
+	if (a->block != b->block)
+		return "block";
+	return NULL;
+}
+
 /* Checks a registration, creates and maps its object (not yet reserved nor filled in) and
  * enters it in the tables, preparing: *h_p is its header to write and *fd_p its object's
  * descriptor, both for reg_fill and reg_ready. */
@@ -709,6 +732,15 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			 name, opts->sparsifier);
 		return SC_ERR_INVALID;
 	}
+	scd_scheme_t pinned;
+	if (opts->scheme[0] && strcmp(opts->scheme, "auto") &&
+	    scd_scheme_parse(opts->scheme, &pinned) != 0) {
+		snprintf(err, err_len,
+			 "tensor '%s': unknown scheme '%s' (sparsectl config get scheme lists "
+			 "them; empty or auto: the cost model chooses)",
+			 name, opts->scheme);
+		return SC_ERR_INVALID;
+	}
 	if (opts->device_kind > SC_DEVICE_CUDA) {
 		snprintf(err, err_len, "tensor '%s': unknown device kind %u", name,
 			 opts->device_kind);
@@ -744,6 +776,15 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 				 "tensor '%s' is already registered by local rank %d", name,
 				 local_rank);
 			return SC_ERR_BUSY;
+		}
+		const char *field = opts_differ(&nt->opts, opts);
+		if (field) {
+			snprintf(
+			    err, err_len,
+			    "tensor '%s' differs between trainers of this node: local rank "
+			    "%d registers it with another %s",
+			    name, local_rank, field);
+			return SC_ERR_MISMATCH;
 		}
 		if (nt->opts.wire != opts->wire) {
 			snprintf(

@@ -98,6 +98,7 @@ typedef struct scd_ntensor {
 	int n_regs;
 	int submitted;
 	uint32_t op;
+	int coo; /* the step's input is the COO area (every local trainer's alike) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */

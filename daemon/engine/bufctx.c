@@ -489,15 +489,16 @@ static void residual_support(scd_bufctx_t *b, int ok)
 	b->rcount = n; /* an index may be listed twice: a bound */
 }
 
-/* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES). */
+/* Whether a buffer is small, dense, lossless and unpinned (see SCD_SMALL_DENSE_BYTES):
+ * decided from what every rank agreed on (world/agree.h), never from this node's sources,
+ * so that every rank takes the same path (a node that takes part with zeros has none). */
 static int small_dense(const scd_job_t *job)
 {
-	if (job->coo_direct || job->pin >= 0 ||
-	    job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
+	if (job->pin >= 0 || job->total_numel * sizeof(float) >= SCD_SMALL_DENSE_BYTES)
 		return 0;
 	for (int i = 0; i < job->n_items; i++)
-		if (job->items[i].sparsifier != SC_SPARSIFY_NONE || job->items[i].residual ||
-		    (job->items[i].n_src && job->items[i].src[0].coo))
+		if (job->items[i].sparsifier != SC_SPARSIFY_NONE || job->items[i].allow_lossy ||
+		    job->items[i].coo_in)
 			return 0;
 	return 1;
 }

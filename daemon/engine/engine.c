@@ -20,6 +20,7 @@
 #include "device/reduce.h"
 #include "engine/alltoall.h"
 #include "engine/bufctx.h"
+#include "engine/coo_in.h"
 #include "engine/gpunet.h"
 #include "engine/verdict.h"
 #include "util/clock.h"
@@ -834,11 +835,12 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 }
 
 /*
- * A single trainer's COO input, indices strictly ascending and in range, that no
- * sparsifier rewrites, goes to the scheme as it lies in shared memory: the step then
- * costs O(nnz) to read instead of a scatter over the whole tensor. A residual (lossy
- * schemes allowed) is folded into the list by the buffer's step, not added densely. Sets
- * job->coo_in and returns 1 when that applies.
+ * A single trainer's COO input, indices in range, that no sparsifier rewrites, goes to the
+ * scheme as a list: the step then costs O(nnz) to read instead of a scatter over the whole
+ * tensor. The list is the engine's own copy, sorted (engine/coo_in.h): the trainer cannot
+ * change it under the scheme's feet. A residual (lossy schemes allowed) is folded into the
+ * list by the buffer's step, not added densely. Sets job->coo_in and returns 1 when that
+ * applies.
  */
 static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 {
@@ -854,18 +856,17 @@ static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 	const scd_job_src_t *s = &it->src[0];
 	if (s->device == SCD_DEVICE_CUDA && s->ordinal != scd_cuda_engine())
 		return 0; /* the scheme would read another GPU's memory */
-	scd_coo_t in = {.idx = (uint32_t *)s->coo_idx,
-			.val = (float *)s->coo_val,
-			.nnz = s->coo_nnz,
-			.cap = s->coo_nnz};
-	if (dev->coo_check(&in, it->numel) != in.nnz)
+	scd_coo_t in;
+	if (!scd_coo_in_take(dev, s->coo_idx, s->coo_val, s->coo_nnz, it->numel, &in,
+			     &job->run.coo_copy))
 		return 0;
+	job->run.coo_copy_dev = dev;
 	job->coo_in = in;
 	job->coo_direct = 1;
-	/* A sparse result lands in the same arrays (the scheme consumes the input first). */
+	/* A sparse result lands in the trainer's COO area. */
 	job->sparse_out = s->result_nnz != NULL;
-	job->coo_out =
-	    (scd_coo_t){.idx = job->coo_in.idx, .val = job->coo_in.val, .cap = s->coo_cap};
+	job->coo_out = (scd_coo_t){
+	    .idx = (uint32_t *)s->coo_idx, .val = (float *)s->coo_val, .cap = s->coo_cap};
 	return 1;
 }
 
@@ -1405,6 +1406,9 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	job->cpu_s = job->run.cpu_s + (scd_thread_cpu_s() - cpu0);
 	if (job->run.slot >= 0)
 		slot_release(e, job->run.kind, job->run.slot);
+	if (job->run.coo_copy)
+		job->run.coo_copy_dev->free(job->run.coo_copy);
+	job->run.coo_copy = NULL;
 	pthread_mutex_lock(&e->mu);
 	finish_locked(e, job);
 	pthread_mutex_unlock(&e->mu);

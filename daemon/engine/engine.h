@@ -116,7 +116,9 @@ typedef struct scd_job_item {
 	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
 	uint32_t block;	       /* S2's bitmap block and block top-K's (0: configuration's) */
 	double sketch_cols;
-	float *residual;      /* the node's residual (local rank 0's shared object), or NULL */
+	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
+	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
+	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
@@ -161,6 +163,8 @@ typedef struct scd_job_run {
 	int slot;	   /* fusion buffer slot held, -1: none (in place) */
 	scd_fault_t fault; /* what the local sum found wrong in this node's input */
 	scd_job_prep_t prep;
+	void *coo_copy; /* the engine's copy of a COO input (engine/coo_in.h), or NULL */
+	const scd_device_ops_t *coo_copy_dev;
 	double t0, cpu_s;
 } scd_job_run_t;
 
@@ -197,7 +201,7 @@ typedef struct scd_job {
 	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
-	scd_coo_t coo_out; /* then: the trainer's COO area (the same arrays as coo_in) */
+	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */

@@ -23,10 +23,11 @@ void scd_join_fill(scd_world_t *w, scd_centry_t *e)
 			from = r;
 	for (int r = 0; from >= 0 && r < P; r++)
 		if (!e->have[r] && w->peers[r].join_seq) {
-			e->have[r] = 1;
+			e->have[r] = 2;
 			e->dtype[r] = e->dtype[from];
 			e->numel[r] = e->numel[from];
 			e->op[r] = e->op[from];
+			e->sig[r] = e->sig[from];
 			if (++e->count == P)
 				e->ready_ms = scd_now_ms();
 		}

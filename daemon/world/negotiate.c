@@ -53,7 +53,8 @@ static uint32_t cache_lookup(scd_world_t *w, const char *name)
 }
 
 static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
-			     uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
+			     uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
+			     const scd_tsig_t *sig)
 {
 	if (id >= w->cap_cache) {
 		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
@@ -92,6 +93,7 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	e->op = op;
 	e->solo = solo;
 	e->fuse_key = fuse_key;
+	e->sig = *sig;
 	e->last_tcp_s = e->last_tcm_s = 0;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
@@ -124,9 +126,12 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	uint32_t id = cache_lookup(w, nt->name);
 	int solo = scd_ntensor_solo(nt);
 	uint32_t key = scd_ntensor_fuse_key(nt);
+	scd_tsig_t sig;
+	scd_tsig_of(nt, &sig);
 	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
 	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
-	    w->cache[id].solo == solo && w->cache[id].fuse_key == key) {
+	    w->cache[id].solo == solo && w->cache[id].fuse_key == key &&
+	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
 		o->cached = 1;
 		o->id = id;
 	} else {
@@ -140,24 +145,43 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->op = nt->op;
 		o->solo = solo;
 		o->fuse_key = key;
+		o->sig = sig;
 	}
 	scd_world_arm_flush(w);
 }
 
-void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+static void out_abandon(scd_world_t *w, const char *name, sc_status_t status,
+			const char *reason, int step)
 {
 	scd_poison_t *p = calloc(1, sizeof(*p));
 	if (!p || !(p->name = strdup(name)) || !(p->reason = strdup(reason))) {
 		if (p)
 			free(p->name);
 		free(p);
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory telling the coordinator: %s",
+			  reason);
 		return;
 	}
 	p->status = status;
 	p->rank = w->d->rank;
-	p->next = w->out_abandon;
-	w->out_abandon = p;
+	p->step = step;
+	/* in order: a node's failed steps of one name answer its announcements in turn */
+	scd_poison_t **pp = &w->out_abandon;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = p;
 	scd_world_arm_flush(w);
+}
+
+void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
+{
+	out_abandon(w, name, status, reason, 0);
+}
+
+void scd_world_fail_step(scd_world_t *w, const char *name, sc_status_t status,
+			 const char *reason)
+{
+	out_abandon(w, name, status, reason, 1);
 }
 
 static void poison_free_list(scd_poison_t *p)
@@ -183,8 +207,9 @@ void scd_neg_flush(scd_world_t *w)
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
 	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out + 1, sizeof(*reqs));
 	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out + 1, sizeof(*rp));
+	Sparsecomm__TensorSig *sigs = calloc((size_t)w->n_out + 1, sizeof(*sigs));
 	uint32_t *ids = calloc((size_t)w->n_out + 1, sizeof(*ids));
-	if (!reqs || !rp || !ids || !abs || !abp)
+	if (!reqs || !rp || !ids || !abs || !abp || !sigs)
 		goto out;
 	rl.rank = w->d->rank;
 	for (scd_poison_t *p = w->out_abandon; p; p = p->next) {
@@ -193,6 +218,7 @@ void scd_neg_flush(scd_world_t *w)
 		a->name = p->name;
 		a->status = p->status;
 		a->reason = p->reason;
+		a->step = p->step;
 		abp[rl.n_abandoned++] = a;
 	}
 	rl.abandoned = abp;
@@ -210,6 +236,8 @@ void scd_neg_flush(scd_world_t *w)
 		r->op = o->op;
 		r->solo = o->solo;
 		r->fuse_key = o->fuse_key;
+		scd_tsig_to_msg(&o->sig, &sigs[rl.n_requests]);
+		r->sig = &sigs[rl.n_requests];
 		rp[rl.n_requests++] = r;
 	}
 	rl.requests = rp;
@@ -234,6 +262,7 @@ out:
 	free(abp);
 	free(reqs);
 	free(rp);
+	free(sigs);
 	free(ids);
 }
 
@@ -247,6 +276,8 @@ static void centry_release(scd_centry_t *e)
 	free(e->dtype);
 	free(e->op);
 	free(e->numel);
+	free(e->sig);
+	free(e->failed);
 	free(e);
 }
 
@@ -265,7 +296,8 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->dtype = calloc((size_t)P, sizeof(uint32_t));
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
-	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel) {
+	e->sig = calloc((size_t)P, sizeof(scd_tsig_t));
+	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel || !e->sig) {
 		centry_release(e);
 		return NULL;
 	}
@@ -280,12 +312,23 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	return e;
 }
 
-static void centry_free(scd_world_t *w, scd_centry_t *e)
+/* Takes e out of the lookup by name (it stays in arrival order until freed): an entry that
+ * has failed, so that the name's next announcements start a new one. */
+static void centry_detach(scd_world_t *w, scd_centry_t *e)
 {
 	scd_centry_t **pp = &w->ebucket[hash_name(e->name)];
-	while (*pp != e)
+	while (*pp && *pp != e)
 		pp = &(*pp)->hnext;
-	*pp = e->hnext;
+	if (*pp)
+		*pp = e->hnext;
+	e->hnext = NULL;
+	e->detached = 1;
+}
+
+static void centry_free(scd_world_t *w, scd_centry_t *e)
+{
+	if (!e->detached)
+		centry_detach(w, e);
 	scd_centry_t *prev = NULL;
 	for (scd_centry_t *x = w->ehead; x != e; x = x->next)
 		prev = x;
@@ -299,8 +342,11 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
-		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key)
+		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
+		      const scd_tsig_t *sig)
 {
+	if (scd_late_take(w, rank, name, 1))
+		return; /* the late step: refused with the next plan */
 	scd_centry_t *e = centry_get(w, name);
 	if (!e || e->have[rank])
 		return;
@@ -313,48 +359,9 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 	e->dtype[rank] = dtype;
 	e->numel[rank] = numel;
 	e->op[rank] = op;
+	e->sig[rank] = *sig;
 	if (++e->count == w->d->world_size)
 		e->ready_ms = scd_now_ms();
-}
-
-/* Describes how the ranks of e disagree on one attribute (NULL when they agree). */
-static int describe_mismatch(scd_world_t *w, const scd_centry_t *e, char *buf, size_t len)
-{
-	int P = w->d->world_size;
-	const char *who = w->d->local_size == 1 ? "rank" : "node";
-	const char *what = NULL;
-	int kind = -1;
-	for (int r = 1; r < P && kind < 0; r++) {
-		if (e->numel[r] != e->numel[0])
-			kind = 0, what = "element count";
-		else if (scd_tw_dtype(e->dtype[r]) != scd_tw_dtype(e->dtype[0]))
-			kind = 1, what = "dtype";
-		else if (e->dtype[r] != e->dtype[0])
-			kind = 3, what = "wire format";
-		else if (e->op[r] != e->op[0])
-			kind = 2, what = "operation";
-	}
-	if (kind < 0)
-		return 0;
-	int n = snprintf(buf, len,
-			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
-			 what);
-	for (int r = 0; r < P && n < (int)len - 48; r++) {
-		char val[48];
-		if (kind == 0)
-			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
-		else if (kind == 1)
-			snprintf(val, sizeof(val), "%s",
-				 sc_dtype_name(scd_tw_dtype(e->dtype[r])));
-		else if (kind == 3)
-			snprintf(val, sizeof(val), "%s",
-				 sc_wire_name(scd_tw_wire(e->dtype[r])));
-		else
-			scd_op_describe(e->op[r], val, sizeof(val));
-		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
-			      val);
-	}
-	return 1;
 }
 
 typedef struct plan_builder {
@@ -391,21 +398,46 @@ static Sparsecomm__Response *pb_response(plan_builder_t *pb)
 	return r;
 }
 
-/* Adds an error response for name; SC_ERR_NOMEM (nothing added) out of memory. */
+/* Adds an error response for name answering the announcements of the n node ranks in
+ * ranks (late.c); SC_ERR_NOMEM (nothing added) out of memory. */
 static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st,
-			    const char *msg)
+			    const char *msg, const int32_t *ranks, size_t n)
 {
 	Sparsecomm__Response *r = pb_response(pb);
 	char **names = scd_arena_alloc(&pb->arena, sizeof(char *));
-	if (!r || !names || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
+	int32_t *rv = scd_arena_alloc(&pb->arena, sizeof(int32_t) * (n + 1));
+	if (!r || !names || !rv || !(names[0] = scd_arena_strdup(&pb->arena, name)) ||
 	    !(r->error = scd_arena_strdup(&pb->arena, msg)))
 		return SC_ERR_NOMEM;
 	r->kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR;
 	r->names = names;
 	r->n_names = 1;
 	r->status = st;
+	if (n)
+		memcpy(rv, ranks, sizeof(int32_t) * n);
+	r->ranks = rv;
+	r->n_ranks = n;
 	pb->resp[pb->plan.n_responses++] = r;
 	return SC_OK;
+}
+
+/* Fails entry e on every rank: the nodes that announced it get the error, the others but
+ * node skip (-1: none) owe the step (late.c); e is freed. */
+static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, sc_status_t st,
+			   const char *msg, int skip)
+{
+	int32_t *ranks = calloc((size_t)w->d->world_size + 1, sizeof(int32_t));
+	size_t n = 0;
+	for (int r = 0; ranks && r < w->d->world_size; r++)
+		if (e->have[r] == 1)
+			ranks[n++] = r;
+	scd_late_note(w, e, st, msg, skip);
+	/* none announced it: nothing to answer; out of memory for the list: an empty one
+	 * answers every node */
+	if ((n || !ranks) && pb_error(pb, e->name, st, msg, ranks, n) != SC_OK)
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory failing '%s': %s", e->name, msg);
+	free(ranks);
+	centry_free(w, e);
 }
 
 /* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
@@ -418,18 +450,20 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	*old_p = UINT32_MAX;
 	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
 	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
-	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key)
+	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key &&
+	    scd_tsig_equal(&w->cache[id].sig, &e->sig[0]))
 		return id;
 	*old_p = id;
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
+	Sparsecomm__TensorSig *sig = scd_arena_alloc(&pb->arena, sizeof(*sig));
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
 	id = w->n_cache;
-	if (!ce || !ce_name ||
-	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
-		      e->fuse_key) != SC_OK)
+	if (!ce || !ce_name || !sig ||
+	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo, e->fuse_key,
+		      &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
@@ -439,6 +473,8 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->op = e->op[0];
 	ce->solo = e->solo;
 	ce->fuse_key = e->fuse_key;
+	scd_tsig_to_msg(&w->cache[id].sig, sig); /* the scheme's text lives in the cache */
+	ce->sig = sig;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;
 }
@@ -699,12 +735,21 @@ static void coord_emit(scd_world_t *w)
 	int n_ready = 0, cap_ready = 0;
 	char msg[1024];
 
+	scd_poison_t *refusals = scd_late_refusals(w);
+	for (scd_poison_t *l = refusals; l; l = l->next) {
+		int32_t rank = l->rank;
+		if (pb_error(&pb, l->name, l->status, l->reason, &rank, 1) != SC_OK)
+			scd_error(SCD_SUB_NEGOTIATE, "out of memory: %s", l->reason);
+	}
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
+		if (e->failed) { /* a node failed its step before announcing it */
+			pb_entry_error(w, &pb, e, e->failed_status, e->failed, -1);
+			continue;
+		}
 		if (poison) {
-			pb_error(&pb, e->name, poison->status, poison->reason);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, poison->status, poison->reason, poison->rank);
 			continue;
 		}
 		int dr = blocking_degraded(w, e);
@@ -713,12 +758,12 @@ static void coord_emit(scd_world_t *w)
 				 e->name, w->peers[dr].degraded_reason);
 			/* a node that left or was lost (liveness.c), or one that lost a
 			 * trainer */
-			pb_error(&pb, e->name,
-				 w->peers[dr].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED
-				     ? SC_ERR_PEER
-				     : SC_ERR_ABORTED,
-				 msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e,
+				       w->peers[dr].state !=
+					       SPARSECOMM__PEER_STATE__PEER_CONNECTED
+					   ? SC_ERR_PEER
+					   : SC_ERR_ABORTED,
+				       msg, -1);
 			continue;
 		}
 		if (e->count < P)
@@ -751,13 +796,11 @@ static void coord_emit(scd_world_t *w)
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
 				 " did not submit it within %llu ms",
 				 (unsigned long long)stall_ms);
-			pb_error(&pb, e->name, SC_ERR_STALLED, msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, SC_ERR_STALLED, msg, -1);
 			continue;
 		}
-		if (describe_mismatch(w, e, msg, sizeof(msg))) {
-			pb_error(&pb, e->name, SC_ERR_MISMATCH, msg);
-			centry_free(w, e);
+		if (scd_agree_describe(w, e, msg, sizeof(msg))) {
+			pb_entry_error(w, &pb, e, SC_ERR_MISMATCH, msg, -1);
 			continue;
 		}
 		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
@@ -766,8 +809,7 @@ static void coord_emit(scd_world_t *w)
 				 "allreduce of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
 				 e->name);
-			pb_error(&pb, e->name, SC_ERR_NOMEM, msg);
-			centry_free(w, e);
+			pb_entry_error(w, &pb, e, SC_ERR_NOMEM, msg, -1);
 			continue;
 		}
 		if (n_ready == cap_ready) {
@@ -804,6 +846,7 @@ static void coord_emit(scd_world_t *w)
 	free(pb.resp);
 	free(pb.ents);
 	scd_arena_free(&pb.arena);
+	scd_late_free_list(refusals);
 }
 
 static void on_hold(uv_timer_t *t)
@@ -819,6 +862,29 @@ static scd_poison_t **poison_find(scd_world_t *w, const char *name)
 	while (*pp && strcmp((*pp)->name, name))
 		pp = &(*pp)->next;
 	return pp;
+}
+
+/* Rank failed its step of a name before announcing it: that answers the step the
+ * coordinator recorded it owes (late.c), or else fails the name's entry on every rank. */
+static void coord_failed_step(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
+{
+	const char *name = a->name ? a->name : "";
+	if (scd_late_take(w, rank, name, 0))
+		return;
+	scd_centry_t *e = centry_get(w, name);
+	if (!e || e->have[rank])
+		return;
+	if (!e->failed) { /* the first node's reason is the step's */
+		if (!(e->failed = strdup(a->reason && a->reason[0] ? a->reason : "failed")))
+			return;
+		e->failed_status = a->status < 0 ? a->status : SC_ERR_ABORTED;
+	}
+	e->have[rank] = 3; /* present, failed there: neither answered nor owing */
+	e->count++;
+	/* the node's next step of the name (it may come in the same ReadyList) and the
+	 * others' announcements after this one go to a new entry: this one fails at the next
+	 * emit, which runs before another ReadyList is read */
+	centry_detach(w, e);
 }
 
 /* Records (or, status SC_OK, clears) a name rank cannot complete. */
@@ -851,10 +917,16 @@ static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_abandoned; i++)
-		coord_poison(w, from, rl->abandoned[i]);
+		if (rl->abandoned[i]->step)
+			coord_failed_step(w, from, rl->abandoned[i]);
+		else
+			coord_poison(w, from, rl->abandoned[i]);
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
-		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key);
+		scd_tsig_t sig;
+		scd_tsig_from_msg(r->sig, &sig);
+		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
+			  &sig);
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
@@ -864,7 +936,8 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			continue;
 		}
 		const scd_cache_ent_t *c = &w->cache[id];
-		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key);
+		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key,
+			  &c->sig);
 	}
 	for (size_t i = 0; i < rl->n_times; i++) {
 		const Sparsecomm__TensorTimes *t = rl->times[i];
@@ -887,6 +960,8 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		return; /* a node that left or was lost stays given up (liveness.c) */
 	if (ns->degraded && !p->degraded)
 		p->degraded_seq = ++w->degraded_seq;
+	if (ns->degraded) /* its next trainers start afresh: they owe no step */
+		scd_late_forget_rank(w, ns->rank);
 	p->degraded = ns->degraded;
 	snprintf(p->degraded_reason, sizeof(p->degraded_reason), "%s",
 		 ns->reason ? ns->reason : "");
@@ -943,6 +1018,13 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, scd_arena_t *a
 
 static void apply_error(scd_world_t *w, const Sparsecomm__Response *resp)
 {
+	/* a node not listed has not announced the names: what it announces next is the late
+	 * step, refused when it reaches the coordinator (late.c) */
+	int listed = resp->n_ranks == 0;
+	for (size_t i = 0; i < resp->n_ranks && !listed; i++)
+		listed = resp->ranks[i] == w->d->rank;
+	if (!listed)
+		return;
 	for (size_t i = 0; i < resp->n_names; i++)
 		scd_ctl_fail_tensor(w->d->ctl, resp->names[i], resp->status, resp->error);
 	/* a failed announcement must not linger in the outgoing batch either */
@@ -965,9 +1047,10 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 		own = scd_scheme_of_sparsifier(job->items[i].sparsifier);
 	scd_scheme_t s;
 	int pin = -1;
-	const scd_ntensor_t *nt = job->n_items ? job->items[0].nt : NULL;
-	const char *name = job->n_items ? w->cache[job->items[0].cache_id].name : "";
-	if (nt && nt->opts.scheme[0] && scd_scheme_parse(nt->opts.scheme, &s) == 0)
+	/* the agreed entry's pin: the same on a node that takes part with zeros */
+	const scd_cache_ent_t *c = job->n_items ? &w->cache[job->items[0].cache_id] : NULL;
+	const char *name = c ? c->name : "";
+	if (c && c->sig.scheme[0] && scd_scheme_parse(c->sig.scheme, &s) == 0)
 		pin = (int)s;
 	const char *pins = scd_cfg_str(cfg, SCD_CFG_scheme_pins);
 	char item[SCD_PIN_ITEM_MAX];
@@ -985,6 +1068,31 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	if (pin >= 0 && job->lossless_only && !scd_scheme_lossless((scd_scheme_t)pin))
 		pin = -1;
 	return pin;
+}
+
+/*
+ * A job item's options, from what every rank announced. Several tensors sparsified ahead
+ * in one buffer: each made its own selection, which only a lossless scheme delivers whole
+ * (a lossy one would select again over the concatenated index space, and the tensors of
+ * small magnitudes would go missing: the loss sparsification ahead avoids); apply_allreduce
+ * restricts such a buffer to lossless schemes, and one with a tensor that does not allow
+ * lossy schemes.
+ */
+static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
+{
+	it->sparsifier = sig->sparsifier;
+	it->density = sig->density;
+	it->threshold = sig->threshold;
+	it->sketch_rows = sig->sketch_rows;
+	it->sketch_cols = sig->sketch_cols;
+	it->block = sig->block;
+	it->allow_lossy = !!(sig->flags & SCD_TSIG_LOSSY);
+	it->coo_in = !!(sig->flags & SCD_TSIG_COO);
+	/* only whether there is one reaches the scheme layer (its first density guess) */
+	if (!(sig->flags & SCD_TSIG_COO_AREA))
+		it->coo_capacity = 0;
+	else if (!it->coo_capacity)
+		it->coo_capacity = 1;
 }
 
 static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
@@ -1027,8 +1135,14 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		it->solo = c->solo;
 		it->offset = off;
 		off += (c->numel + align - 1) & ~(align - 1);
-		/* ctl fills the item from the node's shared buffers and marks it running */
-		if (scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it) != SC_OK) {
+		/* ctl fills the item from the node's shared buffers and marks it running; the
+		 * options that decide the scheme are the agreed ones (agree.h) */
+		sc_status_t found = scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it);
+		item_options(it, &c->sig);
+		if (!(c->sig.flags & SCD_TSIG_LOSSY) ||
+		    (resp->n_cache_ids > 1 && c->sig.sparsifier != SC_SPARSIFY_NONE))
+			job->lossless_only = 1;
+		if (found != SC_OK) {
 			/* Runs with zeros, delivers nothing: what a node whose trainers all
 			 * joined does (join.c). Otherwise the other ranks' sums then lack this
 			 * node's share, which only the loss of a whole node explains. */
@@ -1038,16 +1152,8 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 					  "node: it takes "
 					  "part with zeros",
 					  c->name);
-			job->lossless_only = 1;
 			continue;
 		}
-		/* Several tensors sparsified ahead: each made its own selection, which only a
-		 * lossless scheme delivers whole (a lossy one would select again over the
-		 * concatenated index space, and the tensors of small magnitudes would go
-		 * missing: the loss sparsification ahead avoids). */
-		if (!it->nt->opts.allow_lossy ||
-		    (resp->n_cache_ids > 1 && it->sparsifier != SC_SPARSIFY_NONE))
-			job->lossless_only = 1;
 	}
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
 	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
@@ -1108,8 +1214,10 @@ sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
 	for (size_t i = 0; !w->is_coord && i < plan->n_new_entries; i++) {
 		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
+		scd_tsig_t sig;
+		scd_tsig_from_msg(ce->sig, &sig);
 		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo,
-			      ce->fuse_key) != SC_OK) {
+			      ce->fuse_key, &sig) != SC_OK) {
 			/* the plans of this rank would no longer match the others' */
 			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
 						     "this rank leaves the world");
@@ -1343,6 +1451,8 @@ void scd_neg_destroy(scd_world_t *w)
 {
 	poison_free_list(w->poisons);
 	poison_free_list(w->out_abandon);
+	scd_late_free_list(w->lates);
+	scd_late_free_list(w->refusals);
 	while (w->ehead)
 		centry_free(w, w->ehead);
 	for (uint32_t i = 0; i < w->cap_cache; i++)
@@ -1361,7 +1471,7 @@ void scd_neg_destroy(scd_world_t *w)
 void scd_neg_reset(scd_world_t *w)
 {
 	scd_neg_destroy(w);
-	w->poisons = w->out_abandon = NULL;
+	w->poisons = w->out_abandon = w->lates = w->refusals = NULL;
 	w->ehead = w->etail = NULL;
 	memset(w->ebucket, 0, sizeof(w->ebucket));
 	w->cache = NULL;

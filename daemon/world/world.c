@@ -153,12 +153,77 @@ static sc_status_t prepare_endpoint(scd_world_t *w)
 	return SC_OK;
 }
 
+/* Key k's value as a Join carries it: numbers in full (scd_config_text rounds them to six
+ * digits, which two different values may share). */
+static const char *same_text(const scd_config_t *cfg, int k, char *buf, size_t len)
+{
+	if (scd_cfg_desc[k].type == SCD_CFG_STR)
+		return cfg->sval[k] ? cfg->sval[k] : "";
+	if (scd_cfg_desc[k].type == SCD_CFG_NUM)
+		snprintf(buf, len, "%.17g", cfg->dval[k]);
+	else
+		snprintf(buf, len, "%lld", (long long)cfg->ival[k]);
+	return buf;
+}
+
+/* The keys the configuration table marks the same on every node (SCD_CFG_SAME), as text in
+ * keys (room for SCD_CFG_COUNT) and their values in vals (SCD_CFG_COUNT x 256); the count. */
+static size_t same_keys(const scd_config_t *cfg, Sparsecomm__ConfigSet *keys,
+			Sparsecomm__ConfigSet **ptrs, char (*vals)[256])
+{
+	size_t n = 0;
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		if (!(scd_cfg_desc[k].runtime & SCD_CFG_SAME))
+			continue;
+		sparsecomm__config_set__init(&keys[n]);
+		keys[n].key = (char *)scd_cfg_desc[k].name;
+		keys[n].value = (char *)same_text(cfg, k, vals[n], sizeof(vals[n]));
+		ptrs[n] = &keys[n];
+		n++;
+	}
+	return n;
+}
+
+/* Whether a Join's keys that must be the same on every node differ from this daemon's (why
+ * then names the first such key and both values): every key the table marks, none left
+ * out. */
+static int same_keys_differ(const scd_config_t *cfg, const Sparsecomm__Join *j, char *why,
+			    size_t len)
+{
+	char own[256];
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		if (!(scd_cfg_desc[k].runtime & SCD_CFG_SAME))
+			continue;
+		const char *mine = same_text(cfg, k, own, sizeof(own)), *theirs = NULL;
+		for (size_t i = 0; i < j->n_same_keys && !theirs; i++)
+			if (j->same_keys[i]->key &&
+			    !strcmp(j->same_keys[i]->key, scd_cfg_desc[k].name))
+				theirs = j->same_keys[i]->value ? j->same_keys[i]->value : "";
+		if (!theirs) {
+			snprintf(why, len,
+				 "rank %d does not say its %s (the coordinator has '%.64s')",
+				 j->rank, scd_cfg_desc[k].name, mine);
+			return 1;
+		}
+		if (strcmp(theirs, mine)) {
+			snprintf(why, len, "rank %d has %s '%.64s', the coordinator '%.64s'",
+				 j->rank, scd_cfg_desc[k].name, theirs, mine);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 static void send_join(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
 	scd_peer_t *self = &w->peers[d->rank];
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	Sparsecomm__Join j = SPARSECOMM__JOIN__INIT;
+	Sparsecomm__ConfigSet keys[SCD_CFG_COUNT], *ptrs[SCD_CFG_COUNT];
+	char vals[SCD_CFG_COUNT][256];
+	j.n_same_keys = same_keys(&d->cfg, keys, ptrs, vals);
+	j.same_keys = ptrs;
 	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION;
 	j.rank = d->rank;
 	j.world_size = d->world_size;
@@ -333,6 +398,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		snprintf(why, sizeof(why),
 			 "rank %d has nonfinite '%.16s', the coordinator '%s'", j->rank,
 			 j->nonfinite ? j->nonfinite : "", own_nonfinite);
+	} else if (same_keys_differ(&d->cfg, j, why, sizeof(why))) {
+		/* why says which */
 	} else if (w->formed &&
 		   w->peers[j->rank].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
 		/* a node given up (lost, left) comes back: the world re-forms with it */

@@ -55,6 +55,10 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt);
 /* The tensor can never complete on this node (its trainers disagree on it): every rank's
  * operation on it fails with status and reason until this node clears it (status SC_OK,
  * sent when the tensor is released). */
+/* This node failed its step of name before announcing it (a local trainer stalled or was
+ * refused): the step fails on every rank with status and reason (world/late.c). */
+void scd_world_fail_step(scd_world_t *w, const char *name, sc_status_t status,
+			 const char *reason);
 void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status,
 		       const char *reason);
 /* The tensor is gone from this node: frees the engine's state for buffers holding it. */

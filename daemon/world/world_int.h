@@ -8,6 +8,7 @@
 #define SCD_WORLD_WORLD_INT_H
 
 #include "transport/transport.h"
+#include "world/agree.h"
 #include "world/curve.h"
 #include "world/fusion_plan.h"
 #include "world/world.h"
@@ -40,9 +41,15 @@ typedef struct scd_centry {
 	char *name;
 	uint64_t first_ms;
 	int count;
+	/* 1: announced, 2: a joined node stands in (join.c), 3: failed on the node before it
+	 * announced it (late.c; the entry then fails with failed, failed_status) */
 	uint8_t *have;
+	char *failed;
+	int failed_status;
+	int detached; /* out of the lookup by name (negotiate.c, centry_detach) */
 	uint32_t *dtype, *op;
 	uint64_t *numel;
+	scd_tsig_t *sig;
 	int solo;
 	uint32_t fuse_key; /* the first announcement's; ranks that differ make it solo */
 	uint64_t ready_ms; /* when the last rank announced it (count reached world size) */
@@ -55,6 +62,7 @@ typedef struct scd_cache_ent {
 	uint64_t numel;
 	int solo;
 	uint32_t fuse_key;
+	scd_tsig_t sig; /* what every rank announced (agree.h) */
 	/* this node's last measured times of the tensor (stats): compression plus fusion,
 	 * and its buffer's communication */
 	double last_tcp_s, last_tcm_s;
@@ -69,12 +77,14 @@ typedef struct scd_outreq {
 	uint64_t numel;
 	int solo;
 	uint32_t fuse_key;
+	scd_tsig_t sig;
 } scd_outreq_t;
 
 /* A name some rank cannot complete (coordinator), or an abandonment to send (every rank). */
 typedef struct scd_poison {
 	char *name;
 	int rank;
+	int step; /* an abandon to send: one failed step only (Abandon.step) */
 	int status;
 	char *reason;
 	struct scd_poison *next;
@@ -111,6 +121,7 @@ struct scd_world {
 	scd_poison_t *out_abandon; /* to send with the next flush */
 	/* coordinator */
 	scd_poison_t *poisons;
+	scd_poison_t *lates, *refusals; /* late.c: failed steps nodes owe, refusals to send */
 	scd_centry_t *ehead, *etail;
 	scd_centry_t *ebucket[SCD_WORLD_BUCKETS];
 	uint64_t cycle;
@@ -190,6 +201,20 @@ void scd_neg_destroy(scd_world_t *w);
 /* Forgets everything negotiated (the world re-forms: every rank starts again from an empty
  * response cache, plan and job count). */
 void scd_neg_reset(scd_world_t *w);
+/* late.c */
+/* Entry e fails with status and msg: records it for every node that has not announced it
+ * yet (connected, not degraded, not joined) but node skip (-1: none; the node whose own
+ * failure it is), whose next announcement of the name is then the late step. */
+void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char *msg,
+		   int skip);
+/* Rank's announcement of name (refuse 1), or its note that it failed its step (refuse 0):
+ * 1 when it is the late step the node owes (with refuse, refused with the next plan,
+ * scd_late_refusals), 0 to take it. */
+int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse);
+void scd_late_forget_rank(scd_world_t *w, int rank);
+/* The refusals to send (name, rank, status, reason), the caller's to free. */
+scd_poison_t *scd_late_refusals(scd_world_t *w);
+void scd_late_free_list(scd_poison_t *l);
 /* liveness.c */
 /* The world formed: every peer is connected and heard now; the heartbeats start. */
 void scd_live_start(scd_world_t *w);

@@ -170,6 +170,10 @@ int it_cuda_driver(int argc, char **argv); /* itest_cudadrv.c */
 int it_cuda_fake(int argc, char **argv);   /* itest_cudafake.c */
 int it_metrics(int argc, char **argv);	   /* itest_metrics.c */
 int it_wire16(int argc, char **argv);	   /* itest_wire.c */
+int it_agree(int argc, char **argv);	   /* itest_agree.c */
+int it_late(int argc, char **argv);
+int it_coo_forms(int argc, char **argv);
+int it_random(int argc, char **argv); /* itest_random.c */
 
 /* Minimal JSON reader for sparsectl's --json output (itest_json.c). */
 typedef enum { IT_JNULL, IT_JBOOL, IT_JNUM, IT_JSTR, IT_JARR, IT_JOBJ } it_jtype_t;

@@ -11,10 +11,11 @@
  *   two non-finite values for the tensor in `sparsectl stats`; the others count none.
  * badinput nan-pass (nonfinite = pass): the sum proceeds as with warn and nothing is
  *   counted.
- * badinput compute: the offender registers a threshold-sparsified tensor with a threshold
- *   that is positive as a double but 0 as float32, so only its node's compute stage fails
- *   (the sparsifier cannot be made); every rank's allreduce fails within a few seconds
- *   (not at the stall or operation timeout) with the same error naming that node's rank
+ * badinput compute: a threshold-sparsified tensor with a threshold that is positive as a
+ *   double but 0 as float32 (the tensor's options are agreed, so every node has it), so
+ *   every node's compute stage fails (the sparsifier cannot be made) before it
+ *   communicates; every rank's allreduce fails within a few seconds (not at the stall or
+ *   operation timeout) with the same error naming the lowest faulty node's rank (rank 0)
  *   and the tensor, and a valid step of another tensor is then exact.
  * badinput header: every trainer scribbles over the offsets and capacities in its shared
  *   buffer's header (proto/shm_layout.h) before each step; the daemon uses its own copies,
@@ -161,10 +162,10 @@ static void bad_nan(sc_client_t *c, int bad, const char *mode)
 static void bad_compute(sc_client_t *c, int bad)
 {
 	const char *name = "badinput.compute";
-	int me = sc_rank(c), node = it_env.env_node_rank; /* every trainer of a node alike */
-	sc_tensor_opts_t o = {.struct_size = sizeof(o),
-			      .sparsifier = SC_SPARSIFY_THRESHOLD,
-			      .threshold = node == bad / it_env.env_local_size ? 1e-50 : 0.5};
+	int me = sc_rank(c);
+	sc_tensor_opts_t o = {
+	    .struct_size = sizeof(o), .sparsifier = SC_SPARSIFY_THRESHOLD, .threshold = 1e-50};
+	bad = 0; /* every node fails: the error names the lowest */
 	sc_tensor_t *t, *d = it_register(c, "badinput.compute.dense", SC_FLOAT32, BI_NUMEL);
 	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, BI_NUMEL, &o, &t), "register '%s'",
 		    name);

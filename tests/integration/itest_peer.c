@@ -43,6 +43,51 @@
 #include <zmq.h>
 
 #define PEER_REPLY_MS 10000
+#define PEER_MAX_KEYS 64
+
+/* The keys a Join must carry, with the daemon's defaults (what the coordinator run.sh
+ * starts has): the lines of `sparsecommd --dump-config` marked "same on every node", a
+ * decimal number written in full as a daemon's Join writes it. */
+static size_t same_keys(Sparsecomm__ConfigSet *ks, Sparsecomm__ConfigSet **pk,
+			char (*text)[2][256])
+{
+	char cmd[4200], line[1024];
+	snprintf(cmd, sizeof(cmd), "'%s/sparsecommd' --dump-config", it_env.self_dir);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		IT_FAIL("cannot run %s", cmd);
+	size_t n = 0;
+	while (fgets(line, sizeof(line), f) && n < PEER_MAX_KEYS) {
+		char *eq = strstr(line, " = "), *hash = strstr(line, "  # ");
+		if (!eq || !hash || !strstr(hash, "same on every node"))
+			continue;
+		*eq = *hash = 0;
+		char *v = eq + 3, *end = NULL;
+		double d = strtod(v, &end);
+		snprintf(text[n][0], sizeof(text[n][0]), "%.255s", line);
+		if (*v && end && !*end && strpbrk(v, ".e"))
+			snprintf(text[n][1], sizeof(text[n][1]), "%.17g", d);
+		else
+			snprintf(text[n][1], sizeof(text[n][1]), "%.255s", v);
+		sparsecomm__config_set__init(&ks[n]);
+		ks[n].key = text[n][0], ks[n].value = text[n][1];
+		pk[n] = &ks[n];
+		n++;
+	}
+	pclose(f);
+	if (!n)
+		IT_FAIL("%s lists no key the same on every node", cmd);
+	return n;
+}
+
+/* A Join's keys marked the same on every node, the daemon's defaults. */
+static void join_keys(Sparsecomm__Join *j)
+{
+	static Sparsecomm__ConfigSet ks[PEER_MAX_KEYS], *pk[PEER_MAX_KEYS];
+	static char text[PEER_MAX_KEYS][2][256];
+	j->n_same_keys = same_keys(ks, pk, text);
+	j->same_keys = pk;
+}
 
 /* Sends a Join of rank 1 of 2 and returns the refusal's reason (the caller frees it). */
 static char *join_refused(void *sock, uint32_t version, const char *transport, const void *blob,
@@ -265,6 +310,7 @@ int it_peer_spoof(int argc, char **argv)
 	j.local_size = 1;
 	j.transport = "tcp";
 	j.nonfinite = "pass";
+	join_keys(&j);
 	j.transport_blob.data = blob;
 	j.transport_blob.len = sizeof(blob);
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
@@ -316,6 +362,7 @@ static void expect_silence(void *sock, const char *who, int ms)
 	j.local_size = 1;
 	j.transport = "tcp";
 	j.nonfinite = "pass";
+	join_keys(&j);
 	j.transport_blob.data = blob;
 	j.transport_blob.len = sizeof(blob);
 	static uint8_t buf[STRANGER_MSGS][512];

@@ -223,6 +223,11 @@ run_case "mismatch n=2" 2 1 120 0 2 -- "$itest" mismatch
 run_case "mismatch n=3" 3 1 120 0 3 -- "$itest" mismatch
 run_case "mismatch n=1 per-node=2" 1 2 120 0 2 -- "$itest" mismatch
 run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
+# Everything that decides a tensor's scheme or its bytes on the wire is agreed: each option
+# differing on rank 1 fails that tensor with SC_ERR_MISMATCH on every rank naming the field,
+# and other tensors then sum exactly (world/agree.h).
+run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
+run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy
 run_case "busy n=3" 3 1 120 0 3 -- "$itest" busy
 run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
@@ -260,8 +265,8 @@ run_case "badinput truncate n=2" 2 1 120 0 2 -- "$itest" badinput truncate
 # heartbeats go on and no node is lost at a 1 s peer timeout.
 run_case "large registration beside heartbeats n=2" 2 1 180 0 2 --daemon-arg --peer_timeout_ms \
 	--daemon-arg 1000 -- "$itest" bigreg 3072
-# A failure of one node's compute stage alone (a sparsifier its options cannot make) fails
-# the operation on every rank at once, naming that node's rank and the tensor.
+# A failure of the nodes' compute stage (a sparsifier the options cannot make) fails the
+# operation on every rank at once, naming the lowest faulty node's rank and the tensor.
 run_case "badinput compute n=3" 3 1 120 0 3 -- "$itest" badinput compute
 run_case "badinput compute n=2 per-node=2" 2 2 120 0 4 -- "$itest" badinput compute
 
@@ -365,6 +370,78 @@ if selected "nonfinite mismatch refused"; then
 	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
 		grep -q "rank 1 has nonfinite 'warn', the coordinator 'error'" "$tmp/coord.log" && ok=1
 	lone_verdict "nonfinite mismatch refused" "$ok" "rank 1 exited with $rc"
+fi
+
+# Every key the configuration table marks the same on every node (--dump-config says which:
+# the keys a buffer's scheme or its bytes on the wire depend on) is compared at the join: a
+# node whose value differs is refused, naming the key and both values. The list comes from
+# the daemon itself; a key without an alternative value below fails the case.
+same_alt() {
+	case $1 in
+	scheme) echo dense_ring ;;
+	scheme_pins) echo "emb.*=dense_ring" ;;
+	netprobe_interval_jobs) echo 7 ;;
+	spardl_teams) echo 2 ;;
+	exdyna_blocks) echo 512 ;;
+	exdyna_move_blocks) echo 3 ;;
+	exdyna_alpha) echo 1.5 ;;
+	exdyna_beta) echo 1.3 ;;
+	exdyna_gamma) echo 0.0125 ;;
+	exdyna_cap) echo 1.75 ;;
+	exdyna_grid) echo 1.5 ;;
+	sketch_rows) echo 3 ;;
+	sketch_cols) echo 4 ;;
+	nonfinite) echo warn ;;
+	data_protection) echo integrity ;;
+	*) return 1 ;;
+	esac
+}
+# same_key_refused N KEY: a lone coordinator of N nodes with the defaults; rank N-1 (with
+# rank 1 .. N-2 agreeing) has KEY's alternative value and must be refused.
+same_key_refused() {
+	n=$1 key=$2
+	alt=$(same_alt "$key") || { echo "no alternative value for $key in run.sh"; return 1; }
+	head -c 32 /dev/urandom >"$tmp/same-secret" && chmod 600 "$tmp/same-secret"
+	port=$(free_port)
+	: >"$tmp/coord.log"
+	"$bin/sparsecommd" --rank 0 --world_size "$n" --coordinator "127.0.0.1:$port" \
+		--runtime_dir "$tmp/same0" --secret_file "$tmp/same-secret" \
+		--join_timeout_ms 60000 >>"$tmp/coord.log" 2>&1 </dev/null &
+	coord=$!
+	mids=""
+	r=1
+	while [ "$r" -lt $((n - 1)) ]; do
+		"$bin/sparsecommd" --rank "$r" --world_size "$n" --coordinator "127.0.0.1:$port" \
+			--runtime_dir "$tmp/same$r" --secret_file "$tmp/same-secret" \
+			>"$tmp/same$r.log" 2>&1 </dev/null &
+		mids="$mids $!"
+		r=$((r + 1))
+	done
+	timeout 60 "$bin/sparsecommd" --rank $((n - 1)) --world_size "$n" \
+		--coordinator "127.0.0.1:$port" --runtime_dir "$tmp/same-last" \
+		--secret_file "$tmp/same-secret" "--$key" "$alt" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	for p in $mids $coord; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+		grep -qF "rank $((n - 1)) has $key '" "$tmp/coord.log" || {
+		echo "rank $((n - 1)) of $n with $key = $alt: exited with $rc, the coordinator said:"
+		tail -n 5 "$tmp/coord.log"
+		return 1
+	}
+}
+if selected "same keys refused"; then
+	ok=1 why=""
+	keys=$("$bin/sparsecommd" --dump-config | sed -n 's/^\([a-z_0-9]*\) = .*same on every node.*/\1/p')
+	[ -n "$keys" ] || { ok=0; why="--dump-config lists no key the same on every node"; }
+	for key in $keys; do
+		out_k=$(same_key_refused 2 "$key") || { ok=0; why="$why $out_k"; }
+	done
+	for key in sketch_rows scheme; do
+		out_k=$(same_key_refused 3 "$key") || { ok=0; why="$why $out_k"; }
+	done
+	echo "$why" >"$tmp/out"
+	: >"$tmp/coord.log"
+	lone_verdict "same keys refused ($(echo $keys | wc -w) keys)" "$ok" "$why"
 fi
 
 # pair_start NAME ARGS0 ARGS1: two daemons (rank 0 and 1 of 2, one trainer each) on a
@@ -766,6 +843,24 @@ fi
 # SC_ERR_STALLED after stall_timeout_ms (1.5 s here), and the job goes on.
 run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
+# A rank later than stall_timeout_ms: its late step fails too (never paired with the
+# others' next step), and the steps after it are exact (world/late.c).
+# The randomised run: 3 nodes, 2000 steps, each step one rank may (by a seeded choice)
+# differ in one option, submit late, die and come back, or send out-of-range COO; every
+# result must be exact or an error on every rank. The seed is fresh each run and printed
+# with the counts (rerun one: sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms
+# --daemon-arg 300 -- sparsecomm-itest random --seed SEED).
+rnd_seed=$(date +%s)
+run_case "random n=3 (2000 steps, seed $rnd_seed)" 3 1 300 0 3 --daemon-arg \
+	--stall_timeout_ms --daemon-arg 300 -- "$itest" random --steps 2000 --seed "$rnd_seed"
+selected "random n=3" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+# A COO list in any order comes back in the same (sparse) form on every rank; entries over
+# the COO area's capacity fail the step on every rank at once (engine/coo_in.h).
+run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
+run_case "coo forms n=3" 3 1 120 0 3 -- "$itest" coo-forms
+run_case "late n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
+run_case "late n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
+run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 
 # A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
 # that dies, while the others' trainers wait on it: they fail at once or within

@@ -140,7 +140,8 @@ def t_api():
     checks("api", rc, out, 4)
     # one trainer per node: lossless COO results come back sparse from the daemon
     rc, out, _ = launch(4, os.path.join(HERE, "worker_api.py"),
-                        ["sparse_embedding_coo", "sparse_result_forms"], 180)
+                        ["sparse_embedding_coo", "sparse_result_forms", "coo_bad_indices"],
+                        180)
     checks("api_sparse_results", rc, out, 4)
 
 

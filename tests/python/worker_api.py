@@ -115,6 +115,38 @@ def sparse_embedding_coo():
 
 
 @check
+def coo_bad_indices():
+    """Indices no uint32 holds (2**32 + 5, -1, 2.5) on rank 1 alone, then more entries
+    than the COO area holds: never wrapped, truncated or dropped, but refused on every
+    rank alike (promptly, not at the others' stall timeout); valid steps then exact."""
+    n = 32
+    ref = np.zeros(n)
+    for r in range(P):
+        ref[r] += 2
+        ref[10 + r] += 1
+    for bad, code in ((2 ** 32 + 5, sc._lib.SC_ERR_INVALID), (-1, sc._lib.SC_ERR_INVALID),
+                      (2.5, sc._lib.SC_ERR_INVALID), (None, sc._lib.SC_ERR_LIMIT)):
+        idx = np.array([R, R, 10 + R], dtype=np.float64 if bad == 2.5 else np.int64)
+        val = np.ones(3, dtype=np.float32)
+        if R == 1 and bad is not None:
+            idx = np.array([R, bad, 10 + R])
+        elif R == 1:  # four entries for a capacity of three
+            idx, val = np.array([R, R, 10 + R, 11]), np.ones(4, dtype=np.float32)
+        t0 = time.time()
+        try:
+            sc.allreduce_coo(idx, val, n, name="coo.bad", average=False, coo_capacity=3)
+            raise AssertionError("rank 1's index %r: the step succeeded" % (bad,))
+        except sc.SparsecommError as e:
+            assert e.status == code, "index %r: %s, expected %d" % (bad, e, code)
+            assert "rank 1" in str(e) and "coo.bad" in str(e), "index %r: %s" % (bad, e)
+        assert time.time() - t0 < 20, "index %r: refused only after %.1f s" % (
+            bad, time.time() - t0)
+        out = sc.allreduce_coo(np.array([R, R, 10 + R]), np.ones(3, dtype=np.float32), n,
+                               name="coo.bad", average=False, coo_capacity=3)
+        close(out, ref)
+
+
+@check
 def sparse_result_forms():
     check_forms(close)
     v = torch.sparse_coo_tensor(torch.tensor([[R, 7]]), torch.tensor([1.0, 2.0]), (10,))

@@ -849,9 +849,12 @@ def _coo_key(sparsifier, density, threshold, scheme, allow_lossy):
 def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None,
                         dtype=None, coo_capacity=None, sparsifier=None, density=0.0,
                         threshold=0.0, scheme=None, allow_lossy=False):
-    """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel;
-    repeats are summed), ``values`` their values.  The Handle's wait() gives the dense
-    result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel."""
+    """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel, in any
+    order; repeats are summed), ``values`` their values.  The Handle's wait() gives the
+    dense result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel.
+    An index past the tensor, or one no uint32 holds (2**32 and above, negative,
+    fractional), and more entries than coo_capacity, fail the step on every rank
+    (SparsecommError: SC_ERR_INVALID, SC_ERR_LIMIT)."""
     c = _need()
     name = _name_or_none(name)
     idx = np.asarray(indices).reshape(-1)
@@ -865,14 +868,37 @@ def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None
                  int(coo_capacity or numel))
     nnz = idx.size
     try:
-        _check_nnz(e, nnz)
-        np.copyto(e.coo_idx[:nnz], idx, casting="unsafe")
-        np.copyto(e.coo_val[:nnz], val, casting="unsafe")
+        # more entries than the COO area holds: the daemon refuses the step on every rank
+        # (SC_ERR_LIMIT) instead of this rank alone, which would leave the others waiting
+        n = min(nnz, e.coo_capacity)
+        e.coo_idx[:n] = _coo_indices(idx[:n])
+        np.copyto(e.coo_val[:n], val[:n], casting="unsafe")
     except BaseException:
         e.inflight = False
         raise
     hid = _start_coo(c, e, nnz, _op(average, op))
     return Handle(c, e, hid, lambda: e.data.copy())
+
+
+_NO_INDEX = 0xFFFFFFFF  # past every tensor (numel is below 2**32 - 1)
+
+
+def _coo_indices(idx):
+    """The indices as uint32.  One that no uint32 index holds (negative, 2**32 or above, a
+    fraction, NaN, not a number at all) is never wrapped or truncated: it becomes an index
+    past the tensor, so the daemons refuse the step on every rank alike (SC_ERR_INVALID
+    naming this rank and the tensor), and no rank waits for this one."""
+    kind = idx.dtype.kind
+    if kind in "iub":
+        v = idx.astype(np.int64) if kind != "u" else idx.astype(np.uint64)
+        bad = (v > 0xFFFFFFFF) | ((v < 0) if kind != "u" else False)
+        return np.where(bad, _NO_INDEX, v).astype(np.uint32)
+    if kind == "f":
+        with np.errstate(invalid="ignore"):
+            v = idx.astype(np.float64)
+            bad = ~np.isfinite(v) | (v != np.floor(v)) | (v < 0) | (v > 0xFFFFFFFF)
+        return np.where(bad, _NO_INDEX, np.where(bad, 0, v)).astype(np.uint32)
+    return np.full(idx.shape, _NO_INDEX, dtype=np.uint32)
 
 
 def allreduce_coo(indices, values, numel, name=None, average=True, timeout=None, **kw):

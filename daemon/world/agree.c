@@ -1,0 +1,201 @@
+/* agree.c: see agree.h. */
+#include "world/agree.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl/tensor.h"
+#include "engine/opword.h"
+#include "world/world_int.h"
+
+enum {
+	F_COO,
+	F_COO_AREA,
+	F_LOSSY,
+	F_SPARSIFIER,
+	F_DENSITY,
+	F_THRESHOLD,
+	F_ROWS,
+	F_COLS,
+	F_SCHEME,
+	F_BLOCK,
+	F_COUNT
+};
+
+static const char *const field_names[F_COUNT] = {"input (dense or COO)",
+						 "COO area (coo_capacity)",
+						 "allow_lossy",
+						 "sparsifier",
+						 "density",
+						 "threshold",
+						 "sketch rows",
+						 "sketch columns",
+						 "pinned scheme",
+						 "block (S2 bitmap, block top-K)"};
+
+static const char *const sparsifier_names[] = {"none",	 "topk",    "threshold", "dgc",
+					       "exdyna", "natural", "block_topk"};
+
+void scd_tsig_of(const scd_ntensor_t *nt, scd_tsig_t *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->flags = (nt->coo ? SCD_TSIG_COO : 0) |
+		   (nt->opts.coo_capacity > 0 ? SCD_TSIG_COO_AREA : 0) |
+		   (nt->opts.allow_lossy ? SCD_TSIG_LOSSY : 0);
+	s->sparsifier = nt->opts.sparsifier;
+	s->density = nt->opts.density;
+	s->threshold = nt->opts.threshold;
+	s->sketch_rows = nt->opts.sketch_rows;
+	s->sketch_cols = nt->opts.sketch_cols;
+	s->block = nt->opts.block;
+	snprintf(s->scheme, sizeof(s->scheme), "%s", nt->opts.scheme);
+}
+
+int scd_tsig_diff(const scd_tsig_t *a, const scd_tsig_t *b)
+{
+	static const uint32_t bit[3] = {SCD_TSIG_COO, SCD_TSIG_COO_AREA, SCD_TSIG_LOSSY};
+	for (int f = F_COO; f <= F_LOSSY; f++)
+		if ((a->flags ^ b->flags) & bit[f])
+			return f;
+	if (a->sparsifier != b->sparsifier)
+		return F_SPARSIFIER;
+	/* compared as bits: the same option gives the same double on every rank */
+	if (memcmp(&a->density, &b->density, sizeof(double)))
+		return F_DENSITY;
+	if (memcmp(&a->threshold, &b->threshold, sizeof(double)))
+		return F_THRESHOLD;
+	if (a->sketch_rows != b->sketch_rows)
+		return F_ROWS;
+	if (memcmp(&a->sketch_cols, &b->sketch_cols, sizeof(double)))
+		return F_COLS;
+	if (strncmp(a->scheme, b->scheme, sizeof(a->scheme)))
+		return F_SCHEME;
+	if (a->block != b->block)
+		return F_BLOCK;
+	return -1;
+}
+
+int scd_tsig_equal(const scd_tsig_t *a, const scd_tsig_t *b)
+{
+	return scd_tsig_diff(a, b) < 0;
+}
+
+void scd_tsig_to_msg(const scd_tsig_t *s, Sparsecomm__TensorSig *m)
+{
+	sparsecomm__tensor_sig__init(m);
+	m->coo = !!(s->flags & SCD_TSIG_COO);
+	m->coo_area = !!(s->flags & SCD_TSIG_COO_AREA);
+	m->allow_lossy = !!(s->flags & SCD_TSIG_LOSSY);
+	m->sparsifier = s->sparsifier;
+	m->density = s->density;
+	m->threshold = s->threshold;
+	m->sketch_rows = s->sketch_rows;
+	m->sketch_cols = s->sketch_cols;
+	m->block = s->block;
+	m->scheme = (char *)s->scheme;
+}
+
+void scd_tsig_from_msg(const Sparsecomm__TensorSig *m, scd_tsig_t *s)
+{
+	memset(s, 0, sizeof(*s));
+	if (!m)
+		return;
+	s->flags = (m->coo ? SCD_TSIG_COO : 0) | (m->coo_area ? SCD_TSIG_COO_AREA : 0) |
+		   (m->allow_lossy ? SCD_TSIG_LOSSY : 0);
+	s->sparsifier = m->sparsifier;
+	s->density = m->density;
+	s->threshold = m->threshold;
+	s->sketch_rows = m->sketch_rows;
+	s->sketch_cols = m->sketch_cols;
+	s->block = m->block;
+	snprintf(s->scheme, sizeof(s->scheme), "%s", m->scheme ? m->scheme : "");
+}
+
+const char *scd_tsig_field_name(int f)
+{
+	return f >= 0 && f < F_COUNT ? field_names[f] : "?";
+}
+
+void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len)
+{
+	switch (f) {
+	case F_COO:
+		snprintf(buf, len, "%s", s->flags & SCD_TSIG_COO ? "COO" : "dense");
+		break;
+	case F_COO_AREA:
+		snprintf(buf, len, "%s", s->flags & SCD_TSIG_COO_AREA ? "one" : "none");
+		break;
+	case F_LOSSY:
+		snprintf(buf, len, "%s", s->flags & SCD_TSIG_LOSSY ? "true" : "false");
+		break;
+	case F_SPARSIFIER:
+		if (s->sparsifier < sizeof(sparsifier_names) / sizeof(*sparsifier_names))
+			snprintf(buf, len, "%s", sparsifier_names[s->sparsifier]);
+		else
+			snprintf(buf, len, "%u", s->sparsifier);
+		break;
+	case F_DENSITY:
+		snprintf(buf, len, "%.17g", s->density);
+		break;
+	case F_THRESHOLD:
+		snprintf(buf, len, "%.17g", s->threshold);
+		break;
+	case F_ROWS:
+		snprintf(buf, len, "%u", s->sketch_rows);
+		break;
+	case F_COLS:
+		snprintf(buf, len, "%.17g", s->sketch_cols);
+		break;
+	case F_SCHEME:
+		snprintf(buf, len, "'%.31s'", s->scheme);
+		break;
+	case F_BLOCK:
+		snprintf(buf, len, "%u", s->block);
+		break;
+	default:
+		snprintf(buf, len, "?");
+	}
+}
+
+int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, size_t len)
+{
+	int P = w->d->world_size;
+	const char *who = w->d->local_size == 1 ? "rank" : "node";
+	const char *what = NULL;
+	int kind = -1, field = -1;
+	for (int r = 1; r < P && kind < 0; r++) {
+		if (e->numel[r] != e->numel[0])
+			kind = 0, what = "element count";
+		else if (scd_tw_dtype(e->dtype[r]) != scd_tw_dtype(e->dtype[0]))
+			kind = 1, what = "dtype";
+		else if (e->dtype[r] != e->dtype[0])
+			kind = 3, what = "wire format";
+		else if (e->op[r] != e->op[0])
+			kind = 2, what = "operation";
+		else if ((field = scd_tsig_diff(&e->sig[r], &e->sig[0])) >= 0)
+			kind = 4, what = scd_tsig_field_name(field);
+	}
+	if (kind < 0)
+		return 0;
+	int n = snprintf(buf, len,
+			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
+			 what);
+	for (int r = 0; r < P && n < (int)len - 48; r++) {
+		char val[48];
+		if (kind == 0)
+			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
+		else if (kind == 1)
+			snprintf(val, sizeof(val), "%s",
+				 sc_dtype_name(scd_tw_dtype(e->dtype[r])));
+		else if (kind == 3)
+			snprintf(val, sizeof(val), "%s",
+				 sc_wire_name(scd_tw_wire(e->dtype[r])));
+		else if (kind == 4)
+			scd_tsig_field_text(&e->sig[r], field, val, sizeof(val));
+		else
+			scd_op_describe(e->op[r], val, sizeof(val));
+		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
+			      val);
+	}
+	return 1;
+}

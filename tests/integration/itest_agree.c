@@ -1,0 +1,337 @@
+/*
+ * itest_agree.c: everything that decides a tensor's scheme or its bytes on the wire is
+ * agreed by negotiation (world/agree.h). Rank 1 reduces one tensor differently from the
+ * others, one option at a time: its input's form (dense or COO), a COO area, allow_lossy,
+ * the sparsifier (none, top-k, natural, ExDyna, threshold), its density or threshold, the
+ * sketch's rows or columns, a pinned scheme. Every rank's wait must end with
+ * SC_ERR_MISMATCH naming the tensor, rank 1, another rank and the field, promptly (not at
+ * the operation timeout); then two other tensors, a small one and one of 1 Mi elements,
+ * must come back exact three times in a row on every rank: the data plane is still in
+ * step. A pinned scheme the daemon does not know is refused at registration.
+ */
+#include "itest.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define AG_NUMEL     4096
+#define AG_ERR_LIMIT 20.0 /* seconds: far below the operation and stall timeouts */
+
+typedef struct {
+	const char *what;  /* the case, for the log */
+	const char *field; /* a word the error must contain */
+	sc_tensor_opts_t base, other;
+	int base_coo, other_coo; /* submitted as COO */
+} ag_case_t;
+
+static sc_tensor_opts_t opts(int lossy, sc_sparsifier_t sp, double density, double thr,
+			     size_t coo, uint32_t rows, double cols, const char *scheme)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .allow_lossy = lossy,
+			      .sparsifier = sp,
+			      .density = density,
+			      .threshold = thr,
+			      .scheme = scheme,
+			      .coo_capacity = coo,
+			      .sketch_rows = rows,
+			      .sketch_cols = cols};
+	return o;
+}
+
+/* Submits t (dense, or its values as a COO list of every index) and waits for its end. */
+static int submit(sc_client_t *c, sc_tensor_t *t, int coo, char *msg, size_t len)
+{
+	sc_handle_t h = 0;
+	sc_status_t st;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, AG_NUMEL, 11, sc_rank(c), 1);
+	if (coo) {
+		uint32_t *idx = sc_tensor_coo_indices(t);
+		float *val = sc_tensor_coo_values(t);
+		const float *d = sc_tensor_data(t);
+		for (uint32_t i = 0; i < AG_NUMEL; i++)
+			idx[i] = i, val[i] = d[i];
+		st = sc_allreduce_coo_async(c, t, AG_NUMEL, SC_OP_SUM, &h);
+	} else {
+		st = sc_allreduce_async(c, t, SC_OP_SUM, &h);
+	}
+	if (st != SC_OK) {
+		snprintf(msg, len, "%s", sc_last_error());
+		return st;
+	}
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	snprintf(msg, len, "%s", it_wait_error());
+	return r;
+}
+
+/* Three exact steps of a small and of a large dense tensor. */
+static void exact_after(sc_client_t *c, const char *after)
+{
+	static sc_tensor_t *small, *big;
+	const size_t ns = 3, nb = (size_t)1 << 20;
+	if (!small) {
+		small = it_register(c, "agree.after.small", SC_FLOAT32, ns);
+		big = it_register(c, "agree.after.big", SC_FLOAT32, nb);
+	}
+	for (int step = 0; step < 3; step++) {
+		sc_tensor_t *ts[2] = {small, big};
+		size_t ns_[2] = {ns, nb};
+		for (int k = 0; k < 2; k++) {
+			char why[512];
+			uint64_t seed = 100 + (uint64_t)step * 2 + (uint64_t)k;
+			it_fill(sc_tensor_data(ts[k]), SC_FLOAT32, ns_[k], seed, sc_rank(c), 1);
+			IT_CHECK_SC(sc_allreduce(c, ts[k], SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "step %d of %s after the %s mismatch", step,
+				    sc_tensor_name(ts[k]), after);
+			size_t wrong = it_check(sc_tensor_data(ts[k]), SC_FLOAT32, ns_[k], seed,
+						sc_size(c), 1, SC_OP_SUM, why, sizeof(why));
+			if (wrong)
+				IT_FAIL("step %d of '%s' after the %s mismatch: %zu of %zu "
+					"elements wrong: %s",
+					step, sc_tensor_name(ts[k]), after, wrong, ns_[k], why);
+		}
+	}
+}
+
+static void run_case(sc_client_t *c, int i, const ag_case_t *k)
+{
+	char name[96], msg[2048];
+	snprintf(name, sizeof(name), "agree.%d", i);
+	int me = sc_rank(c) == 1;
+	sc_tensor_t *t = NULL;
+	double t0 = it_now_s();
+	IT_CHECK_SC(
+	    sc_register_ex(c, name, SC_FLOAT32, AG_NUMEL, me ? &k->other : &k->base, &t),
+	    "sc_register_ex('%s') (%s)", name, k->what);
+	int r = submit(c, t, me ? k->other_coo : k->base_coo, msg, sizeof(msg));
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_MISMATCH)
+		IT_FAIL(
+		    "'%s': %s differs on rank 1: expected SC_ERR_MISMATCH on every rank, got "
+		    "%s after %.1f s: %s",
+		    name, k->what, it_wait_name(r), dt, msg);
+	if (dt > AG_ERR_LIMIT)
+		IT_FAIL("'%s' (%s): SC_ERR_MISMATCH only after %.1f s", name, k->what, dt);
+	char quoted[128];
+	snprintf(quoted, sizeof(quoted), "'%s'", name);
+	if (!strstr(msg, quoted) || !strstr(msg, k->field) || !it_mentions_rank(msg, 1) ||
+	    !it_mentions_rank(msg, 0))
+		IT_FAIL("the SC_ERR_MISMATCH of '%s' (%s) does not name the tensor, the field "
+			"'%s', rank 1 and rank 0: %s",
+			name, k->what, k->field, msg);
+	it_log("%s: SC_ERR_MISMATCH after %.2f s: %s", k->what, dt, msg);
+	exact_after(c, k->what);
+}
+
+int it_agree(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	if (sc_size(c) < 2 || sc_local_size(c) != 1)
+		IT_FAIL(
+		    "needs 2 or more nodes of one trainer each, the job has %d trainers, %d "
+		    "per node",
+		    sc_size(c), sc_local_size(c));
+	const sc_sparsifier_t N = SC_SPARSIFY_NONE, T = SC_SPARSIFY_TOPK;
+	const ag_case_t cases[] = {
+	    {"dense on the others, COO on rank 1 (registered for it)", "input",
+	     opts(0, N, 0, 0, 0, 0, 0, NULL), opts(0, N, 0, 0, AG_NUMEL, 0, 0, NULL), 0, 1},
+	    {"COO input on rank 1 alone, every rank with a COO area", "input",
+	     opts(0, N, 0, 0, AG_NUMEL, 0, 0, NULL), opts(0, N, 0, 0, AG_NUMEL, 0, 0, NULL), 0,
+	     1},
+	    {"a COO area on rank 1 alone", "COO area", opts(0, N, 0, 0, 0, 0, 0, NULL),
+	     opts(0, N, 0, 0, AG_NUMEL, 0, 0, NULL), 0, 0},
+	    {"allow_lossy", "allow_lossy", opts(0, N, 0, 0, 0, 0, 0, NULL),
+	     opts(1, N, 0, 0, 0, 0, 0, NULL), 0, 0},
+	    {"a top-k sparsifier", "sparsifier", opts(0, N, 0, 0, 0, 0, 0, NULL),
+	     opts(0, T, 0.1, 0, 0, 0, 0, NULL), 0, 0},
+	    {"natural", "sparsifier", opts(0, N, 0, 0, 0, 0, 0, NULL),
+	     opts(0, SC_SPARSIFY_NATURAL, 0, 0, 0, 0, 0, NULL), 0, 0},
+	    {"ExDyna against top-k", "sparsifier", opts(0, T, 0.1, 0, 0, 0, 0, NULL),
+	     opts(0, SC_SPARSIFY_EXDYNA, 0.1, 0, 0, 0, 0, NULL), 0, 0},
+	    {"DGC against top-k", "sparsifier", opts(0, T, 0.1, 0, 0, 0, 0, NULL),
+	     opts(0, SC_SPARSIFY_DGC, 0.1, 0, 0, 0, 0, NULL), 0, 0},
+	    {"the top-k density", "density", opts(0, T, 0.1, 0, 0, 0, 0, NULL),
+	     opts(0, T, 0.2, 0, 0, 0, 0, NULL), 0, 0},
+	    {"the threshold", "threshold",
+	     opts(0, SC_SPARSIFY_THRESHOLD, 0, 0.5, 0, 0, 0, NULL),
+	     opts(0, SC_SPARSIFY_THRESHOLD, 0, 0.25, 0, 0, 0, NULL), 0, 0},
+	    {"the sketch rows", "sketch rows", opts(1, N, 0, 0, 0, 0, 0, "s2_sketch"),
+	     opts(1, N, 0, 0, 0, 3, 0, "s2_sketch"), 0, 0},
+	    {"the sketch columns", "sketch columns", opts(1, N, 0, 0, 0, 0, 0, "s2_sketch"),
+	     opts(1, N, 0, 0, 0, 0, 4, "s2_sketch"), 0, 0},
+	    {"a lossy pin", "pinned scheme", opts(1, N, 0, 0, 0, 0, 0, NULL),
+	     opts(1, N, 0, 0, 0, 0, 0, "spardl"), 0, 0},
+	    {"a pinned scheme", "pinned scheme", opts(0, N, 0, 0, 0, 0, 0, "agsparse"),
+	     opts(0, N, 0, 0, 0, 0, 0, "dense_ring"), 0, 0},
+	};
+	(void)argc, (void)argv;
+	exact_after(c, "(none yet)");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++)
+		run_case(c, (int)i, &cases[i]);
+	/* a pin the daemon does not know: refused where it is given, never ignored */
+	sc_tensor_opts_t bad = opts(0, N, 0, 0, 0, 0, 0, "no_such_scheme");
+	sc_tensor_t *t = NULL;
+	sc_status_t st = sc_register_ex(c, "agree.badpin", SC_FLOAT32, 16, &bad, &t);
+	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "no_such_scheme"))
+		IT_FAIL("a tensor pinned to scheme 'no_such_scheme': %s (%s), expected "
+			"SC_ERR_INVALID naming the scheme",
+			sc_status_name(st), sc_last_error());
+	it_log("unknown pin refused: %s", sc_last_error());
+	exact_after(c, "unknown pin");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
+ * late (stall_timeout_ms 1500): rank 0 submits step 1 of a tensor 2.5 s late, as a
+ * checkpoint or an evaluation on one rank does. The others' step 1 fails with
+ * SC_ERR_STALLED naming rank 0, and they go on to step 2 at once; rank 0's late step 1 must
+ * then fail too (SC_ERR_STALLED, saying it was late), not pair with the others' step 2; and
+ * every later step, each with its own values, is exact on every rank.
+ */
+int it_late(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const size_t n = 1000;
+	char why[512];
+	(void)argc, (void)argv;
+	sc_tensor_t *g = it_register(c, "late.g", SC_FLOAT32, n);
+	for (int step = 0; step < 6; step++) {
+		if (step == 1 && rank == 0)
+			it_sleep_ms(2500);
+		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step, rank, 1);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'late.g'",
+			    step);
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (step == 1) {
+			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 0) ||
+			    (rank == 0 && !strstr(it_wait_error(), "late")))
+				IT_FAIL(
+				    "step 1 of 'late.g', rank 0 late: expected SC_ERR_STALLED "
+				    "naming rank 0%s, got %s: %s",
+				    rank == 0 ? " and its late submission" : "",
+				    it_wait_name(r), it_wait_error());
+			it_log("step 1: %s", it_wait_error());
+			continue;
+		}
+		if (r != SC_OK)
+			IT_FAIL("step %d of 'late.g': %s: %s", step, it_wait_name(r),
+				it_wait_error());
+		size_t wrong = it_check(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step,
+					size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL(
+			    "step %d of 'late.g' after rank 0's late step: %zu of %zu elements "
+			    "wrong (another step's values paired in?): %s",
+			    step, wrong, n, why);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
+ * coo-forms (one trainer per node): rank 1 writes its COO list unsorted, with repeated
+ * indices; every rank asks for a sparse result. Every rank must get the same form, sparse,
+ * exact (the engine sorts its own copy of the list). Then rank 1 gives one entry more than
+ * the COO area holds: every rank's operation fails promptly with SC_ERR_LIMIT naming rank
+ * 1, not only rank 1's at once and the others' at their stall timeout; a valid step is
+ * then exact.
+ */
+/* Writes rank's list of step into t's COO area: indices rank*7 + 97*k (k < cap) with
+ * values 1 + step; rank 1 writes them backwards, each twice (0.5 and 0.5 + step). */
+static size_t coo_forms_list(sc_tensor_t *t, int rank, int step, uint32_t cap)
+{
+	uint32_t *idx = sc_tensor_coo_indices(t);
+	float *val = sc_tensor_coo_values(t);
+	size_t nnz = 0;
+	for (uint32_t k = 0; k < cap; k++) {
+		uint32_t i = (uint32_t)rank * 7 + 97 * (rank == 1 ? cap - 1 - k : k);
+		if (rank == 1) {
+			idx[nnz] = i, val[nnz++] = 0.5f;
+			idx[nnz] = i, val[nnz++] = 0.5f + (float)step;
+		} else {
+			idx[nnz] = i, val[nnz++] = 1.0f + (float)step;
+		}
+	}
+	return nnz;
+}
+
+int it_coo_forms(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const uint32_t numel = 1 << 16, cap = 64;
+	(void)argc, (void)argv;
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = 2 * cap * (size_t)size};
+	sc_tensor_t *t;
+	IT_CHECK_SC(sc_register_ex(c, "coo.forms", SC_FLOAT32, numel, &o, &t), "register");
+	static float want[1 << 16];
+	for (int step = 0; step < 3; step++) {
+		memset(want, 0, sizeof(want));
+		for (int r = 0; r < size; r++)
+			for (uint32_t k = 0; k < cap; k++)
+				want[(uint32_t)r * 7 + 97 * k] += 1.0f + (float)step;
+		size_t nnz = coo_forms_list(t, rank, step, cap);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_coo_sparse_async(c, t, nnz, SC_OP_SUM, &h), "step %d",
+			    step);
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("step %d of 'coo.forms': %s: %s", step, it_wait_name(r),
+				it_wait_error());
+		size_t got = sc_tensor_result_nnz(t);
+		if (got == SC_RESULT_DENSE)
+			IT_FAIL(
+			    "step %d of 'coo.forms': a dense result on rank %d (rank 1's list "
+			    "unsorted): every rank must get the same form, sparse",
+			    step, rank);
+		const uint32_t *idx = sc_tensor_coo_indices(t);
+		const float *val = sc_tensor_coo_values(t);
+		size_t listed = 0;
+		for (size_t k = 0; k < got; k++) {
+			if (k && idx[k] <= idx[k - 1])
+				IT_FAIL("step %d: result index %u at %zu not ascending", step,
+					idx[k], k);
+			if (idx[k] >= numel || val[k] != want[idx[k]])
+				IT_FAIL("step %d: index %u sums %g, expected %g", step, idx[k],
+					(double)val[k],
+					idx[k] < numel ? (double)want[idx[k]] : 0.0);
+			listed += want[idx[k]] != 0;
+		}
+		if (listed != (size_t)size * cap)
+			IT_FAIL("step %d: %zu of the %zu non-zero indices in the result", step,
+				listed, (size_t)size * cap);
+	}
+	/* one entry over the capacity on rank 1 */
+	size_t nnz = rank == 1 ? 2 * cap * (size_t)size + 1 : coo_forms_list(t, rank, 0, cap);
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	sc_status_t st = sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h);
+	int r = st == SC_OK ? it_wait(c, h, IT_ERROR_TIMEOUT_MS) : st;
+	const char *why = st == SC_OK ? it_wait_error() : sc_last_error();
+	if (r != SC_ERR_LIMIT || !it_mentions_rank(why, 1) || !strstr(why, "capacity"))
+		IT_FAIL("rank 1 over the COO capacity: expected SC_ERR_LIMIT naming rank 1 and "
+			"the capacity on every rank, got %s: %s",
+			it_wait_name(r), why);
+	if (it_now_s() - t0 > AG_ERR_LIMIT)
+		IT_FAIL("rank 1 over the COO capacity: refused here only after %.1f s",
+			it_now_s() - t0);
+	it_log("over the capacity: %s", why);
+	nnz = coo_forms_list(t, rank, 0, cap);
+	IT_CHECK_SC(sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h), "valid step");
+	if ((r = it_wait(c, h, IT_OP_TIMEOUT_MS)) != SC_OK)
+		IT_FAIL("the step after the refusal: %s: %s", it_wait_name(r), it_wait_error());
+	memset(want, 0, sizeof(want));
+	for (int q = 0; q < size; q++)
+		for (uint32_t k = 0; k < cap; k++)
+			want[(uint32_t)q * 7 + 97 * k] += 1.0f;
+	const float *d = sc_tensor_data(t);
+	for (uint32_t i = 0; i < numel; i++)
+		if (d[i] != want[i])
+			IT_FAIL("the step after the refusal: [%u] = %g, expected %g", i,
+				(double)d[i], (double)want[i]);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
