@@ -47,7 +47,9 @@ static void usage(FILE *out)
 		scd_config_init(&c);
 		fprintf(out, "  --%-24s %s (default: %s)%s\n", scd_cfg_desc[k].name,
 			scd_cfg_desc[k].doc, scd_config_text(&c, k, buf, sizeof(buf)),
-			scd_cfg_desc[k].runtime ? " [runtime]" : "");
+			scd_cfg_desc[k].runtime == SCD_CFG_RT_OWNER ? " [runtime, owner]"
+			: scd_cfg_desc[k].runtime		    ? " [runtime]"
+								    : "");
 		scd_config_free(&c);
 	}
 	fprintf(out, "\n  --notify-fd N             write READY=1 to fd N once the world has "

@@ -8,6 +8,8 @@
  */
 #include "fuzz.h"
 
+#include <unistd.h>
+
 #include "ctl/ctl.h"
 
 static void announce(scd_world_t *w, scd_ntensor_t *nt) {}
@@ -38,12 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (scd_ctl_create(&d, &up, &ctl) != SC_OK)
 		return 0;
 	d.ctl = ctl;
+	/* the daemon's own user, a process that exists (this one), no connection */
+	scd_peer_cred_t cred = {1, (uint32_t)geteuid(), (uint32_t)getegid(), (int)getpid(), -1};
 	while (size) {
 		uint8_t ident[2] = {'c', (uint8_t)(fuzz_take(&data, &size, 1) % 4)};
 		size_t len = (size_t)fuzz_take(&data, &size, 2);
 		len = len < size ? len : size;
 		uint8_t *msg = fuzz_copy(data, len);
-		scd_ctl_dispatch(ctl, ident, sizeof(ident), msg, len);
+		scd_ctl_dispatch(ctl, ident, sizeof(ident), &cred, msg, len);
 		free(msg);
 		data += len, size -= len;
 	}

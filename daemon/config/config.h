@@ -15,6 +15,7 @@
 #include "sparsecomm.h"
 
 typedef enum { SCD_CFG_INT, SCD_CFG_STR, SCD_CFG_NUM } scd_cfg_type_t;
+#define SCD_CFG_RT_OWNER 2 /* runtime-changeable by the daemon's user or root only */
 typedef enum {
 	SCD_SRC_DEFAULT = 0,
 	SCD_SRC_FILE,
@@ -24,6 +25,10 @@ typedef enum {
 } scd_cfg_source_t;
 
 /* The X-macro list of settings: X(key, type, default_int, default_str, min, max, runtime, doc).
+ * runtime: 0 read at start only; 1 changeable at run time (sparsectl config set) by any
+ * client of the control socket; SCD_CFG_RT_OWNER (2) changeable only by a client running
+ * as the daemon's own user or as root, for keys that name files the daemon writes or that
+ * lift the operator's limits (a ctl_group member is refused, by name).
  * INT: an integer (K, M, G suffixes), default_int, min and max. STR: text, default_str.
  * NUM: a decimal number, default_str its default, min and max in millionths.
  * The scheme keys (spardl_ .. sketch_) are read once at start and must be the same on every
@@ -77,9 +82,9 @@ typedef enum {
 	X(peer_timeout_ms, INT, 10000, NULL, 200, 3600000, 0,                                  \
 	  "a daemon not heard on the coordinator channel for this long is lost and every "     \
 	  "operation that needs it fails; heartbeats go every quarter of it")                  \
-	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
+	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 2,                      \
 	  "largest tensor a trainer may register")                                             \
-	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \
+	X(max_registrations, INT, 16384, NULL, 1, 65536, 2,                                    \
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel caps a process's mappings (vm.max_map_count, 65530)")       \
 	X(scheme, STR, 0, "auto", 0, 0, 1,                                                     \
@@ -123,7 +128,7 @@ typedef enum {
 	X(device, STR, 0, "auto", 0, 0, 0,                                                     \
 	  "tensors' placements served: cpu (cuda registrations are refused), cuda (the GPU "   \
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
-	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
+	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 2,                           \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
 	X(cuda_device, INT, 0, NULL, 0, 63, 0,                                                 \
 	  "the engine GPU: the node's local sums and schemes of cuda tensors run on this "     \
@@ -142,11 +147,11 @@ typedef enum {
 	  "what guards the tcp data plane's bytes after each connection's handshake: none, "   \
 	  "integrity (every record carries a MAC) or encrypt (and is encrypted); needs "       \
 	  "secret_file, and the same on every node")                                           \
-	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
+	X(log_level, STR, 0, "info", 0, 0, 2, "error, warn, info or debug")                    \
 	X(metrics_addr, STR, 0, "", 0, 0, 0,                                                   \
 	  "HOST:PORT of a Prometheus endpoint (GET /metrics) with the counters of "            \
 	  "`sparsectl stats` and the world's state (empty: off)")                              \
-	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
+	X(timeline_file, STR, 0, "", 0, 0, 2,                                                  \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
 	  "and without it several daemons write FILE.<rank>.json")
 

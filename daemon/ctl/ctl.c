@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "ctl/peer.h"
 #include "device/cuda.h"
 #include "engine/engine.h"
 #include "util/arena.h"
@@ -28,16 +28,36 @@
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
 /* How long after a trainer's process ended its last messages may still arrive. */
 #define CTL_EXIT_GRACE_MS 100
+/*
+ * What one client may have queued and unread. Messages (ZMQ_SNDHWM of each connection,
+ * with ZMQ_ROUTER_MANDATORY so that a full queue is an error, not a silent drop): a
+ * trainer's unsolicited messages are at most one completion per registration (65536 at
+ * most) and its barrier and join, and the library reads them as they come; every other
+ * message answers a request. Reports (status, stats, configuration, pending: the replies
+ * that can be large): CTL_REPORT_BACKLOG_BYTES sent since the client was last seen to
+ * have read everything. A client over either is dropped (see session_overflow).
+ */
+#define CTL_SEND_HWM		 (65536 + 1024)
+#define CTL_REPORT_BACKLOG_BYTES (16u << 20)
 
 typedef struct scd_session {
 	uint8_t ident[256];
 	size_t ident_len;
 	int role; /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
-	int pid;
+	/* who it is, from the kernel (peer.h): its process (0: one the daemon cannot see) and
+	 * user; declared_pid is what its hello said, kept for messages only */
+	int pid, declared_pid;
+	uint32_t uid;
 	int local_rank;
 	int pidfd;
 	uv_poll_t pidpoll;
-	uint64_t exited_ms; /* when its process was seen to end (0: running); see on_pid_exit */
+	int conn; /* a duplicate of its connection (peer.h), -1: none */
+	uv_poll_t connpoll;
+	int handles; /* uv handles still open: the session is freed when the last closes */
+	uint64_t exited_ms;  /* when its process or connection was seen to end (0: running) */
+	const char *gone;    /* how: "exited", "closed its connection", "was dropped" */
+	size_t report_bytes; /* reports sent since it was last seen to have read everything */
+	int dropped;	     /* too much unread: its connection is shut, it ends at the tick */
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
 	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
@@ -75,19 +95,56 @@ struct scd_ctl {
 
 /* ---- sending ------------------------------------------------------------------------ */
 
+static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t len);
+static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what);
+
+static int is_report(const Sparsecomm__DaemonMsg *m)
+{
+	return m->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATUS ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATS ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_CONFIG ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_PENDING;
+}
+
+/* Sends m to the client ident. A session's client that has too much unread (a full queue,
+ * or reports over CTL_REPORT_BACKLOG_BYTES) is dropped instead; one whose connection is
+ * gone ends as if it had exited. */
 static void send_to(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		    const Sparsecomm__DaemonMsg *m)
 {
+	if (!ctl->sock)
+		return;
+	scd_session_t *s = session_find(ctl, ident, ident_len);
+	if (s && s->dropped)
+		return; /* ending at the next tick */
 	size_t n = sparsecomm__daemon_msg__get_packed_size(m);
+	if (s && is_report(m)) {
+		if (s->report_bytes && s->report_bytes + n > CTL_REPORT_BACKLOG_BYTES) {
+			session_overflow(ctl, s, "reports");
+			return;
+		}
+		s->report_bytes += n;
+	}
 	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
 	if (!buf)
 		return;
 	sparsecomm__daemon_msg__pack(m, buf);
-	if (zmq_send(ctl->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT) < 0)
-		scd_warn(SCD_SUB_CTL, "reply of %zu bytes dropped: %s", n, zmq_strerror(errno));
+	int rc = zmq_send(ctl->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	if (rc >= 0)
+		rc = zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT);
+	int err = errno;
 	if (buf != stackbuf)
 		free(buf);
+	if (rc >= 0)
+		return;
+	if (s && err == EAGAIN) {
+		session_overflow(ctl, s, "messages");
+	} else if (s && err == EHOSTUNREACH) {
+		if (!s->exited_ms) /* its connection is gone: it ends at the next tick */
+			s->exited_ms = scd_now_ms(), s->gone = "closed its connection";
+	} else {
+		scd_debug(SCD_SUB_CTL, "reply of %zu bytes dropped: %s", n, zmq_strerror(err));
+	}
 }
 
 static void send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
@@ -355,7 +412,56 @@ static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t 
 
 static void session_free_cb(uv_handle_t *h)
 {
-	free(h->data);
+	scd_session_t *s = h->data;
+	if (--s->handles == 0)
+		free(s);
+}
+
+/* Closes what watches the session's process and connection, then frees it. */
+static void session_close(scd_session_t *s)
+{
+	s->handles++; /* held until both are closing */
+	if (s->pidfd >= 0) {
+		uv_poll_stop(&s->pidpoll);
+		close(s->pidfd);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->pidpoll, session_free_cb);
+	}
+	if (s->conn >= 0) {
+		uv_poll_stop(&s->connpoll);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->connpoll, session_free_cb);
+		close(s->conn);
+	}
+	if (--s->handles == 0)
+		free(s);
+}
+
+/*
+ * A client that does not read what the daemon sends it: its connection is shut down, which
+ * makes ZeroMQ close it and free what was queued for it, and the session ends at the next
+ * tick as a trainer's death would (its node's operations in flight fail, naming it).
+ */
+static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
+{
+	char pid[96];
+	if (s->dropped)
+		return;
+	s->dropped = 1;
+	s->gone = "was dropped: it did not read its replies";
+	s->exited_ms = scd_now_ms();
+	scd_warn(
+	    SCD_SUB_CTL,
+	    "%s client %s (uid %u) dropped: it does not read its replies (%s over the bound "
+	    "of %s)",
+	    s->role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control",
+	    scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)), s->uid,
+	    !strcmp(what, "messages") ? "queued messages" : "unread reports",
+	    !strcmp(what, "messages") ? "65536 + 1024 messages" : "16 MiB");
+	if (s->conn >= 0) {
+		uv_poll_stop(&s->connpoll);
+		shutdown(s->conn, SHUT_RDWR);
+	}
 }
 
 /* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
@@ -368,11 +474,13 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		inflight += r->handle != 0;
 	inflight += s->barrier_handle != 0 || s->join_handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
-		snprintf(why, sizeof(why),
-			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
+		char pid[96];
+		snprintf(why, sizeof(why), "trainer rank %d (node %d, local rank %d, %s) %s",
 			 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank,
-			 s->local_rank, s->pid,
-			 died ? "exited" : "disconnected with operations in flight");
+			 s->local_rank,
+			 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)),
+			 died ? (s->gone ? s->gone : "exited")
+			      : "disconnected with operations in flight");
 		scd_warn(SCD_SUB_CTL, "%s", why);
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
@@ -428,14 +536,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		ctl->by_local[s->local_rank] = NULL;
 		ctl->n_trainers--;
 	}
-	if (s->pidfd >= 0) {
-		uv_poll_stop(&s->pidpoll);
-		close(s->pidfd);
-		s->pidpoll.data = s;
-		uv_close((uv_handle_t *)&s->pidpoll, session_free_cb);
-	} else {
-		free(s);
-	}
+	session_close(s);
 }
 
 /* A trainer's process ended. What it sent before it exited (its goodbye after sc_finalize,
@@ -446,23 +547,40 @@ static void on_pid_exit(uv_poll_t *h, int status, int events)
 {
 	scd_session_t *s = h->data;
 	uv_poll_stop(&s->pidpoll);
-	s->exited_ms = scd_now_ms();
+	if (!s->exited_ms)
+		s->exited_ms = scd_now_ms(), s->gone = "exited";
 }
 
-static int pidfd_open_(int pid)
+/* The client's end of its connection closed (every process holding it exited or closed
+ * it): as on_pid_exit. */
+static void on_conn_hangup(uv_poll_t *h, int status, int events)
 {
-#ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	errno = ENOSYS;
-	return -1;
-#endif
+	scd_session_t *s = h->data;
+	uv_poll_stop(&s->connpoll);
+	if (!s->exited_ms)
+		s->exited_ms = scd_now_ms(), s->gone = "closed its connection";
+}
+
+/* Watches the session's process (a pidfd of the kernel's pid) and its connection. */
+static void session_watch(scd_ctl_t *ctl, scd_session_t *s, const scd_peer_cred_t *cred)
+{
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && s->pid > 0 &&
+	    (s->pidfd = scd_peer_pidfd(s->pid)) >= 0) {
+		uv_poll_init(ctl->d->loop, &s->pidpoll, s->pidfd);
+		s->pidpoll.data = s;
+		uv_poll_start(&s->pidpoll, UV_READABLE, on_pid_exit);
+	}
+	if ((s->conn = scd_peer_conn_dup(cred)) >= 0) {
+		uv_poll_init(ctl->d->loop, &s->connpoll, s->conn);
+		s->connpoll.data = s;
+		uv_poll_start(&s->connpoll, UV_DISCONNECT, on_conn_hangup);
+	}
 }
 
 /* ---- handlers ----------------------------------------------------------------------- */
 
 static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
-			 const Sparsecomm__Hello *h)
+			 const scd_peer_cred_t *cred, const Sparsecomm__Hello *h)
 {
 	scd_daemon_t *d = ctl->d;
 	char msg[256];
@@ -489,9 +607,12 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 				return;
 			}
 			if (ctl->by_local[h->local_rank]) {
+				char pid[96];
+				scd_session_t *o = ctl->by_local[h->local_rank];
 				snprintf(msg, sizeof(msg),
-					 "local rank %d is already taken by pid %d",
-					 h->local_rank, ctl->by_local[h->local_rank]->pid);
+					 "local rank %d is already taken by %s", h->local_rank,
+					 scd_peer_pid_text(o->pid, o->declared_pid, pid,
+							   sizeof(pid)));
 				send_error(ctl, ident, ident_len, seq, SC_ERR_BUSY, msg);
 				return;
 			}
@@ -528,17 +649,20 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	memcpy(s->ident, ident, ident_len);
 	s->ident_len = ident_len;
 	s->role = h->role;
-	s->pid = h->pid;
+	/* the kernel's word, not the hello's: a trainer in a PID namespace of its own says 1 */
+	s->pid = cred && cred->known ? cred->pid : 0;
+	s->uid = cred && cred->known ? cred->uid : UINT32_MAX;
+	s->declared_pid = h->pid;
 	s->local_rank = lr;
-	s->pidfd = -1;
+	s->pidfd = s->conn = -1;
 	s->ctl = ctl;
 	s->last_ms = scd_now_ms();
+	session_watch(ctl, s, cred);
+	if (s->pid != h->pid)
+		scd_info(SCD_SUB_CTL,
+			 "client says it is pid %d, the kernel says %d%s: the kernel's is used",
+			 h->pid, s->pid, s->pid ? "" : " (a process this daemon cannot see)");
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
-		if (h->pid > 0 && (s->pidfd = pidfd_open_(h->pid)) >= 0) {
-			uv_poll_init(d->loop, &s->pidpoll, s->pidfd);
-			s->pidpoll.data = s;
-			uv_poll_start(&s->pidpoll, UV_READABLE, on_pid_exit);
-		}
 		ctl->by_local[lr] = s;
 		ctl->n_trainers++;
 		if (ctl->degraded && ctl->n_trainers == d->local_size) {
@@ -921,7 +1045,7 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 		sparsecomm__client_info__init(ci);
 		ci->local_rank = t->local_rank;
 		ci->rank = d->rank * d->local_size + t->local_rank;
-		ci->pid = t->pid;
+		ci->pid = t->pid ? t->pid : t->declared_pid;
 		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
 			ci->tensors++;
 			ci->in_flight += g->handle != 0;
@@ -1078,6 +1202,15 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		char why[512], msg2[700];
 		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
 						  cs->value ? cs->value : "", why, sizeof(why));
+		if (st == SC_OK && scd_cfg_desc[k].runtime == SCD_CFG_RT_OWNER &&
+		    !scd_peer_is_owner(s->uid)) {
+			st = SC_ERR_INVALID;
+			snprintf(
+			    why, sizeof(why),
+			    "%s may be changed only by the daemon's user (uid %u) or root, "
+			    "and this client runs as uid %u",
+			    scd_cfg_desc[k].name, (unsigned)geteuid(), s->uid);
+		}
 		if (st != SC_OK) {
 			snprintf(msg2, sizeof(msg2),
 				 "config set %.60s '%.100s' refused, nothing applied on any "
@@ -1121,7 +1254,7 @@ static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 }
 
 void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
-		      const uint8_t *buf, size_t len)
+		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
 {
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
 	if (!msg) {
@@ -1134,13 +1267,22 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	}
 	uint64_t seq = msg->seq;
 	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
-		handle_hello(ctl, ident, ident_len, seq, msg->hello);
+		handle_hello(ctl, ident, ident_len, seq, cred, msg->hello);
 		goto out;
 	}
 	scd_session_t *s = session_find(ctl, ident, ident_len);
 	if (!s) {
 		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL,
 			   "no session: send hello first");
+		goto out;
+	}
+	if (cred && cred->known && (cred->pid != s->pid || cred->uid != s->uid)) {
+		/* another connection with this one's routing identity */
+		char err[160];
+		snprintf(err, sizeof(err),
+			 "this session belongs to pid %d (uid %u), not to pid %d (uid %u)",
+			 s->pid, s->uid, cred->pid, cred->uid);
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, err);
 		goto out;
 	}
 	s->last_ms = scd_now_ms();
@@ -1190,8 +1332,11 @@ void scd_ctl_drain(scd_ctl_t *ctl)
 	if (!ctl || !ctl->sock)
 		return;
 	scd_zmsg_t m = {0};
-	while (scd_zmsg_recv(ctl->sock, 1, &m))
-		scd_ctl_dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
+	scd_peer_cred_t cred;
+	while (scd_zmsg_recv(ctl->sock, 1, &m)) {
+		scd_zmsg_cred(&m, &cred);
+		scd_ctl_dispatch(ctl, m.ident, m.ident_len, &cred, m.data, m.len);
+	}
 	scd_zmsg_done(&m);
 }
 
@@ -1214,6 +1359,10 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
 			session_end(ctl, s, 1);
 	}
+	/* Reports a client has read: nothing it was sent is left unread. */
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->report_bytes && scd_peer_conn_unread(s->conn) <= 0)
+			s->report_bytes = 0;
 	/* Trainers without a pidfd: check that the process still exists. */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
@@ -1298,10 +1447,11 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 {
 	scd_daemon_t *d = ctl->d;
 	ctl->sock = zmq_socket(d->zctx, ZMQ_ROUTER);
-	int hwm = 1 << 20, linger = 0;
-	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	int hwm = 1 << 20, sndhwm = CTL_SEND_HWM, linger = 0, mandatory = 1;
+	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
 	zmq_setsockopt(ctl->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(ctl->sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
 	if (scd_zsock_bound(ctl->sock, SCD_CTL_MSG_MAX_BYTES) != 0) {
 		scd_error(SCD_SUB_CTL,
 			  "cannot bound the control socket's messages to %lld bytes: %s",
