@@ -354,6 +354,8 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999"},
     {"oversize", it_oversize, "a 192 MiB control frame, the daemon's memory bounded"},
+    {"false-pid", it_false_pid, "a trainer declaring a false pid, tracked by its real one"},
+    {"ctl-flood", it_ctl_flood, "control clients that never read, dropped"},
     {"peer-oversize", it_peer_oversize, "a 192 MiB frame to the coordinator"},
     {"badinput", it_badinput, "one rank's invalid input fails the operation on every rank"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},

@@ -242,6 +242,27 @@ run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
+# Control clients as the kernel sees them: a trainer whose hello declares pid 1 (a PID
+# namespace of its own) or a pid no process has is tracked by its real pid, and its death
+# frees its local rank; clients that never read their replies are dropped, each with a
+# log line, the daemon's memory bounded.
+run_case "false pid init n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid init
+run_case "false pid invisible n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid invisible
+rm -rf "$tmp/flood"
+run_case "ctl flood n=1" 1 1 180 0 1 --log-dir "$tmp/flood" -- "$itest" ctl-flood
+if selected "ctl flood n=1"; then
+	if grep -q "control client pid [0-9]* (uid [0-9]*) dropped: it does not read its replies (unread reports" \
+		"$tmp/flood"/daemon*.log &&
+		grep -q "control client pid [0-9]* (uid [0-9]*) dropped: it does not read its replies (queued messages" \
+			"$tmp/flood"/daemon*.log; then
+		echo "ok    ctl flood n=1: both clients dropped, logged"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  ctl flood n=1: the daemon's log does not say both clients were dropped"
+		grep -h "dropped" "$tmp/flood"/daemon*.log 2>/dev/null | head -n 5 | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
 # One rank's invalid input fails the operation on every rank, naming the rank and the
 # tensor (a COO index out of range; a NaN with nonfinite = error); with nonfinite = warn
 # the sum proceeds and the offender's node counts the values; pass counts nothing.
