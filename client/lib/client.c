@@ -696,11 +696,12 @@ sc_status_t scl_probe_socket(const char *path)
 	if (rc == 0)
 		return SC_OK;
 	if (err == EACCES || err == EPERM)
-		return scl_error(SC_ERR_CONNECT,
-				 "cannot reach the daemon at %s: %s for uid %u (the daemon admits "
-				 "its own user and the members of its ctl_group, through its "
-				 "runtime directory's and its socket's permissions)",
-				 path, strerror(err), (unsigned)geteuid());
+		return scl_error(
+		    SC_ERR_CONNECT,
+		    "cannot reach the daemon at %s: %s for uid %u (the daemon admits "
+		    "its own user and the members of its ctl_group, through its "
+		    "runtime directory's and its socket's permissions)",
+		    path, strerror(err), (unsigned)geteuid());
 	/* no socket yet, or a stale one: a daemon starting may bind it within the handshake's
 	 * wait, which then says what it found */
 	return SC_OK;

@@ -20,9 +20,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -643,9 +643,10 @@ int it_ctl_flood(int argc, char **argv)
 	it_log("daemon pid %d: VmHWM %ld KiB before the floods, %ld KiB after", pid, before,
 	       after);
 	if (after - before >= 64 << 10)
-		IT_FAIL("the daemon (pid %d) kept what its clients never read: its peak resident "
-			"memory grew from %ld to %ld KiB",
-			pid, before, after);
+		IT_FAIL(
+		    "the daemon (pid %d) kept what its clients never read: its peak resident "
+		    "memory grew from %ld to %ld KiB",
+		    pid, before, after);
 	raw_close(&r);
 	raw_close(&s);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");

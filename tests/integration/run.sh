@@ -438,8 +438,11 @@ fi
 # A daemon shared by a group (ctl_group, needs root): a root daemon whose ctl_group is a
 # fresh group; a fresh user in that group connects, registers tensors (their shared memory
 # is 0660 of the group) and sums, and sparsectl status works for it; a user outside the
-# group is refused. Without a named socket, sparsectl falls back to the system daemon's
-# /run/sparsecomm/ctl.sock when the user's own default has none.
+# group is refused at once, sparsectl and the library alike, naming the permissions and
+# the uid. Without a named socket, sparsectl falls back to the system daemon's
+# /run/sparsecomm/ctl.sock when the user's own default has none. The member may change a
+# tuning key but not one that names a file the daemon writes (timeline_file) or lifts a
+# limit (max_tensor_bytes): it is refused by name, and no file is made; root may.
 if selected "ctl_group member connects"; then
 	name="ctl_group member connects"
 	if [ "$(id -u)" -ne 0 ]; then
@@ -472,10 +475,29 @@ if selected "ctl_group member connects"; then
 		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
 			>>"$tmp/out" 2>&1 </dev/null
 		rc_ctl=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			timeline_file "$shared/owned.json" >"$tmp/priv.out" 2>&1 </dev/null
+		rc_priv=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			max_tensor_bytes 64G >>"$tmp/priv.out" 2>&1 </dev/null
+		rc_priv2=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			cycle_time_ms 2 >>"$tmp/priv.out" 2>&1 </dev/null
+		rc_tune=$?
+		timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set max_tensor_bytes 8G \
+			>>"$tmp/priv.out" 2>&1 </dev/null
+		rc_root=$?
+		member_uid=$(id -u "$member") other_uid=$(id -u "$other")
+		t_other=$(date +%s)
 		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
 			timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
 			>"$tmp/other.out" 2>&1 </dev/null
 		rc_other=$?
+		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
+			SPARSECOMM_SOCKET="$rt/ctl.sock" timeout 30 "$itest" sums-small \
+			>>"$tmp/other.out" 2>&1 </dev/null
+		rc_other_lib=$?
+		t_other=$(($(date +%s) - t_other))
 		as_member env XDG_RUNTIME_DIR="$shared" timeout 20 "$bin/sparsectl" status \
 			>"$tmp/default.out" 2>&1 </dev/null
 		kill "$gd" 2>/dev/null
@@ -484,17 +506,25 @@ if selected "ctl_group member connects"; then
 		userdel "$other" 2>/dev/null
 		groupdel "$grp" 2>/dev/null
 		rm -rf "$shared"
-		cat "$tmp/other.out" "$tmp/default.out" >>"$tmp/out"
+		cat "$tmp/other.out" "$tmp/default.out" "$tmp/priv.out" >>"$tmp/out"
 		ok=0
 		# the system socket is either missing (named in the error) or answers
 		[ "$modes" = "750 $grp / 660 $grp" ] && [ "$rc_member" -eq 0 ] &&
-			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] &&
+			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] && [ "$rc_other_lib" -ne 0 ] &&
+			[ "$t_other" -lt 8 ] && [ "$rc_priv" -ne 0 ] && [ "$rc_priv2" -ne 0 ] &&
+			[ "$rc_tune" -eq 0 ] && [ "$rc_root" -eq 0 ] &&
+			[ ! -e "$shared/owned.json" ] &&
+			grep -q "timeline_file may be changed only by the daemon's user (uid 0) or root, and this client runs as uid $member_uid" "$tmp/priv.out" &&
+			grep -q "max_tensor_bytes may be changed only by the daemon's user" "$tmp/priv.out" &&
 			grep -q 'sums-small: rank 0 passed' "$tmp/out" &&
-			grep -q 'Permission denied\|permission' "$tmp/other.out" &&
+			[ "$(grep -c "Permission denied for uid $other_uid" "$tmp/other.out")" -eq 2 ] &&
+			! grep -q 'is sparsecommd running' "$tmp/other.out" &&
 			{ grep -q '/run/sparsecomm/ctl.sock' "$tmp/default.out" ||
 				grep -q '^daemon ' "$tmp/default.out"; } && ok=1
 		lone_verdict "$name" "$ok" "modes '$modes' (want '750 $grp / 660 $grp'), the \
-member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other"
+member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other and \
+$rc_other_lib after $t_other s; config set by the member: timeline_file $rc_priv, \
+max_tensor_bytes $rc_priv2, cycle_time_ms $rc_tune; by root: $rc_root"
 	fi
 fi
 
