@@ -185,6 +185,7 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .fusion_stats = scd_world_fusion_stats,
     .barrier_enter = scd_world_barrier_enter,
     .node_join = scd_world_node_join,
+    .node_left = scd_world_node_left,
 };
 
 void scd_daemon_world_ready(scd_daemon_t *d)

@@ -22,9 +22,10 @@ static void status(scd_world_t *w, Sparsecomm__StatusReply *r, struct scd_arena 
 static void fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, struct scd_arena *a) {}
 static void barrier_enter(scd_world_t *w, uint64_t seq) {}
 static void node_join(scd_world_t *w, int last_rank) {}
-static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget, node_state,
-				     pending,	    config_propose, status, fusion_stats,
-				     barrier_enter, node_join};
+static void node_left(scd_world_t *w, const char *reason) {}
+static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget,   node_state,
+				     pending,	    config_propose, status,   fusion_stats,
+				     barrier_enter, node_join,	    node_left};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -8,6 +8,7 @@
 #include "ctl/ctl.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -464,6 +465,24 @@ static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
 	}
 }
 
+/* A trainer ended its session cleanly without joining: a join in progress can never
+ * complete, here (the node's joined trainers) or anywhere (the coordinator hears it). */
+static void trainer_left(scd_ctl_t *ctl, scd_session_t *s)
+{
+	char why[256], pid[96];
+	snprintf(why, sizeof(why),
+		 "trainer rank %d (node %d, local rank %d, %s) left without joining",
+		 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank, s->local_rank,
+		 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)));
+	if (ctl->n_joined) {
+		char msg[300];
+		snprintf(msg, sizeof(msg), "join aborted: %s", why);
+		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
+	}
+	if (ctl->d->world && !ctl->d->shutting_down)
+		ctl->up->node_left(ctl->d->world, why);
+}
+
 /* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
  * node's matching operations down with it, and the node becomes degraded. */
 static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
@@ -496,6 +515,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			ctl->n_joined--, s->join_handle = 0;
 		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
 	}
+	if (!why[0] && s->role == SPARSECOMM__ROLE__ROLE_TRAINER && !s->join_handle)
+		trainer_left(ctl, s);
 	if (why[0] && ctl->barrier_waiting) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",
@@ -662,6 +683,15 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		scd_info(SCD_SUB_CTL,
 			 "client says it is pid %d, the kernel says %d%s: the kernel's is used",
 			 h->pid, s->pid, s->pid ? "" : " (a process this daemon cannot see)");
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && !ctl->n_trainers && ctl->degraded) {
+		/* every trainer of the job that lost one has gone: this one starts a new job */
+		scd_info(SCD_SUB_CTL,
+			 "a trainer connects to a node without trainers: the "
+			 "previous job's failure (%s) is over",
+			 ctl->degraded_reason);
+		ctl->degraded = 0;
+		ctl->up->node_state(d->world, 0, "");
+	}
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		ctl->by_local[lr] = s;
 		ctl->n_trainers++;
@@ -934,6 +964,23 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	announce_if_ready(ctl, nt);
 }
 
+/* The node's barrier in progress cannot complete when every local trainer is in it or
+ * joined, some joined (they enter no barrier until every rank has joined): it fails here
+ * at once (on the other nodes, once the coordinator's stall timeout runs out). */
+static int barrier_vs_join(scd_ctl_t *ctl)
+{
+	if (!ctl->barrier_waiting || !ctl->n_joined ||
+	    ctl->barrier_waiting + ctl->n_joined < ctl->d->local_size)
+		return 0;
+	char msg[256];
+	snprintf(msg, sizeof(msg),
+		 "barrier %llu cannot complete: rank %d of node %d has joined (sc_join), and "
+		 "enters no barrier until every rank has joined",
+		 (unsigned long long)ctl->barrier_seq + 1, ctl->join_last, ctl->d->rank);
+	barrier_complete(ctl, SC_ERR_ABORTED, msg);
+	return 1;
+}
+
 static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			const Sparsecomm__TrainerJoin *j)
 {
@@ -974,6 +1021,7 @@ static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		next = nt->all_next;
 		announce_if_ready(ctl, nt);
 	}
+	barrier_vs_join(ctl);
 	if (scd_ctl_all_joined(ctl))
 		ctl->up->node_join(ctl->d->world, ctl->join_last);
 }
@@ -993,6 +1041,12 @@ static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (s->barrier_handle) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "rank %d: already in a barrier", rank);
+	} else if (s->join_handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "rank %d: barrier refused: it has joined, and enters no barrier until "
+			 "every rank has joined",
+			 rank);
 	} else if (ctl->degraded) {
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "rank %d: barrier refused: %s", rank,
@@ -1006,6 +1060,8 @@ static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_ok(ctl, s, seq);
 	if (ctl->barrier_waiting++ == 0)
 		ctl->barrier_since_ms = scd_now_ms();
+	if (barrier_vs_join(ctl))
+		return;
 	if (ctl->barrier_waiting == ctl->d->local_size && !ctl->barrier_entered) {
 		ctl->barrier_entered = 1;
 		ctl->up->barrier_enter(ctl->d->world, ctl->barrier_seq + 1);
@@ -1356,8 +1412,12 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		scd_ctl_drain(ctl);
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
-		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
-			session_end(ctl, s, 1);
+		if (!s->exited_ms || now - s->exited_ms < CTL_EXIT_GRACE_MS)
+			continue;
+		struct pollfd pfd = {s->pidfd, POLLIN, 0};
+		if (!s->dropped && s->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
+			s->gone = "exited"; /* its connection closed as it exited */
+		session_end(ctl, s, 1);
 	}
 	/* Reports a client has read: nothing it was sent is left unread. */
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)

@@ -45,6 +45,8 @@ typedef struct scd_ctl_upcalls {
 	void (*barrier_enter)(scd_world_t *w, uint64_t seq);
 	/* every local trainer joined, last_rank the last of them */
 	void (*node_join)(scd_world_t *w, int last_rank);
+	/* a local trainer ended its session without joining */
+	void (*node_left)(scd_world_t *w, const char *reason);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */

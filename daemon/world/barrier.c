@@ -70,7 +70,28 @@ void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnt
 		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
 	} else if (w->barrier_count == w->d->world_size) {
 		barrier_conclude(w, want, SC_OK, NULL);
+	} else {
+		scd_barrier_check_joined(w);
 	}
+}
+
+void scd_barrier_check_joined(scd_world_t *w)
+{
+	if (!w->is_coord || !w->barrier_count)
+		return;
+	for (int r = 0; r < w->d->world_size; r++)
+		if (w->peers[r].join_seq && !w->peers[r].barrier_in) {
+			char msg[256];
+			snprintf(msg, sizeof(msg),
+				 "barrier %llu cannot complete: %s %d %s joined (sc_join), and "
+				 "enter%s no barrier until every rank has joined",
+				 (unsigned long long)w->barrier_seq + 1,
+				 w->d->local_size > 1 ? "the trainers of node" : "rank", r,
+				 w->d->local_size > 1 ? "have" : "has",
+				 w->d->local_size > 1 ? "" : "s");
+			barrier_conclude(w, w->barrier_seq + 1, SC_ERR_ABORTED, msg);
+			return;
+		}
 }
 
 void scd_barrier_tick(scd_world_t *w)

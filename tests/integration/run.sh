@@ -704,6 +704,58 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 # peer_timeout_ms, naming it (liveness.sh).
 . "$root/tests/integration/liveness.sh"
 
+# A join that cannot complete and a barrier beside it fail at once on every rank, each
+# naming why (rank 0 joined; the others entered a barrier, then left without joining);
+# the next session's sums are exact (itest_sessions.c).
+run_case "join left n=2" 2 1 60 0 2 -- "$itest" join-left
+run_case "join left n=3" 3 1 60 0 3 -- "$itest" join-left
+run_case "join left n=1 per-node=2" 1 2 60 0 2 -- "$itest" join-left
+
+# A trainer that crashed ends its job, not the daemon's next one: on a daemon that stays
+# (world of 1, two trainers per node), local rank 1 submits and kills itself; the next
+# job's local rank 0 starts a second before its local rank 1, and both sum exactly.
+if selected "crashed trainer, next job"; then
+	nj=$tmp/nextjob
+	mkdir -p "$nj"
+	: >"$tmp/coord.log"
+	"$bin/sparsecommd" --rank 0 --world_size 1 --local_size 2 \
+		--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$nj" >>"$tmp/coord.log" 2>&1 \
+		</dev/null &
+	njd=$!
+	i=0
+	while [ ! -S "$nj/ctl.sock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nj_trainer() { # LOCAL_RANK SCENARIO
+		SPARSECOMM_SOCKET="ipc://$nj/ctl.sock" SPARSECOMM_RANK=$1 SPARSECOMM_SIZE=2 \
+			SPARSECOMM_LOCAL_RANK=$1 SPARSECOMM_LOCAL_SIZE=2 timeout 60 "$itest" "$2"
+	}
+	nj_trainer 1 crash >"$tmp/out" 2>&1 </dev/null
+	rc_crash=$?
+	i=0
+	while ! grep -q "local rank 1, pid [0-9]*) exited" "$tmp/coord.log" && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nj_trainer 0 sums-small >"$tmp/nj0.out" 2>&1 </dev/null &
+	nj0=$!
+	sleep 1
+	nj_trainer 1 sums-small >"$tmp/nj1.out" 2>&1 </dev/null
+	rc_nj1=$?
+	wait "$nj0"
+	rc_nj0=$?
+	kill "$njd" 2>/dev/null
+	wait "$njd" 2>/dev/null
+	cat "$tmp/nj0.out" "$tmp/nj1.out" >>"$tmp/out"
+	ok=0
+	[ "$rc_crash" -eq 137 ] && [ "$rc_nj0" -eq 0 ] && [ "$rc_nj1" -eq 0 ] &&
+		grep -q 'sums-small: rank 0 passed' "$tmp/nj0.out" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/nj1.out" && ok=1
+	lone_verdict "crashed trainer, next job" "$ok" \
+		"the crash exited $rc_crash (want 137), the next job's trainers $rc_nj0 and $rc_nj1"
+fi
+
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
