@@ -634,7 +634,7 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	s->ctl = ctl;
 	s->last_ms = scd_now_ms();
 	session_watch(ctl, s, cred);
-	if (s->pid != h->pid)
+	if (s->pid != h->pid && s->role == SPARSECOMM__ROLE__ROLE_TRAINER)
 		scd_info(SCD_SUB_CTL,
 			 "client says it is pid %d, the kernel says %d%s: the kernel's is used",
 			 h->pid, s->pid, s->pid ? "" : " (a process this daemon cannot see)");

@@ -538,18 +538,22 @@ static pid_t false_pid_trainer(int lr, int declared)
  * "init": a trainer in a PID namespace of its own) or a pid no process has (MODE
  * "invisible"). The daemon must track it by its real pid (the kernel's): listed with it,
  * kept while it lives, and on its death noticed (local rank 1 freed, for a new trainer to
- * take). Run on one node of two trainers; local rank 1's own trainer only passes.
+ * take). MODE "foreign": the daemon runs in a PID namespace of its own, so it cannot see
+ * the trainer's process at all (it lists the declared pid 1): its death must still be
+ * noticed, by its connection's hang-up. Run on one node of two trainers; local rank 1's
+ * own trainer only passes.
  */
 int it_false_pid(int argc, char **argv)
 {
 	if (it_env.env_local_rank != 0)
 		it_pass();
 	int invisible = argc > 1 && !strcmp(argv[1], "invisible");
+	int foreign = argc > 1 && !strcmp(argv[1], "foreign");
 	int declared = invisible ? vanished_pid() : 1;
 	pid_t child = false_pid_trainer(1, declared);
 	it_sleep_ms(1200); /* several ticks of the daemon's liveness checks */
 	int listed = status_pid_of(1);
-	if (listed != (int)child)
+	if (listed != (foreign ? declared : (int)child))
 		IT_FAIL("local rank 1 (pid %d, declaring pid %d) is listed with pid %d after "
 			"1.2 s",
 			(int)child, declared, listed);

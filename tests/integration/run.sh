@@ -248,6 +248,46 @@ run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
 # log line, the daemon's memory bounded.
 run_case "false pid init n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid init
 run_case "false pid invisible n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid invisible
+# A trainer whose process the daemon cannot see (the daemon in a PID namespace of its own;
+# needs root): its death is noticed through its connection's hang-up. The daemon gets a
+# /dev/shm of its own too: at start it removes the objects of daemons whose pid it cannot
+# see, and from there it sees none.
+if selected "false pid foreign n=1 per-node=2"; then
+	name="false pid foreign n=1 per-node=2"
+	if [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null 2>&1; then
+		skip_case "$name" "needs root and unshare (util-linux) for a PID namespace"
+	elif ! unshare --pid --mount --fork sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null; then
+		skip_case "$name" "cannot create a PID and a mount namespace here"
+	else
+		fns=$tmp/foreign
+		mkdir -p "$fns"
+		: >"$tmp/coord.log"
+		unshare --pid --mount --kill-child sh -c \
+			'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$0" "$@"' \
+			"$bin/sparsecommd" --rank 0 --world_size 1 --local_size 2 \
+			--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$fns" \
+			>>"$tmp/coord.log" 2>&1 </dev/null &
+		fnsd=$!
+		i=0
+		while [ ! -S "$fns/ctl.sock" ] && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		SPARSECOMM_SOCKET="ipc://$fns/ctl.sock" SPARSECOMM_RANK=0 SPARSECOMM_SIZE=2 \
+			SPARSECOMM_LOCAL_RANK=0 SPARSECOMM_LOCAL_SIZE=2 timeout 60 "$itest" false-pid \
+			foreign >"$tmp/out" 2>&1 </dev/null
+		rc=$?
+		# unshare waits for the daemon (its child) whatever it is sent: the daemon is stopped
+		kill $(cat "/proc/$fnsd/task/$fnsd/children" 2>/dev/null) 2>/dev/null
+		wait "$fnsd" 2>/dev/null
+		ok=0
+		[ "$rc" -eq 0 ] && grep -q 'false-pid: rank 0 passed' "$tmp/out" &&
+			grep -q "a process this daemon cannot see" "$tmp/coord.log" &&
+			grep -q "pid unknown (1 in its own PID namespace)) closed its connection" \
+				"$tmp/coord.log" && ok=1
+		lone_verdict "$name" "$ok" "scenario exited with $rc"
+	fi
+fi
 rm -rf "$tmp/flood"
 run_case "ctl flood n=1" 1 1 180 0 1 --log-dir "$tmp/flood" -- "$itest" ctl-flood
 if selected "ctl flood n=1"; then
