@@ -55,7 +55,9 @@ static void usage(FILE *out)
 		scd_config_init(&c);
 		fprintf(out, "  --%-24s %s (default: %s)%s\n", scd_cfg_desc[k].name,
 			scd_cfg_desc[k].doc, scd_config_text(&c, k, buf, sizeof(buf)),
-			(scd_cfg_desc[k].runtime & SCD_CFG_RT) ? " [runtime]" : "");
+			(scd_cfg_desc[k].runtime & SCD_CFG_OWNER) ? " [runtime, owner]"
+			: (scd_cfg_desc[k].runtime & SCD_CFG_RT)  ? " [runtime]"
+								  : "");
 		scd_config_free(&c);
 	}
 	fprintf(out, "\n  --notify-fd N             write READY=1 to fd N once the world has "
@@ -192,6 +194,7 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .fusion_stats = scd_world_fusion_stats,
     .barrier_enter = scd_world_barrier_enter,
     .node_join = scd_world_node_join,
+    .node_left = scd_world_node_left,
 };
 
 void scd_daemon_world_ready(scd_daemon_t *d)

@@ -8,6 +8,8 @@
  */
 #include "fuzz.h"
 
+#include <unistd.h>
+
 #include "ctl/ctl.h"
 
 static void announce(scd_world_t *w, scd_ntensor_t *nt) {}
@@ -23,9 +25,10 @@ static void node_join(scd_world_t *w, int last_rank) {}
 static void fail_step(scd_world_t *w, const char *name, sc_status_t status, const char *reason)
 {
 }
-static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget,   node_state,
-				     pending,	    config_propose, status,   fusion_stats,
-				     barrier_enter, node_join,	    fail_step};
+static void node_left(scd_world_t *w, const char *reason) {}
+static const scd_ctl_upcalls_t up = {announce,	    abandon,	    forget,    node_state,
+				     pending,	    config_propose, status,    fusion_stats,
+				     barrier_enter, node_join,	    fail_step, node_left};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -41,12 +44,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (scd_ctl_create(&d, &up, &ctl) != SC_OK)
 		return 0;
 	d.ctl = ctl;
+	/* the daemon's own user, a process that exists (this one), no connection */
+	scd_peer_cred_t cred = {1, (uint32_t)geteuid(), (uint32_t)getegid(), (int)getpid(), -1};
 	while (size) {
 		uint8_t ident[2] = {'c', (uint8_t)(fuzz_take(&data, &size, 1) % 4)};
 		size_t len = (size_t)fuzz_take(&data, &size, 2);
 		len = len < size ? len : size;
 		uint8_t *msg = fuzz_copy(data, len);
-		scd_ctl_dispatch(ctl, ident, sizeof(ident), msg, len);
+		scd_ctl_dispatch(ctl, ident, sizeof(ident), &cred, msg, len);
 		free(msg);
 		data += len, size -= len;
 	}

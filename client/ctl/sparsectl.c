@@ -662,10 +662,14 @@ static int check_socket(const char *sock, int json)
 
 	if (strncmp(sock, "ipc://", 6) == 0)
 		path = sock + 6;
-	if (path && stat(path, &st) < 0) {
+	if (path && stat(path, &st) < 0 && errno != EACCES) {
 		ctl_error(json, SC_ERR_CONNECT,
 			  "no daemon socket at %s (%s); is sparsecommd running?", path,
 			  strerror(errno));
+		return EXIT_DAEMON;
+	}
+	if (path && scl_probe_socket(path) != SC_OK) {
+		ctl_error(json, SC_ERR_CONNECT, "%s", sc_last_error());
 		return EXIT_DAEMON;
 	}
 	return 0;

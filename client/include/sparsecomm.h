@@ -161,7 +161,9 @@ typedef uint64_t sc_handle_t;	      /* an operation in flight; 0 is never valid 
  * root) when it exists, else the system daemon's /run/sparsecomm/ctl.sock. The local rank is
  * taken from $SPARSECOMM_LOCAL_RANK when set, otherwise the daemon assigns the lowest free one.
  * timeout_ms bounds the handshake
- * (<= 0: 30000).
+ * (<= 0: 30000). A socket whose permissions refuse this user fails at once with
+ * SC_ERR_CONNECT, naming the path and the uid (the daemon admits its own user and the
+ * members of its ctl_group).
  */
 SC_API sc_status_t sc_connect(const char *socket_path, int timeout_ms, sc_client_t **client_p);
 
@@ -173,7 +175,8 @@ SC_API int sc_local_rank(const sc_client_t *client);
 SC_API int sc_local_size(const sc_client_t *client);
 
 /*
- * Registers a tensor: name (1 to 255 bytes, unique for this client), element type and
+ * Registers a tensor: name (1 to 255 bytes of printable text, unique for this client; a
+ * control byte such as a newline or an escape is SC_ERR_INVALID), element type and
  * count. The daemon creates the shared buffer; *tensor_p stays valid until sc_finalize.
  */
 SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
@@ -422,7 +425,9 @@ SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tens
  * at most: until that handle is collected (sc_wait or sc_poll giving its result), even if
  * it has already completed, another sc_barrier_async fails with SC_ERR_BUSY. Ends with
  * SC_ERR_STALLED naming the ranks that did not enter within the daemons' stall_timeout_ms, and
- * with SC_ERR_ABORTED on every rank when a trainer of the job exited.
+ * with SC_ERR_ABORTED on every rank when a trainer of the job exited or, at once, when a
+ * trainer that has not entered it has joined (a joined trainer's own barrier is
+ * SC_ERR_INVALID).
  */
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
 /* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
@@ -436,7 +441,9 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
  * max or product sees zeros. Once the last trainer has joined, every join completes and
  * sc_join_result gives the last rank to join. sc_join_result is sc_wait for a join's
  * handle (sc_wait works too, without the rank). A trainer that exits while joined ends
- * every join with SC_ERR_ABORTED through its node becoming degraded.
+ * every join with SC_ERR_ABORTED through its node becoming degraded, and so, at once, does
+ * a trainer that ends its session (sc_finalize, or exits) without having joined: it can
+ * never join now.
  */
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,

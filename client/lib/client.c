@@ -41,7 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -675,6 +677,36 @@ static sc_status_t client_sockets(sc_client_t *c)
 	return SC_OK;
 }
 
+sc_status_t scl_probe_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return SC_OK; /* ZeroMQ says what it makes of it */
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return SC_OK;
+	do
+		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	while (rc < 0 && errno == EINTR);
+	err = errno;
+	close(fd);
+	if (rc == 0)
+		return SC_OK;
+	if (err == EACCES || err == EPERM)
+		return scl_error(
+		    SC_ERR_CONNECT,
+		    "cannot reach the daemon at %s: %s for uid %u (the daemon admits "
+		    "its own user and the members of its ctl_group, through its "
+		    "runtime directory's and its socket's permissions)",
+		    path, strerror(err), (unsigned)geteuid());
+	/* no socket yet, or a stale one: a daemon starting may bind it within the handshake's
+	 * wait, which then says what it found */
+	return SC_OK;
+}
+
 /* Why a handshake went unanswered, as best we can tell. */
 static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 {
@@ -778,6 +810,11 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 		st = scl_error(SC_ERR_SYSTEM, "eventfd: %s", strerror(errno));
 		goto err_destroy;
 	}
+	/* ZeroMQ retries an ipc connection that fails, silently: a refusal would take the
+	 * whole handshake timeout to show, and then without its reason */
+	if (strncmp(c->endpoint, "ipc://", 6) == 0 &&
+	    (st = scl_probe_socket(c->endpoint + 6)) != SC_OK)
+		goto err_destroy;
 	st = client_sockets(c);
 	if (st != SC_OK)
 		goto err_destroy;

@@ -155,4 +155,9 @@ sc_status_t scl_cuda_sync_done(scl_cuda_t *g, const char *what);
 /* Makes stream wait on the done event's last record, without waiting on the host. */
 sc_status_t scl_cuda_stream_wait_done(scl_cuda_t *g, void *stream, const char *what);
 
+/* Tries a plain connection to the Unix socket at path, at once: SC_ERR_CONNECT (the error
+ * text set, naming the path and the user) when the kernel refuses it for its permissions,
+ * else SC_OK. */
+sc_status_t scl_probe_socket(const char *path);
+
 #endif

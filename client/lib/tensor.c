@@ -365,6 +365,13 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 				 "rank %d: tensor name must be 1 to %d bytes, "
 				 "'%.40s...' has %zu",
 				 client->rank, SCL_NAME_MAX, name, len);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: tensor name refused: byte %zu, after '%.*s', is "
+			    "the control character 0x%02x (names are printable text)",
+			    client->rank, i, (int)i, name, (unsigned char)name[i]);
 	if (esz == 0)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown dtype "

@@ -275,6 +275,9 @@ void scd_config_dump(const scd_config_t *cfg, FILE *out)
 		fprintf(out, "%s = %s  # %s%s%s\n", scd_cfg_desc[k].name,
 			scd_config_text(cfg, k, buf, sizeof(buf)),
 			scd_config_source_name(cfg->source[k]),
-			(scd_cfg_desc[k].runtime & SCD_CFG_RT) ? ", runtime-changeable" : "",
+			(scd_cfg_desc[k].runtime & SCD_CFG_OWNER)
+			    ? ", runtime-changeable by the daemon's user or root"
+			: (scd_cfg_desc[k].runtime & SCD_CFG_RT) ? ", runtime-changeable"
+								 : "",
 			(scd_cfg_desc[k].runtime & SCD_CFG_SAME) ? ", same on every node" : "");
 }

@@ -24,18 +24,23 @@ typedef enum {
 } scd_cfg_source_t;
 
 /* What a key's flags column says: runtime-changeable (sparsectl config set, every node at
- * once), and the same on every node: the coordinator refuses a node's Join when such a key
- * differs from its own (world/world.c), naming the key and both values. The keys a
- * buffer's scheme or its bytes on the wire depend on have it. */
-#define SCD_CFG_RT   1
-#define SCD_CFG_SAME 2
+ * once) by any client of the control socket; SCD_CFG_OWNER with it: changeable only by a
+ * client running as the daemon's own user or as root, for keys that name files the daemon
+ * writes or that lift the operator's limits (a ctl_group member is refused, by name); and
+ * the same on every node: the coordinator refuses a node's Join when such a key differs
+ * from its own (world/world.c), naming the key and both values. The keys a buffer's scheme
+ * or its bytes on the wire depend on have it. */
+#define SCD_CFG_RT	 1
+#define SCD_CFG_SAME	 2
+#define SCD_CFG_OWNER	 4
+#define SCD_CFG_RT_OWNER (SCD_CFG_RT | SCD_CFG_OWNER)
 
 /* The X-macro list of settings: X(key, type, default_int, default_str, min, max, flags, doc).
  * INT: an integer (K, M, G suffixes), default_int, min and max. STR: text, default_str.
  * NUM: a decimal number, default_str its default, min and max in millionths.
- * flags: SCD_CFG_RT and SCD_CFG_SAME above (0: neither). The scheme keys (spardl_ ..
- * sketch_) are read once at start and the same on every node (the ranks' schemes compute
- * the same partitions, sketches and teams). */
+ * flags: SCD_CFG_RT, SCD_CFG_RT_OWNER and SCD_CFG_SAME above (0: none). The scheme keys
+ * (spardl_ .. sketch_) are read once at start and the same on every node (the ranks' schemes
+ * compute the same partitions, sketches and teams). */
 #define SCD_CONFIG_MAP(X)                                                                      \
 	X(rank, INT, 0, NULL, 0, 4095, 0,                                                      \
 	  "this node's rank in the world (0 is the coordinator)")                              \
@@ -85,9 +90,9 @@ typedef enum {
 	X(peer_timeout_ms, INT, 10000, NULL, 200, 3600000, 0,                                  \
 	  "a daemon not heard on the coordinator channel for this long is lost and every "     \
 	  "operation that needs it fails; heartbeats go every quarter of it")                  \
-	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, 1,                      \
+	X(max_tensor_bytes, INT, 4294967296LL, NULL, 4, 68719476736LL, SCD_CFG_RT_OWNER,       \
 	  "largest tensor a trainer may register")                                             \
-	X(max_registrations, INT, 16384, NULL, 1, 65536, 1,                                    \
+	X(max_registrations, INT, 16384, NULL, 1, 65536, SCD_CFG_RT_OWNER,                     \
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
 	  "says")                                                                              \
@@ -136,7 +141,7 @@ typedef enum {
 	X(device, STR, 0, "auto", 0, 0, 0,                                                     \
 	  "tensors' placements served: cpu (cuda registrations are refused), cuda (the GPU "   \
 	  "device must load at start), auto (cuda tensors too when it loads)")                 \
-	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, 1,                           \
+	X(gpu_mem_limit_bytes, INT, 0, NULL, 0, 70368744177664LL, SCD_CFG_RT_OWNER,            \
 	  "GPU memory this daemon may hold for cuda tensors (0: no limit but the GPU's)")      \
 	X(cuda_device, INT, 0, NULL, 0, 63, 0,                                                 \
 	  "the engine GPU: the node's local sums and schemes of cuda tensors run on this "     \
@@ -155,11 +160,11 @@ typedef enum {
 	  "what guards the tcp data plane's bytes after each connection's handshake: none, "   \
 	  "integrity (every record carries a MAC) or encrypt (and is encrypted); needs "       \
 	  "secret_file, and the same on every node")                                           \
-	X(log_level, STR, 0, "info", 0, 0, 1, "error, warn, info or debug")                    \
+	X(log_level, STR, 0, "info", 0, 0, SCD_CFG_RT_OWNER, "error, warn, info or debug")     \
 	X(metrics_addr, STR, 0, "", 0, 0, 0,                                                   \
 	  "HOST:PORT of a Prometheus endpoint (GET /metrics) with the counters of "            \
 	  "`sparsectl stats` and the world's state (empty: off)")                              \
-	X(timeline_file, STR, 0, "", 0, 0, 1,                                                  \
+	X(timeline_file, STR, 0, "", 0, 0, SCD_CFG_RT_OWNER,                                   \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
 	  "and without it several daemons write FILE.<rank>.json")
 
@@ -184,7 +189,7 @@ typedef struct scd_cfg_desc {
 	int64_t def_int;
 	const char *def_str;
 	int64_t min, max;
-	int runtime; /* the flags column: SCD_CFG_RT, SCD_CFG_SAME */
+	int runtime; /* the flags column: SCD_CFG_RT, SCD_CFG_OWNER, SCD_CFG_SAME */
 	const char *doc;
 } scd_cfg_desc_t;
 

@@ -6,18 +6,20 @@
  * that arrived during a send is never left waiting for the next edge.
  */
 #include "ctl/ctl.h"
+#include "ctl/ctl_int.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <zmq.h>
 
-#include "device/cuda.h"
+#include "ctl/peer.h"
 #include "engine/engine.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -31,67 +33,70 @@
 #define CTL_DRAIN_BUDGET 64
 /* How long after a trainer's process ended its last messages may still arrive. */
 #define CTL_EXIT_GRACE_MS 100
-
-typedef struct scd_session {
-	uint8_t ident[256];
-	size_t ident_len;
-	int role; /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
-	int pid;
-	int local_rank;
-	int pidfd;
-	uv_poll_t pidpoll;
-	uint64_t exited_ms; /* when its process was seen to end (0: running); see on_pid_exit */
-	scd_reg_t *regs;
-	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
-	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
-	uint64_t last_ms;
-	struct scd_session *next;
-	struct scd_ctl *ctl;
-} scd_session_t;
-
-struct scd_ctl {
-	scd_daemon_t *d;
-	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */
-	void *sock;
-	uv_poll_t poll;
-	int polling;
-	uv_idle_t more; /* requests left over by a drain (CTL_DRAIN_BUDGET) */
-	scd_tensors_t *tensors;
-	scd_session_t *sessions;
-	scd_session_t *by_local[SCD_MAX_LOCAL];
-	int n_trainers;
-	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
-	char degraded_reason[256];
-	/* barriers: the last one that ended on every rank, the local trainers in the next
-	 * one (since when), and whether the node entered it (world/barrier.c) */
-	uint64_t barrier_seq;
-	int barrier_waiting, barrier_entered;
-	uint64_t barrier_since_ms;
-	/* joins: the local trainers joined, and the last of them (a global rank) */
-	int n_joined, join_last;
-	struct pending_q {
-		uint64_t id, seq;
-		uint8_t ident[256];
-		size_t ident_len;
-	} pq[16];
-	uint64_t next_query;
-};
+/*
+ * What one client may have queued and unread. Messages (ZMQ_SNDHWM of each connection,
+ * with ZMQ_ROUTER_MANDATORY so that a full queue is an error, not a silent drop): a
+ * trainer's unsolicited messages are at most one completion per registration (65536 at
+ * most) and its barrier and join, and the library reads them as they come; every other
+ * message answers a request. Reports (status, stats, configuration, pending: the replies
+ * that can be large): CTL_REPORT_BACKLOG_BYTES sent since the client was last seen to
+ * have read everything. A client over either is dropped (see session_overflow).
+ */
+#define CTL_SEND_HWM		 (65536 + 1024)
+#define CTL_REPORT_BACKLOG_BYTES (16u << 20)
 
 /* ---- sending ------------------------------------------------------------------------ */
 
+static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t len);
+static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what);
+
+static int is_report(const Sparsecomm__DaemonMsg *m)
+{
+	return m->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATUS ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATS ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_CONFIG ||
+	       m->body_case == SPARSECOMM__DAEMON_MSG__BODY_PENDING;
+}
+
+/* Sends m to the client ident. A session's client that has too much unread (a full queue,
+ * or reports over CTL_REPORT_BACKLOG_BYTES) is dropped instead; one whose connection is
+ * gone ends as if it had exited. */
 static void send_to(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		    const Sparsecomm__DaemonMsg *m)
 {
+	if (!ctl->sock)
+		return;
+	scd_session_t *s = session_find(ctl, ident, ident_len);
+	if (s && s->dropped)
+		return; /* ending at the next tick */
 	size_t n = sparsecomm__daemon_msg__get_packed_size(m);
+	if (s && is_report(m)) {
+		if (s->report_bytes && s->report_bytes + n > CTL_REPORT_BACKLOG_BYTES) {
+			session_overflow(ctl, s, "reports");
+			return;
+		}
+		s->report_bytes += n;
+	}
 	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
 	if (!buf)
 		return;
 	sparsecomm__daemon_msg__pack(m, buf);
-	if (zmq_send(ctl->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT) < 0)
-		scd_warn(SCD_SUB_CTL, "reply of %zu bytes dropped: %s", n, zmq_strerror(errno));
+	int rc = zmq_send(ctl->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	if (rc >= 0)
+		rc = zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT);
+	int err = errno;
 	if (buf != stackbuf)
 		free(buf);
+	if (rc >= 0)
+		return;
+	if (s && err == EAGAIN) {
+		session_overflow(ctl, s, "messages");
+	} else if (s && err == EHOSTUNREACH) {
+		if (!s->exited_ms) /* its connection is gone: it ends at the next tick */
+			s->exited_ms = scd_now_ms(), s->gone = "closed its connection";
+	} else {
+		scd_debug(SCD_SUB_CTL, "reply of %zu bytes dropped: %s", n, zmq_strerror(err));
+	}
 }
 
 static void send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
@@ -146,6 +151,23 @@ static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, s
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
 	m.completion = &c;
 	send_to(ctl, s->ident, s->ident_len, &m);
+}
+
+void scd_ctl_send(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		  const Sparsecomm__DaemonMsg *m)
+{
+	send_to(ctl, ident, ident_len, m);
+}
+
+void scd_ctl_send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
+			sc_status_t st, const char *msg)
+{
+	send_error(ctl, ident, ident_len, seq, st, msg);
+}
+
+void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	send_ok(ctl, s, seq);
 }
 
 /* ---- completions -------------------------------------------------------------------- */
@@ -278,16 +300,6 @@ void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const
 
 /* ---- jobs: the engine's view of the shared buffers ----------------------------------- */
 
-/* The GPUs the daemon serves (0 when it cannot tell). */
-static int gpu_count(void)
-{
-	const scd_cuda_ipc_t *ipc;
-	int n = 0;
-	if (scd_cuda_ipc_get(&ipc) != SC_OK || ipc->devices(&n) != SC_OK)
-		return 0;
-	return n;
-}
-
 sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
 			     scd_job_item_t *it)
 {
@@ -364,7 +376,74 @@ static scd_session_t *session_find(scd_ctl_t *ctl, const uint8_t *ident, size_t 
 
 static void session_free_cb(uv_handle_t *h)
 {
-	free(h->data);
+	scd_session_t *s = h->data;
+	if (--s->handles == 0)
+		free(s);
+}
+
+/* Closes what watches the session's process and connection, then frees it. */
+static void session_close(scd_session_t *s)
+{
+	s->handles++; /* held until both are closing */
+	if (s->pidfd >= 0) {
+		uv_poll_stop(&s->pidpoll);
+		close(s->pidfd);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->pidpoll, session_free_cb);
+	}
+	if (s->conn >= 0) {
+		uv_poll_stop(&s->connpoll);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->connpoll, session_free_cb);
+		close(s->conn);
+	}
+	if (--s->handles == 0)
+		free(s);
+}
+
+/*
+ * A client that does not read what the daemon sends it: its connection is shut down, which
+ * makes ZeroMQ close it and free what was queued for it, and the session ends at the next
+ * tick as a trainer's death would (its node's operations in flight fail, naming it).
+ */
+static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
+{
+	char pid[96];
+	if (s->dropped)
+		return;
+	s->dropped = 1;
+	s->gone = "was dropped: it did not read its replies";
+	s->exited_ms = scd_now_ms();
+	scd_warn(
+	    SCD_SUB_CTL,
+	    "%s client %s (uid %u) dropped: it does not read its replies (%s over the bound "
+	    "of %s)",
+	    s->role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control",
+	    scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)), s->uid,
+	    !strcmp(what, "messages") ? "queued messages" : "unread reports",
+	    !strcmp(what, "messages") ? "65536 + 1024 messages" : "16 MiB");
+	if (s->conn >= 0) {
+		uv_poll_stop(&s->connpoll);
+		shutdown(s->conn, SHUT_RDWR);
+	}
+}
+
+/* A trainer ended its session cleanly without joining: a join in progress can never
+ * complete, here (the node's joined trainers) or anywhere (the coordinator hears it). */
+static void trainer_left(scd_ctl_t *ctl, scd_session_t *s)
+{
+	char why[256], pid[96];
+	snprintf(why, sizeof(why),
+		 "trainer rank %d (node %d, local rank %d, %s) left without joining",
+		 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank, s->local_rank,
+		 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)));
+	if (ctl->n_joined) {
+		char msg[300];
+		snprintf(msg, sizeof(msg), "join aborted: %s", why);
+		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
+	}
+	if (ctl->d->world && !ctl->d->shutting_down)
+		ctl->up->node_left(ctl->d->world, why);
 }
 
 /* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
@@ -377,11 +456,13 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		inflight += r->handle != 0;
 	inflight += s->barrier_handle != 0 || s->join_handle != 0;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && (died || inflight)) {
-		snprintf(why, sizeof(why),
-			 "trainer rank %d (node %d, local rank %d, pid %d) %s",
+		char pid[96];
+		snprintf(why, sizeof(why), "trainer rank %d (node %d, local rank %d, %s) %s",
 			 ctl->d->rank * ctl->d->local_size + s->local_rank, ctl->d->rank,
-			 s->local_rank, s->pid,
-			 died ? "exited" : "disconnected with operations in flight");
+			 s->local_rank,
+			 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)),
+			 died ? (s->gone ? s->gone : "exited")
+			      : "disconnected with operations in flight");
 		scd_warn(SCD_SUB_CTL, "%s", why);
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
@@ -397,6 +478,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			ctl->n_joined--, s->join_handle = 0;
 		scd_ctl_join_done(ctl, -1, SC_ERR_ABORTED, msg);
 	}
+	if (!why[0] && s->role == SPARSECOMM__ROLE__ROLE_TRAINER && !s->join_handle)
+		trainer_left(ctl, s);
 	if (why[0] && ctl->barrier_waiting) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",
@@ -438,14 +521,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		ctl->by_local[s->local_rank] = NULL;
 		ctl->n_trainers--;
 	}
-	if (s->pidfd >= 0) {
-		uv_poll_stop(&s->pidpoll);
-		close(s->pidfd);
-		s->pidpoll.data = s;
-		uv_close((uv_handle_t *)&s->pidpoll, session_free_cb);
-	} else {
-		free(s);
-	}
+	session_close(s);
 }
 
 /* A trainer's process ended. What it sent before it exited (its goodbye after sc_finalize,
@@ -456,23 +532,40 @@ static void on_pid_exit(uv_poll_t *h, int status, int events)
 {
 	scd_session_t *s = h->data;
 	uv_poll_stop(&s->pidpoll);
-	s->exited_ms = scd_now_ms();
+	if (!s->exited_ms)
+		s->exited_ms = scd_now_ms(), s->gone = "exited";
 }
 
-static int pidfd_open_(int pid)
+/* The client's end of its connection closed (every process holding it exited or closed
+ * it): as on_pid_exit. */
+static void on_conn_hangup(uv_poll_t *h, int status, int events)
 {
-#ifdef SYS_pidfd_open
-	return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	errno = ENOSYS;
-	return -1;
-#endif
+	scd_session_t *s = h->data;
+	uv_poll_stop(&s->connpoll);
+	if (!s->exited_ms)
+		s->exited_ms = scd_now_ms(), s->gone = "closed its connection";
+}
+
+/* Watches the session's process (a pidfd of the kernel's pid) and its connection. */
+static void session_watch(scd_ctl_t *ctl, scd_session_t *s, const scd_peer_cred_t *cred)
+{
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && s->pid > 0 &&
+	    (s->pidfd = scd_peer_pidfd(s->pid)) >= 0) {
+		uv_poll_init(ctl->d->loop, &s->pidpoll, s->pidfd);
+		s->pidpoll.data = s;
+		uv_poll_start(&s->pidpoll, UV_READABLE, on_pid_exit);
+	}
+	if ((s->conn = scd_peer_conn_dup(cred)) >= 0) {
+		uv_poll_init(ctl->d->loop, &s->connpoll, s->conn);
+		s->connpoll.data = s;
+		uv_poll_start(&s->connpoll, UV_DISCONNECT, on_conn_hangup);
+	}
 }
 
 /* ---- handlers ----------------------------------------------------------------------- */
 
 static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
-			 const Sparsecomm__Hello *h)
+			 const scd_peer_cred_t *cred, const Sparsecomm__Hello *h)
 {
 	scd_daemon_t *d = ctl->d;
 	char msg[256];
@@ -499,9 +592,12 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 				return;
 			}
 			if (ctl->by_local[h->local_rank]) {
+				char pid[96];
+				scd_session_t *o = ctl->by_local[h->local_rank];
 				snprintf(msg, sizeof(msg),
-					 "local rank %d is already taken by pid %d",
-					 h->local_rank, ctl->by_local[h->local_rank]->pid);
+					 "local rank %d is already taken by %s", h->local_rank,
+					 scd_peer_pid_text(o->pid, o->declared_pid, pid,
+							   sizeof(pid)));
 				send_error(ctl, ident, ident_len, seq, SC_ERR_BUSY, msg);
 				return;
 			}
@@ -538,17 +634,29 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	memcpy(s->ident, ident, ident_len);
 	s->ident_len = ident_len;
 	s->role = h->role;
-	s->pid = h->pid;
+	/* the kernel's word, not the hello's: a trainer in a PID namespace of its own says 1 */
+	s->pid = cred && cred->known ? cred->pid : 0;
+	s->uid = cred && cred->known ? cred->uid : UINT32_MAX;
+	s->declared_pid = h->pid;
 	s->local_rank = lr;
-	s->pidfd = -1;
+	s->pidfd = s->conn = -1;
 	s->ctl = ctl;
 	s->last_ms = scd_now_ms();
+	session_watch(ctl, s, cred);
+	if (s->pid != h->pid && s->role == SPARSECOMM__ROLE__ROLE_TRAINER)
+		scd_info(SCD_SUB_CTL,
+			 "client says it is pid %d, the kernel says %d%s: the kernel's is used",
+			 h->pid, s->pid, s->pid ? "" : " (a process this daemon cannot see)");
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && !ctl->n_trainers && ctl->degraded) {
+		/* every trainer of the job that lost one has gone: this one starts a new job */
+		scd_info(SCD_SUB_CTL,
+			 "a trainer connects to a node without trainers: the "
+			 "previous job's failure (%s) is over",
+			 ctl->degraded_reason);
+		ctl->degraded = 0;
+		ctl->up->node_state(d->world, 0, "");
+	}
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
-		if (h->pid > 0 && (s->pidfd = pidfd_open_(h->pid)) >= 0) {
-			uv_poll_init(d->loop, &s->pidpoll, s->pidfd);
-			s->pidpoll.data = s;
-			uv_poll_start(&s->pidpoll, UV_READABLE, on_pid_exit);
-		}
 		ctl->by_local[lr] = s;
 		ctl->n_trainers++;
 		if (ctl->degraded && ctl->n_trainers == d->local_size) {
@@ -889,6 +997,23 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	announce_if_ready(ctl, nt);
 }
 
+/* The node's barrier in progress cannot complete when every local trainer is in it or
+ * joined, some joined (they enter no barrier until every rank has joined): it fails here
+ * at once (on the other nodes, once the coordinator's stall timeout runs out). */
+static int barrier_vs_join(scd_ctl_t *ctl)
+{
+	if (!ctl->barrier_waiting || !ctl->n_joined ||
+	    ctl->barrier_waiting + ctl->n_joined < ctl->d->local_size)
+		return 0;
+	char msg[256];
+	snprintf(msg, sizeof(msg),
+		 "barrier %llu cannot complete: rank %d of node %d has joined (sc_join), and "
+		 "enters no barrier until every rank has joined",
+		 (unsigned long long)ctl->barrier_seq + 1, ctl->join_last, ctl->d->rank);
+	barrier_complete(ctl, SC_ERR_ABORTED, msg);
+	return 1;
+}
+
 static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			const Sparsecomm__TrainerJoin *j)
 {
@@ -929,6 +1054,7 @@ static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		next = nt->all_next;
 		announce_if_ready(ctl, nt);
 	}
+	barrier_vs_join(ctl);
 	if (scd_ctl_all_joined(ctl))
 		ctl->up->node_join(ctl->d->world, ctl->join_last);
 }
@@ -948,6 +1074,12 @@ static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (s->barrier_handle) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "rank %d: already in a barrier", rank);
+	} else if (s->join_handle) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "rank %d: barrier refused: it has joined, and enters no barrier until "
+			 "every rank has joined",
+			 rank);
 	} else if (ctl->degraded) {
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "rank %d: barrier refused: %s", rank,
@@ -961,249 +1093,16 @@ static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_ok(ctl, s, seq);
 	if (ctl->barrier_waiting++ == 0)
 		ctl->barrier_since_ms = scd_now_ms();
+	if (barrier_vs_join(ctl))
+		return;
 	if (ctl->barrier_waiting == ctl->d->local_size && !ctl->barrier_entered) {
 		ctl->barrier_entered = 1;
 		ctl->up->barrier_enter(ctl->d->world, ctl->barrier_seq + 1);
 	}
 }
 
-void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_t *a)
-{
-	scd_daemon_t *d = ctl->d;
-	Sparsecomm__StatusReply r = *rp;
-	r.rank = d->rank;
-	r.world_size = d->world_size;
-	r.local_size = d->local_size;
-	r.protocol_version = SC_PROTOCOL_VERSION;
-	r.version = SC_VERSION_STRING;
-	r.uptime_ms = scd_now_ms() - d->start_ms;
-	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
-	char gpu[600];
-	const scd_device_ops_t *gops;
-	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
-		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
-	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK && scd_cuda_lost())
-		snprintf(gpu, sizeof(gpu), "lost: %.580s", scd_cuda_lost());
-	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
-		snprintf(gpu, sizeof(gpu), "cuda:%d, the engine's, of %d (%s)",
-			 scd_cuda_engine(), gpu_count(), scd_cuda_backend());
-	else
-		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
-	r.gpu = scd_arena_strdup(a, gpu);
-	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
-	r.gpu_lost = scd_cuda_lost() != NULL;
-	ctl->up->status(d->world, &r, a);
-	r.clients = scd_arena_alloc(a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
-	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
-		if (t->role != SPARSECOMM__ROLE__ROLE_TRAINER)
-			continue;
-		Sparsecomm__ClientInfo *ci = scd_arena_alloc(a, sizeof(*ci));
-		if (!ci)
-			break;
-		sparsecomm__client_info__init(ci);
-		ci->local_rank = t->local_rank;
-		ci->rank = d->rank * d->local_size + t->local_rank;
-		ci->pid = t->pid;
-		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
-			ci->tensors++;
-			ci->in_flight += g->handle != 0;
-		}
-		r.clients[r.n_clients++] = ci;
-	}
-	*rp = r;
-}
-
-static void handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
-{
-	scd_arena_t a = {0};
-	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
-	Sparsecomm__StatusReply r = SPARSECOMM__STATUS_REPLY__INIT;
-	scd_ctl_fill_status(ctl, &r, &a);
-	m.seq = seq;
-	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATUS;
-	m.status = &r;
-	send_to(ctl, s->ident, s->ident_len, &m);
-	scd_arena_free(&a);
-}
-
-/* One tensor's entry of a stats reply (name and scheme point into st and name). */
-static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, uint32_t dtype,
-			uint64_t numel, scd_tensor_stats_t *st)
-{
-	Sparsecomm__TensorStats *ts = scd_arena_alloc(a, sizeof(*ts));
-	if (!ts)
-		return;
-	sparsecomm__tensor_stats__init(ts);
-	ts->name = name;
-	ts->numel = numel;
-	ts->dtype = dtype;
-	ts->calls = st->calls;
-	ts->errors = st->errors;
-	ts->nonfinite = st->nonfinite;
-	ts->bytes_sent = st->bytes_sent;
-	ts->bytes_received = st->bytes_recv;
-	ts->time_s = st->time_s;
-	ts->scheme = st->scheme;
-	ts->transport = st->transport;
-	ts->predicted_s = st->predicted_s;
-	ts->measured_s = st->measured_s;
-	ts->density = st->density;
-	ts->densification = st->densification;
-	ts->imbalance = st->imbalance;
-	ts->exchange_s = st->exchange_s;
-	ts->cpu_s = st->cpu_s;
-	ts->device = st->device_kind == SC_DEVICE_CUDA ? "cuda:0" : "cpu";
-	ts->wire = st->wire[0] ? st->wire : "native";
-	r->tensors[r->n_tensors++] = ts;
-}
-
-/* The registered tensors' statistics, then those kept of released ones; with reset,
- * every counter is zeroed once the reply has been sent. */
-void scd_ctl_fill_stats(scd_ctl_t *ctl, Sparsecomm__StatsReply *r, scd_arena_t *a)
-{
-	scd_stats_keep_t *kept = scd_tensors_kept(ctl->tensors);
-	size_t n = kept->n;
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
-		n++;
-	r->tensors = scd_arena_alloc(a, sizeof(*r->tensors) * (n + 1));
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r->tensors;
-	     nt = nt->all_next)
-		stats_entry(a, r, nt->name, nt->dtype, nt->numel, &nt->stats);
-	for (size_t i = 0; i < kept->n && r->tensors; i++)
-		stats_entry(a, r, kept->v[i].name, kept->v[i].dtype, kept->v[i].numel,
-			    &kept->v[i].stats);
-	r->cycles = ctl->d->stats_cycles;
-	r->fused_buffers = ctl->d->stats_buffers;
-	ctl->up->fusion_stats(ctl->d->world, r, a);
-}
-
-static void handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset)
-{
-	scd_arena_t a = {0};
-	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
-	Sparsecomm__StatsReply r = SPARSECOMM__STATS_REPLY__INIT;
-	scd_ctl_fill_stats(ctl, &r, &a);
-	m.seq = seq;
-	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
-	m.stats = &r;
-	send_to(ctl, s->ident, s->ident_len, &m);
-	scd_arena_free(&a);
-	if (reset) {
-		scd_tensors_reset_stats(ctl->tensors);
-		ctl->d->stats_cycles = ctl->d->stats_buffers = 0;
-		memset(ctl->d->scheme_stats, 0, sizeof(ctl->d->scheme_stats));
-		scd_info(SCD_SUB_CTL, "statistics reset");
-	}
-}
-
-static void handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
-{
-	struct pending_q *q = &ctl->pq[ctl->next_query % 16];
-	q->id = ++ctl->next_query;
-	q->seq = seq;
-	memcpy(q->ident, s->ident, s->ident_len);
-	q->ident_len = s->ident_len;
-	ctl->up->pending(ctl->d->world, q->id);
-}
-
-void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r)
-{
-	struct pending_q *q = &ctl->pq[(query_id - 1) % 16];
-	if (q->id != query_id)
-		return; /* superseded */
-	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
-	m.seq = q->seq;
-	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_PENDING;
-	m.pending = (Sparsecomm__PendingReply *)r;
-	send_to(ctl, q->ident, q->ident_len, &m);
-	q->id = 0;
-}
-
-void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_arena_t *a)
-{
-	size_t n = 0;
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
-		n += nt->state == SCD_NT_LOCAL_WAIT;
-	if (!n)
-		return;
-	Sparsecomm__PendingTensor **v = scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
-	if (!v)
-		return;
-	memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
-	r->tensors = v;
-	uint64_t now = scd_now_ms();
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next) {
-		if (nt->state != SCD_NT_LOCAL_WAIT)
-			continue;
-		Sparsecomm__PendingTensor *p = scd_arena_alloc(a, sizeof(*p));
-		int32_t *miss = scd_arena_alloc(a, sizeof(int32_t));
-		if (!p || !miss)
-			return;
-		sparsecomm__pending_tensor__init(p);
-		p->name = scd_arena_strdup(a, nt->name);
-		miss[0] = ctl->d->rank;
-		p->missing_ranks = miss;
-		p->n_missing_ranks = 1;
-		p->waiting_s = (double)(now - nt->state_since_ms) / 1000.0;
-		r->tensors[r->n_tensors++] = p;
-	}
-}
-
-static void handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
-			  const Sparsecomm__ClientMsg *msg)
-{
-	scd_config_t *cfg = &ctl->d->cfg;
-	char err[256];
-	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET) {
-		const Sparsecomm__ConfigSet *cs = msg->config_set;
-		int k = scd_config_find(cs->key ? cs->key : "");
-		char why[512], msg2[700];
-		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
-						  cs->value ? cs->value : "", why, sizeof(why));
-		if (st != SC_OK) {
-			snprintf(msg2, sizeof(msg2),
-				 "config set %.60s '%.100s' refused, nothing applied on any "
-				 "node: %s",
-				 cs->key ? cs->key : "", cs->value ? cs->value : "", why);
-			send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
-			return;
-		}
-		ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
-		send_ok(ctl, s, seq);
-		return;
-	}
-	const char *key = msg->config_get->key;
-	int only = key && key[0] ? scd_config_find(key) : -1;
-	if (key && key[0] && only < 0) {
-		snprintf(err, sizeof(err), "config get: unknown key '%s'", key);
-		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
-		return;
-	}
-	Sparsecomm__ConfigEntry ents[SCD_CFG_COUNT], *ptrs[SCD_CFG_COUNT];
-	char bufs[SCD_CFG_COUNT][32];
-	Sparsecomm__ConfigReply r = SPARSECOMM__CONFIG_REPLY__INIT;
-	for (int i = 0; i < SCD_CFG_COUNT; i++) {
-		if (only >= 0 && i != only)
-			continue;
-		Sparsecomm__ConfigEntry *e = &ents[r.n_entries];
-		sparsecomm__config_entry__init(e);
-		e->key = (char *)scd_cfg_desc[i].name;
-		e->value = (char *)scd_config_text(cfg, i, bufs[i], sizeof(bufs[i]));
-		e->source = (char *)scd_config_source_name(cfg->source[i]);
-		e->runtime = (scd_cfg_desc[i].runtime & SCD_CFG_RT) != 0;
-		e->doc = (char *)scd_cfg_desc[i].doc;
-		ptrs[r.n_entries++] = e;
-	}
-	r.entries = ptrs;
-	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
-	m.seq = seq;
-	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_CONFIG;
-	m.config = &r;
-	send_to(ctl, s->ident, s->ident_len, &m);
-}
-
 void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
-		      const uint8_t *buf, size_t len)
+		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
 {
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
 	if (!msg) {
@@ -1216,13 +1115,22 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	}
 	uint64_t seq = msg->seq;
 	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
-		handle_hello(ctl, ident, ident_len, seq, msg->hello);
+		handle_hello(ctl, ident, ident_len, seq, cred, msg->hello);
 		goto out;
 	}
 	scd_session_t *s = session_find(ctl, ident, ident_len);
 	if (!s) {
 		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL,
 			   "no session: send hello first");
+		goto out;
+	}
+	if (cred && cred->known && (cred->pid != s->pid || cred->uid != s->uid)) {
+		/* another connection with this one's routing identity */
+		char err[160];
+		snprintf(err, sizeof(err),
+			 "this session belongs to pid %d (uid %u), not to pid %d (uid %u)",
+			 s->pid, s->uid, cred->pid, cred->uid);
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, err);
 		goto out;
 	}
 	s->last_ms = scd_now_ms();
@@ -1234,16 +1142,16 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		handle_allreduce(ctl, s, seq, msg->allreduce);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATUS:
-		handle_status(ctl, s, seq);
+		scd_ctl_handle_status(ctl, s, seq);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATS:
-		handle_stats(ctl, s, seq, 0);
+		scd_ctl_handle_stats(ctl, s, seq, 0);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATS_RESET:
-		handle_stats(ctl, s, seq, 1);
+		scd_ctl_handle_stats(ctl, s, seq, 1);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_PENDING:
-		handle_pending(ctl, s, seq);
+		scd_ctl_handle_pending(ctl, s, seq);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_BARRIER:
 		handle_barrier(ctl, s, seq, msg->barrier);
@@ -1253,7 +1161,7 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:
-		handle_config(ctl, s, seq, msg);
+		scd_ctl_handle_config(ctl, s, seq, msg);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_BYE:
 		send_ok(ctl, s, seq);
@@ -1277,9 +1185,11 @@ void scd_ctl_drain(scd_ctl_t *ctl)
 	if (!ctl || !ctl->sock)
 		return;
 	scd_zmsg_t m = {0};
+	scd_peer_cred_t cred;
 	int n = 0;
 	while (n < CTL_DRAIN_BUDGET && scd_zmsg_recv(ctl->sock, 1, &m)) {
-		scd_ctl_dispatch(ctl, m.ident, m.ident_len, m.data, m.len);
+		scd_zmsg_cred(&m, &cred);
+		scd_ctl_dispatch(ctl, m.ident, m.ident_len, &cred, m.data, m.len);
 		n++;
 	}
 	scd_zmsg_done(&m);
@@ -1306,9 +1216,17 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		; /* all of it: what an exited trainer sent comes before its end */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
-		if (s->exited_ms && now - s->exited_ms >= CTL_EXIT_GRACE_MS)
-			session_end(ctl, s, 1);
+		if (!s->exited_ms || now - s->exited_ms < CTL_EXIT_GRACE_MS)
+			continue;
+		struct pollfd pfd = {s->pidfd, POLLIN, 0};
+		if (!s->dropped && s->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
+			s->gone = "exited"; /* its connection closed as it exited */
+		session_end(ctl, s, 1);
 	}
+	/* Reports a client has read: nothing it was sent is left unread. */
+	for (scd_session_t *s = ctl->sessions; s; s = s->next)
+		if (s->report_bytes && scd_peer_conn_unread(s->conn) <= 0)
+			s->report_bytes = 0;
 	/* Trainers without a pidfd: check that the process still exists. */
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
@@ -1395,10 +1313,11 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 {
 	scd_daemon_t *d = ctl->d;
 	ctl->sock = zmq_socket(d->zctx, ZMQ_ROUTER);
-	int hwm = 1 << 20, linger = 0;
-	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	int hwm = 1 << 20, sndhwm = CTL_SEND_HWM, linger = 0, mandatory = 1;
+	zmq_setsockopt(ctl->sock, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
 	zmq_setsockopt(ctl->sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(ctl->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(ctl->sock, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
 	if (scd_zsock_bound(ctl->sock, SCD_CTL_MSG_MAX_BYTES) != 0) {
 		scd_error(SCD_SUB_CTL,
 			  "cannot bound the control socket's messages to %lld bytes: %s",

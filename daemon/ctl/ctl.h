@@ -4,9 +4,13 @@
  * tensors and submit them) and sparsectl (status, stats, pending, config).
  *
  * Every message is one protobuf-c ClientMsg / DaemonMsg. A malformed message gets an error
- * reply and is otherwise ignored. A trainer's death is seen through a pidfd on its pid
- * (polled by the loop; a periodic kill(pid, 0) where pidfd_open is not available): its
- * tensors are released, and whatever the other trainers were waiting on with it fails.
+ * reply and is otherwise ignored. Who a client is comes from the kernel (the socket's peer
+ * credentials, ctl/peer.h), never from its hello. A trainer's death is seen through a
+ * pidfd on that pid (polled by the loop; a periodic kill(pid, 0) where pidfd_open is not
+ * available), and through its connection's hang-up (a trainer whose process the daemon
+ * cannot see, in a PID namespace of its own): its tensors are released, and whatever the
+ * other trainers were waiting on with it fails. A client that does not read its replies
+ * is dropped once it has too much unread (CTL_SEND_HWM, CTL_REPORT_BACKLOG_BYTES).
  *
  * Layering: world/ calls ctl (tensors, completions, a job's view of the shared buffers);
  * ctl never includes world/. What ctl has to tell the world (a tensor is ready, a trainer
@@ -20,6 +24,7 @@
 #include "ctl/tensor.h"
 #include "daemon.h"
 #include "sparsecomm.pb-c.h"
+#include "util/zmsg.h"
 
 struct scd_arena;
 struct scd_job_item;
@@ -43,6 +48,8 @@ typedef struct scd_ctl_upcalls {
 	/* the node failed its step of name before announcing it (world.h) */
 	void (*fail_step)(scd_world_t *w, const char *name, sc_status_t status,
 			  const char *reason);
+	/* a local trainer ended its session without joining */
+	void (*node_left)(scd_world_t *w, const char *reason);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */
@@ -57,9 +64,10 @@ void scd_ctl_destroy(scd_ctl_t *ctl);
 /* Reads every queued message (the loop calls it before it blocks). */
 void scd_ctl_drain(scd_ctl_t *ctl);
 /* Decodes and serves one message (len bytes of a ClientMsg) from the client whose socket
- * identity is ident, as scd_ctl_drain does with each (the fuzz harness calls it alone). */
+ * identity is ident and whose credentials are cred (NULL: unknown), as scd_ctl_drain does
+ * with each (the fuzz harness calls it alone). */
 void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
-		      const uint8_t *buf, size_t len);
+		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len);
 /* Housekeeping: liveness of trainers without a pidfd, local stall timeouts. */
 void scd_ctl_tick(scd_ctl_t *ctl);
 scd_tensors_t *scd_ctl_tensors(scd_ctl_t *ctl);

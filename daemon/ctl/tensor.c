@@ -655,6 +655,15 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 		snprintf(err, err_len, "tensor name must be 1 to 255 bytes");
 		return SC_ERR_INVALID;
 	}
+	for (size_t i = 0; name[i]; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
+			/* never printed raw: a newline or an escape would forge log lines */
+			snprintf(err, err_len,
+				 "tensor name refused: byte %zu, after '%.*s', is the control "
+				 "character 0x%02x (names are printable text)",
+				 i, (int)i, name, (unsigned char)name[i]);
+			return SC_ERR_INVALID;
+		}
 	if (!esz) {
 		snprintf(err, err_len, "tensor '%s': unknown dtype %u", name, dtype);
 		return SC_ERR_INVALID;

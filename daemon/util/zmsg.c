@@ -1,6 +1,7 @@
 /* zmsg.c: see zmsg.h. */
 #include "util/zmsg.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Reads and drops the rest of a multi-frame message. */
@@ -79,4 +80,44 @@ int scd_zsock_bound(void *sock, int64_t max_bytes)
 const char *scd_zmsg_user(scd_zmsg_t *m)
 {
 	return m->held_ ? zmq_msg_gets(&m->frame_, "User-Id") : NULL;
+}
+
+/* The last field of text before end (exclusive) as a decimal number below 2^32: its start,
+ * or NULL when it is not one. */
+static const char *last_number(const char *text, const char *end, uint32_t *v_p)
+{
+	const char *p = end;
+	uint64_t v = 0, scale = 1;
+	while (p > text && p[-1] >= '0' && p[-1] <= '9' && end - p < 10) {
+		p--;
+		v += (uint64_t)(*p - '0') * scale;
+		scale *= 10;
+	}
+	if (p == end || p == text || p[-1] != ':' || v > UINT32_MAX)
+		return NULL;
+	*v_p = (uint32_t)v;
+	return p - 1;
+}
+
+void scd_peer_cred_parse(const char *pa, scd_peer_cred_t *c)
+{
+	uint32_t uid, gid, pid;
+	const char *p;
+	c->known = 0;
+	c->uid = c->gid = 0;
+	c->pid = 0;
+	if (!pa || !(p = last_number(pa, pa + strlen(pa), &pid)) ||
+	    !(p = last_number(pa, p, &gid)) || !(p = last_number(pa, p, &uid)) ||
+	    pid > INT32_MAX)
+		return;
+	c->known = 1;
+	c->uid = uid;
+	c->gid = gid;
+	c->pid = (int)pid;
+}
+
+void scd_zmsg_cred(scd_zmsg_t *m, scd_peer_cred_t *c)
+{
+	scd_peer_cred_parse(m->held_ ? zmq_msg_gets(&m->frame_, "Peer-Address") : NULL, c);
+	c->fd = m->held_ ? zmq_msg_get(&m->frame_, ZMQ_SRCFD) : -1;
 }

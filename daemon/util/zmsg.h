@@ -48,6 +48,25 @@ int scd_zmsg_recv(void *sock, int router, scd_zmsg_t *m);
 /* The User-Id the socket's security handler gave the connection the last message read into
  * m came over (ZAP, world/curve.c), or NULL when there is none. */
 const char *scd_zmsg_user(scd_zmsg_t *m);
+/*
+ * Who sent the last message read into m, as the kernel says (never as the message says):
+ * on an ipc:// socket ZeroMQ reads the connection's SO_PEERCRED when it accepts it and ends
+ * the connection's Peer-Address with ":UID:GID:PID" (libzmq 4.x), a property the peer
+ * cannot set (the socket's own value wins over a peer's metadata of the same name). pid is
+ * the peer's process in the daemon's PID namespace, 0 when the daemon cannot see it (a
+ * trainer in a sibling namespace). fd is ZeroMQ's descriptor of the connection
+ * (ZMQ_SRCFD), -1 when unknown. known 0: no credentials (not a Unix socket).
+ */
+typedef struct scd_peer_cred {
+	int known;
+	uint32_t uid, gid;
+	int pid;
+	int fd;
+} scd_peer_cred_t;
+void scd_zmsg_cred(scd_zmsg_t *m, scd_peer_cred_t *cred_p);
+/* The same from a Peer-Address text (NULL: none). */
+void scd_peer_cred_parse(const char *peer_address, scd_peer_cred_t *cred_p);
+
 /* Releases the frame of the last message read into m. */
 void scd_zmsg_done(scd_zmsg_t *m);
 

@@ -46,17 +46,58 @@ static int barrier_degraded(const scd_world_t *w)
 	return -1;
 }
 
+/*
+ * Rank from entered barrier seq, not the coordinator's next one (want): its daemon started
+ * again since the job's barriers began (behind), or the coordinator did (ahead). Ignored,
+ * its trainers would wait until their own timeouts with nothing in flight anywhere: the
+ * barrier fails at once, and the counts meet again. Behind: the rank alone gets the end
+ * of barrier want - 1, which its node takes as its count. Ahead: the coordinator takes
+ * seq as its count and ends it on every rank (the others' barrier in progress fails too).
+ */
+static void barrier_resync(scd_world_t *w, int from, uint64_t seq)
+{
+	uint64_t want = w->barrier_seq + 1;
+	char msg[400];
+	snprintf(
+	    msg, sizeof(msg),
+	    "barrier %llu of rank %d is not the job's barrier %llu (a daemon started again "
+	    "since the job's barriers began): it fails, and the barriers count on from %llu",
+	    (unsigned long long)seq, from, (unsigned long long)want,
+	    (unsigned long long)(seq < want ? want : seq + 1));
+	scd_warn(SCD_SUB_NEGOTIATE, "%s", msg);
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__BarrierDone bd = SPARSECOMM__BARRIER_DONE__INIT;
+	bd.status = SC_ERR_ABORTED;
+	bd.error = msg;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE;
+	m.barrier_done = &bd;
+	if (seq < want) {
+		bd.seq = want - 1;
+		scd_world_send_peer(w, from, &m);
+		return;
+	}
+	w->barrier_seq = seq;
+	w->barrier_count = 0;
+	for (int r = 0; r < w->d->world_size; r++)
+		w->peers[r].barrier_in = 0;
+	bd.seq = seq;
+	for (int r = 0; r < w->d->world_size; r++)
+		scd_world_send_peer(w, r, &m);
+}
+
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m)
 {
 	char msg[512];
 	uint64_t want = w->barrier_seq + 1;
 	if (from < 0 || from >= w->d->world_size || m->rank != from)
 		return;
-	if (m->seq != want || w->peers[from].barrier_in) {
-		scd_warn(SCD_SUB_NEGOTIATE,
-			 "rank %d entered barrier %llu, the coordinator is at barrier %llu: "
-			 "ignored",
-			 from, (unsigned long long)m->seq, (unsigned long long)want);
+	if (m->seq != want) {
+		barrier_resync(w, from, m->seq);
+		return;
+	}
+	if (w->peers[from].barrier_in) {
+		scd_warn(SCD_SUB_NEGOTIATE, "rank %d entered barrier %llu twice: ignored", from,
+			 (unsigned long long)m->seq);
 		return;
 	}
 	if (!w->barrier_count)
@@ -70,7 +111,28 @@ void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnt
 		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
 	} else if (w->barrier_count == w->d->world_size) {
 		barrier_conclude(w, want, SC_OK, NULL);
+	} else {
+		scd_barrier_check_joined(w);
 	}
+}
+
+void scd_barrier_check_joined(scd_world_t *w)
+{
+	if (!w->is_coord || !w->barrier_count)
+		return;
+	for (int r = 0; r < w->d->world_size; r++)
+		if (w->peers[r].join_seq && !w->peers[r].barrier_in) {
+			char msg[256];
+			snprintf(msg, sizeof(msg),
+				 "barrier %llu cannot complete: %s %d %s joined (sc_join), and "
+				 "enter%s no barrier until every rank has joined",
+				 (unsigned long long)w->barrier_seq + 1,
+				 w->d->local_size > 1 ? "the trainers of node" : "rank", r,
+				 w->d->local_size > 1 ? "have" : "has",
+				 w->d->local_size > 1 ? "" : "s");
+			barrier_conclude(w, w->barrier_seq + 1, SC_ERR_ABORTED, msg);
+			return;
+		}
 }
 
 void scd_barrier_tick(scd_world_t *w)

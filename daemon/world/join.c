@@ -66,9 +66,10 @@ void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m)
 			scd_join_on_degraded(w, r);
 			return;
 		}
-	if (w->join_count < (uint64_t)P)
-		scd_neg_tick(w); /* what the others announced may be complete now */
-	else
+	if (w->join_count < (uint64_t)P) {
+		scd_barrier_check_joined(w); /* a barrier it never enters cannot complete */
+		scd_neg_tick(w);	     /* what the others announced may be complete now */
+	} else
 		join_conclude(w, m->last_rank, SC_OK, NULL); /* this node's joined last */
 }
 
@@ -78,6 +79,15 @@ void scd_join_on_degraded(scd_world_t *w, int rank)
 		return;
 	char msg[400];
 	snprintf(msg, sizeof(msg), "join aborted: %.360s", w->peers[rank].degraded_reason);
+	join_conclude(w, -1, SC_ERR_ABORTED, msg);
+}
+
+void scd_join_on_left(scd_world_t *w, int rank, const char *reason)
+{
+	if (rank < 0 || rank >= w->d->world_size || !w->join_count || w->peers[rank].join_seq)
+		return;
+	char msg[400];
+	snprintf(msg, sizeof(msg), "join aborted: %.360s", reason);
 	join_conclude(w, -1, SC_ERR_ABORTED, msg);
 }
 

@@ -616,6 +616,18 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 		scd_world_send_coord(w, &m);
 }
 
+void scd_world_node_left(scd_world_t *w, const char *reason)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
+	ns.rank = w->d->rank;
+	ns.left = (char *)reason;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
+	m.node_state = &ns;
+	if (w->formed)
+		scd_world_send_coord(w, &m);
+}
+
 /* ---- receiving ---------------------------------------------------------------------- */
 
 static int rank_of_ident(scd_world_t *w, const uint8_t *ident, size_t len)
@@ -706,7 +718,9 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 			scd_daemon_stop(w->d, 1);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
-		if (w->is_coord)
+		if (w->is_coord && m->node_state->left && m->node_state->left[0])
+			scd_join_on_left(w, m->node_state->rank, m->node_state->left);
+		else if (w->is_coord)
 			scd_neg_on_node_state(w, m->node_state);
 		else
 			scd_live_on_node_state(w, m->node_state);

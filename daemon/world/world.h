@@ -70,6 +70,9 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 void scd_world_barrier_enter(scd_world_t *w, uint64_t seq);
 /* Every local trainer joined (uneven inputs); last_rank is the last of them. */
 void scd_world_node_join(scd_world_t *w, int last_rank);
+/* A local trainer ended its session without joining (reason names it): the joins in
+ * progress can never complete, and fail on every rank (join.c). */
+void scd_world_node_left(scd_world_t *w, const char *reason);
 /* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */
 void scd_world_pending(scd_world_t *w, uint64_t query_id);
 /* Proposes a runtime configuration change, applied on every node. */

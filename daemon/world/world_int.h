@@ -160,12 +160,19 @@ void scd_barrier_on_done(scd_world_t *w, const Sparsecomm__BarrierDone *m);
 /* The coordinator's barrier in progress fails once a rank is degraded or missing past
  * stall_timeout_ms. */
 void scd_barrier_tick(scd_world_t *w);
+/* The barrier in progress fails at once on every rank when a node that has not entered it
+ * has joined: its trainers wait in their joins and enter no barrier until every rank has
+ * joined. */
+void scd_barrier_check_joined(scd_world_t *w);
 
 /* join.c */
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
 void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m);
 /* Node rank became degraded: joins in progress fail on every rank. */
 void scd_join_on_degraded(scd_world_t *w, int rank);
+/* A trainer of node rank left without joining (reason names it): joins in progress fail
+ * on every rank. */
+void scd_join_on_left(scd_world_t *w, int rank, const char *reason);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);

@@ -117,6 +117,10 @@ int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_oversize(int argc, char **argv); /* itest_raw.c */
+int it_false_pid(int argc, char **argv);
+int it_ctl_flood(int argc, char **argv);
+int it_join_left(int argc, char **argv); /* itest_sessions.c */
+int it_crash(int argc, char **argv);
 int it_ctl(int argc, char **argv);
 int it_timeline(int argc, char **argv); /* itest_timeline.c */
 /* Finds sparsectl ($SPARSECTL, else next to this executable), failing when it cannot run;

@@ -9,8 +9,12 @@
  *   "lost"), within LIMIT_MS of its submission; a later submission fails at once the same
  *   way. With rejoin, each then prints "rejoin-ready" (the script starts the victim's
  *   daemon again, and its trainer with the rejoin scenario) and submits again until the
- *   world is whole: the sum must then be exact on every rank.
- *   rejoin: the restarted node's trainer: the same allreduce until it succeeds, exact.
+ *   world is whole: the sum must then be exact on every rank. With rejoin, every trainer
+ *   also takes part in a barrier before the victim leaves, and in one once the world is
+ *   whole again.
+ *   rejoin: the restarted node's trainer: the same allreduce until it succeeds, exact;
+ *   then a barrier, which its new daemon numbers 1 while the job is at 2: it must fail at
+ *   once saying so, and the next one complete with the others'.
  *   gone-busy VICTIM LIMIT_MS: every trainer runs allreduces of 16 MiB back to back and prints
  *   "busy" after the first (the script then kills the victim's daemon, most likely while
  *   the data plane moves a buffer). The others' first failure must be SC_ERR_PEER naming
@@ -79,6 +83,17 @@ int it_live_rejoin(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 	until_whole(c);
+	double t0 = it_now_s();
+	sc_status_t st = sc_barrier(c, IT_ERROR_TIMEOUT_MS);
+	double took = it_now_s() - t0;
+	if (st != SC_ERR_ABORTED || !strstr(sc_last_error(), "is not the job's barrier 2") ||
+	    took > 5)
+		IT_FAIL("the restarted node's first barrier: %s after %.2f s (%s), expected "
+			"SC_ERR_ABORTED at once saying it is not the job's barrier 2",
+			sc_status_name(st), took, sc_last_error());
+	it_log("the restarted node's first barrier failed after %.2f s: %s", took,
+	       sc_last_error());
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the restarted node's second barrier");
 	sc_finalize(c);
 	it_pass();
 }
@@ -137,6 +152,10 @@ int it_live_gone(int argc, char **argv)
 	if (it_check(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, size, 1, SC_OP_SUM, why,
 		     sizeof(why)))
 		IT_FAIL("'live.a' before any daemon went away: %s", why);
+	int rejoin = argc > 4 && !strcmp(argv[4], "rejoin");
+	if (rejoin)
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier before node %d goes",
+			    victim);
 	if (it_env.env_node_rank == victim) {
 		sc_finalize(c);
 		it_pass();
@@ -152,10 +171,12 @@ int it_live_gone(int argc, char **argv)
 	t0 = it_now_s();
 	IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_SUM, &h), "allreduce of 'live.a' again");
 	expect_gone(c, h, "'live.a' after it", bad, word, t0, 3000);
-	if (argc > 4 && !strcmp(argv[4], "rejoin")) {
+	if (rejoin) {
 		printf("itest gone: rank %d rejoin-ready\n", me);
 		fflush(stdout);
 		until_whole(c);
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier with node %d back",
+			    victim);
 	}
 	sc_finalize(c);
 	it_pass();

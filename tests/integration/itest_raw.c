@@ -11,15 +11,20 @@
  * oversize: a 192 MiB frame on the control socket is refused as its header arrives: the
  *   daemon stays up, its peak resident memory (VmHWM) grows by less than 32 MiB, and the
  *   library works normally afterwards.
+ * false-pid: a trainer whose hello declares another pid is tracked by its real one.
+ * ctl-flood: control clients that never read their replies are dropped, the daemon's
+ *   memory bounded.
  */
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -453,5 +458,207 @@ int it_oversize(int argc, char **argv)
 		    pid, frame, before, after);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	library_still_works("oversize.after");
+	it_pass();
+}
+
+/* The pid `sparsectl status` lists for local rank lr on this node, 0 when none is listed. */
+static int status_pid_of(int lr)
+{
+	const char *args[] = {"status", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *cl = it_json_get(s, "clients");
+	int pid = 0;
+	for (size_t i = 0; cl && cl->type == IT_JARR && i < cl->n; i++) {
+		const it_json_t *l = it_json_get(cl->items[i], "local_rank");
+		const it_json_t *p = it_json_get(cl->items[i], "pid");
+		if (l && p && l->type == IT_JNUM && p->type == IT_JNUM && (int)l->num == lr)
+			pid = (int)p->num;
+	}
+	it_json_free(s);
+	return pid;
+}
+
+/* A pid no process has: a child's, once reaped. */
+static int vanished_pid(void)
+{
+	pid_t p = fork();
+	if (p < 0)
+		IT_FAIL("fork: %s", strerror(errno));
+	if (p == 0)
+		_exit(0);
+	waitpid(p, NULL, 0);
+	return (int)p;
+}
+
+/* A child that takes local rank lr as a raw trainer whose hello declares pid declared, then
+ * waits to be killed; returns its pid once its hello was accepted. */
+static pid_t false_pid_trainer(int lr, int declared)
+{
+	int fds[2];
+	if (pipe(fds) != 0)
+		IT_FAIL("pipe: %s", strerror(errno));
+	pid_t p = fork();
+	if (p < 0)
+		IT_FAIL("fork: %s", strerror(errno));
+	if (p == 0) {
+		close(fds[0]);
+		raw_t r;
+		raw_open(&r);
+		Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
+		h.protocol_version = SC_PROTOCOL_VERSION;
+		h.pid = declared;
+		h.local_rank = lr;
+		h.role = SPARSECOMM__ROLE__ROLE_TRAINER;
+		Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+		m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
+		m.hello = &h;
+		Sparsecomm__DaemonMsg *d = raw_reply(&r, raw_send(&r, &m), RAW_REPLY_MS);
+		if (!d || d->body_case != SPARSECOMM__DAEMON_MSG__BODY_HELLO)
+			IT_FAIL("hello declaring pid %d for local rank %d: %s %s", declared, lr,
+				d ? body_name(d) : "no reply",
+				d && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR
+				    ? d->error->message
+				    : "");
+		if (write(fds[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	char c;
+	ssize_t n = read(fds[0], &c, 1);
+	close(fds[0]);
+	if (n != 1)
+		IT_FAIL("the trainer declaring pid %d never got its hello accepted", declared);
+	return p;
+}
+
+/*
+ * false-pid MODE: local rank 1 is taken by a raw trainer whose hello declares pid 1 (MODE
+ * "init": a trainer in a PID namespace of its own) or a pid no process has (MODE
+ * "invisible"). The daemon must track it by its real pid (the kernel's): listed with it,
+ * kept while it lives, and on its death noticed (local rank 1 freed, for a new trainer to
+ * take). MODE "foreign": the daemon runs in a PID namespace of its own, so it cannot see
+ * the trainer's process at all (it lists the declared pid 1): its death must still be
+ * noticed, by its connection's hang-up. Run on one node of two trainers; local rank 1's
+ * own trainer only passes.
+ */
+int it_false_pid(int argc, char **argv)
+{
+	if (it_env.env_local_rank != 0)
+		it_pass();
+	int invisible = argc > 1 && !strcmp(argv[1], "invisible");
+	int foreign = argc > 1 && !strcmp(argv[1], "foreign");
+	int declared = invisible ? vanished_pid() : 1;
+	pid_t child = false_pid_trainer(1, declared);
+	it_sleep_ms(1200); /* several ticks of the daemon's liveness checks */
+	int listed = status_pid_of(1);
+	if (listed != (foreign ? declared : (int)child))
+		IT_FAIL("local rank 1 (pid %d, declaring pid %d) is listed with pid %d after "
+			"1.2 s",
+			(int)child, declared, listed);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	double t0 = it_now_s();
+	while ((listed = status_pid_of(1)) != 0 && it_now_s() - t0 < 10)
+		it_sleep_ms(100);
+	if (listed)
+		IT_FAIL("local rank 1 is still held by pid %d 10 s after its trainer (pid %d, "
+			"declaring %d) was killed",
+			listed, (int)child, declared);
+	it_log("pid %d declaring pid %d: listed by its real pid, freed %.2f s after its death",
+	       (int)child, declared, it_now_s() - t0);
+	raw_t r;
+	raw_open(&r);
+	raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_TRAINER, 1);
+	raw_bye(&r);
+	raw_close(&r);
+	it_pass();
+}
+
+/* Sends m count times without reading a reply, or until the socket takes nothing for 3 s
+ * (the daemon shut the connection, and ZeroMQ, its receive queue full, does not see it);
+ * returns the number sent. */
+static int flood(raw_t *r, Sparsecomm__ClientMsg *m, int count)
+{
+	size_t len = sparsecomm__client_msg__get_packed_size(m);
+	uint8_t buf[256];
+	if (len > sizeof(buf))
+		IT_FAIL("flood message of %zu bytes", len);
+	sparsecomm__client_msg__pack(m, buf);
+	double t0 = it_now_s();
+	int i = 0;
+	while (i < count) {
+		if (zmq_send(r->sock, buf, len, ZMQ_DONTWAIT) >= 0) {
+			i++;
+			t0 = it_now_s();
+			continue;
+		}
+		if (zmq_errno() != EAGAIN)
+			IT_FAIL("zmq_send: %s", zmq_strerror(zmq_errno()));
+		if (it_now_s() - t0 > 3)
+			break;
+		it_sleep_ms(1);
+	}
+	it_log("flood: %d of %d requests sent", i, count);
+	return i;
+}
+
+/*
+ * ctl-flood: control clients that never read their replies. One sends 40000 requests for
+ * the whole configuration (each reply is kilobytes), another 100000 allreduces of an
+ * unknown id (each answered by a small error). The daemon must drop each (its log says so:
+ * run.sh checks), its peak resident memory must grow by less than 64 MiB, and it must go
+ * on serving.
+ */
+int it_ctl_flood(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	it_register(c, "flood.probe", SC_FLOAT32, 16);
+	int pid = daemon_pid_from_maps();
+	long before = vm_hwm_kib(pid);
+
+	raw_t r;
+	raw_open(&r);
+	raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	Sparsecomm__ConfigGet g = SPARSECOMM__CONFIG_GET__INIT;
+	g.key = "";
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET;
+	m.config_get = &g;
+	m.seq = 7;
+	flood(&r, &m, 40000);
+
+	raw_t s;
+	raw_open(&s);
+	raw_hello_ok(&s, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	a.tensor_id = 987654321u;
+	a.handle = 5;
+	Sparsecomm__ClientMsg m2 = SPARSECOMM__CLIENT_MSG__INIT;
+	m2.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
+	m2.allreduce = &a;
+	m2.seq = 8;
+	flood(&s, &m2, 100000);
+
+	it_sleep_ms(1500);
+	daemon_alive("two control clients that never read");
+	long after = vm_hwm_kib(pid);
+	it_log("daemon pid %d: VmHWM %ld KiB before the floods, %ld KiB after", pid, before,
+	       after);
+	if (after - before >= 64 << 10)
+		IT_FAIL(
+		    "the daemon (pid %d) kept what its clients never read: its peak resident "
+		    "memory grew from %ld to %ld KiB",
+		    pid, before, after);
+	raw_close(&r);
+	raw_close(&s);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	/* the daemon may still be reading the floods when the goodbye comes */
+	double t0 = it_now_s();
+	while (status_pid_of(it_env.env_local_rank > 0 ? it_env.env_local_rank : 0) &&
+	       it_now_s() - t0 < 20)
+		it_sleep_ms(100);
+	library_still_works("flood.after");
 	it_pass();
 }

@@ -14,7 +14,9 @@
 #                         failure names it, within peer_timeout_ms + 3 s
 #   peer rejoin n=3       SIGKILL of rank 2, which is then started again with its rank: the
 #                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
-#                         of every trainer, the restarted node's new one included, is exact
+#                         of every trainer, the restarted node's new one included, is exact; the
+#                         restarted node's barriers, numbered from 1 again, fail at once
+#                         (its first) and then meet the job's (its second)
 live_peer_timeout=2000
 
 # live_daemon R N: daemon R of N on $lport, its log appended to $live/dR.log, its pid in

@@ -247,6 +247,67 @@ run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
+# Control clients as the kernel sees them: a trainer whose hello declares pid 1 (a PID
+# namespace of its own) or a pid no process has is tracked by its real pid, and its death
+# frees its local rank; clients that never read their replies are dropped, each with a
+# log line, the daemon's memory bounded.
+run_case "false pid init n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid init
+run_case "false pid invisible n=1 per-node=2" 1 2 60 0 2 -- "$itest" false-pid invisible
+# A trainer whose process the daemon cannot see (the daemon in a PID namespace of its own;
+# needs root): its death is noticed through its connection's hang-up. The daemon gets a
+# /dev/shm of its own too: at start it removes the objects of daemons whose pid it cannot
+# see, and from there it sees none.
+if selected "false pid foreign n=1 per-node=2"; then
+	name="false pid foreign n=1 per-node=2"
+	if [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null 2>&1; then
+		skip_case "$name" "needs root and unshare (util-linux) for a PID namespace"
+	elif ! unshare --pid --mount --fork sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>/dev/null; then
+		skip_case "$name" "cannot create a PID and a mount namespace here"
+	else
+		fns=$tmp/foreign
+		mkdir -p "$fns"
+		: >"$tmp/coord.log"
+		unshare --pid --mount --kill-child sh -c \
+			'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$0" "$@"' \
+			"$bin/sparsecommd" --rank 0 --world_size 1 --local_size 2 \
+			--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$fns" \
+			>>"$tmp/coord.log" 2>&1 </dev/null &
+		fnsd=$!
+		i=0
+		while [ ! -S "$fns/ctl.sock" ] && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		SPARSECOMM_SOCKET="ipc://$fns/ctl.sock" SPARSECOMM_RANK=0 SPARSECOMM_SIZE=2 \
+			SPARSECOMM_LOCAL_RANK=0 SPARSECOMM_LOCAL_SIZE=2 timeout 60 "$itest" false-pid \
+			foreign >"$tmp/out" 2>&1 </dev/null
+		rc=$?
+		# unshare waits for the daemon (its child) whatever it is sent: the daemon is stopped
+		kill $(cat "/proc/$fnsd/task/$fnsd/children" 2>/dev/null) 2>/dev/null
+		wait "$fnsd" 2>/dev/null
+		ok=0
+		[ "$rc" -eq 0 ] && grep -q 'false-pid: rank 0 passed' "$tmp/out" &&
+			grep -q "a process this daemon cannot see" "$tmp/coord.log" &&
+			grep -q "pid unknown (1 in its own PID namespace)) closed its connection" \
+				"$tmp/coord.log" && ok=1
+		lone_verdict "$name" "$ok" "scenario exited with $rc"
+	fi
+fi
+rm -rf "$tmp/flood"
+run_case "ctl flood n=1" 1 1 180 0 1 --log-dir "$tmp/flood" -- "$itest" ctl-flood
+if selected "ctl flood n=1"; then
+	if grep -q "control client pid [0-9]* (uid [0-9]*) dropped: it does not read its replies (unread reports" \
+		"$tmp/flood"/daemon*.log &&
+		grep -q "control client pid [0-9]* (uid [0-9]*) dropped: it does not read its replies (queued messages" \
+			"$tmp/flood"/daemon*.log; then
+		echo "ok    ctl flood n=1: both clients dropped, logged"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  ctl flood n=1: the daemon's log does not say both clients were dropped"
+		grep -h "dropped" "$tmp/flood"/daemon*.log 2>/dev/null | head -n 5 | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
 # One rank's invalid input fails the operation on every rank, naming the rank and the
 # tensor (a COO index out of range; a NaN with nonfinite = error); with nonfinite = warn
 # the sum proceeds and the offender's node counts the values; pass counts nothing.
@@ -537,8 +598,11 @@ fi
 # A daemon shared by a group (ctl_group, needs root): a root daemon whose ctl_group is a
 # fresh group; a fresh user in that group connects, registers tensors (their shared memory
 # is 0660 of the group) and sums, and sparsectl status works for it; a user outside the
-# group is refused. Without a named socket, sparsectl falls back to the system daemon's
-# /run/sparsecomm/ctl.sock when the user's own default has none.
+# group is refused at once, sparsectl and the library alike, naming the permissions and
+# the uid. Without a named socket, sparsectl falls back to the system daemon's
+# /run/sparsecomm/ctl.sock when the user's own default has none. The member may change a
+# tuning key but not one that names a file the daemon writes (timeline_file) or lifts a
+# limit (max_tensor_bytes): it is refused by name, and no file is made; root may.
 if selected "ctl_group member connects"; then
 	name="ctl_group member connects"
 	if [ "$(id -u)" -ne 0 ]; then
@@ -571,10 +635,29 @@ if selected "ctl_group member connects"; then
 		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
 			>>"$tmp/out" 2>&1 </dev/null
 		rc_ctl=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			timeline_file "$shared/owned.json" >"$tmp/priv.out" 2>&1 </dev/null
+		rc_priv=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			max_tensor_bytes 64G >>"$tmp/priv.out" 2>&1 </dev/null
+		rc_priv2=$?
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			cycle_time_ms 2 >>"$tmp/priv.out" 2>&1 </dev/null
+		rc_tune=$?
+		timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set max_tensor_bytes 8G \
+			>>"$tmp/priv.out" 2>&1 </dev/null
+		rc_root=$?
+		member_uid=$(id -u "$member") other_uid=$(id -u "$other")
+		t_other=$(date +%s)
 		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
 			timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status \
 			>"$tmp/other.out" 2>&1 </dev/null
 		rc_other=$?
+		setpriv --reuid="$other" --regid=users --init-groups env -i PATH="$PATH" \
+			SPARSECOMM_SOCKET="$rt/ctl.sock" timeout 30 "$itest" sums-small \
+			>>"$tmp/other.out" 2>&1 </dev/null
+		rc_other_lib=$?
+		t_other=$(($(date +%s) - t_other))
 		as_member env XDG_RUNTIME_DIR="$shared" timeout 20 "$bin/sparsectl" status \
 			>"$tmp/default.out" 2>&1 </dev/null
 		kill "$gd" 2>/dev/null
@@ -583,17 +666,25 @@ if selected "ctl_group member connects"; then
 		userdel "$other" 2>/dev/null
 		groupdel "$grp" 2>/dev/null
 		rm -rf "$shared"
-		cat "$tmp/other.out" "$tmp/default.out" >>"$tmp/out"
+		cat "$tmp/other.out" "$tmp/default.out" "$tmp/priv.out" >>"$tmp/out"
 		ok=0
 		# the system socket is either missing (named in the error) or answers
 		[ "$modes" = "750 $grp / 660 $grp" ] && [ "$rc_member" -eq 0 ] &&
-			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] &&
+			[ "$rc_ctl" -eq 0 ] && [ "$rc_other" -ne 0 ] && [ "$rc_other_lib" -ne 0 ] &&
+			[ "$t_other" -lt 8 ] && [ "$rc_priv" -ne 0 ] && [ "$rc_priv2" -ne 0 ] &&
+			[ "$rc_tune" -eq 0 ] && [ "$rc_root" -eq 0 ] &&
+			[ ! -e "$shared/owned.json" ] &&
+			grep -q "timeline_file may be changed only by the daemon's user (uid 0) or root, and this client runs as uid $member_uid" "$tmp/priv.out" &&
+			grep -q "max_tensor_bytes may be changed only by the daemon's user" "$tmp/priv.out" &&
 			grep -q 'sums-small: rank 0 passed' "$tmp/out" &&
-			grep -q 'Permission denied\|permission' "$tmp/other.out" &&
+			[ "$(grep -c "Permission denied for uid $other_uid" "$tmp/other.out")" -eq 2 ] &&
+			! grep -q 'is sparsecommd running' "$tmp/other.out" &&
 			{ grep -q '/run/sparsecomm/ctl.sock' "$tmp/default.out" ||
 				grep -q '^daemon ' "$tmp/default.out"; } && ok=1
 		lone_verdict "$name" "$ok" "modes '$modes' (want '750 $grp / 660 $grp'), the \
-member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other"
+member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other and \
+$rc_other_lib after $t_other s; config set by the member: timeline_file $rc_priv, \
+max_tensor_bytes $rc_priv2, cycle_time_ms $rc_tune; by root: $rc_root"
 	fi
 fi
 
@@ -866,6 +957,58 @@ run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --dae
 # that dies, while the others' trainers wait on it: they fail at once or within
 # peer_timeout_ms, naming it (liveness.sh).
 . "$root/tests/integration/liveness.sh"
+
+# A join that cannot complete and a barrier beside it fail at once on every rank, each
+# naming why (rank 0 joined; the others entered a barrier, then left without joining);
+# the next session's sums are exact (itest_sessions.c).
+run_case "join left n=2" 2 1 60 0 2 -- "$itest" join-left
+run_case "join left n=3" 3 1 60 0 3 -- "$itest" join-left
+run_case "join left n=1 per-node=2" 1 2 60 0 2 -- "$itest" join-left
+
+# A trainer that crashed ends its job, not the daemon's next one: on a daemon that stays
+# (world of 1, two trainers per node), local rank 1 submits and kills itself; the next
+# job's local rank 0 starts a second before its local rank 1, and both sum exactly.
+if selected "crashed trainer, next job"; then
+	nj=$tmp/nextjob
+	mkdir -p "$nj"
+	: >"$tmp/coord.log"
+	"$bin/sparsecommd" --rank 0 --world_size 1 --local_size 2 \
+		--coordinator "127.0.0.1:$(free_port)" --runtime_dir "$nj" >>"$tmp/coord.log" 2>&1 \
+		</dev/null &
+	njd=$!
+	i=0
+	while [ ! -S "$nj/ctl.sock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nj_trainer() { # LOCAL_RANK SCENARIO
+		SPARSECOMM_SOCKET="ipc://$nj/ctl.sock" SPARSECOMM_RANK=$1 SPARSECOMM_SIZE=2 \
+			SPARSECOMM_LOCAL_RANK=$1 SPARSECOMM_LOCAL_SIZE=2 timeout 60 "$itest" "$2"
+	}
+	nj_trainer 1 crash >"$tmp/out" 2>&1 </dev/null
+	rc_crash=$?
+	i=0
+	while ! grep -q "local rank 1, pid [0-9]*) exited" "$tmp/coord.log" && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nj_trainer 0 sums-small >"$tmp/nj0.out" 2>&1 </dev/null &
+	nj0=$!
+	sleep 1
+	nj_trainer 1 sums-small >"$tmp/nj1.out" 2>&1 </dev/null
+	rc_nj1=$?
+	wait "$nj0"
+	rc_nj0=$?
+	kill "$njd" 2>/dev/null
+	wait "$njd" 2>/dev/null
+	cat "$tmp/nj0.out" "$tmp/nj1.out" >>"$tmp/out"
+	ok=0
+	[ "$rc_crash" -eq 137 ] && [ "$rc_nj0" -eq 0 ] && [ "$rc_nj1" -eq 0 ] &&
+		grep -q 'sums-small: rank 0 passed' "$tmp/nj0.out" &&
+		grep -q 'sums-small: rank 1 passed' "$tmp/nj1.out" && ok=1
+	lone_verdict "crashed trainer, next job" "$ok" \
+		"the crash exited $rc_crash (want 137), the next job's trainers $rc_nj0 and $rc_nj1"
+fi
 
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"

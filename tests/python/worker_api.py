@@ -215,6 +215,18 @@ def mismatch_raises_on_every_rank():
 
 
 @check
+def control_bytes_in_names_refused():
+    # a NUL would cut the name the C library sees; a newline or an escape forge log lines
+    for bad in ("cut\0here", "line\nforged", "esc\x1b[31mred"):
+        try:
+            sc.allreduce(torch.ones(4), name=bad, timeout=30)
+            raise AssertionError("tensor name %r accepted" % bad)
+        except sc.SparsecommError as e:
+            assert e.status_name == "SC_ERR_INVALID", e
+            assert "control character" in e.message, e
+
+
+@check
 def topk_sparsifier():
     t = torch.arange(1000.0) * (R + 1)
     r = sc.allreduce(t, name="topk", sparsifier="topk", density=0.01)

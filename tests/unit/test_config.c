@@ -139,10 +139,11 @@ UNIT_TEST(config_readme_table_matches_table)
 			CHECK_MSG(!seen[k], "%s lists %s twice", path, key);
 			seen[k] = 1;
 			CHECK_MSG(dv != NULL, "%s: %s has no default", path, key);
-			CHECK_MSG(!strcmp(cell[2], (scd_cfg_desc[k].runtime & SCD_CFG_RT)
-						       ? "yes"
-						       : "no"),
-				  "%s: %s says runtime '%s'", path, key, cell[2]);
+			CHECK_MSG(
+			    !strcmp(cell[2], (scd_cfg_desc[k].runtime & SCD_CFG_OWNER) ? "owner"
+					     : (scd_cfg_desc[k].runtime & SCD_CFG_RT)  ? "yes"
+										       : "no"),
+			    "%s: %s says runtime '%s'", path, key, cell[2]);
 			const char *want = scd_config_text(&def, k, a, sizeof(a));
 			if (!*want) {
 				CHECK_MSG(!strcmp(dv, "(empty)") || !strcmp(dv, "see below"),

@@ -54,6 +54,32 @@ UNIT_TEST(tensors_registration_limit)
 	scd_tensors_destroy(t);
 }
 
+/* A name with a control byte (a newline or an escape would forge the log's lines; a NUL
+ * cannot reach the daemon but ends the library's string) is refused, the error naming the
+ * byte and never holding it; printable names, UTF-8 included, are taken. */
+UNIT_TEST(tensors_names_control_bytes_refused)
+{
+	scd_tensors_t *t;
+	scd_reg_t *r;
+	char err[512] = "";
+	static const char *const bad[] = {"line\nforged", "esc\x1b[31mred", "tab\there",
+					  "del\x7f", "\r"};
+	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = 0;
+		CHECK_EQ_INT(reg(t, bad[i], 0, &r, err, sizeof(err)), SC_ERR_INVALID);
+		CHECK_MSG(strstr(err, "control character 0x"), "name %zu: %s", i, err);
+		for (const char *p = err; *p; p++)
+			CHECK_MSG((unsigned char)*p >= 0x20 && *p != 0x7f,
+				  "name %zu: the error holds the control byte 0x%02x", i,
+				  (unsigned char)*p);
+	}
+	CHECK_EQ_INT(scd_tensors_live(t), 0);
+	CHECK_EQ_INT(reg(t, "layer.0/weight", 0, &r, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(reg(t, "g\xc3\xa9n\xc3\xa9ral", 0, &r, err, sizeof(err)), SC_OK);
+	scd_tensors_destroy(t);
+}
+
 /* The names carry the daemon's pid first (stale objects are found by it) and then a part
  * nobody else can guess: two registrations never differ only in their sequence number. */
 UNIT_TEST(tensors_shm_names_unpredictable)

@@ -446,6 +446,12 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     device = device or (DeviceKind.CPU, 0)
     if c.closed:
         raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
+    bad = [ch for ch in name if ord(ch) < 0x20 or ord(ch) == 0x7f]
+    if bad:
+        # the C string would end at a NUL, and the daemons refuse control bytes
+        raise SparsecommError(
+            _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: names "
+            "are printable text" % (name, bad[0]), None)
     e = c.entries.get(name)
     if e is not None:
         if e.dtype != dtype or e.numel != numel:

@@ -1,0 +1,79 @@
+/*
+ * ctl_int.h: the state of the control socket and its sessions, shared by ctl.c (sessions,
+ * requests, completions) and report.c (status, statistics, pending, configuration). Not
+ * for other subsystems: they use ctl.h.
+ */
+#ifndef SCD_CTL_CTL_INT_H
+#define SCD_CTL_CTL_INT_H
+
+#include "ctl/ctl.h"
+
+typedef struct scd_session {
+	uint8_t ident[256];
+	size_t ident_len;
+	int role; /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
+	/* who it is, from the kernel (peer.h): its process (0: one the daemon cannot see) and
+	 * user; declared_pid is what its hello said, kept for messages only */
+	int pid, declared_pid;
+	uint32_t uid;
+	int local_rank;
+	int pidfd;
+	uv_poll_t pidpoll;
+	int conn; /* a duplicate of its connection (peer.h), -1: none */
+	uv_poll_t connpoll;
+	int handles; /* uv handles still open: the session is freed when the last closes */
+	uint64_t exited_ms;  /* when its process or connection was seen to end (0: running) */
+	const char *gone;    /* how: "exited", "closed its connection", "was dropped" */
+	size_t report_bytes; /* reports sent since it was last seen to have read everything */
+	int dropped;	     /* too much unread: its connection is shut, it ends at the tick */
+	scd_reg_t *regs;
+	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
+	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
+	uint64_t last_ms;
+	struct scd_session *next;
+	struct scd_ctl *ctl;
+} scd_session_t;
+
+struct scd_ctl {
+	scd_daemon_t *d;
+	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */
+	void *sock;
+	uv_poll_t poll;
+	int polling;
+	uv_idle_t more; /* requests left over by a drain (CTL_DRAIN_BUDGET) */
+	scd_tensors_t *tensors;
+	scd_session_t *sessions;
+	scd_session_t *by_local[SCD_MAX_LOCAL];
+	int n_trainers;
+	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
+	char degraded_reason[256];
+	/* barriers: the last one that ended on every rank, the local trainers in the next
+	 * one (since when), and whether the node entered it (world/barrier.c) */
+	uint64_t barrier_seq;
+	int barrier_waiting, barrier_entered;
+	uint64_t barrier_since_ms;
+	/* joins: the local trainers joined, and the last of them (a global rank) */
+	int n_joined, join_last;
+	struct pending_q {
+		uint64_t id, seq;
+		uint8_t ident[256];
+		size_t ident_len;
+	} pq[16];
+	uint64_t next_query;
+};
+
+/* Sends m to the client ident (ctl.c: bounded by what the client leaves unread). */
+void scd_ctl_send(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		  const Sparsecomm__DaemonMsg *m);
+void scd_ctl_send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
+			sc_status_t st, const char *msg);
+void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+
+/* report.c: the requests of those names. */
+void scd_ctl_handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+void scd_ctl_handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset);
+void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__ClientMsg *msg);
+
+#endif

@@ -1,0 +1,271 @@
+/*
+ * report.c: the control socket's reports, what `sparsectl status`, `stats`, `pending` and
+ * `config` ask (and the metrics endpoint's view of the first two), and runtime changes of
+ * the configuration, with the check that keys marked SCD_CFG_RT_OWNER come from the
+ * daemon's user or root.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl/ctl.h"
+#include "ctl/ctl_int.h"
+#include "ctl/peer.h"
+#include "device/cuda.h"
+#include "util/arena.h"
+#include "util/log.h"
+
+/* The GPUs the daemon serves (0 when it cannot tell). */
+static int gpu_count(void)
+{
+	const scd_cuda_ipc_t *ipc;
+	int n = 0;
+	if (scd_cuda_ipc_get(&ipc) != SC_OK || ipc->devices(&n) != SC_OK)
+		return 0;
+	return n;
+}
+
+void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_t *a)
+{
+	scd_daemon_t *d = ctl->d;
+	Sparsecomm__StatusReply r = *rp;
+	r.rank = d->rank;
+	r.world_size = d->world_size;
+	r.local_size = d->local_size;
+	r.protocol_version = SC_PROTOCOL_VERSION;
+	r.version = SC_VERSION_STRING;
+	r.uptime_ms = scd_now_ms() - d->start_ms;
+	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
+	char gpu[600];
+	const scd_device_ops_t *gops;
+	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
+		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
+	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK && scd_cuda_lost())
+		snprintf(gpu, sizeof(gpu), "lost: %.580s", scd_cuda_lost());
+	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
+		snprintf(gpu, sizeof(gpu), "cuda:%d, the engine's, of %d (%s)",
+			 scd_cuda_engine(), gpu_count(), scd_cuda_backend());
+	else
+		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
+	r.gpu = scd_arena_strdup(a, gpu);
+	r.gpu_lost = scd_cuda_lost() != NULL;
+	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
+	ctl->up->status(d->world, &r, a);
+	r.clients = scd_arena_alloc(a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));
+	for (scd_session_t *t = ctl->sessions; t && r.clients; t = t->next) {
+		if (t->role != SPARSECOMM__ROLE__ROLE_TRAINER)
+			continue;
+		Sparsecomm__ClientInfo *ci = scd_arena_alloc(a, sizeof(*ci));
+		if (!ci)
+			break;
+		sparsecomm__client_info__init(ci);
+		ci->local_rank = t->local_rank;
+		ci->rank = d->rank * d->local_size + t->local_rank;
+		ci->pid = t->pid ? t->pid : t->declared_pid;
+		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
+			ci->tensors++;
+			ci->in_flight += g->handle != 0;
+		}
+		r.clients[r.n_clients++] = ci;
+	}
+	*rp = r;
+}
+
+void scd_ctl_handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	scd_arena_t a = {0};
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__StatusReply r = SPARSECOMM__STATUS_REPLY__INIT;
+	scd_ctl_fill_status(ctl, &r, &a);
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATUS;
+	m.status = &r;
+	scd_ctl_send(ctl, s->ident, s->ident_len, &m);
+	scd_arena_free(&a);
+}
+
+/* One tensor's entry of a stats reply (name and scheme point into st and name). */
+static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, uint32_t dtype,
+			uint64_t numel, scd_tensor_stats_t *st)
+{
+	Sparsecomm__TensorStats *ts = scd_arena_alloc(a, sizeof(*ts));
+	if (!ts)
+		return;
+	sparsecomm__tensor_stats__init(ts);
+	ts->name = name;
+	ts->numel = numel;
+	ts->dtype = dtype;
+	ts->calls = st->calls;
+	ts->errors = st->errors;
+	ts->nonfinite = st->nonfinite;
+	ts->bytes_sent = st->bytes_sent;
+	ts->bytes_received = st->bytes_recv;
+	ts->time_s = st->time_s;
+	ts->scheme = st->scheme;
+	ts->transport = st->transport;
+	ts->predicted_s = st->predicted_s;
+	ts->measured_s = st->measured_s;
+	ts->density = st->density;
+	ts->densification = st->densification;
+	ts->imbalance = st->imbalance;
+	ts->exchange_s = st->exchange_s;
+	ts->cpu_s = st->cpu_s;
+	ts->device = st->device_kind == SC_DEVICE_CUDA ? "cuda:0" : "cpu";
+	ts->wire = st->wire[0] ? st->wire : "native";
+	r->tensors[r->n_tensors++] = ts;
+}
+
+/* The registered tensors' statistics, then those kept of released ones; with reset,
+ * every counter is zeroed once the reply has been sent. */
+void scd_ctl_fill_stats(scd_ctl_t *ctl, Sparsecomm__StatsReply *r, scd_arena_t *a)
+{
+	scd_stats_keep_t *kept = scd_tensors_kept(ctl->tensors);
+	size_t n = kept->n;
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
+		n++;
+	r->tensors = scd_arena_alloc(a, sizeof(*r->tensors) * (n + 1));
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt && r->tensors;
+	     nt = nt->all_next)
+		stats_entry(a, r, nt->name, nt->dtype, nt->numel, &nt->stats);
+	for (size_t i = 0; i < kept->n && r->tensors; i++)
+		stats_entry(a, r, kept->v[i].name, kept->v[i].dtype, kept->v[i].numel,
+			    &kept->v[i].stats);
+	r->cycles = ctl->d->stats_cycles;
+	r->fused_buffers = ctl->d->stats_buffers;
+	ctl->up->fusion_stats(ctl->d->world, r, a);
+}
+
+void scd_ctl_handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset)
+{
+	scd_arena_t a = {0};
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	Sparsecomm__StatsReply r = SPARSECOMM__STATS_REPLY__INIT;
+	scd_ctl_fill_stats(ctl, &r, &a);
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_STATS;
+	m.stats = &r;
+	scd_ctl_send(ctl, s->ident, s->ident_len, &m);
+	scd_arena_free(&a);
+	if (reset) {
+		scd_tensors_reset_stats(ctl->tensors);
+		ctl->d->stats_cycles = ctl->d->stats_buffers = 0;
+		memset(ctl->d->scheme_stats, 0, sizeof(ctl->d->scheme_stats));
+		scd_info(SCD_SUB_CTL, "statistics reset");
+	}
+}
+
+void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
+{
+	struct pending_q *q = &ctl->pq[ctl->next_query % 16];
+	q->id = ++ctl->next_query;
+	q->seq = seq;
+	memcpy(q->ident, s->ident, s->ident_len);
+	q->ident_len = s->ident_len;
+	ctl->up->pending(ctl->d->world, q->id);
+}
+
+void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id, const Sparsecomm__PendingReply *r)
+{
+	struct pending_q *q = &ctl->pq[(query_id - 1) % 16];
+	if (q->id != query_id)
+		return; /* superseded */
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	m.seq = q->seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_PENDING;
+	m.pending = (Sparsecomm__PendingReply *)r;
+	scd_ctl_send(ctl, q->ident, q->ident_len, &m);
+	q->id = 0;
+}
+
+void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_arena_t *a)
+{
+	size_t n = 0;
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next)
+		n += nt->state == SCD_NT_LOCAL_WAIT;
+	if (!n)
+		return;
+	Sparsecomm__PendingTensor **v = scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
+	if (!v)
+		return;
+	memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
+	r->tensors = v;
+	uint64_t now = scd_now_ms();
+	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next) {
+		if (nt->state != SCD_NT_LOCAL_WAIT)
+			continue;
+		Sparsecomm__PendingTensor *p = scd_arena_alloc(a, sizeof(*p));
+		int32_t *miss = scd_arena_alloc(a, sizeof(int32_t));
+		if (!p || !miss)
+			return;
+		sparsecomm__pending_tensor__init(p);
+		p->name = scd_arena_strdup(a, nt->name);
+		miss[0] = ctl->d->rank;
+		p->missing_ranks = miss;
+		p->n_missing_ranks = 1;
+		p->waiting_s = (double)(now - nt->state_since_ms) / 1000.0;
+		r->tensors[r->n_tensors++] = p;
+	}
+}
+
+void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__ClientMsg *msg)
+{
+	scd_config_t *cfg = &ctl->d->cfg;
+	char err[256];
+	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET) {
+		const Sparsecomm__ConfigSet *cs = msg->config_set;
+		int k = scd_config_find(cs->key ? cs->key : "");
+		char why[512], msg2[700];
+		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
+						  cs->value ? cs->value : "", why, sizeof(why));
+		if (st == SC_OK && (scd_cfg_desc[k].runtime & SCD_CFG_OWNER) &&
+		    !scd_peer_is_owner(s->uid)) {
+			st = SC_ERR_INVALID;
+			snprintf(
+			    why, sizeof(why),
+			    "%s may be changed only by the daemon's user (uid %u) or root, "
+			    "and this client runs as uid %u",
+			    scd_cfg_desc[k].name, (unsigned)geteuid(), s->uid);
+		}
+		if (st != SC_OK) {
+			snprintf(msg2, sizeof(msg2),
+				 "config set %.60s '%.100s' refused, nothing applied on any "
+				 "node: %s",
+				 cs->key ? cs->key : "", cs->value ? cs->value : "", why);
+			scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
+			return;
+		}
+		ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
+		scd_ctl_send_ok(ctl, s, seq);
+		return;
+	}
+	const char *key = msg->config_get->key;
+	int only = key && key[0] ? scd_config_find(key) : -1;
+	if (key && key[0] && only < 0) {
+		snprintf(err, sizeof(err), "config get: unknown key '%s'", key);
+		scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
+		return;
+	}
+	Sparsecomm__ConfigEntry ents[SCD_CFG_COUNT], *ptrs[SCD_CFG_COUNT];
+	char bufs[SCD_CFG_COUNT][32];
+	Sparsecomm__ConfigReply r = SPARSECOMM__CONFIG_REPLY__INIT;
+	for (int i = 0; i < SCD_CFG_COUNT; i++) {
+		if (only >= 0 && i != only)
+			continue;
+		Sparsecomm__ConfigEntry *e = &ents[r.n_entries];
+		sparsecomm__config_entry__init(e);
+		e->key = (char *)scd_cfg_desc[i].name;
+		e->value = (char *)scd_config_text(cfg, i, bufs[i], sizeof(bufs[i]));
+		e->source = (char *)scd_config_source_name(cfg->source[i]);
+		e->runtime = (scd_cfg_desc[i].runtime & SCD_CFG_RT) != 0;
+		e->doc = (char *)scd_cfg_desc[i].doc;
+		ptrs[r.n_entries++] = e;
+	}
+	r.entries = ptrs;
+	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+	m.seq = seq;
+	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_CONFIG;
+	m.config = &r;
+	scd_ctl_send(ctl, s->ident, s->ident_len, &m);
+}

@@ -1,0 +1,87 @@
+/*
+ * itest_sessions.c: trainers that come and go between jobs on daemons that stay (a
+ * Horovod-style test suite calls init() and shutdown() around every test).
+ *
+ * join-left: rank 0 joins while every other rank enters a barrier and then shuts down
+ *   without joining. The barrier cannot complete (rank 0 enters none while joined) and the
+ *   join cannot either (the others left): both fail at once, each naming why, instead of
+ *   running out their timeouts; a joined trainer's own barrier is refused. Afterwards every
+ *   rank (the others in fresh sessions) sums exactly.
+ * crash: registers a tensor, submits it and kills itself (a trainer that crashes; run.sh
+ *   then starts the next job on the same daemon).
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* An operation expected to fail at once (within 5 s: nothing waits for a timeout). */
+static void expect_prompt_failure(sc_client_t *c, sc_handle_t h, sc_status_t want,
+				  const char *what, const char *text)
+{
+	double t0 = it_now_s();
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r != (int)want)
+		IT_FAIL("%s: %s after %.2f s, expected %s (%s)", what, it_wait_name(r), dt,
+			sc_status_name(want), it_wait_error());
+	if (dt > 5.0)
+		IT_FAIL("%s failed only after %.2f s: %s", what, dt, it_wait_error());
+	if (!strstr(it_wait_error(), text))
+		IT_FAIL("%s: the error does not say '%s': %s", what, text, it_wait_error());
+	it_log("%s: %s after %.2f s: %s", what, sc_status_name(want), dt, it_wait_error());
+}
+
+static void exact_sum(sc_client_t *c, const char *name)
+{
+	char why[512];
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 5, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of '%s'", name);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, 1000, 5, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s': %zu of 1000 elements wrong: %s", name, wrong, why);
+}
+
+int it_join_left(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	sc_handle_t h;
+	/* every rank has connected before rank 0 joins */
+	it_barrier(c, "join-left.start", 0);
+	if (sc_rank(c) == 0) {
+		IT_CHECK_SC(sc_join_async(c, &h), "sc_join_async");
+		sc_status_t st = sc_barrier(c, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "has joined"))
+			IT_FAIL("a joined trainer's barrier: %s (%s), expected SC_ERR_INVALID "
+				"saying it has joined",
+				sc_status_name(st), sc_last_error());
+		expect_prompt_failure(c, h, SC_ERR_ABORTED, "rank 0's join",
+				      "left without joining");
+	} else {
+		/* rank 0 may not have joined yet: then the barrier is aborted when it does */
+		IT_CHECK_SC(sc_barrier_async(c, &h), "sc_barrier_async");
+		expect_prompt_failure(c, h, SC_ERR_ABORTED, "the barrier beside rank 0's join",
+				      "rank 0");
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+		c = it_connect(); /* the next test's session */
+	}
+	exact_sum(c, "join-left.after");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+int it_crash(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, "crash.t", SC_FLOAT32, 64);
+	sc_handle_t h;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce of 'crash.t'");
+	it_sleep_ms(200);
+	it_log("crashing (pid %d)", (int)getpid());
+	raise(SIGKILL);
+	return 1;
+}
