@@ -18,6 +18,7 @@
  * 128 + signal), 124 on --timeout, 1 when a daemon failed while every trainer succeeded.
  */
 #include "hosts.h"
+#include "jobd.h"
 #include "netns.h"
 #include "remote.h"
 
@@ -632,6 +633,7 @@ static void child_setup(pid_t launcher, int in_fd)
 /* Where node i's daemon reads the job secret the launcher made: its file here, or on a
  * remote host the file its tether writes from what the launcher hands it. */
 static const char *secret_path(const run_t *r, int i, char *buf, size_t cap);
+static bool node_remote(const run_t *r, int node);
 
 /* The daemon of node i's command line: every option of a node's daemon is added here,
  * for a local and a remote daemon alike; then the --daemon-arg options. */
@@ -659,7 +661,7 @@ static void daemon_cmdline(const run_t *r, int i, int notify_fd, run_argv_t *av)
 	} else if (r->o.secret_file) {
 		run_argv_add(av, "--secret-file");
 		run_argv_add(av, "%s", r->o.secret_file);
-	} else {
+	} else if (r->secret[0] || node_remote(r, i)) { /* --node-daemon: none on loopback */
 		char to[PATH_MAX + 32];
 		run_argv_add(av, "--secret-file");
 		run_argv_add(av, "%s", secret_path(r, i, to, sizeof(to)));
@@ -1454,6 +1456,147 @@ static int install_signals(void)
 	return 0;
 }
 
+/* ---- the node's daemon of a job under a scheduler (jobd.h) ---------------------------- */
+
+/* Tells node's waiting trainers that its daemon did not start (why: one line). */
+static void node_failed(const char *dir, int node, const char *why)
+{
+	char path[PATH_MAX + 32];
+	int fd =
+	    (size_t)snprintf(path, sizeof(path), "%s/node%d.failed", dir, node) < sizeof(path)
+		? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)
+		: -1;
+	if (fd >= 0) {
+		dprintf(fd, "%s\n", why);
+		close(fd);
+	}
+	fprintf(stderr, "sparsecomm-run: %s\n", why);
+}
+
+static void node_daemon_args(int argc, char **argv, run_t *r, int *node_p)
+{
+	opts_t *o = &r->o;
+	const char *dir = NULL, *coord = NULL;
+	int node = -1;
+	*o = (opts_t){.per_node = 1, .ready_timeout_s = 120, .kill_grace_s = 5};
+	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
+	for (int i = 0; i < argc; i++) {
+		char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--remote")) {
+			r->remote = true;
+			continue;
+		}
+		if (!v)
+			die_usage("--node-daemon: %s needs a value", a);
+		i++;
+		if (!strcmp(a, "--job-dir"))
+			dir = v;
+		else if (!strcmp(a, "--node"))
+			node = parse_int(a, v, 0, MAX_TRAINERS - 1);
+		else if (!strcmp(a, "--nodes"))
+			o->nodes = parse_int(a, v, 1, MAX_TRAINERS);
+		else if (!strcmp(a, "--per-node"))
+			o->per_node = parse_int(a, v, 1, MAX_TRAINERS);
+		else if (!strcmp(a, "--coordinator"))
+			coord = v;
+		else if (!strcmp(a, "--secret-file"))
+			o->secret_file = v;
+		else if (!strcmp(a, "--ready-timeout"))
+			o->ready_timeout_s = parse_seconds(a, v);
+		else if (!strcmp(a, "--daemon"))
+			o->daemon_path = v;
+		else if (!strcmp(a, "--daemon-arg"))
+			o->daemon_args[o->n_daemon_args++] = v;
+		else
+			die_usage("--node-daemon: unknown option '%s'", a);
+	}
+	if (!dir || !coord || node < 0 || node >= o->nodes || !o->daemon_args)
+		die_usage("--node-daemon needs --job-dir, --coordinator, --nodes and --node "
+			  "below --nodes");
+	if (strlen(dir) >= sizeof(r->dir) - 64 || strlen(coord) >= sizeof(r->coordinator))
+		die_usage("--node-daemon: --job-dir or --coordinator is too long");
+	snprintf(r->dir, sizeof(r->dir), "%s", dir);
+	snprintf(r->coordinator, sizeof(r->coordinator), "%s", coord);
+	*node_p = node;
+}
+
+/* Whether node's daemon has failed to start (said once, to the trainers too). */
+static bool node_start_failed(run_t *r, int node, long long deadline)
+{
+	daemon_t *d = &r->daemons[node];
+	char why[256], how[96];
+	if (d->ready || (d->p.alive && d->notify_fd >= 0 && run_mono_ms() < deadline))
+		return false;
+	if (!d->p.alive)
+		describe_status(d->p.status, how, sizeof(how));
+	else
+		snprintf(how, sizeof(how), "%s",
+			 d->notify_fd >= 0 ? "was not ready in time (--ready-timeout)"
+					   : "closed its notify pipe without READY=1");
+	snprintf(why, sizeof(why), "the daemon of node %d %s", node, how);
+	node_failed(r->dir, node, why);
+	print_log_tail(r, node);
+	return true;
+}
+
+/*
+ * sparsecomm-run --node-daemon (jobd.h): starts the node's daemon as a launcher starts
+ * each of its own, then watches the node's trainers, and stops the daemon and removes the
+ * node's files when every trainer that registered has gone (or none came in
+ * --ready-timeout). Returns 0, or 1 when the daemon did not start or failed.
+ */
+static int node_daemon_main(int argc, char **argv)
+{
+	static run_t run;
+	run_t *r = &run;
+	job_state_t js = {0};
+	run_watch_t w = {0};
+	int node, registered = 0;
+	bool started = false, failed = false;
+	long long quiet_since = 0, start = run_mono_ms();
+
+	node_daemon_args(argc, argv, r, &node);
+	long long deadline = start + (long long)(r->o.ready_timeout_s * 1000);
+	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
+	if (install_signals() < 0 || find_daemon(r) < 0 || !r->daemons ||
+	    run_watch_init(&w, r->dir, node, r->o.per_node) < 0) {
+		node_failed(r->dir, node, "cannot start sparsecomm-run --node-daemon");
+		return 1;
+	}
+	for (int i = 0; i < r->o.nodes; i++) {
+		r->daemons[i].notify_fd = -1;
+		r->daemons[i].p.out.fd = r->daemons[i].p.err.fd = -1;
+		r->daemons[i].p.out.log_fd = r->daemons[i].p.err.log_fd = -1;
+		r->daemons[i].p.in_fd = -1;
+	}
+	if (spawn_daemon(r, node) < 0) {
+		node_failed(r->dir, node, "cannot start the node's daemon (see its run.log)");
+		failed = true;
+	}
+	while (!r->new_signal) {
+		long long now = run_mono_ms();
+		int alive = run_watch_scan(&w, r->dir, node, &registered);
+		if (!started && !failed)
+			failed = node_start_failed(r, node, deadline);
+		started |= r->daemons[node].ready;
+		if (registered && !alive) { /* a late trainer gets a second to register */
+			if (!quiet_since)
+				quiet_since = now;
+			else if (now - quiet_since >= 1000)
+				break;
+		} else {
+			quiet_since = 0;
+		}
+		if (!registered && now >= deadline)
+			break;
+		pump(r, 200);
+	}
+	teardown(r, &js);
+	run_watch_free(&w);
+	run_node_files_remove(r->dir, node);
+	return failed || js.daemon_failed;
+}
+
 int main(int argc, char **argv)
 {
 	static run_t run;
@@ -1463,6 +1606,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "--tether"))
 		return run_tether_main(argc - 2, argv + 2);
+	if (argc > 1 && !strcmp(argv[1], "--node-daemon"))
+		return node_daemon_main(argc - 2, argv + 2);
 	parse_args(argc, argv, &r->o);
 	if (r->o.netns && geteuid() != 0) {
 		fprintf(stderr,
