@@ -8,6 +8,7 @@ with no sparsecomm-run and no SPARSECOMM_* variable (tests/integration/run_sched
     sched_trainer.py time           print "sched-time: rank R first allreduce after S s"
                                     (seconds since the process started)
 """
+import glob
 import os
 import signal
 import sys
@@ -68,6 +69,10 @@ def main():
             return 0 if ok else 1
         print("FAIL (rank %d: the allreduce after rank %d died succeeded)" % (r, victim), flush=True)
         return 1
+    if r == 0:
+        base = os.path.join(os.environ.get("TMPDIR") or "/tmp", "sparsecomm-job-%d" % os.geteuid())
+        socks = glob.glob(os.path.join(base, "*", "node*", "ctl.sock"))
+        print("sched: daemons %d" % len(socks), flush=True)
     print("sched: rank %d passed (local %d of %d, %d trainers)" % (r, sc.local_rank(),
                                                                  sc.local_size(), n), flush=True)
     sc.shutdown()

@@ -1,0 +1,257 @@
+#!/bin/sh
+# run_sched.sh: jobs started by the schedulers clusters use, with no sparsecomm-run and no
+# SPARSECOMM_* variable (docs/deployment.md, "Under a scheduler"): mpirun (one node; two
+# hosts on loopback; two hosts that are network namespaces, one rank per slot), srun's
+# variables, torchrun's c10d rendezvous, and a trainer killed under mpirun. Each case runs
+# tests/integration/sched_trainer.py (exact sums; its rank is the scheduler's) and passes
+# only when every trainer passed, the job's daemons were there (rank 0 counts their
+# sockets) and nothing is left afterwards: no daemon, no process in a namespace, no job
+# directory. Ends with "N passed, N failed" (tests/run.sh adds it up).
+#
+#   sh tests/integration/run_sched.sh [SUBSTRING...]   only cases whose name contains one
+set -u
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+trainer=$root/tests/integration/sched_trainer.py
+agent="sh $root/tests/integration/mpirun_agent.sh"
+py=${SPARSECOMM_PYTHON:-/usr/bin/python3}
+tail_lines=${ITEST_TAIL_LINES:-30}
+passed=0
+failed=0
+skipped=0
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-sched.XXXXXX") ||
+	{ echo "run_sched.sh: cannot create a temporary directory" >&2; exit 1; }
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+jobs=$tmp/j # the trainers' TMPDIR: the job directories appear here, nowhere else
+mkdir -p "$jobs"
+
+# No SPARSECOMM_* variable reaches the jobs, whatever this shell has.
+unset_own="$(env | sed -n 's/^\(SPARSECOMM_[A-Za-z0-9_]*\)=.*/-u \1/p' | tr '\n' ' ')"
+# shellcheck disable=SC2086
+clean() { env $unset_own TMPDIR="$jobs" OMP_NUM_THREADS=1 "$@"; }
+
+filters=$(printf '%s\n' "$@")
+nl='
+'
+selected() {
+	[ -z "$filters" ] && return 0
+	saved_ifs=$IFS
+	IFS=$nl
+	set -f
+	for pat in $filters; do
+		case $1 in *"$pat"*)
+			IFS=$saved_ifs
+			set +f
+			return 0
+			;;
+		esac
+	done
+	IFS=$saved_ifs
+	set +f
+	return 1
+}
+skip() {
+	selected "$1" || return 0
+	echo "skip  $1: $2"
+	skipped=$((skipped + 1))
+}
+root_opt=""
+[ "$(id -u)" -eq 0 ] && root_opt="--allow-run-as-root"
+
+# left_behind PATTERN: what of the job is still there after a bounded wait (10 s): job
+# directories, processes whose command line names the jobs' directory or PATTERN.
+left_behind() {
+	i=0
+	while [ $i -lt 100 ]; do
+		dirs=$(find "$jobs" -mindepth 1 -maxdepth 1 -name 'sparsecomm-job-*' | tr '\n' ' ')
+		procs=$(pgrep -f "$jobs/|$1" | tr '\n' ' ')
+		[ -z "$dirs$procs" ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	echo "left: files '$dirs' processes '$procs'"
+}
+
+# verdict NAME RC EXPECT_RC PASSES DAEMONS [TEXT]: the case passes with exit status
+# EXPECT_RC ('nonzero': any but 0 and 124), PASSES distinct "sched: rank R passed" lines,
+# rank 0's "daemons DAEMONS" (- : not asked), TEXT in the output (when given), no FAIL
+# line and nothing left behind.
+verdict() {
+	name=$1 rc=$2 expect=$3 want=$4 daemons=$5 text=${6:-}
+	out=$tmp/out
+	got=$(grep -o 'sched: rank [0-9]* passed' "$out" | sort -u | wc -l)
+	why=""
+	if [ "$rc" -eq 124 ]; then
+		why="timed out"
+	elif [ "$expect" = nonzero ] && [ "$rc" -eq 0 ]; then
+		why="exited 0, expected a failure"
+	elif [ "$expect" != nonzero ] && [ "$rc" -ne "$expect" ]; then
+		why="exited $rc, expected $expect"
+	elif grep -q 'FAIL (' "$out"; then
+		why="a trainer reported FAIL"
+	elif [ "$got" -ne "$want" ]; then
+		why="$got of $want 'passed' lines"
+	elif [ "$daemons" != - ] && ! grep -Eq "sched: daemons $daemons([^0-9]|$)" "$out"; then
+		why="rank 0 did not see $daemons daemon socket(s)"
+	elif [ -n "$text" ] && ! grep -qF -- "$text" "$out"; then
+		why="no '$text' in the output"
+	fi
+	left=$(left_behind "${7:-no-such-marker}")
+	[ -z "$why" ] && [ -n "$left" ] && why=$left
+	if [ -z "$why" ]; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: $why"
+		tail -n "$tail_lines" "$out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+		pkill -9 -f "$jobs/" 2>/dev/null
+		rm -rf "${jobs:?}"/*
+	fi
+}
+
+if ! command -v mpirun >/dev/null 2>&1; then
+	echo "FAIL  mpirun: not found (mk/deps.sh installs openmpi-bin)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+if ! "$py" -c 'import numpy' 2>/dev/null; then
+	skip "mpirun" "$py has no numpy (python3-numpy)"
+	echo "($skipped skipped)"
+	echo "0 passed, 0 failed"
+	exit 0
+fi
+
+# mpirun -np 4 on this machine: one node, its daemon started by local rank 0.
+name="mpirun -np 4 one node"
+if selected "$name"; then
+	clean timeout 120 mpirun $root_opt --oversubscribe -np 4 "$py" "$trainer" sums \
+		>"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? 0 4 1
+fi
+
+# Two hosts of two slots that are both this machine (mpirun's agent runs "remote" orteds
+# here): two nodes, two daemons, meeting on loopback without a secret.
+h2="-H localhost:2,127.0.0.2:2 -np 4 --mca plm_rsh_agent"
+name="mpirun 2x2 on loopback"
+if selected "$name"; then
+	# shellcheck disable=SC2086
+	clean timeout 120 mpirun $root_opt $h2 "$agent" -x MASTER_ADDR=127.0.0.1 \
+		"$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? 0 4 2
+fi
+
+# A trainer killed (SIGKILL) after the first allreduces: the others' next one fails
+# naming it, mpirun ends the job, the daemons go.
+name="mpirun killed trainer names its rank"
+if selected "$name"; then
+	# shellcheck disable=SC2086
+	clean timeout 120 mpirun $root_opt $h2 "$agent" -x MASTER_ADDR=127.0.0.1 \
+		"$py" "$trainer" kill 1 >"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? nonzero 3 - "trainer rank 1 (node 0, local rank 1"
+fi
+
+# srun -N 2 -n 4 --distribution=block, as srun sets the variables of each task; the
+# tasks are started here, node 1 on 127.0.0.2 (the node list's first host, localhost, is
+# the coordinator's).
+name="srun variables 2x2"
+if selected "$name"; then
+	for r in 0 1 2 3; do
+		clean timeout 120 env SLURM_JOB_ID=$$ SLURM_STEP_ID=0 SLURM_PROCID=$r \
+			SLURM_LOCALID=$((r % 2)) SLURM_NODEID=$((r / 2)) SLURM_NNODES=2 \
+			SLURM_NTASKS=4 SLURM_STEP_TASKS_PER_NODE='2(x2)' \
+			SLURM_STEP_NODELIST='localhost,127.0.0.2' SLURM_JOB_NODELIST='localhost,127.0.0.2' \
+			"$py" "$trainer" sums >"$tmp/srun.$r" 2>&1 </dev/null &
+		pids="${pids:-} $!"
+	done
+	rc=0
+	for p in $pids; do wait "$p" || rc=$?; done
+	pids=""
+	cat "$tmp"/srun.* >"$tmp/out"
+	verdict "$name" $rc 0 4 2
+fi
+command -v srun >/dev/null 2>&1 ||
+	skip "srun one node" "srun is not installed (Debian's slurm-wlm, with slurmctld, slurmd and munge configured)"
+
+# torchrun --nnodes 2 --nproc_per_node 2 with the c10d rendezvous, both nodes' agents
+# here. torch 1.13 on Python 3.11 reads its default --redirects/--tee wrongly, hence
+# -r 1 -t 1 (stdout teed).
+name="torchrun 2x2 c10d"
+if ! selected "$name"; then
+	:
+elif ! command -v torchrun >/dev/null 2>&1; then
+	skip "$name" "torchrun is not installed (Debian's python3-torch)"
+else
+	port=$((29000 + $$ % 500))
+	for n in 0 1; do
+		clean timeout 180 torchrun --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d \
+			--rdzv_endpoint "127.0.0.1:$port" --rdzv_id "sc$$" -r 1 -t 1 \
+			--log_dir "$tmp/tl$n" "$trainer" sums >"$tmp/torch.$n" 2>&1 </dev/null &
+		pids="${pids:-} $!"
+	done
+	rc=0
+	for p in $pids; do wait "$p" || rc=$?; done
+	pids=""
+	cat "$tmp"/torch.* >"$tmp/out"
+	verdict "$name" $rc 0 4 2
+fi
+
+# Two hosts that are network namespaces joined by a veth pair, two slots each: mpirun runs
+# on the first, its agent starts the second's orted there. A job on several hosts needs
+# a secret (mpirun -x SPARSECOMM_SECRET_FILE); without one it is refused, saying so.
+ns_cases="mpirun 2x2 namespaces|mpirun namespaces without a secret refused"
+ns_skip() {
+	saved_ifs=$IFS
+	IFS='|'
+	for c in $ns_cases; do skip "$c" "$1"; done
+	IFS=$saved_ifs
+}
+if ! selected "mpirun 2x2 namespaces" && ! selected "mpirun namespaces without"; then
+	:
+elif [ "$(id -u)" -ne 0 ]; then
+	ns_skip "needs root to create network namespaces"
+elif ! command -v ip >/dev/null 2>&1 || ! ip netns add "scs$$a" 2>/dev/null; then
+	ns_skip "cannot create network namespaces here"
+else
+	ha=scs$$a hb=scs$$b
+	addr_a=10.253.$(($$ % 250)).1 addr_b=10.253.$(($$ % 250)).2
+	if ip netns add "$hb" && ip link add "scs$$x" type veth peer name "scs$$y" &&
+		ip link set "scs$$x" netns "$ha" && ip link set "scs$$y" netns "$hb" &&
+		ip -n "$ha" addr add "$addr_a/24" dev "scs$$x" &&
+		ip -n "$hb" addr add "$addr_b/24" dev "scs$$y" &&
+		ip -n "$ha" link set "scs$$x" up && ip -n "$hb" link set "scs$$y" up &&
+		ip -n "$ha" link set lo up && ip -n "$hb" link set lo up; then
+		head -c 32 /dev/urandom >"$tmp/secret" && chmod 600 "$tmp/secret"
+		hns="-H $addr_a:2,$addr_b:2 -np 4 --mca plm_rsh_agent"
+		name="mpirun 2x2 namespaces"
+		if selected "$name"; then
+			# shellcheck disable=SC2086
+			clean SC_AGENT_HOSTS="$addr_a=$ha $addr_b=$hb" timeout 120 \
+				ip netns exec "$ha" mpirun $root_opt $hns "$agent" \
+				-x MASTER_ADDR="$addr_a" -x SPARSECOMM_SECRET_FILE="$tmp/secret" \
+				"$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+			verdict "$name" $? 0 4 2
+			left=$( (ip netns pids "$ha"; ip netns pids "$hb") | tr '\n' ' ')
+			[ -n "$left" ] && echo "FAIL  $name: processes left in the namespaces: $left" &&
+				failed=$((failed + 1)) && kill -9 $left
+		fi
+		name="mpirun namespaces without a secret refused"
+		if selected "$name"; then
+			# shellcheck disable=SC2086
+			clean SC_AGENT_HOSTS="$addr_a=$ha $addr_b=$hb" timeout 120 \
+				ip netns exec "$ha" mpirun $root_opt $hns "$agent" \
+				-x MASTER_ADDR="$addr_a" "$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+			verdict "$name" $? nonzero 0 - "set SPARSECOMM_SECRET_FILE"
+		fi
+	else
+		ns_skip "cannot connect two network namespaces with a veth pair"
+	fi
+	ip netns delete "$ha" 2>/dev/null
+	ip netns delete "$hb" 2>/dev/null
+fi
+
+[ "$skipped" -gt 0 ] && echo "($skipped skipped)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
