@@ -23,13 +23,11 @@ import sparsecomm as sc  # noqa: E402
 SCHED_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "SPARSECOMM_RANK")
 
 
-def started_at():
-    """The process's start time in seconds since the epoch (from /proc)."""
+def since_start():
+    """Seconds since this process started (/proc's start time, in clock ticks since boot)."""
     with open("/proc/self/stat") as f:
         ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as f:
-        btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -43,8 +41,9 @@ def main():
     x = np.arange(1000, dtype=np.float64) * (r + 1)
     sc.allreduce_(x, name="grad", average=False)
     if mode == "time":
-        print("sched-time: rank %d first allreduce after %.3f s" % (r, time.time() - started_at()),
-              flush=True)
+        now = time.time()
+        print("sched-time: rank %d first allreduce after %.3f s, at %.3f" %
+              (r, since_start(), now), flush=True)
     expect = np.arange(1000, dtype=np.float64) * (n * (n + 1) // 2)
     if not np.array_equal(x, expect):
         print("FAIL (rank %d: sums differ at %d)" % (r, int(np.argmax(x != expect))), flush=True)
