@@ -112,16 +112,36 @@ verdict() {
 	fi
 }
 
+# The Kubernetes example (no cluster runs here): yamllint (mk/deps.sh installs Debian's),
+# then examples/kubernetes/check_manifests.py. No Dockerfile linter is packaged by Debian
+# (hadolint is not), so the Dockerfile is not linted.
+name="kubernetes manifests lint"
+if ! selected "$name"; then
+	:
+elif ! command -v yamllint >/dev/null 2>&1; then
+	skip "$name" "yamllint is not installed (mk/deps.sh installs Debian's yamllint)"
+else
+	k8s=$root/examples/kubernetes
+	if yamllint -s -c "$k8s/.yamllint" "$k8s"/*.yaml >"$tmp/out" 2>&1 &&
+		"$py" "$k8s/check_manifests.py" "$k8s/mpijob.yaml" >>"$tmp/out" 2>&1; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name"
+		sed 's/^/      | /' "$tmp/out"
+		failed=$((failed + 1))
+	fi
+fi
+
 if ! command -v mpirun >/dev/null 2>&1; then
 	echo "FAIL  mpirun: not found (mk/deps.sh installs openmpi-bin)"
-	echo "0 passed, 1 failed"
+	echo "$passed passed, $((failed + 1)) failed"
 	exit 1
 fi
 if ! "$py" -c 'import numpy' 2>/dev/null; then
-	skip "mpirun" "$py has no numpy (python3-numpy)"
-	echo "($skipped skipped)"
-	echo "0 passed, 0 failed"
-	exit 0
+	echo "FAIL  trainers: $py has no numpy (python3-numpy; tests/python/run.sh installs it)"
+	echo "$passed passed, $((failed + 1)) failed"
+	exit 1
 fi
 
 # mpirun -np 4 on this machine: one node, its daemon started by local rank 0.
