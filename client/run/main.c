@@ -21,6 +21,7 @@
 #include "jobd.h"
 #include "netns.h"
 #include "remote.h"
+#include "stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,19 +44,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STREAM_BUF_BYTES   65536
 #define MAX_TRAINERS	   4096
 #define DEFAULT_PORT_NETNS 29500
 #define LOG_TAIL_LINES	   30
-
-typedef struct stream {
-	int fd;	    /* -1 once closed */
-	int out_fd; /* where prefixed lines go (1, 2), -1: nowhere */
-	int log_fd; /* raw copy (daemon log), -1: none */
-	char prefix[24];
-	char *buf;
-	size_t len;
-} stream_t;
 
 typedef struct proc {
 	pid_t pid; /* 0: never started */
@@ -192,6 +183,10 @@ static void usage(FILE *out)
 	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
 	    "                         commands that build the namespaces\n"
 	    "  -h, --help             this text\n"
+	    "\n"
+	    "sparsecomm-run --node-daemon is how a trainer started by mpirun, srun or "
+	    "torchrun\n"
+	    "starts its node's daemon for the job (docs/deployment.md, Under a scheduler).\n"
 	    "\n"
 	    "Exit status: the first non-zero trainer status (killed by a signal: 128 + "
 	    "signal),\n"
@@ -396,104 +391,6 @@ static void print_fallback(int argc, char **argv)
 		fprintf(stderr, " %s", argv[i]);
 	}
 	fputc('\n', stderr);
-}
-
-/* ---- output relay ------------------------------------------------------------------ */
-
-static void write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-			poll(&pfd, 1, 1000);
-			continue;
-		}
-		if (w <= 0)
-			return; /* EPIPE and friends: nobody is reading */
-		p += w;
-		n -= (size_t)w;
-	}
-}
-
-static void emit_line(stream_t *s, const char *line, size_t n)
-{
-	static char out[STREAM_BUF_BYTES + 64];
-	size_t plen = strlen(s->prefix);
-	if (s->out_fd < 0)
-		return;
-	memcpy(out, s->prefix, plen);
-	memcpy(out + plen, line, n);
-	out[plen + n] = '\n';
-	write_all(s->out_fd, out, plen + n + 1);
-}
-
-static void stream_init(stream_t *s, int fd, int out_fd, int log_fd, const char *prefix)
-{
-	s->fd = fd;
-	s->out_fd = out_fd;
-	s->log_fd = log_fd;
-	s->len = 0;
-	snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
-	s->buf = malloc(STREAM_BUF_BYTES);
-	if (!s->buf) {
-		fprintf(stderr, "sparsecomm-run: out of memory\n");
-		exit(1);
-	}
-}
-
-/* Emits every complete line; with flush also the partial last one. */
-static void stream_lines(stream_t *s, bool flush)
-{
-	size_t start = 0;
-	for (size_t i = 0; i < s->len; i++) {
-		if (s->buf[i] == '\n') {
-			emit_line(s, s->buf + start, i - start);
-			start = i + 1;
-		}
-	}
-	if (start == 0 && s->len == STREAM_BUF_BYTES) { /* a line longer than the buffer */
-		emit_line(s, s->buf, s->len);
-		start = s->len;
-	}
-	if (flush && start < s->len) {
-		emit_line(s, s->buf + start, s->len - start);
-		start = s->len;
-	}
-	memmove(s->buf, s->buf + start, s->len - start);
-	s->len -= start;
-}
-
-static void stream_close(stream_t *s)
-{
-	if (s->fd >= 0) {
-		stream_lines(s, true);
-		close(s->fd);
-		s->fd = -1;
-	}
-	if (s->log_fd >= 0) {
-		close(s->log_fd);
-		s->log_fd = -1;
-	}
-	free(s->buf);
-	s->buf = NULL;
-}
-
-static void stream_read(stream_t *s)
-{
-	ssize_t n = read(s->fd, s->buf + s->len, STREAM_BUF_BYTES - s->len);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
-		return;
-	if (n <= 0) {
-		stream_close(s);
-		return;
-	}
-	if (s->log_fd >= 0)
-		write_all(s->log_fd, s->buf + s->len, (size_t)n);
-	s->len += (size_t)n;
-	stream_lines(s, false);
 }
 
 /* ---- children ------------------------------------------------------------------------ */
@@ -824,7 +721,7 @@ static int spawn_daemon(run_t *r, int i)
 	d->p.err.fd = -1;
 	d->notify_fd = notify[0];
 	snprintf(prefix, sizeof(prefix), "[d%d] ", i);
-	stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
+	run_stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
 	if (r->o.verbose) {
 		fprintf(stderr, "sparsecomm-run: daemon %d on %s: pid %d%s, log %s\n", i,
 			node_host(r, i), (int)pid, remote ? " (agent)" : "", d->log_path);
@@ -931,8 +828,8 @@ static int spawn_trainer(run_t *r, int node, int local)
 		      .in_fd = in[1],
 		      .remote = remote};
 	snprintf(prefix, sizeof(prefix), "[%d] ", rank);
-	stream_init(&t->out, outp[0], 1, -1, prefix);
-	stream_init(&t->err, errp[0], 2, -1, prefix);
+	run_stream_init(&t->out, outp[0], 1, -1, prefix);
+	run_stream_init(&t->err, errp[0], 2, -1, prefix);
 	return 0;
 }
 
@@ -1008,7 +905,7 @@ static void pump(run_t *r, long long timeout_ms)
 				d->notify_fd = -1;
 			}
 		} else {
-			stream_read(what[k]);
+			run_stream_read(what[k]);
 		}
 	}
 	free(pfd);
@@ -1329,13 +1226,13 @@ static void teardown(run_t *r, job_state_t *js)
 		pump(r, until - run_mono_ms());
 	}
 	for (int i = 0; i < r->o.nodes; i++) {
-		stream_close(&r->daemons[i].p.out);
+		run_stream_close(&r->daemons[i].p.out);
 		if (r->daemons[i].notify_fd >= 0)
 			close(r->daemons[i].notify_fd);
 	}
 	for (int i = 0; i < r->n_trainers; i++) {
-		stream_close(&r->trainers[i].out);
-		stream_close(&r->trainers[i].err);
+		run_stream_close(&r->trainers[i].out);
+		run_stream_close(&r->trainers[i].err);
 	}
 }
 
