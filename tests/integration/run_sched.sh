@@ -1,8 +1,9 @@
 #!/bin/sh
 # run_sched.sh: jobs started by the schedulers clusters use, with no sparsecomm-run and no
-# SPARSECOMM_* variable (docs/deployment.md, "Under a scheduler"): mpirun (one node; two
-# hosts on loopback; two hosts that are network namespaces, one rank per slot), srun's
-# variables, torchrun's c10d rendezvous, and a trainer killed under mpirun. Each case runs
+# SPARSECOMM_* variable but the job secret of a job on several hosts (docs/deployment.md,
+# "Under a scheduler"): mpirun (one node; two hosts on loopback; two hosts that are
+# network namespaces, one rank per slot), srun's variables, torchrun (its c10d rendezvous
+# on loopback, its static one on the namespaces), and a trainer killed under mpirun. Each case runs
 # tests/integration/sched_trainer.py (exact sums; its rank is the scheduler's) and passes
 # only when every trainer passed, the job's daemons were there (rank 0 counts their
 # sockets) and nothing is left afterwards: no daemon, no process in a namespace, no job
@@ -223,14 +224,15 @@ fi
 # Two hosts that are network namespaces joined by a veth pair, two slots each: mpirun runs
 # on the first, its agent starts the second's orted there. A job on several hosts needs
 # a secret (mpirun -x SPARSECOMM_SECRET_FILE); without one it is refused, saying so.
-ns_cases="mpirun 2x2 namespaces|mpirun namespaces without a secret refused"
+ns_cases="mpirun 2x2 namespaces|torchrun 2x2 namespaces|mpirun namespaces without a secret refused"
 ns_skip() {
 	saved_ifs=$IFS
 	IFS='|'
 	for c in $ns_cases; do skip "$c" "$1"; done
 	IFS=$saved_ifs
 }
-if ! selected "mpirun 2x2 namespaces" && ! selected "mpirun namespaces without"; then
+if ! selected "mpirun 2x2 namespaces" && ! selected "torchrun 2x2 namespaces" &&
+	! selected "mpirun namespaces without"; then
 	:
 elif [ "$(id -u)" -ne 0 ]; then
 	ns_skip "needs root to create network namespaces"
@@ -258,6 +260,32 @@ else
 			left=$( (ip netns pids "$ha"; ip netns pids "$hb") | tr '\n' ' ')
 			[ -n "$left" ] && echo "FAIL  $name: processes left in the namespaces: $left" &&
 				failed=$((failed + 1)) && kill -9 $left
+		fi
+		# torchrun on the namespaces: its static rendezvous at the first host. (Its c10d
+		# rendezvous would give the workers MASTER_ADDR = the first agent's host name,
+		# which every namespace shares with this machine, and torch 1.13 has no
+		# --local_addr to name another: the c10d case above runs on loopback.)
+		name="torchrun 2x2 namespaces"
+		if ! selected "$name"; then
+			:
+		elif ! command -v torchrun >/dev/null 2>&1; then
+			skip "$name" "torchrun is not installed (Debian's python3-torch)"
+		else
+			for n in 0 1; do
+				ns=$ha
+				[ $n = 1 ] && ns=$hb
+				clean SPARSECOMM_SECRET_FILE="$tmp/secret" timeout 180 ip netns exec "$ns" \
+					torchrun --nnodes 2 --nproc_per_node 2 --node_rank $n \
+					--master_addr "$addr_a" --master_port 29555 -r 1 -t 1 \
+					--log_dir "$tmp/tn$n" "$trainer" sums >"$tmp/torchns.$n" 2>&1 \
+					</dev/null &
+				pids="${pids:-} $!"
+			done
+			rc=0
+			for p in $pids; do wait "$p" || rc=$?; done
+			pids=""
+			cat "$tmp"/torchns.* >"$tmp/out"
+			verdict "$name" $rc 0 4 2
 		fi
 		name="mpirun namespaces without a secret refused"
 		if selected "$name"; then
