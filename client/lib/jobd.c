@@ -188,6 +188,29 @@ static sc_status_t start_node_daemon(const char *dir, const sc_place_t *p, const
 	return SC_OK;
 }
 
+/* After a failed start nobody watches the node's files: each trainer removes its pid, and
+ * the last one the failure's files, the job's directory and this user's when empty. */
+static void leave_failed(const char *dir, const sc_place_t *p)
+{
+	char path[PATH_MAX + 32];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/node%d.t%d", dir, p->node_rank, p->local_rank);
+	unlink(path);
+	for (int k = 0; k < p->local_size; k++) {
+		snprintf(path, sizeof(path), "%s/node%d.t%d", dir, p->node_rank, k);
+		if (stat(path, &st) == 0)
+			return;
+	}
+	snprintf(path, sizeof(path), "%s/node%d.failed", dir, p->node_rank);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/node%d.run.log", dir, p->node_rank);
+	unlink(path);
+	if (rmdir(dir) == 0 && strrchr(dir, '/')) {
+		snprintf(path, sizeof(path), "%.*s", (int)(strrchr(dir, '/') - dir), dir);
+		rmdir(path);
+	}
+}
+
 /* The failure the node's daemon reported, with the last lines of what it said. */
 static sc_status_t daemon_failed(const char *dir, const sc_place_t *p)
 {
@@ -208,6 +231,7 @@ static sc_status_t daemon_failed(const char *dir, const sc_place_t *p)
 		tail[m > 0 ? m : 0] = '\0';
 		close(fd);
 	}
+	leave_failed(dir, p);
 	return scl_error(SC_ERR_CONNECT,
 			 "rank %d: the job's daemon of node %d did not start: %s%s%s", p->rank,
 			 p->node_rank, why, tail[0] ? "; it said:\n" : "", tail);

@@ -147,12 +147,47 @@ if ! "$py" -c 'import numpy' 2>/dev/null; then
 	exit "$([ "$failed" -eq 0 ] && echo 0 || echo 1)"
 fi
 
+# A daemon that serves this machine would be used instead of the job's own (as designed).
+own_sock=${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/sparsecomm/ctl.sock}
+for sock in /run/sparsecomm/ctl.sock "${own_sock:-/tmp/sparsecomm-$(id -u)/ctl.sock}"; do
+	if [ -e "$sock" ]; then
+		echo "skip  mpirun, srun and torchrun cases: a daemon serves this machine ($sock)," \
+			"and the trainers would use it"
+		echo "(1 skipped)"
+		echo "$passed passed, $failed failed"
+		exit "$([ "$failed" -eq 0 ] && echo 0 || echo 1)"
+	fi
+done
+
 # mpirun -np 4 on this machine: one node, its daemon started by local rank 0.
 name="mpirun -np 4 one node"
 if selected "$name"; then
 	clean timeout 120 mpirun $root_opt --oversubscribe -np 4 "$py" "$trainer" sums \
 		>"$tmp/out" 2>&1 </dev/null
 	verdict "$name" $? 0 4 1
+fi
+
+# A node's daemon that cannot start (sparsecomm-run not found): the trainers fail at once
+# saying so (mpirun may stop the second before it prints: one line at least), not after
+# the 130 s wait. Nothing watches the node then: whatever a trainer killed by mpirun could
+# not remove is removed here.
+name="mpirun daemon that cannot start fails the trainers"
+if selected "$name"; then
+	t0=$(date +%s)
+	clean SPARSECOMM_RUN=/nonexistent/sparsecomm-run timeout 120 mpirun $root_opt \
+		--oversubscribe -np 2 "$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	n=$(grep -c "did not start: cannot run sparsecomm-run" "$tmp/out")
+	if [ "$n" -lt 1 ] || [ "$rc" -eq 0 ] || [ "$dt" -ge 60 ]; then
+		echo "FAIL  $name: $n trainer(s) said why, exit $rc, after $dt s"
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	else
+		echo "ok    $name"
+		passed=$((passed + 1))
+	fi
+	rm -rf "${jobs:?}"/sparsecomm-job-*
 fi
 
 # Two hosts of two slots that are both this machine (mpirun's agent runs "remote" orteds
