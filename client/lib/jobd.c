@@ -332,6 +332,8 @@ sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size
 
 	endpoint[0] = '\0';
 	*local_rank_p = -1;
+	if (mode && !strcmp(mode, "0")) /* the library without scheduler support */
+		return SC_OK;
 	gethostname(host, sizeof(host) - 1);
 	int found = sc_place_from_env(env_get, NULL, host, &p, err, sizeof(err));
 	if (found < 0 && !(own && *own)) /* under sparsecomm-run its own variables decide */
@@ -339,7 +341,7 @@ sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size
 	if (found <= 0)
 		return SC_OK;
 	*local_rank_p = p.local_rank;
-	if (!want_daemon || (own && *own) || (mode && !strcmp(mode, "0")))
+	if (!want_daemon || (own && *own))
 		return SC_OK;
 	/* a daemon that serves the node (the user's own, or the system's) is used, unless
 	 * SPARSECOMM_JOB_DAEMON=1 asks for the job's own */
