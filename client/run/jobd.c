@@ -19,10 +19,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int run_watch_init(run_watch_t *w, const char *dir, int node, int n)
+int run_watch_init(run_watch_t *w, int n)
 {
-	(void)dir;
-	(void)node;
 	w->n = n;
 	w->pid = calloc((size_t)n, sizeof(pid_t));
 	w->fd = calloc((size_t)n, sizeof(int));

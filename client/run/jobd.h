@@ -26,8 +26,8 @@ typedef struct run_watch {
 	bool *gone;
 } run_watch_t;
 
-/* Watches node's n trainers registered in dir. Returns -1 on out of memory. */
-int run_watch_init(run_watch_t *w, const char *dir, int node, int n);
+/* Watches a node's n trainers. Returns -1 on out of memory. */
+int run_watch_init(run_watch_t *w, int n);
 /* Registers trainers that have written their pid since the last call and notes those
  * that have exited. *registered_p counts the trainers seen so far; returns how many of
  * them are still running. */

@@ -1456,7 +1456,7 @@ static int node_daemon_main(int argc, char **argv)
 	long long deadline = start + (long long)(r->o.ready_timeout_s * 1000);
 	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
 	if (install_signals() < 0 || find_daemon(r) < 0 || !r->daemons ||
-	    run_watch_init(&w, r->dir, node, r->o.per_node) < 0) {
+	    run_watch_init(&w, r->o.per_node) < 0) {
 		node_failed(r->dir, node, "cannot start sparsecomm-run --node-daemon");
 		return 1;
 	}
