@@ -2,7 +2,8 @@
 # run_sched.sh: jobs started by the schedulers clusters use, with no sparsecomm-run and no
 # SPARSECOMM_* variable but the job secret of a job on several hosts (docs/deployment.md,
 # "Under a scheduler"): mpirun (one node; two hosts on loopback; two hosts that are
-# network namespaces, one rank per slot), srun's variables, torchrun (its c10d rendezvous
+# network namespaces, one rank per slot), srun (a real one on one node where slurm-wlm is
+# installed; its variables for two nodes), torchrun (its c10d rendezvous
 # on loopback, its static one on the namespaces), and a trainer killed under mpirun. Each case runs
 # tests/integration/sched_trainer.py (exact sums; its rank is the scheduler's) and passes
 # only when every trainer passed, the job's daemons were there (rank 0 counts their
@@ -230,8 +231,74 @@ if selected "$name"; then
 	cat "$tmp"/srun.* >"$tmp/out"
 	verdict "$name" $rc 0 4 2
 fi
-command -v srun >/dev/null 2>&1 ||
-	skip "srun one node" "srun is not installed (Debian's slurm-wlm, with slurmctld, slurmd and munge configured)"
+# A real srun, on one node: Slurm's controller and node daemon started here for the test
+# (root, Debian's slurm-wlm and munge), on ports of their own, unless a controller answers.
+name="srun one node"
+slurm_pids=""
+slurm_start() {
+	sd=$tmp/slurm
+	mkdir -p "$sd/state" "$sd/spool"
+	h=$(hostname)
+	cpus=$(nproc)
+	cat >"$sd/slurm.conf" <<-EOF
+		ClusterName=sctest$$
+		SlurmctldHost=$h
+		SlurmctldPort=$((36000 + $$ % 1000 * 2))
+		SlurmdPort=$((36001 + $$ % 1000 * 2))
+		AuthType=auth/munge
+		StateSaveLocation=$sd/state
+		SlurmdSpoolDir=$sd/spool
+		SlurmctldPidFile=$sd/ctld.pid
+		SlurmdPidFile=$sd/d.pid
+		SlurmctldLogFile=$sd/ctld.log
+		SlurmdLogFile=$sd/d.log
+		ProctrackType=proctrack/linuxproc
+		TaskPlugin=task/none
+		SelectType=select/cons_tres
+		SelectTypeParameters=CR_CPU
+		ReturnToService=2
+		SlurmUser=root
+		MpiDefault=none
+		JobAcctGatherType=jobacct_gather/none
+		NodeName=$h CPUs=$cpus State=UNKNOWN
+		PartitionName=sctest Nodes=$h Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+	EOF
+	export SLURM_CONF="$sd/slurm.conf"
+	if [ ! -S /run/munge/munge.socket.2 ]; then
+		mkdir -p /run/munge /var/log/munge /var/lib/munge &&
+			chown munge:munge /run/munge /var/log/munge /var/lib/munge &&
+			runuser -u munge -- /usr/sbin/munged || return 1
+		slurm_pids="$(pgrep -n -x munged)"
+	fi
+	slurmctld -f "$SLURM_CONF" && slurmd -f "$SLURM_CONF" || return 1
+	sleep 1
+	slurm_pids="$slurm_pids $(cat "$sd/ctld.pid" "$sd/d.pid" 2>/dev/null)"
+	i=0
+	while [ $i -lt 100 ]; do
+		[ "$(sinfo -h -o %t 2>/dev/null)" = idle ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+if ! selected "$name"; then
+	:
+elif ! command -v srun >/dev/null 2>&1; then
+	skip "$name" "srun is not installed (Debian's slurm-wlm and munge)"
+elif ! timeout 5 sinfo >/dev/null 2>&1 && { [ "$(id -u)" -ne 0 ] ||
+	! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; }; then
+	skip "$name" "no Slurm controller answers, and one cannot be started here (root, slurmctld, munged)"
+elif ! timeout 5 sinfo >/dev/null 2>&1 && ! slurm_start; then
+	echo "FAIL  $name: cannot start slurmctld and slurmd here"
+	tail -n 5 "$tmp/slurm/ctld.log" "$tmp/slurm/d.log" 2>/dev/null | sed 's/^/      | /'
+	failed=$((failed + 1))
+else
+	clean timeout 120 srun -N 1 -n 4 --overcommit "$py" "$trainer" sums >"$tmp/out" 2>&1 \
+		</dev/null
+	verdict "$name" $? 0 4 1
+fi
+# shellcheck disable=SC2086
+[ -n "$slurm_pids" ] && kill $slurm_pids 2>/dev/null
 
 # torchrun --nnodes 2 --nproc_per_node 2 with the c10d rendezvous, both nodes' agents
 # here. torch 1.13 on Python 3.11 reads its default --redirects/--tee wrongly, hence
