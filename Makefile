@@ -95,7 +95,8 @@ $(OBJ)/tests/integration/itest_cudafake.o: INC := $(INC_SHARED) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
-CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) proto/common.c
+CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) proto/common.c \
+	proto/place.c
 CORE_OBJ := $(CORE_SRC:%.c=$(OBJ)/%.o)
 $(LIB)/libsccore.a: $(CORE_OBJ)
 	@mkdir -p $(LIB)
@@ -187,7 +188,7 @@ $(BIN)/sparsecommd: $(OBJ)/daemon/main.o $(LIB)/libscd.a $(LIB)/libsccore.a
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(RPATH_BIN) $(LDLIBS_DAEMON)
 
 # ---- client library ----------------------------------------------------------------------
-CLIENT_SRC := $(wildcard client/lib/*.c) proto/common.c
+CLIENT_SRC := $(wildcard client/lib/*.c) proto/common.c proto/place.c
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(OBJ)/lib/%.o) $(OBJ)/lib/gen.o
 $(OBJ)/lib/gen.o: $(GEN)/sparsecomm.pb-c.c
 	@mkdir -p $(dir $@)

@@ -5,7 +5,7 @@
 set -eu
 pkgs="build-essential pkg-config libuv1-dev libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
       bible-kjv bible-kjv-text iproute2 openmpi-bin libopenmpi-dev util-linux procps
-      passwd systemd
+      passwd systemd yamllint
       clang-format clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do

@@ -159,7 +159,11 @@ typedef uint64_t sc_handle_t;	      /* an operation in flight; 0 is never valid 
  * $SPARSECOMM_SOCKET, else ctl.sock in the caller's own daemon's default runtime
  * directory ($XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID; /run/sparsecomm for
  * root) when it exists, else the system daemon's /run/sparsecomm/ctl.sock. The local rank is
- * taken from $SPARSECOMM_LOCAL_RANK when set, otherwise the daemon assigns the lowest free one.
+ * taken from $SPARSECOMM_LOCAL_RANK when set, else from the scheduler's environment (mpirun,
+ * srun, torchrun), otherwise the daemon assigns the lowest free one.
+ * Started by a scheduler with no socket named and neither of those daemons' sockets there,
+ * the node's trainer of local rank 0 starts the job's daemon for the node and every local
+ * trainer waits for it (at least 130 s; docs/deployment.md, "Under a scheduler").
  * timeout_ms bounds the handshake
  * (<= 0: 30000). A socket whose permissions refuse this user fails at once with
  * SC_ERR_CONNECT, naming the path and the uid (the daemon admits its own user and the

@@ -779,16 +779,26 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	sc_client_t *c;
 	int local_rank = -1;
 	sc_status_t st;
-	char fallback[PATH_MAX + 16];
+	char fallback[PATH_MAX + 16], job_socket[PATH_MAX * 2 + 16];
 
 	if (!client_p)
 		return scl_error(SC_ERR_INVALID, "sc_connect: client_p is NULL");
-	if (!socket_path)
-		socket_path = sc_socket_default(fallback, sizeof(fallback));
 	if (timeout_ms <= 0)
 		timeout_ms = SCL_DEFAULT_TMO_MS;
-	if (role == SPARSECOMM__ROLE__ROLE_TRAINER && (st = local_rank_from_env(&local_rank)))
-		return st;
+	if (role == SPARSECOMM__ROLE__ROLE_TRAINER) {
+		int sched_local;
+		if ((st = local_rank_from_env(&local_rank)) ||
+		    (st = scl_job_socket(!socket_path, timeout_ms, job_socket,
+					 sizeof(job_socket), &sched_local)))
+			return st;
+		if (job_socket[0])
+			socket_path = job_socket;
+		if (local_rank < 0)
+			local_rank =
+			    sched_local; /* the scheduler's, unless SPARSECOMM_LOCAL_RANK */
+	}
+	if (!socket_path)
+		socket_path = sc_socket_default(fallback, sizeof(fallback));
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");

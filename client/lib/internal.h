@@ -123,6 +123,15 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
  */
 sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int timeout_ms,
 			    const char *what, Sparsecomm__DaemonMsg **reply_p);
+/*
+ * Under a scheduler (proto/place.h): *local_rank_p gets the trainer's local rank from its
+ * environment (-1 without a scheduler); with want_daemon (no socket named) and no daemon
+ * serving the node, the job's daemon for the node is started or waited for (jobd.c) and
+ * endpoint gets its socket (else it stays empty). An inconsistent environment fails,
+ * saying which variable and what to set.
+ */
+sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size_t cap,
+			   int *local_rank_p);
 /* Unmaps every tensor of a client and frees them (tensor.c, from sc_finalize). */
 void scl_tensor_free_all(sc_client_t *c);
 

@@ -19,8 +19,10 @@
  */
 #include "hosts.h"
 #include "janitor.h"
+#include "jobd.h"
 #include "netns.h"
 #include "remote.h"
+#include "stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,19 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STREAM_BUF_BYTES   65536
 #define MAX_TRAINERS	   4096
 #define DEFAULT_PORT_NETNS 29500
 #define LOG_TAIL_LINES	   30
-
-typedef struct stream {
-	int fd;	    /* -1 once closed */
-	int out_fd; /* where prefixed lines go (1, 2), -1: nowhere */
-	int log_fd; /* raw copy (daemon log), -1: none */
-	char prefix[24];
-	char *buf;
-	size_t len;
-} stream_t;
 
 typedef struct proc {
 	pid_t pid; /* 0: never started */
@@ -192,6 +184,10 @@ static void usage(FILE *out)
 	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
 	    "                         commands that build the namespaces\n"
 	    "  -h, --help             this text\n"
+	    "\n"
+	    "sparsecomm-run --node-daemon is how a trainer started by mpirun, srun or "
+	    "torchrun\n"
+	    "starts its node's daemon for the job (docs/deployment.md, Under a scheduler).\n"
 	    "\n"
 	    "Exit status: the first non-zero trainer status (killed by a signal: 128 + "
 	    "signal),\n"
@@ -398,104 +394,6 @@ static void print_fallback(int argc, char **argv)
 	fputc('\n', stderr);
 }
 
-/* ---- output relay ------------------------------------------------------------------ */
-
-static void write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EAGAIN) {
-			struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-			poll(&pfd, 1, 1000);
-			continue;
-		}
-		if (w <= 0)
-			return; /* EPIPE and friends: nobody is reading */
-		p += w;
-		n -= (size_t)w;
-	}
-}
-
-static void emit_line(stream_t *s, const char *line, size_t n)
-{
-	static char out[STREAM_BUF_BYTES + 64];
-	size_t plen = strlen(s->prefix);
-	if (s->out_fd < 0)
-		return;
-	memcpy(out, s->prefix, plen);
-	memcpy(out + plen, line, n);
-	out[plen + n] = '\n';
-	write_all(s->out_fd, out, plen + n + 1);
-}
-
-static void stream_init(stream_t *s, int fd, int out_fd, int log_fd, const char *prefix)
-{
-	s->fd = fd;
-	s->out_fd = out_fd;
-	s->log_fd = log_fd;
-	s->len = 0;
-	snprintf(s->prefix, sizeof(s->prefix), "%s", prefix);
-	s->buf = malloc(STREAM_BUF_BYTES);
-	if (!s->buf) {
-		fprintf(stderr, "sparsecomm-run: out of memory\n");
-		exit(1);
-	}
-}
-
-/* Emits every complete line; with flush also the partial last one. */
-static void stream_lines(stream_t *s, bool flush)
-{
-	size_t start = 0;
-	for (size_t i = 0; i < s->len; i++) {
-		if (s->buf[i] == '\n') {
-			emit_line(s, s->buf + start, i - start);
-			start = i + 1;
-		}
-	}
-	if (start == 0 && s->len == STREAM_BUF_BYTES) { /* a line longer than the buffer */
-		emit_line(s, s->buf, s->len);
-		start = s->len;
-	}
-	if (flush && start < s->len) {
-		emit_line(s, s->buf + start, s->len - start);
-		start = s->len;
-	}
-	memmove(s->buf, s->buf + start, s->len - start);
-	s->len -= start;
-}
-
-static void stream_close(stream_t *s)
-{
-	if (s->fd >= 0) {
-		stream_lines(s, true);
-		close(s->fd);
-		s->fd = -1;
-	}
-	if (s->log_fd >= 0) {
-		close(s->log_fd);
-		s->log_fd = -1;
-	}
-	free(s->buf);
-	s->buf = NULL;
-}
-
-static void stream_read(stream_t *s)
-{
-	ssize_t n = read(s->fd, s->buf + s->len, STREAM_BUF_BYTES - s->len);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
-		return;
-	if (n <= 0) {
-		stream_close(s);
-		return;
-	}
-	if (s->log_fd >= 0)
-		write_all(s->log_fd, s->buf + s->len, (size_t)n);
-	s->len += (size_t)n;
-	stream_lines(s, false);
-}
-
 /* ---- children ------------------------------------------------------------------------ */
 
 static void describe_status(int status, char *buf, size_t n)
@@ -633,6 +531,7 @@ static void child_setup(pid_t launcher, int in_fd)
 /* Where node i's daemon reads the job secret the launcher made: its file here, or on a
  * remote host the file its tether writes from what the launcher hands it. */
 static const char *secret_path(const run_t *r, int i, char *buf, size_t cap);
+static bool node_remote(const run_t *r, int node);
 
 /* The daemon of node i's command line: every option of a node's daemon is added here,
  * for a local and a remote daemon alike; then the --daemon-arg options. */
@@ -660,7 +559,7 @@ static void daemon_cmdline(const run_t *r, int i, int notify_fd, run_argv_t *av)
 	} else if (r->o.secret_file) {
 		run_argv_add(av, "--secret-file");
 		run_argv_add(av, "%s", r->o.secret_file);
-	} else {
+	} else if (r->secret[0] || node_remote(r, i)) { /* --node-daemon: none on loopback */
 		char to[PATH_MAX + 32];
 		run_argv_add(av, "--secret-file");
 		run_argv_add(av, "%s", secret_path(r, i, to, sizeof(to)));
@@ -823,7 +722,7 @@ static int spawn_daemon(run_t *r, int i)
 	d->p.err.fd = -1;
 	d->notify_fd = notify[0];
 	snprintf(prefix, sizeof(prefix), "[d%d] ", i);
-	stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
+	run_stream_init(&d->p.out, outp[0], r->o.verbose ? 2 : -1, log_fd, prefix);
 	if (r->o.verbose) {
 		fprintf(stderr, "sparsecomm-run: daemon %d on %s: pid %d%s, log %s\n", i,
 			node_host(r, i), (int)pid, remote ? " (agent)" : "", d->log_path);
@@ -930,8 +829,8 @@ static int spawn_trainer(run_t *r, int node, int local)
 		      .in_fd = in[1],
 		      .remote = remote};
 	snprintf(prefix, sizeof(prefix), "[%d] ", rank);
-	stream_init(&t->out, outp[0], 1, -1, prefix);
-	stream_init(&t->err, errp[0], 2, -1, prefix);
+	run_stream_init(&t->out, outp[0], 1, -1, prefix);
+	run_stream_init(&t->err, errp[0], 2, -1, prefix);
 	return 0;
 }
 
@@ -1007,7 +906,7 @@ static void pump(run_t *r, long long timeout_ms)
 				d->notify_fd = -1;
 			}
 		} else {
-			stream_read(what[k]);
+			run_stream_read(what[k]);
 		}
 	}
 	free(pfd);
@@ -1328,13 +1227,13 @@ static void teardown(run_t *r, job_state_t *js)
 		pump(r, until - run_mono_ms());
 	}
 	for (int i = 0; i < r->o.nodes; i++) {
-		stream_close(&r->daemons[i].p.out);
+		run_stream_close(&r->daemons[i].p.out);
 		if (r->daemons[i].notify_fd >= 0)
 			close(r->daemons[i].notify_fd);
 	}
 	for (int i = 0; i < r->n_trainers; i++) {
-		stream_close(&r->trainers[i].out);
-		stream_close(&r->trainers[i].err);
+		run_stream_close(&r->trainers[i].out);
+		run_stream_close(&r->trainers[i].err);
 	}
 }
 
@@ -1455,6 +1354,147 @@ static int install_signals(void)
 	return 0;
 }
 
+/* ---- the node's daemon of a job under a scheduler (jobd.h) ---------------------------- */
+
+/* Tells node's waiting trainers that its daemon did not start (why: one line). */
+static void node_failed(const char *dir, int node, const char *why)
+{
+	char path[PATH_MAX + 32];
+	int fd =
+	    (size_t)snprintf(path, sizeof(path), "%s/node%d.failed", dir, node) < sizeof(path)
+		? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)
+		: -1;
+	if (fd >= 0) {
+		dprintf(fd, "%s\n", why);
+		close(fd);
+	}
+	fprintf(stderr, "sparsecomm-run: %s\n", why);
+}
+
+static void node_daemon_args(int argc, char **argv, run_t *r, int *node_p)
+{
+	opts_t *o = &r->o;
+	const char *dir = NULL, *coord = NULL;
+	int node = -1;
+	*o = (opts_t){.per_node = 1, .ready_timeout_s = 120, .kill_grace_s = 5};
+	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
+	for (int i = 0; i < argc; i++) {
+		char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--remote")) {
+			r->remote = true;
+			continue;
+		}
+		if (!v)
+			die_usage("--node-daemon: %s needs a value", a);
+		i++;
+		if (!strcmp(a, "--job-dir"))
+			dir = v;
+		else if (!strcmp(a, "--node"))
+			node = parse_int(a, v, 0, MAX_TRAINERS - 1);
+		else if (!strcmp(a, "--nodes"))
+			o->nodes = parse_int(a, v, 1, MAX_TRAINERS);
+		else if (!strcmp(a, "--per-node"))
+			o->per_node = parse_int(a, v, 1, MAX_TRAINERS);
+		else if (!strcmp(a, "--coordinator"))
+			coord = v;
+		else if (!strcmp(a, "--secret-file"))
+			o->secret_file = v;
+		else if (!strcmp(a, "--ready-timeout"))
+			o->ready_timeout_s = parse_seconds(a, v);
+		else if (!strcmp(a, "--daemon"))
+			o->daemon_path = v;
+		else if (!strcmp(a, "--daemon-arg"))
+			o->daemon_args[o->n_daemon_args++] = v;
+		else
+			die_usage("--node-daemon: unknown option '%s'", a);
+	}
+	if (!dir || !coord || node < 0 || node >= o->nodes || !o->daemon_args)
+		die_usage("--node-daemon needs --job-dir, --coordinator, --nodes and --node "
+			  "below --nodes");
+	if (strlen(dir) >= sizeof(r->dir) - 64 || strlen(coord) >= sizeof(r->coordinator))
+		die_usage("--node-daemon: --job-dir or --coordinator is too long");
+	snprintf(r->dir, sizeof(r->dir), "%s", dir);
+	snprintf(r->coordinator, sizeof(r->coordinator), "%s", coord);
+	*node_p = node;
+}
+
+/* Whether node's daemon has failed to start (said once, to the trainers too). */
+static bool node_start_failed(run_t *r, int node, long long deadline)
+{
+	daemon_t *d = &r->daemons[node];
+	char why[256], how[96];
+	if (d->ready || (d->p.alive && d->notify_fd >= 0 && run_mono_ms() < deadline))
+		return false;
+	if (!d->p.alive)
+		describe_status(d->p.status, how, sizeof(how));
+	else
+		snprintf(how, sizeof(how), "%s",
+			 d->notify_fd >= 0 ? "was not ready in time (--ready-timeout)"
+					   : "closed its notify pipe without READY=1");
+	snprintf(why, sizeof(why), "the daemon of node %d %s", node, how);
+	node_failed(r->dir, node, why);
+	print_log_tail(r, node);
+	return true;
+}
+
+/*
+ * sparsecomm-run --node-daemon (jobd.h): starts the node's daemon as a launcher starts
+ * each of its own, then watches the node's trainers, and stops the daemon and removes the
+ * node's files when every trainer that registered has gone (or none came in
+ * --ready-timeout). Returns 0, or 1 when the daemon did not start or failed.
+ */
+static int node_daemon_main(int argc, char **argv)
+{
+	static run_t run;
+	run_t *r = &run;
+	job_state_t js = {0};
+	run_watch_t w = {0};
+	int node, registered = 0;
+	bool started = false, failed = false;
+	long long quiet_since = 0, start = run_mono_ms();
+
+	node_daemon_args(argc, argv, r, &node);
+	long long deadline = start + (long long)(r->o.ready_timeout_s * 1000);
+	r->daemons = calloc((size_t)r->o.nodes, sizeof(daemon_t));
+	if (install_signals() < 0 || find_daemon(r) < 0 || !r->daemons ||
+	    run_watch_init(&w, r->o.per_node) < 0) {
+		node_failed(r->dir, node, "cannot start sparsecomm-run --node-daemon");
+		return 1;
+	}
+	for (int i = 0; i < r->o.nodes; i++) {
+		r->daemons[i].notify_fd = -1;
+		r->daemons[i].p.out.fd = r->daemons[i].p.err.fd = -1;
+		r->daemons[i].p.out.log_fd = r->daemons[i].p.err.log_fd = -1;
+		r->daemons[i].p.in_fd = -1;
+	}
+	if (spawn_daemon(r, node) < 0) {
+		node_failed(r->dir, node, "cannot start the node's daemon (see its run.log)");
+		failed = true;
+	}
+	while (!r->new_signal) {
+		long long now = run_mono_ms();
+		int alive = run_watch_scan(&w, r->dir, node, &registered);
+		if (!started && !failed)
+			failed = node_start_failed(r, node, deadline);
+		started |= r->daemons[node].ready;
+		if (registered && !alive) { /* a late trainer gets a second to register */
+			if (!quiet_since)
+				quiet_since = now;
+			else if (now - quiet_since >= 1000)
+				break;
+		} else {
+			quiet_since = 0;
+		}
+		if (!registered && now >= deadline)
+			break;
+		pump(r, 200);
+	}
+	teardown(r, &js);
+	run_watch_free(&w);
+	run_node_files_remove(r->dir, node);
+	return failed || js.daemon_failed;
+}
+
 int main(int argc, char **argv)
 {
 	static run_t run;
@@ -1464,6 +1504,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "--tether"))
 		return run_tether_main(argc - 2, argv + 2);
+	if (argc > 1 && !strcmp(argv[1], "--node-daemon"))
+		return node_daemon_main(argc - 2, argv + 2);
 	parse_args(argc, argv, &r->o);
 	if (r->o.netns && geteuid() != 0) {
 		fprintf(stderr,

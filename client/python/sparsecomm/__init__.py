@@ -279,8 +279,10 @@ _ctx_lock = threading.Lock()
 def init(socket=None, timeout=None, connect_timeout=30.0):
     """Connects to the node's daemon (``socket``: its control socket path or ZeroMQ
     endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
-    user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).  ``timeout`` (seconds) is the default bound
-    of every wait.  Calling it again is a no-op."""
+    user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).
+    Under mpirun, srun or torchrun with no daemon serving the node, the job's own daemon is
+    started for the node (docs/deployment.md, "Under a scheduler").  ``timeout`` (seconds)
+    is the default bound of every wait.  Calling it again is a no-op."""
     global _ctx
     with _ctx_lock:
         if _ctx is not None:
