@@ -42,7 +42,7 @@ typedef struct scd_tensor_opts {
 	 * registration maps to this daemon's ordinal (scd_reg_t.device_ordinal) */
 	unsigned char device_uuid[16];
 	uint32_t device_uuid_len;
-	uint32_t block;		 /* S2's bitmap block, block top-K's (0: the configuration's) */
+	uint32_t block; /* S2's bitmap block, block top-K's (0: the configuration's) */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
