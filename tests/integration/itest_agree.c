@@ -3,7 +3,7 @@
  * agreed by negotiation (world/agree.h). Rank 1 reduces one tensor differently from the
  * others, one option at a time: its input's form (dense or COO), a COO area, allow_lossy,
  * the sparsifier (none, top-k, natural, ExDyna, threshold), its density or threshold, the
- * sketch's rows or columns, a pinned scheme. Every rank's wait must end with
+ * sketch's rows or columns, S2's block, a pinned scheme. Every rank's wait must end with
  * SC_ERR_MISMATCH naming the tensor, rank 1, another rank and the field, promptly (not at
  * the operation timeout); then two other tensors, a small one and one of 1 Mi elements,
  * must come back exact three times in a row on every rank: the data plane is still in
@@ -36,6 +36,12 @@ static sc_tensor_opts_t opts(int lossy, sc_sparsifier_t sp, double density, doub
 			      .coo_capacity = coo,
 			      .sketch_rows = rows,
 			      .sketch_cols = cols};
+	return o;
+}
+
+static sc_tensor_opts_t with_block(sc_tensor_opts_t o, uint32_t block)
+{
+	o.block = block;
 	return o;
 }
 
@@ -163,6 +169,8 @@ int it_agree(int argc, char **argv)
 	     opts(1, N, 0, 0, 0, 0, 0, "spardl"), 0, 0},
 	    {"a pinned scheme", "pinned scheme", opts(0, N, 0, 0, 0, 0, 0, "agsparse"),
 	     opts(0, N, 0, 0, 0, 0, 0, "dense_ring"), 0, 0},
+	    {"the S2 bitmap block", "block", opts(1, N, 0, 0, 0, 0, 0, "s2_sketch"),
+	     with_block(opts(1, N, 0, 0, 0, 0, 0, "s2_sketch"), 64), 0, 0},
 	};
 	(void)argc, (void)argv;
 	exact_after(c, "(none yet)");

@@ -450,6 +450,7 @@ same_alt() {
 	exdyna_gamma) echo 0.0125 ;;
 	exdyna_cap) echo 1.75 ;;
 	exdyna_grid) echo 1.5 ;;
+	exdyna_fine_symmetric) echo 1 ;;
 	sketch_rows) echo 3 ;;
 	sketch_cols) echo 4 ;;
 	nonfinite) echo warn ;;
