@@ -4,7 +4,6 @@
  * shutdown that fails in-flight work with an error to its clients, removes shared memory
  * and sockets, and exits 0.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -32,6 +31,7 @@
 #include "rundir.h"
 #include "util/dirlock.h"
 #include "util/log.h"
+#include "util/shmreap.h"
 #include "util/timeline.h"
 #include "world/world.h"
 
@@ -133,35 +133,6 @@ static sc_status_t make_runtime_dir(scd_daemon_t *d)
 	snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/ctl.sock", d->runtime_dir);
 	snprintf(d->ctl_endpoint, sizeof(d->ctl_endpoint), "ipc://%s", d->ctl_path);
 	return SC_OK;
-}
-
-/*
- * Removes the shared-memory objects of daemons that died without cleaning up (SIGKILL, the
- * OOM killer): "/sparsecomm.<pid>.<n>" owned by this user whose pid no longer exists.
- */
-static void remove_stale_shm(void)
-{
-	DIR *dir = opendir("/dev/shm");
-	if (!dir)
-		return;
-	struct dirent *de;
-	while ((de = readdir(dir))) {
-		int pid = 0;
-		char name[300];
-		struct stat st;
-		if (sscanf(de->d_name, "sparsecomm.%d.", &pid) != 1 || pid <= 0 ||
-		    pid == (int)getpid())
-			continue;
-		snprintf(name, sizeof(name), "/dev/shm/%s", de->d_name);
-		if (stat(name, &st) != 0 || st.st_uid != geteuid())
-			continue;
-		if (kill(pid, 0) == 0 || errno != ESRCH)
-			continue;
-		snprintf(name, sizeof(name), "/%s", de->d_name);
-		if (shm_unlink(name) == 0)
-			scd_info(SCD_SUB_MAIN, "removed %s, left by daemon pid %d", name, pid);
-	}
-	closedir(dir);
 }
 
 static void sd_notify_ready(void)
@@ -485,7 +456,8 @@ int main(int argc, char **argv)
 		return 1;
 	if (resolve_ctl_group(d) != SC_OK || make_runtime_dir(d) != SC_OK)
 		return 1;
-	remove_stale_shm();
+	scd_shmreap_hold(); /* held until the process exits (util/shmreap.h) */
+	scd_shmreap_stale("/dev/shm");
 	const scd_device_ops_t *gpu;
 	scd_cuda_engine_set((int)scd_cfg_int(&d->cfg, SCD_CFG_cuda_device));
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cuda") &&
