@@ -10,6 +10,9 @@
  * (Response.ranks); a node not listed keeps what it announced, since the refusal answers
  * that announcement when it reaches the coordinator.
  *
+ * One record per node and name counts the steps it owes, so what a node that never
+ * submits a name costs is bounded by the names, not by the steps the others fail.
+ *
  * A node that becomes degraded (its trainers exited) or leaves loses its records: its next
  * trainers start afresh. A joined node (join.c) submits nothing and gets none.
  */
@@ -34,7 +37,14 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
 		if (e->have[r] || r == skip || p->degraded || p->join_seq ||
 		    p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
 			continue;
-		scd_poison_t *l = calloc(1, sizeof(*l));
+		scd_poison_t *l = w->lates;
+		while (l && (l->rank != r || strcmp(l->name, e->name)))
+			l = l->next;
+		if (l) {
+			l->owed++;
+			continue;
+		}
+		l = calloc(1, sizeof(*l));
 		char reason[1400];
 		snprintf(reason, sizeof(reason),
 			 "allreduce of tensor '%s' refused: node %d submitted it late, for the "
@@ -52,6 +62,7 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
 		}
 		l->rank = r;
 		l->status = status;
+		l->owed = 1;
 		l->next = w->lates;
 		w->lates = l;
 	}
@@ -63,6 +74,29 @@ int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse)
 		scd_poison_t *l = *pp;
 		if (l->rank != rank || strcmp(l->name, name))
 			continue;
+		if (l->owed > 1 && !refuse) { /* the node failed one of them itself */
+			l->owed--;
+			return 1;
+		}
+		if (l->owed > 1) { /* it owes more: the record stays, a copy answers this one */
+			scd_poison_t *c = calloc(1, sizeof(*c));
+			if (c && (c->name = strdup(l->name)) &&
+			    (c->reason = strdup(l->reason))) {
+				c->rank = l->rank;
+				c->status = l->status;
+				c->next = w->refusals;
+				w->refusals = c;
+				scd_info(SCD_SUB_NEGOTIATE, "%s", c->reason);
+				l->owed--;
+				return 1;
+			}
+			if (c)
+				late_free(c);
+			scd_error(SCD_SUB_NEGOTIATE,
+				  "out of memory: node %d's %d further late steps of '%s' are "
+				  "forgotten",
+				  rank, l->owed - 1, name);
+		}
 		*pp = l->next;
 		if (!refuse) { /* the node failed that step itself */
 			late_free(l);

@@ -85,6 +85,7 @@ typedef struct scd_poison {
 	char *name;
 	int rank;
 	int step; /* an abandon to send: one failed step only (Abandon.step) */
+	int owed; /* a late record (late.c): the failed steps the node still owes */
 	int status;
 	char *reason;
 	struct scd_poison *next;

@@ -11,6 +11,8 @@
  */
 #include "itest.h"
 
+#include <stdlib.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -191,39 +193,50 @@ int it_agree(int argc, char **argv)
 }
 
 /*
- * late (stall_timeout_ms 1500): rank 0 submits step 1 of a tensor 2.5 s late, as a
- * checkpoint or an evaluation on one rank does. The others' step 1 fails with
- * SC_ERR_STALLED naming rank 0, and they go on to step 2 at once; rank 0's late step 1 must
- * then fail too (SC_ERR_STALLED, saying it was late), not pair with the others' step 2; and
- * every later step, each with its own values, is exact on every rank.
+ * late [SLEEP_MS] (stall_timeout_ms 1500): rank 0 submits step 1 of a tensor SLEEP_MS
+ * (2500) late, as a checkpoint or an evaluation on one rank does. The others' step 1 fails
+ * with SC_ERR_STALLED naming rank 0, and they go on to step 2 at once; rank 0's late step 1
+ * must then fail too (SC_ERR_STALLED, saying it was late), not pair with the others' step
+ * 2; and every later step, each with its own values, is exact on every rank. A sleep past
+ * two stall timeouts makes rank 0 owe two failed steps (world/late.c counts them): both
+ * fail on rank 0 too, and the first step that succeeds is exact. So the failed steps are
+ * steps 1 .. k for some k >= 1, and every step after them is exact.
  */
 int it_late(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 	int rank = sc_rank(c), size = sc_size(c);
 	const size_t n = 1000;
+	const int sleep_ms = argc > 1 ? atoi(argv[1]) : 2500;
 	char why[512];
-	(void)argc, (void)argv;
 	sc_tensor_t *g = it_register(c, "late.g", SC_FLOAT32, n);
-	for (int step = 0; step < 6; step++) {
+	int failed = 0, succeeded_after = 0;
+	for (int step = 0; step < 8; step++) {
 		if (step == 1 && rank == 0)
-			it_sleep_ms(2500);
+			it_sleep_ms(sleep_ms);
 		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step, rank, 1);
 		sc_handle_t h = 0;
 		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'late.g'",
 			    step);
 		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
-		if (step == 1) {
+		if (step >= 1 && !succeeded_after && r != SC_OK) {
 			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 0) ||
 			    (rank == 0 && !strstr(it_wait_error(), "late")))
 				IT_FAIL(
-				    "step 1 of 'late.g', rank 0 late: expected SC_ERR_STALLED "
+				    "step %d of 'late.g', rank 0 late: expected SC_ERR_STALLED "
 				    "naming rank 0%s, got %s: %s",
-				    rank == 0 ? " and its late submission" : "",
+				    step, rank == 0 ? " and its late submission" : "",
 				    it_wait_name(r), it_wait_error());
-			it_log("step 1: %s", it_wait_error());
+			it_log("step %d: %s", step, it_wait_error());
+			failed++;
 			continue;
 		}
+		if (step >= 1 && !failed)
+			IT_FAIL("step %d of 'late.g' succeeded, but rank 0 came %d ms late to "
+				"step 1",
+				step, sleep_ms);
+		if (step >= 1)
+			succeeded_after = 1;
 		if (r != SC_OK)
 			IT_FAIL("step %d of 'late.g': %s: %s", step, it_wait_name(r),
 				it_wait_error());
@@ -235,6 +248,9 @@ int it_late(int argc, char **argv)
 			    "wrong (another step's values paired in?): %s",
 			    step, wrong, n, why);
 	}
+	if (!succeeded_after)
+		IT_FAIL("no step of 'late.g' succeeded after rank 0's late one");
+	it_log("%d step(s) failed for rank 0's lateness of %d ms", failed, sleep_ms);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
