@@ -48,8 +48,8 @@ struct scd_sparsifier {
 	float *br_val;
 	uint32_t *sample;
 	uint32_t hist[HIST_COPIES][1u << HIST_DIGIT];
-	/* block_topk: per block its squared norm, the blocks by norm, whether selected */
-	double *bnorm;
+	/* block_topk: per block its squared norm, the select's scratch, whether selected */
+	float *bnorm;
 	uint32_t *border;
 	uint8_t *bsel;
 };
@@ -633,16 +633,6 @@ static uint64_t block_of(const scd_sparsifier_t *sp)
 	return sp->cfg.block ? sp->cfg.block : 256;
 }
 
-/* Larger norm first; equal norms by lower block. */
-static int by_norm(const void *a, const void *b, void *arg)
-{
-	const double *norm = arg;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	if (norm[x] != norm[y])
-		return norm[x] > norm[y] ? -1 : 1;
-	return x < y ? -1 : x > y;
-}
-
 /* acc at i: fl(in + residual), the tensor itself, or the residual alone. */
 static inline float acc_at(const float *in, const float *res, uint64_t i)
 {
@@ -650,8 +640,10 @@ static inline float acc_at(const float *in, const float *res, uint64_t i)
 }
 
 /* S2 Reducer's block-wise top-K: the squared l2 norm of each block of acc (a NaN makes
- * it infinite), the K blocks of largest norm, whose non-zeros go out; everything else
- * stays in the residual. */
+ * it infinite), the K blocks of largest norm (equal norms: the lower blocks first), whose
+ * non-zeros go out; everything else stays in the residual. The K-th norm comes from the
+ * radix select (kth.h) over the norms as floats, with border as its scratch: no sort and
+ * no allocation per step. */
 static void block_topk_step(scd_sparsifier_t *sp, const float *in, float *res, uint64_t n,
 			    scd_coo_t *out, scd_select_stats_t *st)
 {
@@ -663,13 +655,15 @@ static void block_topk_step(scd_sparsifier_t *sp, const float *in, float *res, u
 			double a = acc_at(in, res, i);
 			s += a * a;
 		}
-		sp->bnorm[b] = s == s ? s : INFINITY;
-		sp->border[b] = (uint32_t)b;
-		sp->bsel[b] = 0;
+		sp->bnorm[b] = s == s ? (float)s : INFINITY;
 	}
-	qsort_r(sp->border, nb, sizeof(uint32_t), by_norm, sp->bnorm);
-	for (uint64_t j = 0; j < K; j++)
-		sp->bsel[sp->border[j]] = 1;
+	uint64_t gt = 0;
+	uint32_t kth = K ? scd_kth_key_f32(sp->bnorm, nb, K, sp->border, &gt) : UINT32_MAX;
+	uint64_t ties = K > gt ? K - gt : 0;
+	for (uint64_t b = 0; b < nb; b++) {
+		uint32_t key = scd_abs_key(sp->bnorm[b]);
+		sp->bsel[b] = key > kth || (K && key == kth && ties && ties--);
+	}
 	uint64_t q = 0;
 	for (uint64_t b = 0; b < nb; b++)
 		for (uint64_t i = b * B, e = i + B < n ? i + B : n; i < e; i++) {
@@ -707,7 +701,7 @@ sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifie
 	sp->cfg = *cfg;
 	if (cfg->kind == SCD_SPARSIFY_BLOCK_TOPK) {
 		uint64_t nb = (cfg->numel + block_of(sp) - 1) / block_of(sp) + 1;
-		sp->bnorm = calloc(nb, sizeof(double));
+		sp->bnorm = calloc(nb, sizeof(float));
 		sp->border = calloc(nb, sizeof(uint32_t));
 		sp->bsel = calloc(nb, 1);
 		if (!sp->bnorm || !sp->border || !sp->bsel) {

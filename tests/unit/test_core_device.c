@@ -222,6 +222,7 @@ UNIT_TEST(core_step_ops_allocate_nothing)
 
 	/* ExDyna: select, then the update from the gathered counts */
 	scd_exdyna_cfg_t ec = scd_exdyna_cfg_default(n, P, (uint32_t)unit_rng_below(P), 0.01);
+	ec.recal_permille = 1250; /* the grid variant: its counting must not allocate either */
 	scd_exdyna_t *ex;
 	CHECK_EQ_INT(scd_exdyna_create(&ec, &ex), SC_OK);
 	uint64_t *counts = calloc(P, 8);
