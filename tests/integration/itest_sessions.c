@@ -2,7 +2,8 @@
  * itest_sessions.c: trainers that come and go between jobs on daemons that stay (a
  * Horovod-style test suite calls init() and shutdown() around every test).
  *
- * join-left: rank 0 joins while every other rank enters a barrier and then shuts down
+ * join-left: rank 0 joins while every other rank enters a barrier and then (after an
+ *   allreduce among them, so that none leaves before every barrier ended) shuts down
  *   without joining. The barrier cannot complete (rank 0 enters none while joined) and the
  *   join cannot either (the others left): both fail at once, each naming why, instead of
  *   running out their timeouts; a joined trainer's own barrier is refused. Afterwards every
@@ -66,6 +67,12 @@ int it_join_left(int argc, char **argv)
 		IT_CHECK_SC(sc_barrier_async(c, &h), "sc_barrier_async");
 		expect_prompt_failure(c, h, SC_ERR_ABORTED, "the barrier beside rank 0's join",
 				      "rank 0");
+		/* no rank leaves (which aborts rank 0's join) before every other rank's barrier
+		 * was refused: an allreduce among them, rank 0 joined (it adds zeros), ends
+		 * only once each has left its barrier */
+		sc_tensor_t *sync = it_register(c, "join-left.sync", SC_FLOAT32, 4);
+		IT_CHECK_SC(sc_allreduce(c, sync, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+			    "allreduce of 'join-left.sync' beside rank 0's join");
 		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 		c = it_connect(); /* the next test's session */
 	}
