@@ -157,12 +157,13 @@ uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t)
 }
 
 /* A cuda registration's GPU memory and events on the trainer's GPU, and their handles;
- * freed by gpu_release. */
+ * freed by gpu_release. theirs: the trainer's own ordinal, for messages (the header that
+ * carries it is written only once the registration is ready). */
 static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, uint64_t bytes,
-			     char *err, size_t err_len)
+			     int theirs, char *err, size_t err_len)
 {
 	const scd_cuda_ipc_t *ipc;
-	int gpu = -1, n = 0, theirs = (int)r->hdr->device_ordinal;
+	int gpu = -1, n = 0;
 	char uuid[SCD_CUDA_UUID_TEXT];
 	scd_cuda_uuid_text(r->uuid, uuid);
 	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
@@ -526,7 +527,7 @@ static sc_status_t reg_map(scd_tensors_t *t, scd_reg_t *r, const char *name, uin
 	memcpy(r->uuid, opts->device_uuid, sizeof(r->uuid));
 	char *base = map;
 	if (gpu_bytes) {
-		st = gpu_alloc(t, r, name, gpu_bytes, err, err_len);
+		st = gpu_alloc(t, r, name, gpu_bytes, (int)opts->device_ordinal, err, err_len);
 		if (st != SC_OK) {
 			close(fd);
 			reg_unmap(r);
