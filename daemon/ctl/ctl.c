@@ -486,19 +486,22 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			 (unsigned long long)ctl->barrier_seq + 1, why);
 		barrier_complete(ctl, SC_ERR_ABORTED, msg);
 	}
-	/* Operations of the node that can no longer complete fail now. One that every local
-	 * trainer had submitted (announced, or running) still runs with the data the dead
-	 * trainer left in its buffer, which stays mapped until then: the coordinator may
-	 * already have planned it, and every rank must then compute the same full sum. */
-	for (scd_reg_t *r = s->regs; r; r = r->next_in_session) {
-		scd_ntensor_t *nt = r->nt;
-		if (why[0] && nt->state == SCD_NT_LOCAL_WAIT) {
-			char msg[512];
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
-				 nt->name, why);
-			scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
+	/* Operations of the node that can no longer complete fail now: every one still
+	 * waiting for the node's trainers, the other trainers' too (a tensor the dead one
+	 * never registered waits for it as well). One that every local trainer had submitted
+	 * (announced, or running) still runs with the data the dead trainer left in its
+	 * buffer, which stays mapped until then: the coordinator may already have planned it,
+	 * and every rank must then compute the same full sum. */
+	for (scd_session_t *o = why[0] ? ctl->sessions : NULL; o; o = o->next)
+		for (scd_reg_t *r = o->regs; r; r = r->next_in_session) {
+			scd_ntensor_t *nt = r->nt;
+			if (nt->state == SCD_NT_LOCAL_WAIT) {
+				char msg[512];
+				snprintf(msg, sizeof(msg),
+					 "allreduce of tensor '%s' aborted: %s", nt->name, why);
+				scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
+			}
 		}
-	}
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
 		next = r->next_in_session;
 		char cleared[256] = "";
