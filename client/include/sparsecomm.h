@@ -186,6 +186,15 @@ SC_API int sc_local_size(const sc_client_t *client);
 SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
 			       size_t numel, sc_tensor_t **tensor_p);
 
+/*
+ * Releases a registration: the daemon unlinks its shared memory, this process unmaps it,
+ * and tensor is invalid afterwards. The name may then be registered again, with another
+ * dtype, count or options; once no trainer of the node holds the name, the daemons'
+ * negotiation forgets what it cached of it. SC_ERR_BUSY while an operation of the tensor
+ * is in flight (wait for it first).
+ */
+SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor);
+
 /* How a dense tensor is sparsified before it is exchanged (with error feedback: what is
  * not sent stays in a per-tensor residual and is added to the next step's gradient). */
 typedef enum {

@@ -453,6 +453,59 @@ SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t
 	return sc_register_ex(client, name, dtype, numel, NULL, tensor_p);
 }
 
+/* Unmaps a tensor taken out of the client's list and frees it. */
+static void tensor_unmap_free(sc_tensor_t *t)
+{
+	scl_cuda_close(t->cuda);
+	if (t->map)
+		munmap(t->map, t->map_bytes);
+	free(t->a2a_recv);
+	free(t);
+}
+
+SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__ReleaseTensor rel = SPARSECOMM__RELEASE_TENSOR__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	char what[SCL_NAME_MAX + 64];
+	sc_tensor_t **pp;
+	sc_status_t st = SC_OK;
+
+	if (!client || !tensor || tensor->client != client)
+		return scl_error(SC_ERR_INVALID, "sc_tensor_release: NULL client or a tensor "
+						 "of another client");
+	snprintf(what, sizeof(what), "rank %d: releasing tensor '%s'", client->rank,
+		 tensor->name);
+	pthread_mutex_lock(&client->mu);
+	for (pp = &client->tensors; *pp && *pp != tensor; pp = &(*pp)->next)
+		;
+	if (!*pp || !tensor->ready)
+		st = scl_error(SC_ERR_INVALID, "%s: not a registered tensor of this client",
+			       what);
+	else if (tensor->busy)
+		st = scl_error(SC_ERR_BUSY, "%s: an operation is in flight", what);
+	pthread_mutex_unlock(&client->mu);
+	if (st != SC_OK)
+		return st;
+	rel.tensor_id = tensor->tensor_id;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_RELEASE;
+	msg.release = &rel;
+	st = scl_client_call(client, &msg, 0, what, &reply);
+	if (reply)
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	if (st != SC_OK)
+		return st;
+	pthread_mutex_lock(&client->mu);
+	for (pp = &client->tensors; *pp && *pp != tensor; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = tensor->next;
+	pthread_mutex_unlock(&client->mu);
+	tensor_unmap_free(tensor);
+	return SC_OK;
+}
+
 void scl_tensor_free_all(sc_client_t *c)
 {
 	sc_tensor_t *t, *next;
@@ -463,11 +516,7 @@ void scl_tensor_free_all(sc_client_t *c)
 	pthread_mutex_unlock(&c->mu);
 	for (; t; t = next) {
 		next = t->next;
-		scl_cuda_close(t->cuda);
-		if (t->map)
-			munmap(t->map, t->map_bytes);
-		free(t->a2a_recv);
-		free(t);
+		tensor_unmap_free(t);
 	}
 }
 

@@ -446,6 +446,18 @@ static void trainer_left(scd_ctl_t *ctl, scd_session_t *s)
 		ctl->up->node_left(ctl->d->world, why);
 }
 
+/* Releases one registration (already out of its session's list); a disagreeing tensor that
+ * no trainer of the node holds any more is abandoned, so the other nodes stop waiting. */
+static void release_reg(scd_ctl_t *ctl, scd_reg_t *r)
+{
+	char cleared[256] = "";
+	if (r->nt && r->nt->poisoned && r->nt->n_regs == 1)
+		snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
+	scd_tensors_release(ctl->tensors, r);
+	if (cleared[0]) /* the disagreeing tensor is gone from this node */
+		ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
+}
+
 /* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
  * node's matching operations down with it, and the node becomes degraded. */
 static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
@@ -501,12 +513,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	}
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
 		next = r->next_in_session;
-		char cleared[256] = "";
-		if (r->nt && r->nt->poisoned && r->nt->n_regs == 1)
-			snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
-		scd_tensors_release(ctl->tensors, r);
-		if (cleared[0]) /* the disagreeing tensor is gone from this node */
-			ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
+		release_reg(ctl, r);
 	}
 	s->regs = NULL;
 	scd_tensors_forget_session(ctl->tensors, s);
@@ -684,6 +691,38 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 
 static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg,
 		       sc_status_t st, const char *err);
+
+/* sc_tensor_release: one of the session's registrations goes (its shared memory is
+ * unlinked, and the negotiation forgets the name once the node holds it no more), so that
+ * the name can be registered again with another shape, dtype or options. */
+static void handle_release(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__ReleaseTensor *rq)
+{
+	char err[512];
+	scd_reg_t *r = scd_tensors_reg(ctl->tensors, rq->tensor_id);
+	if (!r || r->session != s) {
+		snprintf(err, sizeof(err),
+			 "releasing a tensor: id %u is not registered by this client",
+			 rq->tensor_id);
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
+		return;
+	}
+	if (r->handle) {
+		snprintf(err, sizeof(err),
+			 "tensor '%s' has an operation in flight: it is released once that "
+			 "completes",
+			 r->nt ? r->nt->name : "?");
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_BUSY, err);
+		return;
+	}
+	for (scd_reg_t **pp = &s->regs; *pp; pp = &(*pp)->next_in_session)
+		if (*pp == r) {
+			*pp = r->next_in_session;
+			break;
+		}
+	release_reg(ctl, r);
+	send_ok(ctl, s, seq);
+}
 
 static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			    const Sparsecomm__RegisterTensor *rq)
@@ -1140,6 +1179,9 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE:
 		handle_allreduce(ctl, s, seq, msg->allreduce);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_RELEASE:
+		handle_release(ctl, s, seq, msg->release);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATUS:
 		scd_ctl_handle_status(ctl, s, seq);

@@ -167,6 +167,14 @@ def t_horovod_port():
     checks("horovod_port", rc, out, 4)
 
 
+def t_horovod_contract():
+    # Horovod's calls as its users make them (tests/python/worker_horovod.py), on 2 ranks
+    # and on 3 (an odd size: uneven splits, roots past 1)
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_horovod.py"), [], 240)
+        checks("horovod%d" % n, rc, out, n)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -265,7 +273,8 @@ def t_wire():
     checks("wire", rc, out, 2)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_wire,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
+         t_wire,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 
 

@@ -222,6 +222,7 @@ _PROTOTYPES = [
     ("sc_register_ex", ctypes.c_int,
      [c_client_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(TensorOpts),
       ctypes.POINTER(c_tensor_p)]),
+    ("sc_tensor_release", ctypes.c_int, [c_client_p, c_tensor_p]),
     ("sc_tensor_coo_indices", ctypes.c_void_p, [c_tensor_p]),
     ("sc_tensor_coo_values", ctypes.c_void_p, [c_tensor_p]),
     ("sc_tensor_residual", ctypes.c_void_p, [c_tensor_p]),
