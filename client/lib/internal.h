@@ -103,6 +103,7 @@ struct sc_client {
 	struct sc_tensor *tensors;
 
 	int rank, size, local_rank, local_size, node_rank, node_count;
+	char built[128]; /* the daemon's built-in backends, space-separated (hello) */
 };
 
 /* ---- errors and logging (client.c) ---- */

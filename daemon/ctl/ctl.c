@@ -20,7 +20,9 @@
 #include <zmq.h>
 
 #include "ctl/peer.h"
+#include "device/device.h"
 #include "engine/engine.h"
+#include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
 #include "util/timeline.h"
@@ -571,6 +573,24 @@ static void session_watch(scd_ctl_t *ctl, scd_session_t *s, const scd_peer_cred_
 
 /* ---- handlers ----------------------------------------------------------------------- */
 
+/* What this daemon has built in and usable, for the hello's reply: every transport the
+ * registry has, and each device beyond the cpu where GPU tensors are served (device is not
+ * cpu) and its library loads. */
+static size_t built_list(scd_ctl_t *ctl, char **out)
+{
+	size_t n = 0;
+	const scd_transport_ops_t *tops;
+	const scd_device_ops_t *dops;
+	for (int k = 0; k < SCD_TRANSPORT_COUNT; k++)
+		if (scd_transport_get((scd_transport_kind_t)k, &tops) == SC_OK)
+			out[n++] = (char *)scd_transport_kind_name((scd_transport_kind_t)k);
+	if (strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0)
+		for (int k = SCD_DEVICE_CPU + 1; k < SCD_DEVICE_COUNT; k++)
+			if (scd_device_get((scd_device_kind_t)k, &dops) == SC_OK)
+				out[n++] = (char *)scd_device_kind_name((scd_device_kind_t)k);
+	return n;
+}
+
 static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
 			 const scd_peer_cred_t *cred, const Sparsecomm__Hello *h)
 {
@@ -676,6 +696,9 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__HelloReply r = SPARSECOMM__HELLO_REPLY__INIT;
+	char *built[SCD_TRANSPORT_COUNT + SCD_DEVICE_COUNT];
+	r.built = built;
+	r.n_built = built_list(ctl, built);
 	r.protocol_version = SC_PROTOCOL_VERSION;
 	r.local_rank = lr;
 	r.local_size = d->local_size;

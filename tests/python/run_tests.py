@@ -167,9 +167,23 @@ def t_horovod_port():
     checks("horovod_port", rc, out, 4)
 
 
+def nccl_in_daemon():
+    """"1" when the daemon has its nccl transport built in (its symbol table holds the
+    backend's ops), "0" when not, None when nm cannot tell."""
+    daemon = os.path.join(BIN, "sparsecommd")
+    rc, out, _ = sh(["nm", daemon], 60)
+    if rc != 0:
+        return None
+    return "1" if re.search(r" scd_transport_nccl_ops$", out, re.M) else "0"
+
+
 def t_horovod_contract():
     # Horovod's calls as its users make them (tests/python/worker_horovod.py), on 2 ranks
-    # and on 3 (an odd size: uneven splits, roots past 1)
+    # and on 3 (an odd size: uneven splits, roots past 1); nccl_built() against the build
+    nccl = nccl_in_daemon()
+    if nccl is not None:
+        os.environ["SPARSECOMM_EXPECT_NCCL_BUILT"] = nccl
+    os.environ["SPARSECOMM_TEST_TMP"] = TMP
     for n in (2, 3):
         rc, out, _ = launch(n, os.path.join(HERE, "worker_horovod.py"), [], 240)
         checks("horovod%d" % n, rc, out, n)

@@ -76,6 +76,116 @@ def next_calls_work_after_a_reshape():
         assert torch.allclose(got, torch.arange(n, dtype=torch.float64) * TRI / P), got
 
 
+@check
+def grouped_operations():
+    xs = [torch.full((n,), float(R + 1)) for n in (3, 1000, 17)]
+    got = hvd.grouped_allreduce(xs, name="grp", op=hvd.Sum)
+    assert [g.tolist() for g in got] == [[float(TRI)] * n for n in (3, 1000, 17)], got
+    h = hvd.grouped_allreduce_async(xs, op=hvd.Average)  # unnamed members
+    avg = hvd.synchronize(h)
+    assert all(torch.allclose(a, torch.full_like(a, TRI / P)) for a in avg), avg
+    ys = [x.clone() for x in xs]
+    assert hvd.grouped_allreduce_(ys, name="grp_", op=hvd.Sum) is not None
+    assert all(torch.equal(y, torch.full_like(y, float(TRI))) for y in ys), ys
+    h = hvd.grouped_allreduce_async_(ys, name="grp_", op=hvd.Max)
+    hvd.synchronize(h)
+    assert all(torch.equal(y, torch.full_like(y, float(TRI))) for y in ys), ys
+    ga = hvd.grouped_allgather([torch.full((R + 1,), R), torch.full((1, 2), R * 1.0)])
+    assert ga[0].tolist() == sum([[r] * (r + 1) for r in range(P)], []), ga[0]
+    assert ga[1].tolist() == [[float(r)] * 2 for r in range(P)], ga[1]
+    rows = torch.arange(2 * P, dtype=torch.float32).view(P, 2) * (R + 1)
+    rs = hvd.grouped_reducescatter([rows, rows + 1], op=hvd.Sum)
+    assert rs[0].tolist() == [[(2 * R) * TRI, (2 * R + 1) * TRI]], rs[0]
+    assert rs[1].tolist() == [[(2 * R) * TRI + P, (2 * R + 1) * TRI + P]], rs[1]
+
+
+@check
+def async_calls():
+    h = hvd.allgather_async(torch.full((2,), R, dtype=torch.int64), name="ag.async")
+    assert hvd.synchronize(h).tolist() == sum([[r, r] for r in range(P)], []), h
+    root = P - 1
+    h = hvd.broadcast_async(torch.full((4,), float(R)), root_rank=root, name="bc.async")
+    assert hvd.synchronize(h).tolist() == [float(root)] * 4
+    t = torch.full((4,), float(R))
+    hvd.synchronize(hvd.broadcast_async_(t, root_rank=root, name="bc.async_"))
+    assert t.tolist() == [float(root)] * 4, t
+    rows = torch.ones(P, 3) * (R + 1)
+    h = hvd.reducescatter_async(rows, name="rs.async", op=hvd.Sum)
+    assert hvd.synchronize(h).tolist() == [[float(TRI)] * 3], h
+    sp = torch.sparse_coo_tensor([[R, P]], [float(R + 1), 1.0], (P + 1, )).coalesce()
+    got = hvd.synchronize(hvd.sparse_allreduce_async(sp, name="sparse.async", op=hvd.Sum))
+    assert got.is_sparse, got
+    want = [float(r + 1) for r in range(P)] + [float(P)]
+    assert got.to_dense().tolist() == want, got.to_dense()
+    try:
+        hvd.sparse_allreduce_async(torch.ones(3), name="sparse.dense")
+        raise AssertionError("a dense tensor was taken by sparse_allreduce_async")
+    except TypeError:
+        pass
+
+
+@check
+def scale_factors():
+    x = torch.full((5,), float(R + 1))
+    got = hvd.allreduce(x, name="scaled", op=hvd.Sum, prescale_factor=2.0,
+                        postscale_factor=0.5)
+    assert got.tolist() == [float(TRI)] * 5, got
+    got = hvd.allreduce(x, name="scaled", op=hvd.Average, postscale_factor=3.0)
+    assert torch.allclose(got, torch.full((5,), 3.0 * TRI / P)), got
+    y = x.clone()
+    hvd.allreduce_(y, name="scaled_", op=hvd.Sum, prescale_factor=10.0)
+    assert y.tolist() == [10.0 * TRI] * 5, y
+    assert x.tolist() == [float(R + 1)] * 5  # the input of the out-of-place call
+    rows = torch.ones(P, 2) * (R + 1)
+    rs = hvd.reducescatter(rows, name="rs.scaled", op=hvd.Sum, prescale_factor=4.0,
+                           postscale_factor=0.25)
+    assert rs.tolist() == [[float(TRI)] * 2], rs
+
+
+@check
+def capability_queries():
+    built = (sc._lib.load().sc_daemon_built(sc._need().client) or b"").decode().split()
+    assert "tcp" in built, built
+    assert hvd.nccl_built() == ("nccl" in built) and hvd.cuda_built() == ("cuda" in built)
+    want_nccl = os.environ.get("SPARSECOMM_EXPECT_NCCL_BUILT")
+    if want_nccl is not None:  # run_tests.py: from the build's configuration
+        assert hvd.nccl_built() == (want_nccl == "1"), (hvd.nccl_built(), want_nccl)
+    for q in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled,
+              hvd.ccl_built, hvd.ddl_built, hvd.rocm_built, hvd.mpi_threads_supported):
+        assert q() is False, q.__name__
+
+
+@check
+def timeline_start_stop():
+    path = os.path.join(os.environ.get("SPARSECOMM_TEST_TMP", "/tmp"),
+                        "hvd-tl-%d.json" % os.getppid())
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(8), name="tl.grad")
+    hvd.barrier()
+    hvd.stop_timeline()
+    hvd.barrier()
+    if R == 0:  # the daemon of node 0 writes path, or path with its rank before .json
+        cands = [path, path[:-5] + ".0.json"]
+        deadline = time.monotonic() + 10
+        while not any(os.path.exists(p) and os.path.getsize(p) for p in cands):
+            assert time.monotonic() < deadline, "no timeline at %s" % cands
+            time.sleep(0.05)
+        tl = next(p for p in cands if os.path.exists(p))
+        deadline = time.monotonic() + 10
+        while True:  # closed (its trailer written) once stopped
+            with open(tl) as f:
+                text = f.read()
+            if "tl.grad" in text and text.rstrip().endswith("}"):
+                break
+            assert time.monotonic() < deadline, "timeline %s: %r" % (tl, text[-200:])
+            time.sleep(0.05)
+    try:
+        hvd.start_timeline(path, mark_cycles=True)
+        raise AssertionError("mark_cycles was accepted")
+    except NotImplementedError:
+        pass
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

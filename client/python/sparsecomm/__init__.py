@@ -94,6 +94,9 @@ import numpy as np
 
 from . import _lib
 from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, Wire, STATUS_NAMES
+from ._system import (  # noqa: F401  (Horovod's build queries and timeline)
+    ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 
 # Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
 Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
@@ -107,7 +110,10 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
     "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "alltoall",
-    "alltoall_async", "reducescatter", "barrier", "join",
+    "alltoall_async", "reducescatter", "reducescatter_async", "allgather_async", "barrier",
+    "join", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built",
+    "gloo_enabled", "nccl_built", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
+    "start_timeline", "stop_timeline",
     "registered", "library_path", "status_name",
 ]
 
@@ -1250,6 +1256,14 @@ def _allgather_async(tensor, name, timeout):
     return Handle(c, e, h.value, finish), rows
 
 
+def allgather_async(tensor, name=None, timeout=None):
+    """Starts an allgather (see :func:`allgather`); the Handle's wait() gives the result.
+    Only the rows' exchange is asynchronous: the sizes' exchange completes before this
+    returns (bounded by ``timeout``)."""
+    name = "allgather" if name is None else str(name)
+    return _allgather_async(tensor, name, timeout)[0]
+
+
 def allgather(tensor, name=None, timeout=None):
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ across ranks, the others must not).  The sizes are gathered
@@ -1391,7 +1405,12 @@ def alltoall(tensor, splits=None, name=None, timeout=None):
 # ---- reducescatter -----------------------------------------------------------------
 
 def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
-    """``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
+    """See :func:`reducescatter_async`: its result."""
+    return reducescatter_async(tensor, op, name).wait(timeout)
+
+
+def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None):
+    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
     of which this rank gets its rows: the first dimension is split in rank order, the
     first (rows % size) ranks one row more (sc_reducescatter_async: each node sends every
     other node its part once).  Every rank must give the same shape, dtype, op and name
@@ -1424,7 +1443,7 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
         got = lib.sc_tensor_result_nnz(e.ptr)
         return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 
-    return Handle(c, e, h.value, finish).wait(timeout)
+    return Handle(c, e, h.value, finish)
 
 
 # ---- join --------------------------------------------------------------------------

@@ -33,11 +33,15 @@
 Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
 ``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
 local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
-name=None, compression=..., op=None), allreduce_, allreduce_async, allreduce_async_,
-synchronize(handle), poll(handle), allgather, allgather_object, alltoall, alltoall_async,
-broadcast, broadcast_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
-reducescatter, barrier,
-join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
+name=None, compression=..., op=None, prescale_factor=1.0, postscale_factor=1.0),
+allreduce_, allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
+grouped_allreduce_async, grouped_allreduce_async_, sparse_allreduce_async,
+synchronize(handle), poll(handle), allgather, allgather_async, grouped_allgather,
+allgather_object, alltoall, alltoall_async, broadcast, broadcast_, broadcast_async,
+broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
+reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
+queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
+stop_timeline, Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
@@ -65,7 +69,9 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
     shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
-    allgather_object, barrier, join)
+    allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
+    mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
+    cuda_built, rocm_built, start_timeline, stop_timeline)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
@@ -199,40 +205,77 @@ def _hvd_op(average, op):
     return ReduceOp.SUM if average is False else ReduceOp.AVERAGE
 
 
+def _scale(tensor, factor):
+    """tensor x factor in its own dtype (Horovod's prescale and postscale factors)."""
+    if factor == 1.0 or tensor is None:
+        return tensor
+    with torch.no_grad():
+        out = tensor * factor
+    return out if out.dtype == tensor.dtype else out.to(tensor.dtype)
+
+
+def _postscaled(handle, factor, out=None):
+    """handle, its result multiplied by factor (and copied into ``out`` when given)."""
+    if factor == 1.0 and out is None:
+        return handle
+    return _DecompressHandle(handle, lambda res: _scale(res, factor), out)
+
+
 def allreduce_async(tensor, average=None, name=None, compression=Compression.none, op=None,
-                    **kw):
+                    prescale_factor=1.0, postscale_factor=1.0, **kw):
     """Horovod's allreduce_async: starts the reduction (``op``, default Average) and
-    returns a handle for :func:`synchronize`.  Other keywords (sparsifier, density, ...)
-    are sparsecomm.allreduce_async's."""
+    returns a handle for :func:`synchronize`.  ``prescale_factor`` multiplies the input
+    before the reduction, ``postscale_factor`` the result after it (after the average's
+    division), as Horovod's do.  Other keywords (sparsifier, density, ...) are
+    sparsecomm.allreduce_async's."""
     red = _hvd_op(average, op)
-    if compression is NoneCompressor or (_sc._is_torch(tensor) and tensor.is_sparse):
-        return _sc.allreduce_async(tensor, name=name, op=red, **kw)
-    return _compressed_async(compression, tensor, None, name=name, op=red, **kw)
+    x = _scale(tensor, prescale_factor)
+    if compression is NoneCompressor or (_sc._is_torch(x) and x.is_sparse):
+        h = _sc.allreduce_async(x, name=name, op=red, **kw)
+    else:
+        h = _compressed_async(compression, x, None, name=name, op=red, **kw)
+    return _postscaled(h, postscale_factor)
 
 
 def allreduce_async_(tensor, average=None, name=None, compression=Compression.none, op=None,
-                     **kw):
+                     prescale_factor=1.0, postscale_factor=1.0, **kw):
     """In place: synchronize(handle) writes the result into ``tensor`` and returns it."""
     red = _hvd_op(average, op)
-    if compression is NoneCompressor:
-        return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     if tensor.is_sparse:
         raise TypeError("allreduce_async_: sparse tensors have no in-place form")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        return _postscaled(allreduce_async(tensor, None, name, compression, red,
+                                           prescale_factor, postscale_factor, **kw), 1.0,
+                           tensor)
+    if compression is NoneCompressor:
+        return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     return _compressed_async(compression, tensor, tensor, name=name, op=red, **kw)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              timeout=None, **kw):
+              prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
     """Horovod's allreduce: the reduction of ``tensor`` across every trainer, a new tensor
     (``op`` default Average; ``average=False`` is Sum).  ``timeout``: seconds (None:
     init()'s default)."""
-    return allreduce_async(tensor, average, name, compression, op, **kw).wait(timeout)
+    return allreduce_async(tensor, average, name, compression, op, prescale_factor,
+                           postscale_factor, **kw).wait(timeout)
 
 
 def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
-               timeout=None, **kw):
+               prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
     """In-place allreduce: the result is written into ``tensor``, which is returned."""
-    return allreduce_async_(tensor, average, name, compression, op, **kw).wait(timeout)
+    return allreduce_async_(tensor, average, name, compression, op, prescale_factor,
+                            postscale_factor, **kw).wait(timeout)
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, **kw):
+    """Horovod's sparse_allreduce_async: a torch sparse COO tensor reduced across every
+    trainer (the COO path: the union of the non-zero rows comes back as a coalesced
+    sparse tensor); a handle for synchronize()."""
+    if not (_sc._is_torch(tensor) and tensor.is_sparse):
+        raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
+                        (getattr(tensor, "layout", type(tensor).__name__),))
+    return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op), **kw)
 
 
 def synchronize(handle, timeout=None):
@@ -281,14 +324,137 @@ def alltoall(tensor, splits=None, name=None, timeout=None):
     return alltoall_async(tensor, splits, name, timeout).wait(timeout)
 
 
+def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's reducescatter_async: a handle for synchronize() whose result is this
+    rank's rows of the reduction (``op`` default Average; the scale factors as
+    allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
+    the values instead."""
+    compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
+    return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name),
+                             lambda res: _scale(compression.decompress(res, ctx),
+                                                postscale_factor), None)
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  timeout=None):
-    """Horovod's argument order for sparsecomm.reducescatter: this rank's rows of the
-    reduction (``op`` default Average).  A reduce-scatter keeps the 32-bit wire: a 16-bit
-    compression rounds the values instead."""
-    compressed, ctx = compression.compress(tensor)
-    res = _sc.reducescatter(compressed, op=op, name=name, timeout=timeout)
-    return compression.decompress(res, ctx)
+                  prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async)."""
+    return reducescatter_async(tensor, name, compression, op, prescale_factor,
+                               postscale_factor).wait(timeout)
+
+
+# ---- Horovod's grouped operations ----------------------------------------------------
+
+class _GroupHandle:
+    """The operations of a group, all submitted before any is waited for (so the daemons
+    negotiate them in the same cycles and fuse them into shared buffers): wait() gives
+    their results in order, under one deadline; the first error is raised once every
+    member has finished."""
+
+    def __init__(self, handles):
+        self._hs = handles
+
+    def poll(self):
+        return all([h.poll() for h in self._hs])
+
+    def done(self):
+        return self.poll()
+
+    def wait(self, timeout=None):
+        import time
+        tmo = _sc._need().timeout_s if timeout is None else float(timeout)
+        deadline = time.monotonic() + tmo
+        out, err = [], None
+        for h in self._hs:
+            try:
+                out.append(h.wait(max(0.0, deadline - time.monotonic())))
+            except Exception as e:  # noqa: B902  (every member is waited for first)
+                out.append(None)
+                err = err or e
+        if err is not None:
+            raise err
+        return out
+
+
+def _group(start, tensors, name):
+    """Starts start(tensor, member name) for every tensor of a group (member i of a named
+    group is name.i; an unnamed group's members are unnamed).  A member refused at its
+    start fails the group once the members already started have finished."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("a grouped operation needs at least one tensor")
+    hs = []
+    try:
+        for i, t in enumerate(tensors):
+            hs.append(start(t, None if name is None else "%s.%d" % (name, i)))
+    except Exception:
+        _drain(hs)
+        raise
+    return _GroupHandle(hs)
+
+
+def _drain(handles):
+    for h in handles:
+        try:
+            h.wait()
+        except Exception:  # noqa: B902  (the start's error is the one raised)
+            pass
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, compression=Compression.none,
+                            op=None, prescale_factor=1.0, postscale_factor=1.0, **kw):
+    """Horovod's grouped_allreduce_async: every tensor's allreduce submitted before any
+    is waited for; synchronize() gives the list of results."""
+    return _group(lambda t, n: allreduce_async(t, average, n, compression, op,
+                                               prescale_factor, postscale_factor, **kw),
+                  tensors, name)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None,
+                             compression=Compression.none, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, **kw):
+    """In place: synchronize() writes each result into its tensor."""
+    return _group(lambda t, n: allreduce_async_(t, average, n, compression, op,
+                                                prescale_factor, postscale_factor, **kw),
+                  tensors, name)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
+                      **kw):
+    return grouped_allreduce_async(tensors, average, name, compression, op,
+                                   prescale_factor, postscale_factor, **kw).wait(timeout)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, compression=Compression.none,
+                       op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
+                       **kw):
+    return grouped_allreduce_async_(tensors, average, name, compression, op,
+                                    prescale_factor, postscale_factor, **kw).wait(timeout)
+
+
+def grouped_allgather_async(tensors, name=None):
+    """Horovod's grouped_allgather_async (each member's sizes are exchanged as it is
+    started, its rows with the others')."""
+    return _group(lambda t, n: _sc.allgather_async(t, "allgather" if n is None else n),
+                  tensors, "allgather.group" if name is None else name)
+
+
+def grouped_allgather(tensors, name=None, timeout=None):
+    return grouped_allgather_async(tensors, name).wait(timeout)
+
+
+def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
+                                                   postscale_factor),
+                  tensors, "reducescatter.group" if name is None else name)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+    return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
+                                       postscale_factor).wait(timeout)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
