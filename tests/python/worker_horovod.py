@@ -186,6 +186,101 @@ def timeline_start_stop():
         pass
 
 
+def raises(exc, fn, *args, **kw):
+    """The exception fn raised, which must be an exc."""
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+
+
+def still_works(tag):
+    """The next operations work after an error: named, unnamed, grouped."""
+    got = hvd.allreduce(torch.full((4,), float(R + 1)), name="after." + tag, op=hvd.Sum)
+    assert got.tolist() == [float(TRI)] * 4, (tag, got)
+    got = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum)
+    assert got.tolist() == [float(TRI)] * 2, (tag, got)
+    hvd.barrier()
+
+
+@check
+def broadcast_root_not_a_rank():
+    for root in (P, -1, 100):
+        raises(ValueError, hvd.broadcast, torch.ones(3), root_rank=root, name="bc.bad")
+        raises(ValueError, hvd.broadcast_async_, torch.ones(3), root_rank=root)
+    still_works("badroot")
+
+
+@check
+def same_name_twice_in_flight():
+    h = hvd.allreduce_async(torch.ones(6), name="twice", op=hvd.Sum)
+    e = raises(hvd.HorovodInternalError, hvd.allreduce_async, torch.ones(6), name="twice")
+    assert "twice" in str(e) and "in flight" in str(e), e
+    # the first one completes, and the name works again
+    assert hvd.synchronize(h).tolist() == [float(P)] * 6
+    # a new shape while the name is in flight is refused the same way
+    h = hvd.allreduce_async(torch.ones(6), name="twice", op=hvd.Sum)
+    raises(hvd.HorovodInternalError, hvd.allreduce_async, torch.ones(9), name="twice")
+    assert hvd.synchronize(h).tolist() == [float(P)] * 6
+    still_works("twice")
+
+
+def mismatch(tag, x, op, what, mine, theirs):
+    """An allreduce that rank 0 gives differently from the others: it fails on every rank
+    with an error naming every rank and what it gave."""
+    e = raises(hvd.HorovodInternalError, hvd.allreduce, x, name="mismatch." + tag, op=op)
+    text = str(e)
+    print("mismatch %s: %s" % (tag, text), flush=True)
+    want = "%s differs across ranks: rank 0 has %s, %s" % (what, mine, ", ".join(
+        "rank %d has %s" % (r, theirs) for r in range(1, P)))
+    assert want in text and "mismatch." + tag in text, (tag, text, want)
+    still_works(tag)
+
+
+@check
+def mismatches_across_ranks_raise_everywhere():
+    mismatch("shape", torch.ones(5 if R == 0 else 6), hvd.Sum, "element count", 5, 6)
+    dt = torch.float32 if R == 0 else torch.int32
+    mismatch("dtype", torch.ones(4, dtype=dt), hvd.Sum, "dtype", "float32", "int32")
+    mismatch("op", torch.ones(4), hvd.Sum if R == 0 else hvd.Max, "operation", "sum", "max")
+
+
+@check
+def adasum_refused():
+    e = raises(NotImplementedError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+    assert "Adasum" in str(e), e
+    model = torch.nn.Linear(2, 1)
+    raises(NotImplementedError, hvd.DistributedOptimizer,
+           torch.optim.SGD(model.parameters(), lr=0.1),
+           named_parameters=model.named_parameters(), op=hvd.Adasum)
+
+
+@check
+def optimizer_named_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    part = [(n, p) for n, p in model.named_parameters() if n.startswith("0.")]
+    e = raises(ValueError, hvd.DistributedOptimizer,
+               torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=part)
+    assert "named_parameters" in str(e), e
+    # none at all: names are generated, the same on every rank
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0))
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float(R + 1))
+    opt.synchronize()
+    for p in model.parameters():
+        assert torch.allclose(p.grad, torch.full_like(p, TRI / P)), p.grad
+    # step() after synchronize() without skip_synchronize(): Horovod's warning
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        opt.step()
+    assert any("skip_synchronize" in str(x.message) for x in w), [str(x.message) for x in w]
+    for p in model.parameters():  # not reduced a second time
+        assert torch.allclose(p.grad, torch.full_like(p, TRI / P)), p.grad
+    opt.remove_hooks()
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

@@ -103,7 +103,7 @@ Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
                                    ReduceOp.MAX, ReduceOp.PRODUCT)
 
 __all__ = [
-    "SparsecommError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
+    "SparsecommError", "HorovodInternalError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
@@ -123,7 +123,13 @@ _UNNAMED_CLASSES = int(os.environ.get("SPARSECOMM_PY_UNNAMED_CLASSES", "32"))
 _DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
 
 
-class SparsecommError(RuntimeError):
+class HorovodInternalError(RuntimeError):
+    """Horovod's exception for a failed collective (horovod.common.exceptions), the base
+    of :class:`SparsecommError`: ``except hvd.HorovodInternalError`` catches what
+    Horovod's would."""
+
+
+class SparsecommError(HorovodInternalError):
     """An operation failed.  ``status`` is the sc_status_t value, ``status_name`` its name
     ("SC_ERR_PEER"), ``message`` the library's text, ``tensor`` the tensor name if any."""
 

@@ -41,7 +41,8 @@ allgather_object, alltoall, alltoall_async, broadcast, broadcast_, broadcast_asy
 broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
 reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
 queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
-stop_timeline, Compression and DistributedOptimizer(optimizer, named_parameters=...,
+stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (refused:
+NotImplementedError), Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
@@ -60,13 +61,14 @@ import queue
 import re
 import socket as _socket
 import threading
+import warnings
 from contextlib import contextmanager
 
 import torch
 
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
+    SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
     shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
@@ -196,8 +198,25 @@ class _DecompressHandle:
         return self._result
 
 
+class _AdasumOp:
+    """Horovod's ``hvd.Adasum``: refused by every call given it (see _hvd_op)."""
+
+    def __repr__(self):
+        return "Adasum"
+
+
+Adasum = _AdasumOp()
+
+
+def _refuse_adasum(op):
+    if isinstance(op, _AdasumOp):
+        raise NotImplementedError("op=hvd.Adasum is not supported: sparsecomm reduces by "
+                                  "Sum, Average, Min, Max or Product")
+
+
 def _hvd_op(average, op):
     """Horovod's rule: ``op`` (default Average) or the deprecated ``average``, not both."""
+    _refuse_adasum(op)
     if op is not None and average is not None:
         raise ValueError("allreduce: give op or average, not both")
     if op is not None:
@@ -275,6 +294,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, **kw):
     if not (_sc._is_torch(tensor) and tensor.is_sparse):
         raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
                         (getattr(tensor, "layout", type(tensor).__name__),))
+    _refuse_adasum(op)
     return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op), **kw)
 
 
@@ -330,6 +350,7 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
     rank's rows of the reduction (``op`` default Average; the scale factors as
     allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
     the values instead."""
+    _refuse_adasum(op)
     compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
     return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name),
                              lambda res: _scale(compression.decompress(res, ctx),
@@ -607,9 +628,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_sync:
             if self._synchronized:
-                raise AssertionError("synchronize() was called before step(); wrap step() "
-                                     "in optimizer.skip_synchronize()")
-            self.synchronize()
+                # Horovod's warning; the gradients are already reduced, so they are not
+                # reduced a second time (every rank skips alike)
+                warnings.warn("optimizer.step() called without optimizer."
+                              "skip_synchronize() context after optimizer.synchronize(); "
+                              "wrap step() in optimizer.skip_synchronize()")
+            else:
+                self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
@@ -643,6 +668,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
 
     Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
     gradients, see :class:`FP16Compressor`); op: Average or Sum (overrides ``average``)."""
+    _refuse_adasum(op)
     if op is not None:
         red = ReduceOp.parse(op)
         if red not in (ReduceOp.AVERAGE, ReduceOp.SUM):
