@@ -227,6 +227,57 @@ int it_busy(int argc, char **argv)
 	it_pass();
 }
 
+/* One allreduce of t (sum, seed) that must come back exact. */
+static void allreduce_exact(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	char why[512];
+	sc_handle_t h = 0;
+	size_t n = sc_tensor_numel(t);
+	it_fill(sc_tensor_data(t), sc_tensor_dtype(t), n, seed, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce");
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("allreduce of '%s' (%zu x %s): %s: %s", sc_tensor_name(t), n,
+			sc_dtype_name(sc_tensor_dtype(t)), it_wait_name(r), it_wait_error());
+	size_t wrong = it_check(sc_tensor_data(t), sc_tensor_dtype(t), n, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s' (%zu x %s): %zu elements wrong: %s", sc_tensor_name(t), n,
+			sc_dtype_name(sc_tensor_dtype(t)), wrong, why);
+}
+
+int it_release(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, "rel.t", SC_FLOAT32, 1000);
+	allreduce_exact(c, t, 11);
+	/* in flight: refused, naming the tensor; the operation completes */
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'rel.t'");
+	sc_status_t st = sc_tensor_release(c, t);
+	if (st != SC_ERR_BUSY || !strstr(sc_last_error(), "rel.t"))
+		IT_FAIL(
+		    "releasing 'rel.t' in flight: expected SC_ERR_BUSY naming it, got %s (%s)",
+		    sc_status_name(st), sc_last_error());
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("'rel.t' after a refused release: %s: %s", it_wait_name(r),
+			it_wait_error());
+	/* released, the name is registered again with other counts and dtypes, and every
+	 * shape's sums are exact (the negotiation forgot the old one) */
+	const struct {
+		sc_dtype_t dtype;
+		size_t numel;
+	} next[] = {{SC_FLOAT32, 3000}, {SC_FLOAT64, 500}, {SC_INT32, 7}, {SC_FLOAT32, 1000}};
+	for (size_t i = 0; i < sizeof(next) / sizeof(next[0]); i++) {
+		IT_CHECK_SC(sc_tensor_release(c, t), "sc_tensor_release('rel.t')");
+		t = it_register(c, "rel.t", next[i].dtype, next[i].numel);
+		allreduce_exact(c, t, 12 + i);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
 int it_killed(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
