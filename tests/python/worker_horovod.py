@@ -281,6 +281,98 @@ def optimizer_named_parameters():
     opt.remove_hooks()
 
 
+@check
+def broadcast_optimizer_state_plain_values():
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float(R))
+    # SGD without momentum keeps None momentum buffers; its options are plain numbers,
+    # bools and None, different on every rank
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1), momentum=0.0,
+                          dampening=0.0, weight_decay=0.0, nesterov=False)
+    opt.param_groups[0]["custom"] = None if R == 0 else R
+    opt.zero_grad()
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    adam = torch.optim.Adam(model.parameters(), lr=0.01 * (R + 1), amsgrad=bool(R % 2))
+    if R == 0:  # only the root has stepped: the others get its state all the same
+        model(torch.ones(1, 3)).sum().backward()
+        adam.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    hvd.broadcast_optimizer_state(adam, root_rank=0)
+    g = opt.param_groups[0]
+    assert g["lr"] == 0.1 and g["custom"] is None and g["momentum"] == 0.0, g
+    for p in model.parameters():
+        assert opt.state[p].get("momentum_buffer") is None, opt.state[p]
+    a = adam.param_groups[0]
+    assert a["lr"] == 0.01 and a["amsgrad"] is False, a
+    sts = [adam.state[p] for p in model.parameters()]
+    assert all("exp_avg" in st and float(st["step"]) == 1 for st in sts), sts
+
+
+@check
+def requires_grad_changes_between_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   prefix="rg.")
+    x = torch.ones(2, 4) * (R + 1)
+
+    def step(frozen):
+        for i, layer in enumerate(model):
+            for p in layer.parameters():
+                p.requires_grad_(i not in frozen)
+                p.grad = None
+        model(x).sum().backward()
+        opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+        return [p.grad for p in model.parameters()]
+
+    def want(frozen):
+        """The average over the ranks of each trainable parameter's gradient."""
+        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+        m.load_state_dict(model.state_dict())
+        out = None
+        for r in range(P):
+            m.zero_grad()
+            m(torch.ones(2, 4) * (r + 1)).sum().backward()
+            gs = [p.grad.clone() for p in m.parameters()]
+            out = gs if out is None else [a + b for a, b in zip(out, gs)]
+        return [None if i // 2 in frozen else g / P for i, g in enumerate(out)]
+
+    for frozen in ((), (0,), (0,), (), (1,), ()):
+        got = step(frozen)
+        for g, w in zip(got, want(frozen)):
+            if w is None:
+                assert g is None, (frozen, g)
+            else:
+                assert g is not None and torch.allclose(g, w, atol=1e-5), (frozen, g, w)
+    opt.remove_hooks()
+
+
+@check
+def sparse_as_dense():
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    with torch.no_grad():
+        emb.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.0),
+                                   named_parameters=emb.named_parameters(),
+                                   prefix="sad.", sparse_as_dense=True)
+    emb(torch.tensor([R, 9])).sum().backward()
+    opt.synchronize()
+    g = emb.weight.grad
+    assert not g.is_sparse, g.layout
+    want = torch.zeros(10, 3)
+    for r in range(P):
+        want[r] += 1.0 / P
+    want[9] += 1.0
+    assert torch.allclose(g, want), g
+    opt.remove_hooks()
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

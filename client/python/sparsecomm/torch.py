@@ -515,6 +515,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_sync = True
         self._hooks = []
+        self._hook_of = {}  # parameter -> its hook's handle
         self._grad_accs = []
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._opts = {}
@@ -547,14 +548,39 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         for p in self._requires_update:
-            self._delay[p] = self._passes
-            if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hooks.append(p.register_post_accumulate_grad_hook(
-                    self._make_hook(p, post=True)))
-            else:
-                acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._hooks.append(acc.register_hook(self._make_hook(p)))
-                self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+            self._hook(p)
+
+    def _hook(self, p):
+        self._delay[p] = self._passes
+        if hasattr(p, "register_post_accumulate_grad_hook"):
+            h = p.register_post_accumulate_grad_hook(self._make_hook(p, post=True))
+        else:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            h = acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+        self._hooks.append(h)
+        self._hook_of[p] = h
+
+    def _follow_requires_grad(self):
+        """Parameters whose requires_grad changed since the last step (a layer frozen or
+        unfrozen, as every rank does alike): a frozen one is no longer reduced (its grad
+        stays as the model left it, None for an optimizer to skip), one that needs a
+        gradient again is reduced from this step on (submitted by synchronize() now, by
+        its hook afterwards)."""
+        now = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if now == self._requires_update:
+            return
+        keep = set(now)
+        for p in self._requires_update:
+            if p not in keep and p in self._hook_of:
+                h = self._hook_of.pop(p)
+                h.remove()
+                self._hooks.remove(h)
+        for p in now:
+            if p not in self._hook_of:
+                self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
+                self._hook(p)
+        self._requires_update = now
 
     def _make_hook(self, p, post=False):
         def hook(*_):
@@ -600,6 +626,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # -- Horovod's optimizer protocol --
     def synchronize(self):
         """Submits what backward did not, waits for every gradient, writes them back."""
+        self._follow_requires_grad()
         for p in self._requires_update:
             if p not in self._handles:
                 self._handles[p] = self._submit(p)
@@ -647,7 +674,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def remove_hooks(self):
         for h in self._hooks:
             h.remove()
-        self._hooks, self._grad_accs = [], []
+        self._hooks, self._grad_accs, self._hook_of = [], [], {}
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, density=0.0,
