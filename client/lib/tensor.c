@@ -319,6 +319,19 @@ static void tensor_drop(sc_client_t *c, sc_tensor_t *t)
 	free(t);
 }
 
+/* Whether this client released name and has not registered it since (client->mu held);
+ * take: forget it. */
+static int released_name(sc_client_t *c, const char *name, int take)
+{
+	for (int i = 0; i < SCL_RELEASED; i++)
+		if (c->released[i][0] && strcmp(c->released[i], name) == 0) {
+			if (take)
+				c->released[i][0] = '\0';
+			return 1;
+		}
+	return 0;
+}
+
 /* Reserves the name in the client's list (SC_ERR_BUSY when taken). */
 static sc_status_t tensor_reserve(sc_client_t *c, sc_tensor_t *t)
 {
@@ -420,6 +433,9 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	reg.name = t->name;
 	reg.dtype = dtype;
 	reg.numel = numel;
+	pthread_mutex_lock(&client->mu);
+	reg.replaces = released_name(client, t->name, 0);
+	pthread_mutex_unlock(&client->mu);
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG;
 	msg.reg = &reg;
 	st = scl_client_call(client, &msg, 0, what, &reply);
@@ -436,6 +452,7 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 	pthread_mutex_lock(&client->mu);
 	t->ready = 1;
+	released_name(client, t->name, 1);
 	pthread_mutex_unlock(&client->mu);
 	*tensor_p = t;
 	return SC_OK;
@@ -501,6 +518,11 @@ SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
 		;
 	if (*pp)
 		*pp = tensor->next;
+	if (!released_name(client, tensor->name, 0)) {
+		snprintf(client->released[client->released_next], SCL_NAME_MAX + 1, "%s",
+			 tensor->name);
+		client->released_next = (client->released_next + 1) % SCL_RELEASED;
+	}
 	pthread_mutex_unlock(&client->mu);
 	tensor_unmap_free(tensor);
 	return SC_OK;

@@ -786,6 +786,21 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	    ctl->tensors, ctl->d->loop, s, s->local_rank, rq->name ? rq->name : "", rq->dtype,
 	    rq->numel, &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes),
 	    seq, registered, ctl, &reg, err, sizeof(err));
+	scd_ntensor_t *held =
+	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, rq->name) : NULL;
+	if (held && rq->replaces && held->state == SCD_NT_IDLE &&
+	    (held->dtype != rq->dtype || held->numel != rq->numel)) {
+		/* A new shape on its way: the node's other trainers have not released the old
+		 * one yet, and none waits on it. The trainer retries; nothing fails. */
+		st = SC_ERR_BUSY;
+		snprintf(
+		    err, sizeof(err),
+		    "tensor '%s': another trainer of this node still holds it as %s x %llu; "
+		    "register %s x %llu again once it has released it",
+		    rq->name, sc_dtype_name((sc_dtype_t)held->dtype),
+		    (unsigned long long)held->numel, sc_dtype_name((sc_dtype_t)rq->dtype),
+		    (unsigned long long)rq->numel);
+	}
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */

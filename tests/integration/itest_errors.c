@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* True when msg names some rank other than r. */
 static int mentions_other_rank(const char *msg, int r, int size)
@@ -246,6 +247,27 @@ static void allreduce_exact(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
 			sc_dtype_name(sc_tensor_dtype(t)), wrong, why);
 }
 
+/* Registers name again after releasing it: SC_ERR_BUSY (another trainer of the node still
+ * holds the old dtype or count) is retried for 30 s; then the registration must succeed. */
+static sc_tensor_t *register_again(sc_client_t *c, const char *name, sc_dtype_t dtype,
+				   size_t numel)
+{
+	sc_tensor_t *t = NULL;
+	sc_status_t st;
+	int busy = 0;
+	for (int i = 0;
+	     (st = sc_register(c, name, dtype, numel, &t)) == SC_ERR_BUSY && i < 30000; i++) {
+		if (!busy++)
+			it_log("re-registering '%s': %s", name, sc_last_error());
+		usleep(1000);
+	}
+	IT_CHECK_SC(st, "registering '%s' again as %s x %zu (after %d busy answers)", name,
+		    sc_dtype_name(dtype), numel, busy);
+	if (sc_tensor_numel(t) != numel || sc_tensor_dtype(t) != dtype)
+		IT_FAIL("'%s' registered again with other attributes", name);
+	return t;
+}
+
 int it_release(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -271,7 +293,7 @@ int it_release(int argc, char **argv)
 	} next[] = {{SC_FLOAT32, 3000}, {SC_FLOAT64, 500}, {SC_INT32, 7}, {SC_FLOAT32, 1000}};
 	for (size_t i = 0; i < sizeof(next) / sizeof(next[0]); i++) {
 		IT_CHECK_SC(sc_tensor_release(c, t), "sc_tensor_release('rel.t')");
-		t = it_register(c, "rel.t", next[i].dtype, next[i].numel);
+		t = register_again(c, "rel.t", next[i].dtype, next[i].numel);
 		allreduce_exact(c, t, 12 + i);
 	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");

@@ -522,9 +522,9 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
 
 def _register_retrying(c, name, dtype, numel, o, tp):
     """sc_register_ex; a name whose shape changed may still be held, with its old shape,
-    by another trainer of this node that has not reached the call yet (the daemon refuses
-    it as differing between the node's trainers): that is retried until the other trainer
-    releases it too, for at most the default wait."""
+    by another trainer of this node that has not reached the call yet (the daemon answers
+    SC_ERR_BUSY to a registration that replaces a released one): that is retried until the
+    other trainer releases it too, for at most the default wait."""
     import time
     lib = _lib.load()
     deadline = _now() + c.timeout_s
@@ -532,9 +532,7 @@ def _register_retrying(c, name, dtype, numel, o, tp):
     while True:
         st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
-        if (st != _lib.SC_ERR_MISMATCH or c.released.get(name, 0) == 0 or
-                _now() >= deadline or b"between trainers of this node" not in
-                (lib.sc_last_error() or b"")):
+        if st != _lib.SC_ERR_BUSY or c.released.get(name, 0) == 0 or _now() >= deadline:
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
