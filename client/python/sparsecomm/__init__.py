@@ -20,11 +20,11 @@ gives a name a new shape or dtype (Horovod negotiates every call, so variable le
 everyday input) re-registers it on the fly: the old registration is released
 (sc_tensor_release: the daemon unlinks its shared memory, and the negotiation forgets the
 name once the node holds it no more) and the name registered anew; a steady shape keeps
-its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call for a name; a later call
-with different options is refused rather than silently ignored.  The wire is the
-exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16 or bfloat16
-torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16" appended, unless
-the name itself was registered with that wire by :func:`register`.
+its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call
+for a name; a later call with different options is refused rather than silently ignored.
+The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
+or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
+appended, unless the name itself was registered with that wire by :func:`register`.
 
 Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
@@ -103,7 +103,8 @@ Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
                                    ReduceOp.MAX, ReduceOp.PRODUCT)
 
 __all__ = [
-    "SparsecommError", "HorovodInternalError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
+    "SparsecommError", "HorovodInternalError", "Handle", "DType", "DeviceKind", "ReduceOp",
+    "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
@@ -1330,8 +1331,8 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
 
     The rows' buffer is registered as name + "." + its capacity in elements (a power of
     two): each new capacity registers another shared buffer, and every capacity a name
-    ever needed stays registered until shutdown().  Calls whose sizes vary widely should bound them or use names of
-    their own."""
+    ever needed stays registered until shutdown().  Calls whose sizes vary widely should
+    bound them or use names of their own."""
     c = _need()
     name = "alltoall" if name is None else str(name)
     istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
@@ -1414,11 +1415,11 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
 
 
 def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None):
-    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
-    of which this rank gets its rows: the first dimension is split in rank order, the
-    first (rows % size) ranks one row more (sc_reducescatter_async: each node sends every
-    other node its part once).  Every rank must give the same shape, dtype, op and name
-    (default "reducescatter")."""
+    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op``
+    across every rank (default: average, as Horovod's), of which this rank gets its rows:
+    the first dimension is split in rank order, the first (rows % size) ranks one row more
+    (sc_reducescatter_async: each node sends every other node its part once).  Every rank
+    must give the same shape, dtype, op and name (default "reducescatter")."""
     c = _need()
     name = "reducescatter" if name is None else str(name)
     red = ReduceOp.parse(op)

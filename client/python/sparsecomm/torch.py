@@ -68,8 +68,8 @@ import torch
 
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
-    shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
+    SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min,
+    Max, Product, init, shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
     mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
