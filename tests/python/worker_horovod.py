@@ -373,6 +373,46 @@ def sparse_as_dense():
     opt.remove_hooks()
 
 
+@check
+def sync_batch_norm():
+    torch.manual_seed(0)
+    bn = hvd.SyncBatchNorm(3, momentum=0.3)
+    ref = torch.nn.BatchNorm1d(3, momentum=0.3)
+    with torch.no_grad():
+        for m in (bn, ref):
+            m.weight.copy_(torch.tensor([1.0, 2.0, -0.5]))
+            m.bias.copy_(torch.tensor([0.1, 0.0, 0.3]))
+
+    def batch(r, step):  # rank r's batch: r + 2 rows, different on every rank and step
+        g = torch.Generator().manual_seed(100 * step + r)
+        return torch.randn(r + 2, 3, 4, generator=g) * (r + 1) + r
+
+    for step in range(2):
+        xs = [batch(r, step).requires_grad_(True) for r in range(P)]
+        coef = [torch.randn(x.shape, generator=torch.Generator().manual_seed(7 + r))
+                for r, x in enumerate(xs)]
+        ref.zero_grad()
+        want = ref(torch.cat(xs))
+        (want * torch.cat(coef)).sum().backward()
+        mine = xs[R].detach().clone().requires_grad_(True)
+        bn.zero_grad()
+        got = bn(mine)
+        (got * coef[R]).sum().backward()
+        at = sum(x.shape[0] for x in xs[:R])
+        assert torch.allclose(got, want[at:at + mine.shape[0]], atol=1e-5), (step, got)
+        assert torch.allclose(mine.grad, xs[R].grad, atol=1e-5), (step, mine.grad)
+        wg = hvd.allreduce(bn.weight.grad, name="syncbn.test.wg", op=hvd.Sum)
+        bg = hvd.allreduce(bn.bias.grad, name="syncbn.test.bg", op=hvd.Sum)
+        assert torch.allclose(wg, ref.weight.grad, atol=1e-4), (wg, ref.weight.grad)
+        assert torch.allclose(bg, ref.bias.grad, atol=1e-4), (bg, ref.bias.grad)
+        assert torch.allclose(bn.running_mean, ref.running_mean, atol=1e-5)
+        assert torch.allclose(bn.running_var, ref.running_var, atol=1e-5)
+    bn.eval()
+    ref.eval()
+    x = batch(R, 9)
+    assert torch.allclose(bn(x), ref(x), atol=1e-5)
+
+
 sc.shutdown()
 print("worker done: %d check(s) failed" % check.failed, flush=True)
 sys.exit(1 if check.failed else 0)

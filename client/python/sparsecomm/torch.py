@@ -42,7 +42,7 @@ broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_st
 reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
 queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
 stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (refused:
-NotImplementedError), Compression and DistributedOptimizer(optimizer, named_parameters=...,
+NotImplementedError), SyncBatchNorm, Compression and DistributedOptimizer(optimizer, named_parameters=...,
 compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
@@ -476,6 +476,78 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           prescale_factor=1.0, postscale_factor=1.0, timeout=None):
     return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
                                        postscale_factor).wait(timeout)
+
+
+# ---- Horovod's SyncBatchNorm ----------------------------------------------------------
+
+class _AllreduceSum(torch.autograd.Function):
+    """A sum allreduce that autograd differentiates: the gradient of a sum over the ranks
+    is the sum of the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.name = name
+        return _sc.allreduce(tensor.contiguous(), name=name, op=ReduceOp.SUM)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _sc.allreduce(grad.contiguous(), name=ctx.name + ".grad", op=ReduceOp.SUM), None
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
+    rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
+    squares and count are summed across the ranks in float64 (one allreduce, named
+    "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
+    and biased variance normalise the input, and backward sums the statistics' gradients
+    the same way, so the result and the gradients are those of one batch norm over the
+    concatenated batch.  The running statistics take the unbiased variance; in eval mode
+    it is a plain batch norm on them."""
+
+    _made = 0
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self._sc_name = "syncbn.%d" % SyncBatchNorm._made
+        SyncBatchNorm._made += 1
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError("SyncBatchNorm: expected at least 2-D input (got %d-D)" %
+                             input.dim())
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if not self.training and self.track_running_stats:
+            return torch.nn.functional.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, False,
+                0.0, self.eps)
+        C = input.shape[1]
+        dims = [0] + list(range(2, input.dim()))
+        x64 = input.double()
+        local = torch.cat([x64.sum(dims), (x64 * x64).sum(dims),
+                           x64.new_tensor([float(input.numel() // max(C, 1))])])
+        tot = _AllreduceSum.apply(local, self._sc_name)
+        n = tot[-1]
+        if float(n) == 0:
+            raise ValueError("SyncBatchNorm: every rank's batch is empty")
+        mean = tot[:C] / n
+        var = (tot[C:2 * C] / n - mean * mean).clamp_min(0.0)
+        shape = [1, C] + [1] * (input.dim() - 2)
+        out = (x64 - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        out = out.to(input.dtype)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                     else self.momentum)
+                unbiased = var * n / max(float(n) - 1.0, 1.0)
+                self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype) * m)
+                self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype) * m)
+        return out
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
