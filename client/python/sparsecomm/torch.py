@@ -42,8 +42,8 @@ broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_st
 reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
 queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
 stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (refused:
-NotImplementedError), SyncBatchNorm, Compression and DistributedOptimizer(optimizer, named_parameters=...,
-compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+NotImplementedError), SyncBatchNorm, Compression and DistributedOptimizer(optimizer,
+named_parameters=..., compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
 whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
