@@ -178,6 +178,14 @@ SC_API int sc_size(const sc_client_t *client);
 SC_API int sc_local_rank(const sc_client_t *client);
 SC_API int sc_local_size(const sc_client_t *client);
 
+/* What the node's daemon has built in and usable, space-separated: its transports ("tcp",
+ * "nccl") and, where it serves GPU tensors, "cuda". Valid until sc_finalize. */
+SC_API const char *sc_daemon_built(const sc_client_t *client);
+
+/* Sets a daemon setting on every node, as `sparsectl config set KEY VALUE` does (checked
+ * first; an owner-only key such as timeline_file needs the daemon's user or root). */
+SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value);
+
 /*
  * Registers a tensor: name (1 to 255 bytes of printable text, unique for this client; a
  * control byte such as a newline or an escape is SC_ERR_INVALID), element type and
@@ -185,6 +193,15 @@ SC_API int sc_local_size(const sc_client_t *client);
  */
 SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
 			       size_t numel, sc_tensor_t **tensor_p);
+
+/*
+ * Releases a registration: the daemon unlinks its shared memory, this process unmaps it,
+ * and tensor is invalid afterwards. The name may then be registered again, with another
+ * dtype, count or options; once no trainer of the node holds the name, the daemons'
+ * negotiation forgets what it cached of it. SC_ERR_BUSY while an operation of the tensor
+ * is in flight (wait for it first).
+ */
+SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor);
 
 /* How a dense tensor is sparsified before it is exchanged (with error feedback: what is
  * not sent stays in a per-tensor residual and is added to the next step's gradient). */

@@ -724,6 +724,35 @@ static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 			 c->endpoint, timeout_ms);
 }
 
+SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	char what[300];
+
+	if (!client || !key || !value)
+		return scl_error(SC_ERR_INVALID, "sc_config_set: NULL client, key or value");
+	snprintf(what, sizeof(what), "rank %d: config set %.100s %.100s", client->rank, key,
+		 value);
+	set.key = (char *)key;
+	set.value = (char *)value;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
+	msg.config_set = &set;
+	sc_status_t st = scl_client_call(client, &msg, 0, what, &reply);
+	if (st == SC_OK && reply->body_case != SPARSECOMM__DAEMON_MSG__BODY_OK)
+		st = scl_error(SC_ERR_PROTOCOL, "%s: unexpected reply (body %d)", what,
+			       (int)reply->body_case);
+	if (reply)
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	return st;
+}
+
+SC_API const char *sc_daemon_built(const sc_client_t *client)
+{
+	return client ? client->built : "";
+}
+
 static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
@@ -766,6 +795,12 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	c->local_size = hr->local_size;
 	c->node_rank = hr->node_rank;
 	c->node_count = hr->node_count;
+	c->built[0] = '\0';
+	for (size_t i = 0; i < hr->n_built; i++) {
+		size_t at = strlen(c->built);
+		snprintf(c->built + at, sizeof(c->built) - at, "%s%.31s", at ? " " : "",
+			 hr->built[i]);
+	}
 	c->connected = 1;
 	pthread_mutex_unlock(&c->mu);
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);

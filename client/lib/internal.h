@@ -17,6 +17,7 @@
 #include "sparsecomm.pb-c.h"
 
 #define SCL_NAME_MAX	   255
+#define SCL_RELEASED	   64 /* released names remembered (sc_client.released) */
 #define SCL_OP_BUCKETS	   256
 #define SCL_ERR_MAX	   1024
 #define SCL_ENDPOINT_MAX   512
@@ -103,6 +104,11 @@ struct sc_client {
 	struct sc_tensor *tensors;
 
 	int rank, size, local_rank, local_size, node_rank, node_count;
+	char built[128]; /* the daemon's built-in backends, space-separated (hello) */
+	/* names this client released and has not registered again (the last SCL_RELEASED of
+	 * them, a ring): their next registration replaces them */
+	char released[SCL_RELEASED][SCL_NAME_MAX + 1];
+	int released_next;
 };
 
 /* ---- errors and logging (client.c) ---- */

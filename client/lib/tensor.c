@@ -319,6 +319,19 @@ static void tensor_drop(sc_client_t *c, sc_tensor_t *t)
 	free(t);
 }
 
+/* Whether this client released name and has not registered it since (client->mu held);
+ * take: forget it. */
+static int released_name(sc_client_t *c, const char *name, int take)
+{
+	for (int i = 0; i < SCL_RELEASED; i++)
+		if (c->released[i][0] && strcmp(c->released[i], name) == 0) {
+			if (take)
+				c->released[i][0] = '\0';
+			return 1;
+		}
+	return 0;
+}
+
 /* Reserves the name in the client's list (SC_ERR_BUSY when taken). */
 static sc_status_t tensor_reserve(sc_client_t *c, sc_tensor_t *t)
 {
@@ -420,6 +433,9 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	reg.name = t->name;
 	reg.dtype = dtype;
 	reg.numel = numel;
+	pthread_mutex_lock(&client->mu);
+	reg.replaces = released_name(client, t->name, 0);
+	pthread_mutex_unlock(&client->mu);
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG;
 	msg.reg = &reg;
 	st = scl_client_call(client, &msg, 0, what, &reply);
@@ -436,6 +452,7 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 	pthread_mutex_lock(&client->mu);
 	t->ready = 1;
+	released_name(client, t->name, 1);
 	pthread_mutex_unlock(&client->mu);
 	*tensor_p = t;
 	return SC_OK;
@@ -453,6 +470,64 @@ SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t
 	return sc_register_ex(client, name, dtype, numel, NULL, tensor_p);
 }
 
+/* Unmaps a tensor taken out of the client's list and frees it. */
+static void tensor_unmap_free(sc_tensor_t *t)
+{
+	scl_cuda_close(t->cuda);
+	if (t->map)
+		munmap(t->map, t->map_bytes);
+	free(t->a2a_recv);
+	free(t);
+}
+
+SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
+{
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	Sparsecomm__ReleaseTensor rel = SPARSECOMM__RELEASE_TENSOR__INIT;
+	Sparsecomm__DaemonMsg *reply = NULL;
+	char what[SCL_NAME_MAX + 64];
+	sc_tensor_t **pp;
+	sc_status_t st = SC_OK;
+
+	if (!client || !tensor || tensor->client != client)
+		return scl_error(SC_ERR_INVALID, "sc_tensor_release: NULL client or a tensor "
+						 "of another client");
+	snprintf(what, sizeof(what), "rank %d: releasing tensor '%s'", client->rank,
+		 tensor->name);
+	pthread_mutex_lock(&client->mu);
+	for (pp = &client->tensors; *pp && *pp != tensor; pp = &(*pp)->next)
+		;
+	if (!*pp || !tensor->ready)
+		st = scl_error(SC_ERR_INVALID, "%s: not a registered tensor of this client",
+			       what);
+	else if (tensor->busy)
+		st = scl_error(SC_ERR_BUSY, "%s: an operation is in flight", what);
+	pthread_mutex_unlock(&client->mu);
+	if (st != SC_OK)
+		return st;
+	rel.tensor_id = tensor->tensor_id;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_RELEASE;
+	msg.release = &rel;
+	st = scl_client_call(client, &msg, 0, what, &reply);
+	if (reply)
+		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
+	if (st != SC_OK)
+		return st;
+	pthread_mutex_lock(&client->mu);
+	for (pp = &client->tensors; *pp && *pp != tensor; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = tensor->next;
+	if (!released_name(client, tensor->name, 0)) {
+		snprintf(client->released[client->released_next], SCL_NAME_MAX + 1, "%s",
+			 tensor->name);
+		client->released_next = (client->released_next + 1) % SCL_RELEASED;
+	}
+	pthread_mutex_unlock(&client->mu);
+	tensor_unmap_free(tensor);
+	return SC_OK;
+}
+
 void scl_tensor_free_all(sc_client_t *c)
 {
 	sc_tensor_t *t, *next;
@@ -463,11 +538,7 @@ void scl_tensor_free_all(sc_client_t *c)
 	pthread_mutex_unlock(&c->mu);
 	for (; t; t = next) {
 		next = t->next;
-		scl_cuda_close(t->cuda);
-		if (t->map)
-			munmap(t->map, t->map_bytes);
-		free(t->a2a_recv);
-		free(t);
+		tensor_unmap_free(t);
 	}
 }
 

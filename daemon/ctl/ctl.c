@@ -20,7 +20,9 @@
 #include <zmq.h>
 
 #include "ctl/peer.h"
+#include "device/device.h"
 #include "engine/engine.h"
+#include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
 #include "util/timeline.h"
@@ -446,6 +448,18 @@ static void trainer_left(scd_ctl_t *ctl, scd_session_t *s)
 		ctl->up->node_left(ctl->d->world, why);
 }
 
+/* Releases one registration (already out of its session's list); a disagreeing tensor that
+ * no trainer of the node holds any more is abandoned, so the other nodes stop waiting. */
+static void release_reg(scd_ctl_t *ctl, scd_reg_t *r)
+{
+	char cleared[256] = "";
+	if (r->nt && r->nt->poisoned && r->nt->n_regs == 1)
+		snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
+	scd_tensors_release(ctl->tensors, r);
+	if (cleared[0]) /* the disagreeing tensor is gone from this node */
+		ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
+}
+
 /* Ends a session. A trainer that leaves with operations in flight (or dies) takes its
  * node's matching operations down with it, and the node becomes degraded. */
 static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
@@ -504,12 +518,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		}
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
 		next = r->next_in_session;
-		char cleared[256] = "";
-		if (r->nt && r->nt->poisoned && r->nt->n_regs == 1)
-			snprintf(cleared, sizeof(cleared), "%s", r->nt->name);
-		scd_tensors_release(ctl->tensors, r);
-		if (cleared[0]) /* the disagreeing tensor is gone from this node */
-			ctl->up->abandon(ctl->d->world, cleared, SC_OK, "");
+		release_reg(ctl, r);
 	}
 	s->regs = NULL;
 	scd_tensors_forget_session(ctl->tensors, s);
@@ -566,6 +575,24 @@ static void session_watch(scd_ctl_t *ctl, scd_session_t *s, const scd_peer_cred_
 }
 
 /* ---- handlers ----------------------------------------------------------------------- */
+
+/* What this daemon has built in and usable, for the hello's reply: every transport the
+ * registry has, and each device beyond the cpu where GPU tensors are served (device is not
+ * cpu) and its library loads. */
+static size_t built_list(scd_ctl_t *ctl, char **out)
+{
+	size_t n = 0;
+	const scd_transport_ops_t *tops;
+	const scd_device_ops_t *dops;
+	for (int k = 0; k < SCD_TRANSPORT_COUNT; k++)
+		if (scd_transport_get((scd_transport_kind_t)k, &tops) == SC_OK)
+			out[n++] = (char *)scd_transport_kind_name((scd_transport_kind_t)k);
+	if (strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0)
+		for (int k = SCD_DEVICE_CPU + 1; k < SCD_DEVICE_COUNT; k++)
+			if (scd_device_get((scd_device_kind_t)k, &dops) == SC_OK)
+				out[n++] = (char *)scd_device_kind_name((scd_device_kind_t)k);
+	return n;
+}
 
 static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
 			 const scd_peer_cred_t *cred, const Sparsecomm__Hello *h)
@@ -672,6 +699,9 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__HelloReply r = SPARSECOMM__HELLO_REPLY__INIT;
+	char *built[SCD_TRANSPORT_COUNT + SCD_DEVICE_COUNT];
+	r.built = built;
+	r.n_built = built_list(ctl, built);
 	r.protocol_version = SC_PROTOCOL_VERSION;
 	r.local_rank = lr;
 	r.local_size = d->local_size;
@@ -687,6 +717,38 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 
 static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg,
 		       sc_status_t st, const char *err);
+
+/* sc_tensor_release: one of the session's registrations goes (its shared memory is
+ * unlinked, and the negotiation forgets the name once the node holds it no more), so that
+ * the name can be registered again with another shape, dtype or options. */
+static void handle_release(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			   const Sparsecomm__ReleaseTensor *rq)
+{
+	char err[512];
+	scd_reg_t *r = scd_tensors_reg(ctl->tensors, rq->tensor_id);
+	if (!r || r->session != s) {
+		snprintf(err, sizeof(err),
+			 "releasing a tensor: id %u is not registered by this client",
+			 rq->tensor_id);
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOT_FOUND, err);
+		return;
+	}
+	if (r->handle) {
+		snprintf(err, sizeof(err),
+			 "tensor '%s' has an operation in flight: it is released once that "
+			 "completes",
+			 r->nt ? r->nt->name : "?");
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_BUSY, err);
+		return;
+	}
+	for (scd_reg_t **pp = &s->regs; *pp; pp = &(*pp)->next_in_session)
+		if (*pp == r) {
+			*pp = r->next_in_session;
+			break;
+		}
+	release_reg(ctl, r);
+	send_ok(ctl, s, seq);
+}
 
 static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			    const Sparsecomm__RegisterTensor *rq)
@@ -727,6 +789,21 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	    ctl->tensors, ctl->d->loop, s, s->local_rank, rq->name ? rq->name : "", rq->dtype,
 	    rq->numel, &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes),
 	    seq, registered, ctl, &reg, err, sizeof(err));
+	scd_ntensor_t *held =
+	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, rq->name) : NULL;
+	if (held && rq->replaces && held->state == SCD_NT_IDLE &&
+	    (held->dtype != rq->dtype || held->numel != rq->numel)) {
+		/* A new shape on its way: the node's other trainers have not released the old
+		 * one yet, and none waits on it. The trainer retries; nothing fails. */
+		st = SC_ERR_BUSY;
+		snprintf(
+		    err, sizeof(err),
+		    "tensor '%s': another trainer of this node still holds it as %s x %llu; "
+		    "register %s x %llu again once it has released it",
+		    rq->name, sc_dtype_name((sc_dtype_t)held->dtype),
+		    (unsigned long long)held->numel, sc_dtype_name((sc_dtype_t)rq->dtype),
+		    (unsigned long long)rq->numel);
+	}
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */
@@ -1143,6 +1220,9 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE:
 		handle_allreduce(ctl, s, seq, msg->allreduce);
+		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_RELEASE:
+		handle_release(ctl, s, seq, msg->release);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_STATUS:
 		scd_ctl_handle_status(ctl, s, seq);

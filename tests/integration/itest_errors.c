@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* True when msg names some rank other than r. */
 static int mentions_other_rank(const char *msg, int r, int size)
@@ -223,6 +224,78 @@ int it_busy(int argc, char **argv)
 	}
 	wait_exact(c, a, ha, 3);
 	wait_exact(c, cc, hc, 4);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/* One allreduce of t (sum, seed) that must come back exact. */
+static void allreduce_exact(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	char why[512];
+	sc_handle_t h = 0;
+	size_t n = sc_tensor_numel(t);
+	it_fill(sc_tensor_data(t), sc_tensor_dtype(t), n, seed, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce");
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("allreduce of '%s' (%zu x %s): %s: %s", sc_tensor_name(t), n,
+			sc_dtype_name(sc_tensor_dtype(t)), it_wait_name(r), it_wait_error());
+	size_t wrong = it_check(sc_tensor_data(t), sc_tensor_dtype(t), n, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("'%s' (%zu x %s): %zu elements wrong: %s", sc_tensor_name(t), n,
+			sc_dtype_name(sc_tensor_dtype(t)), wrong, why);
+}
+
+/* Registers name again after releasing it: SC_ERR_BUSY (another trainer of the node still
+ * holds the old dtype or count) is retried for 30 s; then the registration must succeed. */
+static sc_tensor_t *register_again(sc_client_t *c, const char *name, sc_dtype_t dtype,
+				   size_t numel)
+{
+	sc_tensor_t *t = NULL;
+	sc_status_t st;
+	int busy = 0;
+	for (int i = 0;
+	     (st = sc_register(c, name, dtype, numel, &t)) == SC_ERR_BUSY && i < 30000; i++) {
+		if (!busy++)
+			it_log("re-registering '%s': %s", name, sc_last_error());
+		usleep(1000);
+	}
+	IT_CHECK_SC(st, "registering '%s' again as %s x %zu (after %d busy answers)", name,
+		    sc_dtype_name(dtype), numel, busy);
+	if (sc_tensor_numel(t) != numel || sc_tensor_dtype(t) != dtype)
+		IT_FAIL("'%s' registered again with other attributes", name);
+	return t;
+}
+
+int it_release(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, "rel.t", SC_FLOAT32, 1000);
+	allreduce_exact(c, t, 11);
+	/* in flight: refused, naming the tensor; the operation completes */
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'rel.t'");
+	sc_status_t st = sc_tensor_release(c, t);
+	if (st != SC_ERR_BUSY || !strstr(sc_last_error(), "rel.t"))
+		IT_FAIL(
+		    "releasing 'rel.t' in flight: expected SC_ERR_BUSY naming it, got %s (%s)",
+		    sc_status_name(st), sc_last_error());
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("'rel.t' after a refused release: %s: %s", it_wait_name(r),
+			it_wait_error());
+	/* released, the name is registered again with other counts and dtypes, and every
+	 * shape's sums are exact (the negotiation forgot the old one) */
+	const struct {
+		sc_dtype_t dtype;
+		size_t numel;
+	} next[] = {{SC_FLOAT32, 3000}, {SC_FLOAT64, 500}, {SC_INT32, 7}, {SC_FLOAT32, 1000}};
+	for (size_t i = 0; i < sizeof(next) / sizeof(next[0]); i++) {
+		IT_CHECK_SC(sc_tensor_release(c, t), "sc_tensor_release('rel.t')");
+		t = register_again(c, "rel.t", next[i].dtype, next[i].numel);
+		allreduce_exact(c, t, 12 + i);
+	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

@@ -231,6 +231,9 @@ run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy
 run_case "busy n=3" 3 1 120 0 3 -- "$itest" busy
 run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
+run_case "release n=2" 2 1 120 0 2 -- "$itest" release
+run_case "release n=3" 3 1 120 0 3 -- "$itest" release
+run_case "release n=2 per-node=2" 2 2 120 0 4 -- "$itest" release
 # A sparsifier the daemon cannot make from options that passed registration: every rank
 # gets SC_ERR_INVALID (not "out of memory"), and the job goes on.
 run_case "badopts n=1" 1 1 60 0 1 -- "$itest" badopts

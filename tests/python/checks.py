@@ -1,7 +1,33 @@
 """The CHECK lines of the Python workers (tests/python/worker_*.py), which
 tests/python/run_tests.py counts: a decorator that runs a check at once and prints
 `CHECK <name> ok` or `CHECK <name> FAIL <why>` (with the traceback)."""
+import json
+import os
+import re
+import subprocess
 import traceback
+
+CTL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bin",
+                   "sparsectl")
+
+
+def daemon_tensors():
+    """This trainer's registrations as its daemon counts them (sparsectl status)."""
+    out = subprocess.run([CTL, "--json", "status"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    me = [c for c in json.loads(out)["clients"] if c["pid"] == os.getpid()]
+    assert len(me) == 1, out
+    return me[0]["tensors"]
+
+
+def daemon_shm():
+    """The paths of the node daemon's shared-memory objects in /dev/shm (its pid from
+    this process's maps)."""
+    with open("/proc/self/maps") as f:
+        pids = set(re.findall(r"/dev/shm/sparsecomm\.(\d+)\.", f.read()))
+    assert len(pids) == 1, "daemon pids in the maps: %s" % pids
+    pre = "sparsecomm.%s." % pids.pop()
+    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm") if n.startswith(pre)]
 
 
 class Checks:

@@ -167,6 +167,34 @@ def t_horovod_port():
     checks("horovod_port", rc, out, 4)
 
 
+def nccl_in_daemon():
+    """"1" when the daemon has its nccl transport built in (its symbol table holds the
+    backend's ops), "0" when not, None when nm cannot tell."""
+    daemon = os.path.join(BIN, "sparsecommd")
+    rc, out, _ = sh(["nm", daemon], 60)
+    if rc != 0:
+        return None
+    return "1" if re.search(r" scd_transport_nccl_ops$", out, re.M) else "0"
+
+
+def t_horovod_contract():
+    # Horovod's calls as its users make them (tests/python/worker_horovod.py), on 2 ranks
+    # and on 3 (an odd size: uneven splits, roots past 1); nccl_built() against the build
+    nccl = nccl_in_daemon()
+    if nccl is not None:
+        os.environ["SPARSECOMM_EXPECT_NCCL_BUILT"] = nccl
+    os.environ["SPARSECOMM_TEST_TMP"] = TMP
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_horovod.py"), [], 240)
+        checks("horovod%d" % n, rc, out, n)
+    # 2 nodes x 2 trainers: a node's trainers re-register a name one after the other
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_horovod.py"),
+                        ["new_shape_or_dtype_under_a_name", "next_calls_work_after_a_reshape",
+                         "unnamed_calls_of_ever_new_shapes_stay_bounded", "grouped_operations",
+                         "requires_grad_changes_between_steps"], 240, per_node=2)
+    checks("horovod2x2", rc, out, 4)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -265,7 +293,8 @@ def t_wire():
     checks("wire", rc, out, 2)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_wire,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
+         t_wire,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 
 

@@ -3,10 +3,8 @@
 groups and broadcasts) must reuse their buffers: the trainer's registrations, its daemon's
 registrations and shared memory, and the trainer's RSS stay flat after warm-up, and every
 result is the right sum.  Prints `CHECK <name> ok|FAIL <why>`."""
-import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -15,9 +13,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
+from checks import daemon_shm, daemon_tensors  # noqa: E402
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-CTL = os.path.join(ROOT, "build", "bin", "sparsectl")
 STEPS = 10000
 BIG = 65536  # float32 elements: 256 KiB
 
@@ -32,23 +29,9 @@ def rss_kib():
         return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
-def daemon_tensors():
-    """This trainer's registrations as its daemon counts them (sparsectl status)."""
-    out = subprocess.run([CTL, "--json", "status"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
-    me = [c for c in json.loads(out)["clients"] if c["pid"] == os.getpid()]
-    assert len(me) == 1, out
-    return me[0]["tensors"]
-
-
 def shm_bytes():
-    """Bytes of /dev/shm the daemon's buffers occupy (its pid from this process's maps)."""
-    with open("/proc/self/maps") as f:
-        pids = set(re.findall(r"/dev/shm/sparsecomm\.(\d+)\.", f.read()))
-    assert len(pids) == 1, "daemon pids in the maps: %s" % pids
-    pre = "sparsecomm.%s." % pids.pop()
-    return sum(os.stat(os.path.join("/dev/shm", n)).st_blocks * 512
-               for n in os.listdir("/dev/shm") if n.startswith(pre))
+    """Bytes of /dev/shm the daemon's buffers occupy."""
+    return sum(os.stat(p).st_blocks * 512 for p in daemon_shm())
 
 
 def measure():

@@ -10,17 +10,21 @@ beyond the C library.  Horovod-style API::
     out = h.wait(timeout=60)
     sparsecomm.shutdown()
 
-Design.  Every name is registered once with the daemon (sc_register_ex); the daemon
+Design.  Every name is registered with the daemon at its first use (sc_register_ex); the daemon
 creates a shared-memory buffer of the tensor's size which this module wraps as a numpy
 array and, when torch is in use, as a torch tensor sharing that memory (no copy).  An
 allreduce copies the input into that buffer (one strided copy, converting the dtype when
 needed), starts the operation, and on completion copies the result out (one copy: the
-buffer is reused by the next step, so a result cannot stay a view of it).  Registration
-options (sparsifier, density, ...) are fixed by the first call for a name; a later call
-with different options is refused rather than silently ignored.  The wire is the
-exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16 or bfloat16
-torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16" appended, unless
-the name itself was registered with that wire by :func:`register`.
+buffer is reused by the next step, so a result cannot stay a view of it).  A call that
+gives a name a new shape or dtype (Horovod negotiates every call, so variable lengths are
+everyday input) re-registers it on the fly: the old registration is released
+(sc_tensor_release: the daemon unlinks its shared memory, and the negotiation forgets the
+name once the node holds it no more) and the name registered anew; a steady shape keeps
+its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call
+for a name; a later call with different options is refused rather than silently ignored.
+The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
+or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
+appended, unless the name itself was registered with that wire by :func:`register`.
 
 Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
@@ -33,9 +37,11 @@ True).  So ranks that make the same calls, and wait for them in the same places,
 same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
 no buffer an operation still uses is handed out, and a class holds at most as many
 buffers as it ever had operations outstanding at once.  What stays registered is one
-buffer per class (and per extra concurrent operation): unnamed tensors of ever new
-shapes still register one buffer per shape, as do handles dropped without being waited
-for; name those.
+buffer per class (and per extra concurrent operation), for at most the 32 classes last
+used ($SPARSECOMM_PY_UNNAMED_CLASSES): a new class past those releases the buffers of the
+least recently used class with nothing in flight, so unnamed tensors of ever new shapes
+keep a bounded number of registrations (handles dropped without being waited for keep
+theirs; name those).
 
 Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
 take the COO path: the tensor is coalesced, its rows are expanded into flat element
@@ -88,28 +94,43 @@ import numpy as np
 
 from . import _lib
 from ._lib import DeviceKind, DType, ReduceOp, Sparsifier, Wire, STATUS_NAMES
+from ._system import (  # noqa: F401  (Horovod's build queries and timeline)
+    ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
+    mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 
 # Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
 Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
                                    ReduceOp.MAX, ReduceOp.PRODUCT)
 
 __all__ = [
-    "SparsecommError", "Handle", "DType", "DeviceKind", "ReduceOp", "Sparsifier",
+    "SparsecommError", "HorovodInternalError", "Handle", "DType", "DeviceKind", "ReduceOp",
+    "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
     "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "alltoall",
-    "alltoall_async", "reducescatter", "barrier", "join",
+    "alltoall_async", "reducescatter", "reducescatter_async", "allgather_async", "barrier",
+    "join", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built",
+    "gloo_enabled", "nccl_built", "ccl_built", "ddl_built", "cuda_built", "rocm_built",
+    "start_timeline", "stop_timeline",
     "registered", "library_path", "status_name",
 ]
 
 _WAIT_SLICE_MS = 500
+# unnamed classes (shapes) kept registered; past this, the least recently used goes
+_UNNAMED_CLASSES = int(os.environ.get("SPARSECOMM_PY_UNNAMED_CLASSES", "32"))
 _DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
 
 
-class SparsecommError(RuntimeError):
+class HorovodInternalError(RuntimeError):
+    """Horovod's exception for a failed collective (horovod.common.exceptions), the base
+    of :class:`SparsecommError`: ``except hvd.HorovodInternalError`` catches what
+    Horovod's would."""
+
+
+class SparsecommError(HorovodInternalError):
     """An operation failed.  ``status`` is the sc_status_t value, ``status_name`` its name
     ("SC_ERR_PEER"), ``message`` the library's text, ``tensor`` the tensor name if any."""
 
@@ -269,6 +290,10 @@ class _Context:
         self.lock = threading.Lock()
         self.unnamed = {}  # class (kind, dtype, numel, options, coo) -> [_Entry] (slots)
         self.unnamed_ids = {}  # class -> its number, in order of first use
+        self.unnamed_next = 0  # the number of the next new class
+        self.unnamed_used = {}  # class -> unnamed_calls at its last use (LRU eviction)
+        self.unnamed_calls = 0
+        self.released = {}  # name -> times released (re-registrations under it)
         self.closed = False
 
 
@@ -455,12 +480,10 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
             _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: names "
             "are printable text" % (name, bad[0]), None)
     e = c.entries.get(name)
+    if e is not None and (e.dtype != dtype or e.numel != numel) and device == e.device:
+        _release_locked(c, e)  # a new shape or dtype: registered anew below
+        e = None
     if e is not None:
-        if e.dtype != dtype or e.numel != numel:
-            raise SparsecommError(
-                _lib.SC_ERR_INVALID,
-                "tensor '%s' was registered as %d x %s, now given %d x %s" %
-                (name, e.numel, e.dtype.name.lower(), numel, dtype.name.lower()), name)
         if key is not None and key != e.opts_key:
             raise SparsecommError(
                 _lib.SC_ERR_INVALID,
@@ -490,14 +513,63 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     o.wire = int(Wire.parse(k.get("wire")))
     o.block = int(k.get("block", 0))
     tp = _lib.c_tensor_p()
-    lib = _lib.load()
-    st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
-                            ctypes.byref(o), ctypes.byref(tp))
+    st = _register_retrying(c, name, dtype, numel, o, tp)
     if st != _lib.SC_OK:
         raise _error(st, "registering tensor '%s'" % name, name)
     e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device)
     c.entries[name] = e
     return e
+
+
+def _register_retrying(c, name, dtype, numel, o, tp):
+    """sc_register_ex; a name whose shape changed may still be held, with its old shape,
+    by another trainer of this node that has not reached the call yet (the daemon answers
+    SC_ERR_BUSY to a registration that replaces a released one): that is retried until the
+    other trainer releases it too, for at most the default wait."""
+    import time
+    lib = _lib.load()
+    deadline = _now() + c.timeout_s
+    pause = 0.001
+    while True:
+        st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
+                                ctypes.byref(o), ctypes.byref(tp))
+        if st != _lib.SC_ERR_BUSY or c.released.get(name, 0) == 0 or _now() >= deadline:
+            return st
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _release_locked(c, e):
+    """Releases a registration that is not in use (sc_tensor_release: the daemon unlinks
+    its shared memory and the negotiation forgets the name), so that the name can be
+    registered with another shape or dtype.  Horovod negotiates every call, so a name (or
+    an unnamed call) may carry a new shape or dtype at any step."""
+    if e.inflight:
+        raise SparsecommError(_lib.SC_ERR_BUSY, "tensor '%s' already has an operation in "
+                              "flight; its shape or dtype cannot change before it completes"
+                              % e.name, e.name)
+    e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = e._tcoo = None
+    st = _lib.load().sc_tensor_release(c.client, e.ptr)
+    if st != _lib.SC_OK:
+        raise _error(st, "releasing tensor '%s'" % e.name, e.name)
+    del c.entries[e.name]
+    c.released[e.name] = c.released.get(e.name, 0) + 1
+
+
+def _unnamed_evict(c):
+    """Releases the buffers of the least recently used unnamed class whose operations have
+    all completed, once more than _UNNAMED_CLASSES classes are held: unnamed calls of
+    ever new shapes keep a bounded number of registrations."""
+    if len(c.unnamed) < _UNNAMED_CLASSES:
+        return
+    for cls in sorted(c.unnamed, key=lambda k: c.unnamed_used[k]):
+        slots = c.unnamed[cls]
+        if any(e.inflight for e in slots):
+            continue
+        for e in slots:
+            _release_locked(c, e)
+        del c.unnamed[cls], c.unnamed_ids[cls], c.unnamed_used[cls]
+        return
 
 
 def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None):
@@ -506,9 +578,13 @@ def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None):
     cls = (kind, dtype, int(numel), key, int(coo_capacity), device)
     with c.lock:
         slots = c.unnamed.get(cls)
+        c.unnamed_calls += 1
         if slots is None:
+            _unnamed_evict(c)
             slots = c.unnamed[cls] = []
-            c.unnamed_ids[cls] = len(c.unnamed_ids)
+            c.unnamed_ids[cls] = c.unnamed_next
+            c.unnamed_next += 1
+        c.unnamed_used[cls] = c.unnamed_calls
         for e in slots:
             if not e.inflight:
                 e.inflight = True
@@ -1185,6 +1261,14 @@ def _allgather_async(tensor, name, timeout):
     return Handle(c, e, h.value, finish), rows
 
 
+def allgather_async(tensor, name=None, timeout=None):
+    """Starts an allgather (see :func:`allgather`); the Handle's wait() gives the result.
+    Only the rows' exchange is asynchronous: the sizes' exchange completes before this
+    returns (bounded by ``timeout``)."""
+    name = "allgather" if name is None else str(name)
+    return _allgather_async(tensor, name, timeout)[0]
+
+
 def allgather(tensor, name=None, timeout=None):
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ across ranks, the others must not).  The sizes are gathered
@@ -1246,10 +1330,9 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
     this returns, so the call blocks until every rank has reached it.
 
     The rows' buffer is registered as name + "." + its capacity in elements (a power of
-    two): each new capacity registers another shared buffer, and the library has no call
-    to release a registration, so every capacity a name ever needed stays registered
-    until shutdown().  Calls whose sizes vary widely should bound them or use names of
-    their own."""
+    two): each new capacity registers another shared buffer, and every capacity a name
+    ever needed stays registered until shutdown().  Calls whose sizes vary widely should
+    bound them or use names of their own."""
     c = _need()
     name = "alltoall" if name is None else str(name)
     istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
@@ -1327,11 +1410,16 @@ def alltoall(tensor, splits=None, name=None, timeout=None):
 # ---- reducescatter -----------------------------------------------------------------
 
 def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
-    """``tensor`` reduced by ``op`` across every rank (default: average, as Horovod's),
-    of which this rank gets its rows: the first dimension is split in rank order, the
-    first (rows % size) ranks one row more (sc_reducescatter_async: each node sends every
-    other node its part once).  Every rank must give the same shape, dtype, op and name
-    (default "reducescatter")."""
+    """See :func:`reducescatter_async`: its result."""
+    return reducescatter_async(tensor, op, name).wait(timeout)
+
+
+def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None):
+    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op``
+    across every rank (default: average, as Horovod's), of which this rank gets its rows:
+    the first dimension is split in rank order, the first (rows % size) ranks one row more
+    (sc_reducescatter_async: each node sends every other node its part once).  Every rank
+    must give the same shape, dtype, op and name (default "reducescatter")."""
     c = _need()
     name = "reducescatter" if name is None else str(name)
     red = ReduceOp.parse(op)
@@ -1360,7 +1448,7 @@ def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
         got = lib.sc_tensor_result_nnz(e.ptr)
         return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 
-    return Handle(c, e, h.value, finish).wait(timeout)
+    return Handle(c, e, h.value, finish)
 
 
 # ---- join --------------------------------------------------------------------------

@@ -33,12 +33,17 @@
 Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
 ``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
 local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
-name=None, compression=..., op=None), allreduce_, allreduce_async, allreduce_async_,
-synchronize(handle), poll(handle), allgather, allgather_object, alltoall, alltoall_async,
-broadcast, broadcast_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
-reducescatter, barrier,
-join, Compression and DistributedOptimizer(optimizer, named_parameters=...,
-compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+name=None, compression=..., op=None, prescale_factor=1.0, postscale_factor=1.0),
+allreduce_, allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
+grouped_allreduce_async, grouped_allreduce_async_, sparse_allreduce_async,
+synchronize(handle), poll(handle), allgather, allgather_async, grouped_allgather,
+allgather_object, alltoall, alltoall_async, broadcast, broadcast_, broadcast_async,
+broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
+reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
+queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
+stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (refused:
+NotImplementedError), SyncBatchNorm, Compression and DistributedOptimizer(optimizer,
+named_parameters=..., compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
 whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
@@ -56,16 +61,19 @@ import queue
 import re
 import socket as _socket
 import threading
+import warnings
 from contextlib import contextmanager
 
 import torch
 
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, Handle, Sparsifier, ReduceOp, Sum, Average, Min, Max, Product, init,
-    shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
+    SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min,
+    Max, Product, init, shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
-    allgather_object, barrier, join)
+    allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
+    mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
+    cuda_built, rocm_built, start_timeline, stop_timeline)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
@@ -190,8 +198,25 @@ class _DecompressHandle:
         return self._result
 
 
+class _AdasumOp:
+    """Horovod's ``hvd.Adasum``: refused by every call given it (see _hvd_op)."""
+
+    def __repr__(self):
+        return "Adasum"
+
+
+Adasum = _AdasumOp()
+
+
+def _refuse_adasum(op):
+    if isinstance(op, _AdasumOp):
+        raise NotImplementedError("op=hvd.Adasum is not supported: sparsecomm reduces by "
+                                  "Sum, Average, Min, Max or Product")
+
+
 def _hvd_op(average, op):
     """Horovod's rule: ``op`` (default Average) or the deprecated ``average``, not both."""
+    _refuse_adasum(op)
     if op is not None and average is not None:
         raise ValueError("allreduce: give op or average, not both")
     if op is not None:
@@ -199,40 +224,78 @@ def _hvd_op(average, op):
     return ReduceOp.SUM if average is False else ReduceOp.AVERAGE
 
 
+def _scale(tensor, factor):
+    """tensor x factor in its own dtype (Horovod's prescale and postscale factors)."""
+    if factor == 1.0 or tensor is None:
+        return tensor
+    with torch.no_grad():
+        out = tensor * factor
+    return out if out.dtype == tensor.dtype else out.to(tensor.dtype)
+
+
+def _postscaled(handle, factor, out=None):
+    """handle, its result multiplied by factor (and copied into ``out`` when given)."""
+    if factor == 1.0 and out is None:
+        return handle
+    return _DecompressHandle(handle, lambda res: _scale(res, factor), out)
+
+
 def allreduce_async(tensor, average=None, name=None, compression=Compression.none, op=None,
-                    **kw):
+                    prescale_factor=1.0, postscale_factor=1.0, **kw):
     """Horovod's allreduce_async: starts the reduction (``op``, default Average) and
-    returns a handle for :func:`synchronize`.  Other keywords (sparsifier, density, ...)
-    are sparsecomm.allreduce_async's."""
+    returns a handle for :func:`synchronize`.  ``prescale_factor`` multiplies the input
+    before the reduction, ``postscale_factor`` the result after it (after the average's
+    division), as Horovod's do.  Other keywords (sparsifier, density, ...) are
+    sparsecomm.allreduce_async's."""
     red = _hvd_op(average, op)
-    if compression is NoneCompressor or (_sc._is_torch(tensor) and tensor.is_sparse):
-        return _sc.allreduce_async(tensor, name=name, op=red, **kw)
-    return _compressed_async(compression, tensor, None, name=name, op=red, **kw)
+    x = _scale(tensor, prescale_factor)
+    if compression is NoneCompressor or (_sc._is_torch(x) and x.is_sparse):
+        h = _sc.allreduce_async(x, name=name, op=red, **kw)
+    else:
+        h = _compressed_async(compression, x, None, name=name, op=red, **kw)
+    return _postscaled(h, postscale_factor)
 
 
 def allreduce_async_(tensor, average=None, name=None, compression=Compression.none, op=None,
-                     **kw):
+                     prescale_factor=1.0, postscale_factor=1.0, **kw):
     """In place: synchronize(handle) writes the result into ``tensor`` and returns it."""
     red = _hvd_op(average, op)
-    if compression is NoneCompressor:
-        return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     if tensor.is_sparse:
         raise TypeError("allreduce_async_: sparse tensors have no in-place form")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        return _postscaled(allreduce_async(tensor, None, name, compression, red,
+                                           prescale_factor, postscale_factor, **kw), 1.0,
+                           tensor)
+    if compression is NoneCompressor:
+        return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     return _compressed_async(compression, tensor, tensor, name=name, op=red, **kw)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              timeout=None, **kw):
+              prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
     """Horovod's allreduce: the reduction of ``tensor`` across every trainer, a new tensor
     (``op`` default Average; ``average=False`` is Sum).  ``timeout``: seconds (None:
     init()'s default)."""
-    return allreduce_async(tensor, average, name, compression, op, **kw).wait(timeout)
+    return allreduce_async(tensor, average, name, compression, op, prescale_factor,
+                           postscale_factor, **kw).wait(timeout)
 
 
 def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
-               timeout=None, **kw):
+               prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
     """In-place allreduce: the result is written into ``tensor``, which is returned."""
-    return allreduce_async_(tensor, average, name, compression, op, **kw).wait(timeout)
+    return allreduce_async_(tensor, average, name, compression, op, prescale_factor,
+                            postscale_factor, **kw).wait(timeout)
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, **kw):
+    """Horovod's sparse_allreduce_async: a torch sparse COO tensor reduced across every
+    trainer (the COO path: the union of the non-zero rows comes back as a coalesced
+    sparse tensor); a handle for synchronize()."""
+    if not (_sc._is_torch(tensor) and tensor.is_sparse):
+        raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
+                        (getattr(tensor, "layout", type(tensor).__name__),))
+    _refuse_adasum(op)
+    return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op), **kw)
 
 
 def synchronize(handle, timeout=None):
@@ -281,14 +344,210 @@ def alltoall(tensor, splits=None, name=None, timeout=None):
     return alltoall_async(tensor, splits, name, timeout).wait(timeout)
 
 
+def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's reducescatter_async: a handle for synchronize() whose result is this
+    rank's rows of the reduction (``op`` default Average; the scale factors as
+    allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
+    the values instead."""
+    _refuse_adasum(op)
+    compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
+    return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name),
+                             lambda res: _scale(compression.decompress(res, ctx),
+                                                postscale_factor), None)
+
+
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  timeout=None):
-    """Horovod's argument order for sparsecomm.reducescatter: this rank's rows of the
-    reduction (``op`` default Average).  A reduce-scatter keeps the 32-bit wire: a 16-bit
-    compression rounds the values instead."""
-    compressed, ctx = compression.compress(tensor)
-    res = _sc.reducescatter(compressed, op=op, name=name, timeout=timeout)
-    return compression.decompress(res, ctx)
+                  prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async)."""
+    return reducescatter_async(tensor, name, compression, op, prescale_factor,
+                               postscale_factor).wait(timeout)
+
+
+# ---- Horovod's grouped operations ----------------------------------------------------
+
+class _GroupHandle:
+    """The operations of a group, all submitted before any is waited for (so the daemons
+    negotiate them in the same cycles and fuse them into shared buffers): wait() gives
+    their results in order, under one deadline; the first error is raised once every
+    member has finished."""
+
+    def __init__(self, handles):
+        self._hs = handles
+
+    def poll(self):
+        return all([h.poll() for h in self._hs])
+
+    def done(self):
+        return self.poll()
+
+    def wait(self, timeout=None):
+        import time
+        tmo = _sc._need().timeout_s if timeout is None else float(timeout)
+        deadline = time.monotonic() + tmo
+        out, err = [], None
+        for h in self._hs:
+            try:
+                out.append(h.wait(max(0.0, deadline - time.monotonic())))
+            except Exception as e:  # noqa: B902  (every member is waited for first)
+                out.append(None)
+                err = err or e
+        if err is not None:
+            raise err
+        return out
+
+
+def _group(start, tensors, name):
+    """Starts start(tensor, member name) for every tensor of a group (member i of a named
+    group is name.i; an unnamed group's members are unnamed).  A member refused at its
+    start fails the group once the members already started have finished."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("a grouped operation needs at least one tensor")
+    hs = []
+    try:
+        for i, t in enumerate(tensors):
+            hs.append(start(t, None if name is None else "%s.%d" % (name, i)))
+    except Exception:
+        _drain(hs)
+        raise
+    return _GroupHandle(hs)
+
+
+def _drain(handles):
+    for h in handles:
+        try:
+            h.wait()
+        except Exception:  # noqa: B902  (the start's error is the one raised)
+            pass
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, compression=Compression.none,
+                            op=None, prescale_factor=1.0, postscale_factor=1.0, **kw):
+    """Horovod's grouped_allreduce_async: every tensor's allreduce submitted before any
+    is waited for; synchronize() gives the list of results."""
+    return _group(lambda t, n: allreduce_async(t, average, n, compression, op,
+                                               prescale_factor, postscale_factor, **kw),
+                  tensors, name)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None,
+                             compression=Compression.none, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, **kw):
+    """In place: synchronize() writes each result into its tensor."""
+    return _group(lambda t, n: allreduce_async_(t, average, n, compression, op,
+                                                prescale_factor, postscale_factor, **kw),
+                  tensors, name)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
+                      **kw):
+    return grouped_allreduce_async(tensors, average, name, compression, op,
+                                   prescale_factor, postscale_factor, **kw).wait(timeout)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, compression=Compression.none,
+                       op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
+                       **kw):
+    return grouped_allreduce_async_(tensors, average, name, compression, op,
+                                    prescale_factor, postscale_factor, **kw).wait(timeout)
+
+
+def grouped_allgather_async(tensors, name=None):
+    """Horovod's grouped_allgather_async (each member's sizes are exchanged as it is
+    started, its rows with the others')."""
+    return _group(lambda t, n: _sc.allgather_async(t, "allgather" if n is None else n),
+                  tensors, "allgather.group" if name is None else name)
+
+
+def grouped_allgather(tensors, name=None, timeout=None):
+    return grouped_allgather_async(tensors, name).wait(timeout)
+
+
+def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
+                                                   postscale_factor),
+                  tensors, "reducescatter.group" if name is None else name)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+    return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
+                                       postscale_factor).wait(timeout)
+
+
+# ---- Horovod's SyncBatchNorm ----------------------------------------------------------
+
+class _AllreduceSum(torch.autograd.Function):
+    """A sum allreduce that autograd differentiates: the gradient of a sum over the ranks
+    is the sum of the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.name = name
+        return _sc.allreduce(tensor.contiguous(), name=name, op=ReduceOp.SUM)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _sc.allreduce(grad.contiguous(), name=ctx.name + ".grad", op=ReduceOp.SUM), None
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
+    rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
+    squares and count are summed across the ranks in float64 (one allreduce, named
+    "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
+    and biased variance normalise the input, and backward sums the statistics' gradients
+    the same way, so the result and the gradients are those of one batch norm over the
+    concatenated batch.  The running statistics take the unbiased variance; in eval mode
+    it is a plain batch norm on them."""
+
+    _made = 0
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self._sc_name = "syncbn.%d" % SyncBatchNorm._made
+        SyncBatchNorm._made += 1
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError("SyncBatchNorm: expected at least 2-D input (got %d-D)" %
+                             input.dim())
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if not self.training and self.track_running_stats:
+            return torch.nn.functional.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias, False,
+                0.0, self.eps)
+        C = input.shape[1]
+        dims = [0] + list(range(2, input.dim()))
+        x64 = input.double()
+        local = torch.cat([x64.sum(dims), (x64 * x64).sum(dims),
+                           x64.new_tensor([float(input.numel() // max(C, 1))])])
+        tot = _AllreduceSum.apply(local, self._sc_name)
+        n = tot[-1]
+        if float(n) == 0:
+            raise ValueError("SyncBatchNorm: every rank's batch is empty")
+        mean = tot[:C] / n
+        var = (tot[C:2 * C] / n - mean * mean).clamp_min(0.0)
+        shape = [1, C] + [1] * (input.dim() - 2)
+        out = (x64 - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
+        out = out.to(input.dtype)
+        if self.affine:
+            out = out * self.weight.view(shape) + self.bias.view(shape)
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked += 1
+                m = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                     else self.momentum)
+                unbiased = var * n / max(float(n) - 1.0, 1.0)
+                self.running_mean.mul_(1 - m).add_(mean.to(self.running_mean.dtype) * m)
+                self.running_var.mul_(1 - m).add_(unbiased.to(self.running_var.dtype) * m)
+        return out
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -328,6 +587,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._should_sync = True
         self._hooks = []
+        self._hook_of = {}  # parameter -> its hook's handle
         self._grad_accs = []
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._opts = {}
@@ -360,14 +620,39 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         for p in self._requires_update:
-            self._delay[p] = self._passes
-            if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hooks.append(p.register_post_accumulate_grad_hook(
-                    self._make_hook(p, post=True)))
-            else:
-                acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._hooks.append(acc.register_hook(self._make_hook(p)))
-                self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+            self._hook(p)
+
+    def _hook(self, p):
+        self._delay[p] = self._passes
+        if hasattr(p, "register_post_accumulate_grad_hook"):
+            h = p.register_post_accumulate_grad_hook(self._make_hook(p, post=True))
+        else:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            h = acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+        self._hooks.append(h)
+        self._hook_of[p] = h
+
+    def _follow_requires_grad(self):
+        """Parameters whose requires_grad changed since the last step (a layer frozen or
+        unfrozen, as every rank does alike): a frozen one is no longer reduced (its grad
+        stays as the model left it, None for an optimizer to skip), one that needs a
+        gradient again is reduced from this step on (submitted by synchronize() now, by
+        its hook afterwards)."""
+        now = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if now == self._requires_update:
+            return
+        keep = set(now)
+        for p in self._requires_update:
+            if p not in keep and p in self._hook_of:
+                h = self._hook_of.pop(p)
+                h.remove()
+                self._hooks.remove(h)
+        for p in now:
+            if p not in self._hook_of:
+                self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
+                self._hook(p)
+        self._requires_update = now
 
     def _make_hook(self, p, post=False):
         def hook(*_):
@@ -413,6 +698,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # -- Horovod's optimizer protocol --
     def synchronize(self):
         """Submits what backward did not, waits for every gradient, writes them back."""
+        self._follow_requires_grad()
         for p in self._requires_update:
             if p not in self._handles:
                 self._handles[p] = self._submit(p)
@@ -441,9 +727,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_sync:
             if self._synchronized:
-                raise AssertionError("synchronize() was called before step(); wrap step() "
-                                     "in optimizer.skip_synchronize()")
-            self.synchronize()
+                # Horovod's warning; the gradients are already reduced, so they are not
+                # reduced a second time (every rank skips alike)
+                warnings.warn("optimizer.step() called without optimizer."
+                              "skip_synchronize() context after optimizer.synchronize(); "
+                              "wrap step() in optimizer.skip_synchronize()")
+            else:
+                self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
@@ -456,7 +746,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def remove_hooks(self):
         for h in self._hooks:
             h.remove()
-        self._hooks, self._grad_accs = [], []
+        self._hooks, self._grad_accs, self._hook_of = [], [], {}
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, density=0.0,
@@ -477,6 +767,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
 
     Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
     gradients, see :class:`FP16Compressor`); op: Average or Sum (overrides ``average``)."""
+    _refuse_adasum(op)
     if op is not None:
         red = ReduceOp.parse(op)
         if red not in (ReduceOp.AVERAGE, ReduceOp.SUM):

@@ -1,0 +1,418 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run on 2 and 3 ranks: Horovod's contract, call by call, through
+``import sparsecomm.torch as hvd`` as a Horovod user writes it.  Prints `CHECK <name> ok`
+or `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import torch  # noqa: E402
+
+import sparsecomm as sc  # noqa: E402
+import sparsecomm.torch as hvd  # noqa: E402
+from checks import Checks, daemon_shm, daemon_tensors  # noqa: E402
+
+torch.set_num_threads(1)
+hvd.init()
+sc.init(timeout=60)
+R, P = hvd.rank(), hvd.size()
+TRI = P * (P + 1) // 2  # the sum of rank + 1 over the ranks
+check = Checks(sys.argv[1:])
+
+
+def held_everywhere(want):
+    """The registrations held here and by the daemon equal want, and the daemon's shm
+    objects want per trainer of the node (the daemon unlinks a released object on a
+    worker thread: waited for, 10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = (len(sc.registered()), daemon_tensors(), len(daemon_shm()) // hvd.local_size())
+        if got == (want,) * 3 or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+@check
+def new_shape_or_dtype_under_a_name():
+    # Horovod negotiates every call: the same name may carry another shape or dtype
+    for n, dt in ((10, torch.float32), (1, torch.float32), (25, torch.int32),
+                  (5, torch.int32), (64, torch.int64), (10, torch.float32)):
+        x = torch.full((n,), R + 1, dtype=dt)
+        got = hvd.allreduce(x, name="grad.bias", op=hvd.Sum)
+        assert got.dtype == dt and got.shape == (n,), (got.dtype, got.shape, n, dt)
+        assert torch.equal(got, torch.full((n,), TRI, dtype=dt)), (n, dt, got[:3])
+    info = sc.registered()["grad.bias"]
+    assert info["numel"] == 10 and info["dtype"] == "float32", info
+    # the old buffers were released: one registration and one shm object for the name
+    n = len(sc.registered())
+    assert held_everywhere(n) == (n, n, n), held_everywhere(n)
+    # allgather of per-rank sizes of a new dtype under the same name
+    for dt in (torch.int32, torch.int64):
+        g = hvd.allgather(torch.full((R + 1, 2), R, dtype=dt), name="sizes")
+        want = torch.cat([torch.full((r + 1, 2), r, dtype=dt) for r in range(P)])
+        assert torch.equal(g, want), (dt, g)
+
+
+@check
+def unnamed_calls_of_ever_new_shapes_stay_bounded():
+    before = sum(1 for n in sc.registered() if ".noname." in n)
+    for n in range(1, 3 * sc._UNNAMED_CLASSES):
+        got = hvd.allreduce(torch.full((n,), float(R + 1)), op=hvd.Sum)
+        assert torch.equal(got, torch.full((n,), float(TRI))), (n, got[:3])
+    held = sum(1 for n in sc.registered() if ".noname." in n)
+    assert held <= sc._UNNAMED_CLASSES + before, "%d unnamed buffers held" % held
+    n = len(sc.registered())
+    assert held_everywhere(n) == (n, n, n), held_everywhere(n)
+
+
+@check
+def next_calls_work_after_a_reshape():
+    for step in range(3):  # variable-length batches: a new length every step
+        n = 3 + 2 * step
+        got = hvd.allreduce(torch.arange(n, dtype=torch.float64) * (R + 1), name="seq",
+                            op=hvd.Average)
+        assert torch.allclose(got, torch.arange(n, dtype=torch.float64) * TRI / P), got
+
+
+@check
+def grouped_operations():
+    xs = [torch.full((n,), float(R + 1)) for n in (3, 1000, 17)]
+    got = hvd.grouped_allreduce(xs, name="grp", op=hvd.Sum)
+    assert [g.tolist() for g in got] == [[float(TRI)] * n for n in (3, 1000, 17)], got
+    h = hvd.grouped_allreduce_async(xs, op=hvd.Average)  # unnamed members
+    avg = hvd.synchronize(h)
+    assert all(torch.allclose(a, torch.full_like(a, TRI / P)) for a in avg), avg
+    ys = [x.clone() for x in xs]
+    assert hvd.grouped_allreduce_(ys, name="grp_", op=hvd.Sum) is not None
+    assert all(torch.equal(y, torch.full_like(y, float(TRI))) for y in ys), ys
+    h = hvd.grouped_allreduce_async_(ys, name="grp_", op=hvd.Max)
+    hvd.synchronize(h)
+    assert all(torch.equal(y, torch.full_like(y, float(TRI))) for y in ys), ys
+    ga = hvd.grouped_allgather([torch.full((R + 1,), R), torch.full((1, 2), R * 1.0)])
+    assert ga[0].tolist() == sum([[r] * (r + 1) for r in range(P)], []), ga[0]
+    assert ga[1].tolist() == [[float(r)] * 2 for r in range(P)], ga[1]
+    rows = torch.arange(2 * P, dtype=torch.float32).view(P, 2) * (R + 1)
+    rs = hvd.grouped_reducescatter([rows, rows + 1], op=hvd.Sum)
+    assert rs[0].tolist() == [[(2 * R) * TRI, (2 * R + 1) * TRI]], rs[0]
+    assert rs[1].tolist() == [[(2 * R) * TRI + P, (2 * R + 1) * TRI + P]], rs[1]
+
+
+@check
+def async_calls():
+    h = hvd.allgather_async(torch.full((2,), R, dtype=torch.int64), name="ag.async")
+    assert hvd.synchronize(h).tolist() == sum([[r, r] for r in range(P)], []), h
+    root = P - 1
+    h = hvd.broadcast_async(torch.full((4,), float(R)), root_rank=root, name="bc.async")
+    assert hvd.synchronize(h).tolist() == [float(root)] * 4
+    t = torch.full((4,), float(R))
+    hvd.synchronize(hvd.broadcast_async_(t, root_rank=root, name="bc.async_"))
+    assert t.tolist() == [float(root)] * 4, t
+    rows = torch.ones(P, 3) * (R + 1)
+    h = hvd.reducescatter_async(rows, name="rs.async", op=hvd.Sum)
+    assert hvd.synchronize(h).tolist() == [[float(TRI)] * 3], h
+    sp = torch.sparse_coo_tensor([[R, P]], [float(R + 1), 1.0], (P + 1, )).coalesce()
+    got = hvd.synchronize(hvd.sparse_allreduce_async(sp, name="sparse.async", op=hvd.Sum))
+    assert got.is_sparse, got
+    want = [float(r + 1) for r in range(P)] + [float(P)]
+    assert got.to_dense().tolist() == want, got.to_dense()
+    try:
+        hvd.sparse_allreduce_async(torch.ones(3), name="sparse.dense")
+        raise AssertionError("a dense tensor was taken by sparse_allreduce_async")
+    except TypeError:
+        pass
+
+
+@check
+def scale_factors():
+    x = torch.full((5,), float(R + 1))
+    got = hvd.allreduce(x, name="scaled", op=hvd.Sum, prescale_factor=2.0,
+                        postscale_factor=0.5)
+    assert got.tolist() == [float(TRI)] * 5, got
+    got = hvd.allreduce(x, name="scaled", op=hvd.Average, postscale_factor=3.0)
+    assert torch.allclose(got, torch.full((5,), 3.0 * TRI / P)), got
+    y = x.clone()
+    hvd.allreduce_(y, name="scaled_", op=hvd.Sum, prescale_factor=10.0)
+    assert y.tolist() == [10.0 * TRI] * 5, y
+    assert x.tolist() == [float(R + 1)] * 5  # the input of the out-of-place call
+    rows = torch.ones(P, 2) * (R + 1)
+    rs = hvd.reducescatter(rows, name="rs.scaled", op=hvd.Sum, prescale_factor=4.0,
+                           postscale_factor=0.25)
+    assert rs.tolist() == [[float(TRI)] * 2], rs
+
+
+@check
+def capability_queries():
+    built = (sc._lib.load().sc_daemon_built(sc._need().client) or b"").decode().split()
+    assert "tcp" in built, built
+    assert hvd.nccl_built() == ("nccl" in built) and hvd.cuda_built() == ("cuda" in built)
+    want_nccl = os.environ.get("SPARSECOMM_EXPECT_NCCL_BUILT")
+    if want_nccl is not None:  # run_tests.py: from the build's configuration
+        assert hvd.nccl_built() == (want_nccl == "1"), (hvd.nccl_built(), want_nccl)
+    for q in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled,
+              hvd.ccl_built, hvd.ddl_built, hvd.rocm_built, hvd.mpi_threads_supported):
+        assert q() is False, q.__name__
+
+
+@check
+def timeline_start_stop():
+    path = os.path.join(os.environ.get("SPARSECOMM_TEST_TMP", "/tmp"),
+                        "hvd-tl-%d.json" % os.getppid())
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(8), name="tl.grad")
+    hvd.barrier()
+    hvd.stop_timeline()
+    hvd.barrier()
+    if R == 0:  # the daemon of node 0 writes path, or path with its rank before .json
+        cands = [path, path[:-5] + ".0.json"]
+        deadline = time.monotonic() + 10
+        while not any(os.path.exists(p) and os.path.getsize(p) for p in cands):
+            assert time.monotonic() < deadline, "no timeline at %s" % cands
+            time.sleep(0.05)
+        tl = next(p for p in cands if os.path.exists(p))
+        deadline = time.monotonic() + 10
+        while True:  # closed (its trailer written) once stopped
+            with open(tl) as f:
+                text = f.read()
+            if "tl.grad" in text and text.rstrip().endswith("}"):
+                break
+            assert time.monotonic() < deadline, "timeline %s: %r" % (tl, text[-200:])
+            time.sleep(0.05)
+    try:
+        hvd.start_timeline(path, mark_cycles=True)
+        raise AssertionError("mark_cycles was accepted")
+    except NotImplementedError:
+        pass
+
+
+def raises(exc, fn, *args, **kw):
+    """The exception fn raised, which must be an exc."""
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+
+
+def still_works(tag):
+    """The next operations work after an error: named, unnamed, grouped."""
+    got = hvd.allreduce(torch.full((4,), float(R + 1)), name="after." + tag, op=hvd.Sum)
+    assert got.tolist() == [float(TRI)] * 4, (tag, got)
+    got = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum)
+    assert got.tolist() == [float(TRI)] * 2, (tag, got)
+    hvd.barrier()
+
+
+@check
+def broadcast_root_not_a_rank():
+    for root in (P, -1, 100):
+        raises(ValueError, hvd.broadcast, torch.ones(3), root_rank=root, name="bc.bad")
+        raises(ValueError, hvd.broadcast_async_, torch.ones(3), root_rank=root)
+    still_works("badroot")
+
+
+@check
+def same_name_twice_in_flight():
+    h = hvd.allreduce_async(torch.ones(6), name="twice", op=hvd.Sum)
+    e = raises(hvd.HorovodInternalError, hvd.allreduce_async, torch.ones(6), name="twice")
+    assert "twice" in str(e) and "in flight" in str(e), e
+    # the first one completes, and the name works again
+    assert hvd.synchronize(h).tolist() == [float(P)] * 6
+    # a new shape while the name is in flight is refused the same way
+    h = hvd.allreduce_async(torch.ones(6), name="twice", op=hvd.Sum)
+    raises(hvd.HorovodInternalError, hvd.allreduce_async, torch.ones(9), name="twice")
+    assert hvd.synchronize(h).tolist() == [float(P)] * 6
+    still_works("twice")
+
+
+def mismatch(tag, x, op, what, mine, theirs):
+    """An allreduce that rank 0 gives differently from the others: it fails on every rank
+    with an error naming every rank and what it gave."""
+    e = raises(hvd.HorovodInternalError, hvd.allreduce, x, name="mismatch." + tag, op=op)
+    text = str(e)
+    print("mismatch %s: %s" % (tag, text), flush=True)
+    want = "%s differs across ranks: rank 0 has %s, %s" % (what, mine, ", ".join(
+        "rank %d has %s" % (r, theirs) for r in range(1, P)))
+    assert want in text and "mismatch." + tag in text, (tag, text, want)
+    still_works(tag)
+
+
+@check
+def mismatches_across_ranks_raise_everywhere():
+    mismatch("shape", torch.ones(5 if R == 0 else 6), hvd.Sum, "element count", 5, 6)
+    dt = torch.float32 if R == 0 else torch.int32
+    mismatch("dtype", torch.ones(4, dtype=dt), hvd.Sum, "dtype", "float32", "int32")
+    mismatch("op", torch.ones(4), hvd.Sum if R == 0 else hvd.Max, "operation", "sum", "max")
+
+
+@check
+def adasum_refused():
+    e = raises(NotImplementedError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+    assert "Adasum" in str(e), e
+    model = torch.nn.Linear(2, 1)
+    raises(NotImplementedError, hvd.DistributedOptimizer,
+           torch.optim.SGD(model.parameters(), lr=0.1),
+           named_parameters=model.named_parameters(), op=hvd.Adasum)
+
+
+@check
+def optimizer_named_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    part = [(n, p) for n, p in model.named_parameters() if n.startswith("0.")]
+    e = raises(ValueError, hvd.DistributedOptimizer,
+               torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=part)
+    assert "named_parameters" in str(e), e
+    # none at all: names are generated, the same on every rank
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0))
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float(R + 1))
+    opt.synchronize()
+    for p in model.parameters():
+        assert torch.allclose(p.grad, torch.full_like(p, TRI / P)), p.grad
+    # step() after synchronize() without skip_synchronize(): Horovod's warning
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        opt.step()
+    assert any("skip_synchronize" in str(x.message) for x in w), [str(x.message) for x in w]
+    for p in model.parameters():  # not reduced a second time
+        assert torch.allclose(p.grad, torch.full_like(p, TRI / P)), p.grad
+    opt.remove_hooks()
+
+
+@check
+def broadcast_optimizer_state_plain_values():
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float(R))
+    # SGD without momentum keeps None momentum buffers; its options are plain numbers,
+    # bools and None, different on every rank
+    opt = torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1), momentum=0.0,
+                          dampening=0.0, weight_decay=0.0, nesterov=False)
+    opt.param_groups[0]["custom"] = None if R == 0 else R
+    opt.zero_grad()
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    adam = torch.optim.Adam(model.parameters(), lr=0.01 * (R + 1), amsgrad=bool(R % 2))
+    if R == 0:  # only the root has stepped: the others get its state all the same
+        model(torch.ones(1, 3)).sum().backward()
+        adam.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    hvd.broadcast_optimizer_state(adam, root_rank=0)
+    g = opt.param_groups[0]
+    assert g["lr"] == 0.1 and g["custom"] is None and g["momentum"] == 0.0, g
+    for p in model.parameters():
+        assert opt.state[p].get("momentum_buffer") is None, opt.state[p]
+    a = adam.param_groups[0]
+    assert a["lr"] == 0.01 and a["amsgrad"] is False, a
+    sts = [adam.state[p] for p in model.parameters()]
+    assert all("exp_avg" in st and float(st["step"]) == 1 for st in sts), sts
+
+
+@check
+def requires_grad_changes_between_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   prefix="rg.")
+    x = torch.ones(2, 4) * (R + 1)
+
+    def step(frozen):
+        for i, layer in enumerate(model):
+            for p in layer.parameters():
+                p.requires_grad_(i not in frozen)
+                p.grad = None
+        model(x).sum().backward()
+        opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+        return [p.grad for p in model.parameters()]
+
+    def want(frozen):
+        """The average over the ranks of each trainable parameter's gradient."""
+        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+        m.load_state_dict(model.state_dict())
+        out = None
+        for r in range(P):
+            m.zero_grad()
+            m(torch.ones(2, 4) * (r + 1)).sum().backward()
+            gs = [p.grad.clone() for p in m.parameters()]
+            out = gs if out is None else [a + b for a, b in zip(out, gs)]
+        return [None if i // 2 in frozen else g / P for i, g in enumerate(out)]
+
+    for frozen in ((), (0,), (0,), (), (1,), ()):
+        got = step(frozen)
+        for g, w in zip(got, want(frozen)):
+            if w is None:
+                assert g is None, (frozen, g)
+            else:
+                assert g is not None and torch.allclose(g, w, atol=1e-5), (frozen, g, w)
+    opt.remove_hooks()
+
+
+@check
+def sparse_as_dense():
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    with torch.no_grad():
+        emb.weight.fill_(1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.0),
+                                   named_parameters=emb.named_parameters(),
+                                   prefix="sad.", sparse_as_dense=True)
+    emb(torch.tensor([R, 9])).sum().backward()
+    opt.synchronize()
+    g = emb.weight.grad
+    assert not g.is_sparse, g.layout
+    want = torch.zeros(10, 3)
+    for r in range(P):
+        want[r] += 1.0 / P
+    want[9] += 1.0
+    assert torch.allclose(g, want), g
+    opt.remove_hooks()
+
+
+@check
+def sync_batch_norm():
+    torch.manual_seed(0)
+    bn = hvd.SyncBatchNorm(3, momentum=0.3)
+    ref = torch.nn.BatchNorm1d(3, momentum=0.3)
+    with torch.no_grad():
+        for m in (bn, ref):
+            m.weight.copy_(torch.tensor([1.0, 2.0, -0.5]))
+            m.bias.copy_(torch.tensor([0.1, 0.0, 0.3]))
+
+    def batch(r, step):  # rank r's batch: r + 2 rows, different on every rank and step
+        g = torch.Generator().manual_seed(100 * step + r)
+        return torch.randn(r + 2, 3, 4, generator=g) * (r + 1) + r
+
+    for step in range(2):
+        xs = [batch(r, step).requires_grad_(True) for r in range(P)]
+        coef = [torch.randn(x.shape, generator=torch.Generator().manual_seed(7 + r))
+                for r, x in enumerate(xs)]
+        ref.zero_grad()
+        want = ref(torch.cat(xs))
+        (want * torch.cat(coef)).sum().backward()
+        mine = xs[R].detach().clone().requires_grad_(True)
+        bn.zero_grad()
+        got = bn(mine)
+        (got * coef[R]).sum().backward()
+        at = sum(x.shape[0] for x in xs[:R])
+        assert torch.allclose(got, want[at:at + mine.shape[0]], atol=1e-5), (step, got)
+        assert torch.allclose(mine.grad, xs[R].grad, atol=1e-5), (step, mine.grad)
+        wg = hvd.allreduce(bn.weight.grad, name="syncbn.test.wg", op=hvd.Sum)
+        bg = hvd.allreduce(bn.bias.grad, name="syncbn.test.bg", op=hvd.Sum)
+        assert torch.allclose(wg, ref.weight.grad, atol=1e-4), (wg, ref.weight.grad)
+        assert torch.allclose(bg, ref.bias.grad, atol=1e-4), (bg, ref.bias.grad)
+        assert torch.allclose(bn.running_mean, ref.running_mean, atol=1e-5)
+        assert torch.allclose(bn.running_var, ref.running_var, atol=1e-5)
+    bn.eval()
+    ref.eval()
+    x = batch(R, 9)
+    assert torch.allclose(bn(x), ref(x), atol=1e-5)
+
+
+sc.shutdown()
+print("worker done: %d check(s) failed" % check.failed, flush=True)
+sys.exit(1 if check.failed else 0)
