@@ -273,11 +273,16 @@ def t_topk():
 
 def t_failure():
     # rank 1 raises at step 20; the others must raise SparsecommError by themselves,
-    # well before the launcher's grace period (60 s) would stop them
+    # well before the launcher's grace period (60 s) would stop them. Rank 1's exit ends
+    # its session with its step's gradients in flight (its node is then degraded and the
+    # others' operations abort naming it) or, when the daemons finished them first, cleanly
+    # (then the others' next step stalls, naming it): the stall timeout is under the
+    # trainers' 30 s so that either way names rank 1.
     rc, out, secs = launch(4, os.path.join(EX, "digits_mlp.py"),
                            ["--sparsifier", "none", "--steps", "400", "--fail-at-step", "20",
                             "--fail-rank", "1", "--timeout", "30"], 150,
-                           extra=["--grace", "60"])
+                           extra=["--grace", "60", "--daemon-arg", "--stall_timeout_ms",
+                                  "--daemon-arg", "10000"])
     survivors = [r for r in (0, 2, 3)
                  if re.search(r"^\[%d\] sparsecomm\.SparsecommError: SC_ERR_\w+: .*rank 1"
                               % r, out, re.M)]
