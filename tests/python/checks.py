@@ -22,12 +22,13 @@ def daemon_tensors():
 
 def daemon_shm():
     """The paths of the node daemon's shared-memory objects in /dev/shm (its pid from
-    this process's maps)."""
+    this process's maps), without the lock file it holds beside them."""
     with open("/proc/self/maps") as f:
         pids = set(re.findall(r"/dev/shm/sparsecomm\.(\d+)\.", f.read()))
     assert len(pids) == 1, "daemon pids in the maps: %s" % pids
     pre = "sparsecomm.%s." % pids.pop()
-    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm") if n.startswith(pre)]
+    return [os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm")
+            if n.startswith(pre) and n != pre + "lock"]
 
 
 class Checks:
