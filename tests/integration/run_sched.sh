@@ -117,7 +117,8 @@ verdict() {
 }
 
 # The Kubernetes example (no cluster runs here): yamllint (mk/deps.sh installs Debian's),
-# then examples/kubernetes/check_manifests.py. No Dockerfile linter is packaged by Debian
+# then examples/kubernetes/check_manifests.py on each manifest, and on a JobSet whose
+# master is not its first pod, which it must refuse. No Dockerfile linter is packaged by Debian
 # (hadolint is not), so the Dockerfile is not linted.
 name="kubernetes manifests lint"
 if ! selected "$name"; then
@@ -127,7 +128,10 @@ elif ! command -v yamllint >/dev/null 2>&1; then
 else
 	k8s=$root/examples/kubernetes
 	if yamllint -s -c "$k8s/.yamllint" "$k8s"/*.yaml >"$tmp/out" 2>&1 &&
-		"$py" "$k8s/check_manifests.py" "$k8s/mpijob.yaml" >>"$tmp/out" 2>&1; then
+		"$py" "$k8s/check_manifests.py" "$k8s"/*.yaml >>"$tmp/out" 2>&1 &&
+		sed 's/nodes-0-0/nodes-0-1/' "$k8s/jobset.yaml" >"$tmp/bad.yaml" &&
+		! "$py" "$k8s/check_manifests.py" "$tmp/bad.yaml" >>"$tmp/out" 2>&1 &&
+		grep -q 'master-addr is not the first pod' "$tmp/out"; then
 		echo "ok    $name"
 		passed=$((passed + 1))
 	else
