@@ -3,8 +3,8 @@
 # SPARSECOMM_* variable but the job secret of a job on several hosts (docs/deployment.md,
 # "Under a scheduler"): mpirun (one node; two hosts on loopback; two hosts that are
 # network namespaces, one rank per slot), srun (a real one on one node where slurm-wlm is
-# installed; its variables for two nodes), torchrun (its c10d rendezvous
-# on loopback, its static one on the namespaces), and a trainer killed under mpirun. Each case runs
+# installed; its variables for two nodes), torchrun (its c10d rendezvous on loopback and
+# on the namespaces, its static one on the namespaces), and a trainer killed under mpirun. Each case runs
 # tests/integration/sched_trainer.py (exact sums; its rank is the scheduler's) and passes
 # only when every trainer passed, the job's daemons were there (rank 0 counts their
 # sockets) and nothing is left afterwards: no daemon, no process in a namespace, no job
@@ -342,7 +342,7 @@ fi
 # Two hosts that are network namespaces joined by a veth pair, two slots each: mpirun runs
 # on the first, its agent starts the second's orted there. A job on several hosts needs
 # a secret (mpirun -x SPARSECOMM_SECRET_FILE); without one it is refused, saying so.
-ns_cases="mpirun 2x2 namespaces|torchrun 2x2 namespaces|mpirun namespaces without a secret refused"
+ns_cases="mpirun 2x2 namespaces|torchrun 2x2 namespaces|torchrun 2x2 c10d namespaces|mpirun namespaces without a secret refused"
 ns_skip() {
 	saved_ifs=$IFS
 	IFS='|'
@@ -350,7 +350,7 @@ ns_skip() {
 	IFS=$saved_ifs
 }
 if ! selected "mpirun 2x2 namespaces" && ! selected "torchrun 2x2 namespaces" &&
-	! selected "mpirun namespaces without"; then
+	! selected "torchrun 2x2 c10d namespaces" && ! selected "mpirun namespaces without"; then
 	:
 elif [ "$(id -u)" -ne 0 ]; then
 	ns_skip "needs root to create network namespaces"
@@ -379,10 +379,7 @@ else
 			[ -n "$left" ] && echo "FAIL  $name: processes left in the namespaces: $left" &&
 				failed=$((failed + 1)) && kill -9 $left
 		fi
-		# torchrun on the namespaces: its static rendezvous at the first host. (Its c10d
-		# rendezvous would give the workers MASTER_ADDR = the first agent's host name,
-		# which every namespace shares with this machine, and torch 1.13 has no
-		# --local_addr to name another: the c10d case above runs on loopback.)
+		# torchrun on the namespaces: its static rendezvous at the first host.
 		name="torchrun 2x2 namespaces"
 		if ! selected "$name"; then
 			:
@@ -405,6 +402,40 @@ else
 			cat "$tmp"/torchns.* >"$tmp/out"
 			verdict "$name" $rc 0 4 2
 		fi
+		# torchrun's c10d rendezvous on the namespaces. It gives the workers MASTER_ADDR =
+		# the first agent's host name, so each host gets a name of its own (a UTS
+		# namespace per agent, as separate machines have) that both resolve through the
+		# namespace's hosts file (ip netns exec mounts /etc/netns/NS/hosts on /etc/hosts).
+		name="torchrun 2x2 c10d namespaces"
+		if ! selected "$name"; then
+			:
+		elif ! command -v torchrun >/dev/null 2>&1; then
+			skip "$name" "torchrun is not installed (Debian's python3-torch)"
+		elif ! unshare --uts true 2>/dev/null; then
+			skip "$name" "cannot create a UTS namespace (unshare --uts) for each host's name"
+		else
+			for ns in "$ha" "$hb"; do
+				mkdir -p "/etc/netns/$ns" &&
+					printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "$addr_a" "$ha" \
+						"$addr_b" "$hb" >"/etc/netns/$ns/hosts"
+			done
+			for n in 0 1; do
+				ns=$ha
+				[ $n = 1 ] && ns=$hb
+				clean SPARSECOMM_SECRET_FILE="$tmp/secret" timeout 180 ip netns exec "$ns" \
+					unshare --uts sh -c 'hostname "$0" && exec "$@"' "$ns" \
+					torchrun --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d \
+					--rdzv_endpoint "$addr_a:29556" --rdzv_id "sc$$" -r 1 -t 1 \
+					--log_dir "$tmp/tc$n" "$trainer" sums >"$tmp/torchc.$n" 2>&1 \
+					</dev/null &
+				pids="${pids:-} $!"
+			done
+			rc=0
+			for p in $pids; do wait "$p" || rc=$?; done
+			pids=""
+			cat "$tmp"/torchc.* >"$tmp/out"
+			verdict "$name" $rc 0 4 2 "sched: master $ha"
+		fi
 		name="mpirun namespaces without a secret refused"
 		if selected "$name"; then
 			# shellcheck disable=SC2086
@@ -418,6 +449,7 @@ else
 	fi
 	ip netns delete "$ha" 2>/dev/null
 	ip netns delete "$hb" 2>/dev/null
+	rm -rf "/etc/netns/$ha" "/etc/netns/$hb"
 fi
 
 [ "$skipped" -gt 0 ] && echo "($skipped skipped)"

@@ -72,6 +72,7 @@ def main():
         base = os.path.join(os.environ.get("TMPDIR") or "/tmp", "sparsecomm-job-%d" % os.geteuid())
         socks = glob.glob(os.path.join(base, "*", "node*", "ctl.sock"))
         print("sched: daemons %d" % len(socks), flush=True)
+        print("sched: master %s" % os.environ.get("MASTER_ADDR", "-"), flush=True)
     print("sched: rank %d passed (local %d of %d, %d trainers)" % (r, sc.local_rank(),
                                                                  sc.local_size(), n), flush=True)
     sc.shutdown()
