@@ -197,6 +197,54 @@ if selected "$name"; then
 	rm -rf "${jobs:?}"/sparsecomm-job-*
 fi
 
+# SPARSECOMM_JOB_DAEMON=0: the library without scheduler support. No daemon serves this
+# machine (checked above), so the trainers fail naming the default socket, and no job's
+# daemon or job directory appears.
+name="mpirun SPARSECOMM_JOB_DAEMON=0 starts no daemon"
+if selected "$name"; then
+	clean SPARSECOMM_JOB_DAEMON=0 SCHED_CONNECT_TIMEOUT=3 timeout 120 mpirun $root_opt \
+		--oversubscribe -np 2 "$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	if [ -n "$(ls -A "$jobs")" ]; then
+		echo "FAIL  $name: a job directory appeared: $(ls -A "$jobs")"
+		failed=$((failed + 1))
+		rm -rf "${jobs:?}"/*
+	else
+		verdict "$name" $rc nonzero 0 - "cannot reach the daemon: no socket at"
+	fi
+fi
+
+# SPARSECOMM_JOB_DAEMON=1 beside a daemon that serves the node: the job starts its own.
+# As an unprivileged user (nobody), whose default socket is under $XDG_RUNTIME_DIR, where
+# a decoy that answers nothing stands for the node's daemon; without the variable the
+# trainers take the decoy and fail (the second half), with it they pass on the job's own.
+name="mpirun SPARSECOMM_JOB_DAEMON=1 beside a node's daemon"
+if ! selected "$name"; then
+	:
+elif [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null 2>&1; then
+	skip "$name" "needs root and setpriv to run the job as another user"
+else
+	u=$tmp/nobody
+	mkdir -p "$u/x/sparsecomm" "$u/t" && : >"$u/x/sparsecomm/ctl.sock" &&
+		chmod 755 "$tmp" && chmod 700 "$u/x" && chown -R 65534:65534 "$u"
+	as_nobody() {
+		env $unset_own HOME="$u" XDG_RUNTIME_DIR="$u/x" TMPDIR="$u/t" OMP_NUM_THREADS=1 \
+			SCHED_CONNECT_TIMEOUT=3 setpriv --reuid=65534 --regid=65534 --clear-groups env \
+			"$@"
+	}
+	jobs_root=$jobs
+	jobs=$u/t # what verdict waits to see gone: the job's directory and processes
+	as_nobody SPARSECOMM_JOB_DAEMON=1 timeout 120 mpirun --oversubscribe -np 2 "$py" \
+		"$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? 0 2 1
+	name="mpirun beside a node's daemon uses it"
+	as_nobody timeout 120 mpirun --oversubscribe -np 2 "$py" "$trainer" sums \
+		>"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? nonzero 0 - "the daemon at ipc://$u/x/sparsecomm/ctl.sock"
+	jobs=$jobs_root
+	rm -rf "$u"
+fi
+
 # Two hosts of two slots that are both this machine (mpirun's agent runs "remote" orteds
 # here): two nodes, two daemons, meeting on loopback without a secret.
 h2="-H localhost:2,127.0.0.2:2 -np 4 --mca plm_rsh_agent"

@@ -32,7 +32,7 @@ def since_start():
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "sums"
-    sc.init(timeout=60)
+    sc.init(timeout=60, connect_timeout=float(os.environ.get("SCHED_CONNECT_TIMEOUT", "30")))
     r, n = sc.rank(), sc.size()
     want = next((int(os.environ[v]) for v in SCHED_RANK if v in os.environ), None)
     if want != r:
