@@ -326,8 +326,7 @@ $(FUZZ_OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 $(FUZZ_BIN)/libscd-fuzz.a: $(FUZZ_LIB_OBJ)
 	@mkdir -p $(FUZZ_BIN)
 	rm -f $@ && ar rcs $@ $^
-$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_OBJ)/tests/unit/daemon_stub.o \
-		    $(FUZZ_BIN)/libscd-fuzz.a
+$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_BIN)/libscd-fuzz.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS_DAEMON)
 # The seed corpora are written by fuzz/seeds.c from the daemon's own encoders (normal build).
 $(OBJ)/fuzz/%.o: INC := $(INC_DAEMON)
