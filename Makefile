@@ -368,10 +368,20 @@ test-sanitize: $(DEPS_STAMP)
 	cd $(SAN_DIR)/src && $(SAN_ENV) build/bin/sparsecomm-unit && \
 		$(SAN_ENV) sh tests/integration/run.sh
 
+# ---- the layer check (mk/layers.sh; docs/design.md, Layers) ---------------------------------
+# Fails, naming the file, the line and the include, where an #include of daemon/ goes in a
+# direction the rules forbid or the layers include each other in a circle; where build/
+# has them, also where libscd.a uses what main.o defines. A second; it builds nothing.
+# `make test` runs it first, and its own tests (tests/layers/run.sh) as a suite.
+.PHONY: check-layers
+check-layers:
+	@sh mk/layers.sh
+
 # ---- entry points ----------------------------------------------------------------------
 # The harnesses are built for the bounded fuzz run only where clang is found; without it
 # tests/fuzz/run.sh says why it skips.
 test: all
+	@$(MAKE) --no-print-directory check-layers
 	@if command -v $(FUZZ_CC) >/dev/null 2>&1; then $(MAKE) --no-print-directory fuzz-build || \
 		echo "fuzz: the harnesses did not build (above)"; \
 	else echo "fuzz: $(FUZZ_CC) not found, the harnesses are not built"; fi
