@@ -326,8 +326,7 @@ $(FUZZ_OBJ)/%.o: %.c $(GEN)/sparsecomm.pb-c.h
 $(FUZZ_BIN)/libscd-fuzz.a: $(FUZZ_LIB_OBJ)
 	@mkdir -p $(FUZZ_BIN)
 	rm -f $@ && ar rcs $@ $^
-$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_OBJ)/tests/unit/daemon_stub.o \
-		    $(FUZZ_BIN)/libscd-fuzz.a
+$(FUZZ_BIN)/fuzz_%: $(FUZZ_OBJ)/fuzz/fuzz_%.o $(FUZZ_BIN)/libscd-fuzz.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS_DAEMON)
 # The seed corpora are written by fuzz/seeds.c from the daemon's own encoders (normal build).
 $(OBJ)/fuzz/%.o: INC := $(INC_DAEMON)
@@ -369,10 +368,20 @@ test-sanitize: $(DEPS_STAMP)
 	cd $(SAN_DIR)/src && $(SAN_ENV) build/bin/sparsecomm-unit && \
 		$(SAN_ENV) sh tests/integration/run.sh
 
+# ---- the layer check (mk/layers.sh; docs/design.md, Layers) ---------------------------------
+# Fails, naming the file, the line and the include, where an #include of daemon/ goes in a
+# direction the rules forbid or the layers include each other in a circle; where build/
+# has them, also where libscd.a uses what main.o defines. A second; it builds nothing.
+# `make test` runs it first, and its own tests (tests/layers/run.sh) as a suite.
+.PHONY: check-layers
+check-layers:
+	@sh mk/layers.sh
+
 # ---- entry points ----------------------------------------------------------------------
 # The harnesses are built for the bounded fuzz run only where clang is found; without it
 # tests/fuzz/run.sh says why it skips.
 test: all
+	@$(MAKE) --no-print-directory check-layers
 	@if command -v $(FUZZ_CC) >/dev/null 2>&1; then $(MAKE) --no-print-directory fuzz-build || \
 		echo "fuzz: the harnesses did not build (above)"; \
 	else echo "fuzz: $(FUZZ_CC) not found, the harnesses are not built"; fi

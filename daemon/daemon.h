@@ -2,7 +2,9 @@
  * daemon.h: the state of one sparsecommd, owned by the libuv loop thread. Each subsystem
  * keeps its own state behind its own header (ctl/ for trainer sessions and tensors,
  * world/ for the peers and the negotiation, engine/ for the data plane thread); this
- * struct only ties them together.
+ * struct only ties them together. It declares no function: what a subsystem asks of the
+ * process (main.c) goes through the hooks main.c gives it (scd_ctl_upcalls_t,
+ * scd_world_hooks_t).
  */
 #ifndef SCD_DAEMON_H
 #define SCD_DAEMON_H
@@ -56,13 +58,8 @@ typedef struct scd_daemon {
 	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */
 } scd_daemon_t;
 
-/* Called by world/ once the world has formed and the data plane is up. */
-void scd_daemon_world_ready(scd_daemon_t *d);
 /* The exit status of a node whose coordinator was lost or left: the world it served is
  * gone, and a service manager that restarts it (Restart=on-failure) has it join the next. */
 #define SCD_EXIT_COORDINATOR_GONE 3
-
-/* Stops the daemon (exit code as given) at the next loop turn. */
-void scd_daemon_stop(scd_daemon_t *d, int exit_code);
 
 #endif

@@ -168,10 +168,13 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .node_left = scd_world_node_left,
 };
 
-void scd_daemon_world_ready(scd_daemon_t *d)
+static void daemon_stop(scd_daemon_t *d, int exit_code);
+
+/* The world has formed and the data plane is up: serve trainers, and say so. */
+static void daemon_world_ready(scd_daemon_t *d)
 {
 	if (scd_ctl_listen(d->ctl) != SC_OK) {
-		scd_daemon_stop(d, 1);
+		daemon_stop(d, 1);
 		return;
 	}
 	scd_info(SCD_SUB_MAIN, "ready: rank %d of %d, %d trainer(s) per node, control %s",
@@ -186,7 +189,8 @@ void scd_daemon_world_ready(scd_daemon_t *d)
 	sd_notify_ready();
 }
 
-void scd_daemon_stop(scd_daemon_t *d, int exit_code)
+/* Stops the daemon (exit code as given) at the next loop turn. */
+static void daemon_stop(scd_daemon_t *d, int exit_code)
 {
 	if (d->shutting_down)
 		return;
@@ -205,8 +209,14 @@ static void on_signal(uv_signal_t *h, int signum)
 	char why[96];
 	snprintf(why, sizeof(why), "its daemon was stopped (%s)", strsignal(signum));
 	scd_world_leave(d->world, why);
-	scd_daemon_stop(d, 0);
+	daemon_stop(d, 0);
 }
+
+/* What the world asks of the process: world/ includes nothing of main.c (world.h). */
+static const scd_world_hooks_t process_hooks = {
+    .ready = daemon_world_ready,
+    .stop = daemon_stop,
+};
 
 static void on_prepare(uv_prepare_t *h)
 {
@@ -482,7 +492,7 @@ int main(int argc, char **argv)
 	if (st == SC_OK)
 		st = scd_engine_create(d, scd_world_job_done, &d->engine);
 	if (st == SC_OK)
-		st = scd_world_create(d, &d->world);
+		st = scd_world_create(d, &process_hooks, &d->world);
 	if (st == SC_OK && scd_metrics_start(d) != SC_OK)
 		return 1; /* logged */
 	if (st != SC_OK) {
@@ -507,7 +517,7 @@ int main(int argc, char **argv)
 	else
 		uv_run(d->loop, UV_RUN_DEFAULT);
 
-	/* Orderly teardown: clients were told (scd_daemon_stop); now release everything. A
+	/* Orderly teardown: clients were told (daemon_stop); now release everything. A
 	 * second SIGTERM must not cut it short: block them before the handlers go. */
 	sigset_t quiet;
 	sigemptyset(&quiet);

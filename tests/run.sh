@@ -1,8 +1,8 @@
 #!/bin/sh
-# run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), then the
-# integration tests against real daemons (tests/integration/run.sh, then any
-# tests/integration/run_<name>.sh), the NCCL stand-in's checks (tests/ncclhost/check.c),
-# the bounded fuzz run (tests/fuzz/run.sh) and the Python
+# run.sh: every test of the project: the unit tests (build/bin/sparsecomm-unit), the layer
+# check's own (tests/layers/run.sh), then the integration tests against real daemons
+# (tests/integration/run.sh, then any tests/integration/run_<name>.sh), the NCCL stand-in's
+# checks (tests/ncclhost/check.c), the bounded fuzz run (tests/fuzz/run.sh) and the Python
 # tests. Adds up their "N passed, N failed" lines into one final line of the same form and
 # exits non-zero when anything failed, including a runner that crashed before printing its
 # summary.
@@ -43,6 +43,9 @@ else
 	echo "FAIL  unit: $root/build/bin/sparsecomm-unit is missing (run make first)"
 	failed=$((failed + 1))
 fi
+echo
+# The layer check's own tests (mk/layers.sh on scratch copies of daemon/; seconds).
+suite layers sh "$root/tests/layers/run.sh"
 echo
 suite integration sh "$root/tests/integration/run.sh" "$@"
 # Further integration suites follow the same convention: tests/integration/run_<name>.sh.

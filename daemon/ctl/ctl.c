@@ -27,7 +27,6 @@
 #include "util/log.h"
 #include "util/timeline.h"
 #include "util/zmsg.h"
-#include "world/world.h"
 
 #define CTL_MAX_CONTROL 64 /* sparsectl sessions kept; the oldest is dropped first */
 /* Requests handled in one go: the rest wait for the next turn of the loop, so a burst

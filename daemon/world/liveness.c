@@ -55,7 +55,7 @@ static void on_orphaned(uv_timer_t *t)
 	scd_world_t *w = t->data;
 	scd_error(SCD_SUB_WORLD, "exiting with status %d: %s", SCD_EXIT_COORDINATOR_GONE,
 		  w->peers[0].gone_reason);
-	scd_daemon_stop(w->d, SCD_EXIT_COORDINATOR_GONE);
+	scd_world_stop_daemon(w, SCD_EXIT_COORDINATOR_GONE);
 }
 
 /* Node r left (state PEER_LEFT) or was lost (PEER_LOST) for why. On the coordinator every

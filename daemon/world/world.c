@@ -5,8 +5,8 @@
  * through a socket. Formation carries the transport's bootstrap blobs without reading
  * them: the backend's describe checks a Join's blob and renders it for status and logs.
  *
- * The calls that start or stop the daemon (scd_daemon_world_ready, scd_daemon_stop) are
- * made here, not in negotiate.c: negotiation returns its failures.
+ * The calls that start or stop the daemon (the hooks main.c gives, scd_world_hooks_t) are
+ * made here and in liveness.c, not in negotiate.c: negotiation returns its failures.
  */
 #include "world/admit.h"
 #include "world/world_int.h"
@@ -120,7 +120,7 @@ static void start_mesh(scd_world_t *w)
 		if (job)
 			scd_transport_boot_clear(&job->boot);
 		free(job);
-		scd_daemon_stop(d, 1);
+		scd_world_stop_daemon(w, 1);
 		return;
 	}
 	job->kind = SCD_JOB_MESH;
@@ -274,7 +274,7 @@ static sc_status_t reform(scd_world_t *w, int back)
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_WORLD, "cannot re-form the world: no data-plane endpoint");
-		scd_daemon_stop(d, 1);
+		scd_world_stop_daemon(w, 1);
 		return st;
 	}
 	if (!w->is_coord)
@@ -294,7 +294,7 @@ static void coord_send_world(scd_world_t *w)
 		free(ptrs);
 		scd_error(SCD_SUB_WORLD, "no memory to announce the world of %d ranks",
 			  d->world_size);
-		scd_daemon_stop(d, 1);
+		scd_world_stop_daemon(w, 1);
 		return;
 	}
 	if (getrandom(&w->world_id, sizeof(w->world_id), 0) != sizeof(w->world_id))
@@ -430,7 +430,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	if (strcmp(tname, w->tops->name) != 0) {
 		scd_error(SCD_SUB_WORLD, "the coordinator uses transport '%.40s', rank %d '%s'",
 			  tname, d->rank, w->tops->name);
-		scd_daemon_stop(d, 1);
+		scd_world_stop_daemon(w, 1);
 		return;
 	}
 	for (size_t i = 0; i < wi->n_peers; i++) {
@@ -441,7 +441,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 			scd_error(SCD_SUB_WORLD,
 				  "world info: rank %d's bootstrap blob has %zu bytes",
 				  pi->rank, pi->transport_blob.len);
-			scd_daemon_stop(d, 1);
+			scd_world_stop_daemon(w, 1);
 			return;
 		}
 		scd_peer_t *p = &w->peers[pi->rank];
@@ -469,7 +469,7 @@ static void on_join_timeout(uv_timer_t *t)
 			  d->secret.present ? " (a coordinator whose secret differs refuses "
 					      "this rank's key without an answer)"
 					    : "");
-		scd_daemon_stop(d, 1);
+		scd_world_stop_daemon(w, 1);
 		return;
 	}
 	char missing[512];
@@ -487,7 +487,7 @@ static void on_join_timeout(uv_timer_t *t)
 	for (int r = 1; r < d->world_size; r++)
 		if (w->peers[r].joined)
 			refuse(w, w->peers[r].ident, w->peers[r].ident_len, why);
-	scd_daemon_stop(d, 1);
+	scd_world_stop_daemon(w, 1);
 }
 
 /* ---- configuration, pending, status --------------------------------------------------- */
@@ -707,7 +707,7 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 	case SPARSECOMM__PEER_MSG__BODY_REFUSED:
 		scd_error(SCD_SUB_WORLD, "the coordinator refused this rank: %s",
 			  m->refused->reason);
-		scd_daemon_stop(w->d, 1);
+		scd_world_stop_daemon(w, 1);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_READY:
 		if (w->is_coord && from >= 0)
@@ -715,7 +715,7 @@ static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_PLAN:
 		if (scd_neg_on_plan(w, m->plan) != SC_OK) /* logged there */
-			scd_daemon_stop(w->d, 1);
+			scd_world_stop_daemon(w, 1);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
 		if (w->is_coord && m->node_state->left && m->node_state->left[0])
@@ -817,19 +817,19 @@ void scd_world_tick(scd_world_t *w)
 
 /* The mesh job came back: the daemon serves its trainers, or leaves (the transport logged
  * the failure where it found it, naming the rank). */
-static void mesh_done(scd_daemon_t *d, scd_job_t *job)
+static void mesh_done(scd_world_t *w, scd_job_t *job)
 {
 	sc_status_t st = job->status;
 	scd_transport_boot_clear(&job->boot);
 	free(job);
 	if (st != SC_OK) {
-		scd_daemon_stop(d, 1);
-	} else if (!d->world->served) {
-		d->world->served = 1;
-		scd_daemon_world_ready(d);
+		scd_world_stop_daemon(w, 1);
+	} else if (!w->served) {
+		w->served = 1;
+		w->hooks->ready(w->d);
 	} else {
 		scd_info(SCD_SUB_WORLD, "the world of %d is whole again (id %016llx)",
-			 d->world_size, (unsigned long long)d->world->world_id);
+			 w->d->world_size, (unsigned long long)w->world_id);
 	}
 }
 
@@ -837,7 +837,7 @@ void scd_world_job_done(scd_daemon_t *d, scd_job_t *job)
 {
 	switch (job->kind) {
 	case SCD_JOB_MESH:
-		mesh_done(d, job);
+		mesh_done(d->world, job);
 		break;
 	case SCD_JOB_FORGET:
 		free(job);
@@ -848,7 +848,7 @@ void scd_world_job_done(scd_daemon_t *d, scd_job_t *job)
 	}
 }
 
-sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
+sc_status_t scd_world_create(scd_daemon_t *d, const scd_world_hooks_t *hooks, scd_world_t **w_p)
 {
 	scd_world_t *w = calloc(1, sizeof(*w));
 	if (!w || !(w->peers = calloc((size_t)d->world_size, sizeof(*w->peers)))) {
@@ -856,6 +856,7 @@ sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p)
 		return SC_ERR_NOMEM;
 	}
 	w->d = d;
+	w->hooks = hooks;
 	w->is_coord = d->rank == 0;
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);

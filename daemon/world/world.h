@@ -39,7 +39,19 @@
 struct scd_arena;
 struct scd_job;
 
-sc_status_t scd_world_create(scd_daemon_t *d, scd_world_t **w_p);
+/* What the world asks of the process, which main.c wires (as it wires ctl's upcalls, ctl.h):
+ * world/ calls nothing of main.c. Both are called on the loop thread with the daemon. */
+typedef struct scd_world_hooks {
+	/* the world has formed and the data plane is up, the first time: serve trainers */
+	void (*ready)(scd_daemon_t *d);
+	/* stop the daemon at the next loop turn with exit_code (1: an error; liveness.c's
+	 * SCD_EXIT_COORDINATOR_GONE); a second call changes nothing */
+	void (*stop)(scd_daemon_t *d, int exit_code);
+} scd_world_hooks_t;
+
+/* hooks must outlive the world. */
+sc_status_t scd_world_create(scd_daemon_t *d, const scd_world_hooks_t *hooks,
+			     scd_world_t **w_p);
 /* Prepares the data plane's endpoint, opens the coordinator socket, and joins. A failure
  * (an unknown or unavailable transport included) is logged here and returned. */
 sc_status_t scd_world_start(scd_world_t *w);

@@ -95,6 +95,7 @@ typedef struct scd_poison {
 
 struct scd_world {
 	scd_daemon_t *d;
+	const scd_world_hooks_t *hooks; /* the process's side (world.h) */
 	void *sock;
 	scd_curve_t *curve; /* the coordinator's CURVE keys and ZAP handler (secret only) */
 	struct scd_admit *admit; /* the coordinator's bounds on unauthenticated peers */
@@ -184,6 +185,11 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 void scd_world_arm_flush(scd_world_t *w);
+/* Stops the daemon with exit_code through the process's hook (scd_world_hooks_t). */
+static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
+{
+	w->hooks->stop(w->d, exit_code);
+}
 /* negotiate.c */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Its first step, without the plan it may emit: the announcements and abandons of rank
