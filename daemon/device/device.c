@@ -1,12 +1,12 @@
 /*
- * device.c: the cpu device's ops table and the device registry (see device.h).
- * The cuda slot (cuda.c) loads the GPU device's library at run time, the first time it is
- * asked for; without it, a driver or a GPU it reports "not supported".
+ * device.c: the cpu device's ops table and the device registry (see device.h), with its
+ * device-level answers by kind (home, lost, backend, host staging; trivial for the cpu
+ * device). The cuda slot (cuda.c) loads the GPU device's library at run time, the first
+ * time it is asked for; without it, a driver or a GPU it reports "not supported".
  */
 #include "device/device.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "device/cuda.h"
 #include "device/fold.h"
