@@ -2,9 +2,9 @@
 # check_cuda_layer.sh: the GPU stays below the device layer. Only daemon/device/ (the
 # device registry's cuda slot and what it shares with trainers) and the nccl transport
 # (daemon/transport/nccl*.c, which queues NCCL's work on the device's stream) may include
-# device/cuda.h or device/cuda_free.h or name scd_cuda_* (or SCD_CUDA_*); everything
-# above reaches the GPU through the device's ops and its device-level API (device.h,
-# share.h, stage.h). Nor does anything, the device registry included, tell devices apart
+# device/cuda.h, device/cuda_free.h or the GPU library's gpu/scg.h, or name scd_cuda_*
+# (or SCD_CUDA_*) or scg_*; everything above reaches the GPU through the device's ops and
+# its device-level API (device.h, share.h, stage.h). Nor does anything, the device registry included, tell devices apart
 # by their names (strcmp on a table's name): a table says its kind. Prints each offending
 # line and exits 1 when there is one.
 #
@@ -17,11 +17,11 @@ files=$(find daemon -name '*.[ch]' ! -path 'daemon/device/*' ! -path 'daemon/tra
 	sort)
 [ -n "$files" ] || { echo "check_cuda_layer: no daemon sources under $root" >&2; exit 2; }
 # shellcheck disable=SC2086 # the file names have no spaces
-bad=$(grep -nE '#[[:space:]]*include[[:space:]]*"device/cuda(_free)?\.h"|\b(scd|SCD)_(cuda|CUDA)_' \
+bad=$(grep -nE '#[[:space:]]*include[[:space:]]*"(device/cuda(_free)?|scg)\.h"|\b(scd|SCD)_(cuda|CUDA)_|\bscg_' \
 	$files)
 if [ -n "$bad" ]; then
 	echo "check_cuda_layer: above daemon/device/, only daemon/transport/nccl*.c may reach" \
-		"the GPU device's own interface (device/cuda.h, scd_cuda_*):"
+		"the GPU device's own interface (device/cuda.h, scd_cuda_*, scg_*):"
 	echo "$bad"
 	status=1
 fi
