@@ -380,7 +380,7 @@ check-layers:
 # ---- entry points ----------------------------------------------------------------------
 # The harnesses are built for the bounded fuzz run only where clang is found; without it
 # tests/fuzz/run.sh says why it skips.
-test: all
+test: all check-cuda-layer
 	@$(MAKE) --no-print-directory check-layers
 	@if command -v $(FUZZ_CC) >/dev/null 2>&1; then $(MAKE) --no-print-directory fuzz-build || \
 		echo "fuzz: the harnesses did not build (above)"; \
@@ -456,6 +456,13 @@ clean:
 FORMAT_SRC = $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 format:
 	clang-format -i $(FORMAT_SRC)
+# Fails, naming the lines, when a file above daemon/device/ (the nccl transport apart)
+# reaches the GPU device's own interface (device/cuda.h, scd_cuda_*), or a device is told
+# apart by its name (mk/check_cuda_layer.sh; docs/design.md, devices).
+.PHONY: check-cuda-layer
+check-cuda-layer:
+	@sh mk/check_cuda_layer.sh
+
 # Fails, listing the files, when a source file is not formatted as .clang-format says.
 format-check:
 	@bad=$$(for f in $(FORMAT_SRC); do \

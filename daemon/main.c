@@ -25,7 +25,7 @@
 
 #include "ctl/ctl.h"
 #include "daemon.h"
-#include "device/cuda.h"
+#include "device/device.h"
 #include "engine/engine.h"
 #include "metrics/metrics.h"
 #include "rundir.h"
@@ -469,12 +469,12 @@ int main(int argc, char **argv)
 	scd_shmreap_hold(); /* held until the process exits (util/shmreap.h) */
 	scd_shmreap_stale("/dev/shm");
 	const scd_device_ops_t *gpu;
-	scd_cuda_engine_set((int)scd_cfg_int(&d->cfg, SCD_CFG_cuda_device));
+	scd_device_home_set(SCD_DEVICE_CUDA, (int)scd_cfg_int(&d->cfg, SCD_CFG_cuda_device));
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cuda") &&
 	    scd_device_get(SCD_DEVICE_CUDA, &gpu) != SC_OK) {
 		scd_error(SCD_SUB_MAIN,
 			  "device = cuda, but the GPU device is not available: %s",
-			  scd_cuda_unavailable_reason());
+			  scd_device_unavailable_reason(SCD_DEVICE_CUDA));
 		return 1;
 	}
 

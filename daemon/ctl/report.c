@@ -12,16 +12,17 @@
 #include "ctl/ctl.h"
 #include "ctl/ctl_int.h"
 #include "ctl/peer.h"
-#include "device/cuda.h"
+#include "device/share.h"
 #include "util/arena.h"
 #include "util/log.h"
 
 /* The GPUs the daemon serves (0 when it cannot tell). */
 static int gpu_count(void)
 {
-	const scd_cuda_ipc_t *ipc;
+	const scd_device_share_t *share;
 	int n = 0;
-	if (scd_cuda_ipc_get(&ipc) != SC_OK || ipc->devices(&n) != SC_OK)
+	if (scd_device_share_get(SCD_DEVICE_CUDA, &share) != SC_OK ||
+	    share->devices(&n) != SC_OK)
 		return 0;
 	return n;
 }
@@ -39,17 +40,19 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 	r.coordinator = (char *)scd_cfg_str(&d->cfg, SCD_CFG_coordinator);
 	char gpu[600];
 	const scd_device_ops_t *gops;
+	const scd_device_kind_t cuda = SCD_DEVICE_CUDA;
 	if (!strcmp(scd_cfg_str(&d->cfg, SCD_CFG_device), "cpu"))
 		snprintf(gpu, sizeof(gpu), "none (device = cpu)");
-	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK && scd_cuda_lost())
-		snprintf(gpu, sizeof(gpu), "lost: %.580s", scd_cuda_lost());
-	else if (scd_device_get(SCD_DEVICE_CUDA, &gops) == SC_OK)
+	else if (scd_device_get(cuda, &gops) == SC_OK && scd_device_lost(cuda))
+		snprintf(gpu, sizeof(gpu), "lost: %.580s", scd_device_lost(cuda));
+	else if (scd_device_get(cuda, &gops) == SC_OK)
 		snprintf(gpu, sizeof(gpu), "cuda:%d, the engine's, of %d (%s)",
-			 scd_cuda_engine(), gpu_count(), scd_cuda_backend());
+			 scd_device_home(cuda), gpu_count(), scd_device_backend(cuda));
 	else
-		snprintf(gpu, sizeof(gpu), "none (%.580s)", scd_cuda_unavailable_reason());
+		snprintf(gpu, sizeof(gpu), "none (%.580s)",
+			 scd_device_unavailable_reason(cuda));
 	r.gpu = scd_arena_strdup(a, gpu);
-	r.gpu_lost = scd_cuda_lost() != NULL;
+	r.gpu_lost = scd_device_lost(cuda) != NULL;
 	r.gpu_bytes = scd_tensors_gpu_bytes(ctl->tensors);
 	ctl->up->status(d->world, &r, a);
 	r.clients = scd_arena_alloc(a, sizeof(*r.clients) * (size_t)(ctl->n_trainers + 1));

@@ -17,8 +17,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "device/cuda.h"
-#include "device/cuda_free.h"
+#include "device/share.h"
 #include "device/sketch.h"
 #include "scheme/registry.h"
 #include "util/log.h"
@@ -162,22 +161,23 @@ uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t)
 static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, uint64_t bytes,
 			     int theirs, char *err, size_t err_len)
 {
-	const scd_cuda_ipc_t *ipc;
+	const scd_device_share_t *ipc;
 	int gpu = -1, n = 0;
-	char uuid[SCD_CUDA_UUID_TEXT];
-	scd_cuda_uuid_text(r->uuid, uuid);
-	if (scd_cuda_ipc_get(&ipc) != SC_OK) {
-		const char *why = scd_cuda_unavailable_reason();
+	char uuid[SCD_DEVICE_UUID_TEXT];
+	scd_device_uuid_text(r->uuid, uuid);
+	if (scd_device_share_get(SCD_DEVICE_CUDA, &ipc) != SC_OK) {
+		const char *why = scd_device_unavailable_reason(SCD_DEVICE_CUDA);
 		snprintf(err, err_len,
 			 "tensor '%s': cuda:%d (%s) is not available on this node: %s", name,
 			 theirs, uuid, *why ? why : "the GPU library lacks CUDA IPC");
 		return SC_ERR_UNSUPPORTED;
 	}
-	if (scd_cuda_lost()) {
+	const char *lost = scd_device_lost(SCD_DEVICE_CUDA);
+	if (lost) {
 		snprintf(err, err_len,
 			 "tensor '%s': the node's GPU is lost (%s): cuda tensors are refused "
 			 "until the daemon restarts",
-			 name, scd_cuda_lost());
+			 name, lost);
 		return SC_ERR_SYSTEM;
 	}
 	/* the trainer's ordinal is its own (CUDA_VISIBLE_DEVICES): the UUID names the GPU */
@@ -201,9 +201,9 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 			  "cuda:%d (%s)",
 			  name, r->local_rank, theirs, gpu, uuid);
 	/* what the allocation really takes: exported memory is rounded up to whole IPC
-	 * granules (scg_ipc_bytes), so that its handle reaches nothing else */
+	 * granules (scd_device_share_bytes), so that its handle reaches nothing else */
 	uint64_t asked = bytes;
-	bytes = scg_ipc_bytes(bytes);
+	bytes = scd_device_share_bytes(bytes);
 	if (!bytes) {
 		snprintf(err, err_len, "tensor '%s': %llu bytes of GPU memory is too large",
 			 name, (unsigned long long)asked);
@@ -226,7 +226,8 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 			 "tensor '%s': %llu bytes of GPU memory on cuda:%d and its events: %s",
 			 name, (unsigned long long)bytes, gpu, ipc->error());
 		if (r->gpu_mem || r->ready_ev) /* off this thread, as gpu_release does */
-			scd_cuda_free_async(ipc, gpu, r->gpu_mem, r->ready_ev, NULL, err);
+			scd_device_share_free_async(ipc, gpu, r->gpu_mem, r->ready_ev, NULL,
+						    err);
 		r->gpu_mem = r->ready_ev = NULL;
 		return st;
 	}
@@ -235,17 +236,17 @@ static sc_status_t gpu_alloc(scd_tensors_t *t, scd_reg_t *r, const char *name, u
 	return SC_OK;
 }
 
-/* Off this (the loop) thread: cudaFree waits for the whole device (cuda_free.h). */
+/* Off this (the loop) thread: a GPU's free waits for the whole device (share.h). */
 static void gpu_release(scd_tensors_t *t, scd_reg_t *r)
 {
-	const scd_cuda_ipc_t *ipc;
+	const scd_device_share_t *ipc;
 	char what[320];
-	if (!r->gpu_mem || scd_cuda_ipc_get(&ipc) != SC_OK)
+	if (!r->gpu_mem || scd_device_share_get(SCD_DEVICE_CUDA, &ipc) != SC_OK)
 		return;
 	snprintf(what, sizeof(what), "tensor '%s', local rank %d", r->hdr ? r->hdr->name : "?",
 		 r->local_rank);
-	scd_cuda_free_async(ipc, (int)r->device_ordinal, r->gpu_mem, r->ready_ev, r->done_ev,
-			    what);
+	scd_device_share_free_async(ipc, (int)r->device_ordinal, r->gpu_mem, r->ready_ev,
+				    r->done_ev, what);
 	t->gpu_held -= r->gpu_bytes;
 	r->gpu_mem = r->ready_ev = r->done_ev = NULL;
 }
@@ -365,7 +366,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 	free(t->regs);
 	free(t);
 	/* nothing exported outlives the daemon */
-	scd_cuda_free_drain(10000);
+	scd_device_share_drain(10000);
 }
 
 void scd_tensors_unlink_all(scd_tensors_t *t)

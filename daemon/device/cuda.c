@@ -100,7 +100,7 @@ _Static_assert(SCG_SKETCH_MAX_ROWS == SCD_SKETCH_MAX_ROWS, "sketch rows differ")
 #define SCD_OP_COUNT_(f) +1
 /* A new op in device.h must be added above (and, when the GPU has it, below). */
 _Static_assert(sizeof(scd_device_ops_t) ==
-		   sizeof(const char *) +
+		   offsetof(scd_device_ops_t, alloc) +
 		       (0 SCD_DEVICE_OPS(SCD_OP_COUNT_)) * sizeof(void (*)(void)),
 	       "scd_device_ops_t has ops SCD_DEVICE_OPS does not list");
 _Static_assert((0 SCD_DEVICE_OPS(SCD_OP_COUNT_)) == SCD_DEVICE_OPS_COUNT,
@@ -925,6 +925,7 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 	fns = *f;
 	memset(ops, 0, sizeof *ops);
 	ops->name = "cuda";
+	ops->kind = SCD_DEVICE_CUDA;
 	/* memory: all or nothing (sync needs the rest) */
 	if (f->alloc && f->free && f->clear && f->copy && f->to_host && f->from_host &&
 	    f->sync) {

@@ -15,6 +15,7 @@
 #define SCD_DEVICE_CUDA_H
 
 #include "device/device.h"
+#include "device/share.h"
 #include "scg.h"
 
 /* The GPU device's entry points (scg.h) that the ops table is built from; NULL where the
@@ -191,33 +192,9 @@ typedef struct scd_cuda_fns {
 	sc_status_t (*stream_query)(int *done_host);
 } scd_cuda_fns_t;
 
-/*
- * What the daemon shares with trainers on the GPU (gpu/ipc.cu): memory and interprocess
- * events exported as CUDA IPC handles (SCG_IPC_HANDLE_BYTES each) on the trainer's GPU
- * (ordinal: the calling thread switches to it for the call and back to the engine GPU),
- * records of an event on its GPU behind the engine GPU's work so far, waits of the engine
- * GPU's stream on an event of any GPU, copies between GPUs on the engine GPU's stream, and
- * page-locked host memory for staging. Each makes the device usable on the calling thread
- * first, as the ops do. On failure, the GPU device's text is in error().
- */
-typedef struct scd_cuda_ipc {
-	sc_status_t (*devices)(int *n); /* the GPUs served: ordinals 0 .. n - 1 */
-	/* The ordinal of the GPU whose 16-byte UUID is uuid (SC_ERR_NOT_FOUND: none served
-	 * has it); trainers name their GPU so, since their ordinals follow their own
-	 * CUDA_VISIBLE_DEVICES. */
-	sc_status_t (*find)(const unsigned char *uuid, int *ordinal);
-	sc_status_t (*alloc)(int ordinal, size_t bytes, void **p, void *handle);
-	sc_status_t (*free)(int ordinal, void *p);
-	sc_status_t (*event_create)(int ordinal, void **ev, void *handle);
-	sc_status_t (*event_destroy)(int ordinal, void *ev);
-	sc_status_t (*event_record)(int ordinal, void *ev);
-	sc_status_t (*stream_wait_event)(void *ev);
-	sc_status_t (*copy_peer)(void *dst, int dst_ordinal, const void *src, int src_ordinal,
-				 size_t bytes);
-	sc_status_t (*host_alloc)(size_t bytes, void **p);
-	sc_status_t (*host_free)(void *p);
-	const char *(*error)(void);
-} scd_cuda_ipc_t;
+/* What the daemon shares with trainers on the GPU (gpu/ipc.cu): the device-level table
+ * (share.h), which this slot fills. */
+typedef scd_device_share_t scd_cuda_ipc_t;
 
 /* The GPU device's sharing functions, once scd_device_get(SCD_DEVICE_CUDA) has succeeded
  * (SC_ERR_UNSUPPORTED before, or when the library lacks them; the reason in
@@ -247,7 +224,7 @@ void scd_cuda_stage_free(void *p);
 
 /* A GPU's UUID as nvidia-smi spells it, "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", in
  * buf[SCD_CUDA_UUID_TEXT]. */
-#define SCD_CUDA_UUID_TEXT 41
+#define SCD_CUDA_UUID_TEXT SCD_DEVICE_UUID_TEXT
 const char *scd_cuda_uuid_text(const unsigned char *uuid, char *buf);
 
 /* The number of ops in scd_device_ops_t. */

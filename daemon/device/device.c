@@ -1,12 +1,12 @@
 /*
- * device.c: the cpu device's ops table and the device registry (see device.h).
- * The cuda slot (cuda.c) loads the GPU device's library at run time, the first time it is
- * asked for; without it, a driver or a GPU it reports "not supported".
+ * device.c: the cpu device's ops table and the device registry (see device.h), with its
+ * device-level answers by kind (home, lost, backend, host staging; trivial for the cpu
+ * device). The cuda slot (cuda.c) loads the GPU device's library at run time, the first
+ * time it is asked for; without it, a driver or a GPU it reports "not supported".
  */
 #include "device/device.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "device/cuda.h"
 #include "device/fold.h"
@@ -15,6 +15,7 @@
 
 const scd_device_ops_t scd_device_cpu_ops = {
     .name = "cpu",
+    .kind = SCD_DEVICE_CPU,
     .alloc = scd_cpu_alloc,
     .free = scd_cpu_free,
     .clear = scd_cpu_clear,
@@ -124,15 +125,48 @@ int scd_device_host_memory(const scd_device_ops_t *dev)
 
 void *scd_device_stage_alloc(const scd_device_ops_t *dev, size_t bytes)
 {
-	if (!strcmp(dev->name, "cuda"))
+	if (dev->kind == SCD_DEVICE_CUDA)
 		return scd_cuda_stage_alloc(bytes);
 	return malloc(bytes ? bytes : 1);
 }
 
 void scd_device_stage_free(const scd_device_ops_t *dev, void *p)
 {
-	if (!strcmp(dev->name, "cuda"))
+	if (dev->kind == SCD_DEVICE_CUDA)
 		scd_cuda_stage_free(p);
 	else
 		free(p);
+}
+
+void scd_device_home_set(scd_device_kind_t kind, int ordinal)
+{
+	if (kind == SCD_DEVICE_CUDA)
+		scd_cuda_engine_set(ordinal);
+}
+
+int scd_device_home(scd_device_kind_t kind)
+{
+	return kind == SCD_DEVICE_CUDA ? scd_cuda_engine() : 0;
+}
+
+int scd_device_at_home(scd_device_kind_t kind, int ordinal)
+{
+	return kind != SCD_DEVICE_CUDA || ordinal == scd_cuda_engine();
+}
+
+const char *scd_device_lost(scd_device_kind_t kind)
+{
+	return kind == SCD_DEVICE_CUDA ? scd_cuda_lost() : NULL;
+}
+
+const char *scd_device_backend(scd_device_kind_t kind)
+{
+	return kind == SCD_DEVICE_CUDA ? scd_cuda_backend() : scd_device_kind_name(kind);
+}
+
+const char *scd_device_unavailable_reason(scd_device_kind_t kind)
+{
+	if (kind == SCD_DEVICE_CUDA)
+		return scd_cuda_unavailable_reason();
+	return kind == SCD_DEVICE_CPU ? "" : "no such device";
 }

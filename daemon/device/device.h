@@ -41,6 +41,9 @@ typedef enum { SCD_DEVICE_CPU = 0, SCD_DEVICE_CUDA, SCD_DEVICE_COUNT } scd_devic
 
 typedef struct scd_device_ops {
 	const char *name;
+	/* the registry's slot the table fills (a test's wrapper of a table keeps the wrapped
+	 * one's): what the registry's device-level answers below go by */
+	scd_device_kind_t kind;
 
 	/* memory (listops.h): alloc returns zeroed memory, ready to use without page faults
 	 * (NULL when out of memory); copy does not overlap; to_host / from_host move bytes
@@ -223,5 +226,30 @@ int scd_device_host_memory(const scd_device_ops_t *dev);
  * (so its copies run at full speed), plain otherwise. NULL when out of memory. */
 void *scd_device_stage_alloc(const scd_device_ops_t *dev, size_t bytes);
 void scd_device_stage_free(const scd_device_ops_t *dev, void *p);
+
+/*
+ * A device's places and state, by kind (the registry's answers; the cpu device's are
+ * trivial: one place, the host, never lost). A GPU device serves every GPU of its node
+ * and runs its ops on one of them, its home (the engine GPU, the cuda_device setting):
+ * its kernels read only memory there, and a buffer on another GPU is copied over first
+ * (stage.h). What it shares with trainers' processes is in share.h.
+ */
+/* Sets kind's home GPU before the first scd_device_get(kind); the cpu device ignores it. */
+void scd_device_home_set(scd_device_kind_t kind, int ordinal);
+/* kind's home GPU (0 for the cpu device). */
+int scd_device_home(scd_device_kind_t kind);
+/* Whether kind's kernels read memory on GPU ordinal where it lies: the home's (always on
+ * the cpu device). */
+int scd_device_at_home(scd_device_kind_t kind, int ordinal);
+/* NULL while kind works (always, for the cpu device); once a sticky fault has left every
+ * later call of the GPU failing, its text, for good (logged once, when first seen): GPU
+ * work then fails at once with it, and cpu tensors are still served. Any thread. */
+const char *scd_device_lost(scd_device_kind_t kind);
+/* What built kind's library ("cuda", or "host" for the GPU device's host build; "?"
+ * before it is loaded; "cpu"). */
+const char *scd_device_backend(scd_device_kind_t kind);
+/* Why kind is unavailable ("" when it is available, or before its first
+ * scd_device_get). */
+const char *scd_device_unavailable_reason(scd_device_kind_t kind);
 
 #endif

@@ -16,8 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "device/cuda.h"
 #include "device/reduce.h"
+#include "device/stage.h"
 #include "engine/alltoall.h"
 #include "engine/bufctx.h"
 #include "engine/coo_in.h"
@@ -32,29 +32,12 @@
 #define ENGINE_SLOTS 2
 
 /*
- * The local sum of cuda sources on several GPUs runs on the engine GPU (scd_cuda_engine):
- * a kernel reads only its own GPU's memory, so a source on another GPU is first copied
- * over (scg_copy_peer: direct where peer access is possible, staged by the driver where
- * not) into this area, one source at a time on the engine GPU's stream, and the result is
- * copied back to each trainer's GPU when it is delivered.
- *
- * Each stage has an area of its own (peer_in, the compute stage's; peer_out, the
- * communication stage's, for an alltoall's blocks to trainers on other GPUs): the compute
- * stage grows its area for job i+1 while the communication stage may still be copying job
- * i's results, so one shared area would be freed under the other thread's copy. Each
- * belongs to the first thread that uses it, which peer_mine asserts at every use.
+ * The local sum of cuda sources on several GPUs runs on the device's home, the engine GPU
+ * (device/stage.h): a source on another GPU is first copied over into a staging area of
+ * the stage's own (peer_in, the compute stage's; peer_out, the communication stage's, for
+ * an alltoall's blocks to trainers on other GPUs), and the result is copied back to each
+ * trainer's GPU when it is delivered.
  */
-typedef struct scd_peer {
-	const scd_cuda_ipc_t *ipc; /* NULL: every source is on the engine's device */
-	int engine;		   /* the engine GPU */
-	const scd_device_ops_t *dev;
-	char *buf; /* on the engine GPU */
-	size_t cap;
-	sc_status_t st; /* the first failed copy, named in what */
-	char what[200];
-	int owned; /* user is the one thread that uses this area */
-	pthread_t user;
-} scd_peer_t;
 
 struct scd_engine {
 	scd_daemon_t *d;
@@ -80,12 +63,10 @@ struct scd_engine {
 	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT][ENGINE_SLOTS], fusion_want_bytes;
 	int slot_busy[SCD_DEVICE_COUNT][ENGINE_SLOTS];
 	/* host staging of a GPU buffer's dense ring (the schemes stage their own) */
-	void *stage;
-	size_t stage_cap;
-	const scd_device_ops_t *stage_dev;
+	scd_stage_host_t stage;
 	/* the compute stage's copies on the engine GPU of sources on other GPUs (peer_in),
 	 * and the communication stage's of results for them (an alltoall's) */
-	scd_peer_t peer_in, peer_out;
+	scd_stage_t peer_in, peer_out;
 };
 
 static void fusion_free(scd_engine_t *e, scd_device_kind_t kind, int k)
@@ -204,48 +185,10 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
 			  : scd_copy_f32_nonfinite(dst, src, n);
 }
 
-/* pe, which only one thread ever uses (an internal invariant: see scd_peer_t). */
-static scd_peer_t *peer_mine(scd_peer_t *pe)
+/* src of it, as the staging between GPUs names it (device/stage.h). */
+static scd_stage_src_t stage_src(const scd_job_item_t *it, const scd_job_src_t *src)
 {
-	if (!pe->owned) {
-		pe->user = pthread_self();
-		pe->owned = 1;
-	}
-	assert(pthread_equal(pe->user, pthread_self()));
-	return pe;
-}
-
-/* Whether the engine's kernels may read src where it lies. */
-static int peer_local(const scd_peer_t *pe, const scd_job_src_t *src)
-{
-	return !pe->ipc || src->device != SCD_DEVICE_CUDA || src->ordinal == pe->engine;
-}
-
-/* bytes of src at p, copied to dst on the engine GPU; the first failure is kept. */
-static void peer_copy_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_job_src_t *src,
-			 void *dst, const void *p, size_t bytes)
-{
-	sc_status_t st = peer_mine(pe)->ipc->copy_peer(dst, pe->engine, p, src->ordinal, bytes);
-	if (st != SC_OK && pe->st == SC_OK) {
-		pe->st = st;
-		snprintf(
-		    pe->what, sizeof(pe->what),
-		    "tensor '%s', local rank %d: copying its %zu bytes from cuda:%d to the "
-		    "engine GPU cuda:%d: %s",
-		    item_name(it), src->local_rank, bytes, src->ordinal, pe->engine,
-		    pe->ipc->error());
-	}
-}
-
-/* src's bytes at p where the engine's kernels may read them: p itself, or a copy in the
- * staging area from offset at (room made by peer_reserve). */
-static const void *peer_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_job_src_t *src,
-			   const void *p, size_t bytes, size_t at)
-{
-	if (peer_local(pe, src))
-		return p;
-	peer_copy_in(pe, it, src, pe->buf + at, p, bytes);
-	return pe->buf + at;
+	return (scd_stage_src_t){src->device, src->ordinal, src->local_rank, item_name(it)};
 }
 
 /* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
@@ -256,8 +199,8 @@ static const void *peer_in(scd_peer_t *pe, const scd_job_item_t *it, const scd_j
  * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
  * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
  * from its copy on the engine GPU (pe). */
-static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it, int i,
-			 uint32_t dtype, sc_reduce_op_t op, void *dst,
+static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it,
+			 int i, uint32_t dtype, sc_reduce_op_t op, void *dst,
 			 scd_nonfinite_t nonfinite, scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
@@ -272,10 +215,11 @@ static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_it
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
 			size_t ib = src->coo_nnz * sizeof(uint32_t);
-			const uint32_t *idx = peer_in(pe, it, src, src->coo_idx, ib, 0);
+			const uint32_t *idx =
+			    scd_stage_in(pe, stage_src(it, src), src->coo_idx, ib, 0);
 			const float *val =
-			    peer_in(pe, it, src, src->coo_val, src->coo_nnz * sizeof(float),
-				    (ib + 63) & ~63u);
+			    scd_stage_in(pe, stage_src(it, src), src->coo_val,
+					 src->coo_nnz * sizeof(float), (ib + 63) & ~63u);
 			note_fault(
 			    f, SCD_FAULT_COO_RANGE, i, src->local_rank,
 			    dev->coo_add_checked(dst, it->numel, idx, val, src->coo_nnz));
@@ -304,60 +248,42 @@ static void local_reduce(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_it
 		if (nf_fault)
 			note_fault(f, SCD_FAULT_NONFINITE, i, it->src[s].local_rank, nf);
 	}
-	if (!peer_local(pe, &it->src[0]))
-		peer_copy_in(pe, it, &it->src[0], dst, it->src[0].dense, it->numel * esz);
+	if (!scd_stage_local(pe, it->src[0].device, it->src[0].ordinal))
+		scd_stage_copy_in(pe, stage_src(it, &it->src[0]), dst, it->src[0].dense,
+				  it->numel * esz);
 	else if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)
-		dev->reduce_typed(
-		    (sc_dtype_t)dtype, op, dst,
-		    peer_in(pe, it, &it->src[s], it->src[s].dense, it->numel * esz, 0),
-		    it->numel);
+		dev->reduce_typed((sc_dtype_t)dtype, op, dst,
+				  scd_stage_in(pe, stage_src(it, &it->src[s]), it->src[s].dense,
+					       it->numel * esz, 0),
+				  it->numel);
 	if (check_nf)
 		it->nonfinite = scd_count_f32_nonfinite(dst, it->numel);
 }
 
-/* Readies pe for the job: whether any source is on another GPU than the engine's, and a
- * staging area on the engine GPU for the largest of them (grow-only). */
-static sc_status_t peer_reserve(scd_peer_t *pe, const scd_device_ops_t *dev, scd_job_t *job,
-				scd_device_kind_t kind)
+/* The room a staging area needs for the job's sources off the device's home (device/
+ * stage.h): the largest of them (0: every source is at home). */
+static size_t stage_need(const scd_job_t *job, scd_device_kind_t kind)
 {
 	size_t need = 0, esz = sc_dtype_size(job->dtype);
-	int off = 0;
-	peer_mine(pe)->ipc = NULL;
-	pe->st = SC_OK;
-	if (kind != SCD_DEVICE_CUDA)
-		return SC_OK;
-	pe->engine = scd_cuda_engine();
 	for (int i = 0; i < job->n_items; i++)
 		for (int s = 0; s < job->items[i].n_src; s++) {
 			const scd_job_src_t *src = &job->items[i].src[s];
-			if (src->ordinal == pe->engine)
+			if (scd_device_at_home(kind, src->ordinal))
 				continue;
 			size_t b = src->coo ? ((src->coo_nnz * 4 + 63) & ~(size_t)63) +
 						  src->coo_nnz * 4
 					    : job->items[i].numel * esz;
 			need = b > need ? b : need;
-			off = 1;
+			need = need ? need : 1; /* an empty source off home still copies */
 		}
-	if (!off)
-		return SC_OK;
-	sc_status_t st = scd_cuda_ipc_get(&pe->ipc);
-	if (st != SC_OK)
-		return st;
-	if (pe->cap >= need && pe->dev == dev)
-		return SC_OK;
-	if (pe->buf)
-		pe->dev->free(pe->buf);
-	pe->dev = dev;
-	pe->buf = dev->alloc(need);
-	pe->cap = pe->buf ? need : 0;
-	return pe->buf ? SC_OK : SC_ERR_NOMEM;
+	return need;
 }
 
 /* A broadcast's local step: on the root's node, the root trainer's buffer (root_local,
  * its local rank) becomes the node's; elsewhere the buffer only receives. */
-static void local_broadcast(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job_item_t *it,
+static void local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it,
 			    uint32_t dtype, void *dst, int root_local)
 {
 	if (root_local < 0)
@@ -365,8 +291,9 @@ static void local_broadcast(const scd_device_ops_t *dev, scd_peer_t *pe, scd_job
 	for (int s = 0; s < it->n_src; s++)
 		if (it->src[s].local_rank == root_local) {
 			size_t bytes = it->numel * sc_dtype_size(dtype);
-			if (!peer_local(pe, &it->src[s]))
-				peer_copy_in(pe, it, &it->src[s], dst, it->src[s].dense, bytes);
+			if (!scd_stage_local(pe, it->src[s].device, it->src[s].ordinal))
+				scd_stage_copy_in(pe, stage_src(it, &it->src[s]), dst,
+						  it->src[s].dense, bytes);
 			else if (dst != it->src[s].dense)
 				dev->copy(dst, it->src[s].dense, bytes);
 			return;
@@ -387,47 +314,22 @@ static sc_status_t scatter_out(const scd_device_ops_t *dev, const scd_job_item_t
 			       uint32_t dtype, void *res, double divisor, char *err,
 			       size_t err_len)
 {
-	const scd_cuda_ipc_t *ipc = NULL;
 	size_t bytes = it->numel * sc_dtype_size(dtype);
 	if (it->op == SC_OP_AVERAGE)
 		dev->average_typed((sc_dtype_t)dtype, res, it->numel, divisor);
 	for (int s = 0; s < it->n_src; s++) {
 		const scd_job_src_t *src = &it->src[s];
-		sc_status_t st = SC_OK;
-		if (src->device == SCD_DEVICE_CUDA && src->ordinal != scd_cuda_engine()) {
-			if (!ipc)
-				st = scd_cuda_ipc_get(&ipc);
-			if (st == SC_OK)
-				st = ipc->copy_peer(src->dense, src->ordinal, res,
-						    scd_cuda_engine(), bytes);
-			if (st != SC_OK) {
-				snprintf(
-				    err, err_len,
-				    "tensor '%s', local rank %d: copying the result to its "
-				    "cuda:%d: %s",
-				    item_name(it), src->local_rank, src->ordinal,
-				    ipc ? ipc->error() : sc_status_message(st));
+		if (!scd_device_at_home(src->device, src->ordinal)) {
+			sc_status_t st = scd_stage_out(stage_src(it, src), src->dense, res,
+						       bytes, err, err_len);
+			if (st != SC_OK)
 				return st;
-			}
 		} else if (src->dense != res)
 			dev->copy(it->src[s].dense, res, bytes);
 		if (it->src[s].result_nnz) /* asked for a sparse result, gets the dense one */
 			*it->src[s].result_nnz = UINT64_MAX;
 	}
 	return SC_OK;
-}
-
-/* Host memory for staging bytes of dev's buffer through the transport (grow-only). */
-static void *stage_get(scd_engine_t *e, const scd_device_ops_t *dev, size_t bytes)
-{
-	if (e->stage && e->stage_dev == dev && e->stage_cap >= bytes)
-		return e->stage;
-	if (e->stage)
-		scd_device_stage_free(e->stage_dev, e->stage);
-	e->stage = scd_device_stage_alloc(dev, bytes);
-	e->stage_dev = dev;
-	e->stage_cap = e->stage ? bytes : 0;
-	return e->stage;
 }
 
 /* A buffer of a dtype other than float32, reduced by min, max or product, or summed over a
@@ -443,7 +345,7 @@ static sc_status_t dense_typed(scd_engine_t *e, scd_job_t *job, const scd_device
 	double t0 = scd_now_s();
 	void *host = buf;
 	if (!scd_device_host_memory(dev) && !t->ops->device_memory &&
-	    !(host = stage_get(e, dev, nbytes))) {
+	    !(host = scd_stage_host_get(&e->stage, dev, nbytes))) {
 		snprintf(job->error, sizeof(job->error),
 			 "dense_ring (%s): cannot stage %zu bytes through host memory",
 			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
@@ -491,7 +393,8 @@ static sc_status_t broadcast_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	double t0 = scd_now_s();
 	void *host = buf;
 	scd_xfer_t *x = malloc(sizeof(*x) * (size_t)P);
-	if (!x || (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, nbytes)))) {
+	if (!x || (!scd_device_host_memory(dev) &&
+		   !(host = scd_stage_host_get(&e->stage, dev, nbytes)))) {
 		free(x);
 		snprintf(job->error, sizeof(job->error),
 			 "broadcast (%s): cannot stage %zu bytes through host memory",
@@ -554,7 +457,8 @@ static sc_status_t reducescatter_typed(scd_engine_t *e, scd_job_t *job,
 	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (size_t)P);
 	sc_status_t st = SC_OK;
 	if (!in || !x ||
-	    (!scd_device_host_memory(dev) && !(host = stage_get(e, dev, rows * rb))))
+	    (!scd_device_host_memory(dev) &&
+	     !(host = scd_stage_host_get(&e->stage, dev, rows * rb))))
 		st = SC_ERR_NOMEM;
 	int ns = 0, nr = 0;
 	for (int r = 0; st == SC_OK && r < P; r++) {
@@ -668,7 +572,7 @@ static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 	}
 	void *host = buf;
 	if (st == SC_OK && !scd_device_host_memory(dev) &&
-	    !(host = stage_get(e, dev, total * esz)))
+	    !(host = scd_stage_host_get(&e->stage, dev, total * esz)))
 		st = SC_ERR_NOMEM;
 	if (st == SC_OK) {
 		uint64_t off = 0, at = 0;
@@ -721,26 +625,26 @@ static sc_status_t allgather_typed(scd_engine_t *e, scd_job_t *job, const scd_de
 
 /* What an alltoall borrows from the engine (alltoall.h): its host staging, and the
  * peer copies of a trainer's buffer on another GPU than the engine's (through the peer
- * staging area on the engine GPU, which peer_reserve sized for a whole tensor). */
+ * staging area on the engine GPU, which scd_stage_reserve sized for a whole tensor). */
 typedef struct a2a_ctx {
 	scd_engine_t *e;
 	const scd_device_ops_t *dev;
 	const scd_job_item_t *it;
-	scd_peer_t *pe; /* the calling stage's area */
+	scd_stage_t *pe; /* the calling stage's area */
 } a2a_ctx_t;
 
 static void *alltoall_stage(void *arg, size_t bytes)
 {
 	a2a_ctx_t *a = arg;
-	return stage_get(a->e, a->dev, bytes);
+	return scd_stage_host_get(&a->e->stage, a->dev, bytes);
 }
 
 static void alltoall_copy_in(void *arg, const scd_job_src_t *src, void *dst, const void *p,
 			     size_t bytes)
 {
 	a2a_ctx_t *a = arg;
-	if (!peer_local(a->pe, src))
-		peer_copy_in(a->pe, a->it, src, dst, p, bytes);
+	if (!scd_stage_local(a->pe, src->device, src->ordinal))
+		scd_stage_copy_in(a->pe, stage_src(a->it, src), dst, p, bytes);
 	else
 		a->dev->copy(dst, p, bytes);
 }
@@ -749,13 +653,7 @@ static sc_status_t alltoall_copy_out(void *arg, const scd_job_src_t *src, const 
 				     size_t bytes)
 {
 	a2a_ctx_t *a = arg;
-	scd_peer_t *pe = peer_mine(a->pe);
-	if (peer_local(pe, src)) {
-		a->dev->from_host(src->dense, p, bytes);
-		return SC_OK;
-	}
-	a->dev->from_host(pe->buf, p, bytes);
-	return pe->ipc->copy_peer(src->dense, src->ordinal, pe->buf, pe->engine, bytes);
+	return scd_stage_from_host(a->pe, stage_src(a->it, src), src->dense, p, bytes);
 }
 
 static scd_a2a_hooks_t alltoall_hooks(a2a_ctx_t *a)
@@ -772,12 +670,12 @@ static sc_status_t alltoall_typed(scd_engine_t *e, scd_job_t *job, const scd_dev
 	scd_transport_t *t = e->transport;
 	scd_transport_counters_t c0, c1;
 	/* the results' copies to trainers on other GPUs: this stage's own area */
-	sc_status_t st = peer_reserve(&e->peer_out, dev, job, kind);
+	sc_status_t st = scd_stage_reserve(&e->peer_out, dev, stage_need(job, kind));
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: no room on the engine GPU cuda:%d to copy the alltoall's "
 			 "results to the node's other GPUs: %s",
-			 e->d->rank, scd_cuda_engine(), sc_status_message(st));
+			 e->d->rank, scd_device_home(kind), sc_status_message(st));
 		return st;
 	}
 	t->ops->counters(t, &c0);
@@ -854,7 +752,7 @@ static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
 		return 0;
 	const scd_job_src_t *s = &it->src[0];
-	if (s->device == SCD_DEVICE_CUDA && s->ordinal != scd_cuda_engine())
+	if (!scd_device_at_home(s->device, s->ordinal))
 		return 0; /* the scheme would read another GPU's memory */
 	scd_coo_t in;
 	if (!scd_coo_in_take(dev, s->coo_idx, s->coo_val, s->coo_nnz, it->numel, &in,
@@ -882,45 +780,33 @@ static void sparse_out(const scd_device_ops_t *dev, const scd_job_t *job, double
 /* The engine's stream waits for what each GPU trainer queued before it submitted (its ready
  * event), or marks where the result is complete (its done event). A failure names the
  * tensor and the trainer's local rank. */
-static sc_status_t trainers_events(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
-				   int done)
+static sc_status_t trainers_events(scd_engine_t *e, scd_job_t *job, int done)
 {
-	const scd_cuda_ipc_t *ipc;
-	if (kind != SCD_DEVICE_CUDA)
-		return SC_OK;
-	sc_status_t st = scd_cuda_ipc_get(&ipc);
+	sc_status_t st = SC_OK;
+	char why[sizeof(job->error) - 32];
 	for (int i = 0; i < job->n_items && st == SC_OK; i++) {
 		scd_job_item_t *it = &job->items[i];
-		for (int k = 0; k < it->n_src && st == SC_OK; k++) {
-			void *ev = done ? it->src[k].done_ev : it->src[k].ready_ev;
-			if (!ev)
-				continue;
-			st = done ? ipc->event_record(it->src[k].ordinal, ev)
-				  : ipc->stream_wait_event(ev);
-			if (st != SC_OK)
-				snprintf(job->error, sizeof(job->error),
-					 "rank %d: tensor '%s', local rank %d: its %s event: "
-					 "%s",
-					 e->d->rank, it->name ? it->name : "?",
-					 it->src[k].local_rank, done ? "done" : "ready",
-					 ipc->error());
-		}
+		for (int k = 0; k < it->n_src && st == SC_OK; k++)
+			st = scd_stage_event(stage_src(it, &it->src[k]),
+					     done ? it->src[k].done_ev : it->src[k].ready_ev,
+					     done, why, sizeof(why));
 	}
 	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error), "rank %d: %s", e->d->rank, why);
 		job->status = st;
 		log_job_error(job);
 	}
 	return st;
 }
 
-static sc_status_t trainers_ready(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
+static sc_status_t trainers_ready(scd_engine_t *e, scd_job_t *job)
 {
-	return trainers_events(e, job, kind, 0);
+	return trainers_events(e, job, 0);
 }
 
-static sc_status_t trainers_done(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
+static sc_status_t trainers_done(scd_engine_t *e, scd_job_t *job)
 {
-	return trainers_events(e, job, kind, 1);
+	return trainers_events(e, job, 1);
 }
 
 /* A COO input the scheme reads where it lies: its values checked (O(nnz)). */
@@ -1046,7 +932,7 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
  * device's first failure was logged where it was seen), else st's message. */
 static const char *device_why(const scd_device_ops_t *dev, sc_status_t st)
 {
-	const char *lost = strcmp(dev->name, "cuda") ? NULL : scd_cuda_lost();
+	const char *lost = scd_device_lost(dev->kind);
 	return lost ? lost : sc_status_message(st);
 }
 
@@ -1054,7 +940,7 @@ static const char *device_why(const scd_device_ops_t *dev, sc_status_t st)
  * the engine GPU (local rank 0's registration holds it). */
 static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind)
 {
-	const char *lost = kind == SCD_DEVICE_CUDA ? scd_cuda_lost() : NULL;
+	const char *lost = scd_device_lost(kind);
 	if (lost) { /* nothing of the GPU works any more: fail at once, the same every time */
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: tensor '%s': the GPU is lost (%s): GPU work fails until the "
@@ -1062,16 +948,16 @@ static sc_status_t engine_gpu_check(scd_engine_t *e, scd_job_t *job, scd_device_
 			 e->d->rank, item_name(&job->items[0]), lost);
 		return SC_ERR_SYSTEM;
 	}
-	for (int i = 0; i < job->n_items && kind == SCD_DEVICE_CUDA; i++) {
+	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
-		if (!it->residual || it->residual_ordinal == scd_cuda_engine())
+		if (!it->residual || scd_device_at_home(kind, it->residual_ordinal))
 			continue;
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: tensor '%s': its error-feedback residual is local rank 0's, "
 			 "on cuda:%d, and this daemon's engine sums on cuda:%d (cuda_device): "
 			 "local rank 0 registers it on cuda:%d",
-			 e->d->rank, item_name(it), it->residual_ordinal, scd_cuda_engine(),
-			 scd_cuda_engine());
+			 e->d->rank, item_name(it), it->residual_ordinal, scd_device_home(kind),
+			 scd_device_home(kind));
 		log_job_error(job);
 		return SC_ERR_UNSUPPORTED;
 	}
@@ -1109,8 +995,7 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 	 * another GPU than the engine's */
 	if (job->n_items == 1 && job->items[0].n_src > 0 && job->op != SCD_OP_ALLGATHER &&
 	    job->op != SCD_OP_ALLTOALL && !scd_op_is_reducescatter(job->op) &&
-	    (run->kind != SCD_DEVICE_CUDA ||
-	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
+	    scd_device_at_home(run->kind, job->items[0].src[0].ordinal)) {
 		run->buf = job->items[0].src[0].dense;
 	} else {
 		run->slot =
@@ -1124,15 +1009,15 @@ static void compute_allreduce(scd_engine_t *e, scd_job_t *job)
 		run->buf = e->fusion[run->kind][run->slot];
 		clear_padding(dev, job, run->buf, esz);
 	}
-	if ((st = trainers_ready(e, job, run->kind)) != SC_OK) {
+	if ((st = trainers_ready(e, job)) != SC_OK) {
 		compute_fail(job, st);
 		return;
 	}
-	if ((st = peer_reserve(&e->peer_in, dev, job, run->kind)) != SC_OK) {
+	if ((st = scd_stage_reserve(&e->peer_in, dev, stage_need(job, run->kind))) != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: no room on the engine GPU cuda:%d to copy the node's "
 			 "sources on other GPUs over: %s",
-			 e->d->rank, scd_cuda_engine(), sc_status_message(st));
+			 e->d->rank, scd_device_home(run->kind), sc_status_message(st));
 		log_job_error(job);
 		compute_fail(job, st);
 		return;
@@ -1295,7 +1180,7 @@ static void comm_allreduce(scd_engine_t *e, scd_job_t *job)
 	}
 	/* the trainers read their results once the job is back: they must be there (a GPU
 	 * trainer's stream may instead wait on its done event, recorded behind them) */
-	if ((st = trainers_done(e, job, run->kind)) != SC_OK)
+	if ((st = trainers_done(e, job)) != SC_OK)
 		return;
 	if ((st = dev->sync()) != SC_OK) {
 		job->status = st;
@@ -1684,12 +1569,9 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
 		for (int j = 0; j < ENGINE_SLOTS; j++)
 			fusion_free(e, (scd_device_kind_t)k, j);
-	if (e->stage)
-		scd_device_stage_free(e->stage_dev, e->stage);
-	if (e->peer_in.buf)
-		e->peer_in.dev->free(e->peer_in.buf);
-	if (e->peer_out.buf)
-		e->peer_out.dev->free(e->peer_out.buf);
+	scd_stage_host_free(&e->stage);
+	scd_stage_free(&e->peer_in);
+	scd_stage_free(&e->peer_out);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
 }

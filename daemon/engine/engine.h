@@ -72,8 +72,9 @@ typedef struct scd_job_src {
 	 * SCD_DEVICE_CUDA: the daemon's GPU memory); the engine runs a job on the device all
 	 * its sources share */
 	scd_device_kind_t device;
-	/* cuda: the GPU they live on; the engine sums on its own GPU (scd_cuda_engine), and
-	 * copies a source on another GPU over before a kernel reads it, and the result back */
+	/* cuda: the GPU they live on; the engine sums on the device's home GPU (device.h),
+	 * and copies a source on another GPU over before a kernel reads it, and the result
+	 * back (device/stage.h) */
 	int ordinal;
 	/* cuda: the trainer's ready event (recorded after it wrote the buffer: the engine's
 	 * stream waits on it before reading) and its done event (the engine records it once

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 /* AddressSanitizer owns malloc (its redzones and quarantine): the counter stands aside
@@ -108,15 +109,17 @@ UNIT_TEST(core_device_registry)
 {
 	const scd_device_ops_t *ops = NULL;
 	CHECK_EQ_INT(scd_device_get(SCD_DEVICE_CPU, &ops), SC_OK);
-	CHECK_TRUE(ops && !strcmp(ops->name, "cpu"));
-	/* every member after the name is a function pointer, all must be set */
-	void (*const *fns)(void) = (void (*const *)(void))((const char *)ops + sizeof(char *));
-	size_t nfns = (sizeof(*ops) - sizeof(char *)) / sizeof(void (*)(void));
+	CHECK_TRUE(ops && !strcmp(ops->name, "cpu") && ops->kind == SCD_DEVICE_CPU);
+	/* every member after the name and the kind is a function pointer, all must be set */
+	size_t first = offsetof(scd_device_ops_t, alloc);
+	void (*const *fns)(void) = (void (*const *)(void))((const char *)ops + first);
+	size_t nfns = (sizeof(*ops) - first) / sizeof(void (*)(void));
 	for (size_t i = 0; i < nfns; i++)
 		CHECK_MSG(fns[i] != NULL, "cpu op #%zu is missing", i);
 	const scd_device_ops_t *cuda = NULL;
 	sc_status_t st = scd_device_get(SCD_DEVICE_CUDA, &cuda);
-	CHECK_TRUE(st == SC_ERR_UNSUPPORTED || (st == SC_OK && cuda));
+	CHECK_TRUE(st == SC_ERR_UNSUPPORTED ||
+		   (st == SC_OK && cuda && cuda->kind == SCD_DEVICE_CUDA));
 	CHECK_EQ_INT(scd_device_get(SCD_DEVICE_COUNT, &cuda), SC_ERR_UNSUPPORTED);
 	/* through the table: a reduction and a scatter-add */
 	float a[5] = {1, 2, 3, 4, 5}, b[5] = {1, 1, 1, 1, 1};
