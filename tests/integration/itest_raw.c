@@ -193,13 +193,16 @@ static void raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
  * request's error reply or as an error completion of the handle. */
 static void unknown_allreduce(raw_t *r, uint32_t id, uint64_t handle)
 {
-	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	ar.op = SC_OP_SUM;
+	Sparsecomm__Collective a = SPARSECOMM__COLLECTIVE__INIT;
 	a.tensor_id = id;
 	a.handle = handle;
-	a.op = SC_OP_SUM;
+	a.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	a.allreduce = &ar;
 	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
-	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
-	m.allreduce = &a;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m.collective = &a;
 	uint64_t s = raw_send(r, &m);
 	double deadline = it_now_s() + RAW_REPLY_MS / 1000.0;
 	int accepted = 0;
@@ -632,12 +635,15 @@ int it_ctl_flood(int argc, char **argv)
 	raw_t s;
 	raw_open(&s);
 	raw_hello_ok(&s, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
-	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Collective a = SPARSECOMM__COLLECTIVE__INIT;
 	a.tensor_id = 987654321u;
 	a.handle = 5;
+	a.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	a.allreduce = &ar;
 	Sparsecomm__ClientMsg m2 = SPARSECOMM__CLIENT_MSG__INIT;
-	m2.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
-	m2.allreduce = &a;
+	m2.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m2.collective = &a;
 	m2.seq = 8;
 	flood(&s, &m2, 100000);
 
