@@ -956,14 +956,12 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
 			    t->numel);
 		return SC_OK;
 	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
-		if (op_check(c, t, ar->op) != SC_OK)
-			return SC_ERR_INVALID;
-		if (ar->coo && !t->coo_cap)
-			return scl_error(SC_ERR_INVALID,
-					 "rank %d: tensor '%s' was registered without COO "
-					 "input (coo_capacity 0)",
-					 c->rank, t->name);
-		return SC_OK;
+		if (ar->op > SC_OP_PRODUCT || !ar->coo || t->coo_cap) /* the reduction first */
+			return op_check(c, t, ar->op);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s' was registered without COO "
+				 "input (coo_capacity 0)",
+				 c->rank, t->name);
 	default: /* alltoall: its counts go as they are (the daemons check them) */
 		return SC_OK;
 	}
