@@ -260,9 +260,12 @@ static void client_msg_seeds(void)
 	rt.name = "emb", rt.dtype = 0, rt.numel = 1024, rt.opts = &o;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG, m.reg = &rt;
 	n = client_record(out, n, 0, &m);
-	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
-	a.tensor_id = 1, a.handle = 7, a.coo = 1, a.nnz = 4;
-	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE, m.allreduce = &a;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	ar.coo = 1, ar.nnz = 4;
+	Sparsecomm__Collective a = SPARSECOMM__COLLECTIVE__INIT;
+	a.tensor_id = 1, a.handle = 7;
+	a.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE, a.allreduce = &ar;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE, m.collective = &a;
 	n = client_record(out, n, 0, &m);
 	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE, m.bye = &empty;
@@ -289,7 +292,8 @@ static void client_msg_seeds(void)
 	put("client_msg", "control", out, n, NULL, 0);
 	/* the collectives: two trainers register a tensor; a max, a broadcast from rank 1, an
 	 * allgather of 3 elements, an alltoall (one trainer's counts over the tensor's size), a
-	 * barrier and a join from each */
+	 * reduce-scatter in rows of 2 from each, a request that names no collective, a barrier
+	 * and a join from each */
 	h.role = SPARSECOMM__ROLE__ROLE_TRAINER;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
 	n = client_record(out, 0, 0, &m);
@@ -299,21 +303,36 @@ static void client_msg_seeds(void)
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG, m.reg = &rd;
 	n = client_record(out, n, 0, &m);
 	n = client_record(out, n, 2, &m);
-	Sparsecomm__Allreduce c = SPARSECOMM__ALLREDUCE__INIT;
-	c.tensor_id = 1, c.handle = 9, c.op = SC_OP_MAX;
-	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE, m.allreduce = &c;
+	Sparsecomm__Allreduce mx = SPARSECOMM__ALLREDUCE__INIT;
+	mx.op = SC_OP_MAX;
+	Sparsecomm__Collective c = SPARSECOMM__COLLECTIVE__INIT;
+	c.tensor_id = 1, c.handle = 9;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE, c.allreduce = &mx;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE, m.collective = &c;
 	n = client_record(out, n, 0, &m);
-	c.broadcast = 1, c.root_rank = 1, c.handle = 10;
+	Sparsecomm__Broadcast bc = SPARSECOMM__BROADCAST__INIT;
+	bc.root_rank = 1;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_BROADCAST, c.broadcast = &bc, c.handle = 10;
 	n = client_record(out, n, 2, &m);
-	c.broadcast = 0, c.allgather = 1, c.count = 3, c.handle = 11;
+	Sparsecomm__Allgather ag = SPARSECOMM__ALLGATHER__INIT;
+	ag.count = 3;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLGATHER, c.allgather = &ag, c.handle = 11;
 	n = client_record(out, n, 0, &m);
 	uint64_t sends[2] = {3, 9}; /* the second trainer's sum over the tensor's 8 */
-	c.allgather = 0, c.count = 0, c.alltoall = 1, c.handle = 14;
-	c.send_counts = sends, c.n_send_counts = 2;
+	Sparsecomm__Alltoall at = SPARSECOMM__ALLTOALL__INIT;
+	at.send_counts = sends, at.n_send_counts = 2;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLTOALL, c.alltoall = &at, c.handle = 14;
 	n = client_record(out, n, 2, &m);
 	sends[1] = 5;
 	n = client_record(out, n, 0, &m);
-	c.alltoall = 0, c.send_counts = NULL, c.n_send_counts = 0;
+	Sparsecomm__Reducescatter rs = SPARSECOMM__REDUCESCATTER__INIT;
+	rs.op = SC_OP_SUM, rs.row_elems = 2;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER, c.reducescatter = &rs;
+	c.handle = 15;
+	n = client_record(out, n, 0, &m);
+	n = client_record(out, n, 2, &m);
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY__NOT_SET, c.handle = 16; /* no body */
+	n = client_record(out, n, 0, &m);
 	Sparsecomm__Barrier b = SPARSECOMM__BARRIER__INIT;
 	b.handle = 12;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_BARRIER, m.barrier = &b;

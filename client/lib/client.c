@@ -909,16 +909,75 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
-/* Starts an operation on t: an allreduce of its buffer (coo 0), of its COO area with a
- * dense (1) or sparse (2) result, a broadcast from trainer rank root (root >= 0), an
- * allgather of its first nnz elements (coo 3), a reduce-scatter by op in rows of nnz
- * elements (coo 4), or an alltoall of send_counts (coo 5, one count per trainer). */
-static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
-				   size_t nnz, int root, const size_t *send_counts,
-				   sc_handle_t *handle_p)
+/* A reduction the library knows (sc_reduce_op_t), or SC_ERR_INVALID. */
+static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op)
+{
+	if (op > SC_OP_PRODUCT)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: allreduce of tensor '%s': unknown "
+				 "reduction %d",
+				 c->rank, t->name, (int)op);
+	return SC_OK;
+}
+
+/* The checks of q's body that need the client and the tensor: a reduction the library
+ * knows, a root that is a rank of the job, rows that divide the tensor, an allgather's
+ * count within it, a COO input registered with a COO area. */
+static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
+				    const Sparsecomm__Collective *q)
+{
+	const Sparsecomm__Allreduce *ar = q->allreduce;
+	const Sparsecomm__Reducescatter *rs = q->reducescatter;
+
+	switch (q->body_case) {
+	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
+		if (q->broadcast->root_rank >= (uint32_t)c->size)
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: broadcast of tensor '%s': root rank %u is not a rank of "
+			    "the job (0 to %d)",
+			    c->rank, t->name, q->broadcast->root_rank, c->size - 1);
+		return SC_OK;
+	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
+		if (rs->row_elems == 0 || t->numel % rs->row_elems)
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: reducescatter of tensor '%s': rows of %llu elements do "
+			    "not divide its %zu",
+			    c->rank, t->name, (unsigned long long)rs->row_elems, t->numel);
+		return op_check(c, t, rs->op);
+	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
+		if (q->allgather->count > t->numel)
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: allgather of tensor '%s': %llu elements given, "
+			    "the tensor has %zu",
+			    c->rank, t->name, (unsigned long long)q->allgather->count,
+			    t->numel);
+		return SC_OK;
+	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
+		if (ar->op > SC_OP_PRODUCT || !ar->coo || t->coo_cap) /* the reduction first */
+			return op_check(c, t, ar->op);
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s' was registered without COO "
+				 "input (coo_capacity 0)",
+				 c->rank, t->name);
+	default: /* alltoall: its counts go as they are (the daemons check them) */
+		return SC_OK;
+	}
+}
+
+/*
+ * Starts the operation that q's body names on t, after the checks that need the client
+ * (q's tensor id and handle are set here). An alltoall's body takes send_counts, one per
+ * trainer of the job, as they are: the daemons check them (summing to at most the
+ * tensor's size) and fail the operation on every rank.
+ */
+static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
+				    const size_t *send_counts, sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
-	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	int a2a = q->body_case == SPARSECOMM__COLLECTIVE__BODY_ALLTOALL;
 	struct scl_frame *f;
 	struct scl_op *o, **slot;
 	sc_handle_t h;
@@ -931,67 +990,32 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
-	if (root >= c->size)
-		return scl_error(
-		    SC_ERR_INVALID,
-		    "rank %d: broadcast of tensor '%s': root rank %d is not a rank of "
-		    "the job (0 to %d)",
-		    c->rank, t->name, root, c->size - 1);
-	if (coo == 4 && (nnz == 0 || t->numel % nnz))
-		return scl_error(
-		    SC_ERR_INVALID,
-		    "rank %d: reducescatter of tensor '%s': rows of %zu elements do "
-		    "not divide its %zu",
-		    c->rank, t->name, nnz, t->numel);
-	if (coo == 3 && nnz > t->numel)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: allgather of tensor '%s': %zu elements given, the "
-				 "tensor has %zu",
-				 c->rank, t->name, nnz, t->numel);
-	if (coo == 5 && !send_counts)
+	if (a2a && !send_counts)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: alltoall of tensor '%s': NULL send_counts", c->rank,
 				 t->name);
-	if (root < 0 && coo != 3 && coo != 5 && (op < SC_OP_SUM || op > SC_OP_PRODUCT))
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: allreduce of tensor '%s': unknown "
-				 "reduction %d",
-				 c->rank, t->name, (int)op);
-	if ((coo == 1 || coo == 2) && !t->coo_cap)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: tensor '%s' was registered without COO "
-				 "input (coo_capacity 0)",
-				 c->rank, t->name);
+	if ((st = collective_check(c, t, q)) != SC_OK)
+		return st;
 	/* more entries than the COO area holds go to the daemon all the same: it refuses
 	 * them (SC_ERR_LIMIT) and fails the step on every rank at once, where a refusal here
 	 * alone would leave the other ranks waiting for this one until their stall timeout */
 	h = client_next_id(c);
-	ar.tensor_id = t->tensor_id;
-	ar.handle = h;
-	ar.op = op;
-	ar.coo = coo == 1 || coo == 2;
-	ar.sparse_result = coo == 2;
-	ar.broadcast = root >= 0;
-	ar.root_rank = root >= 0 ? (uint32_t)root : 0;
-	ar.nnz = ar.coo ? nnz : 0;
-	ar.allgather = coo == 3;
-	ar.reducescatter = coo == 4;
-	ar.count = coo == 3 || coo == 4 ? nnz : 0;
-	/* an alltoall's counts go as they are: the daemons check them (one per trainer,
-	 * summing to at most the tensor's size) and fail the operation on every rank */
+	q->tensor_id = t->tensor_id;
+	q->handle = h;
 	uint64_t *counts = NULL;
-	ar.alltoall = coo == 5;
-	if (coo == 5 && c->size > 0 && !(counts = malloc(sizeof(*counts) * (size_t)c->size)))
+	if (a2a && c->size > 0 && !(counts = malloc(sizeof(*counts) * (size_t)c->size)))
 		return scl_error(SC_ERR_NOMEM,
 				 "rank %d: alltoall of tensor '%s': out of memory", c->rank,
 				 t->name);
 	for (int r = 0; counts && r < c->size; r++)
 		counts[r] = send_counts[r];
-	ar.send_counts = counts;
-	ar.n_send_counts = counts ? (size_t)c->size : 0;
+	if (a2a) {
+		q->alltoall->send_counts = counts;
+		q->alltoall->n_send_counts = counts ? (size_t)c->size : 0;
+	}
 	msg.seq = h;
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
-	msg.allreduce = &ar;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	msg.collective = q;
 	o = calloc(1, sizeof(*o));
 	f = frame_pack(&msg);
 	free(counts);
@@ -1029,9 +1053,11 @@ static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_
 		if (st != SC_OK)
 			goto err_unlock;
 	}
-	if (coo) /* a sparse result's count, an allgather's or a reduce-scatter's */
+	/* a sparse result's count, an allgather's, a reduce-scatter's or an alltoall's */
+	if (q->body_case != SPARSECOMM__COLLECTIVE__BODY_BROADCAST &&
+	    (q->body_case != SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE || q->allreduce->coo))
 		scl_tensor_result_reset(t);
-	if (coo == 5 && t->a2a_cap < c->size) {
+	if (a2a && t->a2a_cap < c->size) {
 		uint64_t *a = realloc(t->a2a_recv, sizeof(*a) * (size_t)c->size);
 		if (!a) {
 			st = scl_error(SC_ERR_NOMEM,
@@ -1059,23 +1085,40 @@ err_unlock:
 	return st;
 }
 
+/* Starts an allreduce by op of t's buffer (coo 0), or of its COO area's nnz entries with
+ * a dense (coo 1) or sparse (coo 2) result. */
+static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
+				   size_t nnz, sc_handle_t *handle_p)
+{
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
+
+	ar.op = (uint32_t)op;
+	ar.coo = coo != 0;
+	ar.nnz = coo ? nnz : 0;
+	ar.sparse_result = coo == 2;
+	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	q.allreduce = &ar;
+	return collective_start(c, t, &q, NULL, handle_p);
+}
+
 SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
 				      sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 0, 0, -1, NULL, handle_p);
+	return allreduce_start(client, tensor, op, 0, 0, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
 					  sc_reduce_op_t op, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 1, nnz, -1, NULL, handle_p);
+	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
 }
 
 SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
 						 size_t nnz, sc_reduce_op_t op,
 						 sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 2, nnz, -1, NULL, handle_p);
+	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
 }
 
 /* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
@@ -1195,29 +1238,53 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
 				      sc_handle_t *handle_p)
 {
+	Sparsecomm__Broadcast b = SPARSECOMM__BROADCAST__INIT;
+	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
+
 	if (root_rank < 0)
 		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
 				 root_rank);
-	return allreduce_start(client, tensor, SC_OP_SUM, 0, 0, root_rank, NULL, handle_p);
+	b.root_rank = (uint32_t)root_rank;
+	q.body_case = SPARSECOMM__COLLECTIVE__BODY_BROADCAST;
+	q.broadcast = &b;
+	return collective_start(client, tensor, &q, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
 				      sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, SC_OP_SUM, 3, count, -1, NULL, handle_p);
+	Sparsecomm__Allgather g = SPARSECOMM__ALLGATHER__INIT;
+	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
+
+	g.count = count;
+	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLGATHER;
+	q.allgather = &g;
+	return collective_start(client, tensor, &q, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_alltoall_async(sc_client_t *client, sc_tensor_t *tensor,
 				     const size_t *send_counts, sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, SC_OP_SUM, 5, 0, -1, send_counts, handle_p);
+	Sparsecomm__Alltoall a = SPARSECOMM__ALLTOALL__INIT;
+	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
+
+	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLTOALL;
+	q.alltoall = &a;
+	return collective_start(client, tensor, &q, send_counts, handle_p);
 }
 
 SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
 					  sc_reduce_op_t op, size_t row_elems,
 					  sc_handle_t *handle_p)
 {
-	return allreduce_start(client, tensor, op, 4, row_elems, -1, NULL, handle_p);
+	Sparsecomm__Reducescatter rs = SPARSECOMM__REDUCESCATTER__INIT;
+	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
+
+	rs.op = (uint32_t)op;
+	rs.row_elems = row_elems;
+	q.body_case = SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER;
+	q.reducescatter = &rs;
+	return collective_start(client, tensor, &q, NULL, handle_p);
 }
 
 SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,

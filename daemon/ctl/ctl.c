@@ -6,6 +6,7 @@
  * that arrived during a send is never left waiting for the next edge.
  */
 #include "ctl/ctl.h"
+#include "ctl/collective.h"
 #include "ctl/ctl_int.h"
 
 #include <errno.h>
@@ -855,39 +856,6 @@ static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg
 	send_to(ctl, s->ident, s->ident_len, &m);
 }
 
-/* Room in r for an alltoall's count per trainer. */
-static sc_status_t a2a_counts(scd_reg_t *r, int trainers)
-{
-	if (r->a2a_cap >= (uint32_t)trainers)
-		return SC_OK;
-	uint64_t *a = realloc(r->a2a, sizeof(*a) * (size_t)trainers);
-	if (!a)
-		return SC_ERR_NOMEM;
-	r->a2a = a;
-	r->a2a_cap = (uint32_t)trainers;
-	return SC_OK;
-}
-
-/*
- * An alltoall's send counts, checked: one per trainer, summing to at most the tensor's
- * size. Counts that are not are kept as what the trainer gave (a2a_bad), and the engine's
- * count exchange fails the operation on every rank naming this one: the other trainers
- * have submitted, or will, and would otherwise wait for it until the stall timeout.
- */
-static void a2a_take(scd_reg_t *r, const Sparsecomm__Allreduce *a, int trainers, uint64_t numel)
-{
-	uint64_t sum = 0;
-	for (size_t i = 0; i < a->n_send_counts; i++)
-		sum =
-		    a->send_counts[i] > UINT64_MAX - sum ? UINT64_MAX : sum + a->send_counts[i];
-	r->a2a_bad = a->n_send_counts != (size_t)trainers || sum > numel;
-	r->a2a_n = (uint32_t)trainers;
-	r->a2a_given = a->n_send_counts;
-	r->a2a_sum = sum;
-	for (int i = 0; i < trainers; i++)
-		r->a2a[i] = r->a2a_bad ? 0 : a->send_counts[i];
-}
-
 /*
  * The node fails its step of nt before announcing it (a local trainer stalled, was refused,
  * or the trainers disagree): the local trainers that submitted get status and msg now, the
@@ -922,8 +890,8 @@ static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd
 		step_fail(ctl, nt, st, err, r->local_rank);
 }
 
-static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
-			     const Sparsecomm__Allreduce *a)
+static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			      const Sparsecomm__Collective *a)
 {
 	char err[512];
 	scd_reg_t *r = scd_tensors_reg(ctl->tensors, a->tensor_id);
@@ -935,14 +903,10 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	scd_ntensor_t *nt = r->nt;
-	sc_status_t st = SC_OK;
 	int trainers = ctl->d->world_size * ctl->d->local_size;
-	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
-		       : a->allgather ? SCD_OP_ALLGATHER
-		       : a->alltoall  ? SCD_OP_ALLTOALL
-		       : a->reducescatter
-			   ? SCD_OP_REDUCESCATTER | (uint32_t)a->count << 3 | a->op
-			   : a->op;
+	int rank = ctl->d->rank * ctl->d->local_size + r->local_rank;
+	scd_coll_req_t q = {0};
+	sc_status_t st = SC_OK;
 	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
@@ -951,66 +915,17 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (a->allgather && (a->broadcast || a->coo || a->count > nt->numel)) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "allgather of tensor '%s': %llu elements given, over its %llu (or with "
-		    "COO input or a broadcast)",
-		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel);
-	} else if (a->reducescatter && (a->broadcast || a->allgather || a->coo || !a->count ||
-					a->count >= SCD_RS_ROW_MAX || nt->numel % a->count ||
-					a->op > SC_OP_PRODUCT)) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "reducescatter of tensor '%s': rows of %llu elements do not divide its "
-		    "%llu (1 to %u per row), or reduction %u is unknown",
-		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel,
-		    SCD_RS_ROW_MAX - 1, a->op);
-	} else if (a->alltoall &&
-		   (a->broadcast || a->allgather || a->reducescatter || a->coo)) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err),
-			 "alltoall of tensor '%s': asked together with another collective",
-			 nt->name);
-	} else if (a->alltoall &&
-		   (nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.coo_capacity)) {
-		st = SC_ERR_UNSUPPORTED;
-		snprintf(err, sizeof(err),
-			 "alltoall of tensor '%s': a tensor with a sparsifier or COO input "
-			 "takes sum and average only",
-			 nt->name);
-	} else if (a->alltoall && a2a_counts(r, trainers) != SC_OK) {
-		st = SC_ERR_NOMEM;
-		snprintf(err, sizeof(err),
-			 "alltoall of tensor '%s': out of memory for %d counts", nt->name,
-			 trainers);
-	} else if (!a->broadcast && !a->allgather && !a->alltoall && a->op > SC_OP_PRODUCT) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
-			 a->op);
-	} else if (a->broadcast && a->root_rank >= (uint32_t)trainers) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "broadcast of tensor '%s': root rank %u is not a rank of the job (0 to "
-		    "%d)",
-		    nt->name, a->root_rank, trainers - 1);
-	} else if (opw > SC_OP_AVERAGE && (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
-		/* a residual and a list's implicit zeros mean a sum */
-		st = SC_ERR_UNSUPPORTED;
-		snprintf(err, sizeof(err),
-			 "tensor '%s': %s is a dense operation: a tensor with a sparsifier or "
-			 "COO input takes sum and average only",
-			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
-	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
+	} else if ((st = scd_ctl_collective_decode(r, rank, trainers, a, &q, err,
+						   sizeof(err))) != SC_OK) {
+		if (st == SC_ERR_PROTOCOL) /* the others would wait for this one's step */
+			refuse_step(ctl, s, nt, r, st, err);
+	} else if (q.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
 			 "capacity %llu",
-			 nt->name, ctl->d->rank * ctl->d->local_size + r->local_rank,
-			 (unsigned long long)a->nnz, (unsigned long long)nt->opts.coo_capacity);
+			 nt->name, rank, (unsigned long long)q.nnz,
+			 (unsigned long long)nt->opts.coo_capacity);
 		refuse_step(ctl, s, nt, r, st, err);
 	} else if (scd_tensors_mem_lost(r, err, sizeof(err))) {
 		st = SC_ERR_INVALID;
@@ -1043,33 +958,33 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
-	r->op = opw;
-	r->coo = a->coo;
-	r->sparse_result = a->coo && a->sparse_result;
-	r->nnz = a->allgather ? a->count : a->nnz; /* an allgather's count */
-	if (a->alltoall)
-		a2a_take(r, a, trainers, nt->numel);
+	r->op = q.opw;
+	r->coo = q.coo;
+	r->sparse_result = q.sparse_result;
+	r->nnz = q.nnz; /* or an allgather's count */
+	if (q.a2a)
+		scd_ctl_a2a_take(r, q.a2a, trainers, nt->numel);
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
-		nt->op = opw;
-		nt->coo = a->coo;
+		nt->op = q.opw;
+		nt->coo = q.coo;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
-	} else if (!nt->coo != !a->coo) {
+	} else if (!nt->coo != !q.coo) {
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
 			 nt->name, ctl->d->rank);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
-	} else if (nt->op != opw) {
+	} else if (nt->op != q.opw) {
 		char other[64];
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
 			 "operations (%s and %s)",
 			 nt->name, ctl->d->rank,
 			 scd_op_describe(nt->op, opname, sizeof(opname)),
-			 scd_op_describe(opw, other, sizeof(other)));
+			 scd_op_describe(q.opw, other, sizeof(other)));
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}
@@ -1217,8 +1132,8 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	case SPARSECOMM__CLIENT_MSG__BODY_REG:
 		handle_register(ctl, s, seq, msg->reg);
 		break;
-	case SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE:
-		handle_allreduce(ctl, s, seq, msg->allreduce);
+	case SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE:
+		handle_collective(ctl, s, seq, msg->collective);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_RELEASE:
 		handle_release(ctl, s, seq, msg->release);

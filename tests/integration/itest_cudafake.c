@@ -130,7 +130,7 @@ static void fake_register(fake_t *f, zmq_msg_t *id, uint64_t seq,
 
 /* An allreduce: refused unless the ready event was recorded since the last one; the
  * "reduction" doubles the data; done is recorded before the completion goes out. */
-static void fake_allreduce(fake_t *f, zmq_msg_t *id, const Sparsecomm__Allreduce *a)
+static void fake_allreduce(fake_t *f, zmq_msg_t *id, const Sparsecomm__Collective *a)
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion cp = SPARSECOMM__COMPLETION__INIT;
@@ -194,8 +194,8 @@ static void *fake_main(void *arg)
 				fake_hello(f, &id, m->seq);
 			else if (m && m->body_case == SPARSECOMM__CLIENT_MSG__BODY_REG)
 				fake_register(f, &id, m->seq, m->reg);
-			else if (m && m->body_case == SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE)
-				fake_allreduce(f, &id, m->allreduce);
+			else if (m && m->body_case == SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE)
+				fake_allreduce(f, &id, m->collective);
 			if (m)
 				sparsecomm__client_msg__free_unpacked(m, NULL);
 		}

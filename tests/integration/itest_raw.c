@@ -6,8 +6,10 @@
  * unknown: an allreduce of a tensor id never registered is answered with an error that
  *   names the id; frames that are not protobuf at all get an error or are dropped, but the
  *   daemon stays up; afterwards the library works normally.
- * version: a hello with protocol_version 999 is refused with an error naming both
- *   versions (999 and SC_PROTOCOL_VERSION), for trainers and for control clients.
+ * version: a hello with protocol_version 999, or the library's previous version, is
+ *   refused with an error naming both versions, for trainers and for control clients.
+ * bodyless: a Collective request without a body, and one as the previous version
+ *   encoded it, are refused naming the trainer and the tensor (it_bodyless).
  * oversize: a 192 MiB frame on the control socket is refused as its header arrives: the
  *   daemon stays up, its peak resident memory (VmHWM) grows by less than 32 MiB, and the
  *   library works normally afterwards.
@@ -173,7 +175,8 @@ static uint64_t raw_hello(raw_t *r, uint32_t version, Sparsecomm__Role role, int
 	return raw_send(r, &m);
 }
 
-static void raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
+/* A hello the daemon accepts; returns the trainer's global rank (-1 for control). */
+static int raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
 {
 	uint64_t s = raw_hello(r, SC_PROTOCOL_VERSION, role, local_rank);
 	Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
@@ -186,20 +189,25 @@ static void raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
 			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
 			d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? d->error->message
 									   : "");
+	int rank = role == SPARSECOMM__ROLE__ROLE_TRAINER ? d->hello->rank : -1;
 	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	return rank;
 }
 
 /* An allreduce of an id never registered must be refused, naming the id: either as the
  * request's error reply or as an error completion of the handle. */
 static void unknown_allreduce(raw_t *r, uint32_t id, uint64_t handle)
 {
-	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	ar.op = SC_OP_SUM;
+	Sparsecomm__Collective a = SPARSECOMM__COLLECTIVE__INIT;
 	a.tensor_id = id;
 	a.handle = handle;
-	a.op = SC_OP_SUM;
+	a.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	a.allreduce = &ar;
 	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
-	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
-	m.allreduce = &a;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m.collective = &a;
 	uint64_t s = raw_send(r, &m);
 	double deadline = it_now_s() + RAW_REPLY_MS / 1000.0;
 	int accepted = 0;
@@ -353,40 +361,212 @@ int it_unknown(int argc, char **argv)
 	it_pass();
 }
 
-static void refused_version(Sparsecomm__Role role, int local_rank)
+/* A hello of another protocol version is refused with SC_ERR_VERSION naming both. */
+static void refused_version(uint32_t version, Sparsecomm__Role role, int local_rank)
 {
 	raw_t r;
 	raw_open(&r);
-	uint64_t s = raw_hello(&r, 999, role, local_rank);
+	uint64_t s = raw_hello(&r, version, role, local_rank);
 	Sparsecomm__DaemonMsg *d = raw_reply(&r, s, RAW_REPLY_MS);
 	const char *who = role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control";
 	if (!d)
-		IT_FAIL("%s hello with protocol_version 999: no reply within %d ms", who,
-			RAW_REPLY_MS);
+		IT_FAIL("%s hello with protocol_version %u: no reply within %d ms", who,
+			version, RAW_REPLY_MS);
 	if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_ERROR)
-		IT_FAIL(
-		    "%s hello with protocol_version 999 answered with %s, expected an error",
-		    who, body_name(d));
+		IT_FAIL("%s hello with protocol_version %u answered with %s, expected an error",
+			who, version, body_name(d));
 	const char *msg = d->error->message;
 	if (d->error->status != SC_ERR_VERSION)
-		IT_FAIL("%s hello with protocol_version 999: status %s, expected "
+		IT_FAIL("%s hello with protocol_version %u: status %s, expected "
 			"SC_ERR_VERSION ('%s')",
-			who, sc_status_name((sc_status_t)d->error->status), msg);
-	if (!it_mentions_number(msg, 999) || !it_mentions_number(msg, SC_PROTOCOL_VERSION))
-		IT_FAIL("%s hello with protocol_version 999: the error does not name both "
-			"versions (999 and %d): '%s'",
-			who, SC_PROTOCOL_VERSION, msg);
-	it_log("%s hello with protocol_version 999 refused: %s", who, msg);
+			who, version, sc_status_name((sc_status_t)d->error->status), msg);
+	if (!it_mentions_number(msg, version) || !it_mentions_number(msg, SC_PROTOCOL_VERSION))
+		IT_FAIL("%s hello with protocol_version %u: the error does not name both "
+			"versions (%u and %d): '%s'",
+			who, version, version, SC_PROTOCOL_VERSION, msg);
+	it_log("%s hello with protocol_version %u refused: %s", who, version, msg);
 	sparsecomm__daemon_msg__free_unpacked(d, NULL);
 	raw_close(&r);
 }
 
 int it_version(int argc, char **argv)
 {
-	refused_version(SPARSECOMM__ROLE__ROLE_TRAINER, it_env.env_local_rank);
-	refused_version(SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	/* a version from nowhere, and the library's previous one (its Allreduce request) */
+	const uint32_t versions[] = {999, SC_PROTOCOL_VERSION - 1};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		refused_version(versions[i], SPARSECOMM__ROLE__ROLE_TRAINER,
+				it_env.env_local_rank);
+		refused_version(versions[i], SPARSECOMM__ROLE__ROLE_CONTROL, -1);
+	}
 	daemon_alive("a refused hello");
 	library_still_works("version.after");
+	it_pass();
+}
+
+/* Registers a float32 tensor of numel elements on the raw trainer session r; returns its id. */
+static uint32_t raw_register(raw_t *r, const char *name, uint64_t numel)
+{
+	Sparsecomm__RegisterTensor rt = SPARSECOMM__REGISTER_TENSOR__INIT;
+	rt.name = (char *)name;
+	rt.dtype = SC_FLOAT32;
+	rt.numel = numel;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_REG;
+	m.reg = &rt;
+	uint64_t s = raw_send(r, &m);
+	Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
+	if (!d || d->body_case != SPARSECOMM__DAEMON_MSG__BODY_REG)
+		IT_FAIL("registration of '%s': %s%s%s", name, d ? body_name(d) : "no reply",
+			d && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
+			d && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR
+			    ? d->error->message
+			    : "");
+	uint32_t id = d->reg->tensor_id;
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	return id;
+}
+
+/*
+ * What became of request seq, an operation with handle: its error reply, or after its ok
+ * the completion of handle, within timeout_ms. Returns the status (SC_OK: completed)
+ * with the error's text in why.
+ */
+static int raw_outcome(raw_t *r, uint64_t seq, uint64_t handle, int timeout_ms, char *why,
+		       size_t len)
+{
+	double deadline = it_now_s() + timeout_ms / 1000.0;
+	snprintf(why, len, "(no error)");
+	for (;;) {
+		int left = (int)((deadline - it_now_s()) * 1000.0);
+		Sparsecomm__DaemonMsg *d = raw_recv(r, left > 0 ? left : 0);
+		if (!d)
+			IT_FAIL("operation %llu: no reply or completion within %d ms",
+				(unsigned long long)handle, timeout_ms);
+		int status = 1;
+		if (d->seq == seq && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR) {
+			status = d->error->status;
+			snprintf(why, len, "%s", d->error->message);
+		} else if (d->seq == 0 &&
+			   d->body_case == SPARSECOMM__DAEMON_MSG__BODY_COMPLETION &&
+			   d->completion->handle == handle) {
+			status = d->completion->status;
+			snprintf(why, len, "%s", d->completion->error);
+		} else if (d->seq == seq && d->body_case != SPARSECOMM__DAEMON_MSG__BODY_OK) {
+			IT_FAIL("operation %llu answered with %s", (unsigned long long)handle,
+				body_name(d));
+		}
+		sparsecomm__daemon_msg__free_unpacked(d, NULL);
+		if (status != 1)
+			return status;
+	}
+}
+
+/* Sends a Collective request for tensor id with handle: a sum allreduce, or with
+ * bodyless no body at all. Returns its seq. */
+static uint64_t raw_collective(raw_t *r, uint32_t id, uint64_t handle, int bodyless)
+{
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Collective c = SPARSECOMM__COLLECTIVE__INIT;
+	c.tensor_id = id;
+	c.handle = handle;
+	if (!bodyless) {
+		c.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+		c.allreduce = &ar;
+	}
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m.collective = &c;
+	return raw_send(r, &m);
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+	size_t n = 0;
+	for (; v >= 0x80; v >>= 7)
+		p[n++] = (uint8_t)(v | 0x80);
+	p[n++] = (uint8_t)v;
+	return n;
+}
+
+/* Sends what a library of protocol version 3 sent for sc_broadcast_async from root 0:
+ * ClientMsg{seq, Allreduce (field 4){tensor_id, handle, broadcast = true (field 7)}},
+ * encoded by hand since the field's message has changed. Returns its seq. */
+static uint64_t raw_v3_broadcast(raw_t *r, uint32_t id, uint64_t handle)
+{
+	uint8_t in[32], out[64];
+	size_t ni = 0, no = 0;
+	in[ni++] = 0x08; /* field 1, varint: tensor_id */
+	ni += put_varint(in + ni, id);
+	in[ni++] = 0x10; /* field 2, varint: handle */
+	ni += put_varint(in + ni, handle);
+	in[ni++] = 0x38; /* field 7, varint: broadcast */
+	in[ni++] = 1;
+	uint64_t seq = ++r->seq;
+	out[no++] = 0x08; /* ClientMsg field 1, varint: seq */
+	no += put_varint(out + no, seq);
+	out[no++] = 0x22; /* field 4, length-delimited */
+	no += put_varint(out + no, ni);
+	memcpy(out + no, in, ni);
+	raw_send_bytes(r, out, no + ni);
+	return seq;
+}
+
+/* A refusal of a request that names no collective: SC_ERR_PROTOCOL naming rank and name. */
+static void check_bodyless(const char *what, int status, const char *why, int rank,
+			   const char *name)
+{
+	if (status != SC_ERR_PROTOCOL || !it_mentions_rank(why, rank) || !strstr(why, name))
+		IT_FAIL("%s: expected SC_ERR_PROTOCOL naming rank %d and tensor '%s', got %s: "
+			"%s",
+			what, rank, name, sc_status_name((sc_status_t)status), why);
+	it_log("%s refused: %s", what, why);
+}
+
+/*
+ * bodyless: a Collective request without a body is refused with SC_ERR_PROTOCOL naming the
+ * trainer and the tensor. Rank 0 sends one while every other rank asks for a valid
+ * allreduce of the same tensor: the others' operations fail naming rank 0, well before
+ * the stall timeout, and the tensor's next step succeeds on every rank. A request as a
+ * library of protocol version 3 encoded it (a broadcast) is refused likewise on every
+ * rank, and the daemon then serves the library normally.
+ */
+int it_bodyless(int argc, char **argv)
+{
+	char why[1024];
+	raw_t r;
+	raw_open(&r);
+	int rank = raw_hello_ok(&r, SPARSECOMM__ROLE__ROLE_TRAINER, it_env.env_local_rank);
+	uint32_t id = raw_register(&r, "bodyless.step", 16);
+	uint32_t v3 = raw_register(&r, "bodyless.v3", 16);
+
+	double t0 = it_now_s();
+	uint64_t s = raw_collective(&r, id, 101, rank == 0);
+	int st = raw_outcome(&r, s, 101, IT_ERROR_TIMEOUT_MS, why, sizeof(why));
+	if (rank == 0)
+		check_bodyless("rank 0's request without a body", st, why, 0, "bodyless.step");
+	else if (st >= 0 || !it_mentions_rank(why, 0) || !strstr(why, "bodyless.step"))
+		IT_FAIL(
+		    "rank %d's allreduce of 'bodyless.step' beside rank 0's request without "
+		    "a body: expected an error naming rank 0 and the tensor, got %s: %s",
+		    rank, sc_status_name((sc_status_t)st), why);
+	else if (it_now_s() - t0 > 20.0)
+		IT_FAIL("rank %d: the step rank 0 gave no collective failed only after %.1f s",
+			rank, it_now_s() - t0);
+	else
+		it_log("rank %d's allreduce beside it: %s: %s", rank,
+		       sc_status_name((sc_status_t)st), why);
+
+	s = raw_collective(&r, id, 102, 0);
+	if ((st = raw_outcome(&r, s, 102, IT_OP_TIMEOUT_MS, why, sizeof(why))) != SC_OK)
+		IT_FAIL("rank %d: the step after the refusal: %s: %s", rank,
+			sc_status_name((sc_status_t)st), why);
+
+	s = raw_v3_broadcast(&r, v3, 103);
+	st = raw_outcome(&r, s, 103, IT_ERROR_TIMEOUT_MS, why, sizeof(why));
+	check_bodyless("a protocol version 3 broadcast request", st, why, rank, "bodyless.v3");
+	raw_bye(&r);
+	raw_close(&r);
+	library_still_works("bodyless.after");
 	it_pass();
 }
 
@@ -632,12 +812,15 @@ int it_ctl_flood(int argc, char **argv)
 	raw_t s;
 	raw_open(&s);
 	raw_hello_ok(&s, SPARSECOMM__ROLE__ROLE_CONTROL, -1);
-	Sparsecomm__Allreduce a = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Collective a = SPARSECOMM__COLLECTIVE__INIT;
 	a.tensor_id = 987654321u;
 	a.handle = 5;
+	a.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	a.allreduce = &ar;
 	Sparsecomm__ClientMsg m2 = SPARSECOMM__CLIENT_MSG__INIT;
-	m2.body_case = SPARSECOMM__CLIENT_MSG__BODY_ALLREDUCE;
-	m2.allreduce = &a;
+	m2.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m2.collective = &a;
 	m2.seq = 8;
 	flood(&s, &m2, 100000);
 

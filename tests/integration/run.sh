@@ -249,6 +249,10 @@ run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
 run_case "unknown n=2 per-node=2" 2 2 90 0 4 -- "$itest" unknown
 run_case "version n=1" 1 1 60 0 1 -- "$itest" version
 run_case "version n=2" 2 1 60 0 2 -- "$itest" version
+# A request that names no collective fails the tensor's step on every rank, naming the
+# trainer, well before the stall timeout; the next step succeeds.
+run_case "bodyless n=1 per-node=2" 1 2 90 0 2 -- "$itest" bodyless
+run_case "bodyless n=2" 2 1 90 0 2 -- "$itest" bodyless
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
 # Control clients as the kernel sees them: a trainer whose hello declares pid 1 (a PID
 # namespace of its own) or a pid no process has is tracked by its real pid, and its death
