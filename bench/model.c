@@ -296,7 +296,8 @@ static void print_tables(const model_opts_t *o, const model_row_t *rows, int n)
 	       o->rate, o->rate_bits * TCP_GOODPUT_FACTOR / 8e9, o->alpha_s * 1e6,
 	       o->scatter_s * 1e9, o->cpu_share, o->no_curve ? "; no gamma(m) curve" : "");
 	printf("# predicted ms per step (each scheme: its descriptor's cost plus the metadata "
-	       "round); auto = the cheapest the engine may pick%s\n",
+	       "round; (work W): of it, the compute terms); auto = the cheapest the engine may "
+	       "pick%s\n",
 	       o->lossy ? "" : " (lossless)");
 	printf("\n| P | d_G | gamma | overlap | skew |");
 	for (int c = 0; c < N_COLS; c++)
@@ -310,9 +311,12 @@ static void print_tables(const model_opts_t *o, const model_row_t *rows, int n)
 		printf("| %u | %.4f | %.2f | %.2f | %.2f |", r->P, r->prof.density,
 		       r->prof.gamma, r->prof.overlap, r->prof.skew);
 		for (int c = 0; c < N_COLS; c++) {
-			char b[32];
+			char b[32], w[32] = "";
 			fmt3(b, sizeof(b), r->cost[c].seconds * 1e3);
-			printf(c == r->best ? " **%s** |" : " %s |", b);
+			if (r->cost[c].work_s > 0) /* the compute terms, apart */
+				fmt3(w, sizeof(w), r->cost[c].work_s * 1e3);
+			printf(c == r->best ? " **%s**" : " %s", b);
+			printf(w[0] ? " (work %s) |" : " |", w);
 		}
 		printf(" %s |\n", scd_scheme_name((scd_scheme_t)r->best));
 	}
