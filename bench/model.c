@@ -110,7 +110,7 @@ static int parse_sizes(const char *s, model_opts_t *o)
 		unsigned long b = strtoul(end + 1, &end, 10);
 		if (*end || a < 2 || b < a || b > MAX_P)
 			return -1;
-		for (unsigned long p = a; p < b && o->n_sizes < MAX_SIZES; p *= 2)
+		for (unsigned long p = a; p < b && o->n_sizes < MAX_SIZES - 1; p *= 2)
 			o->sizes[o->n_sizes++] = (uint32_t)p;
 		o->sizes[o->n_sizes++] = (uint32_t)b;
 		return 0;
