@@ -126,6 +126,18 @@ def main():
                 bad.append("P %d: auto %s, cheapest %s" % (P, row["auto"], best["name"]))
     check("auto is the cheapest lossless scheme it may pick", not bad, "; ".join(bad[:5]))
 
+    # given profiles: gamma G at P0 extrapolated as P^(log G / log P0) (G^2 at P0^2), from
+    # an overlap O as O + P (1 - O), a fixed gamma capped at P
+    try:
+        g = run(bench, "--gamma", "2.9@4", "--ranks", "4,16")["rows"]
+        o = run(bench, "--overlap", "0.3", "--ranks", "8")["rows"][0]
+        f = run(bench, "--gamma", "5", "--ranks", "3,8")["rows"]
+        check("given profiles' gamma",
+              math.isclose(g[0]["gamma"], 2.9) and math.isclose(g[1]["gamma"], 2.9 ** 2) and
+              math.isclose(o["gamma"], 0.3 + 8 * 0.7) and f[0]["gamma"] == 3 and
+              f[1]["gamma"] == 5, "%r %r %r" % (g, o, f))
+    except (RuntimeError, ValueError) as e:
+        check("given profiles' gamma", False, str(e))
     # measured profiles: zipf as the collective benchmark describes the same inputs;
     # the KJV text as /work/shared/DATA.md measured it (8 ranks, B = 512: d_G 1.5%,
     # gamma 4.6, overlap 0.33, skew 5.7)
