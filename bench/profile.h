@@ -15,7 +15,7 @@
  *   zipf, uniform  the benchmark's workloads (workload.h), generated for P ranks and
  *            measured (step 0: the step the collective benchmark feeds every time).
  *   kjv      the embedding gradient of a word-level model on the King James Bible text
- *            (`bible`, /work/shared/DATA.md's measurement): the vocabulary ordered by
+ *            (`bible`, the corpus of examples/cbow/): the vocabulary ordered by
  *            frequency, each rank a window of B tokens of its own shard per step, the
  *            non-zero rows the distinct words of the window; averages over the steps.
  *

@@ -139,7 +139,7 @@ def main():
     except (RuntimeError, ValueError) as e:
         check("given profiles' gamma", False, str(e))
     # measured profiles: zipf as the collective benchmark describes the same inputs;
-    # the KJV text as /work/shared/DATA.md measured it (8 ranks, B = 512: d_G 1.5%,
+    # the KJV text as a separate measurement of it found (8 ranks, B = 512: d_G 1.5%,
     # gamma 4.6, overlap 0.33, skew 5.7)
     try:
         z = run(bench, "--profile", "zipf", "--numel", "1048576", "--density", "0.01",
@@ -159,11 +159,11 @@ def main():
     if shutil.which("bible"):
         try:
             k = run(bench, "--profile", "kjv", "--ranks", "8")["rows"][0]
-            check("the kjv profile is the text's (DATA.md, 8 ranks)",
+            check("the kjv profile is the text's (8 ranks)",
                   0.013 < k["density"] < 0.017 and 4.3 < k["gamma"] < 4.9 and
                   0.28 < k["overlap"] < 0.38 and 5.2 < k["skew"] < 6.2, str(k))
         except (RuntimeError, ValueError) as e:
-            check("the kjv profile is the text's (DATA.md, 8 ranks)", False, str(e))
+            check("the kjv profile is the text's (8 ranks)", False, str(e))
     else:
         print("skip  the kjv profile: the `bible` reader (Debian bible-kjv) is not "
               "installed")
