@@ -38,6 +38,10 @@
  * busbw follows nccl-tests for allreduce: (4 numel / time) x 2(P-1)/P.
  * For balanced_par the JSON also holds ZEN eq. (1)'s bytes for the measured d_G and
  * gamma, and the ratio of the bytes moved to it.
+ *
+ * The cost model's error per scheme: its prediction (before calibration) over the
+ * daemons' measured time of the scheme, the slowest rank's last call (pred/meas); and
+ * auto's time over the fastest pinned run of a scheme auto may pick (auto_vs_best).
  */
 #include "bench.h"
 #include "sparsecomm.h"
