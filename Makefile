@@ -93,6 +93,8 @@ $(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
 $(OBJ)/tests/integration/itest_cudadrv.o: INC := $(INC_CLIENT) -Igpu
 $(OBJ)/tests/integration/itest_cudafake.o: INC := $(INC_SHARED) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
+# the model command's KJV profile reads the text through the CBOW example's corpus
+$(OBJ)/bench/profile.o: INC := $(INC_DAEMON) -Iexamples/cbow
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
 CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) proto/common.c \
@@ -233,7 +235,7 @@ UNIT_LDLIBS := $(GPU_HOST_LDLIBS)
 else
 UNIT_SRC := $(filter-out tests/unit/test_gpu_%,$(UNIT_SRC))
 endif
-BENCH_SRC := $(wildcard bench/*.c)
+BENCH_SRC := $(wildcard bench/*.c) examples/cbow/corpus.c
 BENCH_LIBS := $(LIB)/libscd.a $(LIB)/libsccore.a $(LIB)/libsparseclient.a
 endif
 UNIT_OBJ := $(UNIT_SRC:%.c=$(OBJ)/%.o)

@@ -38,6 +38,10 @@
  * busbw follows nccl-tests for allreduce: (4 numel / time) x 2(P-1)/P.
  * For balanced_par the JSON also holds ZEN eq. (1)'s bytes for the measured d_G and
  * gamma, and the ratio of the bytes moved to it.
+ *
+ * The cost model's error per scheme: its prediction (before calibration) over the
+ * daemons' measured time of the scheme, the slowest rank's last call (pred/meas); and
+ * auto's time over the fastest pinned run of a scheme auto may pick (auto_vs_best).
  */
 #include "bench.h"
 #include "sparsecomm.h"
@@ -82,8 +86,9 @@ typedef struct run_result {
 	char chosen[32]; /* what the daemon ran (sc_tensor_stats) */
 	int lossless, has_residual, failed;
 	double time_s, bound_s, busbw, predicted_s, measured_s;
-	double step_bytes;	 /* mean over steps of the busiest rank's max(sent, recv) */
-	double work_s;		 /* last call, slowest rank: measured_s outside the exchanges */
+	double pred_err;   /* predicted_s / measured_s: the cost model's error, last call */
+	double step_bytes; /* mean over steps of the busiest rank's max(sent, recv) */
+	double work_s;	   /* last call, slowest rank: measured_s outside the exchanges */
 	double cpu_s, cpu_sum_s; /* last call: the daemons' CPU time, busiest and summed */
 	double bytes_sent, bytes_recv; /* per step, max over ranks */
 	double wrong;		       /* count, or relative error (lossy) */
@@ -815,11 +820,43 @@ static void finish_result(const coll_opts_t *o, int P, double alpha, run_result_
 {
 	double bytes = 4.0 * (double)o->wl.numel, y = r->step_bytes;
 	r->busbw = r->time_s > 0 ? bytes / r->time_s * 2.0 * (P - 1) / P : 0;
+	r->pred_err =
+	    r->predicted_s > 0 && r->measured_s > 0 ? r->predicted_s / r->measured_s : 0;
 	r->bound_s = o->goodput > 0 ? alpha + y / o->goodput : 0;
 	if (!strcmp(r->chosen, "balanced_par") && r->density > 0)
 		r->zen_eq1_bytes =
 		    scd_cost_zen_eq1((uint32_t)P, bytes, r->density,
 				     r->densification > 0 ? r->densification : 1, 1.0);
+}
+
+/*
+ * The fastest pinned run among the schemes auto may pick (descriptor pick SCD_PICK_AUTO;
+ * lossless ones for the COO workloads, whose tensors do not allow lossy schemes): its
+ * index in res, or -1 when none ran.
+ */
+static int best_pinned(const coll_opts_t *o, const run_result_t *res, int n)
+{
+	int best = -1;
+	for (int i = 0; i < n; i++) {
+		scd_scheme_t id;
+		const run_result_t *r = &res[i];
+		if (r->failed || !(r->time_s > 0) || scd_scheme_parse(r->scheme, &id) != 0 ||
+		    scd_schemes[id]->pick != SCD_PICK_AUTO ||
+		    (wl_is_coo(o->wl.kind) && !scd_schemes[id]->lossless))
+			continue;
+		if (best < 0 || r->time_s < res[best].time_s)
+			best = i;
+	}
+	return best;
+}
+
+/* auto's run in res, -1 when it did not run. */
+static int auto_run(const run_result_t *res, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(res[i].scheme, "auto") && !res[i].failed && res[i].time_s > 0)
+			return i;
+	return -1;
 }
 
 static void num_or_null(FILE *f, const char *key, double v, const char *fmt)
@@ -880,6 +917,7 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		fprintf(f, ",\"busbw\":%.0f", r->busbw);
 		num_or_null(f, "predicted_s", r->predicted_s, "%.6f");
 		num_or_null(f, "measured_s", r->measured_s, "%.6f");
+		num_or_null(f, "pred_over_measured", r->pred_err, "%.4f");
 		num_or_null(f, "work_s", r->work_s, "%.6f");
 		num_or_null(f, "cpu_s", r->cpu_s, "%.6f");
 		num_or_null(f, "cpu_sum_s", r->cpu_sum_s, "%.6f");
@@ -905,6 +943,13 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		fprintf(f, "\"%s\"", selected);
 	else
 		fprintf(f, "null");
+	int ai = auto_run(res, n), bi = best_pinned(o, res, n);
+	if (ai >= 0 && bi >= 0)
+		fprintf(f,
+			",\"auto_vs_best\":{\"auto\":\"%s\",\"auto_s\":%.6f,\"best\":\"%s\","
+			"\"best_s\":%.6f,\"ratio\":%.4f}",
+			res[ai].chosen, res[ai].time_s, res[bi].scheme, res[bi].time_s,
+			res[ai].time_s / res[bi].time_s);
 	fprintf(f, ",\"peers\":[");
 	if (pr && pr->ar_ran)
 		fprintf(f, "{\"name\":\"mpi_allreduce_ring\",\"time_s\":%.6f}", pr->ar_time_s);
@@ -940,12 +985,16 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 	       "them (nodes sharing this host's %ld cores: cpu sum / %ld is a floor under a "
 	       "step)\n",
 	       sysconf(_SC_NPROCESSORS_ONLN), sysconf(_SC_NPROCESSORS_ONLN));
-	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n",
+	printf(
+	    "# pred/meas = the cost model's prediction over the daemon's measured time of the "
+	    "scheme (last step, slowest rank): below 1 the model missed time, and work says "
+	    "how much of it was outside the exchanges\n");
+	printf("#\n# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %9s %8s %8s %10s %10s\n",
 	       "scheme", "ran", "time", "busbw", "sent", "recv", "bound", "t/bound", "pred",
-	       "work", "cpu", "cpu sum", "wrong", "vs mpi");
-	printf("# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %8s %8s %10s %10s\n", "", "",
-	       "(ms)", "(MB/s)", "(MB)", "(MB)", "(ms)", "", "(ms)", "(ms)", "(ms)", "(ms)", "",
-	       "allreduce");
+	       "pred/meas", "work", "cpu", "cpu sum", "wrong", "vs mpi");
+	printf("# %-12s %-12s %10s %9s %9s %9s %9s %8s %9s %9s %9s %8s %8s %10s %10s\n", "", "",
+	       "(ms)", "(MB/s)", "(MB)", "(MB)", "(ms)", "", "(ms)", "", "(ms)", "(ms)", "(ms)",
+	       "", "allreduce");
 	for (int i = 0; i < n; i++) {
 		const run_result_t *r = &res[i];
 		char bound[32] = "-", tb[32] = "-", wrong[32] = "-", vs[32] = "-";
@@ -957,14 +1006,23 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 			snprintf(wrong, sizeof(wrong), r->lossless ? "%.0f" : "%.2g", r->wrong);
 		if (pr && pr->ar_ran && r->time_s > 0)
 			snprintf(vs, sizeof(vs), "%.1fx", pr->ar_time_s / r->time_s);
-		printf("  %-12s %-12s %10.2f %9.1f %9.2f %9.2f %9s %8s %9.1f %9.1f %8.1f %8.1f "
-		       "%10s %10s%s\n",
+		char err[32] = "-";
+		if (r->pred_err > 0)
+			snprintf(err, sizeof(err), "%.3f", r->pred_err);
+		printf("  %-12s %-12s %10.2f %9.1f %9.2f %9.2f %9s %8s %9.1f %9s %9.1f %8.1f "
+		       "%8.1f %10s %10s%s\n",
 		       r->scheme, r->chosen[0] ? r->chosen : "-", r->time_s * 1e3,
 		       r->busbw / 1e6, r->bytes_sent / 1e6, r->bytes_recv / 1e6, bound, tb,
-		       r->predicted_s * 1e3, r->work_s * 1e3, r->cpu_s * 1e3,
+		       r->predicted_s * 1e3, err, r->work_s * 1e3, r->cpu_s * 1e3,
 		       r->cpu_sum_s * 1e3, wrong, vs, r->failed ? "  FAILED" : "");
 	}
 	printf("# auto selected: %s\n", selected && *selected ? selected : "-");
+	int ai = auto_run(res, n), bi = best_pinned(o, res, n);
+	if (ai >= 0 && bi >= 0)
+		printf("# auto ran %s in %.2f ms; the fastest pinned scheme auto may pick: %s, "
+		       "%.2f ms; auto / best %.3f\n",
+		       res[ai].chosen, res[ai].time_s * 1e3, res[bi].scheme,
+		       res[bi].time_s * 1e3, res[ai].time_s / res[bi].time_s);
 	for (int i = 0; i < n; i++)
 		if (res[i].zen_eq1_bytes > 0)
 			printf("# %s: bytes %.2f MB vs ZEN eq. (1) %.2f MB: %.3fx\n",

@@ -13,6 +13,11 @@ scd_cost_t scd_cost_make(const scd_cost_in_t *in, double rounds, double bytes)
 			    .seconds = rounds * in->alpha_s + bytes * in->beta_s_per_byte};
 }
 
+double scd_cost_compute_s(const scd_cost_in_t *in, double one_core_s)
+{
+	return in->cpu_share > 1 ? one_core_s * in->cpu_share : one_core_s;
+}
+
 double scd_cost_nnz(const scd_cost_in_t *in)
 {
 	double d = in->density > 1 ? 1 : in->density;

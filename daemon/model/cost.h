@@ -23,6 +23,13 @@
  * gamma(P) = gamma_n as its ends), or else from the power law
  * gamma(m) = m^(log gamma_n / log P), which is 1 at m = 1 and gamma_n at m = P (documented
  * assumption).
+ *
+ * Compute terms. The papers' formulas count the network only. Where a scheme's own work
+ * sits on its critical path outside its exchanges, its cost adds it as a named term,
+ * from a measured rate in the inputs (0: the paper's formula alone), reported apart in
+ * scd_cost_t.work_s: Hierarchical Centralization's scatter of its final aggregate into a
+ * dense result (scheme_hc.c). A node that shares its cores with other nodes (an emulated
+ * cluster: 4 daemons on 2 cores) does that work cpu_share times slower.
  */
 #ifndef SCD_MODEL_COST_H
 #define SCD_MODEL_COST_H
@@ -49,17 +56,30 @@ typedef struct scd_cost_in {
 	uint32_t bsag_teams; /* SparDL: the d at which bsag_hl was measured */
 	double bsag_hl;	     /* B-SAG's measured h / L at bsag_teams (0: unknown, h = L) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
+	/* compute terms (see above): seconds to add one non-zero into a dense result outside
+	 * the exchanges (0: none), and nodes per core (<= 1: a core each) */
+	double scatter_s_per_nnz;
+	double cpu_share;
 } scd_cost_in_t;
+
+/* The scatter rate measured on the machines of docs/performance.md: a final aggregate of
+ * 1.9M non-zeros (zipf, 64M elements, 1%, 4 ranks) into a 256 MiB result took 16-26 ns per
+ * non-zero on one core of a loaded 2-core host; HC's work outside its exchanges was 44 ms
+ * in a 4-node run, 23 ns per non-zero. */
+#define SCD_COST_SCATTER_S_PER_NNZ 20e-9
 
 typedef struct scd_cost {
 	double rounds;	/* x: sequential message rounds */
 	double bytes;	/* y: bytes the busiest rank sends */
-	double seconds; /* x alpha + y beta */
+	double seconds; /* x alpha + y beta + work_s */
+	double work_s;	/* the compute terms (0: the network alone) */
 	int lossless;	/* 1 when the scheme returns the exact sum */
 } scd_cost_t;
 
 /* x rounds and y bytes at in's alpha and beta (.lossless 0: the caller's business). */
 scd_cost_t scd_cost_make(const scd_cost_in_t *in, double rounds, double bytes);
+/* A compute term: seconds of one core's work, times in's cpu_share when above 1. */
+double scd_cost_compute_s(const scd_cost_in_t *in, double one_core_s);
 /* Non-zeros per rank, k = min(d_G, 1) numel. */
 double scd_cost_nnz(const scd_cost_in_t *in);
 /* ceil(log2 P) (0 for P = 1). */

@@ -115,7 +115,9 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .exdyna_grid_permille = ex.recal_permille,
 				  .exdyna_gamma = ex.gamma,
 				  .exdyna_fine_symmetric = ex.fine_symmetric,
-				  .stream_chunk = 32768};
+				  .stream_chunk = 32768,
+				  .scatter_s_per_nnz = SCD_COST_SCATTER_S_PER_NNZ,
+				  .cpu_share = 1};
 }
 
 sc_status_t scd_scheme_ctx_create(const scd_scheme_cfg_t *cfg, scd_transport_t *t,

@@ -341,7 +341,21 @@ static sc_status_t scd_scheme_hier_central(scd_scheme_ctx_t *c, scd_scheme_io_t 
  * at U non-zeros (ZEN eq. 2 with its rounds for P a power of two; any P). The fold-in's
  * msg(f, k, U) is received, not sent, by rank 0. cheaper: each message in the cheaper of
  * COO and bitmap, as the scheme encodes each message (scheme_msg.c), instead of in f.
+ *
+ * Beside ZEN's network formula, one compute term, hc_local_work_s: after its last
+ * exchange every rank scatters the final aggregate, min(gamma(P) k, U) non-zeros, into
+ * the dense result (hc_result), work that no transfer hides (the merges of the steps
+ * and the clearing of the result run while the partner's chunks arrive). At the measured
+ * scatter rate (model/cost.h) it was the 44 ms of HC's measured 158.6 ms that its
+ * prediction of 114 ms missed (4 nodes, zipf 64M at 1%), enough to pick HC over
+ * AGsparse's 127.7 ms. A sparse result copies the list instead, for less.
  */
+static double hc_local_work_s(const scd_cost_in_t *in)
+{
+	double U = (double)in->numel, n = scd_cost_gamma(in, in->P) * scd_cost_nnz(in);
+	return scd_cost_compute_s(in, (n < U ? n : U) * in->scatter_s_per_nnz);
+}
+
 static scd_cost_t hc_model(const scd_cost_in_t *in, int cheaper)
 {
 	double U = (double)in->numel, k = scd_cost_nnz(in);
@@ -361,7 +375,10 @@ static scd_cost_t hc_model(const scd_cost_in_t *in, int cheaper)
 			b = scd_cost_msg_bytes(SCD_FMT_BITMAP, nnz, U);
 		bytes += b;
 	}
-	return scd_cost_make(in, e > 0 ? l + 2 : l, bytes);
+	scd_cost_t r = scd_cost_make(in, e > 0 ? l + 2 : l, bytes);
+	r.work_s = hc_local_work_s(in);
+	r.seconds += r.work_s;
+	return r;
 }
 
 static scd_cost_t hier_central_model(const scd_cost_in_t *in)

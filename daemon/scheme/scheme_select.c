@@ -84,7 +84,9 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .format = SCD_FMT_COO,
 			       .teams = 1,
 			       .bsag_teams = pf->bsag_teams,
-			       .bsag_hl = pf->bsag_hl};
+			       .bsag_hl = pf->bsag_hl,
+			       .scatter_s_per_nnz = c->cfg.scatter_s_per_nnz,
+			       .cpu_share = c->cfg.cpu_share};
 }
 
 scd_cost_t scd_scheme_cost(const scd_scheme_ctx_t *c, scd_scheme_t s,

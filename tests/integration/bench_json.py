@@ -11,7 +11,7 @@ KNOWN = {"dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce",
          "s2_sketch", "exdyna", "exdyna_owner"}
 FIELDS = ("scheme", "chosen", "lossless", "wrong", "time_s", "bytes_sent", "bytes_recv",
           "step_bytes_max", "bound_s", "busbw", "predicted_s", "measured_s", "work_s",
-          "cpu_s", "cpu_sum_s", "ranks_identical", "failed")
+          "pred_over_measured", "cpu_s", "cpu_sum_s", "ranks_identical", "failed")
 
 
 def check(doc, schemes):
@@ -47,6 +47,13 @@ def check(doc, schemes):
         if not math.isclose(r["bound_s"], want, rel_tol=1e-3, abs_tol=2e-6):
             errs.append("%s: bound_s %s, alpha + step bytes / goodput = %s" %
                         (name, r["bound_s"], want))
+        # the cost model's error: its prediction over the daemon's measured time (the
+        # times are printed to the microsecond)
+        if not (r["pred_over_measured"] > 0 and abs(
+                r["pred_over_measured"] * r["measured_s"] - r["predicted_s"]) <=
+                1e-6 + 2e-3 * r["predicted_s"]):
+            errs.append("%s: pred_over_measured %s, predicted %s / measured %s" %
+                        (name, r["pred_over_measured"], r["predicted_s"], r["measured_s"]))
         if not (r["work_s"] is None or 0 <= r["work_s"] <= r["measured_s"] + 1e-6):
             errs.append("%s: work_s %s outside [0, measured %s]" %
                         (name, r["work_s"], r["measured_s"]))
@@ -73,6 +80,20 @@ def check(doc, schemes):
                             (name, r["bytes_sent"], cap))
     if "auto" in schemes and doc.get("selected") not in KNOWN:
         errs.append("selected: %r" % doc.get("selected"))
+    # auto against the fastest pinned run of a scheme auto may pick (lossless ones on the
+    # COO workloads)
+    pickable = [r for r in res if r["scheme"] in KNOWN - {"s2_sketch", "exdyna",
+                                                          "exdyna_owner"} and
+                (doc["workload"] == "topk" or r["lossless"])]
+    if "auto" in schemes and pickable:
+        avb, best = doc.get("auto_vs_best"), min(pickable, key=lambda r: r["time_s"])
+        auto = [r for r in res if r["scheme"] == "auto"][0]
+        if (not isinstance(avb, dict) or avb.get("best") != best["scheme"] or
+                avb.get("auto") != auto["chosen"] or
+                not math.isclose(avb.get("ratio", 0), auto["time_s"] / best["time_s"],
+                                 rel_tol=2e-3)):
+            errs.append("auto_vs_best: %r, the fastest pinned %s at %s s, auto %s s" %
+                        (avb, best["scheme"], best["time_s"], auto["time_s"]))
     return errs
 
 
