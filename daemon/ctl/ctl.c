@@ -19,9 +19,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "coll/job.h"
 #include "ctl/peer.h"
 #include "device/device.h"
-#include "engine/engine.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -188,7 +188,9 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 					0);
 		else if (r->session)
 			send_completion(ctl, r->session, r->handle, st, error,
-					st == SC_OK && r->op == SCD_OP_ALLTOALL ? r->a2a : NULL,
+					st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back
+					    ? r->a2a
+					    : NULL,
 					(int)r->a2a_n);
 		r->handle = 0;
 		if (r->zombie)
@@ -309,6 +311,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel ||
 	    scd_ntensor_typeword(nt) != dtype)
 		return SC_ERR_NOT_FOUND;
+	const scd_coll_desc_t *coll = scd_coll_desc(nt->coll.kind);
 	it->nt = nt;
 	it->name = nt->name;
 	it->sparsifier = nt->opts.sparsifier;
@@ -340,20 +343,14 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
-		if (nt->op == SCD_OP_ALLGATHER) {
-			s->count = r->nnz;
-			s->result_nnz = &r->hdr->result_nnz;
-		}
-		if (scd_op_is_reducescatter(nt->op))
-			s->result_nnz = &r->hdr->result_nnz;
-		if (nt->op == SCD_OP_ALLTOALL) {
-			s->a2a = r->a2a;
-			s->a2a_n = r->a2a_n;
-			s->a2a_bad = r->a2a_bad;
-			s->a2a_given = r->a2a_given;
-			s->a2a_sum = r->a2a_sum;
-			s->result_nnz = &r->hdr->result_nnz;
-		}
+		/* an alltoall's counts, as the trainer gave them (a2a_n 0: none) */
+		s->a2a = r->a2a;
+		s->a2a_n = r->a2a_n;
+		s->a2a_bad = r->a2a_bad;
+		s->a2a_given = r->a2a_given;
+		s->a2a_sum = r->a2a_sum;
+		if (coll->fill_src)
+			coll->fill_src(s, r->nnz, &r->hdr->result_nnz);
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -923,6 +920,44 @@ static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd
 		step_fail(ctl, nt, st, err, r->local_rank);
 }
 
+/*
+ * The trainer's request as a collective and its arguments (coll/coll.h), with what its
+ * check needs of the tensor: one collective, named by the message's fields (a request that
+ * names two is refused, naming the first).
+ */
+static sc_status_t request_decode(const scd_ntensor_t *nt, const Sparsecomm__Allreduce *a,
+				  int trainers, scd_coll_req_t *rq, char *err, size_t len)
+{
+	*rq = (scd_coll_req_t){.tensor = nt->name,
+			       .numel = nt->numel,
+			       .count = a->count,
+			       .coo = a->coo,
+			       .sparsifier = nt->opts.sparsifier != SC_SPARSIFY_NONE,
+			       .coo_area = nt->opts.coo_capacity > 0,
+			       .trainers = (uint32_t)trainers};
+	int named = !!a->broadcast + !!a->allgather + !!a->alltoall + !!a->reducescatter;
+	if (a->broadcast)
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_BROADCAST, .root = a->root_rank};
+	else if (a->allgather)
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLGATHER};
+	else if (a->reducescatter)
+		rq->coll =
+		    (scd_coll_t){.kind = SCD_COLL_REDUCESCATTER,
+				 .op = (sc_reduce_op_t)a->op,
+				 .row = a->count < SCD_RS_ROW_MAX ? (uint32_t)a->count : 0};
+	else if (a->alltoall)
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLTOALL};
+	else
+		rq->coll =
+		    (scd_coll_t){.kind = SCD_COLL_ALLREDUCE, .op = (sc_reduce_op_t)a->op};
+	if (named > 1) {
+		snprintf(err, len, "%s of tensor '%s': asked together with another collective",
+			 scd_coll_desc(rq->coll.kind)->name, nt->name);
+		return SC_ERR_INVALID;
+	}
+	return SC_OK;
+}
+
 static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			     const Sparsecomm__Allreduce *a)
 {
@@ -938,12 +973,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_ntensor_t *nt = r->nt;
 	sc_status_t st = SC_OK;
 	int trainers = ctl->d->world_size * ctl->d->local_size;
-	uint32_t opw = a->broadcast   ? SCD_OP_BROADCAST | a->root_rank
-		       : a->allgather ? SCD_OP_ALLGATHER
-		       : a->alltoall  ? SCD_OP_ALLTOALL
-		       : a->reducescatter
-			   ? SCD_OP_REDUCESCATTER | (uint32_t)a->count << 3 | a->op
-			   : a->op;
+	scd_coll_req_t rq;
 	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
@@ -952,59 +982,14 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
-	} else if (a->allgather && (a->broadcast || a->coo || a->count > nt->numel)) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "allgather of tensor '%s': %llu elements given, over its %llu (or with "
-		    "COO input or a broadcast)",
-		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel);
-	} else if (a->reducescatter && (a->broadcast || a->allgather || a->coo || !a->count ||
-					a->count >= SCD_RS_ROW_MAX || nt->numel % a->count ||
-					a->op > SC_OP_PRODUCT)) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "reducescatter of tensor '%s': rows of %llu elements do not divide its "
-		    "%llu (1 to %u per row), or reduction %u is unknown",
-		    nt->name, (unsigned long long)a->count, (unsigned long long)nt->numel,
-		    SCD_RS_ROW_MAX - 1, a->op);
-	} else if (a->alltoall &&
-		   (a->broadcast || a->allgather || a->reducescatter || a->coo)) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err),
-			 "alltoall of tensor '%s': asked together with another collective",
-			 nt->name);
-	} else if (a->alltoall &&
-		   (nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.coo_capacity)) {
-		st = SC_ERR_UNSUPPORTED;
-		snprintf(err, sizeof(err),
-			 "alltoall of tensor '%s': a tensor with a sparsifier or COO input "
-			 "takes sum and average only",
-			 nt->name);
+	} else if ((st = request_decode(nt, a, trainers, &rq, err, sizeof(err))) != SC_OK ||
+		   (st = scd_coll_desc(rq.coll.kind)->check(&rq, err, sizeof(err))) != SC_OK) {
+		/* err says why */
 	} else if (a->alltoall && a2a_counts(r, trainers) != SC_OK) {
 		st = SC_ERR_NOMEM;
 		snprintf(err, sizeof(err),
 			 "alltoall of tensor '%s': out of memory for %d counts", nt->name,
 			 trainers);
-	} else if (!a->broadcast && !a->allgather && !a->alltoall && a->op > SC_OP_PRODUCT) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "tensor '%s': unknown reduction %u", nt->name,
-			 a->op);
-	} else if (a->broadcast && a->root_rank >= (uint32_t)trainers) {
-		st = SC_ERR_INVALID;
-		snprintf(
-		    err, sizeof(err),
-		    "broadcast of tensor '%s': root rank %u is not a rank of the job (0 to "
-		    "%d)",
-		    nt->name, a->root_rank, trainers - 1);
-	} else if (opw > SC_OP_AVERAGE && (a->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
-		/* a residual and a list's implicit zeros mean a sum */
-		st = SC_ERR_UNSUPPORTED;
-		snprintf(err, sizeof(err),
-			 "tensor '%s': %s is a dense operation: a tensor with a sparsifier or "
-			 "COO input takes sum and average only",
-			 nt->name, scd_op_describe(opw, opname, sizeof(opname)));
 	} else if (a->coo && (!nt->opts.coo_capacity || a->nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -1044,7 +1029,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
-	r->op = opw;
+	r->coll = rq.coll;
 	r->coo = a->coo;
 	r->sparse_result = a->coo && a->sparse_result;
 	r->nnz = a->allgather ? a->count : a->nnz; /* an allgather's count */
@@ -1052,7 +1037,7 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		a2a_take(r, a, trainers, nt->numel);
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
-		nt->op = opw;
+		nt->coll = rq.coll;
 		nt->coo = a->coo;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
@@ -1063,14 +1048,14 @@ static void handle_allreduce(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, ctl->d->rank);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
-	} else if (nt->op != opw) {
+	} else if (scd_coll_pack(&nt->coll) != scd_coll_pack(&rq.coll)) {
 		char other[64];
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
 			 "operations (%s and %s)",
 			 nt->name, ctl->d->rank,
-			 scd_op_describe(nt->op, opname, sizeof(opname)),
-			 scd_op_describe(opw, other, sizeof(other)));
+			 scd_coll_describe(&nt->coll, opname, sizeof(opname)),
+			 scd_coll_describe(&rq.coll, other, sizeof(other)));
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}

@@ -10,10 +10,10 @@
  * the tensor's residual); choose the scheme (a pin, or the cost model with the measured
  * alpha/beta and the profile); run it; fold its report into the profile.
  */
-#ifndef SCD_ENGINE_BUFCTX_H
-#define SCD_ENGINE_BUFCTX_H
+#ifndef SCD_COLL_BUFCTX_H
+#define SCD_COLL_BUFCTX_H
 
-#include "engine/engine.h"
+#include "coll/job.h"
 #include "scheme/scheme.h"
 
 typedef struct scd_bufctx_table scd_bufctx_table_t;
