@@ -141,7 +141,7 @@ static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
 	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
 		return 0;
 	const scd_job_src_t *s = &it->src[0];
-	if (s->device == SCD_DEVICE_CUDA && s->ordinal != scd_cuda_engine())
+	if (!scd_stage_src_on_engine(s))
 		return 0; /* the scheme would read another GPU's memory */
 	scd_coo_t in;
 	if (!scd_coo_in_take(dev, s->coo_idx, s->coo_val, s->coo_nnz, it->numel, &in,

@@ -484,7 +484,7 @@ static sc_status_t alltoall_run(scd_coll_ctx_t *x, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error),
 			 "no room on the engine GPU cuda:%d to copy the alltoall's results to "
 			 "the node's other GPUs: %s",
-			 scd_cuda_engine(), sc_status_message(st));
+			 scd_stage_engine_gpu(), sc_status_message(st));
 		return st;
 	}
 	a2a_ctx_t ac = {x->stage, x->dev, &job->items[0], &x->stage->peer_out};

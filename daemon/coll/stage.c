@@ -228,6 +228,16 @@ sc_status_t scd_stage_gpu_check(int rank, scd_job_t *job, scd_device_kind_t kind
 	return SC_OK;
 }
 
+int scd_stage_engine_gpu(void)
+{
+	return scd_cuda_engine();
+}
+
+int scd_stage_src_on_engine(const scd_job_src_t *src)
+{
+	return src->device != SCD_DEVICE_CUDA || src->ordinal == scd_cuda_engine();
+}
+
 void scd_stage_free(scd_stage_t *s)
 {
 	if (s->stage)

@@ -90,4 +90,9 @@ const char *scd_stage_device_why(const scd_device_ops_t *dev, sc_status_t st);
  * it). job->error names rank and the tensor. */
 sc_status_t scd_stage_gpu_check(int rank, scd_job_t *job, scd_device_kind_t kind);
 
+/* The GPU the engine computes on (cuda_device), and whether a source lies where the
+ * engine's kernels read it (not a cuda source on another GPU). */
+int scd_stage_engine_gpu(void);
+int scd_stage_src_on_engine(const scd_job_src_t *src);
+
 #endif

@@ -18,7 +18,6 @@
 #include "coll/bufctx.h"
 #include "coll/ctx.h"
 #include "coll/stage.h"
-#include "device/cuda.h"
 #include "engine/gpunet.h"
 #include "engine/verdict.h"
 #include "util/clock.h"
@@ -249,8 +248,7 @@ static sc_status_t job_buffer(scd_engine_t *e, scd_job_t *job, const scd_coll_de
 	scd_job_run_t *run = &job->run;
 	size_t esz = sc_dtype_size(job->dtype);
 	if (c->in_place && job->n_items == 1 && job->items[0].n_src > 0 &&
-	    (run->kind != SCD_DEVICE_CUDA ||
-	     job->items[0].src[0].ordinal == scd_cuda_engine())) {
+	    scd_stage_src_on_engine(&job->items[0].src[0])) {
 		run->buf = job->items[0].src[0].dense;
 		return SC_OK;
 	}
@@ -290,7 +288,7 @@ static void compute_buffer(scd_engine_t *e, scd_job_t *job)
 		snprintf(job->error, sizeof(job->error),
 			 "rank %d: no room on the engine GPU cuda:%d to copy the node's "
 			 "sources on other GPUs over: %s",
-			 e->p.rank, scd_cuda_engine(), sc_status_message(st));
+			 e->p.rank, scd_stage_engine_gpu(), sc_status_message(st));
 		log_job_error(job);
 		compute_fail(job, st);
 		return;
