@@ -1,6 +1,7 @@
 /*
- * bufctx.h: what the engine keeps per fused buffer from one step to the next: the scheme
- * context (workspaces, step counter, shared seed), the profile of recent steps (density,
+ * bufctx.h: what the allreduce (coll_allreduce.c) keeps per fused buffer from one step to
+ * the next, in a table the engine owns (it drops it with the mesh): the scheme context
+ * (workspaces, step counter, shared seed), the profile of recent steps (density,
  * densification, skew, fed only from scheme reports, which are identical on every rank),
  * and a sparsifier per tensor that asked for one. A buffer is identified by the cache ids
  * of its tensors, which the coordinator assigns, so every rank finds the same context.
@@ -47,7 +48,7 @@ int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *s
 		    int last, int explore);
 
 /*
- * A step in two stages (the engine's pipeline, engine.h): prepare, on the compute stage,
+ * A step in two stages (the engine's pipeline, engine/engine.h): prepare, on the compute stage,
  * finds the buffer's state and sparsifies ahead (per tensor, into the tensors' residuals);
  * communicate, on the communication stage, chooses and runs the scheme and folds its
  * report into the profile; release ends the step's hold on the buffer's state (which is

@@ -75,7 +75,7 @@ struct scd_coll_ctx; /* what the engine lends a job's stages (coll/ctx.h) */
 /*
  * A collective's descriptor. Every hook but the stages' may be NULL where the kind has
  * nothing to do there. The stages run on the engine's threads with the job's device and
- * buffer (engine.h); they set job->error when they fail (the engine adds the rank).
+ * buffer (engine/engine.h); they set job->error when they fail (the engine adds the rank).
  */
 typedef struct scd_coll_desc {
 	const char *name;
