@@ -431,6 +431,25 @@ static void start_workers(uv_loop_t *loop)
 	uv_queue_work(loop, &w, no_work, no_work_done);
 	pthread_sigmask(SIG_SETMASK, &was, NULL);
 }
+/* The data plane, made from the configuration and this daemon's place in the world; its
+ * jobs come back to the world (negotiation). */
+static void engine_done(void *arg, scd_job_t *job)
+{
+	scd_world_job_done(arg, job);
+}
+
+static sc_status_t engine_start(scd_daemon_t *d)
+{
+	scd_engine_params_t p = {.loop = d->loop,
+				 .rank = d->rank,
+				 .world_size = d->world_size,
+				 .local_size = d->local_size,
+				 .secret = d->secret.present,
+				 .done = engine_done,
+				 .done_arg = d};
+	scd_engine_params_from_config(&d->cfg, &p);
+	return scd_engine_create(&p, &d->engine);
+}
 
 int main(int argc, char **argv)
 {
@@ -490,7 +509,7 @@ int main(int argc, char **argv)
 	if (st == SC_OK)
 		st = scd_ctl_create(d, &world_upcalls, &d->ctl);
 	if (st == SC_OK)
-		st = scd_engine_create(d, scd_world_job_done, &d->engine);
+		st = engine_start(d);
 	if (st == SC_OK)
 		st = scd_world_create(d, &process_hooks, &d->world);
 	if (st == SC_OK && scd_metrics_start(d) != SC_OK)

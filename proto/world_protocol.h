@@ -9,7 +9,7 @@
  * 4: barriers (BarrierEnter, BarrierDone) and joins (NodeJoin, JoinDone).
  * 5: alltoall (its operation word in plans, and its count matrix on the data plane).
  * 6: the dtype of TensorRequest and CacheEntry is a type word with the tensor's wire
- * format (engine/opword.h), and a 16-bit wire halves its ring's bytes.
+ * format (coll/coll.h), and a 16-bit wire halves its ring's bytes.
  * 7: TensorRequest and CacheEntry carry the tensor's signature (TensorSig: its input's form
  * and the options its scheme depends on), an error Response the node ranks it answers, and
  * Join every configuration key marked the same on every node.

@@ -1,7 +1,8 @@
 /*
  * collective.c: a trainer's Collective request decoded and checked (collective.h). The
  * one place that reads a request's body: each collective's arguments are checked against
- * the tensor's registration here, before ctl.c's checks of the tensor's state.
+ * the tensor's registration by its descriptor (coll/coll.h), before ctl.c's checks of the
+ * tensor's state.
  */
 #include "ctl/collective.h"
 
@@ -23,79 +24,46 @@ static sc_status_t a2a_counts(scd_reg_t *r, int trainers)
 }
 
 sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
-				      const Sparsecomm__Collective *c, scd_coll_req_t *q,
+				      const Sparsecomm__Collective *c, scd_ctl_req_t *q,
 				      char *err, size_t len)
 {
 	const scd_ntensor_t *nt = r->nt;
-	const Sparsecomm__Reducescatter *rs = c->reducescatter;
-	char opname[64];
+	scd_coll_req_t *rq = &q->rq;
+	char why[448];
 
 	memset(q, 0, sizeof(*q));
+	*rq = (scd_coll_req_t){.tensor = nt->name,
+			       .numel = nt->numel,
+			       .sparsifier = nt->opts.sparsifier != SC_SPARSIFY_NONE,
+			       .coo_area = nt->opts.coo_capacity > 0,
+			       .trainers = (uint32_t)trainers};
 	switch (c->body_case) {
 	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
-		q->opw = c->allreduce->op;
-		q->coo = c->allreduce->coo;
-		q->sparse_result = q->coo && c->allreduce->sparse_result;
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLREDUCE,
+					.op = (sc_reduce_op_t)c->allreduce->op};
+		rq->coo = c->allreduce->coo;
+		q->sparse_result = rq->coo && c->allreduce->sparse_result;
 		q->nnz = c->allreduce->nnz;
-		if (q->opw > SC_OP_PRODUCT) {
-			snprintf(err, len, "rank %d: tensor '%s': unknown reduction %u", rank,
-				 nt->name, q->opw);
-			return SC_ERR_INVALID;
-		}
 		break;
 	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
-		q->opw = SCD_OP_BROADCAST | c->broadcast->root_rank;
-		if (c->broadcast->root_rank >= (uint32_t)trainers) {
-			snprintf(
-			    err, len,
-			    "rank %d: broadcast of tensor '%s': root rank %u is not a rank "
-			    "of the job (0 to %d)",
-			    rank, nt->name, c->broadcast->root_rank, trainers - 1);
-			return SC_ERR_INVALID;
-		}
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_BROADCAST,
+					.root = c->broadcast->root_rank};
 		break;
 	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
-		q->opw = SCD_OP_ALLGATHER;
-		q->nnz = c->allgather->count;
-		if (q->nnz > nt->numel) {
-			snprintf(err, len,
-				 "rank %d: allgather of tensor '%s': %llu elements given, over "
-				 "its %llu",
-				 rank, nt->name, (unsigned long long)q->nnz,
-				 (unsigned long long)nt->numel);
-			return SC_ERR_INVALID;
-		}
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLGATHER};
+		rq->count = q->nnz = c->allgather->count;
 		break;
-	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
-		if (!rs->row_elems || rs->row_elems >= SCD_RS_ROW_MAX ||
-		    nt->numel % rs->row_elems || rs->op > SC_OP_PRODUCT) {
-			snprintf(err, len,
-				 "rank %d: reducescatter of tensor '%s': rows of %llu elements "
-				 "do not divide its %llu (1 to %u per row), or reduction %u is "
-				 "unknown",
-				 rank, nt->name, (unsigned long long)rs->row_elems,
-				 (unsigned long long)nt->numel, SCD_RS_ROW_MAX - 1, rs->op);
-			return SC_ERR_INVALID;
-		}
-		q->opw = SCD_OP_REDUCESCATTER | (uint32_t)rs->row_elems << 3 | rs->op;
+	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER: {
+		uint64_t row = c->reducescatter->row_elems;
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_REDUCESCATTER,
+					.op = (sc_reduce_op_t)c->reducescatter->op,
+					.row = row < SCD_RS_ROW_MAX ? (uint32_t)row : 0};
+		rq->count = row;
 		break;
+	}
 	case SPARSECOMM__COLLECTIVE__BODY_ALLTOALL:
-		q->opw = SCD_OP_ALLTOALL;
+		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLTOALL};
 		q->a2a = c->alltoall;
-		if (nt->opts.sparsifier != SC_SPARSIFY_NONE || nt->opts.coo_capacity) {
-			snprintf(err, len,
-				 "rank %d: alltoall of tensor '%s': a tensor with a sparsifier "
-				 "or COO input takes sum and average only",
-				 rank, nt->name);
-			return SC_ERR_UNSUPPORTED;
-		}
-		if (a2a_counts(r, trainers) != SC_OK) {
-			snprintf(
-			    err, len,
-			    "rank %d: alltoall of tensor '%s': out of memory for %d counts",
-			    rank, nt->name, trainers);
-			return SC_ERR_NOMEM;
-		}
 		break;
 	default:
 		snprintf(err, len,
@@ -104,13 +72,15 @@ sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 			 rank, nt->name, SC_PROTOCOL_VERSION);
 		return SC_ERR_PROTOCOL;
 	}
-	if (q->opw > SC_OP_AVERAGE && (q->coo || nt->opts.sparsifier != SC_SPARSIFY_NONE)) {
-		/* a residual and a list's implicit zeros mean a sum */
-		snprintf(err, len,
-			 "rank %d: tensor '%s': %s is a dense operation: a tensor with a "
-			 "sparsifier or COO input takes sum and average only",
-			 rank, nt->name, scd_op_describe(q->opw, opname, sizeof(opname)));
-		return SC_ERR_UNSUPPORTED;
+	sc_status_t st = scd_coll_desc(rq->coll.kind)->check(rq, why, sizeof(why));
+	if (st != SC_OK) {
+		snprintf(err, len, "rank %d: %s", rank, why);
+		return st;
+	}
+	if (q->a2a && a2a_counts(r, trainers) != SC_OK) {
+		snprintf(err, len, "rank %d: alltoall of tensor '%s': out of memory for %d counts",
+			 rank, nt->name, trainers);
+		return SC_ERR_NOMEM;
 	}
 	return SC_OK;
 }

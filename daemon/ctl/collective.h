@@ -1,8 +1,8 @@
 /*
  * collective.h: a trainer's Collective request (proto/sparsecomm.proto) as the node keeps
  * it. The request's body names exactly one collective with its own arguments; decoding it
- * gives the submission's operation word (engine/opword.h), COO input and count, which
- * ctl.c stores in the trainer's registration (scd_reg_t) and the node tensor.
+ * gives the submission's collective (coll/coll.h), COO input and count, which ctl.c stores
+ * in the trainer's registration (scd_reg_t) and the node tensor.
  */
 #ifndef SCD_CTL_COLLECTIVE_H
 #define SCD_CTL_COLLECTIVE_H
@@ -10,26 +10,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coll/coll.h"
 #include "ctl/tensor.h"
 #include "sparsecomm.pb-c.h"
 
-/* A submission as the node keeps it (scd_reg_t, scd_ntensor_t): its operation word, its
- * COO input, its count, an alltoall's send counts. */
-typedef struct {
-	uint32_t opw;
-	int coo, sparse_result;
+/* A submission as the node keeps it (scd_reg_t, scd_ntensor_t): its collective, with what
+ * the collective's check reads (coll/coll.h), and the request's own arguments: its COO
+ * input, its count, an alltoall's send counts. */
+typedef struct scd_ctl_req {
+	scd_coll_req_t rq;
+	int sparse_result;
 	uint64_t nnz;			 /* the COO entries, or an allgather's count */
 	const Sparsecomm__Alltoall *a2a; /* an alltoall's body, else NULL */
-} scd_coll_req_t;
+} scd_ctl_req_t;
 
 /*
  * Decodes c's body, the one collective it names, into q and checks it against r's tensor
- * in a job of trainers trainers: SC_OK, or the status with err naming the trainer (global
- * rank), the tensor and what is wrong. A Collective without a body names no collective:
+ * in a job of trainers trainers through the collective's descriptor (its check): SC_OK,
+ * or the status with err naming the trainer (global rank), the tensor and what is wrong. A Collective without a body names no collective:
  * SC_ERR_PROTOCOL. An alltoall makes room in r for its counts.
  */
 sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
-				      const Sparsecomm__Collective *c, scd_coll_req_t *q,
+				      const Sparsecomm__Collective *c, scd_ctl_req_t *q,
 				      char *err, size_t len);
 
 /*

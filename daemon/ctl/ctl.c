@@ -20,9 +20,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "coll/job.h"
 #include "ctl/peer.h"
 #include "device/device.h"
-#include "engine/engine.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -188,7 +188,9 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 					0);
 		else if (r->session)
 			send_completion(ctl, r->session, r->handle, st, error,
-					st == SC_OK && r->op == SCD_OP_ALLTOALL ? r->a2a : NULL,
+					st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back
+					    ? r->a2a
+					    : NULL,
 					(int)r->a2a_n);
 		r->handle = 0;
 		if (r->zombie)
@@ -309,6 +311,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel ||
 	    scd_ntensor_typeword(nt) != dtype)
 		return SC_ERR_NOT_FOUND;
+	const scd_coll_desc_t *coll = scd_coll_desc(nt->coll.kind);
 	it->nt = nt;
 	it->name = nt->name;
 	it->sparsifier = nt->opts.sparsifier;
@@ -340,20 +343,14 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 		s->local_rank = l;
 		s->dense = r->data;
 		s->coo = r->coo;
-		if (nt->op == SCD_OP_ALLGATHER) {
-			s->count = r->nnz;
-			s->result_nnz = &r->hdr->result_nnz;
-		}
-		if (scd_op_is_reducescatter(nt->op))
-			s->result_nnz = &r->hdr->result_nnz;
-		if (nt->op == SCD_OP_ALLTOALL) {
-			s->a2a = r->a2a;
-			s->a2a_n = r->a2a_n;
-			s->a2a_bad = r->a2a_bad;
-			s->a2a_given = r->a2a_given;
-			s->a2a_sum = r->a2a_sum;
-			s->result_nnz = &r->hdr->result_nnz;
-		}
+		/* an alltoall's counts, as the trainer gave them (a2a_n 0: none) */
+		s->a2a = r->a2a;
+		s->a2a_n = r->a2a_n;
+		s->a2a_bad = r->a2a_bad;
+		s->a2a_given = r->a2a_given;
+		s->a2a_sum = r->a2a_sum;
+		if (coll->fill_src)
+			coll->fill_src(s, r->nnz, &r->hdr->result_nnz);
 		if (r->coo) {
 			/* the daemon's own layout: the trainer can write the header */
 			s->coo_idx = r->coo_idx;
@@ -905,7 +902,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_ntensor_t *nt = r->nt;
 	int trainers = ctl->d->world_size * ctl->d->local_size;
 	int rank = ctl->d->rank * ctl->d->local_size + r->local_rank;
-	scd_coll_req_t q = {0};
+	scd_ctl_req_t q = {0};
 	sc_status_t st = SC_OK;
 	char opname[64];
 	if (!a->handle) {
@@ -919,7 +916,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 						   sizeof(err))) != SC_OK) {
 		if (st == SC_ERR_PROTOCOL) /* the others would wait for this one's step */
 			refuse_step(ctl, s, nt, r, st, err);
-	} else if (q.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
+	} else if (q.rq.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
@@ -958,33 +955,33 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
-	r->op = q.opw;
-	r->coo = q.coo;
+	r->coll = q.rq.coll;
+	r->coo = q.rq.coo;
 	r->sparse_result = q.sparse_result;
 	r->nnz = q.nnz; /* or an allgather's count */
 	if (q.a2a)
 		scd_ctl_a2a_take(r, q.a2a, trainers, nt->numel);
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
-		nt->op = q.opw;
-		nt->coo = q.coo;
+		nt->coll = q.rq.coll;
+		nt->coo = q.rq.coo;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
-	} else if (!nt->coo != !q.coo) {
+	} else if (!nt->coo != !q.rq.coo) {
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
 			 nt->name, ctl->d->rank);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
-	} else if (nt->op != q.opw) {
+	} else if (scd_coll_pack(&nt->coll) != scd_coll_pack(&q.rq.coll)) {
 		char other[64];
 		snprintf(err, sizeof(err),
 			 "allreduce of tensor '%s': the trainers of node %d ask for different "
 			 "operations (%s and %s)",
 			 nt->name, ctl->d->rank,
-			 scd_op_describe(nt->op, opname, sizeof(opname)),
-			 scd_op_describe(q.opw, other, sizeof(other)));
+			 scd_coll_describe(&nt->coll, opname, sizeof(opname)),
+			 scd_coll_describe(&q.rq.coll, other, sizeof(other)));
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}

@@ -15,8 +15,8 @@
  * Layering: world/ calls ctl (tensors, completions, a job's view of the shared buffers);
  * ctl never includes world/. What ctl has to tell the world (a tensor is ready, a trainer
  * died, a sparsectl request) goes through the scd_ctl_upcalls_t table main.c wires to the
- * world's functions. ctl fills engine jobs' items (engine/engine.h); the engine includes
- * neither.
+ * world's functions. ctl fills jobs' items (coll/job.h) and checks a trainer's request
+ * through its collective's descriptor (coll/coll.h); the engine includes neither.
  */
 #ifndef SCD_CTL_CTL_H
 #define SCD_CTL_CTL_H

@@ -12,9 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "coll/coll.h"
 #include "ctl/stats_keep.h"
 #include "daemon.h"
-#include "engine/opword.h"
 #include "shm_layout.h"
 #include "sparsecomm.h"
 
@@ -73,7 +73,7 @@ typedef struct scd_reg {
 	unsigned char mem_ipc[64], ready_ipc[64], done_ipc[64];
 	/* the operation in flight (handle 0: none) */
 	uint64_t handle;
-	uint32_t op;
+	scd_coll_t coll;
 	int coo;
 	int sparse_result; /* with coo: the result may come back in the COO area */
 	uint64_t nnz;
@@ -97,8 +97,8 @@ typedef struct scd_ntensor {
 	scd_reg_t *slot[SCD_MAX_LOCAL]; /* by local rank */
 	int n_regs;
 	int submitted;
-	uint32_t op;
-	int coo; /* the step's input is the COO area (every local trainer's alike) */
+	scd_coll_t coll; /* the step's collective (coll/coll.h) */
+	int coo;	 /* the step's input is the COO area (every local trainer's alike) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
@@ -119,17 +119,16 @@ typedef struct scd_ntensor {
  * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
  * reads its residual whole), COO input (the engine hands a single tensor's list to the
  * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them), an allgather (its buffer's layout depends on every rank's count), a
- * reduce-scatter (each trainer's slice of the buffer is its result) and an alltoall (its
- * blocks go to other trainers).
+ * made from them), and a collective that does not fuse (coll.h: an allgather, whose
+ * buffer's layout depends on every rank's count, a reduce-scatter, whose trainers each get
+ * another slice of the buffer, an alltoall, whose blocks go to other trainers).
  */
 static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
 {
 	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
 	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 ||
 	       (nt->opts.block && !strcmp(nt->opts.scheme, "s2_sketch")) ||
-	       nt->op == SCD_OP_ALLGATHER || nt->op == SCD_OP_ALLTOALL ||
-	       scd_op_is_reducescatter(nt->op);
+	       scd_coll_solo(&nt->coll);
 }
 
 /*
@@ -149,13 +148,14 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 	uint32_t h = 2166136261u;
 	for (const char *c = nt->opts.scheme; *c; c++)
 		h = (h ^ (uint8_t)*c) * 16777619u;
-	if (nt->op > SC_OP_AVERAGE)
-		h = (h ^ (nt->op * 0x9e3779b9u)) * 16777619u;
+	uint32_t word = scd_coll_fuse_word(scd_coll_pack(&nt->coll));
+	if (word)
+		h = (h ^ (word * 0x9e3779b9u)) * 16777619u;
 	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
 }
 
-/* What negotiation announces as the tensor's dtype: its type word (engine/opword.h). */
+/* What negotiation announces as the tensor's dtype: its type word (coll/coll.h). */
 static inline uint32_t scd_ntensor_typeword(const scd_ntensor_t *nt)
 {
 	return scd_typeword(nt->dtype, nt->opts.wire);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/log.h"
+
 /* Wire form, little-endian: bits 0-31 the count (saturated), 32-47 the item, 48-55 the
  * local rank, 56-63 the kind (0: no fault). */
 uint64_t scd_fault_pack(const scd_fault_t *f)
@@ -151,5 +153,52 @@ sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_faul
 	}
 	free(in);
 	free(x);
+	return st;
+}
+
+/* The name of an item's tensor, for errors. */
+static const char *item_name(const scd_job_item_t *it)
+{
+	return it->name ? it->name : "?";
+}
+
+/* See verdict.h. Logs what nonfinite = warn lets through; then the input check round, which
+ * fails the job on every rank when some rank found a fault in its input or failed its
+ * compute stage. The rank whose compute stage failed keeps its own account of why after
+ * the error every rank shares. */
+sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_fault_t *f,
+			      int rank, int local_size, int *all_cuda)
+{
+	for (int i = 0; i < job->n_items && job->nonfinite == SCD_NONFINITE_WARN; i++)
+		if (job->items[i].nonfinite)
+			scd_warn(
+			    SCD_SUB_ENGINE,
+			    "rank %d: tensor '%s': %llu non-finite values (NaN or infinity) "
+			    "in this node's input, summed as they are (nonfinite = warn)",
+			    rank, item_name(&job->items[i]),
+			    (unsigned long long)job->items[i].nonfinite);
+	char mine[sizeof(job->error)];
+	if (f->kind == SCD_FAULT_LOCAL)
+		memcpy(mine, job->error, sizeof(mine));
+	int faulty;
+	uint32_t flags = job->run.kind == SCD_DEVICE_CUDA ? SCD_VERDICT_CUDA : 0, agreed = 0;
+	sc_status_t st =
+	    scd_verdict_round(t, job, f, flags, local_size, job->timeout_ms, &faulty, &agreed);
+	*all_cuda = (agreed & SCD_VERDICT_CUDA) != 0;
+	if (st == SC_OK)
+		return SC_OK;
+	if (f->kind == SCD_FAULT_LOCAL) {
+		mine[sizeof(mine) - 1] = 0;
+		if (faulty <
+		    0) { /* the round itself failed: this node's failure is the error */
+			st = scd_fault_status(f);
+			memcpy(job->error, mine, sizeof(mine));
+		} else {
+			size_t n = strlen(job->error);
+			snprintf(job->error + n, sizeof(job->error) - n, "; here: %s", mine);
+		}
+	}
+	job->status = st;
+	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
 	return st;
 }

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/engine.h"
+#include "coll/job.h"
 
 /* scd_fault_t, one rank's finding, is in engine.h (a job carries it between the engine's
  * stages). */
@@ -58,5 +58,16 @@ sc_status_t scd_fault_status(const scd_fault_t *f);
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
 			      uint32_t flags, int local_size, int timeout_ms, int *faulty_p,
 			      uint32_t *flags_and);
+
+/*
+ * The input check round of a job's communication stage (rank of local_size trainers a
+ * node, over t): logs what nonfinite = warn lets through, then fails the job on every rank
+ * (job->status and job->error set, logged) when some rank found a fault in its input or
+ * failed its compute stage (f: this rank's); the rank whose compute stage failed keeps its
+ * own account of why after the error every rank shares. *all_cuda: the buffer is on the
+ * cuda device on every rank.
+ */
+sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_fault_t *f,
+			      int rank, int local_size, int *all_cuda);
 
 #endif

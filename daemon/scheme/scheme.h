@@ -4,7 +4,7 @@
  * built from the device (layer 1) and the transport (layer 2), plus the choice of scheme
  * from the cost model.
  *
- * Use, per fused buffer (the engine, engine/bufctx.c, which calibrates the costs with
+ * Use, per fused buffer (the engine, coll/bufctx.c, which calibrates the costs with
  * measured times before it picks; scd_scheme_choose is the uncalibrated choice):
  *
  *	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(numel, seed);

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "coll/coll.h"
 #include "ctl/tensor.h"
-#include "engine/opword.h"
 #include "world/world_int.h"
 
 enum {
@@ -193,7 +193,7 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 		else if (kind == 4)
 			scd_tsig_field_text(&e->sig[r], field, val, sizeof(val));
 		else
-			scd_op_describe(e->op[r], val, sizeof(val));
+			scd_coll_describe_word(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
 			      val);
 	}

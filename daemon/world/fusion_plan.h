@@ -19,7 +19,7 @@
  *
  * The times, each the slowest rank's: tcp_s a tensor's compression (its sparsifier, or the
  * residual added back), tb_s its fusion into the buffer (the scatter of its selection;
- * measured also for a tensor alone in its buffer, engine/bufctx.c), cm_s its share (by
+ * measured also for a tensor alone in its buffer, coll/bufctx.c), cm_s its share (by
  * size) of its buffer's communication beyond the per-buffer latency alpha_s. A buffer's
  * sparse tensor fusion time T_cp + T_b is the sum of its tcp_s + tb_s. Its communication
  * time T_cm is interpolated by size from the buffers measured so far (scd_fplan_comm_t:

@@ -129,7 +129,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	scd_tsig_t sig;
 	scd_tsig_of(nt, &sig);
 	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
-	    w->cache[id].numel == nt->numel && w->cache[id].op == nt->op &&
+	    w->cache[id].numel == nt->numel && w->cache[id].op == scd_coll_pack(&nt->coll) &&
 	    w->cache[id].solo == solo && w->cache[id].fuse_key == key &&
 	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
 		o->cached = 1;
@@ -142,7 +142,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		}
 		o->dtype = scd_ntensor_typeword(nt);
 		o->numel = nt->numel;
-		o->op = nt->op;
+		o->op = scd_coll_pack(&nt->coll);
 		o->solo = solo;
 		o->fuse_key = key;
 		o->sig = sig;
@@ -535,8 +535,7 @@ static uint32_t plan_key(const scd_world_t *w, const scd_centry_t *e)
 static int same_class(const scd_world_t *w, const scd_centry_t *a, const scd_centry_t *b)
 {
 	return a->dtype[0] == b->dtype[0] && a->fuse_key == b->fuse_key &&
-	       (a->op[0] > SC_OP_AVERAGE ? a->op[0] : 0) ==
-		   (b->op[0] > SC_OP_AVERAGE ? b->op[0] : 0) &&
+	       scd_coll_fuse_word(a->op[0]) == scd_coll_fuse_word(b->op[0]) &&
 	       pin_index(w, a->name) == pin_index(w, b->name);
 }
 
@@ -1119,8 +1118,12 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	job->lossless_only = 0;
 	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
 	/* Every item has the buffer's dtype and wire format (see coord_emit; the type word,
-	 * engine/opword.h); items start 64-byte aligned. */
+	 * coll/coll.h); items start 64-byte aligned. Every item has the buffer's collective
+	 * (the fuse class keeps the others apart), and its own reduction where it averages. */
 	uint32_t word = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
+	scd_coll_t coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM};
+	if (resp->n_cache_ids)
+		scd_coll_unpack(w->cache[resp->cache_ids[0]].op, &coll);
 	job->dtype = scd_tw_dtype(word);
 	job->wire = scd_tw_wire(word);
 	size_t esz = sc_dtype_size(job->dtype);
@@ -1130,7 +1133,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		const scd_cache_ent_t *c = &w->cache[resp->cache_ids[i]];
 		scd_job_item_t *it = &items[i];
 		it->numel = c->numel;
-		it->op = c->op;
+		it->op = c->op == SC_OP_AVERAGE ? SC_OP_AVERAGE : SC_OP_SUM;
 		it->cache_id = resp->cache_ids[i];
 		it->solo = c->solo;
 		it->offset = off;
@@ -1158,10 +1161,13 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	job->total_numel = job->n_items == 1 ? items[0].numel : off;
 	/* Min, max and product reduce every item of a buffer (the fusion key keeps them
 	 * apart); sum and average items share the sum, each averaging its own. */
-	job->op = job->n_items && items[0].op > SC_OP_AVERAGE ? items[0].op : SC_OP_SUM;
+	if (coll.kind == SCD_COLL_ALLREDUCE && coll.op == SC_OP_AVERAGE)
+		coll.op = SC_OP_SUM;
+	job->coll = coll;
 	/* The schemes are float32 sums over a 32-bit wire only: the other dtypes, reductions
-	 * and wire formats always take the dense ring. */
-	job->pin = job->dtype == SC_FLOAT32 && job->op == SC_OP_SUM && !job->wire
+	 * and wire formats, and the other collectives, always take the dense ring. */
+	job->pin = coll.kind == SCD_COLL_ALLREDUCE && job->dtype == SC_FLOAT32 &&
+			   coll.op == SC_OP_SUM && !job->wire
 		       ? buffer_pin(w, job)
 		       : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
@@ -1365,14 +1371,8 @@ static void record_times(scd_world_t *w, const scd_job_t *job)
  * not an allreduce. */
 static const char *stats_scheme(const scd_job_t *job)
 {
-	if (scd_op_is_broadcast(job->op))
-		return "broadcast";
-	if (job->op == SCD_OP_ALLGATHER)
-		return "allgather";
-	if (job->op == SCD_OP_ALLTOALL)
-		return "alltoall";
-	if (scd_op_is_reducescatter(job->op))
-		return "reducescatter";
+	if (job->coll.kind != SCD_COLL_ALLREDUCE)
+		return scd_coll_desc(job->coll.kind)->name;
 	return scd_scheme_name((scd_scheme_t)job->scheme);
 }
 
@@ -1381,7 +1381,8 @@ static const char *stats_scheme(const scd_job_t *job)
 static void stats_wire(scd_ntensor_t *nt, const scd_job_t *job)
 {
 	const char *name = sc_wire_name((sc_wire_t)nt->opts.wire);
-	if (job->wire && !job->wire_sent && job->op == SC_OP_SUM)
+	if (job->wire && !job->wire_sent && job->coll.kind == SCD_COLL_ALLREDUCE &&
+	    job->coll.op == SC_OP_SUM)
 		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s as fp32 (%s)", name,
 			 job->transport_name ? job->transport_name : "?");
 	else

@@ -1,5 +1,5 @@
 /*
- * test_engine_bufctx.c: a buffer step's failures keep their own status (engine/bufctx.h).
+ * test_engine_bufctx.c: a buffer step's failures keep their own status (coll/bufctx.h).
  * A tensor whose options passed registration but from which no sparsifier can be made (a
  * hard threshold of 1e-50 is > 0 as a double, 0 in float32) fails its step with
  * SC_ERR_INVALID and a text that names the tensor and its threshold, not with
@@ -10,7 +10,8 @@
 
 #include <string.h>
 
-#include "engine/bufctx.h"
+#include "coll/bufctx.h"
+#include "engine/engine.h"
 #include "util/log.h"
 
 /* A table of buffer contexts with the default settings, and the cpu device. */

@@ -1,6 +1,6 @@
 /*
  * test_engine_coo_in.c: a trainer's COO input is taken once, into the engine's own memory
- * (engine/coo_in.h). The copy does not change when the trainer rewrites its list
+ * (coll/coo_in.h). The copy does not change when the trainer rewrites its list
  * afterwards; an unsorted list with repeated indices comes out strictly ascending with the
  * repeats summed in list order (a reference sum over a dense array must match bit for
  * bit); an index past numel is refused; seeded random lists against the reference.
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/coo_in.h"
+#include "coll/coo_in.h"
 
 UNIT_TEST(engine_coo_in_copy_sorted_and_private)
 {

@@ -1,6 +1,6 @@
 /*
  * test_engine_fused_sparse.c: one buffer of several sparsified tensors (sparsification
- * ahead, engine/bufctx.c). 40 tensors whose magnitudes spread over 8 decades, top-k 1%
+ * ahead, coll/bufctx.c). 40 tensors whose magnitudes spread over 8 decades, top-k 1%
  * each, fused into one buffer on 2 ranks: each tensor's selection is its own top-k (no
  * tensor goes missing, however small its values beside the others'), a lossless scheme's
  * result is exactly the sum of the ranks' selections, and a lossy scheme's discards go
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "engine/bufctx.h"
+#include "coll/bufctx.h"
 #include "scheme_world.h"
 
 enum { NT = 40, RANKS = 2 };

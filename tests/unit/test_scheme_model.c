@@ -53,7 +53,7 @@ static scd_scheme_ctx_t *model_ctx(scd_transport_t *t, uint64_t n, uint32_t team
 	return ctx;
 }
 
-/* The engine's input: a profile fed with the report (engine/bufctx.c), costed in the run's
+/* The engine's input: a profile fed with the report (coll/bufctx.c), costed in the run's
  * context. */
 static scd_cost_t model_cost(const scd_scheme_ctx_t *ctx, const scd_scheme_report_t *rep)
 {

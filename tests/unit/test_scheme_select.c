@@ -100,10 +100,10 @@ UNIT_TEST(scheme_names_parse)
 	CHECK_TRUE(scd_scheme_parse("nope", &p) != 0);
 }
 
-/* ---- the engine's calibrated pick (engine/bufctx.h) ----------------------------------------
+/* ---- the engine's calibrated pick (coll/bufctx.h) ----------------------------------------
  */
 
-#include "engine/bufctx.h"
+#include "coll/bufctx.h"
 
 UNIT_TEST(scheme_calibrated_pick)
 {

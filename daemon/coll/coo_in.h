@@ -7,8 +7,8 @@
  * strictly ascending is sorted there and its repeated indices summed (in their order in
  * the list), so every rank takes the sparse path alike, whatever order its trainer wrote.
  */
-#ifndef SCD_ENGINE_COO_IN_H
-#define SCD_ENGINE_COO_IN_H
+#ifndef SCD_COLL_COO_IN_H
+#define SCD_COLL_COO_IN_H
 
 #include <stdint.h>
 

@@ -3,7 +3,7 @@
  * a small array searched linearly (buffers are few: the distinct fused groups of a job)
  * with the least recently used entry evicted past SCD_BUFCTX_MAX.
  */
-#include "engine/bufctx.h"
+#include "coll/bufctx.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* coo_in.c: see coo_in.h. */
-#include "engine/coo_in.h"
+#include "coll/coo_in.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /*
- * bufctx.h: what the engine keeps per fused buffer from one step to the next: the scheme
- * context (workspaces, step counter, shared seed), the profile of recent steps (density,
+ * bufctx.h: what the allreduce (coll_allreduce.c) keeps per fused buffer from one step to
+ * the next, in a table the engine owns (it drops it with the mesh): the scheme context
+ * (workspaces, step counter, shared seed), the profile of recent steps (density,
  * densification, skew, fed only from scheme reports, which are identical on every rank),
  * and a sparsifier per tensor that asked for one. A buffer is identified by the cache ids
  * of its tensors, which the coordinator assigns, so every rank finds the same context.
@@ -10,10 +11,10 @@
  * the tensor's residual); choose the scheme (a pin, or the cost model with the measured
  * alpha/beta and the profile); run it; fold its report into the profile.
  */
-#ifndef SCD_ENGINE_BUFCTX_H
-#define SCD_ENGINE_BUFCTX_H
+#ifndef SCD_COLL_BUFCTX_H
+#define SCD_COLL_BUFCTX_H
 
-#include "engine/engine.h"
+#include "coll/job.h"
 #include "scheme/scheme.h"
 
 typedef struct scd_bufctx_table scd_bufctx_table_t;
@@ -47,7 +48,7 @@ int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *s
 		    int last, int explore);
 
 /*
- * A step in two stages (the engine's pipeline, engine.h): prepare, on the compute stage,
+ * A step in two stages (the engine's pipeline, engine/engine.h): prepare, on the compute stage,
  * finds the buffer's state and sparsifies ahead (per tensor, into the tensors' residuals);
  * communicate, on the communication stage, chooses and runs the scheme and folds its
  * report into the profile; release ends the step's hold on the buffer's state (which is

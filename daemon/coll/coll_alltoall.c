@@ -1,5 +1,15 @@
 /*
- * alltoall.c: the alltoall collective (alltoall.h).
+ * coll_alltoall.c: the alltoall collective (sc_alltoall_async). Every trainer
+ * sends send_counts[r] elements of its buffer to trainer rank r and gets, in source rank
+ * order, the blocks addressed to it.
+ *
+ * Two stages, as the engine's other jobs. The compute stage packs each local trainer's
+ * send blocks, back to back in local rank order, into the job's own buffer (the trainers'
+ * buffers are where the received blocks land, so what they send must be out of them
+ * first). The communication stage exchanges the count matrix (each node's trainers' rows:
+ * state and one count per trainer), which every node then checks alike, and sends each
+ * other node, in one exchange, the blocks its trainers address to that node's trainers;
+ * blocks between two trainers of one node are copied locally.
  *
  * The count matrix. Each node sends every other node its trainers' rows, T + 3 words each
  * (T trainers in the job): the row's state, what the trainer gave (the number of counts
@@ -15,14 +25,30 @@
  * pair exchanges once, in one exchange for the whole job, and nothing is copied on the
  * receiving side.
  */
-#include "engine/alltoall.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
+#include "coll/ctx.h"
 #include "scheme/registry.h"
 #include "util/clock.h"
+
+/*
+ * What the engine lends an alltoall: host memory for staging bytes (grow-only; NULL when
+ * there is none), and the copies between a trainer's buffer and the job's, which cross
+ * GPUs where the trainer's tensor lives on another one than the engine's.
+ */
+typedef struct scd_a2a_hooks {
+	void *(*stage)(void *arg, size_t bytes);
+	/* bytes of src's buffer at p to dst, in the job's buffer */
+	void (*copy_in)(void *arg, const scd_job_src_t *src, void *dst, const void *p,
+			size_t bytes);
+	/* bytes of host memory at p to src's buffer (a device's, where it is not the host) */
+	sc_status_t (*copy_out)(void *arg, const scd_job_src_t *src, const void *p,
+				size_t bytes);
+	void *arg;
+} scd_a2a_hooks_t;
 
 /* A row's state. A2A_FAIL: the node could not take part (its counts for another world
  * size, no host memory to stage a GPU's blocks, a device error), with the status in the
@@ -44,13 +70,15 @@ static uint64_t src_total(const scd_job_src_t *s)
 	return n;
 }
 
-size_t scd_alltoall_buffer_bytes(const scd_job_t *job)
+/* The room the job's own buffer needs for the packed blocks, in bytes. */
+static size_t a2a_buffer_bytes(const scd_job_t *job)
 {
 	const scd_job_item_t *it = &job->items[0];
 	return (size_t)(it->n_src ? it->n_src : 1) * it->numel * sc_dtype_size(job->dtype);
 }
 
-void scd_alltoall_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h)
+/* The compute stage: the local trainers' send blocks into buf, back to back. */
+static void a2a_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h)
 {
 	const scd_job_item_t *it = &job->items[0];
 	size_t esz = sc_dtype_size(job->dtype);
@@ -268,8 +296,17 @@ static sc_status_t results(a2a_t *a, const scd_a2a_hooks_t *h)
 	return a->dev->sync();
 }
 
-sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_transport_t *t,
-			     int node, int P, int L, void *buf, const scd_a2a_hooks_t *h)
+/*
+ * The communication stage on node `node` of P, L trainers a node: the count matrix, its
+ * checks, the blocks. On success every local trainer's buffer holds what it received in
+ * source rank order, its a2a counts what it received from each rank and its result_nnz
+ * their total. Refused counts (SC_ERR_INVALID), a receive over the tensor's size
+ * (SC_ERR_LIMIT) and malformed counts from a peer (SC_ERR_PROTOCOL) fail it, with
+ * job->error naming the ranks, alike on every node. A buffer the transport cannot reach
+ * (a GPU's) goes through host staging from h.
+ */
+static sc_status_t a2a_run(scd_job_t *job, const scd_device_ops_t *dev, scd_transport_t *t,
+			   int node, int P, int L, void *buf, const scd_a2a_hooks_t *h)
 {
 	const scd_job_item_t *it = &job->items[0];
 	const char *name = it->name ? it->name : "?";
@@ -386,3 +423,136 @@ sc_status_t scd_alltoall_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tr
 	free(a.M);
 	return st;
 }
+
+/* What an alltoall borrows from the engine : its host staging, and the
+ * peer copies of a trainer's buffer on another GPU than the engine's (through the peer
+ * staging area on the engine GPU, which scd_job_stage_reserve sized for a whole tensor). */
+typedef struct a2a_ctx {
+	scd_coll_stage_t *stage;
+	const scd_device_ops_t *dev;
+	const scd_job_item_t *it;
+	scd_stage_t *pe; /* the calling stage's area */
+} a2a_ctx_t;
+
+static void *alltoall_stage(void *arg, size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	return scd_job_stage_host(a->stage, a->dev, bytes);
+}
+
+static void alltoall_copy_in(void *arg, const scd_job_src_t *src, void *dst, const void *p,
+			     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	if (!scd_job_stage_local(a->pe, src))
+		scd_job_stage_copy_in(a->pe, a->it, src, dst, p, bytes);
+	else
+		a->dev->copy(dst, p, bytes);
+}
+
+static sc_status_t alltoall_copy_out(void *arg, const scd_job_src_t *src, const void *p,
+				     size_t bytes)
+{
+	a2a_ctx_t *a = arg;
+	return scd_stage_from_host(a->pe, scd_job_stage_src(a->it, src), src->dense, p, bytes);
+}
+
+static scd_a2a_hooks_t alltoall_hooks(a2a_ctx_t *a)
+{
+	return (scd_a2a_hooks_t){alltoall_stage, alltoall_copy_in, alltoall_copy_out, a};
+}
+
+static sc_status_t alltoall_gather(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	a2a_ctx_t ac = {x->stage, x->dev, &job->items[0], x->pe};
+	scd_a2a_hooks_t h = alltoall_hooks(&ac);
+	a2a_pack(job, x->buf, &h);
+	return SC_OK;
+}
+
+static sc_status_t alltoall_run(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	/* the results' copies to trainers on other GPUs: this stage's own area */
+	sc_status_t st = scd_job_stage_reserve(&x->stage->peer_out, x->dev, job, x->kind);
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error),
+			 "no room on the engine GPU cuda:%d to copy the alltoall's results to "
+			 "the node's other GPUs: %s",
+			 scd_device_home(x->kind), sc_status_message(st));
+		return st;
+	}
+	a2a_ctx_t ac = {x->stage, x->dev, &job->items[0], &x->stage->peer_out};
+	scd_a2a_hooks_t h = alltoall_hooks(&ac);
+	return a2a_run(job, x->dev, x->mesh, x->rank, x->world_size, x->local_size, x->buf, &h);
+}
+
+/* P - 1 messages' latency and the bytes this node sent. */
+static void alltoall_predict(const scd_coll_ctx_t *x, scd_job_t *job)
+{
+	int P = x->world_size;
+	job->predicted_s =
+	    P > 1 ? (P - 1) * x->alpha_s + (double)job->bytes_sent * x->beta_s_per_byte : 0;
+}
+
+static uint64_t alltoall_buffer_bytes(const scd_job_t *job)
+{
+	return a2a_buffer_bytes(job);
+}
+
+static void alltoall_fill_src(scd_job_src_t *s, uint64_t given, uint64_t *result_nnz)
+{
+	(void)given;
+	s->result_nnz = result_nnz;
+}
+
+static uint32_t alltoall_pack(const scd_coll_t *c)
+{
+	(void)c;
+	return SCD_OP_ALLTOALL;
+}
+
+static int alltoall_unpack(uint32_t word, scd_coll_t *c)
+{
+	(void)c;
+	return word == SCD_OP_ALLTOALL;
+}
+
+static void alltoall_describe(const scd_coll_t *c, char *buf, size_t len)
+{
+	(void)c;
+	snprintf(buf, len, "alltoall");
+}
+
+/* Dense input of a tensor without a sparsifier or a COO area (the counts themselves are
+ * checked by ctl, which keeps them, and by every node alike, above). */
+static sc_status_t alltoall_check(const scd_coll_req_t *rq, char *err, size_t len)
+{
+	if (rq->coo) {
+		snprintf(err, len,
+			 "alltoall of tensor '%s': asked together with another collective",
+			 rq->tensor);
+		return SC_ERR_INVALID;
+	}
+	if (rq->sparsifier || rq->coo_area) {
+		snprintf(err, len,
+			 "alltoall of tensor '%s': a tensor with a sparsifier or COO input "
+			 "takes sum and average only",
+			 rq->tensor);
+		return SC_ERR_UNSUPPORTED;
+	}
+	return SC_OK;
+}
+
+const scd_coll_desc_t scd_coll_alltoall = {
+    .name = "alltoall",
+    .counts_back = 1,
+    .pack = alltoall_pack,
+    .unpack = alltoall_unpack,
+    .describe = alltoall_describe,
+    .check = alltoall_check,
+    .fill_src = alltoall_fill_src,
+    .buffer_bytes = alltoall_buffer_bytes,
+    .gather = alltoall_gather,
+    .run = alltoall_run,
+    .predict = alltoall_predict,
+};

@@ -1,0 +1,335 @@
+/*
+ * coll_allreduce.c: the allreduce (sc_allreduce_async and its COO forms), the collective the
+ * schemes serve. Its local step sums the node's trainers into the buffer (by its reduction;
+ * COO input scattered in, its faults found in the same pass) and, for a float32 sum, runs
+ * the buffer's sparsification ahead (bufctx.h); its exchange is the scheme the cost model
+ * picks (float32 sums over a 32-bit wire) or the transport's typed ring (the other dtypes,
+ * min, max and product, 16-bit wires); its delivery averages where an item asks for it and
+ * copies the result to every local trainer, or hands a single COO trainer its sparse result.
+ *
+ * A single trainer's COO input that asked for a sparse result (sc_allreduce_coo_sparse_async)
+ * and has no sparsifier gets it in its own COO area, averaged there, with the entry count
+ * in its shm header (a residual is folded into the list, see bufctx.c); every other form of
+ * the job gets the dense result (and SC_RESULT_DENSE in that header when a sparse one was
+ * asked for). Integers sum with two's-complement wrap-around, and their AVERAGE is the sum
+ * divided by the trainer count in integer division (truncated toward zero); float64 divides
+ * in double.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "coll/bufctx.h"
+#include "coll/coll.h"
+#include "coll/coo_in.h"
+#include "coll/ctx.h"
+#include "device/reduce.h"
+#include "util/clock.h"
+#include "util/timeline.h"
+
+/* Records a fault of kind in item by local_rank when count > 0 and none is recorded yet. */
+static void note_fault(scd_fault_t *f, scd_fault_kind_t kind, int item, int local_rank,
+		       uint64_t count)
+{
+	if (count && f->kind == SCD_FAULT_NONE)
+		*f = (scd_fault_t){kind, (uint32_t)item, local_rank, count};
+}
+
+/* NaN and infinities in a float32 sum being built on the host: dst = src (first) or
+ * dst += src, checked in the same pass (device/reduce.h). */
+static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int first)
+{
+	if (!first)
+		return scd_sum_f32_nonfinite(dst, src, n);
+	return dst == src ? scd_count_f32_nonfinite(dst, n)
+			  : scd_copy_f32_nonfinite(dst, src, n);
+}
+
+/* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
+ * COO input exists for float32 only) on device dev. The pass that reads the input finds
+ * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
+ * caller passes pass for data that is not in host memory), NaN or infinite values, counted in
+ * it->nonfinite; the first goes to *f, naming the trainer whose contribution made the node's
+ * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
+ * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
+ * from its copy on the engine GPU (pe). */
+static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it, int i,
+			 uint32_t dtype, sc_reduce_op_t op, void *dst,
+			 scd_nonfinite_t nonfinite, scd_fault_t *f)
+{
+	size_t esz = sc_dtype_size(dtype);
+	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
+	int nf_fault = check_nf && nonfinite == SCD_NONFINITE_ERROR;
+	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
+		dev->clear(dst, it->numel * esz);
+		return;
+	}
+	if (it->src[0].coo && dtype == SC_FLOAT32) {
+		dev->clear(dst, it->numel * sizeof(float));
+		for (int s = 0; s < it->n_src; s++) {
+			const scd_job_src_t *src = &it->src[s];
+			size_t ib = src->coo_nnz * sizeof(uint32_t);
+			const uint32_t *idx = scd_job_stage_in(pe, it, src, src->coo_idx, ib, 0);
+			const float *val =
+			    scd_job_stage_in(pe, it, src, src->coo_val, src->coo_nnz * sizeof(float),
+					(ib + 63) & ~63u);
+			note_fault(
+			    f, SCD_FAULT_COO_RANGE, i, src->local_rank,
+			    dev->coo_add_checked(dst, it->numel, idx, val, src->coo_nnz));
+			uint64_t nf = check_nf ? /* the nnz values just read, still in cache */
+					  scd_count_f32_nonfinite(src->coo_val, src->coo_nnz)
+					       : 0;
+			if (nf_fault)
+				note_fault(f, SCD_FAULT_NONFINITE, i, src->local_rank, nf);
+			it->nonfinite += nf;
+		}
+		return;
+	}
+	if (check_nf && op == SC_OP_SUM) {
+		for (int s = 0; s < it->n_src; s++) {
+			const scd_job_src_t *src = &it->src[s];
+			uint64_t nf = host_add_checked(dst, src->dense, it->numel, s == 0);
+			if (nf_fault)
+				note_fault(f, SCD_FAULT_NONFINITE, i, src->local_rank, nf);
+			it->nonfinite = nf; /* of the sum so far: the last is the node's */
+		}
+		return;
+	}
+	/* min, max and product keep a NaN of any trainer: each input is checked as read */
+	for (int s = 0; check_nf && s < it->n_src; s++) {
+		uint64_t nf = scd_count_f32_nonfinite(it->src[s].dense, it->numel);
+		if (nf_fault)
+			note_fault(f, SCD_FAULT_NONFINITE, i, it->src[s].local_rank, nf);
+	}
+	if (!scd_job_stage_local(pe, &it->src[0]))
+		scd_job_stage_copy_in(pe, it, &it->src[0], dst, it->src[0].dense, it->numel * esz);
+	else if (dst != it->src[0].dense)
+		dev->copy(dst, it->src[0].dense, it->numel * esz);
+	for (int s = 1; s < it->n_src; s++)
+		dev->reduce_typed(
+		    (sc_dtype_t)dtype, op, dst,
+		    scd_job_stage_in(pe, it, &it->src[s], it->src[s].dense, it->numel * esz, 0),
+		    it->numel);
+	if (check_nf)
+		it->nonfinite = scd_count_f32_nonfinite(dst, it->numel);
+}
+
+/* The float32 sums go through the scheme layer (bufctx); the other dtypes and the other
+ * reductions through the transport's typed ring. */
+static int job_schemes(const scd_job_t *job)
+{
+	return job->coll.kind == SCD_COLL_ALLREDUCE && job->dtype == SC_FLOAT32 &&
+	       job->coll.op == SC_OP_SUM && !job->wire;
+}
+
+/*
+ * A single trainer's COO input, indices in range, that no sparsifier rewrites, goes to the
+ * scheme as a list: the step then costs O(nnz) to read instead of a scatter over the whole
+ * tensor. The list is the engine's own copy, sorted (coll/coo_in.h): the trainer cannot
+ * change it under the scheme's feet. A residual (lossy schemes allowed) is folded into the
+ * list by the buffer's step, not added densely. Sets job->coo_in and returns 1 when that
+ * applies.
+ */
+static int coo_direct(const scd_device_ops_t *dev, scd_job_t *job)
+{
+	job->coo_in.nnz = 0;
+	job->coo_direct = 0;
+	job->sparse_out = 0;
+	if (job->n_items != 1 || job->dtype != SC_FLOAT32)
+		return 0;
+	const scd_job_item_t *it = &job->items[0];
+	if (it->n_src != 1 || !it->src[0].coo ||
+	    (it->sparsifier != SC_SPARSIFY_NONE && it->sparsifier != SC_SPARSIFY_NATURAL))
+		return 0;
+	const scd_job_src_t *s = &it->src[0];
+	if (!scd_device_at_home(s->device, s->ordinal))
+		return 0; /* the scheme would read another GPU's memory */
+	scd_coo_t in;
+	if (!scd_coo_in_take(dev, s->coo_idx, s->coo_val, s->coo_nnz, it->numel, &in,
+			     &job->run.coo_copy))
+		return 0;
+	job->run.coo_copy_dev = dev;
+	job->coo_in = in;
+	job->coo_direct = 1;
+	/* A sparse result lands in the trainer's COO area. */
+	job->sparse_out = s->result_nnz != NULL;
+	job->coo_out = (scd_coo_t){
+	    .idx = (uint32_t *)s->coo_idx, .val = (float *)s->coo_val, .cap = s->coo_cap};
+	return 1;
+}
+
+/* A COO input the scheme reads where it lies: its values checked (O(nnz)). */
+static void coo_direct_nonfinite(scd_job_t *job, scd_nonfinite_t nonfinite, scd_fault_t *f)
+{
+	scd_job_item_t *it = &job->items[0];
+	it->nonfinite = scd_count_f32_nonfinite(job->coo_in.val, job->coo_in.nnz);
+	if (nonfinite == SCD_NONFINITE_ERROR)
+		note_fault(f, SCD_FAULT_NONFINITE, 0, it->src[0].local_rank, it->nonfinite);
+}
+
+/* Averages a sparse result's values and tells the trainer how many there are. */
+static void sparse_out(const scd_device_ops_t *dev, const scd_job_t *job, double divisor)
+{
+	const scd_job_item_t *it = &job->items[0];
+	if (it->op == SC_OP_AVERAGE)
+		dev->average_typed(SC_FLOAT32, job->coo_out.val, job->coo_out.nnz, divisor);
+	*it->src[0].result_nnz = job->coo_out.nnz;
+}
+
+/* A buffer of a dtype other than float32, reduced by min, max or product, or summed over a
+ * 16-bit wire (where the transport has one; NCCL keeps 32 bits): the dense ring, with the
+ * report a dense ring gives (density 1, no densification, balanced) and the alpha-beta
+ * time of 2(P - 1) rounds moving 2(P - 1)/P of the buffer's bytes on the wire. */
+static sc_status_t dense_typed(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	const scd_device_ops_t *dev = x->dev;
+	scd_transport_t *t = x->t;
+	void *buf = x->buf;
+	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
+	double t0 = scd_now_s();
+	void *host = buf;
+	if (!scd_device_host_memory(dev) && !t->ops->device_memory &&
+	    !(host = scd_job_stage_host(x->stage, dev, nbytes))) {
+		snprintf(job->error, sizeof(job->error),
+			 "dense_ring (%s): cannot stage %zu bytes through host memory",
+			 sc_dtype_name((sc_dtype_t)job->dtype), nbytes);
+		return SC_ERR_NOMEM;
+	}
+	if (host != buf)
+		dev->to_host(host, buf, nbytes);
+	job->wire_sent =
+	    job->dtype == SC_FLOAT32 && job->coll.op == SC_OP_SUM && t->ops->allreduce_wire16
+		? job->wire
+		: SC_WIRE_NATIVE;
+	sc_status_t st =
+	    job->wire_sent
+		? t->ops->allreduce_wire16(t, host, job->total_numel, job->wire_sent, NULL,
+					   job->timeout_ms)
+		: scd_transport_allreduce(t, host, job->total_numel, (sc_dtype_t)job->dtype,
+					  job->coll.op, job->timeout_ms);
+	if (st == SC_OK && host != buf)
+		dev->from_host(buf, host, nbytes);
+	job->exchange_s = scd_now_s() - t0; /* all of it */
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error), "dense_ring (%s%s%s): %s",
+			 sc_dtype_name((sc_dtype_t)job->dtype), job->wire_sent ? " as " : "",
+			 job->wire_sent ? sc_wire_name((sc_wire_t)job->wire_sent) : "",
+			 scd_transport_error());
+	return st;
+}
+
+/* The local sum of every item (or a single COO trainer's list, read where it lies), then
+ * a float32 sum's sparsification ahead, once the device has finished the sum. */
+static sc_status_t allreduce_gather(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	const scd_device_ops_t *dev = x->dev;
+	size_t esz = sc_dtype_size(job->dtype);
+	if (!coo_direct(dev, job))
+		for (int i = 0; i < job->n_items; i++) {
+			uint64_t tl = scd_tl_begin();
+			local_reduce(dev, x->pe, &job->items[i], i, job->dtype, job->coll.op,
+				     x->buf + job->items[i].offset * esz, x->nonfinite,
+				     x->fault);
+			scd_job_item_tl(&job->items[i], "local_sum", tl, job->dtype);
+		}
+	else if (x->nonfinite != SCD_NONFINITE_PASS) /* the scheme reads it in place */
+		coo_direct_nonfinite(job, x->nonfinite, x->fault);
+	if (x->pe->st != SC_OK || !job_schemes(job))
+		return SC_OK; /* a failed copy: the engine reports it */
+	sc_status_t st = dev->sync();
+	if (st != SC_OK)
+		return st;
+	st = scd_bufctx_prepare(x->bufs, job, dev, (float *)x->buf, x->mesh, x->alpha_s,
+				x->beta_s_per_byte, job->world_seed, &job->run.prep);
+	if (st != SC_OK && !job->error[0])
+		snprintf(job->error, sizeof(job->error), "%s", sc_status_message(st));
+	return st;
+}
+
+static sc_status_t allreduce_run(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	if (job_schemes(job))
+		return scd_bufctx_communicate(x->bufs, job, x->dev, (float *)x->buf, x->t,
+					      x->t_alpha_s, x->t_beta_s_per_byte,
+					      &job->run.prep);
+	return dense_typed(x, job);
+}
+
+/* The schemes report their own prediction; the typed ring's is the alpha-beta time of
+ * 2(P - 1) rounds moving 2(P - 1)/P of the buffer's bytes (half of them on a 16-bit
+ * wire). */
+static void allreduce_predict(const scd_coll_ctx_t *x, scd_job_t *job)
+{
+	if (job_schemes(job))
+		return;
+	double P = x->world_size;
+	double bytes = (double)(job->total_numel * sc_dtype_size(job->dtype));
+	if (job->wire_sent)
+		bytes /= 2;
+	scd_coll_dense_report(job, P > 1 ? 2 * (P - 1) * x->alpha_s +
+					       2 * (P - 1) / P * bytes * x->beta_s_per_byte
+					 : 0);
+}
+
+static sc_status_t allreduce_deliver(scd_coll_ctx_t *x, scd_job_t *job)
+{
+	size_t esz = sc_dtype_size(job->dtype);
+	if (job->sparse_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+		uint64_t tl = scd_tl_begin();
+		sparse_out(x->dev, job, job->average_divisor);
+		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);
+		return SC_OK;
+	}
+	for (int i = 0; i < job->n_items; i++) {
+		uint64_t tl = scd_tl_begin();
+		sc_status_t st = scd_job_stage_scatter_out(
+		    x->dev, &job->items[i], job->dtype, x->buf + job->items[i].offset * esz,
+		    job->average_divisor, job->error, sizeof(job->error));
+		scd_job_item_tl(&job->items[i], "copy_out", tl, job->dtype);
+		if (st != SC_OK)
+			return st;
+	}
+	return SC_OK;
+}
+
+static uint32_t allreduce_pack(const scd_coll_t *c)
+{
+	return (uint32_t)c->op;
+}
+
+static int allreduce_unpack(uint32_t word, scd_coll_t *c)
+{
+	c->op = (sc_reduce_op_t)word;
+	return word <= SC_OP_PRODUCT;
+}
+
+static void allreduce_describe(const scd_coll_t *c, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", sc_reduce_op_name(c->op));
+}
+
+/* A known reduction; min, max and product are dense: a residual and a list's implicit
+ * zeros mean a sum. */
+static sc_status_t allreduce_check(const scd_coll_req_t *rq, char *err, size_t len)
+{
+	if (rq->coll.op > SC_OP_PRODUCT) {
+		snprintf(err, len, "tensor '%s': unknown reduction %u", rq->tensor,
+			 (unsigned)rq->coll.op);
+		return SC_ERR_INVALID;
+	}
+	return rq->coll.op > SC_OP_AVERAGE ? scd_coll_dense_check(rq, err, len) : SC_OK;
+}
+
+const scd_coll_desc_t scd_coll_allreduce = {
+    .name = "allreduce",
+    .fuses = 1,
+    .in_place = 1,
+    .gpunet = 1,
+    .pack = allreduce_pack,
+    .unpack = allreduce_unpack,
+    .describe = allreduce_describe,
+    .check = allreduce_check,
+    .gather = allreduce_gather,
+    .run = allreduce_run,
+    .deliver = allreduce_deliver,
+    .predict = allreduce_predict,
+};

@@ -1,0 +1,218 @@
+/*
+ * job.h: the job contract between the layers that build a job (ctl/ fills its items from the
+ * trainers' shared buffers, world/ plans it) and the engine that runs it through its
+ * collective (coll/coll.h). A job is one buffer of the plan: its items (the tensors, each
+ * with its sources: one per local trainer), its collective and arguments, what the step
+ * measured and, once it ran, its result and report. The engine's threads own a job from
+ * its submission until they hand it back (engine/engine.h).
+ *
+ * Every item of a job has the job's dtype and wire format (the coordinator never fuses
+ * across them: negotiation's type word, coll/coll.h). A job runs on one device (device.h):
+ * the one where its trainers' tensors live, each source's device field, set where the job
+ * is built.
+ */
+#ifndef SCD_COLL_JOB_H
+#define SCD_COLL_JOB_H
+
+#include <stdint.h>
+
+#include "coll/coll.h"
+#include "daemon.h"
+#include "device/device.h"
+#include "transport/transport.h"
+#include "util/timeline.h"
+
+typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
+
+/* What a NaN or an infinity in a trainer's float32 input does (the nonfinite key). */
+typedef enum {
+	SCD_NONFINITE_PASS = 0, /* nothing checked: it reaches the sum */
+	SCD_NONFINITE_WARN,	/* counted per tensor and logged; the sum goes on */
+	SCD_NONFINITE_ERROR,	/* the operation fails on every rank (engine/verdict.h) */
+} scd_nonfinite_t;
+
+/* The mode the nonfinite key's text names (checked by the configuration: pass, warn or
+ * error; NULL, an unset configuration, is pass). */
+static inline scd_nonfinite_t scd_nonfinite_parse(const char *text)
+{
+	if (!text)
+		return SCD_NONFINITE_PASS;
+	return text[0] == 'e'	? SCD_NONFINITE_ERROR
+	       : text[0] == 'w' ? SCD_NONFINITE_WARN
+				: SCD_NONFINITE_PASS;
+}
+
+/* The loop thread's node tensor (ctl/tensor.h), opaque to the engine. */
+struct scd_ntensor;
+
+typedef struct scd_job_src {
+	/* where this trainer's buffer and COO area live (SCD_DEVICE_CPU: shared memory;
+	 * SCD_DEVICE_CUDA: the daemon's GPU memory); the engine runs a job on the device all
+	 * its sources share */
+	scd_device_kind_t device;
+	/* cuda: the GPU they live on; the engine sums on the device's home GPU (device.h),
+	 * and copies a source on another GPU over before a kernel reads it, and the result
+	 * back (coll/stage.h, device/stage.h) */
+	int ordinal;
+	/* cuda: the trainer's ready event (recorded after it wrote the buffer: the engine's
+	 * stream waits on it before reading) and its done event (the engine records it once
+	 * the result is written, before the job comes back) */
+	void *ready_ev, *done_ev;
+	int local_rank; /* the trainer's, for errors */
+	void *dense;	/* the trainer's buffer (input, and output), of the job's dtype */
+	const uint32_t *coo_idx;
+	const float *coo_val;
+	uint64_t coo_nnz, coo_cap;
+	int coo;
+	uint64_t count; /* an allgather: the elements this trainer gives */
+	/* an alltoall: one count per trainer of the job, the elements this trainer sends
+	 * each (the engine writes the elements received from each there once it succeeds),
+	 * and what the trainer gave when the counts were refused (a2a_bad: not one per
+	 * trainer, or summing over the tensor's size; a2a zeros then) */
+	uint64_t *a2a;
+	uint32_t a2a_n; /* its entries: the job's trainers when the trainer submitted */
+	int a2a_bad;
+	uint64_t a2a_given, a2a_sum;
+	/* the trainer asked for a sparse result: the engine writes its COO area and the
+	 * entry count (or UINT64_MAX, dense) here; an allgather's or an alltoall's total,
+	 * likewise */
+	uint64_t *result_nnz;
+} scd_job_src_t;
+
+typedef struct scd_job_item {
+	struct scd_ntensor *nt; /* NULL: gone from this node, takes part with zeros */
+	const char *name;	/* the tensor's, for errors (NULL when nt is) */
+	uint64_t numel;
+	uint64_t offset; /* in the fused buffer, in elements of the job's dtype */
+	/* the item's reduction: SC_OP_AVERAGE averages it, in a buffer that sums (SC_OP_SUM
+	 * for the collectives that do not reduce) */
+	uint32_t op;
+	uint32_t cache_id;
+	int solo;	    /* the plan's: the tensor runs in a buffer of its own */
+	uint64_t nonfinite; /* result: NaN or infinite values in this node's sum of it */
+	/* sparsification ahead (from the tensor's options) */
+	uint32_t sparsifier; /* sc_sparsifier_t */
+	double density, threshold;
+	uint64_t coo_capacity; /* > 0: registered for COO input of up to this many entries */
+	uint32_t sketch_rows;  /* S2 for this tensor, 0: the configuration's */
+	uint32_t block;	       /* S2's bitmap block and block top-K's (0: configuration's) */
+	double sketch_cols;
+	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
+	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
+	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
+	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
+	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
+	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
+	double tcp_s, tb_s;
+	int n_src;
+	scd_job_src_t src[SCD_MAX_LOCAL];
+} scd_job_item_t;
+
+typedef enum {
+	SCD_FAULT_NONE = 0,
+	SCD_FAULT_COO_RANGE, /* COO indices not below the tensor's numel */
+	SCD_FAULT_NONFINITE, /* NaN or infinite values, with nonfinite = error */
+	SCD_FAULT_LOCAL,     /* the node's compute stage failed (count: minus its status) */
+} scd_fault_kind_t;
+
+/* The item of a fault that is the whole buffer's (no memory for it, its device failed). */
+#define SCD_FAULT_ITEM_BUFFER 0xffffu
+
+/* One rank's finding in its input (verdict.h): the first faulty item of the job. */
+typedef struct scd_fault {
+	scd_fault_kind_t kind;
+	uint32_t item;	/* index in job->items (SCD_FAULT_ITEM_BUFFER: the whole buffer) */
+	int local_rank; /* the trainer of the node that sent it (0 for SCD_FAULT_LOCAL) */
+	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
+} scd_fault_t;
+
+/* What a job's compute stage hands its communication stage (engine.c, the collectives). */
+struct scd_bufctx;
+typedef struct scd_job_prep {
+	struct scd_bufctx *bufctx; /* the buffer's state, held until released */
+	const scd_coo_t *sel;	   /* a single sparsified tensor's selection, as COO */
+	int small;		   /* a small dense buffer: straight to the transport */
+	double sparsify_s;
+} scd_job_prep_t;
+
+/* The engine's own state of a job between its stages. */
+typedef struct scd_job_run {
+	int passthrough; /* nothing to communicate: straight to done, in order */
+	scd_device_kind_t kind;
+	const scd_device_ops_t *dev;
+	char *buf;
+	int slot;	   /* fusion buffer slot held, -1: none (in place) */
+	scd_fault_t fault; /* what the local sum found wrong in this node's input */
+	scd_job_prep_t prep;
+	void *coo_copy; /* the engine's copy of a COO input (coll/coo_in.h), or NULL */
+	const scd_device_ops_t *coo_copy_dev;
+	double t0, cpu_s;
+} scd_job_run_t;
+
+/* The timeline's phase of one item begun at t0, on its tensor's lane (util/timeline.h),
+ * with its size; nothing for a tensor gone from this node. */
+static inline void scd_job_item_tl(const scd_job_item_t *it, const char *phase, uint64_t t0,
+				   uint32_t dtype)
+{
+	if (!t0 || !it->name)
+		return;
+	scd_tl_arg_t a[] = {{"bytes", NULL, (int64_t)(it->numel * sc_dtype_size(dtype))}};
+	scd_tl_tensor(it->name, phase, t0, a, 1);
+}
+
+typedef struct scd_job {
+	scd_job_kind_t kind;
+	uint64_t seq;
+	/* allreduce */
+	int n_items;
+	scd_job_item_t *items;
+	uint64_t total_numel;
+	uint32_t dtype;	    /* sc_dtype_t of every item */
+	uint32_t wire;	    /* sc_wire_t of every item (float32 sums travel as it) */
+	uint32_t wire_sent; /* result: what the dense sum travelled as (0: 32 bits) */
+	/* the buffer's collective (coll/coll.h): an allreduce by SC_OP_SUM for sum and
+	 * average items (each averages its own), else every item's (min, max and product and
+	 * the other collectives never fuse with another) */
+	scd_coll_t coll;
+	double average_divisor; /* trainers in the job */
+	uint64_t gathered;	/* an allgather's result: the elements gathered */
+	int pin;		/* scheme to run, -1: the cost model chooses */
+	int timeout_ms;		/* data-plane timeout */
+	int probe;	     /* measure alpha/beta before this job (same job on every rank) */
+	uint64_t world_seed; /* shared by every rank */
+	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
+	scd_coo_t coo_in;
+	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
+	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
+	int lossless_only; /* some tensor does not allow lossy schemes */
+	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
+	/* forget: drop the state of every buffer holding this cache id */
+	uint32_t forget_cache_id;
+	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */
+	scd_transport_boot_t boot;
+	/* result */
+	sc_status_t status;
+	char error[512];
+	double time_s;
+	uint64_t bytes_sent, bytes_recv;
+	int scheme;		    /* the scheme that ran */
+	const char *transport_name; /* the transport it ran over (static) */
+	double predicted_s, density, gamma, imbalance;
+	double exchange_s; /* of the scheme's time, inside exchanges */
+	double tcm_s;	   /* the buffer's communication: the scheme's run (or the ring's) */
+	double cpu_s;	   /* the engine threads' CPU time for the job */
+	double compute_s;  /* of time_s, the compute stage's (local sum, sparsify ahead) */
+	scd_job_run_t run; /* the engine's, between its stages */
+	struct scd_job *next;
+} scd_job_t;
+
+/*
+ * The device a job of a buffer runs on: the one every source of every item lives on (an
+ * item with no source takes part with zeros, in the fusion buffer, anywhere), and its ops.
+ * SC_ERR_UNSUPPORTED, with job->error naming the tensor(s) and rank (this node), when two
+ * sources disagree or when this daemon does not have the device (logged once, here).
+ */
+sc_status_t scd_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
+			   const scd_device_ops_t **dev_p);
+
+#endif

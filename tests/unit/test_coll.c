@@ -1,0 +1,114 @@
+/*
+ * test_coll.c: the collectives' descriptors (coll/coll.h): negotiation's words keep the
+ * bytes the world protocol has always carried, each word is one collective's, and the
+ * checks of a trainer's request refuse what each collective cannot run, naming the tensor.
+ */
+#include <string.h>
+
+#include "coll/coll.h"
+#include "unit.h"
+
+/* A collective with every argument, and the word older daemons send for it. */
+static const struct {
+	scd_coll_t c;
+	uint32_t word;
+} words[] = {
+    {{SCD_COLL_ALLREDUCE, SC_OP_SUM, 0, 0}, 0},
+    {{SCD_COLL_ALLREDUCE, SC_OP_AVERAGE, 0, 0}, 1},
+    {{SCD_COLL_ALLREDUCE, SC_OP_PRODUCT, 0, 0}, 4},
+    {{SCD_COLL_BROADCAST, SC_OP_SUM, 0, 0}, 0x80000000u},
+    {{SCD_COLL_BROADCAST, SC_OP_SUM, 4095, 0}, 0x80000fffu},
+    {{SCD_COLL_ALLGATHER, SC_OP_SUM, 0, 0}, 0x40000000u},
+    {{SCD_COLL_REDUCESCATTER, SC_OP_MAX, 0, 3}, 0x20000000u | 3u << 3 | 3u},
+    {{SCD_COLL_REDUCESCATTER, SC_OP_AVERAGE, 0, SCD_RS_ROW_MAX - 1},
+     0x20000000u | (SCD_RS_ROW_MAX - 1) << 3 | 1u},
+    {{SCD_COLL_ALLTOALL, SC_OP_SUM, 0, 0}, 0x10000000u},
+};
+
+UNIT_TEST(coll_words_keep_their_bytes_and_round_trip)
+{
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		CHECK_EQ_INT(scd_coll_pack(&words[i].c), words[i].word);
+		scd_coll_t c;
+		CHECK_TRUE(scd_coll_unpack(words[i].word, &c));
+		CHECK_EQ_INT(c.kind, words[i].c.kind);
+		CHECK_EQ_INT(scd_coll_pack(&c), words[i].word);
+		/* no other descriptor takes the word for its own */
+		int claims = 0;
+		for (int k = 0; k < SCD_COLL_COUNT; k++) {
+			scd_coll_t d = {.kind = (scd_coll_kind_t)k};
+			claims += scd_coll_desc((scd_coll_kind_t)k)->unpack(words[i].word, &d);
+		}
+		CHECK_EQ_INT(claims, 1);
+	}
+	char buf[64];
+	CHECK_TRUE(!scd_coll_unpack(7, &(scd_coll_t){0}));
+	CHECK_TRUE(!strcmp(scd_coll_describe_word(7, buf, sizeof(buf)), "operation 0x7"));
+	CHECK_TRUE(!strcmp(scd_coll_describe_word(0x80000003u, buf, sizeof(buf)),
+			   "broadcast from rank 3"));
+	CHECK_TRUE(!strcmp(scd_coll_describe_word(0x20000000u | 8u << 3 | 2u, buf, sizeof(buf)),
+			   "reducescatter (min, rows of 8)"));
+}
+
+/* Which collectives share a buffer, and with whom. */
+UNIT_TEST(coll_fuse_classes)
+{
+	CHECK_TRUE(!scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ALLREDUCE}));
+	CHECK_TRUE(!scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_BROADCAST}));
+	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ALLGATHER}));
+	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_REDUCESCATTER}));
+	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ALLTOALL}));
+	/* sum and average share a class; min and a broadcast from root 2 have their own */
+	CHECK_EQ_INT(scd_coll_fuse_word(SC_OP_SUM), scd_coll_fuse_word(SC_OP_AVERAGE));
+	CHECK_TRUE(scd_coll_fuse_word(SC_OP_MIN) != scd_coll_fuse_word(SC_OP_SUM));
+	CHECK_TRUE(scd_coll_fuse_word(0x80000002u) != scd_coll_fuse_word(0x80000001u));
+}
+
+static sc_status_t check(scd_coll_t c, uint64_t count, int coo, int sparsifier, char *err)
+{
+	scd_coll_req_t rq = {.coll = c,
+			     .tensor = "layer.w",
+			     .numel = 12,
+			     .count = count,
+			     .coo = coo,
+			     .sparsifier = sparsifier,
+			     .trainers = 4};
+	err[0] = 0;
+	return scd_coll_desc(c.kind)->check(&rq, err, 512);
+}
+
+UNIT_TEST(coll_checks_refuse_what_a_collective_cannot_run)
+{
+	char err[512];
+	scd_coll_t ar = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_MAX};
+	CHECK_EQ_INT(check(ar, 0, 0, 0, err), SC_OK);
+	CHECK_EQ_INT(check(ar, 0, 0, 1, err), SC_ERR_UNSUPPORTED); /* max of a sparsified */
+	CHECK_TRUE(strstr(err, "'layer.w'") && strstr(err, "max is a dense operation"));
+	ar.op = SC_OP_AVERAGE;
+	CHECK_EQ_INT(check(ar, 0, 1, 1, err), SC_OK);
+	ar.op = (sc_reduce_op_t)9;
+	CHECK_EQ_INT(check(ar, 0, 0, 0, err), SC_ERR_INVALID);
+	CHECK_TRUE(strstr(err, "unknown reduction 9") != NULL);
+
+	scd_coll_t bc = {.kind = SCD_COLL_BROADCAST, .root = 3};
+	CHECK_EQ_INT(check(bc, 0, 0, 0, err), SC_OK);
+	bc.root = 4;
+	CHECK_EQ_INT(check(bc, 0, 0, 0, err), SC_ERR_INVALID);
+	CHECK_TRUE(strstr(err, "root rank 4 is not a rank of the job (0 to 3)") != NULL);
+
+	scd_coll_t ag = {.kind = SCD_COLL_ALLGATHER};
+	CHECK_EQ_INT(check(ag, 12, 0, 0, err), SC_OK);
+	CHECK_EQ_INT(check(ag, 13, 0, 0, err), SC_ERR_INVALID);
+	CHECK_TRUE(strstr(err, "13 elements given, over its 12") != NULL);
+
+	scd_coll_t rs = {.kind = SCD_COLL_REDUCESCATTER, .op = SC_OP_SUM, .row = 4};
+	CHECK_EQ_INT(check(rs, 4, 0, 0, err), SC_OK);
+	CHECK_EQ_INT(check(rs, 5, 0, 0, err), SC_ERR_INVALID); /* 5 does not divide 12 */
+	CHECK_TRUE(strstr(err, "rows of 5 elements do not divide its 12") != NULL);
+	CHECK_EQ_INT(check(rs, 0, 0, 0, err), SC_ERR_INVALID);
+
+	scd_coll_t a2a = {.kind = SCD_COLL_ALLTOALL};
+	CHECK_EQ_INT(check(a2a, 0, 0, 0, err), SC_OK);
+	CHECK_EQ_INT(check(a2a, 0, 0, 1, err), SC_ERR_UNSUPPORTED);
+	CHECK_TRUE(strstr(err, "alltoall of tensor 'layer.w'") != NULL);
+}
