@@ -52,8 +52,8 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
  * sum non-finite (a non-finite value is a fault with nonfinite = error only). nonfinite:
  * SCD_NONFINITE_PASS checks nothing. A cuda source on another GPU than the engine's is read
  * from its copy on the engine GPU (pe). */
-static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it, int i,
-			 uint32_t dtype, sc_reduce_op_t op, void *dst,
+static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it,
+			 int i, uint32_t dtype, sc_reduce_op_t op, void *dst,
 			 scd_nonfinite_t nonfinite, scd_fault_t *f)
 {
 	size_t esz = sc_dtype_size(dtype);
@@ -68,10 +68,11 @@ static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_i
 		for (int s = 0; s < it->n_src; s++) {
 			const scd_job_src_t *src = &it->src[s];
 			size_t ib = src->coo_nnz * sizeof(uint32_t);
-			const uint32_t *idx = scd_job_stage_in(pe, it, src, src->coo_idx, ib, 0);
+			const uint32_t *idx =
+			    scd_job_stage_in(pe, it, src, src->coo_idx, ib, 0);
 			const float *val =
-			    scd_job_stage_in(pe, it, src, src->coo_val, src->coo_nnz * sizeof(float),
-					(ib + 63) & ~63u);
+			    scd_job_stage_in(pe, it, src, src->coo_val,
+					     src->coo_nnz * sizeof(float), (ib + 63) & ~63u);
 			note_fault(
 			    f, SCD_FAULT_COO_RANGE, i, src->local_rank,
 			    dev->coo_add_checked(dst, it->numel, idx, val, src->coo_nnz));
@@ -101,7 +102,8 @@ static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_i
 			note_fault(f, SCD_FAULT_NONFINITE, i, it->src[s].local_rank, nf);
 	}
 	if (!scd_job_stage_local(pe, &it->src[0]))
-		scd_job_stage_copy_in(pe, it, &it->src[0], dst, it->src[0].dense, it->numel * esz);
+		scd_job_stage_copy_in(pe, it, &it->src[0], dst, it->src[0].dense,
+				      it->numel * esz);
 	else if (dst != it->src[0].dense)
 		dev->copy(dst, it->src[0].dense, it->numel * esz);
 	for (int s = 1; s < it->n_src; s++)

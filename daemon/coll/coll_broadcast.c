@@ -22,8 +22,8 @@ static void local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_jo
 		if (it->src[s].local_rank == root_local) {
 			size_t bytes = it->numel * sc_dtype_size(dtype);
 			if (!scd_job_stage_local(pe, &it->src[s]))
-				scd_job_stage_copy_in(pe, it, &it->src[s], dst, it->src[s].dense,
-						 bytes);
+				scd_job_stage_copy_in(pe, it, &it->src[s], dst,
+						      it->src[s].dense, bytes);
 			else if (dst != it->src[s].dense)
 				dev->copy(dst, it->src[s].dense, bytes);
 			return;
@@ -52,8 +52,8 @@ static sc_status_t broadcast_run(scd_coll_ctx_t *x, scd_job_t *job)
 	double t0 = scd_now_s();
 	void *host = buf;
 	scd_xfer_t *xf = malloc(sizeof(*xf) * (size_t)P);
-	if (!xf ||
-	    (!scd_device_host_memory(dev) && !(host = scd_job_stage_host(x->stage, dev, nbytes)))) {
+	if (!xf || (!scd_device_host_memory(dev) &&
+		    !(host = scd_job_stage_host(x->stage, dev, nbytes)))) {
 		free(xf);
 		snprintf(job->error, sizeof(job->error),
 			 "broadcast (%s): cannot stage %zu bytes through host memory",

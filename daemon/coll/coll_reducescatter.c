@@ -81,7 +81,8 @@ static sc_status_t reducescatter_run(scd_coll_ctx_t *x, scd_job_t *job)
 	scd_xfer_t *xf = malloc(sizeof(*xf) * 2 * (size_t)P);
 	sc_status_t st = SC_OK;
 	if (!in || !xf ||
-	    (!scd_device_host_memory(dev) && !(host = scd_job_stage_host(x->stage, dev, rows * rb))))
+	    (!scd_device_host_memory(dev) &&
+	     !(host = scd_job_stage_host(x->stage, dev, rows * rb))))
 		st = SC_ERR_NOMEM;
 	int ns = 0, nr = 0;
 	for (int r = 0; st == SC_OK && r < P; r++) {

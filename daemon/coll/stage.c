@@ -67,8 +67,8 @@ sc_status_t scd_job_stage_scatter_out(const scd_device_ops_t *dev, const scd_job
 	for (int s = 0; s < it->n_src; s++) {
 		const scd_job_src_t *src = &it->src[s];
 		if (!scd_device_at_home(src->device, src->ordinal)) {
-			sc_status_t st = scd_stage_out(scd_job_stage_src(it, src), src->dense, res,
-						       bytes, err, err_len);
+			sc_status_t st = scd_stage_out(scd_job_stage_src(it, src), src->dense,
+						       res, bytes, err, err_len);
 			if (st != SC_OK)
 				return st;
 		} else if (src->dense != res)

@@ -46,8 +46,8 @@ sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 		q->nnz = c->allreduce->nnz;
 		break;
 	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
-		rq->coll = (scd_coll_t){.kind = SCD_COLL_BROADCAST,
-					.root = c->broadcast->root_rank};
+		rq->coll =
+		    (scd_coll_t){.kind = SCD_COLL_BROADCAST, .root = c->broadcast->root_rank};
 		break;
 	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
 		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLGATHER};
@@ -78,8 +78,9 @@ sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 		return st;
 	}
 	if (q->a2a && a2a_counts(r, trainers) != SC_OK) {
-		snprintf(err, len, "rank %d: alltoall of tensor '%s': out of memory for %d counts",
-			 rank, nt->name, trainers);
+		snprintf(err, len,
+			 "rank %d: alltoall of tensor '%s': out of memory for %d counts", rank,
+			 nt->name, trainers);
 		return SC_ERR_NOMEM;
 	}
 	return SC_OK;

@@ -27,8 +27,9 @@ typedef struct scd_ctl_req {
 /*
  * Decodes c's body, the one collective it names, into q and checks it against r's tensor
  * in a job of trainers trainers through the collective's descriptor (its check): SC_OK,
- * or the status with err naming the trainer (global rank), the tensor and what is wrong. A Collective without a body names no collective:
- * SC_ERR_PROTOCOL. An alltoall makes room in r for its counts.
+ * or the status with err naming the trainer (global rank), the tensor and what is wrong. A
+ * Collective without a body names no collective: SC_ERR_PROTOCOL. An alltoall makes room in r
+ * for its counts.
  */
 sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 				      const Sparsecomm__Collective *c, scd_ctl_req_t *q,
