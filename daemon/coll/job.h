@@ -146,8 +146,8 @@ typedef struct scd_verdict_carry {
 	int faulty;
 	sc_status_t (*decide)(struct scd_verdict_carry *v, struct scd_job *job,
 			      const uint8_t *words, size_t stride, int P);
-	/* decide's own: the rank, its trainers, and its compute stage's error text */
-	int rank, local_size, failed;
+	/* decide's own: the node's trainers, and its compute stage's fault and error text */
+	int local_size, failed;
 	scd_fault_t fault;
 	char mine_error[512];
 } scd_verdict_carry_t;

@@ -260,7 +260,6 @@ void scd_verdict_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fa
 	warn_nonfinite(job, rank);
 	*v = (scd_verdict_carry_t){.faulty = f->kind != SCD_FAULT_NONE,
 				   .decide = carry_decide,
-				   .rank = rank,
 				   .local_size = local_size,
 				   .fault = *f};
 	if (f->kind == SCD_FAULT_LOCAL)
