@@ -19,12 +19,18 @@
  * the sums stay exact): algbw and busbw still count the tensor's float32 bytes, and the
  * ring bound is that of the 16-bit bytes on the wire.
  *
+ * With --stages PREFIX the daemons' timelines run during the latency loop (PREFIX.d<rank>.json)
+ * and every trainer writes its calls' times (PREFIX.client<rank>.txt); rank 0 then prints
+ * where the round trip goes, stage by stage (stages.h: submit, negotiation, hand-off,
+ * verdict, data, completion), median and p99 over the calls.
+ *
  * With --peer-mpi rank 0 then runs bench/mpi/run-peer.sh for the same sizes (Open MPI's
  * ring MPI_Allreduce, one rank per namespace) while the other trainers wait in a
  * one-element allreduce; the table gains the MPI time and the ratio ours / MPI.
  */
 #include "bench.h"
 #include "sparsecomm.h"
+#include "stages.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -59,8 +65,9 @@ typedef struct ar_opts {
 	int n_sizes, iters, warmup, lat_iters;
 	bool peer_mpi;
 	const char *json_out, *rate, *peer_script;
-	double goodput; /* bytes/s, 0: unknown */
-	sc_wire_t wire; /* what the tensors travel as */
+	char stages[PATH_MAX]; /* --stages: the files' prefix, absolute ("": off) */
+	double goodput;	       /* bytes/s, 0: unknown */
+	sc_wire_t wire;	       /* what the tensors travel as */
 } ar_opts_t;
 
 static double percentile(double *v, int n, double p)
@@ -89,7 +96,9 @@ static void usage(FILE *out)
 	    "$SPARSECOMM_NETNS_RATE)\n"
 	    "  --goodput-bytes-per-s B   the bound's goodput directly\n"
 	    "  --json-out FILE   rank 0 writes one JSON object with every number\n"
-	    "  --wire FORMAT     native (default), fp16 or bf16: what the sums travel as\n");
+	    "  --wire FORMAT     native (default), fp16 or bf16: what the sums travel as\n"
+	    "  --stages PREFIX   the latency's stages from the daemons' timelines\n"
+	    "                    (PREFIX.d<rank>.json) and the trainers' clocks\n");
 }
 
 static int parse_opts(int argc, char **argv, ar_opts_t *o)
@@ -127,7 +136,15 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 			goodput = v;
 		else if (!strcmp(a, "--peer-script"))
 			o->peer_script = v;
-		else if (!strcmp(a, "--wire")) {
+		else if (!strcmp(a, "--stages")) {
+			char cwd[PATH_MAX / 2] = "";
+			if (v[0] != '/' && !getcwd(cwd, sizeof(cwd))) {
+				fprintf(stderr, "allreduce: getcwd: %s\n", strerror(errno));
+				return -1;
+			}
+			snprintf(o->stages, sizeof(o->stages), "%s%s%.*s", cwd,
+				 cwd[0] ? "/" : "", PATH_MAX / 2 - 64, v);
+		} else if (!strcmp(a, "--wire")) {
 			for (o->wire = SC_WIRE_NATIVE; o->wire <= SC_WIRE_BF16; o->wire++)
 				if (!strcmp(v, sc_wire_name(o->wire)))
 					break;
@@ -228,30 +245,42 @@ static sc_status_t reg(sc_client_t *c, const char *name, size_t n, sc_wire_t wir
 	return sc_register_ex(c, name, SC_FLOAT32, n, &o, t_p);
 }
 
-static int lat_4k(sc_client_t *c, int iters, sc_wire_t wire, double *med_p, double *p99_p)
+/* iters timed 4 KiB allreduces after 10 untimed: their median and p99; with stages, each
+ * timed call's number (from 1), start and end go into the trainer's file. */
+static int lat_4k(sc_client_t *c, int iters, sc_wire_t wire, const char *stages, double *med_p,
+		  double *p99_p)
 {
 	sc_tensor_t *t;
-	double *v = calloc((size_t)iters, sizeof(double));
+	double *v = calloc((size_t)iters * 3, sizeof(double)), *t0s = v + iters,
+	       *t1s = t0s + iters;
+	int *calls = calloc((size_t)iters, sizeof(int)), rc = -1;
 	sc_status_t st = reg(c, "bench.allreduce.lat4k", 1024, wire, &t);
-	if (st != SC_OK || !v) {
+	if (st != SC_OK || !v || !calls) {
 		fprintf(stderr, "register of the 4 KiB tensor failed: %s\n", sc_last_error());
-		free(v);
-		return -1;
+		goto out;
 	}
 	for (int i = -10; i < iters; i++) {
 		fill(sc_tensor_data(t), 1024, sc_rank(c));
 		double t0 = bench_now_s();
-		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0) {
-			free(v);
-			return -1;
-		}
-		if (i >= 0)
-			v[i] = bench_now_s() - t0;
+		if (do_allreduce(c, t, OP_TIMEOUT_MS) < 0)
+			goto out;
+		double t1 = bench_now_s();
+		if (i < 0)
+			continue;
+		v[i] = t1 - t0;
+		t0s[i] = t0;
+		t1s[i] = t1;
+		calls[i] = i + 11;
 	}
+	if (stages[0] && stages_write_client(stages, sc_rank(c), calls, t0s, t1s, iters) < 0)
+		goto out;
 	*med_p = percentile(v, iters, 0.5);
 	*p99_p = percentile(v, iters, 0.99);
+	rc = 0;
+out:
 	free(v);
-	return 0;
+	free(calls);
+	return rc;
 }
 
 static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_result_t *r)
@@ -469,7 +498,12 @@ BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and 
 		fprintf(stderr, "allreduce: register failed: %s\n", sc_last_error());
 		goto out;
 	}
-	if (o.lat_iters > 0 && lat_4k(c, o.lat_iters, o.wire, &lat_med, &lat_p99) < 0)
+	if (o.stages[0] && o.lat_iters > 0 && rank == 0 && stages_start(c, o.stages) < 0)
+		goto out;
+	if (o.lat_iters > 0 && lat_4k(c, o.lat_iters, o.wire, o.stages, &lat_med, &lat_p99) < 0)
+		goto out;
+	if (o.stages[0] && o.lat_iters > 0 &&
+	    (barrier(c, bar, OP_TIMEOUT_MS / 1000.0) < 0 || (rank == 0 && stages_stop(c) < 0)))
 		goto out;
 	for (int i = 0; i < o.n_sizes; i++) {
 		if (run_size(c, bar, &o, &res[i]) < 0)
@@ -502,6 +536,11 @@ BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and 
 	if (rank == 0)
 		report(&o, res, P, lat_med, lat_p99, peer_ran);
 	rc = 0;
+	if (rank == 0 && o.stages[0] && o.lat_iters > 0) {
+		if (stages_report(o.stages, P) < 0)
+			rc = 1;
+		fflush(stdout);
+	}
 	for (int i = 0; i < o.n_sizes; i++)
 		if (res[i].wrong)
 			rc = 1;

@@ -35,6 +35,9 @@
  * bits agree everywhere. A ring needs 2 (P - 1) rounds, and at this size rounds are all
  * that costs. */
 #define SCD_ONE_ROUND_BYTES (16u << 10)
+/* A rank's slot in the one-round exchange: its input check words (coll/job.h), then its
+ * buffer. */
+#define ONE_ROUND_SLOT ((size_t)SCD_VERDICT_BYTES + SCD_ONE_ROUND_BYTES)
 /* A tensor alone in its buffer hands its selection to the scheme as COO, with no fusion;
  * its fusion time (what clearing its slice and scattering its selection costs, which the
  * planner weighs when it considers fusing it) is measured on its first this-many steps
@@ -82,9 +85,10 @@ struct scd_bufctx_table {
 	scd_bufctx_t *v[SCD_BUFCTX_MAX];
 	int n;
 	uint64_t clock;
-	/* one-round allreduces: P x SCD_ONE_ROUND_BYTES in gather_dev's memory, and the
-	 * transfer lists (sends then recvs, P each), grown with P */
-	float *gather;
+	/* one-round allreduces: P slots of ONE_ROUND_SLOT bytes in gather_dev's memory (the
+	 * host's for a device whose memory the host cannot touch), and the transfer lists
+	 * (sends then recvs, P each), grown with P */
+	char *gather;
 	const scd_device_ops_t *gather_dev;
 	int gather_ranks;
 	scd_xfer_t *xfers;
@@ -623,11 +627,18 @@ static scd_scheme_t choose(scd_bufctx_t *b, const scd_job_t *job, double alpha_s
 	return (scd_scheme_t)s;
 }
 
-/* The one-round allreduce's workspaces for P ranks on device dev (kept across steps). */
+int scd_bufctx_one_round(const scd_job_t *job, int world_size)
+{
+	return world_size > 1 && small_dense(job) &&
+	       job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES;
+}
+
+/* The one-round allreduce's workspaces for P ranks in the memory of device dev (kept
+ * across steps). */
 static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t *dev, int P)
 {
 	if (tab->gather_ranks < P || tab->gather_dev != dev) {
-		float *g = dev->alloc((size_t)P * SCD_ONE_ROUND_BYTES);
+		char *g = dev->alloc((size_t)P * ONE_ROUND_SLOT);
 		if (!g)
 			return SC_ERR_NOMEM;
 		if (tab->gather)
@@ -647,43 +658,91 @@ static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t 
 	return SC_OK;
 }
 
-/* The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES), on device dev, in
- * the workspaces one_round_ws() made. The engine synced the device after the local sum
- * and nothing ran on it since, so buf is final when the transport reads it (the same
- * holds for the small buffers' ring below). */
-static sc_status_t one_round(scd_bufctx_table_t *tab, const scd_device_ops_t *dev,
-			     scd_transport_t *t, float *buf, uint64_t n, int timeout_ms)
+/* This rank's slot: its words (v's, or none found) and its buffer, read through dev
+ * (staged to the host when the host cannot touch dev's memory); zeros for a rank whose
+ * compute stage failed, which reads neither. */
+static void one_round_mine(char *slot, const scd_device_ops_t *ws_dev,
+			   const scd_device_ops_t *dev, const float *buf, size_t bytes,
+			   const scd_verdict_carry_t *v)
+{
+	memset(slot, 0, SCD_VERDICT_BYTES);
+	if (v)
+		memcpy(slot, v->mine, SCD_VERDICT_BYTES);
+	if (v && v->faulty)
+		memset(slot + SCD_VERDICT_BYTES, 0, bytes);
+	else if (ws_dev == dev)
+		dev->copy(slot + SCD_VERDICT_BYTES, buf, bytes);
+	else
+		dev->to_host(slot + SCD_VERDICT_BYTES, buf, bytes);
+}
+
+/*
+ * The one-round allreduce of a small buffer (see SCD_ONE_ROUND_BYTES) of n floats on device
+ * dev: every rank sends its slot (the input check's words, then its buffer) to every other
+ * rank in one exchange. With v, every rank decides on every rank's words before it adds
+ * anything, so a fault anywhere fails the job on every rank alike and no rank delivers a
+ * sum (v->decide's status). The copies are added in rank order, so the bits agree
+ * everywhere. The engine synced the device after the local sum and nothing ran on it
+ * since, so buf is final when it is read (the same holds for the small buffers' ring
+ * below).
+ */
+static sc_status_t one_round(scd_bufctx_table_t *tab, scd_job_t *job,
+			     const scd_device_ops_t *dev, scd_transport_t *t, float *buf,
+			     uint64_t n, scd_verdict_carry_t *v)
 {
 	int P = t->size, me = t->rank;
 	size_t bytes = n * sizeof(float);
+	const scd_device_ops_t *ws_dev =
+	    !(v && v->faulty) && scd_device_host_memory(dev) ? dev : &scd_device_cpu_ops;
+	if (one_round_ws(tab, ws_dev, P) != SC_OK) {
+		snprintf(job->error, sizeof(job->error),
+			 "no memory for a one-round allreduce of %d ranks", P);
+		log_step_error(job);
+		return SC_ERR_NOMEM;
+	}
+	char *g = tab->gather;
+	one_round_mine(g + (size_t)me * ONE_ROUND_SLOT, ws_dev, dev, buf, bytes, v);
 	scd_xfer_t *sends = tab->xfers, *recvs = tab->xfers + P;
 	int k = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
 			continue;
-		sends[k] = (scd_xfer_t){q, buf, bytes};
-		recvs[k] = (scd_xfer_t){
-		    q, (char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES, bytes};
+		sends[k] =
+		    (scd_xfer_t){q, g + (size_t)me * ONE_ROUND_SLOT, SCD_VERDICT_BYTES + bytes};
+		recvs[k] =
+		    (scd_xfer_t){q, g + (size_t)q * ONE_ROUND_SLOT, SCD_VERDICT_BYTES + bytes};
 		k++;
 	}
-	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, timeout_ms);
-	if (st != SC_OK)
+	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, job->timeout_ms);
+	if (st != SC_OK) {
+		snprintf(job->error, sizeof(job->error), "dense_ring: %s",
+			 scd_transport_error());
 		return st;
-	dev->copy((char *)tab->gather + (size_t)me * SCD_ONE_ROUND_BYTES, buf, bytes);
-	dev->copy(buf, tab->gather, bytes);
+	}
+	if (v && (st = v->decide(v, job, (const uint8_t *)g, ONE_ROUND_SLOT, P)) != SC_OK)
+		return st;
+	float *sum = (float *)(g + SCD_VERDICT_BYTES); /* rank 0's, the sum on the host */
+	if (ws_dev == dev) {
+		dev->copy(buf, sum, bytes);
+		sum = buf;
+	}
 	for (int q = 1; q < P; q++)
-		dev->reduce_sum(
-		    buf, (const float *)((char *)tab->gather + (size_t)q * SCD_ONE_ROUND_BYTES),
+		ws_dev->reduce_sum(
+		    sum, (const float *)(g + (size_t)q * ONE_ROUND_SLOT + SCD_VERDICT_BYTES),
 		    n);
+	if (ws_dev != dev)
+		dev->from_host(buf, sum, bytes);
 	return SC_OK;
 }
 
 /* A small dense buffer skips the scheme layer (see SCD_SMALL_DENSE_BYTES) where the
- * transport can read its memory; a device's buffer that needs staging goes through the
- * scheme layer, which stages. */
-static int small_direct(const scd_job_t *job, const scd_device_ops_t *dev)
+ * transport can read its memory, or where it is summed in one round, which stages it
+ * itself; any other device's buffer that needs staging goes through the scheme layer,
+ * which stages. */
+static int small_direct(const scd_job_t *job, const scd_device_ops_t *dev, int world_size)
 {
-	return small_dense(job) && scd_device_host_memory(dev);
+	return small_dense(job) &&
+	       (scd_device_host_memory(dev) || scd_bufctx_one_round(job, world_size));
 }
 
 sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
@@ -692,7 +751,7 @@ sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
 			       scd_job_prep_t *prep)
 {
 	*prep = (scd_job_prep_t){0};
-	if (small_direct(job, dev)) {
+	if (small_direct(job, dev, t->size)) {
 		prep->small = 1;
 		return SC_OK;
 	}
@@ -727,19 +786,21 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 				   const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
 				   double alpha_s, double beta_s_per_byte, scd_job_prep_t *prep)
 {
-	if (prep->small) { /* all of it an exchange */
-		int one =
-		    job->total_numel * sizeof(float) <= SCD_ONE_ROUND_BYTES && t->size > 1;
-		if (one && one_round_ws(tab, dev, t->size) != SC_OK) {
+	/* all of it an exchange; a carried input check round is always the one round's (the
+	 * rank whose compute stage failed before it prepared takes part too) */
+	if (prep->small || prep->verdict) {
+		int one = scd_bufctx_one_round(job, t->size);
+		if (prep->verdict && !one) { /* carries_verdict says otherwise */
 			snprintf(job->error, sizeof(job->error),
-				 "no memory for a one-round allreduce of %d ranks", t->size);
+				 "a buffer of %llu elements cannot carry the input check round",
+				 (unsigned long long)job->total_numel);
 			log_step_error(job);
-			return SC_ERR_NOMEM;
+			return SC_ERR_SYSTEM;
 		}
 		double t0 = scd_now_s();
 		uint64_t tl = scd_tl_begin();
 		sc_status_t st =
-		    one ? one_round(tab, dev, t, buf, job->total_numel, job->timeout_ms)
+		    one ? one_round(tab, job, dev, t, buf, job->total_numel, prep->verdict)
 			: scd_transport_allreduce_f32(t, buf, job->total_numel,
 						      job->timeout_ms);
 		scd_tl_arg_t ta[] = {
@@ -747,7 +808,7 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 		    {"bytes", NULL, (int64_t)(job->total_numel * sizeof(float))},
 		    {"one_round", NULL, one}};
 		scd_tl_here("scheme", tl, ta, 3);
-		if (st != SC_OK)
+		if (st != SC_OK && !one)
 			snprintf(job->error, sizeof(job->error), "dense_ring: %s",
 				 scd_transport_error());
 		job->scheme = SCD_SCHEME_DENSE_RING;

@@ -104,6 +104,10 @@ typedef struct scd_coll_desc {
 	/* compute stage: the node's local step into the job's buffer (local sum, the root's
 	 * values, packing) and what goes ahead of the exchange (sparsification) */
 	sc_status_t (*gather)(struct scd_coll_ctx *x, struct scd_job *job);
+	/* whether the job's run carries the input check round (job.h, scd_verdict_carry_t)
+	 * in its one exchange, over the mesh, so the engine skips the round: decided from
+	 * what every rank agreed on only (NULL: never) */
+	int (*carries_verdict)(const struct scd_job *job, int world_size);
 	/* communication stage: the exchange between the nodes */
 	sc_status_t (*run)(struct scd_coll_ctx *x, struct scd_job *job);
 	/* communication stage: the results to the local trainers */

@@ -247,6 +247,13 @@ static sc_status_t allreduce_gather(scd_coll_ctx_t *x, scd_job_t *job)
 	return st;
 }
 
+/* A float32 sum small enough for the one-round exchange (coll/bufctx.h) carries the input
+ * check round ahead of its data. */
+static int allreduce_carries_verdict(const scd_job_t *job, int world_size)
+{
+	return job_schemes(job) && scd_bufctx_one_round(job, world_size);
+}
+
 static sc_status_t allreduce_run(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	if (job_schemes(job))
@@ -331,6 +338,7 @@ const scd_coll_desc_t scd_coll_allreduce = {
     .describe = allreduce_describe,
     .check = allreduce_check,
     .gather = allreduce_gather,
+    .carries_verdict = allreduce_carries_verdict,
     .run = allreduce_run,
     .deliver = allreduce_deliver,
     .predict = allreduce_predict,

@@ -126,6 +126,32 @@ typedef struct scd_fault {
 	uint64_t count; /* offending entries (saturates at UINT32_MAX on the wire) */
 } scd_fault_t;
 
+/* The bytes of one rank's words in the input check round (engine/verdict.h): its fault's
+ * 8 and its flags' 4, padded so that data sent behind them stays 16-byte aligned. */
+#define SCD_VERDICT_BYTES 16
+
+struct scd_job;
+
+/*
+ * The input check round carried inside a collective's one exchange (coll.h,
+ * carries_verdict) instead of a round of its own before it: the collective sends mine
+ * ahead of its data to every rank, and calls decide with every rank's words (rank q's at
+ * words + q x stride) once they are all in, before it uses any rank's data. decide returns
+ * SC_OK, or the status every rank fails the job with (job->error alike on every rank); a
+ * rank whose own compute stage failed (faulty) sends zeros for its data and reads neither
+ * its buffer nor its device.
+ */
+typedef struct scd_verdict_carry {
+	uint8_t mine[SCD_VERDICT_BYTES];
+	int faulty;
+	sc_status_t (*decide)(struct scd_verdict_carry *v, struct scd_job *job,
+			      const uint8_t *words, size_t stride, int P);
+	/* decide's own: the node's trainers, and its compute stage's fault and error text */
+	int local_size, failed;
+	scd_fault_t fault;
+	char mine_error[512];
+} scd_verdict_carry_t;
+
 /* What a job's compute stage hands its communication stage (engine.c, the collectives). */
 struct scd_bufctx;
 typedef struct scd_job_prep {
@@ -133,6 +159,9 @@ typedef struct scd_job_prep {
 	const scd_coo_t *sel;	   /* a single sparsified tensor's selection, as COO */
 	int small;		   /* a small dense buffer: straight to the transport */
 	double sparsify_s;
+	/* set by the communication stage: the input check round to carry in the exchange
+	 * (NULL: it ran before) */
+	scd_verdict_carry_t *verdict;
 } scd_job_prep_t;
 
 /* The engine's own state of a job between its stages. */

@@ -351,15 +351,33 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 		c->predict(x, job);
 	if (st != SC_OK && t != e->transport)
 		scd_gpunet_failed(e->gpunet);
-	if (st != SC_OK) { /* logged where the transport or the scheme saw it */
+	/* a carried verdict's failure is the one every rank has (logged); any other is
+	 * logged where the transport or the scheme saw it */
+	if (st != SC_OK && job->run.prep.verdict &&
+	    scd_verdict_carry_end(job->run.prep.verdict, job, st))
+		return job->status;
+	if (st != SC_OK) {
 		job->status = st;
 		error_rank(e, job);
 	}
 	return st;
 }
 
+/* Whether job's collective carries the input check round in its one exchange over the
+ * mesh (coll.h): not under transport = nccl, where a buffer on a GPU on every rank must
+ * take NCCL, and only the round can tell that it is. */
+static int carries_verdict(const scd_engine_t *e, const scd_coll_desc_t *c,
+			   const scd_job_t *job)
+{
+	if (!c->carries_verdict ||
+	    (c->gpunet && e->p.transport && !strcmp(e->p.transport, "nccl")))
+		return 0;
+	return c->carries_verdict(job, e->p.world_size);
+}
+
 /* The communication stage of a buffer: the network probe when due, the input check
- * round, the collective's exchange and delivery, the GPU trainers' done events. */
+ * round (or its words carried in the collective's exchange), the collective's exchange
+ * and delivery, the GPU trainers' done events. */
 static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
@@ -372,12 +390,20 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 			 e->p.rank, scd_transport_error());
 		return;
 	}
+	/* the input check round, or its words carried in the collective's one exchange */
 	int all_cuda = 0;
-	if ((st = scd_verdict_input(e->transport, job, &run->fault, e->p.rank, e->p.local_size,
-				    &all_cuda)) != SC_OK)
+	scd_verdict_carry_t carry;
+	run->prep.verdict = NULL;
+	if (carries_verdict(e, c, job)) {
+		scd_verdict_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
+		run->prep.verdict = &carry;
+	} else if ((st = scd_verdict_input(e->transport, job, &run->fault, e->p.rank,
+					   e->p.local_size, &all_cuda)) != SC_OK)
 		return;
 	scd_coll_ctx_t x = coll_ctx(e, job, &e->stage.peer_out);
-	if ((st = comm_run(e, job, c, &x, all_cuda)) != SC_OK)
+	st = comm_run(e, job, c, &x, all_cuda);
+	run->prep.verdict = NULL;
+	if (st != SC_OK)
 		return;
 	if (c->deliver && (st = c->deliver(&x, job)) != SC_OK) {
 		job->status = st;

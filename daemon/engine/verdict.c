@@ -101,11 +101,49 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 		    trainer, rank, f->local_rank, (unsigned long long)f->count, tensor);
 }
 
+/* Rank's words: the fault's 8 bytes, then the flags' 4, little-endian. */
+static void words_put(uint8_t *w, const scd_fault_t *f, uint32_t flags)
+{
+	uint64_t v = scd_fault_pack(f);
+	memset(w, 0, SCD_VERDICT_BYTES);
+	for (int b = 0; b < 8; b++)
+		w[b] = (uint8_t)(v >> (8 * b));
+	for (int b = 0; b < 4; b++)
+		w[8 + b] = (uint8_t)(flags >> (8 * b));
+}
+
+/* Every rank's words (rank q's at words + q x stride) decided alike on every rank: the
+ * lowest faulty rank's status with job->error describing it and that rank in *faulty_p,
+ * else SC_OK; *flags_and gets the flags every rank set. */
+static sc_status_t words_decide(scd_job_t *job, const uint8_t *words, size_t stride, int P,
+				int local_size, int *faulty_p, uint32_t *flags_and)
+{
+	sc_status_t st = SC_OK;
+	*faulty_p = -1;
+	for (int q = 0; q < P && st == SC_OK; q++) {
+		const uint8_t *w = words + (size_t)q * stride;
+		uint64_t v = 0;
+		uint32_t fl = 0;
+		for (int b = 0; b < 8; b++)
+			v |= (uint64_t)w[b] << (8 * b);
+		for (int b = 0; b < 4; b++)
+			fl |= (uint32_t)w[8 + b] << (8 * b);
+		*flags_and &= fl;
+		scd_fault_t f = scd_fault_unpack(v);
+		if (f.kind == SCD_FAULT_NONE)
+			continue;
+		scd_verdict_describe(job, q, local_size, &f, job->error, sizeof(job->error));
+		st = scd_fault_status(&f);
+		*faulty_p = q;
+	}
+	return st;
+}
+
 sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_fault_t *mine,
 			      uint32_t flags, int local_size, int timeout_ms, int *faulty_p,
 			      uint32_t *flags_and)
 {
-	enum { W = 12 }; /* the fault's 8 bytes, then the flags' 4 */
+	enum { W = SCD_VERDICT_BYTES };
 	*faulty_p = -1;
 	*flags_and = flags;
 	int P = t->size, me = t->rank;
@@ -118,39 +156,23 @@ sc_status_t scd_verdict_round(scd_transport_t *t, scd_job_t *job, const scd_faul
 			 "no memory for the input check round of %d ranks", P);
 		return SC_ERR_NOMEM;
 	}
-	uint64_t w = scd_fault_pack(mine);
-	for (int b = 0; b < 8; b++)
-		in[(size_t)me * W + (size_t)b] = (uint8_t)(w >> (8 * b));
-	for (int b = 0; b < 4; b++)
-		in[(size_t)me * W + 8 + (size_t)b] = (uint8_t)(flags >> (8 * b));
+	words_put(in + (size_t)me * W, mine, flags);
 	scd_xfer_t *sends = x, *recvs = x + P;
 	int k = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
 			continue;
-		sends[k] = (scd_xfer_t){q, in + (size_t)me * W, W};
-		recvs[k] = (scd_xfer_t){q, in + (size_t)q * W, W};
+		/* 12 bytes on the wire, as before the words were padded */
+		sends[k] = (scd_xfer_t){q, in + (size_t)me * W, 12};
+		recvs[k] = (scd_xfer_t){q, in + (size_t)q * W, 12};
 		k++;
 	}
 	sc_status_t st = k ? scd_transport_exchange(t, sends, k, recvs, k, timeout_ms) : SC_OK;
 	if (st != SC_OK)
 		snprintf(job->error, sizeof(job->error), "the input check round: %s",
 			 scd_transport_error());
-	for (int q = 0; q < P && st == SC_OK; q++) {
-		uint64_t v = 0;
-		uint32_t fl = 0;
-		for (int b = 0; b < 8; b++)
-			v |= (uint64_t)in[(size_t)q * W + (size_t)b] << (8 * b);
-		for (int b = 0; b < 4; b++)
-			fl |= (uint32_t)in[(size_t)q * W + 8 + (size_t)b] << (8 * b);
-		*flags_and &= fl;
-		scd_fault_t f = scd_fault_unpack(v);
-		if (f.kind == SCD_FAULT_NONE)
-			continue;
-		scd_verdict_describe(job, q, local_size, &f, job->error, sizeof(job->error));
-		st = scd_fault_status(&f);
-		*faulty_p = q;
-	}
+	else
+		st = words_decide(job, in, W, P, local_size, faulty_p, flags_and);
 	free(in);
 	free(x);
 	return st;
@@ -162,12 +184,8 @@ static const char *item_name(const scd_job_item_t *it)
 	return it->name ? it->name : "?";
 }
 
-/* See verdict.h. Logs what nonfinite = warn lets through; then the input check round, which
- * fails the job on every rank when some rank found a fault in its input or failed its
- * compute stage. The rank whose compute stage failed keeps its own account of why after
- * the error every rank shares. */
-sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_fault_t *f,
-			      int rank, int local_size, int *all_cuda)
+/* What nonfinite = warn lets through, in the log. */
+static void warn_nonfinite(const scd_job_t *job, int rank)
 {
 	for (int i = 0; i < job->n_items && job->nonfinite == SCD_NONFINITE_WARN; i++)
 		if (job->items[i].nonfinite)
@@ -177,6 +195,40 @@ sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_faul
 			    "in this node's input, summed as they are (nonfinite = warn)",
 			    rank, item_name(&job->items[i]),
 			    (unsigned long long)job->items[i].nonfinite);
+}
+
+_Static_assert(sizeof(((scd_verdict_carry_t *)0)->mine_error) ==
+		   sizeof(((scd_job_t *)0)->error),
+	       "a carried verdict keeps the job's whole error text");
+
+/* A failed check (st; faulty the rank it names, < 0: the exchange itself failed): the
+ * rank whose compute stage failed (f, its error text mine) keeps its own account of why
+ * after the error every rank shares, or has it as the error when the exchange failed. */
+static sc_status_t verdict_fail(scd_job_t *job, const scd_fault_t *f, sc_status_t st,
+				int faulty, char *mine)
+{
+	if (f->kind == SCD_FAULT_LOCAL) {
+		mine[sizeof(job->error) - 1] = 0;
+		if (faulty < 0) { /* the exchange failed: this node's failure is the error */
+			st = scd_fault_status(f);
+			memcpy(job->error, mine, sizeof(job->error));
+		} else {
+			size_t n = strlen(job->error);
+			snprintf(job->error + n, sizeof(job->error) - n, "; here: %s", mine);
+		}
+	}
+	job->status = st;
+	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	return st;
+}
+
+/* See verdict.h. Logs what nonfinite = warn lets through; then the input check round, which
+ * fails the job on every rank when some rank found a fault in its input or failed its
+ * compute stage. */
+sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_fault_t *f,
+			      int rank, int local_size, int *all_cuda)
+{
+	warn_nonfinite(job, rank);
 	char mine[sizeof(job->error)];
 	if (f->kind == SCD_FAULT_LOCAL)
 		memcpy(mine, job->error, sizeof(mine));
@@ -187,18 +239,40 @@ sc_status_t scd_verdict_input(scd_transport_t *t, scd_job_t *job, const scd_faul
 	*all_cuda = (agreed & SCD_VERDICT_CUDA) != 0;
 	if (st == SC_OK)
 		return SC_OK;
-	if (f->kind == SCD_FAULT_LOCAL) {
-		mine[sizeof(mine) - 1] = 0;
-		if (faulty <
-		    0) { /* the round itself failed: this node's failure is the error */
-			st = scd_fault_status(f);
-			memcpy(job->error, mine, sizeof(mine));
-		} else {
-			size_t n = strlen(job->error);
-			snprintf(job->error + n, sizeof(job->error) - n, "; here: %s", mine);
-		}
-	}
-	job->status = st;
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
-	return st;
+	return verdict_fail(job, f, st, faulty, mine);
+}
+
+static sc_status_t carry_decide(scd_verdict_carry_t *v, scd_job_t *job, const uint8_t *words,
+				size_t stride, int P)
+{
+	int faulty;
+	uint32_t flags = 0;
+	sc_status_t st = words_decide(job, words, stride, P, v->local_size, &faulty, &flags);
+	if (st == SC_OK)
+		return SC_OK;
+	v->failed = 1;
+	return verdict_fail(job, &v->fault, st, faulty, v->mine_error);
+}
+
+void scd_verdict_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fault_t *f,
+			    int rank, int local_size)
+{
+	warn_nonfinite(job, rank);
+	*v = (scd_verdict_carry_t){.faulty = f->kind != SCD_FAULT_NONE,
+				   .decide = carry_decide,
+				   .local_size = local_size,
+				   .fault = *f};
+	if (f->kind == SCD_FAULT_LOCAL)
+		memcpy(v->mine_error, job->error, sizeof(v->mine_error));
+	words_put(v->mine, f, 0);
+}
+
+int scd_verdict_carry_end(scd_verdict_carry_t *v, scd_job_t *job, sc_status_t st)
+{
+	if (v->failed)
+		return 1;
+	if (v->fault.kind != SCD_FAULT_LOCAL)
+		return 0;
+	verdict_fail(job, &v->fault, st, -1, v->mine_error);
+	return 1;
 }

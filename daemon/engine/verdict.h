@@ -16,7 +16,10 @@
  * Every allreduce job takes the round, whatever its dtype and configuration: any of them
  * can fail locally, and a rank that skipped the collective alone would leave its peers
  * waiting for bytes that never come. The cost is one exchange of 12 bytes with every peer
- * per buffer (one network latency; fusion amortises it over the buffer's tensors).
+ * per buffer (one network latency; fusion amortises it over the buffer's tensors). A small
+ * buffer summed in one round (coll/bufctx.c) carries the words ahead of its data instead,
+ * and every rank decides before it adds any rank's data: the same outcome without the
+ * round's latency.
  */
 #ifndef SCD_ENGINE_VERDICT_H
 #define SCD_ENGINE_VERDICT_H
@@ -43,6 +46,21 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 /* The status every rank fails the job with for fault f: a local fault's own, else
  * SC_ERR_INVALID. */
 sc_status_t scd_fault_status(const scd_fault_t *f);
+
+/*
+ * The round carried inside a collective's one exchange instead (coll/job.h,
+ * scd_verdict_carry_t; coll.h, carries_verdict): v gets this rank's words (finding f, no
+ * flags: such a collective runs on the mesh whatever the devices) and the decision the
+ * collective calls once every rank's words are in, which fails the job exactly as the
+ * round does. Logs what nonfinite = warn lets through, as scd_verdict_input does.
+ */
+void scd_verdict_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fault_t *f,
+			    int rank, int local_size);
+/* After the collective that carried v failed with st: 1 when the verdict accounts for the
+ * failure (job->error is the one every rank has, or, where the exchange failed before the
+ * decision, this node's own compute stage's failure), 0 when the failure is the exchange's
+ * own. */
+int scd_verdict_carry_end(scd_verdict_carry_t *v, scd_job_t *job, sc_status_t st);
 
 /* What a rank says of its buffer beside its finding, ANDed over the ranks by the round. */
 #define SCD_VERDICT_CUDA 1u /* the buffer is on the cuda device (its GPU transport may run) */

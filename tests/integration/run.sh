@@ -1155,6 +1155,31 @@ bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zi
 bench_case "bench collective topk n=3" hier_central,balanced_par,spardl,exdyna --workload topk
 unset SPARSECOMM_EXDYNA_CAP SPARSECOMM_EXDYNA_GRID
 
+# The allreduce benchmark's stages (bench/stages.h): every timed latency call matched on
+# every rank from the daemons' timelines and the trainers' clocks, every stage a number.
+stages_case() {
+	name="bench allreduce stages n=3"
+	selected "$name" || return 0
+	rm -rf "$tmp/stages"
+	mkdir -p "$tmp/stages"
+	t0=$(date +%s)
+	timeout -k 10 300 "$launcher" -n 3 --timeout 240 -- "$bin/sparsecomm-bench" allreduce \
+		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/s" >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	rows=$(grep -cE '^\[0\] # (submit|negotiation|hand-off|verdict|data|completion|round trip) +[0-9]+\.[0-9] +[0-9]+\.[0-9]$' "$tmp/out")
+	matched=$(sed -n 's/.*(us; \([0-9]*\) calls matched on 3 ranks).*/\1/p' "$tmp/out")
+	if [ "$rc" -eq 0 ] && [ "$rows" -eq 7 ] && [ "${matched:-0}" -eq 50 ]; then
+		echo "ok    $name (${dt} s)"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: exited with $rc, $rows of 7 stages, ${matched:-no} of 50 calls matched (${dt} s)"
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+stages_case
+
 # sparsectl while a job runs.
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan

@@ -1,0 +1,289 @@
+/* stages.c: see stages.h. */
+#include "stages.h"
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STAGES_RANKS_MAX 64
+#define STAGES_WAIT_S	 10.0
+#define LAT_LANE	 "bench.allreduce.lat4k"
+#define COMM_LANE	 "thread engine.comm"
+
+enum { ST_SUBMIT, ST_NEGOTIATE, ST_HANDOFF, ST_VERDICT, ST_DATA, ST_COMPLETE, ST_TOTAL, ST_N };
+static const char *const stage_names[ST_N] = {"submit", "negotiation", "hand-off",  "verdict",
+					      "data",	"completion",  "round trip"};
+
+typedef struct span {
+	double ts, end; /* microseconds of CLOCK_MONOTONIC */
+	long step;	/* wait_ranks: the tensor's call */
+} span_t;
+
+typedef struct spans {
+	span_t *v;
+	int n, cap;
+} spans_t;
+
+/* One rank's events of the latency tensor and of its engine's communication stage. */
+typedef struct rank_tl {
+	spans_t wait, buffer, scheme, client;
+} rank_tl_t;
+
+int stages_start(sc_client_t *c, const char *prefix)
+{
+	char v[1024];
+	snprintf(v, sizeof(v), "%s.d%%r.json", prefix);
+	sc_status_t st = sc_config_set(c, "timeline_file", v);
+	if (st != SC_OK)
+		fprintf(stderr, "stages: cannot start the timelines: %s: %s\n",
+			sc_status_name(st), sc_last_error());
+	return st == SC_OK ? 0 : -1;
+}
+
+int stages_stop(sc_client_t *c)
+{
+	sc_status_t st = sc_config_set(c, "timeline_file", "");
+	if (st != SC_OK)
+		fprintf(stderr, "stages: cannot stop the timelines: %s: %s\n",
+			sc_status_name(st), sc_last_error());
+	return st == SC_OK ? 0 : -1;
+}
+
+int stages_write_client(const char *prefix, int rank, const int *call, const double *t0_s,
+			const double *t1_s, int n)
+{
+	char path[1100];
+	snprintf(path, sizeof(path), "%s.client%d.txt", prefix, rank);
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "stages: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%d %.3f %.3f\n", call[i], t0_s[i] * 1e6, t1_s[i] * 1e6);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+static int spans_add(spans_t *s, span_t x)
+{
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 256;
+		span_t *v = realloc(s->v, sizeof(*v) * (size_t)cap);
+		if (!v)
+			return -1;
+		s->v = v;
+		s->cap = cap;
+	}
+	s->v[s->n++] = x;
+	return 0;
+}
+
+/* The number after "key": in line, or NAN. */
+static double num_after(const char *line, const char *key)
+{
+	const char *p = strstr(line, key);
+	return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+/* Whether the timeline file at path is complete (stopped: its trailer is written). */
+static int tl_complete(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char tail[512] = "";
+	if (fseek(f, -(long)(sizeof(tail) - 1), SEEK_END) != 0)
+		rewind(f);
+	size_t n = fread(tail, 1, sizeof(tail) - 1, f);
+	tail[n] = 0;
+	fclose(f);
+	return strstr(tail, "\"otherData\"") != NULL;
+}
+
+/* Reads one daemon's timeline: the latency tensor's wait_ranks and the communication
+ * stage's buffer and scheme events (one event a line, as the daemon writes them). */
+static int read_timeline(const char *path, rank_tl_t *r)
+{
+	for (double end = bench_now_s() + STAGES_WAIT_S; !tl_complete(path);) {
+		if (bench_now_s() > end) {
+			fprintf(stderr, "stages: %s is missing or was not stopped\n", path);
+			return -1;
+		}
+		usleep(20000);
+	}
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char *line = NULL;
+	size_t cap = 0;
+	long lat = -1, comm = -1;
+	int rc = 0;
+	while (getline(&line, &cap, f) > 0 && rc == 0) {
+		long tid = (long)num_after(line, "\"tid\":");
+		if (strstr(line, "\"name\":\"thread_name\"")) {
+			if (strstr(line, "\"name\":\"" LAT_LANE "\""))
+				lat = tid;
+			else if (strstr(line, "\"name\":\"" COMM_LANE "\""))
+				comm = tid;
+			continue;
+		}
+		span_t s = {num_after(line, "\"ts\":"), 0, 0};
+		s.end = s.ts + num_after(line, "\"dur\":");
+		if (tid == lat && strstr(line, "\"name\":\"wait_ranks\"")) {
+			s.step = (long)num_after(line, "\"step\":");
+			rc = spans_add(&r->wait, s);
+		} else if (tid == comm && strstr(line, "\"name\":\"buffer\"") &&
+			   strstr(line, "\"bytes\":4096,"))
+			rc = spans_add(&r->buffer, s);
+		else if (tid == comm && strstr(line, "\"name\":\"scheme\"") &&
+			 strstr(line, "\"bytes\":4096,"))
+			rc = spans_add(&r->scheme, s);
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+static int read_client(const char *path, rank_tl_t *r)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "stages: cannot read %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	span_t s;
+	while (fscanf(f, "%ld %lf %lf", &s.step, &s.ts, &s.end) == 3)
+		if (spans_add(&r->client, s) < 0)
+			break;
+	fclose(f);
+	return 0;
+}
+
+/* The first span of s that starts at or after t (s sorted by start), or NULL. */
+static const span_t *first_after(const spans_t *s, double t)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i].ts >= t)
+			return &s->v[i];
+	return NULL;
+}
+
+static const span_t *by_step(const spans_t *s, long step)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i].step == step)
+			return &s->v[i];
+	return NULL;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	double x = ((const span_t *)a)->ts, y = ((const span_t *)b)->ts;
+	return (x > y) - (x < y);
+}
+
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One call's stages (stages.h), or -1 when some rank lacks one of its events. */
+static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
+{
+	double last_ready = 0, last_plan = 0, last_buf = 0, last_in = 0, last_out = 0;
+	double submit[STAGES_RANKS_MAX], done[STAGES_RANKS_MAX];
+	for (int r = 0; r < P; r++) {
+		const span_t *w = by_step(&tl[r].wait, step), *c = by_step(&tl[r].client, step);
+		const span_t *b = w ? first_after(&tl[r].buffer, w->end) : NULL;
+		const span_t *s = b ? first_after(&tl[r].scheme, b->ts) : NULL;
+		if (!w || !c || !b || !s || s->end > b->end + 1)
+			return -1;
+		last_ready = fmax(last_ready, w->ts);
+		last_plan = fmax(last_plan, w->end);
+		last_buf = fmax(last_buf, b->ts);
+		last_in = fmax(last_in, s->ts);
+		last_out = fmax(last_out, s->end);
+		submit[r] = w->ts - c->ts;
+		done[r] = c->end - b->end;
+		if (r == 0)
+			out[ST_TOTAL] = c->end - c->ts;
+	}
+	out[ST_SUBMIT] = median_of(submit, P);
+	out[ST_NEGOTIATE] = last_plan - last_ready;
+	out[ST_HANDOFF] = last_buf - last_plan;
+	out[ST_VERDICT] = last_in - last_buf;
+	out[ST_DATA] = last_out - last_in;
+	out[ST_COMPLETE] = median_of(done, P);
+	return 0;
+}
+
+static void print_table(double *per_stage[ST_N], int n, int P)
+{
+	printf("# 4 KiB round trip by stage (us; %d calls matched on %d ranks):\n", n, P);
+	printf("# %-12s %10s %10s\n", "stage", "median", "p99");
+	for (int k = 0; k < ST_N; k++) {
+		double *v = per_stage[k];
+		qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
+		int i99 = (int)ceil(0.99 * n) - 1;
+		printf("# %-12s %10.1f %10.1f\n", stage_names[k], median_of(v, n),
+		       v[i99 < 0 ? 0 : i99]);
+	}
+}
+
+int stages_report(const char *prefix, int P)
+{
+	if (P > STAGES_RANKS_MAX) {
+		fprintf(stderr, "stages: at most %d ranks\n", STAGES_RANKS_MAX);
+		return -1;
+	}
+	rank_tl_t *tl = calloc((size_t)P, sizeof(*tl));
+	double *per_stage[ST_N] = {0};
+	int rc = tl ? 0 : -1, n = 0;
+	char path[1100];
+	for (int r = 0; r < P && rc == 0; r++) {
+		snprintf(path, sizeof(path), "%s.d%d.json", prefix, r);
+		rc = read_timeline(path, &tl[r]);
+		snprintf(path, sizeof(path), "%s.client%d.txt", prefix, r);
+		if (rc == 0)
+			rc = read_client(path, &tl[r]);
+		if (rc == 0) {
+			qsort(tl[r].buffer.v, (size_t)tl[r].buffer.n, sizeof(span_t), cmp_span);
+			qsort(tl[r].scheme.v, (size_t)tl[r].scheme.n, sizeof(span_t), cmp_span);
+		}
+	}
+	int calls = rc == 0 ? tl[0].client.n : 0;
+	for (int k = 0; k < ST_N && rc == 0; k++)
+		if (!(per_stage[k] = calloc((size_t)calls + 1, sizeof(double))))
+			rc = -1;
+	for (int i = 0; i < calls && rc == 0; i++) {
+		double one[ST_N] = {0};
+		if (call_stages(tl, P, tl[0].client.v[i].step, one) < 0)
+			continue;
+		for (int k = 0; k < ST_N; k++)
+			per_stage[k][n] = one[k];
+		n++;
+	}
+	if (rc == 0 && n > 0)
+		print_table(per_stage, n, P);
+	else if (rc == 0) {
+		fprintf(stderr,
+			"stages: no call has every rank's events (timelines %s.d*.json)\n",
+			prefix);
+		rc = -1;
+	}
+	for (int k = 0; k < ST_N; k++)
+		free(per_stage[k]);
+	for (int r = 0; tl && r < P; r++) {
+		free(tl[r].wait.v);
+		free(tl[r].buffer.v);
+		free(tl[r].scheme.v);
+		free(tl[r].client.v);
+	}
+	free(tl);
+	return rc;
+}
