@@ -195,6 +195,10 @@ run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 # reducescatter: rows split unevenly, every slice exact; rows of another length.
 run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
 run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
+# adasum: the reference tree's values, the same bits on every rank; its refusals.
+run_case "adasum n=2" 2 1 120 0 2 -- "$itest" adasum
+run_case "adasum n=3" 3 1 120 0 3 -- "$itest" adasum
+run_case "adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum
 
 # alltoall: counts that vary by pair and step, every element and byte; over the size; one
 # rank's bad counts failing every rank; a joined rank.
