@@ -28,7 +28,8 @@ void scd_adasum_tree(sc_dtype_t dtype, void *blocks, int n, uint64_t numel)
 	for (int stride = 1; stride < n; stride *= 2)
 		for (int i = 0; i + stride < n; i += 2 * stride)
 			scd_adasum_pair_typed(dtype, (char *)blocks + (size_t)i * bytes,
-					      (char *)blocks + (size_t)(i + stride) * bytes, numel);
+					      (char *)blocks + (size_t)(i + stride) * bytes,
+					      numel);
 }
 
 /* The buffer: one block of the tensor per trainer of the job, in trainer rank order. */
@@ -67,7 +68,8 @@ static sc_status_t adasum_exchange(scd_coll_ctx_t *x, scd_job_t *job, char *host
 		return SC_ERR_NOMEM;
 	for (int r = 0; r < P; r++)
 		if (r != me) {
-			xf[ns++] = (scd_xfer_t){.peer = r, .buf = host + me * node, .bytes = node};
+			xf[ns++] =
+			    (scd_xfer_t){.peer = r, .buf = host + me * node, .bytes = node};
 			xf[P + nr++] =
 			    (scd_xfer_t){.peer = r, .buf = host + r * node, .bytes = node};
 		}
@@ -111,10 +113,9 @@ static sc_status_t adasum_run(scd_coll_ctx_t *x, scd_job_t *job)
 static void adasum_predict(const scd_coll_ctx_t *x, scd_job_t *job)
 {
 	int P = x->world_size;
-	double node =
-	    (double)x->local_size * job->items[0].numel * sc_dtype_size(job->dtype);
-	scd_coll_dense_report(
-	    job, P > 1 ? (P - 1) * (x->alpha_s + node * x->beta_s_per_byte) : 0);
+	double node = (double)x->local_size * job->items[0].numel * sc_dtype_size(job->dtype);
+	scd_coll_dense_report(job,
+			      P > 1 ? (P - 1) * (x->alpha_s + node * x->beta_s_per_byte) : 0);
 }
 
 /* The tree's result (the first block) to every local trainer. */
@@ -146,10 +147,11 @@ static void adasum_describe(const scd_coll_t *c, char *buf, size_t len)
 static sc_status_t adasum_check(const scd_coll_req_t *rq, char *err, size_t len)
 {
 	if (rq->dtype != SC_FLOAT32 && rq->dtype != SC_FLOAT64) {
-		snprintf(err, len,
-			 "adasum of tensor '%s': %s is not a floating-point dtype (adasum takes "
-			 "float32 and float64)",
-			 rq->tensor, sc_dtype_name((sc_dtype_t)rq->dtype));
+		snprintf(
+		    err, len,
+		    "adasum of tensor '%s': %s is not a floating-point dtype (adasum takes "
+		    "float32 and float64)",
+		    rq->tensor, sc_dtype_name((sc_dtype_t)rq->dtype));
 		return SC_ERR_UNSUPPORTED;
 	}
 	return scd_coll_dense_check(rq, err, len);

@@ -19,7 +19,8 @@
 /* Trainer r's element i: deterministic, both signs, different directions per trainer. */
 static double ad_value(int r, size_t i)
 {
-	uint64_t h = (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)i * 0xbf58476d1ce4e5b9ULL;
+	uint64_t h =
+	    (uint64_t)(r + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)i * 0xbf58476d1ce4e5b9ULL;
 	h ^= h >> 31;
 	h *= 0x94d049bb133111ebULL;
 	h ^= h >> 29;
@@ -67,8 +68,8 @@ static void ad_set(void *x, sc_dtype_t dt, size_t i, double v)
 static void ad_run(sc_client_t *c, sc_tensor_t *t)
 {
 	sc_handle_t h = 0;
-	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_ADASUM, &h), "sc_allreduce_async('%s', adasum)",
-		    sc_tensor_name(t));
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_ADASUM, &h),
+		    "sc_allreduce_async('%s', adasum)", sc_tensor_name(t));
 	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
 	if (r != SC_OK)
 		IT_FAIL("adasum of '%s': %s: %s", sc_tensor_name(t), it_wait_name(r),
@@ -87,16 +88,19 @@ static void ad_same_bits(sc_client_t *c, sc_tensor_t *t, sc_tensor_t *lo, sc_ten
 	sc_handle_t h1 = 0, h2 = 0;
 	IT_CHECK_SC(sc_allreduce_async(c, lo, SC_OP_MIN, &h1), "min of the results");
 	IT_CHECK_SC(sc_allreduce_async(c, hi, SC_OP_MAX, &h2), "max of the results");
-	if (it_wait(c, h1, IT_OP_TIMEOUT_MS) != SC_OK || it_wait(c, h2, IT_OP_TIMEOUT_MS) != SC_OK)
+	if (it_wait(c, h1, IT_OP_TIMEOUT_MS) != SC_OK ||
+	    it_wait(c, h2, IT_OP_TIMEOUT_MS) != SC_OK)
 		IT_FAIL("min/max of the adasum results of '%s': %s", sc_tensor_name(t),
 			it_wait_error());
 	for (size_t i = 0; i < n; i++) {
 		double me = ad_get(sc_tensor_data(t), dt, i);
-		double a = ((double *)sc_tensor_data(lo))[i], b = ((double *)sc_tensor_data(hi))[i];
+		double a = ((double *)sc_tensor_data(lo))[i],
+		       b = ((double *)sc_tensor_data(hi))[i];
 		if (a != me || b != me)
-			IT_FAIL("adasum of '%s': the ranks differ at [%zu]: min %.17g, max %.17g, "
-				"rank %d %.17g",
-				sc_tensor_name(t), i, a, b, sc_rank(c), me);
+			IT_FAIL(
+			    "adasum of '%s': the ranks differ at [%zu]: min %.17g, max %.17g, "
+			    "rank %d %.17g",
+			    sc_tensor_name(t), i, a, b, sc_rank(c), me);
 	}
 }
 
@@ -134,9 +138,11 @@ static void ad_reference(sc_client_t *c)
 				for (size_t i = 0; i < n; i++) {
 					double g = ad_get(sc_tensor_data(t), dts[d], i);
 					if (!(fabs(g - ref[i]) <= tol * (1 + fabs(ref[i]))))
-						IT_FAIL("adasum of '%s' over %d trainers, step %d: [%zu] "
+						IT_FAIL("adasum of '%s' over %d trainers, step "
+							"%d: [%zu] "
 							"= %.17g, expected %.17g",
-							sc_tensor_name(t), P, step, i, g, ref[i]);
+							sc_tensor_name(t), P, step, i, g,
+							ref[i]);
 				}
 				ad_same_bits(c, t, lo, hi);
 			}
@@ -165,8 +171,8 @@ static void ad_exact(sc_client_t *c)
 	ad_run(c, t);
 	for (int i = 0; i <= P; i++)
 		if (x[i] != 0.25 * i - 1)
-			IT_FAIL("adasum of identical leaves: [%d] = %.17g, expected %.17g", i, x[i],
-				0.25 * i - 1);
+			IT_FAIL("adasum of identical leaves: [%d] = %.17g, expected %.17g", i,
+				x[i], 0.25 * i - 1);
 	it_log("adasum: orthogonal leaves sum, identical leaves give the vector, exactly");
 }
 
@@ -182,8 +188,9 @@ static void ad_expect(sc_client_t *c, sc_tensor_t *t, sc_status_t want, int rs)
 		msg = it_wait_error();
 	}
 	if (r != (int)want || !strstr(msg, sc_tensor_name(t)) || !strstr(msg, "adasum"))
-		IT_FAIL("adasum of '%s': expected %s naming the tensor and adasum, got %s ('%s')",
-			sc_tensor_name(t), sc_status_name(want), it_wait_name(r), msg);
+		IT_FAIL(
+		    "adasum of '%s': expected %s naming the tensor and adasum, got %s ('%s')",
+		    sc_tensor_name(t), sc_status_name(want), it_wait_name(r), msg);
 	it_log("refused: %s", msg);
 }
 
@@ -201,7 +208,8 @@ static void ad_refused(sc_client_t *c)
 	sc_handle_t h = 0;
 	IT_CHECK_SC(sc_allreduce_async(c, k, SC_OP_SUM, &h), "sum after the refusals");
 	if (it_wait(c, h, IT_OP_TIMEOUT_MS) != SC_OK)
-		IT_FAIL("sum of '%s' after the refusals: %s", sc_tensor_name(k), it_wait_error());
+		IT_FAIL("sum of '%s' after the refusals: %s", sc_tensor_name(k),
+			it_wait_error());
 	ad_run(c, f);
 }
 

@@ -85,8 +85,8 @@ UNIT_TEST(adasum_tree_of_orthogonal_leaves_is_their_sum)
 			v[r * 9 + r] = r + 1;
 		scd_adasum_tree(SC_FLOAT64, v, k, 9);
 		for (int i = 0; i < 9; i++)
-			CHECK_MSG(v[i] == (i < k ? i + 1 : 0), "%d leaves: element %d is %g", k, i,
-				  v[i]);
+			CHECK_MSG(v[i] == (i < k ? i + 1 : 0), "%d leaves: element %d is %g", k,
+				  i, v[i]);
 	}
 }
 
@@ -111,8 +111,8 @@ UNIT_TEST(adasum_tree_matches_the_reference)
 		ref_tree(ref, k, N);
 		for (int i = 0; i < N; i++)
 			CHECK_MSG(fabs(v[i] - ref[i]) <= 1e-12 * (1 + fabs(ref[i])),
-				  "float64, %d leaves: element %d is %.17g, expected %.17g", k, i,
-				  v[i], ref[i]);
+				  "float64, %d leaves: element %d is %.17g, expected %.17g", k,
+				  i, v[i], ref[i]);
 		/* float32 leaves: the reference on their exact values, within float rounding */
 		double fr[N * K];
 		for (int i = 0; i < N * k; i++)
@@ -140,7 +140,8 @@ UNIT_TEST(adasum_tree_of_four_pairs_neighbours_first)
 	ref_pair(chain, chain + 2, 2);
 	ref_pair(chain, chain + 4, 2);
 	ref_pair(chain, chain + 6, 2);
-	CHECK_TRUE(fabs(chain[0] - want[0]) + fabs(chain[1] - want[1]) > 1e-3); /* they differ */
+	CHECK_TRUE(fabs(chain[0] - want[0]) + fabs(chain[1] - want[1]) >
+		   1e-3); /* they differ */
 	scd_adasum_tree(SC_FLOAT64, v, 4, 2);
 	CHECK_NEAR(v[0], want[0], 1e-15);
 	CHECK_NEAR(v[1], want[1], 1e-15);
