@@ -49,7 +49,7 @@ typedef struct scd_coll {
 
 /* The words of the collectives that are not an allreduce (whose word is its op): a
  * broadcast's SCD_OP_BROADCAST | root, a reduce-scatter's SCD_OP_REDUCESCATTER | row << 3 |
- * op, an allgather's and an alltoall's their bit alone. */
+ * op, an allgather's, an alltoall's and Adasum's their bit alone. */
 #define SCD_OP_BROADCAST     0x80000000u
 #define SCD_OP_ALLGATHER     0x40000000u
 #define SCD_OP_REDUCESCATTER 0x20000000u

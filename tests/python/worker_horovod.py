@@ -288,6 +288,18 @@ def adasum_allreduce_matches_numpy():
     assert hvd.allreduce(x, op=hvd.Adasum).tolist() == [r + 1.0 for r in range(P)]
     v = torch.tensor([0.5, -3.0, 7.25], dtype=torch.float64)
     assert torch.equal(hvd.allreduce(v, name="adasum.same", op=hvd.Adasum), v)
+    # a group: each member its own tree (the operator is per tensor, never over a group)
+    mine = [torch.from_numpy(rank_values(R, n, 7 + n)) for n in (3, 5)]
+    got = hvd.grouped_allreduce(mine, name="adasum.group", op=hvd.Adasum)
+    for n, g in zip((3, 5), got):
+        want = adasum_ref([rank_values(r, n, 7 + n) for r in range(P)])
+        assert np.abs(g.numpy() - want).max() < 1e-12, (n, g, want)
+    # bfloat16: computed in float32, rounded back
+    b = torch.from_numpy(rank_values(R, 6, 11)).to(torch.bfloat16)
+    want = adasum_ref([torch.from_numpy(rank_values(r, 6, 11)).to(torch.bfloat16).double()
+                       .numpy() for r in range(P)])
+    got = hvd.allreduce(b, name="adasum.bf16", op=hvd.Adasum)
+    assert got.dtype == torch.bfloat16 and np.abs(got.double().numpy() - want).max() < 2e-2
 
 
 @check
