@@ -7,7 +7,10 @@
  * the count, and the tree of the rest); every rank's result bit for bit the same (their
  * min and max over the ranks agree); orthogonal leaves give their sum and identical ones
  * the vector, exactly; integer, top-k and reduce-scatter requests refused naming the
- * tensor, and the next operation works.
+ * tensor, and the next operation works. With the arguments cuda LOG, the reference steps
+ * run on cuda tensors (the driver stand-in and the daemons' host GPU build, on GPU local
+ * rank % $SCG_HOST_DEVICES: a source off the engine's GPU is copied over, and the blocks
+ * are staged through host memory for the exchange and the tree).
  */
 #include "itest.h"
 
@@ -104,8 +107,26 @@ static void ad_same_bits(sc_client_t *c, sc_tensor_t *t, sc_tensor_t *lo, sc_ten
 	}
 }
 
+/* A tensor of the reference steps: cpu, or cuda (the stand-in maps it to the host, so
+ * the test writes and reads it directly). */
+static sc_tensor_t *ad_register(sc_client_t *c, const char *name, sc_dtype_t dt, size_t n,
+				int cuda)
+{
+	if (!cuda)
+		return it_register(c, name, dt, n);
+	const char *g = getenv("SCG_HOST_DEVICES");
+	int gpus = g && atoi(g) > 1 ? atoi(g) : 1;
+	sc_tensor_opts_t o = {.struct_size = sizeof(o),
+			      .device = SC_DEVICE_CUDA,
+			      .device_ordinal = sc_local_rank(c) % gpus};
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, dt, n, &o, &t), "sc_register_ex('%s', cuda:%d)",
+		    name, o.device_ordinal);
+	return t;
+}
+
 /* Random-looking leaves of both float dtypes and three sizes, twice each. */
-static void ad_reference(sc_client_t *c)
+static void ad_reference(sc_client_t *c, int cuda)
 {
 	static const sc_dtype_t dts[] = {SC_FLOAT32, SC_FLOAT64};
 	static const size_t sizes[] = {1, 7, 100003};
@@ -115,7 +136,7 @@ static void ad_reference(sc_client_t *c)
 			size_t n = sizes[s];
 			char name[64];
 			snprintf(name, sizeof(name), "adasum.%s.%zu", sc_dtype_name(dts[d]), n);
-			sc_tensor_t *t = it_register(c, name, dts[d], n);
+			sc_tensor_t *t = ad_register(c, name, dts[d], n, cuda);
 			snprintf(name, sizeof(name), "adasum.lo.%zu.%zu", d, n);
 			sc_tensor_t *lo = it_register(c, name, SC_FLOAT64, n);
 			snprintf(name, sizeof(name), "adasum.hi.%zu.%zu", d, n);
@@ -148,9 +169,9 @@ static void ad_reference(sc_client_t *c)
 			}
 			free(ref);
 		}
-	it_log("adasum of float32, float64 x 1, 7, 100003 over %d trainers: the reference "
+	it_log("adasum of %s float32, float64 x 1, 7, 100003 over %d trainers: the reference "
 	       "tree's values, the same bits on every rank",
-	       P);
+	       cuda ? "cuda" : "cpu", P);
 }
 
 /* Orthogonal leaves (trainer r's element r) add up; identical ones give the vector. */
@@ -215,9 +236,11 @@ static void ad_refused(sc_client_t *c)
 
 int it_adasum(int argc, char **argv)
 {
-	(void)argc, (void)argv;
+	int cuda = argc > 1 && !strcmp(argv[1], "cuda");
+	if (cuda)
+		it_cuda_stand_in(argc - 1, argv + 1);
 	sc_client_t *c = it_connect();
-	ad_reference(c);
+	ad_reference(c, cuda);
 	ad_exact(c);
 	ad_refused(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
