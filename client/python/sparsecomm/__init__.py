@@ -777,8 +777,8 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
     Sum, Average, Min, Max, Product, Adasum, or a name such as "max"); MIN, MAX, PRODUCT
     and ADASUM are dense reductions that a tensor with a sparsifier refuses (ADASUM: float
-    tensors only; the Adasum operator over a binary tree of the trainers in rank order).  The options
-    (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
+    tensors only; the Adasum operator over a binary tree of the trainers in rank order).
+    The options (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
     density; threshold; scheme; allow_lossy; coo_capacity; wire and block, see register();
     block defaults to a 2-D tensor's last dimension where it is used) are fixed when
     ``name`` is first used.  A float16 or bfloat16 torch tensor travels in a float32

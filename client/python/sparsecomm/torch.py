@@ -30,20 +30,21 @@
       model = DDP(model)
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
 
-Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
-``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
-local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
-name=None, compression=..., op=None, prescale_factor=1.0, postscale_factor=1.0),
-allreduce_, allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
-grouped_allreduce_async, grouped_allreduce_async_, sparse_allreduce_async,
-synchronize(handle), poll(handle), allgather, allgather_async, grouped_allgather,
-allgather_object, alltoall, alltoall_async, broadcast, broadcast_, broadcast_async,
-broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
-reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
-queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
-stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (allreduce and
-DistributedOptimizer; see below), SyncBatchNorm, Compression and DistributedOptimizer(optimizer,
-named_parameters=..., compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
+sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
+local_size, Sum, Average, Min, Max, Product, Adasum (allreduce and DistributedOptimizer
+only), allreduce(tensor, average=None, name=None, compression=..., op=None,
+prescale_factor=1.0, postscale_factor=1.0), allreduce_, allreduce_async,
+allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+grouped_allreduce_async_, sparse_allreduce_async, synchronize(handle), poll(handle),
+allgather, allgather_async, grouped_allgather, allgather_object, alltoall,
+alltoall_async, broadcast, broadcast_, broadcast_async, broadcast_async_,
+broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter,
+reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
+nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
+HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression and
+DistributedOptimizer(optimizer, named_parameters=..., compression=...,
+backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
 whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
