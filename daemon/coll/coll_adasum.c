@@ -48,9 +48,9 @@ static sc_status_t adasum_gather(scd_coll_ctx_t *x, scd_job_t *job)
 	x->dev->clear(mine, (size_t)x->local_size * bytes);
 	for (int s = 0; s < it->n_src; s++) {
 		const scd_job_src_t *src = &it->src[s];
-		char *dst = mine + (size_t)src->local_rank * bytes;
 		if (src->local_rank < 0 || src->local_rank >= x->local_size)
-			continue;
+			continue; /* not a trainer of this node's (ctl sets it) */
+		char *dst = mine + (size_t)src->local_rank * bytes;
 		if (!scd_job_stage_local(x->pe, src))
 			scd_job_stage_copy_in(x->pe, it, src, dst, src->dense, bytes);
 		else
