@@ -116,6 +116,8 @@ SC_API const char *sc_reduce_op_name(sc_reduce_op_t op)
 		return "max";
 	case SC_OP_PRODUCT:
 		return "product";
+	case SC_OP_ADASUM:
+		return "adasum";
 	}
 	return "unknown";
 }

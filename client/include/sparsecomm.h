@@ -137,6 +137,15 @@ SC_API const char *sc_wire_name(sc_wire_t wire);
  * never fuses with sum or average tensors. A tensor with a sparsifier, or COO input,
  * refuses them (SC_ERR_UNSUPPORTED naming the tensor): a sparsifier's residual and a COO
  * list's implicit zeros mean a sum.
+ *
+ * SC_OP_ADASUM combines the trainers' float32 or float64 tensors with the Adasum operator
+ * (Horovod's op=hvd.Adasum): adasum(a, b) = (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2))
+ * b, a zero vector's coefficient taken as 1, the dot products and norms in double, per
+ * tensor, over a binary tree of the trainers in rank order (neighbours paired, then pairs
+ * of those results, ...; at a level with an odd count the last carries over unpaired), so
+ * every trainer gets the same bits for any number of trainers. It is sc_allreduce_async's
+ * only (not a reduce-scatter's); integer tensors, a sparsifier and COO input refuse it
+ * (SC_ERR_UNSUPPORTED naming the tensor). docs/design.md, "Adasum", says how it runs.
  */
 typedef enum {
 	SC_OP_SUM = 0,
@@ -144,9 +153,10 @@ typedef enum {
 	SC_OP_MIN = 2,
 	SC_OP_MAX = 3,
 	SC_OP_PRODUCT = 4,
+	SC_OP_ADASUM = 5,
 } sc_reduce_op_t;
 
-/* "sum", "average", "min", "max", "product"; "unknown" for any other value. */
+/* "sum", "average", "min", "max", "product", "adasum"; "unknown" for any other value. */
 SC_API const char *sc_reduce_op_name(sc_reduce_op_t op);
 
 typedef struct sc_client sc_client_t; /* a connection to the node's daemon */

@@ -909,10 +909,16 @@ SC_API int sc_local_size(const sc_client_t *client)
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
-/* A reduction the library knows (sc_reduce_op_t), or SC_ERR_INVALID. */
-static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op)
+/* A reduction the library knows (sc_reduce_op_t) up to max, or SC_ERR_INVALID (what
+ * refuses adasum, the reduce-scatter, says so). */
+static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op, uint32_t max)
 {
-	if (op > SC_OP_PRODUCT)
+	if (op == SC_OP_ADASUM && op > max)
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: reducescatter of tensor '%s': adasum is an "
+				 "allreduce's reduction only",
+				 c->rank, t->name);
+	if (op > max)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: allreduce of tensor '%s': unknown "
 				 "reduction %d",
@@ -945,7 +951,7 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
 			    "rank %d: reducescatter of tensor '%s': rows of %llu elements do "
 			    "not divide its %zu",
 			    c->rank, t->name, (unsigned long long)rs->row_elems, t->numel);
-		return op_check(c, t, rs->op);
+		return op_check(c, t, rs->op, SC_OP_PRODUCT);
 	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
 		if (q->allgather->count > t->numel)
 			return scl_error(
@@ -956,8 +962,8 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
 			    t->numel);
 		return SC_OK;
 	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
-		if (ar->op > SC_OP_PRODUCT || !ar->coo || t->coo_cap) /* the reduction first */
-			return op_check(c, t, ar->op);
+		if (ar->op > SC_OP_ADASUM || !ar->coo || t->coo_cap) /* the reduction first */
+			return op_check(c, t, ar->op, SC_OP_ADASUM);
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' was registered without COO "
 				 "input (coo_capacity 0)",

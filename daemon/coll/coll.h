@@ -29,7 +29,8 @@
 	X(BROADCAST, broadcast)                                                                \
 	X(ALLGATHER, allgather)                                                                \
 	X(REDUCESCATTER, reducescatter)                                                        \
-	X(ALLTOALL, alltoall)
+	X(ALLTOALL, alltoall)                                                                  \
+	X(ADASUM, adasum)
 
 typedef enum {
 #define SCD_COLL_ENUM_(K, n) SCD_COLL_##K,
@@ -48,12 +49,13 @@ typedef struct scd_coll {
 
 /* The words of the collectives that are not an allreduce (whose word is its op): a
  * broadcast's SCD_OP_BROADCAST | root, a reduce-scatter's SCD_OP_REDUCESCATTER | row << 3 |
- * op, an allgather's and an alltoall's their bit alone. */
+ * op, an allgather's, an alltoall's and Adasum's their bit alone. */
 #define SCD_OP_BROADCAST     0x80000000u
 #define SCD_OP_ALLGATHER     0x40000000u
 #define SCD_OP_REDUCESCATTER 0x20000000u
 #define SCD_RS_ROW_MAX	     (1u << 26)
 #define SCD_OP_ALLTOALL	     0x10000000u
+#define SCD_OP_ADASUM	     0x08000000u
 
 /* What a trainer's request gives a collective's check (ctl.c decodes the request). */
 typedef struct scd_coll_req {
@@ -66,6 +68,7 @@ typedef struct scd_coll_req {
 	int sparsifier;	   /* the tensor has a sparsifier */
 	int coo_area;	   /* the tensor is registered for COO input */
 	uint32_t trainers; /* the job's */
+	uint32_t dtype;	   /* the tensor's sc_dtype_t */
 } scd_coll_req_t;
 
 struct scd_job;
@@ -136,6 +139,10 @@ const char *scd_coll_describe(const scd_coll_t *c, char *buf, size_t len);
 /* A check's refusal of sparse input (a sparsifier or COO input: a residual and a list's
  * implicit zeros mean a sum) for a dense collective: SC_ERR_UNSUPPORTED naming it. */
 sc_status_t scd_coll_dense_check(const scd_coll_req_t *rq, char *err, size_t len);
+
+/* Adasum's tree (coll_adasum.c) over n blocks of numel elements of dtype (float32 or
+ * float64), back to back in host memory: the result in the first block. */
+void scd_adasum_tree(sc_dtype_t dtype, void *blocks, int n, uint64_t numel);
 
 /* A tensor's fuse class by its collective: tensors share a buffer only within one (0 for
  * sum and average, which share buffers, each item averaging its own; the word itself for

@@ -36,11 +36,14 @@ sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 			       .numel = nt->numel,
 			       .sparsifier = nt->opts.sparsifier != SC_SPARSIFY_NONE,
 			       .coo_area = nt->opts.coo_capacity > 0,
-			       .trainers = (uint32_t)trainers};
+			       .trainers = (uint32_t)trainers,
+			       .dtype = nt->dtype};
 	switch (c->body_case) {
 	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
 		rq->coll = (scd_coll_t){.kind = SCD_COLL_ALLREDUCE,
 					.op = (sc_reduce_op_t)c->allreduce->op};
+		if (c->allreduce->op == SC_OP_ADASUM) /* a collective of its own */
+			rq->coll = (scd_coll_t){.kind = SCD_COLL_ADASUM};
 		rq->coo = c->allreduce->coo;
 		q->sparse_result = rq->coo && c->allreduce->sparse_result;
 		q->nnz = c->allreduce->nnz;

@@ -105,6 +105,8 @@ void scd_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void
 	case SC_OP_PRODUCT:
 		SCD_REDUCE_DISPATCH_(prod)
 		break;
+	case SC_OP_ADASUM: /* not elementwise: scd_adasum_pair_typed */
+		break;
 	}
 }
 #undef SCD_REDUCE_DISPATCH_
@@ -184,4 +186,34 @@ uint64_t scd_count_f32_nonfinite(const float *x, uint64_t n)
 	for (uint64_t i = 0; i < n; i++)
 		bad += nonfinite_bit(x[i]);
 	return bad;
+}
+
+/* The Adasum coefficient of a vector of squared norm nsq against a dot product: 1 for a
+ * zero vector (its term is plain addition). */
+static double adasum_coeff(double dot, double nsq)
+{
+	return nsq != 0 ? 1.0 - dot / (2.0 * nsq) : 1.0;
+}
+
+#define ADASUM_PAIR_(T)                                                                        \
+	{                                                                                      \
+		T *restrict x = a;                                                             \
+		const T *restrict y = b;                                                       \
+		double aa = 0, ab = 0, bb = 0;                                                 \
+		for (uint64_t i = 0; i < n; i++) {                                             \
+			aa += (double)x[i] * x[i];                                             \
+			ab += (double)x[i] * y[i];                                             \
+			bb += (double)y[i] * y[i];                                             \
+		}                                                                              \
+		double ca = adasum_coeff(ab, aa), cb = adasum_coeff(ab, bb);                   \
+		for (uint64_t i = 0; i < n; i++)                                               \
+			x[i] = (T)(ca * x[i] + cb * y[i]);                                     \
+	}
+
+void scd_adasum_pair_typed(sc_dtype_t dtype, void *a, const void *b, uint64_t n)
+{
+	if (dtype == SC_FLOAT32)
+		ADASUM_PAIR_(float)
+	else if (dtype == SC_FLOAT64)
+		ADASUM_PAIR_(double)
 }

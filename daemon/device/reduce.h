@@ -32,6 +32,14 @@ uint64_t scd_coo_add_checked(float *dst, uint64_t numel, const uint32_t *idx, co
 			     uint64_t nnz);
 
 /*
+ * The Adasum operator on two host vectors of n elements of dtype (float32 or float64; any
+ * other does nothing): a = (1 - a.b / (2 a.a)) a + (1 - a.b / (2 b.b)) b, the three dot
+ * products summed in double in element order, a zero vector's coefficient 1 (its term is
+ * plain addition), each element computed in double and rounded to dtype once.
+ */
+void scd_adasum_pair_typed(sc_dtype_t dtype, void *a, const void *b, uint64_t n);
+
+/*
  * The local sum with the non-finite check folded into it (host memory, float32): each
  * writes dst and returns how many of the values it wrote are NaN or infinite, in the same
  * pass. copy: dst = src; sum: dst += src (a NaN or infinity in either input, or a sum that

@@ -142,6 +142,7 @@ int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);
 int it_join_killed(int argc, char **argv);
 int it_reducescatter(int argc, char **argv);
+int it_adasum(int argc, char **argv);	/* itest_adasum.c */
 int it_alltoall(int argc, char **argv); /* itest_a2a.c */
 int it_barrier_stalled(int argc, char **argv);
 int it_join_refused(int argc, char **argv); /* itest_peer.c */

@@ -341,6 +341,7 @@ static const struct {
     {"broadcast", it_broadcast, "broadcasts of every dtype exact, their bytes, errors"},
     {"allgather", it_allgather, "allgathers of varying counts exact; over the size refused"},
     {"reducescatter", it_reducescatter, "uneven row splits exact; rows that differ"},
+    {"adasum", it_adasum, "adasum of float32/float64 against a reference tree; refusals"},
     {"alltoall", it_alltoall, "alltoalls of varying counts exact; over the size; bad counts"},
     {"join", it_join, "uneven steps: joined ranks add zeros; the last rank to join"},
     {"join-killed", it_join_killed, "rank 1 dies: every join fails naming it (n >= 3)"},

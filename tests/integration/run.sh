@@ -195,6 +195,10 @@ run_case "allgather n=2 per-node=2" 2 2 180 0 4 -- "$itest" allgather
 # reducescatter: rows split unevenly, every slice exact; rows of another length.
 run_case "reducescatter n=3" 3 1 120 0 3 -- "$itest" reducescatter
 run_case "reducescatter n=2 per-node=2" 2 2 120 0 4 -- "$itest" reducescatter
+# adasum: the reference tree's values, the same bits on every rank; its refusals.
+run_case "adasum n=2" 2 1 120 0 2 -- "$itest" adasum
+run_case "adasum n=3" 3 1 120 0 3 -- "$itest" adasum
+run_case "adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum
 
 # alltoall: counts that vary by pair and step, every element and byte; over the size; one
 # rank's bad counts failing every rank; a joined rank.
@@ -1238,6 +1242,7 @@ cudalib=$root/build/lib/libsparsecomm-cuda-host.so
 if [ ! -e "$cudalib" ]; then
 	for c in "cuda sums n=2 per-node=2" "cuda sums n=3" "cuda killed n=2" \
 		"cuda alltoall n=2 per-node=2" "cuda gpus alltoall n=2 per-node=2" \
+		"cuda adasum n=2 per-node=2" "cuda gpus adasum n=2 per-node=2" \
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
 		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
 		"cuda gpus visible n=2 per-node=2" "cuda gpu lost n=1 per-node=2" \
@@ -1253,6 +1258,8 @@ else
 	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
 	run_case "cuda alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
 		"$tmp/cuda-a2a.log"
+	run_case "cuda adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum cuda \
+		"$tmp/cuda-adasum.log"
 	run_case "cuda killed n=2" 2 1 120 137 1 --keep-going -- "$itest" cuda-killed \
 		"$tmp/cuda-killed.log"
 	# Several GPUs per node, emulated by the host build and the driver stand-in: local
@@ -1265,6 +1272,8 @@ else
 		"$tmp/cuda-gpus-sums2.log" tcp
 	run_case "cuda gpus alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
 		"$tmp/cuda-gpus-a2a.log"
+	run_case "cuda gpus adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum cuda \
+		"$tmp/cuda-gpus-adasum.log"
 	run_case "cuda gpus killed n=1 per-node=2" 1 2 120 137 1 --keep-going -- "$itest" \
 		cuda-killed "$tmp/cuda-gpus-killed.log"
 	# one GPU visible per trainer: each trainer's cuda:0 is the node's GPU of its local

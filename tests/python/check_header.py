@@ -26,8 +26,8 @@ int main(void) {
 	SC_STATUS_MAP(S)
 	printf("dtype FLOAT32 %d\ndtype FLOAT64 %d\ndtype INT32 %d\ndtype INT64 %d\n",
 	       SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64);
-	printf("op SUM %d\nop AVERAGE %d\nop MIN %d\nop MAX %d\nop PRODUCT %d\n", SC_OP_SUM,
-	       SC_OP_AVERAGE, SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT);
+	printf("op SUM %d\nop AVERAGE %d\nop MIN %d\nop MAX %d\nop PRODUCT %d\nop ADASUM %d\n",
+	       SC_OP_SUM, SC_OP_AVERAGE, SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT, SC_OP_ADASUM);
 	printf("dev CPU %d\ndev CUDA %d\n", SC_DEVICE_CPU, SC_DEVICE_CUDA);
 	printf("wire NATIVE %d\nwire FP16 %d\nwire BF16 %d\n", SC_WIRE_NATIVE, SC_WIRE_FP16,
 	       SC_WIRE_BF16);

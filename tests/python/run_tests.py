@@ -187,11 +187,13 @@ def t_horovod_contract():
     for n in (2, 3):
         rc, out, _ = launch(n, os.path.join(HERE, "worker_horovod.py"), [], 240)
         checks("horovod%d" % n, rc, out, n)
-    # 2 nodes x 2 trainers: a node's trainers re-register a name one after the other
+    # 2 nodes x 2 trainers: a node's trainers re-register a name one after the other;
+    # Adasum's tree with two trainers a node as its leaves
     rc, out, _ = launch(2, os.path.join(HERE, "worker_horovod.py"),
                         ["new_shape_or_dtype_under_a_name", "next_calls_work_after_a_reshape",
                          "unnamed_calls_of_ever_new_shapes_stay_bounded", "grouped_operations",
-                         "requires_grad_changes_between_steps"], 240, per_node=2)
+                         "requires_grad_changes_between_steps",
+                         "adasum_allreduce_matches_numpy"], 240, per_node=2)
     checks("horovod2x2", rc, out, 4)
 
 

@@ -8,6 +8,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
@@ -246,14 +247,105 @@ def mismatches_across_ranks_raise_everywhere():
     mismatch("op", torch.ones(4), hvd.Sum if R == 0 else hvd.Max, "operation", "sum", "max")
 
 
+def adasum_ref(leaves):
+    """Adasum's tree over leaves (NumPy float64), as the definition reads: the tree of the
+    first h leaves (h the largest power of two below their count) and of the rest."""
+    if len(leaves) == 1:
+        return leaves[0]
+    h = 1
+    while h * 2 < len(leaves):
+        h *= 2
+    a, b = adasum_ref(leaves[:h]), adasum_ref(leaves[h:])
+    ab, aa, bb = float(np.dot(a, b)), float(np.dot(a, a)), float(np.dot(b, b))
+    ca = 1 - ab / (2 * aa) if aa else 1.0
+    cb = 1 - ab / (2 * bb) if bb else 1.0
+    return ca * a + cb * b
+
+
+def rank_values(r, n, seed):
+    return np.random.default_rng(seed * 1000 + r).uniform(-2, 2, n)
+
+
 @check
-def adasum_refused():
-    e = raises(NotImplementedError, hvd.allreduce, torch.ones(2), op=hvd.Adasum)
+def adasum_allreduce_matches_numpy():
+    for dt, tol in ((torch.float32, 1e-5), (torch.float64, 1e-12), (torch.float16, 2e-3)):
+        for n, seed in ((1, 1), (9, 2), (1000, 3)):
+            mine = torch.from_numpy(rank_values(R, n, seed)).to(dt)
+            leaves = [torch.from_numpy(rank_values(r, n, seed)).to(dt).double().numpy()
+                      for r in range(P)]
+            want = adasum_ref(leaves)
+            got = hvd.allreduce(mine, name="adasum.%s.%d" % (dt, n), op=hvd.Adasum)
+            assert got.dtype == dt and got.shape == mine.shape, (got.dtype, got.shape)
+            err = np.abs(got.double().numpy() - want).max()
+            assert err <= tol * (1 + np.abs(want).max()), (dt, n, err)
+            # every rank holds the same values
+            lo = hvd.allreduce(got.double(), name="adasum.lo", op=hvd.Min)
+            hi = hvd.allreduce(got.double(), name="adasum.hi", op=hvd.Max)
+            assert torch.equal(lo, hi) and torch.equal(lo, got.double()), (dt, n)
+    # orthogonal leaves add up, identical ones give the vector (exactly)
+    x = torch.zeros(P, dtype=torch.float64)
+    x[R] = R + 1.0
+    assert hvd.allreduce(x, op=hvd.Adasum).tolist() == [r + 1.0 for r in range(P)]
+    v = torch.tensor([0.5, -3.0, 7.25], dtype=torch.float64)
+    assert torch.equal(hvd.allreduce(v, name="adasum.same", op=hvd.Adasum), v)
+    # a group: each member its own tree (the operator is per tensor, never over a group)
+    mine = [torch.from_numpy(rank_values(R, n, 7 + n)) for n in (3, 5)]
+    got = hvd.grouped_allreduce(mine, name="adasum.group", op=hvd.Adasum)
+    for n, g in zip((3, 5), got):
+        want = adasum_ref([rank_values(r, n, 7 + n) for r in range(P)])
+        assert np.abs(g.numpy() - want).max() < 1e-12, (n, g, want)
+    # bfloat16: computed in float32, rounded back
+    b = torch.from_numpy(rank_values(R, 6, 11)).to(torch.bfloat16)
+    want = adasum_ref([torch.from_numpy(rank_values(r, 6, 11)).to(torch.bfloat16).double()
+                       .numpy() for r in range(P)])
+    got = hvd.allreduce(b, name="adasum.bf16", op=hvd.Adasum)
+    assert got.dtype == torch.bfloat16 and np.abs(got.double().numpy() - want).max() < 2e-2
+
+
+@check
+def adasum_refusals():
+    e = raises(hvd.HorovodInternalError, hvd.allreduce, torch.ones(3, dtype=torch.int32),
+               name="adasum.int", op=hvd.Adasum)
+    assert "adasum.int" in str(e) and "int32" in str(e), e
+    e = raises(hvd.HorovodInternalError, hvd.allreduce, torch.ones(100), name="adasum.topk",
+               op=hvd.Adasum, sparsifier="topk", density=0.1)
+    assert "adasum.topk" in str(e) and "dense" in str(e), e
+    e = raises(NotImplementedError, hvd.reducescatter, torch.ones(4), op=hvd.Adasum)
     assert "Adasum" in str(e), e
-    model = torch.nn.Linear(2, 1)
-    raises(NotImplementedError, hvd.DistributedOptimizer,
-           torch.optim.SGD(model.parameters(), lr=0.1),
-           named_parameters=model.named_parameters(), op=hvd.Adasum)
+    still_works("adasum")
+
+
+@check
+def adasum_distributed_optimizer():
+    torch.manual_seed(5)
+    model = torch.nn.Linear(4, 3)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    start = [p.detach().clone() for p in model.parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(),
+                                   op=hvd.Adasum, prefix="adasum.")
+
+    def batch(r):
+        g = torch.Generator().manual_seed(100 + r)
+        return torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)
+
+    grads = []  # every rank's gradients, computed here on a copy of the model
+    for r in range(P):
+        m = torch.nn.Linear(4, 3)
+        with torch.no_grad():
+            for q, s0 in zip(m.parameters(), start):
+                q.copy_(s0)
+        xb, yb = batch(r)
+        torch.nn.functional.mse_loss(m(xb), yb).backward()
+        grads.append([q.grad.double().flatten().numpy() for q in m.parameters()])
+    xb, yb = batch(R)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(xb), yb).backward()
+    opt.step()
+    for i, (p, s0) in enumerate(zip(model.parameters(), start)):
+        want = s0.double().flatten().numpy() - 0.5 * adasum_ref([g[i] for g in grads])
+        err = np.abs(p.detach().double().flatten().numpy() - want).max()
+        assert err < 1e-5, (i, err)
 
 
 @check

@@ -23,6 +23,7 @@ static const struct {
     {{SCD_COLL_REDUCESCATTER, SC_OP_AVERAGE, 0, SCD_RS_ROW_MAX - 1},
      0x20000000u | (SCD_RS_ROW_MAX - 1) << 3 | 1u},
     {{SCD_COLL_ALLTOALL, SC_OP_SUM, 0, 0}, 0x10000000u},
+    {{SCD_COLL_ADASUM, SC_OP_SUM, 0, 0}, 0x08000000u},
 };
 
 UNIT_TEST(coll_words_keep_their_bytes_and_round_trip)
@@ -58,6 +59,7 @@ UNIT_TEST(coll_fuse_classes)
 	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ALLGATHER}));
 	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_REDUCESCATTER}));
 	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ALLTOALL}));
+	CHECK_TRUE(scd_coll_solo(&(scd_coll_t){.kind = SCD_COLL_ADASUM}));
 	/* sum and average share a class; min and a broadcast from root 2 have their own */
 	CHECK_EQ_INT(scd_coll_fuse_word(SC_OP_SUM), scd_coll_fuse_word(SC_OP_AVERAGE));
 	CHECK_TRUE(scd_coll_fuse_word(SC_OP_MIN) != scd_coll_fuse_word(SC_OP_SUM));
@@ -111,4 +113,23 @@ UNIT_TEST(coll_checks_refuse_what_a_collective_cannot_run)
 	CHECK_EQ_INT(check(a2a, 0, 0, 0, err), SC_OK);
 	CHECK_EQ_INT(check(a2a, 0, 0, 1, err), SC_ERR_UNSUPPORTED);
 	CHECK_TRUE(strstr(err, "alltoall of tensor 'layer.w'") != NULL);
+
+	/* adasum: float32 and float64, dense */
+	scd_coll_t ad = {.kind = SCD_COLL_ADASUM};
+	CHECK_EQ_INT(check(ad, 0, 0, 0, err), SC_OK);
+	CHECK_EQ_INT(check(ad, 0, 0, 1, err), SC_ERR_UNSUPPORTED);
+	CHECK_TRUE(strstr(err, "'layer.w'") && strstr(err, "adasum is a dense operation"));
+	CHECK_EQ_INT(check(ad, 0, 1, 0, err), SC_ERR_UNSUPPORTED);
+	CHECK_TRUE(strstr(err, "'layer.w'") && strstr(err, "adasum is a dense operation"));
+	scd_coll_req_t rq = {.coll = ad, .tensor = "steps", .numel = 4, .trainers = 2};
+	for (sc_dtype_t dt = SC_FLOAT32; dt <= SC_INT64; dt++) {
+		rq.dtype = dt;
+		sc_status_t st = scd_coll_desc(ad.kind)->check(&rq, err, 512);
+		CHECK_EQ_INT(st, dt <= SC_FLOAT64 ? SC_OK : SC_ERR_UNSUPPORTED);
+		if (st != SC_OK)
+			CHECK_TRUE(strstr(err, "adasum of tensor 'steps'") &&
+				   strstr(err, sc_dtype_name(dt)));
+	}
+	char buf[64];
+	CHECK_TRUE(!strcmp(scd_coll_describe_word(SCD_OP_ADASUM, buf, sizeof(buf)), "adasum"));
 }

@@ -99,13 +99,13 @@ from ._system import (  # noqa: F401  (Horovod's build queries and timeline)
     mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 
 # Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
-Sum, Average, Min, Max, Product = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
-                                   ReduceOp.MAX, ReduceOp.PRODUCT)
+Sum, Average, Min, Max, Product, Adasum = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
+                                           ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.ADASUM)
 
 __all__ = [
     "SparsecommError", "HorovodInternalError", "Handle", "DType", "DeviceKind", "ReduceOp",
     "Sparsifier",
-    "Sum", "Average", "Min", "Max", "Product",
+    "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "register",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -775,9 +775,10 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
     ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
-    Sum, Average, Min, Max, Product, or a name such as "max"); MIN, MAX and PRODUCT are
-    lossless dense reductions that a tensor with a sparsifier refuses.  The options
-    (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
+    Sum, Average, Min, Max, Product, Adasum, or a name such as "max"); MIN, MAX, PRODUCT
+    and ADASUM are dense reductions that a tensor with a sparsifier refuses (ADASUM: float
+    tensors only; the Adasum operator over a binary tree of the trainers in rank order).
+    The options (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
     density; threshold; scheme; allow_lossy; coo_capacity; wire and block, see register();
     block defaults to a 2-D tensor's last dimension where it is used) are fixed when
     ``name`` is first used.  A float16 or bfloat16 torch tensor travels in a float32

@@ -79,12 +79,15 @@ DTYPE_CTYPES = {
 class ReduceOp(enum.IntEnum):
     """sc_reduce_op_t (sparsecomm.h).  MIN, MAX and PRODUCT are lossless dense reductions
     (a tensor with a sparsifier or COO input refuses them); an integer AVERAGE divides the
-    wrapped sum truncating toward zero."""
+    wrapped sum truncating toward zero.  ADASUM combines float tensors by the Adasum
+    operator over a binary tree of the trainers (an allreduce's only; dense, float32 and
+    float64)."""
     SUM = 0
     AVERAGE = 1
     MIN = 2
     MAX = 3
     PRODUCT = 4
+    ADASUM = 5
 
     @classmethod
     def parse(cls, value):

@@ -30,20 +30,21 @@
       model = DDP(model)
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
 
-Horovod's names.  A script written for ``import horovod.torch as hvd`` runs with
-``import sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size,
-local_rank, local_size, Sum, Average, Min, Max, Product, allreduce(tensor, average=None,
-name=None, compression=..., op=None, prescale_factor=1.0, postscale_factor=1.0),
-allreduce_, allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
-grouped_allreduce_async, grouped_allreduce_async_, sparse_allreduce_async,
-synchronize(handle), poll(handle), allgather, allgather_async, grouped_allgather,
-allgather_object, alltoall, alltoall_async, broadcast, broadcast_, broadcast_async,
-broadcast_async_, broadcast_object, broadcast_parameters, broadcast_optimizer_state,
-reducescatter, reducescatter_async, grouped_reducescatter, barrier, join, the build
-queries (mpi_built, nccl_built, cuda_built, ...: sparsecomm._system), start_timeline,
-stop_timeline, HorovodInternalError (the base of SparsecommError), Adasum (refused:
-NotImplementedError), SyncBatchNorm, Compression and DistributedOptimizer(optimizer,
-named_parameters=..., compression=..., backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
+sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
+local_size, Sum, Average, Min, Max, Product, Adasum (allreduce and DistributedOptimizer
+only), allreduce(tensor, average=None, name=None, compression=..., op=None,
+prescale_factor=1.0, postscale_factor=1.0), allreduce_, allreduce_async,
+allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+grouped_allreduce_async_, sparse_allreduce_async, synchronize(handle), poll(handle),
+allgather, allgather_async, grouped_allgather, allgather_object, alltoall,
+alltoall_async, broadcast, broadcast_, broadcast_async, broadcast_async_,
+broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter,
+reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
+nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
+HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression and
+DistributedOptimizer(optimizer, named_parameters=..., compression=...,
+backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
 whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
@@ -69,7 +70,7 @@ import torch
 import sparsecomm as _sc
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min,
-    Max, Product, init, shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
+    Max, Product, Adasum, init, shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
     mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
@@ -198,25 +199,14 @@ class _DecompressHandle:
         return self._result
 
 
-class _AdasumOp:
-    """Horovod's ``hvd.Adasum``: refused by every call given it (see _hvd_op)."""
-
-    def __repr__(self):
-        return "Adasum"
-
-
-Adasum = _AdasumOp()
-
-
-def _refuse_adasum(op):
-    if isinstance(op, _AdasumOp):
-        raise NotImplementedError("op=hvd.Adasum is not supported: sparsecomm reduces by "
-                                  "Sum, Average, Min, Max or Product")
+def _refuse_adasum(op, what):
+    """Adasum is an allreduce's (Horovod's rule too): the other calls refuse it."""
+    if op is not None and ReduceOp.parse(op) == ReduceOp.ADASUM:
+        raise NotImplementedError("%s: op=hvd.Adasum is an allreduce's reduction only" % what)
 
 
 def _hvd_op(average, op):
     """Horovod's rule: ``op`` (default Average) or the deprecated ``average``, not both."""
-    _refuse_adasum(op)
     if op is not None and average is not None:
         raise ValueError("allreduce: give op or average, not both")
     if op is not None:
@@ -294,7 +284,6 @@ def sparse_allreduce_async(tensor, name=None, op=Average, **kw):
     if not (_sc._is_torch(tensor) and tensor.is_sparse):
         raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
                         (getattr(tensor, "layout", type(tensor).__name__),))
-    _refuse_adasum(op)
     return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op), **kw)
 
 
@@ -350,7 +339,7 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
     rank's rows of the reduction (``op`` default Average; the scale factors as
     allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
     the values instead."""
-    _refuse_adasum(op)
+    _refuse_adasum(op, "reducescatter")
     compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
     return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name),
                              lambda res: _scale(compression.decompress(res, ctx),
@@ -666,6 +655,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._submit(p)
         return hook
 
+    def _reduction(self):
+        """The gradients' reduction: Average, Sum (``average``) or Adasum (``op``)."""
+        if self._average is ReduceOp.ADASUM:
+            return dict(op=ReduceOp.ADASUM)
+        return dict(average=self._average)
+
     def _submit(self, p):
         name = "%s%s" % (self._prefix, self._name[p])
         g = p.grad
@@ -684,11 +679,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # sparsified further only when its own override asks for it.
             sp = self._explicit[p].get("sparsifier")
             return _sc.allreduce_async(
-                g, name=name, average=self._average, sparsifier=sp,
+                g, name=name, sparsifier=sp, **self._reduction(),
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
                 sparse_as_dense=self._sparse_as_dense)
-        opts = dict(name=name, average=self._average, sparsifier=o["sparsifier"],
+        opts = dict(name=name, sparsifier=o["sparsifier"], **self._reduction(),
                     density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                     allow_lossy=o["allow_lossy"], block=o.get("block"))
         if self._compression is NoneCompressor:
@@ -766,14 +761,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
     reduced (step() after the last).
 
     Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
-    gradients, see :class:`FP16Compressor`); op: Average or Sum (overrides ``average``)."""
-    _refuse_adasum(op)
+    gradients, see :class:`FP16Compressor`); op: Average, Sum or Adasum (overrides
+    ``average``; Adasum combines each dense float gradient by the Adasum operator over
+    the trainers, see README's Horovod table for how that differs from Horovod's)."""
     if op is not None:
         red = ReduceOp.parse(op)
-        if red not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-            raise ValueError("DistributedOptimizer: op must be Average or Sum, not %s" %
-                             red.name)
-        average = red == ReduceOp.AVERAGE
+        if red not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
+            raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum, "
+                             "not %s" % red.name)
+        average = red if red == ReduceOp.ADASUM else red == ReduceOp.AVERAGE
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, sparsifier, density, threshold,
