@@ -14,7 +14,8 @@
  * (negotiate.c, group_together), so they share buffers as far as their classes and the
  * fusion threshold allow. A group that every rank has announced whole but that the ranks
  * formed differently (a tensor in it on one rank and not on another, different sizes, a
- * member ungrouped on a rank, or in two groups) fails every member on every rank with
+ * member ungrouped on a rank, or in two groups), once no announcement of its members has
+ * come for SCD_GROUP_SETTLE_MS, fails every member on every rank with
  * SC_ERR_MISMATCH naming the tensor and the ranks, and no node owes a step for it
  * (late.c): what a node did not announce, it did not submit in this group. A member that
  * disagrees across ranks, or that a node failed, fails the whole group with its reason. A
@@ -28,6 +29,11 @@
 
 #include "util/log.h"
 #include "world/world_int.h"
+
+/* A group the ranks formed differently fails once no announcement of its members has
+ * come for this long: a rank may still be announcing, alone, a tensor that another rank
+ * put in the group (and a step failed before it comes would leave it waiting alone). */
+#define SCD_GROUP_SETTLE_MS 200
 
 /* One group as a pass collects it: its members, and the (rank, number) pairs seen. */
 typedef struct grp {
@@ -247,8 +253,15 @@ static sc_status_t grp_decide(scd_world_t *w, grp_t *g, uint64_t now, uint64_t s
 	uint64_t first_ms = now;
 	grp_names(g, names, sizeof(names));
 	*late_p = 1;
+	uint64_t changed_ms = 0;
 	for (int i = 0; i < g->n; i++) {
 		scd_centry_t *x = g->m[i];
+		if (x->gcount != x->count || !x->gchange_ms) {
+			x->gcount = x->count;
+			x->gchange_ms = now;
+		}
+		if (x->gchange_ms > changed_ms)
+			changed_ms = x->gchange_ms;
 		if (x->failed) { /* a node failed its step of a member: the group's */
 			snprintf(msg, len, "grouped operation of tensors %s failed: %s", names,
 				 x->failed);
@@ -262,12 +275,12 @@ static sc_status_t grp_decide(scd_world_t *w, grp_t *g, uint64_t now, uint64_t s
 	for (int r = 0; r < P; r++)
 		grp_view(w, g, r, &whole, why, sizeof(why), missing, sizeof(missing), &size,
 			 &size_rank);
-	if (whole && why[0]) {
+	if (whole && why[0] && now - changed_ms >= SCD_GROUP_SETTLE_MS) {
 		*late_p = 0;
 		snprintf(msg, len, "grouped operation of tensors %s failed: %s", names, why);
 		return SC_ERR_MISMATCH;
 	}
-	if (whole && !missing[0]) {
+	if (whole && !missing[0] && !why[0]) {
 		for (int i = 0; i < g->n; i++) {
 			char what[600];
 			if (scd_agree_describe(w, g->m[i], what, sizeof(what))) {

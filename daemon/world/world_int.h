@@ -60,6 +60,8 @@ typedef struct scd_centry {
 	uint32_t *gsize;
 	int gstate;
 	uint64_t gmark;
+	int gcount;	     /* count as the last pass saw it */
+	uint64_t gchange_ms; /* when a pass saw count change */
 	struct scd_centry *gleader;
 	struct scd_centry *next, *hnext;
 } scd_centry_t;
