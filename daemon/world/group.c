@@ -35,14 +35,18 @@
  * put in the group (and a step failed before it comes would leave it waiting alone). */
 #define SCD_GROUP_SETTLE_MS 200
 
+/* A number a rank gave the group: the members it tagged with it, and their size. */
+typedef struct grp_pair {
+	int rank;
+	uint64_t gid;
+	uint32_t cnt, size;
+} grp_pair_t;
+
 /* One group as a pass collects it: its members, and the (rank, number) pairs seen. */
 typedef struct grp {
 	scd_centry_t **m;
 	int n, cap;
-	struct grp_pair {
-		int rank;
-		uint64_t gid;
-	} * pairs;
+	grp_pair_t *pairs;
 	int np, cap_p;
 } grp_t;
 
@@ -100,12 +104,12 @@ static int grp_pair_add(grp_t *g, int rank, uint64_t gid)
 			return 0;
 	if (g->np == g->cap_p) {
 		int cap = g->cap_p ? 2 * g->cap_p : 16;
-		struct grp_pair *p = realloc(g->pairs, sizeof(*p) * (size_t)cap);
+		grp_pair_t *p = realloc(g->pairs, sizeof(*p) * (size_t)cap);
 		if (!p)
 			return -1;
 		g->pairs = p, g->cap_p = cap;
 	}
-	g->pairs[g->np++] = (struct grp_pair){rank, gid};
+	g->pairs[g->np++] = (grp_pair_t){.rank = rank, .gid = gid};
 	return 1;
 }
 
@@ -135,6 +139,13 @@ static int grp_collect(scd_world_t *w, scd_centry_t *e, grp_t *g)
 				    grp_add(g, y, w->group_pass) != 0)
 					return -1;
 		}
+	for (int p = 0; p < g->np; p++) /* each number's members, once */
+		for (int i = 0; i < g->n; i++)
+			if (tagged(g->m[i], g->pairs[p].rank) &&
+			    g->m[i]->gid[g->pairs[p].rank] == g->pairs[p].gid) {
+				g->pairs[p].cnt++;
+				g->pairs[p].size = g->m[i]->gsize[g->pairs[p].rank];
+			}
 	return 0;
 }
 
@@ -223,21 +234,14 @@ static void grp_view(const scd_world_t *w, const grp_t *g, int r, int *whole_p, 
 	if (!announced && !w->peers[r].join_seq)
 		*whole_p = 0;
 	for (int p = 0; p < g->np; p++) { /* each of r's groups announced whole */
-		if (g->pairs[p].rank != r)
+		const grp_pair_t *q = &g->pairs[p];
+		if (q->rank != r || q->cnt >= q->size)
 			continue;
-		uint32_t cnt = 0, size = 0;
-		for (int i = 0; i < g->n; i++)
-			if (tagged(g->m[i], r) && g->m[i]->gid[r] == g->pairs[p].gid) {
-				cnt++;
-				size = g->m[i]->gsize[r];
-			}
-		if (cnt < size) {
-			*whole_p = 0;
-			if (!missing[0])
-				snprintf(missing, miss_len,
-					 "%s %d submitted %u of the group's %u tensors", R, r,
-					 cnt, size);
-		}
+		*whole_p = 0;
+		if (!missing[0])
+			snprintf(missing, miss_len,
+				 "%s %d submitted %u of the group's %u tensors", R, r, q->cnt,
+				 q->size);
 	}
 }
 
