@@ -56,6 +56,14 @@ static void config(scd_config_t *cfg, const Sparsecomm__ConfigSet *cs)
 
 enum { WORLD_SIZE = 3 };
 
+/* A group that the pass fails: an error with its reason (the entry stays: the fuzzer's
+ * world plans nothing). */
+static void group_fail(scd_world_t *w, void *arg, scd_centry_t *e, sc_status_t st,
+		       const char *msg, int late)
+{
+	FUZZ_REQUIRE(st < 0 && msg && msg[0] && e->gid);
+}
+
 static void ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	scd_neg_ready_collect(w, from, rl);
@@ -65,6 +73,10 @@ static void ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 			n += e->have[r] != 0; /* announced, stood in for, or failed there */
 		FUZZ_REQUIRE(n == e->count && n <= WORLD_SIZE);
 	}
+	/* the coordinator's groups decided from whatever tags came (world/group.c) */
+	scd_group_pass(w, scd_now_ms(), 0, group_fail, NULL);
+	for (const scd_centry_t *e = w->ehead; e; e = e->next)
+		FUZZ_REQUIRE(!e->gid || e->detached || e->gstate != SCD_GROUP_NONE);
 }
 
 static void liveness(scd_world_t *w)

@@ -207,8 +207,8 @@ static void peer_msg_seeds(void)
 	cs.key = "scheme", cs.value = "agsparse";
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY, m.config_apply = &cs;
 	put("peer_msg", "config", out, peer_record(out, 0, 0, &m), NULL, 0);
-	/* ranks 1 and 2 announce a tensor, rank 2 by its cached id after a plan; rank 1
-	 * abandons another */
+	/* ranks 1 and 2 announce a tensor as a member of a group of two (GroupTag), rank 2
+	 * by its cached id after a plan; rank 1 abandons another */
 	Sparsecomm__TensorRequest tr = SPARSECOMM__TENSOR_REQUEST__INIT, *ptr = &tr;
 	tr.name = "layer0.weight", tr.numel = 4096, tr.sig = &sig;
 	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, ab2 = SPARSECOMM__ABANDON__INIT;
@@ -220,6 +220,9 @@ static void peer_msg_seeds(void)
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
 	rl.rank = 1, rl.requests = &ptr, rl.n_requests = 1, rl.abandoned = pab;
 	rl.n_abandoned = 2;
+	Sparsecomm__GroupTag gt = SPARSECOMM__GROUP_TAG__INIT, *pgt = &gt;
+	gt.name = "layer0.weight", gt.group = 1, gt.size = 2;
+	rl.groups = &pgt, rl.n_groups = 1;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY, m.ready = &rl;
 	n = peer_record(out, 0, 1, &m);
 	p.cycle = 1, p.n_new_entries = 2;

@@ -16,10 +16,12 @@
  * Also 7: SparDL's metadata round carries, after its histogram, one word of the previous
  * B-SAG's team count and h / L (scheme_spardl.c); Hierarchical Centralization's one word
  * per doubling level of the previous run's densification (scheme_hc.c).
+ * 8: ReadyList tags the announcements that are members of a grouped operation (GroupTag):
+ * the coordinator holds a group until all of it is ready on every rank (world/group.c).
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 7
+#define SCD_WORLD_PROTOCOL_VERSION 8
 
 #endif

@@ -449,6 +449,28 @@ SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tens
 					  sc_handle_t *handle_p);
 
 /*
+ * Grouped operations (Horovod's grouped_allreduce, grouped_allgather,
+ * grouped_reducescatter): sc_group_begin opens a group of n_members operations and gives
+ * its number; sc_group_add makes the tensor's next operation (any collective, started as
+ * usual) a member of it. The daemons negotiate the members together: none of them runs
+ * until every member is ready on every rank, and they reach the fusion step together, so
+ * members that may share a buffer (same dtype, fusing collectives, within the fusion
+ * threshold) do. Every rank must form the same group (the same tensor names, the same
+ * count): a group that differs fails every member on every rank with SC_ERR_MISMATCH
+ * naming a tensor and the ranks that differ; a member that a rank never submits fails the
+ * group with SC_ERR_STALLED after the daemons' stall_timeout_ms, naming it. A client has
+ * one open group at a time (another sc_group_begin is SC_ERR_BUSY); sc_group_end closes
+ * it and is SC_ERR_INVALID, naming the counts, when fewer than n_members were added (the
+ * members already started then fail at the stall timeout). A tensor's mark is taken by
+ * its next operation, successful or refused. n_members is 1 to SC_GROUP_MAX.
+ */
+#define SC_GROUP_MAX 65536
+typedef uint64_t sc_group_t;
+SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t *group_p);
+SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor);
+SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
+
+/*
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th
  * barrier of each trainer since it connected). The daemons agree through their
  * coordinator; no tensor is involved and nothing travels on the data plane. The handle is

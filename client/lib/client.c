@@ -996,6 +996,13 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
+	/* the mark of sc_group_add is taken by this operation, whether it starts or not */
+	pthread_mutex_lock(&c->mu);
+	q->group = t->group;
+	q->group_size = t->group_size;
+	t->group = 0;
+	t->group_size = 0;
+	pthread_mutex_unlock(&c->mu);
 	if (a2a && !send_counts)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: alltoall of tensor '%s': NULL send_counts", c->rank,

@@ -51,6 +51,10 @@ struct sc_tensor {
 	 * valid once one has succeeded, 0 before), guarded by mu */
 	uint64_t *a2a_recv;
 	int a2a_cap, a2a_n;
+	/* the group its next operation is a member of (sc_group_add; 0: none) and the
+	 * group's size, guarded by mu */
+	uint64_t group;
+	uint32_t group_size;
 };
 
 /* One allreduce started by sc_allreduce_async, kept until its result is collected. */
@@ -109,6 +113,10 @@ struct sc_client {
 	 * them, a ring): their next registration replaces them */
 	char released[SCL_RELEASED][SCL_NAME_MAX + 1];
 	int released_next;
+	/* grouped operations (sc_group_begin): the last group's number, the open one's (0:
+	 * none), its size and the members added so far */
+	uint64_t group_seq, group_open;
+	int group_n, group_added;
 };
 
 /* ---- errors and logging (client.c) ---- */

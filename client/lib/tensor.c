@@ -693,3 +693,79 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
 	pthread_mutex_unlock(&tensor->client->mu);
 	return SC_OK;
 }
+
+/* ---- grouped operations: a tensor's next operation as a member of the open group ---- */
+
+SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t *group_p)
+{
+	if (!client || !group_p)
+		return scl_error(SC_ERR_INVALID, "sc_group_begin: NULL client or group_p");
+	if (n_members < 1 || n_members > SC_GROUP_MAX)
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: a group of %d operations: from 1 to %d may be grouped",
+		    client->rank, n_members, SC_GROUP_MAX);
+	pthread_mutex_lock(&client->mu);
+	if (client->group_open) {
+		sc_group_t open = client->group_open;
+		pthread_mutex_unlock(&client->mu);
+		return scl_error(SC_ERR_BUSY,
+				 "rank %d: group %llu is still open (sc_group_end closes it)",
+				 client->rank, (unsigned long long)open);
+	}
+	client->group_open = ++client->group_seq;
+	client->group_n = n_members;
+	client->group_added = 0;
+	*group_p = client->group_open;
+	pthread_mutex_unlock(&client->mu);
+	return SC_OK;
+}
+
+SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor)
+{
+	sc_status_t st = SC_OK;
+
+	if (!client || !tensor || tensor->client != client || !tensor->ready)
+		return scl_error(SC_ERR_INVALID, "sc_group_add: no tensor of this client");
+	pthread_mutex_lock(&client->mu);
+	if (!group || group != client->group_open)
+		st = scl_error(SC_ERR_INVALID, "rank %d: tensor '%s': group %llu is not open",
+			       client->rank, tensor->name, (unsigned long long)group);
+	else if (client->group_added == client->group_n)
+		st = scl_error(SC_ERR_INVALID,
+			       "rank %d: tensor '%s': group %llu already has its %d members",
+			       client->rank, tensor->name, (unsigned long long)group,
+			       client->group_n);
+	else if (tensor->group)
+		st = scl_error(SC_ERR_BUSY,
+			       "rank %d: tensor '%s' is already a member of group %llu",
+			       client->rank, tensor->name, (unsigned long long)tensor->group);
+	if (st == SC_OK) {
+		tensor->group = group;
+		tensor->group_size = (uint32_t)client->group_n;
+		client->group_added++;
+	}
+	pthread_mutex_unlock(&client->mu);
+	return st;
+}
+
+SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group)
+{
+	sc_status_t st = SC_OK;
+
+	if (!client)
+		return scl_error(SC_ERR_INVALID, "sc_group_end: NULL client");
+	pthread_mutex_lock(&client->mu);
+	if (!group || group != client->group_open)
+		st = scl_error(SC_ERR_INVALID, "rank %d: group %llu is not open", client->rank,
+			       (unsigned long long)group);
+	else if (client->group_added != client->group_n)
+		st = scl_error(SC_ERR_INVALID,
+			       "rank %d: group %llu closed with %d of its %d members",
+			       client->rank, (unsigned long long)group, client->group_added,
+			       client->group_n);
+	if (group && group == client->group_open)
+		client->group_open = 0;
+	pthread_mutex_unlock(&client->mu);
+	return st;
+}

@@ -887,6 +887,16 @@ static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd
 		step_fail(ctl, nt, st, err, r->local_rank);
 }
 
+/* Another local trainer's submission of nt's step than r, or NULL: r's grouping must be
+ * its (the members' names are checked across the nodes by the coordinator, world/group.c). */
+static const scd_reg_t *other_submission(const scd_ntensor_t *nt, const scd_reg_t *r)
+{
+	for (int l = 0; l < SCD_MAX_LOCAL; l++)
+		if (nt->slot[l] && nt->slot[l] != r && nt->slot[l]->handle)
+			return nt->slot[l];
+	return NULL;
+}
+
 static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			      const Sparsecomm__Collective *a)
 {
@@ -904,6 +914,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	int rank = ctl->d->rank * ctl->d->local_size + r->local_rank;
 	scd_ctl_req_t q = {0};
 	sc_status_t st = SC_OK;
+	const scd_reg_t *peer;
 	char opname[64];
 	if (!a->handle) {
 		st = SC_ERR_INVALID;
@@ -916,6 +927,14 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 						   sizeof(err))) != SC_OK) {
 		if (st == SC_ERR_PROTOCOL) /* the others would wait for this one's step */
 			refuse_step(ctl, s, nt, r, st, err);
+	} else if (!a->group != !a->group_size || a->group_size > SC_GROUP_MAX) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "tensor '%s': rank %d gave group %llu of %u members (1 to %d, both or "
+			 "neither)",
+			 nt->name, rank, (unsigned long long)a->group, a->group_size,
+			 SC_GROUP_MAX);
+		refuse_step(ctl, s, nt, r, st, err);
 	} else if (q.rq.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -959,6 +978,8 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->coo = q.rq.coo;
 	r->sparse_result = q.sparse_result;
 	r->nnz = q.nnz; /* or an allgather's count */
+	r->group = a->group;
+	r->group_size = a->group_size;
 	if (q.a2a)
 		scd_ctl_a2a_take(r, q.a2a, trainers, nt->numel);
 	send_ok(ctl, s, seq);
@@ -972,6 +993,14 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "allreduce of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
 			 nt->name, ctl->d->rank);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
+		return;
+	} else if ((peer = other_submission(nt, r)) && peer->group_size != r->group_size) {
+		snprintf(
+		    err, sizeof(err),
+		    "allreduce of tensor '%s': the trainers of node %d put it in groups of "
+		    "different sizes (%u and %u; 0: not grouped)",
+		    nt->name, ctl->d->rank, peer->group_size, r->group_size);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	} else if (scd_coll_pack(&nt->coll) != scd_coll_pack(&q.rq.coll)) {

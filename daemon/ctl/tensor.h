@@ -84,6 +84,9 @@ typedef struct scd_reg {
 	uint32_t a2a_cap, a2a_n; /* allocated, in use (the trainers at submission) */
 	int a2a_bad;
 	uint64_t a2a_given, a2a_sum;
+	/* the operation's group (Collective.group, group_size; 0: not grouped) */
+	uint64_t group;
+	uint32_t group_size;
 	int zombie;    /* the session went away while the engine held this buffer */
 	int preparing; /* its memory is being reserved (scd_tensors_register_async) */
 	struct scd_reg *next_in_session;
@@ -153,6 +156,21 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 		h = (h ^ (word * 0x9e3779b9u)) * 16777619u;
 	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
+}
+
+/* The group the step is a member of (world/group.c): its lowest local trainer's, so that
+ * every member of a node's group carries one trainer's number (0, 0: not grouped). */
+static inline void scd_ntensor_group(const scd_ntensor_t *nt, uint64_t *group_p,
+				     uint32_t *size_p)
+{
+	*group_p = 0;
+	*size_p = 0;
+	for (int l = 0; l < SCD_MAX_LOCAL; l++)
+		if (nt->slot[l] && nt->slot[l]->handle) {
+			*group_p = nt->slot[l]->group;
+			*size_p = nt->slot[l]->group_size;
+			return;
+		}
 }
 
 /* What negotiation announces as the tensor's dtype: its type word (coll/coll.h). */

@@ -29,6 +29,9 @@
 /* At most this many tensor times wait for the next ReadyList (the latest steps' are
  * enough: the planner smooths them). */
 #define SCD_MAX_TIMES 65536
+/* pb_entry_error's skip: no node owes the failed step (a group the ranks formed
+ * differently: what a node did not announce, it never submitted in that group) */
+#define SCD_LATE_NONE (-2)
 
 static uint32_t hash_name(const char *s)
 {
@@ -128,6 +131,12 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	uint32_t key = scd_ntensor_fuse_key(nt);
 	scd_tsig_t sig;
 	scd_tsig_of(nt, &sig);
+	scd_ntensor_group(nt, &o->group, &o->group_size);
+	if (o->group && !(o->gname = strdup(nt->name))) {
+		w->n_out--;
+		scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+		return;
+	}
 	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
 	    w->cache[id].numel == nt->numel && w->cache[id].op == scd_coll_pack(&nt->coll) &&
 	    w->cache[id].solo == solo && w->cache[id].fuse_key == key &&
@@ -136,6 +145,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->id = id;
 	} else {
 		if (!(o->name = strdup(nt->name))) {
+			free(o->gname);
 			w->n_out--;
 			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
 			return;
@@ -209,7 +219,9 @@ void scd_neg_flush(scd_world_t *w)
 	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out + 1, sizeof(*rp));
 	Sparsecomm__TensorSig *sigs = calloc((size_t)w->n_out + 1, sizeof(*sigs));
 	uint32_t *ids = calloc((size_t)w->n_out + 1, sizeof(*ids));
-	if (!reqs || !rp || !ids || !abs || !abp || !sigs)
+	Sparsecomm__GroupTag *tags = calloc((size_t)w->n_out + 1, sizeof(*tags));
+	Sparsecomm__GroupTag **tagp = calloc((size_t)w->n_out + 1, sizeof(*tagp));
+	if (!reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
 		goto out;
 	rl.rank = w->d->rank;
 	for (scd_poison_t *p = w->out_abandon; p; p = p->next) {
@@ -224,6 +236,14 @@ void scd_neg_flush(scd_world_t *w)
 	rl.abandoned = abp;
 	for (int i = 0; i < w->n_out; i++) {
 		scd_outreq_t *o = &w->out[i];
+		if (o->gname) {
+			Sparsecomm__GroupTag *g = &tags[rl.n_groups];
+			sparsecomm__group_tag__init(g);
+			g->name = o->gname;
+			g->group = o->group;
+			g->size = o->group_size;
+			tagp[rl.n_groups++] = g;
+		}
 		if (o->cached) {
 			ids[rl.n_cached_ids++] = o->id;
 			continue;
@@ -242,6 +262,7 @@ void scd_neg_flush(scd_world_t *w)
 	}
 	rl.requests = rp;
 	rl.cached_ids = ids;
+	rl.groups = tagp;
 	Sparsecomm__TensorTimes **tp = calloc((size_t)w->n_times + 1, sizeof(*tp));
 	for (int i = 0; tp && i < w->n_times; i++)
 		tp[rl.n_times++] = &w->out_times[i];
@@ -253,8 +274,10 @@ void scd_neg_flush(scd_world_t *w)
 	free(tp);
 	w->n_times = 0;
 out:
-	for (int i = 0; i < w->n_out; i++)
+	for (int i = 0; i < w->n_out; i++) {
 		free(w->out[i].name);
+		free(w->out[i].gname);
+	}
 	w->n_out = 0;
 	poison_free_list(w->out_abandon);
 	w->out_abandon = NULL;
@@ -264,6 +287,8 @@ out:
 	free(rp);
 	free(sigs);
 	free(ids);
+	free(tags);
+	free(tagp);
 }
 
 /* ---- the coordinator -------------------------------------------------------------------- */
@@ -278,6 +303,7 @@ static void centry_release(scd_centry_t *e)
 	free(e->numel);
 	free(e->sig);
 	free(e->failed);
+	scd_group_free(e);
 	free(e);
 }
 
@@ -422,7 +448,7 @@ static sc_status_t pb_error(plan_builder_t *pb, const char *name, sc_status_t st
 }
 
 /* Fails entry e on every rank: the nodes that announced it get the error, the others but
- * node skip (-1: none) owe the step (late.c); e is freed. */
+ * node skip (-1: none; SCD_LATE_NONE: none owes it) owe the step (late.c); e is freed. */
 static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, sc_status_t st,
 			   const char *msg, int skip)
 {
@@ -431,7 +457,8 @@ static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, 
 	for (int r = 0; ranks && r < w->d->world_size; r++)
 		if (e->have[r] == 1)
 			ranks[n++] = r;
-	scd_late_note(w, e, st, msg, skip);
+	if (skip != SCD_LATE_NONE)
+		scd_late_note(w, e, st, msg, skip);
 	/* none announced it: nothing to answer; out of memory for the list: an empty one
 	 * answers every node */
 	if ((n || !ranks) && pb_error(pb, e->name, st, msg, ranks, n) != SC_OK)
@@ -717,6 +744,29 @@ static void pb_fusion(scd_world_t *w, plan_builder_t *pb)
 	pb->plan.fusion_version = fp->version;
 }
 
+/* A failure that group.c decides (scd_group_pass); arg is the plan being built. */
+static void group_fail(scd_world_t *w, void *arg, scd_centry_t *e, sc_status_t st,
+		       const char *msg, int late)
+{
+	pb_entry_error(w, arg, e, st, msg, late ? -1 : SCD_LATE_NONE);
+}
+
+/* The members of each group that goes out now next to each other, where its first member
+ * is: fixed and layer-wise fusion plan the ready tensors in this order, so a group shares
+ * buffers as far as the fusion threshold allows. */
+static void group_together(ready_ent_t *r, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const scd_centry_t *lead = r[i].e->gleader;
+		for (int j = i + 1; lead && j < n; j++)
+			if (r[j].e->gleader == lead) {
+				ready_ent_t x = r[j];
+				memmove(&r[i + 2], &r[i + 1], sizeof(*r) * (size_t)(j - i - 1));
+				r[++i] = x;
+			}
+	}
+}
+
 /*
  * Turns every name that all ranks announced into an error (disagreement, stall, dead
  * node) or a place in a fused buffer (by the fusion mode: emit_cycle, emit_planned), and
@@ -740,6 +790,7 @@ static void coord_emit(scd_world_t *w)
 		if (pb_error(&pb, l->name, l->status, l->reason, &rank, 1) != SC_OK)
 			scd_error(SCD_SUB_NEGOTIATE, "out of memory: %s", l->reason);
 	}
+	scd_group_pass(w, now, stall_ms, group_fail, &pb);
 	for (scd_centry_t *e = w->ehead, *next; e; e = next) {
 		next = e->next;
 		scd_poison_t *poison = *poison_find(w, e->name);
@@ -765,6 +816,8 @@ static void coord_emit(scd_world_t *w)
 				       msg, -1);
 			continue;
 		}
+		if (e->gstate == SCD_GROUP_HOLD) /* its group is not ready (group.c) */
+			continue;
 		if (e->count < P)
 			scd_join_fill(w, e); /* joined nodes take part with zeros */
 		if (e->count < P) {
@@ -823,6 +876,7 @@ static void coord_emit(scd_world_t *w)
 		}
 		ready[n_ready++] = (ready_ent_t){.e = e, .id = id, .old_id = old, .pos = -1};
 	}
+	group_together(ready, n_ready);
 	if (mode == SCD_FUSION_ALIGNED || mode == SCD_FUSION_ADAPTIVE) {
 		scd_fplan_cfg_t cfg = plan_cfg(w, (scd_fusion_mode_t)mode);
 		emit_planned(w, &pb, ready, n_ready, &cfg, now);
@@ -938,6 +992,8 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key,
 			  &c->sig);
 	}
+	for (size_t i = 0; i < rl->n_groups; i++)
+		scd_group_tag(w, from, rl->groups[i]);
 	for (size_t i = 0; i < rl->n_times; i++) {
 		const Sparsecomm__TensorTimes *t = rl->times[i];
 		scd_fplan_report(&w->fplan, from, t->cache_id, t->tcp_s, t->tb_s, t->cm_s);

@@ -53,6 +53,16 @@ typedef struct scd_centry {
 	int solo;
 	uint32_t fuse_key; /* the first announcement's; ranks that differ make it solo */
 	uint64_t ready_ms; /* when the last rank announced it (count reached world size) */
+	/* a member of a grouped operation (group.c): by rank, the group's number and size
+	 * (NULL until some rank tags it); what the last pass decided (SCD_GROUP_*), the pass
+	 * that collected it, and the first member of its group when it goes out */
+	uint64_t *gid;
+	uint32_t *gsize;
+	int gstate;
+	uint64_t gmark;
+	int gcount;	     /* count as the last pass saw it */
+	uint64_t gchange_ms; /* when a pass saw count change */
+	struct scd_centry *gleader;
 	struct scd_centry *next, *hnext;
 } scd_centry_t;
 
@@ -72,6 +82,9 @@ typedef struct scd_cache_ent {
 typedef struct scd_outreq {
 	int cached;
 	uint32_t id;
+	char *gname; /* a group member's name (GroupTag), NULL when not grouped */
+	uint64_t group;
+	uint32_t group_size;
 	char *name;
 	uint32_t dtype, op;
 	uint64_t numel;
@@ -154,6 +167,7 @@ struct scd_world {
 	int barrier_count;
 	uint64_t barrier_first_ms;
 	uint64_t join_count; /* nodes that joined so far (coordinator) */
+	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
 };
 
 /* barrier.c */
@@ -178,6 +192,25 @@ void scd_join_on_left(scd_world_t *w, int rank, const char *reason);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);
+
+/* group.c: grouped operations (coordinator) */
+enum { SCD_GROUP_NONE, SCD_GROUP_HOLD, SCD_GROUP_READY };
+/* Rank from announced t's tensor as a member of its group number t->group of t->size. */
+void scd_group_tag(scd_world_t *w, int from, const Sparsecomm__GroupTag *t);
+/* Fails entry e with st and msg on every rank (late: the nodes that have not announced it
+ * owe the step, late.c; else none does); e is freed. */
+typedef void (*scd_group_fail_cb)(scd_world_t *w, void *arg, scd_centry_t *e, sc_status_t st,
+				  const char *msg, int late);
+/*
+ * Decides every group among the entries: held (SCD_GROUP_HOLD: a member is not yet ready
+ * on every rank), out now (SCD_GROUP_READY, gleader set: every member ready and agreed on
+ * every rank), or failed through fail (the ranks formed different groups, a member
+ * disagrees or failed, or a member stalled past stall_ms). Entries of no group stay
+ * SCD_GROUP_NONE.
+ */
+void scd_group_pass(scd_world_t *w, uint64_t now, uint64_t stall_ms, scd_group_fail_cb fail,
+		    void *arg);
+void scd_group_free(scd_centry_t *e);
 
 /* world.c */
 void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,

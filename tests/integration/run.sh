@@ -230,6 +230,10 @@ run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
 # Everything that decides a tensor's scheme or its bytes on the wire is agreed: each option
 # differing on rank 1 fails that tensor with SC_ERR_MISMATCH on every rank naming the field,
 # and other tensors then sum exactly (world/agree.h).
+# Grouped operations: a group's members held until all are ready on every rank and run in
+# one fused buffer; groups the ranks formed differently fail on every rank (world/group.c).
+run_case "group n=2" 2 1 180 0 2 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
+run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy

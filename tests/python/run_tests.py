@@ -192,6 +192,7 @@ def t_horovod_contract():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_horovod.py"),
                         ["new_shape_or_dtype_under_a_name", "next_calls_work_after_a_reshape",
                          "unnamed_calls_of_ever_new_shapes_stay_bounded", "grouped_operations",
+                         "grouped_members_held_until_all_ready",
                          "requires_grad_changes_between_steps",
                          "adasum_allreduce_matches_numpy"], 240, per_node=2)
     checks("horovod2x2", rc, out, 4)

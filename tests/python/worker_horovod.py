@@ -101,6 +101,31 @@ def grouped_operations():
 
 
 @check
+def grouped_members_held_until_all_ready():
+    # the daemons hold a group's members until the last is ready on every rank: the
+    # first member, started 0.3 s before the last, is still running when the last starts
+    xs = [torch.full((n,), float(R + 1)) for n in (5, 700, 9)]
+    first, polled = [], []
+
+    def start(i):
+        def f():
+            if i == len(xs) - 1:
+                time.sleep(0.3)
+                polled.append(first[0].poll())
+            h = hvd.allreduce_async(xs[i], name="held.%d" % i, op=hvd.Sum)
+            first.append(h)
+            return h
+        return f
+
+    for step in range(2):
+        first.clear(), polled.clear()
+        hs = sc.grouped_start([start(i) for i in range(len(xs))])
+        assert polled == [False], "the first member ended before the group was whole"
+        got = [hvd.synchronize(h) for h in hs]
+        assert all(torch.equal(g, torch.full_like(g, float(TRI))) for g in got), got
+
+
+@check
 def async_calls():
     h = hvd.allgather_async(torch.full((2,), R, dtype=torch.int64), name="ag.async")
     assert hvd.synchronize(h).tolist() == sum([[r, r] for r in range(P)], []), h
@@ -203,6 +228,21 @@ def still_works(tag):
     got = hvd.allreduce(torch.full((2,), float(R + 1)), op=hvd.Sum)
     assert got.tolist() == [float(TRI)] * 2, (tag, got)
     hvd.barrier()
+
+
+@check
+def grouped_mismatch_raises_everywhere():
+    # rank 0 groups two tensors where the others group three: every rank raises
+    # Horovod's error naming the group's tensors and ranks; then everything works
+    n = 2 if R == 0 else 3
+    e = raises(hvd.HorovodInternalError, hvd.grouped_allreduce,
+               [torch.full((4,), float(R + 1)) for _ in range(n)], name="gmis", op=hvd.Sum)
+    text = str(e)
+    print("grouped mismatch: %s" % text, flush=True)
+    assert "group" in text and "gmis." in text and "rank 0" in text, text
+    still_works("group")
+    got = hvd.grouped_allreduce([torch.full((4,), float(R + 1))] * 3, name="gmis", op=hvd.Sum)
+    assert all(g.tolist() == [float(TRI)] * 4 for g in got), got
 
 
 @check

@@ -725,10 +725,66 @@ def _op(average, op):
     return ReduceOp.AVERAGE if average else ReduceOp.SUM
 
 
+# ---- grouped operations --------------------------------------------------------------
+
+_grouping = threading.local()  # .armed: the open group the next submission joins
+
+
+def _take_member():
+    """The group this thread's next submission joins (grouped_start), taken once."""
+    gid = getattr(_grouping, "armed", None)
+    _grouping.armed = None
+    return gid
+
+
+def _member(c, e, gid):
+    """Makes e's next operation a member of group gid (sc_group_add); None: no group."""
+    if gid is None:
+        return
+    st = _lib.load().sc_group_add(c.client, gid, e.ptr)
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "grouped operation of tensor '%s'" % e.name, e.name)
+
+
+def grouped_start(starts):
+    """Starts the operations of one group (Horovod's grouped_allreduce and its siblings):
+    each of ``starts`` is a callable that starts one operation (allreduce_async,
+    allgather_async, reducescatter_async, broadcast_async ...) and returns its Handle.
+    The daemons negotiate the members together (sc_group_begin): none runs until every
+    member is ready on every rank, and they are fused together as far as their classes
+    and the fusion threshold allow.  Every rank must form the same group (the same names,
+    the same count), else every member fails on every rank with SC_ERR_MISMATCH naming a
+    tensor and the ranks.  Returns the Handles in order; a member refused at its start
+    raises its error (the members already started then fail at the daemons' stall
+    timeout: wait for them before using their tensors again)."""
+    starts = list(starts)
+    c = _need()
+    lib = _lib.load()
+    g = ctypes.c_uint64()
+    st = lib.sc_group_begin(c.client, len(starts), ctypes.byref(g))
+    if st != _lib.SC_OK:
+        raise _error(st, "grouped operation of %d tensors" % len(starts))
+    hs = []
+    try:
+        for start in starts:
+            _grouping.armed = g.value
+            try:
+                hs.append(start())
+            finally:
+                _grouping.armed = None
+    finally:
+        st = lib.sc_group_end(c.client, g.value)
+    if st != _lib.SC_OK:
+        raise _error(st, "grouped operation of %d tensors" % len(starts))
+    return hs
+
+
 def _start_dense(c, e, op, root=None):
     """Starts an allreduce by op, or (root given) a broadcast from trainer rank root."""
     lib = _lib.load()
     h = _lib.c_handle()
+    _member(c, e, _take_member())
     if root is None:
         st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
     else:
@@ -744,6 +800,7 @@ def _start_coo(c, e, nnz, op, sparse_result=False):
     lib = _lib.load()
     h = _lib.c_handle()
     start = lib.sc_allreduce_coo_sparse_async if sparse_result else lib.sc_allreduce_coo_async
+    _member(c, e, _take_member())
     st = start(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
@@ -1223,6 +1280,7 @@ def _rows_out(e, n, shape, dtype, dev):
 def _allgather_async(tensor, name, timeout):
     """Starts an allgather; returns (Handle, every rank's row count)."""
     c = _need()
+    gid = _take_member()  # the rows below, not the sizes' allreduce, join a group
     istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
     row = math.prod(shape[1:])
     # the sizes first: every rank's rows and elements per row
@@ -1250,6 +1308,7 @@ def _allgather_async(tensor, name, timeout):
         raise
     lib = _lib.load()
     h = _lib.c_handle()
+    _member(c, e, gid)
     st = lib.sc_allgather_async(c.client, e.ptr, n, ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
@@ -1347,6 +1406,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
     meta[c.rank, :3] = 1, int(bool(why)), row
     if not why:
         meta[c.rank, 3:] = sp
+    gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
     meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
     live = meta[:, 0] != 0
     bad = [r for r in range(P) if meta[r, 1]]
@@ -1376,6 +1436,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None):
     lib = _lib.load()
     h = _lib.c_handle()
     counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[c.rank]))
+    _member(c, e, gid)
     st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
@@ -1440,6 +1501,7 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None):
         raise
     lib = _lib.load()
     h = _lib.c_handle()
+    _member(c, e, _take_member())
     st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False

@@ -356,8 +356,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 # ---- Horovod's grouped operations ----------------------------------------------------
 
 class _GroupHandle:
-    """The operations of a group, all submitted before any is waited for (so the daemons
-    negotiate them in the same cycles and fuse them into shared buffers): wait() gives
+    """The operations of a group (started by sparsecomm.grouped_start: the daemons hold
+    them until every member is ready on every rank and fuse them together): wait() gives
     their results in order, under one deadline; the first error is raised once every
     member has finished."""
 
@@ -387,28 +387,15 @@ class _GroupHandle:
 
 
 def _group(start, tensors, name):
-    """Starts start(tensor, member name) for every tensor of a group (member i of a named
-    group is name.i; an unnamed group's members are unnamed).  A member refused at its
-    start fails the group once the members already started have finished."""
+    """Starts start(tensor, member name) for every tensor as one group
+    (sparsecomm.grouped_start; member i of a named group is name.i, an unnamed group's
+    members are unnamed).  A member refused at its start raises its error."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("a grouped operation needs at least one tensor")
-    hs = []
-    try:
-        for i, t in enumerate(tensors):
-            hs.append(start(t, None if name is None else "%s.%d" % (name, i)))
-    except Exception:
-        _drain(hs)
-        raise
-    return _GroupHandle(hs)
-
-
-def _drain(handles):
-    for h in handles:
-        try:
-            h.wait()
-        except Exception:  # noqa: B902  (the start's error is the one raised)
-            pass
+    names = [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
+    return _GroupHandle(_sc.grouped_start(
+        [(lambda t=t, n=n: start(t, n)) for t, n in zip(tensors, names)]))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, compression=Compression.none,
