@@ -357,35 +357,54 @@ def adasum_refusals():
 
 @check
 def adasum_distributed_optimizer():
+    """Horovod's Adasum optimizer: each rank's local step (Adam here, whose change is not
+    a multiple of the gradient) from the same start, its change combined by Adasum."""
     torch.manual_seed(5)
     model = torch.nn.Linear(4, 3)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     start = [p.detach().clone() for p in model.parameters()]
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters(),
                                    op=hvd.Adasum, prefix="adasum.")
 
-    def batch(r):
-        g = torch.Generator().manual_seed(100 + r)
+    def batch(r, step):
+        g = torch.Generator().manual_seed(100 + 10 * step + r)
         return torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)
 
-    grads = []  # every rank's gradients, computed here on a copy of the model
+    # every rank's replica, stepped here: each its own Adam state, the same start
+    reps = []
     for r in range(P):
         m = torch.nn.Linear(4, 3)
         with torch.no_grad():
             for q, s0 in zip(m.parameters(), start):
                 q.copy_(s0)
-        xb, yb = batch(r)
-        torch.nn.functional.mse_loss(m(xb), yb).backward()
-        grads.append([q.grad.double().flatten().numpy() for q in m.parameters()])
-    xb, yb = batch(R)
-    opt.zero_grad()
-    torch.nn.functional.mse_loss(model(xb), yb).backward()
-    opt.step()
-    for i, (p, s0) in enumerate(zip(model.parameters(), start)):
-        want = s0.double().flatten().numpy() - 0.5 * adasum_ref([g[i] for g in grads])
-        err = np.abs(p.detach().double().flatten().numpy() - want).max()
-        assert err < 1e-5, (i, err)
+        reps.append((m, torch.optim.Adam(m.parameters(), lr=0.1)))
+    want = [s0.double().flatten().numpy() for s0 in start]
+    for step in range(2):
+        deltas = []
+        for r, (m, o) in enumerate(reps):
+            with torch.no_grad():
+                for q, w in zip(m.parameters(), want):
+                    q.copy_(torch.from_numpy(w).view_as(q))
+            before = [q.detach().double().flatten().numpy().copy() for q in m.parameters()]
+            o.zero_grad()
+            xb, yb = batch(r, step)
+            torch.nn.functional.mse_loss(m(xb), yb).backward()
+            o.step()
+            deltas.append([q.detach().double().flatten().numpy() - b0
+                           for q, b0 in zip(m.parameters(), before)])
+        want = [w + adasum_ref([d[i] for d in deltas]) for i, w in enumerate(want)]
+        xb, yb = batch(R, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
+        opt.step()
+        for i, p in enumerate(model.parameters()):
+            err = np.abs(p.detach().double().flatten().numpy() - want[i]).max()
+            assert err < 1e-5, (step, i, err)
+    # the same on every rank
+    for i, p in enumerate(model.parameters()):
+        lo = hvd.allreduce(p.detach(), name="adasum.opt.lo.%d" % i, op=hvd.Min)
+        assert torch.equal(lo, p.detach()), i
 
 
 @check

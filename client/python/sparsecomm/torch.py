@@ -558,6 +558,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._prefix = prefix
         self._compression = compression
         self._handles = {}
+        self._start = {}  # Adasum: where each parameter started its step
         self._delay = {}
         self._seen_sparse = set()
         self._synchronized = False
@@ -648,8 +649,43 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return dict(op=ReduceOp.ADASUM)
         return dict(average=self._average)
 
+    def _local_step(self, p):
+        """The wrapped optimizer's step on p alone (its gradient, its state), as if p were
+        its only parameter."""
+        stash = [g["params"] for g in self.param_groups]
+        for g in self.param_groups:
+            g["params"] = [p] if any(p is q for q in g["params"]) else []
+        try:
+            super(self.__class__, self).step()
+        finally:
+            for g, ps in zip(self.param_groups, stash):
+                g["params"] = ps
+
+    def _submit_adasum(self, p, name):
+        """Horovod's Adasum optimizer: the local optimizer's step on p is taken alone, and
+        its change (the delta from where p started) is what the trainers combine by the
+        Adasum operator; p stays at its start until synchronize() adds the combined
+        delta."""
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            raise ValueError("DistributedOptimizer(op=Adasum): parameter %s has a sparse "
+                             "gradient; Adasum combines dense ones only" % self._name[p])
+        with torch.no_grad():
+            start = p.detach().clone()
+            self._local_step(p)
+            delta = p.detach() - start
+            p.copy_(start)
+        self._start[p] = start
+        opts = dict(name=name, op=ReduceOp.ADASUM)
+        if self._compression is NoneCompressor:
+            return _sc.allreduce_async_(delta, **opts)
+        return _compressed_async(self._compression, delta, delta, **opts)
+
     def _submit(self, p):
         name = "%s%s" % (self._prefix, self._name[p])
+        if self._average is ReduceOp.ADASUM:
+            return self._submit_adasum(p, name)
         g = p.grad
         o = self._opts[p]
         if g is None:
@@ -692,7 +728,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p, h in handles.items():
             left = max(0.0, deadline - _sc._now())
             res = h.wait(timeout=max(left, 0.001))
-            if res is not p.grad:  # sparse results are new tensors
+            if self._average is ReduceOp.ADASUM:  # the combined delta, from the start
+                with torch.no_grad():
+                    p.copy_(self._start.pop(p) + res)
+            elif res is not p.grad:  # sparse results are new tensors
                 p.grad = res
         self._synchronized = True
 
@@ -707,6 +746,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_sync = True
 
     def step(self, closure=None):
+        loss = None
+        if self._average is ReduceOp.ADASUM and closure is not None:
+            loss = closure()  # its backward submits the local steps' changes
         if self._should_sync:
             if self._synchronized:
                 # Horovod's warning; the gradients are already reduced, so they are not
@@ -717,6 +759,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 self.synchronize()
         self._synchronized = False
+        if self._average is ReduceOp.ADASUM:
+            # each parameter's local step was taken when its gradient was ready, and
+            # synchronize() applied the combined deltas: nothing more to step
+            return loss
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -749,8 +795,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
 
     Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
     gradients, see :class:`FP16Compressor`); op: Average, Sum or Adasum (overrides
-    ``average``; Adasum combines each dense float gradient by the Adasum operator over
-    the trainers, see README's Horovod table for how that differs from Horovod's)."""
+    ``average``). With Adasum, as Horovod's Adasum optimizer does, each parameter takes
+    the wrapped optimizer's step locally when its gradient is ready, and the trainers
+    combine the steps' changes by the Adasum operator; step() then applies them (the
+    wrapped optimizer's step is not taken again)."""
     if op is not None:
         red = ReduceOp.parse(op)
         if red not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
