@@ -5,13 +5,13 @@
  * an infinity); anything else that fails the job's compute stage on one node (a
  * sparsifier its tensor's options cannot make, no memory for the buffer, a device error)
  * is that node's local fault. Before any byte of the job goes out, every rank tells every
- * other one in one round of 12 bytes per peer whether it found one (scd_verdict_round),
- * with a few flags about its buffer that every rank must agree on before it communicates
- * (whether the buffer is on a GPU: a GPU buffer takes the GPU transport only when it is on
- * a GPU on every rank). A
- * fault anywhere fails the job on every rank with the same error, naming the lowest
- * faulty rank, its trainer (or node) and the tensor; the collective then does not run, so
- * the byte streams stay in step and no rank delivers a partial sum.
+ * other one in one round of SCD_VERDICT_BYTES (16) per peer whether it found one
+ * (scd_verdict_round), with a few flags about its buffer that every rank must agree on before
+ * it communicates (whether the buffer is on a GPU: a GPU buffer takes the GPU transport only
+ * when it is on a GPU on every rank). A fault anywhere fails the job on every rank with the
+ * same error, naming the lowest faulty rank, its trainer (or node) and the tensor; the
+ * collective then does not run, so the byte streams stay in step and no rank delivers a partial
+ * sum.
  *
  * Every allreduce job takes the round, whatever its dtype and configuration: any of them
  * can fail locally, and a rank that skipped the collective alone would leave its peers
