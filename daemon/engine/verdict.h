@@ -15,7 +15,7 @@
  *
  * Every allreduce job takes the round, whatever its dtype and configuration: any of them
  * can fail locally, and a rank that skipped the collective alone would leave its peers
- * waiting for bytes that never come. The cost is one exchange of 12 bytes with every peer
+ * waiting for bytes that never come. The cost is one exchange of 16 bytes with every peer
  * per buffer (one network latency; fusion amortises it over the buffer's tensors). A small
  * buffer summed in one round (coll/bufctx.c) carries the words ahead of its data instead,
  * and every rank decides before it adds any rank's data: the same outcome without the
@@ -29,7 +29,7 @@
 
 #include "coll/job.h"
 
-/* scd_fault_t, one rank's finding, is in engine.h (a job carries it between the engine's
+/* scd_fault_t, one rank's finding, is in coll/job.h (a job carries it between the engine's
  * stages). */
 
 /* The 8 bytes a rank sends, and back. */
