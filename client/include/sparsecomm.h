@@ -461,8 +461,9 @@ SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tens
  * group with SC_ERR_STALLED after the daemons' stall_timeout_ms, naming it. A client has
  * one open group at a time (another sc_group_begin is SC_ERR_BUSY); sc_group_end closes
  * it and is SC_ERR_INVALID, naming the counts, when fewer than n_members were added (the
- * members already started then fail at the stall timeout). A tensor's mark is taken by
- * its next operation, successful or refused. n_members is 1 to SC_GROUP_MAX.
+ * members already started then fail at the stall timeout, and the members not yet started
+ * lose their mark: their next operations are their own). A tensor's mark is taken by its
+ * next operation, successful or refused. n_members is 1 to SC_GROUP_MAX.
  */
 #define SC_GROUP_MAX 65536
 typedef uint64_t sc_group_t;

@@ -764,8 +764,14 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group)
 			       "rank %d: group %llu closed with %d of its %d members",
 			       client->rank, (unsigned long long)group, client->group_added,
 			       client->group_n);
-	if (group && group == client->group_open)
+	if (group && group == client->group_open) {
 		client->group_open = 0;
+		/* a group closed short never completes: its members' next operations are
+		 * their own again */
+		for (sc_tensor_t *t = client->tensors; st != SC_OK && t; t = t->next)
+			if (t->group == group)
+				t->group = 0, t->group_size = 0;
+	}
 	pthread_mutex_unlock(&client->mu);
 	return st;
 }

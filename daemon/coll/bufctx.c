@@ -694,6 +694,14 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_job_t *job,
 	size_t bytes = n * sizeof(float);
 	const scd_device_ops_t *ws_dev =
 	    !(v && v->faulty) && scd_device_host_memory(dev) ? dev : &scd_device_cpu_ops;
+	if (t->ops->device_memory && ws_dev == &scd_device_cpu_ops) {
+		snprintf(job->error, sizeof(job->error),
+			 "the one-round allreduce stages through host memory, which the %s "
+			 "transport cannot take",
+			 t->ops->name);
+		log_step_error(job);
+		return SC_ERR_SYSTEM;
+	}
 	if (one_round_ws(tab, ws_dev, P) != SC_OK) {
 		snprintf(job->error, sizeof(job->error),
 			 "no memory for a one-round allreduce of %d ranks", P);
@@ -790,6 +798,13 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	 * rank whose compute stage failed before it prepared takes part too) */
 	if (prep->small || prep->verdict) {
 		int one = scd_bufctx_one_round(job, t->size);
+		/* a GPU buffer over a transport of device memory (NCCL, which every rank took:
+		 * the input check round found the buffer on a GPU everywhere) is summed where
+		 * it lies by the transport's allreduce: the one round stages through host
+		 * memory, which such a transport cannot take */
+		if (one && !prep->verdict && t->ops->device_memory &&
+		    !scd_device_host_memory(dev))
+			one = 0;
 		if (prep->verdict && !one) { /* carries_verdict says otherwise */
 			snprintf(job->error, sizeof(job->error),
 				 "a buffer of %llu elements cannot carry the input check round",

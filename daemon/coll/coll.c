@@ -33,6 +33,22 @@ int scd_coll_unpack(uint32_t word, scd_coll_t *c_p)
 	return 0;
 }
 
+int scd_coll_word_valid(uint32_t word, uint32_t trainers)
+{
+	scd_coll_t c;
+	char err[256];
+	if (!scd_coll_unpack(word, &c))
+		return 0;
+	/* its own arguments as a trainer's request of them would be checked (a reduce-scatter's
+	 * row divides a tensor of one row) */
+	scd_coll_req_t rq = {.coll = c,
+			     .tensor = "?",
+			     .numel = c.row ? c.row : 1,
+			     .count = c.row,
+			     .trainers = trainers};
+	return scd_coll_desc(c.kind)->check(&rq, err, sizeof(err)) == SC_OK;
+}
+
 const char *scd_coll_describe(const scd_coll_t *c, char *buf, size_t len)
 {
 	scd_coll_desc(c->kind)->describe(c, buf, len);

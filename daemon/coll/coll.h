@@ -131,6 +131,10 @@ const scd_coll_desc_t *scd_coll_desc(scd_coll_kind_t kind);
 uint32_t scd_coll_pack(const scd_coll_t *c);
 /* The collective a word names; 0 when none does (a peer's word, in a description). */
 int scd_coll_unpack(uint32_t word, scd_coll_t *c_p);
+/* Whether a word from another daemon names a collective whose arguments its check accepts
+ * in a job of trainers trainers (a reduce-scatter's row not 0, a broadcast's root a rank):
+ * words from the network are checked before a plan or a job is built from them. */
+int scd_coll_word_valid(uint32_t word, uint32_t trainers);
 /* "sum", "max", ... or "broadcast from rank 3", in buf; "operation 0x..." for a word no
  * collective has. */
 const char *scd_coll_describe_word(uint32_t word, char *buf, size_t len);

@@ -42,14 +42,24 @@ static uint64_t adasum_buffer_bytes(const scd_job_t *job)
  * gone from the job leaves a zero block, plain addition in the tree. */
 static sc_status_t adasum_gather(scd_coll_ctx_t *x, scd_job_t *job)
 {
-	const scd_job_item_t *it = &job->items[0];
+	scd_job_item_t *it = &job->items[0];
 	size_t bytes = it->numel * sc_dtype_size(job->dtype);
 	char *mine = x->buf + (size_t)x->rank * x->local_size * bytes;
+	/* NaN and infinities are counted (and with nonfinite = error fail the step on every
+	 * rank) as an allreduce's are: float32 in host memory */
+	int check_nf = x->nonfinite != SCD_NONFINITE_PASS && job->dtype == SC_FLOAT32 &&
+		       scd_device_host_memory(x->dev);
 	x->dev->clear(mine, (size_t)x->local_size * bytes);
+	it->nonfinite = 0;
 	for (int s = 0; s < it->n_src; s++) {
 		const scd_job_src_t *src = &it->src[s];
 		if (src->local_rank < 0 || src->local_rank >= x->local_size)
 			continue; /* not a trainer of this node's (ctl sets it) */
+		uint64_t nf = check_nf ? scd_count_f32_nonfinite(src->dense, it->numel) : 0;
+		it->nonfinite += nf;
+		if (nf && x->nonfinite == SCD_NONFINITE_ERROR &&
+		    x->fault->kind == SCD_FAULT_NONE)
+			*x->fault = (scd_fault_t){SCD_FAULT_NONFINITE, 0, src->local_rank, nf};
 		char *dst = mine + (size_t)src->local_rank * bytes;
 		if (!scd_job_stage_local(x->pe, src))
 			scd_job_stage_copy_in(x->pe, it, src, dst, src->dense, bytes);

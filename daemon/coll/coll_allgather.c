@@ -175,7 +175,7 @@ static sc_status_t allgather_check(const scd_coll_req_t *rq, char *err, size_t l
 		    rq->tensor, (unsigned long long)rq->count, (unsigned long long)rq->numel);
 		return SC_ERR_INVALID;
 	}
-	return SC_OK;
+	return scd_coll_dense_check(rq, err, len);
 }
 
 const scd_coll_desc_t scd_coll_allgather = {

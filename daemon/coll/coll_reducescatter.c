@@ -185,7 +185,7 @@ static sc_status_t reducescatter_check(const scd_coll_req_t *rq, char *err, size
 		    SCD_RS_ROW_MAX - 1, (unsigned)c->op);
 		return SC_ERR_INVALID;
 	}
-	return SC_OK;
+	return scd_coll_dense_check(rq, err, len);
 }
 
 const scd_coll_desc_t scd_coll_reducescatter = {

@@ -280,7 +280,9 @@ static sc_status_t grp_decide(scd_world_t *w, grp_t *g, uint64_t now, uint64_t s
 		grp_view(w, g, r, &whole, why, sizeof(why), missing, sizeof(missing), &size,
 			 &size_rank);
 	if (whole && why[0] && now - changed_ms >= SCD_GROUP_SETTLE_MS) {
-		*late_p = 0;
+		/* a node that has not submitted a member owes its step (late.c): it may be
+		 * submitting the member on its own, for this very step, and paired with the
+		 * others' next step that would sum two steps */
 		snprintf(msg, len, "grouped operation of tensors %s failed: %s", names, why);
 		return SC_ERR_MISMATCH;
 	}

@@ -977,6 +977,16 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
 		scd_tsig_t sig;
+		if (!scd_coll_word_valid(r->op,
+					 (uint32_t)(w->d->world_size * w->d->local_size))) {
+			/* left out: the tensor stalls naming this rank */
+			scd_warn(
+			    SCD_SUB_NEGOTIATE,
+			    "rank %d announced tensor '%s' with operation word 0x%x, which "
+			    "names no collective this daemon runs: ignored",
+			    from, r->name ? r->name : "?", r->op);
+			continue;
+		}
 		scd_tsig_from_msg(r->sig, &sig);
 		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
 			  &sig);
@@ -1249,6 +1259,15 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 			    "plan cycle %llu: new cache entry %zu has id %u, the cache %llu "
 			    "entries",
 			    (unsigned long long)plan->cycle, i, ce->id, (unsigned long long)n);
+			return SC_ERR_PROTOCOL;
+		}
+		if (!scd_coll_word_valid(ce->op,
+					 (uint32_t)(w->d->world_size * w->d->local_size))) {
+			snprintf(
+			    err, err_len,
+			    "plan cycle %llu: new cache entry %zu ('%s') has operation word "
+			    "0x%x, which names no collective this daemon runs",
+			    (unsigned long long)plan->cycle, i, ce->name, ce->op);
 			return SC_ERR_PROTOCOL;
 		}
 		n += ce->id == n;

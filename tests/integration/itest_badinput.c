@@ -135,6 +135,15 @@ static void bad_nan(sc_client_t *c, int bad, const char *mode)
 	if (!strcmp(mode, "nan-error")) {
 		expect_everyone_fails(c, h, bad, name);
 		valid_dense_step(c, t, name, 4);
+		/* an Adasum (a collective of its own) checks its input the same way */
+		const char *an = "badinput.nan.adasum";
+		sc_tensor_t *a = it_register(c, an, SC_FLOAT32, BI_NUMEL);
+		float *y = sc_tensor_data(a);
+		it_fill(y, SC_FLOAT32, BI_NUMEL, 3, me, 1);
+		if (me == bad)
+			y[2] = NAN;
+		IT_CHECK_SC(sc_allreduce_async(c, a, SC_OP_ADASUM, &h), "adasum of '%s'", an);
+		expect_everyone_fails(c, h, bad, an);
 		return;
 	}
 	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);

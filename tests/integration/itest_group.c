@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GR_ERR_LIMIT 10.0 /* seconds: a mismatch is found far below the stall timeout */
+/* the coordinator's wait before it fails a group formed differently (world/group.c) */
+#define SCD_GROUP_SETTLE_MS_IT 200
+#define GR_ERR_LIMIT	       10.0 /* seconds: a mismatch is found far below the stall timeout */
 
 static uint64_t gr_seed = 500;
 
@@ -215,7 +217,17 @@ static void mismatched(sc_client_t *c)
 		IT_FAIL("the mismatch does not name the tensor in one group and not the "
 			"other: %s",
 			it_wait_error());
-	/* nothing owed: each of them alone, then the group, exact on every rank */
+	/* each rank owes the step of the member it had not submitted (late.c: it might have
+	 * been submitting it on its own for the step that failed): rank 0's c, the others'
+	 * b, refused at once to that rank alone, naming the failure */
+	sc_tensor_t *owed = rank == 0 ? x : b;
+	sc_handle_t oh;
+	IT_CHECK_SC(sc_allreduce_async(c, owed, SC_OP_SUM, &oh), "the owed step");
+	int r = it_wait(c, oh, IT_ERROR_TIMEOUT_MS);
+	if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), "submitted it late"))
+		IT_FAIL("the owed step of '%s' ended with %s: %s", sc_tensor_name(owed),
+			it_wait_name(r), it_wait_error());
+	/* then each of them alone, and the group, exact on every rank */
 	sc_tensor_t *solo[3] = {b, x, a};
 	for (int k = 0; k < 3; k++) {
 		sc_handle_t one;
@@ -241,6 +253,54 @@ static void mismatched(sc_client_t *c)
 	group_fails(c, s, 2, h, SC_ERR_MISMATCH, "a group of 2 on rank 0, of 1 elsewhere", t0);
 	group_start(c, s, 2, h, 0, 0);
 	group_exact(c, s, 2, h, "the group after the size mismatch");
+}
+
+/* Rank 0 groups {a, b}; the others submit a, and b on its own well after the group's
+ * mismatch was decided. Their b is the failed step's, so it must not pair with rank 0's
+ * next b (a sum of two steps returned with SC_OK): it is refused as the late step, and
+ * the next b sums exactly on every rank. */
+static void ungrouped_late(sc_client_t *c)
+{
+	int rank = sc_rank(c);
+	sc_tensor_t *t[2] = {it_register(c, "group.u.a", SC_FLOAT32, 16),
+			     it_register(c, "group.u.b", SC_FLOAT32, 16)};
+	sc_handle_t h[2];
+	it_barrier(c, "ungrouped", 0);
+	if (rank == 0) {
+		group_start(c, t, 2, h, 0, 0);
+	} else {
+		for (int k = 0; k < 2; k++) {
+			it_fill(sc_tensor_data(t[k]), SC_FLOAT32, 16, gr_seed + 7 + k, rank, 1);
+			if (k)
+				it_sleep_ms(4 * SCD_GROUP_SETTLE_MS_IT);
+			IT_CHECK_SC(sc_allreduce_async(c, t[k], SC_OP_SUM, &h[k]), "alone %d",
+				    k);
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		int r = it_wait(c, h[k], IT_ERROR_TIMEOUT_MS);
+		if (r == SC_OK)
+			IT_FAIL("'%s' of the mismatched step succeeded", sc_tensor_name(t[k]));
+	}
+	sc_tensor_t *b = t[1];
+	sc_handle_t hb;
+	group_start(c, &b, 1, &hb, 0, 0);
+	group_exact(c, &b, 1, &hb, "b after the late member");
+}
+
+/* A group closed short (sc_group_end refuses it) leaves no mark on the member not yet
+ * started: it joins the next group, which completes exactly. */
+static void short_group_unmarks(sc_client_t *c)
+{
+	sc_tensor_t *z = it_register(c, "group.z", SC_FLOAT32, 8);
+	sc_group_t g;
+	sc_handle_t h;
+	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin(2)");
+	IT_CHECK_SC(sc_group_add(c, g, z), "sc_group_add");
+	if (sc_group_end(c, g) != SC_ERR_INVALID)
+		IT_FAIL("a group of 2 closed with 1 member: %s", sc_last_error());
+	group_start(c, &z, 1, &h, 0, 0); /* adds z to a group of its own */
+	group_exact(c, &z, 1, &h, "a member of a group closed short, in the next group");
 }
 
 static void stalled(sc_client_t *c)
@@ -285,6 +345,8 @@ int it_group(int argc, char **argv)
 	together(c);
 	gather_scatter(c);
 	mismatched(c);
+	ungrouped_late(c);
+	short_group_unmarks(c);
 	stalled(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();

@@ -102,12 +102,16 @@ UNIT_TEST(coll_checks_refuse_what_a_collective_cannot_run)
 	CHECK_EQ_INT(check(ag, 12, 0, 0, err), SC_OK);
 	CHECK_EQ_INT(check(ag, 13, 0, 0, err), SC_ERR_INVALID);
 	CHECK_TRUE(strstr(err, "13 elements given, over its 12") != NULL);
+	CHECK_EQ_INT(check(ag, 12, 0, 1, err), SC_ERR_UNSUPPORTED); /* a sparsified tensor */
+	CHECK_TRUE(strstr(err, "'layer.w'") && strstr(err, "allgather is a dense operation"));
 
 	scd_coll_t rs = {.kind = SCD_COLL_REDUCESCATTER, .op = SC_OP_SUM, .row = 4};
 	CHECK_EQ_INT(check(rs, 4, 0, 0, err), SC_OK);
 	CHECK_EQ_INT(check(rs, 5, 0, 0, err), SC_ERR_INVALID); /* 5 does not divide 12 */
 	CHECK_TRUE(strstr(err, "rows of 5 elements do not divide its 12") != NULL);
 	CHECK_EQ_INT(check(rs, 0, 0, 0, err), SC_ERR_INVALID);
+	CHECK_EQ_INT(check(rs, 4, 0, 1, err), SC_ERR_UNSUPPORTED); /* a sparsified tensor */
+	CHECK_TRUE(strstr(err, "'layer.w'") && strstr(err, "is a dense operation"));
 
 	scd_coll_t a2a = {.kind = SCD_COLL_ALLTOALL};
 	CHECK_EQ_INT(check(a2a, 0, 0, 0, err), SC_OK);
@@ -132,4 +136,22 @@ UNIT_TEST(coll_checks_refuse_what_a_collective_cannot_run)
 	}
 	char buf[64];
 	CHECK_TRUE(!strcmp(scd_coll_describe_word(SCD_OP_ADASUM, buf, sizeof(buf)), "adasum"));
+}
+
+UNIT_TEST(coll_words_from_the_network_are_checked)
+{
+	/* the words a peer daemon may send: those a trainer's request makes in a job of 4 */
+	CHECK_TRUE(scd_coll_word_valid(SC_OP_SUM, 4));
+	CHECK_TRUE(scd_coll_word_valid(SC_OP_PRODUCT, 4));
+	CHECK_TRUE(scd_coll_word_valid(SCD_OP_BROADCAST | 3u, 4));
+	CHECK_TRUE(scd_coll_word_valid(SCD_OP_ALLGATHER, 4));
+	CHECK_TRUE(scd_coll_word_valid(SCD_OP_REDUCESCATTER | 4u << 3 | SC_OP_MAX, 4));
+	CHECK_TRUE(scd_coll_word_valid(SCD_OP_ALLTOALL, 4));
+	CHECK_TRUE(scd_coll_word_valid(SCD_OP_ADASUM, 4));
+	/* and those none does: a root that is no rank, rows of 0 elements (a division by
+	 * zero where the rows are counted), an unknown reduction */
+	CHECK_TRUE(!scd_coll_word_valid(SCD_OP_BROADCAST | 4u, 4));
+	CHECK_TRUE(!scd_coll_word_valid(SCD_OP_REDUCESCATTER | 0u << 3 | SC_OP_SUM, 4));
+	CHECK_TRUE(!scd_coll_word_valid(9, 4));
+	CHECK_TRUE(!scd_coll_word_valid(SCD_OP_REDUCESCATTER | 4u << 3 | 7u, 4));
 }

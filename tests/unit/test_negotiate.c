@@ -40,7 +40,9 @@ static void plan_make(plan_fixture_t *f, const uint32_t *ent_ids, size_t n_ents,
 UNIT_TEST(negotiate_plan_cache_ids_are_bounds_checked)
 {
 	scd_world_t *w = calloc(1, sizeof(*w));
+	static scd_daemon_t d = {.world_size = 2, .local_size = 1};
 	CHECK_TRUE(w != NULL);
+	w->d = &d; /* the job's trainers, against which the plan's words are checked */
 	char err[200] = "";
 	plan_fixture_t f;
 	/* a new entry far past the cache */
@@ -62,6 +64,18 @@ UNIT_TEST(negotiate_plan_cache_ids_are_bounds_checked)
 	plan_make(&f, (uint32_t[]){3}, 1, (uint32_t[]){0}, 1);
 	CHECK_EQ_INT(scd_neg_plan_check(w, &f.plan, err, sizeof(err)), SC_ERR_PROTOCOL);
 	CHECK_MSG(strstr(err, "has id 3, the cache 2 entries"), "error: %s", err);
+	/* a new entry whose word names no collective of the job: a reduce-scatter in rows of
+	 * 0 elements, a broadcast from a root that is no rank (2 trainers) */
+	uint32_t bad[] = {SCD_OP_REDUCESCATTER | 0u << 3 | SC_OP_SUM, SCD_OP_BROADCAST | 2u};
+	for (int k = 0; k < 2; k++) {
+		plan_make(&f, (uint32_t[]){2}, 1, (uint32_t[]){2}, 1);
+		f.ents[0].op = bad[k];
+		CHECK_EQ_INT(scd_neg_plan_check(w, &f.plan, err, sizeof(err)), SC_ERR_PROTOCOL);
+		CHECK_MSG(strstr(err, "names no collective"), "error: %s", err);
+	}
+	plan_make(&f, (uint32_t[]){2}, 1, (uint32_t[]){2}, 1);
+	f.ents[0].op = SCD_OP_BROADCAST | 1u;
+	CHECK_EQ_INT(scd_neg_plan_check(w, &f.plan, err, sizeof(err)), SC_OK);
 	scd_neg_destroy(w);
 	free(w);
 }
@@ -71,7 +85,9 @@ UNIT_TEST(negotiate_plan_cache_ids_are_bounds_checked)
 UNIT_TEST(negotiate_plan_on_coordinator_refuses_unknown_cache_id)
 {
 	scd_world_t *w = calloc(1, sizeof(*w));
+	static scd_daemon_t d = {.world_size = 2, .local_size = 1};
 	CHECK_TRUE(w != NULL);
+	w->d = &d; /* the job's trainers, against which the plan's words are checked */
 	w->is_coord = 1;
 	plan_fixture_t f;
 	plan_make(&f, NULL, 0, (uint32_t[]){0x7ffffff0u}, 1);
