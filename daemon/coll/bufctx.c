@@ -406,7 +406,10 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			b->dev->coo_scatter(x, &b->sel);
 			it->tb_s = scd_now_s() - t1;
 			continue;
-		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
+		} else if (it->residual &&
+			   (it->sparsifier != SC_SPARSIFY_EXDYNA || job->n_items > 1)) {
+			/* ExDyna alone reads its residual itself; over several tensors (the
+			 * scope model) it runs on the buffer's residual, split back after */
 			b->dev->residual_drain(x, it->residual, it->numel);
 		}
 		it->tcp_s = scd_now_s() - t0;

@@ -74,6 +74,13 @@ static int forced(const scd_fplan_tensor_t *t, int j)
 	return j == 0 || t[j].solo || t[j - 1].solo || t[j].brk || t[j].key != t[j - 1].key;
 }
 
+/* Whether tensor j continues the buffer before it whatever the mode: a class that fuses
+ * whole (ExDyna over the model), not forced apart. */
+static int joins(const scd_fplan_tensor_t *t, int j)
+{
+	return t[j].whole && !forced(t, j);
+}
+
 static int measured(const scd_fplan_tensor_t *t, int L)
 {
 	for (int j = 0; j < L; j++)
@@ -163,6 +170,8 @@ int scd_fplan_plan(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int 
 						   : prev_cm < scd_fplan_fuse(t, a, j + 1));
 			break;
 		}
+		if (joins(t, j) && items < SCD_FPLAN_MAX_ITEMS)
+			open = 0;
 		if (open) {
 			if (j > 0)
 				prev_cm = scd_fplan_tcm(cfg, t, a, j);
@@ -243,7 +252,7 @@ static void clear_times(scd_fplan_state_t *s, int k)
 }
 
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
-		  uint32_t key, int solo)
+		  uint32_t key, int flags)
 {
 	if (pos_map(s, id) != 0)
 		return -1;
@@ -266,7 +275,10 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 	}
 	s->ids[k] = id;
 	s->pos_of[id] = k;
-	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes, .key = key, .solo = solo};
+	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes,
+				       .key = key,
+				       .solo = !!(flags & SCD_FPLAN_SOLO),
+				       .whole = !!(flags & SCD_FPLAN_WHOLE)};
 	clear_times(s, k);
 	s->from_times = 0;
 	s->dirty = 1;

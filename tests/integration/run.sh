@@ -466,6 +466,7 @@ same_alt() {
 	exdyna_cap) echo 1.75 ;;
 	exdyna_grid) echo 1.5 ;;
 	exdyna_fine_symmetric) echo 1 ;;
+	exdyna_scope) echo tensor ;;
 	sketch_rows) echo 3 ;;
 	sketch_cols) echo 4 ;;
 	nonfinite) echo warn ;;
