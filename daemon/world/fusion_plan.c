@@ -251,6 +251,29 @@ static void clear_times(scd_fplan_state_t *s, int k)
 		s->snap[3 * k + i] = -1;
 }
 
+/* A tensor of a class that fuses whole, appended at position k (the last): moved to just
+ * after the class's last tensor, so the class stays one run of the plan order (and one
+ * buffer) whatever tensors of other classes were planned between its members. Returns
+ * its position. */
+static int class_slot(scd_fplan_state_t *s, int k, uint32_t key)
+{
+	int p = k;
+	while (p > 0 && !(s->t[p - 1].whole && s->t[p - 1].key == key))
+		p--;
+	if (p == 0 || p == k)
+		return k;
+	size_t rest = (size_t)(k - p), P3 = 3 * (size_t)s->P;
+	memmove(&s->ids[p + 1], &s->ids[p], rest * sizeof(uint32_t));
+	memmove(&s->t[p + 1], &s->t[p], rest * sizeof(scd_fplan_tensor_t));
+	memmove(&s->rank_t[(p + 1) * P3], &s->rank_t[p * P3], rest * P3 * sizeof(double));
+	memmove(&s->snap[3 * (p + 1)], &s->snap[3 * p], rest * 3 * sizeof(double));
+	memmove(&s->buf[p + 1], &s->buf[p], rest * sizeof(int));
+	for (int j = p + 1; j <= k; j++)
+		s->pos_of[s->ids[j]] = j;
+	s->buf[p] = -1;
+	return p;
+}
+
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
 		  uint32_t key, int flags)
 {
@@ -270,6 +293,8 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 		}
 		k = s->n++;
 		s->buf[k] = -1;
+		if (flags & SCD_FPLAN_WHOLE)
+			k = class_slot(s, k, key);
 	} else {
 		s->pos_of[old_id] = -1;
 	}

@@ -885,8 +885,22 @@ static void coord_emit(scd_world_t *w)
 		scd_fplan_cfg_t cfg = plan_cfg(w, (scd_fusion_mode_t)mode);
 		emit_planned(w, &pb, ready, n_ready, &cfg, now);
 	} else if (n_ready) {
+		/* a class that fuses whole (ExDyna over the model) follows the cached plan
+		 * in every mode: its buffer, and the state keyed by it, is the same every
+		 * step, whatever arrived in this cycle; the rest is planned by the cycle */
 		scd_fplan_cfg_t cfg = plan_cfg(w, mode < 0 ? SCD_FUSION_FIXED : mode);
-		emit_cycle(w, &pb, ready, n_ready, &cfg);
+		int n_whole = 0;
+		for (int i = 0; i < n_ready; i++)
+			if (ready[i].e->fuse_key & SCD_FUSE_WHOLE) {
+				ready_ent_t x = ready[i];
+				memmove(&ready[n_whole + 1], &ready[n_whole],
+					sizeof(*ready) * (size_t)(i - n_whole));
+				ready[n_whole++] = x;
+			}
+		if (n_whole)
+			emit_planned(w, &pb, ready, n_whole, &cfg, now);
+		if (n_ready > n_whole)
+			emit_cycle(w, &pb, ready + n_whole, n_ready - n_whole, &cfg);
 	}
 	free(ready);
 	if (pb.plan.n_responses) {

@@ -1,13 +1,14 @@
 /*
  * itest_exdyna.c: ExDyna over the model (docs/schemes.md, "ExDyna"). One trainer per node
  * registers NE ExDyna tensors of one density (the last of tiny magnitudes beside the
- * others') and runs STEPS steps. Inputs are small integers held in float32, a pure
- * function of (tensor, rank, step, index), so sums are exact and every trainer rebuilds
- * every other trainer's input. Checks, in the scope the daemons run (exdyna_scope, passed
- * as the argument model or tensor):
+ * others') and a dense tensor submitted between them, and runs STEPS steps. Inputs are small
+ * integers held in float32, a pure function of (tensor, rank, step, index), so sums are exact
+ * and every trainer rebuilds every other trainer's input. Checks, in the scope the daemons run
+ * (exdyna_scope, passed as the argument model or tensor):
  *  - buffers per step (sparsectl stats --json, fused_buffers, after the first two steps,
- *    which may run as the tensors come): model, one for all NE tensors; tensor, NE; and
- *    every tensor's last scheme is exdyna;
+ *    which may run as the tensors come), the dense tensor's own aside: model, one for all
+ *    NE tensors (the dense one between them does not split them); tensor, NE; and every
+ *    tensor's last scheme is exdyna; the dense tensor's sum is exact;
  *  - per tensor and step: result sum = the ranks' inputs + residuals before - residuals
  *    after (each tensor keeps its own error feedback);
  *  - per element, over all steps (the error-feedback invariant of a reference run over
@@ -65,9 +66,13 @@ static void allreduce_wait(sc_client_t *c, sc_tensor_t *t, const char *what)
 
 /* One step of the NE tensors; cons[l] gets this rank's input + residual before minus
  * its residual after, summed (the per-tensor conservation, allreduced next). */
-static void ex_step(sc_client_t *c, sc_tensor_t **ts, int rank, int step, double *cons)
+static void ex_step(sc_client_t *c, sc_tensor_t **ts, sc_tensor_t *dense, int rank, int size,
+		    int step, double *cons)
 {
-	sc_handle_t h[NE];
+	sc_handle_t h[NE], hd;
+	float *d = sc_tensor_data(dense);
+	for (int i = 0; i < 100; i++)
+		d[i] = (float)(rank + 1 + i);
 	for (int l = 0; l < NE; l++) {
 		float *x = sc_tensor_data(ts[l]);
 		const float *res = sc_tensor_residual(ts[l]);
@@ -77,9 +82,13 @@ static void ex_step(sc_client_t *c, sc_tensor_t **ts, int rank, int step, double
 			cons[l] += (double)x[i] + (res ? res[i] : 0);
 		}
 	}
-	for (int l = 0; l < NE; l++)
+	for (int l = 0; l < NE; l++) {
 		IT_CHECK_SC(sc_allreduce_async(c, ts[l], SC_OP_SUM, &h[l]),
 			    "step %d: tensor %d", step, l);
+		if (l == NE / 2)
+			IT_CHECK_SC(sc_allreduce_async(c, dense, SC_OP_SUM, &hd),
+				    "step %d: the dense tensor", step);
+	}
 	for (int l = 0; l < NE; l++) {
 		int r = it_wait(c, h[l], IT_OP_TIMEOUT_MS);
 		if (r != SC_OK)
@@ -89,6 +98,14 @@ static void ex_step(sc_client_t *c, sc_tensor_t **ts, int rank, int step, double
 		for (uint64_t i = 0; res && i < ex_numel(l); i++)
 			cons[l] -= res[i];
 	}
+	int r = it_wait(c, hd, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("step %d: the dense tensor: %s (%s)", step, it_wait_name(r),
+			it_wait_error());
+	for (int i = 0; i < 100; i++)
+		if (d[i] != (float)(size * (size + 1) / 2 + size * i))
+			IT_FAIL("step %d: the dense tensor's element %d is %g", step, i,
+				(double)d[i]);
 }
 
 int it_exdyna(int argc, char **argv)
@@ -112,6 +129,7 @@ int it_exdyna(int argc, char **argv)
 		total += ex_numel(l);
 	}
 	off[NE] = total;
+	sc_tensor_t *dense = it_register(c, "ex.dense", SC_FLOAT32, 100);
 	sc_tensor_t *cons_t = it_register(c, "ex.conservation", SC_FLOAT64, NE);
 	sc_tensor_t *acc_t = it_register(c, "ex.residuals", SC_FLOAT64, total);
 	double *acc = calloc(total, sizeof(double)); /* results summed over steps */
@@ -127,7 +145,7 @@ int it_exdyna(int argc, char **argv)
 			}
 		}
 		double *cons = sc_tensor_data(cons_t);
-		ex_step(c, ts, rank, step, cons);
+		ex_step(c, ts, dense, rank, size, step, cons);
 		allreduce_wait(c, cons_t, "conservation");
 		for (int l = 0; l < NE; l++) {
 			const float *x = sc_tensor_data(ts[l]);
@@ -150,7 +168,8 @@ int it_exdyna(int argc, char **argv)
 			}
 		}
 	}
-	double per_step = (fused_buffers() - buf0) / (STEPS - SETTLE) - 1; /* conservation */
+	/* less the dense tensor's and the conservation's */
+	double per_step = (fused_buffers() - buf0) / (STEPS - SETTLE) - 2;
 	double sent = -sent0;
 	for (int l = 0; l < NE; l++) {
 		snprintf(name, sizeof(name), "ex.%d", l);

@@ -1193,6 +1193,7 @@ stages_case
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
 run_case "exdyna model n=3" 3 1 180 0 3 -- "$itest" exdyna model
+run_case "exdyna model fixed n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed -- "$itest" exdyna model
 run_case "exdyna tensor n=3" 3 1 180 0 3 --daemon-arg --exdyna_scope --daemon-arg tensor -- "$itest" exdyna tensor
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl

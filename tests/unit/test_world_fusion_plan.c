@@ -442,4 +442,20 @@ UNIT_TEST(fusion_plan_whole_class)
 	CHECK_EQ_INT(s.t[1].solo, 1);
 	CHECK_EQ_INT(s.t[1].whole, 0);
 	scd_fplan_state_free(&s);
+	/* a member planned after tensors of other classes joins its class in plan order:
+	 * A (class), d, e (others), B (class) plan as A B d e, one buffer for A and B */
+	scd_fplan_state_init(&s, 2);
+	CHECK_EQ_INT(scd_fplan_add(&s, 10, UINT32_MAX, 64, 2, SCD_FPLAN_WHOLE), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 11, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 12, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 13, UINT32_MAX, 64, 2, SCD_FPLAN_WHOLE), 0);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 10), 0);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 13), 1);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 11), 2);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 12), 3);
+	scd_fplan_cfg_t lw = {.mode = SCD_FUSION_LAYERWISE};
+	CHECK_TRUE(scd_fplan_update(&s, &lw) > 0);
+	CHECK_EQ_INT(s.n_buf, 3);
+	CHECK_EQ_INT(s.buf[0], s.buf[1]);
+	scd_fplan_state_free(&s);
 }
