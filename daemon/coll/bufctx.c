@@ -407,6 +407,8 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			it->tb_s = scd_now_s() - t1;
 			continue;
 		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
+			/* ExDyna reads its residual itself: alone, the tensor's; over several
+			 * tensors, the buffer's (exdyna_residual) */
 			b->dev->residual_drain(x, it->residual, it->numel);
 		}
 		it->tcp_s = scd_now_s() - t0;
@@ -434,13 +436,31 @@ static float *buffer_residual(scd_bufctx_t *b)
 }
 
 /* Adds each tensor's part of the buffer's residual to the tensor's own (padding between
- * tensors holds zeros, which the scheme never discards). */
-static void split_residual(const scd_bufctx_t *b, const scd_job_t *job)
+ * tensors holds zeros, which the scheme never discards); for ExDyna (exdyna set), which
+ * read and rewrote the buffer's residual, copies it back instead. */
+static void split_residual(const scd_bufctx_t *b, const scd_job_t *job, int exdyna)
+{
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->residual && exdyna)
+			b->dev->copy(it->residual, b->bres + it->offset,
+				     it->numel * sizeof(float));
+		else if (it->residual)
+			b->dev->reduce_sum(it->residual, b->bres + it->offset, it->numel);
+	}
+}
+
+/* ExDyna over several tensors (exdyna_scope model): the scheme is the sparsifier and reads
+ * the residual as its accumulator, so the buffer's residual starts as the tensors' own,
+ * side by side (the padding zeros), and goes back to them after the run (split_residual).
+ * A failed run leaves the tensors' residuals as they were. */
+static void exdyna_residual(const scd_bufctx_t *b, const scd_job_t *job)
 {
 	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
 		if (it->residual)
-			b->dev->reduce_sum(it->residual, b->bres + it->offset, it->numel);
+			b->dev->copy(b->bres + it->offset, it->residual,
+				     it->numel * sizeof(float));
 	}
 }
 
@@ -852,6 +872,7 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	/* Lossy schemes keep what they did not deliver in the tensor's residual: the single
 	 * tensor's own, or the buffer's, split back per tensor after the run. */
 	int split = job->n_items > 1 && !scd_scheme_lossless(s) && any_residual(job);
+	int exdyna = split && scd_schemes[s]->sparsifier == SC_SPARSIFY_EXDYNA;
 	scd_scheme_io_t io = {.data = buf,
 			      .coo = job->coo_direct ? &job->coo_in : prep->sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
@@ -864,6 +885,8 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 		log_step_error(job);
 		return SC_ERR_NOMEM;
 	}
+	if (exdyna)
+		exdyna_residual(b, job);
 	double t_fold = scd_now_s();
 	if (job->coo_direct && io.residual) {
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
@@ -881,7 +904,7 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	t_fold = scd_now_s() - t_fold;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
 	if (st == SC_OK && split)
-		split_residual(b, job);
+		split_residual(b, job, exdyna);
 	double t_support = scd_now_s();
 	if (io.track_residual)
 		residual_support(b, st == SC_OK);

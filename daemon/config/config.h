@@ -131,6 +131,10 @@ typedef enum {
 	X(exdyna_fine_symmetric, INT, 0, NULL, 0, 1, SCD_CFG_SAME,                             \
 	  "ExDyna variant: 1 steps the threshold inside the band towards the target (x(1 -/+ " \
 	  "gamma/4)); 0, the paper's Alg. 5: x(1 + gamma/4) whatever the side")                \
+	X(exdyna_scope, STR, 0, "model", 0, 0, SCD_CFG_SAME,                                   \
+	  "ExDyna's index space: model, the paper's (the ExDyna tensors of one dtype, "        \
+	  "density and scheme fuse into one buffer: one threshold, one exchange per step), "   \
+	  "or tensor (each tensor alone: its own partitions, threshold and exchange)")         \
 	X(sketch_rows, INT, 1, NULL, 1, 15, SCD_CFG_SAME,                                      \
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
 	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, SCD_CFG_SAME,                            \

@@ -119,6 +119,10 @@ sc_status_t scd_config_check_text(int key, const char *value, char *err, size_t 
 			 value);
 		return SC_ERR_INVALID;
 	}
+	if (key == SCD_CFG_exdyna_scope && strcmp(value, "model") && strcmp(value, "tensor")) {
+		snprintf(err, err_len, "exdyna_scope: '%.100s' is not model or tensor", value);
+		return SC_ERR_INVALID;
+	}
 	if (key == SCD_CFG_scheme_pins)
 		return check_pins(value, err, err_len);
 	return SC_OK;

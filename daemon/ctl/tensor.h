@@ -119,17 +119,19 @@ typedef struct scd_ntensor {
 } scd_ntensor_t;
 
 /*
- * Whether the tensor runs in a buffer of its own: ExDyna (the scheme is its sparsifier and
- * reads its residual whole), COO input (the engine hands a single tensor's list to the
- * scheme directly), a tensor with its own S2 sketch settings (the buffer's sketch is
- * made from them), and a collective that does not fuse (coll.h: an allgather, whose
- * buffer's layout depends on every rank's count, a reduce-scatter, whose trainers each get
- * another slice of the buffer, an alltoall, whose blocks go to other trainers).
+ * Whether the tensor runs in a buffer of its own: ExDyna with exdyna_model 0 (the
+ * configuration's exdyna_scope tensor: partitions, threshold and exchange per tensor; in
+ * the default scope model the ExDyna tensors fuse, see scd_ntensor_fuse_key), COO input (the
+ * engine hands a single tensor's list to the scheme directly), a tensor with its own S2 sketch
+ * settings (the buffer's sketch is made from them), and a collective that does not fuse
+ * (coll.h: an allgather, whose buffer's layout depends on every rank's count, a reduce-scatter,
+ * whose trainers each get another slice of the buffer, an alltoall, whose blocks go to other
+ * trainers).
  */
-static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
+static inline int scd_ntensor_solo(const scd_ntensor_t *nt, int exdyna_model)
 {
-	return nt->opts.sparsifier == SC_SPARSIFY_EXDYNA || nt->opts.coo_capacity > 0 ||
-	       nt->opts.sketch_rows || nt->opts.sketch_cols > 0 ||
+	return (nt->opts.sparsifier == SC_SPARSIFY_EXDYNA && !exdyna_model) ||
+	       nt->opts.coo_capacity > 0 || nt->opts.sketch_rows || nt->opts.sketch_cols > 0 ||
 	       (nt->opts.block && !strcmp(nt->opts.scheme, "s2_sketch")) ||
 	       scd_coll_solo(&nt->coll);
 }
@@ -143,10 +145,15 @@ static inline int scd_ntensor_solo(const scd_ntensor_t *nt)
  * runs one) and, for min, max, product and broadcasts, the same operation word (a buffer
  * reduces by one op or comes from one root; sum and average share buffers, each item
  * averaging its own). Sparsifiers may
- * differ: each tensor keeps its own selection and residual. The coordinator adds the dtype
+ * differ: each tensor keeps its own selection and residual. ExDyna tensors fused over the
+ * model (exdyna_model, the scope model) are a class of their own per density and pinned
+ * scheme: the buffer is ExDyna's one index space (its partitions and threshold run over
+ * the concatenation, with one target density), and the class carries SCD_FUSE_WHOLE so the
+ * planner keeps its tensors together in every fusion mode. The coordinator adds the dtype
  * and the scheme_pins pattern a name matches.
  */
-static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
+#define SCD_FUSE_WHOLE 4u
+static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt, int exdyna_model)
 {
 	uint32_t h = 2166136261u;
 	for (const char *c = nt->opts.scheme; *c; c++)
@@ -154,8 +161,15 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt)
 	uint32_t word = scd_coll_fuse_word(scd_coll_pack(&nt->coll));
 	if (word)
 		h = (h ^ (word * 0x9e3779b9u)) * 16777619u;
-	return (h & ~3u) | (nt->opts.allow_lossy ? 1u : 0u) |
-	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u);
+	int whole = nt->opts.sparsifier == SC_SPARSIFY_EXDYNA && exdyna_model;
+	if (whole) {
+		uint64_t bits;
+		memcpy(&bits, &nt->opts.density, sizeof(bits));
+		h = (h ^ (uint32_t)(bits ^ bits >> 32) ^ 0x45584459u) * 16777619u;
+	}
+	return (h & ~7u) | (nt->opts.allow_lossy ? 1u : 0u) |
+	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u) |
+	       (whole ? SCD_FUSE_WHOLE : 0u);
 }
 
 /* The group the step is a member of (world/group.c): its lowest local trainer's, so that

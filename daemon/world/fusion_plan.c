@@ -74,6 +74,13 @@ static int forced(const scd_fplan_tensor_t *t, int j)
 	return j == 0 || t[j].solo || t[j - 1].solo || t[j].brk || t[j].key != t[j - 1].key;
 }
 
+/* Whether tensor j continues the buffer before it whatever the mode: a class that fuses
+ * whole (ExDyna over the model), not forced apart. */
+static int joins(const scd_fplan_tensor_t *t, int j)
+{
+	return t[j].whole && !forced(t, j);
+}
+
 static int measured(const scd_fplan_tensor_t *t, int L)
 {
 	for (int j = 0; j < L; j++)
@@ -163,6 +170,8 @@ int scd_fplan_plan(const scd_fplan_cfg_t *cfg, const scd_fplan_tensor_t *t, int 
 						   : prev_cm < scd_fplan_fuse(t, a, j + 1));
 			break;
 		}
+		if (joins(t, j) && items < SCD_FPLAN_MAX_ITEMS)
+			open = 0;
 		if (open) {
 			if (j > 0)
 				prev_cm = scd_fplan_tcm(cfg, t, a, j);
@@ -242,8 +251,31 @@ static void clear_times(scd_fplan_state_t *s, int k)
 		s->snap[3 * k + i] = -1;
 }
 
+/* A tensor of a class that fuses whole, appended at position k (the last): moved to just
+ * after the class's last tensor, so the class stays one run of the plan order (and one
+ * buffer) whatever tensors of other classes were planned between its members. Returns
+ * its position. */
+static int class_slot(scd_fplan_state_t *s, int k, uint32_t key)
+{
+	int p = k;
+	while (p > 0 && !(s->t[p - 1].whole && s->t[p - 1].key == key))
+		p--;
+	if (p == 0 || p == k)
+		return k;
+	size_t rest = (size_t)(k - p), P3 = 3 * (size_t)s->P;
+	memmove(&s->ids[p + 1], &s->ids[p], rest * sizeof(uint32_t));
+	memmove(&s->t[p + 1], &s->t[p], rest * sizeof(scd_fplan_tensor_t));
+	memmove(&s->rank_t[(p + 1) * P3], &s->rank_t[p * P3], rest * P3 * sizeof(double));
+	memmove(&s->snap[3 * (p + 1)], &s->snap[3 * p], rest * 3 * sizeof(double));
+	memmove(&s->buf[p + 1], &s->buf[p], rest * sizeof(int));
+	for (int j = p + 1; j <= k; j++)
+		s->pos_of[s->ids[j]] = j;
+	s->buf[p] = -1;
+	return p;
+}
+
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
-		  uint32_t key, int solo)
+		  uint32_t key, int flags)
 {
 	if (pos_map(s, id) != 0)
 		return -1;
@@ -261,12 +293,17 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 		}
 		k = s->n++;
 		s->buf[k] = -1;
+		if (flags & SCD_FPLAN_WHOLE)
+			k = class_slot(s, k, key);
 	} else {
 		s->pos_of[old_id] = -1;
 	}
 	s->ids[k] = id;
 	s->pos_of[id] = k;
-	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes, .key = key, .solo = solo};
+	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes,
+				       .key = key,
+				       .solo = !!(flags & SCD_FPLAN_SOLO),
+				       .whole = !!(flags & SCD_FPLAN_WHOLE)};
 	clear_times(s, k);
 	s->from_times = 0;
 	s->dirty = 1;

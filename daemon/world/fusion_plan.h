@@ -14,8 +14,10 @@
  *              eq. 1 holds, then eq. 3 merges the long tail; aligned until every tensor
  *              has been measured.
  * In every mode a buffer holds at most SCD_FPLAN_MAX_ITEMS tensors, tensors of different
- * fusion keys never share one, a solo tensor is always alone, and a tensor marked brk
- * always opens a buffer.
+ * fusion keys never share one, a solo tensor is always alone, a tensor marked brk
+ * always opens a buffer, and a tensor marked whole (ExDyna over the model: one index
+ * space per buffer, whose state lasts as long as the buffer's composition) never opens
+ * one after a tensor of its key: consecutive tensors of such a class are one buffer.
  *
  * The times, each the slowest rank's: tcp_s a tensor's compression (its sparsifier, or the
  * residual added back), tb_s its fusion into the buffer (the scatter of its selection;
@@ -66,6 +68,8 @@ typedef struct scd_fplan_tensor {
 	uint64_t bytes;		  /* dense */
 	uint32_t key;		  /* fusion class: equal keys may share a buffer */
 	int solo;		  /* always a buffer of its own */
+	int whole;		  /* its class fuses whole: joins the buffer of the tensor
+				     before it when that one has the same key */
 	int brk;		  /* always opens a buffer (learnt: scd_fplan_break) */
 	int misses;		  /* buffers in a row that went out without it (or with it
 				     alone of the tensors before it): SCD_FPLAN_MISSES learn brk */
@@ -133,9 +137,12 @@ void scd_fplan_state_free(scd_fplan_state_t *s);
 /* The position of cache id in plan order, or -1. */
 int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id);
 /* Appends cache id (a tensor first planned now), or, old_id naming a planned tensor whose
- * attributes changed, puts id in its place with no times. -1: out of memory. */
+ * attributes changed, puts id in its place with no times; flags are SCD_FPLAN_SOLO and
+ * SCD_FPLAN_WHOLE (the fields solo and whole). -1: out of memory. */
+#define SCD_FPLAN_SOLO	1
+#define SCD_FPLAN_WHOLE 2
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
-		  uint32_t key, int solo);
+		  uint32_t key, int flags);
 /* Counts that cache id's buffer went out without it after waiting (a trainer that waits
  * for each result before it submits the next tensor, or a step that skips it); after
  * SCD_FPLAN_MISSES such buffers in a row it always opens a buffer, since the tensors

@@ -127,8 +127,9 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	scd_outreq_t *o = &w->out[w->n_out++];
 	memset(o, 0, sizeof(*o));
 	uint32_t id = cache_lookup(w, nt->name);
-	int solo = scd_ntensor_solo(nt);
-	uint32_t key = scd_ntensor_fuse_key(nt);
+	int exdyna_model = !strcmp(scd_cfg_str(&w->d->cfg, SCD_CFG_exdyna_scope), "model");
+	int solo = scd_ntensor_solo(nt, exdyna_model);
+	uint32_t key = scd_ntensor_fuse_key(nt, exdyna_model);
 	scd_tsig_t sig;
 	scd_tsig_of(nt, &sig);
 	scd_ntensor_group(nt, &o->group, &o->group_size);
@@ -627,7 +628,8 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 		t[i] = (scd_fplan_tensor_t){
 		    .bytes = r[i].e->numel[0] * sc_dtype_size(scd_tw_dtype(r[i].e->dtype[0])),
 		    .key = plan_key(w, r[i].e),
-		    .solo = r[i].e->solo};
+		    .solo = r[i].e->solo,
+		    .whole = !!(r[i].e->fuse_key & SCD_FUSE_WHOLE)};
 	if (t && start)
 		scd_fplan_plan(cfg, t, n, start);
 	for (int i = 0, j; i < n; i = j) { /* out of memory: every tensor alone */
@@ -673,9 +675,11 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			continue;
 		const scd_centry_t *e = r[i].e;
 		r[i].fresh = 1;
-		if (scd_fplan_add(fp, r[i].id, r[i].old_id,
-				  e->numel[0] * sc_dtype_size(scd_tw_dtype(e->dtype[0])),
-				  plan_key(w, e), e->solo) != 0)
+		if (scd_fplan_add(
+			fp, r[i].id, r[i].old_id,
+			e->numel[0] * sc_dtype_size(scd_tw_dtype(e->dtype[0])), plan_key(w, e),
+			(e->solo ? SCD_FPLAN_SOLO : 0) |
+			    (e->fuse_key & SCD_FUSE_WHOLE ? SCD_FPLAN_WHOLE : 0)) != 0)
 			r[i].pos = -1;
 	}
 	if (scd_fplan_update(fp, cfg) > 0)
@@ -881,8 +885,22 @@ static void coord_emit(scd_world_t *w)
 		scd_fplan_cfg_t cfg = plan_cfg(w, (scd_fusion_mode_t)mode);
 		emit_planned(w, &pb, ready, n_ready, &cfg, now);
 	} else if (n_ready) {
+		/* a class that fuses whole (ExDyna over the model) follows the cached plan
+		 * in every mode: its buffer, and the state keyed by it, is the same every
+		 * step, whatever arrived in this cycle; the rest is planned by the cycle */
 		scd_fplan_cfg_t cfg = plan_cfg(w, mode < 0 ? SCD_FUSION_FIXED : mode);
-		emit_cycle(w, &pb, ready, n_ready, &cfg);
+		int n_whole = 0;
+		for (int i = 0; i < n_ready; i++)
+			if (ready[i].e->fuse_key & SCD_FUSE_WHOLE) {
+				ready_ent_t x = ready[i];
+				memmove(&ready[n_whole + 1], &ready[n_whole],
+					sizeof(*ready) * (size_t)(i - n_whole));
+				ready[n_whole++] = x;
+			}
+		if (n_whole)
+			emit_planned(w, &pb, ready, n_whole, &cfg, now);
+		if (n_ready > n_whole)
+			emit_cycle(w, &pb, ready + n_whole, n_ready - n_whole, &cfg);
 	}
 	free(ready);
 	if (pb.plan.n_responses) {

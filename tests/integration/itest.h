@@ -135,6 +135,7 @@ int it_run_ctl(const char *sock, char *out, size_t out_len, const char *const *a
 double it_stats_number(const char *sock, const char *name, const char *field);
 int it_badinput(int argc, char **argv); /* itest_badinput.c */
 int it_fplan(int argc, char **argv);	/* itest_fplan.c */
+int it_exdyna(int argc, char **argv);	/* itest_exdyna.c */
 int it_group(int argc, char **argv);	/* itest_group.c */
 int it_ops(int argc, char **argv);	/* itest_colls.c */
 int it_barrier_case(int argc, char **argv);

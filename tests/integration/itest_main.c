@@ -372,6 +372,7 @@ static const struct {
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
     {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
+    {"exdyna", it_exdyna, "[model|tensor]: 6 ExDyna tensors, one buffer or one each"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"peer-spoof", it_peer_spoof,
      "a raw rank 1 speaks for rank 0 and as the coordinator: nothing taken"},

@@ -466,6 +466,7 @@ same_alt() {
 	exdyna_cap) echo 1.75 ;;
 	exdyna_grid) echo 1.5 ;;
 	exdyna_fine_symmetric) echo 1 ;;
+	exdyna_scope) echo tensor ;;
 	sketch_rows) echo 3 ;;
 	sketch_cols) echo 4 ;;
 	nonfinite) echo warn ;;
@@ -1191,6 +1192,9 @@ stages_case
 # sparsectl while a job runs.
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
+run_case "exdyna model n=3" 3 1 180 0 3 -- "$itest" exdyna model
+run_case "exdyna model fixed n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed -- "$itest" exdyna model
+run_case "exdyna tensor n=3" 3 1 180 0 3 --daemon-arg --exdyna_scope --daemon-arg tensor -- "$itest" exdyna tensor
 run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
 run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl

@@ -399,3 +399,63 @@ UNIT_TEST(fusion_plan_long_tail_keeps_the_item_cap)
 	free(t);
 	free(start);
 }
+
+/* A class that fuses whole (ExDyna over the model): its consecutive tensors are one buffer
+ * in every mode, measured or not, apart from what forces a boundary (another key, a solo
+ * tensor, the item cap); the tensors around it plan as the mode says. */
+UNIT_TEST(fusion_plan_whole_class)
+{
+	enum { N = 12 };
+	scd_fplan_tensor_t t[N];
+	uint8_t start[N];
+	for (int j = 0; j < N; j++)
+		t[j] = uniform(4096, 1e-4, 1e-5, 1e-3 * (j + 1));
+	for (int j = 3; j < 9; j++) /* the class: positions 3..8 */
+		t[j].key = 2, t[j].whole = 1;
+	for (int mode = 0; mode < SCD_FUSION_MODE_COUNT; mode++) {
+		scd_fplan_cfg_t cfg = {
+		    .mode = (scd_fusion_mode_t)mode, .buffers = 6, .fixed_bytes = 4096};
+		scd_fplan_plan(&cfg, t, N, start);
+		CHECK_EQ_INT(start[3], 1);
+		for (int j = 4; j < 9; j++)
+			CHECK_EQ_INT(start[j], 0);
+		CHECK_EQ_INT(start[9], 1);
+		if (mode == SCD_FUSION_LAYERWISE)
+			for (int j = 0; j < 3; j++)
+				CHECK_EQ_INT(start[j], 1);
+	}
+	/* a solo tensor inside still stands alone, and the class resumes after it */
+	t[6].solo = 1;
+	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_LAYERWISE};
+	scd_fplan_plan(&cfg, t, N, start);
+	CHECK_EQ_INT(start[6], 1);
+	CHECK_EQ_INT(start[7], 1);
+	CHECK_EQ_INT(start[8], 0);
+	CHECK_EQ_INT(start[4], 0);
+	/* the cached plan: flags reach the tensor */
+	scd_fplan_state_t s;
+	scd_fplan_state_init(&s, 2);
+	CHECK_EQ_INT(scd_fplan_add(&s, 0, UINT32_MAX, 64, 2, SCD_FPLAN_WHOLE), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 1, UINT32_MAX, 64, 2, SCD_FPLAN_SOLO), 0);
+	CHECK_EQ_INT(s.t[0].whole, 1);
+	CHECK_EQ_INT(s.t[0].solo, 0);
+	CHECK_EQ_INT(s.t[1].solo, 1);
+	CHECK_EQ_INT(s.t[1].whole, 0);
+	scd_fplan_state_free(&s);
+	/* a member planned after tensors of other classes joins its class in plan order:
+	 * A (class), d, e (others), B (class) plan as A B d e, one buffer for A and B */
+	scd_fplan_state_init(&s, 2);
+	CHECK_EQ_INT(scd_fplan_add(&s, 10, UINT32_MAX, 64, 2, SCD_FPLAN_WHOLE), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 11, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 12, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_add(&s, 13, UINT32_MAX, 64, 2, SCD_FPLAN_WHOLE), 0);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 10), 0);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 13), 1);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 11), 2);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 12), 3);
+	scd_fplan_cfg_t lw = {.mode = SCD_FUSION_LAYERWISE};
+	CHECK_TRUE(scd_fplan_update(&s, &lw) > 0);
+	CHECK_EQ_INT(s.n_buf, 3);
+	CHECK_EQ_INT(s.buf[0], s.buf[1]);
+	scd_fplan_state_free(&s);
+}
