@@ -61,3 +61,24 @@ sc_status_t scd_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
 	*kind_p = kind;
 	return SC_OK;
 }
+
+/* Zeroes what no item of the job covers in its fusion buffer (the alignment gaps between
+ * items and the tail): a slot keeps whatever an earlier buffer of another layout left
+ * there, and the schemes run over the whole buffer, so that padding must read zeros. */
+void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
+			   size_t esz)
+{
+	uint64_t end = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->offset < end) { /* not in ascending order: clear it all */
+			dev->clear(buf, job->total_numel * esz);
+			return;
+		}
+		if (it->offset > end)
+			dev->clear(buf + end * esz, (it->offset - end) * esz);
+		end = it->offset + it->numel;
+	}
+	if (job->total_numel > end)
+		dev->clear(buf + end * esz, (job->total_numel - end) * esz);
+}

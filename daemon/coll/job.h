@@ -235,6 +235,12 @@ typedef struct scd_job {
 	struct scd_job *next;
 } scd_job_t;
 
+/* Zeroes what no item of the job covers in buf, its fusion buffer of esz-byte elements on
+ * dev (the alignment gaps between items and the tail): a fusion slot keeps whatever an
+ * earlier buffer of another layout left there, and the schemes run over the whole buffer. */
+void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
+			   size_t esz);
+
 /*
  * The device a job of a buffer runs on: the one every source of every item lives on (an
  * item with no source takes part with zeros, in the fusion buffer, anywhere), and its ops.

@@ -140,27 +140,6 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 	pthread_mutex_unlock(&e->mu);
 }
 
-/* Zeroes what no item of the job covers in its fusion buffer (the alignment gaps between
- * items and the tail): a slot keeps whatever an earlier buffer of another layout left
- * there, and the schemes run over the whole buffer, so that padding must read zeros. */
-static void clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
-			  size_t esz)
-{
-	uint64_t end = 0;
-	for (int i = 0; i < job->n_items; i++) {
-		const scd_job_item_t *it = &job->items[i];
-		if (it->offset < end) { /* not in ascending order: clear it all */
-			dev->clear(buf, job->total_numel * esz);
-			return;
-		}
-		if (it->offset > end)
-			dev->clear(buf + end * esz, (it->offset - end) * esz);
-		end = it->offset + it->numel;
-	}
-	if (job->total_numel > end)
-		dev->clear(buf + end * esz, (job->total_numel - end) * esz);
-}
-
 /* Fails a job in its compute stage (job->error says why): it still takes the input check
  * round, as this node's local fault, so that every rank fails it alike and none sends
  * its bytes. A fault its input already showed is the one reported. */
@@ -257,7 +236,7 @@ static sc_status_t job_buffer(scd_engine_t *e, scd_job_t *job, const scd_coll_de
 	if (run->slot < 0)
 		return SC_ERR_NOMEM;
 	run->buf = e->fusion[run->kind][run->slot];
-	clear_padding(run->dev, job, run->buf, esz);
+	scd_job_clear_padding(run->dev, job, run->buf, esz);
 	return SC_OK;
 }
 
