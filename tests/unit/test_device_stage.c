@@ -181,7 +181,7 @@ UNIT_TEST(device_stage_gpus)
 	scd_stage_host_t h = {0};
 	void *p = scd_stage_host_get(&h, dev, 4096);
 	CHECK_TRUE(p != NULL);
-	dev->to_host(p, home, 4096);
+	dev->to_host(p, home, sizeof(host)); /* home holds N floats */
 	scd_stage_host_free(&h);
 
 	OK(share->event_destroy(0, ev));
