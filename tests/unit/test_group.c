@@ -171,8 +171,10 @@ UNIT_TEST(group_formed_differently_fails_every_member_once_settled)
 	CHECK_EQ_INT(f.n_failed, 0);
 	scd_group_pass(&f.w, 1300, 60000, gt_fail, &f);
 	CHECK_EQ_INT(f.n_failed, 3);
+	/* the nodes that had not submitted a member owe its step (late.c): rank 1's b, rank
+	 * 0's c might be coming on their own for this very step */
 	for (int i = 0; i < 3; i++)
-		CHECK_TRUE(f.status[i] == SC_ERR_MISMATCH && !f.late[i]);
+		CHECK_TRUE(f.status[i] == SC_ERR_MISMATCH && f.late[i]);
 	CHECK_MSG(strstr(f.msg, "'a', 'b', 'c'") && strstr(f.msg, "rank 0") &&
 		      strstr(f.msg, "rank 1"),
 		  "%s", f.msg);
