@@ -294,8 +294,7 @@ out:
 
 /* ---- the coordinator -------------------------------------------------------------------- */
 
-/* Frees an entry that is in no list. */
-static void centry_release(scd_centry_t *e)
+void scd_centry_release(scd_centry_t *e)
 {
 	free(e->name);
 	free(e->have);
@@ -325,7 +324,7 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
 	e->sig = calloc((size_t)P, sizeof(scd_tsig_t));
 	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel || !e->sig) {
-		centry_release(e);
+		scd_centry_release(e);
 		return NULL;
 	}
 	e->first_ms = scd_now_ms();
@@ -365,7 +364,7 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 		w->ehead = e->next;
 	if (w->etail == e)
 		w->etail = prev;
-	centry_release(e);
+	scd_centry_release(e);
 }
 
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,

@@ -279,4 +279,7 @@ const char *scd_live_cause(const scd_world_t *w);
 void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi,
 		     struct scd_arena *a);
 
+/* Frees a coordinator entry that is in no list (negotiate.c). */
+void scd_centry_release(scd_centry_t *e);
+
 #endif

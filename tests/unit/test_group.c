@@ -68,18 +68,6 @@ static void gt_tag(gt_fix_t *f, int rank, const char *name, uint64_t group, uint
 	scd_group_tag(&f->w, rank, &t);
 }
 
-static void gt_release(scd_centry_t *e)
-{
-	free(e->name);
-	free(e->have);
-	free(e->dtype);
-	free(e->op);
-	free(e->numel);
-	free(e->sig);
-	scd_group_free(e);
-	free(e);
-}
-
 /* The pass's failure: recorded, and the entry taken out and freed as negotiate.c does. */
 static void gt_fail(scd_world_t *w, void *arg, scd_centry_t *e, sc_status_t st, const char *msg,
 		    int late)
@@ -95,7 +83,7 @@ static void gt_fail(scd_world_t *w, void *arg, scd_centry_t *e, sc_status_t st, 
 	while (*pp != e)
 		pp = &(*pp)->next;
 	*pp = e->next;
-	gt_release(e);
+	scd_centry_release(e);
 }
 
 static void gt_free(gt_fix_t *f)
@@ -103,7 +91,7 @@ static void gt_free(gt_fix_t *f)
 	while (f->w.ehead) {
 		scd_centry_t *e = f->w.ehead;
 		f->w.ehead = e->next;
-		gt_release(e);
+		scd_centry_release(e);
 	}
 }
 
