@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../adasum_ref.h"
+
 /* Trainer r's element i: deterministic, both signs, different directions per trainer. */
 static double ad_value(int r, size_t i)
 {
@@ -28,31 +30,6 @@ static double ad_value(int r, size_t i)
 	h *= 0x94d049bb133111ebULL;
 	h ^= h >> 29;
 	return (double)(h % 2001) / 500.0 - 2.0;
-}
-
-static void ref_pair(double *a, const double *b, size_t n)
-{
-	double ab = 0, aa = 0, bb = 0;
-	for (size_t i = 0; i < n; i++) {
-		aa += a[i] * a[i];
-		ab += a[i] * b[i];
-		bb += b[i] * b[i];
-	}
-	double ca = aa == 0 ? 1 : 1 - ab / (2 * aa), cb = bb == 0 ? 1 : 1 - ab / (2 * bb);
-	for (size_t i = 0; i < n; i++)
-		a[i] = ca * a[i] + cb * b[i];
-}
-
-static void ref_tree(double *v, int k, size_t n)
-{
-	if (k < 2)
-		return;
-	int h = 1;
-	while (h * 2 < k)
-		h *= 2;
-	ref_tree(v, h, n);
-	ref_tree(v + (size_t)h * n, k - h, n);
-	ref_pair(v, v + (size_t)h * n, n);
 }
 
 static double ad_get(const void *x, sc_dtype_t dt, size_t i)

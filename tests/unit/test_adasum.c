@@ -9,36 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../adasum_ref.h"
 #include "coll/coll.h"
 #include "device/reduce.h"
 #include "unit.h"
-
-/* adasum(a, b) into a, straight from the formula (doubles throughout). */
-static void ref_pair(double *a, const double *b, size_t n)
-{
-	double ab = 0, aa = 0, bb = 0;
-	for (size_t i = 0; i < n; i++) {
-		aa += a[i] * a[i];
-		ab += a[i] * b[i];
-		bb += b[i] * b[i];
-	}
-	double ca = aa == 0 ? 1 : 1 - ab / (2 * aa), cb = bb == 0 ? 1 : 1 - ab / (2 * bb);
-	for (size_t i = 0; i < n; i++)
-		a[i] = ca * a[i] + cb * b[i];
-}
-
-/* The tree of leaves [0, k) of v (k blocks of n), into v's first block. */
-static void ref_tree(double *v, int k, size_t n)
-{
-	if (k < 2)
-		return;
-	int h = 1;
-	while (h * 2 < k)
-		h *= 2;
-	ref_tree(v, h, n);
-	ref_tree(v + (size_t)h * n, k - h, n);
-	ref_pair(v, v + (size_t)h * n, n);
-}
 
 UNIT_TEST(adasum_operator_cases)
 {
