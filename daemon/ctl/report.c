@@ -191,7 +191,8 @@ void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_aren
 	Sparsecomm__PendingTensor **v = scd_arena_alloc(a, sizeof(*v) * (r->n_tensors + n));
 	if (!v)
 		return;
-	memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
+	if (r->n_tensors) /* the reply may have none yet, and no array */
+		memcpy(v, r->tensors, sizeof(*v) * r->n_tensors);
 	r->tensors = v;
 	uint64_t now = scd_now_ms();
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors); nt; nt = nt->all_next) {

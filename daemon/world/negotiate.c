@@ -1349,7 +1349,8 @@ static void fusion_keep(scd_world_t *w, const Sparsecomm__Plan *plan)
 			break;
 		}
 		v[0] = (uint32_t)f->n_cache_ids;
-		memcpy(v + 1, f->cache_ids, sizeof(uint32_t) * f->n_cache_ids);
+		if (f->n_cache_ids) /* protobuf-c leaves an empty array NULL */
+			memcpy(v + 1, f->cache_ids, sizeof(uint32_t) * f->n_cache_ids);
 		w->fusion_bufs[w->n_fusion_bufs++] = v;
 	}
 }
