@@ -267,6 +267,10 @@ typedef struct sc_tensor_opts {
 	 * S2's bitmap one bit per row, as S2 Reducer's blocks are word vectors. Every rank
 	 * must give the same. */
 	uint32_t block;
+	/* The process set the tensor's operations run in (sc_process_set_add; 0, the
+	 * default, is every trainer). Only members register it; a name is a name within its
+	 * set, so the same name in two sets is two tensors. */
+	int process_set;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */
@@ -470,6 +474,35 @@ typedef uint64_t sc_group_t;
 SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t *group_p);
 SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor);
 SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
+
+/*
+ * Process sets (Horovod's process sets): collectives among a subset of the trainers. Set
+ * SC_PROCESS_SET_GLOBAL (0) is every trainer of the job. A tensor registered with
+ * sc_tensor_opts_t.process_set runs its operations among the set's members only: its
+ * node's local step covers the members on the node, and only nodes with a member take
+ * part in the exchange, over their own part of the mesh.
+ *
+ * sc_process_set_add is collective: every trainer of the job calls it, with the same
+ * ranks (any order, no repeats, each 0 to sc_size - 1), in the same order of process set
+ * calls. It returns the new set's id (1, 2, ... in the order of additions; ids are not
+ * reused) in *id_p on every trainer, members or not. Trainers that give different ranks
+ * all fail with SC_ERR_MISMATCH naming the ranks that differ and what each gave; invalid
+ * ranks (out of range, repeated, none) fail it on every trainer with SC_ERR_INVALID naming
+ * the trainer that gave them; a set with the same ranks as an existing one is
+ * SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise: the set's
+ * operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
+ * must be released (sc_tensor_release) by their trainers. The global set cannot be
+ * removed. Both wait at most timeout_ms (< 0: without limit) for the other trainers.
+ */
+#define SC_PROCESS_SET_GLOBAL 0
+SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
+				      int timeout_ms, int *id_p);
+SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeout_ms);
+/* The set's size, this trainer's rank in it (-1: not a member), and its members' global
+ * ranks, ascending (up to cap of them; returns the count). -1 for an unknown set. */
+SC_API int sc_process_set_size(const sc_client_t *client, int id);
+SC_API int sc_process_set_rank(const sc_client_t *client, int id);
+SC_API int sc_process_set_ranks(const sc_client_t *client, int id, int *ranks, int cap);
 
 /*
  * Barrier: completes once every trainer of the job has entered the same barrier (the n-th

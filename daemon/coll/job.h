@@ -204,6 +204,11 @@ typedef struct scd_job {
 	 * the other collectives never fuse with another) */
 	scd_coll_t coll;
 	double average_divisor; /* trainers in the job */
+	/* the process set the job runs in (0: every node). nodes: its member nodes, ascending,
+	 * n_nodes of them, this node among them; NULL for the global set. Owned by the job. */
+	uint32_t pset;
+	int n_nodes;
+	int *nodes;
 	uint64_t gathered;	/* an allgather's result: the elements gathered */
 	int pin;		/* scheme to run, -1: the cost model chooses */
 	int timeout_ms;		/* data-plane timeout */

@@ -766,6 +766,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 			if (j->kind == SCD_JOB_MESH)
 				scd_transport_boot_clear(&j->boot);
 			free(j->items);
+			free(j->nodes);
 			free(j);
 		}
 	e->head = e->cq_head = e->done_head = NULL;

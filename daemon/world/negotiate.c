@@ -1538,6 +1538,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
 	free(job->items);
+	free(job->nodes);
 	free(job);
 }
 
