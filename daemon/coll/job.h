@@ -209,9 +209,9 @@ typedef struct scd_job {
 	uint32_t pset;
 	int n_nodes;
 	int *nodes;
-	uint64_t gathered;	/* an allgather's result: the elements gathered */
-	int pin;		/* scheme to run, -1: the cost model chooses */
-	int timeout_ms;		/* data-plane timeout */
+	uint64_t gathered;   /* an allgather's result: the elements gathered */
+	int pin;	     /* scheme to run, -1: the cost model chooses */
+	int timeout_ms;	     /* data-plane timeout */
 	int probe;	     /* measure alpha/beta before this job (same job on every rank) */
 	uint64_t world_seed; /* shared by every rank */
 	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
