@@ -98,8 +98,8 @@ static sc_status_t votes_parse(const sc_client_t *c, int32_t *buf, size_t total,
 	size_t off = 0;
 	for (int r = 0; r < c->size; r++) {
 		if (off + 2 > total)
-			return scl_error(SC_ERR_PROTOCOL, "%s: rank %d's request is missing", what,
-					 r);
+			return scl_error(SC_ERR_PROTOCOL, "%s: rank %d's request is missing",
+					 what, r);
 		ps_vote_t *v = &votes[r];
 		v->op = buf[off];
 		v->n = buf[off + 1];
@@ -154,18 +154,20 @@ static sc_status_t agree(sc_client_t *c, int op, const int *ranks, int n, int ti
 	char why[200], a[160], b[160];
 	for (int r = 0; r < c->size; r++)
 		if (vote_invalid(c, &votes[r], why, sizeof(why))) {
-			st = scl_error(SC_ERR_INVALID, "%s: rank %d asked for %s", what, r, why);
+			st =
+			    scl_error(SC_ERR_INVALID, "%s: rank %d asked for %s", what, r, why);
 			goto out;
 		}
 	for (int r = 1; r < c->size; r++)
 		if (votes_differ(&votes[r], &votes[0])) {
 			ranks_text(votes[0].sorted, votes[0].n, a, sizeof(a));
 			ranks_text(votes[r].sorted, votes[r].n, b, sizeof(b));
-			st = scl_error(SC_ERR_MISMATCH,
-				       "%s: the ranks disagree: rank 0 asked to %s [%s], rank %d "
-				       "to %s [%s]",
-				       what, votes[0].op == PS_ADD ? "add" : "remove", a, r,
-				       votes[r].op == PS_ADD ? "add" : "remove", b);
+			st = scl_error(
+			    SC_ERR_MISMATCH,
+			    "%s: the ranks disagree: rank 0 asked to %s [%s], rank %d "
+			    "to %s [%s]",
+			    what, votes[0].op == PS_ADD ? "add" : "remove", a, r,
+			    votes[r].op == PS_ADD ? "add" : "remove", b);
 			goto out;
 		}
 out:
@@ -337,10 +339,11 @@ sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name)
 		return SC_OK;
 	int mine = -1, n = id > 0 ? pset_query(c, id, NULL, 0, &mine) : -1;
 	if (n < 0)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: registering tensor '%s': process set %d is not defined "
-				 "(sc_process_set_add)",
-				 c->rank, name, id);
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: registering tensor '%s': process set %d is not defined "
+		    "(sc_process_set_add)",
+		    c->rank, name, id);
 	if (mine < 0)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': rank %d is not a member of "

@@ -72,7 +72,8 @@ sc_status_t scd_psets_define(scd_psets_t *t, uint32_t id, const int32_t *ranks, 
 		return SC_ERR_INVALID;
 	}
 	for (int i = 0; i < n; i++)
-		if (ranks[i] < 0 || ranks[i] >= world_ranks || (i && ranks[i] <= ranks[i - 1])) {
+		if (ranks[i] < 0 || ranks[i] >= world_ranks ||
+		    (i && ranks[i] <= ranks[i - 1])) {
 			snprintf(err, err_len,
 				 "process set %u: rank %d at position %d is out of range (0 to "
 				 "%d) or not ascending",
@@ -143,8 +144,8 @@ static void fail_set_ops(scd_ctl_t *ctl, uint32_t id)
 			continue;
 		char msg[400];
 		snprintf(msg, sizeof(msg),
-			 "operation on tensor '%s' failed: process set %u was removed", nt->name,
-			 id);
+			 "operation on tensor '%s' failed: process set %u was removed",
+			 nt->name, id);
 		if (nt->state == SCD_NT_ANNOUNCED)
 			ctl->up->abandon(ctl->d->world, nt->name, SC_ERR_ABORTED, msg);
 		scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);

@@ -548,13 +548,12 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
  * what it had announced, so nothing pending can complete while it stays degraded. */
 /* The degraded rank an entry waits for, or -1: the one degraded first, so that a failure
  * that spreads (a trainer that fails an operation and then leaves) is reported by its
- * cause. */
+ * cause. A node outside the entry's process set blocks nothing of it. */
 static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
 {
-	(void)e;
 	int first = -1;
 	for (int r = 0; r < w->d->world_size; r++)
-		if (w->peers[r].degraded &&
+		if (w->peers[r].degraded && e->have[r] != SCD_HAVE_OUTSIDE && /* in its set */
 		    (first < 0 || w->peers[r].degraded_seq < w->peers[first].degraded_seq))
 			first = r;
 	return first;

@@ -49,10 +49,11 @@ static void ps_check(sc_tensor_t *t, const int *set, int n, int average, const c
 		if (average)
 			want /= n;
 		if (v[i] != (float)want)
-			IT_FAIL("%s: element %zu is %g, expected %g (the %s over ranks %d..%d of "
-				"%d)",
-				what, i, (double)v[i], want, average ? "average" : "sum", set[0],
-				set[n - 1], n);
+			IT_FAIL(
+			    "%s: element %zu is %g, expected %g (the %s over ranks %d..%d of "
+			    "%d)",
+			    what, i, (double)v[i], want, average ? "average" : "sum", set[0],
+			    set[n - 1], n);
 	}
 }
 
@@ -110,7 +111,8 @@ static void ps_add_fails(sc_client_t *c, const int *ranks, int n, sc_status_t st
 		IT_FAIL("%s: sc_process_set_add gave %s (%s), expected %s", what,
 			sc_status_name(got), sc_last_error(), sc_status_name(st));
 	if (blame >= 0 && !it_mentions_rank(sc_last_error(), blame))
-		IT_FAIL("%s: the error does not name rank %d: %s", what, blame, sc_last_error());
+		IT_FAIL("%s: the error does not name rank %d: %s", what, blame,
+			sc_last_error());
 	it_log("%s: %s", what, sc_last_error());
 }
 
@@ -191,7 +193,8 @@ int it_psets(int argc, char **argv)
 		IT_CHECK_SC(sc_broadcast(c, b, 3, IT_OP_TIMEOUT_MS), "broadcast in set 2");
 		for (int i = 0; i < 64; i++)
 			if (v[i] != 300 + i)
-				IT_FAIL("broadcast in set 2 from rank 3: element %d is %d", i, v[i]);
+				IT_FAIL("broadcast in set 2 from rank 3: element %d is %d", i,
+					v[i]);
 	}
 	if (ps_in(sets[0], 2, rank)) {
 		sc_tensor_t *g = ps_register(c, "g", SC_INT32, 16, 1);
@@ -220,8 +223,8 @@ int it_psets(int argc, char **argv)
 		sc_tensor_t *t = NULL;
 		sc_status_t st = sc_register_ex(c, "x", SC_FLOAT32, 4, &o, &t);
 		if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "process set 1"))
-			IT_FAIL("a non-member registering in set 1: %s (%s)", sc_status_name(st),
-				sc_last_error());
+			IT_FAIL("a non-member registering in set 1: %s (%s)",
+				sc_status_name(st), sc_last_error());
 	}
 	int mixed[2] = {0, rank == 0 ? 1 : 2};
 	ps_add_fails(c, mixed, 2, SC_ERR_MISMATCH, 1, "an add the ranks disagree on");
@@ -265,7 +268,8 @@ int it_psets(int argc, char **argv)
 		}
 		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
 		long long moved = node_bytes(it_env.socket) - before;
-		it_log("node %d moved %lld bytes during a 1 MiB allreduce in {0, 2}", rank, moved);
+		it_log("node %d moved %lld bytes during a 1 MiB allreduce in {0, 2}", rank,
+		       moved);
 		if (big && moved < (1 << 20) / 2)
 			IT_FAIL("node %d is in set 1 but moved only %lld bytes", rank, moved);
 		/* barriers go through the coordinator, not the data plane */

@@ -36,7 +36,8 @@ UNIT_TEST(pset_show_text)
 	CHECK_MSG(!strcmp(text, "tensor 'w [process set 3]' and 'w [process set 3]' failed"),
 		  "shown as: %s", text);
 	char small[16];
-	strcpy(small, "'w\x1f" "3' x"); /* shown, it needs more than 16 bytes */
+	strcpy(small, "'w\x1f"
+		      "3' x"); /* shown, it needs more than 16 bytes */
 	scd_pset_show(small, sizeof(small));
 	CHECK_TRUE(strlen(small) < sizeof(small));
 	CHECK_TRUE(!strchr(small, SCD_PSET_SEP));
