@@ -19,6 +19,7 @@
  */
 #include "itest.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,5 +278,57 @@ int it_psets(int argc, char **argv)
 			IT_FAIL("node %d is outside set 1 but moved %lld bytes", rank, moved);
 	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
+ * psets-killed, 4 nodes x 1: sets {0, 1} and {2, 3}; rank 3 dies. An allreduce of the
+ * global set and one of {2, 3} fail on the ranks left, naming rank 3; {0, 1} goes on,
+ * exact, step after step.
+ */
+int it_psets_killed(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) != 4)
+		IT_FAIL("runs with 4 trainers, not %d", sc_size(c));
+	static const int low[2] = {0, 1}, high[2] = {2, 3};
+	ps_add(c, low, 2, 1);
+	ps_add(c, high, 2, 2);
+	sc_tensor_t *g = ps_register(c, "g", SC_FLOAT32, PS_N, 0);
+	sc_tensor_t *w = ps_register(c, "w", SC_FLOAT32, PS_N, rank < 2 ? 1 : 2);
+	ps_fill(w, rank);
+	IT_CHECK_SC(sc_allreduce(c, w, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'w' before the death");
+	ps_check(w, rank < 2 ? low : high, 2, 0, "'w' before the death");
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+	if (rank == 3) {
+		it_log("dying");
+		fflush(NULL);
+		raise(SIGKILL);
+		IT_FAIL("still alive after SIGKILL");
+	}
+	if (rank == 2) {
+		ps_fill(w, rank);
+		sc_status_t st = sc_allreduce(c, w, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+		if (st == SC_OK || !it_mentions_rank(sc_last_error(), 3))
+			IT_FAIL("'w' of {2, 3} after rank 3 died: %s (%s)", sc_status_name(st),
+				sc_last_error());
+		it_log("'w' of {2, 3}: %s", sc_last_error());
+	} else {
+		for (int step = 0; step < 3; step++) {
+			ps_fill(w, rank);
+			IT_CHECK_SC(sc_allreduce(c, w, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "'w' of {0, 1} after rank 3 died, step %d", step);
+			ps_check(w, low, 2, 0, "'w' of {0, 1} after rank 3 died");
+		}
+		it_log("{0, 1} went on, exact, after rank 3 died");
+	}
+	ps_fill(g, rank);
+	sc_status_t st = sc_allreduce(c, g, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+	if (st == SC_OK || !it_mentions_rank(sc_last_error(), 3))
+		IT_FAIL("'g' of every rank after rank 3 died: %s (%s)", sc_status_name(st),
+			sc_last_error());
+	it_log("'g' of every rank: %s", sc_last_error());
+	sc_finalize(c);
 	it_pass();
 }
