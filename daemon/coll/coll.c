@@ -77,3 +77,22 @@ sc_status_t scd_coll_dense_check(const scd_coll_req_t *rq, char *err, size_t len
 	    rq->tensor, scd_coll_describe(&rq->coll, name, sizeof(name)));
 	return SC_ERR_UNSUPPORTED;
 }
+
+sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, const char *tensor,
+				char *err, size_t len)
+{
+	const scd_coll_desc_t *c = scd_coll_desc(kind);
+	if (!pset || c->psets)
+		return SC_OK;
+	int n = snprintf(err, len,
+			 "%s of tensor '%s' in process set %u is not supported (a process set "
+			 "runs",
+			 c->name, tensor ? tensor : "?", pset);
+	for (int k = 0, m = 0; k < SCD_COLL_COUNT && n > 0 && (size_t)n < len; k++)
+		if (colls[k]->psets)
+			n += snprintf(err + n, len - (size_t)n, "%s %s", m++ ? "," : "",
+				      colls[k]->name);
+	if (n > 0 && (size_t)n < len)
+		snprintf(err + n, len - (size_t)n, "; the global set runs every collective)");
+	return SC_ERR_UNSUPPORTED;
+}
