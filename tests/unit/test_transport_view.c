@@ -10,12 +10,7 @@
  */
 #include "unit.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "transport/transport.h"
 #include "unit_mesh.h"
@@ -26,36 +21,23 @@
 
 typedef void (*view_fn)(scd_transport_t *t, int rank);
 
+static void view_child(unit_mesh_t *m, int rank, void *arg)
+{
+	scd_log_level = -1; /* the failures logged are expected */
+	scd_transport_t *t = NULL;
+	sc_status_t st = unit_mesh_create(m, rank, 0, TMO_MS, &t);
+	CHECK_MSG(st == SC_OK, "rank %d: mesh: %s", rank, scd_transport_error());
+	(*(view_fn *)arg)(t, rank);
+	scd_transport_destroy(t);
+}
+
 /* Runs fn on every rank of a fresh world of P forked processes; fails unless all exit 0. */
 static void run_world(view_fn fn)
 {
 	unit_mesh_t mesh;
 	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", P, unit_rng()) == SC_OK, "prepare: %s",
 		  scd_transport_error());
-	pid_t pids[P];
-	for (int r = 0; r < P; r++) {
-		fflush(NULL);
-		pids[r] = fork();
-		CHECK_TRUE(pids[r] >= 0);
-		if (pids[r] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			scd_log_level = -1; /* the failures logged are expected */
-			scd_transport_t *t = NULL;
-			sc_status_t st = unit_mesh_create(&mesh, r, 0, TMO_MS, &t);
-			CHECK_MSG(st == SC_OK, "rank %d: mesh: %s", r, scd_transport_error());
-			fn(t, r);
-			scd_transport_destroy(t);
-			_exit(0);
-		}
-	}
-	unit_mesh_release(&mesh);
-	for (int r = 0; r < P; r++) {
-		int status = 0;
-		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
-			;
-		CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			  "rank %d failed (wait status 0x%x)", r, status);
-	}
+	unit_mesh_fork(&mesh, view_child, &fn);
 }
 
 /* A small integer (exact in every dtype and in 16 bits, and in products of two). */
