@@ -4,7 +4,8 @@
  * daemons' engines of one trainer each, fed jobs the way negotiation hands them over (the
  * mesh job from every rank's bootstrap blob, then each node's jobs in plan order, a
  * node skipping the sets it is not in). Sets {0, 2} (id 1) and {1, 3} (id 2) run at the
- * same time: float32 sums (the one-round path and a larger buffer through the schemes),
+ * same time: float32 sums (the one-round path, a larger buffer through the schemes, and
+ * each lossless sparse scheme pinned on sparse input),
  * an int64 max, a broadcast from global trainer rank 3, an allgather in set rank order;
  * results exact. A reduce-scatter in set 1 is refused on both members naming the tensor
  * and the set; a set of node 0 alone averages nothing away and moves no byte; a global sum
@@ -96,6 +97,37 @@ static void check_ok(const scd_job_t *job, int rank, const char *what)
 {
 	CHECK_MSG(job->status == SC_OK, "rank %d: %s: %s (%s)", rank, what,
 		  sc_status_name(job->status), job->error);
+}
+
+static float sparse_val(size_t i, int rank)
+{
+	return i % 97 == (size_t)rank * 5 ? val(i, rank) + 20 : 0;
+}
+
+/* The lossless sparse schemes, pinned, on sparse float32 sums of each node's set: each
+ * runs over the set's view as its own world of two. */
+static void set_sparse_sums(node_t *n, uint32_t pset, const int *nodes)
+{
+	static float x[BIG];
+	static const scd_scheme_t pins[] = {SCD_SCHEME_AGSPARSE, SCD_SCHEME_HIER_CENTRAL,
+					    SCD_SCHEME_BALANCED_PAR, SCD_SCHEME_OMNIREDUCE};
+	for (size_t k = 0; k < sizeof(pins) / sizeof(pins[0]); k++) {
+		for (size_t i = 0; i < BIG; i++)
+			x[i] = sparse_val(i, n->rank);
+		scd_job_t *job =
+		    new_job(SCD_COLL_ALLREDUCE, SC_FLOAT32, BIG, x, pset, nodes, 2);
+		job->pin = (int)pins[k];
+		job->items[0].sparsifier = SC_SPARSIFY_NATURAL;
+		job = run_job(n, job);
+		check_ok(job, n->rank, scd_scheme_name(pins[k]));
+		CHECK_MSG(job->scheme == (int)pins[k], "rank %d: %s ran, not %s", n->rank,
+			  scd_scheme_name((scd_scheme_t)job->scheme), scd_scheme_name(pins[k]));
+		for (size_t i = 0; i < BIG; i++)
+			CHECK_MSG(x[i] == sparse_val(i, nodes[0]) + sparse_val(i, nodes[1]),
+				  "rank %d: set %u %s sum, element %zu: %g", n->rank, pset,
+				  scd_scheme_name(pins[k]), i, (double)x[i]);
+		free_job(job);
+	}
 }
 
 /* Set sums: 1000 float32 (one round) and BIG float32 (the schemes), each node's set. */
@@ -258,11 +290,13 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 	int even[2] = {0, 2}, odd[2] = {1, 3};
 	if (rank % 2 == 0) {
 		set_sums(&n, 1, even);
+		set_sparse_sums(&n, 1, even);
 		set_allgather_refusal(&n, even);
 		if (rank == 0)
 			solo_set(&n);
 	} else {
 		set_sums(&n, 2, odd);
+		set_sparse_sums(&n, 2, odd);
 		set_max_and_broadcast(&n, odd);
 	}
 	global_sum(&n);
