@@ -93,7 +93,7 @@ static sc_status_t exchange_self(scd_tcp_t *t, const scd_xfer_t *sends, int ns,
 			scd_transport_set_error(
 			    "rank %d: message of %zu bytes to itself does not fit "
 			    "a receive of %zu bytes",
-			    me, len, recvs[r].bytes);
+			    scd_tcp_name(t, me), len, recvs[r].bytes);
 			return framed ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		}
 		if (len)
@@ -105,7 +105,7 @@ static sc_status_t exchange_self(scd_tcp_t *t, const scd_xfer_t *sends, int ns,
 		scd_transport_set_error(
 		    "rank %d: sends to itself and receives from itself do not "
 		    "pair up",
-		    me);
+		    scd_tcp_name(t, me));
 		return SC_ERR_INVALID;
 	}
 	return SC_OK;
@@ -322,7 +322,7 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 			return scd_tcp_fail(t, SC_ERR_INVALID,
 					    "rank %d: send %d is still held back, and the work "
 					    "waits for nothing left to receive",
-					    sends[held].peer, held);
+					    scd_tcp_name(t, sends[held].peer), held);
 		/* The peers not in this exchange are watched for a hangup, to blame the right
 		 * rank when the world breaks. */
 		int nall = scd_tcp_watch_others(t, npfd);
