@@ -7,9 +7,10 @@
  * same time: float32 sums (the one-round path, a larger buffer through the schemes, and
  * each lossless sparse scheme pinned on sparse input),
  * an int64 max, a broadcast from global trainer rank 3, an allgather in set rank order;
- * results exact. A reduce-scatter in set 1 is refused on both members naming the tensor
- * and the set; a set of node 0 alone averages nothing away and moves no byte; a global sum
- * afterwards is exact on all four (the mesh still in step).
+ * results exact. A NaN on node 3 under nonfinite = error fails set 2's sums on both members,
+ * naming trainer rank 3 on node 3. A reduce-scatter in set 1 is refused on both members naming
+ * the tensor and the set; a set of node 0 alone averages nothing away and moves no byte; a
+ * global sum afterwards is exact on all four (the mesh still in step).
  */
 #include "unit.h"
 
@@ -187,6 +188,33 @@ static void set_max_and_broadcast(node_t *n, const int *nodes)
 	free_job(job);
 }
 
+/* With nonfinite = error, a NaN in node 3's input fails set 2's sum on both members alike,
+ * naming global trainer rank 3 on node 3 (not the view's rank 1): through the input check
+ * round (a large buffer) and carried in the one-round sum (a small one). */
+static void set_fault_names_node(node_t *n, const int *nodes)
+{
+	static float x[BIG];
+	size_t sizes[2] = {1000, BIG};
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; i < sizes[k]; i++)
+			x[i] = val(i, n->rank);
+		if (n->rank == 3)
+			x[5] = NAN;
+		scd_job_t *job =
+		    new_job(SCD_COLL_ALLREDUCE, SC_FLOAT32, sizes[k], x, 2, nodes, 2);
+		job->items[0].name = "layer.bad";
+		job->nonfinite = SCD_NONFINITE_ERROR;
+		job = run_job(n, job);
+		CHECK_MSG(job->status == SC_ERR_INVALID &&
+			      strstr(job->error, "rank 3 (node 3, local rank 0) sent 1 "
+						 "non-finite") &&
+			      strstr(job->error, "'layer.bad'"),
+			  "rank %d, %zu elements: %s (%s)", n->rank, sizes[k],
+			  sc_status_name(job->status), job->error);
+		free_job(job);
+	}
+}
+
 /* Allgather in set 1: node 0 gives 2 elements, node 2 gives 3, in that order; then a
  * reduce-scatter refused on both alike. */
 static void set_allgather_refusal(node_t *n, const int *nodes)
@@ -298,6 +326,7 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 		set_sums(&n, 2, odd);
 		set_sparse_sums(&n, 2, odd);
 		set_max_and_broadcast(&n, odd);
+		set_fault_names_node(&n, odd);
 	}
 	global_sum(&n);
 	CHECK_TRUE(scd_engine_destroy(n.e, 10000) == SC_OK);
