@@ -78,21 +78,22 @@ sc_status_t scd_coll_dense_check(const scd_coll_req_t *rq, char *err, size_t len
 	return SC_ERR_UNSUPPORTED;
 }
 
-sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, const char *tensor,
-				char *err, size_t len)
+sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, int trainers, int n_nodes,
+				int local_size, const char *tensor, char *err, size_t len)
 {
 	const scd_coll_desc_t *c = scd_coll_desc(kind);
-	if (!pset || c->psets)
+	int whole = trainers == n_nodes * local_size;
+	if (!pset || c->psets == SCD_COLL_PSETS_ANY ||
+	    (c->psets == SCD_COLL_PSETS_WHOLE && whole))
 		return SC_OK;
-	int n = snprintf(err, len,
-			 "%s of tensor '%s' in process set %u is not supported (a process set "
-			 "runs",
+	int n = snprintf(err, len, "%s of tensor '%s' in process set %u is not supported",
 			 c->name, tensor ? tensor : "?", pset);
-	for (int k = 0, m = 0; k < SCD_COLL_COUNT && n > 0 && (size_t)n < len; k++)
-		if (colls[k]->psets)
-			n += snprintf(err + n, len - (size_t)n, "%s %s", m++ ? "," : "",
-				      colls[k]->name);
+	if (c->psets == SCD_COLL_PSETS_WHOLE && n > 0 && (size_t)n < len)
+		n += snprintf(err + n, len - (size_t)n,
+			      ": the set holds %d of its %d nodes' %d trainers, and a %s runs "
+			      "only in a set of whole nodes",
+			      trainers, n_nodes, n_nodes * local_size, c->name);
 	if (n > 0 && (size_t)n < len)
-		snprintf(err + n, len - (size_t)n, "; the global set runs every collective)");
+		snprintf(err + n, len - (size_t)n, " (the global set runs every collective)");
 	return SC_ERR_UNSUPPORTED;
 }

@@ -535,9 +535,9 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	if (!job->nodes)
 		return SC_OK;
 	const scd_job_item_t *it0 = job->n_items ? &job->items[0] : NULL;
-	sc_status_t st =
-	    scd_coll_pset_check(job->coll.kind, job->pset, it0 ? scd_coll_item_name(it0) : NULL,
-				job->error, sizeof(job->error));
+	sc_status_t st = scd_coll_pset_check(
+	    job->coll.kind, job->pset, (int)job->average_divisor, job->n_nodes, e->p.local_size,
+	    it0 ? scd_coll_item_name(it0) : NULL, job->error, sizeof(job->error));
 	if (st == SC_OK && !(job->run.t = scd_psviews_find(&e->views, job))) {
 		if (scd_psviews_evicts(&e->views, job)) {
 			pthread_mutex_lock(&e->mu);

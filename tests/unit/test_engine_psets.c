@@ -2,15 +2,16 @@
  * test_engine_psets.c: the engine runs process sets' jobs (coll/job.h: pset, nodes) among
  * their member nodes over views of the mesh (engine/psview.h), in a world of four forked
  * daemons' engines of one trainer each, fed jobs the way negotiation hands them over (the
- * mesh job from every rank's bootstrap blob, then each node's jobs in plan order, a
- * node skipping the sets it is not in). Sets {0, 2} (id 1) and {1, 3} (id 2) run at the
- * same time: float32 sums (the one-round path, a larger buffer through the schemes, and
- * each lossless sparse scheme pinned on sparse input),
- * an int64 max, a broadcast from global trainer rank 3, an allgather in set rank order;
- * results exact. A NaN on node 3 under nonfinite = error fails set 2's sums on both members,
- * naming trainer rank 3 on node 3. A reduce-scatter in set 1 is refused on both members naming
- * the tensor and the set; a set of node 0 alone averages nothing away and moves no byte; a
- * global sum afterwards is exact on all four (the mesh still in step).
+ * mesh job from every rank's bootstrap blob, then each node's jobs in plan order, a node
+ * skipping the sets it is not in). Sets {0, 2} (id 1) and {1, 3} (id 2) run at the same
+ * time: float32 sums (the one-round path, a larger buffer through the schemes, and each
+ * lossless sparse scheme pinned on sparse input), an int64 max, a fused broadcast from
+ * global trainer rank 3, an allgather in set rank order, a reduce-scatter, an alltoall and
+ * Adasum; results exact. A NaN on node 3 under nonfinite = error fails set 2's sums on both
+ * members, naming trainer rank 3 on node 3. A reduce-scatter in a set of part of its
+ * nodes' trainers is refused on both members naming the tensor and the set; a set of node
+ * 0 alone averages nothing away and moves no byte; a global sum afterwards is exact on all
+ * four (the mesh still in step).
  */
 #include "unit.h"
 
@@ -18,6 +19,7 @@
 
 #include <uv.h>
 
+#include "../adasum_ref.h"
 #include "engine/engine.h"
 #include "unit_mesh.h"
 #include "util/log.h"
@@ -215,9 +217,8 @@ static void set_fault_names_node(node_t *n, const int *nodes)
 	}
 }
 
-/* Allgather in set 1: node 0 gives 2 elements, node 2 gives 3, in that order; then a
- * reduce-scatter refused on both alike. */
-static void set_allgather_refusal(node_t *n, const int *nodes)
+/* Allgather in set 1: node 0 gives 2 elements, node 2 gives 3, in that order. */
+static void set_allgather(node_t *n, const int *nodes)
 {
 	float g[5] = {0};
 	uint64_t total = 0;
@@ -235,15 +236,76 @@ static void set_allgather_refusal(node_t *n, const int *nodes)
 		CHECK_MSG(g[i] == want[i], "rank %d: gathered element %d: %g", n->rank, i,
 			  (double)g[i]);
 	free_job(job);
-	float r[4] = {1, 2, 3, 4};
+}
+
+/* In set 1, whole nodes of one trainer each: a reduce-scatter of 5 rows of 2 (set rank 0,
+ * node 0, gets 3 rows, set rank 1, node 2, the other 2), an alltoall (node 0 sends 1 and
+ * 2 elements, node 2 sends 3 and 1) and Adasum of two float64 tensors, exact; then a
+ * reduce-scatter in a set that holds part of its nodes' trainers, refused on both alike
+ * before any byte moves. */
+static void set_whole_nodes(node_t *n, const int *nodes)
+{
+	int me = n->rank / 2; /* the set rank */
+	float r[10];
+	uint64_t got = 0;
+	for (int i = 0; i < 10; i++)
+		r[i] = val((size_t)i, n->rank);
+	scd_job_t *job = new_job(SCD_COLL_REDUCESCATTER, SC_FLOAT32, 10, r, 1, nodes, 2);
+	job->coll.row = 2;
+	job->items[0].src[0].result_nnz = &got;
+	job = run_job(n, job);
+	check_ok(job, n->rank, "set reduce-scatter");
+	CHECK_EQ_INT(got, me ? 4 : 6);
+	for (uint64_t i = 0; i < got; i++)
+		CHECK_TRUE(r[i] == val(i + (me ? 6 : 0), 0) + val(i + (me ? 6 : 0), 2));
+	free_job(job);
+
+	float a[8];
+	uint64_t counts[2] = {me ? 3u : 1u, me ? 1u : 2u};
+	for (int i = 0; i < 8; i++)
+		a[i] = (float)(10 * n->rank + i);
+	job = new_job(SCD_COLL_ALLTOALL, SC_FLOAT32, 8, a, 1, nodes, 2);
+	scd_job_src_t *src = &job->items[0].src[0];
+	src->a2a = counts;
+	src->a2a_n = 2;
+	src->a2a_given = 2;
+	src->a2a_sum = counts[0] + counts[1];
+	src->result_nnz = &got;
+	job = run_job(n, job);
+	check_ok(job, n->rank, "set alltoall");
+	float want0[4] = {0, 20, 21, 22}, want1[3] = {1, 2, 23};
+	CHECK_EQ_INT(got, me ? 3 : 4);
+	CHECK_EQ_INT(counts[0], me ? 2 : 1);
+	CHECK_EQ_INT(counts[1], me ? 1 : 3);
+	for (uint64_t i = 0; i < got; i++)
+		CHECK_MSG(a[i] == (me ? want1 : want0)[i], "rank %d: alltoall element %d: %g",
+			  n->rank, (int)i, (double)a[i]);
+	free_job(job);
+
+	double d[6], ref[2][6];
+	for (int q = 0; q < 2; q++)
+		for (int i = 0; i < 6; i++)
+			ref[q][i] = val((size_t)i, nodes[q]) + 0.5 * (i + q);
+	memcpy(d, ref[me], sizeof(d));
+	ref_pair(ref[0], ref[1], 6);
+	job = run_job(n, new_job(SCD_COLL_ADASUM, SC_FLOAT64, 6, d, 1, nodes, 2));
+	check_ok(job, n->rank, "set adasum");
+	for (int i = 0; i < 6; i++)
+		CHECK_MSG(fabs(d[i] - ref[0][i]) <= 1e-12 * (1 + fabs(ref[0][i])),
+			  "rank %d: adasum element %d: %.17g, not %.17g", n->rank, i, d[i],
+			  ref[0][i]);
+	free_job(job);
+
 	job = new_job(SCD_COLL_REDUCESCATTER, SC_FLOAT32, 4, r, 1, nodes, 2);
 	job->items[0].name = "layer.rs";
 	job->coll.row = 1;
+	job->average_divisor = 1; /* one trainer of the two nodes' two */
 	job = run_job(n, job);
 	CHECK_MSG(job->status == SC_ERR_UNSUPPORTED &&
 		      strstr(job->error, "reducescatter of tensor 'layer.rs' in process set 1 "
-					 "is not supported"),
-		  "rank %d: reduce-scatter in a set: %s (%s)", n->rank,
+					 "is not supported: the set holds 1 of its 2 nodes' 2 "
+					 "trainers"),
+		  "rank %d: reduce-scatter in a set of part of its nodes: %s (%s)", n->rank,
 		  sc_status_name(job->status), job->error);
 	CHECK_EQ_INT(job->bytes_sent, 0);
 	free_job(job);
@@ -319,7 +381,8 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 	if (rank % 2 == 0) {
 		set_sums(&n, 1, even);
 		set_sparse_sums(&n, 1, even);
-		set_allgather_refusal(&n, even);
+		set_allgather(&n, even);
+		set_whole_nodes(&n, even);
 		if (rank == 0)
 			solo_set(&n);
 	} else {
