@@ -208,7 +208,11 @@ typedef struct scd_job {
 	scd_coll_t coll;
 	double average_divisor; /* trainers in the job */
 	/* the process set the job runs in (0: every node). nodes: its member nodes, ascending,
-	 * n_nodes of them, this node among them; NULL for the global set. Owned by the job. */
+	 * n_nodes of them, this node among them; NULL for the global set. Owned by the job.
+	 * The engine runs a job with nodes over the set's view of the mesh (engine/psview.h,
+	 * docs/design.md "Process sets: the data plane"), keyed by pset: nodes is what it
+	 * needs, with the sources (the set's trainers on this node) and average_divisor
+	 * (the set's trainers) as for any job. */
 	uint32_t pset;
 	int n_nodes;
 	int *nodes;
