@@ -77,7 +77,6 @@ typedef struct scd_bufctx {
 	int inflight;		/* prepared, not yet released: never evicted meanwhile */
 	int net_fixed;		/* the scheme context has the network costs of its first run */
 	scd_transport_t *net_t; /* the transport the scheme context last ran over */
-	int t_rank, t_size;	/* the place the scheme context was made for */
 	uint64_t
 	    net_serial; /* and its serial (a communicator made anew may reuse the address) */
 } scd_bufctx_t;
@@ -160,13 +159,17 @@ void scd_bufctx_forget(scd_bufctx_table_t *tab, uint32_t cache_id)
 	}
 }
 
-/* The signature of a buffer: its process set, its tensors' cache ids and sizes, identical
- * on every rank (a set's buffers are its own). */
+/* The signature of a buffer: its process set and the set's nodes, its tensors' cache ids
+ * and sizes, identical on every rank. A set's buffers are its own, and a set whose nodes
+ * changed starts its buffers' state (the profile and calibration every member must hold
+ * alike) afresh on every member. */
 static uint64_t job_sig(const scd_job_t *job)
 {
 	uint64_t h = 1469598103934665603ull;
 	if (job->pset) /* the global set's signatures as they were */
 		h = (h ^ job->pset) * 1099511628211ull;
+	for (int q = 0; job->nodes && q < job->n_nodes; q++)
+		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
 	for (int i = 0; i < job->n_items; i++) {
 		h = (h ^ job->items[i].cache_id) * 1099511628211ull;
 		h = (h ^ job->items[i].numel) * 1099511628211ull;
@@ -303,8 +306,6 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 		goto err;
 	}
 	scd_scheme_ctx_set_net(b->sctx, alpha, beta);
-	b->t_rank = t->rank;
-	b->t_size = t->size;
 	scd_scheme_profile_init(&b->prof, hint);
 	b->last_scheme = -1;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
@@ -328,15 +329,12 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 		scd_bufctx_t *o = tab->v[i];
 		if (o->sig != sig || o->numel != job->total_numel)
 			continue;
-		/* a process set whose nodes changed: its scheme context was made for another
-		 * place, and starts over like one of another device */
-		if (o->dev == dev && o->t_rank == t->rank && o->t_size == t->size) {
+		if (o->dev == dev) {
 			o->last_use = ++tab->clock;
 			*b_p = o;
 			return SC_OK;
 		}
-		/* its tensors moved to another device (or its set's nodes changed): the state
-		 * starts over there */
+		/* its tensors moved to another device: the state starts over there */
 		bufctx_free(o);
 		tab->v[i] = tab->v[--tab->n];
 		break;

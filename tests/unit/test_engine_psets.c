@@ -10,7 +10,8 @@
  * Adasum; results exact. A NaN on node 3 under nonfinite = error fails set 2's sums on both
  * members, naming trainer rank 3 on node 3. A reduce-scatter in a set of part of its
  * nodes' trainers is refused on both members naming the tensor and the set; a set of node
- * 0 alone averages nothing away and moves no byte; a global sum afterwards is exact on all
+ * 0 alone averages nothing away and moves no byte; set 1 regrouped over nodes {0, 1, 3}
+ * sums exactly on views and buffers made afresh; a global sum afterwards is exact on all
  * four (the mesh still in step).
  */
 #include "unit.h"
@@ -56,12 +57,14 @@ static scd_job_t *run_job(node_t *n, scd_job_t *job)
 static scd_job_t *new_job(scd_coll_kind_t kind, uint32_t dtype, uint64_t numel, void *buf,
 			  uint32_t pset, const int *nodes, int n_nodes)
 {
-	static uint64_t seq;
+	static uint64_t seq; /* the node's own count, for logs */
 	scd_job_t *job = calloc(1, sizeof(*job));
 	scd_job_item_t *it = calloc(1, sizeof(*it));
 	CHECK_TRUE(job && it);
 	*it = (scd_job_item_t){.name = "t", .numel = numel, .op = SC_OP_SUM, .n_src = 1};
-	it->cache_id = (uint32_t)(++seq + 100 * pset);
+	/* the same on every member of the set for the same tensor */
+	it->cache_id = (uint32_t)(pset * 100000 + kind * 1000 + dtype * 100 + numel % 97);
+	++seq;
 	it->src[0] = (scd_job_src_t){.device = SCD_DEVICE_CPU, .dense = buf};
 	*job = (scd_job_t){.kind = SCD_JOB_ALLREDUCE,
 			   .seq = seq,
@@ -328,6 +331,28 @@ static void solo_set(node_t *n)
 	free_job(job);
 }
 
+/* Set 1 again, now over nodes {0, 1, 3}: node 0 makes its view anew (and drops the old
+ * one, of {0, 2}), and its buffer of the earlier set sum's tensor starts afresh like the
+ * new members' (a scheme context made for two nodes would not fit three); twice, the
+ * second on the views and buffers the first made. */
+static void set_regrouped(node_t *n)
+{
+	static float x[BIG];
+	int nodes[3] = {0, 1, 3};
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; i < BIG; i++)
+			x[i] = val(i, n->rank);
+		scd_job_t *job =
+		    run_job(n, new_job(SCD_COLL_ALLREDUCE, SC_FLOAT32, BIG, x, 1, nodes, 3));
+		check_ok(job, n->rank, "the regrouped set's sum");
+		for (size_t i = 0; i < BIG; i++)
+			CHECK_MSG(x[i] == val(i, 0) + val(i, 1) + val(i, 3),
+				  "rank %d: regrouped sum %d, element %zu: %g", n->rank, k, i,
+				  (double)x[i]);
+		free_job(job);
+	}
+}
+
 static void global_sum(node_t *n)
 {
 	float x[777];
@@ -391,6 +416,8 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 		set_max_and_broadcast(&n, odd);
 		set_fault_names_node(&n, odd);
 	}
+	if (rank != 2)
+		set_regrouped(&n);
 	global_sum(&n);
 	CHECK_TRUE(scd_engine_destroy(n.e, 10000) == SC_OK);
 	uv_run(&n.loop, UV_RUN_DEFAULT); /* the engine's handle closes */
