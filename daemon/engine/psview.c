@@ -76,9 +76,14 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 		return st;
 	}
 	memcpy(nodes, job->nodes, sizeof(int) * (size_t)job->n_nodes);
-	/* a view made anew may reuse an old one's address: the buffers' scheme contexts
-	 * tell them apart by serial (coll/bufctx.c) */
-	t->serial = ++c->serial | 1ull << 62;
+	/* The serial names the set and its nodes, the same on every member: a view the
+	 * cache let go and made again (on this node only) is the same place to the buffers'
+	 * scheme contexts, which keep the costs every member agreed on (coll/bufctx.c);
+	 * another set, or the set over other nodes, is another place. */
+	uint64_t h = 1469598103934665603ull ^ job->pset;
+	for (int q = 0; q < job->n_nodes; q++)
+		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
+	t->serial = SCD_SERIAL_VIEW | (h & (SCD_SERIAL_VIEW - 1));
 	*v = (scd_psview_t){.pset = job->pset,
 			    .n_nodes = job->n_nodes,
 			    .nodes = nodes,

@@ -30,7 +30,6 @@ typedef struct scd_psview {
 typedef struct scd_psviews {
 	scd_psview_t v[SCD_PSVIEWS_MAX];
 	uint64_t clock;
-	uint64_t serial; /* the serial of the last view made (transport.h) */
 } scd_psviews_t;
 
 /* The cached view of job's set over its nodes, or NULL when there is none yet. */

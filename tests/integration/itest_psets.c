@@ -13,7 +13,9 @@
  *   - errors on every rank alike: a non-member registering in a set, an add the ranks
  *     disagree on (SC_ERR_MISMATCH naming them), an add with an out-of-range rank from
  *     one rank (SC_ERR_INVALID naming it), an add of ranks a set already has;
- *   - a set removed: unknown afterwards, its registration refused; the others still exact;
+ *   - a set removed while rank 1 waits on an operation in it: the wait ends with
+ *     SC_ERR_ABORTED naming the set; the set is unknown afterwards, its registration
+ *     refused; the others still exact;
  *   - with 4 nodes x 1: an allreduce in {0, 2} moves no byte of node 1 or node 3 (their
  *     daemons' counters, sparsectl status, unchanged around it).
  */
@@ -235,12 +237,37 @@ int it_psets(int argc, char **argv)
 	ps_add(c, (const int[]){1, 2, 3}, 3, 5); /* ids go on after refusals */
 	it_log("errors alike on every rank; the next add is id 5");
 
-	/* remove set 2: gone, its registration refused; the others go on */
+	/* remove set 2 while rank 1 waits on 'w' there (rank 3 never submits it): the wait
+	 * ends with SC_ERR_ABORTED naming the set; the set is gone, its registration
+	 * refused; the others go on */
+	sc_handle_t orphan = 0;
+	if (rank == 1) {
+		ps_fill(w[2], rank);
+		IT_CHECK_SC(sc_allreduce_async(c, w[2], SC_OP_SUM, &orphan),
+			    "'w' of set 2, which rank 3 does not submit");
+	}
+	IT_CHECK_SC(sc_process_set_remove(c, 2, IT_OP_TIMEOUT_MS), "removing set 2");
+	if (rank == 1) {
+		sc_status_t st = sc_wait(c, orphan, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_ABORTED || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("'w' of set 2 in flight when the set was removed: %s (%s)",
+				sc_status_name(st), sc_last_error());
+		it_log("in flight when its set went: %s", sc_last_error());
+	}
 	if (w[2]) {
 		IT_CHECK_SC(sc_tensor_release(c, w[2]), "releasing 'w' of set 2");
 		w[2] = NULL;
 	}
-	IT_CHECK_SC(sc_process_set_remove(c, 2, IT_OP_TIMEOUT_MS), "removing set 2");
+	{
+		sc_tensor_opts_t o;
+		memset(&o, 0, sizeof(o));
+		o.struct_size = sizeof(o);
+		o.process_set = 2;
+		sc_tensor_t *t = NULL;
+		if (sc_register_ex(c, "w2", SC_FLOAT32, 4, &o, &t) != SC_ERR_INVALID)
+			IT_FAIL("registering in the removed set 2 was not refused: %s",
+				sc_last_error());
+	}
 	if (sc_process_set_size(c, 2) != -1)
 		IT_FAIL("set 2 still has size %d after its removal", sc_process_set_size(c, 2));
 	if (sc_process_set_remove(c, 0, IT_ERROR_TIMEOUT_MS) != SC_ERR_INVALID)
