@@ -217,6 +217,63 @@ int it_psets(int argc, char **argv)
 	}
 	it_log("broadcast in {1,3} from rank 3 and allgather in {0,2}: exact");
 
+	/* a grouped operation in {0, 2}: both members exact; a broadcast in {1, 3} from rank
+	 * 0, not a member: refused on both members, naming the set */
+	if (w[1]) {
+		sc_tensor_t *ga = ps_register(c, "ga", SC_FLOAT32, PS_N, 1);
+		sc_tensor_t *gb = ps_register(c, "gb", SC_FLOAT32, PS_N / 2, 1);
+		sc_group_t grp = 0;
+		sc_handle_t gh[2] = {0};
+		IT_CHECK_SC(sc_group_begin(c, 2, &grp), "sc_group_begin in set 1");
+		sc_tensor_t *gt[2] = {ga, gb};
+		for (int k = 0; k < 2; k++) {
+			ps_fill(gt[k], rank);
+			IT_CHECK_SC(sc_group_add(c, grp, gt[k]), "sc_group_add");
+			IT_CHECK_SC(sc_allreduce_async(c, gt[k], SC_OP_SUM, &gh[k]),
+				    "group member %d in set 1", k);
+		}
+		IT_CHECK_SC(sc_group_end(c, grp), "sc_group_end");
+		for (int k = 0; k < 2; k++) {
+			int r = it_wait(c, gh[k], IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("group member %d in set 1: %s: %s", k, it_wait_name(r),
+					it_wait_error());
+			ps_check(gt[k], sets[0], 2, 0, "a group in set 1");
+		}
+	}
+	if (w[2]) {
+		sc_tensor_t *b0 = ps_register(c, "b0", SC_INT32, 8, 2);
+		sc_status_t st = sc_broadcast(c, b0, 0, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("a broadcast in set 2 from rank 0, not a member: %s (%s)",
+				sc_status_name(st), sc_last_error());
+	}
+	/* an alltoall in {0, 2} with one trainer a node (a set of whole nodes): one count
+	 * per member, in set rank order */
+	if (w[1] && sc_local_size(c) == 1) {
+		sc_tensor_t *a = ps_register(c, "a2a", SC_INT32, 16, 1);
+		int32_t *v = sc_tensor_data(a);
+		int me = rank == 0 ? 0 : 1;
+		size_t send[2] = {(size_t)(1 + me), (size_t)(2 + me)}; /* to set ranks 0, 1 */
+		for (int i = 0; i < 3 + 2 * me; i++)
+			v[i] = rank * 100 + i;
+		sc_handle_t ah = 0;
+		IT_CHECK_SC(sc_alltoall_async(c, a, send, &ah), "alltoall in set 1");
+		int r = it_wait(c, ah, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("alltoall in set 1: %s: %s", it_wait_name(r), it_wait_error());
+		size_t got[2];
+		IT_CHECK_SC(sc_tensor_result_counts(a, got, 2), "alltoall counts in set 1");
+		/* set rank 0 (rank 0) sends 1 to itself, 2 to rank 2; rank 2 sends 2 to rank 0,
+		 * 3 to itself */
+		size_t want0 = me ? 2 : 1, want1 = me ? 3 : 2;
+		int32_t first = me ? 1 : 0, second = me ? 202 : 200;
+		if (got[0] != want0 || got[1] != want1 || v[0] != first || v[want0] != second)
+			IT_FAIL("alltoall in set 1: counts %zu %zu, elements %d %d", got[0],
+				got[1], v[0], v[want0]);
+	}
+	it_log("a group in {0,2}, a refused broadcast in {1,3}, an alltoall in {0,2}");
+
 	/* errors, alike on every rank */
 	if (!ps_in(sets[0], 2, rank)) {
 		sc_tensor_opts_t o;
@@ -253,6 +310,13 @@ int it_psets(int argc, char **argv)
 			IT_FAIL("'w' of set 2 in flight when the set was removed: %s (%s)",
 				sc_status_name(st), sc_last_error());
 		it_log("in flight when its set went: %s", sc_last_error());
+	}
+	if (rank == 3) { /* still registered: its submission is refused at once */
+		ps_fill(w[2], rank);
+		sc_status_t st = sc_allreduce(c, w[2], SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_ABORTED || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("'w' of the removed set 2 submitted: %s (%s)",
+				sc_status_name(st), sc_last_error());
 	}
 	if (w[2]) {
 		IT_CHECK_SC(sc_tensor_release(c, w[2]), "releasing 'w' of set 2");
