@@ -1385,8 +1385,21 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
 			continue;
+		uint32_t pset = UINT32_MAX;
 		for (size_t k = 0; k < r->n_cache_ids; k++) {
 			uint32_t id = r->cache_ids[k];
+			if (id < w->n_cache && w->cache[id].name) {
+				/* a buffer runs in one process set */
+				if (pset != UINT32_MAX && w->cache[id].pset != pset) {
+					snprintf(err, err_len,
+						 "plan cycle %llu: response %zu fuses tensors of "
+						 "process sets %u and %u",
+						 (unsigned long long)plan->cycle, i, pset,
+						 w->cache[id].pset);
+					return SC_ERR_PROTOCOL;
+				}
+				pset = w->cache[id].pset;
+			}
 			if (id >= n || (id < w->n_cache && !w->cache[id].name)) {
 				snprintf(err, err_len,
 					 "plan cycle %llu: response %zu names cache id %u, the "

@@ -1392,14 +1392,18 @@ fi
 # Nodes in separate network namespaces over a shaped bridge (needs root).
 if [ "$(id -u)" -ne 0 ]; then
 	skip_case "netns sums n=3" "needs root to create network namespaces"
+	skip_case "netns psets wire n=4" "needs root to create network namespaces"
 elif ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
 	skip_case "netns sums n=3" "needs ip and tc (iproute2)"
+	skip_case "netns psets wire n=4" "needs ip and tc (iproute2)"
 elif ! ip netns add sc-itest-probe.$$ 2>/dev/null; then
 	skip_case "netns sums n=3" "cannot create network namespaces here"
+	skip_case "netns psets wire n=4" "cannot create network namespaces here"
 else
 	ip netns delete sc-itest-probe.$$ 2>/dev/null
 	run_case "netns sums n=3" 3 1 240 0 3 --netns --rate 1gbit -- "$itest" sums
 	run_case "netns killed n=2" 2 1 120 137 1 --netns --keep-going -- "$itest" killed
+	run_case "netns psets wire n=4" 4 1 240 0 4 --netns --rate 1gbit -- "$itest" psets --wire
 fi
 
 # Host lists naming this machine run without an agent (a bogus one proves it is unused);
