@@ -1391,11 +1391,12 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 			if (id < w->n_cache && w->cache[id].name) {
 				/* a buffer runs in one process set */
 				if (pset != UINT32_MAX && w->cache[id].pset != pset) {
-					snprintf(err, err_len,
-						 "plan cycle %llu: response %zu fuses tensors of "
-						 "process sets %u and %u",
-						 (unsigned long long)plan->cycle, i, pset,
-						 w->cache[id].pset);
+					snprintf(
+					    err, err_len,
+					    "plan cycle %llu: response %zu fuses tensors of "
+					    "process sets %u and %u",
+					    (unsigned long long)plan->cycle, i, pset,
+					    w->cache[id].pset);
 					return SC_ERR_PROTOCOL;
 				}
 				pset = w->cache[id].pset;
