@@ -1023,6 +1023,25 @@ static void coord_poison(scd_world_t *w, int rank, const Sparsecomm__Abandon *a)
 	centry_get(w, a->name); /* fails at the next emit, with whatever others announced */
 }
 
+/* Whether a rank's announcement is one no rank could mean: an operation word of no
+ * collective, or a process set its name does not carry (said, limited: a peer's text). */
+static int request_refused(scd_world_t *w, int from, const Sparsecomm__TensorRequest *r)
+{
+	const char *name = r->name ? r->name : "";
+	char why[96] = "";
+	if (!scd_coll_word_valid(r->op, (uint32_t)(w->d->world_size * w->d->local_size)))
+		snprintf(why, sizeof(why), "operation word 0x%x, which names no collective",
+			 r->op);
+	else if (r->process_set != scd_pset_of(name, NULL))
+		snprintf(why, sizeof(why), "process set %u, which its name does not carry",
+			 r->process_set);
+	if (why[0])
+		scd_warn_limited(SCD_SUB_NEGOTIATE,
+				 "rank %d announced tensor '%s' with %s: ignored", from, name,
+				 why);
+	return why[0] != 0;
+}
+
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	for (size_t i = 0; i < rl->n_abandoned; i++)
@@ -1033,24 +1052,8 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
 		scd_tsig_t sig;
-		if (!scd_coll_word_valid(r->op,
-					 (uint32_t)(w->d->world_size * w->d->local_size))) {
-			/* left out: the tensor stalls naming this rank */
-			scd_warn(
-			    SCD_SUB_NEGOTIATE,
-			    "rank %d announced tensor '%s' with operation word 0x%x, which "
-			    "names no collective this daemon runs: ignored",
-			    from, r->name ? r->name : "?", r->op);
-			continue;
-		}
-		if (r->process_set != scd_pset_of(r->name ? r->name : "", NULL)) {
-			scd_warn(
-			    SCD_SUB_NEGOTIATE,
-			    "rank %d announced tensor '%s' in process set %u, which its name "
-			    "does not carry: ignored",
-			    from, r->name ? r->name : "?", r->process_set);
-			continue;
-		}
+		if (request_refused(w, from, r))
+			continue; /* left out: the tensor stalls naming this rank */
 		scd_tsig_from_msg(r->sig, &sig);
 		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
 			  &sig);
