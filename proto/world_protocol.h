@@ -18,10 +18,12 @@
  * per doubling level of the previous run's densification (scheme_hc.c).
  * 8: ReadyList tags the announcements that are members of a grouped operation (GroupTag):
  * the coordinator holds a group until all of it is ready on every rank (world/group.c).
+ * 9: TensorRequest and CacheEntry carry the tensor's process set: only its member nodes
+ * announce it, and the others skip its responses.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 8
+#define SCD_WORLD_PROTOCOL_VERSION 9
 
 #endif

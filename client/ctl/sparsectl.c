@@ -324,7 +324,7 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 
 		printf("%s{\"name\":", i ? "," : "");
 		json_str(t->name);
-		printf(",\"dtype\":");
+		printf(",\"process_set\":%u,\"dtype\":", t->process_set);
 		json_str(sc_dtype_name((sc_dtype_t)t->dtype));
 		printf(",\"device\":");
 		json_str(*t->device ? t->device : "cpu");
@@ -394,6 +394,15 @@ static void fusion_text(const Sparsecomm__StatsReply *s)
 }
 
 /* Bytes with a binary unit, in a static buffer of the caller's choice. */
+/* A tensor's name in a table: "w", or "w [ps 2]" for one of process set 2. */
+static void tensor_label(char *buf, size_t n, const char *name, uint32_t pset)
+{
+	if (pset)
+		snprintf(buf, n, "%s [ps %u]", name, pset);
+	else
+		snprintf(buf, n, "%s", name);
+}
+
 static const char *human_bytes(char *buf, size_t n, uint64_t b)
 {
 	static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -425,8 +434,10 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	       "DENSITY", "DENSIF", "IMBAL");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
+		char name[300];
+		tensor_label(name, sizeof(name), t->name, t->process_set);
 
-		printf("%-32s %-7s %-4s %-6s %8llu %6llu %9llu %11s %11s %10.4f", t->name,
+		printf("%-32s %-7s %-4s %-6s %8llu %6llu %9llu %11s %11s %10.4f", name,
 		       *t->device ? t->device : "cpu", *t->transport ? t->transport : "-",
 		       *t->wire ? t->wire : "native", (unsigned long long)t->calls,
 		       (unsigned long long)t->errors, (unsigned long long)t->nonfinite,
@@ -511,6 +522,7 @@ static int cmd_pending(struct ctl *ctl)
 
 			printf("%s{\"name\":", i ? "," : "");
 			json_str(t->name);
+			printf(",\"process_set\":%u", t->process_set);
 			fputs(",\"waiting_s\":", stdout);
 			json_num(t->waiting_s);
 			fputs(",\"ready_ranks\":", stdout);
@@ -526,9 +538,11 @@ static int cmd_pending(struct ctl *ctl)
 		printf("%-40s %10s  %-20s %s\n", "TENSOR", "WAITING(s)", "READY", "MISSING");
 		for (size_t i = 0; i < p->n_tensors; i++) {
 			const Sparsecomm__PendingTensor *t = p->tensors[i];
+			char name[300];
+			tensor_label(name, sizeof(name), t->name, t->process_set);
 
 			printf(
-			    "%-40s %10.3f  %-20s %s\n", t->name, t->waiting_s,
+			    "%-40s %10.3f  %-20s %s\n", name, t->waiting_s,
 			    rank_list(ready, sizeof(ready), t->ready_ranks, t->n_ready_ranks),
 			    rank_list(missing, sizeof(missing), t->missing_ranks,
 				      t->n_missing_ranks));

@@ -50,7 +50,7 @@ extern "C" {
 
 /* Version of the control protocol spoken between the library, the daemons and sparsectl.
  * A peer with a different major version is refused with a message naming both. */
-#define SC_PROTOCOL_VERSION 4
+#define SC_PROTOCOL_VERSION 5
 
 /*
  * Status codes: 0 success, 1 still in progress, negative values errors. The single list

@@ -623,6 +623,7 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 		pthread_join(c->io_thread, NULL);
 	}
 	scl_tensor_free_all(c);
+	scl_pset_free_all(c);
 	if (c->sock) {
 		zmq_setsockopt(c->sock, ZMQ_LINGER, &linger_ms, sizeof(linger_ms));
 		zmq_socket_monitor(c->sock, NULL, 0);

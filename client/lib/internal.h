@@ -31,6 +31,7 @@ struct sc_tensor {
 	struct sc_client *client;
 	struct sc_tensor *next;
 	char name[SCL_NAME_MAX + 1];
+	int pset; /* its process set: a name is a name within its set */
 	sc_dtype_t dtype;
 	size_t numel;
 	uint32_t tensor_id;
@@ -85,6 +86,12 @@ struct scl_req {
 	Sparsecomm__DaemonMsg *reply; /* NULL with done: the connection failed */
 };
 
+/* A process set as the client knows it (pset.c). */
+struct scl_pset {
+	int id, n;
+	int32_t *ranks; /* ascending */
+};
+
 struct sc_client {
 	char endpoint[SCL_ENDPOINT_MAX];
 	int role;
@@ -117,7 +124,16 @@ struct sc_client {
 	 * none), its size and the members added so far */
 	uint64_t group_seq, group_open;
 	int group_n, group_added;
+	/* process sets (pset.c): the agreed ones, the last id given, the set calls made */
+	struct scl_pset *psets;
+	int n_psets, cap_psets, pset_next_id;
+	uint64_t pset_calls;
 };
+
+/* ---- process sets (pset.c) ---- */
+/* SC_OK when this trainer may register name in process set id, else the error. */
+sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name);
+void scl_pset_free_all(sc_client_t *c);
 
 /* ---- errors and logging (client.c) ---- */
 /* Sets the calling thread's error text and returns status. */

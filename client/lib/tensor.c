@@ -68,6 +68,12 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		w->wire = (uint32_t)o->wire;
 	if (OPTS_HAS(o, block))
 		w->block = o->block;
+	if (OPTS_HAS(o, process_set)) {
+		sc_status_t st = scl_pset_check(c, o->process_set, name);
+		if (st != SC_OK)
+			return st;
+		w->process_set = (uint32_t)o->process_set;
+	}
 	if (w->wire > SC_WIRE_BF16)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: registering tensor '%s': unknown wire format %u "
@@ -344,10 +350,10 @@ static sc_status_t tensor_reserve(sc_client_t *c, sc_tensor_t *t)
 		goto out;
 	}
 	for (sc_tensor_t *o = c->tensors; o; o = o->next)
-		if (strcmp(o->name, t->name) == 0) {
-			st =
-			    scl_error(SC_ERR_BUSY, "rank %d: tensor '%s' is already registered",
-				      c->rank, t->name);
+		if (strcmp(o->name, t->name) == 0 && o->pset == t->pset) {
+			st = scl_error(SC_ERR_BUSY,
+				       "rank %d: tensor '%s' is already registered%s", c->rank,
+				       t->name, t->pset ? " in this process set" : "");
 			goto out;
 		}
 	t->next = c->tensors;
@@ -408,6 +414,7 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 				 client->rank, name);
 	t->client = client;
 	memcpy(t->name, name, len + 1);
+	t->pset = (int)wopts.process_set;
 	t->dtype = dtype;
 	t->numel = numel;
 	t->device = (sc_device_kind_t)wopts.device_kind;

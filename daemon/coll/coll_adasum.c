@@ -169,6 +169,7 @@ static sc_status_t adasum_check(const scd_coll_req_t *rq, char *err, size_t len)
 
 const scd_coll_desc_t scd_coll_adasum = {
     .name = "adasum",
+    .psets = SCD_COLL_PSETS_WHOLE,
     .pack = adasum_pack,
     .unpack = adasum_unpack,
     .describe = adasum_describe,

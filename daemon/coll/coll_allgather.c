@@ -22,7 +22,9 @@ static uint64_t ag_mine(const scd_job_t *job)
 /*
  * An allgather (a buffer of its own): the nodes first exchange how many elements each
  * gives (its trainers' counts, in local rank order), then every node sends its block to
- * every other, straight to its place in the buffer (node order, which is rank order). A
+ * every other, straight to its place in the buffer (node order, which is rank order; in a
+ * process set's job, the order of its nodes, which ascend, and of its member trainers on
+ * each: the set's rank order). A
  * total over the tensor's size fails on every rank alike, naming every rank's count.
  */
 static sc_status_t allgather_run(scd_coll_ctx_t *cx, scd_job_t *job)
@@ -62,7 +64,7 @@ static sc_status_t allgather_run(scd_coll_ctx_t *cx, scd_job_t *job)
 		for (int r = 0; r < P && n < (int)sizeof(job->error) - 48; r++)
 			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
 				      "%s%s %d: %llu", r ? ", " : "", L > 1 ? "node" : "rank",
-				      r, (unsigned long long)counts[r]);
+				      scd_job_node(job, r), (unsigned long long)counts[r]);
 		snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
 		free(counts);
 		free(x);
@@ -180,6 +182,7 @@ static sc_status_t allgather_check(const scd_coll_req_t *rq, char *err, size_t l
 
 const scd_coll_desc_t scd_coll_allgather = {
     .name = "allgather",
+    .psets = SCD_COLL_PSETS_ANY,
     .pack = allgather_pack,
     .unpack = allgather_unpack,
     .describe = allgather_describe,

@@ -109,8 +109,8 @@ static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, 
 			    "alltoall of tensor '%s': node %d sent rank %d's send counts in "
 			    "state %llu summing to %llu, over the tensor's %llu elements or "
 			    "malformed",
-			    job->items[0].name ? job->items[0].name : "?", p, p * L + k,
-			    (unsigned long long)row[0], (unsigned long long)sum,
+			    job->items[0].name ? job->items[0].name : "?", scd_job_node(job, p),
+			    p * L + k, (unsigned long long)row[0], (unsigned long long)sum,
 			    (unsigned long long)numel);
 			return SC_ERR_PROTOCOL;
 		}
@@ -144,7 +144,8 @@ static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int node, int
 			    job,
 			    "alltoall of tensor '%s' failed on node %d (rank %d): %s (its log "
 			    "says why)",
-			    name, s / L, s, sc_status_message(fail_status(row)));
+			    name, scd_job_node(job, s / L), s,
+			    sc_status_message(fail_status(row)));
 		return fail_status(row);
 	}
 	for (int s = 0; s < T; s++) {
@@ -545,6 +546,7 @@ static sc_status_t alltoall_check(const scd_coll_req_t *rq, char *err, size_t le
 
 const scd_coll_desc_t scd_coll_alltoall = {
     .name = "alltoall",
+    .psets = SCD_COLL_PSETS_WHOLE,
     .counts_back = 1,
     .pack = alltoall_pack,
     .unpack = alltoall_unpack,

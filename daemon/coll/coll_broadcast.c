@@ -31,6 +31,8 @@ static void local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_jo
 	dev->clear(dst, it->numel * sc_dtype_size(dtype)); /* the root's tensor went away */
 }
 
+/* The root is a global trainer rank: its node is root / local_size (in a process set's
+ * job, x->rank is this node's index among the set's nodes). */
 static sc_status_t broadcast_gather(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	int L = x->local_size, root = (int)job->coll.root;
@@ -38,7 +40,7 @@ static sc_status_t broadcast_gather(scd_coll_ctx_t *x, scd_job_t *job)
 	for (int i = 0; i < job->n_items; i++)
 		local_broadcast(x->dev, x->pe, &job->items[i], job->dtype,
 				x->buf + job->items[i].offset * esz,
-				root / L == x->rank ? root % L : -1);
+				root / L == scd_job_node(job, x->rank) ? root % L : -1);
 	return SC_OK;
 }
 
@@ -47,8 +49,16 @@ static sc_status_t broadcast_run(scd_coll_ctx_t *x, scd_job_t *job)
 	const scd_device_ops_t *dev = x->dev;
 	void *buf = x->buf;
 	int P = x->world_size, me = x->rank;
-	int root = (int)job->coll.root / x->local_size;
+	int node = (int)(job->coll.root / (uint32_t)x->local_size);
+	int root = scd_job_view_rank(job, node); /* its place among the set's nodes */
 	size_t nbytes = job->total_numel * sc_dtype_size(job->dtype);
+	if (root < 0) { /* every member finds the same: none sends or waits */
+		snprintf(job->error, sizeof(job->error),
+			 "broadcast of tensor '%s' in process set %u: root rank %u is on node "
+			 "%d, which has no trainer in the set",
+			 scd_coll_item_name(&job->items[0]), job->pset, job->coll.root, node);
+		return SC_ERR_INVALID;
+	}
 	double t0 = scd_now_s();
 	void *host = buf;
 	scd_xfer_t *xf = malloc(sizeof(*xf) * (size_t)P);
@@ -79,7 +89,7 @@ static sc_status_t broadcast_run(scd_coll_ctx_t *x, scd_job_t *job)
 	job->exchange_s = scd_now_s() - t0;
 	if (st != SC_OK)
 		snprintf(job->error, sizeof(job->error), "broadcast from node %d (%s): %s",
-			 root, sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
+			 node, sc_dtype_name((sc_dtype_t)job->dtype), scd_transport_error());
 	return st;
 }
 
@@ -138,6 +148,7 @@ static sc_status_t broadcast_check(const scd_coll_req_t *rq, char *err, size_t l
 
 const scd_coll_desc_t scd_coll_broadcast = {
     .name = "broadcast",
+    .psets = SCD_COLL_PSETS_ANY,
     .fuses = 1,
     .in_place = 1,
     .pack = broadcast_pack,

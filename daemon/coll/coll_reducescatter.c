@@ -190,6 +190,7 @@ static sc_status_t reducescatter_check(const scd_coll_req_t *rq, char *err, size
 
 const scd_coll_desc_t scd_coll_reducescatter = {
     .name = "reducescatter",
+    .psets = SCD_COLL_PSETS_WHOLE,
     .pack = reducescatter_pack,
     .unpack = reducescatter_unpack,
     .describe = reducescatter_describe,

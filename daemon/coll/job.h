@@ -173,6 +173,9 @@ typedef struct scd_job_run {
 	int slot;	   /* fusion buffer slot held, -1: none (in place) */
 	scd_fault_t fault; /* what the local sum found wrong in this node's input */
 	scd_job_prep_t prep;
+	/* what the job runs over: the mesh, or its process set's view of it (engine/psview.h),
+	 * whose ranks are the indices in job->nodes */
+	scd_transport_t *t;
 	void *coo_copy; /* the engine's copy of a COO input (coll/coo_in.h), or NULL */
 	const scd_device_ops_t *coo_copy_dev;
 	double t0, cpu_s;
@@ -205,13 +208,17 @@ typedef struct scd_job {
 	scd_coll_t coll;
 	double average_divisor; /* trainers in the job */
 	/* the process set the job runs in (0: every node). nodes: its member nodes, ascending,
-	 * n_nodes of them, this node among them; NULL for the global set. Owned by the job. */
+	 * n_nodes of them, this node among them; NULL for the global set. Owned by the job.
+	 * The engine runs a job with nodes over the set's view of the mesh (engine/psview.h,
+	 * docs/design.md "Process sets: the data plane"), keyed by pset: nodes is what it
+	 * needs, with the sources (the set's trainers on this node) and average_divisor
+	 * (the set's trainers) as for any job. */
 	uint32_t pset;
 	int n_nodes;
 	int *nodes;
-	uint64_t gathered;	/* an allgather's result: the elements gathered */
-	int pin;		/* scheme to run, -1: the cost model chooses */
-	int timeout_ms;		/* data-plane timeout */
+	uint64_t gathered;   /* an allgather's result: the elements gathered */
+	int pin;	     /* scheme to run, -1: the cost model chooses */
+	int timeout_ms;	     /* data-plane timeout */
 	int probe;	     /* measure alpha/beta before this job (same job on every rank) */
 	uint64_t world_seed; /* shared by every rank */
 	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
@@ -239,6 +246,25 @@ typedef struct scd_job {
 	scd_job_run_t run; /* the engine's, between its stages */
 	struct scd_job *next;
 } scd_job_t;
+
+/* The node (the mesh's rank) of rank q of what the job runs over: q itself for the global
+ * set, else its q-th member node. */
+static inline int scd_job_node(const scd_job_t *job, int q)
+{
+	return job->nodes && q >= 0 && q < job->n_nodes ? job->nodes[q] : q;
+}
+
+/* The rank of node among what the job runs over (its index in job->nodes), or -1 when it
+ * is not a member of the job's set. */
+static inline int scd_job_view_rank(const scd_job_t *job, int node)
+{
+	if (!job->nodes)
+		return node;
+	for (int q = 0; q < job->n_nodes; q++)
+		if (job->nodes[q] == node)
+			return q;
+	return -1;
+}
 
 /* Zeroes what no item of the job covers in buf, its fusion buffer of esz-byte elements on
  * dev (the alignment gaps between items and the tail): a fusion slot keeps whatever an

@@ -101,13 +101,25 @@ static void send_to(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	}
 }
 
+/* Text for a trainer: msg, or a copy in buf with its process sets' qualified names shown
+ * (util/psname.h). */
+static char *shown(const char *msg, char *buf, size_t cap)
+{
+	if (!msg || !strchr(msg, SCD_PSET_SEP))
+		return (char *)(msg ? msg : "");
+	snprintf(buf, cap, "%s", msg);
+	scd_pset_show(buf, cap);
+	return buf;
+}
+
 static void send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
 		       sc_status_t st, const char *msg)
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__ErrorReply e = SPARSECOMM__ERROR_REPLY__INIT;
+	char text[1024];
 	e.status = st;
-	e.message = (char *)msg;
+	e.message = shown(msg, text, sizeof(text));
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_ERROR;
 	m.error = &e;
@@ -130,9 +142,10 @@ static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t han
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
+	char text[1024];
 	c.handle = handle;
 	c.status = st;
-	c.error = (char *)(error ? error : "");
+	c.error = shown(error, text, sizeof(text));
 	c.value = value;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
 	m.completion = &c;
@@ -145,9 +158,10 @@ static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, s
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
+	char text[1024];
 	c.handle = handle;
 	c.status = st;
-	c.error = (char *)(error ? error : "");
+	c.error = shown(error, text, sizeof(text));
 	c.counts = counts;
 	c.n_counts = counts ? (size_t)n : 0;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_COMPLETION;
@@ -241,12 +255,26 @@ int scd_ctl_all_joined(const scd_ctl_t *ctl)
 	return ctl->n_joined == ctl->d->local_size;
 }
 
+const scd_pset_t *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id)
+{
+	return scd_psets_find(&ctl->psets, id);
+}
+
+/* The local submissions a node tensor waits for: every trainer of the node, a joined one
+ * counting as having submitted; in a process set, its members on this node. */
+static int local_members(const scd_ctl_t *ctl, const scd_ntensor_t *nt)
+{
+	if (!nt->pset)
+		return ctl->d->local_size - ctl->n_joined;
+	const scd_pset_t *p = scd_psets_find(&ctl->psets, nt->pset);
+	return p ? p->n_local : ctl->d->local_size;
+}
+
 /* A node tensor every local trainer has submitted, a joined one counting as having
  * submitted it, goes to negotiation. */
 static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
 {
-	if (nt->state != SCD_NT_LOCAL_WAIT ||
-	    nt->submitted + ctl->n_joined < ctl->d->local_size)
+	if (nt->state != SCD_NT_LOCAL_WAIT || nt->submitted < local_members(ctl, nt))
 		return;
 	nt->state = SCD_NT_ANNOUNCED;
 	nt->state_since_ms = scd_now_ms();
@@ -747,6 +775,38 @@ static void handle_release(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	send_ok(ctl, s, seq);
 }
 
+/* Whether the registration's process set admits the trainer: the set is known on this node
+ * and the trainer is a member. key gets the tensor's qualified name; err says what was
+ * wrong. */
+static int pset_admits(scd_ctl_t *ctl, const scd_session_t *s,
+		       const Sparsecomm__RegisterTensor *rq, char *key, size_t key_len,
+		       char *err, size_t err_len)
+{
+	const char *name = rq->name ? rq->name : "";
+	uint32_t id = rq->opts ? rq->opts->process_set : 0;
+	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
+	const scd_pset_t *p = scd_psets_find(&ctl->psets, id);
+	if (id && !p) {
+		snprintf(err, err_len,
+			 "rank %d: registering tensor '%.255s': process set %u is not defined "
+			 "(sc_process_set_add)",
+			 rank, name, id);
+		return 0;
+	}
+	if (id && !scd_pset_member(p, rank)) {
+		snprintf(err, err_len,
+			 "rank %d: registering tensor '%.255s': rank %d is not a member of "
+			 "process set %u (%d ranks, from %d)",
+			 rank, name, rank, id, p->n_ranks, p->ranks[0]);
+		return 0;
+	}
+	if (strchr(name, SCD_PSET_SEP) || scd_pset_key(name, id, key, key_len) != SC_OK) {
+		snprintf(err, err_len, "rank %d: registering a tensor: invalid name", rank);
+		return 0;
+	}
+	return 1;
+}
+
 static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			    const Sparsecomm__RegisterTensor *rq)
 {
@@ -776,6 +836,13 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}
+	/* a tensor of a process set is known by its qualified name (util/psname.h) */
+	char key[320];
+	if (!pset_admits(ctl, s, rq, key, sizeof(key), err, sizeof(err))) {
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_INVALID, err);
+		return;
+	}
+	const char *name = key;
 	scd_reg_t *reg;
 	scd_tensors_gpu_policy(
 	    ctl->tensors, strcmp(scd_cfg_str(&ctl->d->cfg, SCD_CFG_device), "cpu") != 0,
@@ -783,11 +850,11 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_tensors_reg_limit(ctl->tensors,
 			      (uint32_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_registrations));
 	sc_status_t st = scd_tensors_register_async(
-	    ctl->tensors, ctl->d->loop, s, s->local_rank, rq->name ? rq->name : "", rq->dtype,
-	    rq->numel, &opts, (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes),
-	    seq, registered, ctl, &reg, err, sizeof(err));
+	    ctl->tensors, ctl->d->loop, s, s->local_rank, name, rq->dtype, rq->numel, &opts,
+	    (uint64_t)scd_cfg_int(&ctl->d->cfg, SCD_CFG_max_tensor_bytes), seq, registered, ctl,
+	    &reg, err, sizeof(err));
 	scd_ntensor_t *held =
-	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, rq->name) : NULL;
+	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, name) : NULL;
 	if (held && rq->replaces && held->state == SCD_NT_IDLE &&
 	    (held->dtype != rq->dtype || held->numel != rq->numel)) {
 		/* A new shape on its way: the node's other trainers have not released the old
@@ -797,24 +864,25 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		    err, sizeof(err),
 		    "tensor '%s': another trainer of this node still holds it as %s x %llu; "
 		    "register %s x %llu again once it has released it",
-		    rq->name, sc_dtype_name((sc_dtype_t)held->dtype),
+		    name, sc_dtype_name((sc_dtype_t)held->dtype),
 		    (unsigned long long)held->numel, sc_dtype_name((sc_dtype_t)rq->dtype),
 		    (unsigned long long)rq->numel);
 	}
 	if (st == SC_ERR_MISMATCH) {
 		/* The node's trainers disagree: the tensor can never complete here, so it fails
 		 * now for the trainers of this node that wait on it, and on every rank. */
-		scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, rq->name);
+		scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
 		char msg[380];
-		snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed on node %d: %.250s",
-			 rq->name, ctl->d->rank, err);
+		snprintf(msg, sizeof(msg),
+			 "allreduce of tensor '%.80s' failed on node %d: %.250s", name,
+			 ctl->d->rank, err);
 		if (nt) {
 			nt->poisoned = 1;
 			snprintf(nt->poison_msg, sizeof(nt->poison_msg), "%s", msg);
 			if (nt->state == SCD_NT_LOCAL_WAIT || nt->state == SCD_NT_ANNOUNCED)
 				scd_ctl_complete(ctl, nt, SC_ERR_MISMATCH, msg);
 		}
-		ctl->up->abandon(ctl->d->world, rq->name, SC_ERR_MISMATCH, msg);
+		ctl->up->abandon(ctl->d->world, name, SC_ERR_MISMATCH, msg);
 	}
 	if (st == SC_OK)
 		registered(ctl, s, seq, reg, st, "");
@@ -1182,6 +1250,9 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	case SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN:
 		handle_join(ctl, s, seq, msg->trainer_join);
 		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_PROCESS_SET:
+		scd_ctl_handle_process_set(ctl, s, seq, msg->process_set);
+		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_GET:
 	case SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET:
 		scd_ctl_handle_config(ctl, s, seq, msg);
@@ -1319,6 +1390,7 @@ sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl
 		return SC_ERR_NOMEM;
 	ctl->d = d;
 	ctl->up = up;
+	scd_psets_init(&ctl->psets, d->rank, d->local_size);
 	sc_status_t st = scd_tensors_create(d->local_size, on_tensor_free, ctl, &ctl->tensors);
 	if (st == SC_OK)
 		scd_tensors_set_shm_group(ctl->tensors, d->ctl_gid);
@@ -1385,6 +1457,7 @@ void scd_ctl_destroy(scd_ctl_t *ctl)
 		session_end(ctl, s, 0);
 	}
 	scd_tensors_destroy(ctl->tensors);
+	scd_psets_free(&ctl->psets);
 	uv_close((uv_handle_t *)&ctl->more, NULL);
 	if (ctl->polling) {
 		uv_poll_stop(&ctl->poll);

@@ -86,6 +86,10 @@ void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t status, const 
 /* Whether every local trainer has joined (a tensor planned but not submitted here then
  * takes part with zeros, as it should). */
 int scd_ctl_all_joined(const scd_ctl_t *ctl);
+/* Process set id as the node's trainers defined it (ctl/pset.h; NULL: unknown, or 0, the
+ * global set, which is every node). */
+struct scd_pset;
+const struct scd_pset *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id);
 /* Removes every shared-memory object and the socket file without unmapping (for an exit
  * while the engine may still be using the buffers). */
 void scd_ctl_unlink_all(scd_ctl_t *ctl);

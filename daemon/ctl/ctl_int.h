@@ -7,6 +7,7 @@
 #define SCD_CTL_CTL_INT_H
 
 #include "ctl/ctl.h"
+#include "ctl/pset.h"
 
 typedef struct scd_session {
 	uint8_t ident[256];
@@ -60,6 +61,7 @@ struct scd_ctl {
 		size_t ident_len;
 	} pq[16];
 	uint64_t next_query;
+	scd_psets_t psets; /* the job's process sets (pset.h) */
 };
 
 /* Sends m to the client ident (ctl.c: bounded by what the client leaves unread). */
@@ -73,6 +75,9 @@ void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
 void scd_ctl_handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
 void scd_ctl_handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int reset);
 void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+/* pset.c: a trainer's ProcessSet request. */
+void scd_ctl_handle_process_set(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+				const Sparsecomm__ProcessSet *ps);
 void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			   const Sparsecomm__ClientMsg *msg);
 

@@ -96,7 +96,11 @@ static void stats_entry(scd_arena_t *a, Sparsecomm__StatsReply *r, char *name, u
 	if (!ts)
 		return;
 	sparsecomm__tensor_stats__init(ts);
-	ts->name = name;
+	size_t name_len;
+	ts->process_set = scd_pset_of(name, &name_len);
+	ts->name = ts->process_set ? scd_arena_strndup(a, name, name_len) : name;
+	if (!ts->name)
+		return;
 	ts->numel = numel;
 	ts->dtype = dtype;
 	ts->calls = st->calls;
@@ -203,7 +207,9 @@ void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_aren
 		if (!p || !miss)
 			return;
 		sparsecomm__pending_tensor__init(p);
-		p->name = scd_arena_strdup(a, nt->name);
+		size_t name_len;
+		p->process_set = scd_pset_of(nt->name, &name_len);
+		p->name = scd_arena_strndup(a, nt->name, name_len);
 		miss[0] = ctl->d->rank;
 		p->missing_ranks = miss;
 		p->n_missing_ranks = 1;

@@ -21,6 +21,7 @@
 #include "device/sketch.h"
 #include "scheme/registry.h"
 #include "util/log.h"
+#include "util/psname.h"
 #include "util/shmguard.h"
 
 #define NT_BUCKETS 1024
@@ -581,6 +582,7 @@ static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype,
 	nt->dtype = dtype;
 	nt->numel = numel;
 	nt->opts = *opts;
+	nt->pset = scd_pset_of(name, NULL);
 	scd_stats_keep_take(&t->kept, name, dtype, numel, &nt->stats);
 	nt->stats.device_kind = opts->device_kind;
 	snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s",
@@ -652,12 +654,13 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			     scd_reg_t **reg_p, sc_shm_header_t *h_p, int *fd_p, char *err,
 			     size_t err_len)
 {
-	size_t esz = sc_dtype_size(dtype);
-	if (!name[0] || strlen(name) > 255) {
+	size_t esz = sc_dtype_size(dtype), name_len;
+	scd_pset_of(name, &name_len); /* the trainer's name, without its process set */
+	if (!name_len || name_len > 255) {
 		snprintf(err, err_len, "tensor name must be 1 to 255 bytes");
 		return SC_ERR_INVALID;
 	}
-	for (size_t i = 0; name[i]; i++)
+	for (size_t i = 0; i < name_len; i++)
 		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
 			/* never printed raw: a newline or an escape would forge log lines */
 			snprintf(err, err_len,

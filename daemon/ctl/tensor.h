@@ -102,6 +102,7 @@ typedef struct scd_ntensor {
 	int submitted;
 	scd_coll_t coll; /* the step's collective (coll/coll.h) */
 	int coo;	 /* the step's input is the COO area (every local trainer's alike) */
+	uint32_t pset;	 /* its process set (0: every trainer; name is then qualified) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
@@ -167,6 +168,8 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt, int exdyna_
 		memcpy(&bits, &nt->opts.density, sizeof(bits));
 		h = (h ^ (uint32_t)(bits ^ bits >> 32) ^ 0x45584459u) * 16777619u;
 	}
+	if (nt->pset) /* a buffer runs in one process set */
+		h = (h ^ (nt->pset * 0x85ebca6bu) ^ 0x50534554u) * 16777619u;
 	return (h & ~7u) | (nt->opts.allow_lossy ? 1u : 0u) |
 	       (nt->opts.sparsifier != SC_SPARSIFY_NONE ? 2u : 0u) |
 	       (whole ? SCD_FUSE_WHOLE : 0u);

@@ -19,6 +19,7 @@
 #include "coll/ctx.h"
 #include "coll/stage.h"
 #include "engine/gpunet.h"
+#include "engine/psview.h"
 #include "engine/verdict.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -41,6 +42,7 @@ struct scd_engine {
 	int stop, stopped, comm_stopped;
 	scd_transport_t *transport; /* the mesh: tcp */
 	scd_gpunet_t *gpunet;	    /* what GPU buffers take (gpunet.h) */
+	scd_psviews_t views;	    /* the process sets' views of the mesh (psview.h) */
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
 	/* the fusion buffers of each device kind, in that device's memory (see
@@ -188,14 +190,16 @@ static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
 	return k;
 }
 
-/* What the engine lends job's stages (coll/ctx.h), for the calling stage's peer area pe. */
+/* What the engine lends job's stages (coll/ctx.h), for the calling stage's peer area pe:
+ * the place of this node among what the job runs over (the mesh, or its set's view). */
 static scd_coll_ctx_t coll_ctx(scd_engine_t *e, scd_job_t *job, scd_stage_t *pe)
 {
-	scd_coll_ctx_t x = {.rank = e->p.rank,
-			    .world_size = e->p.world_size,
+	scd_transport_t *t = job->run.t;
+	scd_coll_ctx_t x = {.rank = t->rank,
+			    .world_size = t->size,
 			    .local_size = e->p.local_size,
-			    .mesh = e->transport,
-			    .t = e->transport,
+			    .mesh = t,
+			    .t = t,
 			    .kind = job->run.kind,
 			    .dev = job->run.dev,
 			    .buf = job->run.buf,
@@ -309,7 +313,9 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 			    scd_coll_ctx_t *x, int all_cuda)
 {
 	sc_status_t st;
-	if (all_cuda && c->gpunet &&
+	/* a process set's job takes its view of the mesh, staged (gpunet's NCCL
+	 * communicators are the world's) */
+	if (all_cuda && c->gpunet && !job->nodes &&
 	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &x->t,
 				  &x->t_alpha_s, &x->t_beta_s_per_byte, job->error,
 				  sizeof(job->error))) != SC_OK) {
@@ -328,7 +334,7 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 	job->bytes_recv = c1.bytes_recv - c0.bytes_recv;
 	if (c->predict)
 		c->predict(x, job);
-	if (st != SC_OK && t != e->transport)
+	if (st != SC_OK && t != job->run.t)
 		scd_gpunet_failed(e->gpunet);
 	/* a carried verdict's failure is the one every rank has (logged); any other is
 	 * logged where the transport or the scheme saw it */
@@ -343,15 +349,15 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 }
 
 /* Whether job's collective carries the input check round in its one exchange over the
- * mesh (coll.h): not under transport = nccl, where a buffer on a GPU on every rank must
- * take NCCL, and only the round can tell that it is. */
+ * mesh or its set's view (coll.h): not under transport = nccl for a global job, where a
+ * buffer on a GPU on every rank must take NCCL, and only the round can tell that it is. */
 static int carries_verdict(const scd_engine_t *e, const scd_coll_desc_t *c,
 			   const scd_job_t *job)
 {
 	if (!c->carries_verdict ||
-	    (c->gpunet && e->p.transport && !strcmp(e->p.transport, "nccl")))
+	    (c->gpunet && !job->nodes && e->p.transport && !strcmp(e->p.transport, "nccl")))
 		return 0;
-	return c->carries_verdict(job, e->p.world_size);
+	return c->carries_verdict(job, job->run.t->size);
 }
 
 /* The communication stage of a buffer: the network probe when due, the input check
@@ -362,7 +368,8 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	scd_job_run_t *run = &job->run;
 	const scd_device_ops_t *dev = run->dev;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
-	sc_status_t st = job->probe ? probe_network(e, job->timeout_ms) : SC_OK;
+	/* the probe is the whole world's: never among a set's nodes alone */
+	sc_status_t st = job->probe && !job->nodes ? probe_network(e, job->timeout_ms) : SC_OK;
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
@@ -376,8 +383,8 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	if (carries_verdict(e, c, job)) {
 		scd_verdict_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
 		run->prep.verdict = &carry;
-	} else if ((st = scd_verdict_input(e->transport, job, &run->fault, e->p.rank,
-					   e->p.local_size, &all_cuda)) != SC_OK)
+	} else if ((st = scd_verdict_input(run->t, job, &run->fault, e->p.rank, e->p.local_size,
+					   &all_cuda)) != SC_OK)
 		return;
 	scd_coll_ctx_t x = coll_ctx(e, job, &e->stage.peer_out);
 	st = comm_run(e, job, c, &x, all_cuda);
@@ -410,6 +417,7 @@ static sc_status_t drop_mesh(scd_engine_t *e)
 {
 	scd_bufctx_table_destroy(e->bufs);
 	e->bufs = NULL;
+	scd_psviews_clear(&e->views); /* views of the old mesh */
 	pthread_mutex_lock(&e->mu);
 	scd_transport_t *old = e->transport;
 	e->transport = NULL;
@@ -514,6 +522,39 @@ static void drain_locked(scd_engine_t *e)
 		pthread_cond_wait(&e->cv, &e->mu);
 }
 
+/*
+ * What a buffer's job runs over: the mesh, or for a process set's job its set's view
+ * (psview.h), made on the set's first job; a view that goes waits for the communication
+ * stage to drain. A job the set cannot run (coll.h, psets) or without a view fails here
+ * without communicating: every member decides alike from what they agreed on (a view
+ * fails only for want of memory, and its peers then time out naming this node).
+ */
+static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
+{
+	job->run.t = e->transport;
+	if (!job->nodes)
+		return SC_OK;
+	const scd_job_item_t *it0 = job->n_items ? &job->items[0] : NULL;
+	sc_status_t st = scd_coll_pset_check(
+	    job->coll.kind, job->pset, (int)job->average_divisor, job->n_nodes, e->p.local_size,
+	    it0 ? scd_coll_item_name(it0) : NULL, job->error, sizeof(job->error));
+	if (st == SC_OK && !(job->run.t = scd_psviews_find(&e->views, job))) {
+		if (scd_psviews_evicts(&e->views, job)) {
+			pthread_mutex_lock(&e->mu);
+			drain_locked(e);
+			pthread_mutex_unlock(&e->mu);
+		}
+		st = scd_psviews_make(&e->views, e->transport, job, &job->run.t);
+	}
+	if (st != SC_OK) {
+		job->status = st;
+		job->run.passthrough = 1;
+		error_rank(e, job);
+		log_job_error(job);
+	}
+	return st;
+}
+
 /* The compute stage of any job. A mesh or forget job changes what every buffer uses (the
  * transport, the buffers' state), so it waits for the communication stage to drain. */
 static void compute_job(scd_engine_t *e, scd_job_t *job)
@@ -537,7 +578,7 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			  job->error);
 		job->status = SC_ERR_PEER;
 		job->run.passthrough = 1; /* no transport to run the check round on */
-	} else {
+	} else if (job_transport(e, job) == SC_OK) {
 		uint64_t tl = scd_tl_begin();
 		compute_buffer(e, job);
 		tl_buffer(job, "compress", tl);
@@ -772,6 +813,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	e->head = e->cq_head = e->done_head = NULL;
 	scd_bufctx_table_destroy(e->bufs);
 	scd_gpunet_destroy(e->gpunet);
+	scd_psviews_clear(&e->views);
 	scd_transport_destroy(e->transport);
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
 		for (int j = 0; j < ENGINE_SLOTS; j++)

@@ -16,6 +16,10 @@
  * goes back to the loop through uv_async_send (whose callbacks coalesce, so the loop drains
  * a queue).
  *
+ * A job of a process set (coll/job.h: pset, nodes) runs among the set's nodes only, over
+ * the set's view of the mesh (psview.h); every node runs the jobs of the sets it belongs
+ * to in plan order, so the members of a set meet its jobs in the same order.
+ *
  * A job runs on one device (device.h): the one where its trainers' tensors live, each
  * source's device field, set where the job is built. Every computation on tensor data
  * (local sums, sparsification, residuals, averaging, copies to the trainers) goes through

@@ -65,6 +65,8 @@ static void describe_local(const scd_job_t *job, int rank, int local_size, const
 	for (int l = 0; l < local_size && (size_t)n < sizeof(ranks) - 16; l++)
 		n += snprintf(ranks + n, sizeof(ranks) - (size_t)n, "%s%d", l ? ", " : " ",
 			      rank * local_size + l);
+	if (job->nodes) /* which of them are the set's, only that node knows */
+		snprintf(ranks, sizeof(ranks), "its trainers in process set %u", job->pset);
 	sc_status_t st = scd_fault_status(f);
 	snprintf(msg, len,
 		 "node %d (%s) failed preparing %s for the exchange (%s: %s): the operation "
@@ -132,7 +134,9 @@ static sc_status_t words_decide(scd_job_t *job, const uint8_t *words, size_t str
 		scd_fault_t f = scd_fault_unpack(v);
 		if (f.kind == SCD_FAULT_NONE)
 			continue;
-		scd_verdict_describe(job, q, local_size, &f, job->error, sizeof(job->error));
+		/* a process set's view ranks its nodes by their index in job->nodes */
+		scd_verdict_describe(job, scd_job_node(job, q), local_size, &f, job->error,
+				     sizeof(job->error));
 		st = scd_fault_status(&f);
 		*faulty_p = q;
 	}

@@ -66,6 +66,10 @@ int scd_verdict_carry_end(scd_verdict_carry_t *v, scd_job_t *job, sc_status_t st
 #define SCD_VERDICT_CUDA 1u /* the buffer is on the cuda device (its GPU transport may run) */
 
 /*
+ * The rounds below run over what the job runs over: the mesh, or its process set's view,
+ * whose rank q is node job->nodes[q]; the errors name nodes and global trainer ranks
+ * (node x local_size + local rank) either way.
+ *
  * Sends this rank's finding (mine) and flags (SCD_VERDICT_*) to every rank and receives
  * theirs, in one exchange; *flags_and gets the flags every rank set.
  * When some rank found a fault: the lowest faulty rank's status (scd_fault_status) with

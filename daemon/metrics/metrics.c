@@ -59,6 +59,7 @@ static void tensors(FILE *out, const Sparsecomm__StatsReply *s)
 			const Sparsecomm__TensorStats *t = s->tensors[i];
 			fprintf(out, "sparsecomm_%s{tensor=", fams[f].name);
 			label(out, t->name);
+			fprintf(out, ",process_set=\"%u\"", t->process_set);
 			switch (f) {
 			case 0:
 				fprintf(out, "} %" PRIu64 "\n", t->calls);

@@ -138,16 +138,20 @@ sc_status_t scd_tcp_fail(scd_tcp_t *t, sc_status_t status, const char *fmt, ...)
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	char self[24];
-	snprintf(self, sizeof(self), "rank %d:", t->suspect);
+	int suspect = scd_tcp_name(t, t->suspect);
+	snprintf(self, sizeof(self), "rank %d:", suspect);
 	if (t->suspect >= 0 && (status == SC_ERR_PEER || status == SC_ERR_TIMEOUT) &&
 	    strncmp(text, self, strlen(self)) != 0)
 		snprintf(t->failed_text, sizeof(t->failed_text),
-			 "rank %d: connection closed by peer; then %.180s", t->suspect, text);
+			 "rank %d: connection closed by peer; then %.180s", suspect, text);
 	else
 		memcpy(t->failed_text, text, sizeof(text));
 	t->failed = status;
 	scd_transport_set_error("%s", t->failed_text);
-	scd_error(SCD_SUB_TRANSPORT, "rank %d: %s", t->base.rank, t->failed_text);
+	scd_error(SCD_SUB_TRANSPORT, "rank %d: %s", scd_tcp_name(t, t->base.rank),
+		  t->failed_text);
+	if (t->parent)
+		scd_tcp_view_failed(t);
 	return status;
 }
 
@@ -177,8 +181,10 @@ int scd_tcp_note_hangups(scd_tcp_t *t, int from, int n)
 		t->gone[p] = 1;
 		if (t->suspect < 0)
 			t->suspect = p;
+		if (t->parent)
+			scd_tcp_view_gone(t, p);
 		scd_debug(SCD_SUB_TRANSPORT, "rank %d: rank %d closed its connection",
-			  t->base.rank, p);
+			  scd_tcp_name(t, t->base.rank), scd_tcp_name(t, p));
 		any = 1;
 	}
 	return any;
@@ -195,8 +201,8 @@ sc_status_t scd_tcp_fail_stalled(scd_tcp_t *t, int ms)
 {
 	return scd_tcp_fail(
 	    t, SC_ERR_PEER,
-	    "rank %d: connection closed by peer, and no progress for %d ms since", t->suspect,
-	    ms);
+	    "rank %d: connection closed by peer, and no progress for %d ms since",
+	    scd_tcp_name(t, t->suspect), ms);
 }
 
 sc_status_t scd_tcp_failed_again(scd_tcp_t *t)
@@ -205,8 +211,9 @@ sc_status_t scd_tcp_failed_again(scd_tcp_t *t)
 	return t->failed;
 }
 
-sc_status_t scd_tcp_fail_io(scd_tcp_t *t, int peer, const char *what)
+sc_status_t scd_tcp_fail_io(scd_tcp_t *t, int p, const char *what)
 {
+	int peer = scd_tcp_name(t, p);
 	if (errno == EBADMSG)
 		return scd_tcp_fail(t, SC_ERR_PEER,
 				    "rank %d: data from rank %d failed its integrity check "
@@ -221,11 +228,11 @@ sc_status_t scd_tcp_fail_io(scd_tcp_t *t, int peer, const char *what)
 	return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: %s: %s", peer, what, strerror(errno));
 }
 
-sc_status_t scd_tcp_fail_hangup(scd_tcp_t *t, int peer)
+sc_status_t scd_tcp_fail_hangup(scd_tcp_t *t, int p)
 {
-	int err = 0;
+	int err = 0, peer = scd_tcp_name(t, p);
 	socklen_t len = sizeof(err);
-	if (getsockopt(t->fds[peer], SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+	if (getsockopt(t->fds[p], SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 		err = errno;
 	if (err)
 		return scd_tcp_fail(t, SC_ERR_PEER, "rank %d: %s", peer, strerror(err));
@@ -903,12 +910,14 @@ static void tcp_destroy(scd_transport_t *tr)
 	scd_tcp_t *t = (scd_tcp_t *)tr;
 	if (!t)
 		return;
-	for (int p = 0; t->fds && p < t->base.size; p++)
+	/* a view's connections and records are its parent's */
+	for (int p = 0; !t->parent && t->fds && p < t->base.size; p++)
 		if (t->fds[p] >= 0)
 			close(t->fds[p]);
-	for (int p = 0; t->seal && p < t->base.size; p++)
+	for (int p = 0; !t->parent && t->seal && p < t->base.size; p++)
 		scd_seal_free(t->seal[p]);
 	free(t->seal);
+	free(t->names);
 	if (t->scratch)
 		munmap(t->scratch, t->scratch_bytes);
 	free(t->fds);
@@ -1136,6 +1145,7 @@ const scd_transport_ops_t scd_transport_tcp_ops = {
     .allreduce = scd_tcp_allreduce,
     .allreduce_wire16 = scd_tcp_allreduce_wire16,
     .measure = scd_tcp_measure,
+    .subgroup = scd_tcp_subgroup,
     .counters = tcp_counters,
     .destroy = tcp_destroy,
     .peer_gone = tcp_peer_gone,

@@ -93,7 +93,7 @@ static sc_status_t exchange_self(scd_tcp_t *t, const scd_xfer_t *sends, int ns,
 			scd_transport_set_error(
 			    "rank %d: message of %zu bytes to itself does not fit "
 			    "a receive of %zu bytes",
-			    me, len, recvs[r].bytes);
+			    scd_tcp_name(t, me), len, recvs[r].bytes);
 			return framed ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		}
 		if (len)
@@ -105,7 +105,7 @@ static sc_status_t exchange_self(scd_tcp_t *t, const scd_xfer_t *sends, int ns,
 		scd_transport_set_error(
 		    "rank %d: sends to itself and receives from itself do not "
 		    "pair up",
-		    me);
+		    scd_tcp_name(t, me));
 		return SC_ERR_INVALID;
 	}
 	return SC_OK;
@@ -196,7 +196,7 @@ static sc_status_t recv_some(scd_tcp_t *t, int p, const scd_xfer_t *recvs, int n
 				    t, SC_ERR_PEER,
 				    "rank %d: connection closed by peer (message "
 				    "%d: %zu of %zu bytes received)",
-				    p, io->r_idx, io->r_off,
+				    scd_tcp_name(t, p), io->r_idx, io->r_off,
 				    hb + (io->r_off >= hb ? io->r_len : 0));
 			*moved_p = 1;
 			t->ctr.bytes_recv += (uint64_t)n;
@@ -208,7 +208,8 @@ static sc_status_t recv_some(scd_tcp_t *t, int p, const scd_xfer_t *recvs, int n
 							    "rank %d: message of %" PRIu64
 							    " bytes exceeds the receive buffer "
 							    "of %zu bytes",
-							    p, io->r_len, x->bytes);
+							    scd_tcp_name(t, p), io->r_len,
+							    x->bytes);
 			}
 		}
 		if (io->r_off < hb || io->r_off - hb < io->r_len)
@@ -229,14 +230,15 @@ static sc_status_t exchange_timeout(scd_tcp_t *t, int timeout_ms)
 			return scd_tcp_fail(t, SC_ERR_TIMEOUT,
 					    "rank %d: no data for %d ms (message %d: %zu bytes "
 					    "received)",
-					    p, timeout_ms, t->io[p].r_idx, t->io[p].r_off);
+					    scd_tcp_name(t, p), timeout_ms, t->io[p].r_idx,
+					    t->io[p].r_off);
 	for (int p = 0; p < t->base.size; p++)
 		if (p != t->base.rank && t->io[p].s_idx >= 0)
 			return scd_tcp_fail(
 			    t, SC_ERR_TIMEOUT,
 			    "rank %d: not reading for %d ms (message %d: %zu bytes "
 			    "sent)",
-			    p, timeout_ms, t->io[p].s_idx, t->io[p].s_off);
+			    scd_tcp_name(t, p), timeout_ms, t->io[p].s_idx, t->io[p].s_off);
 	return scd_tcp_fail(t, SC_ERR_TIMEOUT, "timed out after %d ms", timeout_ms);
 }
 
@@ -245,8 +247,9 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 				    const scd_xfer_work_t *work, int timeout_ms, int framed)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
-	if (t->failed)
-		return scd_tcp_failed_again(t);
+	sc_status_t st0 = scd_tcp_begin(t);
+	if (st0 != SC_OK)
+		return st0;
 	sc_status_t st = check_list(t, sends, ns, "sends", framed && work);
 	if (st == SC_OK)
 		st = check_list(t, recvs, nr, "recvs", 0);
@@ -319,7 +322,7 @@ static sc_status_t tcp_exchange_any(scd_transport_t *tr, const scd_xfer_t *sends
 			return scd_tcp_fail(t, SC_ERR_INVALID,
 					    "rank %d: send %d is still held back, and the work "
 					    "waits for nothing left to receive",
-					    sends[held].peer, held);
+					    scd_tcp_name(t, sends[held].peer), held);
 		/* The peers not in this exchange are watched for a hangup, to blame the right
 		 * rank when the world breaks. */
 		int nall = scd_tcp_watch_others(t, npfd);
@@ -428,8 +431,9 @@ sc_status_t scd_tcp_measure(scd_transport_t *tr, size_t probe_bytes, double *alp
 			    double *beta_s_per_byte_p, int timeout_ms)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
-	if (t->failed)
-		return scd_tcp_failed_again(t);
+	sc_status_t st0 = scd_tcp_begin(t);
+	if (st0 != SC_OK)
+		return st0;
 	const int P = t->base.size, me = t->base.rank;
 	if (P == 1) {
 		*alpha_s_p = 0;

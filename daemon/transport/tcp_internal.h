@@ -67,7 +67,23 @@ typedef struct scd_tcp {
 	/* the ring's 16-bit copy of a buffer that travels as 16 bits (tcp_ring.c) */
 	uint16_t *wire16;
 	size_t wire16_cap;
+	/* A view (tcp_view.c): the mesh whose connections it uses (fds and seal are the
+	 * parent's, not owned), and the parent's rank of each of its ranks, which its errors
+	 * name; both NULL for a mesh. */
+	struct scd_tcp *parent;
+	int *names;
 } scd_tcp_t;
+
+/* The rank that errors name for peer p of t: the mesh's rank, also on a view. */
+static inline int scd_tcp_name(const scd_tcp_t *t, int p)
+{
+	return t->names && p >= 0 ? t->names[p] : p;
+}
+
+/* At the start of an operation: a view takes the failure and the gone peers its parent
+ * has seen (its byte streams are the parent's). Returns the status of an earlier failure
+ * (then scd_transport_error() repeats it), or SC_OK. */
+sc_status_t scd_tcp_begin(scd_tcp_t *t);
 
 /* Monotonic clock in milliseconds. */
 int64_t scd_tcp_now_ms(void);
@@ -111,5 +127,12 @@ sc_status_t scd_tcp_allreduce_wire16(scd_transport_t *tr, float *data, size_t n,
 				     const scd_xfer_work_t *work, int timeout_ms);
 sc_status_t scd_tcp_allreduce(scd_transport_t *tr, void *data, size_t n, sc_dtype_t dtype,
 			      sc_reduce_op_t op, const scd_xfer_work_t *work, int timeout_ms);
+sc_status_t scd_tcp_subgroup(scd_transport_t *tr, const int *ranks, int n,
+			     scd_transport_t **view_p);
+/* A view's part of a failure: the parent is marked failed with the same text (the byte
+ * streams it shares are out of step). */
+void scd_tcp_view_failed(scd_tcp_t *t);
+/* A view's part of a hangup: the parent marks the peer gone too. */
+void scd_tcp_view_gone(scd_tcp_t *t, int p);
 
 #endif

@@ -182,7 +182,7 @@ static sc_status_t ring_recv(scd_tcp_t *t, ring_t *R, int fd, int left, size_t p
 		    t, SC_ERR_PEER,
 		    "rank %d: connection closed by peer (allreduce step %d of %d, "
 		    "%zu of %zu bytes received)",
-		    left, R->rg, R->steps, R->r_off, total);
+		    scd_tcp_name(t, left), R->rg, R->steps, R->r_off, total);
 	*moved_p = 1;
 	t->ctr.bytes_recv += (uint64_t)n;
 	R->r_off += (size_t)n;
@@ -243,7 +243,8 @@ sc_status_t scd_tcp_allreduce_wire16(scd_transport_t *tr, float *data, size_t n,
 		return SC_ERR_INVALID;
 	}
 	scd_tcp_t *t = (scd_tcp_t *)tr;
-	if (tr->size == 1 && n && data && !t->failed) { /* alone: the values still round */
+	if (tr->size == 1 && n && data &&
+	    scd_tcp_begin(t) == SC_OK) { /* alone: the values still round */
 		uint16_t *w = wire_copy(t, n);
 		if (!w) {
 			scd_transport_set_error("tcp: no memory for the %s copy of %zu values",
@@ -260,8 +261,9 @@ static sc_status_t ring_run(scd_tcp_t *t, void *data, size_t n, sc_dtype_t dtype
 			    sc_reduce_op_t op, uint32_t wire, const scd_xfer_work_t *work,
 			    int timeout_ms)
 {
-	if (t->failed)
-		return scd_tcp_failed_again(t);
+	sc_status_t st0 = scd_tcp_begin(t);
+	if (st0 != SC_OK)
+		return st0;
 	const int P = t->base.size, me = t->base.rank;
 	const size_t esize = wire ? scd_wire16_size(wire) : sc_dtype_size(dtype);
 	if (!esize) {
@@ -355,12 +357,12 @@ static sc_status_t ring_run(scd_tcp_t *t, void *data, size_t n, sc_dtype_t dtype
 				    t, SC_ERR_TIMEOUT,
 				    "rank %d: no data for %d ms (allreduce step %d "
 				    "of %d, %zu bytes received)",
-				    left, timeout_ms, R.rg, R.steps, R.r_off);
+				    scd_tcp_name(t, left), timeout_ms, R.rg, R.steps, R.r_off);
 			return scd_tcp_fail(
 			    t, SC_ERR_TIMEOUT,
 			    "rank %d: not reading for %d ms (allreduce step %d of "
 			    "%d)",
-			    right, timeout_ms, R.sg, R.steps);
+			    scd_tcp_name(t, right), timeout_ms, R.sg, R.steps);
 		}
 		/* with work to do, a poll that finds nothing ready runs a slice of it */
 		/* opened plaintext waiting in the record layer is readable at once */

@@ -142,3 +142,14 @@ void scd_transport_boot_clear(scd_transport_boot_t *b)
 	free(b->blobs);
 	memset(b, 0, sizeof(*b)); /* the key included */
 }
+
+sc_status_t scd_transport_subgroup(scd_transport_t *t, const int *ranks, int n,
+				   scd_transport_t **view_p)
+{
+	if (!t->ops->subgroup) {
+		scd_transport_set_error("%s: no views of the mesh (process sets run over tcp)",
+					t->ops->name);
+		return SC_ERR_UNSUPPORTED;
+	}
+	return t->ops->subgroup(t, ranks, n, view_p);
+}

@@ -191,6 +191,16 @@ typedef struct scd_transport_ops {
 	 * of probe_bytes. Every rank must call it together. */
 	sc_status_t (*measure)(scd_transport_t *t, size_t probe_bytes, double *alpha_s_p,
 			       double *beta_s_per_byte_p, int timeout_ms);
+	/* A view of the mesh for a process set: the n ranks of ranks (t's ranks, ascending,
+	 * this rank among them) as a transport of their own, ranked by their index in
+	 * ranks, over t's connections (shared: destroying the view closes nothing, and it
+	 * must be destroyed before t). Every operation above runs on it among those ranks
+	 * only, and its counters count its own traffic. A failure on a view fails t too
+	 * (their byte streams are the same), and t's failure and gone peers reach the view.
+	 * Optional: a backend without it (nccl) answers SC_ERR_UNSUPPORTED through
+	 * scd_transport_subgroup. */
+	sc_status_t (*subgroup)(scd_transport_t *t, const int *ranks, int n,
+				scd_transport_t **view_p);
 	void (*counters)(const scd_transport_t *t, scd_transport_counters_t *c_p);
 	void (*destroy)(scd_transport_t *t);
 	/* From any thread: rank has gone from the world (the coordinator channel found it
@@ -245,6 +255,10 @@ static inline sc_status_t scd_transport_allreduce_w(scd_transport_t *t, void *d,
 {
 	return t->ops->allreduce(t, d, n, dtype, op, w, tmo);
 }
+/* t's view of the n ranks of ranks (see the ops' subgroup); SC_ERR_UNSUPPORTED, with
+ * scd_transport_error() naming the backend, for a backend without views. */
+sc_status_t scd_transport_subgroup(scd_transport_t *t, const int *ranks, int n,
+				   scd_transport_t **view_p);
 static inline void scd_transport_destroy(scd_transport_t *t)
 {
 	if (t)

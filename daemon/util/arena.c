@@ -32,10 +32,14 @@ void *scd_arena_alloc(scd_arena_t *a, size_t bytes)
 
 char *scd_arena_strdup(scd_arena_t *a, const char *s)
 {
-	size_t n = strlen(s) + 1;
-	char *p = scd_arena_alloc(a, n);
+	return scd_arena_strndup(a, s, strlen(s));
+}
+
+char *scd_arena_strndup(scd_arena_t *a, const char *s, size_t len)
+{
+	char *p = scd_arena_alloc(a, len + 1); /* zeroed: terminated */
 	if (p)
-		memcpy(p, s, n);
+		memcpy(p, s, len);
 	return p;
 }
 

@@ -14,6 +14,8 @@ typedef struct scd_arena {
 /* Zeroed memory that lives until scd_arena_free; NULL when out of memory. */
 void *scd_arena_alloc(scd_arena_t *a, size_t bytes);
 char *scd_arena_strdup(scd_arena_t *a, const char *s);
+/* The first len bytes of s, terminated. */
+char *scd_arena_strndup(scd_arena_t *a, const char *s, size_t len);
 void scd_arena_free(scd_arena_t *a);
 
 #endif

@@ -1,5 +1,6 @@
 /* log.c: timestamped, prefixed log lines on stderr, one write(2) per line. */
 #include "log.h"
+#include "psname.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -51,6 +52,11 @@ void scd_log_emit(scd_log_level_t level, scd_log_sub_t sub, const char *fmt, ...
 		return;
 	if ((size_t)n >= sizeof(line) - 1)
 		n = (int)sizeof(line) - 2;
+	if (memchr(line, SCD_PSET_SEP, (size_t)n)) { /* a process set's tensor, shown */
+		line[n] = 0;
+		scd_pset_show(line, sizeof(line) - 1);
+		n = (int)strlen(line);
+	}
 	line[n++] = '\n';
 	ssize_t off = 0;
 	while (off < n) {

@@ -193,7 +193,8 @@ static void grp_view(const scd_world_t *w, const grp_t *g, int r, int *whole_p, 
 	const scd_centry_t *first = NULL;
 	for (int i = 0; i < g->n; i++) {
 		const scd_centry_t *x = g->m[i];
-		if (x->have[r] == 2) /* a joined node stands in */
+		if (x->have[r] == 2 ||
+		    x->have[r] == SCD_HAVE_OUTSIDE) /* stands in, or outside */
 			continue;
 		int s = tagged_elsewhere(w, x, r);
 		if (x->have[r] != 1) {

@@ -17,10 +17,12 @@
 #include <string.h>
 
 #include "ctl/ctl.h"
+#include "ctl/pset.h"
 #include "engine/engine.h"
 #include "scheme/scheme.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/psname.h"
 #include "world/world_int.h"
 
 /* A buffer's communication latency in the planner: its scheme's metadata round and one
@@ -97,6 +99,7 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	e->solo = solo;
 	e->fuse_key = fuse_key;
 	e->sig = *sig;
+	e->pset = scd_pset_of(name, NULL);
 	e->last_tcp_s = e->last_tcm_s = 0;
 	if (id >= w->n_cache)
 		w->n_cache = id + 1;
@@ -257,6 +260,7 @@ void scd_neg_flush(scd_world_t *w)
 		r->op = o->op;
 		r->solo = o->solo;
 		r->fuse_key = o->fuse_key;
+		r->process_set = scd_pset_of(o->name, NULL);
 		scd_tsig_to_msg(&o->sig, &sigs[rl.n_requests]);
 		r->sig = &sigs[rl.n_requests];
 		rp[rl.n_requests++] = r;
@@ -307,6 +311,29 @@ void scd_centry_release(scd_centry_t *e)
 	free(e);
 }
 
+/* Marks the nodes without a member of e's process set as never announcing it (e->count
+ * counts them from the start); 0 when this node does not know the set. */
+static int centry_outside(scd_world_t *w, scd_centry_t *e)
+{
+	if (!(e->pset = scd_pset_of(e->name, NULL)))
+		return 1;
+	const scd_pset_t *p = scd_ctl_pset(w->d->ctl, e->pset);
+	if (!p) {
+		scd_error(
+		    SCD_SUB_NEGOTIATE,
+		    "tensor '%s' was announced in process set %u, which the coordinator's "
+		    "node does not know: ignored",
+		    e->name, e->pset);
+		return 0;
+	}
+	for (int r = 0; r < w->d->world_size; r++)
+		e->have[r] = SCD_HAVE_OUTSIDE;
+	for (int i = 0; i < p->n_nodes; i++)
+		e->have[p->nodes[i]] = 0;
+	e->count = w->d->world_size - p->n_nodes;
+	return 1;
+}
+
 static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 {
 	uint32_t b = hash_name(name);
@@ -323,7 +350,8 @@ static scd_centry_t *centry_get(scd_world_t *w, const char *name)
 	e->op = calloc((size_t)P, sizeof(uint32_t));
 	e->numel = calloc((size_t)P, sizeof(uint64_t));
 	e->sig = calloc((size_t)P, sizeof(scd_tsig_t));
-	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel || !e->sig) {
+	if (!e->name || !e->have || !e->dtype || !e->op || !e->numel || !e->sig ||
+	    !centry_outside(w, e)) {
 		scd_centry_release(e);
 		return NULL;
 	}
@@ -381,6 +409,15 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 		e->fuse_key = fuse_key;
 	else if (e->fuse_key != fuse_key) /* the nodes' options differ: fuse with nothing */
 		e->solo = 1;
+	/* the first announcement fills the rows of the nodes outside the set */
+	for (int r = 0; e->pset && !e->outside_filled && r < w->d->world_size; r++)
+		if (e->have[r] == SCD_HAVE_OUTSIDE) {
+			e->dtype[r] = dtype;
+			e->numel[r] = numel;
+			e->op[r] = op;
+			e->sig[r] = *sig;
+		}
+	e->outside_filled = 1;
 	e->have[rank] = 1;
 	e->dtype[rank] = dtype;
 	e->numel[rank] = numel;
@@ -500,6 +537,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->op = e->op[0];
 	ce->solo = e->solo;
 	ce->fuse_key = e->fuse_key;
+	ce->process_set = e->pset;
 	scd_tsig_to_msg(&w->cache[id].sig, sig); /* the scheme's text lives in the cache */
 	ce->sig = sig;
 	pb->ents[pb->plan.n_new_entries++] = ce;
@@ -510,13 +548,12 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
  * what it had announced, so nothing pending can complete while it stays degraded. */
 /* The degraded rank an entry waits for, or -1: the one degraded first, so that a failure
  * that spreads (a trainer that fails an operation and then leaves) is reported by its
- * cause. */
+ * cause. A node outside the entry's process set blocks nothing of it. */
 static int blocking_degraded(scd_world_t *w, const scd_centry_t *e)
 {
-	(void)e;
 	int first = -1;
 	for (int r = 0; r < w->d->world_size; r++)
-		if (w->peers[r].degraded &&
+		if (w->peers[r].degraded && e->have[r] != SCD_HAVE_OUTSIDE && /* in its set */
 		    (first < 0 || w->peers[r].degraded_seq < w->peers[first].degraded_seq))
 			first = r;
 	return first;
@@ -841,11 +878,13 @@ static void coord_emit(scd_world_t *w)
 			if (L > 1) {
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " (ranks");
 				k = 0;
+				const scd_pset_t *ps = scd_ctl_pset(d->ctl, e->pset);
 				for (int r = 0; r < P && n < (int)sizeof(msg) - 64; r++)
 					for (int l = 0; !e->have[r] && l < L; l++)
-						n += snprintf(msg + n, sizeof(msg) - (size_t)n,
-							      "%s %d", k++ ? "," : "",
-							      r * L + l);
+						if (scd_pset_member(ps, r * L + l))
+							n += snprintf(
+							    msg + n, sizeof(msg) - (size_t)n,
+							    "%s %d", k++ ? "," : "", r * L + l);
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, ")");
 			}
 			snprintf(msg + n, sizeof(msg) - (size_t)n,
@@ -1004,6 +1043,14 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			    from, r->name ? r->name : "?", r->op);
 			continue;
 		}
+		if (r->process_set != scd_pset_of(r->name ? r->name : "", NULL)) {
+			scd_warn(
+			    SCD_SUB_NEGOTIATE,
+			    "rank %d announced tensor '%s' in process set %u, which its name "
+			    "does not carry: ignored",
+			    from, r->name ? r->name : "?", r->process_set);
+			continue;
+		}
 		scd_tsig_from_msg(r->sig, &sig);
 		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
 			  &sig);
@@ -1082,10 +1129,15 @@ void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, scd_arena_t *a
 		if (!p || !ready || !missing)
 			return;
 		sparsecomm__pending_tensor__init(p);
-		p->name = scd_arena_strdup(a, e->name);
+		size_t name_len;
+		scd_pset_of(e->name, &name_len);
+		p->name = scd_arena_strndup(a, e->name, name_len);
 		p->ready_ranks = ready;
 		p->missing_ranks = missing;
-		for (int i = 0; i < P; i++) {
+		p->process_set = e->pset;
+		for (int i = 0; p->name && i < P; i++) {
+			if (e->have[i] == SCD_HAVE_OUTSIDE)
+				continue;
 			if (e->have[i])
 				ready[p->n_ready_ranks++] = i;
 			else
@@ -1177,9 +1229,34 @@ static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
 		it->coo_capacity = 1;
 }
 
+/* Where job runs: its process set's member nodes (none for the global set). 0: this node
+ * has no member of the set, or no longer knows it (removed): the job is not this node's. */
+static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t *job)
+{
+	scd_daemon_t *d = w->d;
+	job->average_divisor = (double)d->world_size * d->local_size;
+	uint32_t pset = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].pset : 0;
+	if (!pset)
+		return 1;
+	const scd_pset_t *p = scd_ctl_pset(d->ctl, pset);
+	int in = 0;
+	for (int i = 0; p && i < p->n_nodes; i++)
+		in |= p->nodes[i] == d->rank;
+	if (!in || !(job->nodes = malloc(sizeof(int) * (size_t)p->n_nodes)))
+		return 0;
+	memcpy(job->nodes, p->nodes, sizeof(int) * (size_t)p->n_nodes);
+	job->pset = pset;
+	job->n_nodes = p->n_nodes;
+	job->average_divisor = p->n_ranks;
+	return 1;
+}
+
 static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 {
 	scd_daemon_t *d = w->d;
+	scd_job_t where = {0};
+	if (!job_pset(w, resp, &where))
+		return SC_OK; /* a process set without this node */
 	scd_job_t *job = calloc(1, sizeof(*job));
 	scd_job_item_t *items = calloc(resp->n_cache_ids, sizeof(*items));
 	if (!job || !items) {
@@ -1187,17 +1264,24 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			  "out of memory for a job: this rank leaves the world");
 		free(job);
 		free(items);
+		free(where.nodes);
 		return SC_ERR_NOMEM;
 	}
 	job->kind = SCD_JOB_ALLREDUCE;
 	job->seq = ++w->job_seq;
 	job->items = items;
 	job->n_items = (int)resp->n_cache_ids;
-	job->average_divisor = (double)d->world_size * d->local_size;
+	job->pset = where.pset;
+	job->n_nodes = where.n_nodes;
+	job->nodes = where.nodes;
+	job->average_divisor = where.average_divisor;
 	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
 	job->world_seed = w->world_id;
+	/* the network probe runs over every node: only the global set's jobs count, which
+	 * every node runs */
 	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
-	job->probe = probe_every > 0 && job->seq % (uint64_t)probe_every == 0;
+	job->probe =
+	    !job->pset && probe_every > 0 && ++w->global_jobs % (uint64_t)probe_every == 0;
 	job->lossless_only = 0;
 	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
 	/* Every item has the buffer's dtype and wire format (see coord_emit; the type word,
@@ -1276,6 +1360,14 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 			    "plan cycle %llu: new cache entry %zu has id %u, the cache %llu "
 			    "entries",
 			    (unsigned long long)plan->cycle, i, ce->id, (unsigned long long)n);
+			return SC_ERR_PROTOCOL;
+		}
+		if (ce->process_set != scd_pset_of(ce->name, NULL)) {
+			snprintf(
+			    err, err_len,
+			    "plan cycle %llu: new cache entry %zu has process set %u, which "
+			    "its name does not carry",
+			    (unsigned long long)plan->cycle, i, ce->process_set);
 			return SC_ERR_PROTOCOL;
 		}
 		if (!scd_coll_word_valid(ce->op,
@@ -1581,5 +1673,6 @@ void scd_neg_reset(scd_world_t *w)
 	w->fusion_version = 0;
 	w->cycle = 0;
 	w->job_seq = 0;
+	w->global_jobs = 0;
 	scd_fplan_state_init(&w->fplan, w->d->world_size);
 }

@@ -37,13 +37,18 @@ typedef struct scd_peer {
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
+#define SCD_HAVE_OUTSIDE 4
 typedef struct scd_centry {
 	char *name;
 	uint64_t first_ms;
 	int count;
 	/* 1: announced, 2: a joined node stands in (join.c), 3: failed on the node before it
-	 * announced it (late.c; the entry then fails with failed, failed_status) */
+	 * announced it (late.c; the entry then fails with failed, failed_status),
+	 * SCD_HAVE_OUTSIDE: a node without a member of the tensor's process set, which never
+	 * announces it (its row holds the first announcement's values, for comparisons) */
 	uint8_t *have;
+	uint32_t pset; /* the tensor's process set (0: every node) */
+	int outside_filled;
 	char *failed;
 	int failed_status;
 	int detached; /* out of the lookup by name (negotiate.c, centry_detach) */
@@ -73,6 +78,7 @@ typedef struct scd_cache_ent {
 	int solo;
 	uint32_t fuse_key;
 	scd_tsig_t sig; /* what every rank announced (agree.h) */
+	uint32_t pset;	/* its process set (0: every node) */
 	/* this node's last measured times of the tensor (stats): compression plus fusion,
 	 * and its buffer's communication */
 	double last_tcp_s, last_tcm_s;
@@ -154,6 +160,7 @@ struct scd_world {
 	int n_fusion_bufs;
 	/* jobs */
 	uint64_t job_seq;
+	uint64_t global_jobs; /* of the global set: they time the network probe */
 	/* liveness.c: the heartbeat timer and its last turn (scd_now_ms); this daemon said
 	 * goodbye */
 	uv_timer_t beat_timer;

@@ -147,7 +147,8 @@ int it_metrics(int argc, char **argv)
 	snprintf(name, sizeof(name), "metrics.t");
 
 	char *before = it_metrics_scrape(where);
-	snprintf(series, sizeof(series), "sparsecomm_tensor_calls_total{tensor=\"%s\"}", name);
+	snprintf(series, sizeof(series),
+		 "sparsecomm_tensor_calls_total{tensor=\"%s\",process_set=\"0\"}", name);
 	double calls0 = sample(before, series);
 	if (calls0 > 0)
 		IT_FAIL("%s is %g before any call", series, calls0);
@@ -168,11 +169,12 @@ int it_metrics(int argc, char **argv)
 	double calls = sample(after, series);
 	if (calls != IT_METRICS_CALLS)
 		IT_FAIL("%s is %g after %d calls", series, calls, IT_METRICS_CALLS);
-	snprintf(series, sizeof(series), "sparsecomm_tensor_errors_total{tensor=\"%s\"}", name);
+	snprintf(series, sizeof(series),
+		 "sparsecomm_tensor_errors_total{tensor=\"%s\",process_set=\"0\"}", name);
 	if (sample(after, series) != 0)
 		IT_FAIL("%s is %g", series, sample(after, series));
-	snprintf(series, sizeof(series), "sparsecomm_tensor_bytes_sent_total{tensor=\"%s\"}",
-		 name);
+	snprintf(series, sizeof(series),
+		 "sparsecomm_tensor_bytes_sent_total{tensor=\"%s\",process_set=\"0\"}", name);
 	double sent = sample(after, series),
 	       ctl_sent = it_stats_number(sock, name, "bytes_sent");
 	if (nodes > 1 && !(sent > 0))
@@ -188,8 +190,8 @@ int it_metrics(int argc, char **argv)
 	if (nodes > 1 && sent != one_round)
 		IT_FAIL("%s is %g; %d one-round allreduces of %d float32 over %d nodes send %g",
 			series, sent, IT_METRICS_CALLS, IT_METRICS_NUMEL, nodes, one_round);
-	snprintf(series, sizeof(series), "sparsecomm_tensor_seconds_total{tensor=\"%s\"}",
-		 name);
+	snprintf(series, sizeof(series),
+		 "sparsecomm_tensor_seconds_total{tensor=\"%s\",process_set=\"0\"}", name);
 	if (!(sample(after, series) > 0))
 		IT_FAIL("%s is %g", series, sample(after, series));
 	double buffers = family_sum(after, "sparsecomm_scheme_buffers_total") - buffers0;

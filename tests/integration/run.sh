@@ -233,6 +233,11 @@ run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
 # Grouped operations: a group's members held until all are ready on every rank and run in
 # one fused buffer; groups the ranks formed differently fail on every rank (world/group.c).
 run_case "group n=2" 2 1 180 0 2 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
+# Process sets: collectives among subsets of the trainers, as 2 nodes x 2 and 4 nodes x 1
+# (daemon/ctl/pset.h, client/lib/pset.c).
+run_case "psets n=2 per-node=2" 2 2 180 0 4 -- "$itest" psets
+run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
+run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree

@@ -155,3 +155,28 @@ UNIT_TEST(coll_words_from_the_network_are_checked)
 	CHECK_TRUE(!scd_coll_word_valid(9, 4));
 	CHECK_TRUE(!scd_coll_word_valid(SCD_OP_REDUCESCATTER | 4u << 3 | 7u, 4));
 }
+
+UNIT_TEST(coll_process_sets_runs_what_each_collective_can)
+{
+	char err[512];
+	/* the global set runs everything; any set runs the allreduce, broadcast, allgather */
+	for (int k = 0; k < SCD_COLL_COUNT; k++) {
+		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 0, 3, 2, 2, "t", err, 512),
+			     SC_OK);
+		int any = k == SCD_COLL_ALLREDUCE || k == SCD_COLL_BROADCAST ||
+			  k == SCD_COLL_ALLGATHER;
+		/* 3 trainers of two nodes of 2: a set that splits a node */
+		sc_status_t st =
+		    scd_coll_pset_check((scd_coll_kind_t)k, 2, 3, 2, 2, "t", err, 512);
+		CHECK_EQ_INT(st, any ? SC_OK : SC_ERR_UNSUPPORTED);
+		/* 4 trainers of two nodes of 2: whole nodes, every collective */
+		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 2, 4, 2, 2, "t", err, 512),
+			     SC_OK);
+	}
+	CHECK_EQ_INT(
+	    scd_coll_pset_check(SCD_COLL_ALLTOALL, 5, 3, 2, 2, "emb", err, sizeof(err)),
+	    SC_ERR_UNSUPPORTED);
+	CHECK_MSG(strstr(err, "alltoall of tensor 'emb' in process set 5 is not supported: the "
+			      "set holds 3 of its 2 nodes' 4 trainers"),
+		  "the refusal: '%s'", err);
+}

@@ -9,13 +9,8 @@
  */
 #include "unit.h"
 
-#include <errno.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "coll/bufctx.h"
 #include "engine/engine.h"
@@ -112,6 +107,14 @@ static void carry_rank(const carry_arg_t *a)
 	scd_transport_destroy(t);
 }
 
+static void carry_child(unit_mesh_t *m, int rank, void *arg)
+{
+	carry_arg_t a = *(const carry_arg_t *)arg;
+	(void)m;
+	a.rank = rank;
+	carry_rank(&a);
+}
+
 /* Runs the four ranks of one case; out[] gets what each reported. */
 static void run_case(carry_case_t kind, int bad, rank_out_t *out)
 {
@@ -119,26 +122,10 @@ static void run_case(carry_case_t kind, int bad, rank_out_t *out)
 	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", P, unit_rng()) == SC_OK, "prepare: %s",
 		  scd_transport_error());
 	memset(out, 0, sizeof(rank_out_t) * P);
-	pid_t pids[P];
-	for (int r = 0; r < P; r++) {
-		fflush(NULL);
-		pids[r] = fork();
-		CHECK_TRUE(pids[r] >= 0);
-		if (pids[r] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			carry_arg_t a = {&mesh, r, bad, kind, out};
-			carry_rank(&a);
-			_exit(0);
-		}
-	}
-	unit_mesh_release(&mesh);
-	for (int r = 0; r < P; r++) {
-		int status = 0;
-		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
-			;
-		CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0 && out[r].done,
-			  "rank %d failed (wait status 0x%x)", r, status);
-	}
+	carry_arg_t a = {&mesh, -1, bad, kind, out};
+	unit_mesh_fork(&mesh, carry_child, &a);
+	for (int r = 0; r < P; r++)
+		CHECK_MSG(out[r].done, "rank %d did not report", r);
 }
 
 static rank_out_t *shared_out(void)

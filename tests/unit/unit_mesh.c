@@ -1,7 +1,14 @@
 /* unit_mesh.c: see unit_mesh.h. */
 #include "unit_mesh.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "unit.h"
 
 sc_status_t unit_mesh_prepare(unit_mesh_t *m, const char *transport, int P, uint64_t world_id)
 {
@@ -47,5 +54,28 @@ void unit_mesh_release(unit_mesh_t *m)
 	for (int r = 0; r < m->P; r++) {
 		scd_transport_release(m->ep[r]);
 		m->ep[r] = NULL;
+	}
+}
+
+void unit_mesh_fork(unit_mesh_t *m, void (*fn)(unit_mesh_t *m, int rank, void *arg), void *arg)
+{
+	pid_t pids[UNIT_MESH_MAX_P];
+	for (int r = 0; r < m->P; r++) {
+		fflush(NULL);
+		pids[r] = fork();
+		CHECK_TRUE(pids[r] >= 0);
+		if (pids[r] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			fn(m, r, arg);
+			_exit(0);
+		}
+	}
+	unit_mesh_release(m);
+	for (int r = 0; r < m->P; r++) {
+		int status = 0;
+		while (waitpid(pids[r], &status, 0) < 0 && errno == EINTR)
+			;
+		CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			  "rank %d failed (wait status 0x%x)", r, status);
 	}
 }

@@ -27,5 +27,9 @@ sc_status_t unit_mesh_create(unit_mesh_t *m, int rank, size_t scratch_bytes, int
 			     scd_transport_t **t_p);
 /* Releases the endpoints still held (the parent, once its children have forked). */
 void unit_mesh_release(unit_mesh_t *m);
+/* Forks one child per rank of m (prepared), which runs fn(m, rank, arg) and exits 0 (a
+ * failed CHECK exits 1); releases the parent's endpoints and fails the test unless every
+ * child exits 0, naming the first that did not. */
+void unit_mesh_fork(unit_mesh_t *m, void (*fn)(unit_mesh_t *m, int rank, void *arg), void *arg);
 
 #endif

@@ -1,0 +1,48 @@
+/*
+ * psview.h: the engine's views of the mesh, one per process set (docs/design.md, "Process
+ * sets: the data plane"). A job of a set other than the global one (coll/job.h: pset,
+ * nodes) runs among its member nodes only, over the transport's view of their ranks
+ * (transport.h, subgroup); the engine keeps a small cache of them by set id, made on a
+ * set's first job, made anew when a job names other nodes for its set, and destroyed
+ * before the mesh they are views of (a re-formed world, the engine's end).
+ *
+ * Used by the engine's compute stage only; a view it destroys must not be in use by the
+ * communication stage, so the caller drains that stage first when scd_psviews_evicts
+ * says a view will go.
+ */
+#ifndef SCD_ENGINE_PSVIEW_H
+#define SCD_ENGINE_PSVIEW_H
+
+#include "coll/job.h"
+#include "transport/transport.h"
+
+/* Views kept at once (the least recently used goes beyond). */
+#define SCD_PSVIEWS_MAX 16
+
+typedef struct scd_psview {
+	uint32_t pset; /* 0: a free entry */
+	int n_nodes;
+	int *nodes;
+	scd_transport_t *t;
+	uint64_t last_use;
+} scd_psview_t;
+
+typedef struct scd_psviews {
+	scd_psview_t v[SCD_PSVIEWS_MAX];
+	uint64_t clock;
+	uint64_t serial; /* the serial of the last view made (transport.h) */
+} scd_psviews_t;
+
+/* The cached view of job's set over its nodes, or NULL when there is none yet. */
+scd_transport_t *scd_psviews_find(scd_psviews_t *c, const scd_job_t *job);
+/* Whether scd_psviews_make for job would destroy a view (the set's own, of other nodes,
+ * or the least recently used when the cache is full). */
+int scd_psviews_evicts(const scd_psviews_t *c, const scd_job_t *job);
+/* Makes job's set's view of mesh and keeps it (replacing what scd_psviews_evicts said).
+ * On failure, job->error says why (the transport's text). */
+sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t *job,
+			     scd_transport_t **t_p);
+/* Destroys every view (before their mesh goes). */
+void scd_psviews_clear(scd_psviews_t *c);
+
+#endif

@@ -1,0 +1,334 @@
+/*
+ * itest_psets.c: process sets (sc_process_set_add and friends; daemon/ctl/pset.h). Run
+ * with 4 trainers, as 2 nodes x 2 trainers and as 4 nodes x 1 (run.sh):
+ *
+ *   - sets {0, 2} and {1, 3} (one trainer of each node with 2 x 2), {0, 1} (within node 0
+ *     with 2 x 2) and {2, 3}, added by every rank: the same ids 1 to 4 everywhere, sizes
+ *     and ranks as given;
+ *   - the same name "w" registered in every set a rank belongs to, and in the global set:
+ *     sums and averages exact over each set's members only (each set its own tensor);
+ *   - two overlapping sets used at the same time ({0, 2} and {0, 1} by rank 0);
+ *   - a broadcast in {1, 3} from global rank 3, an allgather in {0, 2} of per-rank counts:
+ *     exact, in set rank order;
+ *   - errors on every rank alike: a non-member registering in a set, an add the ranks
+ *     disagree on (SC_ERR_MISMATCH naming them), an add with an out-of-range rank from
+ *     one rank (SC_ERR_INVALID naming it), an add of ranks a set already has;
+ *   - a set removed: unknown afterwards, its registration refused; the others still exact;
+ *   - with 4 nodes x 1: an allreduce in {0, 2} moves no byte of node 1 or node 3 (their
+ *     daemons' counters, sparsectl status, unchanged around it).
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PS_N 1000
+
+/* Element i of rank r's input: exact in float32 and distinct per rank. */
+static float ps_value(int r, size_t i)
+{
+	return (float)((r + 1) * 1000 + (int)(i % 97));
+}
+
+static void ps_fill(sc_tensor_t *t, int rank)
+{
+	float *v = sc_tensor_data(t);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++)
+		v[i] = ps_value(rank, i);
+}
+
+/* Checks t's sum (or average) over the n ranks of set. */
+static void ps_check(sc_tensor_t *t, const int *set, int n, int average, const char *what)
+{
+	const float *v = sc_tensor_data(t);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++) {
+		double want = 0;
+		for (int k = 0; k < n; k++)
+			want += ps_value(set[k], i);
+		if (average)
+			want /= n;
+		if (v[i] != (float)want)
+			IT_FAIL(
+			    "%s: element %zu is %g, expected %g (the %s over ranks %d..%d of "
+			    "%d)",
+			    what, i, (double)v[i], want, average ? "average" : "sum", set[0],
+			    set[n - 1], n);
+	}
+}
+
+static sc_tensor_t *ps_register(sc_client_t *c, const char *name, sc_dtype_t dtype,
+				size_t numel, int pset)
+{
+	sc_tensor_opts_t o;
+	memset(&o, 0, sizeof(o));
+	o.struct_size = sizeof(o);
+	o.process_set = pset;
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, dtype, numel, &o, &t),
+		    "registering '%s' in process set %d", name, pset);
+	return t;
+}
+
+static int ps_in(const int *set, int n, int rank)
+{
+	for (int k = 0; k < n; k++)
+		if (set[k] == rank)
+			return 1;
+	return 0;
+}
+
+static void ps_add(sc_client_t *c, const int *ranks, int n, int want_id)
+{
+	int id = -1;
+	IT_CHECK_SC(sc_process_set_add(c, ranks, n, IT_OP_TIMEOUT_MS, &id),
+		    "sc_process_set_add (set %d)", want_id);
+	if (id != want_id)
+		IT_FAIL("sc_process_set_add gave id %d, expected %d", id, want_id);
+	int got[8], mine = -1;
+	if (sc_process_set_size(c, id) != n || sc_process_set_ranks(c, id, got, 8) != n)
+		IT_FAIL("process set %d: size %d, expected %d", id, sc_process_set_size(c, id),
+			n);
+	for (int k = 0; k < n; k++) {
+		if (got[k] != ranks[k])
+			IT_FAIL("process set %d: rank %d at %d, expected %d", id, got[k], k,
+				ranks[k]);
+		if (ranks[k] == sc_rank(c))
+			mine = k;
+	}
+	if (sc_process_set_rank(c, id) != mine)
+		IT_FAIL("process set %d: this trainer's rank in it is %d, expected %d", id,
+			sc_process_set_rank(c, id), mine);
+}
+
+/* An add every rank must fail with st, its message naming rank blame (>= 0). */
+static void ps_add_fails(sc_client_t *c, const int *ranks, int n, sc_status_t st, int blame,
+			 const char *what)
+{
+	int id = -1;
+	sc_status_t got = sc_process_set_add(c, ranks, n, IT_ERROR_TIMEOUT_MS, &id);
+	if (got != st)
+		IT_FAIL("%s: sc_process_set_add gave %s (%s), expected %s", what,
+			sc_status_name(got), sc_last_error(), sc_status_name(st));
+	if (blame >= 0 && !it_mentions_rank(sc_last_error(), blame))
+		IT_FAIL("%s: the error does not name rank %d: %s", what, blame,
+			sc_last_error());
+	it_log("%s: %s", what, sc_last_error());
+}
+
+/* The bytes the node's daemon sent for all its tensors, from sparsectl stats. */
+static long long node_bytes(const char *sock)
+{
+	const char *args[] = {"stats", NULL};
+	char out[65536];
+	if (it_run_ctl(sock, out, sizeof(out), args) != 0)
+		IT_FAIL("sparsectl stats on %s failed: %.300s", sock, out);
+	long long sum = 0;
+	for (const char *p = out; (p = strstr(p, "\"bytes_sent\":")) != NULL; p++)
+		sum += atoll(p + strlen("\"bytes_sent\":"));
+	return sum;
+}
+
+int it_psets(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	if (size != 4)
+		IT_FAIL("process sets run with 4 trainers, not %d", size);
+	static const int sets[4][2] = {{0, 2}, {1, 3}, {0, 1}, {2, 3}};
+	for (int s = 0; s < 4; s++)
+		ps_add(c, sets[s], 2, s + 1);
+	if (sc_process_set_size(c, 0) != 4 || sc_process_set_rank(c, 0) != rank)
+		IT_FAIL("the global set: size %d, rank %d", sc_process_set_size(c, 0),
+			sc_process_set_rank(c, 0));
+	it_log("sets {0,2} {1,3} {0,1} {2,3} added as ids 1 to 4");
+
+	/* "w" in the global set and in each of this rank's sets: four tensors */
+	sc_tensor_t *w[5] = {0};
+	w[0] = ps_register(c, "w", SC_FLOAT32, PS_N, 0);
+	for (int s = 0; s < 4; s++)
+		if (ps_in(sets[s], 2, rank))
+			w[s + 1] = ps_register(c, "w", SC_FLOAT32, PS_N, s + 1);
+	static const int all[4] = {0, 1, 2, 3};
+	for (int step = 0; step < 3; step++) {
+		int avg = step == 2;
+		sc_reduce_op_t op = avg ? SC_OP_AVERAGE : SC_OP_SUM;
+		for (int s = 0; s <= 4; s++) {
+			if (!w[s])
+				continue;
+			ps_fill(w[s], rank);
+			IT_CHECK_SC(sc_allreduce(c, w[s], op, IT_OP_TIMEOUT_MS),
+				    "allreduce of 'w' in set %d, step %d", s, step);
+			char what[64];
+			snprintf(what, sizeof(what), "'w' in set %d, step %d", s, step);
+			ps_check(w[s], s ? sets[s - 1] : all, s ? 2 : 4, avg, what);
+		}
+	}
+	it_log("sums and averages of 'w' exact in the global set and each set");
+
+	/* overlapping sets at the same time: every set's operation in flight together */
+	sc_handle_t h[5] = {0};
+	for (int s = 1; s <= 4; s++)
+		if (w[s]) {
+			ps_fill(w[s], rank);
+			IT_CHECK_SC(sc_allreduce_async(c, w[s], SC_OP_SUM, &h[s]),
+				    "allreduce of 'w' in set %d", s);
+		}
+	for (int s = 1; s <= 4; s++)
+		if (w[s]) {
+			int r = it_wait(c, h[s], IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("'w' in set %d, in flight with the others: %s: %s", s,
+					it_wait_name(r), it_wait_error());
+			ps_check(w[s], sets[s - 1], 2, 0, "'w' with its sets in flight");
+		}
+	it_log("overlapping sets in flight together: exact");
+
+	/* broadcast in {1, 3} from global rank 3; allgather in {0, 2} */
+	if (ps_in(sets[1], 2, rank)) {
+		sc_tensor_t *b = ps_register(c, "b", SC_INT32, 64, 2);
+		int32_t *v = sc_tensor_data(b);
+		for (int i = 0; i < 64; i++)
+			v[i] = rank * 100 + i;
+		IT_CHECK_SC(sc_broadcast(c, b, 3, IT_OP_TIMEOUT_MS), "broadcast in set 2");
+		for (int i = 0; i < 64; i++)
+			if (v[i] != 300 + i)
+				IT_FAIL("broadcast in set 2 from rank 3: element %d is %d", i,
+					v[i]);
+	}
+	if (ps_in(sets[0], 2, rank)) {
+		sc_tensor_t *g = ps_register(c, "g", SC_INT32, 16, 1);
+		int32_t *v = sc_tensor_data(g);
+		int mine = rank == 0 ? 3 : 5;
+		for (int i = 0; i < mine; i++)
+			v[i] = rank * 10 + i;
+		sc_handle_t gh = 0;
+		IT_CHECK_SC(sc_allgather_async(c, g, (size_t)mine, &gh), "allgather in set 1");
+		int r = it_wait(c, gh, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("allgather in set 1: %s: %s", it_wait_name(r), it_wait_error());
+		static const int32_t want[8] = {0, 1, 2, 20, 21, 22, 23, 24};
+		if (sc_tensor_result_nnz(g) != 8 || memcmp(v, want, sizeof(want)))
+			IT_FAIL("allgather in set 1: %zu elements, first %d %d %d %d",
+				sc_tensor_result_nnz(g), v[0], v[1], v[3], v[7]);
+	}
+	it_log("broadcast in {1,3} from rank 3 and allgather in {0,2}: exact");
+
+	/* errors, alike on every rank */
+	if (!ps_in(sets[0], 2, rank)) {
+		sc_tensor_opts_t o;
+		memset(&o, 0, sizeof(o));
+		o.struct_size = sizeof(o);
+		o.process_set = 1;
+		sc_tensor_t *t = NULL;
+		sc_status_t st = sc_register_ex(c, "x", SC_FLOAT32, 4, &o, &t);
+		if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "process set 1"))
+			IT_FAIL("a non-member registering in set 1: %s (%s)",
+				sc_status_name(st), sc_last_error());
+	}
+	int mixed[2] = {0, rank == 0 ? 1 : 2};
+	ps_add_fails(c, mixed, 2, SC_ERR_MISMATCH, 1, "an add the ranks disagree on");
+	int bad[2] = {0, rank == 1 ? 9 : 3};
+	ps_add_fails(c, bad, 2, SC_ERR_INVALID, 1, "an add with rank 9 from rank 1");
+	ps_add_fails(c, sets[2], 2, SC_ERR_INVALID, -1, "an add of set 3's ranks again");
+	ps_add(c, (const int[]){1, 2, 3}, 3, 5); /* ids go on after refusals */
+	it_log("errors alike on every rank; the next add is id 5");
+
+	/* remove set 2: gone, its registration refused; the others go on */
+	if (w[2]) {
+		IT_CHECK_SC(sc_tensor_release(c, w[2]), "releasing 'w' of set 2");
+		w[2] = NULL;
+	}
+	IT_CHECK_SC(sc_process_set_remove(c, 2, IT_OP_TIMEOUT_MS), "removing set 2");
+	if (sc_process_set_size(c, 2) != -1)
+		IT_FAIL("set 2 still has size %d after its removal", sc_process_set_size(c, 2));
+	if (sc_process_set_remove(c, 0, IT_ERROR_TIMEOUT_MS) != SC_ERR_INVALID)
+		IT_FAIL("removing the global set was not refused: %s", sc_last_error());
+	for (int s = 1; s <= 4; s++)
+		if (w[s]) {
+			ps_fill(w[s], rank);
+			IT_CHECK_SC(sc_allreduce(c, w[s], SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "'w' in set %d after set 2 went", s);
+			ps_check(w[s], sets[s - 1], 2, 0, "'w' after a removal");
+		}
+	it_log("set 2 removed; the others exact");
+
+	/* 4 nodes x 1: an allreduce in {0, 2} leaves nodes 1 and 3 out of the data plane */
+	if (sc_local_size(c) == 1) {
+		it_sparsectl_find();
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+		long long before = node_bytes(it_env.socket);
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+		sc_tensor_t *big = w[1] ? ps_register(c, "big", SC_FLOAT32, 1 << 18, 1) : NULL;
+		if (big) {
+			ps_fill(big, rank);
+			IT_CHECK_SC(sc_allreduce(c, big, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "1 MiB allreduce in set 1");
+			ps_check(big, sets[0], 2, 0, "'big' in set 1");
+		}
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+		long long moved = node_bytes(it_env.socket) - before;
+		it_log("node %d moved %lld bytes during a 1 MiB allreduce in {0, 2}", rank,
+		       moved);
+		if (big && moved < (1 << 20) / 2)
+			IT_FAIL("node %d is in set 1 but moved only %lld bytes", rank, moved);
+		/* barriers go through the coordinator, not the data plane */
+		if (!big && moved != 0)
+			IT_FAIL("node %d is outside set 1 but moved %lld bytes", rank, moved);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
+ * psets-killed, 4 nodes x 1: sets {0, 1} and {2, 3}; rank 3 dies. An allreduce of the
+ * global set and one of {2, 3} fail on the ranks left, naming rank 3; {0, 1} goes on,
+ * exact, step after step.
+ */
+int it_psets_killed(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) != 4)
+		IT_FAIL("runs with 4 trainers, not %d", sc_size(c));
+	static const int low[2] = {0, 1}, high[2] = {2, 3};
+	ps_add(c, low, 2, 1);
+	ps_add(c, high, 2, 2);
+	sc_tensor_t *g = ps_register(c, "g", SC_FLOAT32, PS_N, 0);
+	sc_tensor_t *w = ps_register(c, "w", SC_FLOAT32, PS_N, rank < 2 ? 1 : 2);
+	ps_fill(w, rank);
+	IT_CHECK_SC(sc_allreduce(c, w, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'w' before the death");
+	ps_check(w, rank < 2 ? low : high, 2, 0, "'w' before the death");
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+	if (rank == 3) {
+		it_log("dying");
+		fflush(NULL);
+		raise(SIGKILL);
+		IT_FAIL("still alive after SIGKILL");
+	}
+	if (rank == 2) {
+		ps_fill(w, rank);
+		sc_status_t st = sc_allreduce(c, w, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+		if (st == SC_OK || !it_mentions_rank(sc_last_error(), 3))
+			IT_FAIL("'w' of {2, 3} after rank 3 died: %s (%s)", sc_status_name(st),
+				sc_last_error());
+		it_log("'w' of {2, 3}: %s", sc_last_error());
+	} else {
+		for (int step = 0; step < 3; step++) {
+			ps_fill(w, rank);
+			IT_CHECK_SC(sc_allreduce(c, w, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "'w' of {0, 1} after rank 3 died, step %d", step);
+			ps_check(w, low, 2, 0, "'w' of {0, 1} after rank 3 died");
+		}
+		it_log("{0, 1} went on, exact, after rank 3 died");
+	}
+	ps_fill(g, rank);
+	sc_status_t st = sc_allreduce(c, g, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+	if (st == SC_OK || !it_mentions_rank(sc_last_error(), 3))
+		IT_FAIL("'g' of every rank after rank 3 died: %s (%s)", sc_status_name(st),
+			sc_last_error());
+	it_log("'g' of every rank: %s", sc_last_error());
+	sc_finalize(c);
+	it_pass();
+}
