@@ -206,7 +206,10 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
         raise
     lib = _lib.load()
     h = _lib.c_handle()
-    counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[me]))
+    # one count per trainer of the job (sc_alltoall_async): a member's at its global rank
+    counts = (ctypes.c_size_t * c.size)()
+    for q in range(P):
+        counts[ps.ranks[q]] = int(S[me, q]) * row
     _member(c, e, gid)
     st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
     if st != _lib.SC_OK:
@@ -214,7 +217,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
         raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
 
     def finish():
-        got = (ctypes.c_size_t * P)()
+        got = (ctypes.c_size_t * P)()  # from each rank the alltoall ran over, in order
         st = lib.sc_tensor_result_counts(e.ptr, got, P)
         if st != _lib.SC_OK:
             raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)

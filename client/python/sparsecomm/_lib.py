@@ -27,7 +27,7 @@ import threading
 
 # ---- constants mirrored from sparsecomm.h --------------------------------------------
 
-SC_PROTOCOL_VERSION = 4
+SC_PROTOCOL_VERSION = 5
 
 # name (without the SC_ prefix) -> value, in the order of SC_STATUS_MAP.
 STATUS_VALUES = {

@@ -227,7 +227,7 @@ def _dynamic(c, what):
         v = os.environ.get(var, "").strip().lower()
         if v in ("1", "true", "yes", "on") or (v.isdigit() and int(v) > 0):
             return
-    raise ValueError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 (or SPARSECOMM_DYNAMIC_PROCESS_SETS=1"
+    raise ProcessSetError("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 (or SPARSECOMM_DYNAMIC_PROCESS_SETS=1"
                      ", or init(process_sets=\"dynamic\")) to allow %s process sets after "
                      "initialization" % what)
 
