@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Run under sparsecomm-run with 4 trainers (2 nodes x 2, and 4 nodes x 1): Horovod's
 process sets through the Python binding, against real daemons.  The sets, added by
-init(process_sets=...): A = [0, 2] and B = [1, 3] (across the nodes of 2 x 2), C = [0, 1]
+init(process_sets=...) (with --dynamic-init: by add_process_set after
+init(process_sets="dynamic")): A = [0, 2] and B = [1, 3] (across the nodes of 2 x 2), C = [0, 1]
 (within one node of 2 x 2), D = [0, 1, 2] and E = [1, 2, 3] (overlapping).  Prints
 `CHECK <name> ok` or `CHECK <name> FAIL <why>` per check on every rank (a non-member
 checks that it is refused); exits 1 if any failed."""
@@ -29,10 +30,17 @@ if not sc._lib.has("sc_process_set_add"):
     print("SKIP psets: %s has no process sets (sc_process_set_add)" % sc._lib.library_path(),
           flush=True)
     sys.exit(0)
-hvd.init(timeout=60, process_sets=SETS)
+# --dynamic-init: init(process_sets="dynamic"), then the sets added one by one, which that
+# allows without $HOROVOD_DYNAMIC_PROCESS_SETS
+DYNAMIC_INIT = "--dynamic-init" in sys.argv
+if DYNAMIC_INIT:
+    hvd.init(timeout=60, process_sets="dynamic")
+    assert [hvd.add_process_set(ps) for ps in SETS] == SETS
+else:
+    hvd.init(timeout=60, process_sets=SETS)
 R, P = hvd.rank(), hvd.size()
 assert P == 4, "worker_psets.py runs with 4 trainers, not %d" % P
-check = Checks(sys.argv[1:])
+check = Checks([a for a in sys.argv[1:] if a != "--dynamic-init"])
 
 
 @check
@@ -250,11 +258,18 @@ def barrier_per_set():
         assert "join" in str(e), e
 
 
+def every_node(ps):
+    """Whether ps has a member on every node."""
+    L = hvd.local_size()
+    return {r // L for r in ps.ranks} == set(range(P // L))
+
+
 @check
 def grouped_allreduce_per_set():
-    # sets over every node (on 2 nodes x 2); see grouped_in_a_set_of_some_nodes
-    for ps in (B, E):
-        if not ps.included():
+    # sets with a member on every node (on 2 nodes x 2: A, B, D, E); the sets that leave
+    # a node out are grouped_in_a_set_of_some_nodes'
+    for ps in SETS:
+        if not ps.included() or not every_node(ps):
             continue
         ts = [torch.full((10,), float(R)), torch.full((3, 3), float(R * 2))]
         got = hvd.grouped_allreduce(ts, name="grp", op=hvd.Sum, process_set=ps)
@@ -325,8 +340,9 @@ def two_tower_optimizers():
 @check
 def dynamic_add_and_remove():
     dynamic(False)
-    refused(lambda: hvd.add_process_set([0, 3]), "HOROVOD_DYNAMIC_PROCESS_SETS")
-    refused(lambda: hvd.remove_process_set(A), "HOROVOD_DYNAMIC_PROCESS_SETS")
+    if not DYNAMIC_INIT:  # sets given to init do not allow adding or removing later
+        refused(lambda: hvd.add_process_set([0, 3]), "HOROVOD_DYNAMIC_PROCESS_SETS")
+        refused(lambda: hvd.remove_process_set(A), "HOROVOD_DYNAMIC_PROCESS_SETS")
     dynamic(True)
     ps = hvd.add_process_set([3, 0])
     assert isinstance(ps, hvd.ProcessSet) and ps.process_set_id == 6 and ps.ranks == [0, 3], ps
@@ -403,22 +419,8 @@ def errors_on_every_member():
 # whose negotiation in a set that leaves out some nodes is the daemons' to get right.
 
 @check
-def grouped_in_a_set_of_some_nodes():
-    # C = [0, 1]: node 0 alone on 2 nodes x 2, nodes 0 and 1 of 4 on 4 nodes x 1
-    for ps in members(C):
-        ts = [torch.full((10,), float(R)), torch.full((3, 3), float(R * 2))]
-        got = hvd.grouped_allreduce(ts, name="grp.some", op=hvd.Sum, process_set=ps,
-                                    timeout=20)
-        assert torch.equal(got[0], torch.full((10,), 1.0)) and \
-            torch.equal(got[1], torch.full((3, 3), 2.0)), got
-        x = torch.full((ps.rank() + 1, 2), float(R))
-        g = hvd.grouped_allgather([x, x * 2], name="agg", process_set=ps, timeout=20)
-        want = torch.cat([torch.full((j + 1, 2), float(r)) for j, r in enumerate(ps.ranks)])
-        assert torch.equal(g[0], want) and torch.equal(g[1], want * 2), g
-
-
-@check
 def alltoall_per_set():
+    hvd.barrier()  # every rank starts here, whatever the checks above left
     for ps in SETS:
         if not ps.included() or not whole_nodes(ps):
             continue
@@ -438,6 +440,26 @@ def alltoall_per_set():
             want.append(src[at:at + split(j, i)])
         assert torch.equal(got, torch.cat(want)), (ps, got, want)
         assert rsp.tolist() == [split(j, i) for j in range(n)], (ps, rsp)
+
+
+@check
+def grouped_in_a_set_of_some_nodes():
+    # C = [0, 1]: node 0 alone on 2 nodes x 2, nodes 0 and 1 of 4 on 4 nodes x 1; B and E
+    # too on 4 nodes x 1
+    hvd.barrier()  # every rank starts here, whatever the checks above left
+    for ps in SETS:
+        if not ps.included() or every_node(ps):
+            continue
+        ts = [torch.full((10,), float(R)), torch.full((3, 3), float(R * 2))]
+        got = hvd.grouped_allreduce(ts, name="grp.some", op=hvd.Sum, process_set=ps,
+                                    timeout=20)
+        s = float(sum(ps.ranks))
+        assert torch.equal(got[0], torch.full((10,), s)) and \
+            torch.equal(got[1], torch.full((3, 3), 2 * s)), (ps, got)
+        x = torch.full((ps.rank() + 1, 2), float(R))
+        g = hvd.grouped_allgather([x, x * 2], name="agg", process_set=ps, timeout=20)
+        want = torch.cat([torch.full((j + 1, 2), float(r)) for j, r in enumerate(ps.ranks)])
+        assert torch.equal(g[0], want) and torch.equal(g[1], want * 2), (ps, g)
 
 
 hvd.shutdown()
