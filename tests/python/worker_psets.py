@@ -398,15 +398,17 @@ def errors_on_every_member():
             refused(lambda: hvd.allgather(torch.ones(1, 1), process_set=ps), "rank %d" % R)
             refused(lambda: hvd.barrier(process_set=ps), "rank %d" % R)
     dynamic(True)
-    cases = [([1, 2] if R == 0 else [2, 3], "SC_ERR_MISMATCH"),  # rank 0 disagrees
-             ([0, 7], "SC_ERR_INVALID"),  # rank 7 is not in the job
-             ([0, 2], "SC_ERR_INVALID")]  # the ranks of A, added already
-    for ranks, status in cases:
+    cases = [([1, 2] if R == 0 else [2, 3], "SC_ERR_MISMATCH",  # rank 0 disagrees
+              "rank 0 asked to add [1, 2], rank 1 to add [2, 3]"),
+             ([0, 7], "SC_ERR_INVALID", "rank 7 is out of range"),  # not in the job
+             ([0, 2], "SC_ERR_INVALID", "process set 1 has these ranks")]  # A's
+    for ranks, status, text in cases:
         try:
             hvd.add_process_set(ranks)
             raise AssertionError("add_process_set(%s) was accepted on rank %d" % (ranks, R))
         except sc.ProcessSetError as e:
-            assert isinstance(e, ValueError) and e.status_name == status, (ranks, e)
+            assert isinstance(e, ValueError) and e.status_name == status and \
+                text in e.message, (ranks, e)
     ok = hvd.add_process_set([0, 1, 3])  # the failures left nothing behind
     for m in members(ok):
         got = hvd.allreduce(torch.ones(2), name="after", op=hvd.Sum, process_set=m)
