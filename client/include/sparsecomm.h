@@ -482,6 +482,17 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * node's local step covers the members on the node, and only nodes with a member take
  * part in the exchange, over their own part of the mesh.
  *
+ * In a set, the collectives' ranks are the set's: an allgather concatenates its members'
+ * elements in set rank order (ascending global ranks), an alltoall takes and gives one
+ * count per member (sc_process_set_size of them, in that order), and an average divides by
+ * the set's size; a broadcast's root_rank stays a global rank, which must be a member
+ * (else SC_ERR_INVALID naming the set). A reduce-scatter, an alltoall and an Adasum run in
+ * a set that holds every trainer of each of its nodes; in a set that splits a node they
+ * fail on every member with SC_ERR_UNSUPPORTED naming the set. GPU tensors of a set take
+ * the set's own NCCL communicator (made over the set's nodes on its first GPU buffer) or
+ * the set's part of the tcp mesh, as the transport key decides for every GPU buffer. A
+ * submission of a tensor whose set was removed fails with SC_ERR_ABORTED.
+ *
  * sc_process_set_add is collective: every trainer of the job calls it, with the same
  * ranks (any order, no repeats, each 0 to sc_size - 1), in the same order of process set
  * calls. It returns the new set's id (1, 2, ... in the order of additions; ids are not

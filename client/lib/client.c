@@ -927,6 +927,12 @@ static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op, uint32_
 	return SC_OK;
 }
 
+/* The trainers an alltoall of t exchanges with: the job's, or its process set's. */
+static int a2a_peers(const sc_client_t *c, const sc_tensor_t *t)
+{
+	return t->pset ? sc_process_set_size(c, t->pset) : c->size;
+}
+
 /* The checks of q's body that need the client and the tensor: a reduction the library
  * knows, a root that is a rank of the job, rows that divide the tensor, an allgather's
  * count within it, a COO input registered with a COO area. */
@@ -944,6 +950,12 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
 			    "rank %d: broadcast of tensor '%s': root rank %u is not a rank of "
 			    "the job (0 to %d)",
 			    c->rank, t->name, q->broadcast->root_rank, c->size - 1);
+		if (t->pset && !scl_pset_has(c, t->pset, (int)q->broadcast->root_rank))
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: broadcast of tensor '%s': root rank %u is not a "
+			    "member of process set %d",
+			    c->rank, t->name, q->broadcast->root_rank, t->pset);
 		return SC_OK;
 	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
 		if (rs->row_elems == 0 || t->numel % rs->row_elems)
@@ -1017,15 +1029,16 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 	q->tensor_id = t->tensor_id;
 	q->handle = h;
 	uint64_t *counts = NULL;
-	if (a2a && c->size > 0 && !(counts = malloc(sizeof(*counts) * (size_t)c->size)))
+	int peers = a2a_peers(c, t); /* one count each */
+	if (a2a && peers > 0 && !(counts = malloc(sizeof(*counts) * (size_t)peers)))
 		return scl_error(SC_ERR_NOMEM,
 				 "rank %d: alltoall of tensor '%s': out of memory", c->rank,
 				 t->name);
-	for (int r = 0; counts && r < c->size; r++)
+	for (int r = 0; counts && r < peers; r++)
 		counts[r] = send_counts[r];
 	if (a2a) {
 		q->alltoall->send_counts = counts;
-		q->alltoall->n_send_counts = counts ? (size_t)c->size : 0;
+		q->alltoall->n_send_counts = counts ? (size_t)peers : 0;
 	}
 	msg.seq = h;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
@@ -1071,8 +1084,9 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 	if (q->body_case != SPARSECOMM__COLLECTIVE__BODY_BROADCAST &&
 	    (q->body_case != SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE || q->allreduce->coo))
 		scl_tensor_result_reset(t);
-	if (a2a && t->a2a_cap < c->size) {
-		uint64_t *a = realloc(t->a2a_recv, sizeof(*a) * (size_t)c->size);
+	if (a2a && t->a2a_cap != peers) {
+		uint64_t *a =
+		    realloc(t->a2a_recv, sizeof(*a) * (size_t)(peers > 0 ? peers : 1));
 		if (!a) {
 			st = scl_error(SC_ERR_NOMEM,
 				       "rank %d: alltoall of tensor '%s': out of memory",
@@ -1080,7 +1094,7 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 			goto err_unlock;
 		}
 		t->a2a_recv = a;
-		t->a2a_cap = c->size;
+		t->a2a_cap = peers;
 	}
 	t->a2a_n = 0;
 	slot = &c->ops[h % SCL_OP_BUCKETS];

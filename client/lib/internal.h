@@ -133,6 +133,8 @@ struct sc_client {
 /* ---- process sets (pset.c) ---- */
 /* SC_OK when this trainer may register name in process set id, else the error. */
 sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name);
+/* Whether trainer rank is a member of process set id. */
+int scl_pset_has(const sc_client_t *c, int id, int rank);
 void scl_pset_free_all(sc_client_t *c);
 
 /* ---- errors and logging (client.c) ---- */

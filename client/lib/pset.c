@@ -1,10 +1,10 @@
 /*
  * pset.c: process sets (sparsecomm.h, "Process sets"). Adding or removing a set is a
  * collective of every trainer of the job, in three steps:
- *   1. the trainers agree: each contributes what it was asked ({op, n, ranks as given}) to
- *      an allgather over the global set, and every trainer checks every contribution the
- *      same way, so an invalid or a differing request fails on every trainer alike, naming
- *      the trainers;
+ *   1. the trainers agree: each contributes what it was asked ({op, id, n, ranks as given};
+ *      an addition's id is the trainer's count of additions plus one) to an allgather over
+ *      the global set, and every trainer checks every contribution the same way, so an
+ *      invalid or a differing request fails on every trainer alike, naming the trainers;
  *   2. each trainer tells its node's daemon the agreed set (its id: the job's count of
  *      additions, the same on every trainer), which records it (daemon/ctl/pset.h);
  *   3. a barrier: once it completes, every daemon knows the set, so no announcement of the
@@ -48,7 +48,7 @@ static void ranks_text(const int32_t *list, int n, char *buf, size_t cap)
 
 /* One trainer's contribution, parsed: op, count, its ranks (sorted copy). */
 typedef struct {
-	int op, n;
+	int op, id, n;
 	const int32_t *given;
 	int32_t *sorted;
 } ps_vote_t;
@@ -57,7 +57,7 @@ typedef struct {
 static int vote_invalid(const sc_client_t *c, const ps_vote_t *v, char *why, size_t len)
 {
 	if (v->op == PS_REMOVE) {
-		int id = v->n == 1 ? v->given[0] : -1;
+		int id = v->id;
 		pthread_mutex_lock((pthread_mutex_t *)&c->mu);
 		int known = id > 0 && pset_find(c, id);
 		pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
@@ -87,7 +87,7 @@ static int vote_invalid(const sc_client_t *c, const ps_vote_t *v, char *why, siz
 
 static int votes_differ(const ps_vote_t *a, const ps_vote_t *b)
 {
-	return a->op != b->op || a->n != b->n ||
+	return a->op != b->op || a->id != b->id || a->n != b->n ||
 	       memcmp(a->sorted, b->sorted, sizeof(int32_t) * (size_t)a->n);
 }
 
@@ -97,24 +97,25 @@ static sc_status_t votes_parse(const sc_client_t *c, int32_t *buf, size_t total,
 {
 	size_t off = 0;
 	for (int r = 0; r < c->size; r++) {
-		if (off + 2 > total)
+		if (off + 3 > total)
 			return scl_error(SC_ERR_PROTOCOL, "%s: rank %d's request is missing",
 					 what, r);
 		ps_vote_t *v = &votes[r];
 		v->op = buf[off];
-		v->n = buf[off + 1];
+		v->id = buf[off + 1];
+		v->n = buf[off + 2];
 		size_t m = v->n > 0 && v->n <= c->size ? (size_t)v->n : 0;
-		if (off + 2 + m > total)
+		if (off + 3 + m > total)
 			return scl_error(SC_ERR_PROTOCOL, "%s: rank %d's request is cut short",
 					 what, r);
-		v->given = buf + off + 2;
+		v->given = buf + off + 3;
 		v->sorted = malloc(sizeof(int32_t) * (m + 1));
 		if (!v->sorted)
 			return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
 		memcpy(v->sorted, v->given, sizeof(int32_t) * m);
 		if (v->op == PS_ADD)
 			qsort(v->sorted, m, sizeof(int32_t), cmp_int);
-		off += 2 + m;
+		off += 3 + m;
 	}
 	return SC_OK;
 }
@@ -122,15 +123,15 @@ static sc_status_t votes_parse(const sc_client_t *c, int32_t *buf, size_t total,
 /* Step 1: every trainer's request, gathered; SC_OK when they are valid and alike, else the
  * same error on every trainer. votes[size] are filled (their sorted copies freed by the
  * caller). */
-static sc_status_t agree(sc_client_t *c, int op, const int *ranks, int n, int timeout_ms,
-			 ps_vote_t *votes, const char *what)
+static sc_status_t agree(sc_client_t *c, int op, int id, const int *ranks, int n,
+			 int timeout_ms, ps_vote_t *votes, const char *what)
 {
 	char name[64];
 	pthread_mutex_lock(&c->mu);
 	uint64_t call = ++c->pset_calls;
 	pthread_mutex_unlock(&c->mu);
 	snprintf(name, sizeof(name), "sparsecomm.process_set.%llu", (unsigned long long)call);
-	size_t per = (size_t)c->size + 2;
+	size_t per = (size_t)c->size + 3;
 	sc_tensor_t *t = NULL;
 	sc_status_t st = sc_register(c, name, SC_INT32, per * (size_t)c->size, &t);
 	if (st != SC_OK)
@@ -138,11 +139,12 @@ static sc_status_t agree(sc_client_t *c, int op, const int *ranks, int n, int ti
 	int32_t *buf = sc_tensor_data(t);
 	size_t m = n > 0 && n <= c->size ? (size_t)n : 0;
 	buf[0] = op;
-	buf[1] = n;
+	buf[1] = id;
+	buf[2] = n;
 	for (size_t i = 0; i < m; i++)
-		buf[2 + i] = ranks[i];
+		buf[3 + i] = ranks[i];
 	sc_handle_t h = 0;
-	st = sc_allgather_async(c, t, 2 + m, &h);
+	st = sc_allgather_async(c, t, 3 + m, &h);
 	if (st == SC_OK)
 		st = sc_wait(c, h, timeout_ms);
 	if (st == SC_OK)
@@ -164,10 +166,10 @@ static sc_status_t agree(sc_client_t *c, int op, const int *ranks, int n, int ti
 			ranks_text(votes[r].sorted, votes[r].n, b, sizeof(b));
 			st = scl_error(
 			    SC_ERR_MISMATCH,
-			    "%s: the ranks disagree: rank 0 asked to %s [%s], rank %d "
-			    "to %s [%s]",
-			    what, votes[0].op == PS_ADD ? "add" : "remove", a, r,
-			    votes[r].op == PS_ADD ? "add" : "remove", b);
+			    "%s: the ranks disagree: rank 0 asked to %s set %d [%s], rank "
+			    "%d to %s set %d [%s]",
+			    what, votes[0].op == PS_ADD ? "add" : "remove", votes[0].id, a, r,
+			    votes[r].op == PS_ADD ? "add" : "remove", votes[r].id, b);
 			goto out;
 		}
 out:
@@ -180,6 +182,18 @@ static void votes_free(ps_vote_t *votes, int n)
 	for (int i = 0; votes && i < n; i++)
 		free(votes[i].sorted);
 	free(votes);
+}
+
+/* Step 3: every trainer waits for every other's daemon to know the set, whatever happened
+ * here (the others count on this trainer's barrier); st, what happened, is kept. */
+static sc_status_t barrier_after(sc_client_t *c, sc_status_t st, int timeout_ms)
+{
+	char text[SCL_ERR_MAX];
+	snprintf(text, sizeof(text), "%s", st != SC_OK ? sc_last_error() : "");
+	sc_status_t bst = sc_barrier(c, timeout_ms);
+	if (st != SC_OK)
+		return scl_error(st, "%s", text);
+	return bst;
 }
 
 /* Steps 2 and 3: the daemon learns the set (or forgets it), then every trainer waits for
@@ -202,7 +216,7 @@ static sc_status_t tell_daemon(sc_client_t *c, int id, const int32_t *ranks, int
 			       (int)reply->body_case);
 	if (reply)
 		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
-	return st == SC_OK ? sc_barrier(c, timeout_ms) : st;
+	return barrier_after(c, st, timeout_ms);
 }
 
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
@@ -215,14 +229,17 @@ SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int
 	ps_vote_t *votes = calloc((size_t)client->size, sizeof(*votes));
 	if (!votes)
 		return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
-	sc_status_t st = agree(client, PS_ADD, ranks, n_ranks, timeout_ms, votes, what);
+	pthread_mutex_lock(&client->mu);
+	int next = client->pset_next_id + 1;
+	pthread_mutex_unlock(&client->mu);
+	sc_status_t st = agree(client, PS_ADD, next, ranks, n_ranks, timeout_ms, votes, what);
 	if (st != SC_OK) {
 		votes_free(votes, client->size);
 		return st;
 	}
 	const ps_vote_t *v = &votes[0];
 	pthread_mutex_lock(&client->mu);
-	int id = client->pset_next_id + 1, same = 0;
+	int id = v->id, same = 0;
 	for (int i = 0; i < client->n_psets && !same; i++)
 		if (client->psets[i].n == v->n &&
 		    !memcmp(client->psets[i].ranks, v->sorted, sizeof(int32_t) * (size_t)v->n))
@@ -245,7 +262,8 @@ SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int
 	}
 	if (!room) {
 		votes_free(votes, client->size);
-		return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
+		return barrier_after(client, scl_error(SC_ERR_NOMEM, "%s: out of memory", what),
+				     timeout_ms);
 	}
 	snprintf(what, sizeof(what), "rank %d: adding process set %d", client->rank, id);
 	st = tell_daemon(client, id, v->sorted, v->n, 0, timeout_ms, what);
@@ -272,11 +290,11 @@ SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeou
 	ps_vote_t *votes = calloc((size_t)client->size, sizeof(*votes));
 	if (!votes)
 		return scl_error(SC_ERR_NOMEM, "%s: out of memory", what);
-	int arg = id;
-	sc_status_t st = agree(client, PS_REMOVE, &arg, 1, timeout_ms, votes, what);
+	sc_status_t st = agree(client, PS_REMOVE, id, NULL, 0, timeout_ms, votes, what);
 	votes_free(votes, client->size);
 	if (st != SC_OK)
 		return st;
+	st = tell_daemon(client, id, NULL, 0, 1, timeout_ms, what);
 	pthread_mutex_lock(&client->mu);
 	for (int i = 0; i < client->n_psets; i++)
 		if (client->psets[i].id == id) {
@@ -285,7 +303,7 @@ SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeou
 			break;
 		}
 	pthread_mutex_unlock(&client->mu);
-	return tell_daemon(client, id, NULL, 0, 1, timeout_ms, what);
+	return st;
 }
 
 /* The set's rank list into ranks (cap of them), its size, and this trainer's rank in it;
@@ -359,4 +377,17 @@ void scl_pset_free_all(sc_client_t *c)
 	free(c->psets);
 	c->psets = NULL;
 	c->n_psets = c->cap_psets = 0;
+}
+
+int scl_pset_has(const sc_client_t *c, int id, int rank)
+{
+	if (id == SC_PROCESS_SET_GLOBAL)
+		return rank >= 0 && rank < c->size;
+	int in = 0;
+	pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+	const struct scl_pset *p = pset_find(c, id);
+	for (int i = 0; p && i < p->n && !in; i++)
+		in = p->ranks[i] == rank;
+	pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+	return in;
 }

@@ -867,7 +867,13 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	/* the network costs every rank agreed on when this buffer first runs, taken here in
 	 * the communication stage, after any probe before it: the compute stage that made
 	 * the context may have run beside that probe */
-	if (!b->net_fixed || b->net_t != t || b->net_serial != t->serial) {
+	if (b->net_fixed && b->net_t != t && b->net_serial == t->serial &&
+	    (t->serial & SCD_SERIAL_VIEW)) {
+		/* a process set's view made again on this node alone (engine/psview.h): the
+		 * same place, so the costs stay those every member still uses */
+		scd_scheme_ctx_set_transport(b->sctx, t);
+		b->net_t = t;
+	} else if (!b->net_fixed || b->net_t != t || b->net_serial != t->serial) {
 		scd_scheme_ctx_set_net(b->sctx, alpha_s, beta_s_per_byte);
 		scd_scheme_ctx_set_transport(b->sctx, t);
 		b->net_fixed = 1;

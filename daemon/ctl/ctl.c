@@ -261,13 +261,19 @@ const scd_pset_t *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id)
 }
 
 /* The local submissions a node tensor waits for: every trainer of the node, a joined one
- * counting as having submitted; in a process set, its members on this node. */
+ * counting as having submitted; in a process set, its members on this node, likewise. */
 static int local_members(const scd_ctl_t *ctl, const scd_ntensor_t *nt)
 {
 	if (!nt->pset)
 		return ctl->d->local_size - ctl->n_joined;
 	const scd_pset_t *p = scd_psets_find(&ctl->psets, nt->pset);
-	return p ? p->n_local : ctl->d->local_size;
+	if (!p)
+		return ctl->d->local_size;
+	int n = p->n_local;
+	for (const scd_session_t *s = ctl->n_joined ? ctl->sessions : NULL; s; s = s->next)
+		n -= s->join_handle && s->local_rank >= 0 &&
+		     (p->local_mask >> s->local_rank & 1);
+	return n;
 }
 
 /* A node tensor every local trainer has submitted, a joined one counting as having
@@ -980,6 +986,9 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	scd_ntensor_t *nt = r->nt;
 	int trainers = ctl->d->world_size * ctl->d->local_size;
 	int rank = ctl->d->rank * ctl->d->local_size + r->local_rank;
+	/* a process set's tensor: its set, and the trainers an alltoall of it addresses */
+	const scd_pset_t *ps = nt->pset ? scd_psets_find(&ctl->psets, nt->pset) : NULL;
+	int peers = ps ? ps->n_ranks : trainers;
 	scd_ctl_req_t q = {0};
 	sc_status_t st = SC_OK;
 	const scd_reg_t *peer;
@@ -991,10 +1000,23 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err), "tensor '%s' already has an operation in flight",
 			 nt->name);
+	} else if (nt->pset && !ps) {
+		st = SC_ERR_ABORTED;
+		snprintf(err, sizeof(err),
+			 "operation on tensor '%s' refused: process set %u was removed",
+			 nt->name, nt->pset);
 	} else if ((st = scd_ctl_collective_decode(r, rank, trainers, a, &q, err,
 						   sizeof(err))) != SC_OK) {
 		if (st == SC_ERR_PROTOCOL) /* the others would wait for this one's step */
 			refuse_step(ctl, s, nt, r, st, err);
+	} else if (ps && q.rq.coll.kind == SCD_COLL_BROADCAST &&
+		   !scd_pset_member(ps, (int)q.rq.coll.root)) {
+		st = SC_ERR_INVALID;
+		snprintf(err, sizeof(err),
+			 "broadcast of tensor '%s': rank %d gave root rank %u, which is not a "
+			 "member of process set %u",
+			 nt->name, rank, q.rq.coll.root, nt->pset);
+		refuse_step(ctl, s, nt, r, st, err);
 	} else if (!a->group != !a->group_size || a->group_size > SC_GROUP_MAX) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
@@ -1049,7 +1071,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->group = a->group;
 	r->group_size = a->group_size;
 	if (q.a2a)
-		scd_ctl_a2a_take(r, q.a2a, trainers, nt->numel);
+		scd_ctl_a2a_take(r, q.a2a, peers, nt->numel);
 	send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->coll = q.rq.coll;

@@ -313,12 +313,22 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 			    scd_coll_ctx_t *x, int all_cuda)
 {
 	sc_status_t st;
-	/* a process set's job takes its view of the mesh, staged (gpunet's NCCL
-	 * communicators are the world's) */
-	if (all_cuda && c->gpunet && !job->nodes &&
-	    (st = scd_gpunet_pick(e->gpunet, e->transport, job->timeout_ms, &x->t,
-				  &x->t_alpha_s, &x->t_beta_s_per_byte, job->error,
-				  sizeof(job->error))) != SC_OK) {
+	/* a process set's job picks over its view, with the set's own communicator */
+	scd_gpunet_t *g = job->nodes
+			      ? scd_psviews_gpunet(&e->views, job, e->p.transport, e->p.secret)
+			      : e->gpunet;
+	if (all_cuda && c->gpunet && !g) {
+		st = job->status = SC_ERR_NOMEM;
+		snprintf(job->error, sizeof(job->error),
+			 "process set %u: out of memory for its GPU transport", job->pset);
+		error_rank(e, job);
+		log_job_error(job);
+		return st;
+	}
+	if (all_cuda && c->gpunet &&
+	    (st = scd_gpunet_pick(g, job->run.t, job->timeout_ms, &x->t, &x->t_alpha_s,
+				  &x->t_beta_s_per_byte, job->error, sizeof(job->error))) !=
+		SC_OK) {
 		job->status = st;
 		error_rank(e, job);
 		log_job_error(job);
@@ -335,7 +345,7 @@ static sc_status_t comm_run(scd_engine_t *e, scd_job_t *job, const scd_coll_desc
 	if (c->predict)
 		c->predict(x, job);
 	if (st != SC_OK && t != job->run.t)
-		scd_gpunet_failed(e->gpunet);
+		scd_gpunet_failed(g);
 	/* a carried verdict's failure is the one every rank has (logged); any other is
 	 * logged where the transport or the scheme saw it */
 	if (st != SC_OK && job->run.prep.verdict &&
@@ -355,7 +365,7 @@ static int carries_verdict(const scd_engine_t *e, const scd_coll_desc_t *c,
 			   const scd_job_t *job)
 {
 	if (!c->carries_verdict ||
-	    (c->gpunet && !job->nodes && e->p.transport && !strcmp(e->p.transport, "nccl")))
+	    (c->gpunet && e->p.transport && !strcmp(e->p.transport, "nccl")))
 		return 0;
 	return c->carries_verdict(job, job->run.t->size);
 }
@@ -710,6 +720,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		return SC_ERR_NOMEM;
 	e->p = *p;
 	e->fusion_want_bytes = p->fusion_bytes;
+	scd_psviews_init(&e->views);
 	if (scd_gpunet_create(p->transport, p->secret, &e->gpunet) != SC_OK) {
 		free(e);
 		return SC_ERR_NOMEM;
@@ -772,6 +783,7 @@ void scd_engine_peer_gone(scd_engine_t *e, int rank)
 		t->ops->peer_gone(t, rank);
 	pthread_mutex_unlock(&e->mu);
 	scd_gpunet_peer_gone(e->gpunet, rank);
+	scd_psviews_peer_gone(&e->views, rank);
 }
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
@@ -813,7 +825,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	e->head = e->cq_head = e->done_head = NULL;
 	scd_bufctx_table_destroy(e->bufs);
 	scd_gpunet_destroy(e->gpunet);
-	scd_psviews_clear(&e->views);
+	scd_psviews_destroy(&e->views);
 	scd_transport_destroy(e->transport);
 	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
 		for (int j = 0; j < ENGINE_SLOTS; j++)

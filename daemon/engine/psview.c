@@ -52,18 +52,65 @@ int scd_psviews_evicts(const scd_psviews_t *c, const scd_job_t *job)
 	return c->v[victim(c, job)].t != NULL;
 }
 
-static void entry_free(scd_psview_t *v)
+static void entry_free(scd_psviews_t *c, scd_psview_t *v)
 {
+	pthread_mutex_lock(&c->mu);
+	scd_gpunet_t *g = v->gpunet;
+	int *nodes = v->nodes;
+	v->gpunet = NULL;
+	v->nodes = NULL;
+	v->n_nodes = 0;
+	pthread_mutex_unlock(&c->mu);
+	scd_gpunet_destroy(g); /* its communicator before the view it was made over */
 	scd_transport_destroy(v->t);
-	free(v->nodes);
+	free(nodes);
 	memset(v, 0, sizeof(*v));
+}
+
+void scd_psviews_init(scd_psviews_t *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->mu, NULL);
+}
+
+void scd_psviews_destroy(scd_psviews_t *c)
+{
+	scd_psviews_clear(c);
+	pthread_mutex_destroy(&c->mu);
+}
+
+scd_gpunet_t *scd_psviews_gpunet(scd_psviews_t *c, const scd_job_t *job, const char *want,
+				 int authenticated)
+{
+	scd_psview_t *v = slot_of(c, job->pset);
+	if (!v || !same_nodes(v, job))
+		return NULL;
+	if (!v->gpunet) {
+		scd_gpunet_t *g = NULL;
+		if (scd_gpunet_create(want, authenticated, &g) != SC_OK)
+			return NULL;
+		pthread_mutex_lock(&c->mu);
+		v->gpunet = g;
+		pthread_mutex_unlock(&c->mu);
+	}
+	return v->gpunet;
+}
+
+void scd_psviews_peer_gone(scd_psviews_t *c, int rank)
+{
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < SCD_PSVIEWS_MAX; i++)
+		for (int q = 0; c->v[i].gpunet && q < c->v[i].n_nodes; q++)
+			if (c->v[i].nodes[q] == rank)
+				scd_gpunet_peer_gone(c->v[i].gpunet, q);
+	pthread_mutex_unlock(&c->mu);
 }
 
 sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t *job,
 			     scd_transport_t **t_p)
 {
 	scd_psview_t *v = &c->v[victim(c, job)];
-	entry_free(v);
+	entry_free(c, v);
 	int *nodes = malloc(sizeof(int) * (size_t)(job->n_nodes > 0 ? job->n_nodes : 1));
 	scd_transport_t *t = NULL;
 	sc_status_t st =
@@ -76,14 +123,21 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 		return st;
 	}
 	memcpy(nodes, job->nodes, sizeof(int) * (size_t)job->n_nodes);
-	/* a view made anew may reuse an old one's address: the buffers' scheme contexts
-	 * tell them apart by serial (coll/bufctx.c) */
-	t->serial = ++c->serial | 1ull << 62;
+	/* The serial names the set and its nodes, the same on every member: a view the
+	 * cache let go and made again (on this node only) is the same place to the buffers'
+	 * scheme contexts, which keep the costs every member agreed on (coll/bufctx.c);
+	 * another set, or the set over other nodes, is another place. */
+	uint64_t h = 1469598103934665603ull ^ job->pset;
+	for (int q = 0; q < job->n_nodes; q++)
+		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
+	t->serial = SCD_SERIAL_VIEW | (h & (SCD_SERIAL_VIEW - 1));
+	pthread_mutex_lock(&c->mu);
 	*v = (scd_psview_t){.pset = job->pset,
 			    .n_nodes = job->n_nodes,
 			    .nodes = nodes,
 			    .t = t,
 			    .last_use = ++c->clock};
+	pthread_mutex_unlock(&c->mu);
 	scd_info(SCD_SUB_ENGINE, "process set %u: its view of the mesh (%d nodes, here %d)",
 		 job->pset, job->n_nodes, t->rank);
 	*t_p = t;
@@ -94,5 +148,5 @@ void scd_psviews_clear(scd_psviews_t *c)
 {
 	for (int i = 0; i < SCD_PSVIEWS_MAX; i++)
 		if (c->v[i].t)
-			entry_free(&c->v[i]);
+			entry_free(c, &c->v[i]);
 }

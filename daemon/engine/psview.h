@@ -13,7 +13,10 @@
 #ifndef SCD_ENGINE_PSVIEW_H
 #define SCD_ENGINE_PSVIEW_H
 
+#include <pthread.h>
+
 #include "coll/job.h"
+#include "engine/gpunet.h"
 #include "transport/transport.h"
 
 /* Views kept at once (the least recently used goes beyond). */
@@ -24,13 +27,18 @@ typedef struct scd_psview {
 	int n_nodes;
 	int *nodes;
 	scd_transport_t *t;
+	/* the set's GPU transport (gpunet.h over the view: an NCCL communicator of the
+	 * set's nodes), made on the set's first GPU buffer; NULL until then */
+	scd_gpunet_t *gpunet;
 	uint64_t last_use;
 } scd_psview_t;
 
 typedef struct scd_psviews {
 	scd_psview_t v[SCD_PSVIEWS_MAX];
 	uint64_t clock;
-	uint64_t serial; /* the serial of the last view made (transport.h) */
+	/* guards the entries' nodes and gpunet against scd_psviews_peer_gone (any thread);
+	 * the engine's compute and communication stages change them */
+	pthread_mutex_t mu;
 } scd_psviews_t;
 
 /* The cached view of job's set over its nodes, or NULL when there is none yet. */
@@ -44,5 +52,14 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 			     scd_transport_t **t_p);
 /* Destroys every view (before their mesh goes). */
 void scd_psviews_clear(scd_psviews_t *c);
+void scd_psviews_init(scd_psviews_t *c);
+void scd_psviews_destroy(scd_psviews_t *c);
+/* The GPU transport of job's set (its view's, made on first use with the transport key's
+ * want and whether the job has a secret), or NULL when the view is not cached or out of
+ * memory. */
+scd_gpunet_t *scd_psviews_gpunet(scd_psviews_t *c, const scd_job_t *job, const char *want,
+				 int authenticated);
+/* The world gave up mesh rank: every set's communicator with it ends its waits. */
+void scd_psviews_peer_gone(scd_psviews_t *c, int rank);
 
 #endif

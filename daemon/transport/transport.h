@@ -209,6 +209,10 @@ typedef struct scd_transport_ops {
 	void (*peer_gone)(scd_transport_t *t, int rank);
 } scd_transport_ops_t;
 
+/* A process set's view of the mesh (the engine's, engine/psview.h) has this bit in its
+ * serial, and the rest from its set and nodes: the same on every member. */
+#define SCD_SERIAL_VIEW (1ull << 62)
+
 /* Every backend's object starts with this. */
 struct scd_transport {
 	const scd_transport_ops_t *ops;

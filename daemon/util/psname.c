@@ -32,6 +32,10 @@ void scd_pset_show(char *text, size_t cap)
 		char show[48];
 		int n = snprintf(show, sizeof(show), " [process set %.*s]", (int)(end - digits),
 				 digits);
+		if (n < 0)
+			return;
+		if ((size_t)n >= sizeof(show)) /* a peer's text with a long run of digits */
+			n = (int)sizeof(show) - 1;
 		size_t head = (size_t)(sep - text), tail = strlen(end);
 		size_t room = cap - 1 - head;
 		size_t put = (size_t)n < room ? (size_t)n : room;

@@ -189,12 +189,13 @@ static void grp_view(const scd_world_t *w, const grp_t *g, int r, int *whole_p, 
 		     int *size_rank_p)
 {
 	const char *R = who(w);
-	int announced = 0;
+	int announced = 0, outside = 0;
 	const scd_centry_t *first = NULL;
 	for (int i = 0; i < g->n; i++) {
 		const scd_centry_t *x = g->m[i];
+		outside += x->have[r] == SCD_HAVE_OUTSIDE;
 		if (x->have[r] == 2 ||
-		    x->have[r] == SCD_HAVE_OUTSIDE) /* stands in, or outside */
+		    x->have[r] == SCD_HAVE_OUTSIDE) /* stands in, or outside its set */
 			continue;
 		int s = tagged_elsewhere(w, x, r);
 		if (x->have[r] != 1) {
@@ -232,7 +233,7 @@ static void grp_view(const scd_world_t *w, const grp_t *g, int r, int *whole_p, 
 				 *size_p, R, *size_rank_p, x->gsize[r], R, r);
 		}
 	}
-	if (!announced && !w->peers[r].join_seq)
+	if (!announced && !w->peers[r].join_seq && outside < g->n)
 		*whole_p = 0;
 	for (int p = 0; p < g->np; p++) { /* each of r's groups announced whole */
 		const grp_pair_t *q = &g->pairs[p];

@@ -319,7 +319,7 @@ static int centry_outside(scd_world_t *w, scd_centry_t *e)
 		return 1;
 	const scd_pset_t *p = scd_ctl_pset(w->d->ctl, e->pset);
 	if (!p) {
-		scd_error(
+		scd_warn_limited(
 		    SCD_SUB_NEGOTIATE,
 		    "tensor '%s' was announced in process set %u, which the coordinator's "
 		    "node does not know: ignored",
@@ -405,7 +405,7 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 	if (!e || e->have[rank])
 		return;
 	e->solo |= solo;
-	if (!e->count)
+	if (!e->outside_filled) /* the first announcement (the set's outside not counted) */
 		e->fuse_key = fuse_key;
 	else if (e->fuse_key != fuse_key) /* the nodes' options differ: fuse with nothing */
 		e->solo = 1;
@@ -598,7 +598,7 @@ static uint32_t plan_key(const scd_world_t *w, const scd_centry_t *e)
 /* Whether two ready tensors may share a buffer: the exact class behind plan_key. */
 static int same_class(const scd_world_t *w, const scd_centry_t *a, const scd_centry_t *b)
 {
-	return a->dtype[0] == b->dtype[0] && a->fuse_key == b->fuse_key &&
+	return a->pset == b->pset && a->dtype[0] == b->dtype[0] && a->fuse_key == b->fuse_key &&
 	       scd_coll_fuse_word(a->op[0]) == scd_coll_fuse_word(b->op[0]) &&
 	       pin_index(w, a->name) == pin_index(w, b->name);
 }
@@ -1385,8 +1385,22 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
 			continue;
+		uint32_t pset = UINT32_MAX;
 		for (size_t k = 0; k < r->n_cache_ids; k++) {
 			uint32_t id = r->cache_ids[k];
+			if (id < w->n_cache && w->cache[id].name) {
+				/* a buffer runs in one process set */
+				if (pset != UINT32_MAX && w->cache[id].pset != pset) {
+					snprintf(
+					    err, err_len,
+					    "plan cycle %llu: response %zu fuses tensors of "
+					    "process sets %u and %u",
+					    (unsigned long long)plan->cycle, i, pset,
+					    w->cache[id].pset);
+					return SC_ERR_PROTOCOL;
+				}
+				pset = w->cache[id].pset;
+			}
 			if (id >= n || (id < w->n_cache && !w->cache[id].name)) {
 				snprintf(err, err_len,
 					 "plan cycle %llu: response %zu names cache id %u, the "

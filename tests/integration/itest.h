@@ -159,6 +159,7 @@ int it_peer_stranger(int argc, char **argv);
 int it_peer_spoof(int argc, char **argv);
 int it_cuda_refused(int argc, char **argv); /* itest_cuda.c */
 int it_cuda_sums(int argc, char **argv);
+int it_cuda_psets(int argc, char **argv);
 int it_bits(int argc, char **argv);
 int it_cuda_killed(int argc, char **argv);
 int it_cuda_visible(int argc, char **argv);

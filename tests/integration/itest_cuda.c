@@ -605,3 +605,64 @@ int it_cuda_killed(int argc, char **argv)
 	it_cuda_log_balanced(log, 1);
 	it_pass();
 }
+
+/*
+ * Process sets of cuda tensors, 3 nodes x 1: {0, 2} and {1, 2}. Each set's float32 sums
+ * are exact over its members only, and with transport nccl (argv[2]) `sparsectl stats`
+ * says each set's tensor went over nccl: the set's own communicator, made over its part
+ * of the mesh (a set's job never takes the world's).
+ */
+int it_cuda_psets(int argc, char **argv)
+{
+	const char *log = it_cuda_stand_in(argc, argv);
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c);
+	if (sc_size(c) != 3 || sc_local_size(c) != 1)
+		IT_FAIL("runs as 3 nodes x 1, not %d trainers", sc_size(c));
+	static const int sets[2][2] = {{0, 2}, {1, 2}};
+	for (int s = 0; s < 2; s++) {
+		int id = -1;
+		IT_CHECK_SC(sc_process_set_add(c, sets[s], 2, IT_OP_TIMEOUT_MS, &id),
+			    "adding set %d", s + 1);
+		if (id != s + 1)
+			IT_FAIL("set %d got id %d", s + 1, id);
+	}
+	int mine = 0;
+	for (int s = 0; s < 2; s++) {
+		if (rank != sets[s][0] && rank != sets[s][1])
+			continue;
+		mine++;
+		char name[32];
+		snprintf(name, sizeof(name), "cuda.ps%d", s + 1);
+		sc_tensor_opts_t o = {.struct_size = sizeof(o)};
+		o.device = SC_DEVICE_CUDA;
+		o.device_ordinal = cuda_ordinal();
+		o.process_set = s + 1;
+		sc_tensor_t *t = NULL;
+		IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, CUDA_N, &o, &t),
+			    "registering '%s' in set %d", name, s + 1);
+		for (int step = 0; step < 3; step++) {
+			float *v = sc_tensor_data(t);
+			for (size_t i = 0; i < CUDA_N; i++)
+				v[i] = (float)((rank + 1) * 1000 + step * 10 + (int)(i % 97));
+			IT_CHECK_SC(sc_tensor_set_stream(t, NULL), "sc_tensor_set_stream");
+			IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "'%s' step %d", name, step);
+			for (size_t i = 0; i < CUDA_N; i++) {
+				float want =
+				    (float)((sets[s][0] + 1) * 1000 + (sets[s][1] + 1) * 1000 +
+					    2 * (step * 10 + (int)(i % 97)));
+				if (v[i] != want)
+					IT_FAIL("'%s' step %d: element %zu is %g, expected %g",
+						name, step, i, (double)v[i], (double)want);
+			}
+		}
+		if (argc > 2)
+			it_expect_transport(name, argv[2]);
+	}
+	it_log("cuda sums in {0,2} and {1,2} exact%s%s", argc > 2 ? ", over " : "",
+	       argc > 2 ? argv[2] : "");
+	sc_finalize(c);
+	it_cuda_log_balanced(log, mine);
+	it_pass();
+}

@@ -389,6 +389,7 @@ static const struct {
     {"wire", it_wire16, "fp16/bf16 wires: exact, bit-identical, half the bytes, mismatch"},
     {"cuda-refused", it_cuda_refused, "DRIVER EXPECT [ORDINAL]: a cuda tensor refused"},
     {"cuda-sums", it_cuda_sums, "LOG: cuda tensors end to end (driver stand-in)"},
+    {"cuda-psets", it_cuda_psets, "LOG [TRANSPORT]: cuda tensors in process sets, 3 x 1"},
     {"cuda-schemes", it_cuda_schemes,
      "LOG TRANSPORT: every scheme pinned on cuda tensors, exact or conserving"},
     {"cuda-killed", it_cuda_killed, "LOG: cuda tensors, rank 1 dies (P >= 2)"},

@@ -13,12 +13,16 @@
  *   - errors on every rank alike: a non-member registering in a set, an add the ranks
  *     disagree on (SC_ERR_MISMATCH naming them), an add with an out-of-range rank from
  *     one rank (SC_ERR_INVALID naming it), an add of ranks a set already has;
- *   - a set removed: unknown afterwards, its registration refused; the others still exact;
+ *   - a set removed while rank 1 waits on an operation in it: the wait ends with
+ *     SC_ERR_ABORTED naming the set; the set is unknown afterwards, its registration
+ *     refused; the others still exact;
  *   - with 4 nodes x 1: an allreduce in {0, 2} moves no byte of node 1 or node 3 (their
  *     daemons' counters, sparsectl status, unchanged around it).
  */
 #include "itest.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +134,35 @@ static long long node_bytes(const char *sock)
 	return sum;
 }
 
+/* The bytes through this network namespace's interfaces but loopback, sent and received. */
+static long long iface_bytes(void)
+{
+	DIR *d = opendir("/sys/class/net");
+	if (!d)
+		IT_FAIL("cannot list /sys/class/net: %s", strerror(errno));
+	long long sum = 0;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, "lo"))
+			continue;
+		for (int k = 0; k < 2; k++) {
+			char path[512], text[64] = {0};
+			snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s_bytes",
+				 e->d_name, k ? "rx" : "tx");
+			FILE *f = fopen(path, "r");
+			if (f && fgets(text, sizeof(text), f))
+				sum += atoll(text), n++;
+			if (f)
+				fclose(f);
+		}
+	}
+	closedir(d);
+	if (!n)
+		IT_FAIL("no network interface but loopback here: run with --netns");
+	return sum;
+}
+
 int it_psets(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -215,6 +248,63 @@ int it_psets(int argc, char **argv)
 	}
 	it_log("broadcast in {1,3} from rank 3 and allgather in {0,2}: exact");
 
+	/* a grouped operation in {0, 2}: both members exact; a broadcast in {1, 3} from rank
+	 * 0, not a member: refused on both members, naming the set */
+	if (w[1]) {
+		sc_tensor_t *ga = ps_register(c, "ga", SC_FLOAT32, PS_N, 1);
+		sc_tensor_t *gb = ps_register(c, "gb", SC_FLOAT32, PS_N / 2, 1);
+		sc_group_t grp = 0;
+		sc_handle_t gh[2] = {0};
+		IT_CHECK_SC(sc_group_begin(c, 2, &grp), "sc_group_begin in set 1");
+		sc_tensor_t *gt[2] = {ga, gb};
+		for (int k = 0; k < 2; k++) {
+			ps_fill(gt[k], rank);
+			IT_CHECK_SC(sc_group_add(c, grp, gt[k]), "sc_group_add");
+			IT_CHECK_SC(sc_allreduce_async(c, gt[k], SC_OP_SUM, &gh[k]),
+				    "group member %d in set 1", k);
+		}
+		IT_CHECK_SC(sc_group_end(c, grp), "sc_group_end");
+		for (int k = 0; k < 2; k++) {
+			int r = it_wait(c, gh[k], IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("group member %d in set 1: %s: %s", k, it_wait_name(r),
+					it_wait_error());
+			ps_check(gt[k], sets[0], 2, 0, "a group in set 1");
+		}
+	}
+	if (w[2]) {
+		sc_tensor_t *b0 = ps_register(c, "b0", SC_INT32, 8, 2);
+		sc_status_t st = sc_broadcast(c, b0, 0, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("a broadcast in set 2 from rank 0, not a member: %s (%s)",
+				sc_status_name(st), sc_last_error());
+	}
+	/* an alltoall in {0, 2} with one trainer a node (a set of whole nodes): one count
+	 * per member, in set rank order */
+	if (w[1] && sc_local_size(c) == 1) {
+		sc_tensor_t *a = ps_register(c, "a2a", SC_INT32, 16, 1);
+		int32_t *v = sc_tensor_data(a);
+		int me = rank == 0 ? 0 : 1;
+		size_t send[2] = {(size_t)(1 + me), (size_t)(2 + me)}; /* to set ranks 0, 1 */
+		for (int i = 0; i < 3 + 2 * me; i++)
+			v[i] = rank * 100 + i;
+		sc_handle_t ah = 0;
+		IT_CHECK_SC(sc_alltoall_async(c, a, send, &ah), "alltoall in set 1");
+		int r = it_wait(c, ah, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("alltoall in set 1: %s: %s", it_wait_name(r), it_wait_error());
+		size_t got[2];
+		IT_CHECK_SC(sc_tensor_result_counts(a, got, 2), "alltoall counts in set 1");
+		/* set rank 0 (rank 0) sends 1 to itself, 2 to rank 2; rank 2 sends 2 to rank 0,
+		 * 3 to itself */
+		size_t want0 = me ? 2 : 1, want1 = me ? 3 : 2;
+		int32_t first = me ? 1 : 0, second = me ? 202 : 200;
+		if (got[0] != want0 || got[1] != want1 || v[0] != first || v[want0] != second)
+			IT_FAIL("alltoall in set 1: counts %zu %zu, elements %d %d", got[0],
+				got[1], v[0], v[want0]);
+	}
+	it_log("a group in {0,2}, a refused broadcast in {1,3}, an alltoall in {0,2}");
+
 	/* errors, alike on every rank */
 	if (!ps_in(sets[0], 2, rank)) {
 		sc_tensor_opts_t o;
@@ -235,12 +325,44 @@ int it_psets(int argc, char **argv)
 	ps_add(c, (const int[]){1, 2, 3}, 3, 5); /* ids go on after refusals */
 	it_log("errors alike on every rank; the next add is id 5");
 
-	/* remove set 2: gone, its registration refused; the others go on */
+	/* remove set 2 while rank 1 waits on 'w' there (rank 3 never submits it): the wait
+	 * ends with SC_ERR_ABORTED naming the set; the set is gone, its registration
+	 * refused; the others go on */
+	sc_handle_t orphan = 0;
+	if (rank == 1) {
+		ps_fill(w[2], rank);
+		IT_CHECK_SC(sc_allreduce_async(c, w[2], SC_OP_SUM, &orphan),
+			    "'w' of set 2, which rank 3 does not submit");
+	}
+	IT_CHECK_SC(sc_process_set_remove(c, 2, IT_OP_TIMEOUT_MS), "removing set 2");
+	if (rank == 1) {
+		sc_status_t st = sc_wait(c, orphan, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_ABORTED || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("'w' of set 2 in flight when the set was removed: %s (%s)",
+				sc_status_name(st), sc_last_error());
+		it_log("in flight when its set went: %s", sc_last_error());
+	}
+	if (rank == 3) { /* still registered: its submission is refused at once */
+		ps_fill(w[2], rank);
+		sc_status_t st = sc_allreduce(c, w[2], SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+		if (st != SC_ERR_ABORTED || !strstr(sc_last_error(), "process set 2"))
+			IT_FAIL("'w' of the removed set 2 submitted: %s (%s)",
+				sc_status_name(st), sc_last_error());
+	}
 	if (w[2]) {
 		IT_CHECK_SC(sc_tensor_release(c, w[2]), "releasing 'w' of set 2");
 		w[2] = NULL;
 	}
-	IT_CHECK_SC(sc_process_set_remove(c, 2, IT_OP_TIMEOUT_MS), "removing set 2");
+	{
+		sc_tensor_opts_t o;
+		memset(&o, 0, sizeof(o));
+		o.struct_size = sizeof(o);
+		o.process_set = 2;
+		sc_tensor_t *t = NULL;
+		if (sc_register_ex(c, "w2", SC_FLOAT32, 4, &o, &t) != SC_ERR_INVALID)
+			IT_FAIL("registering in the removed set 2 was not refused: %s",
+				sc_last_error());
+	}
 	if (sc_process_set_size(c, 2) != -1)
 		IT_FAIL("set 2 still has size %d after its removal", sc_process_set_size(c, 2));
 	if (sc_process_set_remove(c, 0, IT_ERROR_TIMEOUT_MS) != SC_ERR_INVALID)
@@ -254,11 +376,14 @@ int it_psets(int argc, char **argv)
 		}
 	it_log("set 2 removed; the others exact");
 
-	/* 4 nodes x 1: an allreduce in {0, 2} leaves nodes 1 and 3 out of the data plane */
+	/* 4 nodes x 1: an allreduce in {0, 2} leaves nodes 1 and 3 out of the data plane:
+	 * what the daemons counted for their tensors, or with --wire (each node in a network
+	 * namespace of its own) what went through the node's network interfaces */
+	int wire = argc > 1 && !strcmp(argv[1], "--wire");
 	if (sc_local_size(c) == 1) {
 		it_sparsectl_find();
 		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
-		long long before = node_bytes(it_env.socket);
+		long long before = wire ? iface_bytes() : node_bytes(it_env.socket);
 		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
 		sc_tensor_t *big = w[1] ? ps_register(c, "big", SC_FLOAT32, 1 << 18, 1) : NULL;
 		if (big) {
@@ -268,13 +393,14 @@ int it_psets(int argc, char **argv)
 			ps_check(big, sets[0], 2, 0, "'big' in set 1");
 		}
 		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
-		long long moved = node_bytes(it_env.socket) - before;
-		it_log("node %d moved %lld bytes during a 1 MiB allreduce in {0, 2}", rank,
-		       moved);
+		long long moved = (wire ? iface_bytes() : node_bytes(it_env.socket)) - before;
+		it_log("node %d moved %lld bytes (%s) during a 1 MiB allreduce in {0, 2}", rank,
+		       moved, wire ? "its interfaces, sent and received" : "its tensors, sent");
 		if (big && moved < (1 << 20) / 2)
 			IT_FAIL("node %d is in set 1 but moved only %lld bytes", rank, moved);
-		/* barriers go through the coordinator, not the data plane */
-		if (!big && moved != 0)
+		/* barriers go through the coordinator, not the data plane: on the wire they
+		 * and the heartbeats are a few kilobytes */
+		if (!big && moved > (wire ? 64 << 10 : 0))
 			IT_FAIL("node %d is outside set 1 but moved %lld bytes", rank, moved);
 	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");

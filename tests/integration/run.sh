@@ -1319,7 +1319,7 @@ else
 	# loads NCCL settles on tcp; a trainer killed mid-job
 	ncclhost=$root/build/lib/libnccl-host.so
 	if [ ! -e "$ncclhost" ]; then
-		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" \
+		for c in "cuda nccl sums n=2 per-node=2" "cuda nccl sums n=3" "cuda nccl psets n=3" \
 			"cuda gpus nccl sums n=2 per-node=2" \
 			"cuda nccl disagree n=2" "cuda nccl killed n=2" "cuda nccl schemes n=2" \
 			"cuda nccl schemes n=3" "cuda nccl schemes n=4"; do
@@ -1331,6 +1331,9 @@ else
 			"$tmp/cuda-nccl-sums.log" nccl
 		run_case "cuda nccl sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums \
 			"$tmp/cuda-nccl-sums3.log" nccl
+		# process sets {0,2} and {1,2}: each set's GPU buffers over its own communicator
+		run_case "cuda nccl psets n=3" 3 1 120 0 3 --daemon-arg --transport \
+			--daemon-arg nccl -- "$itest" cuda-psets "$tmp/cuda-nccl-psets.log" nccl
 		export SCG_HOST_DEVICES=2
 		run_case "cuda gpus nccl sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
 			"$tmp/cuda-gpus-nccl-sums.log" nccl
@@ -1392,14 +1395,18 @@ fi
 # Nodes in separate network namespaces over a shaped bridge (needs root).
 if [ "$(id -u)" -ne 0 ]; then
 	skip_case "netns sums n=3" "needs root to create network namespaces"
+	skip_case "netns psets wire n=4" "needs root to create network namespaces"
 elif ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
 	skip_case "netns sums n=3" "needs ip and tc (iproute2)"
+	skip_case "netns psets wire n=4" "needs ip and tc (iproute2)"
 elif ! ip netns add sc-itest-probe.$$ 2>/dev/null; then
 	skip_case "netns sums n=3" "cannot create network namespaces here"
+	skip_case "netns psets wire n=4" "cannot create network namespaces here"
 else
 	ip netns delete sc-itest-probe.$$ 2>/dev/null
 	run_case "netns sums n=3" 3 1 240 0 3 --netns --rate 1gbit -- "$itest" sums
 	run_case "netns killed n=2" 2 1 120 137 1 --netns --keep-going -- "$itest" killed
+	run_case "netns psets wire n=4" 4 1 240 0 4 --netns --rate 1gbit -- "$itest" psets --wire
 fi
 
 # Host lists naming this machine run without an agent (a bogus one proves it is unused);
