@@ -206,10 +206,9 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
         raise
     lib = _lib.load()
     h = _lib.c_handle()
-    # one count per trainer of the job (sc_alltoall_async): a member's at its global rank
-    counts = (ctypes.c_size_t * c.size)()
-    for q in range(P):
-        counts[ps.ranks[q]] = int(S[me, q]) * row
+    # one count per rank the alltoall runs over: the job's, or the set's members in set
+    # rank order (sparsecomm.h, "Process sets")
+    counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[me]))
     _member(c, e, gid)
     st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
     if st != _lib.SC_OK:
