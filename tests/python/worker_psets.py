@@ -237,6 +237,33 @@ def alltoall_and_reducescatter_per_set():
         assert torch.equal(got, total[first:first + mine]), (ps, got.shape, first, mine)
 
 
+def adasum2(a, b):
+    """The Adasum operator of two vectors (float64)."""
+    ab = float(a @ b)
+    return (1 - ab / (2 * float(a @ a))) * a + (1 - ab / (2 * float(b @ b))) * b
+
+
+@check
+def adasum_in_sets():
+    for ps in SETS:
+        if not ps.included() or ps.size() != 2:
+            continue
+        g = torch.Generator().manual_seed(R)
+        x = torch.randn(50, dtype=torch.float64, generator=g)
+        if not whole_nodes(ps):  # refused alike on every member, naming the set
+            try:
+                hvd.allreduce(x, name="ada.split", op=hvd.Adasum, process_set=ps)
+                raise AssertionError("Adasum in %s was accepted" % ps)
+            except sc.SparsecommError as e:
+                assert e.status_name == "SC_ERR_UNSUPPORTED" and \
+                    "process set %d" % ps.process_set_id in e.message, (ps, e)
+            continue
+        xs = [torch.randn(50, dtype=torch.float64,
+                          generator=torch.Generator().manual_seed(r)) for r in ps.ranks]
+        got = hvd.allreduce(x, name="ada", op=hvd.Adasum, process_set=ps)
+        assert torch.allclose(got, adasum2(*xs), rtol=1e-12, atol=1e-12), (ps, got[:3])
+
+
 @check
 def barrier_per_set():
     for ps in (A, C):
