@@ -40,7 +40,8 @@ int main(void) {
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
 	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal) O(wire)
-	O(block)
+	O(block) O(process_set)
+	printf("pset GLOBAL %d\n", SC_PROCESS_SET_GLOBAL);
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;
 }
@@ -164,6 +165,8 @@ def main():
         if getattr(_lib.TensorOpts, name).offset != c["off"][name]:
             bad.append("offset of %s: header %d, ctypes %d" %
                        (name, c["off"][name], getattr(_lib.TensorOpts, name).offset))
+    if c["pset"]["GLOBAL"] != _lib.SC_PROCESS_SET_GLOBAL:
+        bad.append("SC_PROCESS_SET_GLOBAL")
     if c["proto"][""] != _lib.SC_PROTOCOL_VERSION:
         bad.append("protocol version")
     print("CHECK header_mirror %s" % ("ok" if not bad else "FAIL " + "; ".join(bad)))

@@ -301,8 +301,21 @@ def t_wire():
     checks("wire", rc, out, 2)
 
 
+def t_psets():
+    # Horovod's process sets (tests/python/worker_psets.py): sets across the nodes and
+    # within one node of 2 nodes x 2 trainers (given to init), then the same sets on 4
+    # nodes x 1 (added after init(process_sets="dynamic"))
+    worker = os.path.join(HERE, "worker_psets.py")
+    rc, out, _ = launch(2, worker, [], 300, per_node=2)
+    skips_or_checks("psets2x2", rc, out, 4)
+    if re.search(r"^(?:\[\d+\] )?SKIP psets", out, re.M):
+        return  # the library has no process sets: the other layout would say the same
+    rc, out, _ = launch(4, worker, ["--dynamic-init"], 300)
+    skips_or_checks("psets4x1", rc, out, 4)
+
+
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
-         t_wire,
+         t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 
 

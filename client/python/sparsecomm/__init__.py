@@ -76,6 +76,10 @@ Errors from the library or the daemon raise :class:`SparsecommError`, carrying t
 status name (``SC_ERR_PEER``, ...) and the library's error text (sc_last_error), which
 names the rank(s) and tensor involved.
 
+Process sets (Horovod's ProcessSet, init(process_sets=...), add_process_set, and
+``process_set=`` on every collective) are described in sparsecomm.process_sets; the
+collectives other than allreduce are in sparsecomm._colls.
+
 Waits are bounded: every wait takes a timeout (default: the ``timeout`` given to
 :func:`init`, 300 s, or $SPARSECOMM_PY_TIMEOUT_S) and is done in slices of at most half a
 second so that Ctrl-C reaches Python; the library call itself blocks without holding the
@@ -107,7 +111,8 @@ __all__ = [
     "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "register",
+    "register", "ProcessSet", "ProcessSetError", "global_process_set", "add_process_set",
+    "remove_process_set", "process_set_by_id",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "allreduce_coo", "allreduce_coo_async", "broadcast", "broadcast_async", "broadcast_",
     "broadcast_async_", "broadcast_object", "allgather", "allgather_object", "alltoall",
@@ -194,9 +199,11 @@ def _sc_dtype(x):
 class _Entry:
     """A registered tensor: its C handle and zero-copy views of its shared buffers."""
 
-    def __init__(self, name, ptr, dtype, numel, opts_key, coo_capacity, device=None):
+    def __init__(self, name, ptr, dtype, numel, opts_key, coo_capacity, device=None, pset=0):
         lib = _lib.load()
         self.name = name
+        self.pset = pset  # the process set it runs in (0: every trainer)
+        self.orphan = False  # its set was removed while it was in flight: released at the end
         self.ptr = ptr
         self.dtype = dtype
         self.numel = numel
@@ -224,6 +231,10 @@ class _Entry:
     @property
     def cuda(self):
         return self.device[0] == DeviceKind.CUDA
+
+    @property
+    def key(self):
+        return _key(self.name, self.pset)
 
     def tdata(self):
         """The data buffer as a torch tensor sharing its memory (on the GPU for a cuda
@@ -290,37 +301,60 @@ class _Context:
         self.lock = threading.Lock()
         self.unnamed = {}  # class (kind, dtype, numel, options, coo) -> [_Entry] (slots)
         self.unnamed_ids = {}  # class -> its number, in order of first use
-        self.unnamed_next = 0  # the number of the next new class
+        self.unnamed_next = {}  # process set -> the number of its next new class
         self.unnamed_used = {}  # class -> unnamed_calls at its last use (LRU eviction)
         self.unnamed_calls = 0
-        self.released = {}  # name -> times released (re-registrations under it)
+        self.released = {}  # key -> times released (re-registrations under it)
         self.closed = False
+        self.psets = {0: list(range(self.size))}  # added process sets: id -> global ranks
+        self.dynamic = False  # init(process_sets="dynamic")
+
+
+def _key(name, pset):
+    """The key of a registration: its name in the global set, (name, set id) in another
+    (a name is a name within its set)."""
+    return name if not pset else (name, pset)
 
 
 _ctx = None
 _ctx_lock = threading.Lock()
 
 
-def init(socket=None, timeout=None, connect_timeout=30.0):
+def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None):
     """Connects to the node's daemon (``socket``: its control socket path or ZeroMQ
     endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
     user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).
     Under mpirun, srun or torchrun with no daemon serving the node, the job's own daemon is
     started for the node (docs/deployment.md, "Under a scheduler").  ``timeout`` (seconds)
-    is the default bound of every wait.  Calling it again is a no-op."""
-    global _ctx
+    is the default bound of every wait.  ``process_sets``: Horovod's, a list of ProcessSet
+    (or of rank lists) added in order once connected, every trainer giving the same list,
+    or "dynamic" (sets are added later with add_process_set); see
+    sparsecomm.process_sets.  A set refused there raises its error, disconnected.
+    Calling it again is a no-op."""
     with _ctx_lock:
         if _ctx is not None:
             return
-        lib = _lib.load()
-        cp = _lib.c_client_p()
-        path = None if socket is None else os.fsencode(socket)
-        st = lib.sc_connect(path, int(connect_timeout * 1000), ctypes.byref(cp))
-        if st != _lib.SC_OK:
-            raise _error(st, "connecting to the daemon at %s" %
-                         (socket or os.environ.get("SPARSECOMM_SOCKET",
-                                                   "the default socket")))
-        _ctx = _Context(cp, _DEFAULT_TIMEOUT_S if timeout is None else float(timeout))
+        c = _connect(socket, timeout, connect_timeout)
+    try:
+        process_sets_.setup(c, process_sets)
+    except BaseException:
+        shutdown()
+        raise
+
+
+def _connect(socket, timeout, connect_timeout):
+    """sc_connect; the new context (called holding _ctx_lock)."""
+    global _ctx
+    lib = _lib.load()
+    cp = _lib.c_client_p()
+    path = None if socket is None else os.fsencode(socket)
+    st = lib.sc_connect(path, int(connect_timeout * 1000), ctypes.byref(cp))
+    if st != _lib.SC_OK:
+        raise _error(st, "connecting to the daemon at %s" %
+                     (socket or os.environ.get("SPARSECOMM_SOCKET",
+                                               "the default socket")))
+    _ctx = _Context(cp, _DEFAULT_TIMEOUT_S if timeout is None else float(timeout))
+    return _ctx
 
 
 def _need():
@@ -334,6 +368,12 @@ def is_initialized():
     return _ctx is not None
 
 
+from . import process_sets as process_sets_  # noqa: E402  (it uses the names above)
+from .process_sets import (  # noqa: E402,F401  (Horovod's names)
+    ProcessSet, ProcessSetError, add_process_set, global_process_set, process_set_by_id,
+    remove_process_set)
+
+
 def shutdown():
     """Disconnects (sc_finalize).  Operations in flight are abandoned; the other ranks'
     matching operations fail with an error naming this rank."""
@@ -342,6 +382,7 @@ def shutdown():
         c, _ctx = _ctx, None
         if c is None:
             return
+        process_sets_.forget(c)
         with c.lock:
             c.closed = True
             for e in c.entries.values():  # the views die with the mappings
@@ -374,25 +415,28 @@ def library_path():
 
 
 def registered():
-    """Names registered so far, with their dtype, element count and options."""
+    """Names registered so far, with their dtype, element count, options and process set
+    (keyed by name in the global set, by (name, set id) in another)."""
     c = _need()
     with c.lock:
         return {n: dict(dtype=e.dtype.name.lower(), numel=e.numel,
                         coo_capacity=e.coo_capacity, device=_device_name(e.device),
-                        **dict(e.opts_key))
+                        process_set=e.pset, **dict(e.opts_key))
                 for n, e in c.entries.items()}
 
 
-def residual(name):
+def residual(name, process_set=None):
     """What the daemon has not yet sent of this node's part of the registered tensor
     ``name`` (its error-feedback residual, float32, of the tensor's element count), as a
     torch tensor sharing the daemon's memory (on the GPU for a cuda tensor; read it after
     the operation completed: the daemon writes it at each step), or None when the tensor
     keeps none (lossless and not sparsified).  The residual belongs to the node: local
-    rank 0 reads it, the node's other trainers read zeros (sc_tensor_residual)."""
+    rank 0 reads it, the node's other trainers read zeros (sc_tensor_residual).
+    ``process_set``: the set the tensor was registered in (default the job's)."""
     c = _need()
+    pset = process_sets_.scope(c, process_set, "residual", name).id
     with c.lock:
-        e = c.entries.get(name)
+        e = c.entries.get(_key(name, pset))
     if e is None:
         raise KeyError("sparsecomm: no tensor '%s' is registered" % name)
     p = _lib.load().sc_tensor_residual(e.ptr)
@@ -448,28 +492,28 @@ def _auto_wire(x, wire, key, kind, coo_capacity):
     return {t.float16: Wire.FP16, t.bfloat16: Wire.BF16}.get(x.dtype, Wire.NATIVE)
 
 
-def _wire_name(c, name, wire):
+def _wire_name(c, name, wire, pset=0):
     """The buffer of ``name`` for an allreduce asking for ``wire``: a 16-bit wire has a
     buffer of its own, named name + "@fp16" or "@bf16", so that the wire is chosen per
     call (Horovod's compression is) and never sticks to the name, unless ``name`` itself
     was registered with that wire (sparsecomm.register)."""
     if name is None or wire == Wire.NATIVE:
         return name
-    e = c.entries.get(name)
+    e = c.entries.get(_key(name, pset))
     if e is not None and dict(e.opts_key).get("wire") == wire.name.lower():
         return name
     return "%s@%s" % (name, wire.name.lower())
 
 
-def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None):
-    """The registered tensor for name, registering it on first use; device: (DeviceKind,
-    ordinal), None for the cpu."""
+def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0):
+    """The registered tensor for name in process set pset, registering it on first use;
+    device: (DeviceKind, ordinal), None for the cpu."""
     device = device or (DeviceKind.CPU, 0)
     with c.lock:
-        return _entry_locked(c, name, dtype, numel, key, coo_capacity, device)
+        return _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
 
 
-def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
+def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0):
     device = device or (DeviceKind.CPU, 0)
     if c.closed:
         raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
@@ -479,7 +523,7 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
         raise SparsecommError(
             _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: names "
             "are printable text" % (name, bad[0]), None)
-    e = c.entries.get(name)
+    e = c.entries.get(_key(name, pset))
     if e is not None and (e.dtype != dtype or e.numel != numel) and device == e.device:
         _release_locked(c, e)  # a new shape or dtype: registered anew below
         e = None
@@ -512,16 +556,18 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None):
     o.device, o.device_ordinal = int(device[0]), int(device[1])
     o.wire = int(Wire.parse(k.get("wire")))
     o.block = int(k.get("block", 0))
+    o.process_set = int(pset)
     tp = _lib.c_tensor_p()
-    st = _register_retrying(c, name, dtype, numel, o, tp)
+    st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
     if st != _lib.SC_OK:
-        raise _error(st, "registering tensor '%s'" % name, name)
-    e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device)
-    c.entries[name] = e
+        raise _error(st, "registering tensor '%s'%s" % (
+            name, " in process set %d" % pset if pset else ""), name)
+    e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device, pset)
+    c.entries[e.key] = e
     return e
 
 
-def _register_retrying(c, name, dtype, numel, o, tp):
+def _register_retrying(c, name, key, dtype, numel, o, tp):
     """sc_register_ex; a name whose shape changed may still be held, with its old shape,
     by another trainer of this node that has not reached the call yet (the daemon answers
     SC_ERR_BUSY to a registration that replaces a released one): that is retried until the
@@ -533,7 +579,7 @@ def _register_retrying(c, name, dtype, numel, o, tp):
     while True:
         st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
-        if st != _lib.SC_ERR_BUSY or c.released.get(name, 0) == 0 or _now() >= deadline:
+        if st != _lib.SC_ERR_BUSY or c.released.get(key, 0) == 0 or _now() >= deadline:
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
@@ -552,8 +598,36 @@ def _release_locked(c, e):
     st = _lib.load().sc_tensor_release(c.client, e.ptr)
     if st != _lib.SC_OK:
         raise _error(st, "releasing tensor '%s'" % e.name, e.name)
-    del c.entries[e.name]
-    c.released[e.name] = c.released.get(e.name, 0) + 1
+    if c.entries.get(e.key) is e:
+        del c.entries[e.key]
+    c.released[e.key] = c.released.get(e.key, 0) + 1
+
+
+def _forget_set(c, pset):
+    """After process set pset was removed: its registrations are released (those in
+    flight when their operation ends, see Handle) and its unnamed classes forgotten."""
+    with c.lock:
+        for e in [e for e in c.entries.values() if e.pset == pset]:
+            if e.inflight:
+                e.orphan = True
+                del c.entries[e.key]
+            else:
+                _release_locked(c, e)
+        for cls in [k for k in c.unnamed if k[-1] == pset]:
+            del c.unnamed[cls], c.unnamed_ids[cls], c.unnamed_used[cls]
+        c.unnamed_next.pop(pset, None)
+
+
+def _release_orphan(c, e):
+    """Releases a registration whose set was removed while it was in flight, once its
+    operation has ended (its error is the operation's; a failed release is not)."""
+    with c.lock:
+        if e.orphan and not c.closed:
+            e.orphan = False
+            try:
+                _release_locked(c, e)
+            except SparsecommError:
+                pass
 
 
 def _unnamed_evict(c):
@@ -572,46 +646,48 @@ def _unnamed_evict(c):
         return
 
 
-def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None):
-    """A free buffer for an unnamed operation, already claimed (the rule is in the module doc)."""
+def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
+    """A free buffer for an unnamed operation, already claimed (the rule is in the module
+    doc).  Classes are numbered per process set: the members of a set make the same calls
+    in it, whatever else each does in other sets."""
     device = device or (DeviceKind.CPU, 0)
-    cls = (kind, dtype, int(numel), key, int(coo_capacity), device)
+    cls = (kind, dtype, int(numel), key, int(coo_capacity), device, pset)
     with c.lock:
         slots = c.unnamed.get(cls)
         c.unnamed_calls += 1
         if slots is None:
             _unnamed_evict(c)
             slots = c.unnamed[cls] = []
-            c.unnamed_ids[cls] = c.unnamed_next
-            c.unnamed_next += 1
+            c.unnamed_ids[cls] = c.unnamed_next.get(pset, 0)
+            c.unnamed_next[pset] = c.unnamed_ids[cls] + 1
         c.unnamed_used[cls] = c.unnamed_calls
         for e in slots:
             if not e.inflight:
                 e.inflight = True
                 return e
         name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))
-        if name in c.entries:
+        if _key(name, pset) in c.entries:
             raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
                                   "unnamed operations but was given explicitly" % name, name)
-        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device)
+        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
         slots.append(e)
         e.inflight = True
         return e
 
 
-def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None):
-    """The claimed buffer of an operation: the named tensor's (registered on first use),
-    or, for name None, an unnamed one."""
+def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
+    """The claimed buffer of an operation in process set pset: the named tensor's
+    (registered on first use), or, for name None, an unnamed one."""
     if name is None:
-        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device)
-    e = _entry(c, name, dtype, numel, key, coo_capacity, device)
+        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device, pset)
+    e = _entry(c, name, dtype, numel, key, coo_capacity, device, pset)
     _claim(e)
     return e
 
 
 def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
              threshold=0.0, scheme=None, allow_lossy=False, coo_capacity=0, wire=None,
-             block=0):
+             block=0, process_set=None):
     """Registers ``name`` with the daemon now instead of at its first allreduce: ``numel``
     elements of ``dtype`` ("float32", "float64", "int32", "int64" or a DType) on
     ``device`` ("cpu", "cuda", "cuda:N" or a torch.device; a cuda tensor's buffer is in
@@ -622,13 +698,15 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     float32 tensor without a sparsifier, allow_lossy, COO input or another pinned scheme
     than dense_ring): its sum and average allreduces travel as 16-bit values, summed in
     float32 on arrival (sparsecomm.h, sc_wire_t).  ``block``: elements per block of S2's
-    bitmap (where S2 is pinned) and of the "block_topk" sparsifier; 0: 256."""
+    bitmap (where S2 is pinned) and of the "block_topk" sparsifier; 0: 256.
+    ``process_set``: the set it runs in (default the job's)."""
     c = _need()
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
+    pset = process_sets_.scope(c, process_set, "register", str(name)).id
     _entry(c, str(name), dt, int(numel),
            _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
-           int(coo_capacity or 0), DeviceKind.parse(device))
-    return registered()[str(name)]
+           int(coo_capacity or 0), DeviceKind.parse(device), pset)
+    return registered()[_key(str(name), pset)]
 
 
 # ---- handles -----------------------------------------------------------------------
@@ -671,6 +749,8 @@ class Handle:
             self._entry.inflight = False
             self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
                                self._entry.name)
+        if self._entry.orphan:
+            _release_orphan(self._ctx, self._entry)
 
     def _out(self):
         if self._exc is not None:
@@ -826,8 +906,8 @@ def _name_or_none(name):
 
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
-                    coo_capacity=None, out=None, wire=None, block=None, _kind="allreduce",
-                    _root=None):
+                    coo_capacity=None, out=None, wire=None, block=None, process_set=None,
+                    _kind="allreduce", _root=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
@@ -841,34 +921,37 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     ``name`` is first used.  A float16 or bfloat16 torch tensor travels in a float32
     buffer whose wire is its own 16 bits (where the tensor is dense and unsparsified; the
     result comes back in its dtype).  Without ``name`` the operation gets a buffer by the
-    rule in the module doc (unnamed operations)."""
+    rule in the module doc (unnamed operations).  ``process_set``: the ProcessSet whose
+    members take part (default every trainer; an average divides by its size), of which
+    this trainer must be a member (sparsecomm.process_sets)."""
     c = _need()
     name = _name_or_none(name)
     red = _op(average, op)
+    pset = process_sets_.scope(c, process_set, _kind, name).id
     if _is_torch(tensor) and tensor.is_sparse:
         if tensor.device.type not in ("cpu", "cuda"):
             raise TypeError("sparsecomm: sparse tensor '%s' is on %s; only CPU and CUDA "
                             "tensors are supported" % (name, tensor.device))
         return _allreduce_torch_sparse(c, tensor, name, _kind, red, sparsifier, density,
                                        threshold, scheme, allow_lossy, sparse_as_dense,
-                                       coo_capacity, out)
+                                       coo_capacity, out, pset)
     key = _opts_key(sparsifier, density, threshold, scheme, allow_lossy,
                     block=_block(tensor, block, sparsifier, scheme))
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
-    known = c.entries.get(name) if name is not None and wire is None else None
+    known = c.entries.get(_key(name, pset)) if name is not None and wire is None else None
     if known is not None:  # a name registered with a wire keeps it
         key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
     else:
         w = _auto_wire(x, wire, key, _kind, coo_capacity)
         key = key[:-1] + (("wire", w.name.lower()),)
-        name = _wire_name(c, name, w)
+        name = _wire_name(c, name, w, pset)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
     if istorch and x.device.type == "cuda":
-        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root)
-    e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0)
+        return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root, pset)
+    e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0, None, pset)
     try:
         if istorch:
             if x.device.type != "cpu":
@@ -884,14 +967,14 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
 
 
-def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None):
+def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None, pset=0):
     """A dense CUDA tensor: copied into the daemon's GPU buffer on the tensor's current
     stream, which the submission waits for; the Handle queues the result on that stream
     (sc_stream_wait) and copies it out there.  The host never waits for the GPU."""
     t = _torch()
     dev, stream = _cuda_place(x)
     e = _acquire(c, name, kind, _sc_dtype(x), int(x.numel()), key, coo_capacity or 0,
-                 (DeviceKind.CUDA, dev.index))
+                 (DeviceKind.CUDA, dev.index), pset)
     try:
         with _on(dev, stream):
             _after_last_read(e, stream)
@@ -990,15 +1073,16 @@ def _coo_key(sparsifier, density, threshold, scheme, allow_lossy):
 
 def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None,
                         dtype=None, coo_capacity=None, sparsifier=None, density=0.0,
-                        threshold=0.0, scheme=None, allow_lossy=False):
+                        threshold=0.0, scheme=None, allow_lossy=False, process_set=None):
     """COO input as numpy arrays: ``indices`` flat element indices (0 <= i < numel, in any
     order; repeats are summed), ``values`` their values.  The Handle's wait() gives the
     dense result as a numpy array of ``numel`` elements.  coo_capacity defaults to numel.
     An index past the tensor, or one no uint32 holds (2**32 and above, negative,
     fractional), and more entries than coo_capacity, fail the step on every rank
-    (SparsecommError: SC_ERR_INVALID, SC_ERR_LIMIT)."""
+    (SparsecommError: SC_ERR_INVALID, SC_ERR_LIMIT).  ``process_set`` as allreduce's."""
     c = _need()
     name = _name_or_none(name)
+    pset = process_sets_.scope(c, process_set, "COO allreduce", name).id
     idx = np.asarray(indices).reshape(-1)
     val = np.asarray(values).reshape(-1)
     if idx.shape != val.shape:
@@ -1007,7 +1091,7 @@ def allreduce_coo_async(indices, values, numel, name=None, average=True, op=None
     dt = DType(dtype) if dtype is not None else _sc_dtype(val)
     e = _acquire(c, name, "allreduce", dt, int(numel),
                  _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
-                 int(coo_capacity or numel))
+                 int(coo_capacity or numel), None, pset)
     nnz = idx.size
     try:
         # more entries than the COO area holds: the daemon refuses the step on every rank
@@ -1056,7 +1140,7 @@ def _check_nnz(e, nnz):
 
 
 def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, threshold,
-                            scheme, allow_lossy, sparse_as_dense, coo_capacity, out):
+                            scheme, allow_lossy, sparse_as_dense, coo_capacity, out, pset=0):
     """The COO path for a torch sparse tensor (see the module doc): on the CPU through
     numpy views of the shared COO area, on a GPU with torch ops on the tensor's current
     stream in the daemon's GPU COO area."""
@@ -1074,7 +1158,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
     e = _acquire(c, name, kind, _sc_dtype(x), numel,
                  _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
                  int(coo_capacity or numel),
-                 (DeviceKind.CUDA, dev.index) if cuda else None)
+                 (DeviceKind.CUDA, dev.index) if cuda else None, pset)
     nnz = x._indices().shape[1] * dn
     try:
         _check_nnz(e, nnz)
@@ -1252,371 +1336,9 @@ def _unravel(lin, sparse_shape):
     return reversed(out)
 
 
-# ---- allgather ---------------------------------------------------------------------
-
-def _rows_in(tensor, what, name):
-    """A collective's input in rows (its first dimension): (is torch, the tensor on the
-    host, its torch device or None, its shape)."""
-    istorch = _is_torch(tensor)
-    x = tensor.detach() if istorch else np.asarray(tensor)
-    dev = x.device if istorch else None
-    if istorch and dev.type != "cpu":
-        x = x.cpu()
-    if not x.shape:
-        raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
-    return istorch, x, dev, tuple(x.shape)
-
-
-def _rows_out(e, n, shape, dtype, dev):
-    """The first n elements of e's buffer as a new tensor of shape: torch on dev (dev not
-    None), else numpy."""
-    if dev is not None:
-        res = _torch().empty(shape, dtype=dtype)
-        res.copy_(e.tdata()[:n].view(shape))
-        return res.to(dev) if dev.type != "cpu" else res
-    return np.array(e.data[:n].reshape(shape), dtype=dtype)
-
-
-def _allgather_async(tensor, name, timeout):
-    """Starts an allgather; returns (Handle, every rank's row count)."""
-    c = _need()
-    gid = _take_member()  # the rows below, not the sizes' allreduce, join a group
-    istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
-    row = math.prod(shape[1:])
-    # the sizes first: every rank's rows and elements per row
-    meta = np.zeros(2 * c.size, dtype=np.int64)
-    meta[2 * c.rank], meta[2 * c.rank + 1] = shape[0], row
-    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
-    rows, rowlen = meta[0::2], meta[1::2]
-    if np.any(rowlen != row):
-        raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
-                              "differ across ranks: %s" % (name, ", ".join(
-                                  "rank %d has %d" % (r, rowlen[r]) for r in range(c.size))),
-                              name)
-    total = int(rows.sum()) * row
-    cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
-    e = _acquire(c, "%s.%d" % (name, cap), "allgather", _sc_dtype(x), cap,
-                 _opts_key(None, 0.0, 0.0, None, False), 0)
-    n = math.prod(shape)
-    try:
-        if istorch:
-            e.tdata()[:n].view(shape).copy_(x)
-        else:
-            np.copyto(e.data[:n].reshape(shape), x, casting="unsafe")
-    except BaseException:
-        e.inflight = False
-        raise
-    lib = _lib.load()
-    h = _lib.c_handle()
-    _member(c, e, gid)
-    st = lib.sc_allgather_async(c.client, e.ptr, n, ctypes.byref(h))
-    if st != _lib.SC_OK:
-        e.inflight = False
-        raise _error(st, "allgather of tensor '%s'" % e.name, e.name)
-    out_shape = (int(rows.sum()),) + shape[1:]
-
-    def finish():
-        return _rows_out(e, total, out_shape, x.dtype, dev)
-
-    return Handle(c, e, h.value, finish), rows
-
-
-def allgather_async(tensor, name=None, timeout=None):
-    """Starts an allgather (see :func:`allgather`); the Handle's wait() gives the result.
-    Only the rows' exchange is asynchronous: the sizes' exchange completes before this
-    returns (bounded by ``timeout``)."""
-    name = "allgather" if name is None else str(name)
-    return _allgather_async(tensor, name, timeout)[0]
-
-
-def allgather(tensor, name=None, timeout=None):
-    """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
-    first dimension may differ across ranks, the others must not).  The sizes are gathered
-    first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
-    rows once to every other node).  Every rank must call it with the same name (default
-    "allgather") and dtype."""
-    name = "allgather" if name is None else str(name)
-    h, _ = _allgather_async(tensor, name, timeout)
-    return h.wait(timeout)
-
-
-def allgather_object(obj, name=None, timeout=None):
-    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
-    four to an int32 element)."""
-    import pickle
-    c = _need()
-    name = "allgather.object" if name is None else str(name)
-    payload = pickle.dumps(obj)
-    lens = np.zeros(c.size, dtype=np.int64)
-    lens[c.rank] = len(payload)
-    lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout)
-    words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
-    words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
-    h, rows = _allgather_async(words, name, timeout)
-    flat = h.wait(timeout)
-    out, at = [], 0
-    for r in range(c.size):
-        chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
-        out.append(pickle.loads(chunk.tobytes()))
-        at += int(rows[r])
-    return out
-
-
-# ---- alltoall ----------------------------------------------------------------------
-
-def _splits_refusal(splits, rows, size):
-    """This rank's splits of ``rows`` rows over ``size`` ranks, and why they are refused
-    ("" when they are not): Horovod's rules, splits=None an even split."""
-    if splits is None:
-        if rows % size:
-            return None, "%d rows do not split evenly over %d ranks" % (rows, size)
-        return [rows // size] * size, ""
-    if _is_torch(splits):
-        splits = splits.detach().cpu()
-    sp = [int(v) for v in np.asarray(splits).reshape(-1)]
-    if len(sp) != size:
-        return None, "%d splits for %d ranks" % (len(sp), size)
-    if min(sp) < 0:
-        return None, "a negative split (%d)" % min(sp)
-    if sum(sp) > rows:
-        return None, "splits summing to %d rows, over its %d" % (sum(sp), rows)
-    return sp, ""
-
-
-def alltoall_async(tensor, splits=None, name=None, timeout=None):
-    """Starts an alltoall (see :func:`alltoall`); the Handle's wait() returns
-    (received, received_splits).  Only the rows' exchange is asynchronous: the splits'
-    exchange (the ``.sizes`` allreduce of a P x (P + 3) int64 matrix) completes before
-    this returns, so the call blocks until every rank has reached it.
-
-    The rows' buffer is registered as name + "." + its capacity in elements (a power of
-    two): each new capacity registers another shared buffer, and every capacity a name
-    ever needed stays registered until shutdown().  Calls whose sizes vary widely should
-    bound them or use names of their own."""
-    c = _need()
-    name = "alltoall" if name is None else str(name)
-    istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
-    P, row = c.size, math.prod(shape[1:])
-    sp, why = _splits_refusal(splits, shape[0], P)
-    # the sizes first, every rank's alike: present (1: a joined rank, which takes part in
-    # this allreduce with zeros, leaves its row all zeros and sends nothing), its refusal,
-    # elements per row and splits (a rank whose splits are refused fails every rank
-    # instead of leaving them waiting)
-    meta = np.zeros((P, P + 3), dtype=np.int64)
-    meta[c.rank, :3] = 1, int(bool(why)), row
-    if not why:
-        meta[c.rank, 3:] = sp
-    gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
-    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout)
-    live = meta[:, 0] != 0
-    bad = [r for r in range(P) if meta[r, 1]]
-    if bad:
-        raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
-                              "are refused%s" % (name, ", ".join(map(str, bad)),
-                                                 " (here: %s)" % why if why else ""), name)
-    if np.any(live & (meta[:, 2] != row)):
-        raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
-                              "differ across ranks: %s" % (name, ", ".join(
-                                  "rank %d has %d" % (r, meta[r, 2]) for r in range(P)
-                                  if live[r])), name)
-    S = meta[:, 3:]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
-    rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
-    cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
-    e = _acquire(c, "%s.%d" % (name, cap), "alltoall", _sc_dtype(x), cap,
-                 _opts_key(None, 0.0, 0.0, None, False), 0)
-    n = int(S[c.rank].sum()) * row
-    try:
-        if istorch:
-            e.tdata()[:n].copy_(x.reshape(-1)[:n])
-        else:
-            np.copyto(e.data[:n], x.reshape(-1)[:n], casting="unsafe")
-    except BaseException:
-        e.inflight = False
-        raise
-    lib = _lib.load()
-    h = _lib.c_handle()
-    counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[c.rank]))
-    _member(c, e, gid)
-    st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
-    if st != _lib.SC_OK:
-        e.inflight = False
-        raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
-
-    def finish():
-        got = (ctypes.c_size_t * P)()
-        st = lib.sc_tensor_result_counts(e.ptr, got, P)
-        if st != _lib.SC_OK:
-            raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
-        # what the daemons delivered, in rows: the splits every rank announced
-        recv = np.array([v // row if row else S[r, c.rank] for r, v in enumerate(got)],
-                        dtype=np.int64)
-        total = int(recv.sum())
-        return _rows_out(e, total * row, (total,) + shape[1:], x.dtype, dev), recv
-
-    return Handle(c, e, h.value, finish)
-
-
-def alltoall(tensor, splits=None, name=None, timeout=None):
-    """Scatters ``tensor``'s rows to every rank and gathers what every rank sends this
-    one: ``splits[r]`` rows (along the first dimension, in rank order) go to rank r
-    (default: an even split, which must divide the rows; rows past the splits' sum are
-    not sent), and the result is the rows received, in source rank order, with the number
-    from each rank: (received, received_splits).  The splits are exchanged first (an
-    int64 sum allreduce named name + ".sizes": splits refused on one rank fail every rank
-    naming it), then the rows (sc_alltoall_async: each node sends every other node its
-    trainers' rows for that node's trainers, once).  Every rank must use the same name
-    (default "alltoall"), dtype and elements per row."""
-    return alltoall_async(tensor, splits, name, timeout).wait(timeout)
-
-
-# ---- reducescatter -----------------------------------------------------------------
-
-def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None):
-    """See :func:`reducescatter_async`: its result."""
-    return reducescatter_async(tensor, op, name).wait(timeout)
-
-
-def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None):
-    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op``
-    across every rank (default: average, as Horovod's), of which this rank gets its rows:
-    the first dimension is split in rank order, the first (rows % size) ranks one row more
-    (sc_reducescatter_async: each node sends every other node its part once).  Every rank
-    must give the same shape, dtype, op and name (default "reducescatter")."""
-    c = _need()
-    name = "reducescatter" if name is None else str(name)
-    red = ReduceOp.parse(op)
-    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", name)
-    if not math.prod(shape):
-        raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
-    row, n = math.prod(shape[1:]), math.prod(shape)
-    e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
-                 _opts_key(None, 0.0, 0.0, None, False), 0)
-    try:
-        if istorch:
-            e.tdata().view(shape).copy_(x)
-        else:
-            np.copyto(e.data.reshape(shape), x, casting="unsafe")
-    except BaseException:
-        e.inflight = False
-        raise
-    lib = _lib.load()
-    h = _lib.c_handle()
-    _member(c, e, _take_member())
-    st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
-    if st != _lib.SC_OK:
-        e.inflight = False
-        raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)
-
-    def finish():
-        got = lib.sc_tensor_result_nnz(e.ptr)
-        return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
-
-    return Handle(c, e, h.value, finish)
-
-
-# ---- join --------------------------------------------------------------------------
-
-def join(timeout=None):
-    """Uneven inputs: this rank has no more data.  Until every rank has joined, it takes
-    part in the others' allreduces with zeros (and may start none itself); returns the
-    last rank to join once all have (Horovod's join).  ``timeout`` as barrier's."""
-    c = _need()
-    lib = _lib.load()
-    h = _lib.c_handle()
-    st = lib.sc_join_async(c.client, ctypes.byref(h))
-    if st != _lib.SC_OK:
-        raise _error(st, "join")
-    last = ctypes.c_int(-1)
-    tmo = c.timeout_s if timeout is None else float(timeout)
-    deadline = _now() + tmo
-    while True:  # in slices, so that Ctrl-C reaches Python
-        left_ms = int(max(0.0, deadline - _now()) * 1000)
-        st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
-                                ctypes.byref(last))
-        if st == _lib.SC_OK:
-            return last.value
-        if st != _lib.SC_ERR_TIMEOUT:
-            raise _error(st, "join")
-        if left_ms <= _WAIT_SLICE_MS:
-            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within %.1f s "
-                                  "(rank %d)" % (tmo, c.rank))
-
-
-# ---- barrier -----------------------------------------------------------------------
-
-def barrier(timeout=None):
-    """Returns once every trainer of the job has called barrier() (sc_barrier_async: the
-    daemons agree through their coordinator; no tensor is involved).  Raises
-    SparsecommError: SC_ERR_STALLED naming the ranks that did not arrive within the
-    daemons' stall_timeout_ms, SC_ERR_ABORTED when a trainer exited, SC_ERR_TIMEOUT after
-    ``timeout`` seconds (None: the default given to init())."""
-    c = _need()
-    lib = _lib.load()
-    h = _lib.c_handle()
-    st = lib.sc_barrier_async(c.client, ctypes.byref(h))
-    if st != _lib.SC_OK:
-        raise _error(st, "barrier")
-    tmo = c.timeout_s if timeout is None else float(timeout)
-    deadline = _now() + tmo
-    while True:  # in slices, so that Ctrl-C reaches Python
-        left_ms = int(max(0.0, deadline - _now()) * 1000)
-        st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
-        if st == _lib.SC_OK:
-            return
-        if st != _lib.SC_ERR_TIMEOUT:
-            raise _error(st, "barrier")
-        if left_ms <= _WAIT_SLICE_MS:
-            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete within "
-                                  "%.1f s (rank %d)" % (tmo, c.rank))
-
-
-# ---- broadcast ---------------------------------------------------------------------
-
-def broadcast_async_(tensor, root_rank=0, name=None):
-    """In-place broadcast from root_rank (sc_broadcast_async): the handle's wait() writes
-    root_rank's values into ``tensor`` on every rank.  The root's node sends them once to
-    every other node."""
-    c = _need()
-    root = int(root_rank)
-    if not 0 <= root < c.size:
-        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
-                         (root, c.size - 1))
-    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast",
-                           _root=root)
-
-
-def broadcast_async(tensor, root_rank=0, name=None):
-    """Broadcast from root_rank into a new tensor (the input is left as it is)."""
-    c = _need()
-    root = int(root_rank)
-    if not 0 <= root < c.size:
-        raise ValueError("broadcast: root_rank %d is not a rank of the job (0 to %d)" %
-                         (root, c.size - 1))
-    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, _kind="broadcast", _root=root)
-
-
-def broadcast(tensor, root_rank=0, name=None, timeout=None):
-    return broadcast_async(tensor, root_rank, name).wait(timeout)
-
-
-def broadcast_object(obj, root_rank=0, name=None, timeout=None):
-    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
-    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
-    smallest dtype), so the payload travels once from the root's node.  Every rank must
-    call it with the same name (default "broadcast.object")."""
-    import pickle
-    c = _need()
-    name = "broadcast.object" if name is None else str(name)
-    payload = pickle.dumps(obj) if c.rank == root_rank else b""
-    n = np.array([len(payload)], dtype=np.int64)
-    n = int(broadcast(n, root_rank, name=name + ".len", timeout=timeout)[0])
-    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
-    if c.rank == root_rank:
-        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
-    # the payload's buffer is named by its size: each size registers once
-    words = broadcast(words, root_rank, name="%s.%d" % (name, words.size), timeout=timeout)
-    return obj if c.rank == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
-
-
-def broadcast_(tensor, root_rank=0, name=None, timeout=None):
-    return broadcast_async_(tensor, root_rank, name).wait(timeout)
+# The collectives beyond allreduce live in _colls (allgather, alltoall, reducescatter,
+# join, barrier, broadcast); they use the names above.
+from ._colls import (  # noqa: E402,F401
+    allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
+    broadcast, broadcast_, broadcast_async, broadcast_async_, broadcast_object, join,
+    reducescatter, reducescatter_async)

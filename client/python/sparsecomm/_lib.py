@@ -27,7 +27,7 @@ import threading
 
 # ---- constants mirrored from sparsecomm.h --------------------------------------------
 
-SC_PROTOCOL_VERSION = 4
+SC_PROTOCOL_VERSION = 5
 
 # name (without the SC_ prefix) -> value, in the order of SC_STATUS_MAP.
 STATUS_VALUES = {
@@ -202,6 +202,7 @@ class TensorOpts(ctypes.Structure):
         ("device_ordinal", ctypes.c_int),
         ("wire", ctypes.c_int),  # sc_wire_t
         ("block", ctypes.c_uint32),  # S2's bitmap block, block top-K's (0: 256)
+        ("process_set", ctypes.c_int),  # the set the tensor runs in (0: every trainer)
     ]
 
 
@@ -269,6 +270,21 @@ _PROTOTYPES = [
     ("sc_finalize", ctypes.c_int, [c_client_p]),
 ]
 
+# Declared only where the library has them (an older libsparseclient lacks them): the
+# process set calls.  has() says whether the loaded library does.
+_OPTIONAL_PROTOTYPES = [
+    ("sc_process_set_add", ctypes.c_int,
+     [c_client_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int,
+      ctypes.POINTER(ctypes.c_int)]),
+    ("sc_process_set_remove", ctypes.c_int, [c_client_p, ctypes.c_int, ctypes.c_int]),
+    ("sc_process_set_size", ctypes.c_int, [c_client_p, ctypes.c_int]),
+    ("sc_process_set_rank", ctypes.c_int, [c_client_p, ctypes.c_int]),
+    ("sc_process_set_ranks", ctypes.c_int,
+     [c_client_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
+]
+
+SC_PROCESS_SET_GLOBAL = 0
+
 _lock = threading.Lock()
 _lib = None
 _lib_path = None
@@ -318,10 +334,20 @@ def load():
                 fn = getattr(lib, name)
                 fn.restype = restype
                 fn.argtypes = argtypes
+            for name, restype, argtypes in _OPTIONAL_PROTOTYPES:
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype = restype
+                    fn.argtypes = argtypes
             _lib, _lib_path = lib, path
             return lib
         raise OSError("libsparseclient.so not found; build it with `make build/lib/"
                       "libsparseclient.so` or set SPARSECOMM_LIB. Tried: " + "; ".join(tried))
+
+
+def has(name):
+    """Whether the loaded library exports ``name`` (the optional calls above)."""
+    return hasattr(load(), name)
 
 
 def library_path():

@@ -44,7 +44,11 @@ reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mp
 nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
 HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression and
 DistributedOptimizer(optimizer, named_parameters=..., compression=...,
-backward_passes_per_step=..., op=...).  :class:`Compression`'s fp16 and
+backward_passes_per_step=..., op=..., process_set=...).  Process sets (see
+sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
+remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
+broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
+a collective are ranks within the set.  :class:`Compression`'s fp16 and
 bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
 float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
 whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
@@ -74,7 +78,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
     allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
     mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
-    cuda_built, rocm_built, start_timeline, stop_timeline)
+    cuda_built, rocm_built, start_timeline, stop_timeline, ProcessSet, ProcessSetError,
+    global_process_set, add_process_set, remove_process_set, process_set_by_id)
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
@@ -319,38 +324,40 @@ class _AlltoallHandle:
         return out, torch.as_tensor(recv, dtype=torch.int32)
 
 
-def alltoall_async(tensor, splits=None, name=None, timeout=None):
+def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=None):
     """Horovod's alltoall_async: a handle for synchronize() (sparsecomm.alltoall_async)."""
-    return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, timeout),
+    return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, timeout, process_set),
                            splits is not None)
 
 
-def alltoall(tensor, splits=None, name=None, timeout=None):
+def alltoall(tensor, splits=None, name=None, timeout=None, process_set=None):
     """Horovod's alltoall: ``splits[r]`` rows of ``tensor`` go to rank r (default an even
     split, which must divide the first dimension); returns the rows received in rank
     order, and, when ``splits`` is given, also the received splits (an int32 tensor, one
-    per rank), as Horovod returns them."""
-    return alltoall_async(tensor, splits, name, timeout).wait(timeout)
+    per rank), as Horovod returns them.  ``process_set``: among its members, in set-rank
+    order."""
+    return alltoall_async(tensor, splits, name, timeout, process_set).wait(timeout)
 
 
 def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
-                        prescale_factor=1.0, postscale_factor=1.0):
+                        prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Horovod's reducescatter_async: a handle for synchronize() whose result is this
     rank's rows of the reduction (``op`` default Average; the scale factors as
     allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
     the values instead."""
     _refuse_adasum(op, "reducescatter")
     compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
-    return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name),
+    return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name,
+                                                     process_set=process_set),
                              lambda res: _scale(compression.decompress(res, ctx),
                                                 postscale_factor), None)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+                  prescale_factor=1.0, postscale_factor=1.0, timeout=None, process_set=None):
     """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async)."""
     return reducescatter_async(tensor, name, compression, op, prescale_factor,
-                               postscale_factor).wait(timeout)
+                               postscale_factor, process_set).wait(timeout)
 
 
 # ---- Horovod's grouped operations ----------------------------------------------------
@@ -430,28 +437,30 @@ def grouped_allreduce_(tensors, average=None, name=None, compression=Compression
                                     prescale_factor, postscale_factor, **kw).wait(timeout)
 
 
-def grouped_allgather_async(tensors, name=None):
+def grouped_allgather_async(tensors, name=None, process_set=None):
     """Horovod's grouped_allgather_async (each member's sizes are exchanged as it is
     started, its rows with the others')."""
-    return _group(lambda t, n: _sc.allgather_async(t, "allgather" if n is None else n),
+    return _group(lambda t, n: _sc.allgather_async(t, "allgather" if n is None else n,
+                                                   process_set=process_set),
                   tensors, "allgather.group" if name is None else name)
 
 
-def grouped_allgather(tensors, name=None, timeout=None):
-    return grouped_allgather_async(tensors, name).wait(timeout)
+def grouped_allgather(tensors, name=None, timeout=None, process_set=None):
+    return grouped_allgather_async(tensors, name, process_set).wait(timeout)
 
 
 def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
-                                prescale_factor=1.0, postscale_factor=1.0):
+                                prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
-                                                   postscale_factor),
+                                                   postscale_factor, process_set),
                   tensors, "reducescatter.group" if name is None else name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0, timeout=None):
+                          prescale_factor=1.0, postscale_factor=1.0, timeout=None,
+                          process_set=None):
     return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
-                                       postscale_factor).wait(timeout)
+                                       postscale_factor, process_set).wait(timeout)
 
 
 # ---- Horovod's SyncBatchNorm ----------------------------------------------------------
@@ -529,8 +538,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, sparsifier, density, threshold, scheme,
                  allow_lossy, overrides, average, timeout, backward_passes_per_step,
-                 sparse_as_dense, prefix, compression):
+                 sparse_as_dense, prefix, compression, process_set=None):
         super(self.__class__, self).__init__(params)
+        # a trainer outside the set is refused now, not at its first gradient
+        _sc.process_sets_.scope(_sc._need(), process_set, "DistributedOptimizer")
+        self._process_set = process_set
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -677,7 +689,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             delta = p.detach() - start
             p.copy_(start)
         self._start[p] = start
-        opts = dict(name=name, op=ReduceOp.ADASUM)
+        opts = dict(name=name, op=ReduceOp.ADASUM, process_set=self._process_set)
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(delta, **opts)
         return _compressed_async(self._compression, delta, delta, **opts)
@@ -705,10 +717,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 g, name=name, sparsifier=sp, **self._reduction(),
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
-                sparse_as_dense=self._sparse_as_dense)
+                sparse_as_dense=self._sparse_as_dense, process_set=self._process_set)
         opts = dict(name=name, sparsifier=o["sparsifier"], **self._reduction(),
                     density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
-                    allow_lossy=o["allow_lossy"], block=o.get("block"))
+                    allow_lossy=o["allow_lossy"], block=o.get("block"),
+                    process_set=self._process_set)
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
         return _compressed_async(self._compression, g, g, **opts)
@@ -781,7 +794,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
                          threshold=0.0, scheme=None, allow_lossy=False, overrides=None,
                          average=True, timeout=None, backward_passes_per_step=1,
                          sparse_as_dense=False, prefix="grad.", compression=Compression.none,
-                         op=None):
+                         op=None, process_set=None):
     """Wraps ``optimizer`` so that gradients are averaged across every trainer before
     each step.  Returns an instance of a subclass of the optimizer's own class (so LR
     schedulers keep working) sharing its param_groups.
@@ -798,7 +811,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
     ``average``). With Adasum, as Horovod's Adasum optimizer does, each parameter takes
     the wrapped optimizer's step locally when its gradient is ready, and the trainers
     combine the steps' changes by the Adasum operator; step() then applies them (the
-    wrapped optimizer's step is not taken again)."""
+    wrapped optimizer's step is not taken again).
+
+    process_set: Horovod's; the gradients are averaged among its members only (this
+    trainer must be one), so that parts of a model (the towers of a two-tower model,
+    the stages of a pipeline) train in sets of their own, each with an optimizer of its
+    own."""
     if op is not None:
         red = ReduceOp.parse(op)
         if red not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
@@ -809,7 +827,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, dens
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, sparsifier, density, threshold,
               scheme, allow_lossy, overrides, average, timeout, backward_passes_per_step,
-              sparse_as_dense, prefix, compression)
+              sparse_as_dense, prefix, compression, process_set)
     opt.state = optimizer.state
     return opt
 
@@ -820,26 +838,32 @@ def _named(params):
     return list(params)
 
 
-def broadcast_parameters(params, root_rank=0, timeout=None, prefix="broadcast."):
+def broadcast_parameters(params, root_rank=0, timeout=None, prefix="broadcast.",
+                         process_set=None):
     """Copies root_rank's values into every rank's tensors, in place.  params: a
-    state_dict (name -> tensor) or an iterable of (name, tensor)."""
+    state_dict (name -> tensor) or an iterable of (name, tensor).  ``process_set``: among
+    its members, root_rank a rank within it."""
     items = [(n, t) for n, t in _named(params) if t is not None]
     hs = []
     with torch.no_grad():
         for n, t in items:
-            hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n))
+            hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n,
+                                           process_set=process_set))
         for h in hs:
             h.wait(timeout)
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, timeout=None,
-                              name="broadcast.optimizer_state"):
+                              name="broadcast.optimizer_state", process_set=None):
     """Loads root_rank's optimizer state (state_dict: hyperparameters, momentum buffers,
     step counts) into ``optimizer`` on every other rank.  A rank whose optimizer has not
-    stepped yet gets the root's state all the same."""
-    state = _sc.broadcast_object(optimizer.state_dict() if _sc.rank() == root_rank else None,
-                                 root_rank=root_rank, name=name, timeout=timeout)
-    if _sc.rank() != root_rank:
+    stepped yet gets the root's state all the same.  ``process_set``: among its members,
+    root_rank a rank within it."""
+    me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast_optimizer_state").rank
+    state = _sc.broadcast_object(optimizer.state_dict() if me == root_rank else None,
+                                 root_rank=root_rank, name=name, timeout=timeout,
+                                 process_set=process_set)
+    if me != root_rank:
         optimizer.load_state_dict(state)
 
 

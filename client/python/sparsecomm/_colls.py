@@ -1,0 +1,415 @@
+"""The collectives of the sparsecomm binding beyond allreduce: allgather, alltoall,
+reduce-scatter, join, barrier and broadcast (re-exported by the package; see its module
+doc for the design).  Each takes ``process_set=`` (sparsecomm.process_sets): the sizes'
+exchanges and results are over the set's members in set-rank order, and ranks given
+(a broadcast's root) are ranks within the set."""
+
+import ctypes
+import math
+
+import numpy as np
+
+from . import _lib
+from . import process_sets as process_sets_
+from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error,
+               _is_torch, _member, _need, _now, _opts_key, _sc_dtype, _take_member,
+               _torch, allreduce, allreduce_async)
+
+
+# ---- allgather ---------------------------------------------------------------------
+
+def _rows_in(tensor, what, name):
+    """A collective's input in rows (its first dimension): (is torch, the tensor on the
+    host, its torch device or None, its shape)."""
+    istorch = _is_torch(tensor)
+    x = tensor.detach() if istorch else np.asarray(tensor)
+    dev = x.device if istorch else None
+    if istorch and dev.type != "cpu":
+        x = x.cpu()
+    if not x.shape:
+        raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
+    return istorch, x, dev, tuple(x.shape)
+
+
+def _rows_out(e, n, shape, dtype, dev):
+    """The first n elements of e's buffer as a new tensor of shape: torch on dev (dev not
+    None), else numpy."""
+    if dev is not None:
+        res = _torch().empty(shape, dtype=dtype)
+        res.copy_(e.tdata()[:n].view(shape))
+        return res.to(dev) if dev.type != "cpu" else res
+    return np.array(e.data[:n].reshape(shape), dtype=dtype)
+
+
+def _allgather_async(tensor, name, timeout, process_set=None):
+    """Starts an allgather; returns (Handle, every rank's row count, in set-rank order)."""
+    c = _need()
+    ps = process_sets_.scope(c, process_set, "allgather", name)
+    gid = _take_member()  # the rows below, not the sizes' allreduce, join a group
+    istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
+    row = math.prod(shape[1:])
+    # the sizes first: every rank's rows and elements per row
+    meta = np.zeros(2 * ps.size, dtype=np.int64)
+    meta[2 * ps.rank], meta[2 * ps.rank + 1] = shape[0], row
+    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout,
+                     process_set=process_set)
+    rows, rowlen = meta[0::2], meta[1::2]
+    if np.any(rowlen != row):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
+                              "differ across ranks: %s" % (name, ", ".join(
+                                  "rank %d has %d" % (ps.ranks[r], rowlen[r])
+                                  for r in range(ps.size))), name)
+    total = int(rows.sum()) * row
+    cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
+    e = _acquire(c, "%s.%d" % (name, cap), "allgather", _sc_dtype(x), cap,
+                 _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
+    n = math.prod(shape)
+    try:
+        if istorch:
+            e.tdata()[:n].view(shape).copy_(x)
+        else:
+            np.copyto(e.data[:n].reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    _member(c, e, gid)
+    st = lib.sc_allgather_async(c.client, e.ptr, n, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "allgather of tensor '%s'" % e.name, e.name)
+    out_shape = (int(rows.sum()),) + shape[1:]
+
+    def finish():
+        return _rows_out(e, total, out_shape, x.dtype, dev)
+
+    return Handle(c, e, h.value, finish), rows
+
+
+def allgather_async(tensor, name=None, timeout=None, process_set=None):
+    """Starts an allgather (see :func:`allgather`); the Handle's wait() gives the result.
+    Only the rows' exchange is asynchronous: the sizes' exchange completes before this
+    returns (bounded by ``timeout``)."""
+    name = "allgather" if name is None else str(name)
+    return _allgather_async(tensor, name, timeout, process_set)[0]
+
+
+def allgather(tensor, name=None, timeout=None, process_set=None):
+    """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
+    first dimension may differ across ranks, the others must not).  The sizes are gathered
+    first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
+    rows once to every other node).  Every rank must call it with the same name (default
+    "allgather") and dtype.  ``process_set``: among its members only, in set-rank order."""
+    name = "allgather" if name is None else str(name)
+    h, _ = _allgather_async(tensor, name, timeout, process_set)
+    return h.wait(timeout)
+
+
+def allgather_object(obj, name=None, timeout=None, process_set=None):
+    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
+    four to an int32 element); with ``process_set``, its members' in set-rank order."""
+    import pickle
+    c = _need()
+    ps = process_sets_.scope(c, process_set, "allgather_object", name)
+    name = "allgather.object" if name is None else str(name)
+    payload = pickle.dumps(obj)
+    lens = np.zeros(ps.size, dtype=np.int64)
+    lens[ps.rank] = len(payload)
+    lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout,
+                     process_set=process_set)
+    words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
+    words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+    h, rows = _allgather_async(words, name, timeout, process_set)
+    flat = h.wait(timeout)
+    out, at = [], 0
+    for r in range(ps.size):
+        chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
+        out.append(pickle.loads(chunk.tobytes()))
+        at += int(rows[r])
+    return out
+
+
+# ---- alltoall ----------------------------------------------------------------------
+
+def _splits_refusal(splits, rows, size):
+    """This rank's splits of ``rows`` rows over ``size`` ranks, and why they are refused
+    ("" when they are not): Horovod's rules, splits=None an even split."""
+    if splits is None:
+        if rows % size:
+            return None, "%d rows do not split evenly over %d ranks" % (rows, size)
+        return [rows // size] * size, ""
+    if _is_torch(splits):
+        splits = splits.detach().cpu()
+    sp = [int(v) for v in np.asarray(splits).reshape(-1)]
+    if len(sp) != size:
+        return None, "%d splits for %d ranks" % (len(sp), size)
+    if min(sp) < 0:
+        return None, "a negative split (%d)" % min(sp)
+    if sum(sp) > rows:
+        return None, "splits summing to %d rows, over its %d" % (sum(sp), rows)
+    return sp, ""
+
+
+def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=None):
+    """Starts an alltoall (see :func:`alltoall`); the Handle's wait() returns
+    (received, received_splits).  Only the rows' exchange is asynchronous: the splits'
+    exchange (the ``.sizes`` allreduce of a P x (P + 3) int64 matrix) completes before
+    this returns, so the call blocks until every rank has reached it.
+
+    The rows' buffer is registered as name + "." + its capacity in elements (a power of
+    two): each new capacity registers another shared buffer, and every capacity a name
+    ever needed stays registered until shutdown().  Calls whose sizes vary widely should
+    bound them or use names of their own.  With ``process_set``, splits and results are
+    over its members in set-rank order."""
+    c = _need()
+    name = "alltoall" if name is None else str(name)
+    ps = process_sets_.scope(c, process_set, "alltoall", name)
+    istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
+    P, me, row = ps.size, ps.rank, math.prod(shape[1:])
+    sp, why = _splits_refusal(splits, shape[0], P)
+    # the sizes first, every rank's alike: present (1: a joined rank, which takes part in
+    # this allreduce with zeros, leaves its row all zeros and sends nothing), its refusal,
+    # elements per row and splits (a rank whose splits are refused fails every rank
+    # instead of leaving them waiting)
+    meta = np.zeros((P, P + 3), dtype=np.int64)
+    meta[me, :3] = 1, int(bool(why)), row
+    if not why:
+        meta[me, 3:] = sp
+    gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
+    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout,
+                     process_set=process_set)
+    live = meta[:, 0] != 0
+    bad = [ps.ranks[r] for r in range(P) if meta[r, 1]]
+    if bad:
+        raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
+                              "are refused%s" % (name, ", ".join(map(str, bad)),
+                                                 " (here: %s)" % why if why else ""), name)
+    if np.any(live & (meta[:, 2] != row)):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
+                              "differ across ranks: %s" % (name, ", ".join(
+                                  "rank %d has %d" % (ps.ranks[r], meta[r, 2])
+                                  for r in range(P) if live[r])), name)
+    S = meta[:, 3:]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
+    rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
+    cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
+    e = _acquire(c, "%s.%d" % (name, cap), "alltoall", _sc_dtype(x), cap,
+                 _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
+    n = int(S[me].sum()) * row
+    try:
+        if istorch:
+            e.tdata()[:n].copy_(x.reshape(-1)[:n])
+        else:
+            np.copyto(e.data[:n], x.reshape(-1)[:n], casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    # one count per rank the alltoall runs over: the job's, or the set's members in set
+    # rank order (sparsecomm.h, "Process sets")
+    counts = (ctypes.c_size_t * P)(*(int(v) * row for v in S[me]))
+    _member(c, e, gid)
+    st = lib.sc_alltoall_async(c.client, e.ptr, counts, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
+
+    def finish():
+        got = (ctypes.c_size_t * P)()  # from each rank the alltoall ran over, in order
+        st = lib.sc_tensor_result_counts(e.ptr, got, P)
+        if st != _lib.SC_OK:
+            raise _error(st, "alltoall of tensor '%s'" % e.name, e.name)
+        # what the daemons delivered, in rows: the splits every rank announced
+        recv = np.array([v // row if row else S[r, me] for r, v in enumerate(got)],
+                        dtype=np.int64)
+        total = int(recv.sum())
+        return _rows_out(e, total * row, (total,) + shape[1:], x.dtype, dev), recv
+
+    return Handle(c, e, h.value, finish)
+
+
+def alltoall(tensor, splits=None, name=None, timeout=None, process_set=None):
+    """Scatters ``tensor``'s rows to every rank and gathers what every rank sends this
+    one: ``splits[r]`` rows (along the first dimension, in rank order) go to rank r
+    (default: an even split, which must divide the rows; rows past the splits' sum are
+    not sent), and the result is the rows received, in source rank order, with the number
+    from each rank: (received, received_splits).  The splits are exchanged first (an
+    int64 sum allreduce named name + ".sizes": splits refused on one rank fail every rank
+    naming it), then the rows (sc_alltoall_async: each node sends every other node its
+    trainers' rows for that node's trainers, once).  Every rank must use the same name
+    (default "alltoall"), dtype and elements per row.  ``process_set``: among its members,
+    ``splits[i]`` going to set rank i."""
+    return alltoall_async(tensor, splits, name, timeout, process_set).wait(timeout)
+
+
+# ---- reducescatter -----------------------------------------------------------------
+
+def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None, process_set=None):
+    """See :func:`reducescatter_async`: its result."""
+    return reducescatter_async(tensor, op, name, process_set).wait(timeout)
+
+
+def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None):
+    """Starts a reduce-scatter; the Handle's wait() gives ``tensor`` reduced by ``op``
+    across every rank (default: average, as Horovod's), of which this rank gets its rows:
+    the first dimension is split in rank order, the first (rows % size) ranks one row more
+    (sc_reducescatter_async: each node sends every other node its part once).  Every rank
+    must give the same shape, dtype, op and name (default "reducescatter").
+    ``process_set``: among its members, the rows split in set-rank order."""
+    c = _need()
+    name = "reducescatter" if name is None else str(name)
+    pset = process_sets_.scope(c, process_set, "reducescatter", name).id
+    red = ReduceOp.parse(op)
+    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", name)
+    if not math.prod(shape):
+        raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
+    row, n = math.prod(shape[1:]), math.prod(shape)
+    e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
+                 _opts_key(None, 0.0, 0.0, None, False), 0, None, pset)
+    try:
+        if istorch:
+            e.tdata().view(shape).copy_(x)
+        else:
+            np.copyto(e.data.reshape(shape), x, casting="unsafe")
+    except BaseException:
+        e.inflight = False
+        raise
+    lib = _lib.load()
+    h = _lib.c_handle()
+    _member(c, e, _take_member())
+    st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)
+
+    def finish():
+        got = lib.sc_tensor_result_nnz(e.ptr)
+        return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
+
+    return Handle(c, e, h.value, finish)
+
+
+# ---- join --------------------------------------------------------------------------
+
+def join(timeout=None, process_set=None):
+    """Uneven inputs: this rank has no more data.  Until every rank has joined, it takes
+    part in the others' allreduces with zeros (and may start none itself); returns the
+    last rank to join once all have (Horovod's join).  ``timeout`` as barrier's.  Join is
+    the whole job's: a ``process_set`` other than the global one raises
+    NotImplementedError."""
+    c = _need()
+    if process_sets_.scope(c, process_set, "join").id != 0:
+        raise NotImplementedError("join: process_set=%s; join is the whole job's "
+                                  "(process_set=global_process_set)" % (process_set,))
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_join_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "join")
+    last = ctypes.c_int(-1)
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
+                                ctypes.byref(last))
+        if st == _lib.SC_OK:
+            return last.value
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "join")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within %.1f s "
+                                  "(rank %d)" % (tmo, c.rank))
+
+
+# ---- barrier -----------------------------------------------------------------------
+
+def barrier(timeout=None, process_set=None):
+    """Returns once every trainer of the job has called barrier() (sc_barrier_async: the
+    daemons agree through their coordinator; no tensor is involved).  Raises
+    SparsecommError: SC_ERR_STALLED naming the ranks that did not arrive within the
+    daemons' stall_timeout_ms, SC_ERR_ABORTED when a trainer exited, SC_ERR_TIMEOUT after
+    ``timeout`` seconds (None: the default given to init()).  With a ``process_set`` other
+    than the global one: once every member of it has called barrier(process_set=...), by
+    a one-element int32 sum allreduce among them named "barrier" (the library's barrier is
+    the whole job's); its errors are that allreduce's."""
+    c = _need()
+    if process_sets_.scope(c, process_set, "barrier").id != 0:
+        allreduce(np.ones(1, dtype=np.int32), name="barrier", op=ReduceOp.SUM,
+                  timeout=timeout, process_set=process_set)
+        return
+    lib = _lib.load()
+    h = _lib.c_handle()
+    st = lib.sc_barrier_async(c.client, ctypes.byref(h))
+    if st != _lib.SC_OK:
+        raise _error(st, "barrier")
+    tmo = c.timeout_s if timeout is None else float(timeout)
+    deadline = _now() + tmo
+    while True:  # in slices, so that Ctrl-C reaches Python
+        left_ms = int(max(0.0, deadline - _now()) * 1000)
+        st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
+        if st == _lib.SC_OK:
+            return
+        if st != _lib.SC_ERR_TIMEOUT:
+            raise _error(st, "barrier")
+        if left_ms <= _WAIT_SLICE_MS:
+            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete within "
+                                  "%.1f s (rank %d)" % (tmo, c.rank))
+
+
+# ---- broadcast ---------------------------------------------------------------------
+
+def _broadcast_root(root_rank, name, process_set):
+    """The global rank of a broadcast's root: root_rank within process_set (as Horovod's
+    ranks given to a collective are), the job's rank without one."""
+    c = _need()
+    return process_sets_.scope(c, process_set, "broadcast", name).global_rank(root_rank,
+                                                                              "broadcast")
+
+
+def broadcast_async_(tensor, root_rank=0, name=None, process_set=None):
+    """In-place broadcast from root_rank (sc_broadcast_async): the handle's wait() writes
+    root_rank's values into ``tensor`` on every rank.  The root's node sends them once to
+    every other node.  ``process_set``: among its members, root_rank a rank within it."""
+    root = _broadcast_root(root_rank, name, process_set)
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast",
+                           _root=root, process_set=process_set)
+
+
+def broadcast_async(tensor, root_rank=0, name=None, process_set=None):
+    """Broadcast from root_rank into a new tensor (the input is left as it is)."""
+    root = _broadcast_root(root_rank, name, process_set)
+    return allreduce_async(tensor, name=name, op=ReduceOp.SUM, _kind="broadcast", _root=root,
+                           process_set=process_set)
+
+
+def broadcast(tensor, root_rank=0, name=None, timeout=None, process_set=None):
+    return broadcast_async(tensor, root_rank, name, process_set).wait(timeout)
+
+
+def broadcast_object(obj, root_rank=0, name=None, timeout=None, process_set=None):
+    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
+    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
+    smallest dtype), so the payload travels once from the root's node.  Every rank must
+    call it with the same name (default "broadcast.object").  ``process_set``: among its
+    members, root_rank a rank within it."""
+    import pickle
+    c = _need()
+    name = "broadcast.object" if name is None else str(name)
+    me = process_sets_.scope(c, process_set, "broadcast_object", name).rank
+    payload = pickle.dumps(obj) if me == root_rank else b""
+    n = np.array([len(payload)], dtype=np.int64)
+    n = int(broadcast(n, root_rank, name=name + ".len", timeout=timeout,
+                      process_set=process_set)[0])
+    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
+    if me == root_rank:
+        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
+    # the payload's buffer is named by its size: each size registers once
+    words = broadcast(words, root_rank, name="%s.%d" % (name, words.size), timeout=timeout,
+                      process_set=process_set)
+    return obj if me == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
+
+
+def broadcast_(tensor, root_rank=0, name=None, timeout=None, process_set=None):
+    return broadcast_async_(tensor, root_rank, name, process_set).wait(timeout)
