@@ -524,8 +524,9 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	Sparsecomm__CacheEntry *ce = scd_arena_alloc(&pb->arena, sizeof(*ce));
 	Sparsecomm__TensorSig *sig = scd_arena_alloc(&pb->arena, sizeof(*sig));
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
+	char *scheme = scd_arena_strdup(&pb->arena, e->sig[0].scheme);
 	id = w->n_cache;
-	if (!ce || !ce_name || !sig ||
+	if (!ce || !ce_name || !sig || !scheme ||
 	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo, e->fuse_key,
 		      &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
@@ -538,7 +539,10 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->solo = e->solo;
 	ce->fuse_key = e->fuse_key;
 	ce->process_set = e->pset;
-	scd_tsig_to_msg(&w->cache[id].sig, sig); /* the scheme's text lives in the cache */
+	/* the scheme's text is the plan's copy: a later new entry of the same plan may move
+	 * the cache (cache_set grows it) before the plan is packed */
+	scd_tsig_to_msg(&w->cache[id].sig, sig);
+	sig->scheme = scheme;
 	ce->sig = sig;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;

@@ -124,7 +124,8 @@ int it_ctl_flood(int argc, char **argv);
 int it_join_left(int argc, char **argv); /* itest_sessions.c */
 int it_crash(int argc, char **argv);
 int it_ctl(int argc, char **argv);
-int it_psets(int argc, char **argv); /* itest_psets.c */
+int it_many_names(int argc, char **argv); /* itest_sums.c */
+int it_psets(int argc, char **argv);	  /* itest_psets.c */
 int it_psets_killed(int argc, char **argv);
 int it_timeline(int argc, char **argv); /* itest_timeline.c */
 /* Finds sparsectl ($SPARSECTL, else next to this executable), failing when it cannot run;

@@ -353,6 +353,7 @@ static const struct {
     {"coo-forms", it_coo_forms, "unsorted COO: a sparse result everywhere; over capacity"},
     {"late", it_late, "rank 0 submits a step past stall_timeout_ms: it fails there too"},
     {"group", it_group, "grouped operations: held and fused together; mismatch; stall"},
+    {"many-names", it_many_names, "600 tensors submitted at once, twice: exact"},
     {"psets", it_psets, "process sets of 4 trainers: per-set sums, errors, removal, bytes"},
     {"psets-killed", it_psets_killed, "4 x 1, rank 3 dies: its sets fail, {0, 1} goes on"},
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},

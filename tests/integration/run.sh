@@ -235,6 +235,8 @@ run_case "mismatch n=2 per-node=2" 2 2 120 0 4 -- "$itest" mismatch
 run_case "group n=2" 2 1 180 0 2 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 # Process sets: collectives among subsets of the trainers, as 2 nodes x 2 and 4 nodes x 1
 # (daemon/ctl/pset.h, client/lib/pset.c).
+# Hundreds of new names in one plan: the response cache grows while the plan is built.
+run_case "many names n=2" 2 1 180 0 2 -- "$itest" many-names
 run_case "psets n=2 per-node=2" 2 2 180 0 4 -- "$itest" psets
 run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
 run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
