@@ -484,11 +484,12 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  *
  * In a set, the collectives' ranks are the set's: an allgather concatenates its members'
  * elements in set rank order (ascending global ranks), an alltoall takes and gives one
- * count per member (sc_process_set_size of them, in that order), and an average divides by
- * the set's size; a broadcast's root_rank stays a global rank, which must be a member
- * (else SC_ERR_INVALID naming the set). A reduce-scatter, an alltoall and an Adasum run in
- * a set that holds every trainer of each of its nodes; in a set that splits a node they
- * fail on every member with SC_ERR_UNSUPPORTED naming the set. GPU tensors of a set take
+ * count per member (sc_process_set_size of them, in that order), a reduce-scatter gives
+ * set rank k the k-th share of the rows, Adasum's tree takes the members' tensors as its
+ * leaves in that order, and an average divides by the set's size; a broadcast's root_rank
+ * stays a global rank, which must be a member (else SC_ERR_INVALID naming the set). Every
+ * collective runs in any set, whether it holds all or only some trainers of a node (set
+ * {0, 2} of 2 nodes x 2 trainers: local rank 0 of each). GPU tensors of a set take
  * the set's own NCCL communicator (made over the set's nodes on its first GPU buffer) or
  * the set's part of the tcp mesh, as the transport key decides for every GPU buffer. A
  * submission of a tensor whose set was removed fails with SC_ERR_ABORTED.

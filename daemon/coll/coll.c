@@ -78,22 +78,15 @@ sc_status_t scd_coll_dense_check(const scd_coll_req_t *rq, char *err, size_t len
 	return SC_ERR_UNSUPPORTED;
 }
 
-sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, int trainers, int n_nodes,
-				int local_size, const char *tensor, char *err, size_t len)
+sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, const char *tensor,
+				char *err, size_t len)
 {
 	const scd_coll_desc_t *c = scd_coll_desc(kind);
-	int whole = trainers == n_nodes * local_size;
-	if (!pset || c->psets == SCD_COLL_PSETS_ANY ||
-	    (c->psets == SCD_COLL_PSETS_WHOLE && whole))
+	if (!pset || c->psets)
 		return SC_OK;
-	int n = snprintf(err, len, "%s of tensor '%s' in process set %u is not supported",
-			 c->name, tensor ? tensor : "?", pset);
-	if (c->psets == SCD_COLL_PSETS_WHOLE && n > 0 && (size_t)n < len)
-		n += snprintf(err + n, len - (size_t)n,
-			      ": the set holds %d of its %d nodes' %d trainers, and a %s runs "
-			      "only in a set of whole nodes",
-			      trainers, n_nodes, n_nodes * local_size, c->name);
-	if (n > 0 && (size_t)n < len)
-		snprintf(err + n, len - (size_t)n, " (the global set runs every collective)");
+	snprintf(err, len,
+		 "%s of tensor '%s' in process set %u is not supported (the global set runs "
+		 "every collective)",
+		 c->name, tensor ? tensor : "?", pset);
 	return SC_ERR_UNSUPPORTED;
 }

@@ -92,11 +92,11 @@ typedef struct scd_coll_desc {
 	int gpunet;
 	/* the completion hands the trainer its alltoall counts back (ctl.c) */
 	int counts_back;
-	/* where it runs in a process set other than the global one, among the set's nodes
-	 * over their view of the mesh (coll/job.h: nodes; ctx.h): SCD_COLL_PSETS_ANY, or
-	 * SCD_COLL_PSETS_WHOLE, only in a set whose nodes hold all their trainers (its
-	 * slices or blocks go per trainer, node by node: the set's rank order then); 0:
-	 * nowhere but the global set (scd_coll_pset_check) */
+	/* runs in a process set other than the global one, any set, among the set's nodes
+	 * over their view of the mesh (coll/job.h: nodes; ctx.h), whatever part of each
+	 * node's trainers the set holds (what goes per trainer goes in set rank order:
+	 * job.h, scd_job_first_trainer); 0: nowhere but the global set
+	 * (scd_coll_pset_check) */
 	int psets;
 	/* negotiation's word of c, and the collective of a word (0: not this kind's) */
 	uint32_t (*pack)(const scd_coll_t *c);
@@ -141,17 +141,13 @@ int scd_coll_unpack(uint32_t word, scd_coll_t *c_p);
  * in a job of trainers trainers (a reduce-scatter's row not 0, a broadcast's root a rank):
  * words from the network are checked before a plan or a job is built from them. */
 int scd_coll_word_valid(uint32_t word, uint32_t trainers);
-/* The descriptors' psets. */
-enum { SCD_COLL_PSETS_ANY = 1, SCD_COLL_PSETS_WHOLE = 2 };
-
 /* Whether a collective of kind runs in process set pset (0, the global set: every kind
- * does) of trainers trainers on n_nodes nodes of local_size: SC_OK, or
- * SC_ERR_UNSUPPORTED with err naming the collective, the tensor and the set
- * ("reducescatter of tensor 'x' in process set 2 is not supported ..."). The engine
+ * does): SC_OK, or SC_ERR_UNSUPPORTED with err naming the collective, the tensor and the
+ * set ("reducescatter of tensor 'x' in process set 2 is not supported ..."). The engine
  * refuses such a job with it on every member alike, before any byte moves; ctl may refuse
  * the trainer's request with it first. */
-sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, int trainers, int n_nodes,
-				int local_size, const char *tensor, char *err, size_t len);
+sc_status_t scd_coll_pset_check(scd_coll_kind_t kind, uint32_t pset, const char *tensor,
+				char *err, size_t len);
 /* "sum", "max", ... or "broadcast from rank 3", in buf; "operation 0x..." for a word no
  * collective has. */
 const char *scd_coll_describe_word(uint32_t word, char *buf, size_t len);

@@ -1,12 +1,14 @@
 /*
  * coll_adasum.c: the Adasum reduction (sc_allreduce_async with SC_OP_ADASUM; Horovod's
  * op=hvd.Adasum). The trainers' tensors are the leaves of one binary tree in trainer rank
- * order: neighbours are combined by the Adasum operator (device/reduce.h), then pairs of
+ * order (in a process set, the set's rank order: its members' global ranks ascending,
+ * job.h): neighbours are combined by the Adasum operator (device/reduce.h), then pairs of
  * those results, and so on; at a level with an odd count the last carries over unpaired,
  * so any number of trainers is accepted, and for a power of two the tree is Horovod's.
  *
  * Communication: an allgather of every trainer's tensor among the nodes (each node sends
- * its trainers' blocks, in local rank order, to every other node), then every node
+ * its trainers' blocks, in local rank order, to every other node: consecutive set ranks,
+ * scd_job_first_trainer, as many as the set holds on the node), then every node
  * computes the whole tree on the same bytes in the same order, so every rank gets the same
  * bits. That is P - 1 messages and (T - L) x the tensor's bytes received a node (T
  * trainers, L a node), against the pairwise exchange's log2(T) rounds of the tensor's
@@ -38,29 +40,39 @@ static uint64_t adasum_buffer_bytes(const scd_job_t *job)
 	return (uint64_t)job->average_divisor * job->items[0].numel * sc_dtype_size(job->dtype);
 }
 
-/* The node's trainers' tensors into their blocks (node rank x L + local rank); a trainer
- * gone from the job leaves a zero block, plain addition in the tree. */
+/* The first block of view rank q's trainers, and their count. */
+static int adasum_node(const scd_coll_ctx_t *x, const scd_job_t *job, int q, int *n_p)
+{
+	int first = scd_job_first_trainer(job, q, x->world_size, x->local_size);
+	*n_p = scd_job_first_trainer(job, q + 1, x->world_size, x->local_size) - first;
+	return first;
+}
+
+/* The node's trainers' tensors into their blocks (their set ranks); a trainer gone from
+ * the job leaves a zero block, plain addition in the tree. */
 static sc_status_t adasum_gather(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	scd_job_item_t *it = &job->items[0];
 	size_t bytes = it->numel * sc_dtype_size(job->dtype);
-	char *mine = x->buf + (size_t)x->rank * x->local_size * bytes;
+	int n_mine, first = adasum_node(x, job, x->rank, &n_mine);
+	char *mine = x->buf + (size_t)first * bytes;
 	/* NaN and infinities are counted (and with nonfinite = error fail the step on every
 	 * rank) as an allreduce's are: float32 in host memory */
 	int check_nf = x->nonfinite != SCD_NONFINITE_PASS && job->dtype == SC_FLOAT32 &&
 		       scd_device_host_memory(x->dev);
-	x->dev->clear(mine, (size_t)x->local_size * bytes);
+	x->dev->clear(mine, (size_t)n_mine * bytes);
 	it->nonfinite = 0;
 	for (int s = 0; s < it->n_src; s++) {
 		const scd_job_src_t *src = &it->src[s];
-		if (src->local_rank < 0 || src->local_rank >= x->local_size)
-			continue; /* not a trainer of this node's (ctl sets it) */
+		int sr = scd_job_set_rank(job, x->rank, src->local_rank, x->local_size);
+		if (sr < 0)
+			continue; /* not a trainer of this node's in the set (ctl sets it) */
 		uint64_t nf = check_nf ? scd_count_f32_nonfinite(src->dense, it->numel) : 0;
 		it->nonfinite += nf;
 		if (nf && x->nonfinite == SCD_NONFINITE_ERROR &&
 		    x->fault->kind == SCD_FAULT_NONE)
 			*x->fault = (scd_fault_t){SCD_FAULT_NONFINITE, 0, src->local_rank, nf};
-		char *dst = mine + (size_t)src->local_rank * bytes;
+		char *dst = x->buf + (size_t)sr * bytes;
 		if (!scd_job_stage_local(x->pe, src))
 			scd_job_stage_copy_in(x->pe, it, src, dst, src->dense, bytes);
 		else
@@ -69,19 +81,22 @@ static sc_status_t adasum_gather(scd_coll_ctx_t *x, scd_job_t *job)
 	return SC_OK;
 }
 
-/* Every node's blocks to every node (into host, the buffer or its staging). */
-static sc_status_t adasum_exchange(scd_coll_ctx_t *x, scd_job_t *job, char *host, size_t node)
+/* Every node's blocks (of bytes each) to every node (into host, the buffer or its
+ * staging). */
+static sc_status_t adasum_exchange(scd_coll_ctx_t *x, scd_job_t *job, char *host, size_t bytes)
 {
-	int P = x->world_size, me = x->rank, ns = 0, nr = 0;
+	int P = x->world_size, me = x->rank, ns = 0, nr = 0, n_mine, n;
+	size_t mine = (size_t)adasum_node(x, job, me, &n_mine) * bytes;
 	scd_xfer_t *xf = malloc(sizeof(*xf) * 2 * (size_t)P);
 	if (!xf)
 		return SC_ERR_NOMEM;
 	for (int r = 0; r < P; r++)
 		if (r != me) {
-			xf[ns++] =
-			    (scd_xfer_t){.peer = r, .buf = host + me * node, .bytes = node};
-			xf[P + nr++] =
-			    (scd_xfer_t){.peer = r, .buf = host + r * node, .bytes = node};
+			size_t at = (size_t)adasum_node(x, job, r, &n) * bytes;
+			xf[ns++] = (scd_xfer_t){
+			    .peer = r, .buf = host + mine, .bytes = (size_t)n_mine * bytes};
+			xf[P + nr++] = (scd_xfer_t){
+			    .peer = r, .buf = host + at, .bytes = (size_t)n * bytes};
 		}
 	sc_status_t st = scd_transport_exchange(x->mesh, xf, ns, xf + P, nr, job->timeout_ms);
 	free(xf);
@@ -93,8 +108,9 @@ static sc_status_t adasum_run(scd_coll_ctx_t *x, scd_job_t *job)
 	const scd_device_ops_t *dev = x->dev;
 	sc_dtype_t dt = (sc_dtype_t)job->dtype;
 	uint64_t numel = job->items[0].numel;
-	size_t bytes = numel * sc_dtype_size(dt), node = (size_t)x->local_size * bytes;
-	int T = x->world_size * x->local_size;
+	size_t bytes = numel * sc_dtype_size(dt);
+	int T = scd_job_trainers(job, x->world_size, x->local_size), n_mine;
+	size_t mine = (size_t)adasum_node(x, job, x->rank, &n_mine) * bytes;
 	double t0 = scd_now_s();
 	char *host = x->buf;
 	sc_status_t st = SC_OK;
@@ -102,10 +118,10 @@ static sc_status_t adasum_run(scd_coll_ctx_t *x, scd_job_t *job)
 		if (!(host = scd_job_stage_host(x->stage, dev, (size_t)T * bytes)))
 			st = SC_ERR_NOMEM;
 		else
-			dev->to_host(host + x->rank * node, x->buf + x->rank * node, node);
+			dev->to_host(host + mine, x->buf + mine, (size_t)n_mine * bytes);
 	}
 	if (st == SC_OK && (st = dev->sync()) == SC_OK)
-		st = adasum_exchange(x, job, host, node);
+		st = adasum_exchange(x, job, host, bytes);
 	job->exchange_s = scd_now_s() - t0;
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "adasum of tensor '%s' (%s): %s",
@@ -122,10 +138,12 @@ static sc_status_t adasum_run(scd_coll_ctx_t *x, scd_job_t *job)
 /* P - 1 messages' latency and the other nodes' blocks received. */
 static void adasum_predict(const scd_coll_ctx_t *x, scd_job_t *job)
 {
-	int P = x->world_size;
-	double node = (double)x->local_size * job->items[0].numel * sc_dtype_size(job->dtype);
+	int P = x->world_size, n_mine;
+	adasum_node(x, job, x->rank, &n_mine);
+	double others = (double)(scd_job_trainers(job, P, x->local_size) - n_mine) *
+			(double)job->items[0].numel * (double)sc_dtype_size(job->dtype);
 	scd_coll_dense_report(job,
-			      P > 1 ? (P - 1) * (x->alpha_s + node * x->beta_s_per_byte) : 0);
+			      P > 1 ? (P - 1) * x->alpha_s + others * x->beta_s_per_byte : 0);
 }
 
 /* The tree's result (the first block) to every local trainer. */
@@ -169,7 +187,7 @@ static sc_status_t adasum_check(const scd_coll_req_t *rq, char *err, size_t len)
 
 const scd_coll_desc_t scd_coll_adasum = {
     .name = "adasum",
-    .psets = SCD_COLL_PSETS_WHOLE,
+    .psets = 1,
     .pack = adasum_pack,
     .unpack = adasum_unpack,
     .describe = adasum_describe,

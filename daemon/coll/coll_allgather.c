@@ -182,7 +182,7 @@ static sc_status_t allgather_check(const scd_coll_req_t *rq, char *err, size_t l
 
 const scd_coll_desc_t scd_coll_allgather = {
     .name = "allgather",
-    .psets = SCD_COLL_PSETS_ANY,
+    .psets = 1,
     .pack = allgather_pack,
     .unpack = allgather_unpack,
     .describe = allgather_describe,

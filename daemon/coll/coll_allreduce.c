@@ -330,7 +330,7 @@ static sc_status_t allreduce_check(const scd_coll_req_t *rq, char *err, size_t l
 
 const scd_coll_desc_t scd_coll_allreduce = {
     .name = "allreduce",
-    .psets = SCD_COLL_PSETS_ANY,
+    .psets = 1,
     .fuses = 1,
     .in_place = 1,
     .gpunet = 1,

@@ -1,7 +1,9 @@
 /*
  * coll_alltoall.c: the alltoall collective (sc_alltoall_async). Every trainer
  * sends send_counts[r] elements of its buffer to trainer rank r and gets, in source rank
- * order, the blocks addressed to it.
+ * order, the blocks addressed to it. The ranks are the job's: in a process set, set ranks
+ * (job.h), so a node's trainers are the consecutive set ranks scd_job_first_trainer gives,
+ * as many as the set holds on it, and "a node's trainers" below means those.
  *
  * Two stages, as the engine's other jobs. The compute stage packs each local trainer's
  * send blocks, back to back in local rank order, into the job's own buffer (the trainers'
@@ -12,19 +14,21 @@
  * blocks between two trainers of one node are copied locally.
  *
  * The count matrix. Each node sends every other node its trainers' rows, T + 3 words each
- * (T trainers in the job): the row's state, what the trainer gave (the number of counts
- * and their sum, for a refusal's message) and its T send counts. A trainer with no source
- * on its node (it has joined, or its registration went away) has an absent row: it sends
- * nothing, and nothing is sent to it. Every node holds the same matrix once the exchange
- * is done, so the refusals and the limit below are decided, and worded, alike everywhere.
+ * (T trainers in the job), in set rank order: the row's state, what the trainer gave (the
+ * number of counts and their sum, for a refusal's message) and its T send counts. A trainer
+ * with no source on its node (it has joined, or its registration went away) has an absent row:
+ * it sends nothing, and nothing is sent to it. Every node holds the same matrix once the
+ * exchange is done, so the refusals and the limit below are decided, and worded, alike
+ * everywhere.
  *
- * The blocks. To node p, this node sends, for each of its trainers l in local rank order
- * and each of p's trainers m in local rank order, the block l addresses to m, from the
+ * The blocks. To node p, this node sends, for each of its trainers l in rank order and
+ * each of p's trainers m in rank order, the block l addresses to m, from the
  * packed buffer; from p it receives in the same order, each block straight into its place
  * in the local trainer's buffer (after the blocks of the lower source ranks). So each node
  * pair exchanges once, in one exchange for the whole job, and nothing is copied on the
  * receiving side.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,25 +97,69 @@ static void a2a_pack(const scd_job_t *job, void *buf, const scd_a2a_hooks_t *h)
 /* The job's error, as the other collectives word theirs. */
 #define A2A_ERR(job, ...) snprintf((job)->error, sizeof((job)->error), __VA_ARGS__)
 
-/* Checks the rows a peer sent: a state it can have, and counts that fit the tensor. */
-static sc_status_t rows_check(scd_job_t *job, uint64_t *M, int p, int L, int T, uint64_t numel)
+typedef struct a2a {
+	scd_job_t *job;
+	const scd_device_ops_t *dev;
+	int node, P, L, T;
+	size_t esz, W;
+	/* the job's trainers (job.h): view rank p's are the ranks first[p] to first[p + 1] - 1
+	 * ([P + 1]); rank s is local rank loc[s] of view rank at[s] ([T] each) */
+	int *first, *loc, *at;
+	uint64_t *M;		  /* [T][W] the count matrix */
+	uint64_t *recv;		  /* [T] each trainer's receive total */
+	uint64_t *pbase;	  /* [L] each local trainer's first packed element */
+	char *dst[SCD_MAX_LOCAL]; /* where each local trainer's result is written */
+	const scd_job_src_t *src[SCD_MAX_LOCAL];
+} a2a_t;
+
+/* Rank s's row of the count matrix. */
+static uint64_t *row_of(const a2a_t *a, int s)
 {
-	size_t W = (size_t)T + A2A_HEAD;
-	for (int k = 0; k < L; k++) {
-		uint64_t *row = M + ((size_t)p * L + (size_t)k) * W, sum = 0;
-		for (int r = 0; r < T; r++)
+	return a->M + (size_t)s * a->W;
+}
+
+/* Rank s in errors: "rank 5", in a process set "rank 5 (set rank 2)" (job.h). */
+static const char *who(const a2a_t *a, int s, char *buf, size_t len)
+{
+	return scd_job_trainer_name(a->job, s, a->L, buf, len);
+}
+
+/* Appends to the job's error at n (its length so far), never past its end; the new length. */
+static int err_add(scd_job_t *job, int n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int err_add(scd_job_t *job, int n, const char *fmt, ...)
+{
+	int room = (int)sizeof(job->error) - n;
+	if (n < 0 || room <= 1)
+		return n;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(job->error + n, (size_t)room, fmt, ap);
+	va_end(ap);
+	return k < 0 ? n : k < room ? n + k : (int)sizeof(job->error) - 1;
+}
+
+/* Checks the rows view rank p sent: a state they can have, and counts that fit the
+ * tensor. */
+static sc_status_t rows_check(a2a_t *a, int p, uint64_t numel)
+{
+	scd_job_t *job = a->job;
+	for (int s = a->first[p]; s < a->first[p + 1]; s++) {
+		uint64_t *row = row_of(a, s), sum = 0;
+		char name[64];
+		for (int r = 0; r < a->T; r++)
 			sum = sat_add(sum, row[A2A_HEAD + r]);
 		if (row[0] > A2A_FAIL || (row[0] == A2A_OK && sum > numel) ||
 		    (row[0] != A2A_OK && sum) ||
 		    (row[0] == A2A_FAIL && (row[1] == 0 || row[1] > 64))) {
 			A2A_ERR(
 			    job,
-			    "alltoall of tensor '%s': node %d sent rank %d's send counts in "
+			    "alltoall of tensor '%s': node %d sent the send counts of %s in "
 			    "state %llu summing to %llu, over the tensor's %llu elements or "
 			    "malformed",
 			    job->items[0].name ? job->items[0].name : "?", scd_job_node(job, p),
-			    p * L + k, (unsigned long long)row[0], (unsigned long long)sum,
-			    (unsigned long long)numel);
+			    who(a, s, name, sizeof(name)), (unsigned long long)row[0],
+			    (unsigned long long)sum, (unsigned long long)numel);
 			return SC_ERR_PROTOCOL;
 		}
 	}
@@ -127,82 +175,70 @@ static sc_status_t fail_status(const uint64_t *row)
 /* A node that could not take part, every rank's refused counts, or every rank's receive
  * when one is over the tensor's size: the same verdict on every node, from the same
  * matrix (and the same words, but for a failed node's own, which names the cause). */
-static sc_status_t matrix_check(scd_job_t *job, const uint64_t *M, int node, int L, int T,
-				uint64_t numel, uint64_t *recv)
+static sc_status_t matrix_check(a2a_t *a, uint64_t numel)
 {
-	size_t W = (size_t)T + A2A_HEAD;
+	scd_job_t *job = a->job;
+	int T = a->T;
 	const char *name = job->items[0].name ? job->items[0].name : "?";
+	char rn[64];
 	int n = 0, bad = 0;
 	for (int k = 0; k < T; k++) {
 		/* this node's own rows first: its words name the cause */
-		int s = (node * L + k) % T;
-		const uint64_t *row = M + (size_t)s * W;
+		int s = (a->first[a->node] + k) % T;
+		const uint64_t *row = row_of(a, s);
 		if (row[0] != A2A_FAIL)
 			continue;
-		if (s / L != node)
-			A2A_ERR(
-			    job,
-			    "alltoall of tensor '%s' failed on node %d (rank %d): %s (its log "
-			    "says why)",
-			    name, scd_job_node(job, s / L), s,
-			    sc_status_message(fail_status(row)));
+		if (a->at[s] != a->node)
+			A2A_ERR(job,
+				"alltoall of tensor '%s' failed on node %d (%s): %s (its log "
+				"says why)",
+				name, scd_job_node(job, a->at[s]), who(a, s, rn, sizeof(rn)),
+				sc_status_message(fail_status(row)));
 		return fail_status(row);
 	}
 	for (int s = 0; s < T; s++) {
-		const uint64_t *row = M + (size_t)s * W;
+		const uint64_t *row = row_of(a, s);
 		if (row[0] != A2A_BAD)
 			continue;
 		if (!bad++)
-			n = A2A_ERR(
-			    job,
+			n = err_add(
+			    job, 0,
 			    "alltoall of tensor '%s' (%llu elements, %d trainers): send "
 			    "counts refused:",
 			    name, (unsigned long long)numel, T);
-		if (n < (int)sizeof(job->error) - 80)
-			n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
-				      "%s rank %d gave %llu counts summing to %llu",
-				      bad > 1 ? "," : "", s, (unsigned long long)row[1],
-				      (unsigned long long)row[2]);
+		n = err_add(job, n, "%s %s gave %llu counts summing to %llu",
+			    bad > 1 ? "," : "", who(a, s, rn, sizeof(rn)),
+			    (unsigned long long)row[1], (unsigned long long)row[2]);
 	}
 	if (bad)
 		return SC_ERR_INVALID;
 	int over = -1;
 	for (int q = 0; q < T; q++) {
-		recv[q] = 0;
-		for (int s = 0; s < T && M[(size_t)q * W] != A2A_ABSENT; s++)
-			recv[q] = sat_add(recv[q], M[(size_t)s * W + A2A_HEAD + (size_t)q]);
-		if (recv[q] > numel && over < 0)
+		a->recv[q] = 0;
+		for (int s = 0; s < T && row_of(a, q)[0] != A2A_ABSENT; s++)
+			a->recv[q] = sat_add(a->recv[q], row_of(a, s)[A2A_HEAD + q]);
+		if (a->recv[q] > numel && over < 0)
 			over = q;
 	}
 	if (over < 0)
 		return SC_OK;
-	n = A2A_ERR(job,
-		    "alltoall of tensor '%s': rank %d would receive %llu elements, over its "
-		    "%llu (received by rank:",
-		    name, over, (unsigned long long)recv[over], (unsigned long long)numel);
-	for (int q = 0; q < T && n < (int)sizeof(job->error) - 48; q++)
-		n += snprintf(job->error + n, sizeof(job->error) - (size_t)n,
-			      "%s rank %d: %llu", q ? "," : "", q, (unsigned long long)recv[q]);
-	snprintf(job->error + n, sizeof(job->error) - (size_t)n, ")");
+	n = err_add(job, 0,
+		    "alltoall of tensor '%s': %s would receive %llu elements, over its %llu "
+		    "(received by rank:",
+		    name, who(a, over, rn, sizeof(rn)), (unsigned long long)a->recv[over],
+		    (unsigned long long)numel);
+	/* the list stops short of the end, so that its close always fits */
+	for (int q = 0; q < T && n < (int)sizeof(job->error) - 64; q++)
+		n = err_add(job, n, "%s %s: %llu", q ? "," : "", who(a, q, rn, sizeof(rn)),
+			    (unsigned long long)a->recv[q]);
+	err_add(job, n < (int)sizeof(job->error) - 2 ? n : (int)sizeof(job->error) - 2, ")");
 	return SC_ERR_LIMIT;
 }
-
-typedef struct a2a {
-	scd_job_t *job;
-	const scd_device_ops_t *dev;
-	int node, P, L, T;
-	size_t esz, W;
-	uint64_t *M;		  /* [T][W] the count matrix */
-	uint64_t *recv;		  /* [T] each trainer's receive total */
-	uint64_t *pbase;	  /* [L] each local trainer's first packed element */
-	char *dst[SCD_MAX_LOCAL]; /* where each local trainer's result is written */
-	const scd_job_src_t *src[SCD_MAX_LOCAL];
-} a2a_t;
 
 /* Element offset of rank s's block to rank q in s's send order. */
 static uint64_t send_off(const a2a_t *a, int s, int q)
 {
-	const uint64_t *c = a->M + (size_t)s * a->W + A2A_HEAD;
+	const uint64_t *c = row_of(a, s) + A2A_HEAD;
 	uint64_t o = 0;
 	for (int r = 0; r < q; r++)
 		o += c[r];
@@ -214,7 +250,7 @@ static uint64_t recv_off(const a2a_t *a, int s, int q)
 {
 	uint64_t o = 0;
 	for (int r = 0; r < s; r++)
-		o += a->M[(size_t)r * a->W + A2A_HEAD + (size_t)q];
+		o += row_of(a, r)[A2A_HEAD + q];
 	return o;
 }
 
@@ -225,19 +261,18 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 			  scd_transport_t *t, scd_xfer_t *x, size_t nx)
 {
 	scd_job_t *job = a->job;
-	int me = a->node, L = a->L, P = a->P;
+	int me = a->node, P = a->P, m0 = a->first[me], m1 = a->first[me + 1];
 	int ns = 0, nr = 0, host = scd_device_host_memory(a->dev);
-	for (int l = 0; l < L; l++) {
-		int s = me * L + l;
-		if (!a->src[l])
+	for (int s = m0; s < m1; s++) {
+		if (!a->src[a->loc[s]])
 			continue;
-		for (int m = 0; m < L; m++) { /* between two trainers of this node */
-			int q = me * L + m;
-			uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
+		for (int q = m0; q < m1; q++) { /* between two trainers of this node */
+			int m = a->loc[q];
+			uint64_t n = row_of(a, s)[A2A_HEAD + q];
 			if (!a->src[m] || !n)
 				continue;
 			const char *from =
-			    packed_dev + (a->pbase[l] + send_off(a, s, q)) * a->esz;
+			    packed_dev + (a->pbase[a->loc[s]] + send_off(a, s, q)) * a->esz;
 			char *to = a->dst[m] + recv_off(a, s, q) * a->esz;
 			if (host)
 				a->dev->copy(to, from, n * a->esz);
@@ -248,21 +283,23 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 	for (int p = 0; p < P; p++) {
 		if (p == me)
 			continue;
-		for (int l = 0; l < L; l++) /* ours to p's, in p's order */
-			for (int m = 0; m < L && a->src[l]; m++) {
-				int s = me * L + l, q = p * L + m;
-				uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
-				if (n && a->M[(size_t)q * a->W] != A2A_ABSENT)
-					x[ns++] = (scd_xfer_t){
-					    p,
-					    packed_host +
-						(a->pbase[l] + send_off(a, s, q)) * a->esz,
-					    n * a->esz};
+		for (int s = m0; s < m1; s++) /* ours to p's, in p's order */
+			for (int q = a->first[p]; q < a->first[p + 1] && a->src[a->loc[s]];
+			     q++) {
+				uint64_t n = row_of(a, s)[A2A_HEAD + q];
+				if (n && row_of(a, q)[0] != A2A_ABSENT)
+					x[ns++] =
+					    (scd_xfer_t){p,
+							 packed_host + (a->pbase[a->loc[s]] +
+									send_off(a, s, q)) *
+									   a->esz,
+							 n * a->esz};
 			}
-		for (int k = 0; k < L; k++) /* p's to ours, in our order */
-			for (int m = 0; m < L; m++) {
-				int s = p * L + k, q = me * L + m;
-				uint64_t n = a->M[(size_t)s * a->W + A2A_HEAD + (size_t)q];
+		for (int s = a->first[p]; s < a->first[p + 1];
+		     s++) /* p's to ours, in our order */
+			for (int q = m0; q < m1; q++) {
+				int m = a->loc[q];
+				uint64_t n = row_of(a, s)[A2A_HEAD + q];
 				if (n && a->src[m])
 					x[nx + (size_t)nr++] = (scd_xfer_t){
 					    p, a->dst[m] + recv_off(a, s, q) * a->esz,
@@ -280,21 +317,75 @@ static sc_status_t blocks(a2a_t *a, const char *packed_dev, char *packed_host,
 /* The results: each local trainer's counts from every rank, and their total. */
 static sc_status_t results(a2a_t *a, const scd_a2a_hooks_t *h)
 {
-	int me = a->node, L = a->L, T = a->T;
-	for (int m = 0; m < L; m++) {
+	for (int q = a->first[a->node]; q < a->first[a->node + 1]; q++) {
+		int m = a->loc[q];
 		const scd_job_src_t *s = a->src[m];
-		int q = me * L + m;
 		sc_status_t st;
 		if (!s)
 			continue;
 		if (!scd_device_host_memory(a->dev) &&
 		    (st = h->copy_out(h->arg, s, a->dst[m], a->recv[q] * a->esz)) != SC_OK)
 			return st;
-		for (int r = 0; r < T; r++)
-			s->a2a[r] = a->M[(size_t)r * a->W + A2A_HEAD + (size_t)q];
+		for (int r = 0; r < a->T; r++)
+			s->a2a[r] = row_of(a, r)[A2A_HEAD + q];
 		*s->result_nnz = a->recv[q];
 	}
 	return a->dev->sync();
+}
+
+/* The job's trainers by view rank (a->first, a->loc, a->at: job.h, whose layout the engine
+ * checked). */
+static void a2a_layout(a2a_t *a)
+{
+	for (int p = 0; p <= a->P; p++)
+		a->first[p] = scd_job_first_trainer(a->job, p, a->P, a->L);
+	for (int p = 0; p < a->P; p++)
+		for (int s = a->first[p]; s < a->first[p + 1]; s++) {
+			a->at[s] = p;
+			a->loc[s] = scd_job_global_rank(a->job, s, a->L) % a->L;
+		}
+}
+
+/* This node's rows: its trainers' states and counts, absent where none submitted; the
+ * elements its sources packed. */
+static uint64_t own_rows(a2a_t *a)
+{
+	const scd_job_item_t *it = &a->job->items[0];
+	uint64_t packed = 0;
+	for (int s = a->first[a->node]; s < a->first[a->node + 1]; s++)
+		row_of(a, s)[0] = A2A_ABSENT;
+	for (int k = 0; k < it->n_src; k++) {
+		const scd_job_src_t *src = &it->src[k];
+		int l = src->local_rank, s = scd_job_set_rank(a->job, a->node, l, a->L);
+		if (s < 0)
+			continue; /* not a trainer of the job's (ctl gives none such) */
+		uint64_t *row = row_of(a, s);
+		a->src[l] = src;
+		a->pbase[l] = packed;
+		packed += src_total(src);
+		row[0] = src->a2a_bad ? A2A_BAD : A2A_OK;
+		row[1] = src->a2a_given;
+		row[2] = src->a2a_sum;
+		if (!src->a2a_bad)
+			memcpy(row + A2A_HEAD, src->a2a, sizeof(uint64_t) * (size_t)a->T);
+	}
+	return packed;
+}
+
+/* The count matrix: this node's rows to every other node, theirs from each. */
+static sc_status_t counts(a2a_t *a, scd_transport_t *t, scd_xfer_t *x)
+{
+	int ns = 0, nr = 0, me = a->node, P = a->P;
+	size_t rb = a->W * sizeof(uint64_t);
+	for (int p = 0; p < P; p++)
+		if (p != me) {
+			x[ns++] = (scd_xfer_t){p, row_of(a, a->first[me]),
+					       (size_t)(a->first[me + 1] - a->first[me]) * rb};
+			x[P + nr++] =
+			    (scd_xfer_t){p, row_of(a, a->first[p]),
+					 (size_t)(a->first[p + 1] - a->first[p]) * rb};
+		}
+	return scd_transport_exchange(t, x, ns, x + P, nr, a->job->timeout_ms);
 }
 
 /*
@@ -313,7 +404,7 @@ static sc_status_t a2a_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tran
 	const char *name = it->name ? it->name : "?";
 	a2a_t a = {.job = job, .dev = dev, .node = node, .P = P, .L = L};
 	sc_status_t mine = SC_OK; /* this node's own failure, before the matrix goes out */
-	a.T = P * L;
+	a.T = scd_job_trainers(job, P, L);
 	a.esz = sc_dtype_size(job->dtype);
 	a.W = (size_t)a.T + A2A_HEAD;
 	for (int s = 0; s < it->n_src && mine == SC_OK; s++)
@@ -329,36 +420,23 @@ static sc_status_t a2a_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tran
 	 * matrix, the transfers' lists (nx each way for the blocks) and a GPU's staging */
 	size_t nx = (size_t)(P > 1 ? P - 1 : 1) * (size_t)L * (size_t)L;
 	a.M = calloc((size_t)a.T * a.W + (size_t)a.T + (size_t)L, sizeof(uint64_t));
+	a.first = malloc(sizeof(int) * ((size_t)P + 1 + 2 * (size_t)a.T));
 	scd_xfer_t *x = malloc(sizeof(*x) * 2 * (nx > (size_t)P ? nx : (size_t)P));
-	if (!a.M || !x) {
+	if (!a.M || !a.first || !x) {
 		/* without the matrix this node cannot even say it failed: its peers' count
 		 * exchange ends at the operation's timeout, naming it */
 		free(a.M);
+		free(a.first);
 		free(x);
 		A2A_ERR(job, "alltoall of tensor '%s': out of memory", name);
 		return SC_ERR_NOMEM;
 	}
+	a.loc = a.first + P + 1;
+	a.at = a.loc + a.T;
 	a.recv = a.M + (size_t)a.T * a.W;
 	a.pbase = a.recv + a.T;
-	/* this node's rows: its trainers' states and counts, absent where none submitted */
-	uint64_t packed = 0;
-	for (int l = 0; l < L; l++)
-		a.M[((size_t)node * L + (size_t)l) * a.W] = A2A_ABSENT;
-	for (int s = 0; s < it->n_src && mine == SC_OK; s++) {
-		const scd_job_src_t *src = &it->src[s];
-		int l = src->local_rank;
-		uint64_t *row = a.M + ((size_t)node * L + (size_t)l) * a.W;
-		if (l < 0 || l >= L)
-			continue;
-		a.src[l] = src;
-		a.pbase[l] = packed;
-		packed += src_total(src);
-		row[0] = src->a2a_bad ? A2A_BAD : A2A_OK;
-		row[1] = src->a2a_given;
-		row[2] = src->a2a_sum;
-		if (!src->a2a_bad)
-			memcpy(row + A2A_HEAD, src->a2a, sizeof(uint64_t) * (size_t)a.T);
-	}
+	a2a_layout(&a);
+	uint64_t packed = mine == SC_OK ? own_rows(&a) : 0;
 	/* a GPU's blocks go through host staging: the packed sends first, then room for
 	 * every local trainer's result (each at most the tensor's size) */
 	char *packed_host = buf, *hs = NULL;
@@ -379,36 +457,30 @@ static sc_status_t a2a_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tran
 			"alltoall of tensor '%s': the %s device failed packing the blocks: %s",
 			name, dev->name, sc_status_message(mine));
 	if (mine != SC_OK)
-		for (int l = 0; l < L; l++) {
-			uint64_t *row = a.M + ((size_t)node * L + (size_t)l) * a.W;
+		for (int s = a.first[node]; s < a.first[node + 1]; s++) {
+			uint64_t *row = row_of(&a, s);
 			memset(row, 0, a.W * sizeof(uint64_t));
 			row[0] = A2A_FAIL;
 			row[1] = (uint64_t)(-(int)mine);
 		}
-	int ns = 0, nr = 0;
-	size_t rb = (size_t)L * a.W * sizeof(uint64_t);
-	for (int p = 0; p < P; p++)
-		if (p != node) {
-			x[ns++] = (scd_xfer_t){p, a.M + (size_t)node * L * a.W, rb};
-			x[P + nr++] = (scd_xfer_t){p, a.M + (size_t)p * L * a.W, rb};
-		}
-	sc_status_t st = scd_transport_exchange(t, x, ns, x + P, nr, job->timeout_ms);
+	sc_status_t st = counts(&a, t, x);
 	if (st != SC_OK)
 		A2A_ERR(job, "alltoall of tensor '%s': counts: %s", name,
 			scd_transport_error());
 	for (int p = 0; p < P && st == SC_OK; p++)
 		if (p != node)
-			st = rows_check(job, a.M, p, L, a.T, it->numel);
+			st = rows_check(&a, p, it->numel);
 	if (st == SC_OK)
-		st = matrix_check(job, a.M, node, L, a.T, it->numel, a.recv);
+		st = matrix_check(&a, it->numel);
 	/* where the blocks go: the trainers' buffers, or the staging after the packed sends */
 	char *at = hs ? hs + packed * a.esz : NULL;
-	for (int m = 0; m < L && st == SC_OK; m++) {
+	for (int q = a.first[node]; q < a.first[node + 1] && st == SC_OK; q++) {
+		int m = a.loc[q];
 		if (!a.src[m])
 			continue;
 		a.dst[m] = hs ? at : a.src[m]->dense;
 		if (hs)
-			at += a.recv[(size_t)node * L + (size_t)m] * a.esz;
+			at += a.recv[q] * a.esz;
 	}
 	if (st == SC_OK)
 		st = blocks(&a, buf, packed_host, t, x, nx);
@@ -422,6 +494,7 @@ static sc_status_t a2a_run(scd_job_t *job, const scd_device_ops_t *dev, scd_tran
 	job->density = job->gamma = job->imbalance = 1;
 	free(x);
 	free(a.M);
+	free(a.first);
 	return st;
 }
 
@@ -546,7 +619,7 @@ static sc_status_t alltoall_check(const scd_coll_req_t *rq, char *err, size_t le
 
 const scd_coll_desc_t scd_coll_alltoall = {
     .name = "alltoall",
-    .psets = SCD_COLL_PSETS_WHOLE,
+    .psets = 1,
     .counts_back = 1,
     .pack = alltoall_pack,
     .unpack = alltoall_unpack,

@@ -1,12 +1,14 @@
 /*
  * coll_reducescatter.c: the reduce-scatter (sc_reducescatter_async): the tensor is rows of
- * row elements, reduced over every trainer, and trainer t gets its share of the rows (the
- * first rows % T trainers one row more), at the start of its buffer, with their element
- * count in its shm header. It runs in a buffer of its own, holding the node's local
- * reduction: node n's part is the rows of its trainers. Every node sends every other node
- * its part of this node's reduction and reduces the parts it receives into its own part
- * (in node order, through the device's reduction), so each node sends (P - 1) / P of the
- * buffer; an average divides the part afterwards.
+ * row elements, reduced over every trainer of the job, and trainer t (its rank in the job's
+ * set, job.h) gets its share of the rows (the first rows % T trainers one row more), at
+ * the start of its buffer, with their element count in its shm header. It runs in a
+ * buffer of its own, holding the node's local reduction: node n's part is the rows of its
+ * trainers, which are consecutive set ranks (scd_job_first_trainer), whatever part of
+ * the node's trainers the set holds. Every node sends every other node its part of this
+ * node's reduction and reduces the parts it receives into its own part (in node order,
+ * through the device's reduction), so each node sends (P - 1) / P of the buffer with
+ * whole nodes; an average divides the part afterwards.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +24,15 @@ static uint64_t rs_first_row(uint64_t rows, uint64_t T, uint64_t t)
 	return t * (rows / T) + (t < rows % T ? t : rows % T);
 }
 
-/* This node's rows: the first, and how many. */
-static void rs_mine(const scd_coll_ctx_t *x, uint64_t rows, uint64_t *first_p, uint64_t *n_p)
+/* The rows of view rank q's trainers: the first, and how many. */
+static void rs_node(const scd_coll_ctx_t *x, const scd_job_t *job, int q, uint64_t rows,
+		    uint64_t *first_p, uint64_t *n_p)
 {
-	uint64_t T = (uint64_t)x->world_size * x->local_size, L = (uint64_t)x->local_size;
-	*first_p = rs_first_row(rows, T, (uint64_t)x->rank * L);
-	*n_p = rs_first_row(rows, T, (uint64_t)(x->rank + 1) * L) - *first_p;
+	int P = x->world_size, L = x->local_size;
+	uint64_t T = (uint64_t)scd_job_trainers(job, P, L);
+	*first_p = rs_first_row(rows, T, (uint64_t)scd_job_first_trainer(job, q, P, L));
+	*n_p =
+	    rs_first_row(rows, T, (uint64_t)scd_job_first_trainer(job, q + 1, P, L)) - *first_p;
 }
 
 /* The node's local reduction, as an allreduce's (coll_allreduce.c) by the job's op. */
@@ -70,11 +75,11 @@ static sc_status_t reducescatter_run(scd_coll_ctx_t *x, scd_job_t *job)
 	const scd_job_item_t *it = &job->items[0];
 	const scd_device_ops_t *dev = x->dev;
 	void *buf = x->buf;
-	int P = x->world_size, me = x->rank, L = x->local_size;
+	int P = x->world_size, me = x->rank;
 	uint64_t row = job->coll.row, rows = it->numel / row;
 	size_t esz = sc_dtype_size(job->dtype), rb = row * esz;
 	uint64_t mine0, mine;
-	rs_mine(x, rows, &mine0, &mine);
+	rs_node(x, job, me, rows, &mine0, &mine);
 	double t0 = scd_now_s();
 	void *host = buf;
 	char *in = malloc((size_t)(P > 1 ? P - 1 : 1) * mine * rb + 1);
@@ -88,8 +93,8 @@ static sc_status_t reducescatter_run(scd_coll_ctx_t *x, scd_job_t *job)
 	for (int r = 0; st == SC_OK && r < P; r++) {
 		if (r == me)
 			continue;
-		uint64_t f = rs_first_row(rows, (uint64_t)P * L, (uint64_t)r * L);
-		uint64_t n = rs_first_row(rows, (uint64_t)P * L, (uint64_t)(r + 1) * L) - f;
+		uint64_t f, n;
+		rs_node(x, job, r, rows, &f, &n);
 		if (n)
 			xf[ns++] = (scd_xfer_t){
 			    .peer = r, .buf = (char *)host + f * rb, .bytes = n * rb};
@@ -123,23 +128,26 @@ static sc_status_t reducescatter_run(scd_coll_ctx_t *x, scd_job_t *job)
 static void reducescatter_predict(const scd_coll_ctx_t *x, scd_job_t *job)
 {
 	uint64_t row = job->coll.row, rows = job->items[0].numel / row, mine0, mine;
-	rs_mine(x, rows, &mine0, &mine);
+	rs_node(x, job, x->rank, rows, &mine0, &mine);
 	double rb = (double)(row * sc_dtype_size(job->dtype));
 	scd_coll_dense_report(job, x->world_size > 1 ? x->alpha_s + (double)(rows - mine) * rb *
 									x->beta_s_per_byte
 						     : 0);
 }
 
-/* Each local trainer's rows of the node's part, at the start of its buffer, and their
- * element count in its header. */
+/* Each local trainer's rows of the node's part (by its set rank), at the start of its
+ * buffer, and their element count in its header. */
 static sc_status_t reducescatter_deliver(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	const scd_job_item_t *it = &job->items[0];
-	uint64_t T = (uint64_t)x->world_size * x->local_size;
+	uint64_t T = (uint64_t)scd_job_trainers(job, x->world_size, x->local_size);
 	uint64_t row = job->coll.row, rows = it->numel / row;
 	size_t rb = row * sc_dtype_size(job->dtype);
 	for (int s = 0; s < it->n_src; s++) {
-		uint64_t t = (uint64_t)x->rank * x->local_size + it->src[s].local_rank;
+		int sr = scd_job_set_rank(job, x->rank, it->src[s].local_rank, x->local_size);
+		if (sr < 0)
+			continue; /* not a trainer of the set's (ctl gives none such) */
+		uint64_t t = (uint64_t)sr;
 		uint64_t f = rs_first_row(rows, T, t), n = rs_first_row(rows, T, t + 1) - f;
 		x->dev->copy(it->src[s].dense, x->buf + f * rb, n * rb);
 		*it->src[s].result_nnz = n * row;
@@ -190,7 +198,7 @@ static sc_status_t reducescatter_check(const scd_coll_req_t *rq, char *err, size
 
 const scd_coll_desc_t scd_coll_reducescatter = {
     .name = "reducescatter",
-    .psets = SCD_COLL_PSETS_WHOLE,
+    .psets = 1,
     .pack = reducescatter_pack,
     .unpack = reducescatter_unpack,
     .describe = reducescatter_describe,

@@ -1,5 +1,6 @@
 /*
- * job.c: what a job knows of itself (job.h): the device it runs on.
+ * job.c: what a job knows of itself (job.h): the device it runs on, and its process set's
+ * trainers in set rank order.
  */
 #include "coll/job.h"
 
@@ -81,4 +82,85 @@ void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, ch
 	}
 	if (job->total_numel > end)
 		dev->clear(buf + end * esz, (job->total_numel - end) * esz);
+}
+
+/* See job.h. */
+int scd_job_trainers(const scd_job_t *job, int P, int L)
+{
+	return job->set_ranks ? job->n_set_ranks : P * L;
+}
+
+/* See job.h. The set ranks below view rank q's node's first trainer. */
+int scd_job_first_trainer(const scd_job_t *job, int q, int P, int L)
+{
+	if (!job->set_ranks)
+		return q * L;
+	if (q >= P)
+		return job->n_set_ranks;
+	int below = scd_job_node(job, q) * L, lo = 0, hi = job->n_set_ranks;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (job->set_ranks[mid] < below)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* See job.h. */
+int scd_job_set_rank(const scd_job_t *job, int q, int l, int L)
+{
+	if (l < 0 || l >= L)
+		return -1;
+	if (!job->set_ranks)
+		return q * L + l;
+	int g = scd_job_node(job, q) * L + l;
+	for (int s = scd_job_first_trainer(job, q, job->n_nodes, L);
+	     s < job->n_set_ranks && job->set_ranks[s] <= g; s++)
+		if (job->set_ranks[s] == g)
+			return s;
+	return -1;
+}
+
+/* See job.h. */
+int scd_job_global_rank(const scd_job_t *job, int s, int L)
+{
+	if (job->set_ranks)
+		return s >= 0 && s < job->n_set_ranks ? job->set_ranks[s] : -1;
+	return scd_job_node(job, s / L) * L + s % L;
+}
+
+/* See job.h. */
+const char *scd_job_trainer_name(const scd_job_t *job, int s, int L, char *buf, size_t len)
+{
+	if (!job->nodes)
+		snprintf(buf, len, "rank %d", s);
+	else
+		snprintf(buf, len, "rank %d (set rank %d)", scd_job_global_rank(job, s, L), s);
+	return buf;
+}
+
+/* See job.h. */
+sc_status_t scd_job_set_check(const scd_job_t *job, int L, char *err, size_t len)
+{
+	if (!job->set_ranks && (!job->nodes || job->average_divisor == job->n_nodes * L))
+		return SC_OK;
+	int ok = job->set_ranks && job->nodes && job->n_nodes > 0 && job->n_set_ranks > 0 &&
+		 job->n_set_ranks == (int)job->average_divisor && L > 0;
+	for (int s = 0, q = 0; ok && s < job->n_set_ranks; s++) {
+		int g = job->set_ranks[s];
+		ok = g >= 0 && (!s || g > job->set_ranks[s - 1]);
+		/* every node holds a member: the next member is on this node or the next */
+		if (ok && g / L != job->nodes[q])
+			ok = s && ++q < job->n_nodes && g / L == job->nodes[q];
+		ok = ok && (s < job->n_set_ranks - 1 || q == job->n_nodes - 1);
+	}
+	if (ok)
+		return SC_OK;
+	snprintf(err, len,
+		 "process set %u: its %d trainers do not lie on its %d nodes, %d trainers a "
+		 "node, one or more each",
+		 job->pset, (int)job->average_divisor, job->n_nodes, L);
+	return SC_ERR_INVALID;
 }

@@ -216,6 +216,14 @@ typedef struct scd_job {
 	uint32_t pset;
 	int n_nodes;
 	int *nodes;
+	/* the set's member trainers: their global ranks (node x local_size + local rank),
+	 * ascending, which is the set's rank order, n_set_ranks of them (average_divisor),
+	 * each on one of nodes and every one of nodes holding one; NULL for the global set,
+	 * and for a set of whole nodes (every trainer of nodes, node by node). Owned by the
+	 * job. The collectives that place something per trainer (a reduce-scatter's rows,
+	 * an alltoall's blocks, Adasum's leaves) go by it: scd_job_first_trainer. */
+	int *set_ranks;
+	int n_set_ranks;
 	uint64_t gathered;   /* an allgather's result: the elements gathered */
 	int pin;	     /* scheme to run, -1: the cost model chooses */
 	int timeout_ms;	     /* data-plane timeout */
@@ -265,6 +273,31 @@ static inline int scd_job_view_rank(const scd_job_t *job, int node)
 			return q;
 	return -1;
 }
+
+/*
+ * The job's trainers in its set's rank order (docs/design.md "Process sets: the data
+ * plane"), over P nodes (the view's) of L trainers: set rank s is set_ranks[s], or without
+ * them every trainer of the job's nodes, node by node. Since the nodes ascend, view rank
+ * q's member trainers are the set ranks scd_job_first_trainer(q) to
+ * scd_job_first_trainer(q + 1) - 1, in local rank order (q = P: the job's trainer count).
+ * The engine checks the layout (scd_job_set_check) before a collective relies on it.
+ */
+int scd_job_trainers(const scd_job_t *job, int P, int L);
+int scd_job_first_trainer(const scd_job_t *job, int q, int P, int L);
+/* The set rank of local rank l of view rank q, or -1 when that trainer is not a member. */
+int scd_job_set_rank(const scd_job_t *job, int q, int l, int L);
+/* The global rank (node x L + local rank) of set rank s. */
+int scd_job_global_rank(const scd_job_t *job, int s, int L);
+/* "rank 5" for a trainer of the global set, "rank 5 (set rank 2)" for a set's: the global
+ * rank, which the trainer is known by, and the set rank, which its counts and slices go
+ * by; in buf. */
+const char *scd_job_trainer_name(const scd_job_t *job, int s, int L, char *buf, size_t len);
+/* Whether the set's layout is one the collectives can rely on: set_ranks ascending, as many
+ * as average_divisor, each on one of nodes and every node with one (without set_ranks,
+ * average_divisor every trainer of nodes). SC_ERR_INVALID with
+ * err naming the set otherwise (negotiation builds both from one table of the set's, so
+ * that would be a bug, not a trainer's input). */
+sc_status_t scd_job_set_check(const scd_job_t *job, int L, char *err, size_t len);
 
 /* Zeroes what no item of the job covers in buf, its fusion buffer of esz-byte elements on
  * dev (the alignment gaps between items and the tail): a fusion slot keeps whatever an

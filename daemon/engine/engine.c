@@ -535,8 +535,9 @@ static void drain_locked(scd_engine_t *e)
 /*
  * What a buffer's job runs over: the mesh, or for a process set's job its set's view
  * (psview.h), made on the set's first job; a view that goes waits for the communication
- * stage to drain. A job the set cannot run (coll.h, psets) or without a view fails here
- * without communicating: every member decides alike from what they agreed on (a view
+ * stage to drain. A job the set cannot run (coll.h, psets), whose set's trainers do not
+ * lie on its nodes (job.h, scd_job_set_check) or without a view fails here without
+ * communicating: every member decides alike from what they agreed on (a view
  * fails only for want of memory, and its peers then time out naming this node).
  */
 static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
@@ -545,9 +546,11 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	if (!job->nodes)
 		return SC_OK;
 	const scd_job_item_t *it0 = job->n_items ? &job->items[0] : NULL;
-	sc_status_t st = scd_coll_pset_check(
-	    job->coll.kind, job->pset, (int)job->average_divisor, job->n_nodes, e->p.local_size,
-	    it0 ? scd_coll_item_name(it0) : NULL, job->error, sizeof(job->error));
+	sc_status_t st =
+	    scd_coll_pset_check(job->coll.kind, job->pset, it0 ? scd_coll_item_name(it0) : NULL,
+				job->error, sizeof(job->error));
+	if (st == SC_OK)
+		st = scd_job_set_check(job, e->p.local_size, job->error, sizeof(job->error));
 	if (st == SC_OK && !(job->run.t = scd_psviews_find(&e->views, job))) {
 		if (scd_psviews_evicts(&e->views, job)) {
 			pthread_mutex_lock(&e->mu);
@@ -820,6 +823,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 				scd_transport_boot_clear(&j->boot);
 			free(j->items);
 			free(j->nodes);
+			free(j->set_ranks);
 			free(j);
 		}
 	e->head = e->cq_head = e->done_head = NULL;

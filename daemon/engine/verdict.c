@@ -61,12 +61,17 @@ static void describe_local(const scd_job_t *job, int rank, int local_size, const
 {
 	char what[300], ranks[96];
 	local_what(job, f, what, sizeof(what));
-	int n = snprintf(ranks, sizeof(ranks), "rank%s", local_size > 1 ? "s" : "");
-	for (int l = 0; l < local_size && (size_t)n < sizeof(ranks) - 16; l++)
-		n += snprintf(ranks + n, sizeof(ranks) - (size_t)n, "%s%d", l ? ", " : " ",
-			      rank * local_size + l);
-	if (job->nodes) /* which of them are the set's, only that node knows */
-		snprintf(ranks, sizeof(ranks), "its trainers in process set %u", job->pset);
+	/* its trainers in the job: in a process set, the set's members on it (job.h) */
+	int q = scd_job_view_rank(job, rank), k = 0, n = 0, mine[SCD_MAX_LOCAL];
+	for (int l = 0; l < local_size && l < SCD_MAX_LOCAL; l++)
+		if (!job->nodes || (q >= 0 && scd_job_set_rank(job, q, l, local_size) >= 0))
+			mine[k++] = rank * local_size + l;
+	n = snprintf(ranks, sizeof(ranks), "rank%s", k > 1 ? "s" : "");
+	for (int i = 0; i < k && (size_t)n < sizeof(ranks) - 16; i++)
+		n += snprintf(ranks + n, sizeof(ranks) - (size_t)n, "%s%d", i ? ", " : " ",
+			      mine[i]);
+	if (job->nodes && (size_t)n < sizeof(ranks) - 24)
+		snprintf(ranks + n, sizeof(ranks) - (size_t)n, " of process set %u", job->pset);
 	sc_status_t st = scd_fault_status(f);
 	snprintf(msg, len,
 		 "node %d (%s) failed preparing %s for the exchange (%s: %s): the operation "

@@ -1236,8 +1236,9 @@ static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
 		it->coo_capacity = 1;
 }
 
-/* Where job runs: its process set's member nodes (none for the global set). 0: this node
- * has no member of the set, or no longer knows it (removed): the job is not this node's. */
+/* Where job runs: its process set's member nodes and member trainers (none for the global
+ * set). 0: this node has no member of the set, or no longer knows it (removed): the job
+ * is not this node's. */
 static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
@@ -1249,11 +1250,21 @@ static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t 
 	int in = 0;
 	for (int i = 0; p && i < p->n_nodes; i++)
 		in |= p->nodes[i] == d->rank;
-	if (!in || !(job->nodes = malloc(sizeof(int) * (size_t)p->n_nodes)))
+	if (!in)
 		return 0;
+	job->nodes = malloc(sizeof(int) * (size_t)p->n_nodes);
+	job->set_ranks = malloc(sizeof(int) * (size_t)p->n_ranks);
+	if (!job->nodes || !job->set_ranks) {
+		free(job->nodes);
+		free(job->set_ranks);
+		job->nodes = job->set_ranks = NULL;
+		return 0;
+	}
 	memcpy(job->nodes, p->nodes, sizeof(int) * (size_t)p->n_nodes);
+	memcpy(job->set_ranks, p->ranks, sizeof(int) * (size_t)p->n_ranks);
 	job->pset = pset;
 	job->n_nodes = p->n_nodes;
+	job->n_set_ranks = p->n_ranks;
 	job->average_divisor = p->n_ranks;
 	return 1;
 }
@@ -1272,6 +1283,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		free(job);
 		free(items);
 		free(where.nodes);
+		free(where.set_ranks);
 		return SC_ERR_NOMEM;
 	}
 	job->kind = SCD_JOB_ALLREDUCE;
@@ -1281,6 +1293,8 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	job->pset = where.pset;
 	job->n_nodes = where.n_nodes;
 	job->nodes = where.nodes;
+	job->n_set_ranks = where.n_set_ranks;
+	job->set_ranks = where.set_ranks;
 	job->average_divisor = where.average_divisor;
 	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
 	job->world_seed = w->world_id;
@@ -1652,6 +1666,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 	}
 	free(job->items);
 	free(job->nodes);
+	free(job->set_ranks);
 	free(job);
 }
 

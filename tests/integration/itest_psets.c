@@ -16,10 +16,17 @@
  *   - a set removed while rank 1 waits on an operation in it: the wait ends with
  *     SC_ERR_ABORTED naming the set; the set is unknown afterwards, its registration
  *     refused; the others still exact;
+ *   - a reduce-scatter (int32 sums, float64 averages), an alltoall and an Adasum (float64)
+ *     in {0, 2} and in {0, 1, 3}, which split nodes with 2 x 2: exact, every trainer's
+ *     share, blocks and leaf in set rank order over the set's trainers only; an alltoall
+ *     whose counts rank 3 gives over the tensor's size fails on every member naming rank
+ *     3 and its set rank 2;
  *   - with 4 nodes x 1: an allreduce in {0, 2} moves no byte of node 1 or node 3 (their
  *     daemons' counters, sparsectl status, unchanged around it).
  */
 #include "itest.h"
+
+#include "../adasum_ref.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -163,6 +170,166 @@ static long long iface_bytes(void)
 	return sum;
 }
 
+/* The first of rows rows that set rank k of n gets in a reduce-scatter (the first
+ * rows % n one row more). */
+static size_t ps_first_row(size_t rows, int n, int k)
+{
+	return (size_t)k * (rows / (size_t)n) +
+	       ((size_t)k < rows % (size_t)n ? (size_t)k : rows % (size_t)n);
+}
+
+/* Reduce-scatters of 7 rows of 3 in set id: int32 sums and float64 averages, set rank me of
+ * n getting its rows of the reduction over the members only. */
+static void ps_split_rs(sc_client_t *c, int id, const int *set, int n, int me)
+{
+	size_t rows = 7, row = 3, f = ps_first_row(rows, n, me);
+	size_t got = (ps_first_row(rows, n, me + 1) - f) * row;
+	char name[32];
+	for (int avg = 0; avg < 2; avg++) {
+		snprintf(name, sizeof(name), "rs.%d.%d", id, avg);
+		sc_tensor_t *t =
+		    ps_register(c, name, avg ? SC_FLOAT64 : SC_INT32, rows * row, id);
+		for (size_t i = 0; i < rows * row; i++)
+			if (avg)
+				((double *)sc_tensor_data(t))[i] =
+				    (sc_rank(c) + 1) * 100.0 + (double)i;
+			else
+				((int32_t *)sc_tensor_data(t))[i] =
+				    (sc_rank(c) + 1) * 100 + (int32_t)i;
+		sc_handle_t h = 0;
+		IT_CHECK_SC(
+		    sc_reducescatter_async(c, t, avg ? SC_OP_AVERAGE : SC_OP_SUM, row, &h),
+		    "reducescatter of '%s' in set %d", name, id);
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("reducescatter of '%s' in set %d: %s: %s", name, id,
+				it_wait_name(r), it_wait_error());
+		if (sc_tensor_result_nnz(t) != got)
+			IT_FAIL(
+			    "reducescatter of '%s' in set %d: set rank %d got %zu elements, "
+			    "expected %zu",
+			    name, id, me, sc_tensor_result_nnz(t), got);
+		for (size_t j = 0; j < got; j++) {
+			double want = 0;
+			for (int k = 0; k < n; k++)
+				want += (set[k] + 1) * 100.0 + (double)(f * row + j);
+			double v = avg ? ((double *)sc_tensor_data(t))[j]
+				       : ((int32_t *)sc_tensor_data(t))[j];
+			if (avg)
+				want /= n;
+			if (v != want)
+				IT_FAIL("reducescatter of '%s' in set %d: set rank %d's "
+					"element %zu "
+					"is %.17g, expected %.17g",
+					name, id, me, j, v, want);
+		}
+	}
+}
+
+/* What set rank s of an alltoall in a set sends set rank q: 1 to 3 elements. */
+static size_t ps_a2a_count(int s, int q)
+{
+	return 1 + (size_t)(s + 2 * q) % 3;
+}
+
+/* An alltoall in set id: set rank me sends ps_a2a_count(me, q) elements to set rank q,
+ * its global rank x 100 + its element's index; each receives the blocks of the set's
+ * members in set rank order. Then rank 3, where it is a member, gives counts summing over
+ * the tensor's 16 elements: refused on every member, naming rank 3 and its set rank. */
+static void ps_split_a2a(sc_client_t *c, int id, const int *set, int n, int me)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "a2a.%d", id);
+	sc_tensor_t *t = ps_register(c, name, SC_INT32, 16, id);
+	int32_t *v = sc_tensor_data(t);
+	size_t send[8] = {0}, got[8], total = 0;
+	for (int q = 0; q < n; q++)
+		total += send[q] = ps_a2a_count(me, q);
+	for (size_t i = 0; i < total; i++)
+		v[i] = sc_rank(c) * 100 + (int32_t)i;
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_alltoall_async(c, t, send, &h), "alltoall in set %d", id);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("alltoall in set %d: %s: %s", id, it_wait_name(r), it_wait_error());
+	IT_CHECK_SC(sc_tensor_result_counts(t, got, n), "alltoall counts in set %d", id);
+	size_t at = 0;
+	for (int s = 0; s < n; s++) {
+		size_t off = 0; /* where s's block to me starts in s's buffer */
+		for (int q = 0; q < me; q++)
+			off += ps_a2a_count(s, q);
+		if (got[s] != ps_a2a_count(s, me))
+			IT_FAIL(
+			    "alltoall in set %d: set rank %d got %zu elements from set rank "
+			    "%d, expected %zu",
+			    id, me, got[s], s, ps_a2a_count(s, me));
+		for (size_t j = 0; j < got[s]; j++, at++)
+			if (v[at] != set[s] * 100 + (int32_t)(off + j))
+				IT_FAIL("alltoall in set %d: set rank %d's element %zu is %d, "
+					"expected %d (from rank %d)",
+					id, me, at, v[at], set[s] * 100 + (int32_t)(off + j),
+					set[s]);
+	}
+	if (sc_tensor_result_nnz(t) != at)
+		IT_FAIL("alltoall in set %d: %zu elements received, expected %zu", id,
+			sc_tensor_result_nnz(t), at);
+	if (set[n - 1] != 3)
+		return;
+	if (sc_rank(c) == 3)
+		send[0] = 16;
+	r = sc_alltoall_async(c, t, send, &h) == SC_OK ? it_wait(c, h, IT_ERROR_TIMEOUT_MS)
+						       : SC_OK;
+	char set_rank[32];
+	snprintf(set_rank, sizeof(set_rank), "set rank %d", n - 1);
+	if (r != SC_ERR_INVALID || !it_mentions_rank(it_wait_error(), 3) ||
+	    !strstr(it_wait_error(), set_rank))
+		IT_FAIL("alltoall in set %d with rank 3's counts over the tensor: %s: %s", id,
+			it_wait_name(r), it_wait_error());
+	it_log("alltoall in set %d, rank 3's counts refused: %s", id, it_wait_error());
+}
+
+/* Adasum of float64 leaves in set id: set rank k's leaf is leaves[k], chosen so that
+ * every dot product and coefficient of the tree is a binary fraction (the result exact
+ * in any summation order), and so that another order of the leaves gives another result.
+ * Checked exactly against adasum_ref.h's tree over the set's trainers in set rank order. */
+static void ps_split_adasum(sc_client_t *c, int id, int n, int me)
+{
+	static const double leaves[3][4] = {{2, 0, 0, 0}, {2, 2, 0, 0}, {1, 4, 0, 0}};
+	double ref[3 * 4];
+	char name[32];
+	snprintf(name, sizeof(name), "adasum.%d", id);
+	sc_tensor_t *t = ps_register(c, name, SC_FLOAT64, 4, id);
+	memcpy(sc_tensor_data(t), leaves[me], sizeof(leaves[me]));
+	memcpy(ref, leaves, sizeof(double) * 4 * (size_t)n);
+	ref_tree(ref, n, 4);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_ADASUM, &h), "adasum in set %d", id);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("adasum in set %d: %s: %s", id, it_wait_name(r), it_wait_error());
+	const double *v = sc_tensor_data(t);
+	for (int i = 0; i < 4; i++)
+		if (v[i] != ref[i])
+			IT_FAIL("adasum in set %d: set rank %d's element %d is %.17g, expected "
+				"%.17g",
+				id, me, i, v[i], ref[i]);
+}
+
+/* Reduce-scatter, alltoall and Adasum in set id (members set, ascending: the set rank
+ * order), on its members. */
+static void ps_split(sc_client_t *c, int id, const int *set, int n)
+{
+	int me = -1;
+	for (int k = 0; k < n; k++)
+		if (set[k] == sc_rank(c))
+			me = k;
+	if (me < 0)
+		return;
+	ps_split_rs(c, id, set, n, me);
+	ps_split_a2a(c, id, set, n, me);
+	ps_split_adasum(c, id, n, me);
+}
+
 int it_psets(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -279,9 +446,8 @@ int it_psets(int argc, char **argv)
 			IT_FAIL("a broadcast in set 2 from rank 0, not a member: %s (%s)",
 				sc_status_name(st), sc_last_error());
 	}
-	/* an alltoall in {0, 2} with one trainer a node (a set of whole nodes): one count
-	 * per member, in set rank order */
-	if (w[1] && sc_local_size(c) == 1) {
+	/* an alltoall in {0, 2}: one count per member, in set rank order */
+	if (w[1]) {
 		sc_tensor_t *a = ps_register(c, "a2a", SC_INT32, 16, 1);
 		int32_t *v = sc_tensor_data(a);
 		int me = rank == 0 ? 0 : 1;
@@ -375,6 +541,15 @@ int it_psets(int argc, char **argv)
 			ps_check(w[s], sets[s - 1], 2, 0, "'w' after a removal");
 		}
 	it_log("set 2 removed; the others exact");
+
+	/* sets that split nodes with 2 x 2 ({0, 2}: local rank 0 of each; {0, 1, 3}: node 0
+	 * and node 1's local rank 1), whole nodes with 4 x 1 */
+	static const int three[3] = {0, 1, 3};
+	ps_add(c, three, 3, 6);
+	ps_split(c, 1, sets[0], 2);
+	ps_split(c, 6, three, 3);
+	it_log("reduce-scatter, alltoall and adasum in {0, 2} and {0, 1, 3}: exact, in set "
+	       "rank order");
 
 	/* 4 nodes x 1: an allreduce in {0, 2} leaves nodes 1 and 3 out of the data plane:
 	 * what the daemons counted for their tensors, or with --wire (each node in a network

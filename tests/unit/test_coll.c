@@ -1,11 +1,13 @@
 /*
  * test_coll.c: the collectives' descriptors (coll/coll.h): negotiation's words keep the
  * bytes the world protocol has always carried, each word is one collective's, and the
- * checks of a trainer's request refuse what each collective cannot run, naming the tensor.
+ * checks of a trainer's request refuse what each collective cannot run, naming the tensor;
+ * a process set's trainers in set rank order (coll/job.h).
  */
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/job.h"
 #include "unit.h"
 
 /* A collective with every argument, and the word older daemons send for it. */
@@ -156,27 +158,88 @@ UNIT_TEST(coll_words_from_the_network_are_checked)
 	CHECK_TRUE(!scd_coll_word_valid(SCD_OP_REDUCESCATTER | 4u << 3 | 7u, 4));
 }
 
-UNIT_TEST(coll_process_sets_runs_what_each_collective_can)
+UNIT_TEST(coll_process_sets_run_every_collective)
 {
 	char err[512];
-	/* the global set runs everything; any set runs the allreduce, broadcast, allgather */
+	/* every collective runs in the global set and in any other, whatever part of its
+	 * nodes' trainers the set holds: the engine places per-trainer slices in set rank
+	 * order (job.h) */
 	for (int k = 0; k < SCD_COLL_COUNT; k++) {
-		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 0, 3, 2, 2, "t", err, 512),
-			     SC_OK);
-		int any = k == SCD_COLL_ALLREDUCE || k == SCD_COLL_BROADCAST ||
-			  k == SCD_COLL_ALLGATHER;
-		/* 3 trainers of two nodes of 2: a set that splits a node */
-		sc_status_t st =
-		    scd_coll_pset_check((scd_coll_kind_t)k, 2, 3, 2, 2, "t", err, 512);
-		CHECK_EQ_INT(st, any ? SC_OK : SC_ERR_UNSUPPORTED);
-		/* 4 trainers of two nodes of 2: whole nodes, every collective */
-		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 2, 4, 2, 2, "t", err, 512),
-			     SC_OK);
+		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 0, "t", err, 512), SC_OK);
+		CHECK_EQ_INT(scd_coll_pset_check((scd_coll_kind_t)k, 2, "t", err, 512), SC_OK);
 	}
-	CHECK_EQ_INT(
-	    scd_coll_pset_check(SCD_COLL_ALLTOALL, 5, 3, 2, 2, "emb", err, sizeof(err)),
-	    SC_ERR_UNSUPPORTED);
-	CHECK_MSG(strstr(err, "alltoall of tensor 'emb' in process set 5 is not supported: the "
-			      "set holds 3 of its 2 nodes' 4 trainers"),
-		  "the refusal: '%s'", err);
+}
+
+/* A job of set {0, 2, 3} of a world of 3 nodes x 2 trainers, over nodes {0, 1}: node 0
+ * (view rank 0) holds set rank 0 (local rank 0), node 1 (view rank 1) set ranks 1 and 2
+ * (local ranks 0 and 1). */
+UNIT_TEST(coll_job_places_a_split_set_in_set_rank_order)
+{
+	int nodes[2] = {0, 1}, ranks[3] = {0, 2, 3};
+	scd_job_t job = {.pset = 4,
+			 .n_nodes = 2,
+			 .nodes = nodes,
+			 .n_set_ranks = 3,
+			 .set_ranks = ranks,
+			 .average_divisor = 3};
+	char err[256], name[64];
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_job_trainers(&job, 2, 2), 3);
+	CHECK_EQ_INT(scd_job_first_trainer(&job, 0, 2, 2), 0);
+	CHECK_EQ_INT(scd_job_first_trainer(&job, 1, 2, 2), 1);
+	CHECK_EQ_INT(scd_job_first_trainer(&job, 2, 2, 2), 3);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 0, 0, 2), 0);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 0, 1, 2), -1); /* global rank 1: not a member */
+	CHECK_EQ_INT(scd_job_set_rank(&job, 1, 0, 2), 1);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 1, 1, 2), 2);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 1, 2, 2), -1);
+	CHECK_EQ_INT(scd_job_global_rank(&job, 2, 2), 3);
+	CHECK_MSG(!strcmp(scd_job_trainer_name(&job, 1, 2, name, sizeof(name)),
+			  "rank 2 (set rank 1)"),
+		  "%s", name);
+	/* set {1, 4} over nodes {0, 2}, world of 3 x 2: node 1 holds no member */
+	int far[2] = {0, 2}, odd[2] = {1, 4};
+	job.nodes = far;
+	job.set_ranks = odd;
+	job.n_set_ranks = 2;
+	job.average_divisor = 2;
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_job_first_trainer(&job, 1, 2, 2), 1);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 1, 0, 2), 1);
+	CHECK_EQ_INT(scd_job_set_rank(&job, 0, 0, 2), -1);
+	/* layouts the collectives cannot rely on: a member on a node outside the job's, a
+	 * node without a member, ranks out of order, a count other than the divisor */
+	int outside[2] = {1, 2}, unordered[2] = {4, 1};
+	job.set_ranks = outside; /* global rank 2 is on node 1 */
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "process set 4"), "%s", err);
+	job.set_ranks = odd;
+	job.n_set_ranks = 1;
+	job.average_divisor = 1; /* node 2 without a member */
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_ERR_INVALID);
+	job.n_set_ranks = 2;
+	job.set_ranks = unordered;
+	job.average_divisor = 2;
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_ERR_INVALID);
+	job.set_ranks = odd;
+	job.average_divisor = 3;
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_ERR_INVALID);
+	/* without set_ranks: every trainer of the job's nodes, node by node */
+	job.set_ranks = NULL;
+	job.n_set_ranks = 0;
+	job.average_divisor = 4;
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_job_first_trainer(&job, 1, 2, 2), 2);
+	CHECK_EQ_INT(scd_job_global_rank(&job, 3, 2), 5);
+	CHECK_MSG(!strcmp(scd_job_trainer_name(&job, 3, 2, name, sizeof(name)),
+			  "rank 5 (set rank 3)"),
+		  "%s", name);
+	job.average_divisor = 3; /* not every trainer of its nodes: it needs its ranks */
+	CHECK_EQ_INT(scd_job_set_check(&job, 2, err, sizeof(err)), SC_ERR_INVALID);
+	/* the global set: ranks are global ranks */
+	scd_job_t all = {.average_divisor = 6};
+	CHECK_EQ_INT(scd_job_set_check(&all, 2, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_job_set_rank(&all, 2, 1, 2), 5);
+	CHECK_MSG(!strcmp(scd_job_trainer_name(&all, 5, 2, name, sizeof(name)), "rank 5"), "%s",
+		  name);
 }

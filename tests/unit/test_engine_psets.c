@@ -13,6 +13,11 @@
  * 0 alone averages nothing away and moves no byte; set 1 regrouped over nodes {0, 1, 3}
  * sums exactly on views and buffers made afresh; a global sum afterwards is exact on all
  * four (the mesh still in step).
+ *
+ * Sets that split nodes, in a world of two engines of two trainers each: {0, 2} and
+ * {0, 1, 3} with their member ranks on the job, as negotiation builds them; a
+ * reduce-scatter, an alltoall and Adasum in each, exact in set rank order over the set's
+ * trainers only, and an alltoall's refusal naming the trainer's global and set ranks.
  */
 #include "unit.h"
 
@@ -91,6 +96,7 @@ static void free_job(scd_job_t *job)
 {
 	free(job->items);
 	free(job->nodes);
+	free(job->set_ranks);
 	free(job);
 }
 
@@ -244,8 +250,8 @@ static void set_allgather(node_t *n, const int *nodes)
 /* In set 1, whole nodes of one trainer each: a reduce-scatter of 5 rows of 2 (set rank 0,
  * node 0, gets 3 rows, set rank 1, node 2, the other 2), an alltoall (node 0 sends 1 and
  * 2 elements, node 2 sends 3 and 1) and Adasum of two float64 tensors, exact; then a
- * reduce-scatter in a set that holds part of its nodes' trainers, refused on both alike
- * before any byte moves. */
+ * reduce-scatter whose trainer count does not fit its nodes (no member ranks, one trainer
+ * of two whole nodes'), refused on both alike before any byte moves. */
 static void set_whole_nodes(node_t *n, const int *nodes)
 {
 	int me = n->rank / 2; /* the set rank */
@@ -302,13 +308,12 @@ static void set_whole_nodes(node_t *n, const int *nodes)
 	job = new_job(SCD_COLL_REDUCESCATTER, SC_FLOAT32, 4, r, 1, nodes, 2);
 	job->items[0].name = "layer.rs";
 	job->coll.row = 1;
-	job->average_divisor = 1; /* one trainer of the two nodes' two */
+	job->average_divisor = 1; /* one trainer of the two nodes' two, but which? */
 	job = run_job(n, job);
-	CHECK_MSG(job->status == SC_ERR_UNSUPPORTED &&
-		      strstr(job->error, "reducescatter of tensor 'layer.rs' in process set 1 "
-					 "is not supported: the set holds 1 of its 2 nodes' 2 "
-					 "trainers"),
-		  "rank %d: reduce-scatter in a set of part of its nodes: %s (%s)", n->rank,
+	CHECK_MSG(job->status == SC_ERR_INVALID &&
+		      strstr(job->error, "process set 1: its 1 trainers do not lie on its 2 "
+					 "nodes"),
+		  "rank %d: a set without its member ranks: %s (%s)", n->rank,
 		  sc_status_name(job->status), job->error);
 	CHECK_EQ_INT(job->bytes_sent, 0);
 	free_job(job);
@@ -367,39 +372,54 @@ static void global_sum(node_t *n)
 	free_job(job);
 }
 
-static void node_main(unit_mesh_t *m, int rank, void *arg)
+/* This node's engine of world nodes of local trainers each, over the mesh m prepared (a
+ * mesh job from every rank's bootstrap blob, as negotiation hands it over). */
+static void node_start(unit_mesh_t *m, int rank, int world, int local, node_t *n)
 {
-	(void)arg;
 	scd_log_level = SCD_LOG_WARN;
-	node_t n = {.rank = rank};
-	CHECK_TRUE(uv_loop_init(&n.loop) == 0);
-	scd_engine_params_t p = {.loop = &n.loop,
+	*n = (node_t){.rank = rank};
+	CHECK_TRUE(uv_loop_init(&n->loop) == 0);
+	scd_engine_params_t p = {.loop = &n->loop,
 				 .rank = rank,
-				 .world_size = P,
-				 .local_size = 1,
+				 .world_size = world,
+				 .local_size = local,
 				 .pipeline = 1,
 				 .fusion_bytes = 1u << 20,
 				 .join_timeout_ms = TMO_MS,
 				 .transport = "tcp",
 				 .schemes = scd_scheme_cfg_default(0, 0),
 				 .done = on_done,
-				 .done_arg = &n};
-	CHECK_TRUE(scd_engine_create(&p, &n.e) == SC_OK);
+				 .done_arg = n};
+	CHECK_TRUE(scd_engine_create(&p, &n->e) == SC_OK);
 	scd_job_t *mesh = calloc(1, sizeof(*mesh));
 	CHECK_TRUE(mesh != NULL);
 	mesh->kind = SCD_JOB_MESH;
-	CHECK_TRUE(scd_transport_boot_init(&mesh->boot, m->ep[rank], rank, P, m->world_id) ==
-		   SC_OK);
+	CHECK_TRUE(scd_transport_boot_init(&mesh->boot, m->ep[rank], rank, world,
+					   m->world_id) == SC_OK);
 	m->ep[rank] = NULL;
-	for (int r = 0; r < P; r++)
+	for (int r = 0; r < world; r++)
 		if (r != rank)
 			CHECK_TRUE(scd_transport_boot_set_blob(&mesh->boot, r, m->ep[r]->blob,
 							       m->ep[r]->blob_len) == SC_OK);
 	unit_mesh_release(m);
-	mesh = run_job(&n, mesh);
+	mesh = run_job(n, mesh);
 	check_ok(mesh, rank, "mesh");
 	scd_transport_boot_clear(&mesh->boot);
 	free(mesh);
+}
+
+static void node_stop(node_t *n)
+{
+	CHECK_TRUE(scd_engine_destroy(n->e, 10000) == SC_OK);
+	uv_run(&n->loop, UV_RUN_DEFAULT); /* the engine's handle closes */
+	uv_loop_close(&n->loop);
+}
+
+static void node_main(unit_mesh_t *m, int rank, void *arg)
+{
+	(void)arg;
+	node_t n;
+	node_start(m, rank, P, 1, &n);
 	/* the plan, in order: set 1's and set 2's jobs (each node its own set's), then a
 	 * global one */
 	int even[2] = {0, 2}, odd[2] = {1, 3};
@@ -419,9 +439,7 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 	if (rank != 2)
 		set_regrouped(&n);
 	global_sum(&n);
-	CHECK_TRUE(scd_engine_destroy(n.e, 10000) == SC_OK);
-	uv_run(&n.loop, UV_RUN_DEFAULT); /* the engine's handle closes */
-	uv_loop_close(&n.loop);
+	node_stop(&n);
 }
 
 UNIT_TEST_TIMEOUT(engine_psets_two_sets_and_the_world, 120)
@@ -430,4 +448,216 @@ UNIT_TEST_TIMEOUT(engine_psets_two_sets_and_the_world, 120)
 	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", P, unit_rng()) == SC_OK, "prepare: %s",
 		  scd_transport_error());
 	unit_mesh_fork(&mesh, node_main, NULL);
+}
+
+/*
+ * Sets that split nodes: two engines of two trainers each (global ranks 0 and 1 on node 0,
+ * 2 and 3 on node 1), set 1 = {0, 2} (local rank 0 of each node) and set 2 = {0, 1, 3}
+ * (node 0 whole, local rank 1 of node 1), each job carrying the set's member ranks as
+ * negotiation builds it, a source for each member trainer of the node.
+ */
+#define SP_L 2
+
+/* A job of set pset (members set, n of them, ascending) on node rank: a source for each of
+ * its member trainers, local rank l's buffer bufs[l]. */
+static scd_job_t *sp_job(int rank, scd_coll_kind_t kind, uint32_t dtype, uint64_t numel,
+			 void *const bufs[SP_L], uint32_t pset, const int *set, int n)
+{
+	static const int nodes[2] = {0, 1};
+	scd_job_t *job = new_job(kind, dtype, numel, bufs[0], pset, nodes, 2);
+	scd_job_item_t *it = &job->items[0];
+	it->n_src = 0;
+	for (int k = 0; k < n; k++)
+		if (set[k] / SP_L == rank)
+			it->src[it->n_src++] = (scd_job_src_t){.device = SCD_DEVICE_CPU,
+							       .local_rank = set[k] % SP_L,
+							       .dense = bufs[set[k] % SP_L]};
+	job->set_ranks = malloc(sizeof(int) * (size_t)n);
+	CHECK_TRUE(job->set_ranks != NULL);
+	memcpy(job->set_ranks, set, sizeof(int) * (size_t)n);
+	job->n_set_ranks = n;
+	job->average_divisor = n;
+	return job;
+}
+
+/* The first row of set rank k of n in a reduce-scatter of rows rows. */
+static uint64_t sp_first_row(uint64_t rows, int n, int k)
+{
+	uint64_t N = (uint64_t)n, K = (uint64_t)k;
+	return K * (rows / N) + (K < rows % N ? K : rows % N);
+}
+
+/* Reduce-scatters of 7 rows of 3: int32 sums and float64 averages of global rank g's
+ * (g + 1) x 100 + i; set rank k gets its rows of the reduction over the members only. */
+static void sp_reducescatter(node_t *nd, uint32_t pset, const int *set, int n)
+{
+	for (int avg = 0; avg < 2; avg++) {
+		int32_t xi[SP_L][21];
+		double xd[SP_L][21];
+		uint64_t got[SP_L] = {0};
+		for (int l = 0; l < SP_L; l++)
+			for (int i = 0; i < 21; i++) {
+				xd[l][i] = (nd->rank * SP_L + l + 1) * 100.0 + i;
+				xi[l][i] = (nd->rank * SP_L + l + 1) * 100 + i;
+			}
+		void *const bufs[SP_L] = {avg ? (void *)xd[0] : (void *)xi[0],
+					  avg ? (void *)xd[1] : (void *)xi[1]};
+		scd_job_t *job = sp_job(nd->rank, SCD_COLL_REDUCESCATTER,
+					avg ? SC_FLOAT64 : SC_INT32, 21, bufs, pset, set, n);
+		job->coll.row = 3;
+		job->coll.op = job->items[0].op = avg ? SC_OP_AVERAGE : SC_OP_SUM;
+		for (int k = 0; k < job->items[0].n_src; k++)
+			job->items[0].src[k].result_nnz = &got[job->items[0].src[k].local_rank];
+		job = run_job(nd, job);
+		check_ok(job, nd->rank,
+			 avg ? "split reduce-scatter, average" : "split reduce-scatter");
+		for (int k = 0; k < n; k++) {
+			if (set[k] / SP_L != nd->rank)
+				continue;
+			int l = set[k] % SP_L;
+			uint64_t f = sp_first_row(7, n, k), cnt = sp_first_row(7, n, k + 1) - f;
+			CHECK_MSG(got[l] == cnt * 3,
+				  "set %u, set rank %d: %llu elements, not %llu", pset, k,
+				  (unsigned long long)got[l], (unsigned long long)cnt * 3);
+			for (uint64_t j = 0; j < cnt * 3; j++) {
+				double want = 0;
+				for (int m = 0; m < n; m++)
+					want += (set[m] + 1) * 100.0 + (double)(f * 3 + j);
+				double v = avg ? xd[l][j] : xi[l][j];
+				if (avg)
+					want /= n;
+				CHECK_MSG(v == want,
+					  "set %u, set rank %d, element %llu: %.17g, not %.17g",
+					  pset, k, (unsigned long long)j, v, want);
+			}
+		}
+		free_job(job);
+	}
+}
+
+/* What set rank s of an alltoall sends set rank q: 1 to 3 elements. */
+static uint64_t sp_count(int s, int q)
+{
+	return 1 + (uint64_t)(s + 2 * q) % 3;
+}
+
+/* One alltoall of int32 on this node's members of set pset: set rank k sends sp_count(k,
+ * q) to set rank q (or bad[k] counts summing over the tensor where given); the job. */
+static scd_job_t *sp_a2a_run(node_t *nd, uint32_t pset, const int *set, int n,
+			     int32_t x[SP_L][16], uint64_t counts[SP_L][4], uint64_t got[SP_L],
+			     int bad_rank)
+{
+	void *const bufs[SP_L] = {x[0], x[1]};
+	scd_job_t *job = sp_job(nd->rank, SCD_COLL_ALLTOALL, SC_INT32, 16, bufs, pset, set, n);
+	for (int k = 0; k < n; k++) {
+		if (set[k] / SP_L != nd->rank)
+			continue;
+		int l = set[k] % SP_L, off = 0;
+		for (int q = 0; q < n; q++)
+			off += (int)(counts[l][q] = sp_count(k, q));
+		for (int i = 0; i < off; i++)
+			x[l][i] = set[k] * 100 + i;
+		for (int s = 0; s < job->items[0].n_src; s++) {
+			scd_job_src_t *src = &job->items[0].src[s];
+			if (src->local_rank != l)
+				continue;
+			src->a2a = counts[l];
+			src->a2a_n = (uint32_t)n;
+			src->a2a_given = (uint64_t)n;
+			src->a2a_sum = (uint64_t)off;
+			src->a2a_bad = set[k] == bad_rank;
+			if (src->a2a_bad)
+				src->a2a_sum = 17;
+			src->result_nnz = &got[l];
+		}
+	}
+	return run_job(nd, job);
+}
+
+/* Alltoalls in set pset: each member receives the members' blocks in set rank order, and
+ * its counts from each; then rank 3, where it is a member, gives counts summing over the
+ * tensor: refused on every node, naming its global and set ranks. */
+static void sp_alltoall(node_t *nd, uint32_t pset, const int *set, int n)
+{
+	int32_t x[SP_L][16];
+	uint64_t counts[SP_L][4], got[SP_L] = {0};
+	scd_job_t *job = sp_a2a_run(nd, pset, set, n, x, counts, got, -1);
+	check_ok(job, nd->rank, "split alltoall");
+	for (int q = 0; q < n; q++) {
+		if (set[q] / SP_L != nd->rank)
+			continue;
+		int l = set[q] % SP_L, at = 0;
+		for (int s = 0; s < n; s++) {
+			int off = 0;
+			for (int r = 0; r < q; r++)
+				off += (int)sp_count(s, r);
+			CHECK_MSG(counts[l][s] == sp_count(s, q),
+				  "set %u, set rank %d from %d: %llu elements", pset, q, s,
+				  (unsigned long long)counts[l][s]);
+			for (uint64_t j = 0; j < sp_count(s, q); j++, at++)
+				CHECK_MSG(x[l][at] == set[s] * 100 + off + (int)j,
+					  "set %u, set rank %d, element %d: %d, not %d", pset,
+					  q, at, x[l][at], set[s] * 100 + off + (int)j);
+		}
+		CHECK_EQ_INT(got[l], at);
+	}
+	free_job(job);
+	if (set[n - 1] != 3)
+		return;
+	job = sp_a2a_run(nd, pset, set, n, x, counts, got, 3);
+	char want[64];
+	snprintf(want, sizeof(want), "rank 3 (set rank %d) gave %d counts summing to 17", n - 1,
+		 n);
+	CHECK_MSG(job->status == SC_ERR_INVALID && strstr(job->error, want),
+		  "rank %d: set %u, rank 3's counts over the tensor: %s (%s)", nd->rank, pset,
+		  sc_status_name(job->status), job->error);
+	free_job(job);
+}
+
+/* Adasum of float64 leaves in set pset: set rank k's leaf is leaves[k], whose tree's dot
+ * products and coefficients are binary fractions (exact in any summation order) and
+ * whose value depends on the leaves' order; against adasum_ref.h's tree in set rank
+ * order, exactly. */
+static void sp_adasum(node_t *nd, uint32_t pset, const int *set, int n)
+{
+	static const double leaves[3][4] = {{2, 0, 0, 0}, {2, 2, 0, 0}, {1, 4, 0, 0}};
+	double d[SP_L][4] = {{0}}, ref[3 * 4];
+	for (int k = 0; k < n; k++)
+		if (set[k] / SP_L == nd->rank)
+			memcpy(d[set[k] % SP_L], leaves[k], sizeof(leaves[k]));
+	memcpy(ref, leaves, sizeof(double) * 4 * (size_t)n);
+	ref_tree(ref, n, 4);
+	void *const bufs[SP_L] = {d[0], d[1]};
+	scd_job_t *job =
+	    run_job(nd, sp_job(nd->rank, SCD_COLL_ADASUM, SC_FLOAT64, 4, bufs, pset, set, n));
+	check_ok(job, nd->rank, "split adasum");
+	for (int k = 0; k < n; k++)
+		for (int i = 0; i < 4 && set[k] / SP_L == nd->rank; i++)
+			CHECK_MSG(d[set[k] % SP_L][i] == ref[i],
+				  "set %u, set rank %d, element %d: %.17g, not %.17g", pset, k,
+				  i, d[set[k] % SP_L][i], ref[i]);
+	free_job(job);
+}
+
+static void split_main(unit_mesh_t *m, int rank, void *arg)
+{
+	(void)arg;
+	node_t n;
+	node_start(m, rank, 2, SP_L, &n);
+	static const int even[2] = {0, 2}, three[3] = {0, 1, 3};
+	sp_reducescatter(&n, 1, even, 2);
+	sp_reducescatter(&n, 2, three, 3);
+	sp_alltoall(&n, 1, even, 2);
+	sp_alltoall(&n, 2, three, 3);
+	sp_adasum(&n, 1, even, 2);
+	sp_adasum(&n, 2, three, 3);
+	node_stop(&n);
+}
+
+UNIT_TEST_TIMEOUT(engine_psets_split_nodes, 120)
+{
+	unit_mesh_t mesh;
+	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	unit_mesh_fork(&mesh, split_main, NULL);
 }

@@ -69,6 +69,18 @@ UNIT_TEST(verdict_describe_names_rank_and_tensor)
 	scd_verdict_describe(&job, 0, 1, &f, msg, sizeof(msg));
 	CHECK_MSG(strstr(msg, "node 0 (rank 0)") && strstr(msg, "tensors 'emb.w', 'fc.b'"),
 		  "%s", msg);
+	/* in process set 2 = {0, 1, 3} of 2 nodes x 2 trainers: node 1's member is rank 3 */
+	int nodes[2] = {0, 1}, ranks[3] = {0, 1, 3};
+	job.pset = 2;
+	job.n_nodes = 2;
+	job.nodes = nodes;
+	job.n_set_ranks = 3;
+	job.set_ranks = ranks;
+	job.average_divisor = 3;
+	scd_verdict_describe(&job, 1, 2, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "node 1 (rank 3 of process set 2)"), "%s", msg);
+	scd_verdict_describe(&job, 0, 2, &f, msg, sizeof(msg));
+	CHECK_MSG(strstr(msg, "node 0 (ranks 0, 1 of process set 2)"), "%s", msg);
 }
 
 /* The checked copy and sum write what the plain ones do and count NaN and infinities of
