@@ -103,6 +103,11 @@ void scd_gpunet_failed(scd_gpunet_t *g)
 	g->failed = 1;
 }
 
+void scd_gpunet_drop_comm(scd_gpunet_t *g)
+{
+	set_nccl(g, NULL);
+}
+
 void scd_gpunet_reset(scd_gpunet_t *g)
 {
 	set_nccl(g, NULL);

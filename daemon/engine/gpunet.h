@@ -46,6 +46,9 @@ sc_status_t scd_gpunet_pick(scd_gpunet_t *g, scd_transport_t *mesh, int timeout_
 
 /* A job on the nccl communicator failed: the next GPU buffer makes a new one. */
 void scd_gpunet_failed(scd_gpunet_t *g);
+/* This node lets its communicator go and keeps everything else it decided with the other
+ * ranks: at the next GPU buffer it says it has none, and every rank makes a new one. */
+void scd_gpunet_drop_comm(scd_gpunet_t *g);
 /* The world gave up rank (lost or left): a wait of the communicator on it ends now (from
  * any thread). */
 void scd_gpunet_peer_gone(scd_gpunet_t *g, int rank);

@@ -52,7 +52,24 @@ int scd_psviews_evicts(const scd_psviews_t *c, const scd_job_t *job)
 	return c->v[victim(c, job)].t != NULL;
 }
 
-static void entry_free(scd_psviews_t *c, scd_psview_t *v)
+/* Keeps g (its communicator dropped) for the view of that serial; 0 out of memory. */
+static int park(scd_psviews_t *c, uint64_t serial, scd_gpunet_t *g)
+{
+	if (c->n_parked == c->cap_parked) {
+		int cap = c->cap_parked ? 2 * c->cap_parked : 8;
+		struct scd_psview_parked *p = realloc(c->parked, sizeof(*p) * (size_t)cap);
+		if (!p)
+			return 0;
+		c->parked = p;
+		c->cap_parked = cap;
+	}
+	scd_gpunet_drop_comm(g);
+	c->parked[c->n_parked++] = (struct scd_psview_parked){serial, g};
+	return 1;
+}
+
+/* Frees entry v; with keep, its GPU transport is parked for the view's return. */
+static void entry_free(scd_psviews_t *c, scd_psview_t *v, int keep)
 {
 	pthread_mutex_lock(&c->mu);
 	scd_gpunet_t *g = v->gpunet;
@@ -61,10 +78,30 @@ static void entry_free(scd_psviews_t *c, scd_psview_t *v)
 	v->nodes = NULL;
 	v->n_nodes = 0;
 	pthread_mutex_unlock(&c->mu);
-	scd_gpunet_destroy(g); /* its communicator before the view it was made over */
+	/* its communicator goes before the view it was made over */
+	if (g && !(keep && v->t && park(c, v->t->serial, g))) {
+		if (keep) /* out of memory: the members' next round makes them all agree
+			   * again only if this node says it has no communicator */
+			scd_warn(SCD_SUB_ENGINE,
+				 "process set %u: no memory to keep its GPU transport",
+				 v->pset);
+		scd_gpunet_destroy(g);
+	}
 	scd_transport_destroy(v->t);
 	free(nodes);
 	memset(v, 0, sizeof(*v));
+}
+
+/* The parked GPU transport of the view of that serial, taken out (NULL: none). */
+static scd_gpunet_t *unpark(scd_psviews_t *c, uint64_t serial)
+{
+	for (int i = 0; i < c->n_parked; i++)
+		if (c->parked[i].serial == serial) {
+			scd_gpunet_t *g = c->parked[i].gpunet;
+			c->parked[i] = c->parked[--c->n_parked];
+			return g;
+		}
+	return NULL;
 }
 
 void scd_psviews_init(scd_psviews_t *c)
@@ -110,7 +147,7 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 			     scd_transport_t **t_p)
 {
 	scd_psview_t *v = &c->v[victim(c, job)];
-	entry_free(c, v);
+	entry_free(c, v, 1);
 	int *nodes = malloc(sizeof(int) * (size_t)(job->n_nodes > 0 ? job->n_nodes : 1));
 	scd_transport_t *t = NULL;
 	sc_status_t st =
@@ -131,11 +168,13 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 	for (int q = 0; q < job->n_nodes; q++)
 		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
 	t->serial = SCD_SERIAL_VIEW | (h & (SCD_SERIAL_VIEW - 1));
+	scd_gpunet_t *g = unpark(c, t->serial); /* what the set decided, if it was here */
 	pthread_mutex_lock(&c->mu);
 	*v = (scd_psview_t){.pset = job->pset,
 			    .n_nodes = job->n_nodes,
 			    .nodes = nodes,
 			    .t = t,
+			    .gpunet = g,
 			    .last_use = ++c->clock};
 	pthread_mutex_unlock(&c->mu);
 	scd_info(SCD_SUB_ENGINE, "process set %u: its view of the mesh (%d nodes, here %d)",
@@ -148,5 +187,10 @@ void scd_psviews_clear(scd_psviews_t *c)
 {
 	for (int i = 0; i < SCD_PSVIEWS_MAX; i++)
 		if (c->v[i].t)
-			entry_free(c, &c->v[i]);
+			entry_free(c, &c->v[i], 0);
+	for (int i = 0; i < c->n_parked; i++)
+		scd_gpunet_destroy(c->parked[i].gpunet);
+	free(c->parked);
+	c->parked = NULL;
+	c->n_parked = c->cap_parked = 0;
 }

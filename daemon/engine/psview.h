@@ -39,6 +39,15 @@ typedef struct scd_psviews {
 	/* guards the entries' nodes and gpunet against scd_psviews_peer_gone (any thread);
 	 * the engine's compute and communication stages change them */
 	pthread_mutex_t mu;
+	/* the GPU transports of views the cache let go, by view serial, without their
+	 * communicators: what a set decided with its other members (tcp for good, the
+	 * retries, the communicators' count) must outlive a view that one node alone lets
+	 * go, and comes back with the view */
+	struct scd_psview_parked {
+		uint64_t serial;
+		scd_gpunet_t *gpunet;
+	} * parked;
+	int n_parked, cap_parked;
 } scd_psviews_t;
 
 /* The cached view of job's set over its nodes, or NULL when there is none yet. */
@@ -50,7 +59,7 @@ int scd_psviews_evicts(const scd_psviews_t *c, const scd_job_t *job);
  * On failure, job->error says why (the transport's text). */
 sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t *job,
 			     scd_transport_t **t_p);
-/* Destroys every view (before their mesh goes). */
+/* Destroys every view (before their mesh goes), and every parked GPU transport. */
 void scd_psviews_clear(scd_psviews_t *c);
 void scd_psviews_init(scd_psviews_t *c);
 void scd_psviews_destroy(scd_psviews_t *c);
