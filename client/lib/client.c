@@ -729,7 +729,6 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
-	Sparsecomm__DaemonMsg *reply = NULL;
 	char what[300];
 
 	if (!client || !key || !value)
@@ -740,7 +739,13 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
 	msg.config_set = &set;
-	sc_status_t st = scl_client_call(client, &msg, 0, what, &reply);
+	return scl_client_call_ok(client, &msg, what);
+}
+
+sc_status_t scl_client_call_ok(sc_client_t *c, Sparsecomm__ClientMsg *msg, const char *what)
+{
+	Sparsecomm__DaemonMsg *reply = NULL;
+	sc_status_t st = scl_client_call(c, msg, 0, what, &reply);
 	if (st == SC_OK && reply->body_case != SPARSECOMM__DAEMON_MSG__BODY_OK)
 		st = scl_error(SC_ERR_PROTOCOL, "%s: unexpected reply (body %d)", what,
 			       (int)reply->body_case);

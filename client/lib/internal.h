@@ -155,6 +155,9 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
  */
 sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int timeout_ms,
 			    const char *what, Sparsecomm__DaemonMsg **reply_p);
+/* scl_client_call for a request answered with ok (the default timeout); anything else is
+ * SC_ERR_PROTOCOL naming what. */
+sc_status_t scl_client_call_ok(sc_client_t *c, Sparsecomm__ClientMsg *msg, const char *what);
 /*
  * Under a scheduler (proto/place.h): *local_rank_p gets the trainer's local rank from its
  * environment (-1 without a scheduler); with want_daemon (no socket named) and no daemon

@@ -203,20 +203,13 @@ static sc_status_t tell_daemon(sc_client_t *c, int id, const int32_t *ranks, int
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__ProcessSet ps = SPARSECOMM__PROCESS_SET__INIT;
-	Sparsecomm__DaemonMsg *reply = NULL;
 	ps.id = (uint32_t)id;
 	ps.ranks = (int32_t *)ranks;
 	ps.n_ranks = (size_t)n;
 	ps.remove = remove;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_PROCESS_SET;
 	msg.process_set = &ps;
-	sc_status_t st = scl_client_call(c, &msg, 0, what, &reply);
-	if (st == SC_OK && reply->body_case != SPARSECOMM__DAEMON_MSG__BODY_OK)
-		st = scl_error(SC_ERR_PROTOCOL, "%s: unexpected reply (body %d)", what,
-			       (int)reply->body_case);
-	if (reply)
-		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
-	return barrier_after(c, st, timeout_ms);
+	return barrier_after(c, scl_client_call_ok(c, &msg, what), timeout_ms);
 }
 
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,

@@ -165,11 +165,7 @@ void scd_bufctx_forget(scd_bufctx_table_t *tab, uint32_t cache_id)
  * alike) afresh on every member. */
 static uint64_t job_sig(const scd_job_t *job)
 {
-	uint64_t h = 1469598103934665603ull;
-	if (job->pset) /* the global set's signatures as they were */
-		h = (h ^ job->pset) * 1099511628211ull;
-	for (int q = 0; job->nodes && q < job->n_nodes; q++)
-		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
+	uint64_t h = scd_job_place_hash(job);
 	for (int i = 0; i < job->n_items; i++) {
 		h = (h ^ job->items[i].cache_id) * 1099511628211ull;
 		h = (h ^ job->items[i].numel) * 1099511628211ull;

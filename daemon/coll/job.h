@@ -302,6 +302,18 @@ sc_status_t scd_job_set_check(const scd_job_t *job, int L, char *err, size_t len
 /* Zeroes what no item of the job covers in buf, its fusion buffer of esz-byte elements on
  * dev (the alignment gaps between items and the tail): a fusion slot keeps whatever an
  * earlier buffer of another layout left there, and the schemes run over the whole buffer. */
+/* A hash of where job runs, its process set and the set's nodes, the same on every member
+ * (the FNV-1a offset alone for the global set). */
+static inline uint64_t scd_job_place_hash(const scd_job_t *job)
+{
+	uint64_t h = 1469598103934665603ull;
+	if (job->pset)
+		h = (h ^ job->pset) * 1099511628211ull;
+	for (int q = 0; job->nodes && q < job->n_nodes; q++)
+		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
+	return h;
+}
+
 void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
 			   size_t esz);
 

@@ -164,10 +164,7 @@ sc_status_t scd_psviews_make(scd_psviews_t *c, scd_transport_t *mesh, scd_job_t 
 	 * cache let go and made again (on this node only) is the same place to the buffers'
 	 * scheme contexts, which keep the costs every member agreed on (coll/bufctx.c);
 	 * another set, or the set over other nodes, is another place. */
-	uint64_t h = 1469598103934665603ull ^ job->pset;
-	for (int q = 0; q < job->n_nodes; q++)
-		h = (h ^ (uint64_t)job->nodes[q]) * 1099511628211ull;
-	t->serial = SCD_SERIAL_VIEW | (h & (SCD_SERIAL_VIEW - 1));
+	t->serial = SCD_SERIAL_VIEW | (scd_job_place_hash(job) & (SCD_SERIAL_VIEW - 1));
 	scd_gpunet_t *g = unpark(c, t->serial); /* what the set decided, if it was here */
 	pthread_mutex_lock(&c->mu);
 	*v = (scd_psview_t){.pset = job->pset,

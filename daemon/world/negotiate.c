@@ -1237,8 +1237,8 @@ static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
 }
 
 /* Where job runs: its process set's member nodes and member trainers (none for the global
- * set). 0: this node has no member of the set, or no longer knows it (removed): the job
- * is not this node's. */
+ * set). 1: the job is this node's; 0: this node has no member of the set, or no longer
+ * knows it (removed); -1: out of memory (this rank leaves the world, as for the job). */
 static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
@@ -1258,7 +1258,7 @@ static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t 
 		free(job->nodes);
 		free(job->set_ranks);
 		job->nodes = job->set_ranks = NULL;
-		return 0;
+		return -1;
 	}
 	memcpy(job->nodes, p->nodes, sizeof(int) * (size_t)p->n_nodes);
 	memcpy(job->set_ranks, p->ranks, sizeof(int) * (size_t)p->n_ranks);
@@ -1272,30 +1272,27 @@ static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t 
 static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
 {
 	scd_daemon_t *d = w->d;
-	scd_job_t where = {0};
-	if (!job_pset(w, resp, &where))
-		return SC_OK; /* a process set without this node */
 	scd_job_t *job = calloc(1, sizeof(*job));
-	scd_job_item_t *items = calloc(resp->n_cache_ids, sizeof(*items));
-	if (!job || !items) {
+	int mine = job ? job_pset(w, resp, job) : -1;
+	scd_job_item_t *items = mine > 0 ? calloc(resp->n_cache_ids, sizeof(*items)) : NULL;
+	if (!mine) { /* a process set without this node */
+		free(job);
+		return SC_OK;
+	}
+	if (!items) {
 		scd_error(SCD_SUB_NEGOTIATE,
 			  "out of memory for a job: this rank leaves the world");
+		if (job) {
+			free(job->nodes);
+			free(job->set_ranks);
+		}
 		free(job);
-		free(items);
-		free(where.nodes);
-		free(where.set_ranks);
 		return SC_ERR_NOMEM;
 	}
 	job->kind = SCD_JOB_ALLREDUCE;
 	job->seq = ++w->job_seq;
 	job->items = items;
 	job->n_items = (int)resp->n_cache_ids;
-	job->pset = where.pset;
-	job->n_nodes = where.n_nodes;
-	job->nodes = where.nodes;
-	job->n_set_ranks = where.n_set_ranks;
-	job->set_ranks = where.set_ranks;
-	job->average_divisor = where.average_divisor;
 	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
 	job->world_seed = w->world_id;
 	/* the network probe runs over every node: only the global set's jobs count, which
