@@ -442,6 +442,9 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 	/* the buffers' schemes are priced with the nodes per core of this world (the key's,
 	 * else what the join learnt), the same on every rank; the table starts anew with it */
 	e->p.schemes.cpu_share = e->p.cpu_share > 0 ? e->p.cpu_share : job->cpu_share;
+	scd_info(SCD_SUB_ENGINE, "schemes priced at %.3g nodes per core (%s)",
+		 e->p.schemes.cpu_share,
+		 e->p.cpu_share > 0 ? "the cpu_share key" : "the busiest host's, learnt at join");
 	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");

@@ -109,7 +109,6 @@ static double world_cpu_share(scd_world_t *w)
 		hosts[r] = w->peers[r].host;
 	double share = scd_host_cpu_share(hosts, P);
 	free(hosts);
-	scd_info(SCD_SUB_WORLD, "nodes per core on the busiest host: %.3g", share);
 	return share;
 }
 
