@@ -444,7 +444,8 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 	e->p.schemes.cpu_share = e->p.cpu_share > 0 ? e->p.cpu_share : job->cpu_share;
 	scd_info(SCD_SUB_ENGINE, "schemes priced at %.3g nodes per core (%s)",
 		 e->p.schemes.cpu_share,
-		 e->p.cpu_share > 0 ? "the cpu_share key" : "the busiest host's, learnt at join");
+		 e->p.cpu_share > 0 ? "the cpu_share key"
+				    : "the busiest host's, learnt at join");
 	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");

@@ -53,21 +53,30 @@ scd_host_t scd_host_self(void)
 	return h;
 }
 
-double scd_host_cpu_share(const scd_host_t *hosts, int n)
+/* Daemon i's host in scd_host_cpu_share's list. */
+static const scd_host_t *host_at(const scd_host_t *hosts, size_t stride, int i)
+{
+	return (const scd_host_t *)((const char *)hosts + (size_t)i * stride);
+}
+
+double scd_host_cpu_share(const scd_host_t *hosts, size_t stride, int n)
 {
 	double share = 1;
 	for (int i = 0; i < n; i++) {
+		const scd_host_t *hi = host_at(hosts, stride, i);
 		int first = 1, daemons = 0;
 		uint32_t cores = 0;
-		for (int j = 0; j < n && first; j++) /* each host counted at its first daemon */
-			first = !(j < i && hosts[i].id && hosts[j].id == hosts[i].id);
+		for (int j = 0; j < i && first; j++) /* each host counted at its first daemon */
+			first = !(hi->id && host_at(hosts, stride, j)->id == hi->id);
 		if (!first)
 			continue;
-		for (int j = i; j < n; j++)
-			if (j == i || (hosts[i].id && hosts[j].id == hosts[i].id)) {
+		for (int j = i; j < n; j++) {
+			const scd_host_t *hj = host_at(hosts, stride, j);
+			if (j == i || (hi->id && hj->id == hi->id)) {
 				daemons++;
-				cores = hosts[j].cores > cores ? hosts[j].cores : cores;
+				cores = hj->cores > cores ? hj->cores : cores;
 			}
+		}
 		double s = (double)daemons / (cores ? cores : (uint32_t)daemons);
 		share = s > share ? s : share;
 	}

@@ -12,6 +12,7 @@
 #ifndef SCD_WORLD_HOST_H
 #define SCD_WORLD_HOST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct scd_host {
@@ -23,7 +24,9 @@ typedef struct scd_host {
 scd_host_t scd_host_self(void);
 
 /* Nodes per core of the busiest host among the n daemons' hosts: for each host, its
- * daemons over the most cores any of them may use, at least 1. */
-double scd_host_cpu_share(const scd_host_t *hosts, int n);
+ * daemons over the most cores any of them may use, at least 1. Daemon i's host is at
+ * i x stride bytes from hosts (sizeof(scd_host_t) for an array; a member of a larger
+ * struct is read in place, without a copy that could fail). */
+double scd_host_cpu_share(const scd_host_t *hosts, size_t stride, int n);
 
 #endif

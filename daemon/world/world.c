@@ -94,24 +94,9 @@ static const char *describe_blob(const scd_world_t *w, const scd_peer_t *p, char
 }
 
 /* Hands this rank's endpoint and every rank's blob to the engine, whose mesh job builds
- * the transport; the job comes back through scd_world_job_done. */
-/* The nodes per core of the world's busiest host, from every rank's host and cores as
- * the world was announced: the same list, hence the same number, on every rank. */
-static double world_cpu_share(scd_world_t *w)
-{
-	int P = w->d->world_size;
-	scd_host_t *hosts = calloc((size_t)P, sizeof(*hosts));
-	if (!hosts) { /* the same on every rank only by luck: say so */
-		scd_warn(SCD_SUB_WORLD, "no memory to count the nodes per core: 1 assumed");
-		return 1;
-	}
-	for (int r = 0; r < P; r++)
-		hosts[r] = w->peers[r].host;
-	double share = scd_host_cpu_share(hosts, P);
-	free(hosts);
-	return share;
-}
-
+ * the transport, with the nodes per core of the world's busiest host (from every rank's
+ * host and cores as the world was announced: the same list, hence the same number, on
+ * every rank); the job comes back through scd_world_job_done. */
 static void start_mesh(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
@@ -141,7 +126,8 @@ static void start_mesh(scd_world_t *w)
 		return;
 	}
 	job->kind = SCD_JOB_MESH;
-	job->cpu_share = world_cpu_share(w);
+	job->cpu_share =
+	    scd_host_cpu_share(&w->peers[0].host, sizeof(scd_peer_t), d->world_size);
 	scd_engine_submit(d->engine, job);
 }
 
