@@ -45,7 +45,9 @@ scd_host_t scd_host_self(void)
 	if (sched_getaffinity(0, sizeof(set), &set) == 0)
 		h.cores = (uint32_t)CPU_COUNT(&set);
 	else
-		scd_warn(SCD_SUB_WORLD, "sched_getaffinity: %s (one core assumed)",
+		scd_warn(SCD_SUB_WORLD,
+			 "sched_getaffinity: %s (this node's cores unknown: its host counts as "
+			 "a core a node)",
 			 strerror(errno));
 	if (!got)
 		scd_warn(SCD_SUB_WORLD, "neither the boot id nor the machine id can be read: "
