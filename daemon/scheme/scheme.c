@@ -117,6 +117,7 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .exdyna_fine_symmetric = ex.fine_symmetric,
 				  .stream_chunk = 32768,
 				  .scatter_s_per_nnz = SCD_COST_SCATTER_S_PER_NNZ,
+				  .sum_s_per_nnz = SCD_COST_SUM_S_PER_NNZ,
 				  .cpu_share = 1};
 }
 

@@ -243,6 +243,20 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 
 /* ---- descriptor ---------------------------------------------------------------------- */
 
+/*
+ * Beside the allgather's network formula, one compute term (model/cost.h): every rank adds
+ * all P lists, its own included, P k non-zeros, into its result, each a scatter-add at the
+ * sum rate. The code streams it behind the receives (ag_work), but a node that shares its
+ * cores with others has no idle core to hide it on, and at 1 Gbit/s (4 nodes, zipf 64M at
+ * 1%) the work outside the exchanges was of the order of the exchange itself
+ * (docs/performance.md). A sparse result merges the lists instead, at about the same
+ * cost per entry.
+ */
+double scd_agsparse_work_s(const scd_cost_in_t *in)
+{
+	return scd_cost_compute_s(in, in->P * scd_cost_nnz(in) * in->sum_s_per_nnz);
+}
+
 /* 1 round: the one exchange_v in which every rank sends its list to the P - 1 others (all
  * transfers progress together; the chunks of a streamed list travel in that same
  * exchange). Bytes: (P-1) msg(f, k, U), a rank's k = d_G U non-zeros sent to each peer, msg
@@ -251,8 +265,11 @@ static sc_status_t scd_scheme_agsparse(scd_scheme_ctx_t *c, scd_scheme_io_t *io)
 static scd_cost_t agsparse_model(const scd_cost_in_t *in)
 {
 	double P = in->P, U = (double)in->numel, k = scd_cost_nnz(in);
-	return scd_cost_make(
+	scd_cost_t r = scd_cost_make(
 	    in, 1, (P - 1) * scd_cost_msg_bytes(scd_cost_whole_format(in->format), k, U));
+	r.work_s = scd_agsparse_work_s(in);
+	r.seconds += r.work_s;
+	return r;
 }
 
 /* It sends COO or bitmap, whichever is smaller (scheme_msg.c). */

@@ -86,6 +86,7 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .bsag_teams = pf->bsag_teams,
 			       .bsag_hl = pf->bsag_hl,
 			       .scatter_s_per_nnz = c->cfg.scatter_s_per_nnz,
+			       .sum_s_per_nnz = c->cfg.sum_s_per_nnz,
 			       .cpu_share = c->cfg.cpu_share};
 }
 

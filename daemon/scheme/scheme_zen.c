@@ -589,6 +589,25 @@ static sc_status_t scd_scheme_omnireduce(scd_scheme_ctx_t *c, scd_scheme_io_t *i
 /* ---- descriptors --------------------------------------------------------------------- */
 
 /*
+ * Beside ZEN's network formula, two compute terms (model/cost.h): the busiest server adds
+ * what every rank pushed to it, its partition's share of the P lists (i k non-zeros, i the
+ * hash imbalance on the pushes), at the sum rate (bp_aggregate); and every rank decodes
+ * every server's pull into its dense result, the union's min(gamma_n k, U) non-zeros, at
+ * the scatter rate, as Hierarchical Centralization's final scatter (bp_decode). The
+ * partition of its own list (two sequential passes) and the pull's encoding (over the
+ * marked slots) are not priced.
+ */
+double scd_balanced_par_work_s(const scd_cost_in_t *in)
+{
+	double U = (double)in->numel, k = scd_cost_nnz(in), union_nnz = in->gamma_n * k;
+	if (union_nnz > U)
+		union_nnz = U;
+	double pushed = k * scd_cost_hash_imbalance(in->P, k);
+	return scd_cost_compute_s(in, pushed * in->sum_s_per_nnz +
+					  union_nnz * in->scatter_s_per_nnz);
+}
+
+/*
  * 2 rounds: the push, then the pull, which waits on it (the code runs both in one
  * exchange_v, and counts the two). Bytes the busiest server sends: its push, (P-1)
  * msg(COO, k/P, U/P), its k = d_G U non-zeros less its own partition's share; and its pull,
@@ -607,7 +626,10 @@ static scd_cost_t balanced_par_model(const scd_cost_in_t *in)
 	scd_format_t pf = in->format == SCD_FMT_BITMAP ? SCD_FMT_HASH_BITMAP : in->format;
 	double part = union_nnz / P * scd_cost_hash_imbalance(in->P, union_nnz);
 	double pull = (P - 1) * scd_cost_msg_bytes(pf, part > U / P ? U / P : part, U / P);
-	return scd_cost_make(in, 2, push + pull);
+	scd_cost_t r = scd_cost_make(in, 2, push + pull);
+	r.work_s = scd_balanced_par_work_s(in);
+	r.seconds += r.work_s;
+	return r;
 }
 
 /* It pulls hash bitmaps. */

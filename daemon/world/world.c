@@ -94,7 +94,9 @@ static const char *describe_blob(const scd_world_t *w, const scd_peer_t *p, char
 }
 
 /* Hands this rank's endpoint and every rank's blob to the engine, whose mesh job builds
- * the transport; the job comes back through scd_world_job_done. */
+ * the transport, with the nodes per core of the world's busiest host (from every rank's
+ * host and cores as the world was announced: the same list, hence the same number, on
+ * every rank); the job comes back through scd_world_job_done. */
 static void start_mesh(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
@@ -124,6 +126,8 @@ static void start_mesh(scd_world_t *w)
 		return;
 	}
 	job->kind = SCD_JOB_MESH;
+	job->cpu_share =
+	    scd_host_cpu_share(&w->peers[0].host, sizeof(scd_peer_t), d->world_size);
 	scd_engine_submit(d->engine, job);
 }
 
@@ -232,6 +236,8 @@ static void send_join(scd_world_t *w)
 	j.nonfinite = (char *)scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 	j.transport_blob.data = self->blob;
 	j.transport_blob.len = self->blob_len;
+	j.host_id = self->host.id;
+	j.cores = self->host.cores;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
 	scd_world_send_raw(w, NULL, 0, &m);
@@ -305,6 +311,8 @@ static void coord_send_world(scd_world_t *w)
 		infos[r].connected = 1;
 		infos[r].transport_blob.data = w->peers[r].blob;
 		infos[r].transport_blob.len = w->peers[r].blob_len;
+		infos[r].host_id = w->peers[r].host.id;
+		infos[r].cores = w->peers[r].host.cores;
 		ptrs[r] = &infos[r];
 	}
 	wi.peers = ptrs;
@@ -348,6 +356,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	p->ident_len = ident_len;
 	memcpy(p->blob, j->transport_blob.data, j->transport_blob.len);
 	p->blob_len = j->transport_blob.len;
+	p->host = (scd_host_t){j->host_id, j->cores};
 	w->n_joined++;
 	char where[160];
 	scd_info(SCD_SUB_WORLD, "rank %d joined (%d of %d), data plane %s %s", j->rank,
@@ -449,6 +458,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 		if (pi->transport_blob.len)
 			memcpy(p->blob, pi->transport_blob.data, pi->transport_blob.len);
 		p->blob_len = pi->transport_blob.len;
+		p->host = (scd_host_t){pi->host_id, pi->cores};
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
@@ -858,6 +868,7 @@ sc_status_t scd_world_create(scd_daemon_t *d, const scd_world_hooks_t *hooks, sc
 	w->d = d;
 	w->hooks = hooks;
 	w->is_coord = d->rank == 0;
+	w->peers[d->rank].host = scd_host_self();
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);

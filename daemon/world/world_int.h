@@ -11,6 +11,7 @@
 #include "world/agree.h"
 #include "world/curve.h"
 #include "world/fusion_plan.h"
+#include "world/host.h"
 #include "world/world.h"
 
 typedef struct scd_peer {
@@ -28,6 +29,7 @@ typedef struct scd_peer {
 	/* the rank's transport bootstrap blob, from its Join (coordinator) or WorldInfo */
 	uint8_t blob[SCD_TRANSPORT_BLOB_MAX];
 	size_t blob_len;
+	scd_host_t host; /* its host and cores, from its Join (coordinator) or WorldInfo */
 	/* liveness.c: SPARSECOMM__PEER_STATE__*, when it was last heard (scd_now_ms; on a node
 	 * other than the coordinator, as the coordinator's heartbeats report), and why it
 	 * left or was lost */

@@ -192,6 +192,33 @@ run_case "sums n=2 per-node=2" 2 2 180 0 4 -- "$itest" sums
 run_case "sums n=2 per-node=3" 2 3 180 0 6 -- "$itest" sums
 run_case "sums 64MiB n=4" 4 1 400 0 4 -- "$itest" sums-small --big
 
+# The nodes per core the schemes are priced with (world/host.h): 3 daemons on this
+# machine learn max(1, 3 / the cores they may use) at join, every one the same; the
+# cpu_share key overrides it.
+nodes_per_core() {
+	name=$1 want=$2
+	shift 2
+	selected "$name" || return 0
+	rm -rf "$tmp/npc"
+	timeout -k 10 240 "$launcher" -n 3 --timeout 180 --log-dir "$tmp/npc" "$@" -- \
+		"$itest" sums >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	n=$(grep -l "schemes priced at $want nodes per core" "$tmp"/npc/daemon*.log 2>/dev/null | wc -l)
+	if [ "$rc" -eq 0 ] && [ "$n" -eq 3 ]; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: exit $rc, $n of 3 daemons priced at $want nodes per core"
+		grep -h "nodes per core" "$tmp"/npc/daemon*.log 2>/dev/null | sed 's/^/      | /'
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+cores=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+npc=$(python3 -c "print('%.3g' % max(1, 3 / $cores))")
+nodes_per_core "nodes per core n=3" "$npc"
+nodes_per_core "nodes per core key n=3" 2.5 --daemon-arg --cpu_share --daemon-arg 2.5
+
 # ops: min, max and product of every dtype, fused beside sums; refusals and mismatches.
 # 16-bit wires: exact sums alone and fused, every rank's bits the same, half the bytes
 run_case "wire n=2" 2 1 180 0 2 -- "$itest" wire

@@ -7,6 +7,7 @@
  */
 #include "unit.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "scheme/scheme.h"
@@ -352,6 +353,7 @@ UNIT_TEST(scheme_cost_in_context_matches_the_run)
 		cfg.density = unit_rng_below(2) ? 0 : 1e-3;
 		cfg.spardl_teams = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below(P);
 		cfg.scatter_s_per_nnz = unit_rng_below(2) ? 0 : 1e-8 * unit_rng_double();
+		cfg.sum_s_per_nnz = unit_rng_below(2) ? 0 : 1e-8 * unit_rng_double();
 		cfg.cpu_share = unit_rng_below(2) ? 1 : 4 * unit_rng_double();
 		scd_transport_t t;
 		scd_scheme_ctx_t *ctx = make_ctx(&cfg, P, &t);
@@ -360,6 +362,7 @@ UNIT_TEST(scheme_cost_in_context_matches_the_run)
 		scd_scheme_profile_t pf = random_profile(P);
 		scd_cost_in_t in = scd_scheme_cost_in(ctx, &pf, alpha, beta);
 		CHECK_TRUE(in.scatter_s_per_nnz == cfg.scatter_s_per_nnz &&
+			   in.sum_s_per_nnz == cfg.sum_s_per_nnz &&
 			   in.cpu_share == cfg.cpu_share);
 		for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 			scd_cost_in_t x = in;
@@ -543,14 +546,19 @@ UNIT_TEST(scheme_cost_hc_local_work)
 	in.cpu_share = 1;
 	in.density = 0.9; /* the union capped at U */
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in).work_s, 1e6 * 20e-9, 1e-15);
-	/* no other scheme has a compute term */
+	/* no scheme but the three of the allgather and partition families has a compute
+	 * term (scheme_cost_ag_bp_local_work below) */
+	in.sum_s_per_nnz = 9e-9;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
-		if (s != SCD_SCHEME_HIER_CENTRAL)
+		if (s != SCD_SCHEME_HIER_CENTRAL && s != SCD_SCHEME_AGSPARSE &&
+		    s != SCD_SCHEME_BALANCED_PAR)
 			CHECK_NEAR(scd_cost_scheme((scd_scheme_t)s, &in).work_s, 0, 0);
+	in.sum_s_per_nnz = 0;
 
 	/* the daemon's choice in the measured case, with and without the term */
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(1u << 26, 1);
 	CHECK_NEAR(cfg.scatter_s_per_nnz, SCD_COST_SCATTER_S_PER_NNZ, 0);
+	cfg.sum_s_per_nnz = 0; /* HC's term alone here; all of them below */
 	scd_transport_t t;
 	scd_scheme_profile_t pf = {.density = 0.01, .gamma_n = 2.87, .skew = 3.34, .steps = 3};
 	double alpha = 50e-6, beta = 1 / (1e9 / 8 * 0.952);
@@ -567,4 +575,54 @@ UNIT_TEST(scheme_cost_hc_local_work)
 	CHECK_EQ_INT(scd_scheme_choose(ctx, &pf, alpha, beta, 1, -1, NULL),
 		     SCD_SCHEME_HIER_CENTRAL);
 	scd_scheme_ctx_destroy(ctx);
+}
+
+/*
+ * AGsparse's and Balanced Parallelism's compute terms (model/cost.h): with both rates at 0
+ * each cost is the network formula alone; with them, AGsparse adds its P lists of k
+ * non-zeros at the sum rate, and Balanced Parallelism its busiest server's pushes (k times
+ * the hash imbalance) at the sum rate plus the union's min(gamma_n k, U) non-zeros decoded
+ * at the scatter rate; times the nodes per core, rounds and bytes untouched.
+ */
+UNIT_TEST(scheme_cost_ag_bp_local_work)
+{
+	scd_cost_in_t in = base(); /* P 4, k = 10^4, gamma 2 */
+	scd_cost_t ag0 = scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in),
+		   bp0 = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
+	CHECK_NEAR(ag0.work_s, 0, 0);
+	CHECK_NEAR(bp0.work_s, 0, 0);
+	CHECK_NEAR(ag0.seconds, ag0.rounds * in.alpha_s + ag0.bytes * in.beta_s_per_byte,
+		   1e-15);
+	CHECK_NEAR(bp0.seconds, bp0.rounds * in.alpha_s + bp0.bytes * in.beta_s_per_byte,
+		   1e-15);
+	in.sum_s_per_nnz = 9e-9;
+	in.scatter_s_per_nnz = 20e-9;
+	double imb = 1 + sqrt(2 * 4 * log(4.0) / 1e4); /* ZEN Theorem 2 on k = 10^4 */
+	double ag_w = 4 * 1e4 * 9e-9, bp_w = 1e4 * imb * 9e-9 + 2e4 * 20e-9;
+	scd_cost_t ag = scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in),
+		   bp = scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in);
+	CHECK_NEAR(ag.work_s, ag_w, 1e-15);
+	CHECK_NEAR(bp.work_s, bp_w, 1e-15);
+	CHECK_NEAR(scd_agsparse_work_s(&in), ag_w, 1e-15);
+	CHECK_NEAR(scd_balanced_par_work_s(&in), bp_w, 1e-15);
+	CHECK_NEAR(ag.seconds, ag0.seconds + ag_w, 1e-15);
+	CHECK_NEAR(bp.seconds, bp0.seconds + bp_w, 1e-15);
+	CHECK_TRUE(ag.rounds == ag0.rounds && ag.bytes == ag0.bytes);
+	CHECK_TRUE(bp.rounds == bp0.rounds && bp.bytes == bp0.bytes);
+	/* each rate alone prices its own part only */
+	in.scatter_s_per_nnz = 0;
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in).work_s, ag_w, 1e-15);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in).work_s, 1e4 * imb * 9e-9,
+		   1e-15);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in).work_s, 0, 0);
+	in.scatter_s_per_nnz = 20e-9;
+	in.cpu_share = 2; /* 4 nodes on 2 cores */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in).work_s, 2 * ag_w, 1e-15);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in).work_s, 2 * bp_w, 1e-15);
+	in.cpu_share = 1;
+	in.density = 0.9; /* k 9 x 10^5: the union capped at U */
+	imb = 1 + sqrt(2 * 4 * log(4.0) / 9e5);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in).work_s,
+		   9e5 * imb * 9e-9 + 1e6 * 20e-9, 1e-12);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in).work_s, 4 * 9e5 * 9e-9, 1e-12);
 }
