@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/presel.h"
 #include "device/select.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -181,7 +182,7 @@ static void log_step_error(const scd_job_t *job)
 	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
 }
 
-static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
+int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p)
 {
 	switch (s) {
 	case SC_SPARSIFY_TOPK:
@@ -256,7 +257,7 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			hint = 0.01;
 		}
 		scd_sparsify_kind_t kind;
-		if (!sparsify_kind(it->sparsifier, &kind))
+		if (!scd_sparsify_kind_of(it->sparsifier, &kind))
 			continue;
 		if (it->numel > max_sp)
 			max_sp = it->numel;
@@ -367,14 +368,14 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
  * fusion costs (alone_fuse), not 0: the planner weighs it when it considers fusing the
  * tensor (reported as 0, a lone tensor looked free to fuse, was fused, measured and split
  * again, and the plan flapped). */
-static double alone_fuse(scd_bufctx_t *b, float *x, uint64_t numel)
+static double alone_fuse(scd_bufctx_t *b, float *x, uint64_t numel, const scd_coo_t *sel)
 {
 	if (b->alone_runs >= SCD_ALONE_FUSE_RUNS)
 		return b->alone_tb_s;
 	/* the scheme's data is output only with COO input (scheme.h): x may be written */
 	double t0 = scd_now_s();
 	b->dev->clear(x, numel * sizeof(float));
-	b->dev->coo_scatter(x, &b->sel); /* timed as a fused tensor's is */
+	b->dev->coo_scatter(x, sel); /* timed as a fused tensor's is */
 	double t = scd_now_s() - t0;
 	b->alone_runs++;
 	b->alone_tb_s += (t - b->alone_tb_s) / b->alone_runs;
@@ -390,6 +391,22 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 		float *x = buf + it->offset;
 		double t0 = scd_now_s();
 		it->tb_s = 0;
+		if (it->presel) { /* selected at submission (coll/presel.h) */
+			const scd_presel_t *p = it->presel;
+			if (p->has_res) /* what the selection at the buffer writes */
+				b->dev->copy(it->residual, p->res, it->numel * sizeof(float));
+			it->tcp_s = p->tcp_s;
+			double t1 = scd_now_s();
+			if (job->n_items == 1) {
+				it->tb_s = alone_fuse(b, x, it->numel, &p->sel);
+				*sel_p = &p->sel;
+				return SC_OK;
+			}
+			b->dev->clear(x, it->numel * sizeof(float));
+			b->dev->coo_scatter(x, &p->sel);
+			it->tb_s = scd_now_s() - t1;
+			continue;
+		}
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
 			uint64_t tl = scd_tl_begin();
@@ -401,7 +418,7 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			double t1 = scd_now_s();
 			it->tcp_s = t1 - t0;
 			if (job->n_items == 1) {
-				it->tb_s = alone_fuse(b, x, it->numel);
+				it->tb_s = alone_fuse(b, x, it->numel, &b->sel);
 				*sel_p = &b->sel;
 				return SC_OK;
 			}
