@@ -247,7 +247,7 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 		uint64_t tl = scd_tl_begin();
 		local_reduce(&scd_device_cpu_ops, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc,
 			     x->nonfinite, &p->fault);
-		scd_job_item_tl(it, "local_sum", tl, SC_FLOAT32);
+		scd_presel_tl(it, "local_sum", tl);
 		p->nonfinite = it->nonfinite;
 		st = scd_presel_select(p, it);
 	}

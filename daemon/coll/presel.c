@@ -4,6 +4,7 @@
  */
 #include "coll/presel.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,13 +168,23 @@ sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it)
 	uint64_t tl = scd_tl_begin();
 	sc_status_t st = scd_device_cpu_ops.sparsify(p->sp, p->acc, p->has_res ? p->res : NULL,
 						     it->numel, &p->sel, NULL);
-	scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
+	scd_presel_tl(it, "sparsify", tl);
 	if (st != SC_OK)
 		return st;
 	p->tcp_s = scd_now_s() - t0;
 	p->token = it->presel_token;
 	p->ready = 1;
 	return SC_OK;
+}
+
+void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
+{
+	if (!t0 || !it->name)
+		return;
+	char lane[320];
+	snprintf(lane, sizeof(lane), "%.300s (ahead)", it->name);
+	scd_tl_arg_t a[] = {{"bytes", NULL, (int64_t)(it->numel * sizeof(float))}};
+	scd_tl_tensor(lane, phase, t0, a, 1);
 }
 
 scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)

@@ -66,6 +66,10 @@ sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, 
  * the residual's copy; marks it ready for it->presel_token. */
 sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it);
 
+/* The timeline's phase of a selection at submission begun at t0, on the tensor's lane
+ * "NAME (ahead)" (its own lane's wait_ranks runs meanwhile, on the loop thread). */
+void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0);
+
 /* For a buffer's item: its tensor's ready selection of this submission with the options
  * the buffer runs it with, taken (no longer ready), or NULL (the buffer sums and selects
  * it itself). */
