@@ -285,6 +285,7 @@ static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
 	nt->state = SCD_NT_ANNOUNCED;
 	nt->state_since_ms = scd_now_ms();
 	nt->tl_announced = scd_tl_begin();
+	nt->presel_armed = 0; /* armed again by this submission's selection job, if any */
 	ctl->up->announce(ctl->d->world, nt);
 }
 
@@ -362,9 +363,12 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 
 void scd_ctl_presel_item(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 {
+	/* unique over the node's tensors, those registered again included: a selection
+	 * left in the engine by an earlier registration of the name never matches */
+	static uint64_t seq;
 	nt->presel_armed = 1;
 	nt->presel_refs++;
-	it->presel_token = ++nt->presel_token;
+	it->presel_token = nt->presel_token = ++seq;
 	fill_srcs(ctl, nt, it);
 }
 
