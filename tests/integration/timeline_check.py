@@ -73,7 +73,6 @@ def check_tensor(name, evs, ahead, steps, sparsified, problems):
                             "next step's" % (name, s, phase))
 
 
-
 def check_ahead_before(spec, by_label, steps, problems):
     """A:B: from step 2 on (step 1 makes the tensors known), tensor A's selection at
     submission ended before tensor B was submitted (B's wait_ranks began)."""
