@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/presel.h"
 #include "device/select.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -64,6 +65,7 @@ typedef struct scd_bufctx {
 	uint32_t alone_runs;   /* steps it was measured on (SCD_ALONE_FUSE_RUNS) */
 	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
 	scd_coo_t sel;	       /* selection workspace, capacity = largest sparsified item */
+	scd_coo_t cat; /* the buffer's selections concatenated (host memory; fuse_as_list) */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
 	 * may be non-zero, valid when rknown; the input with the residual folded in */
 	uint64_t *rbits;
@@ -128,6 +130,8 @@ static void bufctx_free(scd_bufctx_t *b)
 	dev_free(b->dev, b->fold.idx);
 	dev_free(b->dev, b->fold.val);
 	dev_free(b->dev, b->bres);
+	free(b->cat.idx);
+	free(b->cat.val);
 	free(b);
 }
 
@@ -181,7 +185,7 @@ static void log_step_error(const scd_job_t *job)
 	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
 }
 
-static int sparsify_kind(uint32_t s, scd_sparsify_kind_t *k_p)
+int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p)
 {
 	switch (s) {
 	case SC_SPARSIFY_TOPK:
@@ -256,7 +260,7 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			hint = 0.01;
 		}
 		scd_sparsify_kind_t kind;
-		if (!sparsify_kind(it->sparsifier, &kind))
+		if (!scd_sparsify_kind_of(it->sparsifier, &kind))
 			continue;
 		if (it->numel > max_sp)
 			max_sp = it->numel;
@@ -356,40 +360,127 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 	return SC_OK;
 }
 
-/* Sparsification ahead, per tensor: the selected values stay in the buffer, the rest goes
- * to the tensor's residual. Each tensor has its own sparsifier, so each keeps its own k
- * (at least one element, scd_density_to_k) whatever the other tensors' magnitudes. A
- * tensor that allows lossy schemes but is not sparsified here gets its residual (what
- * lossy schemes left behind last step) added back first. A buffer of one sparsified
- * tensor hands its selection to the scheme as COO (*sel_p) instead: nothing then clears
- * and refills the buffer, nor scans it again for the non-zeros. Each item's compression
- * and fusion times go to its tcp_s and tb_s; a lone tensor's fusion time is what its
- * fusion costs (alone_fuse), not 0: the planner weighs it when it considers fusing the
- * tensor (reported as 0, a lone tensor looked free to fuse, was fused, measured and split
- * again, and the plan flapped). */
-static double alone_fuse(scd_bufctx_t *b, float *x, uint64_t numel)
+/* Appends sel's non-zeros to the buffer's list (b->cat), their indices moved by offset
+ * into the buffer's index space; SC_ERR_NOMEM when the list cannot grow. The values a
+ * dense buffer would hold: an entry selected as 0 (fewer non-zeros than k) is left out, as
+ * the scheme's scan of a dense buffer leaves it out. */
+static sc_status_t cat_append(scd_bufctx_t *b, const scd_coo_t *sel, uint64_t offset)
+{
+	scd_coo_t *c = &b->cat;
+	if (c->nnz + sel->nnz > c->cap) {
+		uint64_t cap = (c->nnz + sel->nnz) * 2 + 1024;
+		uint32_t *idx = realloc(c->idx, cap * sizeof(uint32_t));
+		if (idx)
+			c->idx = idx;
+		float *val = idx ? realloc(c->val, cap * sizeof(float)) : NULL;
+		if (!val)
+			return SC_ERR_NOMEM;
+		c->val = val;
+		c->cap = cap;
+	}
+	uint64_t w = c->nnz;
+	for (uint64_t j = 0; j < sel->nnz; j++)
+		if (sel->val[j] != 0) {
+			c->idx[w] = sel->idx[j] + (uint32_t)offset;
+			c->val[w++] = sel->val[j];
+		}
+	c->nnz = w;
+	return SC_OK;
+}
+
+/* Whether a buffer of several tensors goes to the scheme as the concatenation of their
+ * selections (b->cat) instead of a dense buffer: every tensor is sparsified here, and the
+ * host can read the selections (a GPU buffer is filled densely, its selections scattered
+ * by the device). */
+static int fuse_as_list(const scd_bufctx_t *b, const scd_job_t *job)
+{
+	if (job->n_items < 2 || !scd_device_host_memory(b->dev))
+		return 0;
+	for (int i = 0; i < job->n_items; i++)
+		if (!b->sp[i] && !job->items[i].presel)
+			return 0;
+	return 1;
+}
+
+/* Sparsification ahead, per tensor: the rest goes to the tensor's residual. Each tensor has
+ * its own sparsifier, so each keeps its own k (at least one element, scd_density_to_k)
+ * whatever the other tensors' magnitudes. A tensor that allows lossy schemes but is not
+ * sparsified here gets its residual (what lossy schemes left behind last step) added back
+ * first. The scheme gets the selections as one COO list (*sel_p): a lone tensor's own, or
+ * the buffer's tensors' concatenated in buffer order with their offsets (fuse_as_list), so
+ * nothing clears and refills the buffer, nor scans it again for the non-zeros: the work is
+ * the selections', not the model's. A buffer that cannot take the list (a tensor not
+ * sparsified here, a GPU buffer) gets each selection scattered into its slice. Each item's
+ * compression and fusion times go to its tcp_s and tb_s; a lone tensor's fusion time is
+ * what its fusion costs (alone_fuse), not 0: the planner weighs it when it considers
+ * fusing the tensor (reported as 0, a lone tensor looked free to fuse, was fused, measured
+ * and split again, and the plan flapped). */
+static double alone_fuse(scd_bufctx_t *b, float *x, uint64_t numel, const scd_coo_t *sel)
 {
 	if (b->alone_runs >= SCD_ALONE_FUSE_RUNS)
 		return b->alone_tb_s;
-	/* the scheme's data is output only with COO input (scheme.h): x may be written */
+	/* timed as a fused tensor's is: appended to the list, or (a GPU buffer) its slice
+	 * cleared and the selection scattered in, which the scheme's COO input allows (the
+	 * data is then output only, scheme.h) */
 	double t0 = scd_now_s();
-	b->dev->clear(x, numel * sizeof(float));
-	b->dev->coo_scatter(x, &b->sel); /* timed as a fused tensor's is */
+	b->cat.nnz = 0;
+	if (!scd_device_host_memory(b->dev)) {
+		b->dev->clear(x, numel * sizeof(float));
+		b->dev->coo_scatter(x, sel);
+	} else if (cat_append(b, sel, 0) != SC_OK) {
+		return b->alone_tb_s;
+	}
 	double t = scd_now_s() - t0;
 	b->alone_runs++;
 	b->alone_tb_s += (t - b->alone_tb_s) / b->alone_runs;
 	return b->alone_tb_s;
 }
 
+/* Fuses item it's selection sel (on its own: the buffer's one tensor) into what the scheme
+ * gets; its fusion time goes to it->tb_s. */
+static sc_status_t fuse_item(scd_bufctx_t *b, const scd_job_t *job, scd_job_item_t *it,
+			     float *x, const scd_coo_t *sel, int as_list,
+			     const scd_coo_t **sel_p)
+{
+	double t1 = scd_now_s();
+	if (job->n_items == 1) {
+		it->tb_s = alone_fuse(b, x, it->numel, sel);
+		*sel_p = sel;
+		return SC_OK;
+	}
+	if (as_list) {
+		if (cat_append(b, sel, it->offset) != SC_OK)
+			return SC_ERR_NOMEM;
+		*sel_p = &b->cat;
+	} else {
+		b->dev->clear(x, it->numel * sizeof(float));
+		b->dev->coo_scatter(x, sel);
+	}
+	it->tb_s = scd_now_s() - t1;
+	return SC_OK;
+}
+
 static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 				  const scd_coo_t **sel_p)
 {
 	*sel_p = NULL;
+	int as_list = fuse_as_list(b, job);
+	b->cat.nnz = 0;
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		float *x = buf + it->offset;
 		double t0 = scd_now_s();
 		it->tb_s = 0;
+		if (it->presel) { /* selected at submission (coll/presel.h) */
+			const scd_presel_t *p = it->presel;
+			if (p->has_res) /* what the selection at the buffer writes */
+				b->dev->copy(it->residual, p->res, it->numel * sizeof(float));
+			it->tcp_s = p->tcp_s;
+			sc_status_t st = fuse_item(b, job, it, x, &p->sel, as_list, sel_p);
+			if (st != SC_OK || job->n_items == 1)
+				return st;
+			continue;
+		}
 		if (b->sp[i]) {
 			b->sel.nnz = 0;
 			uint64_t tl = scd_tl_begin();
@@ -398,16 +489,10 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 			scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
 			if (st != SC_OK)
 				return st;
-			double t1 = scd_now_s();
-			it->tcp_s = t1 - t0;
-			if (job->n_items == 1) {
-				it->tb_s = alone_fuse(b, x, it->numel);
-				*sel_p = &b->sel;
-				return SC_OK;
-			}
-			b->dev->clear(x, it->numel * sizeof(float));
-			b->dev->coo_scatter(x, &b->sel);
-			it->tb_s = scd_now_s() - t1;
+			it->tcp_s = scd_now_s() - t0;
+			st = fuse_item(b, job, it, x, &b->sel, as_list, sel_p);
+			if (st != SC_OK || job->n_items == 1)
+				return st;
 			continue;
 		} else if (it->residual && it->sparsifier != SC_SPARSIFY_EXDYNA) {
 			/* ExDyna reads its residual itself: alone, the tensor's; over several

@@ -15,9 +15,15 @@
 #define SCD_COLL_BUFCTX_H
 
 #include "coll/job.h"
+#include "device/select.h"
 #include "scheme/scheme.h"
 
 typedef struct scd_bufctx_table scd_bufctx_table_t;
+
+/* The sparsifier a tensor's sc_sparsifier_t s makes ahead of the schemes: 1 and *k_p for
+ * top-k, threshold, DGC and block top-K; 0 for none, natural (sent as is) and ExDyna (the
+ * scheme selects). */
+int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p);
 
 /* base: the schemes' settings for every buffer (NULL: scd_scheme_cfg_default's); each
  * buffer's context takes them with its own numel and seed. */

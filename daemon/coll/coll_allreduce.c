@@ -22,6 +22,7 @@
 #include "coll/coll.h"
 #include "coll/coo_in.h"
 #include "coll/ctx.h"
+#include "coll/presel.h"
 #include "device/reduce.h"
 #include "util/clock.h"
 #include "util/timeline.h"
@@ -219,6 +220,45 @@ static sc_status_t dense_typed(scd_coll_ctx_t *x, scd_job_t *job)
 	return st;
 }
 
+/* Whether item i's tensor was summed and selected at its submission (coll/presel.h): then
+ * what that local sum found goes to the job's fault as the buffer's own sum would have
+ * put it, and the buffer's sparsification ahead takes the selection. */
+static int presel_taken(scd_coll_ctx_t *x, scd_job_t *job, int i)
+{
+	scd_job_item_t *it = &job->items[i];
+	scd_presel_t *p = scd_presel_take(x->presel, it, job->world_seed);
+	if (!p)
+		return 0;
+	it->presel = p;
+	it->nonfinite = p->nonfinite;
+	note_fault(x->fault, p->fault.kind, i, p->fault.local_rank, p->fault.count);
+	return 1;
+}
+
+sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, scd_job_t *job)
+{
+	scd_job_item_t *it = &job->items[0];
+	if (job->n_items != 1 || job->dtype != SC_FLOAT32 || !scd_presel_applies(it))
+		return SC_OK;
+	scd_presel_t *p;
+	sc_status_t st = scd_presel_entry(tab, it, job->world_seed, &p);
+	if (st == SC_OK) {
+		p->fault = (scd_fault_t){0};
+		uint64_t tl = scd_tl_begin();
+		local_reduce(&scd_device_cpu_ops, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc,
+			     x->nonfinite, &p->fault);
+		scd_presel_tl(it, "local_sum", tl);
+		p->nonfinite = it->nonfinite;
+		st = scd_presel_select(p, it);
+	}
+	if (st != SC_OK)
+		snprintf(job->error, sizeof(job->error),
+			 "tensor '%s': its selection at submission failed (its buffer selects "
+			 "it): %s",
+			 scd_coll_item_name(it), sc_status_message(st));
+	return st;
+}
+
 /* The local sum of every item (or a single COO trainer's list, read where it lies), then
  * a float32 sum's sparsification ahead, once the device has finished the sum. */
 static sc_status_t allreduce_gather(scd_coll_ctx_t *x, scd_job_t *job)
@@ -227,6 +267,8 @@ static sc_status_t allreduce_gather(scd_coll_ctx_t *x, scd_job_t *job)
 	size_t esz = sc_dtype_size(job->dtype);
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
+			if (job_schemes(job) && presel_taken(x, job, i))
+				continue;
 			uint64_t tl = scd_tl_begin();
 			local_reduce(dev, x->pe, &job->items[i], i, job->dtype, job->coll.op,
 				     x->buf + job->items[i].offset * esz, x->nonfinite,

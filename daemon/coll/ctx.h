@@ -12,6 +12,7 @@
 #include "coll/stage.h"
 
 struct scd_bufctx_table;
+struct scd_presel_table;
 
 typedef struct scd_coll_ctx {
 	int rank, world_size, local_size; /* this node, the nodes, trainers a node */
@@ -27,6 +28,7 @@ typedef struct scd_coll_ctx {
 	scd_coll_stage_t *stage;
 	scd_stage_t *pe; /* the calling stage's peer area (stage.h) */
 	struct scd_bufctx_table *bufs;
+	struct scd_presel_table *presel; /* the selections made at submission */
 	/* compute stage: what the local step checks in the input, and where its first fault
 	 * goes (job.h) */
 	scd_nonfinite_t nonfinite;

@@ -22,7 +22,15 @@
 #include "transport/transport.h"
 #include "util/timeline.h"
 
-typedef enum { SCD_JOB_MESH = 0, SCD_JOB_ALLREDUCE, SCD_JOB_FORGET } scd_job_kind_t;
+/* SCD_JOB_PRESELECT: one sparsified tensor's local sum and selection, queued when every
+ * local trainer has submitted it, ahead of its buffer's job (coll/presel.h); it has no
+ * communication stage and nothing comes of it but the selection its buffer takes. */
+typedef enum {
+	SCD_JOB_MESH = 0,
+	SCD_JOB_ALLREDUCE,
+	SCD_JOB_FORGET,
+	SCD_JOB_PRESELECT
+} scd_job_kind_t;
 
 /* What a NaN or an infinity in a trainer's float32 input does (the nonfinite key). */
 typedef enum {
@@ -104,6 +112,10 @@ typedef struct scd_job_item {
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
 	double tcp_s, tb_s;
+	/* the submission's selection job (coll/presel.h), 0: none was queued; and the
+	 * selection the buffer's gather took for the item (NULL: it selects here) */
+	uint64_t presel_token;
+	struct scd_presel *presel;
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;

@@ -81,6 +81,10 @@ typedef enum {
 	  "buffers per step in fusion_mode aligned (and adaptive until measured)")             \
 	X(fusion_wait_ms, INT, 20, NULL, 0, 60000, 1,                                          \
 	  "aligned and adaptive: how long a planned buffer waits for its last tensors")        \
+	X(sparsify_on_submit, INT, 1, NULL, 0, 1, 1,                                           \
+	  "1: a sparsified tensor is summed and selected on the engine's compute stage as "    \
+	  "soon as the node's trainers submit it (SAFusion's order), its buffer gathers the "  \
+	  "selections; 0: when its buffer is planned")                                         \
 	X(op_timeout_ms, INT, 60000, NULL, 100, 3600000, 1,                                    \
 	  "a data-plane operation with no progress for this long fails")                       \
 	X(join_timeout_ms, INT, 60000, NULL, 100, 3600000, 0,                                  \

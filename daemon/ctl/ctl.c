@@ -285,6 +285,7 @@ static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
 	nt->state = SCD_NT_ANNOUNCED;
 	nt->state_since_ms = scd_now_ms();
 	nt->tl_announced = scd_tl_begin();
+	nt->presel_armed = 0; /* armed again by this submission's selection job, if any */
 	ctl->up->announce(ctl->d->world, nt);
 }
 
@@ -338,6 +339,8 @@ void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const
 
 /* ---- jobs: the engine's view of the shared buffers ----------------------------------- */
 
+static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it);
+
 sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
 			     scd_job_item_t *it)
 {
@@ -345,6 +348,48 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel ||
 	    scd_ntensor_typeword(nt) != dtype)
 		return SC_ERR_NOT_FOUND;
+	it->presel_token = nt->presel_armed ? nt->presel_token : 0;
+	nt->presel_armed = 0;
+	fill_srcs(ctl, nt, it);
+	nt->state = SCD_NT_RUNNING;
+	nt->state_since_ms = scd_now_ms();
+	/* the timeline's wait for the other ranks: announced until planned here */
+	scd_tl_arg_t ta[] = {{"step", NULL, (int64_t)nt->stats.calls + 1},
+			     {"numel", NULL, (int64_t)numel}};
+	scd_tl_tensor(nt->name, "wait_ranks", nt->tl_announced, ta, 2);
+	nt->tl_announced = 0;
+	return SC_OK;
+}
+
+void scd_ctl_presel_item(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
+{
+	/* unique over the node's tensors, those registered again included: a selection
+	 * left in the engine by an earlier registration of the name never matches */
+	static uint64_t seq;
+	nt->presel_armed = 1;
+	nt->presel_refs++;
+	it->presel_token = nt->presel_token = ++seq;
+	fill_srcs(ctl, nt, it);
+}
+
+void scd_ctl_presel_done(scd_ctl_t *ctl, scd_ntensor_t *nt)
+{
+	if (--nt->presel_refs > 0)
+		return;
+	/* registrations released while the selection read them, and that no operation in
+	 * flight holds either (those go with its completion) */
+	scd_reg_t *gone[SCD_MAX_LOCAL];
+	int n = 0;
+	for (int l = 0; l < SCD_MAX_LOCAL; l++)
+		if (nt->slot[l] && nt->slot[l]->zombie && !nt->slot[l]->handle)
+			gone[n++] = nt->slot[l];
+	for (int i = 0; i < n; i++)
+		scd_tensors_release(ctl->tensors, gone[i]); /* may free nt */
+}
+
+/* The item's tensor, options and every submitted trainer's buffer and COO area. */
+static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
+{
 	const scd_coll_desc_t *coll = scd_coll_desc(nt->coll.kind);
 	it->nt = nt;
 	it->name = nt->name;
@@ -357,13 +402,7 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
 	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
-	nt->state = SCD_NT_RUNNING;
-	nt->state_since_ms = scd_now_ms();
-	/* the timeline's wait for the other ranks: announced until planned here */
-	scd_tl_arg_t ta[] = {{"step", NULL, (int64_t)nt->stats.calls + 1},
-			     {"numel", NULL, (int64_t)numel}};
-	scd_tl_tensor(nt->name, "wait_ranks", nt->tl_announced, ta, 2);
-	nt->tl_announced = 0;
+	it->numel = nt->numel;
 	for (int l = 0; l < ctl->d->local_size; l++) {
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
@@ -394,7 +433,6 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 			s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
 		}
 	}
-	return SC_OK;
 }
 
 /* ---- sessions ----------------------------------------------------------------------- */

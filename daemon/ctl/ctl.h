@@ -28,6 +28,7 @@
 
 struct scd_arena;
 struct scd_job_item;
+struct scd_ntensor;
 
 /* What ctl asks of the world (world.h documents each); called with d->world. */
 typedef struct scd_ctl_upcalls {
@@ -109,6 +110,12 @@ int scd_ctl_trainers(const scd_ctl_t *ctl);
  */
 sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
 			     struct scd_job_item *it);
+/* A selection job at submission (coll/presel.h) for nt, announced now: fills its item as
+ * scd_ctl_job_item does, without marking the tensor running, and arms the token that the
+ * tensor's job item of this submission carries. The job holds the trainers' buffers
+ * mapped until scd_ctl_presel_done. */
+void scd_ctl_presel_item(scd_ctl_t *ctl, struct scd_ntensor *nt, struct scd_job_item *it);
+void scd_ctl_presel_done(scd_ctl_t *ctl, struct scd_ntensor *nt);
 /* A plan's error for name: fails the operation of the trainers that submitted it; those
  * of this node that have not yet get the error when they do. */
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t status,

@@ -1003,7 +1003,9 @@ void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s)
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 {
 	scd_ntensor_t *nt = r->nt;
-	if (nt && (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) && r->handle) {
+	if (nt &&
+	    (((nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) && r->handle) ||
+	     nt->presel_refs > 0)) {
 		r->zombie = 1; /* the engine still reads this buffer; freed when it is done */
 		r->session = NULL;
 		return;

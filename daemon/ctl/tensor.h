@@ -106,6 +106,11 @@ typedef struct scd_ntensor {
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
+	/* selections at submission (coll/presel.h): the last one's token, whether it is this
+	 * submission's (for its job item), and the selection jobs in the engine, which read
+	 * the trainers' buffers: a registration released meanwhile stays mapped */
+	uint64_t presel_token;
+	int presel_armed, presel_refs;
 	/* the node's trainers disagree on the tensor: every submission fails with this */
 	int poisoned;
 	char poison_msg[384];

@@ -17,6 +17,7 @@
 
 #include "coll/bufctx.h"
 #include "coll/ctx.h"
+#include "coll/presel.h"
 #include "coll/stage.h"
 #include "engine/gpunet.h"
 #include "engine/psview.h"
@@ -42,6 +43,7 @@ struct scd_engine {
 	scd_gpunet_t *gpunet;	    /* what GPU buffers take (gpunet.h) */
 	scd_psviews_t views;	    /* the process sets' views of the mesh (psview.h) */
 	scd_bufctx_table_t *bufs;
+	scd_presel_table_t *presel; /* the selections made at submission (compute thread) */
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
 	scd_slots_t slots;		 /* the fusion buffers (slots.h) */
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
@@ -149,6 +151,7 @@ static scd_coll_ctx_t coll_ctx(scd_engine_t *e, scd_job_t *job, scd_stage_t *pe)
 			    .stage = &e->stage,
 			    .pe = pe,
 			    .bufs = e->bufs,
+			    .presel = e->presel,
 			    .fault = &job->run.fault};
 	scd_engine_net(e, &x.alpha_s, &x.beta_s_per_byte);
 	x.t_alpha_s = x.alpha_s;
@@ -512,6 +515,35 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	return st;
 }
 
+/* A selection job at submission (coll/presel.h), on the compute thread, handed back at
+ * once: it has nothing to send and nothing waits for it in the pipeline's order. A failed
+ * one is logged; its buffer then sums and selects the tensor itself. */
+static void preselect_job(scd_engine_t *e, scd_job_t *job)
+{
+	job->status = SC_OK;
+	job->run = (scd_job_run_t){.slot = -1, .t0 = scd_now_s(), .passthrough = 1};
+	scd_fault_t fault = {0};
+	scd_coll_ctx_t x = {.rank = e->p.rank,
+			    .local_size = e->p.local_size,
+			    .kind = SCD_DEVICE_CPU,
+			    .dev = &scd_device_cpu_ops,
+			    .stage = &e->stage,
+			    .pe = &e->stage.peer_in,
+			    .presel = e->presel,
+			    .nonfinite = job->nonfinite,
+			    .fault = &fault};
+	job->error[0] = 0;
+	job->status = scd_allreduce_preselect(&x, e->presel, job);
+	if (job->status != SC_OK) {
+		error_rank(e, job);
+		log_job_error(job);
+	}
+	job->time_s = job->compute_s = scd_now_s() - job->run.t0;
+	pthread_mutex_lock(&e->mu);
+	finish_locked(e, job);
+	pthread_mutex_unlock(&e->mu);
+}
+
 /* The compute stage of any job. A mesh or forget job changes what every buffer uses (the
  * transport, the buffers' state), so it waits for the communication stage to drain. */
 static void compute_job(scd_engine_t *e, scd_job_t *job)
@@ -526,8 +558,10 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 		job->run.passthrough = 1;
 		if (job->kind == SCD_JOB_MESH)
 			run_mesh(e, job);
-		else
+		else {
 			scd_bufctx_forget(e->bufs, job->forget_cache_id);
+			scd_presel_forget(e->presel, job->forget_cache_id);
+		}
 	} else if (!e->transport) {
 		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
 			 e->p.rank);
@@ -562,6 +596,11 @@ static void *engine_main(void *arg)
 		if (!e->head)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->mu);
+		if (job->kind == SCD_JOB_PRESELECT) {
+			preselect_job(e, job);
+			pthread_mutex_lock(&e->mu);
+			continue;
+		}
 		compute_job(e, job);
 		if (!e->p.pipeline) {
 			comm_job(e, job);
@@ -673,7 +712,9 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		free(e);
 		return SC_ERR_NOMEM;
 	}
-	if (scd_bufctx_table_create(&e->p.schemes, &e->bufs) != SC_OK) {
+	if (scd_bufctx_table_create(&e->p.schemes, &e->bufs) != SC_OK ||
+	    scd_presel_table_create(e->p.schemes.sketch_block, &e->presel) != SC_OK) {
+		scd_bufctx_table_destroy(e->bufs);
 		scd_gpunet_destroy(e->gpunet);
 		free(e);
 		return SC_ERR_NOMEM;
@@ -696,6 +737,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	}
 	if (failed) {
 		scd_bufctx_table_destroy(e->bufs);
+		scd_presel_table_destroy(e->presel);
 		scd_gpunet_destroy(e->gpunet);
 		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
@@ -773,6 +815,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 		}
 	e->head = e->cq_head = e->done_head = NULL;
 	scd_bufctx_table_destroy(e->bufs);
+	scd_presel_table_destroy(e->presel);
 	scd_gpunet_destroy(e->gpunet);
 	scd_psviews_destroy(&e->views);
 	scd_transport_destroy(e->transport);

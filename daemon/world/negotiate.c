@@ -147,6 +147,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
 		o->cached = 1;
 		o->id = id;
+		scd_world_presel(w, nt, id); /* selected while the buffer is planned */
 	} else {
 		if (!(o->name = strdup(nt->name))) {
 			free(o->gname);
@@ -1219,7 +1220,7 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
  * restricts such a buffer to lossless schemes, and one with a tensor that does not allow
  * lossy schemes.
  */
-static void item_options(scd_job_item_t *it, const scd_tsig_t *sig)
+void scd_neg_item_options(scd_job_item_t *it, const scd_tsig_t *sig)
 {
 	it->sparsifier = sig->sparsifier;
 	it->density = sig->density;
@@ -1326,7 +1327,7 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		/* ctl fills the item from the node's shared buffers and marks it running; the
 		 * options that decide the scheme are the agreed ones (agree.h) */
 		sc_status_t found = scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it);
-		item_options(it, &c->sig);
+		scd_neg_item_options(it, &c->sig);
 		if (!(c->sig.flags & SCD_TSIG_LOSSY) ||
 		    (resp->n_cache_ids > 1 && c->sig.sparsifier != SC_SPARSIFY_NONE))
 			job->lossless_only = 1;

@@ -855,6 +855,9 @@ void scd_world_job_done(scd_daemon_t *d, scd_job_t *job)
 	case SCD_JOB_ALLREDUCE:
 		scd_neg_job_done(d->world, job);
 		break;
+	case SCD_JOB_PRESELECT:
+		scd_world_presel_done(d->world, job);
+		break;
 	}
 }
 

@@ -253,6 +253,14 @@ void scd_neg_tick(scd_world_t *w);
 void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_arena *a);
 /* An allreduce job came back: statistics and completions. */
 void scd_neg_job_done(scd_world_t *w, struct scd_job *job);
+struct scd_job_item;
+/* The options every rank agreed on (sig) that decide how an item of a job is sparsified
+ * and exchanged. */
+void scd_neg_item_options(struct scd_job_item *it, const scd_tsig_t *sig);
+/* presel.c: a selection job for nt, announced now with cache id id, when it qualifies
+ * (coll/presel.h); and its return from the engine. */
+void scd_world_presel(scd_world_t *w, struct scd_ntensor *nt, uint32_t id);
+void scd_world_presel_done(scd_world_t *w, struct scd_job *job);
 void scd_neg_destroy(scd_world_t *w);
 /* Forgets everything negotiated (the world re-forms: every rank starts again from an empty
  * response cache, plan and job count). */

@@ -374,6 +374,7 @@ static const struct {
     {"badinput", it_badinput, "one rank's invalid input fails the operation on every rank"},
     {"ctl", it_ctl, "sparsectl status/stats/config while a job runs"},
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
+    {"presel", it_presel, "DIR: selection at submission: bit-identical, early, failed step"},
     {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
     {"exdyna", it_exdyna, "[model|tensor]: 6 ExDyna tensors, one buffer or one each"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},

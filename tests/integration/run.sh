@@ -1256,6 +1256,15 @@ mkdir -p "$tmp/timeline3" "$tmp/timeline22"
 run_case "timeline n=3" 3 1 120 0 3 -- "$itest" timeline "$tmp/timeline3"
 run_case "timeline n=2 per-node=2" 2 2 120 0 4 -- "$itest" timeline "$tmp/timeline22"
 
+# Sparsification ahead at submission (itest_presel.c): one fused buffer, a pinned scheme;
+# results and residuals bit-identical to the selection at the buffer, the first tensor
+# selected before the last is submitted (its timeline), a failed step that leaves the
+# residual as it was.
+mkdir -p "$tmp/presel"
+run_case "presel n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fusion_mode --daemon-arg aligned \
+	--daemon-arg --fusion_buffers --daemon-arg 1 --daemon-arg --fusion_wait_ms \
+	--daemon-arg 5000 --daemon-arg --scheme --daemon-arg agsparse -- "$itest" presel "$tmp/presel"
+
 # cuda tensors (tests/integration/itest_cuda.c). Refused registrations need neither a GPU
 # nor daemons that serve GPU tensors: no driver, a library without the driver's symbols, a
 # GPU the driver stand-in (build/lib/libcuda-host.so) lacks, daemons whose GPU library is

@@ -7,7 +7,10 @@ Passes (exit 0) when FILE is valid JSON in the Chrome Trace Event object form; e
 has ph, ts, pid (the rank R) and tid; every lane in use is labelled (thread_name); the
 complete events of each lane nest (an event that starts inside another ends inside it);
 each named tensor has wait_ranks for steps 1..N and, after each, local_sum and copy_out
-(and sparsify for the sparsified ones) before the next step's wait_ranks; every buffer
+(and sparsify for the sparsified ones) before the next step's wait_ranks (local_sum and
+sparsify may be on the tensor's "NAME (ahead)" lane instead, from its wait_ranks on: the
+selection at submission); with --ahead-before A:B, from step 2 on A's selection at
+submission ended before B's wait_ranks began (B was submitted); every buffer
 event holds a scheme event, and with P > 1 the scheme events hold exchange rounds (xchg,
 allreduce or meta) with the bytes they sent; no event was dropped. Prints every problem
 found, one a line, and exits 1.
@@ -43,7 +46,7 @@ def inside(outer, inner):
     return outer["t0"] <= inner["t0"] and inner["t1"] <= outer["t1"]
 
 
-def check_tensor(name, evs, steps, sparsified, problems):
+def check_tensor(name, evs, ahead, steps, sparsified, problems):
     waits = {}
     for e in evs:
         if e["name"] == "wait_ranks":
@@ -58,9 +61,37 @@ def check_tensor(name, evs, steps, sparsified, problems):
         lo = waits[s]["t1"]
         hi = waits[s + 1]["t0"] if s + 1 in waits else float("inf")
         for phase in want:
-            if not any(e["name"] == phase and lo <= e["t0"] and e["t1"] <= hi for e in evs):
-                problems.append("tensor %s step %d: no %s between its wait_ranks and the "
-                                "next step's" % (name, s, phase))
+            if any(e["name"] == phase and lo <= e["t0"] and e["t1"] <= hi for e in evs):
+                continue
+            # summed and selected at submission: on the tensor's "(ahead)" lane, from
+            # its wait_ranks on
+            if phase != "copy_out" and any(
+                    e["name"] == phase and waits[s]["t0"] <= e["t0"] and e["t1"] <= hi
+                    for e in ahead):
+                continue
+            problems.append("tensor %s step %d: no %s between its wait_ranks and the "
+                            "next step's" % (name, s, phase))
+
+
+def check_ahead_before(spec, by_label, steps, problems):
+    """A:B: from step 2 on (step 1 makes the tensors known), tensor A's selection at
+    submission ended before tensor B was submitted (B's wait_ranks began)."""
+    a, b = spec.split(":")
+    ahead = by_label.get(a + " (ahead)", [])
+    waits_b = {e["args"].get("step"): e for e in by_label.get(b, [])
+               if e["name"] == "wait_ranks"}
+    waits_a = sorted(e["t0"] for e in by_label.get(a, []) if e["name"] == "wait_ranks")
+    for s in range(2, steps + 1):
+        if s not in waits_b or len(waits_a) < s:
+            problems.append("--ahead-before %s: step %d has no wait_ranks" % (spec, s))
+            continue
+        sel = [e for e in ahead if e["name"] == "sparsify" and e["t0"] >= waits_a[s - 1]]
+        if not sel:
+            problems.append("tensor %s step %d: no selection at submission (no sparsify "
+                            "on its (ahead) lane)" % (a, s))
+        elif sel[0]["t1"] > waits_b[s]["t0"]:
+            problems.append("tensor %s step %d: its selection ended %.3f ms after %s was "
+                            "submitted" % (a, s, (sel[0]["t1"] - waits_b[s]["t0"]) / 1e6, b))
 
 
 def main():
@@ -71,6 +102,8 @@ def main():
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--tensors", required=True)
     ap.add_argument("--sparsified", default="")
+    ap.add_argument("--ahead-before", default="",
+                    help="A:B: A's selection at submission ends before B is submitted")
     a = ap.parse_args()
     problems = []
     try:
@@ -114,7 +147,10 @@ def main():
         if name not in by_label:
             problems.append("tensor %s has no lane" % name)
             continue
-        check_tensor(name, by_label[name], a.steps, name in sparsified, problems)
+        check_tensor(name, by_label[name], by_label.get(name + " (ahead)", []), a.steps,
+                     name in sparsified, problems)
+    if a.ahead_before:
+        check_ahead_before(a.ahead_before, by_label, a.steps, problems)
 
     buffers = schemes = rounds = 0
     for tid, evs in lanes.items():

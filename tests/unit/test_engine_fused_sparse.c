@@ -4,7 +4,9 @@
  * each, fused into one buffer on 2 ranks: each tensor's selection is its own top-k (no
  * tensor goes missing, however small its values beside the others'), a lossless scheme's
  * result is exactly the sum of the ranks' selections, and a lossy scheme's discards go
- * back to the tensor they came from (per tensor: inputs = result + residuals).
+ * back to the tensor they came from (per tensor: inputs = result + residuals); the scheme
+ * gets the selections as one ascending COO list in the buffer's index space, not a dense
+ * buffer to scan, with the same sums under every lossless scheme.
  */
 #include "unit.h"
 
@@ -22,6 +24,9 @@ typedef struct fused_arg {
 	uint64_t total;
 	float *in[RANKS], *res[RANKS], *out[RANKS]; /* shared: [total] each */
 	double *tcm, *tcp;			    /* shared: [RANKS] each */
+	/* shared: [RANKS] each: the list the scheme got (UINT64_MAX: none, a dense buffer),
+	 * and whether its indices ascended within the buffer */
+	uint64_t *list_nnz, *list_ok;
 } fused_arg_t;
 
 static uint64_t t_numel(int l)
@@ -68,7 +73,16 @@ static void fused_rank(scd_transport_t *t, int rank, int P, void *arg)
 			 .average_divisor = 1,
 			 .pin = a->pin,
 			 .timeout_ms = 10000};
-	sc_status_t st = scd_bufctx_step(tab, &job, dev, buf, t, 20e-6, 1e-10, 42);
+	scd_job_prep_t prep;
+	sc_status_t st = scd_bufctx_prepare(tab, &job, dev, buf, t, 20e-6, 1e-10, 42, &prep);
+	a->list_nnz[rank] = prep.sel ? prep.sel->nnz : UINT64_MAX;
+	a->list_ok[rank] = 1;
+	for (uint64_t j = 0; prep.sel && j < prep.sel->nnz; j++)
+		a->list_ok[rank] &= prep.sel->idx[j] < total && prep.sel->val[j] != 0 &&
+				    (j == 0 || prep.sel->idx[j] > prep.sel->idx[j - 1]);
+	if (st == SC_OK)
+		st = scd_bufctx_communicate(tab, &job, dev, buf, t, 20e-6, 1e-10, &prep);
+	scd_bufctx_release(&prep);
 	CHECK_MSG(st == SC_OK, "rank %d: %s (%s)", rank, sc_status_name(st), job.error);
 	memcpy(a->out[rank], buf, total * sizeof(float));
 	a->tcm[rank] = job.tcm_s;
@@ -86,6 +100,8 @@ static void run_fused(fused_arg_t *a, int pin)
 	a->total = layout(it, NULL);
 	a->tcm = shared_map(2 * RANKS * sizeof(double));
 	a->tcp = a->tcm + RANKS;
+	a->list_nnz = shared_map(2 * RANKS * sizeof(uint64_t));
+	a->list_ok = a->list_nnz + RANKS;
 	for (int r = 0; r < RANKS; r++) {
 		a->in[r] = shared_map(a->total * sizeof(float));
 		a->res[r] = shared_map(a->total * sizeof(float));
@@ -109,6 +125,7 @@ static void run_fused(fused_arg_t *a, int pin)
 static void free_fused(fused_arg_t *a)
 {
 	munmap(a->tcm, 2 * RANKS * sizeof(double));
+	munmap(a->list_nnz, 2 * RANKS * sizeof(uint64_t));
 	for (int r = 0; r < RANKS; r++) {
 		munmap(a->in[r], a->total * sizeof(float));
 		munmap(a->res[r], a->total * sizeof(float));
@@ -158,6 +175,44 @@ UNIT_TEST(engine_fused_topk_per_tensor_no_tensor_missing)
 	}
 	CHECK_TRUE(a.tcm[0] > 0 && a.tcp[0] > 0);
 	free_fused(&a);
+}
+
+/* A fused buffer of sparsified tensors reaches the scheme as the concatenation of their
+ * selections (work of the selections' size, no dense buffer cleared, filled and scanned),
+ * and every lossless scheme sums it exactly: the sum of the two ranks' selections. */
+UNIT_TEST(engine_fused_selections_go_as_one_list)
+{
+	static const int lossless[] = {SCD_SCHEME_AGSPARSE, SCD_SCHEME_BALANCED_PAR,
+				       SCD_SCHEME_OMNIREDUCE, SCD_SCHEME_HIER_CENTRAL,
+				       SCD_SCHEME_DENSE_RING};
+	scd_job_item_t it[NT];
+	layout(it, NULL);
+	uint64_t k_sum = 0;
+	for (int l = 0; l < NT; l++)
+		k_sum += (uint64_t)floor(0.01 * (double)t_numel(l) + 0.5);
+	for (size_t s = 0; s < sizeof(lossless) / sizeof(lossless[0]); s++) {
+		fused_arg_t a = {0};
+		run_fused(&a, lossless[s]);
+		for (int r = 0; r < RANKS; r++) {
+			CHECK_MSG(
+			    a.list_nnz[r] == k_sum,
+			    "%s, rank %d: the scheme got %llu listed entries (UINT64_MAX: a "
+			    "dense buffer), the selections hold %llu",
+			    scd_scheme_name((scd_scheme_t)lossless[s]), r,
+			    (unsigned long long)a.list_nnz[r], (unsigned long long)k_sum);
+			CHECK_MSG(a.list_ok[r], "%s, rank %d: the list is not ascending",
+				  scd_scheme_name((scd_scheme_t)lossless[s]), r);
+		}
+		for (uint64_t i = 0; i < a.total; i++) {
+			float want = (a.in[0][i] - a.res[0][i]) + (a.in[1][i] - a.res[1][i]);
+			CHECK_MSG(a.out[0][i] == want && a.out[1][i] == want,
+				  "%s: element %llu: %g and %g, the selections sum to %g",
+				  scd_scheme_name((scd_scheme_t)lossless[s]),
+				  (unsigned long long)i, (double)a.out[0][i],
+				  (double)a.out[1][i], (double)want);
+		}
+		free_fused(&a);
+	}
 }
 
 UNIT_TEST(engine_fused_lossy_conserves_per_tensor)

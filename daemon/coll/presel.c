@@ -1,0 +1,202 @@
+/*
+ * presel.c: the selections made at submission (see presel.h). The table is a small array
+ * searched linearly by cache id, one entry per sparsified tensor of the node.
+ */
+#include "coll/presel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/bufctx.h"
+#include "util/clock.h"
+
+struct scd_presel_table {
+	scd_presel_t **v;
+	int n, cap;
+	uint32_t block;
+};
+
+sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p)
+{
+	*tab_p = calloc(1, sizeof(**tab_p));
+	if (!*tab_p)
+		return SC_ERR_NOMEM;
+	(*tab_p)->block = block;
+	return SC_OK;
+}
+
+static void entry_free(scd_presel_t *p)
+{
+	if (!p)
+		return;
+	if (p->sp)
+		scd_device_cpu_ops.sparsifier_destroy(p->sp);
+	free(p->acc);
+	free(p->res);
+	free(p->sel.idx);
+	free(p->sel.val);
+	free(p);
+}
+
+void scd_presel_table_destroy(scd_presel_table_t *tab)
+{
+	if (!tab)
+		return;
+	for (int i = 0; i < tab->n; i++)
+		entry_free(tab->v[i]);
+	free(tab->v);
+	free(tab);
+}
+
+static int entry_find(const scd_presel_table_t *tab, uint32_t cache_id)
+{
+	for (int i = 0; i < tab->n; i++)
+		if (tab->v[i]->cache_id == cache_id)
+			return i;
+	return -1;
+}
+
+void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id)
+{
+	int i = tab ? entry_find(tab, cache_id) : -1;
+	if (i < 0)
+		return;
+	entry_free(tab->v[i]);
+	tab->v[i] = tab->v[--tab->n];
+}
+
+int scd_presel_applies(const scd_job_item_t *it)
+{
+	scd_sparsify_kind_t kind;
+	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->coo_in || it->n_src == 0)
+		return 0;
+	for (int s = 0; s < it->n_src; s++)
+		if (it->src[s].device != SCD_DEVICE_CPU || it->src[s].coo)
+			return 0;
+	return 1;
+}
+
+/* The sparsifier's settings for it, as a buffer's sparsifier takes them (bufctx.c). */
+static int item_cfg(const scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
+		    scd_sparsifier_cfg_t *cfg)
+{
+	scd_sparsify_kind_t kind;
+	if (!scd_sparsify_kind_of(it->sparsifier, &kind))
+		return 0;
+	*cfg = (scd_sparsifier_cfg_t){.kind = kind,
+				      .numel = it->numel,
+				      .density = it->density,
+				      .threshold = (float)it->threshold,
+				      .seed = seed ^ it->cache_id,
+				      .block = it->block ? it->block : tab->block};
+	return 1;
+}
+
+static int cfg_equal(const scd_sparsifier_cfg_t *a, const scd_sparsifier_cfg_t *b)
+{
+	return a->kind == b->kind && a->numel == b->numel && a->density == b->density &&
+	       a->threshold == b->threshold && a->seed == b->seed && a->block == b->block;
+}
+
+/* A new entry for it with cfg's sparsifier and its workspaces; NULL when out of memory
+ * (*st_p: why). */
+static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_sparsifier_cfg_t *cfg,
+			       sc_status_t *st_p)
+{
+	scd_presel_t *p = calloc(1, sizeof(*p));
+	*st_p = SC_ERR_NOMEM;
+	if (!p)
+		return NULL;
+	p->cache_id = it->cache_id;
+	p->numel = it->numel;
+	p->cfg = *cfg;
+	p->acc = malloc(it->numel * sizeof(float));
+	p->res = malloc(it->numel * sizeof(float));
+	p->sel.idx = malloc(it->numel * sizeof(uint32_t));
+	p->sel.val = malloc(it->numel * sizeof(float));
+	p->sel.cap = it->numel;
+	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val ||
+	    (*st_p = scd_device_cpu_ops.sparsifier_create(cfg, &p->sp)) != SC_OK) {
+		p->sp = NULL;
+		entry_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
+			     scd_presel_t **p_p)
+{
+	scd_sparsifier_cfg_t cfg;
+	if (!item_cfg(tab, it, seed, &cfg))
+		return SC_ERR_INVALID;
+	int i = entry_find(tab, it->cache_id);
+	if (i >= 0 && cfg_equal(&tab->v[i]->cfg, &cfg)) {
+		tab->v[i]->ready = 0;
+		*p_p = tab->v[i];
+		return SC_OK;
+	}
+	if (i >= 0) { /* the tensor's options or size changed: made anew */
+		entry_free(tab->v[i]);
+		tab->v[i] = tab->v[--tab->n];
+	}
+	if (tab->n == tab->cap) {
+		int cap = tab->cap ? 2 * tab->cap : 16;
+		scd_presel_t **v = realloc(tab->v, (size_t)cap * sizeof(*v));
+		if (!v)
+			return SC_ERR_NOMEM;
+		tab->v = v;
+		tab->cap = cap;
+	}
+	sc_status_t st;
+	scd_presel_t *p = entry_new(it, &cfg, &st);
+	if (!p)
+		return st;
+	tab->v[tab->n++] = p;
+	*p_p = p;
+	return SC_OK;
+}
+
+sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it)
+{
+	double t0 = scd_now_s();
+	p->has_res = it->residual != NULL;
+	if (p->has_res)
+		memcpy(p->res, it->residual, it->numel * sizeof(float));
+	p->sel.nnz = 0;
+	uint64_t tl = scd_tl_begin();
+	sc_status_t st = scd_device_cpu_ops.sparsify(p->sp, p->acc, p->has_res ? p->res : NULL,
+						     it->numel, &p->sel, NULL);
+	scd_presel_tl(it, "sparsify", tl);
+	if (st != SC_OK)
+		return st;
+	p->tcp_s = scd_now_s() - t0;
+	p->token = it->presel_token;
+	p->ready = 1;
+	return SC_OK;
+}
+
+void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
+{
+	if (!t0 || !it->name)
+		return;
+	char lane[320];
+	snprintf(lane, sizeof(lane), "%.300s (ahead)", it->name);
+	scd_tl_arg_t a[] = {{"bytes", NULL, (int64_t)(it->numel * sizeof(float))}};
+	scd_tl_tensor(lane, phase, t0, a, 1);
+}
+
+scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)
+{
+	scd_sparsifier_cfg_t cfg;
+	int i = tab && it->presel_token ? entry_find(tab, it->cache_id) : -1;
+	if (i < 0 || !item_cfg(tab, it, seed, &cfg))
+		return NULL;
+	scd_presel_t *p = tab->v[i];
+	if (!p->ready || p->token != it->presel_token || !cfg_equal(&p->cfg, &cfg) ||
+	    p->has_res != (it->residual != NULL) || !scd_presel_applies(it))
+		return NULL;
+	p->ready = 0;
+	return p;
+}

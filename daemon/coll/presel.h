@@ -1,0 +1,78 @@
+/*
+ * presel.h: sparsification ahead at submission ([SAFusion] section 3.1: each tensor is
+ * compressed as the backward pass produces it). When every local trainer has submitted a
+ * sparsified tensor that the response cache knows, the node queues a selection job for it
+ * (SCD_JOB_PRESELECT, world/presel.c): the engine's compute stage sums the node's trainers
+ * into the tensor's own accumulator and runs the tensor's sparsifier there, with the
+ * tensor's own k, while later tensors are still being produced. Nothing of the tensor's is
+ * written: the residual the selection leaves goes to a copy of the residual. When the
+ * tensor's buffer reaches the compute stage, its gather takes the ready selection (the
+ * same submission, the options every rank agreed on) instead of summing and selecting
+ * again, and only then is the copy made the tensor's residual: the point where the
+ * selection at the buffer would have written it. A selection whose buffer never comes
+ * (the plan failed the tensor, a peer went away) is dropped with the next one, and the
+ * tensor's residual is as if it had never run. Everything here runs on the compute
+ * thread; an entry is the cpu device's memory.
+ */
+#ifndef SCD_COLL_PRESEL_H
+#define SCD_COLL_PRESEL_H
+
+#include "coll/ctx.h"
+#include "coll/job.h"
+#include "device/select.h"
+
+typedef struct scd_presel_table scd_presel_table_t;
+
+/* One tensor's selection made at submission. */
+typedef struct scd_presel {
+	uint32_t cache_id;
+	uint64_t numel;
+	uint64_t token; /* the submission it selected (scd_job_item_t.presel_token) */
+	int ready;	/* selected for token and not yet taken */
+	scd_sparsifier_cfg_t cfg;
+	scd_sparsifier_t *sp;
+	float *acc; /* the node's sum of the tensor: the sparsifier's input */
+	float *res; /* the residual the selection leaves, the tensor's once taken */
+	int has_res;
+	scd_coo_t sel;
+	scd_fault_t fault; /* what the local sum found (item 0: the item of the buffer's job
+			    * is set when taken) */
+	uint64_t nonfinite;
+	double tcp_s; /* the selection's time, the tensor's compression */
+} scd_presel_t;
+
+/* block: block top-K's elements per block for a tensor that names none (the schemes'
+ * sketch_block, as a buffer's sparsifiers take it). */
+sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p);
+void scd_presel_table_destroy(scd_presel_table_t *tab);
+/* Drops the entry of the tensor with this cache id. */
+void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id);
+
+/* Whether an item of a buffer is selected at submission: a float32 tensor with a top-k,
+ * threshold, DGC or block top-K sparsifier, dense input, every source in host memory. */
+int scd_presel_applies(const scd_job_item_t *it);
+
+/* The compute stage of a selection job (one item, SCD_JOB_PRESELECT): the local sum into
+ * the tensor's entry (coll_allreduce.c, which sums as a buffer's gather does) and its
+ * selection; on failure the entry is left not ready (the buffer then selects as before)
+ * and job->error says why. */
+sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, scd_job_t *job);
+
+/* The tensor's entry, made or remade for it's options and size (SC_ERR_NOMEM, or what
+ * the sparsifier's creation returned); marked not ready. */
+sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
+			     scd_presel_t **p_p);
+/* The selection of it's tensor, made by scd_presel_entry: the sparsifier over acc into
+ * the residual's copy; marks it ready for it->presel_token. */
+sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it);
+
+/* The timeline's phase of a selection at submission begun at t0, on the tensor's lane
+ * "NAME (ahead)" (its own lane's wait_ranks runs meanwhile, on the loop thread). */
+void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0);
+
+/* For a buffer's item: its tensor's ready selection of this submission with the options
+ * the buffer runs it with, taken (no longer ready), or NULL (the buffer sums and selects
+ * it itself). */
+scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed);
+
+#endif
