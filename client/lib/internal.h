@@ -66,6 +66,7 @@ struct scl_op {
 	int orphan;    /* nobody will collect the result: free it on completion */
 	int64_t value; /* a join's completion: the last rank to join */
 	int join;      /* a join (no tensor), not a barrier */
+	int fast;      /* ended by the daemon's word in the tensor's header (shm_wake.h) */
 	sc_status_t status;
 	char *error; /* text of a failure, NULL on success */
 };

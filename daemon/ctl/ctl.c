@@ -23,6 +23,7 @@
 #include "coll/job.h"
 #include "ctl/peer.h"
 #include "device/device.h"
+#include "shm_wake.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -186,12 +187,15 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost)))
 			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL,
 					0);
-		else if (r->session)
+		else if (r->session) {
+			int counts = st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back;
+			/* the trainer's waiting thread woken now (proto/shm_wake.h); the
+			 * message follows for the library's bookkeeping */
+			if (st == SC_OK && !counts && r->hdr)
+				sc_shm_done(r->hdr, r->handle);
 			send_completion(ctl, r->session, r->handle, st, error,
-					st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back
-					    ? r->a2a
-					    : NULL,
-					(int)r->a2a_n);
+					counts ? r->a2a : NULL, (int)r->a2a_n);
+		}
 		r->handle = 0;
 		if (r->zombie)
 			zombies[nz++] = r;
