@@ -14,6 +14,16 @@
  * (CLOCK_MONOTONIC, always with a deadline unless the caller asked for none) that is
  * broadcast on every reply, completion and failure. Nothing spins.
  *
+ * The completion's shortcut. A thread waiting for a tensor's operation sleeps instead on
+ * a futex word in the tensor's shared header (proto/shm_wake.h). When the operation
+ * succeeds, the daemon's loop thread writes its handle there and wakes that thread at
+ * once: one wake-up instead of four (ZeroMQ's I/O thread on each side, this library's
+ * I/O thread, then the condition variable); the Completion message still follows, finds the
+ * operation done and is dropped. Everything else that ends an operation (an error, an
+ * alltoall's counts, a lost daemon) comes as before through the I/O thread, which bumps
+ * the word too, so the sleeper wakes either way. The header is probed before it is read,
+ * so a trainer that truncated its object gets errors, not SIGBUS.
+ *
  * The alternative, one mutex-protected socket that waiting threads take turns polling,
  * needs a leader/follower hand-off to let two threads wait for different handles, and
  * still needs a queue for sends made while another thread sits in zmq_poll; the I/O
