@@ -297,6 +297,14 @@ static int op_sleep(sc_client_t *c, struct scl_op *op, const struct timespec *de
 	return rc;
 }
 
+/* See internal.h. */
+int scl_op_settle(sc_client_t *c, sc_tensor_t *t)
+{
+	if (t->busy)
+		op_fast(c, t->busy, NULL);
+	return t->busy == NULL;
+}
+
 /*
  * Marks the client unusable and fails everything that waits on it: synchronous requests
  * see a NULL reply, operations in flight end with status. Called with c->mu held.
@@ -1118,7 +1126,7 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 			       t->name, c->dead_msg);
 		goto err_unlock;
 	}
-	if (t->busy) {
+	if (t->busy && !scl_op_settle(c, t)) {
 		st = scl_error(SC_ERR_BUSY,
 			       "rank %d: tensor '%s' already has an allreduce in "
 			       "flight (handle %llu)",

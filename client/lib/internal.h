@@ -126,6 +126,10 @@ sc_status_t scl_error(sc_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void scl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Whether tensor t has no operation in flight, after ending the one it has when its
+ * header says it succeeded (the daemon sends no message then: shm_wake.h). c->mu held. */
+int scl_op_settle(sc_client_t *c, sc_tensor_t *t);
+
 /* ---- the connection (client.c) ---- */
 /* Connects and says hello with role (SPARSECOMM__ROLE__ROLE_*); sc_connect is role trainer. */
 sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
