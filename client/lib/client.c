@@ -16,13 +16,16 @@
  *
  * The completion's shortcut. A thread waiting for a tensor's operation sleeps instead on
  * a futex word in the tensor's shared header (proto/shm_wake.h). When the operation
- * succeeds, the daemon's loop thread writes its handle there and wakes that thread at
- * once: one wake-up instead of four (ZeroMQ's I/O thread on each side, this library's
- * I/O thread, then the condition variable); the Completion message still follows, finds the
- * operation done and is dropped. Everything else that ends an operation (an error, an
- * alltoall's counts, a lost daemon) comes as before through the I/O thread, which bumps
- * the word too, so the sleeper wakes either way. The header is probed before it is read,
- * so a trainer that truncated its object gets errors, not SIGBUS.
+ * succeeds (and has no counts to return), the daemon's loop thread writes its handle there
+ * and wakes that thread at once, and sends no Completion message: one wake-up instead of
+ * four (ZeroMQ's I/O thread on each side, this library's I/O thread, then the condition
+ * variable), and the I/O threads stay free for the next submission. So the header, not
+ * only the I/O thread, ends operations: a wait or a poll reads it, and a submission or a
+ * release that finds the tensor busy reads it before refusing (scl_op_settle), which also
+ * frees an operation whose wait ran out. Everything else (an error, an alltoall's counts,
+ * a lost daemon) comes as before through the I/O thread, which bumps the word too, so the
+ * sleeper wakes either way. The header is probed before it is read, so a trainer that
+ * truncated its object gets errors, not SIGBUS.
  *
  * The alternative, one mutex-protected socket that waiting threads take turns polling,
  * needs a leader/follower hand-off to let two threads wait for different handles, and

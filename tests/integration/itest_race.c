@@ -1,15 +1,15 @@
 /*
- * itest_race.c: completions that race with the trainer's own deadlines. The library ends a
- * wait either on the daemon's futex word in the tensor's header or on the Completion
- * message that follows it (client/lib/client.c, proto/shm_wake.h); a wait whose deadline
- * comes at the same moment must give one answer, and the message that arrives for an
- * operation already collected, or abandoned, must change nothing.
+ * itest_race.c: completions that race with the trainer's own deadlines. The library ends
+ * a successful operation through the daemon's futex word in the tensor's header, with no
+ * message (client/lib/client.c, proto/shm_wake.h): a wait whose deadline comes at the same
+ * moment must give one answer, and an operation whose wait ran out must be freed and
+ * leave the tensor usable.
  *
  *   wait-race [STEPS]: STEPS allreduces (200), each collected by waits of 1 ms repeated
  *   until one is not SC_ERR_TIMEOUT: it must be SC_OK and the sum exact. Then 40
  *   sc_allreduce calls with a 1 ms timeout, whose operations are abandoned when it runs
- *   out (their completion frees them): the tensor must then take a new operation within
- *   10 s (SC_ERR_BUSY before), and its sum must be exact.
+ *   out (the next submission finds them done in the header and frees them): each submission
+ *   must be taken within 10 s (SC_ERR_BUSY before), and a last sum must be exact.
  */
 #include "itest.h"
 
