@@ -9,7 +9,9 @@
  *   until one is not SC_ERR_TIMEOUT: it must be SC_OK and the sum exact. Then 40
  *   sc_allreduce calls with a 1 ms timeout, whose operations are abandoned when it runs
  *   out (the next submission finds them done in the header and frees them): each submission
- *   must be taken within 10 s (SC_ERR_BUSY before), and a last sum must be exact.
+ *   must be taken within 10 s (SC_ERR_BUSY before), and a last sum must be exact; after
+ *   one more operation, abandoned by every rank but rank 0 (which submits it 100 ms
+ *   late), the tensor's release must succeed within 10 s.
  */
 #include "itest.h"
 
@@ -80,6 +82,19 @@ int it_wait_race(int argc, char **argv)
 	if (it_check(sc_tensor_data(t), SC_FLOAT32, RACE_NUMEL, 7, size, 1, SC_OP_SUM, why,
 		     sizeof(why)))
 		IT_FAIL("last step: %s", why);
+	/* one more left behind (rank 0 comes 100 ms late, so the others' 1 ms runs out): the
+	 * release finds it done in the header, or waits for it */
+	if (me == 0)
+		it_sleep_ms(100);
+	sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, 1);
+	if (st != SC_ERR_TIMEOUT && (me == 0 ? st != SC_OK : 1))
+		IT_FAIL("the step before the release: %s (%s), expected %s", sc_status_name(st),
+			sc_last_error(),
+			me == 0 ? "SC_OK or SC_ERR_TIMEOUT" : "SC_ERR_TIMEOUT");
+	double t0 = it_now_s();
+	while ((st = sc_tensor_release(c, t)) == SC_ERR_BUSY && it_now_s() - t0 < 10)
+		it_sleep_ms(1);
+	IT_CHECK_SC(st, "releasing 'race.t' after an abandoned step");
 	sc_finalize(c);
 	it_pass();
 }
