@@ -130,9 +130,26 @@ skip_case() {
 	skipped=$((skipped + 1))
 }
 
-# A free TCP port on loopback.
+# A free TCP port on loopback, drawn below the kernel's ephemeral range so that no socket
+# the kernel numbers itself (bind to 0, connect) takes it before the daemon binds it; as
+# sparsecomm-run's free_port does.
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	python3 -c '
+import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+base = max(lo // 2, 1024)
+for port in [random.randrange(base, lo) for _ in range(64)] if lo - base >= 256 else []:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        print(port)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # start_lone_coordinator DIR [ARGS...]: a coordinator (rank 0 of 2) alone on a free port,
