@@ -20,14 +20,12 @@
 #include "coll/stage.h"
 #include "engine/gpunet.h"
 #include "engine/psview.h"
+#include "engine/slots.h"
 #include "engine/verdict.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
-/* Fusion buffers per device: one being filled by the compute stage while another is on
- * the network (the queue between the stages holds one job). */
-#define ENGINE_SLOTS 2
 
 struct scd_engine {
 	scd_engine_params_t p;
@@ -45,52 +43,10 @@ struct scd_engine {
 	scd_psviews_t views;	    /* the process sets' views of the mesh (psview.h) */
 	scd_bufctx_table_t *bufs;
 	double alpha_s, beta_s_per_byte; /* agreed by every rank */
-	/* the fusion buffers of each device kind, in that device's memory (see
-	 * fusion_resize), and which of them a job holds */
-	void *fusion[SCD_DEVICE_COUNT][ENGINE_SLOTS];
-	const scd_device_ops_t *fusion_dev[SCD_DEVICE_COUNT][ENGINE_SLOTS];
-	uint64_t fusion_cap_bytes[SCD_DEVICE_COUNT][ENGINE_SLOTS], fusion_want_bytes;
-	int slot_busy[SCD_DEVICE_COUNT][ENGINE_SLOTS];
+	scd_slots_t slots;		 /* the fusion buffers (slots.h) */
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
 	scd_coll_stage_t stage;
 };
-
-static void fusion_free(scd_engine_t *e, scd_device_kind_t kind, int k)
-{
-	if (e->fusion[kind][k])
-		e->fusion_dev[kind][k]->free(e->fusion[kind][k]);
-	e->fusion[kind][k] = NULL;
-	e->fusion_cap_bytes[kind][k] = 0;
-}
-
-static void slot_release(scd_engine_t *e, scd_device_kind_t kind, int k)
-{
-	pthread_mutex_lock(&e->mu);
-	e->slot_busy[kind][k] = 0;
-	pthread_cond_broadcast(&e->cv);
-	pthread_mutex_unlock(&e->mu);
-}
-
-/* Allocates fusion buffer slot k of device dev (of kind kind), zeroed and pre-faulted,
- * through the device; never called on the per-step path except for a device's first fused
- * jobs and after a runtime change of fusion_threshold_bytes. Returns SC_ERR_NOMEM without
- * logging: the caller reports it. */
-static sc_status_t fusion_resize(scd_engine_t *e, scd_device_kind_t kind, int k,
-				 const scd_device_ops_t *dev, uint64_t bytes)
-{
-	if (bytes <= e->fusion_cap_bytes[kind][k] && e->fusion[kind][k])
-		return SC_OK;
-	fusion_free(e, kind, k);
-	if (bytes == 0)
-		return SC_OK;
-	void *p = dev->alloc(bytes);
-	if (!p)
-		return SC_ERR_NOMEM;
-	e->fusion[kind][k] = p;
-	e->fusion_dev[kind][k] = dev;
-	e->fusion_cap_bytes[kind][k] = bytes;
-	return SC_OK;
-}
 
 /* Logs a failure the engine itself detected, or that a device op reported (device ops do
  * not log), once, here; the loop thread only hands job->error to the trainers. Failures
@@ -157,37 +113,24 @@ static void compute_fail(scd_job_t *job, sc_status_t st)
 
 /* A free fusion buffer slot of device kind, sized for need bytes (waits while both are in
  * the pipeline); -1 with job->error set when there is no memory for it. */
-static int slot_acquire(scd_engine_t *e, scd_job_t *job, scd_device_kind_t kind,
-			const scd_device_ops_t *dev, uint64_t need)
+static int slot_acquire(scd_engine_t *e, scd_job_t *job, const scd_device_ops_t *dev,
+			uint64_t need)
 {
-	pthread_mutex_lock(&e->mu);
-	int k;
-	for (;;) {
-		for (k = 0; k < ENGINE_SLOTS && e->slot_busy[kind][k]; k++)
-			;
-		if (k < ENGINE_SLOTS || e->stop)
-			break;
-		pthread_cond_wait(&e->cv, &e->mu);
-	}
-	uint64_t want = e->fusion_want_bytes > need ? e->fusion_want_bytes : need;
-	if (k < ENGINE_SLOTS)
-		e->slot_busy[kind][k] = 1;
-	pthread_mutex_unlock(&e->mu);
-	if (k == ENGINE_SLOTS) {
+	uint64_t want = 0;
+	void *buf = NULL;
+	int k = scd_slots_acquire(&e->slots, job->run.kind, dev, need, &buf, &want);
+	job->run.buf = buf;
+	if (k == -1)
 		snprintf(job->error, sizeof(job->error), "rank %d: the engine is stopping",
 			 e->p.rank);
-		return -1;
-	}
-	if (fusion_resize(e, kind, k, dev, want) != SC_OK) {
+	if (k == -2) {
 		snprintf(
 		    job->error, sizeof(job->error),
 		    "rank %d: no memory on the %s device for a fusion buffer of %llu bytes",
 		    e->p.rank, dev->name, (unsigned long long)want);
 		log_job_error(job);
-		slot_release(e, kind, k);
-		return -1;
 	}
-	return k;
+	return k < 0 ? -1 : k;
 }
 
 /* What the engine lends job's stages (coll/ctx.h), for the calling stage's peer area pe:
@@ -236,10 +179,9 @@ static sc_status_t job_buffer(scd_engine_t *e, scd_job_t *job, const scd_coll_de
 		return SC_OK;
 	}
 	uint64_t need = c->buffer_bytes ? c->buffer_bytes(job) : job->total_numel * esz;
-	run->slot = slot_acquire(e, job, run->kind, run->dev, need);
+	run->slot = slot_acquire(e, job, run->dev, need);
 	if (run->slot < 0)
 		return SC_ERR_NOMEM;
-	run->buf = e->fusion[run->kind][run->slot];
 	scd_job_clear_padding(run->dev, job, run->buf, esz);
 	return SC_OK;
 }
@@ -461,15 +403,10 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 	}
 	/* the cpu device's fusion buffers, ahead of the first job (another device gets its
 	 * own at its first fused jobs) */
-	sc_status_t fst = SC_OK;
-	for (int k = 0; k < ENGINE_SLOTS && fst == SC_OK; k++)
-		fst = fusion_resize(e, SCD_DEVICE_CPU, k, &scd_device_cpu_ops,
-				    e->fusion_want_bytes);
-	if (fst != SC_OK)
+	if (scd_slots_prepare(&e->slots) != SC_OK)
 		scd_warn(SCD_SUB_ENGINE,
-			 "no memory for a fusion buffer of %llu bytes yet: the first fused job "
-			 "tries again",
-			 (unsigned long long)e->fusion_want_bytes);
+			 "no memory for the fusion buffers yet: the first fused "
+			 "job tries again");
 }
 
 /* The timeline's event of one stage of a buffer, on the stage's thread's lane: the
@@ -516,7 +453,7 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	job->time_s = scd_now_s() - job->run.t0;
 	job->cpu_s = job->run.cpu_s + (scd_thread_cpu_s() - cpu0);
 	if (job->run.slot >= 0)
-		slot_release(e, job->run.kind, job->run.slot);
+		scd_slots_release(&e->slots, job->run.kind, job->run.slot);
 	if (job->run.coo_copy)
 		job->run.coo_copy_dev->free(job->run.coo_copy);
 	job->run.coo_copy = NULL;
@@ -722,7 +659,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	if (!e)
 		return SC_ERR_NOMEM;
 	e->p = *p;
-	e->fusion_want_bytes = p->fusion_bytes;
+	scd_slots_init(&e->slots, p->fusion_bytes);
 	scd_psviews_init(&e->views);
 	if (scd_gpunet_create(p->transport, p->secret, &e->gpunet) != SC_OK) {
 		free(e);
@@ -744,6 +681,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		e->stop = 1;
 		pthread_cond_broadcast(&e->cv);
 		pthread_mutex_unlock(&e->mu);
+		scd_slots_stop(&e->slots);
 		if (e->p.pipeline)
 			pthread_join(e->comm_thread, NULL);
 		failed = 1;
@@ -791,9 +729,7 @@ void scd_engine_peer_gone(scd_engine_t *e, int rank)
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
 {
-	pthread_mutex_lock(&e->mu);
-	e->fusion_want_bytes = bytes;
-	pthread_mutex_unlock(&e->mu);
+	scd_slots_set_want(&e->slots, bytes);
 }
 
 sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
@@ -804,6 +740,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);
+	scd_slots_stop(&e->slots); /* the compute stage may wait for a slot */
 	while (!e->stopped || !e->comm_stopped)
 		if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0)
 			break;
@@ -831,9 +768,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	scd_gpunet_destroy(e->gpunet);
 	scd_psviews_destroy(&e->views);
 	scd_transport_destroy(e->transport);
-	for (int k = 0; k < SCD_DEVICE_COUNT; k++)
-		for (int j = 0; j < ENGINE_SLOTS; j++)
-			fusion_free(e, (scd_device_kind_t)k, j);
+	scd_slots_destroy(&e->slots);
 	scd_coll_stage_free(&e->stage);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
