@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define SC_SHM_MAGIC	   0x53434f4dU /* "SCOM" */
-#define SC_SHM_VERSION	   3U
+#define SC_SHM_VERSION	   4U
 #define SC_SHM_DATA_OFFSET 4096U
 #define SC_SHM_NAME_MAX	   256
 
@@ -45,6 +45,13 @@ typedef struct sc_shm_header {
 	uint32_t device_kind;	 /* sc_device_kind_t: where data, COO area and residual live */
 	uint32_t device_ordinal; /* with cuda: the GPU */
 	char name[SC_SHM_NAME_MAX];
+	/* the completion's shortcut (proto/shm_wake.h): the daemon writes the handle of an
+	 * operation that succeeded here, then bumps done_seq and wakes the futex waiters on
+	 * it; the library bumps done_seq too when it ends an operation of the tensor itself
+	 * (a Completion message, a lost daemon), so one word wakes the waiting thread */
+	uint64_t done_handle;
+	uint32_t done_seq;
+	uint32_t done_pad;
 } sc_shm_header_t;
 
 static inline uint64_t sc_shm_align64(uint64_t x)

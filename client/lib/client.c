@@ -14,6 +14,19 @@
  * (CLOCK_MONOTONIC, always with a deadline unless the caller asked for none) that is
  * broadcast on every reply, completion and failure. Nothing spins.
  *
+ * The completion's shortcut. A thread waiting for a tensor's operation sleeps instead on
+ * a futex word in the tensor's shared header (proto/shm_wake.h). When the operation
+ * succeeds (and has no counts to return), the daemon's loop thread writes its handle there
+ * and wakes that thread at once, and sends no Completion message: one wake-up instead of
+ * four (ZeroMQ's I/O thread on each side, this library's I/O thread, then the condition
+ * variable), and the I/O threads stay free for the next submission. So the header, not
+ * only the I/O thread, ends operations: a wait or a poll reads it, and a submission or a
+ * release that finds the tensor busy reads it before refusing (scl_op_settle), which also
+ * frees an operation whose wait ran out. Everything else (an error, an alltoall's counts,
+ * a lost daemon) comes as before through the I/O thread, which bumps the word too, so the
+ * sleeper wakes either way. The header is probed before it is read, so a trainer that
+ * truncated its object gets errors, not SIGBUS.
+ *
  * The alternative, one mutex-protected socket that waiting threads take turns polling,
  * needs a leader/follower hand-off to let two threads wait for different handles, and
  * still needs a queue for sends made while another thread sits in zmq_poll; the I/O
@@ -51,6 +64,7 @@
 
 #include "internal.h"
 #include "rundir.h"
+#include "shm_wake.h"
 
 #define HEARTBEAT_IVL_MS     1000
 #define HEARTBEAT_TIMEOUT_MS 5000
@@ -222,9 +236,76 @@ static void op_complete(sc_client_t *c, struct scl_op *op, sc_status_t status,
 	}
 	if (op->tensor && op->tensor->busy == op)
 		op->tensor->busy = NULL;
+	if (op->tensor && op->tensor->map && !op->fast) /* a waiter sleeps on its word */
+		sc_shm_wake(op->tensor->map);
 	if (op->orphan)
 		op_release(c, op);
 	pthread_cond_broadcast(&c->cv);
+}
+
+/* The tensor's shared header when a waiter for op may sleep on its word, else NULL. */
+static sc_shm_header_t *op_header(const struct scl_op *op)
+{
+	return op->tensor && op->tensor->map ? op->tensor->map : NULL;
+}
+
+/*
+ * Looks at op's tensor's header: returns 0 where there is none to read (no tensor, or its
+ * page gone); else 1 with *seen_p (if not NULL) the word's value, and op ended here when
+ * the daemon's word says it succeeded (its Completion message, which follows, then finds
+ * it done). Called with c->mu held.
+ */
+static int op_fast(sc_client_t *c, struct scl_op *op, uint32_t *seen_p)
+{
+	sc_shm_header_t *h = op_header(op);
+	uint32_t seen;
+
+	if (!h || !sc_shm_alive(h))
+		return 0;
+	seen = sc_shm_done_seq(h);
+	if (seen_p)
+		*seen_p = seen;
+	if (!op->done && sc_shm_is_done(h, op->handle)) {
+		op->fast = 1;
+		op_complete(c, op, SC_OK, NULL);
+	}
+	return 1;
+}
+
+/*
+ * Sleeps until something may have changed for op: on its tensor's word where it has one
+ * (woken by the daemon, or by op_complete here), else on the client's condition variable.
+ * Returns 0 or ETIMEDOUT once the deadline (NULL: none) has passed. Called with c->mu held.
+ */
+static int op_sleep(sc_client_t *c, struct scl_op *op, const struct timespec *deadline)
+{
+	sc_shm_header_t *h = op_header(op);
+	struct timespec now;
+	uint32_t seen;
+	int rc;
+
+	if (!op_fast(c, op, &seen))
+		return client_sleep(c, deadline);
+	if (op->done)
+		return 0;
+	pthread_mutex_unlock(&c->mu);
+	rc = sc_shm_wait(h, seen, deadline);
+	pthread_mutex_lock(&c->mu);
+	if (rc == 0 && deadline) { /* a wake may come at the deadline's edge */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec > deadline->tv_sec ||
+		    (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec))
+			rc = ETIMEDOUT;
+	}
+	return rc;
+}
+
+/* See internal.h. */
+int scl_op_settle(sc_client_t *c, sc_tensor_t *t)
+{
+	if (t->busy)
+		op_fast(c, t->busy, NULL);
+	return t->busy == NULL;
 }
 
 /*
@@ -1067,7 +1148,7 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 			       t->name, c->dead_msg);
 		goto err_unlock;
 	}
-	if (t->busy) {
+	if (t->busy && !scl_op_settle(c, t)) {
 		st = scl_error(SC_ERR_BUSY,
 			       "rank %d: tensor '%s' already has an allreduce in "
 			       "flight (handle %llu)",
@@ -1182,10 +1263,16 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		o = op_find(c, h);
-		if (!o || o->done || timeout_ms == 0)
+		if (!o || o->done)
 			break;
-		if (client_sleep(c, timeout_ms > 0 ? &deadline : NULL) == ETIMEDOUT) {
+		if (timeout_ms == 0) {
+			op_fast(c, o, NULL);
+			break;
+		}
+		if (op_sleep(c, o, timeout_ms > 0 ? &deadline : NULL) == ETIMEDOUT) {
 			o = op_find(c, h);
+			if (o && !o->done)
+				op_fast(c, o, NULL);
 			break;
 		}
 	}

@@ -67,6 +67,7 @@ struct scl_op {
 	int orphan;    /* nobody will collect the result: free it on completion */
 	int64_t value; /* a join's completion: the last rank to join */
 	int join;      /* a join (no tensor), not a barrier */
+	int fast;      /* ended by the daemon's word in the tensor's header (shm_wake.h) */
 	sc_status_t status;
 	char *error; /* text of a failure, NULL on success */
 };
@@ -142,6 +143,10 @@ void scl_pset_free_all(sc_client_t *c);
 sc_status_t scl_error(sc_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void scl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whether tensor t has no operation in flight, after ending the one it has when its
+ * header says it succeeded (the daemon sends no message then: shm_wake.h). c->mu held. */
+int scl_op_settle(sc_client_t *c, sc_tensor_t *t);
 
 /* ---- the connection (client.c) ---- */
 /* Connects and says hello with role (SPARSECOMM__ROLE__ROLE_*); sc_connect is role trainer. */

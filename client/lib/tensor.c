@@ -507,7 +507,7 @@ SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
 	if (!*pp || !tensor->ready)
 		st = scl_error(SC_ERR_INVALID, "%s: not a registered tensor of this client",
 			       what);
-	else if (tensor->busy)
+	else if (!scl_op_settle(client, tensor))
 		st = scl_error(SC_ERR_BUSY, "%s: an operation is in flight", what);
 	pthread_mutex_unlock(&client->mu);
 	if (st != SC_OK)

@@ -23,6 +23,7 @@
 #include "coll/job.h"
 #include "ctl/peer.h"
 #include "device/device.h"
+#include "shm_wake.h"
 #include "transport/transport.h"
 #include "util/arena.h"
 #include "util/log.h"
@@ -188,6 +189,20 @@ void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 
 /* ---- completions -------------------------------------------------------------------- */
 
+/*
+ * A success with no counts to return: the handle goes into the tensor's header and the
+ * trainer's waiting thread is woken now (proto/shm_wake.h), and no Completion message
+ * follows, unless the header's page was lost meanwhile. Returns whether that was done.
+ */
+static int complete_in_header(scd_reg_t *r)
+{
+	char lost[400];
+	if (!r->hdr)
+		return 0;
+	sc_shm_done(r->hdr, r->handle);
+	return !scd_tensors_mem_lost(r, lost, sizeof(lost));
+}
+
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error)
 {
 	scd_reg_t *zombies[SCD_MAX_LOCAL];
@@ -200,12 +215,12 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost)))
 			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL,
 					0);
-		else if (r->session)
-			send_completion(ctl, r->session, r->handle, st, error,
-					st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back
-					    ? r->a2a
-					    : NULL,
-					(int)r->a2a_n);
+		else if (r->session) {
+			int counts = st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back;
+			if (st != SC_OK || counts || !complete_in_header(r))
+				send_completion(ctl, r->session, r->handle, st, error,
+						counts ? r->a2a : NULL, (int)r->a2a_n);
+		}
 		r->handle = 0;
 		if (r->zombie)
 			zombies[nz++] = r;

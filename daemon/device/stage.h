@@ -15,7 +15,9 @@
  * A staging area (scd_stage_t) belongs to one pipeline stage: the compute stage grows its
  * area for job i+1 while the communication stage may still be copying job i's results,
  * so one shared area would be freed under the other thread's copy. Each belongs to the
- * first thread that uses it, which every call that touches it asserts.
+ * first thread that uses it, which every call that touches it asserts, until it is handed
+ * over to another (scd_stage_hand_over: the communication stage of a small job may run on
+ * the compute thread while the communication thread is idle, engine.c).
  */
 #ifndef SCD_DEVICE_STAGE_H
 #define SCD_DEVICE_STAGE_H
@@ -48,6 +50,13 @@ typedef struct scd_stage {
 	int owned; /* user is the one thread that uses this area */
 	pthread_t user;
 } scd_stage_t;
+
+/* The next thread to use pe becomes its user. The caller orders that thread's use after
+ * every use by the current user (both under one lock, as the engine's stages are). */
+static inline void scd_stage_hand_over(scd_stage_t *pe)
+{
+	pe->owned = 0;
+}
 
 /* Readies pe for a job on device dev whose sources off dev's home need need bytes of
  * room at most (0: every source is at home): the sharing functions, and the area, grown

@@ -27,6 +27,10 @@
 #include "util/log.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
+/* A host job of at most this many bytes that finds the communication stage idle and
+ * nothing queued behind it runs that stage on the compute thread (engine_main): the size
+ * the one-round sum carries (coll/bufctx.c), whose exchange is over in a round trip. */
+#define ENGINE_INLINE_BYTES (16u << 10)
 
 struct scd_engine {
 	scd_engine_params_t p;
@@ -36,6 +40,8 @@ struct scd_engine {
 	scd_job_t *head, *tail;	      /* to run */
 	scd_job_t *cq_head, *cq_tail; /* compute stage done, for the communication stage */
 	int cq_n, comm_busy;
+	uint64_t inline_jobs; /* communicated on the compute thread (comm_here_locked) */
+	int comm_inline;      /* and the last communication stage ran there */
 	scd_job_t *done_head, *done_tail;
 	uv_async_t async;
 	int stop, stopped, comm_stopped;
@@ -578,6 +584,36 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 	job->run.cpu_s = scd_thread_cpu_s() - cpu0;
 }
 
+/*
+ * Runs job's communication stage on the compute thread instead of handing it over, when
+ * that saves the hand-over's wake-up without holding back another job: a small host job
+ * (ENGINE_INLINE_BYTES, whose exchange is short) with the communication stage idle and no
+ * job waiting for the compute stage. comm_busy keeps the communication thread off the
+ * stage meanwhile, so jobs still communicate one at a time, in order; the timeline's
+ * events go on the engine.comm lane as the communication thread's do. Returns whether it
+ * ran the job. Called with e->mu held (released while the job runs).
+ */
+static int comm_here_locked(scd_engine_t *e, scd_job_t *job)
+{
+	uint64_t bytes = job->total_numel * sc_dtype_size(job->dtype);
+	if (job->kind != SCD_JOB_ALLREDUCE || job->run.kind != SCD_DEVICE_CPU ||
+	    bytes > ENGINE_INLINE_BYTES || e->cq_head || e->comm_busy || e->head || e->stop ||
+	    e->comm_stopped)
+		return 0;
+	e->comm_busy = 1;
+	scd_stage_hand_over(&e->stage.peer_out);
+	e->comm_inline = 1;
+	pthread_mutex_unlock(&e->mu);
+	scd_tl_thread("engine.comm");
+	comm_job(e, job);
+	scd_tl_thread("engine.compute");
+	pthread_mutex_lock(&e->mu);
+	e->comm_busy = 0;
+	e->inline_jobs++;
+	pthread_cond_broadcast(&e->cv);
+	return 1;
+}
+
 /* The compute thread: takes jobs in submission order, runs their compute stage, and
  * queues them for the communication stage (at most one waiting), or runs that too when
  * the engine is not pipelined. */
@@ -608,6 +644,8 @@ static void *engine_main(void *arg)
 			continue;
 		}
 		pthread_mutex_lock(&e->mu);
+		if (comm_here_locked(e, job))
+			continue;
 		while (e->cq_n >= 1 && !e->stop && !e->comm_stopped)
 			pthread_cond_wait(&e->cv, &e->mu);
 		job->next = NULL;
@@ -642,6 +680,9 @@ static void *comm_main(void *arg)
 			e->cq_tail = NULL;
 		e->cq_n--;
 		e->comm_busy = 1;
+		if (e->comm_inline) /* the compute thread ran the last one (comm_here_locked) */
+			scd_stage_hand_over(&e->stage.peer_out);
+		e->comm_inline = 0;
 		pthread_cond_broadcast(&e->cv);
 		pthread_mutex_unlock(&e->mu);
 		comm_job(e, job);
@@ -775,6 +816,14 @@ void scd_engine_peer_gone(scd_engine_t *e, int rank)
 	pthread_mutex_unlock(&e->mu);
 	scd_gpunet_peer_gone(e->gpunet, rank);
 	scd_psviews_peer_gone(&e->views, rank);
+}
+
+uint64_t scd_engine_inline_jobs(scd_engine_t *e)
+{
+	pthread_mutex_lock(&e->mu);
+	uint64_t n = e->inline_jobs;
+	pthread_mutex_unlock(&e->mu);
+	return n;
 }
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)

@@ -77,6 +77,9 @@ void scd_engine_peer_gone(scd_engine_t *e, int rank);
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p);
+/* How many jobs ran their communication stage on the compute thread: small host jobs
+ * that found that stage idle and nothing queued behind them (engine.c, comm_here_locked). */
+uint64_t scd_engine_inline_jobs(scd_engine_t *e);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes);
 /* The device a job runs on (coll/job.h), as the engine finds it. */

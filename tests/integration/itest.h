@@ -156,6 +156,8 @@ int it_live_gone(int argc, char **argv);    /* itest_live.c */
 int it_live_rejoin(int argc, char **argv);
 int it_live_busy(int argc, char **argv);
 int it_live_bigreg(int argc, char **argv);
+int it_live_own(int argc, char **argv);
+int it_wait_race(int argc, char **argv);
 int it_peer_oversize(int argc, char **argv);
 int it_peer_stranger(int argc, char **argv);
 int it_peer_spoof(int argc, char **argv);

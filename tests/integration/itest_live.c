@@ -136,6 +136,19 @@ int it_live_busy(int argc, char **argv)
 	it_pass();
 }
 
+/* Every trainer's exact allreduce of 'live.a' while the world is whole; returns it. */
+static sc_tensor_t *first_step(sc_client_t *c)
+{
+	sc_tensor_t *a = it_register(c, "live.a", SC_FLOAT32, LIVE_NUMEL);
+	char why[512];
+	it_fill(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce(c, a, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of 'live.a'");
+	if (it_check(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, sc_size(c), 1, SC_OP_SUM,
+		     why, sizeof(why)))
+		IT_FAIL("'live.a' before any daemon went away: %s", why);
+	return a;
+}
+
 int it_live_gone(int argc, char **argv)
 {
 	if (argc < 4)
@@ -143,15 +156,9 @@ int it_live_gone(int argc, char **argv)
 	int victim = atoi(argv[1]), limit_ms = atoi(argv[3]);
 	const char *word = argv[2];
 	sc_client_t *c = it_connect();
-	int me = sc_rank(c), size = sc_size(c), L = it_env.env_local_size;
+	int me = sc_rank(c), L = it_env.env_local_size;
 	int bad = victim * L; /* the victim node's first trainer */
-	sc_tensor_t *a = it_register(c, "live.a", SC_FLOAT32, LIVE_NUMEL);
-	char why[512];
-	it_fill(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, me, 1);
-	IT_CHECK_SC(sc_allreduce(c, a, SC_OP_SUM, IT_OP_TIMEOUT_MS), "allreduce of 'live.a'");
-	if (it_check(sc_tensor_data(a), SC_FLOAT32, LIVE_NUMEL, 11, size, 1, SC_OP_SUM, why,
-		     sizeof(why)))
-		IT_FAIL("'live.a' before any daemon went away: %s", why);
+	sc_tensor_t *a = first_step(c);
 	int rejoin = argc > 4 && !strcmp(argv[4], "rejoin");
 	if (rejoin)
 		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier before node %d goes",
@@ -212,5 +219,47 @@ int it_live_bigreg(int argc, char **argv)
 		}
 	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
+ * own VICTIM LIMIT_MS: every trainer takes part in one exact allreduce; the victim node's
+ * trainer then submits 'live.own', which nobody else submits, prints "waiting" and waits
+ * up to a minute (the script then kills its own daemon). The wait must end within
+ * LIMIT_MS with SC_ERR_CONNECT naming the rank and the tensor: the library's waiter,
+ * asleep on the tensor's futex (proto/shm_wake.h), is woken by the lost connection, not
+ * by its timeout. The other trainers idle until the script stops them.
+ */
+int it_live_own(int argc, char **argv)
+{
+	if (argc < 3)
+		IT_FAIL("usage: own VICTIM LIMIT_MS");
+	int victim = atoi(argv[1]), limit_ms = atoi(argv[2]);
+	sc_client_t *c = it_connect();
+	int me = sc_rank(c);
+	first_step(c);
+	if (it_env.env_node_rank != victim) {
+		printf("itest own: rank %d idle\n", me);
+		fflush(stdout);
+		it_sleep_ms(60000);
+		IT_FAIL("never stopped by the script");
+	}
+	sc_tensor_t *b = it_register(c, "live.own", SC_FLOAT32, LIVE_NUMEL);
+	sc_handle_t h;
+	IT_CHECK_SC(sc_allreduce_async(c, b, SC_OP_SUM, &h), "allreduce of 'live.own'");
+	double t0 = it_now_s();
+	printf("itest own: rank %d waiting\n", me);
+	fflush(stdout);
+	int r = it_wait(c, h, 60000);
+	double took = it_now_s() - t0;
+	const char *err = it_wait_error();
+	if (r != SC_ERR_CONNECT || !it_mentions_rank(err, me) || !strstr(err, "'live.own'"))
+		IT_FAIL("'live.own' with its daemon killed: %s (%s), expected SC_ERR_CONNECT "
+			"naming rank %d and the tensor",
+			it_wait_name(r), err, me);
+	if (took * 1000 > limit_ms)
+		IT_FAIL("'live.own' ended only %.2f s after it waited (limit %d ms): %s", took,
+			limit_ms, err);
+	it_log("'live.own' ended %.2f s after it waited: %s", took, err);
 	it_pass();
 }

@@ -385,6 +385,8 @@ static const struct {
     {"gone", it_live_gone, "VICTIM WORD LIMIT_MS [rejoin]: a peer daemon goes away"},
     {"rejoin", it_live_rejoin, "a restarted node's trainer: an allreduce once whole"},
     {"gone-busy", it_live_busy, "VICTIM LIMIT_MS: a peer daemon killed while buffers move"},
+    {"own", it_live_own, "VICTIM LIMIT_MS: a trainer waits while its own daemon is killed"},
+    {"wait-race", it_wait_race, "[STEPS]: waits of 1 ms racing completions; abandoned ones"},
     {"bigreg", it_live_bigreg, "MIB: one rank registers MIB MiB while the others sum"},
     {"sparse", it_sparse, "[--numel N] [--scheme S]: every scheme pinned and auto, exact"},
     {"bits", it_bits, "LOG: every result's bits, to compare two daemon settings"},

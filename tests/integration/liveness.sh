@@ -17,6 +17,9 @@
 #                         of every trainer, the restarted node's new one included, is exact; the
 #                         restarted node's barriers, numbered from 1 again, fail at once
 #                         (its first) and then meet the job's (its second)
+#   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
+#                         operation nobody else submits: the wait ends within 3 s with
+#                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
 live_peer_timeout=2000
 
 # live_daemon R N: daemon R of N on $lport, its log appended to $live/dR.log, its pid in
@@ -211,9 +214,28 @@ live_busy() {
 	live_verdict "$1" "$ok" "$why"
 }
 
+# live_own NAME: node 1's own daemon killed while its trainer waits.
+live_own() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	if live_start 2; then
+		live_trainers 2 own 1 3000
+		why="the victim's trainer never waited"
+		if live_wait_for 1 "rank 1 waiting"; then
+			kill -KILL "$live_d1"
+			why="the victim's trainer did not pass"
+			live_wait_for 1 "passed" && ok=1
+		fi
+	fi
+	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 2
+	live_verdict "$1" "$ok" "$why"
+}
+
 live_case "peer leave n=3" 2 TERM left 2500 1
 live_case "peer kill n=3" 2 KILL lost $((live_peer_timeout + 3000)) 1
 live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
 live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
 live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
+live_own "own daemon kill n=2"

@@ -287,6 +287,8 @@ run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
+run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race
+run_case "wait-race n=2 per-node=2" 2 2 180 0 4 -- "$itest" wait-race
 run_case "busy n=2" 2 1 120 0 2 -- "$itest" busy
 run_case "busy n=3" 3 1 120 0 3 -- "$itest" busy
 run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy

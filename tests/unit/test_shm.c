@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ctl/tensor.h"
+#include "shm_wake.h"
 #include "unit.h"
 #include "util/shmguard.h"
 
@@ -258,4 +259,63 @@ UNIT_TEST(shm_big_registration_off_the_loop)
 	scd_tensors_destroy(t);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	uv_loop_close(&loop);
+}
+
+/* The completion's futex (proto/shm_wake.h): another process's sc_shm_done wakes a waiter
+ * and names the handle; a wait on an unchanged word ends at its deadline; and once the
+ * header's page is gone (a trainer truncated its object) every call fails quietly instead
+ * of raising SIGBUS, as the library relies on (this test runs in a forked child: a SIGBUS
+ * fails it). */
+UNIT_TEST(shm_wake_across_processes_and_truncation)
+{
+	int fd = memfd_create("sc-wake", 0);
+	CHECK_MSG(fd >= 0, "memfd_create: %s", strerror(errno));
+	CHECK_EQ_INT(ftruncate(fd, 4096), 0);
+	sc_shm_header_t *h = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK_TRUE(h != MAP_FAILED);
+	CHECK_TRUE(sc_shm_alive(h));
+	uint32_t seen = sc_shm_done_seq(h);
+	pid_t pid = fork();
+	CHECK_TRUE(pid >= 0);
+	if (pid == 0) {
+		usleep(50000);
+		sc_shm_done(h, 42);
+		_exit(0);
+	}
+	struct timespec t0, t1, dl;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	dl = t0;
+	dl.tv_sec += 10;
+	while (sc_shm_done_seq(h) == seen) /* a signal may end a wait early: look again */
+		CHECK_EQ_INT(sc_shm_wait(h, seen, &dl), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK_MSG(t1.tv_sec - t0.tv_sec < 5, "the wake came %ld s late",
+		  (long)(t1.tv_sec - t0.tv_sec));
+	CHECK_TRUE(sc_shm_is_done(h, 42));
+	CHECK_TRUE(!sc_shm_is_done(h, 41) && !sc_shm_is_done(h, 0));
+	CHECK_EQ_INT((int)(sc_shm_done_seq(h) - seen), 1);
+	int status = 0;
+	CHECK_EQ_INT(waitpid(pid, &status, 0), pid);
+	CHECK_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* nobody bumps the word: the wait ends at its deadline */
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_nsec += 50000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	CHECK_EQ_INT(sc_shm_wait(h, sc_shm_done_seq(h), &dl), ETIMEDOUT);
+	sc_shm_wake(h); /* this process's own bump, as the library's I/O thread makes */
+	CHECK_EQ_INT((int)(sc_shm_done_seq(h) - seen), 2);
+	/* the page gone: no SIGBUS, and a wait does not sleep */
+	CHECK_EQ_INT(ftruncate(fd, 0), 0);
+	CHECK_TRUE(!sc_shm_alive(h));
+	sc_shm_wake(h);
+	dl.tv_sec += 30;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ_INT(sc_shm_wait(h, 0, &dl), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK_TRUE(t1.tv_sec - t0.tv_sec < 2);
+	munmap(h, 4096);
+	close(fd);
 }
