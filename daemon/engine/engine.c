@@ -8,7 +8,6 @@
  */
 #include "engine/engine.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include "coll/presel.h"
 #include "coll/stage.h"
 #include "engine/gpunet.h"
+#include "engine/netprobe.h"
 #include "engine/psview.h"
 #include "engine/slots.h"
 #include "engine/verdict.h"
@@ -50,8 +50,8 @@ struct scd_engine {
 	scd_psviews_t views;	    /* the process sets' views of the mesh (psview.h) */
 	scd_bufctx_table_t *bufs;
 	scd_presel_table_t *presel; /* the selections made at submission (compute thread) */
-	double alpha_s, beta_s_per_byte; /* agreed by every rank */
-	scd_slots_t slots;		 /* the fusion buffers (slots.h) */
+	scd_netprobe_t net;	    /* latency and bandwidth, agreed (netprobe.h) */
+	scd_slots_t slots;	    /* the fusion buffers (slots.h) */
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
 	scd_coll_stage_t stage;
 };
@@ -64,46 +64,9 @@ static void log_job_error(const scd_job_t *job)
 	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
 }
 
-/*
- * Measures latency and bandwidth to every peer, then makes every rank use the same values
- * (the mean over ranks, through an allreduce whose result is bit-identical everywhere), so
- * that the cost model chooses the same scheme on every rank.
- */
-static sc_status_t probe_network(scd_engine_t *e, int timeout_ms)
-{
-	if (e->p.world_size == 1) {
-		pthread_mutex_lock(&e->mu);
-		e->alpha_s = 20e-6;
-		e->beta_s_per_byte = 1.0 / 10e9;
-		pthread_mutex_unlock(&e->mu);
-		return SC_OK;
-	}
-	double a = 0, b = 0;
-	/* 2 MiB probes: a shaped link lets a burst through at line rate (tbf's bucket, a
-	 * switch's buffer), and a probe much larger than the burst measures the rate the link
-	 * sustains rather than the burst (256 KiB read 1 Gbit/s as 1.8 Gbit/s). */
-	sc_status_t st = e->transport->ops->measure(e->transport, 2u << 20, &a, &b, timeout_ms);
-	if (st != SC_OK)
-		return st;
-	float v[2] = {(float)a, (float)b};
-	st = scd_transport_allreduce_f32(e->transport, v, 2, timeout_ms);
-	if (st != SC_OK)
-		return st;
-	pthread_mutex_lock(&e->mu); /* read by the compute stage and the loop thread */
-	e->alpha_s = (double)v[0] / e->p.world_size;
-	e->beta_s_per_byte = (double)v[1] / e->p.world_size;
-	pthread_mutex_unlock(&e->mu);
-	scd_info(SCD_SUB_ENGINE, "network: alpha %.1f us, %.1f MB/s", e->alpha_s * 1e6,
-		 e->beta_s_per_byte > 0 ? 1e-6 / e->beta_s_per_byte : 0.0);
-	return SC_OK;
-}
-
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
 {
-	pthread_mutex_lock(&e->mu);
-	*alpha_s_p = e->alpha_s;
-	*beta_s_per_byte_p = e->beta_s_per_byte;
-	pthread_mutex_unlock(&e->mu);
+	scd_netprobe_get(&e->net, alpha_s_p, beta_s_per_byte_p);
 }
 
 /* Fails a job in its compute stage (job->error says why): it still takes the input check
@@ -330,7 +293,10 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	const scd_device_ops_t *dev = run->dev;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
 	/* the probe is the whole world's: never among a set's nodes alone */
-	sc_status_t st = job->probe && !job->nodes ? probe_network(e, job->timeout_ms) : SC_OK;
+	sc_status_t st =
+	    job->probe && !job->nodes
+		? scd_netprobe_run(&e->net, e->transport, e->p.world_size, job->timeout_ms)
+		: SC_OK;
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
@@ -410,7 +376,7 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 	e->transport = t;
 	pthread_mutex_unlock(&e->mu);
 	if (st == SC_OK)
-		st = probe_network(e, tmo);
+		st = scd_netprobe_run(&e->net, e->transport, e->p.world_size, tmo);
 	if (st != SC_OK) {
 		job->status = st;
 		snprintf(job->error, sizeof(job->error), "data plane mesh: %s",
@@ -716,31 +682,6 @@ static void on_closed(uv_handle_t *h)
 	free(h->data);
 }
 
-/* See engine.h. The schemes' settings come from the configuration's scheme keys (read
- * once: they are not runtime-changeable, and every node must have the same). */
-void scd_engine_params_from_config(const scd_config_t *cfg, scd_engine_params_t *p)
-{
-	p->pipeline = scd_cfg_int(cfg, SCD_CFG_engine_pipeline) != 0;
-	p->fusion_bytes = (uint64_t)scd_cfg_int(cfg, SCD_CFG_fusion_threshold_bytes);
-	p->join_timeout_ms = (int)scd_cfg_int(cfg, SCD_CFG_join_timeout_ms);
-	p->transport = scd_cfg_str(cfg, SCD_CFG_transport);
-	scd_scheme_cfg_t b = scd_scheme_cfg_default(0, 0);
-	b.spardl_teams = (uint32_t)scd_cfg_int(cfg, SCD_CFG_spardl_teams);
-	b.exdyna_blocks = (uint32_t)scd_cfg_int(cfg, SCD_CFG_exdyna_blocks);
-	b.exdyna_move_blocks = (uint32_t)scd_cfg_int(cfg, SCD_CFG_exdyna_move_blocks);
-	b.exdyna_alpha_permille =
-	    (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_alpha));
-	b.exdyna_beta_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_beta));
-	b.exdyna_cap_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_cap));
-	b.exdyna_grid_permille = (uint32_t)lround(1000 * scd_cfg_num(cfg, SCD_CFG_exdyna_grid));
-	b.exdyna_gamma = scd_cfg_num(cfg, SCD_CFG_exdyna_gamma);
-	b.exdyna_fine_symmetric = (int)scd_cfg_int(cfg, SCD_CFG_exdyna_fine_symmetric);
-	b.sketch_rows = (uint32_t)scd_cfg_int(cfg, SCD_CFG_sketch_rows);
-	b.sketch_cols_factor = scd_cfg_num(cfg, SCD_CFG_sketch_cols);
-	p->cpu_share = scd_cfg_num(cfg, SCD_CFG_cpu_share);
-	p->schemes = b;
-}
-
 sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 {
 	scd_engine_t *e = calloc(1, sizeof(*e));
@@ -748,6 +689,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		return SC_ERR_NOMEM;
 	e->p = *p;
 	scd_slots_init(&e->slots, p->fusion_bytes);
+	scd_netprobe_init(&e->net);
 	scd_psviews_init(&e->views);
 	if (scd_gpunet_create(p->transport, p->secret, &e->gpunet) != SC_OK) {
 		free(e);
@@ -869,6 +811,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	scd_psviews_destroy(&e->views);
 	scd_transport_destroy(e->transport);
 	scd_slots_destroy(&e->slots);
+	scd_netprobe_destroy(&e->net);
 	scd_coll_stage_free(&e->stage);
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
