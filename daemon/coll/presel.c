@@ -66,6 +66,19 @@ void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id)
 	tab->v[i] = tab->v[--tab->n];
 }
 
+int scd_presel_count(const scd_presel_table_t *tab)
+{
+	return tab ? tab->n : 0;
+}
+
+void scd_presel_clear(scd_presel_table_t *tab)
+{
+	for (int i = 0; tab && i < tab->n; i++)
+		entry_free(tab->v[i]);
+	if (tab)
+		tab->n = 0;
+}
+
 int scd_presel_applies(const scd_job_item_t *it)
 {
 	scd_sparsify_kind_t kind;
@@ -190,7 +203,11 @@ void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
 scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)
 {
 	scd_sparsifier_cfg_t cfg;
-	int i = tab && it->presel_token ? entry_find(tab, it->cache_id) : -1;
+	if (tab && !it->presel_token) { /* not selected ahead (the key off): none kept */
+		scd_presel_forget(tab, it->cache_id);
+		return NULL;
+	}
+	int i = tab ? entry_find(tab, it->cache_id) : -1;
 	if (i < 0 || !item_cfg(tab, it, seed, &cfg))
 		return NULL;
 	scd_presel_t *p = tab->v[i];

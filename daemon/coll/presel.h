@@ -12,7 +12,14 @@
  * selection at the buffer would have written it. A selection whose buffer never comes
  * (the plan failed the tensor, a peer went away) is dropped with the next one, and the
  * tensor's residual is as if it had never run. Everything here runs on the compute
- * thread; an entry is the cpu device's memory.
+ * thread, but for one read: a taken selection of a tensor alone in its buffer is the
+ * scheme's input on the communication stage (bufctx.c), so the entry must stay untouched
+ * until that buffer is done. It does: the tensor's next selection job needs its next
+ * submission, which needs this one's completion; forget and mesh jobs drain the
+ * communication stage first. An entry is the cpu device's memory: the node's sum and a
+ * residual's copy, 8 bytes per element of the tensor, made at its first selection job
+ * and dropped when the tensor is forgotten, when a submission of it comes without a
+ * selection ahead (sparsify_on_submit off), and when the world re-forms.
  */
 #ifndef SCD_COLL_PRESEL_H
 #define SCD_COLL_PRESEL_H
@@ -47,6 +54,10 @@ sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p);
 void scd_presel_table_destroy(scd_presel_table_t *tab);
 /* Drops the entry of the tensor with this cache id. */
 void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id);
+/* Drops every entry (a re-formed world numbers its cache ids anew). */
+void scd_presel_clear(scd_presel_table_t *tab);
+/* The entries kept. */
+int scd_presel_count(const scd_presel_table_t *tab);
 
 /* Whether an item of a buffer is selected at submission: a float32 tensor with a top-k,
  * threshold, DGC or block top-K sparsifier, dense input, every source in host memory. */

@@ -192,15 +192,16 @@ void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 /*
  * A success with no counts to return: the handle goes into the tensor's header and the
  * trainer's waiting thread is woken now (proto/shm_wake.h), and no Completion message
- * follows, unless the header's page was lost meanwhile. Returns whether that was done.
+ * follows. Returns 1 when that was done; 0 when there is no header (the message tells);
+ * -1 when the header's page was lost meanwhile (lost says how: the operation then
+ * completes with that error, as one during which the loss happened does).
  */
-static int complete_in_header(scd_reg_t *r)
+static int complete_in_header(scd_reg_t *r, char *lost, size_t len)
 {
-	char lost[400];
 	if (!r->hdr)
 		return 0;
 	sc_shm_done(r->hdr, r->handle);
-	return !scd_tensors_mem_lost(r, lost, sizeof(lost));
+	return scd_tensors_mem_lost(r, lost, len) ? -1 : 1;
 }
 
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error)
@@ -217,7 +218,13 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 					0);
 		else if (r->session) {
 			int counts = st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back;
-			if (st != SC_OK || counts || !complete_in_header(r))
+			int hdr = st != SC_OK || counts
+				      ? 0
+				      : complete_in_header(r, lost, sizeof(lost));
+			if (hdr < 0)
+				send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
+						lost, NULL, 0);
+			else if (hdr == 0)
 				send_completion(ctl, r->session, r->handle, st, error,
 						counts ? r->a2a : NULL, (int)r->a2a_n);
 		}

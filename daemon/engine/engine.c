@@ -344,6 +344,7 @@ static sc_status_t drop_mesh(scd_engine_t *e)
 {
 	scd_bufctx_table_destroy(e->bufs);
 	e->bufs = NULL;
+	scd_presel_clear(e->presel);  /* the old world's cache ids */
 	scd_psviews_clear(&e->views); /* views of the old mesh */
 	pthread_mutex_lock(&e->mu);
 	scd_transport_t *old = e->transport;
@@ -408,8 +409,10 @@ static void tl_buffer(const scd_job_t *job, const char *stage, uint64_t t0)
 	scd_tl_here(stage, t0, a, 6);
 }
 
-/* Hands a finished job to the loop thread (in order: only the communication stage, or
- * the single thread, finishes jobs). Called with e->mu held. */
+/* Hands a finished job to the loop thread. Buffers come back in order (only the
+ * communication stage, or the single thread, finishes them); a selection job at submission
+ * comes back from the compute stage, ahead of buffers still on the network, and its done
+ * handler (world/presel.c) relies on no order. Called with e->mu held. */
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;

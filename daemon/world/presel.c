@@ -50,8 +50,8 @@ void scd_world_presel(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
 	scd_ctl_presel_item(d->ctl, nt, it);
 	scd_neg_item_options(it, &c->sig);
 	if (!scd_presel_applies(it)) {
-		scd_ctl_presel_done(d->ctl, nt);
 		nt->presel_armed = 0;
+		scd_ctl_presel_done(d->ctl, nt); /* may free nt */
 		free(it);
 		free(job);
 		return;
