@@ -6,7 +6,9 @@
 
 #include <stdio.h>
 
+#include "scheme/registry.h"
 #include "util/log.h"
+#include "util/timeline.h"
 
 /* The name of an item's tensor, for errors. */
 static const char *item_name(const scd_job_item_t *it)
@@ -163,4 +165,20 @@ sc_status_t scd_job_set_check(const scd_job_t *job, int L, char *err, size_t len
 		 "node, one or more each",
 		 job->pset, (int)job->average_divisor, job->n_nodes, L);
 	return SC_ERR_INVALID;
+}
+
+/* See job.h. */
+void scd_job_tl(const scd_job_t *job, const char *stage, uint64_t t0)
+{
+	if (!t0)
+		return;
+	scd_tl_arg_t a[] = {
+	    {"job", NULL, (int64_t)job->seq},
+	    {"tensors", NULL, job->n_items},
+	    {"bytes", NULL, (int64_t)(job->total_numel * sc_dtype_size(job->dtype))},
+	    {"scheme", job->status == SC_OK ? scd_scheme_name((scd_scheme_t)job->scheme) : "-",
+	     0},
+	    {"bytes_sent", NULL, (int64_t)job->bytes_sent},
+	    {"status", sc_status_name(job->status), 0}};
+	scd_tl_here(stage, t0, a, 6);
 }

@@ -331,6 +331,11 @@ static inline uint64_t scd_job_place_hash(const scd_job_t *job)
 void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
 			   size_t esz);
 
+/* The timeline's event of one stage of a job, on the stage's thread's lane (the scheme's
+ * and the exchanges' events nest inside the communication stage's): its tensors, bytes,
+ * scheme, bytes sent and status. */
+void scd_job_tl(const scd_job_t *job, const char *stage, uint64_t t0);
+
 /*
  * The device a job of a buffer runs on: the one every source of every item lives on (an
  * item with no source takes part with zeros, in the fusion buffer, anywhere), and its ops.

@@ -392,23 +392,6 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 "job tries again");
 }
 
-/* The timeline's event of one stage of a buffer, on the stage's thread's lane: the
- * scheme's and the exchanges' events nest inside the communication stage's. */
-static void tl_buffer(const scd_job_t *job, const char *stage, uint64_t t0)
-{
-	if (!t0)
-		return;
-	scd_tl_arg_t a[] = {
-	    {"job", NULL, (int64_t)job->seq},
-	    {"tensors", NULL, job->n_items},
-	    {"bytes", NULL, (int64_t)(job->total_numel * sc_dtype_size(job->dtype))},
-	    {"scheme", job->status == SC_OK ? scd_scheme_name((scd_scheme_t)job->scheme) : "-",
-	     0},
-	    {"bytes_sent", NULL, (int64_t)job->bytes_sent},
-	    {"status", sc_status_name(job->status), 0}};
-	scd_tl_here(stage, t0, a, 6);
-}
-
 /* Hands a finished job to the loop thread. Buffers come back in order (only the
  * communication stage, or the single thread, finishes them); a selection job at submission
  * comes back from the compute stage, ahead of buffers still on the network, and its done
@@ -432,7 +415,7 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	if (!job->run.passthrough) {
 		uint64_t tl = scd_tl_begin();
 		comm_buffer(e, job);
-		tl_buffer(job, "buffer", tl);
+		scd_job_tl(job, "buffer", tl);
 	}
 	scd_bufctx_release(&job->run.prep);
 	job->time_s = scd_now_s() - job->run.t0;
@@ -454,33 +437,21 @@ static void drain_locked(scd_engine_t *e)
 		pthread_cond_wait(&e->cv, &e->mu);
 }
 
-/*
- * What a buffer's job runs over: the mesh, or for a process set's job its set's view
- * (psview.h), made on the set's first job; a view that goes waits for the communication
- * stage to drain. A job the set cannot run (coll.h, psets), whose set's trainers do not
- * lie on its nodes (job.h, scd_job_set_check) or without a view fails here without
- * communicating: every member decides alike from what they agreed on (a view
- * fails only for want of memory, and its peers then time out naming this node).
- */
+/* Waits until the communication stage is idle (a view that goes may be in use there). */
+static void drain(void *arg)
+{
+	scd_engine_t *e = arg;
+	pthread_mutex_lock(&e->mu);
+	drain_locked(e);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* What a buffer's job runs over (psview.h, scd_psviews_transport); fails the job when
+ * it cannot run. */
 static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 {
-	job->run.t = e->transport;
-	if (!job->nodes)
-		return SC_OK;
-	const scd_job_item_t *it0 = job->n_items ? &job->items[0] : NULL;
 	sc_status_t st =
-	    scd_coll_pset_check(job->coll.kind, job->pset, it0 ? scd_coll_item_name(it0) : NULL,
-				job->error, sizeof(job->error));
-	if (st == SC_OK)
-		st = scd_job_set_check(job, e->p.local_size, job->error, sizeof(job->error));
-	if (st == SC_OK && !(job->run.t = scd_psviews_find(&e->views, job))) {
-		if (scd_psviews_evicts(&e->views, job)) {
-			pthread_mutex_lock(&e->mu);
-			drain_locked(e);
-			pthread_mutex_unlock(&e->mu);
-		}
-		st = scd_psviews_make(&e->views, e->transport, job, &job->run.t);
-	}
+	    scd_psviews_transport(&e->views, e->transport, e->p.local_size, job, drain, e);
 	if (st != SC_OK) {
 		job->status = st;
 		job->run.passthrough = 1;
@@ -547,7 +518,7 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 	} else if (job_transport(e, job) == SC_OK) {
 		uint64_t tl = scd_tl_begin();
 		compute_buffer(e, job);
-		tl_buffer(job, "compress", tl);
+		scd_job_tl(job, "compress", tl);
 	}
 	job->compute_s = scd_now_s() - job->run.t0;
 	job->run.cpu_s = scd_thread_cpu_s() - cpu0;

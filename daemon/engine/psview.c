@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/coll.h"
+#include "coll/ctx.h"
 #include "util/log.h"
 
 static int same_nodes(const scd_psview_t *v, const scd_job_t *job)
@@ -190,4 +192,25 @@ void scd_psviews_clear(scd_psviews_t *c)
 	free(c->parked);
 	c->parked = NULL;
 	c->n_parked = c->cap_parked = 0;
+}
+
+/* See psview.h. */
+sc_status_t scd_psviews_transport(scd_psviews_t *c, scd_transport_t *mesh, int local_size,
+				  scd_job_t *job, void (*drain)(void *), void *arg)
+{
+	job->run.t = mesh;
+	if (!job->nodes)
+		return SC_OK;
+	const scd_job_item_t *it0 = job->n_items ? &job->items[0] : NULL;
+	sc_status_t st =
+	    scd_coll_pset_check(job->coll.kind, job->pset, it0 ? scd_coll_item_name(it0) : NULL,
+				job->error, sizeof(job->error));
+	if (st == SC_OK)
+		st = scd_job_set_check(job, local_size, job->error, sizeof(job->error));
+	if (st == SC_OK && !(job->run.t = scd_psviews_find(c, job))) {
+		if (scd_psviews_evicts(c, job))
+			drain(arg);
+		st = scd_psviews_make(c, mesh, job, &job->run.t);
+	}
+	return st;
 }

@@ -52,6 +52,18 @@ typedef struct scd_psviews {
 
 /* The cached view of job's set over its nodes, or NULL when there is none yet. */
 scd_transport_t *scd_psviews_find(scd_psviews_t *c, const scd_job_t *job);
+/*
+ * What a buffer's job runs over, in job->run.t: the mesh, or for a process set's job its
+ * set's view, made on the set's first job; drain(arg) runs first when making it destroys a
+ * view (the communication stage may be using it). A job the set cannot run (coll.h,
+ * psets), whose set's trainers do not lie on its nodes (job.h, scd_job_set_check) or
+ * without a view fails here without communicating (job->error says why): every member
+ * decides alike from what they agreed on (a view fails only for want of memory, and its
+ * peers then time out naming this node).
+ */
+sc_status_t scd_psviews_transport(scd_psviews_t *c, scd_transport_t *mesh, int local_size,
+				  scd_job_t *job, void (*drain)(void *), void *arg);
+
 /* Whether scd_psviews_make for job would destroy a view (the set's own, of other nodes,
  * or the least recently used when the cache is full). */
 int scd_psviews_evicts(const scd_psviews_t *c, const scd_job_t *job);
