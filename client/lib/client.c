@@ -853,6 +853,7 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	hello.pid = getpid();
 	hello.local_rank = local_rank;
 	hello.role = c->role;
+	hello.header_completion = 1; /* op_fast: a success read from the header */
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	snprintf(what, sizeof(what), "handshake with the daemon at %s", c->endpoint);

@@ -190,15 +190,16 @@ void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 /* ---- completions -------------------------------------------------------------------- */
 
 /*
- * A success with no counts to return: the handle goes into the tensor's header and the
- * trainer's waiting thread is woken now (proto/shm_wake.h), and no Completion message
- * follows. Returns 1 when that was done; 0 when there is no header (the message tells);
+ * A success with no counts to return, to a trainer whose hello asked for it: the handle
+ * goes into the tensor's header and the trainer's waiting thread is woken now
+ * (proto/shm_wake.h), and no Completion message follows. Returns 1 when that was done; 0
+ * when there is no header or the trainer reads messages only (the message tells);
  * -1 when the header's page was lost meanwhile (lost says how: the operation then
  * completes with that error, as one during which the loss happened does).
  */
 static int complete_in_header(scd_reg_t *r, char *lost, size_t len)
 {
-	if (!r->hdr)
+	if (!r->hdr || !r->session->header_completion)
 		return 0;
 	sc_shm_done(r->hdr, r->handle);
 	return scd_tensors_mem_lost(r, lost, len) ? -1 : 1;
@@ -755,6 +756,7 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	memcpy(s->ident, ident, ident_len);
 	s->ident_len = ident_len;
 	s->role = h->role;
+	s->header_completion = h->header_completion;
 	/* the kernel's word, not the hello's: a trainer in a PID namespace of its own says 1 */
 	s->pid = cred && cred->known ? cred->pid : 0;
 	s->uid = cred && cred->known ? cred->uid : UINT32_MAX;

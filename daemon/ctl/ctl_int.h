@@ -12,7 +12,8 @@
 typedef struct scd_session {
 	uint8_t ident[256];
 	size_t ident_len;
-	int role; /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
+	int role;	       /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
+	int header_completion; /* its hello asked for successes in the header alone */
 	/* who it is, from the kernel (peer.h): its process (0: one the daemon cannot see) and
 	 * user; declared_pid is what its hello said, kept for messages only */
 	int pid, declared_pid;
