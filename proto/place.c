@@ -272,6 +272,29 @@ static int coordinator(sc_env_get_fn get, void *ctx, sc_place_t *p, char *err, s
 	return 0;
 }
 
+/* Whether Open MPI placed the ranks round-robin over the nodes (mpirun --map-by node,
+ * which it tells every rank in OMPI_MCA_rmaps_base_mapping_policy): 1 when it did, the
+ * same number on each node, so that rank r is trainer r / N of node r % N, as this rank's
+ * local rank confirms; 0 when it did not; -1 (err says why) when it did but this rank's
+ * place contradicts it. Every rank of such a job takes this rule, none the blocks'. */
+static int by_node(sc_env_get_fn get, void *ctx, const sc_place_t *p, char *err, size_t len)
+{
+	const char *pol = env(get, ctx, "OMPI_MCA_rmaps_base_mapping_policy");
+	if (!pol || strcmp(p->source, "openmpi") ||
+	    (strcmp(pol, "node") && strncmp(pol, "node:", 5)))
+		return 0;
+	if (p->node_count > 0 && p->size == p->node_count * p->local_size &&
+	    p->local_rank == p->rank / p->node_count)
+		return 1;
+	return fail(
+	    err, len,
+	    "Open MPI maps the ranks by node, but its rank %d is trainer %d of %d on its "
+	    "node of %d nodes (expected trainer %d): every node must run the same number "
+	    "of trainers",
+	    p->rank, p->local_rank, p->local_size, p->node_count,
+	    p->node_count > 0 ? p->rank / p->node_count : 0);
+}
+
 /* What is not given but follows from what is. */
 static int derive(sc_env_get_fn get, void *ctx, const char *host, sc_place_t *p, int have[F_N],
 		  char *err, size_t len)
@@ -302,8 +325,16 @@ static int derive(sc_env_get_fn get, void *ctx, const char *host, sc_place_t *p,
 		const char *list =
 		    env(get, ctx, "SLURM_STEP_NODELIST") ?: env(get, ctx, "SLURM_JOB_NODELIST");
 		int at = list && host ? sc_hostlist_find(list, host, NULL, 0) : -1;
+		int rr = at >= 0 ? 0 : by_node(get, ctx, p, err, len);
+		if (rr < 0)
+			return -1;
 		if (at >= 0) {
 			p->node_rank = at, p->node_from = "node list";
+		} else if (rr) {
+			/* sparsecomm numbers the trainers node by node (place.h) */
+			p->node_rank = p->rank % p->node_count;
+			p->node_from = "Open MPI's mapping by node";
+			p->rank = p->node_rank * p->local_size + p->local_rank;
 		} else if (p->local_size > 0 && p->rank % p->local_size == p->local_rank) {
 			p->node_rank = p->rank / p->local_size,
 			p->node_from = "ranks in blocks";
@@ -380,6 +411,7 @@ int sc_place_from_env(sc_env_get_fn get, void *ctx, const char *host, sc_place_t
 		have[f] = r;
 	}
 	p.node_from = node_from;
+	p.sched_rank = p.rank;
 	if (s == N_SOURCES) {
 		s = N_SOURCES - 1; /* SPARSECOMM_* alone: the job key must be given */
 		if (!env(get, ctx, "SPARSECOMM_JOB_ID"))

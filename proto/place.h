@@ -30,7 +30,9 @@ typedef const char *(*sc_env_get_fn)(void *ctx, const char *name);
 #define SC_PLACE_JOB_BYTES  128
 
 typedef struct sc_place {
-	int rank, size;		    /* the trainer's, as sparsecomm numbers them */
+	int rank, size; /* the trainer's, as sparsecomm numbers them */
+	int sched_rank; /* the scheduler's rank: rank, unless it numbers ranks otherwise
+			   (Open MPI mapping by node: node_from says so) */
 	int local_rank, local_size; /* on its node; local_size is the same on every node */
 	int node_rank, node_count;
 	const char *source;    /* "torchrun", "openmpi", "pmix", "pmi", "slurm", "sparsecomm" */

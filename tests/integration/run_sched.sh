@@ -256,6 +256,17 @@ if selected "$name"; then
 	verdict "$name" $? 0 4 2
 fi
 
+# The same with mpirun --map-by node: ranks round-robin over the two hosts, each node
+# found from Open MPI's mapping, the trainers numbered node by node (sched_trainer.py
+# checks each rank's number and local rank against Open MPI's).
+name="mpirun 2x2 on loopback --map-by node"
+if selected "$name"; then
+	# shellcheck disable=SC2086
+	clean timeout 120 mpirun $root_opt $h2 "$agent" --map-by node -x MASTER_ADDR=127.0.0.1 \
+		"$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? 0 4 2
+fi
+
 # A trainer killed (SIGKILL) after the first allreduces: the others' next one fails
 # naming it, mpirun ends the job, the daemons go. mpirun kills the survivors as soon as it
 # sees the death, so only some may live to report (each report must name the victim).

@@ -35,6 +35,15 @@ def main():
     sc.init(timeout=60, connect_timeout=float(os.environ.get("SCHED_CONNECT_TIMEOUT", "30")))
     r, n = sc.rank(), sc.size()
     want = next((int(os.environ[v]) for v in SCHED_RANK if v in os.environ), None)
+    if os.environ.get("OMPI_MCA_rmaps_base_mapping_policy") == "node" and want is not None:
+        # mpirun --map-by node: rank R is trainer R / N of node R % N, numbered node by node
+        nodes = int(os.environ["OMPI_MCA_orte_num_nodes"])
+        per_node = int(os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"])
+        want = (want % nodes) * per_node + want // nodes
+        if sc.local_rank() != int(os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]):
+            print("FAIL (rank %d: local rank %d, Open MPI's %s)" %
+                  (r, sc.local_rank(), os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]), flush=True)
+            return 1
     if want != r:
         print("FAIL (rank %d, the scheduler's %s)" % (r, want), flush=True)
         return 1

@@ -88,16 +88,59 @@ UNIT_TEST(place_openmpi)
 	CHECK_MSG(place(envv0, "a", &p, err) == 1, "%s", err);
 	CHECK_TRUE(p.coordinator_host[0] == '\0');
 
-	/* round-robin placement (--map-by node): refused, saying how to place them */
+	/* round-robin placement without Open MPI saying so: refused, saying how to place them
+	 */
 	const char *rr[] = {"OMPI_COMM_WORLD_RANK=1",
 			    "OMPI_COMM_WORLD_SIZE=4",
 			    "OMPI_COMM_WORLD_LOCAL_RANK=0",
 			    "OMPI_COMM_WORLD_LOCAL_SIZE=2",
 			    "OMPI_MCA_orte_num_nodes=2",
 			    "OMPI_MCA_ess_base_jobid=7",
+			    NULL,
 			    NULL};
 	CHECK_EQ_INT(place(rr, "a", &p, err), -1);
 	CHECK_MSG(strstr(err, "--map-by slot") && strstr(err, "rank 1"), "%s", err);
+	/* mpirun --map-by node, which Open MPI tells every rank: rank 1 is trainer 0 of node
+	 * 1, which sparsecomm numbers 2 */
+	rr[6] = "OMPI_MCA_rmaps_base_mapping_policy=node";
+	CHECK_MSG(place(rr, "a", &p, err) == 1, "%s", err);
+	CHECK_PLACE(p, 2, 4, 0, 2, 1, 2);
+	CHECK_EQ_INT(p.sched_rank, 1);
+	CHECK_TRUE(!strcmp(p.node_from, "Open MPI's mapping by node"));
+	/* 3 nodes of 2: ranks 0..5 round-robin; every rank lands on its node, numbered node
+	 * by node, each number once */
+	int seen = 0;
+	for (int r = 0; r < 6; r++) {
+		char rank[40], local[40];
+		snprintf(rank, sizeof(rank), "OMPI_COMM_WORLD_RANK=%d", r);
+		snprintf(local, sizeof(local), "OMPI_COMM_WORLD_LOCAL_RANK=%d", r / 3);
+		const char *e3[] = {rank,
+				    "OMPI_COMM_WORLD_SIZE=6",
+				    local,
+				    "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+				    "OMPI_MCA_orte_num_nodes=3",
+				    "OMPI_MCA_ess_base_jobid=7",
+				    "OMPI_MCA_rmaps_base_mapping_policy=node",
+				    NULL};
+		CHECK_MSG(place(e3, "a", &p, err) == 1, "%s", err);
+		CHECK_EQ_INT(p.node_rank, r % 3);
+		CHECK_EQ_INT(p.local_rank, r / 3);
+		CHECK_EQ_INT(p.rank, (r % 3) * 2 + r / 3);
+		CHECK_EQ_INT(p.sched_rank, r);
+		seen |= 1 << p.rank;
+	}
+	CHECK_EQ_INT(seen, 0x3f);
+	/* a local rank that contradicts the mapping (a node short of slots): refused */
+	const char *bad[] = {"OMPI_COMM_WORLD_RANK=1",
+			     "OMPI_COMM_WORLD_SIZE=4",
+			     "OMPI_COMM_WORLD_LOCAL_RANK=1",
+			     "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+			     "OMPI_MCA_orte_num_nodes=2",
+			     "OMPI_MCA_ess_base_jobid=7",
+			     "OMPI_MCA_rmaps_base_mapping_policy=node",
+			     NULL};
+	CHECK_EQ_INT(place(bad, "a", &p, err), -1);
+	CHECK_MSG(strstr(err, "maps the ranks by node") && strstr(err, "rank 1"), "%s", err);
 }
 
 /* srun -N 2 -n 4 (block distribution) as srun sets it: the node from SLURM_NODEID, the
