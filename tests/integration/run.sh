@@ -524,6 +524,7 @@ same_alt() {
 	sketch_cols) echo 4 ;;
 	nonfinite) echo warn ;;
 	data_protection) echo integrity ;;
+	cpu_share) echo 3 ;;
 	*) return 1 ;;
 	esac
 }
