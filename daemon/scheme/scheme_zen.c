@@ -660,16 +660,17 @@ static double omni_block_fraction(double dens, uint32_t B)
 
 /*
  * Beside the network formula, one compute term (model/cost.h): the busiest server adds
- * the non-zero blocks the P-1 others pushed into its range, (P-1) (U/PB) f(d) blocks of
- * B elements, times the skew (its range's load over the mean), each element at the dense
- * sum rate (a block is added densely, blocks_apply). Its own range's dense add, the
- * encodings and the pull's decode (block copies) are not priced.
+ * the non-zero blocks the P-1 others pushed into its range, (P-1) (U/PB) f(d s) blocks
+ * of B elements, d s the density in the busiest range (the skew s, its load over the
+ * mean, at most 1), each element at the dense sum rate (a block is added densely,
+ * blocks_apply). Its own range's dense add, the encodings and the pull's decode (block
+ * copies) are not priced.
  */
 double scd_omnireduce_work_s(const scd_cost_in_t *in)
 {
-	double P = in->P, U = (double)in->numel, d = in->density > 1 ? 1 : in->density;
+	double P = in->P, U = (double)in->numel, d = in->density * in->skew;
 	double B = in->block ? in->block : 256;
-	double elems = (P - 1) * U / P * omni_block_fraction(d, (uint32_t)B) * in->skew;
+	double elems = (P - 1) * U / P * omni_block_fraction(d > 1 ? 1 : d, (uint32_t)B);
 	return scd_cost_compute_s(in, elems * in->dense_sum_s_per_elem);
 }
 

@@ -637,7 +637,7 @@ UNIT_TEST(scheme_cost_ag_bp_local_work)
  * The dense ring's and OmniReduce's compute terms (model/cost.h): with the dense sum rate
  * at 0 each cost is the network formula alone (and the other rates leave it so); with it,
  * the ring adds (P-1)/P U elements at the rate, and OmniReduce its busiest server's sums
- * of the pushed non-zero blocks, (P-1) U/P (1 - (1 - d)^B) elements times the skew; times
+ * of the pushed non-zero blocks, (P-1) U/P (1 - (1 - d s)^B) elements, s the skew; times
  * the nodes per core, rounds and bytes untouched.
  */
 UNIT_TEST(scheme_cost_ring_omni_sums)
@@ -676,8 +676,12 @@ UNIT_TEST(scheme_cost_ring_omni_sums)
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in).work_s, 2 * ring_w, 1e-15);
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 2 * omni_w, 1e-15);
 	in.cpu_share = 1;
-	in.skew = 3; /* the busiest range */
-	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 3 * omni_w, 1e-15);
+	in.skew = 3; /* the busiest range: 3% dense */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s,
+		   3 * 1e6 / 4 * (1 - pow(1 - 0.03, 256)) * 0.7e-9, 1e-15);
+	in.skew = 200; /* never more than the range */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 3 * 1e6 / 4 * 0.7e-9,
+		   1e-15);
 	in.skew = 1;
 	in.P = 8; /* (P-1)/P */
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in).work_s, 7.0 / 8 * 1e6 * 0.7e-9,
