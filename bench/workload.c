@@ -38,8 +38,8 @@ static double unit(uint64_t h)
 
 int wl_parse_kind(const char *s, wl_kind_t *kind_p)
 {
-	static const char *const names[] = {"zipf", "uniform", "topk"};
-	for (int i = 0; i < 3; i++)
+	static const char *const names[] = {"zipf", "uniform", "topk", "kjv"};
+	for (int i = 0; i < 4; i++)
 		if (s && !strcasecmp(s, names[i])) {
 			*kind_p = (wl_kind_t)i;
 			return 0;
@@ -49,7 +49,10 @@ int wl_parse_kind(const char *s, wl_kind_t *kind_p)
 
 const char *wl_kind_name(wl_kind_t kind)
 {
-	return kind == WL_ZIPF ? "zipf" : kind == WL_UNIFORM ? "uniform" : "topk";
+	return kind == WL_ZIPF	    ? "zipf"
+	       : kind == WL_UNIFORM ? "uniform"
+	       : kind == WL_KJV	    ? "kjv"
+				    : "topk";
 }
 
 int wl_is_coo(wl_kind_t kind)
@@ -66,6 +69,8 @@ void wl_scratch_free(wl_scratch_t *s)
 
 uint64_t wl_coo_cap(const wl_cfg_t *cfg)
 {
+	if (cfg->kind == WL_KJV) /* at most a window's tokens distinct, a row each */
+		return (uint64_t)(cfg->batch < cfg->vocab ? cfg->batch : cfg->vocab) * cfg->dim;
 	double k = cfg->density * (double)cfg->numel * 1.1 + 64;
 	return k > (double)cfg->numel ? cfg->numel : (uint64_t)k;
 }
@@ -172,11 +177,75 @@ static int64_t uniform_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_
 	return (int64_t)n;
 }
 
+/* Where rank r's window of B tokens at step s starts: its shard's start, plus s B modulo
+ * the room in the shard. */
+static size_t kjv_start(size_t n_tokens, uint32_t P, uint32_t r, uint64_t s, uint32_t B)
+{
+	size_t lo = n_tokens * r / P, len = n_tokens * (r + 1) / P - lo;
+	return lo + (size_t)((s * B) % (len - B + 1));
+}
+
+uint64_t wl_kjv_window(const int32_t *tokens, size_t n_tokens, uint32_t P, uint32_t r,
+		       uint64_t s, uint32_t B, uint64_t *seen, uint32_t *rows)
+{
+	size_t start = kjv_start(n_tokens, P, r, s, B);
+	uint64_t n = 0;
+	for (size_t i = start; i < start + B; i++) {
+		uint32_t w = (uint32_t)tokens[i];
+		uint64_t m = 1ull << (w & 63);
+		if (!(seen[w >> 6] & m)) {
+			seen[w >> 6] |= m;
+			rows[n++] = w;
+		}
+	}
+	for (uint64_t j = 0; j < n; j++) /* leave seen clear for the next window */
+		seen[rows[j] >> 6] &= ~(1ull << (rows[j] & 63));
+	return n;
+}
+
+/* The kjv workload's input (workload.h): the window's distinct words ascending (through
+ * the scratch bitmap), their counts, each row's dim elements. */
+static int64_t kjv_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_t *idx, float *val,
+		       uint64_t cap, wl_scratch_t *scr)
+{
+	uint32_t B = cfg->batch, D = cfg->dim;
+	if (!cfg->tokens || !D || !B || cfg->n_tokens / (uint64_t)cfg->P < B ||
+	    bits_reset(scr, cfg->vocab) < 0)
+		return -1;
+	size_t start = kjv_start(cfg->n_tokens, (uint32_t)cfg->P, (uint32_t)rank, step, B);
+	for (size_t i = start; i < start + B; i++)
+		scr->bits[(uint32_t)cfg->tokens[i] >> 6] |= 1ull << (cfg->tokens[i] & 63);
+	uint64_t n = bits_scan(scr, cfg->vocab, idx, cap); /* the rows, ascending */
+	if (n * D > cap)
+		return -1;
+	uint32_t *count = scr->draws; /* n counts, in the draws' room */
+	if (scr->cap_draws < n) {
+		count = realloc(scr->draws, (size_t)B * sizeof(uint32_t));
+		if (!count)
+			return -1;
+		scr->draws = count;
+		scr->cap_draws = B;
+	}
+	memset(count, 0, n * sizeof(uint32_t));
+	for (size_t i = start; i < start + B; i++)
+		count[lower_bound(idx, n, (uint32_t)cfg->tokens[i])]++;
+	for (uint64_t j = n; j-- > 0;) { /* rows to elements, from the last: in place */
+		uint64_t row = idx[j];
+		for (uint32_t c = D; c-- > 0;) {
+			idx[j * D + c] = (uint32_t)(row * D + c);
+			val[j * D + c] = (float)(count[j] * (1 + c % 3));
+		}
+	}
+	return (int64_t)(n * D);
+}
+
 int64_t wl_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_t *idx, float *val,
 	       uint64_t cap, wl_scratch_t *scr)
 {
 	if (cfg->kind == WL_UNIFORM)
 		return uniform_coo(cfg, rank, step, idx, val, cap);
+	if (cfg->kind == WL_KJV)
+		return kjv_coo(cfg, rank, step, idx, val, cap, scr);
 	if (cfg->kind != WL_ZIPF)
 		return -1;
 	double kd = cfg->density * (double)cfg->numel;

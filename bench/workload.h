@@ -16,6 +16,13 @@
  *            the ids is common to every rank, the rest private (disjoint across ranks).
  *   topk     a dense gradient (shared component plus a rank-specific one, integer valued,
  *            roughly normal), to be top-k sparsified by the daemon.
+ *   kjv      the embedding gradient of a word-level model on the KJV text (the CBOW
+ *            example's corpus, as the cost model's kjv profile, bench/profile.h): a
+ *            vocab x dim table; rank r of P reads, at step s, a window of batch tokens of
+ *            its own shard (the P even shards of the text, the window at offset s batch
+ *            modulo the room in the shard: wl_kjv_window, which the profile uses too),
+ *            and each distinct word w gives its row w dim .. w dim + dim - 1 the value
+ *            count(w) x (1 + column mod 3) (COO input).
  */
 #ifndef SC_BENCH_WORKLOAD_H
 #define SC_BENCH_WORKLOAD_H
@@ -23,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WL_ZIPF = 0, WL_UNIFORM = 1, WL_TOPK = 2 } wl_kind_t;
+typedef enum { WL_ZIPF = 0, WL_UNIFORM = 1, WL_TOPK = 2, WL_KJV = 3 } wl_kind_t;
 
 typedef struct wl_cfg {
 	wl_kind_t kind;
@@ -33,12 +40,17 @@ typedef struct wl_cfg {
 	int P;		/* ranks */
 	double zipf_s;	/* Zipf exponent (zipf), default 1.2 */
 	double overlap; /* common fraction of ids (uniform), default 0.3 */
+	/* kjv: the text as word ids (not owned), the vocabulary (numel = vocab x dim), the
+	 * window of tokens per rank and step */
+	const int32_t *tokens;
+	size_t n_tokens;
+	uint32_t vocab, dim, batch;
 } wl_cfg_t;
 
-/* Parses "zipf", "uniform", "topk"; 0 on success. */
+/* Parses "zipf", "uniform", "topk", "kjv"; 0 on success. */
 int wl_parse_kind(const char *s, wl_kind_t *kind_p);
 const char *wl_kind_name(wl_kind_t kind);
-/* Whether the workload is COO input (zipf, uniform) rather than dense (topk). */
+/* Whether the workload is COO input (zipf, uniform, kjv) rather than dense (topk). */
 int wl_is_coo(wl_kind_t kind);
 
 /* Scratch reused across calls (one per thread); wl_scratch_free releases it. */
@@ -58,6 +70,12 @@ int64_t wl_coo(const wl_cfg_t *cfg, int rank, uint64_t step, uint32_t *idx, floa
 	       uint64_t cap, wl_scratch_t *scr);
 /* The capacity wl_coo needs. */
 uint64_t wl_coo_cap(const wl_cfg_t *cfg);
+
+/* The distinct words of rank r's window of B tokens at step s (see kjv above), in the
+ * order of their first occurrence, into rows[0 .. B); returns how many. seen: a clear
+ * bitmap of the vocabulary, left clear. The text must hold B tokens a shard. */
+uint64_t wl_kjv_window(const int32_t *tokens, size_t n_tokens, uint32_t P, uint32_t r,
+		       uint64_t s, uint32_t B, uint64_t *seen, uint32_t *rows);
 
 /* The dense input (topk) of rank at step, elements [lo, hi) into x[0 .. hi-lo). */
 void wl_dense(const wl_cfg_t *cfg, int rank, uint64_t step, uint64_t lo, uint64_t hi, float *x);

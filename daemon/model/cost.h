@@ -30,12 +30,15 @@
  * scd_cost_t.work_s: Hierarchical Centralization's scatter of its final aggregate into a
  * dense result (scheme_hc.c); AGsparse's sum of the P lists into the dense result
  * (scheme_allgather.c); Balanced Parallelism's servers' sum of the pushes and every
- * rank's decode of the pull into the dense result (scheme_zen.c). Two rates price them:
- * a non-zero of a final aggregate written into a dense result (scatter) and a received
- * non-zero added into an aggregate (sum); `sparsecomm-bench rates` measures both on a
- * host. A node that shares its cores with other nodes (an emulated cluster: 4 daemons on
- * 2 cores) does that work cpu_share times slower; the daemons learn it at join
- * (world/host.h).
+ * rank's decode of the pull into the dense result (scheme_zen.c); the dense ring's own
+ * reduction, (P-1)/P numel elements added once as its reduce-scatter streams
+ * (scheme_dense.c); OmniReduce's servers' sums of the non-zero blocks pushed to them
+ * (scheme_zen.c). Three rates price them: a non-zero of a final aggregate written into a
+ * dense result (scatter), a received non-zero added into an aggregate (sum), and an
+ * element of one dense buffer added into another, streamed (dense sum);
+ * `sparsecomm-bench rates` measures them on a host. A node that shares its cores with other
+ * nodes (an emulated cluster: 4 daemons on 2 cores) does that work cpu_share times slower; the
+ * daemons learn it at join (world/host.h).
  */
 #ifndef SCD_MODEL_COST_H
 #define SCD_MODEL_COST_H
@@ -63,11 +66,12 @@ typedef struct scd_cost_in {
 	double bsag_hl;	     /* B-SAG's measured h / L at bsag_teams (0: unknown, h = L) */
 	uint32_t sketch_rows, sketch_cols; /* S2 (0: 1 row, cols = union non-zeros) */
 	/* compute terms (see above): seconds to write one non-zero of a final aggregate into
-	 * a dense result, seconds to add one received non-zero into an aggregate (each 0:
-	 * that work unpriced, the papers' formulas alone), and nodes per core (<= 1: a core
-	 * each) */
+	 * a dense result, seconds to add one received non-zero into an aggregate, seconds to
+	 * add one element of a dense buffer into another (each 0: that work unpriced, the
+	 * papers' and the plain formulas alone), and nodes per core (<= 1: a core each) */
 	double scatter_s_per_nnz;
 	double sum_s_per_nnz;
+	double dense_sum_s_per_elem;
 	double cpu_share;
 } scd_cost_in_t;
 
@@ -81,6 +85,10 @@ typedef struct scd_cost_in {
  * per non-zero over five runs, median 9. (Its scatter, 5.5 to 8.7 ns, is below what HC's
  * final scatter costs inside the daemon, whose rate above stays.) */
 #define SCD_COST_SUM_S_PER_NNZ 9e-9
+/* The dense sum rate, `sparsecomm-bench rates` (reduce_sum of 64M elements into 64M, 256
+ * MiB each, streamed) on the same 2-core host at a load average of 2.7: 0.64 to 0.74 ns
+ * per element over three runs of five, median 0.68. */
+#define SCD_COST_DENSE_SUM_S_PER_ELEM 0.7e-9
 
 typedef struct scd_cost {
 	double rounds;	/* x: sequential message rounds */

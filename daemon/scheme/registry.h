@@ -118,9 +118,11 @@ scd_scheme_t scd_cost_best(const scd_cost_in_t *in, int lossless_only, scd_cost_
  * scheme that sends whichever encoding is smaller pays, scheme_msg.c). */
 scd_cost_t scd_cost_coo_or_bitmap(scd_cost_t (*model)(const scd_cost_in_t *in),
 				  const scd_cost_in_t *in);
-/* The compute terms of AGsparse's and Balanced Parallelism's costs (their files), in
- * seconds: 0 where their rates are 0. */
+/* The compute terms of AGsparse's, Balanced Parallelism's, the dense ring's and
+ * OmniReduce's costs (their files), in seconds: 0 where their rates are 0. */
 double scd_agsparse_work_s(const scd_cost_in_t *in);
 double scd_balanced_par_work_s(const scd_cost_in_t *in);
+double scd_dense_ring_work_s(const scd_cost_in_t *in);
+double scd_omnireduce_work_s(const scd_cost_in_t *in);
 
 #endif

@@ -118,6 +118,7 @@ scd_scheme_cfg_t scd_scheme_cfg_default(uint64_t numel, uint64_t seed)
 				  .stream_chunk = 32768,
 				  .scatter_s_per_nnz = SCD_COST_SCATTER_S_PER_NNZ,
 				  .sum_s_per_nnz = SCD_COST_SUM_S_PER_NNZ,
+				  .dense_sum_s_per_elem = SCD_COST_DENSE_SUM_S_PER_ELEM,
 				  .cpu_share = 1};
 }
 

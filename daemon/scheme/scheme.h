@@ -89,11 +89,13 @@ typedef struct scd_scheme_cfg {
 	uint32_t stream_chunk; /* fewest non-zeros per streamed chunk (AGsparse, HC; 32768);
 				  Balanced Parallelism: one index range per 32 x as many
 				  elements (at most 8) */
-	/* the cost model's compute terms (model/cost.h): the scatter and sum rates
-	 * (SCD_COST_SCATTER_S_PER_NNZ, SCD_COST_SUM_S_PER_NNZ; 0: the papers' network
-	 * formulas alone) and the nodes sharing each core (1; the engine's, learnt at join) */
+	/* the cost model's compute terms (model/cost.h): the scatter, sum and dense sum rates
+	 * (SCD_COST_SCATTER_S_PER_NNZ, SCD_COST_SUM_S_PER_NNZ,
+	 * SCD_COST_DENSE_SUM_S_PER_ELEM; 0: the papers' network formulas alone) and the
+	 * nodes sharing each core (1; the engine's, learnt at join) */
 	double scatter_s_per_nnz;
 	double sum_s_per_nnz;
+	double dense_sum_s_per_elem;
 	double cpu_share;
 } scd_scheme_cfg_t;
 

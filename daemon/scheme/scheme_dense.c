@@ -18,11 +18,27 @@ static sc_status_t scd_scheme_dense_ring(scd_scheme_ctx_t *c, scd_scheme_io_t *i
 
 /* ---- descriptor ---------------------------------------------------------------------- */
 
+/*
+ * Beside the ring's network formula, one compute term (model/cost.h): its reduce-scatter
+ * adds every chunk it receives into the rank's own, (P-1)/P U elements in all, each once,
+ * streamed at the dense sum rate. The transport pipelines the additions with the
+ * transfers, but a node that shares its cores with others has no idle core to hide them
+ * on, as the sparse schemes' sums; the allgather half only copies.
+ */
+double scd_dense_ring_work_s(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel;
+	return scd_cost_compute_s(in, (P - 1) / P * U * in->dense_sum_s_per_elem);
+}
+
 /* 2(P-1) rounds; 2 (P-1)/P 4U bytes (reduce-scatter + allgather), U = numel. */
 static scd_cost_t dense_ring_model(const scd_cost_in_t *in)
 {
 	double P = in->P, U = (double)in->numel;
-	return scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 4 * U);
+	scd_cost_t r = scd_cost_make(in, 2 * (P - 1), 2 * (P - 1) / P * 4 * U);
+	r.work_s = scd_dense_ring_work_s(in);
+	r.seconds += r.work_s;
+	return r;
 }
 
 const scd_scheme_desc_t scd_scheme_dense_ring_desc = {

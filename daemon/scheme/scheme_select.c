@@ -87,6 +87,7 @@ scd_cost_in_t scd_scheme_cost_in(const scd_scheme_ctx_t *c, const scd_scheme_pro
 			       .bsag_hl = pf->bsag_hl,
 			       .scatter_s_per_nnz = c->cfg.scatter_s_per_nnz,
 			       .sum_s_per_nnz = c->cfg.sum_s_per_nnz,
+			       .dense_sum_s_per_elem = c->cfg.dense_sum_s_per_elem,
 			       .cpu_share = c->cfg.cpu_share};
 }
 

@@ -659,6 +659,22 @@ static double omni_block_fraction(double dens, uint32_t B)
 }
 
 /*
+ * Beside the network formula, one compute term (model/cost.h): the busiest server adds
+ * the non-zero blocks the P-1 others pushed into its range, (P-1) (U/PB) f(d s) blocks
+ * of B elements, d s the density in the busiest range (the skew s, its load over the
+ * mean, at most 1), each element at the dense sum rate (a block is added densely,
+ * blocks_apply). Its own range's dense add, the encodings and the pull's decode (block
+ * copies) are not priced.
+ */
+double scd_omnireduce_work_s(const scd_cost_in_t *in)
+{
+	double P = in->P, U = (double)in->numel, d = in->density * in->skew;
+	double B = in->block ? in->block : 256;
+	double elems = (P - 1) * U / P * omni_block_fraction(d > 1 ? 1 : d, (uint32_t)B);
+	return scd_cost_compute_s(in, elems * in->dense_sum_s_per_elem);
+}
+
+/*
  * 2 rounds: the push exchange, then the pull exchange. Range partitions of U/(PB) blocks
  * of B elements, a block travelling as a (4 + 4B)-byte record when it holds a non-zero:
  * a rank pushes its non-zero blocks of the P-1 other ranges, (P-1) (U/PB) f(d) (4 + 4B);
@@ -675,7 +691,10 @@ static scd_cost_t omnireduce_model(const scd_cost_in_t *in)
 	double push = (P - 1) * blocks * omni_block_fraction(d, (uint32_t)B) * per_block;
 	double pull =
 	    (P - 1) * blocks * omni_block_fraction(gd, (uint32_t)B) * per_block * in->skew;
-	return scd_cost_make(in, 2, push + pull);
+	scd_cost_t r = scd_cost_make(in, 2, push + pull);
+	r.work_s = scd_omnireduce_work_s(in);
+	r.seconds += r.work_s;
+	return r;
 }
 
 /* Its blocks are cfg.omni_block elements. */

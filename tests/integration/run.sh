@@ -1216,6 +1216,13 @@ bench_case() {
 export SPARSECOMM_EXDYNA_CAP=1.25 SPARSECOMM_EXDYNA_GRID=1.25
 bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zipf --sparse-result
 bench_case "bench collective topk n=3" hier_central,balanced_par,spardl,exdyna --workload topk
+# the KJV embedding gradient (bench/workload.h), 8 wide: 100K elements from the text
+if command -v bible >/dev/null 2>&1; then
+	bench_case "bench collective kjv n=3" agsparse,hier_central,balanced_par,omnireduce,dense_ring,auto \
+		--workload kjv --dim 8
+else
+	skip_case "bench collective kjv n=3" "needs the KJV text (the bible command, Debian bible-kjv)"
+fi
 unset SPARSECOMM_EXDYNA_CAP SPARSECOMM_EXDYNA_GRID
 
 # The allreduce benchmark's stages (bench/stages.h): every timed latency call matched on

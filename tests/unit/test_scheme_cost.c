@@ -354,6 +354,7 @@ UNIT_TEST(scheme_cost_in_context_matches_the_run)
 		cfg.spardl_teams = unit_rng_below(2) ? 0 : 1 + (uint32_t)unit_rng_below(P);
 		cfg.scatter_s_per_nnz = unit_rng_below(2) ? 0 : 1e-8 * unit_rng_double();
 		cfg.sum_s_per_nnz = unit_rng_below(2) ? 0 : 1e-8 * unit_rng_double();
+		cfg.dense_sum_s_per_elem = unit_rng_below(2) ? 0 : 1e-9 * unit_rng_double();
 		cfg.cpu_share = unit_rng_below(2) ? 1 : 4 * unit_rng_double();
 		scd_transport_t t;
 		scd_scheme_ctx_t *ctx = make_ctx(&cfg, P, &t);
@@ -363,6 +364,7 @@ UNIT_TEST(scheme_cost_in_context_matches_the_run)
 		scd_cost_in_t in = scd_scheme_cost_in(ctx, &pf, alpha, beta);
 		CHECK_TRUE(in.scatter_s_per_nnz == cfg.scatter_s_per_nnz &&
 			   in.sum_s_per_nnz == cfg.sum_s_per_nnz &&
+			   in.dense_sum_s_per_elem == cfg.dense_sum_s_per_elem &&
 			   in.cpu_share == cfg.cpu_share);
 		for (int s = 0; s < SCD_SCHEME_COUNT; s++) {
 			scd_cost_in_t x = in;
@@ -546,14 +548,18 @@ UNIT_TEST(scheme_cost_hc_local_work)
 	in.cpu_share = 1;
 	in.density = 0.9; /* the union capped at U */
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in).work_s, 1e6 * 20e-9, 1e-15);
-	/* no scheme but the three of the allgather and partition families has a compute
-	 * term (scheme_cost_ag_bp_local_work below) */
+	/* no scheme but the three of the allgather and partition families, the dense ring
+	 * and OmniReduce has a compute term (scheme_cost_ag_bp_local_work and
+	 * scheme_cost_ring_omni_sums below) */
 	in.sum_s_per_nnz = 9e-9;
+	in.dense_sum_s_per_elem = 0.7e-9;
 	for (int s = 0; s < SCD_SCHEME_COUNT; s++)
 		if (s != SCD_SCHEME_HIER_CENTRAL && s != SCD_SCHEME_AGSPARSE &&
-		    s != SCD_SCHEME_BALANCED_PAR)
+		    s != SCD_SCHEME_BALANCED_PAR && s != SCD_SCHEME_DENSE_RING &&
+		    s != SCD_SCHEME_OMNIREDUCE)
 			CHECK_NEAR(scd_cost_scheme((scd_scheme_t)s, &in).work_s, 0, 0);
 	in.sum_s_per_nnz = 0;
+	in.dense_sum_s_per_elem = 0;
 
 	/* the daemon's choice in the measured case, with and without the term */
 	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(1u << 26, 1);
@@ -625,4 +631,76 @@ UNIT_TEST(scheme_cost_ag_bp_local_work)
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in).work_s,
 		   9e5 * imb * 9e-9 + 1e6 * 20e-9, 1e-12);
 	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in).work_s, 4 * 9e5 * 9e-9, 1e-12);
+}
+
+/*
+ * The dense ring's and OmniReduce's compute terms (model/cost.h): with the dense sum rate
+ * at 0 each cost is the network formula alone (and the other rates leave it so); with it,
+ * the ring adds (P-1)/P U elements at the rate, and OmniReduce its busiest server's sums
+ * of the pushed non-zero blocks, (P-1) U/P (1 - (1 - d s)^B) elements, s the skew; times
+ * the nodes per core, rounds and bytes untouched.
+ */
+UNIT_TEST(scheme_cost_ring_omni_sums)
+{
+	scd_cost_in_t in = base(); /* P 4, U = 10^6, d 0.01, skew 1 */
+	in.sum_s_per_nnz = 9e-9;
+	in.scatter_s_per_nnz = 20e-9;
+	scd_cost_t ring0 = scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in),
+		   omni0 = scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in);
+	CHECK_NEAR(ring0.work_s, 0, 0);
+	CHECK_NEAR(omni0.work_s, 0, 0);
+	CHECK_NEAR(ring0.seconds, ring0.rounds * in.alpha_s + ring0.bytes * in.beta_s_per_byte,
+		   1e-15);
+	CHECK_NEAR(omni0.seconds, omni0.rounds * in.alpha_s + omni0.bytes * in.beta_s_per_byte,
+		   1e-15);
+	in.dense_sum_s_per_elem = 0.7e-9;
+	double ring_w = 3.0 / 4 * 1e6 * 0.7e-9;
+	double f = 1 - pow(1 - 0.01, 256); /* blocks of 256 with a non-zero */
+	double omni_w = 3 * 1e6 / 4 * f * 0.7e-9;
+	scd_cost_t ring = scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in),
+		   omni = scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in);
+	CHECK_NEAR(ring.work_s, ring_w, 1e-15);
+	CHECK_NEAR(omni.work_s, omni_w, 1e-15);
+	CHECK_NEAR(scd_dense_ring_work_s(&in), ring_w, 1e-15);
+	CHECK_NEAR(scd_omnireduce_work_s(&in), omni_w, 1e-15);
+	CHECK_NEAR(ring.seconds, ring0.seconds + ring_w, 1e-15);
+	CHECK_NEAR(omni.seconds, omni0.seconds + omni_w, 1e-15);
+	CHECK_TRUE(ring.rounds == ring0.rounds && ring.bytes == ring0.bytes);
+	CHECK_TRUE(omni.rounds == omni0.rounds && omni.bytes == omni0.bytes);
+	/* the dense rate prices nothing of the sparse schemes' terms */
+	in.sum_s_per_nnz = in.scatter_s_per_nnz = 0;
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_AGSPARSE, &in).work_s, 0, 0);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_BALANCED_PAR, &in).work_s, 0, 0);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_HIER_CENTRAL, &in).work_s, 0, 0);
+	in.cpu_share = 2; /* 4 nodes on 2 cores */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in).work_s, 2 * ring_w, 1e-15);
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 2 * omni_w, 1e-15);
+	in.cpu_share = 1;
+	in.skew = 3; /* the busiest range: 3% dense */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s,
+		   3 * 1e6 / 4 * (1 - pow(1 - 0.03, 256)) * 0.7e-9, 1e-15);
+	in.skew = 200; /* never more than the range */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 3 * 1e6 / 4 * 0.7e-9,
+		   1e-15);
+	in.skew = 1;
+	in.P = 8; /* (P-1)/P */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_DENSE_RING, &in).work_s, 7.0 / 8 * 1e6 * 0.7e-9,
+		   1e-15);
+	in.density = 1; /* every block: (P-1)/P U, the ring's */
+	CHECK_NEAR(scd_cost_scheme(SCD_SCHEME_OMNIREDUCE, &in).work_s, 7.0 / 8 * 1e6 * 0.7e-9,
+		   1e-15);
+	/* in context: the default rate, and the block size the context sets */
+	scd_scheme_cfg_t cfg = scd_scheme_cfg_default(1000000, 1);
+	CHECK_NEAR(cfg.dense_sum_s_per_elem, SCD_COST_DENSE_SUM_S_PER_ELEM, 0);
+	cfg.omni_block = 16;
+	scd_transport_t t;
+	scd_scheme_ctx_t *ctx = make_ctx(&cfg, 4, &t);
+	scd_scheme_profile_t pf = {.density = 0.01, .gamma_n = 2, .skew = 1, .steps = 3};
+	scd_cost_t r = scd_scheme_cost(ctx, SCD_SCHEME_DENSE_RING, &pf, 1e-5, 1e-9),
+		   o = scd_scheme_cost(ctx, SCD_SCHEME_OMNIREDUCE, &pf, 1e-5, 1e-9);
+	CHECK_NEAR(r.work_s, 3.0 / 4 * 1e6 * SCD_COST_DENSE_SUM_S_PER_ELEM, 1e-15);
+	CHECK_NEAR(o.work_s,
+		   3 * 1e6 / 4 * (1 - pow(1 - 0.01, 16)) * SCD_COST_DENSE_SUM_S_PER_ELEM,
+		   1e-15);
+	scd_scheme_ctx_destroy(ctx);
 }
