@@ -526,7 +526,8 @@ SC_API int sc_process_set_ranks(const sc_client_t *client, int id, int *ranks, i
  * SC_ERR_STALLED naming the ranks that did not enter within the daemons' stall_timeout_ms, and
  * with SC_ERR_ABORTED on every rank when a trainer of the job exited or, at once, when a
  * trainer that has not entered it has joined (a joined trainer's own barrier is
- * SC_ERR_INVALID).
+ * SC_ERR_INVALID: from the daemon, or at once from the library while the trainer holds a
+ * join it has not collected, even one the daemons have already ended).
  */
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
 /* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */

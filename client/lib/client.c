@@ -1423,11 +1423,11 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
 
 /* Whether the trainer holds a barrier it has not collected yet (sc_wait / sc_poll), done or
  * not; an abandoned one (orphan) no longer counts. Called with c->mu held. */
-static int barrier_outstanding(const sc_client_t *c)
+static int tensorless_outstanding(const sc_client_t *c, int join)
 {
 	for (int b = 0; b < SCL_OP_BUCKETS; b++)
 		for (const struct scl_op *o = c->ops[b]; o; o = o->next)
-			if (!o->tensor && !o->join && !o->orphan)
+			if (!o->tensor && o->join == join && !o->orphan)
 				return 1;
 	return 0;
 }
@@ -1475,7 +1475,19 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 		free(f);
 		return st;
 	}
-	if (!join && barrier_outstanding(c)) {
+	if (!join && tensorless_outstanding(c, 1)) {
+		/* the daemons may already have ended the join (a rank left without joining);
+		 * until the trainer collects it, it is a joined trainer still */
+		pthread_mutex_unlock(&c->mu);
+		free(o);
+		free(f);
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: barrier refused: it has joined (a join not yet "
+		    "collected), and enters no barrier until every rank has joined",
+		    c->rank);
+	}
+	if (!join && tensorless_outstanding(c, 0)) {
 		/* the daemon may already have completed the first one (every other rank had
 		 * entered it), so only this side can say that the trainer still holds it */
 		pthread_mutex_unlock(&c->mu);
