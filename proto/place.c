@@ -280,8 +280,12 @@ static int coordinator(sc_env_get_fn get, void *ctx, sc_place_t *p, char *err, s
 static int by_node(sc_env_get_fn get, void *ctx, const sc_place_t *p, char *err, size_t len)
 {
 	const char *pol = env(get, ctx, "OMPI_MCA_rmaps_base_mapping_policy");
+	const char *rank_by = env(get, ctx, "OMPI_MCA_rmaps_base_ranking_policy");
 	if (!pol || strcmp(p->source, "openmpi") ||
 	    (strcmp(pol, "node") && strncmp(pol, "node:", 5)))
+		return 0;
+	/* --rank-by slot (or core...) numbers the mapped ranks in blocks after all */
+	if (rank_by && strcmp(rank_by, "node") && strncmp(rank_by, "node:", 5))
 		return 0;
 	if (p->node_count > 0 && p->size == p->node_count * p->local_size &&
 	    p->local_rank == p->rank / p->node_count)
@@ -325,16 +329,14 @@ static int derive(sc_env_get_fn get, void *ctx, const char *host, sc_place_t *p,
 		const char *list =
 		    env(get, ctx, "SLURM_STEP_NODELIST") ?: env(get, ctx, "SLURM_JOB_NODELIST");
 		int at = list && host ? sc_hostlist_find(list, host, NULL, 0) : -1;
-		int rr = at >= 0 ? 0 : by_node(get, ctx, p, err, len);
+		int rr = by_node(get, ctx, p, err, len);
 		if (rr < 0)
 			return -1;
 		if (at >= 0) {
 			p->node_rank = at, p->node_from = "node list";
 		} else if (rr) {
-			/* sparsecomm numbers the trainers node by node (place.h) */
 			p->node_rank = p->rank % p->node_count;
 			p->node_from = "Open MPI's mapping by node";
-			p->rank = p->node_rank * p->local_size + p->local_rank;
 		} else if (p->local_size > 0 && p->rank % p->local_size == p->local_rank) {
 			p->node_rank = p->rank / p->local_size,
 			p->node_from = "ranks in blocks";
@@ -347,6 +349,10 @@ static int derive(sc_env_get_fn get, void *ctx, const char *host, sc_place_t *p,
 			    "SPARSECOMM_NODE_RANK",
 			    p->source, p->rank, p->local_rank, p->local_size);
 		}
+		/* ranks round-robin over the nodes (whichever rule named this one's node):
+		 * sparsecomm numbers the trainers node by node (place.h) */
+		if (rr)
+			p->rank = p->node_rank * p->local_size + p->local_rank;
 	}
 	if (!have[F_NODE_COUNT])
 		p->node_count = p->local_size ? p->size / p->local_size : 0;

@@ -378,6 +378,15 @@ SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle);
  */
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms);
 
+/*
+ * Gives up a handle that will not be collected (after a wait that timed out, or an
+ * interrupted one): an operation still in flight is freed when it ends, a finished one
+ * now, and neither counts as held any more (a barrier or a join the trainer abandoned does
+ * not refuse its next barrier). Its tensor stays busy until the operation ends. An unknown
+ * handle is ignored.
+ */
+SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle);
+
 /* Synchronous allreduce: sc_allreduce_async followed by sc_wait. */
 SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
 				int timeout_ms);
@@ -548,7 +557,8 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p);
-/* sc_join_async followed by sc_join_result. */
+/* sc_join_async followed by sc_join_result; a join that timed out is abandoned
+ * (sc_abandon). */
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p);
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */

@@ -1328,20 +1328,27 @@ SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void 
 
 /* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
  * frees it. */
+SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
+{
+	struct scl_op *o;
+
+	if (!client)
+		return;
+	pthread_mutex_lock(&client->mu);
+	o = op_find(client, handle);
+	if (o && o->done)
+		op_release(client, o);
+	else if (o)
+		o->orphan = 1;
+	pthread_mutex_unlock(&client->mu);
+}
+
 static sc_status_t wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
 {
 	sc_status_t st = sc_wait(client, h, timeout_ms);
-	struct scl_op *o;
 
-	if (st == SC_ERR_TIMEOUT) {
-		pthread_mutex_lock(&client->mu);
-		o = op_find(client, h);
-		if (o && o->done)
-			op_release(client, o);
-		else if (o)
-			o->orphan = 1;
-		pthread_mutex_unlock(&client->mu);
-	}
+	if (st == SC_ERR_TIMEOUT)
+		sc_abandon(client, h);
 	return st;
 }
 
@@ -1530,7 +1537,10 @@ SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p
 
 	if (st != SC_OK)
 		return st;
-	return sc_join_result(client, h, timeout_ms, last_rank_p);
+	st = sc_join_result(client, h, timeout_ms, last_rank_p);
+	if (st == SC_ERR_TIMEOUT)
+		sc_abandon(client, h);
+	return st;
 }
 
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)

@@ -208,24 +208,26 @@ static int complete_in_header(scd_reg_t *r, char *lost, size_t len)
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error)
 {
 	scd_reg_t *zombies[SCD_MAX_LOCAL];
-	int nz = 0;
+	int nz = 0, lost_n = 0; /* trainers told their memory was lost: an error for them */
 	for (int l = 0; l < SCD_MAX_LOCAL; l++) {
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
 			continue;
 		char lost[400];
-		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost)))
+		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost))) {
 			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL,
 					0);
-		else if (r->session) {
+			lost_n++;
+		} else if (r->session) {
 			int counts = st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back;
 			int hdr = st != SC_OK || counts
 				      ? 0
 				      : complete_in_header(r, lost, sizeof(lost));
-			if (hdr < 0)
+			if (hdr < 0) {
 				send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
 						lost, NULL, 0);
-			else if (hdr == 0)
+				lost_n++;
+			} else if (hdr == 0)
 				send_completion(ctl, r->session, r->handle, st, error,
 						counts ? r->a2a : NULL, (int)r->a2a_n);
 		}
@@ -237,7 +239,7 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 	nt->state = SCD_NT_IDLE;
 	nt->state_since_ms = scd_now_ms();
 	nt->stats.calls++;
-	if (st != SC_OK)
+	if (st != SC_OK || lost_n)
 		nt->stats.errors++;
 	for (int i = 0; i < nz; i++)
 		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */

@@ -369,6 +369,7 @@ static const struct {
     {"false-pid", it_false_pid, "a trainer declaring a false pid, tracked by its real one"},
     {"ctl-flood", it_ctl_flood, "control clients that never read, dropped"},
     {"join-left", it_join_left, "a join beside a barrier and a rank that leaves: at once"},
+    {"join-timeout", it_join_timeout, "a join that timed out holds no later barrier"},
     {"crash", it_crash, "submits a tensor and kills itself"},
     {"peer-oversize", it_peer_oversize, "a 192 MiB frame to the coordinator"},
     {"badinput", it_badinput, "one rank's invalid input fails the operation on every rank"},

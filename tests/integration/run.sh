@@ -1036,6 +1036,7 @@ run_case "late twice n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-a
 run_case "join left n=2" 2 1 60 0 2 -- "$itest" join-left
 run_case "join left n=3" 3 1 60 0 3 -- "$itest" join-left
 run_case "join left n=1 per-node=2" 1 2 60 0 2 -- "$itest" join-left
+run_case "join timeout n=2" 2 1 60 0 2 -- "$itest" join-timeout
 
 # A trainer that crashed ends its job, not the daemon's next one: on a daemon that stays
 # (world of 1, two trainers per node), local rank 1 submits and kills itself; the next

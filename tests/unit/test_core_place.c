@@ -141,6 +141,35 @@ UNIT_TEST(place_openmpi)
 			     NULL};
 	CHECK_EQ_INT(place(bad, "a", &p, err), -1);
 	CHECK_MSG(strstr(err, "maps the ranks by node") && strstr(err, "rank 1"), "%s", err);
+	/* --map-by node --rank-by slot: Open MPI numbers them in blocks after all */
+	const char *slot[] = {"OMPI_COMM_WORLD_RANK=1",
+			      "OMPI_COMM_WORLD_SIZE=4",
+			      "OMPI_COMM_WORLD_LOCAL_RANK=1",
+			      "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+			      "OMPI_MCA_orte_num_nodes=2",
+			      "OMPI_MCA_ess_base_jobid=7",
+			      "OMPI_MCA_rmaps_base_mapping_policy=node",
+			      "OMPI_MCA_rmaps_base_ranking_policy=slot",
+			      NULL};
+	CHECK_MSG(place(slot, "a", &p, err) == 1, "%s", err);
+	CHECK_PLACE(p, 1, 4, 1, 2, 0, 2);
+	CHECK_TRUE(!strcmp(p.node_from, "ranks in blocks"));
+	/* mpirun --map-by node inside a Slurm allocation: the node from the node list, the
+	 * trainers still numbered node by node (Open MPI's rank 1, on the list's second
+	 * host, is sparsecomm's 2) */
+	const char *slurm[] = {"OMPI_COMM_WORLD_RANK=1",
+			       "OMPI_COMM_WORLD_SIZE=4",
+			       "OMPI_COMM_WORLD_LOCAL_RANK=0",
+			       "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+			       "OMPI_MCA_orte_num_nodes=2",
+			       "OMPI_MCA_ess_base_jobid=7",
+			       "OMPI_MCA_rmaps_base_mapping_policy=node",
+			       "SLURM_JOB_NODELIST=gpu[01-02]",
+			       NULL};
+	CHECK_MSG(place(slurm, "gpu02", &p, err) == 1, "%s", err);
+	CHECK_PLACE(p, 2, 4, 0, 2, 1, 2);
+	CHECK_EQ_INT(p.sched_rank, 1);
+	CHECK_TRUE(!strcmp(p.node_from, "node list"));
 }
 
 /* srun -N 2 -n 4 (block distribution) as srun sets it: the node from SLURM_NODEID, the

@@ -310,17 +310,20 @@ def join(timeout=None, process_set=None):
     last = ctypes.c_int(-1)
     tmo = c.timeout_s if timeout is None else float(timeout)
     deadline = _now() + tmo
-    while True:  # in slices, so that Ctrl-C reaches Python
-        left_ms = int(max(0.0, deadline - _now()) * 1000)
-        st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
-                                ctypes.byref(last))
-        if st == _lib.SC_OK:
-            return last.value
-        if st != _lib.SC_ERR_TIMEOUT:
-            raise _error(st, "join")
-        if left_ms <= _WAIT_SLICE_MS:
-            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within %.1f s "
-                                  "(rank %d)" % (tmo, c.rank))
+    try:
+        while True:  # in slices, so that Ctrl-C reaches Python
+            left_ms = int(max(0.0, deadline - _now()) * 1000)
+            st = lib.sc_join_result(c.client, h.value, min(left_ms, _WAIT_SLICE_MS),
+                                    ctypes.byref(last))
+            if st == _lib.SC_OK:
+                return last.value
+            if st != _lib.SC_ERR_TIMEOUT:
+                raise _error(st, "join")
+            if left_ms <= _WAIT_SLICE_MS:
+                raise SparsecommError(_lib.SC_ERR_TIMEOUT, "join did not complete within "
+                                      "%.1f s (rank %d)" % (tmo, c.rank))
+    finally:  # a join given up (timeout, Ctrl-C) is held no more: later barriers run
+        lib.sc_abandon(c.client, h.value)
 
 
 # ---- barrier -----------------------------------------------------------------------
@@ -346,16 +349,19 @@ def barrier(timeout=None, process_set=None):
         raise _error(st, "barrier")
     tmo = c.timeout_s if timeout is None else float(timeout)
     deadline = _now() + tmo
-    while True:  # in slices, so that Ctrl-C reaches Python
-        left_ms = int(max(0.0, deadline - _now()) * 1000)
-        st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
-        if st == _lib.SC_OK:
-            return
-        if st != _lib.SC_ERR_TIMEOUT:
-            raise _error(st, "barrier")
-        if left_ms <= _WAIT_SLICE_MS:
-            raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete within "
-                                  "%.1f s (rank %d)" % (tmo, c.rank))
+    try:
+        while True:  # in slices, so that Ctrl-C reaches Python
+            left_ms = int(max(0.0, deadline - _now()) * 1000)
+            st = lib.sc_wait(c.client, h.value, min(left_ms, _WAIT_SLICE_MS))
+            if st == _lib.SC_OK:
+                return
+            if st != _lib.SC_ERR_TIMEOUT:
+                raise _error(st, "barrier")
+            if left_ms <= _WAIT_SLICE_MS:
+                raise SparsecommError(_lib.SC_ERR_TIMEOUT, "barrier did not complete "
+                                      "within %.1f s (rank %d)" % (tmo, c.rank))
+    finally:  # a barrier given up is held no more: the next one is not refused as busy
+        lib.sc_abandon(c.client, h.value)
 
 
 # ---- broadcast ---------------------------------------------------------------------
