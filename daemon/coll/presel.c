@@ -1,6 +1,9 @@
 /*
- * presel.c: the selections made at submission (see presel.h). The table is a small array
- * searched linearly by cache id, one entry per sparsified tensor of the node.
+ * presel.c: the selections made at submission (see presel.h). The table is an array of
+ * entries, one per sparsified tensor of the node, with an open-addressing index by cache
+ * id beside it (linear probing, at most half full), since every buffer looks each of its
+ * items up. The index is rebuilt when an entry goes, which only a forgotten tensor, a
+ * changed option or a re-formed world causes.
  */
 #include "coll/presel.h"
 
@@ -14,8 +17,31 @@
 struct scd_presel_table {
 	scd_presel_t **v;
 	int n, cap;
+	int32_t *slot;	/* the index: a position in v, or -1 */
+	uint32_t nslot; /* a power of two, at least 2 * cap; 0 before the first entry */
 	uint32_t block;
 };
+
+static uint32_t slot_home(const scd_presel_table_t *tab, uint32_t cache_id)
+{
+	return (cache_id * 2654435761u) & (tab->nslot - 1);
+}
+
+static void index_put(scd_presel_table_t *tab, int i)
+{
+	uint32_t s = slot_home(tab, tab->v[i]->cache_id);
+	while (tab->slot[s] >= 0)
+		s = (s + 1) & (tab->nslot - 1);
+	tab->slot[s] = i;
+}
+
+static void index_rebuild(scd_presel_table_t *tab)
+{
+	for (uint32_t s = 0; s < tab->nslot; s++)
+		tab->slot[s] = -1;
+	for (int i = 0; i < tab->n; i++)
+		index_put(tab, i);
+}
 
 sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p)
 {
@@ -46,24 +72,34 @@ void scd_presel_table_destroy(scd_presel_table_t *tab)
 	for (int i = 0; i < tab->n; i++)
 		entry_free(tab->v[i]);
 	free(tab->v);
+	free(tab->slot);
 	free(tab);
 }
 
 static int entry_find(const scd_presel_table_t *tab, uint32_t cache_id)
 {
-	for (int i = 0; i < tab->n; i++)
-		if (tab->v[i]->cache_id == cache_id)
+	if (!tab->nslot)
+		return -1;
+	for (uint32_t s = slot_home(tab, cache_id);; s = (s + 1) & (tab->nslot - 1)) {
+		int32_t i = tab->slot[s];
+		if (i < 0 || tab->v[i]->cache_id == cache_id)
 			return i;
-	return -1;
+	}
+}
+
+/* Frees entry i and moves the last one into its place. */
+static void entry_remove(scd_presel_table_t *tab, int i)
+{
+	entry_free(tab->v[i]);
+	tab->v[i] = tab->v[--tab->n];
+	index_rebuild(tab);
 }
 
 void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id)
 {
 	int i = tab ? entry_find(tab, cache_id) : -1;
-	if (i < 0)
-		return;
-	entry_free(tab->v[i]);
-	tab->v[i] = tab->v[--tab->n];
+	if (i >= 0)
+		entry_remove(tab, i);
 }
 
 int scd_presel_count(const scd_presel_table_t *tab)
@@ -75,8 +111,10 @@ void scd_presel_clear(scd_presel_table_t *tab)
 {
 	for (int i = 0; tab && i < tab->n; i++)
 		entry_free(tab->v[i]);
-	if (tab)
+	if (tab) {
 		tab->n = 0;
+		index_rebuild(tab);
+	}
 }
 
 int scd_presel_applies(const scd_job_item_t *it)
@@ -138,6 +176,26 @@ static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_sparsifier_cf
 	return p;
 }
 
+/* Room for twice the entries, and an index at most half full. */
+static sc_status_t table_grow(scd_presel_table_t *tab)
+{
+	int cap = tab->cap ? 2 * tab->cap : 16;
+	uint32_t nslot = 2 * (uint32_t)cap;
+	scd_presel_t **v = realloc(tab->v, (size_t)cap * sizeof(*v));
+	if (!v)
+		return SC_ERR_NOMEM;
+	tab->v = v;
+	int32_t *slot = malloc(nslot * sizeof(*slot));
+	if (!slot)
+		return SC_ERR_NOMEM;
+	free(tab->slot);
+	tab->slot = slot;
+	tab->nslot = nslot;
+	tab->cap = cap;
+	index_rebuild(tab);
+	return SC_OK;
+}
+
 sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
 			     scd_presel_t **p_p)
 {
@@ -150,23 +208,16 @@ sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, 
 		*p_p = tab->v[i];
 		return SC_OK;
 	}
-	if (i >= 0) { /* the tensor's options or size changed: made anew */
-		entry_free(tab->v[i]);
-		tab->v[i] = tab->v[--tab->n];
-	}
-	if (tab->n == tab->cap) {
-		int cap = tab->cap ? 2 * tab->cap : 16;
-		scd_presel_t **v = realloc(tab->v, (size_t)cap * sizeof(*v));
-		if (!v)
-			return SC_ERR_NOMEM;
-		tab->v = v;
-		tab->cap = cap;
-	}
+	if (i >= 0) /* the tensor's options or size changed: made anew */
+		entry_remove(tab, i);
+	if (tab->n == tab->cap && table_grow(tab) != SC_OK)
+		return SC_ERR_NOMEM;
 	sc_status_t st;
 	scd_presel_t *p = entry_new(it, &cfg, &st);
 	if (!p)
 		return st;
 	tab->v[tab->n++] = p;
+	index_put(tab, tab->n - 1);
 	*p_p = p;
 	return SC_OK;
 }

@@ -33,7 +33,7 @@ static scd_presel_t *selected(scd_presel_table_t *tab, scd_job_item_t *it, uint6
 		p->acc[i] = (float)(i - 32);
 	it->presel_token = token;
 	CHECK_TRUE(scd_presel_select(p, it) == SC_OK);
-	CHECK_TRUE(p->sel.nnz == N / 8);
+	CHECK_TRUE(p->sel.nnz == (uint64_t)(it->density * N));
 	return p;
 }
 
@@ -80,5 +80,40 @@ UNIT_TEST(presel_keeps_no_entry_without_selection_ahead)
 	scd_presel_clear(tab);
 	CHECK_TRUE(scd_presel_count(tab) == 0);
 	CHECK_TRUE(scd_presel_take(tab, &b, 7) == NULL);
+	scd_presel_table_destroy(tab);
+}
+
+/* The index by cache id: 200 tensors, ids chosen to collide in a small index (multiples
+ * of 64) and spread; each found as its own after the table grew, after entries went from
+ * the middle, and after an entry was made anew for new options. */
+UNIT_TEST(presel_index_finds_each_tensor_its_own_entry)
+{
+	enum { T = 200 };
+	scd_presel_table_t *tab = NULL;
+	CHECK_TRUE(scd_presel_table_create(256, &tab) == SC_OK);
+	static float buf[N], res[T][N];
+	static scd_job_item_t it[T];
+	scd_presel_t *p[T];
+	for (int t = 0; t < T; t++) {
+		item_init(&it[t], t % 2 ? (uint32_t)t * 64 : (uint32_t)t * 7919 + 5, buf,
+			  res[t]);
+		p[t] = selected(tab, &it[t], 1000 + (uint64_t)t);
+	}
+	CHECK_TRUE(scd_presel_count(tab) == T);
+	for (int t = 0; t < T; t += 3)
+		scd_presel_forget(tab, it[t].cache_id);
+	it[1].density = 0.25; /* made anew: another entry for the same id */
+	scd_presel_t *q = selected(tab, &it[1], 1001);
+	CHECK_TRUE(scd_presel_count(tab) == T - (T + 2) / 3);
+	for (int t = 0; t < T; t++) {
+		scd_presel_t *got = scd_presel_take(tab, &it[t], 7);
+		if (t % 3 == 0) {
+			CHECK_TRUE(got == NULL);
+			continue;
+		}
+		CHECK_TRUE(got == (t == 1 ? q : p[t]));
+		CHECK_TRUE(got && got->cache_id == it[t].cache_id &&
+			   got->token == 1000 + (uint64_t)t);
+	}
 	scd_presel_table_destroy(tab);
 }
