@@ -21,6 +21,7 @@
 #include "janitor.h"
 #include "jobd.h"
 #include "netns.h"
+#include "port.h"
 #include "remote.h"
 #include "stream.h"
 
@@ -1271,49 +1272,6 @@ static int find_daemon(run_t *r)
 	return 0;
 }
 
-/* Whether port is free on 127.0.0.1 now (bound and let go again). */
-static int port_free(int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), got = -1;
-	if (fd < 0)
-		return -1;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		got = ntohs(a.sin_port);
-	close(fd);
-	return got;
-}
-
-/* A port for the coordinator on loopback. The daemon binds it only later, so the port is
- * drawn at random below the kernel's ephemeral range (ip_local_port_range): a port the
- * kernel hands out for bind(0) or connect() meanwhile, which the daemons' and the tests'
- * own sockets take by the thousand, cannot be it. Falls back to bind(0) where that range
- * leaves no room below it. */
-static int free_port(void)
-{
-	int lo = 32768, hi = 60999;
-	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
-	if (f) {
-		if (fscanf(f, "%d %d", &lo, &hi) != 2)
-			lo = 32768;
-		fclose(f);
-	}
-	int base = lo / 2 > 1024 ? lo / 2 : 1024, span = lo - base;
-	for (int i = 0; span >= 256 && i < 64; i++) {
-		uint32_t x = 0;
-		if (getrandom(&x, sizeof(x), 0) != sizeof(x))
-			break;
-		int port = base + (int)(x % (uint32_t)span);
-		if (port_free(port) == port)
-			return port;
-	}
-	return port_free(0);
-}
-
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	remove(path);
@@ -1605,7 +1563,7 @@ int main(int argc, char **argv)
 		goto out_netns;
 	int port = r->o.port		 ? r->o.port
 		   : r->net || r->remote ? DEFAULT_PORT_NETNS
-					 : free_port();
+					 : sc_port_pick();
 	if (port <= 0) {
 		fprintf(stderr, "sparsecomm-run: cannot find a free port on 127.0.0.1\n");
 		goto out_netns;

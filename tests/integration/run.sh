@@ -132,7 +132,7 @@ skip_case() {
 
 # A free TCP port on loopback, drawn below the kernel's ephemeral range so that no socket
 # the kernel numbers itself (bind to 0, connect) takes it before the daemon binds it; as
-# sparsecomm-run's free_port does.
+# proto/port.h's sc_port_pick (the launcher's) does.
 free_port() {
 	python3 -c '
 import random, socket

@@ -23,6 +23,7 @@
 #include "device/cuda.h"
 #include "gpu_fns.h"
 #include "gpu_log.h"
+#include "port.h"
 #include "scg.h"
 #include "scg_host_ipc.h"
 #include "unit.h"
@@ -875,25 +876,6 @@ UNIT_TEST_TIMEOUT(gpu_daemon_starts_without_cuda, 30)
 	CHECK_MSG(ready, "sparsecommd did not report ready (status %d)", status);
 }
 
-/* A port free on loopback now, drawn below the kernel's ephemeral range as the launcher's
- * are (no socket the kernel numbers itself can take it meanwhile). */
-static unsigned loopback_port(void)
-{
-	for (int i = 0; i < 64; i++) {
-		unsigned port = 16384 + (unsigned)unit_rng_below(16384);
-		struct sockaddr_in a = {.sin_family = AF_INET,
-					.sin_port = htons((uint16_t)port),
-					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-		int s = socket(AF_INET, SOCK_STREAM, 0);
-		int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-		if (s >= 0)
-			close(s);
-		if (ok)
-			return port;
-	}
-	return 16384 + (unsigned)unit_rng_below(16384);
-}
-
 /* Starts sparsecommd (path) alone and waits for its READY=1; *status_p its exit status. */
 static int daemon_ready(const char *path, int *status_p)
 {
@@ -901,14 +883,15 @@ static int daemon_ready(const char *path, int *status_p)
 	CHECK_TRUE(mkdtemp(rundir));
 	int fd[2];
 	CHECK_TRUE(pipe(fd) == 0);
-	unsigned port = loopback_port();
+	int port = sc_port_pick();
+	CHECK_TRUE(port > 0);
 	pid_t pid = fork();
 	CHECK_TRUE(pid >= 0);
 	if (pid == 0) {
 		close(fd[0]);
 		char nfd[16], coord[64];
 		snprintf(nfd, sizeof nfd, "%d", fd[1]);
-		snprintf(coord, sizeof coord, "127.0.0.1:%u", port);
+		snprintf(coord, sizeof coord, "127.0.0.1:%d", port);
 		int devnull = open("/dev/null", O_WRONLY);
 		if (devnull >= 0) {
 			dup2(devnull, 1);
