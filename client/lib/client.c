@@ -308,6 +308,15 @@ int scl_op_settle(sc_client_t *c, sc_tensor_t *t)
 	return t->busy == NULL;
 }
 
+/* See internal.h. */
+void scl_op_detach(sc_client_t *c, sc_tensor_t *t)
+{
+	for (int b = 0; b < SCL_OP_BUCKETS; b++)
+		for (struct scl_op *op = c->ops[b]; op; op = op->next)
+			if (op->tensor == t)
+				op->tensor = NULL;
+}
+
 /*
  * Marks the client unusable and fails everything that waits on it: synchronous requests
  * see a NULL reply, operations in flight end with status. Called with c->mu held.
@@ -1301,7 +1310,8 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	pthread_mutex_unlock(&c->mu);
 	if (st != SC_OK || !t || !t->cuda) /* a barrier has no tensor */
 		return st;
-	/* the tensor lives until sc_finalize, which no call may overlap */
+	/* the tensor lives until it is released (which cuts it out of its ended operations
+	 * first, scl_op_detach) or sc_finalize, neither of which a wait may overlap */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
 		 t->name);
 	if (gw == GPU_STREAM_WAIT)

@@ -147,6 +147,10 @@ void scl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Whether tensor t has no operation in flight, after ending the one it has when its
  * header says it succeeded (the daemon sends no message then: shm_wake.h). c->mu held. */
 int scl_op_settle(sc_client_t *c, sc_tensor_t *t);
+/* Cuts the tensor out of its operations that ended but were not collected yet, before it
+ * is freed: a later wait or poll on such a handle returns its status without reading the
+ * tensor. c->mu held, t settled (scl_op_settle). */
+void scl_op_detach(sc_client_t *c, sc_tensor_t *t);
 
 /* ---- the connection (client.c) ---- */
 /* Connects and says hello with role (SPARSECOMM__ROLE__ROLE_*); sc_connect is role trainer. */

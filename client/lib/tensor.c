@@ -525,6 +525,7 @@ SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
 		;
 	if (*pp)
 		*pp = tensor->next;
+	scl_op_detach(client, tensor);
 	if (!released_name(client, tensor->name, 0)) {
 		snprintf(client->released[client->released_next], SCL_NAME_MAX + 1, "%s",
 			 tensor->name);

@@ -296,6 +296,20 @@ int it_release(int argc, char **argv)
 		t = register_again(c, "rel.t", next[i].dtype, next[i].numel);
 		allreduce_exact(c, t, 12 + i);
 	}
+	/* released with an operation that ended but was not collected: the handle still
+	 * gives the operation's status, once, without the freed tensor (the sanitizer build
+	 * reads freed memory here where the handle keeps pointing at it) */
+	sc_tensor_t *u = it_register(c, "rel.u", SC_FLOAT32, 100);
+	IT_CHECK_SC(sc_allreduce_async(c, u, SC_OP_SUM, &h), "allreduce 'rel.u'");
+	double t0 = it_now_s();
+	while ((st = sc_tensor_release(c, u)) == SC_ERR_BUSY && it_now_s() - t0 < 30)
+		usleep(1000);
+	IT_CHECK_SC(st, "releasing 'rel.u' once its allreduce ended");
+	if ((st = sc_wait(c, h, 1000)) != SC_OK)
+		IT_FAIL("the ended, uncollected allreduce of released 'rel.u': %s (%s)",
+			sc_status_name(st), sc_last_error());
+	if ((st = sc_wait(c, h, 1000)) != SC_ERR_INVALID)
+		IT_FAIL("'rel.u''s handle collected twice: %s", sc_status_name(st));
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
