@@ -72,6 +72,7 @@
 #define TCP_GOODPUT_FACTOR 0.952
 #define MAX_RUNS	   16
 #define MAX_ITERS	   100
+#define MAX_ROUNDS	   8
 #define LAT_ITERS	   30
 #define CHUNK		   65536
 
@@ -102,7 +103,7 @@ typedef struct run_result {
 typedef struct coll_opts {
 	wl_cfg_t wl;
 	const char *schemes[MAX_RUNS];
-	int n_schemes, iters, warmup, auto_warmup;
+	int n_schemes, iters, warmup, auto_warmup, rounds;
 	bool check, peer_mpi, describe, sparse_result;
 	const char *json_out, *rate, *peer_script;
 	const char *text; /* kjv: a text file instead of the `bible` reader's output */
@@ -126,7 +127,7 @@ static void usage(FILE *out)
 	    "usage: sparsecomm-bench collective --workload zipf|topk|uniform|kjv --numel N\n"
 	    "           --density D --scheme S|all|auto|S1,S2.. [--iters K] [--warmup W]\n"
 	    "           [--check] [--peer-mpi] [--json-out FILE] [--rate RATE]\n"
-	    "           [--sparse-result]\n"
+	    "           [--sparse-result] [--rounds R]\n"
 	    "           [--seed S] [--zipf-s E] [--overlap O] [--peer-script PATH]\n"
 	    "           [--batch B] [--dim D] [--text FILE]\n"
 	    "       sparsecomm-bench collective --describe --ranks P --workload W ...\n"
@@ -137,6 +138,10 @@ static void usage(FILE *out)
 	    "  --auto-warmup A  untimed steps of auto (default max(W, 24)): the cost model\n"
 	    "                 tries up to 4 schemes, about three steps each, before it "
 	    "settles\n"
+	    "  --rounds R     run the list of schemes R times over (default 1, at most 8),\n"
+	    "                 so that a load that drifts during the run reaches every\n"
+	    "                 scheme alike: a table per round, then each round's auto /\n"
+	    "                 best and the median of those ratios\n"
 	    "  --check        verify one more step against the exact reference\n"
 	    "  --peer-mpi     rank 0 also runs Open MPI (bench/mpi/run-peer.sh): ring\n"
 	    "                 MPI_Allreduce of the dense tensor, MPI_Allgatherv of the COO\n"
@@ -178,7 +183,7 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 {
 	const char *schemes = "all";
 	bool have_wl = false;
-	*o = (coll_opts_t){.iters = 5, .warmup = 1, .auto_warmup = -1};
+	*o = (coll_opts_t){.iters = 5, .warmup = 1, .auto_warmup = -1, .rounds = 1};
 	o->wl = (wl_cfg_t){.kind = WL_ZIPF,
 			   .numel = 1u << 20,
 			   .density = 0.01,
@@ -235,6 +240,8 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 			o->iters = atoi(v);
 		else if (!strcmp(a, "--warmup"))
 			o->warmup = atoi(v);
+		else if (!strcmp(a, "--rounds"))
+			o->rounds = atoi(v);
 		else if (!strcmp(a, "--auto-warmup"))
 			o->auto_warmup = atoi(v);
 		else if (!strcmp(a, "--json-out"))
@@ -263,10 +270,10 @@ static int parse_opts(int argc, char **argv, coll_opts_t *o)
 	if (o->wl.numel < 1 || o->wl.numel > UINT32_MAX || !(o->wl.density > 0) ||
 	    o->wl.density > 1 || o->iters < 1 || o->iters > MAX_ITERS || o->warmup < 0 ||
 	    o->wl.P < 1 || o->wl.batch < 1 || o->wl.batch > 1000000 || o->wl.dim < 1 ||
-	    o->wl.dim > 100000) {
+	    o->wl.dim > 100000 || o->rounds < 1 || o->rounds > MAX_ROUNDS) {
 		fprintf(stderr, "collective: need 1 <= numel < 2^32, 0 < density <= 1, 1 <= "
 				"iters <= 100, warmup >= 0, 1 <= batch <= 10^6, 1 <= dim <= "
-				"10^5\n");
+				"10^5, 1 <= rounds <= 8\n");
 		return -1;
 	}
 	if (add_schemes(o, schemes) < 0)
@@ -877,6 +884,62 @@ static int auto_run(const run_result_t *res, int n)
 	return -1;
 }
 
+static const char *round_tag(int k)
+{
+	static char tag[24];
+	snprintf(tag, sizeof(tag), "round %d: ", k + 1);
+	return tag;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* After R rounds of the same schemes: each scheme's median time over the rounds, and each
+ * round's auto against that round's fastest pinned scheme, with how many rounds were
+ * within 10% and the median ratio. */
+static void print_rounds(const coll_opts_t *o, run_result_t (*rres)[MAX_RUNS], int rounds,
+			 int n_round, int n_last)
+{
+	double v[MAX_ROUNDS];
+	printf("#\n# over %d rounds: median time per scheme (ms)\n", rounds);
+	for (int i = 0; i < n_round; i++) {
+		int m = 0;
+		for (int k = 0; k < rounds; k++)
+			if ((k + 1 < rounds || i < n_last) && !rres[k][i].failed &&
+			    rres[k][i].time_s > 0)
+				v[m++] = rres[k][i].time_s;
+		if (!m)
+			continue;
+		qsort(v, (size_t)m, sizeof(v[0]), cmp_double);
+		printf("#   %-12s %10.2f  (%d rounds, %.2f to %.2f)\n", o->schemes[i],
+		       (m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2) * 1e3, m, v[0] * 1e3,
+		       v[m - 1] * 1e3);
+	}
+	int m = 0, within = 0;
+	for (int k = 0; k < rounds; k++) {
+		int nk = k + 1 < rounds ? n_round : n_last;
+		int a = auto_run(rres[k], nk), b = best_pinned(o, rres[k], nk);
+		if (a < 0 || b < 0)
+			continue;
+		v[m] = rres[k][a].time_s / rres[k][b].time_s;
+		within += v[m] <= 1.10;
+		printf("# round %d: auto ran %s, %.2f ms; fastest pinned %s, %.2f ms; auto / "
+		       "best %.3f\n",
+		       k + 1, rres[k][a].chosen, rres[k][a].time_s * 1e3, rres[k][b].scheme,
+		       rres[k][b].time_s * 1e3, v[m]);
+		m++;
+	}
+	if (m) {
+		qsort(v, (size_t)m, sizeof(v[0]), cmp_double);
+		printf("# auto within 10%% of the round's fastest pinned scheme in %d of %d "
+		       "rounds; median auto / best %.3f\n",
+		       within, m, m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2);
+	}
+}
+
 static void num_or_null(FILE *f, const char *key, double v, const char *fmt)
 {
 	fprintf(f, ",\"%s\":", key);
@@ -887,9 +950,11 @@ static void num_or_null(FILE *f, const char *key, double v, const char *fmt)
 }
 
 static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape_t *sh,
-		       const run_result_t *res, int n, const char *selected,
-		       const peer_result_t *pr)
+		       run_result_t (*rres)[MAX_RUNS], int rounds, int n_round, int n_last,
+		       const char *selected, const peer_result_t *pr)
 {
+	const run_result_t *res = rres[0];
+	int n = rounds > 1 ? n_round : n_last;
 	FILE *f = fopen(o->json_out, "w");
 	if (!f) {
 		fprintf(stderr, "collective: cannot write %s: %s\n", o->json_out,
@@ -905,7 +970,8 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 	    o->iters, o->warmup, o->auto_warmup, netns && *netns ? "netns" : "loopback");
 	if (o->rate && *o->rate)
 		fprintf(f, ",\"rate\":\"%s\"", o->rate);
-	fprintf(f, ",\"sparse_result\":%s", o->sparse_result ? "true" : "false");
+	fprintf(f, ",\"sparse_result\":%s,\"rounds\":%d", o->sparse_result ? "true" : "false",
+		o->rounds);
 	num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
 	num_or_null(f, "alpha_s", alpha, "%.6f");
 	fprintf(f, ",\"host_cores\":%ld", sysconf(_SC_NPROCESSORS_ONLN));
@@ -968,6 +1034,23 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 			"\"best_s\":%.6f,\"ratio\":%.4f}",
 			res[ai].chosen, res[ai].time_s, res[bi].scheme, res[bi].time_s,
 			res[ai].time_s / res[bi].time_s);
+	if (o->rounds > 1) {
+		fprintf(f, ",\"per_round\":[");
+		for (int k = 0; k < rounds; k++) {
+			const run_result_t *rk = rres[k];
+			int nk = k + 1 < rounds ? n_round : n_last;
+			int a = auto_run(rk, nk), b = best_pinned(o, rk, nk);
+			fprintf(f, "%s{\"round\":%d", k ? "," : "", k + 1);
+			if (a >= 0 && b >= 0)
+				fprintf(f,
+					",\"auto\":\"%s\",\"auto_s\":%.6f,\"best\":\"%s\","
+					"\"best_s\":%.6f,\"ratio\":%.4f",
+					rk[a].chosen, rk[a].time_s, rk[b].scheme, rk[b].time_s,
+					rk[a].time_s / rk[b].time_s);
+			fprintf(f, "}");
+		}
+		fprintf(f, "]");
+	}
 	fprintf(f, ",\"peers\":[");
 	if (pr && pr->ar_ran)
 		fprintf(f, "{\"name\":\"mpi_allreduce_ring\",\"time_s\":%.6f}", pr->ar_time_s);
@@ -1114,13 +1197,13 @@ static int describe(const coll_opts_t *o)
 BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and Open MPI")
 {
 	coll_opts_t o;
-	run_result_t res[MAX_RUNS];
+	static run_result_t rres[MAX_ROUNDS][MAX_RUNS];
 	work_t w = {0};
 	wl_shape_t shape, *sh = NULL;
 	peer_result_t pr = {0};
 	double alpha = 0;
-	int rc = 1, n = 0;
-	char selected[32] = "";
+	int rc = 1, n = 0, n_last = 0, rounds_run = 0, stop = 0;
+	char selected[MAX_ROUNDS][32] = {""};
 
 	corpus_t text = {0};
 	if (parse_opts(argc, argv, &o) < 0)
@@ -1158,25 +1241,36 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 	if (measure_alpha(&alpha) < 0)
 		goto out;
 	rc = 0;
-	for (int i = 0; i < o.n_schemes; i++, n++) {
-		double t0 = bench_now_s();
-		if (run_scheme(&o, o.schemes[i], &w, &res[n]) < 0)
-			rc = 1;
-		finish_result(&o, o.wl.P, alpha, &res[n]);
-		if (!strcmp(res[n].scheme, "auto"))
-			snprintf(selected, sizeof(selected), "%s", res[n].chosen);
-		if (res[n].checked && (!res[n].identical || (res[n].lossless && res[n].wrong)))
-			rc = 1;
-		if (rank == 0)
-			fprintf(stderr,
-				"collective: %s (ran %s): %.2f ms, sent %.2f MB, recv %.2f MB, "
-				"wrong %g%s (%.0f s)\n",
-				res[n].scheme, res[n].chosen, res[n].time_s * 1e3,
-				res[n].bytes_sent / 1e6, res[n].bytes_recv / 1e6, res[n].wrong,
-				res[n].failed ? ", FAILED" : "", bench_now_s() - t0);
-		if (res[n].failed && res[n].error[0] == 0)
-			break; /* the daemons did not answer the gather: nothing more will work
-				*/
+	for (int k = 0; k < o.rounds && !stop; k++) {
+		run_result_t *res = rres[k];
+		for (n = 0; n < o.n_schemes; n++) {
+			double t0 = bench_now_s();
+			if (run_scheme(&o, o.schemes[n], &w, &res[n]) < 0)
+				rc = 1;
+			finish_result(&o, o.wl.P, alpha, &res[n]);
+			if (!strcmp(res[n].scheme, "auto"))
+				snprintf(selected[k], sizeof(selected[k]), "%s", res[n].chosen);
+			if (res[n].checked &&
+			    (!res[n].identical || (res[n].lossless && res[n].wrong)))
+				rc = 1;
+			if (rank == 0)
+				fprintf(
+				    stderr,
+				    "collective: %s%s (ran %s): %.2f ms, sent %.2f MB, recv "
+				    "%.2f MB, wrong %g%s (%.0f s)\n",
+				    o.rounds > 1 ? round_tag(k) : "", res[n].scheme,
+				    res[n].chosen, res[n].time_s * 1e3, res[n].bytes_sent / 1e6,
+				    res[n].bytes_recv / 1e6, res[n].wrong,
+				    res[n].failed ? ", FAILED" : "", bench_now_s() - t0);
+			if (res[n].failed && res[n].error[0] == 0) {
+				stop = 1; /* the daemons did not answer the gather: nothing
+					   * more will work */
+				n++;
+				break;
+			}
+		}
+		rounds_run = k + 1;
+		n_last = n;
 	}
 	if (o.peer_mpi) {
 		sess_t s;
@@ -1194,10 +1288,18 @@ BENCH_COMMAND(collective, "sparse collectives per scheme vs alpha-beta bound and
 		sess_close(&s);
 	}
 	if (rank == 0) {
-		print_table(&o, o.wl.P, alpha, sh, res, n, selected, o.peer_mpi ? &pr : NULL);
+		for (int k = 0; k < rounds_run; k++) {
+			if (o.rounds > 1)
+				printf("#\n# round %d of %d\n", k + 1, o.rounds);
+			print_table(&o, o.wl.P, alpha, sh, rres[k],
+				    k + 1 < rounds_run ? o.n_schemes : n_last, selected[k],
+				    o.peer_mpi ? &pr : NULL);
+		}
+		if (o.rounds > 1)
+			print_rounds(&o, rres, rounds_run, o.n_schemes, n_last);
 		if (o.json_out)
-			write_json(&o, o.wl.P, alpha, sh, res, n, selected,
-				   o.peer_mpi ? &pr : NULL);
+			write_json(&o, o.wl.P, alpha, sh, rres, rounds_run, o.n_schemes, n_last,
+				   selected[0], o.peer_mpi ? &pr : NULL);
 	}
 out:
 	free(w.idx);

@@ -94,6 +94,22 @@ def check(doc, schemes):
                                  rel_tol=2e-3)):
             errs.append("auto_vs_best: %r, the fastest pinned %s at %s s, auto %s s" %
                         (avb, best["scheme"], best["time_s"], auto["time_s"]))
+    # --rounds R: one entry per round, numbered, each its own auto / best; the first is
+    # the results' own
+    if doc.get("rounds", 1) > 1:
+        per = doc.get("per_round")
+        if not isinstance(per, list) or [p.get("round") for p in per] != list(
+                range(1, doc["rounds"] + 1)):
+            errs.append("per_round: %r for %s rounds" % (per, doc["rounds"]))
+        elif "auto" in schemes and pickable:
+            for p in per:
+                if (p.get("auto") not in KNOWN or p.get("best") not in schemes or
+                        not math.isclose(p["ratio"], p["auto_s"] / p["best_s"],
+                                         rel_tol=2e-3)):
+                    errs.append("per_round: round %r: %r" % (p.get("round"), p))
+            avb = doc.get("auto_vs_best") or {}
+            if per[0].get("ratio") != avb.get("ratio"):
+                errs.append("per_round: round 1 %r is not auto_vs_best %r" % (per[0], avb))
     return errs
 
 

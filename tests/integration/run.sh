@@ -1215,7 +1215,8 @@ bench_case() {
 # ExDyna with its variants grid and cap (1.25 each), whose bound bench_json.py checks; the
 # paper's Algorithm 5 alone (the default) runs away on these workloads (docs/schemes.md)
 export SPARSECOMM_EXDYNA_CAP=1.25 SPARSECOMM_EXDYNA_GRID=1.25
-bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zipf --sparse-result
+bench_case "bench collective zipf n=3" agsparse,spardl,exdyna,auto --workload zipf --sparse-result \
+	--rounds 2
 bench_case "bench collective topk n=3" hier_central,balanced_par,spardl,exdyna --workload topk
 # the KJV embedding gradient (bench/workload.h), 8 wide: 100K elements from the text
 if command -v bible >/dev/null 2>&1; then
