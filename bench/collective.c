@@ -949,6 +949,22 @@ static void num_or_null(FILE *f, const char *key, double v, const char *fmt)
 		fprintf(f, "null");
 }
 
+/* Auto's run against the fastest pinned one as JSON fields after lead; whether there were
+ * both to compare. */
+static int auto_vs_best_json(FILE *f, const coll_opts_t *o, const run_result_t *res, int n,
+			     const char *lead)
+{
+	int a = auto_run(res, n), b = best_pinned(o, res, n);
+	if (a < 0 || b < 0)
+		return 0;
+	fprintf(f,
+		"%s\"auto\":\"%s\",\"auto_s\":%.6f,\"best\":\"%s\",\"best_s\":%.6f,"
+		"\"ratio\":%.4f",
+		lead, res[a].chosen, res[a].time_s, res[b].scheme, res[b].time_s,
+		res[a].time_s / res[b].time_s);
+	return 1;
+}
+
 static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape_t *sh,
 		       run_result_t (*rres)[MAX_RUNS], int rounds, int n_round, int n_last,
 		       const char *selected, const peer_result_t *pr)
@@ -1027,26 +1043,14 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		fprintf(f, "\"%s\"", selected);
 	else
 		fprintf(f, "null");
-	int ai = auto_run(res, n), bi = best_pinned(o, res, n);
-	if (ai >= 0 && bi >= 0)
-		fprintf(f,
-			",\"auto_vs_best\":{\"auto\":\"%s\",\"auto_s\":%.6f,\"best\":\"%s\","
-			"\"best_s\":%.6f,\"ratio\":%.4f}",
-			res[ai].chosen, res[ai].time_s, res[bi].scheme, res[bi].time_s,
-			res[ai].time_s / res[bi].time_s);
+	if (auto_vs_best_json(f, o, res, n, ",\"auto_vs_best\":{"))
+		fprintf(f, "}");
 	if (o->rounds > 1) {
 		fprintf(f, ",\"per_round\":[");
 		for (int k = 0; k < rounds; k++) {
-			const run_result_t *rk = rres[k];
-			int nk = k + 1 < rounds ? n_round : n_last;
-			int a = auto_run(rk, nk), b = best_pinned(o, rk, nk);
 			fprintf(f, "%s{\"round\":%d", k ? "," : "", k + 1);
-			if (a >= 0 && b >= 0)
-				fprintf(f,
-					",\"auto\":\"%s\",\"auto_s\":%.6f,\"best\":\"%s\","
-					"\"best_s\":%.6f,\"ratio\":%.4f",
-					rk[a].chosen, rk[a].time_s, rk[b].scheme, rk[b].time_s,
-					rk[a].time_s / rk[b].time_s);
+			auto_vs_best_json(f, o, rres[k], k + 1 < rounds ? n_round : n_last,
+					  ",");
 			fprintf(f, "}");
 		}
 		fprintf(f, "]");
