@@ -10,7 +10,9 @@
  * The I/O thread sleeps in zmq_poll on three things: the DEALER, the eventfd, and a PAIR
  * that receives the DEALER's monitor events. It sends what is queued and dispatches what
  * arrives: replies to the synchronous request with the same seq, completions (seq 0) to
- * the operation with their handle. Callers sleep on one condition variable
+ * the operation with their handle. A trainer whose daemon offers a submit channel binds it
+ * in its hello (submit.c): from then on client_enqueue writes every request there itself,
+ * and the I/O thread only reads. Callers sleep on one condition variable
  * (CLOCK_MONOTONIC, always with a deadline unless the caller asked for none) that is
  * broadcast on every reply, completion and failure. Nothing spins.
  *
