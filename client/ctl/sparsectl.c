@@ -253,8 +253,10 @@ static void status_json(const Sparsecomm__StatusReply *s)
 		const Sparsecomm__ClientInfo *c = s->clients[i];
 
 		printf("%s{\"local_rank\":%d,\"rank\":%d,\"pid\":%d,\"tensors\":%u,"
-		       "\"in_flight\":%u}",
-		       i ? "," : "", c->local_rank, c->rank, c->pid, c->tensors, c->in_flight);
+		       "\"in_flight\":%u,\"submit_channel\":%s,\"submit_requests\":%llu}",
+		       i ? "," : "", c->local_rank, c->rank, c->pid, c->tensors, c->in_flight,
+		       c->submit_channel ? "true" : "false",
+		       (unsigned long long)c->submit_requests);
 	}
 	fputs("]}\n", stdout);
 }

@@ -10,7 +10,9 @@
  * The I/O thread sleeps in zmq_poll on three things: the DEALER, the eventfd, and a PAIR
  * that receives the DEALER's monitor events. It sends what is queued and dispatches what
  * arrives: replies to the synchronous request with the same seq, completions (seq 0) to
- * the operation with their handle. Callers sleep on one condition variable
+ * the operation with their handle. A trainer whose daemon offers a submit channel binds it
+ * in its hello (submit.c): from then on client_enqueue writes every request there itself,
+ * and the I/O thread only reads. Callers sleep on one condition variable
  * (CLOCK_MONOTONIC, always with a deadline unless the caller asked for none) that is
  * broadcast on every reply, completion and failure. Nothing spins.
  *
@@ -372,12 +374,22 @@ static void frames_free(struct scl_frame *f)
 	}
 }
 
-/* Queues a frame for the I/O thread (c->mu held). */
+/* Queues a frame for the I/O thread, or sends it on the submit channel once that is bound
+ * (submit.c); a channel that fails fails the client, and with it this request's operation
+ * or call (c->mu held). */
 static void client_enqueue(sc_client_t *c, struct scl_frame *f)
 {
 	int was_empty = c->sendq == NULL;
 	uint64_t one = 1;
 
+	if (c->submit_fd >= 0) {
+		char why[SCL_ERR_MAX - 64];
+
+		if (scl_submit_send(c, f->data, f->len, SCL_DEFAULT_TMO_MS, why, sizeof(why)))
+			client_fail(c, SC_ERR_CONNECT, why);
+		free(f);
+		return;
+	}
 	*c->sendq_tail = f;
 	c->sendq_tail = &f->next;
 	if (was_empty && write(c->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
@@ -726,6 +738,8 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 			;
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
+	if (c->submit_fd >= 0)
+		close(c->submit_fd);
 	frames_free(c->sendq);
 	for (int b = 0; b < SCL_OP_BUCKETS; b++) {
 		struct scl_op *op = c->ops[b], *next;
@@ -863,6 +877,10 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	hello.local_rank = local_rank;
 	hello.role = c->role;
 	hello.header_completion = 1; /* op_fast: a success read from the header */
+	/* a trainer's requests on the submit channel (submit.c), unless told not to */
+	hello.submit_channel = c->role == SPARSECOMM__ROLE__ROLE_TRAINER &&
+			       !(getenv("SPARSECOMM_SUBMIT_CHANNEL") &&
+				 !strcmp(getenv("SPARSECOMM_SUBMIT_CHANNEL"), "0"));
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	snprintf(what, sizeof(what), "handshake with the daemon at %s", c->endpoint);
@@ -900,6 +918,14 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	}
 	c->connected = 1;
 	pthread_mutex_unlock(&c->mu);
+	/* bound here, before any other request exists: every one after the hello then goes
+	 * over the channel (submit.c); one the daemon refuses leaves the control socket's */
+	if (hello.submit_channel && hr->submit_path && *hr->submit_path &&
+	    hr->submit_token.len &&
+	    scl_submit_open(c, hr->submit_path, hr->submit_token.data, hr->submit_token.len,
+			    timeout_ms) != SC_OK)
+		scl_log(SCL_LOG_WARN, "rank %d: %s; requests go over the control socket",
+			c->rank, sc_last_error());
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 	return SC_OK;
 }
@@ -934,7 +960,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");
-	c->wake_fd = -1;
+	c->wake_fd = c->submit_fd = -1;
 	c->role = role;
 	c->rank = c->size = c->local_rank = c->local_size = -1;
 	c->node_rank = c->node_count = -1;

@@ -100,6 +100,9 @@ struct sc_client {
 	void *sock;    /* DEALER to the daemon's ROUTER: only the I/O thread touches it */
 	void *monitor; /* PAIR receiving the DEALER's connection events */
 	int wake_fd;   /* eventfd: work queued for the I/O thread */
+	/* the submit channel (submit.c; -1: none): once bound, every request goes over it,
+	 * sent by the calling thread under mu (one order), none through the I/O thread */
+	int submit_fd;
 	pthread_t io_thread;
 	int io_started;
 
@@ -137,6 +140,17 @@ sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name);
 /* Whether trainer rank is a member of process set id. */
 int scl_pset_has(const sc_client_t *c, int id, int rank);
 void scl_pset_free_all(sc_client_t *c);
+
+/* ---- the submit channel (submit.c) ---- */
+/* Connects to the daemon's submit channel at path and binds it with token (the hello's
+ * reply), waiting up to timeout_ms for the daemon's acknowledgement; sets c->submit_fd.
+ * Called before any request but the hello exists. */
+sc_status_t scl_submit_open(sc_client_t *c, const char *path, const uint8_t *token,
+			    size_t token_len, int timeout_ms);
+/* Sends one packed request over the bound channel, waiting up to timeout_ms while the
+ * socket is full; 0, or -1 with the reason in why. Called with c->mu held. */
+int scl_submit_send(sc_client_t *c, const void *data, size_t len, int timeout_ms, char *why,
+		    size_t why_len);
 
 /* ---- errors and logging (client.c) ---- */
 /* Sets the calling thread's error text and returns status. */

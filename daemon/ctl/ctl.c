@@ -8,8 +8,10 @@
 #include "ctl/ctl.h"
 #include "ctl/collective.h"
 #include "ctl/ctl_int.h"
+#include "ctl/submit.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -343,6 +345,8 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl)
 {
 	scd_tensors_unlink_all(ctl->tensors);
 	unlink(ctl->d->ctl_path);
+	if (ctl->submit_path[0])
+		unlink(ctl->submit_path);
 }
 
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const char *error)
@@ -360,104 +364,6 @@ void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const
 	}
 	if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT)
 		scd_ctl_complete(ctl, nt, st, error);
-}
-
-/* ---- jobs: the engine's view of the shared buffers ----------------------------------- */
-
-static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it);
-
-sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
-			     scd_job_item_t *it)
-{
-	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
-	if (!nt || nt->state != SCD_NT_ANNOUNCED || nt->numel != numel ||
-	    scd_ntensor_typeword(nt) != dtype)
-		return SC_ERR_NOT_FOUND;
-	it->presel_token = nt->presel_armed ? nt->presel_token : 0;
-	nt->presel_armed = 0;
-	fill_srcs(ctl, nt, it);
-	nt->state = SCD_NT_RUNNING;
-	nt->state_since_ms = scd_now_ms();
-	/* the timeline's wait for the other ranks: announced until planned here */
-	scd_tl_arg_t ta[] = {{"step", NULL, (int64_t)nt->stats.calls + 1},
-			     {"numel", NULL, (int64_t)numel}};
-	scd_tl_tensor(nt->name, "wait_ranks", nt->tl_announced, ta, 2);
-	nt->tl_announced = 0;
-	return SC_OK;
-}
-
-void scd_ctl_presel_item(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
-{
-	/* unique over the node's tensors, those registered again included: a selection
-	 * left in the engine by an earlier registration of the name never matches */
-	static uint64_t seq;
-	nt->presel_armed = 1;
-	nt->presel_refs++;
-	it->presel_token = nt->presel_token = ++seq;
-	fill_srcs(ctl, nt, it);
-}
-
-void scd_ctl_presel_done(scd_ctl_t *ctl, scd_ntensor_t *nt)
-{
-	if (--nt->presel_refs > 0)
-		return;
-	/* registrations released while the selection read them, and that no operation in
-	 * flight holds either (those go with its completion) */
-	scd_reg_t *gone[SCD_MAX_LOCAL];
-	int n = 0;
-	for (int l = 0; l < SCD_MAX_LOCAL; l++)
-		if (nt->slot[l] && nt->slot[l]->zombie && !nt->slot[l]->handle)
-			gone[n++] = nt->slot[l];
-	for (int i = 0; i < n; i++)
-		scd_tensors_release(ctl->tensors, gone[i]); /* may free nt */
-}
-
-/* The item's tensor, options and every submitted trainer's buffer and COO area. */
-static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
-{
-	const scd_coll_desc_t *coll = scd_coll_desc(nt->coll.kind);
-	it->nt = nt;
-	it->name = nt->name;
-	it->sparsifier = nt->opts.sparsifier;
-	it->density = nt->opts.density;
-	it->threshold = nt->opts.threshold;
-	it->sketch_rows = nt->opts.sketch_rows;
-	it->sketch_cols = nt->opts.sketch_cols;
-	it->block = nt->opts.block;
-	it->coo_capacity = nt->opts.coo_capacity;
-	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
-	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
-	it->numel = nt->numel;
-	for (int l = 0; l < ctl->d->local_size; l++) {
-		scd_reg_t *r = nt->slot[l];
-		if (!r || !r->handle)
-			continue;
-		scd_job_src_t *s = &it->src[it->n_src++];
-		/* shared memory, or the daemon's GPU memory the trainer maps by CUDA IPC */
-		s->device = r->device_kind == SC_DEVICE_CUDA ? SCD_DEVICE_CUDA : SCD_DEVICE_CPU;
-		s->ready_ev = r->ready_ev;
-		s->done_ev = r->done_ev;
-		s->ordinal = (int)r->device_ordinal;
-		s->local_rank = l;
-		s->dense = r->data;
-		s->coo = r->coo;
-		/* an alltoall's counts, as the trainer gave them (a2a_n 0: none) */
-		s->a2a = r->a2a;
-		s->a2a_n = r->a2a_n;
-		s->a2a_bad = r->a2a_bad;
-		s->a2a_given = r->a2a_given;
-		s->a2a_sum = r->a2a_sum;
-		if (coll->fill_src)
-			coll->fill_src(s, r->nnz, &r->hdr->result_nnz);
-		if (r->coo) {
-			/* the daemon's own layout: the trainer can write the header */
-			s->coo_idx = r->coo_idx;
-			s->coo_val = r->coo_val;
-			s->coo_nnz = r->nnz;
-			s->coo_cap = r->coo_cap;
-			s->result_nnz = r->sparse_result ? &r->hdr->result_nnz : NULL;
-		}
-	}
 }
 
 /* ---- sessions ----------------------------------------------------------------------- */
@@ -480,7 +386,8 @@ static void session_free_cb(uv_handle_t *h)
 /* Closes what watches the session's process and connection, then frees it. */
 static void session_close(scd_session_t *s)
 {
-	s->handles++; /* held until both are closing */
+	s->closed = 1;
+	s->handles++; /* held until all are closing */
 	if (s->pidfd >= 0) {
 		uv_poll_stop(&s->pidpoll);
 		close(s->pidfd);
@@ -493,35 +400,52 @@ static void session_close(scd_session_t *s)
 		uv_close((uv_handle_t *)&s->connpoll, session_free_cb);
 		close(s->conn);
 	}
+	if (s->submit_fd >= 0) {
+		uv_poll_stop(&s->submit_poll);
+		s->handles++;
+		uv_close((uv_handle_t *)&s->submit_poll, session_free_cb);
+		close(s->submit_fd);
+		s->submit_fd = -1;
+	}
 	if (--s->handles == 0)
 		free(s);
 }
 
 /*
- * A client that does not read what the daemon sends it: its connection is shut down, which
- * makes ZeroMQ close it and free what was queued for it, and the session ends at the next
- * tick as a trainer's death would (its node's operations in flight fail, naming it).
+ * Drops a session: its connections are shut down (ZeroMQ then closes the control one and
+ * frees what was queued for it), and the session ends at the next tick as a trainer's
+ * death would (its node's operations in flight fail, naming it).
  */
-static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
+void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why)
 {
 	char pid[96];
 	if (s->dropped)
 		return;
 	s->dropped = 1;
-	s->gone = "was dropped: it did not read its replies";
+	snprintf(s->drop_why, sizeof(s->drop_why), "was dropped: %s", why);
+	s->gone = s->drop_why;
 	s->exited_ms = scd_now_ms();
-	scd_warn(
-	    SCD_SUB_CTL,
-	    "%s client %s (uid %u) dropped: it does not read its replies (%s over the bound "
-	    "of %s)",
-	    s->role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control",
-	    scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)), s->uid,
-	    !strcmp(what, "messages") ? "queued messages" : "unread reports",
-	    !strcmp(what, "messages") ? "65536 + 1024 messages" : "16 MiB");
+	scd_warn(SCD_SUB_CTL, "%s client %s (uid %u) dropped: %s",
+		 s->role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control",
+		 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)), s->uid, why);
 	if (s->conn >= 0) {
 		uv_poll_stop(&s->connpoll);
 		shutdown(s->conn, SHUT_RDWR);
 	}
+	if (s->submit_fd >= 0) {
+		uv_poll_stop(&s->submit_poll);
+		shutdown(s->submit_fd, SHUT_RDWR);
+	}
+}
+
+/* A client that does not read what the daemon sends it is dropped. */
+static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
+{
+	char why[160];
+	snprintf(why, sizeof(why), "it does not read its replies (%s over the bound of %s)",
+		 !strcmp(what, "messages") ? "queued messages" : "unread reports",
+		 !strcmp(what, "messages") ? "65536 + 1024 messages" : "16 MiB");
+	scd_ctl_session_drop(ctl, s, why);
 }
 
 /* A trainer ended its session cleanly without joining: a join in progress can never
@@ -764,7 +688,7 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	s->uid = cred && cred->known ? cred->uid : UINT32_MAX;
 	s->declared_pid = h->pid;
 	s->local_rank = lr;
-	s->pidfd = s->conn = -1;
+	s->pidfd = s->conn = s->submit_fd = -1;
 	s->ctl = ctl;
 	s->last_ms = scd_now_ms();
 	session_watch(ctl, s, cred);
@@ -804,6 +728,8 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	r.node_count = d->world_size;
 	r.rank = lr >= 0 ? d->rank * d->local_size + lr : -1;
 	r.size = d->world_size * d->local_size;
+	if (h->submit_channel && s->role == SPARSECOMM__ROLE__ROLE_TRAINER)
+		scd_submit_offer(ctl, s, &r);
 	m.seq = seq;
 	m.body_case = SPARSECOMM__DAEMON_MSG__BODY_HELLO;
 	m.hello = &r;
@@ -1275,38 +1201,10 @@ static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	}
 }
 
-void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
-		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
+/* Serves a request of session s, from the control socket or its submit channel alike. */
+static void serve(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__ClientMsg *msg)
 {
-	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
-	if (!msg) {
-		char err[128];
-		snprintf(err, sizeof(err),
-			 "malformed control message (%zu bytes): not a ClientMsg", len);
-		scd_warn(SCD_SUB_CTL, "%s", err);
-		send_error(ctl, ident, ident_len, 0, SC_ERR_PROTOCOL, err);
-		return;
-	}
 	uint64_t seq = msg->seq;
-	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
-		handle_hello(ctl, ident, ident_len, seq, cred, msg->hello);
-		goto out;
-	}
-	scd_session_t *s = session_find(ctl, ident, ident_len);
-	if (!s) {
-		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL,
-			   "no session: send hello first");
-		goto out;
-	}
-	if (cred && cred->known && (cred->pid != s->pid || cred->uid != s->uid)) {
-		/* another connection with this one's routing identity */
-		char err[160];
-		snprintf(err, sizeof(err),
-			 "this session belongs to pid %d (uid %u), not to pid %d (uid %u)",
-			 s->pid, s->uid, cred->pid, cred->uid);
-		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, err);
-		goto out;
-	}
 	s->last_ms = scd_now_ms();
 	switch (msg->body_case) {
 	case SPARSECOMM__CLIENT_MSG__BODY_REG:
@@ -1348,11 +1246,76 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		session_end(ctl, s, 0);
 		break;
 	default:
-		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, "unknown request");
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_PROTOCOL,
+			   "unknown request");
 		break;
 	}
+}
+
+void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
+		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
+{
+	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
+	if (!msg) {
+		char err[128];
+		snprintf(err, sizeof(err),
+			 "malformed control message (%zu bytes): not a ClientMsg", len);
+		scd_warn(SCD_SUB_CTL, "%s", err);
+		send_error(ctl, ident, ident_len, 0, SC_ERR_PROTOCOL, err);
+		return;
+	}
+	uint64_t seq = msg->seq;
+	char err[200], pid[96];
+	if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
+		handle_hello(ctl, ident, ident_len, seq, cred, msg->hello);
+		goto out;
+	}
+	scd_session_t *s = session_find(ctl, ident, ident_len);
+	if (!s) {
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL,
+			   "no session: send hello first");
+		goto out;
+	}
+	if (cred && cred->known && (cred->pid != s->pid || cred->uid != s->uid)) {
+		/* another connection with this one's routing identity */
+		snprintf(err, sizeof(err),
+			 "this session belongs to pid %d (uid %u), not to pid %d (uid %u)",
+			 s->pid, s->uid, cred->pid, cred->uid);
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, err);
+		goto out;
+	}
+	if (s->submit_fd >= 0) {
+		/* its requests come over its submit channel: one over this socket could be
+		 * served out of the order it was issued in */
+		snprintf(
+		    err, sizeof(err),
+		    "%s sent a request (body %d) over the control socket after binding its "
+		    "submit channel",
+		    scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)),
+		    (int)msg->body_case);
+		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, err);
+		scd_ctl_session_drop(ctl, s, err);
+		goto out;
+	}
+	serve(ctl, s, msg);
 out:
 	sparsecomm__client_msg__free_unpacked(msg, NULL);
+}
+
+void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *buf, size_t len)
+{
+	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
+	char why[160];
+	if (!msg || msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
+		snprintf(why, sizeof(why), "it sent %s over its submit channel",
+			 msg ? "a hello" : "a message that is not a ClientMsg");
+		scd_ctl_session_drop(ctl, s, why);
+	} else {
+		s->submit_requests++;
+		serve(ctl, s, msg);
+	}
+	if (msg)
+		sparsecomm__client_msg__free_unpacked(msg, NULL);
 }
 
 static void on_more(uv_idle_t *h)
@@ -1398,11 +1361,16 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		next = s->next;
 		if (!s->exited_ms || now - s->exited_ms < CTL_EXIT_GRACE_MS)
 			continue;
+		if (!s->dropped) /* what it sent over its submit channel, all of it first */
+			scd_submit_read(s, INT_MAX);
+		if (s->closed) /* its goodbye was there */
+			continue;
 		struct pollfd pfd = {s->pidfd, POLLIN, 0};
 		if (!s->dropped && s->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
 			s->gone = "exited"; /* its connection closed as it exited */
 		session_end(ctl, s, 1);
 	}
+	scd_submit_tick(ctl);
 	/* Reports a client has read: nothing it was sent is left unread. */
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		if (s->report_bytes && scd_peer_conn_unread(s->conn) <= 0)
@@ -1486,6 +1454,7 @@ sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl
 	}
 	uv_idle_init(d->loop, &ctl->more);
 	ctl->more.data = ctl;
+	ctl->submit_fd = -1;
 	*ctl_p = ctl;
 	return SC_OK;
 }
@@ -1529,7 +1498,7 @@ sc_status_t scd_ctl_listen(scd_ctl_t *ctl)
 	uv_poll_start(&ctl->poll, UV_READABLE, on_readable);
 	ctl->polling = 1;
 	scd_info(SCD_SUB_CTL, "control socket %s", d->ctl_endpoint);
-	return SC_OK;
+	return scd_submit_listen(ctl);
 }
 
 void scd_ctl_destroy(scd_ctl_t *ctl)
@@ -1552,5 +1521,6 @@ void scd_ctl_destroy(scd_ctl_t *ctl)
 	if (ctl->sock)
 		zmq_close(ctl->sock);
 	unlink(ctl->d->ctl_path);
+	scd_submit_destroy(ctl);
 	/* ctl is freed after the loop has closed its handles */
 }

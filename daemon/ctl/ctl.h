@@ -3,11 +3,12 @@
  * mode 0600 in a 0700 directory) and the sessions behind it: trainers (which register
  * tensors and submit them) and sparsectl (status, stats, pending, config).
  *
- * Every message is one protobuf-c ClientMsg / DaemonMsg. A malformed message gets an error
- * reply and is otherwise ignored. Who a client is comes from the kernel (the socket's peer
- * credentials, ctl/peer.h), never from its hello. A trainer's death is seen through a
- * pidfd on that pid (polled by the loop; a periodic kill(pid, 0) where pidfd_open is not
- * available), and through its connection's hang-up (a trainer whose process the daemon
+ * Every message is one protobuf-c ClientMsg / DaemonMsg. A trainer may send its requests
+ * over a submit channel instead (ctl/submit.h), served by the same handlers. A malformed
+ * message gets an error reply and is otherwise ignored. Who a client is comes from the kernel
+ * (the socket's peer credentials, ctl/peer.h), never from its hello. A trainer's death is seen
+ * through a pidfd on that pid (polled by the loop; a periodic kill(pid, 0) where pidfd_open is
+ * not available), and through its connection's hang-up (a trainer whose process the daemon
  * cannot see, in a PID namespace of its own): its tensors are released, and whatever the
  * other trainers were waiting on with it fails. A client that does not read its replies
  * is dropped once it has too much unread (CTL_SEND_HWM, CTL_REPORT_BACKLOG_BYTES).

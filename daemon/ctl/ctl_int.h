@@ -9,6 +9,8 @@
 #include "ctl/ctl.h"
 #include "ctl/pset.h"
 
+#define SCD_SUBMIT_TOKEN_BYTES 16 /* a submit channel's token (ctl/submit.h) */
+
 typedef struct scd_session {
 	uint8_t ident[256];
 	size_t ident_len;
@@ -28,6 +30,15 @@ typedef struct scd_session {
 	const char *gone;    /* how: "exited", "closed its connection", "was dropped" */
 	size_t report_bytes; /* reports sent since it was last seen to have read everything */
 	int dropped;	     /* too much unread: its connection is shut, it ends at the tick */
+	char drop_why[200];  /* why it was dropped (gone points here) */
+	/* its submit channel (ctl/submit.h): offered in the hello's reply with this token, and
+	 * once bound the connection every request of the session comes over (-1: none) */
+	int submit_offered;
+	uint8_t submit_token[SCD_SUBMIT_TOKEN_BYTES];
+	int submit_fd;
+	uv_poll_t submit_poll;
+	uint64_t submit_requests; /* served from it */
+	int closed; /* session_close ran: its handles are closing, nothing more is served */
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
 	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
@@ -63,6 +74,14 @@ struct scd_ctl {
 	} pq[16];
 	uint64_t next_query;
 	scd_psets_t psets; /* the job's process sets (pset.h) */
+	/* the submit channel's listening socket (ctl/submit.h; -1: none), its path, the
+	 * connections accepted that have not sent their token yet, and a message's buffer */
+	int submit_fd;
+	uv_poll_t submit_poll;
+	char submit_path[108];
+	struct scd_submit_conn *submit_pending;
+	int submit_n_pending;
+	uint8_t *submit_buf;
 };
 
 /* Sends m to the client ident (ctl.c: bounded by what the client leaves unread). */
@@ -71,6 +90,14 @@ void scd_ctl_send(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 void scd_ctl_send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
 			sc_status_t st, const char *msg);
 void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+
+/* Serves len bytes that came over session s's bound submit channel, as scd_ctl_dispatch
+ * serves a ROUTER message (one handler for both); a message that is not a request drops
+ * the session. */
+void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *buf, size_t len);
+/* Drops session s (it ends at the next tick as a trainer's death would), why saying what
+ * it did; warns naming its pid and uid. */
+void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why);
 
 /* report.c: the requests of those names. */
 void scd_ctl_handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);

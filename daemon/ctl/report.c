@@ -66,6 +66,8 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 		ci->local_rank = t->local_rank;
 		ci->rank = d->rank * d->local_size + t->local_rank;
 		ci->pid = t->pid ? t->pid : t->declared_pid;
+		ci->submit_channel = t->submit_fd >= 0;
+		ci->submit_requests = t->submit_requests;
 		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
 			ci->tensors++;
 			ci->in_flight += g->handle != 0;

@@ -22,10 +22,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -162,17 +165,25 @@ static Sparsecomm__DaemonMsg *raw_reply(raw_t *r, uint64_t seq, int timeout_ms)
 	}
 }
 
-static uint64_t raw_hello(raw_t *r, uint32_t version, Sparsecomm__Role role, int local_rank)
+/* A hello; submit: it asks for the submit channel. Returns its seq. */
+static uint64_t raw_hello_as(raw_t *r, uint32_t version, Sparsecomm__Role role, int local_rank,
+			     int submit)
 {
 	Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
 	h.protocol_version = version;
 	h.pid = (int32_t)getpid();
 	h.local_rank = local_rank;
 	h.role = role;
+	h.submit_channel = submit != 0;
 	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	m.hello = &h;
 	return raw_send(r, &m);
+}
+
+static uint64_t raw_hello(raw_t *r, uint32_t version, Sparsecomm__Role role, int local_rank)
+{
+	return raw_hello_as(r, version, role, local_rank, 0);
 }
 
 /* A hello the daemon accepts; returns the trainer's global rank (-1 for control). */
@@ -851,5 +862,230 @@ int it_ctl_flood(int argc, char **argv)
 	       it_now_s() - t0 < 20)
 		it_sleep_ms(100);
 	library_still_works("flood.after");
+	it_pass();
+}
+
+/* ---- the submit channel ------------------------------------------------------------- */
+
+typedef struct {
+	char path[108];
+	uint8_t token[64];
+	size_t token_len;
+} raw_offer_t;
+
+/* A trainer's hello that asks for the submit channel (local rank -1: the daemon's choice,
+ * retried while the node's ranks are taken by a session ending); returns the offer. */
+static raw_offer_t raw_hello_submit(raw_t *r)
+{
+	raw_offer_t o;
+	memset(&o, 0, sizeof(o));
+	double deadline = it_now_s() + 10.0;
+	for (;;) {
+		uint64_t s =
+		    raw_hello_as(r, SC_PROTOCOL_VERSION, SPARSECOMM__ROLE__ROLE_TRAINER, -1, 1);
+		Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
+		if (!d)
+			IT_FAIL("no reply to a hello asking for the submit channel");
+		if (d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR &&
+		    d->error->status == SC_ERR_LIMIT && it_now_s() < deadline) {
+			sparsecomm__daemon_msg__free_unpacked(d, NULL);
+			it_sleep_ms(100); /* a dropped session ends at the daemon's next tick */
+			continue;
+		}
+		if (d->body_case != SPARSECOMM__DAEMON_MSG__BODY_HELLO)
+			IT_FAIL("hello asking for the submit channel answered with %s%s%s",
+				body_name(d),
+				d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
+				d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR
+				    ? d->error->message
+				    : "");
+		const Sparsecomm__HelloReply *hr = d->hello;
+		if (!hr->submit_path || !*hr->submit_path || hr->submit_token.len < 8 ||
+		    hr->submit_token.len > sizeof(o.token) ||
+		    strlen(hr->submit_path) >= sizeof(o.path))
+			IT_FAIL(
+			    "the hello's reply offers no submit channel (path '%s', a token "
+			    "of %zu bytes; at least 8 expected)",
+			    hr->submit_path ? hr->submit_path : "", hr->submit_token.len);
+		snprintf(o.path, sizeof(o.path), "%s", hr->submit_path);
+		memcpy(o.token, hr->submit_token.data, hr->submit_token.len);
+		o.token_len = hr->submit_token.len;
+		sparsecomm__daemon_msg__free_unpacked(d, NULL);
+		return o;
+	}
+}
+
+/* A connection to the submit channel that has sent len bytes of tok (none when NULL). */
+static int submit_connect(const raw_offer_t *o, const void *tok, size_t len)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", o->path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		IT_FAIL("connecting to the submit channel %s: %s", o->path, strerror(errno));
+	if (tok && send(fd, tok, len, MSG_NOSIGNAL) != (ssize_t)len)
+		IT_FAIL("sending a token on the submit channel: %s", strerror(errno));
+	return fd;
+}
+
+/* What the daemon sends on fd within timeout_ms: 1 its acknowledgement, 0 the connection
+ * closed, -1 nothing. */
+static int submit_answer(int fd, int timeout_ms)
+{
+	struct pollfd p = {fd, POLLIN, 0};
+	if (poll(&p, 1, timeout_ms) != 1)
+		return -1;
+	uint8_t b = 0;
+	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+	if (n == 1 && b == 1)
+		return 1;
+	if (n <= 0)
+		return 0;
+	IT_FAIL("the submit channel sent an unexpected byte %u", b);
+}
+
+/* A connection from a child process with o's right token: 0 when it was refused. */
+static int submit_from_child(const raw_offer_t *o)
+{
+	pid_t p = fork();
+	if (p < 0)
+		IT_FAIL("fork: %s", strerror(errno));
+	if (p == 0) {
+		int fd = submit_connect(o, o->token, o->token_len);
+		_exit(submit_answer(fd, RAW_REPLY_MS) == 0 ? 0 : 1);
+	}
+	int st = 0;
+	waitpid(p, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
+/* Sends m packed on the channel fd, with seq. */
+static void submit_send(int fd, Sparsecomm__ClientMsg *m, uint64_t seq)
+{
+	m->seq = seq;
+	uint8_t buf[4096];
+	size_t len = sparsecomm__client_msg__get_packed_size(m);
+	if (len > sizeof(buf))
+		IT_FAIL("request of %zu bytes", len);
+	sparsecomm__client_msg__pack(m, buf);
+	if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		IT_FAIL("sending on the submit channel: %s", strerror(errno));
+}
+
+/* A raw trainer session with a bound channel: its DEALER and the channel's descriptor. */
+static int raw_bound(raw_t *r, uint32_t *id_p, const char *name)
+{
+	raw_open(r);
+	raw_offer_t o = raw_hello_submit(r);
+	if (id_p)
+		*id_p = raw_register(r, name, 16);
+	int fd = submit_connect(&o, o.token, o.token_len);
+	if (submit_answer(fd, RAW_REPLY_MS) != 1)
+		IT_FAIL("the submit channel refused the session's own token");
+	return fd;
+}
+
+/* A bound session whose channel carries what the library never sends (what): the daemon
+ * closes the channel (the session dropped) and lives on. */
+static void submit_abuse(const char *what, const void *buf, size_t len)
+{
+	raw_t r;
+	int fd = raw_bound(&r, NULL, NULL);
+	if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		IT_FAIL("%s: send: %s", what, strerror(errno));
+	if (submit_answer(fd, RAW_REPLY_MS) != 0)
+		IT_FAIL("%s on the submit channel: the daemon did not close it within %d ms",
+			what, RAW_REPLY_MS);
+	close(fd);
+	raw_close(&r);
+	daemon_alive(what);
+	double deadline = it_now_s() + 10.0; /* it ends at the daemon's next tick */
+	while (status_pid_of(0) != 0 && it_now_s() < deadline)
+		it_sleep_ms(100);
+	if (status_pid_of(0) != 0)
+		IT_FAIL("%s: the dropped session still holds local rank 0 after 10 s", what);
+	it_log("%s: the session dropped, the daemon alive", what);
+}
+
+/*
+ * submit-channel (one node, one trainer): a wrong token, the right one from another
+ * process, and a connection that sends nothing are closed while the session goes on; its
+ * own token binds it and an allreduce sent over the channel completes; a request over the
+ * control socket after that drops the session with an error naming its pid; garbage and an
+ * oversize message on the channel drop only their session; the library works afterwards.
+ */
+int it_submit_channel(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	char why[1024];
+	raw_t r;
+	raw_open(&r);
+	raw_offer_t o = raw_hello_submit(&r);
+	uint8_t wrong[64];
+	memcpy(wrong, o.token, o.token_len);
+	wrong[0] ^= 0x5a;
+	int fd = submit_connect(&o, wrong, o.token_len);
+	if (submit_answer(fd, RAW_REPLY_MS) != 0)
+		IT_FAIL("a wrong token was not refused (the connection stayed open)");
+	close(fd);
+	if (submit_from_child(&o) != 0)
+		IT_FAIL("the right token from another process (pid) was not refused");
+	double t0 = it_now_s();
+	fd = submit_connect(&o, NULL, 0);
+	if (submit_answer(fd, RAW_REPLY_MS) != 0)
+		IT_FAIL("a connection that sent no token was not closed within %d ms",
+			RAW_REPLY_MS);
+	it_log("a silent connection closed after %.1f s", it_now_s() - t0);
+	close(fd);
+	/* the session is unaffected: it registers over the control socket, then binds */
+	uint32_t id = raw_register(&r, "submit.x", 16);
+	fd = submit_connect(&o, o.token, o.token_len);
+	if (submit_answer(fd, RAW_REPLY_MS) != 1)
+		IT_FAIL("after the refusals the session's own token was not acknowledged");
+	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
+	Sparsecomm__Collective c = SPARSECOMM__COLLECTIVE__INIT;
+	c.tensor_id = id;
+	c.handle = 7001;
+	c.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
+	c.allreduce = &ar;
+	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
+	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
+	m.collective = &c;
+	submit_send(fd, &m, 7001);
+	int st = raw_outcome(&r, 7001, 7001, IT_OP_TIMEOUT_MS, why, sizeof(why));
+	if (st != SC_OK)
+		IT_FAIL("an allreduce over the bound channel: %s: %s",
+			sc_status_name((sc_status_t)st), why);
+	/* a request over the control socket now: refused naming the pid, session dropped */
+	c.handle = 7002;
+	uint64_t s = raw_send(&r, &m);
+	Sparsecomm__DaemonMsg *d = raw_reply(&r, s, RAW_REPLY_MS);
+	char pid[32];
+	snprintf(pid, sizeof(pid), "pid %d", (int)getpid());
+	if (!d || d->body_case != SPARSECOMM__DAEMON_MSG__BODY_ERROR ||
+	    !strstr(d->error->message, pid) || !strstr(d->error->message, "submit channel"))
+		IT_FAIL("a request over the control socket after binding: expected an error "
+			"naming %s and the submit channel, got %s%s%s",
+			pid, d ? body_name(d) : "no reply",
+			d && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? ": " : "",
+			d && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR
+			    ? d->error->message
+			    : "");
+	it_log("over the control socket after binding: %s", d->error->message);
+	sparsecomm__daemon_msg__free_unpacked(d, NULL);
+	if (submit_answer(fd, RAW_REPLY_MS) != 0)
+		IT_FAIL("the session was not dropped (its channel stayed open)");
+	close(fd);
+	raw_close(&r);
+	daemon_alive("a request over the control socket after binding");
+	static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 'n', 'o', 't', 0x07};
+	submit_abuse("garbage", junk, sizeof(junk));
+	size_t big = (size_t)(64 << 10) + 4096;
+	uint8_t *buf = calloc(1, big);
+	if (!buf)
+		IT_FAIL("out of memory");
+	submit_abuse("an oversize message", buf, big);
+	free(buf);
+	library_still_works("submit.after");
 	it_pass();
 }

@@ -1,0 +1,269 @@
+/* submit.c: see submit.h. */
+#include "ctl/submit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/log.h"
+
+/* A connection accepted that has not sent its token yet. */
+typedef struct scd_submit_conn {
+	int fd;
+	uv_poll_t poll;
+	uint64_t since_ms;
+	scd_ctl_t *ctl;
+	struct scd_submit_conn *next;
+} scd_submit_conn_t;
+
+static void conn_free_cb(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* Unlinks c from the waiting list and closes it. */
+static void conn_close(scd_ctl_t *ctl, scd_submit_conn_t *c)
+{
+	for (scd_submit_conn_t **pp = &ctl->submit_pending; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	ctl->submit_n_pending--;
+	uv_poll_stop(&c->poll);
+	close(c->fd);
+	uv_close((uv_handle_t *)&c->poll, conn_free_cb);
+}
+
+static void conn_cred(int fd, struct ucred *uc)
+{
+	socklen_t len = sizeof(*uc);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, uc, &len) != 0)
+		uc->pid = 0, uc->uid = UINT32_MAX;
+}
+
+static void on_submit_readable(uv_poll_t *h, int status, int events)
+{
+	(void)status, (void)events;
+	scd_submit_read(h->data, SCD_SUBMIT_READ_BUDGET);
+}
+
+/* Binds c's connection to s: the session gets a duplicate of it (c's own closes with c),
+ * and the binding is acknowledged. */
+static void conn_bind(scd_ctl_t *ctl, scd_submit_conn_t *c, scd_session_t *s)
+{
+	int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 3);
+	uint8_t ack = 1;
+	if (fd < 0 || send(fd, &ack, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+		scd_warn(SCD_SUB_CTL, "submit channel of pid %d: cannot bind it: %s", s->pid,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	s->submit_fd = fd;
+	uv_poll_init(ctl->d->loop, &s->submit_poll, fd);
+	s->submit_poll.data = s;
+	uv_poll_start(&s->submit_poll, UV_READABLE | UV_DISCONNECT, on_submit_readable);
+	scd_debug(SCD_SUB_CTL, "submit channel of pid %d bound", s->pid);
+}
+
+/* The first message of a connection: its token. */
+static void on_token(uv_poll_t *h, int status, int events)
+{
+	(void)status, (void)events;
+	scd_submit_conn_t *c = h->data;
+	scd_ctl_t *ctl = c->ctl;
+	uint8_t tok[SCD_SUBMIT_TOKEN_BYTES + 1];
+	ssize_t n = recv(c->fd, tok, sizeof(tok), MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	struct ucred uc;
+	conn_cred(c->fd, &uc);
+	scd_session_t *s = NULL;
+	if (n == SCD_SUBMIT_TOKEN_BYTES)
+		for (s = ctl->sessions; s; s = s->next)
+			if (s->submit_offered && s->submit_fd < 0 && !s->closed &&
+			    !memcmp(s->submit_token, tok, sizeof(s->submit_token)))
+				break;
+	if (!s)
+		scd_warn(SCD_SUB_CTL, "submit channel from pid %d (uid %u) refused: %s",
+			 (int)uc.pid, (unsigned)uc.uid,
+			 n == 0	 ? "it closed before sending a token"
+			 : n < 0 ? strerror(errno)
+				 : "its token is no session's");
+	else if ((int)uc.pid != s->pid || uc.uid != s->uid)
+		scd_warn(
+		    SCD_SUB_CTL,
+		    "submit channel from pid %d (uid %u) refused: its token is the session "
+		    "of pid %d (uid %u)",
+		    (int)uc.pid, (unsigned)uc.uid, s->pid, (unsigned)s->uid);
+	else
+		conn_bind(ctl, c, s);
+	conn_close(ctl, c);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+	(void)status, (void)events;
+	scd_ctl_t *ctl = h->data;
+	for (;;) {
+		int fd = accept4(ctl->submit_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return; /* EAGAIN, or a connection gone meanwhile */
+		scd_submit_conn_t *c = NULL;
+		if (ctl->submit_n_pending >= SCD_SUBMIT_MAX_PENDING ||
+		    !(c = calloc(1, sizeof(*c)))) {
+			struct ucred uc;
+			conn_cred(fd, &uc);
+			scd_warn(SCD_SUB_CTL,
+				 "submit channel from pid %d (uid %u) refused: %d connections "
+				 "already wait to send their token",
+				 (int)uc.pid, (unsigned)uc.uid, ctl->submit_n_pending);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->ctl = ctl;
+		c->since_ms = scd_now_ms();
+		c->next = ctl->submit_pending;
+		ctl->submit_pending = c;
+		ctl->submit_n_pending++;
+		uv_poll_init(ctl->d->loop, &c->poll, fd);
+		c->poll.data = c;
+		uv_poll_start(&c->poll, UV_READABLE | UV_DISCONNECT, on_token);
+	}
+}
+
+void scd_submit_read(scd_session_t *s, int budget)
+{
+	scd_ctl_t *ctl = s->ctl;
+	for (int i = 0; i < budget && s->submit_fd >= 0 && !s->closed && !s->dropped; i++) {
+		ssize_t n = recv(s->submit_fd, ctl->submit_buf, SCD_CTL_MSG_MAX_BYTES,
+				 MSG_DONTWAIT | MSG_TRUNC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) { /* the trainer closed it: as a hang-up of its connection */
+			uv_poll_stop(&s->submit_poll);
+			if (!s->exited_ms)
+				s->exited_ms = scd_now_ms(),
+				s->gone = "closed its submit channel";
+			return;
+		}
+		if (n > SCD_CTL_MSG_MAX_BYTES) {
+			char why[160];
+			snprintf(
+			    why, sizeof(why),
+			    "it sent a message of %zd bytes over its submit channel (at most "
+			    "%lld)",
+			    n, SCD_CTL_MSG_MAX_BYTES);
+			scd_ctl_session_drop(ctl, s, why);
+			return;
+		}
+		scd_ctl_dispatch_submit(ctl, s, ctl->submit_buf, (size_t)n);
+	}
+}
+
+void scd_submit_offer(scd_ctl_t *ctl, scd_session_t *s, Sparsecomm__HelloReply *r)
+{
+	if (ctl->submit_fd < 0)
+		return;
+	if (getrandom(s->submit_token, sizeof(s->submit_token), 0) !=
+	    (ssize_t)sizeof(s->submit_token)) {
+		scd_warn(SCD_SUB_CTL, "no submit channel for pid %d: getrandom: %s", s->pid,
+			 strerror(errno));
+		return;
+	}
+	s->submit_offered = 1;
+	r->submit_path = ctl->submit_path;
+	r->submit_token = (ProtobufCBinaryData){sizeof(s->submit_token), s->submit_token};
+}
+
+void scd_submit_tick(scd_ctl_t *ctl)
+{
+	uint64_t now = scd_now_ms();
+	for (scd_submit_conn_t *c = ctl->submit_pending, *next; c; c = next) {
+		next = c->next;
+		if (now - c->since_ms < SCD_SUBMIT_TOKEN_MS)
+			continue;
+		struct ucred uc;
+		conn_cred(c->fd, &uc);
+		scd_warn(SCD_SUB_CTL,
+			 "submit channel from pid %d (uid %u) closed: no token within %d ms",
+			 (int)uc.pid, (unsigned)uc.uid, SCD_SUBMIT_TOKEN_MS);
+		conn_close(ctl, c);
+	}
+}
+
+/* The listening socket, bound private, given the control socket's group and mode. */
+static int submit_socket(scd_ctl_t *ctl, const struct sockaddr_un *sa)
+{
+	scd_daemon_t *d = ctl->d;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	unlink(sa->sun_path);
+	mode_t old = umask(0077);
+	int rc = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
+	umask(old);
+	if (rc != 0 ||
+	    (d->ctl_gid >= 0 && chown(sa->sun_path, (uid_t)-1, (gid_t)d->ctl_gid) != 0) ||
+	    chmod(sa->sun_path, d->ctl_gid >= 0 ? 0660 : 0600) != 0 || listen(fd, 64) != 0) {
+		int err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+sc_status_t scd_submit_listen(scd_ctl_t *ctl)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int n =
+	    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/submit.sock", ctl->d->runtime_dir);
+	ctl->submit_fd = -1;
+	if (n < 0 || (size_t)n >= sizeof(sa.sun_path)) {
+		scd_info(SCD_SUB_CTL, "no submit channel: %s/submit.sock is too long a path",
+			 ctl->d->runtime_dir);
+		return SC_OK;
+	}
+	ctl->submit_buf = malloc(SCD_CTL_MSG_MAX_BYTES);
+	if (!ctl->submit_buf)
+		return SC_ERR_NOMEM;
+	ctl->submit_fd = submit_socket(ctl, &sa);
+	if (ctl->submit_fd < 0) {
+		scd_error(SCD_SUB_CTL, "cannot create the submit channel %s: %s", sa.sun_path,
+			  strerror(errno));
+		return SC_ERR_SYSTEM;
+	}
+	snprintf(ctl->submit_path, sizeof(ctl->submit_path), "%s", sa.sun_path);
+	uv_poll_init(ctl->d->loop, &ctl->submit_poll, ctl->submit_fd);
+	ctl->submit_poll.data = ctl;
+	uv_poll_start(&ctl->submit_poll, UV_READABLE, on_accept);
+	return SC_OK;
+}
+
+void scd_submit_destroy(scd_ctl_t *ctl)
+{
+	while (ctl->submit_pending)
+		conn_close(ctl, ctl->submit_pending);
+	if (ctl->submit_fd >= 0) {
+		uv_poll_stop(&ctl->submit_poll);
+		uv_close((uv_handle_t *)&ctl->submit_poll, NULL);
+		close(ctl->submit_fd);
+		ctl->submit_fd = -1;
+		unlink(ctl->submit_path);
+	}
+	free(ctl->submit_buf);
+	ctl->submit_buf = NULL;
+}

@@ -1,0 +1,46 @@
+/*
+ * submit.h: a trainer's submit channel, the direct way for its requests to reach the
+ * daemon's loop. On the control socket a request takes four thread wake-ups before the
+ * loop sees it (the trainer's thread, the library's I/O thread, ZeroMQ's I/O thread on
+ * each side); on this channel one: the trainer's own thread writes it on a SOCK_SEQPACKET
+ * Unix socket that the loop polls.
+ *
+ * A trainer asks for it in its hello (Hello.submit_channel) and gets the socket's path and
+ * a random token (HelloReply.submit_path, submit_token). It connects, sends the token as
+ * its first message, and the connection is bound to its session only if the token is the
+ * session's and the connection's SO_PEERCRED (uid and pid) are the session's; anything
+ * else is closed with a warning naming the pid and uid, as is a connection that sends no
+ * token within SCD_SUBMIT_TOKEN_MS. The daemon acknowledges a binding with one message of
+ * one byte. One channel per session; at most SCD_SUBMIT_MAX_PENDING connections wait for
+ * their token at a time.
+ *
+ * Order: once bound, every request of the session comes over the channel (one socket, one
+ * order); one that comes over the control socket instead drops the session, as does a
+ * message that is not a ClientMsg or is over SCD_CTL_MSG_MAX_BYTES. Replies, completions
+ * and errors go back over the control socket as before. The channel's hang-up ends the
+ * session as the control connection's does.
+ */
+#ifndef SCD_CTL_SUBMIT_H
+#define SCD_CTL_SUBMIT_H
+
+#include "ctl/ctl_int.h"
+
+#define SCD_SUBMIT_TOKEN_MS    2000
+#define SCD_SUBMIT_MAX_PENDING 16
+#define SCD_SUBMIT_READ_BUDGET 64 /* messages read per turn of the loop, per channel */
+
+/* Creates the listening socket next to the control socket (same directory, same
+ * permissions); SC_OK without a channel where its path would be too long. */
+sc_status_t scd_submit_listen(scd_ctl_t *ctl);
+/* Offers session s a channel in its hello's reply r (its token drawn now); nothing where
+ * the daemon has none or the random source fails. */
+void scd_submit_offer(scd_ctl_t *ctl, scd_session_t *s, Sparsecomm__HelloReply *r);
+/* Reads up to budget messages of s's bound channel and serves them; marks the session
+ * gone at the channel's hang-up. */
+void scd_submit_read(scd_session_t *s, int budget);
+/* Closes the connections that sent no token in time (the periodic tick). */
+void scd_submit_tick(scd_ctl_t *ctl);
+/* Closes the listening socket and the connections waiting for a token; unlinks the path. */
+void scd_submit_destroy(scd_ctl_t *ctl);
+
+#endif
