@@ -106,4 +106,3 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 		}
 	}
 }
-
