@@ -200,8 +200,10 @@ static void op_release(sc_client_t *c, struct scl_op *op)
 /* What an operation is, for error texts: "allreduce of tensor 'x'", "barrier" or "join". */
 static const char *op_what(const struct scl_op *op, char *buf, size_t len)
 {
-	if (!op->tensor)
+	if (op->tensorless)
 		return op->join ? "join" : "barrier";
+	if (!op->tensor)
+		return "allreduce of a released tensor";
 	snprintf(buf, len, "allreduce of tensor '%s'", op->tensor->name);
 	return buf;
 }
@@ -1470,7 +1472,7 @@ static int tensorless_outstanding(const sc_client_t *c, int join)
 {
 	for (int b = 0; b < SCL_OP_BUCKETS; b++)
 		for (const struct scl_op *o = c->ops[b]; o; o = o->next)
-			if (!o->tensor && o->join == join && !o->orphan)
+			if (o->tensorless && o->join == join && !o->orphan)
 				return 1;
 	return 0;
 }
@@ -1508,6 +1510,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 		return scl_error(SC_ERR_NOMEM, "rank %d: %s: out of memory", c->rank, what);
 	}
 	o->handle = h;
+	o->tensorless = 1;
 	o->join = join;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);

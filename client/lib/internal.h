@@ -64,10 +64,12 @@ struct scl_op {
 	sc_handle_t handle;
 	struct sc_tensor *tensor;
 	int done;
-	int orphan;    /* nobody will collect the result: free it on completion */
-	int64_t value; /* a join's completion: the last rank to join */
-	int join;      /* a join (no tensor), not a barrier */
-	int fast;      /* ended by the daemon's word in the tensor's header (shm_wake.h) */
+	int orphan;	/* nobody will collect the result: free it on completion */
+	int64_t value;	/* a join's completion: the last rank to join */
+	int tensorless; /* a barrier or a join (a tensor's operation whose tensor was
+			 * released has no tensor either: scl_op_detach) */
+	int join;	/* a join, not a barrier (tensorless) */
+	int fast;	/* ended by the daemon's word in the tensor's header (shm_wake.h) */
 	sc_status_t status;
 	char *error; /* text of a failure, NULL on success */
 };

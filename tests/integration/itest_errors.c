@@ -305,6 +305,8 @@ int it_release(int argc, char **argv)
 	while ((st = sc_tensor_release(c, u)) == SC_ERR_BUSY && it_now_s() - t0 < 30)
 		usleep(1000);
 	IT_CHECK_SC(st, "releasing 'rel.u' once its allreduce ended");
+	/* that handle is still a tensor's operation, not a barrier held: barriers go on */
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "a barrier with 'rel.u''s handle held");
 	if ((st = sc_wait(c, h, 1000)) != SC_OK)
 		IT_FAIL("the ended, uncollected allreduce of released 'rel.u': %s (%s)",
 			sc_status_name(st), sc_last_error());
