@@ -111,6 +111,7 @@ __all__ = [
     "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous", "NotInitializedError",
     "register", "ProcessSet", "ProcessSetError", "global_process_set", "add_process_set",
     "remove_process_set", "process_set_by_id",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -145,6 +146,15 @@ class SparsecommError(HorovodInternalError):
         self.message = message
         self.tensor = tensor
         super().__init__("%s: %s" % (self.status_name, message))
+
+
+class NotInitializedError(SparsecommError, ValueError):
+    """A call before :func:`init` (or after :func:`shutdown`): a ValueError as Horovod's
+    ("has not been initialized; use hvd.init()"), and a SparsecommError (SC_ERR_INVALID)."""
+
+    def __init__(self):
+        super().__init__(_lib.SC_ERR_INVALID, "sparsecomm has not been initialized; use "
+                         "hvd.init() (sparsecomm.init())")
 
 
 def status_name(status):
@@ -360,7 +370,7 @@ def _connect(socket, timeout, connect_timeout):
 def _need():
     c = _ctx
     if c is None:
-        raise SparsecommError(_lib.SC_ERR_INVALID, "sparsecomm.init() has not been called")
+        raise NotInitializedError()
     return c
 
 
@@ -408,6 +418,26 @@ def local_rank():
 
 def local_size():
     return _need().local_size
+
+
+def cross_rank():
+    """Horovod's cross_rank: the rank of this trainer's node.  Every node runs the same
+    number of trainers, numbered node-major (docs/deployment.md), so it is
+    rank() // local_size()."""
+    c = _need()
+    return c.rank // c.local_size
+
+
+def cross_size():
+    """Horovod's cross_size: the number of nodes, size() // local_size()."""
+    c = _need()
+    return c.size // c.local_size
+
+
+def is_homogeneous():
+    """Horovod's is_homogeneous: True, every node runs the same number of trainers."""
+    _need()
+    return True
 
 
 def library_path():
@@ -792,6 +822,8 @@ class Handle:
                     _lib.SC_ERR_TIMEOUT,
                     "allreduce of tensor '%s' did not complete within %.1f s (rank %d)" %
                     (self._entry.name, tmo, self._ctx.rank), self._entry.name)
+
+    __call__ = wait  # Horovod's sparse_allreduce_async handle is called: handle()
 
 
 def _now():
