@@ -32,9 +32,8 @@
 
 Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
 sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
-local_size, Sum, Average, Min, Max, Product, Adasum (allreduce and DistributedOptimizer
-only), allreduce(tensor, average=None, name=None, compression=..., op=None,
-prescale_factor=1.0, postscale_factor=1.0), allreduce_, allreduce_async,
+local_size, cross_rank, cross_size, is_homogeneous, Sum, Average, Min, Max, Product,
+Adasum (allreduce and DistributedOptimizer only), allreduce, allreduce_, allreduce_async,
 allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
 grouped_allreduce_async_, sparse_allreduce_async, synchronize(handle), poll(handle),
 allgather, allgather_async, grouped_allgather, allgather_object, alltoall,
@@ -42,9 +41,14 @@ alltoall_async, broadcast, broadcast_, broadcast_async, broadcast_async_,
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter,
 reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
 nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
-HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression and
-DistributedOptimizer(optimizer, named_parameters=..., compression=...,
-backward_passes_per_step=..., op=..., process_set=...).  Process sets (see
+HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression,
+DistributedOptimizer and elastic (whose names raise NotImplementedError), each with
+Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
+functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
+async forms, the sparsifier options) are keyword-only.  A call before init() raises
+NotInitializedError, a ValueError as Horovod's.  allreduce, grouped_allreduce,
+allgather, broadcast and alltoall are differentiable with Horovod's backward rules
+(sparsecomm._autograd).  Process sets (see
 sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
