@@ -325,6 +325,15 @@ def gradients_through_allgather_broadcast_alltoall():
     assert rsp.tolist() == [1] * P and not rsp.requires_grad
     (y.view(-1) * torch.tensor([10.0 * R + s for s in range(P)])).sum().backward()
     assert x.grad.view(-1).tolist() == [10.0 * q + R for q in range(P)], x.grad
+    # reducescatter: rank r gets rows 2r and 2r + 1 of the sum; the gradient of every
+    # rank's input is Horovod's: each rank's weights times P, allgathered
+    for op, k in ((hvd.Sum, P), (hvd.Average, 1)):
+        x = torch.full((2 * P, 1), float(R + 1), requires_grad=True)
+        y = hvd.reducescatter(x, op=op)
+        assert y.shape == (2, 1), y.shape
+        (y * coef(R, y.shape)).sum().backward()
+        want = torch.cat([coef(r, (2, 1)) * k for r in range(P)])
+        assert torch.allclose(x.grad, want), (op, x.grad, want)
 
 
 hvd.shutdown()

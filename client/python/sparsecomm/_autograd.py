@@ -7,7 +7,9 @@ grad mode on) runs inside a torch.autograd.Function whose backward is another co
 * allgather: the gradient averaged across the ranks, of which each rank takes the rows
   its own input gave (the row counts gathered again);
 * broadcast: the gradient averaged across the ranks, kept on the root, zero elsewhere;
-* alltoall: the gradient sent back by an alltoall with the splits received.
+* alltoall: the gradient sent back by an alltoall with the splits received;
+* reducescatter: the gradient (times the set's size for Sum, times the scale factors)
+  allgathered back into every rank's rows.
 
 The backward collectives are unnamed (the unnamed buffers' rule in the sparsecomm module
 doc): every rank runs the same backward, so they meet.  A process set given to the

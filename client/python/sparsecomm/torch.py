@@ -47,7 +47,7 @@ Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
 functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
 async forms, the sparsifier options) are keyword-only.  A call before init() raises
 NotInitializedError, a ValueError as Horovod's.  allreduce, grouped_allreduce,
-allgather, broadcast and alltoall are differentiable with Horovod's backward rules
+allgather, broadcast, alltoall and reducescatter are differentiable with Horovod's backward rules
 (sparsecomm._autograd).  Process sets (see
 sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
@@ -423,9 +423,22 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
                   timeout=None):
-    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async)."""
-    return reducescatter_async(tensor, name, compression, op, prescale_factor,
-                               postscale_factor, process_set).wait(timeout)
+    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async).
+    Differentiable as Horovod's: the gradient (times the set's size for Sum, times the
+    scale factors) is allgathered back into the rows of every rank."""
+    def run(x):
+        return reducescatter_async(x, name, compression, op, prescale_factor,
+                                   postscale_factor, process_set).wait(timeout)
+
+    def back(g):
+        k = prescale_factor * postscale_factor
+        if ReduceOp.parse(op) == ReduceOp.SUM:
+            k *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
+        return _sc.allgather(_scale(g, k), None, process_set, timeout=timeout)
+
+    if _autograd.wanted(tensor):
+        return _autograd.collective(tensor, run, back)
+    return run(tensor)
 
 
 # ---- Horovod's grouped operations ----------------------------------------------------
