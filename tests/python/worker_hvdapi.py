@@ -274,6 +274,37 @@ def unnamed_collectives_in_flight_together():
         assert torch.equal(hvd.synchronize(h), torch.full((1, 2), float((k + 1) * P)))
 
 
+class Unpicklable:
+    def __reduce__(self):
+        raise TypeError("holds a socket")
+
+
+@check
+def object_pickling_failures_reach_every_rank():
+    import pickle
+    root = P - 1
+    obj = Unpicklable() if R == root else None
+    e = raises(pickle.PicklingError, hvd.broadcast_object, obj, root, "bo.bad")
+    assert "rank %d" % root in str(e) and "holds a socket" in str(e), e
+    assert hvd.broadcast_object({"ok": R}, root, "bo.bad") == {"ok": root}  # works again
+    e = raises(pickle.PicklingError, hvd.allgather_object, Unpicklable() if R == 0 else R)
+    assert "rank 0 " in str(e), e
+    assert hvd.allgather_object(R) == list(range(P))
+
+
+@check
+def broadcast_registrations_released():
+    import sparsecomm as sc
+    from checks import daemon_tensors
+    m = torch.nn.Linear(5, 3)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0, prefix="rel.")
+    for size in (10, 1000, 100000):
+        hvd.broadcast_object("x" * size, 0, "rel.obj")
+    held = [n for n in sc.registered() if str(n).startswith("rel.")]
+    assert held == ["rel.obj.len"], held  # the lengths' one buffer only
+    assert daemon_tensors() == len(sc.registered()), (daemon_tensors(), sc.registered())
+
+
 def coef(r, shape):
     """Rank r's loss weights: distinct per rank and element."""
     n = 1

@@ -633,6 +633,18 @@ def _release_locked(c, e):
     c.released[e.key] = c.released.get(e.key, 0) + 1
 
 
+def _release_done(handle):
+    """Releases the registration of a completed operation's named buffer (one used once,
+    as broadcast_parameters' and broadcast_object's are), so the daemon keeps no copy;
+    one still in flight, unnamed, or registered anew meanwhile is left as it is."""
+    c, e = handle._ctx, handle._entry
+    if e is None or c.closed:
+        return
+    with c.lock:
+        if not e.inflight and c.entries.get(e.key) is e and ".noname." not in e.name:
+            _release_locked(c, e)
+
+
 def _forget_set(c, pset):
     """After process set pset was removed: its registrations are released (those in
     flight when their operation ends, see Handle) and its unnamed classes forgotten."""

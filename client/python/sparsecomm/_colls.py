@@ -12,7 +12,7 @@ import numpy as np
 from . import _lib
 from . import process_sets as process_sets_
 from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error,
-               _is_torch, _member, _name_or_none, _need, _now, _opts_key, _sc_dtype,
+               _is_torch, _member, _name_or_none, _need, _release_done, _now, _opts_key, _sc_dtype,
                _take_member,
                _torch, allreduce, allreduce_async)
 
@@ -111,18 +111,45 @@ def allgather(tensor, name=None, process_set=None, *, timeout=None):
     return h.wait(timeout)
 
 
+def _pickler():
+    """cloudpickle where it is installed (Horovod's: lambdas and local classes travel
+    too), else the standard pickle."""
+    try:
+        import cloudpickle
+        return cloudpickle
+    except ImportError:
+        import pickle
+        return pickle
+
+
+def _dumps(obj):
+    """(payload, None), or (None, the reason) when ``obj`` cannot be pickled."""
+    try:
+        return _pickler().dumps(obj), None
+    except Exception as e:  # noqa: B902  (any error of a __reduce__ is the object's)
+        return None, "%s: %s" % (type(e).__name__, e)
+
+
 def allgather_object(obj, name=None, process_set=None, *, timeout=None):
-    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
-    four to an int32 element); with ``process_set``, its members' in set-rank order."""
+    """The list of every rank's ``obj``, in rank order (pickled, by cloudpickle where it
+    is installed, gathered as bytes packed four to an int32 element); with
+    ``process_set``, its members' in set-rank order.  An object that a rank cannot pickle
+    fails every rank (pickle.PicklingError naming the ranks) instead of leaving the
+    others waiting."""
     import pickle
     c = _need()
     ps = process_sets_.scope(c, process_set, "allgather_object", name)
     name = "allgather.object" if name is None else str(name)
-    payload = pickle.dumps(obj)
+    payload, why = _dumps(obj)
     lens = np.zeros(ps.size, dtype=np.int64)
-    lens[ps.rank] = len(payload)
+    lens[ps.rank] = -1 if payload is None else len(payload)
     lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout,
                      process_set=process_set)
+    if np.any(lens < 0):
+        bad = [ps.ranks[r] for r in range(ps.size) if lens[r] < 0]
+        raise pickle.PicklingError("allgather_object '%s': rank %s could not pickle its "
+                                   "object%s" % (name, ", ".join(map(str, bad)),
+                                                 " (here: %s)" % why if why else ""))
     words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
     words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
     h, rows = _allgather_async(words, name, timeout, process_set)
@@ -130,7 +157,7 @@ def allgather_object(obj, name=None, process_set=None, *, timeout=None):
     out, at = [], 0
     for r in range(ps.size):
         chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
-        out.append(pickle.loads(chunk.tobytes()))
+        out.append(_pickler().loads(chunk.tobytes()))
         at += int(rows[r])
     return out
 
@@ -419,25 +446,36 @@ def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None, *, timeout=None):
-    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
-    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
-    smallest dtype), so the payload travels once from the root's node.  Every rank must
-    call it with the same name (default "broadcast.object").  ``process_set``: among its
-    members, root_rank a rank within it."""
+    """Returns root_rank's ``obj`` on every rank: pickled on the root (by cloudpickle
+    where it is installed), its length broadcast first (int64), then its bytes packed
+    four to an int32 element (the daemons' smallest dtype), so the payload travels once
+    from the root's node.  An object the root cannot pickle fails every rank alike
+    (pickle.PicklingError with the root's reason: the length broadcast is then the
+    reason's, negated, and the reason travels instead).  Every rank must call it with
+    the same name (default "broadcast.object").  ``process_set``: among its members,
+    root_rank a rank within it.  The payload's buffer is released afterwards."""
     import pickle
     c = _need()
     name = "broadcast.object" if name is None else str(name)
     me = process_sets_.scope(c, process_set, "broadcast_object", name).rank
-    payload = pickle.dumps(obj) if me == root_rank else b""
-    n = np.array([len(payload)], dtype=np.int64)
+    payload, why = _dumps(obj) if me == root_rank else (b"", None)
+    if why is not None:
+        payload = why.encode()
+    n = np.array([len(payload) * (-1 if why is not None else 1)], dtype=np.int64)
     n = int(broadcast(n, root_rank, name + ".len", process_set, timeout=timeout)[0])
-    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
+    words = np.zeros((abs(n) + 3) // 4 or 1, dtype=np.int32)
     if me == root_rank:
-        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
-    # the payload's buffer is named by its size: each size registers once
-    words = broadcast(words, root_rank, "%s.%d" % (name, words.size), process_set,
-                      timeout=timeout)
-    return obj if me == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
+        words.view(np.uint8)[:abs(n)] = np.frombuffer(payload, dtype=np.uint8)
+    h = broadcast_async(words, root_rank, "%s.%d" % (name, words.size), process_set)
+    try:
+        words = h.wait(timeout)
+    finally:
+        _release_done(h)  # a buffer per payload size would stay registered
+    if n < 0:
+        raise pickle.PicklingError("broadcast_object '%s': the root (rank %d) could not "
+                                   "pickle its object: %s" % (name, root_rank, bytes(
+                                       words.view(np.uint8)[:-n]).decode(errors="replace")))
+    return obj if me == root_rank else _pickler().loads(words.view(np.uint8)[:n].tobytes())
 
 
 def broadcast_(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):

@@ -1030,15 +1030,20 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.", process_set=N
     state_dict (name -> tensor), an iterable of (name, tensor), or of bare tensors
     (model.parameters(); a bare tensor, or one named None, is named by its position in
     ``params``, the same on every rank).  Each is broadcast under ``prefix`` + its name.
-    ``process_set``: among its members, root_rank a rank within it."""
+    ``process_set``: among its members, root_rank a rank within it.  The registrations
+    are released once the broadcasts are done."""
     items = [(n, t) for n, t in _named(params) if t is not None]
     hs = []
-    with torch.no_grad():
-        for n, t in items:
-            hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n,
-                                           process_set=process_set))
+    try:
+        with torch.no_grad():
+            for n, t in items:
+                hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n,
+                                               process_set=process_set))
+            for h in hs:
+                h.wait(timeout)
+    finally:  # used once: the daemon keeps no copy of every parameter for the job
         for h in hs:
-            h.wait(timeout)
+            _sc._release_done(h)
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast.optimizer_state",
