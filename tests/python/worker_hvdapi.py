@@ -305,6 +305,27 @@ def broadcast_registrations_released():
     assert daemon_tensors() == len(sc.registered()), (daemon_tensors(), sc.registered())
 
 
+@check
+def sync_batch_norm_keeps_the_input_dtype():
+    # a 16-bit input, affine: the result in the input's dtype (it came back float32),
+    # equal to the float32 computation up to the 16-bit rounding; gradients flow
+    for dt in (torch.float16, torch.bfloat16):
+        bn, ref = hvd.SyncBatchNorm(3), hvd.SyncBatchNorm(3)
+        with torch.no_grad():
+            for m in (bn, ref):
+                m.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+                m.bias.copy_(torch.tensor([0.0, -1.0, 3.0]))
+        g = torch.Generator().manual_seed(5 + R)
+        x = (torch.randn(4 + R, 3, 5, generator=g) * (R + 1) + R).to(dt)
+        out = bn(x.requires_grad_(True))
+        want = ref(x.detach().float())
+        assert out.dtype == dt, (dt, out.dtype)
+        tol = 0.02 if dt == torch.float16 else 0.1
+        assert torch.allclose(out.float(), want, atol=tol), (dt, (out.float() - want).abs().max())
+        out.float().sum().backward()
+        assert x.grad is not None and x.grad.dtype == dt, x.grad
+
+
 def coef(r, shape):
     """Rank r's loss weights: distinct per rank and element."""
     n = 1

@@ -29,9 +29,9 @@ appended, unless the name itself was registered with that wire by :func:`registe
 Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
-as, element count, options and COO capacity; class C is numbered in the order its first call came.  A call takes the
-lowest-numbered buffer S of its class that is free, registering buffer
-``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
+as, element count, options and COO capacity; class C is numbered in the order its first
+call came.  A call takes the lowest-numbered buffer S of its class that is free,
+registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
 reports completion (wait() returns or raises other than on timeout, or poll() returns
 True).  So ranks that make the same calls, and wait for them in the same places, use the
 same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),

@@ -580,12 +580,15 @@ class _AllreduceSum(torch.autograd.Function):
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
     rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
-    squares and count are summed across the ranks in float64 (one allreduce, named
+    squares and count are summed in float64 and across the ranks in float64 (one
+    allreduce, named
     "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
     and biased variance normalise the input, and backward sums the statistics' gradients
     the same way, so the result and the gradients are those of one batch norm over the
-    concatenated batch.  The running statistics take the unbiased variance; in eval mode
-    it is a plain batch norm on them."""
+    concatenated batch; the normalisation is computed in the input's dtype (float32 for
+    16-bit inputs, which are returned in their own dtype, affine or not).  The running
+    statistics take the unbiased variance; in eval mode it is a plain batch norm on
+    them."""
 
     _made = 0
 
@@ -608,9 +611,14 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
                 0.0, self.eps)
         C = input.shape[1]
         dims = [0] + list(range(2, input.dim()))
-        x64 = input.double()
-        local = torch.cat([x64.sum(dims), (x64 * x64).sum(dims),
-                           x64.new_tensor([float(input.numel() // max(C, 1))])])
+        # the statistics in float64 (summed from the input's float32 values at least, so
+        # float16 squares do not overflow); the activation itself is never widened past
+        # float32
+        x = input if input.dtype in (torch.float32, torch.float64) else input.float()
+        f64 = torch.float64
+        local = torch.cat([x.sum(dims, dtype=f64), (x * x).sum(dims, dtype=f64),
+                           torch.tensor([float(input.numel() // max(C, 1))], dtype=f64,
+                                        device=input.device)])
         tot = _AllreduceSum.apply(local, self._sc_name)
         n = tot[-1]
         if float(n) == 0:
@@ -618,10 +626,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         mean = tot[:C] / n
         var = (tot[C:2 * C] / n - mean * mean).clamp_min(0.0)
         shape = [1, C] + [1] * (input.dim() - 2)
-        out = (x64 - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        out = out.to(input.dtype)
+        invstd = torch.rsqrt(var + self.eps)
+        out = (x - mean.to(x.dtype).view(shape)) * invstd.to(x.dtype).view(shape)
         if self.affine:
-            out = out * self.weight.view(shape) + self.bias.view(shape)
+            out = out * self.weight.to(x.dtype).view(shape) + self.bias.to(x.dtype).view(shape)
+        out = out.to(input.dtype)
         if self.training and self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked += 1
@@ -1050,13 +1059,30 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast.optimizer_
                               process_set=None, *, timeout=None):
     """Loads root_rank's optimizer state (state_dict: hyperparameters, momentum buffers,
     step counts) into ``optimizer`` on every other rank.  A rank whose optimizer has not
-    stepped yet gets the root's state all the same.  ``process_set``: among its members,
-    root_rank a rank within it."""
+    stepped yet gets the root's state all the same (the whole state travels, so
+    Horovod's priming step, which creates the state before its per-tensor broadcasts, is
+    not needed, and torch.optim.LBFGS's state travels too).  The root's tensors travel
+    from host memory: each rank's load_state_dict() puts them on its own parameters'
+    devices (a CUDA state unpickled as it was would land on the root's GPU index).
+    ``process_set``: among its members, root_rank a rank within it."""
     me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast_optimizer_state").rank
-    state = _sc.broadcast_object(optimizer.state_dict() if me == root_rank else None,
-                                 root_rank, name, process_set, timeout=timeout)
+    state = _sc.broadcast_object(_on_host(optimizer.state_dict()) if me == root_rank
+                                 else None, root_rank, name, process_set, timeout=timeout)
     if me != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _on_host(obj):
+    """obj (a state_dict: dicts, lists and tuples of tensors and plain values) with every
+    tensor copied to host memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu() if obj.device.type != "cpu" else obj
+    if isinstance(obj, dict):
+        return type(obj)((k, _on_host(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        vals = [_on_host(v) for v in obj]
+        return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
+    return obj
 
 
 def broadcast_object_int(value, root_rank=0, name="broadcast.int"):
