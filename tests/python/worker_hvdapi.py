@@ -272,6 +272,16 @@ def unnamed_collectives_in_flight_together():
         assert torch.equal(out, want), (k, out)
     for k, h in enumerate(rss):
         assert torch.equal(hvd.synchronize(h), torch.full((1, 2), float((k + 1) * P)))
+    # and unnamed groups of them
+    gs = [hvd.grouped_allgather_async([torch.full((1, 2), float(10 * k + R))] * 2)
+          for k in range(2)]
+    rgs = [hvd.grouped_reducescatter_async([torch.full((P, 1), float(k + 1))], op=hvd.Sum)
+           for k in range(2)]
+    for k, h in enumerate(gs):
+        want = torch.cat([torch.full((1, 2), float(10 * k + r)) for r in range(P)])
+        assert all(torch.equal(g, want) for g in hvd.synchronize(h)), (k, h)
+    for k, h in enumerate(rgs):
+        assert torch.equal(hvd.synchronize(h)[0], torch.full((1, 1), float((k + 1) * P)))
 
 
 class Unpicklable:

@@ -539,8 +539,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Horovod's grouped_allgather_async (each member's sizes are exchanged as it is
     started, its rows with the others')."""
-    return _group(lambda t, n: _sc.allgather_async(t, n, process_set),
-                  tensors, "allgather.group" if name is None else name)
+    return _group(lambda t, n: _sc.allgather_async(t, n, process_set), tensors, name)
 
 
 def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
@@ -551,7 +550,7 @@ def grouped_reducescatter_async(tensors, name=None, compression=Compression.none
                                 prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
                                                    postscale_factor, process_set),
-                  tensors, "reducescatter.group" if name is None else name)
+                  tensors, name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
