@@ -6,6 +6,7 @@ exchanges and results are over the set's members in set-rank order, and ranks gi
 
 import ctypes
 import math
+import numbers
 
 import numpy as np
 
@@ -332,7 +333,7 @@ def _timeout_s(c, timeout, what):
     """A wait's seconds (None: init()'s default), checked before anything is started."""
     if timeout is None:
         return c.timeout_s
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError("%s: timeout must be a number of seconds, not %r" % (what, timeout))
     return float(timeout)
 
