@@ -284,6 +284,21 @@ def unnamed_collectives_in_flight_together():
         assert torch.equal(hvd.synchronize(h)[0], torch.full((1, 1), float((k + 1) * P)))
 
 
+@check
+def optimizer_state_of_lbfgs_and_a_fresh_optimizer():
+    # the whole state travels: LBFGS's nested state (which Horovod refuses) and a root
+    # that has stepped against ranks that have not
+    w = torch.nn.Parameter(torch.full((3,), float(R + 1)))
+    opt = torch.optim.LBFGS([w], lr=0.5, max_iter=3)
+    if R == 0:
+        opt.step(lambda: (opt.zero_grad(), (w * w).sum().backward(),
+                          (w * w).sum().detach())[2])
+    hvd.broadcast_optimizer_state(opt, 0, "bos.lbfgs")
+    st = opt.state_dict()["state"][0]
+    assert st["n_iter"] >= 1 and st["d"].shape == (3,) and st["d"].device == w.device, st
+    assert hvd.allgather_object(float(st["d"].sum())) == [float(st["d"].sum())] * P
+
+
 class Unpicklable:
     def __reduce__(self):
         raise TypeError("holds a socket")
