@@ -31,6 +31,15 @@ def daemon_shm():
             if n.startswith(pre) and n != pre + "lock"]
 
 
+def raises(exc, fn, *args, **kw):
+    """The exception fn raised, which must be an exc."""
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
+
+
 class Checks:
     def __init__(self, only=()):
         self.failed = 0

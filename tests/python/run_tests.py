@@ -198,6 +198,15 @@ def t_horovod_contract():
     checks("horovod2x2", rc, out, 4)
 
 
+def t_hvdapi():
+    # Horovod's calling contract (tests/python/worker_hvdapi.py): signatures in Horovod's
+    # order, the optimizer's keywords, unnamed collectives in flight together, gradients
+    # through the collectives; on 2 ranks and on 3 (uneven rows, a root past 1)
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdapi.py"), [], 240)
+        checks("hvdapi%d" % n, rc, out, n)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -315,6 +324,7 @@ def t_psets():
 
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
+         t_hvdapi,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

@@ -177,10 +177,14 @@ def alltoall_splits_every_dtype():
     assert np.array_equal(got, np.array([100 * r + 2 * R + k for r in range(P) for k in (0, 1)],
                                         dtype=np.float64)), got
     assert list(rsp) == [2] * P, rsp
-    # Horovod's form without splits returns the tensor alone; async through synchronize
-    h = sct.alltoall_async(torch.full((P, 2), float(R)), name="a2a.async")
-    got = sct.synchronize(h)
+    # Horovod's alltoall without splits returns the tensor alone; synchronize() of its
+    # async form returns the tensor and the received splits, as Horovod's
+    got = sct.alltoall(torch.full((P, 2), float(R)), name="a2a.plain")
     assert torch.equal(got, torch.arange(float(P)).repeat_interleave(2).view(P, 2)), got
+    h = sct.alltoall_async(torch.full((P, 2), float(R)), name="a2a.async")
+    got, rsp = sct.synchronize(h)
+    assert torch.equal(got, torch.arange(float(P)).repeat_interleave(2).view(P, 2)), got
+    assert rsp.dtype == torch.int32 and rsp.tolist() == [1] * P, rsp
     try:  # splits refused on rank 1 alone (too few): every rank fails naming it
         sct.alltoall(torch.zeros(P, 2), splits=[1] * (P - (R == 1)), name="a2a.bad")
         raise AssertionError("a wrong number of splits was accepted")

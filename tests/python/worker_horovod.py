@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as hvd  # noqa: E402
-from checks import Checks, daemon_shm, daemon_tensors  # noqa: E402
+from checks import Checks, daemon_shm, daemon_tensors, raises  # noqa: E402
 
 torch.set_num_threads(1)
 hvd.init()
@@ -210,15 +210,6 @@ def timeline_start_stop():
         raise AssertionError("mark_cycles was accepted")
     except NotImplementedError:
         pass
-
-
-def raises(exc, fn, *args, **kw):
-    """The exception fn raised, which must be an exc."""
-    try:
-        fn(*args, **kw)
-    except exc as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
 
 
 def still_works(tag):

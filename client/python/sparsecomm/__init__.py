@@ -28,10 +28,10 @@ appended, unless the name itself was registered with that wire by :func:`registe
 
 Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
-kind (allreduce or broadcast), the dtype they travel as, element count, options and COO
-capacity; class C is numbered in the order its first call came.  A call takes the
-lowest-numbered buffer S of its class that is free, registering buffer
-``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
+kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
+as, element count, options and COO capacity; class C is numbered in the order its first
+call came.  A call takes the lowest-numbered buffer S of its class that is free,
+registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
 reports completion (wait() returns or raises other than on timeout, or poll() returns
 True).  So ranks that make the same calls, and wait for them in the same places, use the
 same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
@@ -111,6 +111,7 @@ __all__ = [
     "Sparsifier",
     "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous", "NotInitializedError",
     "register", "ProcessSet", "ProcessSetError", "global_process_set", "add_process_set",
     "remove_process_set", "process_set_by_id",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -145,6 +146,15 @@ class SparsecommError(HorovodInternalError):
         self.message = message
         self.tensor = tensor
         super().__init__("%s: %s" % (self.status_name, message))
+
+
+class NotInitializedError(SparsecommError, ValueError):
+    """A call before :func:`init` (or after :func:`shutdown`): a ValueError as Horovod's
+    ("has not been initialized; use hvd.init()"), and a SparsecommError (SC_ERR_INVALID)."""
+
+    def __init__(self):
+        super().__init__(_lib.SC_ERR_INVALID, "sparsecomm has not been initialized; use "
+                         "hvd.init() (sparsecomm.init())")
 
 
 def status_name(status):
@@ -360,7 +370,7 @@ def _connect(socket, timeout, connect_timeout):
 def _need():
     c = _ctx
     if c is None:
-        raise SparsecommError(_lib.SC_ERR_INVALID, "sparsecomm.init() has not been called")
+        raise NotInitializedError()
     return c
 
 
@@ -408,6 +418,26 @@ def local_rank():
 
 def local_size():
     return _need().local_size
+
+
+def cross_rank():
+    """Horovod's cross_rank: the rank of this trainer's node.  Every node runs the same
+    number of trainers, numbered node-major (docs/deployment.md), so it is
+    rank() // local_size()."""
+    c = _need()
+    return c.rank // c.local_size
+
+
+def cross_size():
+    """Horovod's cross_size: the number of nodes, size() // local_size()."""
+    c = _need()
+    return c.size // c.local_size
+
+
+def is_homogeneous():
+    """Horovod's is_homogeneous: True, every node runs the same number of trainers."""
+    _need()
+    return True
 
 
 def library_path():
@@ -603,6 +633,18 @@ def _release_locked(c, e):
     c.released[e.key] = c.released.get(e.key, 0) + 1
 
 
+def _release_done(handle):
+    """Releases the registration of a completed operation's named buffer (one used once,
+    as broadcast_parameters' and broadcast_object's are), so the daemon keeps no copy;
+    one still in flight, unnamed, or registered anew meanwhile is left as it is."""
+    c, e = handle._ctx, handle._entry
+    if e is None or c.closed:
+        return
+    with c.lock:
+        if not e.inflight and c.entries.get(e.key) is e and ".noname." not in e.name:
+            _release_locked(c, e)
+
+
 def _forget_set(c, pset):
     """After process set pset was removed: its registrations are released (those in
     flight when their operation ends, see Handle) and its unnamed classes forgotten."""
@@ -792,6 +834,8 @@ class Handle:
                     _lib.SC_ERR_TIMEOUT,
                     "allreduce of tensor '%s' did not complete within %.1f s (rank %d)" %
                     (self._entry.name, tmo, self._ctx.rank), self._entry.name)
+
+    __call__ = wait  # Horovod's sparse_allreduce_async handle is called: handle()
 
 
 def _now():

@@ -6,13 +6,15 @@ exchanges and results are over the set's members in set-rank order, and ranks gi
 
 import ctypes
 import math
+import numbers
 
 import numpy as np
 
 from . import _lib
 from . import process_sets as process_sets_
 from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error,
-               _is_torch, _member, _need, _now, _opts_key, _sc_dtype, _take_member,
+               _is_torch, _member, _name_or_none, _need, _release_done, _now, _opts_key, _sc_dtype,
+               _take_member,
                _torch, allreduce, allreduce_async)
 
 
@@ -42,26 +44,30 @@ def _rows_out(e, n, shape, dtype, dev):
 
 
 def _allgather_async(tensor, name, timeout, process_set=None):
-    """Starts an allgather; returns (Handle, every rank's row count, in set-rank order)."""
+    """Starts an allgather; returns (Handle, every rank's row count, in set-rank order).
+    ``name`` None: the sizes and the rows take unnamed buffers (the module doc's rule for
+    unnamed operations), so unnamed allgathers in flight together do not collide."""
     c = _need()
+    what = "allgather" if name is None else name
     ps = process_sets_.scope(c, process_set, "allgather", name)
     gid = _take_member()  # the rows below, not the sizes' allreduce, join a group
-    istorch, x, dev, shape = _rows_in(tensor, "allgather", name)
+    istorch, x, dev, shape = _rows_in(tensor, "allgather", what)
     row = math.prod(shape[1:])
     # the sizes first: every rank's rows and elements per row
     meta = np.zeros(2 * ps.size, dtype=np.int64)
     meta[2 * ps.rank], meta[2 * ps.rank + 1] = shape[0], row
-    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout,
-                     process_set=process_set)
+    meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
+                     timeout=timeout, process_set=process_set)
     rows, rowlen = meta[0::2], meta[1::2]
     if np.any(rowlen != row):
         raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
-                              "differ across ranks: %s" % (name, ", ".join(
+                              "differ across ranks: %s" % (what, ", ".join(
                                   "rank %d has %d" % (ps.ranks[r], rowlen[r])
                                   for r in range(ps.size))), name)
     total = int(rows.sum()) * row
     cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
-    e = _acquire(c, "%s.%d" % (name, cap), "allgather", _sc_dtype(x), cap,
+    e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "allgather",
+                 _sc_dtype(x), cap,
                  _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
     n = math.prod(shape)
     try:
@@ -87,37 +93,64 @@ def _allgather_async(tensor, name, timeout, process_set=None):
     return Handle(c, e, h.value, finish), rows
 
 
-def allgather_async(tensor, name=None, timeout=None, process_set=None):
+def allgather_async(tensor, name=None, process_set=None, *, timeout=None):
     """Starts an allgather (see :func:`allgather`); the Handle's wait() gives the result.
     Only the rows' exchange is asynchronous: the sizes' exchange completes before this
     returns (bounded by ``timeout``)."""
-    name = "allgather" if name is None else str(name)
-    return _allgather_async(tensor, name, timeout, process_set)[0]
+    return _allgather_async(tensor, _name_or_none(name), timeout, process_set)[0]
 
 
-def allgather(tensor, name=None, timeout=None, process_set=None):
+def allgather(tensor, name=None, process_set=None, *, timeout=None):
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ across ranks, the others must not).  The sizes are gathered
     first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
-    rows once to every other node).  Every rank must call it with the same name (default
-    "allgather") and dtype.  ``process_set``: among its members only, in set-rank order."""
-    name = "allgather" if name is None else str(name)
-    h, _ = _allgather_async(tensor, name, timeout, process_set)
+    rows once to every other node).  Every rank must call it with the same name and
+    dtype; without a name the sizes and the rows take unnamed buffers (the module doc's
+    rule), the rows' named allgather.noname.C.S by their capacity (a power of two).
+    ``process_set``: among its members only, in set-rank order."""
+    h, _ = _allgather_async(tensor, _name_or_none(name), timeout, process_set)
     return h.wait(timeout)
 
 
-def allgather_object(obj, name=None, timeout=None, process_set=None):
-    """The list of every rank's ``obj``, in rank order (pickled, gathered as bytes packed
-    four to an int32 element); with ``process_set``, its members' in set-rank order."""
+def _pickler():
+    """cloudpickle where it is installed (Horovod's: lambdas and local classes travel
+    too), else the standard pickle."""
+    try:
+        import cloudpickle
+        return cloudpickle
+    except ImportError:
+        import pickle
+        return pickle
+
+
+def _dumps(obj):
+    """(payload, None), or (None, the reason) when ``obj`` cannot be pickled."""
+    try:
+        return _pickler().dumps(obj), None
+    except Exception as e:  # noqa: B902  (any error of a __reduce__ is the object's)
+        return None, "%s: %s" % (type(e).__name__, e)
+
+
+def allgather_object(obj, name=None, process_set=None, *, timeout=None):
+    """The list of every rank's ``obj``, in rank order (pickled, by cloudpickle where it
+    is installed, gathered as bytes packed four to an int32 element); with
+    ``process_set``, its members' in set-rank order.  An object that a rank cannot pickle
+    fails every rank (pickle.PicklingError naming the ranks) instead of leaving the
+    others waiting."""
     import pickle
     c = _need()
     ps = process_sets_.scope(c, process_set, "allgather_object", name)
     name = "allgather.object" if name is None else str(name)
-    payload = pickle.dumps(obj)
+    payload, why = _dumps(obj)
     lens = np.zeros(ps.size, dtype=np.int64)
-    lens[ps.rank] = len(payload)
+    lens[ps.rank] = -1 if payload is None else len(payload)
     lens = allreduce(lens, name=name + ".len", average=False, timeout=timeout,
                      process_set=process_set)
+    if np.any(lens < 0):
+        bad = [ps.ranks[r] for r in range(ps.size) if lens[r] < 0]
+        raise pickle.PicklingError("allgather_object '%s': rank %s could not pickle its "
+                                   "object%s" % (name, ", ".join(map(str, bad)),
+                                                 " (here: %s)" % why if why else ""))
     words = np.zeros((len(payload) + 3) // 4, dtype=np.int32)
     words.view(np.uint8)[:len(payload)] = np.frombuffer(payload, dtype=np.uint8)
     h, rows = _allgather_async(words, name, timeout, process_set)
@@ -125,7 +158,7 @@ def allgather_object(obj, name=None, timeout=None, process_set=None):
     out, at = [], 0
     for r in range(ps.size):
         chunk = flat[at:at + int(rows[r])].view(np.uint8)[:int(lens[r])]
-        out.append(pickle.loads(chunk.tobytes()))
+        out.append(_pickler().loads(chunk.tobytes()))
         at += int(rows[r])
     return out
 
@@ -151,7 +184,7 @@ def _splits_refusal(splits, rows, size):
     return sp, ""
 
 
-def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=None):
     """Starts an alltoall (see :func:`alltoall`); the Handle's wait() returns
     (received, received_splits).  Only the rows' exchange is asynchronous: the splits'
     exchange (the ``.sizes`` allreduce of a P x (P + 3) int64 matrix) completes before
@@ -163,9 +196,10 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
     bound them or use names of their own.  With ``process_set``, splits and results are
     over its members in set-rank order."""
     c = _need()
-    name = "alltoall" if name is None else str(name)
+    name = _name_or_none(name)  # None: unnamed buffers (the module doc's rule)
+    what = "alltoall" if name is None else name
     ps = process_sets_.scope(c, process_set, "alltoall", name)
-    istorch, x, dev, shape = _rows_in(tensor, "alltoall", name)
+    istorch, x, dev, shape = _rows_in(tensor, "alltoall", what)
     P, me, row = ps.size, ps.rank, math.prod(shape[1:])
     sp, why = _splits_refusal(splits, shape[0], P)
     # the sizes first, every rank's alike: present (1: a joined rank, which takes part in
@@ -177,23 +211,24 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
     if not why:
         meta[me, 3:] = sp
     gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
-    meta = allreduce(meta, name=name + ".sizes", average=False, timeout=timeout,
-                     process_set=process_set)
+    meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
+                     timeout=timeout, process_set=process_set)
     live = meta[:, 0] != 0
     bad = [ps.ranks[r] for r in range(P) if meta[r, 1]]
     if bad:
         raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
-                              "are refused%s" % (name, ", ".join(map(str, bad)),
+                              "are refused%s" % (what, ", ".join(map(str, bad)),
                                                  " (here: %s)" % why if why else ""), name)
     if np.any(live & (meta[:, 2] != row)):
         raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
-                              "differ across ranks: %s" % (name, ", ".join(
+                              "differ across ranks: %s" % (what, ", ".join(
                                   "rank %d has %d" % (ps.ranks[r], meta[r, 2])
                                   for r in range(P) if live[r])), name)
     S = meta[:, 3:]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
     rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
     cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
-    e = _acquire(c, "%s.%d" % (name, cap), "alltoall", _sc_dtype(x), cap,
+    e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "alltoall",
+                 _sc_dtype(x), cap,
                  _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
     n = int(S[me].sum()) * row
     try:
@@ -229,7 +264,7 @@ def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=Non
     return Handle(c, e, h.value, finish)
 
 
-def alltoall(tensor, splits=None, name=None, timeout=None, process_set=None):
+def alltoall(tensor, splits=None, name=None, process_set=None, *, timeout=None):
     """Scatters ``tensor``'s rows to every rank and gathers what every rank sends this
     one: ``splits[r]`` rows (along the first dimension, in rank order) go to rank r
     (default: an even split, which must divide the rows; rows past the splits' sum are
@@ -238,14 +273,14 @@ def alltoall(tensor, splits=None, name=None, timeout=None, process_set=None):
     int64 sum allreduce named name + ".sizes": splits refused on one rank fail every rank
     naming it), then the rows (sc_alltoall_async: each node sends every other node its
     trainers' rows for that node's trainers, once).  Every rank must use the same name
-    (default "alltoall"), dtype and elements per row.  ``process_set``: among its members,
-    ``splits[i]`` going to set rank i."""
-    return alltoall_async(tensor, splits, name, timeout, process_set).wait(timeout)
+    (without one: unnamed buffers, as allgather's), dtype and elements per row.
+    ``process_set``: among its members, ``splits[i]`` going to set rank i."""
+    return alltoall_async(tensor, splits, name, process_set, timeout=timeout).wait(timeout)
 
 
 # ---- reducescatter -----------------------------------------------------------------
 
-def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, timeout=None, process_set=None):
+def reducescatter(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None, *, timeout=None):
     """See :func:`reducescatter_async`: its result."""
     return reducescatter_async(tensor, op, name, process_set).wait(timeout)
 
@@ -255,15 +290,17 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
     across every rank (default: average, as Horovod's), of which this rank gets its rows:
     the first dimension is split in rank order, the first (rows % size) ranks one row more
     (sc_reducescatter_async: each node sends every other node its part once).  Every rank
-    must give the same shape, dtype, op and name (default "reducescatter").
+    must give the same shape, dtype, op and name (without one: an unnamed buffer, as
+    allreduce's).
     ``process_set``: among its members, the rows split in set-rank order."""
     c = _need()
-    name = "reducescatter" if name is None else str(name)
+    name = _name_or_none(name)
+    what = "reducescatter" if name is None else name
     pset = process_sets_.scope(c, process_set, "reducescatter", name).id
     red = ReduceOp.parse(op)
-    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", name)
+    istorch, x, dev, shape = _rows_in(tensor, "reducescatter", what)
     if not math.prod(shape):
-        raise ValueError("reducescatter of '%s': a tensor of at least one row" % name)
+        raise ValueError("reducescatter of '%s': a tensor of at least one row" % what)
     row, n = math.prod(shape[1:]), math.prod(shape)
     e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
                  _opts_key(None, 0.0, 0.0, None, False), 0, None, pset)
@@ -292,23 +329,36 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
 
 # ---- join --------------------------------------------------------------------------
 
-def join(timeout=None, process_set=None):
+def _timeout_s(c, timeout, what):
+    """A wait's seconds (None: init()'s default), checked before anything is started."""
+    if timeout is None:
+        return c.timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError("%s: timeout must be a number of seconds, not %r" % (what, timeout))
+    return float(timeout)
+
+
+def join(device=-1, *, timeout=None, process_set=None):
     """Uneven inputs: this rank has no more data.  Until every rank has joined, it takes
     part in the others' allreduces with zeros (and may start none itself); returns the
-    last rank to join once all have (Horovod's join).  ``timeout`` as barrier's.  Join is
-    the whole job's: a ``process_set`` other than the global one raises
-    NotImplementedError."""
+    last rank to join once all have (Horovod's join).  ``device``: Horovod's (the GPU
+    its zeros would be on); ignored, the daemons hold the zeros.  ``timeout`` as
+    barrier's.  Join is the whole job's: a ``process_set`` other than the global one
+    raises NotImplementedError."""
     c = _need()
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError("join: device must be an int (Horovod's device id), not %r" %
+                        (device,))
     if process_sets_.scope(c, process_set, "join").id != 0:
         raise NotImplementedError("join: process_set=%s; join is the whole job's "
                                   "(process_set=global_process_set)" % (process_set,))
+    tmo = _timeout_s(c, timeout, "join")
     lib = _lib.load()
     h = _lib.c_handle()
     st = lib.sc_join_async(c.client, ctypes.byref(h))
     if st != _lib.SC_OK:
         raise _error(st, "join")
     last = ctypes.c_int(-1)
-    tmo = c.timeout_s if timeout is None else float(timeout)
     deadline = _now() + tmo
     try:
         while True:  # in slices, so that Ctrl-C reaches Python
@@ -328,7 +378,7 @@ def join(timeout=None, process_set=None):
 
 # ---- barrier -----------------------------------------------------------------------
 
-def barrier(timeout=None, process_set=None):
+def barrier(process_set=None, *, timeout=None):
     """Returns once every trainer of the job has called barrier() (sc_barrier_async: the
     daemons agree through their coordinator; no tensor is involved).  Raises
     SparsecommError: SC_ERR_STALLED naming the ranks that did not arrive within the
@@ -338,16 +388,18 @@ def barrier(timeout=None, process_set=None):
     a one-element int32 sum allreduce among them named "barrier" (the library's barrier is
     the whole job's); its errors are that allreduce's."""
     c = _need()
+    # the arguments are checked before the barrier starts: a wrong one leaves nothing
+    # started that the daemons would wait for
+    tmo = _timeout_s(c, timeout, "barrier")
     if process_sets_.scope(c, process_set, "barrier").id != 0:
         allreduce(np.ones(1, dtype=np.int32), name="barrier", op=ReduceOp.SUM,
-                  timeout=timeout, process_set=process_set)
+                  timeout=tmo, process_set=process_set)
         return
     lib = _lib.load()
     h = _lib.c_handle()
     st = lib.sc_barrier_async(c.client, ctypes.byref(h))
     if st != _lib.SC_OK:
         raise _error(st, "barrier")
-    tmo = c.timeout_s if timeout is None else float(timeout)
     deadline = _now() + tmo
     try:
         while True:  # in slices, so that Ctrl-C reaches Python
@@ -390,32 +442,42 @@ def broadcast_async(tensor, root_rank=0, name=None, process_set=None):
                            process_set=process_set)
 
 
-def broadcast(tensor, root_rank=0, name=None, timeout=None, process_set=None):
+def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):
     return broadcast_async(tensor, root_rank, name, process_set).wait(timeout)
 
 
-def broadcast_object(obj, root_rank=0, name=None, timeout=None, process_set=None):
-    """Returns root_rank's ``obj`` on every rank: pickled on the root, its length
-    broadcast first (int64), then its bytes packed four to an int32 element (the daemons'
-    smallest dtype), so the payload travels once from the root's node.  Every rank must
-    call it with the same name (default "broadcast.object").  ``process_set``: among its
-    members, root_rank a rank within it."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=None, *, timeout=None):
+    """Returns root_rank's ``obj`` on every rank: pickled on the root (by cloudpickle
+    where it is installed), its length broadcast first (int64), then its bytes packed
+    four to an int32 element (the daemons' smallest dtype), so the payload travels once
+    from the root's node.  An object the root cannot pickle fails every rank alike
+    (pickle.PicklingError with the root's reason: the length broadcast is then the
+    reason's, negated, and the reason travels instead).  Every rank must call it with
+    the same name (default "broadcast.object").  ``process_set``: among its members,
+    root_rank a rank within it.  The payload's buffer is released afterwards."""
     import pickle
     c = _need()
     name = "broadcast.object" if name is None else str(name)
     me = process_sets_.scope(c, process_set, "broadcast_object", name).rank
-    payload = pickle.dumps(obj) if me == root_rank else b""
-    n = np.array([len(payload)], dtype=np.int64)
-    n = int(broadcast(n, root_rank, name=name + ".len", timeout=timeout,
-                      process_set=process_set)[0])
-    words = np.zeros((n + 3) // 4 or 1, dtype=np.int32)
+    payload, why = _dumps(obj) if me == root_rank else (b"", None)
+    if why is not None:
+        payload = why.encode()
+    n = np.array([len(payload) * (-1 if why is not None else 1)], dtype=np.int64)
+    n = int(broadcast(n, root_rank, name + ".len", process_set, timeout=timeout)[0])
+    words = np.zeros((abs(n) + 3) // 4 or 1, dtype=np.int32)
     if me == root_rank:
-        words.view(np.uint8)[:n] = np.frombuffer(payload, dtype=np.uint8)
-    # the payload's buffer is named by its size: each size registers once
-    words = broadcast(words, root_rank, name="%s.%d" % (name, words.size), timeout=timeout,
-                      process_set=process_set)
-    return obj if me == root_rank else pickle.loads(words.view(np.uint8)[:n].tobytes())
+        words.view(np.uint8)[:abs(n)] = np.frombuffer(payload, dtype=np.uint8)
+    h = broadcast_async(words, root_rank, "%s.%d" % (name, words.size), process_set)
+    try:
+        words = h.wait(timeout)
+    finally:
+        _release_done(h)  # a buffer per payload size would stay registered
+    if n < 0:
+        raise pickle.PicklingError("broadcast_object '%s': the root (rank %d) could not "
+                                   "pickle its object: %s" % (name, root_rank, bytes(
+                                       words.view(np.uint8)[:-n]).decode(errors="replace")))
+    return obj if me == root_rank else _pickler().loads(words.view(np.uint8)[:n].tobytes())
 
 
-def broadcast_(tensor, root_rank=0, name=None, timeout=None, process_set=None):
+def broadcast_(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):
     return broadcast_async_(tensor, root_rank, name, process_set).wait(timeout)

@@ -32,9 +32,8 @@
 
 Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
 sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
-local_size, Sum, Average, Min, Max, Product, Adasum (allreduce and DistributedOptimizer
-only), allreduce(tensor, average=None, name=None, compression=..., op=None,
-prescale_factor=1.0, postscale_factor=1.0), allreduce_, allreduce_async,
+local_size, cross_rank, cross_size, is_homogeneous, Sum, Average, Min, Max, Product,
+Adasum (allreduce and DistributedOptimizer only), allreduce, allreduce_, allreduce_async,
 allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
 grouped_allreduce_async_, sparse_allreduce_async, synchronize(handle), poll(handle),
 allgather, allgather_async, grouped_allgather, allgather_object, alltoall,
@@ -42,9 +41,14 @@ alltoall_async, broadcast, broadcast_, broadcast_async, broadcast_async_,
 broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter,
 reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
 nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
-HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression and
-DistributedOptimizer(optimizer, named_parameters=..., compression=...,
-backward_passes_per_step=..., op=..., process_set=...).  Process sets (see
+HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression,
+DistributedOptimizer and elastic (whose names raise NotImplementedError), each with
+Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
+functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
+async forms, the sparsifier options) are keyword-only.  A call before init() raises
+NotInitializedError, a ValueError as Horovod's.  allreduce, grouped_allreduce,
+allgather, broadcast, alltoall and reducescatter are differentiable with Horovod's backward rules
+(sparsecomm._autograd).  Process sets (see
 sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
@@ -65,6 +69,7 @@ import os
 import queue
 import re
 import socket as _socket
+import sys
 import threading
 import warnings
 from contextlib import contextmanager
@@ -72,14 +77,19 @@ from contextlib import contextmanager
 import torch
 
 import sparsecomm as _sc
+from sparsecomm import _autograd
+from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic: not supported)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, HorovodInternalError, Handle, Sparsifier, ReduceOp, Sum, Average, Min,
-    Max, Product, Adasum, init, shutdown, is_initialized, rank, size, local_rank, local_size, broadcast,
-    broadcast_async, broadcast_, broadcast_async_, broadcast_object, allgather,
+    SparsecommError, HorovodInternalError, NotInitializedError, Handle, Sparsifier,
+    ReduceOp, Sum, Average, Min, Max, Product, Adasum, init, shutdown, is_initialized, rank,
+    size, local_rank, local_size, cross_rank, cross_size, is_homogeneous,
+    broadcast_async, broadcast_, broadcast_async_, broadcast_object,
     allgather_async, allgather_object, barrier, join, mpi_built, mpi_enabled,
     mpi_threads_supported, gloo_built, gloo_enabled, nccl_built, ccl_built, ddl_built,
     cuda_built, rocm_built, start_timeline, stop_timeline, ProcessSet, ProcessSetError,
     global_process_set, add_process_set, remove_process_set, process_set_by_id)
+
+sys.modules[__name__ + ".elastic"] = elastic  # `import sparsecomm.torch.elastic` too
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
@@ -203,6 +213,8 @@ class _DecompressHandle:
             self._result = res
         return self._result
 
+    __call__ = wait  # Horovod's sparse_allreduce_async handle is called
+
 
 def _refuse_adasum(op, what):
     """Adasum is an allreduce's (Horovod's rule too): the other calls refuse it."""
@@ -235,15 +247,18 @@ def _postscaled(handle, factor, out=None):
     return _DecompressHandle(handle, lambda res: _scale(res, factor), out)
 
 
-def allreduce_async(tensor, average=None, name=None, compression=Compression.none, op=None,
-                    prescale_factor=1.0, postscale_factor=1.0, **kw):
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None, *, compression=Compression.none,
+                    **kw):
     """Horovod's allreduce_async: starts the reduction (``op``, default Average) and
     returns a handle for :func:`synchronize`.  ``prescale_factor`` multiplies the input
     before the reduction, ``postscale_factor`` the result after it (after the average's
-    division), as Horovod's do.  Other keywords (sparsifier, density, ...) are
-    sparsecomm.allreduce_async's."""
+    division), as Horovod's do.  Keyword-only, sparsecomm's: ``compression`` (Horovod's
+    async form has none) and sparsecomm.allreduce_async's options (sparsifier, density,
+    ...)."""
     red = _hvd_op(average, op)
     x = _scale(tensor, prescale_factor)
+    kw["process_set"] = process_set
     if compression is NoneCompressor or (_sc._is_torch(x) and x.is_sparse):
         h = _sc.allreduce_async(x, name=name, op=red, **kw)
     else:
@@ -251,49 +266,63 @@ def allreduce_async(tensor, average=None, name=None, compression=Compression.non
     return _postscaled(h, postscale_factor)
 
 
-def allreduce_async_(tensor, average=None, name=None, compression=Compression.none, op=None,
-                     prescale_factor=1.0, postscale_factor=1.0, **kw):
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None, *, compression=Compression.none,
+                     **kw):
     """In place: synchronize(handle) writes the result into ``tensor`` and returns it."""
     red = _hvd_op(average, op)
     if tensor.is_sparse:
         raise TypeError("allreduce_async_: sparse tensors have no in-place form")
     if prescale_factor != 1.0 or postscale_factor != 1.0:
-        return _postscaled(allreduce_async(tensor, None, name, compression, red,
-                                           prescale_factor, postscale_factor, **kw), 1.0,
-                           tensor)
+        return _postscaled(allreduce_async(tensor, None, name, red, prescale_factor,
+                                           postscale_factor, process_set,
+                                           compression=compression, **kw), 1.0, tensor)
+    kw["process_set"] = process_set
     if compression is NoneCompressor:
         return _sc.allreduce_async_(tensor, name=name, op=red, **kw)
     return _compressed_async(compression, tensor, tensor, name=name, op=red, **kw)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None, *, timeout=None,
+              **kw):
     """Horovod's allreduce: the reduction of ``tensor`` across every trainer, a new tensor
-    (``op`` default Average; ``average=False`` is Sum).  ``timeout``: seconds (None:
-    init()'s default)."""
-    return allreduce_async(tensor, average, name, compression, op, prescale_factor,
-                           postscale_factor, **kw).wait(timeout)
+    (``op`` default Average; ``average=False`` is Sum).  A tensor that requires a gradient
+    gets one through it (Horovod's backward: the gradient allreduced with the same op and
+    factors; sparsecomm._autograd).  ``timeout``: seconds (None: init()'s default)."""
+    def run(x):
+        return allreduce_async(x, average, name, op, prescale_factor, postscale_factor,
+                               process_set, compression=compression, **kw).wait(timeout)
+
+    if _autograd.wanted(tensor):
+        return _autograd.collective(tensor, run, lambda g: allreduce(
+            g, average, None, Compression.none, op, prescale_factor, postscale_factor,
+            process_set, timeout=timeout))
+    return run(tensor)
 
 
-def allreduce_(tensor, average=None, name=None, compression=Compression.none, op=None,
-               prescale_factor=1.0, postscale_factor=1.0, timeout=None, **kw):
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None, *, compression=Compression.none,
+               timeout=None, **kw):
     """In-place allreduce: the result is written into ``tensor``, which is returned."""
-    return allreduce_async_(tensor, average, name, compression, op, prescale_factor,
-                            postscale_factor, **kw).wait(timeout)
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set, compression=compression, **kw).wait(timeout)
 
 
-def sparse_allreduce_async(tensor, name=None, op=Average, **kw):
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None, **kw):
     """Horovod's sparse_allreduce_async: a torch sparse COO tensor reduced across every
     trainer (the COO path: the union of the non-zero rows comes back as a coalesced
-    sparse tensor); a handle for synchronize()."""
+    sparse tensor); a handle for synchronize(), or to call as Horovod's is."""
     if not (_sc._is_torch(tensor) and tensor.is_sparse):
         raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
                         (getattr(tensor, "layout", type(tensor).__name__),))
-    return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op), **kw)
+    return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op),
+                               process_set=process_set, **kw)
 
 
 def synchronize(handle, timeout=None):
-    """Waits for an operation started by an ``*_async`` call and returns its result."""
+    """Waits for an operation started by an ``*_async`` call and returns its result
+    (an alltoall's: the received tensor and the received splits, as Horovod's)."""
     return handle.wait(timeout)
 
 
@@ -304,12 +333,11 @@ def poll(handle):
 
 
 class _AlltoallHandle:
-    """An alltoall in flight, whose wait() gives Horovod's result: the received tensor,
-    and with it the received splits (int32) when splits were given."""
+    """An alltoall in flight, whose wait() gives Horovod's synchronize() result: the
+    received tensor and the received splits (int32)."""
 
-    def __init__(self, handle, splits_given):
+    def __init__(self, handle):
         self._h = handle
-        self._splits = splits_given
 
     def poll(self):
         return self._h.poll()
@@ -319,24 +347,63 @@ class _AlltoallHandle:
 
     def wait(self, timeout=None):
         out, recv = self._h.wait(timeout)
-        if not self._splits:
-            return out
         return out, torch.as_tensor(recv, dtype=torch.int32)
 
-
-def alltoall_async(tensor, splits=None, name=None, timeout=None, process_set=None):
-    """Horovod's alltoall_async: a handle for synchronize() (sparsecomm.alltoall_async)."""
-    return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, timeout, process_set),
-                           splits is not None)
+    __call__ = wait
 
 
-def alltoall(tensor, splits=None, name=None, timeout=None, process_set=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=None):
+    """Horovod's alltoall_async: a handle for synchronize(), which returns the received
+    tensor and the received splits (sparsecomm.alltoall_async)."""
+    return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, process_set,
+                                              timeout=timeout))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None, *, timeout=None):
     """Horovod's alltoall: ``splits[r]`` rows of ``tensor`` go to rank r (default an even
     split, which must divide the first dimension); returns the rows received in rank
     order, and, when ``splits`` is given, also the received splits (an int32 tensor, one
     per rank), as Horovod returns them.  ``process_set``: among its members, in set-rank
-    order."""
-    return alltoall_async(tensor, splits, name, timeout, process_set).wait(timeout)
+    order.  Differentiable as Horovod's: the gradient goes back by an alltoall with the
+    received splits."""
+    def run(x):
+        return alltoall_async(x, splits, name, process_set, timeout=timeout).wait(timeout)
+
+    if _autograd.wanted(tensor):
+        out, recv = _autograd.alltoall(tensor, run, lambda g, recv: alltoall(
+            g, recv, None, process_set, timeout=timeout)[0])
+    else:
+        out, recv = run(tensor)
+    return out if splits is None else (out, recv)
+
+
+def allgather(tensor, name=None, process_set=None, *, timeout=None):
+    """Horovod's allgather (sparsecomm.allgather), differentiable as Horovod's: the
+    gradient is averaged across the ranks and each rank takes its own rows of it."""
+    def run(x):
+        return _sc.allgather(x, name, process_set, timeout=timeout)
+
+    if _autograd.wanted(tensor):
+        return _autograd.collective(tensor, run, lambda g: _autograd.own_rows(
+            allreduce(g, True, None, process_set=process_set, timeout=timeout),
+            tensor.shape[0], process_set, timeout))
+    return run(tensor)
+
+
+def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):
+    """Horovod's broadcast (sparsecomm.broadcast), differentiable as Horovod's: the
+    gradient is averaged across the ranks and kept on the root, zero elsewhere."""
+    def run(x):
+        return _sc.broadcast(x, root_rank, name, process_set, timeout=timeout)
+
+    def back(g):
+        g = allreduce(g, True, None, process_set=process_set, timeout=timeout)
+        me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast").rank
+        return g if me == root_rank else torch.zeros_like(g)
+
+    if _autograd.wanted(tensor):
+        return _autograd.collective(tensor, run, back)
+    return run(tensor)
 
 
 def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
@@ -354,10 +421,24 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, timeout=None, process_set=None):
-    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async)."""
-    return reducescatter_async(tensor, name, compression, op, prescale_factor,
-                               postscale_factor, process_set).wait(timeout)
+                  prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                  timeout=None):
+    """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async).
+    Differentiable as Horovod's: the gradient (times the set's size for Sum, times the
+    scale factors) is allgathered back into the rows of every rank."""
+    def run(x):
+        return reducescatter_async(x, name, compression, op, prescale_factor,
+                                   postscale_factor, process_set).wait(timeout)
+
+    def back(g):
+        k = prescale_factor * postscale_factor
+        if ReduceOp.parse(op) == ReduceOp.SUM:
+            k *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
+        return _sc.allgather(_scale(g, k), None, process_set, timeout=timeout)
+
+    if _autograd.wanted(tensor):
+        return _autograd.collective(tensor, run, back)
+    return run(tensor)
 
 
 # ---- Horovod's grouped operations ----------------------------------------------------
@@ -392,6 +473,8 @@ class _GroupHandle:
             raise err
         return out
 
+    __call__ = wait
+
 
 def _group(start, tensors, name):
     """Starts start(tensor, member name) for every tensor as one group
@@ -405,47 +488,61 @@ def _group(start, tensors, name):
         [(lambda t=t, n=n: start(t, n)) for t, n in zip(tensors, names)]))
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, compression=Compression.none,
-                            op=None, prescale_factor=1.0, postscale_factor=1.0, **kw):
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None, *,
+                            compression=Compression.none, **kw):
     """Horovod's grouped_allreduce_async: every tensor's allreduce submitted before any
     is waited for; synchronize() gives the list of results."""
-    return _group(lambda t, n: allreduce_async(t, average, n, compression, op,
-                                               prescale_factor, postscale_factor, **kw),
+    return _group(lambda t, n: allreduce_async(t, average, n, op, prescale_factor,
+                                               postscale_factor, process_set,
+                                               compression=compression, **kw),
                   tensors, name)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None,
-                             compression=Compression.none, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, **kw):
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None, *,
+                             compression=Compression.none, **kw):
     """In place: synchronize() writes each result into its tensor."""
-    return _group(lambda t, n: allreduce_async_(t, average, n, compression, op,
-                                                prescale_factor, postscale_factor, **kw),
+    return _group(lambda t, n: allreduce_async_(t, average, n, op, prescale_factor,
+                                                postscale_factor, process_set,
+                                                compression=compression, **kw),
                   tensors, name)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
-                      op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
-                      **kw):
-    return grouped_allreduce_async(tensors, average, name, compression, op,
-                                   prescale_factor, postscale_factor, **kw).wait(timeout)
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None,
+                      *, timeout=None, **kw):
+    """Horovod's grouped_allreduce; differentiable as allreduce (the gradients go back by
+    a grouped allreduce with the same op and factors)."""
+    tensors = list(tensors)
+
+    def run(xs):
+        return grouped_allreduce_async(xs, average, name, op, prescale_factor,
+                                       postscale_factor, process_set,
+                                       compression=compression, **kw).wait(timeout)
+
+    if any(_autograd.wanted(t) for t in tensors):
+        return _autograd.grouped(tensors, run, lambda gs: grouped_allreduce(
+            gs, average, None, Compression.none, op, prescale_factor, postscale_factor,
+            process_set, timeout=timeout))
+    return run(tensors)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, compression=Compression.none,
-                       op=None, prescale_factor=1.0, postscale_factor=1.0, timeout=None,
-                       **kw):
-    return grouped_allreduce_async_(tensors, average, name, compression, op,
-                                    prescale_factor, postscale_factor, **kw).wait(timeout)
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None, *,
+                       compression=Compression.none, timeout=None, **kw):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, compression=compression,
+                                    **kw).wait(timeout)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Horovod's grouped_allgather_async (each member's sizes are exchanged as it is
     started, its rows with the others')."""
-    return _group(lambda t, n: _sc.allgather_async(t, "allgather" if n is None else n,
-                                                   process_set=process_set),
-                  tensors, "allgather.group" if name is None else name)
+    return _group(lambda t, n: _sc.allgather_async(t, n, process_set), tensors, name)
 
 
-def grouped_allgather(tensors, name=None, timeout=None, process_set=None):
+def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
     return grouped_allgather_async(tensors, name, process_set).wait(timeout)
 
 
@@ -453,12 +550,12 @@ def grouped_reducescatter_async(tensors, name=None, compression=Compression.none
                                 prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
                                                    postscale_factor, process_set),
-                  tensors, "reducescatter.group" if name is None else name)
+                  tensors, name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0, timeout=None,
-                          process_set=None):
+                          prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                          timeout=None):
     return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
                                        postscale_factor, process_set).wait(timeout)
 
@@ -482,12 +579,15 @@ class _AllreduceSum(torch.autograd.Function):
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
     rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
-    squares and count are summed across the ranks in float64 (one allreduce, named
+    squares and count are summed in float64 and across the ranks in float64 (one
+    allreduce, named
     "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
     and biased variance normalise the input, and backward sums the statistics' gradients
     the same way, so the result and the gradients are those of one batch norm over the
-    concatenated batch.  The running statistics take the unbiased variance; in eval mode
-    it is a plain batch norm on them."""
+    concatenated batch; the normalisation is computed in the input's dtype (float32 for
+    16-bit inputs, which are returned in their own dtype, affine or not).  The running
+    statistics take the unbiased variance; in eval mode it is a plain batch norm on
+    them."""
 
     _made = 0
 
@@ -510,9 +610,14 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
                 0.0, self.eps)
         C = input.shape[1]
         dims = [0] + list(range(2, input.dim()))
-        x64 = input.double()
-        local = torch.cat([x64.sum(dims), (x64 * x64).sum(dims),
-                           x64.new_tensor([float(input.numel() // max(C, 1))])])
+        # the statistics in float64 (summed from the input's float32 values at least, so
+        # float16 squares do not overflow); the activation itself is never widened past
+        # float32
+        x = input if input.dtype in (torch.float32, torch.float64) else input.float()
+        f64 = torch.float64
+        local = torch.cat([x.sum(dims, dtype=f64), (x * x).sum(dims, dtype=f64),
+                           torch.tensor([float(input.numel() // max(C, 1))], dtype=f64,
+                                        device=input.device)])
         tot = _AllreduceSum.apply(local, self._sc_name)
         n = tot[-1]
         if float(n) == 0:
@@ -520,10 +625,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         mean = tot[:C] / n
         var = (tot[C:2 * C] / n - mean * mean).clamp_min(0.0)
         shape = [1, C] + [1] * (input.dim() - 2)
-        out = (x64 - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        out = out.to(input.dtype)
+        invstd = torch.rsqrt(var + self.eps)
+        out = (x - mean.to(x.dtype).view(shape)) * invstd.to(x.dtype).view(shape)
         if self.affine:
-            out = out * self.weight.view(shape) + self.bias.view(shape)
+            out = out * self.weight.to(x.dtype).view(shape) + self.bias.to(x.dtype).view(shape)
+        out = out.to(input.dtype)
         if self.training and self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked += 1
@@ -536,13 +642,18 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
-    def __init__(self, params, named_parameters, sparsifier, density, threshold, scheme,
-                 allow_lossy, overrides, average, timeout, backward_passes_per_step,
-                 sparse_as_dense, prefix, compression, process_set=None):
+    def __init__(self, params, named_parameters, o):
         super(self.__class__, self).__init__(params)
-        # a trainer outside the set is refused now, not at its first gradient
-        _sc.process_sets_.scope(_sc._need(), process_set, "DistributedOptimizer")
-        self._process_set = process_set
+        process_set = o["process_set"]
+        # Horovod's: a trainer outside the set registers no hooks, and its synchronize()
+        # does nothing; a set not added is refused now, not at the first gradient
+        self._included = not (isinstance(process_set, ProcessSet) and
+                              process_set.included() is False)
+        if self._included:
+            _sc.process_sets_.scope(_sc._need(), process_set, "DistributedOptimizer")
+        self.process_set = process_set
+        self.op = o["op"]
+        self.gradient_predivide_factor = o["gradient_predivide_factor"]
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -560,15 +671,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if unnamed:
             raise ValueError("%d optimizer parameter(s) missing from named_parameters" %
                              len(unnamed))
-        self._defaults_sc = dict(sparsifier=sparsifier, density=density, threshold=threshold,
-                                 scheme=scheme, allow_lossy=allow_lossy)
-        self._overrides = overrides
-        self._average = average
-        self._timeout = timeout
-        self._passes = int(backward_passes_per_step)
-        self._sparse_as_dense = sparse_as_dense
-        self._prefix = prefix
-        self._compression = compression
+        self._defaults_sc = {k: o[k] for k in ("sparsifier", "density", "threshold",
+                                               "scheme", "allow_lossy")}
+        self._overrides = o["overrides"]
+        self._average = o["average"]
+        self._timeout = o["timeout"]
+        self.backward_passes_per_step = int(o["backward_passes_per_step"])
+        self.sparse_as_dense = o["sparse_as_dense"]
+        self._prefix = o["prefix"]
+        self._compression = o["compression"]
+        self._groups = o["groups"]
         self._handles = {}
         self._start = {}  # Adasum: where each parameter started its step
         self._delay = {}
@@ -583,7 +695,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._explicit = {}
         for p in self._requires_update:
             self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
-        self._register_hooks()
+        if self._included:
+            self._register_hooks()
+
+    # -- Horovod's attributes and calls --
+    def set_backward_passes_per_step(self, passes):
+        """Horovod's: gradients of ``passes`` backward passes accumulate before they are
+        reduced, from now on (every parameter's count starts again)."""
+        self.backward_passes_per_step = int(passes)
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's, after the reductions in flight are waited for (their
+        results dropped) and every count starts again, as Horovod's resets them."""
+        handles, self._handles = self._handles, {}
+        for h in handles.values():
+            try:
+                h.wait(self._timeout)
+            except _sc.SparsecommError:
+                pass  # dropped with its result: the state being loaded replaces it
+        self._start.clear()
+        self._synchronized = False
+        self._should_sync = True
+        self.set_backward_passes_per_step(self.backward_passes_per_step)
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     # -- per-parameter options --
     def _resolve(self, name, p):
@@ -612,7 +748,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._hook(p)
 
     def _hook(self, p):
-        self._delay[p] = self._passes
+        self._delay[p] = self.backward_passes_per_step
         if hasattr(p, "register_post_accumulate_grad_hook"):
             h = p.register_post_accumulate_grad_hook(self._make_hook(p, post=True))
         else:
@@ -629,7 +765,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         gradient again is reduced from this step on (submitted by synchronize() now, by
         its hook afterwards)."""
         now = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        if now == self._requires_update:
+        # by identity: == between tensors compares their values
+        if len(now) == len(self._requires_update) and all(
+                a is b for a, b in zip(now, self._requires_update)):
             return
         keep = set(now)
         for p in self._requires_update:
@@ -649,7 +787,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise AssertionError(
                     "gradient of %s computed more than backward_passes_per_step=%d times "
                     "before step(); call step() (or synchronize()) between backward passes"
-                    % (self._name[p], self._passes))
+                    % (self._name[p], self.backward_passes_per_step))
             self._delay[p] -= 1
             if self._delay[p] == 0:
                 self._handles[p] = self._submit(p)
@@ -689,7 +827,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             delta = p.detach() - start
             p.copy_(start)
         self._start[p] = start
-        opts = dict(name=name, op=ReduceOp.ADASUM, process_set=self._process_set)
+        opts = dict(name=name, op=ReduceOp.ADASUM, process_set=self.process_set)
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(delta, **opts)
         return _compressed_async(self._compression, delta, delta, **opts)
@@ -708,6 +846,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.shape)
             else:
                 p.grad = g = torch.zeros_like(p)
+        f = self.gradient_predivide_factor
+        if f != 1.0 and not g.is_sparse:
+            with torch.no_grad():  # Horovod's: 1/f before the sum, f after the average
+                g.mul_(1.0 / f)
         if g.is_sparse:
             self._seen_sparse.add(p)
             # The default sparsifier is for dense gradients; a natively sparse one is
@@ -717,18 +859,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 g, name=name, sparsifier=sp, **self._reduction(),
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
-                sparse_as_dense=self._sparse_as_dense, process_set=self._process_set)
+                sparse_as_dense=self.sparse_as_dense, process_set=self.process_set)
         opts = dict(name=name, sparsifier=o["sparsifier"], **self._reduction(),
                     density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                     allow_lossy=o["allow_lossy"], block=o.get("block"),
-                    process_set=self._process_set)
+                    process_set=self.process_set)
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
         return _compressed_async(self._compression, g, g, **opts)
 
     # -- Horovod's optimizer protocol --
     def synchronize(self):
-        """Submits what backward did not, waits for every gradient, writes them back."""
+        """Submits what backward did not, waits for every gradient, writes them back (on
+        a trainer outside the optimizer's process set: nothing, as Horovod's)."""
+        if not self._included:
+            self._synchronized = True
+            return
         self._follow_requires_grad()
         for p in self._requires_update:
             if p not in self._handles:
@@ -737,15 +883,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  else float(self._timeout))
         handles, self._handles = self._handles, {}
         for p in self._requires_update:
-            self._delay[p] = self._passes
+            self._delay[p] = self.backward_passes_per_step
         for p, h in handles.items():
             left = max(0.0, deadline - _sc._now())
             res = h.wait(timeout=max(left, 0.001))
             if self._average is ReduceOp.ADASUM:  # the combined delta, from the start
                 with torch.no_grad():
                     p.copy_(self._start.pop(p) + res)
-            elif res is not p.grad:  # sparse results are new tensors
-                p.grad = res
+            else:
+                if res is not p.grad:  # sparse results are new tensors
+                    p.grad = res
+                if self.gradient_predivide_factor != 1.0 and not res.is_sparse:
+                    with torch.no_grad():
+                        p.grad.mul_(self.gradient_predivide_factor)
         self._synchronized = True
 
     @contextmanager
@@ -790,81 +940,148 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hooks, self._grad_accs, self._hook_of = [], [], {}
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, sparsifier=None, density=0.0,
-                         threshold=0.0, scheme=None, allow_lossy=False, overrides=None,
-                         average=True, timeout=None, backward_passes_per_step=1,
-                         sparse_as_dense=False, prefix="grad.", compression=Compression.none,
-                         op=None, process_set=None):
-    """Wraps ``optimizer`` so that gradients are averaged across every trainer before
-    each step.  Returns an instance of a subclass of the optimizer's own class (so LR
-    schedulers keep working) sharing its param_groups.
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None, *,
+                         sparsifier=None, density=0.0, threshold=0.0, scheme=None,
+                         allow_lossy=False, overrides=None, average=None, timeout=None,
+                         prefix="grad."):
+    """Horovod's DistributedOptimizer, its arguments in Horovod's order: wraps
+    ``optimizer`` so that gradients are averaged across every trainer before each step.
+    Returns an instance of a subclass of the optimizer's own class (so LR schedulers keep
+    working) sharing its param_groups, with Horovod's attributes backward_passes_per_step,
+    op, gradient_predivide_factor, sparse_as_dense and process_set, and its
+    set_backward_passes_per_step(), synchronize() and skip_synchronize().
 
     named_parameters: model.named_parameters() (names become tensor names, prefixed
-    with ``prefix``); sparsifier/density/threshold/scheme/allow_lossy: defaults for every
-    dense gradient; overrides: per-parameter options (see the module doc); timeout:
-    seconds step() waits in all (None: init()'s default); backward_passes_per_step: the
-    gradients of that many backward passes accumulate in ``p.grad`` before they are
-    reduced (step() after the last).
+    with ``prefix``); compression (Compression.none, fp16, bf16: applied to dense
+    gradients, see :class:`FP16Compressor`); backward_passes_per_step: the gradients of
+    that many backward passes accumulate in ``p.grad`` before they are reduced (step()
+    after the last); op: Average (the default), Sum or Adasum.  With Adasum, as Horovod's
+    Adasum optimizer does, each parameter takes the wrapped optimizer's step locally
+    when its gradient is ready, and the trainers combine the steps' changes by the Adasum
+    operator; step() then applies them (the wrapped optimizer's step is not taken again).
+    gradient_predivide_factor f (op Average only, else ValueError, as Horovod's): each
+    dense gradient is multiplied by 1/f before the sum and by f after the average (sparse
+    gradients are reduced as they are).  groups and num_groups (Horovod's explicit
+    fusion groups) are checked by Horovod's rules and otherwise change nothing here: the
+    daemons fuse whichever gradients are ready together on every rank.
+    sparse_as_dense: sparse gradients come back dense.  process_set: the gradients are
+    averaged among its members only, so that parts of a model (the towers of a two-tower
+    model, the stages of a pipeline) train in sets of their own, each with an optimizer
+    of its own; on a trainer outside the set the optimizer registers no hooks and its
+    synchronize() does nothing, as Horovod's.
 
-    Horovod's keywords: compression (Compression.none, fp16, bf16: applied to dense
-    gradients, see :class:`FP16Compressor`); op: Average, Sum or Adasum (overrides
-    ``average``). With Adasum, as Horovod's Adasum optimizer does, each parameter takes
-    the wrapped optimizer's step locally when its gradient is ready, and the trainers
-    combine the steps' changes by the Adasum operator; step() then applies them (the
-    wrapped optimizer's step is not taken again).
-
-    process_set: Horovod's; the gradients are averaged among its members only (this
-    trainer must be one), so that parts of a model (the towers of a two-tower model,
-    the stages of a pipeline) train in sets of their own, each with an optimizer of its
-    own."""
-    if op is not None:
-        red = ReduceOp.parse(op)
-        if red not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
-            raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum, "
-                             "not %s" % red.name)
-        average = red if red == ReduceOp.ADASUM else red == ReduceOp.AVERAGE
+    Keyword-only, sparsecomm's: sparsifier/density/threshold/scheme/allow_lossy:
+    defaults for every dense gradient; overrides: per-parameter options (see the module
+    doc); average: the older form of op (True: Average, False: Sum); timeout: seconds
+    step() waits in all (None: init()'s default); prefix: of the tensor names."""
+    red = ReduceOp.parse(Average if op is None else op)
+    if average is not None:
+        red = ReduceOp.AVERAGE if average else ReduceOp.SUM
+    if red not in (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.ADASUM):
+        raise ValueError("DistributedOptimizer: op must be Average, Sum or Adasum, not %s" %
+                         red.name)
+    if gradient_predivide_factor != 1.0 and red != ReduceOp.AVERAGE:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0 and groups is None:
+        warnings.warn("DistributedOptimizer: num_groups has been replaced by groups (as "
+                      "in Horovod)", DeprecationWarning)
+        groups = num_groups
+    _check_groups(groups)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
-    opt = cls(optimizer.param_groups, named_parameters, sparsifier, density, threshold,
-              scheme, allow_lossy, overrides, average, timeout, backward_passes_per_step,
-              sparse_as_dense, prefix, compression, process_set)
+    opt = cls(optimizer.param_groups, named_parameters, dict(
+        sparsifier=sparsifier, density=density, threshold=threshold, scheme=scheme,
+        allow_lossy=allow_lossy, overrides=overrides, timeout=timeout, prefix=prefix,
+        average=red if red == ReduceOp.ADASUM else red == ReduceOp.AVERAGE, op=red,
+        backward_passes_per_step=backward_passes_per_step, sparse_as_dense=sparse_as_dense,
+        compression=compression, process_set=process_set, groups=groups,
+        gradient_predivide_factor=float(gradient_predivide_factor)))
     opt.state = optimizer.state
     return opt
 
 
+def _check_groups(groups):
+    """Horovod's rules for DistributedOptimizer's groups: None, a positive int, or a list
+    of lists of tensors in which no tensor appears twice (ValueError otherwise)."""
+    if groups is None:
+        return
+    if not isinstance(groups, list) and not (isinstance(groups, int) and groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
+
+
 def _named(params):
-    if isinstance(params, dict):
-        return list(params.items())
-    return list(params)
+    """(name, tensor) pairs of a state_dict, an iterable of pairs, or of bare tensors (as
+    Horovod's accepts): a bare tensor, or a pair named None, is named by its position."""
+    items = list(params.items()) if isinstance(params, dict) else list(params)
+    out = []
+    for i, item in enumerate(items):
+        n, t = item if isinstance(item, (tuple, list)) else (None, item)
+        out.append(("unnamed.%d" % i if n is None else n, t))
+    return out
 
 
-def broadcast_parameters(params, root_rank=0, timeout=None, prefix="broadcast.",
-                         process_set=None):
+def broadcast_parameters(params, root_rank=0, prefix="broadcast.", process_set=None, *,
+                         timeout=None):
     """Copies root_rank's values into every rank's tensors, in place.  params: a
-    state_dict (name -> tensor) or an iterable of (name, tensor).  ``process_set``: among
-    its members, root_rank a rank within it."""
+    state_dict (name -> tensor), an iterable of (name, tensor), or of bare tensors
+    (model.parameters(); a bare tensor, or one named None, is named by its position in
+    ``params``, the same on every rank).  Each is broadcast under ``prefix`` + its name.
+    ``process_set``: among its members, root_rank a rank within it.  The registrations
+    are released once the broadcasts are done."""
     items = [(n, t) for n, t in _named(params) if t is not None]
     hs = []
-    with torch.no_grad():
-        for n, t in items:
-            hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n,
-                                           process_set=process_set))
+    try:
+        with torch.no_grad():
+            for n, t in items:
+                hs.append(_sc.broadcast_async_(t, root_rank=root_rank, name=prefix + n,
+                                               process_set=process_set))
+            for h in hs:
+                h.wait(timeout)
+    finally:  # used once: the daemon keeps no copy of every parameter for the job
         for h in hs:
-            h.wait(timeout)
+            _sc._release_done(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, timeout=None,
-                              name="broadcast.optimizer_state", process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast.optimizer_state",
+                              process_set=None, *, timeout=None):
     """Loads root_rank's optimizer state (state_dict: hyperparameters, momentum buffers,
     step counts) into ``optimizer`` on every other rank.  A rank whose optimizer has not
-    stepped yet gets the root's state all the same.  ``process_set``: among its members,
-    root_rank a rank within it."""
+    stepped yet gets the root's state all the same (the whole state travels, so
+    Horovod's priming step, which creates the state before its per-tensor broadcasts, is
+    not needed, and torch.optim.LBFGS's state travels too).  The root's tensors travel
+    from host memory: each rank's load_state_dict() puts them on its own parameters'
+    devices (a CUDA state unpickled as it was would land on the root's GPU index).
+    ``process_set``: among its members, root_rank a rank within it."""
     me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast_optimizer_state").rank
-    state = _sc.broadcast_object(optimizer.state_dict() if me == root_rank else None,
-                                 root_rank=root_rank, name=name, timeout=timeout,
-                                 process_set=process_set)
+    state = _sc.broadcast_object(_on_host(optimizer.state_dict()) if me == root_rank
+                                 else None, root_rank, name, process_set, timeout=timeout)
     if me != root_rank:
         optimizer.load_state_dict(state)
+
+
+def _on_host(obj):
+    """obj (a state_dict: dicts, lists and tuples of tensors and plain values) with every
+    tensor copied to host memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu() if obj.device.type != "cpu" else obj
+    if isinstance(obj, dict):
+        return type(obj)((k, _on_host(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        vals = [_on_host(v) for v in obj]
+        return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
+    return obj
 
 
 def broadcast_object_int(value, root_rank=0, name="broadcast.int"):
