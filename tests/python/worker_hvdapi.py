@@ -71,6 +71,8 @@ HOROVOD = {
     "allgather_object": "obj name process_set",
     "barrier": "process_set",
     "join": "device",
+    "broadcast_parameters": "params root_rank process_set",
+    "broadcast_optimizer_state": "optimizer root_rank process_set",
     "DistributedOptimizer": "optimizer named_parameters compression "
                             "backward_passes_per_step op gradient_predivide_factor "
                             "num_groups groups sparse_as_dense process_set",
@@ -96,6 +98,8 @@ def barrier_and_join_as_horovod_calls_them():
     last = hvd.join(hvd.local_rank())
     assert 0 <= last < P, last
     assert hvd.join(device=-1) in range(P)
+    import numpy as np
+    assert hvd.join(np.int64(0)) in range(P)  # int-like, as Horovod takes it
 
 
 @check
@@ -112,6 +116,7 @@ def elastic_is_refused_clearly():
     e = raises(NotImplementedError, hvd.elastic.run, lambda state: None)
     assert "elastic" in str(e), e
     raises(NotImplementedError, hvd.elastic.TorchState, model=None, optimizer=None)
+    assert not hasattr(hvd.elastic, "_private")  # AttributeError, as hasattr expects
     raises(NotImplementedError, hvd.elastic.ElasticSampler, range(4))
     raises(NotImplementedError, getattr, hvd.elastic, "HostsUpdatedInterrupt")
     import sparsecomm.torch.elastic as el
@@ -172,6 +177,25 @@ def optimizer_horovods_keywords():
         warnings.simplefilter("ignore", DeprecationWarning)
         g, _ = grads_of(dict(num_groups=1, op=hvd.Sum))
     assert torch.allclose(g, torch.full((1, 4), mean * P)), g
+    # a sparse gradient that comes back dense (sparse_as_dense) is not multiplied by f
+    # without having been divided by it; nor is a top-k sparsified one (its residual and
+    # selection are in the gradient's own scale)
+    _made[0] += 1
+    emb = torch.nn.Embedding(6, 2, sparse=True)
+    torch.nn.init.zeros_(emb.weight)
+    eo = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.0),
+                                  named_parameters=[("emb.%d" % _made[0], emb.weight)],
+                                  gradient_predivide_factor=4.0, sparse_as_dense=True)
+    eo.zero_grad()
+    emb(torch.tensor([R])).sum().backward()  # row R: ones, on rank R only
+    eo.step()
+    want = torch.zeros(6, 2)
+    want[:P] = 1.0 / P
+    assert torch.allclose(emb.weight.grad.to_dense(), want), emb.weight.grad
+    g, _ = grads_of(dict(gradient_predivide_factor=4.0, sparsifier="topk", density=1.0))
+    assert torch.allclose(g, torch.full((1, 4), mean)), g
+    raises(ValueError, hvd.DistributedOptimizer, torch.optim.SGD([w], lr=1), op=hvd.Sum,
+           average=True)
     # Horovod's third positional argument is compression
     g, opt = grads_of(dict())
     sgd = torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.0)
@@ -285,6 +309,50 @@ def unnamed_collectives_in_flight_together():
 
 
 @check
+def broadcasts_third_argument_is_the_process_set():
+    t = torch.full((2,), float(R))
+    hvd.broadcast_parameters([t], 0, hvd.global_process_set)
+    assert torch.equal(t, torch.zeros(2)), t
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(opt, 0, hvd.global_process_set)
+    hvd.broadcast_optimizer_state(opt, 0, torch.nn.Linear(1, 1))  # a model there: accepted
+    # a name where the process set goes is refused on every rank before anything starts
+    raises(TypeError, hvd.broadcast_parameters, [t], 0, "prefix.")
+    raises(TypeError, hvd.broadcast_optimizer_state, opt, 0, "name")
+    hvd.barrier()
+
+
+class _DefaultState(torch.optim.SGD):
+    """An optimizer whose state_dict holds a defaultdict (a factory that copying by
+    type(obj)(items) loses)."""
+
+    def state_dict(self):
+        import collections
+        sd = super().state_dict()
+        sd["extra"] = collections.defaultdict(list, {"a": [torch.ones(1)]})
+        return sd
+
+    def load_state_dict(self, sd):
+        assert sd["extra"]["a"][0].item() == 1.0 and sd["extra"]["b"] == [], sd
+        super().load_state_dict({k: v for k, v in sd.items() if k != "extra"})
+
+
+class _NoState(torch.optim.SGD):
+    def state_dict(self):
+        raise RuntimeError("state on a closed file")
+
+
+@check
+def optimizer_state_a_root_cannot_take_fails_every_rank():
+    w = torch.nn.Parameter(torch.ones(2))
+    hvd.broadcast_optimizer_state(_DefaultState([w], lr=0.1), 0)
+    opt = (_NoState if R == 0 else torch.optim.SGD)([w], lr=0.1)
+    e = raises(hvd.SparsecommError, hvd.broadcast_optimizer_state, opt, 0)
+    assert "closed file" in str(e) and "rank 0" in str(e), e
+
+
+@check
 def optimizer_state_of_lbfgs_and_a_fresh_optimizer():
     # the whole state travels: LBFGS's nested state (which Horovod refuses) and a root
     # that has stepped against ranks that have not
@@ -293,7 +361,7 @@ def optimizer_state_of_lbfgs_and_a_fresh_optimizer():
     if R == 0:
         opt.step(lambda: (opt.zero_grad(), (w * w).sum().backward(),
                           (w * w).sum().detach())[2])
-    hvd.broadcast_optimizer_state(opt, 0, "bos.lbfgs")
+    hvd.broadcast_optimizer_state(opt, 0, name="bos.lbfgs")
     st = opt.state_dict()["state"][0]
     assert st["n_iter"] >= 1 and st["d"].shape == (3,) and st["d"].device == w.device, st
     assert hvd.allgather_object(float(st["d"].sum())) == [float(st["d"].sum())] * P

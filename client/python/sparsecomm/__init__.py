@@ -93,6 +93,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 
 import numpy as np
 
@@ -642,7 +643,10 @@ def _release_done(handle):
         return
     with c.lock:
         if not e.inflight and c.entries.get(e.key) is e and ".noname." not in e.name:
-            _release_locked(c, e)
+            try:  # a clean-up: it must not replace the exception being raised, if any
+                _release_locked(c, e)
+            except SparsecommError as err:
+                warnings.warn("sparsecomm: %s (the registration stays)" % err)
 
 
 def _forget_set(c, pset):

@@ -48,13 +48,16 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, run, back):
         out, recv = run(tensor)
-        ctx.back, ctx.recv = back, recv
+        ctx.back, ctx.recv, ctx.rows = back, recv, tensor.shape[0] if tensor.dim() else 0
         ctx.mark_non_differentiable(recv)
         return out, recv
 
     @staticmethod
     def backward(ctx, grad, _splits_grad):
-        return ctx.back(grad.contiguous(), ctx.recv), None, None
+        g = ctx.back(grad.contiguous(), ctx.recv)
+        if g.dim() and g.shape[0] < ctx.rows:  # rows the splits left unsent: no gradient
+            g = torch.cat([g, g.new_zeros((ctx.rows - g.shape[0],) + tuple(g.shape[1:]))])
+        return g, None, None
 
 
 class _Grouped(torch.autograd.Function):

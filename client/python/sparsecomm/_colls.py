@@ -7,6 +7,7 @@ exchanges and results are over the set's members in set-rank order, and ranks gi
 import ctypes
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -346,7 +347,11 @@ def join(device=-1, *, timeout=None, process_set=None):
     barrier's.  Join is the whole job's: a ``process_set`` other than the global one
     raises NotImplementedError."""
     c = _need()
-    if isinstance(device, bool) or not isinstance(device, int):
+    try:  # an int, or int-like (a numpy integer), as Horovod's takes
+        dev = operator.index(device) if not isinstance(device, bool) else None
+    except TypeError:
+        dev = None
+    if dev is None:
         raise TypeError("join: device must be an int (Horovod's device id), not %r" %
                         (device,))
     if process_sets_.scope(c, process_set, "join").id != 0:

@@ -46,6 +46,6 @@ class ElasticSampler(_Refused):
 
 def __getattr__(name):
     """Any other of Horovod's elastic names: refused the same way."""
-    if name.startswith("__"):
+    if name.startswith("_"):  # hasattr() and introspection expect AttributeError
         raise AttributeError(name)
     _refuse(name)

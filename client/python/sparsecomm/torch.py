@@ -64,6 +64,7 @@ sparsecomm (see the sparsecomm module doc), their results queued on the stream t
 current when they were submitted, and a CUDA bucket's future names its device.
 """
 
+import copy
 import fnmatch
 import os
 import queue
@@ -685,6 +686,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._start = {}  # Adasum: where each parameter started its step
         self._delay = {}
         self._seen_sparse = set()
+        self._prescaled = set()  # submitted divided by gradient_predivide_factor
         self._synchronized = False
         self._should_sync = True
         self._hooks = []
@@ -710,11 +712,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """The wrapped optimizer's, after the reductions in flight are waited for (their
         results dropped) and every count starts again, as Horovod's resets them."""
         handles, self._handles = self._handles, {}
+        deadline = _sc._now() + (_sc._ctx.timeout_s if self._timeout is None
+                                 else float(self._timeout))
         for h in handles.values():
             try:
-                h.wait(self._timeout)
+                h.wait(timeout=max(deadline - _sc._now(), 0.001))
             except _sc.SparsecommError:
                 pass  # dropped with its result: the state being loaded replaces it
+        self._prescaled.clear()
         self._start.clear()
         self._synchronized = False
         self._should_sync = True
@@ -847,9 +852,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 p.grad = g = torch.zeros_like(p)
         f = self.gradient_predivide_factor
-        if f != 1.0 and not g.is_sparse:
-            with torch.no_grad():  # Horovod's: 1/f before the sum, f after the average
+        # Horovod's: 1/f before the sum, f after the average; for a dense gradient that
+        # the daemon sums as it is (a sparsifier's threshold, DGC's sample and a residual
+        # are in the gradient's own scale, so a sparsified one is left as it is, as is a
+        # sparse one: its result may come back dense under sparse_as_dense)
+        if f != 1.0 and not g.is_sparse and o["sparsifier"] in (None, "none"):
+            with torch.no_grad():
                 g.mul_(1.0 / f)
+            self._prescaled.add(p)
         if g.is_sparse:
             self._seen_sparse.add(p)
             # The default sparsifier is for dense gradients; a natively sparse one is
@@ -893,7 +903,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 if res is not p.grad:  # sparse results are new tensors
                     p.grad = res
-                if self.gradient_predivide_factor != 1.0 and not res.is_sparse:
+                if p in self._prescaled:
+                    self._prescaled.discard(p)
                     with torch.no_grad():
                         p.grad.mul_(self.gradient_predivide_factor)
         self._synchronized = True
@@ -976,6 +987,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     defaults for every dense gradient; overrides: per-parameter options (see the module
     doc); average: the older form of op (True: Average, False: Sum); timeout: seconds
     step() waits in all (None: init()'s default); prefix: of the tensor names."""
+    if op is not None and average is not None:
+        raise ValueError("DistributedOptimizer: give op or average (its older form), not "
+                         "both")
     red = ReduceOp.parse(Average if op is None else op)
     if average is not None:
         red = ReduceOp.AVERAGE if average else ReduceOp.SUM
@@ -1032,7 +1046,7 @@ def _named(params):
     return out
 
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast.", process_set=None, *,
+def broadcast_parameters(params, root_rank=0, process_set=None, *, prefix="broadcast.",
                          timeout=None):
     """Copies root_rank's values into every rank's tensors, in place.  params: a
     state_dict (name -> tensor), an iterable of (name, tensor), or of bare tensors
@@ -1040,6 +1054,7 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.", process_set=N
     ``params``, the same on every rank).  Each is broadcast under ``prefix`` + its name.
     ``process_set``: among its members, root_rank a rank within it.  The registrations
     are released once the broadcasts are done."""
+    _check_process_set(process_set, "broadcast_parameters")
     items = [(n, t) for n, t in _named(params) if t is not None]
     hs = []
     try:
@@ -1054,8 +1069,8 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.", process_set=N
             _sc._release_done(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast.optimizer_state",
-                              process_set=None, *, timeout=None):
+def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None, *,
+                              name="broadcast.optimizer_state", timeout=None, model=None):
     """Loads root_rank's optimizer state (state_dict: hyperparameters, momentum buffers,
     step counts) into ``optimizer`` on every other rank.  A rank whose optimizer has not
     stepped yet gets the root's state all the same (the whole state travels, so
@@ -1063,12 +1078,43 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast.optimizer_
     not needed, and torch.optim.LBFGS's state travels too).  The root's tensors travel
     from host memory: each rank's load_state_dict() puts them on its own parameters'
     devices (a CUDA state unpickled as it was would land on the root's GPU index).
-    ``process_set``: among its members, root_rank a rank within it."""
+    ``process_set``: among its members, root_rank a rank within it (Horovod's third
+    argument; a torch.nn.Module there, as some Horovod versions take a ``model``, is
+    accepted and not needed).  A root that cannot produce its state fails every rank
+    with its reason, rather than leaving them waiting."""
+    if isinstance(process_set, torch.nn.Module):
+        model, process_set = process_set, None
+    _check_process_set(process_set, "broadcast_optimizer_state")
     me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast_optimizer_state").rank
-    state = _sc.broadcast_object(_on_host(optimizer.state_dict()) if me == root_rank
-                                 else None, root_rank, name, process_set, timeout=timeout)
+    mine = None
+    if me == root_rank:
+        try:
+            mine = _on_host(optimizer.state_dict())
+        except Exception as e:  # every rank learns it through the broadcast
+            mine = _RootFailed("%s: %s" % (type(e).__name__, e))
+    state = _sc.broadcast_object(mine, root_rank, name=name, process_set=process_set,
+                                 timeout=timeout)
+    if isinstance(state, _RootFailed):
+        raise _sc.SparsecommError(_sc._lib.SC_ERR_ABORTED,
+                                  "broadcast_optimizer_state: the root (rank %d) could not "
+                                  "take its optimizer's state: %s" % (root_rank, state.why))
     if me != root_rank:
         optimizer.load_state_dict(state)
+
+
+class _RootFailed:
+    """What the root of broadcast_optimizer_state sends when it has no state to send."""
+
+    def __init__(self, why):
+        self.why = why
+
+
+def _check_process_set(process_set, what):
+    """The same refusal on every rank, before anything starts, for a third positional
+    argument of another kind (before Horovod's order, a name or prefix went there)."""
+    if process_set is not None and not isinstance(process_set, _sc.ProcessSet):
+        raise TypeError("%s: process_set must be a ProcessSet (name= and prefix= are "
+                        "keyword arguments), not %r" % (what, process_set))
 
 
 def _on_host(obj):
@@ -1076,11 +1122,17 @@ def _on_host(obj):
     tensor copied to host memory."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu() if obj.device.type != "cpu" else obj
-    if isinstance(obj, dict):
-        return type(obj)((k, _on_host(v)) for k, v in obj.items())
+    if isinstance(obj, dict):  # a copy keeps the kind (a defaultdict's factory too)
+        out = copy.copy(obj)
+        for k, v in obj.items():
+            out[k] = _on_host(v)
+        return out
     if isinstance(obj, (list, tuple)):
         vals = [_on_host(v) for v in obj]
-        return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
+        try:
+            return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
+        except TypeError:  # a sequence type built otherwise: a plain one of its kind
+            return tuple(vals) if isinstance(obj, tuple) else vals
     return obj
 
 
