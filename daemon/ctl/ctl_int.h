@@ -81,6 +81,7 @@ struct scd_ctl {
 	char submit_path[108];
 	struct scd_submit_conn *submit_pending;
 	int submit_n_pending;
+	int submit_resting; /* out of descriptors: not polled until the next tick */
 	uint8_t *submit_buf;
 };
 

@@ -378,19 +378,20 @@ if selected "ctl flood n=1"; then
 fi
 # The submit channel (daemon/ctl/submit.h): a wrong token, the right one from another
 # process and a silent connection refused, each logged naming the pid and uid; a request
-# over the control socket after binding and garbage or an oversize message on the channel
-# drop only that session. Order: submissions then a barrier or a join at once, exact; the
-# same without the channel (the control socket's path).
+# over the control socket after binding and garbage, a message of zero bytes or an oversize
+# message on the channel drop only that session. Order: submissions then a barrier or a
+# join at once, exact; the same without the channel (the control socket's path).
 rm -rf "$tmp/submit"
 run_case "submit channel n=1" 1 1 120 0 1 --log-dir "$tmp/submit" -- "$itest" submit-channel
 if selected "submit channel n=1"; then
 	log="$tmp/submit"/daemon*.log
 	# shellcheck disable=SC2086
 	if grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: its token is no session's" $log &&
-		grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: its token is the session of pid" $log &&
+		grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: no session of that pid and uid waits for its channel" $log &&
 		grep -q "submit channel from pid [0-9]* (uid [0-9]*) closed: no token within" $log &&
 		grep -q "trainer client pid [0-9]* (uid [0-9]*) dropped: pid [0-9]* sent a request .* after binding its submit channel" $log &&
 		grep -q "dropped: it sent a message that is not a ClientMsg over its submit channel" $log &&
+		grep -q "dropped: it sent a message of zero bytes over its submit channel" $log &&
 		grep -q "dropped: it sent a message of [0-9]* bytes over its submit channel" $log; then
 		echo "ok    submit channel n=1: refusals and drops logged naming the pid"
 		passed=$((passed + 1))
