@@ -628,6 +628,13 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, "hello sent twice");
 		return;
 	}
+	/* What this process sent over an earlier session's submit channel (its goodbye, say)
+	 * came before this hello, which reaches the loop by another socket: served first. */
+	for (scd_session_t *o = ctl->sessions, *next; cred->known && o; o = next) {
+		next = o->next;
+		if (o->pid == cred->pid && o->submit_fd >= 0)
+			scd_submit_read(o, SCD_SUBMIT_READ_BUDGET);
+	}
 	int lr = -1;
 	if (h->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		if (h->local_rank >= 0) {

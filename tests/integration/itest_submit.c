@@ -17,6 +17,10 @@
  *   submit and wait ROUNDS (100) times at once: every sum exact (requests of several
  *   threads interleaved on the channel, each sent in the order of its lock).
  *
+ * submit-reconnect [TIMES]: sc_finalize then sc_connect again at once, TIMES (200) times:
+ *   every connect succeeds (the goodbye on the old channel is served before the new hello,
+ *   which reaches the daemon by another socket, so the local rank is free).
+ *
  * submit-fork: a child forked after sc_connect is refused a request (naming the forked
  *   child) and its sc_finalize returns without ending the parent's session: the parent's
  *   allreduce after it is exact.
@@ -283,6 +287,21 @@ int it_submit_fork(int argc, char **argv)
 	fork_check(c, t, 0, 2);
 	fork_check(c, t, 1, 3);
 	it_log("a forked child's request refused, its sc_finalize harmless");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+int it_submit_reconnect(int argc, char **argv)
+{
+	int times = argc > 1 ? atoi(argv[1]) : 200;
+	sc_client_t *c = it_connect();
+	for (int i = 0; i < times; i++) {
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize %d", i);
+		c = NULL;
+		IT_CHECK_SC(sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c),
+			    "sc_connect right after sc_finalize, time %d of %d", i + 1, times);
+	}
+	it_log("%d times sc_finalize then sc_connect at once", times);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

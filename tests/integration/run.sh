@@ -382,7 +382,8 @@ fi
 # message on the channel drop only that session. Order: submissions then a barrier or a
 # join at once, exact; the same without the channel (the control socket's path). Four
 # threads of each trainer submitting at once, exact; a forked child refused a request and
-# its sc_finalize leaves the parent's session working.
+# its sc_finalize leaves the parent's session working. sc_connect right after sc_finalize,
+# many times: the goodbye on the channel is served before the new hello.
 rm -rf "$tmp/submit"
 run_case "submit channel n=1" 1 1 120 0 1 --log-dir "$tmp/submit" -- "$itest" submit-channel
 if selected "submit channel n=1"; then
@@ -410,6 +411,7 @@ run_case "submit order without the channel n=2" 2 1 240 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-order 10
 run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
 run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
+run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
 run_case "submit fork without the channel n=2" 2 1 120 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-fork
 # One rank's invalid input fails the operation on every rank, naming the rank and the
