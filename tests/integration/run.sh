@@ -383,7 +383,9 @@ fi
 # join at once, exact; the same without the channel (the control socket's path). Four
 # threads of each trainer submitting at once, exact; a forked child refused a request and
 # its sc_finalize leaves the parent's session working. sc_connect right after sc_finalize,
-# many times: the goodbye on the channel is served before the new hello.
+# many times: the goodbye on the channel is served before the new hello. Against a scripted
+# daemon: the channel found beside the control socket, a token unanswered fails sc_connect
+# in time, a full backlog falls back at once.
 rm -rf "$tmp/submit"
 run_case "submit channel n=1" 1 1 120 0 1 --log-dir "$tmp/submit" -- "$itest" submit-channel
 if selected "submit channel n=1"; then
@@ -412,6 +414,7 @@ run_case "submit order without the channel n=2" 2 1 240 0 2 -- \
 run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
 run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
 run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
+run_case "submit open n=1" 1 1 60 0 1 -- "$itest" submit-open
 run_case "submit fork without the channel n=2" 2 1 120 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-fork
 # One rank's invalid input fails the operation on every rank, naming the rank and the
