@@ -211,18 +211,27 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	scd_ctl_t *ctl = h->data;
 	for (int i = 0; i < SCD_SUBMIT_ACCEPT_BUDGET; i++) {
 		int fd = accept4(ctl->submit_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int err = errno;
+		if (fd >= 0 || err == EAGAIN) { /* descriptors again: said once */
+			if (ctl->submit_starved)
+				scd_info(SCD_SUB_CTL,
+					 "submit channel: accepting connections again");
+			ctl->submit_starved = 0;
+		}
 		if (fd >= 0) {
 			conn_accept(ctl, fd);
 			continue;
 		}
-		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-			scd_warn_limited(
-			    SCD_SUB_CTL,
-			    "submit channel: no connection accepted until the next "
-			    "tick: %s",
-			    strerror(errno));
+		if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+			if (!ctl->submit_starved) /* once while it lasts */
+				scd_warn_limited(
+				    SCD_SUB_CTL,
+				    "submit channel: out of descriptors (%s): no "
+				    "connection accepted until there are some again",
+				    strerror(err));
+			ctl->submit_starved = 1;
 			uv_poll_stop(&ctl->submit_poll);
-			ctl->submit_resting = 1;
+			ctl->submit_resting = 1; /* polled again at the next tick */
 		}
 		return; /* EAGAIN, or a connection gone meanwhile */
 	}

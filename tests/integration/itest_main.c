@@ -374,6 +374,7 @@ static const struct {
     {"submit-threads", it_submit_threads, "[ROUNDS]: 4 threads of a trainer submit at once"},
     {"submit-reconnect", it_submit_reconnect, "[TIMES]: sc_finalize then sc_connect at once"},
     {"submit-open", it_submit_open, "binding the channel against a scripted daemon"},
+    {"submit-emfile", it_submit_emfile, "the daemon out of descriptors: no spin"},
     {"submit-fork", it_submit_fork, "a forked child's requests refused, its finalize harmless"},
     {"join-left", it_join_left, "a join beside a barrier and a rank that leaves: at once"},
     {"join-timeout", it_join_timeout, "a join that timed out holds no later barrier"},

@@ -20,6 +20,7 @@
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -1098,5 +1100,87 @@ int it_submit_channel(int argc, char **argv)
 	submit_abuse("an oversize message", buf, big);
 	free(buf);
 	library_still_works("submit.after");
+	it_pass();
+}
+
+/* The daemon's CPU time (user + system) in seconds, from /proc/pid/stat. */
+static double proc_cpu_s(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f || !fgets(buf, sizeof(buf), f))
+		IT_FAIL("reading %s: %s", path, strerror(errno));
+	fclose(f);
+	const char *p = strrchr(buf, ')'); /* fields after the command's name */
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			 &st) != 2)
+		IT_FAIL("cannot parse %s", path);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * submit-emfile (one node, one trainer): the daemon out of descriptors (its RLIMIT_NOFILE
+ * lowered to those it has open, with prlimit(2)) while a connection waits on the submit
+ * channel's listener: it stops polling the listener until its next tick instead of spinning on
+ * it (at most 0.3 s of CPU in 1.5 s), then, its limit restored, goes on; the library works
+ * afterwards.
+ */
+int it_submit_emfile(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	raw_offer_t o; /* the channel beside the control socket */
+	const char *ctl = it_env.socket, *slash;
+	if (!strncmp(ctl, "ipc://", 6))
+		ctl += 6;
+	slash = strrchr(ctl, '/');
+	snprintf(o.path, sizeof(o.path), "%.*s/submit.sock", slash ? (int)(slash - ctl) : 1,
+		 slash ? ctl : ".");
+	int probe = submit_connect(&o, NULL, 0);
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+	if (getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0 || uc.pid <= 0)
+		IT_FAIL("the daemon's pid from SO_PEERCRED: %s", strerror(errno));
+	close(probe);
+	struct rlimit old, none;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, NULL, &old) != 0) {
+		printf("itest submit-emfile: skipped: prlimit on the daemon (pid %d): %s\n",
+		       (int)uc.pid, strerror(errno));
+		it_pass();
+	}
+	/* the limit at its lowest free descriptor, so that no new one can be made (poll(2) with
+	 * more descriptors than the limit fails, so 0 would break the daemon's ZeroMQ) */
+	char fddir[64], used[1024] = {0};
+	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)uc.pid);
+	DIR *dir = opendir(fddir);
+	if (!dir)
+		IT_FAIL("opendir %s: %s", fddir, strerror(errno));
+	for (struct dirent *e; (e = readdir(dir));)
+		if (e->d_name[0] != '.' && atoi(e->d_name) < (int)sizeof(used))
+			used[atoi(e->d_name)] = 1;
+	closedir(dir);
+	int lowest = 0;
+	while (lowest < (int)sizeof(used) && used[lowest])
+		lowest++;
+	none = old;
+	none.rlim_cur = (rlim_t)lowest;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, &none, NULL) != 0)
+		IT_FAIL("lowering the daemon's RLIMIT_NOFILE: %s", strerror(errno));
+	int fd = submit_connect(&o, NULL, 0); /* waits in the backlog: accept4 gets EMFILE */
+	it_sleep_ms(300);
+	double cpu0 = proc_cpu_s(uc.pid), t0 = it_now_s();
+	it_sleep_ms(1500);
+	double cpu = proc_cpu_s(uc.pid) - cpu0, wall = it_now_s() - t0;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, &old, NULL) != 0)
+		IT_FAIL("restoring the daemon's RLIMIT_NOFILE: %s", strerror(errno));
+	close(fd);
+	if (cpu > 0.3)
+		IT_FAIL("out of descriptors with a connection waiting, the daemon spent %.2f s "
+			"of CPU in %.2f s (it spins on its listener)",
+			cpu, wall);
+	it_log("out of descriptors: %.2f s of the daemon's CPU in %.2f s", cpu, wall);
+	daemon_alive("running out of descriptors");
+	library_still_works("emfile.after");
 	it_pass();
 }

@@ -385,7 +385,8 @@ fi
 # its sc_finalize leaves the parent's session working. sc_connect right after sc_finalize,
 # many times: the goodbye on the channel is served before the new hello. Against a scripted
 # daemon: the channel found beside the control socket, a token unanswered fails sc_connect
-# in time, a full backlog falls back at once.
+# in time, a full backlog falls back at once. The daemon out of descriptors with a
+# connection waiting: no spin on the listener, one warning, and it goes on.
 rm -rf "$tmp/submit"
 run_case "submit channel n=1" 1 1 120 0 1 --log-dir "$tmp/submit" -- "$itest" submit-channel
 if selected "submit channel n=1"; then
@@ -415,6 +416,19 @@ run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
 run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
 run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
 run_case "submit open n=1" 1 1 60 0 1 -- "$itest" submit-open
+rm -rf "$tmp/emfile"
+run_case "submit emfile n=1" 1 1 60 0 1 --log-dir "$tmp/emfile" -- "$itest" submit-emfile
+if selected "submit emfile n=1"; then
+	# shellcheck disable=SC2086
+	n=$(cat "$tmp/emfile"/daemon*.log 2>/dev/null | grep -c "submit channel: out of descriptors")
+	if [ "$n" -eq 1 ]; then
+		echo "ok    submit emfile n=1: out of descriptors warned of once"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  submit emfile n=1: the daemon warned $n times of running out of descriptors, expected once"
+		failed=$((failed + 1))
+	fi
+fi
 run_case "submit fork without the channel n=2" 2 1 120 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-fork
 # One rank's invalid input fails the operation on every rank, naming the rank and the
