@@ -352,6 +352,27 @@ static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 	pthread_cond_broadcast(&c->cv);
 }
 
+void scl_client_fail(sc_client_t *c, sc_status_t status, const char *msg)
+{
+	client_fail(c, status, msg);
+}
+
+/* Whether the client may send a request (c->mu held): SC_OK, or why not (c->dead). In a
+ * child forked after sc_connect it fails: its requests would be the parent's session's
+ * (the channel's descriptor is inherited), and the child has no I/O thread. */
+static sc_status_t client_check(sc_client_t *c)
+{
+	char msg[160];
+
+	if (c->dead == SC_OK && getpid() != c->owner_pid) {
+		snprintf(msg, sizeof(msg),
+			 "this client belongs to pid %d: a forked child (pid %d) cannot use it",
+			 (int)c->owner_pid, (int)getpid());
+		client_fail(c, SC_ERR_INVALID, msg);
+	}
+	return c->dead;
+}
+
 /* ---- outgoing frames ----------------------------------------------------------------- */
 
 static struct scl_frame *frame_pack(const Sparsecomm__ClientMsg *msg)
@@ -378,22 +399,19 @@ static void frames_free(struct scl_frame *f)
 
 /* Queues a frame for the I/O thread, or sends it on the submit channel once that is bound
  * (submit.c); a channel that fails fails the client, and with it this request's operation
- * or call (c->mu held). */
+ * or call. Called with c->mu held and the request's state set up; releases c->mu. */
 static void client_enqueue(sc_client_t *c, struct scl_frame *f)
 {
 	int was_empty = c->sendq == NULL;
 	uint64_t one = 1;
 
 	if (c->submit_fd >= 0) {
-		char why[SCL_ERR_MAX - 64];
-
-		if (scl_submit_send(c, f->data, f->len, SCL_DEFAULT_TMO_MS, why, sizeof(why)))
-			client_fail(c, SC_ERR_CONNECT, why);
-		free(f);
+		scl_submit_request(c, f);
 		return;
 	}
 	*c->sendq_tail = f;
 	c->sendq_tail = &f->next;
+	pthread_mutex_unlock(&c->mu);
 	if (was_empty && write(c->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s", strerror(errno));
 }
@@ -636,7 +654,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 		return scl_error(SC_ERR_NOMEM, "%s%sout of memory", what, sep);
 	deadline = deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
-	if (c->dead != SC_OK) {
+	if (client_check(c) != SC_OK) {
 		st = c->dead;
 		pthread_mutex_unlock(&c->mu);
 		free(f);
@@ -645,6 +663,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 	req.next = c->reqs;
 	c->reqs = &req;
 	client_enqueue(c, f);
+	pthread_mutex_lock(&c->mu);
 	while (!req.done && client_sleep(c, &deadline) != ETIMEDOUT)
 		;
 	for (pp = &c->reqs; *pp != &req; pp = &(*pp)->next)
@@ -715,6 +734,14 @@ static sc_status_t local_rank_from_env(int *local_rank_p)
 /* Stops the I/O thread, closes the sockets and frees the client (tensors apart). */
 static void client_destroy(sc_client_t *c, int linger_ms)
 {
+	/* A forked child has none of the threads: it leaves ZeroMQ's sockets alone (closing
+	 * them waits for the threads) and closes only its own descriptors. */
+	int forked = getpid() != c->owner_pid;
+
+	if (forked)
+		c->io_started = 0, c->sock = c->monitor = c->zctx = NULL;
+	else if (c->submit_fd >= 0)
+		scl_submit_quiesce(c); /* no send in flight on it */
 	if (c->io_started) {
 		uint64_t one = 1;
 
@@ -753,6 +780,8 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 	}
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->send_cv);
+	pthread_mutex_destroy(&c->send_mu);
 	free(c);
 }
 
@@ -922,14 +951,17 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	pthread_mutex_unlock(&c->mu);
 	/* bound here, before any other request exists: every one after the hello then goes
 	 * over the channel (submit.c); one the daemon refuses leaves the control socket's */
-	if (hello.submit_channel && hr->submit_path && *hr->submit_path &&
-	    hr->submit_token.len &&
-	    scl_submit_open(c, hr->submit_path, hr->submit_token.data, hr->submit_token.len,
-			    timeout_ms) != SC_OK)
+	st = SC_OK;
+	if (hello.submit_channel && hr->submit_path && *hr->submit_path && hr->submit_token.len)
+		st = scl_submit_open(c, hr->submit_path, hr->submit_token.data,
+				     hr->submit_token.len, timeout_ms);
+	if (st != SC_OK && st != SC_ERR_TIMEOUT) {
 		scl_log(SCL_LOG_WARN, "rank %d: %s; requests go over the control socket",
 			c->rank, sc_last_error());
+		st = SC_OK;
+	}
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
-	return SC_OK;
+	return st; /* a token sent and not answered: the daemon may have bound it */
 }
 
 sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
@@ -972,6 +1004,9 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&c->send_mu, NULL);
+	pthread_cond_init(&c->send_cv, NULL);
+	c->owner_pid = getpid();
 	st = endpoint_of(socket_path, c->endpoint, sizeof(c->endpoint));
 	if (st != SC_OK)
 		goto err_destroy;
@@ -1181,7 +1216,7 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 	o->tensor = t;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
-	if (c->dead != SC_OK) {
+	if (client_check(c) != SC_OK) {
 		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank,
 			       t->name, c->dead_msg);
 		goto err_unlock;
@@ -1225,8 +1260,7 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 	o->next = *slot;
 	*slot = o;
 	t->busy = o;
-	client_enqueue(c, f);
-	pthread_mutex_unlock(&c->mu);
+	client_enqueue(c, f); /* releases c->mu */
 	*handle_p = h;
 	return SC_OK;
 
@@ -1514,7 +1548,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 	o->join = join;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
-	if (c->dead != SC_OK) {
+	if (client_check(c) != SC_OK) {
 		st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
 		pthread_mutex_unlock(&c->mu);
 		free(o);
@@ -1546,8 +1580,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
 	*slot = o;
-	client_enqueue(c, f);
-	pthread_mutex_unlock(&c->mu);
+	client_enqueue(c, f); /* releases c->mu */
 	*handle_p = h;
 	return SC_OK;
 }
@@ -1608,8 +1641,10 @@ SC_API sc_status_t sc_finalize(sc_client_t *client)
 	msg.bye = &bye;
 	f = frame_pack(&msg);
 	pthread_mutex_lock(&client->mu);
-	if (client->dead == SC_OK && f) {
+	/* a forked child sends no goodbye: it would end its parent's session */
+	if (client->dead == SC_OK && f && getpid() == client->owner_pid) {
 		client_enqueue(client, f);
+		pthread_mutex_lock(&client->mu);
 		f = NULL;
 		linger_ms = BYE_LINGER_MS;
 	}

@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "sparsecomm.h"
 #include "sparsecomm.pb-c.h"
@@ -103,10 +104,17 @@ struct sc_client {
 	void *monitor; /* PAIR receiving the DEALER's connection events */
 	int wake_fd;   /* eventfd: work queued for the I/O thread */
 	/* the submit channel (submit.c; -1: none): once bound, every request goes over it,
-	 * sent by the calling thread under mu (one order), none through the I/O thread */
+	 * sent by the calling thread in the order of the tickets it took under mu, none
+	 * through the I/O thread */
 	int submit_fd;
+	pid_t owner_pid; /* the process that connected: a forked child's requests are refused */
 	pthread_t io_thread;
 	int io_started;
+	pthread_mutex_t
+	    send_mu; /* guards send_turn, send_failed; taken after mu, never before */
+	pthread_cond_t send_cv; /* broadcast as each turn ends */
+	uint64_t send_turn;	/* the ticket whose send is next */
+	int send_failed;	/* a send failed: those after it send nothing */
 
 	pthread_mutex_t mu; /* guards everything below */
 	pthread_cond_t cv;  /* broadcast on every reply, completion and failure */
@@ -116,6 +124,7 @@ struct sc_client {
 	char dead_msg[SCL_ERR_MAX];
 	uint64_t next_id; /* seqs and handles, one counter: an allreduce's seq is its handle */
 	struct scl_frame *sendq, **sendq_tail;
+	uint64_t send_next; /* the submit channel's next ticket (submit.c) */
 	struct scl_req *reqs;
 	struct scl_op *ops[SCL_OP_BUCKETS];
 	struct sc_tensor *tensors;
@@ -144,15 +153,22 @@ int scl_pset_has(const sc_client_t *c, int id, int rank);
 void scl_pset_free_all(sc_client_t *c);
 
 /* ---- the submit channel (submit.c) ---- */
-/* Connects to the daemon's submit channel at path and binds it with token (the hello's
- * reply), waiting up to timeout_ms for the daemon's acknowledgement; sets c->submit_fd.
- * Called before any request but the hello exists. */
-sc_status_t scl_submit_open(sc_client_t *c, const char *path, const uint8_t *token,
+/* Connects to the daemon's submit channel (daemon_path as the daemon sees it, found here
+ * beside the control socket reached) and binds it with token (the hello's reply), within
+ * timeout_ms for connect, token and acknowledgement together; sets c->submit_fd. Called
+ * before any request but the hello exists. SC_ERR_TIMEOUT: the token was sent and not
+ * answered, the daemon may have bound it (the control socket cannot take over); any other
+ * error: not bound, the control socket carries the requests. */
+sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8_t *token,
 			    size_t token_len, int timeout_ms);
-/* Sends one packed request over the bound channel, waiting up to timeout_ms while the
- * socket is full; 0, or -1 with the reason in why. Called with c->mu held. */
-int scl_submit_send(sc_client_t *c, const void *data, size_t len, int timeout_ms, char *why,
-		    size_t why_len);
+/* Sends request f over the bound channel and frees it. Called with c->mu held, with the
+ * request's state set up; releases c->mu before the send (a full socket is waited on up to
+ * the library's timeout, then fails the client). */
+void scl_submit_request(sc_client_t *c, struct scl_frame *f);
+/* Waits until every request given a ticket has been sent (c->mu not held). */
+void scl_submit_quiesce(sc_client_t *c);
+/* Fails the client (client.c; c->mu held). */
+void scl_client_fail(sc_client_t *c, sc_status_t status, const char *msg);
 
 /* ---- errors and logging (client.c) ---- */
 /* Sets the calling thread's error text and returns status. */

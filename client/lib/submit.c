@@ -6,19 +6,46 @@
  *
  * Order. The channel is bound inside the hello's exchange, before any other request
  * exists; from then on every request goes over it, so the daemon reads them in the order
- * they were issued (a submission before a join that follows it). Requests are sent with
- * the client's lock held, the same lock under which each one's state (its operation, its
- * waiting request) is set up before it is sent: a reply cannot find it missing, and two
- * threads' requests reach the daemon in the order they took the lock. One send(2) of a
- * SEQPACKET message is atomic.
+ * they were issued (a submission before a join that follows it). Each request's state (its
+ * operation, its waiting call) is set up under the client's lock, and under that same lock
+ * it takes a ticket (c->send_next); it then releases the client's lock and sends when its
+ * ticket's turn comes (c->send_turn, under c->send_mu). So two threads' requests reach the
+ * daemon in the order they held the client's lock, a reply cannot find a request's state
+ * missing, and no thread holds the client's lock while it sends: a full socket's wait
+ * blocks neither the I/O thread's dispatch nor other threads' waits, which keep their own
+ * timeouts. Locks are taken in one order, mu then send_mu, and send_mu is never held while
+ * mu is taken: a failed send releases send_mu, then takes mu to fail the client
+ * (client_fail). A turn waits only for the sends before it, each bounded by the library's
+ * timeout; one that failed makes those after it send nothing (the client's failure ends
+ * their operations). sc_finalize sends its goodbye the same way, then waits until every
+ * ticket's turn has ended before the channel is closed. One send(2) of a SEQPACKET message
+ * is atomic.
  *
  * Back-pressure. A full socket is waited on (poll, up to the library's timeout), never
  * dropped; a daemon that takes nothing for that long fails the client with that reason.
  * Replies, completions and the daemon's death still come through the I/O thread.
+ *
+ * Binding. The hello's reply names the channel's path as the daemon sees it; a trainer
+ * whose runtime directory is mounted elsewhere (a container) would miss it or reach
+ * another daemon's, so the library connects to the file of that name in the directory of
+ * the control socket it reached itself (that socket's target, where it is a link). The
+ * connect is non-blocking (a listener whose backlog is full refuses at once), and one
+ * deadline, the handshake's timeout, covers the connect, the token and the daemon's
+ * acknowledgement. Before the token is sent any failure leaves the control socket in use;
+ * after it, no answer in time fails sc_connect: the daemon may have bound the channel, and
+ * then a request on the control socket would drop the session.
+ *
+ * fork(2). A child inherits the channel's descriptor, and a request or a goodbye it sent
+ * there would be its parent's session's. The client remembers the pid that connected; in
+ * any other process its requests are refused (SC_ERR_INVALID, naming the forked child),
+ * sc_finalize sends no goodbye and leaves ZeroMQ's sockets alone (their threads were not
+ * forked), closing only the child's copies of the descriptors.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -55,17 +82,19 @@ static int wait_fd(int fd, short events, int64_t deadline_ms)
 	}
 }
 
-int scl_submit_send(sc_client_t *c, const void *data, size_t len, int timeout_ms, char *why,
-		    size_t why_len)
+/* Sends one packed request on fd, waiting up to timeout_ms while the socket is full; 0, or
+ * -1 with the reason in why. */
+static int submit_send(int fd, const void *data, size_t len, int timeout_ms, char *why,
+		       size_t why_len)
 {
 	int64_t deadline = deadline_ms_after(timeout_ms);
 	for (;;) {
-		ssize_t n = send(c->submit_fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n = send(fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n == (ssize_t)len)
 			return 0;
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno == EAGAIN && wait_fd(c->submit_fd, POLLOUT, deadline))
+		if (n < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT, deadline))
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			snprintf(
@@ -79,22 +108,78 @@ int scl_submit_send(sc_client_t *c, const void *data, size_t len, int timeout_ms
 	}
 }
 
-sc_status_t scl_submit_open(sc_client_t *c, const char *path, const uint8_t *token,
+void scl_submit_request(sc_client_t *c, struct scl_frame *f)
+{
+	char why[SCL_ERR_MAX - 64];
+	uint64_t ticket = c->send_next++;
+	int fd = c->submit_fd, failed = 0;
+
+	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_lock(&c->send_mu);
+	while (c->send_turn != ticket) /* bounded: each turn before ends within its timeout */
+		pthread_cond_wait(&c->send_cv, &c->send_mu);
+	if (!c->send_failed) /* else the failure fails this request's operation too */
+		failed = c->send_failed =
+		    submit_send(fd, f->data, f->len, SCL_DEFAULT_TMO_MS, why, sizeof(why)) != 0;
+	c->send_turn++;
+	pthread_cond_broadcast(&c->send_cv);
+	pthread_mutex_unlock(&c->send_mu);
+	free(f);
+	if (failed) {
+		pthread_mutex_lock(&c->mu);
+		scl_client_fail(c, SC_ERR_CONNECT, why);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+void scl_submit_quiesce(sc_client_t *c)
+{
+	pthread_mutex_lock(&c->mu);
+	uint64_t issued = c->send_next;
+	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_lock(&c->send_mu);
+	while (c->send_turn != issued)
+		pthread_cond_wait(&c->send_cv, &c->send_mu);
+	pthread_mutex_unlock(&c->send_mu);
+}
+
+/* The channel's path as this process sees it (out, cap bytes): the directory of the
+ * control socket it reached (its target where that is a link) joined with the file name
+ * of daemon_path, the path as the daemon sees it. -1 where it would not fit. */
+static int path_here(const sc_client_t *c, const char *daemon_path, char *out, size_t cap)
+{
+	const char *name = strrchr(daemon_path, '/');
+	char ctl[PATH_MAX];
+	name = name ? name + 1 : daemon_path;
+	if (strncmp(c->endpoint, "ipc://", 6) != 0)
+		return snprintf(out, cap, "%s", daemon_path) < (int)cap ? 0 : -1;
+	if (!realpath(c->endpoint + 6, ctl))
+		snprintf(ctl, sizeof(ctl), "%s", c->endpoint + 6);
+	const char *slash = strrchr(ctl, '/');
+	int n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - ctl), ctl, name)
+		      : snprintf(out, cap, "%s", name);
+	return n >= 0 && (size_t)n < cap ? 0 : -1;
+}
+
+sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8_t *token,
 			    size_t token_len, int timeout_ms)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int64_t deadline = deadline_ms_after(timeout_ms);
+	int64_t deadline = deadline_ms_after(timeout_ms); /* connect, token and ack alike */
+	char path[sizeof(sa.sun_path)];
 	uint8_t ack = 0;
 	ssize_t n = -1;
 	int fd, rc;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return scl_error(SC_ERR_PROTOCOL,
-				 "the daemon's submit channel path is too long: %s", path);
+	if (path_here(c, daemon_path, path, sizeof(path)) != 0)
+		return scl_error(SC_ERR_CONNECT,
+				 "the daemon's submit channel %s: its path here is too long",
+				 daemon_path);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return scl_error(SC_ERR_SYSTEM, "submit channel: socket: %s", strerror(errno));
+	/* non-blocking: a listener whose backlog is full refuses (EAGAIN) at once */
 	do
 		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
 	while (rc < 0 && errno == EINTR);
@@ -102,18 +187,31 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *path, const uint8_t *tok
 		do
 			n = send(fd, token, token_len, MSG_NOSIGNAL);
 		while (n < 0 && errno == EINTR);
-	if (n == (ssize_t)token_len && !wait_fd(fd, POLLIN, deadline)) {
+	if (n != (ssize_t)token_len) {
+		int err = errno;
+
+		close(fd);
+		return scl_error(SC_ERR_CONNECT,
+				 "cannot reach the daemon's submit channel %s: %s", path,
+				 rc != 0 ? strerror(err)
+				 : n < 0 ? strerror(err)
+					 : "a short send of its token");
+	}
+	/* The token is sent: from now on the daemon may bind the channel, after which a
+	 * request on the control socket drops the session. No answer in time is an error, not
+	 * a fall back. */
+	if (!wait_fd(fd, POLLIN, deadline)) {
 		close(fd);
 		return scl_error(
 		    SC_ERR_TIMEOUT,
-		    "the daemon's submit channel %s did not acknowledge this client "
-		    "within %d ms",
+		    "the daemon's submit channel %s did not answer this client's token "
+		    "within %d ms (it may have bound it, so the control socket cannot "
+		    "take over)",
 		    path, timeout_ms);
 	}
-	if (n == (ssize_t)token_len)
-		do
-			n = recv(fd, &ack, 1, MSG_DONTWAIT);
-		while (n < 0 && errno == EINTR);
+	do
+		n = recv(fd, &ack, 1, MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
 	if (n != 1 || ack != 1) {
 		int err = errno;
 

@@ -628,6 +628,13 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		send_error(ctl, ident, ident_len, seq, SC_ERR_PROTOCOL, "hello sent twice");
 		return;
 	}
+	/* What this process sent over an earlier session's submit channel (its goodbye, say)
+	 * came before this hello, which reaches the loop by another socket: served first. */
+	for (scd_session_t *o = ctl->sessions, *next; cred->known && o; o = next) {
+		next = o->next;
+		if (o->pid == cred->pid && o->submit_fd >= 0)
+			scd_submit_read(o, SCD_SUBMIT_READ_BUDGET);
+	}
 	int lr = -1;
 	if (h->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		if (h->local_rank >= 0) {
@@ -1361,9 +1368,8 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		next = s->next;
 		if (!s->exited_ms || now - s->exited_ms < CTL_EXIT_GRACE_MS)
 			continue;
-		if (!s->dropped) /* what it sent over its submit channel, all of it first */
-			scd_submit_read(s, INT_MAX);
-		if (s->closed) /* its goodbye was there */
+		scd_submit_drain(s); /* what it sent over its submit channel, all of it first */
+		if (s->closed)	     /* its goodbye was there */
 			continue;
 		struct pollfd pfd = {s->pidfd, POLLIN, 0};
 		if (!s->dropped && s->pidfd >= 0 && poll(&pfd, 1, 0) == 1)
@@ -1379,8 +1385,11 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 	for (scd_session_t *s = ctl->sessions, *next; s; s = next) {
 		next = s->next;
 		if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER && s->pidfd < 0 && s->pid > 0 &&
-		    kill(s->pid, 0) != 0 && errno == ESRCH)
-			session_end(ctl, s, 1);
+		    kill(s->pid, 0) != 0 && errno == ESRCH) {
+			scd_submit_drain(s); /* what it sent, first */
+			if (!s->closed)
+				session_end(ctl, s, 1);
+		}
 	}
 	/* Tensors some local trainers submitted and others never did. */
 	now = scd_now_ms();

@@ -81,6 +81,8 @@ struct scd_ctl {
 	char submit_path[108];
 	struct scd_submit_conn *submit_pending;
 	int submit_n_pending;
+	int submit_resting; /* out of descriptors: not polled until the next tick */
+	int submit_starved; /* out of descriptors, warned of, since the last accept */
 	uint8_t *submit_buf;
 };
 

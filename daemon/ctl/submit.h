@@ -8,15 +8,20 @@
  * A trainer asks for it in its hello (Hello.submit_channel) and gets the socket's path and
  * a random token (HelloReply.submit_path, submit_token). It connects, sends the token as
  * its first message, and the connection is bound to its session only if the token is the
- * session's and the connection's SO_PEERCRED (uid and pid) are the session's; anything
- * else is closed with a warning naming the pid and uid, as is a connection that sends no
- * token within SCD_SUBMIT_TOKEN_MS. The daemon acknowledges a binding with one message of
- * one byte. One channel per session; at most SCD_SUBMIT_MAX_PENDING connections wait for
- * their token at a time.
+ * session's (compared in constant time) and the connection's SO_PEERCRED (uid and pid) are
+ * the session's. At its accept a connection waits for its token only if its SO_PEERCRED
+ * are those of a session offered a channel and not bound yet; anything else is closed at
+ * once, not counted, with a rate-limited warning naming the pid and uid, as is a wrong
+ * token or a connection that sends no token within SCD_SUBMIT_TOKEN_MS. The daemon
+ * acknowledges a binding with one message of one byte. One channel per session; at most
+ * SCD_SUBMIT_MAX_PENDING connections wait for their token at a time, and at most
+ * SCD_SUBMIT_ACCEPT_BUDGET are accepted per turn of the loop; out of descriptors, the
+ * listener rests until the next tick.
  *
  * Order: once bound, every request of the session comes over the channel (one socket, one
  * order); one that comes over the control socket instead drops the session, as does a
- * message that is not a ClientMsg or is over SCD_CTL_MSG_MAX_BYTES. Replies, completions
+ * message that is not a ClientMsg, is over SCD_CTL_MSG_MAX_BYTES or has no bytes at all
+ * (told apart from a hang-up by the socket's POLLHUP/POLLRDHUP). Replies, completions
  * and errors go back over the control socket as before. The channel's hang-up ends the
  * session as the control connection's does.
  */
@@ -25,9 +30,10 @@
 
 #include "ctl/ctl_int.h"
 
-#define SCD_SUBMIT_TOKEN_MS    2000
-#define SCD_SUBMIT_MAX_PENDING 16
-#define SCD_SUBMIT_READ_BUDGET 64 /* messages read per turn of the loop, per channel */
+#define SCD_SUBMIT_TOKEN_MS	 2000
+#define SCD_SUBMIT_MAX_PENDING	 16
+#define SCD_SUBMIT_READ_BUDGET	 64 /* messages read per turn of the loop, per channel */
+#define SCD_SUBMIT_ACCEPT_BUDGET 16 /* connections accepted per turn of the loop */
 
 /* Creates the listening socket next to the control socket (same directory, same
  * permissions); SC_OK without a channel where its path would be too long. */
@@ -38,7 +44,11 @@ void scd_submit_offer(scd_ctl_t *ctl, scd_session_t *s, Sparsecomm__HelloReply *
 /* Reads up to budget messages of s's bound channel and serves them; marks the session
  * gone at the channel's hang-up. */
 void scd_submit_read(scd_session_t *s, int budget);
-/* Closes the connections that sent no token in time (the periodic tick). */
+/* The final read of s's channel as its session ends: shut down for reading (a writer
+ * still alive gets EPIPE), then everything it holds is served; nothing once dropped. */
+void scd_submit_drain(scd_session_t *s);
+/* Closes the connections that sent no token in time, and polls the listener again where
+ * it rested for want of descriptors (the periodic tick). */
 void scd_submit_tick(scd_ctl_t *ctl);
 /* Closes the listening socket and the connections waiting for a token; unlinks the path. */
 void scd_submit_destroy(scd_ctl_t *ctl);

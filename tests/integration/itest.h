@@ -123,6 +123,11 @@ int it_false_pid(int argc, char **argv);
 int it_ctl_flood(int argc, char **argv);
 int it_submit_channel(int argc, char **argv);
 int it_submit_order(int argc, char **argv);
+int it_submit_threads(int argc, char **argv);
+int it_submit_fork(int argc, char **argv);
+int it_submit_reconnect(int argc, char **argv);
+int it_submit_open(int argc, char **argv);
+int it_submit_emfile(int argc, char **argv);
 int it_join_left(int argc, char **argv);    /* itest_sessions.c */
 int it_join_timeout(int argc, char **argv); /* itest_sessions.c */
 int it_crash(int argc, char **argv);

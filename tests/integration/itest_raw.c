@@ -20,6 +20,7 @@
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -915,7 +917,8 @@ static raw_offer_t raw_hello_submit(raw_t *r)
 	}
 }
 
-/* A connection to the submit channel that has sent len bytes of tok (none when NULL). */
+/* A connection to the submit channel that has sent len bytes of tok (none when NULL); one
+ * the daemon closed at once (refused at its accept) reads as closed to submit_answer. */
 static int submit_connect(const raw_offer_t *o, const void *tok, size_t len)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -923,7 +926,10 @@ static int submit_connect(const raw_offer_t *o, const void *tok, size_t len)
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
 		IT_FAIL("connecting to the submit channel %s: %s", o->path, strerror(errno));
-	if (tok && send(fd, tok, len, MSG_NOSIGNAL) != (ssize_t)len)
+	ssize_t n = tok ? send(fd, tok, len, MSG_NOSIGNAL) : (ssize_t)len;
+	if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+		return fd;
+	if (n != (ssize_t)len)
 		IT_FAIL("sending a token on the submit channel: %s", strerror(errno));
 	return fd;
 }
@@ -1010,9 +1016,10 @@ static void submit_abuse(const char *what, const void *buf, size_t len)
 /*
  * submit-channel (one node, one trainer): a wrong token, the right one from another
  * process, and a connection that sends nothing are closed while the session goes on; its
- * own token binds it and an allreduce sent over the channel completes; a request over the
- * control socket after that drops the session with an error naming its pid; garbage and an
- * oversize message on the channel drop only their session; the library works afterwards.
+ * own token binds it (a second connection with it is closed) and an allreduce sent over
+ * the channel completes; a request over the control socket after that drops the session
+ * with an error naming its pid; garbage, a message of zero bytes and an oversize message
+ * on the channel drop only their session; the library works afterwards.
  */
 int it_submit_channel(int argc, char **argv)
 {
@@ -1042,6 +1049,11 @@ int it_submit_channel(int argc, char **argv)
 	fd = submit_connect(&o, o.token, o.token_len);
 	if (submit_answer(fd, RAW_REPLY_MS) != 1)
 		IT_FAIL("after the refusals the session's own token was not acknowledged");
+	int again = submit_connect(&o, o.token, o.token_len);
+	if (submit_answer(again, RAW_REPLY_MS) != 0)
+		IT_FAIL(
+		    "a second connection with the token of a bound channel was not refused");
+	close(again);
 	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
 	Sparsecomm__Collective c = SPARSECOMM__COLLECTIVE__INIT;
 	c.tensor_id = id;
@@ -1080,6 +1092,7 @@ int it_submit_channel(int argc, char **argv)
 	daemon_alive("a request over the control socket after binding");
 	static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 'n', 'o', 't', 0x07};
 	submit_abuse("garbage", junk, sizeof(junk));
+	submit_abuse("a message of zero bytes", junk, 0);
 	size_t big = (size_t)(64 << 10) + 4096;
 	uint8_t *buf = calloc(1, big);
 	if (!buf)
@@ -1087,5 +1100,87 @@ int it_submit_channel(int argc, char **argv)
 	submit_abuse("an oversize message", buf, big);
 	free(buf);
 	library_still_works("submit.after");
+	it_pass();
+}
+
+/* The daemon's CPU time (user + system) in seconds, from /proc/pid/stat. */
+static double proc_cpu_s(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f || !fgets(buf, sizeof(buf), f))
+		IT_FAIL("reading %s: %s", path, strerror(errno));
+	fclose(f);
+	const char *p = strrchr(buf, ')'); /* fields after the command's name */
+	unsigned long long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			 &st) != 2)
+		IT_FAIL("cannot parse %s", path);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * submit-emfile (one node, one trainer): the daemon out of descriptors (its RLIMIT_NOFILE
+ * lowered to those it has open, with prlimit(2)) while a connection waits on the submit
+ * channel's listener: it stops polling the listener until its next tick instead of spinning on
+ * it (at most 0.3 s of CPU in 1.5 s), then, its limit restored, goes on; the library works
+ * afterwards.
+ */
+int it_submit_emfile(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	raw_offer_t o; /* the channel beside the control socket */
+	const char *ctl = it_env.socket, *slash;
+	if (!strncmp(ctl, "ipc://", 6))
+		ctl += 6;
+	slash = strrchr(ctl, '/');
+	snprintf(o.path, sizeof(o.path), "%.*s/submit.sock", slash ? (int)(slash - ctl) : 1,
+		 slash ? ctl : ".");
+	int probe = submit_connect(&o, NULL, 0);
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+	if (getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0 || uc.pid <= 0)
+		IT_FAIL("the daemon's pid from SO_PEERCRED: %s", strerror(errno));
+	close(probe);
+	struct rlimit old, none;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, NULL, &old) != 0) {
+		printf("itest submit-emfile: skipped: prlimit on the daemon (pid %d): %s\n",
+		       (int)uc.pid, strerror(errno));
+		it_pass();
+	}
+	/* the limit at its lowest free descriptor, so that no new one can be made (poll(2) with
+	 * more descriptors than the limit fails, so 0 would break the daemon's ZeroMQ) */
+	char fddir[64], used[1024] = {0};
+	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)uc.pid);
+	DIR *dir = opendir(fddir);
+	if (!dir)
+		IT_FAIL("opendir %s: %s", fddir, strerror(errno));
+	for (struct dirent *e; (e = readdir(dir));)
+		if (e->d_name[0] != '.' && atoi(e->d_name) < (int)sizeof(used))
+			used[atoi(e->d_name)] = 1;
+	closedir(dir);
+	int lowest = 0;
+	while (lowest < (int)sizeof(used) && used[lowest])
+		lowest++;
+	none = old;
+	none.rlim_cur = (rlim_t)lowest;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, &none, NULL) != 0)
+		IT_FAIL("lowering the daemon's RLIMIT_NOFILE: %s", strerror(errno));
+	int fd = submit_connect(&o, NULL, 0); /* waits in the backlog: accept4 gets EMFILE */
+	it_sleep_ms(300);
+	double cpu0 = proc_cpu_s(uc.pid), t0 = it_now_s();
+	it_sleep_ms(1500);
+	double cpu = proc_cpu_s(uc.pid) - cpu0, wall = it_now_s() - t0;
+	if (prlimit(uc.pid, RLIMIT_NOFILE, &old, NULL) != 0)
+		IT_FAIL("restoring the daemon's RLIMIT_NOFILE: %s", strerror(errno));
+	close(fd);
+	if (cpu > 0.3)
+		IT_FAIL("out of descriptors with a connection waiting, the daemon spent %.2f s "
+			"of CPU in %.2f s (it spins on its listener)",
+			cpu, wall);
+	it_log("out of descriptors: %.2f s of the daemon's CPU in %.2f s", cpu, wall);
+	daemon_alive("running out of descriptors");
+	library_still_works("emfile.after");
 	it_pass();
 }

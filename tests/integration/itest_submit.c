@@ -12,12 +12,28 @@
  *   The trainer's own status line says whether its channel is bound: it must be, unless
  *   SPARSECOMM_SUBMIT_CHANNEL=0 (then it must not be), and the daemon must have served at
  *   least every submission of the test from it.
+ *
+ * submit-threads [ROUNDS]: THREADS_N threads of one trainer, each with its own tensors,
+ *   submit and wait ROUNDS (100) times at once: every sum exact (requests of several
+ *   threads interleaved on the channel, each sent in the order of its lock).
+ *
+ * submit-reconnect [TIMES]: sc_finalize then sc_connect again at once, TIMES (200) times:
+ *   every connect succeeds (the goodbye on the old channel is served before the new hello,
+ *   which reaches the daemon by another socket, so the local rank is free).
+ *
+ * submit-fork: a child forked after sc_connect is refused a request (naming the forked
+ *   child) and its sc_finalize returns without ending the parent's session: the parent's
+ *   allreduce after it is exact.
  */
 #include "itest.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { ORDER_K = 8, ORDER_N = 256 };
@@ -142,6 +158,150 @@ int it_submit_order(int argc, char **argv)
 			(unsigned long long)after);
 	it_log("%d rounds exact; %llu requests over the submit channel", rounds,
 	       (unsigned long long)(after - before));
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+enum { THREADS_N = 4, THREADS_K = 3, THREADS_NUMEL = 300 };
+
+typedef struct {
+	sc_client_t *c;
+	sc_tensor_t *t[THREADS_K];
+	int id, rounds;
+} thread_arg_t;
+
+static void *submit_thread(void *p)
+{
+	thread_arg_t *a = p;
+	char why[512];
+	for (int round = 0; round < a->rounds; round++) {
+		sc_handle_t h[THREADS_K];
+		uint64_t seed = (uint64_t)(a->id * 1000 + round) * THREADS_K;
+		for (int k = 0; k < THREADS_K; k++) {
+			it_fill(sc_tensor_data(a->t[k]), SC_FLOAT32, THREADS_NUMEL, seed + k,
+				sc_rank(a->c), 1);
+			IT_CHECK_SC(sc_allreduce_async(a->c, a->t[k], SC_OP_SUM, &h[k]),
+				    "thread %d round %d: submit %d", a->id, round, k);
+		}
+		for (int k = 0; k < THREADS_K; k++) {
+			IT_CHECK_SC(sc_wait(a->c, h[k], IT_OP_TIMEOUT_MS),
+				    "thread %d round %d: tensor %d", a->id, round, k);
+			size_t wrong =
+			    it_check(sc_tensor_data(a->t[k]), SC_FLOAT32, THREADS_NUMEL,
+				     seed + k, sc_size(a->c), 1, SC_OP_SUM, why, sizeof(why));
+			if (wrong)
+				IT_FAIL("thread %d round %d: tensor %d: %zu of %d elements "
+					"wrong: %s",
+					a->id, round, k, wrong, THREADS_NUMEL, why);
+		}
+	}
+	return NULL;
+}
+
+int it_submit_threads(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 100;
+	sc_client_t *c = it_connect();
+	thread_arg_t a[THREADS_N];
+	pthread_t th[THREADS_N];
+	char name[64];
+	for (int i = 0; i < THREADS_N; i++) {
+		a[i] = (thread_arg_t){.c = c, .id = i, .rounds = rounds};
+		for (int k = 0; k < THREADS_K; k++) {
+			snprintf(name, sizeof(name), "threads.%d.%d", i, k);
+			a[i].t[k] = it_register(c, name, SC_FLOAT32, THREADS_NUMEL);
+		}
+	}
+	for (int i = 0; i < THREADS_N; i++)
+		if (pthread_create(&th[i], NULL, submit_thread, &a[i]) != 0)
+			IT_FAIL("pthread_create failed");
+	for (int i = 0; i < THREADS_N; i++)
+		pthread_join(th[i], NULL);
+	it_log("%d threads x %d rounds x %d tensors exact", THREADS_N, rounds, THREADS_K);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/* One allreduce of t, exact, for seed. */
+static void fork_round(sc_client_t *c, sc_tensor_t *t, uint64_t seed, const char *when)
+{
+	char why[512];
+	sc_handle_t h;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, ORDER_N, seed, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "%s: submit", when);
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "%s: wait", when);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, ORDER_N, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("%s: %zu of %d elements wrong: %s", when, wrong, ORDER_N, why);
+}
+
+/* A child's part: 0 when it went as it should. request: it makes a request (refused),
+ * else it only finalizes. */
+static int fork_child(sc_client_t *c, sc_tensor_t *t, int request)
+{
+	sc_handle_t h;
+	sc_status_t st = request ? sc_allreduce_async(c, t, SC_OP_SUM, &h) : SC_ERR_INVALID;
+	if (st != SC_ERR_INVALID || (request && !strstr(sc_last_error(), "forked child"))) {
+		fprintf(stderr, "itest submit-fork: the forked child's allreduce: %s: %s\n",
+			sc_status_name(st), sc_last_error());
+		return 1;
+	}
+	return sc_finalize(c) == SC_OK ? 0 : 2;
+}
+
+/* Forks a child that runs fork_child, then checks the parent's allreduce. */
+static void fork_check(sc_client_t *c, sc_tensor_t *t, int request, uint64_t seed)
+{
+	pid_t p = fork();
+	if (p < 0)
+		IT_FAIL("fork: %s", strerror(errno));
+	if (p == 0)
+		_exit(fork_child(c, t, request));
+	int st = 0;
+	double deadline = it_now_s() + 20.0;
+	while (waitpid(p, &st, WNOHANG) == 0) {
+		if (it_now_s() > deadline) {
+			kill(p, SIGKILL);
+			waitpid(p, &st, 0);
+			IT_FAIL("the forked child's sc_finalize did not return within 20 s");
+		}
+		it_sleep_ms(20);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		IT_FAIL("the forked child failed (%s %d: 1 its request was not refused, 2 its "
+			"sc_finalize failed)",
+			WIFEXITED(st) ? "exit status" : "signal",
+			WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+	fork_round(c, t, seed,
+		   request ? "after the child's refused request"
+			   : "after the child's sc_finalize");
+}
+
+int it_submit_fork(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t = it_register(c, "fork.t", SC_FLOAT32, ORDER_N);
+	fork_round(c, t, 1, "before the fork");
+	fork_check(c, t, 0, 2);
+	fork_check(c, t, 1, 3);
+	it_log("a forked child's request refused, its sc_finalize harmless");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+int it_submit_reconnect(int argc, char **argv)
+{
+	int times = argc > 1 ? atoi(argv[1]) : 200;
+	sc_client_t *c = it_connect();
+	for (int i = 0; i < times; i++) {
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize %d", i);
+		c = NULL;
+		IT_CHECK_SC(sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c),
+			    "sc_connect right after sc_finalize, time %d of %d", i + 1, times);
+	}
+	it_log("%d times sc_finalize then sc_connect at once", times);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

@@ -378,19 +378,26 @@ if selected "ctl flood n=1"; then
 fi
 # The submit channel (daemon/ctl/submit.h): a wrong token, the right one from another
 # process and a silent connection refused, each logged naming the pid and uid; a request
-# over the control socket after binding and garbage or an oversize message on the channel
-# drop only that session. Order: submissions then a barrier or a join at once, exact; the
-# same without the channel (the control socket's path).
+# over the control socket after binding and garbage, a message of zero bytes or an oversize
+# message on the channel drop only that session. Order: submissions then a barrier or a
+# join at once, exact; the same without the channel (the control socket's path). Four
+# threads of each trainer submitting at once, exact; a forked child refused a request and
+# its sc_finalize leaves the parent's session working. sc_connect right after sc_finalize,
+# many times: the goodbye on the channel is served before the new hello. Against a scripted
+# daemon: the channel found beside the control socket, a token unanswered fails sc_connect
+# in time, a full backlog falls back at once. The daemon out of descriptors with a
+# connection waiting: no spin on the listener, one warning, and it goes on.
 rm -rf "$tmp/submit"
 run_case "submit channel n=1" 1 1 120 0 1 --log-dir "$tmp/submit" -- "$itest" submit-channel
 if selected "submit channel n=1"; then
 	log="$tmp/submit"/daemon*.log
 	# shellcheck disable=SC2086
 	if grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: its token is no session's" $log &&
-		grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: its token is the session of pid" $log &&
+		grep -q "submit channel from pid [0-9]* (uid [0-9]*) refused: no session of that pid and uid waits for its channel" $log &&
 		grep -q "submit channel from pid [0-9]* (uid [0-9]*) closed: no token within" $log &&
 		grep -q "trainer client pid [0-9]* (uid [0-9]*) dropped: pid [0-9]* sent a request .* after binding its submit channel" $log &&
 		grep -q "dropped: it sent a message that is not a ClientMsg over its submit channel" $log &&
+		grep -q "dropped: it sent a message of zero bytes over its submit channel" $log &&
 		grep -q "dropped: it sent a message of [0-9]* bytes over its submit channel" $log; then
 		echo "ok    submit channel n=1: refusals and drops logged naming the pid"
 		passed=$((passed + 1))
@@ -405,6 +412,25 @@ run_case "submit order n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-order
 run_case "submit order n=3" 3 1 240 0 3 -- "$itest" submit-order
 run_case "submit order without the channel n=2" 2 1 240 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-order 10
+run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
+run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
+run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
+run_case "submit open n=1" 1 1 60 0 1 -- "$itest" submit-open
+rm -rf "$tmp/emfile"
+run_case "submit emfile n=1" 1 1 60 0 1 --log-dir "$tmp/emfile" -- "$itest" submit-emfile
+if selected "submit emfile n=1"; then
+	# shellcheck disable=SC2086
+	n=$(cat "$tmp/emfile"/daemon*.log 2>/dev/null | grep -c "submit channel: out of descriptors")
+	if [ "$n" -eq 1 ]; then
+		echo "ok    submit emfile n=1: out of descriptors warned of once"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  submit emfile n=1: the daemon warned $n times of running out of descriptors, expected once"
+		failed=$((failed + 1))
+	fi
+fi
+run_case "submit fork without the channel n=2" 2 1 120 0 2 -- \
+	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-fork
 # One rank's invalid input fails the operation on every rank, naming the rank and the
 # tensor (a COO index out of range; a NaN with nonfinite = error); with nonfinite = warn
 # the sum proceeds and the offender's node counts the values; pass counts nothing.

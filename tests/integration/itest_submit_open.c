@@ -1,0 +1,188 @@
+/*
+ * itest_submit_open.c: the library's side of binding the submit channel
+ * (client/lib/submit.c), against a scripted daemon: a ROUTER that answers the hello with an
+ * offer naming the channel at a path that does not exist here (as for a trainer whose
+ * runtime directory is mounted elsewhere), and a SOCK_SEQPACKET listener named like it
+ * beside the ROUTER's socket that never answers. The real daemon is not used.
+ *
+ * submit-open: two connects.
+ *   - The listener takes the token and never answers: sc_connect fails with SC_ERR_TIMEOUT
+ *     within its timeout, naming the channel (the daemon might have bound it: the control
+ *     socket cannot take over). This also shows the channel was found beside the control
+ *     socket, not at the offered path (there, the connect would fail and fall back).
+ *   - The listener's backlog is full: the connect is refused at once and sc_connect
+ *     succeeds on the control socket, well within its timeout (a blocking connect would
+ *     wait for ever).
+ */
+#include "itest.h"
+#include "sparsecomm.pb-c.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define FAKE_OFFERED_PATH "/nonexistent/sparsecomm-elsewhere/fake-submit.sock"
+
+typedef struct {
+	char dir[32], ctl[80], sub[80];
+	void *ctx, *router;
+	int listen_fd, fill[256], n_fill;
+	volatile int stop;
+	pthread_t thread;
+} fake_t;
+
+/* Answers a hello with an offer of the channel at FAKE_OFFERED_PATH; ignores the rest. */
+static void fake_answer(fake_t *f, zmq_msg_t *id, const Sparsecomm__ClientMsg *m)
+{
+	static uint8_t token[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+	Sparsecomm__HelloReply hr = SPARSECOMM__HELLO_REPLY__INIT;
+	Sparsecomm__DaemonMsg d = SPARSECOMM__DAEMON_MSG__INIT;
+	uint8_t buf[1024];
+	if (m->body_case != SPARSECOMM__CLIENT_MSG__BODY_HELLO)
+		return;
+	hr.protocol_version = SC_PROTOCOL_VERSION;
+	hr.rank = hr.local_rank = hr.node_rank = 0;
+	hr.size = hr.local_size = hr.node_count = 1;
+	hr.submit_path = FAKE_OFFERED_PATH;
+	hr.submit_token = (ProtobufCBinaryData){sizeof(token), token};
+	d.seq = m->seq;
+	d.body_case = SPARSECOMM__DAEMON_MSG__BODY_HELLO;
+	d.hello = &hr;
+	size_t len = sparsecomm__daemon_msg__pack(&d, buf);
+	zmq_msg_send(id, f->router, ZMQ_SNDMORE);
+	zmq_send(f->router, buf, len, 0);
+}
+
+static void *fake_main(void *p)
+{
+	fake_t *f = p;
+	while (!f->stop) {
+		zmq_pollitem_t it = {f->router, 0, ZMQ_POLLIN, 0};
+		if (zmq_poll(&it, 1, 50) <= 0)
+			continue;
+		zmq_msg_t id, body;
+		zmq_msg_init(&id);
+		zmq_msg_init(&body);
+		if (zmq_msg_recv(&id, f->router, 0) >= 0 && zmq_msg_more(&id) &&
+		    zmq_msg_recv(&body, f->router, 0) >= 0) {
+			Sparsecomm__ClientMsg *m = sparsecomm__client_msg__unpack(
+			    NULL, zmq_msg_size(&body), zmq_msg_data(&body));
+			if (m)
+				fake_answer(f, &id, m);
+			sparsecomm__client_msg__free_unpacked(m, NULL);
+		}
+		zmq_msg_close(&id);
+		zmq_msg_close(&body);
+	}
+	return NULL;
+}
+
+/* A scripted daemon in a fresh directory; backlog: the listener's listen(2) backlog. */
+static void fake_start(fake_t *f, int backlog)
+{
+	memset(f, 0, sizeof(*f));
+	snprintf(f->dir, sizeof(f->dir), "%s", "/tmp/sc-subopen.XXXXXX");
+	if (!mkdtemp(f->dir))
+		IT_FAIL("mkdtemp: %s", strerror(errno));
+	snprintf(f->ctl, sizeof(f->ctl), "%s/ctl.sock", f->dir);
+	snprintf(f->sub, sizeof(f->sub), "%s/fake-submit.sock", f->dir);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->sub);
+	f->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (f->listen_fd < 0 || bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    listen(f->listen_fd, backlog) != 0)
+		IT_FAIL("the scripted channel's listener %s: %s", f->sub, strerror(errno));
+	char ep[160];
+	snprintf(ep, sizeof(ep), "ipc://%s", f->ctl);
+	int zero = 0;
+	f->ctx = zmq_ctx_new();
+	f->router = zmq_socket(f->ctx, ZMQ_ROUTER);
+	zmq_setsockopt(f->router, ZMQ_LINGER, &zero, sizeof(zero));
+	if (zmq_bind(f->router, ep) != 0)
+		IT_FAIL("zmq_bind(%s): %s", ep, zmq_strerror(zmq_errno()));
+	if (pthread_create(&f->thread, NULL, fake_main, f) != 0)
+		IT_FAIL("pthread_create failed");
+}
+
+/* Fills the listener's backlog with connections never accepted. */
+static void fake_fill(fake_t *f)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->sub);
+	while (f->n_fill < (int)(sizeof(f->fill) / sizeof(f->fill[0]))) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			IT_FAIL("socket: %s", strerror(errno));
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+			close(fd);
+			if (errno == EAGAIN)
+				return;
+			IT_FAIL("filling the listener's backlog: %s", strerror(errno));
+		}
+		f->fill[f->n_fill++] = fd;
+	}
+	IT_FAIL("the listener's backlog took %d connections without filling", f->n_fill);
+}
+
+static void fake_stop(fake_t *f)
+{
+	f->stop = 1;
+	pthread_join(f->thread, NULL);
+	zmq_close(f->router);
+	zmq_ctx_term(f->ctx);
+	for (int i = 0; i < f->n_fill; i++)
+		close(f->fill[i]);
+	close(f->listen_fd);
+	unlink(f->sub);
+	unlink(f->ctl);
+	rmdir(f->dir);
+}
+
+int it_submit_open(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	const int timeout_ms = 1500;
+	sc_client_t *c = NULL;
+	fake_t f;
+	it_env.rank = it_env.env_rank >= 0 ? it_env.env_rank : 0;
+	fake_start(&f, 16);
+	double t0 = it_now_s();
+	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
+	double took = it_now_s() - t0;
+	if (st != SC_ERR_TIMEOUT || !strstr(sc_last_error(), f.sub) ||
+	    !strstr(sc_last_error(), "token"))
+		IT_FAIL("a channel that took the token and never answered: sc_connect gave %s "
+			"(%s), expected SC_ERR_TIMEOUT naming %s and its token",
+			sc_status_name(st),
+			st == SC_OK ? "bound, or fell back" : sc_last_error(), f.sub);
+	if (took > timeout_ms / 1000.0 * 2 + 1)
+		IT_FAIL("sc_connect took %.1f s with a timeout of %d ms", took, timeout_ms);
+	it_log("a token unanswered: %s after %.1f s: %s", sc_status_name(st), took,
+	       sc_last_error());
+	fake_stop(&f);
+
+	fake_start(&f, 0);
+	fake_fill(&f);
+	t0 = it_now_s();
+	st = sc_connect(f.ctl, timeout_ms, &c);
+	took = it_now_s() - t0;
+	if (st != SC_OK)
+		IT_FAIL(
+		    "a channel whose backlog is full: sc_connect gave %s: %s, expected SC_OK "
+		    "on the control socket",
+		    sc_status_name(st), sc_last_error());
+	if (took > timeout_ms / 1000.0)
+		IT_FAIL("a channel whose backlog is full: sc_connect took %.1f s", took);
+	it_log("a full backlog: refused at once (%d connections filled it), sc_connect in "
+	       "%.2f s on the control socket",
+	       f.n_fill, took);
+	sc_finalize(c);
+	fake_stop(&f);
+	it_pass();
+}
