@@ -398,6 +398,8 @@ static void session_close(scd_session_t *s)
 		uv_poll_stop(&s->connpoll);
 		s->handles++;
 		uv_close((uv_handle_t *)&s->connpoll, session_free_cb);
+		if (s->dropped) /* shut now: its last reply has had the grace to go out */
+			shutdown(s->conn, SHUT_RDWR);
 		close(s->conn);
 	}
 	if (s->submit_fd >= 0) {
@@ -412,9 +414,12 @@ static void session_close(scd_session_t *s)
 }
 
 /*
- * Drops a session: its connections are shut down (ZeroMQ then closes the control one and
- * frees what was queued for it), and the session ends at the next tick as a trainer's
- * death would (its node's operations in flight fail, naming it).
+ * Drops a session: its submit channel is shut down at once, its control connection when
+ * the session ends, at the next tick after CTL_EXIT_GRACE_MS (ZeroMQ then closes it and
+ * frees what was queued for it), so that the error reply sent just before the drop, which
+ * ZeroMQ's I/O thread writes a moment later, reaches the client rather than being cut off;
+ * the session ends as a trainer's death would (its node's operations in flight fail,
+ * naming it). Nothing more is read from it meanwhile.
  */
 void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why)
 {
@@ -428,10 +433,8 @@ void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why)
 	scd_warn(SCD_SUB_CTL, "%s client %s (uid %u) dropped: %s",
 		 s->role == SPARSECOMM__ROLE__ROLE_TRAINER ? "trainer" : "control",
 		 scd_peer_pid_text(s->pid, s->declared_pid, pid, sizeof(pid)), s->uid, why);
-	if (s->conn >= 0) {
+	if (s->conn >= 0)
 		uv_poll_stop(&s->connpoll);
-		shutdown(s->conn, SHUT_RDWR);
-	}
 	if (s->submit_fd >= 0) {
 		uv_poll_stop(&s->submit_poll);
 		shutdown(s->submit_fd, SHUT_RDWR);
@@ -1283,6 +1286,8 @@ void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 			   "no session: send hello first");
 		goto out;
 	}
+	if (s->dropped) /* ending at the next tick: nothing more of it is served */
+		goto out;
 	if (cred && cred->known && (cred->pid != s->pid || cred->uid != s->uid)) {
 		/* another connection with this one's routing identity */
 		snprintf(err, sizeof(err),

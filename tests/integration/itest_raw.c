@@ -1150,25 +1150,42 @@ int it_submit_emfile(int argc, char **argv)
 		it_pass();
 	}
 	/* the limit at its lowest free descriptor, so that no new one can be made (poll(2) with
-	 * more descriptors than the limit fails, so 0 would break the daemon's ZeroMQ) */
-	char fddir[64], used[1024] = {0};
-	snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)uc.pid);
-	DIR *dir = opendir(fddir);
-	if (!dir)
-		IT_FAIL("opendir %s: %s", fddir, strerror(errno));
-	for (struct dirent *e; (e = readdir(dir));)
-		if (e->d_name[0] != '.' && atoi(e->d_name) < (int)sizeof(used))
-			used[atoi(e->d_name)] = 1;
-	closedir(dir);
-	int lowest = 0;
-	while (lowest < (int)sizeof(used) && used[lowest])
-		lowest++;
-	none = old;
-	none.rlim_cur = (rlim_t)lowest;
-	if (prlimit(uc.pid, RLIMIT_NOFILE, &none, NULL) != 0)
-		IT_FAIL("lowering the daemon's RLIMIT_NOFILE: %s", strerror(errno));
-	int fd = submit_connect(&o, NULL, 0); /* waits in the backlog: accept4 gets EMFILE */
-	it_sleep_ms(300);
+	 * more descriptors than the limit fails, so 0 would break the daemon's ZeroMQ). The
+	 * daemon may close one of its descriptors between the listing and the limit (a lower
+	 * one is then free and the connection is accepted, and refused at once): tried again
+	 * until a connection stays in the backlog. */
+	int fd = -1;
+	for (int attempt = 0; fd < 0 && attempt < 10; attempt++) {
+		char fddir[64], used[1024] = {0};
+		snprintf(fddir, sizeof(fddir), "/proc/%d/fd", (int)uc.pid);
+		DIR *dir = opendir(fddir);
+		if (!dir)
+			IT_FAIL("opendir %s: %s", fddir, strerror(errno));
+		for (struct dirent *e; (e = readdir(dir));)
+			if (e->d_name[0] != '.' && atoi(e->d_name) < (int)sizeof(used))
+				used[atoi(e->d_name)] = 1;
+		closedir(dir);
+		int lowest = 0;
+		while (lowest < (int)sizeof(used) && used[lowest])
+			lowest++;
+		none = old;
+		none.rlim_cur = (rlim_t)lowest;
+		if (prlimit(uc.pid, RLIMIT_NOFILE, &none, NULL) != 0)
+			IT_FAIL("lowering the daemon's RLIMIT_NOFILE: %s", strerror(errno));
+		fd =
+		    submit_connect(&o, NULL, 0); /* waits in the backlog: accept4 gets EMFILE */
+		struct pollfd p = {fd, POLLIN, 0};
+		char b;
+		if (poll(&p, 1, 300) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0) {
+			close(fd); /* accepted (and refused): a descriptor was free after all */
+			fd = -1;
+			if (prlimit(uc.pid, RLIMIT_NOFILE, &old, NULL) != 0)
+				IT_FAIL("restoring the daemon's RLIMIT_NOFILE: %s",
+					strerror(errno));
+		}
+	}
+	if (fd < 0)
+		IT_FAIL("the daemon kept accepting under a lowered RLIMIT_NOFILE");
 	double cpu0 = proc_cpu_s(uc.pid), t0 = it_now_s();
 	it_sleep_ms(1500);
 	double cpu = proc_cpu_s(uc.pid) - cpu0, wall = it_now_s() - t0;
