@@ -64,6 +64,7 @@
 
 #include <zmq.h>
 
+#include "ctl_notice.h"
 #include "internal.h"
 #include "rundir.h"
 #include "shm_wake.h"
@@ -337,6 +338,11 @@ static void client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 		scl_log(SCL_LOG_ERROR, "rank %d: %s", c->rank, msg);
 	for (struct scl_req *r = c->reqs; r; r = r->next)
 		r->done = 1;
+	/* a send waiting on a full submit channel (the daemon gone or stuck) ends at once,
+	 * and the tickets behind it with it; the descriptor is closed only after every turn
+	 * is done (scl_submit_quiesce) */
+	if (status != SC_ERR_SHUTDOWN && c->submit_fd >= 0)
+		shutdown(c->submit_fd, SHUT_RDWR);
 	for (int b = 0; b < SCL_OP_BUCKETS; b++) {
 		struct scl_op *op = c->ops[b], *next;
 
@@ -371,6 +377,20 @@ static sc_status_t client_check(sc_client_t *c)
 		client_fail(c, SC_ERR_INVALID, msg);
 	}
 	return c->dead;
+}
+
+/* In a child forked after sc_connect, a request is refused before any of the client's
+ * locks is taken: a lock some thread of the parent held at the fork stays held in the
+ * child for ever. SC_OK in the process that connected. */
+static sc_status_t forked_refusal(const sc_client_t *c, const char *what)
+{
+	if (getpid() == c->owner_pid)
+		return SC_OK;
+	return scl_error(
+	    SC_ERR_INVALID,
+	    "%s: this client belongs to pid %d: a forked child (pid %d) cannot use "
+	    "it (only sc_finalize, which leaves the parent's session alone)",
+	    what, (int)c->owner_pid, (int)getpid());
 }
 
 /* ---- outgoing frames ----------------------------------------------------------------- */
@@ -448,6 +468,16 @@ static void io_dispatch(sc_client_t *c, const void *data, size_t len)
 			} else
 				scl_log(SCL_LOG_DEBUG, "completion for unknown handle %llu",
 					(unsigned long long)cp->handle);
+		} else if (m->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR && m->error &&
+			   m->error->message &&
+			   !strncmp(m->error->message, SC_CTL_DROP_NOTICE,
+				    strlen(SC_CTL_DROP_NOTICE))) {
+			/* the daemon dropped this client, saying why: the client ends with it
+			 */
+			sc_status_t st = status_from_wire(m->error->status);
+			client_fail(c,
+				    st == SC_OK || st == SC_IN_PROGRESS ? SC_ERR_PROTOCOL : st,
+				    m->error->message);
 		} else {
 			scl_log(SCL_LOG_WARN, "unexpected unsolicited message (body %d)",
 				(int)m->body_case);
@@ -646,6 +676,8 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 
 	if (!what)
 		what = "";
+	if ((st = forked_refusal(c, what)) != SC_OK)
+		return st;
 	if (timeout_ms <= 0)
 		timeout_ms = SCL_DEFAULT_TMO_MS;
 	req.seq = msg->seq = client_next_id(c);
@@ -731,16 +763,29 @@ static sc_status_t local_rank_from_env(int *local_rank_p)
 	return SC_OK;
 }
 
+/*
+ * sc_finalize in a child forked after sc_connect: the child has none of the parent's
+ * threads, and a lock or condition variable a thread of the parent held or waited on at
+ * the fork stays so in the child for ever. So it takes no lock and destroys none (glibc's
+ * pthread_cond_destroy waits for waiters that will never leave), leaves ZeroMQ's sockets
+ * alone (closing them waits for the threads), sends no goodbye (it would end the parent's
+ * session), closes its own copies of the descriptors and unmaps the tensors; the client's
+ * memory is left, a copy of the parent's that no one uses.
+ */
+static void client_forget_in_child(sc_client_t *c)
+{
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	if (c->submit_fd >= 0)
+		close(c->submit_fd);
+	c->wake_fd = c->submit_fd = -1;
+	scl_tensor_unmap_all_in_child(c);
+}
+
 /* Stops the I/O thread, closes the sockets and frees the client (tensors apart). */
 static void client_destroy(sc_client_t *c, int linger_ms)
 {
-	/* A forked child has none of the threads: it leaves ZeroMQ's sockets alone (closing
-	 * them waits for the threads) and closes only its own descriptors. */
-	int forked = getpid() != c->owner_pid;
-
-	if (forked)
-		c->io_started = 0, c->sock = c->monitor = c->zctx = NULL;
-	else if (c->submit_fd >= 0)
+	if (c->submit_fd >= 0)
 		scl_submit_quiesce(c); /* no send in flight on it */
 	if (c->io_started) {
 		uint64_t one = 1;
@@ -1168,6 +1213,8 @@ static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
+	if ((st = forked_refusal(c, "allreduce")) != SC_OK)
+		return st;
 	/* the mark of sc_group_add is taken by this operation, whether it starts or not */
 	pthread_mutex_lock(&c->mu);
 	q->group = t->group;
@@ -1525,6 +1572,8 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 
 	if (!c || !handle_p)
 		return scl_error(SC_ERR_INVALID, "%s: NULL client or handle_p", what);
+	if ((st = forked_refusal(c, what)) != SC_OK)
+		return st;
 	h = client_next_id(c);
 	msg.seq = h;
 	if (join) {
@@ -1636,13 +1685,16 @@ SC_API sc_status_t sc_finalize(sc_client_t *client)
 
 	if (!client)
 		return SC_OK;
+	if (getpid() != client->owner_pid) {
+		client_forget_in_child(client);
+		return SC_OK;
+	}
 	msg.seq = client_next_id(client);
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
 	msg.bye = &bye;
 	f = frame_pack(&msg);
 	pthread_mutex_lock(&client->mu);
-	/* a forked child sends no goodbye: it would end its parent's session */
-	if (client->dead == SC_OK && f && getpid() == client->owner_pid) {
+	if (client->dead == SC_OK && f) {
 		client_enqueue(client, f);
 		pthread_mutex_lock(&client->mu);
 		f = NULL;

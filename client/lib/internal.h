@@ -210,6 +210,9 @@ sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size
 			   int *local_rank_p);
 /* Unmaps every tensor of a client and frees them (tensor.c, from sc_finalize). */
 void scl_tensor_free_all(sc_client_t *c);
+/* The same in a child forked after sc_connect, taking no lock (the child is one thread;
+ * a lock held at the fork by a thread of the parent is never released in it). */
+void scl_tensor_unmap_all_in_child(sc_client_t *c);
 
 /* Marks the tensor's result dense until the daemon writes a sparse one (tensor.c owns the
  * shared header). */

@@ -536,6 +536,18 @@ SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
 	return SC_OK;
 }
 
+/* See internal.h. */
+void scl_tensor_unmap_all_in_child(sc_client_t *c)
+{
+	sc_tensor_t *t = c->tensors, *next;
+
+	c->tensors = NULL;
+	for (; t; t = next) {
+		next = t->next;
+		tensor_unmap_free(t);
+	}
+}
+
 void scl_tensor_free_all(sc_client_t *c)
 {
 	sc_tensor_t *t, *next;

@@ -9,6 +9,7 @@
 #include "ctl/collective.h"
 #include "ctl/ctl_int.h"
 #include "ctl/submit.h"
+#include "ctl_notice.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +25,7 @@
 
 #include "coll/job.h"
 #include "ctl/peer.h"
+#include "ctl_notice.h"
 #include "device/device.h"
 #include "shm_wake.h"
 #include "transport/transport.h"
@@ -441,6 +443,16 @@ void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why)
 	}
 }
 
+void scd_ctl_session_refuse(scd_ctl_t *ctl, scd_session_t *s, sc_status_t st, const char *why)
+{
+	char msg[320];
+	if (s->dropped)
+		return;
+	snprintf(msg, sizeof(msg), "%s%s", SC_CTL_DROP_NOTICE, why);
+	send_error(ctl, s->ident, s->ident_len, 0, st, msg);
+	scd_ctl_session_drop(ctl, s, why);
+}
+
 /* A client that does not read what the daemon sends it is dropped. */
 static void session_overflow(scd_ctl_t *ctl, scd_session_t *s, const char *what)
 {
@@ -632,11 +644,13 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		return;
 	}
 	/* What this process sent over an earlier session's submit channel (its goodbye, say)
-	 * came before this hello, which reaches the loop by another socket: served first. */
-	for (scd_session_t *o = ctl->sessions, *next; cred->known && o; o = next) {
+	 * came before this hello, which reaches the loop by another socket: served first,
+	 * all of it (the socket's buffer bounds it; many submissions may precede the
+	 * goodbye). */
+	for (scd_session_t *o = ctl->sessions, *next; cred && cred->known && o; o = next) {
 		next = o->next;
 		if (o->pid == cred->pid && o->submit_fd >= 0)
-			scd_submit_read(o, SCD_SUBMIT_READ_BUDGET);
+			scd_submit_read(o, SCD_SUBMIT_HELLO_BUDGET);
 	}
 	int lr = -1;
 	if (h->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
@@ -1321,7 +1335,7 @@ void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *bu
 	if (!msg || msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
 		snprintf(why, sizeof(why), "it sent %s over its submit channel",
 			 msg ? "a hello" : "a message that is not a ClientMsg");
-		scd_ctl_session_drop(ctl, s, why);
+		scd_ctl_session_refuse(ctl, s, SC_ERR_PROTOCOL, why);
 	} else {
 		s->submit_requests++;
 		serve(ctl, s, msg);

@@ -29,8 +29,9 @@ typedef struct scd_session {
 	uint64_t exited_ms;  /* when its process or connection was seen to end (0: running) */
 	const char *gone;    /* how: "exited", "closed its connection", "was dropped" */
 	size_t report_bytes; /* reports sent since it was last seen to have read everything */
-	int dropped;	     /* too much unread: its connection is shut, it ends at the tick */
-	char drop_why[200];  /* why it was dropped (gone points here) */
+	int dropped; /* dropped (scd_ctl_session_drop): it ends at the next tick, its control
+		      * connection shut then */
+	char drop_why[200]; /* why it was dropped (gone points here) */
 	/* its submit channel (ctl/submit.h): offered in the hello's reply with this token, and
 	 * once bound the connection every request of the session comes over (-1: none) */
 	int submit_offered;
@@ -100,6 +101,9 @@ void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *bu
 /* Drops session s (it ends at the next tick as a trainer's death would), why saying what
  * it did; warns naming its pid and uid. */
 void scd_ctl_session_drop(scd_ctl_t *ctl, scd_session_t *s, const char *why);
+/* The same, for what the client did wrong: it is told first (an ErrorReply with seq 0,
+ * which the library takes as the end of its client, with why), then dropped. */
+void scd_ctl_session_refuse(scd_ctl_t *ctl, scd_session_t *s, sc_status_t st, const char *why);
 
 /* report.c: the requests of those names. */
 void scd_ctl_handle_status(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);

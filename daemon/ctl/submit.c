@@ -106,7 +106,7 @@ static void conn_bind(scd_ctl_t *ctl, scd_submit_conn_t *c, scd_session_t *s)
 		char why[128];
 		snprintf(why, sizeof(why), "its submit channel could not be bound: %s",
 			 rc != 0 ? uv_strerror(rc) : strerror(errno));
-		scd_ctl_session_drop(ctl, s, why);
+		scd_ctl_session_refuse(ctl, s, SC_ERR_SYSTEM, why);
 		return;
 	}
 	scd_debug(SCD_SUB_CTL, "submit channel of pid %d bound", s->pid);
@@ -256,9 +256,10 @@ void scd_submit_read(scd_session_t *s, int budget)
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n == 0 && !hung_up(s->submit_fd)) {
-			scd_ctl_session_drop(ctl, s,
-					     "it sent a message of zero bytes over its submit "
-					     "channel");
+			scd_ctl_session_refuse(
+			    ctl, s, SC_ERR_PROTOCOL,
+			    "it sent a message of zero bytes over its submit "
+			    "channel");
 			return;
 		}
 		if (n <= 0) { /* the trainer closed it: as a hang-up of its connection */
@@ -275,7 +276,7 @@ void scd_submit_read(scd_session_t *s, int budget)
 			    "it sent a message of %zd bytes over its submit channel (at most "
 			    "%lld)",
 			    n, SCD_CTL_MSG_MAX_BYTES);
-			scd_ctl_session_drop(ctl, s, why);
+			scd_ctl_session_refuse(ctl, s, SC_ERR_PROTOCOL, why);
 			return;
 		}
 		scd_ctl_dispatch_submit(ctl, s, ctl->submit_buf, (size_t)n);

@@ -30,9 +30,11 @@
 
 #include "ctl/ctl_int.h"
 
-#define SCD_SUBMIT_TOKEN_MS	 2000
-#define SCD_SUBMIT_MAX_PENDING	 16
-#define SCD_SUBMIT_READ_BUDGET	 64 /* messages read per turn of the loop, per channel */
+#define SCD_SUBMIT_TOKEN_MS    2000
+#define SCD_SUBMIT_MAX_PENDING 16
+#define SCD_SUBMIT_READ_BUDGET 64 /* messages read per turn of the loop, per channel */
+/* what a new hello of the same process reads of its earlier session's channel first */
+#define SCD_SUBMIT_HELLO_BUDGET	 65536
 #define SCD_SUBMIT_ACCEPT_BUDGET 16 /* connections accepted per turn of the loop */
 
 /* Creates the listening socket next to the control socket (same directory, same

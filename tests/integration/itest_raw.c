@@ -17,6 +17,7 @@
  * ctl-flood: control clients that never read their replies are dropped, the daemon's
  *   memory bounded.
  */
+#include "ctl_notice.h"
 #include "itest.h"
 #include "sparsecomm.pb-c.h"
 
@@ -1002,6 +1003,18 @@ static void submit_abuse(const char *what, const void *buf, size_t len)
 	if (submit_answer(fd, RAW_REPLY_MS) != 0)
 		IT_FAIL("%s on the submit channel: the daemon did not close it within %d ms",
 			what, RAW_REPLY_MS);
+	/* told why over the control socket first: an ErrorReply with seq 0, the notice */
+	Sparsecomm__DaemonMsg *m = raw_recv(&r, RAW_REPLY_MS);
+	if (!m || m->seq != 0 || m->body_case != SPARSECOMM__DAEMON_MSG__BODY_ERROR ||
+	    !m->error->message ||
+	    strncmp(m->error->message, SC_CTL_DROP_NOTICE, strlen(SC_CTL_DROP_NOTICE)))
+		IT_FAIL(
+		    "%s on the submit channel: no drop notice on the control socket (%s)", what,
+		    m ? (m->body_case == SPARSECOMM__DAEMON_MSG__BODY_ERROR ? m->error->message
+									    : "another message")
+		      : "nothing");
+	it_log("%s: told '%s'", what, m->error->message);
+	sparsecomm__daemon_msg__free_unpacked(m, NULL);
 	close(fd);
 	raw_close(&r);
 	daemon_alive(what);

@@ -250,7 +250,9 @@ static int fork_child(sc_client_t *c, sc_tensor_t *t, int request)
 	return sc_finalize(c) == SC_OK ? 0 : 2;
 }
 
-/* Forks a child that runs fork_child, then checks the parent's allreduce. */
+static sc_client_t *fork_client; /* the barrier thread's */
+
+/* Forks a child that runs fork_child, then checks the parent's allreduce (t not NULL). */
 static void fork_check(sc_client_t *c, sc_tensor_t *t, int request, uint64_t seed)
 {
 	pid_t p = fork();
@@ -273,9 +275,17 @@ static void fork_check(sc_client_t *c, sc_tensor_t *t, int request, uint64_t see
 			"sc_finalize failed)",
 			WIFEXITED(st) ? "exit status" : "signal",
 			WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-	fork_round(c, t, seed,
-		   request ? "after the child's refused request"
-			   : "after the child's sc_finalize");
+	if (t)
+		fork_round(c, t, seed,
+			   request ? "after the child's refused request"
+				   : "after the child's sc_finalize");
+}
+
+static void *barrier_thread(void *arg)
+{
+	sc_status_t *st = arg;
+	*st = sc_barrier(fork_client, IT_OP_TIMEOUT_MS);
+	return NULL;
 }
 
 int it_submit_fork(int argc, char **argv)
@@ -286,6 +296,20 @@ int it_submit_fork(int argc, char **argv)
 	fork_round(c, t, 1, "before the fork");
 	fork_check(c, t, 0, 2);
 	fork_check(c, t, 1, 3);
+	/* forked while another thread waits in a barrier (on the client's condition
+	 * variable): the child's sc_finalize takes no lock and destroys nothing that thread
+	 * was waiting on, and returns; every rank's thread is in the barrier, which then
+	 * ends, and the parent's session goes on */
+	pthread_t th;
+	sc_status_t bst = SC_IN_PROGRESS;
+	fork_client = c;
+	if (pthread_create(&th, NULL, barrier_thread, &bst) != 0)
+		IT_FAIL("pthread_create: %s", strerror(errno));
+	it_sleep_ms(300);
+	fork_check(c, NULL, 0, 0);
+	pthread_join(th, NULL);
+	IT_CHECK_SC(bst, "the barrier a thread waited in across the fork");
+	fork_round(c, t, 4, "after a fork during a barrier");
 	it_log("a forked child's request refused, its sc_finalize harmless");
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
