@@ -286,7 +286,7 @@ int scd_ctl_all_joined(const scd_ctl_t *ctl)
 
 const scd_pset_t *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id)
 {
-	return scd_psets_find(&ctl->psets, id);
+	return ctl ? scd_psets_find(&ctl->psets, id) : NULL; /* none: a world alone */
 }
 
 /* The local submissions a node tensor waits for: every trainer of the node, a joined one

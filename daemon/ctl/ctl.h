@@ -89,7 +89,8 @@ void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t status, const 
  * takes part with zeros, as it should). */
 int scd_ctl_all_joined(const scd_ctl_t *ctl);
 /* Process set id as the node's trainers defined it (ctl/pset.h; NULL: unknown, or 0, the
- * global set, which is every node). */
+ * global set, which is every node; NULL too with no ctl, a world run alone as the peer
+ * message fuzzer runs it). */
 struct scd_pset;
 const struct scd_pset *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id);
 /* Removes every shared-memory object and the socket file without unmapping (for an exit
