@@ -366,7 +366,7 @@ void scl_client_fail(sc_client_t *c, sc_status_t status, const char *msg)
 /* Whether the client may send a request (c->mu held): SC_OK, or why not (c->dead). In a
  * child forked after sc_connect it fails: its requests would be the parent's session's
  * (the channel's descriptor is inherited), and the child has no I/O thread. */
-static sc_status_t client_check(sc_client_t *c)
+sc_status_t scl_client_check(sc_client_t *c)
 {
 	char msg[160];
 
@@ -382,7 +382,7 @@ static sc_status_t client_check(sc_client_t *c)
 /* In a child forked after sc_connect, a request is refused before any of the client's
  * locks is taken: a lock some thread of the parent held at the fork stays held in the
  * child for ever. SC_OK in the process that connected. */
-static sc_status_t forked_refusal(const sc_client_t *c, const char *what)
+sc_status_t scl_forked_refusal(const sc_client_t *c, const char *what)
 {
 	if (getpid() == c->owner_pid)
 		return SC_OK;
@@ -395,7 +395,7 @@ static sc_status_t forked_refusal(const sc_client_t *c, const char *what)
 
 /* ---- outgoing frames ----------------------------------------------------------------- */
 
-static struct scl_frame *frame_pack(const Sparsecomm__ClientMsg *msg)
+struct scl_frame *scl_frame_pack(const Sparsecomm__ClientMsg *msg)
 {
 	size_t len = sparsecomm__client_msg__get_packed_size(msg);
 	struct scl_frame *f = malloc(sizeof(*f) + len);
@@ -420,7 +420,7 @@ static void frames_free(struct scl_frame *f)
 /* Queues a frame for the I/O thread, or sends it on the submit channel once that is bound
  * (submit.c); a channel that fails fails the client, and with it this request's operation
  * or call. Called with c->mu held and the request's state set up; releases c->mu. */
-static void client_enqueue(sc_client_t *c, struct scl_frame *f)
+void scl_client_enqueue(sc_client_t *c, struct scl_frame *f)
 {
 	int was_empty = c->sendq == NULL;
 	uint64_t one = 1;
@@ -659,7 +659,7 @@ static void *io_main(void *arg)
 
 /* ---- requests ------------------------------------------------------------------------ */
 
-static uint64_t client_next_id(sc_client_t *c)
+uint64_t scl_client_next_id(sc_client_t *c)
 {
 	return __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
 }
@@ -676,17 +676,17 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 
 	if (!what)
 		what = "";
-	if ((st = forked_refusal(c, what)) != SC_OK)
+	if ((st = scl_forked_refusal(c, what)) != SC_OK)
 		return st;
 	if (timeout_ms <= 0)
 		timeout_ms = SCL_DEFAULT_TMO_MS;
-	req.seq = msg->seq = client_next_id(c);
-	f = frame_pack(msg);
+	req.seq = msg->seq = scl_client_next_id(c);
+	f = scl_frame_pack(msg);
 	if (!f)
 		return scl_error(SC_ERR_NOMEM, "%s%sout of memory", what, sep);
 	deadline = deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
-	if (client_check(c) != SC_OK) {
+	if (scl_client_check(c) != SC_OK) {
 		st = c->dead;
 		pthread_mutex_unlock(&c->mu);
 		free(f);
@@ -694,7 +694,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 	}
 	req.next = c->reqs;
 	c->reqs = &req;
-	client_enqueue(c, f);
+	scl_client_enqueue(c, f);
 	pthread_mutex_lock(&c->mu);
 	while (!req.done && client_sleep(c, &deadline) != ETIMEDOUT)
 		;
@@ -1112,247 +1112,7 @@ SC_API int sc_local_size(const sc_client_t *client)
 	return client ? client->local_size : -1;
 }
 
-/* ---- allreduce ----------------------------------------------------------------------- */
-
-/* A reduction the library knows (sc_reduce_op_t) up to max, or SC_ERR_INVALID (what
- * refuses adasum, the reduce-scatter, says so). */
-static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op, uint32_t max)
-{
-	if (op == SC_OP_ADASUM && op > max)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: reducescatter of tensor '%s': adasum is an "
-				 "allreduce's reduction only",
-				 c->rank, t->name);
-	if (op > max)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: allreduce of tensor '%s': unknown "
-				 "reduction %d",
-				 c->rank, t->name, (int)op);
-	return SC_OK;
-}
-
-/* The trainers an alltoall of t exchanges with: the job's, or its process set's. */
-static int a2a_peers(const sc_client_t *c, const sc_tensor_t *t)
-{
-	return t->pset ? sc_process_set_size(c, t->pset) : c->size;
-}
-
-/* The checks of q's body that need the client and the tensor: a reduction the library
- * knows, a root that is a rank of the job, rows that divide the tensor, an allgather's
- * count within it, a COO input registered with a COO area. */
-static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
-				    const Sparsecomm__Collective *q)
-{
-	const Sparsecomm__Allreduce *ar = q->allreduce;
-	const Sparsecomm__Reducescatter *rs = q->reducescatter;
-
-	switch (q->body_case) {
-	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
-		if (q->broadcast->root_rank >= (uint32_t)c->size)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: broadcast of tensor '%s': root rank %u is not a rank of "
-			    "the job (0 to %d)",
-			    c->rank, t->name, q->broadcast->root_rank, c->size - 1);
-		if (t->pset && !scl_pset_has(c, t->pset, (int)q->broadcast->root_rank))
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: broadcast of tensor '%s': root rank %u is not a "
-			    "member of process set %d",
-			    c->rank, t->name, q->broadcast->root_rank, t->pset);
-		return SC_OK;
-	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
-		if (rs->row_elems == 0 || t->numel % rs->row_elems)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: reducescatter of tensor '%s': rows of %llu elements do "
-			    "not divide its %zu",
-			    c->rank, t->name, (unsigned long long)rs->row_elems, t->numel);
-		return op_check(c, t, rs->op, SC_OP_PRODUCT);
-	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
-		if (q->allgather->count > t->numel)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: allgather of tensor '%s': %llu elements given, "
-			    "the tensor has %zu",
-			    c->rank, t->name, (unsigned long long)q->allgather->count,
-			    t->numel);
-		return SC_OK;
-	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
-		if (ar->op > SC_OP_ADASUM || !ar->coo || t->coo_cap) /* the reduction first */
-			return op_check(c, t, ar->op, SC_OP_ADASUM);
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: tensor '%s' was registered without COO "
-				 "input (coo_capacity 0)",
-				 c->rank, t->name);
-	default: /* alltoall: its counts go as they are (the daemons check them) */
-		return SC_OK;
-	}
-}
-
-/*
- * Starts the operation that q's body names on t, after the checks that need the client
- * (q's tensor id and handle are set here). An alltoall's body takes send_counts, one per
- * trainer of the job, as they are: the daemons check them (summing to at most the
- * tensor's size) and fail the operation on every rank.
- */
-static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
-				    const size_t *send_counts, sc_handle_t *handle_p)
-{
-	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
-	int a2a = q->body_case == SPARSECOMM__COLLECTIVE__BODY_ALLTOALL;
-	struct scl_frame *f;
-	struct scl_op *o, **slot;
-	sc_handle_t h;
-	sc_status_t st;
-
-	if (!c || !t || !handle_p)
-		return scl_error(SC_ERR_INVALID, "allreduce: NULL client, tensor or handle_p");
-	if (t->client != c || !t->ready)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: tensor '%s' is not registered with "
-				 "this client",
-				 c->rank, t->name);
-	if ((st = forked_refusal(c, "allreduce")) != SC_OK)
-		return st;
-	/* the mark of sc_group_add is taken by this operation, whether it starts or not */
-	pthread_mutex_lock(&c->mu);
-	q->group = t->group;
-	q->group_size = t->group_size;
-	t->group = 0;
-	t->group_size = 0;
-	pthread_mutex_unlock(&c->mu);
-	if (a2a && !send_counts)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: alltoall of tensor '%s': NULL send_counts", c->rank,
-				 t->name);
-	if ((st = collective_check(c, t, q)) != SC_OK)
-		return st;
-	/* more entries than the COO area holds go to the daemon all the same: it refuses
-	 * them (SC_ERR_LIMIT) and fails the step on every rank at once, where a refusal here
-	 * alone would leave the other ranks waiting for this one until their stall timeout */
-	h = client_next_id(c);
-	q->tensor_id = t->tensor_id;
-	q->handle = h;
-	uint64_t *counts = NULL;
-	int peers = a2a_peers(c, t); /* one count each */
-	if (a2a && peers > 0 && !(counts = malloc(sizeof(*counts) * (size_t)peers)))
-		return scl_error(SC_ERR_NOMEM,
-				 "rank %d: alltoall of tensor '%s': out of memory", c->rank,
-				 t->name);
-	for (int r = 0; counts && r < peers; r++)
-		counts[r] = send_counts[r];
-	if (a2a) {
-		q->alltoall->send_counts = counts;
-		q->alltoall->n_send_counts = counts ? (size_t)peers : 0;
-	}
-	msg.seq = h;
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE;
-	msg.collective = q;
-	o = calloc(1, sizeof(*o));
-	f = frame_pack(&msg);
-	free(counts);
-	if (!o || !f) {
-		free(o);
-		free(f);
-		return scl_error(SC_ERR_NOMEM,
-				 "rank %d: allreduce of tensor '%s': out of memory", c->rank,
-				 t->name);
-	}
-	o->handle = h;
-	o->tensor = t;
-	o->status = SC_IN_PROGRESS;
-	pthread_mutex_lock(&c->mu);
-	if (client_check(c) != SC_OK) {
-		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank,
-			       t->name, c->dead_msg);
-		goto err_unlock;
-	}
-	if (t->busy && !scl_op_settle(c, t)) {
-		st = scl_error(SC_ERR_BUSY,
-			       "rank %d: tensor '%s' already has an allreduce in "
-			       "flight (handle %llu)",
-			       c->rank, t->name, (unsigned long long)t->busy->handle);
-		goto err_unlock;
-	}
-	/* the daemon's stream reads the buffer after the writes queued on the tensor's
-	 * stream so far (the driver call only queues the record) */
-	if (t->cuda) {
-		char what[SCL_NAME_MAX + 64];
-
-		snprintf(what, sizeof(what), "rank %d: allreduce of tensor '%s'", c->rank,
-			 t->name);
-		st = scl_cuda_record_ready(t->cuda, t->stream, what);
-		if (st != SC_OK)
-			goto err_unlock;
-	}
-	/* a sparse result's count, an allgather's, a reduce-scatter's or an alltoall's */
-	if (q->body_case != SPARSECOMM__COLLECTIVE__BODY_BROADCAST &&
-	    (q->body_case != SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE || q->allreduce->coo))
-		scl_tensor_result_reset(t);
-	if (a2a && t->a2a_cap != peers) {
-		uint64_t *a =
-		    realloc(t->a2a_recv, sizeof(*a) * (size_t)(peers > 0 ? peers : 1));
-		if (!a) {
-			st = scl_error(SC_ERR_NOMEM,
-				       "rank %d: alltoall of tensor '%s': out of memory",
-				       c->rank, t->name);
-			goto err_unlock;
-		}
-		t->a2a_recv = a;
-		t->a2a_cap = peers;
-	}
-	t->a2a_n = 0;
-	slot = &c->ops[h % SCL_OP_BUCKETS];
-	o->next = *slot;
-	*slot = o;
-	t->busy = o;
-	client_enqueue(c, f); /* releases c->mu */
-	*handle_p = h;
-	return SC_OK;
-
-err_unlock:
-	pthread_mutex_unlock(&c->mu);
-	free(o);
-	free(f);
-	return st;
-}
-
-/* Starts an allreduce by op of t's buffer (coo 0), or of its COO area's nnz entries with
- * a dense (coo 1) or sparse (coo 2) result. */
-static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
-				   size_t nnz, sc_handle_t *handle_p)
-{
-	Sparsecomm__Allreduce ar = SPARSECOMM__ALLREDUCE__INIT;
-	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
-
-	ar.op = (uint32_t)op;
-	ar.coo = coo != 0;
-	ar.nnz = coo ? nnz : 0;
-	ar.sparse_result = coo == 2;
-	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE;
-	q.allreduce = &ar;
-	return collective_start(c, t, &q, NULL, handle_p);
-}
-
-SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
-				      sc_reduce_op_t op, sc_handle_t *handle_p)
-{
-	return allreduce_start(client, tensor, op, 0, 0, handle_p);
-}
-
-SC_API sc_status_t sc_allreduce_coo_async(sc_client_t *client, sc_tensor_t *tensor, size_t nnz,
-					  sc_reduce_op_t op, sc_handle_t *handle_p)
-{
-	return allreduce_start(client, tensor, op, 1, nnz, handle_p);
-}
-
-SC_API sc_status_t sc_allreduce_coo_sparse_async(sc_client_t *client, sc_tensor_t *tensor,
-						 size_t nnz, sc_reduce_op_t op,
-						 sc_handle_t *handle_p)
-{
-	return allreduce_start(client, tensor, op, 2, nnz, handle_p);
-}
+/* ---- collecting an operation ----------------------------------------------------- */
 
 /* How a collected operation of a cuda tensor that succeeded waits for the GPU. */
 typedef enum {
@@ -1462,87 +1222,13 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 	pthread_mutex_unlock(&client->mu);
 }
 
-static sc_status_t wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
+sc_status_t scl_wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
 {
 	sc_status_t st = sc_wait(client, h, timeout_ms);
 
 	if (st == SC_ERR_TIMEOUT)
 		sc_abandon(client, h);
 	return st;
-}
-
-SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_reduce_op_t op,
-				int timeout_ms)
-{
-	sc_handle_t h;
-	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
-
-	if (st != SC_OK)
-		return st;
-	return wait_owned(client, h, timeout_ms);
-}
-
-SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
-				      sc_handle_t *handle_p)
-{
-	Sparsecomm__Broadcast b = SPARSECOMM__BROADCAST__INIT;
-	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
-
-	if (root_rank < 0)
-		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
-				 root_rank);
-	b.root_rank = (uint32_t)root_rank;
-	q.body_case = SPARSECOMM__COLLECTIVE__BODY_BROADCAST;
-	q.broadcast = &b;
-	return collective_start(client, tensor, &q, NULL, handle_p);
-}
-
-SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
-				      sc_handle_t *handle_p)
-{
-	Sparsecomm__Allgather g = SPARSECOMM__ALLGATHER__INIT;
-	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
-
-	g.count = count;
-	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLGATHER;
-	q.allgather = &g;
-	return collective_start(client, tensor, &q, NULL, handle_p);
-}
-
-SC_API sc_status_t sc_alltoall_async(sc_client_t *client, sc_tensor_t *tensor,
-				     const size_t *send_counts, sc_handle_t *handle_p)
-{
-	Sparsecomm__Alltoall a = SPARSECOMM__ALLTOALL__INIT;
-	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
-
-	q.body_case = SPARSECOMM__COLLECTIVE__BODY_ALLTOALL;
-	q.alltoall = &a;
-	return collective_start(client, tensor, &q, send_counts, handle_p);
-}
-
-SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
-					  sc_reduce_op_t op, size_t row_elems,
-					  sc_handle_t *handle_p)
-{
-	Sparsecomm__Reducescatter rs = SPARSECOMM__REDUCESCATTER__INIT;
-	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
-
-	rs.op = (uint32_t)op;
-	rs.row_elems = row_elems;
-	q.body_case = SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER;
-	q.reducescatter = &rs;
-	return collective_start(client, tensor, &q, NULL, handle_p);
-}
-
-SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
-				int timeout_ms)
-{
-	sc_handle_t h;
-	sc_status_t st = sc_broadcast_async(client, tensor, root_rank, &h);
-
-	if (st != SC_OK)
-		return st;
-	return wait_owned(client, h, timeout_ms);
 }
 
 /* ---- barrier ------------------------------------------------------------------------- */
@@ -1572,9 +1258,9 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 
 	if (!c || !handle_p)
 		return scl_error(SC_ERR_INVALID, "%s: NULL client or handle_p", what);
-	if ((st = forked_refusal(c, what)) != SC_OK)
+	if ((st = scl_forked_refusal(c, what)) != SC_OK)
 		return st;
-	h = client_next_id(c);
+	h = scl_client_next_id(c);
 	msg.seq = h;
 	if (join) {
 		j.handle = h;
@@ -1586,7 +1272,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 		msg.barrier = &b;
 	}
 	o = calloc(1, sizeof(*o));
-	f = frame_pack(&msg);
+	f = scl_frame_pack(&msg);
 	if (!o || !f) {
 		free(o);
 		free(f);
@@ -1597,7 +1283,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 	o->join = join;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
-	if (client_check(c) != SC_OK) {
+	if (scl_client_check(c) != SC_OK) {
 		st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
 		pthread_mutex_unlock(&c->mu);
 		free(o);
@@ -1629,7 +1315,7 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;
 	*slot = o;
-	client_enqueue(c, f); /* releases c->mu */
+	scl_client_enqueue(c, f); /* releases c->mu */
 	*handle_p = h;
 	return SC_OK;
 }
@@ -1671,7 +1357,7 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
 
 	if (st != SC_OK)
 		return st;
-	return wait_owned(client, h, timeout_ms);
+	return scl_wait_owned(client, h, timeout_ms);
 }
 
 /* ---- finalize ------------------------------------------------------------------------ */
@@ -1689,13 +1375,13 @@ SC_API sc_status_t sc_finalize(sc_client_t *client)
 		client_forget_in_child(client);
 		return SC_OK;
 	}
-	msg.seq = client_next_id(client);
+	msg.seq = scl_client_next_id(client);
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
 	msg.bye = &bye;
-	f = frame_pack(&msg);
+	f = scl_frame_pack(&msg);
 	pthread_mutex_lock(&client->mu);
 	if (client->dead == SC_OK && f) {
-		client_enqueue(client, f);
+		scl_client_enqueue(client, f);
 		pthread_mutex_lock(&client->mu);
 		f = NULL;
 		linger_ms = BYE_LINGER_MS;

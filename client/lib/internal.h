@@ -188,6 +188,22 @@ void scl_op_detach(sc_client_t *c, sc_tensor_t *t);
 /* Connects and says hello with role (SPARSECOMM__ROLE__ROLE_*); sc_connect is role trainer. */
 sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 			    sc_client_t **client_p);
+/* The request plumbing collective.c shares with client.c. A request's seq (and an
+ * operation's handle: one counter). */
+uint64_t scl_client_next_id(sc_client_t *c);
+/* msg packed as a frame to send; NULL when out of memory. */
+struct scl_frame *scl_frame_pack(const Sparsecomm__ClientMsg *msg);
+/* Sends f (on the submit channel in the client lock's order, or queued for the I/O
+ * thread); called with c->mu held, which it releases. */
+void scl_client_enqueue(sc_client_t *c, struct scl_frame *f);
+/* Whether the client may send a request (c->mu held): SC_OK, or why not. */
+sc_status_t scl_client_check(sc_client_t *c);
+/* In a child forked after sc_connect, a refusal naming what (before any lock); SC_OK in
+ * the process that connected. */
+sc_status_t scl_forked_refusal(const sc_client_t *c, const char *what);
+/* sc_wait of an operation only this call holds: given up (sc_abandon) on a timeout. */
+sc_status_t scl_wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms);
+
 /*
  * Sends msg (its seq is assigned here) and waits up to timeout_ms (<= 0: the default) for
  * the reply. An ErrorReply becomes its status and the thread's error text (what names the
