@@ -60,8 +60,7 @@ def main():
     # costs, hence the warm-up
     p.set_defaults(steps=60, warmup=15, dim=300, window=5, negatives=5, batch=1024)
     a = p.parse_args(sys.argv[1:])
-    import torch
-    torch.set_num_threads(max(1, a.threads))
+    _common.set_threads(a.threads)  # torch's threads and OpenBLAS's
     phases = (a.phases or "sparsecomm,gloo" + (",gloo_sparse" if a.gloo_sparse else "")
               ).split(",")
     a.backend = "sparsecomm"

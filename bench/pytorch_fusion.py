@@ -164,7 +164,7 @@ def train(a):
     import _common  # noqa: F401  (wire_bytes)
     from sklearn.datasets import load_digits
 
-    torch.set_num_threads(1)
+    _common.set_threads(1)  # torch's threads and OpenBLAS's
     sc.init(timeout=a.timeout)
     rank, size = sc.rank(), sc.size()
     cfg_mode = [e["value"] for e in sparsectl("config", "get", "fusion_mode")["config"]

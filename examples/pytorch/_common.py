@@ -206,9 +206,29 @@ class _GlooOptimizer:
         self.opt.step()
 
 
+def set_threads(n):
+    """At most n compute threads in this trainer: torch's pool, and the OpenBLAS pool that
+    Debian's torch multiplies with, which torch.set_num_threads leaves at the core count
+    (its idle workers spin in sched_yield, taking the cores from the other trainers and
+    the daemons when several trainers share a host)."""
+    import ctypes
+    n = max(1, int(n))
+    torch.set_num_threads(n)
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "libopenblas" in line}
+    except OSError:
+        return
+    for path in libs:
+        try:
+            ctypes.CDLL(path).openblas_set_num_threads(n)
+        except (OSError, AttributeError):
+            pass
+
+
 def run(main_fn, args):
     """Runs main_fn(args, sync) once per rank: under the launcher, or --spawn N."""
-    torch.set_num_threads(max(1, args.threads))
+    set_threads(args.threads)
     check_device(args)
     if args.spawn:
         if args.backend != "gloo":
@@ -228,7 +248,7 @@ def run(main_fn, args):
 
 
 def _spawned(rank, main_fn, args, port):
-    torch.set_num_threads(max(1, args.threads))
+    set_threads(args.threads)
     sync = Sync(args, rank=rank, size=args.spawn, port=port)
     try:
         main_fn(args, sync)

@@ -93,6 +93,7 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -188,13 +189,21 @@ def _is_torch(x):
 
 
 # dtype of the data -> dtype it travels as (sparsecomm carries 4 types; others convert)
+_monotonic = time.monotonic
+_torch_dtypes = None  # torch dtype -> DType, built at the first torch tensor
+
+
 def _sc_dtype(x):
+    global _torch_dtypes
     if _is_torch(x):
-        t = _torch()
-        table = {t.float32: DType.FLOAT32, t.float64: DType.FLOAT64, t.int32: DType.INT32,
-                 t.int64: DType.INT64, t.float16: DType.FLOAT32, t.bfloat16: DType.FLOAT32,
-                 t.int8: DType.INT32, t.uint8: DType.INT32, t.int16: DType.INT32,
-                 t.bool: DType.INT32}
+        table = _torch_dtypes
+        if table is None:
+            t = _torch()
+            table = _torch_dtypes = {
+                t.float32: DType.FLOAT32, t.float64: DType.FLOAT64, t.int32: DType.INT32,
+                t.int64: DType.INT64, t.float16: DType.FLOAT32, t.bfloat16: DType.FLOAT32,
+                t.int8: DType.INT32, t.uint8: DType.INT32, t.int16: DType.INT32,
+                t.bool: DType.INT32}
         if x.dtype not in table:
             raise TypeError("sparsecomm: unsupported torch dtype %s" % x.dtype)
         return table[x.dtype]
@@ -488,6 +497,26 @@ def _device_name(device):
 # ---- registration ------------------------------------------------------------------
 
 def _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire=None, block=0):
+    """The options of a registration as a hashable key (memoized: every submission
+    computes it)."""
+    args = (sparsifier, density, threshold, scheme, allow_lossy, wire, block)
+    try:
+        return _opts_keys[args]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable argument: computed, not kept
+        return _opts_key_of(*args)
+    key = _opts_key_of(*args)
+    if len(_opts_keys) >= 4096:
+        _opts_keys.clear()
+    _opts_keys[args] = key
+    return key
+
+
+_opts_keys = {}
+
+
+def _opts_key_of(sparsifier, density, threshold, scheme, allow_lossy, wire, block):
     sp = Sparsifier.parse(sparsifier)
     return (("sparsifier", sp.name.lower()), ("density", float(density or 0.0)),
             ("threshold", float(threshold or 0.0)), ("scheme", scheme or None),
@@ -548,13 +577,14 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0)
     device = device or (DeviceKind.CPU, 0)
     if c.closed:
         raise SparsecommError(_lib.SC_ERR_SHUTDOWN, "sparsecomm has been shut down")
-    bad = [ch for ch in name if ord(ch) < 0x20 or ord(ch) == 0x7f]
-    if bad:
-        # the C string would end at a NUL, and the daemons refuse control bytes
-        raise SparsecommError(
-            _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: names "
-            "are printable text" % (name, bad[0]), None)
-    e = c.entries.get(_key(name, pset))
+    e = c.entries.get(_key(name, pset))  # a registered name was checked when registered
+    if e is None:
+        bad = [ch for ch in name if ord(ch) < 0x20 or ord(ch) == 0x7f]
+        if bad:
+            # the C string would end at a NUL, and the daemons refuse control bytes
+            raise SparsecommError(
+                _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: "
+                "names are printable text" % (name, bad[0]), None)
     if e is not None and (e.dtype != dtype or e.numel != numel) and device == e.device:
         _release_locked(c, e)  # a new shape or dtype: registered anew below
         e = None
@@ -603,7 +633,6 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
     by another trainer of this node that has not reached the call yet (the daemon answers
     SC_ERR_BUSY to a registration that replaces a released one): that is retried until the
     other trainer releases it too, for at most the default wait."""
-    import time
     lib = _lib.load()
     deadline = _now() + c.timeout_s
     pause = 0.001
@@ -843,13 +872,12 @@ class Handle:
 
 
 def _now():
-    import time
-    return time.monotonic()
+    return _monotonic()
 
 
 def _op(average, op):
     if op is not None:
-        return ReduceOp.parse(op)
+        return op if type(op) is ReduceOp else ReduceOp.parse(op)
     return ReduceOp.AVERAGE if average else ReduceOp.SUM
 
 
@@ -1088,7 +1116,10 @@ def _dense_result(e, x, istorch, out):
         if out is None:
             out = t.empty(x.shape, dtype=x.dtype, device=x.device)
         if e is not None:
-            with t.no_grad():
+            if out.requires_grad:
+                with t.no_grad():
+                    out.copy_(e.tdata().view(x.shape))
+            else:
                 out.copy_(e.tdata().view(x.shape))
         return out
     if out is None:

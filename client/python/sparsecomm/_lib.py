@@ -314,6 +314,8 @@ def candidate_paths():
 def load():
     """Loads the library once and declares its prototypes; raises OSError when absent."""
     global _lib, _lib_path
+    if _lib is not None:  # every call of the package's hot paths comes through here
+        return _lib
     with _lock:
         if _lib is not None:
             return _lib

@@ -695,6 +695,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._opts = {}
         self._explicit = {}
+        self._dense_opts = {}  # parameter -> its dense gradient's allreduce keywords
         for p in self._requires_update:
             self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
         if self._included:
@@ -783,6 +784,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in now:
             if p not in self._hook_of:
                 self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
+                self._dense_opts.pop(p, None)
                 self._hook(p)
         self._requires_update = now
 
@@ -870,10 +872,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
                 sparse_as_dense=self.sparse_as_dense, process_set=self.process_set)
-        opts = dict(name=name, sparsifier=o["sparsifier"], **self._reduction(),
-                    density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
-                    allow_lossy=o["allow_lossy"], block=o.get("block"),
-                    process_set=self.process_set)
+        opts = self._dense_opts.get(p)
+        if opts is None:  # the same every step: built once (reset with its options)
+            opts = self._dense_opts[p] = dict(
+                name=name, sparsifier=o["sparsifier"], **self._reduction(),
+                density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
+                allow_lossy=o["allow_lossy"], block=o.get("block"),
+                process_set=self.process_set)
         if self._compression is NoneCompressor:
             return _sc.allreduce_async_(g, **opts)
         return _compressed_async(self._compression, g, g, **opts)
