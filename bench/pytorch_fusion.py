@@ -55,6 +55,8 @@ step: parameter tensors whose synchronized gradient is all zero while this rank'
 gradient was not (mean over the timed steps and ranks, the most in any step, and the mean
 over every step, warm-up included); the loss of the
 final model on the whole training set (and the mean minibatch loss of the last 10 steps);
+the CPU time per step of the trainer and of its node's daemon (all their threads, from
+/proc: on a host whose cores the nodes share, the modes' steps/s follow their CPU);
 and from each node's timeline, clipped to the timed window, the share of the window the
 engine.comm lane (buffer events) and the engine.compute lane (compress events) sat idle.
 The timeline shares are computed by the driver once the daemons have closed their files
@@ -113,6 +115,38 @@ def add_args(p):
 
 # ---------------------------------------------------------------------------------------
 # the trainer
+
+def _proc_cpu_s(pid):
+    """User + system CPU seconds of process pid, all its threads (/proc/PID/stat)."""
+    with open("/proc/%s/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def node_cpu():
+    """(this trainer's CPU seconds, the CPU seconds of the daemons in this trainer's
+    network namespace, how many daemons that is): under --netns a node's own daemon; on
+    loopback every node's, so that their mean is one daemon's."""
+    own = _proc_cpu_s("self")
+    try:
+        ns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        return own, 0.0, 0
+    total, n = 0.0, 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/comm" % pid) as f:
+                if f.read().strip() != "sparsecommd":
+                    continue
+            if os.readlink("/proc/%s/ns/net" % pid) != ns:
+                continue
+            total += _proc_cpu_s(pid)
+            n += 1
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return own, total, n
 
 def model_fn(seed, depth, width):
     import torch
@@ -209,6 +243,7 @@ def train(a):
         if step == a.warmup + 1:
             snap0 = grad_stats("grad.") + (_common.wire_bytes(),)
             sync_barrier()
+            cpu0 = node_cpu()
             t0 = time.monotonic()
         idx = torch.randint(0, xs.shape[0], (a.batch,), generator=g)
         opt.zero_grad(set_to_none=True)
@@ -245,6 +280,7 @@ def train(a):
         if rank == 0 and (step % a.log_every == 0 or step == a.steps):
             print("step=%d loss=%.4f missing=%d" % (step, loss.item(), miss), flush=True)
     t1 = time.monotonic()
+    cpu1 = node_cpu()
     sync_barrier()
     snap1 = grad_stats("grad.") + (_common.wire_bytes(),)
     timed = a.steps - a.warmup
@@ -255,12 +291,14 @@ def train(a):
     # every rank's numbers to rank 0, through the daemons (sum of a vector with one slot
     # per rank and quantity)
     q = ["steps_per_s", "bytes_sent", "bytes_received", "link_tx", "calls", "missing_mean",
-         "missing_max", "missing_all_mean", "t0", "t1"]
+         "missing_max", "missing_all_mean", "t0", "t1", "trainer_cpu", "daemon_cpu"]
     v = torch.zeros(size * len(q), dtype=torch.float64)
     mine = [timed / (t1 - t0), (snap1[0] - snap0[0]) / timed, (snap1[1] - snap0[1]) / timed,
             (snap1[5][0] - snap0[5][0]) / timed, (snap1[2] - snap0[2]) / timed,
             sum(missing) / max(1, len(missing)), max(missing) if missing else 0,
-            sum(missing_all) / len(missing_all), t0, t1]
+            sum(missing_all) / len(missing_all), t0, t1,
+            (cpu1[0] - cpu0[0]) / timed * 1e3,
+            (cpu1[1] - cpu0[1]) / max(1, cpu1[2]) / timed * 1e3]
     v[rank * len(q):(rank + 1) * len(q)] = torch.tensor(mine, dtype=torch.float64)
     sc.allreduce_(v, name="bench.gather", average=False)
     per = [dict(zip(q, v[r * len(q):(r + 1) * len(q)].tolist())) for r in range(size)]
@@ -282,6 +320,8 @@ def train(a):
                    # broadcast and bench.* tensors); layerwise has no plan: 0
                    plan_buffers=sum(1 for b in fusion.get("buffers", [])
                                     if any(t.startswith("grad.") for t in b["tensors"])),
+                   trainer_cpu_ms_per_step=mean("trainer_cpu"),
+                   daemon_cpu_ms_per_step=mean("daemon_cpu"),
                    missing_per_step=mean("missing_mean"),
                    missing_max=max(r["missing_max"] for r in per),
                    missing_all_steps_per_step=mean("missing_all_mean"),
@@ -377,6 +417,8 @@ COLS = [("mode", "mode", "%s"), ("compression", "compression", "%s"),
         ("missing tensors/step (max)", None, None),
         ("missing/step, all steps", "missing_all_steps_per_step", "%.2f"),
         ("final loss", "final_loss", "%.4f"), ("last10 loss", "last10_loss", "%.4f"),
+        ("trainer CPU ms/step", "trainer_cpu_ms_per_step", "%.1f"),
+        ("daemon CPU ms/step", "daemon_cpu_ms_per_step", "%.1f"),
         ("comm idle", "comm_idle_share", "%.2f"),
         ("compute idle", "compute_idle_share", "%.2f")]
 
