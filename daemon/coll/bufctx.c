@@ -60,11 +60,15 @@ typedef struct scd_bufctx {
 	uint64_t steps; /* steps this buffer ran with the cost model's choice */
 	int last_scheme;
 	double last_pred_s;
-	int natural;	       /* some tensor is declared naturally sparse */
-	double alone_tb_s;     /* a lone sparsified tensor's fusion time, averaged */
-	uint32_t alone_runs;   /* steps it was measured on (SCD_ALONE_FUSE_RUNS) */
-	scd_sparsifier_t **sp; /* per item, NULL when the item is not sparsified here */
-	scd_coo_t sel;	       /* selection workspace, capacity = largest sparsified item */
+	int natural;	     /* some tensor is declared naturally sparse */
+	double alone_tb_s;   /* a lone sparsified tensor's fusion time, averaged */
+	uint32_t alone_runs; /* steps it was measured on (SCD_ALONE_FUSE_RUNS) */
+	/* per item, NULL until the item is first selected at the buffer (spcfg[i].numel > 0:
+	 * it is sparsified; a buffer whose tensors were all selected at submission never
+	 * makes them, nor their workspaces) */
+	scd_sparsifier_t **sp;
+	scd_sparsifier_cfg_t *spcfg;
+	scd_coo_t sel; /* selection workspace, capacity = largest sparsified item */
 	scd_coo_t cat; /* the buffer's selections concatenated (host memory; fuse_as_list) */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
 	 * may be non-zero, valid when rknown; the input with the residual folded in */
@@ -123,6 +127,7 @@ static void bufctx_free(scd_bufctx_t *b)
 		if (b->sp[i])
 			b->dev->sparsifier_destroy(b->sp[i]);
 	free(b->sp);
+	free(b->spcfg);
 	free(b->cache_ids);
 	dev_free(b->dev, b->sel.idx);
 	dev_free(b->dev, b->sel.val);
@@ -205,6 +210,38 @@ int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p)
 	}
 }
 
+/* Says in job->error, and logs, that item it's sparsifier (settings cfg) could not be
+ * made. */
+static void sparsifier_failed(scd_job_t *job, const scd_job_item_t *it,
+			      const scd_sparsifier_cfg_t *cfg, sc_status_t st)
+{
+	char what[96];
+	if (cfg->kind == SCD_SPARSIFY_THRESHOLD)
+		snprintf(what, sizeof(what), "threshold %g, %g as float32", it->threshold,
+			 (double)cfg->threshold);
+	else
+		snprintf(what, sizeof(what), "density %g", it->density);
+	snprintf(job->error, sizeof(job->error),
+		 "tensor '%s': its %s sparsifier cannot be made (%s): %s",
+		 it->name ? it->name : "?", scd_sparsify_kind_name(cfg->kind), what,
+		 sc_status_message(st));
+	log_step_error(job);
+}
+
+/* Item i's sparsifier, made on its first use (a buffer's items selected at submission
+ * never need theirs); NULL, with job->error set, when it cannot be made. */
+static sc_status_t item_sparsifier(scd_bufctx_t *b, scd_job_t *job, int i)
+{
+	if (b->sp[i])
+		return SC_OK;
+	sc_status_t st = b->dev->sparsifier_create(&b->spcfg[i], &b->sp[i]);
+	if (st != SC_OK) {
+		b->sp[i] = NULL;
+		sparsifier_failed(job, &job->items[i], &b->spcfg[i], st);
+	}
+	return st;
+}
+
 /* A buffer's state on device dev. A failure keeps its own status (a sparsifier the
  * tensor's options cannot make is SC_ERR_INVALID) and says what failed in job->error. */
 static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint64_t sig,
@@ -223,8 +260,9 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 	b->dev = dev;
 	b->n_items = job->n_items;
 	b->sp = calloc((size_t)job->n_items, sizeof(*b->sp));
+	b->spcfg = calloc((size_t)job->n_items, sizeof(*b->spcfg));
 	b->cache_ids = calloc((size_t)job->n_items, sizeof(uint32_t));
-	if (!b->sp || !b->cache_ids) {
+	if (!b->sp || !b->spcfg || !b->cache_ids) {
 		snprintf(job->error, sizeof(job->error), "no memory for the buffer's state");
 		log_step_error(job);
 		goto err;
@@ -264,24 +302,16 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			continue;
 		if (it->numel > max_sp)
 			max_sp = it->numel;
-		scd_sparsifier_cfg_t sc = {.kind = kind,
-					   .numel = it->numel,
-					   .density = it->density,
-					   .threshold = (float)it->threshold,
-					   .seed = seed ^ it->cache_id,
-					   .block = it->block ? it->block : base->sketch_block};
-		if ((st = dev->sparsifier_create(&sc, &b->sp[i])) != SC_OK) {
-			char what[96];
-			if (kind == SCD_SPARSIFY_THRESHOLD)
-				snprintf(what, sizeof(what), "threshold %g, %g as float32",
-					 it->threshold, (double)sc.threshold);
-			else
-				snprintf(what, sizeof(what), "density %g", it->density);
-			snprintf(job->error, sizeof(job->error),
-				 "tensor '%s': its %s sparsifier cannot be made (%s): %s",
-				 it->name ? it->name : "?", scd_sparsify_kind_name(kind), what,
-				 sc_status_message(st));
-			log_step_error(job);
+		b->spcfg[i] = (scd_sparsifier_cfg_t){
+		    .kind = kind,
+		    .numel = it->numel ? it->numel : 1, /* > 0: sparsified here */
+		    .density = it->density,
+		    .threshold = (float)it->threshold,
+		    .seed = seed ^ it->cache_id,
+		    .block = it->block ? it->block : base->sketch_block};
+		/* made at its first use (item_sparsifier); options it refuses fail now */
+		if ((st = scd_sparsifier_cfg_check(&b->spcfg[i])) != SC_OK) {
+			sparsifier_failed(job, it, &b->spcfg[i], st);
 			goto err;
 		}
 	}
@@ -397,7 +427,7 @@ static int fuse_as_list(const scd_bufctx_t *b, const scd_job_t *job)
 	if (job->n_items < 2 || !scd_device_host_memory(b->dev))
 		return 0;
 	for (int i = 0; i < job->n_items; i++)
-		if (!b->sp[i] && !job->items[i].presel)
+		if (!b->spcfg[i].numel && !job->items[i].presel)
 			return 0;
 	return 1;
 }
@@ -481,11 +511,14 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 				return st;
 			continue;
 		}
-		if (b->sp[i]) {
+		if (b->spcfg[i].numel) {
+			sc_status_t st = item_sparsifier(b, job, i);
+			if (st != SC_OK)
+				return st; /* job->error says which tensor */
 			b->sel.nnz = 0;
 			uint64_t tl = scd_tl_begin();
-			sc_status_t st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel,
-							  &b->sel, NULL);
+			st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel, &b->sel,
+					      NULL);
 			scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
 			if (st != SC_OK)
 				return st;
@@ -880,9 +913,11 @@ sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
 	st = job->coo_direct ? SC_OK : sparsify_items(b, job, buf, &sel);
 	prep->sparsify_s = scd_now_s() - t0;
 	if (st != SC_OK) {
-		snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
-			 sc_status_message(st));
-		log_step_error(job);
+		if (!job->error[0]) { /* else said and logged where it failed */
+			snprintf(job->error, sizeof(job->error), "sparsification failed: %s",
+				 sc_status_message(st));
+			log_step_error(job);
+		}
 		return st;
 	}
 	b->inflight = 1;

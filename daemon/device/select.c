@@ -684,16 +684,22 @@ static void block_topk_step(scd_sparsifier_t *sp, const float *in, float *res, u
 
 /* ---- object -------------------------------------------------------------------------- */
 
-sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifier_t **sp_p)
+sc_status_t scd_sparsifier_cfg_check(const scd_sparsifier_cfg_t *cfg)
 {
-	if (!cfg || !sp_p || (unsigned)cfg->kind >= SCD_SPARSIFY_COUNT ||
-	    cfg->numel > SCD_NUMEL_MAX)
+	if (!cfg || (unsigned)cfg->kind >= SCD_SPARSIFY_COUNT || cfg->numel > SCD_NUMEL_MAX)
 		return SC_ERR_INVALID;
 	if (cfg->kind == SCD_SPARSIFY_THRESHOLD && !(cfg->threshold > 0))
 		return SC_ERR_INVALID;
 	if ((cfg->kind == SCD_SPARSIFY_TOPK || cfg->kind == SCD_SPARSIFY_DGC ||
 	     cfg->kind == SCD_SPARSIFY_BLOCK_TOPK) &&
 	    !(cfg->density > 0 && cfg->density <= 1))
+		return SC_ERR_INVALID;
+	return SC_OK;
+}
+
+sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifier_t **sp_p)
+{
+	if (!sp_p || scd_sparsifier_cfg_check(cfg) != SC_OK)
 		return SC_ERR_INVALID;
 	scd_sparsifier_t *sp = calloc(1, sizeof(*sp));
 	if (!sp)

@@ -63,6 +63,9 @@ typedef struct scd_sparsifier scd_sparsifier_t;
 const char *scd_sparsify_kind_name(scd_sparsify_kind_t kind);
 int scd_sparsify_kind_parse(const char *name, scd_sparsify_kind_t *kind_p);
 
+/* SC_OK when scd_sparsifier_create would accept cfg (what it checks before it allocates);
+ * SC_ERR_INVALID otherwise. */
+sc_status_t scd_sparsifier_cfg_check(const scd_sparsifier_cfg_t *cfg);
 /* Creates a sparsifier and its workspace (pre-faulted); the per-step call allocates
  * nothing. */
 sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifier_t **sp_p);

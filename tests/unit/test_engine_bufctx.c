@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coll/bufctx.h"
+#include "coll/presel.h"
 #include "engine/engine.h"
 #include "util/log.h"
 
@@ -237,4 +238,94 @@ UNIT_TEST(engine_bufctx_lone_tensor_reports_its_fusion_time)
 		CHECK_MSG(a.tb[r][3] == a.tb[r][2], "rank %d: measured again after step 3", r);
 	}
 	munmap(a.tb, sizeof(*a.tb) * MAX_P);
+}
+
+/* ---- sparsifiers made at their first use ------------------------------------------------ */
+
+/* The cpu device's sparsifier_create, counted per rank (each rank is its own process). */
+static int made;
+static sc_status_t counted_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifier_t **sp_p)
+{
+	made++;
+	return scd_device_cpu_ops.sparsifier_create(cfg, sp_p);
+}
+
+typedef struct made_arg {
+	int (*made)[3];	 /* [rank][step]: sparsifiers made so far */
+	float (*out)[2]; /* [rank][step 0/1]: the buffer's first element after the step */
+} made_arg_t;
+
+/* A buffer of two top-k tensors whose selections were made at submission makes no
+ * sparsifier of its own (each holds workspaces of about numel / 8 bytes, pre-faulted); the
+ * same buffer selected at the buffer makes one per tensor, once. */
+static void made_rank(scd_transport_t *t, int rank, int P, void *arg)
+{
+	enum { N = 8192, K = 4 };
+	made_arg_t *a = arg;
+	static float buf[2 * N], res[2][N];
+	static uint32_t idx[2][K];
+	static float val[2][K];
+	scd_device_ops_t ops = scd_device_cpu_ops;
+	ops.sparsifier_create = counted_create;
+	scd_bufctx_table_t *tab = NULL;
+	CHECK_TRUE(scd_bufctx_table_create(NULL, &tab) == SC_OK);
+	scd_presel_t pre[2];
+	scd_job_item_t it[2];
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < K; j++)
+			idx[i][j] = (uint32_t)(j * 100 + i), val[i][j] = (float)(rank + 1);
+		memset(&pre[i], 0, sizeof(pre[i]));
+		pre[i].sel = (scd_coo_t){.idx = idx[i], .val = val[i], .nnz = K, .cap = K};
+		it[i] = (scd_job_item_t){.name = i ? "b.weight" : "a.weight",
+					 .numel = N,
+					 .offset = (uint64_t)i * N,
+					 .op = SC_OP_SUM,
+					 .cache_id = (uint32_t)(3 + i),
+					 .sparsifier = SC_SPARSIFY_TOPK,
+					 .density = (double)K / N,
+					 .residual = res[i]};
+	}
+	for (int step = 0; step < 3; step++) {
+		for (int i = 0; i < 2; i++)
+			it[i].presel = step == 0 ? &pre[i] : NULL;
+		for (uint64_t j = 0; j < 2 * N; j++)
+			buf[j] = step == 0 ? 0 : (float)((j * 2654435761u) % 1000) - 500;
+		scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
+				 .n_items = 2,
+				 .items = it,
+				 .total_numel = 2 * N,
+				 .dtype = SC_FLOAT32,
+				 .average_divisor = 1,
+				 .pin = -1,
+				 .timeout_ms = 10000};
+		sc_status_t st = scd_bufctx_step(tab, &job, &ops, buf, t, 20e-6, 1e-10, 42);
+		CHECK_MSG(st == SC_OK, "rank %d step %d: %s (%s)", rank, step,
+			  sc_status_name(st), job.error);
+		a->made[rank][step] = made;
+		if (step < 2)
+			a->out[rank][step] = buf[0];
+	}
+	scd_bufctx_table_destroy(tab);
+}
+
+UNIT_TEST(engine_bufctx_sparsifiers_made_at_first_use)
+{
+	made_arg_t a;
+	a.made = shared_map(sizeof(*a.made) * MAX_P);
+	a.out = shared_map(sizeof(*a.out) * MAX_P);
+	run_world(2, made_rank, &a);
+	for (int r = 0; r < 2; r++) {
+		CHECK_MSG(a.made[r][0] == 0,
+			  "rank %d: %d sparsifiers made for selections made at submission", r,
+			  a.made[r][0]);
+		CHECK_MSG(
+		    a.made[r][1] == 2 && a.made[r][2] == 2,
+		    "rank %d: %d then %d sparsifiers for 2 tensors selected at the buffer", r,
+		    a.made[r][1], a.made[r][2]);
+		/* the selections given were used: element 0 is both ranks' value 1 + 2 */
+		CHECK_MSG(a.out[r][0] == 3.0f, "rank %d: element 0 is %g, not 3", r,
+			  (double)a.out[r][0]);
+	}
+	munmap(a.made, sizeof(*a.made) * MAX_P);
+	munmap(a.out, sizeof(*a.out) * MAX_P);
 }
