@@ -7,13 +7,17 @@
  *    PS_STEPS steps, each submitting tensor 0, then after PS_GAP_MS the others;
  *  - ahead: sparsify_on_submit 1, the same steps on PS_N fresh tensors under a timeline:
  *    every result and every residual (local rank 0's view) is bit-identical to the
- *    reference's, and timeline_check.py finds, from step 2 on, tensor 0's selection at
+ *    reference's, and timeline_check.py finds, from the first step on (then speculative:
+ *    the response cache does not know the tensors yet), tensor 0's selection at
  *    submission ended before the last tensor was submitted (--ahead-before);
  *  - a failed step: a cached tensor whose node 0 announces a sum while the other nodes
  *    announce an average fails on every rank (the plan's error), after node 0 may have
  *    selected it at submission; node 0's residual is then bit for bit what it was, and
  *    the next step's result and residual equal those of a tensor that never had the failed
- *    step (nothing lost, nothing counted twice).
+ *    step (nothing lost, nothing counted twice);
+ *  - a failed first step: the same with a tensor's first step, which every node selects
+ *    speculatively at submission with its own options: node 0's residual is as it was,
+ *    and the next step's result and residual equal a fresh tensor's first step's.
  * Usage: presel DIR (for the timeline files).
  */
 #include "itest.h"
@@ -143,7 +147,7 @@ static void timeline(sc_client_t *c, const char *dir, int rank, int start)
 	snprintf(cmd, sizeof(cmd),
 		 "timeout 60 python3 %s/../../tests/integration/timeline_check.py %s --rank %d "
 		 "--world %d --steps %d --tensors ps.ahead.0,ps.ahead.%d --sparsified "
-		 "ps.ahead.0,ps.ahead.%d --ahead-before ps.ahead.0:ps.ahead.%d",
+		 "ps.ahead.0,ps.ahead.%d --ahead-before ps.ahead.0:ps.ahead.%d --ahead-from 1",
 		 it_env.self_dir, mine, it_env.env_node_rank, it_env.env_node_count, PS_STEPS,
 		 PS_N - 1, PS_N - 1, PS_N - 1);
 	fflush(NULL);
@@ -189,6 +193,39 @@ static void failed_step(sc_client_t *c, int rank)
 		IT_FAIL("ps.fail's residual after the failed step differs from ps.clean's");
 }
 
+/* The failed first step (see the top): ps.fail0's first step fails, ps.clean0 has none. */
+static void failed_first_step(sc_client_t *c, int rank)
+{
+	sc_tensor_t *f = reg(c, "ps.fail0"), *g = reg(c, "ps.clean0");
+	int node = it_env.env_node_rank, lead = it_env.env_local_rank <= 0;
+	sc_handle_t h;
+	static float before[PS_NUMEL];
+	if (lead && sc_tensor_residual(f))
+		memcpy(before, sc_tensor_residual(f), sizeof(before));
+	fill(sc_tensor_data(f), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, f, node != 0 ? SC_OP_AVERAGE : SC_OP_SUM, &h),
+		    "ps.fail0 step 0");
+	if (it_wait(c, h, IT_OP_TIMEOUT_MS) == SC_OK)
+		IT_FAIL("ps.fail0 step 0 (sum on node 0, average elsewhere) succeeded");
+	if (lead && sc_tensor_residual(f) &&
+	    memcmp(before, sc_tensor_residual(f), sizeof(before)))
+		IT_FAIL("ps.fail0: the failed first step changed node %d's residual", node);
+	it_barrier(c, "presel.fail0", 0);
+	fill(sc_tensor_data(f), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, f, SC_OP_SUM, &h), "ps.fail0 step 1");
+	wait_ok(c, h, "ps.fail0", 1);
+	fill(sc_tensor_data(g), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "ps.clean0 step 0");
+	wait_ok(c, h, "ps.clean0", 0);
+	if (memcmp(sc_tensor_data(f), sc_tensor_data(g), PS_NUMEL * sizeof(float)))
+		IT_FAIL("ps.fail0's step after its failed first step differs from ps.clean0's "
+			"first step");
+	if (lead && sc_tensor_residual(f) &&
+	    memcmp(sc_tensor_residual(f), sc_tensor_residual(g), PS_NUMEL * sizeof(float)))
+		IT_FAIL("ps.fail0's residual after its failed first step differs from "
+			"ps.clean0's");
+}
+
 int it_presel(int argc, char **argv)
 {
 	if (argc < 2)
@@ -221,6 +258,8 @@ int it_presel(int argc, char **argv)
 	it_log("%d steps of %d tensors: results and residuals bit-identical", PS_STEPS, PS_N);
 	failed_step(c, rank);
 	it_log("a failed step left the residual as it was; the next step is exact");
+	failed_first_step(c, rank);
+	it_log("a failed first step left the residual as it was; the next step is exact");
 	it_barrier(c, "presel.done", 0);
 	sc_finalize(c);
 	it_pass();
