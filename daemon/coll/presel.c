@@ -153,10 +153,10 @@ void scd_presel_clear(scd_presel_table_t *tab)
 int scd_presel_applies(const scd_job_item_t *it)
 {
 	scd_sparsify_kind_t kind;
-	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->coo_in || it->n_src == 0)
+	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->n_src == 0)
 		return 0;
-	for (int s = 0; s < it->n_src; s++)
-		if (it->src[s].device != SCD_DEVICE_CPU || it->src[s].coo)
+	for (int s = 0; s < it->n_src; s++) /* COO input: every trainer's (local_reduce) */
+		if (it->src[s].device != SCD_DEVICE_CPU || !it->src[s].coo != !it->src[0].coo)
 			return 0;
 	return 1;
 }

@@ -1,7 +1,7 @@
 /*
  * presel.h: sparsification ahead at submission ([SAFusion] section 3.1: each tensor is
  * compressed as the backward pass produces it). When every local trainer has submitted a
- * sparsified tensor that the response cache knows, the node queues a selection job for it
+ * sparsified tensor (dense input, or a COO list), the node queues a selection job for it
  * (SCD_JOB_PRESELECT, world/presel.c): the engine's compute stage sums the node's trainers
  * into the tensor's own accumulator and runs the tensor's sparsifier there, with the
  * tensor's own k, while later tensors are still being produced. Nothing of the tensor's is
@@ -23,15 +23,16 @@
  * A speculative selection the plan disagrees with is freed at once; one whose buffer
  * never comes is replaced by the tensor's next one and dropped with a re-formed world.
  * DGC is never speculative: its sample is drawn from a seed that includes the cache id.
- * Everything here runs on the compute
- * thread, but for one read: a taken selection of a tensor alone in its buffer is the
- * scheme's input on the communication stage (bufctx.c), so the entry must stay untouched
- * until that buffer is done. It does: the tensor's next selection job needs its next
- * submission, which needs this one's completion; forget and mesh jobs drain the
- * communication stage first. An entry is the cpu device's memory: the node's sum and a
- * residual's copy, 8 bytes per element of the tensor, made at its first selection job
- * and dropped when the tensor is forgotten, when a submission of it comes without a
- * selection ahead (sparsify_on_submit off), and when the world re-forms.
+ *
+ * Everything here runs on the compute thread, but for one read: a taken selection of a
+ * tensor alone in its buffer is the scheme's input on the communication stage
+ * (bufctx.c), so the entry must stay untouched until that buffer is done. It does: the
+ * tensor's next selection job needs its next submission, which needs this one's
+ * completion; forget and mesh jobs drain the communication stage first. An entry is the
+ * cpu device's memory: the node's sum, a residual's copy and room for a whole selection,
+ * 16 bytes per element of the tensor, made at its first selection job and dropped when
+ * the tensor is forgotten, when a submission of it comes without a selection ahead
+ * (sparsify_on_submit off), and when the world re-forms.
  */
 #ifndef SCD_COLL_PRESEL_H
 #define SCD_COLL_PRESEL_H
@@ -77,7 +78,8 @@ void scd_presel_clear(scd_presel_table_t *tab);
 int scd_presel_count(const scd_presel_table_t *tab);
 
 /* Whether an item of a buffer is selected at submission: a float32 tensor with a top-k,
- * threshold, DGC or block top-K sparsifier, dense input, every source in host memory. */
+ * threshold, DGC or block top-K sparsifier, dense input or every trainer's COO list
+ * (summed densely, as the buffer's local sum does), every source in host memory. */
 int scd_presel_applies(const scd_job_item_t *it);
 
 /* The compute stage of a selection job (one item, SCD_JOB_PRESELECT): the local sum into

@@ -4,10 +4,11 @@
  * selection job for it, before the coordinator has planned its buffer: the engine sums
  * and selects the tensor while the trainers are still producing the next ones. Only what
  * the buffer's sparsification ahead would select qualifies: a float32 sum or average over
- * a 32-bit wire, with a top-k, threshold, DGC or block top-K sparsifier, dense input in
- * host memory. A tensor the response cache knows with the options it has now is selected
- * with the cache's options under its cache id; one it does not know (its first step, or
- * its options changed) speculatively with its own (coll/presel.h), but not with DGC.
+ * a 32-bit wire, with a top-k, threshold, DGC or block top-K sparsifier, dense or COO
+ * input in host memory. A tensor the response cache knows with the options it has now is
+ * selected with the cache's options under its cache id; one it does not know (its first
+ * step, or its options changed) speculatively with its own (coll/presel.h), but not with
+ * DGC.
  */
 #include <stdlib.h>
 
@@ -29,7 +30,7 @@ void scd_world_presel(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, const scd_
 	scd_sparsify_kind_t kind;
 	if (!scd_cfg_int(&d->cfg, SCD_CFG_sparsify_on_submit) || !d->engine ||
 	    nt->coll.kind != SCD_COLL_ALLREDUCE ||
-	    (nt->coll.op != SC_OP_SUM && nt->coll.op != SC_OP_AVERAGE) || nt->coo ||
+	    (nt->coll.op != SC_OP_SUM && nt->coll.op != SC_OP_AVERAGE) ||
 	    scd_tw_dtype(dtype) != SC_FLOAT32 || scd_tw_wire(dtype) ||
 	    !scd_sparsify_kind_of(sig->sparsifier, &kind) || (spec && kind == SCD_SPARSIFY_DGC))
 		return;

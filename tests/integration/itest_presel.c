@@ -4,12 +4,14 @@
  * fusion_buffers 1, a long fusion_wait_ms) and a pinned scheme, so that only the moment of
  * the selection differs between the two phases:
  *  - reference: sparsify_on_submit 0 on every node; PS_N top-k tensors (residuals kept),
- *    PS_STEPS steps, each submitting tensor 0, then after PS_GAP_MS the others;
+ *    tensor 0 with COO input (PS_COO_NNZ entries a trainer), the others dense, PS_STEPS
+ *    steps, each submitting tensors 0 and 1, then after PS_GAP_MS the others;
  *  - ahead: sparsify_on_submit 1, the same steps on PS_N fresh tensors under a timeline:
  *    every result and every residual (local rank 0's view) is bit-identical to the
  *    reference's, and timeline_check.py finds, from the first step on (then speculative:
- *    the response cache does not know the tensors yet), tensor 0's selection at
- *    submission ended before the last tensor was submitted (--ahead-before);
+ *    the response cache does not know the tensors yet), the selections at submission of
+ *    tensors 0 (COO) and 1 (dense) ended before the last tensor was submitted, and their
+ *    buffer took them (--ahead-before);
  *  - a failed step: a cached tensor whose node 0 announces a sum while the other nodes
  *    announce an average fails on every rank (the plan's error), after node 0 may have
  *    selected it at submission; node 0's residual is then bit for bit what it was, and
@@ -26,11 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PS_N	  4
-#define PS_NUMEL  20000
-#define PS_STEPS  4
-#define PS_GAP_MS 200
-#define PS_FILE_S 10.0
+#define PS_N	   4
+#define PS_NUMEL   20000
+#define PS_STEPS   4
+#define PS_GAP_MS  200
+#define PS_COO_NNZ 3000
+#define PS_FILE_S  10.0
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
 {
@@ -66,10 +69,24 @@ static void fill(float *x, int t, int rank, int step)
 	}
 }
 
-static sc_tensor_t *reg(sc_client_t *c, const char *name)
+/* A COO list of PS_COO_NNZ distinct indices (repeated across ranks: summed) and values
+ * of distinct magnitudes, different on every rank and step. */
+static void fill_coo(uint32_t *idx, float *val, int t, int rank, int step)
+{
+	for (int j = 0; j < PS_COO_NNZ; j++) {
+		idx[j] = (uint32_t)((j * 7 + t + rank * 3 + step * 11) % PS_NUMEL);
+		uint32_t h =
+		    (uint32_t)(j * 2654435761u) ^ (uint32_t)(rank * 7919 + step * 104729);
+		h = (h ^ (h >> 15)) * 2246822519u;
+		val[j] = (float)((h >> 8) % 1000003) * (h & 1 ? 1e-3f : -1e-3f);
+	}
+}
+
+static sc_tensor_t *reg(sc_client_t *c, const char *name, int coo)
 {
 	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
 	o.allow_lossy = 1;
+	o.coo_capacity = coo ? PS_COO_NNZ : 0;
 	o.sparsifier = SC_SPARSIFY_TOPK;
 	o.density = 0.01;
 	sc_tensor_t *t;
@@ -92,13 +109,21 @@ static void run_steps(sc_client_t *c, const char *prefix, int rank, uint64_t has
 	char name[PS_N][64];
 	for (int k = 0; k < PS_N; k++) {
 		snprintf(name[k], sizeof(name[k]), "%s.%d", prefix, k);
-		t[k] = reg(c, name[k]);
+		t[k] = reg(c, name[k], k == 0);
 	}
 	for (int s = 0; s < PS_STEPS; s++) {
 		sc_handle_t h[PS_N];
 		for (int k = 0; k < PS_N; k++) {
-			if (k == 1)
+			if (k == 2)
 				it_sleep_ms(PS_GAP_MS); /* the later tensors' backward pass */
+			if (k == 0) {
+				fill_coo(sc_tensor_coo_indices(t[k]),
+					 sc_tensor_coo_values(t[k]), k, rank, s);
+				IT_CHECK_SC(sc_allreduce_coo_async(c, t[k], PS_COO_NNZ,
+								   SC_OP_SUM, &h[k]),
+					    "step %d: '%s'", s, name[k]);
+				continue;
+			}
 			fill(sc_tensor_data(t[k]), k, rank, s);
 			IT_CHECK_SC(sc_allreduce_async(c, t[k], SC_OP_SUM, &h[k]),
 				    "step %d: '%s'", s, name[k]);
@@ -144,12 +169,14 @@ static void timeline(sc_client_t *c, const char *dir, int rank, int start)
 	if (start || it_env.env_local_rank > 0)
 		return;
 	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 60 python3 %s/../../tests/integration/timeline_check.py %s --rank %d "
-		 "--world %d --steps %d --tensors ps.ahead.0,ps.ahead.%d --sparsified "
-		 "ps.ahead.0,ps.ahead.%d --ahead-before ps.ahead.0:ps.ahead.%d --ahead-from 1",
-		 it_env.self_dir, mine, it_env.env_node_rank, it_env.env_node_count, PS_STEPS,
-		 PS_N - 1, PS_N - 1, PS_N - 1);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "timeout 60 python3 %s/../../tests/integration/timeline_check.py %s --rank %d "
+	    "--world %d --steps %d --tensors ps.ahead.0,ps.ahead.1,ps.ahead.%d --sparsified "
+	    "ps.ahead.0,ps.ahead.1,ps.ahead.%d --ahead-before "
+	    "ps.ahead.0:ps.ahead.%d,ps.ahead.1:ps.ahead.%d --ahead-from 1",
+	    it_env.self_dir, mine, it_env.env_node_rank, it_env.env_node_count, PS_STEPS,
+	    PS_N - 1, PS_N - 1, PS_N - 1, PS_N - 1);
 	fflush(NULL);
 	if (system(cmd) != 0)
 		IT_FAIL("timeline_check.py on %s failed: see its lines above", mine);
@@ -158,7 +185,7 @@ static void timeline(sc_client_t *c, const char *dir, int rank, int start)
 /* The failed step (see the top): tensor ps.fail with its failed step 1, ps.clean without. */
 static void failed_step(sc_client_t *c, int rank)
 {
-	sc_tensor_t *f = reg(c, "ps.fail"), *g = reg(c, "ps.clean");
+	sc_tensor_t *f = reg(c, "ps.fail", 0), *g = reg(c, "ps.clean", 0);
 	int node = it_env.env_node_rank, lead = it_env.env_local_rank <= 0;
 	sc_handle_t h;
 	static float before[PS_NUMEL];
@@ -196,7 +223,7 @@ static void failed_step(sc_client_t *c, int rank)
 /* The failed first step (see the top): ps.fail0's first step fails, ps.clean0 has none. */
 static void failed_first_step(sc_client_t *c, int rank)
 {
-	sc_tensor_t *f = reg(c, "ps.fail0"), *g = reg(c, "ps.clean0");
+	sc_tensor_t *f = reg(c, "ps.fail0", 0), *g = reg(c, "ps.clean0", 0);
 	int node = it_env.env_node_rank, lead = it_env.env_local_rank <= 0;
 	sc_handle_t h;
 	static float before[PS_NUMEL];

@@ -9,9 +9,9 @@ complete events of each lane nest (an event that starts inside another ends insi
 each named tensor has wait_ranks for steps 1..N and, after each, local_sum and copy_out
 (and sparsify for the sparsified ones) before the next step's wait_ranks (local_sum and
 sparsify may be on the tensor's "NAME (ahead)" lane instead, from its wait_ranks on: the
-selection at submission); with --ahead-before A:B, from step --ahead-from (2 unless
-given) on A's selection at submission ended before B's wait_ranks began (B was
-submitted) and A's buffer did not select A again; every buffer
+selection at submission); with --ahead-before A:B (several pairs: comma-separated),
+from step --ahead-from (2 unless given) on A's selection at submission ended before B's
+wait_ranks began (B was submitted) and A's buffer did not select A again; every buffer
 event holds a scheme event, and with P > 1 the scheme events hold exchange rounds (xchg,
 allreduce or meta) with the bytes they sent; no event was dropped. Prints every problem
 found, one a line, and exits 1.
@@ -111,7 +111,8 @@ def main():
     ap.add_argument("--tensors", required=True)
     ap.add_argument("--sparsified", default="")
     ap.add_argument("--ahead-before", default="",
-                    help="A:B: A's selection at submission ends before B is submitted")
+                    help="A:B[,C:D..]: A's selection at submission ends before B is "
+                    "submitted")
     ap.add_argument("--ahead-from", type=int, default=2,
                     help="the first step --ahead-before checks")
     a = ap.parse_args()
@@ -159,8 +160,8 @@ def main():
             continue
         check_tensor(name, by_label[name], by_label.get(name + " (ahead)", []), a.steps,
                      name in sparsified, problems)
-    if a.ahead_before:
-        check_ahead_before(a.ahead_before, by_label, a.steps, a.ahead_from, problems)
+    for spec in (x for x in a.ahead_before.split(",") if x):
+        check_ahead_before(spec, by_label, a.steps, a.ahead_from, problems)
 
     buffers = schemes = rounds = 0
     for tid, evs in lanes.items():
