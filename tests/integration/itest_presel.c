@@ -19,7 +19,10 @@
  *    step (nothing lost, nothing counted twice);
  *  - a failed first step: the same with a tensor's first step, which every node selects
  *    speculatively at submission with its own options: node 0's residual is as it was,
- *    and the next step's result and residual equal a fresh tensor's first step's.
+ *    and the next step's result and residual equal a fresh tensor's first step's;
+ *  - a COO first step with an index out of range on rank 0 (found by its selection at
+ *    submission): fails on every rank (SC_ERR_INVALID), and the residual it leaves and
+ *    the next step are bit for bit those of the same steps selected at the buffer.
  * Usage: presel DIR (for the timeline files).
  */
 #include "itest.h"
@@ -253,6 +256,36 @@ static void failed_first_step(sc_client_t *c, int rank)
 			"ps.clean0's");
 }
 
+/* The COO first step with a bad index (see the top) of tensor NAME: it fails on every
+ * rank; h[0]: the residual it left (local rank 0's), h[1]: the next step's result and
+ * residual. */
+static void bad_coo_first_step(sc_client_t *c, int rank, const char *name, uint64_t h[2])
+{
+	sc_tensor_t *f = reg(c, name, 1);
+	int lead = it_env.env_local_rank <= 0;
+	sc_handle_t hd;
+	fill_coo(sc_tensor_coo_indices(f), sc_tensor_coo_values(f), 5, rank, 0);
+	if (rank == 0)
+		sc_tensor_coo_indices(f)[PS_COO_NNZ / 2] = PS_NUMEL;
+	IT_CHECK_SC(sc_allreduce_coo_async(c, f, PS_COO_NNZ, SC_OP_SUM, &hd), "%s step 0",
+		    name);
+	int r = it_wait(c, hd, IT_OP_TIMEOUT_MS);
+	if (r != SC_ERR_INVALID)
+		IT_FAIL("%s step 0 (an index out of range on rank 0): %s, not SC_ERR_INVALID "
+			"(%s)",
+			name, it_wait_name(r), it_wait_error());
+	const float *res = sc_tensor_residual(f);
+	h[0] = lead && res ? hash_bytes(res, PS_NUMEL * sizeof(float), 1) : 0;
+	it_barrier(c, "presel.badcoo", 0);
+	fill_coo(sc_tensor_coo_indices(f), sc_tensor_coo_values(f), 5, rank, 1);
+	IT_CHECK_SC(sc_allreduce_coo_async(c, f, PS_COO_NNZ, SC_OP_SUM, &hd), "%s step 1",
+		    name);
+	wait_ok(c, hd, name, 1);
+	h[1] = hash_bytes(sc_tensor_data(f), PS_NUMEL * sizeof(float), 1);
+	if (lead && res)
+		h[1] = hash_bytes(res, PS_NUMEL * sizeof(float), h[1]);
+}
+
 int it_presel(int argc, char **argv)
 {
 	if (argc < 2)
@@ -287,6 +320,20 @@ int it_presel(int argc, char **argv)
 	it_log("a failed step left the residual as it was; the next step is exact");
 	failed_first_step(c, rank);
 	it_log("a failed first step left the residual as it was; the next step is exact");
+	uint64_t bad_off[2], bad_on[2];
+	if (it_env.env_local_rank <= 0)
+		ctl_set("sparsify_on_submit", "0");
+	it_barrier(c, "presel.off2", 0);
+	bad_coo_first_step(c, rank, "ps.badcoo.off", bad_off);
+	if (it_env.env_local_rank <= 0)
+		ctl_set("sparsify_on_submit", "1");
+	it_barrier(c, "presel.on2", 0);
+	bad_coo_first_step(c, rank, "ps.badcoo.on", bad_on);
+	if (bad_off[0] != bad_on[0] || bad_off[1] != bad_on[1])
+		IT_FAIL("a COO first step with a bad index: the %s selected at submission "
+			"differs from the one selected at its buffer",
+			bad_off[0] != bad_on[0] ? "residual it left" : "next step");
+	it_log("a COO first step with a bad index failed everywhere, as at its buffer");
 	it_barrier(c, "presel.done", 0);
 	sc_finalize(c);
 	it_pass();
