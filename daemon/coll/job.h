@@ -115,6 +115,7 @@ typedef struct scd_job_item {
 	/* the submission's selection job (coll/presel.h), 0: none was queued; and the
 	 * selection the buffer's gather took for the item (NULL: it selects here) */
 	uint64_t presel_token;
+	uint64_t presel_key; /* the node tensor's, unique over its registrations */
 	struct scd_presel *presel;
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];

@@ -3,7 +3,8 @@
  * entries, one per sparsified tensor of the node, with an open-addressing index by cache
  * id beside it (linear probing, at most half full), since every buffer looks each of its
  * items up. The index is rebuilt when an entry goes, which only a forgotten tensor, a
- * changed option or a re-formed world causes.
+ * changed option or a re-formed world causes. Speculative entries (a tensor's first step,
+ * presel.h) are a short list apart, searched linearly: only first steps in flight.
  */
 #include "coll/presel.h"
 
@@ -20,6 +21,8 @@ struct scd_presel_table {
 	int32_t *slot;	/* the index: a position in v, or -1 */
 	uint32_t nslot; /* a power of two, at least 2 * cap; 0 before the first entry */
 	uint32_t block;
+	scd_presel_t **spec; /* the speculative entries */
+	int n_spec, cap_spec;
 };
 
 static uint32_t slot_home(const scd_presel_table_t *tab, uint32_t cache_id)
@@ -71,8 +74,11 @@ void scd_presel_table_destroy(scd_presel_table_t *tab)
 		return;
 	for (int i = 0; i < tab->n; i++)
 		entry_free(tab->v[i]);
+	for (int i = 0; i < tab->n_spec; i++)
+		entry_free(tab->spec[i]);
 	free(tab->v);
 	free(tab->slot);
+	free(tab->spec);
 	free(tab);
 }
 
@@ -102,28 +108,55 @@ void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id)
 		entry_remove(tab, i);
 }
 
+/* The speculative entry i, out of the list (not freed). */
+static scd_presel_t *spec_unlink(scd_presel_table_t *tab, int i)
+{
+	scd_presel_t *p = tab->spec[i];
+	tab->spec[i] = tab->spec[--tab->n_spec];
+	return p;
+}
+
+/* The speculative entry of the tensor with this key, or -1. */
+static int spec_find(const scd_presel_table_t *tab, uint64_t key)
+{
+	for (int i = 0; key && i < tab->n_spec; i++)
+		if (tab->spec[i]->spec_key == key)
+			return i;
+	return -1;
+}
+
+/* Frees the tensor's speculative entry, if it has one. */
+static void spec_forget(scd_presel_table_t *tab, uint64_t key)
+{
+	int i = spec_find(tab, key);
+	if (i >= 0)
+		entry_free(spec_unlink(tab, i));
+}
+
 int scd_presel_count(const scd_presel_table_t *tab)
 {
-	return tab ? tab->n : 0;
+	return tab ? tab->n + tab->n_spec : 0;
 }
 
 void scd_presel_clear(scd_presel_table_t *tab)
 {
-	for (int i = 0; tab && i < tab->n; i++)
+	if (!tab)
+		return;
+	for (int i = 0; i < tab->n; i++)
 		entry_free(tab->v[i]);
-	if (tab) {
-		tab->n = 0;
-		index_rebuild(tab);
-	}
+	while (tab->n_spec > 0)
+		entry_free(spec_unlink(tab, tab->n_spec - 1));
+	tab->n = 0;
+	index_rebuild(tab);
 }
 
 int scd_presel_applies(const scd_job_item_t *it)
 {
 	scd_sparsify_kind_t kind;
-	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->coo_in || it->n_src == 0)
+	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->n_src == 0)
 		return 0;
-	for (int s = 0; s < it->n_src; s++)
-		if (it->src[s].device != SCD_DEVICE_CPU || it->src[s].coo)
+	for (int s = 0; s < it->n_src; s++) /* COO input: every trainer's (local_reduce) */
+		if (it->src[s].device != SCD_DEVICE_CPU || !it->src[s].coo != !it->src[0].coo)
 			return 0;
 	return 1;
 }
@@ -196,12 +229,48 @@ static sc_status_t table_grow(scd_presel_table_t *tab)
 	return SC_OK;
 }
 
+/* A speculative entry for it (the tensor's earlier one reused when its options are the
+ * same, else replaced). */
+static sc_status_t spec_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
+			      const scd_sparsifier_cfg_t *cfg, scd_presel_t **p_p)
+{
+	if (cfg->kind == SCD_SPARSIFY_DGC || !it->presel_key)
+		return SC_ERR_INVALID; /* its sample's seed needs the cache id */
+	int i = spec_find(tab, it->presel_key);
+	if (i >= 0 && cfg_equal(&tab->spec[i]->cfg, cfg)) {
+		tab->spec[i]->ready = 0;
+		*p_p = tab->spec[i];
+		return SC_OK;
+	}
+	if (i >= 0)
+		entry_free(spec_unlink(tab, i));
+	if (tab->n_spec == tab->cap_spec) {
+		int cap = tab->cap_spec ? 2 * tab->cap_spec : 8;
+		scd_presel_t **v = realloc(tab->spec, (size_t)cap * sizeof(*v));
+		if (!v)
+			return SC_ERR_NOMEM;
+		tab->spec = v;
+		tab->cap_spec = cap;
+	}
+	sc_status_t st;
+	scd_presel_t *p = entry_new(it, cfg, &st);
+	if (!p)
+		return st;
+	p->spec_key = it->presel_key;
+	tab->spec[tab->n_spec++] = p;
+	*p_p = p;
+	return SC_OK;
+}
+
 sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
 			     scd_presel_t **p_p)
 {
 	scd_sparsifier_cfg_t cfg;
 	if (!item_cfg(tab, it, seed, &cfg))
 		return SC_ERR_INVALID;
+	if (it->cache_id == SCD_PRESEL_SPEC)
+		return spec_entry(tab, it, &cfg, p_p);
+	spec_forget(tab, it->presel_key); /* a first step's, never taken */
 	int i = entry_find(tab, it->cache_id);
 	if (i >= 0 && cfg_equal(&tab->v[i]->cfg, &cfg)) {
 		tab->v[i]->ready = 0;
@@ -251,20 +320,55 @@ void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
 	scd_tl_tensor(lane, phase, t0, a, 1);
 }
 
+/* The speculative selection of it's submission, if one was made: taken when the plan's
+ * options (cfg, the seed aside: a speculative selection's has no cache id) are those it
+ * was made with, and then made the entry of it's cache id (replacing an earlier entry of
+ * that id); freed otherwise. NULL: none taken. */
+static scd_presel_t *spec_take(scd_presel_table_t *tab, const scd_job_item_t *it,
+			       const scd_sparsifier_cfg_t *cfg, uint64_t seed)
+{
+	int j = -1;
+	for (int i = 0; j < 0 && i < tab->n_spec; i++)
+		if (tab->spec[i]->token == it->presel_token)
+			j = i;
+	if (j < 0)
+		return NULL;
+	scd_presel_t *p = spec_unlink(tab, j);
+	scd_sparsifier_cfg_t made = *cfg;
+	made.seed = seed ^ SCD_PRESEL_SPEC;
+	if (!p->ready || p->spec_key != it->presel_key || !cfg_equal(&p->cfg, &made) ||
+	    p->has_res != (it->residual != NULL) || !scd_presel_applies(it) ||
+	    (tab->n == tab->cap && table_grow(tab) != SC_OK)) {
+		entry_free(p); /* the plan disagrees: nothing of it is used */
+		return NULL;
+	}
+	scd_presel_forget(tab, it->cache_id);
+	p->cache_id = it->cache_id;
+	p->spec_key = 0;
+	p->cfg = *cfg; /* its sparsifier keeps the other seed, which only DGC reads */
+	tab->v[tab->n++] = p;
+	index_put(tab, tab->n - 1);
+	return p;
+}
+
 scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)
 {
 	scd_sparsifier_cfg_t cfg;
 	if (tab && !it->presel_token) { /* not selected ahead (the key off): none kept */
 		scd_presel_forget(tab, it->cache_id);
+		spec_forget(tab, it->presel_key);
 		return NULL;
 	}
-	int i = tab ? entry_find(tab, it->cache_id) : -1;
-	if (i < 0 || !item_cfg(tab, it, seed, &cfg))
+	if (!tab || !item_cfg(tab, it, seed, &cfg))
 		return NULL;
-	scd_presel_t *p = tab->v[i];
-	if (!p->ready || p->token != it->presel_token || !cfg_equal(&p->cfg, &cfg) ||
-	    p->has_res != (it->residual != NULL) || !scd_presel_applies(it))
-		return NULL;
-	p->ready = 0;
+	int i = entry_find(tab, it->cache_id);
+	scd_presel_t *p = i >= 0 ? tab->v[i] : NULL;
+	if (!p || p->token != it->presel_token)
+		p = spec_take(tab, it, &cfg, seed);
+	else if (!p->ready || !cfg_equal(&p->cfg, &cfg) ||
+		 p->has_res != (it->residual != NULL) || !scd_presel_applies(it))
+		p = NULL;
+	if (p)
+		p->ready = 0;
 	return p;
 }

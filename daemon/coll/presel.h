@@ -1,7 +1,7 @@
 /*
  * presel.h: sparsification ahead at submission ([SAFusion] section 3.1: each tensor is
  * compressed as the backward pass produces it). When every local trainer has submitted a
- * sparsified tensor that the response cache knows, the node queues a selection job for it
+ * sparsified tensor (dense input, or a COO list), the node queues a selection job for it
  * (SCD_JOB_PRESELECT, world/presel.c): the engine's compute stage sums the node's trainers
  * into the tensor's own accumulator and runs the tensor's sparsifier there, with the
  * tensor's own k, while later tensors are still being produced. Nothing of the tensor's is
@@ -11,15 +11,28 @@
  * again, and only then is the copy made the tensor's residual: the point where the
  * selection at the buffer would have written it. A selection whose buffer never comes
  * (the plan failed the tensor, a peer went away) is dropped with the next one, and the
- * tensor's residual is as if it had never run. Everything here runs on the compute
- * thread, but for one read: a taken selection of a tensor alone in its buffer is the
- * scheme's input on the communication stage (bufctx.c), so the entry must stay untouched
- * until that buffer is done. It does: the tensor's next selection job needs its next
- * submission, which needs this one's completion; forget and mesh jobs drain the
- * communication stage first. An entry is the cpu device's memory: the node's sum and a
- * residual's copy, 8 bytes per element of the tensor, made at its first selection job
- * and dropped when the tensor is forgotten, when a submission of it comes without a
- * selection ahead (sparsify_on_submit off), and when the world re-forms.
+ * tensor's residual is as if it had never run.
+ *
+ * A tensor's first step comes before the response cache knows it, so before it has a
+ * cache id and before the options every rank agreed on are known: its selection is then
+ * speculative (SCD_PRESEL_SPEC as the item's cache id), made with the tensor's own
+ * submitted options and kept apart from the cached entries, under the node tensor's key
+ * (scd_job_item_t.presel_key: one registration of one name in one process set). Its
+ * buffer's gather takes it by the submission's token alone, and only if the plan's options
+ * are those it was made with; it then becomes the entry of the cache id the plan gave.
+ * A speculative selection the plan disagrees with is freed at once; one whose buffer
+ * never comes is replaced by the tensor's next one and dropped with a re-formed world.
+ * DGC is never speculative: its sample is drawn from a seed that includes the cache id.
+ *
+ * Everything here runs on the compute thread, but for one read: a taken selection of a
+ * tensor alone in its buffer is the scheme's input on the communication stage
+ * (bufctx.c), so the entry must stay untouched until that buffer is done. It does: the
+ * tensor's next selection job needs its next submission, which needs this one's
+ * completion; forget and mesh jobs drain the communication stage first. An entry is the
+ * cpu device's memory: the node's sum, a residual's copy and room for a whole selection,
+ * 16 bytes per element of the tensor, made at its first selection job and dropped when
+ * the tensor is forgotten, when a submission of it comes without a selection ahead
+ * (sparsify_on_submit off), and when the world re-forms.
  */
 #ifndef SCD_COLL_PRESEL_H
 #define SCD_COLL_PRESEL_H
@@ -30,9 +43,14 @@
 
 typedef struct scd_presel_table scd_presel_table_t;
 
+/* The cache id of a selection job's item for a tensor the response cache does not know
+ * yet (its first step): a speculative selection. */
+#define SCD_PRESEL_SPEC UINT32_MAX
+
 /* One tensor's selection made at submission. */
 typedef struct scd_presel {
-	uint32_t cache_id;
+	uint32_t cache_id; /* SCD_PRESEL_SPEC while speculative */
+	uint64_t spec_key; /* speculative: the node tensor's key (presel_key); else 0 */
 	uint64_t numel;
 	uint64_t token; /* the submission it selected (scd_job_item_t.presel_token) */
 	int ready;	/* selected for token and not yet taken */
@@ -56,11 +74,12 @@ void scd_presel_table_destroy(scd_presel_table_t *tab);
 void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id);
 /* Drops every entry (a re-formed world numbers its cache ids anew). */
 void scd_presel_clear(scd_presel_table_t *tab);
-/* The entries kept. */
+/* The entries kept, speculative ones included. */
 int scd_presel_count(const scd_presel_table_t *tab);
 
 /* Whether an item of a buffer is selected at submission: a float32 tensor with a top-k,
- * threshold, DGC or block top-K sparsifier, dense input, every source in host memory. */
+ * threshold, DGC or block top-K sparsifier, dense input or every trainer's COO list
+ * (summed densely, as the buffer's local sum does), every source in host memory. */
 int scd_presel_applies(const scd_job_item_t *it);
 
 /* The compute stage of a selection job (one item, SCD_JOB_PRESELECT): the local sum into
@@ -70,7 +89,10 @@ int scd_presel_applies(const scd_job_item_t *it);
 sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, scd_job_t *job);
 
 /* The tensor's entry, made or remade for it's options and size (SC_ERR_NOMEM, or what
- * the sparsifier's creation returned); marked not ready. */
+ * the sparsifier's creation returned); marked not ready. An item whose cache id is
+ * SCD_PRESEL_SPEC gets a speculative entry under it->presel_key (the tensor's earlier one
+ * reused or replaced; SC_ERR_INVALID for DGC); an item with a cache id drops its tensor's
+ * speculative entry, if one was left. */
 sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
 			     scd_presel_t **p_p);
 /* The selection of it's tensor, made by scd_presel_entry: the sparsifier over acc into
@@ -83,7 +105,8 @@ void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0);
 
 /* For a buffer's item: its tensor's ready selection of this submission with the options
  * the buffer runs it with, taken (no longer ready), or NULL (the buffer sums and selects
- * it itself). */
+ * it itself). A speculative selection of this submission is taken the same way and
+ * becomes the entry of it's cache id; one made with other options is freed. */
 scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed);
 
 #endif

@@ -37,7 +37,9 @@ void scd_ctl_presel_item(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 {
 	/* unique over the node's tensors, those registered again included: a selection
 	 * left in the engine by an earlier registration of the name never matches */
-	static uint64_t seq;
+	static uint64_t seq, keys;
+	if (!nt->presel_key)
+		nt->presel_key = ++keys;
 	nt->presel_armed = 1;
 	nt->presel_refs++;
 	it->presel_token = nt->presel_token = ++seq;
@@ -65,6 +67,7 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 	const scd_coll_desc_t *coll = scd_coll_desc(nt->coll.kind);
 	it->nt = nt;
 	it->name = nt->name;
+	it->presel_key = nt->presel_key;
 	it->sparsifier = nt->opts.sparsifier;
 	it->density = nt->opts.density;
 	it->threshold = nt->opts.threshold;

@@ -110,6 +110,7 @@ typedef struct scd_ntensor {
 	 * submission's (for its job item), and the selection jobs in the engine, which read
 	 * the trainers' buffers: a registration released meanwhile stays mapped */
 	uint64_t presel_token;
+	uint64_t presel_key; /* keys its speculative selections (first step); 0: none yet */
 	int presel_armed, presel_refs;
 	/* the node's trainers disagree on the tensor: every submission fails with this */
 	int poisoned;

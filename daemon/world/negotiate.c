@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/presel.h"
 #include "ctl/ctl.h"
 #include "ctl/pset.h"
 #include "engine/engine.h"
@@ -147,7 +148,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
 		o->cached = 1;
 		o->id = id;
-		scd_world_presel(w, nt, id); /* selected while the buffer is planned */
+		scd_world_presel(w, nt, id, NULL); /* selected while the buffer is planned */
 	} else {
 		if (!(o->name = strdup(nt->name))) {
 			free(o->gname);
@@ -161,6 +162,7 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		o->solo = solo;
 		o->fuse_key = key;
 		o->sig = sig;
+		scd_world_presel(w, nt, SCD_PRESEL_SPEC, &sig); /* speculative (first step) */
 	}
 	scd_world_arm_flush(w);
 }

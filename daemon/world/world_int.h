@@ -258,8 +258,10 @@ struct scd_job_item;
  * and exchanged. */
 void scd_neg_item_options(struct scd_job_item *it, const scd_tsig_t *sig);
 /* presel.c: a selection job for nt, announced now with cache id id, when it qualifies
- * (coll/presel.h); and its return from the engine. */
-void scd_world_presel(scd_world_t *w, struct scd_ntensor *nt, uint32_t id);
+ * (coll/presel.h); id SCD_PRESEL_SPEC: a tensor the cache does not know, selected
+ * speculatively with own, its own options. And its return from the engine. */
+void scd_world_presel(scd_world_t *w, struct scd_ntensor *nt, uint32_t id,
+		      const scd_tsig_t *own);
 void scd_world_presel_done(scd_world_t *w, struct scd_job *job);
 void scd_neg_destroy(scd_world_t *w);
 /* Forgets everything negotiated (the world re-forms: every rank starts again from an empty

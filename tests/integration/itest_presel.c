@@ -4,16 +4,25 @@
  * fusion_buffers 1, a long fusion_wait_ms) and a pinned scheme, so that only the moment of
  * the selection differs between the two phases:
  *  - reference: sparsify_on_submit 0 on every node; PS_N top-k tensors (residuals kept),
- *    PS_STEPS steps, each submitting tensor 0, then after PS_GAP_MS the others;
+ *    tensor 0 with COO input (PS_COO_NNZ entries a trainer), the others dense, PS_STEPS
+ *    steps, each submitting tensors 0 and 1, then after PS_GAP_MS the others;
  *  - ahead: sparsify_on_submit 1, the same steps on PS_N fresh tensors under a timeline:
  *    every result and every residual (local rank 0's view) is bit-identical to the
- *    reference's, and timeline_check.py finds, from step 2 on, tensor 0's selection at
- *    submission ended before the last tensor was submitted (--ahead-before);
+ *    reference's, and timeline_check.py finds, from the first step on (then speculative:
+ *    the response cache does not know the tensors yet), the selections at submission of
+ *    tensors 0 (COO) and 1 (dense) ended before the last tensor was submitted, and their
+ *    buffer took them (--ahead-before);
  *  - a failed step: a cached tensor whose node 0 announces a sum while the other nodes
  *    announce an average fails on every rank (the plan's error), after node 0 may have
  *    selected it at submission; node 0's residual is then bit for bit what it was, and
  *    the next step's result and residual equal those of a tensor that never had the failed
- *    step (nothing lost, nothing counted twice).
+ *    step (nothing lost, nothing counted twice);
+ *  - a failed first step: the same with a tensor's first step, which every node selects
+ *    speculatively at submission with its own options: node 0's residual is as it was,
+ *    and the next step's result and residual equal a fresh tensor's first step's;
+ *  - a COO first step with an index out of range on rank 0 (found by its selection at
+ *    submission): fails on every rank (SC_ERR_INVALID), and the residual it leaves and
+ *    the next step are bit for bit those of the same steps selected at the buffer.
  * Usage: presel DIR (for the timeline files).
  */
 #include "itest.h"
@@ -22,11 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PS_N	  4
-#define PS_NUMEL  20000
-#define PS_STEPS  4
-#define PS_GAP_MS 200
-#define PS_FILE_S 10.0
+#define PS_N	   4
+#define PS_NUMEL   20000
+#define PS_STEPS   4
+#define PS_GAP_MS  200
+#define PS_COO_NNZ 3000
+#define PS_FILE_S  10.0
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
 {
@@ -62,10 +72,24 @@ static void fill(float *x, int t, int rank, int step)
 	}
 }
 
-static sc_tensor_t *reg(sc_client_t *c, const char *name)
+/* A COO list of PS_COO_NNZ distinct indices (repeated across ranks: summed) and values
+ * of distinct magnitudes, different on every rank and step. */
+static void fill_coo(uint32_t *idx, float *val, int t, int rank, int step)
+{
+	for (int j = 0; j < PS_COO_NNZ; j++) {
+		idx[j] = (uint32_t)((j * 7 + t + rank * 3 + step * 11) % PS_NUMEL);
+		uint32_t h =
+		    (uint32_t)(j * 2654435761u) ^ (uint32_t)(rank * 7919 + step * 104729);
+		h = (h ^ (h >> 15)) * 2246822519u;
+		val[j] = (float)((h >> 8) % 1000003) * (h & 1 ? 1e-3f : -1e-3f);
+	}
+}
+
+static sc_tensor_t *reg(sc_client_t *c, const char *name, int coo)
 {
 	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
 	o.allow_lossy = 1;
+	o.coo_capacity = coo ? PS_COO_NNZ : 0;
 	o.sparsifier = SC_SPARSIFY_TOPK;
 	o.density = 0.01;
 	sc_tensor_t *t;
@@ -88,13 +112,21 @@ static void run_steps(sc_client_t *c, const char *prefix, int rank, uint64_t has
 	char name[PS_N][64];
 	for (int k = 0; k < PS_N; k++) {
 		snprintf(name[k], sizeof(name[k]), "%s.%d", prefix, k);
-		t[k] = reg(c, name[k]);
+		t[k] = reg(c, name[k], k == 0);
 	}
 	for (int s = 0; s < PS_STEPS; s++) {
 		sc_handle_t h[PS_N];
 		for (int k = 0; k < PS_N; k++) {
-			if (k == 1)
+			if (k == 2)
 				it_sleep_ms(PS_GAP_MS); /* the later tensors' backward pass */
+			if (k == 0) {
+				fill_coo(sc_tensor_coo_indices(t[k]),
+					 sc_tensor_coo_values(t[k]), k, rank, s);
+				IT_CHECK_SC(sc_allreduce_coo_async(c, t[k], PS_COO_NNZ,
+								   SC_OP_SUM, &h[k]),
+					    "step %d: '%s'", s, name[k]);
+				continue;
+			}
 			fill(sc_tensor_data(t[k]), k, rank, s);
 			IT_CHECK_SC(sc_allreduce_async(c, t[k], SC_OP_SUM, &h[k]),
 				    "step %d: '%s'", s, name[k]);
@@ -140,12 +172,14 @@ static void timeline(sc_client_t *c, const char *dir, int rank, int start)
 	if (start || it_env.env_local_rank > 0)
 		return;
 	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 60 python3 %s/../../tests/integration/timeline_check.py %s --rank %d "
-		 "--world %d --steps %d --tensors ps.ahead.0,ps.ahead.%d --sparsified "
-		 "ps.ahead.0,ps.ahead.%d --ahead-before ps.ahead.0:ps.ahead.%d",
-		 it_env.self_dir, mine, it_env.env_node_rank, it_env.env_node_count, PS_STEPS,
-		 PS_N - 1, PS_N - 1, PS_N - 1);
+	snprintf(
+	    cmd, sizeof(cmd),
+	    "timeout 60 python3 %s/../../tests/integration/timeline_check.py %s --rank %d "
+	    "--world %d --steps %d --tensors ps.ahead.0,ps.ahead.1,ps.ahead.%d --sparsified "
+	    "ps.ahead.0,ps.ahead.1,ps.ahead.%d --ahead-before "
+	    "ps.ahead.0:ps.ahead.%d,ps.ahead.1:ps.ahead.%d --ahead-from 1",
+	    it_env.self_dir, mine, it_env.env_node_rank, it_env.env_node_count, PS_STEPS,
+	    PS_N - 1, PS_N - 1, PS_N - 1, PS_N - 1);
 	fflush(NULL);
 	if (system(cmd) != 0)
 		IT_FAIL("timeline_check.py on %s failed: see its lines above", mine);
@@ -154,7 +188,7 @@ static void timeline(sc_client_t *c, const char *dir, int rank, int start)
 /* The failed step (see the top): tensor ps.fail with its failed step 1, ps.clean without. */
 static void failed_step(sc_client_t *c, int rank)
 {
-	sc_tensor_t *f = reg(c, "ps.fail"), *g = reg(c, "ps.clean");
+	sc_tensor_t *f = reg(c, "ps.fail", 0), *g = reg(c, "ps.clean", 0);
 	int node = it_env.env_node_rank, lead = it_env.env_local_rank <= 0;
 	sc_handle_t h;
 	static float before[PS_NUMEL];
@@ -189,6 +223,69 @@ static void failed_step(sc_client_t *c, int rank)
 		IT_FAIL("ps.fail's residual after the failed step differs from ps.clean's");
 }
 
+/* The failed first step (see the top): ps.fail0's first step fails, ps.clean0 has none. */
+static void failed_first_step(sc_client_t *c, int rank)
+{
+	sc_tensor_t *f = reg(c, "ps.fail0", 0), *g = reg(c, "ps.clean0", 0);
+	int node = it_env.env_node_rank, lead = it_env.env_local_rank <= 0;
+	sc_handle_t h;
+	static float before[PS_NUMEL];
+	if (lead && sc_tensor_residual(f))
+		memcpy(before, sc_tensor_residual(f), sizeof(before));
+	fill(sc_tensor_data(f), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, f, node != 0 ? SC_OP_AVERAGE : SC_OP_SUM, &h),
+		    "ps.fail0 step 0");
+	if (it_wait(c, h, IT_OP_TIMEOUT_MS) == SC_OK)
+		IT_FAIL("ps.fail0 step 0 (sum on node 0, average elsewhere) succeeded");
+	if (lead && sc_tensor_residual(f) &&
+	    memcmp(before, sc_tensor_residual(f), sizeof(before)))
+		IT_FAIL("ps.fail0: the failed first step changed node %d's residual", node);
+	it_barrier(c, "presel.fail0", 0);
+	fill(sc_tensor_data(f), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, f, SC_OP_SUM, &h), "ps.fail0 step 1");
+	wait_ok(c, h, "ps.fail0", 1);
+	fill(sc_tensor_data(g), 8, rank, 0);
+	IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "ps.clean0 step 0");
+	wait_ok(c, h, "ps.clean0", 0);
+	if (memcmp(sc_tensor_data(f), sc_tensor_data(g), PS_NUMEL * sizeof(float)))
+		IT_FAIL("ps.fail0's step after its failed first step differs from ps.clean0's "
+			"first step");
+	if (lead && sc_tensor_residual(f) &&
+	    memcmp(sc_tensor_residual(f), sc_tensor_residual(g), PS_NUMEL * sizeof(float)))
+		IT_FAIL("ps.fail0's residual after its failed first step differs from "
+			"ps.clean0's");
+}
+
+/* The COO first step with a bad index (see the top) of tensor NAME: it fails on every
+ * rank; h[0]: the residual it left (local rank 0's), h[1]: the next step's result and
+ * residual. */
+static void bad_coo_first_step(sc_client_t *c, int rank, const char *name, uint64_t h[2])
+{
+	sc_tensor_t *f = reg(c, name, 1);
+	int lead = it_env.env_local_rank <= 0;
+	sc_handle_t hd;
+	fill_coo(sc_tensor_coo_indices(f), sc_tensor_coo_values(f), 5, rank, 0);
+	if (rank == 0)
+		sc_tensor_coo_indices(f)[PS_COO_NNZ / 2] = PS_NUMEL;
+	IT_CHECK_SC(sc_allreduce_coo_async(c, f, PS_COO_NNZ, SC_OP_SUM, &hd), "%s step 0",
+		    name);
+	int r = it_wait(c, hd, IT_OP_TIMEOUT_MS);
+	if (r != SC_ERR_INVALID)
+		IT_FAIL("%s step 0 (an index out of range on rank 0): %s, not SC_ERR_INVALID "
+			"(%s)",
+			name, it_wait_name(r), it_wait_error());
+	const float *res = sc_tensor_residual(f);
+	h[0] = lead && res ? hash_bytes(res, PS_NUMEL * sizeof(float), 1) : 0;
+	it_barrier(c, "presel.badcoo", 0);
+	fill_coo(sc_tensor_coo_indices(f), sc_tensor_coo_values(f), 5, rank, 1);
+	IT_CHECK_SC(sc_allreduce_coo_async(c, f, PS_COO_NNZ, SC_OP_SUM, &hd), "%s step 1",
+		    name);
+	wait_ok(c, hd, name, 1);
+	h[1] = hash_bytes(sc_tensor_data(f), PS_NUMEL * sizeof(float), 1);
+	if (lead && res)
+		h[1] = hash_bytes(res, PS_NUMEL * sizeof(float), h[1]);
+}
+
 int it_presel(int argc, char **argv)
 {
 	if (argc < 2)
@@ -221,6 +318,22 @@ int it_presel(int argc, char **argv)
 	it_log("%d steps of %d tensors: results and residuals bit-identical", PS_STEPS, PS_N);
 	failed_step(c, rank);
 	it_log("a failed step left the residual as it was; the next step is exact");
+	failed_first_step(c, rank);
+	it_log("a failed first step left the residual as it was; the next step is exact");
+	uint64_t bad_off[2], bad_on[2];
+	if (it_env.env_local_rank <= 0)
+		ctl_set("sparsify_on_submit", "0");
+	it_barrier(c, "presel.off2", 0);
+	bad_coo_first_step(c, rank, "ps.badcoo.off", bad_off);
+	if (it_env.env_local_rank <= 0)
+		ctl_set("sparsify_on_submit", "1");
+	it_barrier(c, "presel.on2", 0);
+	bad_coo_first_step(c, rank, "ps.badcoo.on", bad_on);
+	if (bad_off[0] != bad_on[0] || bad_off[1] != bad_on[1])
+		IT_FAIL("a COO first step with a bad index: the %s selected at submission "
+			"differs from the one selected at its buffer",
+			bad_off[0] != bad_on[0] ? "residual it left" : "next step");
+	it_log("a COO first step with a bad index failed everywhere, as at its buffer");
 	it_barrier(c, "presel.done", 0);
 	sc_finalize(c);
 	it_pass();

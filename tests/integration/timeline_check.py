@@ -9,8 +9,9 @@ complete events of each lane nest (an event that starts inside another ends insi
 each named tensor has wait_ranks for steps 1..N and, after each, local_sum and copy_out
 (and sparsify for the sparsified ones) before the next step's wait_ranks (local_sum and
 sparsify may be on the tensor's "NAME (ahead)" lane instead, from its wait_ranks on: the
-selection at submission); with --ahead-before A:B, from step 2 on A's selection at
-submission ended before B's wait_ranks began (B was submitted); every buffer
+selection at submission); with --ahead-before A:B (several pairs: comma-separated),
+from step --ahead-from (2 unless given) on A's selection at submission ended before B's
+wait_ranks began (B was submitted) and A's buffer did not select A again; every buffer
 event holds a scheme event, and with P > 1 the scheme events hold exchange rounds (xchg,
 allreduce or meta) with the bytes they sent; no event was dropped. Prints every problem
 found, one a line, and exits 1.
@@ -73,22 +74,29 @@ def check_tensor(name, evs, ahead, steps, sparsified, problems):
                             "next step's" % (name, s, phase))
 
 
-def check_ahead_before(spec, by_label, steps, problems):
-    """A:B: from step 2 on (step 1 makes the tensors known), tensor A's selection at
-    submission ended before tensor B was submitted (B's wait_ranks began)."""
+def check_ahead_before(spec, by_label, steps, first, problems):
+    """A:B: from step first on (1: the first step's selection is speculative), tensor A's
+    selection at submission ended before tensor B was submitted (B's wait_ranks began),
+    and A's buffer took it (no sparsify on A's own lane in that step)."""
     a, b = spec.split(":")
     ahead = by_label.get(a + " (ahead)", [])
     waits_b = {e["args"].get("step"): e for e in by_label.get(b, [])
                if e["name"] == "wait_ranks"}
     waits_a = sorted(e["t0"] for e in by_label.get(a, []) if e["name"] == "wait_ranks")
-    for s in range(2, steps + 1):
+    for s in range(first, steps + 1):
         if s not in waits_b or len(waits_a) < s:
             problems.append("--ahead-before %s: step %d has no wait_ranks" % (spec, s))
             continue
-        sel = [e for e in ahead if e["name"] == "sparsify" and e["t0"] >= waits_a[s - 1]]
+        nxt = waits_a[s] if len(waits_a) > s else float("inf")
+        sel = [e for e in ahead
+               if e["name"] == "sparsify" and waits_a[s - 1] <= e["t0"] < nxt]
         if not sel:
             problems.append("tensor %s step %d: no selection at submission (no sparsify "
                             "on its (ahead) lane)" % (a, s))
+        elif any(e["name"] == "sparsify" and waits_a[s - 1] <= e["t0"] < nxt
+                 for e in by_label.get(a, [])):
+            problems.append("tensor %s step %d: selected again at its buffer (the "
+                            "selection at submission was not taken)" % (a, s))
         elif sel[0]["t1"] > waits_b[s]["t0"]:
             problems.append("tensor %s step %d: its selection ended %.3f ms after %s was "
                             "submitted" % (a, s, (sel[0]["t1"] - waits_b[s]["t0"]) / 1e6, b))
@@ -103,7 +111,10 @@ def main():
     ap.add_argument("--tensors", required=True)
     ap.add_argument("--sparsified", default="")
     ap.add_argument("--ahead-before", default="",
-                    help="A:B: A's selection at submission ends before B is submitted")
+                    help="A:B[,C:D..]: A's selection at submission ends before B is "
+                    "submitted")
+    ap.add_argument("--ahead-from", type=int, default=2,
+                    help="the first step --ahead-before checks")
     a = ap.parse_args()
     problems = []
     try:
@@ -149,8 +160,8 @@ def main():
             continue
         check_tensor(name, by_label[name], by_label.get(name + " (ahead)", []), a.steps,
                      name in sparsified, problems)
-    if a.ahead_before:
-        check_ahead_before(a.ahead_before, by_label, a.steps, problems)
+    for spec in (x for x in a.ahead_before.split(",") if x):
+        check_ahead_before(spec, by_label, a.steps, a.ahead_from, problems)
 
     buffers = schemes = rounds = 0
     for tid, evs in lanes.items():

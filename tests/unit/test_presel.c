@@ -2,7 +2,8 @@
  * test_presel.c: the table of selections made at submission (coll/presel.c): a selection
  * is taken only by its own submission (token) with the options it was made with, once;
  * the table keeps no entry for a tensor whose submission came without a selection ahead
- * (sparsify_on_submit turned off) nor across a re-formed world.
+ * (sparsify_on_submit turned off) nor across a re-formed world; a first step's
+ * speculative selection is taken only by its own plan.
  */
 #include <string.h>
 
@@ -115,5 +116,75 @@ UNIT_TEST(presel_index_finds_each_tensor_its_own_entry)
 		CHECK_TRUE(got && got->cache_id == it[t].cache_id &&
 			   got->token == 1000 + (uint64_t)t);
 	}
+	scd_presel_table_destroy(tab);
+}
+
+/* A tensor's first step (coll/presel.h): selected speculatively (no cache id) under its
+ * node tensor's key, taken by its submission's buffer only with the options it was made
+ * with, then the entry of the plan's cache id (its next step's selection reuses it); one
+ * the plan disagrees with is freed, one never taken is replaced by the tensor's next,
+ * dropped by a selection of the tensor under its cache id, and by a re-formed world. DGC
+ * is never speculative. */
+UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
+{
+	scd_presel_table_t *tab = NULL;
+	CHECK_TRUE(scd_presel_table_create(256, &tab) == SC_OK);
+	float buf[N] = {0}, res[N] = {0};
+	scd_job_item_t sub, plan;
+	item_init(&sub, SCD_PRESEL_SPEC, buf, res);
+	sub.presel_key = 5;
+	scd_presel_t *p = selected(tab, &sub, 31);
+	CHECK_TRUE(p->cache_id == SCD_PRESEL_SPEC && scd_presel_count(tab) == 1);
+	/* the buffer's item: the plan's cache id, the same submission and options */
+	plan = sub;
+	plan.cache_id = 9;
+	plan.presel_token = 32; /* another submission's: not taken, kept */
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL && scd_presel_count(tab) == 1);
+	plan.presel_token = 31;
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == p);
+	CHECK_TRUE(p->cache_id == 9 && p->spec_key == 0 && scd_presel_count(tab) == 1);
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL); /* once */
+	scd_presel_t *q = selected(tab, &plan, 33);	    /* its next step: the same entry */
+	CHECK_TRUE(q == p && scd_presel_count(tab) == 1);
+
+	/* the plan agreed on other options, or it is another world's: freed, not taken */
+	sub.presel_key = 6;
+	selected(tab, &sub, 41);
+	plan = sub;
+	plan.cache_id = 10;
+	plan.presel_token = 41;
+	plan.density = 0.25;
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL && scd_presel_count(tab) == 1);
+	selected(tab, &sub, 42);
+	plan.presel_token = 42;
+	plan.density = sub.density;
+	CHECK_TRUE(scd_presel_take(tab, &plan, 8) == NULL && scd_presel_count(tab) == 1);
+
+	/* never taken (the step failed): the tensor's next one replaces it, a selection
+	 * under its cache id drops it */
+	sub.presel_key = 7;
+	selected(tab, &sub, 51);
+	selected(tab, &sub, 52);
+	CHECK_TRUE(scd_presel_count(tab) == 2);
+	plan = sub;
+	plan.cache_id = 11;
+	selected(tab, &plan, 53);
+	CHECK_TRUE(scd_presel_count(tab) == 2); /* 9's and 11's */
+	plan.presel_token = 52;
+	plan.cache_id = 12;
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL);
+
+	sub.presel_key = 8;
+	selected(tab, &sub, 61);
+	CHECK_TRUE(scd_presel_count(tab) == 3);
+	scd_presel_clear(tab); /* a re-formed world */
+	CHECK_TRUE(scd_presel_count(tab) == 0);
+	plan = sub;
+	plan.cache_id = 13;
+	plan.presel_token = 61;
+	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL);
+
+	sub.sparsifier = SC_SPARSIFY_DGC; /* its sample's seed needs the cache id */
+	CHECK_TRUE(scd_presel_entry(tab, &sub, 7, &p) == SC_ERR_INVALID);
 	scd_presel_table_destroy(tab);
 }
