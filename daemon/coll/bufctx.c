@@ -496,6 +496,15 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 	*sel_p = NULL;
 	int as_list = fuse_as_list(b, job);
 	b->cat.nnz = 0;
+	/* the sparsifiers this step needs are made before any residual is written: one that
+	 * cannot be made fails the step with every tensor's residual as it was */
+	for (int i = 0; i < job->n_items; i++) {
+		sc_status_t st = !job->items[i].presel && b->spcfg[i].numel
+				     ? item_sparsifier(b, job, i)
+				     : SC_OK;
+		if (st != SC_OK)
+			return st; /* job->error says which tensor */
+	}
 	for (int i = 0; i < job->n_items; i++) {
 		scd_job_item_t *it = &job->items[i];
 		float *x = buf + it->offset;
@@ -511,14 +520,11 @@ static sc_status_t sparsify_items(scd_bufctx_t *b, scd_job_t *job, float *buf,
 				return st;
 			continue;
 		}
-		if (b->spcfg[i].numel) {
-			sc_status_t st = item_sparsifier(b, job, i);
-			if (st != SC_OK)
-				return st; /* job->error says which tensor */
+		if (b->sp[i]) { /* sparsified here: made above */
 			b->sel.nnz = 0;
 			uint64_t tl = scd_tl_begin();
-			st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel, &b->sel,
-					      NULL);
+			sc_status_t st = b->dev->sparsify(b->sp[i], x, it->residual, it->numel,
+							  &b->sel, NULL);
 			scd_job_item_tl(it, "sparsify", tl, SC_FLOAT32);
 			if (st != SC_OK)
 				return st;

@@ -214,9 +214,18 @@ def set_threads(n):
     import ctypes
     n = max(1, int(n))
     torch.set_num_threads(n)
+    libs = set()
     try:
         with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if "libopenblas" in line}
+            for line in f:
+                fields = line.rstrip("\n").split(None, 5)
+                path = fields[5] if len(fields) == 6 else ""
+                if path.endswith(" (deleted)"):
+                    continue
+                # Debian's libopenblas*.so, its openblas-pthread/libblas.so.3, wheels'
+                # libscipy_openblas
+                if "openblas" in path.lower():
+                    libs.add(path)
     except OSError:
         return
     for path in libs:

@@ -290,6 +290,8 @@ static void made_rank(scd_transport_t *t, int rank, int P, void *arg)
 			it[i].presel = step == 0 ? &pre[i] : NULL;
 		for (uint64_t j = 0; j < 2 * N; j++)
 			buf[j] = step == 0 ? 0 : (float)((j * 2654435761u) % 1000) - 500;
+		if (step > 0)
+			buf[0] = -1000; /* the largest magnitude of its tensor, alone */
 		scd_job_t job = {.kind = SCD_JOB_ALLREDUCE,
 				 .n_items = 2,
 				 .items = it,
@@ -325,6 +327,10 @@ UNIT_TEST(engine_bufctx_sparsifiers_made_at_first_use)
 		/* the selections given were used: element 0 is both ranks' value 1 + 2 */
 		CHECK_MSG(a.out[r][0] == 3.0f, "rank %d: element 0 is %g, not 3", r,
 			  (double)a.out[r][0]);
+		/* selected at the buffer: element 0 (-1000 on both ranks, the largest magnitude
+		 * of its tensor) is in both selections */
+		CHECK_MSG(a.out[r][1] == -2000.0f, "rank %d: element 0 is %g, not -2000", r,
+			  (double)a.out[r][1]);
 	}
 	munmap(a.made, sizeof(*a.made) * MAX_P);
 	munmap(a.out, sizeof(*a.out) * MAX_P);

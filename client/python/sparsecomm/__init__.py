@@ -500,19 +500,22 @@ def _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire=None, bl
     """The options of a registration as a hashable key (memoized: every submission
     computes it)."""
     args = (sparsifier, density, threshold, scheme, allow_lossy, wire, block)
-    try:
-        return _opts_keys[args]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable argument: computed, not kept
+    # kept by each argument's exact type and value: 1, True, 1.0 and Sparsifier.TOPK are
+    # equal keys to a dict but not the same argument (the parsers refuse some of them),
+    # and an object of another type (a tensor, a numpy scalar) may change or be refused
+    if not all(type(a) in _MEMO_TYPES for a in args):
         return _opts_key_of(*args)
-    key = _opts_key_of(*args)
-    if len(_opts_keys) >= 4096:
-        _opts_keys.clear()
-    _opts_keys[args] = key
+    memo = tuple((type(a), a) for a in args)
+    key = _opts_keys.get(memo)
+    if key is None:
+        key = _opts_key_of(*args)
+        if len(_opts_keys) >= 4096:
+            _opts_keys.clear()
+        _opts_keys[memo] = key
     return key
 
 
+_MEMO_TYPES = frozenset((str, int, float, bool, type(None), Sparsifier, Wire))
 _opts_keys = {}
 
 
