@@ -314,6 +314,10 @@ static sc_status_t bufctx_new(const scd_scheme_cfg_t *base, scd_job_t *job, uint
 			sparsifier_failed(job, it, &b->spcfg[i], st);
 			goto err;
 		}
+		/* a device's other than the host's is made now (nothing is selected ahead
+		 * there, and what it refuses fails the buffer before it is kept) */
+		if (!scd_device_host_memory(dev) && (st = item_sparsifier(b, job, i)) != SC_OK)
+			goto err;
 	}
 	if (max_sp) {
 		b->sel.cap = max_sp;
