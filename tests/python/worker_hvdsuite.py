@@ -131,8 +131,10 @@ def allreduce_prescale_postscale():
         x = rand17(dim, dt)
         tol = 2e-3 if dt == torch.float16 else 0.0  # float16 sums round: 2 ulps
         pre = hvd.allreduce(x, average=False, prescale_factor=factor)
-        same(pre.double(), scaled(x, factor).double() * P, "prescale %s %dd" % (dt, dim),
-             tol)
+        w = scaled(x, factor)  # times the size in the dtype (float16: in float32)
+        same(pre.float() if dt == torch.float16 else pre,
+             w.float() * P if dt == torch.float16 else w * P,
+             "prescale %s %dd" % (dt, dim), tol)
         post = hvd.allreduce(x, average=False, postscale_factor=factor)
         want = scaled((x.double() * P).to(dt) if dt != torch.float16 else
                       (x.float() * P).half(), factor)
@@ -141,16 +143,28 @@ def allreduce_prescale_postscale():
 
 @check
 def allreduce_mismatches_raise_on_every_rank():
-    # another shape on each rank, the same number of elements in another rank of
-    # dimensions, another dtype: a RuntimeError on every rank, and the next call works
+    # another shape on each rank, another dtype: a RuntimeError on every rank, and the
+    # next call works
     cases = (("shape", torch.ones([17 + R] * 3)),
-             ("ndim", torch.ones([17, 23 * 57] if R == 0 else [17, 23, 57])),
              ("dtype", torch.ones([17] * 3, dtype=torch.int32 if R % 2 == 0 else
                                   torch.float32)))
     for what, x in cases:
         raises_everywhere(RuntimeError, lambda: hvd.allreduce(x, name="mm." + what),
                           "allreduce of another " + what)
         still_works("allreduce." + what)
+
+
+@check
+def allreduce_same_count_other_dimensions_reduces_flat():
+    # sparsecomm's difference (README, Horovod section): the daemons check the element
+    # count and dtype, not the dimensions, so the same count in other dimensions is
+    # reduced element by element in memory order (Horovod raises); each rank gets its
+    # own shape back
+    shape = [17, 23 * 57] if R == 0 else [17, 23, 57]
+    x = torch.arange(17 * 23 * 57, dtype=torch.float32).reshape(shape)
+    got = hvd.allreduce(x, op=hvd.Sum, name="mm.ndim")
+    assert list(got.shape) == shape, got.shape
+    same(got, x * P, "allreduce of the same count in other dimensions")
 
 
 @check
@@ -429,18 +443,25 @@ def join_with_outstanding_allreduces():
 
 
 @check
-def join_then_allgather_or_broadcast_raises():
-    # with a rank joined, the others' allgather and broadcast fail (RuntimeError)
-    for what, call in (("allgather", lambda: hvd.allgather(torch.ones(17, 3),
-                                                           name="join.ag")),
-                       ("broadcast", lambda: hvd.broadcast(torch.ones(17, 3), 1,
-                                                           name="join.bc"))):
-        if R == 0:
-            hvd.join()
-        else:
-            raises_everywhere(RuntimeError, call, what + " with rank 0 joined")
-            hvd.join()
-    still_works("join")
+def join_then_allgather_raises_broadcast_runs():
+    # with a rank joined, the others' allgather fails (RuntimeError) as Horovod's; their
+    # broadcast runs (sparsecomm's difference, README: the joined rank takes part with
+    # zeros and the root's values reach every rank that has not joined; Horovod raises)
+    if R == 0:
+        hvd.join()
+    else:
+        raises_everywhere(RuntimeError, lambda: hvd.allgather(torch.ones(17, 3),
+                                                              name="join.ag"),
+                          "allgather with rank 0 joined")
+        hvd.join()
+    still_works("join.allgather")
+    if R == 0:
+        hvd.join()
+    else:
+        got = hvd.broadcast(torch.full((17, 3), float(R)), 1, name="join.bc")
+        same(got, torch.full((17, 3), 1.0), "broadcast from rank 1 with rank 0 joined")
+        hvd.join()
+    still_works("join.broadcast")
 
 
 # ---- objects, compression -----------------------------------------------------------
@@ -536,9 +557,12 @@ def broadcast_optimizer_state_every_optimizer():
         for want, (_, got) in zip(root_model, sorted(model.state_dict().items())):
             assert torch.equal(want, got), cls.__name__
         hvd.broadcast_optimizer_state(opt, root_rank=0)
+        # SGD without momentum keeps no tensor state (torch 1.13 records
+        # momentum_buffer=None; older torch nothing), every other optimizer 4 entries
+        held = [pid for pid, st in opt.state_dict()["state"].items()
+                if any(torch.is_tensor(v) for v in st.values())]
         n = 0 if cls is torch.optim.SGD and "momentum" not in params else 4
-        assert len(opt.state_dict()["state"]) == n, (cls.__name__, params,
-                                                     len(opt.state_dict()["state"]))
+        assert len(held) == n, (cls.__name__, params, len(held))
         after = opt_values(opt)
         assert [k for k, _ in after] == [k for k, _ in root_opt], cls.__name__
         for (k, want), (_, got) in zip(root_opt, after):
