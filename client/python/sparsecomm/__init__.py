@@ -31,11 +31,11 @@ reuse buffers instead of registering a new one per call.  They are grouped in cl
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
 as, element count, options and COO capacity; class C is numbered in the order its first
 call came.  A call takes the lowest-numbered buffer S of its class that is free,
-registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
-is waited for (wait() returns or raises other than on timeout) or, once poll() has said it
-is done, dropped; poll() alone does not free it, since when it first says so differs from
-rank to rank.  So ranks that make the same calls, and wait for them in the same places, use the
-same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
+registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call
+until its handle is waited for (wait() returns or raises other than on timeout) or, once
+poll() has said it is done, dropped; poll() alone does not free it, since when it first
+says so differs from rank to rank.  So ranks that make the same calls, and wait for them
+in the same places, use the same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
 no buffer an operation still uses is handed out, and a class holds at most as many
 buffers as it ever had operations outstanding at once.  What stays registered is one
 buffer per class (and per extra concurrent operation), for at most the 32 classes last
