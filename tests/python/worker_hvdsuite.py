@@ -859,4 +859,17 @@ def process_sets_added_and_removed_at_run_time():
     still_works("process_sets")
 
 
+@check
+def shutdown_then_init_again():
+    # last: init -> shutdown -> init keeps rank and size, is_initialized follows, and
+    # collectives work after it
+    assert hvd.is_initialized()
+    hvd.barrier()
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    hvd.init()
+    assert hvd.is_initialized() and (hvd.rank(), hvd.size()) == (R, P)
+    still_works("reinit")
+
+
 sys.exit(1 if check.failed else 0)
