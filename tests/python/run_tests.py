@@ -207,6 +207,16 @@ def t_hvdapi():
         checks("hvdapi%d" % n, rc, out, n)
 
 
+def t_hvdsuite():
+    # what Horovod's own PyTorch suite asserts (tests/python/worker_hvdsuite.py): every
+    # dtype and form of each collective with its exact results, the errors every rank
+    # raises, join, the optimizer's cases, every torch optimizer's state broadcast,
+    # SyncBatchNorm; on 2 ranks and on 3
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdsuite.py"), [], 420)
+        checks("hvdsuite%d" % n, rc, out, n)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -324,7 +334,7 @@ def t_psets():
 
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
-         t_hvdapi,
+         t_hvdapi, t_hvdsuite,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

@@ -31,10 +31,11 @@ reuse buffers instead of registering a new one per call.  They are grouped in cl
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
 as, element count, options and COO capacity; class C is numbered in the order its first
 call came.  A call takes the lowest-numbered buffer S of its class that is free,
-registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call until its handle
-reports completion (wait() returns or raises other than on timeout, or poll() returns
-True).  So ranks that make the same calls, and wait for them in the same places, use the
-same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
+registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call
+until its handle is waited for (wait() returns or raises other than on timeout) or, once
+poll() has said it is done, dropped; poll() alone does not free it, since when it first
+says so differs from rank to rank.  So ranks that make the same calls, and wait for them
+in the same places, use the same names (a synchronous ``allreduce(loss)`` per step always gets ``allreduce.noname.0.0``),
 no buffer an operation still uses is handed out, and a class holds at most as many
 buffers as it ever had operations outstanding at once.  What stays registered is one
 buffer per class (and per extra concurrent operation), for at most the 32 classes last
@@ -159,6 +160,15 @@ class NotInitializedError(SparsecommError, ValueError):
                          "hvd.init() (sparsecomm.init())")
 
 
+class DuplicateNameError(SparsecommError, ValueError):
+    """A named tensor's operation started while its previous one is still in flight
+    (SC_ERR_BUSY): a ValueError as Horovod's duplicate name in flight, raised where the
+    call is made, before anything is submitted."""
+
+    def __init__(self, message, tensor):
+        super().__init__(_lib.SC_ERR_BUSY, message, tensor)
+
+
 def status_name(status):
     """"SC_ERR_TIMEOUT" for -6; from the library when it is loaded, else from the mirror."""
     if _lib._lib is not None:
@@ -231,6 +241,7 @@ class _Entry:
         self.coo_capacity = coo_capacity
         self.device = device or (DeviceKind.CPU, 0)
         self.inflight = False
+        self.unnamed = False  # a slot of an unnamed class: free once its handle is waited
         self.data = self.coo_idx = self.coo_val = None
         self._tdata = self._tval = self._tcoo = None
         if self.device[0] == DeviceKind.CUDA:
@@ -654,9 +665,9 @@ def _release_locked(c, e):
     registered with another shape or dtype.  Horovod negotiates every call, so a name (or
     an unnamed call) may carry a new shape or dtype at any step."""
     if e.inflight:
-        raise SparsecommError(_lib.SC_ERR_BUSY, "tensor '%s' already has an operation in "
-                              "flight; its shape or dtype cannot change before it completes"
-                              % e.name, e.name)
+        raise DuplicateNameError("tensor '%s' already has an operation in flight; its "
+                                 "shape or dtype cannot change before it completes" % e.name,
+                                 e.name)
     e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = e._tcoo = None
     st = _lib.load().sc_tensor_release(c.client, e.ptr)
     if st != _lib.SC_OK:
@@ -748,6 +759,7 @@ def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0
             raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
                                   "unnamed operations but was given explicitly" % name, name)
         e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
+        e.unnamed = True
         slots.append(e)
         e.inflight = True
         return e
@@ -814,21 +826,39 @@ class Handle:
         """A cuda tensor's torch stream, on which wait() queues the result (else None)."""
         return self._stream
 
-    def _complete(self, st):
+    def _complete(self, st, waited):
         self._done = True
-        if st == _lib.SC_OK:
-            try:  # the result is copied out before the buffer is free for another op
+        try:
+            if st == _lib.SC_OK:
+                # the result is copied out before the buffer is free for another op
                 self._result = self._finish()
-            except BaseException as e:  # keep the error for every later wait()
-                self._exc = e
-            finally:
-                self._entry.inflight = False
-        else:
-            self._entry.inflight = False
-            self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
-                               self._entry.name)
-        if self._entry.orphan:
-            _release_orphan(self._ctx, self._entry)
+            else:
+                self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
+                                   self._entry.name)
+        except BaseException as e:  # keep the error for every later wait()
+            self._exc = e
+        finally:
+            # an unnamed slot stays taken until its handle is waited for (or dropped):
+            # when poll() first sees an operation done differs between ranks, so a
+            # slot freed there would hand the next unnamed call another name on each
+            if waited or not self._entry.unnamed:
+                self._free()
+
+    def _free(self):
+        e = self._entry
+        if e is None or getattr(self, "_freed", False):
+            return
+        self._freed = True
+        e.inflight = False
+        if e.orphan:
+            _release_orphan(self._ctx, e)
+
+    def __del__(self):
+        try:  # a handle dropped after poll() said it was done: its slot is free again
+            if self._done:
+                self._free()
+        except Exception:  # noqa: B902  (interpreter shutdown)
+            pass
 
     def _out(self):
         if self._exc is not None:
@@ -840,7 +870,7 @@ class Handle:
             st = _lib.load().sc_poll(self._ctx.client, self._hid)
             if st == _lib.SC_IN_PROGRESS:
                 return False
-            self._complete(st)
+            self._complete(st, False)
         return True
 
     def done(self):
@@ -850,6 +880,7 @@ class Handle:
         """Waits at most ``timeout`` seconds (None: the default given to init()).  A
         timeout raises SparsecommError(SC_ERR_TIMEOUT) and leaves the handle waitable."""
         if self._done:
+            self._free()
             return self._out()
         lib = _lib.load()
         tmo = self._ctx.timeout_s if timeout is None else float(timeout)
@@ -863,7 +894,7 @@ class Handle:
             else:
                 st = lib.sc_wait(self._ctx.client, self._hid, slice_ms)
             if st != _lib.SC_ERR_TIMEOUT:
-                self._complete(st)
+                self._complete(st, True)
                 return self._out()
             if left_ms <= _WAIT_SLICE_MS:
                 raise SparsecommError(
@@ -971,9 +1002,8 @@ def _claim(e):
     """Marks the buffer busy before anything is written into it."""
     with _need().lock:
         if e.inflight:
-            raise SparsecommError(_lib.SC_ERR_BUSY,
-                                  "tensor '%s' already has an allreduce in flight" % e.name,
-                                  e.name)
+            raise DuplicateNameError("tensor '%s' already has an operation in flight" %
+                                     e.name, e.name)
         e.inflight = True
 
 

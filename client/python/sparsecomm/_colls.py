@@ -166,6 +166,14 @@ def allgather_object(obj, name=None, process_set=None, *, timeout=None):
 
 # ---- alltoall ----------------------------------------------------------------------
 
+class SplitsError(SparsecommError, ValueError):
+    """An alltoall whose splits some rank's rows refuse (SC_ERR_INVALID), raised on every
+    rank alike: a ValueError as Horovod's."""
+
+    def __init__(self, message, tensor):
+        super().__init__(_lib.SC_ERR_INVALID, message, tensor)
+
+
 def _splits_refusal(splits, rows, size):
     """This rank's splits of ``rows`` rows over ``size`` ranks, and why they are refused
     ("" when they are not): Horovod's rules, splits=None an even split."""
@@ -175,7 +183,10 @@ def _splits_refusal(splits, rows, size):
         return [rows // size] * size, ""
     if _is_torch(splits):
         splits = splits.detach().cpu()
-    sp = [int(v) for v in np.asarray(splits).reshape(-1)]
+    arr = np.asarray(splits)
+    if arr.dtype.kind not in "iu":  # Horovod's splits are integers (int32)
+        return None, "splits of dtype %s, not integers" % arr.dtype
+    sp = [int(v) for v in arr.reshape(-1)]
     if len(sp) != size:
         return None, "%d splits for %d ranks" % (len(sp), size)
     if min(sp) < 0:
@@ -217,9 +228,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     live = meta[:, 0] != 0
     bad = [ps.ranks[r] for r in range(P) if meta[r, 1]]
     if bad:
-        raise SparsecommError(_lib.SC_ERR_INVALID, "alltoall of '%s': the splits of rank %s "
-                              "are refused%s" % (what, ", ".join(map(str, bad)),
-                                                 " (here: %s)" % why if why else ""), name)
+        raise SplitsError("alltoall of '%s': the splits of rank %s are refused%s" % (
+            what, ", ".join(map(str, bad)), " (here: %s)" % why if why else ""), name)
     if np.any(live & (meta[:, 2] != row)):
         raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
                               "differ across ranks: %s" % (what, ", ".join(

@@ -233,10 +233,13 @@ def _hvd_op(average, op):
 
 
 def _scale(tensor, factor):
-    """tensor x factor in its own dtype (Horovod's prescale and postscale factors)."""
+    """tensor x factor in its own dtype (Horovod's prescale and postscale factors); an
+    integer tensor is scaled in float64 and truncated back, as Horovod's."""
     if factor == 1.0 or tensor is None:
         return tensor
     with torch.no_grad():
+        if not tensor.dtype.is_floating_point and not tensor.dtype.is_complex:
+            return (tensor.double() * factor).to(tensor.dtype)
         out = tensor * factor
     return out if out.dtype == tensor.dtype else out.to(tensor.dtype)
 
