@@ -738,10 +738,15 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 	uint64_t next = UINT64_MAX;
 	for (int i = 0, j; i < n; i = j) {
 		int b = r[i].pos >= 0 ? fp->buf[r[i].pos] : -1, fresh = r[i].fresh;
+		/* a group released now (group.c) goes out whole in this plan: a member held
+		 * back for its buffer's other tensors would be a group of one at the next
+		 * pass, its mates gone, and stall */
+		int grouped = r[i].e->gstate == SCD_GROUP_READY;
 		uint64_t first = r[i].e->ready_ms;
 		for (j = i + 1; b >= 0 && j < n && r[j].pos >= 0 && fp->buf[r[j].pos] == b;
 		     j++) {
 			fresh |= r[j].fresh;
+			grouped |= r[j].e->gstate == SCD_GROUP_READY;
 			if (r[j].e->ready_ms < first)
 				first = r[j].e->ready_ms;
 		}
@@ -754,7 +759,7 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			learn_breaks(fp, r + i, j - i, a, end);
 		else if (b >= 0 && j - i == end - a)
 			scd_fplan_whole(fp, a, end);
-		if (b < 0 || j - i == end - a || fresh || now >= first + wait)
+		if (b < 0 || j - i == end - a || fresh || grouped || now >= first + wait)
 			emit_buffer(w, pb, r + i, j - i);
 		else if (first + wait < next)
 			next = first + wait;

@@ -110,6 +110,31 @@ static void together(sc_client_t *c)
 	it_log("a group of four, submitted 300 ms apart: held, exact, one buffer");
 }
 
+/* A group after a plain allreduce: the fusion plan learns the plain tensor and the group's
+ * first member as one buffer, so at the group's next step that buffer lacks its plain
+ * tensor; the group still goes out whole (a member held back for its buffer's other
+ * tensor was left alone and stalled). */
+static void after_another(sc_client_t *c)
+{
+	sc_tensor_t *first = it_register(c, "group.first", SC_FLOAT32, 5), *t[4];
+	sc_handle_t h[4];
+	for (int k = 0; k < 4; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "group.u%d", k);
+		t[k] = it_register(c, name, SC_FLOAT32, 5);
+	}
+	it_fill(sc_tensor_data(first), SC_FLOAT32, 5, gr_seed, sc_rank(c), 1);
+	sc_handle_t h0;
+	if (sc_allreduce_async(c, first, SC_OP_SUM, &h0) != SC_OK)
+		IT_FAIL("allreduce of 'group.first' refused");
+	group_exact(c, &first, 1, &h0, "the plain allreduce before the group");
+	for (int step = 0; step < 3; step++) {
+		group_start(c, t, 4, h, 0, 0);
+		group_exact(c, t, 4, h, "a group of four after a plain allreduce");
+	}
+	it_log("a group of four after a plain allreduce: whole, exact, three times");
+}
+
 static void gather_scatter(sc_client_t *c)
 {
 	int rank = sc_rank(c), P = sc_size(c);
@@ -335,13 +360,17 @@ static void stalled(sc_client_t *c)
 
 int it_group(int argc, char **argv)
 {
-	(void)argc, (void)argv;
 	sc_client_t *c = it_connect();
 	if (sc_size(c) < 2 || sc_local_size(c) != 1)
 		IT_FAIL(
 		    "needs 2 or more nodes of one trainer each, the job has %d trainers, %d "
 		    "per node",
 		    sc_size(c), sc_local_size(c));
+	if (argc > 1 && !strcmp(argv[1], "after-another")) { /* under a planned fusion */
+		after_another(c);
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+		it_pass();
+	}
 	together(c);
 	gather_scatter(c);
 	mismatched(c);

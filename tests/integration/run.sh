@@ -285,6 +285,14 @@ run_case "psets n=2 per-node=2" 2 2 180 0 4 -- "$itest" psets
 run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
 run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
+# A group after a plain allreduce under the planned fusion modes: the plan puts the plain
+# tensor and the group's first member in one buffer; the group still goes out whole at
+# its next steps, exact (a member held back for the plain tensor stalled alone).
+for mode in adaptive aligned; do
+	run_case "group after another $mode n=2" 2 1 120 0 2 --daemon-arg --fusion_mode \
+		--daemon-arg $mode --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- \
+		"$itest" group after-another
+done
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race
