@@ -782,8 +782,32 @@ static void client_forget_in_child(sc_client_t *c)
 	scl_tensor_unmap_all_in_child(c);
 }
 
-/* Stops the I/O thread, closes the sockets and frees the client (tensors apart). */
-static void client_destroy(sc_client_t *c, int linger_ms)
+/*
+ * The structures of the last SCL_GRAVE_SLOTS clients destroyed after sc_finalize, kept (all
+ * they held already freed, their calls marked SCL_CALLS_GONE) so that a call that began
+ * before sc_finalize but had not been counted yet when the client was destroyed counts
+ * itself on memory that is still there, and is refused, instead of writing freed memory.
+ */
+#define SCL_GRAVE_SLOTS 16
+static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
+static sc_client_t *grave[SCL_GRAVE_SLOTS];
+static int grave_next;
+
+static void client_bury(sc_client_t *c)
+{
+	sc_client_t *old;
+
+	pthread_mutex_lock(&grave_mu);
+	old = grave[grave_next];
+	grave[grave_next] = c;
+	grave_next = (grave_next + 1) % SCL_GRAVE_SLOTS;
+	pthread_mutex_unlock(&grave_mu);
+	free(old);
+}
+
+/* Stops the I/O thread, closes the sockets, frees the tensors and the operations, and
+ * frees the client's structure (bury: keeps it a while, client_bury). */
+static void client_destroy(sc_client_t *c, int linger_ms, int bury)
 {
 	if (c->submit_fd >= 0)
 		scl_submit_quiesce(c); /* no send in flight on it */
@@ -827,7 +851,10 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->send_cv);
 	pthread_mutex_destroy(&c->send_mu);
-	free(c);
+	if (bury)
+		client_bury(c);
+	else
+		free(c);
 }
 
 /* Creates the context, the DEALER and its monitor, and connects. */
@@ -919,7 +946,9 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
 	msg.config_set = &set;
-	return scl_client_call_ok(client, &msg, what);
+	if (scl_enter_call(client, what) != SC_OK)
+		return SC_ERR_SHUTDOWN;
+	return scl_left(client, scl_client_call_ok(client, &msg, what));
 }
 
 sc_status_t scl_client_call_ok(sc_client_t *c, Sparsecomm__ClientMsg *msg, const char *what)
@@ -939,7 +968,22 @@ SC_API const char *sc_daemon_built(const sc_client_t *client)
 	return client ? client->built : "";
 }
 
-static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
+/* Milliseconds from now to deadline (deadline_after's), at least 0. */
+static int ms_until(const struct timespec *deadline)
+{
+	struct timespec now;
+	long long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+	     (deadline->tv_nsec - now.tv_nsec) / 1000000;
+	return ms > 0 ? (ms < INT_MAX ? (int)ms : INT_MAX) : 0;
+}
+
+/* The hello, then the submit channel's binding, both by deadline: sc_connect's timeout_ms
+ * is one deadline for the whole handshake. */
+static sc_status_t client_hello(sc_client_t *c, const struct timespec *deadline, int timeout_ms,
+				int local_rank)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Hello hello = SPARSECOMM__HELLO__INIT;
@@ -960,7 +1004,8 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	snprintf(what, sizeof(what), "handshake with the daemon at %s", c->endpoint);
-	st = scl_client_call(c, &msg, timeout_ms, what, &reply);
+	st = scl_client_call(c, &msg, ms_until(deadline) > 0 ? ms_until(deadline) : 1, what,
+			     &reply);
 	if (st == SC_ERR_TIMEOUT)
 		return explain_no_answer(c, timeout_ms);
 	if (st != SC_OK)
@@ -999,7 +1044,7 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	st = SC_OK;
 	if (hello.submit_channel && hr->submit_path && *hr->submit_path && hr->submit_token.len)
 		st = scl_submit_open(c, hr->submit_path, hr->submit_token.data,
-				     hr->submit_token.len, timeout_ms);
+				     hr->submit_token.len, ms_until(deadline), timeout_ms);
 	if (st != SC_OK && st != SC_ERR_TIMEOUT) {
 		scl_log(SCL_LOG_WARN, "rank %d: %s; requests go over the control socket",
 			c->rank, sc_last_error());
@@ -1017,6 +1062,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	int local_rank = -1;
 	sc_status_t st;
 	char fallback[PATH_MAX + 16], job_socket[PATH_MAX * 2 + 16];
+	struct timespec deadline;
 
 	if (!client_p)
 		return scl_error(SC_ERR_INVALID, "sc_connect: client_p is NULL");
@@ -1036,6 +1082,8 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	}
 	if (!socket_path)
 		socket_path = sc_socket_default(fallback, sizeof(fallback));
+	/* the handshake's one deadline (a job's daemon was waited for above, apart) */
+	deadline = deadline_after(timeout_ms);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");
@@ -1048,9 +1096,9 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
+	pthread_cond_init(&c->send_cv, &ca); /* submit.c's goodbye waits with a deadline */
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->send_mu, NULL);
-	pthread_cond_init(&c->send_cv, NULL);
 	c->owner_pid = getpid();
 	st = endpoint_of(socket_path, c->endpoint, sizeof(c->endpoint));
 	if (st != SC_OK)
@@ -1073,7 +1121,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 		goto err_destroy;
 	}
 	c->io_started = 1;
-	st = client_hello(c, timeout_ms, local_rank);
+	st = client_hello(c, &deadline, timeout_ms, local_rank);
 	if (st != SC_OK)
 		goto err_destroy;
 	scl_log(SCL_LOG_INFO, "rank %d of %d (local %d of %d) connected to %s", c->rank,
@@ -1082,7 +1130,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	return SC_OK;
 
 err_destroy:
-	client_destroy(c, 0);
+	client_destroy(c, 0, 0);
 	return st;
 }
 
@@ -1180,7 +1228,8 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	if (st != SC_OK || !t || !t->cuda) /* a barrier has no tensor */
 		return st;
 	/* the tensor lives until it is released (which cuts it out of its ended operations
-	 * first, scl_op_detach) or sc_finalize, neither of which a wait may overlap */
+	 * first, scl_op_detach, and which a wait may not overlap) or the client is destroyed,
+	 * which waits for this call to leave (see "Finalize") */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
 		 t->name);
 	if (gw == GPU_STREAM_WAIT)
@@ -1190,19 +1239,33 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
 {
-	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL);
+	sc_status_t st = scl_enter_call(client, "poll");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client,
+			op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL));
 }
 
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL, NULL);
+	sc_status_t st = scl_enter_call(client, "wait");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC,
+					   NULL, NULL));
 }
 
 SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
 				  int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream,
-			  NULL);
+	sc_status_t st = scl_enter_call(client, "stream wait");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT,
+					   GPU_STREAM_WAIT, stream, NULL));
 }
 
 /* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
@@ -1211,8 +1274,8 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 {
 	struct scl_op *o;
 
-	if (!client)
-		return;
+	if (scl_enter_call(client, "abandon") != SC_OK)
+		return; /* sc_finalize frees every operation */
 	pthread_mutex_lock(&client->mu);
 	o = op_find(client, handle);
 	if (o && o->done)
@@ -1220,6 +1283,7 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 	else if (o)
 		o->orphan = 1;
 	pthread_mutex_unlock(&client->mu);
+	scl_leave(client);
 }
 
 sc_status_t scl_wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
@@ -1322,74 +1386,208 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
 {
-	return tensorless_start(client, 0, handle_p);
+	sc_status_t st = scl_enter_call(client, "barrier");
+
+	return st != SC_OK ? st : scl_left(client, tensorless_start(client, 0, handle_p));
 }
 
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p)
 {
-	return tensorless_start(client, 1, handle_p);
+	sc_status_t st = scl_enter_call(client, "join");
+
+	return st != SC_OK ? st : scl_left(client, tensorless_start(client, 1, handle_p));
 }
 
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL,
-			  last_rank_p);
+	sc_status_t st = scl_enter_call(client, "join");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC,
+					   NULL, last_rank_p));
 }
 
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_join_async(client, &h);
+	sc_status_t st = scl_enter_call(client, "join");
 
 	if (st != SC_OK)
 		return st;
-	st = sc_join_result(client, h, timeout_ms, last_rank_p);
-	if (st == SC_ERR_TIMEOUT)
-		sc_abandon(client, h);
-	return st;
+	st = sc_join_async(client, &h);
+	if (st == SC_OK) {
+		st = sc_join_result(client, h, timeout_ms, last_rank_p);
+		if (st == SC_ERR_TIMEOUT)
+			sc_abandon(client, h);
+	}
+	return scl_left(client, st);
 }
 
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_barrier_async(client, &h);
+	sc_status_t st = scl_enter_call(client, "barrier");
 
 	if (st != SC_OK)
 		return st;
-	return scl_wait_owned(client, h, timeout_ms);
+	st = sc_barrier_async(client, &h);
+	if (st == SC_OK)
+		st = scl_wait_owned(client, h, timeout_ms);
+	return scl_left(client, st);
 }
 
 /* ---- finalize ------------------------------------------------------------------------ */
 
-SC_API sc_status_t sc_finalize(sc_client_t *client)
+/*
+ * Finalize. Other threads may be inside the library on this client when sc_finalize is
+ * called: asleep in a wait, sending a request, mapping a tensor. Each public call that
+ * touches what sc_finalize destroys counts itself in c->calls (one atomic add on entry, one
+ * subtract on exit: no lock on the hot path), and sc_finalize marks the client closing in
+ * the same word: later calls are refused with SC_ERR_SHUTDOWN, and client_fail ends every
+ * wait and request at once. sc_finalize then waits, at most FINALIZE_WAIT_MS, for the
+ * calls still counted to leave, and destroys the client; when one is still inside by then
+ * (a GPU wait, a log callback that blocks), it marks the client orphaned and returns, and
+ * the last call to leave destroys it. Who destroys is decided by one compare-and-swap on
+ * the word, so exactly one does, and a call that has left touches nothing of the client
+ * but the process-wide fin_cv that wakes sc_finalize.
+ */
+#define FINALIZE_WAIT_MS 2000
+
+static pthread_mutex_t fin_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fin_cv;
+static pthread_once_t fin_once = PTHREAD_ONCE_INIT;
+
+static void fin_init(void)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&fin_cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* Claims the destruction of c if its word still reads *seen (else *seen gets what it
+ * reads); 1 when this thread is to destroy it. */
+static int calls_claim(sc_client_t *c, uint64_t *seen)
+{
+	return __atomic_compare_exchange_n(&c->calls, seen, SCL_CALLS_CLOSING | SCL_CALLS_GONE,
+					   0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+void scl_leave_closing(sc_client_t *c, uint64_t left)
+{
+	if (left & SCL_CALLS_GONE)
+		return;
+	if ((left & SCL_CALLS_COUNT) == 0 && (left & SCL_CALLS_ORPHAN)) {
+		/* sc_finalize has returned: the last call out destroys (the parent's only: a
+		 * forked child's copy keeps the parent's locks and threads) */
+		if (getpid() == c->owner_pid && calls_claim(c, &left))
+			client_destroy(c, c->bye_linger_ms, 1);
+		return;
+	}
+	if ((left & SCL_CALLS_COUNT) <= 1) { /* sc_finalize's own count: it may wait */
+		pthread_once(&fin_once, fin_init);
+		pthread_mutex_lock(&fin_mu);
+		pthread_cond_broadcast(&fin_cv);
+		pthread_mutex_unlock(&fin_mu);
+	}
+}
+
+sc_status_t scl_enter_call(const sc_client_t *c, const char *what)
+{
+	if (!c)
+		return scl_error(SC_ERR_INVALID, "%s: NULL client", what);
+	if (!scl_enter(c))
+		return SC_OK;
+	scl_leave(c);
+	return scl_error(SC_ERR_SHUTDOWN, "%s: the client was finalized (sc_finalize)", what);
+}
+
+/* Sends the goodbye (bounded: FINALIZE_WAIT_MS for the sends before it on the submit
+ * channel) and fails everything that waits, so every call inside leaves. */
+static void client_close(sc_client_t *c)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Empty bye = SPARSECOMM__EMPTY__INIT;
 	struct scl_frame *f;
-	int linger_ms = 0;
 
+	msg.seq = scl_client_next_id(c);
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
+	msg.bye = &bye;
+	f = scl_frame_pack(&msg);
+	pthread_mutex_lock(&c->mu);
+	c->stopping = 1; /* the I/O thread flushes what is queued, the goodbye included */
+	if (c->dead != SC_OK || !f) {
+		client_fail(c, SC_ERR_SHUTDOWN, "the client was finalized");
+		pthread_mutex_unlock(&c->mu);
+		free(f);
+		return;
+	}
+	/* failed first, under the lock the goodbye's ticket is taken under: no request of
+	 * another thread follows the goodbye */
+	client_fail(c, SC_ERR_SHUTDOWN, "the client was finalized");
+	c->bye_linger_ms = BYE_LINGER_MS;
+	if (c->submit_fd >= 0)
+		scl_submit_goodbye(c, f, FINALIZE_WAIT_MS); /* releases c->mu */
+	else
+		scl_client_enqueue(c, f); /* releases c->mu */
+}
+
+/* Waits at most FINALIZE_WAIT_MS for every call but sc_finalize's own to leave; then
+ * destroys the client, or leaves that to the last call out. */
+static void calls_drain(sc_client_t *c)
+{
+	struct timespec deadline = deadline_after(FINALIZE_WAIT_MS);
+	uint64_t seen;
+	int rank = c->rank;
+
+	pthread_once(&fin_once, fin_init);
+	pthread_mutex_lock(&fin_mu);
+	while ((__atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) & SCL_CALLS_COUNT) > 1 &&
+	       pthread_cond_timedwait(&fin_cv, &fin_mu, &deadline) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&fin_mu);
+	seen = __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE);
+	for (;;) {
+		uint64_t n = seen & SCL_CALLS_COUNT;
+
+		if (n == 1 && calls_claim(c, &seen)) {
+			client_destroy(c, c->bye_linger_ms, 1);
+			return;
+		}
+		if (n > 1 &&
+		    __atomic_compare_exchange_n(&c->calls, &seen, (seen - 1) | SCL_CALLS_ORPHAN,
+						0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			scl_log(
+			    SCL_LOG_WARN,
+			    "rank %d: sc_finalize: %llu calls still in the library after %d "
+			    "ms; the last to leave frees the client",
+			    rank, (unsigned long long)(n - 1), FINALIZE_WAIT_MS);
+			return;
+		}
+	}
+}
+
+SC_API sc_status_t sc_finalize(sc_client_t *client)
+{
 	if (!client)
 		return SC_OK;
 	if (getpid() != client->owner_pid) {
 		client_forget_in_child(client);
 		return SC_OK;
 	}
-	msg.seq = scl_client_next_id(client);
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
-	msg.bye = &bye;
-	f = scl_frame_pack(&msg);
-	pthread_mutex_lock(&client->mu);
-	if (client->dead == SC_OK && f) {
-		scl_client_enqueue(client, f);
-		pthread_mutex_lock(&client->mu);
-		f = NULL;
-		linger_ms = BYE_LINGER_MS;
+	if (scl_enter(client) ||
+	    (__atomic_fetch_or(&client->calls, SCL_CALLS_CLOSING, __ATOMIC_ACQ_REL) &
+	     SCL_CALLS_CLOSING)) {
+		scl_leave(client);
+		return scl_error(SC_ERR_INVALID,
+				 "sc_finalize: the client is already finalized (by another "
+				 "thread, or before)");
 	}
-	client->stopping = 1;
-	client_fail(client, SC_ERR_SHUTDOWN, "the client was finalized");
-	pthread_mutex_unlock(&client->mu);
-	free(f);
-	client_destroy(client, linger_ms);
+	client_close(client);
+	calls_drain(client);
 	return SC_OK;
 }

@@ -5,11 +5,15 @@
  * runtime directory is mounted elsewhere), and a SOCK_SEQPACKET listener named like it
  * beside the ROUTER's socket that never answers. The real daemon is not used.
  *
- * submit-open: two connects.
- *   - The listener takes the token and never answers: sc_connect fails with SC_ERR_TIMEOUT
- *     within its timeout, naming the channel (the daemon might have bound it: the control
+ * submit-open: three connects.
+ *   - The listener never accepts, so the token waits unread in its backlog: sc_connect
+ *     fails with SC_ERR_TIMEOUT within its timeout, naming the channel, saying the token
+ *     was never read and what to check (the daemon might still bind it: the control
  *     socket cannot take over). This also shows the channel was found beside the control
  *     socket, not at the offered path (there, the connect would fail and fall back).
+ *   - The same with the hello answered only after two thirds of the timeout: one deadline
+ *     covers the hello and the channel, so sc_connect still fails within its timeout (not
+ *     the hello's wait plus a whole timeout more for the channel).
  *   - The listener's backlog is full: the connect is refused at once and sc_connect
  *     succeeds on the control socket, well within its timeout (a blocking connect would
  *     wait for ever).
@@ -34,6 +38,7 @@ typedef struct {
 	void *ctx, *router;
 	int listen_fd, fill[256], n_fill;
 	volatile int stop;
+	volatile int hello_delay_ms; /* the hello is answered after this long */
 	pthread_t thread;
 } fake_t;
 
@@ -46,6 +51,8 @@ static void fake_answer(fake_t *f, zmq_msg_t *id, const Sparsecomm__ClientMsg *m
 	uint8_t buf[1024];
 	if (m->body_case != SPARSECOMM__CLIENT_MSG__BODY_HELLO)
 		return;
+	if (f->hello_delay_ms > 0)
+		it_sleep_ms(f->hello_delay_ms);
 	hr.protocol_version = SC_PROTOCOL_VERSION;
 	hr.rank = hr.local_rank = hr.node_rank = 0;
 	hr.size = hr.local_size = hr.node_count = 1;
@@ -144,6 +151,40 @@ static void fake_stop(fake_t *f)
 	rmdir(f->dir);
 }
 
+/* sc_connect against a channel that never accepts, its hello answered after delay_ms:
+ * SC_ERR_TIMEOUT within timeout_ms (and a margin for a loaded host), naming the channel,
+ * its token unread, and what to check. */
+static void unanswered(int timeout_ms, int delay_ms)
+{
+	const double margin_s = 0.5;
+	sc_client_t *c = NULL;
+	fake_t f;
+	fake_start(&f, 16);
+	f.hello_delay_ms = delay_ms;
+	double t0 = it_now_s();
+	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
+	double took = it_now_s() - t0;
+	const char *e = sc_last_error();
+	if (st != SC_ERR_TIMEOUT || !strstr(e, f.sub) || !strstr(e, "token was never read") ||
+	    !strstr(e, "backlog") || !strstr(e, "SPARSECOMM_SUBMIT_CHANNEL=0"))
+		IT_FAIL(
+		    "a channel that never accepts, the hello answered after %d ms: sc_connect "
+		    "gave %s (%s), expected SC_ERR_TIMEOUT naming %s, its token unread in the "
+		    "backlog, and SPARSECOMM_SUBMIT_CHANNEL=0",
+		    delay_ms, sc_status_name(st), st == SC_OK ? "bound, or fell back" : e,
+		    f.sub);
+	if (took > timeout_ms / 1000.0 + margin_s || took < timeout_ms / 1000.0 - 0.05)
+		IT_FAIL(
+		    "the hello answered after %d ms: sc_connect gave up after %.2f s with a "
+		    "timeout of %d ms (one deadline for the hello and the channel: expected "
+		    "%.1f to %.1f s)",
+		    delay_ms, took, timeout_ms, timeout_ms / 1000.0 - 0.05,
+		    timeout_ms / 1000.0 + margin_s);
+	it_log("a token unanswered, the hello after %d ms: %s after %.2f s: %s", delay_ms,
+	       sc_status_name(st), took, e);
+	fake_stop(&f);
+}
+
 int it_submit_open(int argc, char **argv)
 {
 	(void)argc, (void)argv;
@@ -151,27 +192,14 @@ int it_submit_open(int argc, char **argv)
 	sc_client_t *c = NULL;
 	fake_t f;
 	it_env.rank = it_env.env_rank >= 0 ? it_env.env_rank : 0;
-	fake_start(&f, 16);
-	double t0 = it_now_s();
-	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
-	double took = it_now_s() - t0;
-	if (st != SC_ERR_TIMEOUT || !strstr(sc_last_error(), f.sub) ||
-	    !strstr(sc_last_error(), "token"))
-		IT_FAIL("a channel that took the token and never answered: sc_connect gave %s "
-			"(%s), expected SC_ERR_TIMEOUT naming %s and its token",
-			sc_status_name(st),
-			st == SC_OK ? "bound, or fell back" : sc_last_error(), f.sub);
-	if (took > timeout_ms / 1000.0 * 2 + 1)
-		IT_FAIL("sc_connect took %.1f s with a timeout of %d ms", took, timeout_ms);
-	it_log("a token unanswered: %s after %.1f s: %s", sc_status_name(st), took,
-	       sc_last_error());
-	fake_stop(&f);
+	unanswered(timeout_ms, 0);
+	unanswered(timeout_ms, timeout_ms * 2 / 3);
 
 	fake_start(&f, 0);
 	fake_fill(&f);
-	t0 = it_now_s();
-	st = sc_connect(f.ctl, timeout_ms, &c);
-	took = it_now_s() - t0;
+	double t0 = it_now_s();
+	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
+	double took = it_now_s() - t0;
 	if (st != SC_OK)
 		IT_FAIL(
 		    "a channel whose backlog is full: sc_connect gave %s: %s, expected SC_OK "
