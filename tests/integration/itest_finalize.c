@@ -16,6 +16,7 @@
  * end by itself with SC_ERR_SHUTDOWN, its text naming the finalized client, and never any
  * other error; sc_finalize must return within its bound; no thread may hang (each is
  * joined with a deadline). Under the sanitizers' build any touch of freed memory fails it.
+ * Then fr_orphan: a call that outlives sc_finalize's bound frees the client as it leaves.
  */
 #include "itest.h"
 
@@ -130,6 +131,31 @@ static void fr_join(pthread_t th, const fr_thread_t *a)
 			a->round, a->idx, a->kind, FR_JOIN_TIMEOUT_MS / 1000);
 }
 
+/*
+ * sc_connect, after waiting (at most 10 s) for the previous round's session to give up
+ * local rank 0: without the submit channel its goodbye and this hello reach the daemon by
+ * two connections, in either order (with the channel the daemon reads the goodbye first).
+ */
+static sc_client_t *fr_connect(void)
+{
+	double until = it_now_s() + 10;
+	sc_client_t *c = NULL;
+
+	for (;;) {
+		sc_status_t st = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c);
+
+		if (st == SC_OK)
+			break;
+		if (st != SC_ERR_BUSY || !strstr(sc_last_error(), "already taken") ||
+		    it_now_s() > until)
+			IT_CHECK_SC(st, "sc_connect after the last round's sc_finalize");
+		it_sleep_ms(20);
+	}
+	if (sc_local_rank(c) != 0)
+		IT_FAIL("reconnected as local rank %d, expected 0", sc_local_rank(c));
+	return c;
+}
+
 /* One round; returns how long sc_finalize took. */
 static double fr_round(int round, unsigned *seed)
 {
@@ -137,7 +163,7 @@ static double fr_round(int round, unsigned *seed)
 					      FR_BARRIER};
 	fr_thread_t a[FR_THREADS];
 	pthread_t th[FR_THREADS];
-	sc_client_t *c = it_connect();
+	sc_client_t *c = round ? fr_connect() : it_connect();
 	char name[64];
 
 	memset(a, 0, sizeof(a));
@@ -177,6 +203,65 @@ static double fr_round(int round, unsigned *seed)
 	return took;
 }
 
+/*
+ * The orphan: a call that stays inside the library past sc_finalize's bound (here a log
+ * callback that blocks for 3 s, called by a sc_wait of an unknown handle after it has left
+ * the client's lock). sc_finalize returns after its 2 s, the call completes with its own
+ * result, and the call, the last one out, destroys the client (under the sanitizers, any
+ * touch of freed memory fails the test).
+ */
+static __thread int fr_block_log;
+
+static void fr_log(int level, const char *line, void *arg)
+{
+	(void)level, (void)arg;
+	if (fr_block_log && strstr(line, "unknown allreduce handle")) {
+		fr_block_log = 0;
+		it_sleep_ms(3000);
+	}
+}
+
+static void *fr_blocked_main(void *p)
+{
+	fr_thread_t *a = p;
+
+	fr_block_log = 1;
+	a->last = sc_wait(a->c, 424242, 0);
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void fr_orphan(void)
+{
+	fr_thread_t a = {0};
+	pthread_t th;
+
+	a.c = fr_connect();
+	sc_set_log_callback(fr_log, NULL);
+	if (pthread_create(&th, NULL, fr_blocked_main, &a) != 0)
+		IT_FAIL("pthread_create failed");
+	it_sleep_ms(200); /* the wait is in the callback by now */
+	double t0 = it_now_s();
+	sc_status_t st = sc_finalize(a.c);
+	double took = it_now_s() - t0;
+	int done_at_return = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+	fr_join(th, &a);
+	sc_set_log_callback(NULL, NULL);
+	if (st != SC_OK || took < 1.9 || took > FR_FINALIZE_MAX_S || done_at_return)
+		IT_FAIL(
+		    "a call inside the library past sc_finalize's bound: sc_finalize gave %s "
+		    "after %.2f s (expected SC_OK after its 2 s bound, the call still inside: "
+		    "%s)",
+		    sc_status_name(st), took, done_at_return ? "it had left" : "it was");
+	if (a.last != SC_ERR_INVALID)
+		IT_FAIL("the call that outlived sc_finalize gave %s, expected its own "
+			"SC_ERR_INVALID (an unknown handle)",
+			sc_status_name(a.last));
+	it_log("a call inside past the bound: sc_finalize returned after %.2f s, the call "
+	       "completed, and destroyed the client as it left",
+	       took);
+}
+
 int it_finalize_race(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 40;
@@ -195,6 +280,7 @@ int it_finalize_race(int argc, char **argv)
 		if (took > worst)
 			worst = took;
 	}
+	fr_orphan();
 	it_log("%d rounds: every thread inside the library ended with SC_ERR_SHUTDOWN; "
 	       "sc_finalize took %.1f ms on average, %.1f ms at most",
 	       rounds, sum / rounds * 1000, worst * 1000);
