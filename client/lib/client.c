@@ -71,7 +71,6 @@
 
 #define HEARTBEAT_IVL_MS     1000
 #define HEARTBEAT_TIMEOUT_MS 5000
-#define BYE_LINGER_MS	     1000
 #define MONITOR_ENDPOINT     "inproc://sparsecomm-monitor"
 
 static __thread char tls_error[SCL_ERR_MAX];
@@ -136,7 +135,7 @@ static sc_status_t status_from_wire(int32_t s)
 
 /* ---- time ---------------------------------------------------------------------------- */
 
-static struct timespec deadline_after(int timeout_ms)
+struct timespec scl_deadline_after(int timeout_ms)
 {
 	struct timespec ts;
 
@@ -583,7 +582,7 @@ static void *io_main(void *arg)
 		uint64_t n;
 
 		if (stopping) {
-			/* Flush the goodbye for at most BYE_LINGER_MS, then leave. */
+			/* Flush the goodbye for at most SCL_BYE_LINGER_MS, then leave. */
 			struct timespec now;
 
 			clock_gettime(CLOCK_MONOTONIC, &now);
@@ -613,7 +612,7 @@ static void *io_main(void *arg)
 			}
 			if (c->stopping && !stopping) {
 				stopping = 1;
-				stop_deadline = deadline_after(BYE_LINGER_MS);
+				stop_deadline = scl_deadline_after(SCL_BYE_LINGER_MS);
 			}
 			if (c->dead != SC_OK && !c->stopping) {
 				/* Nobody will read what is left: the connection is gone. */
@@ -684,7 +683,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 	f = scl_frame_pack(msg);
 	if (!f)
 		return scl_error(SC_ERR_NOMEM, "%s%sout of memory", what, sep);
-	deadline = deadline_after(timeout_ms);
+	deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	if (scl_client_check(c) != SC_OK) {
 		st = c->dead;
@@ -772,7 +771,7 @@ static sc_status_t local_rank_from_env(int *local_rank_p)
  * session), closes its own copies of the descriptors and unmaps the tensors; the client's
  * memory is left, a copy of the parent's that no one uses.
  */
-static void client_forget_in_child(sc_client_t *c)
+void scl_client_forget_in_child(sc_client_t *c)
 {
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
@@ -782,32 +781,8 @@ static void client_forget_in_child(sc_client_t *c)
 	scl_tensor_unmap_all_in_child(c);
 }
 
-/*
- * The structures of the last SCL_GRAVE_SLOTS clients destroyed after sc_finalize, kept (all
- * they held already freed, their calls marked SCL_CALLS_GONE) so that a call that began
- * before sc_finalize but had not been counted yet when the client was destroyed counts
- * itself on memory that is still there, and is refused, instead of writing freed memory.
- */
-#define SCL_GRAVE_SLOTS 16
-static pthread_mutex_t grave_mu = PTHREAD_MUTEX_INITIALIZER;
-static sc_client_t *grave[SCL_GRAVE_SLOTS];
-static int grave_next;
-
-static void client_bury(sc_client_t *c)
-{
-	sc_client_t *old;
-
-	pthread_mutex_lock(&grave_mu);
-	old = grave[grave_next];
-	grave[grave_next] = c;
-	grave_next = (grave_next + 1) % SCL_GRAVE_SLOTS;
-	pthread_mutex_unlock(&grave_mu);
-	free(old);
-}
-
-/* Stops the I/O thread, closes the sockets, frees the tensors and the operations, and
- * frees the client's structure (bury: keeps it a while, client_bury). */
-static void client_destroy(sc_client_t *c, int linger_ms, int bury)
+/* See internal.h. */
+void scl_client_destroy(sc_client_t *c, int linger_ms, int bury)
 {
 	if (c->submit_fd >= 0)
 		scl_submit_quiesce(c); /* no send in flight on it */
@@ -852,7 +827,7 @@ static void client_destroy(sc_client_t *c, int linger_ms, int bury)
 	pthread_cond_destroy(&c->send_cv);
 	pthread_mutex_destroy(&c->send_mu);
 	if (bury)
-		client_bury(c);
+		scl_client_bury(c);
 	else
 		free(c);
 }
@@ -968,7 +943,7 @@ SC_API const char *sc_daemon_built(const sc_client_t *client)
 	return client ? client->built : "";
 }
 
-/* Milliseconds from now to deadline (deadline_after's), at least 0. */
+/* Milliseconds from now to deadline (scl_deadline_after's), at least 0. */
 static int ms_until(const struct timespec *deadline)
 {
 	struct timespec now;
@@ -1083,7 +1058,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	if (!socket_path)
 		socket_path = sc_socket_default(fallback, sizeof(fallback));
 	/* the handshake's one deadline (a job's daemon was waited for above, apart) */
-	deadline = deadline_after(timeout_ms);
+	deadline = scl_deadline_after(timeout_ms);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");
@@ -1130,7 +1105,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	return SC_OK;
 
 err_destroy:
-	client_destroy(c, 0, 0);
+	scl_client_destroy(c, 0, 0);
 	return st;
 }
 
@@ -1186,7 +1161,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "wait: NULL client");
 	if (timeout_ms > 0)
-		deadline = deadline_after(timeout_ms);
+		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		o = op_find(c, h);
@@ -1229,7 +1204,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		return st;
 	/* the tensor lives until it is released (which cuts it out of its ended operations
 	 * first, scl_op_detach, and which a wait may not overlap) or the client is destroyed,
-	 * which waits for this call to leave (see "Finalize") */
+	 * which waits for this call to leave (finalize.c) */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
 		 t->name);
 	if (gw == GPU_STREAM_WAIT)
@@ -1436,158 +1411,4 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
 	if (st == SC_OK)
 		st = scl_wait_owned(client, h, timeout_ms);
 	return scl_left(client, st);
-}
-
-/* ---- finalize ------------------------------------------------------------------------ */
-
-/*
- * Finalize. Other threads may be inside the library on this client when sc_finalize is
- * called: asleep in a wait, sending a request, mapping a tensor. Each public call that
- * touches what sc_finalize destroys counts itself in c->calls (one atomic add on entry, one
- * subtract on exit: no lock on the hot path), and sc_finalize marks the client closing in
- * the same word: later calls are refused with SC_ERR_SHUTDOWN, and client_fail ends every
- * wait and request at once. sc_finalize then waits, at most FINALIZE_WAIT_MS, for the
- * calls still counted to leave, and destroys the client; when one is still inside by then
- * (a GPU wait, a log callback that blocks), it marks the client orphaned and returns, and
- * the last call to leave destroys it. Who destroys is decided by one compare-and-swap on
- * the word, so exactly one does, and a call that has left touches nothing of the client
- * but the process-wide fin_cv that wakes sc_finalize.
- */
-#define FINALIZE_WAIT_MS 2000
-
-static pthread_mutex_t fin_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t fin_cv;
-static pthread_once_t fin_once = PTHREAD_ONCE_INIT;
-
-static void fin_init(void)
-{
-	pthread_condattr_t ca;
-
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&fin_cv, &ca);
-	pthread_condattr_destroy(&ca);
-}
-
-/* Claims the destruction of c if its word still reads *seen (else *seen gets what it
- * reads); 1 when this thread is to destroy it. */
-static int calls_claim(sc_client_t *c, uint64_t *seen)
-{
-	return __atomic_compare_exchange_n(&c->calls, seen, SCL_CALLS_CLOSING | SCL_CALLS_GONE,
-					   0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
-void scl_leave_closing(sc_client_t *c, uint64_t left)
-{
-	if (left & SCL_CALLS_GONE)
-		return;
-	if ((left & SCL_CALLS_COUNT) == 0 && (left & SCL_CALLS_ORPHAN)) {
-		/* sc_finalize has returned: the last call out destroys (the parent's only: a
-		 * forked child's copy keeps the parent's locks and threads) */
-		if (getpid() == c->owner_pid && calls_claim(c, &left))
-			client_destroy(c, c->bye_linger_ms, 1);
-		return;
-	}
-	if ((left & SCL_CALLS_COUNT) <= 1) { /* sc_finalize's own count: it may wait */
-		pthread_once(&fin_once, fin_init);
-		pthread_mutex_lock(&fin_mu);
-		pthread_cond_broadcast(&fin_cv);
-		pthread_mutex_unlock(&fin_mu);
-	}
-}
-
-sc_status_t scl_enter_call(const sc_client_t *c, const char *what)
-{
-	if (!c)
-		return scl_error(SC_ERR_INVALID, "%s: NULL client", what);
-	if (!scl_enter(c))
-		return SC_OK;
-	scl_leave(c);
-	return scl_error(SC_ERR_SHUTDOWN, "%s: the client was finalized (sc_finalize)", what);
-}
-
-/* Sends the goodbye (bounded: FINALIZE_WAIT_MS for the sends before it on the submit
- * channel) and fails everything that waits, so every call inside leaves. */
-static void client_close(sc_client_t *c)
-{
-	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
-	Sparsecomm__Empty bye = SPARSECOMM__EMPTY__INIT;
-	struct scl_frame *f;
-
-	msg.seq = scl_client_next_id(c);
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
-	msg.bye = &bye;
-	f = scl_frame_pack(&msg);
-	pthread_mutex_lock(&c->mu);
-	c->stopping = 1; /* the I/O thread flushes what is queued, the goodbye included */
-	if (c->dead != SC_OK || !f) {
-		client_fail(c, SC_ERR_SHUTDOWN, "the client was finalized");
-		pthread_mutex_unlock(&c->mu);
-		free(f);
-		return;
-	}
-	/* failed first, under the lock the goodbye's ticket is taken under: no request of
-	 * another thread follows the goodbye */
-	client_fail(c, SC_ERR_SHUTDOWN, "the client was finalized");
-	c->bye_linger_ms = BYE_LINGER_MS;
-	if (c->submit_fd >= 0)
-		scl_submit_goodbye(c, f, FINALIZE_WAIT_MS); /* releases c->mu */
-	else
-		scl_client_enqueue(c, f); /* releases c->mu */
-}
-
-/* Waits at most FINALIZE_WAIT_MS for every call but sc_finalize's own to leave; then
- * destroys the client, or leaves that to the last call out. */
-static void calls_drain(sc_client_t *c)
-{
-	struct timespec deadline = deadline_after(FINALIZE_WAIT_MS);
-	uint64_t seen;
-	int rank = c->rank;
-
-	pthread_once(&fin_once, fin_init);
-	pthread_mutex_lock(&fin_mu);
-	while ((__atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) & SCL_CALLS_COUNT) > 1 &&
-	       pthread_cond_timedwait(&fin_cv, &fin_mu, &deadline) != ETIMEDOUT)
-		;
-	pthread_mutex_unlock(&fin_mu);
-	seen = __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE);
-	for (;;) {
-		uint64_t n = seen & SCL_CALLS_COUNT;
-
-		if (n == 1 && calls_claim(c, &seen)) {
-			client_destroy(c, c->bye_linger_ms, 1);
-			return;
-		}
-		if (n > 1 &&
-		    __atomic_compare_exchange_n(&c->calls, &seen, (seen - 1) | SCL_CALLS_ORPHAN,
-						0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			scl_log(
-			    SCL_LOG_WARN,
-			    "rank %d: sc_finalize: %llu calls still in the library after %d "
-			    "ms; the last to leave frees the client",
-			    rank, (unsigned long long)(n - 1), FINALIZE_WAIT_MS);
-			return;
-		}
-	}
-}
-
-SC_API sc_status_t sc_finalize(sc_client_t *client)
-{
-	if (!client)
-		return SC_OK;
-	if (getpid() != client->owner_pid) {
-		client_forget_in_child(client);
-		return SC_OK;
-	}
-	if (scl_enter(client) ||
-	    (__atomic_fetch_or(&client->calls, SCL_CALLS_CLOSING, __ATOMIC_ACQ_REL) &
-	     SCL_CALLS_CLOSING)) {
-		scl_leave(client);
-		return scl_error(SC_ERR_INVALID,
-				 "sc_finalize: the client is already finalized (by another "
-				 "thread, or before)");
-	}
-	client_close(client);
-	calls_drain(client);
-	return SC_OK;
 }

@@ -217,7 +217,7 @@ err_unlock:
 	return st;
 }
 
-/* collective_run as a call on c (client.c, "Finalize"): refused once sc_finalize has
+/* collective_run as a call on c (finalize.c): refused once sc_finalize has
  * begun, before t is read. */
 static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
 				    const size_t *send_counts, sc_handle_t *handle_p)

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "sparsecomm.h"
 #include "sparsecomm.pb-c.h"
@@ -23,6 +24,7 @@
 #define SCL_ERR_MAX	   1024
 #define SCL_ENDPOINT_MAX   512
 #define SCL_DEFAULT_TMO_MS 30000
+#define SCL_BYE_LINGER_MS  1000 /* how long sc_finalize's goodbye may take to flush */
 
 /* Log levels of sc_log_cb. */
 enum { SCL_LOG_ERROR = 0, SCL_LOG_WARN = 1, SCL_LOG_INFO = 2, SCL_LOG_DEBUG = 3 };
@@ -109,7 +111,7 @@ struct sc_client {
 	int submit_fd;
 	pid_t owner_pid; /* the process that connected: a forked child's requests are refused */
 	/* the calls in the library on this client (scl_enter) in the low bits, sc_finalize's
-	 * marks (SCL_CALLS_*) in the top ones: atomic, no lock (client.c, "Finalize") */
+	 * marks (SCL_CALLS_*) in the top ones: atomic, no lock (finalize.c) */
 	uint64_t calls;
 	int bye_linger_ms; /* how long the goodbye may take to flush, for whoever destroys */
 	pthread_t io_thread;
@@ -149,12 +151,23 @@ struct sc_client {
 	uint64_t pset_calls;
 };
 
-/* ---- calls and sc_finalize (client.c, "Finalize") ---- */
+/* ---- calls and sc_finalize (finalize.c) ---- */
 #define SCL_CALLS_CLOSING (1ULL << 63) /* sc_finalize has begun: calls are refused */
 #define SCL_CALLS_ORPHAN  (1ULL << 62) /* sc_finalize returned first: the last out destroys */
 #define SCL_CALLS_GONE	  (1ULL << 61) /* destroyed: the structure alone is left */
 #define SCL_CALLS_COUNT	  (SCL_CALLS_GONE - 1)
 
+/* CLOCK_MONOTONIC, timeout_ms from now (client.c). */
+struct timespec scl_deadline_after(int timeout_ms);
+/* Stops the I/O thread, closes the sockets, frees the tensors and the operations, and
+ * frees the client's structure (bury: keeps it a while, scl_client_bury) (client.c). */
+void scl_client_destroy(sc_client_t *c, int linger_ms, int bury);
+/* sc_finalize in a child forked after sc_connect: takes no lock, closes the child's copies
+ * of the descriptors, unmaps the tensors (client.c). */
+void scl_client_forget_in_child(sc_client_t *c);
+/* Keeps a destroyed client's structure among the last few, freeing the oldest
+ * (finalize.c). */
+void scl_client_bury(sc_client_t *c);
 /* The last call out of a client that sc_finalize closes (left: the count after it). */
 void scl_leave_closing(sc_client_t *c, uint64_t left);
 

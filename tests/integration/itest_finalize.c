@@ -1,6 +1,6 @@
 /*
  * itest_finalize.c: sc_finalize while other threads of the trainer are inside the library
- * on the same client (client/lib/client.c, "Finalize").
+ * on the same client (client/lib/finalize.c).
  *
  * finalize-race [ROUNDS] [SEED], on one node of two trainers where only local rank 0
  * works (rank 1 passes at once, so rank 0's allreduces never complete: its waits sleep
