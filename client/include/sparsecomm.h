@@ -609,9 +609,10 @@ SC_API void sc_set_log_callback(sc_log_cb cb, void *arg);
  * either completes or returns SC_ERR_SHUTDOWN with the error text saying the client was
  * finalized, and a wait (even one without a time limit) or a request waiting for the
  * daemon ends at once. A call that begins once sc_finalize has begun is refused the same
- * way. sc_finalize waits at most 2 s for the calls inside to leave (and at most 1 s more
- * for its goodbye to go); one still inside after that (a GPU synchronisation, say) frees
- * the client as it leaves, so sc_finalize never waits for it longer. The tensors, their
+ * way. sc_finalize's own waits are bounded: at most 2 s for requests stuck on a daemon
+ * that reads nothing (the channel is then shut down, ending them), at most 2 s for the
+ * calls inside to leave, at most 1 s for its goodbye to flush. A call still inside after
+ * that (a GPU synchronisation, say) frees the client as it leaves. The tensors, their
  * buffers and what the tensor accessors returned are valid until sc_finalize begins.
  * A call made after sc_finalize has returned uses a freed client, as after free(3): the
  * library keeps the structure of the last 16 finalized clients so that such a call is

@@ -125,7 +125,14 @@ static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms)
 	struct timespec until = {deadline / 1000, (long)(deadline % 1000) * 1000000L};
 
 	pthread_mutex_unlock(&c->mu);
-	pthread_mutex_lock(&c->send_mu);
+	/* a send in progress holds send_mu while it waits on a full socket */
+	if (wait_ms < 0 || pthread_mutex_clocklock(&c->send_mu, CLOCK_MONOTONIC, &until) != 0) {
+		if (wait_ms >= 0) {
+			shutdown(fd, SHUT_RDWR); /* that send fails at once, and lets go */
+			wait_ms = -1;
+		}
+		pthread_mutex_lock(&c->send_mu);
+	}
 	while (c->send_turn != ticket) { /* bounded: each turn before ends within its timeout */
 		if (wait_ms < 0)
 			pthread_cond_wait(&c->send_cv, &c->send_mu);
