@@ -27,7 +27,8 @@
  *             fprintf(stderr, "%s\n", sc_last_error());
  *     sc_finalize(c);
  *
- * Every function is thread safe: one client may be shared by the threads of a process.
+ * Every function is thread safe: one client may be shared by the threads of a process,
+ * sc_finalize included (it may overlap other threads' calls: see it).
  * The library prints nothing; it returns a status, and the calling thread's last error
  * text (sc_last_error) says exactly what failed, naming the rank(s) and tensor involved.
  * An optional log callback receives diagnostic lines.
@@ -174,10 +175,12 @@ typedef uint64_t sc_handle_t;	      /* an operation in flight; 0 is never valid 
  * Started by a scheduler with no socket named and neither of those daemons' sockets there,
  * the node's trainer of local rank 0 starts the job's daemon for the node and every local
  * trainer waits for it (at least 130 s; docs/deployment.md, "Under a scheduler").
- * timeout_ms bounds the handshake
- * (<= 0: 30000). A socket whose permissions refuse this user fails at once with
- * SC_ERR_CONNECT, naming the path and the uid (the daemon admits its own user and the
- * members of its ctl_group).
+ * timeout_ms (<= 0: 30000) is one deadline for the whole handshake once the socket is
+ * known: the hello and the binding of the daemon's submit channel together (a channel
+ * whose token is not acknowledged by then fails sc_connect with SC_ERR_TIMEOUT, naming the
+ * channel and what to check; docs/design.md, "The submit channel"). A socket whose permissions
+ * refuse this user fails at once with SC_ERR_CONNECT, naming the path and the uid (the daemon
+ * admits its own user and the members of its ctl_group).
  */
 SC_API sc_status_t sc_connect(const char *socket_path, int timeout_ms, sc_client_t **client_p);
 
@@ -598,7 +601,23 @@ SC_API void sc_set_log_callback(sc_log_cb cb, void *arg);
 /*
  * Disconnects: operations still in flight are abandoned (the other trainers' matching
  * operations fail with an error naming this rank), shared buffers are unmapped, and the
- * client and its tensors are freed. NULL is accepted.
+ * client and its tensors are freed. NULL is accepted; SC_OK, or SC_ERR_INVALID when the
+ * client is already being finalized by another thread.
+ *
+ * Other threads may be inside the library on the same client when sc_finalize is called
+ * (in sc_wait, sc_poll, an asynchronous start, a registration, a barrier): each such call
+ * either completes or returns SC_ERR_SHUTDOWN with the error text saying the client was
+ * finalized, and a wait (even one without a time limit) or a request waiting for the
+ * daemon ends at once. A call that begins once sc_finalize has begun is refused the same
+ * way. sc_finalize's own waits are bounded: at most 2 s for requests stuck on a daemon
+ * that reads nothing (the channel is then shut down, ending them), at most 2 s for the
+ * calls inside to leave, at most 1 s for its goodbye to flush. A call still inside after
+ * that (a GPU synchronisation, say) frees the client as it leaves. The tensors, their
+ * buffers and what the tensor accessors returned are valid until sc_finalize begins.
+ * A call made after sc_finalize has returned uses a freed client, as after free(3): the
+ * library keeps the structure of the last 16 finalized clients so that such a call is
+ * refused with SC_ERR_SHUTDOWN rather than touching freed memory, but a program must not
+ * rely on it.
  */
 SC_API sc_status_t sc_finalize(sc_client_t *client);
 

@@ -71,7 +71,6 @@
 
 #define HEARTBEAT_IVL_MS     1000
 #define HEARTBEAT_TIMEOUT_MS 5000
-#define BYE_LINGER_MS	     1000
 #define MONITOR_ENDPOINT     "inproc://sparsecomm-monitor"
 
 static __thread char tls_error[SCL_ERR_MAX];
@@ -136,7 +135,7 @@ static sc_status_t status_from_wire(int32_t s)
 
 /* ---- time ---------------------------------------------------------------------------- */
 
-static struct timespec deadline_after(int timeout_ms)
+struct timespec scl_deadline_after(int timeout_ms)
 {
 	struct timespec ts;
 
@@ -583,7 +582,7 @@ static void *io_main(void *arg)
 		uint64_t n;
 
 		if (stopping) {
-			/* Flush the goodbye for at most BYE_LINGER_MS, then leave. */
+			/* Flush the goodbye for at most SCL_BYE_LINGER_MS, then leave. */
 			struct timespec now;
 
 			clock_gettime(CLOCK_MONOTONIC, &now);
@@ -613,7 +612,7 @@ static void *io_main(void *arg)
 			}
 			if (c->stopping && !stopping) {
 				stopping = 1;
-				stop_deadline = deadline_after(BYE_LINGER_MS);
+				stop_deadline = scl_deadline_after(SCL_BYE_LINGER_MS);
 			}
 			if (c->dead != SC_OK && !c->stopping) {
 				/* Nobody will read what is left: the connection is gone. */
@@ -684,7 +683,7 @@ sc_status_t scl_client_call(sc_client_t *c, Sparsecomm__ClientMsg *msg, int time
 	f = scl_frame_pack(msg);
 	if (!f)
 		return scl_error(SC_ERR_NOMEM, "%s%sout of memory", what, sep);
-	deadline = deadline_after(timeout_ms);
+	deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	if (scl_client_check(c) != SC_OK) {
 		st = c->dead;
@@ -772,7 +771,7 @@ static sc_status_t local_rank_from_env(int *local_rank_p)
  * session), closes its own copies of the descriptors and unmaps the tensors; the client's
  * memory is left, a copy of the parent's that no one uses.
  */
-static void client_forget_in_child(sc_client_t *c)
+void scl_client_forget_in_child(sc_client_t *c)
 {
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
@@ -782,8 +781,8 @@ static void client_forget_in_child(sc_client_t *c)
 	scl_tensor_unmap_all_in_child(c);
 }
 
-/* Stops the I/O thread, closes the sockets and frees the client (tensors apart). */
-static void client_destroy(sc_client_t *c, int linger_ms)
+/* See internal.h. */
+void scl_client_destroy(sc_client_t *c, int linger_ms, int bury)
 {
 	if (c->submit_fd >= 0)
 		scl_submit_quiesce(c); /* no send in flight on it */
@@ -827,7 +826,10 @@ static void client_destroy(sc_client_t *c, int linger_ms)
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->send_cv);
 	pthread_mutex_destroy(&c->send_mu);
-	free(c);
+	if (bury)
+		scl_client_bury(c);
+	else
+		free(c);
 }
 
 /* Creates the context, the DEALER and its monitor, and connects. */
@@ -919,7 +921,9 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
 	msg.config_set = &set;
-	return scl_client_call_ok(client, &msg, what);
+	if (scl_enter_call(client, what) != SC_OK)
+		return SC_ERR_SHUTDOWN;
+	return scl_left(client, scl_client_call_ok(client, &msg, what));
 }
 
 sc_status_t scl_client_call_ok(sc_client_t *c, Sparsecomm__ClientMsg *msg, const char *what)
@@ -939,7 +943,22 @@ SC_API const char *sc_daemon_built(const sc_client_t *client)
 	return client ? client->built : "";
 }
 
-static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
+/* Milliseconds from now to deadline (scl_deadline_after's), at least 0. */
+static int ms_until(const struct timespec *deadline)
+{
+	struct timespec now;
+	long long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+	     (deadline->tv_nsec - now.tv_nsec) / 1000000;
+	return ms > 0 ? (ms < INT_MAX ? (int)ms : INT_MAX) : 0;
+}
+
+/* The hello, then the submit channel's binding, both by deadline: sc_connect's timeout_ms
+ * is one deadline for the whole handshake. */
+static sc_status_t client_hello(sc_client_t *c, const struct timespec *deadline, int timeout_ms,
+				int local_rank)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Hello hello = SPARSECOMM__HELLO__INIT;
@@ -960,7 +979,8 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	snprintf(what, sizeof(what), "handshake with the daemon at %s", c->endpoint);
-	st = scl_client_call(c, &msg, timeout_ms, what, &reply);
+	st = scl_client_call(c, &msg, ms_until(deadline) > 0 ? ms_until(deadline) : 1, what,
+			     &reply);
 	if (st == SC_ERR_TIMEOUT)
 		return explain_no_answer(c, timeout_ms);
 	if (st != SC_OK)
@@ -999,7 +1019,7 @@ static sc_status_t client_hello(sc_client_t *c, int timeout_ms, int local_rank)
 	st = SC_OK;
 	if (hello.submit_channel && hr->submit_path && *hr->submit_path && hr->submit_token.len)
 		st = scl_submit_open(c, hr->submit_path, hr->submit_token.data,
-				     hr->submit_token.len, timeout_ms);
+				     hr->submit_token.len, ms_until(deadline), timeout_ms);
 	if (st != SC_OK && st != SC_ERR_TIMEOUT) {
 		scl_log(SCL_LOG_WARN, "rank %d: %s; requests go over the control socket",
 			c->rank, sc_last_error());
@@ -1017,6 +1037,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	int local_rank = -1;
 	sc_status_t st;
 	char fallback[PATH_MAX + 16], job_socket[PATH_MAX * 2 + 16];
+	struct timespec deadline;
 
 	if (!client_p)
 		return scl_error(SC_ERR_INVALID, "sc_connect: client_p is NULL");
@@ -1036,6 +1057,8 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	}
 	if (!socket_path)
 		socket_path = sc_socket_default(fallback, sizeof(fallback));
+	/* the handshake's one deadline (a job's daemon was waited for above, apart) */
+	deadline = scl_deadline_after(timeout_ms);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return scl_error(SC_ERR_NOMEM, "sc_connect: out of memory");
@@ -1048,9 +1071,9 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
+	pthread_cond_init(&c->send_cv, &ca); /* submit.c's goodbye waits with a deadline */
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->send_mu, NULL);
-	pthread_cond_init(&c->send_cv, NULL);
 	c->owner_pid = getpid();
 	st = endpoint_of(socket_path, c->endpoint, sizeof(c->endpoint));
 	if (st != SC_OK)
@@ -1073,7 +1096,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 		goto err_destroy;
 	}
 	c->io_started = 1;
-	st = client_hello(c, timeout_ms, local_rank);
+	st = client_hello(c, &deadline, timeout_ms, local_rank);
 	if (st != SC_OK)
 		goto err_destroy;
 	scl_log(SCL_LOG_INFO, "rank %d of %d (local %d of %d) connected to %s", c->rank,
@@ -1082,7 +1105,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	return SC_OK;
 
 err_destroy:
-	client_destroy(c, 0);
+	scl_client_destroy(c, 0, 0);
 	return st;
 }
 
@@ -1138,7 +1161,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "wait: NULL client");
 	if (timeout_ms > 0)
-		deadline = deadline_after(timeout_ms);
+		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		o = op_find(c, h);
@@ -1180,7 +1203,8 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	if (st != SC_OK || !t || !t->cuda) /* a barrier has no tensor */
 		return st;
 	/* the tensor lives until it is released (which cuts it out of its ended operations
-	 * first, scl_op_detach) or sc_finalize, neither of which a wait may overlap */
+	 * first, scl_op_detach, and which a wait may not overlap) or the client is destroyed,
+	 * which waits for this call to leave (finalize.c) */
 	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
 		 t->name);
 	if (gw == GPU_STREAM_WAIT)
@@ -1190,19 +1214,33 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 SC_API sc_status_t sc_poll(sc_client_t *client, sc_handle_t handle)
 {
-	return op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL);
+	sc_status_t st = scl_enter_call(client, "poll");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client,
+			op_collect(client, handle, 0, SC_IN_PROGRESS, GPU_SYNC, NULL, NULL));
 }
 
 SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL, NULL);
+	sc_status_t st = scl_enter_call(client, "wait");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC,
+					   NULL, NULL));
 }
 
 SC_API sc_status_t sc_stream_wait(sc_client_t *client, sc_handle_t handle, void *stream,
 				  int timeout_ms)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_STREAM_WAIT, stream,
-			  NULL);
+	sc_status_t st = scl_enter_call(client, "stream wait");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT,
+					   GPU_STREAM_WAIT, stream, NULL));
 }
 
 /* sc_wait for an operation whose handle nobody else holds: on a timeout its completion
@@ -1211,8 +1249,8 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 {
 	struct scl_op *o;
 
-	if (!client)
-		return;
+	if (scl_enter_call(client, "abandon") != SC_OK)
+		return; /* sc_finalize frees every operation */
 	pthread_mutex_lock(&client->mu);
 	o = op_find(client, handle);
 	if (o && o->done)
@@ -1220,6 +1258,7 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 	else if (o)
 		o->orphan = 1;
 	pthread_mutex_unlock(&client->mu);
+	scl_leave(client);
 }
 
 sc_status_t scl_wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
@@ -1322,74 +1361,54 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p)
 {
-	return tensorless_start(client, 0, handle_p);
+	sc_status_t st = scl_enter_call(client, "barrier");
+
+	return st != SC_OK ? st : scl_left(client, tensorless_start(client, 0, handle_p));
 }
 
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p)
 {
-	return tensorless_start(client, 1, handle_p);
+	sc_status_t st = scl_enter_call(client, "join");
+
+	return st != SC_OK ? st : scl_left(client, tensorless_start(client, 1, handle_p));
 }
 
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p)
 {
-	return op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC, NULL,
-			  last_rank_p);
+	sc_status_t st = scl_enter_call(client, "join");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, op_collect(client, handle, timeout_ms, SC_ERR_TIMEOUT, GPU_SYNC,
+					   NULL, last_rank_p));
 }
 
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_join_async(client, &h);
+	sc_status_t st = scl_enter_call(client, "join");
 
 	if (st != SC_OK)
 		return st;
-	st = sc_join_result(client, h, timeout_ms, last_rank_p);
-	if (st == SC_ERR_TIMEOUT)
-		sc_abandon(client, h);
-	return st;
+	st = sc_join_async(client, &h);
+	if (st == SC_OK) {
+		st = sc_join_result(client, h, timeout_ms, last_rank_p);
+		if (st == SC_ERR_TIMEOUT)
+			sc_abandon(client, h);
+	}
+	return scl_left(client, st);
 }
 
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_barrier_async(client, &h);
+	sc_status_t st = scl_enter_call(client, "barrier");
 
 	if (st != SC_OK)
 		return st;
-	return scl_wait_owned(client, h, timeout_ms);
-}
-
-/* ---- finalize ------------------------------------------------------------------------ */
-
-SC_API sc_status_t sc_finalize(sc_client_t *client)
-{
-	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
-	Sparsecomm__Empty bye = SPARSECOMM__EMPTY__INIT;
-	struct scl_frame *f;
-	int linger_ms = 0;
-
-	if (!client)
-		return SC_OK;
-	if (getpid() != client->owner_pid) {
-		client_forget_in_child(client);
-		return SC_OK;
-	}
-	msg.seq = scl_client_next_id(client);
-	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BYE;
-	msg.bye = &bye;
-	f = scl_frame_pack(&msg);
-	pthread_mutex_lock(&client->mu);
-	if (client->dead == SC_OK && f) {
-		scl_client_enqueue(client, f);
-		pthread_mutex_lock(&client->mu);
-		f = NULL;
-		linger_ms = BYE_LINGER_MS;
-	}
-	client->stopping = 1;
-	client_fail(client, SC_ERR_SHUTDOWN, "the client was finalized");
-	pthread_mutex_unlock(&client->mu);
-	free(f);
-	client_destroy(client, linger_ms);
-	return SC_OK;
+	st = sc_barrier_async(client, &h);
+	if (st == SC_OK)
+		st = scl_wait_owned(client, h, timeout_ms);
+	return scl_left(client, st);
 }

@@ -95,8 +95,8 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
  * trainer of the job, as they are: the daemons check them (summing to at most the
  * tensor's size) and fail the operation on every rank.
  */
-static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
-				    const size_t *send_counts, sc_handle_t *handle_p)
+static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
+				  const size_t *send_counts, sc_handle_t *handle_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	int a2a = q->body_case == SPARSECOMM__COLLECTIVE__BODY_ALLTOALL;
@@ -217,6 +217,16 @@ err_unlock:
 	return st;
 }
 
+/* collective_run as a call on c (finalize.c): refused once sc_finalize has
+ * begun, before t is read. */
+static sc_status_t collective_start(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Collective *q,
+				    const size_t *send_counts, sc_handle_t *handle_p)
+{
+	sc_status_t st = scl_enter_call(c, "allreduce");
+
+	return st != SC_OK ? st : scl_left(c, collective_run(c, t, q, send_counts, handle_p));
+}
+
 /* Starts an allreduce by op of t's buffer (coo 0), or of its COO area's nnz entries with
  * a dense (coo 1) or sparse (coo 2) result. */
 static sc_status_t allreduce_start(sc_client_t *c, sc_tensor_t *t, sc_reduce_op_t op, int coo,
@@ -257,11 +267,14 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
 				int timeout_ms)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_allreduce_async(client, tensor, op, &h);
+	sc_status_t st = scl_enter_call(client, "allreduce");
 
 	if (st != SC_OK)
 		return st;
-	return scl_wait_owned(client, h, timeout_ms);
+	st = sc_allreduce_async(client, tensor, op, &h);
+	if (st == SC_OK)
+		st = scl_wait_owned(client, h, timeout_ms);
+	return scl_left(client, st);
 }
 
 SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
@@ -320,9 +333,12 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
 				int timeout_ms)
 {
 	sc_handle_t h;
-	sc_status_t st = sc_broadcast_async(client, tensor, root_rank, &h);
+	sc_status_t st = scl_enter_call(client, "broadcast");
 
 	if (st != SC_OK)
 		return st;
-	return scl_wait_owned(client, h, timeout_ms);
+	st = sc_broadcast_async(client, tensor, root_rank, &h);
+	if (st == SC_OK)
+		st = scl_wait_owned(client, h, timeout_ms);
+	return scl_left(client, st);
 }

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "sparsecomm.h"
 #include "sparsecomm.pb-c.h"
@@ -23,6 +24,7 @@
 #define SCL_ERR_MAX	   1024
 #define SCL_ENDPOINT_MAX   512
 #define SCL_DEFAULT_TMO_MS 30000
+#define SCL_BYE_LINGER_MS  1000 /* how long sc_finalize's goodbye may take to flush */
 
 /* Log levels of sc_log_cb. */
 enum { SCL_LOG_ERROR = 0, SCL_LOG_WARN = 1, SCL_LOG_INFO = 2, SCL_LOG_DEBUG = 3 };
@@ -108,6 +110,10 @@ struct sc_client {
 	 * through the I/O thread */
 	int submit_fd;
 	pid_t owner_pid; /* the process that connected: a forked child's requests are refused */
+	/* the calls in the library on this client (scl_enter) in the low bits, sc_finalize's
+	 * marks (SCL_CALLS_*) in the top ones: atomic, no lock (finalize.c) */
+	uint64_t calls;
+	int bye_linger_ms; /* how long the goodbye may take to flush, for whoever destroys */
 	pthread_t io_thread;
 	int io_started;
 	pthread_mutex_t
@@ -145,6 +151,61 @@ struct sc_client {
 	uint64_t pset_calls;
 };
 
+/* ---- calls and sc_finalize (finalize.c) ---- */
+#define SCL_CALLS_CLOSING (1ULL << 63) /* sc_finalize has begun: calls are refused */
+#define SCL_CALLS_ORPHAN  (1ULL << 62) /* sc_finalize returned first: the last out destroys */
+#define SCL_CALLS_GONE	  (1ULL << 61) /* destroyed: the structure alone is left */
+#define SCL_CALLS_COUNT	  (SCL_CALLS_GONE - 1)
+
+/* CLOCK_MONOTONIC, timeout_ms from now (client.c). */
+struct timespec scl_deadline_after(int timeout_ms);
+/* Stops the I/O thread, closes the sockets, frees the tensors and the operations, and
+ * frees the client's structure (bury: keeps it a while, scl_client_bury) (client.c). */
+void scl_client_destroy(sc_client_t *c, int linger_ms, int bury);
+/* sc_finalize in a child forked after sc_connect: takes no lock, closes the child's copies
+ * of the descriptors, unmaps the tensors (client.c). */
+void scl_client_forget_in_child(sc_client_t *c);
+/* Keeps a destroyed client's structure among the last few, freeing the oldest
+ * (finalize.c). */
+void scl_client_bury(sc_client_t *c);
+/* The last call out of a client that sc_finalize closes (left: the count after it). */
+void scl_leave_closing(sc_client_t *c, uint64_t left);
+
+/* Counts a call on c; 1 when sc_finalize has begun (the call counts all the same, and
+ * leaves with scl_leave without touching anything sc_finalize destroys). */
+static inline int scl_enter(const sc_client_t *c)
+{
+	uint64_t *calls = (uint64_t *)&c->calls;
+	return (__atomic_fetch_add(calls, 1, __ATOMIC_ACQUIRE) & SCL_CALLS_CLOSING) != 0;
+}
+
+/* Whether sc_finalize has begun on c (a call counted by scl_enter may ask). */
+static inline int scl_closing(const sc_client_t *c)
+{
+	return (__atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) & SCL_CALLS_CLOSING) != 0;
+}
+
+/* Ends a call counted by scl_enter; after it the caller touches the client no more. */
+static inline void scl_leave(const sc_client_t *c)
+{
+	uint64_t left = __atomic_sub_fetch((uint64_t *)&c->calls, 1, __ATOMIC_ACQ_REL);
+
+	if (left & SCL_CALLS_CLOSING)
+		scl_leave_closing((sc_client_t *)c, left);
+}
+
+/* scl_enter for a call that may touch what sc_finalize destroys: SC_OK (the call is
+ * counted: scl_leave ends it), SC_ERR_INVALID for a NULL client, or SC_ERR_SHUTDOWN once
+ * sc_finalize has begun (what names the call; nothing stays counted). */
+sc_status_t scl_enter_call(const sc_client_t *c, const char *what);
+
+/* Returns st after scl_leave(c): the end of a call that scl_enter_call began. */
+static inline sc_status_t scl_left(const sc_client_t *c, sc_status_t st)
+{
+	scl_leave(c);
+	return st;
+}
+
 /* ---- process sets (pset.c) ---- */
 /* SC_OK when this trainer may register name in process set id, else the error. */
 sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name);
@@ -155,18 +216,25 @@ void scl_pset_free_all(sc_client_t *c);
 /* ---- the submit channel (submit.c) ---- */
 /* Connects to the daemon's submit channel (daemon_path as the daemon sees it, found here
  * beside the control socket reached) and binds it with token (the hello's reply), within
- * timeout_ms for connect, token and acknowledgement together; sets c->submit_fd. Called
- * before any request but the hello exists. SC_ERR_TIMEOUT: the token was sent and not
- * answered, the daemon may have bound it (the control socket cannot take over); any other
- * error: not bound, the control socket carries the requests. */
+ * left_ms for connect, token and acknowledgement together: what the hello left of
+ * sc_connect's timeout_ms (one deadline for the whole handshake; timeout_ms is for the
+ * error texts); sets c->submit_fd. Called before any request but the hello exists.
+ * SC_ERR_TIMEOUT: the token was sent and not answered, the daemon may have bound it (the
+ * control socket cannot take over); any other error: not bound, the control socket
+ * carries the requests. */
 sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8_t *token,
-			    size_t token_len, int timeout_ms);
+			    size_t token_len, int left_ms, int timeout_ms);
 /* Sends request f over the bound channel and frees it. Called with c->mu held, with the
  * request's state set up; releases c->mu before the send (a full socket is waited on up to
  * the library's timeout, then fails the client). */
 void scl_submit_request(sc_client_t *c, struct scl_frame *f);
 /* Waits until every request given a ticket has been sent (c->mu not held). */
 void scl_submit_quiesce(sc_client_t *c);
+/* sc_finalize's goodbye: scl_submit_request, except that when the sends before it still
+ * hold the channel after wait_ms (a daemon that takes nothing from it), the channel is shut
+ * down: they fail at once, and the goodbye is not sent (the daemon sees the channel hang
+ * up, which ends the session as well). */
+void scl_submit_goodbye(sc_client_t *c, struct scl_frame *f, int wait_ms);
 /* Fails the client (client.c; c->mu held). */
 void scl_client_fail(sc_client_t *c, sc_status_t status, const char *msg);
 

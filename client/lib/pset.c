@@ -212,8 +212,8 @@ static sc_status_t tell_daemon(sc_client_t *c, int id, const int32_t *ranks, int
 	return barrier_after(c, scl_client_call_ok(c, &msg, what), timeout_ms);
 }
 
-SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
-				      int timeout_ms, int *id_p)
+static sc_status_t pset_add(sc_client_t *client, const int *ranks, int n_ranks, int timeout_ms,
+			    int *id_p)
 {
 	if (!client || !id_p || (!ranks && n_ranks > 0))
 		return scl_error(SC_ERR_INVALID, "sc_process_set_add: NULL argument");
@@ -274,10 +274,18 @@ SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int
 	return st;
 }
 
-SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeout_ms)
+SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
+				      int timeout_ms, int *id_p)
 {
-	if (!client)
-		return scl_error(SC_ERR_INVALID, "sc_process_set_remove: NULL client");
+	sc_status_t st = scl_enter_call(client, "sc_process_set_add");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, pset_add(client, ranks, n_ranks, timeout_ms, id_p));
+}
+
+static sc_status_t pset_remove(sc_client_t *client, int id, int timeout_ms)
+{
 	char what[96];
 	snprintf(what, sizeof(what), "rank %d: removing process set %d", client->rank, id);
 	ps_vote_t *votes = calloc((size_t)client->size, sizeof(*votes));
@@ -299,13 +307,9 @@ SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeou
 	return st;
 }
 
-/* The set's rank list into ranks (cap of them), its size, and this trainer's rank in it;
- * -1 for an unknown set. */
-static int pset_query(const sc_client_t *c, int id, int *ranks, int cap, int *mine_p)
+/* pset_query's answer, the call counted. */
+static int pset_query_in(const sc_client_t *c, int id, int *ranks, int cap, int *mine_p)
 {
-	if (!c)
-		return -1;
-	*mine_p = -1;
 	if (id == SC_PROCESS_SET_GLOBAL) {
 		for (int i = 0; ranks && i < cap && i < c->size; i++)
 			ranks[i] = i;
@@ -322,6 +326,31 @@ static int pset_query(const sc_client_t *c, int id, int *ranks, int cap, int *mi
 			*mine_p = i;
 	}
 	pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+	return n;
+}
+
+SC_API sc_status_t sc_process_set_remove(sc_client_t *client, int id, int timeout_ms)
+{
+	sc_status_t st = scl_enter_call(client, "sc_process_set_remove");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, pset_remove(client, id, timeout_ms));
+}
+
+/* The set's rank list into ranks (cap of them), its size, and this trainer's rank in it;
+ * -1 for an unknown set, and once sc_finalize has begun. */
+static int pset_query(const sc_client_t *c, int id, int *ranks, int cap, int *mine_p)
+{
+	*mine_p = -1;
+	if (!c)
+		return -1;
+	if (scl_enter(c)) {
+		scl_leave(c);
+		return -1;
+	}
+	int n = pset_query_in(c, id, ranks, cap, mine_p);
+	scl_leave(c);
 	return n;
 }
 

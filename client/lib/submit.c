@@ -29,11 +29,15 @@
  * whose runtime directory is mounted elsewhere (a container) would miss it or reach
  * another daemon's, so the library connects to the file of that name in the directory of
  * the control socket it reached itself (that socket's target, where it is a link). The
- * connect is non-blocking (a listener whose backlog is full refuses at once), and one
- * deadline, the handshake's timeout, covers the connect, the token and the daemon's
- * acknowledgement. Before the token is sent any failure leaves the control socket in use;
- * after it, no answer in time fails sc_connect: the daemon may have bound the channel, and
- * then a request on the control socket would drop the session.
+ * connect is non-blocking (a listener whose backlog is full refuses at once), and what
+ * the hello left of sc_connect's one deadline covers the connect, the token and the
+ * daemon's acknowledgement. Before the token is sent any failure leaves the control socket
+ * in use; after it, no answer in time fails sc_connect (token_unanswered says why no fall
+ * back is safe, and the error what to check).
+ *
+ * sc_finalize. Its goodbye takes the last ticket; when the sends before it still hold the
+ * channel after sc_finalize's bound (a daemon that takes nothing), the channel is shut
+ * down so they end at once (scl_submit_goodbye).
  *
  * fork(2). A child inherits the channel's descriptor, and a request or a goodbye it sent
  * there would be its parent's session's. The client remembers the pid that connected; in
@@ -47,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -108,16 +113,35 @@ static int submit_send(int fd, const void *data, size_t len, int timeout_ms, cha
 	}
 }
 
-void scl_submit_request(sc_client_t *c, struct scl_frame *f)
+/* Sends f in its ticket's turn. wait_ms >= 0 bounds the wait for the turn: past it the
+ * channel is shut down, so the send that holds it (waiting on a full socket) fails at once
+ * and so do those after it, this one included. */
+static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms)
 {
 	char why[SCL_ERR_MAX - 64];
 	uint64_t ticket = c->send_next++;
 	int fd = c->submit_fd, failed = 0;
+	int64_t deadline = deadline_ms_after(wait_ms > 0 ? wait_ms : 0);
+	struct timespec until = {deadline / 1000, (long)(deadline % 1000) * 1000000L};
 
 	pthread_mutex_unlock(&c->mu);
-	pthread_mutex_lock(&c->send_mu);
-	while (c->send_turn != ticket) /* bounded: each turn before ends within its timeout */
-		pthread_cond_wait(&c->send_cv, &c->send_mu);
+	/* a send in progress holds send_mu while it waits on a full socket */
+	if (wait_ms < 0 || pthread_mutex_clocklock(&c->send_mu, CLOCK_MONOTONIC, &until) != 0) {
+		if (wait_ms >= 0) {
+			shutdown(fd, SHUT_RDWR); /* that send fails at once, and lets go */
+			wait_ms = -1;
+		}
+		pthread_mutex_lock(&c->send_mu);
+	}
+	while (c->send_turn != ticket) { /* bounded: each turn before ends within its timeout */
+		if (wait_ms < 0)
+			pthread_cond_wait(&c->send_cv, &c->send_mu);
+		else if (pthread_cond_timedwait(&c->send_cv, &c->send_mu, &until) ==
+			 ETIMEDOUT) {
+			shutdown(fd, SHUT_RDWR);
+			wait_ms = -1;
+		}
+	}
 	if (!c->send_failed) /* else the failure fails this request's operation too */
 		failed = c->send_failed =
 		    submit_send(fd, f->data, f->len, SCL_DEFAULT_TMO_MS, why, sizeof(why)) != 0;
@@ -130,6 +154,16 @@ void scl_submit_request(sc_client_t *c, struct scl_frame *f)
 		scl_client_fail(c, SC_ERR_CONNECT, why);
 		pthread_mutex_unlock(&c->mu);
 	}
+}
+
+void scl_submit_request(sc_client_t *c, struct scl_frame *f)
+{
+	submit_in_turn(c, f, -1);
+}
+
+void scl_submit_goodbye(sc_client_t *c, struct scl_frame *f, int wait_ms)
+{
+	submit_in_turn(c, f, wait_ms);
 }
 
 void scl_submit_quiesce(sc_client_t *c)
@@ -161,11 +195,40 @@ static int path_here(const sc_client_t *c, const char *daemon_path, char *out, s
 	return n >= 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/*
+ * The token went out and no acknowledgement came by the deadline. No fall back is safe:
+ * the daemon may still accept the connection and read the token (it stays queued there
+ * even once this end is closed) and bind the channel, and would then drop the session at
+ * its first request on the control socket, as a trainer that died. What the kernel still
+ * holds of the token (TIOCOUTQ: bytes sent and not yet read) tells a connection never
+ * accepted from a daemon that read the token and did not answer.
+ */
+static sc_status_t token_unanswered(int fd, const char *path, int left_ms, int timeout_ms)
+{
+	int unread = -1;
+	const char *what =
+	    ioctl(fd, TIOCOUTQ, &unread) == 0 && unread > 0
+		? "the token was never read (the connection waits in the listener's backlog, "
+		  "not accepted)"
+		: "the daemon read the token and sent no acknowledgement";
+
+	return scl_error(
+	    SC_ERR_TIMEOUT,
+	    "the daemon's submit channel %s did not acknowledge this client's token within "
+	    "sc_connect's timeout of %d ms (%d ms of it left after the hello): %s. The "
+	    "control socket cannot take over once the token is sent (the daemon may still "
+	    "bind the channel, and would then drop the session at its first request there). "
+	    "Check that the daemon behind %s is the one that answered the hello and is not "
+	    "stalled (its log), or give sc_connect a longer timeout; "
+	    "SPARSECOMM_SUBMIT_CHANNEL=0 keeps every request on the control socket",
+	    path, timeout_ms, left_ms, what, path);
+}
+
 sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8_t *token,
-			    size_t token_len, int timeout_ms)
+			    size_t token_len, int left_ms, int timeout_ms)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int64_t deadline = deadline_ms_after(timeout_ms); /* connect, token and ack alike */
+	int64_t deadline = deadline_ms_after(left_ms); /* connect, token and ack alike */
 	char path[sizeof(sa.sun_path)];
 	uint8_t ack = 0;
 	ssize_t n = -1;
@@ -176,6 +239,11 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8
 				 "the daemon's submit channel %s: its path here is too long",
 				 daemon_path);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (left_ms <= 0) /* nothing sent yet: the control socket carries the requests */
+		return scl_error(SC_ERR_CONNECT,
+				 "the daemon's submit channel %s: the hello took the whole of "
+				 "sc_connect's %d ms, none is left to bind it",
+				 path, timeout_ms);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return scl_error(SC_ERR_SYSTEM, "submit channel: socket: %s", strerror(errno));
@@ -201,13 +269,10 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8
 	 * request on the control socket drops the session. No answer in time is an error, not
 	 * a fall back. */
 	if (!wait_fd(fd, POLLIN, deadline)) {
+		sc_status_t st = token_unanswered(fd, path, left_ms, timeout_ms);
+
 		close(fd);
-		return scl_error(
-		    SC_ERR_TIMEOUT,
-		    "the daemon's submit channel %s did not answer this client's token "
-		    "within %d ms (it may have bound it, so the control socket cannot "
-		    "take over)",
-		    path, timeout_ms);
+		return st;
 	}
 	do
 		n = recv(fd, &ack, 1, MSG_DONTWAIT);

@@ -363,9 +363,9 @@ out:
 	return st;
 }
 
-SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtype_t dtype,
-				  size_t numel, const sc_tensor_opts_t *opts,
-				  sc_tensor_t **tensor_p)
+static sc_status_t register_in(sc_client_t *client, const char *name, sc_dtype_t dtype,
+			       size_t numel, const sc_tensor_opts_t *opts,
+			       sc_tensor_t **tensor_p)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__RegisterTensor reg = SPARSECOMM__REGISTER_TENSOR__INIT;
@@ -454,6 +454,11 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 		goto err_drop;
 	}
 	st = map_tensor(client, t, reply->reg, wopts.coo_capacity);
+	if (st != SC_OK && scl_closing(client)) /* the goodbye took the object meanwhile */
+		st = scl_error(SC_ERR_SHUTDOWN,
+			       "%s: the client was finalized (sc_finalize) before its buffer "
+			       "was mapped",
+			       what);
 	if (st != SC_OK)
 		goto err_drop;
 	sparsecomm__daemon_msg__free_unpacked(reply, NULL);
@@ -469,6 +474,17 @@ err_drop:
 		sparsecomm__daemon_msg__free_unpacked(reply, NULL);
 	tensor_drop(client, t);
 	return st;
+}
+
+SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtype_t dtype,
+				  size_t numel, const sc_tensor_opts_t *opts,
+				  sc_tensor_t **tensor_p)
+{
+	sc_status_t st = scl_enter_call(client, "sc_register");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, register_in(client, name, dtype, numel, opts, tensor_p));
 }
 
 SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t dtype,
@@ -487,7 +503,7 @@ static void tensor_unmap_free(sc_tensor_t *t)
 	free(t);
 }
 
-SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
+static sc_status_t release_in(sc_client_t *client, sc_tensor_t *tensor)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__ReleaseTensor rel = SPARSECOMM__RELEASE_TENSOR__INIT;
@@ -534,6 +550,15 @@ SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
 	pthread_mutex_unlock(&client->mu);
 	tensor_unmap_free(tensor);
 	return SC_OK;
+}
+
+SC_API sc_status_t sc_tensor_release(sc_client_t *client, sc_tensor_t *tensor)
+{
+	sc_status_t st = scl_enter_call(client, "sc_tensor_release");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, release_in(client, tensor));
 }
 
 /* See internal.h. */
@@ -613,12 +638,16 @@ SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *co
 		return scl_error(SC_ERR_INVALID,
 				 "sc_tensor_result_counts: NULL tensor or counts");
 	sc_client_t *c = tensor->client;
+	sc_status_t st = scl_enter_call(c, "sc_tensor_result_counts");
+	if (st != SC_OK)
+		return st;
 	pthread_mutex_lock(&c->mu);
 	int have = tensor->a2a_n;
 	if (have && n == have)
 		for (int r = 0; r < n; r++)
 			counts[r] = (size_t)tensor->a2a_recv[r];
 	pthread_mutex_unlock(&c->mu);
+	scl_leave(c); /* the tensor's name below: valid until sc_finalize */
 	if (!have)
 		return scl_error(SC_ERR_INVALID,
 				 "tensor '%s': no alltoall has completed on it since the last "
@@ -638,8 +667,8 @@ SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)
 	return tensor ? tensor->residual : NULL;
 }
 
-SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
-				   sc_tensor_stats_t *stats_p)
+static sc_status_t stats_in(sc_client_t *client, const sc_tensor_t *tensor,
+			    sc_tensor_stats_t *stats_p)
 {
 	/* struct_size: this header's, or an older one's (which ended before exchange_s,
 	 * before cpu_s, or before wire): the fields it has are filled, nothing past it is
@@ -691,6 +720,16 @@ SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tenso
 	return st;
 }
 
+SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
+				   sc_tensor_stats_t *stats_p)
+{
+	sc_status_t st = scl_enter_call(client, "sc_tensor_stats");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, stats_in(client, tensor, stats_p));
+}
+
 SC_API sc_device_kind_t sc_tensor_device(const sc_tensor_t *tensor, int *ordinal_p)
 {
 	sc_device_kind_t kind = tensor ? tensor->device : SC_DEVICE_CPU;
@@ -708,15 +747,18 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' is a cpu tensor: it has no stream",
 				 tensor->client->rank, tensor->name);
-	pthread_mutex_lock(&tensor->client->mu);
+	sc_client_t *c = tensor->client;
+	if (scl_enter_call(c, "sc_tensor_set_stream") != SC_OK)
+		return SC_ERR_SHUTDOWN;
+	pthread_mutex_lock(&c->mu);
 	tensor->stream = stream;
-	pthread_mutex_unlock(&tensor->client->mu);
-	return SC_OK;
+	pthread_mutex_unlock(&c->mu);
+	return scl_left(c, SC_OK);
 }
 
 /* ---- grouped operations: a tensor's next operation as a member of the open group ---- */
 
-SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t *group_p)
+static sc_status_t group_begin_in(sc_client_t *client, int n_members, sc_group_t *group_p)
 {
 	if (!client || !group_p)
 		return scl_error(SC_ERR_INVALID, "sc_group_begin: NULL client or group_p");
@@ -741,7 +783,16 @@ SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t
 	return SC_OK;
 }
 
-SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor)
+SC_API sc_status_t sc_group_begin(sc_client_t *client, int n_members, sc_group_t *group_p)
+{
+	sc_status_t st = scl_enter_call(client, "sc_group_begin");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, group_begin_in(client, n_members, group_p));
+}
+
+static sc_status_t group_add_in(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor)
 {
 	sc_status_t st = SC_OK;
 
@@ -769,7 +820,16 @@ SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor
 	return st;
 }
 
-SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group)
+SC_API sc_status_t sc_group_add(sc_client_t *client, sc_group_t group, sc_tensor_t *tensor)
+{
+	sc_status_t st = scl_enter_call(client, "sc_group_add");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, group_add_in(client, group, tensor));
+}
+
+static sc_status_t group_end_in(sc_client_t *client, sc_group_t group)
 {
 	sc_status_t st = SC_OK;
 
@@ -794,4 +854,13 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group)
 	}
 	pthread_mutex_unlock(&client->mu);
 	return st;
+}
+
+SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group)
+{
+	sc_status_t st = scl_enter_call(client, "sc_group_end");
+
+	if (st != SC_OK)
+		return st;
+	return scl_left(client, group_end_in(client, group));
 }

@@ -128,8 +128,9 @@ int it_submit_fork(int argc, char **argv);
 int it_submit_reconnect(int argc, char **argv);
 int it_submit_open(int argc, char **argv);
 int it_submit_emfile(int argc, char **argv);
-int it_join_left(int argc, char **argv);    /* itest_sessions.c */
-int it_join_timeout(int argc, char **argv); /* itest_sessions.c */
+int it_finalize_race(int argc, char **argv); /* itest_finalize.c */
+int it_join_left(int argc, char **argv);     /* itest_sessions.c */
+int it_join_timeout(int argc, char **argv);  /* itest_sessions.c */
 int it_crash(int argc, char **argv);
 int it_ctl(int argc, char **argv);
 int it_many_names(int argc, char **argv); /* itest_sums.c */

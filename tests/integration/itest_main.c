@@ -374,6 +374,8 @@ static const struct {
     {"submit-threads", it_submit_threads, "[ROUNDS]: 4 threads of a trainer submit at once"},
     {"submit-reconnect", it_submit_reconnect, "[TIMES]: sc_finalize then sc_connect at once"},
     {"submit-open", it_submit_open, "binding the channel against a scripted daemon"},
+    {"finalize-race", it_finalize_race,
+     "[ROUNDS] [SEED]: sc_finalize while threads wait, poll, register and enter barriers"},
     {"submit-emfile", it_submit_emfile, "the daemon out of descriptors: no spin"},
     {"submit-fork", it_submit_fork, "a forked child's requests refused, its finalize harmless"},
     {"join-left", it_join_left, "a join beside a barrier and a rank that leaves: at once"},

@@ -5,11 +5,17 @@
  * runtime directory is mounted elsewhere), and a SOCK_SEQPACKET listener named like it
  * beside the ROUTER's socket that never answers. The real daemon is not used.
  *
- * submit-open: two connects.
- *   - The listener takes the token and never answers: sc_connect fails with SC_ERR_TIMEOUT
- *     within its timeout, naming the channel (the daemon might have bound it: the control
+ * submit-open: four connects.
+ *   - The listener never accepts, so the token waits unread in its backlog: sc_connect
+ *     fails with SC_ERR_TIMEOUT within its timeout, naming the channel, saying the token
+ *     was never read and what to check (the daemon might still bind it: the control
  *     socket cannot take over). This also shows the channel was found beside the control
  *     socket, not at the offered path (there, the connect would fail and fall back).
+ *   - The same with the hello answered only after two thirds of the timeout: one deadline
+ *     covers the hello and the channel, so sc_connect still fails within its timeout (not
+ *     the hello's wait plus a whole timeout more for the channel).
+ *   - The channel bound, then never read: sc_finalize with four threads' requests stuck
+ *     on it returns within its bound, each request ending with SC_ERR_SHUTDOWN.
  *   - The listener's backlog is full: the connect is refused at once and sc_connect
  *     succeeds on the control socket, well within its timeout (a blocking connect would
  *     wait for ever).
@@ -34,6 +40,9 @@ typedef struct {
 	void *ctx, *router;
 	int listen_fd, fill[256], n_fill;
 	volatile int stop;
+	volatile int hello_delay_ms; /* the hello is answered after this long */
+	int bind_channel; /* accept the channel, acknowledge its token, read no more */
+	int chan_fd;
 	pthread_t thread;
 } fake_t;
 
@@ -46,6 +55,8 @@ static void fake_answer(fake_t *f, zmq_msg_t *id, const Sparsecomm__ClientMsg *m
 	uint8_t buf[1024];
 	if (m->body_case != SPARSECOMM__CLIENT_MSG__BODY_HELLO)
 		return;
+	if (f->hello_delay_ms > 0)
+		it_sleep_ms(f->hello_delay_ms);
 	hr.protocol_version = SC_PROTOCOL_VERSION;
 	hr.rank = hr.local_rank = hr.node_rank = 0;
 	hr.size = hr.local_size = hr.node_count = 1;
@@ -63,8 +74,17 @@ static void *fake_main(void *p)
 {
 	fake_t *f = p;
 	while (!f->stop) {
-		zmq_pollitem_t it = {f->router, 0, ZMQ_POLLIN, 0};
-		if (zmq_poll(&it, 1, 50) <= 0)
+		zmq_pollitem_t its[2] = {{f->router, 0, ZMQ_POLLIN, 0},
+					 {NULL, f->listen_fd, ZMQ_POLLIN, 0}};
+		if (zmq_poll(its, f->bind_channel && f->chan_fd < 0 ? 2 : 1, 50) <= 0)
+			continue;
+		if (its[1].revents & ZMQ_POLLIN) {
+			uint8_t tok[64], ack = 1;
+			f->chan_fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+			if (f->chan_fd >= 0 && recv(f->chan_fd, tok, sizeof(tok), 0) > 0)
+				send(f->chan_fd, &ack, 1, MSG_NOSIGNAL);
+		}
+		if (!(its[0].revents & ZMQ_POLLIN))
 			continue;
 		zmq_msg_t id, body;
 		zmq_msg_init(&id);
@@ -87,6 +107,7 @@ static void *fake_main(void *p)
 static void fake_start(fake_t *f, int backlog)
 {
 	memset(f, 0, sizeof(*f));
+	f->chan_fd = -1;
 	snprintf(f->dir, sizeof(f->dir), "%s", "/tmp/sc-subopen.XXXXXX");
 	if (!mkdtemp(f->dir))
 		IT_FAIL("mkdtemp: %s", strerror(errno));
@@ -138,10 +159,107 @@ static void fake_stop(fake_t *f)
 	zmq_ctx_term(f->ctx);
 	for (int i = 0; i < f->n_fill; i++)
 		close(f->fill[i]);
+	if (f->chan_fd >= 0)
+		close(f->chan_fd);
 	close(f->listen_fd);
 	unlink(f->sub);
 	unlink(f->ctl);
 	rmdir(f->dir);
+}
+
+/* sc_connect against a channel that never accepts, its hello answered after delay_ms:
+ * SC_ERR_TIMEOUT within timeout_ms (and a margin for a loaded host), naming the channel,
+ * its token unread, and what to check. */
+static void unanswered(int timeout_ms, int delay_ms)
+{
+	const double margin_s = 0.5;
+	sc_client_t *c = NULL;
+	fake_t f;
+	fake_start(&f, 16);
+	f.hello_delay_ms = delay_ms;
+	double t0 = it_now_s();
+	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
+	double took = it_now_s() - t0;
+	const char *e = sc_last_error();
+	if (st != SC_ERR_TIMEOUT || !strstr(e, f.sub) || !strstr(e, "token was never read") ||
+	    !strstr(e, "backlog") || !strstr(e, "SPARSECOMM_SUBMIT_CHANNEL=0"))
+		IT_FAIL(
+		    "a channel that never accepts, the hello answered after %d ms: sc_connect "
+		    "gave %s (%s), expected SC_ERR_TIMEOUT naming %s, its token unread in the "
+		    "backlog, and SPARSECOMM_SUBMIT_CHANNEL=0",
+		    delay_ms, sc_status_name(st), st == SC_OK ? "bound, or fell back" : e,
+		    f.sub);
+	if (took > timeout_ms / 1000.0 + margin_s || took < timeout_ms / 1000.0 - 0.05)
+		IT_FAIL(
+		    "the hello answered after %d ms: sc_connect gave up after %.2f s with a "
+		    "timeout of %d ms (one deadline for the hello and the channel: expected "
+		    "%.1f to %.1f s)",
+		    delay_ms, took, timeout_ms, timeout_ms / 1000.0 - 0.05,
+		    timeout_ms / 1000.0 + margin_s);
+	it_log("a token unanswered, the hello after %d ms: %s after %.2f s: %s", delay_ms,
+	       sc_status_name(st), took, e);
+	fake_stop(&f);
+}
+
+/* A thread's sc_config_set with a large value, on a channel the daemon never reads. */
+typedef struct {
+	sc_client_t *c;
+	const char *value;
+	sc_status_t st;
+	char error[160];
+} stuck_t;
+
+static void *stuck_main(void *p)
+{
+	stuck_t *s = p;
+	s->st = sc_config_set(s->c, "stuck", s->value);
+	snprintf(s->error, sizeof(s->error), "%s", sc_last_error());
+	return NULL;
+}
+
+/*
+ * sc_finalize with sends stuck on a full channel: the daemon binds the channel and reads
+ * nothing more, four threads each send a request of 100 KB (the first ones fill the
+ * socket, the next waits on it, up to the library's 30 s timeout, the last for its turn).
+ * sc_finalize must return within its bound (its goodbye waits 2 s for its turn, then
+ * shuts the channel down, which ends the stuck send), every thread with SC_ERR_SHUTDOWN.
+ */
+static void stuck_sends(int timeout_ms)
+{
+	enum { N = 4 };
+	static char value[100 * 1024];
+	stuck_t s[N];
+	pthread_t th[N];
+	sc_client_t *c = NULL;
+	fake_t f;
+	memset(value, 'v', sizeof(value) - 1);
+	fake_start(&f, 16);
+	f.bind_channel = 1;
+	IT_CHECK_SC(sc_connect(f.ctl, timeout_ms, &c), "sc_connect, the channel bound");
+	for (int i = 0; i < N; i++) {
+		s[i] = (stuck_t){.c = c, .value = value};
+		if (pthread_create(&th[i], NULL, stuck_main, &s[i]) != 0)
+			IT_FAIL("pthread_create failed");
+	}
+	it_sleep_ms(500); /* the sends are stuck by now */
+	double t0 = it_now_s();
+	sc_status_t st = sc_finalize(c);
+	double took = it_now_s() - t0;
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	if (st != SC_OK || took > 3.5)
+		IT_FAIL("sc_finalize with sends stuck on a full submit channel gave %s after "
+			"%.2f s (bound: 2 s for its goodbye's turn, 1 s to flush)",
+			sc_status_name(st), took);
+	for (int i = 0; i < N; i++)
+		if (s[i].st != SC_ERR_SHUTDOWN)
+			IT_FAIL("thread %d's request on a full channel ended with %s (%s), "
+				"expected SC_ERR_SHUTDOWN",
+				i, sc_status_name(s[i].st), s[i].error);
+	it_log("sends stuck on a full channel: sc_finalize returned after %.2f s, every "
+	       "request ended with SC_ERR_SHUTDOWN",
+	       took);
+	fake_stop(&f);
 }
 
 int it_submit_open(int argc, char **argv)
@@ -151,27 +269,15 @@ int it_submit_open(int argc, char **argv)
 	sc_client_t *c = NULL;
 	fake_t f;
 	it_env.rank = it_env.env_rank >= 0 ? it_env.env_rank : 0;
-	fake_start(&f, 16);
-	double t0 = it_now_s();
-	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
-	double took = it_now_s() - t0;
-	if (st != SC_ERR_TIMEOUT || !strstr(sc_last_error(), f.sub) ||
-	    !strstr(sc_last_error(), "token"))
-		IT_FAIL("a channel that took the token and never answered: sc_connect gave %s "
-			"(%s), expected SC_ERR_TIMEOUT naming %s and its token",
-			sc_status_name(st),
-			st == SC_OK ? "bound, or fell back" : sc_last_error(), f.sub);
-	if (took > timeout_ms / 1000.0 * 2 + 1)
-		IT_FAIL("sc_connect took %.1f s with a timeout of %d ms", took, timeout_ms);
-	it_log("a token unanswered: %s after %.1f s: %s", sc_status_name(st), took,
-	       sc_last_error());
-	fake_stop(&f);
+	unanswered(timeout_ms, 0);
+	unanswered(timeout_ms, timeout_ms * 2 / 3);
+	stuck_sends(timeout_ms);
 
 	fake_start(&f, 0);
 	fake_fill(&f);
-	t0 = it_now_s();
-	st = sc_connect(f.ctl, timeout_ms, &c);
-	took = it_now_s() - t0;
+	double t0 = it_now_s();
+	sc_status_t st = sc_connect(f.ctl, timeout_ms, &c);
+	double took = it_now_s() - t0;
 	if (st != SC_OK)
 		IT_FAIL(
 		    "a channel whose backlog is full: sc_connect gave %s: %s, expected SC_OK "

@@ -424,6 +424,13 @@ run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
 run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
 run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
 run_case "submit open n=1" 1 1 60 0 1 -- "$itest" submit-open
+# sc_finalize while threads of the trainer wait (without a limit), poll, register and enter
+# barriers on the same client: each ends with SC_ERR_SHUTDOWN, sc_finalize within its bound;
+# then a call held inside past that bound (a blocking log callback) completes and frees the
+# client as it leaves (itest_finalize.c); with and without the submit channel.
+run_case "finalize race n=1 per-node=2" 1 2 240 0 2 -- "$itest" finalize-race
+run_case "finalize race without the channel n=1 per-node=2" 1 2 240 0 2 -- \
+	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" finalize-race 20
 rm -rf "$tmp/emfile"
 run_case "submit emfile n=1" 1 1 60 0 1 --log-dir "$tmp/emfile" -- "$itest" submit-emfile
 if selected "submit emfile n=1"; then
