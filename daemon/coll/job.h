@@ -249,7 +249,8 @@ typedef struct scd_job {
 	int lossless_only; /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id */
-	uint32_t forget_cache_id;
+	uint32_t forget_cache_id;   /* UINT32_MAX: none */
+	uint64_t forget_presel_key; /* the node tensor's speculative selection's; 0: none */
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob, and the nodes
 	 * per core of the world's busiest host, the same on every rank (world/host.h) */
 	scd_transport_boot_t boot;

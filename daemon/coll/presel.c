@@ -133,6 +133,12 @@ static void spec_forget(scd_presel_table_t *tab, uint64_t key)
 		entry_free(spec_unlink(tab, i));
 }
 
+void scd_presel_forget_key(scd_presel_table_t *tab, uint64_t key)
+{
+	if (tab && key)
+		spec_forget(tab, key);
+}
+
 int scd_presel_count(const scd_presel_table_t *tab)
 {
 	return tab ? tab->n + tab->n_spec : 0;
@@ -354,9 +360,14 @@ static scd_presel_t *spec_take(scd_presel_table_t *tab, const scd_job_item_t *it
 scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)
 {
 	scd_sparsifier_cfg_t cfg;
-	if (tab && !it->presel_token) { /* not selected ahead (the key off): none kept */
-		scd_presel_forget(tab, it->cache_id);
-		spec_forget(tab, it->presel_key);
+	if (tab && !it->presel_token) {
+		/* not selected ahead (the key off): none kept; but a node taking part with
+		 * zeros (its trainers joined) keeps its entry, which the tensor's previous
+		 * buffer may still be reading on the communication stage */
+		if (it->n_src) {
+			scd_presel_forget(tab, it->cache_id);
+			spec_forget(tab, it->presel_key);
+		}
 		return NULL;
 	}
 	if (!tab || !item_cfg(tab, it, seed, &cfg))

@@ -72,6 +72,8 @@ sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p);
 void scd_presel_table_destroy(scd_presel_table_t *tab);
 /* Drops the entry of the tensor with this cache id. */
 void scd_presel_forget(scd_presel_table_t *tab, uint32_t cache_id);
+/* Drops the speculative entry of the node tensor with this presel_key (0: nothing). */
+void scd_presel_forget_key(scd_presel_table_t *tab, uint64_t key);
 /* Drops every entry (a re-formed world numbers its cache ids anew). */
 void scd_presel_clear(scd_presel_table_t *tab);
 /* The entries kept, speculative ones included. */

@@ -1458,11 +1458,11 @@ int scd_ctl_trainers(const scd_ctl_t *ctl)
 }
 
 /* A tensor is gone from this node: the engine may drop the scheme state of its buffers. */
-static void on_tensor_free(void *arg, const char *name)
+static void on_tensor_free(void *arg, const char *name, uint64_t presel_key)
 {
 	scd_ctl_t *ctl = arg;
 	if (ctl->d->world && !ctl->d->shutting_down)
-		ctl->up->forget(ctl->d->world, name);
+		ctl->up->forget(ctl->d->world, name, presel_key);
 }
 
 sc_status_t scd_ctl_create(scd_daemon_t *d, const scd_ctl_upcalls_t *up, scd_ctl_t **ctl_p)

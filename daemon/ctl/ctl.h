@@ -36,7 +36,7 @@ typedef struct scd_ctl_upcalls {
 	void (*announce)(scd_world_t *w, scd_ntensor_t *nt);
 	void (*abandon)(scd_world_t *w, const char *name, sc_status_t status,
 			const char *reason);
-	void (*forget)(scd_world_t *w, const char *name);
+	void (*forget)(scd_world_t *w, const char *name, uint64_t presel_key);
 	void (*node_state)(scd_world_t *w, int degraded, const char *reason);
 	void (*pending)(scd_world_t *w, uint64_t query_id);
 	void (*config_propose)(scd_world_t *w, const char *key, const char *value);

@@ -617,7 +617,7 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 		pp = &(*pp)->all_next;
 	*pp = nt->all_next;
 	if (t->on_free)
-		t->on_free(t->on_free_arg, nt->name);
+		t->on_free(t->on_free_arg, nt->name, nt->presel_key);
 	scd_stats_keep_put(&t->kept, nt->name, nt->dtype, nt->numel, &nt->stats);
 	free(nt->name);
 	free(nt);

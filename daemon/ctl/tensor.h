@@ -204,8 +204,9 @@ static inline uint32_t scd_ntensor_typeword(const scd_ntensor_t *nt)
 
 typedef struct scd_tensors scd_tensors_t;
 
-/* on_free (optional) is called with the name of every node tensor as it is freed. */
-typedef void (*scd_tensor_free_cb)(void *arg, const char *name);
+/* on_free (optional) is called with the name of every node tensor as it is freed, and its
+ * presel_key (0: none). */
+typedef void (*scd_tensor_free_cb)(void *arg, const char *name, uint64_t presel_key);
 sc_status_t scd_tensors_create(int local_size, scd_tensor_free_cb on_free, void *arg,
 			       scd_tensors_t **t_p);
 /* The group of every shared-memory object created from now on (mode 0660; the ctl_group

@@ -505,8 +505,11 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 		if (job->kind == SCD_JOB_MESH)
 			run_mesh(e, job);
 		else {
-			scd_bufctx_forget(e->bufs, job->forget_cache_id);
-			scd_presel_forget(e->presel, job->forget_cache_id);
+			if (job->forget_cache_id != UINT32_MAX) {
+				scd_bufctx_forget(e->bufs, job->forget_cache_id);
+				scd_presel_forget(e->presel, job->forget_cache_id);
+			}
+			scd_presel_forget_key(e->presel, job->forget_presel_key);
 		}
 	} else if (!e->transport) {
 		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",

@@ -755,7 +755,7 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			a--;
 		while (b >= 0 && end < fp->n && fp->buf[end] == b)
 			end++;
-		if (b >= 0 && !fresh && j - i < end - a && now >= first + wait)
+		if (b >= 0 && !fresh && j - i < end - a && (grouped || now >= first + wait))
 			learn_breaks(fp, r + i, j - i, a, end);
 		else if (b >= 0 && j - i == end - a)
 			scd_fplan_whole(fp, a, end);
@@ -1539,18 +1539,19 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	return st;
 }
 
-void scd_world_forget(scd_world_t *w, const char *name)
+void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
 {
 	uint32_t id = cache_lookup(w, name);
-	if (id == UINT32_MAX)
+	if (id == UINT32_MAX && !presel_key) /* nothing kept for it */
 		return;
-	if (w->is_coord) /* its buffer mates no longer wait for it */
+	if (id != UINT32_MAX && w->is_coord) /* its buffer mates no longer wait for it */
 		scd_fplan_remove(&w->fplan, id);
 	scd_job_t *job = calloc(1, sizeof(*job));
 	if (!job)
 		return;
 	job->kind = SCD_JOB_FORGET;
 	job->forget_cache_id = id;
+	job->forget_presel_key = presel_key; /* a first step's selection never taken */
 	scd_engine_submit(w->d->engine, job);
 }
 

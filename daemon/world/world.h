@@ -74,7 +74,7 @@ void scd_world_fail_step(scd_world_t *w, const char *name, sc_status_t status,
 void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status,
 		       const char *reason);
 /* The tensor is gone from this node: frees the engine's state for buffers holding it. */
-void scd_world_forget(scd_world_t *w, const char *name);
+void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key);
 /* This node lost a trainer (degraded) or has a full set again. */
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 /* Every local trainer entered this node's barrier number seq (barrier.c); how it ends on

@@ -174,6 +174,16 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 	plan.cache_id = 12;
 	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL);
 
+	/* never taken, and the tensor released: its forget drops it by its key alone */
+	sub.presel_key = 9;
+	selected(tab, &sub, 55);
+	CHECK_TRUE(scd_presel_count(tab) == 3);
+	scd_presel_forget_key(tab, 0);	/* none */
+	scd_presel_forget_key(tab, 10); /* another tensor's */
+	CHECK_TRUE(scd_presel_count(tab) == 3);
+	scd_presel_forget_key(tab, 9);
+	CHECK_TRUE(scd_presel_count(tab) == 2);
+
 	sub.presel_key = 8;
 	selected(tab, &sub, 61);
 	CHECK_TRUE(scd_presel_count(tab) == 3);
