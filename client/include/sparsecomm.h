@@ -613,7 +613,10 @@ SC_API void sc_set_log_callback(sc_log_cb cb, void *arg);
  * that reads nothing (the channel is then shut down, ending them), at most 2 s for the
  * calls inside to leave, at most 1 s for its goodbye to flush. A call still inside after
  * that (a GPU synchronisation, say) frees the client as it leaves. The tensors, their
- * buffers and what the tensor accessors returned are valid until sc_finalize begins.
+ * buffers and what the tensor accessors returned are valid until sc_finalize begins: the
+ * calls that take a tensor and no client (sc_tensor_*, such as sc_tensor_set_stream and
+ * sc_tensor_result_nnz) must not overlap it. A log callback (sc_set_log_callback) may be
+ * called with the client's lock held: it must not block, nor call into the library.
  * A call made after sc_finalize has returned uses a freed client, as after free(3): the
  * library keeps the structure of the last 16 finalized clients so that such a call is
  * refused with SC_ERR_SHUTDOWN rather than touching freed memory, but a program must not

@@ -239,11 +239,15 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8
 				 "the daemon's submit channel %s: its path here is too long",
 				 daemon_path);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	if (left_ms <= 0) /* nothing sent yet: the control socket carries the requests */
+	/* nothing sent yet: the control socket carries the requests. Too little time left
+	 * to bind the channel would fail sc_connect once the token is sent, where the
+	 * control socket works */
+	int least = timeout_ms / 4 < 500 ? timeout_ms / 4 : 500;
+	if (left_ms <= 0 || left_ms < least)
 		return scl_error(SC_ERR_CONNECT,
-				 "the daemon's submit channel %s: the hello took the whole of "
-				 "sc_connect's %d ms, none is left to bind it",
-				 path, timeout_ms);
+				 "the daemon's submit channel %s: the hello left %d of "
+				 "sc_connect's %d ms, fewer than the %d it takes to bind it",
+				 path, left_ms > 0 ? left_ms : 0, timeout_ms, least);
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return scl_error(SC_ERR_SYSTEM, "submit channel: socket: %s", strerror(errno));

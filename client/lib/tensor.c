@@ -647,19 +647,21 @@ SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *co
 		for (int r = 0; r < n; r++)
 			counts[r] = (size_t)tensor->a2a_recv[r];
 	pthread_mutex_unlock(&c->mu);
-	scl_leave(c); /* the tensor's name below: valid until sc_finalize */
+	/* the error's text before the call leaves: a finalize waiting for it frees the
+	 * tensor */
 	if (!have)
-		return scl_error(SC_ERR_INVALID,
-				 "tensor '%s': no alltoall has completed on it since the last "
-				 "one began",
-				 tensor->name);
-	if (n != have)
-		return scl_error(
-		    SC_ERR_INVALID,
-		    "tensor '%s': room for %d counts, the alltoall received from %d "
-		    "ranks",
-		    tensor->name, n, have);
-	return SC_OK;
+		st =
+		    scl_error(SC_ERR_INVALID,
+			      "tensor '%s': no alltoall has completed on it since the last one "
+			      "began",
+			      tensor->name);
+	else if (n != have)
+		st = scl_error(SC_ERR_INVALID,
+			       "tensor '%s': room for %d counts, the alltoall received from %d "
+			       "ranks",
+			       tensor->name, n, have);
+	scl_leave(c);
+	return st;
 }
 
 SC_API const float *sc_tensor_residual(const sc_tensor_t *tensor)

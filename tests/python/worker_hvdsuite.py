@@ -867,6 +867,18 @@ def shutdown_then_init_again():
     hvd.barrier()
     hvd.shutdown()
     assert not hvd.is_initialized()
+    # a handle still running at shutdown() is refused, not waited on a freed client
+    import sparsecomm as sc
+
+    class Gone:
+        closed, timeout_s, rank = True, 1.0, R
+    h = sc.Handle(Gone(), None, 7, lambda: None)
+    for call in (h.poll, h.wait):
+        try:
+            call()
+            raise AssertionError("%s of a handle after shutdown() returned" % call.__name__)
+        except sc.SparsecommError as e:
+            assert e.status_name == "SC_ERR_SHUTDOWN", e
     hvd.init()
     assert hvd.is_initialized() and (hvd.rank(), hvd.size()) == (R, P)
     still_works("reinit")

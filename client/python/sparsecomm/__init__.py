@@ -115,6 +115,7 @@ __all__ = [
     "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "NotInitializedError",
+    "DuplicateNameError", "SplitsError",
     "register", "ProcessSet", "ProcessSetError", "global_process_set", "add_process_set",
     "remove_process_set", "process_set_by_id",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
@@ -844,21 +845,29 @@ class Handle:
             if waited or not self._entry.unnamed:
                 self._free()
 
-    def _free(self):
+    def _free(self, release_orphan=True):
         e = self._entry
         if e is None or getattr(self, "_freed", False):
             return
         self._freed = True
         e.inflight = False
-        if e.orphan:
+        if e.orphan and release_orphan:
             _release_orphan(self._ctx, e)
 
     def __del__(self):
         try:  # a handle dropped after poll() said it was done: its slot is free again
             if self._done:
-                self._free()
+                # no lock here: the collector may run this on a thread that holds the
+                # context's lock (an orphan's registration then stays until shutdown)
+                self._free(release_orphan=False)
         except Exception:  # noqa: B902  (interpreter shutdown)
             pass
+
+    def _closed(self):
+        """The error of a handle used after shutdown(): its client is gone."""
+        return SparsecommError(_lib.SC_ERR_SHUTDOWN, "%s: sparsecomm has been shut down" % (
+            "operation of tensor '%s'" % self._entry.name if self._entry is not None
+            else "operation"), self.name)
 
     def _out(self):
         if self._exc is not None:
@@ -867,6 +876,8 @@ class Handle:
 
     def poll(self):
         if not self._done:
+            if self._ctx.closed:
+                raise self._closed()
             st = _lib.load().sc_poll(self._ctx.client, self._hid)
             if st == _lib.SC_IN_PROGRESS:
                 return False
@@ -886,6 +897,8 @@ class Handle:
         tmo = self._ctx.timeout_s if timeout is None else float(timeout)
         deadline = _now() + tmo
         while True:
+            if self._ctx.closed:
+                raise self._closed()
             left_ms = int(max(0.0, deadline - _now()) * 1000)
             slice_ms = min(left_ms, _WAIT_SLICE_MS)
             if self._stream is not None:
@@ -1453,4 +1466,4 @@ def _unravel(lin, sparse_shape):
 from ._colls import (  # noqa: E402,F401
     allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
     broadcast, broadcast_, broadcast_async, broadcast_async_, broadcast_object, join,
-    reducescatter, reducescatter_async)
+    reducescatter, reducescatter_async, SplitsError)

@@ -81,7 +81,8 @@ import sparsecomm as _sc
 from sparsecomm import _autograd
 from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic: not supported)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
-    SparsecommError, HorovodInternalError, NotInitializedError, Handle, Sparsifier,
+    SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
+    SplitsError, Handle, Sparsifier,
     ReduceOp, Sum, Average, Min, Max, Product, Adasum, init, shutdown, is_initialized, rank,
     size, local_rank, local_size, cross_rank, cross_size, is_homogeneous,
     broadcast_async, broadcast_, broadcast_async_, broadcast_object,
