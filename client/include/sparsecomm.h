@@ -343,6 +343,22 @@ SC_API sc_device_kind_t sc_tensor_device(const sc_tensor_t *tensor, int *ordinal
 SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream);
 
 /*
+ * The shape the tensor's later allreduces, broadcasts and reduce-scatters give: ndim
+ * dimensions (at most
+ * SC_MAX_DIMS) whose product is the tensor's element count; ndim 0 gives none (the
+ * default). Every rank must give the same shape, as Horovod requires: shapes that differ
+ * (the same element count in other dimensions: [17, 1311] on one rank, [17, 23, 57] on
+ * another) fail the operation on every rank with SC_ERR_MISMATCH naming each rank's shape.
+ * One dimension and none are the same shape, and a rank that gives none is compared as
+ * such. Allgather and alltoall take no shape (their rows may differ) and leave it for the
+ * next allreduce.
+ * SC_ERR_INVALID, naming the tensor, for a product that is not the element count or too
+ * many dimensions.
+ */
+#define SC_MAX_DIMS 64
+SC_API sc_status_t sc_tensor_set_shape(sc_tensor_t *tensor, int ndim, const uint64_t *dims);
+
+/*
  * Queues the completion of an operation on a cuda tensor on a stream of the caller: waits
  * on the host (at most timeout_ms, as sc_wait) until the daemon has queued the result,
  * then makes stream wait on the tensor's done event, so work queued on stream afterwards

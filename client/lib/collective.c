@@ -115,11 +115,20 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 	if ((st = scl_forked_refusal(c, "allreduce")) != SC_OK)
 		return st;
 	/* the mark of sc_group_add is taken by this operation, whether it starts or not */
+	uint64_t dims[SC_MAX_DIMS];
+	int shaped = q->body_case == SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE ||
+		     q->body_case == SPARSECOMM__COLLECTIVE__BODY_BROADCAST ||
+		     q->body_case == SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER;
 	pthread_mutex_lock(&c->mu);
 	q->group = t->group;
 	q->group_size = t->group_size;
 	t->group = 0;
 	t->group_size = 0;
+	if (shaped && t->ndim) {
+		memcpy(dims, t->dims, sizeof(*dims) * (size_t)t->ndim);
+		q->shape = dims;
+		q->n_shape = (size_t)t->ndim;
+	}
 	pthread_mutex_unlock(&c->mu);
 	if (a2a && !send_counts)
 		return scl_error(SC_ERR_INVALID,

@@ -59,6 +59,10 @@ struct sc_tensor {
 	 * group's size, guarded by mu */
 	uint64_t group;
 	uint32_t group_size;
+	/* the shape its allreduces and broadcasts give (sc_tensor_set_shape; ndim 0: none),
+	 * guarded by mu */
+	int ndim;
+	uint64_t dims[SC_MAX_DIMS];
 };
 
 /* One allreduce started by sc_allreduce_async, kept until its result is collected. */

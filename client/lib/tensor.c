@@ -758,6 +758,37 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
 	return scl_left(c, SC_OK);
 }
 
+SC_API sc_status_t sc_tensor_set_shape(sc_tensor_t *tensor, int ndim, const uint64_t *dims)
+{
+	if (!tensor || !tensor->ready)
+		return scl_error(SC_ERR_INVALID, "sc_tensor_set_shape: no registered tensor");
+	sc_client_t *c = tensor->client;
+	if (ndim < 0 || ndim > SC_MAX_DIMS || (ndim && !dims))
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s': a shape of %d dimensions (0 to %d, "
+				 "dims not NULL)",
+				 c->rank, tensor->name, ndim, SC_MAX_DIMS);
+	uint64_t prod = 1;
+	int over = 0;
+	for (int i = 0; i < ndim; i++) {
+		over |= dims[i] && prod > UINT64_MAX / dims[i];
+		prod *= dims[i];
+	}
+	if (ndim && (over || prod != tensor->numel))
+		return scl_error(SC_ERR_INVALID,
+				 "rank %d: tensor '%s': a shape of %d dimensions whose product "
+				 "is not its %zu elements",
+				 c->rank, tensor->name, ndim, tensor->numel);
+	if (scl_enter_call(c, "sc_tensor_set_shape") != SC_OK)
+		return SC_ERR_SHUTDOWN;
+	pthread_mutex_lock(&c->mu);
+	tensor->ndim = ndim;
+	if (ndim)
+		memcpy(tensor->dims, dims, sizeof(*dims) * (size_t)ndim);
+	pthread_mutex_unlock(&c->mu);
+	return scl_left(c, SC_OK);
+}
+
 /* ---- grouped operations: a tensor's next operation as a member of the open group ---- */
 
 static sc_status_t group_begin_in(sc_client_t *client, int n_members, sc_group_t *group_p)

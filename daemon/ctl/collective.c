@@ -75,6 +75,19 @@ sc_status_t scd_ctl_collective_decode(scd_reg_t *r, int rank, int trainers,
 			 rank, nt->name, SC_PROTOCOL_VERSION);
 		return SC_ERR_PROTOCOL;
 	}
+	if (c->n_shape && c->body_case != SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE &&
+	    c->body_case != SPARSECOMM__COLLECTIVE__BODY_BROADCAST &&
+	    c->body_case != SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER) {
+		snprintf(err, len,
+			 "rank %d: tensor '%s': a shape was given with a collective other than "
+			 "allreduce, broadcast and reduce-scatter",
+			 rank, nt->name);
+		return SC_ERR_INVALID;
+	}
+	if (scd_shape_make(&q->shape, c->shape, c->n_shape, nt->numel, why, sizeof(why))) {
+		snprintf(err, len, "rank %d: tensor '%s': %s", rank, nt->name, why);
+		return SC_ERR_INVALID;
+	}
 	sc_status_t st = scd_coll_desc(rq->coll.kind)->check(rq, why, sizeof(why));
 	if (st != SC_OK) {
 		snprintf(err, len, "rank %d: %s", rank, why);

@@ -1,8 +1,8 @@
 /*
  * collective.h: a trainer's Collective request (proto/sparsecomm.proto) as the node keeps
  * it. The request's body names exactly one collective with its own arguments; decoding it
- * gives the submission's collective (coll/coll.h), COO input and count, which ctl.c stores
- * in the trainer's registration (scd_reg_t) and the node tensor.
+ * gives the submission's collective (coll/coll.h), COO input, count and shape, which ctl.c
+ * stores in the trainer's registration (scd_reg_t) and the node tensor.
  */
 #ifndef SCD_CTL_COLLECTIVE_H
 #define SCD_CTL_COLLECTIVE_H
@@ -21,6 +21,7 @@ typedef struct scd_ctl_req {
 	scd_coll_req_t rq;
 	int sparse_result;
 	uint64_t nnz;			 /* the COO entries, or an allgather's count */
+	scd_shape_t shape;		 /* an allreduce's or a broadcast's shape */
 	const Sparsecomm__Alltoall *a2a; /* an alltoall's body, else NULL */
 } scd_ctl_req_t;
 

@@ -1090,6 +1090,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	if (nt->submitted++ == 0) {
 		nt->coll = q.rq.coll;
 		nt->coo = q.rq.coo;
+		nt->shape = q.shape;
 		nt->state = SCD_NT_LOCAL_WAIT;
 		nt->state_since_ms = scd_now_ms();
 	} else if (!nt->coo != !q.rq.coo) {
@@ -1097,6 +1098,16 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "allreduce of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
 			 nt->name, ctl->d->rank);
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
+		return;
+	} else if (!scd_shape_equal(&nt->shape, &q.shape)) {
+		char mine[96], other[96];
+		scd_shape_text(&nt->shape, nt->numel, mine, sizeof(mine));
+		scd_shape_text(&q.shape, nt->numel, other, sizeof(other));
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "shapes (%s and %s)",
+			 nt->name, ctl->d->rank, mine, other);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	} else if ((peer = other_submission(nt, r)) && peer->group_size != r->group_size) {

@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "shm_layout.h"
 #include "sparsecomm.h"
+#include "util/shape.h"
 
 struct scd_session;
 
@@ -100,9 +101,10 @@ typedef struct scd_ntensor {
 	scd_reg_t *slot[SCD_MAX_LOCAL]; /* by local rank */
 	int n_regs;
 	int submitted;
-	scd_coll_t coll; /* the step's collective (coll/coll.h) */
-	int coo;	 /* the step's input is the COO area (every local trainer's alike) */
-	uint32_t pset;	 /* its process set (0: every trainer; name is then qualified) */
+	scd_coll_t coll;   /* the step's collective (coll/coll.h) */
+	int coo;	   /* the step's input is the COO area (every local trainer's alike) */
+	scd_shape_t shape; /* the step's shape (every local trainer's alike) */
+	uint32_t pset;	   /* its process set (0: every trainer; name is then qualified) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */

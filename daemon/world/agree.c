@@ -19,6 +19,7 @@ enum {
 	F_COLS,
 	F_SCHEME,
 	F_BLOCK,
+	F_SHAPE,
 	F_COUNT
 };
 
@@ -31,7 +32,8 @@ static const char *const field_names[F_COUNT] = {"input (dense or COO)",
 						 "sketch rows",
 						 "sketch columns",
 						 "pinned scheme",
-						 "block (S2 bitmap, block top-K)"};
+						 "block (S2 bitmap, block top-K)",
+						 "shape"};
 
 static const char *const sparsifier_names[] = {"none",	 "topk",    "threshold", "dgc",
 					       "exdyna", "natural", "block_topk"};
@@ -49,6 +51,7 @@ void scd_tsig_of(const scd_ntensor_t *nt, scd_tsig_t *s)
 	s->sketch_cols = nt->opts.sketch_cols;
 	s->block = nt->opts.block;
 	snprintf(s->scheme, sizeof(s->scheme), "%s", nt->opts.scheme);
+	s->shape = nt->shape;
 }
 
 int scd_tsig_diff(const scd_tsig_t *a, const scd_tsig_t *b)
@@ -72,6 +75,8 @@ int scd_tsig_diff(const scd_tsig_t *a, const scd_tsig_t *b)
 		return F_SCHEME;
 	if (a->block != b->block)
 		return F_BLOCK;
+	if (!scd_shape_equal(&a->shape, &b->shape))
+		return F_SHAPE;
 	return -1;
 }
 
@@ -93,6 +98,9 @@ void scd_tsig_to_msg(const scd_tsig_t *s, Sparsecomm__TensorSig *m)
 	m->sketch_cols = s->sketch_cols;
 	m->block = s->block;
 	m->scheme = (char *)s->scheme;
+	m->ndim = s->shape.ndim;
+	m->n_dims = scd_shape_kept(&s->shape);
+	m->dims = (uint64_t *)s->shape.dim;
 }
 
 void scd_tsig_from_msg(const Sparsecomm__TensorSig *m, scd_tsig_t *s)
@@ -109,6 +117,7 @@ void scd_tsig_from_msg(const Sparsecomm__TensorSig *m, scd_tsig_t *s)
 	s->sketch_cols = m->sketch_cols;
 	s->block = m->block;
 	snprintf(s->scheme, sizeof(s->scheme), "%s", m->scheme ? m->scheme : "");
+	scd_shape_from_kept(&s->shape, m->ndim, m->dims, m->n_dims);
 }
 
 const char *scd_tsig_field_name(int f)
@@ -116,7 +125,7 @@ const char *scd_tsig_field_name(int f)
 	return f >= 0 && f < F_COUNT ? field_names[f] : "?";
 }
 
-void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len)
+void scd_tsig_field_text(const scd_tsig_t *s, int f, uint64_t numel, char *buf, size_t len)
 {
 	switch (f) {
 	case F_COO:
@@ -152,6 +161,9 @@ void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len)
 	case F_BLOCK:
 		snprintf(buf, len, "%u", s->block);
 		break;
+	case F_SHAPE:
+		scd_shape_text(&s->shape, numel, buf, len);
+		break;
 	default:
 		snprintf(buf, len, "?");
 	}
@@ -180,8 +192,8 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 	int n = snprintf(buf, len,
 			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
 			 what);
-	for (int r = 0; r < P && n < (int)len - 48; r++) {
-		char val[48];
+	for (int r = 0; r < P && n < (int)len - 112; r++) {
+		char val[96];
 		if (kind == 0)
 			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
 		else if (kind == 1)
@@ -191,7 +203,7 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 			snprintf(val, sizeof(val), "%s",
 				 sc_wire_name(scd_tw_wire(e->dtype[r])));
 		else if (kind == 4)
-			scd_tsig_field_text(&e->sig[r], field, val, sizeof(val));
+			scd_tsig_field_text(&e->sig[r], field, e->numel[r], val, sizeof(val));
 		else
 			scd_coll_describe_word(e->op[r], val, sizeof(val));
 		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,

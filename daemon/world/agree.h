@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "sparsecomm.pb-c.h"
+#include "util/shape.h"
 
 struct scd_ntensor;
 struct scd_world;
@@ -33,6 +34,7 @@ typedef struct scd_tsig {
 	double sketch_cols;
 	uint32_t block; /* S2's bitmap block, block top-K's (0: the default) */
 	char scheme[32];
+	scd_shape_t shape; /* the submission's shape (sc_tensor_set_shape) */
 } scd_tsig_t;
 
 /* The signature of nt's submission in progress (its options and its input's form). */
@@ -45,9 +47,10 @@ void scd_tsig_from_msg(const Sparsecomm__TensorSig *m, scd_tsig_t *s);
 
 /* The first field in which a and b differ, or -1 (the same). */
 int scd_tsig_diff(const scd_tsig_t *a, const scd_tsig_t *b);
-/* The name of field f of scd_tsig_diff, and s's value of it as text. */
+/* The name of field f of scd_tsig_diff, and s's value of it as text (numel: the tensor's
+ * element count, which a shape of one dimension is). */
 const char *scd_tsig_field_name(int f);
-void scd_tsig_field_text(const scd_tsig_t *s, int f, char *buf, size_t len);
+void scd_tsig_field_text(const scd_tsig_t *s, int f, uint64_t numel, char *buf, size_t len);
 
 /* How the ranks of entry e (the coordinator's, world_int.h) disagree: the first attribute
  * in which a rank differs from rank 0 (count, dtype, wire, operation, then the signature's

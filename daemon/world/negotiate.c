@@ -528,8 +528,10 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	Sparsecomm__TensorSig *sig = scd_arena_alloc(&pb->arena, sizeof(*sig));
 	char *ce_name = scd_arena_strdup(&pb->arena, e->name);
 	char *scheme = scd_arena_strdup(&pb->arena, e->sig[0].scheme);
+	size_t kept = scd_shape_kept(&e->sig[0].shape);
+	uint64_t *dims = kept ? scd_arena_alloc(&pb->arena, sizeof(*dims) * kept) : NULL;
 	id = w->n_cache;
-	if (!ce || !ce_name || !sig || !scheme ||
+	if (!ce || !ce_name || !sig || !scheme || (kept && !dims) ||
 	    cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo, e->fuse_key,
 		      &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
@@ -546,6 +548,10 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	 * the cache (cache_set grows it) before the plan is packed */
 	scd_tsig_to_msg(&w->cache[id].sig, sig);
 	sig->scheme = scheme;
+	if (kept) { /* the plan's copy, as the scheme's */
+		memcpy(dims, sig->dims, sizeof(*dims) * kept);
+		sig->dims = dims;
+	}
 	ce->sig = sig;
 	pb->ents[pb->plan.n_new_entries++] = ce;
 	return id;

@@ -152,6 +152,7 @@ int it_exdyna(int argc, char **argv);	/* itest_exdyna.c */
 int it_group(int argc, char **argv);	/* itest_group.c */
 int it_ops(int argc, char **argv);	/* itest_colls.c */
 int it_barrier_case(int argc, char **argv);
+int it_shapes(int argc, char **argv);
 int it_broadcast(int argc, char **argv);
 int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);

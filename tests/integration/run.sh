@@ -293,6 +293,11 @@ for mode in adaptive aligned; do
 		--daemon-arg $mode --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- \
 		"$itest" group after-another
 done
+# Shapes given with allreduces and broadcasts agree across ranks (and a node's trainers).
+run_case "shapes n=2" 2 1 120 0 2 -- "$itest" shapes
+run_case "shapes n=3" 3 1 120 0 3 -- "$itest" shapes
+run_case "shapes n=2 per-node=2" 2 2 120 0 4 -- "$itest" shapes
+run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race

@@ -155,16 +155,34 @@ def allreduce_mismatches_raise_on_every_rank():
 
 
 @check
-def allreduce_same_count_other_dimensions_reduces_flat():
-    # sparsecomm's difference (README, Horovod section): the daemons check the element
-    # count and dtype, not the dimensions, so the same count in other dimensions is
-    # reduced element by element in memory order (Horovod raises); each rank gets its
-    # own shape back
+def same_count_other_dimensions_raise_on_every_rank():
+    # Horovod's "same number of elements, different rank": [17, 1311] on rank 0, [17, 23,
+    # 57] on the others, raises on every rank for allreduce and broadcast, naming both
+    # shapes; the names work again with one shape everywhere, and a shape may change from
+    # one call to the next
     shape = [17, 23 * 57] if R == 0 else [17, 23, 57]
     x = torch.arange(17 * 23 * 57, dtype=torch.float32).reshape(shape)
-    got = hvd.allreduce(x, op=hvd.Sum, name="mm.ndim")
-    assert list(got.shape) == shape, got.shape
-    same(got, x * P, "allreduce of the same count in other dimensions")
+    for what, call in (("allreduce", lambda: hvd.allreduce(x, op=hvd.Sum, name="mm.ndim")),
+                       ("broadcast", lambda: hvd.broadcast(x, 0, name="bcm.ndim"))):
+        err = raises_everywhere(RuntimeError, call,
+                                "%s of the same count in other dimensions" % what)
+        assert "[17, 1311]" in str(err) and "[17, 23, 57]" in str(err), str(err)
+    for shape in ([17, 23, 57], [1311, 17], [17 * 23 * 57]):
+        x = torch.arange(17 * 23 * 57, dtype=torch.float32).reshape(shape)
+        got = hvd.allreduce(x, op=hvd.Sum, name="mm.ndim")
+        assert list(got.shape) == shape, got.shape
+        same(got, x * P, "allreduce of shape %s after the mismatch" % shape)
+        same(hvd.broadcast(x * (R + 1), 0, name="bcm.ndim"), x,
+             "broadcast of shape %s after the mismatch" % shape)
+    # allgather, alltoall, reducescatter: [6, 2, 3] against [6, 3, 2]
+    y = torch.ones([6, 2, 3] if R == 0 else [6, 3, 2])
+    for what, call in (("allgather", lambda: hvd.allgather(y, name="agm.ndim")),
+                       ("alltoall", lambda: hvd.alltoall(y, name="a2m.ndim")),
+                       ("reducescatter", lambda: hvd.reducescatter(y, name="rsm.ndim"))):
+        err = raises_everywhere(RuntimeError, call,
+                                "%s of the same row count in other dimensions" % what)
+        assert "(2, 3)" in str(err) or "[6, 2, 3]" in str(err), str(err)
+    still_works("same_count")
 
 
 @check

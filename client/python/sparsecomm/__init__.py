@@ -242,6 +242,7 @@ class _Entry:
         self.coo_capacity = coo_capacity
         self.device = device or (DeviceKind.CPU, 0)
         self.inflight = False
+        self.shape = ()  # the shape its allreduces give the daemons (): none
         self.unnamed = False  # a slot of an unnamed class: free once its handle is waited
         self.data = self.coo_idx = self.coo_val = None
         self._tdata = self._tval = self._tcoo = None
@@ -983,10 +984,27 @@ def grouped_start(starts):
     return hs
 
 
-def _start_dense(c, e, op, root=None):
-    """Starts an allreduce by op, or (root given) a broadcast from trainer rank root."""
+def _give_shape(e, shape):
+    """Gives the daemons e's shape with its next allreduce or broadcast
+    (sc_tensor_set_shape), where it changed: shapes that differ across ranks fail the
+    operation on every rank, as Horovod's do.  One dimension is no shape at all."""
+    shape = tuple(shape) if len(shape) > 1 else ()
+    if shape == e.shape:
+        return
+    st = _lib.load().sc_tensor_set_shape(e.ptr, len(shape),
+                                         (ctypes.c_uint64 * len(shape))(*shape))
+    if st != _lib.SC_OK:
+        e.inflight = False
+        raise _error(st, "shape %s of tensor '%s'" % (list(shape), e.name), e.name)
+    e.shape = shape
+
+
+def _start_dense(c, e, op, root=None, shape=()):
+    """Starts an allreduce by op, or (root given) a broadcast from trainer rank root, of a
+    tensor of the given shape."""
     lib = _lib.load()
     h = _lib.c_handle()
+    _give_shape(e, shape)
     _member(c, e, _take_member())
     if root is None:
         st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
@@ -1085,7 +1103,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     except BaseException:
         e.inflight = False
         raise
-    hid = _start_dense(c, e, red, _root)
+    hid = _start_dense(c, e, red, _root, x.shape)
     return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
 
 
@@ -1115,7 +1133,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None, ps
             _mark_last_read(e, stream)
         return res
 
-    return Handle(c, e, _start_dense(c, e, red, root), finish, stream)
+    return Handle(c, e, _start_dense(c, e, red, root, x.shape), finish, stream)
 
 
 def _mark_last_read(e, stream):

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _lib
 from . import process_sets as process_sets_
-from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error,
+from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error, _give_shape,
                _is_torch, _member, _name_or_none, _need, _release_done, _now, _opts_key, _sc_dtype,
                _take_member,
                _torch, allreduce, allreduce_async)
@@ -32,6 +32,34 @@ def _rows_in(tensor, what, name):
     if not x.shape:
         raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
     return istorch, x, dev, tuple(x.shape)
+
+
+_TRAIL = 8  # a row's shape as the sizes' exchange carries it: its rank and 7 dimensions
+
+
+def _trail(shape):
+    """The dimensions after the first, as compared across ranks (Horovod requires them
+    alike): their count, then the first 7 of them (zeros past the last)."""
+    t = np.zeros(_TRAIL, dtype=np.int64)
+    t[0] = len(shape) - 1
+    rest = shape[1:_TRAIL]
+    t[1:1 + len(rest)] = rest
+    return t
+
+
+def _trail_refusal(what, coll, ps, trails, live, name):
+    """SC_ERR_MISMATCH naming every live rank's row shape when they differ."""
+    ref = trails[np.argmax(live)]
+    if not np.any(live & np.any(trails != ref, axis=1)):
+        return
+
+    def text(t):
+        return "(%s)" % ", ".join(str(int(v)) for v in t[1:1 + min(int(t[0]), _TRAIL - 1)])
+
+    raise SparsecommError(_lib.SC_ERR_MISMATCH, "%s of '%s': the dimensions after the first "
+                          "differ across ranks: %s" % (coll, what, ", ".join(
+                              "rank %d has %s" % (ps.ranks[r], text(trails[r]))
+                              for r in range(ps.size) if live[r])), name)
 
 
 def _rows_out(e, n, shape, dtype, dev):
@@ -55,16 +83,18 @@ def _allgather_async(tensor, name, timeout, process_set=None):
     istorch, x, dev, shape = _rows_in(tensor, "allgather", what)
     row = math.prod(shape[1:])
     # the sizes first: every rank's rows and elements per row
-    meta = np.zeros(2 * ps.size, dtype=np.int64)
-    meta[2 * ps.rank], meta[2 * ps.rank + 1] = shape[0], row
+    meta = np.zeros((ps.size, 2 + _TRAIL), dtype=np.int64)
+    meta[ps.rank, :2] = shape[0], row
+    meta[ps.rank, 2:] = _trail(shape)
     meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
                      timeout=timeout, process_set=process_set)
-    rows, rowlen = meta[0::2], meta[1::2]
+    rows, rowlen = meta[:, 0], meta[:, 1]
     if np.any(rowlen != row):
         raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
                               "differ across ranks: %s" % (what, ", ".join(
                                   "rank %d has %d" % (ps.ranks[r], rowlen[r])
                                   for r in range(ps.size))), name)
+    _trail_refusal(what, "allgather", ps, meta[:, 2:], np.ones(ps.size, dtype=bool), name)
     total = int(rows.sum()) * row
     cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
     e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "allgather",
@@ -218,10 +248,11 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     # this allreduce with zeros, leaves its row all zeros and sends nothing), its refusal,
     # elements per row and splits (a rank whose splits are refused fails every rank
     # instead of leaving them waiting)
-    meta = np.zeros((P, P + 3), dtype=np.int64)
+    meta = np.zeros((P, P + 3 + _TRAIL), dtype=np.int64)
     meta[me, :3] = 1, int(bool(why)), row
+    meta[me, P + 3:] = _trail(shape)
     if not why:
-        meta[me, 3:] = sp
+        meta[me, 3:P + 3] = sp
     gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
     meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
                      timeout=timeout, process_set=process_set)
@@ -235,7 +266,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
                               "differ across ranks: %s" % (what, ", ".join(
                                   "rank %d has %d" % (ps.ranks[r], meta[r, 2])
                                   for r in range(P) if live[r])), name)
-    S = meta[:, 3:]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
+    _trail_refusal(what, "alltoall", ps, meta[:, P + 3:], live, name)
+    S = meta[:, 3:P + 3]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
     rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
     cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
     e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "alltoall",
@@ -325,6 +357,7 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
         raise
     lib = _lib.load()
     h = _lib.c_handle()
+    _give_shape(e, shape)
     _member(c, e, _take_member())
     st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
     if st != _lib.SC_OK:

@@ -243,6 +243,8 @@ _PROTOTYPES = [
     ("sc_tensor_numel", ctypes.c_size_t, [c_tensor_p]),
     ("sc_tensor_device", ctypes.c_int, [c_tensor_p, ctypes.POINTER(ctypes.c_int)]),
     ("sc_tensor_set_stream", ctypes.c_int, [c_tensor_p, ctypes.c_void_p]),
+    ("sc_tensor_set_shape", ctypes.c_int,
+     [c_tensor_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
     ("sc_stream_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_void_p, ctypes.c_int]),
     ("sc_allreduce_async", ctypes.c_int,
      [c_client_p, c_tensor_p, ctypes.c_int, ctypes.POINTER(c_handle)]),

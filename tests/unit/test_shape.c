@@ -1,0 +1,86 @@
+/* test_shape.c: a submission's shape as the daemons compare it (util/shape.h), and its
+ * place in the signature negotiation compares (world/agree.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "unit.h"
+#include "util/shape.h"
+#include "world/agree.h"
+
+/* One dimension and none are the same; [17, 1311] and [17, 23, 57] are not; a product
+ * that is not the element count, an overflow or too many dimensions are refused. */
+UNIT_TEST(shape_make_compare_refuse)
+{
+	const uint64_t a[] = {17, 1311}, b[] = {17, 23, 57}, one[] = {22287};
+	const uint64_t wrong[] = {17, 1312}, huge[] = {1ull << 40, 1ull << 40};
+	scd_shape_t sa, sb, s1, s0;
+	char err[256], text[128];
+	CHECK_EQ_INT(scd_shape_make(&sa, a, 2, 22287, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sb, b, 3, 22287, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&s1, one, 1, 22287, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&s0, NULL, 0, 22287, err, sizeof(err)), 0);
+	CHECK_TRUE(!scd_shape_equal(&sa, &sb));
+	CHECK_TRUE(scd_shape_equal(&s1, &s0));
+	CHECK_TRUE(!scd_shape_equal(&sa, &s0));
+	scd_shape_text(&sb, 22287, text, sizeof(text));
+	CHECK_MSG(!strcmp(text, "[17, 23, 57]"), "text '%s'", text);
+	scd_shape_text(&s0, 22287, text, sizeof(text));
+	CHECK_MSG(!strcmp(text, "[22287]"), "text '%s'", text);
+	CHECK_EQ_INT(scd_shape_make(&sa, wrong, 2, 22287, err, sizeof(err)), -1);
+	CHECK_MSG(strstr(err, "[17, 1312]") && strstr(err, "22287"), "err '%s'", err);
+	CHECK_EQ_INT(scd_shape_make(&sa, huge, 2, 0, err, sizeof(err)), -1);
+	CHECK_MSG(strstr(err, "overflow"), "err '%s'", err);
+	uint64_t many[SCD_SHAPE_MAX_DIMS + 1];
+	for (int i = 0; i <= SCD_SHAPE_MAX_DIMS; i++)
+		many[i] = 1;
+	CHECK_EQ_INT(scd_shape_make(&sa, many, SCD_SHAPE_MAX_DIMS + 1, 1, err, sizeof(err)), -1);
+	CHECK_EQ_INT(scd_shape_make(&sa, many, SCD_SHAPE_MAX_DIMS, 1, err, sizeof(err)), 0);
+}
+
+/* Past the kept dimensions the rest compare by a hash: shapes that differ only in their
+ * ninth dimension differ, the same long shape is equal, and the text says so. */
+UNIT_TEST(shape_long_compared_by_hash)
+{
+	uint64_t x[10] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2}, y[10];
+	memcpy(y, x, sizeof(x));
+	y[8] = 4, y[9] = 1;
+	scd_shape_t sx, sy, sx2;
+	char err[256], text[160];
+	CHECK_EQ_INT(scd_shape_make(&sx, x, 10, 1024, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sy, y, 10, 1024, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sx2, x, 10, 1024, err, sizeof(err)), 0);
+	CHECK_TRUE(!scd_shape_equal(&sx, &sy));
+	CHECK_TRUE(scd_shape_equal(&sx, &sx2));
+	scd_shape_text(&sx, 1024, text, sizeof(text));
+	CHECK_MSG(!strncmp(text, "[2, 2, 2, 2, 2, 2, 2, 3 more (hash ", 34), "text '%s'", text);
+}
+
+/* The signature carries the shape through its message form (a peer's, bounded) and its
+ * difference names the field and each value. */
+UNIT_TEST(shape_in_the_signature)
+{
+	const uint64_t a[] = {17, 1311}, b[] = {17, 23, 57};
+	scd_tsig_t sa = {0}, sb = {0}, back;
+	char err[128], text[96];
+	CHECK_EQ_INT(scd_shape_make(&sa.shape, a, 2, 22287, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sb.shape, b, 3, 22287, err, sizeof(err)), 0);
+	int f = scd_tsig_diff(&sa, &sb);
+	CHECK_TRUE(f >= 0);
+	CHECK_MSG(!strcmp(scd_tsig_field_name(f), "shape"), "field '%s'", scd_tsig_field_name(f));
+	scd_tsig_field_text(&sb, f, 22287, text, sizeof(text));
+	CHECK_MSG(!strcmp(text, "[17, 23, 57]"), "text '%s'", text);
+	Sparsecomm__TensorSig m;
+	scd_tsig_to_msg(&sb, &m);
+	scd_tsig_from_msg(&m, &back);
+	CHECK_TRUE(scd_tsig_equal(&back, &sb));
+	/* a peer's message with more words than kept, and a dimension count past the limit */
+	uint64_t words[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	m.ndim = 1000;
+	m.n_dims = 12;
+	m.dims = words;
+	scd_tsig_from_msg(&m, &back);
+	CHECK_EQ_INT(back.shape.ndim, 1000);
+	CHECK_TRUE(back.shape.dim[SCD_SHAPE_KEPT - 1] == 8);
+	scd_tsig_field_text(&back, f, 0, text, sizeof(text));
+	CHECK_MSG(strstr(text, "993 more"), "text '%s'", text);
+}
