@@ -4,8 +4,8 @@
  * (sc_tensor_set_shape); every rank must give the same one, as Horovod requires, or the
  * operation fails on every rank naming each rank's shape. The compared form is small and
  * fixed: one dimension, or none given, is no shape at all (the element count, compared
- * anyway, says it all); the first SCD_SHAPE_KEPT dimensions are kept as they are, and
- * beyond that the last kept word holds a hash of the rest.
+ * anyway, says it all); up to SCD_SHAPE_KEPT dimensions are kept as they are, and with
+ * more the first SCD_SHAPE_KEPT - 1 are, the last word holding a hash of the rest.
  */
 #ifndef SCD_UTIL_SHAPE_H
 #define SCD_UTIL_SHAPE_H
