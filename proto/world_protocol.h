@@ -22,10 +22,12 @@
  * announce it, and the others skip its responses.
  * 10: Join and WorldInfo carry each daemon's host and cores (world/host.h), from which
  * every rank derives the nodes per core the schemes' choice is priced with.
+ * 11: TensorSig carries the submission's shape (ndim, dims: util/shape.h), which every
+ * rank must give alike.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 10
+#define SCD_WORLD_PROTOCOL_VERSION 11
 
 #endif

@@ -1021,8 +1021,10 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, nt->pset);
 	} else if ((st = scd_ctl_collective_decode(r, rank, trainers, a, &q, err,
 						   sizeof(err))) != SC_OK) {
-		if (st == SC_ERR_PROTOCOL) /* the others would wait for this one's step */
-			refuse_step(ctl, s, nt, r, st, err);
+		/* a request the library would not send (no body, a shape that does not hold
+		 * the tensor, arguments its own checks refuse): the others would wait for
+		 * this one's step */
+		refuse_step(ctl, s, nt, r, st, err);
 	} else if (ps && q.rq.coll.kind == SCD_COLL_BROADCAST &&
 		   !scd_pset_member(ps, (int)q.rq.coll.root)) {
 		st = SC_ERR_INVALID;
@@ -1100,16 +1102,6 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, ctl->d->rank);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
-	} else if (!scd_shape_equal(&nt->shape, &q.shape)) {
-		char mine[96], other[96];
-		scd_shape_text(&nt->shape, nt->numel, mine, sizeof(mine));
-		scd_shape_text(&q.shape, nt->numel, other, sizeof(other));
-		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s': the trainers of node %d give different "
-			 "shapes (%s and %s)",
-			 nt->name, ctl->d->rank, mine, other);
-		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
-		return;
 	} else if ((peer = other_submission(nt, r)) && peer->group_size != r->group_size) {
 		snprintf(
 		    err, sizeof(err),
@@ -1126,6 +1118,16 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 nt->name, ctl->d->rank,
 			 scd_coll_describe(&nt->coll, opname, sizeof(opname)),
 			 scd_coll_describe(&q.rq.coll, other, sizeof(other)));
+		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
+		return;
+	} else if (!scd_shape_equal(&nt->shape, &q.shape)) {
+		char mine[96], other[96];
+		scd_shape_text(&nt->shape, nt->numel, mine, sizeof(mine));
+		scd_shape_text(&q.shape, nt->numel, other, sizeof(other));
+		snprintf(err, sizeof(err),
+			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "shapes (%s and %s)",
+			 nt->name, ctl->d->rank, mine, other);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}

@@ -1,7 +1,9 @@
 /* agree.c: see agree.h. */
 #include "world/agree.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/coll.h"
@@ -169,6 +171,35 @@ void scd_tsig_field_text(const scd_tsig_t *s, int f, uint64_t numel, char *buf, 
 	}
 }
 
+/* Appends to buf (len bytes, *n of them used), truncating at its end. */
+__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, size_t *n,
+						      const char *fmt, ...)
+{
+	if (*n + 1 >= len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(buf + *n, len - *n, fmt, ap);
+	va_end(ap);
+	if (k > 0)
+		*n = *n + (size_t)k < len - 1 ? *n + (size_t)k : len - 1;
+}
+
+/* Rank r's value of the attribute kind (field: the signature's) as text. */
+static void value_text(const scd_centry_t *e, int kind, int field, int r, char *val, size_t len)
+{
+	if (kind == 0)
+		snprintf(val, len, "%llu", (unsigned long long)e->numel[r]);
+	else if (kind == 1)
+		snprintf(val, len, "%s", sc_dtype_name(scd_tw_dtype(e->dtype[r])));
+	else if (kind == 3)
+		snprintf(val, len, "%s", sc_wire_name(scd_tw_wire(e->dtype[r])));
+	else if (kind == 4)
+		scd_tsig_field_text(&e->sig[r], field, e->numel[r], val, len);
+	else
+		scd_coll_describe_word(e->op[r], val, len);
+}
+
 int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, size_t len)
 {
 	int P = w->d->world_size;
@@ -189,25 +220,49 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 	}
 	if (kind < 0)
 		return 0;
-	int n = snprintf(buf, len,
-			 "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
-			 what);
-	for (int r = 0; r < P && n < (int)len - 112; r++) {
-		char val[96];
-		if (kind == 0)
-			snprintf(val, sizeof(val), "%llu", (unsigned long long)e->numel[r]);
-		else if (kind == 1)
-			snprintf(val, sizeof(val), "%s",
-				 sc_dtype_name(scd_tw_dtype(e->dtype[r])));
-		else if (kind == 3)
-			snprintf(val, sizeof(val), "%s",
-				 sc_wire_name(scd_tw_wire(e->dtype[r])));
-		else if (kind == 4)
-			scd_tsig_field_text(&e->sig[r], field, e->numel[r], val, sizeof(val));
-		else
-			scd_coll_describe_word(e->op[r], val, sizeof(val));
-		n += snprintf(buf + n, len - (size_t)n, "%s %s %d has %s", r ? "," : "", who, r,
-			      val);
+	size_t n = 0;
+	put(buf, len, &n, "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
+	    what);
+	/* each value once, with the ranks that have it ("ranks 0, 2-5 have 1000; rank 1 has
+	 * 1001"), so that every value shows whatever the world's size */
+	char(*val)[96] = malloc(sizeof(*val) * (size_t)P);
+	unsigned char *mark = calloc((size_t)P, 1); /* 1: listed, 2: this value's */
+	if (!val || !mark) {
+		put(buf, len, &n, " (out of memory listing the ranks)");
+		free(val);
+		free(mark);
+		return 1;
 	}
+	for (int r = 0; r < P; r++)
+		value_text(e, kind, field, r, val[r], sizeof(val[r]));
+	for (int r = 0; r < P; r++) {
+		if (mark[r])
+			continue;
+		int count = 0;
+		for (int q = r; q < P; q++)
+			if (!mark[q] && !strcmp(val[q], val[r]))
+				mark[q] = 2, count++;
+		put(buf, len, &n, "%s %s%s", r ? ";" : "", who, count > 1 ? "s" : "");
+		for (int q = r, first = 1; q < P; q++) {
+			if (mark[q] != 2)
+				continue;
+			int end = q;
+			while (end + 1 < P && mark[end + 1] == 2)
+				end++;
+			if (end - q < 2) /* a run of three or more is written as one */
+				end = q;
+			if (end > q)
+				put(buf, len, &n, "%s %d-%d", first ? "" : ",", q, end);
+			else
+				put(buf, len, &n, "%s %d", first ? "" : ",", q);
+			for (int k = q; k <= end; k++)
+				mark[k] = 1;
+			q = end;
+			first = 0;
+		}
+		put(buf, len, &n, " %s %s", count > 1 ? "have" : "has", val[r]);
+	}
+	free(val);
+	free(mark);
 	return 1;
 }

@@ -46,16 +46,69 @@ static uint32_t hash_name(const char *s)
 
 /* ---- the response cache --------------------------------------------------------------- */
 
-/* The id currently cached for name, or UINT32_MAX. */
+/*
+ * A name keeps one cache id per set of attributes it has had (its options, its shape,
+ * its operation ...): a tensor whose shape or operation alternates from step to step
+ * takes its earlier ids again, so the cache holds as many ids for it as it has forms, not
+ * one per change. The bucket's vector lists a name's ids in the order they were last
+ * assigned or taken again, on the coordinator (the last: the name's current id, whose
+ * place in the fusion plan the next one takes); every rank finds them by their
+ * attributes (cache_match).
+ */
+
+/* The id last cached for name, or UINT32_MAX. */
 static uint32_t cache_lookup(scd_world_t *w, const char *name)
 {
 	uint32_t *v = w->name_to_id[hash_name(name)];
 	if (!v)
 		return UINT32_MAX;
-	for (uint32_t i = 1; i <= v[0]; i++)
+	for (uint32_t i = v[0]; i >= 1; i--)
 		if (!strcmp(w->cache[v[i]].name, name))
 			return v[i];
 	return UINT32_MAX;
+}
+
+/* Whether cache entry c has exactly these attributes. */
+static int cache_same(const scd_cache_ent_t *c, uint32_t dtype, uint64_t numel, uint32_t op,
+		      int solo, uint32_t fuse_key, const scd_tsig_t *sig)
+{
+	return c->dtype == dtype && c->numel == numel && c->op == op && c->solo == solo &&
+	       c->fuse_key == fuse_key && scd_tsig_equal(&c->sig, sig);
+}
+
+/* The id of name with these attributes, or UINT32_MAX. */
+static uint32_t cache_match(scd_world_t *w, const char *name, uint32_t dtype, uint64_t numel,
+			    uint32_t op, int solo, uint32_t fuse_key, const scd_tsig_t *sig)
+{
+	uint32_t *v = w->name_to_id[hash_name(name)];
+	for (uint32_t i = v ? v[0] : 0; i >= 1; i--) {
+		const scd_cache_ent_t *c = &w->cache[v[i]];
+		if (!strcmp(c->name, name) &&
+		    cache_same(c, dtype, numel, op, solo, fuse_key, sig))
+			return v[i];
+	}
+	return UINT32_MAX;
+}
+
+/* Makes id the last of its bucket's vector (the name's current id), adding it when it is
+ * not there. */
+static sc_status_t cache_touch(scd_world_t *w, const char *name, uint32_t id)
+{
+	uint32_t **slot = &w->name_to_id[hash_name(name)];
+	uint32_t n = *slot ? (*slot)[0] : 0;
+	for (uint32_t i = 1; i <= n; i++)
+		if ((*slot)[i] == id) {
+			memmove(&(*slot)[i], &(*slot)[i + 1], sizeof(uint32_t) * (n - i));
+			(*slot)[n] = id;
+			return SC_OK;
+		}
+	uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
+	if (!v)
+		return SC_ERR_NOMEM;
+	v[0] = n + 1;
+	v[n + 1] = id;
+	*slot = v;
+	return SC_OK;
 }
 
 static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
@@ -73,21 +126,10 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 		w->cache = c;
 		w->cap_cache = cap;
 	}
-	uint32_t old = cache_lookup(w, name);
-	uint32_t **slot = &w->name_to_id[hash_name(name)];
-	if (old != UINT32_MAX) {
-		for (uint32_t i = 1; i <= (*slot)[0]; i++)
-			if ((*slot)[i] == old)
-				(*slot)[i] = id;
-	} else {
-		uint32_t n = *slot ? (*slot)[0] : 0;
-		uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
-		if (!v)
-			return SC_ERR_NOMEM;
-		v[0] = n + 1;
-		v[n + 1] = id;
-		*slot = v;
-	}
+	if (w->cache[id].name && strcmp(w->cache[id].name, name))
+		return SC_ERR_PROTOCOL; /* an id is never given to another name */
+	if (cache_touch(w, name, id) != SC_OK)
+		return SC_ERR_NOMEM;
 	scd_cache_ent_t *e = &w->cache[id];
 	if (!e->name || strcmp(e->name, name)) {
 		free(e->name);
@@ -130,22 +172,20 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	}
 	scd_outreq_t *o = &w->out[w->n_out++];
 	memset(o, 0, sizeof(*o));
-	uint32_t id = cache_lookup(w, nt->name);
 	int exdyna_model = !strcmp(scd_cfg_str(&w->d->cfg, SCD_CFG_exdyna_scope), "model");
 	int solo = scd_ntensor_solo(nt, exdyna_model);
 	uint32_t key = scd_ntensor_fuse_key(nt, exdyna_model);
 	scd_tsig_t sig;
 	scd_tsig_of(nt, &sig);
+	uint32_t id = cache_match(w, nt->name, scd_ntensor_typeword(nt), nt->numel,
+				  scd_coll_pack(&nt->coll), solo, key, &sig);
 	scd_ntensor_group(nt, &o->group, &o->group_size);
 	if (o->group && !(o->gname = strdup(nt->name))) {
 		w->n_out--;
 		scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
 		return;
 	}
-	if (id != UINT32_MAX && w->cache[id].dtype == scd_ntensor_typeword(nt) &&
-	    w->cache[id].numel == nt->numel && w->cache[id].op == scd_coll_pack(&nt->coll) &&
-	    w->cache[id].solo == solo && w->cache[id].fuse_key == key &&
-	    scd_tsig_equal(&w->cache[id].sig, &sig)) {
+	if (id != UINT32_MAX) {
 		o->cached = 1;
 		o->id = id;
 		scd_world_presel(w, nt, id, NULL); /* selected while the buffer is planned */
@@ -507,20 +547,22 @@ static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, 
 	centry_free(w, e);
 }
 
-/* The cache id for an agreed tensor, assigning a new one (announced in the plan) when the
- * name is new or its attributes changed (*old_p then gets the id it had, else
- * UINT32_MAX). */
+/* The cache id for an agreed tensor: the name's current one when its attributes are the
+ * same; else (*old_p then gets the current id) an earlier id of the name with these
+ * attributes, or a new one announced in the plan. */
 static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e,
 			    uint32_t *old_p)
 {
 	uint32_t id = cache_lookup(w, e->name);
 	*old_p = UINT32_MAX;
-	if (id != UINT32_MAX && w->cache[id].dtype == e->dtype[0] &&
-	    w->cache[id].numel == e->numel[0] && w->cache[id].op == e->op[0] &&
-	    w->cache[id].solo == e->solo && w->cache[id].fuse_key == e->fuse_key &&
-	    scd_tsig_equal(&w->cache[id].sig, &e->sig[0]))
+	if (id != UINT32_MAX && cache_same(&w->cache[id], e->dtype[0], e->numel[0], e->op[0],
+					   e->solo, e->fuse_key, &e->sig[0]))
 		return id;
 	*old_p = id;
+	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
+				     e->fuse_key, &e->sig[0]);
+	if (again != UINT32_MAX)
+		return cache_touch(w, e->name, again) == SC_OK ? again : UINT32_MAX;
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
@@ -1452,12 +1494,16 @@ sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
 		const Sparsecomm__CacheEntry *ce = plan->new_entries[i];
 		scd_tsig_t sig;
 		scd_tsig_from_msg(ce->sig, &sig);
-		if (cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op, ce->solo,
-			      ce->fuse_key, &sig) != SC_OK) {
+		sc_status_t st = cache_set(w, ce->id, ce->name, ce->dtype, ce->numel, ce->op,
+					   ce->solo, ce->fuse_key, &sig);
+		if (st != SC_OK) {
 			/* the plans of this rank would no longer match the others' */
-			scd_error(SCD_SUB_NEGOTIATE, "out of memory for the response cache: "
-						     "this rank leaves the world");
-			return SC_ERR_NOMEM;
+			scd_error(SCD_SUB_NEGOTIATE, "%s: this rank leaves the world",
+				  st == SC_ERR_NOMEM
+				      ? "out of memory for the response cache"
+				      : "the coordinator's plan gave a tensor's cache id to "
+					"another name");
+			return st;
 		}
 	}
 	return SC_OK;
@@ -1497,6 +1543,7 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 {
 	r->fusion_mode = (char *)scd_cfg_str(&w->d->cfg, SCD_CFG_fusion_mode);
 	r->fusion_plan_version = w->fusion_version;
+	r->cache_entries = w->n_cache;
 	r->fusion_buffers =
 	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));
 	for (int i = 0; r->fusion_buffers && i < w->n_fusion_bufs; i++) {
@@ -1545,11 +1592,9 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	return st;
 }
 
-void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
+/* A forget job for cache id id (UINT32_MAX: none) and presel_key (0: none). */
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
 {
-	uint32_t id = cache_lookup(w, name);
-	if (id == UINT32_MAX && !presel_key) /* nothing kept for it */
-		return;
 	if (id != UINT32_MAX && w->is_coord) /* its buffer mates no longer wait for it */
 		scd_fplan_remove(&w->fplan, id);
 	scd_job_t *job = calloc(1, sizeof(*job));
@@ -1559,6 +1604,19 @@ void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
 	job->forget_cache_id = id;
 	job->forget_presel_key = presel_key; /* a first step's selection never taken */
 	scd_engine_submit(w->d->engine, job);
+}
+
+void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
+{
+	const uint32_t *v = w->name_to_id[hash_name(name)];
+	int any = 0;
+	for (uint32_t i = 1; v && i <= v[0]; i++) /* every form the name has had */
+		if (!strcmp(w->cache[v[i]].name, name)) {
+			forget_job(w, v[i], any++ ? 0 : presel_key);
+			v = w->name_to_id[hash_name(name)]; /* (not moved; read again) */
+		}
+	if (!any && presel_key)
+		forget_job(w, UINT32_MAX, presel_key);
 }
 
 /*

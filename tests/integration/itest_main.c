@@ -298,8 +298,10 @@ int it_mentions_rank(const char *msg, int r)
 		for (int guard = 0; *p && guard < 32; guard++) {
 			if (isdigit((unsigned char)*p)) {
 				char *end;
-				long v = strtol(p, &end, 10);
-				if (v == r)
+				long v = strtol(p, &end, 10), to = v;
+				if (*end == '-' && isdigit((unsigned char)end[1])) /* "2-5" */
+					to = strtol(end + 1, &end, 10);
+				if (v <= r && r <= to)
 					return 1;
 				p = end;
 			} else if (strchr(" ,:=[]()#{}", *p)) {

@@ -7,12 +7,13 @@
  *   field and both shapes (on a node of two trainers the node's own trainers disagree, and
  *   the other nodes must still fail alike; "by-node": the trainers of node 0 give one shape,
  *   the other nodes' the other), promptly; so must a broadcast, and shapes of
- *   ten dimensions that differ only past the seventh (compared by a hash past it). Then the same names with one shape
- *   on every rank, changed from step to step ([17, 1311], [1311, 17], none, ten
- *   dimensions), must sum exactly: a change leaves the response cache's entry, never
- *   pairs with the old one. The library refuses a shape whose product is not the element
- *   count, or of more than SC_MAX_DIMS dimensions, naming the tensor; an allgather of a
- *   tensor that has a shape takes none and succeeds.
+ *   ten dimensions that differ only past the seventh (compared by a hash past it). Then the
+ * same names with one shape on every rank, changed from step to step ([17, 1311], [1311, 17],
+ * none, ten dimensions), must sum exactly: a change leaves the response cache's entry, never
+ *   pairs with the old one, and a shape that alternates step after step takes its two
+ *   forms' cache entries again (sparsectl stats: the node's count stays). The library refuses a
+ * shape whose product is not the element count, or of more than SC_MAX_DIMS dimensions, naming
+ * the tensor; an allgather of a tensor that has a shape takes none and succeeds.
  */
 #include "itest.h"
 
@@ -30,8 +31,8 @@ static int step(sc_client_t *c, sc_tensor_t *t, int bcast, uint64_t seed, char *
 {
 	sc_handle_t h = 0;
 	it_fill(sc_tensor_data(t), SC_FLOAT32, sc_tensor_numel(t), seed, sc_rank(c), 1);
-	sc_status_t st = bcast ? sc_broadcast_async(c, t, 0, &h)
-			       : sc_allreduce_async(c, t, SC_OP_SUM, &h);
+	sc_status_t st =
+	    bcast ? sc_broadcast_async(c, t, 0, &h) : sc_allreduce_async(c, t, SC_OP_SUM, &h);
 	if (st != SC_OK) {
 		snprintf(msg, len, "%s", sc_last_error());
 		return st;
@@ -89,8 +90,8 @@ static void expect_exact(sc_client_t *c, sc_tensor_t *t, int bcast, int ndim,
 			wrong += memcmp(&want[i], &got[i], sizeof(float)) != 0;
 		snprintf(why, sizeof(why), "not rank 0's values");
 	} else {
-		wrong = it_check(sc_tensor_data(t), SC_FLOAT32, n, seed, sc_size(c), 1, SC_OP_SUM,
-				 why, sizeof(why));
+		wrong = it_check(sc_tensor_data(t), SC_FLOAT32, n, seed, sc_size(c), 1,
+				 SC_OP_SUM, why, sizeof(why));
 	}
 	if (wrong)
 		IT_FAIL("'%s' with shape %s: %zu of %zu elements wrong: %s", sc_tensor_name(t),
@@ -117,6 +118,38 @@ static void refusals(sc_client_t *c, sc_tensor_t *t)
 	IT_CHECK_SC(sc_tensor_set_shape(t, SC_MAX_DIMS, many), "a shape of %d dimensions",
 		    SC_MAX_DIMS);
 	it_log("refused: %s", sc_last_error());
+}
+
+/* This node's response cache entries (sparsectl stats). */
+static double cache_entries(void)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *v = it_json_get(s, "cache_entries");
+	double n = v && v->type == IT_JNUM ? v->num : -1;
+	it_json_free(s);
+	if (n < 0)
+		IT_FAIL("sparsectl stats gives no cache_entries");
+	return n;
+}
+
+/* A name whose shape alternates from step to step, exact every step, takes its two
+ * forms' cache entries again instead of a new one each step. */
+static void alternating(sc_client_t *c)
+{
+	sc_tensor_t *t = it_register(c, "shapes.alt", SC_FLOAT32, SH_NUMEL);
+	expect_exact(c, t, 0, 2, flat2, 40, "[17, 1311]");
+	expect_exact(c, t, 0, 2, flat2t, 41, "[1311, 17]");
+	double before = cache_entries();
+	for (int k = 0; k < 12; k++)
+		expect_exact(c, t, 0, 2, k % 2 ? flat2t : flat2, 42 + (uint64_t)k,
+			     k % 2 ? "[1311, 17]" : "[17, 1311]");
+	double after = cache_entries();
+	if (after != before)
+		IT_FAIL("12 steps of 'shapes.alt' alternating between two shapes took the "
+			"cache from %.0f to %.0f entries (its two forms were cached already)",
+			before, after);
+	it_log("12 alternating steps: %.0f cache entries before and after", before);
 }
 
 int it_shapes(int argc, char **argv)
@@ -164,6 +197,7 @@ int it_shapes(int argc, char **argv)
 	expect_exact(c, b, 1, 3, deep3, 25, "[17, 23, 57]");
 	ten[8] = 2, ten[9] = 2;
 	expect_exact(c, d, 0, 10, ten, 26, "ten dimensions");
+	alternating(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

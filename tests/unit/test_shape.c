@@ -5,7 +5,7 @@
 
 #include "unit.h"
 #include "util/shape.h"
-#include "world/agree.h"
+#include "world/world_int.h"
 
 /* One dimension and none are the same; [17, 1311] and [17, 23, 57] are not; a product
  * that is not the element count, an overflow or too many dimensions are refused. */
@@ -33,7 +33,8 @@ UNIT_TEST(shape_make_compare_refuse)
 	uint64_t many[SCD_SHAPE_MAX_DIMS + 1];
 	for (int i = 0; i <= SCD_SHAPE_MAX_DIMS; i++)
 		many[i] = 1;
-	CHECK_EQ_INT(scd_shape_make(&sa, many, SCD_SHAPE_MAX_DIMS + 1, 1, err, sizeof(err)), -1);
+	CHECK_EQ_INT(scd_shape_make(&sa, many, SCD_SHAPE_MAX_DIMS + 1, 1, err, sizeof(err)),
+		     -1);
 	CHECK_EQ_INT(scd_shape_make(&sa, many, SCD_SHAPE_MAX_DIMS, 1, err, sizeof(err)), 0);
 }
 
@@ -66,7 +67,8 @@ UNIT_TEST(shape_in_the_signature)
 	CHECK_EQ_INT(scd_shape_make(&sb.shape, b, 3, 22287, err, sizeof(err)), 0);
 	int f = scd_tsig_diff(&sa, &sb);
 	CHECK_TRUE(f >= 0);
-	CHECK_MSG(!strcmp(scd_tsig_field_name(f), "shape"), "field '%s'", scd_tsig_field_name(f));
+	CHECK_MSG(!strcmp(scd_tsig_field_name(f), "shape"), "field '%s'",
+		  scd_tsig_field_name(f));
 	scd_tsig_field_text(&sb, f, 22287, text, sizeof(text));
 	CHECK_MSG(!strcmp(text, "[17, 23, 57]"), "text '%s'", text);
 	Sparsecomm__TensorSig m;
@@ -83,4 +85,41 @@ UNIT_TEST(shape_in_the_signature)
 	CHECK_TRUE(back.shape.dim[SCD_SHAPE_KEPT - 1] == 8);
 	scd_tsig_field_text(&back, f, 0, text, sizeof(text));
 	CHECK_MSG(strstr(text, "993 more"), "text '%s'", text);
+}
+
+/* A disagreement among many ranks names every value once with the ranks that have it, so
+ * the odd rank shows however many ranks the world has: 300 ranks, rank 177 alone with
+ * another shape. */
+UNIT_TEST(agree_describe_groups_ranks_by_value)
+{
+	enum { P = 300 };
+	static scd_daemon_t d = {.world_size = P, .local_size = 1};
+	scd_world_t w = {.d = &d};
+	scd_centry_t e = {.name = "wide"};
+	uint64_t numel[P];
+	uint32_t zero[P] = {0};
+	static scd_tsig_t sig[P];
+	const uint64_t a[] = {17, 1311}, b[] = {17, 23, 57};
+	char err[128], msg[1024];
+	for (int r = 0; r < P; r++) {
+		numel[r] = 22287;
+		CHECK_EQ_INT(scd_shape_make(&sig[r].shape, r == 177 ? b : a, r == 177 ? 3 : 2,
+					    22287, err, sizeof(err)),
+			     0);
+	}
+	e.numel = numel;
+	e.dtype = zero;
+	e.op = zero;
+	e.sig = sig;
+	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, sizeof(msg)), 1);
+	CHECK_MSG(strstr(msg,
+			 "shape differs across ranks: ranks 0-176, 178-299 have [17, 1311]; "
+			 "rank 177 has [17, 23, 57]"),
+		  "message: %s", msg);
+	/* two ranks that differ and a short buffer: cut, terminated */
+	d.world_size = 2;
+	sig[1] = sig[177];
+	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, 40), 1);
+	CHECK_TRUE(strlen(msg) == 39);
+	d.world_size = P;
 }

@@ -1017,9 +1017,10 @@ def _start_dense(c, e, op, root=None, shape=()):
     return h.value
 
 
-def _start_coo(c, e, nnz, op, sparse_result=False):
+def _start_coo(c, e, nnz, op, sparse_result=False, shape=()):
     lib = _lib.load()
     h = _lib.c_handle()
+    _give_shape(e, shape)
     start = lib.sc_allreduce_coo_sparse_async if sparse_result else lib.sc_allreduce_coo_async
     _member(c, e, _take_member())
     st = start(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
@@ -1315,7 +1316,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
     except BaseException:
         e.inflight = False
         raise
-    hid = _start_coo(c, e, nnz, red, sparse_result=not sparse_as_dense)
+    hid = _start_coo(c, e, nnz, red, sparse_result=not sparse_as_dense, shape=shape)
 
     def result():
         if not sparse_as_dense:
