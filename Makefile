@@ -181,6 +181,10 @@ endif
 $(OBJ)/daemon/transport/nccl%: INC := $(INC_DAEMON) $(NCCL_CFLAGS)
 $(BUILD)/obj-fuzz/daemon/transport/nccl%: NCCL_FUZZ := $(NCCL_CFLAGS)
 $(OBJ)/daemon/transport/transport.o: INC := $(INC_DAEMON) $(if $(NCCL_H),-DSCD_HAVE_NCCL)
+# what this build has (sc_built): the nccl transport where nccl.h was found, the CUDA device
+# library where nvcc was
+$(OBJ)/lib/client/lib/client.o: CPPFLAGS += \
+	-DSC_BUILT_FEATURES='"tcp$(if $(NCCL_H), nccl)$(if $(GPU_CUDA), cuda)"'
 $(BUILD)/obj-fuzz/daemon/transport/transport.o: NCCL_FUZZ := $(if $(NCCL_H),-DSCD_HAVE_NCCL)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(OBJ)/%.o) $(PROTO_OBJ)
 $(LIB)/libscd.a: $(DAEMON_OBJ)

@@ -195,6 +195,12 @@ SC_API int sc_local_size(const sc_client_t *client);
  * "nccl") and, where it serves GPU tensors, "cuda". Valid until sc_finalize. */
 SC_API const char *sc_daemon_built(const sc_client_t *client);
 
+/* What this library's build has, space-separated, needing no daemon: "tcp"; "nccl" where
+ * the daemons of the build have the nccl transport; "cuda" where its CUDA device library
+ * was built. The node's daemon may use less (sc_daemon_built: its device setting, the
+ * drivers it finds). */
+SC_API const char *sc_built(void);
+
 /* Sets a daemon setting on every node, as `sparsectl config set KEY VALUE` does (checked
  * first; an owner-only key such as timeline_file needs the daemon's user or root). */
 SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value);

@@ -943,6 +943,15 @@ SC_API const char *sc_daemon_built(const sc_client_t *client)
 	return client ? client->built : "";
 }
 
+#ifndef SC_BUILT_FEATURES
+#define SC_BUILT_FEATURES "tcp"
+#endif
+
+SC_API const char *sc_built(void)
+{
+	return SC_BUILT_FEATURES;
+}
+
 /* Milliseconds from now to deadline (scl_deadline_after's), at least 0. */
 static int ms_until(const struct timespec *deadline)
 {

@@ -16,6 +16,8 @@ import sparsecomm.torch as hvd  # noqa: E402
 from checks import Checks, daemon_shm, daemon_tensors, raises  # noqa: E402
 
 torch.set_num_threads(1)
+# before init(), as Horovod's: what the build has (the daemon's symbols, run_tests.py)
+PRE_INIT_BUILT = (hvd.nccl_built(), hvd.cuda_built())
 hvd.init()
 sc.init(timeout=60)
 R, P = hvd.rank(), hvd.size()
@@ -176,6 +178,10 @@ def capability_queries():
     want_nccl = os.environ.get("SPARSECOMM_EXPECT_NCCL_BUILT")
     if want_nccl is not None:  # run_tests.py: from the build's configuration
         assert hvd.nccl_built() == (want_nccl == "1"), (hvd.nccl_built(), want_nccl)
+        assert PRE_INIT_BUILT[0] == (want_nccl == "1"), (PRE_INIT_BUILT, want_nccl)
+    assert all(isinstance(b, bool) for b in PRE_INIT_BUILT), PRE_INIT_BUILT
+    # the daemon serves no more than the build has
+    assert PRE_INIT_BUILT[1] or not hvd.cuda_built(), PRE_INIT_BUILT
     for q in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled,
               hvd.ccl_built, hvd.ddl_built, hvd.rocm_built, hvd.mpi_threads_supported):
         assert q() is False, q.__name__
@@ -264,12 +270,13 @@ def same_name_twice_in_flight():
 
 def mismatch(tag, x, op, what, mine, theirs):
     """An allreduce that rank 0 gives differently from the others: it fails on every rank
-    with an error naming every rank and what it gave."""
+    with an error naming each value once with every rank that gave it."""
     e = raises(hvd.HorovodInternalError, hvd.allreduce, x, name="mismatch." + tag, op=op)
     text = str(e)
     print("mismatch %s: %s" % (tag, text), flush=True)
-    want = "%s differs across ranks: rank 0 has %s, %s" % (what, mine, ", ".join(
-        "rank %d has %s" % (r, theirs) for r in range(1, P)))
+    others = ("rank 1 has" if P == 2 else "ranks 1, 2 have" if P == 3 else
+              "ranks 1-%d have" % (P - 1))
+    want = "%s differs across ranks: rank 0 has %s; %s %s" % (what, mine, others, theirs)
     assert want in text and "mismatch." + tag in text, (tag, text, want)
     still_works(tag)
 

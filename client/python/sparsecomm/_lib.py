@@ -222,6 +222,7 @@ _PROTOTYPES = [
     ("sc_local_rank", ctypes.c_int, [c_client_p]),
     ("sc_local_size", ctypes.c_int, [c_client_p]),
     ("sc_daemon_built", ctypes.c_char_p, [c_client_p]),
+    ("sc_built", ctypes.c_char_p, []),
     ("sc_config_set", ctypes.c_int, [c_client_p, ctypes.c_char_p, ctypes.c_char_p]),
     ("sc_register", ctypes.c_int,
      [c_client_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t, ctypes.POINTER(c_tensor_p)]),

@@ -14,8 +14,12 @@ from . import _lib
 
 
 def _built():
-    from . import _need
-    return set((_lib.load().sc_daemon_built(_need().client) or b"").decode().split())
+    """What the node's daemon has built in and usable; before init(), as Horovod's
+    nccl_built() and cuda_built() answer without a job, what the library's build has."""
+    from . import _ctx
+    lib = _lib.load()
+    got = lib.sc_daemon_built(_ctx.client) if _ctx is not None else lib.sc_built()
+    return set((got or b"").decode().split())
 
 
 def mpi_built():
@@ -54,13 +58,15 @@ def rocm_built():
 
 def nccl_built():
     """True when the node's daemon has its nccl transport built in (GPU buffers between
-    daemons over NCCL; libnccl.so.2 is loaded when a world uses it)."""
+    daemons over NCCL; libnccl.so.2 is loaded when a world uses it); before init(), when
+    the library's build has it."""
     return "nccl" in _built()
 
 
 def cuda_built():
     """True when the node's daemon serves CUDA tensors (its CUDA device library loads and
-    its ``device`` setting is not cpu)."""
+    its ``device`` setting is not cpu); before init(), when the library's build has its
+    CUDA device library."""
     return "cuda" in _built()
 
 
