@@ -474,9 +474,10 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	return st;
 }
 
-/* A selection job at submission (coll/presel.h), on the compute thread, handed back at
- * once: it has nothing to send and nothing waits for it in the pipeline's order. A failed
- * one is logged; its buffer then sums and selects the tensor itself. */
+/* A selection job at submission (coll/presel.h), on the compute thread, handed back as
+ * soon as it ends (finish_locked: with the next job's wake-up of the loop when one is in
+ * the engine): it has nothing to send and nothing waits for it in the pipeline's order. A
+ * failed one is logged; its buffer then sums and selects the tensor itself. */
 static void preselect_job(scd_engine_t *e, scd_job_t *job)
 {
 	job->status = SC_OK;
