@@ -58,7 +58,7 @@ final model on the whole training set (and the mean minibatch loss of the last 1
 the CPU time per step of the trainer and of its node's daemon (all their threads, from
 /proc: on a host whose cores the nodes share, the modes' steps/s follow their CPU), and
 the daemon's wake-ups per step (its threads' voluntary context switches: a count that
-the host's load does not inflate, as it does the CPU time); and from each node's timeline, clipped to the timed window, the share of the window the
+the host's load moves less than it moves the CPU time); and from each node's timeline, clipped to the timed window, the share of the window the
 engine.comm lane (buffer events) and the engine.compute lane (compress events) sat idle.
 The timeline shares are computed by the driver once the daemons have closed their files
 (run by hand, pass the files and the record to --analyze).
