@@ -56,8 +56,9 @@ gradient was not (mean over the timed steps and ranks, the most in any step, and
 over every step, warm-up included); the loss of the
 final model on the whole training set (and the mean minibatch loss of the last 10 steps);
 the CPU time per step of the trainer and of its node's daemon (all their threads, from
-/proc: on a host whose cores the nodes share, the modes' steps/s follow their CPU);
-and from each node's timeline, clipped to the timed window, the share of the window the
+/proc: on a host whose cores the nodes share, the modes' steps/s follow their CPU), and
+the daemon's wake-ups per step (its threads' voluntary context switches: a count that
+the host's load moves less than it moves the CPU time); and from each node's timeline, clipped to the timed window, the share of the window the
 engine.comm lane (buffer events) and the engine.compute lane (compress events) sat idle.
 The timeline shares are computed by the driver once the daemons have closed their files
 (run by hand, pass the files and the record to --analyze).
@@ -123,16 +124,31 @@ def _proc_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _proc_wakeups(pid):
+    """The voluntary context switches of process pid, all its threads: how often its
+    threads went to sleep, and so were woken (/proc/PID/task/TID/status)."""
+    total = 0
+    for tid in os.listdir("/proc/%s/task" % pid):
+        try:
+            with open("/proc/%s/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total
+
+
 def node_cpu():
     """(this trainer's CPU seconds, the CPU seconds of the daemons in this trainer's
-    network namespace, how many daemons that is): under --netns a node's own daemon; on
-    loopback every node's, so that their mean is one daemon's."""
+    network namespace, how many daemons that is, those daemons' wake-ups): under --netns
+    a node's own daemon; on loopback every node's, so that their mean is one daemon's."""
     own = _proc_cpu_s("self")
     try:
         ns = os.readlink("/proc/self/ns/net")
     except OSError:
-        return own, 0.0, 0
-    total, n = 0.0, 0
+        return own, 0.0, 0, 0
+    total, n, wakes = 0.0, 0, 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -143,10 +159,11 @@ def node_cpu():
             if os.readlink("/proc/%s/ns/net" % pid) != ns:
                 continue
             total += _proc_cpu_s(pid)
+            wakes += _proc_wakeups(pid)
             n += 1
         except OSError:  # gone meanwhile, or not ours to read
             continue
-    return own, total, n
+    return own, total, n, wakes
 
 def model_fn(seed, depth, width):
     import torch
@@ -291,14 +308,16 @@ def train(a):
     # every rank's numbers to rank 0, through the daemons (sum of a vector with one slot
     # per rank and quantity)
     q = ["steps_per_s", "bytes_sent", "bytes_received", "link_tx", "calls", "missing_mean",
-         "missing_max", "missing_all_mean", "t0", "t1", "trainer_cpu", "daemon_cpu"]
+         "missing_max", "missing_all_mean", "t0", "t1", "trainer_cpu", "daemon_cpu",
+         "daemon_wakeups"]
     v = torch.zeros(size * len(q), dtype=torch.float64)
     mine = [timed / (t1 - t0), (snap1[0] - snap0[0]) / timed, (snap1[1] - snap0[1]) / timed,
             (snap1[5][0] - snap0[5][0]) / timed, (snap1[2] - snap0[2]) / timed,
             sum(missing) / max(1, len(missing)), max(missing) if missing else 0,
             sum(missing_all) / len(missing_all), t0, t1,
             (cpu1[0] - cpu0[0]) / timed * 1e3,
-            (cpu1[1] - cpu0[1]) / max(1, cpu1[2]) / timed * 1e3]
+            (cpu1[1] - cpu0[1]) / max(1, cpu1[2]) / timed * 1e3,
+            (cpu1[3] - cpu0[3]) / max(1, cpu1[2]) / timed]
     v[rank * len(q):(rank + 1) * len(q)] = torch.tensor(mine, dtype=torch.float64)
     sc.allreduce_(v, name="bench.gather", average=False)
     per = [dict(zip(q, v[r * len(q):(r + 1) * len(q)].tolist())) for r in range(size)]
@@ -322,6 +341,7 @@ def train(a):
                                     if any(t.startswith("grad.") for t in b["tensors"])),
                    trainer_cpu_ms_per_step=mean("trainer_cpu"),
                    daemon_cpu_ms_per_step=mean("daemon_cpu"),
+                   daemon_wakeups_per_step=mean("daemon_wakeups"),
                    missing_per_step=mean("missing_mean"),
                    missing_max=max(r["missing_max"] for r in per),
                    missing_all_steps_per_step=mean("missing_all_mean"),
@@ -419,6 +439,7 @@ COLS = [("mode", "mode", "%s"), ("compression", "compression", "%s"),
         ("final loss", "final_loss", "%.4f"), ("last10 loss", "last10_loss", "%.4f"),
         ("trainer CPU ms/step", "trainer_cpu_ms_per_step", "%.1f"),
         ("daemon CPU ms/step", "daemon_cpu_ms_per_step", "%.1f"),
+        ("daemon wake-ups/step", "daemon_wakeups_per_step", "%.0f"),
         ("comm idle", "comm_idle_share", "%.2f"),
         ("compute idle", "compute_idle_share", "%.2f")]
 

@@ -36,13 +36,16 @@ struct scd_engine {
 	scd_engine_params_t p;
 	pthread_t thread, comm_thread;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t cv;	      /* the compute thread's waits, and destroy's */
+	pthread_cond_t comm_cv;	      /* the communication thread's wait for a job */
 	scd_job_t *head, *tail;	      /* to run */
 	scd_job_t *cq_head, *cq_tail; /* compute stage done, for the communication stage */
 	int cq_n, comm_busy;
 	uint64_t inline_jobs; /* communicated on the compute thread (comm_here_locked) */
 	int comm_inline;      /* and the last communication stage ran there */
 	scd_job_t *done_head, *done_tail;
+	int in_flight; /* jobs taken, not handed back, selections at submission aside */
+	scd_engine_counts_t counts; /* hand-backs and the loop's wake-ups they asked for */
 	uv_async_t async;
 	int stop, stopped, comm_stopped;
 	scd_transport_t *transport; /* the mesh: tcp */
@@ -395,7 +398,11 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 /* Hands a finished job to the loop thread. Buffers come back in order (only the
  * communication stage, or the single thread, finishes them); a selection job at submission
  * comes back from the compute stage, ahead of buffers still on the network, and its done
- * handler (world/presel.c) relies on no order. Called with e->mu held. */
+ * handler (world/presel.c) relies on no order and is not urgent (it releases what the
+ * selection read). So a selection wakes the loop only when no other job is in the engine:
+ * otherwise it waits in the list for that job's hand-back, which comes later (every job
+ * ends, within its timeouts) and wakes the loop, which drains the whole list. Called with
+ * e->mu held. */
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
@@ -404,6 +411,12 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
 	else
 		e->done_head = job;
 	e->done_tail = job;
+	e->counts.handed++;
+	if (job->kind != SCD_JOB_PRESELECT)
+		e->in_flight--;
+	else if (e->in_flight > 0)
+		return;
+	e->counts.wakes++;
 	uv_async_send(&e->async);
 }
 
@@ -461,9 +474,10 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	return st;
 }
 
-/* A selection job at submission (coll/presel.h), on the compute thread, handed back at
- * once: it has nothing to send and nothing waits for it in the pipeline's order. A failed
- * one is logged; its buffer then sums and selects the tensor itself. */
+/* A selection job at submission (coll/presel.h), on the compute thread, handed back as
+ * soon as it ends (finish_locked: with the next job's wake-up of the loop when one is in
+ * the engine): it has nothing to send and nothing waits for it in the pipeline's order. A
+ * failed one is logged; its buffer then sums and selects the tensor itself. */
 static void preselect_job(scd_engine_t *e, scd_job_t *job)
 {
 	job->status = SC_OK;
@@ -598,7 +612,7 @@ static void *engine_main(void *arg)
 			e->cq_head = job;
 		e->cq_tail = job;
 		e->cq_n++;
-		pthread_cond_broadcast(&e->cv);
+		pthread_cond_signal(&e->comm_cv);
 	}
 	e->stopped = 1;
 	pthread_cond_broadcast(&e->cv);
@@ -613,8 +627,10 @@ static void *comm_main(void *arg)
 	scd_tl_thread("engine.comm");
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
-		while (!e->cq_head && !e->stop)
-			pthread_cond_wait(&e->cv, &e->mu);
+		while (!e->cq_head && !e->stop) {
+			pthread_cond_wait(&e->comm_cv, &e->mu);
+			e->counts.comm_wakes++;
+		}
 		if (e->stop)
 			break;
 		scd_job_t *job = e->cq_head;
@@ -681,6 +697,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
+	pthread_cond_init(&e->comm_cv, NULL);
 	uv_async_init(p->loop, &e->async, on_async);
 	e->async.data = e;
 	e->comm_stopped = !e->p.pipeline;
@@ -688,7 +705,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	if (!failed && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
 		pthread_mutex_lock(&e->mu);
 		e->stop = 1;
-		pthread_cond_broadcast(&e->cv);
+		pthread_cond_broadcast(&e->comm_cv);
 		pthread_mutex_unlock(&e->mu);
 		scd_slots_stop(&e->slots);
 		if (e->p.pipeline)
@@ -715,7 +732,10 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 	else
 		e->head = job;
 	e->tail = job;
-	pthread_cond_broadcast(&e->cv); /* both threads wait on cv */
+	if (job->kind != SCD_JOB_PRESELECT)
+		e->in_flight++;
+	pthread_cond_broadcast(&e->cv); /* the compute thread (the communication thread waits
+					 * on comm_cv, for the compute stage's jobs only) */
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -745,6 +765,14 @@ uint64_t scd_engine_inline_jobs(scd_engine_t *e)
 	return n;
 }
 
+scd_engine_counts_t scd_engine_counts(scd_engine_t *e)
+{
+	pthread_mutex_lock(&e->mu);
+	scd_engine_counts_t c = e->counts;
+	pthread_mutex_unlock(&e->mu);
+	return c;
+}
+
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
 {
 	scd_slots_set_want(&e->slots, bytes);
@@ -758,6 +786,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);
+	pthread_cond_broadcast(&e->comm_cv);
 	scd_slots_stop(&e->slots); /* the compute stage may wait for a slot */
 	while (!e->stopped || !e->comm_stopped)
 		if (pthread_cond_timedwait(&e->cv, &e->mu, &dl) != 0)

@@ -14,7 +14,10 @@
  * back). The collective runs in place in the first trainer's buffer when the job holds one
  * tensor and the collective allows it, else in a fusion buffer of the job's device; the job
  * goes back to the loop through uv_async_send (whose callbacks coalesce, so the loop drains
- * a queue).
+ * a queue). A selection job at submission that finishes while another job is in the engine
+ * wakes nobody: it goes back with that job's hand-back (scd_engine_counts counts both).
+ * The two threads wait on condition variables of their own, so a job queued for one stage
+ * wakes only the thread of that stage.
  *
  * A job of a process set (coll/job.h: pset, nodes) runs among the set's nodes only, over
  * the set's view of the mesh (psview.h); every node runs the jobs of the sets it belongs
@@ -80,6 +83,14 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 /* How many jobs ran their communication stage on the compute thread: small host jobs
  * that found that stage idle and nothing queued behind them (engine.c, comm_here_locked). */
 uint64_t scd_engine_inline_jobs(scd_engine_t *e);
+/* Jobs handed back to the loop, and the wake-ups of the loop (uv_async_send) they asked
+ * for: a selection job at submission finished while another job is in the engine asks for
+ * none, it goes back with that job (engine.c, finish_locked); and the times the
+ * communication thread woke to look for a job (a job for the compute stage wakes it not). */
+typedef struct scd_engine_counts {
+	uint64_t handed, wakes, comm_wakes;
+} scd_engine_counts_t;
+scd_engine_counts_t scd_engine_counts(scd_engine_t *e);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes);
 /* The device a job runs on (coll/job.h), as the engine finds it. */

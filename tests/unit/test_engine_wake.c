@@ -1,0 +1,237 @@
+/*
+ * test_engine_wake.c: what the engine's hand-offs wake (engine.c). Two forked engines of one
+ * trainer each: a buffer's job on node 0 waits in its communication stage for node 1's;
+ * meanwhile eight selection jobs at submission (coll/presel.h) run on node 0's compute
+ * thread and ask the loop for no wake-up; once node 1 submits, the buffer's hand-back
+ * wakes the loop once and brings the eight with it. Eight more with nothing else in the
+ * engine wake the loop once each, and the idle communication thread not at all (it waits
+ * on a condition variable of its own). Every selection succeeds and the buffer's sum is
+ * exact.
+ */
+#include "unit.h"
+
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "coll/presel.h"
+#include "engine/engine.h"
+#include "unit_mesh.h"
+#include "util/log.h"
+
+#define TMO_MS 20000
+#define NSEL   8
+#define SEL_N  256
+#define SUM_N  8192 /* 32 KiB: over what the compute thread communicates itself */
+
+static int go_fds[2]; /* node 0 tells node 1 to submit its buffer */
+
+typedef struct node {
+	uv_loop_t loop;
+	scd_engine_t *e;
+	int rank, back;
+} node_t;
+
+static void on_done(void *arg, scd_job_t *job)
+{
+	node_t *n = arg;
+	n->back++;
+	if (job->kind == SCD_JOB_MESH)
+		scd_transport_boot_clear(&job->boot);
+	CHECK_MSG(job->status == SC_OK, "rank %d: job %llu (kind %d): %s (%s)", n->rank,
+		  (unsigned long long)job->seq, job->kind, sc_status_name(job->status),
+		  job->error);
+	free(job->items);
+	free(job);
+}
+
+/* Runs the loop until want jobs in all have come back. */
+static void wait_back(node_t *n, int want)
+{
+	while (n->back < want)
+		uv_run(&n->loop, UV_RUN_ONCE);
+}
+
+static void node_start(unit_mesh_t *m, int rank, node_t *n)
+{
+	scd_log_level = SCD_LOG_WARN;
+	*n = (node_t){.rank = rank};
+	CHECK_TRUE(uv_loop_init(&n->loop) == 0);
+	scd_engine_params_t p = {.loop = &n->loop,
+				 .rank = rank,
+				 .world_size = 2,
+				 .local_size = 1,
+				 .pipeline = 1,
+				 .fusion_bytes = 1u << 20,
+				 .join_timeout_ms = TMO_MS,
+				 .transport = "tcp",
+				 .schemes = scd_scheme_cfg_default(0, 0),
+				 .done = on_done,
+				 .done_arg = n};
+	CHECK_TRUE(scd_engine_create(&p, &n->e) == SC_OK);
+	scd_job_t *mesh = calloc(1, sizeof(*mesh));
+	CHECK_TRUE(mesh != NULL);
+	mesh->kind = SCD_JOB_MESH;
+	CHECK_TRUE(scd_transport_boot_init(&mesh->boot, m->ep[rank], rank, 2, m->world_id) ==
+		   SC_OK);
+	m->ep[rank] = NULL;
+	int r = 1 - rank;
+	CHECK_TRUE(scd_transport_boot_set_blob(&mesh->boot, r, m->ep[r]->blob,
+					       m->ep[r]->blob_len) == SC_OK);
+	unit_mesh_release(m);
+	scd_engine_submit(n->e, mesh);
+	wait_back(n, 1);
+}
+
+static void node_stop(node_t *n)
+{
+	CHECK_TRUE(scd_engine_destroy(n->e, 10000) == SC_OK);
+	uv_run(&n->loop, UV_RUN_DEFAULT); /* the engine's handle closes */
+	uv_loop_close(&n->loop);
+}
+
+/* A float32 sum of x's SUM_N elements over both nodes: a job too large to be communicated
+ * on the compute thread (engine.c, comm_here_locked), which keeps that thread free for the
+ * selections while the sum waits for node 1. */
+static scd_job_t *sum_job(float *x)
+{
+	scd_job_t *job = calloc(1, sizeof(*job));
+	scd_job_item_t *it = calloc(1, sizeof(*it));
+	CHECK_TRUE(job && it);
+	*it = (scd_job_item_t){
+	    .name = "sum", .numel = SUM_N, .op = SC_OP_SUM, .n_src = 1, .cache_id = 1};
+	it->src[0] = (scd_job_src_t){.device = SCD_DEVICE_CPU, .dense = x};
+	*job = (scd_job_t){.kind = SCD_JOB_ALLREDUCE,
+			   .seq = 1,
+			   .n_items = 1,
+			   .items = it,
+			   .total_numel = SUM_N,
+			   .dtype = SC_FLOAT32,
+			   .coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM},
+			   .average_divisor = 2,
+			   .pin = -1,
+			   .timeout_ms = TMO_MS,
+			   .world_seed = 7,
+			   .lossless_only = 1};
+	return job;
+}
+
+/* Tensor k's selection job at submission: top-k 1/8 of buf into res, as
+ * world/presel.c builds it for a tensor the response cache knows as id 10 + k. */
+static scd_job_t *sel_job(int k, float *buf, float *res)
+{
+	static uint64_t token;
+	scd_job_t *job = calloc(1, sizeof(*job));
+	scd_job_item_t *it = calloc(1, sizeof(*it));
+	CHECK_TRUE(job && it);
+	*it = (scd_job_item_t){.name = "sel",
+			       .numel = SEL_N,
+			       .op = SC_OP_SUM,
+			       .n_src = 1,
+			       .cache_id = (uint32_t)(10 + k),
+			       .presel_key = (uint64_t)(k + 1),
+			       .presel_token = ++token,
+			       .sparsifier = SC_SPARSIFY_TOPK,
+			       .density = 0.125,
+			       .residual = res};
+	it->src[0] = (scd_job_src_t){.device = SCD_DEVICE_CPU, .dense = buf};
+	*job = (scd_job_t){.kind = SCD_JOB_PRESELECT,
+			   .seq = 100 + token,
+			   .n_items = 1,
+			   .items = it,
+			   .total_numel = SEL_N,
+			   .dtype = SC_FLOAT32,
+			   .coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM},
+			   .pin = -1,
+			   .timeout_ms = TMO_MS,
+			   .world_seed = 7};
+	return job;
+}
+
+static float val(int i, int rank)
+{
+	return (float)((i * 5 + rank * 3) % 11 - 5);
+}
+
+static void node0(node_t *n)
+{
+	static float x[SUM_N], bufs[NSEL][SEL_N], res[NSEL][SEL_N];
+	for (int i = 0; i < SUM_N; i++)
+		x[i] = val(i, 0);
+	for (int k = 0; k < NSEL; k++)
+		for (int i = 0; i < SEL_N; i++)
+			bufs[k][i] = (float)((i * 7 + k) % 31) - 15.0f;
+	scd_engine_counts_t c0 = scd_engine_counts(n->e);
+	scd_engine_submit(n->e, sum_job(x)); /* waits for node 1's */
+	for (int k = 0; k < NSEL; k++)
+		scd_engine_submit(n->e, sel_job(k, bufs[k], res[k]));
+	/* the selections finish while the buffer waits (the loop does not run meanwhile) */
+	for (int ms = 0; scd_engine_counts(n->e).handed < c0.handed + NSEL; ms++) {
+		CHECK_MSG(ms < TMO_MS, "the selections did not finish in %d ms", TMO_MS);
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	scd_engine_counts_t c1 = scd_engine_counts(n->e);
+	CHECK_MSG(c1.handed == c0.handed + NSEL, "handed back %llu, the buffer among them",
+		  (unsigned long long)(c1.handed - c0.handed));
+	CHECK_MSG(c1.wakes == c0.wakes,
+		  "%llu wake-ups of the loop for %d selections while a "
+		  "buffer was in the engine",
+		  (unsigned long long)(c1.wakes - c0.wakes), NSEL);
+	CHECK_MSG(c1.comm_wakes <= c0.comm_wakes + 1,
+		  "the communication thread woke %llu times for a buffer and %d selections",
+		  (unsigned long long)(c1.comm_wakes - c0.comm_wakes), NSEL);
+	CHECK_TRUE(write(go_fds[1], "g", 1) == 1);
+	wait_back(n, 1 + 1 + NSEL);
+	scd_engine_counts_t c2 = scd_engine_counts(n->e);
+	CHECK_MSG(c2.wakes == c0.wakes + 1, "%llu wake-ups for the buffer and %d selections",
+		  (unsigned long long)(c2.wakes - c0.wakes), NSEL);
+	for (int i = 0; i < SUM_N; i++)
+		CHECK_MSG(x[i] == val(i, 0) + val(i, 1), "sum, element %d: %g", i,
+			  (double)x[i]);
+	/* nothing else in the engine: each selection wakes the loop */
+	for (int k = 0; k < NSEL; k++)
+		scd_engine_submit(n->e, sel_job(k, bufs[k], res[k]));
+	wait_back(n, 1 + 1 + 2 * NSEL);
+	scd_engine_counts_t c3 = scd_engine_counts(n->e);
+	CHECK_MSG(c3.wakes == c2.wakes + NSEL, "%llu wake-ups for %d selections alone",
+		  (unsigned long long)(c3.wakes - c2.wakes), NSEL);
+	CHECK_MSG(c3.comm_wakes == c2.comm_wakes,
+		  "the communication thread woke %llu times for %d selections",
+		  (unsigned long long)(c3.comm_wakes - c2.comm_wakes), NSEL);
+}
+
+static void node_main(unit_mesh_t *m, int rank, void *arg)
+{
+	(void)arg;
+	node_t n;
+	node_start(m, rank, &n);
+	if (rank == 0) {
+		node0(&n);
+	} else {
+		static float x[SUM_N];
+		for (int i = 0; i < SUM_N; i++)
+			x[i] = val(i, 1);
+		struct pollfd pfd = {.fd = go_fds[0], .events = POLLIN};
+		char g;
+		CHECK_MSG(poll(&pfd, 1, TMO_MS) == 1 && read(go_fds[0], &g, 1) == 1,
+			  "node 0 never let node 1 submit");
+		scd_engine_submit(n.e, sum_job(x));
+		wait_back(&n, 2);
+		for (int i = 0; i < SUM_N; i++)
+			CHECK_MSG(x[i] == val(i, 0) + val(i, 1), "node 1: sum, element %d: %g",
+				  i, (double)x[i]);
+	}
+	node_stop(&n);
+}
+
+UNIT_TEST_TIMEOUT(engine_selections_go_back_with_the_buffer_in_flight, 120)
+{
+	CHECK_TRUE(pipe(go_fds) == 0);
+	unit_mesh_t mesh;
+	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	unit_mesh_fork(&mesh, node_main, NULL);
+}
