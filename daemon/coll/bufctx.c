@@ -75,6 +75,8 @@ typedef struct scd_bufctx {
 	uint64_t *rbits;
 	uint64_t rcount; /* at least the bits set */
 	int rknown;
+	const float *rres;  /* the residual the bitmap is of */
+	uint64_t rres_jobs; /* and its job count then (scd_job_item_t.residual_jobs) */
 	scd_coo_t fold;
 	/* a buffer of several tensors that lossy schemes may run on: what the scheme did not
 	 * deliver, over the whole buffer, split back into each tensor's residual after it */
@@ -1028,6 +1030,13 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 		exdyna_residual(b, job);
 	double t_fold = scd_now_s();
 	if (job->coo_direct && io.residual) {
+		/* another buffer (the tensor's other form) wrote the residual since this
+		 * one's last step, or another registration's: the bitmap says nothing */
+		const scd_job_item_t *it0 = &job->items[0];
+		if (b->rres != it0->residual || it0->residual_jobs != b->rres_jobs + 1)
+			b->rknown = 0;
+		b->rres = it0->residual;
+		b->rres_jobs = it0->residual_jobs;
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
 			snprintf(job->error, sizeof(job->error),
 				 "no memory to fold the residual into the COO input");

@@ -108,6 +108,10 @@ typedef struct scd_job_item {
 	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
 	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
 	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
+	/* the residual's jobs on this node so far, this one included (the node tensor's
+	 * count): a buffer's state that saw the one before knows no other buffer (the
+	 * tensor's other form, under another cache id) wrote the residual meanwhile */
+	uint64_t residual_jobs;
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */

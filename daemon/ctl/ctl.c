@@ -970,8 +970,14 @@ static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd_reg_t *r,
 			sc_status_t st, const char *err)
 {
-	if (!nt->poisoned && !(nt->carry_mask >> r->local_rank & 1) && !ctl->degraded &&
-	    !s->join_handle && nt->state != SCD_NT_RUNNING && nt->state != SCD_NT_ANNOUNCED)
+	if (nt->carry_mask >> r->local_rank & 1) {
+		/* the step already failed on this node: this refusal is r's submission of it,
+		 * so r's next one is of the next step */
+		nt->carry_mask &= ~(1ull << r->local_rank);
+		return;
+	}
+	if (!nt->poisoned && !ctl->degraded && !s->join_handle && nt->state != SCD_NT_RUNNING &&
+	    nt->state != SCD_NT_ANNOUNCED)
 		step_fail(ctl, nt, st, err, r->local_rank);
 }
 

@@ -76,6 +76,7 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 	it->block = nt->opts.block;
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
+	it->residual_jobs = it->residual ? ++nt->residual_jobs : 0;
 	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
 	it->numel = nt->numel;
 	for (int l = 0; l < ctl->d->local_size; l++) {

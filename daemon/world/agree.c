@@ -233,16 +233,19 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 		free(mark);
 		return 1;
 	}
-	for (int r = 0; r < P; r++)
-		value_text(e, kind, field, r, val[r], sizeof(val[r]));
 	for (int r = 0; r < P; r++) {
+		value_text(e, kind, field, r, val[r], sizeof(val[r]));
+		if (e->have && e->have[r] == SCD_HAVE_OUTSIDE) /* not in its process set */
+			mark[r] = 1;
+	}
+	for (int r = 0, groups = 0; r < P; r++) {
 		if (mark[r])
 			continue;
 		int count = 0;
 		for (int q = r; q < P; q++)
 			if (!mark[q] && !strcmp(val[q], val[r]))
 				mark[q] = 2, count++;
-		put(buf, len, &n, "%s %s%s", r ? ";" : "", who, count > 1 ? "s" : "");
+		put(buf, len, &n, "%s %s%s", groups++ ? ";" : "", who, count > 1 ? "s" : "");
 		for (int q = r, first = 1; q < P; q++) {
 			if (mark[q] != 2)
 				continue;

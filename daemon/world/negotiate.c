@@ -91,17 +91,31 @@ static uint32_t cache_match(scd_world_t *w, const char *name, uint32_t dtype, ui
 }
 
 /* Makes id the last of its bucket's vector (the name's current id), adding it when it is
- * not there. */
+ * not there; a name keeps at most SCD_CACHE_FORMS ids there, the one used longest ago
+ * leaving (its cache entry stays: a plan may still name it, and a form that comes back
+ * after it left is announced in full and takes a new id). */
+#define SCD_CACHE_FORMS 8
 static sc_status_t cache_touch(scd_world_t *w, const char *name, uint32_t id)
 {
 	uint32_t **slot = &w->name_to_id[hash_name(name)];
-	uint32_t n = *slot ? (*slot)[0] : 0;
-	for (uint32_t i = 1; i <= n; i++)
+	uint32_t n = *slot ? (*slot)[0] : 0, forms = 0, oldest = 0;
+	for (uint32_t i = 1; i <= n; i++) {
 		if ((*slot)[i] == id) {
 			memmove(&(*slot)[i], &(*slot)[i + 1], sizeof(uint32_t) * (n - i));
 			(*slot)[n] = id;
 			return SC_OK;
 		}
+		if (!strcmp(w->cache[(*slot)[i]].name, name) && !forms++)
+			oldest = i;
+	}
+	if (forms >= SCD_CACHE_FORMS) { /* id takes the oldest's place, at the end */
+		if (w->is_coord)	/* a buffer of the plan no longer waits for it */
+			scd_fplan_remove(&w->fplan, (*slot)[oldest]);
+		memmove(&(*slot)[oldest], &(*slot)[oldest + 1],
+			sizeof(uint32_t) * (n - oldest));
+		(*slot)[n] = id;
+		return SC_OK;
+	}
 	uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
 	if (!v)
 		return SC_ERR_NOMEM;
@@ -128,14 +142,11 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	}
 	if (w->cache[id].name && strcmp(w->cache[id].name, name))
 		return SC_ERR_PROTOCOL; /* an id is never given to another name */
+	scd_cache_ent_t *e = &w->cache[id];
+	if (!e->name && !(e->name = strdup(name)))
+		return SC_ERR_NOMEM;
 	if (cache_touch(w, name, id) != SC_OK)
 		return SC_ERR_NOMEM;
-	scd_cache_ent_t *e = &w->cache[id];
-	if (!e->name || strcmp(e->name, name)) {
-		free(e->name);
-		if (!(e->name = strdup(name)))
-			return SC_ERR_NOMEM;
-	}
 	e->dtype = dtype;
 	e->numel = numel;
 	e->op = op;
@@ -547,6 +558,17 @@ static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, 
 	centry_free(w, e);
 }
 
+/* The id of name that has a place in the coordinator's fusion plan (the one a new form
+ * takes over), else cur. */
+static uint32_t plan_held(scd_world_t *w, const char *name, uint32_t cur)
+{
+	const uint32_t *v = w->name_to_id[hash_name(name)];
+	for (uint32_t i = v ? v[0] : 0; i >= 1; i--)
+		if (!strcmp(w->cache[v[i]].name, name) && scd_fplan_pos(&w->fplan, v[i]) >= 0)
+			return v[i];
+	return cur;
+}
+
 /* The cache id for an agreed tensor: the name's current one when its attributes are the
  * same; else (*old_p then gets the current id) an earlier id of the name with these
  * attributes, or a new one announced in the plan. */
@@ -558,7 +580,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	if (id != UINT32_MAX && cache_same(&w->cache[id], e->dtype[0], e->numel[0], e->op[0],
 					   e->solo, e->fuse_key, &e->sig[0]))
 		return id;
-	*old_p = id;
+	*old_p = plan_held(w, e->name, id);
 	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 				     e->fuse_key, &e->sig[0]);
 	if (again != UINT32_MAX)

@@ -1095,6 +1095,8 @@ selected "random n=3" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
 run_case "coo forms n=3" 3 1 120 0 3 -- "$itest" coo-forms
+# every trainer of a node refused: each answers the failed step, the next step is exact
+run_case "coo forms all over n=2 per-node=2" 2 2 120 0 4 -- "$itest" coo-forms all-over
 run_case "late n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
