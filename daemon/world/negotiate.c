@@ -50,11 +50,15 @@ static uint32_t hash_name(const char *s)
  * A name keeps one cache id per set of attributes it has had (its options, its shape,
  * its operation ...): a tensor whose shape or operation alternates from step to step
  * takes its earlier ids again, so the cache holds as many ids for it as it has forms, not
- * one per change. The bucket's vector lists a name's ids in the order they were last
- * assigned or taken again, on the coordinator (the last: the name's current id, whose
- * place in the fusion plan the next one takes); every rank finds them by their
+ * one per change. The bucket's vector lists a name's ids in the order they were made,
+ * which is the order of the plans' new entries, the same on every rank; so when a name
+ * has SCD_CACHE_FORMS ids, every rank lets the same one go (its oldest) when a new form
+ * comes, and forgets what the engine keeps for it. Every rank finds a name's ids by their
  * attributes (cache_match).
  */
+#define SCD_CACHE_FORMS 64
+
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key);
 
 /* The id last cached for name, or UINT32_MAX. */
 static uint32_t cache_lookup(scd_world_t *w, const char *name)
@@ -90,30 +94,25 @@ static uint32_t cache_match(scd_world_t *w, const char *name, uint32_t dtype, ui
 	return UINT32_MAX;
 }
 
-/* Makes id the last of its bucket's vector (the name's current id), adding it when it is
- * not there; a name keeps at most SCD_CACHE_FORMS ids there, the one used longest ago
- * leaving (its cache entry stays: a plan may still name it, and a form that comes back
- * after it left is announced in full and takes a new id). */
-#define SCD_CACHE_FORMS 8
-static sc_status_t cache_touch(scd_world_t *w, const char *name, uint32_t id)
+/* Lists id, a new id of name, last in its bucket's vector; a name with SCD_CACHE_FORMS ids
+ * lets its oldest go first (its cache entry stays, as a plan in flight may name it: a
+ * form that comes back after it went is announced in full and takes a new id). */
+static sc_status_t cache_list(scd_world_t *w, const char *name, uint32_t id)
 {
 	uint32_t **slot = &w->name_to_id[hash_name(name)];
 	uint32_t n = *slot ? (*slot)[0] : 0, forms = 0, oldest = 0;
 	for (uint32_t i = 1; i <= n; i++) {
-		if ((*slot)[i] == id) {
-			memmove(&(*slot)[i], &(*slot)[i + 1], sizeof(uint32_t) * (n - i));
-			(*slot)[n] = id;
+		if ((*slot)[i] == id)
 			return SC_OK;
-		}
 		if (!strcmp(w->cache[(*slot)[i]].name, name) && !forms++)
 			oldest = i;
 	}
 	if (forms >= SCD_CACHE_FORMS) { /* id takes the oldest's place, at the end */
-		if (w->is_coord)	/* a buffer of the plan no longer waits for it */
-			scd_fplan_remove(&w->fplan, (*slot)[oldest]);
+		uint32_t gone = (*slot)[oldest];
 		memmove(&(*slot)[oldest], &(*slot)[oldest + 1],
 			sizeof(uint32_t) * (n - oldest));
 		(*slot)[n] = id;
+		forget_job(w, gone, 0);
 		return SC_OK;
 	}
 	uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
@@ -143,10 +142,16 @@ static sc_status_t cache_set(scd_world_t *w, uint32_t id, const char *name, uint
 	if (w->cache[id].name && strcmp(w->cache[id].name, name))
 		return SC_ERR_PROTOCOL; /* an id is never given to another name */
 	scd_cache_ent_t *e = &w->cache[id];
-	if (!e->name && !(e->name = strdup(name)))
+	int named = !e->name;
+	if (named && !(e->name = strdup(name)))
 		return SC_ERR_NOMEM;
-	if (cache_touch(w, name, id) != SC_OK)
+	if (cache_list(w, name, id) != SC_OK) {
+		if (named) { /* as it was: the id is not taken */
+			free(e->name);
+			e->name = NULL;
+		}
 		return SC_ERR_NOMEM;
+	}
 	e->dtype = dtype;
 	e->numel = numel;
 	e->op = op;
@@ -584,7 +589,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 				     e->fuse_key, &e->sig[0]);
 	if (again != UINT32_MAX)
-		return cache_touch(w, e->name, again) == SC_OK ? again : UINT32_MAX;
+		return again;
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
@@ -1619,6 +1624,8 @@ static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
 {
 	if (id != UINT32_MAX && w->is_coord) /* its buffer mates no longer wait for it */
 		scd_fplan_remove(&w->fplan, id);
+	if (!w->d->engine)
+		return;
 	scd_job_t *job = calloc(1, sizeof(*job));
 	if (!job)
 		return;

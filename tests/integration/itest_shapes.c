@@ -150,6 +150,20 @@ static void alternating(sc_client_t *c)
 			"cache from %.0f to %.0f entries (its two forms were cached already)",
 			before, after);
 	it_log("12 alternating steps: %.0f cache entries before and after", before);
+	/* 68 forms twice: more than a name remembers (64), so the oldest go, their engine
+	 * state forgotten, and come back as new ids; every step exact */
+	uint64_t dims[SC_MAX_DIMS];
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = 1; k <= 68; k++) {
+			int ones = k <= 63 ? k : k - 63, nd = ones + 1;
+			for (int i = 0; i < nd; i++)
+				dims[i] = 1;
+			dims[k <= 63 ? 0 : nd - 1] = SH_NUMEL;
+			char what[48];
+			snprintf(what, sizeof(what), "form %d of 68, pass %d", k, pass);
+			expect_exact(c, t, 0, nd, dims, 100 + (uint64_t)k, what);
+		}
+	it_log("68 forms twice: %.0f cache entries", cache_entries());
 }
 
 int it_shapes(int argc, char **argv)
