@@ -351,16 +351,28 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl)
 		unlink(ctl->submit_path);
 }
 
+/* The local trainers that owe nt's failing step: those that have not submitted it, but
+ * except (-1: none) and those that have joined (they take part with zeros and submit
+ * nothing until every rank has joined). */
+static uint64_t owing(const scd_ctl_t *ctl, const scd_ntensor_t *nt, int except)
+{
+	uint64_t m = 0;
+	for (int l = 0; l < ctl->d->local_size; l++)
+		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
+			m |= 1ull << l;
+	for (const scd_session_t *s = ctl->n_joined ? ctl->sessions : NULL; s; s = s->next)
+		if (s->join_handle && s->local_rank >= 0)
+			m &= ~(1ull << s->local_rank);
+	return m;
+}
+
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const char *error)
 {
 	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
 	if (!nt)
 		return;
 	if (nt->state == SCD_NT_LOCAL_WAIT) {
-		nt->carry_mask = 0;
-		for (int l = 0; l < ctl->d->local_size; l++)
-			if (!nt->slot[l] || !nt->slot[l]->handle)
-				nt->carry_mask |= 1ull << l;
+		nt->carry_mask = owing(ctl, nt, -1);
 		nt->carry_status = st;
 		snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", error);
 	}
@@ -950,10 +962,7 @@ static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg
 static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *msg,
 		      int except)
 {
-	nt->carry_mask = 0;
-	for (int l = 0; l < ctl->d->local_size; l++)
-		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
-			nt->carry_mask |= 1ull << l;
+	nt->carry_mask = owing(ctl, nt, except);
 	nt->carry_status = st;
 	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
 		 "allreduce of tensor '%s' refused: submitted late, for the step that failed "

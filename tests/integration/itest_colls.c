@@ -696,6 +696,60 @@ int it_join(int argc, char **argv)
 	it_pass();
 }
 
+/* join-carry (two trainers a node): local rank 1 joins while local rank 0 gives a step of
+ * a COO tensor over its capacity, which fails; then local rank 0 joins too. After every
+ * rank has joined, the tensor's next step is exact on every trainer: the failed step is
+ * not owed by a trainer that had joined (it takes part with zeros, it submits nothing). */
+int it_join_carry(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	if (sc_local_size(c) != 2)
+		IT_FAIL("needs two trainers a node, the job has %d", sc_local_size(c));
+	enum { N = 1000, CAP = 8 };
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = CAP};
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, "join.carry", SC_FLOAT32, N, &o, &t), "register");
+	uint32_t *idx = sc_tensor_coo_indices(t);
+	float *val = sc_tensor_coo_values(t);
+	int last = -1;
+	if (sc_local_rank(c) == 1) {
+		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join of local rank 1");
+	} else {
+		it_sleep_ms(300); /* local rank 1's join reaches the daemon first */
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_coo_async(c, t, CAP + 1, SC_OP_SUM, &h),
+			    "a step over the capacity");
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (r != SC_ERR_LIMIT)
+			IT_FAIL(
+			    "a step over the COO capacity: expected SC_ERR_LIMIT, got %s: %s",
+			    it_wait_name(r), it_wait_error());
+		it_log("over the capacity, local rank 1 joined: %s", it_wait_error());
+		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join of local rank 0");
+	}
+	for (int k = 0; k < CAP; k++)
+		idx[k] = (uint32_t)(sc_rank(c) * 7 + 97 * k), val[k] = 1.0f;
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_coo_async(c, t, CAP, SC_OP_SUM, &h), "the step after");
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("the step after every rank joined: %s: %s", it_wait_name(r),
+			it_wait_error());
+	static float want[N];
+	memset(want, 0, sizeof(want));
+	for (int q = 0; q < sc_size(c); q++)
+		for (int k = 0; k < CAP; k++)
+			want[q * 7 + 97 * k] += 1.0f;
+	const float *d = sc_tensor_data(t);
+	for (int i = 0; i < N; i++)
+		if (d[i] != want[i])
+			IT_FAIL("the step after every rank joined: [%d] = %g, expected %g", i,
+				(double)d[i], (double)want[i]);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
 /* Rank 1 dies without joining: every other rank's join ends with SC_ERR_ABORTED naming
  * it, whether it joined before or after the death. */
 int it_join_killed(int argc, char **argv)
