@@ -366,14 +366,31 @@ static uint64_t owing(const scd_ctl_t *ctl, const scd_ntensor_t *nt, int except)
 	return m;
 }
 
+/* One more failed step of nt owed by the local trainers in mask; the error they get. */
+static void carry_add(scd_ntensor_t *nt, uint64_t mask, sc_status_t st)
+{
+	for (int l = 0; l < SCD_MAX_LOCAL; l++)
+		if (mask >> l & 1 && nt->carry_owed[l] < UINT16_MAX)
+			nt->carry_owed[l]++;
+	nt->carry_status = st;
+}
+
+/* Whether local rank l owes a failed step of nt; if so this submission is it. */
+static int carry_take(scd_ntensor_t *nt, int l)
+{
+	if (!nt->carry_owed[l])
+		return 0;
+	nt->carry_owed[l]--;
+	return 1;
+}
+
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const char *error)
 {
 	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
 	if (!nt)
 		return;
 	if (nt->state == SCD_NT_LOCAL_WAIT) {
-		nt->carry_mask = owing(ctl, nt, -1);
-		nt->carry_status = st;
+		carry_add(nt, owing(ctl, nt, -1), st);
 		snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", error);
 	}
 	if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT)
@@ -962,8 +979,7 @@ static void registered(void *arg, scd_session_t *s, uint64_t seq, scd_reg_t *reg
 static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *msg,
 		      int except)
 {
-	nt->carry_mask = owing(ctl, nt, except);
-	nt->carry_status = st;
+	carry_add(nt, owing(ctl, nt, except), st);
 	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
 		 "allreduce of tensor '%s' refused: submitted late, for the step that failed "
 		 "(%.250s)",
@@ -979,12 +995,9 @@ static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd_reg_t *r,
 			sc_status_t st, const char *err)
 {
-	if (nt->carry_mask >> r->local_rank & 1) {
-		/* the step already failed on this node: this refusal is r's submission of it,
-		 * so r's next one is of the next step */
-		nt->carry_mask &= ~(1ull << r->local_rank);
-		return;
-	}
+	if (carry_take(nt, r->local_rank))
+		return; /* the step already failed on this node: this refusal is r's submission
+			 * of it, so r's next one is of the next step */
 	if (!nt->poisoned && !ctl->degraded && !s->join_handle && nt->state != SCD_NT_RUNNING &&
 	    nt->state != SCD_NT_ANNOUNCED)
 		step_fail(ctl, nt, st, err, r->local_rank);
@@ -1070,8 +1083,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (nt->poisoned) {
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
-	} else if (nt->carry_mask >> r->local_rank & 1) {
-		nt->carry_mask &= ~(1ull << r->local_rank);
+	} else if (carry_take(nt, r->local_rank)) {
 		st = nt->carry_status;
 		snprintf(err, sizeof(err), "%s", nt->carry_msg);
 	} else if (ctl->degraded) {

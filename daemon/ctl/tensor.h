@@ -119,8 +119,10 @@ typedef struct scd_ntensor {
 	int poisoned;
 	char poison_msg[384];
 	/* an error that ended a step before every local trainer had submitted: those that
-	 * had not (bits by local rank) get it when they do, instead of waiting alone */
-	uint64_t carry_mask;
+	 * had not get it when they do, instead of waiting alone. Counted by local rank: a
+	 * trainer late past several failed steps owes each of them, so that its submission
+	 * after them pairs with the others' step of the same number, never an earlier one */
+	uint16_t carry_owed[SCD_MAX_LOCAL];
 	int carry_status;
 	char carry_msg[384];
 	scd_tensor_stats_t stats;
