@@ -16,6 +16,9 @@
  * another fails the run. Rank 0 prints the counts: "random: N steps: E exact, F failed
  * on every rank, ...".
  *
+ * With several trainers a node, the trainer that registers a differing option second is
+ * refused at once (the node's other trainer then stalls): its step counts as failed.
+ *
  * The trainer process supervises: it forks the worker that talks to the daemon, and forks
  * a new one when that one dies; the outcomes live in shared memory. After a death every
  * rank (the new worker first) waits in a barrier, retried until every node takes part
@@ -126,8 +129,12 @@ static sc_tensor_t *differ_tensor(sc_client_t *c, int step, const rnd_step_t *p)
 			o.sketch_rows = 3;
 	}
 	sc_tensor_t *t = NULL;
-	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, RND_NUMEL, &o, &t), "register '%s'",
-		    name);
+	sc_status_t st = sc_register_ex(c, name, SC_FLOAT32, RND_NUMEL, &o, &t);
+	/* with several trainers a node, the second of a node to register refuses the other
+	 * options at once: that trainer has no step, the node's other stalls */
+	if (st == SC_ERR_MISMATCH && sc_local_size(c) > 1 && strstr(sc_last_error(), name))
+		return NULL;
+	IT_CHECK_SC(st, "register '%s'", name);
 	return t;
 }
 
@@ -162,8 +169,12 @@ static void run_step(sc_client_t *c, sc_tensor_t *g, rnd_shared_t *sh, int step)
 	int coo = p.coo;
 	if (p.ev == EV_DIFFER && p.variant == 0)
 		coo = !coo ? me : !me; /* the input's form differs on rank who */
-	else if (p.ev == EV_DIFFER)
-		t = differ_tensor(c, step, &p), coo = 0;
+	else if (p.ev == EV_DIFFER && !(t = differ_tensor(c, step, &p))) {
+		sh->next_step = step + 1;
+		sh->outcome[step] = OUT_ERROR;
+		return;
+	} else if (p.ev == EV_DIFFER)
+		coo = 0;
 	else if (p.ev == EV_BADCOO)
 		coo = 1;
 	if (p.ev == EV_LATE && me)

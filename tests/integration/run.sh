@@ -1093,6 +1093,10 @@ rnd_seed=$(date +%s)
 run_case "random n=3 (2000 steps, seed $rnd_seed)" 3 1 300 0 3 --daemon-arg \
 	--stall_timeout_ms --daemon-arg 300 -- "$itest" random --steps 2000 --seed "$rnd_seed"
 selected "random n=3" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+# the same with two trainers a node: a trainer late, dead or refused fails its node's step
+run_case "random n=2 per-node=2 (1000 steps, seed $rnd_seed)" 2 2 300 0 4 --daemon-arg \
+	--stall_timeout_ms --daemon-arg 300 -- "$itest" random --steps 1000 --seed "$rnd_seed"
+selected "random n=2 per-node=2" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
