@@ -197,14 +197,17 @@ static void op_release(sc_client_t *c, struct scl_op *op)
 	op_free(op);
 }
 
-/* What an operation is, for error texts: "allreduce of tensor 'x'", "barrier" or "join". */
+/* What an operation is, for error texts: "allreduce of tensor 'x'", "broadcast of tensor
+ * 'x'", "barrier" or "join". */
 static const char *op_what(const struct scl_op *op, char *buf, size_t len)
 {
+	const char *kind = op->kind ? op->kind : "allreduce";
 	if (op->tensorless)
 		return op->join ? "join" : "barrier";
 	if (!op->tensor)
-		return "allreduce of a released tensor";
-	snprintf(buf, len, "allreduce of tensor '%s'", op->tensor->name);
+		snprintf(buf, len, "%s of a released tensor", kind);
+	else
+		snprintf(buf, len, "%s of tensor '%s'", kind, op->tensor->name);
 	return buf;
 }
 
@@ -1190,7 +1193,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	if (!o) {
 		pthread_mutex_unlock(&c->mu);
 		return scl_error(SC_ERR_INVALID,
-				 "rank %d: unknown allreduce handle %llu (never "
+				 "rank %d: unknown handle %llu (never "
 				 "issued or already collected)",
 				 c->rank, (unsigned long long)h);
 	}
@@ -1203,6 +1206,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	}
 	st = o->status;
 	t = o->tensor;
+	const char *kind = o->kind ? o->kind : "allreduce";
 	if (value_p && st == SC_OK)
 		*value_p = (int)o->value;
 	if (st != SC_OK)
@@ -1214,7 +1218,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 	/* the tensor lives until it is released (which cuts it out of its ended operations
 	 * first, scl_op_detach, and which a wait may not overlap) or the client is destroyed,
 	 * which waits for this call to leave (finalize.c) */
-	snprintf(what, sizeof(what), "rank %d: result of the allreduce of tensor '%s'", c->rank,
+	snprintf(what, sizeof(what), "rank %d: result of the %s of tensor '%s'", c->rank, kind,
 		 t->name);
 	if (gw == GPU_STREAM_WAIT)
 		return scl_cuda_stream_wait_done(t->cuda, stream, what);

@@ -89,6 +89,24 @@ static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
 	}
 }
 
+/* The collective q's body names, for error texts. */
+static const char *body_kind(const Sparsecomm__Collective *q)
+{
+	switch (q->body_case) {
+	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
+		return "broadcast";
+	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
+		return "allgather";
+	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
+		return "reducescatter";
+	case SPARSECOMM__COLLECTIVE__BODY_ALLTOALL:
+		return "alltoall";
+	default:
+		return q->allreduce && q->allreduce->op == SC_OP_ADASUM ? "adasum"
+									: "allreduce";
+	}
+}
+
 /*
  * Starts the operation that q's body names on t, after the checks that need the client
  * (q's tensor id and handle are set here). An alltoall's body takes send_counts, one per
@@ -104,15 +122,16 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 	struct scl_op *o, **slot;
 	sc_handle_t h;
 	sc_status_t st;
+	const char *kind = body_kind(q);
 
 	if (!c || !t || !handle_p)
-		return scl_error(SC_ERR_INVALID, "allreduce: NULL client, tensor or handle_p");
+		return scl_error(SC_ERR_INVALID, "%s: NULL client, tensor or handle_p", kind);
 	if (t->client != c || !t->ready)
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: tensor '%s' is not registered with "
 				 "this client",
 				 c->rank, t->name);
-	if ((st = scl_forked_refusal(c, "allreduce")) != SC_OK)
+	if ((st = scl_forked_refusal(c, kind)) != SC_OK)
 		return st;
 	/* the mark of sc_group_add is taken by this operation, whether it starts or not */
 	uint64_t dims[SC_MAX_DIMS];
@@ -163,22 +182,22 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 	if (!o || !f) {
 		free(o);
 		free(f);
-		return scl_error(SC_ERR_NOMEM,
-				 "rank %d: allreduce of tensor '%s': out of memory", c->rank,
-				 t->name);
+		return scl_error(SC_ERR_NOMEM, "rank %d: %s of tensor '%s': out of memory",
+				 c->rank, kind, t->name);
 	}
 	o->handle = h;
 	o->tensor = t;
+	o->kind = kind;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
 	if (scl_client_check(c) != SC_OK) {
-		st = scl_error(c->dead, "rank %d: allreduce of tensor '%s': %s", c->rank,
+		st = scl_error(c->dead, "rank %d: %s of tensor '%s': %s", c->rank, kind,
 			       t->name, c->dead_msg);
 		goto err_unlock;
 	}
 	if (t->busy && !scl_op_settle(c, t)) {
 		st = scl_error(SC_ERR_BUSY,
-			       "rank %d: tensor '%s' already has an allreduce in "
+			       "rank %d: tensor '%s' already has an operation in "
 			       "flight (handle %llu)",
 			       c->rank, t->name, (unsigned long long)t->busy->handle);
 		goto err_unlock;
@@ -188,7 +207,7 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 	if (t->cuda) {
 		char what[SCL_NAME_MAX + 64];
 
-		snprintf(what, sizeof(what), "rank %d: allreduce of tensor '%s'", c->rank,
+		snprintf(what, sizeof(what), "rank %d: %s of tensor '%s'", c->rank, kind,
 			 t->name);
 		st = scl_cuda_record_ready(t->cuda, t->stream, what);
 		if (st != SC_OK)

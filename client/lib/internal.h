@@ -78,7 +78,8 @@ struct scl_op {
 	int join;	/* a join, not a barrier (tensorless) */
 	int fast;	/* ended by the daemon's word in the tensor's header (shm_wake.h) */
 	sc_status_t status;
-	char *error; /* text of a failure, NULL on success */
+	char *error;	  /* text of a failure, NULL on success */
+	const char *kind; /* "allreduce", "broadcast", ... (a static string; NULL: allreduce) */
 };
 
 /* A queued outgoing frame (a packed ClientMsg). */

@@ -33,6 +33,12 @@ int scd_coll_unpack(uint32_t word, scd_coll_t *c_p)
 	return 0;
 }
 
+const char *scd_coll_word_name(uint32_t word)
+{
+	scd_coll_t c;
+	return scd_coll_unpack(word, &c) ? scd_coll_name(&c) : "operation";
+}
+
 int scd_coll_word_valid(uint32_t word, uint32_t trainers)
 {
 	scd_coll_t c;

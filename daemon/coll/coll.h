@@ -133,6 +133,14 @@ SCD_COLLS(SCD_COLL_DECL_)
 /* The descriptor of kind (a valid one: the kinds come from scd_coll_unpack or ctl). */
 const scd_coll_desc_t *scd_coll_desc(scd_coll_kind_t kind);
 
+/* The collective's name in error texts: "allreduce", "broadcast", ... */
+static inline const char *scd_coll_name(const scd_coll_t *c)
+{
+	return scd_coll_desc(c->kind)->name;
+}
+/* The name of the collective a negotiation word names ("operation" for a word none does). */
+const char *scd_coll_word_name(uint32_t word);
+
 /* Negotiation's word of c. */
 uint32_t scd_coll_pack(const scd_coll_t *c);
 /* The collective a word names; 0 when none does (a peer's word, in a description). */

@@ -335,9 +335,8 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 				if (nt->slot[l])
 					nt->slot[l]->zombie = 0;
 			char msg[512];
-			snprintf(msg, sizeof(msg),
-				 "allreduce of tensor '%s' failed on node %d: %s", nt->name,
-				 ctl->d->rank, error);
+			snprintf(msg, sizeof(msg), "%s of tensor '%s' failed on node %d: %s",
+				 scd_coll_name(&nt->coll), nt->name, ctl->d->rank, error);
 			scd_ctl_complete(ctl, nt, st, msg);
 		}
 	}
@@ -573,8 +572,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 			scd_ntensor_t *nt = r->nt;
 			if (nt->state == SCD_NT_LOCAL_WAIT) {
 				char msg[512];
-				snprintf(msg, sizeof(msg),
-					 "allreduce of tensor '%s' aborted: %s", nt->name, why);
+				snprintf(msg, sizeof(msg), "%s of tensor '%s' aborted: %s",
+					 scd_coll_name(&nt->coll), nt->name, why);
 				scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
 			}
 		}
@@ -923,7 +922,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);
 		char msg[380];
 		snprintf(msg, sizeof(msg),
-			 "allreduce of tensor '%.80s' failed on node %d: %.250s", name,
+			 "operations of tensor '%.80s' failed on node %d: %.250s", name,
 			 ctl->d->rank, err);
 		if (nt) {
 			nt->poisoned = 1;
@@ -981,9 +980,9 @@ static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 {
 	carry_add(nt, owing(ctl, nt, except), st);
 	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
-		 "allreduce of tensor '%s' refused: submitted late, for the step that failed "
+		 "%s of tensor '%s' refused: submitted late, for the step that failed "
 		 "(%.250s)",
-		 nt->name, msg);
+		 scd_coll_name(&nt->coll), nt->name, msg);
 	ctl->up->fail_step(ctl->d->world, nt->name, st, msg);
 	if (nt->state == SCD_NT_LOCAL_WAIT)
 		scd_ctl_complete(ctl, nt, st, msg);
@@ -1072,9 +1071,9 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	} else if (q.rq.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s': rank %d gave %llu COO entries, over its "
+			 "%s of tensor '%s': rank %d gave %llu COO entries, over its "
 			 "capacity %llu",
-			 nt->name, rank, (unsigned long long)q.nnz,
+			 scd_coll_name(&q.rq.coll), nt->name, rank, (unsigned long long)q.nnz,
 			 (unsigned long long)nt->opts.coo_capacity);
 		refuse_step(ctl, s, nt, r, st, err);
 	} else if (scd_tensors_mem_lost(r, err, sizeof(err))) {
@@ -1088,14 +1087,15 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		snprintf(err, sizeof(err), "%s", nt->carry_msg);
 	} else if (ctl->degraded) {
 		st = SC_ERR_ABORTED;
-		snprintf(err, sizeof(err), "allreduce of tensor '%s' refused: %s", nt->name,
-			 ctl->degraded_reason);
+		snprintf(err, sizeof(err), "%s of tensor '%s' refused: %s",
+			 scd_coll_name(&q.rq.coll), nt->name, ctl->degraded_reason);
 	} else if (s->join_handle) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s' refused: rank %d has joined (it takes part "
+			 "%s of tensor '%s' refused: rank %d has joined (it takes part "
 			 "with zeros until every rank has joined)",
-			 nt->name, ctl->d->rank * ctl->d->local_size + s->local_rank);
+			 scd_coll_name(&q.rq.coll), nt->name,
+			 ctl->d->rank * ctl->d->local_size + s->local_rank);
 	} else if (nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) {
 		st = SC_ERR_BUSY;
 		snprintf(err, sizeof(err),
@@ -1124,23 +1124,23 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		nt->state_since_ms = scd_now_ms();
 	} else if (!nt->coo != !q.rq.coo) {
 		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "%s of tensor '%s': the trainers of node %d give different "
 			 "input (dense and COO)",
-			 nt->name, ctl->d->rank);
+			 scd_coll_name(&nt->coll), nt->name, ctl->d->rank);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	} else if ((peer = other_submission(nt, r)) && peer->group_size != r->group_size) {
-		snprintf(
-		    err, sizeof(err),
-		    "allreduce of tensor '%s': the trainers of node %d put it in groups of "
-		    "different sizes (%u and %u; 0: not grouped)",
-		    nt->name, ctl->d->rank, peer->group_size, r->group_size);
+		snprintf(err, sizeof(err),
+			 "%s of tensor '%s': the trainers of node %d put it in groups of "
+			 "different sizes (%u and %u; 0: not grouped)",
+			 scd_coll_name(&nt->coll), nt->name, ctl->d->rank, peer->group_size,
+			 r->group_size);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	} else if (scd_coll_pack(&nt->coll) != scd_coll_pack(&q.rq.coll)) {
 		char other[64];
 		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s': the trainers of node %d ask for different "
+			 "tensor '%s': the trainers of node %d ask for different "
 			 "operations (%s and %s)",
 			 nt->name, ctl->d->rank,
 			 scd_coll_describe(&nt->coll, opname, sizeof(opname)),
@@ -1152,9 +1152,9 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		scd_shape_text(&nt->shape, nt->numel, mine, sizeof(mine));
 		scd_shape_text(&q.shape, nt->numel, other, sizeof(other));
 		snprintf(err, sizeof(err),
-			 "allreduce of tensor '%s': the trainers of node %d give different "
+			 "%s of tensor '%s': the trainers of node %d give different "
 			 "shapes (%s and %s)",
-			 nt->name, ctl->d->rank, mine, other);
+			 scd_coll_name(&nt->coll), nt->name, ctl->d->rank, mine, other);
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}
@@ -1202,8 +1202,8 @@ static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		if (r->handle) {
 			st = SC_ERR_BUSY;
 			snprintf(err, sizeof(err),
-				 "rank %d: join with the allreduce of tensor '%s' in flight",
-				 rank, r->nt->name);
+				 "rank %d: join with the %s of tensor '%s' in flight", rank,
+				 scd_coll_name(&r->nt->coll), r->nt->name);
 		}
 	if (st != SC_OK) {
 		send_error(ctl, s->ident, s->ident_len, seq, st, err);
@@ -1472,11 +1472,11 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		if (nt->state != SCD_NT_LOCAL_WAIT || now - nt->state_since_ms < stall)
 			continue;
 		char msg[512];
-		int n = snprintf(
-		    msg, sizeof(msg),
-		    "allreduce of tensor '%s' stalled for %llu ms on node %d: local "
-		    "rank",
-		    nt->name, (unsigned long long)(now - nt->state_since_ms), ctl->d->rank);
+		int n = snprintf(msg, sizeof(msg),
+				 "%s of tensor '%s' stalled for %llu ms on node %d: local "
+				 "rank",
+				 scd_coll_name(&nt->coll), nt->name,
+				 (unsigned long long)(now - nt->state_since_ms), ctl->d->rank);
 		for (int l = 0; l < ctl->d->local_size && n < (int)sizeof(msg) - 16; l++)
 			if (!nt->slot[l] || !nt->slot[l]->handle)
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)",

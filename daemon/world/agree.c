@@ -221,7 +221,9 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 	if (kind < 0)
 		return 0;
 	size_t n = 0;
-	put(buf, len, &n, "allreduce of tensor '%s' failed: %s differs across ranks:", e->name,
+	/* the operation's name, unless that is what differs */
+	put(buf, len, &n, "%s%stensor '%s' failed: %s differs across ranks:",
+	    kind == 2 ? "" : scd_centry_coll_name(e, P), kind == 2 ? "" : " of ", e->name,
 	    what);
 	/* each value once, with the ranks that have it ("ranks 0, 2-5 have 1000; rank 1 has
 	 * 1001"), so that every value shows whatever the world's size */

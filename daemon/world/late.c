@@ -47,9 +47,9 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
 		l = calloc(1, sizeof(*l));
 		char reason[1400];
 		snprintf(reason, sizeof(reason),
-			 "allreduce of tensor '%s' refused: node %d submitted it late, for the "
+			 "%s of tensor '%s' refused: node %d submitted it late, for the "
 			 "step that already failed on the other ranks (%s)",
-			 e->name, r, msg);
+			 scd_centry_coll_name(e, w->d->world_size), e->name, r, msg);
 		if (!l || !(l->name = strdup(e->name)) || !(l->reason = strdup(reason))) {
 			/* the late step would pair with the others' next one: this node leaves
 			 * instead of summing two steps */

@@ -171,8 +171,8 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 {
 	if (!w->is_coord && w->peers[0].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
 		char msg[400]; /* nothing is negotiated without the coordinator (liveness.c) */
-		snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s", nt->name,
-			 w->peers[0].gone_reason);
+		snprintf(msg, sizeof(msg), "%s of tensor '%s' failed: %s",
+			 scd_coll_name(&nt->coll), nt->name, w->peers[0].gone_reason);
 		scd_ctl_complete(w->d->ctl, nt, SC_ERR_PEER, msg);
 		return;
 	}
@@ -356,6 +356,14 @@ out:
 }
 
 /* ---- the coordinator -------------------------------------------------------------------- */
+
+const char *scd_centry_coll_name(const scd_centry_t *e, int world_size)
+{
+	for (int r = 0; r < world_size; r++)
+		if (e->have[r] == 1)
+			return scd_coll_word_name(e->op[r]);
+	return "operation";
+}
 
 void scd_centry_release(scd_centry_t *e)
 {
@@ -931,8 +939,9 @@ static void coord_emit(scd_world_t *w)
 		}
 		int dr = blocking_degraded(w, e);
 		if (dr >= 0) {
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' aborted: %s",
-				 e->name, w->peers[dr].degraded_reason);
+			snprintf(msg, sizeof(msg), "%s of tensor '%s' aborted: %s",
+				 scd_centry_coll_name(e, P), e->name,
+				 w->peers[dr].degraded_reason);
 			/* a node that left or was lost (liveness.c), or one that lost a
 			 * trainer */
 			pb_entry_error(w, &pb, e,
@@ -953,8 +962,8 @@ static void coord_emit(scd_world_t *w)
 			/* Names the trainer ranks: with one trainer per node they are the
 			 * node ranks; otherwise every trainer of the missing nodes. */
 			int L = d->local_size, missing = P - e->count, k = 0;
-			int n = snprintf(msg, sizeof(msg),
-					 "allreduce of tensor '%s' stalled: %s", e->name,
+			int n = snprintf(msg, sizeof(msg), "%s of tensor '%s' stalled: %s",
+					 scd_centry_coll_name(e, P), e->name,
 					 L > 1	       ? "the trainers of node"
 					 : missing > 1 ? "ranks"
 						       : "rank");
@@ -987,9 +996,9 @@ static void coord_emit(scd_world_t *w)
 		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
 		if (id == UINT32_MAX || n_ready == INT32_MAX) { /* the tensor fails alone */
 			snprintf(msg, sizeof(msg),
-				 "allreduce of tensor '%s' failed: the coordinator ran out of "
+				 "%s of tensor '%s' failed: the coordinator ran out of "
 				 "memory",
-				 e->name);
+				 scd_centry_coll_name(e, P), e->name);
 			pb_entry_error(w, &pb, e, SC_ERR_NOMEM, msg, -1);
 			continue;
 		}
@@ -1759,8 +1768,9 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		else if (job->status == SC_ERR_TIMEOUT) /* a transfer that stopped moving */
 			job->status = SC_ERR_STALLED;
 		if (job->status != SC_OK)
-			snprintf(msg, sizeof(msg), "allreduce of tensor '%s' failed: %s%s%s",
-				 nt->name, cause ? cause : "", cause ? "; " : "", job->error);
+			snprintf(msg, sizeof(msg), "%s of tensor '%s' failed: %s%s%s",
+				 scd_coll_name(&nt->coll), nt->name, cause ? cause : "",
+				 cause ? "; " : "", job->error);
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
 	free(job->items);

@@ -300,5 +300,8 @@ void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi,
 
 /* Frees a coordinator entry that is in no list (negotiate.c). */
 void scd_centry_release(scd_centry_t *e);
+/* The collective e's announcements ask for, for error texts ("allreduce", "broadcast",
+ * ...; "operation" before any node announced it). */
+const char *scd_centry_coll_name(const scd_centry_t *e, int world_size);
 
 #endif

@@ -215,7 +215,7 @@ static __thread int fr_block_log;
 static void fr_log(int level, const char *line, void *arg)
 {
 	(void)level, (void)arg;
-	if (fr_block_log && strstr(line, "unknown allreduce handle")) {
+	if (fr_block_log && strstr(line, "unknown handle")) {
 		fr_block_log = 0;
 		it_sleep_ms(3000);
 	}

@@ -167,6 +167,8 @@ def same_count_other_dimensions_raise_on_every_rank():
         err = raises_everywhere(RuntimeError, call,
                                 "%s of the same count in other dimensions" % what)
         assert "[17, 1311]" in str(err) and "[17, 23, 57]" in str(err), str(err)
+        # the error names the operation that failed, not another
+        assert "%s of tensor" % what in str(err), str(err)
     for shape in ([17, 23, 57], [1311, 17], [17 * 23 * 57]):
         x = torch.arange(17 * 23 * 57, dtype=torch.float32).reshape(shape)
         got = hvd.allreduce(x, op=hvd.Sum, name="mm.ndim")

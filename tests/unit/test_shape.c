@@ -98,6 +98,7 @@ UNIT_TEST(agree_describe_groups_ranks_by_value)
 	scd_centry_t e = {.name = "wide"};
 	uint64_t numel[P];
 	uint32_t zero[P] = {0};
+	uint8_t have[P];
 	static scd_tsig_t sig[P];
 	const uint64_t a[] = {17, 1311}, b[] = {17, 23, 57};
 	char err[128], msg[1024];
@@ -107,12 +108,15 @@ UNIT_TEST(agree_describe_groups_ranks_by_value)
 					    22287, err, sizeof(err)),
 			     0);
 	}
+	memset(have, 1, sizeof(have));
+	e.have = have;
 	e.numel = numel;
 	e.dtype = zero;
 	e.op = zero;
 	e.sig = sig;
 	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, sizeof(msg)), 1);
 	CHECK_MSG(strstr(msg,
+			 "allreduce of tensor 'wide' failed: "
 			 "shape differs across ranks: ranks 0-176, 178-299 have [17, 1311]; "
 			 "rank 177 has [17, 23, 57]"),
 		  "message: %s", msg);

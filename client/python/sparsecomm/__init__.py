@@ -807,8 +807,9 @@ class Handle:
     """An allreduce in flight.  wait() returns its result (or raises SparsecommError);
     poll() says whether it has finished without blocking."""
 
-    def __init__(self, ctx, entry, hid, finish, stream=None):
+    def __init__(self, ctx, entry, hid, finish, stream=None, kind="allreduce"):
         self._ctx = ctx
+        self._kind = kind  # "allreduce", "broadcast", ...: for error texts
         self._entry = entry
         self._hid = hid
         self._finish = finish  # callable() -> result, run once on success
@@ -835,7 +836,7 @@ class Handle:
                 # the result is copied out before the buffer is free for another op
                 self._result = self._finish()
             else:
-                self._exc = _error(st, "allreduce of tensor '%s'" % self._entry.name,
+                self._exc = _error(st, "%s of tensor '%s'" % (self._kind, self._entry.name),
                                    self._entry.name)
         except BaseException as e:  # keep the error for every later wait()
             self._exc = e
@@ -913,8 +914,8 @@ class Handle:
             if left_ms <= _WAIT_SLICE_MS:
                 raise SparsecommError(
                     _lib.SC_ERR_TIMEOUT,
-                    "allreduce of tensor '%s' did not complete within %.1f s (rank %d)" %
-                    (self._entry.name, tmo, self._ctx.rank), self._entry.name)
+                    "%s of tensor '%s' did not complete within %.1f s (rank %d)" %
+                    (self._kind, self._entry.name, tmo, self._ctx.rank), self._entry.name)
 
     __call__ = wait  # Horovod's sparse_allreduce_async handle is called: handle()
 
@@ -1089,7 +1090,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
         name = _wire_name(c, name, w, pset)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
-        return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out))
+        return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out), kind=_kind)
     if istorch and x.device.type == "cuda":
         return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root, pset)
     e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0, None, pset)
@@ -1105,7 +1106,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
         e.inflight = False
         raise
     hid = _start_dense(c, e, red, _root, x.shape)
-    return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out))
+    return Handle(c, e, hid, lambda: _dense_result(e, x, istorch, out), kind=_kind)
 
 
 def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None, pset=0):
@@ -1134,7 +1135,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None, ps
             _mark_last_read(e, stream)
         return res
 
-    return Handle(c, e, _start_dense(c, e, red, root, x.shape), finish, stream)
+    return Handle(c, e, _start_dense(c, e, red, root, x.shape), finish, stream, kind)
 
 
 def _mark_last_read(e, stream):
@@ -1343,7 +1344,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
             _mark_last_read(e, stream)
         return res
 
-    return Handle(c, e, hid, finish, stream)
+    return Handle(c, e, hid, finish, stream, kind)
 
 
 def _coo_fill_cpu(e, x, shape, sd, dn):

@@ -121,7 +121,7 @@ def _allgather_async(tensor, name, timeout, process_set=None):
     def finish():
         return _rows_out(e, total, out_shape, x.dtype, dev)
 
-    return Handle(c, e, h.value, finish), rows
+    return Handle(c, e, h.value, finish, kind="allgather"), rows
 
 
 def allgather_async(tensor, name=None, process_set=None, *, timeout=None):
@@ -304,7 +304,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
         total = int(recv.sum())
         return _rows_out(e, total * row, (total,) + shape[1:], x.dtype, dev), recv
 
-    return Handle(c, e, h.value, finish)
+    return Handle(c, e, h.value, finish, kind="alltoall")
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, *, timeout=None):
@@ -368,7 +368,7 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
         got = lib.sc_tensor_result_nnz(e.ptr)
         return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 
-    return Handle(c, e, h.value, finish)
+    return Handle(c, e, h.value, finish, kind="reducescatter")
 
 
 # ---- join --------------------------------------------------------------------------
