@@ -21,6 +21,7 @@
 #include "janitor.h"
 #include "jobd.h"
 #include "netns.h"
+#include "opts.h"
 #include "port.h"
 #include "remote.h"
 #include "stream.h"
@@ -33,7 +34,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +46,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_TRAINERS	   4096
 #define DEFAULT_PORT_NETNS 29500
 #define LOG_TAIL_LINES	   30
 
@@ -72,21 +71,6 @@ typedef struct daemon {
 	char log_path[PATH_MAX + 32];
 } daemon_t;
 
-typedef struct opts {
-	int nodes, per_node;
-	bool netns, keep_going, verbose, insecure, nccl_hostid;
-	const char *secret_file; /* --secret-file, or NULL: a fresh one */
-	const char *rate;
-	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;
-	const char *daemon_path, *log_dir;
-	int port;
-	char **daemon_args;
-	int n_daemon_args;
-	char **cmd;
-	run_hosts_t hosts; /* -H, --hostfile; n == 0: every node on this machine */
-	const char *rsh_agent;
-} opts_t;
-
 typedef struct run {
 	opts_t o;
 	char dir[PATH_MAX];			  /* private directory */
@@ -110,289 +94,6 @@ static int sig_pipe[2] = {-1, -1};
 static void on_signal(int sig)
 {
 	run_signal_to_pipe(sig_pipe[1], sig);
-}
-
-static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die_usage(const char *fmt, ...)
-{
-	va_list ap;
-	fprintf(stderr, "sparsecomm-run: ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n(sparsecomm-run --help for usage)\n");
-	exit(2);
-}
-
-static void usage(FILE *out)
-{
-	fprintf(
-	    out,
-	    "usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
-	    "       sparsecomm-run -H HOST:SLOTS,... | --hostfile FILE [OPTIONS] -- CMD "
-	    "[ARGS...]\n"
-	    "\n"
-	    "Starts N sparsecommd daemons (nodes) on this machine, waits until they are "
-	    "ready,\n"
-	    "runs CMD once per trainer (N x M processes) with SPARSECOMM_SOCKET, _RANK, "
-	    "_SIZE,\n"
-	    "_LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK, _NODE_COUNT set, prefixes each output line\n"
-	    "with \"[rank] \", and stops everything when the trainers have ended.\n"
-	    "\n"
-	    "options:\n"
-	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
-	    "  --per-node M           trainers per node (default 1)\n"
-	    "  -H, --hosts LIST       one node per host, HOST:SLOTS trainers each (SLOTS\n"
-	    "                         the same on every host), e.g. -H a:4,b:4\n"
-	    "  --hostfile FILE        the hosts, one a line: 'HOST slots=N', 'HOST:N' or\n"
-	    "                         'HOST'; '#' starts a comment\n"
-	    "  --rsh-agent CMD        how to run a command on a host that is not this\n"
-	    "                         machine: CMD HOST 'SHELL COMMAND' (default ssh);\n"
-	    "                         sparsecomm-run and sparsecommd must be at the same\n"
-	    "                         paths there\n"
-	    "  --netns                run each node in its own network namespace, joined by a\n"
-	    "                         bridge (root only); exports SPARSECOMM_NETNS,\n"
-	    "                         SPARSECOMM_NETNS_ADDRS, SPARSECOMM_BRIDGE_ADDR,\n"
-	    "                         SPARSECOMM_NETNS_SUBNET, SPARSECOMM_NETNS_RATE;\n"
-	    "                         every node's processes get NCCL_HOSTID (a host of\n"
-	    "                         its own to NCCL) and NCCL_SOCKET_IFNAME=\"=eth0\"\n"
-	    "  --nccl-hostid          give every node's daemon and trainers a host of their\n"
-	    "                         own to NCCL (NCCL_HOSTID; NCCL_SOCKET_IFNAME=lo unless\n"
-	    "                         set), so that several nodes on one GPU form NCCL\n"
-	    "                         communicators without --netns\n"
-	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
-	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
-	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
-	    "  --keep-going           when a trainer fails, let the others finish\n"
-	    "  --grace SEC            after a trainer failed, stop the others after SEC\n"
-	    "                         (default 10); also the SIGTERM-to-SIGKILL delay on stop\n"
-	    "  --ready-timeout SEC    wait at most SEC for the daemons to be ready (default "
-	    "60)\n"
-	    "  --daemon-arg ARG       pass ARG to every daemon (repeatable), e.g.\n"
-	    "                         --daemon-arg --log-level --daemon-arg debug\n"
-	    "  --daemon PATH          the sparsecommd to run (default: next to "
-	    "sparsecomm-run,\n"
-	    "                         else $SPARSECOMM_DAEMON, else found on PATH)\n"
-	    "  --port PORT            coordinator port (default: a free one; 29500 with "
-	    "--netns\n"
-	    "                         or remote hosts)\n"
-	    "  --log-dir DIR          keep the daemons' logs as DIR/daemon<i>.log\n"
-	    "  --insecure             no job secret: the daemons run with insecure = true and\n"
-	    "                         authenticate nothing (by default a fresh secret is\n"
-	    "                         written to the run's private directory for them)\n"
-	    "  --secret-file FILE     the job secret the daemons read instead (mode 0600; at\n"
-	    "                         the same path on every host of a job on several hosts)\n"
-	    "  -v, --verbose          show the daemons' output as \"[d<i>] \" lines and the\n"
-	    "                         commands that build the namespaces\n"
-	    "  -h, --help             this text\n"
-	    "\n"
-	    "sparsecomm-run --node-daemon is how a trainer started by mpirun, srun or "
-	    "torchrun\n"
-	    "starts its node's daemon for the job (docs/deployment.md, Under a scheduler).\n"
-	    "\n"
-	    "Exit status: the first non-zero trainer status (killed by a signal: 128 + "
-	    "signal),\n"
-	    "124 on --timeout, 1 when a daemon failed or could not start, 2 on a usage error.\n"
-	    "\n"
-	    "example:\n"
-	    "  sparsecomm-run -n 4 --netns --rate 1gbit -- build/bin/sparsecomm-bench "
-	    "allreduce\n");
-}
-
-static double parse_seconds(const char *opt, const char *v)
-{
-	char *end;
-	errno = 0;
-	double s = strtod(v, &end);
-	if (errno || end == v || *end || !(s > 0) || s > 1e7)
-		die_usage("%s needs a positive number of seconds, not '%s'", opt, v);
-	return s;
-}
-
-static int parse_int(const char *opt, const char *v, int lo, int hi)
-{
-	char *end;
-	errno = 0;
-	long n = strtol(v, &end, 10);
-	if (errno || end == v || *end || n < lo || n > hi)
-		die_usage("%s needs an integer from %d to %d, not '%s'", opt, lo, hi, v);
-	return (int)n;
-}
-
-/* -H / --hostfile: one node per host, the hosts' slots trainers each. */
-static void hosts_to_nodes(opts_t *o, bool per_node_given)
-{
-	const run_hosts_t *hs = &o->hosts;
-	if (o->netns)
-		die_usage("--netns makes its own nodes on this machine; it does not go with "
-			  "-H or --hostfile");
-	if (o->nodes && o->nodes != hs->n)
-		die_usage("-n %d but %d host(s) given: one node runs per host", o->nodes,
-			  hs->n);
-	for (int h = 1; h < hs->n; h++)
-		if (hs->h[h].slots != hs->h[0].slots)
-			die_usage("host %s has %d slot(s) but %s has %d: every node runs the "
-				  "same number of trainers",
-				  hs->h[h].name, hs->h[h].slots, hs->h[0].name, hs->h[0].slots);
-	if (per_node_given && o->per_node != hs->h[0].slots)
-		die_usage("--per-node %d but the hosts have %d slot(s) each", o->per_node,
-			  hs->h[0].slots);
-	o->nodes = hs->n;
-	o->per_node = hs->h[0].slots;
-	run_hosts_classify(&o->hosts);
-}
-
-static void parse_args(int argc, char **argv, opts_t *o)
-{
-	*o = (opts_t){.per_node = 1,
-		      .grace_s = 10,
-		      .ready_timeout_s = 60,
-		      .kill_grace_s = 5,
-		      .rsh_agent = "ssh"};
-	bool per_node_given = false;
-	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
-	int i;
-	for (i = 1; i < argc; i++) {
-		char *a = argv[i], *val = NULL, name[64];
-		if (!strcmp(a, "--"))
-			break;
-		if (a[0] != '-')
-			die_usage("unexpected '%s': put the command after '--'", a);
-		/* --opt=value */
-		char *eq = strchr(a, '=');
-		if (!strncmp(a, "--", 2) && eq && eq - a < (long)sizeof(name)) {
-			memcpy(name, a, (size_t)(eq - a));
-			name[eq - a] = 0;
-			val = eq + 1;
-		} else {
-			snprintf(name, sizeof(name), "%s", a);
-		}
-#define NEED_VAL()                                                                             \
-	do {                                                                                   \
-		if (!val) {                                                                    \
-			if (i + 1 >= argc)                                                     \
-				die_usage("%s needs a value", name);                           \
-			val = argv[++i];                                                       \
-		}                                                                              \
-	} while (0)
-		if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
-			usage(stdout);
-			exit(0);
-		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes") ||
-			   !strcmp(name, "-np")) {
-			NEED_VAL();
-			o->nodes = parse_int(name, val, 1, MAX_TRAINERS);
-		} else if (!strcmp(name, "--per-node")) {
-			NEED_VAL();
-			o->per_node = parse_int(name, val, 1, MAX_TRAINERS);
-			per_node_given = true;
-		} else if (!strcmp(name, "-H") || !strcmp(name, "--hosts") ||
-			   !strcmp(name, "--hostfile")) {
-			char err[512];
-			NEED_VAL();
-			if ((!strcmp(name, "--hostfile")
-				 ? run_hosts_parse_file(&o->hosts, val, err, sizeof(err))
-				 : run_hosts_parse_list(&o->hosts, val, err, sizeof(err))) < 0)
-				die_usage("%s", err);
-		} else if (!strcmp(name, "--rsh-agent")) {
-			NEED_VAL();
-			if (!val[strspn(val, " \t")])
-				die_usage("--rsh-agent needs a command, e.g. ssh");
-			o->rsh_agent = val;
-		} else if (!strcmp(name, "--netns")) {
-			o->netns = true;
-		} else if (!strcmp(name, "--nccl-hostid")) {
-			o->nccl_hostid = true;
-		} else if (!strcmp(name, "--rate")) {
-			NEED_VAL();
-			o->rate = val;
-		} else if (!strcmp(name, "--timeout")) {
-			NEED_VAL();
-			o->timeout_s = parse_seconds(name, val);
-		} else if (!strcmp(name, "--grace")) {
-			NEED_VAL();
-			o->grace_s = parse_seconds(name, val);
-		} else if (!strcmp(name, "--ready-timeout")) {
-			NEED_VAL();
-			o->ready_timeout_s = parse_seconds(name, val);
-		} else if (!strcmp(name, "--cleanup")) {
-			if (geteuid() != 0) {
-				fprintf(stderr, "sparsecomm-run: --cleanup needs root\n");
-				exit(1);
-			}
-			int n = run_netns_cleanup_stale(true);
-			fprintf(stderr, "sparsecomm-run: removed %d stale object(s)\n", n);
-			exit(0);
-		} else if (!strcmp(name, "--keep-going")) {
-			o->keep_going = true;
-		} else if (!strcmp(name, "--insecure")) {
-			o->insecure = true;
-		} else if (!strcmp(name, "--secret-file")) {
-			NEED_VAL();
-			o->secret_file = val;
-		} else if (!strcmp(name, "--daemon-arg")) {
-			NEED_VAL();
-			o->daemon_args[o->n_daemon_args++] = val;
-		} else if (!strcmp(name, "--daemon")) {
-			NEED_VAL();
-			o->daemon_path = val;
-		} else if (!strcmp(name, "--port")) {
-			NEED_VAL();
-			o->port = parse_int(name, val, 1, 65535);
-		} else if (!strcmp(name, "--log-dir")) {
-			NEED_VAL();
-			o->log_dir = val;
-		} else if (!strcmp(name, "-v") || !strcmp(name, "--verbose")) {
-			o->verbose = true;
-		} else {
-			die_usage("unknown option '%s'", a);
-		}
-#undef NEED_VAL
-	}
-	if (i >= argc || i + 1 >= argc)
-		die_usage(
-		    "no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
-	o->cmd = argv + i + 1;
-	if (o->hosts.n)
-		hosts_to_nodes(o, per_node_given);
-	if (!o->nodes)
-		die_usage("-n N (the number of nodes) or -H HOST:SLOTS,... is required");
-	if ((long)o->nodes * o->per_node > MAX_TRAINERS)
-		die_usage("%d nodes x %d per node is more than %d trainers", o->nodes,
-			  o->per_node, MAX_TRAINERS);
-	if (o->rate && !o->netns)
-		die_usage("--rate shapes the links of --netns; add --netns (root only)");
-	if (o->nccl_hostid && (o->netns || o->hosts.n))
-		die_usage("--nccl-hostid makes the nodes of this machine hosts of their own to "
-			  "NCCL; %s",
-			  o->netns ? "--netns does that already" : "-H runs one node per host");
-	if (o->netns) {
-		double bps;
-		if (o->rate && run_netns_parse_rate(o->rate, &bps) < 0)
-			die_usage(
-			    "cannot parse --rate '%s' (examples: 1gbit, 500mbit, 100mbps)",
-			    o->rate);
-		if (o->nodes > RUN_NETNS_MAX_NODES)
-			die_usage("--netns supports at most %d nodes", RUN_NETNS_MAX_NODES);
-	}
-}
-
-/* Prints the same command line without --netns and --rate: the loopback fallback. */
-static void print_fallback(int argc, char **argv)
-{
-	bool cmd = false;
-	fprintf(stderr, "  Without root, run the same job on loopback (no shaping):\n   ");
-	for (int i = 0; i < argc; i++) {
-		cmd |= !strcmp(argv[i], "--");
-		if (!cmd && (!strcmp(argv[i], "--netns") || !strncmp(argv[i], "--rate=", 7)))
-			continue;
-		if (!cmd && !strcmp(argv[i], "--rate")) {
-			i++;
-			continue;
-		}
-		fprintf(stderr, " %s", argv[i]);
-	}
-	fputc('\n', stderr);
 }
 
 /* ---- children ------------------------------------------------------------------------ */
@@ -1371,34 +1072,35 @@ static void node_daemon_args(int argc, char **argv, run_t *r, int *node_p)
 			continue;
 		}
 		if (!v)
-			die_usage("--node-daemon: %s needs a value", a);
+			run_die_usage("--node-daemon: %s needs a value", a);
 		i++;
 		if (!strcmp(a, "--job-dir"))
 			dir = v;
 		else if (!strcmp(a, "--node"))
-			node = parse_int(a, v, 0, MAX_TRAINERS - 1);
+			node = run_parse_int(a, v, 0, MAX_TRAINERS - 1);
 		else if (!strcmp(a, "--nodes"))
-			o->nodes = parse_int(a, v, 1, MAX_TRAINERS);
+			o->nodes = run_parse_int(a, v, 1, MAX_TRAINERS);
 		else if (!strcmp(a, "--per-node"))
-			o->per_node = parse_int(a, v, 1, MAX_TRAINERS);
+			o->per_node = run_parse_int(a, v, 1, MAX_TRAINERS);
 		else if (!strcmp(a, "--coordinator"))
 			coord = v;
 		else if (!strcmp(a, "--secret-file"))
 			o->secret_file = v;
 		else if (!strcmp(a, "--ready-timeout"))
-			o->ready_timeout_s = parse_seconds(a, v);
+			o->ready_timeout_s = run_parse_seconds(a, v);
 		else if (!strcmp(a, "--daemon"))
 			o->daemon_path = v;
 		else if (!strcmp(a, "--daemon-arg"))
 			o->daemon_args[o->n_daemon_args++] = v;
 		else
-			die_usage("--node-daemon: unknown option '%s'", a);
+			run_die_usage("--node-daemon: unknown option '%s'", a);
 	}
 	if (!dir || !coord || node < 0 || node >= o->nodes || !o->daemon_args)
-		die_usage("--node-daemon needs --job-dir, --coordinator, --nodes and --node "
-			  "below --nodes");
+		run_die_usage(
+		    "--node-daemon needs --job-dir, --coordinator, --nodes and --node "
+		    "below --nodes");
 	if (strlen(dir) >= sizeof(r->dir) - 64 || strlen(coord) >= sizeof(r->coordinator))
-		die_usage("--node-daemon: --job-dir or --coordinator is too long");
+		run_die_usage("--node-daemon: --job-dir or --coordinator is too long");
 	snprintf(r->dir, sizeof(r->dir), "%s", dir);
 	snprintf(r->coordinator, sizeof(r->coordinator), "%s", coord);
 	*node_p = node;
@@ -1492,12 +1194,12 @@ int main(int argc, char **argv)
 		return run_tether_main(argc - 2, argv + 2);
 	if (argc > 1 && !strcmp(argv[1], "--node-daemon"))
 		return node_daemon_main(argc - 2, argv + 2);
-	parse_args(argc, argv, &r->o);
+	run_parse_args(argc, argv, &r->o);
 	if (r->o.netns && geteuid() != 0) {
 		fprintf(stderr,
 			"sparsecomm-run: --netns needs root: it creates network namespaces, a "
 			"bridge and tc qdiscs.\n");
-		print_fallback(argc, argv);
+		run_print_fallback(argc, argv);
 		return 1;
 	}
 	if (install_signals() < 0 || find_daemon(r) < 0)
@@ -1548,7 +1250,7 @@ int main(int argc, char **argv)
 		if (!r->net ||
 		    run_netns_create(r->net, r->o.nodes, r->o.rate, r->o.verbose) < 0) {
 			fprintf(stderr, "sparsecomm-run: cannot build the emulated cluster.\n");
-			print_fallback(argc, argv);
+			run_print_fallback(argc, argv);
 			free(r->net);
 			r->net = NULL;
 			goto out_rmdir;
