@@ -329,6 +329,8 @@ run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 # trainer, well before the stall timeout; the next step succeeds.
 run_case "bodyless n=1 per-node=2" 1 2 90 0 2 -- "$itest" bodyless
 run_case "bodyless n=2" 2 1 90 0 2 -- "$itest" bodyless
+run_case "silent-accept n=2" 2 1 60 0 2 -- "$itest" silent-accept
+run_case "silent-accept n=1 per-node=2" 1 2 60 0 2 -- "$itest" silent-accept
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
 # Control clients as the kernel sees them: a trainer whose hello declares pid 1 (a PID
 # namespace of its own) or a pid no process has is tracked by its real pid, and its death
