@@ -13,14 +13,29 @@
 #define STAGES_WAIT_S	 10.0
 #define LAT_LANE	 "bench.allreduce.lat4k"
 #define COMM_LANE	 "thread engine.comm"
+#define LOOP_LANE	 "thread loop"
 
-enum { ST_SUBMIT, ST_NEGOTIATE, ST_HANDOFF, ST_VERDICT, ST_DATA, ST_COMPLETE, ST_TOTAL, ST_N };
-static const char *const stage_names[ST_N] = {"submit", "negotiation", "hand-off",  "verdict",
-					      "data",	"completion",  "round trip"};
+enum {
+	ST_SUBMIT,
+	ST_NEGOTIATE,
+	ST_TO_COORD,
+	ST_COORD,
+	ST_PLAN_BACK,
+	ST_HANDOFF,
+	ST_VERDICT,
+	ST_DATA,
+	ST_COMPLETE,
+	ST_TOTAL,
+	ST_N
+};
+/* the negotiation's three parts are indented under it */
+static const char *const stage_names[ST_N] = {
+    "submit",	"negotiation", "  to coord", "  coord",	   "  plan back",
+    "hand-off", "verdict",     "data",	     "completion", "round trip"};
 
 typedef struct span {
 	double ts, end; /* microseconds of CLOCK_MONOTONIC */
-	long step;	/* wait_ranks: the tensor's call */
+	long step;	/* wait_ranks: the tensor's call; ready_in: the announcing rank */
 } span_t;
 
 typedef struct spans {
@@ -28,9 +43,10 @@ typedef struct spans {
 	int n, cap;
 } spans_t;
 
-/* One rank's events of the latency tensor and of its engine's communication stage. */
+/* One rank's events of the latency tensor, of its engine's communication stage and, on
+ * the coordinator, of its loop's announcements in and plans out. */
 typedef struct rank_tl {
-	spans_t wait, buffer, scheme, client;
+	spans_t wait, buffer, scheme, client, ready_in, plan_out;
 } rank_tl_t;
 
 int stages_start(sc_client_t *c, const char *prefix)
@@ -104,8 +120,9 @@ static int tl_complete(const char *path)
 	return strstr(tail, "\"otherData\"") != NULL;
 }
 
-/* Reads one daemon's timeline: the latency tensor's wait_ranks and the communication
- * stage's buffer and scheme events (one event a line, as the daemon writes them). */
+/* Reads one daemon's timeline: the latency tensor's wait_ranks, the communication stage's
+ * buffer and scheme events, and the loop's ready_in and plan_out (one event a line, as the
+ * daemon writes them). */
 static int read_timeline(const char *path, rank_tl_t *r)
 {
 	for (double end = bench_now_s() + STAGES_WAIT_S; !tl_complete(path);) {
@@ -120,7 +137,7 @@ static int read_timeline(const char *path, rank_tl_t *r)
 		return -1;
 	char *line = NULL;
 	size_t cap = 0;
-	long lat = -1, comm = -1;
+	long lat = -1, comm = -1, loop = -1;
 	int rc = 0;
 	while (getline(&line, &cap, f) > 0 && rc == 0) {
 		long tid = (long)num_after(line, "\"tid\":");
@@ -129,6 +146,8 @@ static int read_timeline(const char *path, rank_tl_t *r)
 				lat = tid;
 			else if (strstr(line, "\"name\":\"" COMM_LANE "\""))
 				comm = tid;
+			else if (strstr(line, "\"name\":\"" LOOP_LANE "\""))
+				loop = tid;
 			continue;
 		}
 		span_t s = {num_after(line, "\"ts\":"), 0, 0};
@@ -142,6 +161,11 @@ static int read_timeline(const char *path, rank_tl_t *r)
 		else if (tid == comm && strstr(line, "\"name\":\"scheme\"") &&
 			 strstr(line, "\"bytes\":4096,"))
 			rc = spans_add(&r->scheme, s);
+		else if (tid == loop && strstr(line, "\"name\":\"ready_in\"")) {
+			s.step = (long)num_after(line, "\"rank\":");
+			rc = spans_add(&r->ready_in, s);
+		} else if (tid == loop && strstr(line, "\"name\":\"plan_out\""))
+			rc = spans_add(&r->plan_out, s);
 	}
 	free(line);
 	fclose(f);
@@ -172,6 +196,15 @@ static const span_t *first_after(const spans_t *s, double t)
 	return NULL;
 }
 
+/* The first span of s that starts at or after t with step (s sorted by start), or NULL. */
+static const span_t *first_after_step(const spans_t *s, double t, long step)
+{
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i].ts >= t && s->v[i].step == step)
+			return &s->v[i];
+	return NULL;
+}
+
 static const span_t *by_step(const spans_t *s, long step)
 {
 	for (int i = 0; i < s->n; i++)
@@ -196,6 +229,7 @@ static double median_of(double *v, int n)
 static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 {
 	double last_ready = 0, last_plan = 0, last_buf = 0, last_in = 0, last_out = 0;
+	int last = 0; /* the rank ready last */
 	double submit[STAGES_RANKS_MAX], done[STAGES_RANKS_MAX];
 	for (int r = 0; r < P; r++) {
 		const span_t *w = by_step(&tl[r].wait, step), *c = by_step(&tl[r].client, step);
@@ -203,7 +237,8 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 		const span_t *s = b ? first_after(&tl[r].scheme, b->ts) : NULL;
 		if (!w || !c || !b || !s || s->end > b->end + 1)
 			return -1;
-		last_ready = fmax(last_ready, w->ts);
+		if (w->ts > last_ready)
+			last_ready = w->ts, last = r;
 		last_plan = fmax(last_plan, w->end);
 		last_buf = fmax(last_buf, b->ts);
 		last_in = fmax(last_in, s->ts);
@@ -219,6 +254,18 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 	out[ST_VERDICT] = last_in - last_buf;
 	out[ST_DATA] = last_out - last_in;
 	out[ST_COMPLETE] = median_of(done, P);
+	/* the last rank's announcement read by the coordinator (rank 0's own: handled at
+	 * once), the coordinator's plan sent to every rank, the last rank's plan applied */
+	const span_t *in = first_after_step(&tl[0].ready_in, last_ready, last);
+	const span_t *sent = in ? first_after(&tl[0].plan_out, in->ts) : NULL;
+	out[ST_TO_COORD] = out[ST_COORD] = out[ST_PLAN_BACK] = NAN;
+	if (!tl[0].ready_in.n) /* a daemon that does not write them */
+		return 0;
+	if (!sent)
+		return -1;
+	out[ST_TO_COORD] = in->ts - last_ready;
+	out[ST_COORD] = sent->end - in->ts;
+	out[ST_PLAN_BACK] = last_plan - sent->end;
 	return 0;
 }
 
@@ -228,6 +275,8 @@ static void print_table(double *per_stage[ST_N], int n, int P)
 	printf("# %-12s %10s %10s\n", "stage", "median", "p99");
 	for (int k = 0; k < ST_N; k++) {
 		double *v = per_stage[k];
+		if (isnan(v[0])) /* the negotiation's parts, from a daemon without them */
+			continue;
 		qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
 		int i99 = (int)ceil(0.99 * n) - 1;
 		printf("# %-12s %10.1f %10.1f\n", stage_names[k], median_of(v, n),
@@ -254,6 +303,10 @@ int stages_report(const char *prefix, int P)
 		if (rc == 0) {
 			qsort(tl[r].buffer.v, (size_t)tl[r].buffer.n, sizeof(span_t), cmp_span);
 			qsort(tl[r].scheme.v, (size_t)tl[r].scheme.n, sizeof(span_t), cmp_span);
+			qsort(tl[r].ready_in.v, (size_t)tl[r].ready_in.n, sizeof(span_t),
+			      cmp_span);
+			qsort(tl[r].plan_out.v, (size_t)tl[r].plan_out.n, sizeof(span_t),
+			      cmp_span);
 		}
 	}
 	int calls = rc == 0 ? tl[0].client.n : 0;
@@ -283,6 +336,8 @@ int stages_report(const char *prefix, int P)
 		free(tl[r].buffer.v);
 		free(tl[r].scheme.v);
 		free(tl[r].client.v);
+		free(tl[r].ready_in.v);
+		free(tl[r].plan_out.v);
 	}
 	free(tl);
 	return rc;

@@ -7,7 +7,11 @@
  * Per operation (one call of the latency tensor, matched across the ranks by the
  * timeline's step), with "last" the latest rank's time:
  *   submit       trainer's call to its daemon holding the tensor ready (each rank's)
- *   negotiation  last ready to last plan applied (announcement, coordinator, plan)
+ *   negotiation  last ready to last plan applied (announcement, coordinator, plan), in
+ *                three parts where the daemons write the loop's events: to coord (last
+ *                ready to the coordinator reading that rank's announcement, ready_in),
+ *                coord (to the plan sent to every rank, the end of plan_out), plan back
+ *                (to the last plan applied)
  *   hand-off     last plan to the last engine's communication stage starting the job
  *   verdict      that start to the last rank entering the data exchange (the input check
  *                round, where it runs on its own)

@@ -256,7 +256,7 @@ static void client_msg_seeds(void)
 	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
 	h.protocol_version = SC_PROTOCOL_VERSION, h.local_rank = -1, h.header_completion = 1;
-	h.submit_channel = 1;
+	h.submit_channel = 1, h.silent_accept = 1;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO, m.hello = &h;
 	/* a trainer: hello, register a COO tensor, submit it, bye */
 	size_t n = client_record(out, 0, 0, &m);

@@ -984,6 +984,8 @@ static sc_status_t client_hello(sc_client_t *c, const struct timespec *deadline,
 	hello.local_rank = local_rank;
 	hello.role = c->role;
 	hello.header_completion = 1; /* op_fast: a success read from the header */
+	/* an operation's acceptance is not read (io_dispatch): only a refusal is answered */
+	hello.silent_accept = 1;
 	/* a trainer's requests on the submit channel (submit.c), unless told not to */
 	hello.submit_channel = c->role == SPARSECOMM__ROLE__ROLE_TRAINER &&
 			       !(getenv("SPARSECOMM_SUBMIT_CHANNEL") &&

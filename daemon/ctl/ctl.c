@@ -735,6 +735,7 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 	s->ident_len = ident_len;
 	s->role = h->role;
 	s->header_completion = h->header_completion;
+	s->silent_accept = h->silent_accept;
 	/* the kernel's word, not the hello's: a trainer in a PID namespace of its own says 1 */
 	s->pid = cred && cred->known ? cred->pid : 0;
 	s->uid = cred && cred->known ? cred->uid : UINT32_MAX;
@@ -1115,7 +1116,10 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	r->group_size = a->group_size;
 	if (q.a2a)
 		scd_ctl_a2a_take(r, q.a2a, peers, nt->numel);
-	send_ok(ctl, s, seq);
+	/* a message to the trainer per step, which every one of its node's announcements
+	 * would wait behind on two busy cores: sent only to a client that reads it */
+	if (!s->silent_accept)
+		send_ok(ctl, s, seq);
 	if (nt->submitted++ == 0) {
 		nt->coll = q.rq.coll;
 		nt->coo = q.rq.coo;

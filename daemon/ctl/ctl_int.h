@@ -16,6 +16,7 @@ typedef struct scd_session {
 	size_t ident_len;
 	int role;	       /* SPARSECOMM__ROLE__ROLE_TRAINER / _CONTROL */
 	int header_completion; /* its hello asked for successes in the header alone */
+	int silent_accept;     /* its hello asked for no ok to an operation accepted */
 	/* who it is, from the kernel (peer.h): its process (0: one the daemon cannot see) and
 	 * user; declared_pid is what its hello said, kept for messages only */
 	int pid, declared_pid;

@@ -24,6 +24,7 @@
 #include "util/arena.h"
 #include "util/log.h"
 #include "util/psname.h"
+#include "util/timeline.h"
 #include "world/world_int.h"
 
 /* A buffer's communication latency in the planner: its scheme's metadata round and one
@@ -1045,8 +1046,12 @@ static void coord_emit(scd_world_t *w)
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
 		m.plan = &pb.plan;
+		uint64_t tl = scd_tl_begin();
 		for (int r = 0; r < P; r++)
 			scd_world_send_peer(w, r, &m);
+		scd_tl_arg_t ta[] = {{"cycle", NULL, (int64_t)pb.plan.cycle},
+				     {"responses", NULL, (int64_t)pb.plan.n_responses}};
+		scd_tl_here("plan_out", tl, ta, 2);
 	}
 	free(pb.resp);
 	free(pb.ents);
@@ -1175,8 +1180,11 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
+	uint64_t tl = scd_tl_begin();
 	scd_neg_ready_collect(w, from, rl);
 	coord_emit(w);
+	scd_tl_arg_t ta[] = {{"rank", NULL, from}};
+	scd_tl_here("ready_in", tl, ta, 1);
 }
 
 void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)

@@ -118,6 +118,7 @@ int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_bodyless(int argc, char **argv);
+int it_silent_accept(int argc, char **argv);
 int it_oversize(int argc, char **argv); /* itest_raw.c */
 int it_false_pid(int argc, char **argv);
 int it_ctl_flood(int argc, char **argv);

@@ -369,6 +369,7 @@ static const struct {
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999 and the previous one"},
     {"bodyless", it_bodyless, "raw Collective requests without a body (and version 3's)"},
+    {"silent-accept", it_silent_accept, "raw trainers with and without silent_accept's ok"},
     {"oversize", it_oversize, "a 192 MiB control frame, the daemon's memory bounded"},
     {"false-pid", it_false_pid, "a trainer declaring a false pid, tracked by its real one"},
     {"ctl-flood", it_ctl_flood, "control clients that never read, dropped"},

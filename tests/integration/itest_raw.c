@@ -13,6 +13,8 @@
  * oversize: a 192 MiB frame on the control socket is refused as its header arrives: the
  *   daemon stays up, its peak resident memory (VmHWM) grows by less than 32 MiB, and the
  *   library works normally afterwards.
+ * silent-accept: a trainer whose hello says silent_accept gets no ok for an allreduce
+ *   accepted, only its completion, and the error of one refused; others get the ok.
  * false-pid: a trainer whose hello declares another pid is tracked by its real one.
  * ctl-flood: control clients that never read their replies are dropped, the daemon's
  *   memory bounded.
@@ -168,16 +170,21 @@ static Sparsecomm__DaemonMsg *raw_reply(raw_t *r, uint64_t seq, int timeout_ms)
 	}
 }
 
-/* A hello; submit: it asks for the submit channel. Returns its seq. */
+/* What a hello asks for (raw_hello_as's flags). */
+#define RAW_SUBMIT 1 /* the submit channel */
+#define RAW_SILENT 2 /* no ok for an operation accepted (silent_accept) */
+
+/* A hello asking for what flags say (RAW_SUBMIT, RAW_SILENT). Returns its seq. */
 static uint64_t raw_hello_as(raw_t *r, uint32_t version, Sparsecomm__Role role, int local_rank,
-			     int submit)
+			     int flags)
 {
 	Sparsecomm__Hello h = SPARSECOMM__HELLO__INIT;
 	h.protocol_version = version;
 	h.pid = (int32_t)getpid();
 	h.local_rank = local_rank;
 	h.role = role;
-	h.submit_channel = submit != 0;
+	h.submit_channel = (flags & RAW_SUBMIT) != 0;
+	h.silent_accept = (flags & RAW_SILENT) != 0;
 	Sparsecomm__ClientMsg m = SPARSECOMM__CLIENT_MSG__INIT;
 	m.body_case = SPARSECOMM__CLIENT_MSG__BODY_HELLO;
 	m.hello = &h;
@@ -189,10 +196,11 @@ static uint64_t raw_hello(raw_t *r, uint32_t version, Sparsecomm__Role role, int
 	return raw_hello_as(r, version, role, local_rank, 0);
 }
 
-/* A hello the daemon accepts; returns the trainer's global rank (-1 for control). */
-static int raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
+/* A hello the daemon accepts, asking for what flags say (raw_hello_as); returns the
+ * trainer's global rank (-1 for control). */
+static int raw_hello_ok_as(raw_t *r, Sparsecomm__Role role, int local_rank, int flags)
 {
-	uint64_t s = raw_hello(r, SC_PROTOCOL_VERSION, role, local_rank);
+	uint64_t s = raw_hello_as(r, SC_PROTOCOL_VERSION, role, local_rank, flags);
 	Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
 	if (!d)
 		IT_FAIL("no reply to a valid hello (role %d, local rank %d) within %d ms", role,
@@ -206,6 +214,11 @@ static int raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
 	int rank = role == SPARSECOMM__ROLE__ROLE_TRAINER ? d->hello->rank : -1;
 	sparsecomm__daemon_msg__free_unpacked(d, NULL);
 	return rank;
+}
+
+static int raw_hello_ok(raw_t *r, Sparsecomm__Role role, int local_rank)
+{
+	return raw_hello_ok_as(r, role, local_rank, 0);
 }
 
 /* An allreduce of an id never registered must be refused, naming the id: either as the
@@ -584,6 +597,59 @@ int it_bodyless(int argc, char **argv)
 	it_pass();
 }
 
+/*
+ * silent-accept: a trainer whose hello says silent_accept gets no ok for an allreduce the
+ * daemon accepts, only its completion, and still the error of one it refuses (an id never
+ * registered); a trainer whose hello does not say it gets the ok, then the completion.
+ * Trainers of even rank say it, those of odd rank do not, side by side in one world.
+ */
+int it_silent_accept(int argc, char **argv)
+{
+	raw_t r;
+	raw_open(&r);
+	int silent = it_env.env_rank % 2 == 0;
+	int rank = raw_hello_ok_as(&r, SPARSECOMM__ROLE__ROLE_TRAINER, it_env.env_local_rank,
+				   silent ? RAW_SILENT : 0);
+	uint32_t id = raw_register(&r, "silent.step", 256);
+	for (uint64_t handle = 201; handle <= 203; handle++) {
+		uint64_t s = raw_collective(&r, id, handle, 0);
+		int oks = 0;
+		for (;;) {
+			Sparsecomm__DaemonMsg *d = raw_recv(&r, IT_OP_TIMEOUT_MS);
+			if (!d)
+				IT_FAIL("rank %d: step %llu: no completion within %d ms", rank,
+					(unsigned long long)handle, IT_OP_TIMEOUT_MS);
+			int done = d->seq == 0 &&
+				   d->body_case == SPARSECOMM__DAEMON_MSG__BODY_COMPLETION &&
+				   d->completion->handle == handle;
+			if (done && d->completion->status != SC_OK)
+				IT_FAIL("rank %d: step %llu failed: %s: %s", rank,
+					(unsigned long long)handle,
+					sc_status_name((sc_status_t)d->completion->status),
+					d->completion->error);
+			if (d->seq == s && d->body_case == SPARSECOMM__DAEMON_MSG__BODY_OK)
+				oks++;
+			else if (d->seq == s)
+				IT_FAIL("rank %d: step %llu answered with %s", rank,
+					(unsigned long long)handle, body_name(d));
+			sparsecomm__daemon_msg__free_unpacked(d, NULL);
+			if (done)
+				break;
+		}
+		if (oks != !silent)
+			IT_FAIL("rank %d (silent_accept %d): step %llu got %d ok before its "
+				"completion, expected %d",
+				rank, silent, (unsigned long long)handle, oks, !silent);
+	}
+	it_log("rank %d (silent_accept %d): three steps completed with %s", rank, silent,
+	       silent ? "no ok" : "an ok each");
+	if (silent)
+		unknown_allreduce(&r, 987654321u, 204);
+	raw_bye(&r);
+	raw_close(&r);
+	it_pass();
+}
+
 /* The daemon's pid, from the name of a shared object this process maps
  * ("/dev/shm/sparsecomm.<pid>.<n>.<random>"). */
 static int daemon_pid_from_maps(void)
@@ -884,8 +950,8 @@ static raw_offer_t raw_hello_submit(raw_t *r)
 	memset(&o, 0, sizeof(o));
 	double deadline = it_now_s() + 10.0;
 	for (;;) {
-		uint64_t s =
-		    raw_hello_as(r, SC_PROTOCOL_VERSION, SPARSECOMM__ROLE__ROLE_TRAINER, -1, 1);
+		uint64_t s = raw_hello_as(r, SC_PROTOCOL_VERSION,
+					  SPARSECOMM__ROLE__ROLE_TRAINER, -1, RAW_SUBMIT);
 		Sparsecomm__DaemonMsg *d = raw_reply(r, s, RAW_REPLY_MS);
 		if (!d)
 			IT_FAIL("no reply to a hello asking for the submit channel");

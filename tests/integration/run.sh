@@ -329,6 +329,8 @@ run_case "version n=2" 2 1 60 0 2 -- "$itest" version
 # trainer, well before the stall timeout; the next step succeeds.
 run_case "bodyless n=1 per-node=2" 1 2 90 0 2 -- "$itest" bodyless
 run_case "bodyless n=2" 2 1 90 0 2 -- "$itest" bodyless
+run_case "silent-accept n=2" 2 1 60 0 2 -- "$itest" silent-accept
+run_case "silent-accept n=1 per-node=2" 1 2 60 0 2 -- "$itest" silent-accept
 run_case "oversize control frame n=1" 1 1 90 0 1 -- "$itest" oversize
 # Control clients as the kernel sees them: a trainer whose hello declares pid 1 (a PID
 # namespace of its own) or a pid no process has is tracked by its real pid, and its death
@@ -1314,7 +1316,8 @@ fi
 unset SPARSECOMM_EXDYNA_CAP SPARSECOMM_EXDYNA_GRID
 
 # The allreduce benchmark's stages (bench/stages.h): every timed latency call matched on
-# every rank from the daemons' timelines and the trainers' clocks, every stage a number.
+# every rank from the daemons' timelines and the trainers' clocks, every stage a number,
+# the negotiation's three parts (to coord, coord, plan back) among them.
 stages_case() {
 	name="bench allreduce stages n=3"
 	selected "$name" || return 0
@@ -1325,13 +1328,13 @@ stages_case() {
 		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/s" >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	dt=$(($(date +%s) - t0))
-	rows=$(grep -cE '^\[0\] # (submit|negotiation|hand-off|verdict|data|completion|round trip) +[0-9]+\.[0-9] +[0-9]+\.[0-9]$' "$tmp/out")
+	rows=$(grep -cE '^\[0\] # (submit|negotiation|  to coord|  coord|  plan back|hand-off|verdict|data|completion|round trip) +-?[0-9]+\.[0-9] +-?[0-9]+\.[0-9]$' "$tmp/out")
 	matched=$(sed -n 's/.*(us; \([0-9]*\) calls matched on 3 ranks).*/\1/p' "$tmp/out")
-	if [ "$rc" -eq 0 ] && [ "$rows" -eq 7 ] && [ "${matched:-0}" -eq 50 ]; then
+	if [ "$rc" -eq 0 ] && [ "$rows" -eq 10 ] && [ "${matched:-0}" -eq 50 ]; then
 		echo "ok    $name (${dt} s)"
 		passed=$((passed + 1))
 	else
-		echo "FAIL  $name: exited with $rc, $rows of 7 stages, ${matched:-no} of 50 calls matched (${dt} s)"
+		echo "FAIL  $name: exited with $rc, $rows of 10 stages, ${matched:-no} of 50 calls matched (${dt} s)"
 		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
 		failed=$((failed + 1))
 	fi
