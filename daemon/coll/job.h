@@ -252,9 +252,13 @@ typedef struct scd_job {
 	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
-	/* forget: drop the state of every buffer holding this cache id */
+	/* forget: drop the state of every buffer holding this cache id (every rank at the
+	 * same place in its jobs: a buffer's scheme state must stay alike on every rank), or
+	 * with node_only only this node's own selections at submission of it (a tensor gone
+	 * from this node, which the others may still hold: its buffers' state stays) */
 	uint32_t forget_cache_id;   /* UINT32_MAX: none */
 	uint64_t forget_presel_key; /* the node tensor's speculative selection's; 0: none */
+	int forget_node_only;
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob, and the nodes
 	 * per core of the world's busiest host, the same on every rank (world/host.h) */
 	scd_transport_boot_t boot;

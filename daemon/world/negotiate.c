@@ -58,7 +58,7 @@ static uint32_t hash_name(const char *s)
  */
 #define SCD_CACHE_FORMS 64
 
-static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key);
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key, int node_only);
 
 /* The id last cached for name, or UINT32_MAX. */
 static uint32_t cache_lookup(scd_world_t *w, const char *name)
@@ -112,7 +112,7 @@ static sc_status_t cache_list(scd_world_t *w, const char *name, uint32_t id)
 		memmove(&(*slot)[oldest], &(*slot)[oldest + 1],
 			sizeof(uint32_t) * (n - oldest));
 		(*slot)[n] = id;
-		forget_job(w, gone, 0);
+		forget_job(w, gone, 0, 0);
 		return SC_OK;
 	}
 	uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
@@ -1619,8 +1619,9 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	return st;
 }
 
-/* A forget job for cache id id (UINT32_MAX: none) and presel_key (0: none). */
-static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
+/* A forget job for cache id id (UINT32_MAX: none) and presel_key (0: none); node_only:
+ * of this node's selections at submission alone (scd_job_t.forget_node_only). */
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key, int node_only)
 {
 	if (id != UINT32_MAX && w->is_coord) /* its buffer mates no longer wait for it */
 		scd_fplan_remove(&w->fplan, id);
@@ -1632,20 +1633,29 @@ static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
 	job->kind = SCD_JOB_FORGET;
 	job->forget_cache_id = id;
 	job->forget_presel_key = presel_key; /* a first step's selection never taken */
+	job->forget_node_only = node_only;
 	scd_engine_submit(w->d->engine, job);
 }
 
+/*
+ * A name gone from this node: its selections at submission go (they are this node's), but
+ * not its buffers' scheme state, which every rank must hold alike (the scheme's step, its
+ * calibration, ExDyna's partitions): another node may still hold the name, and this one
+ * register it again, both then running its buffers at the same step. That state goes
+ * when every rank lets it go at the same place: the name's form evicted (cache_list), the
+ * least recently used buffer past the engine's table (coll/bufctx.c), a re-formed world.
+ */
 void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
 {
 	const uint32_t *v = w->name_to_id[hash_name(name)];
 	int any = 0;
 	for (uint32_t i = 1; v && i <= v[0]; i++) /* every form the name has had */
 		if (!strcmp(w->cache[v[i]].name, name)) {
-			forget_job(w, v[i], any++ ? 0 : presel_key);
+			forget_job(w, v[i], any++ ? 0 : presel_key, 1);
 			v = w->name_to_id[hash_name(name)]; /* (not moved; read again) */
 		}
 	if (!any && presel_key)
-		forget_job(w, UINT32_MAX, presel_key);
+		forget_job(w, UINT32_MAX, presel_key, 1);
 }
 
 /*

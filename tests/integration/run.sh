@@ -310,6 +310,7 @@ run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
 run_case "release n=2" 2 1 120 0 2 -- "$itest" release
 run_case "release n=3" 3 1 120 0 3 -- "$itest" release
 run_case "release n=2 per-node=2" 2 2 120 0 4 -- "$itest" release
+run_case "release-one n=2" 2 1 120 0 2 -- "$itest" release-one
 # A sparsifier the daemon cannot make from options that passed registration: every rank
 # gets SC_ERR_INVALID (not "out of memory"), and the job goes on.
 run_case "badopts n=1" 1 1 60 0 1 -- "$itest" badopts
