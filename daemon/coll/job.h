@@ -108,10 +108,11 @@ typedef struct scd_job_item {
 	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
 	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
 	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
-	/* the residual's jobs on this node so far, this one included (the node tensor's
-	 * count): a buffer's state that saw the one before knows no other buffer (the
-	 * tensor's other form, under another cache id) wrote the residual meanwhile */
-	uint64_t residual_jobs;
+	/* the residual's job numbers on this node, unique across the node's tensors and
+	 * their registrations: this job's, and the residual's job before (0: none) — a
+	 * buffer's state that ran that one knows no other buffer (the tensor's other form,
+	 * under another cache id) nor another registration wrote the residual meanwhile */
+	uint64_t residual_seq, residual_prev;
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
