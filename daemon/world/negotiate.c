@@ -563,29 +563,29 @@ static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, 
 	centry_free(w, e);
 }
 
-/* The id of name that has a place in the coordinator's fusion plan (the one a new form
- * takes over), else cur. */
-static uint32_t plan_held(scd_world_t *w, const char *name, uint32_t cur)
+/* The id of name that has a place in the coordinator's fusion plan (the one a form that
+ * has none takes over), else UINT32_MAX. */
+static uint32_t plan_held(scd_world_t *w, const char *name)
 {
 	const uint32_t *v = w->name_to_id[hash_name(name)];
 	for (uint32_t i = v ? v[0] : 0; i >= 1; i--)
 		if (!strcmp(w->cache[v[i]].name, name) && scd_fplan_pos(&w->fplan, v[i]) >= 0)
 			return v[i];
-	return cur;
+	return UINT32_MAX;
 }
 
-/* The cache id for an agreed tensor: the name's current one when its attributes are the
- * same; else (*old_p then gets the current id) an earlier id of the name with these
- * attributes, or a new one announced in the plan. */
+/* The cache id for an agreed tensor: the name's id with these attributes (its newest
+ * first), else a new one announced in the plan. *old_p gets the name's id that holds its
+ * place in the fusion plan, whichever form that is (the form planned now takes it over:
+ * a name keeps one place however its forms alternate). */
 static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e,
 			    uint32_t *old_p)
 {
 	uint32_t id = cache_lookup(w, e->name);
-	*old_p = UINT32_MAX;
+	*old_p = plan_held(w, e->name);
 	if (id != UINT32_MAX && cache_same(&w->cache[id], e->dtype[0], e->numel[0], e->op[0],
 					   e->solo, e->fuse_key, &e->sig[0]))
 		return id;
-	*old_p = plan_held(w, e->name, id);
 	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 				     e->fuse_key, &e->sig[0]);
 	if (again != UINT32_MAX)
@@ -647,7 +647,7 @@ static void on_hold(uv_timer_t *t);
 /* A tensor every rank announced, waiting for its buffer in coord_emit. */
 typedef struct ready_ent {
 	scd_centry_t *e;
-	uint32_t id, old_id; /* old_id: the id the name had before, or UINT32_MAX */
+	uint32_t id, old_id; /* old_id: the name's id holding its plan place, or UINT32_MAX */
 	int pos;   /* in the fusion plan, -1: planned this cycle only (fixed, layerwise) */
 	int fresh; /* first planned now: never held */
 } ready_ent_t;
