@@ -699,10 +699,12 @@ int it_join(int argc, char **argv)
 /* join-carry (two trainers a node): local rank 1 joins while local rank 0 gives a step of
  * a COO tensor over its capacity, which fails; then local rank 0 joins too. After every
  * rank has joined, the tensor's next step is exact on every trainer: the failed step is
- * not owed by a trainer that had joined (it takes part with zeros, it submits nothing). */
+ * not owed by a trainer that had joined (it takes part with zeros, it submits nothing).
+ * "after": local rank 1 joins only once the step has failed, owing it: a join is its
+ * last submission until every rank has joined, so it owes the step no more. */
 int it_join_carry(int argc, char **argv)
 {
-	(void)argc, (void)argv;
+	int after = argc > 1 && !strcmp(argv[1], "after");
 	sc_client_t *c = it_connect();
 	if (sc_local_size(c) != 2)
 		IT_FAIL("needs two trainers a node, the job has %d", sc_local_size(c));
@@ -714,9 +716,12 @@ int it_join_carry(int argc, char **argv)
 	float *val = sc_tensor_coo_values(t);
 	int last = -1;
 	if (sc_local_rank(c) == 1) {
+		if (after) /* local rank 0's step fails first */
+			it_sleep_ms(1500);
 		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join of local rank 1");
 	} else {
-		it_sleep_ms(300); /* local rank 1's join reaches the daemon first */
+		if (!after)
+			it_sleep_ms(300); /* local rank 1's join reaches the daemon first */
 		sc_handle_t h = 0;
 		IT_CHECK_SC(sc_allreduce_coo_async(c, t, CAP + 1, SC_OP_SUM, &h),
 			    "a step over the capacity");
