@@ -256,6 +256,8 @@ run_case "join carry n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry
 run_case "join carry n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry
 run_case "join carry after n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry after
 run_case "join carry after n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry after
+run_case "join carry flush n=2" 2 1 120 0 2 --daemon-arg --cycle_time_ms --daemon-arg 300 -- \
+	"$itest" join-carry flush
 run_case "join killed n=3" 3 1 120 137 2 --keep-going -- "$itest" join-killed
 
 # barrier: a late rank holds every other rank's barrier; a missing one stalls it.
