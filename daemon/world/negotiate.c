@@ -582,10 +582,14 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 			    uint32_t *old_p)
 {
 	uint32_t id = cache_lookup(w, e->name);
-	*old_p = plan_held(w, e->name);
+	*old_p = UINT32_MAX;
 	if (id != UINT32_MAX && cache_same(&w->cache[id], e->dtype[0], e->numel[0], e->op[0],
-					   e->solo, e->fuse_key, &e->sig[0]))
+					   e->solo, e->fuse_key, &e->sig[0])) {
+		if (scd_fplan_pos(&w->fplan, id) < 0) /* (the steady step: it holds it) */
+			*old_p = plan_held(w, e->name);
 		return id;
+	}
+	*old_p = plan_held(w, e->name);
 	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 				     e->fuse_key, &e->sig[0]);
 	if (again != UINT32_MAX)
