@@ -216,8 +216,8 @@ SC_API sc_status_t sc_register(sc_client_t *client, const char *name, sc_dtype_t
 /*
  * Releases a registration: the daemon unlinks its shared memory, this process unmaps it,
  * and tensor is invalid afterwards. The name may then be registered again, with another
- * dtype, count or options; once no trainer of the node holds the name, the daemons'
- * negotiation forgets what it cached of it. SC_ERR_BUSY while an operation of the tensor
+ * dtype, count or options (a form of the name the daemons cached before takes its cache
+ * id again). SC_ERR_BUSY while an operation of the tensor
  * is in flight (wait for it first). An operation of the tensor that ended but was not
  * collected yet keeps its handle: sc_wait or sc_poll on it returns its status (the data is
  * gone with the tensor).

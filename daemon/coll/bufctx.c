@@ -75,8 +75,8 @@ typedef struct scd_bufctx {
 	uint64_t *rbits;
 	uint64_t rcount; /* at least the bits set */
 	int rknown;
-	const float *rres;  /* the residual the bitmap is of */
-	uint64_t rres_jobs; /* and its job count then (scd_job_item_t.residual_jobs) */
+	const float *rres; /* the residual the bitmap is of */
+	uint64_t rres_seq; /* and the job number then (scd_job_item_t.residual_seq) */
 	scd_coo_t fold;
 	/* a buffer of several tensors that lossy schemes may run on: what the scheme did not
 	 * deliver, over the whole buffer, split back into each tensor's residual after it */
@@ -1033,10 +1033,11 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 		/* another buffer (the tensor's other form) wrote the residual since this
 		 * one's last step, or another registration's: the bitmap says nothing */
 		const scd_job_item_t *it0 = &job->items[0];
-		if (b->rres != it0->residual || it0->residual_jobs != b->rres_jobs + 1)
+		if (b->rres != it0->residual || !b->rres_seq ||
+		    it0->residual_prev != b->rres_seq)
 			b->rknown = 0;
 		b->rres = it0->residual;
-		b->rres_jobs = it0->residual_jobs;
+		b->rres_seq = it0->residual_seq;
 		if ((st = fold_residual(b, &job->coo_in, io.residual)) != SC_OK) {
 			snprintf(job->error, sizeof(job->error),
 				 "no memory to fold the residual into the COO input");

@@ -108,10 +108,11 @@ typedef struct scd_job_item {
 	int allow_lossy; /* lossy schemes allowed (the tensor has a residual on every rank) */
 	int coo_in;	 /* the step's input is COO on every rank (world/agree.h) */
 	float *residual; /* the node's residual (local rank 0's shared object), or NULL */
-	/* the residual's jobs on this node so far, this one included (the node tensor's
-	 * count): a buffer's state that saw the one before knows no other buffer (the
-	 * tensor's other form, under another cache id) wrote the residual meanwhile */
-	uint64_t residual_jobs;
+	/* the residual's job numbers on this node, unique across the node's tensors and
+	 * their registrations: this job's, and the residual's job before (0: none) — a
+	 * buffer's state that ran that one knows no other buffer (the tensor's other form,
+	 * under another cache id) nor another registration wrote the residual meanwhile */
+	uint64_t residual_seq, residual_prev;
 	int residual_ordinal; /* cuda: the GPU it lives on (local rank 0's) */
 	/* measured by the step (fusion plans, world/fusion_plan.h): the tensor's compression
 	 * (its sparsifier, or its residual added back) and its fusion into the buffer */
@@ -252,9 +253,13 @@ typedef struct scd_job {
 	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
 	int lossless_only; /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
-	/* forget: drop the state of every buffer holding this cache id */
+	/* forget: drop the state of every buffer holding this cache id (every rank at the
+	 * same place in its jobs: a buffer's scheme state must stay alike on every rank), or
+	 * with node_only only this node's own selections at submission of it (a tensor gone
+	 * from this node, which the others may still hold: its buffers' state stays) */
 	uint32_t forget_cache_id;   /* UINT32_MAX: none */
 	uint64_t forget_presel_key; /* the node tensor's speculative selection's; 0: none */
+	int forget_node_only;
 	/* mesh: this rank's prepared endpoint and every rank's bootstrap blob, and the nodes
 	 * per core of the world's busiest host, the same on every rank (world/host.h) */
 	scd_transport_boot_t boot;

@@ -1217,9 +1217,12 @@ static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	ctl->n_joined++;
 	ctl->join_last = rank;
 	send_ok(ctl, s, seq);
-	/* what the node's other trainers submitted no longer waits for this one */
+	/* what the node's other trainers submitted no longer waits for this one, and a step
+	 * the node failed before is not owed by it (owing): its join is its last submission
+	 * until every rank has joined, and its next one is of the step after */
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
+		nt->carry_mask &= ~(1ull << s->local_rank);
 		announce_if_ready(ctl, nt);
 	}
 	barrier_vs_join(ctl);

@@ -60,6 +60,7 @@ struct scd_ctl {
 	scd_session_t *sessions;
 	scd_session_t *by_local[SCD_MAX_LOCAL];
 	int n_trainers;
+	uint64_t residual_seq; /* the residuals' jobs numbered (scd_job_item_t.residual_seq) */
 	int degraded; /* a trainer died: submissions fail until its local rank is taken again */
 	char degraded_reason[256];
 	/* barriers: the last one that ended on every rank, the local trainers in the next

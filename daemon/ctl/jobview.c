@@ -76,7 +76,12 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 	it->block = nt->opts.block;
 	it->coo_capacity = nt->opts.coo_capacity;
 	it->residual = nt->slot[0] ? nt->slot[0]->residual : NULL;
-	it->residual_jobs = it->residual ? ++nt->residual_jobs : 0;
+	/* numbered across the node's tensors: a new registration's first job follows no
+	 * buffer's state */
+	if (it->residual) {
+		it->residual_prev = nt->residual_last;
+		it->residual_seq = nt->residual_last = ++ctl->residual_seq;
+	}
 	it->residual_ordinal = nt->slot[0] ? (int)nt->slot[0]->device_ordinal : 0;
 	it->numel = nt->numel;
 	for (int l = 0; l < ctl->d->local_size; l++) {

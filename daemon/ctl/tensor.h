@@ -104,7 +104,7 @@ typedef struct scd_ntensor {
 	scd_coll_t coll;   /* the step's collective (coll/coll.h) */
 	int coo;	   /* the step's input is the COO area (every local trainer's alike) */
 	scd_shape_t shape; /* the step's shape (every local trainer's alike) */
-	uint64_t residual_jobs; /* jobs given its residual (scd_job_item_t.residual_jobs) */
+	uint64_t residual_last; /* its residual's last job (scd_job_item_t.residual_seq) */
 	uint32_t pset;		/* its process set (0: every trainer; name is then qualified) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;

@@ -520,7 +520,8 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			run_mesh(e, job);
 		else {
 			if (job->forget_cache_id != UINT32_MAX) {
-				scd_bufctx_forget(e->bufs, job->forget_cache_id);
+				if (!job->forget_node_only)
+					scd_bufctx_forget(e->bufs, job->forget_cache_id);
 				scd_presel_forget(e->presel, job->forget_cache_id);
 			}
 			scd_presel_forget_key(e->presel, job->forget_presel_key);

@@ -107,6 +107,13 @@ void scd_world_node_join(scd_world_t *w, int last_rank)
 	nj.last_rank = last_rank;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
 	m.node_join = &nj;
-	if (w->formed)
-		scd_world_send_coord(w, &m);
+	if (!w->formed)
+		return;
+	/* what the node has not sent yet goes first: a step it failed before its trainers
+	 * joined must reach the coordinator before the join does. Else another node's
+	 * failure of that step, read meanwhile, counts this one as joined (owing nothing),
+	 * and this one's failure, read after, as a step of its own that the other node has
+	 * not submitted: that node's next step would be refused as late (late.c) */
+	scd_neg_flush(w);
+	scd_world_send_coord(w, &m);
 }

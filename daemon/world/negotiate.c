@@ -59,7 +59,7 @@ static uint32_t hash_name(const char *s)
  */
 #define SCD_CACHE_FORMS 64
 
-static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key);
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key, int node_only);
 
 /* The id last cached for name, or UINT32_MAX. */
 static uint32_t cache_lookup(scd_world_t *w, const char *name)
@@ -113,7 +113,7 @@ static sc_status_t cache_list(scd_world_t *w, const char *name, uint32_t id)
 		memmove(&(*slot)[oldest], &(*slot)[oldest + 1],
 			sizeof(uint32_t) * (n - oldest));
 		(*slot)[n] = id;
-		forget_job(w, gone, 0);
+		forget_job(w, gone, 0, 0);
 		return SC_OK;
 	}
 	uint32_t *v = realloc(*slot, (n + 2) * sizeof(uint32_t));
@@ -572,29 +572,33 @@ static void pb_entry_error(scd_world_t *w, plan_builder_t *pb, scd_centry_t *e, 
 	centry_free(w, e);
 }
 
-/* The id of name that has a place in the coordinator's fusion plan (the one a new form
- * takes over), else cur. */
-static uint32_t plan_held(scd_world_t *w, const char *name, uint32_t cur)
+/* The id of name that has a place in the coordinator's fusion plan (the one a form that
+ * has none takes over), else UINT32_MAX. */
+static uint32_t plan_held(scd_world_t *w, const char *name)
 {
 	const uint32_t *v = w->name_to_id[hash_name(name)];
 	for (uint32_t i = v ? v[0] : 0; i >= 1; i--)
 		if (!strcmp(w->cache[v[i]].name, name) && scd_fplan_pos(&w->fplan, v[i]) >= 0)
 			return v[i];
-	return cur;
+	return UINT32_MAX;
 }
 
-/* The cache id for an agreed tensor: the name's current one when its attributes are the
- * same; else (*old_p then gets the current id) an earlier id of the name with these
- * attributes, or a new one announced in the plan. */
+/* The cache id for an agreed tensor: the name's id with these attributes (its newest
+ * first), else a new one announced in the plan. *old_p gets the name's id that holds its
+ * place in the fusion plan, whichever form that is (the form planned now takes it over:
+ * a name keeps one place however its forms alternate). */
 static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry_t *e,
 			    uint32_t *old_p)
 {
 	uint32_t id = cache_lookup(w, e->name);
 	*old_p = UINT32_MAX;
 	if (id != UINT32_MAX && cache_same(&w->cache[id], e->dtype[0], e->numel[0], e->op[0],
-					   e->solo, e->fuse_key, &e->sig[0]))
+					   e->solo, e->fuse_key, &e->sig[0])) {
+		if (scd_fplan_pos(&w->fplan, id) < 0) /* (the steady step: it holds it) */
+			*old_p = plan_held(w, e->name);
 		return id;
-	*old_p = plan_held(w, e->name, id);
+	}
+	*old_p = plan_held(w, e->name);
 	uint32_t again = cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 				     e->fuse_key, &e->sig[0]);
 	if (again != UINT32_MAX)
@@ -656,7 +660,7 @@ static void on_hold(uv_timer_t *t);
 /* A tensor every rank announced, waiting for its buffer in coord_emit. */
 typedef struct ready_ent {
 	scd_centry_t *e;
-	uint32_t id, old_id; /* old_id: the id the name had before, or UINT32_MAX */
+	uint32_t id, old_id; /* old_id: the name's id holding its plan place, or UINT32_MAX */
 	int pos;   /* in the fusion plan, -1: planned this cycle only (fixed, layerwise) */
 	int fresh; /* first planned now: never held */
 } ready_ent_t;
@@ -1636,8 +1640,9 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	return st;
 }
 
-/* A forget job for cache id id (UINT32_MAX: none) and presel_key (0: none). */
-static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
+/* A forget job for cache id id (UINT32_MAX: none) and presel_key (0: none); node_only:
+ * of this node's selections at submission alone (scd_job_t.forget_node_only). */
+static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key, int node_only)
 {
 	if (id != UINT32_MAX && w->is_coord) /* its buffer mates no longer wait for it */
 		scd_fplan_remove(&w->fplan, id);
@@ -1649,20 +1654,29 @@ static void forget_job(scd_world_t *w, uint32_t id, uint64_t presel_key)
 	job->kind = SCD_JOB_FORGET;
 	job->forget_cache_id = id;
 	job->forget_presel_key = presel_key; /* a first step's selection never taken */
+	job->forget_node_only = node_only;
 	scd_engine_submit(w->d->engine, job);
 }
 
+/*
+ * A name gone from this node: its selections at submission go (they are this node's), but
+ * not its buffers' scheme state, which every rank must hold alike (the scheme's step, its
+ * calibration, ExDyna's partitions): another node may still hold the name, and this one
+ * register it again, both then running its buffers at the same step. That state goes
+ * when every rank lets it go at the same place: the name's form evicted (cache_list), the
+ * least recently used buffer past the engine's table (coll/bufctx.c), a re-formed world.
+ */
 void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
 {
 	const uint32_t *v = w->name_to_id[hash_name(name)];
 	int any = 0;
 	for (uint32_t i = 1; v && i <= v[0]; i++) /* every form the name has had */
 		if (!strcmp(w->cache[v[i]].name, name)) {
-			forget_job(w, v[i], any++ ? 0 : presel_key);
+			forget_job(w, v[i], any++ ? 0 : presel_key, 1);
 			v = w->name_to_id[hash_name(name)]; /* (not moved; read again) */
 		}
 	if (!any && presel_key)
-		forget_job(w, UINT32_MAX, presel_key);
+		forget_job(w, UINT32_MAX, presel_key, 1);
 }
 
 /*

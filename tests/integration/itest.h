@@ -112,6 +112,7 @@ int it_fusion(int argc, char **argv);
 int it_mismatch(int argc, char **argv);
 int it_busy(int argc, char **argv);
 int it_release(int argc, char **argv);
+int it_release_one(int argc, char **argv);
 int it_badopts(int argc, char **argv);
 int it_killed(int argc, char **argv);
 int it_stalled(int argc, char **argv);

@@ -696,16 +696,39 @@ int it_join(int argc, char **argv)
 	it_pass();
 }
 
+/* A step of t with nnz COO entries, over its capacity: refused with SC_ERR_LIMIT. */
+static void over_capacity(sc_client_t *c, sc_tensor_t *t, size_t nnz)
+{
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_coo_async(c, t, nnz, SC_OP_SUM, &h),
+		    "a step over the capacity");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (r != SC_ERR_LIMIT)
+		IT_FAIL("a step over the COO capacity: expected SC_ERR_LIMIT, got %s: %s",
+			it_wait_name(r), it_wait_error());
+	it_log("over the capacity: %s", it_wait_error());
+}
+
 /* join-carry (two trainers a node): local rank 1 joins while local rank 0 gives a step of
  * a COO tensor over its capacity, which fails; then local rank 0 joins too. After every
  * rank has joined, the tensor's next step is exact on every trainer: the failed step is
- * not owed by a trainer that had joined (it takes part with zeros, it submits nothing). */
+ * not owed by a trainer that had joined (it takes part with zeros, it submits nothing).
+ * "after": local rank 1 joins only once the step has failed, owing it: a join is its
+ * last submission until every rank has joined, so it owes the step no more.
+ * "flush" (two nodes of one trainer, the daemons' cycle_time_ms 300, so that a node's
+ * failed step reaches the coordinator with its next ReadyList, 300 ms on): rank 1 gives
+ * the step over the capacity and joins 600 ms later; rank 0, 100 ms after rank 1, gives it
+ * and joins at once. Every node failed the step itself, so none owes it to the others,
+ * whatever the order in which the coordinator learns of the failures and the joins. */
 int it_join_carry(int argc, char **argv)
 {
-	(void)argc, (void)argv;
+	int after = argc > 1 && !strcmp(argv[1], "after");
+	int flush = argc > 1 && !strcmp(argv[1], "flush");
 	sc_client_t *c = it_connect();
-	if (sc_local_size(c) != 2)
-		IT_FAIL("needs two trainers a node, the job has %d", sc_local_size(c));
+	if (flush ? sc_local_size(c) != 1 || sc_size(c) != 2 : sc_local_size(c) != 2)
+		IT_FAIL("needs %s, the job has %d of %d",
+			flush ? "two nodes of one trainer" : "two trainers a node", sc_size(c),
+			sc_local_size(c));
 	enum { N = 1000, CAP = 8 };
 	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = CAP};
 	sc_tensor_t *t = NULL;
@@ -713,19 +736,21 @@ int it_join_carry(int argc, char **argv)
 	uint32_t *idx = sc_tensor_coo_indices(t);
 	float *val = sc_tensor_coo_values(t);
 	int last = -1;
-	if (sc_local_rank(c) == 1) {
+	if (flush) {
+		if (sc_rank(c) == 0)
+			it_sleep_ms(100);
+		over_capacity(c, t, CAP + 1);
+		if (sc_rank(c) == 1)
+			it_sleep_ms(600);
+		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join");
+	} else if (sc_local_rank(c) == 1) {
+		if (after) /* local rank 0's step fails first */
+			it_sleep_ms(1500);
 		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join of local rank 1");
 	} else {
-		it_sleep_ms(300); /* local rank 1's join reaches the daemon first */
-		sc_handle_t h = 0;
-		IT_CHECK_SC(sc_allreduce_coo_async(c, t, CAP + 1, SC_OP_SUM, &h),
-			    "a step over the capacity");
-		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
-		if (r != SC_ERR_LIMIT)
-			IT_FAIL(
-			    "a step over the COO capacity: expected SC_ERR_LIMIT, got %s: %s",
-			    it_wait_name(r), it_wait_error());
-		it_log("over the capacity, local rank 1 joined: %s", it_wait_error());
+		if (!after)
+			it_sleep_ms(300); /* local rank 1's join reaches the daemon first */
+		over_capacity(c, t, CAP + 1);
 		IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join of local rank 0");
 	}
 	for (int k = 0; k < CAP; k++)

@@ -467,3 +467,24 @@ int it_badopts(int argc, char **argv)
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
+
+/* A name released and registered again on one node only (rank 1's, as the Python binding
+ * does when a call gives the name another shape and then the old one again): the buffer's
+ * scheme state must stay alike on every rank, so every step on is exact. */
+int it_release_one(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	const size_t n = 100000; /* past the small dense buffers: the scheme layer runs */
+	sc_tensor_t *t = it_register(c, "rel1.t", SC_FLOAT32, n);
+	for (int step = 0; step < 6; step++) {
+		if (step >= 2 && step % 2 == 0 && sc_rank(c) == 1) {
+			IT_CHECK_SC(sc_tensor_release(c, t), "sc_tensor_release('rel1.t')");
+			t = register_again(c, "rel1.t", SC_FLOAT32, n);
+		}
+		allreduce_exact(c, t, 30 + (uint64_t)step);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

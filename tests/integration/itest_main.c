@@ -363,6 +363,7 @@ static const struct {
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},
     {"busy", it_busy, "duplicate allreduce and duplicate registration (P >= 2)"},
     {"release", it_release, "a name released and registered again: new counts and dtypes"},
+    {"release-one", it_release_one, "a name released and registered again on one node: exact"},
     {"badopts", it_badopts, "a sparsifier the daemon cannot make: SC_ERR_INVALID"},
     {"killed", it_killed, "rank 1 dies between two submissions (P >= 2)"},
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},

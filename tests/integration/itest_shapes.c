@@ -133,8 +133,27 @@ static double cache_entries(void)
 	return n;
 }
 
+/* The places of name in the fusion plan this node last received (sparsectl stats). */
+static int plan_places(const char *name)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *f = it_json_get(s, "fusion");
+	const it_json_t *bs = f ? it_json_get(f, "buffers") : NULL;
+	int n = 0;
+	for (size_t b = 0; bs && bs->type == IT_JARR && b < bs->n; b++) {
+		const it_json_t *ts = it_json_get(bs->items[b], "tensors");
+		for (size_t k = 0; ts && ts->type == IT_JARR && k < ts->n; k++)
+			n += ts->items[k]->str && !strcmp(ts->items[k]->str, name);
+	}
+	it_json_free(s);
+	return n;
+}
+
 /* A name whose shape alternates from step to step, exact every step, takes its two
- * forms' cache entries again instead of a new one each step. */
+ * forms' cache entries again instead of a new one each step, and keeps one place in the
+ * fusion plan (a buffer holding both forms would wait every step for the one not
+ * submitted). */
 static void alternating(sc_client_t *c)
 {
 	sc_tensor_t *t = it_register(c, "shapes.alt", SC_FLOAT32, SH_NUMEL);
@@ -150,6 +169,11 @@ static void alternating(sc_client_t *c)
 			"cache from %.0f to %.0f entries (its two forms were cached already)",
 			before, after);
 	it_log("12 alternating steps: %.0f cache entries before and after", before);
+	int places = plan_places("shapes.alt");
+	if (places > 1)
+		IT_FAIL("after 12 steps alternating between two shapes, 'shapes.alt' has %d "
+			"places in the fusion plan (one per form), not one",
+			places);
 	/* 68 forms twice: more than a name remembers (64), so the oldest go, their engine
 	 * state forgotten, and come back as new ids; every step exact */
 	uint64_t dims[SC_MAX_DIMS];

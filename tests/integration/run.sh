@@ -254,6 +254,10 @@ run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
 run_case "join carry n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry
 run_case "join carry n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry
+run_case "join carry after n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry after
+run_case "join carry after n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry after
+run_case "join carry flush n=2" 2 1 120 0 2 --daemon-arg --cycle_time_ms --daemon-arg 300 -- \
+	"$itest" join-carry flush
 run_case "join killed n=3" 3 1 120 137 2 --keep-going -- "$itest" join-killed
 
 # barrier: a late rank holds every other rank's barrier; a missing one stalls it.
@@ -310,6 +314,7 @@ run_case "busy n=2 per-node=2" 2 2 120 0 4 -- "$itest" busy
 run_case "release n=2" 2 1 120 0 2 -- "$itest" release
 run_case "release n=3" 3 1 120 0 3 -- "$itest" release
 run_case "release n=2 per-node=2" 2 2 120 0 4 -- "$itest" release
+run_case "release-one n=2" 2 1 120 0 2 -- "$itest" release-one
 # A sparsifier the daemon cannot make from options that passed registration: every rank
 # gets SC_ERR_INVALID (not "out of memory"), and the job goes on.
 run_case "badopts n=1" 1 1 60 0 1 -- "$itest" badopts

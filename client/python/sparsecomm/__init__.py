@@ -18,8 +18,8 @@ needed), starts the operation, and on completion copies the result out (one copy
 buffer is reused by the next step, so a result cannot stay a view of it).  A call that
 gives a name a new shape or dtype (Horovod negotiates every call, so variable lengths are
 everyday input) re-registers it on the fly: the old registration is released
-(sc_tensor_release: the daemon unlinks its shared memory, and the negotiation forgets the
-name once the node holds it no more) and the name registered anew; a steady shape keeps
+(sc_tensor_release: the daemon unlinks its shared memory; the negotiation keeps the name's
+earlier forms) and the name registered anew; a steady shape keeps
 its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call
 for a name; a later call with different options is refused rather than silently ignored.
 The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
@@ -663,7 +663,7 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
 
 def _release_locked(c, e):
     """Releases a registration that is not in use (sc_tensor_release: the daemon unlinks
-    its shared memory and the negotiation forgets the name), so that the name can be
+    its shared memory), so that the name can be
     registered with another shape or dtype.  Horovod negotiates every call, so a name (or
     an unnamed call) may carry a new shape or dtype at any step."""
     if e.inflight:
