@@ -1222,7 +1222,7 @@ static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	 * until every rank has joined, and its next one is of the step after */
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
-		nt->carry_mask &= ~(1ull << s->local_rank);
+		nt->carry_owed[s->local_rank] = 0;
 		announce_if_ready(ctl, nt);
 	}
 	barrier_vs_join(ctl);
