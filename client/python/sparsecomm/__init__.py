@@ -88,6 +88,7 @@ GIL and returns as soon as the operation completes.
 """
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import math
@@ -131,6 +132,9 @@ __all__ = [
 _WAIT_SLICE_MS = 500
 # unnamed classes (shapes) kept registered; past this, the least recently used goes
 _UNNAMED_CLASSES = int(os.environ.get("SPARSECOMM_PY_UNNAMED_CLASSES", "32"))
+# names registered by the collectives' name= kept registered; past this, the least recently
+# used with nothing in flight goes (the module doc: "Named registrations stay bounded")
+_NAMED_MAX = max(1, int(os.environ.get("SPARSECOMM_PY_NAMED_MAX", "8192")))
 _DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
 
 
@@ -244,6 +248,8 @@ class _Entry:
         self.inflight = False
         self.shape = ()  # the shape its allreduces give the daemons (): none
         self.unnamed = False  # a slot of an unnamed class: free once its handle is waited
+        self.kept = False  # never released for room (register(), an optimizer's gradient)
+        self.open = None  # the token of its last Handle until waited for or dropped
         self.data = self.coo_idx = self.coo_val = None
         self._tdata = self._tval = self._tcoo = None
         if self.device[0] == DeviceKind.CUDA:
@@ -337,7 +343,11 @@ class _Context:
         self.unnamed_next = {}  # process set -> the number of its next new class
         self.unnamed_used = {}  # class -> unnamed_calls at its last use (LRU eviction)
         self.unnamed_calls = 0
-        self.released = {}  # key -> times released (re-registrations under it)
+        # keys released and not registered again, oldest first (a bounded record: a
+        # registration of one of them that the daemon answers SC_ERR_BUSY is retried)
+        self.released = collections.OrderedDict()
+        # the named registrations that may be released for room, least recently used first
+        self.named = collections.OrderedDict()
         self.closed = False
         self.psets = {0: list(range(self.size))}  # added process sets: id -> global ranks
         self.dynamic = False  # init(process_sets="dynamic")
@@ -421,6 +431,7 @@ def shutdown():
             for e in c.entries.values():  # the views die with the mappings
                 e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = e._tcoo = None
             c.entries.clear()
+            c.named.clear()
         _lib.load().sc_finalize(c.client)
 
 
@@ -581,12 +592,23 @@ def _wire_name(c, name, wire, pset=0):
     return "%s@%s" % (name, wire.name.lower())
 
 
-def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0):
-    """The registered tensor for name in process set pset, registering it on first use;
-    device: (DeviceKind, ordinal), None for the cpu."""
+def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0, keep=False,
+           claim=False):
+    """The registered tensor for name in process set pset, registering it on first use
+    (past _NAMED_MAX named registrations, the least recently used idle one goes first);
+    device: (DeviceKind, ordinal), None for the cpu.  keep: never released for room
+    (register(), or inside _lru.keeping()); claim: marked busy before the lock is let go,
+    so that nothing releases it between."""
     device = device or (DeviceKind.CPU, 0)
+    keep = keep or _lru.keeping_now()
     with c.lock:
-        return _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
+        if not keep and _key(name, pset) not in c.entries:
+            _lru.named_trim(c)
+        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
+        _lru.named_use(c, e, keep)
+        if claim:
+            _claim_locked(e)
+        return e
 
 
 def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0):
@@ -635,10 +657,19 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0)
     o.block = int(k.get("block", 0))
     o.process_set = int(pset)
     tp = _lib.c_tensor_p()
+    what = "registering tensor '%s'%s" % (name, " in process set %d" % pset if pset else "")
     st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
+    if st in (_lib.SC_ERR_LIMIT, _lib.SC_ERR_NOMEM):
+        # no room on the node (max_registrations, the mappings, /dev/shm): a batch of the
+        # least recently used named registrations goes, and the registration is tried once
+        # more; with none to let go, the error stands
+        err = _error(st, what, name)
+        if not _lru.named_room(c):
+            raise err
+        st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
     if st != _lib.SC_OK:
-        raise _error(st, "registering tensor '%s'%s" % (
-            name, " in process set %d" % pset if pset else ""), name)
+        raise _error(st, what, name)
+    c.released.pop(_key(name, pset), None)
     e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device, pset)
     c.entries[e.key] = e
     return e
@@ -655,7 +686,7 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
     while True:
         st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
-        if st != _lib.SC_ERR_BUSY or c.released.get(key, 0) == 0 or _now() >= deadline:
+        if st != _lib.SC_ERR_BUSY or key not in c.released or _now() >= deadline:
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
@@ -676,7 +707,12 @@ def _release_locked(c, e):
         raise _error(st, "releasing tensor '%s'" % e.name, e.name)
     if c.entries.get(e.key) is e:
         del c.entries[e.key]
-    c.released[e.key] = c.released.get(e.key, 0) + 1
+    if c.named.get(e.key) is e:
+        del c.named[e.key]
+    c.released.pop(e.key, None)
+    c.released[e.key] = True
+    if len(c.released) > 4 * _NAMED_MAX:  # names used once are not remembered forever
+        c.released.popitem(last=False)
 
 
 def _release_done(handle):
@@ -702,6 +738,7 @@ def _forget_set(c, pset):
             if e.inflight:
                 e.orphan = True
                 del c.entries[e.key]
+                c.named.pop(e.key, None)
             else:
                 _release_locked(c, e)
         for cls in [k for k in c.unnamed if k[-1] == pset]:
@@ -721,60 +758,12 @@ def _release_orphan(c, e):
                 pass
 
 
-def _unnamed_evict(c):
-    """Releases the buffers of the least recently used unnamed class whose operations have
-    all completed, once more than _UNNAMED_CLASSES classes are held: unnamed calls of
-    ever new shapes keep a bounded number of registrations."""
-    if len(c.unnamed) < _UNNAMED_CLASSES:
-        return
-    for cls in sorted(c.unnamed, key=lambda k: c.unnamed_used[k]):
-        slots = c.unnamed[cls]
-        if any(e.inflight for e in slots):
-            continue
-        for e in slots:
-            _release_locked(c, e)
-        del c.unnamed[cls], c.unnamed_ids[cls], c.unnamed_used[cls]
-        return
-
-
-def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
-    """A free buffer for an unnamed operation, already claimed (the rule is in the module
-    doc).  Classes are numbered per process set: the members of a set make the same calls
-    in it, whatever else each does in other sets."""
-    device = device or (DeviceKind.CPU, 0)
-    cls = (kind, dtype, int(numel), key, int(coo_capacity), device, pset)
-    with c.lock:
-        slots = c.unnamed.get(cls)
-        c.unnamed_calls += 1
-        if slots is None:
-            _unnamed_evict(c)
-            slots = c.unnamed[cls] = []
-            c.unnamed_ids[cls] = c.unnamed_next.get(pset, 0)
-            c.unnamed_next[pset] = c.unnamed_ids[cls] + 1
-        c.unnamed_used[cls] = c.unnamed_calls
-        for e in slots:
-            if not e.inflight:
-                e.inflight = True
-                return e
-        name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))
-        if _key(name, pset) in c.entries:
-            raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
-                                  "unnamed operations but was given explicitly" % name, name)
-        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
-        e.unnamed = True
-        slots.append(e)
-        e.inflight = True
-        return e
-
-
 def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
     """The claimed buffer of an operation in process set pset: the named tensor's
     (registered on first use), or, for name None, an unnamed one."""
     if name is None:
-        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device, pset)
-    e = _entry(c, name, dtype, numel, key, coo_capacity, device, pset)
-    _claim(e)
-    return e
+        return _lru.unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device, pset)
+    return _entry(c, name, dtype, numel, key, coo_capacity, device, pset, claim=True)
 
 
 def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
@@ -797,7 +786,7 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     pset = process_sets_.scope(c, process_set, "register", str(name)).id
     _entry(c, str(name), dt, int(numel),
            _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
-           int(coo_capacity or 0), DeviceKind.parse(device), pset)
+           int(coo_capacity or 0), DeviceKind.parse(device), pset, keep=True)
     return registered()[_key(str(name), pset)]
 
 
@@ -816,6 +805,9 @@ class Handle:
         self._done = hid == 0
         self._result = None
         self._exc = None
+        self._token = None
+        if entry is not None and not self._done:  # not released for room until waited
+            self._token = entry.open = object()
         if self._done:
             self._result = finish()
 
@@ -845,6 +837,8 @@ class Handle:
             # slot freed there would hand the next unnamed call another name on each
             if waited or not self._entry.unnamed:
                 self._free()
+            if waited:
+                self._settle()
 
     def _free(self, release_orphan=True):
         e = self._entry
@@ -855,8 +849,15 @@ class Handle:
         if e.orphan and release_orphan:
             _release_orphan(self._ctx, e)
 
+    def _settle(self):
+        """The handle was waited for (or dropped): its buffer may be released for room."""
+        e = self._entry
+        if e is not None and self._token is not None and e.open is self._token:
+            e.open = None
+
     def __del__(self):
         try:  # a handle dropped after poll() said it was done: its slot is free again
+            self._settle()
             if self._done:
                 # no lock here: the collector may run this on a thread that holds the
                 # context's lock (an orphan's registration then stays until shutdown)
@@ -893,6 +894,7 @@ class Handle:
         timeout raises SparsecommError(SC_ERR_TIMEOUT) and leaves the handle waitable."""
         if self._done:
             self._free()
+            self._settle()
             return self._out()
         lib = _lib.load()
         tmo = self._ctx.timeout_s if timeout is None else float(timeout)
@@ -1030,13 +1032,12 @@ def _start_coo(c, e, nnz, op, sparse_result=False, shape=()):
     return h.value
 
 
-def _claim(e):
-    """Marks the buffer busy before anything is written into it."""
-    with _need().lock:
-        if e.inflight:
-            raise DuplicateNameError("tensor '%s' already has an operation in flight" %
-                                     e.name, e.name)
-        e.inflight = True
+def _claim_locked(e):
+    """Marks the buffer busy before anything is written into it (held: the lock)."""
+    if e.inflight:
+        raise DuplicateNameError("tensor '%s' already has an operation in flight" %
+                                 e.name, e.name)
+    e.inflight = True
 
 
 def _name_or_none(name):
@@ -1482,6 +1483,7 @@ def _unravel(lin, sparse_shape):
 
 # The collectives beyond allreduce live in _colls (allgather, alltoall, reducescatter,
 # join, barrier, broadcast); they use the names above.
+from . import _lru  # noqa: E402  (it uses the names above)
 from ._colls import (  # noqa: E402,F401
     allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
     broadcast, broadcast_, broadcast_async, broadcast_async_, broadcast_object, join,
