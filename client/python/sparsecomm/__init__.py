@@ -135,6 +135,7 @@ _UNNAMED_CLASSES = int(os.environ.get("SPARSECOMM_PY_UNNAMED_CLASSES", "32"))
 # names registered by the collectives' name= kept registered; past this, the least recently
 # used with nothing in flight goes (the module doc: "Named registrations stay bounded")
 _NAMED_MAX = max(1, int(os.environ.get("SPARSECOMM_PY_NAMED_MAX", "8192")))
+_RELEASED_KEPT = 16384  # released names remembered (a registration of one may wait)
 _DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
 
 
@@ -711,7 +712,7 @@ def _release_locked(c, e):
         del c.named[e.key]
     c.released.pop(e.key, None)
     c.released[e.key] = True
-    if len(c.released) > 4 * _NAMED_MAX:  # names used once are not remembered forever
+    if len(c.released) > _RELEASED_KEPT:  # names used once are not remembered forever
         c.released.popitem(last=False)
 
 

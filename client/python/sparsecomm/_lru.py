@@ -23,11 +23,14 @@ let a name go while another trainer of its node kept it may register it again wi
 another shape (the daemon remembers it let go of it)."""
 
 import contextlib
+import sys
 import threading
 
 from . import _lib
-from . import (DeviceKind, SparsecommError, _UNNAMED_CLASSES, _NAMED_MAX, _entry_locked,
-               _key, _release_locked)
+from . import DeviceKind, SparsecommError, _entry_locked, _key, _release_locked
+
+# the package: its caps (_NAMED_MAX, _UNNAMED_CLASSES) are read at each use
+_pkg = sys.modules[__name__.rpartition(".")[0]]
 
 # a batch released when a registration fails for room: an eighth of the named
 # registrations held, at least this many
@@ -98,8 +101,9 @@ def named_trim(c):
     """Before a new named registration (held: c.lock): past _NAMED_MAX - 1, the least
     recently used idle ones are released, so that the new one makes at most _NAMED_MAX
     (more only while every older one is in use)."""
-    if len(c.named) >= _NAMED_MAX:
-        _release_idle(c, len(c.named), _NAMED_MAX - 1)
+    cap = _pkg._NAMED_MAX
+    if len(c.named) >= cap:
+        _release_idle(c, len(c.named), cap - 1)
 
 
 def named_room(c):
@@ -114,7 +118,7 @@ def _unnamed_evict(c):
     """Releases the buffers of the least recently used unnamed class whose operations have
     all completed, once more than _UNNAMED_CLASSES classes are held: unnamed calls of
     ever new shapes keep a bounded number of registrations."""
-    if len(c.unnamed) < _UNNAMED_CLASSES:
+    if len(c.unnamed) < _pkg._UNNAMED_CLASSES:
         return
     for cls in sorted(c.unnamed, key=lambda k: c.unnamed_used[k]):
         slots = c.unnamed[cls]

@@ -847,9 +847,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Starts p's reduction.  Its buffer is kept registered (never released for room,
         sparsecomm's module doc): each parameter is reduced every step."""
         with _sc._lru.keeping():
-            return self._start(p)
+            return self._start_reduction(p)
 
-    def _start(self, p):
+    def _start_reduction(self, p):
         name = "%s%s" % (self._prefix, self._name[p])
         if self._average is ReduceOp.ADASUM:
             return self._submit_adasum(p, name)
