@@ -348,7 +348,8 @@ def t_psets():
     skips_or_checks("psets4x1", rc, out, 4)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port, t_horovod_contract,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
+         t_horovod_contract,
          t_hvdapi, t_hvdsuite,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]

@@ -44,6 +44,34 @@ least recently used class with nothing in flight, so unnamed tensors of ever new
 keep a bounded number of registrations (handles dropped without being waited for keep
 theirs; name those).
 
+Named registrations stay bounded too.  Every distinct ``name=`` (Horovod code names calls
+freely: ``allreduce(x, name=f"loss.{step}")``, an allgather's or alltoall's buffers per
+capacity, grouped members) registers a buffer, and a node holds at most the daemon's
+max_registrations for all its trainers together, and /dev/shm only so many bytes.  So the
+names a collective registered are kept in least-recently-used order (each call of a name
+moves it to the end), and the least recently used *idle* ones are released (the unnamed
+classes' rule: an entry with an operation in flight or a handle not yet waited for, or
+dropped, is never released, nor a GPU buffer with a copy out of it still queued):
+ - past $SPARSECOMM_PY_NAMED_MAX of them (8192 by default), one for each new name: a
+   model reduced name by name, a parameter a name (several thousand at most for large
+   models, each used every step), stays under it, while a name per step is let go
+   thousands of steps later; the node's max_registrations (16384 by default) bounds what
+   every trainer of the node holds together, which the next rule covers;
+ - when a registration fails for room (SC_ERR_LIMIT: the node's max_registrations or the
+   kernel's mapping bound; SC_ERR_NOMEM: /dev/shm full), a batch of them, an eighth of
+   those held and at least 16, then the registration is tried once more; with none to
+   release, the error is raised as before, naming the tensor.
+Kept, never released for room, and not counted: names registered by :func:`register`,
+and the buffers of sparsecomm.torch's DistributedOptimizer and DDP hook (registered
+inside ``_lru.keeping()``), since each parameter is reduced every step and releasing it
+would register it again at the next.  A released name used again is registered again
+(one registration, as a new shape costs).  Ranks need not release alike: the daemon
+forgets a name's negotiation once no trainer of its node holds it and announces it in
+full when it comes back, while nodes that kept it go on with its cached id; a trainer
+that released a name which another trainer of its node kept may give it a new shape
+later (the daemon remembers the release, and the registration waits for the other
+trainer's, as any new shape does).  The rule's code is sparsecomm._lru.
+
 Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
 take the COO path: the tensor is coalesced, its rows are expanded into flat element
 indices written straight into the daemon's COO index area, its values into the COO value
@@ -1348,142 +1376,11 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
     return Handle(c, e, hid, finish, stream)
 
 
-def _coo_fill_cpu(e, x, shape, sd, dn):
-    """Writes coalesced sparse x (nrows rows of dn elements) as flat element indices and
-    values into a cpu tensor's COO area."""
-    ind, vals = x._indices(), x._values()
-    nrows = ind.shape[1]
-    if nrows:
-        nnz = nrows * dn
-        lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
-        dst = e.coo_idx[:nnz].reshape(nrows, dn)
-        np.add(lin.numpy()[:, None] * dn, np.arange(dn, dtype=np.int64)[None, :],
-               out=dst, casting="unsafe")
-        e.tval()[:nnz].view(vals.shape).copy_(vals)
-
-
-def _coo_fill_cuda(e, x, shape, sd, dn):
-    """The same into a cuda tensor's GPU COO area, by torch ops on the current stream."""
-    ind, vals = x._indices(), x._values()
-    nrows = ind.shape[1]
-    if nrows:
-        nnz = nrows * dn
-        idx, val = e.tcoo()
-        idx[:nnz].copy_(_flat_indices(ind, shape, sd, dn))
-        val[:nnz].view(vals.shape).copy_(vals)
-
-
-def _flat_indices(ind, shape, sd, dn):
-    """The flat element indices (numel < 2**32) of every element of the rows ``ind`` (a
-    sparse tensor's indices over its sd sparse dims) as int32 holding their uint32 bits,
-    the type of the daemon's COO indices; computed where ind is."""
-    t = _torch()
-    lin = ind[0] if sd == 1 else _linear(ind, shape[:sd])
-    flat = (lin[:, None] * dn + t.arange(dn, dtype=t.int64, device=ind.device)).reshape(-1)
-    return t.where(flat >= 2 ** 31, flat - 2 ** 32, flat).to(t.int32)
-
-
-def _sparse_from_coo(idx, val, shape, sd, dtype):
-    """The coalesced sparse COO tensor of a sparse result held as torch tensors: idx, the
-    flat element indices (ascending) as int32 holding uint32 bits, and val; built where
-    they are (on the GPU: torch ops on the current stream).  The rows over the sparse dims
-    are those holding an index (one read of their count; partial rows, which schemes that
-    drop zero sums return, get zeros in their missing elements)."""
-    t = _torch()
-    dn = math.prod(shape[sd:])
-    lin = idx.to(t.int64) & 0xFFFFFFFF
-    row = lin // dn
-    rows = t.unique_consecutive(row)
-    first = t.ones_like(row, dtype=t.bool)
-    first[1:] = row[1:] != row[:-1]
-    slot = (first.cumsum(0) - 1) * dn + lin % dn
-    vals = t.zeros(rows.numel() * dn, dtype=dtype, device=val.device)
-    vals[slot] = val.to(dtype)
-    vals = vals.view((rows.numel(),) + tuple(shape[sd:]))
-    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-def _sparse_result(e, n, shape, sd, dtype):
-    """The coalesced sparse COO tensor of a sparse result: n flat element indices
-    (ascending) and values in the tensor's COO area.  The common case, whole rows (every
-    element of each touched row, as an embedding's gradient has), is recognised from the
-    first and last index of each row-sized block, in O(n / row); otherwise the elements
-    are gathered into the rows that hold them."""
-    t = _torch()
-    dn = math.prod(shape[sd:])
-    idx = e.coo_idx[:n]
-    val = e.tval()[:n]
-    first = idx[::dn] if dn > 1 else idx
-    whole = n % dn == 0 and (dn == 1 or (
-        not np.any(first % dn) and np.array_equal(idx[dn - 1::dn] - first,
-                                                  np.full(first.size, dn - 1, first.dtype))))
-    if whole:
-        rows = t.from_numpy(first.astype(np.int64) // dn)
-        vals = val.reshape(rows.numel(), dn).clone()
-    else:
-        lin = idx.astype(np.int64)
-        keep = np.unique(lin // dn)
-        rows = t.from_numpy(keep)
-        vals = t.zeros(keep.size, dn, dtype=val.dtype)
-        vals.view(-1)[t.from_numpy(np.searchsorted(keep, lin // dn) * dn + lin % dn)] = val
-    vals = vals.to(dtype).view((rows.numel(),) + tuple(shape[sd:]))
-    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-def _linear(ind, sparse_shape):
-    strides = [1] * len(sparse_shape)
-    for d in range(len(sparse_shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * sparse_shape[d + 1]
-    t = _torch()
-    return (ind * t.tensor(strides, dtype=ind.dtype, device=ind.device)[:, None]).sum(0)
-
-
-def _resparsify(dense, sd, dtype):
-    """A coalesced sparse COO copy of dense keeping the rows (over the sparse dims) that
-    hold a non-zero."""
-    t = _torch()
-    shape = tuple(dense.shape)
-    rows = dense.reshape(math.prod(shape[:sd]), -1)
-    keep = rows.ne(0).any(1).nonzero().squeeze(1)
-    vals = rows.index_select(0, keep).to(dtype).view((keep.numel(),) + shape[sd:])
-    if sd == 1:
-        ind = keep.unsqueeze(0)
-    else:
-        ind = t.stack(list(_unravel(keep, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-_COO_KW = None
-
-
-def _coalesced_coo(ind, vals, shape):
-    """A sparse COO tensor marked coalesced (the daemon's indices are unique and
-    ascending).  Newer torch warns when invariant checking is left implicit: it is
-    declared off where the keyword exists (the indices were built here, in range)."""
-    global _COO_KW
-    t = _torch()
-    if _COO_KW is None:
-        try:
-            t.sparse_coo_tensor(t.zeros((1, 0), dtype=t.int64), t.zeros(0), (1,),
-                                check_invariants=False)
-            _COO_KW = {"check_invariants": False}
-        except TypeError:
-            _COO_KW = {}
-    return t.sparse_coo_tensor(ind, vals, shape, **_COO_KW)._coalesced_(True)
-
-
-def _unravel(lin, sparse_shape):
-    out = []
-    for d in reversed(sparse_shape):
-        out.append(lin % d)
-        lin = lin // d
-    return reversed(out)
-
-
-# The collectives beyond allreduce live in _colls (allgather, alltoall, reducescatter,
-# join, barrier, broadcast); they use the names above.
+# The COO path's conversions between torch's sparse tensors and the daemon's flat
+# element indices live in _coo; the collectives beyond allreduce in _colls (allgather,
+# alltoall, reducescatter, join, barrier, broadcast).  Both use the names above.
+from ._coo import (  # noqa: E402
+    _coo_fill_cpu, _coo_fill_cuda, _resparsify, _sparse_from_coo, _sparse_result)
 from . import _lru  # noqa: E402  (it uses the names above)
 from ._colls import (  # noqa: E402,F401
     allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
