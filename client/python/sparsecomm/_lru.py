@@ -81,14 +81,20 @@ def named_use(c, e, keep):
 
 
 def _release_idle(c, n, over=0):
-    """Releases up to n idle named registrations, least recently used first, stopping once
-    at most ``over`` remain (held: c.lock); how many it released.  A release the daemon
-    refuses stops it (the registration stays, and the caller's own call says what is
-    wrong)."""
-    done = 0
-    for e in [e for e in c.named.values() if _idle(e)]:
-        if done >= n or len(c.named) <= over:
+    """Releases up to n idle named registrations, least recently used first, leaving at
+    least ``over`` (held: c.lock); how many it released.  Only the oldest are looked at
+    (a name per step past the cap costs one release, not a pass over them all).  A
+    release the daemon refuses stops it (the registration stays, and the caller's own
+    call says what is wrong)."""
+    want = min(n, len(c.named) - over)
+    victims = []
+    for e in c.named.values():
+        if len(victims) >= want:
             break
+        if _idle(e):
+            victims.append(e)
+    done = 0
+    for e in victims:
         try:
             _release_locked(c, e)
         except SparsecommError:
