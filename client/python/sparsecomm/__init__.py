@@ -1379,8 +1379,9 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
 # The COO path's conversions between torch's sparse tensors and the daemon's flat
 # element indices live in _coo; the collectives beyond allreduce in _colls (allgather,
 # alltoall, reducescatter, join, barrier, broadcast).  Both use the names above.
-from ._coo import (  # noqa: E402
-    _coo_fill_cpu, _coo_fill_cuda, _resparsify, _sparse_from_coo, _sparse_result)
+from ._coo import (  # noqa: E402,F401  (_flat_indices: tests/python/worker_api.py's)
+    _coo_fill_cpu, _coo_fill_cuda, _flat_indices, _resparsify, _sparse_from_coo,
+    _sparse_result)
 from . import _lru  # noqa: E402  (it uses the names above)
 from ._colls import (  # noqa: E402,F401
     allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
