@@ -50,8 +50,9 @@ capacity, grouped members) registers a buffer, and a node holds at most the daem
 max_registrations for all its trainers together, and /dev/shm only so many bytes.  So the
 names a collective registered are kept in least-recently-used order (each call of a name
 moves it to the end), and the least recently used *idle* ones are released (the unnamed
-classes' rule: an entry with an operation in flight or a handle not yet waited for, or
-dropped, is never released, nor a GPU buffer with a copy out of it still queued):
+classes' rule: an entry with an operation in flight, or whose last handle was neither
+waited for nor dropped, is never released, nor a GPU buffer with a copy out of it still
+queued):
  - past $SPARSECOMM_PY_NAMED_MAX of them (8192 by default), one for each new name: a
    model reduced name by name, a parameter a name (several thousand at most for large
    models, each used every step), stays under it, while a name per step is let go
