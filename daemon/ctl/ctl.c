@@ -904,10 +904,14 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	    &reg, err, sizeof(err));
 	scd_ntensor_t *held =
 	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, name) : NULL;
-	if (held && rq->replaces && held->state == SCD_NT_IDLE &&
+	if (held && (rq->replaces || (held->let_go >> s->local_rank & 1)) &&
+	    held->state == SCD_NT_IDLE &&
 	    (held->dtype != rq->dtype || held->numel != rq->numel)) {
 		/* A new shape on its way: the node's other trainers have not released the old
-		 * one yet, and none waits on it. The trainer retries; nothing fails. */
+		 * one yet, and none waits on it. The trainer retries; nothing fails. Either
+		 * the trainer says it released the name (replaces: one of the last names its
+		 * library let go), or the node remembers that it did (let_go: however long
+		 * ago, while the others kept it). */
 		st = SC_ERR_BUSY;
 		snprintf(
 		    err, sizeof(err),

@@ -891,6 +891,7 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 	r->preparing = 1;
 	nt->slot[local_rank] = r;
 	nt->n_regs++;
+	nt->let_go &= ~(1ULL << local_rank);
 	*reg_p = r;
 	return SC_OK;
 }
@@ -1014,6 +1015,8 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 		if (nt->slot[r->local_rank] == r) {
 			nt->slot[r->local_rank] = NULL;
 			nt->n_regs--;
+			if (nt->n_regs > 0)
+				nt->let_go |= 1ULL << r->local_rank;
 		}
 		if (r->handle && nt->submitted > 0)
 			nt->submitted--;

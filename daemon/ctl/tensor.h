@@ -100,6 +100,9 @@ typedef struct scd_ntensor {
 	scd_tensor_opts_t opts;
 	scd_reg_t *slot[SCD_MAX_LOCAL]; /* by local rank */
 	int n_regs;
+	/* local ranks (bits) that released it while another trainer of the node still held
+	 * it, and have not registered it again: their next registration replaces theirs */
+	uint64_t let_go;
 	int submitted;
 	scd_coll_t coll;   /* the step's collective (coll/coll.h) */
 	int coo;	   /* the step's input is the COO area (every local trainer's alike) */

@@ -160,6 +160,21 @@ def t_unnamed():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
     checks("unnamed", rc, out, 2)
 
+def t_named():
+    # uniquely named collectives on nodes of 64 registrations: results exact, the
+    # registrations bounded, an optimizer's buffers kept; then ranks that let names go at
+    # different times (shapes changing, process sets) reduce exactly
+    worker = os.path.join(HERE, "worker_named.py")
+    rc, out, _ = launch(2, worker, ["flood_exact_and_bounded", "optimizer_buffers_kept",
+                                    "nothing_to_release_raises"], 240, per_node=2,
+                        extra=["--daemon-arg", "--max_registrations", "--daemon-arg", "64"])
+    checks("named_limited", rc, out, 4)
+    rc, out, _ = launch(2, worker, ["asymmetric_eviction_exact",
+                                    "shape_change_after_long_eviction",
+                                    "process_set_names_evicted_apart"], 240, per_node=2)
+    checks("named_apart", rc, out, 4)
+
+
 def t_horovod_port():
     # a Horovod training script with `import sparsecomm.torch as hvd` as its only change:
     # uneven shards ended by join, fp16 compression, backward_passes_per_step=2
@@ -333,7 +348,8 @@ def t_psets():
     skips_or_checks("psets4x1", rc, out, 4)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_horovod_port, t_horovod_contract,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
+         t_horovod_contract,
          t_hvdapi, t_hvdsuite,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]

@@ -1,6 +1,7 @@
 /* test_tensors.c: the node's registrations (daemon/ctl/tensor.c): the registration limit,
- * unguessable shared-memory names, cuda registrations freed off the caller's thread
- * (device/cuda_free.c), and the runtime directory's lock (util/dirlock.c). */
+ * the releases a node remembers, unguessable shared-memory names, cuda registrations
+ * freed off the caller's thread (device/cuda_free.c), and the runtime directory's lock
+ * (util/dirlock.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,38 @@ UNIT_TEST(tensors_registration_limit)
 		CHECK_MSG(r[3]->id <= 3, "registration %d took id %u of a table of 3", k,
 			  r[3]->id);
 	}
+	scd_tensors_destroy(t);
+}
+
+/* A trainer that releases a name while another trainer of the node keeps it is
+ * remembered by the node tensor (let_go: its next registration replaces its old one, as
+ * a new shape does), however many names it releases meanwhile; registering the name
+ * again forgets it, and the last trainer's release frees the node tensor with it. */
+UNIT_TEST(tensors_release_remembered_while_another_keeps_it)
+{
+	scd_tensors_t *t;
+	scd_reg_t *x0, *x1, *o;
+	char err[512] = "", name[32];
+	CHECK_EQ_INT(scd_tensors_create(2, NULL, NULL, &t), SC_OK);
+	CHECK_EQ_INT(reg(t, "x", 0, &x0, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(reg(t, "x", 1, &x1, err, sizeof(err)), SC_OK);
+	scd_ntensor_t *nt = scd_tensors_find(t, "x");
+	CHECK_TRUE(nt && nt->let_go == 0);
+	scd_tensors_release(t, x0);
+	CHECK_TRUE(scd_tensors_find(t, "x") == nt && nt->let_go == 1);
+	for (int k = 0; k < 200; k++) { /* past any bounded list of released names */
+		snprintf(name, sizeof(name), "churn.%d", k);
+		CHECK_EQ_INT(reg(t, name, 0, &o, err, sizeof(err)), SC_OK);
+		scd_tensors_release(t, o);
+		CHECK_TRUE(scd_tensors_find(t, name) == NULL);
+	}
+	CHECK_TRUE(nt->let_go == 1);
+	CHECK_EQ_INT(reg(t, "x", 0, &x0, err, sizeof(err)), SC_OK);
+	CHECK_TRUE(nt->let_go == 0);
+	scd_tensors_release(t, x1);
+	CHECK_TRUE(nt->let_go == 2);
+	scd_tensors_release(t, x0);
+	CHECK_TRUE(scd_tensors_find(t, "x") == NULL);
 	scd_tensors_destroy(t);
 }
 

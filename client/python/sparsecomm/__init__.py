@@ -44,6 +44,35 @@ least recently used class with nothing in flight, so unnamed tensors of ever new
 keep a bounded number of registrations (handles dropped without being waited for keep
 theirs; name those).
 
+Named registrations stay bounded too.  Every distinct ``name=`` (Horovod code names calls
+freely: ``allreduce(x, name=f"loss.{step}")``, an allgather's or alltoall's buffers per
+capacity, grouped members) registers a buffer, and a node holds at most the daemon's
+max_registrations for all its trainers together, and /dev/shm only so many bytes.  So the
+names a collective registered are kept in least-recently-used order (each call of a name
+moves it to the end), and the least recently used *idle* ones are released (the unnamed
+classes' rule: an entry with an operation in flight, or whose last handle was neither
+waited for nor dropped, is never released, nor a GPU buffer with a copy out of it still
+queued):
+ - past $SPARSECOMM_PY_NAMED_MAX of them (8192 by default), one for each new name: a
+   model reduced name by name, a parameter a name (several thousand at most for large
+   models, each used every step), stays under it, while a name per step is let go
+   thousands of steps later; the node's max_registrations (16384 by default) bounds what
+   every trainer of the node holds together, which the next rule covers;
+ - when a registration fails for room (SC_ERR_LIMIT: the node's max_registrations or the
+   kernel's mapping bound; SC_ERR_NOMEM: /dev/shm full), a batch of them, an eighth of
+   those held and at least 16, then the registration is tried once more; with none to
+   release, the error is raised as before, naming the tensor.
+Kept, never released for room, and not counted: names registered by :func:`register`,
+and the buffers of sparsecomm.torch's DistributedOptimizer and DDP hook (registered
+inside ``_lru.keeping()``), since each parameter is reduced every step and releasing it
+would register it again at the next.  A released name used again is registered again
+(one registration, as a new shape costs).  Ranks need not release alike: the daemon
+forgets a name's negotiation once no trainer of its node holds it and announces it in
+full when it comes back, while nodes that kept it go on with its cached id; a trainer
+that released a name which another trainer of its node kept may give it a new shape
+later (the daemon remembers the release, and the registration waits for the other
+trainer's, as any new shape does).  The rule's code is sparsecomm._lru.
+
 Natively sparse torch tensors (sparse COO, e.g. the gradient of nn.Embedding(sparse=True))
 take the COO path: the tensor is coalesced, its rows are expanded into flat element
 indices written straight into the daemon's COO index area, its values into the COO value
@@ -88,6 +117,7 @@ GIL and returns as soon as the operation completes.
 """
 
 import atexit
+import collections
 import contextlib
 import ctypes
 import math
@@ -131,6 +161,10 @@ __all__ = [
 _WAIT_SLICE_MS = 500
 # unnamed classes (shapes) kept registered; past this, the least recently used goes
 _UNNAMED_CLASSES = int(os.environ.get("SPARSECOMM_PY_UNNAMED_CLASSES", "32"))
+# names registered by the collectives' name= kept registered; past this, the least recently
+# used with nothing in flight goes (the module doc: "Named registrations stay bounded")
+_NAMED_MAX = max(1, int(os.environ.get("SPARSECOMM_PY_NAMED_MAX", "8192")))
+_RELEASED_KEPT = 16384  # released names remembered (a registration of one may wait)
 _DEFAULT_TIMEOUT_S = float(os.environ.get("SPARSECOMM_PY_TIMEOUT_S", "300"))
 
 
@@ -244,6 +278,8 @@ class _Entry:
         self.inflight = False
         self.shape = ()  # the shape its allreduces give the daemons (): none
         self.unnamed = False  # a slot of an unnamed class: free once its handle is waited
+        self.kept = False  # never released for room (register(), an optimizer's gradient)
+        self.open = None  # the token of its last Handle until waited for or dropped
         self.data = self.coo_idx = self.coo_val = None
         self._tdata = self._tval = self._tcoo = None
         if self.device[0] == DeviceKind.CUDA:
@@ -337,7 +373,11 @@ class _Context:
         self.unnamed_next = {}  # process set -> the number of its next new class
         self.unnamed_used = {}  # class -> unnamed_calls at its last use (LRU eviction)
         self.unnamed_calls = 0
-        self.released = {}  # key -> times released (re-registrations under it)
+        # keys released and not registered again, oldest first (a bounded record: a
+        # registration of one of them that the daemon answers SC_ERR_BUSY is retried)
+        self.released = collections.OrderedDict()
+        # the named registrations that may be released for room, least recently used first
+        self.named = collections.OrderedDict()
         self.closed = False
         self.psets = {0: list(range(self.size))}  # added process sets: id -> global ranks
         self.dynamic = False  # init(process_sets="dynamic")
@@ -421,6 +461,7 @@ def shutdown():
             for e in c.entries.values():  # the views die with the mappings
                 e.data = e.coo_idx = e.coo_val = e._tdata = e._tval = e._tcoo = None
             c.entries.clear()
+            c.named.clear()
         _lib.load().sc_finalize(c.client)
 
 
@@ -581,12 +622,23 @@ def _wire_name(c, name, wire, pset=0):
     return "%s@%s" % (name, wire.name.lower())
 
 
-def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0):
-    """The registered tensor for name in process set pset, registering it on first use;
-    device: (DeviceKind, ordinal), None for the cpu."""
+def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0, keep=False,
+           claim=False):
+    """The registered tensor for name in process set pset, registering it on first use
+    (past _NAMED_MAX named registrations, the least recently used idle one goes first);
+    device: (DeviceKind, ordinal), None for the cpu.  keep: never released for room
+    (register(), or inside _lru.keeping()); claim: marked busy before the lock is let go,
+    so that nothing releases it between."""
     device = device or (DeviceKind.CPU, 0)
+    keep = keep or _lru.keeping_now()
     with c.lock:
-        return _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
+        if not keep and _key(name, pset) not in c.entries:
+            _lru.named_trim(c)
+        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
+        _lru.named_use(c, e, keep)
+        if claim:
+            _claim_locked(e)
+        return e
 
 
 def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0):
@@ -635,10 +687,19 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0)
     o.block = int(k.get("block", 0))
     o.process_set = int(pset)
     tp = _lib.c_tensor_p()
+    what = "registering tensor '%s'%s" % (name, " in process set %d" % pset if pset else "")
     st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
+    if st in (_lib.SC_ERR_LIMIT, _lib.SC_ERR_NOMEM):
+        # no room on the node (max_registrations, the mappings, /dev/shm): a batch of the
+        # least recently used named registrations goes, and the registration is tried once
+        # more; with none to let go, the error stands
+        err = _error(st, what, name)
+        if not _lru.named_room(c):
+            raise err
+        st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
     if st != _lib.SC_OK:
-        raise _error(st, "registering tensor '%s'%s" % (
-            name, " in process set %d" % pset if pset else ""), name)
+        raise _error(st, what, name)
+    c.released.pop(_key(name, pset), None)
     e = _Entry(name, tp, dtype, int(numel), key, int(coo_capacity), device, pset)
     c.entries[e.key] = e
     return e
@@ -655,7 +716,7 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
     while True:
         st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
-        if st != _lib.SC_ERR_BUSY or c.released.get(key, 0) == 0 or _now() >= deadline:
+        if st != _lib.SC_ERR_BUSY or key not in c.released or _now() >= deadline:
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
@@ -676,7 +737,12 @@ def _release_locked(c, e):
         raise _error(st, "releasing tensor '%s'" % e.name, e.name)
     if c.entries.get(e.key) is e:
         del c.entries[e.key]
-    c.released[e.key] = c.released.get(e.key, 0) + 1
+    if c.named.get(e.key) is e:
+        del c.named[e.key]
+    c.released.pop(e.key, None)
+    c.released[e.key] = True
+    if len(c.released) > _RELEASED_KEPT:  # names used once are not remembered forever
+        c.released.popitem(last=False)
 
 
 def _release_done(handle):
@@ -702,6 +768,7 @@ def _forget_set(c, pset):
             if e.inflight:
                 e.orphan = True
                 del c.entries[e.key]
+                c.named.pop(e.key, None)
             else:
                 _release_locked(c, e)
         for cls in [k for k in c.unnamed if k[-1] == pset]:
@@ -721,60 +788,12 @@ def _release_orphan(c, e):
                 pass
 
 
-def _unnamed_evict(c):
-    """Releases the buffers of the least recently used unnamed class whose operations have
-    all completed, once more than _UNNAMED_CLASSES classes are held: unnamed calls of
-    ever new shapes keep a bounded number of registrations."""
-    if len(c.unnamed) < _UNNAMED_CLASSES:
-        return
-    for cls in sorted(c.unnamed, key=lambda k: c.unnamed_used[k]):
-        slots = c.unnamed[cls]
-        if any(e.inflight for e in slots):
-            continue
-        for e in slots:
-            _release_locked(c, e)
-        del c.unnamed[cls], c.unnamed_ids[cls], c.unnamed_used[cls]
-        return
-
-
-def _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
-    """A free buffer for an unnamed operation, already claimed (the rule is in the module
-    doc).  Classes are numbered per process set: the members of a set make the same calls
-    in it, whatever else each does in other sets."""
-    device = device or (DeviceKind.CPU, 0)
-    cls = (kind, dtype, int(numel), key, int(coo_capacity), device, pset)
-    with c.lock:
-        slots = c.unnamed.get(cls)
-        c.unnamed_calls += 1
-        if slots is None:
-            _unnamed_evict(c)
-            slots = c.unnamed[cls] = []
-            c.unnamed_ids[cls] = c.unnamed_next.get(pset, 0)
-            c.unnamed_next[pset] = c.unnamed_ids[cls] + 1
-        c.unnamed_used[cls] = c.unnamed_calls
-        for e in slots:
-            if not e.inflight:
-                e.inflight = True
-                return e
-        name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))
-        if _key(name, pset) in c.entries:
-            raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
-                                  "unnamed operations but was given explicitly" % name, name)
-        e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
-        e.unnamed = True
-        slots.append(e)
-        e.inflight = True
-        return e
-
-
 def _acquire(c, name, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
     """The claimed buffer of an operation in process set pset: the named tensor's
     (registered on first use), or, for name None, an unnamed one."""
     if name is None:
-        return _unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device, pset)
-    e = _entry(c, name, dtype, numel, key, coo_capacity, device, pset)
-    _claim(e)
-    return e
+        return _lru.unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device, pset)
+    return _entry(c, name, dtype, numel, key, coo_capacity, device, pset, claim=True)
 
 
 def register(name, numel, dtype="float32", device="cpu", sparsifier=None, density=0.0,
@@ -797,7 +816,7 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     pset = process_sets_.scope(c, process_set, "register", str(name)).id
     _entry(c, str(name), dt, int(numel),
            _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
-           int(coo_capacity or 0), DeviceKind.parse(device), pset)
+           int(coo_capacity or 0), DeviceKind.parse(device), pset, keep=True)
     return registered()[_key(str(name), pset)]
 
 
@@ -817,6 +836,9 @@ class Handle:
         self._done = hid == 0
         self._result = None
         self._exc = None
+        self._token = None
+        if entry is not None and not self._done:  # not released for room until waited
+            self._token = entry.open = object()
         if self._done:
             self._result = finish()
 
@@ -846,6 +868,8 @@ class Handle:
             # slot freed there would hand the next unnamed call another name on each
             if waited or not self._entry.unnamed:
                 self._free()
+            if waited:
+                self._settle()
 
     def _free(self, release_orphan=True):
         e = self._entry
@@ -856,8 +880,15 @@ class Handle:
         if e.orphan and release_orphan:
             _release_orphan(self._ctx, e)
 
+    def _settle(self):
+        """The handle was waited for (or dropped): its buffer may be released for room."""
+        e = self._entry
+        if e is not None and self._token is not None and e.open is self._token:
+            e.open = None
+
     def __del__(self):
         try:  # a handle dropped after poll() said it was done: its slot is free again
+            self._settle()
             if self._done:
                 # no lock here: the collector may run this on a thread that holds the
                 # context's lock (an orphan's registration then stays until shutdown)
@@ -894,6 +925,7 @@ class Handle:
         timeout raises SparsecommError(SC_ERR_TIMEOUT) and leaves the handle waitable."""
         if self._done:
             self._free()
+            self._settle()
             return self._out()
         lib = _lib.load()
         tmo = self._ctx.timeout_s if timeout is None else float(timeout)
@@ -1031,13 +1063,12 @@ def _start_coo(c, e, nnz, op, sparse_result=False, shape=()):
     return h.value
 
 
-def _claim(e):
-    """Marks the buffer busy before anything is written into it."""
-    with _need().lock:
-        if e.inflight:
-            raise DuplicateNameError("tensor '%s' already has an operation in flight" %
-                                     e.name, e.name)
-        e.inflight = True
+def _claim_locked(e):
+    """Marks the buffer busy before anything is written into it (held: the lock)."""
+    if e.inflight:
+        raise DuplicateNameError("tensor '%s' already has an operation in flight" %
+                                 e.name, e.name)
+    e.inflight = True
 
 
 def _name_or_none(name):
@@ -1347,142 +1378,13 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
     return Handle(c, e, hid, finish, stream, kind)
 
 
-def _coo_fill_cpu(e, x, shape, sd, dn):
-    """Writes coalesced sparse x (nrows rows of dn elements) as flat element indices and
-    values into a cpu tensor's COO area."""
-    ind, vals = x._indices(), x._values()
-    nrows = ind.shape[1]
-    if nrows:
-        nnz = nrows * dn
-        lin = ind[0].clone() if sd == 1 else _linear(ind, shape[:sd])
-        dst = e.coo_idx[:nnz].reshape(nrows, dn)
-        np.add(lin.numpy()[:, None] * dn, np.arange(dn, dtype=np.int64)[None, :],
-               out=dst, casting="unsafe")
-        e.tval()[:nnz].view(vals.shape).copy_(vals)
-
-
-def _coo_fill_cuda(e, x, shape, sd, dn):
-    """The same into a cuda tensor's GPU COO area, by torch ops on the current stream."""
-    ind, vals = x._indices(), x._values()
-    nrows = ind.shape[1]
-    if nrows:
-        nnz = nrows * dn
-        idx, val = e.tcoo()
-        idx[:nnz].copy_(_flat_indices(ind, shape, sd, dn))
-        val[:nnz].view(vals.shape).copy_(vals)
-
-
-def _flat_indices(ind, shape, sd, dn):
-    """The flat element indices (numel < 2**32) of every element of the rows ``ind`` (a
-    sparse tensor's indices over its sd sparse dims) as int32 holding their uint32 bits,
-    the type of the daemon's COO indices; computed where ind is."""
-    t = _torch()
-    lin = ind[0] if sd == 1 else _linear(ind, shape[:sd])
-    flat = (lin[:, None] * dn + t.arange(dn, dtype=t.int64, device=ind.device)).reshape(-1)
-    return t.where(flat >= 2 ** 31, flat - 2 ** 32, flat).to(t.int32)
-
-
-def _sparse_from_coo(idx, val, shape, sd, dtype):
-    """The coalesced sparse COO tensor of a sparse result held as torch tensors: idx, the
-    flat element indices (ascending) as int32 holding uint32 bits, and val; built where
-    they are (on the GPU: torch ops on the current stream).  The rows over the sparse dims
-    are those holding an index (one read of their count; partial rows, which schemes that
-    drop zero sums return, get zeros in their missing elements)."""
-    t = _torch()
-    dn = math.prod(shape[sd:])
-    lin = idx.to(t.int64) & 0xFFFFFFFF
-    row = lin // dn
-    rows = t.unique_consecutive(row)
-    first = t.ones_like(row, dtype=t.bool)
-    first[1:] = row[1:] != row[:-1]
-    slot = (first.cumsum(0) - 1) * dn + lin % dn
-    vals = t.zeros(rows.numel() * dn, dtype=dtype, device=val.device)
-    vals[slot] = val.to(dtype)
-    vals = vals.view((rows.numel(),) + tuple(shape[sd:]))
-    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-def _sparse_result(e, n, shape, sd, dtype):
-    """The coalesced sparse COO tensor of a sparse result: n flat element indices
-    (ascending) and values in the tensor's COO area.  The common case, whole rows (every
-    element of each touched row, as an embedding's gradient has), is recognised from the
-    first and last index of each row-sized block, in O(n / row); otherwise the elements
-    are gathered into the rows that hold them."""
-    t = _torch()
-    dn = math.prod(shape[sd:])
-    idx = e.coo_idx[:n]
-    val = e.tval()[:n]
-    first = idx[::dn] if dn > 1 else idx
-    whole = n % dn == 0 and (dn == 1 or (
-        not np.any(first % dn) and np.array_equal(idx[dn - 1::dn] - first,
-                                                  np.full(first.size, dn - 1, first.dtype))))
-    if whole:
-        rows = t.from_numpy(first.astype(np.int64) // dn)
-        vals = val.reshape(rows.numel(), dn).clone()
-    else:
-        lin = idx.astype(np.int64)
-        keep = np.unique(lin // dn)
-        rows = t.from_numpy(keep)
-        vals = t.zeros(keep.size, dn, dtype=val.dtype)
-        vals.view(-1)[t.from_numpy(np.searchsorted(keep, lin // dn) * dn + lin % dn)] = val
-    vals = vals.to(dtype).view((rows.numel(),) + tuple(shape[sd:]))
-    ind = rows.unsqueeze(0) if sd == 1 else t.stack(list(_unravel(rows, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-def _linear(ind, sparse_shape):
-    strides = [1] * len(sparse_shape)
-    for d in range(len(sparse_shape) - 2, -1, -1):
-        strides[d] = strides[d + 1] * sparse_shape[d + 1]
-    t = _torch()
-    return (ind * t.tensor(strides, dtype=ind.dtype, device=ind.device)[:, None]).sum(0)
-
-
-def _resparsify(dense, sd, dtype):
-    """A coalesced sparse COO copy of dense keeping the rows (over the sparse dims) that
-    hold a non-zero."""
-    t = _torch()
-    shape = tuple(dense.shape)
-    rows = dense.reshape(math.prod(shape[:sd]), -1)
-    keep = rows.ne(0).any(1).nonzero().squeeze(1)
-    vals = rows.index_select(0, keep).to(dtype).view((keep.numel(),) + shape[sd:])
-    if sd == 1:
-        ind = keep.unsqueeze(0)
-    else:
-        ind = t.stack(list(_unravel(keep, shape[:sd])))
-    return _coalesced_coo(ind, vals, shape)
-
-
-_COO_KW = None
-
-
-def _coalesced_coo(ind, vals, shape):
-    """A sparse COO tensor marked coalesced (the daemon's indices are unique and
-    ascending).  Newer torch warns when invariant checking is left implicit: it is
-    declared off where the keyword exists (the indices were built here, in range)."""
-    global _COO_KW
-    t = _torch()
-    if _COO_KW is None:
-        try:
-            t.sparse_coo_tensor(t.zeros((1, 0), dtype=t.int64), t.zeros(0), (1,),
-                                check_invariants=False)
-            _COO_KW = {"check_invariants": False}
-        except TypeError:
-            _COO_KW = {}
-    return t.sparse_coo_tensor(ind, vals, shape, **_COO_KW)._coalesced_(True)
-
-
-def _unravel(lin, sparse_shape):
-    out = []
-    for d in reversed(sparse_shape):
-        out.append(lin % d)
-        lin = lin // d
-    return reversed(out)
-
-
-# The collectives beyond allreduce live in _colls (allgather, alltoall, reducescatter,
-# join, barrier, broadcast); they use the names above.
+# The COO path's conversions between torch's sparse tensors and the daemon's flat
+# element indices live in _coo; the collectives beyond allreduce in _colls (allgather,
+# alltoall, reducescatter, join, barrier, broadcast).  Both use the names above.
+from ._coo import (  # noqa: E402,F401  (_flat_indices: tests/python/worker_api.py's)
+    _coo_fill_cpu, _coo_fill_cuda, _flat_indices, _resparsify, _sparse_from_coo,
+    _sparse_result)
+from . import _lru  # noqa: E402  (it uses the names above)
 from ._colls import (  # noqa: E402,F401
     allgather, allgather_async, allgather_object, alltoall, alltoall_async, barrier,
     broadcast, broadcast_, broadcast_async, broadcast_async_, broadcast_object, join,

@@ -233,10 +233,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     this returns, so the call blocks until every rank has reached it.
 
     The rows' buffer is registered as name + "." + its capacity in elements (a power of
-    two): each new capacity registers another shared buffer, and every capacity a name
-    ever needed stays registered until shutdown().  Calls whose sizes vary widely should
-    bound them or use names of their own.  With ``process_set``, splits and results are
-    over its members in set-rank order."""
+    two): each new capacity registers another shared buffer, which stays registered until
+    the package releases it as a least recently used name (the module doc, "Named
+    registrations stay bounded").  With ``process_set``, splits and results are over its
+    members in set-rank order."""
     c = _need()
     name = _name_or_none(name)  # None: unnamed buffers (the module doc's rule)
     what = "alltoall" if name is None else name

@@ -844,6 +844,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return _compressed_async(self._compression, delta, delta, **opts)
 
     def _submit(self, p):
+        """Starts p's reduction.  Its buffer is kept registered (never released for room,
+        sparsecomm's module doc): each parameter is reduced every step."""
+        with _sc._lru.keeping():
+            return self._start_reduction(p)
+
+    def _start_reduction(self, p):
         name = "%s%s" % (self._prefix, self._name[p])
         if self._average is ReduceOp.ADASUM:
             return self._submit_adasum(p, name)
@@ -1293,16 +1299,21 @@ def ddp_hook(state, bucket):
     buf = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     fut = _future(buf)
     try:
-        if state._per_parameter(bucket):
-            # the gradients are views into the bucket: each is reduced in place
-            hs = [_sc.allreduce_async_(g, name=state._param_name(bucket, j, p),
-                                       average=True, **state.opts)
-                  for j, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients()))]
-        else:
-            name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
-            hs = [_sc.allreduce_async_(buf, name=name, average=True, **state.opts)]
+        with _sc._lru.keeping():  # a bucket's buffers serve every step: never released
+            hs = _ddp_start(state, bucket, buf)
     except BaseException as e:  # noqa: B902
         fut.set_exception(e)
         return fut
     state._submit((hs, buf, fut))
     return fut
+
+
+def _ddp_start(state, bucket, buf):
+    """Starts the reductions of a DDP bucket; their handles."""
+    if state._per_parameter(bucket):
+        # the gradients are views into the bucket: each is reduced in place
+        return [_sc.allreduce_async_(g, name=state._param_name(bucket, j, p), average=True,
+                                     **state.opts)
+                for j, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients()))]
+    name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
+    return [_sc.allreduce_async_(buf, name=name, average=True, **state.opts)]
