@@ -66,9 +66,10 @@ Kept, never released for room, and not counted: names registered by :func:`regis
 and the buffers of sparsecomm.torch's DistributedOptimizer and DDP hook (registered
 inside ``_lru.keeping()``), since each parameter is reduced every step and releasing it
 would register it again at the next.  A released name used again is registered again
-(one registration, as a new shape costs).  Ranks need not release alike: the daemon
-forgets a name's negotiation once no trainer of its node holds it and announces it in
-full when it comes back, while nodes that kept it go on with its cached id; a trainer
+(one registration, as a new shape costs).  Ranks need not release alike: a name a node let
+go and registers again takes up its negotiation where it was (every daemon keeps the
+name's cached forms and its buffers' state, whichever nodes hold it), while nodes that
+kept it go on; a trainer
 that released a name which another trainer of its node kept may give it a new shape
 later (the daemon remembers the release, and the registration waits for the other
 trainer's, as any new shape does).  The rule's code is sparsecomm._lru.

@@ -16,9 +16,10 @@ DistributedOptimizer's gradients, the DDP hook's buffers), are kept: a model's p
 are each reduced every step, and releasing them for room would register them again at
 the next one.
 
-Letting a name go on one trainer and not on another is safe: the daemon forgets a name's
-negotiation once no trainer of its node holds it and announces it in full when it is
-registered again, while the nodes that kept it go on with its cached id; a trainer that
+Letting a name go on one trainer and not on another is safe: a name a node let go and
+registers again takes up its negotiation where it was (every daemon keeps the name's
+cached forms and its buffers' state, whichever nodes hold it), while the nodes that kept
+it go on; a trainer that
 let a name go while another trainer of its node kept it may register it again with
 another shape (the daemon remembers it let go of it)."""
 
