@@ -232,7 +232,7 @@ static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
 {
 	w->hooks->stop(w->d, exit_code);
 }
-/* negotiate.c */
+/* negotiate.c (announcements, the coordinator) and apply.c (plans applied, jobs ended) */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Its first step, without the plan it may emit: the announcements and abandons of rank
  * from (0 .. world_size - 1) added to what the coordinator collects. */
@@ -303,5 +303,38 @@ void scd_centry_release(scd_centry_t *e);
 /* The collective e's announcements ask for, for error texts ("allreduce", "broadcast",
  * ...; "operation" before any node announced it). */
 const char *scd_centry_coll_name(const scd_centry_t *e, int world_size);
+
+/* ---- the response cache (cache.c) ------------------------------------------------------ */
+
+/* A buffer's communication latency in the planner: its scheme's metadata round and one
+ * exchange, each the agreed latency (docs/design.md, "Fusion plans"). */
+#define SCD_FUSION_LATENCY_ROUNDS 2
+/* At most this many tensor times wait for the next ReadyList (the latest steps' are
+ * enough: the planner smooths them). */
+#define SCD_MAX_TIMES 65536
+
+/* The bucket of name in the world's tables by name (name_to_id, ebucket). */
+uint32_t scd_world_hash_name(const char *s);
+/* The id last cached for name, or UINT32_MAX. */
+uint32_t scd_cache_lookup(scd_world_t *w, const char *name);
+/* Whether cache entry c has exactly these attributes. */
+int scd_cache_same(const scd_cache_ent_t *c, uint32_t dtype, uint64_t numel, uint32_t op,
+		   int solo, uint32_t fuse_key, const scd_tsig_t *sig);
+/* The id of name with these attributes, or UINT32_MAX. */
+uint32_t scd_cache_match(scd_world_t *w, const char *name, uint32_t dtype, uint64_t numel,
+			 uint32_t op, int solo, uint32_t fuse_key, const scd_tsig_t *sig);
+/* Caches id for name with these attributes (a plan's new entry); SC_ERR_PROTOCOL for an id
+ * another name has, SC_ERR_NOMEM. */
+sc_status_t scd_cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_t dtype,
+			  uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
+			  const scd_tsig_t *sig);
+/* The id of name that has a place in the coordinator's fusion plan (the one a form that
+ * has none takes over), else UINT32_MAX. */
+uint32_t scd_cache_plan_held(scd_world_t *w, const char *name);
+
+/* ---- plans applied (apply.c) ---------------------------------------------------------- */
+
+/* Frees the fusion plan kept for the statistics. */
+void scd_neg_fusion_free(scd_world_t *w);
 
 #endif
