@@ -142,8 +142,8 @@ static void send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 }
 
 /* A completion carrying a value (a join's last rank). */
-static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle,
-				  sc_status_t st, const char *error, int64_t value)
+void scd_ctl_send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle,
+				   sc_status_t st, const char *error, int64_t value)
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
@@ -158,8 +158,8 @@ static void send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t han
 }
 
 /* A tensor's completion; counts (n of them, or NULL) are an alltoall's received counts. */
-static void send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
-			    const char *error, uint64_t *counts, int n)
+void scd_ctl_send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
+			     const char *error, uint64_t *counts, int n)
 {
 	Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
 	Sparsecomm__Completion c = SPARSECOMM__COMPLETION__INIT;
@@ -219,8 +219,8 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 			continue;
 		char lost[400];
 		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost))) {
-			send_completion(ctl, r->session, r->handle, SC_ERR_INVALID, lost, NULL,
-					0);
+			scd_ctl_send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
+						lost, NULL, 0);
 			lost_n++;
 		} else if (r->session) {
 			int counts = st == SC_OK && scd_coll_desc(r->coll.kind)->counts_back;
@@ -228,12 +228,12 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 				      ? 0
 				      : complete_in_header(r, lost, sizeof(lost));
 			if (hdr < 0) {
-				send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
-						lost, NULL, 0);
+				scd_ctl_send_completion(ctl, r->session, r->handle,
+							SC_ERR_INVALID, lost, NULL, 0);
 				lost_n++;
 			} else if (hdr == 0)
-				send_completion(ctl, r->session, r->handle, st, error,
-						counts ? r->a2a : NULL, (int)r->a2a_n);
+				scd_ctl_send_completion(ctl, r->session, r->handle, st, error,
+							counts ? r->a2a : NULL, (int)r->a2a_n);
 		}
 		r->handle = 0;
 		if (r->zombie)
@@ -247,41 +247,6 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		nt->stats.errors++;
 	for (int i = 0; i < nz; i++)
 		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */
-}
-
-/* Ends every local trainer's barrier in progress. */
-static void barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
-{
-	for (scd_session_t *s = ctl->sessions; s; s = s->next)
-		if (s->barrier_handle) {
-			send_completion(ctl, s, s->barrier_handle, st, error, NULL, 0);
-			s->barrier_handle = 0;
-		}
-	ctl->barrier_waiting = 0;
-	ctl->barrier_entered = 0;
-}
-
-void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t st, const char *error)
-{
-	if (seq <= ctl->barrier_seq) /* an end this node already took */
-		return;
-	ctl->barrier_seq = seq;
-	barrier_complete(ctl, st, error);
-}
-
-void scd_ctl_join_done(scd_ctl_t *ctl, int last_rank, sc_status_t st, const char *error)
-{
-	for (scd_session_t *s = ctl->sessions; s; s = s->next)
-		if (s->join_handle) {
-			send_completion_value(ctl, s, s->join_handle, st, error, last_rank);
-			s->join_handle = 0;
-		}
-	ctl->n_joined = 0;
-}
-
-int scd_ctl_all_joined(const scd_ctl_t *ctl)
-{
-	return ctl->n_joined == ctl->d->local_size;
 }
 
 const scd_pset_t *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id)
@@ -307,7 +272,7 @@ static int local_members(const scd_ctl_t *ctl, const scd_ntensor_t *nt)
 
 /* A node tensor every local trainer has submitted, a joined one counting as having
  * submitted it, goes to negotiation. */
-static void announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
+void scd_ctl_announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
 {
 	if (nt->state != SCD_NT_LOCAL_WAIT || nt->submitted < local_members(ctl, nt))
 		return;
@@ -324,7 +289,7 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu failed on node %d: %s",
 			 (unsigned long long)ctl->barrier_seq + 1, ctl->d->rank, error);
-		barrier_complete(ctl, st, msg);
+		scd_ctl_barrier_complete(ctl, st, msg);
 	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
@@ -559,7 +524,7 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu aborted: %s",
 			 (unsigned long long)ctl->barrier_seq + 1, why);
-		barrier_complete(ctl, SC_ERR_ABORTED, msg);
+		scd_ctl_barrier_complete(ctl, SC_ERR_ABORTED, msg);
 	}
 	/* Operations of the node that can no longer complete fail now: every one still
 	 * waiting for the node's trainers, the other trainers' too (a tensor the dead one
@@ -1166,114 +1131,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		step_fail(ctl, nt, SC_ERR_MISMATCH, err, -1);
 		return;
 	}
-	announce_if_ready(ctl, nt);
-}
-
-/* The node's barrier in progress cannot complete when every local trainer is in it or
- * joined, some joined (they enter no barrier until every rank has joined): it fails here
- * at once (on the other nodes, once the coordinator's stall timeout runs out). */
-static int barrier_vs_join(scd_ctl_t *ctl)
-{
-	if (!ctl->barrier_waiting || !ctl->n_joined ||
-	    ctl->barrier_waiting + ctl->n_joined < ctl->d->local_size)
-		return 0;
-	char msg[256];
-	snprintf(msg, sizeof(msg),
-		 "barrier %llu cannot complete: rank %d of node %d has joined (sc_join), and "
-		 "enters no barrier until every rank has joined",
-		 (unsigned long long)ctl->barrier_seq + 1, ctl->join_last, ctl->d->rank);
-	barrier_complete(ctl, SC_ERR_ABORTED, msg);
-	return 1;
-}
-
-static void handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
-			const Sparsecomm__TrainerJoin *j)
-{
-	char err[512] = "";
-	sc_status_t st = SC_OK;
-	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
-	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "a join is for trainers, not control clients");
-	} else if (!j->handle) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "rank %d: join: handle 0 is not valid", rank);
-	} else if (s->join_handle) {
-		st = SC_ERR_BUSY;
-		snprintf(err, sizeof(err), "rank %d: already joined", rank);
-	} else if (ctl->degraded) {
-		st = SC_ERR_ABORTED;
-		snprintf(err, sizeof(err), "rank %d: join refused: %s", rank,
-			 ctl->degraded_reason);
-	}
-	for (scd_reg_t *r = s->regs; st == SC_OK && r; r = r->next_in_session)
-		if (r->handle) {
-			st = SC_ERR_BUSY;
-			snprintf(err, sizeof(err),
-				 "rank %d: join with the %s of tensor '%s' in flight", rank,
-				 scd_coll_name(&r->nt->coll), r->nt->name);
-		}
-	if (st != SC_OK) {
-		send_error(ctl, s->ident, s->ident_len, seq, st, err);
-		return;
-	}
-	s->join_handle = j->handle;
-	ctl->n_joined++;
-	ctl->join_last = rank;
-	send_ok(ctl, s, seq);
-	/* what the node's other trainers submitted no longer waits for this one, and a step
-	 * the node failed before is not owed by it (owing): its join is its last submission
-	 * until every rank has joined, and its next one is of the step after */
-	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
-		next = nt->all_next;
-		nt->carry_owed[s->local_rank] = 0;
-		announce_if_ready(ctl, nt);
-	}
-	barrier_vs_join(ctl);
-	if (scd_ctl_all_joined(ctl))
-		ctl->up->node_join(ctl->d->world, ctl->join_last);
-}
-
-static void handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
-			   const Sparsecomm__Barrier *b)
-{
-	char err[512] = "";
-	sc_status_t st = SC_OK;
-	int rank = ctl->d->rank * ctl->d->local_size + s->local_rank;
-	if (s->role != SPARSECOMM__ROLE__ROLE_TRAINER) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "a barrier is for trainers, not control clients");
-	} else if (!b->handle) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err), "rank %d: barrier: handle 0 is not valid", rank);
-	} else if (s->barrier_handle) {
-		st = SC_ERR_BUSY;
-		snprintf(err, sizeof(err), "rank %d: already in a barrier", rank);
-	} else if (s->join_handle) {
-		st = SC_ERR_INVALID;
-		snprintf(err, sizeof(err),
-			 "rank %d: barrier refused: it has joined, and enters no barrier until "
-			 "every rank has joined",
-			 rank);
-	} else if (ctl->degraded) {
-		st = SC_ERR_ABORTED;
-		snprintf(err, sizeof(err), "rank %d: barrier refused: %s", rank,
-			 ctl->degraded_reason);
-	}
-	if (st != SC_OK) {
-		send_error(ctl, s->ident, s->ident_len, seq, st, err);
-		return;
-	}
-	s->barrier_handle = b->handle;
-	send_ok(ctl, s, seq);
-	if (ctl->barrier_waiting++ == 0)
-		ctl->barrier_since_ms = scd_now_ms();
-	if (barrier_vs_join(ctl))
-		return;
-	if (ctl->barrier_waiting == ctl->d->local_size && !ctl->barrier_entered) {
-		ctl->barrier_entered = 1;
-		ctl->up->barrier_enter(ctl->d->world, ctl->barrier_seq + 1);
-	}
+	scd_ctl_announce_if_ready(ctl, nt);
 }
 
 /* Serves a request of session s, from the control socket or its submit channel alike. */
@@ -1304,10 +1162,10 @@ static void serve(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__ClientMsg 
 		scd_ctl_handle_pending(ctl, s, seq);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_BARRIER:
-		handle_barrier(ctl, s, seq, msg->barrier);
+		scd_ctl_handle_barrier(ctl, s, seq, msg->barrier);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_TRAINER_JOIN:
-		handle_join(ctl, s, seq, msg->trainer_join);
+		scd_ctl_handle_join(ctl, s, seq, msg->trainer_join);
 		break;
 	case SPARSECOMM__CLIENT_MSG__BODY_PROCESS_SET:
 		scd_ctl_handle_process_set(ctl, s, seq, msg->process_set);
@@ -1476,7 +1334,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 				n += snprintf(msg + n, sizeof(msg) - (size_t)n, " %d (rank %d)",
 					      l, ctl->d->rank * ctl->d->local_size + l);
 		snprintf(msg + n, sizeof(msg) - (size_t)n, " never entered it");
-		barrier_complete(ctl, SC_ERR_STALLED, msg);
+		scd_ctl_barrier_complete(ctl, SC_ERR_STALLED, msg);
 	}
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;

@@ -1,7 +1,8 @@
 /*
  * ctl_int.h: the state of the control socket and its sessions, shared by ctl.c (sessions,
- * requests, completions) and report.c (status, statistics, pending, configuration). Not
- * for other subsystems: they use ctl.h.
+ * requests, completions), join.c (barriers and joins), report.c (status, statistics,
+ * pending, configuration) and pset.c (process sets). Not for other subsystems: they use
+ * ctl.h.
  */
 #ifndef SCD_CTL_CTL_INT_H
 #define SCD_CTL_CTL_INT_H
@@ -95,6 +96,24 @@ void scd_ctl_send(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 void scd_ctl_send_error(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len, uint64_t seq,
 			sc_status_t st, const char *msg);
 void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
+/* A tensor's completion to s; counts (n of them, or NULL) are an alltoall's received
+ * counts. */
+void scd_ctl_send_completion(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle, sc_status_t st,
+			     const char *error, uint64_t *counts, int n);
+/* A completion carrying a value (a join's last rank). */
+void scd_ctl_send_completion_value(scd_ctl_t *ctl, scd_session_t *s, uint64_t handle,
+				   sc_status_t st, const char *error, int64_t value);
+/* A node tensor every local trainer has submitted, a joined one counting as having
+ * submitted it, goes to negotiation. */
+void scd_ctl_announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt);
+
+/* join.c: the trainers' barriers and joins. */
+void scd_ctl_handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			 const Sparsecomm__TrainerJoin *j);
+void scd_ctl_handle_barrier(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
+			    const Sparsecomm__Barrier *b);
+/* Ends every local trainer's barrier in progress. */
+void scd_ctl_barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error);
 
 /* Serves len bytes that came over session s's bound submit channel, as scd_ctl_dispatch
  * serves a ROUTER message (one handler for both); a message that is not a request drops
