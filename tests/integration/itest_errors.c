@@ -273,18 +273,26 @@ int it_release(int argc, char **argv)
 	sc_client_t *c = it_connect();
 	sc_tensor_t *t = it_register(c, "rel.t", SC_FLOAT32, 1000);
 	allreduce_exact(c, t, 11);
-	/* in flight: refused, naming the tensor; the operation completes */
+	/* in flight: refused, naming the tensor; the operation completes. In flight for
+	 * sure: one trainer (another each round, so that every one checks) submits 300 ms
+	 * after the others, which release theirs meanwhile */
 	sc_handle_t h = 0;
-	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'rel.t'");
-	sc_status_t st = sc_tensor_release(c, t);
-	if (st != SC_ERR_BUSY || !strstr(sc_last_error(), "rel.t"))
-		IT_FAIL(
-		    "releasing 'rel.t' in flight: expected SC_ERR_BUSY naming it, got %s (%s)",
-		    sc_status_name(st), sc_last_error());
-	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
-	if (r != SC_OK)
-		IT_FAIL("'rel.t' after a refused release: %s: %s", it_wait_name(r),
-			it_wait_error());
+	sc_status_t st;
+	for (int round = 0; round < 2; round++) {
+		int late = sc_rank(c) == round % sc_size(c);
+		if (late)
+			it_sleep_ms(300);
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce 'rel.t'");
+		st = late ? SC_ERR_BUSY : sc_tensor_release(c, t);
+		if (st != SC_ERR_BUSY || (!late && !strstr(sc_last_error(), "rel.t")))
+			IT_FAIL("releasing 'rel.t' in flight: expected SC_ERR_BUSY naming it, "
+				"got %s (%s)",
+				sc_status_name(st), sc_last_error());
+		int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("'rel.t' after a refused release: %s: %s", it_wait_name(r),
+				it_wait_error());
+	}
 	/* released, the name is registered again with other counts and dtypes, and every
 	 * shape's sums are exact (the negotiation forgot the old one) */
 	const struct {
