@@ -256,6 +256,56 @@ int it_late(int argc, char **argv)
 }
 
 /*
+ * late-release (two trainers a node): every trainer registers 'lr.g' for each step and
+ * releases it after, and rank 0 comes sleep_ms late to step 1. Its node's step 1 fails at
+ * the stall timeout; rank 0's late submission must answer that failed step, and every
+ * later step must be exact on every rank (never rank 0's step 1 paired with the other
+ * trainer's step 2).
+ */
+int it_late_release(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const size_t n = 1000;
+	const int sleep_ms = argc > 1 ? atoi(argv[1]) : 2500;
+	char why[512];
+	int failed = 0;
+	for (int step = 0; step < 6; step++) {
+		if (step == 1 && rank == 0)
+			it_sleep_ms(sleep_ms);
+		sc_tensor_t *g = it_register(c, "lr.g", SC_FLOAT32, n);
+		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step, rank, 1);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'lr.g'", step);
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (r != SC_OK) {
+			it_log("step %d: %s: %s", step, it_wait_name(r), it_wait_error());
+			if (step != 1)
+				IT_FAIL("step %d of 'lr.g' failed: %s: %s", step,
+					it_wait_name(r), it_wait_error());
+			failed++;
+		} else {
+			size_t wrong =
+			    it_check(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step,
+				     size, 1, SC_OP_SUM, why, sizeof(why));
+			if (wrong)
+				IT_FAIL(
+				    "step %d of 'lr.g' returned SC_OK with %zu of %zu elements "
+				    "wrong (another step's values paired in): %s",
+				    step, wrong, n, why);
+			if (step == 1)
+				IT_FAIL(
+				    "step 1 of 'lr.g' succeeded though rank 0 came %d ms late",
+				    sleep_ms);
+		}
+		IT_CHECK_SC(sc_tensor_release(c, g), "releasing 'lr.g' after step %d", step);
+	}
+	it_log("%d step(s) failed", failed);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
  * coo-forms (one trainer per node): rank 1 writes its COO list unsorted, with repeated
  * indices; every rank asks for a sparse result. Every rank must get the same form, sparse,
  * exact (the engine sorts its own copy of the list). Then rank 1 gives one entry more than

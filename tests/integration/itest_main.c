@@ -354,6 +354,7 @@ static const struct {
     {"random", it_random,
      "[--steps N] [--seed S]: seeded faults, exact or an error everywhere"},
     {"coo-forms", it_coo_forms, "unsorted COO: a sparse result everywhere; over capacity"},
+    {"late-release", it_late_release, "register/release per step, rank 0 late at step 1"},
     {"late", it_late, "rank 0 submits a step past stall_timeout_ms: it fails there too"},
     {"group", it_group, "grouped operations: held and fused together; mismatch; stall"},
     {"many-names", it_many_names, "600 tensors submitted at once, twice: exact"},

@@ -1117,6 +1117,7 @@ run_case "late twice n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-a
 # rank 0 late past two of its node's failed steps: it owes both on its node (the node's
 # trainers count their owed steps, ctl.c), so its third step pairs with the others' third
 run_case "late twice n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late 4000
+run_case "late-release n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late-release 2500
 
 # A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
 # that dies, while the others' trainers wait on it: they fail at once or within
