@@ -334,17 +334,17 @@ static uint64_t owing(const scd_ctl_t *ctl, const scd_ntensor_t *nt, int except)
 static void carry_add(scd_ntensor_t *nt, uint64_t mask, sc_status_t st)
 {
 	for (int l = 0; l < SCD_MAX_LOCAL; l++)
-		if (mask >> l & 1 && nt->carry_owed[l] < UINT16_MAX)
-			nt->carry_owed[l]++;
-	nt->carry_status = st;
+		if (mask >> l & 1 && nt->carry.count[l] < UINT16_MAX)
+			nt->carry.count[l]++;
+	nt->carry.status = st;
 }
 
 /* Whether local rank l owes a failed step of nt; if so this submission is it. */
 static int carry_take(scd_ntensor_t *nt, int l)
 {
-	if (!nt->carry_owed[l])
+	if (!nt->carry.count[l])
 		return 0;
-	nt->carry_owed[l]--;
+	nt->carry.count[l]--;
 	return 1;
 }
 
@@ -355,7 +355,7 @@ void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const
 		return;
 	if (nt->state == SCD_NT_LOCAL_WAIT) {
 		carry_add(nt, owing(ctl, nt, -1), st);
-		snprintf(nt->carry_msg, sizeof(nt->carry_msg), "%s", error);
+		snprintf(nt->carry.msg, sizeof(nt->carry.msg), "%s", error);
 	}
 	if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT)
 		scd_ctl_complete(ctl, nt, st, error);
@@ -548,6 +548,8 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 	}
 	s->regs = NULL;
 	scd_tensors_forget_session(ctl->tensors, s);
+	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) /* its successor starts afresh */
+		scd_tensors_forgive(ctl->tensors, s->local_rank);
 	for (scd_session_t **pp = &ctl->sessions; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
@@ -949,7 +951,7 @@ static void step_fail(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		      int except)
 {
 	carry_add(nt, owing(ctl, nt, except), st);
-	snprintf(nt->carry_msg, sizeof(nt->carry_msg),
+	snprintf(nt->carry.msg, sizeof(nt->carry.msg),
 		 "%s of tensor '%s' refused: submitted late, for the step that failed "
 		 "(%.250s)",
 		 scd_coll_name(&nt->coll), nt->name, msg);
@@ -1053,8 +1055,8 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_MISMATCH;
 		snprintf(err, sizeof(err), "%s", nt->poison_msg);
 	} else if (carry_take(nt, r->local_rank)) {
-		st = nt->carry_status;
-		snprintf(err, sizeof(err), "%s", nt->carry_msg);
+		st = nt->carry.status;
+		snprintf(err, sizeof(err), "%s", nt->carry.msg);
 	} else if (ctl->degraded) {
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "%s of tensor '%s' refused: %s",

@@ -101,9 +101,9 @@ void scd_ctl_handle_join(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	/* what the node's other trainers submitted no longer waits for this one, and a step
 	 * the node failed before is not owed by it (owing): its join is its last submission
 	 * until every rank has joined, and its next one is of the step after */
+	scd_tensors_forgive(ctl->tensors, s->local_rank);
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
-		nt->carry_owed[s->local_rank] = 0;
 		scd_ctl_announce_if_ready(ctl, nt);
 	}
 	barrier_vs_join(ctl);

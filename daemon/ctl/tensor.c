@@ -74,6 +74,7 @@ struct scd_tensors {
 	uint64_t shm_seq;
 	long shm_gid; /* group of the shared memory (mode 0660), -1: none (0600) */
 	scd_stats_keep_t kept;
+	scd_owed_keep_t owed;	      /* steps owed for names no trainer holds (owed.h) */
 	int gpu_served;		      /* cuda registrations allowed (device setting) */
 	uint64_t gpu_limit, gpu_held; /* bytes of GPU memory: the limit (0: none), held */
 	struct scd_prep *preps;	      /* registrations being prepared on workers */
@@ -364,6 +365,7 @@ void scd_tensors_destroy(scd_tensors_t *t)
 		free(nt);
 	}
 	scd_stats_keep_clear(&t->kept);
+	scd_owed_clear(&t->owed);
 	free(t->regs);
 	free(t);
 	/* nothing exported outlives the daemon */
@@ -584,6 +586,7 @@ static scd_ntensor_t *nt_new(scd_tensors_t *t, const char *name, uint32_t dtype,
 	nt->opts = *opts;
 	nt->pset = scd_pset_of(name, NULL);
 	scd_stats_keep_take(&t->kept, name, dtype, numel, &nt->stats);
+	scd_owed_take(&t->owed, name, &nt->carry);
 	nt->stats.device_kind = opts->device_kind;
 	snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s",
 		 sc_wire_name((sc_wire_t)opts->wire));
@@ -619,6 +622,7 @@ static void nt_free(scd_tensors_t *t, scd_ntensor_t *nt)
 	if (t->on_free)
 		t->on_free(t->on_free_arg, nt->name, nt->presel_key);
 	scd_stats_keep_put(&t->kept, nt->name, nt->dtype, nt->numel, &nt->stats);
+	scd_owed_put(&t->owed, nt->name, &nt->carry);
 	free(nt->name);
 	free(nt);
 }
@@ -999,6 +1003,13 @@ void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s)
 	for (scd_prep_t *p = t->preps; p; p = p->next)
 		if (p->r->session == s)
 			p->r->session = NULL;
+}
+
+void scd_tensors_forgive(scd_tensors_t *t, int l)
+{
+	for (scd_ntensor_t *nt = t->all; nt; nt = nt->all_next)
+		nt->carry.count[l] = 0;
+	scd_owed_forgive(&t->owed, l);
 }
 
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "ctl/owed.h"
 #include "ctl/stats_keep.h"
 #include "daemon.h"
 #include "shm_layout.h"
@@ -124,10 +125,9 @@ typedef struct scd_ntensor {
 	/* an error that ended a step before every local trainer had submitted: those that
 	 * had not get it when they do, instead of waiting alone. Counted by local rank: a
 	 * trainer late past several failed steps owes each of them, so that its submission
-	 * after them pairs with the others' step of the same number, never an earlier one */
-	uint16_t carry_owed[SCD_MAX_LOCAL];
-	int carry_status;
-	char carry_msg[384];
+	 * after them pairs with the others' step of the same number, never an earlier one;
+	 * kept past the node tensor's end (owed.h) */
+	scd_owed_t carry;
 	scd_tensor_stats_t stats;
 	struct scd_ntensor *hnext;
 	struct scd_ntensor *all_next;
@@ -259,6 +259,9 @@ sc_status_t scd_tensors_register_async(scd_tensors_t *t, uv_loop_t *loop, struct
 /* The session s has ended: its registrations still being prepared are released when
  * they are ready, and their callback gets no session. */
 void scd_tensors_forget_session(scd_tensors_t *t, struct scd_session *s);
+/* Local rank l owes no failed step any more, of any tensor, held or released (owed.h): its
+ * trainer ended or joined. */
+void scd_tensors_forgive(scd_tensors_t *t, int l);
 /* What cuda registrations may use: served at all (the daemon's device setting), and the
  * GPU memory all of them may hold (0: no limit). */
 void scd_tensors_gpu_policy(scd_tensors_t *t, int served, uint64_t limit_bytes);

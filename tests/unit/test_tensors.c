@@ -87,6 +87,40 @@ UNIT_TEST(tensors_release_remembered_while_another_keeps_it)
 	scd_tensors_destroy(t);
 }
 
+/* The failed steps a trainer owes for a name outlive the node tensor: released by every
+ * trainer of the node, registered again, the name still has them (owed.h); they go when the
+ * trainer that owes them is forgiven (it ended or joined), held or released. */
+UNIT_TEST(tensors_owed_steps_kept_past_the_release)
+{
+	scd_tensors_t *t;
+	scd_reg_t *a0, *a1;
+	char err[512] = "";
+	CHECK_EQ_INT(scd_tensors_create(2, NULL, NULL, &t), SC_OK);
+	CHECK_EQ_INT(reg(t, "a", 0, &a0, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(reg(t, "a", 1, &a1, err, sizeof(err)), SC_OK);
+	scd_ntensor_t *nt = scd_tensors_find(t, "a");
+	nt->carry.count[0] = 2;
+	nt->carry.status = SC_ERR_STALLED;
+	snprintf(nt->carry.msg, sizeof(nt->carry.msg), "step failed");
+	scd_tensors_release(t, a0);
+	scd_tensors_release(t, a1);
+	CHECK_TRUE(scd_tensors_find(t, "a") == NULL);
+	CHECK_EQ_INT(reg(t, "a", 1, &a1, err, sizeof(err)), SC_OK);
+	nt = scd_tensors_find(t, "a");
+	CHECK_TRUE(nt && nt->carry.count[0] == 2 && nt->carry.count[1] == 0);
+	CHECK_TRUE(nt->carry.status == SC_ERR_STALLED && !strcmp(nt->carry.msg, "step failed"));
+	/* forgiven while held, and while released */
+	scd_tensors_forgive(t, 0);
+	CHECK_TRUE(nt->carry.count[0] == 0);
+	nt->carry.count[1] = 1;
+	scd_tensors_release(t, a1);
+	scd_tensors_forgive(t, 1);
+	CHECK_EQ_INT(reg(t, "a", 0, &a0, err, sizeof(err)), SC_OK);
+	nt = scd_tensors_find(t, "a");
+	CHECK_TRUE(nt && nt->carry.count[1] == 0);
+	scd_tensors_destroy(t);
+}
+
 /* A name with a control byte (a newline or an escape would forge the log's lines; a NUL
  * cannot reach the daemon but ends the library's string) is refused, the error naming the
  * byte and never holding it; printable names, UTF-8 included, are taken. */
