@@ -710,14 +710,19 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
     """sc_register_ex; a name whose shape changed may still be held, with its old shape,
     by another trainer of this node that has not reached the call yet (the daemon answers
     SC_ERR_BUSY to a registration that replaces a released one): that is retried until the
-    other trainer releases it too, for at most the default wait."""
+    other trainer releases it too, for at most the default wait.  The daemon remembers
+    such a release however long ago (the node's let_go) where this process remembers the
+    last _RELEASED_KEPT names it let go, so its answer that another trainer still holds
+    the name is retried too."""
     lib = _lib.load()
     deadline = _now() + c.timeout_s
     pause = 0.001
     while True:
         st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
-        if st != _lib.SC_ERR_BUSY or key not in c.released or _now() >= deadline:
+        if st != _lib.SC_ERR_BUSY or _now() >= deadline:
+            return st
+        if key not in c.released and b"still holds it" not in (lib.sc_last_error() or b""):
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
@@ -1153,7 +1158,7 @@ def _allreduce_cuda(c, x, name, kind, key, red, coo_capacity, out, root=None, ps
         with _on(dev, stream):
             _after_last_read(e, stream)
             e.tdata().view(x.shape).copy_(x)
-        _set_stream(e, stream)
+        _set_stream(e, stream, kind)
     except BaseException:
         e.inflight = False
         raise
@@ -1201,11 +1206,11 @@ def _on(dev, stream):
         yield
 
 
-def _set_stream(e, stream):
+def _set_stream(e, stream, kind="allreduce"):
     """Names the stream that wrote a cuda tensor's buffer: its submission waits for it."""
     st = _lib.load().sc_tensor_set_stream(e.ptr, stream.cuda_stream)
     if st != _lib.SC_OK:
-        raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
+        raise _error(st, "%s of tensor '%s'" % (kind, e.name), e.name)
 
 
 def _dense_result(e, x, istorch, out):
@@ -1343,7 +1348,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
             with _on(dev, stream):
                 _after_last_read(e, stream)
                 _coo_fill_cuda(e, x, shape, sd, dn)
-            _set_stream(e, stream)
+            _set_stream(e, stream, kind)
         else:
             _coo_fill_cpu(e, x, shape, sd, dn)
     except BaseException:
