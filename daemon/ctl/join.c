@@ -8,7 +8,6 @@
 
 #include "ctl/ctl_int.h"
 #include "ctl/tensor.h"
-#include "world/world.h"
 
 /* Ends every local trainer's barrier in progress. */
 void scd_ctl_barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
