@@ -1,20 +1,33 @@
 /*
- * itest_random.c: the randomised run. STEPS steps (2000 by default) of one tensor on
- * every trainer; in each step, by a choice drawn from a seed every rank shares (so all
- * know the plan), one rank may
- *   - differ in one option: submit COO where the others submit dense, or register that
+ * itest_random.c: the randomised run. STEPS steps (2000 by default); in each, by choices
+ * drawn from a seed every rank shares (so all know the plan), every trainer runs one
+ * collective: an allreduce of rnd.g (dense or COO, the same on every rank, odd ranks
+ * writing their COO lists backwards), a broadcast of rnd.b from a root drawn from the
+ * seed, an allgather of rnd.ag (each rank 0 to 4 rows of 5 elements, drawn from the
+ * seed), a reduce-scatter of rnd.rs (rows of a width drawn from the seed), an alltoall of
+ * rnd.a2a (each rank's splits drawn from the seed, 0 included) or an allreduce of rnd.ga
+ * and rnd.gb grouped. And one rank may
+ *   - differ: in an allreduce, submit COO where the others submit dense, or register that
  *     step's tensor with allow_lossy, a top-k sparsifier, a pinned scheme or its own
- *     sketch rows where the others do not;
+ *     sketch rows where the others do not; in a broadcast, give the next root; in an
+ *     allgather, give the whole tensor (over it in all, unless every other rank gives
+ *     none); in a reduce-scatter, rows of another width; in an alltoall, send its whole
+ *     tensor to the next rank (over what that one may receive, unless the others send it
+ *     nothing); in a group, rnd.gc in rnd.gb's place;
  *   - submit late: sleep LATE_MS, past the daemons' stall_timeout_ms;
  *   - die and come back: its worker process exits before or right after submitting, and a
  *     new one connects, registers again and goes on with the next step;
- *   - send COO indices out of range.
- * Steps without an event are dense or COO (the same on every rank), odd ranks writing
- * their COO lists backwards. Every result must be exact (the sum of every rank's values of
- * that step) or an error; a wrong sum fails at once, naming the step and its event. At the
- * end the ranks exchange what each step gave: a step exact on one rank and an error on
- * another fails the run. Rank 0 prints the counts: "random: N steps: E exact, F failed
- * on every rank, ...".
+ *   - give bad input: COO indices out of range to an allreduce, a root past the last rank
+ *     to a broadcast, an allgather's count over the tensor, rows that do not divide
+ *     rnd.rs, alltoall splits that add up to more than the tensor, a group of two closed
+ *     with one member.
+ * Every result must be exact (computed from the seed: the sum of every rank's values of
+ * that step, the root's values, every rank's rows, this rank's slice, every rank's block)
+ * or an error naming the tensor; a wrong result fails at once, naming the step, the
+ * collective and its event, and so do a group's members of which some were exact and
+ * some failed. At the end the ranks exchange what each step gave: a step exact on one rank
+ * and an error on another fails the run. Rank 0 prints the counts: "random: N steps: E
+ * exact, F failed on every rank, ...", with the events and the collectives drawn.
  *
  * With several trainers a node, the trainer that registers a differing option second is
  * refused at once (the node's other trainer then stalls): its step counts as failed.
@@ -27,7 +40,8 @@
  *   random [--steps N] [--seed S] [--rate PERMILLE] [--late-ms MS]
  * (rate: per step, the chance of each kind of event, in thousandths; default 12; late:
  * default 700 ms, for a stall_timeout_ms of 300). With RND_VERBOSE=1 in the environment
- * rank 0 also lists every event's step, rank and outcome.
+ * rank 0 also lists every event's step, collective, rank and outcome; with 2 every rank
+ * also logs each error it gets.
  */
 #include "itest.h"
 
@@ -446,6 +460,11 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 				it_log("step %d (%s of '%s', %s on rank %d): %s: %s", step,
 				       coll, sc_tensor_name(ops.t[k]), ev_names[p.ev], p.who,
 				       it_wait_name(r), e);
+			if (!strstr(e, sc_tensor_name(ops.t[k])))
+				IT_FAIL("step %d (%s, %s on rank %d, variant %d): %s that does "
+					"not name '%s': %s",
+					step, coll, ev_names[p.ev], p.who, p.variant,
+					it_wait_name(r), sc_tensor_name(ops.t[k]), e);
 			continue;
 		}
 		char why[512];
