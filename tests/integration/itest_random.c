@@ -72,8 +72,8 @@ enum { OUT_NONE = 0, OUT_EXACT = 1, OUT_ERROR = 2 };
 
 typedef struct {
 	int ev, who, variant, coo, coll, root, P;
-	size_t rs_w;
-	uint64_t h; /* the step's hash: every per-rank count derives from it */
+	size_t rs_w, rs_other; /* a reduce-scatter's row width, and another that divides too */
+	uint64_t h;	       /* the step's hash: every per-rank count derives from it */
 } rnd_step_t;
 
 typedef struct {
@@ -120,7 +120,8 @@ static rnd_step_t plan(const rnd_shared_t *sh, int step, int P)
 	s.variant = (int)((h >> 24) % 5);
 	s.coll = (int)((h >> 44) % C_KINDS);
 	s.root = (int)((h >> 50) % (uint64_t)P);
-	s.rs_w = rs_widths[(h >> 56) % (sizeof(rs_widths) / sizeof(rs_widths[0]))];
+	size_t nw = sizeof(rs_widths) / sizeof(rs_widths[0]), w = (size_t)(h >> 56) % nw;
+	s.rs_w = rs_widths[w], s.rs_other = rs_widths[(w + 1) % nw];
 	if (step == 0 && s.ev == EV_DIE) /* the first step starts the world: no death */
 		s.ev = EV_NONE;
 	return s;
@@ -286,7 +287,7 @@ static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t 
 	case C_RS: { /* differing: rows of the next width; bad: rows that do not divide it */
 		size_t w = p->rs_w;
 		if (differ)
-			w = w == 10 ? 1 : w == 5 ? 8 : w + w / 2 + (w == 1);
+			w = p->rs_other;
 		if (bad)
 			w = 3;
 		it_fill(sc_tensor_data(ts->rs), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
