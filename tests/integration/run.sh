@@ -1084,7 +1084,7 @@ run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 # A rank later than stall_timeout_ms: its late step fails too (never paired with the
 # others' next step), and the steps after it are exact (world/late.c).
-# The randomised run: 3 nodes, 2000 steps, each step's collective drawn from a seed
+# The randomised run: 3 nodes, 600 steps, each step's collective drawn from a seed
 # (allreduce dense or COO, broadcast, allgather, reduce-scatter, alltoall, a grouped
 # allreduce) and one rank may (by a seeded choice) differ in an option or an argument,
 # submit late, die and come back, or give bad input; every result must be exact or an
@@ -1098,13 +1098,13 @@ rnd() { # name nodes per-node steps rate seed
 		--steps "$4" --rate "$5" --seed "$6"
 	selected "random $1" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 }
-rnd "n=3" 3 1 2000 12 "$rnd_seed"
+rnd "n=3" 3 1 600 12 "$rnd_seed"
 # the same with two trainers a node: a trainer late, dead or refused fails its node's step
-rnd "n=2 per-node=2" 2 2 1000 12 "$rnd_seed"
-rnd "n=3 per-node=2" 3 2 600 12 "$rnd_seed"
+rnd "n=2 per-node=2" 2 2 400 12 "$rnd_seed"
+rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
 # many events: one step in four or more has one
-rnd "n=3 rate=30" 3 1 300 30 "$rnd_seed"
-rnd "n=2 per-node=2 rate=30" 2 2 300 30 "$rnd_seed"
+rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
+rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
