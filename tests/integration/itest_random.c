@@ -246,6 +246,27 @@ static void start_allreduce(sc_client_t *c, sc_tensor_t *t, int step, int coo, i
 	op_add(ops, t, sc_allreduce_coo_async(c, t, RND_NUMEL, SC_OP_SUM, &h), &h);
 }
 
+/* A grouped allreduce of rnd.ga and rnd.gb; differing: rnd.gc in rnd.gb's place; bad: the
+ * group closed with one member (sc_group_end refuses it). */
+static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int differ, int bad,
+			rnd_ops_t *ops)
+{
+	sc_group_t g = 0;
+	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin");
+	sc_tensor_t *m[2] = {ts->ga, differ ? ts->gc : ts->gb};
+	for (int k = 0; k < (bad ? 1 : 2); k++) {
+		IT_CHECK_SC(sc_group_add(c, g, m[k]), "sc_group_add");
+		start_allreduce(c, m[k], step, 0, 0, ops);
+	}
+	sc_status_t st = sc_group_end(c, g);
+	if (bad && st != SC_ERR_INVALID)
+		IT_FAIL("step %d: a group of two closed with one member: %s, expected "
+			"SC_ERR_INVALID",
+			step, sc_status_name(st));
+	if (!bad)
+		IT_CHECK_SC(st, "sc_group_end");
+}
+
 /* Starts the step's collective on this rank as the plan says (me: the event is this
  * rank's). Returns 0, or -1 when this rank has no operation this step (a refused
  * registration). */
@@ -307,23 +328,9 @@ static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t 
 		op_add(ops, ts->a2a, sc_alltoall_async(c, ts->a2a, counts, &h), &h);
 		return 0;
 	}
-	default: { /* differing: rnd.gc in rnd.gb's place; bad: a group closed at one */
-		sc_group_t g = 0;
-		IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin");
-		sc_tensor_t *m[2] = {ts->ga, differ ? ts->gc : ts->gb};
-		for (int k = 0; k < (bad ? 1 : 2); k++) {
-			IT_CHECK_SC(sc_group_add(c, g, m[k]), "sc_group_add");
-			start_allreduce(c, m[k], step, 0, 0, ops);
-		}
-		sc_status_t st = sc_group_end(c, g);
-		if (bad && st != SC_ERR_INVALID)
-			IT_FAIL("step %d: a group of two closed with one member: %s, expected "
-				"SC_ERR_INVALID",
-				step, sc_status_name(st));
-		if (!bad)
-			IT_CHECK_SC(st, "sc_group_end");
+	default:
+		start_group(c, ts, step, differ, bad, ops);
 		return 0;
-	}
 	}
 }
 
