@@ -13,14 +13,14 @@
  *     allgather, give the whole tensor (over it in all, unless every other rank gives
  *     none); in a reduce-scatter, rows of another width; in an alltoall, send its whole
  *     tensor to the next rank (over what that one may receive, unless the others send it
- *     nothing); in a group, rnd.gc in rnd.gb's place;
+ *     nothing); in a group, rnd.gc in rnd.gb's place (rnd.gb then alone);
  *   - submit late: sleep LATE_MS, past the daemons' stall_timeout_ms;
  *   - die and come back: its worker process exits before or right after submitting, and a
  *     new one connects, registers again and goes on with the next step;
  *   - give bad input: COO indices out of range to an allreduce, a root past the last rank
  *     to a broadcast, an allgather's count over the tensor, rows that do not divide
  *     rnd.rs, alltoall splits that add up to more than the tensor, a group of two closed
- *     with one member.
+ *     with one member (rnd.gb then alone).
  * Every result must be exact (computed from the seed: the sum of every rank's values of
  * that step, the root's values, every rank's rows, this rank's slice, every rank's block)
  * or an error naming the tensor; a wrong result fails at once, naming the step, the
@@ -92,13 +92,14 @@ typedef struct {
 	sc_tensor_t *g, *b, *ag, *rs, *a2a, *ga, *gb, *gc;
 } rnd_tensors_t;
 
-/* A step's operations as this rank started them: up to two (a group's members). */
+/* A step's operations as this rank started them: up to three (a group's members, and
+ * rnd.gb alone after a group without it). */
 typedef struct {
 	int n;
-	sc_tensor_t *t[2];
-	sc_handle_t h[2];
-	sc_status_t st[2]; /* a refusal at submission */
-	char err[2][512];
+	sc_tensor_t *t[3];
+	sc_handle_t h[3];
+	sc_status_t st[3]; /* a refusal at submission */
+	char err[3][512];
 } rnd_ops_t;
 
 static int verbose; /* RND_VERBOSE: 1 lists the events, 2 every error too */
@@ -250,8 +251,9 @@ static void start_allreduce(sc_client_t *c, sc_tensor_t *t, int step, int coo, i
 }
 
 /* A grouped allreduce of rnd.ga and rnd.gb; differing: rnd.gc in rnd.gb's place; bad: the
- * group closed with one member (sc_group_end refuses it), rnd.gb then submitted alone, so
- * that this trainer still gives each tensor one submission a step. */
+ * group closed with one member (sc_group_end refuses it). Either way rnd.gb then goes
+ * alone, so that this trainer still gives rnd.gb its step (a step it skipped would be
+ * owed, and its next submission of rnd.gb taken as that late one). */
 static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int differ, int bad,
 			rnd_ops_t *ops)
 {
@@ -269,8 +271,8 @@ static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int d
 			step, sc_status_name(st));
 	if (!bad)
 		IT_CHECK_SC(st, "sc_group_end");
-	else
-		start_allreduce(c, m[1], step, 0, 0, ops);
+	if (bad || differ)
+		start_allreduce(c, ts->gb, step, 0, 0, ops);
 }
 
 /* Starts the step's collective on this rank as the plan says (me: the event is this
