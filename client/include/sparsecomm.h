@@ -424,7 +424,11 @@ SC_API sc_status_t sc_allreduce(sc_client_t *client, sc_tensor_t *tensor, sc_red
  * the tensor with the same root, or each fails with SC_ERR_MISMATCH naming every rank's
  * operation). The root's node sends the buffer once to every other node, which copies it
  * to its trainers: half the bytes a sum allreduce moves. Any dtype; a tensor with a
- * sparsifier, or COO input, refuses it (SC_ERR_UNSUPPORTED). Wait with sc_poll / sc_wait.
+ * sparsifier, or COO input, refuses it (SC_ERR_UNSUPPORTED). A root that is not a rank of
+ * the job (or a negative one) fails the operation on every rank with SC_ERR_INVALID naming
+ * this rank and the tensor, through sc_wait, as do the other collectives' arguments that
+ * the daemon refuses (an allgather's count over the tensor, rows that do not divide it,
+ * an unknown reduction). Wait with sc_poll / sc_wait.
  */
 SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, int root_rank,
 				      sc_handle_t *handle_p);

@@ -1,9 +1,10 @@
 /*
- * collective.c: a trainer's collectives: the checks of a request that need the client and
- * the tensor, the request sent (collective_start: the operation entered in the table and
- * the tensor marked busy under the client's lock, then sent in the lock's order), and the
- * public calls, asynchronous and blocking, of allreduce (dense and COO), broadcast,
- * allgather, alltoall and reduce-scatter. Waiting and collecting are client.c's.
+ * collective.c: a trainer's collectives: the request sent (collective_start: the operation
+ * entered in the table and the tensor marked busy under the client's lock, then sent in the
+ * lock's order), and the public calls, asynchronous and blocking, of allreduce (dense and
+ * COO), broadcast, allgather, alltoall and reduce-scatter. The request's arguments are the
+ * daemon's to check (ctl/collective.c), so that one refused on one rank fails its step on
+ * every rank alike. Waiting and collecting are client.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,80 +14,10 @@
 
 /* ---- allreduce ----------------------------------------------------------------------- */
 
-/* A reduction the library knows (sc_reduce_op_t) up to max, or SC_ERR_INVALID (what
- * refuses adasum, the reduce-scatter, says so). */
-static sc_status_t op_check(sc_client_t *c, sc_tensor_t *t, uint32_t op, uint32_t max)
-{
-	if (op == SC_OP_ADASUM && op > max)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: reducescatter of tensor '%s': adasum is an "
-				 "allreduce's reduction only",
-				 c->rank, t->name);
-	if (op > max)
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: allreduce of tensor '%s': unknown "
-				 "reduction %d",
-				 c->rank, t->name, (int)op);
-	return SC_OK;
-}
-
 /* The trainers an alltoall of t exchanges with: the job's, or its process set's. */
 static int a2a_peers(const sc_client_t *c, const sc_tensor_t *t)
 {
 	return t->pset ? sc_process_set_size(c, t->pset) : c->size;
-}
-
-/* The checks of q's body that need the client and the tensor: a reduction the library
- * knows, a root that is a rank of the job, rows that divide the tensor, an allgather's
- * count within it, a COO input registered with a COO area. */
-static sc_status_t collective_check(sc_client_t *c, sc_tensor_t *t,
-				    const Sparsecomm__Collective *q)
-{
-	const Sparsecomm__Allreduce *ar = q->allreduce;
-	const Sparsecomm__Reducescatter *rs = q->reducescatter;
-
-	switch (q->body_case) {
-	case SPARSECOMM__COLLECTIVE__BODY_BROADCAST:
-		if (q->broadcast->root_rank >= (uint32_t)c->size)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: broadcast of tensor '%s': root rank %u is not a rank of "
-			    "the job (0 to %d)",
-			    c->rank, t->name, q->broadcast->root_rank, c->size - 1);
-		if (t->pset && !scl_pset_has(c, t->pset, (int)q->broadcast->root_rank))
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: broadcast of tensor '%s': root rank %u is not a "
-			    "member of process set %d",
-			    c->rank, t->name, q->broadcast->root_rank, t->pset);
-		return SC_OK;
-	case SPARSECOMM__COLLECTIVE__BODY_REDUCESCATTER:
-		if (rs->row_elems == 0 || t->numel % rs->row_elems)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: reducescatter of tensor '%s': rows of %llu elements do "
-			    "not divide its %zu",
-			    c->rank, t->name, (unsigned long long)rs->row_elems, t->numel);
-		return op_check(c, t, rs->op, SC_OP_PRODUCT);
-	case SPARSECOMM__COLLECTIVE__BODY_ALLGATHER:
-		if (q->allgather->count > t->numel)
-			return scl_error(
-			    SC_ERR_INVALID,
-			    "rank %d: allgather of tensor '%s': %llu elements given, "
-			    "the tensor has %zu",
-			    c->rank, t->name, (unsigned long long)q->allgather->count,
-			    t->numel);
-		return SC_OK;
-	case SPARSECOMM__COLLECTIVE__BODY_ALLREDUCE:
-		if (ar->op > SC_OP_ADASUM || !ar->coo || t->coo_cap) /* the reduction first */
-			return op_check(c, t, ar->op, SC_OP_ADASUM);
-		return scl_error(SC_ERR_INVALID,
-				 "rank %d: tensor '%s' was registered without COO "
-				 "input (coo_capacity 0)",
-				 c->rank, t->name);
-	default: /* alltoall: its counts go as they are (the daemons check them) */
-		return SC_OK;
-	}
 }
 
 /* The collective q's body names, for error texts. */
@@ -153,11 +84,13 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: alltoall of tensor '%s': NULL send_counts", c->rank,
 				 t->name);
-	if ((st = collective_check(c, t, q)) != SC_OK)
-		return st;
-	/* more entries than the COO area holds go to the daemon all the same: it refuses
-	 * them (SC_ERR_LIMIT) and fails the step on every rank at once, where a refusal here
-	 * alone would leave the other ranks waiting for this one until their stall timeout */
+	/* the arguments go to the daemon as they are, whatever they hold (a root that is
+	 * no rank of the job or of the tensor's process set, rows that do not divide the
+	 * tensor, an allgather's count over it, an unknown reduction, COO input without a COO
+	 * area or with more entries than it holds): it refuses them, naming this rank and
+	 * the tensor, and fails the step on every rank at once, where a refusal here alone
+	 * would leave the others waiting for this one until their stall timeout, and this
+	 * one's next step paired with the others' step that failed */
 	h = scl_client_next_id(c);
 	q->tensor_id = t->tensor_id;
 	q->handle = h;
@@ -311,10 +244,7 @@ SC_API sc_status_t sc_broadcast_async(sc_client_t *client, sc_tensor_t *tensor, 
 	Sparsecomm__Broadcast b = SPARSECOMM__BROADCAST__INIT;
 	Sparsecomm__Collective q = SPARSECOMM__COLLECTIVE__INIT;
 
-	if (root_rank < 0)
-		return scl_error(SC_ERR_INVALID, "broadcast: root rank %d is negative",
-				 root_rank);
-	b.root_rank = (uint32_t)root_rank;
+	b.root_rank = (uint32_t)root_rank; /* a negative one: over every rank, refused */
 	q.body_case = SPARSECOMM__COLLECTIVE__BODY_BROADCAST;
 	q.broadcast = &b;
 	return collective_start(client, tensor, &q, NULL, handle_p);

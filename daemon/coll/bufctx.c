@@ -83,6 +83,7 @@ typedef struct scd_bufctx {
 	float *bres;
 	uint64_t last_use;
 	int inflight;		/* prepared, not yet released: never evicted meanwhile */
+	int stale;		/* the ranks' states differed: made anew on its next step */
 	int net_fixed;		/* the scheme context has the network costs of its first run */
 	scd_transport_t *net_t; /* the transport the scheme context last ran over */
 	uint64_t
@@ -365,12 +366,13 @@ static sc_status_t bufctx_get(scd_bufctx_table_t *tab, scd_job_t *job,
 		scd_bufctx_t *o = tab->v[i];
 		if (o->sig != sig || o->numel != job->total_numel)
 			continue;
-		if (o->dev == dev) {
+		if (o->dev == dev && !o->stale) {
 			o->last_use = ++tab->clock;
 			*b_p = o;
 			return SC_OK;
 		}
-		/* its tensors moved to another device: the state starts over there */
+		/* its tensors moved to another device, or the ranks' states of it differed:
+		 * the state starts over */
 		bufctx_free(o);
 		tab->v[i] = tab->v[--tab->n];
 		break;
@@ -1061,6 +1063,13 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "%s: %s", scd_scheme_name(s),
 			 scd_scheme_error());
+		/* The metadata round found the ranks' states of this buffer apart (another
+		 * scheme or step: one node made it anew after its trainers were replaced, the
+		 * others kept theirs). Every rank of the buffer received every header, so each
+		 * finds it and fails this step; each makes the state anew for the next, which
+		 * then agrees, instead of every later step failing alike. */
+		if (st == SC_ERR_MISMATCH)
+			b->stale = 1;
 		return st;
 	}
 	scd_debug(

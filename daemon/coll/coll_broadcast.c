@@ -138,9 +138,9 @@ static sc_status_t broadcast_check(const scd_coll_req_t *rq, char *err, size_t l
 	if (rq->coll.root >= rq->trainers) {
 		snprintf(
 		    err, len,
-		    "broadcast of tensor '%s': root rank %u is not a rank of the job (0 to "
+		    "broadcast of tensor '%s': root rank %d is not a rank of the job (0 to "
 		    "%u)",
-		    rq->tensor, rq->coll.root, rq->trainers - 1);
+		    rq->tensor, (int32_t)rq->coll.root, rq->trainers - 1);
 		return SC_ERR_INVALID;
 	}
 	return scd_coll_dense_check(rq, err, len);

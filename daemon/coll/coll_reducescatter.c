@@ -183,6 +183,13 @@ static void reducescatter_describe(const scd_coll_t *c, char *buf, size_t len)
 static sc_status_t reducescatter_check(const scd_coll_req_t *rq, char *err, size_t len)
 {
 	const scd_coll_t *c = &rq->coll;
+	if (c->op == SC_OP_ADASUM) {
+		snprintf(
+		    err, len,
+		    "reducescatter of tensor '%s': adasum is an allreduce's reduction only",
+		    rq->tensor);
+		return SC_ERR_INVALID;
+	}
 	if (rq->coo || !rq->count || rq->count >= SCD_RS_ROW_MAX || rq->numel % rq->count ||
 	    c->op > SC_OP_PRODUCT) {
 		snprintf(

@@ -421,6 +421,46 @@ static void bcast_one(sc_client_t *c, sc_tensor_t *t, int root, const char *when
 	free(want);
 }
 
+/* Arguments refused on rank 1 alone (a broadcast's root past the last rank, an allgather's
+ * count over the tensor, rows that do not divide it; each rank's operation started by
+ * start): the step fails on every rank with SC_ERR_INVALID naming rank 1 and the tensor,
+ * well before the stall timeout (the others do not wait for rank 1's step), and the
+ * tensor's next broadcast is exact on every rank (rank 1 is not a step behind). */
+static void bad_on_one(sc_client_t *c, sc_tensor_t *t, const char *what,
+		       sc_status_t (*start)(sc_client_t *, sc_tensor_t *, int, sc_handle_t *))
+{
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	int r = start(c, t, sc_rank(c) == 1, &h);
+	const char *e = r == SC_OK ? "" : sc_last_error();
+	if (r == SC_OK) {
+		r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		e = it_wait_error();
+	}
+	if (r != SC_ERR_INVALID || !it_mentions_rank(e, 1) || !strstr(e, sc_tensor_name(t)) ||
+	    it_now_s() - t0 > 10.0)
+		IT_FAIL("%s on rank 1 alone: expected SC_ERR_INVALID naming rank 1 and '%s' "
+			"within 10 s, got %s after %.1f s: '%s'",
+			what, sc_tensor_name(t), it_wait_name(r), it_now_s() - t0, e);
+	it_log("%s on rank 1 alone: %s", what, e);
+	bcast_one(c, t, 0, " after a refusal on rank 1");
+}
+
+static sc_status_t bad_root(sc_client_t *c, sc_tensor_t *t, int bad, sc_handle_t *h)
+{
+	return sc_broadcast_async(c, t, bad ? sc_size(c) : 0, h);
+}
+
+static sc_status_t bad_count(sc_client_t *c, sc_tensor_t *t, int bad, sc_handle_t *h)
+{
+	return sc_allgather_async(c, t, bad ? sc_tensor_numel(t) + 1 : 1, h);
+}
+
+static sc_status_t bad_rows(sc_client_t *c, sc_tensor_t *t, int bad, sc_handle_t *h)
+{
+	return sc_reducescatter_async(c, t, SC_OP_SUM, bad ? 7 : 2, h);
+}
+
 /* The node's bytes sent and received for t so far (sc_tensor_stats). */
 static void bcast_bytes(sc_client_t *c, sc_tensor_t *t, double *sent, double *recv)
 {
@@ -525,13 +565,15 @@ int it_broadcast(int argc, char **argv)
 	/* errors: a root outside the job, a sparsified tensor, roots that differ */
 	sc_handle_t bad = 0;
 	sc_status_t st = sc_broadcast_async(c, b, P, &bad);
-	if (st != SC_ERR_INVALID || !it_mentions_number(sc_last_error(), P))
+	int r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
+	const char *e = st == SC_OK ? it_wait_error() : sc_last_error();
+	if (r != SC_ERR_INVALID || !it_mentions_number(e, P) || !strstr(e, sc_tensor_name(b)))
 		IT_FAIL("broadcast from root %d of %d trainers: expected SC_ERR_INVALID naming "
-			"it, got %s: '%s'",
-			P, P, sc_status_name(st), sc_last_error());
+			"it and the tensor, got %s: '%s'",
+			P, P, it_wait_name(r), e);
 	sc_tensor_t *tk = it_register_topk(c, "bcast.topk", 100);
 	st = sc_broadcast_async(c, tk, 0, &bad);
-	int r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
+	r = st == SC_OK ? it_wait(c, bad, IT_ERROR_TIMEOUT_MS) : (int)st;
 	if (r != SC_ERR_UNSUPPORTED)
 		IT_FAIL("broadcast of a top-k tensor: expected SC_ERR_UNSUPPORTED, got %s",
 			it_wait_name(r));
@@ -549,6 +591,12 @@ int it_broadcast(int argc, char **argv)
 			    it_wait_name(r), msg);
 		it_log("roots that differ: %s", msg);
 		bcast_one(c, m, 1, " after a mismatch");
+	}
+	if (P >= 2) {
+		sc_tensor_t *m = it_register(c, "bcast.refused", SC_INT64, 10);
+		bad_on_one(c, m, "a root past the last rank", bad_root);
+		bad_on_one(c, m, "an allgather's count over the tensor", bad_count);
+		bad_on_one(c, m, "rows that do not divide the tensor", bad_rows);
 	}
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
@@ -646,8 +694,14 @@ int it_allgather(int argc, char **argv)
 		    "tensor and the counts, got %s: '%s'",
 		    it_wait_name(r), it_wait_error());
 	it_log("over the size: %s", it_wait_error());
-	if (sc_allgather_async(c, s, 11, &h) != SC_ERR_INVALID)
-		IT_FAIL("an allgather of 11 elements of a tensor of 10 was accepted");
+	r = sc_allgather_async(c, s, 11, &h);
+	r = r == SC_OK ? it_wait(c, h, IT_ERROR_TIMEOUT_MS) : r;
+	if (r != SC_ERR_INVALID || !strstr(it_wait_error(), "allgather.small") ||
+	    !it_mentions_number(it_wait_error(), 11))
+		IT_FAIL(
+		    "an allgather of 11 elements of a tensor of 10: expected SC_ERR_INVALID "
+		    "naming the tensor and the count, got %s: '%s'",
+		    it_wait_name(r), it_wait_error());
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

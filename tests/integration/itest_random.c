@@ -1,20 +1,36 @@
 /*
- * itest_random.c: the randomised run. STEPS steps (2000 by default) of one tensor on
- * every trainer; in each step, by a choice drawn from a seed every rank shares (so all
- * know the plan), one rank may
- *   - differ in one option: submit COO where the others submit dense, or register that
+ * itest_random.c: the randomised run. STEPS steps (2000 by default); in each, by choices
+ * drawn from a seed every rank shares (so all know the plan), every trainer runs one
+ * collective: an allreduce of rnd.g (dense or COO, the same on every rank, odd ranks
+ * writing their COO lists backwards), a broadcast of rnd.b from a root drawn from the
+ * seed, an allgather of rnd.ag (each rank 0 to 4 rows of 5 elements, drawn from the
+ * seed), a reduce-scatter of rnd.rs (rows of a width drawn from the seed), an alltoall of
+ * rnd.a2a (each rank's splits drawn from the seed, 0 included) or an allreduce of rnd.ga
+ * and rnd.gb grouped. And one rank may
+ *   - differ: in an allreduce, submit COO where the others submit dense, or register that
  *     step's tensor with allow_lossy, a top-k sparsifier, a pinned scheme or its own
- *     sketch rows where the others do not;
+ *     sketch rows where the others do not; in a broadcast, give the next root; in an
+ *     allgather, give the whole tensor (over it in all, unless every other rank gives
+ *     none); in a reduce-scatter, rows of another width; in an alltoall, send its whole
+ *     tensor to the next rank (over what that one may receive, unless the others send it
+ *     nothing); in a group, rnd.gc in rnd.gb's place (rnd.gb then alone);
  *   - submit late: sleep LATE_MS, past the daemons' stall_timeout_ms;
  *   - die and come back: its worker process exits before or right after submitting, and a
  *     new one connects, registers again and goes on with the next step;
- *   - send COO indices out of range.
- * Steps without an event are dense or COO (the same on every rank), odd ranks writing
- * their COO lists backwards. Every result must be exact (the sum of every rank's values of
- * that step) or an error; a wrong sum fails at once, naming the step and its event. At the
- * end the ranks exchange what each step gave: a step exact on one rank and an error on
- * another fails the run. Rank 0 prints the counts: "random: N steps: E exact, F failed
- * on every rank, ...".
+ *   - give bad input: COO indices out of range to an allreduce, a root past the last rank
+ *     to a broadcast, an allgather's count over the tensor, rows that do not divide
+ *     rnd.rs, alltoall splits that add up to more than the tensor, a group of two closed
+ *     with one member (rnd.gb then alone).
+ * Every result must be exact (computed from the seed: the sum of every rank's values of
+ * that step, the root's values, every rank's rows, this rank's slice, every rank's block)
+ * or an error naming the tensor; a wrong result fails at once, naming the step, the
+ * collective and its event, and so do a group's members of which some were exact and
+ * some failed. At the end the ranks exchange what each step gave: a step exact on one rank
+ * and an error on another fails the run, and so does a step without an event that failed
+ * when no event explains it (not among the few failed steps right after a late one, nor
+ * before the first exact step of its tensor's form after a death). Rank 0 prints the counts
+ * ("random: N steps: E exact, F failed on every rank, ..."), with the events and collectives
+ * drawn.
  *
  * With several trainers a node, the trainer that registers a differing option second is
  * refused at once (the node's other trainer then stalls): its step counts as failed.
@@ -27,7 +43,8 @@
  *   random [--steps N] [--seed S] [--rate PERMILLE] [--late-ms MS]
  * (rate: per step, the chance of each kind of event, in thousandths; default 12; late:
  * default 700 ms, for a stall_timeout_ms of 300). With RND_VERBOSE=1 in the environment
- * rank 0 also lists every event's step, rank and outcome.
+ * rank 0 also lists every event's step, collective, rank and outcome; with 2 every rank
+ * also logs each error it gets.
  */
 #include "itest.h"
 
@@ -39,16 +56,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define RND_NUMEL  1000
-#define RND_DIED   77 /* a worker's exit status when the plan says it dies */
-#define RND_SYNC_S 60.0
+#define RND_NUMEL      1000
+#define RND_DIED       77 /* a worker's exit status when the plan says it dies */
+#define RND_SYNC_S     60.0
+#define RND_LATE_REACH 4  /* the steps after a late one that may fail with it */
+#define AG_ROWS	       4  /* an allgather: 0 to AG_ROWS rows a rank */
+#define AG_W	       5  /* elements a row */
+#define A2A_MAX	       40 /* an alltoall: 0 to A2A_MAX elements from each rank to each */
+#define GR_A	       300 /* the grouped allreduce's two tensors: rnd.ga and rnd.gb (or rnd.gc) */
+#define GR_B	       700
 
 enum { EV_NONE, EV_DIFFER, EV_LATE, EV_DIE, EV_BADCOO, EV_KINDS };
-static const char *const ev_names[EV_KINDS] = {"none", "differ", "late", "die", "bad COO"};
+static const char *const ev_names[EV_KINDS] = {"none", "differ", "late", "die", "bad input"};
+enum { C_ALLREDUCE, C_BCAST, C_ALLGATHER, C_RS, C_A2A, C_GROUP, C_KINDS };
+static const char *const coll_names[C_KINDS] = {
+    "allreduce", "broadcast", "allgather", "reduce-scatter", "alltoall", "grouped allreduce"};
+static const size_t rs_widths[] = {1, 2, 4, 5, 8, 10}; /* each divides RND_NUMEL */
 enum { OUT_NONE = 0, OUT_EXACT = 1, OUT_ERROR = 2 };
 
 typedef struct {
-	int ev, who, variant, coo;
+	int ev, who, variant, coo, coll, root, P;
+	size_t rs_w, rs_other; /* a reduce-scatter's row width, and another that divides too */
+	uint64_t h;	       /* the step's hash: every per-rank count derives from it */
 } rnd_step_t;
 
 typedef struct {
@@ -58,6 +87,23 @@ typedef struct {
 	volatile int next_step;
 	uint8_t outcome[]; /* per step: OUT_* */
 } rnd_shared_t;
+
+/* A worker's tensors, one per collective (rnd.g the allreduce's, dense or COO). */
+typedef struct {
+	sc_tensor_t *g, *b, *ag, *rs, *a2a, *ga, *gb, *gc;
+} rnd_tensors_t;
+
+/* A step's operations as this rank started them: up to three (a group's members, and
+ * rnd.gb alone after a group without it). */
+typedef struct {
+	int n;
+	sc_tensor_t *t[3];
+	sc_handle_t h[3];
+	sc_status_t st[3]; /* a refusal at submission */
+	char err[3][512];
+} rnd_ops_t;
+
+static int verbose; /* RND_VERBOSE: 1 lists the events, 2 every error too */
 
 static uint64_t mix(uint64_t x)
 {
@@ -70,16 +116,51 @@ static uint64_t mix(uint64_t x)
 static rnd_step_t plan(const rnd_shared_t *sh, int step, int P)
 {
 	uint64_t h = mix(sh->seed ^ mix((uint64_t)step));
-	rnd_step_t s = {.ev = EV_NONE, .coo = (int)(h >> 40 & 1)};
+	rnd_step_t s = {.ev = EV_NONE, .coo = (int)(h >> 40 & 1), .P = P, .h = h};
 	int r = (int)(h % 1000);
 	for (int k = 1; k < EV_KINDS; k++)
 		if (r >= (k - 1) * sh->rate && r < k * sh->rate)
 			s.ev = k;
 	s.who = (int)((h >> 16) % (uint64_t)P);
 	s.variant = (int)((h >> 24) % 5);
+	s.coll = (int)((h >> 44) % C_KINDS);
+	s.root = (int)((h >> 50) % (uint64_t)P);
+	size_t nw = sizeof(rs_widths) / sizeof(rs_widths[0]), w = (size_t)(h >> 56) % nw;
+	s.rs_w = rs_widths[w], s.rs_other = rs_widths[(w + 1) % nw];
 	if (step == 0 && s.ev == EV_DIE) /* the first step starts the world: no death */
 		s.ev = EV_NONE;
 	return s;
+}
+
+/* The step's value seed: every collective fills with it_value(rnd_seed(step), ...). */
+static uint64_t rnd_seed(int step)
+{
+	return 5000 + (uint64_t)step;
+}
+
+/* Elements rank r gives to an allgather: 0 to AG_ROWS rows; with a differing input, rank
+ * who gives the whole tensor (the total is then over it unless every other gives none). */
+static size_t ag_count(const rnd_step_t *p, int r)
+{
+	if (p->ev == EV_DIFFER && r == p->who)
+		return (size_t)p->P * AG_ROWS * AG_W;
+	return (size_t)(mix(p->h ^ (0xa9ull << 32) ^ (uint64_t)r) % (AG_ROWS + 1)) * AG_W;
+}
+
+/* Elements rank src sends rank dst in an alltoall; with a differing input, rank who sends
+ * its whole tensor to the next rank (over what that one may receive unless the others
+ * send it nothing). */
+static size_t a2a_count(const rnd_step_t *p, int src, int dst)
+{
+	if (p->ev == EV_DIFFER && src == p->who)
+		return dst == (p->who + 1) % p->P ? (size_t)p->P * A2A_MAX : 0;
+	return (size_t)(mix(p->h ^ (0x2a2ull << 32) ^ ((uint64_t)src << 16) ^ (uint64_t)dst) %
+			(A2A_MAX + 1));
+}
+
+static float a2a_value(int step, int src, int dst, size_t i)
+{
+	return (float)it_value(rnd_seed(step) + 3 * (uint64_t)dst, src, i);
 }
 
 /* Retried until every node takes part (a dead worker's node is degraded until it is
@@ -112,7 +193,7 @@ static sc_client_t *connect_retry(void)
 	}
 }
 
-/* The tensor of a step whose event is an option differing on rank who. */
+/* The tensor of an allreduce step whose event is an option differing on rank who. */
 static sc_tensor_t *differ_tensor(sc_client_t *c, int step, const rnd_step_t *p)
 {
 	char name[64];
@@ -138,16 +219,27 @@ static sc_tensor_t *differ_tensor(sc_client_t *c, int step, const rnd_step_t *p)
 	return t;
 }
 
-/* Fills t with this rank's values of step and submits it, dense or as a COO list (odd
- * ranks backwards; with bad, one index past the tensor). */
-static sc_status_t submit(sc_client_t *c, sc_tensor_t *t, int step, int coo, int bad,
-			  sc_handle_t *h)
+/* Records one started operation (its refusal, if any, with the library's error). */
+static void op_add(rnd_ops_t *ops, sc_tensor_t *t, sc_status_t st, const sc_handle_t *h)
+{
+	int k = ops->n++;
+	ops->t[k] = t, ops->st[k] = st, ops->h[k] = st == SC_OK ? *h : 0;
+	snprintf(ops->err[k], sizeof(ops->err[k]), "%s", st == SC_OK ? "" : sc_last_error());
+}
+
+/* Fills t with this rank's values of step and submits an allreduce, dense or as a COO
+ * list (odd ranks backwards; with bad, one index past the tensor). */
+static void start_allreduce(sc_client_t *c, sc_tensor_t *t, int step, int coo, int bad,
+			    rnd_ops_t *ops)
 {
 	int rank = sc_rank(c);
+	sc_handle_t h = 0;
 	float *d = sc_tensor_data(t);
-	it_fill(d, SC_FLOAT32, RND_NUMEL, 5000 + (uint64_t)step, rank, 1);
-	if (!coo)
-		return sc_allreduce_async(c, t, SC_OP_SUM, h);
+	it_fill(d, SC_FLOAT32, sc_tensor_numel(t), rnd_seed(step), rank, 1);
+	if (!coo) {
+		op_add(ops, t, sc_allreduce_async(c, t, SC_OP_SUM, &h), &h);
+		return;
+	}
 	uint32_t *idx = sc_tensor_coo_indices(t);
 	float *val = sc_tensor_coo_values(t);
 	for (uint32_t i = 0; i < RND_NUMEL; i++) {
@@ -156,55 +248,294 @@ static sc_status_t submit(sc_client_t *c, sc_tensor_t *t, int step, int coo, int
 	}
 	if (bad)
 		idx[RND_NUMEL / 2] = RND_NUMEL + 3;
-	return sc_allreduce_coo_async(c, t, RND_NUMEL, SC_OP_SUM, h);
+	op_add(ops, t, sc_allreduce_coo_async(c, t, RND_NUMEL, SC_OP_SUM, &h), &h);
 }
 
-/* One step; its outcome goes to the shared array. */
-static void run_step(sc_client_t *c, sc_tensor_t *g, rnd_shared_t *sh, int step)
+/* A grouped allreduce of rnd.ga and rnd.gb; differing: rnd.gc in rnd.gb's place; bad: the
+ * group closed with one member (sc_group_end refuses it). Either way rnd.gb then goes
+ * alone, so that this trainer still gives rnd.gb its step (a step it skipped would be
+ * owed, and its next submission of rnd.gb taken as that late one). */
+static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int differ, int bad,
+			rnd_ops_t *ops)
+{
+	sc_group_t g = 0;
+	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin");
+	sc_tensor_t *m[2] = {ts->ga, differ ? ts->gc : ts->gb};
+	for (int k = 0; k < (bad ? 1 : 2); k++) {
+		IT_CHECK_SC(sc_group_add(c, g, m[k]), "sc_group_add");
+		start_allreduce(c, m[k], step, 0, 0, ops);
+	}
+	sc_status_t st = sc_group_end(c, g);
+	if (bad && st != SC_ERR_INVALID)
+		IT_FAIL("step %d: a group of two closed with one member: %s, expected "
+			"SC_ERR_INVALID",
+			step, sc_status_name(st));
+	if (!bad)
+		IT_CHECK_SC(st, "sc_group_end");
+	if (bad || differ)
+		start_allreduce(c, ts->gb, step, 0, 0, ops);
+}
+
+/* Starts the step's collective on this rank as the plan says (me: the event is this
+ * rank's). Returns 0, or -1 when this rank has no operation this step (a refused
+ * registration). */
+static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t *p, int step,
+		      int me, rnd_ops_t *ops)
+{
+	int rank = sc_rank(c), P = p->P, bad = p->ev == EV_BADCOO && me;
+	int differ = p->ev == EV_DIFFER && me;
+	uint64_t seed = rnd_seed(step);
+	sc_handle_t h = 0;
+	switch (p->coll) {
+	case C_ALLREDUCE: {
+		sc_tensor_t *t = ts->g;
+		int coo = p->coo;
+		if (p->ev == EV_DIFFER && p->variant == 0)
+			coo = !coo ? me : !me; /* the input's form differs on rank who */
+		else if (p->ev == EV_DIFFER && !(t = differ_tensor(c, step, p)))
+			return -1;
+		else if (p->ev == EV_DIFFER)
+			coo = 0;
+		else if (p->ev == EV_BADCOO)
+			coo = 1;
+		start_allreduce(c, t, step, coo, bad, ops);
+		return 0;
+	}
+	case C_BCAST: { /* differing: another root; bad: a root past the last rank */
+		it_fill(sc_tensor_data(ts->b), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
+		int root = bad ? P : differ ? (p->root + 1) % P : p->root;
+		op_add(ops, ts->b, sc_broadcast_async(c, ts->b, root, &h), &h);
+		return 0;
+	}
+	case C_ALLGATHER: { /* bad: more elements than the tensor holds */
+		size_t n = bad ? sc_tensor_numel(ts->ag) + 1 : ag_count(p, rank);
+		it_fill(sc_tensor_data(ts->ag), SC_FLOAT32, sc_tensor_numel(ts->ag), seed, rank,
+			1);
+		op_add(ops, ts->ag, sc_allgather_async(c, ts->ag, n, &h), &h);
+		return 0;
+	}
+	case C_RS: { /* differing: rows of the next width; bad: rows that do not divide it */
+		size_t w = p->rs_w;
+		if (differ)
+			w = p->rs_other;
+		if (bad)
+			w = 3;
+		it_fill(sc_tensor_data(ts->rs), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
+		op_add(ops, ts->rs, sc_reducescatter_async(c, ts->rs, SC_OP_SUM, w, &h), &h);
+		return 0;
+	}
+	case C_A2A: { /* bad: splits that add up to more than the tensor */
+		size_t counts[64], at = 0;
+		float *d = sc_tensor_data(ts->a2a);
+		for (int q = 0; q < P; q++) {
+			counts[q] = a2a_count(p, rank, q);
+			for (size_t i = 0; i < counts[q]; i++)
+				d[at++] = a2a_value(step, rank, q, i);
+		}
+		if (bad)
+			counts[P - 1] += sc_tensor_numel(ts->a2a) + 1 - at;
+		op_add(ops, ts->a2a, sc_alltoall_async(c, ts->a2a, counts, &h), &h);
+		return 0;
+	}
+	default:
+		start_group(c, ts, step, differ, bad, ops);
+		return 0;
+	}
+}
+
+/* Checks an allgather's result against every rank's count and values of the step. */
+static int check_allgather(sc_tensor_t *t, const rnd_step_t *p, int step, char *why, size_t len)
+{
+	const float *d = sc_tensor_data(t);
+	size_t at = 0;
+	for (int r = 0; r < p->P; r++)
+		for (size_t i = 0; i < ag_count(p, r); i++, at++)
+			if (d[at] != (float)it_value(rnd_seed(step), r, i))
+				return snprintf(why, len,
+						"element %zu of rank %d is %g, not %d", i, r,
+						(double)d[at], it_value(rnd_seed(step), r, i)),
+				       1;
+	if (sc_tensor_result_nnz(t) != at)
+		return snprintf(why, len, "%zu elements gathered, expected %zu",
+				sc_tensor_result_nnz(t), at),
+		       1;
+	return 0;
+}
+
+/* Checks this rank's slice of a reduce-scatter of rows of p->rs_w. */
+static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
+		    size_t len)
+{
+	size_t rows = RND_NUMEL / p->rs_w, P = (size_t)p->P, r = (size_t)rank;
+	size_t first = r * (rows / P) + (r < rows % P ? r : rows % P);
+	size_t mine = rows / P + (r < rows % P);
+	if (sc_tensor_result_nnz(t) != mine * p->rs_w)
+		return snprintf(why, len, "%zu elements, expected rows %zu to %zu of %zu",
+				sc_tensor_result_nnz(t), first, first + mine, p->rs_w),
+		       1;
+	const float *d = sc_tensor_data(t);
+	for (size_t j = 0; j < mine * p->rs_w; j++) {
+		int want = it_value_sum(rnd_seed(step), p->P, first * p->rs_w + j);
+		if (d[j] != (float)want)
+			return snprintf(why, len, "element %zu of the slice is %g, not %d", j,
+					(double)d[j], want),
+			       1;
+	}
+	return 0;
+}
+
+/* Checks an alltoall's result: each rank's block, its count and the total. */
+static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
+		     size_t len)
+{
+	size_t rc[64], at = 0;
+	IT_CHECK_SC(sc_tensor_result_counts(t, rc, p->P), "sc_tensor_result_counts");
+	const float *d = sc_tensor_data(t);
+	for (int s = 0; s < p->P; s++) {
+		size_t want = a2a_count(p, s, rank);
+		if (rc[s] != want)
+			return snprintf(why, len, "%zu elements from rank %d, expected %zu",
+					rc[s], s, want),
+			       1;
+		for (size_t i = 0; i < want; i++, at++)
+			if (d[at] != a2a_value(step, s, rank, i))
+				return snprintf(why, len,
+						"element %zu from rank %d is %g, not %g", i, s,
+						(double)d[at],
+						(double)a2a_value(step, s, rank, i)),
+				       1;
+	}
+	if (sc_tensor_result_nnz(t) != at)
+		return snprintf(why, len, "a result of %zu elements, expected %zu",
+				sc_tensor_result_nnz(t), at),
+		       1;
+	return 0;
+}
+
+/* Checks one operation's SC_OK result against the values the plan gives. */
+static int check_result(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int step,
+			char *why, size_t len)
+{
+	int rank = sc_rank(c), P = p->P;
+	const float *d = sc_tensor_data(t);
+	switch (p->coll) {
+	case C_BCAST:
+		for (size_t i = 0; i < RND_NUMEL; i++)
+			if (d[i] != (float)it_value(rnd_seed(step), p->root, i))
+				return snprintf(why, len, "element %zu is %g, root %d's is %d",
+						i, (double)d[i], p->root,
+						it_value(rnd_seed(step), p->root, i)),
+				       1;
+		return 0;
+	case C_ALLGATHER:
+		return check_allgather(t, p, step, why, len);
+	case C_RS:
+		return check_rs(t, p, rank, step, why, len);
+	case C_A2A:
+		return check_a2a(t, p, rank, step, why, len);
+	default:
+		return it_check(d, SC_FLOAT32, sc_tensor_numel(t), rnd_seed(step), P, 1,
+				SC_OP_SUM, why, len) != 0;
+	}
+}
+
+/* One step; its outcome goes to the shared array. The members of a group end alike. */
+static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, int step)
 {
 	int rank = sc_rank(c), me;
 	rnd_step_t p = plan(sh, step, sc_size(c));
 	me = p.ev != EV_NONE && p.who == rank;
-	sc_tensor_t *t = g;
-	int coo = p.coo;
-	if (p.ev == EV_DIFFER && p.variant == 0)
-		coo = !coo ? me : !me; /* the input's form differs on rank who */
-	else if (p.ev == EV_DIFFER && !(t = differ_tensor(c, step, &p))) {
-		sh->next_step = step + 1;
-		sh->outcome[step] = OUT_ERROR;
-		return;
-	} else if (p.ev == EV_DIFFER)
-		coo = 0;
-	else if (p.ev == EV_BADCOO)
-		coo = 1;
+	const char *coll = coll_names[p.coll];
 	if (p.ev == EV_LATE && me)
 		it_sleep_ms(sh->late_ms);
-	sh->next_step = step + 1;
 	if (p.ev == EV_DIE && me)
-		it_log("step %d: this worker dies %s submitting", step,
-		       p.variant % 2 ? "right after" : "before");
-	if (p.ev == EV_DIE && me && p.variant % 2 == 0)
+		it_log("step %d: this worker dies %s submitting its %s", step,
+		       p.variant % 2 ? "right after" : "before", coll);
+	if (p.ev == EV_DIE && me && p.variant % 2 == 0) {
+		sh->next_step = step + 1;
 		_exit(RND_DIED); /* before submitting */
-	sc_handle_t h = 0;
-	sc_status_t st = submit(c, t, step, coo, p.ev == EV_BADCOO && me, &h);
-	if (p.ev == EV_DIE && me)
-		_exit(RND_DIED); /* right after submitting */
-	int r = st == SC_OK ? it_wait(c, h, IT_OP_TIMEOUT_MS) : st;
-	if (r == IT_HANG)
-		IT_FAIL("step %d (%s on rank %d) never ended: %s", step, ev_names[p.ev], p.who,
-			it_wait_error());
-	if (r != SC_OK) {
+	}
+	rnd_ops_t ops;
+	memset(&ops, 0, sizeof(ops));
+	int none = start_step(c, ts, &p, step, me, &ops) < 0;
+	sh->next_step = step + 1;
+	if (none) {
 		sh->outcome[step] = OUT_ERROR;
 		return;
 	}
-	char why[512];
-	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, RND_NUMEL, 5000 + (uint64_t)step,
-				sc_size(c), 1, SC_OP_SUM, why, sizeof(why));
-	if (wrong)
-		IT_FAIL("step %d (%s on rank %d, %s): SC_OK with %zu of %d elements wrong: %s",
-			step, ev_names[p.ev], p.who, coo ? "COO" : "dense", wrong, RND_NUMEL,
-			why);
-	sh->outcome[step] = OUT_EXACT;
+	if (p.ev == EV_DIE && me)
+		_exit(RND_DIED); /* right after submitting */
+	int ok = 0;
+	for (int k = 0; k < ops.n; k++) {
+		int r = ops.st[k] == SC_OK ? it_wait(c, ops.h[k], IT_OP_TIMEOUT_MS) : ops.st[k];
+		if (r == IT_HANG)
+			IT_FAIL("step %d (%s, %s on rank %d) never ended: %s", step, coll,
+				ev_names[p.ev], p.who, it_wait_error());
+		if (r != SC_OK) {
+			const char *e = ops.st[k] == SC_OK ? it_wait_error() : ops.err[k];
+			if (verbose > 1)
+				it_log("step %d (%s of '%s', %s on rank %d): %s: %s", step,
+				       coll, sc_tensor_name(ops.t[k]), ev_names[p.ev], p.who,
+				       it_wait_name(r), e);
+			if (!strstr(e, sc_tensor_name(ops.t[k])))
+				IT_FAIL("step %d (%s, %s on rank %d, variant %d): %s that does "
+					"not name '%s': %s",
+					step, coll, ev_names[p.ev], p.who, p.variant,
+					it_wait_name(r), sc_tensor_name(ops.t[k]), e);
+			continue;
+		}
+		char why[512];
+		if (check_result(c, ops.t[k], &p, step, why, sizeof(why)))
+			IT_FAIL("step %d (%s of '%s', %s on rank %d, variant %d): SC_OK with a "
+				"wrong result: %s",
+				step, coll, sc_tensor_name(ops.t[k]), ev_names[p.ev], p.who,
+				p.variant, why);
+		ok++;
+	}
+	if (ok && ok < ops.n)
+		IT_FAIL("step %d (%s, %s on rank %d): %d of its %d members exact, the others "
+			"failed",
+			step, coll, ev_names[p.ev], p.who, ok, ops.n);
+	sh->outcome[step] = ok ? OUT_EXACT : OUT_ERROR;
+}
+
+/* The form a step's tensor runs in (its collective and the arguments that make its cache
+ * entry), or -1 for a tensor of its own (an option differing: rnd.oSTEP). */
+static long form_of(const rnd_step_t *p)
+{
+	if (p->coll == C_ALLREDUCE && p->ev == EV_DIFFER && p->variant != 0)
+		return -1;
+	return (long)p->coll | (long)(p->coll == C_ALLREDUCE && p->coo) << 3 |
+	       (long)(p->coll == C_RS ? p->rs_w : 0) << 4 |
+	       (long)(p->coll == C_BCAST ? p->root : 0) << 12;
+}
+
+/* A step without an event that failed (v: the outcomes exchanged): it may be one of the
+ * few that follow a late step, each failed (the late rank, still asleep, misses the
+ * others' next steps too), or one before the first exact step of its tensor's form after
+ * a death (the replaced trainer's node made the tensor's state anew, the others kept
+ * theirs: the first step that runs the scheme finds it and fails on every rank, and the
+ * state is made anew everywhere for the next). Any other failure is one no event
+ * explains. */
+static void check_unexplained(const rnd_shared_t *sh, const int32_t *v, int s, int P)
+{
+	rnd_step_t p = plan(sh, s, P);
+	long form = form_of(&p);
+	for (int t = s - 1; t >= 0 && t >= s - RND_LATE_REACH && v[sh->steps + t]; t--)
+		if (plan(sh, t, P).ev == EV_LATE)
+			return;
+	for (int t = s - 1; t >= 0; t--) {
+		rnd_step_t q = plan(sh, t, P);
+		if (q.ev == EV_DIE)
+			return;
+		if (form_of(&q) == form && v[t])
+			IT_FAIL("step %d (%s, no event) failed on every rank, and no event "
+				"explains it: its tensor's step %d in the same form was exact "
+				"since the last death",
+				s, coll_names[p.coll], t);
+	}
+	IT_FAIL("step %d (%s, no event) failed on every rank, with no death before it", s,
+		coll_names[p.coll]);
 }
 
 /* Every rank's outcomes summed per step and kind: none of them both exact somewhere and an
@@ -223,37 +554,67 @@ static void compare(sc_client_t *c, rnd_shared_t *sh)
 		st = sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS);
 	}
 	IT_CHECK_SC(st, "the exchange of the outcomes");
-	int exact = 0, failed = 0, events[EV_KINDS] = {0};
+	int exact = 0, failed = 0, events[EV_KINDS] = {0}, colls[C_KINDS] = {0};
 	for (int s = 0; s < n; s++) {
 		rnd_step_t p = plan(sh, s, P);
 		events[p.ev]++;
+		colls[p.coll]++;
 		if (v[s] && v[n + s])
-			IT_FAIL("step %d (%s on rank %d): exact on %d ranks, an error on %d", s,
-				ev_names[p.ev], p.who, v[s], v[n + s]);
+			IT_FAIL(
+			    "step %d (%s, %s on rank %d, variant %d): exact on %d ranks, an "
+			    "error on %d",
+			    s, coll_names[p.coll], ev_names[p.ev], p.who, p.variant, v[s],
+			    v[n + s]);
+		if (v[n + s] && p.ev == EV_NONE)
+			check_unexplained(sh, v, s, P);
 		exact += v[s] > 0;
 		failed += v[n + s] > 0;
-		if (p.ev != EV_NONE && sc_rank(c) == 0 && getenv("RND_VERBOSE"))
-			it_log("step %d: %s on rank %d (variant %d): exact on %d, failed on %d",
-			       s, ev_names[p.ev], p.who, p.variant, v[s], v[n + s]);
+		if (p.ev != EV_NONE && sc_rank(c) == 0 && verbose)
+			it_log("step %d: %s, %s on rank %d (variant %d): exact on %d, failed "
+			       "on %d",
+			       s, coll_names[p.coll], ev_names[p.ev], p.who, p.variant, v[s],
+			       v[n + s]);
 	}
 	if (sc_rank(c) == 0)
 		it_log("random: %d steps (seed %llu): %d exact, %d failed on every rank, %d "
-		       "without a result; events: %d differ, %d late, %d die, %d bad COO",
+		       "without a result; events: %d differ, %d late, %d die, %d bad input; "
+		       "collectives: %d allreduce, %d broadcast, %d allgather, %d "
+		       "reduce-scatter, %d alltoall, %d grouped",
 		       n, (unsigned long long)sh->seed, exact, failed, n - exact - failed,
-		       events[EV_DIFFER], events[EV_LATE], events[EV_DIE], events[EV_BADCOO]);
+		       events[EV_DIFFER], events[EV_LATE], events[EV_DIE], events[EV_BADCOO],
+		       colls[C_ALLREDUCE], colls[C_BCAST], colls[C_ALLGATHER], colls[C_RS],
+		       colls[C_A2A], colls[C_GROUP]);
+}
+
+static sc_tensor_t *reg(sc_client_t *c, const char *name, size_t numel, size_t coo_cap)
+{
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = coo_cap};
+	sc_tensor_t *t = NULL;
+	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, numel, &o, &t), "register '%s'", name);
+	return t;
 }
 
 static int worker(rnd_shared_t *sh)
 {
 	int start = sh->next_step;
 	sc_client_t *c = connect_retry();
-	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = RND_NUMEL};
-	sc_tensor_t *g = NULL;
-	IT_CHECK_SC(sc_register_ex(c, "rnd.g", SC_FLOAT32, RND_NUMEL, &o, &g), "register");
+	size_t P = (size_t)sc_size(c);
+	if (P > 64)
+		IT_FAIL("random: runs with at most 64 trainers, not %zu", P);
+	rnd_tensors_t ts = {
+	    .g = reg(c, "rnd.g", RND_NUMEL, RND_NUMEL),
+	    .b = reg(c, "rnd.b", RND_NUMEL, 0),
+	    .ag = reg(c, "rnd.ag", P * AG_ROWS * AG_W, 0),
+	    .rs = reg(c, "rnd.rs", RND_NUMEL, 0),
+	    .a2a = reg(c, "rnd.a2a", P * A2A_MAX, 0),
+	    .ga = reg(c, "rnd.ga", GR_A, 0),
+	    .gb = reg(c, "rnd.gb", GR_B, 0),
+	    .gc = reg(c, "rnd.gc", GR_B, 0),
+	};
 	if (start > 0) /* a new worker: the others wait for it in the barrier */
 		sync_all(c, start - 1);
 	for (int step = start; step < sh->steps; step++) {
-		run_step(c, g, sh, step);
+		run_step(c, &ts, sh, step);
 		if (plan(sh, step, sc_size(c)).ev == EV_DIE)
 			sync_all(c, step);
 	}
@@ -280,6 +641,7 @@ int it_random(int argc, char **argv)
 	}
 	if (steps < 1 || rate < 0 || rate * (EV_KINDS - 1) > 1000)
 		IT_FAIL("random: --steps %d or --rate %d out of range", steps, rate);
+	verbose = getenv("RND_VERBOSE") ? atoi(getenv("RND_VERBOSE")) : 0;
 	rnd_shared_t *sh = mmap(NULL, sizeof(*sh) + (size_t)steps, PROT_READ | PROT_WRITE,
 				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)

@@ -1091,19 +1091,31 @@ run_case "stalled n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 
 run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" stalled
 # A rank later than stall_timeout_ms: its late step fails too (never paired with the
 # others' next step), and the steps after it are exact (world/late.c).
-# The randomised run: 3 nodes, 2000 steps, each step one rank may (by a seeded choice)
-# differ in one option, submit late, die and come back, or send out-of-range COO; every
-# result must be exact or an error on every rank. The seed is fresh each run and printed
-# with the counts (rerun one: sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms
-# --daemon-arg 300 -- sparsecomm-itest random --seed SEED).
+# The randomised run: 3 nodes, 600 steps, each step's collective drawn from a seed
+# (allreduce dense or COO, broadcast, allgather, reduce-scatter, alltoall, a grouped
+# allreduce) and one rank may (by a seeded choice) differ in an option or an argument,
+# submit late, die and come back, or give bad input; every result must be exact or an
+# error on every rank. The seed is fresh each run and printed with the counts (rerun one:
+# sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms --daemon-arg 300 --
+# sparsecomm-itest random --seed SEED).
 rnd_seed=$(date +%s)
-run_case "random n=3 (2000 steps, seed $rnd_seed)" 3 1 300 0 3 --daemon-arg \
-	--stall_timeout_ms --daemon-arg 300 -- "$itest" random --steps 2000 --seed "$rnd_seed"
-selected "random n=3" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+rnd() { # name nodes per-node steps rate seed
+	run_case "random $1 ($4 steps, rate $5, seed $6)" "$2" "$3" 300 0 $(($2 * $3)) \
+		--daemon-arg --stall_timeout_ms --daemon-arg 300 -- "$itest" random \
+		--steps "$4" --rate "$5" --seed "$6"
+	selected "random $1" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+}
+rnd "n=3" 3 1 600 12 "$rnd_seed"
 # the same with two trainers a node: a trainer late, dead or refused fails its node's step
-run_case "random n=2 per-node=2 (1000 steps, seed $rnd_seed)" 2 2 300 0 4 --daemon-arg \
-	--stall_timeout_ms --daemon-arg 300 -- "$itest" random --steps 1000 --seed "$rnd_seed"
-selected "random n=2 per-node=2" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+rnd "n=2 per-node=2" 2 2 400 12 "$rnd_seed"
+rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
+# a trainer replaced after a reduce-scatter (step 68, rank 1): its node made rnd.g's scheme
+# state anew and the others kept theirs, so every later COO allreduce of rnd.g failed
+# with SC_ERR_MISMATCH (another step, another scheme); now only the first (step 74) does
+rnd "state after a death n=3" 3 1 80 12 1795975241
+# many events: one step in four or more has one
+rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
+rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
