@@ -284,6 +284,13 @@ static void print_table(double *per_stage[ST_N], int n, int P)
 	}
 }
 
+/* By start; an empty list has no array (qsort takes none). */
+static void sort_spans(spans_t *l)
+{
+	if (l->n > 0)
+		qsort(l->v, (size_t)l->n, sizeof(span_t), cmp_span);
+}
+
 int stages_report(const char *prefix, int P)
 {
 	if (P > STAGES_RANKS_MAX) {
@@ -301,12 +308,10 @@ int stages_report(const char *prefix, int P)
 		if (rc == 0)
 			rc = read_client(path, &tl[r]);
 		if (rc == 0) {
-			qsort(tl[r].buffer.v, (size_t)tl[r].buffer.n, sizeof(span_t), cmp_span);
-			qsort(tl[r].scheme.v, (size_t)tl[r].scheme.n, sizeof(span_t), cmp_span);
-			qsort(tl[r].ready_in.v, (size_t)tl[r].ready_in.n, sizeof(span_t),
-			      cmp_span);
-			qsort(tl[r].plan_out.v, (size_t)tl[r].plan_out.n, sizeof(span_t),
-			      cmp_span);
+			sort_spans(&tl[r].buffer);
+			sort_spans(&tl[r].scheme);
+			sort_spans(&tl[r].ready_in); /* the coordinator's alone */
+			sort_spans(&tl[r].plan_out);
 		}
 	}
 	int calls = rc == 0 ? tl[0].client.n : 0;
