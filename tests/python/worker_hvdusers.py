@@ -4,6 +4,7 @@ and examples write them (``import sparsecomm.torch as hvd`` in place of horovod.
 run for several steps, so that what a single step does not show (a gradient's layout
 written back, the state a second step finds) is checked.  Prints `CHECK <name> ok` or
 `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
+import copy
 import os
 import sys
 
@@ -12,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import sparsecomm.torch as hvd  # noqa: E402
-from checks import Checks  # noqa: E402
+from checks import Checks, raises  # noqa: E402
 
 torch.set_num_threads(1)
 hvd.init()
@@ -74,6 +75,116 @@ def sparse_gradients_over_steps():
             same_everywhere(list(m.parameters()), tag)
             for o in dist:
                 o.remove_hooks()
+
+
+def elastic_parts(tag, seed):
+    """A model whose start differs on every rank, its DistributedOptimizer and an
+    ElasticSampler over 10 samples, in a TorchState with an epoch and a batch that also
+    differ on every rank."""
+    torch.manual_seed(seed + R)
+    model = torch.nn.Linear(3, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(),
+                                   prefix=tag + ".")
+    data = torch.utils.data.TensorDataset(torch.arange(30.).view(10, 3), torch.zeros(10))
+    sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=seed)
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=R, batch=10 + R)
+    return model, opt, data, sampler, state
+
+
+@check
+def elastic_run_in_a_fixed_job():
+    # Horovod's elastic example as written: @hvd.elastic.run syncs the state from rank 0
+    # (the model, the optimizer, the plain attributes) and runs the function once;
+    # commits and set_epoch between batches; every rank ends with the same model
+    model, opt, data, sampler, state = elastic_parts("el.run", 7)
+    start0 = hvd.broadcast(model.weight.detach(), 0, name="el.run.start")
+    seen = []
+    state.register_reset_callbacks([lambda: seen.append("reset")])
+
+    @hvd.elastic.run
+    def train(state, epochs, extra=None):
+        assert (state.epoch, state.batch) == (0, 10), (state.epoch, state.batch)
+        assert torch.equal(state.model.weight.detach(), start0), "not rank 0's start"
+        loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler)
+        for state.epoch in range(state.epoch, epochs):
+            sampler.set_epoch(state.epoch)
+            for state.batch, (x, _) in enumerate(loader):
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+                sampler.record_batch(state.batch, 2)
+                state.commit()
+            state.batch = 0
+            state.commit()
+        return state.epoch, extra
+
+    assert train(state, 2, extra="x") == (1, "x")
+    assert seen == [], seen  # a fixed job never resets
+    same_everywhere(list(model.parameters()), "el.run")
+    # the sampler: every rank's share of the 10 samples is ceil(10 / P), all of them
+    # covered, and a commit keeps the samples every rank has processed
+    sampler.set_epoch(5)
+    mine = list(iter(sampler))
+    assert len(mine) == len(sampler) == -(-10 // P), (mine, len(sampler))
+    every = hvd.allgather_object(mine, name="el.run.shares")
+    assert set().union(*map(set, every)) == set(range(10)), every
+    sampler.record_batch(0, 2)
+    state.commit()
+    done = set().union(*[set(s[:2]) for s in every])
+    sampler.record_batch(1, 2)  # not committed: restore() forgets it
+    state.restore()
+    assert sampler.processed_indices == done, (sampler.processed_indices, done)
+    assert sampler.remaining_indices == sorted(set(range(10)) - done)
+    assert len(sampler) == -(-(10 - len(done)) // P)
+    opt.remove_hooks()
+
+
+@check
+def elastic_failure_restores_the_commit():
+    # an operation that fails on every rank (a HorovodInternalError) inside the function
+    # restores the last commit (model, optimizer, attributes) and is raised again
+    model, opt, data, sampler, state = elastic_parts("el.fail", 11)
+
+    @hvd.elastic.run
+    def train(state):
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        state.epoch = 3
+        state.commit()
+        state.committed = {k: v.clone() for k, v in model.state_dict().items()}
+        state.moments = copy.deepcopy(opt.state_dict()["state"])
+        state.epoch = 4
+        with torch.no_grad():
+            model.weight.fill_(7.0)
+        hvd.allreduce(torch.ones(2 + R), name="el.fail.mismatch")  # shapes differ
+
+    e = raises(hvd.HorovodInternalError, train, state) if P > 1 else None
+    if e is None:
+        return
+    assert state.epoch == 3, state.epoch
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state.committed[k]), k
+    got = opt.state_dict()["state"]
+    for i, want in state.moments.items():
+        assert torch.equal(got[i]["momentum_buffer"], want["momentum_buffer"]), i
+    opt.remove_hooks()
+
+
+@check
+def elastic_names():
+    import sparsecomm.torch.elastic as el
+    assert el is hvd.elastic
+    for n in ("run", "State", "ObjectState", "TorchState", "ElasticSampler",
+              "HostsUpdatedInterrupt"):
+        assert hasattr(hvd.elastic, n), n
+    assert not hasattr(hvd.elastic, "_private")  # AttributeError, as hasattr expects
+    obj = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=R)
+    obj.sync()  # nothing saved from rank 0 yet: its value at creation
+    assert obj.step == 0, obj.step
+    obj.step = 5 + R
+    obj.restore()
+    assert obj.step == 0, obj.step
 
 
 sys.exit(1 if check.failed else 0)

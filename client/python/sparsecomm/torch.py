@@ -43,7 +43,8 @@ broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter
 reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
 nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
 HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression,
-DistributedOptimizer and elastic (whose names raise NotImplementedError), each with
+DistributedOptimizer and elastic (run, TorchState, ElasticSampler, ... for a job of
+fixed size: sparsecomm._elastic), each with
 Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
 functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
 async forms, the sparsifier options) are keyword-only.  A call before init() raises
@@ -80,7 +81,7 @@ import torch
 
 import sparsecomm as _sc
 from sparsecomm import _autograd
-from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic: not supported)
+from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic, a fixed job's)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
     SplitsError, Handle, Sparsifier,
