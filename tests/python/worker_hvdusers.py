@@ -187,4 +187,22 @@ def elastic_names():
     assert obj.step == 0, obj.step
 
 
+@check
+def horovods_module_paths():
+    # scripts import names from horovod.torch's modules (mpi_ops, functions, optimizer,
+    # compression, sync_batch_norm): the same names under sparsecomm.torch's
+    from sparsecomm.torch.mpi_ops import Sum, allreduce_async_, synchronize
+    from sparsecomm.torch.functions import broadcast_object, broadcast_parameters  # noqa
+    from sparsecomm.torch.optimizer import DistributedOptimizer  # noqa: F401
+    from sparsecomm.torch.compression import Compression
+    from sparsecomm.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+    import sparsecomm.torch.mpi_ops as mpi_ops
+    assert mpi_ops.allreduce is hvd.allreduce and hvd.mpi_ops is mpi_ops
+    assert Compression is hvd.Compression
+    t = torch.ones(2)
+    assert torch.equal(synchronize(allreduce_async_(t, name="paths", op=Sum)),
+                       torch.full((2,), float(P)))
+    assert broadcast_object(R) == 0
+
+
 sys.exit(1 if check.failed else 0)

@@ -94,6 +94,13 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     global_process_set, add_process_set, remove_process_set, process_set_by_id)
 
 sys.modules[__name__ + ".elastic"] = elastic  # `import sparsecomm.torch.elastic` too
+# Horovod's modules inside horovod.torch, which scripts import names from (`from
+# horovod.torch.mpi_ops import allreduce_async_, synchronize`): every name is this
+# module's, so each is this module under that name too
+for _sub in ("mpi_ops", "functions", "optimizer", "compression", "sync_batch_norm"):
+    sys.modules["%s.%s" % (__name__, _sub)] = sys.modules[__name__]
+    globals()[_sub] = sys.modules[__name__]
+del _sub
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
