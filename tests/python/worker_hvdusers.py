@@ -205,4 +205,15 @@ def horovods_module_paths():
     assert broadcast_object(R) == 0
 
 
+@check
+def optimizer_parameters_given_unnamed():
+    # model.parameters() where named_parameters belong: Horovod's ValueError, which
+    # names what is expected
+    m = torch.nn.Linear(3, 2)
+    for bad in (m.parameters(), list(m.parameters()), [("w", m.weight, 0)]):
+        e = raises(ValueError, hvd.DistributedOptimizer,
+                   torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=bad)
+        assert "named_parameters" in str(e), e
+
+
 sys.exit(1 if check.failed else 0)

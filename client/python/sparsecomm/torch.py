@@ -671,6 +671,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
+            if not all(isinstance(item, tuple) and len(item) == 2 and
+                       isinstance(item[1], torch.Tensor) for item in named):
+                # Horovod's ValueError (model.parameters() given in its place)
+                raise ValueError("named_parameters should be a sequence of tuples (name, "
+                                 "parameter), usually produced by "
+                                 "model.named_parameters()")
         else:
             named = [("param.%d.%d" % (gi, pi), p) for gi, g in enumerate(self.param_groups)
                      for pi, p in enumerate(g["params"])]
