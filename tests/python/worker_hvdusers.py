@@ -216,4 +216,39 @@ def optimizer_parameters_given_unnamed():
         assert "named_parameters" in str(e), e
 
 
+@check
+def names_of_any_length():
+    # Horovod's names have no bound: names past the daemons' 255 bytes (a long f-string,
+    # multi-byte text, two that differ only past their first 300 bytes), an empty name
+    # (unnamed, as Horovod's), and a model whose parameter names are that long,
+    # broadcast and trained
+    long_a, long_b = "m" * 300 + ".a", "m" * 300 + ".b"
+    a = hvd.allreduce_async(torch.full((2,), float(R)), name=long_a, op=hvd.Sum)
+    b = hvd.allreduce_async(torch.full((3,), 1.0), name=long_b, op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(a), torch.full((2,), float(P * (P - 1) // 2)))
+    assert torch.equal(hvd.synchronize(b), torch.full((3,), float(P)))
+    for n in ("x" * 5000, "\u635f\u5931" * 100, ""):
+        got = hvd.allreduce(torch.ones(2), name=n, op=hvd.Sum)
+        assert torch.equal(got, torch.full((2,), float(P))), (len(n), got)
+    assert hvd.broadcast_object(R, 0, name="o" * 400) == 0
+
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.add_module("block" * 60, torch.nn.Linear(2, 1))
+
+        def forward(self, x):
+            return getattr(self, "block" * 60)(x)
+
+    torch.manual_seed(R)
+    m = Deep()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    m(torch.full((1, 2), float(R))).sum().backward()
+    opt.step()
+    same_everywhere(list(m.parameters()), "deep")
+    opt.remove_hooks()
+
+
 sys.exit(1 if check.failed else 0)
