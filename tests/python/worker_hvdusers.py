@@ -88,7 +88,11 @@ def elastic_parts(tag, seed):
                                    prefix=tag + ".")
     data = torch.utils.data.TensorDataset(torch.arange(30.).view(10, 3), torch.zeros(10))
     sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=seed)
-    state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=R, batch=10 + R)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for _ in range(R):  # a schedule that differs on every rank until synchronised
+        sched.step()
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, scheduler=sched, epoch=R,
+                                   batch=10 + R)
     return model, opt, data, sampler, state
 
 
@@ -105,6 +109,7 @@ def elastic_run_in_a_fixed_job():
     @hvd.elastic.run
     def train(state, epochs, extra=None):
         assert (state.epoch, state.batch) == (0, 10), (state.epoch, state.batch)
+        assert state.scheduler.last_epoch == 0, state.scheduler.last_epoch
         assert torch.equal(state.model.weight.detach(), start0), "not rank 0's start"
         loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler)
         for state.epoch in range(state.epoch, epochs):
@@ -155,6 +160,7 @@ def elastic_failure_restores_the_commit():
         state.committed = {k: v.clone() for k, v in model.state_dict().items()}
         state.moments = copy.deepcopy(opt.state_dict()["state"])
         state.epoch = 4
+        state.scheduler.step()
         with torch.no_grad():
             model.weight.fill_(7.0)
         hvd.allreduce(torch.ones(2 + R), name="el.fail.mismatch")  # shapes differ
@@ -163,6 +169,7 @@ def elastic_failure_restores_the_commit():
     if e is None:
         return
     assert state.epoch == 3, state.epoch
+    assert state.scheduler.last_epoch == 0, state.scheduler.last_epoch
     for k, v in model.state_dict().items():
         assert torch.equal(v, state.committed[k]), k
     got = opt.state_dict()["state"]
