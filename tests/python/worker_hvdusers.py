@@ -47,7 +47,8 @@ def sparse_gradients_over_steps():
     # Horovod writes a sparse gradient back sparse, under sparse_as_dense too: SparseAdam
     # (which refuses dense gradients) steps, and the gradients of the next steps
     # accumulate into the sparse gradients the previous step left (zero_grad keeping
-    # them, set_to_none=False), with one and with two backward passes per step
+    # them, set_to_none=False, or from None), with one and with two backward passes
+    # per step
     for sad in (False, True):
         for passes in (1, 2):
             tag = "bag.%d.%d" % (sad, passes)
@@ -63,8 +64,8 @@ def sparse_gradients_over_steps():
                 for o in opts]
             gen = torch.Generator().manual_seed(100 + R)
             for step in range(3):
-                for o in dist:
-                    o.zero_grad(set_to_none=False)
+                for o in dist:  # torch 2's default (None) at step 1 only
+                    o.zero_grad(set_to_none=step == 1)
                 for _ in range(passes):
                     m(torch.randint(0, 50, (6, 5), generator=gen)).pow(2).mean().backward()
                 for o in dist:
