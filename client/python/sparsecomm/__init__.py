@@ -403,7 +403,8 @@ def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None):
     endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
     user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).
     Under mpirun, srun or torchrun with no daemon serving the node, the job's own daemon is
-    started for the node (docs/deployment.md, "Under a scheduler").  ``timeout`` (seconds)
+    started for the node (docs/deployment.md, "Under a scheduler"); a process started alone
+    (``python3 train.py``) is then a job of one, as Horovod's (its "Started alone").  ``timeout`` (seconds)
     is the default bound of every wait.  ``process_sets``: Horovod's, a list of ProcessSet
     (or of rank lists) added in order once connected, every trainer giving the same list,
     or "dynamic" (sets are added later with add_process_set); see
