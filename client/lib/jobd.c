@@ -7,16 +7,20 @@
  * directory's files are listed in client/run/jobd.h), in a session of its own so that the
  * scheduler's stop of one trainer does not take it; every local trainer writes its pid
  * there and waits for the daemon's socket. The daemon stops when the node's last trainer
- * has gone.
+ * has gone. A trainer that nothing placed and no daemon serves (started alone) is a job of
+ * one, with a daemon of its own the same way.
  */
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,6 +39,55 @@ static const char *env_get(void *ctx, const char *name)
 {
 	(void)ctx;
 	return getenv(name);
+}
+
+/* The environment with the pairs of ctx (NULL-terminated name, value, ...) over it. */
+static const char *env_over(void *ctx, const char *name)
+{
+	for (const char *const *kv = ctx; kv[0]; kv += 2)
+		if (!strcmp(kv[0], name))
+			return kv[1];
+	return getenv(name);
+}
+
+/* A free TCP port on loopback (the kernel's choice), 0 when none can be had. */
+static int free_loopback_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+	if (fd < 0)
+		return 0;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* A trainer that no launcher or scheduler placed (`python3 train.py`) and no daemon
+ * serves: a job of one trainer, its id this process's, its coordinator on a free loopback
+ * port unless SPARSECOMM_COORDINATOR or SPARSECOMM_PORT names one (as Horovod runs a script
+ * started alone as a job of one; docs/deployment.md, "Started alone"). */
+static int place_alone(const char *host, sc_place_t *p, char *err, size_t len)
+{
+	char job[64], coord[32];
+	snprintf(job, sizeof(job), "alone.%ld", (long)getpid());
+	snprintf(coord, sizeof(coord), "127.0.0.1:%d", free_loopback_port());
+	int given = getenv("SPARSECOMM_COORDINATOR") || getenv("SPARSECOMM_PORT");
+	const char *kv[] = {"SPARSECOMM_RANK",
+			    "0",
+			    "SPARSECOMM_SIZE",
+			    "1",
+			    "SPARSECOMM_LOCAL_SIZE",
+			    "1",
+			    "SPARSECOMM_JOB_ID",
+			    job,
+			    given ? NULL : "SPARSECOMM_COORDINATOR",
+			    coord,
+			    NULL};
+	return sc_place_from_env(env_over, kv, host, p, err, len);
 }
 
 /* Whether every address host resolves to is a loopback one: then every node of the job
@@ -338,6 +391,11 @@ sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size
 	int found = sc_place_from_env(env_get, NULL, host, &p, err, sizeof(err));
 	if (found < 0 && !(own && *own)) /* under sparsecomm-run its own variables decide */
 		return scl_error(SC_ERR_INVALID, "%s", err);
+	sc_socket_default(dflt, sizeof(dflt));
+	int served = stat(strncmp(dflt, "ipc://", 6) ? dflt : dflt + 6, &st) == 0;
+	if (found == 0 && want_daemon && !(own && *own) && !served &&
+	    (found = place_alone(host, &p, err, sizeof(err))) < 0)
+		return scl_error(SC_ERR_INVALID, "%s", err);
 	if (found <= 0)
 		return SC_OK;
 	*local_rank_p = p.local_rank;
@@ -345,9 +403,7 @@ sc_status_t scl_job_socket(int want_daemon, int timeout_ms, char *endpoint, size
 		return SC_OK;
 	/* a daemon that serves the node (the user's own, or the system's) is used, unless
 	 * SPARSECOMM_JOB_DAEMON=1 asks for the job's own */
-	sc_socket_default(dflt, sizeof(dflt));
-	if (!(mode && !strcmp(mode, "1")) &&
-	    stat(strncmp(dflt, "ipc://", 6) ? dflt : dflt + 6, &st) == 0)
+	if (!(mode && !strcmp(mode, "1")) && served)
 		return SC_OK;
 	return job_daemon(&p, timeout_ms, endpoint, cap);
 }

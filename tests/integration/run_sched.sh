@@ -4,7 +4,8 @@
 # "Under a scheduler"): mpirun (one node; two hosts on loopback; two hosts that are
 # network namespaces, one rank per slot), srun (a real one on one node where slurm-wlm is
 # installed; its variables for two nodes), torchrun (its c10d rendezvous on loopback and
-# on the namespaces, its static one on the namespaces), and a trainer killed under mpirun. Each case runs
+# on the namespaces, its static one on the namespaces), a trainer killed under mpirun, and
+# a trainer started alone (a job of one). Each case runs
 # tests/integration/sched_trainer.py (exact sums; its rank is the scheduler's) and passes
 # only when every trainer passed, the job's daemons were there (rank 0 counts their
 # sockets) and nothing is left afterwards: no daemon, no process in a namespace, no job
@@ -172,6 +173,14 @@ if selected "$name"; then
 	clean timeout 120 mpirun $root_opt --oversubscribe -np 4 "$py" "$trainer" sums \
 		>"$tmp/out" 2>&1 </dev/null
 	verdict "$name" $? 0 4 1
+fi
+
+# python3 train.py with no launcher and no scheduler: a job of one trainer on a daemon of
+# its own (docs/deployment.md, "Started alone"), which goes with it.
+name="python started alone is a job of one"
+if selected "$name"; then
+	clean timeout 120 "$py" "$trainer" sums >"$tmp/out" 2>&1 </dev/null
+	verdict "$name" $? 0 1 1
 fi
 
 # A node's daemon that cannot start (sparsecomm-run not found): the trainers fail at once

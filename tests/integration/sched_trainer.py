@@ -1,5 +1,6 @@
-"""sched_trainer.py: a trainer started by a scheduler (mpirun, srun's variables, torchrun)
-with no sparsecomm-run and no SPARSECOMM_* variable (tests/integration/run_sched.sh).
+"""sched_trainer.py: a trainer started by a scheduler (mpirun, srun's variables, torchrun),
+or alone, with no sparsecomm-run and no SPARSECOMM_* variable
+(tests/integration/run_sched.sh).
 
     sched_trainer.py sums           allreduce exact sums, check the place against the
                                     scheduler's rank variable, print "sched: rank R passed"
@@ -34,7 +35,8 @@ def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "sums"
     sc.init(timeout=60, connect_timeout=float(os.environ.get("SCHED_CONNECT_TIMEOUT", "30")))
     r, n = sc.rank(), sc.size()
-    want = next((int(os.environ[v]) for v in SCHED_RANK if v in os.environ), None)
+    # no scheduler's rank: started alone, rank 0 of a job of one
+    want = next((int(os.environ[v]) for v in SCHED_RANK if v in os.environ), 0)
     if os.environ.get("OMPI_MCA_rmaps_base_mapping_policy") == "node" and want is not None:
         # mpirun --map-by node: rank R is trainer R / N of node R % N, numbered node by node
         nodes = int(os.environ["OMPI_MCA_orte_num_nodes"])

@@ -232,6 +232,14 @@ def t_hvdsuite():
         checks("hvdsuite%d" % n, rc, out, n)
 
 
+def t_hvdusers():
+    # training loops as Horovod's users write them (tests/python/worker_hvdusers.py), run
+    # for several steps; on 2 ranks and on 3
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdusers.py"), [], 240)
+        checks("hvdusers%d" % n, rc, out, n)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -350,7 +358,7 @@ def t_psets():
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
          t_horovod_contract,
-         t_hvdapi, t_hvdsuite,
+         t_hvdapi, t_hvdsuite, t_hvdusers,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

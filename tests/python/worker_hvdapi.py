@@ -2,7 +2,7 @@
 """Run under sparsecomm-run on 2 and 3 ranks: Horovod's calling contract through
 ``import sparsecomm.torch as hvd``: signatures in Horovod's positional order (read from
 horovod/torch/mpi_ops.py, functions.py and optimizer.py), join(device), the node queries,
-hvd.elastic, broadcast_parameters of bare tensors, DistributedOptimizer's keywords and
+broadcast_parameters of bare tensors, DistributedOptimizer's keywords and
 attributes, callable handles, unnamed collectives in flight together, and gradients
 through the collectives (Horovod's backward rules).  Prints `CHECK <name> ok` or
 `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
@@ -109,18 +109,6 @@ def node_queries():
     assert hvd.is_homogeneous() is True
     nodes = hvd.allgather_object((hvd.cross_rank(), hvd.local_rank()))
     assert sorted(nodes) == sorted(set(nodes)), nodes  # (node, local rank) unique
-
-
-@check
-def elastic_is_refused_clearly():
-    e = raises(NotImplementedError, hvd.elastic.run, lambda state: None)
-    assert "elastic" in str(e), e
-    raises(NotImplementedError, hvd.elastic.TorchState, model=None, optimizer=None)
-    assert not hasattr(hvd.elastic, "_private")  # AttributeError, as hasattr expects
-    raises(NotImplementedError, hvd.elastic.ElasticSampler, range(4))
-    raises(NotImplementedError, getattr, hvd.elastic, "HostsUpdatedInterrupt")
-    import sparsecomm.torch.elastic as el
-    raises(NotImplementedError, el.ObjectState)
 
 
 @check

@@ -25,8 +25,11 @@ for a name; a later call with different options is refused rather than silently 
 The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
 or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
 appended, unless the name itself was registered with that wire by :func:`register`.
+Names have no bound here, as Horovod's have none: one past the 255 bytes a daemon takes
+is known to the daemons by its first bytes, '#' and a digest of the whole name
+(_daemon_name), which their messages then show.
 
-Unnamed operations (no ``name=``, as Horovod code often allreduces its loss every step)
+Unnamed operations (no ``name=``, or an empty one, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
 as, element count, options and COO capacity; class C is numbered in the order its first
@@ -121,6 +124,7 @@ import atexit
 import collections
 import contextlib
 import ctypes
+import hashlib
 import math
 import os
 import sys
@@ -399,7 +403,8 @@ def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None):
     endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
     user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).
     Under mpirun, srun or torchrun with no daemon serving the node, the job's own daemon is
-    started for the node (docs/deployment.md, "Under a scheduler").  ``timeout`` (seconds)
+    started for the node (docs/deployment.md, "Under a scheduler"); a process started alone
+    (``python3 train.py``) is then a job of one, as Horovod's (its "Started alone").  ``timeout`` (seconds)
     is the default bound of every wait.  ``process_sets``: Horovod's, a list of ProcessSet
     (or of rank lists) added in order once connected, every trainer giving the same list,
     or "dynamic" (sets are added later with add_process_set); see
@@ -718,7 +723,7 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
     deadline = _now() + c.timeout_s
     pause = 0.001
     while True:
-        st = lib.sc_register_ex(c.client, name.encode(), int(dtype), int(numel),
+        st = lib.sc_register_ex(c.client, _daemon_name(name), int(dtype), int(numel),
                                 ctypes.byref(o), ctypes.byref(tp))
         if st != _lib.SC_ERR_BUSY or _now() >= deadline:
             return st
@@ -726,6 +731,22 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
             return st
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+_NAME_MAX_BYTES = 255  # a tensor name's bound in sparsecomm.h
+
+
+def _daemon_name(name):
+    """The bytes the daemons know ``name`` by: its UTF-8, or, for a name past the 255
+    bytes a daemon takes (Horovod's names have no bound: a deeply nested module's
+    parameter, a long f-string), its first bytes, '#' and a 128-bit BLAKE2b digest of the
+    whole name, the same on every rank."""
+    b = name.encode()
+    if len(b) <= _NAME_MAX_BYTES:
+        return b
+    digest = hashlib.blake2b(b, digest_size=16).hexdigest().encode()
+    head = b[:_NAME_MAX_BYTES - 1 - len(digest)].decode(errors="ignore").encode()
+    return head + b"#" + digest
 
 
 def _release_locked(c, e):
@@ -1078,7 +1099,8 @@ def _claim_locked(e):
 
 
 def _name_or_none(name):
-    return None if name is None else str(name)
+    """None (an unnamed operation) for no name or an empty one, as Horovod's."""
+    return None if name is None or name == "" else str(name)
 
 
 # ---- dense and COO allreduce -------------------------------------------------------

@@ -1,51 +1,303 @@
-"""``hvd.elastic`` (sparsecomm.torch.elastic): Horovod's elastic training is not
-supported.  A sparsecomm job's trainers and daemons are fixed when it starts
-(sparsecomm-run, or the launcher's ranks); a trainer that leaves fails the job's
-operations naming it, and there is no driver that adds or removes hosts and restarts the
-training function with its state restored.  Every name here (run, State, ObjectState,
-TorchState, ElasticSampler, ...) raises NotImplementedError saying so, at the first use,
-so that a script written for Horovod's elastic mode stops with the reason rather than
-running as a fixed job it does not expect."""
+"""``hvd.elastic`` (sparsecomm.torch.elastic): Horovod's elastic training API, for a job
+of fixed size.
 
-_WHY = ("sparsecomm does not support Horovod's elastic training (hvd.elastic.%s): the "
-        "trainers are fixed when the job starts; run the training function directly, "
-        "with a fixed job (sparsecomm-run -n ...)")
+A script written for Horovod's elastic mode (``@hvd.elastic.run`` on the training
+function, a :class:`TorchState` holding the model, the optimizer and counters such as
+the epoch, ``state.commit()`` every few batches, an :class:`ElasticSampler`) runs as it is
+written, as Horovod runs it under a launcher that is given a fixed number of processes:
+``run`` synchronises the state from rank 0 and calls the function once.  A sparsecomm
+job's trainers and daemons are fixed when it starts (sparsecomm-run, or the launcher's
+ranks): there is no driver that adds or removes hosts, so ``check_host_updates()`` never
+raises :class:`HostsUpdatedInterrupt`, and a failed operation (a HorovodInternalError,
+e.g. a trainer that left) restores the last committed state and is raised again instead
+of restarting the function with fewer workers: the same ranks would fail the same way.
+
+The state's synchronisation uses the package's broadcasts: a model's state_dict through
+broadcast_parameters (its names under ``elastic.<attribute>.``), an optimizer's through
+broadcast_optimizer_state, an LR scheduler's, a sampler's and the plain attributes
+through broadcast_object."""
+
+import copy
+import functools
+import math
+
+import sparsecomm as _sc
+from sparsecomm import HorovodInternalError
 
 
-def _refuse(what):
-    raise NotImplementedError(_WHY % what)
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's signal that hosts were added or removed.  Never raised by a fixed job;
+    defined so that code catching it runs."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync
+
+
+class State:
+    """Horovod's elastic State: something a training function can commit, restore to its
+    last commit, and synchronise from rank 0.  Subclasses define save(), restore() and
+    sync()."""
+
+    def __init__(self, bcast_object=None, get_rank=None):
+        self._bcast_object = bcast_object or _sc.broadcast_object
+        self._rank = get_rank or _sc.rank
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called after a reset (workers added or removed); a fixed job has
+        none, so they are kept and called only by on_reset()."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, update_res=None):
+        """What Horovod's driver calls when hosts change: a fixed job has no driver."""
+
+    def commit(self):
+        """Saves the state (restore() returns to it), then checks for host updates."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Horovod's raises HostsUpdatedInterrupt once hosts were added or removed; the
+        hosts of a fixed job never change, so there is nothing to raise (nor to agree
+        on with the other ranks)."""
+
+    def save(self):
+        raise NotImplementedError("%s.save" % type(self).__name__)
+
+    def restore(self):
+        raise NotImplementedError("%s.restore" % type(self).__name__)
+
+    def sync(self):
+        raise NotImplementedError("%s.sync" % type(self).__name__)
+
+
+class ObjectState(State):
+    """Plain Python values given as keyword arguments, kept as attributes: save() records
+    their values, restore() sets them back, sync() sets rank 0's saved values on every
+    rank."""
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {k: getattr(self, k) for k in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for k, v in self._saved_state.items():
+            setattr(self, k, v)
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class _Handler:
+    """The saved copy of one torch object of a TorchState and how it is synchronised."""
+
+    def __init__(self, attr, value):
+        self.attr = attr
+        self.value = value
+        self.save()
+
+    def set_value(self, value):
+        self.value = value
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        state = _sc.broadcast_object(self.value.state_dict(), 0,
+                                     name="elastic.%s" % self.attr)
+        self.value.load_state_dict(state)
+
+
+class _ModelHandler(_Handler):
+    def sync(self):
+        from sparsecomm import torch as hvd
+        hvd.broadcast_parameters(self.value.state_dict(), root_rank=0,
+                                 prefix="elastic.%s." % self.attr)
+
+
+class _OptimizerHandler(_Handler):
+    def sync(self):
+        from sparsecomm import torch as hvd
+        hvd.broadcast_optimizer_state(self.value, root_rank=0,
+                                      name="elastic.%s" % self.attr)
+
+
+class _SamplerHandler(_Handler):
+    def save(self):
+        # the indices every rank has processed: a restart resumes after all of them
+        done = set().union(*_sc.allgather_object(self.value.processed_indices,
+                                                 name="elastic.%s" % self.attr))
+        state = copy.deepcopy(self.value.state_dict())
+        state["processed_indices"] = done
+        self._saved = state
+
+
+def _handler_for(attr, value):
+    torch = _torch()
+    sched = tuple(c for c in (getattr(torch.optim.lr_scheduler, "LRScheduler", None),
+                              getattr(torch.optim.lr_scheduler, "_LRScheduler", None),
+                              getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None))
+                  if c is not None)
+    if isinstance(value, torch.nn.Module):
+        return _ModelHandler(attr, value)
+    if isinstance(value, torch.optim.Optimizer):
+        return _OptimizerHandler(attr, value)
+    if isinstance(value, ElasticSampler):
+        return _SamplerHandler(attr, value)
+    if isinstance(value, sched):
+        return _Handler(attr, value)
+    return None
+
+
+class TorchState(ObjectState):
+    """Horovod's TorchState: ``model`` and ``optimizer`` (and any keyword argument that is
+    a torch module, optimizer, LR scheduler or ElasticSampler) are saved as deep copies of
+    their state_dict and synchronised through the package's broadcasts; the other
+    keyword arguments (epoch, batch, ...) are an ObjectState's.  Assigning one of the
+    torch objects anew saves the new one."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(model=model, optimizer=optimizer)
+        handlers, rest = {}, {}
+        for k, v in kwargs.items():
+            h = _handler_for(k, v)
+            if h is None:
+                rest[k] = v
+            else:
+                handlers[k] = h
+        object.__setattr__(self, "_handlers", handlers)
+        for k, h in handlers.items():
+            object.__setattr__(self, k, h.value)
+        super().__init__(bcast_object=_sc.broadcast_object, get_rank=_sc.rank, **rest)
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get("_handlers", {})
+        if name in handlers:
+            handlers[name].set_value(value)
+        super().__setattr__(name, value)
+
+    def save(self):
+        for h in self._handlers.values():
+            h.save()
+        super().save()
+
+    def restore(self):
+        for h in self._handlers.values():
+            h.restore()
+        super().restore()
+
+    def sync(self):
+        for h in self._handlers.values():
+            h.sync()
+        super().sync()
+
+
+class ElasticSampler:
+    """Horovod's ElasticSampler: each rank's share of the dataset's samples not yet
+    processed in this epoch (shuffled by ``seed`` + the epoch when ``shuffle``), padded
+    by repeating samples so that every rank gets as many.  ``record_batch(i, n)`` (or
+    ``record_indices``) marks samples processed; a TorchState holding the sampler saves
+    the union of every rank's, so that an epoch resumed from a commit skips them.
+    ``set_epoch`` starts an epoch with none processed."""
+
+    def __init__(self, dataset, shuffle=True, seed=0):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_indices = set()
+        self.indices = []
+        self.reset()
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+        self.processed_indices = set()
+        self.reset()
+
+    def record_batch(self, batch_idx, batch_size):
+        self.record_indices(self.get_indices(batch_idx, batch_size))
+
+    def record_indices(self, indices):
+        self.processed_indices.update(indices)
+
+    def get_indices(self, batch_idx, batch_size):
+        """The samples of batch ``batch_idx`` of this rank's current iteration."""
+        start = batch_idx * batch_size
+        return self.indices[start:min(start + batch_size, len(self.indices))]
+
+    def state_dict(self):
+        return dict(epoch=self.epoch, processed_indices=set(self.processed_indices))
+
+    def load_state_dict(self, state_dict):
+        self.epoch = state_dict["epoch"]
+        self.processed_indices = set(state_dict["processed_indices"])
+        self.reset()
+
+    def reset(self):
+        """Takes the job's size and this rank anew, and the samples left this epoch."""
+        self.num_replicas = _sc.size()
+        self.rank = _sc.rank()
+        self.remaining_indices = [i for i in range(len(self.dataset))
+                                  if i not in self.processed_indices]
+        self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self):
+        order = list(self.remaining_indices)
+        if self.shuffle:
+            torch = _torch()
+            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = [order[i] for i in torch.randperm(len(order), generator=g).tolist()]
+        while order and len(order) < self.total_size:  # pad by repeating from the start
+            order += order[:self.total_size - len(order)]
+        self.indices = order[self.rank:self.total_size:self.num_replicas]
+        return iter(self.indices)
+
+    def __len__(self):
+        return self.num_samples
 
 
 def run(func):
-    """Horovod's @hvd.elastic.run: refused (see the module doc)."""
-    _refuse("run")
+    """Horovod's ``@hvd.elastic.run``: ``func(state, *args, **kwargs)`` after
+    ``state.sync()`` (every rank starts from rank 0's state).  A HorovodInternalError
+    restores the last committed state and is raised again (a fixed job cannot go on
+    without the rank that failed, where Horovod's elastic driver would restart the
+    function with the workers left)."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        state.sync()
+        try:
+            return func(state, *args, **kwargs)
+        except HorovodInternalError:
+            state.restore()
+            raise
+
+    return wrapper
 
 
-class _Refused:
-    _what = "State"
-
-    def __init__(self, *args, **kwargs):
-        _refuse(self._what)
-
-
-class State(_Refused):
-    _what = "State"
-
-
-class ObjectState(_Refused):
-    _what = "ObjectState"
-
-
-class TorchState(_Refused):
-    _what = "TorchState"
-
-
-class ElasticSampler(_Refused):
-    _what = "ElasticSampler"
-
-
-def __getattr__(name):
-    """Any other of Horovod's elastic names: refused the same way."""
-    if name.startswith("_"):  # hasattr() and introspection expect AttributeError
-        raise AttributeError(name)
-    _refuse(name)
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
+           "HostsUpdatedInterrupt"]

@@ -9,7 +9,8 @@
   wrapped optimizer's step.  Parameters that got no gradient in a step are submitted as
   zeros (every rank must submit the same names, otherwise the others would wait).
   Sparse gradients (nn.Embedding(sparse=True)) take the COO path and come back as sparse
-  COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: dense).
+  COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: a dense
+  result, written back sparse as Horovod's).
   Per-parameter options: ``overrides`` maps a parameter name or an fnmatch pattern
   ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy, block}, or is a
   callable(name, param) returning such a dict or None.
@@ -42,7 +43,8 @@ broadcast_object, broadcast_parameters, broadcast_optimizer_state, reducescatter
 reducescatter_async, grouped_reducescatter, barrier, join, the build queries (mpi_built,
 nccl_built, cuda_built, ...: sparsecomm._system), start_timeline, stop_timeline,
 HorovodInternalError (the base of SparsecommError), SyncBatchNorm, Compression,
-DistributedOptimizer and elastic (whose names raise NotImplementedError), each with
+DistributedOptimizer and elastic (run, TorchState, ElasticSampler, ... for a job of
+fixed size: sparsecomm._elastic), each with
 Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
 functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
 async forms, the sparsifier options) are keyword-only.  A call before init() raises
@@ -79,7 +81,7 @@ import torch
 
 import sparsecomm as _sc
 from sparsecomm import _autograd
-from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic: not supported)
+from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic, a fixed job's)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
     SplitsError, Handle, Sparsifier,
@@ -92,6 +94,13 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     global_process_set, add_process_set, remove_process_set, process_set_by_id)
 
 sys.modules[__name__ + ".elastic"] = elastic  # `import sparsecomm.torch.elastic` too
+# Horovod's modules inside horovod.torch, which scripts import names from (`from
+# horovod.torch.mpi_ops import allreduce_async_, synchronize`): every name is this
+# module's, so each is this module under that name too
+for _sub in ("mpi_ops", "functions", "optimizer", "compression", "sync_batch_norm"):
+    sys.modules["%s.%s" % (__name__, _sub)] = sys.modules[__name__]
+    globals()[_sub] = sys.modules[__name__]
+del _sub
 
 _OPT_KEYS = ("sparsifier", "density", "threshold", "scheme", "allow_lossy", "coo_capacity",
              "block")
@@ -662,6 +671,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
+            if not all(isinstance(item, tuple) and len(item) == 2 and
+                       isinstance(item[1], torch.Tensor) for item in named):
+                # Horovod's ValueError (model.parameters() given in its place)
+                raise ValueError("named_parameters should be a sequence of tuples (name, "
+                                 "parameter), usually produced by "
+                                 "model.named_parameters()")
         else:
             named = [("param.%d.%d" % (gi, pi), p) for gi, g in enumerate(self.param_groups)
                      for pi, p in enumerate(g["params"])]
@@ -689,7 +704,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles = {}
         self._start = {}  # Adasum: where each parameter started its step
         self._delay = {}
-        self._seen_sparse = set()
+        self._seen_sparse = {}  # parameter -> the sparse_dim of its sparse gradients
         self._prescaled = set()  # submitted divided by gradient_predivide_factor
         self._synchronized = False
         self._should_sync = True
@@ -857,12 +872,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         o = self._opts[p]
         if g is None:
             if p in self._seen_sparse:
+                sd = self._seen_sparse[p]
                 g = torch.sparse_coo_tensor(
-                    torch.empty((1, 0), dtype=torch.int64, device=p.device),
-                    torch.empty((0,) + tuple(p.shape[1:]), dtype=p.dtype, device=p.device),
+                    torch.empty((sd, 0), dtype=torch.int64, device=p.device),
+                    torch.empty((0,) + tuple(p.shape[sd:]), dtype=p.dtype, device=p.device),
                     p.shape)
             else:
                 p.grad = g = torch.zeros_like(p)
+        elif not g.is_sparse and p in self._seen_sparse:
+            # a parameter reduced sparse keeps its name's COO registration: a dense
+            # gradient of it (one the model or the user made dense) travels as a list
+            g = g.to_sparse(self._seen_sparse[p])
         f = self.gradient_predivide_factor
         # Horovod's: 1/f before the sum, f after the average; for a dense gradient that
         # the daemon sums as it is (a sparsifier's threshold, DGC's sample and a residual
@@ -873,7 +893,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 g.mul_(1.0 / f)
             self._prescaled.add(p)
         if g.is_sparse:
-            self._seen_sparse.add(p)
+            self._seen_sparse[p] = g.sparse_dim()
             # The default sparsifier is for dense gradients; a natively sparse one is
             # sparsified further only when its own override asks for it.
             sp = self._explicit[p].get("sparsifier")
@@ -917,12 +937,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     p.copy_(self._start.pop(p) + res)
             else:
                 if res is not p.grad:  # sparse results are new tensors
-                    p.grad = res
+                    p.grad = self._as_submitted(p, res)
                 if p in self._prescaled:
                     self._prescaled.discard(p)
                     with torch.no_grad():
                         p.grad.mul_(self.gradient_predivide_factor)
         self._synchronized = True
+
+    def _as_submitted(self, p, res):
+        """The reduced gradient in the layout p's gradient had: a sparse gradient stays
+        sparse, with its sparse_dim, under sparse_as_dense too (as Horovod's, so that a
+        sparse optimizer such as SparseAdam takes it and the next backward accumulates
+        into a sparse gradient again); a gradient made dense before it was submitted
+        comes back dense."""
+        sd = self._seen_sparse.get(p)
+        if sd is None:
+            return res
+        if p.grad is not None and not p.grad.is_sparse:
+            return res.to_dense() if res.is_sparse else res
+        return res if res.is_sparse else res.to_sparse(sd)
 
     @contextmanager
     def skip_synchronize(self):
@@ -992,7 +1025,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     gradients are reduced as they are).  groups and num_groups (Horovod's explicit
     fusion groups) are checked by Horovod's rules and otherwise change nothing here: the
     daemons fuse whichever gradients are ready together on every rank.
-    sparse_as_dense: sparse gradients come back dense.  process_set: the gradients are
+    sparse_as_dense: sparse gradients travel with a dense result and are written back
+    sparse, as Horovod's (with their sparse_dim).  process_set: the gradients are
     averaged among its members only, so that parts of a model (the towers of a two-tower
     model, the stages of a pipeline) train in sets of their own, each with an optimizer
     of its own; on a trainer outside the set the optimizer registers no hooks and its

@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""Run under sparsecomm-run on 2 and 3 ranks: training loops written as Horovod's users
+and examples write them (``import sparsecomm.torch as hvd`` in place of horovod.torch),
+run for several steps, so that what a single step does not show (a gradient's layout
+written back, the state a second step finds) is checked.  Prints `CHECK <name> ok` or
+`CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
+import copy
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "client", "python"))
+import torch  # noqa: E402
+
+import sparsecomm.torch as hvd  # noqa: E402
+from checks import Checks, raises  # noqa: E402
+
+torch.set_num_threads(1)
+hvd.init()
+R, P = hvd.rank(), hvd.size()
+check = Checks(sys.argv[1:])
+
+
+def same_everywhere(tensors, what):
+    """Every rank holds the same values (rank 0's, broadcast)."""
+    for i, t in enumerate(tensors):
+        t = t.detach()
+        root = hvd.broadcast(t, 0, name="same.%s.%d" % (what, i))
+        assert torch.equal(t, root), "%s: tensor %d differs from rank 0's by %g" % (
+            what, i, (t - root).abs().max().item())
+
+
+class Bag(torch.nn.Module):
+    """A sparse embedding bag (nn.Embedding(sparse=True)) and a dense head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4, sparse=True)
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
+@check
+def sparse_gradients_over_steps():
+    # Horovod writes a sparse gradient back sparse, under sparse_as_dense too: SparseAdam
+    # (which refuses dense gradients) steps, and the gradients of the next steps
+    # accumulate into the sparse gradients the previous step left (zero_grad keeping
+    # them, set_to_none=False, or from None), with one and with two backward passes
+    # per step
+    for sad in (False, True):
+        for passes in (1, 2):
+            tag = "bag.%d.%d" % (sad, passes)
+            torch.manual_seed(0)
+            m = Bag()
+            hvd.broadcast_parameters(m.state_dict(), root_rank=0, prefix=tag + ".init.")
+            opts = [torch.optim.SparseAdam([m.emb.weight], lr=0.05),
+                    torch.optim.SGD(m.head.parameters(), lr=0.05)]
+            dist = [hvd.DistributedOptimizer(o, named_parameters=[
+                (n, p) for n, p in m.named_parameters() if any(p is q for q in
+                                                                o.param_groups[0]["params"])],
+                sparse_as_dense=sad, backward_passes_per_step=passes, prefix=tag + ".")
+                for o in opts]
+            gen = torch.Generator().manual_seed(100 + R)
+            for step in range(3):
+                for o in dist:  # torch 2's default (None) at step 1 only
+                    o.zero_grad(set_to_none=step == 1)
+                for _ in range(passes):
+                    m(torch.randint(0, 50, (6, 5), generator=gen)).pow(2).mean().backward()
+                for o in dist:
+                    o.step()
+                g = m.emb.weight.grad
+                assert g.is_sparse and g.sparse_dim() == 1, (tag, step, g.layout)
+                same_everywhere([g.to_dense()], "%s.grad%d" % (tag, step))
+            same_everywhere(list(m.parameters()), tag)
+            for o in dist:
+                o.remove_hooks()
+
+
+def elastic_parts(tag, seed):
+    """A model whose start differs on every rank, its DistributedOptimizer and an
+    ElasticSampler over 10 samples, in a TorchState with an epoch and a batch that also
+    differ on every rank."""
+    torch.manual_seed(seed + R)
+    model = torch.nn.Linear(3, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(),
+                                   prefix=tag + ".")
+    data = torch.utils.data.TensorDataset(torch.arange(30.).view(10, 3), torch.zeros(10))
+    sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=seed)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for _ in range(R):  # a schedule that differs on every rank until synchronised
+        sched.step()
+    state = hvd.elastic.TorchState(model, opt, sampler=sampler, scheduler=sched, epoch=R,
+                                   batch=10 + R)
+    return model, opt, data, sampler, state
+
+
+@check
+def elastic_run_in_a_fixed_job():
+    # Horovod's elastic example as written: @hvd.elastic.run syncs the state from rank 0
+    # (the model, the optimizer, the plain attributes) and runs the function once;
+    # commits and set_epoch between batches; every rank ends with the same model
+    model, opt, data, sampler, state = elastic_parts("el.run", 7)
+    start0 = hvd.broadcast(model.weight.detach(), 0, name="el.run.start")
+    seen = []
+    state.register_reset_callbacks([lambda: seen.append("reset")])
+
+    @hvd.elastic.run
+    def train(state, epochs, extra=None):
+        assert (state.epoch, state.batch) == (0, 10), (state.epoch, state.batch)
+        assert state.scheduler.last_epoch == 0, state.scheduler.last_epoch
+        assert torch.equal(state.model.weight.detach(), start0), "not rank 0's start"
+        loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler)
+        for state.epoch in range(state.epoch, epochs):
+            sampler.set_epoch(state.epoch)
+            for state.batch, (x, _) in enumerate(loader):
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+                sampler.record_batch(state.batch, 2)
+                state.commit()
+            state.batch = 0
+            state.commit()
+        return state.epoch, extra
+
+    assert train(state, 2, extra="x") == (1, "x")
+    assert seen == [], seen  # a fixed job never resets
+    same_everywhere(list(model.parameters()), "el.run")
+    # the sampler: every rank's share of the 10 samples is ceil(10 / P), all of them
+    # covered, and a commit keeps the samples every rank has processed
+    sampler.set_epoch(5)
+    mine = list(iter(sampler))
+    assert len(mine) == len(sampler) == -(-10 // P), (mine, len(sampler))
+    every = hvd.allgather_object(mine, name="el.run.shares")
+    assert set().union(*map(set, every)) == set(range(10)), every
+    sampler.record_batch(0, 2)
+    state.commit()
+    done = set().union(*[set(s[:2]) for s in every])
+    sampler.record_batch(1, 2)  # not committed: restore() forgets it
+    state.restore()
+    assert sampler.processed_indices == done, (sampler.processed_indices, done)
+    assert sampler.remaining_indices == sorted(set(range(10)) - done)
+    assert len(sampler) == -(-(10 - len(done)) // P)
+    opt.remove_hooks()
+
+
+@check
+def elastic_failure_restores_the_commit():
+    # an operation that fails on every rank (a HorovodInternalError) inside the function
+    # restores the last commit (model, optimizer, attributes) and is raised again
+    model, opt, data, sampler, state = elastic_parts("el.fail", 11)
+
+    @hvd.elastic.run
+    def train(state):
+        model(torch.ones(1, 3)).sum().backward()
+        opt.step()
+        state.epoch = 3
+        state.commit()
+        state.committed = {k: v.clone() for k, v in model.state_dict().items()}
+        state.moments = copy.deepcopy(opt.state_dict()["state"])
+        state.epoch = 4
+        state.scheduler.step()
+        with torch.no_grad():
+            model.weight.fill_(7.0)
+        hvd.allreduce(torch.ones(2 + R), name="el.fail.mismatch")  # shapes differ
+
+    e = raises(hvd.HorovodInternalError, train, state) if P > 1 else None
+    if e is None:
+        return
+    assert state.epoch == 3, state.epoch
+    assert state.scheduler.last_epoch == 0, state.scheduler.last_epoch
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, state.committed[k]), k
+    got = opt.state_dict()["state"]
+    for i, want in state.moments.items():
+        assert torch.equal(got[i]["momentum_buffer"], want["momentum_buffer"]), i
+    opt.remove_hooks()
+
+
+@check
+def elastic_names():
+    import sparsecomm.torch.elastic as el
+    assert el is hvd.elastic
+    for n in ("run", "State", "ObjectState", "TorchState", "ElasticSampler",
+              "HostsUpdatedInterrupt"):
+        assert hasattr(hvd.elastic, n), n
+    assert not hasattr(hvd.elastic, "_private")  # AttributeError, as hasattr expects
+    obj = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=R)
+    obj.sync()  # nothing saved from rank 0 yet: its value at creation
+    assert obj.step == 0, obj.step
+    obj.step = 5 + R
+    obj.restore()
+    assert obj.step == 0, obj.step
+
+
+@check
+def horovods_module_paths():
+    # scripts import names from horovod.torch's modules (mpi_ops, functions, optimizer,
+    # compression, sync_batch_norm): the same names under sparsecomm.torch's
+    from sparsecomm.torch.mpi_ops import Sum, allreduce_async_, synchronize
+    from sparsecomm.torch.functions import broadcast_object, broadcast_parameters  # noqa
+    from sparsecomm.torch.optimizer import DistributedOptimizer  # noqa: F401
+    from sparsecomm.torch.compression import Compression
+    from sparsecomm.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
+    import sparsecomm.torch.mpi_ops as mpi_ops
+    assert mpi_ops.allreduce is hvd.allreduce and hvd.mpi_ops is mpi_ops
+    assert Compression is hvd.Compression
+    t = torch.ones(2)
+    assert torch.equal(synchronize(allreduce_async_(t, name="paths", op=Sum)),
+                       torch.full((2,), float(P)))
+    assert broadcast_object(R) == 0
+
+
+@check
+def optimizer_parameters_given_unnamed():
+    # model.parameters() where named_parameters belong: Horovod's ValueError, which
+    # names what is expected
+    m = torch.nn.Linear(3, 2)
+    for bad in (m.parameters(), list(m.parameters()), [("w", m.weight, 0)]):
+        e = raises(ValueError, hvd.DistributedOptimizer,
+                   torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=bad)
+        assert "named_parameters" in str(e), e
+
+
+@check
+def names_of_any_length():
+    # Horovod's names have no bound: names past the daemons' 255 bytes (a long f-string,
+    # multi-byte text, two that differ only past their first 300 bytes), an empty name
+    # (unnamed, as Horovod's), and a model whose parameter names are that long,
+    # broadcast and trained
+    long_a, long_b = "m" * 300 + ".a", "m" * 300 + ".b"
+    a = hvd.allreduce_async(torch.full((2,), float(R)), name=long_a, op=hvd.Sum)
+    b = hvd.allreduce_async(torch.full((3,), 1.0), name=long_b, op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(a), torch.full((2,), float(P * (P - 1) // 2)))
+    assert torch.equal(hvd.synchronize(b), torch.full((3,), float(P)))
+    for n in ("x" * 5000, "\u635f\u5931" * 100, ""):
+        got = hvd.allreduce(torch.ones(2), name=n, op=hvd.Sum)
+        assert torch.equal(got, torch.full((2,), float(P))), (len(n), got)
+    assert hvd.broadcast_object(R, 0, name="o" * 400) == 0
+
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.add_module("block" * 60, torch.nn.Linear(2, 1))
+
+        def forward(self, x):
+            return getattr(self, "block" * 60)(x)
+
+    torch.manual_seed(R)
+    m = Deep()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    m(torch.full((1, 2), float(R))).sum().backward()
+    opt.step()
+    same_everywhere(list(m.parameters()), "deep")
+    opt.remove_hooks()
+
+
+sys.exit(1 if check.failed else 0)
