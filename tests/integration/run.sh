@@ -304,6 +304,15 @@ run_case "shapes n=2" 2 1 120 0 2 -- "$itest" shapes
 run_case "shapes n=3" 3 1 120 0 3 -- "$itest" shapes
 run_case "shapes n=2 per-node=2" 2 2 120 0 4 -- "$itest" shapes
 run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
+# The response cache's bound (itest_evict.c): at most cache_max_entries entries on every
+# daemon over hundreds of new names; names in rotation past a bound of 2, one trainer late,
+# so that nodes announce ids the coordinator has just evicted.
+run_case "cache evict n=3" 3 1 180 0 3 --daemon-arg --cache_max_entries --daemon-arg 8 \
+	-- "$itest" evict 8 unique
+run_case "cache evict rotation n=2" 2 1 180 0 2 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 rotation
+run_case "cache evict rotation n=3 per-node=2" 3 2 180 0 6 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 rotation
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race

@@ -1,0 +1,167 @@
+/*
+ * itest_evict.c: the response cache's bound (cache_max_entries, world/cache.c). The daemons
+ * run with a small bound: hundreds of uniquely named allreduces stay exact while every
+ * daemon keeps at most the bound in entries; a name whose entry went while it was idle
+ * is used again, exact; and names in rotation, submitted in another order on each rank
+ * with one trainer late, have nodes announce ids the coordinator has just evicted, which
+ * it drops and the node announces again in full, every step exact.
+ */
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EV_NUMEL = 4 };
+
+/* This node's response cache entries (sparsectl stats). */
+static double cache_entries(void)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *v = it_json_get(s, "cache_entries");
+	double n = v && v->type == IT_JNUM ? v->num : -1;
+	it_json_free(s);
+	if (n < 0)
+		IT_FAIL("sparsectl stats gives no cache_entries");
+	return n;
+}
+
+/* Starts an allreduce of t with the pattern of seed. */
+static sc_handle_t start(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	sc_handle_t h = 0;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, EV_NUMEL, seed, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "allreduce of '%s'",
+		    sc_tensor_name(t));
+	return h;
+}
+
+/* Checks t's sum of the pattern of seed. */
+static void check_sum(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	char why[256];
+	if (it_check(sc_tensor_data(t), SC_FLOAT32, EV_NUMEL, seed, sc_size(c), 1, SC_OP_SUM,
+		     why, sizeof(why)))
+		IT_FAIL("allreduce of '%s' (seed %llu): wrong sum: %s", sc_tensor_name(t),
+			(unsigned long long)seed, why);
+}
+
+/* Waits for h, t's allreduce of seed, and checks the sum. */
+static void finish(sc_client_t *c, sc_tensor_t *t, sc_handle_t h, uint64_t seed)
+{
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("allreduce of '%s' (seed %llu): %s: %s", sc_tensor_name(t),
+			(unsigned long long)seed, it_wait_name(r), it_wait_error());
+	check_sum(c, t, seed);
+}
+
+/* Fails when this daemon holds more than bound entries. */
+static void within(double bound, const char *when)
+{
+	double n = cache_entries();
+	if (n > bound)
+		IT_FAIL("%s: this daemon holds %.0f response cache entries, cache_max_entries "
+			"is %.0f",
+			when, n, bound);
+}
+
+/* Hundreds of names used once each (and released, as a binding does past its bound),
+ * the held name idle meanwhile and used again after. */
+static void unique_names(sc_client_t *c, double bound)
+{
+	enum { N = 300 };
+	sc_tensor_t *held = it_register(c, "evict.held", SC_FLOAT32, EV_NUMEL);
+	finish(c, held, start(c, held, 1), 1);
+	double peak = 0;
+	for (int k = 0; k < N; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "evict.step.%d", k);
+		sc_tensor_t *t = it_register(c, name, SC_FLOAT32, EV_NUMEL);
+		finish(c, t, start(c, t, 100 + (uint64_t)k), 100 + (uint64_t)k);
+		IT_CHECK_SC(sc_tensor_release(c, t), "release of '%s'", name);
+		if (k % 25 == 24) {
+			char when[64];
+			snprintf(when, sizeof(when), "after %d uniquely named allreduces", k + 1);
+			within(bound, when);
+			double n = cache_entries();
+			peak = n > peak ? n : peak;
+		}
+	}
+	/* its entry went long ago (the least recently planned): announced in full again */
+	for (int k = 0; k < 3; k++)
+		finish(c, held, start(c, held, 2 + (uint64_t)k), 2 + (uint64_t)k);
+	within(bound, "after 'evict.held' came back");
+	it_log("%d uniquely named allreduces exact, at most %.0f cache entries (bound %.0f); "
+	       "'evict.held' exact again after its eviction",
+	       N, peak, bound);
+	IT_CHECK_SC(sc_tensor_release(c, held), "release of 'evict.held'");
+}
+
+/* Names in lanes, each its own sequence of steps (the next submitted as soon as the last
+ * is checked), rank 0 (on the coordinator's node) late by up to 3 ms a submission: with a
+ * bound below the lanes, every plan evicts, and the coordinator often evicts the id of a
+ * name another node has just announced by it, before that announcement arrives (it drops
+ * it, and the node announces the name again in full). */
+static void rotation(sc_client_t *c, int steps)
+{
+	enum { R = 5 };
+	int rank = sc_rank(c);
+	sc_tensor_t *t[R];
+	sc_handle_t h[R];
+	int done[R], left = R;
+	srand(1000u + (unsigned)rank);
+	for (int i = 0; i < R; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "evict.lane.%d", i);
+		t[i] = it_register(c, name, SC_FLOAT32, EV_NUMEL);
+		done[i] = 0;
+		h[i] = start(c, t[i], (uint64_t)i);
+	}
+	double t0 = it_now_s();
+	while (left) {
+		int moved = 0;
+		for (int i = 0; i < R; i++) {
+			sc_status_t st = done[i] == steps ? SC_IN_PROGRESS : sc_poll(c, h[i]);
+			if (st == SC_IN_PROGRESS)
+				continue;
+			if (st != SC_OK)
+				IT_FAIL("allreduce of '%s' step %d: %s: %s", sc_tensor_name(t[i]),
+					done[i], sc_status_name(st), sc_last_error());
+			moved = 1;
+			check_sum(c, t[i], (uint64_t)(done[i] * R + i));
+			if (++done[i] == steps) {
+				left--;
+				continue;
+			}
+			if (rank == 0)
+				it_sleep_ms(rand() % 4);
+			h[i] = start(c, t[i], (uint64_t)(done[i] * R + i));
+		}
+		if (!moved)
+			it_sleep_ms(1);
+		if (it_now_s() - t0 > IT_OP_TIMEOUT_MS / 1000.0)
+			IT_FAIL("%d lanes of %d steps not done after %d ms", R, steps,
+				IT_OP_TIMEOUT_MS);
+	}
+	it_log("%d lanes of %d steps each, rank 0 late: exact", R, steps);
+}
+
+int it_evict(int argc, char **argv)
+{
+	if (argc < 3)
+		IT_FAIL("usage: evict BOUND unique|rotation (BOUND: the daemons' "
+			"cache_max_entries)");
+	double bound = atof(argv[1]);
+	sc_client_t *c = it_connect();
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	it_sparsectl_find();
+	if (!strcmp(argv[2], "unique"))
+		unique_names(c, bound);
+	else
+		rotation(c, 400);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
