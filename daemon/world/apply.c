@@ -380,6 +380,7 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 	r->fusion_mode = (char *)scd_cfg_str(&w->d->cfg, SCD_CFG_fusion_mode);
 	r->fusion_plan_version = w->fusion_version;
 	r->cache_entries = w->n_live;
+	r->cache_reannounced = w->reannounced;
 	r->fusion_buffers =
 	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));
 	for (int i = 0; r->fusion_buffers && i < w->n_fusion_bufs; i++) {

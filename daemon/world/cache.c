@@ -7,7 +7,7 @@
  * coordinator evicts the least recently planned in its plan (scd_cache_evict_pick), and
  * every rank drops them where the plan says (scd_cache_evict): ids grow without reuse, so
  * the entries live in a table by id, not an array indexed by it (docs/design.md,
- * "What the ranks must agree on").
+ * "What every rank agrees on", "The cache's bound").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -364,7 +364,7 @@ void scd_cache_evict(scd_world_t *w, uint32_t id)
 	}
 	/* this node announced the tensor by this id, and no plan answered it yet: the
 	 * coordinator drops that announcement (it no longer knows the id) */
-	scd_ntensor_t *nt = scd_ctl_tensor(w->d->ctl, e->name);
+	scd_ntensor_t *nt = w->d->ctl ? scd_ctl_tensor(w->d->ctl, e->name) : NULL;
 	if (nt && nt->state == SCD_NT_ANNOUNCED && nt->announced_id == id)
 		scd_neg_reannounce(w, nt);
 	slot_free(w, scd_cache_get(w, id));

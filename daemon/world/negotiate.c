@@ -122,6 +122,7 @@ void scd_neg_reannounce(scd_world_t *w, scd_ntensor_t *nt)
 		  "tensor '%s': its cache id %u was evicted before its plan came: announced "
 		  "again in full",
 		  nt->name, nt->announced_id);
+	w->reannounced++;
 	int solo;
 	uint32_t key;
 	scd_tsig_t sig;

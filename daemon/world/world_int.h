@@ -144,6 +144,7 @@ struct scd_world {
 	 * two, open addressing by id) holding n_live entries */
 	scd_cache_ent_t *cache;
 	uint32_t n_cache, cap_cache, n_live;
+	uint64_t reannounced; /* announcements made again in full after an eviction (stats) */
 	uint32_t *name_to_id[SCD_WORLD_BUCKETS]; /* small vectors: [n, id...] */
 	/* announcements to send */
 	scd_outreq_t *out;

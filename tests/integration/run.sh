@@ -1125,6 +1125,12 @@ rnd "state after a death n=3" 3 1 80 12 1795975241
 # many events: one step in four or more has one
 rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
 rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
+# the same with a response cache bound below the names in use (cache_max_entries 4):
+# every plan evicts, and names come back announced in full; the outcomes stay the same
+run_case "random cache bound n=3 (300 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --cache_max_entries \
+	--daemon-arg 4 -- "$itest" random --steps 300 --rate 12 --seed "$rnd_seed"
+selected "random cache bound" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms
