@@ -358,6 +358,8 @@ void scd_cache_evict(scd_world_t *w, uint32_t id)
 	scd_cache_ent_t *e = scd_cache_get(w, id);
 	if (!e)
 		return;
+	scd_debug(SCD_SUB_NEGOTIATE, "cache id %u of tensor '%s' evicted (cache_max_entries)",
+		  id, e->name);
 	if (e->listed) { /* (else its engine state went when it left its name's ids) */
 		cache_unlist(w, e->name, id);
 		forget_job(w, id, 0, 0);

@@ -487,21 +487,20 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 {
 	uint32_t id = scd_cache_lookup(w, e->name);
 	*old_p = UINT32_MAX;
-	uint64_t cycle = w->cycle + 1; /* the plan's: nothing it names is evicted */
+	/* the name's forms are the plan's: none is evicted with it (its place in the fusion
+	 * plan passes from one to another) */
+	scd_cache_touch(w, e->name, w->cycle + 1);
 	if (id != UINT32_MAX && scd_cache_same(scd_cache_get(w, id), e->dtype[0], e->numel[0],
 					       e->op[0], e->solo, e->fuse_key, &e->sig[0])) {
 		if (scd_fplan_pos(&w->fplan, id) < 0) /* (the steady step: it holds it) */
 			*old_p = scd_cache_plan_held(w, e->name);
-		scd_cache_get(w, id)->used_cycle = cycle;
 		return id;
 	}
 	*old_p = scd_cache_plan_held(w, e->name);
 	uint32_t again = scd_cache_match(w, e->name, e->dtype[0], e->numel[0], e->op[0],
 					 e->solo, e->fuse_key, &e->sig[0]);
-	if (again != UINT32_MAX) {
-		scd_cache_get(w, again)->used_cycle = cycle;
+	if (again != UINT32_MAX)
 		return again;
-	}
 	/* the plan's room first: an id the coordinator assigns is always announced */
 	if (!pb_room((void ***)&pb->ents, &pb->cap_ents, pb->plan.n_new_entries))
 		return UINT32_MAX;
@@ -516,7 +515,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    scd_cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 			  e->fuse_key, &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
-	scd_cache_get(w, id)->used_cycle = cycle;
+	scd_cache_get(w, id)->used_cycle = w->cycle + 1;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
 	ce->name = ce_name;

@@ -70,8 +70,8 @@ UNIT_TEST(cache_evict_picks_least_recently_used_not_in_use)
 	size_t n = scd_cache_evict_pick(w, 20, &ids);
 	/* down to 8 less an eighth: 3 of 10, the least recently used of the others */
 	CHECK_EQ_INT((int)n, 3);
-	CHECK_MSG(has(ids, n, 1) && has(ids, n, 3) && has(ids, n, 4), "picked %u %u %u",
-		  ids[0], ids[1], ids[2]);
+	CHECK_MSG(has(ids, n, 1) && has(ids, n, 3) && has(ids, n, 4), "picked %u %u %u", ids[0],
+		  ids[1], ids[2]);
 	free(ids);
 	world_free(&d, w);
 }
@@ -110,7 +110,8 @@ UNIT_TEST(cache_evict_plan_on_a_node)
 	/* an id its own response names, or one the cache does not hold: refused */
 	evicted[1] = 5;
 	CHECK_EQ_INT(scd_neg_plan_check(w, &plan, err, sizeof(err)), SC_ERR_PROTOCOL);
-	CHECK_MSG(strstr(err, "evicts cache id 5, which one of its responses names"), "%s", err);
+	CHECK_MSG(strstr(err, "evicts cache id 5, which one of its responses names"), "%s",
+		  err);
 	evicted[1] = 6;
 	CHECK_EQ_INT(scd_neg_plan_check(w, &plan, err, sizeof(err)), SC_ERR_PROTOCOL);
 	CHECK_MSG(strstr(err, "evicts cache id 6, which the cache does not hold"), "%s", err);
