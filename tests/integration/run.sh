@@ -313,6 +313,12 @@ run_case "cache evict rotation n=2" 2 1 180 0 2 --daemon-arg --cache_max_entries
 	--daemon-arg 2 -- "$itest" evict 2 rotation
 run_case "cache evict rotation n=3 per-node=2" 3 2 180 0 6 --daemon-arg --cache_max_entries \
 	--daemon-arg 2 -- "$itest" evict 2 rotation
+# Grouped allreduces whose members go separately, and a process set whose last node never
+# announces its tensors, past a bound of 2.
+run_case "cache evict mixed n=3" 3 1 180 0 3 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 mixed
+run_case "cache evict mixed n=2 per-node=2" 2 2 180 0 4 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 mixed
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race

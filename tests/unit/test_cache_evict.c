@@ -183,3 +183,52 @@ UNIT_TEST(cache_evict_announcement_by_evicted_id_dropped)
 	CHECK_TRUE(w->ehead && !strcmp(w->ehead->name, "t1") && w->ehead->have[1] == 1);
 	world_free(&d, w);
 }
+
+/* The table by id against a plain list: ids made in sequence, evicted at random (runs that
+ * wrap past the table's end, growth while entries are gone), every id found or not as the
+ * list says, with its name, after every change. */
+UNIT_TEST(cache_table_random_evictions_match_a_list)
+{
+	enum { N = 3000 };
+	scd_daemon_t d;
+	scd_world_t *w = world_with(&d, 0, 1 << 20, 0);
+	static uint8_t live[N];
+	memset(live, 0, sizeof(live));
+	uint32_t next = 0, n_live = 0, seed = 12345;
+	for (int step = 0; step < 4 * N && next < N; step++) {
+		seed = seed * 1103515245u + 12345u;
+		if ((seed >> 16) % 3 || !n_live) { /* a new id */
+			char name[16];
+			snprintf(name, sizeof(name), "r%u", next);
+			CHECK_EQ_INT(scd_cache_set(w, next, name, SC_FLOAT32, 16, SC_OP_SUM, 0,
+						   0, &sig0),
+				     SC_OK);
+			live[next++] = 1;
+			n_live++;
+		} else { /* one of the live ones, at random */
+			uint32_t id = (seed >> 8) % next;
+			while (!live[id])
+				id = (id + 1) % next;
+			scd_cache_evict(w, id);
+			live[id] = 0;
+			n_live--;
+		}
+		CHECK_EQ_INT((int)w->n_live, (int)n_live);
+		if (step % 97 && next < N)
+			continue;
+		for (uint32_t id = 0; id < next; id++) {
+			const scd_cache_ent_t *c = scd_cache_get(w, id);
+			CHECK_MSG(!!c == live[id], "step %d: id %u %s", step, id,
+				  live[id] ? "lost" : "still there");
+			if (c) {
+				char name[16];
+				snprintf(name, sizeof(name), "r%u", id);
+				CHECK_MSG(c->id == id && !strcmp(c->name, name),
+					  "step %d: id %u holds %u '%s'", step, id, c->id,
+					  c->name);
+				CHECK_EQ_INT((int)scd_cache_lookup(w, name), (int)id);
+			}
+		}
+	}
+	world_free(&d, w);
+}
