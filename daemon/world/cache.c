@@ -190,6 +190,8 @@ sc_status_t scd_cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_
 			  uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
 			  const scd_tsig_t *sig)
 {
+	if (id == UINT32_MAX) /* none: ids never start again from 0 (evicted ones stay gone) */
+		return SC_ERR_LIMIT;
 	scd_cache_ent_t *e = scd_cache_get(w, id);
 	if (e && strcmp(e->name, name))
 		return SC_ERR_PROTOCOL; /* an id is never given to another name */

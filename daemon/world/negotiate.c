@@ -898,6 +898,15 @@ static void coord_emit(scd_world_t *w)
 			continue;
 		}
 		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
+		if (id == UINT32_MAX && w->n_cache == UINT32_MAX) { /* every id given out */
+			snprintf(
+			    msg, sizeof(msg),
+			    "%s of tensor '%s' failed: the coordinator has given out every "
+			    "response cache id (%u); the world must form again",
+			    scd_centry_coll_name(e, P), e->name, UINT32_MAX);
+			pb_entry_error(w, &pb, e, SC_ERR_LIMIT, msg, -1);
+			continue;
+		}
 		if (id == UINT32_MAX || n_ready == INT32_MAX) { /* the tensor fails alone */
 			snprintf(msg, sizeof(msg),
 				 "%s of tensor '%s' failed: the coordinator ran out of "

@@ -232,3 +232,25 @@ UNIT_TEST(cache_table_random_evictions_match_a_list)
 	}
 	world_free(&d, w);
 }
+
+/* Ids are never given again: the last one, UINT32_MAX, means none, so the cache refuses
+ * it rather than start again from 0 (which the ids of evicted entries would then name). */
+UNIT_TEST(cache_ids_never_wrap)
+{
+	scd_daemon_t d;
+	scd_world_t *w = world_with(&d, 0, 4, 1);
+	scd_cache_evict(w, 0);
+	w->n_cache = UINT32_MAX - 1;
+	CHECK_EQ_INT(
+	    scd_cache_set(w, UINT32_MAX - 1, "a", SC_FLOAT32, 16, SC_OP_SUM, 0, 0, &sig0),
+	    SC_OK);
+	CHECK_EQ_INT((int)(w->n_cache == UINT32_MAX), 1);
+	CHECK_TRUE(scd_cache_set(w, UINT32_MAX, "b", SC_FLOAT32, 16, SC_OP_SUM, 0, 0, &sig0) !=
+		   SC_OK);
+	CHECK_EQ_INT((int)(w->n_cache == UINT32_MAX), 1);
+	CHECK_TRUE(!scd_cache_get(w, UINT32_MAX));
+	/* an evicted id stays refused */
+	CHECK_EQ_INT(scd_cache_set(w, 0, "b", SC_FLOAT32, 16, SC_OP_SUM, 0, 0, &sig0),
+		     SC_ERR_PROTOCOL);
+	world_free(&d, w);
+}
