@@ -318,10 +318,11 @@ static int cmd_status(struct ctl *ctl)
 
 static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 {
-	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"cache_entries\":%llu,\"reset\":%s,"
-	       "\"tensors\":[",
+	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"cache_entries\":%llu,"
+	       "\"cache_reannounced\":%llu,\"reset\":%s,\"tensors\":[",
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
-	       (unsigned long long)s->cache_entries, reset ? "true" : "false");
+	       (unsigned long long)s->cache_entries, (unsigned long long)s->cache_reannounced,
+	       reset ? "true" : "false");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
@@ -424,9 +425,11 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 {
 	char sent[32], recv[32];
 
-	printf("%llu cycle(s), %llu fused buffer(s), %zu tensor(s), %llu cache entries\n",
+	printf("%llu cycle(s), %llu fused buffer(s), %zu tensor(s), %llu cache entries (%llu "
+	       "announced again after an eviction)\n",
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
-	       s->n_tensors, (unsigned long long)s->cache_entries);
+	       s->n_tensors, (unsigned long long)s->cache_entries,
+	       (unsigned long long)s->cache_reannounced);
 	fusion_text(s);
 	if (!s->n_tensors)
 		return;

@@ -100,6 +100,10 @@ typedef enum {
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
 	  "says")                                                                              \
+	X(cache_max_entries, INT, 16384, NULL, 2, 16777216, SCD_CFG_SAME,                      \
+	  "response cache entries a daemon keeps (one per tensor name and form, about 250 "    \
+	  "bytes each); past it the least recently planned go on every daemon alike, and a "   \
+	  "form that comes back is announced in full once")                                    \
 	X(scheme, STR, 0, "auto", 0, 0, SCD_CFG_RT | SCD_CFG_SAME,                             \
 	  "collective scheme for every buffer: auto (cost model) or a scheme name")            \
 	X(scheme_pins, STR, 0, "", 0, 0, SCD_CFG_RT | SCD_CFG_SAME,                            \

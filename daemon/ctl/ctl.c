@@ -348,6 +348,11 @@ static int carry_take(scd_ntensor_t *nt, int l)
 	return 1;
 }
 
+scd_ntensor_t *scd_ctl_tensor(scd_ctl_t *ctl, const char *name)
+{
+	return scd_tensors_find(ctl->tensors, name);
+}
+
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t st, const char *error)
 {
 	scd_ntensor_t *nt = scd_tensors_find(ctl->tensors, name);

@@ -118,6 +118,8 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
  * mapped until scd_ctl_presel_done. */
 void scd_ctl_presel_item(scd_ctl_t *ctl, struct scd_ntensor *nt, struct scd_job_item *it);
 void scd_ctl_presel_done(scd_ctl_t *ctl, struct scd_ntensor *nt);
+/* The node's tensor of this name, or NULL. */
+struct scd_ntensor *scd_ctl_tensor(scd_ctl_t *ctl, const char *name);
 /* A plan's error for name: fails the operation of the trainers that submitted it; those
  * of this node that have not yet get the error when they do. */
 void scd_ctl_fail_tensor(scd_ctl_t *ctl, const char *name, sc_status_t status,

@@ -113,6 +113,10 @@ typedef struct scd_ntensor {
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
+	/* the response cache id its announcement named (world/cache.c), UINT32_MAX when it
+	 * was announced in full: an eviction of that id before the plan answered it has the
+	 * node announce it again in full */
+	uint32_t announced_id;
 	/* selections at submission (coll/presel.h): the last one's token, whether it is this
 	 * submission's (for its job item), and the selection jobs in the engine, which read
 	 * the trainers' buffers: a registration released meanwhile stays mapped */

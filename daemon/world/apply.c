@@ -51,7 +51,8 @@ static int buffer_pin(scd_world_t *w, const scd_job_t *job)
 	scd_scheme_t s;
 	int pin = -1;
 	/* the agreed entry's pin: the same on a node that takes part with zeros */
-	const scd_cache_ent_t *c = job->n_items ? &w->cache[job->items[0].cache_id] : NULL;
+	const scd_cache_ent_t *c =
+	    job->n_items ? scd_cache_get(w, job->items[0].cache_id) : NULL;
 	const char *name = c ? c->name : "";
 	if (c && c->sig.scheme[0] && scd_scheme_parse(c->sig.scheme, &s) == 0)
 		pin = (int)s;
@@ -105,7 +106,7 @@ static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t 
 {
 	scd_daemon_t *d = w->d;
 	job->average_divisor = (double)d->world_size * d->local_size;
-	uint32_t pset = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].pset : 0;
+	uint32_t pset = resp->n_cache_ids ? scd_cache_get(w, resp->cache_ids[0])->pset : 0;
 	if (!pset)
 		return 1;
 	const scd_pset_t *p = scd_ctl_pset(d->ctl, pset);
@@ -167,17 +168,19 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 	/* Every item has the buffer's dtype and wire format (see coord_emit; the type word,
 	 * coll/coll.h); items start 64-byte aligned. Every item has the buffer's collective
 	 * (the fuse class keeps the others apart), and its own reduction where it averages. */
-	uint32_t word = resp->n_cache_ids ? w->cache[resp->cache_ids[0]].dtype : SC_FLOAT32;
+	const scd_cache_ent_t *first =
+	    resp->n_cache_ids ? scd_cache_get(w, resp->cache_ids[0]) : NULL;
+	uint32_t word = first ? first->dtype : SC_FLOAT32;
 	scd_coll_t coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM};
-	if (resp->n_cache_ids)
-		scd_coll_unpack(w->cache[resp->cache_ids[0]].op, &coll);
+	if (first)
+		scd_coll_unpack(first->op, &coll);
 	job->dtype = scd_tw_dtype(word);
 	job->wire = scd_tw_wire(word);
 	size_t esz = sc_dtype_size(job->dtype);
 	uint64_t align = esz ? 64 / esz : 16;
 	uint64_t off = 0;
 	for (size_t i = 0; i < resp->n_cache_ids; i++) {
-		const scd_cache_ent_t *c = &w->cache[resp->cache_ids[i]];
+		const scd_cache_ent_t *c = scd_cache_get(w, resp->cache_ids[i]);
 		scd_job_item_t *it = &items[i];
 		it->numel = c->numel;
 		it->op = c->op == SC_OP_AVERAGE ? SC_OP_AVERAGE : SC_OP_SUM;
@@ -218,6 +221,33 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		       ? buffer_pin(w, job)
 		       : (int)SCD_SCHEME_DENSE_RING;
 	scd_engine_submit(d->engine, job);
+	return SC_OK;
+}
+
+/* The ids a plan evicts: each cached before the plan (one it makes is used by it), and
+ * none named by its responses (the coordinator keeps what a plan uses). */
+static sc_status_t plan_check_evicted(const scd_world_t *w, const Sparsecomm__Plan *plan,
+				      char *err, size_t err_len)
+{
+	for (size_t i = 0; i < plan->n_evicted; i++) {
+		uint32_t id = plan->evicted[i];
+		int used = 0;
+		for (size_t k = 0; k < plan->n_responses && !used; k++) {
+			const Sparsecomm__Response *r = plan->responses[k];
+			for (size_t j = 0;
+			     r->kind != SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR &&
+			     j < r->n_cache_ids && !used;
+			     j++)
+				used = r->cache_ids[j] == id;
+		}
+		if (!scd_cache_get(w, id) || used) {
+			snprintf(err, err_len, "plan cycle %llu: evicts cache id %u, %s",
+				 (unsigned long long)plan->cycle, id,
+				 used ? "which one of its responses names"
+				      : "which the cache does not hold");
+			return SC_ERR_PROTOCOL;
+		}
+	}
 	return SC_OK;
 }
 
@@ -268,20 +298,20 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 		uint32_t pset = UINT32_MAX;
 		for (size_t k = 0; k < r->n_cache_ids; k++) {
 			uint32_t id = r->cache_ids[k];
-			if (id < w->n_cache && w->cache[id].name) {
+			const scd_cache_ent_t *c = scd_cache_get(w, id);
+			if (c) {
 				/* a buffer runs in one process set */
-				if (pset != UINT32_MAX && w->cache[id].pset != pset) {
+				if (pset != UINT32_MAX && c->pset != pset) {
 					snprintf(
 					    err, err_len,
 					    "plan cycle %llu: response %zu fuses tensors of "
 					    "process sets %u and %u",
-					    (unsigned long long)plan->cycle, i, pset,
-					    w->cache[id].pset);
+					    (unsigned long long)plan->cycle, i, pset, c->pset);
 					return SC_ERR_PROTOCOL;
 				}
-				pset = w->cache[id].pset;
+				pset = c->pset;
 			}
-			if (id >= n || (id < w->n_cache && !w->cache[id].name)) {
+			if (id >= n || (id < w->n_cache && !c)) {
 				snprintf(err, err_len,
 					 "plan cycle %llu: response %zu names cache id %u, the "
 					 "cache %llu entries",
@@ -291,7 +321,7 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 			}
 		}
 	}
-	return SC_OK;
+	return plan_check_evicted(w, plan, err, err_len);
 }
 
 sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
@@ -349,7 +379,8 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 {
 	r->fusion_mode = (char *)scd_cfg_str(&w->d->cfg, SCD_CFG_fusion_mode);
 	r->fusion_plan_version = w->fusion_version;
-	r->cache_entries = w->n_cache;
+	r->cache_entries = w->n_live;
+	r->cache_reannounced = w->reannounced;
 	r->fusion_buffers =
 	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));
 	for (int i = 0; r->fusion_buffers && i < w->n_fusion_bufs; i++) {
@@ -363,8 +394,8 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 		for (uint32_t k = 1; k <= v[0]; k++) {
 			/* the ids were checked against the cache only when responses name them
 			 */
-			const scd_cache_ent_t *c = v[k] < w->n_cache ? &w->cache[v[k]] : NULL;
-			if (!c || !c->name)
+			const scd_cache_ent_t *c = scd_cache_get(w, v[k]);
+			if (!c)
 				continue;
 			names[b->n_tensors++] = c->name;
 			b->tcp_s += c->last_tcp_s;
@@ -395,6 +426,9 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 		else
 			st = apply_allreduce(w, r);
 	}
+	/* after the responses' jobs: the engine forgets the ids' state behind them */
+	for (size_t i = 0; st == SC_OK && i < plan->n_evicted; i++)
+		scd_cache_evict(w, plan->evicted[i]);
 	return st;
 }
 
@@ -412,9 +446,9 @@ static void record_times(scd_world_t *w, const scd_job_t *job)
 	double total = (double)(job->total_numel ? job->total_numel : 1);
 	for (int i = 0; i < job->n_items; i++) {
 		const scd_job_item_t *it = &job->items[i];
-		if (it->cache_id >= w->n_cache)
+		scd_cache_ent_t *c = scd_cache_get(w, it->cache_id);
+		if (!c) /* evicted since its plan: still reported, the coordinator ignores it */
 			continue;
-		scd_cache_ent_t *c = &w->cache[it->cache_id];
 		c->last_tcp_s = it->tcp_s + it->tb_s;
 		c->last_tcm_s = job->tcm_s;
 		if (w->n_times == w->cap_times) {

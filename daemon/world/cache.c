@@ -3,12 +3,19 @@
  * agreed on, by cache id, and each name's ids, one per form the name has had. A node
  * announces a tensor of a known form by its id alone; the coordinator gives a new form
  * a new id in its plan, and every rank lists the new ids in the plans' order, so that
- * every rank lets the same id go at the same place.
+ * every rank lets the same id go at the same place. Past cache_max_entries entries the
+ * coordinator evicts the least recently planned in its plan (scd_cache_evict_pick), and
+ * every rank drops them where the plan says (scd_cache_evict): ids grow without reuse, so
+ * the entries live in a table by id, not an array indexed by it (docs/design.md,
+ * "What every rank agrees on", "The cache's bound").
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl/ctl.h"
+#include "ctl/tensor.h"
 #include "engine/engine.h"
+#include "util/log.h"
 #include "util/psname.h"
 #include "world/world_int.h"
 
@@ -18,6 +25,83 @@ uint32_t scd_world_hash_name(const char *s)
 	for (; *s; s++)
 		h = (h ^ (uint8_t)*s) * 16777619u;
 	return h % SCD_WORLD_BUCKETS;
+}
+
+/* ---- the table by id ------------------------------------------------------------------ */
+
+static uint32_t slot_home(const scd_world_t *w, uint32_t id)
+{
+	return (id * 2654435761u) & (w->cap_cache - 1);
+}
+
+scd_cache_ent_t *scd_cache_get(const scd_world_t *w, uint32_t id)
+{
+	if (!w->cap_cache)
+		return NULL;
+	for (uint32_t s = slot_home(w, id);; s = (s + 1) & (w->cap_cache - 1)) {
+		scd_cache_ent_t *e = &w->cache[s];
+		if (!e->name)
+			return NULL;
+		if (e->id == id)
+			return e;
+	}
+}
+
+/* A free slot for a new id (the table at most half full), or NULL out of memory. */
+static scd_cache_ent_t *slot_new(scd_world_t *w, uint32_t id)
+{
+	if (2 * ((uint64_t)w->n_live + 1) > w->cap_cache) {
+		uint32_t cap = w->cap_cache ? 2 * w->cap_cache : 256;
+		scd_cache_ent_t *old = w->cache, *c = calloc(cap, sizeof(*c));
+		if (!c)
+			return NULL;
+		uint32_t old_cap = w->cap_cache;
+		w->cache = c;
+		w->cap_cache = cap;
+		for (uint32_t i = 0; i < old_cap; i++) {
+			if (!old[i].name)
+				continue;
+			uint32_t s = slot_home(w, old[i].id);
+			while (c[s].name)
+				s = (s + 1) & (cap - 1);
+			c[s] = old[i];
+		}
+		free(old);
+	}
+	uint32_t s = slot_home(w, id);
+	while (w->cache[s].name)
+		s = (s + 1) & (w->cap_cache - 1);
+	memset(&w->cache[s], 0, sizeof(w->cache[s]));
+	w->cache[s].id = id;
+	return &w->cache[s];
+}
+
+/* Frees entry e and closes the gap it leaves in its run of slots (backward shift). */
+static void slot_free(scd_world_t *w, scd_cache_ent_t *e)
+{
+	uint32_t mask = w->cap_cache - 1, i = (uint32_t)(e - w->cache);
+	free(e->name);
+	e->name = NULL;
+	w->n_live--;
+	for (uint32_t j = (i + 1) & mask; w->cache[j].name; j = (j + 1) & mask) {
+		uint32_t k = slot_home(w, w->cache[j].id);
+		/* the entry at j may move to i when its home is not in (i, j] */
+		int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+		if (stays)
+			continue;
+		w->cache[i] = w->cache[j];
+		w->cache[j].name = NULL;
+		i = j;
+	}
+}
+
+void scd_cache_free(scd_world_t *w)
+{
+	for (uint32_t i = 0; i < w->cap_cache; i++)
+		free(w->cache[i].name);
+	free(w->cache);
+	w->cache = NULL;
+	w->n_cache = w->cap_cache = w->n_live = 0;
 }
 
 /* ---- the response cache --------------------------------------------------------------- */
@@ -43,7 +127,7 @@ uint32_t scd_cache_lookup(scd_world_t *w, const char *name)
 	if (!v)
 		return UINT32_MAX;
 	for (uint32_t i = v[0]; i >= 1; i--)
-		if (!strcmp(w->cache[v[i]].name, name))
+		if (!strcmp(scd_cache_get(w, v[i])->name, name))
 			return v[i];
 	return UINT32_MAX;
 }
@@ -62,7 +146,7 @@ uint32_t scd_cache_match(scd_world_t *w, const char *name, uint32_t dtype, uint6
 {
 	uint32_t *v = w->name_to_id[scd_world_hash_name(name)];
 	for (uint32_t i = v ? v[0] : 0; i >= 1; i--) {
-		const scd_cache_ent_t *c = &w->cache[v[i]];
+		const scd_cache_ent_t *c = scd_cache_get(w, v[i]);
 		if (!strcmp(c->name, name) &&
 		    scd_cache_same(c, dtype, numel, op, solo, fuse_key, sig))
 			return v[i];
@@ -80,7 +164,7 @@ static sc_status_t cache_list(scd_world_t *w, const char *name, uint32_t id)
 	for (uint32_t i = 1; i <= n; i++) {
 		if ((*slot)[i] == id)
 			return SC_OK;
-		if (!strcmp(w->cache[(*slot)[i]].name, name) && !forms++)
+		if (!strcmp(scd_cache_get(w, (*slot)[i])->name, name) && !forms++)
 			oldest = i;
 	}
 	if (forms >= SCD_CACHE_FORMS) { /* id takes the oldest's place, at the end */
@@ -88,6 +172,8 @@ static sc_status_t cache_list(scd_world_t *w, const char *name, uint32_t id)
 		memmove(&(*slot)[oldest], &(*slot)[oldest + 1],
 			sizeof(uint32_t) * (n - oldest));
 		(*slot)[n] = id;
+		scd_cache_get(w, gone)->listed =
+		    0; /* (the least recently used: it goes next) */
 		forget_job(w, gone, 0, 0);
 		return SC_OK;
 	}
@@ -104,30 +190,29 @@ sc_status_t scd_cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_
 			  uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
 			  const scd_tsig_t *sig)
 {
-	if (id >= w->cap_cache) {
-		uint32_t cap = w->cap_cache ? w->cap_cache : 256;
-		while (cap <= id)
-			cap *= 2;
-		scd_cache_ent_t *c = realloc(w->cache, cap * sizeof(*c));
-		if (!c)
-			return SC_ERR_NOMEM;
-		memset(c + w->cap_cache, 0, (cap - w->cap_cache) * sizeof(*c));
-		w->cache = c;
-		w->cap_cache = cap;
-	}
-	if (w->cache[id].name && strcmp(w->cache[id].name, name))
+	if (id == UINT32_MAX) /* none: ids never start again from 0 (evicted ones stay gone) */
+		return SC_ERR_LIMIT;
+	scd_cache_ent_t *e = scd_cache_get(w, id);
+	if (e && strcmp(e->name, name))
 		return SC_ERR_PROTOCOL; /* an id is never given to another name */
-	scd_cache_ent_t *e = &w->cache[id];
-	int named = !e->name;
-	if (named && !(e->name = strdup(name)))
-		return SC_ERR_NOMEM;
-	if (cache_list(w, name, id) != SC_OK) {
-		if (named) { /* as it was: the id is not taken */
-			free(e->name);
-			e->name = NULL;
-		}
+	if (!e && id < w->n_cache)
+		return SC_ERR_PROTOCOL; /* nor given again once evicted */
+	int named = !e;
+	char *copy = named ? strdup(name) : NULL;
+	if (named && (!copy || !(e = slot_new(w, id)))) {
+		free(copy);
 		return SC_ERR_NOMEM;
 	}
+	if (named) {
+		e->name = copy;
+		w->n_live++;
+	}
+	if (cache_list(w, name, id) != SC_OK) {
+		if (named) /* as it was: the id is not taken */
+			slot_free(w, e);
+		return SC_ERR_NOMEM;
+	}
+	e->listed = 1;
 	e->dtype = dtype;
 	e->numel = numel;
 	e->op = op;
@@ -147,7 +232,8 @@ uint32_t scd_cache_plan_held(scd_world_t *w, const char *name)
 {
 	const uint32_t *v = w->name_to_id[scd_world_hash_name(name)];
 	for (uint32_t i = v ? v[0] : 0; i >= 1; i--)
-		if (!strcmp(w->cache[v[i]].name, name) && scd_fplan_pos(&w->fplan, v[i]) >= 0)
+		if (!strcmp(scd_cache_get(w, v[i])->name, name) &&
+		    scd_fplan_pos(&w->fplan, v[i]) >= 0)
 			return v[i];
 	return UINT32_MAX;
 }
@@ -183,11 +269,107 @@ void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key)
 	const uint32_t *v = w->name_to_id[scd_world_hash_name(name)];
 	int any = 0;
 	for (uint32_t i = 1; v && i <= v[0]; i++) /* every form the name has had */
-		if (!strcmp(w->cache[v[i]].name, name)) {
+		if (!strcmp(scd_cache_get(w, v[i])->name, name)) {
 			forget_job(w, v[i], any++ ? 0 : presel_key, 1);
 			v = w->name_to_id[scd_world_hash_name(
 			    name)]; /* (not moved; read again) */
 		}
 	if (!any && presel_key)
 		forget_job(w, UINT32_MAX, presel_key, 1);
+}
+
+/* ---- eviction past cache_max_entries ---------------------------------------------------- */
+
+/* Takes id out of its name's ids. */
+static void cache_unlist(scd_world_t *w, const char *name, uint32_t id)
+{
+	uint32_t *v = w->name_to_id[scd_world_hash_name(name)];
+	for (uint32_t i = 1; v && i <= v[0]; i++)
+		if (v[i] == id) {
+			memmove(&v[i], &v[i + 1], sizeof(uint32_t) * (v[0] - i));
+			v[0]--;
+			return;
+		}
+}
+
+void scd_cache_touch(scd_world_t *w, const char *name, uint64_t cycle)
+{
+	const uint32_t *v = w->name_to_id[scd_world_hash_name(name)];
+	for (uint32_t i = 1; v && i <= v[0]; i++) {
+		scd_cache_ent_t *c = scd_cache_get(w, v[i]);
+		if (!strcmp(c->name, name))
+			c->used_cycle = cycle;
+	}
+}
+
+typedef struct {
+	uint64_t used;
+	uint32_t id;
+} evict_cand_t;
+
+static int by_use(const void *a, const void *b)
+{
+	const evict_cand_t *x = a, *y = b;
+	if (x->used != y->used)
+		return x->used < y->used ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+/*
+ * The least recently used first, oldest id first among equals; what the plan being built
+ * uses, or a name some node announced that is still pending (scd_cache_touch with its
+ * cycle), never: a node's announcement the coordinator already holds names no evicted id,
+ * and one on its way is dropped and made again in full (scd_cache_evict). Down to an
+ * eighth below the bound, so that a job naming a tensor anew every step sorts the table
+ * once every bound / 8 plans, not at every one.
+ */
+size_t scd_cache_evict_pick(scd_world_t *w, uint64_t cycle, uint32_t **ids_p)
+{
+	uint64_t max = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_cache_max_entries);
+	*ids_p = NULL;
+	if (w->n_live <= max)
+		return 0;
+	size_t want = w->n_live - (max - max / 8), n = 0;
+	evict_cand_t *c = malloc(sizeof(*c) * w->n_live);
+	if (!c) {
+		scd_warn(SCD_SUB_NEGOTIATE,
+			 "out of memory choosing response cache entries to evict: %u entries, "
+			 "cache_max_entries %llu",
+			 w->n_live, (unsigned long long)max);
+		return 0;
+	}
+	for (uint32_t i = 0; i < w->cap_cache; i++)
+		if (w->cache[i].name && w->cache[i].used_cycle != cycle)
+			c[n++] = (evict_cand_t){.used = w->cache[i].used_cycle,
+						.id = w->cache[i].id};
+	qsort(c, n, sizeof(*c), by_use);
+	if (n > want)
+		n = want;
+	uint32_t *ids = n ? malloc(sizeof(*ids) * n) : NULL;
+	for (size_t i = 0; ids && i < n; i++)
+		ids[i] = c[i].id;
+	free(c);
+	if (!ids)
+		return 0;
+	*ids_p = ids;
+	return n;
+}
+
+void scd_cache_evict(scd_world_t *w, uint32_t id)
+{
+	scd_cache_ent_t *e = scd_cache_get(w, id);
+	if (!e)
+		return;
+	scd_debug(SCD_SUB_NEGOTIATE, "cache id %u of tensor '%s' evicted (cache_max_entries)",
+		  id, e->name);
+	if (e->listed) { /* (else its engine state went when it left its name's ids) */
+		cache_unlist(w, e->name, id);
+		forget_job(w, id, 0, 0);
+	}
+	/* this node announced the tensor by this id, and no plan answered it yet: the
+	 * coordinator drops that announcement (it no longer knows the id) */
+	scd_ntensor_t *nt = w->d->ctl ? scd_ctl_tensor(w->d->ctl, e->name) : NULL;
+	if (nt && nt->state == SCD_NT_ANNOUNCED && nt->announced_id == id)
+		scd_neg_reannounce(w, nt);
+	slot_free(w, scd_cache_get(w, id));
 }

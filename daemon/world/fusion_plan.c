@@ -211,9 +211,47 @@ void scd_fplan_state_free(scd_fplan_state_t *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/*
+ * Positions by cache id: open addressing over cap_pos slots (a power of two, at least
+ * twice the tensors), each a position plus one (0: free) of the id at that position. The
+ * ids grow without bound (a job naming a tensor anew every step; the response cache evicts
+ * the old ones, world/cache.c) while the plan's tensors do not, so the map is sized by the
+ * tensors; it is made again whenever positions move (a tensor added, replaced or removed),
+ * which is at a new or evicted id, not at every step.
+ */
+static uint32_t pos_home(const scd_fplan_state_t *s, uint32_t id)
+{
+	return (id * 2654435761u) & (s->cap_pos - 1);
+}
+
 int scd_fplan_pos(const scd_fplan_state_t *s, uint32_t id)
 {
-	return id < s->cap_pos ? s->pos_of[id] : -1;
+	for (uint32_t h = s->cap_pos ? pos_home(s, id) : 0; s->cap_pos;
+	     h = (h + 1) & (s->cap_pos - 1)) {
+		int32_t p = s->pos_of[h];
+		if (!p)
+			break;
+		if (s->ids[p - 1] == id)
+			return p - 1;
+	}
+	return -1;
+}
+
+/* Maps ids[k] to position k. */
+static void pos_put(scd_fplan_state_t *s, int k)
+{
+	uint32_t h = pos_home(s, s->ids[k]);
+	while (s->pos_of[h])
+		h = (h + 1) & (s->cap_pos - 1);
+	s->pos_of[h] = k + 1;
+}
+
+/* Makes the map again from ids[0..n-1]. */
+static void pos_rebuild(scd_fplan_state_t *s)
+{
+	memset(s->pos_of, 0, sizeof(int32_t) * s->cap_pos);
+	for (int k = 0; k < s->n; k++)
+		pos_put(s, k);
 }
 
 static int grow(void **p, size_t elem, int cap)
@@ -225,20 +263,20 @@ static int grow(void **p, size_t elem, int cap)
 	return 0;
 }
 
-static int pos_map(scd_fplan_state_t *s, uint32_t id)
+/* Room in the map for n tensors (it stays at most half full). */
+static int pos_map(scd_fplan_state_t *s, int n)
 {
-	if (id < s->cap_pos)
+	if (2 * (uint64_t)n <= s->cap_pos)
 		return 0;
 	uint32_t cap = s->cap_pos ? s->cap_pos : 256;
-	while (cap <= id)
+	while (2 * (uint64_t)n > cap)
 		cap *= 2;
 	int32_t *p = realloc(s->pos_of, cap * sizeof(int32_t));
 	if (!p)
 		return -1;
-	for (uint32_t i = s->cap_pos; i < cap; i++)
-		p[i] = -1;
 	s->pos_of = p;
 	s->cap_pos = cap;
+	pos_rebuild(s);
 	return 0;
 }
 
@@ -268,8 +306,6 @@ static int class_slot(scd_fplan_state_t *s, int k, uint32_t key)
 	memmove(&s->rank_t[(p + 1) * P3], &s->rank_t[p * P3], rest * P3 * sizeof(double));
 	memmove(&s->snap[3 * (p + 1)], &s->snap[3 * p], rest * 3 * sizeof(double));
 	memmove(&s->buf[p + 1], &s->buf[p], rest * sizeof(int));
-	for (int j = p + 1; j <= k; j++)
-		s->pos_of[s->ids[j]] = j;
 	s->buf[p] = -1;
 	return p;
 }
@@ -277,9 +313,9 @@ static int class_slot(scd_fplan_state_t *s, int k, uint32_t key)
 int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t bytes,
 		  uint32_t key, int flags)
 {
-	if (pos_map(s, id) != 0)
+	if (pos_map(s, s->n + 1) != 0)
 		return -1;
-	int k = scd_fplan_pos(s, old_id);
+	int k = scd_fplan_pos(s, old_id), moved = k >= 0; /* (the place's id changes) */
 	if (k < 0) {
 		if (s->n == s->cap) {
 			int cap = s->cap ? 2 * s->cap : 64;
@@ -293,13 +329,17 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 		}
 		k = s->n++;
 		s->buf[k] = -1;
-		if (flags & SCD_FPLAN_WHOLE)
-			k = class_slot(s, k, key);
-	} else {
-		s->pos_of[old_id] = -1;
+		if (flags & SCD_FPLAN_WHOLE) {
+			int p = class_slot(s, k, key);
+			moved = p != k;
+			k = p;
+		}
 	}
 	s->ids[k] = id;
-	s->pos_of[id] = k;
+	if (moved)
+		pos_rebuild(s);
+	else /* appended */
+		pos_put(s, k);
 	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes,
 				       .key = key,
 				       .solo = !!(flags & SCD_FPLAN_SOLO),
@@ -337,9 +377,7 @@ void scd_fplan_remove(scd_fplan_state_t *s, uint32_t id)
 	memmove(&s->snap[3 * k], &s->snap[3 * (k + 1)], rest * 3 * sizeof(double));
 	memmove(&s->buf[k], &s->buf[k + 1], rest * sizeof(int));
 	s->n--;
-	s->pos_of[id] = -1;
-	for (int j = k; j < s->n; j++)
-		s->pos_of[s->ids[j]] = j;
+	pos_rebuild(s);
 	s->dirty = 1;
 }
 

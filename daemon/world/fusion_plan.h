@@ -121,7 +121,8 @@ typedef struct scd_fplan_state {
 	double *snap;	       /* [n][3]: the times the current plan was made from */
 	int *buf;	       /* buffer of each position */
 	int n_buf;
-	int32_t *pos_of; /* by cache id: position, -1 none */
+	int32_t
+	    *pos_of; /* by cache id, open addressing: position + 1, 0 free (fusion_plan.c) */
 	uint32_t cap_pos;
 	uint64_t version;
 	uint64_t reports; /* since the current plan */

@@ -33,6 +33,58 @@
 
 /* ---- announcing (every rank) ---------------------------------------------------------- */
 
+/* Queues nt's announcement: by cache id id, or in full (UINT32_MAX) with the attributes
+ * solo, key and sig. 0, or -1 when nt was completed with an error. */
+static int out_add(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, int solo, uint32_t key,
+		   const scd_tsig_t *sig)
+{
+	if (w->n_out == w->cap_out) {
+		int cap = w->cap_out ? w->cap_out * 2 : 64;
+		scd_outreq_t *o = realloc(w->out, (size_t)cap * sizeof(*o));
+		if (!o) {
+			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+			return -1;
+		}
+		w->out = o;
+		w->cap_out = cap;
+	}
+	scd_outreq_t *o = &w->out[w->n_out++];
+	memset(o, 0, sizeof(*o));
+	scd_ntensor_group(nt, &o->group, &o->group_size);
+	if ((o->group && !(o->gname = strdup(nt->name))) ||
+	    (id == UINT32_MAX && !(o->name = strdup(nt->name)))) {
+		free(o->gname);
+		w->n_out--;
+		scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+		return -1;
+	}
+	nt->announced_id = id;
+	if (id != UINT32_MAX) {
+		o->cached = 1;
+		o->id = id;
+	} else {
+		o->dtype = scd_ntensor_typeword(nt);
+		o->numel = nt->numel;
+		o->op = scd_coll_pack(&nt->coll);
+		o->solo = solo;
+		o->fuse_key = key;
+		o->sig = *sig;
+	}
+	scd_world_arm_flush(w);
+	return 0;
+}
+
+/* What nt is announced with: its fusion class alone (solo), its fusion key, its
+ * signature. */
+static void announce_attrs(scd_world_t *w, scd_ntensor_t *nt, int *solo_p, uint32_t *key_p,
+			   scd_tsig_t *sig_p)
+{
+	int exdyna_model = !strcmp(scd_cfg_str(&w->d->cfg, SCD_CFG_exdyna_scope), "model");
+	*solo_p = scd_ntensor_solo(nt, exdyna_model);
+	*key_p = scd_ntensor_fuse_key(nt, exdyna_model);
+	scd_tsig_of(nt, sig_p);
+}
+
 void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 {
 	if (!w->is_coord && w->peers[0].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED) {
@@ -42,51 +94,40 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 		scd_ctl_complete(w->d->ctl, nt, SC_ERR_PEER, msg);
 		return;
 	}
-	if (w->n_out == w->cap_out) {
-		int cap = w->cap_out ? w->cap_out * 2 : 64;
-		scd_outreq_t *o = realloc(w->out, (size_t)cap * sizeof(*o));
-		if (!o) {
-			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
-			return;
-		}
-		w->out = o;
-		w->cap_out = cap;
-	}
-	scd_outreq_t *o = &w->out[w->n_out++];
-	memset(o, 0, sizeof(*o));
-	int exdyna_model = !strcmp(scd_cfg_str(&w->d->cfg, SCD_CFG_exdyna_scope), "model");
-	int solo = scd_ntensor_solo(nt, exdyna_model);
-	uint32_t key = scd_ntensor_fuse_key(nt, exdyna_model);
+	int solo;
+	uint32_t key;
 	scd_tsig_t sig;
-	scd_tsig_of(nt, &sig);
+	announce_attrs(w, nt, &solo, &key, &sig);
 	uint32_t id = scd_cache_match(w, nt->name, scd_ntensor_typeword(nt), nt->numel,
 				      scd_coll_pack(&nt->coll), solo, key, &sig);
-	scd_ntensor_group(nt, &o->group, &o->group_size);
-	if (o->group && !(o->gname = strdup(nt->name))) {
-		w->n_out--;
-		scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+	if (out_add(w, nt, id, solo, key, &sig) != 0)
 		return;
-	}
-	if (id != UINT32_MAX) {
-		o->cached = 1;
-		o->id = id;
+	if (id != UINT32_MAX)
 		scd_world_presel(w, nt, id, NULL); /* selected while the buffer is planned */
-	} else {
-		if (!(o->name = strdup(nt->name))) {
-			free(o->gname);
-			w->n_out--;
-			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
-			return;
-		}
-		o->dtype = scd_ntensor_typeword(nt);
-		o->numel = nt->numel;
-		o->op = scd_coll_pack(&nt->coll);
-		o->solo = solo;
-		o->fuse_key = key;
-		o->sig = sig;
+	else
 		scd_world_presel(w, nt, SCD_PRESEL_SPEC, &sig); /* speculative (first step) */
-	}
-	scd_world_arm_flush(w);
+}
+
+void scd_neg_reannounce(scd_world_t *w, scd_ntensor_t *nt)
+{
+	for (int i = 0; i < w->n_out; i++) /* still unsent: it goes in full instead */
+		if (w->out[i].cached && w->out[i].id == nt->announced_id) {
+			free(w->out[i].gname);
+			memmove(&w->out[i], &w->out[i + 1],
+				sizeof(*w->out) * (size_t)(w->n_out - i - 1));
+			w->n_out--;
+			break;
+		}
+	scd_debug(SCD_SUB_NEGOTIATE,
+		  "tensor '%s': its cache id %u was evicted before its plan came: announced "
+		  "again in full",
+		  nt->name, nt->announced_id);
+	w->reannounced++;
+	int solo;
+	uint32_t key;
+	scd_tsig_t sig;
+	announce_attrs(w, nt, &solo, &key, &sig);
+	out_add(w, nt, UINT32_MAX, solo, key, &sig);
 }
 
 static void out_abandon(scd_world_t *w, const char *name, sc_status_t status,
@@ -446,7 +487,10 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 {
 	uint32_t id = scd_cache_lookup(w, e->name);
 	*old_p = UINT32_MAX;
-	if (id != UINT32_MAX && scd_cache_same(&w->cache[id], e->dtype[0], e->numel[0],
+	/* the name's forms are the plan's: none is evicted with it (its place in the fusion
+	 * plan passes from one to another) */
+	scd_cache_touch(w, e->name, w->cycle + 1);
+	if (id != UINT32_MAX && scd_cache_same(scd_cache_get(w, id), e->dtype[0], e->numel[0],
 					       e->op[0], e->solo, e->fuse_key, &e->sig[0])) {
 		if (scd_fplan_pos(&w->fplan, id) < 0) /* (the steady step: it holds it) */
 			*old_p = scd_cache_plan_held(w, e->name);
@@ -471,6 +515,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	    scd_cache_set(w, id, e->name, e->dtype[0], e->numel[0], e->op[0], e->solo,
 			  e->fuse_key, &e->sig[0]) != SC_OK)
 		return UINT32_MAX;
+	scd_cache_get(w, id)->used_cycle = w->cycle + 1;
 	sparsecomm__cache_entry__init(ce);
 	ce->id = id;
 	ce->name = ce_name;
@@ -482,7 +527,7 @@ static uint32_t pb_cache_id(scd_world_t *w, plan_builder_t *pb, const scd_centry
 	ce->process_set = e->pset;
 	/* the scheme's text is the plan's copy: a later new entry of the same plan may move
 	 * the cache (scd_cache_set grows it) before the plan is packed */
-	scd_tsig_to_msg(&w->cache[id].sig, sig);
+	scd_tsig_to_msg(&scd_cache_get(w, id)->sig, sig);
 	sig->scheme = scheme;
 	if (kept) { /* the plan's copy, as the scheme's */
 		memcpy(dims, sig->dims, sizeof(*dims) * kept);
@@ -853,6 +898,15 @@ static void coord_emit(scd_world_t *w)
 			continue;
 		}
 		uint32_t old = UINT32_MAX, id = pb_cache_id(w, &pb, e, &old);
+		if (id == UINT32_MAX && w->n_cache == UINT32_MAX) { /* every id given out */
+			snprintf(
+			    msg, sizeof(msg),
+			    "%s of tensor '%s' failed: the coordinator has given out every "
+			    "response cache id (%u); the world must form again",
+			    scd_centry_coll_name(e, P), e->name, UINT32_MAX);
+			pb_entry_error(w, &pb, e, SC_ERR_LIMIT, msg, -1);
+			continue;
+		}
 		if (id == UINT32_MAX || n_ready == INT32_MAX) { /* the tensor fails alone */
 			snprintf(msg, sizeof(msg),
 				 "%s of tensor '%s' failed: the coordinator ran out of "
@@ -896,8 +950,16 @@ static void coord_emit(scd_world_t *w)
 			emit_cycle(w, &pb, ready + n_whole, n_ready - n_whole, &cfg);
 	}
 	free(ready);
+	uint32_t *evicted = NULL;
 	if (pb.plan.n_responses) {
 		pb_fusion(w, &pb);
+		/* past cache_max_entries: what no node announced since, the least recently
+		 * planned first (scd_cache_evict_pick); every rank drops it after the plan's
+		 * responses */
+		for (scd_centry_t *e = w->ehead; e; e = e->next)
+			scd_cache_touch(w, e->name, w->cycle + 1);
+		pb.plan.n_evicted = scd_cache_evict_pick(w, w->cycle + 1, &evicted);
+		pb.plan.evicted = evicted;
 		pb.plan.cycle = ++w->cycle;
 		pb.plan.responses = pb.resp;
 		pb.plan.new_entries = pb.ents;
@@ -911,6 +973,7 @@ static void coord_emit(scd_world_t *w)
 				     {"responses", NULL, (int64_t)pb.plan.n_responses}};
 		scd_tl_here("plan_out", tl, ta, 2);
 	}
+	free(evicted);
 	free(pb.resp);
 	free(pb.ents);
 	scd_arena_free(&pb.arena);
@@ -1019,12 +1082,18 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
-		if (id >= w->n_cache || !w->cache[id].name) {
+		const scd_cache_ent_t *c = scd_cache_get(w, id);
+		if (!c && id < w->n_cache) { /* its node announces it again, in full */
+			scd_debug(SCD_SUB_NEGOTIATE,
+				  "rank %d announced cache id %u, evicted since: dropped", from,
+				  id);
+			continue;
+		}
+		if (!c) {
 			scd_warn(SCD_SUB_NEGOTIATE, "rank %d announced unknown cache id %u",
 				 from, id);
 			continue;
 		}
-		const scd_cache_ent_t *c = &w->cache[id];
 		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key,
 			  &c->sig);
 	}
@@ -1121,9 +1190,7 @@ void scd_neg_destroy(scd_world_t *w)
 	scd_late_free_list(w->refusals);
 	while (w->ehead)
 		centry_free(w, w->ehead);
-	for (uint32_t i = 0; i < w->cap_cache; i++)
-		free(w->cache[i].name);
-	free(w->cache);
+	scd_cache_free(w);
 	for (int b = 0; b < SCD_WORLD_BUCKETS; b++)
 		free(w->name_to_id[b]);
 	for (int i = 0; i < w->n_out; i++)
@@ -1140,8 +1207,6 @@ void scd_neg_reset(scd_world_t *w)
 	w->poisons = w->out_abandon = w->lates = w->refusals = NULL;
 	w->ehead = w->etail = NULL;
 	memset(w->ebucket, 0, sizeof(w->ebucket));
-	w->cache = NULL;
-	w->n_cache = w->cap_cache = 0;
 	memset(w->name_to_id, 0, sizeof(w->name_to_id));
 	w->out = NULL;
 	w->n_out = w->cap_out = 0;

@@ -24,9 +24,10 @@ void scd_world_presel(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, const scd_
 {
 	scd_daemon_t *d = w->d;
 	int spec = id == SCD_PRESEL_SPEC;
-	uint32_t dtype = spec ? scd_ntensor_typeword(nt) : w->cache[id].dtype;
-	uint64_t numel = spec ? nt->numel : w->cache[id].numel;
-	const scd_tsig_t *sig = spec ? own : &w->cache[id].sig;
+	const scd_cache_ent_t *c = spec ? NULL : scd_cache_get(w, id);
+	uint32_t dtype = c ? c->dtype : scd_ntensor_typeword(nt);
+	uint64_t numel = c ? c->numel : nt->numel;
+	const scd_tsig_t *sig = c ? &c->sig : own;
 	scd_sparsify_kind_t kind;
 	if (!scd_cfg_int(&d->cfg, SCD_CFG_sparsify_on_submit) || !d->engine ||
 	    nt->coll.kind != SCD_COLL_ALLREDUCE ||

@@ -74,7 +74,8 @@ typedef struct scd_centry {
 } scd_centry_t;
 
 typedef struct scd_cache_ent {
-	char *name;
+	char *name; /* NULL: a free slot of the table */
+	uint32_t id;
 	uint32_t dtype, op;
 	uint64_t numel;
 	int solo;
@@ -84,6 +85,10 @@ typedef struct scd_cache_ent {
 	/* this node's last measured times of the tensor (stats): compression plus fusion,
 	 * and its buffer's communication */
 	double last_tcp_s, last_tcm_s;
+	int listed; /* in its name's ids (a form past a name's 64 is not: cache.c) */
+	/* the coordinator's plan cycle that last planned it, or found its name pending: the
+	 * least recently used go first past cache_max_entries */
+	uint64_t used_cycle;
 } scd_cache_ent_t;
 
 /* An announcement waiting for the next flush. */
@@ -134,9 +139,12 @@ struct scd_world {
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
 	int flush_armed;
-	/* response cache, identical on every rank (ids assigned by the coordinator) */
+	/* response cache, identical on every rank (ids assigned by the coordinator, in
+	 * sequence: n_cache is the next; cache.c): a table of cap_cache slots (a power of
+	 * two, open addressing by id) holding n_live entries */
 	scd_cache_ent_t *cache;
-	uint32_t n_cache, cap_cache;
+	uint32_t n_cache, cap_cache, n_live;
+	uint64_t reannounced; /* announcements made again in full after an eviction (stats) */
 	uint32_t *name_to_id[SCD_WORLD_BUCKETS]; /* small vectors: [n, id...] */
 	/* announcements to send */
 	scd_outreq_t *out;
@@ -331,6 +339,25 @@ sc_status_t scd_cache_set(scd_world_t *w, uint32_t id, const char *name, uint32_
 /* The id of name that has a place in the coordinator's fusion plan (the one a form that
  * has none takes over), else UINT32_MAX. */
 uint32_t scd_cache_plan_held(scd_world_t *w, const char *name);
+/* The entry of cache id id, or NULL (never assigned, or evicted). The pointer holds until
+ * the cache next changes (scd_cache_set, scd_cache_evict). */
+scd_cache_ent_t *scd_cache_get(const scd_world_t *w, uint32_t id);
+/* Marks every id of name used by the plan being built (coordinator). */
+void scd_cache_touch(scd_world_t *w, const char *name, uint64_t cycle);
+/* The coordinator's choice, past cache_max_entries live entries, of the least recently
+ * used to evict with the plan of cycle (none used by it: scd_cache_touch), down to the
+ * bound less an eighth: their ids in *ids_p (the caller's to free), their count returned
+ * (0: none, or out of memory: the cache stays over its bound until the next plan). */
+size_t scd_cache_evict_pick(scd_world_t *w, uint64_t cycle, uint32_t **ids_p);
+/* A plan evicts id (every rank, in the plan's order): the entry goes, with the engine's
+ * state for it, and a tensor of this node announced by that id and not yet planned is
+ * announced again in full (the coordinator drops an announcement by an evicted id). */
+void scd_cache_evict(scd_world_t *w, uint32_t id);
+/* Frees every entry (the world re-forms, or the daemon stops). */
+void scd_cache_free(scd_world_t *w);
+/* negotiate.c: announces nt again, in full (its id was evicted before a plan answered
+ * it), in place of its announcement by id that may still wait for the next flush. */
+void scd_neg_reannounce(scd_world_t *w, struct scd_ntensor *nt);
 
 /* ---- plans applied (apply.c) ---------------------------------------------------------- */
 

@@ -155,6 +155,7 @@ int it_group(int argc, char **argv);	/* itest_group.c */
 int it_ops(int argc, char **argv);	/* itest_colls.c */
 int it_barrier_case(int argc, char **argv);
 int it_shapes(int argc, char **argv);
+int it_evict(int argc, char **argv); /* itest_evict.c */
 int it_broadcast(int argc, char **argv);
 int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);

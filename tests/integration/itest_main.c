@@ -361,6 +361,7 @@ static const struct {
     {"psets", it_psets, "process sets of 4 trainers: per-set sums, errors, removal, bytes"},
     {"psets-killed", it_psets_killed, "4 x 1, rank 3 dies: its sets fail, {0, 1} goes on"},
     {"shapes", it_shapes, "shapes that differ across ranks: MISMATCH; changed: exact"},
+    {"evict", it_evict, "BOUND unique|rotation: the response cache's bound, exact"},
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},
     {"busy", it_busy, "duplicate allreduce and duplicate registration (P >= 2)"},
     {"release", it_release, "a name released and registered again: new counts and dtypes"},

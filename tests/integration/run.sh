@@ -304,6 +304,21 @@ run_case "shapes n=2" 2 1 120 0 2 -- "$itest" shapes
 run_case "shapes n=3" 3 1 120 0 3 -- "$itest" shapes
 run_case "shapes n=2 per-node=2" 2 2 120 0 4 -- "$itest" shapes
 run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
+# The response cache's bound (itest_evict.c): at most cache_max_entries entries on every
+# daemon over hundreds of new names; names in rotation past a bound of 2, one trainer late,
+# so that nodes announce ids the coordinator has just evicted.
+run_case "cache evict n=3" 3 1 180 0 3 --daemon-arg --cache_max_entries --daemon-arg 8 \
+	-- "$itest" evict 8 unique
+run_case "cache evict rotation n=2" 2 1 180 0 2 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 rotation
+run_case "cache evict rotation n=3 per-node=2" 3 2 180 0 6 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 rotation
+# Grouped allreduces whose members go separately, and a process set whose last node never
+# announces its tensors, past a bound of 2.
+run_case "cache evict mixed n=3" 3 1 180 0 3 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 mixed
+run_case "cache evict mixed n=2 per-node=2" 2 2 180 0 4 --daemon-arg --cache_max_entries \
+	--daemon-arg 2 -- "$itest" evict 2 mixed
 run_case "agree n=2" 2 1 240 0 2 -- "$itest" agree
 run_case "agree n=3" 3 1 240 0 3 -- "$itest" agree
 run_case "wait-race n=2" 2 1 180 0 2 -- "$itest" wait-race
@@ -1116,6 +1131,12 @@ rnd "state after a death n=3" 3 1 80 12 1795975241
 # many events: one step in four or more has one
 rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
 rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
+# the same with a response cache bound below the names in use (cache_max_entries 4):
+# every plan evicts, and names come back announced in full; the outcomes stay the same
+run_case "random cache bound n=3 (300 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --cache_max_entries \
+	--daemon-arg 4 -- "$itest" random --steps 300 --rate 12 --seed "$rnd_seed"
+selected "random cache bound" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms

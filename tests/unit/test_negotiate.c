@@ -57,7 +57,7 @@ UNIT_TEST(negotiate_plan_cache_ids_are_bounds_checked)
 	plan_make(&f, (uint32_t[]){0, 1}, 2, (uint32_t[]){1, 0}, 2);
 	CHECK_EQ_INT(scd_neg_plan_check(w, &f.plan, err, sizeof(err)), SC_OK);
 	CHECK_EQ_INT(scd_neg_plan_entries(w, &f.plan), SC_OK);
-	CHECK_TRUE(w->n_cache == 2 && !strcmp(w->cache[1].name, "b"));
+	CHECK_TRUE(w->n_cache == 2 && !strcmp(scd_cache_get(w, 1)->name, "b"));
 	/* the next plan may name them, reuse an id, or add the next one; not skip one */
 	plan_make(&f, (uint32_t[]){1, 2}, 2, (uint32_t[]){2, 0}, 2);
 	CHECK_EQ_INT(scd_neg_plan_check(w, &f.plan, err, sizeof(err)), SC_OK);

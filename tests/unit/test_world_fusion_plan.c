@@ -459,3 +459,34 @@ UNIT_TEST(fusion_plan_whole_class)
 	CHECK_EQ_INT(s.buf[0], s.buf[1]);
 	scd_fplan_state_free(&s);
 }
+
+/* A job that names a tensor anew every step, its old ids evicted from the response cache
+ * (world/cache.c): the cached plan holds a few tensors while the ids grow past millions;
+ * what it keeps by id is sized by its tensors, not by the largest id, and every position
+ * is found (ids taking over places, wrapping runs of the lookup, whole classes moved). */
+UNIT_TEST(fplan_positions_bounded_by_tensors_not_ids)
+{
+	scd_fplan_state_t s;
+	scd_fplan_state_init(&s, 2);
+	uint32_t id = 0;
+	for (int step = 0; step < 20000; step++) {
+		id += 1 + (uint32_t)(step % 7) * 97; /* ids with gaps, up to about 6 million */
+		uint32_t old = step % 5 == 0 && s.n ? s.ids[0] : UINT32_MAX;
+		CHECK_EQ_INT(scd_fplan_add(&s, id, old, 64, (uint32_t)(step % 3),
+					   step % 11 ? 0 : SCD_FPLAN_WHOLE),
+			     0);
+		CHECK_TRUE(scd_fplan_pos(&s, id) >= 0);
+		if (old != UINT32_MAX)
+			CHECK_EQ_INT(scd_fplan_pos(&s, old), -1);
+		while (s.n > 12) /* the oldest evicted */
+			scd_fplan_remove(&s, s.ids[s.n - 1 - step % s.n]);
+		for (int k = 0; k < s.n; k++)
+			CHECK_EQ_INT(scd_fplan_pos(&s, s.ids[k]), k);
+	}
+	CHECK_TRUE(id > 1000000);
+	CHECK_EQ_INT(scd_fplan_pos(&s, id + 1), -1);
+	CHECK_MSG(s.cap_pos <= 1024,
+		  "the plan of %d tensors keeps %u slots by id (ids up to %u)", s.n, s.cap_pos,
+		  id);
+	scd_fplan_state_free(&s);
+}
