@@ -33,6 +33,20 @@
 
 /* ---- announcing (every rank) ---------------------------------------------------------- */
 
+/* nt cannot be announced (out of memory): its trainers get the error now, and the
+ * coordinator fails the step on every rank, as for a step the node failed before
+ * announcing it (late.c), so that no node waits for it and this node owes it to no one:
+ * its next announcement is its next step. */
+static void out_fail(scd_world_t *w, scd_ntensor_t *nt)
+{
+	char msg[400];
+	snprintf(msg, sizeof(msg),
+		 "%s of tensor '%s' failed: rank %d ran out of memory announcing it",
+		 scd_coll_name(&nt->coll), nt->name, w->d->rank);
+	scd_world_fail_step(w, nt->name, SC_ERR_NOMEM, msg);
+	scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, msg);
+}
+
 /* Queues nt's announcement: by cache id id, or in full (UINT32_MAX) with the attributes
  * solo, key and sig. 0, or -1 when nt was completed with an error. */
 static int out_add(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, int solo, uint32_t key,
@@ -42,7 +56,7 @@ static int out_add(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, int solo, uin
 		int cap = w->cap_out ? w->cap_out * 2 : 64;
 		scd_outreq_t *o = realloc(w->out, (size_t)cap * sizeof(*o));
 		if (!o) {
-			scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+			out_fail(w, nt);
 			return -1;
 		}
 		w->out = o;
@@ -55,7 +69,7 @@ static int out_add(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, int solo, uin
 	    (id == UINT32_MAX && !(o->name = strdup(nt->name)))) {
 		free(o->gname);
 		w->n_out--;
-		scd_ctl_complete(w->d->ctl, nt, SC_ERR_NOMEM, "out of memory");
+		out_fail(w, nt);
 		return -1;
 	}
 	nt->announced_id = id;
