@@ -13,10 +13,9 @@
  * daemon's log_level (debug, info, warn, error), or NULL. */
 static inline const char *sc_horovod_log_level(const char *v)
 {
-	static const char *const map[][2] = {{"trace", "debug"}, {"debug", "debug"},
-					     {"info", "info"},	 {"warning", "warn"},
-					     {"warn", "warn"},	 {"error", "error"},
-					     {"fatal", "error"}};
+	static const char *const map[][2] = {
+	    {"trace", "debug"}, {"debug", "debug"}, {"info", "info"},  {"warning", "warn"},
+	    {"warn", "warn"},	{"error", "error"}, {"fatal", "error"}};
 	for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
 		if (!strcasecmp(v, map[k][0]))
 			return map[k][1];
