@@ -43,7 +43,7 @@ static void usage(FILE *out)
 	    "options:\n"
 	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
 	    "  --per-node M           trainers per node (default 1)\n"
-	    "  -np P                  P trainers in all, as horovodrun's: P nodes of one,\n"
+	    "  -np, --num-proc P      P trainers in all, as horovodrun's: P nodes of one,\n"
 	    "                         P / M nodes with --per-node M, or the first hosts'\n"
 	    "                         slots with -H\n"
 	    "  -H, --hosts LIST       one node per host, HOST:SLOTS trainers each (SLOTS\n"
@@ -239,7 +239,7 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes")) {
 			NEED_VAL();
 			o->nodes = run_parse_int(name, val, 1, MAX_TRAINERS);
-		} else if (!strcmp(name, "-np")) {
+		} else if (!strcmp(name, "-np") || !strcmp(name, "--num-proc")) {
 			NEED_VAL();
 			np = run_parse_int(name, val, 1, MAX_TRAINERS);
 		} else if (!strcmp(name, "--per-node")) {
@@ -341,12 +341,11 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 }
 
 /* Prints the same command line without --netns and --rate: the loopback fallback. */
-void run_print_fallback(int argc, char **argv)
+void run_print_fallback(const opts_t *o, int argc, char **argv)
 {
-	bool cmd = false;
 	fprintf(stderr, "  Without root, run the same job on loopback (no shaping):\n   ");
 	for (int i = 0; i < argc; i++) {
-		cmd |= !strcmp(argv[i], "--");
+		bool cmd = argv + i >= o->cmd; /* the command's own words stay */
 		if (!cmd && (!strcmp(argv[i], "--netns") || !strncmp(argv[i], "--rate=", 7)))
 			continue;
 		if (!cmd && !strcmp(argv[i], "--rate")) {

@@ -1643,7 +1643,7 @@ fi
 if selected "horovodrun flags"; then
 	why=""
 	HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=45 HOROVOD_LOG_LEVEL=error timeout 60 "$launcher" \
-		-np 2 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
+		--num-proc=2 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
 		--timeline-filename "$tmp/tl-%r.json" sh -c \
 		'"$1" --socket "$SPARSECOMM_SOCKET" config get' sh "$bin/sparsectl" \
 		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
@@ -1666,6 +1666,18 @@ if selected "horovodrun flags"; then
 		[ "$rc" -eq 2 ] && grep -qF -- "${spec#*|}" "$tmp/out2" ||
 			why="$why; '${spec%%|*}' exited $rc without '${spec#*|}'"
 	done
+	# --netns without root prints the same job on loopback: the command's own --rate and
+	# --netns (after the options, with no '--') are kept
+	as_user=""
+	[ "$(id -u)" -eq 0 ] && as_user="setpriv --reuid=65534 --regid=65534 --clear-groups"
+	if [ -z "$as_user" ] || command -v setpriv >/dev/null 2>&1; then
+		# shellcheck disable=SC2086
+		$as_user "$launcher" -n 2 --netns --rate 1gbit ./train --rate 5 --netns \
+			>"$tmp/out2" 2>&1 </dev/null
+		grep -qF -- "sparsecomm-run -n 2 ./train --rate 5 --netns" "$tmp/out2" ||
+			why="$why; the loopback fallback is not '-n 2 ./train --rate 5 --netns': \
+$(tail -n 1 "$tmp/out2")"
+	fi
 	why_verdict "horovodrun flags" "$why"
 fi
 
