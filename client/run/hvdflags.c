@@ -123,6 +123,8 @@ bool run_hvd_flag(opts_t *o, const char *name, const char **val_p, int argc, cha
 	if (!known)
 		return false;
 	const char *val = *val_p;
+	if (val && !strcmp(name, "--disable-cache"))
+		run_die_usage("--disable-cache takes no value");
 	if (!val && strcmp(name, "--disable-cache")) {
 		if (*i_p + 1 >= argc)
 			run_die_usage("%s needs a value", name);
