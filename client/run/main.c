@@ -1199,7 +1199,7 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 			"sparsecomm-run: --netns needs root: it creates network namespaces, a "
 			"bridge and tc qdiscs.\n");
-		run_print_fallback(argc, argv);
+		run_print_fallback(&r->o, argc, argv);
 		return 1;
 	}
 	if (install_signals() < 0 || find_daemon(r) < 0)
@@ -1250,7 +1250,7 @@ int main(int argc, char **argv)
 		if (!r->net ||
 		    run_netns_create(r->net, r->o.nodes, r->o.rate, r->o.verbose) < 0) {
 			fprintf(stderr, "sparsecomm-run: cannot build the emulated cluster.\n");
-			run_print_fallback(argc, argv);
+			run_print_fallback(&r->o, argc, argv);
 			free(r->net);
 			r->net = NULL;
 			goto out_rmdir;

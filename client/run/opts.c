@@ -4,6 +4,7 @@
  */
 #include "opts.h"
 
+#include "hvdflags.h"
 #include "netns.h"
 
 #include <errno.h>
@@ -28,8 +29,8 @@ static void usage(FILE *out)
 {
 	fprintf(
 	    out,
-	    "usage: sparsecomm-run -n N [OPTIONS] -- CMD [ARGS...]\n"
-	    "       sparsecomm-run -H HOST:SLOTS,... | --hostfile FILE [OPTIONS] -- CMD "
+	    "usage: sparsecomm-run -n N [OPTIONS] [--] CMD [ARGS...]\n"
+	    "       sparsecomm-run -H HOST:SLOTS,... | --hostfile FILE [OPTIONS] [--] CMD "
 	    "[ARGS...]\n"
 	    "\n"
 	    "Starts N sparsecommd daemons (nodes) on this machine, waits until they are "
@@ -42,6 +43,9 @@ static void usage(FILE *out)
 	    "options:\n"
 	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
 	    "  --per-node M           trainers per node (default 1)\n"
+	    "  -np, --num-proc P      P trainers in all, as horovodrun's: P nodes of one,\n"
+	    "                         P / M nodes with --per-node M, or the first hosts'\n"
+	    "                         slots with -H\n"
 	    "  -H, --hosts LIST       one node per host, HOST:SLOTS trainers each (SLOTS\n"
 	    "                         the same on every host), e.g. -H a:4,b:4\n"
 	    "  --hostfile FILE        the hosts, one a line: 'HOST slots=N', 'HOST:N' or\n"
@@ -86,6 +90,12 @@ static void usage(FILE *out)
 	    "                         commands that build the namespaces\n"
 	    "  -h, --help             this text\n"
 	    "\n"
+	    "horovodrun's --start-timeout, --fusion-threshold-mb, --cycle-time-ms,\n"
+	    "--timeline-filename, --log-level, --stall-check-shutdown-time-seconds and\n"
+	    "--disable-cache are accepted and set the daemons' settings of the same meaning;\n"
+	    "its other flags are refused with what to use instead (README.md, Coming from\n"
+	    "Horovod).\n"
+	    "\n"
 	    "sparsecomm-run --node-daemon is how a trainer started by mpirun, srun or "
 	    "torchrun\n"
 	    "starts its node's daemon for the job (docs/deployment.md, Under a scheduler).\n"
@@ -119,10 +129,49 @@ int run_parse_int(const char *opt, const char *v, int lo, int hi)
 	return (int)n;
 }
 
-/* -H / --hostfile: one node per host, the hosts' slots trainers each. */
-static void hosts_to_nodes(opts_t *o, bool per_node_given)
+/* -np P without -H: P trainers in all, one per node, or --per-node M each (-n N: N nodes). */
+static void np_to_nodes(opts_t *o, bool per_node_given, int np)
 {
-	const run_hosts_t *hs = &o->hosts;
+	if (o->nodes && !per_node_given) {
+		if (np % o->nodes)
+			run_die_usage("-np %d trainers do not divide among -n %d nodes", np,
+				      o->nodes);
+		o->per_node = np / o->nodes;
+	} else if (o->nodes) {
+		if (o->nodes * o->per_node != np)
+			run_die_usage("-np %d but -n %d x --per-node %d is %d trainers", np,
+				      o->nodes, o->per_node, o->nodes * o->per_node);
+	} else {
+		if (np % o->per_node)
+			run_die_usage("-np %d trainers do not fill nodes of --per-node %d", np,
+				      o->per_node);
+		o->nodes = np / o->per_node;
+	}
+}
+
+/* -np P with -H / --hostfile: as horovodrun, the first hosts' slots in order; here every
+ * node runs the same number of trainers, so P is at most one host's slots (that host,
+ * P trainers) or whole hosts. */
+static void np_of_hosts(run_hosts_t *hs, int np)
+{
+	int slots = hs->h[0].slots;
+	if (np <= slots) {
+		hs->n = 1;
+		hs->h[0].slots = np;
+	} else if (np % slots == 0 && np / slots <= hs->n) {
+		hs->n = np / slots;
+	} else {
+		run_die_usage("-np %d with %d host(s) of %d slot(s): give at most one host's "
+			      "slots or whole hosts (every node runs the same number of "
+			      "trainers)",
+			      np, hs->n, slots);
+	}
+}
+
+/* -H / --hostfile: one node per host, the hosts' slots trainers each. */
+static void hosts_to_nodes(opts_t *o, bool per_node_given, int np)
+{
+	run_hosts_t *hs = &o->hosts;
 	if (o->netns)
 		run_die_usage(
 		    "--netns makes its own nodes on this machine; it does not go with "
@@ -130,6 +179,8 @@ static void hosts_to_nodes(opts_t *o, bool per_node_given)
 	if (o->nodes && o->nodes != hs->n)
 		run_die_usage("-n %d but %d host(s) given: one node runs per host", o->nodes,
 			      hs->n);
+	if (np)
+		np_of_hosts(hs, np);
 	for (int h = 1; h < hs->n; h++)
 		if (hs->h[h].slots != hs->h[0].slots)
 			run_die_usage(
@@ -152,14 +203,19 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		      .kill_grace_s = 5,
 		      .rsh_agent = "ssh"};
 	bool per_node_given = false;
-	o->daemon_args = calloc((size_t)argc + 1, sizeof(char *));
-	int i;
+	run_hvd_env(o);
+	/* two daemon arguments per word at most: horovodrun's flags may add two pairs */
+	o->daemon_args = calloc(2 * (size_t)argc + 1, sizeof(char *));
+	int i, np = 0;
+	bool dashdash = false;
 	for (i = 1; i < argc; i++) {
 		char *a = argv[i], *val = NULL, name[64];
-		if (!strcmp(a, "--"))
+		if (!strcmp(a, "--")) {
+			dashdash = true;
 			break;
-		if (a[0] != '-')
-			run_die_usage("unexpected '%s': put the command after '--'", a);
+		}
+		if (a[0] != '-' || !a[1])
+			break; /* the command, as horovodrun's, without '--' */
 		/* --opt=value */
 		char *eq = strchr(a, '=');
 		if (!strncmp(a, "--", 2) && eq && eq - a < (long)sizeof(name)) {
@@ -180,10 +236,12 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
 			usage(stdout);
 			exit(0);
-		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes") ||
-			   !strcmp(name, "-np")) {
+		} else if (!strcmp(name, "-n") || !strcmp(name, "--nodes")) {
 			NEED_VAL();
 			o->nodes = run_parse_int(name, val, 1, MAX_TRAINERS);
+		} else if (!strcmp(name, "-np") || !strcmp(name, "--num-proc")) {
+			NEED_VAL();
+			np = run_parse_int(name, val, 1, MAX_TRAINERS);
 		} else if (!strcmp(name, "--per-node")) {
 			NEED_VAL();
 			o->per_node = run_parse_int(name, val, 1, MAX_TRAINERS);
@@ -246,17 +304,19 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 			o->log_dir = val;
 		} else if (!strcmp(name, "-v") || !strcmp(name, "--verbose")) {
 			o->verbose = true;
-		} else {
+		} else if (!run_hvd_flag(o, name, (const char **)&val, argc, argv, &i)) {
 			run_die_usage("unknown option '%s'", a);
 		}
 #undef NEED_VAL
 	}
-	if (i >= argc || i + 1 >= argc)
-		run_die_usage(
-		    "no command: give it after '--', e.g. sparsecomm-run -n 2 -- ./train");
-	o->cmd = argv + i + 1;
+	if (i + dashdash >= argc)
+		run_die_usage("no command: give it after the options, e.g. sparsecomm-run -n 2 "
+			      "-- ./train");
+	o->cmd = argv + i + dashdash;
 	if (o->hosts.n)
-		hosts_to_nodes(o, per_node_given);
+		hosts_to_nodes(o, per_node_given, np);
+	else if (np)
+		np_to_nodes(o, per_node_given, np);
 	if (!o->nodes)
 		run_die_usage("-n N (the number of nodes) or -H HOST:SLOTS,... is required");
 	if ((long)o->nodes * o->per_node > MAX_TRAINERS)
@@ -281,12 +341,11 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 }
 
 /* Prints the same command line without --netns and --rate: the loopback fallback. */
-void run_print_fallback(int argc, char **argv)
+void run_print_fallback(const opts_t *o, int argc, char **argv)
 {
-	bool cmd = false;
 	fprintf(stderr, "  Without root, run the same job on loopback (no shaping):\n   ");
 	for (int i = 0; i < argc; i++) {
-		cmd |= !strcmp(argv[i], "--");
+		bool cmd = argv + i >= o->cmd; /* the command's own words stay */
 		if (!cmd && (!strcmp(argv[i], "--netns") || !strncmp(argv[i], "--rate=", 7)))
 			continue;
 		if (!cmd && !strcmp(argv[i], "--rate")) {

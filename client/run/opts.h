@@ -35,6 +35,6 @@ int run_parse_int(const char *opt, const char *v, int lo, int hi);
 /* The command line into o (--help prints the usage and exits 0; an error exits 2). */
 void run_parse_args(int argc, char **argv, opts_t *o);
 /* Prints the same command line without --netns and --rate: the loopback fallback. */
-void run_print_fallback(int argc, char **argv);
+void run_print_fallback(const opts_t *o, int argc, char **argv);
 
 #endif

@@ -240,6 +240,9 @@ sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name,
 sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len)
 {
 	char name[96], msg[256];
+	sc_status_t hst = scd_config_load_horovod_env(cfg, err, err_len);
+	if (hst != SC_OK)
+		return hst;
 	for (int k = 0; k < SCD_CFG_COUNT; k++) {
 		int n = snprintf(name, sizeof(name), "SPARSECOMM_%s", scd_cfg_desc[k].name);
 		for (int i = 11; i < n; i++)

@@ -182,6 +182,19 @@ lone_verdict() {
 	fi
 }
 
+# why_verdict NAME WHY: counts a case; on failure (WHY not empty: '; '-separated reasons)
+# prints WHY and the tail of $tmp/out.
+why_verdict() {
+	if [ -z "$2" ]; then
+		echo "ok    $1"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $1: ${2#; }"
+		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+}
+
 echo "integration tests ($launcher)"
 
 # sums: every node count 1..5 with one trainer per node, 2 nodes with 2 and 3 per node.
@@ -1633,6 +1646,60 @@ if selected "host lists refused"; then
 	else
 		failed=$((failed + 1))
 	fi
+fi
+
+# horovodrun's command lines: -np P with -H localhost:P and the command without '--' runs
+# P trainers; its tuning flags (and HOROVOD_* variables the daemons read) set the daemons'
+# settings of the same meaning, read back through sparsectl; its flags with no equivalent
+# are usage errors naming the flag.
+if selected "horovodrun command line"; then
+	timeout 150 "$launcher" -np 2 -H localhost:2 --timeout 100 --start-timeout 30 \
+		--disable-cache "$itest" sums-small >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	got=$(grep -o 'itest [a-z-]*: rank [0-9]* passed' "$tmp/out" | sort -u | wc -l)
+	why=""
+	[ "$rc" -eq 0 ] && [ "$got" -eq 2 ] || why="exit $rc, $got of 2 'passed' lines"
+	why_verdict "horovodrun command line" "$why"
+fi
+if selected "horovodrun flags"; then
+	why=""
+	HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=45 HOROVOD_LOG_LEVEL=error timeout 60 "$launcher" \
+		--num-proc=2 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
+		--timeline-filename "$tmp/tl-%r.json" sh -c \
+		'"$1" --socket "$SPARSECOMM_SOCKET" config get' sh "$bin/sparsectl" \
+		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
+	for want in "fusion_threshold_bytes = 2097152    (from flag" \
+		"fusion_mode = fixed    (from flag" "cycle_time_ms = 3    (from flag" \
+		"log_level = warn    (from flag" "stall_timeout_ms = 45000    (from env" \
+		"timeline_file = $tmp/tl-%r.json"; do
+		n=$(grep -cF -- "$want" "$tmp/out")
+		[ "$n" -eq 2 ] || why="$why; $n of 2 nodes say '$want'"
+	done
+	for spec in "--cache-capacity 1024|horovodrun's --cache-capacity has no equivalent" \
+		"--autotune|horovodrun's --autotune has no equivalent" \
+		"--hierarchical-allreduce|horovodrun's --hierarchical-allreduce has no" \
+		"-np 3 -H a:2,b:2|-np 3 with 2 host(s) of 2 slot(s)" \
+		"--log-level LOUD|--log-level is TRACE, DEBUG" \
+		"--cycle-time-ms 5000|--cycle-time-ms needs milliseconds from 0 to 1000"; do
+		# shellcheck disable=SC2086
+		timeout 20 "$launcher" -np 2 ${spec%%|*} true >"$tmp/out2" 2>&1 </dev/null
+		rc=$?
+		[ "$rc" -eq 2 ] && grep -qF -- "${spec#*|}" "$tmp/out2" ||
+			why="$why; '${spec%%|*}' exited $rc without '${spec#*|}'"
+	done
+	# --netns without root prints the same job on loopback: the command's own --rate and
+	# --netns (after the options, with no '--') are kept
+	as_user=""
+	[ "$(id -u)" -eq 0 ] && as_user="setpriv --reuid=65534 --regid=65534 --clear-groups"
+	if [ -z "$as_user" ] || command -v setpriv >/dev/null 2>&1; then
+		# shellcheck disable=SC2086
+		$as_user "$launcher" -n 2 --netns --rate 1gbit ./train --rate 5 --netns \
+			>"$tmp/out2" 2>&1 </dev/null
+		grep -qF -- "sparsecomm-run -n 2 ./train --rate 5 --netns" "$tmp/out2" ||
+			why="$why; the loopback fallback is not '-n 2 ./train --rate 5 --netns': \
+$(tail -n 1 "$tmp/out2")"
+	fi
+	why_verdict "horovodrun flags" "$why"
 fi
 
 # Several hosts through a remote-shell agent (needs root): two network namespaces joined

@@ -259,4 +259,28 @@ def names_of_any_length():
     opt.remove_hooks()
 
 
+@check
+def init_comm():
+    # Horovod's init(comm=...): the whole job's ranks in order (as a keyword, or as the
+    # first argument, Horovod's place for it) are the global set; a smaller set is refused
+    # on every rank alike, disconnected, naming process_sets; a connected trainer's next
+    # init() works as before
+    for kw in ({"comm": list(range(P))}, {"comm": []}):
+        hvd.shutdown()
+        hvd.init(**kw)
+        assert (hvd.rank(), hvd.size()) == (R, P), kw
+        got = hvd.allreduce(torch.ones(2), name="comm.%d" % len(kw["comm"]), op=hvd.Sum)
+        assert torch.equal(got, torch.full((2,), float(P)))
+    hvd.shutdown()
+    hvd.init(list(range(P)))
+    assert (hvd.rank(), hvd.size()) == (R, P)
+    for bad in ([0], list(range(P))[::-1], "ranks"):
+        hvd.shutdown()
+        e = raises(ValueError, hvd.init, comm=bad)
+        assert "init(comm=" in str(e) and not hvd.is_initialized(), e
+    hvd.init()
+    got = hvd.allreduce(torch.ones(3), name="comm.after", op=hvd.Sum)
+    assert torch.equal(got, torch.full((3,), float(P)))
+
+
 sys.exit(1 if check.failed else 0)

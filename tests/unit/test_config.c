@@ -35,6 +35,57 @@ UNIT_TEST(config_precedence_and_sources)
 	scd_config_free(&c);
 }
 
+/* A Horovod user's variables set the settings of the same meaning, in the table's units;
+ * the SPARSECOMM_ name wins when both are set, and a bad value names the variable. */
+UNIT_TEST(config_horovod_env)
+{
+	scd_config_t c;
+	char err[256];
+	scd_config_init(&c);
+	setenv("HOROVOD_FUSION_THRESHOLD", "33554432", 1);
+	setenv("HOROVOD_CYCLE_TIME", "3.5", 1);
+	setenv("HOROVOD_TIMELINE", "/tmp/tl.json", 1);
+	setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "30", 1);
+	setenv("HOROVOD_LOG_LEVEL", "WARNING", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_fusion_threshold_bytes), 32 << 20);
+	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_fusion_mode], "fixed"));
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cycle_time_ms), 4);
+	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_timeline_file], "/tmp/tl.json"));
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_stall_timeout_ms), 30000);
+	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_log_level], "warn"));
+	CHECK_EQ_INT(c.source[SCD_CFG_cycle_time_ms], SCD_SRC_ENV);
+	/* the SPARSECOMM_ names win; Horovod's "never" and DYNAMIC keep the defaults */
+	scd_config_free(&c);
+	scd_config_init(&c);
+	setenv("SPARSECOMM_CYCLE_TIME_MS", "7", 1);
+	setenv("SPARSECOMM_FUSION_MODE", "adaptive", 1);
+	setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", 1);
+	setenv("HOROVOD_TIMELINE", "DYNAMIC", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	unsetenv("SPARSECOMM_CYCLE_TIME_MS");
+	unsetenv("SPARSECOMM_FUSION_MODE");
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cycle_time_ms), 7);
+	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_fusion_mode], "adaptive"));
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_stall_timeout_ms), 60000);
+	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_timeline_file], ""));
+	setenv("HOROVOD_CYCLE_TIME", "soon", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "HOROVOD_CYCLE_TIME: 'soon'") != NULL, "error: %s", err);
+	setenv("HOROVOD_CYCLE_TIME", "5000", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "HOROVOD_CYCLE_TIME: cycle_time_ms") != NULL, "error: %s", err);
+	unsetenv("HOROVOD_CYCLE_TIME");
+	setenv("HOROVOD_LOG_LEVEL", "loud", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "HOROVOD_LOG_LEVEL") != NULL, "error: %s", err);
+	unsetenv("HOROVOD_FUSION_THRESHOLD");
+	unsetenv("HOROVOD_TIMELINE");
+	unsetenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
+	unsetenv("HOROVOD_LOG_LEVEL");
+	scd_config_free(&c);
+}
+
 UNIT_TEST(config_rejects_bad_values)
 {
 	scd_config_t c;

@@ -398,7 +398,7 @@ _ctx = None
 _ctx_lock = threading.Lock()
 
 
-def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None):
+def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None, comm=None):
     """Connects to the node's daemon (``socket``: its control socket path or ZeroMQ
     endpoint; default $SPARSECOMM_SOCKET, else the library's default: ctl.sock in this
     user's own daemon's runtime directory when it exists, else /run/sparsecomm/ctl.sock).
@@ -409,16 +409,54 @@ def init(socket=None, timeout=None, connect_timeout=30.0, process_sets=None):
     (or of rank lists) added in order once connected, every trainer giving the same list,
     or "dynamic" (sets are added later with add_process_set); see
     sparsecomm.process_sets.  A set refused there raises its error, disconnected.
-    Calling it again is a no-op."""
+    ``comm``: Horovod's (also taken as the first argument, Horovod's place for it): the
+    global set is the job's every trainer, so a list of ranks must be all of them in
+    order, and an mpi4py communicator must have this trainer's rank and the job's size;
+    a smaller set raises ValueError, disconnected, naming process_sets as the way to run
+    a collective among some ranks (see _check_comm).  Calling it again is a no-op."""
+    paths = (str, bytes, os.PathLike)
+    if comm is None and socket is not None and not isinstance(socket, paths):
+        socket, comm = None, socket  # hvd.init([0, 1]) or hvd.init(MPI.COMM_WORLD)
     with _ctx_lock:
         if _ctx is not None:
             return
         c = _connect(socket, timeout, connect_timeout)
     try:
+        _check_comm(c, comm)
         process_sets_.setup(c, process_sets)
     except BaseException:
         shutdown()
         raise
+
+
+def _check_comm(c, comm):
+    """Horovod's init(comm=): a list of ranks (relative to the whole job) or an mpi4py
+    communicator that becomes the global set.  Here the daemons' world is the global set,
+    every trainer the launcher or scheduler started, so the only such set is the whole
+    job, each trainer keeping its rank: anything else raises ValueError on every trainer
+    alike (each gives the same list, and each is in the job)."""
+    if comm is None:
+        return
+    if hasattr(comm, "Get_size") and hasattr(comm, "Get_rank"):  # mpi4py's MPI.Comm
+        got = (comm.Get_rank(), comm.Get_size())
+        if got != (c.rank, c.size):
+            raise ValueError(
+                "init(comm=...): the communicator has rank %d of %d, but this trainer is "
+                "rank %d of the job's %d; the global set here is the whole job (run a "
+                "smaller job, or use process_sets=[ProcessSet(ranks)] and process_set= "
+                "on the collectives)" % (got + (c.rank, c.size)))
+        return
+    try:
+        ranks = [int(r) for r in comm]
+    except (TypeError, ValueError):
+        raise ValueError("init(comm=...) takes a list of ranks or an mpi4py.MPI.Comm, not "
+                         "%r" % (comm,)) from None
+    if ranks and ranks != list(range(c.size)):
+        raise ValueError(
+            "init(comm=%s): a global set other than the whole job (ranks 0 to %d, in "
+            "order) is not supported here: every trainer started is in it; start a job of "
+            "those trainers, or use process_sets=[ProcessSet(%s)] and process_set= on the "
+            "collectives" % (ranks, c.size - 1, ranks))
 
 
 def _connect(socket, timeout, connect_timeout):

@@ -1,0 +1,25 @@
+/*
+ * horovod.h: Horovod's names for what the daemons' settings say otherwise, shared by the
+ * daemon (HOROVOD_* variables, daemon/config/config_horovod.c) and the launcher
+ * (horovodrun's flags, client/run/hvdflags.c). Header-only, as port.h.
+ */
+#ifndef SC_HOROVOD_H
+#define SC_HOROVOD_H
+
+#include <stddef.h>
+#include <strings.h>
+
+/* Horovod's log level (trace, debug, info, warning, error, fatal; any case) as the
+ * daemon's log_level (debug, info, warn, error), or NULL. */
+static inline const char *sc_horovod_log_level(const char *v)
+{
+	static const char *const map[][2] = {
+	    {"trace", "debug"}, {"debug", "debug"}, {"info", "info"},  {"warning", "warn"},
+	    {"warn", "warn"},	{"error", "error"}, {"fatal", "error"}};
+	for (size_t k = 0; k < sizeof(map) / sizeof(map[0]); k++)
+		if (!strcasecmp(v, map[k][0]))
+			return map[k][1];
+	return NULL;
+}
+
+#endif
