@@ -539,10 +539,10 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * calls. It returns the new set's id (1, 2, ... in the order of additions; ids are not
  * reused) in *id_p on every trainer, members or not. Trainers that give different ranks
  * all fail with SC_ERR_MISMATCH naming the ranks that differ and what each gave; invalid
- * ranks (out of range, repeated, none) fail it on every trainer with SC_ERR_INVALID naming
- * the trainer that gave them; a set with the same ranks as an existing one is
- * SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise: the set's
- * operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
+ * ranks (out of range, repeated, none) or a NULL ranks or id_p fail it on every trainer
+ * with SC_ERR_INVALID naming the trainer that gave them; a set with the same ranks as an
+ * existing one is SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise:
+ * the set's operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
  * must be released (sc_tensor_release) by their trainers. The global set cannot be
  * removed. Both wait at most timeout_ms (< 0: without limit) for the other trainers.
  */
