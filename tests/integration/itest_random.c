@@ -6,11 +6,11 @@
  * seed, an allgather of rnd.ag (each rank 0 to 4 rows of 5 elements, drawn from the
  * seed), a reduce-scatter of rnd.rs (rows of a width drawn from the seed), an alltoall of
  * rnd.a2a (each rank's splits drawn from the seed, 0 included) or an allreduce of rnd.ga
- * and rnd.gb grouped; with --psets 1, also a process set step: an allreduce (dense or
- * COO), a broadcast (from a member drawn from the seed) or an allgather in set 1 (the even
- * ranks) or set 2 (every rank but 0), each of the three tensors registered under the
- * same name (rnd.g, rnd.b, rnd.ag) in the global set and in each set the rank is a member
- * of, the sets added by every rank at the start; a rank outside the step's set has no
+ * and rnd.gb grouped; with --psets 1, also a process set step: any of these collectives
+ * (a broadcast from a member drawn from the seed, an alltoall's blocks and a
+ * reduce-scatter's rows among the members in set rank order) in set 1 (the even ranks) or
+ * set 2 (every rank but 0), each tensor registered under the same name in the global set
+ * and in each set the rank is a member of, the sets added by every rank at the start; a rank outside the step's set has no
  * operation that step. A new worker does not know the sets (adding one is a collective of
  * every trainer), so the steps after the first death draw an allreduce in their place;
  * --deaths 0 draws no death, for process set steps throughout. And one rank may
@@ -34,7 +34,8 @@
  * group's members of which some were exact and some failed. At the end the ranks exchange what
  * each step gave: a step exact on one rank and an error on another fails the run, and so does a
  * step without an event that failed when no event explains it (not among the few failed steps
- * right after a late one, process set steps without the late rank in between, nor before the
+ * right after a late one or a failed process set step, whose members may come late to the
+ * next steps, process set steps without the late rank in between, nor before the
  * first exact step of its tensor's form after a death). Rank 0 prints the counts
  * ("random: N steps: E exact, F failed on every rank, ..."), with the events and collectives
  * drawn.
@@ -81,8 +82,9 @@ static const char *const coll_names[C_KINDS] = {
     "allreduce", "broadcast",	      "allgather",	 "reduce-scatter",
     "alltoall",	 "grouped allreduce", "process set step"};
 /* A process set step's collective, in set 1 (the even ranks) or 2 (every rank but 0). */
-enum { PS_ALLREDUCE, PS_BCAST, PS_ALLGATHER, PS_KINDS };
-static const char *const ps_names[PS_KINDS] = {"allreduce", "broadcast", "allgather"};
+enum { PS_ALLREDUCE, PS_BCAST, PS_ALLGATHER, PS_RS, PS_A2A, PS_GROUP, PS_KINDS };
+static const char *const ps_names[PS_KINDS] = {
+    "allreduce", "broadcast", "allgather", "reduce-scatter", "alltoall", "grouped allreduce"};
 #define RND_SETS 2
 static const size_t rs_widths[] = {1, 2, 4, 5, 8, 10}; /* each divides RND_NUMEL */
 enum { OUT_NONE = 0, OUT_EXACT = 1, OUT_ERROR = 2 };
@@ -111,6 +113,8 @@ typedef struct {
 typedef struct {
 	sc_tensor_t *g, *b, *ag, *rs, *a2a, *ga, *gb, *gc;
 	sc_tensor_t *ps_g[RND_SETS + 1], *ps_b[RND_SETS + 1], *ps_ag[RND_SETS + 1];
+	sc_tensor_t *ps_rs[RND_SETS + 1], *ps_a2a[RND_SETS + 1];
+	sc_tensor_t *ps_ga[RND_SETS + 1], *ps_gb[RND_SETS + 1], *ps_gc[RND_SETS + 1];
 	int ps_id[RND_SETS + 1];
 } rnd_tensors_t;
 
@@ -314,12 +318,12 @@ static void start_allreduce(sc_client_t *c, sc_tensor_t *t, int step, int coo, i
  * group closed with one member (sc_group_end refuses it). Either way rnd.gb then goes
  * alone, so that this trainer still gives rnd.gb its step (a step it skipped would be
  * owed, and its next submission of rnd.gb taken as that late one). */
-static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int differ, int bad,
-			rnd_ops_t *ops)
+static void start_group(sc_client_t *c, sc_tensor_t *ga, sc_tensor_t *gb, sc_tensor_t *gc,
+			int step, int differ, int bad, rnd_ops_t *ops)
 {
 	sc_group_t g = 0;
 	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin");
-	sc_tensor_t *m[2] = {ts->ga, differ ? ts->gc : ts->gb};
+	sc_tensor_t *m[2] = {ga, differ ? gc : gb};
 	for (int k = 0; k < (bad ? 1 : 2); k++) {
 		IT_CHECK_SC(sc_group_add(c, g, m[k]), "sc_group_add");
 		start_allreduce(c, m[k], step, 0, 0, ops);
@@ -332,7 +336,7 @@ static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int d
 	if (!bad)
 		IT_CHECK_SC(st, "sc_group_end");
 	if (bad || differ)
-		start_allreduce(c, ts->gb, step, 0, 0, ops);
+		start_allreduce(c, gb, step, 0, 0, ops);
 }
 
 /* An allreduce step of t (in process set pset) on this rank (differ, bad: the event is
@@ -366,6 +370,48 @@ static void allgather_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, 
 	op_add(ops, t, sc_allgather_async(c, t, n, &h), &h);
 }
 
+/* The ranks of process set pset (0: every rank) in set rank order into m; their number. */
+static int members_of(const rnd_step_t *p, int pset, int *m)
+{
+	int n = 0;
+	for (int r = 0; r < p->P; r++)
+		if (!pset || ps_member(pset, r))
+			m[n++] = r;
+	return n;
+}
+
+/* A reduce-scatter step of t: rows of the step's width (differing: the next width; bad:
+ * rows that do not divide the tensor). */
+static void rs_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int step, int differ,
+		    int bad, rnd_ops_t *ops)
+{
+	size_t w = differ ? p->rs_other : p->rs_w;
+	sc_handle_t h = 0;
+	if (bad)
+		w = 3;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, RND_NUMEL, rnd_seed(step), sc_rank(c), 1);
+	op_add(ops, t, sc_reducescatter_async(c, t, SC_OP_SUM, w, &h), &h);
+}
+
+/* An alltoall step of t among the ranks of process set pset (0: every rank): a block for
+ * each, in set rank order; bad, splits that add up to more than the tensor. */
+static void a2a_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int pset, int step,
+		     int bad, rnd_ops_t *ops)
+{
+	int rank = sc_rank(c), m[64], n = members_of(p, pset, m);
+	size_t counts[64], at = 0;
+	sc_handle_t h = 0;
+	float *d = sc_tensor_data(t);
+	for (int q = 0; q < n; q++) {
+		counts[q] = a2a_count(p, rank, m[q]);
+		for (size_t i = 0; i < counts[q]; i++)
+			d[at++] = a2a_value(step, rank, m[q], i);
+	}
+	if (bad)
+		counts[n - 1] += sc_tensor_numel(t) + 1 - at;
+	op_add(ops, t, sc_alltoall_async(c, t, counts, &h), &h);
+}
+
 /* Starts a process set step on a member: an allreduce (dense or COO; differing and bad as
  * for the global one), a broadcast (differing: the next member's root; bad: the first
  * rank outside the set as root) or an allgather (as the global one's) of the set's
@@ -390,8 +436,18 @@ static int start_pset(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t 
 		op_add(ops, ts->ps_b[k], sc_broadcast_async(c, ts->ps_b[k], root, &h), &h);
 		return 0;
 	}
-	default:
+	case PS_ALLGATHER:
 		allgather_step(c, ts->ps_ag[k], p, step, bad, ops);
+		return 0;
+	case PS_RS:
+		rs_step(c, ts->ps_rs[k], p, step, differ, bad, ops);
+		return 0;
+	case PS_A2A:
+		a2a_step(c, ts->ps_a2a[k], p, k, step, bad, ops);
+		return 0;
+	default:
+		start_group(c, ts->ps_ga[k], ts->ps_gb[k], ts->ps_gc[k], step, differ, bad,
+			    ops);
 		return 0;
 	}
 }
@@ -418,35 +474,18 @@ static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t 
 	case C_ALLGATHER: /* bad: more elements than the tensor holds */
 		allgather_step(c, ts->ag, p, step, bad, ops);
 		return 0;
-	case C_RS: { /* differing: rows of the next width; bad: rows that do not divide it */
-		size_t w = p->rs_w;
-		if (differ)
-			w = p->rs_other;
-		if (bad)
-			w = 3;
-		it_fill(sc_tensor_data(ts->rs), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
-		op_add(ops, ts->rs, sc_reducescatter_async(c, ts->rs, SC_OP_SUM, w, &h), &h);
+	case C_RS: /* differing: rows of the next width; bad: rows that do not divide it */
+		rs_step(c, ts->rs, p, step, differ, bad, ops);
 		return 0;
-	}
-	case C_A2A: { /* bad: splits that add up to more than the tensor */
-		size_t counts[64], at = 0;
-		float *d = sc_tensor_data(ts->a2a);
-		for (int q = 0; q < P; q++) {
-			counts[q] = a2a_count(p, rank, q);
-			for (size_t i = 0; i < counts[q]; i++)
-				d[at++] = a2a_value(step, rank, q, i);
-		}
-		if (bad)
-			counts[P - 1] += sc_tensor_numel(ts->a2a) + 1 - at;
-		op_add(ops, ts->a2a, sc_alltoall_async(c, ts->a2a, counts, &h), &h);
+	case C_A2A: /* bad: splits that add up to more than the tensor */
+		a2a_step(c, ts->a2a, p, 0, step, bad, ops);
 		return 0;
-	}
 	case C_PSET:
 		if (!ps_member(p->ps, rank))
 			return -2;
 		return start_pset(c, ts, p, step, differ, bad, ops);
 	default:
-		start_group(c, ts, step, differ, bad, ops);
+		start_group(c, ts->ga, ts->gb, ts->gc, step, differ, bad, ops);
 		return 0;
 	}
 }
@@ -473,11 +512,24 @@ static int check_allgather(sc_tensor_t *t, const rnd_step_t *p, int pset, int st
 	return 0;
 }
 
-/* Checks this rank's slice of a reduce-scatter of rows of p->rs_w. */
-static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
-		    size_t len)
+/* The sum over the n ranks m of element i of the step's values. */
+static int sum_over(int step, const int *m, int n, size_t i)
 {
-	size_t rows = RND_NUMEL / p->rs_w, P = (size_t)p->P, r = (size_t)rank;
+	int s = 0;
+	for (int k = 0; k < n; k++)
+		s += it_value(rnd_seed(step), m[k], i);
+	return s;
+}
+
+/* Checks this rank's slice of a reduce-scatter of rows of p->rs_w among the ranks of
+ * process set pset (0: every rank). */
+static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int pset, int rank, int step,
+		    char *why, size_t len)
+{
+	int m[64], n = members_of(p, pset, m), q = 0;
+	while (q < n && m[q] != rank)
+		q++;
+	size_t rows = RND_NUMEL / p->rs_w, P = (size_t)n, r = (size_t)q;
 	size_t first = r * (rows / P) + (r < rows % P ? r : rows % P);
 	size_t mine = rows / P + (r < rows % P);
 	if (sc_tensor_result_nnz(t) != mine * p->rs_w)
@@ -486,7 +538,7 @@ static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, cha
 		       1;
 	const float *d = sc_tensor_data(t);
 	for (size_t j = 0; j < mine * p->rs_w; j++) {
-		int want = it_value_sum(rnd_seed(step), p->P, first * p->rs_w + j);
+		int want = sum_over(step, m, n, first * p->rs_w + j);
 		if (d[j] != (float)want)
 			return snprintf(why, len, "element %zu of the slice is %g, not %d", j,
 					(double)d[j], want),
@@ -495,18 +547,21 @@ static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, cha
 	return 0;
 }
 
-/* Checks an alltoall's result: each rank's block, its count and the total. */
-static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
-		     size_t len)
+/* Checks an alltoall's result among the ranks of process set pset (0: every rank): each
+ * rank's block, its count and the total. */
+static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int pset, int rank, int step,
+		     char *why, size_t len)
 {
 	size_t rc[64], at = 0;
-	IT_CHECK_SC(sc_tensor_result_counts(t, rc, p->P), "sc_tensor_result_counts");
+	int m[64], n = members_of(p, pset, m);
+	IT_CHECK_SC(sc_tensor_result_counts(t, rc, n), "sc_tensor_result_counts");
 	const float *d = sc_tensor_data(t);
-	for (int s = 0; s < p->P; s++) {
+	for (int q = 0; q < n; q++) {
+		int s = m[q];
 		size_t want = a2a_count(p, s, rank);
-		if (rc[s] != want)
+		if (rc[q] != want)
 			return snprintf(why, len, "%zu elements from rank %d, expected %zu",
-					rc[s], s, want),
+					rc[q], s, want),
 			       1;
 		for (size_t i = 0; i < want; i++, at++)
 			if (d[at] != a2a_value(step, s, rank, i))
@@ -525,17 +580,20 @@ static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, ch
 
 /* Checks a process set step's result: the sum over the set's members, the root's values,
  * the members' rows in set rank order. */
-static int check_pset(sc_tensor_t *t, const rnd_step_t *p, int step, char *why, size_t len)
+static int check_pset(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
+		      size_t len)
 {
 	const float *d = sc_tensor_data(t);
 	if (p->ps_coll == PS_ALLGATHER)
 		return check_allgather(t, p, p->ps, step, why, len);
-	int root = ps_root(p, 0);
-	for (size_t i = 0; i < RND_NUMEL; i++) {
-		int want = 0;
-		for (int r = 0; r < p->P; r++)
-			if (p->ps_coll == PS_BCAST ? r == root : ps_member(p->ps, r))
-				want += it_value(rnd_seed(step), r, i);
+	if (p->ps_coll == PS_RS)
+		return check_rs(t, p, p->ps, rank, step, why, len);
+	if (p->ps_coll == PS_A2A)
+		return check_a2a(t, p, p->ps, rank, step, why, len);
+	int root = ps_root(p, 0), m[64], n = members_of(p, p->ps, m);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++) {
+		int want = p->ps_coll == PS_BCAST ? it_value(rnd_seed(step), root, i)
+						  : sum_over(step, m, n, i);
 		if (d[i] != (float)want)
 			return snprintf(why, len,
 					"element %zu is %g, not %d (the %s of set %d)", i,
@@ -564,11 +622,11 @@ static int check_result(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int
 	case C_ALLGATHER:
 		return check_allgather(t, p, 0, step, why, len);
 	case C_RS:
-		return check_rs(t, p, rank, step, why, len);
+		return check_rs(t, p, 0, rank, step, why, len);
 	case C_A2A:
-		return check_a2a(t, p, rank, step, why, len);
+		return check_a2a(t, p, 0, rank, step, why, len);
 	case C_PSET:
-		return check_pset(t, p, step, why, len);
+		return check_pset(t, p, rank, step, why, len);
 	default:
 		return it_check(d, SC_FLOAT32, sc_tensor_numel(t), rnd_seed(step), P, 1,
 				SC_OP_SUM, why, len) != 0;
@@ -648,8 +706,9 @@ static long form_of(const rnd_step_t *p)
 		return -1;
 	int ps = p->coll == C_PSET;
 	int ps_ar = ps && p->ps_coll == PS_ALLREDUCE, ps_b = ps && p->ps_coll == PS_BCAST;
+	int ps_rs = ps && p->ps_coll == PS_RS;
 	return (long)p->coll | (long)((p->coll == C_ALLREDUCE || ps_ar) && p->coo) << 3 |
-	       (long)(p->coll == C_RS ? p->rs_w : 0) << 4 |
+	       (long)(p->coll == C_RS || ps_rs ? p->rs_w : 0) << 4 |
 	       (long)(p->coll == C_BCAST || ps_b ? p->root : 0) << 12 |
 	       (long)(ps ? p->ps * PS_KINDS + p->ps_coll : 0) << 20;
 }
@@ -667,7 +726,9 @@ static void check_unexplained(const rnd_shared_t *sh, const int32_t *v, int s, i
 	long form = form_of(&p);
 	for (int t = s - 1; t >= 0 && t >= s - RND_LATE_REACH; t--) {
 		rnd_step_t q = plan(sh, t, P);
-		if (q.ev == EV_LATE)
+		/* a failed process set step may have stalled its members past the others, who
+		 * went on: as late for the next steps as a late rank */
+		if (q.ev == EV_LATE || (q.coll == C_PSET && v[sh->steps + t]))
 			return;
 		if (!v[sh->steps + t] &&
 		    q.coll != C_PSET) /* a set's step may lack the late rank */
@@ -763,6 +824,11 @@ static void add_sets(sc_client_t *c, rnd_tensors_t *ts)
 		ts->ps_g[k] = reg(c, "rnd.g", RND_NUMEL, RND_NUMEL, ts->ps_id[k]);
 		ts->ps_b[k] = reg(c, "rnd.b", RND_NUMEL, 0, ts->ps_id[k]);
 		ts->ps_ag[k] = reg(c, "rnd.ag", n * AG_ROWS * AG_W, 0, ts->ps_id[k]);
+		ts->ps_rs[k] = reg(c, "rnd.rs", RND_NUMEL, 0, ts->ps_id[k]);
+		ts->ps_a2a[k] = reg(c, "rnd.a2a", n * A2A_MAX, 0, ts->ps_id[k]);
+		ts->ps_ga[k] = reg(c, "rnd.ga", GR_A, 0, ts->ps_id[k]);
+		ts->ps_gb[k] = reg(c, "rnd.gb", GR_B, 0, ts->ps_id[k]);
+		ts->ps_gc[k] = reg(c, "rnd.gc", GR_B, 0, ts->ps_id[k]);
 	}
 }
 

@@ -1121,9 +1121,9 @@ rnd "state after a death n=3" 3 1 80 12 1795975241
 # many events: one step in four or more has one
 rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
 rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
-# with process set steps: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and 3 x 2, sets that split
-# nodes), the same names in both and in the global set; until the first death, and
-# without deaths throughout
+# with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
+# 3 x 2, sets that split nodes), the same names in both and in the global set; until the
+# first death, and without deaths throughout
 rnd "psets n=3" 3 1 400 12 "$rnd_seed" --psets 1
 rnd "psets n=2 per-node=2" 2 2 400 12 "$rnd_seed" --psets 1
 rnd "psets no deaths n=3 per-node=2 rate=30" 3 2 200 30 "$rnd_seed" --psets 1 --deaths 0
