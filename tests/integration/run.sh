@@ -255,6 +255,7 @@ run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
 # a broadcast whose root has joined fails on every rank (its values were zeros, SC_OK)
 run_case "join root n=3" 3 1 120 0 3 -- "$itest" join-root
 run_case "join root n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-root
+run_case "join root n=1 per-node=3" 1 3 120 0 3 -- "$itest" join-root
 run_case "join carry n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry
 run_case "join carry n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry
 run_case "join carry after n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry after
