@@ -579,9 +579,9 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
  * in the other trainers' operations with zeros: a sum or average lacks its share (the
  * average still divides by every trainer), an allgather gets no rows from it, a min,
  * max or product sees zeros, and a broadcast from it as root fails on every rank with
- * SC_ERR_INVALID naming it (it has no values to give). Once the last trainer has joined, every join completes and
- * sc_join_result gives the last rank to join. sc_join_result is sc_wait for a join's
- * handle (sc_wait works too, without the rank). A trainer that exits while joined ends
+ * SC_ERR_INVALID naming it (it has no values to give). Once the last trainer has joined, every
+ * join completes and sc_join_result gives the last rank to join. sc_join_result is sc_wait for
+ * a join's handle (sc_wait works too, without the rank). A trainer that exits while joined ends
  * every join with SC_ERR_ABORTED through its node becoming degraded, and so, at once, does
  * a trainer that ends its session (sc_finalize, or exits) without having joined: it can
  * never join now.
