@@ -539,10 +539,10 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * calls. It returns the new set's id (1, 2, ... in the order of additions; ids are not
  * reused) in *id_p on every trainer, members or not. Trainers that give different ranks
  * all fail with SC_ERR_MISMATCH naming the ranks that differ and what each gave; invalid
- * ranks (out of range, repeated, none) fail it on every trainer with SC_ERR_INVALID naming
- * the trainer that gave them; a set with the same ranks as an existing one is
- * SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise: the set's
- * operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
+ * ranks (out of range, repeated, none) or a NULL ranks or id_p fail it on every trainer
+ * with SC_ERR_INVALID naming the trainer that gave them; a set with the same ranks as an
+ * existing one is SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise:
+ * the set's operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
  * must be released (sc_tensor_release) by their trainers. The global set cannot be
  * removed. Both wait at most timeout_ms (< 0: without limit) for the other trainers.
  */
@@ -577,10 +577,11 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
  * Join, for uneven inputs: this trainer has no more data. Until every trainer of the job
  * has joined, it submits nothing (an allreduce fails with SC_ERR_INVALID) and takes part
  * in the other trainers' operations with zeros: a sum or average lacks its share (the
- * average still divides by every trainer), an allgather gets no rows from it, and a min,
- * max or product sees zeros. Once the last trainer has joined, every join completes and
- * sc_join_result gives the last rank to join. sc_join_result is sc_wait for a join's
- * handle (sc_wait works too, without the rank). A trainer that exits while joined ends
+ * average still divides by every trainer), an allgather gets no rows from it, a min,
+ * max or product sees zeros, and a broadcast from it as root fails on every rank with
+ * SC_ERR_INVALID naming it (it has no values to give). Once the last trainer has joined, every
+ * join completes and sc_join_result gives the last rank to join. sc_join_result is sc_wait for
+ * a join's handle (sc_wait works too, without the rank). A trainer that exits while joined ends
  * every join with SC_ERR_ABORTED through its node becoming degraded, and so, at once, does
  * a trainer that ends its session (sc_finalize, or exits) without having joined: it can
  * never join now.

@@ -18,7 +18,10 @@
 
 #include "internal.h"
 
-enum { PS_ADD = 1, PS_REMOVE = 2 };
+/* PS_BAD: an add this trainer's arguments refuse (a NULL pointer); it still takes part in
+ * the agreement, so that every trainer fails alike and their counts of set calls (the
+ * agreement's tensor names) stay in step. */
+enum { PS_ADD = 1, PS_REMOVE = 2, PS_BAD = 3 };
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -66,6 +69,10 @@ static int vote_invalid(const sc_client_t *c, const ps_vote_t *v, char *why, siz
 		else if (!known)
 			snprintf(why, len, "process set %d is not defined", id);
 		return !known;
+	}
+	if (v->op == PS_BAD) {
+		snprintf(why, len, "a set with a NULL argument (ranks or id_p)");
+		return 1;
 	}
 	if (v->n < 1 || v->n > c->size) {
 		snprintf(why, len, "%d ranks (a set has 1 to %d)", v->n, c->size);
@@ -215,8 +222,9 @@ static sc_status_t tell_daemon(sc_client_t *c, int id, const int32_t *ranks, int
 static sc_status_t pset_add(sc_client_t *client, const int *ranks, int n_ranks, int timeout_ms,
 			    int *id_p)
 {
-	if (!client || !id_p || (!ranks && n_ranks > 0))
+	if (!client)
 		return scl_error(SC_ERR_INVALID, "sc_process_set_add: NULL argument");
+	int bad = !id_p || (!ranks && n_ranks > 0);
 	char what[96];
 	snprintf(what, sizeof(what), "rank %d: adding a process set", client->rank);
 	ps_vote_t *votes = calloc((size_t)client->size, sizeof(*votes));
@@ -225,7 +233,8 @@ static sc_status_t pset_add(sc_client_t *client, const int *ranks, int n_ranks, 
 	pthread_mutex_lock(&client->mu);
 	int next = client->pset_next_id + 1;
 	pthread_mutex_unlock(&client->mu);
-	sc_status_t st = agree(client, PS_ADD, next, ranks, n_ranks, timeout_ms, votes, what);
+	sc_status_t st = agree(client, bad ? PS_BAD : PS_ADD, next, bad ? NULL : ranks,
+			       bad ? 0 : n_ranks, timeout_ms, votes, what);
 	if (st != SC_OK) {
 		votes_free(votes, client->size);
 		return st;

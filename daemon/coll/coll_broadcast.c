@@ -12,12 +12,14 @@
 #include "util/clock.h"
 
 /* A broadcast's local step: on the root's node, the root trainer's buffer (root_local,
- * its local rank) becomes the node's; elsewhere the buffer only receives. */
-static void local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it,
-			    uint32_t dtype, void *dst, int root_local)
+ * its local rank) becomes the node's; elsewhere the buffer only receives. Returns 0, or
+ * -1 when the root trainer gave no values (it has joined, or its registration went away):
+ * the job must then fail on every rank, not deliver zeros as the root's values. */
+static int local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_item_t *it,
+			   uint32_t dtype, void *dst, int root_local)
 {
 	if (root_local < 0)
-		return;
+		return 0;
 	for (int s = 0; s < it->n_src; s++)
 		if (it->src[s].local_rank == root_local) {
 			size_t bytes = it->numel * sc_dtype_size(dtype);
@@ -26,21 +28,27 @@ static void local_broadcast(const scd_device_ops_t *dev, scd_stage_t *pe, scd_jo
 						      it->src[s].dense, bytes);
 			else if (dst != it->src[s].dense)
 				dev->copy(dst, it->src[s].dense, bytes);
-			return;
+			return 0;
 		}
-	dev->clear(dst, it->numel * sc_dtype_size(dtype)); /* the root's tensor went away */
+	return -1;
 }
 
 /* The root is a global trainer rank: its node is root / local_size (in a process set's
- * job, x->rank is this node's index among the set's nodes). */
+ * job, x->rank is this node's index among the set's nodes). A root that gave no values
+ * is this node's input fault (SCD_FAULT_NO_ROOT), which the input check round turns into
+ * the same error on every rank before any byte goes out. */
 static sc_status_t broadcast_gather(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	int L = x->local_size, root = (int)job->coll.root;
+	int root_local = root / L == scd_job_node(job, x->rank) ? root % L : -1;
 	size_t esz = sc_dtype_size(job->dtype);
 	for (int i = 0; i < job->n_items; i++)
-		local_broadcast(x->dev, x->pe, &job->items[i], job->dtype,
-				x->buf + job->items[i].offset * esz,
-				root / L == scd_job_node(job, x->rank) ? root % L : -1);
+		if (local_broadcast(x->dev, x->pe, &job->items[i], job->dtype,
+				    x->buf + job->items[i].offset * esz, root_local) &&
+		    x->fault->kind == SCD_FAULT_NONE)
+			*x->fault = (scd_fault_t){.kind = SCD_FAULT_NO_ROOT,
+						  .item = (uint32_t)i,
+						  .local_rank = root_local};
 	return SC_OK;
 }
 

@@ -131,6 +131,8 @@ typedef enum {
 	SCD_FAULT_COO_RANGE, /* COO indices not below the tensor's numel */
 	SCD_FAULT_NONFINITE, /* NaN or infinite values, with nonfinite = error */
 	SCD_FAULT_LOCAL,     /* the node's compute stage failed (count: minus its status) */
+	SCD_FAULT_NO_ROOT,   /* a broadcast's root trainer gave no values: it has joined, or
+				its registration went away (local_rank: the root's) */
 } scd_fault_kind_t;
 
 /* The item of a fault that is the whole buffer's (no memory for it, its device failed). */

@@ -94,7 +94,13 @@ void scd_verdict_describe(const scd_job_t *job, int rank, int local_size, const 
 	else
 		snprintf(tensor, sizeof(tensor), "item %u of the buffer", f->item);
 	int trainer = rank * local_size + f->local_rank;
-	if (f->kind == SCD_FAULT_COO_RANGE)
+	if (f->kind == SCD_FAULT_NO_ROOT)
+		snprintf(msg, len,
+			 "broadcast of %s: its root, rank %d (node %d, local rank %d), gave no "
+			 "values (it has joined, or no longer holds the tensor): the operation "
+			 "fails on every rank",
+			 tensor, trainer, rank, f->local_rank);
+	else if (f->kind == SCD_FAULT_COO_RANGE)
 		snprintf(msg, len,
 			 "rank %d (node %d, local rank %d) sent %llu COO indices out of range "
 			 "for %s of %llu elements: the operation fails on every rank",

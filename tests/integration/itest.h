@@ -161,6 +161,7 @@ int it_allgather(int argc, char **argv);
 int it_join(int argc, char **argv);
 int it_join_killed(int argc, char **argv);
 int it_join_carry(int argc, char **argv);
+int it_join_root(int argc, char **argv);
 int it_reducescatter(int argc, char **argv);
 int it_adasum(int argc, char **argv);	/* itest_adasum.c */
 int it_alltoall(int argc, char **argv); /* itest_a2a.c */

@@ -750,6 +750,73 @@ int it_join(int argc, char **argv)
 	it_pass();
 }
 
+/* A broadcast of t from root with rank 0 joined (not on rank 0): exact (root's values)
+ * or, with want_fail, SC_ERR_INVALID naming the tensor and root 0. */
+static void joined_bcast(sc_client_t *c, sc_tensor_t *t, int root, int want_fail,
+			 const char *what)
+{
+	float *x = sc_tensor_data(t);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++)
+		x[i] = (float)(sc_rank(c) + 1) * 10 + (float)i;
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_broadcast_async(c, t, root, &h), "%s", what);
+	int r = it_wait(c, h, IT_OP_TIMEOUT_MS);
+	if (want_fail) {
+		if (r != SC_ERR_INVALID || !strstr(it_wait_error(), sc_tensor_name(t)) ||
+		    !it_mentions_rank(it_wait_error(), 0) || !strstr(it_wait_error(), "joined"))
+			IT_FAIL("%s: expected SC_ERR_INVALID naming '%s' and its root, rank 0, "
+				"which has joined; got %s: %s",
+				what, sc_tensor_name(t), it_wait_name(r), it_wait_error());
+		it_log("%s: %s", what, it_wait_error());
+		return;
+	}
+	IT_CHECK_SC(r, "%s", what);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++)
+		if (x[i] != (float)(root + 1) * 10 + (float)i)
+			IT_FAIL("%s: [%zu] = %g, root %d's is %g", what, i, (double)x[i], root,
+				(double)((float)(root + 1) * 10 + (float)i));
+}
+
+/* join-root: rank 0 joins first; the others' broadcast from rank 1 is exact, and their
+ * broadcasts from rank 0 (the whole job's, and one in the process set {0, 1}) fail on
+ * every rank naming the tensor and rank 0, which gave no values (they were zeros with
+ * SC_OK). Then every rank joins, and a broadcast from rank 0 is exact again. */
+int it_join_root(int argc, char **argv)
+{
+	(void)argc, (void)argv;
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), set = 0, pair[2] = {0, 1};
+	if (sc_size(c) < 3)
+		IT_FAIL("join-root needs 3 trainers or more, the job has %d", sc_size(c));
+	IT_CHECK_SC(sc_process_set_add(c, pair, 2, IT_OP_TIMEOUT_MS, &set), "the set {0, 1}");
+	sc_tensor_t *t = it_register(c, "jroot.b", SC_FLOAT32, 300), *ts = NULL;
+	if (rank < 2) {
+		sc_tensor_opts_t o = {.struct_size = sizeof(o), .process_set = set};
+		IT_CHECK_SC(sc_register_ex(c, "jroot.b", SC_FLOAT32, 300, &o, &ts),
+			    "register 'jroot.b' in set %d", set);
+	}
+	int last = -1;
+	if (rank != 0) {
+		joined_bcast(c, t, 1, 0, "a broadcast from rank 1, rank 0 joined");
+		joined_bcast(c, t, 0, 1, "a broadcast from rank 0, which has joined");
+		if (ts)
+			joined_bcast(c, ts, 0, 1, "a broadcast in {0, 1} from rank 0, joined");
+		joined_bcast(c, t, 2, 0, "a broadcast from rank 2 after those");
+	}
+	IT_CHECK_SC(sc_join(c, IT_OP_TIMEOUT_MS, &last), "sc_join");
+	float *x = sc_tensor_data(t);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++)
+		x[i] = (float)(rank + 1) * 10 + (float)i;
+	IT_CHECK_SC(sc_broadcast(c, t, 0, IT_OP_TIMEOUT_MS),
+		    "a broadcast from 0 after the joins");
+	for (size_t i = 0; i < sc_tensor_numel(t); i++)
+		if (x[i] != 10 + (float)i)
+			IT_FAIL("a broadcast from 0 after the joins: [%zu] = %g", i,
+				(double)x[i]);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
 /* A step of t with nnz COO entries, over its capacity: refused with SC_ERR_LIMIT. */
 static void over_capacity(sc_client_t *c, sc_tensor_t *t, size_t nnz)
 {

@@ -347,6 +347,7 @@ static const struct {
     {"alltoall", it_alltoall, "alltoalls of varying counts exact; over the size; bad counts"},
     {"join", it_join, "uneven steps: joined ranks add zeros; the last rank to join"},
     {"join-carry", it_join_carry, "a step fails while a node's other trainer has joined"},
+    {"join-root", it_join_root, "a broadcast from a joined root fails on every rank (n >= 3)"},
     {"join-killed", it_join_killed, "rank 1 dies: every join fails naming it (n >= 3)"},
     {"barrier", it_barrier_case, "barriers with a late rank wait for it; 50 in a row; busy"},
     {"barrier-stalled", it_barrier_stalled, "rank 1 skips a barrier: SC_ERR_STALLED"},

@@ -12,7 +12,8 @@
  *     exact, in set rank order;
  *   - errors on every rank alike: a non-member registering in a set, an add the ranks
  *     disagree on (SC_ERR_MISMATCH naming them), an add with an out-of-range rank from
- *     one rank (SC_ERR_INVALID naming it), an add of ranks a set already has;
+ *     one rank (SC_ERR_INVALID naming it), an add of ranks a set already has, an add with
+ *     a NULL rank list on one rank (SC_ERR_INVALID naming it, at once);
  *   - a set removed while rank 1 waits on an operation in it: the wait ends with
  *     SC_ERR_ABORTED naming the set; the set is unknown afterwards, its registration
  *     refused; the others still exact;
@@ -488,6 +489,11 @@ int it_psets(int argc, char **argv)
 	int bad[2] = {0, rank == 1 ? 9 : 3};
 	ps_add_fails(c, bad, 2, SC_ERR_INVALID, 1, "an add with rank 9 from rank 1");
 	ps_add_fails(c, sets[2], 2, SC_ERR_INVALID, -1, "an add of set 3's ranks again");
+	/* a NULL rank list on rank 2 alone: every rank fails at once naming it (rank 2
+	 * refused it without the others, which waited out their stall timeout, and the
+	 * agreements' tensor names went out of step for every later add) */
+	ps_add_fails(c, rank == 2 ? NULL : sets[1], 2, SC_ERR_INVALID, 2,
+		     "an add with a NULL rank list from rank 2");
 	ps_add(c, (const int[]){1, 2, 3}, 3, 5); /* ids go on after refusals */
 	it_log("errors alike on every rank; the next add is id 5");
 

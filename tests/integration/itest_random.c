@@ -6,7 +6,14 @@
  * seed, an allgather of rnd.ag (each rank 0 to 4 rows of 5 elements, drawn from the
  * seed), a reduce-scatter of rnd.rs (rows of a width drawn from the seed), an alltoall of
  * rnd.a2a (each rank's splits drawn from the seed, 0 included) or an allreduce of rnd.ga
- * and rnd.gb grouped. And one rank may
+ * and rnd.gb grouped; with --psets 1, also a process set step: any of these collectives
+ * (a broadcast from a member drawn from the seed, an alltoall's blocks and a
+ * reduce-scatter's rows among the members in set rank order) in set 1 (the even ranks) or
+ * set 2 (every rank but 0), each tensor registered under the same name in the global set
+ * and in each set the rank is a member of, the sets added by every rank at the start; a rank outside the step's set has no
+ * operation that step. A new worker does not know the sets (adding one is a collective of
+ * every trainer), so the steps after the first death draw an allreduce in their place;
+ * --deaths 0 draws no death, for process set steps throughout. And one rank may
  *   - differ: in an allreduce, submit COO where the others submit dense, or register that
  *     step's tensor with allow_lossy, a top-k sparsifier, a pinned scheme or its own
  *     sketch rows where the others do not; in a broadcast, give the next root; in an
@@ -18,17 +25,18 @@
  *   - die and come back: its worker process exits before or right after submitting, and a
  *     new one connects, registers again and goes on with the next step;
  *   - give bad input: COO indices out of range to an allreduce, a root past the last rank
- *     to a broadcast, an allgather's count over the tensor, rows that do not divide
- *     rnd.rs, alltoall splits that add up to more than the tensor, a group of two closed
- *     with one member (rnd.gb then alone).
- * Every result must be exact (computed from the seed: the sum of every rank's values of
- * that step, the root's values, every rank's rows, this rank's slice, every rank's block)
- * or an error naming the tensor; a wrong result fails at once, naming the step, the
- * collective and its event, and so do a group's members of which some were exact and
- * some failed. At the end the ranks exchange what each step gave: a step exact on one rank
- * and an error on another fails the run, and so does a step without an event that failed
- * when no event explains it (not among the few failed steps right after a late one, nor
- * before the first exact step of its tensor's form after a death). Rank 0 prints the counts
+ *     to a broadcast (in a set, the first rank outside it), an allgather's count over the
+ * tensor, rows that do not divide rnd.rs, alltoall splits that add up to more than the tensor,
+ * a group of two closed with one member (rnd.gb then alone). Every result must be exact
+ * (computed from the seed: the sum of every rank's values of that step, the root's values,
+ * every rank's rows, this rank's slice, every rank's block) or an error naming the tensor; a
+ * wrong result fails at once, naming the step, the collective and its event, and so do a
+ * group's members of which some were exact and some failed. At the end the ranks exchange what
+ * each step gave: a step exact on one rank and an error on another fails the run, and so does a
+ * step without an event that failed when no event explains it (not among the few failed steps
+ * right after a late one or a failed process set step, whose members may come late to the
+ * next steps, process set steps without the late rank in between, nor before the
+ * first exact step of its tensor's form after a death). Rank 0 prints the counts
  * ("random: N steps: E exact, F failed on every rank, ..."), with the events and collectives
  * drawn.
  *
@@ -40,7 +48,8 @@
  * rank (the new worker first) waits in a barrier, retried until every node takes part
  * again, so that the steps that follow pair up.
  *
- *   random [--steps N] [--seed S] [--rate PERMILLE] [--late-ms MS]
+ *   random [--steps N] [--seed S] [--rate PERMILLE] [--late-ms MS] [--psets 1]
+ *          [--deaths 0]
  * (rate: per step, the chance of each kind of event, in thousandths; default 12; late:
  * default 700 ms, for a stall_timeout_ms of 300). With RND_VERBOSE=1 in the environment
  * rank 0 also lists every event's step, collective, rank and outcome; with 2 every rank
@@ -68,29 +77,45 @@
 
 enum { EV_NONE, EV_DIFFER, EV_LATE, EV_DIE, EV_BADCOO, EV_KINDS };
 static const char *const ev_names[EV_KINDS] = {"none", "differ", "late", "die", "bad input"};
-enum { C_ALLREDUCE, C_BCAST, C_ALLGATHER, C_RS, C_A2A, C_GROUP, C_KINDS };
+enum { C_ALLREDUCE, C_BCAST, C_ALLGATHER, C_RS, C_A2A, C_GROUP, C_PSET, C_KINDS };
 static const char *const coll_names[C_KINDS] = {
+    "allreduce", "broadcast",	      "allgather",	 "reduce-scatter",
+    "alltoall",	 "grouped allreduce", "process set step"};
+/* A process set step's collective, in set 1 (the even ranks) or 2 (every rank but 0). */
+enum { PS_ALLREDUCE, PS_BCAST, PS_ALLGATHER, PS_RS, PS_A2A, PS_GROUP, PS_KINDS };
+static const char *const ps_names[PS_KINDS] = {
     "allreduce", "broadcast", "allgather", "reduce-scatter", "alltoall", "grouped allreduce"};
+#define RND_SETS 2
 static const size_t rs_widths[] = {1, 2, 4, 5, 8, 10}; /* each divides RND_NUMEL */
 enum { OUT_NONE = 0, OUT_EXACT = 1, OUT_ERROR = 2 };
 
 typedef struct {
 	int ev, who, variant, coo, coll, root, P;
+	int ps, ps_coll;       /* a process set step's set (1 or 2) and collective (PS_*) */
 	size_t rs_w, rs_other; /* a reduce-scatter's row width, and another that divides too */
 	uint64_t h;	       /* the step's hash: every per-rank count derives from it */
 } rnd_step_t;
 
 typedef struct {
 	int steps, rate, late_ms;
+	int psets;	 /* --psets: process set steps drawn too */
+	int no_deaths;	 /* --deaths 0: no worker dies (a death's draw is no event) */
+	int first_death; /* the first step with a death (steps: none) */
 	uint64_t seed;
 	/* shared with the workers */
 	volatile int next_step;
 	uint8_t outcome[]; /* per step: OUT_* */
 } rnd_shared_t;
 
-/* A worker's tensors, one per collective (rnd.g the allreduce's, dense or COO). */
+/* A worker's tensors, one per collective (rnd.g the allreduce's, dense or COO), and the
+ * allreduce's, broadcast's and allgather's under the same names in each process set this
+ * rank is a member of (index: the set, 1 or 2; NULL elsewhere). */
 typedef struct {
 	sc_tensor_t *g, *b, *ag, *rs, *a2a, *ga, *gb, *gc;
+	sc_tensor_t *ps_g[RND_SETS + 1], *ps_b[RND_SETS + 1], *ps_ag[RND_SETS + 1];
+	sc_tensor_t *ps_rs[RND_SETS + 1], *ps_a2a[RND_SETS + 1];
+	sc_tensor_t *ps_ga[RND_SETS + 1], *ps_gb[RND_SETS + 1], *ps_gc[RND_SETS + 1];
+	int ps_id[RND_SETS + 1];
 } rnd_tensors_t;
 
 /* A step's operations as this rank started them: up to three (a group's members, and
@@ -123,13 +148,50 @@ static rnd_step_t plan(const rnd_shared_t *sh, int step, int P)
 			s.ev = k;
 	s.who = (int)((h >> 16) % (uint64_t)P);
 	s.variant = (int)((h >> 24) % 5);
-	s.coll = (int)((h >> 44) % C_KINDS);
+	s.coll = (int)((h >> 44) % (sh->psets ? C_KINDS : C_PSET));
 	s.root = (int)((h >> 50) % (uint64_t)P);
 	size_t nw = sizeof(rs_widths) / sizeof(rs_widths[0]), w = (size_t)(h >> 56) % nw;
 	s.rs_w = rs_widths[w], s.rs_other = rs_widths[(w + 1) % nw];
-	if (step == 0 && s.ev == EV_DIE) /* the first step starts the world: no death */
+	if ((step == 0 || sh->no_deaths) && s.ev == EV_DIE) /* step 0 starts the world */
 		s.ev = EV_NONE;
+	/* A process set step only before the first death: a new worker does not know the
+	 * sets (adding one is a collective of every trainer); an allreduce after it. */
+	if (s.coll == C_PSET && (step > sh->first_death || P < 2))
+		s.coll = C_ALLREDUCE;
+	s.ps = 1 + (int)(h >> 60 & 1);
+	s.ps_coll = (int)((h >> 8) % PS_KINDS);
 	return s;
+}
+
+/* Whether rank r is a member of process set k (1: the even ranks; 2: every rank but 0). */
+static int ps_member(int k, int r)
+{
+	return k == 1 ? r % 2 == 0 : r != 0;
+}
+
+/* The set's n-th member (its set rank n), and the number of its members among P. */
+static int ps_rank_at(int k, int n, int P)
+{
+	for (int r = 0; r < P; r++)
+		if (ps_member(k, r) && n-- == 0)
+			return r;
+	return -1;
+}
+
+static int ps_size(int k, int P)
+{
+	int n = 0;
+	for (int r = 0; r < P; r++)
+		n += ps_member(k, r);
+	return n;
+}
+
+/* A broadcast's root in a process set step: a member drawn from the seed; differing, the
+ * next member. */
+static int ps_root(const rnd_step_t *p, int differ)
+{
+	int n = ps_size(p->ps, p->P);
+	return ps_rank_at(p->ps, (p->root + differ) % n, p->P);
 }
 
 /* The step's value seed: every collective fills with it_value(rnd_seed(step), ...). */
@@ -193,12 +255,13 @@ static sc_client_t *connect_retry(void)
 	}
 }
 
-/* The tensor of an allreduce step whose event is an option differing on rank who. */
-static sc_tensor_t *differ_tensor(sc_client_t *c, int step, const rnd_step_t *p)
+/* The tensor of an allreduce step whose event is an option differing on rank who (in
+ * process set pset). */
+static sc_tensor_t *differ_tensor(sc_client_t *c, int step, const rnd_step_t *p, int pset)
 {
 	char name[64];
 	snprintf(name, sizeof(name), "rnd.o%d", step);
-	sc_tensor_opts_t o = {.struct_size = sizeof(o)};
+	sc_tensor_opts_t o = {.struct_size = sizeof(o), .process_set = pset};
 	if (sc_rank(c) == p->who) {
 		if (p->variant == 1)
 			o.allow_lossy = 1;
@@ -255,12 +318,12 @@ static void start_allreduce(sc_client_t *c, sc_tensor_t *t, int step, int coo, i
  * group closed with one member (sc_group_end refuses it). Either way rnd.gb then goes
  * alone, so that this trainer still gives rnd.gb its step (a step it skipped would be
  * owed, and its next submission of rnd.gb taken as that late one). */
-static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int differ, int bad,
-			rnd_ops_t *ops)
+static void start_group(sc_client_t *c, sc_tensor_t *ga, sc_tensor_t *gb, sc_tensor_t *gc,
+			int step, int differ, int bad, rnd_ops_t *ops)
 {
 	sc_group_t g = 0;
 	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin");
-	sc_tensor_t *m[2] = {ts->ga, differ ? ts->gc : ts->gb};
+	sc_tensor_t *m[2] = {ga, differ ? gc : gb};
 	for (int k = 0; k < (bad ? 1 : 2); k++) {
 		IT_CHECK_SC(sc_group_add(c, g, m[k]), "sc_group_add");
 		start_allreduce(c, m[k], step, 0, 0, ops);
@@ -273,12 +336,125 @@ static void start_group(sc_client_t *c, const rnd_tensors_t *ts, int step, int d
 	if (!bad)
 		IT_CHECK_SC(st, "sc_group_end");
 	if (bad || differ)
-		start_allreduce(c, ts->gb, step, 0, 0, ops);
+		start_allreduce(c, gb, step, 0, 0, ops);
+}
+
+/* An allreduce step of t (in process set pset) on this rank (differ, bad: the event is
+ * this rank's): dense or COO as the plan says; differing, the other form (variant 0) or
+ * the step's own tensor with an option of its own; bad, a COO index out of range.
+ * Returns 0, or -1 for a refused registration. */
+static int allreduce_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int step,
+			  int differ, int bad, int pset, rnd_ops_t *ops)
+{
+	int coo = p->coo;
+	if (p->ev == EV_DIFFER && p->variant == 0)
+		coo = !coo ? differ : !differ; /* the input's form differs on rank who */
+	else if (p->ev == EV_DIFFER && !(t = differ_tensor(c, step, p, pset)))
+		return -1;
+	else if (p->ev == EV_DIFFER)
+		coo = 0;
+	else if (p->ev == EV_BADCOO)
+		coo = 1;
+	start_allreduce(c, t, step, coo, bad, ops);
+	return 0;
+}
+
+/* An allgather step of t: this rank's rows; bad, more elements than t holds. */
+static void allgather_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int step,
+			   int bad, rnd_ops_t *ops)
+{
+	int rank = sc_rank(c);
+	sc_handle_t h = 0;
+	size_t n = bad ? sc_tensor_numel(t) + 1 : ag_count(p, rank);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, sc_tensor_numel(t), rnd_seed(step), rank, 1);
+	op_add(ops, t, sc_allgather_async(c, t, n, &h), &h);
+}
+
+/* The ranks of process set pset (0: every rank) in set rank order into m; their number. */
+static int members_of(const rnd_step_t *p, int pset, int *m)
+{
+	int n = 0;
+	for (int r = 0; r < p->P; r++)
+		if (!pset || ps_member(pset, r))
+			m[n++] = r;
+	return n;
+}
+
+/* A reduce-scatter step of t: rows of the step's width (differing: the next width; bad:
+ * rows that do not divide the tensor). */
+static void rs_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int step, int differ,
+		    int bad, rnd_ops_t *ops)
+{
+	size_t w = differ ? p->rs_other : p->rs_w;
+	sc_handle_t h = 0;
+	if (bad)
+		w = 3;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, RND_NUMEL, rnd_seed(step), sc_rank(c), 1);
+	op_add(ops, t, sc_reducescatter_async(c, t, SC_OP_SUM, w, &h), &h);
+}
+
+/* An alltoall step of t among the ranks of process set pset (0: every rank): a block for
+ * each, in set rank order; bad, splits that add up to more than the tensor. */
+static void a2a_step(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int pset, int step,
+		     int bad, rnd_ops_t *ops)
+{
+	int rank = sc_rank(c), m[64], n = members_of(p, pset, m);
+	size_t counts[64], at = 0;
+	sc_handle_t h = 0;
+	float *d = sc_tensor_data(t);
+	for (int q = 0; q < n; q++) {
+		counts[q] = a2a_count(p, rank, m[q]);
+		for (size_t i = 0; i < counts[q]; i++)
+			d[at++] = a2a_value(step, rank, m[q], i);
+	}
+	if (bad)
+		counts[n - 1] += sc_tensor_numel(t) + 1 - at;
+	op_add(ops, t, sc_alltoall_async(c, t, counts, &h), &h);
+}
+
+/* Starts a process set step on a member: an allreduce (dense or COO; differing and bad as
+ * for the global one), a broadcast (differing: the next member's root; bad: the first
+ * rank outside the set as root) or an allgather (as the global one's) of the set's
+ * tensor. Returns 0, or -1 for a refused registration. */
+static int start_pset(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t *p, int step,
+		      int differ, int bad, rnd_ops_t *ops)
+{
+	int rank = sc_rank(c), k = p->ps;
+	uint64_t seed = rnd_seed(step);
+	sc_handle_t h = 0;
+	switch (p->ps_coll) {
+	case PS_ALLREDUCE:
+		return allreduce_step(c, ts->ps_g[k], p, step, differ, bad, ts->ps_id[k], ops);
+	case PS_BCAST: {
+		int root = ps_root(p, differ);
+		for (int r = 0; bad && r <= p->P; r++)
+			if (r == p->P || !ps_member(k, r)) {
+				root = r;
+				break;
+			}
+		it_fill(sc_tensor_data(ts->ps_b[k]), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
+		op_add(ops, ts->ps_b[k], sc_broadcast_async(c, ts->ps_b[k], root, &h), &h);
+		return 0;
+	}
+	case PS_ALLGATHER:
+		allgather_step(c, ts->ps_ag[k], p, step, bad, ops);
+		return 0;
+	case PS_RS:
+		rs_step(c, ts->ps_rs[k], p, step, differ, bad, ops);
+		return 0;
+	case PS_A2A:
+		a2a_step(c, ts->ps_a2a[k], p, k, step, bad, ops);
+		return 0;
+	default:
+		start_group(c, ts->ps_ga[k], ts->ps_gb[k], ts->ps_gc[k], step, differ, bad,
+			    ops);
+		return 0;
+	}
 }
 
 /* Starts the step's collective on this rank as the plan says (me: the event is this
- * rank's). Returns 0, or -1 when this rank has no operation this step (a refused
- * registration). */
+ * rank's). Returns 0, -1 when this rank has no operation this step (a refused
+ * registration), or -2 when the step is not this rank's (a process set without it). */
 static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t *p, int step,
 		      int me, rnd_ops_t *ops)
 {
@@ -287,69 +463,43 @@ static int start_step(sc_client_t *c, const rnd_tensors_t *ts, const rnd_step_t 
 	uint64_t seed = rnd_seed(step);
 	sc_handle_t h = 0;
 	switch (p->coll) {
-	case C_ALLREDUCE: {
-		sc_tensor_t *t = ts->g;
-		int coo = p->coo;
-		if (p->ev == EV_DIFFER && p->variant == 0)
-			coo = !coo ? me : !me; /* the input's form differs on rank who */
-		else if (p->ev == EV_DIFFER && !(t = differ_tensor(c, step, p)))
-			return -1;
-		else if (p->ev == EV_DIFFER)
-			coo = 0;
-		else if (p->ev == EV_BADCOO)
-			coo = 1;
-		start_allreduce(c, t, step, coo, bad, ops);
-		return 0;
-	}
+	case C_ALLREDUCE:
+		return allreduce_step(c, ts->g, p, step, differ, bad, 0, ops);
 	case C_BCAST: { /* differing: another root; bad: a root past the last rank */
 		it_fill(sc_tensor_data(ts->b), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
 		int root = bad ? P : differ ? (p->root + 1) % P : p->root;
 		op_add(ops, ts->b, sc_broadcast_async(c, ts->b, root, &h), &h);
 		return 0;
 	}
-	case C_ALLGATHER: { /* bad: more elements than the tensor holds */
-		size_t n = bad ? sc_tensor_numel(ts->ag) + 1 : ag_count(p, rank);
-		it_fill(sc_tensor_data(ts->ag), SC_FLOAT32, sc_tensor_numel(ts->ag), seed, rank,
-			1);
-		op_add(ops, ts->ag, sc_allgather_async(c, ts->ag, n, &h), &h);
+	case C_ALLGATHER: /* bad: more elements than the tensor holds */
+		allgather_step(c, ts->ag, p, step, bad, ops);
 		return 0;
-	}
-	case C_RS: { /* differing: rows of the next width; bad: rows that do not divide it */
-		size_t w = p->rs_w;
-		if (differ)
-			w = p->rs_other;
-		if (bad)
-			w = 3;
-		it_fill(sc_tensor_data(ts->rs), SC_FLOAT32, RND_NUMEL, seed, rank, 1);
-		op_add(ops, ts->rs, sc_reducescatter_async(c, ts->rs, SC_OP_SUM, w, &h), &h);
+	case C_RS: /* differing: rows of the next width; bad: rows that do not divide it */
+		rs_step(c, ts->rs, p, step, differ, bad, ops);
 		return 0;
-	}
-	case C_A2A: { /* bad: splits that add up to more than the tensor */
-		size_t counts[64], at = 0;
-		float *d = sc_tensor_data(ts->a2a);
-		for (int q = 0; q < P; q++) {
-			counts[q] = a2a_count(p, rank, q);
-			for (size_t i = 0; i < counts[q]; i++)
-				d[at++] = a2a_value(step, rank, q, i);
-		}
-		if (bad)
-			counts[P - 1] += sc_tensor_numel(ts->a2a) + 1 - at;
-		op_add(ops, ts->a2a, sc_alltoall_async(c, ts->a2a, counts, &h), &h);
+	case C_A2A: /* bad: splits that add up to more than the tensor */
+		a2a_step(c, ts->a2a, p, 0, step, bad, ops);
 		return 0;
-	}
+	case C_PSET:
+		if (!ps_member(p->ps, rank))
+			return -2;
+		return start_pset(c, ts, p, step, differ, bad, ops);
 	default:
-		start_group(c, ts, step, differ, bad, ops);
+		start_group(c, ts->ga, ts->gb, ts->gc, step, differ, bad, ops);
 		return 0;
 	}
 }
 
-/* Checks an allgather's result against every rank's count and values of the step. */
-static int check_allgather(sc_tensor_t *t, const rnd_step_t *p, int step, char *why, size_t len)
+/* Checks an allgather's result against every rank's count and values of the step, in rank
+ * order (pset: the set's members only; 0: every rank). */
+static int check_allgather(sc_tensor_t *t, const rnd_step_t *p, int pset, int step, char *why,
+			   size_t len)
 {
 	const float *d = sc_tensor_data(t);
 	size_t at = 0;
 	for (int r = 0; r < p->P; r++)
-		for (size_t i = 0; i < ag_count(p, r); i++, at++)
+		for (size_t i = 0; (!pset || ps_member(pset, r)) && i < ag_count(p, r);
+		     i++, at++)
 			if (d[at] != (float)it_value(rnd_seed(step), r, i))
 				return snprintf(why, len,
 						"element %zu of rank %d is %g, not %d", i, r,
@@ -362,11 +512,24 @@ static int check_allgather(sc_tensor_t *t, const rnd_step_t *p, int step, char *
 	return 0;
 }
 
-/* Checks this rank's slice of a reduce-scatter of rows of p->rs_w. */
-static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
-		    size_t len)
+/* The sum over the n ranks m of element i of the step's values. */
+static int sum_over(int step, const int *m, int n, size_t i)
 {
-	size_t rows = RND_NUMEL / p->rs_w, P = (size_t)p->P, r = (size_t)rank;
+	int s = 0;
+	for (int k = 0; k < n; k++)
+		s += it_value(rnd_seed(step), m[k], i);
+	return s;
+}
+
+/* Checks this rank's slice of a reduce-scatter of rows of p->rs_w among the ranks of
+ * process set pset (0: every rank). */
+static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int pset, int rank, int step,
+		    char *why, size_t len)
+{
+	int m[64], n = members_of(p, pset, m), q = 0;
+	while (q < n && m[q] != rank)
+		q++;
+	size_t rows = RND_NUMEL / p->rs_w, P = (size_t)n, r = (size_t)q;
 	size_t first = r * (rows / P) + (r < rows % P ? r : rows % P);
 	size_t mine = rows / P + (r < rows % P);
 	if (sc_tensor_result_nnz(t) != mine * p->rs_w)
@@ -375,7 +538,7 @@ static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, cha
 		       1;
 	const float *d = sc_tensor_data(t);
 	for (size_t j = 0; j < mine * p->rs_w; j++) {
-		int want = it_value_sum(rnd_seed(step), p->P, first * p->rs_w + j);
+		int want = sum_over(step, m, n, first * p->rs_w + j);
 		if (d[j] != (float)want)
 			return snprintf(why, len, "element %zu of the slice is %g, not %d", j,
 					(double)d[j], want),
@@ -384,18 +547,21 @@ static int check_rs(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, cha
 	return 0;
 }
 
-/* Checks an alltoall's result: each rank's block, its count and the total. */
-static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
-		     size_t len)
+/* Checks an alltoall's result among the ranks of process set pset (0: every rank): each
+ * rank's block, its count and the total. */
+static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int pset, int rank, int step,
+		     char *why, size_t len)
 {
 	size_t rc[64], at = 0;
-	IT_CHECK_SC(sc_tensor_result_counts(t, rc, p->P), "sc_tensor_result_counts");
+	int m[64], n = members_of(p, pset, m);
+	IT_CHECK_SC(sc_tensor_result_counts(t, rc, n), "sc_tensor_result_counts");
 	const float *d = sc_tensor_data(t);
-	for (int s = 0; s < p->P; s++) {
+	for (int q = 0; q < n; q++) {
+		int s = m[q];
 		size_t want = a2a_count(p, s, rank);
-		if (rc[s] != want)
+		if (rc[q] != want)
 			return snprintf(why, len, "%zu elements from rank %d, expected %zu",
-					rc[s], s, want),
+					rc[q], s, want),
 			       1;
 		for (size_t i = 0; i < want; i++, at++)
 			if (d[at] != a2a_value(step, s, rank, i))
@@ -409,6 +575,32 @@ static int check_a2a(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, ch
 		return snprintf(why, len, "a result of %zu elements, expected %zu",
 				sc_tensor_result_nnz(t), at),
 		       1;
+	return 0;
+}
+
+/* Checks a process set step's result: the sum over the set's members, the root's values,
+ * the members' rows in set rank order. */
+static int check_pset(sc_tensor_t *t, const rnd_step_t *p, int rank, int step, char *why,
+		      size_t len)
+{
+	const float *d = sc_tensor_data(t);
+	if (p->ps_coll == PS_ALLGATHER)
+		return check_allgather(t, p, p->ps, step, why, len);
+	if (p->ps_coll == PS_RS)
+		return check_rs(t, p, p->ps, rank, step, why, len);
+	if (p->ps_coll == PS_A2A)
+		return check_a2a(t, p, p->ps, rank, step, why, len);
+	int root = ps_root(p, 0), m[64], n = members_of(p, p->ps, m);
+	for (size_t i = 0; i < sc_tensor_numel(t); i++) {
+		int want = p->ps_coll == PS_BCAST ? it_value(rnd_seed(step), root, i)
+						  : sum_over(step, m, n, i);
+		if (d[i] != (float)want)
+			return snprintf(why, len,
+					"element %zu is %g, not %d (the %s of set %d)", i,
+					(double)d[i], want,
+					p->ps_coll == PS_BCAST ? "root's" : "sum", p->ps),
+			       1;
+	}
 	return 0;
 }
 
@@ -428,11 +620,13 @@ static int check_result(sc_client_t *c, sc_tensor_t *t, const rnd_step_t *p, int
 				       1;
 		return 0;
 	case C_ALLGATHER:
-		return check_allgather(t, p, step, why, len);
+		return check_allgather(t, p, 0, step, why, len);
 	case C_RS:
-		return check_rs(t, p, rank, step, why, len);
+		return check_rs(t, p, 0, rank, step, why, len);
 	case C_A2A:
-		return check_a2a(t, p, rank, step, why, len);
+		return check_a2a(t, p, 0, rank, step, why, len);
+	case C_PSET:
+		return check_pset(t, p, rank, step, why, len);
 	default:
 		return it_check(d, SC_FLOAT32, sc_tensor_numel(t), rnd_seed(step), P, 1,
 				SC_OP_SUM, why, len) != 0;
@@ -445,7 +639,9 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 	int rank = sc_rank(c), me;
 	rnd_step_t p = plan(sh, step, sc_size(c));
 	me = p.ev != EV_NONE && p.who == rank;
-	const char *coll = coll_names[p.coll];
+	char ps_coll[64];
+	snprintf(ps_coll, sizeof(ps_coll), "%s in process set %d", ps_names[p.ps_coll], p.ps);
+	const char *coll = p.coll == C_PSET ? ps_coll : coll_names[p.coll];
 	if (p.ev == EV_LATE && me)
 		it_sleep_ms(sh->late_ms);
 	if (p.ev == EV_DIE && me)
@@ -457,12 +653,12 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 	}
 	rnd_ops_t ops;
 	memset(&ops, 0, sizeof(ops));
-	int none = start_step(c, ts, &p, step, me, &ops) < 0;
+	int none = start_step(c, ts, &p, step, me, &ops);
 	sh->next_step = step + 1;
-	if (none) {
+	if (none == -1)
 		sh->outcome[step] = OUT_ERROR;
+	if (none < 0)
 		return;
-	}
 	if (p.ev == EV_DIE && me)
 		_exit(RND_DIED); /* right after submitting */
 	int ok = 0;
@@ -505,9 +701,16 @@ static long form_of(const rnd_step_t *p)
 {
 	if (p->coll == C_ALLREDUCE && p->ev == EV_DIFFER && p->variant != 0)
 		return -1;
-	return (long)p->coll | (long)(p->coll == C_ALLREDUCE && p->coo) << 3 |
-	       (long)(p->coll == C_RS ? p->rs_w : 0) << 4 |
-	       (long)(p->coll == C_BCAST ? p->root : 0) << 12;
+	if (p->coll == C_PSET && p->ps_coll == PS_ALLREDUCE && p->ev == EV_DIFFER &&
+	    p->variant != 0)
+		return -1;
+	int ps = p->coll == C_PSET;
+	int ps_ar = ps && p->ps_coll == PS_ALLREDUCE, ps_b = ps && p->ps_coll == PS_BCAST;
+	int ps_rs = ps && p->ps_coll == PS_RS;
+	return (long)p->coll | (long)((p->coll == C_ALLREDUCE || ps_ar) && p->coo) << 3 |
+	       (long)(p->coll == C_RS || ps_rs ? p->rs_w : 0) << 4 |
+	       (long)(p->coll == C_BCAST || ps_b ? p->root : 0) << 12 |
+	       (long)(ps ? p->ps * PS_KINDS + p->ps_coll : 0) << 20;
 }
 
 /* A step without an event that failed (v: the outcomes exchanged): it may be one of the
@@ -521,9 +724,16 @@ static void check_unexplained(const rnd_shared_t *sh, const int32_t *v, int s, i
 {
 	rnd_step_t p = plan(sh, s, P);
 	long form = form_of(&p);
-	for (int t = s - 1; t >= 0 && t >= s - RND_LATE_REACH && v[sh->steps + t]; t--)
-		if (plan(sh, t, P).ev == EV_LATE)
+	for (int t = s - 1; t >= 0 && t >= s - RND_LATE_REACH; t--) {
+		rnd_step_t q = plan(sh, t, P);
+		/* a failed process set step may have stalled its members past the others, who
+		 * went on: as late for the next steps as a late rank */
+		if (q.ev == EV_LATE || (q.coll == C_PSET && v[sh->steps + t]))
 			return;
+		if (!v[sh->steps + t] &&
+		    q.coll != C_PSET) /* a set's step may lack the late rank */
+			break;
+	}
 	for (int t = s - 1; t >= 0; t--) {
 		rnd_step_t q = plan(sh, t, P);
 		if (q.ev == EV_DIE)
@@ -579,19 +789,47 @@ static void compare(sc_client_t *c, rnd_shared_t *sh)
 		it_log("random: %d steps (seed %llu): %d exact, %d failed on every rank, %d "
 		       "without a result; events: %d differ, %d late, %d die, %d bad input; "
 		       "collectives: %d allreduce, %d broadcast, %d allgather, %d "
-		       "reduce-scatter, %d alltoall, %d grouped",
+		       "reduce-scatter, %d alltoall, %d grouped, %d in a process set",
 		       n, (unsigned long long)sh->seed, exact, failed, n - exact - failed,
 		       events[EV_DIFFER], events[EV_LATE], events[EV_DIE], events[EV_BADCOO],
 		       colls[C_ALLREDUCE], colls[C_BCAST], colls[C_ALLGATHER], colls[C_RS],
-		       colls[C_A2A], colls[C_GROUP]);
+		       colls[C_A2A], colls[C_GROUP], colls[C_PSET]);
 }
 
-static sc_tensor_t *reg(sc_client_t *c, const char *name, size_t numel, size_t coo_cap)
+static sc_tensor_t *reg(sc_client_t *c, const char *name, size_t numel, size_t coo_cap,
+			int pset)
 {
-	sc_tensor_opts_t o = {.struct_size = sizeof(o), .coo_capacity = coo_cap};
+	sc_tensor_opts_t o = {
+	    .struct_size = sizeof(o), .coo_capacity = coo_cap, .process_set = pset};
 	sc_tensor_t *t = NULL;
 	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, numel, &o, &t), "register '%s'", name);
 	return t;
+}
+
+/* Adds the process sets (every rank, the first workers only) and registers their tensors
+ * on their members. */
+static void add_sets(sc_client_t *c, rnd_tensors_t *ts)
+{
+	int P = sc_size(c), ranks[64];
+	size_t n = (size_t)P;
+	for (int k = 1; k <= RND_SETS; k++) {
+		int m = 0;
+		for (int r = 0; r < P; r++)
+			if (ps_member(k, r))
+				ranks[m++] = r;
+		IT_CHECK_SC(sc_process_set_add(c, ranks, m, IT_OP_TIMEOUT_MS, &ts->ps_id[k]),
+			    "adding process set %d", k);
+		if (!ps_member(k, sc_rank(c)))
+			continue;
+		ts->ps_g[k] = reg(c, "rnd.g", RND_NUMEL, RND_NUMEL, ts->ps_id[k]);
+		ts->ps_b[k] = reg(c, "rnd.b", RND_NUMEL, 0, ts->ps_id[k]);
+		ts->ps_ag[k] = reg(c, "rnd.ag", n * AG_ROWS * AG_W, 0, ts->ps_id[k]);
+		ts->ps_rs[k] = reg(c, "rnd.rs", RND_NUMEL, 0, ts->ps_id[k]);
+		ts->ps_a2a[k] = reg(c, "rnd.a2a", n * A2A_MAX, 0, ts->ps_id[k]);
+		ts->ps_ga[k] = reg(c, "rnd.ga", GR_A, 0, ts->ps_id[k]);
+		ts->ps_gb[k] = reg(c, "rnd.gb", GR_B, 0, ts->ps_id[k]);
+		ts->ps_gc[k] = reg(c, "rnd.gc", GR_B, 0, ts->ps_id[k]);
+	}
 }
 
 static int worker(rnd_shared_t *sh)
@@ -602,15 +840,17 @@ static int worker(rnd_shared_t *sh)
 	if (P > 64)
 		IT_FAIL("random: runs with at most 64 trainers, not %zu", P);
 	rnd_tensors_t ts = {
-	    .g = reg(c, "rnd.g", RND_NUMEL, RND_NUMEL),
-	    .b = reg(c, "rnd.b", RND_NUMEL, 0),
-	    .ag = reg(c, "rnd.ag", P * AG_ROWS * AG_W, 0),
-	    .rs = reg(c, "rnd.rs", RND_NUMEL, 0),
-	    .a2a = reg(c, "rnd.a2a", P * A2A_MAX, 0),
-	    .ga = reg(c, "rnd.ga", GR_A, 0),
-	    .gb = reg(c, "rnd.gb", GR_B, 0),
-	    .gc = reg(c, "rnd.gc", GR_B, 0),
+	    .g = reg(c, "rnd.g", RND_NUMEL, RND_NUMEL, 0),
+	    .b = reg(c, "rnd.b", RND_NUMEL, 0, 0),
+	    .ag = reg(c, "rnd.ag", P * AG_ROWS * AG_W, 0, 0),
+	    .rs = reg(c, "rnd.rs", RND_NUMEL, 0, 0),
+	    .a2a = reg(c, "rnd.a2a", P * A2A_MAX, 0, 0),
+	    .ga = reg(c, "rnd.ga", GR_A, 0, 0),
+	    .gb = reg(c, "rnd.gb", GR_B, 0, 0),
+	    .gc = reg(c, "rnd.gc", GR_B, 0, 0),
 	};
+	if (sh->psets && start == 0 && P > 1) /* the sets, their tensors under the same names */
+		add_sets(c, &ts);
 	if (start > 0) /* a new worker: the others wait for it in the barrier */
 		sync_all(c, start - 1);
 	for (int step = start; step < sh->steps; step++) {
@@ -625,7 +865,7 @@ static int worker(rnd_shared_t *sh)
 
 int it_random(int argc, char **argv)
 {
-	int steps = 2000, rate = 12, late_ms = 700;
+	int steps = 2000, rate = 12, late_ms = 700, psets = 0, deaths_on = 1;
 	uint64_t seed = 1;
 	for (int i = 1; i + 1 < argc; i += 2) { /* argv[0]: the scenario */
 		if (!strcmp(argv[i], "--steps"))
@@ -636,6 +876,10 @@ int it_random(int argc, char **argv)
 			rate = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--late-ms"))
 			late_ms = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--psets"))
+			psets = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--deaths"))
+			deaths_on = atoi(argv[i + 1]);
 		else
 			IT_FAIL("random: unknown argument '%s'", argv[i]);
 	}
@@ -647,6 +891,11 @@ int it_random(int argc, char **argv)
 	if (sh == MAP_FAILED)
 		IT_FAIL("random: mmap of the shared outcomes failed");
 	sh->steps = steps, sh->rate = rate, sh->late_ms = late_ms, sh->seed = seed;
+	sh->psets = psets != 0, sh->no_deaths = !deaths_on;
+	sh->first_death = steps;
+	for (int s = 0; s < steps && sh->first_death == steps; s++)
+		if (plan(sh, s, 1).ev == EV_DIE) /* the events do not depend on the size */
+			sh->first_death = s;
 	double t0 = it_now_s();
 	int deaths = 0;
 	for (;;) {

@@ -265,6 +265,10 @@ run_case "alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall
 # join: rank r runs 2 (r + 1) steps, then joins; the others' sums go on without it.
 run_case "join n=3" 3 1 120 0 3 -- "$itest" join
 run_case "join n=2 per-node=2" 2 2 120 0 4 -- "$itest" join
+# a broadcast whose root has joined fails on every rank (its values were zeros, SC_OK)
+run_case "join root n=3" 3 1 120 0 3 -- "$itest" join-root
+run_case "join root n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-root
+run_case "join root n=1 per-node=3" 1 3 120 0 3 -- "$itest" join-root
 run_case "join carry n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry
 run_case "join carry n=2 per-node=2" 2 2 120 0 4 -- "$itest" join-carry
 run_case "join carry after n=1 per-node=2" 1 2 120 0 2 -- "$itest" join-carry after
@@ -1127,11 +1131,13 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 # sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms --daemon-arg 300 --
 # sparsecomm-itest random --seed SEED).
 rnd_seed=$(date +%s)
-rnd() { # name nodes per-node steps rate seed
-	run_case "random $1 ($4 steps, rate $5, seed $6)" "$2" "$3" 300 0 $(($2 * $3)) \
-		--daemon-arg --stall_timeout_ms --daemon-arg 300 -- "$itest" random \
-		--steps "$4" --rate "$5" --seed "$6"
-	selected "random $1" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+rnd() { # name nodes per-node steps rate seed [more arguments of the scenario]
+	name=$1 nodes=$2 per=$3 steps=$4 rate=$5 seed=$6
+	shift 6
+	run_case "random $name ($steps steps, rate $rate, seed $seed)" "$nodes" "$per" 300 0 \
+		$((nodes * per)) --daemon-arg --stall_timeout_ms --daemon-arg 300 -- "$itest" \
+		random --steps "$steps" --rate "$rate" --seed "$seed" "$@"
+	selected "random $name" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 }
 rnd "n=3" 3 1 600 12 "$rnd_seed"
 # the same with two trainers a node: a trainer late, dead or refused fails its node's step
@@ -1150,6 +1156,13 @@ run_case "random cache bound n=3 (300 steps, rate 12, seed $rnd_seed)" 3 1 300 0
 	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --cache_max_entries \
 	--daemon-arg 4 -- "$itest" random --steps 300 --rate 12 --seed "$rnd_seed"
 selected "random cache bound" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
+# with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
+# 3 x 2, sets that split nodes), the same names in both and in the global set; until the
+# first death, and without deaths throughout
+rnd "psets n=3" 3 1 400 12 "$rnd_seed" --psets 1
+rnd "psets n=2 per-node=2" 2 2 400 12 "$rnd_seed" --psets 1
+rnd "psets no deaths n=3 per-node=2 rate=30" 3 2 200 30 "$rnd_seed" --psets 1 --deaths 0
+rnd "psets no deaths n=2 per-node=2 rate=40" 2 2 300 40 "$rnd_seed" --psets 1 --deaths 0
 # A COO list in any order comes back in the same (sparse) form on every rank; entries over
 # the COO area's capacity fail the step on every rank at once (coll/coo_in.h).
 run_case "coo forms n=2" 2 1 120 0 2 -- "$itest" coo-forms

@@ -477,8 +477,9 @@ def join_with_outstanding_allreduces():
 @check
 def join_then_allgather_raises_broadcast_runs():
     # with a rank joined, the others' allgather fails (RuntimeError) as Horovod's; their
-    # broadcast runs (sparsecomm's difference, README: the joined rank takes part with
-    # zeros and the root's values reach every rank that has not joined; Horovod raises)
+    # broadcast from a root that has not joined runs (sparsecomm's difference, README: the
+    # joined rank takes part with zeros and the root's values reach every rank that has not
+    # joined; Horovod raises; one from a joined root fails, itest join-root)
     if R == 0:
         hvd.join()
     else:
