@@ -10,9 +10,10 @@
  * (a broadcast from a member drawn from the seed, an alltoall's blocks and a
  * reduce-scatter's rows among the members in set rank order) in set 1 (the even ranks) or
  * set 2 (every rank but 0), each tensor registered under the same name in the global set
- * and in each set the rank is a member of, the sets added by every rank at the start; a rank outside the step's set has no
- * operation that step. A new worker does not know the sets (adding one is a collective of
- * every trainer), so the steps after the first death draw an allreduce in their place;
+ * and in each set the rank is a member of, the sets added by every rank at the start; a rank
+ * outside the step's set has no operation that step. A new worker does not know the sets
+ * (adding one is a collective of every trainer), so the steps after the first death draw an
+ * allreduce in their place;
  * --deaths 0 draws no death, for process set steps throughout. And one rank may
  *   - differ: in an allreduce, submit COO where the others submit dense, or register that
  *     step's tensor with allow_lossy, a top-k sparsifier, a pinned scheme or its own
