@@ -77,8 +77,8 @@ static const struct {
 		      "sparsecomm.torch.nccl_built()"},
 };
 
-/* Appends "--KEY VALUE" to the daemons' arguments (room: opts.c allocates two daemon
- * arguments per word of the command line). */
+/* Appends "--KEY VALUE" to the daemons' arguments (room: opts.c allocates four daemon
+ * arguments per word of the command line, what --fusion-threshold-mb=N adds). */
 static void daemon_set(opts_t *o, const char *key, const char *value)
 {
 	char *k = malloc(strlen(key) + 3), *v = strdup(value);

@@ -204,8 +204,11 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		      .rsh_agent = "ssh"};
 	bool per_node_given = false;
 	run_hvd_env(o);
-	/* two daemon arguments per word at most: horovodrun's flags may add two pairs */
-	o->daemon_args = calloc(2 * (size_t)argc + 1, sizeof(char *));
+	/* four daemon arguments per word at most: one word of horovodrun's
+	 * (--fusion-threshold-mb=N) sets two settings, each "--KEY VALUE" (hvdflags.c) */
+	o->daemon_args = calloc(4 * (size_t)argc + 1, sizeof(char *));
+	if (!o->daemon_args)
+		run_die_usage("out of memory");
 	int i, np = 0;
 	bool dashdash = false;
 	for (i = 1; i < argc; i++) {

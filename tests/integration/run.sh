@@ -1688,6 +1688,16 @@ if selected "horovodrun flags"; then
 		n=$(grep -cF -- "$want" "$tmp/out")
 		[ "$n" -eq 2 ] || why="$why; $n of 2 nodes say '$want'"
 	done
+	# a flag repeated (each --fusion-threshold-mb=N adds four daemon arguments) still
+	# gives the daemons exactly the last value, with nothing written past their arguments
+	many=""
+	for _ in $(seq 1 200); do many="$many --fusion-threshold-mb=3"; done
+	# shellcheck disable=SC2086
+	timeout 60 "$launcher" -n 1 $many sh -c '"$1" --socket "$SPARSECOMM_SOCKET" config get' \
+		sh "$bin/sparsectl" >"$tmp/out2" 2>&1 </dev/null || why="$why; 200 times \
+--fusion-threshold-mb=3: launcher exited with $?: $(tail -n 1 "$tmp/out2")"
+	grep -qF "fusion_threshold_bytes = 3145728    (from flag" "$tmp/out2" ||
+		why="$why; 200 times --fusion-threshold-mb=3 did not set fusion_threshold_bytes"
 	for spec in "--cache-capacity 1024|horovodrun's --cache-capacity has no equivalent" \
 		"--autotune|horovodrun's --autotune has no equivalent" \
 		"--hierarchical-allreduce|horovodrun's --hierarchical-allreduce has no" \
