@@ -286,6 +286,22 @@ def init_comm():
         hvd.shutdown()
         e = raises(ValueError, hvd.init, comm=bad)
         assert "init(comm=" in str(e) and not hvd.is_initialized(), e
+
+    class Comm:
+        # mpi4py's MPI.Comm as init(comm=) reads it, of the job's size, whose rank differs
+        # from the job's on rank 1 only: every trainer refuses it, not rank 1 alone
+        def Get_rank(self):
+            return 0 if R == 1 else R
+
+        def Get_size(self):
+            return P
+
+        def allgather(self, x):
+            return _sc.allgather_object(x, name="test.comm")
+
+    hvd.shutdown()
+    e = raises(ValueError, hvd.init, comm=Comm())
+    assert "init(comm=" in str(e) and not hvd.is_initialized(), e
     hvd.init()
     got = hvd.allreduce(torch.ones(3), name="comm.after", op=hvd.Sum)
     assert torch.equal(got, torch.full((3,), float(P)))

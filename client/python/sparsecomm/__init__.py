@@ -435,17 +435,27 @@ def _check_comm(c, comm):
     communicator that becomes the global set.  Here the daemons' world is the global set,
     every trainer the launcher or scheduler started, so the only such set is the whole
     job, each trainer keeping its rank: anything else raises ValueError on every trainer
-    alike (each gives the same list, and each is in the job)."""
+    alike (each gives the same list, and each is in the job; a communicator of the job's
+    size, whose ranks may differ on some trainers only, is agreed on through its
+    allgather)."""
     if comm is None:
         return
     if hasattr(comm, "Get_size") and hasattr(comm, "Get_rank"):  # mpi4py's MPI.Comm
         got = (comm.Get_rank(), comm.Get_size())
-        if got != (c.rank, c.size):
+        ok = got == (c.rank, c.size)
+        if got[1] == c.size and hasattr(comm, "allgather"):
+            # a communicator of the job's size holds every trainer, and its ranks may be
+            # in another order: the trainers agree through it, so that every one refuses
+            # it, not only those whose rank differs (the others would wait for them)
+            ok = all(comm.allgather(ok))
+        if not ok:
             raise ValueError(
-                "init(comm=...): the communicator has rank %d of %d, but this trainer is "
-                "rank %d of the job's %d; the global set here is the whole job (run a "
-                "smaller job, or use process_sets=[ProcessSet(ranks)] and process_set= "
-                "on the collectives)" % (got + (c.rank, c.size)))
+                "init(comm=...): the communicator has rank %d of %d, but %s the job's "
+                "%d; the global set here is the whole job (run a smaller job, or use "
+                "process_sets=[ProcessSet(ranks)] and process_set= on the collectives)"
+                % (got + ("this trainer is rank %d of" % c.rank if got[0] != c.rank else
+                          "another trainer's differs from its rank among",
+                          c.size)))
         return
     try:
         ranks = [int(r) for r in comm]
