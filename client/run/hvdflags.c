@@ -16,8 +16,6 @@
 static const struct {
 	const char *flag, *why;
 } refused[] = {
-    {"--cache-capacity", "the response cache has no capacity setting: it keeps one "
-			 "id per form of each tensor name"},
     {"--hierarchical-allreduce", "the collective scheme is chosen per buffer by the cost "
 				 "model (or --daemon-arg --scheme)"},
     {"--no-hierarchical-allreduce", "the collective scheme is chosen per buffer by the "
@@ -77,8 +75,8 @@ static const struct {
 		      "sparsecomm.torch.nccl_built()"},
 };
 
-/* Appends "--KEY VALUE" to the daemons' arguments (room: opts.c allocates two daemon
- * arguments per word of the command line). */
+/* Appends "--KEY VALUE" to the daemons' arguments (room: opts.c allocates four daemon
+ * arguments per word of the command line, what --fusion-threshold-mb=N adds). */
 static void daemon_set(opts_t *o, const char *key, const char *value)
 {
 	char *k = malloc(strlen(key) + 3), *v = strdup(value);
@@ -116,7 +114,8 @@ bool run_hvd_flag(opts_t *o, const char *name, const char **val_p, int argc, cha
 	static const char *const with_value[] = {
 	    "--start-timeout", "--fusion-threshold-mb",
 	    "--cycle-time-ms", "--timeline-filename",
-	    "--log-level",     "--stall-check-shutdown-time-seconds"};
+	    "--log-level",     "--stall-check-shutdown-time-seconds",
+	    "--cache-capacity"};
 	bool known = !strcmp(name, "--disable-cache");
 	for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]) && !known; k++)
 		known = !strcmp(name, with_value[k]);
@@ -157,6 +156,15 @@ bool run_hvd_flag(opts_t *o, const char *name, const char **val_p, int argc, cha
 			run_die_usage("%s: at most 3600 seconds, not '%s'", name, val);
 		snprintf(buf, sizeof(buf), "%lld", (long long)(s * 1000 + 0.5));
 		daemon_set(o, "stall_timeout_ms", buf);
+	} else if (!strcmp(name, "--cache-capacity")) {
+		/* 0, Horovod's cache turned off, keeps the default: the response cache here
+		 * cannot be turned off, and only saves the announcements' bytes */
+		int n = run_parse_int(name, val, 0, 16777216);
+		if (n == 1)
+			run_die_usage("--cache-capacity: 0 or at least 2 entries, not 1");
+		snprintf(buf, sizeof(buf), "%d", n);
+		if (n)
+			daemon_set(o, "cache_max_entries", buf);
 	}
 	/* --disable-cache: horovodrun's cache of its host checks; sparsecomm-run has none. */
 	*val_p = val;

@@ -91,8 +91,9 @@ static void usage(FILE *out)
 	    "  -h, --help             this text\n"
 	    "\n"
 	    "horovodrun's --start-timeout, --fusion-threshold-mb, --cycle-time-ms,\n"
-	    "--timeline-filename, --log-level, --stall-check-shutdown-time-seconds and\n"
-	    "--disable-cache are accepted and set the daemons' settings of the same meaning;\n"
+	    "--timeline-filename, --log-level, --stall-check-shutdown-time-seconds,\n"
+	    "--cache-capacity and --disable-cache are accepted and set the daemons' settings "
+	    "of the same meaning;\n"
 	    "its other flags are refused with what to use instead (README.md, Coming from\n"
 	    "Horovod).\n"
 	    "\n"
@@ -204,8 +205,11 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		      .rsh_agent = "ssh"};
 	bool per_node_given = false;
 	run_hvd_env(o);
-	/* two daemon arguments per word at most: horovodrun's flags may add two pairs */
-	o->daemon_args = calloc(2 * (size_t)argc + 1, sizeof(char *));
+	/* four daemon arguments per word at most: one word of horovodrun's
+	 * (--fusion-threshold-mb=N) sets two settings, each "--KEY VALUE" (hvdflags.c) */
+	o->daemon_args = calloc(4 * (size_t)argc + 1, sizeof(char *));
+	if (!o->daemon_args)
+		run_die_usage("out of memory");
 	int i, np = 0;
 	bool dashdash = false;
 	for (i = 1; i < argc; i++) {

@@ -240,8 +240,9 @@ sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name,
  * (config_horovod.c), then every SPARSECOMM_<KEY> environment variable, which wins. */
 sc_status_t scd_config_load_env(scd_config_t *cfg, char *err, size_t err_len);
 /* Applies HOROVOD_FUSION_THRESHOLD (and fusion_mode fixed), HOROVOD_CYCLE_TIME,
- * HOROVOD_TIMELINE, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS and HOROVOD_LOG_LEVEL in the
- * table's units; err names the variable on error. */
+ * HOROVOD_TIMELINE, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, HOROVOD_LOG_LEVEL and
+ * HOROVOD_CACHE_CAPACITY (cache_max_entries) in the table's units; err names the variable
+ * on error. */
 sc_status_t scd_config_load_horovod_env(scd_config_t *cfg, char *err, size_t err_len);
 /* The value as text (into buf) and the source's name. */
 const char *scd_config_text(const scd_config_t *cfg, int key, char *buf, size_t len);

@@ -1,10 +1,10 @@
 /*
  * config_horovod.c: Horovod's environment variables for the settings this daemon has too
  * (config.h, scd_config_load_horovod_env): a Horovod user's HOROVOD_FUSION_THRESHOLD,
- * HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS and
- * HOROVOD_LOG_LEVEL, converted to the table's units and applied as the environment's;
- * the SPARSECOMM_<KEY> variables, applied after them, win (README.md, "Coming from
- * Horovod").
+ * HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS,
+ * HOROVOD_LOG_LEVEL and HOROVOD_CACHE_CAPACITY, converted to the table's units and applied as
+ * the environment's; the SPARSECOMM_<KEY> variables, applied after them, win (README.md,
+ * "Coming from Horovod").
  */
 #include "config/config.h"
 #include "horovod.h"
@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* HVD_SAME: a number in the key's unit (bytes, milliseconds); HVD_SECONDS: for an _ms key. */
-typedef enum { HVD_SAME, HVD_SECONDS, HVD_TIMELINE, HVD_LOG_LEVEL } hvd_unit_t;
+/* HVD_SAME: a number in the key's unit (bytes, milliseconds); HVD_SECONDS: for an _ms key;
+ * HVD_ENTRIES: a count, 0 (Horovod's "off") keeping the key's default. */
+typedef enum { HVD_SAME, HVD_SECONDS, HVD_TIMELINE, HVD_LOG_LEVEL, HVD_ENTRIES } hvd_unit_t;
 
 static const struct {
 	const char *env;
@@ -27,6 +28,7 @@ static const struct {
     {"HOROVOD_TIMELINE", SCD_CFG_timeline_file, HVD_TIMELINE},
     {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", SCD_CFG_stall_timeout_ms, HVD_SECONDS},
     {"HOROVOD_LOG_LEVEL", SCD_CFG_log_level, HVD_LOG_LEVEL},
+    {"HOROVOD_CACHE_CAPACITY", SCD_CFG_cache_max_entries, HVD_ENTRIES},
 };
 
 /* A decimal number v (at least 0) times scale, rounded, as text in buf; NULL if v is not
@@ -44,17 +46,20 @@ static const char *scaled(const char *v, double scale, char *buf, size_t len)
 /* The value of Horovod's variable k in the key's units; *skip_p when it asks for what
  * is this daemon's default (HOROVOD_TIMELINE=DYNAMIC: no file until one is started;
  * HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=0: Horovod's "never" has no equivalent, so
- * stall_timeout_ms stays). NULL: not a value of that variable. */
+ * stall_timeout_ms stays; HOROVOD_CACHE_CAPACITY=0: the response cache cannot be turned
+ * off, and is only a speed-up, so cache_max_entries stays). NULL: not a value of that variable.
+ */
 static const char *convert(size_t k, const char *v, char *buf, size_t len, int *skip_p)
 {
 	*skip_p = 0;
 	switch (hvd_env[k].unit) {
 	case HVD_SAME:
 		return scaled(v, 1, buf, len);
-	case HVD_SECONDS: {
-		const char *ms = scaled(v, 1000, buf, len);
-		*skip_p = ms && !strcmp(ms, "0");
-		return ms;
+	case HVD_SECONDS:
+	case HVD_ENTRIES: {
+		const char *n = scaled(v, hvd_env[k].unit == HVD_SECONDS ? 1000 : 1, buf, len);
+		*skip_p = n && !strcmp(n, "0");
+		return n;
 	}
 	case HVD_TIMELINE:
 		*skip_p = !strcmp(v, "DYNAMIC") || !*v;

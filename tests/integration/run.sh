@@ -1677,18 +1677,28 @@ fi
 if selected "horovodrun flags"; then
 	why=""
 	HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=45 HOROVOD_LOG_LEVEL=error timeout 60 "$launcher" \
-		--num-proc=2 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
+		--num-proc=2 --cache-capacity 1024 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
 		--timeline-filename "$tmp/tl-%r.json" sh -c \
 		'"$1" --socket "$SPARSECOMM_SOCKET" config get' sh "$bin/sparsectl" \
 		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
 	for want in "fusion_threshold_bytes = 2097152    (from flag" \
 		"fusion_mode = fixed    (from flag" "cycle_time_ms = 3    (from flag" \
 		"log_level = warn    (from flag" "stall_timeout_ms = 45000    (from env" \
-		"timeline_file = $tmp/tl-%r.json"; do
+		"cache_max_entries = 1024    (from flag" "timeline_file = $tmp/tl-%r.json"; do
 		n=$(grep -cF -- "$want" "$tmp/out")
 		[ "$n" -eq 2 ] || why="$why; $n of 2 nodes say '$want'"
 	done
-	for spec in "--cache-capacity 1024|horovodrun's --cache-capacity has no equivalent" \
+	# a flag repeated (each --fusion-threshold-mb=N adds four daemon arguments) still
+	# gives the daemons exactly the last value, with nothing written past their arguments
+	many=""
+	for _ in $(seq 1 200); do many="$many --fusion-threshold-mb=3"; done
+	# shellcheck disable=SC2086
+	timeout 60 "$launcher" -n 1 $many sh -c '"$1" --socket "$SPARSECOMM_SOCKET" config get' \
+		sh "$bin/sparsectl" >"$tmp/out2" 2>&1 </dev/null || why="$why; 200 times \
+--fusion-threshold-mb=3: launcher exited with $?: $(tail -n 1 "$tmp/out2")"
+	grep -qF "fusion_threshold_bytes = 3145728    (from flag" "$tmp/out2" ||
+		why="$why; 200 times --fusion-threshold-mb=3 did not set fusion_threshold_bytes"
+	for spec in "--cache-capacity 1|--cache-capacity: 0 or at least 2 entries" \
 		"--autotune|horovodrun's --autotune has no equivalent" \
 		"--hierarchical-allreduce|horovodrun's --hierarchical-allreduce has no" \
 		"-np 3 -H a:2,b:2|-np 3 with 2 host(s) of 2 slot(s)" \

@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "client", "python"))
 import torch  # noqa: E402
 
+import sparsecomm as _sc  # noqa: E402
 import sparsecomm.torch as hvd  # noqa: E402
 from checks import Checks, raises  # noqa: E402
 
@@ -239,6 +240,13 @@ def names_of_any_length():
         got = hvd.allreduce(torch.ones(2), name=n, op=hvd.Sum)
         assert torch.equal(got, torch.full((2,), float(P))), (len(n), got)
     assert hvd.broadcast_object(R, 0, name="o" * 400) == 0
+    # a name of 255 bytes or less that is itself of the long names' form is a name of its
+    # own, not the long name's: both in flight at once, each with its own sum
+    own = _sc._daemon_name(long_a).decode()
+    a = hvd.allreduce_async(torch.full((2,), 1.0), name=long_a, op=hvd.Sum)
+    b = hvd.allreduce_async(torch.full((2,), float(R)), name=own, op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(a), torch.full((2,), float(P)))
+    assert torch.equal(hvd.synchronize(b), torch.full((2,), float(P * (P - 1) // 2)))
 
     class Deep(torch.nn.Module):
         def __init__(self):
@@ -278,6 +286,22 @@ def init_comm():
         hvd.shutdown()
         e = raises(ValueError, hvd.init, comm=bad)
         assert "init(comm=" in str(e) and not hvd.is_initialized(), e
+
+    class Comm:
+        # mpi4py's MPI.Comm as init(comm=) reads it, of the job's size, whose rank differs
+        # from the job's on rank 1 only: every trainer refuses it, not rank 1 alone
+        def Get_rank(self):
+            return 0 if R == 1 else R
+
+        def Get_size(self):
+            return P
+
+        def allgather(self, x):
+            return _sc.allgather_object(x, name="test.comm")
+
+    hvd.shutdown()
+    e = raises(ValueError, hvd.init, comm=Comm())
+    assert "init(comm=" in str(e) and not hvd.is_initialized(), e
     hvd.init()
     got = hvd.allreduce(torch.ones(3), name="comm.after", op=hvd.Sum)
     assert torch.equal(got, torch.full((3,), float(P)))

@@ -47,7 +47,9 @@ UNIT_TEST(config_horovod_env)
 	setenv("HOROVOD_TIMELINE", "/tmp/tl.json", 1);
 	setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "30", 1);
 	setenv("HOROVOD_LOG_LEVEL", "WARNING", 1);
+	setenv("HOROVOD_CACHE_CAPACITY", "4096", 1);
 	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cache_max_entries), 4096);
 	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_fusion_threshold_bytes), 32 << 20);
 	CHECK_TRUE(!strcmp(c.sval[SCD_CFG_fusion_mode], "fixed"));
 	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cycle_time_ms), 4);
@@ -62,7 +64,9 @@ UNIT_TEST(config_horovod_env)
 	setenv("SPARSECOMM_FUSION_MODE", "adaptive", 1);
 	setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", 1);
 	setenv("HOROVOD_TIMELINE", "DYNAMIC", 1);
+	setenv("HOROVOD_CACHE_CAPACITY", "0", 1);
 	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cache_max_entries), 16384);
 	unsetenv("SPARSECOMM_CYCLE_TIME_MS");
 	unsetenv("SPARSECOMM_FUSION_MODE");
 	CHECK_EQ_INT(scd_cfg_int(&c, SCD_CFG_cycle_time_ms), 7);
@@ -83,6 +87,7 @@ UNIT_TEST(config_horovod_env)
 	unsetenv("HOROVOD_TIMELINE");
 	unsetenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS");
 	unsetenv("HOROVOD_LOG_LEVEL");
+	unsetenv("HOROVOD_CACHE_CAPACITY");
 	scd_config_free(&c);
 }
 

@@ -26,8 +26,9 @@ The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or 
 or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
 appended, unless the name itself was registered with that wire by :func:`register`.
 Names have no bound here, as Horovod's have none: one past the 255 bytes a daemon takes
-is known to the daemons by its first bytes, '#' and a digest of the whole name
-(_daemon_name), which their messages then show.
+(or one of 252 to 255 bytes that ends as such a name does, '#' and 32 hex digits) is known
+to the daemons by its first bytes, '#' and a digest of the whole name (_daemon_name),
+which their messages then show.
 
 Unnamed operations (no ``name=``, or an empty one, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
@@ -434,17 +435,27 @@ def _check_comm(c, comm):
     communicator that becomes the global set.  Here the daemons' world is the global set,
     every trainer the launcher or scheduler started, so the only such set is the whole
     job, each trainer keeping its rank: anything else raises ValueError on every trainer
-    alike (each gives the same list, and each is in the job)."""
+    alike (each gives the same list, and each is in the job; a communicator of the job's
+    size, whose ranks may differ on some trainers only, is agreed on through its
+    allgather)."""
     if comm is None:
         return
     if hasattr(comm, "Get_size") and hasattr(comm, "Get_rank"):  # mpi4py's MPI.Comm
         got = (comm.Get_rank(), comm.Get_size())
-        if got != (c.rank, c.size):
+        ok = got == (c.rank, c.size)
+        if got[1] == c.size and hasattr(comm, "allgather"):
+            # a communicator of the job's size holds every trainer, and its ranks may be
+            # in another order: the trainers agree through it, so that every one refuses
+            # it, not only those whose rank differs (the others would wait for them)
+            ok = all(comm.allgather(ok))
+        if not ok:
             raise ValueError(
-                "init(comm=...): the communicator has rank %d of %d, but this trainer is "
-                "rank %d of the job's %d; the global set here is the whole job (run a "
-                "smaller job, or use process_sets=[ProcessSet(ranks)] and process_set= "
-                "on the collectives)" % (got + (c.rank, c.size)))
+                "init(comm=...): the communicator has rank %d of %d, but %s the job's "
+                "%d; the global set here is the whole job (run a smaller job, or use "
+                "process_sets=[ProcessSet(ranks)] and process_set= on the collectives)"
+                % (got + ("this trainer is rank %d of" % c.rank if got[0] != c.rank else
+                          "another trainer's differs from its rank among",
+                          c.size)))
         return
     try:
         ranks = [int(r) for r in comm]
@@ -774,13 +785,24 @@ def _register_retrying(c, name, key, dtype, numel, o, tp):
 _NAME_MAX_BYTES = 255  # a tensor name's bound in sparsecomm.h
 
 
+_HEX = frozenset(b"0123456789abcdef")
+
+
+def _of_digest_form(b):
+    """Whether name bytes b have the form _daemon_name gives a long name: 252 to 255 bytes
+    (its head loses at most a character's last 3 bytes), '#' and 32 hex digits last."""
+    return (_NAME_MAX_BYTES - 3 <= len(b) <= _NAME_MAX_BYTES and b[-33:-32] == b"#" and
+            all(c in _HEX for c in b[-32:]))
+
+
 def _daemon_name(name):
     """The bytes the daemons know ``name`` by: its UTF-8, or, for a name past the 255
     bytes a daemon takes (Horovod's names have no bound: a deeply nested module's
     parameter, a long f-string), its first bytes, '#' and a 128-bit BLAKE2b digest of the
-    whole name, the same on every rank."""
+    whole name, the same on every rank.  A name that already has that form is digested
+    too, so that it is never taken for the long name whose form it has."""
     b = name.encode()
-    if len(b) <= _NAME_MAX_BYTES:
+    if len(b) <= _NAME_MAX_BYTES and not _of_digest_form(b):
         return b
     digest = hashlib.blake2b(b, digest_size=16).hexdigest().encode()
     head = b[:_NAME_MAX_BYTES - 1 - len(digest)].decode(errors="ignore").encode()
