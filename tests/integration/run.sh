@@ -641,6 +641,7 @@ same_alt() {
 	nonfinite) echo warn ;;
 	data_protection) echo integrity ;;
 	cpu_share) echo 3 ;;
+	cache_max_entries) echo 64 ;;
 	*) return 1 ;;
 	esac
 }
