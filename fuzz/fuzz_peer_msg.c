@@ -34,8 +34,7 @@ static void plan(scd_world_t *w, const Sparsecomm__Plan *p)
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
 			continue;
 		for (size_t k = 0; k < r->n_cache_ids; k++)
-			FUZZ_REQUIRE(r->cache_ids[k] < w->n_cache &&
-				     w->cache[r->cache_ids[k]].name != NULL);
+			FUZZ_REQUIRE(scd_cache_get(w, r->cache_ids[k]) != NULL);
 	}
 }
 
