@@ -546,14 +546,7 @@ hostid_case() { # NAME IFNAME_SET IFNAME_WANT
 		ids="$ids${t%% *}$nl"
 	done
 	[ "$(printf '%s' "$ids" | sort -u | wc -l)" -eq 3 ] || why="$why; ids not distinct: $ids"
-	if [ -z "$why" ]; then
-		echo "ok    $1"
-		passed=$((passed + 1))
-	else
-		echo "FAIL  $1: ${why#; }"
-		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
-		failed=$((failed + 1))
-	fi
+	why_verdict "$1" "$why"
 }
 hostid_case "nccl-hostid per node n=3 per-node=2" "" lo
 hostid_case "nccl-hostid keeps NCCL_SOCKET_IFNAME" eth7 eth7
