@@ -276,6 +276,7 @@ void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi, scd_
 {
 	const scd_peer_t *p = &w->peers[r];
 	pi->state = p->state;
+	pi->pipe = r != w->d->rank && (w->is_coord || r == 0) && scd_pipe_up(w->pipe, r);
 	pi->heard_ms_ago = -1;
 	if (w->formed && r != w->d->rank && p->heard_ms) {
 		uint64_t now = scd_now_ms();

@@ -157,10 +157,8 @@ static void deliver_held(scd_world_t *w, int from)
 	}
 }
 
-/* m from rank from, in its turn: now, or once the messages numbered before it came; 1 when
- * the caller keeps m (it was held), 0 when the caller frees it. */
-static int deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
-		   Sparsecomm__PeerMsg *m)
+int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      Sparsecomm__PeerMsg *m)
 {
 	if (!m->seq || !m->epoch || m->epoch != w->world_id || from < 0 ||
 	    from >= w->d->world_size || !w->formed) {
@@ -969,7 +967,7 @@ void scd_world_drain(scd_world_t *w)
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
 		if ((!w->is_coord || admitted(w, from, &z, m)) &&
 		    scd_live_heard(w, from, z.ident, z.ident_len, m) &&
-		    deliver(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m))
+		    scd_world_deliver(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m))
 			continue; /* held for its turn */
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
@@ -992,7 +990,7 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 	const uint8_t *ident = w->is_coord ? p->ident : NULL;
 	if ((!w->is_coord || admitted_as(w, from, from, m)) &&
 	    scd_live_heard(w, from, p->ident, p->ident_len, m) &&
-	    deliver(w, from, ident, p->ident_len, m))
+	    scd_world_deliver(w, from, ident, p->ident_len, m))
 		return;
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 }

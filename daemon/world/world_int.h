@@ -309,6 +309,11 @@ scd_poison_t *scd_late_refusals(scd_world_t *w);
 void scd_late_free_list(scd_poison_t *l);
 /* liveness.c */
 /* The world formed: every peer is connected and heard now; the heartbeats start. */
+/* world.c: m from rank from (a node: from the coordinator), handled in its turn: now, or
+ * once the messages numbered before it came (it is then held, and freed when handled); 1
+ * when m was held (the caller must not free it), 0 when the caller frees it. */
+int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      Sparsecomm__PeerMsg *m);
 /* world.c, every heartbeat: the numbered streams' gaps, and a node's pipe to connect. */
 void scd_world_stream_tick(scd_world_t *w);
 void scd_live_start(scd_world_t *w);
