@@ -223,6 +223,45 @@ UNIT_TEST(config_readme_table_matches_table)
 	scd_config_free(&doc);
 }
 
+/* The README's sentence on the keys compared at a node's join ("Every key a buffer's scheme
+ * ... is compared when a node joins") names exactly the keys the table marks the same on
+ * every node: each one in backquotes, or a scheme key (spardl_, exdyna_, sketch_) under
+ * "the scheme keys". */
+UNIT_TEST(config_readme_names_the_keys_compared_at_join)
+{
+	const char *path = "README.md";
+	if (access(path, R_OK) != 0)
+		path = "../README.md";
+	FILE *f = fopen(path, "r");
+	CHECK_MSG(f != NULL, "cannot open %s", path);
+	static char text[1 << 20];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *start = strstr(text, "Every key a buffer's scheme");
+	CHECK_MSG(start != NULL, "%s: no sentence 'Every key a buffer's scheme ...'", path);
+	char *end = strstr(start, "is compared when a node");
+	CHECK_MSG(end != NULL, "%s: the sentence does not end in 'is compared when a node'",
+		  path);
+	*end = '\0';
+	int scheme_keys = strstr(start, "the scheme keys") != NULL;
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		const char *name = scd_cfg_desc[k].name;
+		char quoted[64];
+		snprintf(quoted, sizeof(quoted), "`%s`", name);
+		int named = strstr(start, quoted) != NULL;
+		int scheme = !strncmp(name, "spardl_", 7) || !strncmp(name, "exdyna_", 7) ||
+			     !strncmp(name, "sketch_", 7);
+		int same = (scd_cfg_desc[k].runtime & SCD_CFG_SAME) != 0;
+		CHECK_MSG(!named || same,
+			  "%s names %s among the keys compared at a join; it is not", path,
+			  name);
+		CHECK_MSG(!same || named || (scheme && scheme_keys),
+			  "%s: %s is compared at a join, and the README's sentence omits it",
+			  path, name);
+	}
+}
+
 /* scheme and scheme_pins: only values the daemons understand, refused with the key and
  * the value named; what is refused leaves the old value. */
 UNIT_TEST(config_scheme_and_pins_checked)
