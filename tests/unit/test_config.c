@@ -146,14 +146,18 @@ UNIT_TEST(config_example_file_matches_table)
 	scd_config_free(&file);
 }
 
+/* README.md from the repository's root or from build/ (where the runner may start). */
+static const char *readme_path(void)
+{
+	return access("README.md", R_OK) == 0 ? "README.md" : "../README.md";
+}
+
 /* The README's settings table lists every key of the table once, with its default (as the
  * daemon reads it: "16M" is 16777216) and whether it changes at runtime; a key whose
  * default is empty says "(empty)" or "see below". */
 UNIT_TEST(config_readme_table_matches_table)
 {
-	const char *path = "README.md";
-	if (access(path, R_OK) != 0)
-		path = "../README.md";
+	const char *path = readme_path();
 	FILE *f = fopen(path, "r");
 	CHECK_MSG(f != NULL, "cannot open %s", path);
 	char line[1024], err[256], a[32], b[32];
@@ -229,9 +233,7 @@ UNIT_TEST(config_readme_table_matches_table)
  * "the scheme keys". */
 UNIT_TEST(config_readme_names_the_keys_compared_at_join)
 {
-	const char *path = "README.md";
-	if (access(path, R_OK) != 0)
-		path = "../README.md";
+	const char *path = readme_path();
 	FILE *f = fopen(path, "r");
 	CHECK_MSG(f != NULL, "cannot open %s", path);
 	static char text[1 << 20];
