@@ -12,7 +12,9 @@ own --help texts (the built binaries in ROOT/build/bin):
 - each --KEY given to sparsecommd, directly or through `sparsecomm-run --daemon-arg`, is
   a key or an option of `sparsecommd --help` (dashes and underscores alike);
 - each horovodrun flag that sparsecomm-run is documented to accept is accepted, and each
-  one it is documented to refuse exits 2 naming it.
+  one it is documented to refuse exits 2 naming it;
+- sparsectl exits 2 on a usage error and 1 on a daemon it cannot reach, as sparsectl(1)
+  says, with no daemon running.
 Prints ok/FAIL per page and tool and ends with "N passed, N failed".
 """
 import os
@@ -175,6 +177,24 @@ def man_options(root, checker):
     return n, errs
 
 
+def ctl_exit_statuses(checker):
+    """sparsectl(1)'s exit status: 2 on a usage error, also with no daemon to reach (the
+    command's shape is checked first); 1 when the daemon cannot be reached."""
+    ctl = os.path.join(checker.bin, "sparsectl")
+    nowhere = ["--socket", "/nonexistent/sparsecomm/ctl.sock"]
+    cases = [(["bogus"], 2), (["config", "set", "scheme"], 2), (["timeline", "start"], 2),
+             (["status", "extra"], 2), (["--json", "stats", "now"], 2), ([], 2),
+             (["status"], 1), (["config", "get", "scheme"], 1)]
+    errs = []
+    for args, want in cases:
+        p = subprocess.run([ctl] + nowhere + args, capture_output=True, text=True,
+                           timeout=30)
+        if p.returncode != want:
+            errs.append("sparsectl %s with no daemon: exit %d, not %d: %s" % (
+                " ".join(args), p.returncode, want, (p.stdout + p.stderr).strip()[:120]))
+    return len(cases), errs
+
+
 def horovod_flags(root, checker):
     """The README's horovodrun flags: the accepted ones run, the refused ones exit 2."""
     text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
@@ -237,6 +257,8 @@ def main():
                counts)
     n, errs = man_options(root, checker)
     report("the man pages' %d options are in the tools' --help" % n, errs, counts)
+    n, errs = ctl_exit_statuses(checker)
+    report("sparsectl's %d exit statuses as sparsectl(1) says" % n, errs, counts)
     n, errs = horovod_flags(root, checker)
     report("README's %d horovodrun flags accepted or refused as it says" % n, errs, counts)
     print("%d passed, %d failed" % tuple(counts))
