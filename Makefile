@@ -7,14 +7,14 @@ DESTDIR ?=
 # Where `make install` puts what the system looks up elsewhere than under PREFIX: the
 # configuration, systemd's units and sysusers.d (systemd's own directories when its
 # pkg-config file says, else under PREFIX, which systemd also searches), and the Python
-# package (python3's site-packages for PREFIX).
+# package (the site-packages or dist-packages under PREFIX that python3 searches,
+# mk/python_site.py).
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(or $(shell pkg-config --variable=systemdsystemunitdir systemd \
 	2>/dev/null),$(PREFIX)/lib/systemd/system)
 SYSUSERS_DIR ?= $(or $(shell pkg-config --variable=sysusersdir systemd 2>/dev/null),\
 	$(PREFIX)/lib/sysusers.d)
-PYTHON_SITE ?= $(shell python3 -c 'import sysconfig; \
-	print(sysconfig.get_path("purelib", vars={"base": "$(PREFIX)"}))' 2>/dev/null)
+PYTHON_SITE ?= $(shell python3 mk/python_site.py '$(PREFIX)' 2>/dev/null)
 MAN_DIR ?= $(PREFIX)/share/man
 BUILD := build
 GEN := $(BUILD)/gen
@@ -56,7 +56,7 @@ $(DEPS_STAMP): mk/deps.sh
 	@sh mk/deps.sh
 	@touch $@
 
-.PHONY: all deps test unit integration demo bench install uninstall clean format format-check \
+.PHONY: all deps test unit integration demo bench install print-python-site uninstall clean format format-check \
 	dist
 all: $(BIN)/sparsecommd $(BIN)/sparsectl $(BIN)/sparsecomm-run $(LIB)/libsparseclient.so \
      $(LIB)/libsparseclient.a $(BIN)/sparsecomm-unit $(BIN)/sparsecomm-itest \
@@ -402,6 +402,9 @@ demo: all
 bench: all
 	@echo "see README.md, section Benchmarks"
 
+# The directory `make install` puts the Python package in (run_install.sh checks it).
+print-python-site:
+	@echo '$(PYTHON_SITE)'
 install: all
 	@test -n "$(PYTHON_SITE)" || { echo "install: python3 not found: set PYTHON_SITE"; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \

@@ -48,7 +48,11 @@ static void usage(FILE *out)
 	    "usage: sparsecommd [--config FILE] [--KEY VALUE]... [--notify-fd N] "
 	    "[--dump-config]\n\n"
 	    "The sparsecomm gradient synchronisation daemon, one per node. Every KEY below is\n"
-	    "also read from the INI file and from SPARSECOMM_<KEY> in the environment.\n\n");
+	    "also read from the INI file and from SPARSECOMM_<KEY> in the environment\n"
+	    "(precedence, lowest first: default, file, environment, flag; dashes and\n"
+	    "underscores alike in a flag's KEY).\n\n"
+	    "  --config FILE             the INI file (default: $SPARSECOMM_CONFIG, else "
+	    "none)\n");
 	for (int k = 0; k < SCD_CFG_COUNT; k++) {
 		char buf[32];
 		scd_config_t c;
@@ -60,9 +64,12 @@ static void usage(FILE *out)
 								  : "");
 		scd_config_free(&c);
 	}
-	fprintf(out, "\n  --notify-fd N             write READY=1 to fd N once the world has "
-		     "formed\n  --dump-config             print the effective configuration "
-		     "and where each value came from\n");
+	fprintf(out,
+		"\n  --notify-fd N             write READY=1 to fd N once the world has "
+		"formed\n  --dump-config             print the effective configuration "
+		"and where each value came from\n"
+		"  --version                 print the version and the protocol, and exit\n"
+		"  -h, --help                this text\n");
 }
 
 /* The ctl_group key as a group id (d->ctl_gid, -1 when empty). */

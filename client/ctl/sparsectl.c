@@ -675,6 +675,33 @@ static int cmd_timeline(struct ctl *ctl, int argc, char **argv)
 /* ---- main ---------------------------------------------------------------------------- */
 
 /* A missing IPC socket file is reported at once rather than after the whole timeout. */
+/* The command line's shape, checked before the daemon is reached, so that a usage error
+ * exits 2 with its usage line whether or not a daemon runs: NULL when args is a command
+ * sparsectl has, with the right number of words, else what is wrong. */
+static const char *command_shape_error(int nargs, char **args, char *buf, size_t len)
+{
+	const char *c = nargs ? args[0] : "";
+	if (nargs == 0)
+		return "no command (see sparsectl --help)";
+	if (!strcmp(c, "status") || !strcmp(c, "stats") || !strcmp(c, "pending")) {
+		if (nargs == 1)
+			return NULL;
+	} else if (!strcmp(c, "config")) {
+		if ((nargs >= 2 && nargs <= 3 && !strcmp(args[1], "get")) ||
+		    (nargs == 4 && !strcmp(args[1], "set")))
+			return NULL;
+		return "usage: config get [KEY] | config set KEY VALUE";
+	} else if (!strcmp(c, "timeline")) {
+		if ((nargs == 2 && !strcmp(args[1], "stop")) ||
+		    (nargs == 3 && !strcmp(args[1], "start") && args[2][0]))
+			return NULL;
+		return "usage: timeline start FILE | timeline stop";
+	}
+	snprintf(buf, len,
+		 "unknown command or wrong arguments: '%.100s' (see sparsectl --help)", c);
+	return buf;
+}
+
 static int check_socket(const char *sock, int json)
 {
 	const char *path = strstr(sock, "://") ? NULL : sock;
@@ -769,17 +796,21 @@ int main(int argc, char **argv)
 		free(args);
 		return EXIT_USAGE;
 	}
+	char why[192];
+	const char *bad = command_shape_error(nargs, args, why, sizeof(why));
+	if (bad) {
+		if (nargs == 0 && !ctl.json)
+			usage(stderr);
+		else
+			ctl_error(ctl.json, SC_ERR_INVALID, "%s", bad);
+		free(args);
+		return EXIT_USAGE;
+	}
 	if ((rc = check_socket(ctl.socket, ctl.json))) {
 		free(args);
 		return rc;
 	}
-	if (nargs == 0) {
-		if (ctl.json)
-			ctl_error(1, SC_ERR_INVALID, "no command (see sparsectl --help)");
-		else
-			usage(stderr);
-		rc = EXIT_USAGE;
-	} else if (strcmp(args[0], "status") == 0 && nargs == 1) {
+	if (strcmp(args[0], "status") == 0 && nargs == 1) {
 		rc = cmd_status(&ctl);
 	} else if (strcmp(args[0], "stats") == 0 && nargs == 1) {
 		rc = cmd_stats(&ctl);

@@ -652,8 +652,8 @@ static void print_log_tail(run_t *r, int i)
 	}
 	if (*p == '\n')
 		p++;
-	fprintf(stderr, "sparsecomm-run: last lines of daemon %d's log (%s):\n", i,
-		d->log_path);
+	fprintf(stderr, "sparsecomm-run: last lines of daemon %d's log (%s%s):\n", i,
+		d->log_path, r->o.log_dir ? "" : ", removed at exit: --log-dir DIR keeps it");
 	for (char *line = p; *line;) {
 		char *nl = strchr(line, '\n');
 		size_t len = nl ? (size_t)(nl - line) : strlen(line);

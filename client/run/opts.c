@@ -66,6 +66,8 @@ static void usage(FILE *out)
 	    "                         communicators without --netns\n"
 	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
 	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
+	    "  --cleanup              remove the namespaces, bridge and veths that a killed\n"
+	    "                         --netns launcher left behind, then exit (root only)\n"
 	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
 	    "  --keep-going           when a trainer fails, let the others finish\n"
 	    "  --grace SEC            after a trainer failed, stop the others after SEC\n"

@@ -126,19 +126,19 @@ typedef enum {
 	  "ExDyna: blocks a heavy partition gives its lighter neighbour per step (Alg. 3)")    \
 	X(exdyna_alpha, NUM, 0, "1.05", 1000000, 1000000000, SCD_CFG_SAME,                     \
 	  "ExDyna: a partition over alpha x the mean load gives blocks to a neighbour under "  \
-	  "1/alpha of it (Alg. 3; in thousandths)")                                            \
+	  "1/alpha of it (Alg. 3)")                                                            \
 	X(exdyna_beta, NUM, 0, "1.1", 1000000, 1000000000, SCD_CFG_SAME,                       \
 	  "ExDyna: the threshold's band; inside (1/beta, beta] x the target it takes the "     \
-	  "fine step (Alg. 5; in thousandths)")                                                \
+	  "fine step (Alg. 5)")                                                                \
 	X(exdyna_gamma, NUM, 0, "0.005", 1, 999999, SCD_CFG_SAME,                              \
 	  "ExDyna: the threshold's step (Alg. 5)")                                             \
 	X(exdyna_cap, NUM, 0, "0", 0, 1000000000, SCD_CFG_SAME,                                \
 	  "ExDyna variant: a rank sends at most cap x its share, its largest magnitudes (0, "  \
-	  "the paper's: no cap; else at least 1, 1.25 with the grid; in thousandths)")         \
+	  "the paper's: no cap; else at least 1, 1.25 with the grid)")                         \
 	X(exdyna_grid, NUM, 0, "0", 0, 1000000000, SCD_CFG_SAME,                               \
 	  "ExDyna variant: a step whose selection leaves [1/grid, grid] x the target moves "   \
 	  "every rank to the best of 257 thresholds it counted (0, the paper's: Alg. 5 "       \
-	  "alone; else at least 1, e.g. 1.25; in thousandths)")                                \
+	  "alone; else at least 1, e.g. 1.25)")                                                \
 	X(exdyna_fine_symmetric, INT, 0, NULL, 0, 1, SCD_CFG_SAME,                             \
 	  "ExDyna variant: 1 steps the threshold inside the band towards the target (x(1 -/+ " \
 	  "gamma/4)); 0, the paper's Alg. 5: x(1 + gamma/4) whatever the side")                \

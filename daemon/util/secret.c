@@ -33,6 +33,17 @@ sc_status_t scd_secret_load(const char *path, scd_secret_t *s, char *err, size_t
 		return SC_ERR_SYSTEM;
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat owner;
+	if (fd < 0 && errno == EACCES && stat(path, &owner) == 0 && owner.st_uid != geteuid()) {
+		/* Owner-only, so it must be the daemon's own: a file made by root for a
+		 * service's user is the usual case. */
+		snprintf(
+		    err, err_len,
+		    "secret_file %s: %s: it belongs to uid %d and the daemon runs as uid %d, "
+		    "which must own it (chown it to that user, keeping mode 0600)",
+		    path, strerror(EACCES), (int)owner.st_uid, (int)geteuid());
+		return SC_ERR_SYSTEM;
+	}
 	if (fd < 0) {
 		snprintf(err, err_len, "secret_file %s: %s", path, strerror(errno));
 		return SC_ERR_SYSTEM;

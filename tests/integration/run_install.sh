@@ -102,6 +102,25 @@ ok=0
 case $out in *"'/usr/local/lib/libsparseclient.so'"*) ok=1 ;; esac
 check "the Python package looks in the installed library directory" "$ok" "$out"
 
+# The default PYTHON_SITE is a directory each python3 here searches: for its own prefix,
+# and for /usr/local where it searches one under it (Debian's python3:
+# /usr/local/lib/python3.X/dist-packages, where its default sysconfig scheme would name
+# /usr/local/local/lib/...). A package installed elsewhere would not import.
+for py in /usr/bin/python3 "$(command -v python3)"; do
+	[ -x "$py" ] || continue
+	for pre in $("$py" -c 'import sys; print(sys.prefix)') /usr/local; do
+		want=$("$py" -c 'import sys; p = sys.argv[1] + "/lib/"
+print(" ".join(d for d in sys.path if d.startswith(p)))' "$pre")
+		[ -z "$want" ] && continue
+		site=$(env PATH="$(dirname "$py"):$PATH" make -s -C "$root" \
+			--no-print-directory PREFIX="$pre" print-python-site 2>&1)
+		ok=0
+		case " $want " in *" $site "*) ok=1 ;; esac
+		check "PYTHON_SITE for $py, PREFIX $pre, is on its path" "$ok" \
+			"'$site', not one of: $want"
+	done
+done
+
 # shellcheck disable=SC2086
 mk uninstall DESTDIR="$d" $dirs
 left=$(cd "$d" && find . -type f -o -type l | sort | tr '\n' ' ')

@@ -146,14 +146,18 @@ UNIT_TEST(config_example_file_matches_table)
 	scd_config_free(&file);
 }
 
+/* README.md from the repository's root or from build/ (where the runner may start). */
+static const char *readme_path(void)
+{
+	return access("README.md", R_OK) == 0 ? "README.md" : "../README.md";
+}
+
 /* The README's settings table lists every key of the table once, with its default (as the
  * daemon reads it: "16M" is 16777216) and whether it changes at runtime; a key whose
  * default is empty says "(empty)" or "see below". */
 UNIT_TEST(config_readme_table_matches_table)
 {
-	const char *path = "README.md";
-	if (access(path, R_OK) != 0)
-		path = "../README.md";
+	const char *path = readme_path();
 	FILE *f = fopen(path, "r");
 	CHECK_MSG(f != NULL, "cannot open %s", path);
 	char line[1024], err[256], a[32], b[32];
@@ -221,6 +225,43 @@ UNIT_TEST(config_readme_table_matches_table)
 		CHECK_MSG(seen[k], "%s's settings table lacks %s", path, scd_cfg_desc[k].name);
 	scd_config_free(&def);
 	scd_config_free(&doc);
+}
+
+/* The README's sentence on the keys compared at a node's join ("Every key a buffer's scheme
+ * ... is compared when a node joins") names exactly the keys the table marks the same on
+ * every node: each one in backquotes, or a scheme key (spardl_, exdyna_, sketch_) under
+ * "the scheme keys". */
+UNIT_TEST(config_readme_names_the_keys_compared_at_join)
+{
+	const char *path = readme_path();
+	FILE *f = fopen(path, "r");
+	CHECK_MSG(f != NULL, "cannot open %s", path);
+	static char text[1 << 20];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *start = strstr(text, "Every key a buffer's scheme");
+	CHECK_MSG(start != NULL, "%s: no sentence 'Every key a buffer's scheme ...'", path);
+	char *end = strstr(start, "is compared when a node");
+	CHECK_MSG(end != NULL, "%s: the sentence does not end in 'is compared when a node'",
+		  path);
+	*end = '\0';
+	int scheme_keys = strstr(start, "the scheme keys") != NULL;
+	for (int k = 0; k < SCD_CFG_COUNT; k++) {
+		const char *name = scd_cfg_desc[k].name;
+		char quoted[64];
+		snprintf(quoted, sizeof(quoted), "`%s`", name);
+		int named = strstr(start, quoted) != NULL;
+		int scheme = !strncmp(name, "spardl_", 7) || !strncmp(name, "exdyna_", 7) ||
+			     !strncmp(name, "sketch_", 7);
+		int same = (scd_cfg_desc[k].runtime & SCD_CFG_SAME) != 0;
+		CHECK_MSG(!named || same,
+			  "%s names %s among the keys compared at a join; it is not", path,
+			  name);
+		CHECK_MSG(!same || named || (scheme && scheme_keys),
+			  "%s: %s is compared at a join, and the README's sentence omits it",
+			  path, name);
+	}
 }
 
 /* scheme and scheme_pins: only values the daemons understand, refused with the key and

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "transport/tcp_auth.h"
@@ -62,6 +63,51 @@ UNIT_TEST(secret_file_checks)
 	unlink(path);
 	CHECK_EQ_INT(scd_secret_load("/tmp", &s, err, sizeof(err)), SC_ERR_INVALID);
 	CHECK_MSG(strstr(err, "not a regular file"), "error: %s", err);
+}
+
+/* Loads path expecting the refusal of a file another user owns: the error names the file,
+ * its owner's uid 0, the daemon's uid and says to chown it. 1 when it does. */
+static int refused_for_its_owner(const char *path)
+{
+	char err[512], want[64];
+	scd_secret_t s;
+	snprintf(want, sizeof(want), "the daemon runs as uid %d", (int)geteuid());
+	sc_status_t st = scd_secret_load(path, &s, err, sizeof(err));
+	int ok = st == SC_ERR_SYSTEM && !s.present && strstr(err, path) &&
+		 strstr(err, "belongs to uid 0") && strstr(err, want) && strstr(err, "chown");
+	if (!ok)
+		fprintf(stderr, "status %d, error: %s\n", st, err);
+	return ok;
+}
+
+/* A file the daemon's user cannot open because another user owns it (root made it for a
+ * service's user). As root, a child dropped to nobody opens a file of root's; otherwise
+ * the test opens root's /etc/shadow. */
+UNIT_TEST(secret_file_of_another_owner)
+{
+	if (geteuid() != 0) {
+		if (access("/etc/shadow", F_OK) != 0 || access("/etc/shadow", R_OK) == 0)
+			unit_skip("not root, and no unreadable file of root's to open");
+		CHECK_TRUE(refused_for_its_owner("/etc/shadow"));
+		return;
+	}
+	char path[64];
+	uint8_t bytes[32];
+	random_bytes(bytes, sizeof(bytes));
+	write_file(path, sizeof(path), bytes, sizeof(bytes), 0600);
+	pid_t pid = fork();
+	CHECK_TRUE(pid >= 0);
+	if (pid == 0) {
+		if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+			_exit(2);
+		_exit(refused_for_its_owner(path) ? 0 : 1);
+	}
+	int status = 0;
+	CHECK_TRUE(waitpid(pid, &status, 0) == pid);
+	unlink(path);
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child as nobody: status %d (1: wrong error, 2: cannot drop to nobody)",
+		  status);
 }
 
 UNIT_TEST(secret_derived_keys)
