@@ -27,7 +27,8 @@ import contextlib
 import sys
 import threading
 
-from . import DeviceKind, SparsecommError, _entry_locked, _key, _release_locked, _reserved_error
+from . import (DeviceKind, SparsecommError, _entry_locked, _key, _release_locked,
+               _reserved_error)
 
 # the package: its caps (_NAMED_MAX, _UNNAMED_CLASSES) are read at each use
 _pkg = sys.modules[__name__.rpartition(".")[0]]
