@@ -485,12 +485,16 @@ def elastic_mnist_as_written():
         for param_group in optimizer.param_groups:
             param_group["lr"] = lr * hvd.size()
 
+    batches = []
+
     @hvd.elastic.run
     def train(state):
         for state.epoch in range(state.epoch, 3):
             state.model.train()
             state.train_sampler.set_epoch(state.epoch)
+            batches.append(0)
             for state.batch, (data, target) in enumerate(train_loader):
+                batches[-1] += 1
                 state.optimizer.zero_grad()
                 loss = F.nll_loss(state.model(data), target)
                 loss.backward()
@@ -508,6 +512,8 @@ def elastic_mnist_as_written():
                                    train_sampler=train_sampler, epoch=R, batch=0)
     state.register_reset_callbacks([on_state_reset])
     assert train(state) == 2
+    # rank 0's epoch (0) for every rank; set_epoch makes each epoch a whole one
+    assert batches == [math.ceil(math.ceil(30 / P) / 4)] * 3, batches
     same_everywhere(list(model.parameters()), "elastic.mnist")
     optimizer.remove_hooks()
 
