@@ -242,11 +242,15 @@ def t_hvdusers():
 
 def t_hvdexamples():
     # the calls and idioms of Horovod's PyTorch examples and documentation snippets
-    # (tests/python/worker_hvdexamples.py), scaled down; on 2 ranks and on 3
+    # (tests/python/worker_hvdexamples.py), scaled down; on 2 ranks and on 3, and on 3
+    # trainers of one node (one daemon: local_size 3, one timeline file)
     os.environ["SPARSECOMM_TEST_TMP"] = TMP
+    worker = os.path.join(HERE, "worker_hvdexamples.py")
     for n in (2, 3):
-        rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdexamples.py"), [], 300)
+        rc, out, _ = launch(n, worker, [], 300)
         checks("hvdexamples%d" % n, rc, out, n)
+    rc, out, _ = launch(1, worker, [], 300, per_node=3)
+    checks("hvdexamples1x3", rc, out, 3)
 
 
 def t_cuda():

@@ -615,6 +615,101 @@ def dataloader_workers_after_init():
 
 
 @check
+def lightning_strategy_calls():
+    # how PyTorch Lightning's Horovod strategy drives hvd: the lr and the scheduler's
+    # base_lrs scaled by hvd.size(), named_parameters filtered to the optimizer's own,
+    # skip_synchronize() entered once for the whole fit, and each step an
+    # optimizer.step(closure) whose closure runs zero_grad, forward, backward and
+    # optimizer.synchronize(); join() before every reduce, allgather and barrier;
+    # broadcast_object(obj, src); join() at teardown
+    import contextlib
+    torch.manual_seed(R)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    frozen = torch.nn.Linear(1, 1)  # a module whose parameters no optimizer holds
+    base = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(base, step_size=2)
+    for group in base.param_groups:
+        group["lr"] *= hvd.size()
+    sched.base_lrs = [lr * hvd.size() for lr in sched.base_lrs]
+    mine = {p for group in base.param_groups for p in group.get("params", [])}
+    named = [(n, p) for n, p in list(model.named_parameters()) + list(
+        frozen.named_parameters()) if p in mine]
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(base, root_rank=0)
+    opt = hvd.DistributedOptimizer(base, named_parameters=named, backward_passes_per_step=1)
+    stack = contextlib.ExitStack()
+    stack.__enter__()
+    stack.enter_context(opt.skip_synchronize())
+    gen = torch.Generator().manual_seed(20 + R)
+    losses = []
+    for step in range(4):
+        x = torch.randn(4, 3, generator=gen)
+
+        def closure():
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.synchronize()
+            return loss
+
+        losses.append(opt.step(closure=closure).detach())
+        sched.step()
+        hvd.join()
+        avg = hvd.allreduce(losses[-1], op=hvd.Average)
+        assert avg.dim() == 0, avg.shape
+        hvd.join()
+        every = hvd.allgather(losses[-1].reshape(1))
+        assert torch.allclose(every.mean(), avg), (every, avg)
+    stack.__exit__(None, None, None)
+    assert hvd.broadcast_object({"best": R}, 0) == {"best": 0}
+    same_everywhere(list(model.parameters()), "lightning")
+    hvd.join()
+    opt.remove_hooks()
+
+
+@check
+def one_optimizer_per_parameter():
+    # Pyro's HorovodOptimizer: a DistributedOptimizer for each parameter (named after
+    # it), each stepped in turn after one backward pass
+    torch.manual_seed(R)
+    model = torch.nn.Linear(3, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opts = {n: hvd.DistributedOptimizer(torch.optim.Adam([p], lr=0.01),
+                                        named_parameters=[(n, p)])
+            for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(30 + R)
+    for _ in range(3):
+        for o in opts.values():
+            o.zero_grad()
+        model(torch.randn(2, 3, generator=gen)).sum().backward()
+        for o in opts.values():
+            o.step()
+    same_everywhere(list(model.parameters()), "per_param")
+    for o in opts.values():
+        o.remove_hooks()
+
+
+@check
+def ignite_backend_calls():
+    # how PyTorch-Ignite's Horovod backend drives hvd: its barrier an allreduce of a 0-dim
+    # int64 zero named "barrier" (next to hvd.barrier()), MIN and MAX as an allgather of
+    # the tensor unsqueezed then reduced locally, a 0-dim tensor gathered as one row,
+    # broadcast(tensor, root_rank=src) from every rank in turn
+    for _ in range(3):
+        assert hvd.allreduce(torch.tensor(0), name="barrier").item() == 0
+        hvd.barrier()
+    x = torch.tensor([float(R), float(-R)])
+    got = hvd.allgather(x.unsqueeze(0))
+    assert got.shape == (P, 2), got.shape
+    assert torch.equal(torch.min(got, dim=0)[0], torch.tensor([0.0, float(1 - P)]))
+    assert torch.equal(torch.max(got, dim=0)[0], torch.tensor([float(P - 1), 0.0]))
+    assert hvd.allgather(torch.tensor(float(R)).unsqueeze(0)).tolist() == list(range(P))
+    for src in range(P):
+        got = hvd.broadcast(torch.tensor([R, 2 * R]), root_rank=src)
+        assert got.tolist() == [src, 2 * src], got
+
+
+@check
 def horovod_torch_alias():
     # `import horovod.torch as hvd` scripts as written: the alias is sparsecomm.torch,
     # with Horovod's module paths under it and the exceptions its elastic scripts catch
