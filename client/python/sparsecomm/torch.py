@@ -32,7 +32,8 @@
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
 
 Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
-sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
+sparsecomm.torch as hvd`` (or unchanged, through the alias package client/python/horovod):
+init, shutdown, is_initialized, rank, size, local_rank,
 local_size, cross_rank, cross_size, is_homogeneous, Sum, Average, Min, Max, Product,
 Adasum (allreduce and DistributedOptimizer only), allreduce, allreduce_, allreduce_async,
 allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
