@@ -16,6 +16,7 @@
  * in double.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/bufctx.h"
@@ -45,6 +46,34 @@ static uint64_t host_add_checked(float *dst, const float *src, uint64_t n, int f
 			  : scd_copy_f32_nonfinite(dst, src, n);
 }
 
+/* What a node that holds nothing of a tensor gives its reduction (numel elements of dtype
+ * at dst, dev's memory): zeros for a sum or an average, as Horovod's joined ranks give,
+ * and the identity of min, max and product (scd_reduce_identity_typed), so that these
+ * take no part from it, as the node's own reduction takes none from a joined trainer
+ * whose node goes on: zeros there would make the others' minimum, maximum or product 0
+ * where it is not, and would depend on how the trainers share nodes. */
+static void take_no_part(const scd_device_ops_t *dev, uint32_t dtype, sc_reduce_op_t op,
+			 void *dst, uint64_t numel)
+{
+	size_t bytes = numel * sc_dtype_size(dtype);
+	if (op != SC_OP_MIN && op != SC_OP_MAX && op != SC_OP_PRODUCT) {
+		dev->clear(dst, bytes);
+		return;
+	}
+	if (scd_device_host_memory(dev)) {
+		scd_reduce_identity_typed((sc_dtype_t)dtype, op, dst, numel);
+		return;
+	}
+	void *host = malloc(bytes ? bytes : 1);
+	if (!host) { /* no room to stage it: zeros, as before, rather than no result */
+		dev->clear(dst, bytes);
+		return;
+	}
+	scd_reduce_identity_typed((sc_dtype_t)dtype, op, host, numel);
+	dev->from_host(dst, host, bytes);
+	free(host);
+}
+
 /* Sums the local trainers' contributions of item i into dst (numel elements of dtype;
  * COO input exists for float32 only) on device dev. The pass that reads the input finds
  * its faults: COO indices out of range (always) and, unless nonfinite is pass (the
@@ -60,8 +89,8 @@ static void local_reduce(const scd_device_ops_t *dev, scd_stage_t *pe, scd_job_i
 	size_t esz = sc_dtype_size(dtype);
 	int check_nf = nonfinite != SCD_NONFINITE_PASS && dtype == SC_FLOAT32;
 	int nf_fault = check_nf && nonfinite == SCD_NONFINITE_ERROR;
-	if (it->n_src == 0) { /* the tensor went away on this node: take part with zeros */
-		dev->clear(dst, it->numel * esz);
+	if (it->n_src == 0) { /* its trainers joined, or the tensor went away on this node */
+		take_no_part(dev, dtype, op, dst, it->numel);
 		return;
 	}
 	if (it->src[0].coo && dtype == SC_FLOAT32) {

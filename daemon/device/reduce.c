@@ -3,6 +3,7 @@
 
 #include "device/device.h"
 
+#include <math.h>
 #include <string.h>
 
 static void sum_f64(double *restrict dst, const double *restrict src, uint64_t n)
@@ -110,6 +111,33 @@ void scd_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void
 	}
 }
 #undef SCD_REDUCE_DISPATCH_
+
+#define SCD_FILL_(T, v)                                                                        \
+	for (uint64_t i = 0; i < n; i++)                                                       \
+		((T *)x)[i] = (v);
+void scd_reduce_identity_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *x, uint64_t n)
+{
+	int k = op == SC_OP_MIN ? 0 : op == SC_OP_MAX ? 1 : op == SC_OP_PRODUCT ? 2 : -1;
+	if (k < 0 || sc_dtype_size(dtype) == 0) {
+		memset(x, 0, n * sc_dtype_size(dtype));
+		return;
+	}
+	switch (dtype) {
+	case SC_FLOAT32:
+		SCD_FILL_(float, k == 0 ? INFINITY : k == 1 ? -INFINITY : 1.0f)
+		break;
+	case SC_FLOAT64:
+		SCD_FILL_(double, k == 0 ? (double)INFINITY : k == 1 ? -(double)INFINITY : 1.0)
+		break;
+	case SC_INT32:
+		SCD_FILL_(int32_t, k == 0 ? INT32_MAX : k == 1 ? INT32_MIN : 1)
+		break;
+	case SC_INT64:
+		SCD_FILL_(int64_t, k == 0 ? INT64_MAX : k == 1 ? INT64_MIN : 1)
+		break;
+	}
+}
+#undef SCD_FILL_
 
 void scd_average_typed(sc_dtype_t dtype, void *x, uint64_t n, double divisor)
 {

@@ -20,6 +20,12 @@
 void scd_reduce_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *dst, const void *src,
 		      uint64_t n);
 
+/* Fills x with n copies of op's identity for dtype, what a node that holds nothing of a
+ * tensor (its trainers joined, or the tensor went away) gives the reduction: +infinity
+ * (an integer's largest value) for SC_OP_MIN, -infinity (its smallest) for SC_OP_MAX, 1
+ * for SC_OP_PRODUCT, and zeros for a sum, an average and anything else. Host memory. */
+void scd_reduce_identity_typed(sc_dtype_t dtype, sc_reduce_op_t op, void *x, uint64_t n);
+
 /* A sum turned into an average, x[i] = x[i] / divisor for n elements of dtype: float32
  * multiplies by the rounded 1 / divisor, float64 divides in double, integers divide in
  * integer arithmetic (truncated toward zero); an unknown dtype does nothing. */

@@ -709,6 +709,42 @@ int it_allgather(int argc, char **argv)
 /* Uneven inputs: rank r runs 2 (r + 1) steps of a sum, then joins. At step s the sum is over
  * the ranks still running (the joined ones add zeros), nothing waits for a stall, and every
  * join returns the last rank to join, the one with the most steps. */
+/* Step s of join's max, min and product: rank r gives -(r + 1) - i, r + 1 + i and -(r +
+ * 2); the results are those of the ranks still running (rank r runs 2 (r + 1) steps):
+ * a joined rank takes no part in them, whether its node goes on or has joined whole
+ * (whose zeros made the maximum 0, the minimum 0 and the product 0). */
+static void join_others(sc_client_t *c, sc_tensor_t *mx, sc_tensor_t *mn, sc_tensor_t *pr,
+			int s)
+{
+	enum { N = 1000 };
+	int P = sc_size(c), rank = sc_rank(c), first = -1;
+	float *a = sc_tensor_data(mx);
+	int32_t *b = sc_tensor_data(mn);
+	int64_t *d = sc_tensor_data(pr);
+	for (size_t i = 0; i < N; i++) {
+		a[i] = -(float)(rank + 1) - (float)i;
+		b[i] = rank + 1 + (int32_t)i;
+		d[i] = -(int64_t)(rank + 2);
+	}
+	IT_CHECK_SC(sc_allreduce(c, mx, SC_OP_MAX, IT_OP_TIMEOUT_MS), "step %d: max", s);
+	IT_CHECK_SC(sc_allreduce(c, mn, SC_OP_MIN, IT_OP_TIMEOUT_MS), "step %d: min", s);
+	IT_CHECK_SC(sc_allreduce(c, pr, SC_OP_PRODUCT, IT_OP_TIMEOUT_MS), "step %d: product",
+		    s);
+	int64_t prod = 1;
+	for (int r = P - 1; r >= 0; r--)
+		if (2 * (r + 1) > s)
+			first = r, prod *= -(int64_t)(r + 2);
+	for (size_t i = 0; i < N; i++)
+		if (a[i] != -(float)(first + 1) - (float)i || b[i] != first + 1 + (int32_t)i ||
+		    d[i] != prod)
+			IT_FAIL(
+			    "step %d: [%zu]: max %g, min %d, product %lld; expected %g, %d, "
+			    "%lld (the first rank still running: %d)",
+			    s, i, (double)a[i], (int)b[i], (long long)d[i],
+			    (double)(-(float)(first + 1) - (float)i), first + 1 + (int)i,
+			    (long long)prod, first);
+}
+
 int it_join(int argc, char **argv)
 {
 	(void)argc, (void)argv;
@@ -716,8 +752,12 @@ int it_join(int argc, char **argv)
 	int P = sc_size(c), rank = sc_rank(c), steps = 2 * (rank + 1);
 	enum { N = 1000 };
 	sc_tensor_t *t = it_register(c, "join.x", SC_FLOAT32, N);
+	sc_tensor_t *mx = it_register(c, "join.max", SC_FLOAT32, N);
+	sc_tensor_t *mn = it_register(c, "join.min", SC_INT32, N);
+	sc_tensor_t *pr = it_register(c, "join.prod", SC_INT64, N);
 	double t0 = it_now_s();
 	for (int s = 0; s < steps; s++) {
+		join_others(c, mx, mn, pr, s);
 		float *x = sc_tensor_data(t);
 		for (size_t i = 0; i < N; i++)
 			x[i] = (float)(rank + 1) + (float)i;

@@ -40,6 +40,16 @@ def raises(exc, fn, *args, **kw):
     raise AssertionError("%s did not raise %s" % (getattr(fn, "__name__", fn), exc.__name__))
 
 
+def same_everywhere(hvd, tensors, what):
+    """Every rank holds the same values as rank 0 (its tensors broadcast through ``hvd``,
+    sparsecomm.torch)."""
+    for i, t in enumerate(tensors):
+        t = t.detach()
+        root = hvd.broadcast(t, 0, name="same.%s.%d" % (what, i))
+        assert t.equal(root), "%s: tensor %d differs from rank 0's by %g" % (
+            what, i, (t - root).abs().max().item())
+
+
 class Checks:
     def __init__(self, only=()):
         self.failed = 0

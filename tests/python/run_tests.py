@@ -240,6 +240,19 @@ def t_hvdusers():
         checks("hvdusers%d" % n, rc, out, n)
 
 
+def t_hvdexamples():
+    # the calls and idioms of Horovod's PyTorch examples and documentation snippets
+    # (tests/python/worker_hvdexamples.py), scaled down; on 2 ranks and on 3, and on 3
+    # trainers of one node (one daemon: local_size 3, one timeline file)
+    os.environ["SPARSECOMM_TEST_TMP"] = TMP
+    worker = os.path.join(HERE, "worker_hvdexamples.py")
+    for n in (2, 3):
+        rc, out, _ = launch(n, worker, [], 300)
+        checks("hvdexamples%d" % n, rc, out, n)
+    rc, out, _ = launch(1, worker, [], 300, per_node=3)
+    checks("hvdexamples1x3", rc, out, 3)
+
+
 def t_cuda():
     # no CUDA driver: cuda registrations fail clearly, cpu tensors keep working
     rc, out, _ = launch(2, os.path.join(HERE, "worker_cuda.py"),
@@ -358,7 +371,7 @@ def t_psets():
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
          t_horovod_contract,
-         t_hvdapi, t_hvdsuite, t_hvdusers,
+         t_hvdapi, t_hvdsuite, t_hvdusers, t_hvdexamples,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as sct  # noqa: E402
-from checks import Checks  # noqa: E402
+from checks import Checks, raises  # noqa: E402
 from forms import check_forms  # noqa: E402
 
 torch.set_num_threads(1)
@@ -224,6 +224,23 @@ def control_bytes_in_names_refused():
         except sc.SparsecommError as e:
             assert e.status_name == "SC_ERR_INVALID", e
             assert "control character" in e.message, e
+
+
+@check
+def unnamed_buffer_names_reserved():
+    # an unnamed allreduce's buffer name given explicitly is refused, whichever came
+    # first: given after, it released that buffer, and the next unnamed allreduce of the
+    # class wrote into the released one (a TypeError, no sum)
+    first = sc.allreduce(torch.full((5,), float(R + 1)), average=False)
+    assert torch.all(first == P * (P + 1) // 2), first
+    names = [n for n in sc.registered() if isinstance(n, str) and ".noname." in n]
+    assert names, sc.registered()
+    for name in names:
+        e = raises(sc.SparsecommError, sc.allreduce, torch.ones(3, dtype=torch.float64),
+                   name=name, timeout=30)
+        assert e.status_name == "SC_ERR_BUSY" and "reserved" in e.message, e
+    again = sc.allreduce(torch.full((5,), float(R + 2)), average=False)
+    assert torch.all(again == P * (P + 3) // 2), again
 
 
 @check

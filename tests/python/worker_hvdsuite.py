@@ -863,9 +863,11 @@ def process_sets_added_and_removed_at_run_time():
     assert got.item() == sum(members), (got, members)
     g = hvd.allgather(torch.tensor([R]), process_set=mine, name="ps.ag")
     assert g.tolist() == members, (g, members)
-    b = hvd.broadcast(torch.tensor([R]), 0, process_set=mine, name="ps.bc")
-    assert b.item() == members[0], (b, members)
-    assert hvd.broadcast_object(R, 0, process_set=mine) == members[0]
+    # a root is a global rank, which Horovod maps to the set's numbering
+    for root in members:
+        b = hvd.broadcast(torch.tensor([R]), root, process_set=mine, name="ps.bc")
+        assert b.item() == root, (b, members)
+        assert hvd.broadcast_object(R, root, process_set=mine) == root
     hvd.barrier(process_set=mine)
     # a set this rank is not in is refused (ValueError), and a removed set too
     other = odds if mine is evens else evens

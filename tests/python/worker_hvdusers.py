@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 import sparsecomm as _sc  # noqa: E402
 import sparsecomm.torch as hvd  # noqa: E402
+import checks  # noqa: E402
 from checks import Checks, raises  # noqa: E402
 
 torch.set_num_threads(1)
@@ -23,12 +24,7 @@ check = Checks(sys.argv[1:])
 
 
 def same_everywhere(tensors, what):
-    """Every rank holds the same values (rank 0's, broadcast)."""
-    for i, t in enumerate(tensors):
-        t = t.detach()
-        root = hvd.broadcast(t, 0, name="same.%s.%d" % (what, i))
-        assert torch.equal(t, root), "%s: tensor %d differs from rank 0's by %g" % (
-            what, i, (t - root).abs().max().item())
+    checks.same_everywhere(hvd, tensors, what)
 
 
 class Bag(torch.nn.Module):

@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 import sparsecomm as sc  # noqa: E402
 import sparsecomm.torch as hvd  # noqa: E402
-from checks import Checks  # noqa: E402
+from checks import Checks, raises  # noqa: E402
 
 torch.set_num_threads(1)
 DYN = ("HOROVOD_DYNAMIC_PROCESS_SETS", "SPARSECOMM_DYNAMIC_PROCESS_SETS")
@@ -176,34 +176,42 @@ def allgather_in_set_rank_order():
 
 
 @check
-def broadcast_root_within_set():
+def broadcast_root_is_a_global_rank():
+    # Horovod's root_rank is a global rank also with a process set (it maps it to the
+    # set's numbering): the set's last member, given by its global rank, is the root of
+    # every broadcast form; a rank that is not a member raises ValueError on every member
     for ps in SETS:
         if not ps.included():
             continue
-        root = ps.size() - 1  # a rank within the set
-        src = ps.ranks[root]
+        src = ps.ranks[-1]  # a global rank, the set's last member
         t = values(R, 300, torch.float32)
-        got = hvd.broadcast(t, root_rank=root, name="bc", process_set=ps)
-        assert torch.equal(got, values(src, 300, torch.float32)), (ps, root, got[:4])
-        hvd.broadcast_(t, root_rank=0, name="bc_", process_set=ps)
+        got = hvd.broadcast(t, root_rank=src, name="bc", process_set=ps)
+        assert torch.equal(got, values(src, 300, torch.float32)), (ps, src, got[:4])
+        hvd.broadcast_(t, root_rank=ps.ranks[0], name="bc_", process_set=ps)
         assert torch.equal(t, values(ps.ranks[0], 300, torch.float32)), (ps, t[:4])
-        obj = hvd.broadcast_object({"from": R}, root_rank=root, process_set=ps)
+        obj = hvd.broadcast_object({"from": R}, root_rank=src, process_set=ps)
         assert obj == {"from": src}, (ps, obj)
         torch.manual_seed(R)
         model = torch.nn.Linear(3, 2)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=root, process_set=ps)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=src, process_set=ps)
         torch.manual_seed(src)
         ref = torch.nn.Linear(3, 2)
         assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                      ref.state_dict().values())), ps
         opt = torch.optim.SGD(model.parameters(), lr=0.01 * (R + 1))
-        hvd.broadcast_optimizer_state(opt, root_rank=root, process_set=ps)
+        hvd.broadcast_optimizer_state(opt, root_rank=src, process_set=ps)
         assert opt.param_groups[0]["lr"] == 0.01 * (src + 1), (ps, opt.param_groups[0]["lr"])
-        try:  # a root outside the set, on every member alike
-            hvd.broadcast(t, root_rank=ps.size(), name="bc.bad", process_set=ps)
-            raise AssertionError("root_rank %d of %s was accepted" % (ps.size(), ps))
-        except ValueError as e:
-            assert "process set %d" % ps.process_set_id in str(e), e
+        x = torch.full((2,), float(R), requires_grad=True)
+        hvd.broadcast(x, root_rank=src, name="bc.grad", process_set=ps).sum().backward()
+        want = 1.0 if R == src else 0.0  # the averaged gradient, kept on the root
+        assert torch.equal(x.grad, torch.full((2,), want)), (ps, x.grad)
+        outside = [r for r in range(P) if r not in ps.ranks] or [P]
+        for bad in (outside[0], -1):
+            for fn, args in ((hvd.broadcast, (t, bad, "bc.bad", ps)),
+                             (hvd.broadcast_object, (R, bad, "bco.bad", ps)),
+                             (hvd.broadcast_optimizer_state, (opt, bad, ps))):
+                e = raises(ValueError, fn, *args)
+                assert "process set %d" % ps.process_set_id in str(e), e
 
 
 @check

@@ -165,5 +165,25 @@ def wire_bytes_halved():
         assert 0.49 < ratio < 0.51, (name, ratio)
 
 
+@check
+def wire_tail_names_are_own_tensors():
+    # a name that ends as a 16-bit wire's buffer does ("w@fp16") is a tensor of its own:
+    # reduced after "w" on the fp16 wire it kept that buffer's wire (its sums rounded to
+    # float16), and "w" on the bf16 wire after "w@bf16" on the native one was refused
+    x = torch.full((8,), 1.0 / 3.0 + R)
+    exact = sum(torch.full((8,), 1.0 / 3.0 + r).double() for r in range(P)).float()
+    for tail, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        half = sc.allreduce(x, name="wire.tail." + tail, op="sum", wire=tail)
+        full = sc.allreduce(x, name="wire.tail.%s@%s" % (tail, tail), op="sum")
+        assert torch.equal(half, half.to(dt).float()) and not torch.equal(half, exact), half
+        assert torch.allclose(full, exact, rtol=1e-6, atol=0), (tail, full[0].item())
+        # and "v@fp16@", registered with the fp16 wire, is not "v@fp16" either
+        sc.register("wire.reg.%s@%s@" % (tail, tail), 8, wire=tail)
+        half = sc.allreduce(x, name="wire.reg.%s@%s@" % (tail, tail), op="sum")
+        full = sc.allreduce(x, name="wire.reg.%s@%s" % (tail, tail), op="sum")
+        assert torch.equal(half, half.to(dt).float()), (tail, half[0].item())
+        assert torch.allclose(full, exact, rtol=1e-6, atol=0), (tail, full[0].item())
+
+
 hvd.shutdown()
 sys.exit(1 if check.failed else 0)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "device/reduce.h"
 
 static const scd_device_ops_t *cpu(void)
 {
@@ -184,6 +185,44 @@ UNIT_TEST(engine_ops_min_max_product)
 }
 #undef OPS_REF_
 #undef OPS_NO_NAN_
+
+/* The identity of min, max and product (what a node holding nothing of a tensor gives)
+ * leaves every value as it is, on either side, NaN included; a sum's is zeros. */
+UNIT_TEST(engine_ops_reduce_identity)
+{
+	const scd_device_ops_t *dev = cpu();
+	const sc_dtype_t dtypes[] = {SC_FLOAT32, SC_FLOAT64, SC_INT32, SC_INT64};
+	const sc_reduce_op_t ops[] = {SC_OP_MIN, SC_OP_MAX, SC_OP_PRODUCT};
+	enum { N = 257 };
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+		for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+			sc_dtype_t dt = dtypes[d];
+			sc_reduce_op_t op = ops[o];
+			size_t esz = sc_dtype_size(dt);
+			unsigned char a[N * 8], id[N * 8], got[N * 8];
+			for (size_t i = 0; i < sizeof(a); i++)
+				a[i] = (unsigned char)unit_rng();
+			for (size_t i = 0; i < N && dt == SC_FLOAT32; i++)
+				((float *)a)[i] = i % 40 == 3 ? NAN : (float)rand_f32() * 1e3f;
+			for (size_t i = 0; i < N && dt == SC_FLOAT64; i++)
+				((double *)a)[i] = i % 40 == 3 ? NAN : rand_f32() * -1e300;
+			scd_reduce_identity_typed(dt, op, id, N);
+			memcpy(got, a, N * esz);
+			dev->reduce_typed(dt, op, got, id, N);
+			CHECK_MSG(!memcmp(got, a, N * esz), "%s %s: x op identity changed x",
+				  sc_reduce_op_name(op), sc_dtype_name(dt));
+			memcpy(got, id, N * esz);
+			dev->reduce_typed(dt, op, got, a, N);
+			CHECK_MSG(!memcmp(got, a, N * esz), "%s %s: identity op x is not x",
+				  sc_reduce_op_name(op), sc_dtype_name(dt));
+		}
+	int64_t z[3] = {7, 7, 7};
+	scd_reduce_identity_typed(SC_INT64, SC_OP_AVERAGE, z, 3);
+	CHECK_TRUE(z[0] == 0 && z[1] == 0 && z[2] == 0);
+	double w[2] = {7, 7};
+	scd_reduce_identity_typed(SC_FLOAT64, SC_OP_SUM, w, 2);
+	CHECK_TRUE(w[0] == 0 && w[1] == 0 && !signbit(w[0]));
+}
 
 UNIT_TEST(engine_ops_coo_add_checked)
 {

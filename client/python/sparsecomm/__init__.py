@@ -24,7 +24,9 @@ its buffer.  Registration options (sparsifier, density, ...) are fixed by the fi
 for a name; a later call with different options is refused rather than silently ignored.
 The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
 or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
-appended, unless the name itself was registered with that wire by :func:`register`.
+appended, unless the name itself was registered with that wire by :func:`register`.  A
+name that already ends so (then any number of "@") is registered with one "@" more
+(_own_name), so that it never shares that buffer.
 Names have no bound here, as Horovod's have none: one past the 255 bytes a daemon takes
 (or one of 252 to 255 bytes that ends as such a name does, '#' and 32 hex digits) is known
 to the daemons by its first bytes, '#' and a digest of the whole name (_daemon_name),
@@ -35,7 +37,8 @@ reuse buffers instead of registering a new one per call.  They are grouped in cl
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
 as, element count, options and COO capacity; class C is numbered in the order its first
 call came.  A call takes the lowest-numbered buffer S of its class that is free,
-registering buffer ``<kind>.noname.C.S`` when none is: a buffer is busy from the call
+registering buffer ``<kind>.noname.C.S`` when none is (a named operation given such a
+name is refused with SC_ERR_BUSY, whichever came first): a buffer is busy from the call
 until its handle is waited for (wait() returns or raises other than on timeout) or, once
 poll() has said it is done, dropped; poll() alone does not free it, since when it first
 says so differs from rank to rank.  So ranks that make the same calls, and wait for them
@@ -583,6 +586,7 @@ def residual(name, process_set=None):
     rank 0 reads it, the node's other trainers read zeros (sc_tensor_residual).
     ``process_set``: the set the tensor was registered in (default the job's)."""
     c = _need()
+    name = _own_name(str(name))
     pset = process_sets_.scope(c, process_set, "residual", name).id
     with c.lock:
         e = c.entries.get(_key(name, pset))
@@ -687,13 +691,23 @@ def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0, keep
     device = device or (DeviceKind.CPU, 0)
     keep = keep or _lru.keeping_now()
     with c.lock:
-        if not keep and _key(name, pset) not in c.entries:
+        held = c.entries.get(_key(name, pset))
+        if held is not None and held.unnamed:
+            raise _reserved_error(name)
+        if not keep and held is None:
             _lru.named_trim(c)
         e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
         _lru.named_use(c, e, keep)
         if claim:
             _claim_locked(e)
         return e
+
+
+def _reserved_error(name):
+    """A name of an unnamed operation's buffer (``<kind>.noname.C.S``) given by a named
+    one: refused either way round, since the two would share (or release) one buffer."""
+    return SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for unnamed "
+                           "operations but was given explicitly" % name, name)
 
 
 def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0):
@@ -840,7 +854,7 @@ def _release_done(handle):
     if e is None or c.closed:
         return
     with c.lock:
-        if not e.inflight and c.entries.get(e.key) is e and ".noname." not in e.name:
+        if not e.inflight and c.entries.get(e.key) is e and not e.unnamed:
             try:  # a clean-up: it must not replace the exception being raised, if any
                 _release_locked(c, e)
             except SparsecommError as err:
@@ -900,11 +914,12 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     ``process_set``: the set it runs in (default the job's)."""
     c = _need()
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
-    pset = process_sets_.scope(c, process_set, "register", str(name)).id
-    _entry(c, str(name), dt, int(numel),
+    name = _own_name(str(name))
+    pset = process_sets_.scope(c, process_set, "register", name).id
+    _entry(c, name, dt, int(numel),
            _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
            int(coo_capacity or 0), DeviceKind.parse(device), pset, keep=True)
-    return registered()[_key(str(name), pset)]
+    return registered()[_key(name, pset)]
 
 
 # ---- handles -----------------------------------------------------------------------
@@ -1159,8 +1174,22 @@ def _claim_locked(e):
 
 
 def _name_or_none(name):
-    """None (an unnamed operation) for no name or an empty one, as Horovod's."""
-    return None if name is None or name == "" else str(name)
+    """None (an unnamed operation) for no name or an empty one, as Horovod's; else the
+    name as the binding keys it (_own_name)."""
+    return None if name is None or name == "" else _own_name(str(name))
+
+
+_WIRE_TAILS = ("@fp16", "@bf16")
+
+
+def _own_name(name):
+    """The name a caller's ``name`` is registered under: itself, or, for a name of the
+    form a 16-bit wire's buffer has (_wire_name: ending in "@fp16" or "@bf16", then any
+    number of "@"), the name with one "@" more, so that a caller's "w@fp16" is never
+    taken for the fp16 buffer of "w" (whose wire it would get) nor that buffer for it."""
+    if name.rstrip("@").endswith(_WIRE_TAILS):
+        return name + "@"
+    return name
 
 
 # ---- dense and COO allreduce -------------------------------------------------------

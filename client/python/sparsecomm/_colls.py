@@ -467,17 +467,18 @@ def barrier(process_set=None, *, timeout=None):
 # ---- broadcast ---------------------------------------------------------------------
 
 def _broadcast_root(root_rank, name, process_set):
-    """The global rank of a broadcast's root: root_rank within process_set (as Horovod's
-    ranks given to a collective are), the job's rank without one."""
+    """The global rank of a broadcast's root: root_rank, a global rank (as Horovod's,
+    also with a process set), checked to be a member of process_set."""
     c = _need()
-    return process_sets_.scope(c, process_set, "broadcast", name).global_rank(root_rank,
-                                                                              "broadcast")
+    return process_sets_.scope(c, process_set, "broadcast", name).root(root_rank,
+                                                                       "broadcast")
 
 
 def broadcast_async_(tensor, root_rank=0, name=None, process_set=None):
     """In-place broadcast from root_rank (sc_broadcast_async): the handle's wait() writes
     root_rank's values into ``tensor`` on every rank.  The root's node sends them once to
-    every other node.  ``process_set``: among its members, root_rank a rank within it."""
+    every other node.  ``process_set``: among its members, root_rank (a global rank) one
+    of them."""
     root = _broadcast_root(root_rank, name, process_set)
     return allreduce_async(tensor, name=name, op=ReduceOp.SUM, out=tensor, _kind="broadcast",
                            _root=root, process_set=process_set)
@@ -502,11 +503,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None, *, timeout=N
     (pickle.PicklingError with the root's reason: the length broadcast is then the
     reason's, negated, and the reason travels instead).  Every rank must call it with
     the same name (default "broadcast.object").  ``process_set``: among its members,
-    root_rank a rank within it.  The payload's buffer is released afterwards."""
+    root_rank (a global rank) one of them.  The payload's buffer is released
+    afterwards."""
     import pickle
     c = _need()
     name = "broadcast.object" if name is None else str(name)
-    me = process_sets_.scope(c, process_set, "broadcast_object", name).rank
+    root_rank = process_sets_.scope(c, process_set, "broadcast_object", name).root(
+        root_rank, "broadcast_object")
+    me = c.rank
     payload, why = _dumps(obj) if me == root_rank else (b"", None)
     if why is not None:
         payload = why.encode()

@@ -27,8 +27,8 @@ import contextlib
 import sys
 import threading
 
-from . import _lib
-from . import DeviceKind, SparsecommError, _entry_locked, _key, _release_locked
+from . import (DeviceKind, SparsecommError, _entry_locked, _key, _release_locked,
+               _reserved_error)
 
 # the package: its caps (_NAMED_MAX, _UNNAMED_CLASSES) are read at each use
 _pkg = sys.modules[__name__.rpartition(".")[0]]
@@ -158,8 +158,7 @@ def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0)
                 return e
         name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))
         if _key(name, pset) in c.entries:
-            raise SparsecommError(_lib.SC_ERR_BUSY, "tensor name '%s' is reserved for "
-                                  "unnamed operations but was given explicitly" % name, name)
+            raise _reserved_error(name)
         e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
         e.unnamed = True
         slots.append(e)

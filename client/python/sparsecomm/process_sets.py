@@ -19,8 +19,8 @@ call), or ``init(process_sets="dynamic")``; otherwise they raise ValueError.
 Every collective takes ``process_set=`` (default the global set).  A tensor belongs to
 one set and a name is a name within its set: the binding keys its registrations by
 (name, set id) and registers them with sc_tensor_opts_t.process_set.  Ranks given to a
-collective (a broadcast's root_rank) are ranks within the set, translated to global ranks
-for the library; allgather, alltoall and reduce-scatter results are in set-rank order,
+collective (a broadcast's root_rank) are global ranks, as Horovod's are (it maps them to
+the set's numbering), and must be members; allgather, alltoall and reduce-scatter results are in set-rank order,
 and averages divide by the set's size.  A trainer that is not a member of the set, or a
 set not added (or removed), is refused before anything is submitted, with
 :class:`ProcessSetError` (a ValueError, as Horovod raises, and a SparsecommError with
@@ -128,16 +128,24 @@ class Scope:
     def __init__(self, pid, ranks, rank, size):
         self.id, self.ranks, self.rank, self.size = pid, ranks, rank, size
 
-    def global_rank(self, set_rank, what):
-        """The global rank of set rank ``set_rank`` (a ValueError outside the set)."""
-        r = int(set_rank)
-        if not 0 <= r < self.size:
-            raise ValueError("%s: root_rank %d is not a rank of %s (0 to %d)" %
-                             (what, r, self.describe(), self.size - 1))
-        return self.ranks[r]
+    def root(self, root_rank, what):
+        """A collective's root: ``root_rank``, a global rank, as Horovod's (which maps it
+        to the set's own numbering), checked to be a member (a ValueError otherwise)."""
+        r = int(root_rank)
+        if r not in self.ranks:
+            raise ValueError("%s: root_rank %d is not a member of %s (its ranks: %s)" %
+                             (what, r, self.describe(), _span(self.ranks)))
+        return r
 
     def describe(self):
         return "the job" if self.id == 0 else "process set %d" % self.id
+
+
+def _span(ranks):
+    """A set's ranks for a message: "0 to N" for the whole job's."""
+    if isinstance(ranks, range):
+        return "0 to %d" % (len(ranks) - 1)
+    return ", ".join(map(str, ranks))
 
 
 def _known_id(c, ps, what):

@@ -32,7 +32,8 @@
       model.register_comm_hook(sparsecomm.torch.DDPHookState(), sparsecomm.torch.ddp_hook)
 
 Horovod's names. A script written for ``import horovod.torch as hvd`` runs with ``import
-sparsecomm.torch as hvd``: init, shutdown, is_initialized, rank, size, local_rank,
+sparsecomm.torch as hvd`` (or unchanged, through the alias package client/python/horovod):
+init, shutdown, is_initialized, rank, size, local_rank,
 local_size, cross_rank, cross_size, is_homogeneous, Sum, Average, Min, Max, Product,
 Adasum (allreduce and DistributedOptimizer only), allreduce, allreduce_, allreduce_async,
 allreduce_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
@@ -412,8 +413,7 @@ def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None)
 
     def back(g):
         g = allreduce(g, True, None, process_set=process_set, timeout=timeout)
-        me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast").rank
-        return g if me == root_rank else torch.zeros_like(g)
+        return g if _sc.rank() == root_rank else torch.zeros_like(g)
 
     if _autograd.wanted(tensor):
         return _autograd.collective(tensor, run, back)
@@ -1101,8 +1101,8 @@ def broadcast_parameters(params, root_rank=0, process_set=None, *, prefix="broad
     state_dict (name -> tensor), an iterable of (name, tensor), or of bare tensors
     (model.parameters(); a bare tensor, or one named None, is named by its position in
     ``params``, the same on every rank).  Each is broadcast under ``prefix`` + its name.
-    ``process_set``: among its members, root_rank a rank within it.  The registrations
-    are released once the broadcasts are done."""
+    ``process_set``: among its members, root_rank (a global rank) one of them.  The
+    registrations are released once the broadcasts are done."""
     _check_process_set(process_set, "broadcast_parameters")
     items = [(n, t) for n, t in _named(params) if t is not None]
     hs = []
@@ -1127,14 +1127,17 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None, *,
     not needed, and torch.optim.LBFGS's state travels too).  The root's tensors travel
     from host memory: each rank's load_state_dict() puts them on its own parameters'
     devices (a CUDA state unpickled as it was would land on the root's GPU index).
-    ``process_set``: among its members, root_rank a rank within it (Horovod's third
-    argument; a torch.nn.Module there, as some Horovod versions take a ``model``, is
-    accepted and not needed).  A root that cannot produce its state fails every rank
+    ``process_set``: among its members, root_rank (a global rank) one of them
+    (Horovod's third argument; a torch.nn.Module there, as some Horovod versions take a
+    ``model``, is accepted and not needed).  A root that cannot produce its state fails every rank
     with its reason, rather than leaving them waiting."""
     if isinstance(process_set, torch.nn.Module):
         model, process_set = process_set, None
     _check_process_set(process_set, "broadcast_optimizer_state")
-    me = _sc.process_sets_.scope(_sc._need(), process_set, "broadcast_optimizer_state").rank
+    c = _sc._need()
+    root_rank = _sc.process_sets_.scope(c, process_set, "broadcast_optimizer_state").root(
+        root_rank, "broadcast_optimizer_state")
+    me = c.rank
     mine = None
     if me == root_rank:
         try:

@@ -1,0 +1,1 @@
+"""horovod.common: the parts of Horovod's common package that PyTorch scripts import."""
