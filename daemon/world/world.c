@@ -117,6 +117,10 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
 
 /* ---- the numbered stream ------------------------------------------------------------ */
 
+/* Messages held ahead of their turn, per peer, at most: a channel's lead over the other is
+ * a few messages (those sent while a pipe came up or went down). */
+#define SCD_HELD_MAX 65536
+
 static void held_free(scd_peer_t *p)
 {
 	while (p->held) {
@@ -169,11 +173,15 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 	if (m->seq < p->rx_next)
 		return 0; /* came both ways */
 	if (m->seq > p->rx_next) {
-		scd_held_t *h = malloc(sizeof(*h)), **at = &p->held;
+		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,
+			   **at = &p->held;
 		if (!h) {
-			scd_warn_limited(SCD_SUB_WORLD,
-					 "no memory to hold peer message %llu from rank %d",
-					 (unsigned long long)m->seq, from);
+			scd_warn_limited(
+			    SCD_SUB_WORLD,
+			    "peer message %llu from rank %d dropped: %d held already "
+			    "behind message %llu",
+			    (unsigned long long)m->seq, from, p->n_held,
+			    (unsigned long long)p->rx_next);
 			return 0;
 		}
 		while (*at && (*at)->m->seq < m->seq)
