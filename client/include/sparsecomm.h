@@ -246,7 +246,11 @@ typedef enum {
 /*
  * Per-tensor options for sc_register_ex. Zero-initialise, set struct_size to
  * sizeof(sc_tensor_opts_t), then set what differs from the defaults (dense, lossless,
- * scheme chosen by the daemons' cost model, no COO input).
+ * scheme chosen by the daemons' cost model, no COO input). A program built with an older
+ * sparsecomm.h (a smaller struct_size) gets the defaults of the fields it lacks; one built
+ * with a newer header runs on an older library as long as the options this library lacks
+ * keep their defaults (zero bytes), and otherwise fails registration with
+ * SC_ERR_UNSUPPORTED naming the tensor and the first byte this library cannot honour.
  */
 typedef struct sc_tensor_opts {
 	uint32_t struct_size;
@@ -595,7 +599,9 @@ SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */
 typedef struct sc_tensor_stats {
-	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call */
+	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call (an older
+				 header's smaller size: only its fields are written; a
+				 size over this library's is SC_ERR_INVALID) */
 	uint64_t calls, errors;
 	uint64_t bytes_sent, bytes_received; /* this node, all calls (fused buffers by share) */
 	double time_s;			     /* data-plane time, all calls */
@@ -610,7 +616,8 @@ typedef struct sc_tensor_stats {
 			      last call's buffer kept 32 bits over NCCL */
 } sc_tensor_stats_t;
 
-/* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */
+/* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them): those of
+ * this tensor, in its process set (the same name in another set is another tensor). */
 SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
 				   sc_tensor_stats_t *stats_p);
 

@@ -360,6 +360,7 @@ static const struct {
     {"group", it_group, "grouped operations: held and fused together; mismatch; stall"},
     {"many-names", it_many_names, "600 tensors submitted at once, twice: exact"},
     {"psets", it_psets, "process sets of 4 trainers: per-set sums, errors, removal, bytes"},
+    {"capi", it_capi, "the header's promises: stats per process set, newer struct_size"},
     {"psets-killed", it_psets_killed, "4 x 1, rank 3 dies: its sets fail, {0, 1} goes on"},
     {"shapes", it_shapes, "shapes that differ across ranks: MISMATCH; changed: exact"},
     {"evict", it_evict, "BOUND unique|rotation: the response cache's bound, exact"},

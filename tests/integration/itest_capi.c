@@ -1,0 +1,131 @@
+/*
+ * itest_capi.c: the public header's promises that a program written from sparsecomm.h
+ * alone relies on, checked against real daemons (run with 2 or more trainers):
+ *
+ *   - sc_tensor_stats of a tensor in a process set gives that tensor's counters, not those
+ *     of the tensor of the same name in the global set (a name is a name within its set),
+ *     and the other way round;
+ *   - sc_tensor_stats with a struct_size over this library's is SC_ERR_INVALID naming the
+ *     tensor, and nothing is written;
+ *   - sc_register_ex with the options of a newer sparsecomm.h (a larger struct_size): the
+ *     bytes past this library's sc_tensor_opts_t at zero register the tensor with the
+ *     options it knows; a non-zero one is SC_ERR_UNSUPPORTED naming the tensor, and an
+ *     absurd struct_size is SC_ERR_INVALID.
+ */
+#include "itest.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CA_N 64
+
+/* Sums t over every member, steps times. */
+static void ca_steps(sc_client_t *c, sc_tensor_t *t, int steps, const char *what)
+{
+	for (int s = 0; s < steps; s++) {
+		float *v = sc_tensor_data(t);
+		for (size_t i = 0; i < CA_N; i++)
+			v[i] = 1.0f;
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "%s step %d", what,
+			    s);
+	}
+}
+
+static uint64_t ca_calls(sc_client_t *c, sc_tensor_t *t, const char *what)
+{
+	sc_tensor_stats_t st = {.struct_size = sizeof(st)};
+	IT_CHECK_SC(sc_tensor_stats(c, t, &st), "stats of %s", what);
+	return st.calls;
+}
+
+static void ca_stats_pset(sc_client_t *c)
+{
+	int me = sc_rank(c), zero = 0, id = -1;
+	sc_tensor_t *g = it_register(c, "capi.w", SC_FLOAT32, CA_N), *s = NULL;
+
+	IT_CHECK_SC(sc_process_set_add(c, &zero, 1, IT_OP_TIMEOUT_MS, &id), "set {0}");
+	if (me == 0) {
+		sc_tensor_opts_t o = {.struct_size = sizeof(o), .process_set = id};
+		IT_CHECK_SC(sc_register_ex(c, "capi.w", SC_FLOAT32, CA_N, &o, &s),
+			    "'capi.w' in set %d", id);
+		ca_steps(c, s, 2, "'capi.w' in the set");
+	}
+	ca_steps(c, g, 3, "global 'capi.w'");
+	uint64_t gc = ca_calls(c, g, "the global 'capi.w'");
+	if (gc != 3)
+		IT_FAIL("sc_tensor_stats of the global 'capi.w' counts %llu calls, not its 3 "
+			"(the set's tensor of the same name made 2)",
+			(unsigned long long)gc);
+	if (s) {
+		uint64_t sc = ca_calls(c, s, "'capi.w' in the set");
+		if (sc != 2)
+			IT_FAIL("sc_tensor_stats of 'capi.w' in set %d counts %llu calls, not "
+				"its 2 (the global one made 3)",
+				id, (unsigned long long)sc);
+	}
+	/* a struct_size over this library's writes nothing */
+	struct {
+		sc_tensor_stats_t s;
+		unsigned char more[16];
+	} big;
+	memset(&big, 0x5a, sizeof(big));
+	big.s.struct_size = sizeof(big);
+	sc_status_t st = sc_tensor_stats(c, g, &big.s);
+	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "'capi.w'"))
+		IT_FAIL("sc_tensor_stats with struct_size %zu: %s (%s), expected "
+			"SC_ERR_INVALID naming the tensor",
+			sizeof(big), sc_status_name(st), sc_last_error());
+	if (big.s.calls != 0x5a5a5a5a5a5a5a5aULL)
+		IT_FAIL("a refused sc_tensor_stats wrote the structure");
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier before removing set %d", id);
+	if (s)
+		IT_CHECK_SC(sc_tensor_release(c, s), "releasing 'capi.w' in set %d", id);
+	IT_CHECK_SC(sc_process_set_remove(c, id, IT_OP_TIMEOUT_MS), "removing set %d", id);
+	it_log("stats per process set: global 3 calls, set %d's 2", id);
+}
+
+/* A newer header's options: this library's struct followed by an option it lacks. */
+typedef struct {
+	sc_tensor_opts_t o;
+	uint64_t future;
+} ca_newer_opts_t;
+
+static void ca_opts_newer(sc_client_t *c)
+{
+	ca_newer_opts_t n;
+	sc_tensor_t *t = NULL;
+	sc_status_t st;
+
+	memset(&n, 0, sizeof(n));
+	n.o.struct_size = sizeof(n);
+	n.o.sparsifier = SC_SPARSIFY_TOPK;
+	n.o.density = 0.5;
+	IT_CHECK_SC(sc_register_ex(c, "capi.newer0", SC_FLOAT32, CA_N, &n.o, &t),
+		    "newer opts whose unknown option is at its default");
+	if (!sc_tensor_residual(t))
+		IT_FAIL("'capi.newer0' registered without its top-k sparsifier (no residual)");
+	n.future = 1;
+	t = NULL;
+	st = sc_register_ex(c, "capi.newer1", SC_FLOAT32, CA_N, &n.o, &t);
+	if (st != SC_ERR_UNSUPPORTED || t || !strstr(sc_last_error(), "'capi.newer1'"))
+		IT_FAIL("newer opts setting an option this library lacks: %s (%s), expected "
+			"SC_ERR_UNSUPPORTED naming the tensor",
+			sc_status_name(st), sc_last_error());
+	n.o.struct_size = 1u << 20;
+	st = sc_register_ex(c, "capi.newer2", SC_FLOAT32, CA_N, &n.o, &t);
+	if (st != SC_ERR_INVALID || t)
+		IT_FAIL("opts with struct_size %u: %s (%s), expected SC_ERR_INVALID",
+			n.o.struct_size, sc_status_name(st), sc_last_error());
+	it_log("newer opts: defaults taken, an unknown option refused (%s)", sc_last_error());
+}
+
+int it_capi(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+
+	ca_opts_newer(c);
+	ca_stats_pset(c);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
