@@ -548,7 +548,11 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * existing one is SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise:
  * the set's operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
  * must be released (sc_tensor_release) by their trainers. The global set cannot be
- * removed. Both wait at most timeout_ms (< 0: without limit) for the other trainers.
+ * removed. Both wait at most timeout_ms (< 0: without limit; 0 does not wait, and so
+ * almost always times out) for the other trainers. SC_ERR_TIMEOUT,
+ * which says so, leaves this trainer's process set calls out of step with the others' (its
+ * agreement stays in flight, its buffer registered until sc_finalize): the job's process
+ * sets may then differ between trainers, and the job should end.
  */
 #define SC_PROCESS_SET_GLOBAL 0
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,

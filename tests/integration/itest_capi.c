@@ -10,7 +10,10 @@
  *   - sc_register_ex with the options of a newer sparsecomm.h (a larger struct_size): the
  *     bytes past this library's sc_tensor_opts_t at zero register the tensor with the
  *     options it knows; a non-zero one is SC_ERR_UNSUPPORTED naming the tensor, and an
- *     absurd struct_size is SC_ERR_INVALID.
+ *     absurd struct_size is SC_ERR_INVALID;
+ *   - sc_process_set_add that times out (every rank but 0 calls it, rank 0 never does):
+ *     SC_ERR_TIMEOUT whose error text says that the other trainers did not call it in
+ *     time (not that a release failed), and the client still sums exactly afterwards.
  */
 #include "itest.h"
 
@@ -120,12 +123,40 @@ static void ca_opts_newer(sc_client_t *c)
 	it_log("newer opts: defaults taken, an unknown option refused (%s)", sc_last_error());
 }
 
+static void ca_pset_timeout(sc_client_t *c)
+{
+	int zero = 0, id = -1;
+
+	if (sc_rank(c) == 0) {
+		it_sleep_ms(1500); /* past the others' timeout */
+	} else {
+		double t0 = it_now_s();
+		sc_status_t st = sc_process_set_add(c, &zero, 1, 300, &id);
+		double dt = it_now_s() - t0;
+		const char *why = sc_last_error();
+		if (st != SC_ERR_TIMEOUT || id != -1 || dt > 5.0 ||
+		    !strstr(why, "adding a process set") || !it_mentions_number(why, 300))
+			IT_FAIL(
+			    "sc_process_set_add that rank 0 never calls: %s after %.2f s, id "
+			    "%d (%s), expected SC_ERR_TIMEOUT saying so",
+			    sc_status_name(st), dt, id, why);
+		it_log("process set add timed out: %s", why);
+	}
+	sc_tensor_t *t = it_register(c, "capi.after", SC_FLOAT32, CA_N);
+	ca_steps(c, t, 1, "'capi.after'");
+	float want = (float)sc_size(c);
+	if (((float *)sc_tensor_data(t))[CA_N - 1] != want)
+		IT_FAIL("'capi.after' after the timed-out add: %g, expected %g",
+			((float *)sc_tensor_data(t))[CA_N - 1], want);
+}
+
 int it_capi(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 
 	ca_opts_newer(c);
 	ca_stats_pset(c);
+	ca_pset_timeout(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }
