@@ -29,6 +29,10 @@
  *
  * Every function is thread safe: one client may be shared by the threads of a process,
  * sc_finalize included (it may overlap other threads' calls: see it).
+ * A client belongs to the process that connected it: in a child forked after sc_connect
+ * every call that takes the client is SC_ERR_INVALID naming the child, at once and
+ * whatever the parent's threads were doing at the fork, except sc_finalize, which frees
+ * the child's copy and leaves the parent's session alone (the child may sc_connect anew).
  * The library prints nothing; it returns a status, and the calling thread's last error
  * text (sc_last_error) says exactly what failed, naming the rank(s) and tensor involved.
  * An optional log callback receives diagnostic lines.

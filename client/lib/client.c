@@ -924,8 +924,9 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
 	msg.config_set = &set;
-	if (scl_enter_call(client, what) != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(client, what);
+	if (st != SC_OK)
+		return st;
 	return scl_left(client, scl_client_call_ok(client, &msg, what));
 }
 

@@ -783,8 +783,9 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
 				 "rank %d: tensor '%s' is a cpu tensor: it has no stream",
 				 tensor->client->rank, tensor->name);
 	sc_client_t *c = tensor->client;
-	if (scl_enter_call(c, "sc_tensor_set_stream") != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(c, "sc_tensor_set_stream");
+	if (st != SC_OK)
+		return st;
 	pthread_mutex_lock(&c->mu);
 	tensor->stream = stream;
 	pthread_mutex_unlock(&c->mu);
@@ -812,8 +813,9 @@ SC_API sc_status_t sc_tensor_set_shape(sc_tensor_t *tensor, int ndim, const uint
 				 "rank %d: tensor '%s': a shape of %d dimensions whose product "
 				 "is not its %zu elements",
 				 c->rank, tensor->name, ndim, tensor->numel);
-	if (scl_enter_call(c, "sc_tensor_set_shape") != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(c, "sc_tensor_set_shape");
+	if (st != SC_OK)
+		return st;
 	pthread_mutex_lock(&c->mu);
 	tensor->ndim = ndim;
 	if (ndim)

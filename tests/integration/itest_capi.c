@@ -13,13 +13,20 @@
  *     absurd struct_size is SC_ERR_INVALID;
  *   - sc_process_set_add that times out (every rank but 0 calls it, rank 0 never does):
  *     SC_ERR_TIMEOUT whose error text says that the other trainers did not call it in
- *     time (not that a release failed), and the client still sums exactly afterwards.
+ *     time (not that a release failed), and the client still sums exactly afterwards;
+ *   - a child forked while rank 0 has an allreduce in flight: its sc_wait, sc_poll,
+ *     sc_barrier and sc_group_begin on the parent's client are SC_ERR_INVALID naming the
+ *     forked child at once (its wait is not a wait on a client whose I/O thread it does not
+ *     have), its sc_finalize is SC_OK, and the parent's allreduce is then exact.
  */
 #include "itest.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define CA_N 64
 
@@ -150,12 +157,78 @@ static void ca_pset_timeout(sc_client_t *c)
 			((float *)sc_tensor_data(t))[CA_N - 1], want);
 }
 
+/* The forked child's checks: 0 when every call was refused at once, naming the child. */
+static int ca_fork_child(sc_client_t *c, sc_handle_t h)
+{
+	sc_group_t g;
+	sc_status_t st[4];
+	double t0 = it_now_s();
+
+	st[0] = sc_wait(c, h, 3000);
+	st[1] = sc_poll(c, h);
+	st[2] = sc_barrier(c, 3000);
+	st[3] = sc_group_begin(c, 1, &g);
+	for (int i = 0; i < 4; i++)
+		if (st[i] != SC_ERR_INVALID) {
+			fprintf(stderr, "itest capi: the forked child's call %d: %s (%s)\n", i,
+				sc_status_name(st[i]), sc_last_error());
+			return 1;
+		}
+	if (!strstr(sc_last_error(), "forked child") || it_now_s() - t0 > 1.0) {
+		fprintf(stderr, "itest capi: the forked child's calls took %.2f s: %s\n",
+			it_now_s() - t0, sc_last_error());
+		return 2;
+	}
+	return sc_finalize(c) == SC_OK ? 0 : 3;
+}
+
+static void ca_fork(sc_client_t *c)
+{
+	sc_tensor_t *t = it_register(c, "capi.fork", SC_FLOAT32, CA_N);
+	float *v = sc_tensor_data(t);
+	sc_handle_t h = 0;
+
+	for (size_t i = 0; i < CA_N; i++)
+		v[i] = 1.0f;
+	if (sc_rank(c) == 0) {
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.fork'");
+		pid_t p = fork();
+		if (p < 0)
+			IT_FAIL("fork failed");
+		if (p == 0)
+			_exit(ca_fork_child(c, h));
+		int ws = 0;
+		double deadline = it_now_s() + 20.0;
+		while (waitpid(p, &ws, WNOHANG) == 0) {
+			if (it_now_s() > deadline) {
+				kill(p, SIGKILL);
+				waitpid(p, &ws, 0);
+				IT_FAIL("the forked child did not end within 20 s");
+			}
+			it_sleep_ms(20);
+		}
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			IT_FAIL(
+			    "the forked child failed (status %d: 1 a call was not refused, 2 "
+			    "not at once or not naming it, 3 its sc_finalize failed)",
+			    WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+	}
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier after the fork");
+	if (sc_rank(c) != 0)
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.fork'");
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "'capi.fork' after the fork");
+	if (v[CA_N - 1] != (float)sc_size(c))
+		IT_FAIL("'capi.fork' after the fork: %g, expected %d", v[CA_N - 1], sc_size(c));
+	it_log("a forked child's calls refused at once, the parent's allreduce exact");
+}
+
 int it_capi(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 
 	ca_opts_newer(c);
 	ca_stats_pset(c);
+	ca_fork(c);
 	ca_pset_timeout(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
