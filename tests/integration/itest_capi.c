@@ -21,7 +21,6 @@
  */
 #include "itest.h"
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,16 +196,7 @@ static void ca_fork(sc_client_t *c)
 			IT_FAIL("fork failed");
 		if (p == 0)
 			_exit(ca_fork_child(c, h));
-		int ws = 0;
-		double deadline = it_now_s() + 20.0;
-		while (waitpid(p, &ws, WNOHANG) == 0) {
-			if (it_now_s() > deadline) {
-				kill(p, SIGKILL);
-				waitpid(p, &ws, 0);
-				IT_FAIL("the forked child did not end within 20 s");
-			}
-			it_sleep_ms(20);
-		}
+		int ws = it_wait_child(p, 20.0, "the forked child");
 		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
 			IT_FAIL(
 			    "the forked child failed (status %d: 1 a call was not refused, 2 "

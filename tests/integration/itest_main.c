@@ -13,10 +13,12 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,21 @@ void it_sleep_ms(int ms)
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+int it_wait_child(pid_t pid, double timeout_s, const char *what)
+{
+	int st = 0;
+	double deadline = it_now_s() + timeout_s;
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (it_now_s() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			IT_FAIL("%s did not end within %.0f s", what, timeout_s);
+		}
+		it_sleep_ms(20);
+	}
+	return st;
 }
 
 sc_client_t *it_connect(void)
