@@ -206,7 +206,10 @@ SC_API const char *sc_daemon_built(const sc_client_t *client);
 SC_API const char *sc_built(void);
 
 /* Sets a daemon setting on every node, as `sparsectl config set KEY VALUE` does (checked
- * first; an owner-only key such as timeline_file needs the daemon's user or root). */
+ * first; an owner-only key such as timeline_file needs the daemon's user or root).
+ * SC_ERR_NOT_FOUND for an unknown key; SC_ERR_INVALID for a value the key refuses, a key
+ * fixed at start, or an owner-only key from another user; the error text names the key,
+ * the value and why, and nothing is applied on any node. */
 SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value);
 
 /*
@@ -417,8 +420,10 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
  * Gives up a handle that will not be collected (after a wait that timed out, or an
  * interrupted one): an operation still in flight is freed when it ends, a finished one
  * now, and neither counts as held any more (a barrier or a join the trainer abandoned does
- * not refuse its next barrier). Its tensor stays busy until the operation ends. An unknown
- * handle is ignored.
+ * not refuse its next barrier once it has ended: a barrier abandoned while still in flight
+ * is this trainer's n-th barrier, and its next sc_barrier_async is SC_ERR_BUSY, saying so,
+ * until that one ends). Its tensor stays busy until the operation ends. An unknown handle
+ * is ignored.
  */
 SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle);
 
@@ -451,7 +456,8 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
  * sc_tensor_result_nnz() then gives their total. Register the tensor with the size the
  * concatenation needs (every rank the same size); a total over it fails on every rank
  * with SC_ERR_LIMIT naming each rank's count. The tensor runs in a buffer of its own and
- * each node sends its trainers' elements once to every other node. Any dtype.
+ * each node sends its trainers' elements once to every other node. Any dtype; a tensor
+ * with a sparsifier refuses it (SC_ERR_UNSUPPORTED).
  */
 SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
 				      sc_handle_t *handle_p);
@@ -493,8 +499,9 @@ SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *co
  * then gives their element count. Each node sends every other node that node's part of
  * its local reduction once ((P - 1) / P of the buffer, half a ring allreduce's bytes).
  * row_elems must divide the tensor's size, and every rank must give the same op and
- * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype; a tensor with a
- * sparsifier refuses it.
+ * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype and any reduction but
+ * SC_OP_ADASUM (SC_ERR_INVALID, as rows that do not divide the tensor); a tensor with a
+ * sparsifier refuses it (SC_ERR_UNSUPPORTED).
  */
 SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
 					  sc_reduce_op_t op, size_t row_elems,
@@ -582,7 +589,8 @@ SC_API int sc_process_set_ranks(const sc_client_t *client, int id, int *ranks, i
  * join it has not collected, even one the daemons have already ended).
  */
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
-/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
+/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's); a barrier that timed
+ * out is abandoned (sc_abandon). */
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 
 /*
@@ -598,6 +606,7 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
  * a trainer that ends its session (sc_finalize, or exits) without having joined: it can
  * never join now.
  */
+/* A second join before every trainer has joined is SC_ERR_BUSY ("already joined"). */
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p);

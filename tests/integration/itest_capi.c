@@ -17,7 +17,10 @@
  *   - a child forked while rank 0 has an allreduce in flight: its sc_wait, sc_poll,
  *     sc_barrier and sc_group_begin on the parent's client are SC_ERR_INVALID naming the
  *     forked child at once (its wait is not a wait on a client whose I/O thread it does not
- *     have), its sc_finalize is SC_OK, and the parent's allreduce is then exact.
+ *     have), its sc_finalize is SC_OK, and the parent's allreduce is then exact;
+ *   - rank 0's sc_barrier(0) times out (the others enter 1 s later) and is abandoned: its
+ *     next barrier is SC_ERR_BUSY naming the abandoned one while that has not ended, and
+ *     once it has (the others entered it), the next barrier completes on every rank.
  */
 #include "itest.h"
 
@@ -212,6 +215,33 @@ static void ca_fork(sc_client_t *c)
 	it_log("a forked child's calls refused at once, the parent's allreduce exact");
 }
 
+static void ca_barrier_abandoned(sc_client_t *c)
+{
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier before the abandoned one");
+	if (sc_rank(c) != 0) {
+		it_sleep_ms(1000); /* rank 0's barrier is in flight, abandoned */
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "rank 0's abandoned barrier");
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the barrier after it");
+		return;
+	}
+	sc_status_t st = sc_barrier(c, 0);
+	if (st != SC_ERR_TIMEOUT)
+		IT_FAIL("sc_barrier(0) alone: %s (%s), expected SC_ERR_TIMEOUT",
+			sc_status_name(st), sc_last_error());
+	sc_handle_t h;
+	st = sc_barrier_async(c, &h);
+	if (st != SC_ERR_BUSY || !strstr(sc_last_error(), "abandoned"))
+		IT_FAIL("a barrier while the abandoned one is in flight: %s (%s), expected "
+			"SC_ERR_BUSY naming the abandoned barrier",
+			sc_status_name(st), sc_last_error());
+	it_log("the barrier after an abandoned one in flight: %s", sc_last_error());
+	double deadline = it_now_s() + 30.0;
+	while ((st = sc_barrier_async(c, &h)) == SC_ERR_BUSY && it_now_s() < deadline)
+		it_sleep_ms(20);
+	IT_CHECK_SC(st, "the barrier after the abandoned one ended");
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "the barrier after the abandoned one");
+}
+
 int it_capi(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -219,6 +249,7 @@ int it_capi(int argc, char **argv)
 	ca_opts_newer(c);
 	ca_stats_pset(c);
 	ca_fork(c);
+	ca_barrier_abandoned(c);
 	ca_pset_timeout(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
