@@ -422,8 +422,10 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
  * now, and neither counts as held any more (a barrier or a join the trainer abandoned does
  * not refuse its next barrier once it has ended: a barrier abandoned while still in flight
  * is this trainer's n-th barrier, and its next sc_barrier_async is SC_ERR_BUSY, saying so,
- * until that one ends). Its tensor stays busy until the operation ends. An unknown handle
- * is ignored.
+ * until that one ends). Its tensor stays busy until the operation ends. An abandoned
+ * handle is nobody's: a wait or poll on it is SC_ERR_INVALID, at once, or when the
+ * operation ends for a thread that was already waiting on it. An unknown handle is
+ * ignored.
  */
 SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle);
 

@@ -179,6 +179,15 @@ static struct scl_op *op_find(sc_client_t *c, sc_handle_t handle)
 	return *op_slot(c, handle);
 }
 
+/* op_find for a caller that collects it: an abandoned operation (orphan) is nobody's, and
+ * may be freed by whoever sees it end, so it is not found. */
+static struct scl_op *op_find_held(sc_client_t *c, sc_handle_t handle)
+{
+	struct scl_op *o = op_find(c, handle);
+
+	return o && !o->orphan ? o : NULL;
+}
+
 static void op_free(struct scl_op *op)
 {
 	free(op->error);
@@ -1179,7 +1188,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		o = op_find(c, h);
+		o = op_find_held(c, h);
 		if (!o || o->done)
 			break;
 		if (timeout_ms == 0) {
@@ -1187,7 +1196,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 			break;
 		}
 		if (op_sleep(c, o, timeout_ms > 0 ? &deadline : NULL) == ETIMEDOUT) {
-			o = op_find(c, h);
+			o = op_find_held(c, h);
 			if (o && !o->done)
 				op_fast(c, o, NULL);
 			break;
@@ -1197,7 +1206,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		pthread_mutex_unlock(&c->mu);
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: unknown handle %llu (never "
-				 "issued or already collected)",
+				 "issued, already collected, or abandoned)",
 				 c->rank, (unsigned long long)h);
 	}
 	if (!o->done) {

@@ -20,10 +20,15 @@
  *     have), its sc_finalize is SC_OK, and the parent's allreduce is then exact;
  *   - rank 0's sc_barrier(0) times out (the others enter 1 s later) and is abandoned: its
  *     next barrier is SC_ERR_BUSY naming the abandoned one while that has not ended, and
- *     once it has (the others entered it), the next barrier completes on every rank.
+ *     once it has (the others entered it), the next barrier completes on every rank;
+ *   - rank 0 abandons an allreduce in flight while another of its threads waits on it:
+ *     its own sc_wait then is SC_ERR_INVALID at once, the waiting thread's ends with
+ *     SC_ERR_INVALID when the operation ends (it read freed memory there), and the tensor's
+ *     next allreduce is exact.
  */
 #include "itest.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -242,6 +247,71 @@ static void ca_barrier_abandoned(sc_client_t *c)
 	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "the barrier after the abandoned one");
 }
 
+typedef struct {
+	sc_client_t *c;
+	sc_handle_t h;
+	sc_status_t st;
+} ca_waiter_t;
+
+static void *ca_wait_thread(void *arg)
+{
+	ca_waiter_t *w = arg;
+	w->st = sc_wait(w->c, w->h, IT_OP_TIMEOUT_MS);
+	return NULL;
+}
+
+static void ca_abandon_wait(sc_client_t *c)
+{
+	sc_tensor_t *t = it_register(c, "capi.abandon", SC_FLOAT32, CA_N);
+	float *v = sc_tensor_data(t);
+	sc_handle_t h = 0;
+
+	for (size_t i = 0; i < CA_N; i++)
+		v[i] = 1.0f;
+	if (sc_rank(c) == 0) {
+		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.abandon'");
+		ca_waiter_t w = {c, h, SC_IN_PROGRESS};
+		pthread_t th;
+		if (pthread_create(&th, NULL, ca_wait_thread, &w) != 0)
+			IT_FAIL("pthread_create failed");
+		it_sleep_ms(200); /* the thread waits */
+		sc_abandon(c, h);
+		double t0 = it_now_s();
+		sc_status_t st = sc_wait(c, h, 300);
+		if (st != SC_ERR_INVALID || it_now_s() - t0 > 0.2)
+			IT_FAIL(
+			    "sc_wait on the abandoned 'capi.abandon': %s after %.2f s (%s), "
+			    "expected SC_ERR_INVALID at once",
+			    sc_status_name(st), it_now_s() - t0, sc_last_error());
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS),
+			    "barrier, 'capi.abandon' abandoned");
+		pthread_join(th, NULL);
+		if (w.st != SC_ERR_INVALID)
+			IT_FAIL(
+			    "the thread waiting on 'capi.abandon' when it was abandoned: %s, "
+			    "expected SC_ERR_INVALID",
+			    sc_status_name(w.st));
+	} else {
+		it_sleep_ms(500);
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS),
+			    "barrier, 'capi.abandon' abandoned");
+		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'capi.abandon'");
+	}
+	for (size_t i = 0; i < CA_N; i++)
+		v[i] = 1.0f;
+	double deadline = it_now_s() + 30.0;
+	sc_status_t st;
+	while ((st = sc_allreduce_async(c, t, SC_OP_SUM, &h)) == SC_ERR_BUSY &&
+	       it_now_s() < deadline)
+		it_sleep_ms(10);
+	IT_CHECK_SC(st, "'capi.abandon' after the abandoned step");
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "'capi.abandon' after the abandoned step");
+	if (v[CA_N - 1] != (float)sc_size(c))
+		IT_FAIL("'capi.abandon' after the abandoned step: %g, expected %d", v[CA_N - 1],
+			sc_size(c));
+	it_log("a wait on an abandoned handle refused, in this thread and a waiting one");
+}
+
 int it_capi(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -250,6 +320,7 @@ int it_capi(int argc, char **argv)
 	ca_stats_pset(c);
 	ca_fork(c);
 	ca_barrier_abandoned(c);
+	ca_abandon_wait(c);
 	ca_pset_timeout(c);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
