@@ -37,13 +37,35 @@
 
 #define CA_N 64
 
+/* Fills t with ones. */
+static void ca_ones(sc_tensor_t *t)
+{
+	float *v = sc_tensor_data(t);
+	for (size_t i = 0; i < CA_N; i++)
+		v[i] = 1.0f;
+}
+
+/* A float32 tensor of CA_N ones. */
+static sc_tensor_t *ca_ones_tensor(sc_client_t *c, const char *name)
+{
+	sc_tensor_t *t = it_register(c, name, SC_FLOAT32, CA_N);
+	ca_ones(t);
+	return t;
+}
+
+/* Checks that t holds the sum of every trainer's ones. */
+static void ca_expect_sum(sc_client_t *c, sc_tensor_t *t, const char *what)
+{
+	float got = ((float *)sc_tensor_data(t))[CA_N - 1];
+	if (got != (float)sc_size(c))
+		IT_FAIL("'%s' %s: %g, expected %d", sc_tensor_name(t), what, got, sc_size(c));
+}
+
 /* Sums t over every member, steps times. */
 static void ca_steps(sc_client_t *c, sc_tensor_t *t, int steps, const char *what)
 {
 	for (int s = 0; s < steps; s++) {
-		float *v = sc_tensor_data(t);
-		for (size_t i = 0; i < CA_N; i++)
-			v[i] = 1.0f;
+		ca_ones(t);
 		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "%s step %d", what,
 			    s);
 	}
@@ -158,10 +180,7 @@ static void ca_pset_timeout(sc_client_t *c)
 	}
 	sc_tensor_t *t = it_register(c, "capi.after", SC_FLOAT32, CA_N);
 	ca_steps(c, t, 1, "'capi.after'");
-	float want = (float)sc_size(c);
-	if (((float *)sc_tensor_data(t))[CA_N - 1] != want)
-		IT_FAIL("'capi.after' after the timed-out add: %g, expected %g",
-			((float *)sc_tensor_data(t))[CA_N - 1], want);
+	ca_expect_sum(c, t, "after the timed-out add");
 }
 
 /* The forked child's checks: 0 when every call was refused at once, naming the child. */
@@ -191,12 +210,9 @@ static int ca_fork_child(sc_client_t *c, sc_handle_t h)
 
 static void ca_fork(sc_client_t *c)
 {
-	sc_tensor_t *t = it_register(c, "capi.fork", SC_FLOAT32, CA_N);
-	float *v = sc_tensor_data(t);
+	sc_tensor_t *t = ca_ones_tensor(c, "capi.fork");
 	sc_handle_t h = 0;
 
-	for (size_t i = 0; i < CA_N; i++)
-		v[i] = 1.0f;
 	if (sc_rank(c) == 0) {
 		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.fork'");
 		pid_t p = fork();
@@ -215,8 +231,7 @@ static void ca_fork(sc_client_t *c)
 	if (sc_rank(c) != 0)
 		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.fork'");
 	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "'capi.fork' after the fork");
-	if (v[CA_N - 1] != (float)sc_size(c))
-		IT_FAIL("'capi.fork' after the fork: %g, expected %d", v[CA_N - 1], sc_size(c));
+	ca_expect_sum(c, t, "after the fork");
 	it_log("a forked child's calls refused at once, the parent's allreduce exact");
 }
 
@@ -262,12 +277,9 @@ static void *ca_wait_thread(void *arg)
 
 static void ca_abandon_wait(sc_client_t *c)
 {
-	sc_tensor_t *t = it_register(c, "capi.abandon", SC_FLOAT32, CA_N);
-	float *v = sc_tensor_data(t);
+	sc_tensor_t *t = ca_ones_tensor(c, "capi.abandon");
 	sc_handle_t h = 0;
 
-	for (size_t i = 0; i < CA_N; i++)
-		v[i] = 1.0f;
 	if (sc_rank(c) == 0) {
 		IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "'capi.abandon'");
 		ca_waiter_t w = {c, h, SC_IN_PROGRESS};
@@ -297,8 +309,7 @@ static void ca_abandon_wait(sc_client_t *c)
 			    "barrier, 'capi.abandon' abandoned");
 		IT_CHECK_SC(sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS), "'capi.abandon'");
 	}
-	for (size_t i = 0; i < CA_N; i++)
-		v[i] = 1.0f;
+	ca_ones(t);
 	double deadline = it_now_s() + 30.0;
 	sc_status_t st;
 	while ((st = sc_allreduce_async(c, t, SC_OP_SUM, &h)) == SC_ERR_BUSY &&
@@ -306,9 +317,7 @@ static void ca_abandon_wait(sc_client_t *c)
 		it_sleep_ms(10);
 	IT_CHECK_SC(st, "'capi.abandon' after the abandoned step");
 	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "'capi.abandon' after the abandoned step");
-	if (v[CA_N - 1] != (float)sc_size(c))
-		IT_FAIL("'capi.abandon' after the abandoned step: %g, expected %d", v[CA_N - 1],
-			sc_size(c));
+	ca_expect_sum(c, t, "after the abandoned step");
 	it_log("a wait on an abandoned handle refused, in this thread and a waiting one");
 }
 
