@@ -29,6 +29,10 @@
  *
  * Every function is thread safe: one client may be shared by the threads of a process,
  * sc_finalize included (it may overlap other threads' calls: see it).
+ * A client belongs to the process that connected it: in a child forked after sc_connect
+ * every call that takes the client is SC_ERR_INVALID naming the child, at once and
+ * whatever the parent's threads were doing at the fork, except sc_finalize, which frees
+ * the child's copy and leaves the parent's session alone (the child may sc_connect anew).
  * The library prints nothing; it returns a status, and the calling thread's last error
  * text (sc_last_error) says exactly what failed, naming the rank(s) and tensor involved.
  * An optional log callback receives diagnostic lines.
@@ -202,7 +206,10 @@ SC_API const char *sc_daemon_built(const sc_client_t *client);
 SC_API const char *sc_built(void);
 
 /* Sets a daemon setting on every node, as `sparsectl config set KEY VALUE` does (checked
- * first; an owner-only key such as timeline_file needs the daemon's user or root). */
+ * first; an owner-only key such as timeline_file needs the daemon's user or root).
+ * SC_ERR_NOT_FOUND for an unknown key; SC_ERR_INVALID for a value the key refuses, a key
+ * fixed at start, or an owner-only key from another user; the error text names the key,
+ * the value and why, and nothing is applied on any node. */
 SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value);
 
 /*
@@ -246,7 +253,11 @@ typedef enum {
 /*
  * Per-tensor options for sc_register_ex. Zero-initialise, set struct_size to
  * sizeof(sc_tensor_opts_t), then set what differs from the defaults (dense, lossless,
- * scheme chosen by the daemons' cost model, no COO input).
+ * scheme chosen by the daemons' cost model, no COO input). A program built with an older
+ * sparsecomm.h (a smaller struct_size) gets the defaults of the fields it lacks; one built
+ * with a newer header runs on an older library as long as the options this library lacks
+ * keep their defaults (zero bytes), and otherwise fails registration with
+ * SC_ERR_UNSUPPORTED naming the tensor and the first byte this library cannot honour.
  */
 typedef struct sc_tensor_opts {
 	uint32_t struct_size;
@@ -409,8 +420,12 @@ SC_API sc_status_t sc_wait(sc_client_t *client, sc_handle_t handle, int timeout_
  * Gives up a handle that will not be collected (after a wait that timed out, or an
  * interrupted one): an operation still in flight is freed when it ends, a finished one
  * now, and neither counts as held any more (a barrier or a join the trainer abandoned does
- * not refuse its next barrier). Its tensor stays busy until the operation ends. An unknown
- * handle is ignored.
+ * not refuse its next barrier once it has ended: a barrier abandoned while still in flight
+ * is this trainer's n-th barrier, and its next sc_barrier_async is SC_ERR_BUSY, saying so,
+ * until that one ends). Its tensor stays busy until the operation ends. An abandoned
+ * handle is nobody's: a wait or poll on it is SC_ERR_INVALID, at once, or when the
+ * operation ends for a thread that was already waiting on it. An unknown handle is
+ * ignored.
  */
 SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle);
 
@@ -443,7 +458,8 @@ SC_API sc_status_t sc_broadcast(sc_client_t *client, sc_tensor_t *tensor, int ro
  * sc_tensor_result_nnz() then gives their total. Register the tensor with the size the
  * concatenation needs (every rank the same size); a total over it fails on every rank
  * with SC_ERR_LIMIT naming each rank's count. The tensor runs in a buffer of its own and
- * each node sends its trainers' elements once to every other node. Any dtype.
+ * each node sends its trainers' elements once to every other node. Any dtype; a tensor
+ * with a sparsifier refuses it (SC_ERR_UNSUPPORTED).
  */
 SC_API sc_status_t sc_allgather_async(sc_client_t *client, sc_tensor_t *tensor, size_t count,
 				      sc_handle_t *handle_p);
@@ -485,8 +501,9 @@ SC_API sc_status_t sc_tensor_result_counts(const sc_tensor_t *tensor, size_t *co
  * then gives their element count. Each node sends every other node that node's part of
  * its local reduction once ((P - 1) / P of the buffer, half a ring allreduce's bytes).
  * row_elems must divide the tensor's size, and every rank must give the same op and
- * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype; a tensor with a
- * sparsifier refuses it.
+ * row_elems (else SC_ERR_MISMATCH naming each rank's). Any dtype and any reduction but
+ * SC_OP_ADASUM (SC_ERR_INVALID, as rows that do not divide the tensor); a tensor with a
+ * sparsifier refuses it (SC_ERR_UNSUPPORTED).
  */
 SC_API sc_status_t sc_reducescatter_async(sc_client_t *client, sc_tensor_t *tensor,
 					  sc_reduce_op_t op, size_t row_elems,
@@ -544,7 +561,11 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * existing one is SC_ERR_INVALID naming that set. sc_process_set_remove is collective likewise:
  * the set's operations still in flight fail with SC_ERR_ABORTED naming the set, and its tensors
  * must be released (sc_tensor_release) by their trainers. The global set cannot be
- * removed. Both wait at most timeout_ms (< 0: without limit) for the other trainers.
+ * removed. Both wait at most timeout_ms (< 0: without limit; 0 does not wait, and so
+ * almost always times out) for the other trainers. SC_ERR_TIMEOUT,
+ * which says so, leaves this trainer's process set calls out of step with the others' (its
+ * agreement stays in flight, its buffer registered until sc_finalize): the job's process
+ * sets may then differ between trainers, and the job should end.
  */
 #define SC_PROCESS_SET_GLOBAL 0
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
@@ -570,7 +591,8 @@ SC_API int sc_process_set_ranks(const sc_client_t *client, int id, int *ranks, i
  * join it has not collected, even one the daemons have already ended).
  */
 SC_API sc_status_t sc_barrier_async(sc_client_t *client, sc_handle_t *handle_p);
-/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's). */
+/* sc_barrier_async followed by sc_wait (timeout_ms as sc_wait's); a barrier that timed
+ * out is abandoned (sc_abandon). */
 SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 
 /*
@@ -586,6 +608,7 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
  * a trainer that ends its session (sc_finalize, or exits) without having joined: it can
  * never join now.
  */
+/* A second join before every trainer has joined is SC_ERR_BUSY ("already joined"). */
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p);
@@ -595,7 +618,9 @@ SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */
 typedef struct sc_tensor_stats {
-	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call */
+	uint32_t struct_size; /* set to sizeof(sc_tensor_stats_t) before the call (an older
+				 header's smaller size: only its fields are written; a
+				 size over this library's is SC_ERR_INVALID) */
 	uint64_t calls, errors;
 	uint64_t bytes_sent, bytes_received; /* this node, all calls (fused buffers by share) */
 	double time_s;			     /* data-plane time, all calls */
@@ -610,7 +635,8 @@ typedef struct sc_tensor_stats {
 			      last call's buffer kept 32 bits over NCCL */
 } sc_tensor_stats_t;
 
-/* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them). */
+/* Asks the daemon for the tensor's statistics (as `sparsectl stats` shows them): those of
+ * this tensor, in its process set (the same name in another set is another tensor). */
 SC_API sc_status_t sc_tensor_stats(sc_client_t *client, const sc_tensor_t *tensor,
 				   sc_tensor_stats_t *stats_p);
 

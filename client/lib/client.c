@@ -179,6 +179,15 @@ static struct scl_op *op_find(sc_client_t *c, sc_handle_t handle)
 	return *op_slot(c, handle);
 }
 
+/* op_find for a caller that collects it: an abandoned operation (orphan) is nobody's, and
+ * may be freed by whoever sees it end, so it is not found. */
+static struct scl_op *op_find_held(sc_client_t *c, sc_handle_t handle)
+{
+	struct scl_op *o = op_find(c, handle);
+
+	return o && !o->orphan ? o : NULL;
+}
+
 static void op_free(struct scl_op *op)
 {
 	free(op->error);
@@ -924,8 +933,9 @@ SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const cha
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
 	msg.config_set = &set;
-	if (scl_enter_call(client, what) != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(client, what);
+	if (st != SC_OK)
+		return st;
 	return scl_left(client, scl_client_call_ok(client, &msg, what));
 }
 
@@ -1178,7 +1188,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		o = op_find(c, h);
+		o = op_find_held(c, h);
 		if (!o || o->done)
 			break;
 		if (timeout_ms == 0) {
@@ -1186,7 +1196,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 			break;
 		}
 		if (op_sleep(c, o, timeout_ms > 0 ? &deadline : NULL) == ETIMEDOUT) {
-			o = op_find(c, h);
+			o = op_find_held(c, h);
 			if (o && !o->done)
 				op_fast(c, o, NULL);
 			break;
@@ -1196,7 +1206,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 		pthread_mutex_unlock(&c->mu);
 		return scl_error(SC_ERR_INVALID,
 				 "rank %d: unknown handle %llu (never "
-				 "issued or already collected)",
+				 "issued, already collected, or abandoned)",
 				 c->rank, (unsigned long long)h);
 	}
 	if (!o->done) {
@@ -1287,15 +1297,49 @@ sc_status_t scl_wait_owned(sc_client_t *client, sc_handle_t h, int timeout_ms)
 
 /* ---- barrier ------------------------------------------------------------------------- */
 
-/* Whether the trainer holds a barrier it has not collected yet (sc_wait / sc_poll), done or
- * not; an abandoned one (orphan) no longer counts. Called with c->mu held. */
-static int tensorless_outstanding(const sc_client_t *c, int join)
+/* The trainer's barrier (or join) that it has not collected yet (sc_wait / sc_poll), done
+ * or not, else (orphan) one it abandoned that has not ended yet (an abandoned one is freed
+ * as it ends); NULL when neither. Called with c->mu held. */
+static const struct scl_op *tensorless_outstanding(const sc_client_t *c, int join, int orphan)
 {
 	for (int b = 0; b < SCL_OP_BUCKETS; b++)
 		for (const struct scl_op *o = c->ops[b]; o; o = o->next)
-			if (o->tensorless && o->join == join && !o->orphan)
-				return 1;
-	return 0;
+			if (o->tensorless && o->join == join && !o->orphan == !orphan)
+				return o;
+	return NULL;
+}
+
+/* Why the trainer may not start a barrier now (its error text set), or SC_OK. c->mu held. */
+static sc_status_t barrier_refusal(sc_client_t *c)
+{
+	const struct scl_op *gone;
+
+	if (scl_client_check(c) != SC_OK)
+		return scl_error(c->dead, "rank %d: barrier: %s", c->rank, c->dead_msg);
+	/* the daemons may already have ended the join (a rank left without joining); until
+	 * the trainer collects it, it is a joined trainer still */
+	if (tensorless_outstanding(c, 1, 0))
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: barrier refused: it has joined (a join not yet "
+		    "collected), and enters no barrier until every rank has joined",
+		    c->rank);
+	/* the daemon may already have completed the first one (every other rank had entered
+	 * it), so only this side can say that the trainer still holds it */
+	if (tensorless_outstanding(c, 0, 0))
+		return scl_error(SC_ERR_BUSY,
+				 "rank %d: barrier: a barrier is in flight (wait for it first)",
+				 c->rank);
+	/* the daemon holds one barrier per trainer: an abandoned one until it ends */
+	if ((gone = tensorless_outstanding(c, 0, 1)))
+		return scl_error(
+		    SC_ERR_BUSY,
+		    "rank %d: barrier: the barrier abandoned before (handle %llu) has not "
+		    "ended "
+		    "yet (it ends once every rank has entered it, or at the daemons' stall "
+		    "timeout); retry then",
+		    c->rank, (unsigned long long)gone->handle);
+	return SC_OK;
 }
 
 /* Starts a barrier or (join) a join: an operation without a tensor. */
@@ -1337,34 +1381,14 @@ static sc_status_t tensorless_start(sc_client_t *c, int join, sc_handle_t *handl
 	o->join = join;
 	o->status = SC_IN_PROGRESS;
 	pthread_mutex_lock(&c->mu);
-	if (scl_client_check(c) != SC_OK) {
-		st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
+	st = join ? scl_client_check(c) : barrier_refusal(c);
+	if (st != SC_OK) {
+		if (join)
+			st = scl_error(c->dead, "rank %d: %s: %s", c->rank, what, c->dead_msg);
 		pthread_mutex_unlock(&c->mu);
 		free(o);
 		free(f);
 		return st;
-	}
-	if (!join && tensorless_outstanding(c, 1)) {
-		/* the daemons may already have ended the join (a rank left without joining);
-		 * until the trainer collects it, it is a joined trainer still */
-		pthread_mutex_unlock(&c->mu);
-		free(o);
-		free(f);
-		return scl_error(
-		    SC_ERR_INVALID,
-		    "rank %d: barrier refused: it has joined (a join not yet "
-		    "collected), and enters no barrier until every rank has joined",
-		    c->rank);
-	}
-	if (!join && tensorless_outstanding(c, 0)) {
-		/* the daemon may already have completed the first one (every other rank had
-		 * entered it), so only this side can say that the trainer still holds it */
-		pthread_mutex_unlock(&c->mu);
-		free(o);
-		free(f);
-		return scl_error(SC_ERR_BUSY,
-				 "rank %d: barrier: a barrier is in flight (wait for it first)",
-				 c->rank);
 	}
 	slot = &c->ops[h % SCL_OP_BUCKETS];
 	o->next = *slot;

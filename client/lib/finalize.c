@@ -91,6 +91,11 @@ sc_status_t scl_enter_call(const sc_client_t *c, const char *what)
 {
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "%s: NULL client", what);
+	/* in a child forked after sc_connect, before any lock: one that a thread of the
+	 * parent held at the fork is never released in the child */
+	sc_status_t st = scl_forked_refusal(c, what);
+	if (st != SC_OK)
+		return st;
 	if (!scl_enter(c))
 		return SC_OK;
 	scl_leave(c);

@@ -200,8 +200,9 @@ static inline void scl_leave(const sc_client_t *c)
 }
 
 /* scl_enter for a call that may touch what sc_finalize destroys: SC_OK (the call is
- * counted: scl_leave ends it), SC_ERR_INVALID for a NULL client, or SC_ERR_SHUTDOWN once
- * sc_finalize has begun (what names the call; nothing stays counted). */
+ * counted: scl_leave ends it), SC_ERR_INVALID for a NULL client or in a child forked after
+ * sc_connect (scl_forked_refusal, no lock taken), or SC_ERR_SHUTDOWN once sc_finalize has
+ * begun (what names the call; nothing stays counted). */
 sc_status_t scl_enter_call(const sc_client_t *c, const char *what);
 
 /* Returns st after scl_leave(c): the end of a call that scl_enter_call began. */

@@ -154,17 +154,29 @@ static sc_status_t agree(sc_client_t *c, int op, int id, const int *ranks, int n
 	st = sc_allgather_async(c, t, 3 + m, &h);
 	if (st == SC_OK)
 		st = sc_wait(c, h, timeout_ms);
+	if (st == SC_ERR_TIMEOUT) {
+		/* the agreement stays in flight: its handle is given up (freed when it ends)
+		 * and its buffer stays registered until sc_finalize, which a release of a
+		 * tensor in flight would refuse, replacing the error text with its own */
+		sc_abandon(c, h);
+		return scl_error(SC_ERR_TIMEOUT,
+				 "%s: not every trainer of the job called it within %d ms "
+				 "(the agreement through tensor '%s' is still in flight)",
+				 what, timeout_ms, name);
+	}
 	if (st == SC_OK)
 		st = votes_parse(c, buf, sc_tensor_result_nnz(t), votes, what);
 	if (st != SC_OK) {
+		char text[SCL_ERR_MAX];
+		snprintf(text, sizeof(text), "%s", sc_last_error());
 		sc_tensor_release(c, t);
-		return st;
+		return scl_error(st, "%s", text);
 	}
 	char why[200], a[160], b[160];
 	for (int r = 0; r < c->size; r++)
 		if (vote_invalid(c, &votes[r], why, sizeof(why))) {
-			st =
-			    scl_error(SC_ERR_INVALID, "%s: rank %d asked for %s", what, r, why);
+			st = scl_error(SC_ERR_INVALID, "%s: rank %d's request is refused: %s",
+				       what, r, why);
 			goto out;
 		}
 	for (int r = 1; r < c->size; r++)

@@ -25,6 +25,7 @@
 #include "shm_layout.h"
 
 #define SCHEME_NAME_MAX 63
+#define OPTS_NEWER_MAX	4096 /* the largest struct_size taken from a newer sparsecomm.h */
 
 /* Whether the caller's opts (of its own struct_size) contains field. */
 #define OPTS_HAS(o, field)                                                                     \
@@ -39,6 +40,29 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		    "rank %d: registering tensor '%s': opts->"
 		    "struct_size %u is too small (set it to sizeof(sc_tensor_opts_t))",
 		    c->rank, name, o->struct_size);
+	/* a newer sparsecomm.h's options: those this library does not know must be left at
+	 * their defaults (zero), else it would run the tensor without them */
+	if (o->struct_size > sizeof(*o)) {
+		const unsigned char *tail = (const unsigned char *)o;
+		size_t at = sizeof(*o);
+
+		if (o->struct_size > OPTS_NEWER_MAX)
+			return scl_error(
+			    SC_ERR_INVALID,
+			    "rank %d: registering tensor '%s': opts->struct_size %u "
+			    "is not the size of any sc_tensor_opts_t (set it to "
+			    "sizeof(sc_tensor_opts_t))",
+			    c->rank, name, o->struct_size);
+		while (at < o->struct_size && !tail[at])
+			at++;
+		if (at < o->struct_size)
+			return scl_error(
+			    SC_ERR_UNSUPPORTED,
+			    "rank %d: registering tensor '%s': opts of %u bytes set "
+			    "byte %zu, an option this library (whose "
+			    "sc_tensor_opts_t has %zu bytes) does not have",
+			    c->rank, name, o->struct_size, at, sizeof(*o));
+	}
 	w->allow_lossy = o->allow_lossy != 0;
 	if (OPTS_HAS(o, sparsifier))
 		w->sparsifier = o->sparsifier;
@@ -676,10 +700,17 @@ static sc_status_t stats_in(sc_client_t *client, const sc_tensor_t *tensor,
 	 * before cpu_s, or before wire): the fields it has are filled, nothing past it is
 	 * written */
 	size_t size = stats_p ? stats_p->struct_size : 0;
-	if (!client || !tensor || size < offsetof(sc_tensor_stats_t, exchange_s) ||
-	    size > sizeof(*stats_p))
+	if (!client || !tensor || !stats_p)
 		return scl_error(SC_ERR_INVALID,
-				 "sc_tensor_stats: NULL argument or struct_size not set");
+				 "sc_tensor_stats: NULL client, tensor or stats_p");
+	if (size < offsetof(sc_tensor_stats_t, exchange_s) || size > sizeof(*stats_p))
+		return scl_error(
+		    SC_ERR_INVALID,
+		    "rank %d: stats of tensor '%s': struct_size %zu is not "
+		    "sizeof(sc_tensor_stats_t) of this library (%zu) or of an older "
+		    "sparsecomm.h (from %zu)",
+		    client->rank, tensor->name, size, sizeof(*stats_p),
+		    offsetof(sc_tensor_stats_t, exchange_s));
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__Empty empty = SPARSECOMM__EMPTY__INIT;
 	Sparsecomm__DaemonMsg *reply = NULL;
@@ -692,7 +723,9 @@ static sc_status_t stats_in(sc_client_t *client, const sc_tensor_t *tensor,
 	if (reply->body_case == SPARSECOMM__DAEMON_MSG__BODY_STATS) {
 		for (size_t i = 0; i < reply->stats->n_tensors; i++) {
 			const Sparsecomm__TensorStats *ts = reply->stats->tensors[i];
-			if (!ts->name || strcmp(ts->name, tensor->name))
+			/* a name is a name within its process set */
+			if (!ts->name || strcmp(ts->name, tensor->name) ||
+			    ts->process_set != (uint32_t)tensor->pset)
 				continue;
 			sc_tensor_stats_t s = {.struct_size = (uint32_t)size};
 			s.calls = ts->calls;
@@ -750,8 +783,9 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream)
 				 "rank %d: tensor '%s' is a cpu tensor: it has no stream",
 				 tensor->client->rank, tensor->name);
 	sc_client_t *c = tensor->client;
-	if (scl_enter_call(c, "sc_tensor_set_stream") != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(c, "sc_tensor_set_stream");
+	if (st != SC_OK)
+		return st;
 	pthread_mutex_lock(&c->mu);
 	tensor->stream = stream;
 	pthread_mutex_unlock(&c->mu);
@@ -779,8 +813,9 @@ SC_API sc_status_t sc_tensor_set_shape(sc_tensor_t *tensor, int ndim, const uint
 				 "rank %d: tensor '%s': a shape of %d dimensions whose product "
 				 "is not its %zu elements",
 				 c->rank, tensor->name, ndim, tensor->numel);
-	if (scl_enter_call(c, "sc_tensor_set_shape") != SC_OK)
-		return SC_ERR_SHUTDOWN;
+	sc_status_t st = scl_enter_call(c, "sc_tensor_set_shape");
+	if (st != SC_OK)
+		return st;
 	pthread_mutex_lock(&c->mu);
 	tensor->ndim = ndim;
 	if (ndim)

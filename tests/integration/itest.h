@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* The trainer's identity, from the launcher's environment and the daemon's handshake. */
 typedef struct {
@@ -61,6 +62,9 @@ void it_fail_sc(const char *file, int line, sc_status_t st, const char *fmt, ...
 
 double it_now_s(void);
 void it_sleep_ms(int ms);
+/* Waits for child pid to end, at most timeout_s (then kills it and fails the test, naming
+ * what); returns its waitpid status. */
+int it_wait_child(pid_t pid, double timeout_s, const char *what);
 
 /* sc_connect to $SPARSECOMM_SOCKET; checks rank/size against the environment. */
 sc_client_t *it_connect(void);
@@ -138,6 +142,7 @@ int it_ctl(int argc, char **argv);
 int it_many_names(int argc, char **argv); /* itest_sums.c */
 int it_psets(int argc, char **argv);	  /* itest_psets.c */
 int it_psets_killed(int argc, char **argv);
+int it_capi(int argc, char **argv);	/* itest_capi.c */
 int it_timeline(int argc, char **argv); /* itest_timeline.c */
 int it_presel(int argc, char **argv);	/* itest_presel.c */
 /* Finds sparsectl ($SPARSECTL, else next to this executable), failing when it cannot run;

@@ -13,10 +13,12 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,21 @@ void it_sleep_ms(int ms)
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+int it_wait_child(pid_t pid, double timeout_s, const char *what)
+{
+	int st = 0;
+	double deadline = it_now_s() + timeout_s;
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (it_now_s() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			IT_FAIL("%s did not end within %.0f s", what, timeout_s);
+		}
+		it_sleep_ms(20);
+	}
+	return st;
 }
 
 sc_client_t *it_connect(void)
@@ -361,6 +378,7 @@ static const struct {
     {"group", it_group, "grouped operations: held and fused together; mismatch; stall"},
     {"many-names", it_many_names, "600 tensors submitted at once, twice: exact"},
     {"psets", it_psets, "process sets of 4 trainers: per-set sums, errors, removal, bytes"},
+    {"capi", it_capi, "the header's promises: stats per process set, newer struct_size"},
     {"psets-killed", it_psets_killed, "4 x 1, rank 3 dies: its sets fail, {0, 1} goes on"},
     {"shapes", it_shapes, "shapes that differ across ranks: MISMATCH; changed: exact"},
     {"evict", it_evict, "BOUND unique|rotation: the response cache's bound, exact"},

@@ -260,16 +260,7 @@ static void fork_check(sc_client_t *c, sc_tensor_t *t, int request, uint64_t see
 		IT_FAIL("fork: %s", strerror(errno));
 	if (p == 0)
 		_exit(fork_child(c, t, request));
-	int st = 0;
-	double deadline = it_now_s() + 20.0;
-	while (waitpid(p, &st, WNOHANG) == 0) {
-		if (it_now_s() > deadline) {
-			kill(p, SIGKILL);
-			waitpid(p, &st, 0);
-			IT_FAIL("the forked child's sc_finalize did not return within 20 s");
-		}
-		it_sleep_ms(20);
-	}
+	int st = it_wait_child(p, 20.0, "the forked child's sc_finalize");
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		IT_FAIL("the forked child failed (%s %d: 1 its request was not refused, 2 its "
 			"sc_finalize failed)",

@@ -306,6 +306,9 @@ run_case "group n=2" 2 1 180 0 2 --daemon-arg --fusion_mode --daemon-arg fixed -
 run_case "many names n=2" 2 1 180 0 2 -- "$itest" many-names
 run_case "psets n=2 per-node=2" 2 2 180 0 4 -- "$itest" psets
 run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
+# capi: what the public header promises a program written from it (itest_capi.c).
+run_case "capi n=2" 2 1 120 0 2 -- "$itest" capi
+run_case "capi n=2 per-node=2" 2 2 120 0 4 -- "$itest" capi
 run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 # A group after a plain allreduce under the planned fusion modes: the plan puts the plain
