@@ -24,10 +24,12 @@
  * every rank derives the nodes per core the schemes' choice is priced with.
  * 11: TensorSig carries the submission's shape (ndim, dims: util/shape.h), which every
  * rank must give alike.
+ * 12: PeerMsg is numbered (seq, epoch) in a formed world, and WorldInfo names the
+ * coordinator's peer pipe (world/pipe.h), which carries the messages once a node is on it.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 11
+#define SCD_WORLD_PROTOCOL_VERSION 12
 
 #endif

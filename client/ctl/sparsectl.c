@@ -242,9 +242,9 @@ static void status_json(const Sparsecomm__StatusReply *s)
 		printf("%s{\"rank\":%d,\"addr\":", i ? "," : "", p->rank);
 		json_str(p->addr);
 		printf(",\"port\":%u,\"connected\":%s,\"state\":\"%s\",\"heard_ms_ago\":%lld,"
-		       "\"reason\":",
+		       "\"pipe\":%s,\"reason\":",
 		       p->port, p->connected ? "true" : "false", peer_state(p->state),
-		       (long long)p->heard_ms_ago);
+		       (long long)p->heard_ms_ago, p->pipe ? "true" : "false");
 		json_str(p->reason);
 		fputs("}", stdout);
 	}
@@ -272,16 +272,16 @@ static void status_text(const Sparsecomm__StatusReply *s)
 	       s->gpu_bytes / 1048576.0);
 	printf("\npeers (%zu):\n", s->n_peers);
 	if (s->n_peers)
-		printf("  %-6s %-24s %-6s %-10s %-10s %-10s %s\n", "RANK", "ADDRESS", "PORT",
-		       "CONNECTED", "STATE", "HEARD", "REASON");
+		printf("  %-6s %-24s %-6s %-10s %-10s %-10s %-5s %s\n", "RANK", "ADDRESS",
+		       "PORT", "CONNECTED", "STATE", "HEARD", "PIPE", "REASON");
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Sparsecomm__PeerInfo *p = s->peers[i];
 		char heard[32] = "-";
 		if (p->heard_ms_ago >= 0)
 			snprintf(heard, sizeof(heard), "%lld ms", (long long)p->heard_ms_ago);
-		printf("  %-6d %-24s %-6u %-10s %-10s %-10s %s\n", p->rank, p->addr, p->port,
-		       p->connected ? "yes" : "no", peer_state(p->state), heard,
-		       p->reason && *p->reason ? p->reason : "-");
+		printf("  %-6d %-24s %-6u %-10s %-10s %-10s %-5s %s\n", p->rank, p->addr,
+		       p->port, p->connected ? "yes" : "no", peer_state(p->state), heard,
+		       p->pipe ? "up" : "-", p->reason && *p->reason ? p->reason : "-");
 	}
 	printf("\nclients (%zu):\n", s->n_clients);
 	if (s->n_clients)

@@ -61,6 +61,9 @@ typedef enum {
 	  "address or host name announced to the peers for the data plane (empty: data_addr, " \
 	  "or the route to the coordinator when data_addr is a wildcard)")                     \
 	X(data_port, INT, 0, NULL, 0, 65535, 0, "data-plane TCP port (0: any free port)")      \
+	X(peer_port, INT, 0, NULL, 0, 65535, 0,                                                \
+	  "the coordinator's peer pipe TCP port, on the coordinator's host (0: any free "      \
+	  "port; rank 0 only)")                                                                \
 	X(runtime_dir, STR, 0, "", 0, 0, 0,                                                    \
 	  "private directory (mode 0700) for the control socket ctl.sock; empty: "             \
 	  "/run/sparsecomm as root, else $XDG_RUNTIME_DIR/sparsecomm or /tmp/sparsecomm-UID")  \

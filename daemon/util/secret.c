@@ -14,6 +14,7 @@
 #define KDF_CTX_CURVE_SERVER "scdcoord"
 #define KDF_CTX_CURVE_RANK   "scdranks"
 #define KDF_CTX_DATA	     "scddatap"
+#define KDF_CTX_PIPE	     "scdpeerp"
 
 _Static_assert(crypto_kdf_KEYBYTES == SCD_SECRET_KEY_BYTES, "kdf key size");
 _Static_assert(crypto_auth_hmacsha256_KEYBYTES == SCD_SECRET_KEY_BYTES, "hmac key size");
@@ -132,5 +133,14 @@ void scd_secret_data_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES
 		memset(key, 0, SCD_SECRET_KEY_BYTES);
 	else
 		crypto_kdf_derive_from_key(key, SCD_SECRET_KEY_BYTES, 0, KDF_CTX_DATA,
+					   s->master);
+}
+
+void scd_secret_pipe_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES])
+{
+	if (!s->present)
+		memset(key, 0, SCD_SECRET_KEY_BYTES);
+	else
+		crypto_kdf_derive_from_key(key, SCD_SECRET_KEY_BYTES, 0, KDF_CTX_PIPE,
 					   s->master);
 }

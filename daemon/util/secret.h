@@ -9,7 +9,9 @@
  *  - the coordinator's CURVE key pair (ZeroMQ's CurveZMQ on the coordinator channel);
  *  - one CURVE key pair per rank, which the coordinator's ZAP handler maps back to the
  *    rank that may use it;
- *  - the data plane's handshake key (an HMAC-SHA-256 key, daemon/transport/tcp_auth.h).
+ *  - the data plane's handshake key (an HMAC-SHA-256 key, daemon/transport/tcp_auth.h);
+ *  - the peer pipe's handshake key, the same kind under its own context, so that neither
+ *    handshake's answer can be relayed as the other's (daemon/world/pipe.h).
  */
 #ifndef SCD_UTIL_SECRET_H
 #define SCD_UTIL_SECRET_H
@@ -50,5 +52,7 @@ sc_status_t scd_secret_curve_server(const scd_secret_t *s, scd_curve_pair_t *kp)
 sc_status_t scd_secret_curve_rank(const scd_secret_t *s, int rank, scd_curve_pair_t *kp);
 /* The data plane's handshake key: all zeros without a secret. */
 void scd_secret_data_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES]);
+/* The peer pipe's handshake key: all zeros without a secret. */
+void scd_secret_pipe_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES]);
 
 #endif

@@ -33,6 +33,7 @@
 #include "util/arena.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "world/pipe.h"
 
 /* A node and its trainers' ranks: "node 2 (rank 2)", "node 1 (ranks 2, 3)". */
 static void node_name(const scd_world_t *w, int r, char *buf, size_t len)
@@ -125,6 +126,7 @@ static void on_beat(uv_timer_t *t)
 			 "this daemon did not run for %llu ms (peer_timeout_ms = %lld)",
 			 (unsigned long long)(now - w->beat_ms), (long long)limit);
 	w->beat_ms = now;
+	scd_world_stream_tick(w);
 	for (int r = 0; r < P && !self_stalled; r++) {
 		const scd_peer_t *p = &w->peers[r];
 		if (r == w->d->rank || p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED ||
@@ -253,11 +255,13 @@ void scd_world_leave(scd_world_t *w, const char *reason)
 	m.leave = &l;
 	if (!w->is_coord) {
 		scd_world_send_coord(w, &m);
-		return;
+	} else {
+		for (int r = 1; r < w->d->world_size; r++)
+			if (w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+				scd_world_send_peer(w, r, &m);
 	}
-	for (int r = 1; r < w->d->world_size; r++)
-		if (w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-			scd_world_send_peer(w, r, &m);
+	scd_pipe_flush(w->pipe, 1000,
+		       "this daemon leaves"); /* as the coordinator channel's linger */
 }
 
 const char *scd_live_cause(const scd_world_t *w)
@@ -272,6 +276,7 @@ void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi, scd_
 {
 	const scd_peer_t *p = &w->peers[r];
 	pi->state = p->state;
+	pi->pipe = r != w->d->rank && (w->is_coord || r == 0) && scd_pipe_up(w->pipe, r);
 	pi->heard_ms_ago = -1;
 	if (w->formed && r != w->d->rank && p->heard_ms) {
 		uint64_t now = scd_now_ms();

@@ -12,6 +12,7 @@
 #include "world/world_int.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,18 +30,25 @@
 #include "util/timeline.h"
 #include "util/zmsg.h"
 #include "world/addr.h"
+#include "world/pipe.h"
 #include "world_protocol.h"
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
-			const Sparsecomm__PeerMsg *m)
+/* Packs m (into stackbuf when it fits, else a buffer the caller frees); NULL when out of
+ * memory. */
+static uint8_t *pack(const Sparsecomm__PeerMsg *m, uint8_t *stackbuf, size_t cap, size_t *n)
 {
-	size_t n = sparsecomm__peer_msg__get_packed_size(m);
-	uint8_t stackbuf[4096], *buf = n <= sizeof(stackbuf) ? stackbuf : malloc(n);
-	if (!buf)
-		return;
-	sparsecomm__peer_msg__pack(m, buf);
+	*n = sparsecomm__peer_msg__get_packed_size(m);
+	uint8_t *buf = *n <= cap ? stackbuf : malloc(*n);
+	if (buf)
+		sparsecomm__peer_msg__pack(m, buf);
+	return buf;
+}
+
+static void zmq_out(scd_world_t *w, const uint8_t *ident, size_t ident_len, const uint8_t *buf,
+		    size_t n)
+{
 	int rc = 0;
 	if (ident)
 		rc = zmq_send(w->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
@@ -49,6 +57,38 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (rc < 0)
 		scd_warn(SCD_SUB_WORLD, "peer message of %zu bytes dropped: %s", n,
 			 zmq_strerror(errno));
+}
+
+void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__PeerMsg *m)
+{
+	uint8_t stackbuf[4096];
+	size_t n;
+	uint8_t *buf = pack(m, stackbuf, sizeof(stackbuf), &n);
+	if (!buf)
+		return;
+	zmq_out(w, ident, ident_len, buf, n);
+	if (buf != stackbuf)
+		free(buf);
+}
+
+/* m to rank (a node: to the coordinator, rank 0), numbered in a formed world, on the peer
+ * pipe when it is up, else on the coordinator channel. */
+static void send_link(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
+{
+	scd_peer_t *p = &w->peers[rank];
+	Sparsecomm__PeerMsg num = *m;
+	if (w->formed && w->world_id) {
+		num.seq = ++p->tx_seq;
+		num.epoch = w->world_id;
+	}
+	uint8_t stackbuf[4096];
+	size_t n;
+	uint8_t *buf = pack(&num, stackbuf, sizeof(stackbuf), &n);
+	if (!buf)
+		return;
+	if (!num.seq || !scd_pipe_send(w->pipe, rank, buf, n))
+		zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, buf, n);
 	if (buf != stackbuf)
 		free(buf);
 }
@@ -64,7 +104,7 @@ void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
 	}
 	scd_peer_t *p = &w->peers[rank];
 	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-		scd_world_send_raw(w, p->ident, p->ident_len, m);
+		send_link(w, rank, m);
 }
 
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
@@ -72,7 +112,119 @@ void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
 	if (w->is_coord)
 		handle_peer_msg(w, 0, NULL, 0, m);
 	else
-		scd_world_send_raw(w, NULL, 0, m);
+		send_link(w, 0, m);
+}
+
+/* ---- the numbered stream ------------------------------------------------------------ */
+
+/* Messages held ahead of their turn, per peer, at most: a channel's lead over the other is
+ * a few messages (those sent while a pipe came up or went down). */
+#define SCD_HELD_MAX 65536
+
+static void held_free(scd_peer_t *p)
+{
+	while (p->held) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+	p->n_held = 0;
+}
+
+/* A new world (every rank): every stream starts again from 1. */
+static void streams_reset(scd_world_t *w)
+{
+	for (int r = 0; r < w->d->world_size; r++) {
+		held_free(&w->peers[r]);
+		w->peers[r].tx_seq = 0;
+		w->peers[r].rx_next = 1;
+	}
+}
+
+/* Delivers the held messages whose turn has come. */
+static void deliver_held(scd_world_t *w, int from)
+{
+	scd_peer_t *p = &w->peers[from];
+	while (p->held && p->held->m->seq <= p->rx_next) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		p->n_held--;
+		p->held_since_ms = scd_now_ms();
+		if (h->m->seq == p->rx_next) {
+			p->rx_next++;
+			handle_peer_msg(w, from, w->is_coord ? p->ident : NULL, p->ident_len,
+					h->m);
+		}
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+}
+
+int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      Sparsecomm__PeerMsg *m)
+{
+	if (!m->seq || !m->epoch || m->epoch != w->world_id || from < 0 ||
+	    from >= w->d->world_size || !w->formed) {
+		handle_peer_msg(w, from, ident, ident_len, m);
+		return 0;
+	}
+	scd_peer_t *p = &w->peers[from];
+	if (m->seq < p->rx_next)
+		return 0; /* came both ways */
+	if (m->seq > p->rx_next) {
+		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,
+			   **at = &p->held;
+		if (!h) {
+			scd_warn_limited(
+			    SCD_SUB_WORLD,
+			    "peer message %llu from rank %d dropped: %d held already "
+			    "behind message %llu",
+			    (unsigned long long)m->seq, from, p->n_held,
+			    (unsigned long long)p->rx_next);
+			return 0;
+		}
+		while (*at && (*at)->m->seq < m->seq)
+			at = &(*at)->next;
+		if (*at && (*at)->m->seq == m->seq) {
+			free(h);
+			return 0;
+		}
+		if (!p->held)
+			p->held_since_ms = scd_now_ms();
+		h->m = m;
+		h->next = *at;
+		*at = h;
+		p->n_held++;
+		return 1;
+	}
+	p->rx_next++;
+	handle_peer_msg(w, from, ident, ident_len, m);
+	deliver_held(w, from);
+	return 0;
+}
+
+/* Every heartbeat: a message that never came (a pipe that failed with it on its way) holds
+ * the ones after it back for at most half of peer_timeout_ms, then they go on without it;
+ * and a node whose pipe is down connects it again. */
+void scd_world_stream_tick(scd_world_t *w)
+{
+	uint64_t now = scd_now_ms();
+	uint64_t limit = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms) / 2;
+	for (int r = 0; r < w->d->world_size; r++) {
+		scd_peer_t *p = &w->peers[r];
+		if (!p->held || now - p->held_since_ms <= limit)
+			continue;
+		scd_warn(SCD_SUB_WORLD,
+			 "peer messages %llu to %llu from rank %d never came: going on without "
+			 "them",
+			 (unsigned long long)p->rx_next,
+			 (unsigned long long)p->held->m->seq - 1, r);
+		p->rx_next = p->held->m->seq;
+		deliver_held(w, r);
+	}
+	if (!w->is_coord && w->formed && w->pipe_port && !scd_pipe_up(w->pipe, 0))
+		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
 }
 
 /* ---- formation ---------------------------------------------------------------------- */
@@ -260,9 +412,8 @@ static sc_status_t reform(scd_world_t *w, int back)
 	else
 		snprintf(why, sizeof(why), "the world re-forms: a node given up joins again");
 	scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
-	w->formed = 0;
-	scd_neg_reset(w);
 	if (w->is_coord) {
+		/* numbered like what came before it, so that it comes after all of it */
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_REFORM;
@@ -276,7 +427,13 @@ static sc_status_t reform(scd_world_t *w, int back)
 		w->n_joined = 1;
 		uv_timer_start(&w->join_timer, on_join_timeout,
 			       (uint64_t)scd_cfg_int(&d->cfg, SCD_CFG_join_timeout_ms), 0);
+		scd_pipe_flush(w->pipe, 1000, "the world re-forms");
+	} else {
+		scd_pipe_close_all(w->pipe, "the world re-forms");
 	}
+	w->formed = 0;
+	w->pipe_port = 0;
+	scd_neg_reset(w);
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_WORLD, "cannot re-form the world: no data-plane endpoint");
@@ -319,10 +476,16 @@ static void coord_send_world(scd_world_t *w)
 	wi.n_peers = (size_t)d->world_size;
 	wi.world_id = w->world_id;
 	wi.transport = (char *)w->tops->name;
+	wi.pipe_port = w->pipe_port;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
 	m.world = &wi;
+	/* unnumbered: the world's streams start after it */
+	streams_reset(w);
+	scd_pipe_world(w->pipe, w->world_id);
 	for (int r = 1; r < d->world_size; r++)
-		scd_world_send_peer(w, r, &m);
+		if (w->peers[r].joined &&
+		    w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+			scd_world_send_raw(w, w->peers[r].ident, w->peers[r].ident_len, &m);
 	free(infos);
 	free(ptrs);
 	scd_info(SCD_SUB_WORLD, "world of %d formed (id %016llx)", d->world_size,
@@ -462,6 +625,11 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
+	streams_reset(w);
+	scd_pipe_world(w->pipe, w->world_id);
+	w->pipe_port = (uint16_t)(wi->pipe_port <= 65535 ? wi->pipe_port : 0);
+	if (w->pipe_port)
+		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
 	scd_live_start(w);
 	start_mesh(w);
 	scd_neg_flush(w); /* what was announced while the world re-formed (as above) */
@@ -666,24 +834,18 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 /* What the coordinator takes from a peer's connection: a Join first (under a secret, for
  * the rank whose CURVE key the connection proved, world/curve.h), then messages only as
  * the rank it joined as (under a secret, over that rank's key), about that rank alone. */
-static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__PeerMsg *m)
+/* What the coordinator takes from rank from, whose connection proved key_rank: messages
+ * as that rank alone, about that rank alone. */
+static int admitted_as(scd_world_t *w, int from, int key_rank, const Sparsecomm__PeerMsg *m)
 {
-	int key_rank = w->curve ? scd_curve_rank(z) : -1;
 	char why[160] = "";
-	if (m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN) {
-		if (!w->curve || m->join->rank == key_rank)
-			return 1;
-		snprintf(why, sizeof(why),
-			 "a join as rank %d came with the key of rank %d, not its own",
-			 m->join->rank, key_rank);
-		refuse(w, z->ident, z->ident_len, why);
-		return 0;
-	}
 	if (from < 0)
 		snprintf(why, sizeof(why), "from a connection that has not joined");
-	else if (w->curve && key_rank != from)
+	else if (key_rank != from)
 		snprintf(why, sizeof(why), "from rank %d with the key of rank %d", from,
 			 key_rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN)
+		snprintf(why, sizeof(why), "a join on the peer pipe");
 	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_STATE &&
 		 m->node_state->rank != from)
 		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
@@ -694,6 +856,22 @@ static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__P
 		return 1;
 	scd_warn_limited(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
 	return 0;
+}
+
+static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__PeerMsg *m)
+{
+	int key_rank = w->curve ? scd_curve_rank(z) : -1;
+	if (m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN) {
+		if (!w->curve || m->join->rank == key_rank)
+			return 1;
+		char why[160];
+		snprintf(why, sizeof(why),
+			 "a join as rank %d came with the key of rank %d, not its own",
+			 m->join->rank, key_rank);
+		refuse(w, z->ident, z->ident_len, why);
+		return 0;
+	}
+	return admitted_as(w, from, w->curve ? key_rank : from, m);
 }
 
 static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
@@ -796,11 +974,33 @@ void scd_world_drain(scd_world_t *w)
 		}
 		int from = w->is_coord ? rank_of_ident(w, z.ident, z.ident_len) : 0;
 		if ((!w->is_coord || admitted(w, from, &z, m)) &&
-		    scd_live_heard(w, from, z.ident, z.ident_len, m))
-			handle_peer_msg(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m);
+		    scd_live_heard(w, from, z.ident, z.ident_len, m) &&
+		    scd_world_deliver(w, from, w->is_coord ? z.ident : NULL, z.ident_len, m))
+			continue; /* held for its turn */
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
 	scd_zmsg_done(&z);
+}
+
+/* A message on rank from's peer pipe (a node: from the coordinator). */
+static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
+{
+	scd_world_t *w = ctx;
+	Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, len, data);
+	if (!m) {
+		scd_warn_limited(
+		    SCD_SUB_WORLD,
+		    "malformed peer message (%zu bytes) from rank %d's pipe ignored", len,
+		    from);
+		return;
+	}
+	scd_peer_t *p = &w->peers[from];
+	const uint8_t *ident = w->is_coord ? p->ident : NULL;
+	if ((!w->is_coord || admitted_as(w, from, from, m)) &&
+	    scd_live_heard(w, from, p->ident, p->ident_len, m) &&
+	    scd_world_deliver(w, from, ident, p->ident_len, m))
+		return;
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)
@@ -893,6 +1093,42 @@ void scd_world_arm_flush(scd_world_t *w)
 		       (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_cycle_time_ms), 0);
 }
 
+/* The peer pipe's end (world/pipe.h): the coordinator listens on its host, a node keeps
+ * the coordinator's address to connect to once the world forms. */
+static sc_status_t start_pipe(scd_world_t *w, const char *host)
+{
+	scd_daemon_t *d = w->d;
+	char addr[SCD_ADDR_MAX], err[400];
+	int v6 = 0;
+	if (scd_addr_resolve(host, addr, sizeof(addr), &v6, err, sizeof(err)) != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "coordinator host: %s", err);
+		return SC_ERR_INVALID;
+	}
+	if (!strcmp(addr, "*") || !*addr)
+		snprintf(addr, sizeof(addr), "0.0.0.0");
+	snprintf(w->pipe_host, sizeof(w->pipe_host), "%s", addr);
+	uint8_t key[SCD_SECRET_KEY_BYTES];
+	scd_secret_pipe_key(&d->secret, key);
+	w->pipe = scd_pipe_new(d->loop, d->rank, d->world_size, key, d->secret.present,
+			       on_pipe_msg, w);
+	sodium_memzero(key, sizeof(key));
+	if (!w->pipe) {
+		scd_error(SCD_SUB_WORLD, "no memory for the peer pipe");
+		return SC_ERR_NOMEM;
+	}
+	if (!w->is_coord)
+		return SC_OK;
+	uint16_t bound = 0;
+	if (scd_pipe_listen(w->pipe, addr, (uint16_t)scd_cfg_int(&d->cfg, SCD_CFG_peer_port),
+			    &bound, err, sizeof(err)) != SC_OK) {
+		scd_error(SCD_SUB_WORLD, "peer pipe: %s", err);
+		return SC_ERR_SYSTEM;
+	}
+	w->pipe_port = bound;
+	scd_info(SCD_SUB_WORLD, "peer pipe on %s port %u", addr, bound);
+	return SC_OK;
+}
+
 sc_status_t scd_world_start(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
@@ -961,6 +1197,8 @@ sc_status_t scd_world_start(scd_world_t *w)
 		 d, w->sock, w->curve ? SCD_ADMIT_PROVEN_BYTES : SCD_ADMIT_PROVEN_BYTES_NULL,
 		 &w->admit)) != SC_OK)
 		return st; /* logged there */
+	if (d->world_size > 1 && (st = start_pipe(w, host)) != SC_OK)
+		return st; /* logged there */
 	if (w->is_coord) {
 		if (zmq_bind(w->sock, endpoint) != 0) {
 			scd_error(SCD_SUB_WORLD,
@@ -1016,6 +1254,10 @@ void scd_world_destroy(scd_world_t *w)
 	}
 	scd_admit_stop(w->admit);
 	w->admit = NULL;
+	scd_pipe_destroy(w->pipe);
+	w->pipe = NULL;
+	for (int r = 0; w->peers && r < w->d->world_size; r++)
+		held_free(&w->peers[r]);
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

@@ -36,6 +36,13 @@ typedef struct scd_peer {
 	Sparsecomm__PeerState state;
 	uint64_t heard_ms;
 	char gone_reason[320];
+	/* the numbered stream of a formed world's messages with this peer (world.c; on a
+	 * node, peers[0] only): the last number sent, the next to deliver, and the messages
+	 * that came ahead of it, in order, with when the first of them came */
+	uint64_t tx_seq, rx_next;
+	struct scd_held *held;
+	uint64_t held_since_ms;
+	int n_held;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -119,6 +126,12 @@ typedef struct scd_poison {
 
 #define SCD_WORLD_BUCKETS 1024
 
+/* A message that came ahead of its turn (world.c). */
+typedef struct scd_held {
+	Sparsecomm__PeerMsg *m;
+	struct scd_held *next;
+} scd_held_t;
+
 struct scd_world {
 	scd_daemon_t *d;
 	const scd_world_hooks_t *hooks; /* the process's side (world.h) */
@@ -126,6 +139,11 @@ struct scd_world {
 	scd_curve_t *curve; /* the coordinator's CURVE keys and ZAP handler (secret only) */
 	struct scd_admit *admit; /* the coordinator's bounds on unauthenticated peers */
 	char advertise[256];	 /* the data plane's announced address (world/addr.h) */
+	/* the peer pipe (world/pipe.h): the coordinator's host as an address (a node
+	 * connects there), and the port WorldInfo named */
+	struct scd_pipe *pipe;
+	char pipe_host[64];
+	uint16_t pipe_port;
 	uv_poll_t poll;
 	int polling;
 	int is_coord;
@@ -291,6 +309,13 @@ scd_poison_t *scd_late_refusals(scd_world_t *w);
 void scd_late_free_list(scd_poison_t *l);
 /* liveness.c */
 /* The world formed: every peer is connected and heard now; the heartbeats start. */
+/* world.c: m from rank from (a node: from the coordinator), handled in its turn: now, or
+ * once the messages numbered before it came (it is then held, and freed when handled); 1
+ * when m was held (the caller must not free it), 0 when the caller frees it. */
+int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      Sparsecomm__PeerMsg *m);
+/* world.c, every heartbeat: the numbered streams' gaps, and a node's pipe to connect. */
+void scd_world_stream_tick(scd_world_t *w);
 void scd_live_start(scd_world_t *w);
 /* A message m came from rank from (-1: an identity the coordinator does not know): 1 to
  * handle it, 0 to drop it (its node was given up: the coordinator tells it so). */

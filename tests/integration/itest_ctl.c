@@ -135,6 +135,34 @@ static const it_json_t *need(const it_json_t *obj, const char *key, it_jtype_t t
 	return v;
 }
 
+/* The peer pipe is up between the coordinator and every node: on the coordinator "pipe"
+ * is true for every other rank, on a node for rank 0 alone (it comes up within a few
+ * milliseconds of the world forming: polled for 3 s). */
+static void check_pipes(const char *sock, int rank, int ws)
+{
+	const char *args[] = {"status", NULL};
+	char why[160] = "";
+	for (int tries = 0; tries < 30; tries++) {
+		it_json_t *s = ctl_json(sock, args);
+		const it_json_t *peers = need(s, "peers", IT_JARR, "status --json");
+		why[0] = 0;
+		for (size_t i = 0; i < peers->n && !why[0]; i++) {
+			const it_json_t *p = peers->items[i];
+			int pr = (int)need(p, "rank", IT_JNUM, "status --json peer")->num;
+			int up = need(p, "pipe", IT_JBOOL, "status --json peer")->num != 0;
+			int want = pr != rank && (rank == 0 || pr == 0);
+			if (up != want)
+				snprintf(why, sizeof(why), "node %d: peer %d's pipe is %s",
+					 rank, pr, up ? "up" : "not up");
+		}
+		it_json_free(s);
+		if (!why[0] || ws == 1)
+			return;
+		usleep(100 * 1000);
+	}
+	IT_FAIL("status --json: %s", why);
+}
+
 static void check_status(const char *sock, int node_rank, int node_count)
 {
 	const char *args[] = {"status", NULL};
@@ -184,6 +212,7 @@ static void check_status(const char *sock, int node_rank, int node_count)
 	it_log("status --json: node %d of %d, %zu peers, %zu clients", rank, ws, peers->n,
 	       clients->n);
 	it_json_free(s);
+	check_pipes(sock, rank, ws);
 }
 
 static void check_stats(const char *sock, const char *const *names, int n_names)
