@@ -1004,12 +1004,13 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 }
 
 /* Messages rank's pipe closed without writing (world/pipe.h): on the coordinator channel,
- * numbered as they are, so that they keep their turn. */
+ * numbered as they are, so that they keep their turn. Not joined is no bar: the world
+ * re-forming unjoins every node before its pipe writes the Reform. */
 static void on_pipe_lost(void *ctx, int rank, const uint8_t *msg, size_t len)
 {
 	scd_world_t *w = ctx;
 	scd_peer_t *p = &w->peers[rank];
-	if (w->is_coord && !(p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED))
+	if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
 		return;
 	zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, msg, len);
 }
