@@ -6,7 +6,8 @@
  * every size up to a megabyte go both ways, in order and intact, sealed and in clear. A
  * node with another key, or of another world, is never up; a stranger's bytes, and more
  * than SCD_PIPE_PENDING_MAX silent connections, are closed; a message over the bound
- * closes its pipe and no other.
+ * closes its pipe and no other; a pipe whose peer fails hands back, in order, the messages
+ * it had not wholly written.
  *
  * The stream: a node's messages from the coordinator numbered 1, 2, 3 handled in that
  * order whatever order they come in, a number seen twice handled once, one of another
