@@ -23,8 +23,11 @@
  * most SCD_PEER_MSG_MAX_BYTES. A connection that has not finished its handshake within
  * 2 s is closed, and at most SCD_PIPE_PENDING_MAX are pending at once.
  *
- * A pipe that fails (its peer exited, a malformed frame) is closed; messages then go on
- * the coordinator channel, and a node connects again at its next heartbeat.
+ * A pipe that fails (its peer exited, a malformed frame) is closed; the messages it had
+ * not wholly written are handed back (scd_pipe_on_lost) and go on the coordinator channel,
+ * as do the messages after them, and a node connects again at its next heartbeat. A
+ * message wholly written to a socket whose peer then failed before reading it is lost:
+ * the receiver's numbered stream skips it after half of peer_timeout_ms (world.c).
  */
 #ifndef SCD_WORLD_PIPE_H
 #define SCD_WORLD_PIPE_H
@@ -44,10 +47,18 @@ typedef struct scd_pipe scd_pipe_t;
  * close pipes. */
 typedef void (*scd_pipe_recv_fn)(void *ctx, int rank, const uint8_t *msg, size_t len);
 
+/* Messages handed back from rank's pipe when it closed before writing them wholly (its
+ * peer cannot have had them), in the order they were sent; the caller sends them another
+ * way. Not called when the pipes close for a new world (scd_pipe_world) or the end
+ * (scd_pipe_destroy). May not send on the pipe. */
+typedef void (*scd_pipe_lost_fn)(void *ctx, int rank, const uint8_t *msg, size_t len);
+
 /* A pipe end for rank me of world_size ranks, on loop, proving key (32 bytes) and
  * encrypting when encrypt is set. NULL when out of memory. */
 scd_pipe_t *scd_pipe_new(uv_loop_t *loop, int me, int world_size, const uint8_t key[32],
 			 int encrypt, scd_pipe_recv_fn recv, void *ctx);
+/* Sets the callback that takes the messages of a pipe that closes with them unwritten. */
+void scd_pipe_on_lost(scd_pipe_t *p, scd_pipe_lost_fn lost);
 /* The coordinator listens on host (numeric, or a wildcard) at port (0: a free one); *bound
  * is the port taken. err names the address and the reason on failure. */
 sc_status_t scd_pipe_listen(scd_pipe_t *p, const char *host, uint16_t port, uint16_t *bound,
@@ -59,8 +70,9 @@ void scd_pipe_world(scd_pipe_t *p, uint64_t world_id);
  * connecting. */
 void scd_pipe_connect(scd_pipe_t *p, const char *host, uint16_t port);
 /* Sends msg (len bytes) to rank (on a node: 0) when its pipe is up: 1 when it is on its
- * way, 0 when there is no pipe up (the caller sends it another way). A pipe whose send
- * fails is closed, and 0 returned. */
+ * way, 0 when there is no pipe up (the caller sends it another way). A pipe that fails
+ * with msg, or messages before it, not wholly written is closed and hands them to the lost
+ * callback (scd_pipe_on_lost); msg's send then returns 1, or 0 without a lost callback. */
 int scd_pipe_send(scd_pipe_t *p, int rank, const uint8_t *msg, size_t len);
 /* Whether rank's pipe is up. */
 int scd_pipe_up(const scd_pipe_t *p, int rank);

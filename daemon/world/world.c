@@ -1003,6 +1003,18 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 }
 
+/* Messages rank's pipe closed without writing (world/pipe.h): on the coordinator channel,
+ * numbered as they are, so that they keep their turn. Not joined is no bar: the world
+ * re-forming unjoins every node before its pipe writes the Reform. */
+static void on_pipe_lost(void *ctx, int rank, const uint8_t *msg, size_t len)
+{
+	scd_world_t *w = ctx;
+	scd_peer_t *p = &w->peers[rank];
+	if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+		return;
+	zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, msg, len);
+}
+
 static void on_readable(uv_poll_t *h, int status, int events)
 {
 	scd_world_drain(h->data);
@@ -1116,6 +1128,7 @@ static sc_status_t start_pipe(scd_world_t *w, const char *host)
 		scd_error(SCD_SUB_WORLD, "no memory for the peer pipe");
 		return SC_ERR_NOMEM;
 	}
+	scd_pipe_on_lost(w->pipe, on_pipe_lost);
 	if (!w->is_coord)
 		return SC_OK;
 	uint16_t bound = 0;

@@ -6,7 +6,8 @@
  * every size up to a megabyte go both ways, in order and intact, sealed and in clear. A
  * node with another key, or of another world, is never up; a stranger's bytes, and more
  * than SCD_PIPE_PENDING_MAX silent connections, are closed; a message over the bound
- * closes its pipe and no other.
+ * closes its pipe and no other; a pipe whose peer fails hands back, in order, the messages
+ * it had not wholly written.
  *
  * The stream: a node's messages from the coordinator numbered 1, 2, 3 handled in that
  * order whatever order they come in, a number seen twice handled once, one of another
@@ -169,6 +170,54 @@ UNIT_TEST(pipe_carries_messages_in_order_both_ways_sealed)
 UNIT_TEST(pipe_carries_messages_in_order_both_ways_in_clear)
 {
 	both_ways(0);
+}
+
+/* A pipe that closes with messages not wholly written hands them back, in order: the
+ * coordinator closes without reading while the node has more queued than the sockets
+ * hold. */
+static void hands_back(int encrypt)
+{
+	uv_loop_t loop;
+	CHECK_EQ_INT(uv_loop_init(&loop), 0);
+	uint8_t key[32];
+	memset(key, 7, sizeof(key));
+	got_t gc = {0}, gn = {0}; /* gn: the node's lost messages (nothing comes to it) */
+	ends_t e = {.n = 1};
+	uint16_t port = listen_coord(&e, &loop, key, encrypt, &gc);
+	e.node[1] = scd_pipe_new(&loop, 1, 3, key, encrypt, on_msg, &gn);
+	scd_pipe_on_lost(e.node[1], on_msg);
+	scd_pipe_world(e.node[1], 0x1234);
+	scd_pipe_connect(e.node[1], "127.0.0.1", port);
+	spin(&loop, 5000, all_up, &e);
+	CHECK_TRUE(all_up(&e));
+	static uint8_t buf[1 << 20];
+	const uint32_t n = 40; /* 40 MiB: more than two sockets' buffers */
+	for (uint32_t t = 0; t < n; t++) {
+		fill(buf, sizeof(buf), t);
+		CHECK_EQ_INT(scd_pipe_send(e.node[1], 0, buf, sizeof(buf)), 1);
+	}
+	scd_pipe_close_all(e.coord, "test: the coordinator's end fails");
+	for (int s = 0; s < 100 && scd_pipe_up(e.node[1], 0); s++)
+		spin(&loop, 50, NULL, NULL);
+	CHECK_TRUE(!scd_pipe_up(e.node[1], 0));
+	CHECK_EQ_INT(gc.n, 0);
+	CHECK_TRUE(gn.n > 0);
+	CHECK_EQ_INT(gn.bad, 0);
+	for (int k = 0; k < gn.n; k++) {
+		CHECK_EQ_INT(gn.from[k], 0);
+		CHECK_EQ_INT(gn.tag[k], n - (uint32_t)gn.n + (uint32_t)k);
+	}
+	ends_free(&e, &loop);
+}
+
+UNIT_TEST(pipe_hands_back_what_it_did_not_write_sealed)
+{
+	hands_back(1);
+}
+
+UNIT_TEST(pipe_hands_back_what_it_did_not_write_in_clear)
+{
+	hands_back(0);
 }
 
 /* A node with another key, or of another world, is never up, and nothing of it reaches
