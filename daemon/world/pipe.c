@@ -83,7 +83,8 @@ struct scd_pipe {
 	conn_t **conns; /* by rank: the pipe up (on a node, [0], also while it opens) */
 	conn_t *pending;
 	int n_pending;
-	int handles; /* open libuv handles; p is freed when the last closes */
+	int accept_paused; /* the listener rests until the timer's next turn (EMFILE) */
+	int handles;	   /* open libuv handles; p is freed when the last closes */
 	int destroyed;
 };
 
@@ -558,6 +559,17 @@ static void on_accept(uv_poll_t *h, int status, int events)
 	scd_pipe_t *p = h->data;
 	for (;;) {
 		int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			       errno == ENOMEM)) {
+			/* the connection stays in the backlog and the listener readable: wait
+			 * for the next turn of the timer rather than spin on it */
+			scd_warn_limited(SCD_SUB_WORLD,
+					 "peer pipe: cannot accept a connection: %s (waiting)",
+					 strerror(errno));
+			uv_poll_stop(&p->lpoll);
+			p->accept_paused = 1;
+			return;
+		}
 		if (fd < 0)
 			return;
 		int one = 1;
@@ -582,6 +594,10 @@ static void on_timer(uv_timer_t *t)
 {
 	scd_pipe_t *p = t->data;
 	uint64_t now = scd_now_ms();
+	if (p->accept_paused && p->lfd >= 0 && !p->destroyed) {
+		p->accept_paused = 0;
+		uv_poll_start(&p->lpoll, UV_READABLE, on_accept);
+	}
 	for (conn_t *c = p->pending, *next; c; c = next) {
 		next = c->next;
 		if (now > c->deadline_ms)
