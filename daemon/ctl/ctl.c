@@ -544,6 +544,14 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 				char msg[512];
 				snprintf(msg, sizeof(msg), "%s of tensor '%s' aborted: %s",
 					 scd_coll_name(&nt->coll), nt->name, why);
+				/* the other trainers that had not submitted this step yet owe
+				 * it: their next submission of the name is this step, late,
+				 * and gets its error (the dead one's successor starts afresh)
+				 */
+				carry_add(nt, owing(ctl, nt, s->local_rank), SC_ERR_ABORTED);
+				size_t n = strnlen(msg, sizeof(nt->carry.msg) - 1);
+				memcpy(nt->carry.msg, msg, n);
+				nt->carry.msg[n] = 0;
 				scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
 			}
 		}

@@ -377,6 +377,108 @@ int it_killed(int argc, char **argv)
 }
 
 /*
+ * killed-late: 2 nodes x 2 trainers, two steps of 'kl.x'. In step 1 ranks 0, 1 and 2
+ * submit, and rank 2's worker dies right after; a new worker of rank 2 connects (its node
+ * is whole again) and submits step 2. Rank 3, late, submits step 1 only then: that step
+ * failed (aborted) on every rank, so this submission is it and must get its error at once;
+ * rank 3's step 2 then pairs with everyone's step 2, exact. Were rank 3's late submission
+ * taken as a new step, it would pair with the new worker's step 2, and every rank's step 2
+ * would return SC_OK with rank 3's step 1 values in its sum.
+ */
+/* A barrier retried until every node takes part (a node is degraded until its dead
+ * worker's successor comes), then step 2 of 'kl.x', which must be exact. */
+static void kl_step2(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n)
+{
+	double t0 = it_now_s();
+	while (sc_barrier(c, 10000) != SC_OK) {
+		if (it_now_s() - t0 > 60)
+			IT_FAIL("the barrier after step 1 still fails after 60 s: %s",
+				sc_last_error());
+		it_sleep_ms(20);
+	}
+	sc_handle_t h = 0;
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 9, rank, 1);
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kl.x' (step 2)");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	if (r != SC_OK)
+		IT_FAIL("step 2 of 'kl.x' failed: %s: %s", it_wait_name(r), it_wait_error());
+	char why[512];
+	size_t wrong =
+	    it_check(sc_tensor_data(x), SC_FLOAT32, n, 9, size, 1, SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL(
+		    "step 2 of 'kl.x': SC_OK with %zu of %zu elements wrong (a step 1 in its "
+		    "sum?): %s",
+		    wrong, n, why);
+	it_log("step 2 of 'kl.x' exact");
+}
+
+int it_killed_late(int argc, char **argv)
+{
+	size_t n = 1000;
+	if (it_env.env_rank == 2) {
+		/* the trainer supervises: a worker that dies in step 1, then its successor */
+		pid_t w = fork();
+		if (w == 0) {
+			sc_client_t *c = it_connect();
+			sc_tensor_t *x = it_register(c, "kl.x", SC_FLOAT32, n);
+			it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 2, 1);
+			sc_handle_t h = 0;
+			IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h),
+				    "allreduce 'kl.x'");
+			it_log("submitted step 1 of 'kl.x'; this worker dies");
+			fflush(NULL);
+			raise(SIGKILL);
+			_exit(1);
+		}
+		int st = it_wait_child(w, 60, "rank 2's first worker");
+		if (!WIFSIGNALED(st))
+			IT_FAIL("rank 2's first worker ended with status %d, not killed", st);
+		sc_client_t *c = NULL;
+		double t0 = it_now_s();
+		sc_status_t cs;
+		/* until the daemon has ended the dead worker's session */
+		while ((cs = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c)) == SC_ERR_BUSY &&
+		       it_now_s() - t0 < 30)
+			it_sleep_ms(20);
+		IT_CHECK_SC(cs, "sc_connect of rank 2's second worker");
+		sc_tensor_t *x = it_register(c, "kl.x", SC_FLOAT32, n);
+		kl_step2(c, x, 2, 4, n);
+		sc_finalize(c);
+		it_pass();
+	}
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	if (size != 4 || sc_local_size(c) != 2)
+		IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers", size);
+	sc_tensor_t *x = it_register(c, "kl.x", SC_FLOAT32, n);
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, rank, 1);
+	if (rank == 3)
+		usleep(2000 * 1000); /* rank 2's worker died and its successor came meanwhile */
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kl.x'");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r == SC_OK)
+		IT_FAIL("step 1 of 'kl.x' returned SC_OK although rank 2's worker died in it");
+	if (r == IT_HANG)
+		IT_FAIL("step 1 of 'kl.x' never ended: %s", it_wait_error());
+	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), 2))
+		IT_FAIL(
+		    "step 1 of 'kl.x' failed with %s, expected SC_ERR_ABORTED naming rank 2: "
+		    "'%s'",
+		    it_wait_name(r), it_wait_error());
+	if (rank == 3 && dt > 1.0)
+		IT_FAIL("rank 3's late step 1 failed only after %.2f s: %s", dt,
+			it_wait_error());
+	it_log("step 1 of 'kl.x' failed after %.2f s: %s", dt, it_wait_error());
+	kl_step2(c, x, rank, size, n);
+	sc_finalize(c);
+	it_pass();
+}
+
+/*
  * stalled: rank 1 stays alive but never submits 'stalled.x'. Run with a short
  * stall_timeout_ms: every other rank's operation must end with SC_ERR_STALLED naming rank 1
  * (not hang, and not SC_ERR_TIMEOUT, which only ever means a wait ran out), and a tensor

@@ -359,6 +359,11 @@ run_case "killed n=2" 2 1 120 137 1 --keep-going -- "$itest" killed
 run_case "killed n=3" 3 1 120 137 2 --keep-going -- "$itest" killed
 run_case "killed n=1 per-node=3" 1 3 120 137 2 --keep-going -- "$itest" killed
 run_case "killed n=2 per-node=2" 2 2 120 137 3 --keep-going -- "$itest" killed
+# killed late: rank 2's worker dies in a step its node-mate rank 3 submits only after a
+# new worker of rank 2 came: rank 3's late submission is that failed step and gets its
+# error at once, and the next step is exact on every rank
+run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-late
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
