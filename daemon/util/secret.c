@@ -127,20 +127,21 @@ sc_status_t scd_secret_curve_rank(const scd_secret_t *s, int rank, scd_curve_pai
 	return curve_pair(s, (uint64_t)rank, KDF_CTX_CURVE_RANK, kp);
 }
 
-void scd_secret_data_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES])
+/* A 32-byte key of context ctx: all zeros without a secret. */
+static void plain_key(const scd_secret_t *s, const char *ctx, uint8_t key[SCD_SECRET_KEY_BYTES])
 {
 	if (!s->present)
 		memset(key, 0, SCD_SECRET_KEY_BYTES);
 	else
-		crypto_kdf_derive_from_key(key, SCD_SECRET_KEY_BYTES, 0, KDF_CTX_DATA,
-					   s->master);
+		crypto_kdf_derive_from_key(key, SCD_SECRET_KEY_BYTES, 0, ctx, s->master);
+}
+
+void scd_secret_data_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES])
+{
+	plain_key(s, KDF_CTX_DATA, key);
 }
 
 void scd_secret_pipe_key(const scd_secret_t *s, uint8_t key[SCD_SECRET_KEY_BYTES])
 {
-	if (!s->present)
-		memset(key, 0, SCD_SECRET_KEY_BYTES);
-	else
-		crypto_kdf_derive_from_key(key, SCD_SECRET_KEY_BYTES, 0, KDF_CTX_PIPE,
-					   s->master);
+	plain_key(s, KDF_CTX_PIPE, key);
 }

@@ -610,6 +610,26 @@ static void on_timer(uv_timer_t *t)
 
 /* ---- the interface ----------------------------------------------------------------- */
 
+/* The socket address of numeric host (IPv6 when it has a ':') and port: 0 when host is
+ * not a numeric address. */
+static int sockaddr_of(const char *host, uint16_t port, struct sockaddr_storage *ss,
+		       socklen_t *sl)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (strchr(host, ':')) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons(port);
+		*sl = sizeof(*a);
+		return inet_pton(AF_INET6, host, &a->sin6_addr) == 1;
+	}
+	struct sockaddr_in *a = (struct sockaddr_in *)ss;
+	a->sin_family = AF_INET;
+	a->sin_port = htons(port);
+	*sl = sizeof(*a);
+	return inet_pton(AF_INET, host, &a->sin_addr) == 1;
+}
+
 scd_pipe_t *scd_pipe_new(uv_loop_t *loop, int me, int world_size, const uint8_t key[32],
 			 int encrypt, scd_pipe_recv_fn recv, void *ctx)
 {
@@ -640,27 +660,11 @@ scd_pipe_t *scd_pipe_new(uv_loop_t *loop, int me, int world_size, const uint8_t 
 sc_status_t scd_pipe_listen(scd_pipe_t *p, const char *host, uint16_t port, uint16_t *bound,
 			    char *err, size_t err_len)
 {
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss;
 	socklen_t sl;
-	int v6 = strchr(host, ':') != NULL;
-	if (v6) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons(port);
-		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1) {
-			snprintf(err, err_len, "'%s' is not a numeric address", host);
-			return SC_ERR_INVALID;
-		}
-		sl = sizeof(*a);
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		if (inet_pton(AF_INET, host, &a->sin_addr) != 1) {
-			snprintf(err, err_len, "'%s' is not a numeric address", host);
-			return SC_ERR_INVALID;
-		}
-		sl = sizeof(*a);
+	if (!sockaddr_of(host, port, &ss, &sl)) {
+		snprintf(err, err_len, "'%s' is not a numeric address", host);
+		return SC_ERR_INVALID;
 	}
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int one = 1;
@@ -702,23 +706,10 @@ void scd_pipe_connect(scd_pipe_t *p, const char *host, uint16_t port)
 {
 	if (p->me == 0 || p->conns[0] || !p->world_id)
 		return;
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss;
 	socklen_t sl;
-	if (strchr(host, ':')) {
-		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-		a->sin6_family = AF_INET6;
-		a->sin6_port = htons(port);
-		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
-			return;
-		sl = sizeof(*a);
-	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-			return;
-		sl = sizeof(*a);
-	}
+	if (!sockaddr_of(host, port, &ss, &sl))
+		return;
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return;
