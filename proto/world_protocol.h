@@ -26,10 +26,12 @@
  * rank must give alike.
  * 12: PeerMsg is numbered (seq, epoch) in a formed world, and WorldInfo names the
  * coordinator's peer pipe (world/pipe.h), which carries the messages once a node is on it.
+ * 13: PeerMsg acknowledges the other direction's numbers (ack): a message is kept until
+ * acknowledged and sent again when its pipe fails or its acknowledgement is late.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 12
+#define SCD_WORLD_PROTOCOL_VERSION 13
 
 #endif

@@ -151,12 +151,16 @@ static void on_beat(uv_timer_t *t)
 		hb.heard_ms_ago = ago;
 		hb.n_heard_ms_ago = (size_t)P;
 		/* by identity: while the world re-forms, a node that has not joined again
-		 * must still hear its coordinator */
+		 * must still hear its coordinator; in a formed world each carries the
+		 * acknowledgement of the node's numbered messages (world/stream.c) */
+		m.epoch = w->formed ? w->world_id : 0;
 		for (int r = 1; r < P; r++)
 			if (w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
-			    w->peers[r].ident_len)
+			    w->peers[r].ident_len) {
+				m.ack = m.epoch ? w->peers[r].rx_next - 1 : 0;
 				scd_world_send_raw(w, w->peers[r].ident, w->peers[r].ident_len,
 						   &m);
+			}
 	} else {
 		scd_world_send_coord(w, &m);
 	}

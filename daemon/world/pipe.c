@@ -59,9 +59,8 @@ typedef struct conn {
 	uint8_t hs[ACK_BYTES]; /* the handshake message being read */
 	size_t hs_len;
 	scd_seal_t *seal;
-	uint8_t *ob; /* bytes to write: [ob_off, ob_len); ob_msg: where the first message
-		      * not wholly written starts (<= ob_off) */
-	size_t ob_off, ob_len, ob_cap, ob_msg;
+	uint8_t *ob; /* bytes to write: [ob_off, ob_len) */
+	size_t ob_off, ob_len, ob_cap;
 	uint8_t *rb; /* bytes read, whole messages not yet taken: [rb_off, rb_len) */
 	size_t rb_off, rb_len, rb_cap;
 	struct conn *next; /* acceptor: the pending list */
@@ -73,8 +72,8 @@ struct scd_pipe {
 	uint8_t key[SCD_TCP_AUTH_KEY_BYTES];
 	int encrypt;
 	scd_pipe_recv_fn recv;
-	scd_pipe_lost_fn lost;
-	int quiet; /* closing for a new world or the daemon's end: nothing handed back */
+	scd_pipe_closed_fn closed;
+	int quiet; /* closing for a new world or the daemon's end: no closed callback */
 	void *ctx;
 	uint64_t world_id;
 	int lfd;
@@ -89,7 +88,6 @@ struct scd_pipe {
 };
 
 static void conn_io(uv_poll_t *h, int status, int events);
-static uint32_t get32(const uint8_t *b);
 
 static void pipe_maybe_free(scd_pipe_t *p)
 {
@@ -146,16 +144,9 @@ static void conn_close(conn_t *c, const char *why)
 	unlink_pending(p, c);
 	uv_close((uv_handle_t *)&c->poll, conn_closed); /* stops it, before the fd goes */
 	close(c->fd);
-	/* the messages not wholly written: the peer cannot have had them */
-	size_t f = c->ob_msg, end = c->ob_len;
-	c->ob_off = c->ob_len = c->ob_msg = 0;
-	if (c->state != C_UP || !p->lost || p->quiet)
-		return;
-	while (end - f >= 4) {
-		uint32_t len = get32(c->ob + f);
-		p->lost(p->ctx, p->me == 0 ? c->rank : 0, c->ob + f + 4, len);
-		f += 4 + (size_t)len;
-	}
+	c->ob_off = c->ob_len = 0;
+	if (c->state == C_UP && p->closed && !p->quiet)
+		p->closed(p->ctx, p->me == 0 ? c->rank : 0);
 }
 
 static conn_t *conn_new(scd_pipe_t *p, int fd, conn_state_t state, int events)
@@ -403,9 +394,6 @@ static int flush_out(conn_t *c)
 		ssize_t n = scd_seal_send(c->seal, c->fd, &iov, 1);
 		if (n > 0) {
 			c->ob_off += (size_t)n;
-			while (c->ob_msg < c->ob_off &&
-			       c->ob_msg + 4 + get32(c->ob + c->ob_msg) <= c->ob_off)
-				c->ob_msg += 4 + get32(c->ob + c->ob_msg);
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -417,15 +405,17 @@ static int flush_out(conn_t *c)
 		conn_close(c, why);
 		return -1;
 	}
-	c->ob_off = c->ob_len = c->ob_msg = 0;
+	c->ob_off = c->ob_len = 0;
 	watch(c, UV_READABLE);
 	return 0;
 }
 
-/* Reads what has come and hands out each whole message. */
+/* Reads what has come and hands out each whole message, at most about
+ * SCD_PIPE_TURN_BYTES in one turn of the loop (the socket stays readable for the next). */
 static void read_in(conn_t *c)
 {
 	scd_pipe_t *p = c->p;
+	size_t turn = 0;
 	for (;;) {
 		if (c->rb_off == c->rb_len)
 			c->rb_off = c->rb_len = 0;
@@ -464,6 +454,7 @@ static void read_in(conn_t *c)
 			return;
 		}
 		c->rb_len += (size_t)n;
+		turn += (size_t)n;
 		while (c->rb_len - c->rb_off >= 4) {
 			uint32_t len = get32(c->rb + c->rb_off);
 			if ((long long)len > SCD_PEER_MSG_MAX_BYTES) {
@@ -495,6 +486,8 @@ static void read_in(conn_t *c)
 			if (c->closing || p->destroyed)
 				return;
 		}
+		if (turn >= SCD_PIPE_TURN_BYTES && !scd_seal_ready(c->seal))
+			return;
 	}
 }
 
@@ -687,9 +680,9 @@ sc_status_t scd_pipe_listen(scd_pipe_t *p, const char *host, uint16_t port, uint
 	return SC_OK;
 }
 
-void scd_pipe_on_lost(scd_pipe_t *p, scd_pipe_lost_fn lost)
+void scd_pipe_on_closed(scd_pipe_t *p, scd_pipe_closed_fn closed)
 {
-	p->lost = lost;
+	p->closed = closed;
 }
 
 void scd_pipe_world(scd_pipe_t *p, uint64_t world_id)
@@ -741,11 +734,10 @@ int scd_pipe_send(scd_pipe_t *p, int rank, const uint8_t *msg, size_t len)
 	conn_t *c = p->conns[rank];
 	size_t need = c->ob_len + 4 + len;
 	if (need > c->ob_cap) {
-		if (c->ob_msg) {
-			memmove(c->ob, c->ob + c->ob_msg, c->ob_len - c->ob_msg);
-			c->ob_len -= c->ob_msg;
-			c->ob_off -= c->ob_msg;
-			c->ob_msg = 0;
+		if (c->ob_off) {
+			memmove(c->ob, c->ob + c->ob_off, c->ob_len - c->ob_off);
+			c->ob_len -= c->ob_off;
+			c->ob_off = 0;
 			need = c->ob_len + 4 + len;
 		}
 		if (need > c->ob_cap) {
@@ -755,7 +747,7 @@ int scd_pipe_send(scd_pipe_t *p, int rank, const uint8_t *msg, size_t len)
 			uint8_t *nb = realloc(c->ob, cap);
 			if (!nb) {
 				conn_close(c, "no memory for a message");
-				return 0;
+				return p->closed != NULL; /* the closed callback has it */
 			}
 			c->ob = nb;
 			c->ob_cap = cap;
@@ -767,7 +759,7 @@ int scd_pipe_send(scd_pipe_t *p, int rank, const uint8_t *msg, size_t len)
 	/* a message behind others waits for the socket to take them */
 	if (c->ob_len - c->ob_off == 4 + len)
 		if (flush_out(c) < 0)
-			return p->lost != NULL; /* handed to the lost callback with the rest */
+			return p->closed != NULL; /* the closed callback has it */
 	return 1;
 }
 

@@ -23,11 +23,13 @@
  * most SCD_PEER_MSG_MAX_BYTES. A connection that has not finished its handshake within
  * 2 s is closed, and at most SCD_PIPE_PENDING_MAX are pending at once.
  *
- * A pipe that fails (its peer exited, a malformed frame) is closed; the messages it had
- * not wholly written are handed back (scd_pipe_on_lost) and go on the coordinator channel,
- * as do the messages after them, and a node connects again at its next heartbeat. A
- * message wholly written to a socket whose peer then failed before reading it is lost:
- * the receiver's numbered stream skips it after half of peer_timeout_ms (world.c).
+ * A pipe that fails (its peer exited, a malformed frame) is closed and says so
+ * (scd_pipe_on_closed); what it had not written goes with it. The world keeps every
+ * message until its receiver acknowledges it and sends the ones not acknowledged again on
+ * the coordinator channel (world/stream.c), as it sends the messages after them, and a
+ * node connects again at its next heartbeat. A reader hands out at most about
+ * SCD_PIPE_TURN_BYTES per turn of the loop, so a peer that floods its pipe does not hold
+ * the loop.
  */
 #ifndef SCD_WORLD_PIPE_H
 #define SCD_WORLD_PIPE_H
@@ -40,6 +42,7 @@
 
 #define SCD_PIPE_PENDING_MAX  32
 #define SCD_PIPE_HANDSHAKE_MS 2000
+#define SCD_PIPE_TURN_BYTES   (1u << 20)
 
 typedef struct scd_pipe scd_pipe_t;
 
@@ -47,18 +50,17 @@ typedef struct scd_pipe scd_pipe_t;
  * close pipes. */
 typedef void (*scd_pipe_recv_fn)(void *ctx, int rank, const uint8_t *msg, size_t len);
 
-/* Messages handed back from rank's pipe when it closed before writing them wholly (its
- * peer cannot have had them), in the order they were sent; the caller sends them another
- * way. Not called when the pipes close for a new world (scd_pipe_world) or the end
- * (scd_pipe_destroy). May not send on the pipe. */
-typedef void (*scd_pipe_lost_fn)(void *ctx, int rank, const uint8_t *msg, size_t len);
+/* Rank's pipe, up, closed (it failed, or scd_pipe_close_all): what it carried and had not
+ * written is gone. Not called when the pipes close for a new world (scd_pipe_world) or
+ * the end (scd_pipe_destroy). */
+typedef void (*scd_pipe_closed_fn)(void *ctx, int rank);
 
 /* A pipe end for rank me of world_size ranks, on loop, proving key (32 bytes) and
  * encrypting when encrypt is set. NULL when out of memory. */
 scd_pipe_t *scd_pipe_new(uv_loop_t *loop, int me, int world_size, const uint8_t key[32],
 			 int encrypt, scd_pipe_recv_fn recv, void *ctx);
-/* Sets the callback that takes the messages of a pipe that closes with them unwritten. */
-void scd_pipe_on_lost(scd_pipe_t *p, scd_pipe_lost_fn lost);
+/* Sets the callback told of a pipe that closed. */
+void scd_pipe_on_closed(scd_pipe_t *p, scd_pipe_closed_fn closed);
 /* The coordinator listens on host (numeric, or a wildcard) at port (0: a free one); *bound
  * is the port taken. err names the address and the reason on failure. */
 sc_status_t scd_pipe_listen(scd_pipe_t *p, const char *host, uint16_t port, uint16_t *bound,
@@ -70,9 +72,9 @@ void scd_pipe_world(scd_pipe_t *p, uint64_t world_id);
  * connecting. */
 void scd_pipe_connect(scd_pipe_t *p, const char *host, uint16_t port);
 /* Sends msg (len bytes) to rank (on a node: 0) when its pipe is up: 1 when it is on its
- * way, 0 when there is no pipe up (the caller sends it another way). A pipe that fails
- * with msg, or messages before it, not wholly written is closed and hands them to the lost
- * callback (scd_pipe_on_lost); msg's send then returns 1, or 0 without a lost callback. */
+ * way, 0 when there is no pipe up (the caller sends it another way). A pipe that fails in
+ * this call is closed and tells the closed callback (scd_pipe_on_closed), after which the
+ * call returns 1 (the callback's owner has msg), or 0 without a callback. */
 int scd_pipe_send(scd_pipe_t *p, int rank, const uint8_t *msg, size_t len);
 /* Whether rank's pipe is up. */
 int scd_pipe_up(const scd_pipe_t *p, int rank);

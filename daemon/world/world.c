@@ -2,7 +2,8 @@
  * world.c: world formation, the mesh job and its completion, and the peer control channel
  * (see world.h). The coordinator's ROUTER and the other ranks' DEALERs carry one packed
  * PeerMsg per frame; the coordinator handles its own messages by direct call instead of
- * through a socket. Formation carries the transport's bootstrap blobs without reading
+ * through a socket, and stream.c sends them (numbered, on the peer pipe or this channel).
+ * Formation carries the transport's bootstrap blobs without reading
  * them: the backend's describe checks a Join's blob and renders it for status and logs.
  *
  * The calls that start or stop the daemon (the hooks main.c gives, scd_world_hooks_t) are
@@ -32,200 +33,6 @@
 #include "world/addr.h"
 #include "world/pipe.h"
 #include "world_protocol.h"
-
-/* ---- sending ------------------------------------------------------------------------ */
-
-/* Packs m (into stackbuf when it fits, else a buffer the caller frees); NULL when out of
- * memory. */
-static uint8_t *pack(const Sparsecomm__PeerMsg *m, uint8_t *stackbuf, size_t cap, size_t *n)
-{
-	*n = sparsecomm__peer_msg__get_packed_size(m);
-	uint8_t *buf = *n <= cap ? stackbuf : malloc(*n);
-	if (buf)
-		sparsecomm__peer_msg__pack(m, buf);
-	return buf;
-}
-
-static void zmq_out(scd_world_t *w, const uint8_t *ident, size_t ident_len, const uint8_t *buf,
-		    size_t n)
-{
-	int rc = 0;
-	if (ident)
-		rc = zmq_send(w->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-	if (rc >= 0)
-		rc = zmq_send(w->sock, buf, n, ZMQ_DONTWAIT);
-	if (rc < 0)
-		scd_warn(SCD_SUB_WORLD, "peer message of %zu bytes dropped: %s", n,
-			 zmq_strerror(errno));
-}
-
-void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
-			const Sparsecomm__PeerMsg *m)
-{
-	uint8_t stackbuf[4096];
-	size_t n;
-	uint8_t *buf = pack(m, stackbuf, sizeof(stackbuf), &n);
-	if (!buf)
-		return;
-	zmq_out(w, ident, ident_len, buf, n);
-	if (buf != stackbuf)
-		free(buf);
-}
-
-/* m to rank (a node: to the coordinator, rank 0), numbered in a formed world, on the peer
- * pipe when it is up, else on the coordinator channel. */
-static void send_link(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
-{
-	scd_peer_t *p = &w->peers[rank];
-	Sparsecomm__PeerMsg num = *m;
-	if (w->formed && w->world_id) {
-		num.seq = ++p->tx_seq;
-		num.epoch = w->world_id;
-	}
-	uint8_t stackbuf[4096];
-	size_t n;
-	uint8_t *buf = pack(&num, stackbuf, sizeof(stackbuf), &n);
-	if (!buf)
-		return;
-	if (!num.seq || !scd_pipe_send(w->pipe, rank, buf, n))
-		zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, buf, n);
-	if (buf != stackbuf)
-		free(buf);
-}
-
-static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
-			    const Sparsecomm__PeerMsg *m);
-
-void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
-{
-	if (rank == w->d->rank) {
-		handle_peer_msg(w, rank, NULL, 0, m);
-		return;
-	}
-	scd_peer_t *p = &w->peers[rank];
-	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-		send_link(w, rank, m);
-}
-
-void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
-{
-	if (w->is_coord)
-		handle_peer_msg(w, 0, NULL, 0, m);
-	else
-		send_link(w, 0, m);
-}
-
-/* ---- the numbered stream ------------------------------------------------------------ */
-
-/* Messages held ahead of their turn, per peer, at most: a channel's lead over the other is
- * a few messages (those sent while a pipe came up or went down). */
-#define SCD_HELD_MAX 65536
-
-static void held_free(scd_peer_t *p)
-{
-	while (p->held) {
-		scd_held_t *h = p->held;
-		p->held = h->next;
-		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
-		free(h);
-	}
-	p->n_held = 0;
-}
-
-/* A new world (every rank): every stream starts again from 1. */
-static void streams_reset(scd_world_t *w)
-{
-	for (int r = 0; r < w->d->world_size; r++) {
-		held_free(&w->peers[r]);
-		w->peers[r].tx_seq = 0;
-		w->peers[r].rx_next = 1;
-	}
-}
-
-/* Delivers the held messages whose turn has come. */
-static void deliver_held(scd_world_t *w, int from)
-{
-	scd_peer_t *p = &w->peers[from];
-	while (p->held && p->held->m->seq <= p->rx_next) {
-		scd_held_t *h = p->held;
-		p->held = h->next;
-		p->n_held--;
-		p->held_since_ms = scd_now_ms();
-		if (h->m->seq == p->rx_next) {
-			p->rx_next++;
-			handle_peer_msg(w, from, w->is_coord ? p->ident : NULL, p->ident_len,
-					h->m);
-		}
-		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
-		free(h);
-	}
-}
-
-int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
-		      Sparsecomm__PeerMsg *m)
-{
-	if (!m->seq || !m->epoch || m->epoch != w->world_id || from < 0 ||
-	    from >= w->d->world_size || !w->formed) {
-		handle_peer_msg(w, from, ident, ident_len, m);
-		return 0;
-	}
-	scd_peer_t *p = &w->peers[from];
-	if (m->seq < p->rx_next)
-		return 0; /* came both ways */
-	if (m->seq > p->rx_next) {
-		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,
-			   **at = &p->held;
-		if (!h) {
-			scd_warn_limited(
-			    SCD_SUB_WORLD,
-			    "peer message %llu from rank %d dropped: %d held already "
-			    "behind message %llu",
-			    (unsigned long long)m->seq, from, p->n_held,
-			    (unsigned long long)p->rx_next);
-			return 0;
-		}
-		while (*at && (*at)->m->seq < m->seq)
-			at = &(*at)->next;
-		if (*at && (*at)->m->seq == m->seq) {
-			free(h);
-			return 0;
-		}
-		if (!p->held)
-			p->held_since_ms = scd_now_ms();
-		h->m = m;
-		h->next = *at;
-		*at = h;
-		p->n_held++;
-		return 1;
-	}
-	p->rx_next++;
-	handle_peer_msg(w, from, ident, ident_len, m);
-	deliver_held(w, from);
-	return 0;
-}
-
-/* Every heartbeat: a message that never came (a pipe that failed with it on its way) holds
- * the ones after it back for at most half of peer_timeout_ms, then they go on without it;
- * and a node whose pipe is down connects it again. */
-void scd_world_stream_tick(scd_world_t *w)
-{
-	uint64_t now = scd_now_ms();
-	uint64_t limit = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms) / 2;
-	for (int r = 0; r < w->d->world_size; r++) {
-		scd_peer_t *p = &w->peers[r];
-		if (!p->held || now - p->held_since_ms <= limit)
-			continue;
-		scd_warn(SCD_SUB_WORLD,
-			 "peer messages %llu to %llu from rank %d never came: going on without "
-			 "them",
-			 (unsigned long long)p->rx_next,
-			 (unsigned long long)p->held->m->seq - 1, r);
-		p->rx_next = p->held->m->seq;
-		deliver_held(w, r);
-	}
-	if (!w->is_coord && w->formed && w->pipe_port && !scd_pipe_up(w->pipe, 0))
-		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
-}
 
 /* ---- formation ---------------------------------------------------------------------- */
 
@@ -480,7 +287,7 @@ static void coord_send_world(scd_world_t *w)
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
 	m.world = &wi;
 	/* unnumbered: the world's streams start after it */
-	streams_reset(w);
+	scd_world_streams_reset(w);
 	scd_pipe_world(w->pipe, w->world_id);
 	for (int r = 1; r < d->world_size; r++)
 		if (w->peers[r].joined &&
@@ -625,7 +432,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	}
 	w->formed = 1;
 	w->world_id = wi->world_id;
-	streams_reset(w);
+	scd_world_streams_reset(w);
 	scd_pipe_world(w->pipe, w->world_id);
 	w->pipe_port = (uint16_t)(wi->pipe_port <= 65535 ? wi->pipe_port : 0);
 	if (w->pipe_port)
@@ -874,8 +681,8 @@ static int admitted(scd_world_t *w, int from, scd_zmsg_t *z, const Sparsecomm__P
 	return admitted_as(w, from, w->curve ? key_rank : from, m);
 }
 
-static void handle_peer_msg(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
-			    const Sparsecomm__PeerMsg *m)
+void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      const Sparsecomm__PeerMsg *m)
 {
 	if (w->is_coord && ident && coord_only(m)) {
 		scd_warn(SCD_SUB_WORLD,
@@ -1003,16 +810,11 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 }
 
-/* Messages rank's pipe closed without writing (world/pipe.h): on the coordinator channel,
- * numbered as they are, so that they keep their turn. Not joined is no bar: the world
- * re-forming unjoins every node before its pipe writes the Reform. */
-static void on_pipe_lost(void *ctx, int rank, const uint8_t *msg, size_t len)
+/* Rank's pipe failed (world/pipe.h): what it carried and rank did not acknowledge goes
+ * again on the coordinator channel. */
+static void on_pipe_closed(void *ctx, int rank)
 {
-	scd_world_t *w = ctx;
-	scd_peer_t *p = &w->peers[rank];
-	if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-		return;
-	zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, msg, len);
+	scd_world_pipe_closed(ctx, rank);
 }
 
 static void on_readable(uv_poll_t *h, int status, int events)
@@ -1128,7 +930,7 @@ static sc_status_t start_pipe(scd_world_t *w, const char *host)
 		scd_error(SCD_SUB_WORLD, "no memory for the peer pipe");
 		return SC_ERR_NOMEM;
 	}
-	scd_pipe_on_lost(w->pipe, on_pipe_lost);
+	scd_pipe_on_closed(w->pipe, on_pipe_closed);
 	if (!w->is_coord)
 		return SC_OK;
 	uint16_t bound = 0;
@@ -1270,7 +1072,7 @@ void scd_world_destroy(scd_world_t *w)
 	scd_pipe_destroy(w->pipe);
 	w->pipe = NULL;
 	for (int r = 0; w->peers && r < w->d->world_size; r++)
-		held_free(&w->peers[r]);
+		scd_world_stream_free(&w->peers[r]);
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

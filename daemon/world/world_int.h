@@ -36,13 +36,17 @@ typedef struct scd_peer {
 	Sparsecomm__PeerState state;
 	uint64_t heard_ms;
 	char gone_reason[320];
-	/* the numbered stream of a formed world's messages with this peer (world.c; on a
-	 * node, peers[0] only): the last number sent, the next to deliver, and the messages
-	 * that came ahead of it, in order, with when the first of them came */
+	/* the numbered stream of a formed world's messages with this peer (stream.c; on a
+	 * node, peers[0] only): the last number sent, the next to deliver, the messages
+	 * that came ahead of it, in order, with when the first of them came, and the
+	 * messages sent and not yet acknowledged, oldest first */
 	uint64_t tx_seq, rx_next;
 	struct scd_held *held;
 	uint64_t held_since_ms;
 	int n_held;
+	struct scd_sent *unacked, *unacked_tail;
+	size_t unacked_bytes;
+	int n_unacked;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -126,7 +130,7 @@ typedef struct scd_poison {
 
 #define SCD_WORLD_BUCKETS 1024
 
-/* A message that came ahead of its turn (world.c). */
+/* A message that came ahead of its turn (stream.c). */
 typedef struct scd_held {
 	Sparsecomm__PeerMsg *m;
 	struct scd_held *next;
@@ -247,11 +251,23 @@ void scd_group_pass(scd_world_t *w, uint64_t now, uint64_t stall_ms, scd_group_f
 		    void *arg);
 void scd_group_free(scd_centry_t *e);
 
-/* world.c */
+/* stream.c: sending (world/stream.c says how a formed world's messages are numbered,
+ * acknowledged and sent again) */
 void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__PeerMsg *m);
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+/* Rank's pipe failed: its messages not acknowledged go again on the coordinator channel. */
+void scd_world_pipe_closed(scd_world_t *w, int rank);
+/* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
+void scd_world_streams_reset(scd_world_t *w);
+/* Frees what p's stream holds and keeps. */
+void scd_world_stream_free(scd_peer_t *p);
+/* world.c */
+/* Handles m from rank from (a node: from the coordinator; ident: the sender's identity on
+ * the coordinator, NULL for its own messages), in its turn. */
+void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      const Sparsecomm__PeerMsg *m);
 void scd_world_arm_flush(scd_world_t *w);
 /* Stops the daemon with exit_code through the process's hook (scd_world_hooks_t). */
 static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
@@ -309,12 +325,14 @@ scd_poison_t *scd_late_refusals(scd_world_t *w);
 void scd_late_free_list(scd_poison_t *l);
 /* liveness.c */
 /* The world formed: every peer is connected and heard now; the heartbeats start. */
-/* world.c: m from rank from (a node: from the coordinator), handled in its turn: now, or
+/* stream.c: m from rank from (a node: from the coordinator), handled in its turn: now, or
  * once the messages numbered before it came (it is then held, and freed when handled); 1
- * when m was held (the caller must not free it), 0 when the caller frees it. */
+ * when m was held (the caller must not free it), 0 when the caller frees it. Its
+ * acknowledgement releases the copies kept of the messages it names. */
 int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
 		      Sparsecomm__PeerMsg *m);
-/* world.c, every heartbeat: the numbered streams' gaps, and a node's pipe to connect. */
+/* stream.c, every heartbeat: messages not acknowledged in time sent again, the numbered
+ * streams' gaps, and a node's pipe to connect. */
 void scd_world_stream_tick(scd_world_t *w);
 void scd_live_start(scd_world_t *w);
 /* A message m came from rank from (-1: an identity the coordinator does not know): 1 to

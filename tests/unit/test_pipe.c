@@ -6,12 +6,13 @@
  * every size up to a megabyte go both ways, in order and intact, sealed and in clear. A
  * node with another key, or of another world, is never up; a stranger's bytes, and more
  * than SCD_PIPE_PENDING_MAX silent connections, are closed; a message over the bound
- * closes its pipe and no other; a pipe whose peer fails hands back, in order, the messages
- * it had not wholly written.
+ * closes its pipe and no other; a pipe whose peer fails says so, once.
  *
- * The stream: a node's messages from the coordinator numbered 1, 2, 3 handled in that
- * order whatever order they come in, a number seen twice handled once, one of another
- * world handled at once, and a gap skipped after half of peer_timeout_ms.
+ * The stream (world/stream.c): a node's messages from the coordinator numbered 1, 2, 3
+ * handled in that order whatever order they come in, a number seen twice handled once, one
+ * of another world handled at once, and a gap skipped after peer_timeout_ms; the node's
+ * own messages kept until acknowledged, and sent again when their pipe closes or their
+ * acknowledgement is late.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "transport/tcp_auth.h"
 #include "unit.h"
@@ -34,9 +36,17 @@ typedef struct {
 	int n;
 	int from[MAXMSG];
 	size_t len[MAXMSG];
-	uint32_t tag[MAXMSG]; /* the message's first word */
-	int bad;	      /* a message whose bytes are not its pattern */
+	uint32_t tag[MAXMSG];	 /* the message's first word */
+	int bad;		 /* a message whose bytes are not its pattern */
+	int closed, closed_rank; /* the closed callback's calls, and its last rank */
 } got_t;
+
+static void on_closed(void *ctx, int rank)
+{
+	got_t *g = ctx;
+	g->closed++;
+	g->closed_rank = rank;
+}
 
 static void fill(uint8_t *b, size_t len, uint32_t tag)
 {
@@ -172,52 +182,49 @@ UNIT_TEST(pipe_carries_messages_in_order_both_ways_in_clear)
 	both_ways(0);
 }
 
-/* A pipe that closes with messages not wholly written hands them back, in order: the
- * coordinator closes without reading while the node has more queued than the sockets
- * hold. */
-static void hands_back(int encrypt)
+/* A pipe whose peer fails while it still has more to write than the sockets hold says so
+ * once, and takes nothing more. */
+static void fails_and_says_so(int encrypt)
 {
 	uv_loop_t loop;
 	CHECK_EQ_INT(uv_loop_init(&loop), 0);
 	uint8_t key[32];
 	memset(key, 7, sizeof(key));
-	got_t gc = {0}, gn = {0}; /* gn: the node's lost messages (nothing comes to it) */
+	got_t gc = {0}, gn = {0};
 	ends_t e = {.n = 1};
 	uint16_t port = listen_coord(&e, &loop, key, encrypt, &gc);
 	e.node[1] = scd_pipe_new(&loop, 1, 3, key, encrypt, on_msg, &gn);
-	scd_pipe_on_lost(e.node[1], on_msg);
+	scd_pipe_on_closed(e.node[1], on_closed);
 	scd_pipe_world(e.node[1], 0x1234);
 	scd_pipe_connect(e.node[1], "127.0.0.1", port);
 	spin(&loop, 5000, all_up, &e);
 	CHECK_TRUE(all_up(&e));
 	static uint8_t buf[1 << 20];
-	const uint32_t n = 40; /* 40 MiB: more than two sockets' buffers */
-	for (uint32_t t = 0; t < n; t++) {
+	for (uint32_t t = 0; t < 40; t++) { /* 40 MiB: more than two sockets' buffers */
 		fill(buf, sizeof(buf), t);
 		CHECK_EQ_INT(scd_pipe_send(e.node[1], 0, buf, sizeof(buf)), 1);
 	}
+	CHECK_EQ_INT(gn.closed, 0);
 	scd_pipe_close_all(e.coord, "test: the coordinator's end fails");
 	for (int s = 0; s < 100 && scd_pipe_up(e.node[1], 0); s++)
 		spin(&loop, 50, NULL, NULL);
 	CHECK_TRUE(!scd_pipe_up(e.node[1], 0));
 	CHECK_EQ_INT(gc.n, 0);
-	CHECK_TRUE(gn.n > 0);
-	CHECK_EQ_INT(gn.bad, 0);
-	for (int k = 0; k < gn.n; k++) {
-		CHECK_EQ_INT(gn.from[k], 0);
-		CHECK_EQ_INT(gn.tag[k], n - (uint32_t)gn.n + (uint32_t)k);
-	}
+	CHECK_EQ_INT(gn.closed, 1);
+	CHECK_EQ_INT(gn.closed_rank, 0);
+	CHECK_EQ_INT(scd_pipe_send(e.node[1], 0, buf, 64), 0);
 	ends_free(&e, &loop);
+	CHECK_EQ_INT(gn.closed, 1);
 }
 
-UNIT_TEST(pipe_hands_back_what_it_did_not_write_sealed)
+UNIT_TEST(pipe_that_fails_says_so_once_sealed)
 {
-	hands_back(1);
+	fails_and_says_so(1);
 }
 
-UNIT_TEST(pipe_hands_back_what_it_did_not_write_in_clear)
+UNIT_TEST(pipe_that_fails_says_so_once_in_clear)
 {
-	hands_back(0);
+	fails_and_says_so(0);
 }
 
 /* A node with another key, or of another world, is never up, and nothing of it reaches
@@ -403,21 +410,43 @@ static int64_t cycle(scd_daemon_t *d)
 	return scd_cfg_int(&d->cfg, SCD_CFG_cycle_time_ms);
 }
 
-UNIT_TEST(peer_stream_delivers_in_number_order)
+/* Rank 1 of 2, its world formed (id 77) with no channel, peer_timeout_ms timeout_ms. */
+static scd_world_t *node_world(scd_daemon_t *d, uv_loop_t *loop, const char *timeout_ms)
 {
 	static const scd_world_hooks_t hooks = {0};
-	scd_daemon_t d;
-	uv_loop_t loop;
-	memset(&d, 0, sizeof(d));
-	CHECK_EQ_INT(uv_loop_init(&loop), 0);
-	d.loop = &loop;
-	d.rank = 1, d.world_size = 2, d.local_size = 1, d.notify_fd = -1;
-	scd_config_init(&d.cfg);
-	CHECK_EQ_INT(scd_world_create(&d, &hooks, &d.world), SC_OK);
-	scd_world_t *w = d.world;
+	memset(d, 0, sizeof(*d));
+	CHECK_EQ_INT(uv_loop_init(loop), 0);
+	d->loop = loop;
+	d->rank = 1, d->world_size = 2, d->local_size = 1, d->notify_fd = -1;
+	scd_config_init(&d->cfg);
+	char err[200];
+	CHECK_EQ_INT(scd_config_set(&d->cfg, SCD_CFG_peer_timeout_ms, timeout_ms, SCD_SRC_FLAG,
+				    err, sizeof(err)),
+		     SC_OK);
+	CHECK_EQ_INT(scd_world_create(d, &hooks, &d->world), SC_OK);
+	scd_world_t *w = d->world;
 	w->formed = 1;
 	w->world_id = 77;
-	w->peers[0].rx_next = 1;
+	scd_world_streams_reset(w);
+	return w;
+}
+
+static void node_world_free(scd_daemon_t *d, uv_loop_t *loop)
+{
+	scd_world_t *w = d->world;
+	scd_world_destroy(w);
+	uv_run(loop, UV_RUN_NOWAIT);
+	free(w->peers);
+	free(w);
+	scd_config_free(&d->cfg);
+	uv_loop_close(loop);
+}
+
+UNIT_TEST(peer_stream_delivers_in_number_order)
+{
+	scd_daemon_t d;
+	uv_loop_t loop;
+	scd_world_t *w = node_world(&d, &loop, "10000");
 	give(w, 13, 3, 77); /* ahead: held */
 	give(w, 12, 2, 77);
 	CHECK_EQ_INT(cycle(&d), 0);
@@ -431,13 +460,13 @@ UNIT_TEST(peer_stream_delivers_in_number_order)
 	CHECK_EQ_INT(cycle(&d), 40);
 	give(w, 41, 0, 0); /* unnumbered: at once */
 	CHECK_EQ_INT(cycle(&d), 41);
-	/* a gap: 5 held behind the missing 4, until half of peer_timeout_ms has passed */
+	/* a gap: 5 held behind the missing 4, until peer_timeout_ms has passed */
 	give(w, 15, 5, 77);
 	CHECK_EQ_INT(cycle(&d), 41);
 	scd_world_stream_tick(w);
 	CHECK_EQ_INT(cycle(&d), 41);
 	w->peers[0].held_since_ms =
-	    scd_now_ms() - (uint64_t)scd_cfg_int(&d.cfg, SCD_CFG_peer_timeout_ms);
+	    scd_now_ms() - (uint64_t)scd_cfg_int(&d.cfg, SCD_CFG_peer_timeout_ms) - 1;
 	scd_world_stream_tick(w);
 	CHECK_EQ_INT(cycle(&d), 15);
 	CHECK_EQ_INT(w->peers[0].rx_next, 6);
@@ -446,10 +475,105 @@ UNIT_TEST(peer_stream_delivers_in_number_order)
 	give(w, 16, 6, 77);
 	CHECK_EQ_INT(cycle(&d), 16);
 	give(w, 18, 8, 77); /* held when the world goes: freed with it */
-	scd_world_destroy(w);
-	uv_run(&loop, UV_RUN_NOWAIT);
-	free(w->peers);
-	free(w);
-	scd_config_free(&d.cfg);
-	uv_loop_close(&loop);
+	node_world_free(&d, &loop);
+}
+
+/* The next message the coordinator's socket has: its number and acknowledgement; 0 when
+ * none came within a second. */
+static int coord_got(void *router, uint64_t *seq, uint64_t *ack)
+{
+	uint8_t ident[256], body[4096];
+	if (zmq_recv(router, ident, sizeof(ident), 0) < 0)
+		return 0;
+	int n = zmq_recv(router, body, sizeof(body), 0);
+	if (n < 0)
+		return 0;
+	Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, (size_t)n, body);
+	if (!m)
+		return 0;
+	*seq = m->seq;
+	*ack = m->ack;
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	return 1;
+}
+
+static void node_says(scd_world_t *w, int value)
+{
+	Sparsecomm__PeerMsg *m = config_msg(value, 0, 0);
+	CHECK_TRUE(m != NULL);
+	m->body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE; /* the oneof's same member */
+	scd_world_send_coord(w, m);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+}
+
+/* A node's numbered messages (no pipe up: on the coordinator channel) are kept until the
+ * coordinator acknowledges them; the rest go again when a pipe closes and when their
+ * acknowledgement is late. */
+UNIT_TEST(peer_stream_keeps_messages_until_acknowledged)
+{
+	scd_daemon_t d;
+	uv_loop_t loop;
+	scd_world_t *w = node_world(&d, &loop, "2000");
+	void *zctx = zmq_ctx_new();
+	void *router = zmq_socket(zctx, ZMQ_ROUTER);
+	int linger = 0, wait_ms = 1000;
+	zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(router, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
+	CHECK_EQ_INT(zmq_bind(router, "inproc://stream-ack"), 0);
+	w->sock = zmq_socket(zctx, ZMQ_DEALER);
+	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	CHECK_EQ_INT(zmq_connect(w->sock, "inproc://stream-ack"), 0);
+	uint64_t seq = 0, ack = 9;
+	for (int k = 1; k <= 3; k++) {
+		node_says(w, k);
+		CHECK_TRUE(coord_got(router, &seq, &ack));
+		CHECK_EQ_INT(seq, k);
+		CHECK_EQ_INT(ack, 0);
+	}
+	CHECK_EQ_INT(w->peers[0].n_unacked, 3);
+	/* an acknowledgement of another world releases nothing */
+	Sparsecomm__PeerMsg *m = config_msg(5, 1, 76);
+	m->ack = 3;
+	if (!scd_world_deliver(w, 0, NULL, 0, m))
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_EQ_INT(w->peers[0].n_unacked, 3);
+	/* the coordinator's message 1 acknowledges the node's 1 and 2 */
+	m = config_msg(5, 1, 77);
+	m->ack = 2;
+	if (!scd_world_deliver(w, 0, NULL, 0, m))
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_EQ_INT(w->peers[0].n_unacked, 1);
+	node_says(w, 4); /* acknowledges the coordinator's 1 */
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	CHECK_EQ_INT(seq, 4);
+	CHECK_EQ_INT(ack, 1);
+	/* its pipe closed: 3 and 4, again, in order */
+	scd_world_pipe_closed(w, 0);
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	CHECK_EQ_INT(seq, 3);
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	CHECK_EQ_INT(seq, 4);
+	/* not acknowledged within half of peer_timeout_ms: again at the next heartbeat, and
+	 * not before */
+	scd_world_stream_tick(w);
+	zmq_setsockopt(router, ZMQ_RCVTIMEO, &(int){50}, sizeof(int));
+	CHECK_TRUE(!coord_got(router, &seq, &ack));
+	usleep(1100 * 1000);
+	scd_world_stream_tick(w);
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	CHECK_EQ_INT(seq, 3);
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	CHECK_EQ_INT(seq, 4);
+	/* acknowledged by the coordinator's heartbeat (unnumbered): nothing kept */
+	m = config_msg(5, 0, 77);
+	m->ack = 4;
+	if (!scd_world_deliver(w, 0, NULL, 0, m))
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_EQ_INT(w->peers[0].n_unacked, 0);
+	CHECK_EQ_INT(w->peers[0].unacked_bytes, 0);
+	node_says(w, 6); /* kept, and freed with the world */
+	CHECK_TRUE(coord_got(router, &seq, &ack));
+	zmq_close(router);
+	node_world_free(&d, &loop);
+	zmq_ctx_term(zctx);
 }

@@ -1,0 +1,349 @@
+/*
+ * stream.c: the peer messages' way out, and the numbered stream of a formed world.
+ *
+ * Before the world forms, and for heartbeats and refusals by identity, a PeerMsg goes on
+ * the coordinator channel (ZeroMQ) as it is. In a formed world every message between a
+ * node and its coordinator is numbered per direction (seq, epoch: the world id) and goes
+ * on the peer pipe (world/pipe.h) when it is up, else on the coordinator channel; the
+ * receiver hands the messages to the negotiation in number order, whichever way each
+ * came (scd_world_deliver):
+ *
+ *   - a message ahead of its turn is held (at most SCD_HELD_MAX per peer);
+ *   - a message that came both ways is dropped the second time;
+ *   - every message carries an acknowledgement (ack): the last number its sender has
+ *     delivered from the receiver. The sender keeps every numbered message until it is
+ *     acknowledged (at most SCD_UNACKED_MAX_BYTES per peer), and sends the ones not
+ *     acknowledged again on the coordinator channel when the pipe that carried them fails
+ *     (a message wholly written to a socket whose connection then broke never reached
+ *     its reader), and on its current way when one is not acknowledged within half of
+ *     peer_timeout_ms (the coordinator channel dropped it). Both sides send at least a
+ *     heartbeat every quarter of peer_timeout_ms, which carries the acknowledgement;
+ *   - a gap that nothing fills (the sender's copy was dropped over its bound) holds the
+ *     messages after it back for peer_timeout_ms, then they go on without it, logged
+ *     with the numbers missing.
+ */
+#include "world/world_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "util/log.h"
+#include "world/pipe.h"
+
+/* Messages held ahead of their turn, per peer, at most: a channel's lead over the other is
+ * a few messages (those sent while a pipe came up or went down). */
+#define SCD_HELD_MAX 65536
+
+/* Bytes of numbered messages kept per peer until acknowledged, at most: a quarter of
+ * peer_timeout_ms of the negotiation's messages; past it the oldest copies go (their gap,
+ * if one opens, is skipped: see above). */
+#define SCD_UNACKED_MAX_BYTES ((size_t)64 << 20)
+
+/* A numbered message sent and not yet acknowledged, packed. */
+typedef struct scd_sent {
+	struct scd_sent *next;
+	uint64_t seq;
+	uint64_t sent_ms;
+	size_t len;
+	uint8_t data[];
+} scd_sent_t;
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+/* Packs m (into stackbuf when it fits, else a buffer the caller frees); NULL when out of
+ * memory. */
+static uint8_t *pack(const Sparsecomm__PeerMsg *m, uint8_t *stackbuf, size_t cap, size_t *n)
+{
+	*n = sparsecomm__peer_msg__get_packed_size(m);
+	uint8_t *buf = *n <= cap ? stackbuf : malloc(*n);
+	if (buf)
+		sparsecomm__peer_msg__pack(m, buf);
+	return buf;
+}
+
+static void zmq_out(scd_world_t *w, const uint8_t *ident, size_t ident_len, const uint8_t *buf,
+		    size_t n)
+{
+	int rc = 0;
+	if (ident)
+		rc = zmq_send(w->sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	if (rc >= 0)
+		rc = zmq_send(w->sock, buf, n, ZMQ_DONTWAIT);
+	if (rc < 0)
+		scd_warn(SCD_SUB_WORLD, "peer message of %zu bytes dropped: %s", n,
+			 zmq_strerror(errno));
+}
+
+/* buf to rank on the coordinator channel (a node's: to the coordinator). */
+static void chan_out(scd_world_t *w, int rank, const uint8_t *buf, size_t n)
+{
+	const scd_peer_t *p = &w->peers[rank];
+	zmq_out(w, rank ? p->ident : NULL, rank ? p->ident_len : 0, buf, n);
+}
+
+void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
+			const Sparsecomm__PeerMsg *m)
+{
+	uint8_t stackbuf[4096];
+	size_t n;
+	uint8_t *buf = pack(m, stackbuf, sizeof(stackbuf), &n);
+	if (!buf)
+		return;
+	zmq_out(w, ident, ident_len, buf, n);
+	if (buf != stackbuf)
+		free(buf);
+}
+
+static void unacked_drop_first(scd_peer_t *p)
+{
+	scd_sent_t *s = p->unacked;
+	p->unacked = s->next;
+	if (!p->unacked)
+		p->unacked_tail = NULL;
+	p->unacked_bytes -= s->len;
+	p->n_unacked--;
+	free(s);
+}
+
+/* Keeps a copy of buf (numbered seq) until rank acknowledges it; the oldest copies go past
+ * the bound. */
+static void unacked_keep(scd_peer_t *p, int rank, uint64_t seq, const uint8_t *buf, size_t n)
+{
+	while (p->unacked && p->unacked_bytes + n > SCD_UNACKED_MAX_BYTES) {
+		scd_warn_limited(SCD_SUB_WORLD,
+				 "peer message %llu to rank %d not acknowledged and dropped "
+				 "from the copies kept (%zu bytes kept)",
+				 (unsigned long long)p->unacked->seq, rank, p->unacked_bytes);
+		unacked_drop_first(p);
+	}
+	scd_sent_t *s = n <= SCD_UNACKED_MAX_BYTES ? malloc(sizeof(*s) + n) : NULL;
+	if (!s)
+		return; /* not kept: lost only if its way fails too */
+	s->next = NULL;
+	s->seq = seq;
+	s->sent_ms = scd_now_ms();
+	s->len = n;
+	memcpy(s->data, buf, n);
+	if (p->unacked_tail)
+		p->unacked_tail->next = s;
+	else
+		p->unacked = s;
+	p->unacked_tail = s;
+	p->unacked_bytes += n;
+	p->n_unacked++;
+}
+
+/* buf to rank on the pipe when it is up, else on the coordinator channel. */
+static void link_out(scd_world_t *w, int rank, const uint8_t *buf, size_t n)
+{
+	if (!scd_pipe_send(w->pipe, rank, buf, n))
+		chan_out(w, rank, buf, n);
+}
+
+/* m to rank (a node: to the coordinator), numbered in a formed world and kept until
+ * acknowledged. */
+static void send_link(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
+{
+	scd_peer_t *p = &w->peers[rank];
+	Sparsecomm__PeerMsg num = *m;
+	int numbered = w->formed && w->world_id;
+	if (numbered) {
+		num.seq = ++p->tx_seq;
+		num.epoch = w->world_id;
+		num.ack = p->rx_next - 1;
+	}
+	uint8_t stackbuf[4096];
+	size_t n;
+	uint8_t *buf = pack(&num, stackbuf, sizeof(stackbuf), &n);
+	if (!buf)
+		return;
+	if (numbered) {
+		unacked_keep(p, rank, num.seq, buf, n);
+		link_out(w, rank, buf, n);
+	} else {
+		chan_out(w, rank, buf, n);
+	}
+	if (buf != stackbuf)
+		free(buf);
+}
+
+void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
+{
+	if (rank == w->d->rank) {
+		scd_world_handle(w, rank, NULL, 0, m);
+		return;
+	}
+	scd_peer_t *p = &w->peers[rank];
+	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+		send_link(w, rank, m);
+}
+
+void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)
+{
+	if (w->is_coord)
+		scd_world_handle(w, 0, NULL, 0, m);
+	else
+		send_link(w, 0, m);
+}
+
+/* Rank's numbered messages not acknowledged, again, in order: on the coordinator channel
+ * (chan 1) or their current way; each with the time of this sending. */
+static void resend(scd_world_t *w, int rank, int chan, uint64_t now)
+{
+	scd_peer_t *p = &w->peers[rank];
+	for (scd_sent_t *s = p->unacked; s; s = s->next) {
+		s->sent_ms = now;
+		if (chan)
+			chan_out(w, rank, s->data, s->len);
+		else
+			link_out(w, rank, s->data, s->len);
+	}
+}
+
+void scd_world_pipe_closed(scd_world_t *w, int rank)
+{
+	scd_peer_t *p = &w->peers[rank];
+	if (!w->formed || (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED))
+		return;
+	if (p->n_unacked)
+		scd_info(SCD_SUB_WORLD,
+			 "peer messages %llu to %llu to rank %d sent again on the coordinator "
+			 "channel: their pipe closed before they were acknowledged",
+			 (unsigned long long)p->unacked->seq,
+			 (unsigned long long)p->unacked_tail->seq, rank);
+	resend(w, rank, 1, scd_now_ms());
+}
+
+/* ---- the numbered stream ------------------------------------------------------------ */
+
+static void held_free(scd_peer_t *p)
+{
+	while (p->held) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+	p->n_held = 0;
+}
+
+void scd_world_stream_free(scd_peer_t *p)
+{
+	held_free(p);
+	while (p->unacked)
+		unacked_drop_first(p);
+}
+
+void scd_world_streams_reset(scd_world_t *w)
+{
+	for (int r = 0; r < w->d->world_size; r++) {
+		scd_world_stream_free(&w->peers[r]);
+		w->peers[r].tx_seq = 0;
+		w->peers[r].rx_next = 1;
+	}
+}
+
+/* Delivers the held messages whose turn has come. */
+static void deliver_held(scd_world_t *w, int from)
+{
+	scd_peer_t *p = &w->peers[from];
+	while (p->held && p->held->m->seq <= p->rx_next) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		p->n_held--;
+		p->held_since_ms = scd_now_ms();
+		if (h->m->seq == p->rx_next) {
+			p->rx_next++;
+			scd_world_handle(w, from, w->is_coord ? p->ident : NULL, p->ident_len,
+					 h->m);
+		}
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+}
+
+/* The copies rank acknowledged (ack: the last number it delivered) go. */
+static void acked(scd_peer_t *p, uint64_t ack)
+{
+	while (p->unacked && p->unacked->seq <= ack)
+		unacked_drop_first(p);
+}
+
+int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
+		      Sparsecomm__PeerMsg *m)
+{
+	int ours = m->epoch && m->epoch == w->world_id && from >= 0 &&
+		   from < w->d->world_size && w->formed;
+	if (ours && m->ack)
+		acked(&w->peers[from], m->ack);
+	if (!ours || !m->seq) {
+		scd_world_handle(w, from, ident, ident_len, m);
+		return 0;
+	}
+	scd_peer_t *p = &w->peers[from];
+	if (m->seq < p->rx_next)
+		return 0; /* came both ways */
+	if (m->seq > p->rx_next) {
+		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,
+			   **at = &p->held;
+		if (!h) {
+			scd_warn_limited(
+			    SCD_SUB_WORLD,
+			    "peer message %llu from rank %d dropped: %d held already "
+			    "behind message %llu",
+			    (unsigned long long)m->seq, from, p->n_held,
+			    (unsigned long long)p->rx_next);
+			return 0;
+		}
+		while (*at && (*at)->m->seq < m->seq)
+			at = &(*at)->next;
+		if (*at && (*at)->m->seq == m->seq) {
+			free(h);
+			return 0;
+		}
+		if (!p->held)
+			p->held_since_ms = scd_now_ms();
+		h->m = m;
+		h->next = *at;
+		*at = h;
+		p->n_held++;
+		return 1;
+	}
+	p->rx_next++;
+	scd_world_handle(w, from, ident, ident_len, m);
+	deliver_held(w, from);
+	return 0;
+}
+
+void scd_world_stream_tick(scd_world_t *w)
+{
+	uint64_t now = scd_now_ms();
+	uint64_t timeout = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms);
+	for (int r = 0; r < w->d->world_size; r++) {
+		scd_peer_t *p = &w->peers[r];
+		if (p->unacked && now - p->unacked->sent_ms > timeout / 2 &&
+		    (!w->is_coord || p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)) {
+			scd_warn(
+			    SCD_SUB_WORLD,
+			    "peer messages %llu to %llu to rank %d not acknowledged in %llu "
+			    "ms: sent again",
+			    (unsigned long long)p->unacked->seq,
+			    (unsigned long long)p->unacked_tail->seq, r,
+			    (unsigned long long)(now - p->unacked->sent_ms));
+			resend(w, r, 0, now);
+		}
+		if (!p->held || now - p->held_since_ms <= timeout)
+			continue;
+		scd_warn(SCD_SUB_WORLD,
+			 "peer messages %llu to %llu from rank %d never came: going on without "
+			 "them",
+			 (unsigned long long)p->rx_next,
+			 (unsigned long long)p->held->m->seq - 1, r);
+		p->rx_next = p->held->m->seq;
+		deliver_held(w, r);
+	}
+	if (!w->is_coord && w->formed && w->pipe_port && !scd_pipe_up(w->pipe, 0))
+		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
+}
