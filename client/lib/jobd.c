@@ -28,6 +28,7 @@
 
 #include "internal.h"
 #include "place.h"
+#include "port.h"
 #include "rundir.h"
 
 #define JOB_WAIT_MIN_MS	    130000 /* the daemon's own --ready-timeout is 120 s */
@@ -50,31 +51,16 @@ static const char *env_over(void *ctx, const char *name)
 	return getenv(name);
 }
 
-/* A free TCP port on loopback (the kernel's choice), 0 when none can be had. */
-static int free_loopback_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
-	if (fd < 0)
-		return 0;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 /* A trainer that no launcher or scheduler placed (`python3 train.py`) and no daemon
  * serves: a job of one trainer, its id this process's, its coordinator on a free loopback
- * port unless SPARSECOMM_COORDINATOR or SPARSECOMM_PORT names one (as Horovod runs a script
- * started alone as a job of one; docs/deployment.md, "Started alone"). */
+ * port below the kernel's ephemeral range (proto/port.h: no connect() takes it before the
+ * daemon binds it) unless SPARSECOMM_COORDINATOR or SPARSECOMM_PORT names one (as Horovod runs
+ * a script started alone as a job of one; docs/deployment.md, "Started alone"). */
 static int place_alone(const char *host, sc_place_t *p, char *err, size_t len)
 {
 	char job[64], coord[32];
 	snprintf(job, sizeof(job), "alone.%ld", (long)getpid());
-	snprintf(coord, sizeof(coord), "127.0.0.1:%d", free_loopback_port());
+	snprintf(coord, sizeof(coord), "127.0.0.1:%d", sc_port_pick());
 	int given = getenv("SPARSECOMM_COORDINATOR") || getenv("SPARSECOMM_PORT");
 	const char *kv[] = {"SPARSECOMM_RANK",
 			    "0",

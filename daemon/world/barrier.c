@@ -33,8 +33,7 @@ static void barrier_conclude(scd_world_t *w, uint64_t seq, sc_status_t st, const
 	}
 	if (st != SC_OK)
 		scd_warn(SCD_SUB_NEGOTIATE, "%s", error);
-	for (int r = 0; r < w->d->world_size; r++)
-		scd_world_send_peer(w, r, &m);
+	scd_world_send_all(w, &m);
 }
 
 /* The first degraded node, or -1. */

@@ -46,8 +46,7 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 	w->join_count = 0;
 	for (int r = 0; r < w->d->world_size; r++)
 		w->peers[r].join_seq = 0;
-	for (int r = 0; r < w->d->world_size; r++)
-		scd_world_send_peer(w, r, &msg);
+	scd_world_send_all(w, &msg);
 }
 
 void scd_join_on_degraded(scd_world_t *w, int rank);

@@ -981,8 +981,7 @@ static void coord_emit(scd_world_t *w)
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
 		m.plan = &pb.plan;
 		uint64_t tl = scd_tl_begin();
-		for (int r = 0; r < P; r++)
-			scd_world_send_peer(w, r, &m);
+		scd_world_send_all(w, &m);
 		scd_tl_arg_t ta[] = {{"cycle", NULL, (int64_t)pb.plan.cycle},
 				     {"responses", NULL, (int64_t)pb.plan.n_responses}};
 		scd_tl_here("plan_out", tl, ta, 2);

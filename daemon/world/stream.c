@@ -52,12 +52,16 @@ typedef struct scd_sent {
 
 /* ---- sending ------------------------------------------------------------------------ */
 
-/* Packs m (into stackbuf when it fits, else a buffer the caller frees); NULL when out of
- * memory. */
-static uint8_t *pack(const Sparsecomm__PeerMsg *m, uint8_t *stackbuf, size_t cap, size_t *n)
+/* Room after a packed message for its numbering (three varint fields). */
+#define NUMBERING_MAX 40
+
+/* The body packed (room for its numbering after it) into stackbuf when it fits, else a
+ * buffer the caller frees; NULL when out of memory. */
+static uint8_t *pack_body(const Sparsecomm__PeerMsg *m, uint8_t *stackbuf, size_t cap,
+			  size_t *n)
 {
 	*n = sparsecomm__peer_msg__get_packed_size(m);
-	uint8_t *buf = *n <= cap ? stackbuf : malloc(*n);
+	uint8_t *buf = *n + NUMBERING_MAX <= cap ? stackbuf : malloc(*n + NUMBERING_MAX);
 	if (buf)
 		sparsecomm__peer_msg__pack(m, buf);
 	return buf;
@@ -88,7 +92,7 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 {
 	uint8_t stackbuf[4096];
 	size_t n;
-	uint8_t *buf = pack(m, stackbuf, sizeof(stackbuf), &n);
+	uint8_t *buf = pack_body(m, stackbuf, sizeof(stackbuf), &n);
 	if (!buf)
 		return;
 	zmq_out(w, ident, ident_len, buf, n);
@@ -142,42 +146,70 @@ static void link_out(scd_world_t *w, int rank, const uint8_t *buf, size_t n)
 		chan_out(w, rank, buf, n);
 }
 
-/* m to rank (a node: to the coordinator), numbered in a formed world and kept until
- * acknowledged. */
-static void send_link(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
+/* The packed body (n bytes, with room for its numbering) to rank: in a formed world
+ * numbered, kept until acknowledged and sent on the pipe or the coordinator channel; else
+ * on the coordinator channel as it is. The numbering is a second message of the three
+ * fields alone after the body: a parser merges the two, as protobuf concatenation does. */
+static void out_numbered(scd_world_t *w, int rank, uint8_t *buf, size_t n)
 {
 	scd_peer_t *p = &w->peers[rank];
-	Sparsecomm__PeerMsg num = *m;
-	int numbered = w->formed && w->world_id;
-	if (numbered) {
-		num.seq = ++p->tx_seq;
-		num.epoch = w->world_id;
-		num.ack = p->rx_next - 1;
+	if (!(w->formed && w->world_id)) {
+		chan_out(w, rank, buf, n);
+		return;
 	}
+	Sparsecomm__PeerMsg num = SPARSECOMM__PEER_MSG__INIT;
+	num.seq = ++p->tx_seq;
+	num.epoch = w->world_id;
+	num.ack = p->rx_next - 1;
+	size_t t = sparsecomm__peer_msg__pack(&num, buf + n);
+	unacked_keep(p, rank, num.seq, buf, n + t);
+	link_out(w, rank, buf, n + t);
+}
+
+/* m (unnumbered: seq, epoch and ack 0) to rank (a node: to the coordinator). */
+static void send_link(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
+{
 	uint8_t stackbuf[4096];
 	size_t n;
-	uint8_t *buf = pack(&num, stackbuf, sizeof(stackbuf), &n);
+	uint8_t *buf = pack_body(m, stackbuf, sizeof(stackbuf), &n);
 	if (!buf)
 		return;
-	if (numbered) {
-		unacked_keep(p, rank, num.seq, buf, n);
-		link_out(w, rank, buf, n);
-	} else {
-		chan_out(w, rank, buf, n);
-	}
+	out_numbered(w, rank, buf, n);
 	if (buf != stackbuf)
 		free(buf);
 }
 
+static int reachable(const scd_world_t *w, int rank)
+{
+	const scd_peer_t *p = &w->peers[rank];
+	return p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+}
+
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m)
 {
-	if (rank == w->d->rank) {
+	if (rank == w->d->rank)
 		scd_world_handle(w, rank, NULL, 0, m);
-		return;
-	}
-	scd_peer_t *p = &w->peers[rank];
-	if (p->joined && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+	else if (reachable(w, rank))
 		send_link(w, rank, m);
+}
+
+void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m)
+{
+	uint8_t stackbuf[4096], *buf = NULL;
+	size_t n = 0;
+	for (int r = 0; r < w->d->world_size; r++) {
+		if (r == w->d->rank) {
+			scd_world_handle(w, r, NULL, 0, m);
+			continue;
+		}
+		if (!reachable(w, r))
+			continue;
+		if (!buf && !(buf = pack_body(m, stackbuf, sizeof(stackbuf), &n)))
+			return;
+		out_numbered(w, r, buf, n);
+	}
+	if (buf != stackbuf)
+		free(buf);
 }
 
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m)

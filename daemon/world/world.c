@@ -521,8 +521,7 @@ static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigS
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 	m.config_apply = (Sparsecomm__ConfigSet *)cs;
-	for (int r = 0; r < w->d->world_size; r++)
-		scd_world_send_peer(w, r, &m);
+	scd_world_send_all(w, &m);
 }
 
 static void answer_pending(scd_world_t *w, int to, uint64_t query_id)

@@ -257,6 +257,9 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__PeerMsg *m);
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+/* m to every rank in order (this one handles it at its turn), packed once: what
+ * scd_world_send_peer to each rank does. */
+void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 /* Rank's pipe failed: its messages not acknowledged go again on the coordinator channel. */
 void scd_world_pipe_closed(scd_world_t *w, int rank);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */

@@ -294,6 +294,9 @@ int it_peer_spoof(int argc, char **argv)
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE;
 	m.config_propose = &cs;
 	send_msg(stranger, &m);
+	/* on a busy host the connection may not be up yet: closing waits for the message */
+	int linger = 5000;
+	zmq_setsockopt(stranger, ZMQ_LINGER, &linger, sizeof(linger));
 	it_sleep_ms(300);
 	zmq_close(stranger);
 
