@@ -339,6 +339,24 @@ UNIT_TEST(config_refuses_a_line_too_long)
 	scd_config_free(&c);
 }
 
+/* A key set twice in the file is refused, naming both lines: the last one used to win
+ * silently (rank = 0, then rank = 1 in another section, ran as rank 1). */
+UNIT_TEST(config_refuses_a_key_set_twice)
+{
+	scd_config_t c;
+	char err[256] = "";
+	static char text[] = "[world]\nrank = 0\nworld_size = 2\n[paths]\nrank = 1\n";
+	scd_config_init(&c);
+	FILE *f = fmemopen(text, strlen(text), "r");
+	CHECK_TRUE(f != NULL);
+	CHECK_EQ_INT(scd_config_load_stream(&c, f, "dup.conf", err, sizeof(err)),
+		     SC_ERR_INVALID);
+	fclose(f);
+	CHECK_MSG(strstr(err, "dup.conf:5: rank is set again (first on line 2)"), "error: %s",
+		  err);
+	scd_config_free(&c);
+}
+
 /* An integer whose suffix takes it past int64_t is refused, named: it used to wrap, here
  * (2^44 + 1) MiB to 1 MiB, a value in range. */
 UNIT_TEST(config_refuses_an_integer_past_its_range)
