@@ -1418,6 +1418,40 @@ run_case "ctl n=1" 1 1 90 0 1 -- "$itest" ctl
 run_case "ctl n=3" 3 1 120 0 3 -- "$itest" ctl
 run_case "ctl n=2 per-node=2" 2 2 120 0 4 -- "$itest" ctl
 
+# SIGHUP (a closing terminal, or an operator who expects the file to be re-read) ends no
+# job: the daemon logs that it ignored it and still answers sparsectl; SIGTERM then stops
+# it with status 0 and removes its sockets. SIGHUP's default action used to kill it at
+# once, leaving ctl.sock behind and its peers to find it lost later.
+if selected "daemon SIGHUP n=1"; then
+	name="daemon SIGHUP n=1"
+	rt=$tmp/hup
+	mkdir -p "$rt"
+	"$bin/sparsecommd" --runtime_dir "$rt" --coordinator "127.0.0.1:$(free_port)" \
+		>"$rt/d.log" 2>&1 </dev/null &
+	hpid=$!
+	i=0
+	while [ ! -S "$rt/ctl.sock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -HUP $hpid
+	sleep 0.5
+	timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status >"$rt/st.out" 2>&1
+	rc_st=$?
+	kill -TERM $hpid 2>/dev/null
+	wait $hpid
+	rc_d=$?
+	if [ $rc_st -eq 0 ] && [ $rc_d -eq 0 ] && [ ! -e "$rt/ctl.sock" ] &&
+		grep -q "SIGHUP ignored: the configuration file is not re-read" "$rt/d.log"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: sparsectl status after SIGHUP exited $rc_st, the daemon $rc_d after SIGTERM"
+		tail -n 10 "$rt/d.log" "$rt/st.out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
+
 # The timeline: sparsectl timeline start/stop around a few steps; every node's file is
 # checked by tests/integration/timeline_check.py (valid JSON, nesting, every tensor).
 mkdir -p "$tmp/timeline3" "$tmp/timeline22"
