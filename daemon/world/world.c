@@ -432,7 +432,8 @@ static sc_status_t reform(scd_world_t *w, int back)
 		scd_pipe_close_all(w->pipe, "the world re-forms");
 	}
 	w->formed = 0;
-	w->pipe_port = 0;
+	if (!w->is_coord) /* the coordinator's listener stays: its next WorldInfo names it */
+		w->pipe_port = 0;
 	scd_neg_reset(w);
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {

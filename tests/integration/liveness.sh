@@ -16,7 +16,9 @@
 #                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
 #                         of every trainer, the restarted node's new one included, is exact; the
 #                         restarted node's barriers, numbered from 1 again, fail at once
-#                         (its first) and then meet the job's (its second)
+#                         (its first) and then meet the job's (its second); status on
+#                         the coordinator then shows every node connected, with its
+#                         peer pipe up again and no reason left from the loss
 #   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
 #                         operation nobody else submits: the wait ends within 3 s with
 #                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
@@ -166,6 +168,30 @@ live_case() {
 	live_verdict "$1" "$ok" "$why"
 }
 
+# live_whole N: after a re-form, `sparsectl status` on the coordinator shows every node
+# connected with its peer pipe up again and no reason left from when one was lost (5 s at
+# most for the pipes to connect); sets why when not.
+live_whole() {
+	i=0
+	while [ $i -lt 50 ]; do
+		st=$("$bin/sparsectl" --socket "ipc://$live/node0/ctl.sock" --timeout-ms 5000 \
+			--json status 2>&1)
+		r=1 whole=1
+		while [ $r -lt "$1" ]; do
+			peer=$(printf '%s' "$st" | grep -o "{\"rank\":$r,[^}]*}")
+			printf '%s' "$peer" | grep -q '"state":"connected"' &&
+				printf '%s' "$peer" | grep -q '"pipe":true' &&
+				printf '%s' "$peer" | grep -q '"reason":""' || whole=0
+			r=$((r + 1))
+		done
+		[ $whole -eq 1 ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	why="after the re-form, status on node 0 does not show every node connected, its pipe up and no reason: $st"
+	return 1
+}
+
 # live_rejoin NAME: rank 2 killed, then started again (live_case's first steps, then the
 # restart and the restarted node's trainer).
 live_rejoin() {
@@ -188,6 +214,7 @@ live_rejoin() {
 				live_t2=$!
 				why="the world did not become whole again (no exact allreduce on all 3)"
 				live_wait_for 3 "live.c' exact" && live_wait_for 4 "passed" && ok=1
+				[ $ok -eq 1 ] && ! live_whole 3 && ok=0
 			fi
 		fi
 	fi
