@@ -15,6 +15,7 @@
 #include "device/share.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/timeline.h"
 
 /* The GPUs the daemon serves (0 when it cannot tell). */
 static int gpu_count(void)
@@ -231,6 +232,11 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		char why[512], msg2[700];
 		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
 						  cs->value ? cs->value : "", why, sizeof(why));
+		/* a timeline this node cannot open is refused here, not logged later while
+		 * sparsectl says it is on */
+		if (st == SC_OK && k == SCD_CFG_timeline_file && cs->value && cs->value[0])
+			st = scd_tl_writable(cs->value, ctl->d->rank, ctl->d->world_size, why,
+					     sizeof(why));
 		if (st == SC_OK && (scd_cfg_desc[k].runtime & SCD_CFG_OWNER) &&
 		    !scd_peer_is_owner(s->uid)) {
 			st = SC_ERR_INVALID;

@@ -530,6 +530,29 @@ static sc_status_t start_locked(const char *path, int rank, size_t buf_bytes, in
 	return SC_OK;
 }
 
+sc_status_t scd_tl_writable(const char *pattern, int rank, int world_size, char *err,
+			    size_t err_len)
+{
+	char path[PATH_MAX], dir[PATH_MAX];
+	sc_status_t st =
+	    scd_tl_path(pattern, rank, world_size, path, sizeof(path), err, err_len);
+	if (st != SC_OK)
+		return st;
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (access(dir, W_OK | X_OK) != 0) {
+		snprintf(err, err_len, "node %d cannot write its timeline file %s: %s: %s",
+			 rank, path, dir, strerror(errno));
+		return SC_ERR_INVALID;
+	}
+	return SC_OK;
+}
+
 sc_status_t scd_tl_start(const char *pattern, int rank, int world_size, size_t buf_bytes,
 			 int flush_ms, char *err, size_t err_len)
 {

@@ -548,6 +548,9 @@ int it_ctl(int argc, char **argv)
 		config_set_refused(it_env.socket, "scheme_pins", "garbage");
 		config_set_refused(it_env.socket, "scheme_pins", "emb.*=nosuch");
 		config_set_refused(it_env.socket, "scheme_pins", "emb.*=agsparse,");
+		/* a timeline no node can open: it used to be "applied on every node" (exit
+		 * 0, config get naming the file) while each daemon only logged its failure */
+		config_set_refused(it_env.socket, "timeline_file", "/nonexistent-dir/ctl.json");
 	}
 	it_barrier(c, "ctl.cfg5", 0);
 	it_sleep_ms(300); /* a wrongly broadcast change would have arrived by now */
@@ -555,6 +558,7 @@ int it_ctl(int argc, char **argv)
 		const char *sock = rank == 0 ? socks[i] : it_env.socket;
 		expect_config(sock, "scheme", scheme0);
 		expect_config(sock, "scheme_pins", pins0);
+		expect_config(sock, "timeline_file", "");
 	}
 	it_barrier(c, "ctl.cfg6", 0);
 
