@@ -583,7 +583,17 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		if (reform(w, j->rank) == SC_OK)
 			accept_join(w, ident, ident_len, j);
 		return;
-	} else if (w->peers[j->rank].joined || w->formed) {
+	} else if (w->formed) {
+		/* most often the node's daemon started again (a crash, a service restart)
+		 * before the coordinator found the old one lost: say when it will be let in */
+		uint64_t now = scd_now_ms(), heard = w->peers[j->rank].heard_ms;
+		snprintf(why, sizeof(why),
+			 "rank %d has already joined: its daemon was last heard %llu ms ago; a "
+			 "daemon started again for that rank is let in once the old one is "
+			 "found lost, peer_timeout_ms = %lld after it was last heard",
+			 j->rank, (unsigned long long)(now > heard ? now - heard : 0),
+			 (long long)scd_cfg_int(&d->cfg, SCD_CFG_peer_timeout_ms));
+	} else if (w->peers[j->rank].joined) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
 		accept_join(w, ident, ident_len, j);

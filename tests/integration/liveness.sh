@@ -19,6 +19,8 @@
 #                         (its first) and then meet the job's (its second); status on
 #                         the coordinator then shows every node connected, with its
 #                         peer pipe up again and no reason left from the loss
+#   peer restart early n=3  SIGKILL of rank 2, started again at once: refused (exit 1),
+#                         saying it is let in once the old one is found lost
 #   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
 #                         operation nobody else submits: the wait ends within 3 s with
 #                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
@@ -223,6 +225,34 @@ live_rejoin() {
 	live_verdict "$1" "$ok" "$why"
 }
 
+# live_early NAME: rank 2's daemon killed and started again at once, before the
+# coordinator finds it lost: the new one is refused and exits 1, saying when it will be
+# let in (it used to say only "rank 2 has already joined", of a daemon that was dead).
+live_early() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	live_t0="" live_t1="" live_t2="" # no trainers here
+	if live_start 3; then
+		kill -KILL "$live_d2"
+		wait "$live_d2" 2>/dev/null
+		rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
+		: >"$live/d2.log"
+		live_daemon 2 3
+		i=0
+		while kill -0 "$live_d2" 2>/dev/null && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		rc=running
+		kill -0 "$live_d2" 2>/dev/null || { wait "$live_d2"; rc=$?; }
+		why="the early restart exited with $rc (expected 1), or its log does not say when it is let in"
+		[ "$rc" = 1 ] && grep -q "rank 2 has already joined: its daemon was last heard [0-9]* ms ago;.*found lost, peer_timeout_ms = $live_peer_timeout after" \
+			"$live/d2.log" && ok=1
+	fi
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
 # live_busy NAME: rank 2's daemon killed while every trainer runs allreduces.
 live_busy() {
 	selected "$1" || return 0
@@ -265,4 +295,5 @@ live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
 live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
 live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
+live_early "peer restart early n=3"
 live_own "own daemon kill n=2"
