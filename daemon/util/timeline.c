@@ -393,7 +393,15 @@ static void *writer_main(void *arg)
 		tl.cur ^= 1;
 		tl.len = 0;
 		pthread_mutex_unlock(&tl.mu);
+		int failed = tl.counts.write_errno;
 		write_all(out, n);
+		/* said when it happens (a full disk), not only when the timeline stops */
+		if (!failed && tl.counts.write_errno)
+			scd_error(
+			    SCD_SUB_MAIN,
+			    "timeline file %s: writing failed: %s; no more is written, and "
+			    "the file stays cut (sparsectl timeline stop ends it)",
+			    tl.path, strerror(tl.counts.write_errno));
 		pthread_mutex_lock(&tl.mu);
 		if (stop)
 			break;
