@@ -195,22 +195,14 @@ UNIT_TEST(timeline_logs_a_failed_write_when_it_happens)
 	CHECK_EQ_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
 	signal(SIGXFSZ, SIG_IGN);
 	CHECK_EQ_INT(setrlimit(RLIMIT_FSIZE, &small), 0);
-	int fds[2];
-	CHECK_EQ_INT(pipe(fds), 0);
-	int saved = dup(STDERR_FILENO);
-	dup2(fds[1], STDERR_FILENO);
+	unit_stderr_t cap;
+	unit_stderr_capture(&cap);
 	CHECK_EQ_INT(scd_tl_start(path, 0, 1, 0, 10, err, sizeof(err)), SC_OK);
 	for (int i = 0; i < 200; i++)
 		scd_tl_tensor("t", "local_sum", scd_tl_begin(), NULL, 0);
 	usleep(300 * 1000); /* the writer flushes every 10 ms */
-	dup2(saved, STDERR_FILENO);
-	close(fds[1]);
 	char buf[4096];
-	ssize_t n, total = 0;
-	while ((n = read(fds[0], buf + total, sizeof(buf) - 1 - (size_t)total)) > 0)
-		total += n;
-	buf[total] = 0;
-	close(fds[0]);
+	unit_stderr_read(&cap, buf, sizeof(buf));
 	CHECK_EQ_INT(scd_tl_stop(NULL), SC_ERR_SYSTEM);
 	setrlimit(RLIMIT_FSIZE, &was);
 	CHECK_MSG(strstr(buf, path) && strstr(buf, "writing failed: File too large"),
