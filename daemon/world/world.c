@@ -686,8 +686,10 @@ static void apply_config(scd_world_t *w, const Sparsecomm__ConfigSet *cs)
 	scd_daemon_t *d = w->d;
 	char err[256];
 	int k = scd_config_find(cs->key ? cs->key : "");
-	if (scd_config_set(&d->cfg, k, cs->value ? cs->value : "", SCD_SRC_RUNTIME, err,
-			   sizeof(err)) != SC_OK) {
+	sc_status_t st = scd_config_set(&d->cfg, k, cs->value ? cs->value : "", SCD_SRC_RUNTIME,
+					err, sizeof(err));
+	scd_ctl_config_applied(d->ctl, cs->key, cs->value, st, err); /* sparsectl's answer */
+	if (st != SC_OK) {
 		scd_warn(SCD_SUB_CONFIG, "runtime change refused: %s", err);
 		return;
 	}
