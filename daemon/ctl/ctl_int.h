@@ -72,7 +72,7 @@ struct scd_ctl {
 	/* joins: the local trainers joined, and the last of them (a global rank) */
 	int n_joined, join_last;
 	struct pending_q {
-		uint64_t id, seq;
+		uint64_t id, seq, deadline_ms;
 		uint8_t ident[256];
 		size_t ident_len;
 	} pq[16];
@@ -142,9 +142,9 @@ void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
 /* pset.c: a trainer's ProcessSet request. */
 void scd_ctl_handle_process_set(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 				const Sparsecomm__ProcessSet *ps);
-/* Answers the config sets whose apply has not come back in time (all: every one, as the
- * daemon stops) with an error (report.c). */
-void scd_ctl_config_expire(scd_ctl_t *ctl, int all);
+/* Answers the config sets and pending queries that wait on the coordinator and have not
+ * had its answer in time (all: every one, as the daemon stops) with an error (report.c). */
+void scd_ctl_report_expire(scd_ctl_t *ctl, int all);
 void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			   const Sparsecomm__ClientMsg *msg);
 

@@ -17,6 +17,9 @@
 #include "util/log.h"
 #include "util/timeline.h"
 
+/* How long a request that the coordinator answers (config set, pending) waits for it. */
+#define CTL_COORD_ANSWER_MS 3000
+
 /* The GPUs the daemon serves (0 when it cannot tell). */
 static int gpu_count(void)
 {
@@ -168,8 +171,14 @@ void scd_ctl_handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int re
 void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 {
 	struct pending_q *q = &ctl->pq[ctl->next_query % 16];
+	if (q->id) /* the query sixteen before this one still waits: answered now */
+		scd_ctl_send_error(
+		    ctl, q->ident, q->ident_len, q->seq, SC_ERR_PEER,
+		    "pending: the coordinator (node 0) had not answered when newer "
+		    "queries replaced this one");
 	q->id = ++ctl->next_query;
 	q->seq = seq;
+	q->deadline_ms = scd_now_ms() + CTL_COORD_ANSWER_MS;
 	memcpy(q->ident, s->ident, s->ident_len);
 	q->ident_len = s->ident_len;
 	ctl->up->pending(ctl->d->world, q->id);
@@ -225,10 +234,9 @@ void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_aren
  * A config set is answered when the coordinator's apply reaches this node (it sends it to
  * every node, this one included), not when it is proposed: a coordinator that is lost,
  * or that refuses the value, applies it nowhere, and sparsectl must not say it was
- * applied. One that has not come back within CTL_CONFIG_CONFIRM_MS is answered with an
- * error (scd_ctl_config_expire).
+ * applied. One that has not come back within CTL_COORD_ANSWER_MS is answered with an
+ * error (scd_ctl_report_expire), as is a pending query the coordinator has not answered.
  */
-#define CTL_CONFIG_CONFIRM_MS 3000
 
 static void config_wait_end(scd_ctl_t *ctl, struct config_wait *w, sc_status_t st,
 			    const char *why)
@@ -269,7 +277,7 @@ static void config_wait(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int key,
 	}
 	w->seq = seq;
 	w->key = key;
-	w->deadline_ms = scd_now_ms() + CTL_CONFIG_CONFIRM_MS;
+	w->deadline_ms = scd_now_ms() + CTL_COORD_ANSWER_MS;
 	memcpy(w->ident, s->ident, s->ident_len);
 	w->ident_len = s->ident_len;
 }
@@ -290,15 +298,28 @@ void scd_ctl_config_applied(scd_ctl_t *ctl, const char *key, const char *value, 
 	}
 }
 
-void scd_ctl_config_expire(scd_ctl_t *ctl, int all)
+void scd_ctl_report_expire(scd_ctl_t *ctl, int all)
 {
 	uint64_t now = scd_now_ms();
 	char why[300];
 	snprintf(why, sizeof(why),
+		 "pending: the coordinator (node 0), which gathers every node's waiting "
+		 "tensors, did not answer within %d ms (lost?)",
+		 CTL_COORD_ANSWER_MS);
+	for (size_t i = 0; i < sizeof(ctl->pq) / sizeof(ctl->pq[0]); i++) {
+		struct pending_q *q = &ctl->pq[i];
+		if (q->id && (all || now >= q->deadline_ms)) {
+			scd_ctl_send_error(ctl, q->ident, q->ident_len, q->seq,
+					   all ? SC_ERR_SHUTDOWN : SC_ERR_PEER,
+					   all ? "pending: the daemon is shutting down" : why);
+			q->id = 0;
+		}
+	}
+	snprintf(why, sizeof(why),
 		 "was not applied within %d ms: the coordinator (node 0), which applies it on "
 		 "every node, did not send it back (lost, or it refused the value: its log "
 		 "says); check with config get",
-		 CTL_CONFIG_CONFIRM_MS);
+		 CTL_COORD_ANSWER_MS);
 	for (size_t i = 0; i < sizeof(ctl->cw) / sizeof(ctl->cw[0]); i++) {
 		struct config_wait *w = &ctl->cw[i];
 		if (w->value && (all || now >= w->deadline_ms))

@@ -21,8 +21,8 @@
 #                         peer pipe up again and no reason left from the loss
 #   peer restart early n=3  SIGKILL of rank 2, started again at once: refused (exit 1),
 #                         saying it is let in once the old one is found lost
-#   config set without coordinator n=3  sparsectl config set on node 1 just after the
-#                         coordinator was killed: exit 1, saying it was not applied
+#   ctl without coordinator n=3  sparsectl config set and pending on node 1 just after
+#                         the coordinator was killed: exit 1, naming the coordinator
 #   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
 #                         operation nobody else submits: the wait ends within 3 s with
 #                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
@@ -259,7 +259,9 @@ live_early() {
 # killed: the coordinator applies a change on every node, so none is applied, and
 # sparsectl must say so (exit 1, naming the coordinator) instead of "applied on every
 # node" with exit 0; node 1's value stays. Before that, with the world whole, a set is
-# answered once applied: config get on node 2 already shows it.
+# answered once applied: config get on node 2 already shows it. sparsectl pending, which
+# the coordinator answers, then fails within 3 s naming it, not "no reply from the
+# daemon" at sparsectl's own timeout.
 live_config() {
 	selected "$1" || return 0
 	ok=0 why="the world did not form"
@@ -274,10 +276,13 @@ live_config() {
 		$ctl1 config set cycle_time_ms 9 >"$live/set2.out" 2>&1
 		rc2=$?
 		after=$($ctl1 config get cycle_time_ms 2>&1)
-		why="set with the world whole exited $rc1 (node 2 then: $got); without the coordinator $rc2: $(cat "$live/set2.out"); node 1 then: $after"
+		$ctl1 --timeout-ms 10000 pending >"$live/pending.out" 2>&1
+		rc3=$?
+		why="set with the world whole exited $rc1 (node 2 then: $got); without the coordinator $rc2: $(cat "$live/set2.out"); node 1 then: $after; pending exited $rc3: $(cat "$live/pending.out")"
 		[ $rc1 -eq 0 ] && printf '%s' "$got" | grep -q "cycle_time_ms = 3 " &&
 			[ $rc2 -eq 1 ] && grep -q "was not applied within .* the coordinator (node 0)" "$live/set2.out" &&
-			printf '%s' "$after" | grep -q "cycle_time_ms = 3 " && ok=1
+			printf '%s' "$after" | grep -q "cycle_time_ms = 3 " &&
+			[ $rc3 -eq 1 ] && grep -q "pending: the coordinator (node 0), .* did not answer within 3000 ms" "$live/pending.out" && ok=1
 	fi
 	live_end 3
 	live_verdict "$1" "$ok" "$why"
@@ -326,5 +331,5 @@ live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
 live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
 live_early "peer restart early n=3"
-live_config "config set without coordinator n=3"
+live_config "ctl without coordinator n=3"
 live_own "own daemon kill n=2"
