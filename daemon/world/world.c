@@ -362,8 +362,14 @@ static int same_keys_differ(const scd_config_t *cfg, const Sparsecomm__Join *j, 
 			return 1;
 		}
 		if (strcmp(theirs, mine)) {
-			snprintf(why, len, "rank %d has %s '%.64s', the coordinator '%.64s'",
-				 j->rank, scd_cfg_desc[k].name, theirs, mine);
+			/* a value changed at run time is not in the restarted node's file */
+			int rt = cfg->source[k] == SCD_SRC_RUNTIME;
+			snprintf(
+			    why, len, "rank %d has %s '%.64s', the coordinator '%.64s'%s",
+			    j->rank, scd_cfg_desc[k].name, theirs, mine,
+			    rt ? " (set at run time by sparsectl config set: start the node "
+				 "with that value, or set it back)"
+			       : "");
 			return 1;
 		}
 	}
@@ -539,7 +545,7 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		    const Sparsecomm__Join *j)
 {
 	scd_daemon_t *d = w->d;
-	char why[256];
+	char why[384];
 	const char *tname = j->transport ? j->transport : "";
 	const char *own_nonfinite = scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 	own_nonfinite = own_nonfinite ? own_nonfinite : "";

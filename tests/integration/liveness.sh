@@ -23,6 +23,9 @@
 #                         saying it is let in once the old one is found lost
 #   ctl without coordinator n=3  sparsectl config set and pending on node 1 just after
 #                         the coordinator was killed: exit 1, naming the coordinator
+#   peer rejoin after a runtime change n=3  scheme_pins set by sparsectl, rank 2 killed
+#                         and started again from its file: refused, saying the value
+#                         was set at run time
 #   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
 #                         operation nobody else submits: the wait ends within 3 s with
 #                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
@@ -227,6 +230,21 @@ live_rejoin() {
 	live_verdict "$1" "$ok" "$why"
 }
 
+# live_restart_refused: node 2's daemon (killed) started again, with a fresh log, and
+# waited on until it exits (10 s at most); rc is its exit status, or "running".
+live_restart_refused() {
+	rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
+	: >"$live/d2.log"
+	live_daemon 2 3
+	i=0
+	while kill -0 "$live_d2" 2>/dev/null && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	rc=running
+	kill -0 "$live_d2" 2>/dev/null || { wait "$live_d2"; rc=$?; }
+}
+
 # live_early NAME: rank 2's daemon killed and started again at once, before the
 # coordinator finds it lost: the new one is refused and exits 1, saying when it will be
 # let in (it used to say only "rank 2 has already joined", of a daemon that was dead).
@@ -237,16 +255,7 @@ live_early() {
 	if live_start 3; then
 		kill -KILL "$live_d2"
 		wait "$live_d2" 2>/dev/null
-		rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
-		: >"$live/d2.log"
-		live_daemon 2 3
-		i=0
-		while kill -0 "$live_d2" 2>/dev/null && [ $i -lt 100 ]; do
-			sleep 0.1
-			i=$((i + 1))
-		done
-		rc=running
-		kill -0 "$live_d2" 2>/dev/null || { wait "$live_d2"; rc=$?; }
+		live_restart_refused
 		why="the early restart exited with $rc (expected 1), or its log does not say when it is let in"
 		[ "$rc" = 1 ] && grep -q "rank 2 has already joined: its daemon was last heard [0-9]* ms ago;.*found lost, peer_timeout_ms = $live_peer_timeout after" \
 			"$live/d2.log" && ok=1
@@ -283,6 +292,32 @@ live_config() {
 			[ $rc2 -eq 1 ] && grep -q "was not applied within .* the coordinator (node 0)" "$live/set2.out" &&
 			printf '%s' "$after" | grep -q "cycle_time_ms = 3 " &&
 			[ $rc3 -eq 1 ] && grep -q "pending: the coordinator (node 0), .* did not answer within 3000 ms" "$live/pending.out" && ok=1
+	fi
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_retuned NAME: scheme_pins changed at run time (sparsectl config set), then rank 2
+# killed and, once found lost, started again from its old settings: it is refused (exit
+# 1), and the refusal says the coordinator's value was set at run time and what to do.
+live_retuned() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	live_t0="" live_t1="" live_t2="" # no trainers here
+	if live_start 3; then
+		"$bin/sparsectl" --socket "ipc://$live/node1/ctl.sock" config set scheme_pins \
+			'emb.*=agsparse' >"$live/set.out" 2>&1
+		kill -KILL "$live_d2"
+		wait "$live_d2" 2>/dev/null
+		i=0 # until the coordinator has found it lost
+		while ! grep -q "node 2 (rank 2) was lost" "$live/d0.log" && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		live_restart_refused
+		why="the restarted node exited with $rc (expected 1), or its log does not say the coordinator's scheme_pins was set at run time"
+		[ "$rc" = 1 ] && grep -q "rank 2 has scheme_pins '', the coordinator 'emb.\*=agsparse' (set at run time by sparsectl config set" \
+			"$live/d2.log" && ok=1
 	fi
 	live_end 3
 	live_verdict "$1" "$ok" "$why"
@@ -332,4 +367,5 @@ live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
 live_early "peer restart early n=3"
 live_config "ctl without coordinator n=3"
+live_retuned "peer rejoin after a runtime change n=3"
 live_own "own daemon kill n=2"
