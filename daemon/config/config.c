@@ -228,6 +228,27 @@ sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name,
 			snprintf(err, err_len, "%s:%d: unknown key '%.64s'", name, lineno, key);
 			return SC_ERR_INVALID;
 		}
+		/* The rest of the line is the value, as it is: quotes or a comment after it
+		 * would become part of it (a coordinator '"host:7700"'), refused later with a
+		 * message far from this line, or not at all (a path). */
+		size_t vlen = strlen(val);
+		if (vlen >= 2 && (val[0] == '"' || val[0] == '\'') && val[vlen - 1] == val[0]) {
+			snprintf(
+			    err, err_len,
+			    "%s:%d: %s: the value is in quotes; write it without them (the "
+			    "rest of the line is the value)",
+			    name, lineno, scd_cfg_desc[k].name);
+			return SC_ERR_INVALID;
+		}
+		if (strstr(val, " #") || strstr(val, "\t#") || strstr(val, " ;") ||
+		    strstr(val, "\t;")) {
+			snprintf(
+			    err, err_len,
+			    "%s:%d: %s: '%.100s' holds a comment; a comment goes on a line "
+			    "of its own",
+			    name, lineno, scd_cfg_desc[k].name, val);
+			return SC_ERR_INVALID;
+		}
 		/* A key given twice is a mistake either way: which one was meant is unknown. */
 		if (set_on[k]) {
 			snprintf(err, err_len, "%s:%d: %s is set again (first on line %d)",
