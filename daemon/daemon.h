@@ -53,7 +53,7 @@ typedef struct scd_daemon {
 	uint64_t stats_buffers; /* buffers (fused or single) run */
 	scd_scheme_counters_t scheme_stats[SCD_SCHEME_COUNT]; /* by scheme, reset with them */
 	scd_metrics_t *metrics; /* the metrics endpoint (metrics_addr), NULL: off */
-	uv_signal_t sig_term, sig_int;
+	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_prepare_t drain; /* drains ZeroMQ sockets before the loop blocks */
 	uv_timer_t tick;    /* 250 ms housekeeping: stalls, liveness */
 } scd_daemon_t;

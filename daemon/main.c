@@ -219,6 +219,18 @@ static void on_signal(uv_signal_t *h, int signum)
 	daemon_stop(d, 0);
 }
 
+/* SIGHUP, which a terminal that closes sends and which operators send other daemons to
+ * re-read their files, ends no job: its default action killed the daemon at once,
+ * leaving its socket and shared memory behind and its peers to find it lost a
+ * peer_timeout_ms later. The file is not re-read (runtime settings change on every node
+ * through sparsectl config set); the log says so. */
+static void on_hangup(uv_signal_t *h, int signum)
+{
+	scd_warn(SCD_SUB_MAIN,
+		 "SIGHUP ignored: the configuration file is not re-read (sparsectl config "
+		 "set changes a runtime setting on every node; SIGTERM stops the daemon)");
+}
+
 /* What the world asks of the process: world/ includes nothing of main.c (world.h). */
 static const scd_world_hooks_t process_hooks = {
     .ready = daemon_world_ready,
@@ -528,9 +540,11 @@ int main(int argc, char **argv)
 	}
 	uv_signal_init(d->loop, &d->sig_term);
 	uv_signal_init(d->loop, &d->sig_int);
-	d->sig_term.data = d->sig_int.data = d;
+	uv_signal_init(d->loop, &d->sig_hup);
+	d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
 	uv_signal_start(&d->sig_term, on_signal, SIGTERM);
 	uv_signal_start(&d->sig_int, on_signal, SIGINT);
+	uv_signal_start(&d->sig_hup, on_hangup, SIGHUP);
 	uv_prepare_init(d->loop, &d->drain);
 	d->drain.data = d;
 	uv_prepare_start(&d->drain, on_prepare);
@@ -549,6 +563,7 @@ int main(int argc, char **argv)
 	sigemptyset(&quiet);
 	sigaddset(&quiet, SIGTERM);
 	sigaddset(&quiet, SIGINT);
+	sigaddset(&quiet, SIGHUP);
 	sigprocmask(SIG_BLOCK, &quiet, NULL);
 	if (!d->shutting_down)
 		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
@@ -565,6 +580,7 @@ int main(int argc, char **argv)
 	scd_ctl_destroy(d->ctl);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
+	uv_close((uv_handle_t *)&d->sig_hup, NULL);
 	uv_close((uv_handle_t *)&d->drain, NULL);
 	uv_close((uv_handle_t *)&d->tick, NULL);
 	uv_run(d->loop, UV_RUN_NOWAIT);

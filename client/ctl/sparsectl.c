@@ -591,12 +591,25 @@ static void config_print(const Sparsecomm__ConfigReply *cr, int json, int one)
 	}
 }
 
-/* Sets a runtime setting on every node (checked by the daemon, then by the coordinator). */
+/* Sets a runtime setting on every node (checked by the daemon, then by the coordinator).
+ * A relative timeline_file (timeline start FILE, or config set) is made absolute here:
+ * the daemons do not share this command's directory. */
 static int config_set(struct ctl *ctl, const char *key, const char *value)
 {
 	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
 	Sparsecomm__ConfigSet set = SPARSECOMM__CONFIG_SET__INIT;
-	char what[256];
+	char what[256], cwd[4096], path[8192];
+	if (!strcmp(key, "timeline_file") && value[0] && value[0] != '/') {
+		if (!getcwd(cwd, sizeof(cwd))) {
+			ctl_error(ctl->json, SC_ERR_SYSTEM,
+				  "timeline file %s: the current directory is unknown (%s); "
+				  "give an absolute path",
+				  value, strerror(errno));
+			return EXIT_USAGE;
+		}
+		snprintf(path, sizeof(path), "%s/%s", cwd, value);
+		value = path;
+	}
 	set.key = (char *)key;
 	set.value = (char *)value;
 	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_CONFIG_SET;
@@ -646,8 +659,8 @@ static int cmd_config(struct ctl *ctl, int argc, char **argv)
 
 /* ---- timeline ------------------------------------------------------------------------ */
 
-/* timeline start FILE | stop: the setting timeline_file on every node. A relative FILE is
- * made absolute here, since the daemons do not share this command's directory. */
+/* timeline start FILE | stop: the setting timeline_file on every node (config_set makes
+ * a relative FILE absolute). */
 static int cmd_timeline(struct ctl *ctl, int argc, char **argv)
 {
 	if (argc == 1 && strcmp(argv[0], "stop") == 0)
@@ -657,19 +670,7 @@ static int cmd_timeline(struct ctl *ctl, int argc, char **argv)
 			  "usage: timeline start FILE | timeline stop");
 		return EXIT_USAGE;
 	}
-	char cwd[4096], path[8192];
-	if (argv[1][0] == '/') {
-		snprintf(path, sizeof(path), "%s", argv[1]);
-	} else if (getcwd(cwd, sizeof(cwd))) {
-		snprintf(path, sizeof(path), "%s/%s", cwd, argv[1]);
-	} else {
-		ctl_error(ctl->json, SC_ERR_SYSTEM,
-			  "timeline start %s: the current directory is unknown (%s); give an "
-			  "absolute path",
-			  argv[1], strerror(errno));
-		return EXIT_USAGE;
-	}
-	return config_set(ctl, "timeline_file", path);
+	return config_set(ctl, "timeline_file", argv[1]);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */

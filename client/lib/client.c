@@ -902,6 +902,24 @@ sc_status_t scl_probe_socket(const char *path)
 	return SC_OK;
 }
 
+/* Whether a connection to the socket file path is refused: nothing listens there. */
+static int refused(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return 0;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), rc;
+	if (fd < 0)
+		return 0;
+	do
+		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	while (rc < 0 && errno == EINTR);
+	int err = errno;
+	close(fd);
+	return rc < 0 && err == ECONNREFUSED;
+}
+
 /* Why a handshake went unanswered, as best we can tell. */
 static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 {
@@ -913,6 +931,12 @@ static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 				 "cannot reach the daemon: no socket at %s (%s); "
 				 "is sparsecommd running?",
 				 path, strerror(errno));
+	if (path && refused(path)) /* a hung daemon would accept and not answer */
+		return scl_error(SC_ERR_CONNECT,
+				 "no daemon listens at %s (connection refused): the socket "
+				 "file is left from a daemon that stopped; is sparsecommd "
+				 "running?",
+				 path);
 	return scl_error(SC_ERR_TIMEOUT,
 			 "the daemon at %s did not answer the handshake within "
 			 "%d ms",

@@ -202,7 +202,7 @@ sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name,
 				   size_t err_len)
 {
 	char line[1024], msg[256];
-	int lineno = 0;
+	int lineno = 0, set_on[SCD_CFG_COUNT] = {0};
 	sc_status_t st = SC_OK;
 	while (fgets(line, sizeof(line), f)) {
 		lineno++;
@@ -228,6 +228,34 @@ sc_status_t scd_config_load_stream(scd_config_t *cfg, FILE *f, const char *name,
 			snprintf(err, err_len, "%s:%d: unknown key '%.64s'", name, lineno, key);
 			return SC_ERR_INVALID;
 		}
+		/* The rest of the line is the value, as it is: quotes or a comment after it
+		 * would become part of it (a coordinator '"host:7700"'), refused later with a
+		 * message far from this line, or not at all (a path). */
+		size_t vlen = strlen(val);
+		if (vlen >= 2 && (val[0] == '"' || val[0] == '\'') && val[vlen - 1] == val[0]) {
+			snprintf(
+			    err, err_len,
+			    "%s:%d: %s: the value is in quotes; write it without them (the "
+			    "rest of the line is the value)",
+			    name, lineno, scd_cfg_desc[k].name);
+			return SC_ERR_INVALID;
+		}
+		if (strstr(val, " #") || strstr(val, "\t#") || strstr(val, " ;") ||
+		    strstr(val, "\t;")) {
+			snprintf(
+			    err, err_len,
+			    "%s:%d: %s: '%.100s' holds a comment; a comment goes on a line "
+			    "of its own",
+			    name, lineno, scd_cfg_desc[k].name, val);
+			return SC_ERR_INVALID;
+		}
+		/* A key given twice is a mistake either way: which one was meant is unknown. */
+		if (set_on[k]) {
+			snprintf(err, err_len, "%s:%d: %s is set again (first on line %d)",
+				 name, lineno, scd_cfg_desc[k].name, set_on[k]);
+			return SC_ERR_INVALID;
+		}
+		set_on[k] = lineno;
 		st = scd_config_set(cfg, k, val, SCD_SRC_FILE, msg, sizeof(msg));
 		if (st != SC_OK) {
 			snprintf(err, err_len, "%s:%d: %s", name, lineno, msg);

@@ -1320,6 +1320,7 @@ void scd_ctl_tick(scd_ctl_t *ctl)
 		session_end(ctl, s, 1);
 	}
 	scd_submit_tick(ctl);
+	scd_ctl_report_expire(ctl, 0);
 	/* Reports a client has read: nothing it was sent is left unread. */
 	for (scd_session_t *s = ctl->sessions; s; s = s->next)
 		if (s->report_bytes && scd_peer_conn_unread(s->conn) <= 0)
@@ -1457,6 +1458,7 @@ void scd_ctl_destroy(scd_ctl_t *ctl)
 {
 	if (!ctl)
 		return;
+	scd_ctl_report_expire(ctl, 1);
 	while (ctl->sessions) {
 		scd_session_t *s = ctl->sessions;
 		for (scd_reg_t *r = s->regs; r; r = r->next_in_session)

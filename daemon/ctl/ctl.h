@@ -99,6 +99,11 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl);
 /* Answers a pending query that world/ forwarded to the coordinator. */
 void scd_ctl_reply_pending(scd_ctl_t *ctl, uint64_t query_id,
 			   const Sparsecomm__PendingReply *r);
+/* A runtime setting the coordinator had every node apply reached this node: st SC_OK
+ * when it was applied here, else why says what refused it. Answers the config sets that
+ * wait for it (report.c). */
+void scd_ctl_config_applied(scd_ctl_t *ctl, const char *key, const char *value, sc_status_t st,
+			    const char *why);
 /* Adds this node's tensors that wait for local trainers to a pending reply. */
 void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, struct scd_arena *a);
 /* Number of trainer sessions. */

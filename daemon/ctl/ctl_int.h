@@ -72,11 +72,20 @@ struct scd_ctl {
 	/* joins: the local trainers joined, and the last of them (a global rank) */
 	int n_joined, join_last;
 	struct pending_q {
-		uint64_t id, seq;
+		uint64_t id, seq, deadline_ms;
 		uint8_t ident[256];
 		size_t ident_len;
 	} pq[16];
 	uint64_t next_query;
+	/* sparsectl config sets that wait for the coordinator's apply to reach this node
+	 * (report.c; value NULL: a free slot) */
+	struct config_wait {
+		uint64_t seq, deadline_ms;
+		uint8_t ident[256];
+		size_t ident_len;
+		int key;
+		char *value;
+	} cw[8];
 	scd_psets_t psets; /* the job's process sets (pset.h) */
 	/* the submit channel's listening socket (ctl/submit.h; -1: none), its path, the
 	 * connections accepted that have not sent their token yet, and a message's buffer */
@@ -133,6 +142,9 @@ void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq);
 /* pset.c: a trainer's ProcessSet request. */
 void scd_ctl_handle_process_set(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 				const Sparsecomm__ProcessSet *ps);
+/* Answers the config sets and pending queries that wait on the coordinator and have not
+ * had its answer in time (all: every one, as the daemon stops) with an error (report.c). */
+void scd_ctl_report_expire(scd_ctl_t *ctl, int all);
 void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			   const Sparsecomm__ClientMsg *msg);
 

@@ -15,6 +15,10 @@
 #include "device/share.h"
 #include "util/arena.h"
 #include "util/log.h"
+#include "util/timeline.h"
+
+/* How long a request that the coordinator answers (config set, pending) waits for it. */
+#define CTL_COORD_ANSWER_MS 3000
 
 /* The GPUs the daemon serves (0 when it cannot tell). */
 static int gpu_count(void)
@@ -167,8 +171,14 @@ void scd_ctl_handle_stats(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int re
 void scd_ctl_handle_pending(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
 {
 	struct pending_q *q = &ctl->pq[ctl->next_query % 16];
+	if (q->id) /* the query sixteen before this one still waits: answered now */
+		scd_ctl_send_error(
+		    ctl, q->ident, q->ident_len, q->seq, SC_ERR_PEER,
+		    "pending: the coordinator (node 0) had not answered when newer "
+		    "queries replaced this one");
 	q->id = ++ctl->next_query;
 	q->seq = seq;
+	q->deadline_ms = scd_now_ms() + CTL_COORD_ANSWER_MS;
 	memcpy(q->ident, s->ident, s->ident_len);
 	q->ident_len = s->ident_len;
 	ctl->up->pending(ctl->d->world, q->id);
@@ -220,6 +230,105 @@ void scd_ctl_local_pending(scd_ctl_t *ctl, Sparsecomm__PendingReply *r, scd_aren
 	}
 }
 
+/*
+ * A config set is answered when the coordinator's apply reaches this node (it sends it to
+ * every node, this one included), not when it is proposed: a coordinator that is lost,
+ * or that refuses the value, applies it nowhere, and sparsectl must not say it was
+ * applied. One that has not come back within CTL_COORD_ANSWER_MS is answered with an
+ * error (scd_ctl_report_expire), as is a pending query the coordinator has not answered.
+ */
+
+static void config_wait_end(scd_ctl_t *ctl, struct config_wait *w, sc_status_t st,
+			    const char *why)
+{
+	if (st == SC_OK) {
+		Sparsecomm__DaemonMsg m = SPARSECOMM__DAEMON_MSG__INIT;
+		Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+		m.seq = w->seq;
+		m.body_case = SPARSECOMM__DAEMON_MSG__BODY_OK;
+		m.ok = &e;
+		scd_ctl_send(ctl, w->ident, w->ident_len, &m);
+	} else {
+		char msg[900];
+		snprintf(msg, sizeof(msg), "config set %s '%.200s' %s",
+			 scd_cfg_desc[w->key].name, w->value, why);
+		scd_ctl_send_error(ctl, w->ident, w->ident_len, w->seq, st, msg);
+	}
+	free(w->value);
+	w->value = NULL;
+}
+
+static void config_wait(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int key,
+			const char *value)
+{
+	struct config_wait *w = &ctl->cw[0]; /* a free slot, else the oldest */
+	for (size_t i = 0; i < sizeof(ctl->cw) / sizeof(ctl->cw[0]) && w->value; i++)
+		if (!ctl->cw[i].value || ctl->cw[i].deadline_ms < w->deadline_ms)
+			w = &ctl->cw[i];
+	if (w->value) /* every slot waits: the oldest is answered now */
+		config_wait_end(
+		    ctl, w, SC_ERR_PEER,
+		    "was proposed, but not yet applied on this node when newer config "
+		    "sets replaced its wait; check with config get");
+	if (!(w->value = strdup(value))) {
+		scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOMEM,
+				   "config set: no memory");
+		return;
+	}
+	w->seq = seq;
+	w->key = key;
+	w->deadline_ms = scd_now_ms() + CTL_COORD_ANSWER_MS;
+	memcpy(w->ident, s->ident, s->ident_len);
+	w->ident_len = s->ident_len;
+}
+
+void scd_ctl_config_applied(scd_ctl_t *ctl, const char *key, const char *value, sc_status_t st,
+			    const char *why)
+{
+	if (!ctl) /* a world run alone (the peer message fuzzer) */
+		return;
+	int k = scd_config_find(key ? key : "");
+	char text[600];
+	snprintf(text, sizeof(text), "was refused on node %d: %.500s", ctl->d->rank,
+		 why ? why : "");
+	for (size_t i = 0; i < sizeof(ctl->cw) / sizeof(ctl->cw[0]); i++) {
+		struct config_wait *w = &ctl->cw[i];
+		if (w->value && w->key == k && !strcmp(w->value, value ? value : ""))
+			config_wait_end(ctl, w, st, text);
+	}
+}
+
+void scd_ctl_report_expire(scd_ctl_t *ctl, int all)
+{
+	uint64_t now = scd_now_ms();
+	char why[300];
+	snprintf(why, sizeof(why),
+		 "pending: the coordinator (node 0), which gathers every node's waiting "
+		 "tensors, did not answer within %d ms (lost?)",
+		 CTL_COORD_ANSWER_MS);
+	for (size_t i = 0; i < sizeof(ctl->pq) / sizeof(ctl->pq[0]); i++) {
+		struct pending_q *q = &ctl->pq[i];
+		if (q->id && (all || now >= q->deadline_ms)) {
+			scd_ctl_send_error(ctl, q->ident, q->ident_len, q->seq,
+					   all ? SC_ERR_SHUTDOWN : SC_ERR_PEER,
+					   all ? "pending: the daemon is shutting down" : why);
+			q->id = 0;
+		}
+	}
+	snprintf(why, sizeof(why),
+		 "was not applied within %d ms: the coordinator (node 0), which applies it on "
+		 "every node, did not send it back (lost, or it refused the value: its log "
+		 "says); check with config get",
+		 CTL_COORD_ANSWER_MS);
+	for (size_t i = 0; i < sizeof(ctl->cw) / sizeof(ctl->cw[0]); i++) {
+		struct config_wait *w = &ctl->cw[i];
+		if (w->value && (all || now >= w->deadline_ms))
+			config_wait_end(ctl, w, all ? SC_ERR_SHUTDOWN : SC_ERR_PEER,
+					all ? "was not applied: the daemon is shutting down"
+					    : why);
+	}
+}
+
 void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			   const Sparsecomm__ClientMsg *msg)
 {
@@ -231,6 +340,11 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		char why[512], msg2[700];
 		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
 						  cs->value ? cs->value : "", why, sizeof(why));
+		/* a timeline this node cannot open is refused here, not logged later while
+		 * sparsectl says it is on */
+		if (st == SC_OK && k == SCD_CFG_timeline_file && cs->value && cs->value[0])
+			st = scd_tl_writable(cs->value, ctl->d->rank, ctl->d->world_size, why,
+					     sizeof(why));
 		if (st == SC_OK && (scd_cfg_desc[k].runtime & SCD_CFG_OWNER) &&
 		    !scd_peer_is_owner(s->uid)) {
 			st = SC_ERR_INVALID;
@@ -248,8 +362,8 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
 			return;
 		}
+		config_wait(ctl, s, seq, k, cs->value ? cs->value : "");
 		ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
-		scd_ctl_send_ok(ctl, s, seq);
 		return;
 	}
 	const char *key = msg->config_get->key;

@@ -393,7 +393,15 @@ static void *writer_main(void *arg)
 		tl.cur ^= 1;
 		tl.len = 0;
 		pthread_mutex_unlock(&tl.mu);
+		int failed = tl.counts.write_errno;
 		write_all(out, n);
+		/* said when it happens (a full disk), not only when the timeline stops */
+		if (!failed && tl.counts.write_errno)
+			scd_error(
+			    SCD_SUB_MAIN,
+			    "timeline file %s: writing failed: %s; no more is written, and "
+			    "the file stays cut (sparsectl timeline stop ends it)",
+			    tl.path, strerror(tl.counts.write_errno));
 		pthread_mutex_lock(&tl.mu);
 		if (stop)
 			break;
@@ -527,6 +535,29 @@ static sc_status_t start_locked(const char *path, int rank, size_t buf_bytes, in
 	tl.open = 1;
 	pthread_mutex_unlock(&tl.mu);
 	atomic_store_explicit(&scd_tl_enabled_, 1, memory_order_relaxed);
+	return SC_OK;
+}
+
+sc_status_t scd_tl_writable(const char *pattern, int rank, int world_size, char *err,
+			    size_t err_len)
+{
+	char path[PATH_MAX], dir[PATH_MAX];
+	sc_status_t st =
+	    scd_tl_path(pattern, rank, world_size, path, sizeof(path), err, err_len);
+	if (st != SC_OK)
+		return st;
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	if (access(dir, W_OK | X_OK) != 0) {
+		snprintf(err, err_len, "node %d cannot write its timeline file %s: %s: %s",
+			 rank, path, dir, strerror(errno));
+		return SC_ERR_INVALID;
+	}
 	return SC_OK;
 }
 

@@ -94,6 +94,11 @@ sc_status_t scd_tl_configure(const char *pattern, int rank, int world_size);
  * why) when the result does not fit len. */
 sc_status_t scd_tl_path(const char *pattern, int rank, int world_size, char *out, size_t len,
 			char *err, size_t err_len);
+/* Whether this daemon could create the file the pattern names for its rank: the
+ * directory exists and it may write there. SC_ERR_INVALID (err names the file, the
+ * directory and the cause) when not; the file itself is not made. */
+sc_status_t scd_tl_writable(const char *pattern, int rank, int world_size, char *err,
+			    size_t err_len);
 /* Writes s as the inside of a JSON string into out (at most len - 1 bytes and a NUL):
  * quotes, backslashes and control characters escaped, invalid UTF-8 replaced by U+FFFD,
  * cut before an escape or character that would not fit. Returns the bytes written. */

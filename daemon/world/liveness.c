@@ -286,5 +286,7 @@ void scd_live_status(const scd_world_t *w, int r, Sparsecomm__PeerInfo *pi, scd_
 		uint64_t now = scd_now_ms();
 		pi->heard_ms_ago = now > p->heard_ms ? (int64_t)(now - p->heard_ms) : 0;
 	}
-	pi->reason = scd_arena_strdup(a, p->gone_reason);
+	/* a node back in the world is no longer gone, whatever the last cause was */
+	pi->reason = scd_arena_strdup(
+	    a, p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED ? "" : p->gone_reason);
 }

@@ -169,8 +169,14 @@ static int same_keys_differ(const scd_config_t *cfg, const Sparsecomm__Join *j, 
 			return 1;
 		}
 		if (strcmp(theirs, mine)) {
-			snprintf(why, len, "rank %d has %s '%.64s', the coordinator '%.64s'",
-				 j->rank, scd_cfg_desc[k].name, theirs, mine);
+			/* a value changed at run time is not in the restarted node's file */
+			int rt = cfg->source[k] == SCD_SRC_RUNTIME;
+			snprintf(
+			    why, len, "rank %d has %s '%.64s', the coordinator '%.64s'%s",
+			    j->rank, scd_cfg_desc[k].name, theirs, mine,
+			    rt ? " (set at run time by sparsectl config set: start the node "
+				 "with that value, or set it back)"
+			       : "");
 			return 1;
 		}
 	}
@@ -239,7 +245,8 @@ static sc_status_t reform(scd_world_t *w, int back)
 		scd_pipe_close_all(w->pipe, "the world re-forms");
 	}
 	w->formed = 0;
-	w->pipe_port = 0;
+	if (!w->is_coord) /* the coordinator's listener stays: its next WorldInfo names it */
+		w->pipe_port = 0;
 	scd_neg_reset(w);
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {
@@ -345,7 +352,7 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		    const Sparsecomm__Join *j)
 {
 	scd_daemon_t *d = w->d;
-	char why[256];
+	char why[384];
 	const char *tname = j->transport ? j->transport : "";
 	const char *own_nonfinite = scd_cfg_str(&d->cfg, SCD_CFG_nonfinite);
 	own_nonfinite = own_nonfinite ? own_nonfinite : "";
@@ -389,7 +396,17 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		if (reform(w, j->rank) == SC_OK)
 			accept_join(w, ident, ident_len, j);
 		return;
-	} else if (w->peers[j->rank].joined || w->formed) {
+	} else if (w->formed) {
+		/* most often the node's daemon started again (a crash, a service restart)
+		 * before the coordinator found the old one lost: say when it will be let in */
+		uint64_t now = scd_now_ms(), heard = w->peers[j->rank].heard_ms;
+		snprintf(why, sizeof(why),
+			 "rank %d has already joined: its daemon was last heard %llu ms ago; a "
+			 "daemon started again for that rank is let in once the old one is "
+			 "found lost, peer_timeout_ms = %lld after it was last heard",
+			 j->rank, (unsigned long long)(now > heard ? now - heard : 0),
+			 (long long)scd_cfg_int(&d->cfg, SCD_CFG_peer_timeout_ms));
+	} else if (w->peers[j->rank].joined) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
 	} else {
 		accept_join(w, ident, ident_len, j);
@@ -482,8 +499,10 @@ static void apply_config(scd_world_t *w, const Sparsecomm__ConfigSet *cs)
 	scd_daemon_t *d = w->d;
 	char err[256];
 	int k = scd_config_find(cs->key ? cs->key : "");
-	if (scd_config_set(&d->cfg, k, cs->value ? cs->value : "", SCD_SRC_RUNTIME, err,
-			   sizeof(err)) != SC_OK) {
+	sc_status_t st = scd_config_set(&d->cfg, k, cs->value ? cs->value : "", SCD_SRC_RUNTIME,
+					err, sizeof(err));
+	scd_ctl_config_applied(d->ctl, cs->key, cs->value, st, err); /* sparsectl's answer */
+	if (st != SC_OK) {
 		scd_warn(SCD_SUB_CONFIG, "runtime change refused: %s", err);
 		return;
 	}

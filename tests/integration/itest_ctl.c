@@ -325,6 +325,29 @@ static void config_set_refused(const char *sock, const char *key, const char *va
 	it_json_free(v);
 }
 
+static void check_relative_timeline(const char *sock)
+{
+	char dir[] = "/tmp/sc-ctl-rel-XXXXXX", was[4096], want[256], path[300];
+	if (!mkdtemp(dir) || !getcwd(was, sizeof(was)) || chdir(dir) != 0)
+		IT_FAIL("a directory for the relative timeline: %s", strerror(errno));
+	config_set(sock, "timeline_file", "ctl-rel-%r.json");
+	snprintf(want, sizeof(want), "%s/ctl-rel-%%r.json", dir);
+	expect_config(sock, "timeline_file", want);
+	config_set(sock, "timeline_file", "");
+	expect_config(sock, "timeline_file", "");
+	if (chdir(was) != 0)
+		IT_FAIL("chdir %s: %s", was, strerror(errno));
+	it_sleep_ms(300); /* the other nodes close theirs in the same turn of the stream */
+	for (int r = 0; r < 64; r++) {
+		snprintf(path, sizeof(path), "%s/ctl-rel-%d.json", dir, r);
+		unlink(path);
+	}
+	if (rmdir(dir) != 0)
+		IT_FAIL("rmdir %s: %s (a timeline file other than ctl-rel-RANK.json?)", dir,
+			strerror(errno));
+	it_log("a relative timeline_file is taken from sparsectl's directory: %s", want);
+}
+
 /* Every node's socket when the launcher's layout (DIR/node<i>/ctl.sock) is recognised;
  * otherwise only this node's. Returns how many were written. */
 static int node_sockets(char socks[][4200], int max)
@@ -548,6 +571,9 @@ int it_ctl(int argc, char **argv)
 		config_set_refused(it_env.socket, "scheme_pins", "garbage");
 		config_set_refused(it_env.socket, "scheme_pins", "emb.*=nosuch");
 		config_set_refused(it_env.socket, "scheme_pins", "emb.*=agsparse,");
+		/* a timeline no node can open: it used to be "applied on every node" (exit
+		 * 0, config get naming the file) while each daemon only logged its failure */
+		config_set_refused(it_env.socket, "timeline_file", "/nonexistent-dir/ctl.json");
 	}
 	it_barrier(c, "ctl.cfg5", 0);
 	it_sleep_ms(300); /* a wrongly broadcast change would have arrived by now */
@@ -555,8 +581,15 @@ int it_ctl(int argc, char **argv)
 		const char *sock = rank == 0 ? socks[i] : it_env.socket;
 		expect_config(sock, "scheme", scheme0);
 		expect_config(sock, "scheme_pins", pins0);
+		expect_config(sock, "timeline_file", "");
 	}
 	it_barrier(c, "ctl.cfg6", 0);
+
+	/* a relative timeline file given to config set is taken from sparsectl's directory,
+	 * as timeline start's: it went to each daemon's own working directory */
+	if (rank == 0)
+		check_relative_timeline(it_env.socket);
+	it_barrier(c, "ctl.cfg6b", 0);
 
 	/* a valid pin is applied everywhere and followed: 'ctl.pin' runs AGsparse */
 	if (rank == 0)

@@ -16,7 +16,16 @@
 #                         world re-forms (the data-plane mesh is rebuilt) and an allreduce
 #                         of every trainer, the restarted node's new one included, is exact; the
 #                         restarted node's barriers, numbered from 1 again, fail at once
-#                         (its first) and then meet the job's (its second)
+#                         (its first) and then meet the job's (its second); status on
+#                         the coordinator then shows every node connected, with its
+#                         peer pipe up again and no reason left from the loss
+#   peer restart early n=3  SIGKILL of rank 2, started again at once: refused (exit 1),
+#                         saying it is let in once the old one is found lost
+#   ctl without coordinator n=3  sparsectl config set and pending on node 1 just after
+#                         the coordinator was killed: exit 1, naming the coordinator
+#   peer rejoin after a runtime change n=3  scheme_pins set by sparsectl, rank 2 killed
+#                         and started again from its file: refused, saying the value
+#                         was set at run time
 #   own daemon kill n=2   SIGKILL of node 1's daemon while its trainer waits on an
 #                         operation nobody else submits: the wait ends within 3 s with
 #                         SC_ERR_CONNECT naming the rank and the tensor, not at its timeout
@@ -166,6 +175,30 @@ live_case() {
 	live_verdict "$1" "$ok" "$why"
 }
 
+# live_whole N: after a re-form, `sparsectl status` on the coordinator shows every node
+# connected with its peer pipe up again and no reason left from when one was lost (5 s at
+# most for the pipes to connect); sets why when not.
+live_whole() {
+	i=0
+	while [ $i -lt 50 ]; do
+		st=$("$bin/sparsectl" --socket "ipc://$live/node0/ctl.sock" --timeout-ms 5000 \
+			--json status 2>&1)
+		r=1 whole=1
+		while [ $r -lt "$1" ]; do
+			peer=$(printf '%s' "$st" | grep -o "{\"rank\":$r,[^}]*}")
+			printf '%s' "$peer" | grep -q '"state":"connected"' &&
+				printf '%s' "$peer" | grep -q '"pipe":true' &&
+				printf '%s' "$peer" | grep -q '"reason":""' || whole=0
+			r=$((r + 1))
+		done
+		[ $whole -eq 1 ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	why="after the re-form, status on node 0 does not show every node connected, its pipe up and no reason: $st"
+	return 1
+}
+
 # live_rejoin NAME: rank 2 killed, then started again (live_case's first steps, then the
 # restart and the restarted node's trainer).
 live_rejoin() {
@@ -188,10 +221,104 @@ live_rejoin() {
 				live_t2=$!
 				why="the world did not become whole again (no exact allreduce on all 3)"
 				live_wait_for 3 "live.c' exact" && live_wait_for 4 "passed" && ok=1
+				[ $ok -eq 1 ] && ! live_whole 3 && ok=0
 			fi
 		fi
 	fi
 	grep -q 'FAIL (' "$live"/t*.out 2>/dev/null && ok=0 why="a trainer reported FAIL"
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_restart_refused: node 2's daemon (killed) started again, with a fresh log, and
+# waited on until it exits (10 s at most); rc is its exit status, or "running".
+live_restart_refused() {
+	rm -f "$live/node2/ctl.sock" # the killed daemon's, left behind
+	: >"$live/d2.log"
+	live_daemon 2 3
+	i=0
+	while kill -0 "$live_d2" 2>/dev/null && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	rc=running
+	kill -0 "$live_d2" 2>/dev/null || { wait "$live_d2"; rc=$?; }
+}
+
+# live_early NAME: rank 2's daemon killed and started again at once, before the
+# coordinator finds it lost: the new one is refused and exits 1, saying when it will be
+# let in (it used to say only "rank 2 has already joined", of a daemon that was dead).
+live_early() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	live_t0="" live_t1="" live_t2="" # no trainers here
+	if live_start 3; then
+		kill -KILL "$live_d2"
+		wait "$live_d2" 2>/dev/null
+		live_restart_refused
+		why="the early restart exited with $rc (expected 1), or its log does not say when it is let in"
+		[ "$rc" = 1 ] && grep -q "rank 2 has already joined: its daemon was last heard [0-9]* ms ago;.*found lost, peer_timeout_ms = $live_peer_timeout after" \
+			"$live/d2.log" && ok=1
+	fi
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_config NAME: sparsectl config set on node 1 right after the coordinator was
+# killed: the coordinator applies a change on every node, so none is applied, and
+# sparsectl must say so (exit 1, naming the coordinator) instead of "applied on every
+# node" with exit 0; node 1's value stays. Before that, with the world whole, a set is
+# answered once applied: config get on node 2 already shows it. sparsectl pending, which
+# the coordinator answers, then fails within 3 s naming it, not "no reply from the
+# daemon" at sparsectl's own timeout.
+live_config() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	live_t0="" live_t1="" live_t2="" # no trainers here
+	if live_start 3; then
+		ctl1="$bin/sparsectl --socket ipc://$live/node1/ctl.sock"
+		$ctl1 config set cycle_time_ms 3 >"$live/set1.out" 2>&1
+		rc1=$?
+		got=$("$bin/sparsectl" --socket "ipc://$live/node2/ctl.sock" config get cycle_time_ms 2>&1)
+		kill -KILL "$live_d0"
+		wait "$live_d0" 2>/dev/null
+		$ctl1 config set cycle_time_ms 9 >"$live/set2.out" 2>&1
+		rc2=$?
+		after=$($ctl1 config get cycle_time_ms 2>&1)
+		$ctl1 --timeout-ms 10000 pending >"$live/pending.out" 2>&1
+		rc3=$?
+		why="set with the world whole exited $rc1 (node 2 then: $got); without the coordinator $rc2: $(cat "$live/set2.out"); node 1 then: $after; pending exited $rc3: $(cat "$live/pending.out")"
+		[ $rc1 -eq 0 ] && printf '%s' "$got" | grep -q "cycle_time_ms = 3 " &&
+			[ $rc2 -eq 1 ] && grep -q "was not applied within .* the coordinator (node 0)" "$live/set2.out" &&
+			printf '%s' "$after" | grep -q "cycle_time_ms = 3 " &&
+			[ $rc3 -eq 1 ] && grep -q "pending: the coordinator (node 0), .* did not answer within 3000 ms" "$live/pending.out" && ok=1
+	fi
+	live_end 3
+	live_verdict "$1" "$ok" "$why"
+}
+
+# live_retuned NAME: scheme_pins changed at run time (sparsectl config set), then rank 2
+# killed and, once found lost, started again from its old settings: it is refused (exit
+# 1), and the refusal says the coordinator's value was set at run time and what to do.
+live_retuned() {
+	selected "$1" || return 0
+	ok=0 why="the world did not form"
+	live_t0="" live_t1="" live_t2="" # no trainers here
+	if live_start 3; then
+		"$bin/sparsectl" --socket "ipc://$live/node1/ctl.sock" config set scheme_pins \
+			'emb.*=agsparse' >"$live/set.out" 2>&1
+		kill -KILL "$live_d2"
+		wait "$live_d2" 2>/dev/null
+		i=0 # until the coordinator has found it lost
+		while ! grep -q "node 2 (rank 2) was lost" "$live/d0.log" && [ $i -lt 100 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		live_restart_refused
+		why="the restarted node exited with $rc (expected 1), or its log does not say the coordinator's scheme_pins was set at run time"
+		[ "$rc" = 1 ] && grep -q "rank 2 has scheme_pins '', the coordinator 'emb.\*=agsparse' (set at run time by sparsectl config set" \
+			"$live/d2.log" && ok=1
+	fi
 	live_end 3
 	live_verdict "$1" "$ok" "$why"
 }
@@ -238,4 +365,7 @@ live_case "peer stop n=3" 2 STOP lost $((live_peer_timeout + 3000)) 1
 live_case "coordinator kill n=3" 0 KILL lost $((live_peer_timeout + 3000)) 1
 live_busy "peer kill busy n=3"
 live_rejoin "peer rejoin n=3"
+live_early "peer restart early n=3"
+live_config "ctl without coordinator n=3"
+live_retuned "peer rejoin after a runtime change n=3"
 live_own "own daemon kill n=2"

@@ -1479,6 +1479,69 @@ if selected "pipe cut n=3"; then
 	fi
 fi
 
+# solo_daemon DIR: a daemon of one node with runtime directory DIR (its log DIR/d.log)
+# on a free port, waited on until its control socket is there (10 s at most); its pid
+# in solo_pid.
+solo_daemon() {
+	mkdir -p "$1"
+	"$bin/sparsecommd" --runtime_dir "$1" --coordinator "127.0.0.1:$(free_port)" \
+		>"$1/d.log" 2>&1 </dev/null &
+	solo_pid=$!
+	i=0
+	while [ ! -S "$1/ctl.sock" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+}
+
+# A control socket left by a daemon killed with SIGKILL: sparsectl says that nothing
+# listens there (connection refused), not that the daemon "did not answer the handshake",
+# which reads as a hung daemon.
+if selected "sparsectl stale socket"; then
+	name="sparsectl stale socket"
+	rt=$tmp/stale
+	solo_daemon "$rt"
+	kill -KILL $solo_pid
+	wait $solo_pid 2>/dev/null
+	timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" --timeout-ms 1000 status \
+		>"$rt/st.out" 2>&1
+	rc_st=$?
+	if [ $rc_st -eq 1 ] && grep -q "no daemon listens at $rt/ctl.sock (connection refused)" "$rt/st.out"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: sparsectl status exited $rc_st: $(cat "$rt/st.out")"
+		failed=$((failed + 1))
+	fi
+fi
+
+# SIGHUP (a closing terminal, or an operator who expects the file to be re-read) ends no
+# job: the daemon logs that it ignored it and still answers sparsectl; SIGTERM then stops
+# it with status 0 and removes its sockets. SIGHUP's default action used to kill it at
+# once, leaving ctl.sock behind and its peers to find it lost later.
+if selected "daemon SIGHUP n=1"; then
+	name="daemon SIGHUP n=1"
+	rt=$tmp/hup
+	solo_daemon "$rt"
+	hpid=$solo_pid
+	kill -HUP $hpid
+	sleep 0.5
+	timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" status >"$rt/st.out" 2>&1
+	rc_st=$?
+	kill -TERM $hpid 2>/dev/null
+	wait $hpid
+	rc_d=$?
+	if [ $rc_st -eq 0 ] && [ $rc_d -eq 0 ] && [ ! -e "$rt/ctl.sock" ] &&
+		grep -q "SIGHUP ignored: the configuration file is not re-read" "$rt/d.log"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: sparsectl status after SIGHUP exited $rc_st, the daemon $rc_d after SIGTERM"
+		tail -n 10 "$rt/d.log" "$rt/st.out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
+
 # The timeline: sparsectl timeline start/stop around a few steps; every node's file is
 # checked by tests/integration/timeline_check.py (valid JSON, nesting, every tensor).
 mkdir -p "$tmp/timeline3" "$tmp/timeline22"

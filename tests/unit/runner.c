@@ -63,6 +63,33 @@ static void seed_rng(uint64_t seed)
 		rng_state[i] = splitmix64(&x);
 }
 
+void unit_stderr_capture(unit_stderr_t *c)
+{
+	int fds[2];
+	fflush(stderr);
+	if (pipe(fds) != 0)
+		unit_fail(__FILE__, __LINE__, "pipe: %s", strerror(errno));
+	c->rd = fds[0];
+	c->wr = fds[1];
+	c->saved = dup(STDERR_FILENO);
+	dup2(c->wr, STDERR_FILENO);
+}
+
+size_t unit_stderr_read(unit_stderr_t *c, char *buf, size_t len)
+{
+	fflush(stderr);
+	dup2(c->saved, STDERR_FILENO);
+	close(c->saved);
+	close(c->wr);
+	size_t total = 0;
+	ssize_t n;
+	while (total + 1 < len && (n = read(c->rd, buf + total, len - 1 - total)) > 0)
+		total += (size_t)n;
+	buf[total] = 0;
+	close(c->rd);
+	return total;
+}
+
 uint64_t unit_seed(void)
 {
 	return current_seed;

@@ -339,6 +339,61 @@ UNIT_TEST(config_refuses_a_line_too_long)
 	scd_config_free(&c);
 }
 
+/* A key set twice in the file is refused, naming both lines: the last one used to win
+ * silently (rank = 0, then rank = 1 in another section, ran as rank 1). */
+UNIT_TEST(config_refuses_a_key_set_twice)
+{
+	scd_config_t c;
+	char err[256] = "";
+	static char text[] = "[world]\nrank = 0\nworld_size = 2\n[paths]\nrank = 1\n";
+	scd_config_init(&c);
+	FILE *f = fmemopen(text, strlen(text), "r");
+	CHECK_TRUE(f != NULL);
+	CHECK_EQ_INT(scd_config_load_stream(&c, f, "dup.conf", err, sizeof(err)),
+		     SC_ERR_INVALID);
+	fclose(f);
+	CHECK_MSG(strstr(err, "dup.conf:5: rank is set again (first on line 2)"), "error: %s",
+		  err);
+	scd_config_free(&c);
+}
+
+/* A value in quotes, or followed by a comment, is refused at its line: both became part
+ * of the value (coordinator = "127.0.0.1:7700" was read with its quotes, and failed at
+ * start naming neither the file nor the line). */
+UNIT_TEST(config_refuses_quotes_and_trailing_comments)
+{
+	const char *bad[][2] = {
+	    {"coordinator = \"127.0.0.1:7700\"\n",
+	     "q.conf:1: coordinator: the value is in quotes"},
+	    {"secret_file = '/etc/s'\n", "q.conf:1: secret_file: the value is in quotes"},
+	    {"data_addr = 10.0.0.1 # eth1\n",
+	     "q.conf:1: data_addr: '10.0.0.1 # eth1' holds a comment"},
+	    {"scheme = auto\t; the default\n",
+	     "q.conf:1: scheme: 'auto\t; the default' holds a comment"}};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		scd_config_t c;
+		char err[256] = "", text[128];
+		snprintf(text, sizeof(text), "%s", bad[i][0]);
+		scd_config_init(&c);
+		FILE *f = fmemopen(text, strlen(text), "r");
+		CHECK_TRUE(f != NULL);
+		CHECK_EQ_INT(scd_config_load_stream(&c, f, "q.conf", err, sizeof(err)),
+			     SC_ERR_INVALID);
+		fclose(f);
+		CHECK_MSG(strstr(err, bad[i][1]), "%s: error: %s", bad[i][0], err);
+		scd_config_free(&c);
+	}
+	/* a '#' inside a value, not after a blank, stays part of it */
+	scd_config_t c;
+	char err[256] = "", text[] = "timeline_file = /tmp/run#3.json\n";
+	scd_config_init(&c);
+	FILE *f = fmemopen(text, strlen(text), "r");
+	CHECK_EQ_INT(scd_config_load_stream(&c, f, "q.conf", err, sizeof(err)), SC_OK);
+	fclose(f);
+	CHECK_TRUE(strcmp(scd_cfg_str(&c, SCD_CFG_timeline_file), "/tmp/run#3.json") == 0);
+	scd_config_free(&c);
+}
+
 /* An integer whose suffix takes it past int64_t is refused, named: it used to wrap, here
  * (2^44 + 1) MiB to 1 MiB, a value in range. */
 UNIT_TEST(config_refuses_an_integer_past_its_range)

@@ -28,20 +28,12 @@ UNIT_TEST(log_limit_window)
 /* A warning logged once per connection of a flood: a handful of lines reach stderr. */
 UNIT_TEST(log_limited_flood)
 {
-	int fds[2];
-	CHECK_EQ_INT(pipe(fds), 0);
-	int saved = dup(STDERR_FILENO);
-	dup2(fds[1], STDERR_FILENO);
+	unit_stderr_t cap;
+	unit_stderr_capture(&cap);
 	for (int i = 0; i < 1000; i++)
 		scd_warn_limited(SCD_SUB_TRANSPORT, "refused connection %d", i);
-	dup2(saved, STDERR_FILENO);
-	close(fds[1]);
 	char buf[65536];
-	ssize_t n, total = 0;
-	while ((n = read(fds[0], buf + total, sizeof(buf) - 1 - (size_t)total)) > 0)
-		total += n;
-	buf[total] = 0;
-	close(fds[0]);
+	unit_stderr_read(&cap, buf, sizeof(buf));
 	int lines = 0;
 	for (char *p = buf; (p = strchr(p, '\n')); p++)
 		lines++;

@@ -1,7 +1,9 @@
 /* test_timeline.c: the Chrome-trace writer (daemon/util/timeline.c): file names, escaping,
  * the file it leaves once stopped, and the events it drops when its buffer is full. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "unit.h"
@@ -178,4 +180,32 @@ UNIT_TEST(timeline_refuses_unwritable_file)
 	CHECK_TRUE(!strcmp(slurp(target, &len), "keep"));
 	unlink(link);
 	unlink(target);
+}
+
+/* A write that fails while the timeline runs (a full disk; here the file size limit) is
+ * logged when it happens, naming the file and the cause: it was said only when the
+ * timeline stopped, so an operator watching the log saw nothing. */
+UNIT_TEST(timeline_logs_a_failed_write_when_it_happens)
+{
+	char path[] = "/tmp/sc-tl-XXXXXX", err[256];
+	int fd = mkstemp(path);
+	CHECK_TRUE(fd >= 0);
+	close(fd);
+	struct rlimit was, small = {2048, 2048};
+	CHECK_EQ_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
+	signal(SIGXFSZ, SIG_IGN);
+	CHECK_EQ_INT(setrlimit(RLIMIT_FSIZE, &small), 0);
+	unit_stderr_t cap;
+	unit_stderr_capture(&cap);
+	CHECK_EQ_INT(scd_tl_start(path, 0, 1, 0, 10, err, sizeof(err)), SC_OK);
+	for (int i = 0; i < 200; i++)
+		scd_tl_tensor("t", "local_sum", scd_tl_begin(), NULL, 0);
+	usleep(300 * 1000); /* the writer flushes every 10 ms */
+	char buf[4096];
+	unit_stderr_read(&cap, buf, sizeof(buf));
+	CHECK_EQ_INT(scd_tl_stop(NULL), SC_ERR_SYSTEM);
+	setrlimit(RLIMIT_FSIZE, &was);
+	CHECK_MSG(strstr(buf, path) && strstr(buf, "writing failed: File too large"),
+		  "nothing logged while the timeline ran: '%s'", buf);
+	unlink(path);
 }

@@ -28,6 +28,15 @@ uint64_t unit_rng(void);
 double unit_rng_double(void);
 uint64_t unit_rng_below(uint64_t n);
 
+/* What the code under test writes to stderr (its log): unit_stderr_capture sends it into
+ * a pipe (up to the pipe's 64 KiB); unit_stderr_read puts stderr back and reads what was
+ * written into buf (NUL-terminated, at most len - 1 bytes), returning its length. */
+typedef struct {
+	int rd, wr, saved;
+} unit_stderr_t;
+void unit_stderr_capture(unit_stderr_t *c);
+size_t unit_stderr_read(unit_stderr_t *c, char *buf, size_t len);
+
 /* Ends the running test as skipped (exit status UNIT_SKIP_STATUS), printing why; the
  * runner counts it apart from passed and failed. */
 #define UNIT_SKIP_STATUS 77
