@@ -561,8 +561,9 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 				scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
 			}
 		}
-	/* after those failed steps (the world sends them first): a step the coordinator has
-	 * failed because the node is degraded is not failed a second time */
+	/* the node's state after those failed steps (the world sends what it holds first), so
+	 * that the coordinator reads them while the node is not degraded there yet: a step it
+	 * fails for the degraded node is not failed a second time */
 	if (why[0])
 		ctl->up->node_state(ctl->d->world, 1, why);
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
