@@ -511,7 +511,6 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		scd_warn(SCD_SUB_CTL, "%s", why);
 		ctl->degraded = 1;
 		snprintf(ctl->degraded_reason, sizeof(ctl->degraded_reason), "%s", why);
-		ctl->up->node_state(ctl->d->world, 1, why);
 	}
 	/* A join or a barrier cannot complete without the trainer: the node's waiters fail
 	 * now (and the coordinator ends it on every rank once it learns the node is
@@ -552,9 +551,21 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 				size_t n = strnlen(msg, sizeof(nt->carry.msg) - 1);
 				memcpy(nt->carry.msg, msg, n);
 				nt->carry.msg[n] = 0;
+				/* and the node failed it before announcing it: the coordinator
+				 * fails it on every rank, charging the nodes that had not
+				 * announced it yet (a step the node announces later than its
+				 * recovery would else stall, and charge this node a step its
+				 * trainers never submit: world/late.c) */
+				ctl->up->fail_step(ctl->d->world, nt->name, SC_ERR_ABORTED,
+						   msg);
 				scd_ctl_complete(ctl, nt, SC_ERR_ABORTED, msg);
 			}
 		}
+	/* the node's state after those failed steps (the world sends what it holds first), so
+	 * that the coordinator reads them while the node is not degraded there yet: a step it
+	 * fails for the degraded node is not failed a second time */
+	if (why[0])
+		ctl->up->node_state(ctl->d->world, 1, why);
 	for (scd_reg_t *r = s->regs, *next; r; r = next) {
 		next = r->next_in_session;
 		release_reg(ctl, r);

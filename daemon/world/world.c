@@ -615,8 +615,14 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 	ns.reason = (char *)reason;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
 	m.node_state = &ns;
-	if (w->formed)
-		scd_world_send_coord(w, &m);
+	if (!w->formed)
+		return;
+	/* what the node has not sent yet goes first (as for a join, join.c): the steps a dying
+	 * trainer's node failed before announcing them must reach the coordinator while the
+	 * node is not degraded there yet. Read after, each would fail its name's next entry,
+	 * and charge the other nodes a step they had already failed with the degraded node */
+	scd_neg_flush(w);
+	scd_world_send_coord(w, &m);
 }
 
 void scd_world_node_left(scd_world_t *w, const char *reason)

@@ -364,6 +364,12 @@ run_case "killed n=2 per-node=2" 2 2 120 137 3 --keep-going -- "$itest" killed
 # error at once, and the next step is exact on every rank
 run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-late
+# killed first: rank 3's worker dies before a step its node-mate rank 2 submitted, and
+# node 0 submits that step only after a new worker of rank 3 came: node 1 failed the step
+# before announcing it, so node 0's late submission is that step and gets its error at
+# once, and the next steps are exact on every rank (node 1 owes nothing)
+run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
@@ -1149,6 +1155,11 @@ rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
 # state anew and the others kept theirs, so every later COO allreduce of rnd.g failed
 # with SC_ERR_MISMATCH (another step, another scheme); now only the first (step 74) does
 rnd "state after a death n=3" 3 1 80 12 1795975241
+# a trainer dies before an alltoall its node-mate had submitted (step 104, rank 3) while
+# the other node, late, submits that step only after the node is whole again: the
+# coordinator stalled it and charged the node a step it never submits, so node 0's step
+# 122 paired with node 1's 123 (SC_OK with another step's values); now it fails at once
+rnd "death before a late node's step n=2 per-node=2" 2 2 125 12 1796010956
 # many events: one step in four or more has one
 rnd "n=3 rate=30" 3 1 200 30 "$rnd_seed"
 rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
