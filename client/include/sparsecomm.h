@@ -128,6 +128,39 @@ typedef enum {
 SC_API const char *sc_wire_name(sc_wire_t wire);
 
 /*
+ * The element type a caller's values have where it is not the buffer's dtype
+ * (sc_tensor_opts_t.src_type): bindings that carry narrower types in a wider buffer (the
+ * Python bindings' int8, uint8, int16 and bool tensors in int32 buffers, float16 and
+ * bfloat16 in float32 ones) name it, so that ranks whose values differ in type fail as a
+ * dtype mismatch, as in Horovod, instead of being summed as one. It takes part in the type
+ * word the ranks must agree on: a difference fails the operation on every rank with
+ * SC_ERR_MISMATCH naming the tensor, the ranks and each rank's type ("dtype differs
+ * across ranks: rank 0 has float16; rank 1 has float32"). The library converts nothing:
+ * the buffer holds the dtype's values. Each names the dtype that carries it (SC_INT32 for
+ * the integers and bool, SC_FLOAT32 for the 16-bit floats, SC_INT64 for uint64); another
+ * pairing is refused at registration with SC_ERR_INVALID.
+ */
+typedef enum {
+	SC_SRC_NATIVE = 0, /* the buffer's own dtype (default) */
+	SC_SRC_INT8 = 1,
+	SC_SRC_UINT8 = 2,
+	SC_SRC_INT16 = 3,
+	SC_SRC_UINT16 = 4,
+	SC_SRC_UINT32 = 5,
+	SC_SRC_BOOL = 6,
+	SC_SRC_FLOAT16 = 7,
+	SC_SRC_BFLOAT16 = 8,
+	SC_SRC_UINT64 = 9,
+} sc_src_type_t;
+
+/* The dtype that carries src (SC_INT32, ...), or -1 for SC_SRC_NATIVE or an unknown
+ * value. */
+SC_API int sc_src_type_carrier(sc_src_type_t src);
+/* The name of the values' type: src's ("int8", "float16", ...), or dtype's for
+ * SC_SRC_NATIVE; "unknown" for any other value. */
+SC_API const char *sc_src_type_name(sc_src_type_t src, sc_dtype_t dtype);
+
+/*
  * Reductions, elementwise over every trainer of the job, on every dtype.
  *
  * SC_OP_SUM adds (integers wrap around in two's complement). SC_OP_AVERAGE divides the sum
@@ -293,6 +326,9 @@ typedef struct sc_tensor_opts {
 	 * default, is every trainer). Only members register it; a name is a name within its
 	 * set, so the same name in two sets is two tensors. */
 	int process_set;
+	/* The caller's element type where the buffer carries a wider one (sc_src_type_t;
+	 * default SC_SRC_NATIVE). Every rank must give the same (else SC_ERR_MISMATCH). */
+	sc_src_type_t src_type;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */

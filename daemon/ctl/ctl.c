@@ -862,6 +862,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			       sizeof(opts.device_uuid));
 		opts.wire = rq->opts->wire;
 		opts.block = rq->opts->block;
+		opts.src_type = rq->opts->src_type;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}

@@ -1712,6 +1712,13 @@ if selected "horovodrun flags"; then
 		[ "$rc" -eq 2 ] && grep -qF -- "${spec#*|}" "$tmp/out2" ||
 			why="$why; '${spec%%|*}' exited $rc without '${spec#*|}'"
 	done
+	# HOROVOD_AUTOTUNE=1 is refused as --autotune is, naming the variable (0 is "off")
+	HOROVOD_AUTOTUNE=1 timeout 20 "$launcher" -np 2 true >"$tmp/out2" 2>&1 </dev/null
+	rc=$?
+	[ "$rc" -eq 2 ] && grep -qF "HOROVOD_AUTOTUNE=1 asks for Horovod's autotuner" "$tmp/out2" ||
+		why="$why; HOROVOD_AUTOTUNE=1 exited $rc: $(tail -n 1 "$tmp/out2")"
+	HOROVOD_AUTOTUNE=0 timeout 60 "$launcher" -np 1 true >"$tmp/out2" 2>&1 </dev/null ||
+		why="$why; HOROVOD_AUTOTUNE=0 exited $?: $(tail -n 1 "$tmp/out2")"
 	# --netns without root prints the same job on loopback: the command's own --rate and
 	# --netns (after the options, with no '--') are kept
 	as_user=""
