@@ -600,8 +600,9 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * removed. Both wait at most timeout_ms (< 0: without limit; 0 does not wait, and so
  * almost always times out) for the other trainers. SC_ERR_TIMEOUT,
  * which says so, leaves this trainer's process set calls out of step with the others' (its
- * agreement stays in flight, its buffer registered until sc_finalize): the job's process
- * sets may then differ between trainers, and the job should end.
+ * agreement stays in flight, its buffer registered until the first sc_register after it
+ * ended, which releases it): the job's process sets may then differ between trainers, and
+ * the job should end.
  */
 #define SC_PROCESS_SET_GLOBAL 0
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
@@ -648,8 +649,9 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p);
-/* sc_join_async followed by sc_join_result; a join that timed out is abandoned
- * (sc_abandon). */
+/* sc_join_async followed by sc_join_result. A join that timed out stays outstanding (the
+ * trainer is still joined): the next sc_join collects it, done or not, instead of
+ * starting another, and so does sc_join while a join of sc_join_async is not collected. */
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p);
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */

@@ -518,6 +518,7 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 
 	if (st != SC_OK)
 		return st;
+	scl_pset_sweep(client); /* room for it: timed-out agreements that have ended */
 	return scl_left(client, register_in(client, name, dtype, numel, opts, tensor_p));
 }
 

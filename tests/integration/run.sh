@@ -310,6 +310,7 @@ run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
 run_case "capi n=2" 2 1 120 0 2 -- "$itest" capi
 run_case "capi n=2 per-node=2" 2 2 120 0 4 -- "$itest" capi
 run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
+run_case "psets timeout n=2" 2 1 120 0 2 -- "$itest" psets-timeout
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 # A group after a plain allreduce under the planned fusion modes: the plan puts the plain
 # tensor and the group's first member in one buffer; the group still goes out whole at
@@ -1389,10 +1390,10 @@ stages_case() {
 	name="bench allreduce stages n=3"
 	selected "$name" || return 0
 	rm -rf "$tmp/stages"
-	mkdir -p "$tmp/stages"
 	t0=$(date +%s)
+	# a prefix whose directories do not exist: the benchmark makes them, as mkdir -p
 	timeout -k 10 300 "$launcher" -n 3 --timeout 240 -- "$bin/sparsecomm-bench" allreduce \
-		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/s" >"$tmp/out" 2>&1 </dev/null
+		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/run/s" >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	dt=$(($(date +%s) - t0))
 	rows=$(grep -cE '^\[0\] # (submit|negotiation|  to coord|  coord|  plan back|hand-off|verdict|data|completion|round trip) +-?[0-9]+\.[0-9] +-?[0-9]+\.[0-9]$' "$tmp/out")
