@@ -814,15 +814,6 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			    name, local_rank, field);
 			return SC_ERR_MISMATCH;
 		}
-		if (nt->opts.wire != opts->wire) {
-			snprintf(
-			    err, err_len,
-			    "tensor '%s' differs between trainers of this node: wire format "
-			    "%s before, %s by local rank %d",
-			    name, sc_wire_name((sc_wire_t)nt->opts.wire),
-			    sc_wire_name((sc_wire_t)opts->wire), local_rank);
-			return SC_ERR_MISMATCH;
-		}
 		if (nt->dtype != dtype || nt->numel != numel ||
 		    nt->opts.src_type != opts->src_type) {
 			int other = 0;
@@ -837,6 +828,15 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			    (unsigned long long)nt->numel, local_rank,
 			    sc_src_type_name((sc_src_type_t)opts->src_type, dtype),
 			    (unsigned long long)numel);
+			return SC_ERR_MISMATCH;
+		}
+		if (nt->opts.wire != opts->wire) {
+			snprintf(
+			    err, err_len,
+			    "tensor '%s' differs between trainers of this node: wire format "
+			    "%s before, %s by local rank %d",
+			    name, sc_wire_name((sc_wire_t)nt->opts.wire),
+			    sc_wire_name((sc_wire_t)opts->wire), local_rank);
 			return SC_ERR_MISMATCH;
 		}
 	}
