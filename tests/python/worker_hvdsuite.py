@@ -218,6 +218,25 @@ def carried_dtype_mismatches_in_other_collectives():
 
 
 @check
+def grouped_allreduce_mismatches_raise_on_every_rank():
+    # Horovod's grouped type and shape errors: one member of another dtype (int32
+    # against float32, int8 against int32) or shape on rank 0 fails the group on every
+    # rank; the next group works
+    for what, odd in (("dtype", torch.ones(17, dtype=torch.int32 if R == 0 else
+                                                 torch.float32)),
+                      ("carried dtype", torch.ones(17, dtype=torch.int8 if R == 0 else
+                                                         torch.int32)),
+                      ("shape", torch.ones(17 + (R == 0)))):
+        xs = [torch.ones(5), odd, torch.ones(3)]
+        raises_everywhere(RuntimeError, lambda: hvd.grouped_allreduce(
+            xs, op=hvd.Sum, name="gm." + what.replace(" ", "_")),
+            "a group with a member of another " + what)
+    got = hvd.grouped_allreduce([torch.ones(5), torch.ones(3)], op=hvd.Sum, name="gm.ok")
+    same(got[0], torch.full((5,), float(P)), "the group after the mismatches")
+    still_works("grouped")
+
+
+@check
 def same_count_other_dimensions_raise_on_every_rank():
     # Horovod's "same number of elements, different rank": [17, 1311] on rank 0, [17, 23,
     # 57] on the others, raises on every rank for allreduce and broadcast, naming both
