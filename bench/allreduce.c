@@ -19,7 +19,8 @@
  * the sums stay exact): algbw and busbw still count the tensor's float32 bytes, and the
  * ring bound is that of the 16-bit bytes on the wire.
  *
- * With --stages PREFIX the daemons' timelines run during the latency loop (PREFIX.d<rank>.json)
+ * With --stages PREFIX (its directory made where missing, as mkdir -p) the daemons'
+ * timelines run during the latency loop (PREFIX.d<rank>.json)
  * and every trainer writes its calls' times (PREFIX.client<rank>.txt); rank 0 then prints
  * where the round trip goes, stage by stage (stages.h: submit, negotiation, hand-off,
  * verdict, data, completion), median and p99 over the calls.
@@ -144,6 +145,10 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 			}
 			snprintf(o->stages, sizeof(o->stages), "%s%s%.*s", cwd,
 				 cwd[0] ? "/" : "", PATH_MAX / 2 - 64, v);
+			/* the prefix's directory, made where missing (every rank, on its
+			 * own host, where its daemon writes its timeline) */
+			if (bench_mkdir_parents(o->stages) < 0)
+				return -1;
 		} else if (!strcmp(a, "--wire")) {
 			for (o->wire = SC_WIRE_NATIVE; o->wire <= SC_WIRE_BF16; o->wire++)
 				if (!strcmp(v, sc_wire_name(o->wire)))

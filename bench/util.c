@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,4 +173,33 @@ int bench_parse_bytes(const char *s, size_t *out_p)
 		return -1;
 	*out_p = (size_t)(v * mult);
 	return 0;
+}
+
+int bench_mkdir_parents(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return 0;
+	if ((size_t)(slash - path) >= sizeof(dir)) {
+		fprintf(stderr, "bench: directory of '%.64s...' is too long\n", path);
+		return -1;
+	}
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	/* each component in turn, the existing ones (EEXIST) passed over */
+	for (char *p = dir + 1;; p++) {
+		int end = *p == '\0';
+		if (*p != '/' && !end)
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+			fprintf(stderr, "bench: cannot create directory %s: %s\n", dir,
+				strerror(errno));
+			return -1;
+		}
+		if (end)
+			return 0;
+		*p = '/';
+	}
 }

@@ -21,6 +21,9 @@ int bench_parse_bytes(const char *s, size_t *out_p);
 /* bench/mpi/run-peer.sh: explicit (may be NULL), else $SPARSECOMM_RUN_PEER, else found
  * relative to the running binary. 0 when an executable script was found. */
 int bench_find_peer_script(const char *explicit_path, char *path, size_t cap);
+/* Creates the directories of path's prefix up to its last '/' that do not exist yet, as
+ * mkdir -p does (0755); 0, or -1 with the error printed naming the directory. */
+int bench_mkdir_parents(const char *path);
 
 /* Runs argv[0] with argv, stdout captured (stderr passes through), for at most timeout_s
  * (then SIGTERM). The output (malloc'd, NUL-terminated) when it exited 0, else NULL after

@@ -75,6 +75,43 @@ SC_API const char *sc_wire_name(sc_wire_t wire)
 	return "unknown";
 }
 
+SC_API int sc_src_type_carrier(sc_src_type_t src)
+{
+	switch (src) {
+	case SC_SRC_INT8:
+	case SC_SRC_UINT8:
+	case SC_SRC_INT16:
+	case SC_SRC_UINT16:
+	case SC_SRC_UINT32:
+	case SC_SRC_BOOL:
+		return SC_INT32;
+	case SC_SRC_FLOAT16:
+	case SC_SRC_BFLOAT16:
+		return SC_FLOAT32;
+	case SC_SRC_UINT64:
+		return SC_INT64;
+	case SC_SRC_NATIVE:
+		break;
+	}
+	return -1;
+}
+
+SC_API const char *sc_src_type_name(sc_src_type_t src, sc_dtype_t dtype)
+{
+	static const char *const names[] = {
+	    [SC_SRC_INT8] = "int8",	  [SC_SRC_UINT8] = "uint8",
+	    [SC_SRC_INT16] = "int16",	  [SC_SRC_UINT16] = "uint16",
+	    [SC_SRC_UINT32] = "uint32",	  [SC_SRC_BOOL] = "bool",
+	    [SC_SRC_FLOAT16] = "float16", [SC_SRC_BFLOAT16] = "bfloat16",
+	    [SC_SRC_UINT64] = "uint64",
+	};
+	if (src == SC_SRC_NATIVE)
+		return sc_dtype_name(dtype);
+	if ((unsigned)src < sizeof(names) / sizeof(names[0]) && names[src])
+		return names[src];
+	return "unknown";
+}
+
 char *sc_rundir_default(unsigned uid, char *buf, size_t len)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");

@@ -128,6 +128,39 @@ typedef enum {
 SC_API const char *sc_wire_name(sc_wire_t wire);
 
 /*
+ * The element type a caller's values have where it is not the buffer's dtype
+ * (sc_tensor_opts_t.src_type): bindings that carry narrower types in a wider buffer (the
+ * Python bindings' int8, uint8, int16 and bool tensors in int32 buffers, float16 and
+ * bfloat16 in float32 ones) name it, so that ranks whose values differ in type fail as a
+ * dtype mismatch, as in Horovod, instead of being summed as one. It takes part in the type
+ * word the ranks must agree on: a difference fails the operation on every rank with
+ * SC_ERR_MISMATCH naming the tensor, the ranks and each rank's type ("dtype differs
+ * across ranks: rank 0 has float16; rank 1 has float32"). The library converts nothing:
+ * the buffer holds the dtype's values. Each names the dtype that carries it (SC_INT32 for
+ * the integers and bool, SC_FLOAT32 for the 16-bit floats, SC_INT64 for uint64); another
+ * pairing is refused at registration with SC_ERR_INVALID.
+ */
+typedef enum {
+	SC_SRC_NATIVE = 0, /* the buffer's own dtype (default) */
+	SC_SRC_INT8 = 1,
+	SC_SRC_UINT8 = 2,
+	SC_SRC_INT16 = 3,
+	SC_SRC_UINT16 = 4,
+	SC_SRC_UINT32 = 5,
+	SC_SRC_BOOL = 6,
+	SC_SRC_FLOAT16 = 7,
+	SC_SRC_BFLOAT16 = 8,
+	SC_SRC_UINT64 = 9,
+} sc_src_type_t;
+
+/* The dtype that carries src (SC_INT32, ...), or -1 for SC_SRC_NATIVE or an unknown
+ * value. */
+SC_API int sc_src_type_carrier(sc_src_type_t src);
+/* The name of the values' type: src's ("int8", "float16", ...), or dtype's for
+ * SC_SRC_NATIVE; "unknown" for any other value. */
+SC_API const char *sc_src_type_name(sc_src_type_t src, sc_dtype_t dtype);
+
+/*
  * Reductions, elementwise over every trainer of the job, on every dtype.
  *
  * SC_OP_SUM adds (integers wrap around in two's complement). SC_OP_AVERAGE divides the sum
@@ -293,6 +326,9 @@ typedef struct sc_tensor_opts {
 	 * default, is every trainer). Only members register it; a name is a name within its
 	 * set, so the same name in two sets is two tensors. */
 	int process_set;
+	/* The caller's element type where the buffer carries a wider one (sc_src_type_t;
+	 * default SC_SRC_NATIVE). Every rank must give the same (else SC_ERR_MISMATCH). */
+	sc_src_type_t src_type;
 } sc_tensor_opts_t;
 
 /* sc_register with options; opts NULL is sc_register. */
@@ -564,8 +600,9 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * removed. Both wait at most timeout_ms (< 0: without limit; 0 does not wait, and so
  * almost always times out) for the other trainers. SC_ERR_TIMEOUT,
  * which says so, leaves this trainer's process set calls out of step with the others' (its
- * agreement stays in flight, its buffer registered until sc_finalize): the job's process
- * sets may then differ between trainers, and the job should end.
+ * agreement stays in flight, its buffer registered until the first sc_register after it
+ * ended, which releases it): the job's process sets may then differ between trainers, and
+ * the job should end.
  */
 #define SC_PROCESS_SET_GLOBAL 0
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,
@@ -612,8 +649,9 @@ SC_API sc_status_t sc_barrier(sc_client_t *client, int timeout_ms);
 SC_API sc_status_t sc_join_async(sc_client_t *client, sc_handle_t *handle_p);
 SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int timeout_ms,
 				  int *last_rank_p);
-/* sc_join_async followed by sc_join_result; a join that timed out is abandoned
- * (sc_abandon). */
+/* sc_join_async followed by sc_join_result. A join that timed out stays outstanding (the
+ * trainer is still joined): the next sc_join collects it, done or not, instead of
+ * starting another, and so does sc_join while a join of sc_join_async is not collected. */
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p);
 
 /* What the node's daemon measured for a tensor (sc_tensor_stats). */

@@ -1447,19 +1447,25 @@ SC_API sc_status_t sc_join_result(sc_client_t *client, sc_handle_t handle, int t
 					   NULL, last_rank_p));
 }
 
+/* A join that timed out stays the trainer's, not abandoned: the trainer is joined on the
+ * daemons whatever it waits for, so the next sc_join collects that join (done or not)
+ * rather than starting a second one, which would be refused as "already joined". */
 SC_API sc_status_t sc_join(sc_client_t *client, int timeout_ms, int *last_rank_p)
 {
-	sc_handle_t h;
+	sc_handle_t h = 0;
+	const struct scl_op *held;
 	sc_status_t st = scl_enter_call(client, "join");
 
 	if (st != SC_OK)
 		return st;
-	st = sc_join_async(client, &h);
-	if (st == SC_OK) {
+	pthread_mutex_lock(&client->mu);
+	if ((held = tensorless_outstanding(client, 1, 0)))
+		h = held->handle;
+	pthread_mutex_unlock(&client->mu);
+	if (!h)
+		st = sc_join_async(client, &h);
+	if (st == SC_OK)
 		st = sc_join_result(client, h, timeout_ms, last_rank_p);
-		if (st == SC_ERR_TIMEOUT)
-			sc_abandon(client, h);
-	}
 	return scl_left(client, st);
 }
 

@@ -20,6 +20,7 @@
 
 #define SCL_NAME_MAX	   255
 #define SCL_RELEASED	   64 /* released names remembered (sc_client.released) */
+#define SCL_PSET_LEFT	   16 /* timed-out agreements' buffers awaiting release */
 #define SCL_OP_BUCKETS	   256
 #define SCL_ERR_MAX	   1024
 #define SCL_ENDPOINT_MAX   512
@@ -154,6 +155,10 @@ struct sc_client {
 	struct scl_pset *psets;
 	int n_psets, cap_psets, pset_next_id;
 	uint64_t pset_calls;
+	/* the buffers of agreements that timed out, still in flight: released once they end
+	 * (scl_pset_sweep); guarded by mu */
+	struct sc_tensor *pset_left[SCL_PSET_LEFT];
+	int n_pset_left;
 };
 
 /* ---- calls and sc_finalize (finalize.c) ---- */
@@ -218,6 +223,9 @@ sc_status_t scl_pset_check(const sc_client_t *c, int id, const char *name);
 /* Whether trainer rank is a member of process set id. */
 int scl_pset_has(const sc_client_t *c, int id, int rank);
 void scl_pset_free_all(sc_client_t *c);
+/* Releases the buffers of timed-out agreements (pset.c) whose operations have ended; one
+ * atomic load when there are none (sc_register_ex calls it). */
+void scl_pset_sweep(sc_client_t *c);
 
 /* ---- the submit channel (submit.c) ---- */
 /* Connects to the daemon's submit channel (daemon_path as the daemon sees it, found here

@@ -156,9 +156,16 @@ static sc_status_t agree(sc_client_t *c, int op, int id, const int *ranks, int n
 		st = sc_wait(c, h, timeout_ms);
 	if (st == SC_ERR_TIMEOUT) {
 		/* the agreement stays in flight: its handle is given up (freed when it ends)
-		 * and its buffer stays registered until sc_finalize, which a release of a
-		 * tensor in flight would refuse, replacing the error text with its own */
+		 * and its buffer, which a release now would refuse (in flight), is released
+		 * by the first registration after it ended (scl_pset_sweep; past
+		 * SCL_PSET_LEFT such buffers at once, at sc_finalize) */
 		sc_abandon(c, h);
+		pthread_mutex_lock(&c->mu);
+		if (c->n_pset_left < SCL_PSET_LEFT) { /* read unlocked by scl_pset_sweep */
+			c->pset_left[c->n_pset_left] = t;
+			__atomic_store_n(&c->n_pset_left, c->n_pset_left + 1, __ATOMIC_RELAXED);
+		}
+		pthread_mutex_unlock(&c->mu);
 		return scl_error(SC_ERR_TIMEOUT,
 				 "%s: not every trainer of the job called it within %d ms "
 				 "(the agreement through tensor '%s' is still in flight)",
@@ -194,6 +201,27 @@ static sc_status_t agree(sc_client_t *c, int op, int id, const int *ranks, int n
 out:
 	sc_tensor_release(c, t);
 	return st;
+}
+
+void scl_pset_sweep(sc_client_t *c)
+{
+	if (!__atomic_load_n(&c->n_pset_left, __ATOMIC_RELAXED))
+		return;
+	for (;;) {
+		struct sc_tensor *ended = NULL;
+		pthread_mutex_lock(&c->mu);
+		for (int i = 0; i < c->n_pset_left && !ended; i++)
+			if (scl_op_settle(c, c->pset_left[i])) { /* its word read too */
+				ended = c->pset_left[i];
+				c->pset_left[i] = c->pset_left[c->n_pset_left - 1];
+				__atomic_store_n(&c->n_pset_left, c->n_pset_left - 1,
+						 __ATOMIC_RELAXED);
+			}
+		pthread_mutex_unlock(&c->mu);
+		if (!ended)
+			return;
+		sc_tensor_release(c, ended);
+	}
 }
 
 static void votes_free(ps_vote_t *votes, int n)

@@ -92,6 +92,8 @@ static sc_status_t check_opts(const sc_client_t *c, const char *name, size_t num
 		w->wire = (uint32_t)o->wire;
 	if (OPTS_HAS(o, block))
 		w->block = o->block;
+	if (OPTS_HAS(o, src_type))
+		w->src_type = (uint32_t)o->src_type;
 	if (OPTS_HAS(o, process_set)) {
 		sc_status_t st = scl_pset_check(c, o->process_set, name);
 		if (st != SC_OK)
@@ -429,6 +431,14 @@ static sc_status_t register_in(sc_client_t *client, const char *name, sc_dtype_t
 		st = check_opts(client, name, numel, opts, &wopts);
 		if (st != SC_OK)
 			return st;
+		if (wopts.src_type &&
+		    sc_src_type_carrier((sc_src_type_t)wopts.src_type) != (int)dtype)
+			return scl_error(SC_ERR_INVALID,
+					 "rank %d: registering tensor '%s': values of type %s "
+					 "(src_type %u) are not carried in a %s buffer",
+					 client->rank, name,
+					 sc_src_type_name((sc_src_type_t)wopts.src_type, dtype),
+					 wopts.src_type, sc_dtype_name(dtype));
 		reg.opts = &wopts;
 	}
 	t = calloc(1, sizeof(*t));
@@ -508,6 +518,7 @@ SC_API sc_status_t sc_register_ex(sc_client_t *client, const char *name, sc_dtyp
 
 	if (st != SC_OK)
 		return st;
+	scl_pset_sweep(client); /* room for it: timed-out agreements that have ended */
 	return scl_left(client, register_in(client, name, dtype, numel, opts, tensor_p));
 }
 

@@ -22,8 +22,7 @@ static const struct {
 				    "cost model (or --daemon-arg --scheme)"},
     {"--hierarchical-allgather", "allgather has one algorithm here"},
     {"--no-hierarchical-allgather", "allgather has one algorithm here"},
-    {"--autotune", "there is no autotuner; fusion_mode adaptive (the default) sizes the "
-		   "fused buffers from measured times"},
+    {"--autotune", SC_HOROVOD_NO_AUTOTUNE " (HOROVOD_AUTOTUNE is refused alike)"},
     {"--autotune-log-file", "there is no autotuner"},
     {"--autotune-warmup-samples", "there is no autotuner"},
     {"--autotune-steps-per-sample", "there is no autotuner"},
@@ -102,6 +101,12 @@ void run_hvd_env(opts_t *o)
 	const char *v = getenv("HOROVOD_START_TIMEOUT");
 	if (v)
 		o->ready_timeout_s = run_parse_seconds("HOROVOD_START_TIMEOUT", v);
+	/* as --autotune: a Horovod setting that would change the job is never ignored */
+	v = getenv("HOROVOD_AUTOTUNE");
+	if (sc_horovod_autotune(v))
+		run_die_usage("HOROVOD_AUTOTUNE=%s asks for Horovod's autotuner, which has no "
+			      "equivalent here: " SC_HOROVOD_NO_AUTOTUNE "; unset it",
+			      v);
 }
 
 bool run_hvd_flag(opts_t *o, const char *name, const char **val_p, int argc, char **argv,

@@ -186,14 +186,15 @@ static inline int scd_coll_solo(const scd_coll_t *c)
 
 /*
  * The type word of a tensor, as negotiation carries it in the dtype fields (announcements,
- * the response cache, the plans): the sc_dtype_t in the low byte and the sc_wire_t of its
- * dense sums above it. The ranks must agree on the whole word (a rank that registered
- * another wire format is a mismatch naming it), and tensors whose words differ never
+ * the response cache, the plans): the sc_dtype_t in the low byte, the sc_wire_t of its
+ * dense sums in the next and the trainer's element type (sc_src_type_t) in the third.
+ * The ranks must agree on the whole word (a rank that registered another dtype, element
+ * type or wire format is a mismatch naming it), and tensors whose words differ never
  * share a fused buffer.
  */
-static inline uint32_t scd_typeword(uint32_t dtype, uint32_t wire)
+static inline uint32_t scd_typeword(uint32_t dtype, uint32_t wire, uint32_t src)
 {
-	return dtype | wire << 8;
+	return dtype | (wire & 0xffu) << 8 | (src & 0xffu) << 16;
 }
 static inline uint32_t scd_tw_dtype(uint32_t word)
 {
@@ -201,7 +202,18 @@ static inline uint32_t scd_tw_dtype(uint32_t word)
 }
 static inline uint32_t scd_tw_wire(uint32_t word)
 {
-	return word >> 8;
+	return (word >> 8) & 0xffu;
+}
+/* The element type the word's values have: its dtype and the trainer's type over it
+ * (equal for ranks whose values are of one type), and that type's name. */
+static inline uint32_t scd_tw_values(uint32_t word)
+{
+	return word & 0xff00ffu;
+}
+static inline const char *scd_tw_values_name(uint32_t word)
+{
+	return sc_src_type_name((sc_src_type_t)(word >> 16 & 0xffu),
+				(sc_dtype_t)scd_tw_dtype(word));
 }
 
 #endif

@@ -4,7 +4,8 @@
  * HOROVOD_CYCLE_TIME, HOROVOD_TIMELINE, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS,
  * HOROVOD_LOG_LEVEL and HOROVOD_CACHE_CAPACITY, converted to the table's units and applied as
  * the environment's; the SPARSECOMM_<KEY> variables, applied after them, win (README.md,
- * "Coming from Horovod").
+ * "Coming from Horovod"). HOROVOD_AUTOTUNE turned on stops the daemon at start, as
+ * horovodrun's --autotune is refused by the launcher.
  */
 #include "config/config.h"
 #include "horovod.h"
@@ -73,6 +74,14 @@ static const char *convert(size_t k, const char *v, char *buf, size_t len, int *
 sc_status_t scd_config_load_horovod_env(scd_config_t *cfg, char *err, size_t err_len)
 {
 	char buf[32], msg[256];
+	const char *tune = getenv("HOROVOD_AUTOTUNE"); /* refused, as horovodrun's --autotune */
+	if (sc_horovod_autotune(tune)) {
+		snprintf(err, err_len,
+			 "HOROVOD_AUTOTUNE=%.32s asks for Horovod's autotuner, which has no "
+			 "equivalent here: " SC_HOROVOD_NO_AUTOTUNE "; unset it",
+			 tune);
+		return SC_ERR_INVALID;
+	}
 	for (size_t k = 0; k < sizeof(hvd_env) / sizeof(hvd_env[0]); k++) {
 		const char *v = getenv(hvd_env[k].env);
 		if (!v)

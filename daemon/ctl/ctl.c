@@ -873,6 +873,7 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			       sizeof(opts.device_uuid));
 		opts.wire = rq->opts->wire;
 		opts.block = rq->opts->block;
+		opts.src_type = rq->opts->src_type;
 		snprintf(opts.scheme, sizeof(opts.scheme), "%s",
 			 rq->opts->scheme ? rq->opts->scheme : "");
 	}
@@ -897,19 +898,23 @@ static void handle_register(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 	    st == SC_ERR_MISMATCH ? scd_tensors_find(ctl->tensors, name) : NULL;
 	if (held && (rq->replaces || (held->let_go >> s->local_rank & 1)) &&
 	    held->state == SCD_NT_IDLE &&
-	    (held->dtype != rq->dtype || held->numel != rq->numel)) {
-		/* A new shape on its way: the node's other trainers have not released the old
-		 * one yet, and none waits on it. The trainer retries; nothing fails. Either
-		 * the trainer says it released the name (replaces: one of the last names its
-		 * library let go), or the node remembers that it did (let_go: however long
-		 * ago, while the others kept it). */
+	    (held->dtype != rq->dtype || held->numel != rq->numel ||
+	     held->opts.src_type != opts.src_type || held->opts.wire != opts.wire)) {
+		/* A new shape (dtype, element type or wire) on its way: the node's other
+		 * trainers have not released the old one yet, and none waits on it. The trainer
+		 * retries; nothing fails. Either the trainer says it released the name
+		 * (replaces: one of the last names its library let go), or the node remembers
+		 * that it did (let_go: however long ago, while the others kept it). */
 		st = SC_ERR_BUSY;
 		snprintf(
 		    err, sizeof(err),
 		    "tensor '%s': another trainer of this node still holds it as %s x %llu; "
 		    "register %s x %llu again once it has released it",
-		    name, sc_dtype_name((sc_dtype_t)held->dtype),
-		    (unsigned long long)held->numel, sc_dtype_name((sc_dtype_t)rq->dtype),
+		    name,
+		    sc_src_type_name((sc_src_type_t)held->opts.src_type,
+				     (sc_dtype_t)held->dtype),
+		    (unsigned long long)held->numel,
+		    sc_src_type_name((sc_src_type_t)opts.src_type, (sc_dtype_t)rq->dtype),
 		    (unsigned long long)rq->numel);
 	}
 	if (st == SC_ERR_MISMATCH) {

@@ -689,6 +689,16 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 		snprintf(err, err_len, "tensor '%s': unknown wire format %u", name, opts->wire);
 		return SC_ERR_INVALID;
 	}
+	if (opts->src_type &&
+	    sc_src_type_carrier((sc_src_type_t)opts->src_type) != (int)dtype) {
+		snprintf(err, err_len,
+			 "tensor '%s': values of type %s (src_type %u) are not "
+			 "carried in a %s buffer",
+			 name,
+			 sc_src_type_name((sc_src_type_t)opts->src_type, (sc_dtype_t)dtype),
+			 opts->src_type, sc_dtype_name(dtype));
+		return SC_ERR_INVALID;
+	}
 	/* Only the dense ring converts to 16 bits: a tensor that asks for it cannot also
 	 * ask for what the other schemes do (sparsecomm.h, sc_wire_t). */
 	if (opts->wire != SC_WIRE_NATIVE &&
@@ -804,16 +814,8 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			    name, local_rank, field);
 			return SC_ERR_MISMATCH;
 		}
-		if (nt->opts.wire != opts->wire) {
-			snprintf(
-			    err, err_len,
-			    "tensor '%s' differs between trainers of this node: wire format "
-			    "%s before, %s by local rank %d",
-			    name, sc_wire_name((sc_wire_t)nt->opts.wire),
-			    sc_wire_name((sc_wire_t)opts->wire), local_rank);
-			return SC_ERR_MISMATCH;
-		}
-		if (nt->dtype != dtype || nt->numel != numel) {
+		if (nt->dtype != dtype || nt->numel != numel ||
+		    nt->opts.src_type != opts->src_type) {
 			int other = 0;
 			while (other < SCD_MAX_LOCAL && !nt->slot[other])
 				other++;
@@ -821,9 +823,20 @@ static sc_status_t reg_begin(scd_tensors_t *t, struct scd_session *s, int local_
 			    err, err_len,
 			    "tensor '%s' differs between trainers of this node: local rank %d "
 			    "registered %s x %llu, local rank %d %s x %llu",
-			    name, other, sc_dtype_name(nt->dtype),
-			    (unsigned long long)nt->numel, local_rank, sc_dtype_name(dtype),
+			    name, other,
+			    sc_src_type_name((sc_src_type_t)nt->opts.src_type, nt->dtype),
+			    (unsigned long long)nt->numel, local_rank,
+			    sc_src_type_name((sc_src_type_t)opts->src_type, dtype),
 			    (unsigned long long)numel);
+			return SC_ERR_MISMATCH;
+		}
+		if (nt->opts.wire != opts->wire) {
+			snprintf(
+			    err, err_len,
+			    "tensor '%s' differs between trainers of this node: wire format "
+			    "%s before, %s by local rank %d",
+			    name, sc_wire_name((sc_wire_t)nt->opts.wire),
+			    sc_wire_name((sc_wire_t)opts->wire), local_rank);
 			return SC_ERR_MISMATCH;
 		}
 	}

@@ -44,7 +44,8 @@ typedef struct scd_tensor_opts {
 	 * registration maps to this daemon's ordinal (scd_reg_t.device_ordinal) */
 	unsigned char device_uuid[16];
 	uint32_t device_uuid_len;
-	uint32_t block; /* S2's bitmap block, block top-K's (0: the configuration's) */
+	uint32_t block;	   /* S2's bitmap block, block top-K's (0: the configuration's) */
+	uint32_t src_type; /* sc_src_type_t: the trainer's element type (0: the dtype's) */
 } scd_tensor_opts_t;
 
 typedef struct scd_reg {
@@ -211,7 +212,7 @@ static inline void scd_ntensor_group(const scd_ntensor_t *nt, uint64_t *group_p,
 /* What negotiation announces as the tensor's dtype: its type word (coll/coll.h). */
 static inline uint32_t scd_ntensor_typeword(const scd_ntensor_t *nt)
 {
-	return scd_typeword(nt->dtype, nt->opts.wire);
+	return scd_typeword(nt->dtype, nt->opts.wire, nt->opts.src_type);
 }
 
 typedef struct scd_tensors scd_tensors_t;

@@ -191,7 +191,7 @@ static void value_text(const scd_centry_t *e, int kind, int field, int r, char *
 	if (kind == 0)
 		snprintf(val, len, "%llu", (unsigned long long)e->numel[r]);
 	else if (kind == 1)
-		snprintf(val, len, "%s", sc_dtype_name(scd_tw_dtype(e->dtype[r])));
+		snprintf(val, len, "%s", scd_tw_values_name(e->dtype[r]));
 	else if (kind == 3)
 		snprintf(val, len, "%s", sc_wire_name(scd_tw_wire(e->dtype[r])));
 	else if (kind == 4)
@@ -209,7 +209,7 @@ int scd_agree_describe(const scd_world_t *w, const scd_centry_t *e, char *buf, s
 	for (int r = 1; r < P && kind < 0; r++) {
 		if (e->numel[r] != e->numel[0])
 			kind = 0, what = "element count";
-		else if (scd_tw_dtype(e->dtype[r]) != scd_tw_dtype(e->dtype[0]))
+		else if (scd_tw_values(e->dtype[r]) != scd_tw_values(e->dtype[0]))
 			kind = 1, what = "dtype";
 		else if (e->dtype[r] != e->dtype[0])
 			kind = 3, what = "wire format";

@@ -144,6 +144,7 @@ int it_ctl(int argc, char **argv);
 int it_many_names(int argc, char **argv); /* itest_sums.c */
 int it_psets(int argc, char **argv);	  /* itest_psets.c */
 int it_psets_killed(int argc, char **argv);
+int it_psets_timeout(int argc, char **argv);
 int it_capi(int argc, char **argv);	/* itest_capi.c */
 int it_timeline(int argc, char **argv); /* itest_timeline.c */
 int it_presel(int argc, char **argv);	/* itest_presel.c */

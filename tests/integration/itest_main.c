@@ -380,6 +380,8 @@ static const struct {
     {"psets", it_psets, "process sets of 4 trainers: per-set sums, errors, removal, bytes"},
     {"capi", it_capi, "the header's promises: stats per process set, newer struct_size"},
     {"psets-killed", it_psets_killed, "4 x 1, rank 3 dies: its sets fail, {0, 1} goes on"},
+    {"psets-timeout", it_psets_timeout,
+     "2 x 1, rank 0's add times out: its agreement's buffer is released once it ends"},
     {"shapes", it_shapes, "shapes that differ across ranks: MISMATCH; changed: exact"},
     {"evict", it_evict, "BOUND unique|rotation: the response cache's bound, exact"},
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},

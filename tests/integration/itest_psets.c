@@ -639,3 +639,37 @@ int it_psets_killed(int argc, char **argv)
 	sc_finalize(c);
 	it_pass();
 }
+
+/*
+ * psets-timeout, 2 nodes x 1: rank 0's sc_process_set_add times out before rank 1 calls
+ * it; rank 1's then completes the agreement (and waits in the barrier that follows, which
+ * rank 0 enters). The agreement's buffer ('sparsecomm.process_set.1') is released by rank
+ * 0's next registration once the agreement has ended, not kept until sc_finalize: that
+ * registration may take the name itself.
+ */
+int it_psets_timeout(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int ranks[2] = {0, 1}, id = -1;
+	if (sc_size(c) != 2)
+		IT_FAIL("runs with 2 trainers, not %d", sc_size(c));
+	it_barrier(c, "psets-timeout.start", 0);
+	if (sc_rank(c) == 0) {
+		sc_status_t st = sc_process_set_add(c, ranks, 2, 300, &id);
+		if (st != SC_ERR_TIMEOUT)
+			IT_FAIL("rank 0's add alone: %s (%s), expected SC_ERR_TIMEOUT",
+				sc_status_name(st), sc_last_error());
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the barrier of rank 1's add");
+		/* the agreement has ended (rank 1 passed it to reach the barrier) */
+		sc_tensor_t *t = NULL;
+		IT_CHECK_SC(sc_register(c, "sparsecomm.process_set.1", SC_INT32, 4, &t),
+			    "registering the timed-out agreement's name after it ended");
+		IT_CHECK_SC(sc_tensor_release(c, t), "sc_tensor_release");
+	} else {
+		it_sleep_ms(1000); /* after rank 0's add has timed out */
+		IT_CHECK_SC(sc_process_set_add(c, ranks, 2, IT_OP_TIMEOUT_MS, &id),
+			    "rank 1's add");
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}

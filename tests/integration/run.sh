@@ -310,6 +310,7 @@ run_case "psets n=4" 4 1 180 0 4 -- "$itest" psets
 run_case "capi n=2" 2 1 120 0 2 -- "$itest" capi
 run_case "capi n=2 per-node=2" 2 2 120 0 4 -- "$itest" capi
 run_case "psets killed n=4" 4 1 180 137 3 --keep-going -- "$itest" psets-killed
+run_case "psets timeout n=2" 2 1 120 0 2 -- "$itest" psets-timeout
 run_case "group n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed --daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" group
 # A group after a plain allreduce under the planned fusion modes: the plan puts the plain
 # tensor and the group's first member in one buffer; the group still goes out whole at
@@ -1400,10 +1401,10 @@ stages_case() {
 	name="bench allreduce stages n=3"
 	selected "$name" || return 0
 	rm -rf "$tmp/stages"
-	mkdir -p "$tmp/stages"
 	t0=$(date +%s)
+	# a prefix whose directories do not exist: the benchmark makes them, as mkdir -p
 	timeout -k 10 300 "$launcher" -n 3 --timeout 240 -- "$bin/sparsecomm-bench" allreduce \
-		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/s" >"$tmp/out" 2>&1 </dev/null
+		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/run/s" >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	dt=$(($(date +%s) - t0))
 	rows=$(grep -cE '^\[0\] # (submit|negotiation|  to coord|  coord|  plan back|hand-off|verdict|data|completion|round trip) +-?[0-9]+\.[0-9] +-?[0-9]+\.[0-9]$' "$tmp/out")
@@ -1847,6 +1848,13 @@ if selected "horovodrun flags"; then
 		[ "$rc" -eq 2 ] && grep -qF -- "${spec#*|}" "$tmp/out2" ||
 			why="$why; '${spec%%|*}' exited $rc without '${spec#*|}'"
 	done
+	# HOROVOD_AUTOTUNE=1 is refused as --autotune is, naming the variable (0 is "off")
+	HOROVOD_AUTOTUNE=1 timeout 20 "$launcher" -np 2 true >"$tmp/out2" 2>&1 </dev/null
+	rc=$?
+	[ "$rc" -eq 2 ] && grep -qF "HOROVOD_AUTOTUNE=1 asks for Horovod's autotuner" "$tmp/out2" ||
+		why="$why; HOROVOD_AUTOTUNE=1 exited $rc: $(tail -n 1 "$tmp/out2")"
+	HOROVOD_AUTOTUNE=0 timeout 60 "$launcher" -np 1 true >"$tmp/out2" 2>&1 </dev/null ||
+		why="$why; HOROVOD_AUTOTUNE=0 exited $?: $(tail -n 1 "$tmp/out2")"
 	# --netns without root prints the same job on loopback: the command's own --rate and
 	# --netns (after the options, with no '--') are kept
 	as_user=""

@@ -40,7 +40,7 @@ int main(void) {
 #define O(f) printf("off %s %zu\n", #f, offsetof(sc_tensor_opts_t, f));
 	O(struct_size) O(allow_lossy) O(sparsifier) O(density) O(threshold) O(scheme)
 	O(coo_capacity) O(sketch_rows) O(sketch_cols) O(device) O(device_ordinal) O(wire)
-	O(block) O(process_set)
+	O(block) O(process_set) O(src_type)
 	printf("pset GLOBAL %d\n", SC_PROCESS_SET_GLOBAL);
 	printf("proto %d\n", SC_PROTOCOL_VERSION);
 	return 0;

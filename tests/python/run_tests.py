@@ -230,6 +230,12 @@ def t_hvdsuite():
     for n in (2, 3):
         rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdsuite.py"), [], 420)
         checks("hvdsuite%d" % n, rc, out, n)
+    # dtypes that differ between two trainers of one node: refused by their daemon, on
+    # both, naming both dtypes
+    rc, out, _ = launch(1, os.path.join(HERE, "worker_hvdsuite.py"),
+                        ["carried_dtype_mismatches_raise_on_every_rank",
+                         "allreduce_mismatches_raise_on_every_rank"], 180, per_node=2)
+    checks("hvdsuite1x2", rc, out, 2)
 
 
 def t_hvdusers():

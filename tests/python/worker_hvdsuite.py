@@ -154,6 +154,88 @@ def allreduce_mismatches_raise_on_every_rank():
         still_works("allreduce." + what)
 
 
+# every pair of dtypes that one buffer dtype carries (the 16-bit floats in float32, the
+# small integers and bool in int32): Horovod refuses them as a dtype mismatch
+CARRIED = ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+           (torch.float16, torch.bfloat16), (torch.int8, torch.int32),
+           (torch.uint8, torch.int32), (torch.int16, torch.int32), (torch.bool, torch.int32),
+           (torch.int8, torch.uint8), (torch.int8, torch.int16), (torch.uint8, torch.bool))
+
+
+@check
+def carried_dtype_mismatches_raise_on_every_rank():
+    # rank 0 gives one dtype of each pair, the others the other, named and unnamed: every
+    # rank raises at once (not at the stall timeout) naming the tensor and both dtypes,
+    # and the name then works with one dtype everywhere
+    import time
+    for i, (a, b) in enumerate(CARRIED):
+        dt = a if R == 0 else b
+        x = torch.ones(17, dtype=dt)
+        # unnamed too where each node has one trainer (an unnamed buffer two trainers of
+        # a node registered in different dtypes stays disagreeing for the next pair)
+        for name in ("cdt.%d" % i, None) if hvd.local_size() == 1 else ("cdt.%d" % i,):
+            t0 = time.monotonic()
+            err = raises_everywhere(
+                RuntimeError, lambda: hvd.allreduce(x, op=hvd.Sum, name=name),
+                "allreduce of %s against %s" % (a, b))
+            took = time.monotonic() - t0
+            assert took < 10, "the %s/%s mismatch took %.1f s" % (a, b, took)
+            text = str(err)
+            for want in (str(a).split(".")[1], str(b).split(".")[1], "rank 0"):
+                assert want in text, "%r not in %r" % (want, text)
+            if name:
+                assert name in text, text
+            assert getattr(err, "status_name", "") == "SC_ERR_MISMATCH", text
+        # the name again with one dtype everywhere (between the nodes; two trainers of
+        # one node that disagreed may still hold the name in the other dtype, which
+        # their daemon refuses as a new disagreement: another name there)
+        again = "cdt.%d" % i if hvd.local_size() == 1 else "cdt.%d.again" % i
+        for want_dt in (a, b):
+            y = torch.ones(17, dtype=want_dt)
+            got = hvd.allreduce(y, op=hvd.Sum, name=again)
+            assert got.dtype == want_dt, got.dtype
+            want = torch.full((17,), P).to(want_dt) if want_dt != torch.bool else y
+            if want_dt in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.float16,
+                           torch.bfloat16, torch.float32):
+                same(got, want, "sum of %s after the mismatch" % want_dt)
+    still_works("carried_dtype")
+
+
+@check
+def carried_dtype_mismatches_in_other_collectives():
+    # allgather, alltoall, reducescatter and broadcast of int8 on rank 0 against int32
+    # (and float16 against float32) elsewhere: a mismatch on every rank, as Horovod's
+    for a, b in ((torch.int8, torch.int32), (torch.float16, torch.float32)):
+        x = torch.ones(P * 2, 3, dtype=a if R == 0 else b)
+        for what, call in (("allgather", lambda: hvd.allgather(x, name="cdo.ag")),
+                           ("alltoall", lambda: hvd.alltoall(x, name="cdo.a2a")),
+                           ("reducescatter", lambda: hvd.reducescatter(x, name="cdo.rs")),
+                           ("broadcast", lambda: hvd.broadcast(x, 0, name="cdo.bc"))):
+            err = raises_everywhere(RuntimeError, call, "%s of %s against %s" % (what, a, b))
+            for want in (str(a).split(".")[1], str(b).split(".")[1]):
+                assert want in str(err), "%s: %r not in %r" % (what, want, str(err))
+    still_works("carried_other")
+
+
+@check
+def grouped_allreduce_mismatches_raise_on_every_rank():
+    # Horovod's grouped type and shape errors: one member of another dtype (int32
+    # against float32, int8 against int32) or shape on rank 0 fails the group on every
+    # rank; the next group works
+    for what, odd in (("dtype", torch.ones(17, dtype=torch.int32 if R == 0 else
+                                                 torch.float32)),
+                      ("carried dtype", torch.ones(17, dtype=torch.int8 if R == 0 else
+                                                         torch.int32)),
+                      ("shape", torch.ones(17 + (R == 0)))):
+        xs = [torch.ones(5), odd, torch.ones(3)]
+        raises_everywhere(RuntimeError, lambda: hvd.grouped_allreduce(
+            xs, op=hvd.Sum, name="gm." + what.replace(" ", "_")),
+            "a group with a member of another " + what)
+    got = hvd.grouped_allreduce([torch.ones(5), torch.ones(3)], op=hvd.Sum, name="gm.ok")
+    same(got[0], torch.full((5,), float(P)), "the group after the mismatches")
+    still_works("grouped")
+
+
 @check
 def same_count_other_dimensions_raise_on_every_rank():
     # Horovod's "same number of elements, different rank": [17, 1311] on rank 0, [17, 23,

@@ -444,3 +444,20 @@ UNIT_TEST(config_switch_reads_true_and_false)
 	    SC_ERR_INVALID);
 	scd_config_free(&c);
 }
+
+/* HOROVOD_AUTOTUNE turned on stops the daemon naming the variable (as horovodrun's
+ * --autotune is refused by the launcher); 0 and unset are Horovod's "off". */
+UNIT_TEST(config_horovod_autotune_refused)
+{
+	scd_config_t c;
+	char err[256] = "";
+	scd_config_init(&c);
+	setenv("HOROVOD_AUTOTUNE", "1", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_ERR_INVALID);
+	CHECK_MSG(strstr(err, "HOROVOD_AUTOTUNE=1") && strstr(err, "no autotuner"), "error: %s",
+		  err);
+	setenv("HOROVOD_AUTOTUNE", "0", 1);
+	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	unsetenv("HOROVOD_AUTOTUNE");
+	scd_config_free(&c);
+}

@@ -22,11 +22,16 @@ everyday input) re-registers it on the fly: the old registration is released
 earlier forms) and the name registered anew; a steady shape keeps
 its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call
 for a name; a later call with different options is refused rather than silently ignored.
-The wire is the exception: an allreduce asking for a 16-bit wire (``wire=``, or a float16
-or bfloat16 torch tensor) uses a buffer of its own, the name with "@fp16" or "@bf16"
-appended, unless the name itself was registered with that wire by :func:`register`.  A
-name that already ends so (then any number of "@") is registered with one "@" more
-(_own_name), so that it never shares that buffer.
+A float16 or bfloat16 torch tensor travels in the float32 buffer of its name with its
+own 16-bit wire; the registration names the tensor's element type (sc_src_type_t, as for
+int8, uint8, int16 and bool tensors in int32 buffers), so ranks that give one name
+tensors of different dtypes fail on every rank with SC_ERR_MISMATCH naming both dtypes,
+as Horovod's, however one buffer dtype carries them; a call that gives a name another
+dtype or wire registers it anew, as a new shape does.  An allreduce asking for a 16-bit
+wire (``wire=``, sparsecomm.torch's fp16 and bf16 compression) uses a buffer of its own,
+the name with "@fp16" or "@bf16" appended, unless the name itself was registered with
+that wire by :func:`register`.  A name that already ends so (then any number of "@") is
+registered with one "@" more (_own_name), so that it never shares that buffer.
 Names have no bound here, as Horovod's have none: one past the 255 bytes a daemon takes
 (or one of 252 to 255 bytes that ends as such a name does, '#' and 32 hex digits) is known
 to the daemons by its first bytes, '#' and a digest of the whole name (_daemon_name),
@@ -270,6 +275,46 @@ def _sc_dtype(x):
     raise TypeError("sparsecomm: unsupported numpy dtype %s" % a.dtype)
 
 
+# dtype of the data -> its sc_src_type_t where a wider dtype carries it (0: its own), so
+# that the ranks' types are compared as Horovod's are (sparsecomm.h, sc_src_type_t)
+_torch_srcs = None
+_NUMPY_SRCS = {"int8": 1, "uint8": 2, "int16": 3, "uint16": 4, "uint32": 5, "bool": 6,
+               "float16": 7, "uint64": 9}
+
+
+def _src_type(x):
+    """The sc_src_type_t of ``x``'s dtype: 0 for the four dtypes the daemons carry."""
+    global _torch_srcs
+    if _is_torch(x):
+        if _torch_srcs is None:
+            t = _torch()
+            _torch_srcs = {t.int8: 1, t.uint8: 2, t.int16: 3, t.bool: 6, t.float16: 7,
+                           t.bfloat16: 8}
+        return _torch_srcs.get(x.dtype, 0)
+    return _NUMPY_SRCS.get(np.asarray(x).dtype.name, 0)
+
+
+def _with_src(key, x):
+    """key with the element type of ``x`` (a key item compared as a form, not an option:
+    _form)."""
+    return key + (("src", _src_type(x)),)
+
+
+def _form(key):
+    """What of a key is the tensor's form rather than its options: its wire and its
+    element type.  A call that changes them registers the name anew, as a new dtype does
+    (Horovod's compression and dtype are the call's)."""
+    d = dict(key)
+    return d.get("wire", "native"), d.get("src", 0)
+
+
+def _formless(key):
+    """key without its form (an unnamed operation's class: the ranks' calls of one class
+    meet in one buffer whatever their wire or element type, so that a difference fails as
+    a mismatch)."""
+    return tuple(kv for kv in key if kv[0] not in ("wire", "src"))
+
+
 class _Entry:
     """A registered tensor: its C handle and zero-copy views of its shared buffers."""
 
@@ -288,6 +333,7 @@ class _Entry:
         self.shape = ()  # the shape its allreduces give the daemons (): none
         self.unnamed = False  # a slot of an unnamed class: free once its handle is waited
         self.kept = False  # never released for room (register(), an optimizer's gradient)
+        self.fixed = False  # registered by register(): its wire is the name's
         self.open = None  # the token of its last Handle until waited for or dropped
         self.data = self.coo_idx = self.coo_val = None
         self._tdata = self._tval = self._tcoo = None
@@ -669,10 +715,11 @@ def _auto_wire(x, wire, key, kind, coo_capacity):
 
 
 def _wire_name(c, name, wire, pset=0):
-    """The buffer of ``name`` for an allreduce asking for ``wire``: a 16-bit wire has a
-    buffer of its own, named name + "@fp16" or "@bf16", so that the wire is chosen per
-    call (Horovod's compression is) and never sticks to the name, unless ``name`` itself
-    was registered with that wire (sparsecomm.register)."""
+    """The buffer of ``name`` for an allreduce asking for ``wire`` (``wire=``, a
+    compression): a 16-bit wire has a buffer of its own, named name + "@fp16" or "@bf16",
+    so that the wire is chosen per call (Horovod's compression is) and never sticks to
+    the name, unless ``name`` itself was registered with that wire (sparsecomm.register).
+    A float16 tensor's own wire is its name's (allreduce_async)."""
     if name is None or wire == Wire.NATIVE:
         return name
     e = c.entries.get(_key(name, pset))
@@ -722,11 +769,13 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0)
             raise SparsecommError(
                 _lib.SC_ERR_INVALID, "tensor name %r holds the control character %r: "
                 "names are printable text" % (name, bad[0]), None)
-    if e is not None and (e.dtype != dtype or e.numel != numel) and device == e.device:
-        _release_locked(c, e)  # a new shape or dtype: registered anew below
+    if (e is not None and device == e.device and
+            (e.dtype != dtype or e.numel != numel or
+             (key is not None and _form(key) != _form(e.opts_key)))):
+        _release_locked(c, e)  # a new shape, dtype, wire or element type: registered anew
         e = None
     if e is not None:
-        if key is not None and key != e.opts_key:
+        if key is not None and _formless(key) != _formless(e.opts_key):
             raise SparsecommError(
                 _lib.SC_ERR_INVALID,
                 "tensor '%s' was registered with options %s, now given %s" %
@@ -755,6 +804,7 @@ def _entry_locked(c, name, dtype, numel, key, coo_capacity, device=None, pset=0)
     o.wire = int(Wire.parse(k.get("wire")))
     o.block = int(k.get("block", 0))
     o.process_set = int(pset)
+    o.src_type = int(k.get("src", 0))
     tp = _lib.c_tensor_p()
     what = "registering tensor '%s'%s" % (name, " in process set %d" % pset if pset else "")
     st = _register_retrying(c, name, _key(name, pset), dtype, numel, o, tp)
@@ -916,9 +966,10 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
     name = _own_name(str(name))
     pset = process_sets_.scope(c, process_set, "register", name).id
-    _entry(c, name, dt, int(numel),
-           _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
-           int(coo_capacity or 0), DeviceKind.parse(device), pset, keep=True)
+    e = _entry(c, name, dt, int(numel),
+               _opts_key(sparsifier, density, threshold, scheme, allow_lossy, wire, block),
+               int(coo_capacity or 0), DeviceKind.parse(device), pset, keep=True)
+    e.fixed = True
     return registered()[_key(name, pset)]
 
 
@@ -1230,12 +1281,14 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
     known = c.entries.get(_key(name, pset)) if name is not None and wire is None else None
-    if known is not None:  # a name registered with a wire keeps it
+    if known is not None and known.fixed:  # a name register()ed with a wire keeps it
         key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
     else:
         w = _auto_wire(x, wire, key, _kind, coo_capacity)
         key = key[:-1] + (("wire", w.name.lower()),)
-        name = _wire_name(c, name, w, pset)
+        if wire is not None:  # asked for: a buffer of its own (the tensor's is its name's)
+            name = _wire_name(c, name, w, pset)
+        key = _with_src(key, x)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out), kind=_kind)

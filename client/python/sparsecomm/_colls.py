@@ -15,7 +15,7 @@ from . import _lib
 from . import process_sets as process_sets_
 from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error, _give_shape,
                _is_torch, _member, _name_or_none, _need, _release_done, _now, _opts_key, _sc_dtype,
-               _take_member,
+               _take_member, _with_src,
                _torch, allreduce, allreduce_async)
 
 
@@ -99,7 +99,7 @@ def _allgather_async(tensor, name, timeout, process_set=None):
     cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
     e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "allgather",
                  _sc_dtype(x), cap,
-                 _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
+                 _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, ps.id)
     n = math.prod(shape)
     try:
         if istorch:
@@ -272,7 +272,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations
     e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "alltoall",
                  _sc_dtype(x), cap,
-                 _opts_key(None, 0.0, 0.0, None, False), 0, None, ps.id)
+                 _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, ps.id)
     n = int(S[me].sum()) * row
     try:
         if istorch:
@@ -346,7 +346,7 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
         raise ValueError("reducescatter of '%s': a tensor of at least one row" % what)
     row, n = math.prod(shape[1:]), math.prod(shape)
     e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
-                 _opts_key(None, 0.0, 0.0, None, False), 0, None, pset)
+                 _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, pset)
     try:
         if istorch:
             e.tdata().view(shape).copy_(x)

@@ -203,6 +203,7 @@ class TensorOpts(ctypes.Structure):
         ("wire", ctypes.c_int),  # sc_wire_t
         ("block", ctypes.c_uint32),  # S2's bitmap block, block top-K's (0: 256)
         ("process_set", ctypes.c_int),  # the set the tensor runs in (0: every trainer)
+        ("src_type", ctypes.c_int),  # sc_src_type_t: the caller's element type
     ]
 
 

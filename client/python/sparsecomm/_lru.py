@@ -27,8 +27,8 @@ import contextlib
 import sys
 import threading
 
-from . import (DeviceKind, SparsecommError, _entry_locked, _key, _release_locked,
-               _reserved_error)
+from . import (DeviceKind, SparsecommError, _entry_locked, _form, _formless, _key,
+               _release_locked, _reserved_error)
 
 # the package: its caps (_NAMED_MAX, _UNNAMED_CLASSES) are read at each use
 _pkg = sys.modules[__name__.rpartition(".")[0]]
@@ -142,7 +142,7 @@ def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0)
     doc).  Classes are numbered per process set: the members of a set make the same calls
     in it, whatever else each does in other sets."""
     device = device or (DeviceKind.CPU, 0)
-    cls = (kind, dtype, int(numel), key, int(coo_capacity), device, pset)
+    cls = (kind, dtype, int(numel), _formless(key), int(coo_capacity), device, pset)
     with c.lock:
         slots = c.unnamed.get(cls)
         c.unnamed_calls += 1
@@ -152,8 +152,12 @@ def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0)
             c.unnamed_ids[cls] = c.unnamed_next.get(pset, 0)
             c.unnamed_next[pset] = c.unnamed_ids[cls] + 1
         c.unnamed_used[cls] = c.unnamed_calls
-        for e in slots:
+        for i, e in enumerate(slots):
             if not e.inflight:
+                if _form(e.opts_key) != _form(key):  # another wire or element type
+                    e = slots[i] = _entry_locked(c, e.name, dtype, numel, key,
+                                                 coo_capacity, device, pset)
+                    e.unnamed = True
                 e.inflight = True
                 return e
         name = "%s.noname.%d.%d" % (kind, c.unnamed_ids[cls], len(slots))

@@ -4,10 +4,12 @@ answered for sparsecomm.
 sparsecomm has no MPI, Gloo, oneCCL, DDL or ROCm inside: its daemons agree among
 themselves (the negotiation) and move bytes over their own transports, so those queries
 answer False.  nccl_built() and cuda_built() ask the node's daemon what it has built in
-(sc_daemon_built, told at connection): its nccl transport, and the cuda device where it
+(sc_daemon_built, told at connection): its nccl transport (nccl_built() is Horovod's int,
+the version code of the NCCL library the daemons load), and the cuda device where it
 serves GPU tensors.  start_timeline() and stop_timeline() set the daemons' timeline_file
 (the same as ``sparsectl timeline start FILE`` / ``stop``)."""
 
+import ctypes
 import os
 
 from . import _lib
@@ -32,7 +34,11 @@ def mpi_enabled():
 
 
 def mpi_threads_supported():
-    return False
+    """Raises ValueError, as Horovod's does where MPI is not enabled (a job under Gloo):
+    no MPI is used here, so there is no MPI threading to mix mpi4py with."""
+    raise ValueError("sparsecomm uses no MPI (mpi_enabled() is False), so MPI "
+                     "multi-threading is not available; mpi4py cannot share its "
+                     "communicator")
 
 
 def gloo_built():
@@ -57,10 +63,49 @@ def rocm_built():
 
 
 def nccl_built():
-    """True when the node's daemon has its nccl transport built in (GPU buffers between
-    daemons over NCCL; libnccl.so.2 is loaded when a world uses it); before init(), when
-    the library's build has it."""
-    return "nccl" in _built()
+    """As Horovod's, an int: the NCCL version code (ncclGetVersion's, 21903 for 2.19.3)
+    of the libnccl.so.2 the daemons load, when the node's daemon has its nccl transport
+    built in (GPU buffers between daemons over NCCL; before init(), when the library's
+    build has it); 0 when it has not, or when no libnccl.so.2 loads here (the daemons'
+    search: $SPARSECOMM_NCCL_LIB alone when set, else the loader's, then the nvidia-nccl
+    wheel of this Python), since the daemons then run without NCCL."""
+    return _nccl_version() if "nccl" in _built() else 0
+
+
+_nccl_code = None
+
+
+def _nccl_version():
+    """ncclGetVersion of the first libnccl.so.2 that loads, 0 when none does
+    (remembered: the library does not change under a running process)."""
+    global _nccl_code
+    if _nccl_code is None:
+        _nccl_code = 0
+        for path in _nccl_candidates():
+            try:
+                lib = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0))
+                code = ctypes.c_int(0)
+                if lib.ncclGetVersion(ctypes.byref(code)) == 0 and code.value > 0:
+                    _nccl_code = int(code.value)
+                    break
+            except (OSError, AttributeError):
+                continue
+    return _nccl_code
+
+
+def _nccl_candidates():
+    env = os.environ.get("SPARSECOMM_NCCL_LIB")
+    if env:
+        return [env]
+    paths = ["libnccl.so.2"]
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia.nccl")
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            paths.append(os.path.join(d, "lib", "libnccl.so.2"))
+    except (ImportError, ValueError):
+        pass
+    return paths
 
 
 def cuda_built():
