@@ -239,12 +239,12 @@ void scd_world_pipe_closed(scd_world_t *w, int rank)
 	scd_peer_t *p = &w->peers[rank];
 	if (!w->formed || (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED))
 		return;
-	if (p->n_unacked)
-		scd_info(SCD_SUB_WORLD,
-			 "peer messages %llu to %llu to rank %d sent again on the coordinator "
-			 "channel: their pipe closed before they were acknowledged",
-			 (unsigned long long)p->unacked->seq,
-			 (unsigned long long)p->unacked_tail->seq, rank);
+	if (p->n_unacked) /* the pipe's close is logged (info) with its reason */
+		scd_debug(SCD_SUB_WORLD,
+			  "peer messages %llu to %llu to rank %d sent again on the coordinator "
+			  "channel: their pipe closed before they were acknowledged",
+			  (unsigned long long)p->unacked->seq,
+			  (unsigned long long)p->unacked_tail->seq, rank);
 	resend(w, rank, 1, scd_now_ms());
 }
 
@@ -355,8 +355,10 @@ void scd_world_stream_tick(scd_world_t *w)
 	uint64_t timeout = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms);
 	for (int r = 0; r < w->d->world_size; r++) {
 		scd_peer_t *p = &w->peers[r];
-		if (p->unacked && now - p->unacked->sent_ms > timeout / 2 &&
-		    (!w->is_coord || p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)) {
+		if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+			while (p->unacked) /* a node gone: it comes back in a new world */
+				unacked_drop_first(p);
+		if (p->unacked && now - p->unacked->sent_ms > timeout / 2) {
 			scd_warn(
 			    SCD_SUB_WORLD,
 			    "peer messages %llu to %llu to rank %d not acknowledged in %llu "

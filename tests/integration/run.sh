@@ -1473,7 +1473,8 @@ if selected "pipe cut n=3"; then
 		) &
 		cutter=$!
 		run_case "pipe cut n=3" 3 1 180 0 3 --log-dir "$tmp/pcut" \
-			--daemon-arg --peer_port --daemon-arg "$pport" -- "$itest" fusion --steps 300
+			--daemon-arg --peer_port --daemon-arg "$pport" --daemon-arg --log_level \
+			--daemon-arg debug -- "$itest" fusion --steps 300
 		kill "$cutter" 2>/dev/null
 		wait "$cutter" 2>/dev/null
 		cuts=$(cat "$tmp/pcut"/daemon*.log 2>/dev/null | grep -c "peer pipe .* closed")
