@@ -109,6 +109,11 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 	}
 }
 
+void scd_live_lost(scd_world_t *w, int r, const char *why)
+{
+	peer_gone(w, r, SPARSECOMM__PEER_STATE__PEER_LOST, why);
+}
+
 /* Every quarter of peer_timeout_ms: who has been silent too long, then the heartbeats. */
 static void on_beat(uv_timer_t *t)
 {

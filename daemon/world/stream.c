@@ -15,12 +15,15 @@
  *     acknowledged (at most SCD_UNACKED_MAX_BYTES per peer), and sends the ones not
  *     acknowledged again on the coordinator channel when the pipe that carried them fails
  *     (a message wholly written to a socket whose connection then broke never reached
- *     its reader), and on its current way when one is not acknowledged within half of
- *     peer_timeout_ms (the coordinator channel dropped it). Both sides send at least a
- *     heartbeat every quarter of peer_timeout_ms, which carries the acknowledgement;
- *   - a gap that nothing fills (the sender's copy was dropped over its bound) holds the
- *     messages after it back for peer_timeout_ms, then they go on without it, logged
- *     with the numbers missing.
+ *     its reader), and on its current way when one is not acknowledged a heartbeat (a
+ *     quarter of peer_timeout_ms) after it went (the coordinator channel dropped what a
+ *     reset connection held). Both sides send at least a heartbeat every quarter of
+ *     peer_timeout_ms, which carries the acknowledgement;
+ *   - a gap that nothing fills (the sender's copy was dropped over its bound, or the
+ *     channel lost it again and again) holds the messages after it back, and after
+ *     peer_timeout_ms its sender is given up as if not heard (SC_ERR_PEER on every rank,
+ *     naming the numbers missing): going on without it could leave a node a plan behind,
+ *     its jobs paired with the others' next ones.
  */
 #include "world/world_int.h"
 
@@ -306,8 +309,7 @@ static void acked(scd_peer_t *p, uint64_t ack)
 int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
 		      Sparsecomm__PeerMsg *m)
 {
-	int ours = m->epoch && m->epoch == w->world_id && from >= 0 &&
-		   from < w->d->world_size && w->formed;
+	int ours = m->epoch && m->epoch == w->world_id && from >= 0 && from < w->d->world_size;
 	if (ours && m->ack)
 		acked(&w->peers[from], m->ack);
 	if (!ours || !m->seq) {
@@ -316,7 +318,12 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 	}
 	scd_peer_t *p = &w->peers[from];
 	if (m->seq < p->rx_next)
-		return 0; /* came both ways */
+		return 0; /* came both ways (also while the world re-forms: the pipes closed by
+			   * the Reform send what was not acknowledged again) */
+	if (!w->formed) {
+		scd_world_handle(w, from, ident, ident_len, m);
+		return 0;
+	}
 	if (m->seq > p->rx_next) {
 		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,
 			   **at = &p->held;
@@ -358,7 +365,7 @@ void scd_world_stream_tick(scd_world_t *w)
 		if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
 			while (p->unacked) /* a node gone: it comes back in a new world */
 				unacked_drop_first(p);
-		if (p->unacked && now - p->unacked->sent_ms > timeout / 2) {
+		if (p->unacked && now - p->unacked->sent_ms > timeout / 4) {
 			scd_warn(
 			    SCD_SUB_WORLD,
 			    "peer messages %llu to %llu to rank %d not acknowledged in %llu "
@@ -370,13 +377,15 @@ void scd_world_stream_tick(scd_world_t *w)
 		}
 		if (!p->held || now - p->held_since_ms <= timeout)
 			continue;
-		scd_warn(SCD_SUB_WORLD,
-			 "peer messages %llu to %llu from rank %d never came: going on without "
-			 "them",
-			 (unsigned long long)p->rx_next,
-			 (unsigned long long)p->held->m->seq - 1, r);
-		p->rx_next = p->held->m->seq;
-		deliver_held(w, r);
+		char why[200];
+		snprintf(
+		    why, sizeof(why),
+		    "its peer messages %llu to %llu never came within peer_timeout_ms (%llu "
+		    "ms), though later ones did",
+		    (unsigned long long)p->rx_next, (unsigned long long)p->held->m->seq - 1,
+		    (unsigned long long)timeout);
+		held_free(p);
+		scd_live_lost(w, r, why);
 	}
 	if (!w->is_coord && w->formed && w->pipe_port && !scd_pipe_up(w->pipe, 0))
 		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);

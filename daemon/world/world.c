@@ -861,6 +861,26 @@ void scd_world_tick(scd_world_t *w)
 	}
 }
 
+/* The coordinator knows a node by its DEALER's routing id, taken at its Join. Left to
+ * ZeroMQ, a node gets a new one each time its connection is made again (a reset, a link
+ * that failed): the coordinator then ignores what it sends ("a connection that has not
+ * joined") and routes what it sends it nowhere, for good, and whatever a failing peer pipe
+ * sends again on this channel is lost. So a node keeps one random id for its life, and
+ * the coordinator's ROUTER gives that id to the newest connection that shows it (under a
+ * job secret, one that CURVE proved holds the node's key: admitted() checks it). */
+static void set_routing_id(scd_world_t *w)
+{
+	if (w->is_coord) {
+		int one = 1;
+		zmq_setsockopt(w->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof(one));
+		return;
+	}
+	uint8_t id[16];
+	randombytes_buf(id, sizeof(id));
+	id[0] = 's'; /* an id that starts with 0 is ZeroMQ's own */
+	zmq_setsockopt(w->sock, ZMQ_ROUTING_ID, id, sizeof(id));
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
 /* The mesh job came back: the daemon serves its trainers, or leaves (the transport logged
@@ -1022,6 +1042,7 @@ sc_status_t scd_world_start(scd_world_t *w)
 	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_setsockopt(w->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
 	zmq_setsockopt(w->sock, ZMQ_IPV6, &v6, sizeof(v6));
+	set_routing_id(w);
 	if (scd_zsock_bound(w->sock, SCD_PEER_MSG_MAX_BYTES) != 0) {
 		scd_error(SCD_SUB_WORLD,
 			  "cannot bound the peer socket's messages to %lld bytes: %s",

@@ -344,6 +344,8 @@ int scd_live_heard(scd_world_t *w, int from, const uint8_t *ident, size_t ident_
 		   const Sparsecomm__PeerMsg *m);
 void scd_live_on_heartbeat(scd_world_t *w, int from, const Sparsecomm__Heartbeat *hb);
 void scd_live_on_leave(scd_world_t *w, int from, const Sparsecomm__Leave *l);
+/* Rank r is given up (lost) for why, as when it is not heard for peer_timeout_ms. */
+void scd_live_lost(scd_world_t *w, int r, const char *why);
 /* A node other than the coordinator hears that a node left or was lost. */
 void scd_live_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
 /* Why the first node that left or was lost is gone, or NULL when every node is in. */
