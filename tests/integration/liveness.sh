@@ -282,11 +282,15 @@ live_config() {
 		got=$("$bin/sparsectl" --socket "ipc://$live/node2/ctl.sock" config get cycle_time_ms 2>&1)
 		kill -KILL "$live_d0"
 		wait "$live_d0" 2>/dev/null
+		# at once, side by side: each waits 3 s for the coordinator, and the node exits
+		# twice peer_timeout_ms after it finds the coordinator lost
+		$ctl1 --timeout-ms 10000 pending >"$live/pending.out" 2>&1 &
+		pend=$!
 		$ctl1 config set cycle_time_ms 9 >"$live/set2.out" 2>&1
 		rc2=$?
-		after=$($ctl1 config get cycle_time_ms 2>&1)
-		$ctl1 --timeout-ms 10000 pending >"$live/pending.out" 2>&1
+		wait $pend
 		rc3=$?
+		after=$($ctl1 config get cycle_time_ms 2>&1)
 		why="set with the world whole exited $rc1 (node 2 then: $got); without the coordinator $rc2: $(cat "$live/set2.out"); node 1 then: $after; pending exited $rc3: $(cat "$live/pending.out")"
 		[ $rc1 -eq 0 ] && printf '%s' "$got" | grep -q "cycle_time_ms = 3 " &&
 			[ $rc2 -eq 1 ] && grep -q "was not applied within .* the coordinator (node 0)" "$live/set2.out" &&
