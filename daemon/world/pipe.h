@@ -8,8 +8,8 @@
  * threads after the sender's call (the sender's ZeroMQ I/O thread, the receiver's, the
  * receiver's loop); a message on the pipe wakes one (the receiver's loop), since the
  * sender's loop writes it on the socket itself (docs/performance.md, "A small operation's
- * round trip"). The two channels carry one ordered stream: world.c numbers each message of
- * a formed world and delivers them in that order whichever way each came.
+ * round trip"). The two channels carry one ordered stream: world/stream.c numbers each
+ * message of a formed world and delivers them in that order whichever way each came.
  *
  * The coordinator listens on its coordinator host, at peer_port (0: a free port), and
  * WorldInfo names the port; each node connects to it once the world has formed. The

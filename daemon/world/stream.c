@@ -39,9 +39,9 @@
  * a few messages (those sent while a pipe came up or went down). */
 #define SCD_HELD_MAX 65536
 
-/* Bytes of numbered messages kept per peer until acknowledged, at most: a quarter of
- * peer_timeout_ms of the negotiation's messages; past it the oldest copies go (their gap,
- * if one opens, is skipped: see above). */
+/* Bytes of numbered messages kept per peer until acknowledged, at most: far more than a
+ * heartbeat's worth of the negotiation's messages; past it the oldest copies go (a gap
+ * that then opens gives the sender up: see above). A message over it is not kept. */
 #define SCD_UNACKED_MAX_BYTES ((size_t)64 << 20)
 
 /* A numbered message sent and not yet acknowledged, packed. */
@@ -118,6 +118,8 @@ static void unacked_drop_first(scd_peer_t *p)
  * the bound. */
 static void unacked_keep(scd_peer_t *p, int rank, uint64_t seq, const uint8_t *buf, size_t n)
 {
+	if (n > SCD_UNACKED_MAX_BYTES)
+		return; /* not kept: lost only if its way fails too */
 	while (p->unacked && p->unacked_bytes + n > SCD_UNACKED_MAX_BYTES) {
 		scd_warn_limited(SCD_SUB_WORLD,
 				 "peer message %llu to rank %d not acknowledged and dropped "
@@ -125,7 +127,7 @@ static void unacked_keep(scd_peer_t *p, int rank, uint64_t seq, const uint8_t *b
 				 (unsigned long long)p->unacked->seq, rank, p->unacked_bytes);
 		unacked_drop_first(p);
 	}
-	scd_sent_t *s = n <= SCD_UNACKED_MAX_BYTES ? malloc(sizeof(*s) + n) : NULL;
+	scd_sent_t *s = malloc(sizeof(*s) + n);
 	if (!s)
 		return; /* not kept: lost only if its way fails too */
 	s->next = NULL;
@@ -310,7 +312,10 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		      Sparsecomm__PeerMsg *m)
 {
 	int ours = m->epoch && m->epoch == w->world_id && from >= 0 && from < w->d->world_size;
-	if (ours && m->ack)
+	if (m->seq && !ours)
+		return 0; /* numbered in another world: one this daemon left (copies of it sent
+			   * again), or one it never was in (a daemon started again) */
+	if (ours && m->ack && m->ack <= w->peers[from].tx_seq)
 		acked(&w->peers[from], m->ack);
 	if (!ours || !m->seq) {
 		scd_world_handle(w, from, ident, ident_len, m);
@@ -362,18 +367,20 @@ void scd_world_stream_tick(scd_world_t *w)
 	uint64_t timeout = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms);
 	for (int r = 0; r < w->d->world_size; r++) {
 		scd_peer_t *p = &w->peers[r];
-		if (w->is_coord && p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-			while (p->unacked) /* a node gone: it comes back in a new world */
+		if (p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+			while (p->unacked) /* a peer gone: it comes back in a new world */
 				unacked_drop_first(p);
+		/* a pipe that is up loses nothing (one that fails says so, and what it carried
+		 * goes again then): what is late was lost on the coordinator channel */
 		if (p->unacked && now - p->unacked->sent_ms > timeout / 4) {
-			scd_warn(
+			scd_warn_limited(
 			    SCD_SUB_WORLD,
-			    "peer messages %llu to %llu to rank %d not acknowledged in %llu "
-			    "ms: sent again",
+			    "peer messages %llu to %llu to rank %d not acknowledged "
+			    "in %llu ms: sent again on the coordinator channel",
 			    (unsigned long long)p->unacked->seq,
 			    (unsigned long long)p->unacked_tail->seq, r,
 			    (unsigned long long)(now - p->unacked->sent_ms));
-			resend(w, r, 0, now);
+			resend(w, r, 1, now);
 		}
 		if (!p->held || now - p->held_since_ms <= timeout)
 			continue;

@@ -329,6 +329,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();
 	p->degraded = 0;
+	scd_world_stream_free(p); /* what an earlier daemon of the rank held or was sent */
 	memcpy(p->ident, ident, ident_len);
 	p->ident_len = ident_len;
 	memcpy(p->blob, j->transport_blob.data, j->transport_blob.len);
@@ -866,8 +867,9 @@ void scd_world_tick(scd_world_t *w)
  * that failed): the coordinator then ignores what it sends ("a connection that has not
  * joined") and routes what it sends it nowhere, for good, and whatever a failing peer pipe
  * sends again on this channel is lost. So a node keeps one random id for its life, and
- * the coordinator's ROUTER gives that id to the newest connection that shows it (under a
- * job secret, one that CURVE proved holds the node's key: admitted() checks it). */
+ * the coordinator's ROUTER gives that id to the newest connection that shows it. Under a
+ * job secret only a holder of the job's keys can connect at all; admitted() checks that
+ * what comes in is from the rank the key names, and the id is random and never shown. */
 static void set_routing_id(scd_world_t *w)
 {
 	if (w->is_coord) {
