@@ -225,8 +225,9 @@ fi
 
 # SPARSECOMM_JOB_DAEMON=1 beside a daemon that serves the node: the job starts its own.
 # As an unprivileged user (nobody), whose default socket is under $XDG_RUNTIME_DIR, where
-# a decoy that answers nothing stands for the node's daemon; without the variable the
-# trainers take the decoy and fail (the second half), with it they pass on the job's own.
+# a decoy file where no daemon listens stands for the node's daemon; without the variable
+# the trainers take the decoy and fail, saying no daemon listens there (the second half),
+# with it they pass on the job's own.
 name="mpirun SPARSECOMM_JOB_DAEMON=1 beside a node's daemon"
 if ! selected "$name"; then
 	:
@@ -249,7 +250,7 @@ else
 	name="mpirun beside a node's daemon uses it"
 	as_nobody timeout 120 mpirun --oversubscribe -np 2 "$py" "$trainer" sums \
 		>"$tmp/out" 2>&1 </dev/null
-	verdict "$name" $? nonzero 0 - "the daemon at ipc://$u/x/sparsecomm/ctl.sock"
+	verdict "$name" $? nonzero 0 - "no daemon listens at $u/x/sparsecomm/ctl.sock"
 	jobs=$jobs_root
 	rm -rf "$u"
 fi
