@@ -124,11 +124,10 @@ static void world(FILE *out, const Sparsecomm__StatusReply *st)
 	       "1 when the data-plane connection to the peer is up (the world has formed).");
 	for (size_t i = 0; i < st->n_peers; i++) {
 		const Sparsecomm__PeerInfo *p = st->peers[i];
-		char addr[160];
-		snprintf(addr, sizeof(addr), strchr(p->addr, ':') ? "[%s]:%u" : "%s:%u",
-			 p->addr, p->port);
+		/* the host only: the data port is chosen again at each re-form, and a label
+		 * that changes starts a new series */
 		fprintf(out, "sparsecomm_peer_up{rank=\"%d\",addr=", p->rank);
-		label(out, p->addr[0] ? addr : "");
+		label(out, p->addr);
 		fprintf(out, "} %d\n", p->connected ? 1 : 0);
 		up += p->connected;
 	}
@@ -145,8 +144,9 @@ static void world(FILE *out, const Sparsecomm__StatusReply *st)
 	      "1 once a sticky CUDA fault has left the GPU failing every call (GPU work fails, "
 	      "cpu tensors are served).",
 	      st->gpu_lost ? 1 : 0);
-	gauge(out, "uptime_seconds", "gauge", "Seconds since the daemon started.",
-	      (double)st->uptime_ms / 1000.0);
+	family(out, "uptime_seconds", "gauge", "Seconds since the daemon started.");
+	fprintf(out, "sparsecomm_uptime_seconds %" PRIu64 ".%03u\n", st->uptime_ms / 1000,
+		(unsigned)(st->uptime_ms % 1000));
 	family(out, "info", "gauge", "The daemon's version and coordinator.");
 	fprintf(out, "sparsecomm_info{version=");
 	label(out, st->version);

@@ -5,7 +5,8 @@
  * that the tensor's counters grew by exactly that many calls and by the bytes (those of
  * the one-round sum of a 16 KiB buffer with its input check words, and those `sparsectl
  * stats` reports) and some seconds, that the schemes'
- * buffers grew by at least as many, and that the world shows formed with every peer up. Other
+ * buffers grew by at least as many, and that the world shows formed with every peer up
+ * (labelled by its host, no port) and the uptime in milliseconds. Other
  * paths answer 404, another method 405, a request over the bound 431, a connection past 16
  * silent ones 503.
  */
@@ -125,6 +126,30 @@ static double family_sum(const char *text, const char *name)
 	return sum;
 }
 
+/* Fails when a peer_up sample's addr label carries a port (it changes at each re-form) or
+ * the uptime is not printed in whole milliseconds. */
+static void check_labels(const char *text)
+{
+	const char fam[] = "\nsparsecomm_peer_up{", up[] = "\nsparsecomm_uptime_seconds ";
+	for (const char *p = text; (p = strstr(p, fam)) != NULL; p += sizeof(fam) - 1) {
+		const char *a = strstr(p, "addr=\""), *end = a ? strchr(a + 6, '"') : NULL;
+		if (!end)
+			IT_FAIL("a peer_up sample has no addr label: %.80s", p + 1);
+		const char *colon = memchr(a + 6, ':', (size_t)(end - a - 6));
+		if (colon && (a[6] == '[' || !strchr(colon + 1, ':')))
+			IT_FAIL("peer_up's addr label carries a port: %.*s", (int)(end - a + 1),
+				a);
+	}
+	const char *u = strstr(text, up);
+	if (!u)
+		IT_FAIL("no sparsecomm_uptime_seconds sample");
+	u += sizeof(up) - 1;
+	size_t whole = strspn(u, "0123456789");
+	if (!whole || u[whole] != '.' || strspn(u + whole + 1, "0123456789") != 3 ||
+	    u[whole + 4] != '\n')
+		IT_FAIL("uptime printed as '%.30s', not seconds with 3 decimals", u);
+}
+
 static void expect_status(const char *hostport, const char *req, size_t len, const char *code)
 {
 	char *a = http(hostport, req, len);
@@ -207,6 +232,7 @@ int it_metrics(int argc, char **argv)
 			sample(after, "sparsecomm_world_formed"),
 			sample(after, "sparsecomm_world_size"),
 			sample(after, "sparsecomm_rank"), nodes, node);
+	check_labels(after);
 	if (family_sum(after, "sparsecomm_peer_up") != nodes)
 		IT_FAIL("%g of %d peers up", family_sum(after, "sparsecomm_peer_up"), nodes);
 	it_log("%s: %d calls, %g bytes sent, %g buffers, world of %d formed", where,
