@@ -1582,6 +1582,52 @@ if selected "daemon SIGHUP n=1"; then
 	fi
 fi
 
+# A daemon that listens but is frozen (SIGSTOP, a host that hangs) and whose socket's
+# queue of connections not yet accepted is full: sparsectl says after --timeout-ms that it
+# did not answer the handshake. Its probes of the socket (permissions; whether a
+# connection is refused) used to block in connect() for as long as the queue stayed full.
+if selected "sparsectl frozen listener"; then
+	name="sparsectl frozen listener"
+	rt=$tmp/frozen
+	mkdir -p "$rt"
+	python3 -c '
+import os, socket, sys, time
+path = sys.argv[1]
+l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+l.bind(path)
+l.listen(0)
+held = []
+while True:  # the queue filled: no connection is accepted
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.setblocking(False)
+    try:
+        c.connect(path)
+    except BlockingIOError:
+        break
+    held.append(c)
+open(sys.argv[2], "w").close()
+time.sleep(60)
+' "$rt/ctl.sock" "$rt/full" &
+	fpid=$!
+	i=0
+	while [ ! -e "$rt/full" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" --timeout-ms 1000 status \
+		>"$rt/st.out" 2>&1
+	rc_st=$?
+	kill $fpid 2>/dev/null
+	wait $fpid 2>/dev/null
+	if [ $rc_st -eq 1 ] && grep -q "did not answer the handshake within 1000 ms" "$rt/st.out"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: sparsectl status exited $rc_st (124: still blocked after 20 s): $(cat "$rt/st.out")"
+		failed=$((failed + 1))
+	fi
+fi
+
 # The timeline: sparsectl timeline start/stop around a few steps; every node's file is
 # checked by tests/integration/timeline_check.py (valid JSON, nesting, every tensor).
 mkdir -p "$tmp/timeline3" "$tmp/timeline22"
