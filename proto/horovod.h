@@ -24,11 +24,12 @@ static inline const char *sc_horovod_log_level(const char *v)
 }
 
 /* Whether HOROVOD_AUTOTUNE's value v turns Horovod's autotuner on (Horovod reads it as an
- * integer: any value whose leading number is not 0), and why that is refused here, for the
- * variable and horovodrun's --autotune alike (README.md, "Coming from Horovod"). */
+ * integer: any value whose leading number is above 0; 0, a negative number or text is
+ * off), and why that is refused here, for the variable and horovodrun's --autotune alike
+ * (README.md, "Coming from Horovod"). */
 static inline int sc_horovod_autotune(const char *v)
 {
-	return v && strtol(v, NULL, 10) != 0;
+	return v && strtol(v, NULL, 10) > 0;
 }
 #define SC_HOROVOD_NO_AUTOTUNE                                                                 \
 	"there is no autotuner; fusion_mode adaptive (the default) sizes the fused buffers "   \

@@ -241,8 +241,11 @@ SC_API const char *sc_built(void);
 /* Sets a daemon setting on every node, as `sparsectl config set KEY VALUE` does (checked
  * first; an owner-only key such as timeline_file needs the daemon's user or root).
  * SC_ERR_NOT_FOUND for an unknown key; SC_ERR_INVALID for a value the key refuses, a key
- * fixed at start, or an owner-only key from another user; the error text names the key,
- * the value and why, and nothing is applied on any node. */
+ * fixed at start, an owner-only key from another user or a timeline_file whose directory
+ * the node's daemon cannot write; the error text names the key, the value and why, and
+ * nothing is applied on any node. SC_OK once the coordinator's change has been applied
+ * on this node; SC_ERR_PEER when it has not been within 3 s (the coordinator lost, or it
+ * refused the value), which says so. */
 SC_API sc_status_t sc_config_set(sc_client_t *client, const char *key, const char *value);
 
 /*
@@ -601,8 +604,8 @@ SC_API sc_status_t sc_group_end(sc_client_t *client, sc_group_t group);
  * almost always times out) for the other trainers. SC_ERR_TIMEOUT,
  * which says so, leaves this trainer's process set calls out of step with the others' (its
  * agreement stays in flight, its buffer registered until the first sc_register after it
- * ended, which releases it): the job's process sets may then differ between trainers, and
- * the job should end.
+ * ended, which releases it; past 16 such buffers at once, until sc_finalize): the job's
+ * process sets may then differ between trainers, and the job should end.
  */
 #define SC_PROCESS_SET_GLOBAL 0
 SC_API sc_status_t sc_process_set_add(sc_client_t *client, const int *ranks, int n_ranks,

@@ -872,24 +872,36 @@ static sc_status_t client_sockets(sc_client_t *c)
 	return SC_OK;
 }
 
-sc_status_t scl_probe_socket(const char *path)
+/*
+ * A connection to the socket file path, tried without waiting: 0 when the listener's queue
+ * took it, else the errno (ECONNREFUSED: nothing listens; EAGAIN: its queue of connections
+ * not yet accepted is full, as a frozen daemon's becomes; EACCES, ENOENT, ...); -1 when it
+ * cannot be tried (a path too long for a socket address: ZeroMQ says what it makes of it).
+ * A blocking connect() would wait for as long as such a queue stays full, without limit.
+ */
+static int try_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd, rc, err;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
-		return SC_OK; /* ZeroMQ says what it makes of it */
+		return -1;
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
-		return SC_OK;
+		return -1;
 	do
 		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
 	while (rc < 0 && errno == EINTR);
 	err = errno;
 	close(fd);
-	if (rc == 0)
-		return SC_OK;
+	return rc == 0 ? 0 : err;
+}
+
+sc_status_t scl_probe_socket(const char *path)
+{
+	int err = try_connect(path);
+
 	if (err == EACCES || err == EPERM)
 		return scl_error(
 		    SC_ERR_CONNECT,
@@ -900,24 +912,6 @@ sc_status_t scl_probe_socket(const char *path)
 	/* no socket yet, or a stale one: a daemon starting may bind it within the handshake's
 	 * wait, which then says what it found */
 	return SC_OK;
-}
-
-/* Whether a connection to the socket file path is refused: nothing listens there. */
-static int refused(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return 0;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), rc;
-	if (fd < 0)
-		return 0;
-	do
-		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	while (rc < 0 && errno == EINTR);
-	int err = errno;
-	close(fd);
-	return rc < 0 && err == ECONNREFUSED;
 }
 
 /* Why a handshake went unanswered, as best we can tell. */
@@ -931,7 +925,7 @@ static sc_status_t explain_no_answer(const sc_client_t *c, int timeout_ms)
 				 "cannot reach the daemon: no socket at %s (%s); "
 				 "is sparsecommd running?",
 				 path, strerror(errno));
-	if (path && refused(path)) /* a hung daemon would accept and not answer */
+	if (path && try_connect(path) == ECONNREFUSED) /* a hung daemon's queue takes it */
 		return scl_error(SC_ERR_CONNECT,
 				 "no daemon listens at %s (connection refused): the socket "
 				 "file is left from a daemon that stopped; is sparsecommd "

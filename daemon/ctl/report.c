@@ -340,11 +340,6 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		char why[512], msg2[700];
 		sc_status_t st = scd_config_probe(cs->key ? cs->key : "",
 						  cs->value ? cs->value : "", why, sizeof(why));
-		/* a timeline this node cannot open is refused here, not logged later while
-		 * sparsectl says it is on */
-		if (st == SC_OK && k == SCD_CFG_timeline_file && cs->value && cs->value[0])
-			st = scd_tl_writable(cs->value, ctl->d->rank, ctl->d->world_size, why,
-					     sizeof(why));
 		if (st == SC_OK && (scd_cfg_desc[k].runtime & SCD_CFG_OWNER) &&
 		    !scd_peer_is_owner(s->uid)) {
 			st = SC_ERR_INVALID;
@@ -354,6 +349,12 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			    "and this client runs as uid %u",
 			    scd_cfg_desc[k].name, (unsigned)geteuid(), s->uid);
 		}
+		/* a timeline this node cannot open is refused here, not logged later while
+		 * sparsectl says it is on; after the owner's check, so that another user learns
+		 * nothing of what the daemon's user may write */
+		if (st == SC_OK && k == SCD_CFG_timeline_file && cs->value && cs->value[0])
+			st = scd_tl_writable(cs->value, ctl->d->rank, ctl->d->world_size, why,
+					     sizeof(why));
 		if (st != SC_OK) {
 			snprintf(msg2, sizeof(msg2),
 				 "config set %.60s '%.100s' refused, nothing applied on any "

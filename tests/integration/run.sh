@@ -837,6 +837,11 @@ if selected "ctl_group member connects"; then
 		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
 			max_tensor_bytes 64G >>"$tmp/priv.out" 2>&1 </dev/null
 		rc_priv2=$?
+		# a directory the daemon cannot write: the member hears the owner's refusal,
+		# not whether the daemon's user may write there
+		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
+			timeline_file "$shared/nodir/owned.json" >"$tmp/priv3.out" 2>&1 </dev/null
+		rc_priv3=$?
 		as_member timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" config set \
 			cycle_time_ms 2 >>"$tmp/priv.out" 2>&1 </dev/null
 		rc_tune=$?
@@ -862,7 +867,7 @@ if selected "ctl_group member connects"; then
 		userdel "$other" 2>/dev/null
 		groupdel "$grp" 2>/dev/null
 		rm -rf "$shared"
-		cat "$tmp/other.out" "$tmp/default.out" "$tmp/priv.out" >>"$tmp/out"
+		cat "$tmp/other.out" "$tmp/default.out" "$tmp/priv.out" "$tmp/priv3.out" >>"$tmp/out"
 		ok=0
 		# the system socket is either missing (named in the error) or answers
 		[ "$modes" = "750 $grp / 660 $grp" ] && [ "$rc_member" -eq 0 ] &&
@@ -872,6 +877,7 @@ if selected "ctl_group member connects"; then
 			[ ! -e "$shared/owned.json" ] &&
 			grep -q "timeline_file may be changed only by the daemon's user (uid 0) or root, and this client runs as uid $member_uid" "$tmp/priv.out" &&
 			grep -q "max_tensor_bytes may be changed only by the daemon's user" "$tmp/priv.out" &&
+			[ "$rc_priv3" -eq 1 ] && grep -q "timeline_file may be changed only by the daemon's user" "$tmp/priv3.out" &&
 			grep -q 'sums-small: rank 0 passed' "$tmp/out" &&
 			[ "$(grep -c "Permission denied for uid $other_uid" "$tmp/other.out")" -eq 2 ] &&
 			! grep -q 'is sparsecommd running' "$tmp/other.out" &&
@@ -880,7 +886,8 @@ if selected "ctl_group member connects"; then
 		lone_verdict "$name" "$ok" "modes '$modes' (want '750 $grp / 660 $grp'), the \
 member's trainer exited $rc_member, its sparsectl $rc_ctl, the other user's $rc_other and \
 $rc_other_lib after $t_other s; config set by the member: timeline_file $rc_priv, \
-max_tensor_bytes $rc_priv2, cycle_time_ms $rc_tune; by root: $rc_root"
+max_tensor_bytes $rc_priv2, cycle_time_ms $rc_tune, a timeline in a missing directory \
+$rc_priv3 ($(cat "$tmp/priv3.out")); by root: $rc_root"
 	fi
 fi
 
@@ -1578,6 +1585,52 @@ if selected "daemon SIGHUP n=1"; then
 	else
 		echo "FAIL  $name: sparsectl status after SIGHUP exited $rc_st, the daemon $rc_d after SIGTERM"
 		tail -n 10 "$rt/d.log" "$rt/st.out" | sed 's/^/      | /'
+		failed=$((failed + 1))
+	fi
+fi
+
+# A daemon that listens but is frozen (SIGSTOP, a host that hangs) and whose socket's
+# queue of connections not yet accepted is full: sparsectl says after --timeout-ms that it
+# did not answer the handshake. Its probes of the socket (permissions; whether a
+# connection is refused) used to block in connect() for as long as the queue stayed full.
+if selected "sparsectl frozen listener"; then
+	name="sparsectl frozen listener"
+	rt=$tmp/frozen
+	mkdir -p "$rt"
+	python3 -c '
+import os, socket, sys, time
+path = sys.argv[1]
+l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+l.bind(path)
+l.listen(0)
+held = []
+while True:  # the queue filled: no connection is accepted
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.setblocking(False)
+    try:
+        c.connect(path)
+    except BlockingIOError:
+        break
+    held.append(c)
+open(sys.argv[2], "w").close()
+time.sleep(60)
+' "$rt/ctl.sock" "$rt/full" &
+	fpid=$!
+	i=0
+	while [ ! -e "$rt/full" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	timeout 20 "$bin/sparsectl" --socket "$rt/ctl.sock" --timeout-ms 1000 status \
+		>"$rt/st.out" 2>&1
+	rc_st=$?
+	kill $fpid 2>/dev/null
+	wait $fpid 2>/dev/null
+	if [ $rc_st -eq 1 ] && grep -q "did not answer the handshake within 1000 ms" "$rt/st.out"; then
+		echo "ok    $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL  $name: sparsectl status exited $rc_st (124: still blocked after 20 s): $(cat "$rt/st.out")"
 		failed=$((failed + 1))
 	fi
 fi

@@ -446,7 +446,8 @@ UNIT_TEST(config_switch_reads_true_and_false)
 }
 
 /* HOROVOD_AUTOTUNE turned on stops the daemon naming the variable (as horovodrun's
- * --autotune is refused by the launcher); 0 and unset are Horovod's "off". */
+ * --autotune is refused by the launcher); 0, a negative number, text and unset are
+ * Horovod's "off" (it turns the autotuner on for a number above 0). */
 UNIT_TEST(config_horovod_autotune_refused)
 {
 	scd_config_t c;
@@ -458,6 +459,11 @@ UNIT_TEST(config_horovod_autotune_refused)
 		  err);
 	setenv("HOROVOD_AUTOTUNE", "0", 1);
 	CHECK_EQ_INT(scd_config_load_env(&c, err, sizeof(err)), SC_OK);
+	/* Horovod turns it on for a number above 0 only: a negative one or text is off */
+	setenv("HOROVOD_AUTOTUNE", "-1", 1);
+	CHECK_MSG(scd_config_load_env(&c, err, sizeof(err)) == SC_OK, "-1 refused: %s", err);
+	setenv("HOROVOD_AUTOTUNE", "off", 1);
+	CHECK_MSG(scd_config_load_env(&c, err, sizeof(err)) == SC_OK, "off refused: %s", err);
 	unsetenv("HOROVOD_AUTOTUNE");
 	scd_config_free(&c);
 }
