@@ -258,8 +258,10 @@ static void config_wait_end(scd_ctl_t *ctl, struct config_wait *w, sc_status_t s
 	w->value = NULL;
 }
 
-static void config_wait(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int key,
-			const char *value)
+/* Holds sparsectl's answer until the change is applied here; 0 (answered with the error):
+ * nothing to wait with, so nothing may be proposed. */
+static int config_wait(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int key,
+		       const char *value)
 {
 	struct config_wait *w = &ctl->cw[0]; /* a free slot, else the oldest */
 	for (size_t i = 0; i < sizeof(ctl->cw) / sizeof(ctl->cw[0]) && w->value; i++)
@@ -272,14 +274,15 @@ static void config_wait(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq, int key,
 		    "sets replaced its wait; check with config get");
 	if (!(w->value = strdup(value))) {
 		scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_NOMEM,
-				   "config set: no memory");
-		return;
+				   "config set: no memory, nothing proposed");
+		return 0;
 	}
 	w->seq = seq;
 	w->key = key;
 	w->deadline_ms = scd_now_ms() + CTL_COORD_ANSWER_MS;
 	memcpy(w->ident, s->ident, s->ident_len);
 	w->ident_len = s->ident_len;
+	return 1;
 }
 
 void scd_ctl_config_applied(scd_ctl_t *ctl, const char *key, const char *value, sc_status_t st,
@@ -363,8 +366,8 @@ void scd_ctl_handle_config(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			scd_ctl_send_error(ctl, s->ident, s->ident_len, seq, st, msg2);
 			return;
 		}
-		config_wait(ctl, s, seq, k, cs->value ? cs->value : "");
-		ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
+		if (config_wait(ctl, s, seq, k, cs->value ? cs->value : ""))
+			ctl->up->config_propose(ctl->d->world, scd_cfg_desc[k].name, cs->value);
 		return;
 	}
 	const char *key = msg->config_get->key;
