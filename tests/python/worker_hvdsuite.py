@@ -202,6 +202,35 @@ def carried_dtype_mismatches_raise_on_every_rank():
 
 
 @check
+def compression_on_some_ranks_raises_on_every_rank():
+    # Compression.fp16 (or bf16) on rank 0 only: Horovod's rank 0 gives a float16 tensor,
+    # the others float32, a dtype mismatch raised at once on every rank naming both
+    # dtypes; a compressed rank and one that gives float16 itself meet, as in Horovod
+    import time
+    for i, (comp, low) in enumerate(((hvd.Compression.fp16, "float16"),
+                                     (hvd.Compression.bf16, "bfloat16"))):
+        c = comp if R == 0 else hvd.Compression.none
+        name = "cmp.%d" % i
+        t0 = time.monotonic()
+        err = raises_everywhere(RuntimeError, lambda: hvd.allreduce(
+            torch.ones(17), name=name, compression=c), "%s on rank 0 only" % low)
+        took = time.monotonic() - t0
+        assert took < 10, "the mismatch took %.1f s" % took
+        for want in (low, "float32", name):
+            assert want in str(err), "%r not in %r" % (want, str(err))
+        # the name again (another name where two trainers of one node disagreed: their
+        # daemon refuses the name while one of them still holds it the other way)
+        name = name if hvd.local_size() == 1 else name + ".again"
+        got = hvd.allreduce(torch.ones(17), name=name, compression=comp, op=hvd.Sum)
+        same(got, torch.full((17,), float(P)), "%s everywhere after the mismatch" % low)
+        x = torch.ones(17) if R == 0 else torch.ones(17, dtype=comp.dtype)
+        got = hvd.allreduce(x, name=name, compression=c, op=hvd.Sum)
+        same(got, torch.full((17,), float(P), dtype=x.dtype),
+             "%s compressed on rank 0, given elsewhere" % low)
+    still_works("compression")
+
+
+@check
 def carried_dtype_mismatches_in_other_collectives():
     # allgather, alltoall, reducescatter and broadcast of int8 on rank 0 against int32
     # (and float16 against float32) elsewhere: a mismatch on every rank, as Horovod's

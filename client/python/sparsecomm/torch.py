@@ -56,10 +56,10 @@ sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
 a collective are ranks within the set.  :class:`Compression`'s fp16 and
-bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
-float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
-whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
-on arrival, so the bytes sent are halved and the result is the float32 tensor's, each
+bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor is
+reduced as a float16 (bfloat16) tensor of its name is, in a float32 buffer whose sums
+travel in 16 bits (the wire option of sparsecomm.register), summed in float32 on arrival;
+ranks that differ in the compression fail as a dtype mismatch, as Horovod's do, so the bytes sent are halved and the result is the float32 tensor's, each
 value a 16-bit one.  Their compress() and decompress() cast as Horovod's do.
 
 CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
@@ -149,9 +149,10 @@ class FP16Compressor(_CastCompressor):
     """Horovod's fp16 compression: the allreduce sends float16 values (half the bytes)
     and the result comes back in the tensor's dtype.  compress() and decompress() cast as
     Horovod's do.  Given to an allreduce or DistributedOptimizer, a float32 tensor is not
-    cast: it is reduced in a float32 buffer with the fp16 wire (named after the tensor's
-    name with "@fp16" appended, so the same name without compression keeps its own
-    32-bit buffer): each node's contribution and every partial sum is rounded to float16
+    cast: it is reduced as a float16 tensor of its name is, in the name's float32 buffer
+    with the fp16 wire and the float16 element type (so that a rank without the
+    compression fails at once as a dtype mismatch, as Horovod's float16 against float32
+    does): each node's contribution and every partial sum is rounded to float16
     as it is sent and summed in float32 on arrival, and the result (averaged in float32)
     is rounded to float16 as Horovod's comes back in it.  Other floating dtypes are cast
     to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a
@@ -161,20 +162,21 @@ class FP16Compressor(_CastCompressor):
 
 
 class BF16Compressor(_CastCompressor):
-    """As FP16Compressor, with bfloat16 (and "@bf16")."""
+    """As FP16Compressor, with bfloat16."""
     dtype = torch.bfloat16
     wire = "bf16"
 
 
 def _compressed_async(compression, tensor, out, **kw):
     """An allreduce through ``compression``: a float32 tensor with options that allow a
-    16-bit wire is reduced on the compression's wire and its result rounded to the
-    compression's dtype; anything else goes through compress() and decompress()."""
+    16-bit wire is reduced as a tensor of the compression's dtype (its wire and element
+    type, without the cast) and its result rounded to that dtype; anything else goes
+    through compress() and decompress()."""
     wire = getattr(compression, "wire", None)
     plain = (not kw.get("sparsifier") or str(kw.get("sparsifier")).lower() == "none")
     if wire and tensor.dtype == torch.float32 and plain and not kw.get("allow_lossy") \
             and kw.get("scheme") in (None, "dense_ring"):
-        kw["wire"] = wire
+        kw["_as_dtype"] = compression.dtype
         return _DecompressHandle(_sc.allreduce_async(tensor, **kw),
                                  lambda res: res.to(compression.dtype).to(torch.float32),
                                  out)
