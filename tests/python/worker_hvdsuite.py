@@ -914,6 +914,32 @@ def optimizer_sparse_gradients_and_sparse_as_dense():
 
 
 @check
+def optimizer_adasum_with_sparse_gradients():
+    # Horovod's Adasum optimizer combines the local steps' parameter changes, which are
+    # dense whatever the gradient: an nn.Embedding(sparse=True) under SGD (with and
+    # without sparse_as_dense) takes the same steps as the same embedding with dense
+    # gradients, on every rank alike
+    idx = torch.tensor([[R, 5], [R + 1, 7]])
+    got = {}
+    for sparse, sad in ((False, False), (True, False), (True, True)):
+        torch.manual_seed(3)
+        emb = torch.nn.Embedding(10, 3, sparse=sparse)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(emb.parameters(), lr=0.5), named_parameters=emb.named_parameters(),
+            op=hvd.Adasum, sparse_as_dense=sad, prefix="ads.%d%d." % (sparse, sad))
+        for _ in range(2):
+            opt.zero_grad()
+            (emb(idx) * (R + 1)).sum().backward()
+            opt.step()
+        got[sparse, sad] = emb.weight.detach().clone()
+    dense = got[False, False]
+    same_everywhere_ = hvd.broadcast(dense, 0, name="ads.check")
+    assert torch.equal(dense, same_everywhere_), "Adasum steps differ across ranks"
+    for key in ((True, False), (True, True)):
+        assert torch.allclose(got[key], dense, atol=1e-6), (key, (got[key] - dense).abs().max())
+
+
+@check
 def optimizer_model_parallel_layer_outside_it():
     # a layer kept out of the optimizer (another rank's shard of a model-parallel model):
     # its gradient is left alone, the optimizer's parameters step

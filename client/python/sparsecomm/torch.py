@@ -843,12 +843,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Horovod's Adasum optimizer: the local optimizer's step on p is taken alone, and
         its change (the delta from where p started) is what the trainers combine by the
         Adasum operator; p stays at its start until synchronize() adds the combined
-        delta."""
+        delta.  The delta is dense whatever the gradient, so a sparse gradient (that the
+        wrapped optimizer takes, as SGD does) is stepped as it is, as Horovod's is."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            raise ValueError("DistributedOptimizer(op=Adasum): parameter %s has a sparse "
-                             "gradient; Adasum combines dense ones only" % self._name[p])
         with torch.no_grad():
             start = p.detach().clone()
             self._local_step(p)
