@@ -125,6 +125,11 @@ def broadcast_parameters_of_bare_tensors():
     pairs = [(None, torch.full((4,), float(R))), ("named", torch.full((1,), float(R)))]
     hvd.broadcast_parameters(pairs, root_rank=1)
     assert pairs[0][1].tolist() == [1.0] * 4 and pairs[1][1].tolist() == [1.0], pairs
+    # what is neither a state_dict nor an iterable of tensors or pairs (the model itself,
+    # a number): Horovod's ValueError "invalid params of type", on every rank
+    for bad in (m, 5, None):
+        err = raises(ValueError, hvd.broadcast_parameters, bad, 0)
+        assert "invalid params of type" in str(err), err
 
 
 _made = [0]

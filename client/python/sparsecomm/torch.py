@@ -67,6 +67,7 @@ sparsecomm (see the sparsecomm module doc), their results queued on the stream t
 current when they were submitted, and a CUDA bucket's future names its device.
 """
 
+import collections.abc
 import copy
 import fnmatch
 import os
@@ -1086,8 +1087,16 @@ def _check_groups(groups):
 
 def _named(params):
     """(name, tensor) pairs of a state_dict, an iterable of pairs, or of bare tensors (as
-    Horovod's accepts): a bare tensor, or a pair named None, is named by its position."""
-    items = list(params.items()) if isinstance(params, dict) else list(params)
+    Horovod's accepts): a bare tensor, or a pair named None, is named by its position.
+    Anything else (the model itself, one tensor, a number) is Horovod's ValueError."""
+    if isinstance(params, dict):
+        items = list(params.items())
+    elif isinstance(params, (torch.nn.Module, torch.Tensor)) or \
+            not isinstance(params, collections.abc.Iterable):
+        raise ValueError("broadcast_parameters: invalid params of type: %s (a state_dict, "
+                         "named_parameters() or a list of tensors)" % type(params))
+    else:
+        items = list(params)
     out = []
     for i, item in enumerate(items):
         n, t = item if isinstance(item, (tuple, list)) else (None, item)
