@@ -339,6 +339,23 @@ def grouped_allreduce_sum_average_in_place():
 
 
 @check
+def grouped_allreduce_with_empty_members():
+    # an empty tensor in a group (a layer with no elements), or only empty ones: reduced
+    # as an allreduce of it is (an empty result), the others summed, named and unnamed,
+    # out of place and in place, as Horovod's
+    for name in (None, "gempty"):
+        xs = [torch.ones(0), torch.full((3,), float(R)), torch.ones(2, 0)]
+        got = hvd.grouped_allreduce(xs, op=hvd.Sum, name=name)
+        assert [g.shape for g in got] == [x.shape for x in xs], [g.shape for g in got]
+        same(got[1], torch.full((3,), float(sum(range(P)))), "the non-empty member")
+        hvd.grouped_allreduce_(xs, op=hvd.Sum, name=None if name is None else name + "_")
+        same(xs[1], torch.full((3,), float(sum(range(P)))), "in place")
+        got = hvd.grouped_allreduce([torch.ones(0, 2)], name=name and name + ".only")
+        assert got[0].shape == (0, 2), got[0].shape
+    still_works("grouped_empty")
+
+
+@check
 def grouped_allreduce_of_a_second_class_twice():
     # unnamed groups of one class, then two groups of another: each group's sum (the
     # pattern of grouped_allreduce_gradients' second dimension, without autograd)
