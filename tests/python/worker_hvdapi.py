@@ -199,8 +199,10 @@ def optimizer_horovods_keywords():
 @check
 def optimizer_attributes_and_passes():
     g, opt = grads_of(dict(backward_passes_per_step=1, sparse_as_dense=True))
+    # Horovod's process_set attribute is the set itself, the global one by default
     assert (opt.backward_passes_per_step, opt.sparse_as_dense, opt.process_set) == \
-        (1, True, None), vars(opt)
+        (1, True, hvd.global_process_set), vars(opt)
+    assert opt.process_set.size() == P and opt.process_set.included(), opt.process_set
     # set_backward_passes_per_step(2): two backward passes accumulate before the step
     opt.set_backward_passes_per_step(2)
     assert opt.backward_passes_per_step == 2

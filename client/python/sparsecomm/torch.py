@@ -685,7 +685,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               process_set.included() is False)
         if self._included:
             _sc.process_sets_.scope(_sc._need(), process_set, "DistributedOptimizer")
-        self.process_set = process_set
+        # Horovod's attribute: the set itself, the global one by default
+        self.process_set = global_process_set if process_set is None else process_set
         self.op = o["op"]
         self.gradient_predivide_factor = o["gradient_predivide_factor"]
         all_params = [p for g in self.param_groups for p in g["params"]]
