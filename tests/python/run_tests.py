@@ -234,6 +234,7 @@ def t_hvdsuite():
     # both, naming both dtypes
     rc, out, _ = launch(1, os.path.join(HERE, "worker_hvdsuite.py"),
                         ["carried_dtype_mismatches_raise_on_every_rank",
+                         "compression_on_some_ranks_raises_on_every_rank",
                          "allreduce_mismatches_raise_on_every_rank"], 180, per_node=2)
     checks("hvdsuite1x2", rc, out, 2)
 

@@ -125,6 +125,11 @@ def broadcast_parameters_of_bare_tensors():
     pairs = [(None, torch.full((4,), float(R))), ("named", torch.full((1,), float(R)))]
     hvd.broadcast_parameters(pairs, root_rank=1)
     assert pairs[0][1].tolist() == [1.0] * 4 and pairs[1][1].tolist() == [1.0], pairs
+    # what is neither a state_dict nor an iterable of tensors or pairs (the model itself,
+    # a number): Horovod's ValueError "invalid params of type", on every rank
+    for bad in (m, 5, None):
+        err = raises(ValueError, hvd.broadcast_parameters, bad, 0)
+        assert "invalid params of type" in str(err), err
 
 
 _made = [0]
@@ -194,8 +199,10 @@ def optimizer_horovods_keywords():
 @check
 def optimizer_attributes_and_passes():
     g, opt = grads_of(dict(backward_passes_per_step=1, sparse_as_dense=True))
+    # Horovod's process_set attribute is the set itself, the global one by default
     assert (opt.backward_passes_per_step, opt.sparse_as_dense, opt.process_set) == \
-        (1, True, None), vars(opt)
+        (1, True, hvd.global_process_set), vars(opt)
+    assert opt.process_set.size() == P and opt.process_set.included(), opt.process_set
     # set_backward_passes_per_step(2): two backward passes accumulate before the step
     opt.set_backward_passes_per_step(2)
     assert opt.backward_passes_per_step == 2

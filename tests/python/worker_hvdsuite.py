@@ -202,6 +202,35 @@ def carried_dtype_mismatches_raise_on_every_rank():
 
 
 @check
+def compression_on_some_ranks_raises_on_every_rank():
+    # Compression.fp16 (or bf16) on rank 0 only: Horovod's rank 0 gives a float16 tensor,
+    # the others float32, a dtype mismatch raised at once on every rank naming both
+    # dtypes; a compressed rank and one that gives float16 itself meet, as in Horovod
+    import time
+    for i, (comp, low) in enumerate(((hvd.Compression.fp16, "float16"),
+                                     (hvd.Compression.bf16, "bfloat16"))):
+        c = comp if R == 0 else hvd.Compression.none
+        name = "cmp.%d" % i
+        t0 = time.monotonic()
+        err = raises_everywhere(RuntimeError, lambda: hvd.allreduce(
+            torch.ones(17), name=name, compression=c), "%s on rank 0 only" % low)
+        took = time.monotonic() - t0
+        assert took < 10, "the mismatch took %.1f s" % took
+        for want in (low, "float32", name):
+            assert want in str(err), "%r not in %r" % (want, str(err))
+        # the name again (another name where two trainers of one node disagreed: their
+        # daemon refuses the name while one of them still holds it the other way)
+        name = name if hvd.local_size() == 1 else name + ".again"
+        got = hvd.allreduce(torch.ones(17), name=name, compression=comp, op=hvd.Sum)
+        same(got, torch.full((17,), float(P)), "%s everywhere after the mismatch" % low)
+        x = torch.ones(17) if R == 0 else torch.ones(17, dtype=comp.dtype)
+        got = hvd.allreduce(x, name=name, compression=c, op=hvd.Sum)
+        same(got, torch.full((17,), float(P), dtype=x.dtype),
+             "%s compressed on rank 0, given elsewhere" % low)
+    still_works("compression")
+
+
+@check
 def carried_dtype_mismatches_in_other_collectives():
     # allgather, alltoall, reducescatter and broadcast of int8 on rank 0 against int32
     # (and float16 against float32) elsewhere: a mismatch on every rank, as Horovod's
@@ -307,6 +336,23 @@ def grouped_allreduce_sum_average_in_place():
         hvd.grouped_allreduce_(xs, average=False)
         for x, w in zip(xs, want):
             same(x, w, "grouped in place %s %dd" % (dt, dim))
+
+
+@check
+def grouped_allreduce_with_empty_members():
+    # an empty tensor in a group (a layer with no elements), or only empty ones: reduced
+    # as an allreduce of it is (an empty result), the others summed, named and unnamed,
+    # out of place and in place, as Horovod's
+    for name in (None, "gempty"):
+        xs = [torch.ones(0), torch.full((3,), float(R)), torch.ones(2, 0)]
+        got = hvd.grouped_allreduce(xs, op=hvd.Sum, name=name)
+        assert [g.shape for g in got] == [x.shape for x in xs], [g.shape for g in got]
+        same(got[1], torch.full((3,), float(sum(range(P)))), "the non-empty member")
+        hvd.grouped_allreduce_(xs, op=hvd.Sum, name=None if name is None else name + "_")
+        same(xs[1], torch.full((3,), float(sum(range(P)))), "in place")
+        got = hvd.grouped_allreduce([torch.ones(0, 2)], name=name and name + ".only")
+        assert got[0].shape == (0, 2), got[0].shape
+    still_works("grouped_empty")
 
 
 @check
@@ -882,6 +928,32 @@ def optimizer_sparse_gradients_and_sparse_as_dense():
                 (P - 1) * torch.bincount(rest.flatten(), minlength=10).float()
             want = before - 0.1 * (counts / P).unsqueeze(1).expand(10, 3)
             assert torch.allclose(w, want, atol=1e-6), (w - want).abs().max()
+
+
+@check
+def optimizer_adasum_with_sparse_gradients():
+    # Horovod's Adasum optimizer combines the local steps' parameter changes, which are
+    # dense whatever the gradient: an nn.Embedding(sparse=True) under SGD (with and
+    # without sparse_as_dense) takes the same steps as the same embedding with dense
+    # gradients, on every rank alike
+    idx = torch.tensor([[R, 5], [R + 1, 7]])
+    got = {}
+    for sparse, sad in ((False, False), (True, False), (True, True)):
+        torch.manual_seed(3)
+        emb = torch.nn.Embedding(10, 3, sparse=sparse)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(emb.parameters(), lr=0.5), named_parameters=emb.named_parameters(),
+            op=hvd.Adasum, sparse_as_dense=sad, prefix="ads.%d%d." % (sparse, sad))
+        for _ in range(2):
+            opt.zero_grad()
+            (emb(idx) * (R + 1)).sum().backward()
+            opt.step()
+        got[sparse, sad] = emb.weight.detach().clone()
+    dense = got[False, False]
+    same_everywhere_ = hvd.broadcast(dense, 0, name="ads.check")
+    assert torch.equal(dense, same_everywhere_), "Adasum steps differ across ranks"
+    for key in ((True, False), (True, True)):
+        assert torch.allclose(got[key], dense, atol=1e-6), (key, (got[key] - dense).abs().max())
 
 
 @check

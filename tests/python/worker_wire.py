@@ -128,7 +128,10 @@ def compression_per_call():
         got16, got32 = per_call[name, hvd.Compression.fp16], per_call[name, hvd.Compression.none]
         assert got16 == float(P), (name, "fp16", got16)
         assert abs(got32 - exact) < 1e-5, (name, "none", got32)
-        assert st[name]["wire"] == "native" and st[name + "@fp16"]["wire"] == "fp16", name
+    # one buffer per name, registered anew with the wire of the call (the last call of
+    # "wire.g" had none, of "wire.h" fp16), as a float16 tensor's is
+    assert st["wire.g"]["wire"] == "native" and st["wire.h"]["wire"] == "fp16", st
+    assert not any(n.endswith("@fp16") for n in st), sorted(st)
 
 
 @check
@@ -151,15 +154,14 @@ def identical_on_every_rank():
 
 @check
 def wire_bytes_halved():
-    # a 16-bit wire asked for (compression) has the name with "@<wire>" appended for its
-    # buffer, but for a name registered with its wire; a float16 tensor's own wire is its
-    # name's (so that a float32 tensor of that name on another rank is a dtype mismatch)
-    for name, wire in (("wire.fp16@fp16", "fp16"), ("wire.bf16@bf16", "bf16"),
+    # a compression's 16-bit wire is its name's buffer's, as a float16 tensor's own wire
+    # is (so that a float32 tensor of that name on another rank is a dtype mismatch)
+    for name, wire in (("wire.fp16", "fp16"), ("wire.bf16", "bf16"),
                        ("wire.half", "fp16"), ("wire.native", "native"),
                        ("wire.reg", "bf16")):
         assert st[name]["wire"] == wire, (name, st[name]["wire"])
     base = st["wire.native"]["bytes_sent"]
-    for name in ("wire.fp16@fp16", "wire.bf16@bf16", "wire.half"):
+    for name in ("wire.fp16", "wire.bf16", "wire.half"):
         ratio = st[name]["bytes_sent"] / base
         print("wire %s: bytes_sent %d vs native %d (%.3f)" %
               (name, st[name]["bytes_sent"], base, ratio), flush=True)

@@ -27,8 +27,9 @@ own 16-bit wire; the registration names the tensor's element type (sc_src_type_t
 int8, uint8, int16 and bool tensors in int32 buffers), so ranks that give one name
 tensors of different dtypes fail on every rank with SC_ERR_MISMATCH naming both dtypes,
 as Horovod's, however one buffer dtype carries them; a call that gives a name another
-dtype or wire registers it anew, as a new shape does.  An allreduce asking for a 16-bit
-wire (``wire=``, sparsecomm.torch's fp16 and bf16 compression) uses a buffer of its own,
+dtype or wire registers it anew, as a new shape does (sparsecomm.torch's fp16 and bf16
+compression reduce a float32 tensor as a float16 or bfloat16 one: allreduce_async's
+``_as_dtype``).  An allreduce asking for a 16-bit wire (``wire=``) uses a buffer of its own,
 the name with "@fp16" or "@bf16" appended, unless the name itself was registered with
 that wire by :func:`register`.  A name that already ends so (then any number of "@") is
 registered with one "@" more (_own_name), so that it never shares that buffer.
@@ -282,22 +283,23 @@ _NUMPY_SRCS = {"int8": 1, "uint8": 2, "int16": 3, "uint16": 4, "uint32": 5, "boo
                "float16": 7, "uint64": 9}
 
 
-def _src_type(x):
-    """The sc_src_type_t of ``x``'s dtype: 0 for the four dtypes the daemons carry."""
+def _src_type(x, dtype=None):
+    """The sc_src_type_t of ``x``'s dtype (of the torch ``dtype`` when given): 0 for the
+    four dtypes the daemons carry."""
     global _torch_srcs
-    if _is_torch(x):
+    if dtype is not None or _is_torch(x):
         if _torch_srcs is None:
             t = _torch()
             _torch_srcs = {t.int8: 1, t.uint8: 2, t.int16: 3, t.bool: 6, t.float16: 7,
                            t.bfloat16: 8}
-        return _torch_srcs.get(x.dtype, 0)
+        return _torch_srcs.get(x.dtype if dtype is None else dtype, 0)
     return _NUMPY_SRCS.get(np.asarray(x).dtype.name, 0)
 
 
-def _with_src(key, x):
-    """key with the element type of ``x`` (a key item compared as a form, not an option:
-    _form)."""
-    return key + (("src", _src_type(x)),)
+def _with_src(key, x, dtype=None):
+    """key with the element type of ``x`` (or ``dtype``: the one its values are given
+    as), a key item compared as a form, not an option (_form)."""
+    return key + (("src", _src_type(x, dtype)),)
 
 
 def _form(key):
@@ -699,11 +701,12 @@ def _block(x, block, sparsifier, scheme):
     return 0
 
 
-def _auto_wire(x, wire, key, kind, coo_capacity):
+def _auto_wire(x, wire, key, kind, coo_capacity, dtype=None):
     """The wire format of a dense tensor's buffer: the one asked for, else a float16 or
     bfloat16 torch tensor's own (it is carried in a float32 buffer, and its sums travel
     in its 16 bits) where the daemons convert, that is a dense allreduce with no
-    sparsifier, lossy scheme, COO input or pinned scheme other than dense_ring."""
+    sparsifier, lossy scheme, COO input or pinned scheme other than dense_ring.
+    ``dtype``: the torch dtype the values are given as, where not x's."""
     if wire is not None:
         return Wire.parse(wire)
     k = dict(key)
@@ -711,7 +714,8 @@ def _auto_wire(x, wire, key, kind, coo_capacity):
             k["sparsifier"] != "none" or k["scheme"] not in (None, "dense_ring")):
         return Wire.NATIVE
     t = _torch()
-    return {t.float16: Wire.FP16, t.bfloat16: Wire.BF16}.get(x.dtype, Wire.NATIVE)
+    return {t.float16: Wire.FP16, t.bfloat16: Wire.BF16}.get(
+        x.dtype if dtype is None else dtype, Wire.NATIVE)
 
 
 def _wire_name(c, name, wire, pset=0):
@@ -1248,7 +1252,7 @@ def _own_name(name):
 def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, density=0.0,
                     threshold=0.0, scheme=None, allow_lossy=False, sparse_as_dense=False,
                     coo_capacity=None, out=None, wire=None, block=None, process_set=None,
-                    _kind="allreduce", _root=None):
+                    _kind="allreduce", _root=None, _as_dtype=None):
     """Starts an allreduce of ``tensor`` (torch tensor, dense or sparse COO, or numpy
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
@@ -1264,7 +1268,11 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     result comes back in its dtype).  Without ``name`` the operation gets a buffer by the
     rule in the module doc (unnamed operations).  ``process_set``: the ProcessSet whose
     members take part (default every trainer; an average divides by its size), of which
-    this trainer must be a member (sparsecomm.process_sets)."""
+    this trainer must be a member (sparsecomm.process_sets).  ``_as_dtype``: the torch
+    dtype a float32 tensor's values are given as (Horovod's fp16 and bf16 compression,
+    sparsecomm.torch): it is reduced as a tensor of that dtype is, on its name's buffer
+    with that dtype's wire and element type, without the cast, so that ranks that differ
+    in it fail as a dtype mismatch."""
     c = _need()
     name = _name_or_none(name)
     red = _op(average, op)
@@ -1284,11 +1292,11 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     if known is not None and known.fixed:  # a name register()ed with a wire keeps it
         key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
     else:
-        w = _auto_wire(x, wire, key, _kind, coo_capacity)
+        w = _auto_wire(x, wire, key, _kind, coo_capacity, _as_dtype)
         key = key[:-1] + (("wire", w.name.lower()),)
         if wire is not None:  # asked for: a buffer of its own (the tensor's is its name's)
             name = _wire_name(c, name, w, pset)
-        key = _with_src(key, x)
+        key = _with_src(key, x, _as_dtype)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out), kind=_kind)

@@ -56,10 +56,10 @@ sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
 a collective are ranks within the set.  :class:`Compression`'s fp16 and
-bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor keeps a
-float32 buffer (its name with "@fp16" or "@bf16" appended: the compression is the call's)
-whose sums travel in 16 bits (the wire option of sparsecomm.register), summed in float32
-on arrival, so the bytes sent are halved and the result is the float32 tensor's, each
+bf16 send 16-bit values as Horovod's do: given to an allreduce, a float32 tensor is
+reduced as a float16 (bfloat16) tensor of its name is, in a float32 buffer whose sums
+travel in 16 bits (the wire option of sparsecomm.register), summed in float32 on arrival;
+ranks that differ in the compression fail as a dtype mismatch, as Horovod's do, so the bytes sent are halved and the result is the float32 tensor's, each
 value a 16-bit one.  Their compress() and decompress() cast as Horovod's do.
 
 CUDA parameters and gradients stay on their GPU in all three: they are CUDA tensors of
@@ -67,6 +67,7 @@ sparsecomm (see the sparsecomm module doc), their results queued on the stream t
 current when they were submitted, and a CUDA bucket's future names its device.
 """
 
+import collections.abc
 import copy
 import fnmatch
 import os
@@ -149,9 +150,10 @@ class FP16Compressor(_CastCompressor):
     """Horovod's fp16 compression: the allreduce sends float16 values (half the bytes)
     and the result comes back in the tensor's dtype.  compress() and decompress() cast as
     Horovod's do.  Given to an allreduce or DistributedOptimizer, a float32 tensor is not
-    cast: it is reduced in a float32 buffer with the fp16 wire (named after the tensor's
-    name with "@fp16" appended, so the same name without compression keeps its own
-    32-bit buffer): each node's contribution and every partial sum is rounded to float16
+    cast: it is reduced as a float16 tensor of its name is, in the name's float32 buffer
+    with the fp16 wire and the float16 element type (so that a rank without the
+    compression fails at once as a dtype mismatch, as Horovod's float16 against float32
+    does): each node's contribution and every partial sum is rounded to float16
     as it is sent and summed in float32 on arrival, and the result (averaged in float32)
     is rounded to float16 as Horovod's comes back in it.  Other floating dtypes are cast
     to float16 first.  With a sparsifier, allow_lossy or a pinned scheme (which refuse a
@@ -161,20 +163,21 @@ class FP16Compressor(_CastCompressor):
 
 
 class BF16Compressor(_CastCompressor):
-    """As FP16Compressor, with bfloat16 (and "@bf16")."""
+    """As FP16Compressor, with bfloat16."""
     dtype = torch.bfloat16
     wire = "bf16"
 
 
 def _compressed_async(compression, tensor, out, **kw):
     """An allreduce through ``compression``: a float32 tensor with options that allow a
-    16-bit wire is reduced on the compression's wire and its result rounded to the
-    compression's dtype; anything else goes through compress() and decompress()."""
+    16-bit wire is reduced as a tensor of the compression's dtype (its wire and element
+    type, without the cast) and its result rounded to that dtype; anything else goes
+    through compress() and decompress()."""
     wire = getattr(compression, "wire", None)
     plain = (not kw.get("sparsifier") or str(kw.get("sparsifier")).lower() == "none")
     if wire and tensor.dtype == torch.float32 and plain and not kw.get("allow_lossy") \
             and kw.get("scheme") in (None, "dense_ring"):
-        kw["wire"] = wire
+        kw["_as_dtype"] = compression.dtype
         return _DecompressHandle(_sc.allreduce_async(tensor, **kw),
                                  lambda res: res.to(compression.dtype).to(torch.float32),
                                  out)
@@ -490,16 +493,33 @@ class _GroupHandle:
     __call__ = wait
 
 
-def _group(start, tensors, name):
+def _group(start, tensors, name, alone=None):
     """Starts start(tensor, member name) for every tensor as one group
     (sparsecomm.grouped_start; member i of a named group is name.i, an unnamed group's
-    members are unnamed).  A member refused at its start raises its error."""
+    members are unnamed).  A member refused at its start raises its error.  ``alone``:
+    which tensors are started outside the group, as operations the daemons never see (an
+    empty allreduce, whose result is made here), so that the group counts only the
+    members that submit."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("a grouped operation needs at least one tensor")
     names = [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
-    return _GroupHandle(_sc.grouped_start(
-        [(lambda t=t, n=n: start(t, n)) for t, n in zip(tensors, names)]))
+    out = [None] * len(tensors)
+    grouped = [i for i, t in enumerate(tensors) if not (alone and alone(t))]
+    if grouped:
+        hs = _sc.grouped_start([(lambda t=tensors[i], n=names[i]: start(t, n))
+                                for i in grouped])
+        for i, h in zip(grouped, hs):
+            out[i] = h
+    for i, t in enumerate(tensors):
+        if out[i] is None:
+            out[i] = start(t, names[i])
+    return _GroupHandle(out)
+
+
+def _empty_dense(t):
+    """A dense tensor without elements: its allreduce completes here (allreduce_async)."""
+    return _sc._is_torch(t) and not t.is_sparse and t.numel() == 0
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -510,7 +530,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     return _group(lambda t, n: allreduce_async(t, average, n, op, prescale_factor,
                                                postscale_factor, process_set,
                                                compression=compression, **kw),
-                  tensors, name)
+                  tensors, name, _empty_dense)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -520,7 +540,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _group(lambda t, n: allreduce_async_(t, average, n, op, prescale_factor,
                                                 postscale_factor, process_set,
                                                 compression=compression, **kw),
-                  tensors, name)
+                  tensors, name, _empty_dense)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
@@ -665,7 +685,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               process_set.included() is False)
         if self._included:
             _sc.process_sets_.scope(_sc._need(), process_set, "DistributedOptimizer")
-        self.process_set = process_set
+        # Horovod's attribute: the set itself, the global one by default
+        self.process_set = global_process_set if process_set is None else process_set
         self.op = o["op"]
         self.gradient_predivide_factor = o["gradient_predivide_factor"]
         all_params = [p for g in self.param_groups for p in g["params"]]
@@ -841,12 +862,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Horovod's Adasum optimizer: the local optimizer's step on p is taken alone, and
         its change (the delta from where p started) is what the trainers combine by the
         Adasum operator; p stays at its start until synchronize() adds the combined
-        delta."""
+        delta.  The delta is dense whatever the gradient, so a sparse gradient (that the
+        wrapped optimizer takes, as SGD does) is stepped as it is, as Horovod's is."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            raise ValueError("DistributedOptimizer(op=Adasum): parameter %s has a sparse "
-                             "gradient; Adasum combines dense ones only" % self._name[p])
         with torch.no_grad():
             start = p.detach().clone()
             self._local_step(p)
@@ -1086,8 +1105,16 @@ def _check_groups(groups):
 
 def _named(params):
     """(name, tensor) pairs of a state_dict, an iterable of pairs, or of bare tensors (as
-    Horovod's accepts): a bare tensor, or a pair named None, is named by its position."""
-    items = list(params.items()) if isinstance(params, dict) else list(params)
+    Horovod's accepts): a bare tensor, or a pair named None, is named by its position.
+    Anything else (the model itself, one tensor, a number) is Horovod's ValueError."""
+    if isinstance(params, dict):
+        items = list(params.items())
+    elif isinstance(params, (torch.nn.Module, torch.Tensor)) or \
+            not isinstance(params, collections.abc.Iterable):
+        raise ValueError("broadcast_parameters: invalid params of type: %s (a state_dict, "
+                         "named_parameters() or a list of tensors)" % type(params))
+    else:
+        items = list(params)
     out = []
     for i, item in enumerate(items):
         n, t = item if isinstance(item, (tuple, list)) else (None, item)
