@@ -208,27 +208,34 @@ static void send_join(scd_world_t *w)
 	scd_world_send_raw(w, NULL, 0, &m);
 }
 
+/* How long after a data-plane failure's report a node must be heard from for the world to
+ * re-form with it: a message that left before the report is no sign of life. */
+#define MESH_REFORM_SLACK_MS 20
+
 /*
  * The world re-forms (every rank): what was negotiated is forgotten (every operation
- * submitted fails, naming why), this rank prepares a new endpoint, and the next WorldInfo
- * rebuilds the mesh (the engine's mesh job replaces its transport). The coordinator, for
- * node back (which joins again; -1 on the other nodes, which the coordinator told),
- * tells every other node in the world, and formation waits for each to join again
- * (join_timeout_ms).
+ * submitted fails, naming why: the coordinator's text, the same on every rank), the old
+ * mesh's connections are shut down (a transfer waiting on them ends now, and its job,
+ * planned in the old world, delivers nothing: scd_neg_job_done), this rank prepares a new
+ * endpoint, and the next WorldInfo rebuilds the mesh (the engine's mesh job replaces its
+ * transport). The coordinator, for node back (which joins again; -1 for none: a data
+ * plane failed, or on the other nodes, which the coordinator told), tells every other
+ * node in the world, and formation waits for each to join again (join_timeout_ms).
  */
-static sc_status_t reform(scd_world_t *w, int back)
+static sc_status_t reform(scd_world_t *w, int back, const char *why)
 {
 	scd_daemon_t *d = w->d;
-	char why[200];
-	if (back >= 0)
-		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", back);
-	else
-		snprintf(why, sizeof(why), "the world re-forms: a node given up joins again");
 	scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
+	w->mesh_reform_ms = 0;
+	for (int r = 0; r < d->world_size; r++)
+		if (r != d->rank)
+			scd_engine_peer_gone(d->engine, r);
 	if (w->is_coord) {
 		/* numbered like what came before it, so that it comes after all of it */
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-		Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+		Sparsecomm__Reform e = SPARSECOMM__REFORM__INIT;
+		e.reason = (char *)why;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_REFORM;
 		m.reform = &e;
 		for (int r = 1; r < d->world_size; r++) {
@@ -257,6 +264,67 @@ static sc_status_t reform(scd_world_t *w, int back)
 	if (!w->is_coord)
 		send_join(w);
 	return SC_OK;
+}
+
+/* Rank's data plane failed (reason: its transport's text): the coordinator re-forms the
+ * world with the first report of the world, so that every rank fails what was in flight
+ * with this one text and the next operations run on a new mesh. A world with a node gone
+ * is left as it is: its failures name that node, and the world re-forms when it joins
+ * again. */
+static void coord_mesh_failed(scd_world_t *w, int rank, const char *reason)
+{
+	if (!w->formed || scd_live_cause(w) || w->mesh_reform_ms)
+		return;
+	snprintf(w->mesh_reform_why, sizeof(w->mesh_reform_why),
+		 "the world re-forms: the data plane failed on node %d: %.500s", rank,
+		 reason && reason[0] ? reason : "?");
+	/* a message already on its way from a node that died as the failure began is not
+	 * a sign of life: what counts comes a little after the report */
+	w->mesh_reform_ms = scd_now_ms() + MESH_REFORM_SLACK_MS;
+	scd_info(SCD_SUB_WORLD,
+		 "data plane failed on node %d: the world re-forms once every "
+		 "node is heard",
+		 rank);
+	scd_world_mesh_check(w);
+}
+
+void scd_world_mesh_check(scd_world_t *w)
+{
+	if (!w->is_coord || !w->mesh_reform_ms)
+		return;
+	if (!w->formed || scd_live_cause(w)) { /* re-forming already, or a node is gone */
+		w->mesh_reform_ms = 0;
+		return;
+	}
+	for (int r = 1; r < w->d->world_size; r++)
+		if (w->peers[r].heard_ms < w->mesh_reform_ms)
+			return;
+	w->mesh_reform_ms = 0;
+	scd_warn(SCD_SUB_WORLD, "%s", w->mesh_reform_why);
+	reform(w, -1, w->mesh_reform_why);
+}
+
+void scd_world_mesh_failed(scd_world_t *w, const char *reason)
+{
+	scd_daemon_t *d = w->d;
+	if (!w->formed || w->mesh_failed_world == w->world_id + 1)
+		return; /* told already in this world */
+	w->mesh_failed_world = w->world_id + 1;
+	if (w->is_coord) {
+		coord_mesh_failed(w, d->rank, reason);
+		return;
+	}
+	scd_warn(SCD_SUB_WORLD,
+		 "rank %d: the data plane failed (%s): the coordinator re-forms "
+		 "the world",
+		 d->rank, reason);
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__MeshFailed mf = SPARSECOMM__MESH_FAILED__INIT;
+	mf.rank = d->rank;
+	mf.reason = (char *)reason;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_MESH_FAILED;
+	m.mesh_failed = &mf;
+	scd_world_send_coord(w, &m);
 }
 
 static void coord_send_world(scd_world_t *w)
@@ -394,7 +462,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			 w->peers[j->rank].state == SPARSECOMM__PEER_STATE__PEER_LEFT
 			     ? "left"
 			     : "was lost");
-		if (reform(w, j->rank) == SC_OK)
+		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", j->rank);
+		if (reform(w, j->rank, why) == SC_OK)
 			accept_join(w, ident, ident_len, j);
 		return;
 	} else if (w->formed) {
@@ -682,6 +751,10 @@ static int admitted_as(scd_world_t *w, int from, int key_rank, const Sparsecomm_
 		 m->node_state->rank != from)
 		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
 			 m->node_state->rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_MESH_FAILED &&
+		 m->mesh_failed->rank != from)
+		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
+			 m->mesh_failed->rank);
 	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_READY && m->ready->rank != from)
 		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
 	else
@@ -750,12 +823,19 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_REFORM:
 		if (!w->is_coord && w->formed) {
-			scd_info(SCD_SUB_WORLD, "a node joins again: the world re-forms");
-			reform(w, -1);
+			const char *why = m->reform->reason && m->reform->reason[0]
+					      ? m->reform->reason
+					      : "the world re-forms";
+			scd_info(SCD_SUB_WORLD, "%s", why);
+			reform(w, -1, why);
 		}
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
 		scd_live_on_heartbeat(w, from, m->heartbeat);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED:
+		if (w->is_coord && from >= 0)
+			coord_mesh_failed(w, from, m->mesh_failed->reason);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
 		if (w->is_coord)
@@ -812,6 +892,7 @@ void scd_world_drain(scd_world_t *w)
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
 	scd_zmsg_done(&z);
+	scd_world_mesh_check(w);
 }
 
 /* A message on rank from's peer pipe (a node: from the coordinator). */
@@ -833,6 +914,7 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 	    scd_world_deliver(w, from, ident, p->ident_len, m))
 		return;
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	scd_world_mesh_check(w);
 }
 
 /* Rank's pipe failed (world/pipe.h): what it carried and rank did not acknowledge goes

@@ -153,6 +153,17 @@ struct scd_world {
 	int is_coord;
 	int formed;
 	uint64_t world_id;
+	/* 1 + the world id whose data-plane failure this rank reported (or, on the
+	 * coordinator, acted on): once a world (scd_world_mesh_failed) */
+	uint64_t mesh_failed_world;
+	/* jobs that found the data plane broken, their results held back until the world
+	 * re-forms (its reason fails them) or a node is found gone (scd_neg_release_held) */
+	struct scd_job *mesh_held;
+	/* the coordinator: a data-plane failure's re-form, waiting until every node has been
+	 * heard after mesh_reform_ms (a node whose daemon died is found lost instead: the
+	 * world cannot re-form with it); mesh_reform_ms 0: none */
+	uint64_t mesh_reform_ms;
+	char mesh_reform_why[640];
 	/* the data plane's backend, and this rank's endpoint until the mesh job takes it */
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
@@ -257,6 +268,17 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__PeerMsg *m);
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+/* A job found the data plane broken (reason: its error): the coordinator is told, once a
+ * world, and re-forms the world (world.c); every rank then fails what was in flight with
+ * the coordinator's one reason. */
+void scd_world_mesh_failed(scd_world_t *w, const char *reason);
+/* The coordinator: the data-plane failure's re-form goes when every node has been heard
+ * since it was reported (world.c); called as messages come and at each heartbeat. */
+void scd_world_mesh_check(scd_world_t *w);
+/* The jobs held back by a data-plane failure are delivered (deliver: a node is gone, and
+ * their errors name it first) or dropped (0: the world re-forms, and its reason failed
+ * their tensors) (apply.c). */
+void scd_neg_release_held(scd_world_t *w, int deliver);
 /* m to every rank in order (this one handles it at its turn), packed once: what
  * scd_world_send_peer to each rank does. */
 void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
