@@ -133,6 +133,7 @@ static void on_beat(uv_timer_t *t)
 			 (unsigned long long)(now - w->beat_ms), (long long)limit);
 	w->beat_ms = now;
 	scd_world_stream_tick(w);
+	scd_world_info_tick(w);
 	scd_world_mesh_check(w);
 	for (int r = 0; r < P && !self_stalled; r++) {
 		const scd_peer_t *p = &w->peers[r];

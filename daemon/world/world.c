@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "ctl/ctl.h"
+#include "ctl/tensor.h"
 #include "engine/engine.h"
 #include "engine/gpunet.h"
 #include "transport/tcp_seal.h"
@@ -222,10 +223,58 @@ static void send_join(scd_world_t *w)
  * plane failed, or on the other nodes, which the coordinator told), tells every other
  * node in the world, and formation waits for each to join again (join_timeout_ms).
  */
+/*
+ * What the re-form fails: the steps planned (in the engine, or held back by a data-plane
+ * failure), which every rank planned alike, since each applies the plans that came
+ * before the Reform in its stream first; and a barrier in progress. A step that this node
+ * announced and no plan answered was planned nowhere, and one that only some of its
+ * trainers submitted was not announced: failing them here alone would put this node a
+ * step ahead of the others, which submit that step in the new world (its next step paired
+ * with their step, SC_OK with the wrong values). So they stay, and the announced ones are
+ * announced again once the world has re-formed (reannounce). Returns how many were kept
+ * in *kept_p (an array the caller frees, NULL when none or out of memory: then everything
+ * fails, as before).
+ */
+static void reform_fail(scd_world_t *w, const char *why, scd_ntensor_t ***kept_p, int *n_p)
+{
+	scd_daemon_t *d = w->d;
+	scd_tensors_t *ts = d->ctl ? scd_ctl_tensors(d->ctl) : NULL;
+	int n = 0;
+	for (scd_ntensor_t *nt = ts ? scd_tensors_first(ts) : NULL; nt; nt = nt->all_next)
+		n += nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT;
+	scd_ntensor_t **kept = n ? malloc(sizeof(*kept) * (size_t)n) : NULL;
+	scd_nt_state_t *was = n ? malloc(sizeof(*was) * (size_t)n) : NULL;
+	int k = 0;
+	for (scd_ntensor_t *nt = kept && was ? scd_tensors_first(ts) : NULL; nt;
+	     nt = nt->all_next)
+		if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT) {
+			kept[k] = nt;
+			was[k++] = nt->state;
+			nt->state = SCD_NT_IDLE; /* passed over by the failing below */
+		}
+	if (d->ctl)
+		scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	int a = 0;
+	for (int i = 0; i < k; i++) {
+		kept[i]->state = was[i];
+		if (was[i] == SCD_NT_ANNOUNCED)
+			kept[a++] = kept[i];
+	}
+	free(was);
+	if (!a) {
+		free(kept);
+		kept = NULL;
+	}
+	*kept_p = kept;
+	*n_p = a;
+}
+
 static sc_status_t reform(scd_world_t *w, int back, const char *why)
 {
 	scd_daemon_t *d = w->d;
-	scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	scd_ntensor_t **kept = NULL;
+	int n_kept = 0;
+	reform_fail(w, why, &kept, &n_kept);
 	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
 	w->mesh_reform_ms = 0;
 	for (int r = 0; r < d->world_size; r++)
@@ -255,6 +304,10 @@ static sc_status_t reform(scd_world_t *w, int back, const char *why)
 	if (!w->is_coord) /* the coordinator's listener stays: its next WorldInfo names it */
 		w->pipe_port = 0;
 	scd_neg_reset(w);
+	/* announced again: they go once the world has formed (scd_neg_flush) */
+	for (int i = 0; i < n_kept; i++)
+		scd_world_announce(w, kept[i]);
+	free(kept);
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_WORLD, "cannot re-form the world: no data-plane endpoint");
@@ -273,8 +326,15 @@ static sc_status_t reform(scd_world_t *w, int back, const char *why)
  * again. */
 static void coord_mesh_failed(scd_world_t *w, int rank, const char *reason)
 {
-	if (!w->formed || scd_live_cause(w) || w->mesh_reform_ms)
+	if (!w->formed || scd_live_cause(w))
 		return;
+	if (w->mesh_reform_ms) { /* another report of it: its sender is alive */
+		w->peers[rank].mesh_reported = 1;
+		scd_world_mesh_check(w);
+		return;
+	}
+	for (int r = 0; r < w->d->world_size; r++)
+		w->peers[r].mesh_reported = r == rank;
 	snprintf(w->mesh_reform_why, sizeof(w->mesh_reform_why),
 		 "the world re-forms: the data plane failed on node %d: %.500s", rank,
 		 reason && reason[0] ? reason : "?");
@@ -297,7 +357,7 @@ void scd_world_mesh_check(scd_world_t *w)
 		return;
 	}
 	for (int r = 1; r < w->d->world_size; r++)
-		if (w->peers[r].heard_ms < w->mesh_reform_ms)
+		if (!w->peers[r].mesh_reported && w->peers[r].heard_ms < w->mesh_reform_ms)
 			return;
 	w->mesh_reform_ms = 0;
 	scd_warn(SCD_SUB_WORLD, "%s", w->mesh_reform_why);
@@ -361,15 +421,25 @@ static void coord_send_world(scd_world_t *w)
 	wi.pipe_port = w->pipe_port;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
 	m.world = &wi;
-	/* unnumbered: the world's streams start after it */
+	/* unnumbered: the world's streams start after it; sent again until each node shows
+	 * it holds it (a reset coordinator channel loses what it held) */
 	scd_world_streams_reset(w);
 	scd_pipe_world(w->pipe, w->world_id);
-	for (int r = 1; r < d->world_size; r++)
-		if (w->peers[r].joined &&
-		    w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-			scd_world_send_raw(w, w->peers[r].ident, w->peers[r].ident_len, &m);
+	size_t n = sparsecomm__peer_msg__get_packed_size(&m);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf) {
+		sparsecomm__peer_msg__pack(&m, buf);
+		scd_world_info_send(w, buf, n);
+	}
+	free(buf);
 	free(infos);
 	free(ptrs);
+	if (!buf) {
+		scd_error(SCD_SUB_WORLD, "no memory to announce the world of %d ranks",
+			  d->world_size);
+		scd_world_stop_daemon(w, 1);
+		return;
+	}
 	scd_info(SCD_SUB_WORLD, "world of %d formed (id %016llx)", d->world_size,
 		 (unsigned long long)w->world_id);
 	scd_live_start(w);
@@ -488,6 +558,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 {
 	scd_daemon_t *d = w->d;
+	if (w->formed && wi->world_id == w->world_id)
+		return; /* sent again: this node's numbered messages tell the coordinator */
 	if (w->formed || wi->n_peers != (size_t)d->world_size) {
 		scd_error(SCD_SUB_WORLD, "unexpected world info with %zu peers", wi->n_peers);
 		return;
@@ -972,9 +1044,18 @@ static void set_routing_id(scd_world_t *w)
 static void mesh_done(scd_world_t *w, scd_job_t *job)
 {
 	sc_status_t st = job->status;
+	char error[sizeof(job->error)];
+	snprintf(error, sizeof(error), "%s", job->error);
+	uint64_t world = job->boot.world_id;
 	scd_transport_boot_clear(&job->boot);
 	free(job);
-	if (st != SC_OK) {
+	if (st != SC_OK && w->served) {
+		/* a mesh built again after a re-form failed (a connection reset while it
+		 * formed): the world re-forms once more, as for a failure in a job; one of
+		 * a world re-formed since says nothing */
+		if (w->formed && world == w->world_id)
+			scd_world_mesh_failed(w, error);
+	} else if (st != SC_OK) {
 		scd_world_stop_daemon(w, 1);
 	} else if (!w->served) {
 		w->served = 1;
@@ -1202,6 +1283,10 @@ void scd_world_destroy(scd_world_t *w)
 	w->pipe = NULL;
 	for (int r = 0; w->peers && r < w->d->world_size; r++)
 		scd_world_stream_free(&w->peers[r]);
+	free(w->world_info);
+	w->world_info = NULL;
+	w->world_info_len = 0;
+	scd_neg_release_held(w, 0);
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);
