@@ -134,6 +134,7 @@ static void on_beat(uv_timer_t *t)
 	w->beat_ms = now;
 	scd_world_stream_tick(w);
 	scd_world_info_tick(w);
+	scd_world_join_tick(w);
 	scd_world_mesh_check(w);
 	for (int r = 0; r < P && !self_stalled; r++) {
 		const scd_peer_t *p = &w->peers[r];

@@ -293,18 +293,21 @@ void scd_world_info_send(scd_world_t *w, const uint8_t *buf, size_t n)
 	}
 }
 
+void scd_world_info_to(scd_world_t *w, int rank)
+{
+	if (!w->is_coord || !w->formed || !w->world_info || !reachable(w, rank) ||
+	    w->peers[rank].world_known)
+		return;
+	scd_warn_limited(
+	    SCD_SUB_WORLD,
+	    "rank %d has not shown that it holds the world's WorldInfo: sent again", rank);
+	chan_out(w, rank, w->world_info, w->world_info_len);
+}
+
 void scd_world_info_tick(scd_world_t *w)
 {
-	if (!w->is_coord || !w->formed || !w->world_info)
-		return;
 	for (int r = 1; r < w->d->world_size; r++)
-		if (reachable(w, r) && !w->peers[r].world_known) {
-			scd_warn_limited(SCD_SUB_WORLD,
-					 "rank %d has not shown that it holds the world's "
-					 "WorldInfo: sent again",
-					 r);
-			chan_out(w, r, w->world_info, w->world_info_len);
-		}
+		scd_world_info_to(w, r);
 }
 
 void scd_world_streams_reset(scd_world_t *w)

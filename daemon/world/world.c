@@ -387,6 +387,12 @@ void scd_world_mesh_failed(scd_world_t *w, const char *reason)
 	scd_world_send_coord(w, &m);
 }
 
+void scd_world_join_tick(scd_world_t *w)
+{
+	if (!w->is_coord && !w->formed && w->served && !w->left)
+		send_join(w);
+}
+
 static void coord_send_world(scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
@@ -535,6 +541,13 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", j->rank);
 		if (reform(w, j->rank, why) == SC_OK)
 			accept_join(w, ident, ident_len, j);
+		return;
+	} else if (w->peers[j->rank].joined && w->peers[j->rank].ident_len == ident_len &&
+		   !memcmp(w->peers[j->rank].ident, ident, ident_len)) {
+		/* the same daemon's Join sent again (scd_world_join_tick): it has not heard
+		 * this world's WorldInfo yet, or the world is still forming */
+		if (w->formed)
+			scd_world_info_to(w, j->rank);
 		return;
 	} else if (w->formed) {
 		/* most often the node's daemon started again (a crash, a service restart)

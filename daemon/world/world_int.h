@@ -303,6 +303,13 @@ void scd_world_streams_reset(scd_world_t *w);
  * the world came from them: scd_world_deliver). A copy is kept until the next world. */
 void scd_world_info_send(scd_world_t *w, const uint8_t *buf, size_t n);
 void scd_world_info_tick(scd_world_t *w);
+/* The same to rank alone (its Join came again), when it is not known to hold it. */
+void scd_world_info_to(scd_world_t *w, int rank);
+/* A node re-forming sends its Join again at each heartbeat until WorldInfo comes (the
+ * coordinator channel loses what a reset connection held); the coordinator takes the same
+ * daemon's Join again (its routing id) as a duplicate, and answers it with WorldInfo
+ * when the world has formed (world.c). */
+void scd_world_join_tick(scd_world_t *w);
 /* Frees what p's stream holds and keeps. */
 void scd_world_stream_free(scd_peer_t *p);
 /* world.c */
