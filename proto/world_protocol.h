@@ -28,10 +28,12 @@
  * coordinator's peer pipe (world/pipe.h), which carries the messages once a node is on it.
  * 13: PeerMsg acknowledges the other direction's numbers (ack): a message is kept until
  * acknowledged and sent again when its pipe fails or its acknowledgement is late.
+ * 14: MeshFailed (a node's data plane failed) and Reform's reason: the coordinator
+ * re-forms the world, and every rank fails what was in flight with that one reason.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 13
+#define SCD_WORLD_PROTOCOL_VERSION 14
 
 #endif

@@ -269,6 +269,9 @@ typedef struct scd_job {
 	/* result */
 	sc_status_t status;
 	char error[512];
+	/* the failure left the mesh's byte streams out of step: every later job fails until
+	 * the world re-forms (world/world.c, scd_world_mesh_failed) */
+	int mesh_broken;
 	double time_s;
 	uint64_t bytes_sent, bytes_recv;
 	int scheme;		    /* the scheme that ran */

@@ -406,6 +406,8 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
+	if (job->kind == SCD_JOB_ALLREDUCE && job->status != SC_OK)
+		job->mesh_broken = !e->transport || scd_transport_broken(e->transport);
 	if (e->done_tail)
 		e->done_tail->next = job;
 	else

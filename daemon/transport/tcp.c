@@ -905,6 +905,11 @@ static void tcp_peer_gone(scd_transport_t *tr, int rank)
 		shutdown(t->fds[rank], SHUT_RDWR);
 }
 
+static int tcp_broken(const scd_transport_t *tr)
+{
+	return ((const scd_tcp_t *)tr)->failed != SC_OK;
+}
+
 static void tcp_destroy(scd_transport_t *tr)
 {
 	scd_tcp_t *t = (scd_tcp_t *)tr;
@@ -1149,4 +1154,5 @@ const scd_transport_ops_t scd_transport_tcp_ops = {
     .counters = tcp_counters,
     .destroy = tcp_destroy,
     .peer_gone = tcp_peer_gone,
+    .broken = tcp_broken,
 };

@@ -207,6 +207,10 @@ typedef struct scd_transport_ops {
 	 * lost or leaving). A call waiting on it ends as if its connection had closed, naming
 	 * it, and so do later ones. Optional: without it such a call ends at its timeout. */
 	void (*peer_gone)(scd_transport_t *t, int rank);
+	/* From the thread that uses t: 1 once a call failed and left the byte streams out
+	 * of step, so that every later call fails (a view's failure is its mesh's); only a
+	 * new mesh serves again. Optional: without it, 0. */
+	int (*broken)(const scd_transport_t *t);
 } scd_transport_ops_t;
 
 /* A process set's view of the mesh (the engine's, engine/psview.h) has this bit in its
@@ -263,6 +267,10 @@ static inline sc_status_t scd_transport_allreduce_w(scd_transport_t *t, void *d,
  * scd_transport_error() naming the backend, for a backend without views. */
 sc_status_t scd_transport_subgroup(scd_transport_t *t, const int *ranks, int n,
 				   scd_transport_t **view_p);
+static inline int scd_transport_broken(const scd_transport_t *t)
+{
+	return t && t->ops->broken ? t->ops->broken(t) : 0;
+}
 static inline void scd_transport_destroy(scd_transport_t *t)
 {
 	if (t)

@@ -492,9 +492,36 @@ static void stats_wire(scd_ntensor_t *nt, const scd_job_t *job)
 		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s", name);
 }
 
+static void job_free(scd_job_t *job)
+{
+	free(job->items);
+	free(job->nodes);
+	free(job->set_ranks);
+	free(job);
+}
+
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
+	if (!w->formed || job->world_seed != w->world_id) {
+		/* planned in a world that has re-formed since: its tensors failed then, with
+		 * the reason (world.c, reform), and may be in their next step already */
+		job_free(job);
+		return;
+	}
+	if (job->status != SC_OK && job->mesh_broken && !scd_live_cause(w)) {
+		/* the other ranks may be waiting on this one's connections, or have failed
+		 * with their own account of it: the world re-forms, and its reason, the same
+		 * on every rank, fails the job's tensors (logged where it happened); held in
+		 * order until then */
+		scd_job_t **at = &w->mesh_held;
+		while (*at)
+			at = &(*at)->next;
+		job->next = NULL;
+		*at = job;
+		scd_world_mesh_failed(w, job->error);
+		return;
+	}
 	d->stats_buffers++;
 	/* The failure was logged where it happened (transport, scheme, engine); here it only
 	 * reaches the trainers. */
@@ -548,8 +575,21 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 				 cause ? "; " : "", job->error);
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
-	free(job->items);
-	free(job->nodes);
-	free(job->set_ranks);
-	free(job);
+	job_free(job);
+}
+
+void scd_neg_release_held(scd_world_t *w, int deliver)
+{
+	scd_job_t *job = w->mesh_held;
+	w->mesh_held = NULL;
+	while (job) {
+		scd_job_t *next = job->next;
+		if (deliver) {
+			job->mesh_broken = 0;
+			scd_neg_job_done(w, job);
+		} else {
+			job_free(job);
+		}
+		job = next;
+	}
 }

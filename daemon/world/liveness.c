@@ -76,6 +76,7 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 		 why);
 	scd_warn(SCD_SUB_WORLD, "%s", p->gone_reason);
 	scd_engine_peer_gone(w->d->engine, r);
+	scd_neg_release_held(w, 1); /* a data-plane failure held back: it names r now */
 	if (w->is_coord && !w->formed && p->joined) { /* the world re-forms without it now */
 		p->joined = 0;
 		w->n_joined--;
@@ -132,6 +133,9 @@ static void on_beat(uv_timer_t *t)
 			 (unsigned long long)(now - w->beat_ms), (long long)limit);
 	w->beat_ms = now;
 	scd_world_stream_tick(w);
+	scd_world_info_tick(w);
+	scd_world_join_tick(w);
+	scd_world_mesh_check(w);
 	for (int r = 0; r < P && !self_stalled; r++) {
 		const scd_peer_t *p = &w->peers[r];
 		if (r == w->d->rank || p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED ||
@@ -244,6 +248,7 @@ void scd_live_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 	snprintf(p->gone_reason, sizeof(p->gone_reason), "%s", ns->reason ? ns->reason : "");
 	scd_warn(SCD_SUB_WORLD, "%s", p->gone_reason);
 	scd_engine_peer_gone(w->d->engine, ns->rank);
+	scd_neg_release_held(w, 1);
 }
 
 void scd_world_leave(scd_world_t *w, const char *reason)

@@ -24,6 +24,10 @@
  *     peer_timeout_ms its sender is given up as if not heard (SC_ERR_PEER on every rank,
  *     naming the numbers missing): going on without it could leave a node a plan behind,
  *     its jobs paired with the others' next ones.
+ *
+ * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
+ * again at each heartbeat to a node that has sent nothing numbered in its world yet
+ * (scd_world_info_tick), which is how it knows the node holds it.
  */
 #include "world/world_int.h"
 
@@ -273,6 +277,39 @@ void scd_world_stream_free(scd_peer_t *p)
 		unacked_drop_first(p);
 }
 
+static int reachable(const scd_world_t *w, int rank);
+
+void scd_world_info_send(scd_world_t *w, const uint8_t *buf, size_t n)
+{
+	free(w->world_info);
+	w->world_info = malloc(n ? n : 1);
+	w->world_info_len = w->world_info ? n : 0;
+	if (w->world_info)
+		memcpy(w->world_info, buf, n);
+	for (int r = 1; r < w->d->world_size; r++) {
+		w->peers[r].world_known = 0;
+		if (reachable(w, r))
+			chan_out(w, r, buf, n);
+	}
+}
+
+void scd_world_info_to(scd_world_t *w, int rank)
+{
+	if (!w->is_coord || !w->formed || !w->world_info || !reachable(w, rank) ||
+	    w->peers[rank].world_known)
+		return;
+	scd_warn_limited(
+	    SCD_SUB_WORLD,
+	    "rank %d has not shown that it holds the world's WorldInfo: sent again", rank);
+	chan_out(w, rank, w->world_info, w->world_info_len);
+}
+
+void scd_world_info_tick(scd_world_t *w)
+{
+	for (int r = 1; r < w->d->world_size; r++)
+		scd_world_info_to(w, r);
+}
+
 void scd_world_streams_reset(scd_world_t *w)
 {
 	for (int r = 0; r < w->d->world_size; r++) {
@@ -317,6 +354,8 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 			   * again), or one it never was in (a daemon started again) */
 	if (ours && m->ack && m->ack <= w->peers[from].tx_seq)
 		acked(&w->peers[from], m->ack);
+	if (ours && m->seq)
+		w->peers[from].world_known = 1; /* it holds this world's WorldInfo */
 	if (!ours || !m->seq) {
 		scd_world_handle(w, from, ident, ident_len, m);
 		return 0;

@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "ctl/ctl.h"
+#include "ctl/tensor.h"
 #include "engine/engine.h"
 #include "engine/gpunet.h"
 #include "transport/tcp_seal.h"
@@ -208,27 +209,82 @@ static void send_join(scd_world_t *w)
 	scd_world_send_raw(w, NULL, 0, &m);
 }
 
+/* How long after a data-plane failure's report a node must be heard from for the world to
+ * re-form with it: a message that left before the report is no sign of life. */
+#define MESH_REFORM_SLACK_MS 20
+
 /*
  * The world re-forms (every rank): what was negotiated is forgotten (every operation
- * submitted fails, naming why), this rank prepares a new endpoint, and the next WorldInfo
- * rebuilds the mesh (the engine's mesh job replaces its transport). The coordinator, for
- * node back (which joins again; -1 on the other nodes, which the coordinator told),
- * tells every other node in the world, and formation waits for each to join again
- * (join_timeout_ms).
+ * submitted fails, naming why: the coordinator's text, the same on every rank), the old
+ * mesh's connections are shut down (a transfer waiting on them ends now, and its job,
+ * planned in the old world, delivers nothing: scd_neg_job_done), this rank prepares a new
+ * endpoint, and the next WorldInfo rebuilds the mesh (the engine's mesh job replaces its
+ * transport). The coordinator, for node back (which joins again; -1 for none: a data
+ * plane failed, or on the other nodes, which the coordinator told), tells every other
+ * node in the world, and formation waits for each to join again (join_timeout_ms).
  */
-static sc_status_t reform(scd_world_t *w, int back)
+/*
+ * What the re-form fails: the steps planned (in the engine, or held back by a data-plane
+ * failure), which every rank planned alike, since each applies the plans that came
+ * before the Reform in its stream first; and a barrier in progress. A step that this node
+ * announced and no plan answered was planned nowhere, and one that only some of its
+ * trainers submitted was not announced: failing them here alone would put this node a
+ * step ahead of the others, which submit that step in the new world (its next step paired
+ * with their step, SC_OK with the wrong values). So they stay, and the announced ones are
+ * announced again once the world has re-formed (reannounce). Returns how many were kept
+ * in *kept_p (an array the caller frees, NULL when none or out of memory: then everything
+ * fails, as before).
+ */
+static void reform_fail(scd_world_t *w, const char *why, scd_ntensor_t ***kept_p, int *n_p)
 {
 	scd_daemon_t *d = w->d;
-	char why[200];
-	if (back >= 0)
-		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", back);
-	else
-		snprintf(why, sizeof(why), "the world re-forms: a node given up joins again");
-	scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	scd_tensors_t *ts = d->ctl ? scd_ctl_tensors(d->ctl) : NULL;
+	int n = 0;
+	for (scd_ntensor_t *nt = ts ? scd_tensors_first(ts) : NULL; nt; nt = nt->all_next)
+		n += nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT;
+	scd_ntensor_t **kept = n ? malloc(sizeof(*kept) * (size_t)n) : NULL;
+	scd_nt_state_t *was = n ? malloc(sizeof(*was) * (size_t)n) : NULL;
+	int k = 0;
+	for (scd_ntensor_t *nt = kept && was ? scd_tensors_first(ts) : NULL; nt;
+	     nt = nt->all_next)
+		if (nt->state == SCD_NT_ANNOUNCED || nt->state == SCD_NT_LOCAL_WAIT) {
+			kept[k] = nt;
+			was[k++] = nt->state;
+			nt->state = SCD_NT_IDLE; /* passed over by the failing below */
+		}
+	if (d->ctl)
+		scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+	int a = 0;
+	for (int i = 0; i < k; i++) {
+		kept[i]->state = was[i];
+		if (was[i] == SCD_NT_ANNOUNCED)
+			kept[a++] = kept[i];
+	}
+	free(was);
+	if (!a) {
+		free(kept);
+		kept = NULL;
+	}
+	*kept_p = kept;
+	*n_p = a;
+}
+
+static sc_status_t reform(scd_world_t *w, int back, const char *why)
+{
+	scd_daemon_t *d = w->d;
+	scd_ntensor_t **kept = NULL;
+	int n_kept = 0;
+	reform_fail(w, why, &kept, &n_kept);
+	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
+	w->mesh_reform_ms = 0;
+	for (int r = 0; r < d->world_size; r++)
+		if (r != d->rank)
+			scd_engine_peer_gone(d->engine, r);
 	if (w->is_coord) {
 		/* numbered like what came before it, so that it comes after all of it */
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-		Sparsecomm__Empty e = SPARSECOMM__EMPTY__INIT;
+		Sparsecomm__Reform e = SPARSECOMM__REFORM__INIT;
+		e.reason = (char *)why;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_REFORM;
 		m.reform = &e;
 		for (int r = 1; r < d->world_size; r++) {
@@ -248,6 +304,10 @@ static sc_status_t reform(scd_world_t *w, int back)
 	if (!w->is_coord) /* the coordinator's listener stays: its next WorldInfo names it */
 		w->pipe_port = 0;
 	scd_neg_reset(w);
+	/* announced again: they go once the world has formed (scd_neg_flush) */
+	for (int i = 0; i < n_kept; i++)
+		scd_world_announce(w, kept[i]);
+	free(kept);
 	sc_status_t st = prepare_endpoint(w);
 	if (st != SC_OK) {
 		scd_error(SCD_SUB_WORLD, "cannot re-form the world: no data-plane endpoint");
@@ -257,6 +317,80 @@ static sc_status_t reform(scd_world_t *w, int back)
 	if (!w->is_coord)
 		send_join(w);
 	return SC_OK;
+}
+
+/* Rank's data plane failed (reason: its transport's text): the coordinator re-forms the
+ * world with the first report of the world, so that every rank fails what was in flight
+ * with this one text and the next operations run on a new mesh. A world with a node gone
+ * is left as it is: its failures name that node, and the world re-forms when it joins
+ * again. */
+static void coord_mesh_failed(scd_world_t *w, int rank, const char *reason)
+{
+	if (!w->formed || scd_live_cause(w))
+		return;
+	if (w->mesh_reform_ms) { /* another report of it: its sender is alive */
+		w->peers[rank].mesh_reported = 1;
+		scd_world_mesh_check(w);
+		return;
+	}
+	for (int r = 0; r < w->d->world_size; r++)
+		w->peers[r].mesh_reported = r == rank;
+	snprintf(w->mesh_reform_why, sizeof(w->mesh_reform_why),
+		 "the world re-forms: the data plane failed on node %d: %.500s", rank,
+		 reason && reason[0] ? reason : "?");
+	/* a message already on its way from a node that died as the failure began is not
+	 * a sign of life: what counts comes a little after the report */
+	w->mesh_reform_ms = scd_now_ms() + MESH_REFORM_SLACK_MS;
+	scd_info(SCD_SUB_WORLD,
+		 "data plane failed on node %d: the world re-forms once every "
+		 "node is heard",
+		 rank);
+	scd_world_mesh_check(w);
+}
+
+void scd_world_mesh_check(scd_world_t *w)
+{
+	if (!w->is_coord || !w->mesh_reform_ms)
+		return;
+	if (!w->formed || scd_live_cause(w)) { /* re-forming already, or a node is gone */
+		w->mesh_reform_ms = 0;
+		return;
+	}
+	for (int r = 1; r < w->d->world_size; r++)
+		if (!w->peers[r].mesh_reported && w->peers[r].heard_ms < w->mesh_reform_ms)
+			return;
+	w->mesh_reform_ms = 0;
+	scd_warn(SCD_SUB_WORLD, "%s", w->mesh_reform_why);
+	reform(w, -1, w->mesh_reform_why);
+}
+
+void scd_world_mesh_failed(scd_world_t *w, const char *reason)
+{
+	scd_daemon_t *d = w->d;
+	if (!w->formed || w->mesh_failed_world == w->world_id + 1)
+		return; /* told already in this world */
+	w->mesh_failed_world = w->world_id + 1;
+	if (w->is_coord) {
+		coord_mesh_failed(w, d->rank, reason);
+		return;
+	}
+	scd_warn(SCD_SUB_WORLD,
+		 "rank %d: the data plane failed (%s): the coordinator re-forms "
+		 "the world",
+		 d->rank, reason);
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__MeshFailed mf = SPARSECOMM__MESH_FAILED__INIT;
+	mf.rank = d->rank;
+	mf.reason = (char *)reason;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_MESH_FAILED;
+	m.mesh_failed = &mf;
+	scd_world_send_coord(w, &m);
+}
+
+void scd_world_join_tick(scd_world_t *w)
+{
+	if (!w->is_coord && !w->formed && w->served && !w->left)
+		send_join(w);
 }
 
 static void coord_send_world(scd_world_t *w)
@@ -293,15 +427,25 @@ static void coord_send_world(scd_world_t *w)
 	wi.pipe_port = w->pipe_port;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
 	m.world = &wi;
-	/* unnumbered: the world's streams start after it */
+	/* unnumbered: the world's streams start after it; sent again until each node shows
+	 * it holds it (a reset coordinator channel loses what it held) */
 	scd_world_streams_reset(w);
 	scd_pipe_world(w->pipe, w->world_id);
-	for (int r = 1; r < d->world_size; r++)
-		if (w->peers[r].joined &&
-		    w->peers[r].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
-			scd_world_send_raw(w, w->peers[r].ident, w->peers[r].ident_len, &m);
+	size_t n = sparsecomm__peer_msg__get_packed_size(&m);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf) {
+		sparsecomm__peer_msg__pack(&m, buf);
+		scd_world_info_send(w, buf, n);
+	}
+	free(buf);
 	free(infos);
 	free(ptrs);
+	if (!buf) {
+		scd_error(SCD_SUB_WORLD, "no memory to announce the world of %d ranks",
+			  d->world_size);
+		scd_world_stop_daemon(w, 1);
+		return;
+	}
 	scd_info(SCD_SUB_WORLD, "world of %d formed (id %016llx)", d->world_size,
 		 (unsigned long long)w->world_id);
 	scd_live_start(w);
@@ -394,8 +538,16 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			 w->peers[j->rank].state == SPARSECOMM__PEER_STATE__PEER_LEFT
 			     ? "left"
 			     : "was lost");
-		if (reform(w, j->rank) == SC_OK)
+		snprintf(why, sizeof(why), "the world re-forms: node %d joins again", j->rank);
+		if (reform(w, j->rank, why) == SC_OK)
 			accept_join(w, ident, ident_len, j);
+		return;
+	} else if (w->peers[j->rank].joined && w->peers[j->rank].ident_len == ident_len &&
+		   !memcmp(w->peers[j->rank].ident, ident, ident_len)) {
+		/* the same daemon's Join sent again (scd_world_join_tick): it has not heard
+		 * this world's WorldInfo yet, or the world is still forming */
+		if (w->formed)
+			scd_world_info_to(w, j->rank);
 		return;
 	} else if (w->formed) {
 		/* most often the node's daemon started again (a crash, a service restart)
@@ -419,6 +571,8 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 {
 	scd_daemon_t *d = w->d;
+	if (w->formed && wi->world_id == w->world_id)
+		return; /* sent again: this node's numbered messages tell the coordinator */
 	if (w->formed || wi->n_peers != (size_t)d->world_size) {
 		scd_error(SCD_SUB_WORLD, "unexpected world info with %zu peers", wi->n_peers);
 		return;
@@ -682,6 +836,10 @@ static int admitted_as(scd_world_t *w, int from, int key_rank, const Sparsecomm_
 		 m->node_state->rank != from)
 		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
 			 m->node_state->rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_MESH_FAILED &&
+		 m->mesh_failed->rank != from)
+		snprintf(why, sizeof(why), "from rank %d about rank %d", from,
+			 m->mesh_failed->rank);
 	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_READY && m->ready->rank != from)
 		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
 	else
@@ -750,12 +908,19 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_REFORM:
 		if (!w->is_coord && w->formed) {
-			scd_info(SCD_SUB_WORLD, "a node joins again: the world re-forms");
-			reform(w, -1);
+			const char *why = m->reform->reason && m->reform->reason[0]
+					      ? m->reform->reason
+					      : "the world re-forms";
+			scd_info(SCD_SUB_WORLD, "%s", why);
+			reform(w, -1, why);
 		}
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
 		scd_live_on_heartbeat(w, from, m->heartbeat);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED:
+		if (w->is_coord && from >= 0)
+			coord_mesh_failed(w, from, m->mesh_failed->reason);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
 		if (w->is_coord)
@@ -812,6 +977,7 @@ void scd_world_drain(scd_world_t *w)
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 	}
 	scd_zmsg_done(&z);
+	scd_world_mesh_check(w);
 }
 
 /* A message on rank from's peer pipe (a node: from the coordinator). */
@@ -833,6 +999,7 @@ static void on_pipe_msg(void *ctx, int from, const uint8_t *data, size_t len)
 	    scd_world_deliver(w, from, ident, p->ident_len, m))
 		return;
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	scd_world_mesh_check(w);
 }
 
 /* Rank's pipe failed (world/pipe.h): what it carried and rank did not acknowledge goes
@@ -890,9 +1057,18 @@ static void set_routing_id(scd_world_t *w)
 static void mesh_done(scd_world_t *w, scd_job_t *job)
 {
 	sc_status_t st = job->status;
+	char error[sizeof(job->error)];
+	snprintf(error, sizeof(error), "%s", job->error);
+	uint64_t world = job->boot.world_id;
 	scd_transport_boot_clear(&job->boot);
 	free(job);
-	if (st != SC_OK) {
+	if (st != SC_OK && w->served) {
+		/* a mesh built again after a re-form failed (a connection reset while it
+		 * formed): the world re-forms once more, as for a failure in a job; one of
+		 * a world re-formed since says nothing */
+		if (w->formed && world == w->world_id)
+			scd_world_mesh_failed(w, error);
+	} else if (st != SC_OK) {
 		scd_world_stop_daemon(w, 1);
 	} else if (!w->served) {
 		w->served = 1;
@@ -1120,6 +1296,10 @@ void scd_world_destroy(scd_world_t *w)
 	w->pipe = NULL;
 	for (int r = 0; w->peers && r < w->d->world_size; r++)
 		scd_world_stream_free(&w->peers[r]);
+	free(w->world_info);
+	w->world_info = NULL;
+	w->world_info_len = 0;
+	scd_neg_release_held(w, 0);
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

@@ -47,6 +47,13 @@ typedef struct scd_peer {
 	struct scd_sent *unacked, *unacked_tail;
 	size_t unacked_bytes;
 	int n_unacked;
+	/* the coordinator: the node has shown that it holds this world's WorldInfo (a
+	 * message numbered in the world came from it); until then WorldInfo goes again at
+	 * each heartbeat (scd_world_info_tick) */
+	int world_known;
+	/* the coordinator: the node reported the data-plane failure being acted on (it is
+	 * alive after it: scd_world_mesh_check) */
+	int mesh_reported;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -153,6 +160,22 @@ struct scd_world {
 	int is_coord;
 	int formed;
 	uint64_t world_id;
+	/* 1 + the world id whose data-plane failure this rank reported (or, on the
+	 * coordinator, acted on): once a world (scd_world_mesh_failed) */
+	uint64_t mesh_failed_world;
+	/* the coordinator: this world's WorldInfo, packed, for the nodes that have not shown
+	 * they hold it (it is not numbered, and the coordinator channel loses what a reset
+	 * connection held) */
+	uint8_t *world_info;
+	size_t world_info_len;
+	/* jobs that found the data plane broken, their results held back until the world
+	 * re-forms (its reason fails them) or a node is found gone (scd_neg_release_held) */
+	struct scd_job *mesh_held;
+	/* the coordinator: a data-plane failure's re-form, waiting until every node has
+	 * reported it too or been heard after mesh_reform_ms (a node whose daemon died is
+	 * found lost instead: the world cannot re-form with it); mesh_reform_ms 0: none */
+	uint64_t mesh_reform_ms;
+	char mesh_reform_why[640];
 	/* the data plane's backend, and this rank's endpoint until the mesh job takes it */
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
@@ -257,6 +280,17 @@ void scd_world_send_raw(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__PeerMsg *m);
 void scd_world_send_peer(scd_world_t *w, int rank, const Sparsecomm__PeerMsg *m);
 void scd_world_send_coord(scd_world_t *w, const Sparsecomm__PeerMsg *m);
+/* A job found the data plane broken (reason: its error): the coordinator is told, once a
+ * world, and re-forms the world (world.c); every rank then fails what was in flight with
+ * the coordinator's one reason. */
+void scd_world_mesh_failed(scd_world_t *w, const char *reason);
+/* The coordinator: the data-plane failure's re-form goes when every node has been heard
+ * since it was reported (world.c); called as messages come and at each heartbeat. */
+void scd_world_mesh_check(scd_world_t *w);
+/* The jobs held back by a data-plane failure are delivered (deliver: a node is gone, and
+ * their errors name it first) or dropped (0: the world re-forms, and its reason failed
+ * their tensors) (apply.c). */
+void scd_neg_release_held(scd_world_t *w, int deliver);
 /* m to every rank in order (this one handles it at its turn), packed once: what
  * scd_world_send_peer to each rank does. */
 void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
@@ -264,6 +298,18 @@ void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 void scd_world_pipe_closed(scd_world_t *w, int rank);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
 void scd_world_streams_reset(scd_world_t *w);
+/* The coordinator: this world's WorldInfo (packed, n bytes) goes to every joined node now,
+ * and again at each heartbeat to those not yet known to hold it (a message numbered in
+ * the world came from them: scd_world_deliver). A copy is kept until the next world. */
+void scd_world_info_send(scd_world_t *w, const uint8_t *buf, size_t n);
+void scd_world_info_tick(scd_world_t *w);
+/* The same to rank alone (its Join came again), when it is not known to hold it. */
+void scd_world_info_to(scd_world_t *w, int rank);
+/* A node re-forming sends its Join again at each heartbeat until WorldInfo comes (the
+ * coordinator channel loses what a reset connection held); the coordinator takes the same
+ * daemon's Join again (its routing id) as a duplicate, and answers it with WorldInfo
+ * when the world has formed (world.c). */
+void scd_world_join_tick(scd_world_t *w);
 /* Frees what p's stream holds and keeps. */
 void scd_world_stream_free(scd_peer_t *p);
 /* world.c */

@@ -49,8 +49,14 @@
  * rank (the new worker first) waits in a barrier, retried until every node takes part
  * again, so that the steps that follow pair up.
  *
+ * With --resets 1 the caller resets data-plane connections meanwhile (run.sh, "data
+ * reset"): a step may then fail with the reason the world re-forms for (a data-plane
+ * failure), which every rank that fails it must give alike (a hash of it is exchanged),
+ * and a rank whose part was over before the connections broke may have it exact; the few
+ * steps after it may fail as after a late one. Without it, such a failure fails the run.
+ *
  *   random [--steps N] [--seed S] [--rate PERMILLE] [--late-ms MS] [--psets 1]
- *          [--deaths 0]
+ *          [--deaths 0] [--resets 1]
  * (rate: per step, the chance of each kind of event, in thousandths; default 12; late:
  * default 700 ms, for a stall_timeout_ms of 300). With RND_VERBOSE=1 in the environment
  * rank 0 also lists every event's step, collective, rank and outcome; with 2 every rank
@@ -90,6 +96,19 @@ static const char *const ps_names[PS_KINDS] = {
 static const size_t rs_widths[] = {1, 2, 4, 5, 8, 10}; /* each divides RND_NUMEL */
 enum { OUT_NONE = 0, OUT_EXACT = 1, OUT_ERROR = 2 };
 
+/* The start of the reason every rank gives for what was in flight when a data-plane
+ * failure re-formed the world (world/world.c). */
+#define REFORM_WHY "the world re-forms: the data plane failed"
+
+/* A hash of such a reason, in 20 bits and never 0, so that P of them add up in an int32. */
+static uint32_t reform_hash(const char *why)
+{
+	uint32_t h = 2166136261u;
+	for (; *why; why++)
+		h = (h ^ (uint8_t)*why) * 16777619u;
+	return (h & 0xfffff) | 1;
+}
+
 typedef struct {
 	int ev, who, variant, coo, coll, root, P;
 	int ps, ps_coll;       /* a process set step's set (1 or 2) and collective (PS_*) */
@@ -101,10 +120,14 @@ typedef struct {
 	int steps, rate, late_ms;
 	int psets;	 /* --psets: process set steps drawn too */
 	int no_deaths;	 /* --deaths 0: no worker dies (a death's draw is no event) */
+	int resets;	 /* --resets 1: the data plane's connections are reset meanwhile */
 	int first_death; /* the first step with a death (steps: none) */
 	uint64_t seed;
 	/* shared with the workers */
 	volatile int next_step;
+	/* per step: a hash of the reason of a failure by the world re-forming after a
+	 * data-plane failure (its text from "the world re-forms:" on), 0: none */
+	uint32_t *reform;
 	uint8_t outcome[]; /* per step: OUT_* */
 } rnd_shared_t;
 
@@ -662,7 +685,7 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 		return;
 	if (p.ev == EV_DIE && me)
 		_exit(RND_DIED); /* right after submitting */
-	int ok = 0;
+	int ok = 0, reformed = 0;
 	for (int k = 0; k < ops.n; k++) {
 		int r = ops.st[k] == SC_OK ? it_wait(c, ops.h[k], IT_OP_TIMEOUT_MS) : ops.st[k];
 		if (r == IT_HANG)
@@ -670,6 +693,10 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 				ev_names[p.ev], p.who, it_wait_error());
 		if (r != SC_OK) {
 			const char *e = ops.st[k] == SC_OK ? it_wait_error() : ops.err[k];
+			const char *why = strstr(e, REFORM_WHY);
+			if (why && !sh->reform[step])
+				sh->reform[step] = reform_hash(why);
+			reformed += why != NULL;
 			if (verbose > 1)
 				it_log("step %d (%s of '%s', %s on rank %d): %s: %s", step,
 				       coll, sc_tensor_name(ops.t[k]), ev_names[p.ev], p.who,
@@ -689,7 +716,9 @@ static void run_step(sc_client_t *c, const rnd_tensors_t *ts, rnd_shared_t *sh, 
 				p.variant, why);
 		ok++;
 	}
-	if (ok && ok < ops.n)
+	/* a group's members run as buffers one after the other: those over before the
+	 * connections broke keep their results (docs/design.md, Errors) */
+	if (ok && ok < ops.n && !(sh->resets && ok + reformed == ops.n))
 		IT_FAIL("step %d (%s, %s on rank %d): %d of its %d members exact, the others "
 			"failed",
 			step, coll, ev_names[p.ev], p.who, ok, ops.n);
@@ -749,34 +778,64 @@ static void check_unexplained(const rnd_shared_t *sh, const int32_t *v, int s, i
 		coll_names[p.coll]);
 }
 
+/* Whether step s failed by the world re-forming after a data-plane failure, or follows
+ * such a step closely (a rank whose connections broke may be a step behind the others
+ * then, as after a late step). */
+static int reformed_near(const int32_t *v, int n, int s)
+{
+	for (int t = s; t >= 0 && t >= s - RND_LATE_REACH; t--)
+		if (v[2 * n + t])
+			return 1;
+	return 0;
+}
+
 /* Every rank's outcomes summed per step and kind: none of them both exact somewhere and an
  * error elsewhere. Rank 0 prints the counts. */
 static void compare(sc_client_t *c, rnd_shared_t *sh)
 {
 	int n = sh->steps, P = sc_size(c);
-	sc_tensor_t *t = it_register(c, "rnd.outcomes", SC_INT32, 2 * (size_t)n);
+	sc_tensor_t *t = it_register(c, "rnd.outcomes", SC_INT32, 4 * (size_t)n);
 	int32_t *v = sc_tensor_data(t);
 	sc_status_t st = SC_ERR_SYSTEM;
 	for (int tries = 0; tries < 20 && st != SC_OK; tries++) {
 		for (int s = 0; s < n; s++) {
 			v[s] = sh->outcome[s] == OUT_EXACT;
 			v[n + s] = sh->outcome[s] == OUT_ERROR;
+			v[2 * n + s] = sh->reform[s] != 0;
+			v[3 * n + s] = (int32_t)sh->reform[s];
 		}
 		st = sc_allreduce(c, t, SC_OP_SUM, IT_OP_TIMEOUT_MS);
 	}
 	IT_CHECK_SC(st, "the exchange of the outcomes");
-	int exact = 0, failed = 0, events[EV_KINDS] = {0}, colls[C_KINDS] = {0};
+	int exact = 0, failed = 0, reformed = 0, split = 0, events[EV_KINDS] = {0},
+	    colls[C_KINDS] = {0};
 	for (int s = 0; s < n; s++) {
 		rnd_step_t p = plan(sh, s, P);
 		events[p.ev]++;
 		colls[p.coll]++;
+		if (sh->reform[s] && v[3 * n + s] != v[2 * n + s] * (int32_t)sh->reform[s])
+			IT_FAIL("step %d (%s): failed by the world re-forming on %d ranks, not "
+				"for the same reason on all",
+				s, coll_names[p.coll], v[2 * n + s]);
+		if (v[2 * n + s] && !sh->resets)
+			IT_FAIL(
+			    "step %d (%s): failed by the world re-forming after a data-plane "
+			    "failure, and no connection was reset (--resets 0)",
+			    s, coll_names[p.coll]);
+		reformed += v[2 * n + s] > 0;
+		/* a rank that got its result before the connections of two others broke
+		 * keeps it: what the others fail with is the re-form's reason, alike */
+		if (v[s] && v[n + s] && v[2 * n + s] >= v[n + s]) {
+			split++;
+			continue;
+		}
 		if (v[s] && v[n + s])
 			IT_FAIL(
 			    "step %d (%s, %s on rank %d, variant %d): exact on %d ranks, an "
 			    "error on %d",
 			    s, coll_names[p.coll], ev_names[p.ev], p.who, p.variant, v[s],
 			    v[n + s]);
-		if (v[n + s] && p.ev == EV_NONE)
+		if (v[n + s] && p.ev == EV_NONE && !reformed_near(v, n, s))
 			check_unexplained(sh, v, s, P);
 		exact += v[s] > 0;
 		failed += v[n + s] > 0;
@@ -786,6 +845,11 @@ static void compare(sc_client_t *c, rnd_shared_t *sh)
 			       s, coll_names[p.coll], ev_names[p.ev], p.who, p.variant, v[s],
 			       v[n + s]);
 	}
+	if (sc_rank(c) == 0 && sh->resets)
+		it_log("random: %d steps failed by the world re-forming after a data-plane "
+		       "failure (every rank that failed them with the same reason), %d of them "
+		       "exact on the other ranks",
+		       reformed, split);
 	if (sc_rank(c) == 0)
 		it_log("random: %d steps (seed %llu): %d exact, %d failed on every rank, %d "
 		       "without a result; events: %d differ, %d late, %d die, %d bad input; "
@@ -866,7 +930,7 @@ static int worker(rnd_shared_t *sh)
 
 int it_random(int argc, char **argv)
 {
-	int steps = 2000, rate = 12, late_ms = 700, psets = 0, deaths_on = 1;
+	int steps = 2000, rate = 12, late_ms = 700, psets = 0, deaths_on = 1, resets = 0;
 	uint64_t seed = 1;
 	for (int i = 1; i + 1 < argc; i += 2) { /* argv[0]: the scenario */
 		if (!strcmp(argv[i], "--steps"))
@@ -881,16 +945,21 @@ int it_random(int argc, char **argv)
 			psets = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--deaths"))
 			deaths_on = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--resets"))
+			resets = atoi(argv[i + 1]);
 		else
 			IT_FAIL("random: unknown argument '%s'", argv[i]);
 	}
 	if (steps < 1 || rate < 0 || rate * (EV_KINDS - 1) > 1000)
 		IT_FAIL("random: --steps %d or --rate %d out of range", steps, rate);
 	verbose = getenv("RND_VERBOSE") ? atoi(getenv("RND_VERBOSE")) : 0;
-	rnd_shared_t *sh = mmap(NULL, sizeof(*sh) + (size_t)steps, PROT_READ | PROT_WRITE,
-				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	size_t out_bytes = ((size_t)steps + 7) & ~(size_t)7;
+	rnd_shared_t *sh = mmap(NULL, sizeof(*sh) + out_bytes + 4 * (size_t)steps,
+				PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		IT_FAIL("random: mmap of the shared outcomes failed");
+	sh->reform = (uint32_t *)(sh->outcome + out_bytes);
+	sh->resets = resets != 0;
 	sh->steps = steps, sh->rate = rate, sh->late_ms = late_ms, sh->seed = seed;
 	sh->psets = psets != 0, sh->no_deaths = !deaths_on;
 	sh->first_death = steps;

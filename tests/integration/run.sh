@@ -1266,6 +1266,44 @@ reset_case() { # NAME: "pipe reset", "channel reset" or "channel and pipe reset"
 reset_case "pipe reset"
 reset_case "channel reset"
 reset_case "channel and pipe reset"
+# A data-plane connection reset (ss -K, both ends) between ranks 1 and 2 under 20000 random
+# steps, once a second, 6 times (each time on the port rank 1's new endpoint has, which
+# the coordinator logs at its join). The rank that finds it tells the coordinator, which
+# re-forms the world with that one reason: every rank fails what was in flight at once
+# with it (before, ranks 1 and 2 failed with their own texts and rank 0, waiting on
+# rank 1, only after op_timeout_ms, 60 s here, with another; and every later step failed,
+# the mesh out of step for good), and the steps after succeed on the new mesh.
+if selected "data reset"; then
+	dname="data reset n=3 (20000 steps, seed $rnd_seed)"
+	if ! can_destroy_sockets; then
+		skip_case "$dname" "needs root and ss -K (iproute2, a kernel with INET_DIAG_DESTROY)"
+	else
+		rm -rf "$tmp/data-logs"
+		(for i in 1 2 3 4 5 6; do
+			sleep 1
+			dport=$(grep -h "rank 1 joined" "$tmp"/data-logs/daemon0.log 2>/dev/null |
+				tail -n 1 | sed -n 's/.*:\([0-9]*\)$/\1/p')
+			[ -n "$dport" ] &&
+				ss -K "( sport = :$dport or dport = :$dport )" >/dev/null 2>&1
+		done) &
+		killer=$!
+		failed_before=$failed
+		run_case "$dname" 3 1 50 0 3 --log-dir "$tmp/data-logs" --daemon-arg \
+			--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 \
+			--rate 0 --seed "$rnd_seed" --resets 1
+		kill "$killer" 2>/dev/null
+		wait "$killer" 2>/dev/null
+		grep -o 'random: [0-9]* steps failed by the world re-forming.*' "$tmp/out" |
+			sed 's/^/      /'
+		reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
+		echo "      $reforms re-forms after a data-plane failure"
+		if [ "$failed" -eq "$failed_before" ] && [ "$reforms" -lt 2 ]; then
+			echo "FAIL  $dname: $reforms re-forms (2 at least): the resets missed"
+			failed=$((failed + 1))
+			passed=$((passed - 1))
+		fi
+	fi
+fi
 # with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
 # 3 x 2, sets that split nodes), the same names in both and in the global set; until the
 # first death, and without deaths throughout

@@ -12,7 +12,8 @@
  * handled in that order whatever order they come in, a number seen twice handled once, one
  * numbered in another world dropped, and a gap never skipped; the node's
  * own messages kept until acknowledged, and sent again when their pipe closes or their
- * acknowledgement is late.
+ * acknowledgement is late. The coordinator's WorldInfo (unnumbered) sent again at each
+ * heartbeat until the node sends a message numbered in that world.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -486,17 +487,22 @@ UNIT_TEST(peer_stream_delivers_in_number_order)
 	node_world_free(&d, &loop);
 }
 
+/* The next PeerMsg sock has (a ROUTER's: after its sender's identity), or NULL when none
+ * came within its receive timeout. */
+static Sparsecomm__PeerMsg *sock_msg(void *sock, int routed)
+{
+	uint8_t ident[256], body[4096];
+	if (routed && zmq_recv(sock, ident, sizeof(ident), 0) < 0)
+		return NULL;
+	int n = zmq_recv(sock, body, sizeof(body), 0);
+	return n < 0 ? NULL : sparsecomm__peer_msg__unpack(NULL, (size_t)n, body);
+}
+
 /* The next message the coordinator's socket has: its number and acknowledgement; 0 when
  * none came within a second. */
 static int coord_got(void *router, uint64_t *seq, uint64_t *ack)
 {
-	uint8_t ident[256], body[4096];
-	if (zmq_recv(router, ident, sizeof(ident), 0) < 0)
-		return 0;
-	int n = zmq_recv(router, body, sizeof(body), 0);
-	if (n < 0)
-		return 0;
-	Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, (size_t)n, body);
+	Sparsecomm__PeerMsg *m = sock_msg(router, 1);
 	if (!m)
 		return 0;
 	*seq = m->seq;
@@ -583,5 +589,103 @@ UNIT_TEST(peer_stream_keeps_messages_until_acknowledged)
 	CHECK_TRUE(coord_got(router, &seq, &ack));
 	zmq_close(router);
 	node_world_free(&d, &loop);
+	zmq_ctx_term(zctx);
+}
+
+/* The next message a node's socket has, its world id in *world_id_p when it is WorldInfo;
+ * 0 when none came within wait_ms. */
+static int node_got_world(void *dealer, int wait_ms, uint64_t *world_id_p)
+{
+	zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &wait_ms, sizeof(wait_ms));
+	Sparsecomm__PeerMsg *m = sock_msg(dealer, 0);
+	if (!m)
+		return 0;
+	*world_id_p = m->body_case == SPARSECOMM__PEER_MSG__BODY_WORLD ? m->world->world_id : 0;
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	return 1;
+}
+
+/* A heartbeat from rank 1 to the coordinator, numbered seq in epoch (0, 0: unnumbered). */
+static void node_beat(scd_world_t *w, uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__Heartbeat hb = SPARSECOMM__HEARTBEAT__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_HEARTBEAT;
+	m.heartbeat = &hb;
+	m.seq = seq;
+	m.epoch = epoch;
+	uint8_t buf[64];
+	size_t n = sparsecomm__peer_msg__pack(&m, buf);
+	Sparsecomm__PeerMsg *u = sparsecomm__peer_msg__unpack(NULL, n, buf);
+	CHECK_TRUE(u != NULL);
+	if (!scd_world_deliver(w, 1, w->peers[1].ident, w->peers[1].ident_len, u))
+		sparsecomm__peer_msg__free_unpacked(u, NULL);
+}
+
+/* WorldInfo is not numbered, and a reset coordinator channel loses what it held: the
+ * coordinator sends it again at each heartbeat to a node that has sent nothing numbered
+ * in that world (an unnumbered message, or one of another world, says nothing), and no
+ * more once it has. */
+UNIT_TEST(world_info_sent_again_until_the_node_holds_it)
+{
+	static const scd_world_hooks_t hooks = {0};
+	scd_daemon_t d;
+	uv_loop_t loop;
+	memset(&d, 0, sizeof(d));
+	CHECK_EQ_INT(uv_loop_init(&loop), 0);
+	d.loop = &loop;
+	d.rank = 0, d.world_size = 2, d.local_size = 1, d.notify_fd = -1;
+	scd_config_init(&d.cfg);
+	CHECK_EQ_INT(scd_world_create(&d, &hooks, &d.world), SC_OK);
+	scd_world_t *w = d.world;
+	void *zctx = zmq_ctx_new();
+	int linger = 0;
+	w->sock = zmq_socket(zctx, ZMQ_ROUTER);
+	zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof(linger));
+	CHECK_EQ_INT(zmq_bind(w->sock, "inproc://world-info"), 0);
+	void *node = zmq_socket(zctx, ZMQ_DEALER);
+	zmq_setsockopt(node, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_setsockopt(node, ZMQ_ROUTING_ID, "n1", 2);
+	CHECK_EQ_INT(zmq_connect(node, "inproc://world-info"), 0);
+	memcpy(w->peers[1].ident, "n1", 2);
+	w->peers[1].ident_len = 2;
+	w->peers[1].joined = 1;
+	w->peers[1].state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+	w->is_coord = 1;
+	w->formed = 1;
+	w->world_id = 77;
+	scd_world_streams_reset(w);
+
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
+	wi.world_id = 77;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
+	m.world = &wi;
+	uint8_t buf[256];
+	size_t n = sparsecomm__peer_msg__pack(&m, buf);
+	uint64_t id = 0;
+	scd_world_info_send(w, buf, n);
+	CHECK_TRUE(node_got_world(node, 1000, &id)); /* lost on the way, say */
+	CHECK_EQ_INT(id, 77);
+	scd_world_info_tick(w); /* the next heartbeat: again */
+	CHECK_TRUE(node_got_world(node, 1000, &id));
+	CHECK_EQ_INT(id, 77);
+	node_beat(w, 0, 0);  /* unnumbered: says nothing */
+	node_beat(w, 4, 76); /* numbered in another world: neither */
+	scd_world_info_tick(w);
+	CHECK_TRUE(node_got_world(node, 1000, &id));
+	CHECK_EQ_INT(id, 77);
+	node_beat(w, 1, 77); /* it holds it: no more */
+	scd_world_info_tick(w);
+	CHECK_TRUE(!node_got_world(node, 100, &id));
+
+	zmq_close(node);
+	scd_world_destroy(w);
+	w->sock = NULL;
+	uv_run(&loop, UV_RUN_NOWAIT);
+	free(w->peers);
+	free(w);
+	scd_config_free(&d.cfg);
+	uv_loop_close(&loop);
 	zmq_ctx_term(zctx);
 }

@@ -1,9 +1,10 @@
 /*
  * test_world_hooks.c: world/ reaches the process only through the hooks it is created with
- * (scd_world_hooks_t, world.h): the mesh job's success calls ready once, its failure stops
- * the daemon with status 1, and a node whose coordinator left stops with
- * SCD_EXIT_COORDINATOR_GONE twice peer_timeout_ms later. The runner links world/ without
- * main.c and without any stand-in for it.
+ * (scd_world_hooks_t, world.h): the mesh job's success calls ready once, the first mesh's
+ * failure stops the daemon with status 1 (a mesh built again that fails re-forms the
+ * world), and a node whose coordinator left stops with SCD_EXIT_COORDINATOR_GONE twice
+ * peer_timeout_ms later. The runner links world/ without main.c and without any stand-in
+ * for it.
  */
 #include <string.h>
 
@@ -76,7 +77,15 @@ UNIT_TEST(world_hooks_ready_once_and_stop_on_mesh_failure)
 	mesh_job_back(&d, SC_OK); /* the world re-formed: the daemon serves already */
 	CHECK_EQ_INT(seen.ready, 1);
 	CHECK_EQ_INT(seen.stops, 0);
+	/* a mesh built again that fails re-forms the world (here it is not formed: one of
+	 * a world re-formed since, which says nothing); the daemon goes on */
 	mesh_job_back(&d, SC_ERR_SYSTEM);
+	CHECK_EQ_INT(seen.stops, 0);
+	world_free(&d, &loop);
+	/* the first mesh failing stops the daemon */
+	world_make(&d, &loop);
+	mesh_job_back(&d, SC_ERR_SYSTEM);
+	CHECK_EQ_INT(seen.ready, 0);
 	CHECK_EQ_INT(seen.stops, 1);
 	CHECK_EQ_INT(seen.code, 1);
 	CHECK_TRUE(seen.stop_d == &d);
