@@ -415,6 +415,20 @@ static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n
 	it_log("step %d of '%s' exact", k, name);
 }
 
+/* A new worker of rank, connected once the daemon has ended its dead predecessor's
+ * session (until then the local rank is taken: SC_ERR_BUSY). */
+static sc_client_t *successor_connect(int rank)
+{
+	sc_client_t *c = NULL;
+	double t0 = it_now_s();
+	sc_status_t cs;
+	while ((cs = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c)) == SC_ERR_BUSY &&
+	       it_now_s() - t0 < 30)
+		it_sleep_ms(20);
+	IT_CHECK_SC(cs, "sc_connect of rank %d's next worker", rank);
+	return c;
+}
+
 /* A killed-late or killed-first run on 2 nodes x 2 trainers, of tensor name: the worker of
  * rank dead dies in step 1, right after submitting it (submits) or a second after
  * connecting without submitting it, and a new worker of that rank goes on from step 2; the
@@ -448,14 +462,7 @@ static void kl_run(const char *name, int dead, int submits, unsigned late_mask, 
 		if (!WIFSIGNALED(st))
 			IT_FAIL("rank %d's first worker ended with status %d, not killed", dead,
 				st);
-		sc_client_t *c = NULL;
-		double t0 = it_now_s();
-		sc_status_t cs;
-		/* until the daemon has ended the dead worker's session */
-		while ((cs = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c)) == SC_ERR_BUSY &&
-		       it_now_s() - t0 < 30)
-			it_sleep_ms(20);
-		IT_CHECK_SC(cs, "sc_connect of rank %d's second worker", dead);
+		sc_client_t *c = successor_connect(dead);
 		sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
 		for (int k = 2; k <= steps; k++)
 			kl_step(c, x, dead, 4, n, k);
@@ -636,4 +643,125 @@ int it_killed_first(int argc, char **argv)
 {
 	kl_run("kf.x", 3, 0, 1u << 0 | 1u << 1, 3000, 3);
 	return 0;
+}
+
+/*
+ * killed-twice: 2 nodes x 2 trainers, three steps of 'kt.x', two deaths on node 1. Rank
+ * 2's first worker dies before step 1, so node 1 is degraded, and node 0's step 1 fails
+ * at once with SC_ERR_ABORTED naming rank 2: the coordinator answers it for node 1 too.
+ * Rank 2's next worker connects (node 1 whole again) and goes on from step 1, which rank
+ * 3 then submits: it waits for that worker, and rank 3's worker dies in it. Node 1 tells
+ * the coordinator it failed its step 1 (Abandon.step), the step the coordinator already
+ * answered: that must charge node 0 nothing. Rank 2's worker, submitting step 1 after
+ * that, gets rank 3's error at once; a new worker of rank 3 goes on from step 2; steps 2
+ * and 3 must be exact on every rank. Had node 0 been charged a late step 1 again, its
+ * step 2 would be refused as that one and node 1's step 2 would pair with its step 3.
+ * The order of the events is kept by the delays below (KT_*, in ms), each checked where
+ * a trainer can see it.
+ */
+#define KT_WHOLE_MS  2000 /* rank 2's next worker connects this long after the first died */
+#define KT_SUBMIT_MS 3500 /* rank 3 submits step 1 this long after the first barrier */
+#define KT_HOLD_MS   1500 /* and dies this long after submitting it */
+#define KT_LATE_MS   6000 /* rank 2's next worker submits step 1 this long after connecting */
+
+/* Step 1 of x on rank, which must fail with SC_ERR_ABORTED naming rank dead within max_s. */
+static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s)
+{
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kt.x' (step 1)");
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), dead))
+		IT_FAIL("step 1 of 'kt.x' on rank %d: %s after %.2f s, expected SC_ERR_ABORTED "
+			"naming rank %d: '%s'",
+			rank, it_wait_name(r), dt, dead, it_wait_error());
+	if (dt > max_s)
+		IT_FAIL(
+		    "step 1 of 'kt.x' on rank %d failed only after %.2f s (at most %.1f s): "
+		    "%s",
+		    rank, dt, max_s, it_wait_error());
+	it_log("step 1 of 'kt.x' failed after %.2f s: %s", dt, it_wait_error());
+}
+
+/* Runs rank's first worker (fn) in a child that must end killed; returns once it has. */
+static void kt_first_worker(int rank, void (*fn)(void))
+{
+	pid_t w = fork();
+	if (w < 0)
+		IT_FAIL("fork of rank %d's first worker failed", rank);
+	if (w == 0) {
+		fn();
+		fflush(NULL);
+		raise(SIGKILL);
+		_exit(1);
+	}
+	int st = it_wait_child(w, 60, "the first worker");
+	if (!WIFSIGNALED(st))
+		IT_FAIL("rank %d's first worker ended with status %d, not killed", rank, st);
+}
+
+/* Rank 2's first worker: dies right after the first barrier, before step 1. */
+static void kt_worker2(void)
+{
+	sc_client_t *c = it_connect();
+	it_register(c, "kt.x", SC_FLOAT32, 1000);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	it_log("this worker dies before step 1 of 'kt.x'");
+}
+
+/* Rank 3's first worker: submits step 1 once rank 2's next worker is there, and dies in
+ * it while it waits for that worker. */
+static void kt_worker3(void)
+{
+	size_t n = 1000;
+	sc_client_t *c = it_connect();
+	sc_tensor_t *x = it_register(c, "kt.x", SC_FLOAT32, n);
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 3, 1);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	it_sleep_ms(KT_SUBMIT_MS);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kt.x' (step 1)");
+	int r = it_wait(c, h, KT_HOLD_MS);
+	if (r != IT_HANG)
+		IT_FAIL("rank 3's step 1 of 'kt.x' ended (%s: %s) instead of waiting for rank "
+			"2's next worker (was node 1 not whole again %d ms after the first "
+			"barrier?)",
+			it_wait_name(r), it_wait_error(), KT_SUBMIT_MS);
+	it_log("this worker dies in step 1 of 'kt.x', waiting for rank 2's worker");
+}
+
+int it_killed_twice(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		kt_first_worker(2, kt_worker2);
+		it_sleep_ms(KT_WHOLE_MS); /* node 0's step 1 failed meanwhile */
+		c = successor_connect(2);
+		x = it_register(c, "kt.x", SC_FLOAT32, n);
+		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 2, 1);
+		it_sleep_ms(KT_LATE_MS); /* rank 3's worker died in step 1 meanwhile */
+		kt_step1(c, x, 2, 3, 1.0);
+	} else if (rank == 3) {
+		kt_first_worker(3, kt_worker3);
+		c = successor_connect(3);
+		x = it_register(c, "kt.x", SC_FLOAT32, n);
+	} else {
+		c = it_connect();
+		if (sc_size(c) != 4 || sc_local_size(c) != 2)
+			IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers",
+				sc_size(c));
+		x = it_register(c, "kt.x", SC_FLOAT32, n);
+		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, rank, 1);
+		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+		/* before rank 2's next worker comes */
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0);
+	}
+	for (int k = 2; k <= 3; k++)
+		kl_step(c, x, rank, 4, n, k);
+	sc_finalize(c);
+	it_pass();
 }
