@@ -22,7 +22,9 @@
  * a node-mate), makes the node report it (Abandon.step); that report takes the answered
  * step and charges nobody, where it would otherwise fail the name's next entry and charge
  * the other nodes a second time for a step they already failed (their next step refused,
- * the one after paired with the node's previous one). The node's next announcement of
+ * the one after paired with the node's previous one). A submission the degraded node
+ * refuses is reported the same way (ctl.c), so that what is answered is taken by the
+ * report of that step, never by one of a later step. The node's next announcement of
  * the name drops what is answered: its trainers started afresh.
  */
 #include <limits.h>

@@ -385,11 +385,10 @@ int it_killed(int argc, char **argv)
  * taken as a new step, it would pair with the new worker's step 2, and every rank's step 2
  * would return SC_OK with rank 3's step 1 values in its sum.
  */
-/* A barrier retried until every node takes part (a node is degraded until its dead
- * worker's successor comes), then step k of x (values of seed 7 + k), which must be exact. */
-static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n, int k)
+/* A barrier before step k, retried until every node takes part (a node is degraded until
+ * its dead worker's successor comes). */
+static void kl_barrier(sc_client_t *c, int k)
 {
-	const char *name = sc_tensor_name(x);
 	double t0 = it_now_s();
 	while (sc_barrier(c, 10000) != SC_OK) {
 		if (it_now_s() - t0 > 60)
@@ -397,6 +396,13 @@ static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n
 				sc_last_error());
 		it_sleep_ms(20);
 	}
+}
+
+/* That barrier, then step k of x (values of seed 7 + k), which must be exact. */
+static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n, int k)
+{
+	const char *name = sc_tensor_name(x);
+	kl_barrier(c, k);
 	sc_handle_t h = 0;
 	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7 + (uint64_t)k, rank, 1);
 	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step %d)", name,
@@ -664,34 +670,39 @@ int it_killed_first(int argc, char **argv)
 #define KT_HOLD_MS   1500 /* and dies this long after submitting it */
 #define KT_LATE_MS   6000 /* rank 2's next worker submits step 1 this long after connecting */
 
-/* Step 1 of x on rank, which must fail with SC_ERR_ABORTED naming rank dead within max_s. */
-static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s)
+/* Step 1 of x on rank, which must fail with SC_ERR_ABORTED naming rank dead within max_s,
+ * its text containing what (NULL: anything). */
+static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s,
+		     const char *what)
 {
+	const char *name = sc_tensor_name(x);
 	sc_handle_t h = 0;
 	double t0 = it_now_s();
-	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kt.x' (step 1)");
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step 1)", name);
 	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
 	double dt = it_now_s() - t0;
-	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), dead))
-		IT_FAIL("step 1 of 'kt.x' on rank %d: %s after %.2f s, expected SC_ERR_ABORTED "
-			"naming rank %d: '%s'",
-			rank, it_wait_name(r), dt, dead, it_wait_error());
+	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), dead) ||
+	    (what && !strstr(it_wait_error(), what)))
+		IT_FAIL("step 1 of '%s' on rank %d: %s after %.2f s, expected SC_ERR_ABORTED "
+			"naming rank %d%s%s: '%s'",
+			name, rank, it_wait_name(r), dt, dead, what ? ", saying " : "",
+			what ? what : "", it_wait_error());
 	if (dt > max_s)
-		IT_FAIL(
-		    "step 1 of 'kt.x' on rank %d failed only after %.2f s (at most %.1f s): "
-		    "%s",
-		    rank, dt, max_s, it_wait_error());
-	it_log("step 1 of 'kt.x' failed after %.2f s: %s", dt, it_wait_error());
+		IT_FAIL("step 1 of '%s' on rank %d failed only after %.2f s (at most %.1f s): "
+			"%s",
+			name, rank, dt, max_s, it_wait_error());
+	it_log("step 1 of '%s' failed after %.2f s: %s", name, dt, it_wait_error());
 }
 
-/* Runs rank's first worker (fn) in a child that must end killed; returns once it has. */
-static void kt_first_worker(int rank, void (*fn)(void))
+/* Runs rank's first worker (fn of name) in a child that must end killed; returns once it
+ * has. */
+static void kt_first_worker(int rank, void (*fn)(const char *), const char *name)
 {
 	pid_t w = fork();
 	if (w < 0)
 		IT_FAIL("fork of rank %d's first worker failed", rank);
 	if (w == 0) {
-		fn();
+		fn(name);
 		fflush(NULL);
 		raise(SIGKILL);
 		_exit(1);
@@ -701,34 +712,60 @@ static void kt_first_worker(int rank, void (*fn)(void))
 		IT_FAIL("rank %d's first worker ended with status %d, not killed", rank, st);
 }
 
-/* Rank 2's first worker: dies right after the first barrier, before step 1. */
-static void kt_worker2(void)
+/* Rank 2's first worker: dies right after the first barrier, before step 1 of name. */
+static void kt_worker2(const char *name)
 {
 	sc_client_t *c = it_connect();
-	it_register(c, "kt.x", SC_FLOAT32, 1000);
+	it_register(c, name, SC_FLOAT32, 1000);
 	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
-	it_log("this worker dies before step 1 of 'kt.x'");
+	it_log("this worker dies before step 1 of '%s'", name);
 }
 
 /* Rank 3's first worker: submits step 1 once rank 2's next worker is there, and dies in
  * it while it waits for that worker. */
-static void kt_worker3(void)
+static void kt_worker3(const char *name)
 {
 	size_t n = 1000;
 	sc_client_t *c = it_connect();
-	sc_tensor_t *x = it_register(c, "kt.x", SC_FLOAT32, n);
+	sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
 	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 3, 1);
 	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
 	it_sleep_ms(KT_SUBMIT_MS);
 	sc_handle_t h = 0;
-	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce 'kt.x' (step 1)");
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step 1)", name);
 	int r = it_wait(c, h, KT_HOLD_MS);
 	if (r != IT_HANG)
-		IT_FAIL("rank 3's step 1 of 'kt.x' ended (%s: %s) instead of waiting for rank "
+		IT_FAIL("rank 3's step 1 of '%s' ended (%s: %s) instead of waiting for rank "
 			"2's next worker (was node 1 not whole again %d ms after the first "
 			"barrier?)",
-			it_wait_name(r), it_wait_error(), KT_SUBMIT_MS);
-	it_log("this worker dies in step 1 of 'kt.x', waiting for rank 2's worker");
+			name, it_wait_name(r), it_wait_error(), KT_SUBMIT_MS);
+	it_log("this worker dies in step 1 of '%s', waiting for rank 2's worker", name);
+}
+
+/* A trainer of 2 nodes x 2 that lives through the run: connected, name registered (step 1's
+ * values in it) and the first barrier passed. */
+static sc_client_t *kt_start(const char *name, int rank, sc_tensor_t **x_p)
+{
+	sc_client_t *c = it_connect();
+	if (sc_size(c) != 4 || sc_local_size(c) != 2)
+		IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers", sc_size(c));
+	sc_tensor_t *x = it_register(c, name, SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(x), SC_FLOAT32, 1000, 8, rank, 1);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	*x_p = x;
+	return c;
+}
+
+/* Rank 2 of 2 nodes x 2: its first worker dies right after the first barrier, and its
+ * next one connects KT_WHOLE_MS later (the others' step 1 failed meanwhile) and registers
+ * name. */
+static sc_client_t *kt_rank2(const char *name, sc_tensor_t **x_p)
+{
+	kt_first_worker(2, kt_worker2, name);
+	it_sleep_ms(KT_WHOLE_MS);
+	sc_client_t *c = successor_connect(2);
+	*x_p = it_register(c, name, SC_FLOAT32, 1000);
+	return c;
 }
 
 int it_killed_twice(int argc, char **argv)
@@ -738,30 +775,75 @@ int it_killed_twice(int argc, char **argv)
 	sc_tensor_t *x;
 	int rank = it_env.env_rank;
 	if (rank == 2) {
-		kt_first_worker(2, kt_worker2);
-		it_sleep_ms(KT_WHOLE_MS); /* node 0's step 1 failed meanwhile */
-		c = successor_connect(2);
-		x = it_register(c, "kt.x", SC_FLOAT32, n);
+		c = kt_rank2("kt.x", &x);
 		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 2, 1);
 		it_sleep_ms(KT_LATE_MS); /* rank 3's worker died in step 1 meanwhile */
-		kt_step1(c, x, 2, 3, 1.0);
+		kt_step1(c, x, 2, 3, 1.0, NULL);
 	} else if (rank == 3) {
-		kt_first_worker(3, kt_worker3);
+		kt_first_worker(3, kt_worker3, "kt.x");
 		c = successor_connect(3);
 		x = it_register(c, "kt.x", SC_FLOAT32, n);
 	} else {
-		c = it_connect();
-		if (sc_size(c) != 4 || sc_local_size(c) != 2)
-			IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers",
-				sc_size(c));
-		x = it_register(c, "kt.x", SC_FLOAT32, n);
-		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, rank, 1);
-		IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+		c = kt_start("kt.x", rank, &x);
 		/* before rank 2's next worker comes */
-		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0);
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
 	}
 	for (int k = 2; k <= 3; k++)
 		kl_step(c, x, rank, 4, n, k);
+	sc_finalize(c);
+	it_pass();
+}
+
+/*
+ * killed-refused: 2 nodes x 2 trainers, three steps of 'kr.x'. Rank 2's first worker dies
+ * before step 1, so node 1 is degraded: node 0's step 1 fails at once, and so does rank
+ * 3's, refused by its degraded node. Rank 2's next worker connects (node 1 whole again)
+ * and goes on from step 2 with the others, asking for another reduction than rank 3:
+ * node 1 fails its step 2 before announcing it (SC_ERR_MISMATCH), and so must node 0, at
+ * once; step 3 must be exact on every rank. Node 1's report of step 2 must not be taken
+ * for the step 1 the coordinator answered while it was degraded: node 1 answered that one
+ * itself (rank 3's refusal). Had it been, node 0's step 2 would wait for node 1's step 3,
+ * stall, and charge node 1 a step, so that its step 3 was refused.
+ */
+/* Step k of 'kr.x' on rank (its values of seed 7 + k, op), after a barrier retried until
+ * every node takes part; it must fail with SC_ERR_MISMATCH naming the tensor. */
+static void kr_step_mismatch(sc_client_t *c, sc_tensor_t *x, int rank, size_t n, int k,
+			     sc_reduce_op_t op)
+{
+	kl_barrier(c, k);
+	sc_handle_t h = 0;
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7 + (uint64_t)k, rank, 1);
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, x, op, &h), "allreduce 'kr.x' (step %d)", k);
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), "kr.x"))
+		IT_FAIL("step %d of 'kr.x' on rank %d: %s after %.2f s, expected "
+			"SC_ERR_MISMATCH naming the tensor (node 1's trainers ask for "
+			"different reductions): '%s'",
+			k, rank, it_wait_name(r), dt, it_wait_error());
+	if (dt > 3.0)
+		IT_FAIL("step %d of 'kr.x' on rank %d failed only after %.2f s: %s", k, rank,
+			dt, it_wait_error());
+	it_log("step %d of 'kr.x' failed after %.2f s: %s", k, dt, it_wait_error());
+}
+
+int it_killed_refused(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("kr.x", &x);
+	} else {
+		c = kt_start("kr.x", rank, &x);
+		if (rank == 3) /* once node 1 is degraded, which refuses it */
+			it_sleep_ms(500);
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, rank == 3 ? "refused" : NULL);
+	}
+	kr_step_mismatch(c, x, rank, n, 2, rank == 2 ? SC_OP_MAX : SC_OP_SUM);
+	kl_step(c, x, rank, 4, n, 3);
 	sc_finalize(c);
 	it_pass();
 }

@@ -393,6 +393,8 @@ static const struct {
     {"killed-late", it_killed_late, "2 x 2: rank 2 dies in a step rank 3 submits late"},
     {"killed-first", it_killed_first, "2 x 2: rank 3 dies before a step node 0 submits late"},
     {"killed-twice", it_killed_twice, "2 x 2: node 1 degraded twice around one step"},
+    {"killed-refused", it_killed_refused,
+     "2 x 2: a degraded node refuses a step, then fails the next"},
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999 and the previous one"},

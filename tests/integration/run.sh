@@ -377,6 +377,12 @@ run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
 # nothing (the coordinator answered it already), and the next steps are exact everywhere
 run_case "killed twice n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-twice
+# killed refused: the same first death, but rank 3's step is refused by its degraded node;
+# node 1 then fails its next step before announcing it (its trainers ask for different
+# reductions): that report is of the next step, not of the one answered while node 1 was
+# degraded, so node 0's next step fails at once too, and the one after is exact
+run_case "killed refused n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-refused
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
