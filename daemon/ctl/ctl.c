@@ -746,6 +746,10 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 			 "a trainer connects to a node without trainers: the "
 			 "previous job's failure (%s) is over",
 			 ctl->degraded_reason);
+		/* no trainer of the node lived through its failure: told once more that it
+		 * is degraded, the coordinator forgets the steps it answered for the node's
+		 * trainers (world/late.c), which start afresh; then that it is whole */
+		ctl->up->node_state(d->world, 1, ctl->degraded_reason);
 		ctl->degraded = 0;
 		ctl->up->node_state(d->world, 0, "");
 	}

@@ -25,7 +25,9 @@
  * the one after paired with the node's previous one). A submission the degraded node
  * refuses is reported the same way (ctl.c), so that what is answered is taken by the
  * report of that step, never by one of a later step. The node's next announcement of
- * the name drops what is answered: its trainers started afresh.
+ * the name drops what is answered: its trainers started afresh. So does its becoming
+ * degraded again, which it also says when it comes back with none of the trainers that
+ * lived through its failure (ctl.c).
  */
 #include <limits.h>
 #include <stdio.h>

@@ -123,6 +123,7 @@ int it_killed_late(int argc, char **argv);
 int it_killed_first(int argc, char **argv);
 int it_killed_twice(int argc, char **argv);
 int it_killed_refused(int argc, char **argv);
+int it_killed_afresh(int argc, char **argv);
 int it_stalled(int argc, char **argv);
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);

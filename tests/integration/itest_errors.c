@@ -805,27 +805,28 @@ int it_killed_twice(int argc, char **argv)
  * itself (rank 3's refusal). Had it been, node 0's step 2 would wait for node 1's step 3,
  * stall, and charge node 1 a step, so that its step 3 was refused.
  */
-/* Step k of 'kr.x' on rank (its values of seed 7 + k, op), after a barrier retried until
- * every node takes part; it must fail with SC_ERR_MISMATCH naming the tensor. */
+/* Step k of x on rank (its values of seed 7 + k, op), after a barrier retried until every
+ * node takes part; it must fail at once with SC_ERR_MISMATCH naming the tensor. */
 static void kr_step_mismatch(sc_client_t *c, sc_tensor_t *x, int rank, size_t n, int k,
 			     sc_reduce_op_t op)
 {
+	const char *name = sc_tensor_name(x);
 	kl_barrier(c, k);
 	sc_handle_t h = 0;
 	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7 + (uint64_t)k, rank, 1);
 	double t0 = it_now_s();
-	IT_CHECK_SC(sc_allreduce_async(c, x, op, &h), "allreduce 'kr.x' (step %d)", k);
+	IT_CHECK_SC(sc_allreduce_async(c, x, op, &h), "allreduce '%s' (step %d)", name, k);
 	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
 	double dt = it_now_s() - t0;
-	if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), "kr.x"))
-		IT_FAIL("step %d of 'kr.x' on rank %d: %s after %.2f s, expected "
+	if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), name))
+		IT_FAIL("step %d of '%s' on rank %d: %s after %.2f s, expected "
 			"SC_ERR_MISMATCH naming the tensor (node 1's trainers ask for "
 			"different reductions): '%s'",
-			k, rank, it_wait_name(r), dt, it_wait_error());
+			k, name, rank, it_wait_name(r), dt, it_wait_error());
 	if (dt > 3.0)
-		IT_FAIL("step %d of 'kr.x' on rank %d failed only after %.2f s: %s", k, rank,
-			dt, it_wait_error());
-	it_log("step %d of 'kr.x' failed after %.2f s: %s", k, dt, it_wait_error());
+		IT_FAIL("step %d of '%s' on rank %d failed only after %.2f s: %s", k, name,
+			rank, dt, it_wait_error());
+	it_log("step %d of '%s' failed after %.2f s: %s", k, name, dt, it_wait_error());
 }
 
 int it_killed_refused(int argc, char **argv)
@@ -841,6 +842,51 @@ int it_killed_refused(int argc, char **argv)
 		if (rank == 3) /* once node 1 is degraded, which refuses it */
 			it_sleep_ms(500);
 		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, rank == 3 ? "refused" : NULL);
+	}
+	kr_step_mismatch(c, x, rank, n, 2, rank == 2 ? SC_OP_MAX : SC_OP_SUM);
+	kl_step(c, x, rank, 4, n, 3);
+	sc_finalize(c);
+	it_pass();
+}
+
+/*
+ * killed-afresh: 2 nodes x 2 trainers, three steps of 'ka.x'. Rank 2's first worker dies
+ * before step 1, so node 1 is degraded and node 0's step 1 fails at once; rank 3's first
+ * worker then ends cleanly without submitting it, so no trainer of node 1 lived through
+ * its failure. New workers of ranks 2 and 3 connect (node 1 whole again, its trainers
+ * starting afresh) and go on from step 2, asking for different reductions: node 1 fails
+ * step 2 before announcing it, and node 0's step 2 must fail at once as well; step 3 must
+ * be exact on every rank. The coordinator must not take node 1's report of step 2 for
+ * the step 1 it answered while node 1 was degraded: no trainer of node 1 owes that one.
+ */
+int it_killed_afresh(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("ka.x", &x);
+	} else if (rank == 3) {
+		pid_t w = fork();
+		if (w < 0)
+			IT_FAIL("fork of rank 3's first worker failed");
+		if (w == 0) {
+			c = kt_start("ka.x", 3, &x);
+			it_sleep_ms(KT_WHOLE_MS / 2); /* node 0's step 1 failed meanwhile */
+			IT_CHECK_SC(sc_finalize(c), "sc_finalize of rank 3's first worker");
+			it_log("this worker ends before step 1 of 'ka.x'");
+			fflush(NULL);
+			_exit(0);
+		}
+		int st = it_wait_child(w, 60, "the first worker");
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			IT_FAIL("rank 3's first worker ended with status %d", st);
+		c = successor_connect(3);
+		x = it_register(c, "ka.x", SC_FLOAT32, n);
+	} else {
+		c = kt_start("ka.x", rank, &x);
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
 	}
 	kr_step_mismatch(c, x, rank, n, 2, rank == 2 ? SC_OP_MAX : SC_OP_SUM);
 	kl_step(c, x, rank, 4, n, 3);

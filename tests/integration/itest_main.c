@@ -395,6 +395,7 @@ static const struct {
     {"killed-twice", it_killed_twice, "2 x 2: node 1 degraded twice around one step"},
     {"killed-refused", it_killed_refused,
      "2 x 2: a degraded node refuses a step, then fails the next"},
+    {"killed-afresh", it_killed_afresh, "2 x 2: a degraded node's trainers all replaced"},
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999 and the previous one"},

@@ -383,6 +383,11 @@ run_case "killed twice n=2 per-node=2" 2 2 120 0 4 \
 # degraded, so node 0's next step fails at once too, and the one after is exact
 run_case "killed refused n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-refused
+# killed afresh: the same first death, and rank 3's worker ends before that step: node 1
+# comes back with new trainers only, which owe nothing; its next step, failed before it
+# announced it, fails node 0's at once too, and the one after is exact
+run_case "killed afresh n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-afresh
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
