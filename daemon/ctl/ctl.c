@@ -746,6 +746,10 @@ static void handle_hello(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 			 "a trainer connects to a node without trainers: the "
 			 "previous job's failure (%s) is over",
 			 ctl->degraded_reason);
+		/* no trainer of the node lived through its failure: told once more that it
+		 * is degraded, the coordinator forgets the steps it answered for the node's
+		 * trainers (world/late.c), which start afresh; then that it is whole */
+		ctl->up->node_state(d->world, 1, ctl->degraded_reason);
 		ctl->degraded = 0;
 		ctl->up->node_state(d->world, 0, "");
 	}
@@ -1003,6 +1007,26 @@ static void refuse_step(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd
 		step_fail(ctl, nt, st, err, r->local_rank);
 }
 
+/* A submission refused because the node is degraded (err): the node fails that step
+ * before announcing it. Its other connected trainers that have not submitted it owe it (a
+ * dead trainer's successor starts afresh), and the node tells the coordinator, which
+ * takes it as the step it answered while the node was degraded or else fails it on every
+ * rank (world/late.c): a later report of the name's next step must not be taken for it. */
+static void degraded_refuse(scd_ctl_t *ctl, scd_session_t *s, scd_ntensor_t *nt, scd_reg_t *r,
+			    const char *err)
+{
+	if (s->join_handle || nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED)
+		return;
+	uint64_t live = 0;
+	for (int l = 0; l < ctl->d->local_size; l++)
+		live |= (uint64_t)(ctl->by_local[l] != NULL) << l;
+	carry_add(nt, owing(ctl, nt, r->local_rank) & live, SC_ERR_ABORTED);
+	size_t n = strnlen(err, sizeof(nt->carry.msg) - 1);
+	memcpy(nt->carry.msg, err, n);
+	nt->carry.msg[n] = 0;
+	ctl->up->fail_step(ctl->d->world, nt->name, SC_ERR_ABORTED, err);
+}
+
 /* Another local trainer's submission of nt's step than r, or NULL: r's grouping must be
  * its (the members' names are checked across the nodes by the coordinator, world/group.c). */
 static const scd_reg_t *other_submission(const scd_ntensor_t *nt, const scd_reg_t *r)
@@ -1090,6 +1114,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		st = SC_ERR_ABORTED;
 		snprintf(err, sizeof(err), "%s of tensor '%s' refused: %s",
 			 scd_coll_name(&q.rq.coll), nt->name, ctl->degraded_reason);
+		degraded_refuse(ctl, s, nt, r, err);
 	} else if (s->join_handle) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),

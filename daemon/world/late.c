@@ -15,7 +15,21 @@
  *
  * A node that becomes degraded (its trainers exited) or leaves loses its records: its next
  * trainers start afresh. A joined node (join.c) submits nothing and gets none.
+ *
+ * A step that fails while a node is degraded is answered for that node too: it owes
+ * nothing, but its record counts the step as answered. A trainer of the node that
+ * submits the step once the node is whole again, and fails it there (it dies waiting for
+ * a node-mate), makes the node report it (Abandon.step); that report takes the answered
+ * step and charges nobody, where it would otherwise fail the name's next entry and charge
+ * the other nodes a second time for a step they already failed (their next step refused,
+ * the one after paired with the node's previous one). A submission the degraded node
+ * refuses is reported the same way (ctl.c), so that what is answered is taken by the
+ * report of that step, never by one of a later step. The node's next announcement of
+ * the name drops what is answered: its trainers started afresh. So does its becoming
+ * degraded again, which it also says when it comes back with none of the trainers that
+ * lived through its failure (ctl.c).
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,84 +44,137 @@ static void late_free(scd_poison_t *p)
 	free(p);
 }
 
+/* Sets l's refusal text and status: the failure of entry e (status, msg) that it owes. */
+static int late_reason(scd_world_t *w, scd_poison_t *l, const scd_centry_t *e, int status,
+		       const char *msg)
+{
+	char reason[1400];
+	snprintf(reason, sizeof(reason),
+		 "%s of tensor '%s' refused: node %d submitted it late, for the step that "
+		 "already failed on the other ranks (%s)",
+		 scd_centry_coll_name(e, w->d->world_size), e->name, l->rank, msg);
+	char *r = strdup(reason);
+	if (!r)
+		return 0;
+	free(l->reason);
+	l->reason = r;
+	l->status = status;
+	return 1;
+}
+
+/* Node r's record of name, a new empty one if it has none, or NULL out of memory. */
+static scd_poison_t *late_get(scd_world_t *w, int r, const char *name)
+{
+	scd_poison_t *l = w->lates;
+	while (l && (l->rank != r || strcmp(l->name, name)))
+		l = l->next;
+	if (l)
+		return l;
+	if (!(l = calloc(1, sizeof(*l))) || !(l->name = strdup(name))) {
+		free(l);
+		return NULL;
+	}
+	l->rank = r;
+	l->next = w->lates;
+	w->lates = l;
+	return l;
+}
+
+/* Unlinks l from the records. */
+static void late_unlink(scd_world_t *w, scd_poison_t *l)
+{
+	scd_poison_t **pp = &w->lates;
+	while (*pp != l)
+		pp = &(*pp)->next;
+	*pp = l->next;
+	l->next = NULL;
+}
+
 void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char *msg, int skip)
 {
 	for (int r = 0; r < w->d->world_size; r++) {
 		const scd_peer_t *p = &w->peers[r];
-		if (e->have[r] || r == skip || p->degraded || p->join_seq ||
+		if (e->have[r] || r == skip || p->join_seq ||
 		    p->state != SPARSECOMM__PEER_STATE__PEER_CONNECTED)
 			continue;
-		scd_poison_t *l = w->lates;
-		while (l && (l->rank != r || strcmp(l->name, e->name)))
-			l = l->next;
-		if (l) {
+		scd_poison_t *l = late_get(w, r, e->name);
+		if (l && p->degraded) { /* answered for it: it owes nothing */
+			l->answered += l->answered < INT_MAX;
+			continue;
+		}
+		if (l && (l->owed || late_reason(w, l, e, status, msg))) {
 			l->owed++;
 			continue;
 		}
-		l = calloc(1, sizeof(*l));
-		char reason[1400];
-		snprintf(reason, sizeof(reason),
-			 "%s of tensor '%s' refused: node %d submitted it late, for the "
-			 "step that already failed on the other ranks (%s)",
-			 scd_centry_coll_name(e, w->d->world_size), e->name, r, msg);
-		if (!l || !(l->name = strdup(e->name)) || !(l->reason = strdup(reason))) {
-			/* the late step would pair with the others' next one: this node leaves
-			 * instead of summing two steps */
-			scd_error(SCD_SUB_NEGOTIATE,
-				  "out of memory recording node %d's late step of '%s'", r,
-				  e->name);
-			if (l)
-				late_free(l);
-			continue;
+		/* the late step would pair with the others' next one: this node leaves
+		 * instead of summing two steps; a degraded node's report of the step would
+		 * charge the others a step they already failed */
+		scd_error(SCD_SUB_NEGOTIATE,
+			  "out of memory recording node %d's %s step of '%s'", r,
+			  p->degraded ? "answered" : "late", e->name);
+		if (l && !l->owed && !l->answered) {
+			late_unlink(w, l);
+			late_free(l);
 		}
-		l->rank = r;
-		l->status = status;
-		l->owed = 1;
-		l->next = w->lates;
-		w->lates = l;
 	}
 }
 
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse)
 {
-	for (scd_poison_t **pp = &w->lates; *pp; pp = &(*pp)->next) {
-		scd_poison_t *l = *pp;
-		if (l->rank != rank || strcmp(l->name, name))
-			continue;
-		if (l->owed > 1 && !refuse) { /* the node failed one of them itself */
+	scd_poison_t *l = w->lates;
+	while (l && (l->rank != rank || strcmp(l->name, name)))
+		l = l->next;
+	if (!l)
+		return 0;
+	if (l->answered && !refuse) { /* the node's report of a step already answered */
+		l->answered--;
+		scd_info(SCD_SUB_NEGOTIATE,
+			 "node %d failed a step of '%s' that had already failed on every rank "
+			 "while it was degraded: nobody owes it",
+			 rank, name);
+		if (!l->answered && !l->owed) {
+			late_unlink(w, l);
+			late_free(l);
+		}
+		return 1;
+	}
+	l->answered = 0; /* an announcement: its trainers started afresh */
+	if (!l->owed) {
+		late_unlink(w, l);
+		late_free(l);
+		return 0;
+	}
+	if (l->owed > 1 && !refuse) { /* the node failed one of them itself */
+		l->owed--;
+		return 1;
+	}
+	if (l->owed > 1) { /* it owes more: the record stays, a copy answers this one */
+		scd_poison_t *c = calloc(1, sizeof(*c));
+		if (c && (c->name = strdup(l->name)) && (c->reason = strdup(l->reason))) {
+			c->rank = l->rank;
+			c->status = l->status;
+			c->next = w->refusals;
+			w->refusals = c;
+			scd_info(SCD_SUB_NEGOTIATE, "%s", c->reason);
 			l->owed--;
 			return 1;
 		}
-		if (l->owed > 1) { /* it owes more: the record stays, a copy answers this one */
-			scd_poison_t *c = calloc(1, sizeof(*c));
-			if (c && (c->name = strdup(l->name)) &&
-			    (c->reason = strdup(l->reason))) {
-				c->rank = l->rank;
-				c->status = l->status;
-				c->next = w->refusals;
-				w->refusals = c;
-				scd_info(SCD_SUB_NEGOTIATE, "%s", c->reason);
-				l->owed--;
-				return 1;
-			}
-			if (c)
-				late_free(c);
-			scd_error(SCD_SUB_NEGOTIATE,
-				  "out of memory: node %d's %d further late steps of '%s' are "
-				  "forgotten",
-				  rank, l->owed - 1, name);
-		}
-		*pp = l->next;
-		if (!refuse) { /* the node failed that step itself */
-			late_free(l);
-			return 1;
-		}
-		l->next = w->refusals;
-		w->refusals = l;
-		scd_info(SCD_SUB_NEGOTIATE, "%s", l->reason);
+		if (c)
+			late_free(c);
+		scd_error(
+		    SCD_SUB_NEGOTIATE,
+		    "out of memory: node %d's %d further late steps of '%s' are forgotten",
+		    rank, l->owed - 1, name);
+	}
+	late_unlink(w, l);
+	if (!refuse) { /* the node failed that step itself */
+		late_free(l);
 		return 1;
 	}
-	return 0;
+	l->next = w->refusals;
+	w->refusals = l;
+	scd_info(SCD_SUB_NEGOTIATE, "%s", l->reason);
+	return 1;
 }
 
 void scd_late_forget_rank(scd_world_t *w, int rank)

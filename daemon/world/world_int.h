@@ -128,8 +128,9 @@ typedef struct scd_outreq {
 typedef struct scd_poison {
 	char *name;
 	int rank;
-	int step; /* an abandon to send: one failed step only (Abandon.step) */
-	int owed; /* a late record (late.c): the failed steps the node still owes */
+	int step;     /* an abandon to send: one failed step only (Abandon.step) */
+	int owed;     /* a late record (late.c): the failed steps the node still owes */
+	int answered; /* and those failed while it was degraded, which its reports take */
 	int status;
 	char *reason;
 	struct scd_poison *next;
@@ -360,13 +361,15 @@ void scd_neg_destroy(scd_world_t *w);
 void scd_neg_reset(scd_world_t *w);
 /* late.c */
 /* Entry e fails with status and msg: records it for every node that has not announced it
- * yet (connected, not degraded, not joined) but node skip (-1: none; the node whose own
- * failure it is), whose next announcement of the name is then the late step. */
+ * yet (connected, not joined) but node skip (-1: none; the node whose own failure it is):
+ * a node's next announcement of the name is then the late step; a degraded node's step is
+ * answered instead, which its own note of a failed step takes. */
 void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char *msg,
 		   int skip);
 /* Rank's announcement of name (refuse 1), or its note that it failed its step (refuse 0):
  * 1 when it is the late step the node owes (with refuse, refused with the next plan,
- * scd_late_refusals), 0 to take it. */
+ * scd_late_refusals) or, a note, a step already answered while the node was degraded; 0
+ * to take it. */
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse);
 void scd_late_forget_rank(scd_world_t *w, int rank);
 /* The refusals to send (name, rank, status, reason), the caller's to free. */

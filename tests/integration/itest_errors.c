@@ -385,11 +385,10 @@ int it_killed(int argc, char **argv)
  * taken as a new step, it would pair with the new worker's step 2, and every rank's step 2
  * would return SC_OK with rank 3's step 1 values in its sum.
  */
-/* A barrier retried until every node takes part (a node is degraded until its dead
- * worker's successor comes), then step k of x (values of seed 7 + k), which must be exact. */
-static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n, int k)
+/* A barrier before step k, retried until every node takes part (a node is degraded until
+ * its dead worker's successor comes). */
+static void kl_barrier(sc_client_t *c, int k)
 {
-	const char *name = sc_tensor_name(x);
 	double t0 = it_now_s();
 	while (sc_barrier(c, 10000) != SC_OK) {
 		if (it_now_s() - t0 > 60)
@@ -397,6 +396,13 @@ static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n
 				sc_last_error());
 		it_sleep_ms(20);
 	}
+}
+
+/* That barrier, then step k of x (values of seed 7 + k), which must be exact. */
+static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n, int k)
+{
+	const char *name = sc_tensor_name(x);
+	kl_barrier(c, k);
 	sc_handle_t h = 0;
 	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7 + (uint64_t)k, rank, 1);
 	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step %d)", name,
@@ -413,6 +419,20 @@ static void kl_step(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n
 			"in its sum?): %s",
 			k, name, wrong, n, why);
 	it_log("step %d of '%s' exact", k, name);
+}
+
+/* A new worker of rank, connected once the daemon has ended its dead predecessor's
+ * session (until then the local rank is taken: SC_ERR_BUSY). */
+static sc_client_t *successor_connect(int rank)
+{
+	sc_client_t *c = NULL;
+	double t0 = it_now_s();
+	sc_status_t cs;
+	while ((cs = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c)) == SC_ERR_BUSY &&
+	       it_now_s() - t0 < 30)
+		it_sleep_ms(20);
+	IT_CHECK_SC(cs, "sc_connect of rank %d's next worker", rank);
+	return c;
 }
 
 /* A killed-late or killed-first run on 2 nodes x 2 trainers, of tensor name: the worker of
@@ -448,14 +468,7 @@ static void kl_run(const char *name, int dead, int submits, unsigned late_mask, 
 		if (!WIFSIGNALED(st))
 			IT_FAIL("rank %d's first worker ended with status %d, not killed", dead,
 				st);
-		sc_client_t *c = NULL;
-		double t0 = it_now_s();
-		sc_status_t cs;
-		/* until the daemon has ended the dead worker's session */
-		while ((cs = sc_connect(NULL, IT_CONNECT_TIMEOUT_MS, &c)) == SC_ERR_BUSY &&
-		       it_now_s() - t0 < 30)
-			it_sleep_ms(20);
-		IT_CHECK_SC(cs, "sc_connect of rank %d's second worker", dead);
+		sc_client_t *c = successor_connect(dead);
 		sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
 		for (int k = 2; k <= steps; k++)
 			kl_step(c, x, dead, 4, n, k);
@@ -636,4 +649,247 @@ int it_killed_first(int argc, char **argv)
 {
 	kl_run("kf.x", 3, 0, 1u << 0 | 1u << 1, 3000, 3);
 	return 0;
+}
+
+/*
+ * killed-twice: 2 nodes x 2 trainers, three steps of 'kt.x', two deaths on node 1. Rank
+ * 2's first worker dies before step 1, so node 1 is degraded, and node 0's step 1 fails
+ * at once with SC_ERR_ABORTED naming rank 2: the coordinator answers it for node 1 too.
+ * Rank 2's next worker connects (node 1 whole again) and goes on from step 1, which rank
+ * 3 then submits: it waits for that worker, and rank 3's worker dies in it. Node 1 tells
+ * the coordinator it failed its step 1 (Abandon.step), the step the coordinator already
+ * answered: that must charge node 0 nothing. Rank 2's worker, submitting step 1 after
+ * that, gets rank 3's error at once; a new worker of rank 3 goes on from step 2; steps 2
+ * and 3 must be exact on every rank. Had node 0 been charged a late step 1 again, its
+ * step 2 would be refused as that one and node 1's step 2 would pair with its step 3.
+ * The order of the events is kept by the delays below (KT_*, in ms), each checked where
+ * a trainer can see it.
+ */
+#define KT_WHOLE_MS  2000 /* rank 2's next worker connects this long after the first died */
+#define KT_SUBMIT_MS 3500 /* rank 3 submits step 1 this long after the first barrier */
+#define KT_HOLD_MS   1500 /* and dies this long after submitting it */
+#define KT_LATE_MS   6000 /* rank 2's next worker submits step 1 this long after connecting */
+
+/* Step 1 of x on rank, which must fail with SC_ERR_ABORTED naming rank dead within max_s,
+ * its text containing what (NULL: anything). */
+static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s,
+		     const char *what)
+{
+	const char *name = sc_tensor_name(x);
+	sc_handle_t h = 0;
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step 1)", name);
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), dead) ||
+	    (what && !strstr(it_wait_error(), what)))
+		IT_FAIL("step 1 of '%s' on rank %d: %s after %.2f s, expected SC_ERR_ABORTED "
+			"naming rank %d%s%s: '%s'",
+			name, rank, it_wait_name(r), dt, dead, what ? ", saying " : "",
+			what ? what : "", it_wait_error());
+	if (dt > max_s)
+		IT_FAIL("step 1 of '%s' on rank %d failed only after %.2f s (at most %.1f s): "
+			"%s",
+			name, rank, dt, max_s, it_wait_error());
+	it_log("step 1 of '%s' failed after %.2f s: %s", name, dt, it_wait_error());
+}
+
+/* Runs rank's first worker (fn of name) in a child that must end killed; returns once it
+ * has. */
+static void kt_first_worker(int rank, void (*fn)(const char *), const char *name)
+{
+	pid_t w = fork();
+	if (w < 0)
+		IT_FAIL("fork of rank %d's first worker failed", rank);
+	if (w == 0) {
+		fn(name);
+		fflush(NULL);
+		raise(SIGKILL);
+		_exit(1);
+	}
+	int st = it_wait_child(w, 60, "the first worker");
+	if (!WIFSIGNALED(st))
+		IT_FAIL("rank %d's first worker ended with status %d, not killed", rank, st);
+}
+
+/* Rank 2's first worker: dies right after the first barrier, before step 1 of name. */
+static void kt_worker2(const char *name)
+{
+	sc_client_t *c = it_connect();
+	it_register(c, name, SC_FLOAT32, 1000);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	it_log("this worker dies before step 1 of '%s'", name);
+}
+
+/* Rank 3's first worker: submits step 1 once rank 2's next worker is there, and dies in
+ * it while it waits for that worker. */
+static void kt_worker3(const char *name)
+{
+	size_t n = 1000;
+	sc_client_t *c = it_connect();
+	sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 3, 1);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	it_sleep_ms(KT_SUBMIT_MS);
+	sc_handle_t h = 0;
+	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step 1)", name);
+	int r = it_wait(c, h, KT_HOLD_MS);
+	if (r != IT_HANG)
+		IT_FAIL("rank 3's step 1 of '%s' ended (%s: %s) instead of waiting for rank "
+			"2's next worker (was node 1 not whole again %d ms after the first "
+			"barrier?)",
+			name, it_wait_name(r), it_wait_error(), KT_SUBMIT_MS);
+	it_log("this worker dies in step 1 of '%s', waiting for rank 2's worker", name);
+}
+
+/* A trainer of 2 nodes x 2 that lives through the run: connected, name registered (step 1's
+ * values in it) and the first barrier passed. */
+static sc_client_t *kt_start(const char *name, int rank, sc_tensor_t **x_p)
+{
+	sc_client_t *c = it_connect();
+	if (sc_size(c) != 4 || sc_local_size(c) != 2)
+		IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers", sc_size(c));
+	sc_tensor_t *x = it_register(c, name, SC_FLOAT32, 1000);
+	it_fill(sc_tensor_data(x), SC_FLOAT32, 1000, 8, rank, 1);
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "the first barrier");
+	*x_p = x;
+	return c;
+}
+
+/* Rank 2 of 2 nodes x 2: its first worker dies right after the first barrier, and its
+ * next one connects KT_WHOLE_MS later (the others' step 1 failed meanwhile) and registers
+ * name. */
+static sc_client_t *kt_rank2(const char *name, sc_tensor_t **x_p)
+{
+	kt_first_worker(2, kt_worker2, name);
+	it_sleep_ms(KT_WHOLE_MS);
+	sc_client_t *c = successor_connect(2);
+	*x_p = it_register(c, name, SC_FLOAT32, 1000);
+	return c;
+}
+
+int it_killed_twice(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("kt.x", &x);
+		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, 2, 1);
+		it_sleep_ms(KT_LATE_MS); /* rank 3's worker died in step 1 meanwhile */
+		kt_step1(c, x, 2, 3, 1.0, NULL);
+	} else if (rank == 3) {
+		kt_first_worker(3, kt_worker3, "kt.x");
+		c = successor_connect(3);
+		x = it_register(c, "kt.x", SC_FLOAT32, n);
+	} else {
+		c = kt_start("kt.x", rank, &x);
+		/* before rank 2's next worker comes */
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
+	}
+	for (int k = 2; k <= 3; k++)
+		kl_step(c, x, rank, 4, n, k);
+	sc_finalize(c);
+	it_pass();
+}
+
+/*
+ * killed-refused: 2 nodes x 2 trainers, three steps of 'kr.x'. Rank 2's first worker dies
+ * before step 1, so node 1 is degraded: node 0's step 1 fails at once, and so does rank
+ * 3's, refused by its degraded node. Rank 2's next worker connects (node 1 whole again)
+ * and goes on from step 2 with the others, asking for another reduction than rank 3:
+ * node 1 fails its step 2 before announcing it (SC_ERR_MISMATCH), and so must node 0, at
+ * once; step 3 must be exact on every rank. Node 1's report of step 2 must not be taken
+ * for the step 1 the coordinator answered while it was degraded: node 1 answered that one
+ * itself (rank 3's refusal). Had it been, node 0's step 2 would wait for node 1's step 3,
+ * stall, and charge node 1 a step, so that its step 3 was refused.
+ */
+/* Step k of x on rank (its values of seed 7 + k, op), after a barrier retried until every
+ * node takes part; it must fail at once with SC_ERR_MISMATCH naming the tensor. */
+static void kr_step_mismatch(sc_client_t *c, sc_tensor_t *x, int rank, size_t n, int k,
+			     sc_reduce_op_t op)
+{
+	const char *name = sc_tensor_name(x);
+	kl_barrier(c, k);
+	sc_handle_t h = 0;
+	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 7 + (uint64_t)k, rank, 1);
+	double t0 = it_now_s();
+	IT_CHECK_SC(sc_allreduce_async(c, x, op, &h), "allreduce '%s' (step %d)", name, k);
+	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_MISMATCH || !strstr(it_wait_error(), name))
+		IT_FAIL("step %d of '%s' on rank %d: %s after %.2f s, expected "
+			"SC_ERR_MISMATCH naming the tensor (node 1's trainers ask for "
+			"different reductions): '%s'",
+			k, name, rank, it_wait_name(r), dt, it_wait_error());
+	if (dt > 3.0)
+		IT_FAIL("step %d of '%s' on rank %d failed only after %.2f s: %s", k, name,
+			rank, dt, it_wait_error());
+	it_log("step %d of '%s' failed after %.2f s: %s", k, name, dt, it_wait_error());
+}
+
+int it_killed_refused(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("kr.x", &x);
+	} else {
+		c = kt_start("kr.x", rank, &x);
+		if (rank == 3) /* once node 1 is degraded, which refuses it */
+			it_sleep_ms(500);
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, rank == 3 ? "refused" : NULL);
+	}
+	kr_step_mismatch(c, x, rank, n, 2, rank == 2 ? SC_OP_MAX : SC_OP_SUM);
+	kl_step(c, x, rank, 4, n, 3);
+	sc_finalize(c);
+	it_pass();
+}
+
+/*
+ * killed-afresh: 2 nodes x 2 trainers, three steps of 'ka.x'. Rank 2's first worker dies
+ * before step 1, so node 1 is degraded and node 0's step 1 fails at once; rank 3's first
+ * worker then ends cleanly without submitting it, so no trainer of node 1 lived through
+ * its failure. New workers of ranks 2 and 3 connect (node 1 whole again, its trainers
+ * starting afresh) and go on from step 2, asking for different reductions: node 1 fails
+ * step 2 before announcing it, and node 0's step 2 must fail at once as well; step 3 must
+ * be exact on every rank. The coordinator must not take node 1's report of step 2 for
+ * the step 1 it answered while node 1 was degraded: no trainer of node 1 owes that one.
+ */
+int it_killed_afresh(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("ka.x", &x);
+	} else if (rank == 3) {
+		pid_t w = fork();
+		if (w < 0)
+			IT_FAIL("fork of rank 3's first worker failed");
+		if (w == 0) {
+			c = kt_start("ka.x", 3, &x);
+			it_sleep_ms(KT_WHOLE_MS / 2); /* node 0's step 1 failed meanwhile */
+			IT_CHECK_SC(sc_finalize(c), "sc_finalize of rank 3's first worker");
+			it_log("this worker ends before step 1 of 'ka.x'");
+			fflush(NULL);
+			_exit(0);
+		}
+		int st = it_wait_child(w, 60, "the first worker");
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			IT_FAIL("rank 3's first worker ended with status %d", st);
+		c = successor_connect(3);
+		x = it_register(c, "ka.x", SC_FLOAT32, n);
+	} else {
+		c = kt_start("ka.x", rank, &x);
+		kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
+	}
+	kr_step_mismatch(c, x, rank, n, 2, rank == 2 ? SC_OP_MAX : SC_OP_SUM);
+	kl_step(c, x, rank, 4, n, 3);
+	sc_finalize(c);
+	it_pass();
 }

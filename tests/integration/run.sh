@@ -371,6 +371,23 @@ run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
 # once, and the next steps are exact on every rank (node 1 owes nothing)
 run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
+# killed twice: rank 2's worker dies before a step that node 0 submits while node 1 is
+# degraded (it fails at once there); once node 1 is whole again, rank 3's worker dies in
+# that step, waiting for rank 2's next worker: node 1's report of the step charges node 0
+# nothing (the coordinator answered it already), and the next steps are exact everywhere
+run_case "killed twice n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-twice
+# killed refused: the same first death, but rank 3's step is refused by its degraded node;
+# node 1 then fails its next step before announcing it (its trainers ask for different
+# reductions): that report is of the next step, not of the one answered while node 1 was
+# degraded, so node 0's next step fails at once too, and the one after is exact
+run_case "killed refused n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-refused
+# killed afresh: the same first death, and rank 3's worker ends before that step: node 1
+# comes back with new trainers only, which owe nothing; its next step, failed before it
+# announced it, fails node 0's at once too, and the one after is exact
+run_case "killed afresh n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-afresh
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
