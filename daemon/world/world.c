@@ -571,8 +571,11 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 {
 	scd_daemon_t *d = w->d;
-	if (w->formed && wi->world_id == w->world_id)
-		return; /* sent again: this node's numbered messages tell the coordinator */
+	if (w->world_id && wi->world_id == w->world_id)
+		return; /* sent again: this node's numbered messages tell the coordinator; or,
+			 * while it re-forms, a copy of the world it leaves, sent before the
+			 * Reform and come after it on the other channel (its blobs name the old
+			 * endpoints: forming it would leave this node out of the new world) */
 	if (w->formed || wi->n_peers != (size_t)d->world_size) {
 		scd_error(SCD_SUB_WORLD, "unexpected world info with %zu peers", wi->n_peers);
 		return;
@@ -1052,6 +1055,9 @@ static void set_routing_id(scd_world_t *w)
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
+/* How many meshes built again after a re-form may fail in a row before the daemon stops. */
+#define MESH_REBUILD_MAX 3
+
 /* The mesh job came back: the daemon serves its trainers, or leaves (the transport logged
  * the failure where it found it, naming the rank). */
 static void mesh_done(scd_world_t *w, scd_job_t *job)
@@ -1065,12 +1071,29 @@ static void mesh_done(scd_world_t *w, scd_job_t *job)
 	if (st != SC_OK && w->served) {
 		/* a mesh built again after a re-form failed (a connection reset while it
 		 * formed): the world re-forms once more, as for a failure in a job; one of
-		 * a world re-formed since says nothing */
-		if (w->formed && world == w->world_id)
-			scd_world_mesh_failed(w, error);
-	} else if (st != SC_OK) {
+		 * a world re-formed since says nothing. A mesh that cannot be built again
+		 * (a peer's data port unreachable for good) would re-form the world for
+		 * ever, every operation failing: after MESH_REBUILD_MAX in a row the daemon
+		 * stops, as when the first mesh fails, and the others' failures name it */
+		if (!w->formed || world != w->world_id)
+			return;
+		if (++w->mesh_rebuild_failed >= MESH_REBUILD_MAX) {
+			scd_error(SCD_SUB_WORLD,
+				  "rank %d: the data-plane mesh could not be built again %d "
+				  "times in a row, the last: %s; the daemon stops",
+				  w->d->rank, w->mesh_rebuild_failed, error);
+			scd_world_stop_daemon(w, 1);
+			return;
+		}
+		scd_world_mesh_failed(w, error);
+		return;
+	}
+	if (st != SC_OK) {
 		scd_world_stop_daemon(w, 1);
-	} else if (!w->served) {
+		return;
+	}
+	w->mesh_rebuild_failed = 0;
+	if (!w->served) {
 		w->served = 1;
 		w->hooks->ready(w->d);
 	} else {

@@ -177,6 +177,8 @@ struct scd_world {
 	 * found lost instead: the world cannot re-form with it); mesh_reform_ms 0: none */
 	uint64_t mesh_reform_ms;
 	char mesh_reform_why[640];
+	/* meshes built again after a re-form that failed in a row (world.c, mesh_done) */
+	int mesh_rebuild_failed;
 	/* the data plane's backend, and this rank's endpoint until the mesh job takes it */
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;

@@ -6,6 +6,7 @@
  * peer_timeout_ms later. The runner links world/ without main.c and without any stand-in
  * for it.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "ctl/ctl.h"
@@ -56,13 +57,22 @@ static void world_free(scd_daemon_t *d, uv_loop_t *loop)
 	uv_loop_close(loop);
 }
 
-static void mesh_job_back(scd_daemon_t *d, sc_status_t status)
+/* The mesh job of world world_id (0: none formed) comes back with status. */
+static void mesh_job_back_in(scd_daemon_t *d, sc_status_t status, uint64_t world_id)
 {
 	scd_job_t *job = calloc(1, sizeof(*job));
 	CHECK_TRUE(job != NULL);
 	job->kind = SCD_JOB_MESH;
 	job->status = status;
+	job->boot.world_id = world_id;
+	if (status != SC_OK)
+		snprintf(job->error, sizeof(job->error), "rank 0: did not connect");
 	scd_world_job_done(d, job);
+}
+
+static void mesh_job_back(scd_daemon_t *d, sc_status_t status)
+{
+	mesh_job_back_in(d, status, 0);
 }
 
 UNIT_TEST(world_hooks_ready_once_and_stop_on_mesh_failure)
@@ -89,6 +99,67 @@ UNIT_TEST(world_hooks_ready_once_and_stop_on_mesh_failure)
 	CHECK_EQ_INT(seen.stops, 1);
 	CHECK_EQ_INT(seen.code, 1);
 	CHECK_TRUE(seen.stop_d == &d);
+	world_free(&d, &loop);
+}
+
+/* A mesh that cannot be built again after a re-form (a peer's data port unreachable for
+ * good) would re-form the world for ever: three failures in a row stop the daemon, as the
+ * first mesh's failure does; a mesh built in between starts the count again. */
+/* The world has re-formed (a new id) and its mesh, built again, comes back with status. */
+static void mesh_again(scd_daemon_t *d, sc_status_t status)
+{
+	d->world->formed = 1;
+	d->world->world_id++;
+	mesh_job_back_in(d, status, d->world->world_id);
+}
+
+UNIT_TEST(world_hooks_mesh_built_again_in_vain_stops)
+{
+	scd_daemon_t d;
+	uv_loop_t loop;
+	world_make(&d, &loop);
+	mesh_job_back(&d, SC_OK);
+	CHECK_EQ_INT(seen.ready, 1);
+	d.world->world_id = 100;
+	mesh_again(&d, SC_ERR_SYSTEM); /* each re-forms the world */
+	mesh_again(&d, SC_ERR_SYSTEM);
+	CHECK_EQ_INT(seen.stops, 0);
+	mesh_again(&d, SC_OK); /* built: the count starts again */
+	mesh_again(&d, SC_ERR_SYSTEM);
+	mesh_again(&d, SC_ERR_SYSTEM);
+	CHECK_EQ_INT(seen.stops, 0);
+	mesh_again(&d, SC_ERR_SYSTEM);
+	CHECK_EQ_INT(seen.stops, 1);
+	CHECK_EQ_INT(seen.code, 1);
+	world_free(&d, &loop);
+}
+
+/* A node re-forming takes no copy of the world it leaves (the coordinator sends WorldInfo
+ * again until a node shows it holds it; such a copy sent before the Reform can come after
+ * it on the other channel): forming it would build a mesh on the old endpoints and refuse
+ * the new world's WorldInfo. */
+UNIT_TEST(world_hooks_world_info_of_the_world_left_ignored)
+{
+	scd_daemon_t d;
+	uv_loop_t loop;
+	world_make(&d, &loop);
+	mesh_job_back(&d, SC_OK);
+	d.world->world_id = 77; /* formed, then re-forming */
+	d.world->formed = 0;
+	Sparsecomm__PeerInfo pi[2] = {SPARSECOMM__PEER_INFO__INIT, SPARSECOMM__PEER_INFO__INIT};
+	Sparsecomm__PeerInfo *pp[2] = {&pi[0], &pi[1]};
+	pi[1].rank = 1;
+	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
+	wi.world_id = 77;
+	wi.transport = "tcp";
+	wi.peers = pp;
+	wi.n_peers = 2;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
+	m.world = &wi;
+	scd_world_handle(d.world, 0, NULL, 0, &m);
+	CHECK_EQ_INT(d.world->formed, 0);
+	CHECK_TRUE(d.world->world_id == 77);
 	world_free(&d, &loop);
 }
 
