@@ -235,7 +235,9 @@ def t_hvdsuite():
     rc, out, _ = launch(1, os.path.join(HERE, "worker_hvdsuite.py"),
                         ["carried_dtype_mismatches_raise_on_every_rank",
                          "compression_on_some_ranks_raises_on_every_rank",
-                         "allreduce_mismatches_raise_on_every_rank"], 180, per_node=2)
+                         "allreduce_mismatches_raise_on_every_rank",
+                         "registered_name_dtype_mismatch_raises_on_every_rank"], 180,
+                        per_node=2)
     checks("hvdsuite1x2", rc, out, 2)
 
 

@@ -304,6 +304,61 @@ def unnamed_collectives_in_flight_together():
 
 
 @check
+def synchronize_and_poll_of_cleared_handles_and_others():
+    # Horovod's: synchronize() clears the handle, so a second one returns None, as does
+    # synchronize() of something that is not a handle; poll() of either raises ValueError
+    h = hvd.allreduce_async(torch.ones(2), name="sync.twice", op=hvd.Sum)
+    assert hvd.synchronize(h).tolist() == [float(P)] * 2
+    assert hvd.synchronize(h) is None
+    e = raises(ValueError, hvd.poll, h)
+    assert "cleared" in str(e), e
+    for other in (7, None, "h", torch.ones(1)):
+        assert hvd.synchronize(other) is None, other
+        raises(ValueError, hvd.poll, other)
+    out, rsp = hvd.synchronize(hvd.alltoall_async(torch.ones(P, 1), name="sync.a2a"))
+    assert out.tolist() == [[1.0]] * P and rsp.tolist() == [1] * P
+    g = hvd.grouped_allreduce_async([torch.ones(1)], name="sync.grp", op=hvd.Sum)
+    assert hvd.poll(g) in (True, False)
+    assert [t.tolist() for t in hvd.synchronize(g)] == [[float(P)]]
+    assert hvd.synchronize(g) is None
+
+
+@check
+def allgather_of_a_sparse_tensor_says_so():
+    # allgather, alltoall and reducescatter take dense tensors: a sparse one is refused
+    # with a TypeError naming it, before anything is exchanged (an obscure copy error)
+    sp = torch.sparse_coo_tensor([[0]], [1.0], (4,))
+    for fn in (hvd.allgather, hvd.allgather_async, hvd.alltoall, hvd.reducescatter):
+        e = raises(TypeError, fn, sp, name="sparse.rows")
+        assert "sparse" in str(e) and "sparse.rows" in str(e), e
+    assert hvd.allgather(torch.ones(1), name="sparse.rows.after").tolist() == [1.0] * P
+
+
+@check
+def numpy_dtypes_without_an_exact_carrier_are_refused():
+    # a long double, uint32 and uint64 (past the signed range), complex and object arrays:
+    # a TypeError naming the dtype (a long double was reduced in float32), even empty;
+    # the 16-bit and small types a carrier holds exactly keep working
+    import numpy as np
+    import sparsecomm as sc
+    bad = [np.uint32, np.uint64, np.complex64, np.complex128, object]
+    if np.dtype(np.longdouble).itemsize > 8:
+        bad.append(np.longdouble)
+    for dt in bad:
+        for n in (3, 0):
+            a = np.ones(n, dtype=dt)
+            e = raises(TypeError, sc.allreduce, a, name="np.bad", average=False)
+            assert np.dtype(dt).name in str(e), e
+        for fn in (sc.allgather, sc.reducescatter, lambda a, name: sc.broadcast(a, 0, name)):
+            e = raises(TypeError, fn, np.ones(P, dtype=dt), name="np.bad.c")
+            assert np.dtype(dt).name in str(e), e
+    for dt in (np.float16, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64,
+               np.float32, np.float64):
+        got = sc.allreduce(np.full(3, 2, dtype=dt), name="np.ok", average=False)
+        assert got.dtype == dt and got.tolist() == [2 * P] * 3, (dt, got)
+
+
+@check
 def broadcasts_third_argument_is_the_process_set():
     t = torch.full((2,), float(R))
     hvd.broadcast_parameters([t], 0, hvd.global_process_set)

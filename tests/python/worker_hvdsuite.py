@@ -247,6 +247,26 @@ def carried_dtype_mismatches_in_other_collectives():
 
 
 @check
+def registered_name_dtype_mismatch_raises_on_every_rank():
+    # a name set up with sparsecomm.register() as float32, given float16 on rank 0 and
+    # float32 elsewhere: Horovod's dtype mismatch on every rank naming both dtypes (it
+    # was summed into the float32 buffer), and float16 everywhere then works
+    import sparsecomm as sc
+    name = "regdt" if hvd.local_size() == 1 else "regdt.%d" % hvd.cross_rank()
+    sc.register(name, 17, "float32")
+    x = torch.ones(17, dtype=torch.float16 if R == 0 else torch.float32)
+    err = raises_everywhere(RuntimeError, lambda: hvd.allreduce(x, name=name, op=hvd.Sum),
+                            "float16 against float32 on a registered name")
+    for want in ("float16", "float32", name):
+        assert want in str(err), "%r not in %r" % (want, str(err))
+    again = name + ".again"
+    sc.register(again, 17, "float32")
+    got = hvd.allreduce(torch.ones(17, dtype=torch.float16), name=again, op=hvd.Sum)
+    same(got, torch.full((17,), float(P), dtype=torch.float16), "float16 everywhere")
+    still_works("registered_dtype")
+
+
+@check
 def grouped_allreduce_mismatches_raise_on_every_rank():
     # Horovod's grouped type and shape errors: one member of another dtype (int32
     # against float32, int8 against int32) or shape on rank 0 fails the group on every
@@ -567,6 +587,12 @@ def reducescatter_sum_average_every_dtype():
     lo = R * 2 + min(R, 1)
     n = 3 if R < 1 else 2
     same(hvd.reducescatter(x, op=hvd.Sum), x[lo:lo + n] * P, "reducescatter uneven")
+    # no rows, or rows of no elements: each rank's share of nothing, as Horovod's
+    for shape in ((0,), (0, 3), (P + 1, 0)):
+        rows = shape[0] // P + (R < shape[0] % P)
+        for call in (lambda: hvd.reducescatter(torch.ones(shape), op=hvd.Sum),
+                     lambda: hvd.grouped_reducescatter([torch.ones(shape)])[0]):
+            same(call(), torch.ones((rows,) + shape[1:]), "reducescatter of %s" % (shape,))
 
 
 @check

@@ -22,15 +22,15 @@ everyday input) re-registers it on the fly: the old registration is released
 earlier forms) and the name registered anew; a steady shape keeps
 its buffer.  Registration options (sparsifier, density, ...) are fixed by the first call
 for a name; a later call with different options is refused rather than silently ignored.
-A float16 or bfloat16 torch tensor travels in the float32 buffer of its name with its
-own 16-bit wire; the registration names the tensor's element type (sc_src_type_t, as for
-int8, uint8, int16 and bool tensors in int32 buffers), so ranks that give one name
-tensors of different dtypes fail on every rank with SC_ERR_MISMATCH naming both dtypes,
-as Horovod's, however one buffer dtype carries them; a call that gives a name another
-dtype or wire registers it anew, as a new shape does (sparsecomm.torch's fp16 and bf16
-compression reduce a float32 tensor as a float16 or bfloat16 one: allreduce_async's
-``_as_dtype``).  An allreduce asking for a 16-bit wire (``wire=``) uses a buffer of its own,
-the name with "@fp16" or "@bf16" appended, unless the name itself was registered with
+A float16 or bfloat16 torch tensor travels in the float32 buffer of its name with its own
+16-bit wire; the registration names the tensor's element type (sc_src_type_t, as for int8,
+uint8, int16 and bool tensors in int32 buffers), so ranks that give one name tensors of
+different dtypes fail on every rank with SC_ERR_MISMATCH naming both dtypes, as Horovod's,
+however one buffer dtype carries them (a register()ed name too); a call that gives a name
+another dtype or wire registers it anew, as a new shape does (sparsecomm.torch's fp16 and
+bf16 compression reduce a float32 tensor as a float16 or bfloat16 one: allreduce_async's
+``_as_dtype``).  An allreduce asking for a 16-bit wire (``wire=``) uses a buffer of its
+own, the name with "@fp16" or "@bf16" appended, unless the name itself was registered with
 that wire by :func:`register`.  A name that already ends so (then any number of "@") is
 registered with one "@" more (_own_name), so that it never shares that buffer.
 Names have no bound here, as Horovod's have none: one past the 255 bytes a daemon takes
@@ -268,19 +268,26 @@ def _sc_dtype(x):
             raise TypeError("sparsecomm: unsupported torch dtype %s" % x.dtype)
         return table[x.dtype]
     a = np.asarray(x)
-    kind, size = a.dtype.kind, a.dtype.itemsize
-    if kind == "f":
-        return DType.FLOAT64 if size == 8 else DType.FLOAT32
-    if kind in "iub":
-        return DType.INT64 if size == 8 else DType.INT32
-    raise TypeError("sparsecomm: unsupported numpy dtype %s" % a.dtype)
+    carrier = _NUMPY_CARRIERS.get(a.dtype.name)
+    if carrier is None:
+        raise TypeError("sparsecomm: unsupported numpy dtype %s (supported: %s)" %
+                        (a.dtype, ", ".join(_NUMPY_CARRIERS)))
+    return carrier
+
+
+# numpy dtype -> the dtype it travels as: only those a carrier holds exactly, as Horovod's
+# types (a long double would lose its precision in float64, and uint32 and uint64 values
+# past the signed range would be averaged and compared as negative ones)
+_NUMPY_CARRIERS = {"float32": DType.FLOAT32, "float64": DType.FLOAT64,
+                   "int32": DType.INT32, "int64": DType.INT64, "float16": DType.FLOAT32,
+                   "int8": DType.INT32, "uint8": DType.INT32, "int16": DType.INT32,
+                   "uint16": DType.INT32, "bool": DType.INT32}
 
 
 # dtype of the data -> its sc_src_type_t where a wider dtype carries it (0: its own), so
 # that the ranks' types are compared as Horovod's are (sparsecomm.h, sc_src_type_t)
 _torch_srcs = None
-_NUMPY_SRCS = {"int8": 1, "uint8": 2, "int16": 3, "uint16": 4, "uint32": 5, "bool": 6,
-               "float16": 7, "uint64": 9}
+_NUMPY_SRCS = {"int8": 1, "uint8": 2, "int16": 3, "uint16": 4, "bool": 6, "float16": 7}
 
 
 def _src_type(x, dtype=None):
@@ -1288,6 +1295,7 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
                     block=_block(tensor, block, sparsifier, scheme))
     istorch = _is_torch(tensor)
     x = tensor.detach() if istorch else np.asarray(tensor)
+    carrier = _sc_dtype(x)  # an unsupported dtype is refused, even with no elements
     known = c.entries.get(_key(name, pset)) if name is not None and wire is None else None
     if known is not None and known.fixed:  # a name register()ed with a wire keeps it
         key = key[:-1] + (("wire", dict(known.opts_key).get("wire", "native")),)
@@ -1296,13 +1304,16 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
         key = key[:-1] + (("wire", w.name.lower()),)
         if wire is not None:  # asked for: a buffer of its own (the tensor's is its name's)
             name = _wire_name(c, name, w, pset)
-        key = _with_src(key, x, _as_dtype)
+    # the element type is the tensor's whatever the name's registration says: a float16
+    # tensor given a register()ed float32 name registers it anew with its element type,
+    # so that ranks whose types differ fail as a dtype mismatch on every rank
+    key = _with_src(key, x, _as_dtype)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
         return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out), kind=_kind)
     if istorch and x.device.type == "cuda":
         return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root, pset)
-    e = _acquire(c, name, _kind, _sc_dtype(x), numel, key, coo_capacity or 0, None, pset)
+    e = _acquire(c, name, _kind, carrier, numel, key, coo_capacity or 0, None, pset)
     try:
         if istorch:
             if x.device.type != "cpu":

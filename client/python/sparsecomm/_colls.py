@@ -25,12 +25,16 @@ def _rows_in(tensor, what, name):
     """A collective's input in rows (its first dimension): (is torch, the tensor on the
     host, its torch device or None, its shape)."""
     istorch = _is_torch(tensor)
+    if istorch and tensor.is_sparse:  # Horovod's collectives in rows take dense tensors
+        raise TypeError("%s of '%s': a sparse tensor has no rows to exchange; give "
+                        "tensor.to_dense(), or use sparse_allreduce_async" % (what, name))
     x = tensor.detach() if istorch else np.asarray(tensor)
     dev = x.device if istorch else None
     if istorch and dev.type != "cpu":
         x = x.cpu()
     if not x.shape:
         raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
+    _sc_dtype(x)  # an unsupported dtype is refused before any exchange
     return istorch, x, dev, tuple(x.shape)
 
 
@@ -70,6 +74,13 @@ def _rows_out(e, n, shape, dtype, dev):
         res.copy_(e.tdata()[:n].view(shape))
         return res.to(dev) if dev.type != "cpu" else res
     return np.array(e.data[:n].reshape(shape), dtype=dtype)
+
+
+def _empty_rows(shape, x, istorch, dev):
+    """A new tensor of shape with no elements, of x's kind and dtype (on dev for torch)."""
+    if istorch:
+        return _torch().empty(shape, dtype=x.dtype, device=dev)
+    return np.empty(shape, dtype=x.dtype)
 
 
 def _allgather_async(tensor, name, timeout, process_set=None):
@@ -334,18 +345,23 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
     the first dimension is split in rank order, the first (rows % size) ranks one row more
     (sc_reducescatter_async: each node sends every other node its part once).  Every rank
     must give the same shape, dtype, op and name (without one: an unnamed buffer, as
-    allreduce's).
+    allreduce's).  A tensor without elements (0 rows, or rows of none) gives this rank
+    its share of none at once, as an empty allreduce does, without an exchange.
     ``process_set``: among its members, the rows split in set-rank order."""
     c = _need()
     name = _name_or_none(name)
     what = "reducescatter" if name is None else name
-    pset = process_sets_.scope(c, process_set, "reducescatter", name).id
+    ps = process_sets_.scope(c, process_set, "reducescatter", name)
+    pset = ps.id
     red = ReduceOp.parse(op)
     istorch, x, dev, shape = _rows_in(tensor, "reducescatter", what)
-    if not math.prod(shape):
-        raise ValueError("reducescatter of '%s': a tensor of at least one row" % what)
     row, n = math.prod(shape[1:]), math.prod(shape)
-    e = _acquire(c, name, "reducescatter", _sc_dtype(x), n,
+    carrier = _sc_dtype(x)
+    if not n:  # no elements: this rank's rows of nothing, as Horovod's (and allreduce's)
+        rows = shape[0] // ps.size + (ps.rank < shape[0] % ps.size)
+        return Handle(c, None, 0, lambda: _empty_rows((rows,) + shape[1:], x, istorch, dev),
+                      kind="reducescatter")
+    e = _acquire(c, name, "reducescatter", carrier, n,
                  _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, pset)
     try:
         if istorch:

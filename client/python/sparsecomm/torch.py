@@ -77,6 +77,7 @@ import socket as _socket
 import sys
 import threading
 import warnings
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -338,16 +339,49 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None, **kw
                                process_set=process_set, **kw)
 
 
+_synchronized = weakref.WeakSet()  # handles synchronize() has cleared, as Horovod's
+
+
 def synchronize(handle, timeout=None):
     """Waits for an operation started by an ``*_async`` call and returns its result
-    (an alltoall's: the received tensor and the received splits, as Horovod's)."""
-    return handle.wait(timeout)
+    (an alltoall's: the received tensor and the received splits, as Horovod's), once:
+    as Horovod's, the handle is then cleared, and synchronize() of a cleared handle, or
+    of anything that is not a handle, returns None.  A failed operation's error is
+    raised once and clears it too; a timeout leaves it to synchronize() again."""
+    if not callable(getattr(handle, "wait", None)) or _cleared(handle):
+        return None
+    try:
+        res = handle.wait(timeout)
+    except _sc.SparsecommError as e:
+        if e.status != _sc._lib.SC_ERR_TIMEOUT:
+            _clear(handle)
+        raise
+    _clear(handle)
+    return res
 
 
 def poll(handle):
     """True once the operation of ``handle`` has finished (synchronize() then returns at
-    once)."""
+    once).  A handle synchronize() has cleared, or anything that is not a handle, raises
+    ValueError, as Horovod's ("was not created or has been cleared")."""
+    if not callable(getattr(handle, "poll", None)) or _cleared(handle):
+        raise ValueError("poll: handle %r was not created by an *_async call or has been "
+                         "cleared by synchronize()" % (handle,))
     return handle.poll()
+
+
+def _clear(handle):
+    try:
+        _synchronized.add(handle)
+    except TypeError:  # not weakly referable: not one of the binding's handles
+        pass
+
+
+def _cleared(handle):
+    try:
+        return handle in _synchronized
+    except TypeError:  # not weakly referable: none of the handles
+        return False
 
 
 class _AlltoallHandle:
@@ -584,7 +618,7 @@ def grouped_reducescatter_async(tensors, name=None, compression=Compression.none
                                 prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
                                                    postscale_factor, process_set),
-                  tensors, name)
+                  tensors, name, _empty_dense)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
