@@ -1297,34 +1297,43 @@ reset_rank1_data() {
 # with it (before, ranks 1 and 2 failed with their own texts and rank 0, waiting on
 # rank 1, only after op_timeout_ms, 60 s here, with another; and every later step failed,
 # the mesh out of step for good), and the steps after succeed on the new mesh.
-if selected "data reset"; then
-	dname="data reset n=3 (20000 steps, seed $rnd_seed)"
+# data_reset NAME NODES PER LIMIT_S RESETS PERIOD_S [more arguments of sparsecomm-run]: the
+# case, with rank 1's data-plane connections reset RESETS times every PERIOD_S meanwhile
+data_reset() {
+	dname=$1 nodes=$2 per=$3 limit=$4 resets=$5 period=$6
+	shift 6
+	selected "$dname" || return 0
 	if ! can_destroy_sockets; then
 		skip_case "$dname" "needs root and ss -K (iproute2, a kernel with INET_DIAG_DESTROY)"
-	else
-		rm -rf "$tmp/data-logs"
-		(for i in 1 2 3 4 5 6; do
-			sleep 1
-			reset_rank1_data "$tmp/data-logs/daemon0.log"
-		done) &
-		killer=$!
-		failed_before=$failed
-		run_case "$dname" 3 1 50 0 3 --log-dir "$tmp/data-logs" --daemon-arg \
-			--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 \
-			--rate 0 --seed "$rnd_seed" --resets 1
-		kill "$killer" 2>/dev/null
-		wait "$killer" 2>/dev/null
-		grep -o 'random: [0-9]* steps failed by the world re-forming.*' "$tmp/out" |
-			sed 's/^/      /'
-		reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
-		echo "      $reforms re-forms after a data-plane failure"
-		if [ "$failed" -eq "$failed_before" ] && [ "$reforms" -lt 2 ]; then
-			echo "FAIL  $dname: $reforms re-forms (2 at least): the resets missed"
-			failed=$((failed + 1))
-			passed=$((passed - 1))
-		fi
+		return 0
 	fi
-fi
+	rm -rf "$tmp/data-logs"
+	(for i in $(seq 1 "$resets"); do
+		sleep "$period"
+		reset_rank1_data "$tmp/data-logs/daemon0.log"
+	done) &
+	killer=$!
+	failed_before=$failed
+	run_case "$dname" "$nodes" "$per" "$limit" 0 $((nodes * per)) --log-dir "$tmp/data-logs" "$@"
+	kill "$killer" 2>/dev/null
+	wait "$killer" 2>/dev/null
+	grep -o 'random: [0-9]* steps \(failed by\|(seed\).*' "$tmp/out" | sed 's/^/      /'
+	reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
+	echo "      $reforms re-forms after a data-plane failure"
+	if [ "$failed" -eq "$failed_before" ] && [ "$reforms" -lt 2 ]; then
+		echo "FAIL  $dname: $reforms re-forms (2 at least): the resets missed"
+		failed=$((failed + 1))
+		passed=$((passed - 1))
+	fi
+}
+data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 50 6 1 --daemon-arg \
+	--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 --rate 0 \
+	--seed "$rnd_seed" --resets 1
+# the same with deaths (two trainers a node), late steps, differing and bad input (rate
+# 30), every half second: steps late past a re-form, nodes degraded as the world re-forms
+data_reset "data reset events n=3 per-node=2 (600 steps, rate 30, seed $rnd_seed)" 3 2 120 \
+	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --op_timeout_ms \
+	--daemon-arg 60000 -- "$itest" random --steps 600 --rate 30 --seed "$rnd_seed" --resets 1
 # with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
 # 3 x 2, sets that split nodes), the same names in both and in the global set; until the
 # first death, and without deaths throughout
