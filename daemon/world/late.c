@@ -28,6 +28,12 @@
  * the name drops what is answered: its trainers started afresh. So does its becoming
  * degraded again, which it also says when it comes back with none of the trainers that
  * lived through its failure (ctl.c).
+ *
+ * The records outlive a re-form of the world (scd_late_keep): the nodes rejoin with the
+ * same daemons and trainers, which still owe their late steps and still report the steps
+ * answered for them; a refusal not sent yet goes back to its record, since the node
+ * announces that step again in the new world. A node given up, or another daemon of the
+ * rank, joins afresh (world.c, accept_join).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -188,6 +194,28 @@ void scd_late_forget_rank(scd_world_t *w, int rank)
 			pp = &l->next;
 		}
 	}
+}
+
+scd_poison_t *scd_late_keep(scd_world_t *w)
+{
+	scd_poison_t *r = scd_late_refusals(w);
+	while (r) {
+		scd_poison_t *next = r->next, *l = w->lates;
+		while (l && (l->rank != r->rank || strcmp(l->name, r->name)))
+			l = l->next;
+		if (l) { /* it owes this step before those: a step more */
+			l->owed += l->owed < INT_MAX;
+			late_free(r);
+		} else {
+			r->owed = 1, r->answered = 0;
+			r->next = w->lates;
+			w->lates = r;
+		}
+		r = next;
+	}
+	scd_poison_t *kept = w->lates;
+	w->lates = NULL;
+	return kept;
 }
 
 scd_poison_t *scd_late_refusals(scd_world_t *w)

@@ -1216,8 +1216,10 @@ void scd_neg_destroy(scd_world_t *w)
 
 void scd_neg_reset(scd_world_t *w)
 {
+	scd_poison_t *lates = scd_late_keep(w); /* what the nodes owe outlives the world */
 	scd_neg_destroy(w);
-	w->poisons = w->out_abandon = w->lates = w->refusals = NULL;
+	w->poisons = w->out_abandon = w->refusals = NULL;
+	w->lates = lates;
 	w->ehead = w->etail = NULL;
 	memset(w->ebucket, 0, sizeof(w->ebucket));
 	memset(w->name_to_id, 0, sizeof(w->name_to_id));

@@ -463,16 +463,27 @@ static void refuse(scd_world_t *w, const uint8_t *ident, size_t ident_len, const
 	scd_warn(SCD_SUB_WORLD, "join refused: %s", why);
 }
 
+static void state_resend(scd_world_t *w);
+
 /* Rank j->rank is in (coordinator): the world forms once every rank is. */
 static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__Join *j)
 {
 	scd_daemon_t *d = w->d;
 	scd_peer_t *p = &w->peers[j->rank];
+	/* the same daemon, joining again as the world re-forms, stays as it was (degraded,
+	 * its late and answered steps: world/late.c), and says what changed meanwhile once
+	 * the world has formed (state_resend); a node given up, or another daemon of the
+	 * rank, starts afresh */
+	int same = p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
+		   p->ident_len == ident_len && !memcmp(p->ident, ident, ident_len);
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();
-	p->degraded = 0;
+	if (!same) {
+		p->degraded = 0;
+		scd_late_forget_rank(w, j->rank);
+	}
 	scd_world_stream_free(p); /* what an earlier daemon of the rank held or was sent */
 	memcpy(p->ident, ident, ident_len);
 	p->ident_len = ident_len;
@@ -490,6 +501,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		/* what was announced while the world re-formed (kept back by the flush) goes
 		 * now: nothing else might send it (the trainers wait on it) */
 		scd_neg_flush(w);
+		state_resend(w);
 	}
 }
 
@@ -615,6 +627,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 	scd_live_start(w);
 	start_mesh(w);
 	scd_neg_flush(w); /* what was announced while the world re-formed (as above) */
+	state_resend(w);
 }
 
 static void on_join_timeout(uv_timer_t *t)
@@ -764,6 +777,23 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 	}
 }
 
+/* The world has formed: this node's state, told while it re-formed and lost then (a
+ * trainer that died or came meanwhile), goes now. The coordinator keeps what it knew of a
+ * node through a re-form (accept_join): a node degraded meanwhile says so first, so that
+ * the coordinator drops the steps it recorded for the node's old trainers (world/late.c),
+ * then whether it is whole. */
+static void state_resend(scd_world_t *w)
+{
+	if (!w->state_pending)
+		return;
+	int degraded = w->state_degraded, met = w->state_degraded_met;
+	w->state_pending = w->state_degraded_met = 0;
+	if (met)
+		scd_world_node_state(w, 1, w->state_reason);
+	if (!degraded)
+		scd_world_node_state(w, 0, "");
+}
+
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 {
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -773,8 +803,15 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 	ns.reason = (char *)reason;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
 	m.node_state = &ns;
-	if (!w->formed)
+	if (!w->formed) { /* the world re-forms: told once it has formed (state_resend) */
+		w->state_pending = 1;
+		w->state_degraded = degraded;
+		w->state_degraded_met |= degraded;
+		if (degraded)
+			snprintf(w->state_reason, sizeof(w->state_reason), "%s",
+				 reason ? reason : "");
 		return;
+	}
 	/* what the node has not sent yet goes first (as for a join, join.c): the steps a dying
 	 * trainer's node failed before announcing them must reach the coordinator while the
 	 * node is not degraded there yet. Read after, each would fail its name's next entry,

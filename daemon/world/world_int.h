@@ -184,6 +184,10 @@ struct scd_world {
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
 	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
+	/* this node's state told while the world re-forms (scd_world_node_state): sent once
+	 * it has formed, after a degradation met meanwhile (state_degraded_met) */
+	int state_pending, state_degraded, state_degraded_met;
+	char state_reason[256];
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
 	int flush_armed;
@@ -374,6 +378,10 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
  * to take it. */
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse);
 void scd_late_forget_rank(scd_world_t *w, int rank);
+/* The world re-forms: the records, taken from w (each node still owes its late steps, and
+ * still reports the steps answered for it), with each refusal not sent yet back in its
+ * record (the node announces that step again in the new world). */
+scd_poison_t *scd_late_keep(scd_world_t *w);
 /* The refusals to send (name, rank, status, reason), the caller's to free. */
 scd_poison_t *scd_late_refusals(scd_world_t *w);
 void scd_late_free_list(scd_poison_t *l);

@@ -256,6 +256,94 @@ int it_late(int argc, char **argv)
 }
 
 /*
+ * late-reform (3 x 1, stall_timeout_ms 1500, run.sh resetting the data-plane connection
+ * between ranks 1 and 2 meanwhile): rank 0 submits step 1 of 'lr.g' 4 s late. The
+ * others' step 1 fails with SC_ERR_STALLED at 1.5 s, so rank 0's node owes that step
+ * (world/late.c). Then ranks 1 and 2 run allreduces in the process set {1, 2} until one
+ * fails because the world re-forms (a connection reset between them), and submit step 2
+ * once rank 0 is about to wake. Rank 0's late step 1 must still fail after the re-form,
+ * and its step 2 pair with the others' step 2: before, the re-form dropped what rank 0's
+ * node owed, and its step 1 paired with the others' step 2 (SC_OK with wrong values).
+ */
+int it_late_reform(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c), set = 0, pair[2] = {1, 2};
+	const size_t n = 1000;
+	const int sleep_ms = 4000;
+	char why[512];
+	(void)argc, (void)argv;
+	if (size != 3)
+		IT_FAIL("late-reform runs with 3 trainers, not %d", size);
+	IT_CHECK_SC(sc_process_set_add(c, pair, 2, IT_OP_TIMEOUT_MS, &set), "the set {1, 2}");
+	sc_tensor_t *g = it_register(c, "lr.g", SC_FLOAT32, n), *p = NULL;
+	if (rank != 0) {
+		sc_tensor_opts_t o = {.struct_size = sizeof(o), .process_set = set};
+		IT_CHECK_SC(sc_register_ex(c, "lr.p", SC_FLOAT32, n, &o, &p),
+			    "register 'lr.p'");
+	}
+	int reformed = 0;
+	for (int step = 0; step < 5; step++) {
+		double t0 = it_now_s();
+		if (step == 1 && rank == 0)
+			it_sleep_ms(sleep_ms);
+		/* ranks 1 and 2, past the stall of step 1: traffic between them until the world
+		 * re-forms (rank 1 tells run.sh to reset their connection: the file
+		 * LATE_REFORM_MARK names), then step 2 half a second after rank 0 wakes */
+		const char *mark = getenv("LATE_REFORM_MARK");
+		FILE *f = step == 2 && rank == 1 && mark ? fopen(mark, "w") : NULL;
+		if (f)
+			fclose(f);
+		for (int k = 0; step == 2 && rank != 0 && k < 40; k++) { /* alike on both */
+			it_fill(sc_tensor_data(p), SC_FLOAT32, n, 5000 + (uint64_t)k, rank, 1);
+			sc_status_t st = sc_allreduce(c, p, SC_OP_SUM, IT_OP_TIMEOUT_MS);
+			if (st != SC_OK && strstr(sc_last_error(), "the world re-forms"))
+				reformed = 1;
+			else if (st != SC_OK)
+				IT_FAIL("'lr.p' in the set {1, 2}: %s: %s", sc_status_name(st),
+					sc_last_error());
+			it_sleep_ms(30);
+		}
+		if (step == 2 && rank != 0) { /* one of them at least saw it */
+			float *v = sc_tensor_data(p);
+			for (size_t i = 0; i < n; i++)
+				v[i] = (float)reformed;
+			IT_CHECK_SC(sc_allreduce(c, p, SC_OP_SUM, IT_OP_TIMEOUT_MS),
+				    "'lr.p' after the re-form");
+			if (v[0] == 0)
+				IT_FAIL("the world did not re-form while rank 0 slept: no "
+					"connection reset between ranks 1 and 2 (run under "
+					"run.sh's \"late reform\")");
+		}
+		if (step == 2 && rank != 0)
+			it_sleep_ms((int)((3.0 - (it_now_s() - t0)) * 1000));
+		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step, rank, 1);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'lr.g'", step);
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (step == 1 && r != SC_OK) {
+			it_log("step 1: %s", it_wait_error());
+			continue;
+		}
+		if (r != SC_OK)
+			IT_FAIL("step %d of 'lr.g' after rank 0's late step 1: %s: %s", step,
+				it_wait_name(r), it_wait_error());
+		if (step == 1)
+			IT_FAIL("step 1 of 'lr.g' succeeded, but rank 0 came %d ms late to it",
+				sleep_ms);
+		size_t wrong = it_check(sc_tensor_data(g), SC_FLOAT32, n, 1000 + (uint64_t)step,
+					size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL(
+			    "step %d of 'lr.g' after rank 0's late step 1 and a re-form: %zu "
+			    "of %zu elements wrong (another step's values paired in?): %s",
+			    step, wrong, n, why);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
  * late-release (two trainers a node): every trainer registers 'lr.g' for each step and
  * releases it after, and rank 0 comes sleep_ms late to step 1. Its node's step 1 fails at
  * the stall timeout; rank 0's late submission must answer that failed step, and every

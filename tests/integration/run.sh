@@ -1283,6 +1283,13 @@ reset_case() { # NAME: "pipe reset", "channel reset" or "channel and pipe reset"
 reset_case "pipe reset"
 reset_case "channel reset"
 reset_case "channel and pipe reset"
+# reset_rank1_data DAEMON0_LOG: resets (ss -K, both ends) the data-plane connections at rank
+# 1's endpoint, the last the coordinator logged at its join (ranks 1 and 2's with 3 nodes).
+reset_rank1_data() {
+	dport=$(grep -h "rank 1 joined" "$1" 2>/dev/null | tail -n 1 |
+		sed -n 's/.*:\([0-9]*\)$/\1/p')
+	[ -n "$dport" ] && ss -K "( sport = :$dport or dport = :$dport )" >/dev/null 2>&1
+}
 # A data-plane connection reset (ss -K, both ends) between ranks 1 and 2 under 20000 random
 # steps, once a second, 6 times (each time on the port rank 1's new endpoint has, which
 # the coordinator logs at its join). The rank that finds it tells the coordinator, which
@@ -1290,37 +1297,43 @@ reset_case "channel and pipe reset"
 # with it (before, ranks 1 and 2 failed with their own texts and rank 0, waiting on
 # rank 1, only after op_timeout_ms, 60 s here, with another; and every later step failed,
 # the mesh out of step for good), and the steps after succeed on the new mesh.
-if selected "data reset"; then
-	dname="data reset n=3 (20000 steps, seed $rnd_seed)"
+# data_reset NAME NODES PER LIMIT_S RESETS PERIOD_S [more arguments of sparsecomm-run]: the
+# case, with rank 1's data-plane connections reset RESETS times every PERIOD_S meanwhile
+data_reset() {
+	dname=$1 nodes=$2 per=$3 limit=$4 resets=$5 period=$6
+	shift 6
+	selected "$dname" || return 0
 	if ! can_destroy_sockets; then
 		skip_case "$dname" "needs root and ss -K (iproute2, a kernel with INET_DIAG_DESTROY)"
-	else
-		rm -rf "$tmp/data-logs"
-		(for i in 1 2 3 4 5 6; do
-			sleep 1
-			dport=$(grep -h "rank 1 joined" "$tmp"/data-logs/daemon0.log 2>/dev/null |
-				tail -n 1 | sed -n 's/.*:\([0-9]*\)$/\1/p')
-			[ -n "$dport" ] &&
-				ss -K "( sport = :$dport or dport = :$dport )" >/dev/null 2>&1
-		done) &
-		killer=$!
-		failed_before=$failed
-		run_case "$dname" 3 1 50 0 3 --log-dir "$tmp/data-logs" --daemon-arg \
-			--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 \
-			--rate 0 --seed "$rnd_seed" --resets 1
-		kill "$killer" 2>/dev/null
-		wait "$killer" 2>/dev/null
-		grep -o 'random: [0-9]* steps failed by the world re-forming.*' "$tmp/out" |
-			sed 's/^/      /'
-		reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
-		echo "      $reforms re-forms after a data-plane failure"
-		if [ "$failed" -eq "$failed_before" ] && [ "$reforms" -lt 2 ]; then
-			echo "FAIL  $dname: $reforms re-forms (2 at least): the resets missed"
-			failed=$((failed + 1))
-			passed=$((passed - 1))
-		fi
+		return 0
 	fi
-fi
+	rm -rf "$tmp/data-logs"
+	(for i in $(seq 1 "$resets"); do
+		sleep "$period"
+		reset_rank1_data "$tmp/data-logs/daemon0.log"
+	done) &
+	killer=$!
+	failed_before=$failed
+	run_case "$dname" "$nodes" "$per" "$limit" 0 $((nodes * per)) --log-dir "$tmp/data-logs" "$@"
+	kill "$killer" 2>/dev/null
+	wait "$killer" 2>/dev/null
+	grep -o 'random: [0-9]* steps \(failed by\|(seed\).*' "$tmp/out" | sed 's/^/      /'
+	reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
+	echo "      $reforms re-forms after a data-plane failure"
+	if [ "$failed" -eq "$failed_before" ] && [ "$reforms" -lt 2 ]; then
+		echo "FAIL  $dname: $reforms re-forms (2 at least): the resets missed"
+		failed=$((failed + 1))
+		passed=$((passed - 1))
+	fi
+}
+data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 50 6 1 --daemon-arg \
+	--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 --rate 0 \
+	--seed "$rnd_seed" --resets 1
+# the same with deaths (two trainers a node), late steps, differing and bad input (rate
+# 30), every half second: steps late past a re-form, nodes degraded as the world re-forms
+data_reset "data reset events n=3 per-node=2 (600 steps, rate 30, seed $rnd_seed)" 3 2 120 \
+	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --op_timeout_ms \
+	--daemon-arg 60000 -- "$itest" random --steps 600 --rate 30 --seed "$rnd_seed" --resets 1
 # with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
 # 3 x 2, sets that split nodes), the same names in both and in the global set; until the
 # first death, and without deaths throughout
@@ -1341,6 +1354,31 @@ run_case "late twice n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-a
 # rank 0 late past two of its node's failed steps: it owes both on its node (the node's
 # trainers count their owed steps, ctl.c), so its third step pairs with the others' third
 run_case "late twice n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late 4000
+# late reform: rank 0 late past a re-form (the connection between ranks 1 and 2 reset while
+# they run steps of a set of their own, once rank 1 says so): the re-form kept what rank
+# 0's node owes, so its late step fails, and its next pairs with the others' next (before,
+# the re-form dropped it: SC_OK with the sum of two steps)
+if selected "late reform"; then
+	lname="late reform n=3"
+	if ! can_destroy_sockets; then
+		skip_case "$lname" "needs root and ss -K (iproute2, a kernel with INET_DIAG_DESTROY)"
+	else
+		rm -rf "$tmp/lr-logs" "$tmp/lr-mark"
+		(for i in $(seq 1 600); do
+			sleep 0.1
+			[ -e "$tmp/lr-mark" ] || continue
+			grep -q "the data plane failed" "$tmp"/lr-logs/daemon0.log && break
+			reset_rank1_data "$tmp/lr-logs/daemon0.log"
+		done) &
+		killer=$!
+		export LATE_REFORM_MARK="$tmp/lr-mark"
+		run_case "$lname" 3 1 120 0 3 --log-dir "$tmp/lr-logs" --daemon-arg \
+			--stall_timeout_ms --daemon-arg 1500 -- "$itest" late-reform
+		unset LATE_REFORM_MARK
+		kill "$killer" 2>/dev/null
+		wait "$killer" 2>/dev/null
+	fi
+fi
 run_case "late-release n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late-release 2500
 
 # A peer daemon that leaves (SIGTERM), dies (SIGKILL) or stops (SIGSTOP), and a coordinator
