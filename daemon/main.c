@@ -173,6 +173,7 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .barrier_enter = scd_world_barrier_enter,
     .node_join = scd_world_node_join,
     .node_left = scd_world_node_left,
+    .node_idle = scd_world_node_idle,
 };
 
 static void daemon_stop(scd_daemon_t *d, int exit_code);

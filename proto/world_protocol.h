@@ -30,10 +30,12 @@
  * acknowledged and sent again when its pipe fails or its acknowledgement is late.
  * 14: MeshFailed (a node's data plane failed) and Reform's reason: the coordinator
  * re-forms the world, and every rank fails what was in flight with that one reason.
+ * 15: NodeState.no_trainers: a node's last trainer ended its session cleanly, and the
+ * coordinator forgets the late steps it kept for the node's trainers.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 14
+#define SCD_WORLD_PROTOCOL_VERSION 15
 
 #endif

@@ -583,7 +583,10 @@ static void session_end(scd_ctl_t *ctl, scd_session_t *s, int died)
 		ctl->n_joined--;
 	if (s->role == SPARSECOMM__ROLE__ROLE_TRAINER) {
 		ctl->by_local[s->local_rank] = NULL;
-		ctl->n_trainers--;
+		/* the job's last trainer here, gone cleanly: what the coordinator keeps for
+		 * the node's trainers (the steps they owe) is not the next job's */
+		if (!--ctl->n_trainers && !why[0] && ctl->d->world && !ctl->d->shutting_down)
+			ctl->up->node_idle(ctl->d->world);
 	}
 	session_close(s);
 }

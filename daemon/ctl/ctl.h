@@ -52,6 +52,8 @@ typedef struct scd_ctl_upcalls {
 			  const char *reason);
 	/* a local trainer ended its session without joining */
 	void (*node_left)(scd_world_t *w, const char *reason);
+	/* the node's last trainer ended its session cleanly */
+	void (*node_idle)(scd_world_t *w);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */

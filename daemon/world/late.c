@@ -14,7 +14,10 @@
  * submits a name costs is bounded by the names, not by the steps the others fail.
  *
  * A node that becomes degraded (its trainers exited) or leaves loses its records: its next
- * trainers start afresh. A joined node (join.c) submits nothing and gets none.
+ * trainers start afresh. So does a node whose last trainer ended its session cleanly
+ * (NodeState.no_trainers): a daemon that serves one job after another must not hand the
+ * next job's trainers the steps the last job's owed. A joined node (join.c) submits
+ * nothing and gets none.
  *
  * A step that fails while a node is degraded is answered for that node too: it owes
  * nothing, but its record counts the step as answered. A trainer of the node that

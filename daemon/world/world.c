@@ -832,6 +832,18 @@ void scd_world_node_left(scd_world_t *w, const char *reason)
 		scd_world_send_coord(w, &m);
 }
 
+void scd_world_node_idle(scd_world_t *w)
+{
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
+	ns.rank = w->d->rank;
+	ns.no_trainers = 1;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
+	m.node_state = &ns;
+	if (w->formed)
+		scd_world_send_coord(w, &m);
+}
+
 /* ---- receiving ---------------------------------------------------------------------- */
 
 static int rank_of_ident(scd_world_t *w, const uint8_t *ident, size_t len)
@@ -936,7 +948,10 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 			scd_world_stop_daemon(w, 1);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_NODE_STATE:
-		if (w->is_coord && m->node_state->left && m->node_state->left[0])
+		if (w->is_coord && m->node_state->no_trainers) {
+			if (from >= 0 && m->node_state->rank == from)
+				scd_late_forget_rank(w, from);
+		} else if (w->is_coord && m->node_state->left && m->node_state->left[0])
 			scd_join_on_left(w, m->node_state->rank, m->node_state->left);
 		else if (w->is_coord)
 			scd_neg_on_node_state(w, m->node_state);

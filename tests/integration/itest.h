@@ -214,6 +214,7 @@ int it_metrics(int argc, char **argv);	   /* itest_metrics.c */
 int it_wire16(int argc, char **argv);	   /* itest_wire.c */
 int it_agree(int argc, char **argv);	   /* itest_agree.c */
 int it_late(int argc, char **argv);
+int it_late_exit(int argc, char **argv);
 int it_late_reform(int argc, char **argv);
 int it_late_release(int argc, char **argv);
 int it_coo_forms(int argc, char **argv);

@@ -256,6 +256,58 @@ int it_late(int argc, char **argv)
 }
 
 /*
+ * late-exit leave | again (stall_timeout_ms 1500; run.sh runs the two as two jobs, one
+ * after the other, on the same daemons). leave: rank 0 sleeps 2500 ms before step 1 of
+ * 'lx.g' and then ends its session cleanly without submitting it; the others' step 1 fails
+ * with SC_ERR_STALLED, so rank 0's node owes that step when its last trainer goes.
+ * again: a new job's trainers run steps 0-5 of 'lx.g', each exact on every rank. The
+ * coordinator forgets what the old job's trainers owed when the node's last one leaves
+ * cleanly (NodeState.no_trainers); before, the new job's step 0 on rank 0 was refused as
+ * the old job's late step, and its step 1 paired with the others' step 0.
+ */
+int it_late_exit(int argc, char **argv)
+{
+	if (argc < 2 || (strcmp(argv[1], "leave") && strcmp(argv[1], "again")))
+		IT_FAIL("usage: late-exit leave|again");
+	sc_client_t *c = it_connect();
+	int rank = sc_rank(c), size = sc_size(c);
+	const size_t n = 1000;
+	char why[512];
+	sc_tensor_t *g = it_register(c, "lx.g", SC_FLOAT32, n);
+	int leave = !strcmp(argv[1], "leave");
+	for (int step = 0; step < (leave ? 2 : 6); step++) {
+		if (leave && step == 1 && rank == 0) {
+			it_sleep_ms(2500);
+			it_log("rank 0 leaves without step 1");
+			break;
+		}
+		it_fill(sc_tensor_data(g), SC_FLOAT32, n, 2000 + (uint64_t)step, rank, 1);
+		sc_handle_t h = 0;
+		IT_CHECK_SC(sc_allreduce_async(c, g, SC_OP_SUM, &h), "step %d of 'lx.g'", step);
+		int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+		if (leave && step == 1) {
+			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 0))
+				IT_FAIL(
+				    "step 1 of 'lx.g', rank 0 gone: expected SC_ERR_STALLED "
+				    "naming rank 0, got %s: %s",
+				    it_wait_name(r), it_wait_error());
+			break;
+		}
+		if (r != SC_OK)
+			IT_FAIL("%s job, step %d of 'lx.g': %s: %s", argv[1], step,
+				it_wait_name(r), it_wait_error());
+		size_t wrong = it_check(sc_tensor_data(g), SC_FLOAT32, n, 2000 + (uint64_t)step,
+					size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("%s job, step %d of 'lx.g': %zu of %zu elements wrong (another "
+				"step's values paired in?): %s",
+				argv[1], step, wrong, n, why);
+	}
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+/*
  * late-reform (3 x 1, stall_timeout_ms 1500, run.sh resetting the data-plane connection
  * between ranks 1 and 2 meanwhile): rank 0 submits step 1 of 'lr.g' 4 s late. The
  * others' step 1 fails with SC_ERR_STALLED at 1.5 s, so rank 0's node owes that step

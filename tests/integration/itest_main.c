@@ -375,6 +375,8 @@ static const struct {
     {"coo-forms", it_coo_forms, "unsorted COO: a sparse result everywhere; over capacity"},
     {"late-release", it_late_release, "register/release per step, rank 0 late at step 1"},
     {"late", it_late, "rank 0 submits a step past stall_timeout_ms: it fails there too"},
+    {"late-exit", it_late_exit,
+     "leave|again: a job whose rank 0 leaves owing a late step, then a new job of the name"},
     {"late-reform", it_late_reform, "3 x 1: rank 0 late past a re-form (run.sh resets)"},
     {"group", it_group, "grouped operations: held and fused together; mismatch; stall"},
     {"many-names", it_many_names, "600 tensors submitted at once, twice: exact"},

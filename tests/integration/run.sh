@@ -1350,6 +1350,10 @@ run_case "coo forms all over n=2 per-node=2" 2 2 120 0 4 -- "$itest" coo-forms a
 run_case "late n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
 run_case "late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late
+# A job ends with rank 0's node owing a late step; the next job on the same daemons starts
+# afresh (the coordinator forgets the steps when the node's last trainer leaves cleanly).
+run_case "late then a new job n=2" 2 1 120 0 2 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- sh -c "'$itest' late-exit leave && '$itest' late-exit again"
+run_case "late then a new job n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- sh -c "'$itest' late-exit leave && '$itest' late-exit again"
 run_case "late twice n=3" 3 1 120 0 3 --daemon-arg --stall_timeout_ms --daemon-arg 1500 -- "$itest" late 4000
 # rank 0 late past two of its node's failed steps: it owes both on its node (the node's
 # trainers count their owed steps, ctl.c), so its third step pairs with the others' third
