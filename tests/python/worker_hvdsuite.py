@@ -254,6 +254,7 @@ def registered_name_dtype_mismatch_raises_on_every_rank():
     import sparsecomm as sc
     name = "regdt" if hvd.local_size() == 1 else "regdt.%d" % hvd.cross_rank()
     sc.register(name, 17, "float32")
+    hvd.barrier()  # as below: every trainer holds the float32 form before one leaves it
     x = torch.ones(17, dtype=torch.float16 if R == 0 else torch.float32)
     err = raises_everywhere(RuntimeError, lambda: hvd.allreduce(x, name=name, op=hvd.Sum),
                             "float16 against float32 on a registered name")
@@ -261,6 +262,10 @@ def registered_name_dtype_mismatch_raises_on_every_rank():
         assert want in str(err), "%r not in %r" % (want, str(err))
     again = name + ".again"
     sc.register(again, 17, "float32")
+    # every trainer holds the float32 registration before one moves the name to float16:
+    # a trainer of a node that register()s a form another trainer of its node has
+    # already left is refused (SC_ERR_MISMATCH), since register() claims that form
+    hvd.barrier()
     got = hvd.allreduce(torch.ones(17, dtype=torch.float16), name=again, op=hvd.Sum)
     same(got, torch.full((17,), float(P), dtype=torch.float16), "float16 everywhere")
     still_works("registered_dtype")

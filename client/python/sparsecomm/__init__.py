@@ -972,7 +972,12 @@ def register(name, numel, dtype="float32", device="cpu", sparsifier=None, densit
     than dense_ring): its sum and average allreduces travel as 16-bit values, summed in
     float32 on arrival (sparsecomm.h, sc_wire_t).  ``block``: elements per block of S2's
     bitmap (where S2 is pinned) and of the "block_topk" sparsifier; 0: 256.
-    ``process_set``: the set it runs in (default the job's)."""
+    ``process_set``: the set it runs in (default the job's).  On a node of several
+    trainers, register() claims this form for the node: a trainer that registers a form
+    which another trainer of its node has already left (an allreduce of the name in
+    another dtype or shape) is refused with SC_ERR_MISMATCH, and the name's operations
+    fail on every rank; line the trainers up (a barrier) after registering when one of
+    them may change the name's form at once."""
     c = _need()
     dt = DType[dtype.upper()] if isinstance(dtype, str) else DType(dtype)
     name = _own_name(str(name))
