@@ -75,6 +75,15 @@ def flood_exact_and_bounded():
     # names go the 33rd or so unique name fails with SC_ERR_LIMIT
     kept = sc.register("kept.w", 16)
     kept_e = sc._ctx.entries["kept.w"]
+    # a register()ed name given a new dtype is registered anew, and stays kept
+    sc.register("kept.d", 16)
+    # (an allreduce lines the node's two trainers up: both hold the float32 form before
+    # one leaves it, see register())
+    sc.allreduce(np.zeros(16, np.float32), name="kept.w")
+    got = sc.allreduce(np.full(16, 1.0, np.float64), name="kept.d", average=False)
+    exact(got, np.full(16, float(P), np.float64), "allreduce of kept.d as float64")
+    kept_d = sc._ctx.entries["kept.d"]
+    assert kept_d.dtype != kept_e.dtype and kept_d.kept, "kept.d: not kept as float64"
     most = 0
     for i in range(240):
         flood_step(i)
@@ -84,6 +93,7 @@ def flood_exact_and_bounded():
         most = max(most, len(sc.registered()))
         assert most <= LIMIT, "%d registrations held" % most
     assert sc._ctx.entries.get("kept.w") is kept_e, "the register()ed name was released"
+    assert sc._ctx.entries.get("kept.d") is kept_d, "kept.d, registered anew, was released"
     assert kept["numel"] == 16
     held = daemon_tensors()
     assert held <= LIMIT, "the daemon counts %d registrations of this trainer" % held

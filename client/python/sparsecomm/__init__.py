@@ -78,7 +78,8 @@ queued):
 Kept, never released for room, and not counted: names registered by :func:`register`,
 and the buffers of sparsecomm.torch's DistributedOptimizer and DDP hook (registered
 inside ``_lru.keeping()``), since each parameter is reduced every step and releasing it
-would register it again at the next.  A released name used again is registered again
+would register it again at the next; a kept name registered anew for a new shape or dtype
+stays kept.  A released name used again is registered again
 (one registration, as a new shape costs).  Ranks need not release alike: a name a node let
 go and registers again takes up its negotiation where it was (every daemon keeps the
 name's cached forms and its buffers' state, whichever nodes hold it), while nodes that
@@ -754,6 +755,9 @@ def _entry(c, name, dtype, numel, key, coo_capacity=0, device=None, pset=0, keep
             raise _reserved_error(name)
         if not keep and held is None:
             _lru.named_trim(c)
+        # a kept name (register(), an optimizer's gradient) registered anew for a new
+        # shape or dtype stays kept
+        keep = keep or (held is not None and held.kept)
         e = _entry_locked(c, name, dtype, numel, key, coo_capacity, device, pset)
         _lru.named_use(c, e, keep)
         if claim:
