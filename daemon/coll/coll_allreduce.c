@@ -275,7 +275,12 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 		return SC_OK; /* not on this device (block top-K on a GPU): its buffer says so
 			       */
 	const char *why = NULL;
+	char ready_why[400];
+	if (st == SC_OK &&
+	    (st = scd_job_stage_ready_item(it, ready_why, sizeof(ready_why))) != SC_OK)
+		why = ready_why;
 	if (st == SC_OK) {
+		p->waited = it->presel_token; /* its buffer does not wait again */
 		p->fault = (scd_fault_t){0};
 		uint64_t tl = scd_tl_begin();
 		local_reduce(x->dev, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc, x->nonfinite,

@@ -341,6 +341,19 @@ sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it)
 	return SC_OK;
 }
 
+int scd_presel_waited(const scd_presel_table_t *tab, const scd_job_item_t *it)
+{
+	if (!tab || !it->presel_token) /* tokens are unique over the node's submissions */
+		return 0;
+	int i = entry_find(tab, it->cache_id);
+	if (i >= 0 && tab->v[i]->waited == it->presel_token)
+		return 1;
+	for (int j = 0; j < tab->n_spec; j++)
+		if (tab->spec[j]->waited == it->presel_token)
+			return 1;
+	return 0;
+}
+
 void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
 {
 	if (!t0 || !it->name)

@@ -56,8 +56,9 @@ typedef struct scd_presel {
 	uint32_t cache_id;	     /* SCD_PRESEL_SPEC while speculative */
 	uint64_t spec_key; /* speculative: the node tensor's key (presel_key); else 0 */
 	uint64_t numel;
-	uint64_t token; /* the submission it selected (scd_job_item_t.presel_token) */
-	int ready;	/* selected for token and not yet taken */
+	uint64_t token;	 /* the submission it selected (scd_job_item_t.presel_token) */
+	uint64_t waited; /* the submission whose GPU trainers' ready events it waited for */
+	int ready;	 /* selected for token and not yet taken */
 	scd_sparsifier_cfg_t cfg;
 	scd_sparsifier_t *sp;
 	float *acc; /* the node's sum of the tensor: the sparsifier's input (dev's memory) */
@@ -110,6 +111,11 @@ sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
  * the residual's copy, then the device's sync (a GPU's failure in anything queued for
  * it fails it); marks it ready for it->presel_token. */
 sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it);
+
+/* Whether the selection job of it's submission waited for its GPU trainers' ready events
+ * on the compute thread's stream (its buffer then does not wait again: each recording of
+ * an event is waited for once), whether or not the selection itself succeeded. */
+int scd_presel_waited(const scd_presel_table_t *tab, const scd_job_item_t *it);
 
 /* The timeline's phase of a selection at submission begun at t0, on the tensor's lane
  * "NAME (ahead)" (its own lane's wait_ranks runs meanwhile, on the loop thread). */

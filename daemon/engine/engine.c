@@ -177,8 +177,13 @@ static void compute_buffer(scd_engine_t *e, scd_job_t *job)
 		log_job_error(job);
 	} else if ((st = scd_job_device(e->p.rank, job, &run->kind, &run->dev)) == SC_OK &&
 		   (st = scd_job_stage_check(e->p.rank, job, run->kind)) == SC_OK &&
-		   (st = job_buffer(e, job, c)) == SC_OK)
+		   (st = job_buffer(e, job, c)) == SC_OK) {
+		/* the ready events a selection at submission waited for on this stream */
+		for (int i = 0; i < job->n_items; i++)
+			job->items[i].ready_waited =
+			    scd_presel_waited(e->presel, &job->items[i]);
 		st = scd_job_stage_ready(e->p.rank, job);
+	}
 	if (st != SC_OK) {
 		compute_fail(job, st);
 		return;
@@ -477,10 +482,10 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 }
 
 /* A selection job's device, as a buffer's compute stage finds it (compute_buffer): the
- * sources' device, a GPU not lost and the residual on the engine GPU, the GPU trainers'
- * ready events waited for on the compute thread's stream, and room for copies of sources
- * on other GPUs. A lost GPU is no failure here: the buffer reports it. A failure is said
- * in job->error with this rank and logged. */
+ * sources' device, a GPU not lost and the residual on the engine GPU, and room for copies
+ * of sources on other GPUs (the selection waits for the GPU trainers' ready events
+ * itself). A lost GPU is no failure here: the buffer reports it. A failure is said in
+ * job->error with this rank and logged. */
 static sc_status_t preselect_device(scd_engine_t *e, scd_job_t *job, scd_coll_ctx_t *x)
 {
 	scd_job_run_t *run = &job->run;
@@ -488,7 +493,6 @@ static sc_status_t preselect_device(scd_engine_t *e, scd_job_t *job, scd_coll_ct
 	if (st == SC_OK && scd_device_lost(run->kind))
 		return SC_ERR_SYSTEM;
 	if (st == SC_OK && (st = scd_job_stage_check(e->p.rank, job, run->kind)) == SC_OK &&
-	    (st = scd_job_stage_ready(e->p.rank, job)) == SC_OK &&
 	    (st = scd_job_stage_reserve(x->pe, run->dev, job, run->kind)) != SC_OK) {
 		snprintf(
 		    job->error, sizeof(job->error),
