@@ -351,6 +351,10 @@ int scd_presel_waited(const scd_presel_table_t *tab, const scd_job_item_t *it)
 	for (int j = 0; j < tab->n_spec; j++)
 		if (tab->spec[j]->waited == it->presel_token)
 			return 1;
+	/* selected under another cache id than the plan's (rare: the cache changed) */
+	for (int j = 0; j < tab->n; j++)
+		if (tab->v[j]->waited == it->presel_token)
+			return 1;
 	return 0;
 }
 

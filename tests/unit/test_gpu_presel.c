@@ -4,7 +4,8 @@
  * sparsecomm-unit-gpu): the node's sum and the selection are made in the device's memory
  * by its ops and equal, bit for bit, the sum and selection its buffer makes with the same
  * ops; the tensor's residual is untouched until a buffer on the same device takes the
- * selection (one on another device does not); an entry made on another device is made
+ * selection (one on another device does not), and that buffer does not wait for the
+ * trainers' ready events again; an entry made on another device is made
  * anew; block top-K, which the GPU cannot make, is left to the buffer.
  */
 #include <string.h>
@@ -92,6 +93,14 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	sc_status_t st = scd_allreduce_preselect(&x, tab, &job);
 	CHECK_MSG(st == SC_OK, "%s: %s", sc_status_name(st), job.error);
 	CHECK_TRUE(scd_presel_count(tab) == 1);
+	/* its buffer does not wait for the ready events again (under any cache id), another
+	 * submission's does */
+	scd_job_item_t plan = it;
+	CHECK_TRUE(scd_presel_waited(tab, &plan));
+	plan.cache_id = 9;
+	CHECK_TRUE(scd_presel_waited(tab, &plan));
+	plan.presel_token = 76;
+	CHECK_TRUE(!scd_presel_waited(tab, &plan));
 	read_back(dev, got, dres, PN);
 	CHECK_MSG(!memcmp(got, hres, bytes), "the selection at submission wrote the residual");
 
