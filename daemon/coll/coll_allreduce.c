@@ -271,9 +271,9 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 		return SC_OK;
 	scd_presel_t *p;
 	sc_status_t st = scd_presel_entry(tab, it, x->dev, job->world_seed, &p);
+	/* a sparsifier not on this device (block top-K on a GPU): its buffer says so */
 	if (st == SC_ERR_UNSUPPORTED)
-		return SC_OK; /* not on this device (block top-K on a GPU): its buffer says so
-			       */
+		return SC_OK;
 	const char *why = NULL;
 	char ready_why[400];
 	if (st == SC_OK &&
