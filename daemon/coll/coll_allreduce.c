@@ -255,7 +255,7 @@ static sc_status_t dense_typed(scd_coll_ctx_t *x, scd_job_t *job)
 static int presel_taken(scd_coll_ctx_t *x, scd_job_t *job, int i)
 {
 	scd_job_item_t *it = &job->items[i];
-	scd_presel_t *p = scd_presel_take(x->presel, it, job->world_seed);
+	scd_presel_t *p = scd_presel_take(x->presel, it, x->dev, job->world_seed);
 	if (!p)
 		return 0;
 	it->presel = p;
@@ -270,21 +270,35 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 	if (job->n_items != 1 || job->dtype != SC_FLOAT32 || !scd_presel_applies(it))
 		return SC_OK;
 	scd_presel_t *p;
-	sc_status_t st = scd_presel_entry(tab, it, job->world_seed, &p);
+	sc_status_t st = scd_presel_entry(tab, it, x->dev, job->world_seed, &p);
+	/* a sparsifier not on this device (block top-K on a GPU): its buffer says so */
+	if (st == SC_ERR_UNSUPPORTED)
+		return SC_OK;
+	const char *why = NULL;
+	char ready_why[400];
+	if (st == SC_OK &&
+	    (st = scd_job_stage_ready_item(it, ready_why, sizeof(ready_why))) != SC_OK)
+		why = ready_why;
 	if (st == SC_OK) {
+		p->waited = it->presel_token; /* its buffer does not wait again */
 		p->fault = (scd_fault_t){0};
 		uint64_t tl = scd_tl_begin();
-		local_reduce(&scd_device_cpu_ops, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc,
-			     x->nonfinite, &p->fault);
+		local_reduce(x->dev, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc, x->nonfinite,
+			     &p->fault);
 		scd_presel_tl(it, "local_sum", tl);
 		p->nonfinite = it->nonfinite;
-		st = scd_presel_select(p, it);
+		if ((st = x->pe->st) != SC_OK) /* a source off the engine GPU not copied */
+			why = x->pe->what;
+		else
+			st = scd_presel_select(p, it);
 	}
 	if (st != SC_OK)
-		snprintf(job->error, sizeof(job->error),
-			 "tensor '%s': its selection at submission failed (its buffer selects "
-			 "it): %s",
-			 scd_coll_item_name(it), sc_status_message(st));
+		snprintf(
+		    job->error, sizeof(job->error),
+		    "tensor '%s': its selection at submission on the %s device failed (its "
+		    "buffer selects it): %s",
+		    scd_coll_item_name(it), x->dev->name,
+		    why ? why : scd_job_stage_why(x->dev, st));
 	return st;
 }
 

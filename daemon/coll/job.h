@@ -122,6 +122,9 @@ typedef struct scd_job_item {
 	uint64_t presel_token;
 	uint64_t presel_key; /* the node tensor's, unique over its registrations */
 	struct scd_presel *presel;
+	/* the compute thread's stream waited for this submission's GPU trainers' ready
+	 * events already, in its selection job (coll/presel.h): the buffer does not again */
+	int ready_waited;
 	int n_src;
 	scd_job_src_t src[SCD_MAX_LOCAL];
 } scd_job_item_t;

@@ -4,13 +4,14 @@
  * id beside it (linear probing, at most half full), since every buffer looks each of its
  * items up. The index is rebuilt when an entry goes, which only a forgotten tensor, a
  * changed option or a re-formed world causes. Speculative entries (a tensor's first step,
- * presel.h) are a short list apart, searched linearly: only first steps in flight.
+ * presel.h) are a short list apart, searched linearly: only first steps in flight. An
+ * entry's memory and sparsifier are its device's (the cpu's, or the GPU's for a cuda
+ * tensor), made and freed through that device's ops.
  */
 #include "coll/presel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "coll/bufctx.h"
 #include "util/clock.h"
@@ -55,16 +56,23 @@ sc_status_t scd_presel_table_create(uint32_t block, scd_presel_table_t **tab_p)
 	return SC_OK;
 }
 
+/* Frees x, the memory of device dev, when there is one. */
+static void dev_free(const scd_device_ops_t *dev, void *x)
+{
+	if (x)
+		dev->free(x);
+}
+
 static void entry_free(scd_presel_t *p)
 {
 	if (!p)
 		return;
 	if (p->sp)
-		scd_device_cpu_ops.sparsifier_destroy(p->sp);
-	free(p->acc);
-	free(p->res);
-	free(p->sel.idx);
-	free(p->sel.val);
+		p->dev->sparsifier_destroy(p->sp);
+	dev_free(p->dev, p->acc);
+	dev_free(p->dev, p->res);
+	dev_free(p->dev, p->sel.idx);
+	dev_free(p->dev, p->sel.val);
 	free(p);
 }
 
@@ -162,7 +170,8 @@ int scd_presel_applies(const scd_job_item_t *it)
 	if (!scd_sparsify_kind_of(it->sparsifier, &kind) || it->n_src == 0)
 		return 0;
 	for (int s = 0; s < it->n_src; s++) /* COO input: every trainer's (local_reduce) */
-		if (it->src[s].device != SCD_DEVICE_CPU || !it->src[s].coo != !it->src[0].coo)
+		if (it->src[s].device != it->src[0].device ||
+		    !it->src[s].coo != !it->src[0].coo)
 			return 0;
 	return 1;
 }
@@ -189,25 +198,27 @@ static int cfg_equal(const scd_sparsifier_cfg_t *a, const scd_sparsifier_cfg_t *
 	       a->threshold == b->threshold && a->seed == b->seed && a->block == b->block;
 }
 
-/* A new entry for it with cfg's sparsifier and its workspaces; NULL when out of memory
- * (*st_p: why). */
-static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_sparsifier_cfg_t *cfg,
-			       sc_status_t *st_p)
+/* A new entry for it on device dev with cfg's sparsifier and its workspaces there; NULL
+ * when out of memory or when dev cannot make the sparsifier (*st_p: why). */
+static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t *dev,
+			       const scd_sparsifier_cfg_t *cfg, sc_status_t *st_p)
 {
 	scd_presel_t *p = calloc(1, sizeof(*p));
 	*st_p = SC_ERR_NOMEM;
 	if (!p)
 		return NULL;
+	size_t bytes = (it->numel ? it->numel : 1) * sizeof(float);
+	p->dev = dev;
 	p->cache_id = it->cache_id;
 	p->numel = it->numel;
 	p->cfg = *cfg;
-	p->acc = malloc(it->numel * sizeof(float));
-	p->res = malloc(it->numel * sizeof(float));
-	p->sel.idx = malloc(it->numel * sizeof(uint32_t));
-	p->sel.val = malloc(it->numel * sizeof(float));
+	p->acc = dev->alloc(bytes);
+	p->res = dev->alloc(bytes);
+	p->sel.idx = dev->alloc(bytes);
+	p->sel.val = dev->alloc(bytes);
 	p->sel.cap = it->numel;
 	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val ||
-	    (*st_p = scd_device_cpu_ops.sparsifier_create(cfg, &p->sp)) != SC_OK) {
+	    (*st_p = dev->sparsifier_create(cfg, &p->sp)) != SC_OK) {
 		p->sp = NULL;
 		entry_free(p);
 		return NULL;
@@ -235,15 +246,23 @@ static sc_status_t table_grow(scd_presel_table_t *tab)
 	return SC_OK;
 }
 
-/* A speculative entry for it (the tensor's earlier one reused when its options are the
- * same, else replaced). */
+/* Whether entry p was made on dev with cfg's options (else it is made anew). */
+static int entry_fits(const scd_presel_t *p, const scd_device_ops_t *dev,
+		      const scd_sparsifier_cfg_t *cfg)
+{
+	return p->dev == dev && cfg_equal(&p->cfg, cfg);
+}
+
+/* A speculative entry for it (the tensor's earlier one reused when its device and options
+ * are the same, else replaced). */
 static sc_status_t spec_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
-			      const scd_sparsifier_cfg_t *cfg, scd_presel_t **p_p)
+			      const scd_device_ops_t *dev, const scd_sparsifier_cfg_t *cfg,
+			      scd_presel_t **p_p)
 {
 	if (cfg->kind == SCD_SPARSIFY_DGC || !it->presel_key)
 		return SC_ERR_INVALID; /* its sample's seed needs the cache id */
 	int i = spec_find(tab, it->presel_key);
-	if (i >= 0 && cfg_equal(&tab->spec[i]->cfg, cfg)) {
+	if (i >= 0 && entry_fits(tab->spec[i], dev, cfg)) {
 		tab->spec[i]->ready = 0;
 		*p_p = tab->spec[i];
 		return SC_OK;
@@ -259,7 +278,7 @@ static sc_status_t spec_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
 		tab->cap_spec = cap;
 	}
 	sc_status_t st;
-	scd_presel_t *p = entry_new(it, cfg, &st);
+	scd_presel_t *p = entry_new(it, dev, cfg, &st);
 	if (!p)
 		return st;
 	p->spec_key = it->presel_key;
@@ -268,27 +287,27 @@ static sc_status_t spec_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
 	return SC_OK;
 }
 
-sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
-			     scd_presel_t **p_p)
+sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
+			     const scd_device_ops_t *dev, uint64_t seed, scd_presel_t **p_p)
 {
 	scd_sparsifier_cfg_t cfg;
 	if (!item_cfg(tab, it, seed, &cfg))
 		return SC_ERR_INVALID;
 	if (it->cache_id == SCD_PRESEL_SPEC)
-		return spec_entry(tab, it, &cfg, p_p);
+		return spec_entry(tab, it, dev, &cfg, p_p);
 	spec_forget(tab, it->presel_key); /* a first step's, never taken */
 	int i = entry_find(tab, it->cache_id);
-	if (i >= 0 && cfg_equal(&tab->v[i]->cfg, &cfg)) {
+	if (i >= 0 && entry_fits(tab->v[i], dev, &cfg)) {
 		tab->v[i]->ready = 0;
 		*p_p = tab->v[i];
 		return SC_OK;
 	}
-	if (i >= 0) /* the tensor's options or size changed: made anew */
+	if (i >= 0) /* the tensor's options, size or device changed: made anew */
 		entry_remove(tab, i);
 	if (tab->n == tab->cap && table_grow(tab) != SC_OK)
 		return SC_ERR_NOMEM;
 	sc_status_t st;
-	scd_presel_t *p = entry_new(it, &cfg, &st);
+	scd_presel_t *p = entry_new(it, dev, &cfg, &st);
 	if (!p)
 		return st;
 	tab->v[tab->n++] = p;
@@ -300,20 +319,43 @@ sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, 
 sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it)
 {
 	double t0 = scd_now_s();
+	p->ready = 0;
 	p->has_res = it->residual != NULL;
 	if (p->has_res)
-		memcpy(p->res, it->residual, it->numel * sizeof(float));
+		p->dev->copy(p->res, it->residual, it->numel * sizeof(float));
 	p->sel.nnz = 0;
 	uint64_t tl = scd_tl_begin();
-	sc_status_t st = scd_device_cpu_ops.sparsify(p->sp, p->acc, p->has_res ? p->res : NULL,
-						     it->numel, &p->sel, NULL);
+	sc_status_t st = p->dev->sparsify(p->sp, p->acc, p->has_res ? p->res : NULL, it->numel,
+					  &p->sel, NULL);
+	/* every op queued for it (the local sum, the copy, the selection) has run: a GPU's
+	 * failure among them is this selection's */
+	sc_status_t synced = p->dev->sync();
 	scd_presel_tl(it, "sparsify", tl);
+	if (st == SC_OK)
+		st = synced;
 	if (st != SC_OK)
 		return st;
 	p->tcp_s = scd_now_s() - t0;
 	p->token = it->presel_token;
 	p->ready = 1;
 	return SC_OK;
+}
+
+int scd_presel_waited(const scd_presel_table_t *tab, const scd_job_item_t *it)
+{
+	if (!tab || !it->presel_token) /* tokens are unique over the node's submissions */
+		return 0;
+	int i = entry_find(tab, it->cache_id);
+	if (i >= 0 && tab->v[i]->waited == it->presel_token)
+		return 1;
+	for (int j = 0; j < tab->n_spec; j++)
+		if (tab->spec[j]->waited == it->presel_token)
+			return 1;
+	/* selected under another cache id than the plan's (rare: the cache changed) */
+	for (int j = 0; j < tab->n; j++)
+		if (tab->v[j]->waited == it->presel_token)
+			return 1;
+	return 0;
 }
 
 void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
@@ -331,7 +373,8 @@ void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0)
  * was made with, and then made the entry of it's cache id (replacing an earlier entry of
  * that id); freed otherwise. NULL: none taken. */
 static scd_presel_t *spec_take(scd_presel_table_t *tab, const scd_job_item_t *it,
-			       const scd_sparsifier_cfg_t *cfg, uint64_t seed)
+			       const scd_device_ops_t *dev, const scd_sparsifier_cfg_t *cfg,
+			       uint64_t seed)
 {
 	int j = -1;
 	for (int i = 0; j < 0 && i < tab->n_spec; i++)
@@ -342,7 +385,7 @@ static scd_presel_t *spec_take(scd_presel_table_t *tab, const scd_job_item_t *it
 	scd_presel_t *p = spec_unlink(tab, j);
 	scd_sparsifier_cfg_t made = *cfg;
 	made.seed = seed ^ SCD_PRESEL_SPEC;
-	if (!p->ready || p->spec_key != it->presel_key || !cfg_equal(&p->cfg, &made) ||
+	if (!p->ready || p->spec_key != it->presel_key || !entry_fits(p, dev, &made) ||
 	    p->has_res != (it->residual != NULL) || !scd_presel_applies(it) ||
 	    (tab->n == tab->cap && table_grow(tab) != SC_OK)) {
 		entry_free(p); /* the plan disagrees: nothing of it is used */
@@ -357,7 +400,8 @@ static scd_presel_t *spec_take(scd_presel_table_t *tab, const scd_job_item_t *it
 	return p;
 }
 
-scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed)
+scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it,
+			      const scd_device_ops_t *dev, uint64_t seed)
 {
 	scd_sparsifier_cfg_t cfg;
 	if (tab && !it->presel_token) {
@@ -375,8 +419,8 @@ scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it,
 	int i = entry_find(tab, it->cache_id);
 	scd_presel_t *p = i >= 0 ? tab->v[i] : NULL;
 	if (!p || p->token != it->presel_token)
-		p = spec_take(tab, it, &cfg, seed);
-	else if (!p->ready || !cfg_equal(&p->cfg, &cfg) ||
+		p = spec_take(tab, it, dev, &cfg, seed);
+	else if (!p->ready || !entry_fits(p, dev, &cfg) ||
 		 p->has_res != (it->residual != NULL) || !scd_presel_applies(it))
 		p = NULL;
 	if (p)

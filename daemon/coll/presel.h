@@ -29,10 +29,13 @@
  * (bufctx.c), so the entry must stay untouched until that buffer is done. It does: the
  * tensor's next selection job needs its next submission, which needs this one's
  * completion; forget and mesh jobs drain the communication stage first. An entry is the
- * cpu device's memory: the node's sum, a residual's copy and room for a whole selection,
- * 16 bytes per element of the tensor, made at its first selection job and dropped when
- * the tensor is forgotten, when a submission of it comes without a selection ahead
- * (sparsify_on_submit off), and when the world re-forms.
+ * memory of the tensor's device (the cpu's, or the engine GPU's for a cuda tensor, whose
+ * selection runs through the GPU device's ops, the kernels its buffer would run, on the
+ * compute thread's stream): the node's sum, a residual's copy and room for a whole
+ * selection, 16 bytes per element of the tensor, made at its first selection job and
+ * dropped when the tensor is forgotten, when a submission of it comes without a selection
+ * ahead (sparsify_on_submit off), and when the world re-forms; a buffer on another device
+ * than its entry's never takes it, and the tensor's next selection makes it anew there.
  */
 #ifndef SCD_COLL_PRESEL_H
 #define SCD_COLL_PRESEL_H
@@ -49,17 +52,19 @@ typedef struct scd_presel_table scd_presel_table_t;
 
 /* One tensor's selection made at submission. */
 typedef struct scd_presel {
-	uint32_t cache_id; /* SCD_PRESEL_SPEC while speculative */
+	const scd_device_ops_t *dev; /* whose memory and sparsifier it holds */
+	uint32_t cache_id;	     /* SCD_PRESEL_SPEC while speculative */
 	uint64_t spec_key; /* speculative: the node tensor's key (presel_key); else 0 */
 	uint64_t numel;
-	uint64_t token; /* the submission it selected (scd_job_item_t.presel_token) */
-	int ready;	/* selected for token and not yet taken */
+	uint64_t token;	 /* the submission it selected (scd_job_item_t.presel_token) */
+	uint64_t waited; /* the submission whose GPU trainers' ready events it waited for */
+	int ready;	 /* selected for token and not yet taken */
 	scd_sparsifier_cfg_t cfg;
 	scd_sparsifier_t *sp;
-	float *acc; /* the node's sum of the tensor: the sparsifier's input */
-	float *res; /* the residual the selection leaves, the tensor's once taken */
+	float *acc; /* the node's sum of the tensor: the sparsifier's input (dev's memory) */
+	float *res; /* the residual the selection leaves, the tensor's once taken (dev's) */
 	int has_res;
-	scd_coo_t sel;
+	scd_coo_t sel;	   /* dev's memory */
 	scd_fault_t fault; /* what the local sum found (item 0: the item of the buffer's job
 			    * is set when taken) */
 	uint64_t nonfinite;
@@ -81,34 +86,47 @@ int scd_presel_count(const scd_presel_table_t *tab);
 
 /* Whether an item of a buffer is selected at submission: a float32 tensor with a top-k,
  * threshold, DGC or block top-K sparsifier, dense input or every trainer's COO list
- * (summed densely, as the buffer's local sum does), every source in host memory. */
+ * (summed densely, as the buffer's local sum does), every source on one device (host
+ * memory, or GPUs: summed on the engine GPU, as its buffer would be). */
 int scd_presel_applies(const scd_job_item_t *it);
 
-/* The compute stage of a selection job (one item, SCD_JOB_PRESELECT): the local sum into
- * the tensor's entry (coll_allreduce.c, which sums as a buffer's gather does) and its
- * selection; on failure the entry is left not ready (the buffer then selects as before)
- * and job->error says why. */
+/* The compute stage of a selection job (one item, SCD_JOB_PRESELECT) on x->dev, its
+ * sources' device (the engine found it, waited for GPU trainers' ready events and made
+ * room in x->pe for sources off the engine GPU): the local sum into the tensor's entry
+ * (coll_allreduce.c, which sums as a buffer's gather does) and its selection; on failure
+ * the entry is left not ready (the buffer then selects as before) and job->error says
+ * why. A sparsifier the device cannot make (block top-K on a GPU) is no failure here:
+ * nothing is made, and the buffer reports it. */
 sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, scd_job_t *job);
 
-/* The tensor's entry, made or remade for it's options and size (SC_ERR_NOMEM, or what
- * the sparsifier's creation returned); marked not ready. An item whose cache id is
+/* The tensor's entry on device dev, made or remade for it's options, size and device
+ * (SC_ERR_NOMEM, or what the sparsifier's creation returned); marked not ready. An item
+ * whose cache id is
  * SCD_PRESEL_SPEC gets a speculative entry under it->presel_key (the tensor's earlier one
  * reused or replaced; SC_ERR_INVALID for DGC); an item with a cache id drops its tensor's
  * speculative entry, if one was left. */
-sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed,
-			     scd_presel_t **p_p);
+sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
+			     const scd_device_ops_t *dev, uint64_t seed, scd_presel_t **p_p);
 /* The selection of it's tensor, made by scd_presel_entry: the sparsifier over acc into
- * the residual's copy; marks it ready for it->presel_token. */
+ * the residual's copy, then the device's sync (a GPU's failure in anything queued for
+ * it fails it); marks it ready for it->presel_token. */
 sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it);
+
+/* Whether the selection job of it's submission waited for its GPU trainers' ready events
+ * on the compute thread's stream (its buffer then does not wait again: each recording of
+ * an event is waited for once), whether or not the selection itself succeeded. */
+int scd_presel_waited(const scd_presel_table_t *tab, const scd_job_item_t *it);
 
 /* The timeline's phase of a selection at submission begun at t0, on the tensor's lane
  * "NAME (ahead)" (its own lane's wait_ranks runs meanwhile, on the loop thread). */
 void scd_presel_tl(const scd_job_item_t *it, const char *phase, uint64_t t0);
 
-/* For a buffer's item: its tensor's ready selection of this submission with the options
- * the buffer runs it with, taken (no longer ready), or NULL (the buffer sums and selects
- * it itself). A speculative selection of this submission is taken the same way and
- * becomes the entry of it's cache id; one made with other options is freed. */
-scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it, uint64_t seed);
+/* For a buffer's item on device dev: its tensor's ready selection of this submission
+ * with the options the buffer runs it with, made on dev, taken (no longer ready), or NULL
+ * (the buffer sums and selects it itself). A speculative selection of this submission is
+ * taken the same way and becomes the entry of it's cache id; one made with other options
+ * or on another device is freed. */
+scd_presel_t *scd_presel_take(scd_presel_table_t *tab, const scd_job_item_t *it,
+			      const scd_device_ops_t *dev, uint64_t seed);
 
 #endif

@@ -79,17 +79,30 @@ sc_status_t scd_job_stage_scatter_out(const scd_device_ops_t *dev, const scd_job
 	return SC_OK;
 }
 
+/* Item it's trainers' ready (done = 0) or done events (stage.h); why[len] says what
+ * failed. */
+static sc_status_t item_events(const scd_job_item_t *it, int done, char *why, size_t len)
+{
+	sc_status_t st = SC_OK;
+	for (int k = 0; k < it->n_src && st == SC_OK; k++)
+		st = scd_stage_event(scd_job_stage_src(it, &it->src[k]),
+				     done ? it->src[k].done_ev : it->src[k].ready_ev, done, why,
+				     len);
+	return st;
+}
+
+sc_status_t scd_job_stage_ready_item(const scd_job_item_t *it, char *why, size_t len)
+{
+	return item_events(it, 0, why, len);
+}
+
 static sc_status_t trainers_events(int rank, scd_job_t *job, int done)
 {
 	sc_status_t st = SC_OK;
 	char why[sizeof(job->error) - 32];
-	for (int i = 0; i < job->n_items && st == SC_OK; i++) {
-		scd_job_item_t *it = &job->items[i];
-		for (int k = 0; k < it->n_src && st == SC_OK; k++)
-			st = scd_stage_event(scd_job_stage_src(it, &it->src[k]),
-					     done ? it->src[k].done_ev : it->src[k].ready_ev,
-					     done, why, sizeof(why));
-	}
+	for (int i = 0; i < job->n_items && st == SC_OK; i++)
+		if (done || !job->items[i].ready_waited)
+			st = item_events(&job->items[i], done, why, sizeof(why));
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "rank %d: %s", rank, why);
 		job->status = st;

@@ -53,10 +53,15 @@ sc_status_t scd_job_stage_scatter_out(const scd_device_ops_t *dev, const scd_job
 				      uint32_t dtype, void *res, double divisor, char *err,
 				      size_t err_len);
 /* The home's stream waits for what each GPU trainer queued before it submitted (its
- * ready event), or marks where the result is complete (its done event); rank names this
- * node in a failure, which sets job->status and job->error and is logged. */
+ * ready event; not for an item whose ready_waited says that the calling thread's stream
+ * waited for it already), or marks where the result is complete (its done event); rank
+ * names this node in a failure, which sets job->status and job->error and is logged. */
 sc_status_t scd_job_stage_ready(int rank, scd_job_t *job);
 sc_status_t scd_job_stage_done(int rank, scd_job_t *job);
+/* The same wait for one item's trainers alone, a selection job's at submission (its
+ * buffer's job then skips it: each recording of an event is waited for once); on failure
+ * what failed (the tensor, the trainer, the device's text) in why[len], nothing logged. */
+sc_status_t scd_job_stage_ready_item(const scd_job_item_t *it, char *why, size_t len);
 
 /* Why dev's sync failed with st: the fault that lost the device where there is one (its
  * first failure was logged where it was seen), else st's message. */

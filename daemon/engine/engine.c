@@ -177,8 +177,13 @@ static void compute_buffer(scd_engine_t *e, scd_job_t *job)
 		log_job_error(job);
 	} else if ((st = scd_job_device(e->p.rank, job, &run->kind, &run->dev)) == SC_OK &&
 		   (st = scd_job_stage_check(e->p.rank, job, run->kind)) == SC_OK &&
-		   (st = job_buffer(e, job, c)) == SC_OK)
+		   (st = job_buffer(e, job, c)) == SC_OK) {
+		/* the ready events a selection at submission waited for on this stream */
+		for (int i = 0; i < job->n_items; i++)
+			job->items[i].ready_waited =
+			    scd_presel_waited(e->presel, &job->items[i]);
 		st = scd_job_stage_ready(e->p.rank, job);
+	}
 	if (st != SC_OK) {
 		compute_fail(job, st);
 		return;
@@ -476,6 +481,35 @@ static sc_status_t job_transport(scd_engine_t *e, scd_job_t *job)
 	return st;
 }
 
+/* A selection job's device, as a buffer's compute stage finds it (compute_buffer): the
+ * sources' device, a GPU not lost and the residual on the engine GPU, and room for copies
+ * of sources on other GPUs (the selection waits for the GPU trainers' ready events
+ * itself). A lost GPU is no failure here: the buffer reports it. A failure is said in
+ * job->error with this rank and logged. */
+static sc_status_t preselect_device(scd_engine_t *e, scd_job_t *job, scd_coll_ctx_t *x)
+{
+	scd_job_run_t *run = &job->run;
+	sc_status_t st = scd_job_device(e->p.rank, job, &run->kind, &run->dev);
+	if (st == SC_OK && scd_device_lost(run->kind))
+		return SC_ERR_SYSTEM;
+	if (st == SC_OK && (st = scd_job_stage_check(e->p.rank, job, run->kind)) == SC_OK &&
+	    (st = scd_job_stage_reserve(x->pe, run->dev, job, run->kind)) != SC_OK) {
+		snprintf(
+		    job->error, sizeof(job->error),
+		    "rank %d: tensor '%s': no room on the engine GPU cuda:%d to copy the "
+		    "node's sources on other GPUs over for its selection at submission: %s",
+		    e->p.rank, scd_coll_item_name(&job->items[0]), scd_device_home(run->kind),
+		    sc_status_message(st));
+		log_job_error(job);
+	}
+	if (st != SC_OK)
+		return st;
+	x->kind = run->kind;
+	x->dev = run->dev;
+	x->nonfinite = run->kind == SCD_DEVICE_CPU ? job->nonfinite : SCD_NONFINITE_PASS;
+	return SC_OK;
+}
+
 /* A selection job at submission (coll/presel.h), on the compute thread, handed back as
  * soon as it ends (finish_locked: with the next job's wake-up of the loop when one is in
  * the engine): it has nothing to send and nothing waits for it in the pipeline's order. A
@@ -487,19 +521,17 @@ static void preselect_job(scd_engine_t *e, scd_job_t *job)
 	scd_fault_t fault = {0};
 	scd_coll_ctx_t x = {.rank = e->p.rank,
 			    .local_size = e->p.local_size,
-			    .kind = SCD_DEVICE_CPU,
-			    .dev = &scd_device_cpu_ops,
 			    .stage = &e->stage,
 			    .pe = &e->stage.peer_in,
 			    .presel = e->presel,
-			    .nonfinite = job->nonfinite,
 			    .fault = &fault};
 	job->error[0] = 0;
-	job->status = scd_allreduce_preselect(&x, e->presel, job);
-	if (job->status != SC_OK) {
+	sc_status_t st = preselect_device(e, job, &x); /* said and logged there */
+	if (st == SC_OK && (st = scd_allreduce_preselect(&x, e->presel, job)) != SC_OK) {
 		error_rank(e, job);
 		log_job_error(job);
 	}
+	job->status = st;
 	job->time_s = job->compute_s = scd_now_s() - job->run.t0;
 	pthread_mutex_lock(&e->mu);
 	finish_locked(e, job);

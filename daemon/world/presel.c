@@ -5,10 +5,10 @@
  * and selects the tensor while the trainers are still producing the next ones. Only what
  * the buffer's sparsification ahead would select qualifies: a float32 sum or average over
  * a 32-bit wire, with a top-k, threshold, DGC or block top-K sparsifier, dense or COO
- * input in host memory. A tensor the response cache knows with the options it has now is
- * selected with the cache's options under its cache id; one it does not know (its first
- * step, or its options changed) speculatively with its own (coll/presel.h), but not with
- * DGC.
+ * input, every trainer's on one device (host memory or GPUs). A tensor the response
+ * cache knows with the options it has now is selected with the cache's options under its
+ * cache id; one it does not know (its first step, or its options changed) speculatively
+ * with its own (coll/presel.h), but not with DGC.
  */
 #include <stdlib.h>
 

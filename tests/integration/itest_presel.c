@@ -23,7 +23,11 @@
  *  - a COO first step with an index out of range on rank 0 (found by its selection at
  *    submission): fails on every rank (SC_ERR_INVALID), and the residual it leaves and
  *    the next step are bit for bit those of the same steps selected at the buffer.
- * Usage: presel DIR (for the timeline files).
+ * Usage: presel DIR (for the timeline files) [cuda LOG]: with cuda, every tensor is a cuda
+ * tensor (the host build of the GPU library and the CUDA driver stand-in, as
+ * itest_cuda.c; LOG its log), on GPU local rank % $SCG_HOST_DEVICES (a source off the
+ * engine GPU is copied there), selected at submission on the GPU device, and every check
+ * above holds for it alike.
  */
 #include "itest.h"
 
@@ -37,6 +41,8 @@
 #define PS_GAP_MS  200
 #define PS_COO_NNZ 3000
 #define PS_FILE_S  10.0
+
+static int ps_cuda; /* the tensors are cuda tensors */
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
 {
@@ -92,6 +98,12 @@ static sc_tensor_t *reg(sc_client_t *c, const char *name, int coo)
 	o.coo_capacity = coo ? PS_COO_NNZ : 0;
 	o.sparsifier = SC_SPARSIFY_TOPK;
 	o.density = 0.01;
+	if (ps_cuda) {
+		const char *g = getenv("SCG_HOST_DEVICES");
+		int gpus = g && atoi(g) > 0 ? atoi(g) : 1;
+		o.device = SC_DEVICE_CUDA;
+		o.device_ordinal = it_env.env_local_rank > 0 ? it_env.env_local_rank % gpus : 0;
+	}
 	sc_tensor_t *t;
 	IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, PS_NUMEL, &o, &t), "register '%s'",
 		    name);
@@ -288,8 +300,11 @@ static void bad_coo_first_step(sc_client_t *c, int rank, const char *name, uint6
 
 int it_presel(int argc, char **argv)
 {
-	if (argc < 2)
-		IT_FAIL("usage: presel DIR");
+	if (argc < 2 || (argc > 2 && (argc < 4 || strcmp(argv[2], "cuda"))))
+		IT_FAIL("usage: presel DIR [cuda LOG]");
+	ps_cuda = argc > 2;
+	if (ps_cuda)
+		it_cuda_stand_in(argc - 2, argv + 2);
 	if (it_env.env_node_rank < 0)
 		IT_FAIL(
 		    "$SPARSECOMM_NODE_RANK is not set: the node's timeline file is unknown");
@@ -315,7 +330,8 @@ int it_presel(int argc, char **argv)
 					"submission "
 					"differs from the one selected at its buffer",
 					s, k);
-	it_log("%d steps of %d tensors: results and residuals bit-identical", PS_STEPS, PS_N);
+	it_log("%d steps of %d %s tensors: results and residuals bit-identical", PS_STEPS, PS_N,
+	       ps_cuda ? "cuda" : "cpu");
 	failed_step(c, rank);
 	it_log("a failed step left the residual as it was; the next step is exact");
 	failed_first_step(c, rank);

@@ -1796,7 +1796,8 @@ if [ ! -e "$cudalib" ]; then
 		"cuda gpus sums n=1 per-node=2" "cuda gpus sums n=2 per-node=2" \
 		"cuda gpus killed n=1 per-node=2" "cuda gpus engine 1 n=1 per-node=2" \
 		"cuda gpus visible n=2 per-node=2" "cuda gpu lost n=1 per-node=2" \
-		"cuda gpus engine 2 refused n=1 per-node=2"; do
+		"cuda gpus engine 2 refused n=1 per-node=2" "cuda presel n=2 per-node=2" \
+		"cuda gpus presel n=2 per-node=2"; do
 		skip_case "$c" "$cudalib is not built (the daemons' host GPU library)"
 	done
 else
@@ -1806,6 +1807,14 @@ else
 	run_case "cuda sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums "$tmp/cuda-sums.log" tcp
 	run_case "cuda sums n=3" 3 1 120 0 3 -- "$itest" cuda-sums "$tmp/cuda-sums3.log" tcp
 	run_case "cuda schemes n=3" 3 1 180 0 3 -- "$itest" cuda-schemes "$tmp/cuda-schemes.log" tcp
+	# selection at submission of cuda tensors, on the GPU device (itest_presel.c, as
+	# 'presel n=2 per-node=2' above)
+	mkdir -p "$tmp/cuda-presel" "$tmp/cuda-gpus-presel"
+	run_case "cuda presel n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fusion_mode \
+		--daemon-arg aligned --daemon-arg --fusion_buffers --daemon-arg 1 \
+		--daemon-arg --fusion_wait_ms --daemon-arg 5000 --daemon-arg --scheme \
+		--daemon-arg agsparse -- "$itest" presel "$tmp/cuda-presel" cuda \
+		"$tmp/cuda-presel.log"
 	run_case "cuda alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
 		"$tmp/cuda-a2a.log"
 	run_case "cuda adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum cuda \
@@ -1820,6 +1829,13 @@ else
 		"$tmp/cuda-gpus-sums.log" tcp
 	run_case "cuda gpus sums n=2 per-node=2" 2 2 120 0 4 -- "$itest" cuda-sums \
 		"$tmp/cuda-gpus-sums2.log" tcp
+	# local rank 1's tensors copied from cuda:1 to the engine GPU for their selection at
+	# submission
+	run_case "cuda gpus presel n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fusion_mode \
+		--daemon-arg aligned --daemon-arg --fusion_buffers --daemon-arg 1 \
+		--daemon-arg --fusion_wait_ms --daemon-arg 5000 --daemon-arg --scheme \
+		--daemon-arg agsparse -- "$itest" presel "$tmp/cuda-gpus-presel" cuda \
+		"$tmp/cuda-gpus-presel.log"
 	run_case "cuda gpus alltoall n=2 per-node=2" 2 2 120 0 4 -- "$itest" alltoall cuda \
 		"$tmp/cuda-gpus-a2a.log"
 	run_case "cuda gpus adasum n=2 per-node=2" 2 2 120 0 4 -- "$itest" adasum cuda \

@@ -29,7 +29,7 @@ static void item_init(scd_job_item_t *it, uint32_t cache_id, float *buf, float *
 static scd_presel_t *selected(scd_presel_table_t *tab, scd_job_item_t *it, uint64_t token)
 {
 	scd_presel_t *p = NULL;
-	CHECK_TRUE(scd_presel_entry(tab, it, 7, &p) == SC_OK && p);
+	CHECK_TRUE(scd_presel_entry(tab, it, &scd_device_cpu_ops, 7, &p) == SC_OK && p);
 	for (int i = 0; i < N; i++)
 		p->acc[i] = (float)(i - 32);
 	it->presel_token = token;
@@ -49,14 +49,15 @@ UNIT_TEST(presel_taken_once_by_its_own_submission)
 	scd_presel_t *p = selected(tab, &it, 11);
 	/* another submission's token, or other options: not taken */
 	it.presel_token = 12;
-	CHECK_TRUE(scd_presel_take(tab, &it, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 7) == NULL);
 	it.presel_token = 11;
-	CHECK_TRUE(scd_presel_take(tab, &it, 8) == NULL); /* another world's seed */
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 8) ==
+		   NULL); /* another world's seed */
 	it.density = 0.25;
-	CHECK_TRUE(scd_presel_take(tab, &it, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 7) == NULL);
 	it.density = 0.125;
-	CHECK_TRUE(scd_presel_take(tab, &it, 7) == p);
-	CHECK_TRUE(scd_presel_take(tab, &it, 7) == NULL); /* once */
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 7) == p);
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 7) == NULL); /* once */
 	scd_presel_table_destroy(tab);
 }
 
@@ -74,13 +75,13 @@ UNIT_TEST(presel_keeps_no_entry_without_selection_ahead)
 	/* a's next submission came without a selection ahead (the key turned off): its
 	 * buffer selects it itself, and its entry (8 bytes an element) goes */
 	a.presel_token = 0;
-	CHECK_TRUE(scd_presel_take(tab, &a, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &a, &scd_device_cpu_ops, 7) == NULL);
 	CHECK_TRUE(scd_presel_count(tab) == 1);
-	CHECK_TRUE(scd_presel_take(tab, &b, 7) != NULL);
+	CHECK_TRUE(scd_presel_take(tab, &b, &scd_device_cpu_ops, 7) != NULL);
 	/* a re-formed world numbers cache ids anew: nothing kept */
 	scd_presel_clear(tab);
 	CHECK_TRUE(scd_presel_count(tab) == 0);
-	CHECK_TRUE(scd_presel_take(tab, &b, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &b, &scd_device_cpu_ops, 7) == NULL);
 	scd_presel_table_destroy(tab);
 }
 
@@ -107,7 +108,7 @@ UNIT_TEST(presel_index_finds_each_tensor_its_own_entry)
 	scd_presel_t *q = selected(tab, &it[1], 1001);
 	CHECK_TRUE(scd_presel_count(tab) == T - (T + 2) / 3);
 	for (int t = 0; t < T; t++) {
-		scd_presel_t *got = scd_presel_take(tab, &it[t], 7);
+		scd_presel_t *got = scd_presel_take(tab, &it[t], &scd_device_cpu_ops, 7);
 		if (t % 3 == 0) {
 			CHECK_TRUE(got == NULL);
 			continue;
@@ -139,12 +140,13 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 	plan = sub;
 	plan.cache_id = 9;
 	plan.presel_token = 32; /* another submission's: not taken, kept */
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL && scd_presel_count(tab) == 1);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == NULL &&
+		   scd_presel_count(tab) == 1);
 	plan.presel_token = 31;
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == p);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == p);
 	CHECK_TRUE(p->cache_id == 9 && p->spec_key == 0 && scd_presel_count(tab) == 1);
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL); /* once */
-	scd_presel_t *q = selected(tab, &plan, 33);	    /* its next step: the same entry */
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == NULL); /* once */
+	scd_presel_t *q = selected(tab, &plan, 33); /* its next step: the same entry */
 	CHECK_TRUE(q == p && scd_presel_count(tab) == 1);
 
 	/* the plan agreed on other options, or it is another world's: freed, not taken */
@@ -154,11 +156,13 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 	plan.cache_id = 10;
 	plan.presel_token = 41;
 	plan.density = 0.25;
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL && scd_presel_count(tab) == 1);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == NULL &&
+		   scd_presel_count(tab) == 1);
 	selected(tab, &sub, 42);
 	plan.presel_token = 42;
 	plan.density = sub.density;
-	CHECK_TRUE(scd_presel_take(tab, &plan, 8) == NULL && scd_presel_count(tab) == 1);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 8) == NULL &&
+		   scd_presel_count(tab) == 1);
 
 	/* never taken (the step failed): the tensor's next one replaces it, a selection
 	 * under its cache id drops it */
@@ -172,7 +176,7 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 	CHECK_TRUE(scd_presel_count(tab) == 2); /* 9's and 11's */
 	plan.presel_token = 52;
 	plan.cache_id = 12;
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == NULL);
 
 	/* never taken, and the tensor released: its forget drops it by its key alone */
 	sub.presel_key = 9;
@@ -192,9 +196,9 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 	plan = sub;
 	plan.cache_id = 13;
 	plan.presel_token = 61;
-	CHECK_TRUE(scd_presel_take(tab, &plan, 7) == NULL);
+	CHECK_TRUE(scd_presel_take(tab, &plan, &scd_device_cpu_ops, 7) == NULL);
 
 	sub.sparsifier = SC_SPARSIFY_DGC; /* its sample's seed needs the cache id */
-	CHECK_TRUE(scd_presel_entry(tab, &sub, 7, &p) == SC_ERR_INVALID);
+	CHECK_TRUE(scd_presel_entry(tab, &sub, &scd_device_cpu_ops, 7, &p) == SC_ERR_INVALID);
 	scd_presel_table_destroy(tab);
 }

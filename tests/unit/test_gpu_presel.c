@@ -1,0 +1,153 @@
+/*
+ * test_gpu_presel.c: the selection at submission of a GPU tensor (coll/presel.h) through
+ * the GPU device's ops table (the host build of gpu/ in sparsecomm-unit, the CUDA build in
+ * sparsecomm-unit-gpu): the node's sum and the selection are made in the device's memory
+ * by its ops and equal, bit for bit, the sum and selection its buffer makes with the same
+ * ops; the tensor's residual is untouched until a buffer on the same device takes the
+ * selection (one on another device does not), and that buffer does not wait for the
+ * trainers' ready events again; an entry made on another device is made
+ * anew; block top-K, which the GPU cannot make, is left to the buffer.
+ */
+#include <string.h>
+
+#include "coll/ctx.h"
+#include "coll/presel.h"
+#include "gpu_fns.h"
+#include "unit.h"
+
+#define OK(x) CHECK_EQ_INT((x), SC_OK)
+
+enum { PN = 5000 };
+
+/* Distinct magnitudes, different for every salt. */
+static void fill(float *x, uint32_t salt, float scale)
+{
+	for (uint32_t i = 0; i < PN; i++) {
+		uint32_t h = (i * 2654435761u) ^ (salt * 40503u);
+		h = (h ^ (h >> 15)) * 2246822519u;
+		x[i] = (float)((h >> 8) % 1000003) * (h & 1 ? scale : -scale);
+	}
+}
+
+/* n floats of the device's memory at d, read back. */
+static void read_back(const scd_device_ops_t *dev, float *host, const void *d, size_t n)
+{
+	dev->to_host(host, d, n * sizeof(float));
+	OK(dev->sync());
+}
+
+UNIT_TEST(gpu_presel_as_at_the_buffer)
+{
+	scd_cuda_fns_t f = gpu_linked_fns();
+	scd_device_ops_t ops;
+	scd_cuda_ops_fill(&f, &ops, NULL, 0);
+	const scd_device_ops_t *dev = &ops;
+	static float h0[PN], h1[PN], hres[PN], got[PN], want[PN];
+	static uint32_t got_i[PN], want_i[PN];
+	fill(h0, 1, 1e-3f);
+	fill(h1, 2, 1e-3f);
+	fill(hres, 3, 1e-5f);
+	size_t bytes = PN * sizeof(float);
+	float *d0 = dev->alloc(bytes), *d1 = dev->alloc(bytes), *dres = dev->alloc(bytes);
+	CHECK_TRUE(d0 && d1 && dres);
+	dev->from_host(d0, h0, bytes);
+	dev->from_host(d1, h1, bytes);
+	dev->from_host(dres, hres, bytes);
+	OK(dev->sync());
+	scd_job_item_t it = {.name = "gpu.w",
+			     .numel = PN,
+			     .op = SC_OP_SUM,
+			     .cache_id = 4,
+			     .sparsifier = SC_SPARSIFY_TOPK,
+			     .density = 0.02,
+			     .residual = dres,
+			     .presel_token = 77,
+			     .n_src = 2};
+	for (int s = 0; s < 2; s++)
+		it.src[s] = (scd_job_src_t){.device = SCD_DEVICE_CUDA,
+					    .ordinal = scd_device_home(SCD_DEVICE_CUDA),
+					    .dense = s ? d1 : d0,
+					    .local_rank = s};
+	CHECK_TRUE(scd_presel_applies(&it));
+	scd_presel_table_t *tab = NULL;
+	OK(scd_presel_table_create(256, &tab));
+	/* an entry the tensor had on the cpu (it moved): made anew on the GPU */
+	scd_presel_t *p = NULL;
+	OK(scd_presel_entry(tab, &it, &scd_device_cpu_ops, 7, &p));
+	CHECK_TRUE(p->dev == &scd_device_cpu_ops && scd_presel_count(tab) == 1);
+
+	scd_job_t job = {.kind = SCD_JOB_PRESELECT,
+			 .n_items = 1,
+			 .items = &it,
+			 .total_numel = PN,
+			 .dtype = SC_FLOAT32,
+			 .world_seed = 7};
+	scd_stage_t pe = {0}; /* every source on the engine GPU */
+	scd_fault_t fault = {0};
+	scd_coll_ctx_t x = {.kind = SCD_DEVICE_CUDA,
+			    .dev = dev,
+			    .pe = &pe,
+			    .presel = tab,
+			    .nonfinite = SCD_NONFINITE_PASS,
+			    .fault = &fault};
+	sc_status_t st = scd_allreduce_preselect(&x, tab, &job);
+	CHECK_MSG(st == SC_OK, "%s: %s", sc_status_name(st), job.error);
+	CHECK_TRUE(scd_presel_count(tab) == 1);
+	/* its buffer does not wait for the ready events again (under any cache id), another
+	 * submission's does */
+	scd_job_item_t plan = it;
+	CHECK_TRUE(scd_presel_waited(tab, &plan));
+	plan.cache_id = 9;
+	CHECK_TRUE(scd_presel_waited(tab, &plan));
+	plan.presel_token = 76;
+	CHECK_TRUE(!scd_presel_waited(tab, &plan));
+	read_back(dev, got, dres, PN);
+	CHECK_MSG(!memcmp(got, hres, bytes), "the selection at submission wrote the residual");
+
+	/* the buffer's local sum and selection, with the same ops */
+	float *sum = dev->alloc(bytes), *rres = dev->alloc(bytes);
+	scd_coo_t sel = {.idx = dev->alloc(PN * 4), .val = dev->alloc(bytes), .cap = PN};
+	CHECK_TRUE(sum && rres && sel.idx && sel.val);
+	dev->copy(sum, d0, bytes);
+	dev->reduce_typed(SC_FLOAT32, SC_OP_SUM, sum, d1, PN);
+	dev->copy(rres, dres, bytes);
+	scd_sparsifier_cfg_t cfg = {.kind = SCD_SPARSIFY_TOPK,
+				    .numel = PN,
+				    .density = 0.02,
+				    .seed = 7 ^ 4,
+				    .block = 256};
+	scd_sparsifier_t *sp = NULL;
+	OK(dev->sparsifier_create(&cfg, &sp));
+	OK(dev->sparsify(sp, sum, rres, PN, &sel, NULL));
+	OK(dev->sync());
+	CHECK_TRUE(sel.nnz == 100);
+
+	/* a buffer on the cpu does not take it; the GPU's does, once */
+	CHECK_TRUE(scd_presel_take(tab, &it, &scd_device_cpu_ops, 7) == NULL);
+	p = scd_presel_take(tab, &it, dev, 7);
+	CHECK_TRUE(p && p->dev == dev && p->token == 77 && p->has_res);
+	CHECK_TRUE(scd_presel_take(tab, &it, dev, 7) == NULL);
+	CHECK_EQ_INT((int)p->sel.nnz, (int)sel.nnz);
+	read_back(dev, (float *)got_i, p->sel.idx, sel.nnz);
+	read_back(dev, (float *)want_i, sel.idx, sel.nnz);
+	CHECK_MSG(!memcmp(got_i, want_i, sel.nnz * 4), "the selected indices differ");
+	read_back(dev, got, p->sel.val, sel.nnz);
+	read_back(dev, want, sel.val, sel.nnz);
+	CHECK_MSG(!memcmp(got, want, sel.nnz * 4), "the selected values differ");
+	read_back(dev, got, p->res, PN);
+	read_back(dev, want, rres, PN);
+	CHECK_MSG(!memcmp(got, want, bytes), "the residuals the selections leave differ");
+
+	/* block top-K runs on the cpu device only: nothing made, the buffer says why */
+	scd_presel_clear(tab);
+	it.sparsifier = SC_SPARSIFY_BLOCK_TOPK;
+	it.presel_token = 78;
+	OK(scd_allreduce_preselect(&x, tab, &job));
+	CHECK_TRUE(scd_presel_count(tab) == 0);
+
+	dev->sparsifier_destroy(sp);
+	scd_presel_table_destroy(tab);
+	for (void **m = (void *[]){d0, d1, dres, sum, rres, sel.idx, sel.val, NULL}; *m; m++)
+		dev->free(*m);
+	OK(dev->sync());
+}
