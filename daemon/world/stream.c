@@ -25,6 +25,10 @@
  *     naming the numbers missing): going on without it could leave a node a plan behind,
  *     its jobs paired with the others' next ones.
  *
+ * While the world re-forms, a message numbered in the world left is handled as it comes,
+ * except a node's ReadyList or NodeState on the coordinator: held until the new world has
+ * formed (reform_hold), then handled first, in order (scd_world_reform_replay).
+ *
  * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
  * again at each heartbeat to a node that has sent nothing numbered in its world yet
  * (scd_world_info_tick), which is how it knows the node holds it.
