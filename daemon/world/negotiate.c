@@ -205,11 +205,32 @@ void scd_neg_flush(scd_world_t *w)
 void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 {
 	size_t n_ab = 0;
-	for (scd_poison_t *p = w->out_abandon; p && (int)n_ab < n_abandons; p = p->next)
-		n_ab++;
+	scd_poison_t **rest = &w->out_abandon;
+	while (*rest && (int)n_ab < n_abandons)
+		rest = &(*rest)->next, n_ab++;
 	n_out = n_out < 0 ? 0 : n_out < w->n_out ? n_out : w->n_out;
 	if ((!n_out && !n_ab) || !w->formed)
 		return;
+	/* the part sent is taken out of the queue first: on the coordinator the ReadyList is
+	 * handled at once, and the plan it makes may queue announcements again */
+	scd_poison_t *abandons = n_ab ? w->out_abandon : NULL;
+	if (n_ab) {
+		w->out_abandon = *rest;
+		*rest = NULL;
+	}
+	scd_outreq_t *part = malloc(sizeof(*part) * (size_t)n_out + 1);
+	if (part) {
+		memcpy(part, w->out, sizeof(*part) * (size_t)n_out);
+	} else {
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory sending %d announcements", n_out);
+		for (int i = 0; i < n_out; i++) {
+			free(w->out[i].name);
+			free(w->out[i].gname);
+		}
+	}
+	if (n_out < w->n_out) /* what was queued after the part sent stays, in order */
+		memmove(w->out, w->out + n_out, sizeof(*w->out) * (size_t)(w->n_out - n_out));
+	w->n_out -= n_out;
 	Sparsecomm__Abandon *abs = calloc(n_ab + 1, sizeof(*abs));
 	Sparsecomm__Abandon **abp = calloc(n_ab + 1, sizeof(*abp));
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
@@ -219,10 +240,10 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	uint32_t *ids = calloc((size_t)n_out + 1, sizeof(*ids));
 	Sparsecomm__GroupTag *tags = calloc((size_t)n_out + 1, sizeof(*tags));
 	Sparsecomm__GroupTag **tagp = calloc((size_t)n_out + 1, sizeof(*tagp));
-	if (!reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
+	if (!part || !reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
 		goto out;
 	rl.rank = w->d->rank;
-	for (scd_poison_t *p = w->out_abandon; p && rl.n_abandoned < n_ab; p = p->next) {
+	for (scd_poison_t *p = abandons; p; p = p->next) {
 		Sparsecomm__Abandon *a = &abs[rl.n_abandoned];
 		sparsecomm__abandon__init(a);
 		a->name = p->name;
@@ -233,7 +254,7 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	}
 	rl.abandoned = abp;
 	for (int i = 0; i < n_out; i++) {
-		scd_outreq_t *o = &w->out[i];
+		scd_outreq_t *o = &part[i];
 		if (o->gname) {
 			Sparsecomm__GroupTag *g = &tags[rl.n_groups];
 			sparsecomm__group_tag__init(g);
@@ -273,21 +294,12 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	free(tp);
 	w->n_times = 0;
 out:
-	for (int i = 0; i < n_out; i++) {
-		free(w->out[i].name);
-		free(w->out[i].gname);
+	for (int i = 0; part && i < n_out; i++) {
+		free(part[i].name);
+		free(part[i].gname);
 	}
-	if (n_out < w->n_out) /* what was queued after the part sent stays, in order */
-		memmove(w->out, w->out + n_out, sizeof(*w->out) * (size_t)(w->n_out - n_out));
-	w->n_out -= n_out;
-	if (n_ab) {
-		scd_poison_t *sent = w->out_abandon, **rest = &w->out_abandon;
-		for (size_t i = 0; i < n_ab; i++)
-			rest = &(*rest)->next;
-		w->out_abandon = *rest;
-		*rest = NULL;
-		poison_free_list(sent);
-	}
+	free(part);
+	poison_free_list(abandons);
 	free(abs);
 	free(abp);
 	free(reqs);
