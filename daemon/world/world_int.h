@@ -347,7 +347,8 @@ static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
 /* negotiate.c (announcements, the coordinator) and apply.c (plans applied, jobs ended) */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Its first step, without the plan it may emit: the announcements and abandons of rank
- * from (0 .. world_size - 1) added to what the coordinator collects. */
+ * from (0 .. world_size - 1) added to what the coordinator collects (the abandons alone
+ * of a ReadyList of the world left: scd_world_reform_replay). */
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Applies a plan; a failure (SC_ERR_PROTOCOL: a cache id the plan cannot name;
  * SC_ERR_NOMEM: this rank cannot follow the plan) is logged there and returned, and the
