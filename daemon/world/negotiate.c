@@ -189,26 +189,61 @@ static void poison_free_list(scd_poison_t *p)
 	}
 }
 
+int scd_neg_out_abandons(const scd_world_t *w)
+{
+	int n = 0;
+	for (const scd_poison_t *p = w->out_abandon; p; p = p->next)
+		n++;
+	return n;
+}
+
 void scd_neg_flush(scd_world_t *w)
 {
-	if ((!w->n_out && !w->out_abandon) || !w->formed)
-		return;
+	scd_neg_flush_first(w, w->n_out, scd_neg_out_abandons(w));
+}
+
+void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
+{
 	size_t n_ab = 0;
-	for (scd_poison_t *p = w->out_abandon; p; p = p->next)
-		n_ab++;
+	scd_poison_t **rest = &w->out_abandon;
+	while (*rest && (int)n_ab < n_abandons)
+		rest = &(*rest)->next, n_ab++;
+	n_out = n_out < 0 ? 0 : n_out < w->n_out ? n_out : w->n_out;
+	if ((!n_out && !n_ab) || !w->formed)
+		return;
+	/* the part sent is taken out of the queue first: on the coordinator the ReadyList is
+	 * handled at once, and the plan it makes may queue announcements again */
+	scd_poison_t *abandons = n_ab ? w->out_abandon : NULL;
+	if (n_ab) {
+		w->out_abandon = *rest;
+		*rest = NULL;
+	}
+	scd_outreq_t *part = malloc(sizeof(*part) * (size_t)n_out + 1);
+	if (part) {
+		memcpy(part, w->out, sizeof(*part) * (size_t)n_out);
+	} else {
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory sending %d announcements", n_out);
+		for (int i = 0; i < n_out; i++) {
+			free(w->out[i].name);
+			free(w->out[i].gname);
+		}
+	}
+	if (n_out < w->n_out) /* what was queued after the part sent stays, in order */
+		memmove(w->out, w->out + n_out, sizeof(*w->out) * (size_t)(w->n_out - n_out));
+	w->n_out -= n_out;
 	Sparsecomm__Abandon *abs = calloc(n_ab + 1, sizeof(*abs));
 	Sparsecomm__Abandon **abp = calloc(n_ab + 1, sizeof(*abp));
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
-	Sparsecomm__TensorRequest *reqs = calloc((size_t)w->n_out + 1, sizeof(*reqs));
-	Sparsecomm__TensorRequest **rp = calloc((size_t)w->n_out + 1, sizeof(*rp));
-	Sparsecomm__TensorSig *sigs = calloc((size_t)w->n_out + 1, sizeof(*sigs));
-	uint32_t *ids = calloc((size_t)w->n_out + 1, sizeof(*ids));
-	Sparsecomm__GroupTag *tags = calloc((size_t)w->n_out + 1, sizeof(*tags));
-	Sparsecomm__GroupTag **tagp = calloc((size_t)w->n_out + 1, sizeof(*tagp));
-	if (!reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
+	Sparsecomm__TensorRequest *reqs = calloc((size_t)n_out + 1, sizeof(*reqs));
+	Sparsecomm__TensorRequest **rp = calloc((size_t)n_out + 1, sizeof(*rp));
+	Sparsecomm__TensorSig *sigs = calloc((size_t)n_out + 1, sizeof(*sigs));
+	uint32_t *ids = calloc((size_t)n_out + 1, sizeof(*ids));
+	Sparsecomm__GroupTag *tags = calloc((size_t)n_out + 1, sizeof(*tags));
+	Sparsecomm__GroupTag **tagp = calloc((size_t)n_out + 1, sizeof(*tagp));
+	if (!part || !reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
 		goto out;
 	rl.rank = w->d->rank;
-	for (scd_poison_t *p = w->out_abandon; p; p = p->next) {
+	for (scd_poison_t *p = abandons; p; p = p->next) {
 		Sparsecomm__Abandon *a = &abs[rl.n_abandoned];
 		sparsecomm__abandon__init(a);
 		a->name = p->name;
@@ -218,8 +253,8 @@ void scd_neg_flush(scd_world_t *w)
 		abp[rl.n_abandoned++] = a;
 	}
 	rl.abandoned = abp;
-	for (int i = 0; i < w->n_out; i++) {
-		scd_outreq_t *o = &w->out[i];
+	for (int i = 0; i < n_out; i++) {
+		scd_outreq_t *o = &part[i];
 		if (o->gname) {
 			Sparsecomm__GroupTag *g = &tags[rl.n_groups];
 			sparsecomm__group_tag__init(g);
@@ -259,13 +294,12 @@ void scd_neg_flush(scd_world_t *w)
 	free(tp);
 	w->n_times = 0;
 out:
-	for (int i = 0; i < w->n_out; i++) {
-		free(w->out[i].name);
-		free(w->out[i].gname);
+	for (int i = 0; part && i < n_out; i++) {
+		free(part[i].name);
+		free(part[i].gname);
 	}
-	w->n_out = 0;
-	poison_free_list(w->out_abandon);
-	w->out_abandon = NULL;
+	free(part);
+	poison_free_list(abandons);
 	free(abs);
 	free(abp);
 	free(reqs);
@@ -837,6 +871,11 @@ static void coord_emit(scd_world_t *w)
 	int n_ready = 0, cap_ready = 0;
 	char msg[1024];
 
+	/* While the world re-forms a plan reaches no node (none has joined the new world):
+	 * what would fail meanwhile fails at the first emit once it has formed. */
+	if (!w->formed)
+		return;
+
 	scd_poison_t *refusals = scd_late_refusals(w);
 	for (scd_poison_t *l = refusals; l; l = l->next) {
 		int32_t rank = l->rank;
@@ -1084,6 +1123,22 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			coord_failed_step(w, from, rl->abandoned[i]);
 		else
 			coord_poison(w, from, rl->abandoned[i]);
+	if (!w->formed || w->old_world) {
+		/* A ReadyList of the world left, read while the world re-formed (sent again
+		 * when the Reform closed the pipes; stream.c held it until the new world
+		 * formed): its abandons are taken, its announcements are not. The node
+		 * announces each of those tensors again, with its group's tag, in the new
+		 * world (world.c, reform): taken here too, an announcement would take the
+		 * late step it answers (late.c), and the step announced again would then be
+		 * taken as a fresh one and pair with the others' next step. Its cache ids
+		 * and times name the old world's cache. */
+		if (rl->n_requests || rl->n_cached_ids || rl->n_groups)
+			scd_debug(SCD_SUB_NEGOTIATE,
+				  "rank %d's %zu announcements of the world left dropped: it "
+				  "announces them again once the world has formed",
+				  from, rl->n_requests + rl->n_cached_ids);
+		return;
+	}
 	for (size_t i = 0; i < rl->n_requests; i++) {
 		const Sparsecomm__TensorRequest *r = rl->requests[i];
 		scd_tsig_t sig;
@@ -1217,8 +1272,13 @@ void scd_neg_destroy(scd_world_t *w)
 void scd_neg_reset(scd_world_t *w)
 {
 	scd_poison_t *lates = scd_late_keep(w); /* what the nodes owe outlives the world */
+	/* and so do the failed steps this node has not told yet: they go once the world
+	 * has formed, as the announcements made again do (scd_neg_flush) */
+	scd_poison_t *abandons = w->out_abandon;
+	w->out_abandon = NULL;
 	scd_neg_destroy(w);
-	w->poisons = w->out_abandon = w->refusals = NULL;
+	w->poisons = w->refusals = NULL;
+	w->out_abandon = abandons;
 	w->lates = lates;
 	w->ehead = w->etail = NULL;
 	memset(w->ebucket, 0, sizeof(w->ebucket));

@@ -25,6 +25,10 @@
  *     naming the numbers missing): going on without it could leave a node a plan behind,
  *     its jobs paired with the others' next ones.
  *
+ * While the world re-forms, a message numbered in the world left is handled as it comes,
+ * except a node's ReadyList or NodeState on the coordinator: held until the new world has
+ * formed (reform_hold), then handled first, in order (scd_world_reform_replay).
+ *
  * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
  * again at each heartbeat to a node that has sent nothing numbered in its world yet
  * (scd_world_info_tick), which is how it knows the node holds it.
@@ -338,6 +342,72 @@ static void deliver_held(scd_world_t *w, int from)
 	}
 }
 
+/* The coordinator, while the world re-forms: a node's ReadyList or NodeState numbered in
+ * the world left (sent again when the Reform closed the pipes) is held, in order by rank
+ * and number and once, until the new world has formed. Handled now, what it fails would go
+ * in a plan to no node (none has joined the new world yet), and a failed step and the
+ * node's state would be read out of their order. 1 when m is held. */
+static int reform_hold(scd_world_t *w, int from, Sparsecomm__PeerMsg *m)
+{
+	if (!w->is_coord || (m->body_case != SPARSECOMM__PEER_MSG__BODY_READY &&
+			     m->body_case != SPARSECOMM__PEER_MSG__BODY_NODE_STATE))
+		return 0;
+	scd_held_t **at = &w->reform_held;
+	while (*at && ((*at)->from < from || ((*at)->from == from && (*at)->m->seq < m->seq)))
+		at = &(*at)->next;
+	if (*at && (*at)->from == from && (*at)->m->seq == m->seq) {
+		sparsecomm__peer_msg__free_unpacked(m, NULL); /* came both ways */
+		return 1;
+	}
+	scd_held_t *h = w->n_reform_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL;
+	if (!h) {
+		scd_error(SCD_SUB_WORLD,
+			  "peer message %llu of rank %d's world left dropped: %d held while "
+			  "the world re-forms",
+			  (unsigned long long)m->seq, from, w->n_reform_held);
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+		return 1;
+	}
+	h->m = m;
+	h->from = from;
+	h->next = *at;
+	*at = h;
+	w->n_reform_held++;
+	return 1;
+}
+
+void scd_world_reform_replay(scd_world_t *w)
+{
+	scd_held_t *h = w->reform_held;
+	w->reform_held = NULL;
+	w->n_reform_held = 0;
+	while (h) {
+		scd_held_t *next = h->next;
+		const scd_peer_t *p = &w->peers[h->from];
+		w->old_world = 1;
+		scd_world_handle(w, h->from, p->ident, p->ident_len, h->m);
+		w->old_world = 0;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+		h = next;
+	}
+}
+
+void scd_world_reform_drop(scd_world_t *w, int rank)
+{
+	for (scd_held_t **pp = &w->reform_held; *pp;) {
+		scd_held_t *h = *pp;
+		if (rank >= 0 && h->from != rank) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		w->n_reform_held--;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+}
+
 /* The copies rank acknowledged (ack: the last number it delivered) go. */
 static void acked(scd_peer_t *p, uint64_t ack)
 {
@@ -365,6 +435,8 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		return 0; /* came both ways (also while the world re-forms: the pipes closed by
 			   * the Reform send what was not acknowledged again) */
 	if (!w->formed) {
+		if (reform_hold(w, from, m))
+			return 1;
 		scd_world_handle(w, from, ident, ident_len, m);
 		return 0;
 	}

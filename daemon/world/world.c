@@ -483,6 +483,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (!same) {
 		p->degraded = 0;
 		scd_late_forget_rank(w, j->rank);
+		scd_world_reform_drop(w, j->rank); /* an earlier daemon's messages */
 	}
 	scd_world_stream_free(p); /* what an earlier daemon of the rank held or was sent */
 	memcpy(p->ident, ident, ident_len);
@@ -498,9 +499,11 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
 		coord_send_world(w);
-		/* what was announced while the world re-formed (kept back by the flush) goes
-		 * now: nothing else might send it (the trainers wait on it) */
-		scd_neg_flush(w);
+		/* what the nodes sent in the world left and came while it re-formed first
+		 * (stream.c), then what was announced while the world re-formed (kept back by
+		 * the flush) and this node's state: nothing else might send it (the trainers
+		 * wait on it) */
+		scd_world_reform_replay(w);
 		state_resend(w);
 	}
 }
@@ -626,8 +629,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
 	scd_live_start(w);
 	start_mesh(w);
-	scd_neg_flush(w); /* what was announced while the world re-formed (as above) */
-	state_resend(w);
+	state_resend(w); /* what was announced while the world re-formed (as above) */
 }
 
 static void on_join_timeout(uv_timer_t *t)
@@ -777,24 +779,16 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 	}
 }
 
-/* The world has formed: this node's state, told while it re-formed and lost then (a
- * trainer that died or came meanwhile), goes now. The coordinator keeps what it knew of a
- * node through a re-form (accept_join): a node degraded meanwhile says so first, so that
- * the coordinator drops the steps it recorded for the node's old trainers (world/late.c),
- * then whether it is whole. */
-static void state_resend(scd_world_t *w)
-{
-	if (!w->state_pending)
-		return;
-	int degraded = w->state_degraded, met = w->state_degraded_met;
-	w->state_pending = w->state_degraded_met = 0;
-	if (met)
-		scd_world_node_state(w, 1, w->state_reason);
-	if (!degraded)
-		scd_world_node_state(w, 0, "");
-}
+/* A change of this node's state told while the world re-forms, and its place in what the
+ * node sends: the announcements and abandons queued before it. */
+typedef struct scd_held_state {
+	int degraded;
+	char reason[256];
+	int n_out, n_abandons;
+} scd_held_state_t;
 
-void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
+/* This node's NodeState (degraded, reason) to the coordinator, now. */
+static void node_state_send(scd_world_t *w, int degraded, const char *reason)
 {
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
@@ -803,13 +797,88 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 	ns.reason = (char *)reason;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
 	m.node_state = &ns;
+	scd_world_send_coord(w, &m);
+}
+
+/* The world re-forms: the change is held in its place (state_resend). Changes with nothing
+ * queued between them fold: a degradation takes the place of the changes before it (the
+ * coordinator drops, at a degradation, what it kept of the node's trainers: world/late.c),
+ * a node whole again after it stays after it, and whole again twice is once. So a place
+ * holds two changes at most. */
+static void state_hold(scd_world_t *w, int degraded, const char *reason)
+{
+	int n_out = w->n_out, n_ab = scd_neg_out_abandons(w);
+	scd_held_state_t *last =
+	    w->n_held_states ? &w->held_states[w->n_held_states - 1] : NULL;
+	if (last && (last->n_out != n_out || last->n_abandons != n_ab))
+		last = NULL; /* something was queued since */
+	if (last && !degraded && !last->degraded)
+		return;
+	while (degraded && w->n_held_states) {
+		last = &w->held_states[w->n_held_states - 1];
+		if (last->n_out != n_out || last->n_abandons != n_ab)
+			break;
+		w->n_held_states--;
+	}
+	if (w->n_held_states == w->cap_held_states) {
+		int cap = w->cap_held_states ? 2 * w->cap_held_states : 4;
+		scd_held_state_t *v = realloc(w->held_states, sizeof(*v) * (size_t)cap);
+		if (v) {
+			w->held_states = v;
+			w->cap_held_states = cap;
+		} else if (!w->n_held_states) {
+			scd_error(
+			    SCD_SUB_WORLD,
+			    "out of memory holding this node's state (%s) until the world "
+			    "has formed: not told",
+			    degraded ? "degraded" : "whole");
+			return;
+		} else { /* it takes the last change's place */
+			scd_error(
+			    SCD_SUB_WORLD,
+			    "out of memory holding this node's state (%s) until the world "
+			    "has formed: told in the place of the change before it",
+			    degraded ? "degraded" : "whole");
+			w->n_held_states--;
+			n_out = w->held_states[w->n_held_states].n_out;
+			n_ab = w->held_states[w->n_held_states].n_abandons;
+		}
+	}
+	scd_held_state_t *h = &w->held_states[w->n_held_states++];
+	h->degraded = degraded;
+	snprintf(h->reason, sizeof(h->reason), "%s", reason ? reason : "");
+	h->n_out = n_out;
+	h->n_abandons = n_ab;
+}
+
+/* The world has formed: this node's state, told while it re-formed and lost then (a
+ * trainer that died or came meanwhile), goes now, each change in its place among the
+ * announcements and abandons queued meanwhile (the announcements made again by the
+ * re-form first), and then the rest of them. The coordinator keeps what it knew of a node
+ * through a re-form (accept_join): a node degraded meanwhile says so before what its next
+ * trainers did, so that the coordinator drops the steps it recorded for the node's old
+ * trainers (world/late.c) and charges what the new ones failed to them; what the old
+ * trainers reported before they died stays before it. */
+static void state_resend(scd_world_t *w)
+{
+	int sent_out = 0, sent_ab = 0;
+	for (int i = 0; i < w->n_held_states; i++) {
+		const scd_held_state_t *h = &w->held_states[i];
+		scd_neg_flush_first(w, h->n_out - sent_out, h->n_abandons - sent_ab);
+		sent_out = h->n_out > sent_out ? h->n_out : sent_out;
+		sent_ab = h->n_abandons > sent_ab ? h->n_abandons : sent_ab;
+		node_state_send(w, h->degraded, h->reason);
+	}
+	free(w->held_states);
+	w->held_states = NULL;
+	w->n_held_states = w->cap_held_states = 0;
+	scd_neg_flush(w);
+}
+
+void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
+{
 	if (!w->formed) { /* the world re-forms: told once it has formed (state_resend) */
-		w->state_pending = 1;
-		w->state_degraded = degraded;
-		w->state_degraded_met |= degraded;
-		if (degraded)
-			snprintf(w->state_reason, sizeof(w->state_reason), "%s",
-				 reason ? reason : "");
+		state_hold(w, degraded, reason);
 		return;
 	}
 	/* what the node has not sent yet goes first (as for a join, join.c): the steps a dying
@@ -817,7 +886,7 @@ void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
 	 * node is not degraded there yet. Read after, each would fail its name's next entry,
 	 * and charge the other nodes a step they had already failed with the degraded node */
 	scd_neg_flush(w);
-	scd_world_send_coord(w, &m);
+	node_state_send(w, degraded, reason);
 }
 
 void scd_world_node_left(scd_world_t *w, const char *reason)
@@ -1375,6 +1444,10 @@ void scd_world_destroy(scd_world_t *w)
 	w->world_info = NULL;
 	w->world_info_len = 0;
 	scd_neg_release_held(w, 0);
+	scd_world_reform_drop(w, -1);
+	free(w->held_states);
+	w->held_states = NULL;
+	w->n_held_states = w->cap_held_states = 0;
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

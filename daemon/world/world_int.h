@@ -141,6 +141,7 @@ typedef struct scd_poison {
 /* A message that came ahead of its turn (stream.c). */
 typedef struct scd_held {
 	Sparsecomm__PeerMsg *m;
+	int from; /* its sender (the messages held while the world re-forms) */
 	struct scd_held *next;
 } scd_held_t;
 
@@ -183,11 +184,17 @@ struct scd_world {
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
+	/* the coordinator: the nodes' ReadyLists and NodeStates of the world left, read
+	 * while the world re-forms, by rank and number (stream.c, scd_world_reform_replay);
+	 * old_world: one of them is being handled */
+	struct scd_held *reform_held;
+	int n_reform_held, old_world;
 	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
-	/* this node's state told while the world re-forms (scd_world_node_state): sent once
-	 * it has formed, after a degradation met meanwhile (state_degraded_met) */
-	int state_pending, state_degraded, state_degraded_met;
-	char state_reason[256];
+	/* the changes of this node's state told while the world re-forms
+	 * (scd_world_node_state), each with its place among what was queued to send: sent
+	 * in that order once it has formed (world.c, state_resend) */
+	struct scd_held_state *held_states;
+	int n_held_states, cap_held_states;
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
 	int flush_armed;
@@ -303,6 +310,13 @@ void scd_neg_release_held(scd_world_t *w, int deliver);
 void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 /* Rank's pipe failed: its messages not acknowledged go again on the coordinator channel. */
 void scd_world_pipe_closed(scd_world_t *w, int rank);
+/* The coordinator, the world formed: the nodes' ReadyLists and NodeStates of the world
+ * left, read while it re-formed, are handled now, as they would have been in that world
+ * (their announcements dropped: the nodes announce those tensors again), before anything
+ * of the new world. Drop (rank -1: every node's) forgets them: a daemon that joined
+ * afresh. */
+void scd_world_reform_replay(scd_world_t *w);
+void scd_world_reform_drop(scd_world_t *w, int rank);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
 void scd_world_streams_reset(scd_world_t *w);
 /* The coordinator: this world's WorldInfo (packed, n bytes) goes to every joined node now,
@@ -333,7 +347,8 @@ static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
 /* negotiate.c (announcements, the coordinator) and apply.c (plans applied, jobs ended) */
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Its first step, without the plan it may emit: the announcements and abandons of rank
- * from (0 .. world_size - 1) added to what the coordinator collects. */
+ * from (0 .. world_size - 1) added to what the coordinator collects (the abandons alone
+ * of a ReadyList of the world left: scd_world_reform_replay). */
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 /* Applies a plan; a failure (SC_ERR_PROTOCOL: a cache id the plan cannot name;
  * SC_ERR_NOMEM: this rank cannot follow the plan) is logged there and returned, and the
@@ -347,6 +362,12 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan);
 void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns);
 void scd_neg_flush(scd_world_t *w);
+/* The same for the first n_out announcements and n_abandons abandons queued (what was
+ * queued before a change of the node's state held while the world re-formed, world.c);
+ * the rest stays queued, in order. */
+void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons);
+/* How many abandons are queued. */
+int scd_neg_out_abandons(const scd_world_t *w);
 void scd_neg_tick(scd_world_t *w);
 void scd_neg_pending(scd_world_t *w, Sparsecomm__PendingReply *r, struct scd_arena *a);
 /* An allreduce job came back: statistics and completions. */

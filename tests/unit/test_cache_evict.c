@@ -160,6 +160,7 @@ UNIT_TEST(cache_evict_announcement_by_evicted_id_dropped)
 {
 	scd_daemon_t d;
 	scd_world_t *w = world_with(&d, 1, 4, 3);
+	w->formed = 1; /* (while the world re-forms it takes no announcement at all) */
 	scd_cache_evict(w, 1);
 	uint32_t ids[] = {1};
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;

@@ -1,0 +1,371 @@
+/*
+ * test_world_reform.c: what the coordinator and a node send while the world re-forms, in
+ * the exact order of the messages (docs/design.md, "Re-forming the world"). Each world is
+ * one daemon's on its own loop; its coordinator channel is a ZeroMQ pair over inproc, so
+ * the test reads what it sends, in order.
+ *
+ *   - The coordinator reads a node's ReadyList of the world left while it re-forms (sent
+ *     again when the Reform closed the pipes): its announcement of a step the node owes
+ *     (world/late.c) must not take the late record, whose refusal would go to no node:
+ *     the node announces the step again in the new world, where it is refused.
+ *   - Such ReadyLists and NodeStates are handled once the world has formed, in their
+ *     order: a failed step a node reported before it said it was degraded again takes
+ *     the step answered for it, and charges nobody.
+ *   - A node whose state changes while the world re-forms tells it in its place: a
+ *     trainer that failed its step after the node was degraded and whole again reports
+ *     it after the NodeStates, never before (the coordinator's count of the steps
+ *     answered while the node was degraded would take it).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "ctl/ctl.h"
+#include "engine/engine.h"
+#include "unit.h"
+#include "unit_mesh.h"
+#include "util/log.h"
+#include "world/pipe.h"
+#include "world/world_int.h"
+
+static int stops;
+
+static void on_ready(scd_daemon_t *d) {}
+static void on_stop(scd_daemon_t *d, int exit_code)
+{
+	stops++;
+}
+static const scd_world_hooks_t hooks = {.ready = on_ready, .stop = on_stop};
+static void up_announce(scd_world_t *w, scd_ntensor_t *nt) {}
+static const scd_ctl_upcalls_t upcalls = {.announce = up_announce};
+
+static void on_job_back(void *arg, scd_job_t *job)
+{
+	if (job->kind == SCD_JOB_MESH)
+		scd_transport_boot_clear(&job->boot);
+	free(job->items);
+	free(job);
+}
+
+/* A daemon of rank rank of 2 with its world, its ctl, its engine and its coordinator
+ * channel (a pair whose other end the test reads). */
+typedef struct fixture {
+	scd_daemon_t d;
+	uv_loop_t loop;
+	void *zctx, *peer;
+} fixture_t;
+
+static void fixture_make(fixture_t *f, int rank)
+{
+	memset(f, 0, sizeof(*f));
+	stops = 0;
+	scd_log_level = SCD_LOG_ERROR;
+	CHECK_EQ_INT(uv_loop_init(&f->loop), 0);
+	f->d.loop = &f->loop;
+	f->d.rank = rank, f->d.world_size = 2, f->d.local_size = 1, f->d.notify_fd = -1;
+	scd_config_init(&f->d.cfg);
+	CHECK_EQ_INT(scd_world_create(&f->d, &hooks, &f->d.world), SC_OK);
+	CHECK_EQ_INT(scd_ctl_create(&f->d, &upcalls, &f->d.ctl), SC_OK);
+	scd_engine_params_t p = {.loop = &f->loop,
+				 .rank = rank,
+				 .world_size = 2,
+				 .local_size = 1,
+				 .fusion_bytes = 1u << 20,
+				 .join_timeout_ms = 200,
+				 .transport = "tcp",
+				 .schemes = scd_scheme_cfg_default(0, 0),
+				 .done = on_job_back};
+	CHECK_EQ_INT(scd_engine_create(&p, &f->d.engine), SC_OK);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "inproc://reform-%d", rank);
+	f->zctx = zmq_ctx_new();
+	scd_world_t *w = f->d.world;
+	w->sock = zmq_socket(f->zctx, ZMQ_PAIR);
+	f->peer = zmq_socket(f->zctx, ZMQ_PAIR);
+	int zero = 0;
+	zmq_setsockopt(w->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(f->peer, ZMQ_LINGER, &zero, sizeof(zero));
+	CHECK_EQ_INT(zmq_bind(f->peer, addr), 0);
+	CHECK_EQ_INT(zmq_connect(w->sock, addr), 0);
+	/* a formed world (id 100) of both ranks */
+	for (int r = 0; r < 2; r++) {
+		w->peers[r].joined = 1;
+		w->peers[r].state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+		w->peers[r].ident_len = 2;
+		memcpy(w->peers[r].ident, r ? "n1" : "n0", 2);
+	}
+	w->n_joined = 2;
+	w->formed = 1;
+	w->world_id = 100;
+	scd_world_streams_reset(w);
+}
+
+static void fixture_free(fixture_t *f)
+{
+	CHECK_EQ_INT(scd_engine_destroy(f->d.engine, 10000), SC_OK);
+	scd_world_destroy(f->d.world);
+	f->d.world->sock = NULL;
+	scd_ctl_destroy(f->d.ctl);
+	uv_run(&f->loop, UV_RUN_NOWAIT); /* the handles closed */
+	free(f->d.ctl);
+	free(f->d.world->peers);
+	free(f->d.world);
+	scd_config_free(&f->d.cfg);
+	uv_loop_close(&f->loop);
+	zmq_close(f->peer);
+	zmq_ctx_term(f->zctx);
+}
+
+/* The next message the daemon sent on its coordinator channel (a routing id first, where
+ * it names one), or NULL when none came. */
+static Sparsecomm__PeerMsg *next_sent(fixture_t *f)
+{
+	uint8_t buf[1 << 16];
+	for (;;) {
+		int n = zmq_recv(f->peer, buf, sizeof(buf), ZMQ_DONTWAIT);
+		if (n < 0)
+			return NULL;
+		int more = 0;
+		size_t ml = sizeof(more);
+		zmq_getsockopt(f->peer, ZMQ_RCVMORE, &more, &ml);
+		if (more)
+			continue; /* the routing id */
+		Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, (size_t)n, buf);
+		CHECK_TRUE(m != NULL);
+		if (m->body_case != SPARSECOMM__PEER_MSG__BODY_HEARTBEAT &&
+		    m->body_case != SPARSECOMM__PEER_MSG__BODY_JOIN &&
+		    m->body_case != SPARSECOMM__PEER_MSG__BODY_WORLD)
+			return m;
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+	}
+}
+
+/* The coordinator's re-form as world.c's reform does it: nothing negotiated is kept but
+ * the late records, and no node has joined the new world. */
+static void coord_reform(scd_world_t *w)
+{
+	w->formed = 0;
+	w->peers[1].joined = 0;
+	w->n_joined = 1;
+	scd_neg_reset(w);
+}
+
+/* ... and the new world (id 200) formed, once every node joined again. */
+static void coord_formed(scd_world_t *w)
+{
+	w->peers[1].joined = 1;
+	w->n_joined = 2;
+	w->formed = 1;
+	w->world_id = 200;
+	scd_world_streams_reset(w);
+}
+
+/* Node 1's record for name: it owes owed steps, answered were answered for it. */
+static void late_record(scd_world_t *w, const char *name, int owed, int answered)
+{
+	scd_poison_t *l = calloc(1, sizeof(*l));
+	CHECK_TRUE(l != NULL);
+	l->name = strdup(name);
+	l->reason = strdup("allreduce of tensor refused: node 1 submitted it late");
+	l->rank = 1;
+	l->owed = owed;
+	l->answered = answered;
+	l->status = SC_ERR_STALLED;
+	l->next = w->lates;
+	w->lates = l;
+}
+
+static scd_poison_t *late_find(scd_world_t *w, int rank, const char *name)
+{
+	scd_poison_t *l = w->lates;
+	while (l && (l->rank != rank || strcmp(l->name, name)))
+		l = l->next;
+	return l;
+}
+
+/* Node 1's message m, numbered seq in world epoch, as the coordinator reads it. */
+static void from_node(scd_world_t *w, Sparsecomm__PeerMsg *m, uint64_t seq, uint64_t epoch)
+{
+	m->seq = seq;
+	m->epoch = epoch;
+	size_t n = sparsecomm__peer_msg__get_packed_size(m);
+	uint8_t *buf = malloc(n + 1);
+	CHECK_TRUE(buf != NULL);
+	sparsecomm__peer_msg__pack(m, buf);
+	Sparsecomm__PeerMsg *heap = sparsecomm__peer_msg__unpack(NULL, n, buf);
+	free(buf);
+	CHECK_TRUE(heap != NULL);
+	if (!scd_world_deliver(w, 1, w->peers[1].ident, w->peers[1].ident_len, heap))
+		sparsecomm__peer_msg__free_unpacked(heap, NULL);
+}
+
+/* Node 1's ReadyList: an announcement of name (NULL: none), an abandon of a step of
+ * abandoned (NULL: none). */
+static void ready_from_node(scd_world_t *w, const char *name, const char *abandoned,
+			    uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__TensorSig sig = SPARSECOMM__TENSOR_SIG__INIT;
+	Sparsecomm__TensorRequest req = SPARSECOMM__TENSOR_REQUEST__INIT, *preq = &req;
+	req.name = (char *)name;
+	req.dtype = SC_FLOAT32;
+	req.numel = 4;
+	req.op = SC_OP_SUM;
+	req.sig = &sig;
+	Sparsecomm__Abandon ab = SPARSECOMM__ABANDON__INIT, *pab = &ab;
+	ab.name = (char *)abandoned;
+	ab.status = SC_ERR_ABORTED;
+	ab.reason = "node 1's trainer failed its step";
+	ab.step = 1;
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	rl.rank = 1;
+	rl.requests = &preq;
+	rl.n_requests = name != NULL;
+	rl.abandoned = &pab;
+	rl.n_abandoned = abandoned != NULL;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY;
+	m.ready = &rl;
+	from_node(w, &m, seq, epoch);
+}
+
+UNIT_TEST(world_reform_old_ready_list_takes_no_late_step)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	late_record(w, "t", 1, 0); /* node 1 owes a step of 't' */
+	coord_reform(w);
+	/* its announcement of that step in the world left, sent again as the pipes closed */
+	ready_from_node(w, "t", NULL, 1, 100);
+	scd_poison_t *l = late_find(w, 1, "t");
+	CHECK_MSG(l && l->owed == 1,
+		  "the late step was taken by an announcement read while the world re-formed: "
+		  "its refusal reached no node");
+	CHECK_TRUE(w->ehead == NULL);
+	/* the node announces it again in the new world: refused there, to node 1 */
+	coord_formed(w);
+	ready_from_node(w, "t", NULL, 1, 200);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_PLAN,
+		  "no plan came to node 1 for its late step");
+	CHECK_EQ_INT((int)m->plan->n_responses, 1);
+	const Sparsecomm__Response *r = m->plan->responses[0];
+	CHECK_TRUE(r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR);
+	CHECK_TRUE(r->n_ranks == 1 && r->ranks[0] == 1);
+	CHECK_TRUE(r->n_names == 1 && !strcmp(r->names[0], "t"));
+	CHECK_MSG(strstr(r->error, "late"), "refusal: %s", r->error);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_TRUE(late_find(w, 1, "t") == NULL);
+	CHECK_TRUE(w->ehead == NULL); /* refused: not paired with anything */
+	fixture_free(&f);
+}
+
+UNIT_TEST(world_reform_old_messages_handled_in_order_once_formed)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	w->peers[1].degraded = 1; /* a step of 'u' failed while node 1 was degraded */
+	late_record(w, "u", 0, 1);
+	coord_reform(w);
+	/* node 1 reported that step (1), then said it is degraded again (2): 2 came first,
+	 * and 1 came twice */
+	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
+	ns.rank = 1;
+	ns.degraded = 1;
+	ns.reason = "node 1's trainers exited";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
+	m.node_state = &ns;
+	from_node(w, &m, 2, 100);
+	ready_from_node(w, "t", "u", 1, 100);
+	ready_from_node(w, "t", "u", 1, 100);
+	CHECK_TRUE(late_find(w, 1, "u") !=
+		   NULL); /* nothing is handled before the world forms */
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	/* the report took the step answered, and charged nobody; the degradation came after
+	 * it; the announcement of the world left was dropped */
+	CHECK_TRUE(w->lates == NULL);
+	CHECK_TRUE(w->ehead == NULL);
+	Sparsecomm__PeerMsg *out = next_sent(&f);
+	CHECK_MSG(out == NULL, "the coordinator sent message %d",
+		  out ? (int)out->body_case : 0);
+	fixture_free(&f);
+}
+
+/* ---- a node ------------------------------------------------------------------------- */
+
+static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
+
+UNIT_TEST(world_reform_node_state_sent_in_its_place)
+{
+	fixture_t f;
+	fixture_make(&f, 1);
+	scd_world_t *w = f.d.world;
+	unit_mesh_t mesh;
+	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", 2, 200), SC_OK);
+	uint8_t key[32] = {0};
+	w->pipe = scd_pipe_new(&f.loop, 1, 2, key, 0, pipe_msg, w);
+	CHECK_TRUE(w->pipe != NULL);
+	w->tops = mesh.ep[1]->ops;
+	w->endpoint = mesh.ep[1];
+	mesh.ep[1] = NULL;
+	/* the Reform came: the node re-forms (world.c, reform) */
+	w->formed = 0;
+	scd_neg_reset(w);
+	/* meanwhile a trainer fails its step of 'v' and dies (the node is degraded), a new
+	 * trainer comes (whole again) and fails its step of 'u' */
+	scd_world_fail_step(w, "v", SC_ERR_ABORTED, "rank 1's trainer failed 'v'");
+	scd_world_node_state(w, 1, "rank 1's trainer exited");
+	scd_world_node_state(w, 0, "");
+	scd_world_fail_step(w, "u", SC_ERR_ABORTED, "rank 1's new trainer failed 'u'");
+	CHECK_TRUE(next_sent(&f) == NULL); /* nothing goes before the world has formed */
+	/* the new world's WorldInfo */
+	Sparsecomm__PeerInfo pi[2] = {SPARSECOMM__PEER_INFO__INIT, SPARSECOMM__PEER_INFO__INIT};
+	Sparsecomm__PeerInfo *pp[2] = {&pi[0], &pi[1]};
+	for (int r = 0; r < 2; r++) {
+		pi[r].rank = r;
+		pi[r].connected = 1;
+		const scd_transport_endpoint_t *ep = r ? w->endpoint : mesh.ep[0];
+		pi[r].transport_blob.data = (uint8_t *)ep->blob;
+		pi[r].transport_blob.len = ep->blob_len;
+	}
+	Sparsecomm__WorldInfo wi = SPARSECOMM__WORLD_INFO__INIT;
+	wi.world_id = 200;
+	wi.transport = (char *)w->tops->name;
+	wi.peers = pp;
+	wi.n_peers = 2;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_WORLD;
+	m.world = &wi;
+	scd_world_handle(w, 0, NULL, 0, &m);
+	CHECK_EQ_INT(w->formed, 1);
+	unit_mesh_release(&mesh);
+	/* in their order: 'v' failed, degraded, whole, 'u' failed */
+	const char *want[] = {"abandon v", "degraded", "whole", "abandon u"};
+	for (int k = 0; k < 4;) {
+		Sparsecomm__PeerMsg *o = next_sent(&f);
+		CHECK_MSG(o != NULL, "message %d (%s) never came", k, want[k]);
+		char got[64] = "";
+		if (o->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_STATE) {
+			snprintf(got, sizeof(got), "%s",
+				 o->node_state->degraded ? "degraded" : "whole");
+			CHECK_MSG(!strcmp(got, want[k]), "message %d: %s, expected %s", k, got,
+				  want[k]);
+			k++;
+		} else if (o->body_case == SPARSECOMM__PEER_MSG__BODY_READY) {
+			CHECK_MSG(o->ready->n_requests == 0, "a ReadyList announced a tensor");
+			for (size_t i = 0; i < o->ready->n_abandoned; i++, k++) {
+				snprintf(got, sizeof(got), "abandon %s",
+					 o->ready->abandoned[i]->name);
+				CHECK_MSG(k < 4 && !strcmp(got, want[k]),
+					  "message %d: %s, expected %s", k, got,
+					  k < 4 ? want[k] : "none");
+			}
+		}
+		sparsecomm__peer_msg__free_unpacked(o, NULL);
+	}
+	CHECK_TRUE(w->n_out == 0 && w->out_abandon == NULL);
+	fixture_free(&f);
+}
