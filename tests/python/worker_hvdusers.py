@@ -193,6 +193,68 @@ def elastic_names():
 
 
 @check
+def elastic_handler_registry_and_sampler_type():
+    # Horovod's elastic modules as scripts use them: the ElasticSampler is a torch
+    # Sampler, and a handler registered for a type of the script's own (here an object
+    # with a state_dict, as a GradScaler is) is what a TorchState saves, restores and
+    # synchronises it with; horovod.torch.elastic's state and sampler modules hold them
+    from horovod.torch.elastic import sampler, state
+    from sparsecomm.torch.elastic.state import (StateHandler, get_handler_registry,
+                                                set_handler_registry)
+    assert state is hvd.elastic and sampler is hvd.elastic
+    assert isinstance(sampler.ElasticSampler(list(range(6))), torch.utils.data.Sampler)
+
+    class Scaler:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def state_dict(self):
+            return {"scale": self.scale}
+
+        def load_state_dict(self, sd):
+            self.scale = sd["scale"]
+
+    class ScalerHandler(StateHandler):
+        def __init__(self, scaler):
+            super().__init__(scaler)
+            self.save()
+
+        def save(self):
+            self.saved = copy.deepcopy(self.value.state_dict())
+
+        def restore(self):
+            self.value.load_state_dict(self.saved)
+
+        def sync(self):
+            self.value.load_state_dict(hvd.broadcast_object(self.value.state_dict(),
+                                                            name="el.scaler"))
+
+    kept = list(get_handler_registry())
+    set_handler_registry(kept + [(Scaler, ScalerHandler)])
+    try:
+        torch.manual_seed(R)
+        model = torch.nn.Linear(3, 1)
+        scaler = Scaler(2.0 ** (10 + R))
+        st = state.TorchState(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                              scaler=scaler, epoch=R)
+        st.sync()
+        assert scaler.scale == 1024.0 and st.epoch == 0, (scaler.scale, st.epoch)
+        same_everywhere(list(model.parameters()), "el.reg")
+        scaler.scale = 8.0 + R
+        st.commit()
+        scaler.scale = -1.0
+        st.restore()
+        assert scaler.scale == 8.0 + R, scaler.scale
+        st.scaler = Scaler(3.0)  # assigned anew: the new one is saved
+        st.scaler.scale = 4.0
+        st.restore()
+        assert st.scaler.scale == 3.0, st.scaler.scale
+    finally:
+        set_handler_registry(kept)
+    assert get_handler_registry() == kept
+
+
+@check
 def horovods_module_paths():
     # scripts import names from horovod.torch's modules (mpi_ops, functions, optimizer,
     # compression, sync_batch_norm): the same names under sparsecomm.torch's

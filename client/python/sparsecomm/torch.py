@@ -97,6 +97,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     global_process_set, add_process_set, remove_process_set, process_set_by_id)
 
 sys.modules[__name__ + ".elastic"] = elastic  # `import sparsecomm.torch.elastic` too
+for _sub in ("sampler", "state"):  # Horovod's modules of its elastic package
+    sys.modules["%s.elastic.%s" % (__name__, _sub)] = elastic
 # Horovod's modules inside horovod.torch, which scripts import names from (`from
 # horovod.torch.mpi_ops import allreduce_async_, synchronize`): every name is this
 # module's, so each is this module under that name too
