@@ -193,6 +193,45 @@ def elastic_names():
 
 
 @check
+def evaluation_under_inference_mode_then_training():
+    # a validation pass under torch.inference_mode before training (PyTorch Lightning's
+    # sanity check, an evaluation before the first epoch) averages its metrics with the
+    # calls training makes afterwards, of the same names and shapes: the buffers' views
+    # the first call kept must take the training calls' values (an inference tensor
+    # cannot be written to outside inference mode)
+    def calls(v):
+        x = torch.full((3,), float(v))
+        emb = torch.sparse_coo_tensor([[R]], [[float(v), 1.0]], (P, 2))
+        return [hvd.allreduce(x, name="inf.metric"), hvd.allreduce(x.clone()),
+                hvd.allreduce_(x.clone(), op=hvd.Sum, name="inf.sum"),
+                hvd.broadcast_(x.clone(), 0, name="inf.bcast"),
+                hvd.allgather(x.view(1, 3), name="inf.gather"),
+                hvd.grouped_allreduce([x, x[:1]], name="inf.group")[1],
+                hvd.synchronize(hvd.sparse_allreduce_async(emb, name="inf.sparse",
+                                                           op=hvd.Sum)).to_dense()]
+
+    def want(v):
+        mean = sum(v + r for r in range(P)) / P
+        emb = torch.zeros(P, 2)
+        for r in range(P):
+            emb[r] = torch.tensor([v + r, 1.0])
+        return [torch.full((3,), mean), torch.full((3,), mean),
+                torch.full((3,), mean * P), torch.full((3,), float(v)),
+                torch.cat([torch.full((1, 3), float(v + r)) for r in range(P)]),
+                torch.full((1,), mean), emb]
+
+    for epoch in range(2):
+        with torch.inference_mode():
+            got = calls(10 * epoch + R)
+        for i, (g, w) in enumerate(zip(got, want(10 * epoch))):
+            assert torch.allclose(g, w), ("eval", epoch, i, g, w)
+        got = calls(10 * epoch + 5 + R)
+        for i, (g, w) in enumerate(zip(got, want(10 * epoch + 5))):
+            assert torch.allclose(g, w), ("train", epoch, i, g, w)
+            assert not g.is_inference(), ("train", epoch, i)
+
+
+@check
 def elastic_handler_registry_and_sampler_type():
     # Horovod's elastic modules as scripts use them: the ElasticSampler is a torch
     # Sampler, and a handler registered for a type of the script's own (here an object
