@@ -601,6 +601,43 @@ def reducescatter_sum_average_every_dtype():
 
 
 @check
+def grouped_allgather_and_reducescatter_gradients():
+    # Horovod's test_horovod_grouped_allgather_grad and _grouped_reducescatter_grad:
+    # each output of the group differentiated alone (the others' gradients are zeros)
+    sizes = [3, 2, 7, 4, 6, 8, 10][:P]
+    for dt, dim in itertools.product((torch.float32, torch.float64), DIMS):
+        xs = [torch.ones([sizes[R]] + [17] * (dim - 1), dtype=dt).mul_(R).requires_grad_()
+              for _ in range(5)]
+        dy = torch.cat([torch.ones([s] + [17] * (dim - 1), dtype=dt) * r
+                        for r, s in enumerate(sizes)])
+        for g in hvd.grouped_allgather(xs):
+            g.backward(dy)
+        for i, x in enumerate(xs):
+            same(x.grad, torch.ones_like(x) * R, "grouped_allgather grad %d %s %dd" %
+                 (i, dt, dim))
+        for op, k in ((hvd.Sum, P), (hvd.Average, 1)):
+            xs = [torch.empty([P * 4] + [17] * (dim - 1), dtype=dt).random_(-100, 100)
+                  .requires_grad_() for _ in range(5)]
+            outs = hvd.grouped_reducescatter(xs, op=op, prescale_factor=2.0)
+            for out in outs:
+                out.backward(torch.ones_like(out))
+            for i, x in enumerate(xs):
+                same(x.grad, torch.ones_like(x) * k * 2, "grouped_reducescatter grad %d "
+                     "%s %s %dd" % (i, op, dt, dim))
+    # members of mixed dtypes and rows, one not requiring a gradient: each gradient in
+    # its own member's dtype
+    a = torch.ones(R + 1, 2, dtype=torch.float64).requires_grad_()
+    b = torch.full((2,), float(R)).requires_grad_()
+    c = torch.arange(3, dtype=torch.int32)
+    ga, gb, gc = hvd.grouped_allgather([a, b, c])
+    (ga.sum() + (gb * torch.arange(2.0 * P)).sum()).backward()
+    same(a.grad, torch.ones_like(a), "grouped_allgather mixed a")
+    same(b.grad, torch.arange(2.0 * R, 2.0 * R + 2), "grouped_allgather mixed b")
+    assert a.grad.dtype == torch.float64 and c.grad is None
+    same(gc, torch.arange(3, dtype=torch.int32).repeat(P), "grouped_allgather mixed c")
+
+
+@check
 def barrier_returns_on_every_rank():
     for _ in range(3):
         assert hvd.barrier() is None

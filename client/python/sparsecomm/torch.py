@@ -50,8 +50,8 @@ Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
 functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
 async forms, the sparsifier options) are keyword-only.  A call before init() raises
 NotInitializedError, a ValueError as Horovod's.  allreduce, grouped_allreduce,
-allgather, broadcast, alltoall and reducescatter are differentiable with Horovod's backward rules
-(sparsecomm._autograd).  Process sets (see
+allgather, grouped_allgather, broadcast, alltoall, reducescatter and grouped_reducescatter
+are differentiable with Horovod's backward rules (sparsecomm._autograd).  Process sets (see
 sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
@@ -438,10 +438,17 @@ def allgather(tensor, name=None, process_set=None, *, timeout=None):
         return _sc.allgather(x, name, process_set, timeout=timeout)
 
     if _autograd.wanted(tensor):
-        return _autograd.collective(tensor, run, lambda g: _autograd.own_rows(
-            allreduce(g, True, None, process_set=process_set, timeout=timeout),
-            tensor.shape[0], process_set, timeout))
+        return _autograd.collective(tensor, run, lambda g: _allgather_back(
+            [g], [tensor], process_set, timeout)[0])
     return run(tensor)
+
+
+def _allgather_back(grads, inputs, process_set, timeout):
+    """Horovod's gradients of (grouped) allgathers of ``inputs``: each gradient averaged
+    across the ranks, each rank keeping the rows its input gave."""
+    return _autograd.own_rows(grouped_allreduce(grads, True, None, process_set=process_set,
+                                                timeout=timeout),
+                              [t.shape[0] for t in inputs], process_set, timeout)
 
 
 def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):
@@ -483,15 +490,19 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         return reducescatter_async(x, name, compression, op, prescale_factor,
                                    postscale_factor, process_set).wait(timeout)
 
-    def back(g):
-        k = prescale_factor * postscale_factor
-        if ReduceOp.parse(op) == ReduceOp.SUM:
-            k *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
-        return _sc.allgather(_scale(g, k), None, process_set, timeout=timeout)
-
     if _autograd.wanted(tensor):
-        return _autograd.collective(tensor, run, back)
+        return _autograd.collective(tensor, run, lambda g: _reducescatter_back(
+            [g], op, prescale_factor * postscale_factor, process_set, timeout)[0])
     return run(tensor)
+
+
+def _reducescatter_back(grads, op, factor, process_set, timeout):
+    """Horovod's gradients of (grouped) reduce-scatters: each gradient times the scale
+    factors (and the set's size for Sum), allgathered back into every rank's rows."""
+    if ReduceOp.parse(op) == ReduceOp.SUM:
+        factor *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
+    return grouped_allgather([_scale(g, factor) for g in grads], None, process_set,
+                             timeout=timeout)
 
 
 # ---- Horovod's grouped operations ----------------------------------------------------
@@ -613,7 +624,17 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
 
 
 def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
-    return grouped_allgather_async(tensors, name, process_set).wait(timeout)
+    """Horovod's grouped_allgather; differentiable as allgather (the gradients averaged
+    by a grouped allreduce, each rank keeping its own rows)."""
+    tensors = list(tensors)
+
+    def run(xs):
+        return grouped_allgather_async(xs, name, process_set).wait(timeout)
+
+    if any(_autograd.wanted(t) for t in tensors):
+        return _autograd.grouped(tensors, run, lambda gs: _allgather_back(
+            gs, tensors, process_set, timeout))
+    return run(tensors)
 
 
 def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
@@ -626,8 +647,18 @@ def grouped_reducescatter_async(tensors, name=None, compression=Compression.none
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
                           timeout=None):
-    return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
-                                       postscale_factor, process_set).wait(timeout)
+    """Horovod's grouped_reducescatter; differentiable as reducescatter (the gradients,
+    scaled, go back by a grouped allgather)."""
+    tensors = list(tensors)
+
+    def run(xs):
+        return grouped_reducescatter_async(xs, name, compression, op, prescale_factor,
+                                           postscale_factor, process_set).wait(timeout)
+
+    if any(_autograd.wanted(t) for t in tensors):
+        return _autograd.grouped(tensors, run, lambda gs: _reducescatter_back(
+            gs, op, prescale_factor * postscale_factor, process_set, timeout))
+    return run(tensors)
 
 
 # ---- Horovod's SyncBatchNorm ----------------------------------------------------------
