@@ -999,6 +999,48 @@ def optimizer_sparse_gradients_and_sparse_as_dense():
 
 
 @check
+def sparse_tensors_of_every_dtype():
+    # Horovod reduces a sparse tensor of any dtype (its indices and values allgathered):
+    # float64 and integer ones too, in their own dtype, with 1, 2 and 3 sparse dims, by
+    # sparse_allreduce_async (its handle called, as Horovod's) and allreduce
+    for dt, sd, op in itertools.product((torch.float64, torch.int64, torch.int32),
+                                        (1, 2, 3), (hvd.Sum, hvd.Average)):
+        g = torch.Generator().manual_seed(10 * R + sd)
+        dense = (torch.rand(5, 4, 2, generator=g) > 0.6) * \
+            torch.randint(-50, 50, (5, 4, 2), generator=g)
+        dense = dense.to(dt)
+        want = hvd.allreduce(dense, op=op, name="spdt.want")
+        tag = "spdt.%s.%d.%s" % (dt, sd, op)
+        for got in (hvd.sparse_allreduce_async(dense.to_sparse(sd), tag, op)(),
+                    hvd.allreduce(dense.to_sparse(sd), op=op)):
+            assert got.is_sparse and got.sparse_dim() == sd, (tag, got.layout)
+            same(got.to_dense(), want, tag)
+    # shapes that differ fail every rank alike, and the next call works
+    bad = torch.eye(3 + R, dtype=torch.float64).to_sparse()
+    raises_everywhere(ValueError, lambda: hvd.allreduce(bad, name="spdt.bad"),
+                      "sparse shapes that differ")
+    still_works("spdt.after")
+    # a float64 nn.Embedding(sparse=True) trains under DistributedOptimizer, with and
+    # without sparse_as_dense, as the same embedding with dense gradients does
+    idx = torch.tensor([[R, 5], [R + 1, 7]])
+    got = {}
+    for sparse, sad in ((False, False), (True, False), (True, True)):
+        torch.manual_seed(3)
+        emb = torch.nn.Embedding(10, 3, sparse=sparse).double()
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(emb.parameters(), lr=0.5), named_parameters=emb.named_parameters(),
+            sparse_as_dense=sad, prefix="spdt.emb.%d%d." % (sparse, sad))
+        for _ in range(2):
+            opt.zero_grad()
+            emb(idx).pow(2).sum().backward()
+            opt.step()
+        assert emb.weight.grad.is_sparse == sparse, (sparse, sad)
+        got[sparse, sad] = emb.weight.detach()
+    for k, w in got.items():
+        assert torch.allclose(w, got[False, False], rtol=1e-12, atol=0), k
+
+
+@check
 def optimizer_adasum_with_sparse_gradients():
     # Horovod's Adasum optimizer combines the local steps' parameter changes, which are
     # dense whatever the gradient: an nn.Embedding(sparse=True) under SGD (with and
