@@ -601,6 +601,43 @@ def reducescatter_sum_average_every_dtype():
 
 
 @check
+def grouped_allgather_and_reducescatter_gradients():
+    # Horovod's test_horovod_grouped_allgather_grad and _grouped_reducescatter_grad:
+    # each output of the group differentiated alone (the others' gradients are zeros)
+    sizes = [3, 2, 7, 4, 6, 8, 10][:P]
+    for dt, dim in itertools.product((torch.float32, torch.float64), DIMS):
+        xs = [torch.ones([sizes[R]] + [17] * (dim - 1), dtype=dt).mul_(R).requires_grad_()
+              for _ in range(5)]
+        dy = torch.cat([torch.ones([s] + [17] * (dim - 1), dtype=dt) * r
+                        for r, s in enumerate(sizes)])
+        for g in hvd.grouped_allgather(xs):
+            g.backward(dy)
+        for i, x in enumerate(xs):
+            same(x.grad, torch.ones_like(x) * R, "grouped_allgather grad %d %s %dd" %
+                 (i, dt, dim))
+        for op, k in ((hvd.Sum, P), (hvd.Average, 1)):
+            xs = [torch.empty([P * 4] + [17] * (dim - 1), dtype=dt).random_(-100, 100)
+                  .requires_grad_() for _ in range(5)]
+            outs = hvd.grouped_reducescatter(xs, op=op, prescale_factor=2.0)
+            for out in outs:
+                out.backward(torch.ones_like(out))
+            for i, x in enumerate(xs):
+                same(x.grad, torch.ones_like(x) * k * 2, "grouped_reducescatter grad %d "
+                     "%s %s %dd" % (i, op, dt, dim))
+    # members of mixed dtypes and rows, one not requiring a gradient: each gradient in
+    # its own member's dtype
+    a = torch.ones(R + 1, 2, dtype=torch.float64).requires_grad_()
+    b = torch.full((2,), float(R)).requires_grad_()
+    c = torch.arange(3, dtype=torch.int32)
+    ga, gb, gc = hvd.grouped_allgather([a, b, c])
+    (ga.sum() + (gb * torch.arange(2.0 * P)).sum()).backward()
+    same(a.grad, torch.ones_like(a), "grouped_allgather mixed a")
+    same(b.grad, torch.arange(2.0 * R, 2.0 * R + 2), "grouped_allgather mixed b")
+    assert a.grad.dtype == torch.float64 and c.grad is None
+    same(gc, torch.arange(3, dtype=torch.int32).repeat(P), "grouped_allgather mixed c")
+
+
+@check
 def barrier_returns_on_every_rank():
     for _ in range(3):
         assert hvd.barrier() is None
@@ -959,6 +996,48 @@ def optimizer_sparse_gradients_and_sparse_as_dense():
                 (P - 1) * torch.bincount(rest.flatten(), minlength=10).float()
             want = before - 0.1 * (counts / P).unsqueeze(1).expand(10, 3)
             assert torch.allclose(w, want, atol=1e-6), (w - want).abs().max()
+
+
+@check
+def sparse_tensors_of_every_dtype():
+    # Horovod reduces a sparse tensor of any dtype (its indices and values allgathered):
+    # float64 and integer ones too, in their own dtype, with 1, 2 and 3 sparse dims, by
+    # sparse_allreduce_async (its handle called, as Horovod's) and allreduce
+    for dt, sd, op in itertools.product((torch.float64, torch.int64, torch.int32),
+                                        (1, 2, 3), (hvd.Sum, hvd.Average)):
+        g = torch.Generator().manual_seed(10 * R + sd)
+        dense = (torch.rand(5, 4, 2, generator=g) > 0.6) * \
+            torch.randint(-50, 50, (5, 4, 2), generator=g)
+        dense = dense.to(dt)
+        want = hvd.allreduce(dense, op=op, name="spdt.want")
+        tag = "spdt.%s.%d.%s" % (dt, sd, op)
+        for got in (hvd.sparse_allreduce_async(dense.to_sparse(sd), tag, op)(),
+                    hvd.allreduce(dense.to_sparse(sd), op=op)):
+            assert got.is_sparse and got.sparse_dim() == sd, (tag, got.layout)
+            same(got.to_dense(), want, tag)
+    # shapes that differ fail every rank alike, and the next call works
+    bad = torch.eye(3 + R, dtype=torch.float64).to_sparse()
+    raises_everywhere(ValueError, lambda: hvd.allreduce(bad, name="spdt.bad"),
+                      "sparse shapes that differ")
+    still_works("spdt.after")
+    # a float64 nn.Embedding(sparse=True) trains under DistributedOptimizer, with and
+    # without sparse_as_dense, as the same embedding with dense gradients does
+    idx = torch.tensor([[R, 5], [R + 1, 7]])
+    got = {}
+    for sparse, sad in ((False, False), (True, False), (True, True)):
+        torch.manual_seed(3)
+        emb = torch.nn.Embedding(10, 3, sparse=sparse).double()
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(emb.parameters(), lr=0.5), named_parameters=emb.named_parameters(),
+            sparse_as_dense=sad, prefix="spdt.emb.%d%d." % (sparse, sad))
+        for _ in range(2):
+            opt.zero_grad()
+            emb(idx).pow(2).sum().backward()
+            opt.step()
+        assert emb.weight.grad.is_sparse == sparse, (sparse, sad)
+        got[sparse, sad] = emb.weight.detach()
+    for k, w in got.items():
+        assert torch.allclose(w, got[False, False], rtol=1e-12, atol=0), k
 
 
 @check

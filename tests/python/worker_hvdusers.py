@@ -193,6 +193,107 @@ def elastic_names():
 
 
 @check
+def evaluation_under_inference_mode_then_training():
+    # a validation pass under torch.inference_mode before training (PyTorch Lightning's
+    # sanity check, an evaluation before the first epoch) averages its metrics with the
+    # calls training makes afterwards, of the same names and shapes: the buffers' views
+    # the first call kept must take the training calls' values (an inference tensor
+    # cannot be written to outside inference mode)
+    def calls(v):
+        x = torch.full((3,), float(v))
+        emb = torch.sparse_coo_tensor([[R]], [[float(v), 1.0]], (P, 2))
+        return [hvd.allreduce(x, name="inf.metric"), hvd.allreduce(x.clone()),
+                hvd.allreduce_(x.clone(), op=hvd.Sum, name="inf.sum"),
+                hvd.broadcast_(x.clone(), 0, name="inf.bcast"),
+                hvd.allgather(x.view(1, 3), name="inf.gather"),
+                hvd.grouped_allreduce([x, x[:1]], name="inf.group")[1],
+                hvd.synchronize(hvd.sparse_allreduce_async(emb, name="inf.sparse",
+                                                           op=hvd.Sum)).to_dense()]
+
+    def want(v):
+        mean = sum(v + r for r in range(P)) / P
+        emb = torch.zeros(P, 2)
+        for r in range(P):
+            emb[r] = torch.tensor([v + r, 1.0])
+        return [torch.full((3,), mean), torch.full((3,), mean),
+                torch.full((3,), mean * P), torch.full((3,), float(v)),
+                torch.cat([torch.full((1, 3), float(v + r)) for r in range(P)]),
+                torch.full((1,), mean), emb]
+
+    for epoch in range(2):
+        with torch.inference_mode():
+            got = calls(10 * epoch + R)
+        for i, (g, w) in enumerate(zip(got, want(10 * epoch))):
+            assert torch.allclose(g, w), ("eval", epoch, i, g, w)
+        got = calls(10 * epoch + 5 + R)
+        for i, (g, w) in enumerate(zip(got, want(10 * epoch + 5))):
+            assert torch.allclose(g, w), ("train", epoch, i, g, w)
+            assert not g.is_inference(), ("train", epoch, i)
+
+
+@check
+def elastic_handler_registry_and_sampler_type():
+    # Horovod's elastic modules as scripts use them: the ElasticSampler is a torch
+    # Sampler, and a handler registered for a type of the script's own (here an object
+    # with a state_dict, as a GradScaler is) is what a TorchState saves, restores and
+    # synchronises it with; horovod.torch.elastic's state and sampler modules hold them
+    from horovod.torch.elastic import sampler, state
+    from sparsecomm.torch.elastic.state import (StateHandler, get_handler_registry,
+                                                set_handler_registry)
+    assert state is hvd.elastic and sampler is hvd.elastic
+    assert isinstance(sampler.ElasticSampler(list(range(6))), torch.utils.data.Sampler)
+
+    class Scaler:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def state_dict(self):
+            return {"scale": self.scale}
+
+        def load_state_dict(self, sd):
+            self.scale = sd["scale"]
+
+    class ScalerHandler(StateHandler):
+        def __init__(self, scaler):
+            super().__init__(scaler)
+            self.save()
+
+        def save(self):
+            self.saved = copy.deepcopy(self.value.state_dict())
+
+        def restore(self):
+            self.value.load_state_dict(self.saved)
+
+        def sync(self):
+            self.value.load_state_dict(hvd.broadcast_object(self.value.state_dict(),
+                                                            name="el.scaler"))
+
+    kept = list(get_handler_registry())
+    set_handler_registry(kept + [(Scaler, ScalerHandler)])
+    try:
+        torch.manual_seed(R)
+        model = torch.nn.Linear(3, 1)
+        scaler = Scaler(2.0 ** (10 + R))
+        st = state.TorchState(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                              scaler=scaler, epoch=R)
+        st.sync()
+        assert scaler.scale == 1024.0 and st.epoch == 0, (scaler.scale, st.epoch)
+        same_everywhere(list(model.parameters()), "el.reg")
+        scaler.scale = 8.0 + R
+        st.commit()
+        scaler.scale = -1.0
+        st.restore()
+        assert scaler.scale == 8.0 + R, scaler.scale
+        st.scaler = Scaler(3.0)  # assigned anew: the new one is saved
+        st.scaler.scale = 4.0
+        st.restore()
+        assert st.scaler.scale == 3.0, st.scaler.scale
+    finally:
+        set_handler_registry(kept)
+    assert get_handler_registry() == kept
+
+
+@check
 def horovods_module_paths():
     # scripts import names from horovod.torch's modules (mpi_ops, functions, optimizer,
     # compression, sync_batch_norm): the same names under sparsecomm.torch's

@@ -7,7 +7,4 @@ import sparsecomm.torch as _sct
 
 for _name in [n for n in sys.modules if n.startswith("sparsecomm.torch.")]:
     sys.modules["horovod.torch." + _name[len("sparsecomm.torch."):]] = sys.modules[_name]
-# Horovod's elastic package splits into modules that scripts import names from
-for _sub in ("sampler", "state"):
-    sys.modules["horovod.torch.elastic." + _sub] = _sct.elastic
 sys.modules[__name__] = _sct

@@ -244,6 +244,19 @@ def _torch():
     return sys.modules.get("torch")
 
 
+def _view(make):
+    """make(), a torch tensor over one of the library's buffers, made outside
+    torch.inference_mode even when called inside it: the view is kept and reused by the
+    calls that follow, and an inference tensor could not be written to outside that
+    mode (a name first reduced in an evaluation under inference_mode would fail every
+    later training step's call)."""
+    mode = getattr(_torch(), "inference_mode", None)
+    if mode is None:
+        return make()
+    with mode(False):
+        return make()
+
+
 def _is_torch(x):
     t = _torch()
     return t is not None and isinstance(x, t.Tensor)
@@ -378,7 +391,7 @@ class _Entry:
                 self._tdata = self._cuda_view(_lib.load().sc_tensor_data(self.ptr),
                                               self.numel, self.dtype)
             else:
-                self._tdata = _torch().from_numpy(self.data)
+                self._tdata = _view(lambda: _torch().from_numpy(self.data))
         return self._tdata
 
     def tcoo(self):
@@ -399,12 +412,12 @@ class _Entry:
 
     def _cuda_view(self, ptr, numel, dtype):
         t = _torch()
-        return t.as_tensor(_CudaArray(ptr, numel, dtype),
-                           device=t.device("cuda", self.device[1]))
+        return _view(lambda: t.as_tensor(_CudaArray(ptr, numel, dtype),
+                                         device=t.device("cuda", self.device[1])))
 
     def tval(self):
         if self._tval is None:
-            self._tval = _torch().from_numpy(self.coo_val)
+            self._tval = _view(lambda: _torch().from_numpy(self.coo_val))
         return self._tval
 
 

@@ -4,12 +4,12 @@ grad mode on) runs inside a torch.autograd.Function whose backward is another co
 
 * allreduce and grouped_allreduce: the gradient allreduced with the same op, average and
   scale factors (a grouped allreduce for a group);
-* allgather: the gradient averaged across the ranks, of which each rank takes the rows
-  its own input gave (the row counts gathered again);
+* allgather and grouped_allgather: the gradient averaged across the ranks, of which each
+  rank takes the rows its own input gave (the row counts gathered again);
 * broadcast: the gradient averaged across the ranks, kept on the root, zero elsewhere;
 * alltoall: the gradient sent back by an alltoall with the splits received;
-* reducescatter: the gradient (times the set's size for Sum, times the scale factors)
-  allgathered back into every rank's rows.
+* reducescatter and grouped_reducescatter: the gradient (times the set's size for Sum,
+  times the scale factors) allgathered back into every rank's rows.
 
 The backward collectives are unnamed (the unnamed buffers' rule in the sparsecomm module
 doc): every rank runs the same backward, so they meet.  A process set given to the
@@ -85,10 +85,12 @@ def grouped(tensors, run, back):
     return list(_Grouped.apply(run, back, *tensors))
 
 
-def own_rows(grad, rows, process_set, timeout):
-    """This rank's ``rows`` rows of an allgather's ``grad``: the row counts are gathered
-    (in set-rank order) to find where they start."""
-    counts = _sc.allgather(torch.tensor([int(rows)], dtype=torch.int64), None, process_set,
-                           timeout=timeout)
+def own_rows(grads, rows, process_set, timeout):
+    """This rank's rows of each allgather's gradient in ``grads`` (``rows[i]`` rows of
+    ``grads[i]``): the row counts are gathered, all in one allgather (in set-rank
+    order), to find where each rank's start."""
+    counts = _sc.allgather(torch.tensor([[int(r) for r in rows]], dtype=torch.int64), None,
+                           process_set, timeout=timeout)
     me = _sc.process_sets_.scope(_sc._need(), process_set, "allgather").rank
-    return grad.narrow(0, int(counts[:me].sum()), int(rows))
+    before = counts[:me].sum(0)
+    return [g.narrow(0, int(start), int(r)) for g, start, r in zip(grads, before, rows)]

@@ -15,11 +15,16 @@ of restarting the function with fewer workers: the same ranks would fail the sam
 The state's synchronisation uses the package's broadcasts: a model's state_dict through
 broadcast_parameters (its names under ``elastic.<attribute>.``), an optimizer's through
 broadcast_optimizer_state, an LR scheduler's, a sampler's and the plain attributes
-through broadcast_object."""
+through broadcast_object.  Which torch objects a TorchState handles, and how, is Horovod's
+handler registry (get_handler_registry, set_handler_registry, StateHandler and its
+subclasses): a script registers a handler of its own for another type (a GradScaler, a
+data loader's state) as it does with Horovod.  Horovod's modules of the package
+(horovod.torch.elastic.state, .sampler) are this module."""
 
 import copy
 import functools
 import math
+import sys
 
 import sparsecomm as _sc
 from sparsecomm import HorovodInternalError
@@ -34,7 +39,20 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-class State:
+class _Saved:
+    """What a State and a StateHandler define: save(), restore() and sync()."""
+
+    def save(self):
+        raise NotImplementedError("%s.save" % type(self).__name__)
+
+    def restore(self):
+        raise NotImplementedError("%s.restore" % type(self).__name__)
+
+    def sync(self):
+        raise NotImplementedError("%s.sync" % type(self).__name__)
+
+
+class State(_Saved):
     """Horovod's elastic State: something a training function can commit, restore to its
     last commit, and synchronise from rank 0.  Subclasses define save(), restore() and
     sync()."""
@@ -65,15 +83,6 @@ class State:
         """Horovod's raises HostsUpdatedInterrupt once hosts were added or removed; the
         hosts of a fixed job never change, so there is nothing to raise (nor to agree
         on with the other ranks)."""
-
-    def save(self):
-        raise NotImplementedError("%s.save" % type(self).__name__)
-
-    def restore(self):
-        raise NotImplementedError("%s.restore" % type(self).__name__)
-
-    def sync(self):
-        raise NotImplementedError("%s.sync" % type(self).__name__)
 
 
 class ObjectState(State):
@@ -107,16 +116,37 @@ def _torch():
     return torch
 
 
-class _Handler:
-    """The saved copy of one torch object of a TorchState and how it is synchronised."""
+try:  # Horovod's ElasticSampler is a torch Sampler (DataLoader and Lightning check)
+    from torch.utils.data import Sampler as _Sampler
+except ImportError:  # horovod.common.exceptions imported without torch
+    _Sampler = object
 
-    def __init__(self, attr, value):
-        self.attr = attr
+
+class StateHandler(_Saved):
+    """Horovod's handler of one torch object of a TorchState: ``handler_cls(value)``
+    keeps the object as ``value``; save(), restore() and sync() are the subclass's.  A
+    handler class registered with :func:`set_handler_registry` is used for the objects of
+    its type, as Horovod's registry is."""
+
+    def __init__(self, value):
         self.value = value
-        self.save()
 
     def set_value(self, value):
         self.value = value
+        self.save()
+
+    def _sc_name(self):
+        # the TorchState attribute it is held under names its broadcasts (two models of
+        # one state must not share names)
+        return "elastic.%s" % getattr(self, "_sc_attr", type(self).__name__)
+
+
+class _StateDictHandler(StateHandler):
+    """An object with state_dict() and load_state_dict(): saved as a deep copy of its
+    state_dict, synchronised as rank 0's state_dict (broadcast_object)."""
+
+    def __init__(self, value):
+        super().__init__(value)
         self.save()
 
     def save(self):
@@ -126,56 +156,82 @@ class _Handler:
         self.value.load_state_dict(self._saved)
 
     def sync(self):
-        state = _sc.broadcast_object(self.value.state_dict(), 0,
-                                     name="elastic.%s" % self.attr)
-        self.value.load_state_dict(state)
+        self.value.load_state_dict(_sc.broadcast_object(self.value.state_dict(), 0,
+                                                        name=self._sc_name()))
 
 
-class _ModelHandler(_Handler):
+class ModelStateHandler(_StateDictHandler):
     def sync(self):
         from sparsecomm import torch as hvd
         hvd.broadcast_parameters(self.value.state_dict(), root_rank=0,
-                                 prefix="elastic.%s." % self.attr)
+                                 prefix=self._sc_name() + ".")
 
 
-class _OptimizerHandler(_Handler):
+class OptimizerStateHandler(_StateDictHandler):
     def sync(self):
         from sparsecomm import torch as hvd
-        hvd.broadcast_optimizer_state(self.value, root_rank=0,
-                                      name="elastic.%s" % self.attr)
+        hvd.broadcast_optimizer_state(self.value, root_rank=0, name=self._sc_name())
 
 
-class _SamplerHandler(_Handler):
+class LRSchedulerStateHandler(_StateDictHandler):
+    """An LR scheduler's (ReduceLROnPlateau's too)."""
+
+
+class SamplerStateHandler(_StateDictHandler):
     def save(self):
         # the indices every rank has processed: a restart resumes after all of them
         done = set().union(*_sc.allgather_object(self.value.processed_indices,
-                                                 name="elastic.%s" % self.attr))
+                                                 name=self._sc_name()))
         state = copy.deepcopy(self.value.state_dict())
         state["processed_indices"] = done
         self._saved = state
 
 
-def _handler_for(attr, value):
+def _schedulers():
     torch = _torch()
-    sched = tuple(c for c in (getattr(torch.optim.lr_scheduler, "LRScheduler", None),
-                              getattr(torch.optim.lr_scheduler, "_LRScheduler", None),
-                              getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None))
-                  if c is not None)
-    if isinstance(value, torch.nn.Module):
-        return _ModelHandler(attr, value)
-    if isinstance(value, torch.optim.Optimizer):
-        return _OptimizerHandler(attr, value)
-    if isinstance(value, ElasticSampler):
-        return _SamplerHandler(attr, value)
-    if isinstance(value, sched):
-        return _Handler(attr, value)
+    return tuple(c for c in (getattr(torch.optim.lr_scheduler, "LRScheduler", None),
+                             getattr(torch.optim.lr_scheduler, "_LRScheduler", None),
+                             getattr(torch.optim.lr_scheduler, "ReduceLROnPlateau", None))
+                 if c is not None)
+
+
+_handler_registry = None  # [(type or tuple of types, handler class)], first match wins
+
+
+def get_handler_registry():
+    """Horovod's: the list of (type, handler class) a TorchState looks its keyword
+    arguments up in, first match first."""
+    global _handler_registry
+    if _handler_registry is None:
+        torch = _torch()
+        _handler_registry = [(torch.nn.Module, ModelStateHandler),
+                             (torch.optim.Optimizer, OptimizerStateHandler),
+                             (_schedulers(), LRSchedulerStateHandler),
+                             (ElasticSampler, SamplerStateHandler)]
+    return _handler_registry
+
+
+def set_handler_registry(registry):
+    """Horovod's: replaces the registry (a list of (type, handler class)); TorchStates
+    made afterwards use it."""
+    global _handler_registry
+    _handler_registry = registry
+
+
+def _handler_for(attr, value):
+    for kind, cls in get_handler_registry():
+        if isinstance(value, kind):
+            handler = cls(value)
+            handler._sc_attr = attr
+            return handler
     return None
 
 
 class TorchState(ObjectState):
-    """Horovod's TorchState: ``model`` and ``optimizer`` (and any keyword argument that is
-    a torch module, optimizer, LR scheduler or ElasticSampler) are saved as deep copies of
-    their state_dict and synchronised through the package's broadcasts; the other
+    """Horovod's TorchState: ``model`` and ``optimizer`` (and any keyword argument of a
+    type in the handler registry: a torch module, optimizer, LR scheduler or
+    ElasticSampler by default) are saved as deep copies of their state_dict and
+    synchronised through the package's broadcasts (each by its handler); the other
     keyword arguments (epoch, batch, ...) are an ObjectState's.  Assigning one of the
     torch objects anew saves the new one."""
 
@@ -215,7 +271,7 @@ class TorchState(ObjectState):
         super().sync()
 
 
-class ElasticSampler:
+class ElasticSampler(_Sampler):
     """Horovod's ElasticSampler: each rank's share of the dataset's samples not yet
     processed in this epoch (shuffled by ``seed`` + the epoch when ``shuffle``), padded
     by repeating samples so that every rank gets as many.  ``record_batch(i, n)`` (or
@@ -299,5 +355,11 @@ def run(func):
     return wrapper
 
 
+# Horovod's modules of its elastic package (horovod.torch.elastic.state, .sampler), which
+# scripts import names from: both are this module
+state = sampler = sys.modules[__name__]
+
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
-           "HostsUpdatedInterrupt"]
+           "HostsUpdatedInterrupt", "StateHandler", "ModelStateHandler",
+           "OptimizerStateHandler", "LRSchedulerStateHandler", "SamplerStateHandler",
+           "get_handler_registry", "set_handler_registry", "state", "sampler"]

@@ -10,7 +10,8 @@
   zeros (every rank must submit the same names, otherwise the others would wait).
   Sparse gradients (nn.Embedding(sparse=True)) take the COO path and come back as sparse
   COO tensors holding the union of non-zero rows (``sparse_as_dense=True``: a dense
-  result, written back sparse as Horovod's).
+  result, written back sparse as Horovod's); those of a dtype the COO path does not
+  carry (float64) are allgathered as Horovod's (_sparse_async).
   Per-parameter options: ``overrides`` maps a parameter name or an fnmatch pattern
   ("*.bias") to a dict of {sparsifier, density, threshold, scheme, allow_lossy, block}, or is a
   callable(name, param) returning such a dict or None.
@@ -50,8 +51,8 @@ Horovod's positional arguments in Horovod's order (horovod/torch's mpi_ops.py,
 functions.py and optimizer.py); sparsecomm's extras (``timeout``, ``compression`` on the
 async forms, the sparsifier options) are keyword-only.  A call before init() raises
 NotInitializedError, a ValueError as Horovod's.  allreduce, grouped_allreduce,
-allgather, broadcast, alltoall and reducescatter are differentiable with Horovod's backward rules
-(sparsecomm._autograd).  Process sets (see
+allgather, grouped_allgather, broadcast, alltoall, reducescatter and grouped_reducescatter
+are differentiable with Horovod's backward rules (sparsecomm._autograd).  Process sets (see
 sparsecomm.process_sets): ProcessSet, global_process_set, add_process_set,
 remove_process_set, init(process_sets=...), and ``process_set=`` on every collective,
 broadcast_parameters, broadcast_optimizer_state and DistributedOptimizer; ranks given to
@@ -97,6 +98,8 @@ from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     global_process_set, add_process_set, remove_process_set, process_set_by_id)
 
 sys.modules[__name__ + ".elastic"] = elastic  # `import sparsecomm.torch.elastic` too
+for _sub in ("sampler", "state"):  # Horovod's modules of its elastic package
+    sys.modules["%s.elastic.%s" % (__name__, _sub)] = elastic
 # Horovod's modules inside horovod.torch, which scripts import names from (`from
 # horovod.torch.mpi_ops import allreduce_async_, synchronize`): every name is this
 # module's, so each is this module under that name too
@@ -278,7 +281,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     red = _hvd_op(average, op)
     x = _scale(tensor, prescale_factor)
     kw["process_set"] = process_set
-    if compression is NoneCompressor or (_sc._is_torch(x) and x.is_sparse):
+    if _sc._is_torch(x) and x.is_sparse:
+        h = _sparse_async(x, name, red, **kw)
+    elif compression is NoneCompressor:
         h = _sc.allreduce_async(x, name=name, op=red, **kw)
     else:
         h = _compressed_async(compression, x, None, name=name, op=red, **kw)
@@ -335,8 +340,50 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None, **kw
     if not (_sc._is_torch(tensor) and tensor.is_sparse):
         raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
                         (getattr(tensor, "layout", type(tensor).__name__),))
-    return _sc.allreduce_async(tensor, name=name, op=ReduceOp.parse(op),
-                               process_set=process_set, **kw)
+    return _sparse_async(tensor, name, ReduceOp.parse(op), process_set=process_set, **kw)
+
+
+# the dtypes of sparse tensors the COO path carries (in float32, exactly)
+_COO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False, **kw):
+    """The allreduce of a torch sparse COO tensor: the COO path (sparsecomm.allreduce_async)
+    for the dtypes it carries; any other (float64, an integer dtype) as Horovod reduces
+    every sparse tensor: its indices and values allgathered and summed here, in its own
+    dtype (a dense allreduce under ``sparse_as_dense``)."""
+    if tensor.dtype in _COO_DTYPES:
+        return _sc.allreduce_async(tensor, name=name, op=red, process_set=process_set,
+                                   sparse_as_dense=sparse_as_dense, **kw)
+    if red not in (ReduceOp.SUM, ReduceOp.AVERAGE):
+        raise ValueError("allreduce of sparse tensor '%s' (%s): op must be Sum or Average, "
+                         "not %s" % (name, tensor.dtype, red.name))
+    if kw.get("sparsifier") not in (None, "none") or kw.get("allow_lossy"):
+        raise ValueError("allreduce of sparse tensor '%s': a sparsifier or allow_lossy "
+                         "needs float32, float16 or bfloat16 values, not %s" %
+                         (name, tensor.dtype))
+    if sparse_as_dense:
+        return _sc.allreduce_async(tensor.detach().to_dense(), name=name, op=red,
+                                   process_set=process_set)
+    x = tensor.detach().coalesce()
+    size = _sc.process_sets_.scope(_sc._need(), process_set, "allreduce").size
+    parts = [torch.tensor([list(x.shape)], dtype=torch.int64),
+             x._indices().t().contiguous(), x._values().contiguous()]
+
+    def gathered(res):
+        shapes, idx, vals = res
+        if not bool((shapes == shapes[0]).all()):
+            raise ValueError("allreduce of sparse tensor '%s': the ranks' shapes differ "
+                             "(in set-rank order: %s)" % (name, shapes.tolist()))
+        out = torch.sparse_coo_tensor(idx.t(), vals, x.shape).coalesce()
+        if red == ReduceOp.AVERAGE:  # an integer average truncates, as a dense one
+            div = out.values().div(size, rounding_mode=None if
+                                   out.dtype.is_floating_point else "trunc")
+            out = torch.sparse_coo_tensor(out.indices(), div, x.shape).coalesce()
+        return out
+
+    return _DecompressHandle(_group(lambda t, n: _sc.allgather_async(t, n, process_set),
+                                    parts, name), gathered, None)
 
 
 _synchronized = weakref.WeakSet()  # handles synchronize() has cleared, as Horovod's
@@ -436,10 +483,17 @@ def allgather(tensor, name=None, process_set=None, *, timeout=None):
         return _sc.allgather(x, name, process_set, timeout=timeout)
 
     if _autograd.wanted(tensor):
-        return _autograd.collective(tensor, run, lambda g: _autograd.own_rows(
-            allreduce(g, True, None, process_set=process_set, timeout=timeout),
-            tensor.shape[0], process_set, timeout))
+        return _autograd.collective(tensor, run, lambda g: _allgather_back(
+            [g], [tensor], process_set, timeout)[0])
     return run(tensor)
+
+
+def _allgather_back(grads, inputs, process_set, timeout):
+    """Horovod's gradients of (grouped) allgathers of ``inputs``: each gradient averaged
+    across the ranks, each rank keeping the rows its input gave."""
+    return _autograd.own_rows(grouped_allreduce(grads, True, None, process_set=process_set,
+                                                timeout=timeout),
+                              [t.shape[0] for t in inputs], process_set, timeout)
 
 
 def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None):
@@ -481,15 +535,19 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         return reducescatter_async(x, name, compression, op, prescale_factor,
                                    postscale_factor, process_set).wait(timeout)
 
-    def back(g):
-        k = prescale_factor * postscale_factor
-        if ReduceOp.parse(op) == ReduceOp.SUM:
-            k *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
-        return _sc.allgather(_scale(g, k), None, process_set, timeout=timeout)
-
     if _autograd.wanted(tensor):
-        return _autograd.collective(tensor, run, back)
+        return _autograd.collective(tensor, run, lambda g: _reducescatter_back(
+            [g], op, prescale_factor * postscale_factor, process_set, timeout)[0])
     return run(tensor)
+
+
+def _reducescatter_back(grads, op, factor, process_set, timeout):
+    """Horovod's gradients of (grouped) reduce-scatters: each gradient times the scale
+    factors (and the set's size for Sum), allgathered back into every rank's rows."""
+    if ReduceOp.parse(op) == ReduceOp.SUM:
+        factor *= _sc.process_sets_.scope(_sc._need(), process_set, "reducescatter").size
+    return grouped_allgather([_scale(g, factor) for g in grads], None, process_set,
+                             timeout=timeout)
 
 
 # ---- Horovod's grouped operations ----------------------------------------------------
@@ -611,7 +669,17 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
 
 
 def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
-    return grouped_allgather_async(tensors, name, process_set).wait(timeout)
+    """Horovod's grouped_allgather; differentiable as allgather (the gradients averaged
+    by a grouped allreduce, each rank keeping its own rows)."""
+    tensors = list(tensors)
+
+    def run(xs):
+        return grouped_allgather_async(xs, name, process_set).wait(timeout)
+
+    if any(_autograd.wanted(t) for t in tensors):
+        return _autograd.grouped(tensors, run, lambda gs: _allgather_back(
+            gs, tensors, process_set, timeout))
+    return run(tensors)
 
 
 def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
@@ -624,8 +692,18 @@ def grouped_reducescatter_async(tensors, name=None, compression=Compression.none
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
                           timeout=None):
-    return grouped_reducescatter_async(tensors, name, compression, op, prescale_factor,
-                                       postscale_factor, process_set).wait(timeout)
+    """Horovod's grouped_reducescatter; differentiable as reducescatter (the gradients,
+    scaled, go back by a grouped allgather)."""
+    tensors = list(tensors)
+
+    def run(xs):
+        return grouped_reducescatter_async(xs, name, compression, op, prescale_factor,
+                                           postscale_factor, process_set).wait(timeout)
+
+    if any(_autograd.wanted(t) for t in tensors):
+        return _autograd.grouped(tensors, run, lambda gs: _reducescatter_back(
+            gs, op, prescale_factor * postscale_factor, process_set, timeout))
+    return run(tensors)
 
 
 # ---- Horovod's SyncBatchNorm ----------------------------------------------------------
@@ -880,6 +958,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return dict(op=ReduceOp.ADASUM)
         return dict(average=self._average)
 
+    def _op_of_average(self):
+        return ReduceOp.AVERAGE if self._average else ReduceOp.SUM
+
     def _local_step(self, p):
         """The wrapped optimizer's step on p alone (its gradient, its state), as if p were
         its only parameter."""
@@ -950,11 +1031,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # The default sparsifier is for dense gradients; a natively sparse one is
             # sparsified further only when its own override asks for it.
             sp = self._explicit[p].get("sparsifier")
-            return _sc.allreduce_async(
-                g, name=name, sparsifier=sp, **self._reduction(),
-                density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
-                allow_lossy=o["allow_lossy"], coo_capacity=o.get("coo_capacity"),
-                sparse_as_dense=self.sparse_as_dense, process_set=self.process_set)
+            return _sparse_async(
+                g, name, ReduceOp.parse(self._reduction().get("op", self._op_of_average())),
+                sparsifier=sp, density=o["density"], threshold=o["threshold"],
+                scheme=o["scheme"], allow_lossy=o["allow_lossy"],
+                coo_capacity=o.get("coo_capacity"), sparse_as_dense=self.sparse_as_dense,
+                process_set=self.process_set)
         opts = self._dense_opts.get(p)
         if opts is None:  # the same every step: built once (reset with its options)
             opts = self._dense_opts[p] = dict(
