@@ -199,7 +199,10 @@ static int cfg_equal(const scd_sparsifier_cfg_t *a, const scd_sparsifier_cfg_t *
 }
 
 /* A new entry for it on device dev with cfg's sparsifier and its workspaces there; NULL
- * when out of memory or when dev cannot make the sparsifier (*st_p: why). */
+ * when dev cannot make the sparsifier or when out of memory (*st_p: why). The sparsifier
+ * comes first: one the device does not have (block top-K on a GPU), asked for at every
+ * submission of the tensor, then costs no workspace made and freed each time (a GPU's
+ * free waits for the whole device). */
 static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t *dev,
 			       const scd_sparsifier_cfg_t *cfg, sc_status_t *st_p)
 {
@@ -207,6 +210,11 @@ static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t 
 	*st_p = SC_ERR_NOMEM;
 	if (!p)
 		return NULL;
+	if ((*st_p = dev->sparsifier_create(cfg, &p->sp)) != SC_OK) {
+		free(p);
+		return NULL;
+	}
+	*st_p = SC_ERR_NOMEM;
 	size_t bytes = (it->numel ? it->numel : 1) * sizeof(float);
 	p->dev = dev;
 	p->cache_id = it->cache_id;
@@ -217,9 +225,7 @@ static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t 
 	p->sel.idx = dev->alloc(bytes);
 	p->sel.val = dev->alloc(bytes);
 	p->sel.cap = it->numel;
-	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val ||
-	    (*st_p = dev->sparsifier_create(cfg, &p->sp)) != SC_OK) {
-		p->sp = NULL;
+	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val) {
 		entry_free(p);
 		return NULL;
 	}

@@ -5,9 +5,10 @@
  * by its ops and equal, bit for bit, the sum and selection its buffer makes with the same
  * ops; the tensor's residual is untouched until a buffer on the same device takes the
  * selection (one on another device does not), and that buffer does not wait for the
- * trainers' ready events again; an entry made on another device is made
- * anew; block top-K, which the GPU cannot make, is left to the buffer. A selection the
- * device failed under fails alone: it leaves no failure for the device's next sync.
+ * trainers' ready events again; an entry made on another device is made anew; block
+ * top-K, which the GPU cannot make, is left to the buffer without a workspace made for
+ * it. A selection the device failed under fails alone: it leaves no failure for the
+ * device's next sync.
  */
 #include <string.h>
 
@@ -35,6 +36,25 @@ static void read_back(const scd_device_ops_t *dev, float *host, const void *d, s
 {
 	dev->to_host(host, d, n * sizeof(float));
 	OK(dev->sync());
+}
+
+static int fail_alloc; /* the device's allocations fail (not for want of memory) */
+static int allocs;     /* the device's allocations so far */
+static sc_status_t (*real_alloc)(size_t bytes, void **p_host);
+
+static sc_status_t alloc_or_fail(size_t bytes, void **p_host)
+{
+	allocs++;
+	return fail_alloc ? SC_ERR_SYSTEM : real_alloc(bytes, p_host);
+}
+
+/* The host build's functions (gpu_fns.h), their allocations counted or failed. */
+static void gpu_ops(scd_device_ops_t *ops)
+{
+	scd_cuda_fns_t f = gpu_linked_fns();
+	real_alloc = f.alloc;
+	f.alloc = alloc_or_fail;
+	scd_cuda_ops_fill(&f, ops, NULL, 0);
 }
 
 /* A cuda tensor's item on the engine GPU: n_src trainers' dense sources src[], top-k
@@ -84,9 +104,8 @@ static scd_coll_ctx_t gpu_ctx(const scd_device_ops_t *dev, scd_presel_table_t *t
 
 UNIT_TEST(gpu_presel_as_at_the_buffer)
 {
-	scd_cuda_fns_t f = gpu_linked_fns();
 	scd_device_ops_t ops;
-	scd_cuda_ops_fill(&f, &ops, NULL, 0);
+	gpu_ops(&ops);
 	const scd_device_ops_t *dev = &ops;
 	static float h0[PN], h1[PN], hres[PN], got[PN], want[PN];
 	static uint32_t got_i[PN], want_i[PN];
@@ -161,12 +180,16 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	read_back(dev, want, rres, PN);
 	CHECK_MSG(!memcmp(got, want, bytes), "the residuals the selections leave differ");
 
-	/* block top-K runs on the cpu device only: nothing made, the buffer says why */
+	/* block top-K runs on the cpu device only: nothing made, not even for a moment (it is
+	 * asked for at every submission), the buffer says why */
 	scd_presel_clear(tab);
 	it.sparsifier = SC_SPARSIFY_BLOCK_TOPK;
 	it.presel_token = 78;
+	allocs = 0;
 	OK(scd_allreduce_preselect(&x, tab, &job));
 	CHECK_TRUE(scd_presel_count(tab) == 0);
+	CHECK_MSG(allocs == 0, "%d allocations of the device for a selection it cannot make",
+		  allocs);
 
 	dev->sparsifier_destroy(sp);
 	scd_presel_table_destroy(tab);
@@ -175,24 +198,13 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	OK(dev->sync());
 }
 
-static int fail_alloc; /* the device's allocations fail (not for want of memory) */
-static sc_status_t (*real_alloc)(size_t bytes, void **p_host);
-
-static sc_status_t alloc_or_fail(size_t bytes, void **p_host)
-{
-	return fail_alloc ? SC_ERR_SYSTEM : real_alloc(bytes, p_host);
-}
-
 /* A selection whose device failed under it (here its entry's allocation) fails with the
  * device's failure and leaves nothing behind: no entry, the residual as it was, and no
  * failure kept for the device's next sync, which is another job's. */
 UNIT_TEST(gpu_presel_failure_is_its_own)
 {
-	scd_cuda_fns_t f = gpu_linked_fns();
-	real_alloc = f.alloc;
-	f.alloc = alloc_or_fail;
 	scd_device_ops_t ops;
-	scd_cuda_ops_fill(&f, &ops, NULL, 0);
+	gpu_ops(&ops);
 	const scd_device_ops_t *dev = &ops;
 	static float h0[PN], hres[PN], got[PN];
 	fill(h0, 4, 1e-3f);
