@@ -7,9 +7,10 @@ with SPARSECOMM_REQUIRE_GPU=1).  argv: the checks to run (default every one but
 large_tensors, which runs only when named).
 
 The CPU reference of each check is the same computation on CPU tensors through the same
-daemons: dense sums are exact (small integers), sparse embedding gradients and a lossless
-DistributedOptimizer run must match it to float tolerance, and the GPU memory free after
-shutdown must come back to what it was before the first cuda tensor."""
+daemons: dense sums are exact (small integers), sparse embedding gradients, a lossless
+DistributedOptimizer run and a top-k tensor's steps (selected at submission on the GPU)
+must match it to float tolerance (the last selection for selection), and the GPU memory
+free after shutdown must come back to what it was before the first cuda tensor."""
 import os
 import sys
 import time
