@@ -292,13 +292,20 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 		else
 			st = scd_presel_select(p, it);
 	}
-	if (st != SC_OK)
+	if (st != SC_OK) {
+		/* a failure an op of this job noted (an allocation's, one queued behind a
+		 * failed copy) is this job's: the device's next sync, another job's, must not
+		 * return it; where nothing else says why, it is the cause */
+		sc_status_t synced = x->dev->sync();
+		if (!why && synced != SC_OK)
+			st = synced;
 		snprintf(
 		    job->error, sizeof(job->error),
 		    "tensor '%s': its selection at submission on the %s device failed (its "
 		    "buffer selects it): %s",
 		    scd_coll_item_name(it), x->dev->name,
 		    why ? why : scd_job_stage_why(x->dev, st));
+	}
 	return st;
 }
 

@@ -63,6 +63,23 @@ static void dev_free(const scd_device_ops_t *dev, void *x)
 		dev->free(x);
 }
 
+/* bytes of dev's memory for the room of a whole selection, of which a selection writes
+ * only its entries (a 1% top-k, 1% of it): on the host left to fault in as far as the
+ * selections reach (plain malloc), where the cpu device's alloc would make every page
+ * resident at once, 8 bytes per element of every sparsified tensor; a GPU's, dev's. */
+static void *room_alloc(const scd_device_ops_t *dev, size_t bytes)
+{
+	return scd_device_host_memory(dev) ? malloc(bytes) : dev->alloc(bytes);
+}
+
+static void room_free(const scd_device_ops_t *dev, void *x)
+{
+	if (scd_device_host_memory(dev))
+		free(x);
+	else
+		dev_free(dev, x);
+}
+
 static void entry_free(scd_presel_t *p)
 {
 	if (!p)
@@ -71,8 +88,8 @@ static void entry_free(scd_presel_t *p)
 		p->dev->sparsifier_destroy(p->sp);
 	dev_free(p->dev, p->acc);
 	dev_free(p->dev, p->res);
-	dev_free(p->dev, p->sel.idx);
-	dev_free(p->dev, p->sel.val);
+	room_free(p->dev, p->sel.idx);
+	room_free(p->dev, p->sel.val);
 	free(p);
 }
 
@@ -199,7 +216,10 @@ static int cfg_equal(const scd_sparsifier_cfg_t *a, const scd_sparsifier_cfg_t *
 }
 
 /* A new entry for it on device dev with cfg's sparsifier and its workspaces there; NULL
- * when out of memory or when dev cannot make the sparsifier (*st_p: why). */
+ * when dev cannot make the sparsifier or when out of memory (*st_p: why). The sparsifier
+ * comes first: one the device does not have (block top-K on a GPU), asked for at every
+ * submission of the tensor, then costs no workspace made and freed each time (a GPU's
+ * free waits for the whole device). */
 static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t *dev,
 			       const scd_sparsifier_cfg_t *cfg, sc_status_t *st_p)
 {
@@ -207,6 +227,11 @@ static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t 
 	*st_p = SC_ERR_NOMEM;
 	if (!p)
 		return NULL;
+	if ((*st_p = dev->sparsifier_create(cfg, &p->sp)) != SC_OK) {
+		free(p);
+		return NULL;
+	}
+	*st_p = SC_ERR_NOMEM;
 	size_t bytes = (it->numel ? it->numel : 1) * sizeof(float);
 	p->dev = dev;
 	p->cache_id = it->cache_id;
@@ -214,12 +239,10 @@ static scd_presel_t *entry_new(const scd_job_item_t *it, const scd_device_ops_t 
 	p->cfg = *cfg;
 	p->acc = dev->alloc(bytes);
 	p->res = dev->alloc(bytes);
-	p->sel.idx = dev->alloc(bytes);
-	p->sel.val = dev->alloc(bytes);
+	p->sel.idx = room_alloc(dev, bytes);
+	p->sel.val = room_alloc(dev, bytes);
 	p->sel.cap = it->numel;
-	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val ||
-	    (*st_p = dev->sparsifier_create(cfg, &p->sp)) != SC_OK) {
-		p->sp = NULL;
+	if (!p->acc || !p->res || !p->sel.idx || !p->sel.val) {
 		entry_free(p);
 		return NULL;
 	}

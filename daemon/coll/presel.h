@@ -32,7 +32,8 @@
  * memory of the tensor's device (the cpu's, or the engine GPU's for a cuda tensor, whose
  * selection runs through the GPU device's ops, the kernels its buffer would run, on the
  * compute thread's stream): the node's sum, a residual's copy and room for a whole
- * selection, 16 bytes per element of the tensor, made at its first selection job and
+ * selection, 16 bytes per element of the tensor (on the host, the room resident only as
+ * far as the selections reach), made at its first selection job and
  * dropped when the tensor is forgotten, when a submission of it comes without a selection
  * ahead (sparsify_on_submit off), and when the world re-forms; a buffer on another device
  * than its entry's never takes it, and the tensor's next selection makes it anew there.

@@ -14,7 +14,8 @@
 #      a writable /dev/shm or with an unresolved library nothing else runs;
 #   S1 sparsecomm-bench compress on the cuda device at 16M elements: every op runs;
 #   S2 one daemon, one torch trainer: CUDA IPC of memory and events, dense sums exact,
-#      sparse results equal to the CPU path's (tests/python/worker_gpu.py);
+#      sparse results equal to the CPU path's, top-k tensors selected at submission on the
+#      GPU equal to the CPU path's (tests/python/worker_gpu.py);
 #   S3 sparsecomm-unit-gpu: every kernel bit for bit against the cpu device;
 #   S4 four daemons on the one GPU over nccl (transport = nccl, sparsecomm-run
 #      --nccl-hostid), every check of worker_gpu.py;
@@ -200,10 +201,10 @@ print("S1: %d ops on %s, copy at %.0f GB/s" % (len(d["ops"]), d["device"],
 
 step_S2() {
 	launch 1 1 "$out/S2-daemons" 75 -- dense_exact_sums sparse_embedding sparse_result_forms \
-		>"$out/S2.out" 2>&1
+		topk_selected_at_submission >"$out/S2.out" 2>&1
 	rc=$?
 	cat "$out/S2.out"
-	checks_ok "$out/S2.out" 3 && [ "$rc" -eq 0 ]
+	checks_ok "$out/S2.out" 4 && [ "$rc" -eq 0 ]
 }
 
 step_S3() {
@@ -218,7 +219,7 @@ step_S4() {
 	# every daemon's GPU buffers went over NCCL (the library found as docs/gpu.md says)
 	n=$(grep -l 'GPU buffers over nccl' "$out"/S4-daemons/daemon*.log 2>/dev/null | wc -l)
 	echo "daemons whose GPU buffers went over nccl: $n of 4"
-	checks_ok "$out/S4.out" 24 && [ "$rc" -eq 0 ] && [ "$n" -eq 4 ]
+	checks_ok "$out/S4.out" 28 && [ "$rc" -eq 0 ] && [ "$n" -eq 4 ]
 }
 
 step_S5() {
@@ -227,7 +228,7 @@ step_S5() {
 		>"$out/S5.2x2.out" 2>&1 || r=1
 	echo "== 2 nodes x 2 trainers over tcp"
 	cat "$out/S5.2x2.out"
-	checks_ok "$out/S5.2x2.out" 24 || r=1
+	checks_ok "$out/S5.2x2.out" 28 || r=1
 	launch 4 1 "$out/S5-daemons/4x1" 55 --daemon-arg --transport --daemon-arg tcp -- \
 		dense_exact_sums sparse_embedding sparse_result_forms >"$out/S5.4x1.out" 2>&1 || r=1
 	echo "== 4 nodes x 1 over tcp"

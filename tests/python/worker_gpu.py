@@ -7,9 +7,10 @@ with SPARSECOMM_REQUIRE_GPU=1).  argv: the checks to run (default every one but
 large_tensors, which runs only when named).
 
 The CPU reference of each check is the same computation on CPU tensors through the same
-daemons: dense sums are exact (small integers), sparse embedding gradients and a lossless
-DistributedOptimizer run must match it to float tolerance, and the GPU memory free after
-shutdown must come back to what it was before the first cuda tensor."""
+daemons: dense sums are exact (small integers), sparse embedding gradients, a lossless
+DistributedOptimizer run and a top-k tensor's steps (selected at submission on the GPU)
+must match it to float tolerance (the last selection for selection), and the GPU memory
+free after shutdown must come back to what it was before the first cuda tensor."""
 import os
 import sys
 import time
@@ -168,6 +169,35 @@ def optimizer_matches_cpu():
                                                                    cpu_losses)
     close(gpu_flat, cpu_flat, 1e-4)
     close(sc.allreduce(gpu_flat, name="opt.same"), gpu_flat, 1e-6)  # every rank the same
+
+
+def topk_steps(device, prefix, steps=4, n=20000):
+    """A top-k tensor's averages over steps on device, its residual carried between them;
+    each rank's values continuous random numbers (no ties in a selection)."""
+    g = torch.Generator().manual_seed(50 + R)
+    out = []
+    for _ in range(steps):
+        x = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5).float().to(device)
+        r = sc.allreduce(x, name=prefix + "topk", sparsifier="topk", density=0.01)
+        assert r.device == x.device, "result on %s, not %s" % (r.device, x.device)
+        out.append(r.cpu())
+    return out
+
+
+@check
+def topk_selected_at_submission():
+    """A top-k cuda tensor, summed and selected on the engine GPU at its submission
+    (sparsify_on_submit, on by default: the trainers' ready events, the device's sum and
+    selection, the residual's copy taken by its buffer), its first step speculative and the
+    next ones under its cache id: every step equals the CPU path's, selection for
+    selection."""
+    cpu = topk_steps(torch.device("cpu"), "topk.cpu.")
+    gpu = topk_steps(DEV, "topk.gpu.")
+    for s, (a, b) in enumerate(zip(gpu, cpu)):
+        nz = int(b.ne(0).sum())
+        assert 0 < nz <= P * 200, "step %d: %d non-zeros" % (s, nz)
+        assert torch.equal(a.ne(0), b.ne(0)), "step %d: the selections differ" % s
+        close(a, b, 1e-6)
 
 
 @check

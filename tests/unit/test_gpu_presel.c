@@ -5,8 +5,10 @@
  * by its ops and equal, bit for bit, the sum and selection its buffer makes with the same
  * ops; the tensor's residual is untouched until a buffer on the same device takes the
  * selection (one on another device does not), and that buffer does not wait for the
- * trainers' ready events again; an entry made on another device is made
- * anew; block top-K, which the GPU cannot make, is left to the buffer.
+ * trainers' ready events again; an entry made on another device is made anew; block
+ * top-K, which the GPU cannot make, is left to the buffer without a workspace made for
+ * it. A selection the device failed under fails alone: it leaves no failure for the
+ * device's next sync.
  */
 #include <string.h>
 
@@ -36,11 +38,74 @@ static void read_back(const scd_device_ops_t *dev, float *host, const void *d, s
 	OK(dev->sync());
 }
 
-UNIT_TEST(gpu_presel_as_at_the_buffer)
+static int fail_alloc; /* the device's allocations fail (not for want of memory) */
+static int allocs;     /* the device's allocations so far */
+static sc_status_t (*real_alloc)(size_t bytes, void **p_host);
+
+static sc_status_t alloc_or_fail(size_t bytes, void **p_host)
+{
+	allocs++;
+	return fail_alloc ? SC_ERR_SYSTEM : real_alloc(bytes, p_host);
+}
+
+/* The host build's functions (gpu_fns.h), their allocations counted or failed. */
+static void gpu_ops(scd_device_ops_t *ops)
 {
 	scd_cuda_fns_t f = gpu_linked_fns();
+	real_alloc = f.alloc;
+	f.alloc = alloc_or_fail;
+	scd_cuda_ops_fill(&f, ops, NULL, 0);
+}
+
+/* A cuda tensor's item on the engine GPU: n_src trainers' dense sources src[], top-k
+ * with a residual dres, for the submission token. */
+static scd_job_item_t gpu_item(const char *name, uint32_t cache_id, float *dres, uint64_t token,
+			       int n_src, float *const *src)
+{
+	scd_job_item_t it = {.name = name,
+			     .numel = PN,
+			     .op = SC_OP_SUM,
+			     .cache_id = cache_id,
+			     .sparsifier = SC_SPARSIFY_TOPK,
+			     .density = 0.02,
+			     .residual = dres,
+			     .presel_token = token,
+			     .n_src = n_src};
+	for (int s = 0; s < n_src; s++)
+		it.src[s] = (scd_job_src_t){.device = SCD_DEVICE_CUDA,
+					    .ordinal = scd_device_home(SCD_DEVICE_CUDA),
+					    .dense = src[s],
+					    .local_rank = s};
+	return it;
+}
+
+/* The selection job of it. */
+static scd_job_t presel_job(scd_job_item_t *it)
+{
+	return (scd_job_t){.kind = SCD_JOB_PRESELECT,
+			   .n_items = 1,
+			   .items = it,
+			   .total_numel = PN,
+			   .dtype = SC_FLOAT32,
+			   .world_seed = 7};
+}
+
+/* The compute stage's context on dev, every source on the engine GPU (pe empty). */
+static scd_coll_ctx_t gpu_ctx(const scd_device_ops_t *dev, scd_presel_table_t *tab,
+			      scd_stage_t *pe, scd_fault_t *fault)
+{
+	return (scd_coll_ctx_t){.kind = SCD_DEVICE_CUDA,
+				.dev = dev,
+				.pe = pe,
+				.presel = tab,
+				.nonfinite = SCD_NONFINITE_PASS,
+				.fault = fault};
+}
+
+UNIT_TEST(gpu_presel_as_at_the_buffer)
+{
 	scd_device_ops_t ops;
-	scd_cuda_ops_fill(&f, &ops, NULL, 0);
+	gpu_ops(&ops);
 	const scd_device_ops_t *dev = &ops;
 	static float h0[PN], h1[PN], hres[PN], got[PN], want[PN];
 	static uint32_t got_i[PN], want_i[PN];
@@ -54,20 +119,7 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	dev->from_host(d1, h1, bytes);
 	dev->from_host(dres, hres, bytes);
 	OK(dev->sync());
-	scd_job_item_t it = {.name = "gpu.w",
-			     .numel = PN,
-			     .op = SC_OP_SUM,
-			     .cache_id = 4,
-			     .sparsifier = SC_SPARSIFY_TOPK,
-			     .density = 0.02,
-			     .residual = dres,
-			     .presel_token = 77,
-			     .n_src = 2};
-	for (int s = 0; s < 2; s++)
-		it.src[s] = (scd_job_src_t){.device = SCD_DEVICE_CUDA,
-					    .ordinal = scd_device_home(SCD_DEVICE_CUDA),
-					    .dense = s ? d1 : d0,
-					    .local_rank = s};
+	scd_job_item_t it = gpu_item("gpu.w", 4, dres, 77, 2, (float *[]){d0, d1});
 	CHECK_TRUE(scd_presel_applies(&it));
 	scd_presel_table_t *tab = NULL;
 	OK(scd_presel_table_create(256, &tab));
@@ -76,20 +128,10 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	OK(scd_presel_entry(tab, &it, &scd_device_cpu_ops, 7, &p));
 	CHECK_TRUE(p->dev == &scd_device_cpu_ops && scd_presel_count(tab) == 1);
 
-	scd_job_t job = {.kind = SCD_JOB_PRESELECT,
-			 .n_items = 1,
-			 .items = &it,
-			 .total_numel = PN,
-			 .dtype = SC_FLOAT32,
-			 .world_seed = 7};
-	scd_stage_t pe = {0}; /* every source on the engine GPU */
+	scd_job_t job = presel_job(&it);
+	scd_stage_t pe = {0};
 	scd_fault_t fault = {0};
-	scd_coll_ctx_t x = {.kind = SCD_DEVICE_CUDA,
-			    .dev = dev,
-			    .pe = &pe,
-			    .presel = tab,
-			    .nonfinite = SCD_NONFINITE_PASS,
-			    .fault = &fault};
+	scd_coll_ctx_t x = gpu_ctx(dev, tab, &pe, &fault);
 	sc_status_t st = scd_allreduce_preselect(&x, tab, &job);
 	CHECK_MSG(st == SC_OK, "%s: %s", sc_status_name(st), job.error);
 	CHECK_TRUE(scd_presel_count(tab) == 1);
@@ -138,16 +180,66 @@ UNIT_TEST(gpu_presel_as_at_the_buffer)
 	read_back(dev, want, rres, PN);
 	CHECK_MSG(!memcmp(got, want, bytes), "the residuals the selections leave differ");
 
-	/* block top-K runs on the cpu device only: nothing made, the buffer says why */
+	/* block top-K runs on the cpu device only: nothing made, not even for a moment (it is
+	 * asked for at every submission), the buffer says why */
 	scd_presel_clear(tab);
 	it.sparsifier = SC_SPARSIFY_BLOCK_TOPK;
 	it.presel_token = 78;
+	allocs = 0;
 	OK(scd_allreduce_preselect(&x, tab, &job));
 	CHECK_TRUE(scd_presel_count(tab) == 0);
+	CHECK_MSG(allocs == 0, "%d allocations of the device for a selection it cannot make",
+		  allocs);
 
 	dev->sparsifier_destroy(sp);
 	scd_presel_table_destroy(tab);
 	for (void **m = (void *[]){d0, d1, dres, sum, rres, sel.idx, sel.val, NULL}; *m; m++)
 		dev->free(*m);
+	OK(dev->sync());
+}
+
+/* A selection whose device failed under it (here its entry's allocation) fails with the
+ * device's failure and leaves nothing behind: no entry, the residual as it was, and no
+ * failure kept for the device's next sync, which is another job's. */
+UNIT_TEST(gpu_presel_failure_is_its_own)
+{
+	scd_device_ops_t ops;
+	gpu_ops(&ops);
+	const scd_device_ops_t *dev = &ops;
+	static float h0[PN], hres[PN], got[PN];
+	fill(h0, 4, 1e-3f);
+	fill(hres, 5, 1e-5f);
+	size_t bytes = PN * sizeof(float);
+	float *d0 = dev->alloc(bytes), *dres = dev->alloc(bytes);
+	CHECK_TRUE(d0 && dres);
+	dev->from_host(d0, h0, bytes);
+	dev->from_host(dres, hres, bytes);
+	OK(dev->sync());
+	scd_job_item_t it = gpu_item("gpu.f", 5, dres, 80, 1, &d0);
+	scd_job_t job = presel_job(&it);
+	scd_presel_table_t *tab = NULL;
+	OK(scd_presel_table_create(256, &tab));
+	scd_stage_t pe = {0};
+	scd_fault_t fault = {0};
+	scd_coll_ctx_t x = gpu_ctx(dev, tab, &pe, &fault);
+	fail_alloc = 1;
+	sc_status_t st = scd_allreduce_preselect(&x, tab, &job);
+	fail_alloc = 0;
+	CHECK_MSG(st == SC_ERR_SYSTEM, "%s: %s", sc_status_name(st), job.error);
+	CHECK_MSG(strstr(job.error, "'gpu.f'") && !strstr(job.error, "out of memory"), "%s",
+		  job.error);
+	CHECK_TRUE(scd_presel_count(tab) == 0 && !scd_presel_waited(tab, &it));
+	st = dev->sync();
+	CHECK_MSG(st == SC_OK, "the next job's sync returned the selection's failure: %s",
+		  sc_status_name(st));
+	read_back(dev, got, dres, PN);
+	CHECK_MSG(!memcmp(got, hres, bytes), "the failed selection wrote the residual");
+
+	/* the device works again: the next selection is made */
+	OK(scd_allreduce_preselect(&x, tab, &job));
+	CHECK_TRUE(scd_presel_count(tab) == 1 && scd_presel_waited(tab, &it));
+	scd_presel_table_destroy(tab);
+	dev->free(d0);
+	dev->free(dres);
 	OK(dev->sync());
 }

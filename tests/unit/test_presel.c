@@ -3,9 +3,13 @@
  * is taken only by its own submission (token) with the options it was made with, once;
  * the table keeps no entry for a tensor whose submission came without a selection ahead
  * (sparsify_on_submit turned off) nor across a re-formed world; a first step's
- * speculative selection is taken only by its own plan.
+ * speculative selection is taken only by its own plan; on the host, the room for a whole
+ * selection is resident only as far as the selections reach.
  */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "coll/presel.h"
 #include "unit.h"
@@ -200,5 +204,49 @@ UNIT_TEST(presel_first_step_speculative_taken_only_by_its_plan)
 
 	sub.sparsifier = SC_SPARSIFY_DGC; /* its sample's seed needs the cache id */
 	CHECK_TRUE(scd_presel_entry(tab, &sub, &scd_device_cpu_ops, 7, &p) == SC_ERR_INVALID);
+	scd_presel_table_destroy(tab);
+}
+
+/* The share of the pages of [p, p + bytes) resident in memory. */
+static double resident(const void *p, size_t bytes)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+	size_t n = ((uintptr_t)p + bytes - lo + pg - 1) / pg;
+	unsigned char *v = malloc(n);
+	CHECK_TRUE(v && mincore((void *)lo, n * pg, v) == 0);
+	size_t in = 0;
+	for (size_t i = 0; i < n; i++)
+		in += v[i] & 1;
+	free(v);
+	return (double)in / (double)n;
+}
+
+/* A host tensor's entry: the node's sum is written whole, the room for its selection only
+ * as far as a 1% top-k reaches, so that most of that room never becomes resident memory
+ * (8 bytes per element of every sparsified tensor, allocated, not used). */
+UNIT_TEST(presel_host_room_resident_as_far_as_used)
+{
+	enum { BIG = 1 << 24 }; /* 64 MiB arrays: past malloc's largest mmap threshold */
+	scd_presel_table_t *tab = NULL;
+	CHECK_TRUE(scd_presel_table_create(256, &tab) == SC_OK);
+	scd_job_item_t it;
+	item_init(&it, 5, NULL, NULL);
+	it.numel = BIG;
+	it.density = 0.01;
+	scd_presel_t *p = NULL;
+	CHECK_TRUE(scd_presel_entry(tab, &it, &scd_device_cpu_ops, 7, &p) == SC_OK && p);
+	for (uint32_t i = 0; i < BIG; i++) /* distinct magnitudes, the largest last */
+		p->acc[i] = (float)i * (i & 1 ? 1.0f : -1.0f);
+	it.presel_token = 21;
+	CHECK_TRUE(scd_presel_select(p, &it) == SC_OK);
+	CHECK_TRUE(p->sel.nnz > 0 && p->sel.nnz <= BIG / 50);
+	CHECK_TRUE(p->sel.idx[p->sel.nnz - 1] == BIG - 1);
+	double ri = resident(p->sel.idx, (size_t)BIG * 4),
+	       rv = resident(p->sel.val, (size_t)BIG * 4);
+	CHECK_MSG(ri < 0.25 && rv < 0.25,
+		  "%.0f%% and %.0f%% of the room for the selection's indices and values are "
+		  "resident after a 1%% selection",
+		  ri * 100, rv * 100);
 	scd_presel_table_destroy(tab);
 }
