@@ -106,8 +106,10 @@ void scd_world_node_join(scd_world_t *w, int last_rank)
 	nj.last_rank = last_rank;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
 	m.node_join = &nj;
-	if (!w->formed)
+	if (!w->formed) { /* the world re-forms: it goes once formed, in its place (held.c) */
+		scd_world_hold(w, SCD_HELD_JOIN, 0, last_rank, NULL);
 		return;
+	}
 	/* what the node has not sent yet goes first: a step it failed before its trainers
 	 * joined must reach the coordinator before the join does. Else another node's
 	 * failure of that step, read meanwhile, counts this one as joined (owing nothing),

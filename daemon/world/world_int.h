@@ -190,9 +190,9 @@ struct scd_world {
 	struct scd_held *reform_held;
 	int n_reform_held, old_world;
 	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
-	/* the changes of this node's state told while the world re-forms
-	 * (scd_world_node_state), each with its place among what was queued to send: sent
-	 * in that order once it has formed (world.c, state_resend) */
+	/* what this node told the coordinator while the world re-forms (its state, a barrier
+	 * entered, a join), each with its place among what was queued to send: sent in that
+	 * order once it has formed (held.c) */
 	struct scd_held_state *held_states;
 	int n_held_states, cap_held_states;
 	int n_joined;
@@ -256,6 +256,10 @@ void scd_barrier_tick(scd_world_t *w);
  * has joined: its trainers wait in their joins and enter no barrier until every rank has
  * joined. */
 void scd_barrier_check_joined(scd_world_t *w);
+/* The world re-forms: every node failed the barrier in progress (world.c, reform_fail) and
+ * its trainers enter it again, under the same number, once the world has formed; what the
+ * coordinator counted of it is forgotten. */
+void scd_barrier_reform(scd_world_t *w);
 
 /* join.c */
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
@@ -317,6 +321,21 @@ void scd_world_pipe_closed(scd_world_t *w, int rank);
  * afresh. */
 void scd_world_reform_replay(scd_world_t *w);
 void scd_world_reform_drop(scd_world_t *w, int rank);
+/* held.c: a message of this node to the coordinator while the world re-forms, held in
+ * its place among the announcements and abandons queued (degraded: a state change's;
+ * arg: a barrier's number, a join's last rank; reason: a state change's, a trainer's that
+ * left). Resend: the world has formed, they go in order. Free: forgotten. */
+typedef enum scd_held_kind {
+	SCD_HELD_STATE,	  /* NodeState: degraded or whole again */
+	SCD_HELD_IDLE,	  /* NodeState.no_trainers */
+	SCD_HELD_LEFT,	  /* NodeState.left */
+	SCD_HELD_BARRIER, /* BarrierEnter */
+	SCD_HELD_JOIN,	  /* NodeJoin */
+} scd_held_kind_t;
+void scd_world_hold(scd_world_t *w, scd_held_kind_t kind, int degraded, int64_t arg,
+		    const char *reason);
+void scd_world_held_resend(scd_world_t *w);
+void scd_world_held_free(scd_world_t *w);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
 void scd_world_streams_reset(scd_world_t *w);
 /* The coordinator: this world's WorldInfo (packed, n bytes) goes to every joined node now,
