@@ -99,7 +99,7 @@ void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnt
 	uint64_t want = w->barrier_seq + 1;
 	if (from < 0 || from >= w->d->world_size || m->rank != from)
 		return;
-	if (!w->formed) {
+	if (!w->formed || w->old_world) {
 		/* of the world left (sent again when the Reform closed the pipes): its node
 		 * failed that barrier at the re-form, and enters it again once the world has
 		 * formed (a node holds what it enters meanwhile, held.c). Counted, the barrier

@@ -906,8 +906,8 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
 		scd_live_on_heartbeat(w, from, m->heartbeat);
 		break;
-	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED:
-		if (w->is_coord && from >= 0)
+	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED: /* not one of the world left's mesh */
+		if (w->is_coord && from >= 0 && !w->old_world)
 			coord_mesh_failed(w, from, m->mesh_failed->reason);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:

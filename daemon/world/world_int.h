@@ -184,8 +184,8 @@ struct scd_world {
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
-	/* the coordinator: the nodes' ReadyLists and NodeStates of the world left, read
-	 * while the world re-forms, by rank and number (stream.c, scd_world_reform_replay);
+	/* the coordinator: the nodes' messages of the world left, read while the world
+	 * re-forms, by rank and number (stream.c, scd_world_reform_replay);
 	 * old_world: one of them is being handled */
 	struct scd_held *reform_held;
 	int n_reform_held, old_world;
@@ -314,11 +314,11 @@ void scd_neg_release_held(scd_world_t *w, int deliver);
 void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 /* Rank's pipe failed: its messages not acknowledged go again on the coordinator channel. */
 void scd_world_pipe_closed(scd_world_t *w, int rank);
-/* The coordinator, the world formed: the nodes' ReadyLists and NodeStates of the world
- * left, read while it re-formed, are handled now, as they would have been in that world
- * (their announcements dropped: the nodes announce those tensors again), before anything
- * of the new world. Drop (rank -1: every node's) forgets them: a daemon that joined
- * afresh. */
+/* The coordinator, the world formed: the nodes' messages of the world left, read while it
+ * re-formed (stream.c, reform_hold), are handled now, as they would have been in that
+ * world (the announcements dropped: the nodes announce those tensors again; a barrier's
+ * enter and a data-plane failure not counted), before anything of the new world. Drop (rank -1:
+ * every node's) forgets them: a daemon that joined afresh. */
 void scd_world_reform_replay(scd_world_t *w);
 void scd_world_reform_drop(scd_world_t *w, int rank);
 /* held.c: a message of this node to the coordinator while the world re-forms, held in

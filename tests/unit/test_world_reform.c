@@ -18,6 +18,7 @@
  *     (no trainers), a trainer gone without joining, a barrier entered and a join.
  *   - A re-form fails the barrier in progress on every node: the coordinator counts it
  *     again, and takes no enter of the world left read while the world re-forms.
+ *   - A node's other messages of the world left (a join) are held too, and handled once.
  */
 #include <stdio.h>
 #include <string.h>
@@ -466,6 +467,7 @@ UNIT_TEST(world_reform_barrier_counts_again)
 	barrier_from_node(w, 1, 2, 100);
 	CHECK_MSG(w->barrier_count == 0, "an enter of the world left was counted");
 	coord_formed(w);
+	scd_world_reform_replay(w);
 	scd_world_barrier_enter(w, 1); /* the coordinator's node enters it again */
 	Sparsecomm__PeerMsg *m = next_sent(&f);
 	CHECK_MSG(m == NULL, "barrier 1 ended (message %d) without node 1 in it",
@@ -476,5 +478,71 @@ UNIT_TEST(world_reform_barrier_counts_again)
 		  "barrier 1 did not end");
 	CHECK_TRUE(m->barrier_done->seq == 1 && m->barrier_done->status == SC_OK);
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	fixture_free(&f);
+}
+
+/* ---- joins on the coordinator --------------------------------------------------------- */
+
+/* Node 1's NodeJoin (its last trainer: rank 1), numbered seq in world epoch. */
+static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__NodeJoin nj = SPARSECOMM__NODE_JOIN__INIT;
+	nj.rank = 1;
+	nj.last_rank = 1;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
+	m.node_join = &nj;
+	from_node(w, &m, seq, epoch);
+}
+
+/* A join outlives a re-form. Node 1's NodeJoin of the world left, read while the world
+ * re-forms (twice: it came both ways), is handled once the world has formed, and once:
+ * handled at once, the join's end went to no node but the coordinator's (node 1 had not
+ * joined the new world), and the copy counted node 1 as joined in the next join, whose
+ * tensors it would then fill with zeros. */
+UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	Sparsecomm__NodeJoin own = SPARSECOMM__NODE_JOIN__INIT; /* node 0 joined already */
+	own.rank = 0;
+	own.last_rank = 0;
+	scd_join_on_node(w, 0, &own);
+	CHECK_TRUE(w->join_count == 1);
+	coord_reform(w);
+	join_from_node(w, 1, 100);
+	join_from_node(w, 1, 100);
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the join's end did not reach node 1");
+	CHECK_TRUE(m->join_done->status == SC_OK && m->join_done->last_rank == 1);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
+		  "node 1 counted as joined in the next join (%d joined)", (int)w->join_count);
+	fixture_free(&f);
+}
+
+/* Node 1's data-plane failure of the world left, read while the world re-forms, is of a
+ * mesh that is gone: once the world has formed it re-forms nothing. */
+UNIT_TEST(world_reform_old_mesh_failure_not_counted)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	Sparsecomm__MeshFailed mf = SPARSECOMM__MESH_FAILED__INIT;
+	mf.rank = 1;
+	mf.reason = "rank 1: tcp mesh: rank 0: connection reset";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_MESH_FAILED;
+	m.mesh_failed = &mf;
+	from_node(w, &m, 1, 100);
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	CHECK_MSG(w->mesh_reform_ms == 0 && w->formed,
+		  "the new world re-forms for a failure of the world left");
 	fixture_free(&f);
 }
