@@ -46,7 +46,30 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 	w->join_count = 0;
 	for (int r = 0; r < w->d->world_size; r++)
 		w->peers[r].join_seq = 0;
+	if (!w->formed) {
+		/* the world re-forms (a node lost meanwhile): sent now, the end would reach
+		 * only the nodes joined again, and the others' trainers would wait in their
+		 * joins; it goes once the world has formed (scd_join_formed). The joins of the
+		 * world left held until then (stream.c) are of the joins it ends. */
+		w->join_end_pending = 1;
+		w->join_end_last = last_rank;
+		w->join_end_status = st;
+		snprintf(w->join_end_error, sizeof(w->join_end_error), "%s",
+			 error ? error : "");
+		scd_world_reform_drop(w, -1, SPARSECOMM__PEER_MSG__BODY_NODE_JOIN);
+		return;
+	}
 	scd_world_send_all(w, &msg);
+}
+
+void scd_join_formed(scd_world_t *w)
+{
+	if (!w->join_end_pending)
+		return;
+	char error[sizeof(w->join_end_error)];
+	snprintf(error, sizeof(error), "%s", w->join_end_error);
+	w->join_end_pending = 0;
+	join_conclude(w, w->join_end_last, (sc_status_t)w->join_end_status, error);
 }
 
 void scd_join_on_degraded(scd_world_t *w, int rank);

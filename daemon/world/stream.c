@@ -398,11 +398,12 @@ void scd_world_reform_replay(scd_world_t *w)
 	}
 }
 
-void scd_world_reform_drop(scd_world_t *w, int rank)
+void scd_world_reform_drop(scd_world_t *w, int rank, int body_case)
 {
 	for (scd_held_t **pp = &w->reform_held; *pp;) {
 		scd_held_t *h = *pp;
-		if (rank >= 0 && h->from != rank) {
+		if ((rank >= 0 && h->from != rank) ||
+		    (body_case && (int)h->m->body_case != body_case)) {
 			pp = &h->next;
 			continue;
 		}

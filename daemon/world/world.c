@@ -481,7 +481,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (!same) {
 		p->degraded = 0;
 		scd_late_forget_rank(w, j->rank);
-		scd_world_reform_drop(w, j->rank); /* an earlier daemon's messages */
+		scd_world_reform_drop(w, j->rank, 0); /* an earlier daemon's messages */
 	}
 	scd_world_stream_free(p); /* what an earlier daemon of the rank held or was sent */
 	memcpy(p->ident, ident, ident_len);
@@ -497,6 +497,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
 		coord_send_world(w);
+		scd_join_formed(w); /* the joins a node lost meanwhile ended */
 		/* what the nodes sent in the world left and came while it re-formed first
 		 * (stream.c), then what was announced while the world re-formed (kept back by
 		 * the flush) and this node's state: nothing else might send it (the trainers
@@ -1308,7 +1309,7 @@ void scd_world_destroy(scd_world_t *w)
 	w->world_info = NULL;
 	w->world_info_len = 0;
 	scd_neg_release_held(w, 0);
-	scd_world_reform_drop(w, -1);
+	scd_world_reform_drop(w, -1, 0);
 	scd_world_held_free(w);
 	if (w->sock)
 		zmq_close(w->sock);

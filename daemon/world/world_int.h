@@ -243,6 +243,11 @@ struct scd_world {
 	int barrier_count;
 	uint64_t barrier_first_ms;
 	uint64_t join_count; /* nodes that joined so far (coordinator) */
+	/* the end of the joins met while the world re-forms (join.c): sent once it has formed
+	 */
+	int join_end_pending, join_end_last;
+	int32_t join_end_status;
+	char join_end_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
 };
 
@@ -269,6 +274,9 @@ void scd_join_on_degraded(scd_world_t *w, int rank);
 /* A trainer of node rank left without joining (reason names it): joins in progress fail
  * on every rank. */
 void scd_join_on_left(scd_world_t *w, int rank, const char *reason);
+/* The coordinator, the world formed: the end of the joins met while it re-formed goes to
+ * every rank now (a node not joined again then would never hear it). */
+void scd_join_formed(scd_world_t *w);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);
@@ -317,10 +325,11 @@ void scd_world_pipe_closed(scd_world_t *w, int rank);
 /* The coordinator, the world formed: the nodes' messages of the world left, read while it
  * re-formed (stream.c, reform_hold), are handled now, as they would have been in that
  * world (the announcements dropped: the nodes announce those tensors again; a barrier's
- * enter and a data-plane failure not counted), before anything of the new world. Drop (rank -1:
- * every node's) forgets them: a daemon that joined afresh. */
+ * enter and a data-plane failure not counted), before anything of the new world. Drop
+ * (rank -1: every node's; body_case 0: every kind) forgets them: a daemon that joined
+ * afresh, the joins that a failure met while the world re-formed ended (join.c). */
 void scd_world_reform_replay(scd_world_t *w);
-void scd_world_reform_drop(scd_world_t *w, int rank);
+void scd_world_reform_drop(scd_world_t *w, int rank, int body_case);
 /* held.c: a message of this node to the coordinator while the world re-forms, held in
  * its place among the announcements and abandons queued (degraded: a state change's;
  * arg: a barrier's number, a join's last rank; reason: a state change's, a trainer's that

@@ -495,6 +495,15 @@ static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
 	from_node(w, &m, seq, epoch);
 }
 
+/* The coordinator's node joined (its last trainer: rank 0). */
+static void coord_node_joined(scd_world_t *w)
+{
+	Sparsecomm__NodeJoin own = SPARSECOMM__NODE_JOIN__INIT;
+	own.rank = 0;
+	own.last_rank = 0;
+	scd_join_on_node(w, 0, &own);
+}
+
 /* A join outlives a re-form. Node 1's NodeJoin of the world left, read while the world
  * re-forms (twice: it came both ways), is handled once the world has formed, and once:
  * handled at once, the join's end went to no node but the coordinator's (node 1 had not
@@ -505,10 +514,7 @@ UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
 	fixture_t f;
 	fixture_make(&f, 0);
 	scd_world_t *w = f.d.world;
-	Sparsecomm__NodeJoin own = SPARSECOMM__NODE_JOIN__INIT; /* node 0 joined already */
-	own.rank = 0;
-	own.last_rank = 0;
-	scd_join_on_node(w, 0, &own);
+	coord_node_joined(w); /* node 0 joined already */
 	CHECK_TRUE(w->join_count == 1);
 	coord_reform(w);
 	join_from_node(w, 1, 100);
@@ -544,5 +550,36 @@ UNIT_TEST(world_reform_old_mesh_failure_not_counted)
 	scd_world_reform_replay(w);
 	CHECK_MSG(w->mesh_reform_ms == 0 && w->formed,
 		  "the new world re-forms for a failure of the world left");
+	fixture_free(&f);
+}
+
+/* A node lost while the world re-forms ends the joins in progress: the end goes to every
+ * node once the world has formed, with the joins of the world left held meanwhile
+ * dropped (they are of the joins it ended). Sent at once, it reached only the nodes
+ * joined again, and node 1's trainers waited in their joins. */
+UNIT_TEST(world_reform_join_ended_meanwhile_reaches_every_node)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_node_joined(w); /* node 0 joined already */
+	coord_reform(w);
+	join_from_node(w, 1, 100); /* node 1's join of the world left, held */
+	snprintf(w->peers[1].degraded_reason, sizeof(w->peers[1].degraded_reason),
+		 "node 1 was lost");
+	scd_join_on_degraded(w, 1);
+	CHECK_TRUE(next_sent(&f) == NULL);
+	coord_formed(w);
+	scd_join_formed(w);
+	scd_world_reform_replay(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the joins' end never reached node 1");
+	CHECK_TRUE(m->join_done->status == SC_ERR_ABORTED);
+	CHECK_MSG(strstr(m->join_done->error, "node 1 was lost"), "%s", m->join_done->error);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	m = next_sent(&f);
+	CHECK_MSG(m == NULL, "message %d after the joins' end", m ? (int)m->body_case : 0);
+	CHECK_MSG(w->join_count == 0, "a join of the world left counted in the next join");
 	fixture_free(&f);
 }
