@@ -92,6 +92,7 @@ static void start_mesh(scd_world_t *w)
 }
 
 static void on_join_timeout(uv_timer_t *t);
+static void cfg_formed(scd_world_t *w);
 
 /* This rank's data-plane endpoint, prepared anew (at start, and when the world re-forms:
  * the mesh job took the last one), and its blob as this rank's. Failures are logged by
@@ -497,14 +498,20 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
 		coord_send_world(w);
-		scd_join_formed(w); /* the joins a node lost meanwhile ended */
-		/* what the nodes sent in the world left and came while it re-formed first
-		 * (stream.c), then what was announced while the world re-formed (kept back by
-		 * the flush) and this node's state: nothing else might send it (the trainers
-		 * wait on it) */
-		scd_world_reform_replay(w);
-		scd_world_held_resend(w);
+		scd_world_coord_formed(w);
 	}
+}
+
+void scd_world_coord_formed(scd_world_t *w)
+{
+	scd_join_formed(w); /* the joins a node lost meanwhile ended */
+	/* what the nodes sent in the world left and came while it re-formed first
+	 * (stream.c), the configuration changes proposed meanwhile, then what was announced
+	 * while the world re-formed (kept back by the flush) and this node's state: nothing
+	 * else might send it (the trainers wait on it) */
+	scd_world_reform_replay(w);
+	cfg_formed(w);
+	scd_world_held_resend(w);
 }
 
 static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
@@ -700,6 +707,53 @@ void scd_world_config_propose(scd_world_t *w, const char *key, const char *value
 
 /* The coordinator checks a proposed change again (the proposing daemon has) before any
  * node applies it: a value some daemon would refuse is applied on none. */
+#define SCD_CFG_HELD_MAX 64
+
+/* A change proposed while the world re-forms waits for it to form (cfg_formed): applied
+ * now, it would reach only the nodes joined again, and a node that joins after with the
+ * old value of a key that must be the same everywhere would be refused. */
+static void cfg_hold(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs)
+{
+	char **v = w->n_cfg_held < 2 * SCD_CFG_HELD_MAX
+		       ? realloc(w->cfg_held, sizeof(*v) * (size_t)(w->n_cfg_held + 2))
+		       : NULL;
+	char *key = v ? strdup(cs->key ? cs->key : "") : NULL;
+	char *value = key ? strdup(cs->value ? cs->value : "") : NULL;
+	if (v)
+		w->cfg_held = v;
+	if (!value) {
+		free(key);
+		scd_error(
+		    SCD_SUB_CONFIG,
+		    "config set %s from rank %d refused, applied nowhere: %d changes wait "
+		    "for the world to re-form",
+		    cs->key ? cs->key : "", from, w->n_cfg_held / 2);
+		return;
+	}
+	w->cfg_held[w->n_cfg_held++] = key;
+	w->cfg_held[w->n_cfg_held++] = value;
+}
+
+static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs);
+
+/* The world has formed: the changes proposed while it re-formed go to every node. */
+static void cfg_formed(scd_world_t *w)
+{
+	char **v = w->cfg_held;
+	int n = w->n_cfg_held;
+	w->cfg_held = NULL;
+	w->n_cfg_held = 0;
+	for (int i = 0; i + 1 < n; i += 2) {
+		Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+		cs.key = v[i];
+		cs.value = v[i + 1];
+		coord_on_propose(w, 0, &cs);
+	}
+	for (int i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs)
 {
 	char err[512];
@@ -707,6 +761,10 @@ static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigS
 			     sizeof(err)) != SC_OK) {
 		scd_error(SCD_SUB_CONFIG,
 			  "config set from rank %d refused, applied nowhere: %s", from, err);
+		return;
+	}
+	if (!w->formed) {
+		cfg_hold(w, from, cs);
 		return;
 	}
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -1310,6 +1368,11 @@ void scd_world_destroy(scd_world_t *w)
 	w->world_info_len = 0;
 	scd_neg_release_held(w, 0);
 	scd_world_reform_drop(w, -1, 0);
+	for (int i = 0; i < w->n_cfg_held; i++)
+		free(w->cfg_held[i]);
+	free(w->cfg_held);
+	w->cfg_held = NULL;
+	w->n_cfg_held = 0;
 	scd_world_held_free(w);
 	if (w->sock)
 		zmq_close(w->sock);

@@ -243,8 +243,11 @@ struct scd_world {
 	int barrier_count;
 	uint64_t barrier_first_ms;
 	uint64_t join_count; /* nodes that joined so far (coordinator) */
-	/* the end of the joins met while the world re-forms (join.c): sent once it has formed
-	 */
+	/* runtime configuration changes proposed while the world re-forms (coordinator,
+	 * world.c): key and value in turn, applied on every node once it has formed */
+	char **cfg_held;
+	int n_cfg_held;
+	/* the end of joins met while the world re-forms: sent once formed (join.c) */
 	int join_end_pending, join_end_last;
 	int32_t join_end_status;
 	char join_end_error[512];
@@ -329,6 +332,11 @@ void scd_world_pipe_closed(scd_world_t *w, int rank);
  * (rank -1: every node's; body_case 0: every kind) forgets them: a daemon that joined
  * afresh, the joins that a failure met while the world re-formed ended (join.c). */
 void scd_world_reform_replay(scd_world_t *w);
+/* The coordinator, the world just formed (its WorldInfo sent): what waited for it goes, in
+ * order: the end of joins met meanwhile (join.c), the nodes' messages of the world left
+ * (scd_world_reform_replay), the configuration changes proposed meanwhile, and what this
+ * node held (held.c). */
+void scd_world_coord_formed(scd_world_t *w);
 void scd_world_reform_drop(scd_world_t *w, int rank, int body_case);
 /* held.c: a message of this node to the coordinator while the world re-forms, held in
  * its place among the announcements and abandons queued (degraded: a state change's;

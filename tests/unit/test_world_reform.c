@@ -583,3 +583,35 @@ UNIT_TEST(world_reform_join_ended_meanwhile_reaches_every_node)
 	CHECK_MSG(w->join_count == 0, "a join of the world left counted in the next join");
 	fixture_free(&f);
 }
+
+/* ---- configuration on the coordinator ------------------------------------------------- */
+
+/* A runtime change proposed while the world re-forms (node 1's, unnumbered) is applied on
+ * every node once it has formed. Applied at once, it reached only the nodes joined again
+ * (here the coordinator alone), and the others kept the old value. */
+UNIT_TEST(world_reform_config_change_reaches_every_node)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+	cs.key = "stall_timeout_ms";
+	cs.value = "4321";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE;
+	m.config_propose = &cs;
+	from_node(w, &m, 0, 0);
+	CHECK_MSG(scd_cfg_int(&f.d.cfg, SCD_CFG_stall_timeout_ms) != 4321,
+		  "applied on the coordinator while node 1 had not joined the new world");
+	coord_formed(w);
+	scd_world_coord_formed(w);
+	Sparsecomm__PeerMsg *o = next_sent(&f);
+	CHECK_MSG(o && o->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY,
+		  "the change never reached node 1");
+	CHECK_TRUE(!strcmp(o->config_apply->key, "stall_timeout_ms") &&
+		   !strcmp(o->config_apply->value, "4321"));
+	sparsecomm__peer_msg__free_unpacked(o, NULL);
+	CHECK_EQ_INT((int)scd_cfg_int(&f.d.cfg, SCD_CFG_stall_timeout_ms), 4321);
+	fixture_free(&f);
+}
