@@ -6,7 +6,9 @@
  * on every rank alike: at once with SC_ERR_ABORTED when a node is degraded (a trainer
  * exited), with SC_ERR_STALLED naming the missing ranks once the first rank has waited
  * stall_timeout_ms. No data moves on the data plane: the barrier is the coordinator's
- * count of the ranks' messages, which are in order with their negotiation.
+ * count of the ranks' messages, which are in order with their negotiation. A re-form of
+ * the world fails the barrier in progress on every node, and the coordinator's count of it
+ * starts again (scd_barrier_reform): the nodes enter it again in the new world.
  */
 #include <stdio.h>
 
@@ -84,12 +86,30 @@ static void barrier_resync(scd_world_t *w, int from, uint64_t seq)
 		scd_world_send_peer(w, r, &m);
 }
 
+void scd_barrier_reform(scd_world_t *w)
+{
+	w->barrier_count = 0;
+	for (int r = 0; r < w->d->world_size; r++)
+		w->peers[r].barrier_in = 0;
+}
+
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m)
 {
 	char msg[512];
 	uint64_t want = w->barrier_seq + 1;
 	if (from < 0 || from >= w->d->world_size || m->rank != from)
 		return;
+	if (!w->formed || w->old_world) {
+		/* of the world left (sent again when the Reform closed the pipes): its node
+		 * failed that barrier at the re-form, and enters it again once the world has
+		 * formed (a node holds what it enters meanwhile, held.c). Counted, the barrier
+		 * would complete without the node's trainers in it, and their next barrier
+		 * pair with the others' one after. */
+		scd_debug(SCD_SUB_NEGOTIATE,
+			  "rank %d's barrier %llu of the world left ignored: it failed there",
+			  from, (unsigned long long)m->seq);
+		return;
+	}
 	if (m->seq != want) {
 		barrier_resync(w, from, m->seq);
 		return;
@@ -195,4 +215,6 @@ void scd_world_barrier_enter(scd_world_t *w, uint64_t seq)
 	m.barrier_enter = &be;
 	if (w->formed)
 		scd_world_send_coord(w, &m);
+	else /* the world re-forms: it goes once formed (held.c) */
+		scd_world_hold(w, SCD_HELD_BARRIER, 0, (int64_t)seq, NULL);
 }

@@ -46,7 +46,30 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 	w->join_count = 0;
 	for (int r = 0; r < w->d->world_size; r++)
 		w->peers[r].join_seq = 0;
+	if (!w->formed) {
+		/* the world re-forms (a node lost meanwhile): sent now, the end would reach
+		 * only the nodes joined again, and the others' trainers would wait in their
+		 * joins; it goes once the world has formed (scd_join_formed). The joins of the
+		 * world left held until then (stream.c) are of the joins it ends. */
+		w->join_end_pending = 1;
+		w->join_end_last = last_rank;
+		w->join_end_status = st;
+		snprintf(w->join_end_error, sizeof(w->join_end_error), "%s",
+			 error ? error : "");
+		scd_world_reform_drop(w, -1, SPARSECOMM__PEER_MSG__BODY_NODE_JOIN);
+		return;
+	}
 	scd_world_send_all(w, &msg);
+}
+
+void scd_join_formed(scd_world_t *w)
+{
+	if (!w->join_end_pending)
+		return;
+	char error[sizeof(w->join_end_error)];
+	snprintf(error, sizeof(error), "%s", w->join_end_error);
+	w->join_end_pending = 0;
+	join_conclude(w, w->join_end_last, (sc_status_t)w->join_end_status, error);
 }
 
 void scd_join_on_degraded(scd_world_t *w, int rank);
@@ -106,8 +129,10 @@ void scd_world_node_join(scd_world_t *w, int last_rank)
 	nj.last_rank = last_rank;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
 	m.node_join = &nj;
-	if (!w->formed)
+	if (!w->formed) { /* the world re-forms: it goes once formed, in its place (held.c) */
+		scd_world_hold(w, SCD_HELD_JOIN, 0, last_rank, NULL);
 		return;
+	}
 	/* what the node has not sent yet goes first: a step it failed before its trainers
 	 * joined must reach the coordinator before the join does. Else another node's
 	 * failure of that step, read meanwhile, counts this one as joined (owing nothing),

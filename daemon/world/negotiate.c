@@ -1277,6 +1277,7 @@ void scd_neg_reset(scd_world_t *w)
 	scd_poison_t *abandons = w->out_abandon;
 	w->out_abandon = NULL;
 	scd_neg_destroy(w);
+	scd_barrier_reform(w); /* failed on every node as the world re-forms */
 	w->poisons = w->refusals = NULL;
 	w->out_abandon = abandons;
 	w->lates = lates;

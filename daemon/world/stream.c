@@ -26,8 +26,10 @@
  *     its jobs paired with the others' next ones.
  *
  * While the world re-forms, a message numbered in the world left is handled as it comes,
- * except a node's ReadyList or NodeState on the coordinator: held until the new world has
- * formed (reform_hold), then handled first, in order (scd_world_reform_replay).
+ * except on the coordinator a node's messages other than its heartbeats and goodbye: held
+ * until the new world has formed (reform_hold), then handled first, in order and once
+ * (scd_world_reform_replay), as of the world left (a barrier's enter and a data-plane
+ * failure of that world are not counted in the new one).
  *
  * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
  * again at each heartbeat to a node that has sent nothing numbered in its world yet
@@ -342,15 +344,18 @@ static void deliver_held(scd_world_t *w, int from)
 	}
 }
 
-/* The coordinator, while the world re-forms: a node's ReadyList or NodeState numbered in
- * the world left (sent again when the Reform closed the pipes) is held, in order by rank
- * and number and once, until the new world has formed. Handled now, what it fails would go
- * in a plan to no node (none has joined the new world yet), and a failed step and the
- * node's state would be read out of their order. 1 when m is held. */
+/* The coordinator, while the world re-forms: a node's message numbered in the world left
+ * (sent again when the Reform closed the pipes) is held, in order by rank and number and
+ * once, until the new world has formed; but its heartbeats and its goodbye, which say
+ * whether it is alive now. Handled now, what a ReadyList fails would go in a plan to no
+ * node (none has joined the new world yet), a failed step and the node's state would be
+ * read out of their order, a join's end would reach only the nodes joined again, and a
+ * copy that came both ways would be handled twice (a join counted again for the next
+ * one). 1 when m is held. */
 static int reform_hold(scd_world_t *w, int from, Sparsecomm__PeerMsg *m)
 {
-	if (!w->is_coord || (m->body_case != SPARSECOMM__PEER_MSG__BODY_READY &&
-			     m->body_case != SPARSECOMM__PEER_MSG__BODY_NODE_STATE))
+	if (!w->is_coord || m->body_case == SPARSECOMM__PEER_MSG__BODY_HEARTBEAT ||
+	    m->body_case == SPARSECOMM__PEER_MSG__BODY_LEAVE)
 		return 0;
 	scd_held_t **at = &w->reform_held;
 	while (*at && ((*at)->from < from || ((*at)->from == from && (*at)->m->seq < m->seq)))
@@ -393,11 +398,12 @@ void scd_world_reform_replay(scd_world_t *w)
 	}
 }
 
-void scd_world_reform_drop(scd_world_t *w, int rank)
+void scd_world_reform_drop(scd_world_t *w, int rank, int body_case)
 {
 	for (scd_held_t **pp = &w->reform_held; *pp;) {
 		scd_held_t *h = *pp;
-		if (rank >= 0 && h->from != rank) {
+		if ((rank >= 0 && h->from != rank) ||
+		    (body_case && (int)h->m->body_case != body_case)) {
 			pp = &h->next;
 			continue;
 		}

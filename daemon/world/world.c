@@ -92,6 +92,7 @@ static void start_mesh(scd_world_t *w)
 }
 
 static void on_join_timeout(uv_timer_t *t);
+static void cfg_formed(scd_world_t *w);
 
 /* This rank's data-plane endpoint, prepared anew (at start, and when the world re-forms:
  * the mesh job took the last one), and its blob as this rank's. Failures are logged by
@@ -463,8 +464,6 @@ static void refuse(scd_world_t *w, const uint8_t *ident, size_t ident_len, const
 	scd_warn(SCD_SUB_WORLD, "join refused: %s", why);
 }
 
-static void state_resend(scd_world_t *w);
-
 /* Rank j->rank is in (coordinator): the world forms once every rank is. */
 static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			const Sparsecomm__Join *j)
@@ -473,7 +472,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	scd_peer_t *p = &w->peers[j->rank];
 	/* the same daemon, joining again as the world re-forms, stays as it was (degraded,
 	 * its late and answered steps: world/late.c), and says what changed meanwhile once
-	 * the world has formed (state_resend); a node given up, or another daemon of the
+	 * the world has formed (held.c); a node given up, or another daemon of the
 	 * rank, starts afresh */
 	int same = p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
 		   p->ident_len == ident_len && !memcmp(p->ident, ident, ident_len);
@@ -483,7 +482,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (!same) {
 		p->degraded = 0;
 		scd_late_forget_rank(w, j->rank);
-		scd_world_reform_drop(w, j->rank); /* an earlier daemon's messages */
+		scd_world_reform_drop(w, j->rank, 0); /* an earlier daemon's messages */
 	}
 	scd_world_stream_free(p); /* what an earlier daemon of the rank held or was sent */
 	memcpy(p->ident, ident, ident_len);
@@ -499,13 +498,20 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
 		coord_send_world(w);
-		/* what the nodes sent in the world left and came while it re-formed first
-		 * (stream.c), then what was announced while the world re-formed (kept back by
-		 * the flush) and this node's state: nothing else might send it (the trainers
-		 * wait on it) */
-		scd_world_reform_replay(w);
-		state_resend(w);
+		scd_world_coord_formed(w);
 	}
+}
+
+void scd_world_coord_formed(scd_world_t *w)
+{
+	scd_join_formed(w); /* the joins a node lost meanwhile ended */
+	/* what the nodes sent in the world left and came while it re-formed first
+	 * (stream.c), the configuration changes proposed meanwhile, then what was announced
+	 * while the world re-formed (kept back by the flush) and this node's state: nothing
+	 * else might send it (the trainers wait on it) */
+	scd_world_reform_replay(w);
+	cfg_formed(w);
+	scd_world_held_resend(w);
 }
 
 static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
@@ -629,7 +635,7 @@ static void on_world(scd_world_t *w, const Sparsecomm__WorldInfo *wi)
 		scd_pipe_connect(w->pipe, w->pipe_host, w->pipe_port);
 	scd_live_start(w);
 	start_mesh(w);
-	state_resend(w); /* what was announced while the world re-formed (as above) */
+	scd_world_held_resend(w); /* what was announced while the world re-formed (as above) */
 }
 
 static void on_join_timeout(uv_timer_t *t)
@@ -701,6 +707,53 @@ void scd_world_config_propose(scd_world_t *w, const char *key, const char *value
 
 /* The coordinator checks a proposed change again (the proposing daemon has) before any
  * node applies it: a value some daemon would refuse is applied on none. */
+#define SCD_CFG_HELD_MAX 64
+
+/* A change proposed while the world re-forms waits for it to form (cfg_formed): applied
+ * now, it would reach only the nodes joined again, and a node that joins after with the
+ * old value of a key that must be the same everywhere would be refused. */
+static void cfg_hold(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs)
+{
+	char **v = w->n_cfg_held < 2 * SCD_CFG_HELD_MAX
+		       ? realloc(w->cfg_held, sizeof(*v) * (size_t)(w->n_cfg_held + 2))
+		       : NULL;
+	char *key = v ? strdup(cs->key ? cs->key : "") : NULL;
+	char *value = key ? strdup(cs->value ? cs->value : "") : NULL;
+	if (v)
+		w->cfg_held = v;
+	if (!value) {
+		free(key);
+		scd_error(
+		    SCD_SUB_CONFIG,
+		    "config set %s from rank %d refused, applied nowhere: %d changes wait "
+		    "for the world to re-form",
+		    cs->key ? cs->key : "", from, w->n_cfg_held / 2);
+		return;
+	}
+	w->cfg_held[w->n_cfg_held++] = key;
+	w->cfg_held[w->n_cfg_held++] = value;
+}
+
+static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs);
+
+/* The world has formed: the changes proposed while it re-formed go to every node. */
+static void cfg_formed(scd_world_t *w)
+{
+	char **v = w->cfg_held;
+	int n = w->n_cfg_held;
+	w->cfg_held = NULL;
+	w->n_cfg_held = 0;
+	for (int i = 0; i + 1 < n; i += 2) {
+		Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+		cs.key = v[i];
+		cs.value = v[i + 1];
+		coord_on_propose(w, 0, &cs);
+	}
+	for (int i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigSet *cs)
 {
 	char err[512];
@@ -708,6 +761,10 @@ static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigS
 			     sizeof(err)) != SC_OK) {
 		scd_error(SCD_SUB_CONFIG,
 			  "config set from rank %d refused, applied nowhere: %s", from, err);
+		return;
+	}
+	if (!w->formed) {
+		cfg_hold(w, from, cs);
 		return;
 	}
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -777,140 +834,6 @@ void scd_world_status(scd_world_t *w, Sparsecomm__StatusReply *r, scd_arena_t *a
 		scd_live_status(w, i, pi, a);
 		r->peers[r->n_peers++] = pi;
 	}
-}
-
-/* A change of this node's state told while the world re-forms, and its place in what the
- * node sends: the announcements and abandons queued before it. */
-typedef struct scd_held_state {
-	int degraded;
-	char reason[256];
-	int n_out, n_abandons;
-} scd_held_state_t;
-
-/* This node's NodeState (degraded, reason) to the coordinator, now. */
-static void node_state_send(scd_world_t *w, int degraded, const char *reason)
-{
-	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
-	ns.rank = w->d->rank;
-	ns.degraded = degraded;
-	ns.reason = (char *)reason;
-	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
-	m.node_state = &ns;
-	scd_world_send_coord(w, &m);
-}
-
-/* The world re-forms: the change is held in its place (state_resend). Changes with nothing
- * queued between them fold: a degradation takes the place of the changes before it (the
- * coordinator drops, at a degradation, what it kept of the node's trainers: world/late.c),
- * a node whole again after it stays after it, and whole again twice is once. So a place
- * holds two changes at most. */
-static void state_hold(scd_world_t *w, int degraded, const char *reason)
-{
-	int n_out = w->n_out, n_ab = scd_neg_out_abandons(w);
-	scd_held_state_t *last =
-	    w->n_held_states ? &w->held_states[w->n_held_states - 1] : NULL;
-	if (last && (last->n_out != n_out || last->n_abandons != n_ab))
-		last = NULL; /* something was queued since */
-	if (last && !degraded && !last->degraded)
-		return;
-	while (degraded && w->n_held_states) {
-		last = &w->held_states[w->n_held_states - 1];
-		if (last->n_out != n_out || last->n_abandons != n_ab)
-			break;
-		w->n_held_states--;
-	}
-	if (w->n_held_states == w->cap_held_states) {
-		int cap = w->cap_held_states ? 2 * w->cap_held_states : 4;
-		scd_held_state_t *v = realloc(w->held_states, sizeof(*v) * (size_t)cap);
-		if (v) {
-			w->held_states = v;
-			w->cap_held_states = cap;
-		} else if (!w->n_held_states) {
-			scd_error(
-			    SCD_SUB_WORLD,
-			    "out of memory holding this node's state (%s) until the world "
-			    "has formed: not told",
-			    degraded ? "degraded" : "whole");
-			return;
-		} else { /* it takes the last change's place */
-			scd_error(
-			    SCD_SUB_WORLD,
-			    "out of memory holding this node's state (%s) until the world "
-			    "has formed: told in the place of the change before it",
-			    degraded ? "degraded" : "whole");
-			w->n_held_states--;
-			n_out = w->held_states[w->n_held_states].n_out;
-			n_ab = w->held_states[w->n_held_states].n_abandons;
-		}
-	}
-	scd_held_state_t *h = &w->held_states[w->n_held_states++];
-	h->degraded = degraded;
-	snprintf(h->reason, sizeof(h->reason), "%s", reason ? reason : "");
-	h->n_out = n_out;
-	h->n_abandons = n_ab;
-}
-
-/* The world has formed: this node's state, told while it re-formed and lost then (a
- * trainer that died or came meanwhile), goes now, each change in its place among the
- * announcements and abandons queued meanwhile (the announcements made again by the
- * re-form first), and then the rest of them. The coordinator keeps what it knew of a node
- * through a re-form (accept_join): a node degraded meanwhile says so before what its next
- * trainers did, so that the coordinator drops the steps it recorded for the node's old
- * trainers (world/late.c) and charges what the new ones failed to them; what the old
- * trainers reported before they died stays before it. */
-static void state_resend(scd_world_t *w)
-{
-	int sent_out = 0, sent_ab = 0;
-	for (int i = 0; i < w->n_held_states; i++) {
-		const scd_held_state_t *h = &w->held_states[i];
-		scd_neg_flush_first(w, h->n_out - sent_out, h->n_abandons - sent_ab);
-		sent_out = h->n_out > sent_out ? h->n_out : sent_out;
-		sent_ab = h->n_abandons > sent_ab ? h->n_abandons : sent_ab;
-		node_state_send(w, h->degraded, h->reason);
-	}
-	free(w->held_states);
-	w->held_states = NULL;
-	w->n_held_states = w->cap_held_states = 0;
-	scd_neg_flush(w);
-}
-
-void scd_world_node_state(scd_world_t *w, int degraded, const char *reason)
-{
-	if (!w->formed) { /* the world re-forms: told once it has formed (state_resend) */
-		state_hold(w, degraded, reason);
-		return;
-	}
-	/* what the node has not sent yet goes first (as for a join, join.c): the steps a dying
-	 * trainer's node failed before announcing them must reach the coordinator while the
-	 * node is not degraded there yet. Read after, each would fail its name's next entry,
-	 * and charge the other nodes a step they had already failed with the degraded node */
-	scd_neg_flush(w);
-	node_state_send(w, degraded, reason);
-}
-
-void scd_world_node_left(scd_world_t *w, const char *reason)
-{
-	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
-	ns.rank = w->d->rank;
-	ns.left = (char *)reason;
-	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
-	m.node_state = &ns;
-	if (w->formed)
-		scd_world_send_coord(w, &m);
-}
-
-void scd_world_node_idle(scd_world_t *w)
-{
-	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
-	ns.rank = w->d->rank;
-	ns.no_trainers = 1;
-	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
-	m.node_state = &ns;
-	if (w->formed)
-		scd_world_send_coord(w, &m);
 }
 
 /* ---- receiving ---------------------------------------------------------------------- */
@@ -1042,8 +965,8 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 	case SPARSECOMM__PEER_MSG__BODY_HEARTBEAT:
 		scd_live_on_heartbeat(w, from, m->heartbeat);
 		break;
-	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED:
-		if (w->is_coord && from >= 0)
+	case SPARSECOMM__PEER_MSG__BODY_MESH_FAILED: /* not one of the world left's mesh */
+		if (w->is_coord && from >= 0 && !w->old_world)
 			coord_mesh_failed(w, from, m->mesh_failed->reason);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE:
@@ -1444,10 +1367,13 @@ void scd_world_destroy(scd_world_t *w)
 	w->world_info = NULL;
 	w->world_info_len = 0;
 	scd_neg_release_held(w, 0);
-	scd_world_reform_drop(w, -1);
-	free(w->held_states);
-	w->held_states = NULL;
-	w->n_held_states = w->cap_held_states = 0;
+	scd_world_reform_drop(w, -1, 0);
+	for (int i = 0; i < w->n_cfg_held; i++)
+		free(w->cfg_held[i]);
+	free(w->cfg_held);
+	w->cfg_held = NULL;
+	w->n_cfg_held = 0;
+	scd_world_held_free(w);
 	if (w->sock)
 		zmq_close(w->sock);
 	scd_curve_destroy(w->curve);

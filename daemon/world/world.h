@@ -75,7 +75,9 @@ void scd_world_abandon(scd_world_t *w, const char *name, sc_status_t status,
 		       const char *reason);
 /* The tensor is gone from this node: frees the engine's state for buffers holding it. */
 void scd_world_forget(scd_world_t *w, const char *name, uint64_t presel_key);
-/* This node lost a trainer (degraded) or has a full set again. */
+/* This node lost a trainer (degraded) or has a full set again. While the world re-forms,
+ * this and the four below are held and go once it has formed, each in its place among
+ * the announcements and abandons the node queued (held.c). */
 void scd_world_node_state(scd_world_t *w, int degraded, const char *reason);
 /* Every local trainer entered this node's barrier number seq (barrier.c); how it ends on
  * every rank comes back to scd_ctl_barrier_done. */

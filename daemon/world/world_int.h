@@ -184,15 +184,15 @@ struct scd_world {
 	const scd_transport_ops_t *tops;
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
-	/* the coordinator: the nodes' ReadyLists and NodeStates of the world left, read
-	 * while the world re-forms, by rank and number (stream.c, scd_world_reform_replay);
+	/* the coordinator: the nodes' messages of the world left, read while the world
+	 * re-forms, by rank and number (stream.c, scd_world_reform_replay);
 	 * old_world: one of them is being handled */
 	struct scd_held *reform_held;
 	int n_reform_held, old_world;
 	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
-	/* the changes of this node's state told while the world re-forms
-	 * (scd_world_node_state), each with its place among what was queued to send: sent
-	 * in that order once it has formed (world.c, state_resend) */
+	/* what this node told the coordinator while the world re-forms (its state, a barrier
+	 * entered, a join), each with its place among what was queued to send: sent in that
+	 * order once it has formed (held.c) */
 	struct scd_held_state *held_states;
 	int n_held_states, cap_held_states;
 	int n_joined;
@@ -243,6 +243,14 @@ struct scd_world {
 	int barrier_count;
 	uint64_t barrier_first_ms;
 	uint64_t join_count; /* nodes that joined so far (coordinator) */
+	/* runtime configuration changes proposed while the world re-forms (coordinator,
+	 * world.c): key and value in turn, applied on every node once it has formed */
+	char **cfg_held;
+	int n_cfg_held;
+	/* the end of joins met while the world re-forms: sent once formed (join.c) */
+	int join_end_pending, join_end_last;
+	int32_t join_end_status;
+	char join_end_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
 };
 
@@ -256,6 +264,10 @@ void scd_barrier_tick(scd_world_t *w);
  * has joined: its trainers wait in their joins and enter no barrier until every rank has
  * joined. */
 void scd_barrier_check_joined(scd_world_t *w);
+/* The world re-forms: every node failed the barrier in progress (world.c, reform_fail) and
+ * its trainers enter it again, under the same number, once the world has formed; what the
+ * coordinator counted of it is forgotten. */
+void scd_barrier_reform(scd_world_t *w);
 
 /* join.c */
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
@@ -265,6 +277,9 @@ void scd_join_on_degraded(scd_world_t *w, int rank);
 /* A trainer of node rank left without joining (reason names it): joins in progress fail
  * on every rank. */
 void scd_join_on_left(scd_world_t *w, int rank, const char *reason);
+/* The coordinator, the world formed: the end of the joins met while it re-formed goes to
+ * every rank now (a node not joined again then would never hear it). */
+void scd_join_formed(scd_world_t *w);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);
@@ -310,13 +325,34 @@ void scd_neg_release_held(scd_world_t *w, int deliver);
 void scd_world_send_all(scd_world_t *w, const Sparsecomm__PeerMsg *m);
 /* Rank's pipe failed: its messages not acknowledged go again on the coordinator channel. */
 void scd_world_pipe_closed(scd_world_t *w, int rank);
-/* The coordinator, the world formed: the nodes' ReadyLists and NodeStates of the world
- * left, read while it re-formed, are handled now, as they would have been in that world
- * (their announcements dropped: the nodes announce those tensors again), before anything
- * of the new world. Drop (rank -1: every node's) forgets them: a daemon that joined
- * afresh. */
+/* The coordinator, the world formed: the nodes' messages of the world left, read while it
+ * re-formed (stream.c, reform_hold), are handled now, as they would have been in that
+ * world (the announcements dropped: the nodes announce those tensors again; a barrier's
+ * enter and a data-plane failure not counted), before anything of the new world. Drop
+ * (rank -1: every node's; body_case 0: every kind) forgets them: a daemon that joined
+ * afresh, the joins that a failure met while the world re-formed ended (join.c). */
 void scd_world_reform_replay(scd_world_t *w);
-void scd_world_reform_drop(scd_world_t *w, int rank);
+/* The coordinator, the world just formed (its WorldInfo sent): what waited for it goes, in
+ * order: the end of joins met meanwhile (join.c), the nodes' messages of the world left
+ * (scd_world_reform_replay), the configuration changes proposed meanwhile, and what this
+ * node held (held.c). */
+void scd_world_coord_formed(scd_world_t *w);
+void scd_world_reform_drop(scd_world_t *w, int rank, int body_case);
+/* held.c: a message of this node to the coordinator while the world re-forms, held in
+ * its place among the announcements and abandons queued (degraded: a state change's;
+ * arg: a barrier's number, a join's last rank; reason: a state change's, a trainer's that
+ * left). Resend: the world has formed, they go in order. Free: forgotten. */
+typedef enum scd_held_kind {
+	SCD_HELD_STATE,	  /* NodeState: degraded or whole again */
+	SCD_HELD_IDLE,	  /* NodeState.no_trainers */
+	SCD_HELD_LEFT,	  /* NodeState.left */
+	SCD_HELD_BARRIER, /* BarrierEnter */
+	SCD_HELD_JOIN,	  /* NodeJoin */
+} scd_held_kind_t;
+void scd_world_hold(scd_world_t *w, scd_held_kind_t kind, int degraded, int64_t arg,
+		    const char *reason);
+void scd_world_held_resend(scd_world_t *w);
+void scd_world_held_free(scd_world_t *w);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
 void scd_world_streams_reset(scd_world_t *w);
 /* The coordinator: this world's WorldInfo (packed, n bytes) goes to every joined node now,

@@ -14,7 +14,11 @@
  *   - A node whose state changes while the world re-forms tells it in its place: a
  *     trainer that failed its step after the node was degraded and whole again reports
  *     it after the NodeStates, never before (the coordinator's count of the steps
- *     answered while the node was degraded would take it).
+ *     answered while the node was degraded would take it). So does a job's clean end
+ *     (no trainers), a trainer gone without joining, a barrier entered and a join.
+ *   - A re-form fails the barrier in progress on every node: the coordinator counts it
+ *     again, and takes no enter of the world left read while the world re-forms.
+ *   - A node's other messages of the world left (a join) are held too, and handled once.
  */
 #include <stdio.h>
 #include <string.h>
@@ -298,36 +302,31 @@ UNIT_TEST(world_reform_old_messages_handled_in_order_once_formed)
 
 static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
 
-UNIT_TEST(world_reform_node_state_sent_in_its_place)
+/* Node 1 in world 100, its data plane prepared; then the Reform comes (world.c, reform). */
+static void node_reforms(fixture_t *f, unit_mesh_t *mesh)
 {
-	fixture_t f;
-	fixture_make(&f, 1);
-	scd_world_t *w = f.d.world;
-	unit_mesh_t mesh;
-	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", 2, 200), SC_OK);
+	scd_world_t *w = f->d.world;
+	CHECK_EQ_INT(unit_mesh_prepare(mesh, "tcp", 2, 200), SC_OK);
 	uint8_t key[32] = {0};
-	w->pipe = scd_pipe_new(&f.loop, 1, 2, key, 0, pipe_msg, w);
+	w->pipe = scd_pipe_new(&f->loop, 1, 2, key, 0, pipe_msg, w);
 	CHECK_TRUE(w->pipe != NULL);
-	w->tops = mesh.ep[1]->ops;
-	w->endpoint = mesh.ep[1];
-	mesh.ep[1] = NULL;
-	/* the Reform came: the node re-forms (world.c, reform) */
+	w->tops = mesh->ep[1]->ops;
+	w->endpoint = mesh->ep[1];
+	mesh->ep[1] = NULL;
 	w->formed = 0;
 	scd_neg_reset(w);
-	/* meanwhile a trainer fails its step of 'v' and dies (the node is degraded), a new
-	 * trainer comes (whole again) and fails its step of 'u' */
-	scd_world_fail_step(w, "v", SC_ERR_ABORTED, "rank 1's trainer failed 'v'");
-	scd_world_node_state(w, 1, "rank 1's trainer exited");
-	scd_world_node_state(w, 0, "");
-	scd_world_fail_step(w, "u", SC_ERR_ABORTED, "rank 1's new trainer failed 'u'");
-	CHECK_TRUE(next_sent(&f) == NULL); /* nothing goes before the world has formed */
-	/* the new world's WorldInfo */
+}
+
+/* The new world's WorldInfo (id 200) comes to node 1: the world has formed. */
+static void node_formed(fixture_t *f, unit_mesh_t *mesh)
+{
+	scd_world_t *w = f->d.world;
 	Sparsecomm__PeerInfo pi[2] = {SPARSECOMM__PEER_INFO__INIT, SPARSECOMM__PEER_INFO__INIT};
 	Sparsecomm__PeerInfo *pp[2] = {&pi[0], &pi[1]};
 	for (int r = 0; r < 2; r++) {
 		pi[r].rank = r;
 		pi[r].connected = 1;
-		const scd_transport_endpoint_t *ep = r ? w->endpoint : mesh.ep[0];
+		const scd_transport_endpoint_t *ep = r ? w->endpoint : mesh->ep[0];
 		pi[r].transport_blob.data = (uint8_t *)ep->blob;
 		pi[r].transport_blob.len = ep->blob_len;
 	}
@@ -341,31 +340,278 @@ UNIT_TEST(world_reform_node_state_sent_in_its_place)
 	m.world = &wi;
 	scd_world_handle(w, 0, NULL, 0, &m);
 	CHECK_EQ_INT(w->formed, 1);
-	unit_mesh_release(&mesh);
-	/* in their order: 'v' failed, degraded, whole, 'u' failed */
-	const char *want[] = {"abandon v", "degraded", "whole", "abandon u"};
-	for (int k = 0; k < 4;) {
-		Sparsecomm__PeerMsg *o = next_sent(&f);
+	unit_mesh_release(mesh);
+}
+
+/* Checks that node 1 sent the n messages of want, in that order ("abandon NAME",
+ * "degraded", "whole", "idle", "left", "barrier N", "join N"; nothing announced). */
+static void check_sent(fixture_t *f, const char *const *want, int n)
+{
+	for (int k = 0; k < n;) {
+		Sparsecomm__PeerMsg *o = next_sent(f);
 		CHECK_MSG(o != NULL, "message %d (%s) never came", k, want[k]);
 		char got[64] = "";
-		if (o->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_STATE) {
-			snprintf(got, sizeof(got), "%s",
-				 o->node_state->degraded ? "degraded" : "whole");
-			CHECK_MSG(!strcmp(got, want[k]), "message %d: %s, expected %s", k, got,
-				  want[k]);
-			k++;
-		} else if (o->body_case == SPARSECOMM__PEER_MSG__BODY_READY) {
+		if (o->body_case == SPARSECOMM__PEER_MSG__BODY_READY) {
 			CHECK_MSG(o->ready->n_requests == 0, "a ReadyList announced a tensor");
 			for (size_t i = 0; i < o->ready->n_abandoned; i++, k++) {
 				snprintf(got, sizeof(got), "abandon %s",
 					 o->ready->abandoned[i]->name);
-				CHECK_MSG(k < 4 && !strcmp(got, want[k]),
+				CHECK_MSG(k < n && !strcmp(got, want[k]),
 					  "message %d: %s, expected %s", k, got,
-					  k < 4 ? want[k] : "none");
+					  k < n ? want[k] : "none");
 			}
+			sparsecomm__peer_msg__free_unpacked(o, NULL);
+			continue;
 		}
+		const Sparsecomm__NodeState *ns = o->node_state;
+		if (o->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_STATE)
+			snprintf(got, sizeof(got), "%s",
+				 ns->no_trainers	   ? "idle"
+				 : ns->left && ns->left[0] ? "left"
+				 : ns->degraded		   ? "degraded"
+							   : "whole");
+		else if (o->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_ENTER)
+			snprintf(got, sizeof(got), "barrier %llu",
+				 (unsigned long long)o->barrier_enter->seq);
+		else if (o->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_JOIN)
+			snprintf(got, sizeof(got), "join %d", (int)o->node_join->last_rank);
+		else
+			snprintf(got, sizeof(got), "message %d", (int)o->body_case);
+		CHECK_MSG(!strcmp(got, want[k]), "message %d: %s, expected %s", k, got,
+			  want[k]);
+		k++;
 		sparsecomm__peer_msg__free_unpacked(o, NULL);
 	}
+	Sparsecomm__PeerMsg *o = next_sent(f);
+	CHECK_MSG(o == NULL, "message %d sent after those expected", o ? (int)o->body_case : 0);
+}
+
+UNIT_TEST(world_reform_node_state_sent_in_its_place)
+{
+	fixture_t f;
+	fixture_make(&f, 1);
+	scd_world_t *w = f.d.world;
+	unit_mesh_t mesh;
+	node_reforms(&f, &mesh);
+	/* meanwhile a trainer fails its step of 'v' and dies (the node is degraded), a new
+	 * trainer comes (whole again) and fails its step of 'u' */
+	scd_world_fail_step(w, "v", SC_ERR_ABORTED, "rank 1's trainer failed 'v'");
+	scd_world_node_state(w, 1, "rank 1's trainer exited");
+	scd_world_node_state(w, 0, "");
+	scd_world_fail_step(w, "u", SC_ERR_ABORTED, "rank 1's new trainer failed 'u'");
+	CHECK_TRUE(next_sent(&f) == NULL); /* nothing goes before the world has formed */
+	node_formed(&f, &mesh);
+	/* in their order: 'v' failed, degraded, whole, 'u' failed */
+	const char *want[] = {"abandon v", "degraded", "whole", "abandon u"};
+	check_sent(&f, want, 4);
 	CHECK_TRUE(w->n_out == 0 && w->out_abandon == NULL);
+	fixture_free(&f);
+}
+
+/* A job that ends cleanly while the world re-forms: its last trainer's failed step, then
+ * the node without trainers (the coordinator forgets the steps the job owed, late.c); the
+ * next job's trainers enter a barrier, join, and fail a step. Each is told once the world
+ * has formed, in its place; dropped, the next job's first step was refused as late, and
+ * its barrier and join stalled. */
+UNIT_TEST(world_reform_node_idle_barrier_join_sent_in_their_place)
+{
+	fixture_t f;
+	fixture_make(&f, 1);
+	scd_world_t *w = f.d.world;
+	unit_mesh_t mesh;
+	node_reforms(&f, &mesh);
+	scd_world_fail_step(w, "v", SC_ERR_ABORTED, "rank 1's trainer failed 'v'");
+	scd_world_node_idle(w);
+	scd_world_node_idle(w); /* twice in one place: once */
+	scd_world_barrier_enter(w, 3);
+	scd_world_fail_step(w, "u", SC_ERR_ABORTED, "rank 1's next trainer failed 'u'");
+	scd_world_node_left(w, "rank 1's trainer ended its session without joining");
+	scd_world_node_join(w, 1);
+	CHECK_TRUE(next_sent(&f) == NULL); /* nothing goes before the world has formed */
+	node_formed(&f, &mesh);
+	const char *want[] = {"abandon v", "idle", "barrier 3", "abandon u", "left", "join 1"};
+	check_sent(&f, want, 6);
+	CHECK_TRUE(w->n_held_states == 0);
+	fixture_free(&f);
+}
+
+/* ---- barriers on the coordinator ------------------------------------------------------ */
+
+/* Node 1's BarrierEnter of barrier seq_b, numbered seq in world epoch. */
+static void barrier_from_node(scd_world_t *w, uint64_t seq_b, uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__BarrierEnter be = SPARSECOMM__BARRIER_ENTER__INIT;
+	be.rank = 1;
+	be.seq = seq_b;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_BARRIER_ENTER;
+	m.barrier_enter = &be;
+	from_node(w, &m, seq, epoch);
+}
+
+/* The re-form fails the barrier in progress on every node, which enter it again in the
+ * new world: the coordinator's count of it starts again, and an enter of the world left
+ * read meanwhile is not counted. Else the barrier completed with node 1's trainers not in
+ * it, and their next barrier paired with the others' one after. */
+UNIT_TEST(world_reform_barrier_counts_again)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	barrier_from_node(w, 1, 1, 100); /* node 1 entered barrier 1 in world 100 */
+	CHECK_EQ_INT(w->barrier_count, 1);
+	coord_reform(w);
+	CHECK_MSG(w->barrier_count == 0 && !w->peers[1].barrier_in,
+		  "the barrier failed by the re-form still counts node 1 in it");
+	/* another of its enters of the world left, read while the world re-forms */
+	barrier_from_node(w, 1, 2, 100);
+	CHECK_MSG(w->barrier_count == 0, "an enter of the world left was counted");
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	scd_world_barrier_enter(w, 1); /* the coordinator's node enters it again */
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m == NULL, "barrier 1 ended (message %d) without node 1 in it",
+		  m ? (int)m->body_case : 0);
+	barrier_from_node(w, 1, 1, 200); /* and node 1, in the new world */
+	m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE,
+		  "barrier 1 did not end");
+	CHECK_TRUE(m->barrier_done->seq == 1 && m->barrier_done->status == SC_OK);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	fixture_free(&f);
+}
+
+/* ---- joins on the coordinator --------------------------------------------------------- */
+
+/* Node 1's NodeJoin (its last trainer: rank 1), numbered seq in world epoch. */
+static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__NodeJoin nj = SPARSECOMM__NODE_JOIN__INIT;
+	nj.rank = 1;
+	nj.last_rank = 1;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
+	m.node_join = &nj;
+	from_node(w, &m, seq, epoch);
+}
+
+/* The coordinator's node joined (its last trainer: rank 0). */
+static void coord_node_joined(scd_world_t *w)
+{
+	Sparsecomm__NodeJoin own = SPARSECOMM__NODE_JOIN__INIT;
+	own.rank = 0;
+	own.last_rank = 0;
+	scd_join_on_node(w, 0, &own);
+}
+
+/* A join outlives a re-form. Node 1's NodeJoin of the world left, read while the world
+ * re-forms (twice: it came both ways), is handled once the world has formed, and once:
+ * handled at once, the join's end went to no node but the coordinator's (node 1 had not
+ * joined the new world), and the copy counted node 1 as joined in the next join, whose
+ * tensors it would then fill with zeros. */
+UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_node_joined(w); /* node 0 joined already */
+	CHECK_TRUE(w->join_count == 1);
+	coord_reform(w);
+	join_from_node(w, 1, 100);
+	join_from_node(w, 1, 100);
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the join's end did not reach node 1");
+	CHECK_TRUE(m->join_done->status == SC_OK && m->join_done->last_rank == 1);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
+		  "node 1 counted as joined in the next join (%d joined)", (int)w->join_count);
+	fixture_free(&f);
+}
+
+/* Node 1's data-plane failure of the world left, read while the world re-forms, is of a
+ * mesh that is gone: once the world has formed it re-forms nothing. */
+UNIT_TEST(world_reform_old_mesh_failure_not_counted)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	Sparsecomm__MeshFailed mf = SPARSECOMM__MESH_FAILED__INIT;
+	mf.rank = 1;
+	mf.reason = "rank 1: tcp mesh: rank 0: connection reset";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_MESH_FAILED;
+	m.mesh_failed = &mf;
+	from_node(w, &m, 1, 100);
+	coord_formed(w);
+	scd_world_reform_replay(w);
+	CHECK_MSG(w->mesh_reform_ms == 0 && w->formed,
+		  "the new world re-forms for a failure of the world left");
+	fixture_free(&f);
+}
+
+/* A node lost while the world re-forms ends the joins in progress: the end goes to every
+ * node once the world has formed, with the joins of the world left held meanwhile
+ * dropped (they are of the joins it ended). Sent at once, it reached only the nodes
+ * joined again, and node 1's trainers waited in their joins. */
+UNIT_TEST(world_reform_join_ended_meanwhile_reaches_every_node)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_node_joined(w); /* node 0 joined already */
+	coord_reform(w);
+	join_from_node(w, 1, 100); /* node 1's join of the world left, held */
+	snprintf(w->peers[1].degraded_reason, sizeof(w->peers[1].degraded_reason),
+		 "node 1 was lost");
+	scd_join_on_degraded(w, 1);
+	CHECK_TRUE(next_sent(&f) == NULL);
+	coord_formed(w);
+	scd_join_formed(w);
+	scd_world_reform_replay(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the joins' end never reached node 1");
+	CHECK_TRUE(m->join_done->status == SC_ERR_ABORTED);
+	CHECK_MSG(strstr(m->join_done->error, "node 1 was lost"), "%s", m->join_done->error);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	m = next_sent(&f);
+	CHECK_MSG(m == NULL, "message %d after the joins' end", m ? (int)m->body_case : 0);
+	CHECK_MSG(w->join_count == 0, "a join of the world left counted in the next join");
+	fixture_free(&f);
+}
+
+/* ---- configuration on the coordinator ------------------------------------------------- */
+
+/* A runtime change proposed while the world re-forms (node 1's, unnumbered) is applied on
+ * every node once it has formed. Applied at once, it reached only the nodes joined again
+ * (here the coordinator alone), and the others kept the old value. */
+UNIT_TEST(world_reform_config_change_reaches_every_node)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	Sparsecomm__ConfigSet cs = SPARSECOMM__CONFIG_SET__INIT;
+	cs.key = "stall_timeout_ms";
+	cs.value = "4321";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_PROPOSE;
+	m.config_propose = &cs;
+	from_node(w, &m, 0, 0);
+	CHECK_MSG(scd_cfg_int(&f.d.cfg, SCD_CFG_stall_timeout_ms) != 4321,
+		  "applied on the coordinator while node 1 had not joined the new world");
+	coord_formed(w);
+	scd_world_coord_formed(w);
+	Sparsecomm__PeerMsg *o = next_sent(&f);
+	CHECK_MSG(o && o->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY,
+		  "the change never reached node 1");
+	CHECK_TRUE(!strcmp(o->config_apply->key, "stall_timeout_ms") &&
+		   !strcmp(o->config_apply->value, "4321"));
+	sparsecomm__peer_msg__free_unpacked(o, NULL);
+	CHECK_EQ_INT((int)scd_cfg_int(&f.d.cfg, SCD_CFG_stall_timeout_ms), 4321);
 	fixture_free(&f);
 }
