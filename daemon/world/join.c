@@ -69,6 +69,11 @@ void scd_join_formed(scd_world_t *w)
 	char error[sizeof(w->join_end_error)];
 	snprintf(error, sizeof(error), "%s", w->join_end_error);
 	w->join_end_pending = 0;
+	/* a node's join of the world left, sent again while the world re-formed (the
+	 * coordinator acknowledges nothing then) and held again after the end was decided,
+	 * is of the joins it ends: counted after it, the next join filled the node with
+	 * zeros */
+	scd_world_reform_drop(w, -1, SPARSECOMM__PEER_MSG__BODY_NODE_JOIN);
 	join_conclude(w, w->join_end_last, (sc_status_t)w->join_end_status, error);
 }
 
