@@ -483,8 +483,9 @@ UNIT_TEST(world_reform_barrier_counts_again)
 
 /* ---- joins on the coordinator --------------------------------------------------------- */
 
-/* Node 1's NodeJoin (its last trainer: rank 1), numbered seq in world epoch. */
-static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
+/* Node 1's NodeJoin (its last trainer: rank 1), numbered seq in world epoch, sent when it
+ * had read the coordinator's messages up to ack. */
+static void join_acked_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch, uint64_t ack)
 {
 	Sparsecomm__NodeJoin nj = SPARSECOMM__NODE_JOIN__INIT;
 	nj.rank = 1;
@@ -492,7 +493,13 @@ static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_JOIN;
 	m.node_join = &nj;
+	m.ack = ack;
 	from_node(w, &m, seq, epoch);
+}
+
+static void join_from_node(scd_world_t *w, uint64_t seq, uint64_t epoch)
+{
+	join_acked_from_node(w, seq, epoch, 0);
 }
 
 /* The coordinator's node joined (its last trainer: rank 0). */
@@ -501,7 +508,7 @@ static void coord_node_joined(scd_world_t *w)
 	Sparsecomm__NodeJoin own = SPARSECOMM__NODE_JOIN__INIT;
 	own.rank = 0;
 	own.last_rank = 0;
-	scd_join_on_node(w, 0, &own);
+	scd_join_on_node(w, 0, &own, 0);
 }
 
 /* A join outlives a re-form. Node 1's NodeJoin of the world left, read while the world
@@ -553,6 +560,26 @@ UNIT_TEST(world_reform_old_mesh_failure_not_counted)
 	fixture_free(&f);
 }
 
+/* Node 1 is lost while the world re-forms: the joins in progress end. */
+static void node1_lost(scd_world_t *w)
+{
+	snprintf(w->peers[1].degraded_reason, sizeof(w->peers[1].degraded_reason),
+		 "node 1 was lost");
+	scd_join_on_degraded(w, 1);
+}
+
+/* The new world has formed: the joins' end goes to node 1, first (returned). */
+static Sparsecomm__PeerMsg *formed_join_done(fixture_t *f)
+{
+	coord_formed(f->d.world);
+	scd_world_coord_formed(f->d.world);
+	Sparsecomm__PeerMsg *m = next_sent(f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the joins' end never reached node 1");
+	CHECK_TRUE(m->join_done->status == SC_ERR_ABORTED);
+	return m;
+}
+
 /* A node lost while the world re-forms ends the joins in progress: the end goes to every
  * node once the world has formed, with the joins of the world left held meanwhile
  * dropped (they are of the joins it ended), also one sent again after the end was
@@ -568,17 +595,10 @@ UNIT_TEST(world_reform_join_ended_meanwhile_reaches_every_node)
 	coord_node_joined(w); /* node 0 joined already */
 	coord_reform(w);
 	join_from_node(w, 1, 100); /* node 1's join of the world left, held */
-	snprintf(w->peers[1].degraded_reason, sizeof(w->peers[1].degraded_reason),
-		 "node 1 was lost");
-	scd_join_on_degraded(w, 1);
+	node1_lost(w);
 	join_from_node(w, 1, 100); /* sent again: held again */
 	CHECK_TRUE(next_sent(&f) == NULL);
-	coord_formed(w);
-	scd_world_coord_formed(w);
-	Sparsecomm__PeerMsg *m = next_sent(&f);
-	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
-		  "the joins' end never reached node 1");
-	CHECK_TRUE(m->join_done->status == SC_ERR_ABORTED);
+	Sparsecomm__PeerMsg *m = formed_join_done(&f);
 	CHECK_MSG(strstr(m->join_done->error, "node 1 was lost"), "%s", m->join_done->error);
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 	m = next_sent(&f);
@@ -586,6 +606,52 @@ UNIT_TEST(world_reform_join_ended_meanwhile_reaches_every_node)
 	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
 		  "a join of the world left counted in the next join (%d joined)",
 		  (int)w->join_count);
+	fixture_free(&f);
+}
+
+/* The joins ended while the world re-forms end, once it has formed, the joins the nodes'
+ * trainers entered meanwhile too (their JoinDone ends every join of a node). The
+ * coordinator's own node held its NodeJoin: sent after the end it went to itself, and
+ * counted the node as joined in the next join. */
+UNIT_TEST(world_reform_own_join_held_ends_with_the_joins)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	join_from_node(w, 1, 100); /* node 1 joined */
+	CHECK_TRUE(w->join_count == 1);
+	coord_reform(w);
+	scd_world_node_join(w, 0); /* node 0's trainers join meanwhile: held */
+	node1_lost(w);
+	Sparsecomm__PeerMsg *m = formed_join_done(&f);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_MSG(w->join_count == 0 && !w->peers[0].join_seq,
+		  "node 0's join, ended with the joins, counted in the next join");
+	CHECK_TRUE(w->n_held_states == 0);
+	fixture_free(&f);
+}
+
+/* ... and a node's NodeJoin sent before it read that end (it acknowledges less than the
+ * JoinDone's number: held, it went right after the WorldInfo) is of a join the end
+ * ended: not counted. One sent after it is. */
+UNIT_TEST(world_reform_join_sent_before_its_end_read_not_counted)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_node_joined(w); /* node 0 joined */
+	coord_reform(w);
+	node1_lost(w);
+	Sparsecomm__PeerMsg *m = formed_join_done(&f);
+	uint64_t end_seq = m->seq;
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	join_acked_from_node(w, 1, 200, end_seq - 1); /* node 1 had not read the end */
+	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
+		  "node 1's join, ended by the JoinDone it had not read, counted in the next "
+		  "join");
+	join_acked_from_node(w, 2, 200, end_seq); /* its trainers join again, after it */
+	CHECK_MSG(w->join_count == 1 && w->peers[1].join_seq,
+		  "node 1's join after the end not counted");
 	fixture_free(&f);
 }
 
