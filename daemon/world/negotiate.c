@@ -1205,6 +1205,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		 * it announced before its trainer died. */
 		coord_emit(w);
 		scd_join_on_degraded(w, ns->rank);
+		scd_barrier_on_degraded(w, ns->rank);
 	}
 }
 

@@ -271,6 +271,10 @@ void scd_barrier_check_joined(scd_world_t *w);
  * its trainers enter it again, under the same number, once the world has formed; what the
  * coordinator counted of it is forgotten. */
 void scd_barrier_reform(scd_world_t *w);
+/* Node rank became degraded (its node failed the barrier in progress): it fails on every
+ * rank now. Left to the next tick, the node could be whole again by then (a new trainer
+ * came), and the barrier complete without its trainers in it. */
+void scd_barrier_on_degraded(scd_world_t *w, int rank);
 
 /* join.c */
 /* Node from joined (m); ack: the last of the coordinator's messages it had read then (0

@@ -232,6 +232,19 @@ static void ready_from_node(scd_world_t *w, const char *name, const char *abando
 	from_node(w, &m, seq, epoch);
 }
 
+/* Node 1's NodeState (degraded, or whole again), numbered seq in world epoch. */
+static void state_from_node(scd_world_t *w, int degraded, uint64_t seq, uint64_t epoch)
+{
+	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
+	ns.rank = 1;
+	ns.degraded = degraded;
+	ns.reason = degraded ? "node 1's trainer exited" : "";
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
+	m.node_state = &ns;
+	from_node(w, &m, seq, epoch);
+}
+
 UNIT_TEST(world_reform_old_ready_list_takes_no_late_step)
 {
 	fixture_t f;
@@ -274,14 +287,7 @@ UNIT_TEST(world_reform_old_messages_handled_in_order_once_formed)
 	coord_reform(w);
 	/* node 1 reported that step (1), then said it is degraded again (2): 2 came first,
 	 * and 1 came twice */
-	Sparsecomm__NodeState ns = SPARSECOMM__NODE_STATE__INIT;
-	ns.rank = 1;
-	ns.degraded = 1;
-	ns.reason = "node 1's trainers exited";
-	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
-	m.body_case = SPARSECOMM__PEER_MSG__BODY_NODE_STATE;
-	m.node_state = &ns;
-	from_node(w, &m, 2, 100);
+	state_from_node(w, 1, 2, 100);
 	ready_from_node(w, "t", "u", 1, 100);
 	ready_from_node(w, "t", "u", 1, 100);
 	CHECK_TRUE(late_find(w, 1, "u") !=
@@ -477,6 +483,35 @@ UNIT_TEST(world_reform_barrier_counts_again)
 	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE,
 		  "barrier 1 did not end");
 	CHECK_TRUE(m->barrier_done->seq == 1 && m->barrier_done->status == SC_OK);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	fixture_free(&f);
+}
+
+/* Node 1 held, while the world re-formed, its enter of barrier 1, then degraded (a
+ * trainer died: its node failed the barrier) and whole again (a new trainer came), all
+ * read at once once the world has formed. The degradation fails the barrier on every
+ * rank then: left to the next tick, the node was whole again by then, the barrier
+ * completed without its trainers in it, and their next barrier paired with the others'
+ * one after. */
+UNIT_TEST(world_reform_barrier_fails_when_its_node_degrades)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	coord_formed(w);
+	barrier_from_node(w, 1, 1, 200);
+	state_from_node(w, 1, 2, 200);
+	state_from_node(w, 0, 3, 200);
+	scd_world_barrier_enter(w, 1); /* the coordinator's node enters it */
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE,
+		  "barrier 1 never ended on node 1");
+	CHECK_MSG(m->barrier_done->seq == 1 && m->barrier_done->status == SC_ERR_ABORTED,
+		  "barrier %d ended with status %d without node 1's trainers in it",
+		  (int)m->barrier_done->seq, (int)m->barrier_done->status);
+	CHECK_MSG(strstr(m->barrier_done->error, "node 1's trainer exited"), "%s",
+		  m->barrier_done->error);
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 	fixture_free(&f);
 }
