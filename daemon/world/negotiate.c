@@ -1262,8 +1262,10 @@ void scd_neg_destroy(scd_world_t *w)
 	scd_cache_free(w);
 	for (int b = 0; b < SCD_WORLD_BUCKETS; b++)
 		free(w->name_to_id[b]);
-	for (int i = 0; i < w->n_out; i++)
+	for (int i = 0; i < w->n_out; i++) {
 		free(w->out[i].name);
+		free(w->out[i].gname);
+	}
 	free(w->out);
 	free(w->out_times);
 	scd_neg_fusion_free(w);
