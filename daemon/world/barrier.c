@@ -86,6 +86,21 @@ static void barrier_resync(scd_world_t *w, int from, uint64_t seq)
 		scd_world_send_peer(w, r, &m);
 }
 
+/* The barrier in progress fails on every rank: node dr is degraded. */
+static void barrier_abort_degraded(scd_world_t *w, int dr)
+{
+	char msg[512];
+	snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
+		 (unsigned long long)w->barrier_seq + 1, w->peers[dr].degraded_reason);
+	barrier_conclude(w, w->barrier_seq + 1, SC_ERR_ABORTED, msg);
+}
+
+void scd_barrier_on_degraded(scd_world_t *w, int rank)
+{
+	if (w->is_coord && w->barrier_count)
+		barrier_abort_degraded(w, rank);
+}
+
 void scd_barrier_reform(scd_world_t *w)
 {
 	w->barrier_count = 0;
@@ -95,7 +110,6 @@ void scd_barrier_reform(scd_world_t *w)
 
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m)
 {
-	char msg[512];
 	uint64_t want = w->barrier_seq + 1;
 	if (from < 0 || from >= w->d->world_size || m->rank != from)
 		return;
@@ -124,15 +138,12 @@ void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnt
 	w->peers[from].barrier_in = 1;
 	w->barrier_count++;
 	int dr = barrier_degraded(w);
-	if (dr >= 0) {
-		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
-			 (unsigned long long)want, w->peers[dr].degraded_reason);
-		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
-	} else if (w->barrier_count == w->d->world_size) {
+	if (dr >= 0)
+		barrier_abort_degraded(w, dr);
+	else if (w->barrier_count == w->d->world_size)
 		barrier_conclude(w, want, SC_OK, NULL);
-	} else {
+	else
 		scd_barrier_check_joined(w);
-	}
 }
 
 void scd_barrier_check_joined(scd_world_t *w)
@@ -162,9 +173,7 @@ void scd_barrier_tick(scd_world_t *w)
 	char msg[1024];
 	int dr = barrier_degraded(w);
 	if (dr >= 0) {
-		snprintf(msg, sizeof(msg), "barrier %llu aborted: %.400s",
-			 (unsigned long long)want, w->peers[dr].degraded_reason);
-		barrier_conclude(w, want, SC_ERR_ABORTED, msg);
+		barrier_abort_degraded(w, dr);
 		return;
 	}
 	uint64_t stall_ms = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_stall_timeout_ms);

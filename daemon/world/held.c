@@ -185,6 +185,15 @@ void scd_world_held_resend(scd_world_t *w)
 	scd_neg_flush(w);
 }
 
+void scd_world_held_drop(scd_world_t *w, scd_held_kind_t kind)
+{
+	int n = 0;
+	for (int i = 0; i < w->n_held_states; i++)
+		if (w->held_states[i].kind != kind)
+			w->held_states[n++] = w->held_states[i];
+	w->n_held_states = n;
+}
+
 void scd_world_held_free(scd_world_t *w)
 {
 	free(w->held_states);

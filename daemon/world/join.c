@@ -60,6 +60,9 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 		return;
 	}
 	scd_world_send_all(w, &msg);
+	for (int r = 0; r < w->d->world_size; r++)
+		if (r != w->d->rank)
+			w->peers[r].join_end_seq = w->peers[r].tx_seq;
 }
 
 void scd_join_formed(scd_world_t *w)
@@ -69,16 +72,29 @@ void scd_join_formed(scd_world_t *w)
 	char error[sizeof(w->join_end_error)];
 	snprintf(error, sizeof(error), "%s", w->join_end_error);
 	w->join_end_pending = 0;
+	/* a node's join of the world left, sent again while the world re-formed (the
+	 * coordinator acknowledges nothing then) and held again after the end was decided,
+	 * is of the joins it ends: counted after it, the next join filled the node with
+	 * zeros */
+	scd_world_reform_drop(w, -1, SPARSECOMM__PEER_MSG__BODY_NODE_JOIN);
 	join_conclude(w, w->join_end_last, (sc_status_t)w->join_end_status, error);
 }
 
 void scd_join_on_degraded(scd_world_t *w, int rank);
 
-void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m)
+void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m, uint64_t ack)
 {
 	int P = w->d->world_size;
 	if (from < 0 || from >= P || m->rank != from || w->peers[from].join_seq)
 		return;
+	if (ack < w->peers[from].join_end_seq) {
+		/* sent before the node read the JoinDone, which ended this join too (every
+		 * join of the node): counted, the node was joined in the next join */
+		scd_info(SCD_SUB_NEGOTIATE,
+			 "node %d's join, sent before it read the joins' end, ends with them",
+			 from);
+		return;
+	}
 	w->peers[from].join_seq = ++w->join_count;
 	w->peers[from].join_last = m->last_rank;
 	scd_info(SCD_SUB_NEGOTIATE, "node %d joined (its last trainer: rank %d)", from,
@@ -118,6 +134,9 @@ void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m)
 	sc_status_t st = (sc_status_t)m->status;
 	if (st > SC_OK || st < SC_ERR_STALLED)
 		st = SC_ERR_PROTOCOL;
+	/* the end ends every join of this node: one held while the world re-formed too (the
+	 * coordinator's own node reads its end before it sends what it held) */
+	scd_world_held_drop(w, SCD_HELD_JOIN);
 	scd_ctl_join_done(w->d->ctl, m->last_rank, st, m->error);
 }
 

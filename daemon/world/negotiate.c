@@ -1205,6 +1205,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 		 * it announced before its trainer died. */
 		coord_emit(w);
 		scd_join_on_degraded(w, ns->rank);
+		scd_barrier_on_degraded(w, ns->rank);
 	}
 }
 
@@ -1261,8 +1262,10 @@ void scd_neg_destroy(scd_world_t *w)
 	scd_cache_free(w);
 	for (int b = 0; b < SCD_WORLD_BUCKETS; b++)
 		free(w->name_to_id[b]);
-	for (int i = 0; i < w->n_out; i++)
+	for (int i = 0; i < w->n_out; i++) {
 		free(w->out[i].name);
+		free(w->out[i].gname);
+	}
 	free(w->out);
 	free(w->out_times);
 	scd_neg_fusion_free(w);

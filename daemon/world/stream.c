@@ -320,7 +320,7 @@ void scd_world_streams_reset(scd_world_t *w)
 {
 	for (int r = 0; r < w->d->world_size; r++) {
 		scd_world_stream_free(&w->peers[r]);
-		w->peers[r].tx_seq = 0;
+		w->peers[r].tx_seq = w->peers[r].join_end_seq = 0;
 		w->peers[r].rx_next = 1;
 	}
 }

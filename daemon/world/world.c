@@ -992,7 +992,7 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_NODE_JOIN:
 		if (w->is_coord && from >= 0)
-			scd_join_on_node(w, from, m->node_join);
+			scd_join_on_node(w, from, m->node_join, w->old_world ? 0 : m->ack);
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_JOIN_DONE:
 		scd_join_on_done(w, m->join_done);

@@ -22,6 +22,9 @@ typedef struct scd_peer {
 	 * count of joined nodes, 0: not joined) and the last of them */
 	uint64_t join_seq;
 	int join_last;
+	/* the number of the last JoinDone sent to it (coordinator): a NodeJoin that
+	 * acknowledges less was sent before the node read that end, which ends the join */
+	uint64_t join_end_seq;
 	uint64_t degraded_seq; /* when it became degraded (the coordinator's count) */
 	char degraded_reason[256];
 	uint8_t ident[256];
@@ -268,9 +271,15 @@ void scd_barrier_check_joined(scd_world_t *w);
  * its trainers enter it again, under the same number, once the world has formed; what the
  * coordinator counted of it is forgotten. */
 void scd_barrier_reform(scd_world_t *w);
+/* Node rank became degraded (its node failed the barrier in progress): it fails on every
+ * rank now. Left to the next tick, the node could be whole again by then (a new trainer
+ * came), and the barrier complete without its trainers in it. */
+void scd_barrier_on_degraded(scd_world_t *w, int rank);
 
 /* join.c */
-void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m);
+/* Node from joined (m); ack: the last of the coordinator's messages it had read then (0
+ * for a message of the world left). */
+void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m, uint64_t ack);
 void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m);
 /* Node rank became degraded: joins in progress fail on every rank. */
 void scd_join_on_degraded(scd_world_t *w, int rank);
@@ -353,6 +362,8 @@ void scd_world_hold(scd_world_t *w, scd_held_kind_t kind, int degraded, int64_t 
 		    const char *reason);
 void scd_world_held_resend(scd_world_t *w);
 void scd_world_held_free(scd_world_t *w);
+/* The held messages of kind are forgotten. */
+void scd_world_held_drop(scd_world_t *w, scd_held_kind_t kind);
 /* A new world (every rank): every stream starts again from 1, with nothing held or kept. */
 void scd_world_streams_reset(scd_world_t *w);
 /* The coordinator: this world's WorldInfo (packed, n bytes) goes to every joined node now,
