@@ -82,19 +82,24 @@ void scd_join_formed(scd_world_t *w)
 
 void scd_join_on_degraded(scd_world_t *w, int rank);
 
+int scd_join_ended_unread(const scd_world_t *w, int from, uint64_t ack)
+{
+	if (ack >= w->peers[from].join_end_seq)
+		return 0;
+	/* sent before the node read the JoinDone, which ended this join too (every join of
+	 * the node): counted, the node was joined in the next join */
+	scd_info(SCD_SUB_NEGOTIATE,
+		 "node %d's join, sent before it read the joins' end, ends with them", from);
+	return 1;
+}
+
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m, uint64_t ack)
 {
 	int P = w->d->world_size;
 	if (from < 0 || from >= P || m->rank != from || w->peers[from].join_seq)
 		return;
-	if (ack < w->peers[from].join_end_seq) {
-		/* sent before the node read the JoinDone, which ended this join too (every
-		 * join of the node): counted, the node was joined in the next join */
-		scd_info(SCD_SUB_NEGOTIATE,
-			 "node %d's join, sent before it read the joins' end, ends with them",
-			 from);
+	if (scd_join_ended_unread(w, from, ack))
 		return;
-	}
 	w->peers[from].join_seq = ++w->join_count;
 	w->peers[from].join_last = m->last_rank;
 	scd_info(SCD_SUB_NEGOTIATE, "node %d joined (its last trainer: rank %d)", from,

@@ -357,6 +357,12 @@ static int reform_hold(scd_world_t *w, int from, Sparsecomm__PeerMsg *m)
 	if (!w->is_coord || m->body_case == SPARSECOMM__PEER_MSG__BODY_HEARTBEAT ||
 	    m->body_case == SPARSECOMM__PEER_MSG__BODY_LEAVE)
 		return 0;
+	if (m->body_case == SPARSECOMM__PEER_MSG__BODY_NODE_JOIN &&
+	    scd_join_ended_unread(w, from, m->ack)) {
+		/* judged now, by the world left's numbers, which the new world resets */
+		sparsecomm__peer_msg__free_unpacked(m, NULL);
+		return 1;
+	}
 	scd_held_t **at = &w->reform_held;
 	while (*at && ((*at)->from < from || ((*at)->from == from && (*at)->m->seq < m->seq)))
 		at = &(*at)->next;

@@ -280,6 +280,10 @@ void scd_barrier_on_degraded(scd_world_t *w, int rank);
 /* Node from joined (m); ack: the last of the coordinator's messages it had read then (0
  * for a message of the world left). */
 void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m, uint64_t ack);
+/* Whether node from's NodeJoin acknowledging ack was sent before the node read the
+ * JoinDone last sent to it (which ended that join too): then it is not counted. Judged
+ * by the numbers of the world the message was sent in (a re-form resets them). */
+int scd_join_ended_unread(const scd_world_t *w, int from, uint64_t ack);
 void scd_join_on_done(scd_world_t *w, const Sparsecomm__JoinDone *m);
 /* Node rank became degraded: joins in progress fail on every rank. */
 void scd_join_on_degraded(scd_world_t *w, int rank);

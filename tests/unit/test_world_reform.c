@@ -691,6 +691,33 @@ UNIT_TEST(world_reform_join_sent_before_its_end_read_not_counted)
 	fixture_free(&f);
 }
 
+/* ... also when the end came in the world left: node 1's trainer left and the end went
+ * to node 1 at once; node 1's NodeJoin sent before it read that end was still unread
+ * when the world re-formed, and came again while it re-formed (held). The world's
+ * numbers are reset when the new one forms, so judged when handled it was counted, and
+ * node 1, training on, was joined in the next join (its share zeros on the others). */
+UNIT_TEST(world_reform_join_sent_before_an_old_end_not_counted)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_node_joined(w); /* node 0 joined */
+	scd_join_on_left(w, 1, "node 1's trainer left without joining");
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the joins' end never reached node 1");
+	uint64_t end_seq = m->seq;
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	coord_reform(w);
+	join_acked_from_node(w, 1, 100, end_seq - 1); /* of the world left, held */
+	coord_formed(w);
+	scd_world_coord_formed(w);
+	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
+		  "node 1's join, ended by the JoinDone it had not read, counted in the new "
+		  "world");
+	fixture_free(&f);
+}
+
 /* ---- configuration on the coordinator ------------------------------------------------- */
 
 /* A runtime change proposed while the world re-forms (node 1's, unnumbered) is applied on
