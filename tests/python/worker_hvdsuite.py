@@ -1015,6 +1015,16 @@ def sparse_tensors_of_every_dtype():
                     hvd.allreduce(dense.to_sparse(sd), op=op)):
             assert got.is_sparse and got.sparse_dim() == sd, (tag, got.layout)
             same(got.to_dense(), want, tag)
+    # small integer dtypes are summed wide, as the dense path's int32 buffer sums them: an
+    # average of 100 on every rank is 100 (it wrapped in int8 before the division), and a
+    # sum wraps in the tensor's dtype as the dense one does
+    for dt in (torch.int8, torch.uint8, torch.int16):
+        dense = torch.zeros(6, dtype=dt)
+        dense[1] = dense[4] = 100
+        for op in (hvd.Average, hvd.Sum):
+            want = hvd.allreduce(dense, op=op, name="spdt.small.want")
+            got = hvd.allreduce(dense.to_sparse(), op=op, name="spdt.small.%s.%s" % (dt, op))
+            same(got.to_dense(), want, "sparse %s %s" % (dt, op))
     # shapes that differ fail every rank alike, and the next call works
     bad = torch.eye(3 + R, dtype=torch.float64).to_sparse()
     raises_everywhere(ValueError, lambda: hvd.allreduce(bad, name="spdt.bad"),
@@ -1038,6 +1048,33 @@ def sparse_tensors_of_every_dtype():
         got[sparse, sad] = emb.weight.detach()
     for k, w in got.items():
         assert torch.allclose(w, got[False, False], rtol=1e-12, atol=0), k
+    # two float64 sparse embeddings, the first looked up on rank 0 only in the second
+    # step: their hooks fire in another order on each rank, and a reduction started in a
+    # hook waited for the other ranks' start of it (each rank waited on the other until
+    # the stall timeout); the sums are those of the same embeddings with dense gradients
+    import time
+    got = {}
+    for sparse in (False, True):
+        torch.manual_seed(5)
+        e1 = torch.nn.Embedding(10, 3, sparse=sparse).double()
+        e2 = torch.nn.Embedding(10, 3, sparse=sparse).double()
+        params = [("e1.weight", e1.weight), ("e2.weight", e2.weight)]
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([e1.weight, e2.weight], lr=0.5),
+                                       named_parameters=params,
+                                       prefix="spdt.order.%d." % sparse)
+        t0 = time.monotonic()
+        for step in range(2):
+            opt.zero_grad()
+            loss = e2(idx).sum()
+            if step == 0 or R == 0:
+                loss = loss + e1(idx).pow(2).sum()
+            loss.backward()
+            opt.step()
+        took = time.monotonic() - t0
+        assert took < 20, "two steps took %.1f s" % took
+        got[sparse] = (e1.weight.detach().clone(), e2.weight.detach().clone())
+    for a, b in zip(got[True], got[False]):
+        assert torch.allclose(a, b, rtol=1e-12, atol=0), "sparse against dense gradients"
 
 
 @check

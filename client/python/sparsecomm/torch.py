@@ -375,11 +375,18 @@ def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False,
         if not bool((shapes == shapes[0]).all()):
             raise ValueError("allreduce of sparse tensor '%s': the ranks' shapes differ "
                              "(in set-rank order: %s)" % (name, shapes.tolist()))
-        out = torch.sparse_coo_tensor(idx.t(), vals, x.shape).coalesce()
+        # integers are summed in int64 and then divided, as the dense path sums them in
+        # its int32 buffer: an int8 average of 100 and 100 is 100, not a wrapped sum's
+        wide = vals.dtype.is_floating_point or vals.dtype == torch.int64
+        out = torch.sparse_coo_tensor(idx.t(), vals if wide else vals.to(torch.int64),
+                                      x.shape).coalesce()
         if red == ReduceOp.AVERAGE:  # an integer average truncates, as a dense one
             div = out.values().div(size, rounding_mode=None if
                                    out.dtype.is_floating_point else "trunc")
             out = torch.sparse_coo_tensor(out.indices(), div, x.shape).coalesce()
+        if out.dtype != x.dtype:  # a sum wraps in the tensor's dtype, as a dense one's
+            out = torch.sparse_coo_tensor(out.indices(), out.values().to(x.dtype),
+                                          x.shape).coalesce()
         return out
 
     return _DecompressHandle(_group(lambda t, n: _sc.allgather_async(t, n, process_set),
@@ -948,9 +955,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     "before step(); call step() (or synchronize()) between backward passes"
                     % (self._name[p], self.backward_passes_per_step))
             self._delay[p] -= 1
-            if self._delay[p] == 0:
+            if self._delay[p] == 0 and not self._deferred(p):
                 self._handles[p] = self._submit(p)
         return hook
+
+    def _deferred(self, p):
+        """Whether p's gradient waits for synchronize() rather than starting in its hook:
+        a sparse gradient of a dtype the COO path does not carry (float64, an integer
+        dtype) is reduced by allgathers whose start waits for every rank's, and backward's
+        hooks fire in an order that differs between ranks that use different parameters
+        (an embedding one rank did not look up this step): two ranks could each wait in
+        a hook for the other.  synchronize() starts them in one order on every rank."""
+        g = p.grad
+        return (g is not None and g.is_sparse and g.dtype not in _COO_DTYPES and
+                not self.sparse_as_dense and self._average is not ReduceOp.ADASUM)
 
     def _reduction(self):
         """The gradients' reduction: Average, Sum (``average``) or Adasum (``op``)."""
@@ -1004,7 +1022,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return self._submit_adasum(p, name)
         g = p.grad
         o = self._opts[p]
-        if g is None:
+        if (g is None or (g.is_sparse and g._nnz() == 0 and p in self._seen_sparse and
+                          g.sparse_dim() != self._seen_sparse[p])):
+            # none (a parameter this rank did not use), or one zero_grad() zeroed, which
+            # makes a sparse gradient's every dimension sparse: an empty list of the
+            # sparse dimensions it was reduced with
             if p in self._seen_sparse:
                 sd = self._seen_sparse[p]
                 g = torch.sparse_coo_tensor(
