@@ -582,6 +582,12 @@ int main(int argc, char **argv)
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
 	uv_close((uv_handle_t *)&d->sig_hup, NULL);
+	/* closed, they gave the signals back their default action, which one still on its
+	 * way (a second SIGTERM) would take on a thread that does not block it: the daemon
+	 * killed by it in its teardown, its exit no longer 0 */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
 	uv_close((uv_handle_t *)&d->drain, NULL);
 	uv_close((uv_handle_t *)&d->tick, NULL);
 	uv_run(d->loop, UV_RUN_NOWAIT);

@@ -157,8 +157,10 @@ static void signal_proc(proc_t *p, int sig, bool group)
 		p->in_fd = -1;
 		return;
 	}
-	if (group)
-		kill(-p->pid, sig);
+	/* a child leads its own group (child_setup): the group's signal reaches it, once; a
+	 * second one sent to it could come after its handler was gone */
+	if (group && kill(-p->pid, sig) == 0)
+		return;
 	if (p->alive)
 		kill(p->pid, sig);
 }
