@@ -220,7 +220,8 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	}
 	scd_outreq_t *part = malloc(sizeof(*part) * (size_t)n_out + 1);
 	if (part) {
-		memcpy(part, w->out, sizeof(*part) * (size_t)n_out);
+		if (n_out) /* w->out may be NULL: memcpy's source must not be, even for 0 */
+			memcpy(part, w->out, sizeof(*part) * (size_t)n_out);
 	} else {
 		scd_error(SCD_SUB_NEGOTIATE, "out of memory sending %d announcements", n_out);
 		for (int i = 0; i < n_out; i++) {
