@@ -305,6 +305,30 @@ UNIT_TEST(world_reform_old_messages_handled_in_order_once_formed)
 	fixture_free(&f);
 }
 
+/* Node 1's messages of the world left past what a node may hold while the world
+ * re-forms (SCD_HELD_MAX, as its stream holds): the one that cannot be held, a failed
+ * step it reported, gives node 1 up (SC_ERR_PEER on every rank, naming it). Dropped, the
+ * world went on without that failed step: its trainers' next step paired with the
+ * others' step that failed. Numbered from the last down, each goes first in the list. */
+UNIT_TEST(world_reform_hold_past_its_bound_gives_the_node_up)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	for (uint64_t seq = SCD_HELD_MAX + 1; seq > 1; seq--)
+		state_from_node(w, 0, seq, 100);
+	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED);
+	ready_from_node(w, NULL, "u", 1, 100);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_LOST,
+		  "node 1's message past the bound was dropped, and the world went on with "
+		  "node 1 (state %d)",
+		  (int)w->peers[1].state);
+	CHECK_TRUE(w->peers[1].degraded);
+	CHECK_MSG(w->reform_held == NULL, "node 1's messages stay held, to be replayed");
+	fixture_free(&f);
+}
+
 /* ---- a node ------------------------------------------------------------------------- */
 
 static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
