@@ -27,9 +27,10 @@
  *
  * While the world re-forms, a message numbered in the world left is handled as it comes,
  * except on the coordinator a node's messages other than its heartbeats and goodbye: held
- * until the new world has formed (reform_hold), then handled first, in order and once
- * (scd_world_reform_replay), as of the world left (a barrier's enter and a data-plane
- * failure of that world are not counted in the new one).
+ * until the new world has formed (reform_hold: at most SCD_HELD_MAX per node, one more
+ * gives the node up), then handled first, in order and once (scd_world_reform_replay),
+ * as of the world left (a barrier's enter and a data-plane failure of that world are not
+ * counted in the new one).
  *
  * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
  * again at each heartbeat to a node that has sent nothing numbered in its world yet
@@ -44,10 +45,6 @@
 
 #include "util/log.h"
 #include "world/pipe.h"
-
-/* Messages held ahead of their turn, per peer, at most: a channel's lead over the other is
- * a few messages (those sent while a pipe came up or went down). */
-#define SCD_HELD_MAX 65536
 
 /* Bytes of numbered messages kept per peer until acknowledged, at most: far more than a
  * heartbeat's worth of the negotiation's messages; past it the oldest copies go (a gap
@@ -344,6 +341,20 @@ static void deliver_held(scd_world_t *w, int from)
 	}
 }
 
+/* Each node's count and last of the messages held while the world re-forms, from the list
+ * (after some were dropped from it, or it was taken whole). */
+static void reform_recount(scd_world_t *w)
+{
+	for (int r = 0; w->peers && r < w->d->world_size; r++) {
+		w->peers[r].n_reform_held = 0;
+		w->peers[r].reform_tail = NULL;
+	}
+	for (scd_held_t *h = w->reform_held; h; h = h->next) {
+		w->peers[h->from].n_reform_held++;
+		w->peers[h->from].reform_tail = h;
+	}
+}
+
 /* The coordinator, while the world re-forms: a node's message numbered in the world left
  * (sent again when the Reform closed the pipes) is held, in order by rank and number and
  * once, until the new world has formed; but its heartbeats and its goodbye, which say
@@ -351,7 +362,10 @@ static void deliver_held(scd_world_t *w, int from)
  * node (none has joined the new world yet), a failed step and the node's state would be
  * read out of their order, a join's end would reach only the nodes joined again, and a
  * copy that came both ways would be handled twice (a join counted again for the next
- * one). 1 when m is held. */
+ * one). A node holds at most SCD_HELD_MAX, as its stream does: one that cannot be held
+ * gives the node up (SC_ERR_PEER on every rank, naming it), as a gap in a formed world's
+ * stream does; dropped, a failed step it reported went unread, and its trainers' next
+ * step paired with the others' step that failed. 1 when m is held. */
 static int reform_hold(scd_world_t *w, int from, Sparsecomm__PeerMsg *m)
 {
 	if (!w->is_coord || m->body_case == SPARSECOMM__PEER_MSG__BODY_HEARTBEAT ||
@@ -363,27 +377,37 @@ static int reform_hold(scd_world_t *w, int from, Sparsecomm__PeerMsg *m)
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
 		return 1;
 	}
+	scd_peer_t *p = &w->peers[from];
 	scd_held_t **at = &w->reform_held;
-	while (*at && ((*at)->from < from || ((*at)->from == from && (*at)->m->seq < m->seq)))
-		at = &(*at)->next;
+	if (p->reform_tail && p->reform_tail->m->seq < m->seq)
+		at = &p->reform_tail->next; /* after the node's last: they come in order */
+	else
+		while (*at &&
+		       ((*at)->from < from || ((*at)->from == from && (*at)->m->seq < m->seq)))
+			at = &(*at)->next;
 	if (*at && (*at)->from == from && (*at)->m->seq == m->seq) {
 		sparsecomm__peer_msg__free_unpacked(m, NULL); /* came both ways */
 		return 1;
 	}
-	scd_held_t *h = w->n_reform_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL;
+	scd_held_t *h = p->n_reform_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL;
 	if (!h) {
-		scd_error(SCD_SUB_WORLD,
-			  "peer message %llu of rank %d's world left dropped: %d held while "
-			  "the world re-forms",
-			  (unsigned long long)m->seq, from, w->n_reform_held);
+		char why[200];
+		snprintf(why, sizeof(why),
+			 "its peer message %llu of the world left could not be held while the "
+			 "world re-forms (%d held)",
+			 (unsigned long long)m->seq, p->n_reform_held);
 		sparsecomm__peer_msg__free_unpacked(m, NULL);
+		scd_world_reform_drop(w, from, 0);
+		scd_live_lost(w, from, why);
 		return 1;
 	}
 	h->m = m;
 	h->from = from;
 	h->next = *at;
 	*at = h;
-	w->n_reform_held++;
+	p->n_reform_held++;
+	if (!h->next || h->next->from != from)
+		p->reform_tail = h;
 	return 1;
 }
 
@@ -391,7 +415,7 @@ void scd_world_reform_replay(scd_world_t *w)
 {
 	scd_held_t *h = w->reform_held;
 	w->reform_held = NULL;
-	w->n_reform_held = 0;
+	reform_recount(w);
 	while (h) {
 		scd_held_t *next = h->next;
 		const scd_peer_t *p = &w->peers[h->from];
@@ -414,10 +438,10 @@ void scd_world_reform_drop(scd_world_t *w, int rank, int body_case)
 			continue;
 		}
 		*pp = h->next;
-		w->n_reform_held--;
 		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
 		free(h);
 	}
+	reform_recount(w);
 }
 
 /* The copies rank acknowledged (ack: the last number it delivered) go. */

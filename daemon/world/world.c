@@ -476,6 +476,17 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	 * rank, starts afresh */
 	int same = p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
 		   p->ident_len == ident_len && !memcmp(p->ident, ident, ident_len);
+	/* another daemon of a rank still in the world (it joins while the world re-forms,
+	 * the old one not rejoined yet: its daemon started again): the old one is gone, as
+	 * when it is found lost in a formed world, which lets the new one in only then. So
+	 * the joins its trainers were counted in end on every rank: kept, the new daemon's
+	 * node was joined, its share zeros on every other rank while its new trainers
+	 * submitted their own steps, which paired with the others' next ones */
+	if (!same && p->ident_len && p->state == SPARSECOMM__PEER_STATE__PEER_CONNECTED)
+		scd_live_lost(
+		    w, j->rank,
+		    "another daemon of the rank joined while the world re-formed (its "
+		    "daemon started again)");
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();

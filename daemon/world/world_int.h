@@ -57,6 +57,10 @@ typedef struct scd_peer {
 	/* the coordinator: the node reported the data-plane failure being acted on (it is
 	 * alive after it: scd_world_mesh_check) */
 	int mesh_reported;
+	/* the coordinator: how many of the node's messages of the world left are held while
+	 * the world re-forms (stream.c, reform_hold), and the last of them in number order */
+	int n_reform_held;
+	struct scd_held *reform_tail;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -141,6 +145,11 @@ typedef struct scd_poison {
 
 #define SCD_WORLD_BUCKETS 1024
 
+/* Messages held per peer, at most: ahead of their turn in a formed world's stream (a
+ * channel's lead over the other is a few messages, those sent while a pipe came up or went
+ * down), and of the world left while the world re-forms (stream.c). */
+#define SCD_HELD_MAX 65536
+
 /* A message that came ahead of its turn (stream.c). */
 typedef struct scd_held {
 	Sparsecomm__PeerMsg *m;
@@ -188,10 +197,10 @@ struct scd_world {
 	scd_transport_endpoint_t *endpoint;
 	scd_peer_t *peers;
 	/* the coordinator: the nodes' messages of the world left, read while the world
-	 * re-forms, by rank and number (stream.c, scd_world_reform_replay);
-	 * old_world: one of them is being handled */
+	 * re-forms, by rank and number (stream.c, scd_world_reform_replay; each node's
+	 * count and last in its scd_peer_t); old_world: one of them is being handled */
 	struct scd_held *reform_held;
-	int n_reform_held, old_world;
+	int old_world;
 	uint64_t degraded_seq; /* nodes that became degraded so far (coordinator) */
 	/* what this node told the coordinator while the world re-forms (its state, a barrier
 	 * entered, a join), each with its place among what was queued to send: sent in that

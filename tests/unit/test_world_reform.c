@@ -18,7 +18,10 @@
  *     (no trainers), a trainer gone without joining, a barrier entered and a join.
  *   - A re-form fails the barrier in progress on every node: the coordinator counts it
  *     again, and takes no enter of the world left read while the world re-forms.
- *   - A node's other messages of the world left (a join) are held too, and handled once.
+ *   - A node's other messages of the world left (a join) are held too, and handled once;
+ *     past what a node may hold, the node is given up rather than a message dropped.
+ *   - Another daemon of a node joins while the world re-forms: the old one is lost, and
+ *     the join its trainers were in ends on every rank.
  */
 #include <malloc.h>
 #include <stdio.h>
@@ -305,6 +308,30 @@ UNIT_TEST(world_reform_old_messages_handled_in_order_once_formed)
 	fixture_free(&f);
 }
 
+/* Node 1's messages of the world left past what a node may hold while the world
+ * re-forms (SCD_HELD_MAX, as its stream holds): the one that cannot be held, a failed
+ * step it reported, gives node 1 up (SC_ERR_PEER on every rank, naming it). Dropped, the
+ * world went on without that failed step: its trainers' next step paired with the
+ * others' step that failed. Numbered from the last down, each goes first in the list. */
+UNIT_TEST(world_reform_hold_past_its_bound_gives_the_node_up)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	for (uint64_t seq = SCD_HELD_MAX + 1; seq > 1; seq--)
+		state_from_node(w, 0, seq, 100);
+	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED);
+	ready_from_node(w, NULL, "u", 1, 100);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_LOST,
+		  "node 1's message past the bound was dropped, and the world went on with "
+		  "node 1 (state %d)",
+		  (int)w->peers[1].state);
+	CHECK_TRUE(w->peers[1].degraded);
+	CHECK_MSG(w->reform_held == NULL, "node 1's messages stay held, to be replayed");
+	fixture_free(&f);
+}
+
 /* ---- a node ------------------------------------------------------------------------- */
 
 static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
@@ -571,6 +598,70 @@ UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
 	sparsecomm__peer_msg__free_unpacked(m, NULL);
 	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
 		  "node 1 counted as joined in the next join (%d joined)", (int)w->join_count);
+	fixture_free(&f);
+}
+
+/* Node 1's Join as its daemon sends it while the world re-forms (world.c, send_join). */
+static Sparsecomm__PeerMsg *node_join_sent(void)
+{
+	fixture_t nf;
+	unit_mesh_t mesh;
+	fixture_make(&nf, 1);
+	node_reforms(&nf, &mesh);
+	scd_world_t *w = nf.d.world;
+	memcpy(w->peers[1].blob, w->endpoint->blob, w->endpoint->blob_len);
+	w->peers[1].blob_len = w->endpoint->blob_len;
+	w->served = 1;
+	scd_world_join_tick(w);
+	uint8_t buf[1 << 16];
+	int n = zmq_recv(nf.peer, buf, sizeof(buf), ZMQ_DONTWAIT);
+	CHECK_MSG(n > 0, "node 1 sent no Join");
+	Sparsecomm__PeerMsg *m = sparsecomm__peer_msg__unpack(NULL, (size_t)n, buf);
+	CHECK_TRUE(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN);
+	unit_mesh_release(&mesh);
+	fixture_free(&nf);
+	return m;
+}
+
+/* Node 1's trainers joined; the world re-forms, and node 1's daemon starts again before the
+ * coordinator finds the old one lost: the new daemon's Join (another routing id) comes
+ * while the world re-forms. The old daemon is gone, so the join its trainers were in ends
+ * on every rank once the world has formed, as when a node is found lost. Kept, the new
+ * daemon's node was joined: its share zeros on every other rank while its new trainers
+ * submitted steps of their own, which then paired with the others' next ones. */
+UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent();
+	fixture_t f;
+	unit_mesh_t mesh;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", 2, 300), SC_OK);
+	w->tops = mesh.ep[0]->ops;
+	w->endpoint = mesh.ep[0];
+	mesh.ep[0] = NULL;
+	memcpy(w->peers[0].blob, w->endpoint->blob, w->endpoint->blob_len);
+	w->peers[0].blob_len = w->endpoint->blob_len;
+	uint8_t key[32] = {0};
+	w->pipe = scd_pipe_new(&f.loop, 0, 2, key, 0, pipe_msg, w);
+	CHECK_TRUE(w->pipe != NULL);
+	join_from_node(w, 1, 100); /* node 1's trainers joined; node 0's have not */
+	CHECK_TRUE(w->join_count == 1 && w->peers[1].join_seq);
+	coord_reform(w);
+	scd_world_handle(w, -1, (const uint8_t *)"m1", 2, join); /* the new daemon */
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	CHECK_MSG(w->formed, "the world did not form with node 1's new daemon");
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "the join of node 1's old daemon did not end (node 1 joined: %d)",
+		  (int)w->peers[1].join_seq);
+	CHECK_TRUE(m->join_done->status == SC_ERR_ABORTED);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	CHECK_MSG(w->join_count == 0 && !w->peers[1].join_seq,
+		  "node 1's new daemon counted as joined (%d joined)", (int)w->join_count);
+	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
+		   !w->peers[1].degraded);
+	unit_mesh_release(&mesh);
 	fixture_free(&f);
 }
 
