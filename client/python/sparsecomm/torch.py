@@ -734,21 +734,15 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
     squares and count are summed in float64 and across the ranks in float64 (one
     allreduce, named
-    "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
+    "sync_batch_norm.<C>" by the number of channels, as Horovod names its statistics by
+    what they are rather than by module: the ranks need not make the same modules in the
+    same order, only run their forward passes in the same order), the mean
     and biased variance normalise the input, and backward sums the statistics' gradients
     the same way, so the result and the gradients are those of one batch norm over the
     concatenated batch; the normalisation is computed in the input's dtype (float32 for
     16-bit inputs, which are returned in their own dtype, affine or not).  The running
     statistics take the unbiased variance; in eval mode it is a plain batch norm on
     them."""
-
-    _made = 0
-
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats)
-        self._sc_name = "syncbn.%d" % SyncBatchNorm._made
-        SyncBatchNorm._made += 1
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -771,7 +765,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         local = torch.cat([x.sum(dims, dtype=f64), (x * x).sum(dims, dtype=f64),
                            torch.tensor([float(input.numel() // max(C, 1))], dtype=f64,
                                         device=input.device)])
-        tot = _AllreduceSum.apply(local, self._sc_name)
+        # one name per shape of the statistics (2C + 1 values), never per module: a
+        # module only some ranks make (an evaluation copy on rank 0) leaves the others'
+        # names as they are; each forward and backward waits for its allreduce, so two
+        # modules of one width never have the name in flight together
+        tot = _AllreduceSum.apply(local, "sync_batch_norm.%d" % C)
         n = tot[-1]
         if float(n) == 0:
             raise ValueError("SyncBatchNorm: every rank's batch is empty")
@@ -1316,7 +1314,22 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None, *,
                                   "broadcast_optimizer_state: the root (rank %d) could not "
                                   "take its optimizer's state: %s" % (root_rank, state.why))
     if me != root_rank:
-        optimizer.load_state_dict(state)
+        _load_in_place(optimizer, state)
+
+
+def _load_in_place(optimizer, state):
+    """optimizer.load_state_dict(state), its param_groups' dicts and its state dict kept
+    (updated, not replaced), as Horovod's broadcast_optimizer_state writes into them: a
+    DistributedOptimizer shares them with the optimizer it wraps, and an LR scheduler
+    made on that optimizer before it was wrapped sets the learning rate in those dicts;
+    replaced, the scheduler would go on setting rates no step reads on this rank."""
+    groups, kept = optimizer.param_groups, optimizer.state
+    optimizer.load_state_dict(state)
+    for old, new in zip(groups, optimizer.param_groups):
+        old.update(new)
+    kept.clear()
+    kept.update(optimizer.state)
+    optimizer.param_groups, optimizer.state = groups, kept
 
 
 class _RootFailed:
