@@ -518,12 +518,14 @@ def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None)
     return run(tensor)
 
 
-def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
-                        prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    """Horovod's reducescatter_async: a handle for synchronize() whose result is this
-    rank's rows of the reduction (``op`` default Average; the scale factors as
-    allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
-    the values instead."""
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0, *, compression=Compression.none):
+    """Horovod's reducescatter_async, its arguments in Horovod's order (the scale factors
+    after the process set, as Horovod added them): a handle for synchronize() whose
+    result is this rank's rows of the reduction (``op`` default Average; the scale
+    factors as allreduce's).  ``compression`` (keyword-only, as on the other async
+    forms): a reduce-scatter keeps the 32-bit wire, so a 16-bit compression rounds the
+    values instead."""
     _refuse_adasum(op, "reducescatter")
     compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
     return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name,
@@ -533,14 +535,14 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                  process_set=None, prescale_factor=1.0, postscale_factor=1.0, *,
                   timeout=None):
     """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async).
     Differentiable as Horovod's: the gradient (times the set's size for Sum, times the
     scale factors) is allgathered back into the rows of every rank."""
     def run(x):
-        return reducescatter_async(x, name, compression, op, prescale_factor,
-                                   postscale_factor, process_set).wait(timeout)
+        return reducescatter_async(x, name, op, process_set, prescale_factor,
+                                   postscale_factor, compression=compression).wait(timeout)
 
     if _autograd.wanted(tensor):
         return _autograd.collective(tensor, run, lambda g: _reducescatter_back(
@@ -689,23 +691,25 @@ def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
     return run(tensors)
 
 
-def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
-                                prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
-                                                   postscale_factor, process_set),
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
+                                prescale_factor=1.0, postscale_factor=1.0, *,
+                                compression=Compression.none):
+    return _group(lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
+                                                   postscale_factor, compression=compression),
                   tensors, name, _empty_dense)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                          process_set=None, prescale_factor=1.0, postscale_factor=1.0, *,
                           timeout=None):
     """Horovod's grouped_reducescatter; differentiable as reducescatter (the gradients,
     scaled, go back by a grouped allgather)."""
     tensors = list(tensors)
 
     def run(xs):
-        return grouped_reducescatter_async(xs, name, compression, op, prescale_factor,
-                                           postscale_factor, process_set).wait(timeout)
+        return grouped_reducescatter_async(xs, name, op, process_set, prescale_factor,
+                                           postscale_factor,
+                                           compression=compression).wait(timeout)
 
     if any(_autograd.wanted(t) for t in tensors):
         return _autograd.grouped(tensors, run, lambda gs: _reducescatter_back(
