@@ -737,16 +737,15 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
     rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
     squares and count are summed in float64 and across the ranks in float64 (one
-    allreduce, named
-    "sync_batch_norm.<C>" by the number of channels, as Horovod names its statistics by
-    what they are rather than by module: the ranks need not make the same modules in the
-    same order, only run their forward passes in the same order), the mean
-    and biased variance normalise the input, and backward sums the statistics' gradients
-    the same way, so the result and the gradients are those of one batch norm over the
-    concatenated batch; the normalisation is computed in the input's dtype (float32 for
-    16-bit inputs, which are returned in their own dtype, affine or not).  The running
-    statistics take the unbiased variance; in eval mode it is a plain batch norm on
-    them."""
+    allreduce, named "sync_batch_norm.<device type>.<C>" by the number of channels, as
+    Horovod names its statistics by what they are rather than by module: the ranks need
+    not make the same modules in the same order, only run their forward passes in the
+    same order), the mean and biased variance normalise the input, and backward sums
+    the statistics' gradients the same way, so the result and the gradients are those
+    of one batch norm over the concatenated batch; the normalisation is computed in the
+    input's dtype (float32 for 16-bit inputs, which are returned in their own dtype,
+    affine or not).  The running statistics take the unbiased variance; in eval mode it
+    is a plain batch norm on them."""
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -769,11 +768,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         local = torch.cat([x.sum(dims, dtype=f64), (x * x).sum(dims, dtype=f64),
                            torch.tensor([float(input.numel() // max(C, 1))], dtype=f64,
                                         device=input.device)])
-        # one name per shape of the statistics (2C + 1 values), never per module: a
-        # module only some ranks make (an evaluation copy on rank 0) leaves the others'
-        # names as they are; each forward and backward waits for its allreduce, so two
-        # modules of one width never have the name in flight together
-        tot = _AllreduceSum.apply(local, "sync_batch_norm.%d" % C)
+        # one name per shape and device type of the statistics (2C + 1 values), never
+        # per module: a module only some ranks make (an evaluation copy on rank 0)
+        # leaves the others' names as they are; each forward and backward waits for its
+        # allreduce, so two modules of one width never have the name in flight together
+        tot = _AllreduceSum.apply(local, "sync_batch_norm.%s.%d" % (input.device.type, C))
         n = tot[-1]
         if float(n) == 0:
             raise ValueError("SyncBatchNorm: every rank's batch is empty")
