@@ -561,6 +561,25 @@ def alltoall_errors():
 
 
 @check
+def collectives_in_rows_of_a_scalar_raise():
+    # Horovod's suite: reducescatter of a 0-d tensor raises (torch.FatalError,
+    # RuntimeError, HorovodInternalError); allgather's "tried to gather a rank-zero
+    # tensor" is a HorovodInternalError too; its other frameworks expect a ValueError
+    scalar = torch.tensor(float(R))
+    calls = (("allgather", lambda: hvd.allgather(scalar)),
+             ("alltoall", lambda: hvd.alltoall(scalar)),
+             ("reducescatter", lambda: hvd.reducescatter(scalar, op=hvd.Average)),
+             ("grouped_allgather", lambda: hvd.grouped_allgather([scalar])),
+             ("grouped_reducescatter", lambda: hvd.grouped_reducescatter([scalar])))
+    for what, call in calls:
+        err = raises_everywhere(RuntimeError, call, what + " of a scalar")
+        assert isinstance(err, hvd.HorovodInternalError) and isinstance(err, ValueError), (
+            what, type(err).__mro__)
+        assert "scalar" in str(err), err
+    still_works("scalar rows")
+
+
+@check
 def alltoall_gradients():
     for dt, dim, with_splits in itertools.product((torch.float32, torch.float64), DIMS,
                                                   (True, False)):
