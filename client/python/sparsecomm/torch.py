@@ -440,10 +440,12 @@ def _cleared(handle):
 
 class _AlltoallHandle:
     """An alltoall in flight, whose wait() gives Horovod's synchronize() result: the
-    received tensor and the received splits (int32)."""
+    received tensor and the received splits (int32, on the device of the splits given,
+    as Horovod's: a CUDA splits tensor gets CUDA received splits; else on the host)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, splits_device=None):
         self._h = handle
+        self._splits_device = splits_device
 
     def poll(self):
         return self._h.poll()
@@ -453,7 +455,7 @@ class _AlltoallHandle:
 
     def wait(self, timeout=None):
         out, recv = self._h.wait(timeout)
-        return out, torch.as_tensor(recv, dtype=torch.int32)
+        return out, torch.as_tensor(recv, dtype=torch.int32, device=self._splits_device)
 
     __call__ = wait
 
@@ -462,7 +464,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     """Horovod's alltoall_async: a handle for synchronize(), which returns the received
     tensor and the received splits (sparsecomm.alltoall_async)."""
     return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, process_set,
-                                              timeout=timeout))
+                                              timeout=timeout),
+                           splits.device if isinstance(splits, torch.Tensor) else None)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, *, timeout=None):
