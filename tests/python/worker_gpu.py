@@ -103,6 +103,21 @@ def dense_exact_sums():
     assert sc.registered()["avg"]["device"] == str(DEV), sc.registered()["avg"]
 
 
+@check
+def alltoall_received_splits_on_the_device_of_the_splits():
+    # Horovod's test_horovod_alltoall_splits_on_gpu: splits given on the GPU give the
+    # received splits on the GPU (host splits: on the host)
+    x = torch.full((P * (R + 1), 2), float(R), device=DEV)
+    for splits in (torch.full((P,), R + 1, dtype=torch.int32, device=DEV),
+                   torch.full((P,), R + 1, dtype=torch.int32)):
+        out, recv = sct.alltoall(x, splits, name="a2a.splits.%s" % splits.device.type)
+        assert recv.device == splits.device and recv.dtype == torch.int32, (
+            recv.device, recv.dtype)
+        assert recv.tolist() == [r + 1 for r in range(P)], recv
+        want = torch.cat([torch.full((r + 1, 2), float(r)) for r in range(P)])
+        assert torch.equal(on_gpu(out).cpu(), want), out
+
+
 def emb_grad(rank, vocab=50, dim=4):
     """A rank's uncoalesced sparse embedding gradient (on the CPU)."""
     g = torch.Generator().manual_seed(100 + rank)

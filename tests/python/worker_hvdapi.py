@@ -65,6 +65,15 @@ HOROVOD = {
     "broadcast_async": "tensor root_rank name process_set",
     "broadcast_": "tensor root_rank name process_set",
     "broadcast_async_": "tensor root_rank name process_set",
+    "reducescatter": "tensor name compression op process_set prescale_factor "
+                     "postscale_factor",
+    "reducescatter_async": "tensor name op process_set prescale_factor postscale_factor",
+    "grouped_reducescatter": "tensors name compression op process_set prescale_factor "
+                             "postscale_factor",
+    "grouped_reducescatter_async": "tensors name op process_set prescale_factor "
+                                   "postscale_factor",
+    "grouped_allgather": "tensors name process_set",
+    "grouped_allgather_async": "tensors name process_set",
     "alltoall": "tensor splits name process_set",
     "alltoall_async": "tensor splits name process_set",
     "broadcast_object": "obj root_rank name process_set",
@@ -84,6 +93,25 @@ def signatures_in_horovods_order():
     bad = {n: positional(getattr(hvd, n)) for n, want in HOROVOD.items()
            if positional(getattr(hvd, n)) != want.split()}
     assert not bad, bad
+
+
+@check
+def reducescatter_arguments_by_position():
+    # Horovod's positional order: the async forms' third argument is the op (no
+    # compression there), and the process set comes before the scale factors
+    x = torch.ones(P, 2) * (R + 1)
+    total = float(sum(r + 1 for r in range(P)))
+    got = hvd.synchronize(hvd.reducescatter_async(x, "rs.pos.async", hvd.Sum))
+    assert got.tolist() == [[total] * 2], got
+    got = hvd.reducescatter(x, "rs.pos", hvd.Compression.none, hvd.Sum,
+                            hvd.global_process_set, 2.0, 0.5)
+    assert got.tolist() == [[total] * 2], got
+    got = hvd.synchronize(hvd.grouped_reducescatter_async([x], "rs.pos.g", hvd.Sum,
+                                                          hvd.global_process_set, 3.0))
+    assert got[0].tolist() == [[3 * total] * 2], got
+    got = hvd.grouped_reducescatter([x], "rs.pos.gs", hvd.Compression.none, hvd.Average,
+                                    hvd.global_process_set)
+    assert got[0].tolist() == [[total / P] * 2], got
 
 
 @check

@@ -719,6 +719,9 @@ def horovod_torch_alias():
     from horovod.torch.elastic.sampler import ElasticSampler
     from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
     assert alias is hvd and horovod.torch.elastic is hvd.elastic
+    # scripts and libraries gate calls on Horovod's version (process sets: 0.23)
+    version = tuple(int(v) for v in horovod.__version__.split(".")[:2])
+    assert version >= (0, 28), horovod.__version__
     assert ElasticSampler is hvd.elastic.ElasticSampler
     assert HorovodInternalError is hvd.HorovodInternalError
     assert HostsUpdatedInterrupt is hvd.elastic.HostsUpdatedInterrupt

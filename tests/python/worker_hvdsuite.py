@@ -561,6 +561,25 @@ def alltoall_errors():
 
 
 @check
+def collectives_in_rows_of_a_scalar_raise():
+    # Horovod's suite: reducescatter of a 0-d tensor raises (torch.FatalError,
+    # RuntimeError, HorovodInternalError); allgather's "tried to gather a rank-zero
+    # tensor" is a HorovodInternalError too; its other frameworks expect a ValueError
+    scalar = torch.tensor(float(R))
+    calls = (("allgather", lambda: hvd.allgather(scalar)),
+             ("alltoall", lambda: hvd.alltoall(scalar)),
+             ("reducescatter", lambda: hvd.reducescatter(scalar, op=hvd.Average)),
+             ("grouped_allgather", lambda: hvd.grouped_allgather([scalar])),
+             ("grouped_reducescatter", lambda: hvd.grouped_reducescatter([scalar])))
+    for what, call in calls:
+        err = raises_everywhere(RuntimeError, call, what + " of a scalar")
+        assert isinstance(err, hvd.HorovodInternalError) and isinstance(err, ValueError), (
+            what, type(err).__mro__)
+        assert "scalar" in str(err), err
+    still_works("scalar rows")
+
+
+@check
 def alltoall_gradients():
     for dt, dim, with_splits in itertools.product((torch.float32, torch.float64), DIMS,
                                                   (True, False)):
@@ -828,6 +847,35 @@ def broadcast_optimizer_state_options():
                     for a, b in zip(vs, gs):
                         assert type(a) == type(b) and abs(a - b) <= 1e-5, (
                             cls.__name__, k, got, v)
+
+
+@check
+def broadcast_optimizer_state_keeps_a_wrapped_schedulers_groups():
+    # an LR scheduler made on the optimizer before DistributedOptimizer wraps it, the
+    # wrapper's state then broadcast: every rank's steps take the scheduler's rates, and
+    # the wrapped optimizer and the wrapper still share their groups and state
+    torch.manual_seed(5)
+    model = torch.nn.Linear(3, 1)
+    inner = torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1), momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(inner, 1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters(),
+                                   prefix="sched.")
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    rates = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's "scheduler stepped before optimizer"
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+            sched.step()
+            rates.append(opt.param_groups[0]["lr"])
+    assert rates == [0.05, 0.025, 0.0125], rates
+    assert opt.param_groups[0] is inner.param_groups[0] and opt.state is inner.state
+    assert len(inner.state) == 2, len(inner.state)
+    same(hvd.broadcast(model.weight.detach(), 0, name="sched.w"), model.weight.detach(),
+         "weights after the scheduled steps")
 
 
 @check
@@ -1149,6 +1197,21 @@ def sync_batch_norm_matches_batch_norm_of_the_whole_batch():
                               (ts1.grad, ts2.grad, "x")):
             got = hvd.allreduce(mine, name="sbn.%d.%s" % (i, n))
             assert torch.allclose(got, want, 1e-6, 1e-6), (i, n, got, want)
+
+
+@check
+def sync_batch_norm_of_modules_only_some_ranks_made():
+    # rank 0 alone makes more SyncBatchNorm modules first (an evaluation copy of its
+    # own): Horovod's statistics go by what they are, not by module, so the modules every
+    # rank uses still meet (they stalled), and match BatchNorm1d over the whole batch
+    if R == 0:
+        hvd.SyncBatchNorm(3), hvd.SyncBatchNorm(5)
+    sync_bn, bn = hvd.SyncBatchNorm(3), torch.nn.BatchNorm1d(3)
+    every = torch.stack([torch.arange(6.).reshape(2, 3) * (r + 1) for r in range(P)])
+    out = sync_bn(every[R])
+    ref = bn(every.reshape(-1, 3))
+    assert torch.allclose(out, ref.reshape(P, 2, 3)[R], 1e-6, 1e-6), (out, ref)
+    assert torch.allclose(sync_bn.running_var, bn.running_var, 1e-6, 1e-6)
 
 
 # ---- process sets ---------------------------------------------------------------------

@@ -8,4 +8,11 @@ Horovod installed elsewhere stays what ``import horovod`` finds.
 ``optimizer``, ``compression``, ``sync_batch_norm``, ``elastic``, ``elastic.sampler``,
 ``elastic.state``) are sparsecomm.torch's, and ``horovod.common.exceptions`` holds the
 exceptions Horovod's elastic scripts catch (HorovodInternalError,
-HostsUpdatedInterrupt)."""
+HostsUpdatedInterrupt).
+
+``horovod.__version__`` is the Horovod release whose PyTorch API sparsecomm.torch follows
+(process sets, grouped allgather and reduce-scatter, ``alltoall``'s received splits), so
+that code checking it (``LooseVersion(horovod.__version__) >= ...``) takes the calls it
+has."""
+
+__version__ = "0.28.1"

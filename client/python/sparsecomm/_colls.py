@@ -21,6 +21,16 @@ from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _err
 
 # ---- allgather ---------------------------------------------------------------------
 
+class ScalarRowsError(SparsecommError, ValueError):
+    """A scalar (0-d tensor) given to a collective in rows (allgather, alltoall,
+    reduce-scatter), which has no first dimension to exchange (SC_ERR_INVALID): a
+    HorovodInternalError (a RuntimeError), as Horovod's torch ops raise for it ("tried to
+    gather a rank-zero tensor"), and a ValueError, as its other frameworks' do."""
+
+    def __init__(self, message, tensor):
+        super().__init__(_lib.SC_ERR_INVALID, message, tensor)
+
+
 def _rows_in(tensor, what, name):
     """A collective's input in rows (its first dimension): (is torch, the tensor on the
     host, its torch device or None, its shape)."""
@@ -33,7 +43,8 @@ def _rows_in(tensor, what, name):
     if istorch and dev.type != "cpu":
         x = x.cpu()
     if not x.shape:
-        raise ValueError("%s of '%s': a scalar has no first dimension" % (what, name))
+        raise ScalarRowsError("%s of '%s': a scalar has no first dimension; give "
+                              "tensor.reshape(1)" % (what, name), name)
     _sc_dtype(x)  # an unsupported dtype is refused before any exchange
     return istorch, x, dev, tuple(x.shape)
 

@@ -440,10 +440,12 @@ def _cleared(handle):
 
 class _AlltoallHandle:
     """An alltoall in flight, whose wait() gives Horovod's synchronize() result: the
-    received tensor and the received splits (int32)."""
+    received tensor and the received splits (int32, on the device of the splits given,
+    as Horovod's: a CUDA splits tensor gets CUDA received splits; else on the host)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, splits_device=None):
         self._h = handle
+        self._splits_device = splits_device
 
     def poll(self):
         return self._h.poll()
@@ -453,7 +455,7 @@ class _AlltoallHandle:
 
     def wait(self, timeout=None):
         out, recv = self._h.wait(timeout)
-        return out, torch.as_tensor(recv, dtype=torch.int32)
+        return out, torch.as_tensor(recv, dtype=torch.int32, device=self._splits_device)
 
     __call__ = wait
 
@@ -462,7 +464,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
     """Horovod's alltoall_async: a handle for synchronize(), which returns the received
     tensor and the received splits (sparsecomm.alltoall_async)."""
     return _AlltoallHandle(_sc.alltoall_async(tensor, splits, name, process_set,
-                                              timeout=timeout))
+                                              timeout=timeout),
+                           splits.device if isinstance(splits, torch.Tensor) else None)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, *, timeout=None):
@@ -518,12 +521,14 @@ def broadcast(tensor, root_rank=0, name=None, process_set=None, *, timeout=None)
     return run(tensor)
 
 
-def reducescatter_async(tensor, name=None, compression=Compression.none, op=Average,
-                        prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    """Horovod's reducescatter_async: a handle for synchronize() whose result is this
-    rank's rows of the reduction (``op`` default Average; the scale factors as
-    allreduce's).  A reduce-scatter keeps the 32-bit wire: a 16-bit compression rounds
-    the values instead."""
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0, *, compression=Compression.none):
+    """Horovod's reducescatter_async, its arguments in Horovod's order (the scale factors
+    after the process set, as Horovod added them): a handle for synchronize() whose
+    result is this rank's rows of the reduction (``op`` default Average; the scale
+    factors as allreduce's).  ``compression`` (keyword-only, as on the other async
+    forms): a reduce-scatter keeps the 32-bit wire, so a 16-bit compression rounds the
+    values instead."""
     _refuse_adasum(op, "reducescatter")
     compressed, ctx = compression.compress(_scale(tensor, prescale_factor))
     return _DecompressHandle(_sc.reducescatter_async(compressed, op=op, name=name,
@@ -533,14 +538,14 @@ def reducescatter_async(tensor, name=None, compression=Compression.none, op=Aver
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                  process_set=None, prescale_factor=1.0, postscale_factor=1.0, *,
                   timeout=None):
     """Horovod's argument order for sparsecomm.reducescatter (see reducescatter_async).
     Differentiable as Horovod's: the gradient (times the set's size for Sum, times the
     scale factors) is allgathered back into the rows of every rank."""
     def run(x):
-        return reducescatter_async(x, name, compression, op, prescale_factor,
-                                   postscale_factor, process_set).wait(timeout)
+        return reducescatter_async(x, name, op, process_set, prescale_factor,
+                                   postscale_factor, compression=compression).wait(timeout)
 
     if _autograd.wanted(tensor):
         return _autograd.collective(tensor, run, lambda g: _reducescatter_back(
@@ -689,23 +694,25 @@ def grouped_allgather(tensors, name=None, process_set=None, *, timeout=None):
     return run(tensors)
 
 
-def grouped_reducescatter_async(tensors, name=None, compression=Compression.none, op=Average,
-                                prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return _group(lambda t, n: reducescatter_async(t, n, compression, op, prescale_factor,
-                                                   postscale_factor, process_set),
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
+                                prescale_factor=1.0, postscale_factor=1.0, *,
+                                compression=Compression.none):
+    return _group(lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
+                                                   postscale_factor, compression=compression),
                   tensors, name, _empty_dense)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          prescale_factor=1.0, postscale_factor=1.0, process_set=None, *,
+                          process_set=None, prescale_factor=1.0, postscale_factor=1.0, *,
                           timeout=None):
     """Horovod's grouped_reducescatter; differentiable as reducescatter (the gradients,
     scaled, go back by a grouped allgather)."""
     tensors = list(tensors)
 
     def run(xs):
-        return grouped_reducescatter_async(xs, name, compression, op, prescale_factor,
-                                           postscale_factor, process_set).wait(timeout)
+        return grouped_reducescatter_async(xs, name, op, process_set, prescale_factor,
+                                           postscale_factor,
+                                           compression=compression).wait(timeout)
 
     if any(_autograd.wanted(t) for t in tensors):
         return _autograd.grouped(tensors, run, lambda gs: _reducescatter_back(
@@ -733,22 +740,15 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     """Horovod's SyncBatchNorm: in training, batch normalisation over the batches of every
     rank together (their batch sizes may differ).  Each rank's per-channel sum, sum of
     squares and count are summed in float64 and across the ranks in float64 (one
-    allreduce, named
-    "syncbn.<i>" by the order the modules were made, the same on every rank), the mean
-    and biased variance normalise the input, and backward sums the statistics' gradients
-    the same way, so the result and the gradients are those of one batch norm over the
-    concatenated batch; the normalisation is computed in the input's dtype (float32 for
-    16-bit inputs, which are returned in their own dtype, affine or not).  The running
-    statistics take the unbiased variance; in eval mode it is a plain batch norm on
-    them."""
-
-    _made = 0
-
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats)
-        self._sc_name = "syncbn.%d" % SyncBatchNorm._made
-        SyncBatchNorm._made += 1
+    allreduce, named "sync_batch_norm.<device type>.<C>" by the number of channels, as
+    Horovod names its statistics by what they are rather than by module: the ranks need
+    not make the same modules in the same order, only run their forward passes in the
+    same order), the mean and biased variance normalise the input, and backward sums
+    the statistics' gradients the same way, so the result and the gradients are those
+    of one batch norm over the concatenated batch; the normalisation is computed in the
+    input's dtype (float32 for 16-bit inputs, which are returned in their own dtype,
+    affine or not).  The running statistics take the unbiased variance; in eval mode it
+    is a plain batch norm on them."""
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -771,7 +771,11 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         local = torch.cat([x.sum(dims, dtype=f64), (x * x).sum(dims, dtype=f64),
                            torch.tensor([float(input.numel() // max(C, 1))], dtype=f64,
                                         device=input.device)])
-        tot = _AllreduceSum.apply(local, self._sc_name)
+        # one name per shape and device type of the statistics (2C + 1 values), never
+        # per module: a module only some ranks make (an evaluation copy on rank 0)
+        # leaves the others' names as they are; each forward and backward waits for its
+        # allreduce, so two modules of one width never have the name in flight together
+        tot = _AllreduceSum.apply(local, "sync_batch_norm.%s.%d" % (input.device.type, C))
         n = tot[-1]
         if float(n) == 0:
             raise ValueError("SyncBatchNorm: every rank's batch is empty")
@@ -1316,7 +1320,22 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None, *,
                                   "broadcast_optimizer_state: the root (rank %d) could not "
                                   "take its optimizer's state: %s" % (root_rank, state.why))
     if me != root_rank:
-        optimizer.load_state_dict(state)
+        _load_in_place(optimizer, state)
+
+
+def _load_in_place(optimizer, state):
+    """optimizer.load_state_dict(state), its param_groups' dicts and its state dict kept
+    (updated, not replaced), as Horovod's broadcast_optimizer_state writes into them: a
+    DistributedOptimizer shares them with the optimizer it wraps, and an LR scheduler
+    made on that optimizer before it was wrapped sets the learning rate in those dicts;
+    replaced, the scheduler would go on setting rates no step reads on this rank."""
+    groups, kept = optimizer.param_groups, optimizer.state
+    optimizer.load_state_dict(state)
+    for old, new in zip(groups, optimizer.param_groups):
+        old.update(new)
+    kept.clear()
+    kept.update(optimizer.state)
+    optimizer.param_groups, optimizer.state = groups, kept
 
 
 class _RootFailed:
