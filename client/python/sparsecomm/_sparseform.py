@@ -89,6 +89,8 @@ class Handle:
         self._h, self._name, self._form = handle, name, form
 
     def __getattr__(self, attr):  # poll, done, name, stream: the reduction's
+        if attr.startswith("_"):  # not set yet (a copy): never the reduction's own
+            raise AttributeError(attr)
         return getattr(self._h, attr)
 
     def wait(self, timeout=None):
