@@ -22,7 +22,7 @@ import sparsecomm.torch as hvd  # noqa: E402
 from checks import Checks  # noqa: E402
 
 torch.set_num_threads(1)
-hvd.init()
+hvd.init(process_sets="dynamic")
 R, P = hvd.rank(), hvd.size()
 check = Checks(sys.argv[1:])
 
@@ -176,6 +176,28 @@ def sparse_shapes_differ_across_ranks():
     mismatch("shape", sparse(torch.float32, n), (form(torch.float32, n),))
     mismatch("shape64", sparse(torch.float64, n), (form(torch.float64, 6),
                                                    form(torch.float64, 7)))
+
+
+@check
+def sparse_forms_within_a_process_set():
+    ps = hvd.add_process_set([0, 1])
+    try:
+        if R in (0, 1):
+            x = torch.sparse_coo_tensor([[R]], torch.tensor([R + 1.0], dtype=torch.float64),
+                                        (4,))
+            got = hvd.allreduce(x, name="ps.sp", op=1, process_set=ps)
+            assert got.to_dense().tolist() == [1.0, 2.0, 0.0, 0.0], got
+            x = sparse(torch.float64, 6 + R)
+            err = None
+            try:
+                hvd.allreduce(x, name="ps.sp.bad", op=hvd.Sum, process_set=ps, timeout=30)
+            except hvd.HorovodInternalError as e:
+                err = e
+            assert err is not None and "rank 0 has %s" % form(torch.float64, 6) in str(err) \
+                and "rank 1 has %s" % form(torch.float64, 7) in str(err), err
+    finally:
+        hvd.remove_process_set(ps)
+    still_works("ps")
 
 
 sys.exit(1 if check.failed else 0)
