@@ -116,6 +116,14 @@ def integer_ops_in_distributed_optimizer():
             want = [-v * scale for v in WANT["Sum"]]
             assert torch.allclose(w.detach(), torch.tensor(want)), (label, op, w)
             assert opt.op == getattr(hvd, label), (label, op, opt.op)
+    # Adasum (2): orthogonal steps add up, where an average would divide them by P
+    for op in forms("Adasum"):
+        w = torch.nn.Parameter(torch.zeros(P))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=1.0),
+                                       named_parameters=[("ops.wa", w)], op=op)
+        (w * torch.eye(P)[R]).sum().backward()
+        opt.step()
+        assert w.detach().tolist() == [-1.0] * P, (op, w)
 
 
 def mismatch(tag, x, whats):
