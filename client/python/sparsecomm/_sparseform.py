@@ -19,6 +19,8 @@ from sparsecomm import _lib
 
 _DIMS = 8  # the dimensions an exchange carries (the size's first 8; its count in full)
 _ROW = 3 + _DIMS  # a rank's row: taken (1), dtype, dimension count, its dimensions
+# the dtypes of sparse tensors the COO path carries (in float32, exactly)
+COO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
            torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
 
@@ -56,7 +58,7 @@ def agree(x, name, scope, process_set=None):
     try:
         rows = _sc.allreduce(mine, name=name, op=_lib.ReduceOp.SUM, process_set=process_set)
     except _sc.SparsecommError as e:
-        raise explain(e, name, describe(x)) from None
+        raise explain(e, name, x) from None
     if bool((rows == rows[scope.rank]).all()):
         return
     forms = {}
@@ -70,23 +72,26 @@ def agree(x, name, scope, process_set=None):
             for form, rs in forms.items())), name)
 
 
-def explain(e, name, form):
-    """The error ``e`` of a sparse tensor's reduction under ``name`` with this rank's form
-    added when the ranks' operations differed (SC_ERR_MISMATCH), else ``e`` itself."""
+def explain(e, name, x):
+    """The error ``e`` of the reduction of sparse tensor ``x`` under ``name`` with this
+    rank's form added when the ranks' operations differed (SC_ERR_MISMATCH), else ``e``
+    itself.  ``x``: the tensor, or its (describe(), dtype)."""
     if not isinstance(e, _sc.SparsecommError) or e.status != _lib.SC_ERR_MISMATCH:
         return e
+    form, dtype = (describe(x), x.dtype) if torch.is_tensor(x) else x
     return _sc.SparsecommError(
-        e.status, "%s (rank %d gave '%s' as %s, which %s; every rank must give a tensor "
-        "of one name the same dtype, layout and size, as Horovod requires)" %
-        (e.message, _sc.rank(), _label(name), form, "is reduced as COO" if form.split()[2] in
-         ("float32", "float16", "bfloat16") else "is reduced by allgathers"), name)
+        e.status, "%s (rank %d gave it as %s, which %s; every rank must give a tensor of "
+        "one name the same dtype, layout and size, as Horovod requires)" %
+        (e.message, _sc.rank(), form, "is reduced as COO" if dtype in COO_DTYPES
+         else "is reduced by allgathers"), name)
 
 
 class Handle:
     """A sparse reduction's handle whose wait() raises :func:`explain`'s error."""
 
-    def __init__(self, handle, name, form):
-        self._h, self._name, self._form = handle, name, form
+    def __init__(self, handle, name, x):
+        self._h, self._name = handle, name
+        self._form = (describe(x), x.dtype)  # not the tensor: its values may be freed
 
     def __getattr__(self, attr):  # poll, done, name, stream: the reduction's
         if attr.startswith("_"):  # not set yet (a copy): never the reduction's own

@@ -346,8 +346,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None, **kw
     return _sparse_async(tensor, name, ReduceOp.parse(op), process_set=process_set, **kw)
 
 
-# the dtypes of sparse tensors the COO path carries (in float32, exactly)
-_COO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_COO_DTYPES = _sparseform.COO_DTYPES  # the dtypes of sparse tensors the COO path carries
 
 
 def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False, **kw):
@@ -360,7 +359,7 @@ def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False,
     if tensor.dtype in _COO_DTYPES:
         return _sparseform.Handle(_sc.allreduce_async(
             tensor, name=name, op=red, process_set=process_set,
-            sparse_as_dense=sparse_as_dense, **kw), name, _sparseform.describe(tensor))
+            sparse_as_dense=sparse_as_dense, **kw), name, tensor)
     if red not in (ReduceOp.SUM, ReduceOp.AVERAGE):
         raise ValueError("allreduce of sparse tensor '%s' (%s): op must be Sum or Average, "
                          "not %s" % (name, tensor.dtype, red.name))
