@@ -149,11 +149,15 @@ def main():
     bad = []
     if c["status"] != _lib.STATUS_VALUES:
         bad.append("status codes: header %s, python %s" % (c["status"], _lib.STATUS_VALUES))
-    for kind, enum in (("dtype", _lib.DType), ("op", _lib.ReduceOp), ("sp", _lib.Sparsifier),
+    for kind, enum in (("dtype", _lib.DType), ("sp", _lib.Sparsifier),
                        ("dev", _lib.DeviceKind), ("wire", _lib.Wire)):
         py = {m.name: int(m) for m in enum}
         if c[kind] != py:
             bad.append("%s: header %s, python %s" % (kind, c[kind], py))
+    # ReduceOp is numbered as Horovod's; what it gives the library is c_op
+    py = {m.name: m.c_op for m in _lib.ReduceOp}
+    if c["op"] != py:
+        bad.append("op: header %s, python ReduceOp.c_op %s" % (c["op"], py))
     if c["size"]["opts"] != ctypes.sizeof(_lib.TensorOpts):
         bad.append("sizeof(sc_tensor_opts_t) %d, ctypes %d" %
                    (c["size"]["opts"], ctypes.sizeof(_lib.TensorOpts)))

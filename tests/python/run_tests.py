@@ -222,6 +222,15 @@ def t_hvdapi():
         checks("hvdapi%d" % n, rc, out, n)
 
 
+def t_hvdops():
+    # Horovod's reduction values as integers in every call that takes an op, and sparse
+    # tensors that the ranks give in other dtypes, layouts or shapes under one name
+    # (tests/python/worker_hvdops.py); on 2 ranks and on 3
+    for n in (2, 3):
+        rc, out, _ = launch(n, os.path.join(HERE, "worker_hvdops.py"), [], 240)
+        checks("hvdops%d" % n, rc, out, n)
+
+
 def t_hvdsuite():
     # what Horovod's own PyTorch suite asserts (tests/python/worker_hvdsuite.py): every
     # dtype and form of each collective with its exact results, the errors every rank
@@ -380,7 +389,7 @@ def t_psets():
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
          t_horovod_contract,
-         t_hvdapi, t_hvdsuite, t_hvdusers, t_hvdexamples,
+         t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdexamples,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

@@ -151,7 +151,7 @@ from ._system import (  # noqa: F401  (Horovod's build queries and timeline)
     ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built, mpi_enabled,
     mpi_threads_supported, nccl_built, rocm_built, start_timeline, stop_timeline)
 
-# Horovod's names of the reductions (hvd.Sum, hvd.Average, ...).
+# Horovod's names of the reductions (hvd.Sum, hvd.Average, ...), with its integers (ReduceOp).
 Sum, Average, Min, Max, Product, Adasum = (ReduceOp.SUM, ReduceOp.AVERAGE, ReduceOp.MIN,
                                            ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.ADASUM)
 
@@ -1226,7 +1226,7 @@ def _start_dense(c, e, op, root=None, shape=()):
     _give_shape(e, shape)
     _member(c, e, _take_member())
     if root is None:
-        st = lib.sc_allreduce_async(c.client, e.ptr, int(op), ctypes.byref(h))
+        st = lib.sc_allreduce_async(c.client, e.ptr, op.c_op, ctypes.byref(h))
     else:
         st = lib.sc_broadcast_async(c.client, e.ptr, int(root), ctypes.byref(h))
     if st != _lib.SC_OK:
@@ -1242,7 +1242,7 @@ def _start_coo(c, e, nnz, op, sparse_result=False, shape=()):
     _give_shape(e, shape)
     start = lib.sc_allreduce_coo_sparse_async if sparse_result else lib.sc_allreduce_coo_async
     _member(c, e, _take_member())
-    st = start(c.client, e.ptr, int(nnz), int(op), ctypes.byref(h))
+    st = start(c.client, e.ptr, int(nnz), op.c_op, ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
         raise _error(st, "COO allreduce of tensor '%s'" % e.name, e.name)
@@ -1286,7 +1286,8 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     array) across every trainer and returns a :class:`Handle` whose wait() gives the
     result as a new tensor of the same kind, shape and dtype (into ``out`` when given).
     ``average`` divides the sum by size(); ``op`` overrides it: a ReduceOp (or Horovod's
-    Sum, Average, Min, Max, Product, Adasum, or a name such as "max"); MIN, MAX, PRODUCT
+    Sum, Average, Min, Max, Product, Adasum, their integers as Horovod numbers them, 0
+    Average, 1 Sum, 2 Adasum, 3 Min, 4 Max, 5 Product, or a name such as "max"); MIN, MAX, PRODUCT
     and ADASUM are dense reductions that a tensor with a sparsifier refuses (ADASUM: float
     tensors only; the Adasum operator over a binary tree of the trainers in rank order).
     The options (sparsifier: "none", "topk", "threshold", "dgc", "exdyna", "natural", "block_topk";
@@ -1543,7 +1544,7 @@ def _allreduce_torch_sparse(c, tensor, name, kind, red, sparsifier, density, thr
     sd = x.sparse_dim()
     dn = math.prod(shape[sd:])
     e = _acquire(c, name, kind, _sc_dtype(x), numel,
-                 _coo_key(sparsifier, density, threshold, scheme, allow_lossy),
+                 _with_src(_coo_key(sparsifier, density, threshold, scheme, allow_lossy), x),
                  int(coo_capacity or numel),
                  (DeviceKind.CUDA, dev.index) if cuda else None, pset)
     nnz = x._indices().shape[1] * dn

@@ -386,7 +386,7 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
     h = _lib.c_handle()
     _give_shape(e, shape)
     _member(c, e, _take_member())
-    st = lib.sc_reducescatter_async(c.client, e.ptr, int(red), row, ctypes.byref(h))
+    st = lib.sc_reducescatter_async(c.client, e.ptr, red.c_op, row, ctypes.byref(h))
     if st != _lib.SC_OK:
         e.inflight = False
         raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)

@@ -77,21 +77,30 @@ DTYPE_CTYPES = {
 
 
 class ReduceOp(enum.IntEnum):
-    """sc_reduce_op_t (sparsecomm.h).  MIN, MAX and PRODUCT are lossless dense reductions
-    (a tensor with a sparsifier or COO input refuses them); an integer AVERAGE divides the
-    wrapped sum truncating toward zero.  ADASUM combines float tensors by the Adasum
-    operator over a binary tree of the trainers (an allreduce's only; dense, float32 and
-    float64)."""
-    SUM = 0
-    AVERAGE = 1
-    MIN = 2
-    MAX = 3
-    PRODUCT = 4
-    ADASUM = 5
+    """The reductions, numbered as Horovod numbers them (horovod.common.basics: Average 0,
+    Sum 1, Adasum 2, Min 3, Max 4, Product 5), so that a script's integer op, or one stored
+    and passed back, means what it means under Horovod.  sc_reduce_op_t (sparsecomm.h)
+    numbers them its own way: :attr:`c_op` is the value the library takes.  MIN, MAX and
+    PRODUCT are lossless dense reductions (a tensor with a sparsifier or COO input refuses
+    them); an integer AVERAGE divides the wrapped sum truncating toward zero.  ADASUM
+    combines float tensors by the Adasum operator over a binary tree of the trainers (an
+    allreduce's only; dense, float32 and float64)."""
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+    @property
+    def c_op(self):
+        """This reduction's sc_reduce_op_t value."""
+        return SC_REDUCE_OPS[self.name]
 
     @classmethod
     def parse(cls, value):
-        """Accepts a ReduceOp, its integer value or a name ("min", "MAX", "Product")."""
+        """Accepts a ReduceOp, its integer value (Horovod's: 0 Average, 1 Sum, 2 Adasum,
+        3 Min, 4 Max, 5 Product) or a name ("min", "MAX", "Product")."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -102,8 +111,13 @@ class ReduceOp(enum.IntEnum):
             return cls[key]
         try:
             return cls(int(value))
-        except ValueError:
-            raise ValueError("unknown reduction %r (0 to %d)" % (value, len(cls) - 1))
+        except (TypeError, ValueError):
+            raise ValueError("unknown reduction %r (Horovod's 0 Average, 1 Sum, 2 Adasum, "
+                             "3 Min, 4 Max, 5 Product)" % (value,))
+
+
+# sc_reduce_op_t (sparsecomm.h) by name: what ReduceOp.c_op gives the library
+SC_REDUCE_OPS = {"SUM": 0, "AVERAGE": 1, "MIN": 2, "MAX": 3, "PRODUCT": 4, "ADASUM": 5}
 
 
 class Wire(enum.IntEnum):

@@ -84,7 +84,7 @@ from contextlib import contextmanager
 import torch
 
 import sparsecomm as _sc
-from sparsecomm import _autograd
+from sparsecomm import _autograd, _sparseform
 from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic, a fixed job's)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
@@ -336,25 +336,30 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None, **kw):
     """Horovod's sparse_allreduce_async: a torch sparse COO tensor reduced across every
     trainer (the COO path: the union of the non-zero rows comes back as a coalesced
-    sparse tensor); a handle for synchronize(), or to call as Horovod's is."""
+    sparse tensor); a handle for synchronize(), or to call as Horovod's is.  ``op``:
+    Average or Sum, as a constant, Horovod's integer (0, 1) or a name.  Every rank must
+    give the name the same dtype and size, sparse: otherwise it fails on every rank with
+    SC_ERR_MISMATCH naming the tensor and the ranks (sparsecomm._sparseform)."""
     if not (_sc._is_torch(tensor) and tensor.is_sparse):
         raise TypeError("sparse_allreduce_async: a torch sparse COO tensor, not %s" %
                         (getattr(tensor, "layout", type(tensor).__name__),))
     return _sparse_async(tensor, name, ReduceOp.parse(op), process_set=process_set, **kw)
 
 
-# the dtypes of sparse tensors the COO path carries (in float32, exactly)
-_COO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_COO_DTYPES = _sparseform.COO_DTYPES  # the dtypes of sparse tensors the COO path carries
 
 
 def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False, **kw):
     """The allreduce of a torch sparse COO tensor: the COO path (sparsecomm.allreduce_async)
     for the dtypes it carries; any other (float64, an integer dtype) as Horovod reduces
     every sparse tensor: its indices and values allgathered and summed here, in its own
-    dtype (a dense allreduce under ``sparse_as_dense``)."""
+    dtype (a dense allreduce under ``sparse_as_dense``), after every rank's form has been
+    exchanged under the name (_sparseform.agree), so that ranks whose dtypes send them
+    down different paths fail at once rather than wait for each other."""
     if tensor.dtype in _COO_DTYPES:
-        return _sc.allreduce_async(tensor, name=name, op=red, process_set=process_set,
-                                   sparse_as_dense=sparse_as_dense, **kw)
+        return _sparseform.Handle(_sc.allreduce_async(
+            tensor, name=name, op=red, process_set=process_set,
+            sparse_as_dense=sparse_as_dense, **kw), name, tensor)
     if red not in (ReduceOp.SUM, ReduceOp.AVERAGE):
         raise ValueError("allreduce of sparse tensor '%s' (%s): op must be Sum or Average, "
                          "not %s" % (name, tensor.dtype, red.name))
@@ -366,15 +371,15 @@ def _sparse_async(tensor, name, red, *, process_set=None, sparse_as_dense=False,
         return _sc.allreduce_async(tensor.detach().to_dense(), name=name, op=red,
                                    process_set=process_set)
     x = tensor.detach().coalesce()
-    size = _sc.process_sets_.scope(_sc._need(), process_set, "allreduce").size
-    parts = [torch.tensor([list(x.shape)], dtype=torch.int64),
-             x._indices().t().contiguous(), x._values().contiguous()]
+    scope = _sc.process_sets_.scope(_sc._need(), process_set, "allreduce")
+    size = scope.size
+    # every rank's dtype and size, under the name itself: a rank that gives the name
+    # another form, or to the COO path, fails there on every rank (_sparseform)
+    _sparseform.agree(x, name, scope, process_set)
+    parts = [x._indices().t().contiguous(), x._values().contiguous()]
 
     def gathered(res):
-        shapes, idx, vals = res
-        if not bool((shapes == shapes[0]).all()):
-            raise ValueError("allreduce of sparse tensor '%s': the ranks' shapes differ "
-                             "(in set-rank order: %s)" % (name, shapes.tolist()))
+        idx, vals = res
         # integers are summed in int64 and then divided, as the dense path sums them in
         # its int32 buffer: an int8 average of 100 and 100 is 100, not a wrapped sum's
         wide = vals.dtype.is_floating_point or vals.dtype == torch.int64
