@@ -4,8 +4,10 @@ and examples write them (``import sparsecomm.torch as hvd`` in place of horovod.
 run for several steps, so that what a single step does not show (a gradient's layout
 written back, the state a second step finds) is checked.  Prints `CHECK <name> ok` or
 `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
+import contextlib
 import copy
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -75,6 +77,39 @@ def sparse_gradients_over_steps():
                 o.remove_hooks()
 
 
+def horovod_share(n, shuffle, seed, epoch, processed_num, rank, size):
+    """The reference: Horovod 0.28's ElasticSampler (horovod/torch/elastic/sampler.py)
+    over n samples.  The indices 0..n-1, shuffled by random.Random(seed + epoch) when
+    shuffle, less the first processed_num, are the samples left; padded with their first
+    ones to a multiple of size, rank's share is every size-th from rank.  Returns (the
+    samples left, the share's length, the share)."""
+    order = list(range(n))
+    if shuffle:
+        random.Random(seed + epoch).shuffle(order)
+    left = order[processed_num:]
+    per = -(-len(left) // size)
+    padded = left + left[:per * size - len(left)]
+    assert len(padded) == per * size  # Horovod's own assertion: cases it can run
+    return left, per, padded[rank::size]
+
+
+@contextlib.contextmanager
+def world(rank, size):
+    """The job as a sampler's reset() sees it (sparsecomm.rank() and size()) taken to be
+    of another size: what Horovod's elastic driver gives after hosts were added or
+    removed, which a job of fixed size cannot."""
+    kept = _sc.rank, _sc.size
+    _sc.rank, _sc.size = (lambda: rank), (lambda: size)
+    try:
+        yield
+    finally:
+        _sc.rank, _sc.size = kept
+
+
+def samples(n):
+    return torch.utils.data.TensorDataset(torch.arange(float(n)))
+
+
 def elastic_parts(tag, seed):
     """A model whose start differs on every rank, its DistributedOptimizer and an
     ElasticSampler over 10 samples, in a TorchState with an epoch and a batch that also
@@ -132,15 +167,145 @@ def elastic_run_in_a_fixed_job():
     assert len(mine) == len(sampler) == -(-10 // P), (mine, len(sampler))
     every = hvd.allgather_object(mine, name="el.run.shares")
     assert set().union(*map(set, every)) == set(range(10)), every
+    # a commit keeps the count of samples every rank has processed (a batch of 2 on
+    # each), restore() goes back to it and takes the samples after them
     sampler.record_batch(0, 2)
     state.commit()
-    done = set().union(*[set(s[:2]) for s in every])
     sampler.record_batch(1, 2)  # not committed: restore() forgets it
     state.restore()
-    assert sampler.processed_indices == done, (sampler.processed_indices, done)
-    assert sampler.remaining_indices == sorted(set(range(10)) - done)
-    assert len(sampler) == -(-(10 - len(done)) // P)
+    assert sampler.processed_num == 2 * P, sampler.processed_num
+    left, per, share = horovod_share(10, True, 7, 5, 2 * P, R, P)
+    assert sampler.remaining_indices == left, (sampler.remaining_indices, left)
+    assert len(sampler) == per and list(sampler) == share, (list(sampler), share)
     opt.remove_hooks()
+
+
+@check
+def elastic_sampler_indices_as_horovods():
+    # Horovod 0.28's indices for a seed, an epoch, this rank and the job's size: the
+    # samples left (remaining_indices), this rank's share and its length, with and
+    # without shuffling; record_batch counts batch_size * size samples processed
+    # (processed_num) and the share changes only at a reset (reset(), set_epoch,
+    # load_state_dict); state_dict() is {epoch, processed_num}
+    n = 23
+    for shuffle, seed, epoch in ((False, 0, 0), (True, 0, 0), (True, 5, 3)):
+        what = (shuffle, seed, epoch)
+        s = hvd.elastic.ElasticSampler(samples(n), shuffle=shuffle, seed=seed)
+        s.set_epoch(epoch)
+        left, per, share = horovod_share(n, shuffle, seed, epoch, 0, R, P)
+        assert (s.num_replicas, s.rank, s.processed_num) == (P, R, 0), what
+        assert s.remaining_indices == left, (what, s.remaining_indices, left)
+        assert (len(s), s.num_samples, s.total_size) == (per, per, per * P), what
+        assert list(s) == share, (what, list(s), share)
+        assert s.get_indices(1, 3) == share[3:6], (what, s.get_indices(1, 3))
+        assert s.state_dict() == {"epoch": epoch, "processed_num": 0}, s.state_dict()
+        s.record_batch(0, 3)
+        s.record_batch(1, 3)
+        assert s.processed_num == 6 * P, (what, s.processed_num)
+        assert list(s) == share and len(s) == per, what  # no reset yet
+        s.reset()
+        left, per, share = horovod_share(n, shuffle, seed, epoch, 6 * P, R, P)
+        assert s.remaining_indices == left and len(s) == per, (what, s.remaining_indices)
+        assert list(s) == share, (what, list(s), share)
+        sd = s.state_dict()
+        assert sd == {"epoch": epoch, "processed_num": 6 * P}, (what, sd)
+        t = hvd.elastic.ElasticSampler(samples(n), shuffle=shuffle, seed=seed)
+        t.load_state_dict(sd)
+        assert (t.epoch, t.processed_num, list(t)) == (epoch, 6 * P, share), what
+        s.set_epoch(epoch + 1)  # a new epoch: none processed
+        left, per, share = horovod_share(n, shuffle, seed, epoch + 1, 0, R, P)
+        assert (s.processed_num, list(s)) == (0, share), (what, list(s), share)
+    # a state_dict of the sampler's earlier form (the set of indices processed) resumes
+    # after as many samples
+    t = hvd.elastic.ElasticSampler(samples(n), shuffle=False)
+    t.load_state_dict({"epoch": 2, "processed_indices": set(range(4))})
+    assert (t.epoch, t.processed_num) == (2, 4), (t.epoch, t.processed_num)
+    assert t.remaining_indices == list(range(4, n)), t.remaining_indices
+
+
+@check
+def elastic_sampler_reset_with_another_size():
+    # Horovod's reset() on a job of another size (its elastic driver's, simulated): the
+    # samples left after those processed are shared anew among every rank of the new
+    # size, each share Horovod's, together all of them; record_batch then counts the
+    # new size's ranks; back at the job's own size the shares are the job's again
+    n = 23
+    s = hvd.elastic.ElasticSampler(samples(n), shuffle=True, seed=1)
+    s.record_batch(0, 2)
+    s.record_batch(1, 2)
+    done = 4 * P
+    for size in (P + 1, 1, 2 * P):
+        got = []
+        for r in range(size):
+            with world(r, size):
+                s.reset()
+            left, per, share = horovod_share(n, True, 1, 0, done, r, size)
+            assert (s.num_replicas, s.rank) == (size, r), (s.num_replicas, s.rank)
+            assert s.remaining_indices == left, (size, r, s.remaining_indices, left)
+            assert len(s) == per and list(s) == share, (size, r, list(s), share)
+            got.append(share)
+        assert set().union(*map(set, got)) == set(left), (size, got)
+    with world(0, P + 1):
+        s.reset()
+        s.record_batch(2, 1)
+    assert s.processed_num == done + P + 1, s.processed_num
+    s.reset()
+    left, per, share = horovod_share(n, True, 1, 0, done + P + 1, R, P)
+    assert (s.num_replicas, s.rank, list(s)) == (P, R, share), (list(s), share)
+    # fewer samples left than half the ranks (where Horovod's padding asserts): each
+    # rank's share is len(sampler) samples, repeating the ones left
+    s.load_state_dict({"epoch": 0, "processed_num": n - 1})
+    with world(2, 3):
+        s.reset()
+        assert len(s) == 1 and list(s) == s.remaining_indices, list(s)
+
+
+@check
+def elastic_sampler_in_a_torch_state():
+    # Horovod 0.28's test_elastic_sampler (test/single/test_torch_elastic.py), on every
+    # rank of the job: a TorchState holding the sampler synchronises it from rank 0,
+    # commit() keeps processed_num, restore() returns to it, and after sync() the
+    # samples left are shared anew
+    batch_size, per_rank = 2, 8
+    data = samples(per_rank * P)
+    sampler = hvd.elastic.ElasticSampler(data, shuffle=True)
+    sampler.set_epoch(R)  # differs on every rank until synchronised
+    loader = torch.utils.data.DataLoader(data, batch_size=batch_size, sampler=sampler)
+    state = hvd.elastic.TorchState(sampler=sampler)
+    state.sync()
+    assert (state.sampler.epoch, state.sampler.processed_num) == (0, 0)
+    total = 0
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for batch_idx, (x,) in enumerate(loader):
+            want = horovod_share(per_rank * P, True, 0, epoch, 0, R, P)[2]
+            assert x.long().tolist() == want[batch_idx * 2:batch_idx * 2 + 2], (epoch, x)
+            sampler.record_batch(batch_idx, batch_size)
+            assert sampler.processed_num == batch_size * P * (batch_idx + 1)
+            total += 1
+    assert total == per_rank // batch_size * 2, total
+    # no set_epoch: the same share again, processed_num kept
+    assert sum(1 for _ in loader) == per_rank // batch_size
+    assert sampler.processed_num == per_rank * P, sampler.processed_num
+    sampler.set_epoch(2)
+    assert sampler.processed_num == 0
+    sampler.record_batch(0, batch_size)
+    sampler.record_batch(1, batch_size)
+    state.commit()
+    sampler.record_batch(2, batch_size)
+    sampler.record_batch(3, batch_size)
+    assert sampler.processed_num == 4 * batch_size * P
+    state.restore()
+    assert sampler.processed_num == 2 * batch_size * P, sampler.processed_num
+    sampler.record_batch(2, batch_size)
+    state.commit()
+    state.sync()
+    assert sampler.processed_num == 3 * batch_size * P, sampler.processed_num
+    assert len(sampler) == batch_size, len(sampler)
+    left, per, share = horovod_share(per_rank * P, True, 0, 2, 3 * batch_size * P, R, P)
+    assert [x.long().tolist() for (x,) in loader] == [share], share
+    sampler.set_epoch(3)
+    assert len(sampler) == per_rank and sum(1 for _ in loader) == per_rank // batch_size
 
 
 @check

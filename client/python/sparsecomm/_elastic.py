@@ -24,6 +24,7 @@ data loader's state) as it does with Horovod.  Horovod's modules of the package
 import copy
 import functools
 import math
+import random
 import sys
 
 import sparsecomm as _sc
@@ -178,13 +179,9 @@ class LRSchedulerStateHandler(_StateDictHandler):
 
 
 class SamplerStateHandler(_StateDictHandler):
-    def save(self):
-        # the indices every rank has processed: a restart resumes after all of them
-        done = set().union(*_sc.allgather_object(self.value.processed_indices,
-                                                 name=self._sc_name()))
-        state = copy.deepcopy(self.value.state_dict())
-        state["processed_indices"] = done
-        self._saved = state
+    """An ElasticSampler's: its state_dict counts the samples every rank has processed
+    (each rank records the same batches), so a commit needs no collective; restore and
+    sync load it, which shares the samples left anew."""
 
 
 def _schedulers():
@@ -272,61 +269,79 @@ class TorchState(ObjectState):
 
 
 class ElasticSampler(_Sampler):
-    """Horovod's ElasticSampler: each rank's share of the dataset's samples not yet
-    processed in this epoch (shuffled by ``seed`` + the epoch when ``shuffle``), padded
-    by repeating samples so that every rank gets as many.  ``record_batch(i, n)`` (or
-    ``record_indices``) marks samples processed; a TorchState holding the sampler saves
-    the union of every rank's, so that an epoch resumed from a commit skips them.
-    ``set_epoch`` starts an epoch with none processed."""
+    """Horovod's ElasticSampler (Horovod 0.28's): the dataset's indices, shuffled by
+    ``random.Random(seed + epoch)`` when ``shuffle``, less the first ``processed_num`` of
+    them, are the samples left this epoch (``remaining_indices``); padded with their
+    first ones to a multiple of the job's size, each rank's share (``__iter__``, of
+    ``len()`` samples) is every size-th of them from its rank.  ``record_batch(i, n)``
+    counts n samples processed on every rank (``processed_num`` grows by n * size); the
+    count takes effect at the next ``reset()``, which ``load_state_dict`` (a TorchState's
+    restore and sync) and ``set_epoch`` (an epoch with none processed) call, and which
+    also takes the job's size and this rank anew.  ``state_dict()`` is
+    ``{epoch, processed_num}``.
+
+    Beyond Horovod's: ``get_indices(i, n)`` (the samples of batch i of this rank's last
+    iteration) and ``record_indices(indices)`` (counts as record_batch of their number)
+    of its earlier sampler; ``load_state_dict`` of that sampler's state (a set of
+    ``processed_indices``) resumes after as many samples; and fewer samples left than
+    half the ranks are repeated until every rank has ``len()`` of them, where Horovod's
+    padding fails an assertion.  ``processed_indices`` is Horovod's attribute, an empty
+    set it no longer fills."""
 
     def __init__(self, dataset, shuffle=True, seed=0):
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.processed_num = 0
         self.processed_indices = set()
         self.indices = []
         self.reset()
 
     def set_epoch(self, epoch):
+        """Starts epoch ``epoch`` with none of its samples processed: call it at the end
+        of an epoch, so that a resumed epoch does not process its samples again."""
         self.epoch = epoch
-        self.processed_indices = set()
+        self.processed_num = 0
         self.reset()
 
     def record_batch(self, batch_idx, batch_size):
-        self.record_indices(self.get_indices(batch_idx, batch_size))
+        """Every rank has processed a batch of ``batch_size`` samples."""
+        self.processed_num += batch_size * self.num_replicas
 
     def record_indices(self, indices):
-        self.processed_indices.update(indices)
+        """Every rank has processed as many samples as ``indices`` holds."""
+        self.processed_num += len(indices) * self.num_replicas
 
     def get_indices(self, batch_idx, batch_size):
-        """The samples of batch ``batch_idx`` of this rank's current iteration."""
+        """The samples of batch ``batch_idx`` of this rank's last iteration."""
         start = batch_idx * batch_size
-        return self.indices[start:min(start + batch_size, len(self.indices))]
+        return self.indices[start:start + batch_size]
 
     def state_dict(self):
-        return dict(epoch=self.epoch, processed_indices=set(self.processed_indices))
+        return dict(epoch=self.epoch, processed_num=self.processed_num)
 
     def load_state_dict(self, state_dict):
         self.epoch = state_dict["epoch"]
-        self.processed_indices = set(state_dict["processed_indices"])
+        if "processed_num" in state_dict:
+            self.processed_num = state_dict["processed_num"]
+        else:  # the earlier sampler's state: the set of the samples processed
+            self.processed_num = len(state_dict["processed_indices"])
         self.reset()
 
     def reset(self):
         """Takes the job's size and this rank anew, and the samples left this epoch."""
         self.num_replicas = _sc.size()
         self.rank = _sc.rank()
-        self.remaining_indices = [i for i in range(len(self.dataset))
-                                  if i not in self.processed_indices]
+        order = list(range(len(self.dataset)))
+        if self.shuffle:  # the same order on every rank
+            random.Random(self.seed + self.epoch).shuffle(order)
+        self.remaining_indices = order[self.processed_num:]
         self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
         self.total_size = self.num_samples * self.num_replicas
 
     def __iter__(self):
         order = list(self.remaining_indices)
-        if self.shuffle:
-            torch = _torch()
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = [order[i] for i in torch.randperm(len(order), generator=g).tolist()]
         while order and len(order) < self.total_size:  # pad by repeating from the start
             order += order[:self.total_size - len(order)]
         self.indices = order[self.rank:self.total_size:self.num_replicas]
