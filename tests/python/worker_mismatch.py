@@ -104,6 +104,16 @@ def empty_everywhere_completes():
 
 
 @check
+def grouped_empty_member_on_one_rank_fails_at_once():
+    import sparsecomm.torch as hvd
+    xs = [torch.ones(3), torch.zeros(0) if R == 0 else torch.ones(2)]
+    fails("grouped", lambda: hvd.grouped_allreduce(xs, name="grp", op=hvd.Sum), "'grp.1'",
+          "rank 0 has 0 [0]", "rank 1 has 2")
+    got = hvd.grouped_allreduce([torch.ones(3), torch.zeros(0)], name="grp.e", op=hvd.Sum)
+    assert got[0].tolist() == [float(P)] * 3 and tuple(got[1].shape) == (0,), got
+
+
+@check
 def allgather_of_no_rows_on_one_rank_works():
     for name in ("ag.rows", None):
         x = torch.zeros((0, 2)) if R == 0 else torch.full((R, 2), float(R))
