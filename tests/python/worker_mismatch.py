@@ -4,9 +4,10 @@ whose tensors differ across ranks must fail at once on every rank, well before t
 timeout, with SC_ERR_MISMATCH naming the tensor and each rank's element count or shape,
 and the next collective must still work.  Covered: an empty tensor on rank 0 only
 (allreduce, broadcast, reduce-scatter, named and unnamed), an unnamed allreduce whose
-shape differs after ranks had made the same calls, and what must still complete: an empty
-allreduce, broadcast or reduce-scatter on every rank, an allgather whose rows are none on
-one rank.  Prints `CHECK <name> ok|FAIL <why>`."""
+shape differs after ranks had made the same calls, an empty member of a grouped allreduce
+on rank 0 only, and what must still complete: an empty allreduce, broadcast or
+reduce-scatter on every rank, an allgather or alltoall whose rows are none on one rank.
+Prints `CHECK <name> ok|FAIL <why>`."""
 import os
 import sys
 import time
@@ -114,7 +115,7 @@ def grouped_empty_member_on_one_rank_fails_at_once():
 
 
 @check
-def allgather_of_no_rows_on_one_rank_works():
+def allgather_and_alltoall_of_no_rows_on_one_rank_work():
     for name in ("ag.rows", None):
         x = torch.zeros((0, 2)) if R == 0 else torch.full((R, 2), float(R))
         got = sc.allgather(x, name=name)
@@ -122,6 +123,12 @@ def allgather_of_no_rows_on_one_rank_works():
         assert torch.equal(got, want), (name, got)
     got = sc.allgather(torch.zeros((0, 2)), name="ag.none")
     assert tuple(got.shape) == (0, 2), got.shape
+    # an alltoall from a rank of no rows: legal in Horovod too (splits of 0)
+    for name in ("a2a.rows", None):
+        x = torch.zeros((0, 2)) if R == 0 else torch.full((P, 2), float(R))
+        got, splits = sc.alltoall(x, torch.tensor([0] * P if R == 0 else [1] * P), name=name)
+        assert splits.tolist() == [0] + [1] * (P - 1), (name, splits)
+        assert got[:, 0].tolist() == [float(r) for r in range(1, P)], (name, got)
 
 
 @check

@@ -1224,16 +1224,20 @@ def _give_shape(e, shape):
 
 def _empty_entry(c, x, name, kind, carrier, key, pset):
     """The claimed one-element buffer that stands for an empty tensor x (which no buffer
-    holds), zeroed, on x's device."""
-    dev = None
-    if _is_torch(x) and x.device.type == "cuda":
-        dev = (DeviceKind.CUDA, x.device.index or 0)
-    e = _acquire(c, name, kind, carrier, 1, key, 0, dev, pset)
+    holds), zeroed (a finite value, whatever the daemons' nonfinite check), on x's device:
+    a cuda one on x's stream, which the submission waits for, as _allreduce_cuda's."""
+    cuda = _is_torch(x) and x.device.type == "cuda"
+    dev, stream = _cuda_place(x) if cuda else (None, None)
+    e = _acquire(c, name, kind, carrier, 1, key, 0,
+                 (DeviceKind.CUDA, dev.index) if cuda else None, pset)
     try:
-        if e.data is not None:
+        if not cuda:
             e.data[:] = 0
-        else:
+            return e
+        with _on(dev, stream):
+            _after_last_read(e, stream)
             e.tdata().zero_()
+        _set_stream(e, stream, kind)
     except BaseException:
         e.inflight = False
         raise
