@@ -408,8 +408,14 @@ SC_API sc_status_t sc_tensor_set_stream(sc_tensor_t *tensor, void *stream);
  * One dimension and none are the same shape, and a rank that gives none is compared as
  * such. Allgather and alltoall take no shape (their rows may differ) and leave it for the
  * next allreduce.
- * SC_ERR_INVALID, naming the tensor, for a product that is not the element count or too
- * many dimensions.
+ * An empty tensor (a dimension of 0) has no buffer: a tensor of one element stands for
+ * it, given the empty shape (one dimension is then a shape too: [0]). Its operation is
+ * negotiated as any other, so that a rank whose tensor is empty while another's is not
+ * fails it on every rank at once with SC_ERR_MISMATCH naming each rank's element count
+ * and shape ("rank 0 has 0 [0]; rank 1 has 4"); where every rank gives the same empty
+ * shape it completes, and the stand-in's result means nothing.
+ * SC_ERR_INVALID, naming the tensor, for a product that is not the element count (nor 0
+ * on a tensor of one element) or too many dimensions.
  */
 #define SC_MAX_DIMS 64
 SC_API sc_status_t sc_tensor_set_shape(sc_tensor_t *tensor, int ndim, const uint64_t *dims);

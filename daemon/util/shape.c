@@ -32,7 +32,9 @@ int scd_shape_make(scd_shape_t *s, const uint64_t *dims, size_t n, uint64_t nume
 			over = 1;
 		prod *= dims[i];
 	}
-	if (n && (over || prod != numel)) {
+	/* an empty tensor's shape (a dimension of 0) on its one-element stand-in */
+	int empty = n && !over && prod == 0 && numel == 1;
+	if (n && !empty && (over || prod != numel)) {
 		char text[96];
 		scd_shape_t given = {.ndim = (uint32_t)n};
 		for (size_t i = 0; i < n && i < SCD_SHAPE_KEPT; i++)
@@ -42,21 +44,34 @@ int scd_shape_make(scd_shape_t *s, const uint64_t *dims, size_t n, uint64_t nume
 			 over ? " (its product overflows)" : "", (unsigned long long)numel);
 		return -1;
 	}
-	if (n <= 1)
+	if (n <= 1 && !empty)
 		return 0;
 	s->ndim = (uint32_t)n;
 	for (size_t i = 0; i < n && i < SCD_SHAPE_KEPT; i++)
 		s->dim[i] = dims[i];
-	if (n > SCD_SHAPE_KEPT)
-		s->dim[SCD_SHAPE_KEPT - 1] =
-		    tail_hash(dims + SCD_SHAPE_KEPT - 1, n - (SCD_SHAPE_KEPT - 1));
+	if (n > SCD_SHAPE_KEPT) {
+		/* the hashed rest: 0 when it holds a dimension of 0 (scd_shape_empty) */
+		uint64_t h = tail_hash(dims + SCD_SHAPE_KEPT - 1, n - (SCD_SHAPE_KEPT - 1));
+		int zero = 0;
+		for (size_t i = SCD_SHAPE_KEPT - 1; i < n; i++)
+			zero |= !dims[i];
+		s->dim[SCD_SHAPE_KEPT - 1] = zero ? 0 : h ? h : 1;
+	}
+	return 0;
+}
+
+int scd_shape_empty(const scd_shape_t *s)
+{
+	for (size_t i = 0; i < scd_shape_kept(s); i++)
+		if (!s->dim[i])
+			return 1;
 	return 0;
 }
 
 void scd_shape_from_kept(scd_shape_t *s, uint32_t ndim, const uint64_t *kept, size_t n)
 {
 	memset(s, 0, sizeof(*s));
-	if (ndim < 2)
+	if (ndim < 1) /* 1: an empty tensor's one dimension */
 		return;
 	s->ndim = ndim;
 	for (size_t i = 0; i < n && i < SCD_SHAPE_KEPT; i++)

@@ -185,11 +185,23 @@ __attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, siz
 		*n = *n + (size_t)k < len - 1 ? *n + (size_t)k : len - 1;
 }
 
+/* A submission's element count (0: an empty tensor's stand-in), then its shape when one
+ * of more than one dimension, or an empty one, was given: "6 [2, 3]". */
+static void count_text(const scd_shape_t *s, uint64_t numel, char *val, size_t len)
+{
+	int empty = scd_shape_empty(s);
+	int n = snprintf(val, len, "%llu", empty ? 0ull : (unsigned long long)numel);
+	if (s->ndim && n > 0 && (size_t)n + 1 < len) {
+		val[n] = ' ';
+		scd_shape_text(s, numel, val + n + 1, len - (size_t)n - 1);
+	}
+}
+
 /* Rank r's value of the attribute kind (field: the signature's) as text. */
 static void value_text(const scd_centry_t *e, int kind, int field, int r, char *val, size_t len)
 {
-	if (kind == 0)
-		snprintf(val, len, "%llu", (unsigned long long)e->numel[r]);
+	if (kind == 0) /* the count of the shape given too, as Horovod names shapes */
+		count_text(&e->sig[r].shape, e->numel[r], val, len);
 	else if (kind == 1)
 		snprintf(val, len, "%s", scd_tw_values_name(e->dtype[r]));
 	else if (kind == 3)

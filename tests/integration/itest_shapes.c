@@ -13,7 +13,9 @@
  *   pairs with the old one, and a shape that alternates step after step takes its two
  *   forms' cache entries again (sparsectl stats: the node's count stays). The library refuses a
  * shape whose product is not the element count, or of more than SC_MAX_DIMS dimensions, naming
- * the tensor; an allgather of a tensor that has a shape takes none and succeeds.
+ * the tensor; an allgather of a tensor that has a shape takes none and succeeds. An empty
+ * tensor's one-element stand-in (shape [0, 3]) completes where every rank gives it, and
+ * against [2, 3] fails at once naming "0 [0, 3]" and "6 [2, 3]".
  */
 #include "itest.h"
 
@@ -190,6 +192,45 @@ static void alternating(sc_client_t *c)
 	it_log("68 forms twice: %.0f cache entries", cache_entries());
 }
 
+/* An empty tensor's one-element stand-in (a shape with a 0): against a tensor of elements
+ * on the other ranks it fails at once on every rank naming both counts and shapes (where
+ * a node's own trainers would register the name alike: one trainer per node, or
+ * "by-node"); given on every rank it completes; the library refuses a product of 0 on a
+ * tensor of more than one element. */
+static void empty_stand_in(sc_client_t *c, int rank, int apart)
+{
+	static const uint64_t empty[] = {0, 3}, full[] = {2, 3}, empty1[] = {0};
+	char msg[2048];
+	sc_tensor_t *x = it_register(c, "shapes.x6", SC_FLOAT32, 6);
+	sc_status_t st = sc_tensor_set_shape(x, 2, empty);
+	if (st != SC_ERR_INVALID || !strstr(sc_last_error(), "shapes.x6"))
+		IT_FAIL("shape [0, 3] on a tensor of 6 elements: %s (%s), expected "
+			"SC_ERR_INVALID naming the tensor",
+			sc_status_name(st), sc_last_error());
+	sc_tensor_t *e = it_register(c, "shapes.empty", SC_FLOAT32, 1);
+	for (int k = 0; k < 2; k++)
+		expect_exact(c, e, k, k ? 1 : 2, k ? empty1 : empty, 30 + (uint64_t)k,
+			     k ? "[0] (broadcast)" : "[0, 3]");
+	if (!apart)
+		return;
+	sc_tensor_t *t = it_register(c, "shapes.mixed", SC_FLOAT32, rank == 0 ? 1 : 6);
+	IT_CHECK_SC(sc_tensor_set_shape(t, 2, rank == 0 ? empty : full),
+		    "sc_tensor_set_shape('shapes.mixed')");
+	double t0 = it_now_s();
+	int r = step(c, t, 0, 7, msg, sizeof(msg));
+	double dt = it_now_s() - t0;
+	if (r != SC_ERR_MISMATCH || dt > SH_ERR_LIMIT || !strstr(msg, "shapes.mixed") ||
+	    !strstr(msg, "element count") || !strstr(msg, "has 0 [0, 3]") ||
+	    !strstr(msg, " 6 [2, 3]"))
+		IT_FAIL(
+		    "an empty [0, 3] on rank 0 against [2, 3]: expected SC_ERR_MISMATCH "
+		    "within %.0f s naming 'shapes.mixed', 'has 0 [0, 3]' and '6 [2, 3]', got "
+		    "%s after %.1f s: %s",
+		    SH_ERR_LIMIT, it_wait_name(r), dt, msg);
+	it_log("empty against full: SC_ERR_MISMATCH after %.2f s: %s", dt, msg);
+	expect_exact(c, x, 0, 0, NULL, 33, "the next step, one shape everywhere");
+}
+
 int it_shapes(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -236,6 +277,7 @@ int it_shapes(int argc, char **argv)
 	ten[8] = 2, ten[9] = 2;
 	expect_exact(c, d, 0, 10, ten, 26, "ten dimensions");
 	alternating(c);
+	empty_stand_in(c, rank, by_node || sc_local_size(c) == 1);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

@@ -160,6 +160,15 @@ def t_unnamed():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_unnamed.py"), [], 240)
     checks("unnamed", rc, out, 2)
 
+def t_mismatch():
+    # tensors that differ across ranks fail at once on every rank, well before a stall
+    # timeout of 60 s: an empty tensor on one rank, an unnamed call of another shape;
+    # empty tensors on every rank, and allgather rows of none on one, still work
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_mismatch.py"), [], 240,
+                        extra=["--daemon-arg", "--stall_timeout_ms", "--daemon-arg", "60000"])
+    checks("mismatch", rc, out, 2)
+
+
 def t_named():
     # uniquely named collectives on nodes of 64 registrations: results exact, the
     # registrations bounded, an optimizer's buffers kept; then ranks that let names go at
@@ -387,7 +396,7 @@ def t_psets():
     skips_or_checks("psets4x1", rc, out, 4)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_named, t_horovod_port,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_mismatch, t_named, t_horovod_port,
          t_horovod_contract,
          t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdexamples,
          t_wire, t_psets,

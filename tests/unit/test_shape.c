@@ -87,6 +87,17 @@ UNIT_TEST(shape_in_the_signature)
 	CHECK_MSG(strstr(text, "993 more"), "text '%s'", text);
 }
 
+/* e's per-rank arrays: every rank present, dtype and operation 0. */
+static void centry_of(scd_centry_t *e, uint8_t *have, uint64_t *numel, uint32_t *zero,
+		      scd_tsig_t *sig)
+{
+	e->have = have;
+	e->numel = numel;
+	e->dtype = zero;
+	e->op = zero;
+	e->sig = sig;
+}
+
 /* A disagreement among many ranks names every value once with the ranks that have it, so
  * the odd rank shows however many ranks the world has: 300 ranks, rank 177 alone with
  * another shape. */
@@ -109,11 +120,7 @@ UNIT_TEST(agree_describe_groups_ranks_by_value)
 			     0);
 	}
 	memset(have, 1, sizeof(have));
-	e.have = have;
-	e.numel = numel;
-	e.dtype = zero;
-	e.op = zero;
-	e.sig = sig;
+	centry_of(&e, have, numel, zero, sig);
 	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, sizeof(msg)), 1);
 	CHECK_MSG(strstr(msg,
 			 "allreduce of tensor 'wide' failed: "
@@ -126,4 +133,55 @@ UNIT_TEST(agree_describe_groups_ranks_by_value)
 	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, 40), 1);
 	CHECK_TRUE(strlen(msg) == 39);
 	d.world_size = P;
+}
+
+/* An empty tensor's shape is kept on its one-element stand-in, one dimension too, and
+ * read as empty (its zero past the kept words too); a product of 0 on more elements, or
+ * a one-element tensor's own shape, is not. */
+UNIT_TEST(shape_empty_stand_in)
+{
+	const uint64_t e1[] = {0}, e2[] = {0, 3}, one[] = {1, 1}, full[] = {2, 3};
+	uint64_t tail[10] = {2, 2, 2, 2, 2, 2, 2, 2, 0, 2};
+	scd_shape_t s1, s2, so, sf, st, sk;
+	char err[256], text[128];
+	CHECK_EQ_INT(scd_shape_make(&s1, e1, 1, 1, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&s2, e2, 2, 1, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&so, one, 2, 1, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sf, full, 2, 6, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&st, tail, 10, 1, err, sizeof(err)), 0);
+	CHECK_TRUE(scd_shape_empty(&s1) && scd_shape_empty(&s2) && scd_shape_empty(&st));
+	CHECK_TRUE(!scd_shape_empty(&so) && !scd_shape_empty(&sf));
+	CHECK_TRUE(!scd_shape_equal(&s1, &s2) && !scd_shape_equal(&s1, &so));
+	scd_shape_text(&s1, 1, text, sizeof(text));
+	CHECK_MSG(!strcmp(text, "[0]"), "text '%s'", text);
+	scd_shape_text(&s2, 1, text, sizeof(text));
+	CHECK_MSG(!strcmp(text, "[0, 3]"), "text '%s'", text);
+	/* through a peer's message form */
+	scd_shape_from_kept(&sk, s1.ndim, s1.dim, scd_shape_kept(&s1));
+	CHECK_TRUE(scd_shape_equal(&sk, &s1) && scd_shape_empty(&sk));
+	CHECK_EQ_INT(scd_shape_make(&sk, e2, 2, 6, err, sizeof(err)), -1);
+	CHECK_EQ_INT(scd_shape_make(&sk, e1, 1, 4, err, sizeof(err)), -1);
+}
+
+/* An empty tensor's stand-in against a tensor of elements: the element counts differ,
+ * named as 0 with the empty shape, and the other rank's shape when it gave one. */
+UNIT_TEST(agree_describe_names_an_empty_tensor)
+{
+	static scd_daemon_t d = {.world_size = 3, .local_size = 1};
+	scd_world_t w = {.d = &d};
+	scd_centry_t e = {.name = "grad"};
+	uint64_t numel[3] = {1, 6, 6};
+	uint32_t zero[3] = {0};
+	uint8_t have[3] = {1, 1, 1};
+	static scd_tsig_t sig[3];
+	const uint64_t empty[] = {0, 3}, full[] = {2, 3};
+	char err[128], msg[512];
+	CHECK_EQ_INT(scd_shape_make(&sig[0].shape, empty, 2, 1, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sig[1].shape, full, 2, 6, err, sizeof(err)), 0);
+	CHECK_EQ_INT(scd_shape_make(&sig[2].shape, full, 2, 6, err, sizeof(err)), 0);
+	centry_of(&e, have, numel, zero, sig);
+	CHECK_EQ_INT(scd_agree_describe(&w, &e, msg, sizeof(msg)), 1);
+	CHECK_MSG(strstr(msg, "tensor 'grad' failed: element count differs across ranks: "
+			      "rank 0 has 0 [0, 3]; ranks 1, 2 have 6 [2, 3]"),
+		  "message: %s", msg);
 }

@@ -41,8 +41,11 @@ which their messages then show.
 Unnamed operations (no ``name=``, or an empty one, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
 kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
-as, element count, options and COO capacity; class C is numbered in the order its first
-call came.  A call takes the lowest-numbered buffer S of its class that is free,
+as, options and COO capacity; class C is numbered in the order its first call came.  A
+call takes the lowest-numbered buffer S of its class that is free (registered anew when
+the call's element count is not the buffer's: ranks whose unnamed tensors differ in shape
+then meet under one name and fail at once as a mismatch, where buffers per shape would
+never meet),
 registering buffer ``<kind>.noname.C.S`` when none is (a named operation given such a
 name is refused with SC_ERR_BUSY, whichever came first): a buffer is busy from the call
 until its handle is waited for (wait() returns or raises other than on timeout) or, once
@@ -1206,8 +1209,9 @@ def grouped_start(starts):
 def _give_shape(e, shape):
     """Gives the daemons e's shape with its next allreduce or broadcast
     (sc_tensor_set_shape), where it changed: shapes that differ across ranks fail the
-    operation on every rank, as Horovod's do.  One dimension is no shape at all."""
-    shape = tuple(shape) if len(shape) > 1 else ()
+    operation on every rank, as Horovod's do.  One dimension is no shape at all, unless
+    it is 0 (an empty tensor's stand-in: _start_empty)."""
+    shape = tuple(shape) if len(shape) > 1 or 0 in shape else ()
     if shape == e.shape:
         return
     st = _lib.load().sc_tensor_set_shape(e.ptr, len(shape),
@@ -1216,6 +1220,39 @@ def _give_shape(e, shape):
         e.inflight = False
         raise _error(st, "shape %s of tensor '%s'" % (list(shape), e.name), e.name)
     e.shape = shape
+
+
+def _empty_entry(c, x, name, kind, carrier, key, pset):
+    """The claimed one-element buffer that stands for an empty tensor x (which no buffer
+    holds), zeroed (a finite value, whatever the daemons' nonfinite check), on x's device:
+    a cuda one on x's stream, which the submission waits for, as _allreduce_cuda's."""
+    cuda = _is_torch(x) and x.device.type == "cuda"
+    dev, stream = _cuda_place(x) if cuda else (None, None)
+    e = _acquire(c, name, kind, carrier, 1, key, 0,
+                 (DeviceKind.CUDA, dev.index) if cuda else None, pset)
+    try:
+        if not cuda:
+            e.data[:] = 0
+            return e
+        with _on(dev, stream):
+            _after_last_read(e, stream)
+            e.tdata().zero_()
+        _set_stream(e, stream, kind)
+    except BaseException:
+        e.inflight = False
+        raise
+    return e
+
+
+def _start_empty(c, x, name, kind, carrier, key, op, root, pset, result):
+    """An allreduce or broadcast of an empty tensor x: negotiated as any other, on a
+    one-element stand-in given x's empty shape (sc_tensor_set_shape), so that ranks whose
+    tensor is not empty fail it at once on every rank as a mismatch naming each rank's
+    shape (where x were completed here, they would wait for it until the stall timeout);
+    where every rank's is empty it completes, with result() (the stand-in's value is
+    not part of it)."""
+    e = _empty_entry(c, x, name, kind, carrier, key, pset)
+    return Handle(c, e, _start_dense(c, e, op, root, tuple(x.shape)), result, kind=kind)
 
 
 def _start_dense(c, e, op, root=None, shape=()):
@@ -1333,7 +1370,8 @@ def allreduce_async(tensor, name=None, average=True, op=None, sparsifier=None, d
     key = _with_src(key, x, _as_dtype)
     numel = int(x.numel()) if istorch else int(x.size)
     if numel == 0:
-        return Handle(c, None, 0, lambda: _dense_result(None, x, istorch, out), kind=_kind)
+        return _start_empty(c, x, name, _kind, carrier, key, red, _root, pset,
+                            lambda: _dense_result(None, x, istorch, out))
     if istorch and x.device.type == "cuda":
         return _allreduce_cuda(c, x, name, _kind, key, red, coo_capacity, out, _root, pset)
     e = _acquire(c, name, _kind, carrier, numel, key, coo_capacity or 0, None, pset)

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _lib
 from . import process_sets as process_sets_
-from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _error, _give_shape,
+from . import (Handle, ReduceOp, SparsecommError, _WAIT_SLICE_MS, _acquire, _empty_entry,
+               _error, _give_shape,
                _is_torch, _member, _name_or_none, _need, _release_done, _now, _opts_key, _sc_dtype,
                _take_member, _with_src,
                _torch, allreduce, allreduce_async)
@@ -357,7 +358,8 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
     (sc_reducescatter_async: each node sends every other node its part once).  Every rank
     must give the same shape, dtype, op and name (without one: an unnamed buffer, as
     allreduce's).  A tensor without elements (0 rows, or rows of none) gives this rank
-    its share of none at once, as an empty allreduce does, without an exchange.
+    its share of none, as an empty allreduce does, once every rank has given it empty
+    too (a rank whose tensor is not empty fails it at once on every rank).
     ``process_set``: among its members, the rows split in set-rank order."""
     c = _need()
     name = _name_or_none(name)
@@ -368,20 +370,23 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
     istorch, x, dev, shape = _rows_in(tensor, "reducescatter", what)
     row, n = math.prod(shape[1:]), math.prod(shape)
     carrier = _sc_dtype(x)
-    if not n:  # no elements: this rank's rows of nothing, as Horovod's (and allreduce's)
-        rows = shape[0] // ps.size + (ps.rank < shape[0] % ps.size)
-        return Handle(c, None, 0, lambda: _empty_rows((rows,) + shape[1:], x, istorch, dev),
-                      kind="reducescatter")
-    e = _acquire(c, name, "reducescatter", carrier, n,
-                 _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, pset)
-    try:
-        if istorch:
-            e.tdata().view(shape).copy_(x)
-        else:
-            np.copyto(e.data.reshape(shape), x, casting="unsafe")
-    except BaseException:
-        e.inflight = False
-        raise
+    key = _with_src(_opts_key(None, 0.0, 0.0, None, False), x)
+    if not n:
+        # no elements: this rank's rows of nothing, as Horovod's (and allreduce's), after
+        # a reduce-scatter of a one-element stand-in given the empty shape, so that ranks
+        # whose tensor is not empty fail at once as a mismatch (as _start_empty)
+        e = _empty_entry(c, x, name, "reducescatter", carrier, key, pset)
+        row = 1
+    else:
+        e = _acquire(c, name, "reducescatter", carrier, n, key, 0, None, pset)
+        try:
+            if istorch:
+                e.tdata().view(shape).copy_(x)
+            else:
+                np.copyto(e.data.reshape(shape), x, casting="unsafe")
+        except BaseException:
+            e.inflight = False
+            raise
     lib = _lib.load()
     h = _lib.c_handle()
     _give_shape(e, shape)
@@ -392,6 +397,9 @@ def reducescatter_async(tensor, op=ReduceOp.AVERAGE, name=None, process_set=None
         raise _error(st, "reducescatter of tensor '%s'" % e.name, e.name)
 
     def finish():
+        if not n:  # the stand-in's row is not this rank's: its rows of nothing
+            rows = shape[0] // ps.size + (ps.rank < shape[0] % ps.size)
+            return _empty_rows((rows,) + shape[1:], x, istorch, dev)
         got = lib.sc_tensor_result_nnz(e.ptr)
         return _rows_out(e, got, (got // row,) + shape[1:], x.dtype, dev)
 

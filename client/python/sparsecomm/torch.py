@@ -602,33 +602,18 @@ class _GroupHandle:
     __call__ = wait
 
 
-def _group(start, tensors, name, alone=None):
+def _group(start, tensors, name):
     """Starts start(tensor, member name) for every tensor as one group
     (sparsecomm.grouped_start; member i of a named group is name.i, an unnamed group's
-    members are unnamed).  A member refused at its start raises its error.  ``alone``:
-    which tensors are started outside the group, as operations the daemons never see (an
-    empty allreduce, whose result is made here), so that the group counts only the
-    members that submit."""
+    members are unnamed).  A member refused at its start raises its error.  An empty
+    tensor is a member as any other (its one-element stand-in submits: a rank whose
+    member is not empty fails the group at once as a mismatch naming each shape)."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("a grouped operation needs at least one tensor")
     names = [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
-    out = [None] * len(tensors)
-    grouped = [i for i, t in enumerate(tensors) if not (alone and alone(t))]
-    if grouped:
-        hs = _sc.grouped_start([(lambda t=tensors[i], n=names[i]: start(t, n))
-                                for i in grouped])
-        for i, h in zip(grouped, hs):
-            out[i] = h
-    for i, t in enumerate(tensors):
-        if out[i] is None:
-            out[i] = start(t, names[i])
-    return _GroupHandle(out)
-
-
-def _empty_dense(t):
-    """A dense tensor without elements: its allreduce completes here (allreduce_async)."""
-    return _sc._is_torch(t) and not t.is_sparse and t.numel() == 0
+    return _GroupHandle(_sc.grouped_start([(lambda t=t, n=n: start(t, n))
+                                           for t, n in zip(tensors, names)]))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -639,7 +624,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     return _group(lambda t, n: allreduce_async(t, average, n, op, prescale_factor,
                                                postscale_factor, process_set,
                                                compression=compression, **kw),
-                  tensors, name, _empty_dense)
+                  tensors, name)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -649,7 +634,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _group(lambda t, n: allreduce_async_(t, average, n, op, prescale_factor,
                                                 postscale_factor, process_set,
                                                 compression=compression, **kw),
-                  tensors, name, _empty_dense)
+                  tensors, name)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
@@ -704,7 +689,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
                                 compression=Compression.none):
     return _group(lambda t, n: reducescatter_async(t, n, op, process_set, prescale_factor,
                                                    postscale_factor, compression=compression),
-                  tensors, name, _empty_dense)
+                  tensors, name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
