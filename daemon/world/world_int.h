@@ -61,6 +61,10 @@ typedef struct scd_peer {
 	 * the world re-forms (stream.c, reform_hold), and the last of them in number order */
 	int n_reform_held;
 	struct scd_held *reform_tail;
+	/* the coordinator: when the node's daemon, joining again while the world re-forms,
+	 * was first found to have sent messages of the world left that have not come (0:
+	 * none missing; stream.c, scd_world_reform_unread) */
+	uint64_t reform_gap_ms;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -360,6 +364,12 @@ void scd_world_reform_replay(scd_world_t *w);
  * node held (held.c). */
 void scd_world_coord_formed(scd_world_t *w);
 void scd_world_reform_drop(scd_world_t *w, int rank, int body_case);
+/* The coordinator, a node's daemon joining again while the world re-forms, which sent it
+ * messages numbered up to last in world (its Join's old_world, old_last_seq): 1 when some
+ * have not come, and the Join waits (the node sends them again each heartbeat, then its
+ * Join), or, missing for peer_timeout_ms, the node is given up, as a gap in a formed
+ * world's stream gives it up; 0 when every one came (or world is not the world left). */
+int scd_world_reform_unread(scd_world_t *w, int rank, uint64_t world, uint64_t last);
 /* held.c: a message of this node to the coordinator while the world re-forms, held in
  * its place among the announcements and abandons queued (degraded: a state change's;
  * arg: a barrier's number, a join's last rank; reason: a state change's, a trainer's that

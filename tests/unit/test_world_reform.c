@@ -601,12 +601,14 @@ UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
 	fixture_free(&f);
 }
 
-/* Node 1's Join as its daemon sends it while the world re-forms (world.c, send_join). */
-static Sparsecomm__PeerMsg *node_join_sent(void)
+/* Node 1's Join as its daemon sends it while the world re-forms (world.c, send_join),
+ * after it sent the coordinator `sent` messages in the world left (id 100). */
+static Sparsecomm__PeerMsg *node_join_sent(uint64_t sent)
 {
 	fixture_t nf;
 	unit_mesh_t mesh;
 	fixture_make(&nf, 1);
+	nf.d.world->peers[0].tx_seq = sent;
 	node_reforms(&nf, &mesh);
 	scd_world_t *w = nf.d.world;
 	memcpy(w->peers[1].blob, w->endpoint->blob, w->endpoint->blob_len);
@@ -629,22 +631,30 @@ static Sparsecomm__PeerMsg *node_join_sent(void)
  * on every rank once the world has formed, as when a node is found lost. Kept, the new
  * daemon's node was joined: its share zeros on every other rank while its new trainers
  * submitted steps of their own, which then paired with the others' next ones. */
-UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
+/* The coordinator (fixture_make) with its data-plane endpoint and its peer pipe: a world
+ * can form. */
+static void coord_make(fixture_t *f, unit_mesh_t *mesh)
 {
-	Sparsecomm__PeerMsg *join = node_join_sent();
-	fixture_t f;
-	unit_mesh_t mesh;
-	fixture_make(&f, 0);
-	scd_world_t *w = f.d.world;
-	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", 2, 300), SC_OK);
-	w->tops = mesh.ep[0]->ops;
-	w->endpoint = mesh.ep[0];
-	mesh.ep[0] = NULL;
+	fixture_make(f, 0);
+	scd_world_t *w = f->d.world;
+	CHECK_EQ_INT(unit_mesh_prepare(mesh, "tcp", 2, 300), SC_OK);
+	w->tops = mesh->ep[0]->ops;
+	w->endpoint = mesh->ep[0];
+	mesh->ep[0] = NULL;
 	memcpy(w->peers[0].blob, w->endpoint->blob, w->endpoint->blob_len);
 	w->peers[0].blob_len = w->endpoint->blob_len;
 	uint8_t key[32] = {0};
-	w->pipe = scd_pipe_new(&f.loop, 0, 2, key, 0, pipe_msg, w);
+	w->pipe = scd_pipe_new(&f->loop, 0, 2, key, 0, pipe_msg, w);
 	CHECK_TRUE(w->pipe != NULL);
+}
+
+UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(0);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
 	join_from_node(w, 1, 100); /* node 1's trainers joined; node 0's have not */
 	CHECK_TRUE(w->join_count == 1 && w->peers[1].join_seq);
 	coord_reform(w);
@@ -661,6 +671,73 @@ UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
 		  "node 1's new daemon counted as joined (%d joined)", (int)w->join_count);
 	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
 		   !w->peers[1].degraded);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+}
+
+/* Node 1 reported a failed step of 'u' (its message 1 of the world left) and then its
+ * state (2); the world re-forms, the node sends both again as its pipe closes, then its
+ * Join, and the coordinator channel resets after 1 went: only 2 and the Join come. The
+ * Join says node 1 sent 2 in the world left: it waits for 1, which comes again at the
+ * node's next heartbeat, with its Join after it; the world forms then, and the report is
+ * read. Let in at once, the world formed without it, and node 1 then discarded its copy:
+ * the step went unanswered (its trainers' next step paired with the others' failed one). */
+UNIT_TEST(world_reform_join_waits_for_the_old_world_messages_lost)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(2);
+	CHECK_MSG(join->join->old_world == 100 && join->join->old_last_seq == 2,
+		  "node 1's Join says world %llu, message %llu",
+		  (unsigned long long)join->join->old_world,
+		  (unsigned long long)join->join->old_last_seq);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	w->peers[1].degraded = 1; /* a step of 'u' failed while node 1 was degraded */
+	late_record(w, "u", 0, 1);
+	coord_reform(w);
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(!w->formed, "the world formed without node 1's message 1 of the world left");
+	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED);
+	ready_from_node(w, NULL, "u", 1, 100); /* sent again at its heartbeat */
+	ready_from_node(w, NULL, "u", 1, 100); /* and again: once */
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(w->formed, "the world did not form once node 1's messages came");
+	CHECK_MSG(late_find(w, 1, "u") == NULL,
+		  "node 1's report of the failed step went unread");
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+}
+
+/* ... and when message 1 has not come within peer_timeout_ms of the first Join that
+ * lacked it (the node's copy was dropped over its bound, or the channel lost it again
+ * and again), node 1 is given up, naming the numbers, as a gap in a formed world's stream
+ * gives its sender up; the world does not form without it. */
+UNIT_TEST(world_reform_join_old_world_gap_gives_the_node_up)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(2);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_TRUE(!w->formed && w->peers[1].reform_gap_ms);
+	w->peers[1].reform_gap_ms =
+	    scd_now_ms() - (uint64_t)scd_cfg_int(&f.d.cfg, SCD_CFG_peer_timeout_ms) - 1;
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_LOST,
+		  "node 1 kept (state %d, world formed %d)", (int)w->peers[1].state, w->formed);
+	CHECK_MSG(strstr(w->peers[1].gone_reason, "messages 1 to 2"), "reason: %s",
+		  w->peers[1].gone_reason);
+	CHECK_TRUE(!w->formed && w->reform_held == NULL && w->n_joined == 1);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m == NULL, "the coordinator sent message %d", m ? (int)m->body_case : 0);
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
 	unit_mesh_release(&mesh);
 	fixture_free(&f);
 }
