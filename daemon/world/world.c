@@ -492,6 +492,9 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		    w, j->rank,
 		    "another daemon of the rank joined while the world re-formed (its "
 		    "daemon started again)");
+	/* the same daemon that never held the world left (its Join names an older one)
+	 * read none of it: an end of its joins sent there goes to it again */
+	scd_join_rejoined(w, j->rank, same && w->world_id && j->old_world != w->world_id);
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();

@@ -742,6 +742,53 @@ UNIT_TEST(world_reform_join_old_world_gap_gives_the_node_up)
 	fixture_free(&f);
 }
 
+/* Node 1's and node 0's trainers joined in world 100, whose end went to node 1, and the
+ * world re-forms; node 1's daemon joins again naming old_world as the world it leaves.
+ * What the coordinator sends node 1 once the world has formed (NULL: nothing). */
+static Sparsecomm__PeerMsg *join_end_after_rejoin(uint64_t old_world)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(0);
+	join->join->old_world = old_world;
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	join_from_node(w, 1, 100);
+	coord_node_joined(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_TRUE(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	coord_reform(w);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	CHECK_MSG(w->formed, "the world did not form with node 1");
+	m = next_sent(&f);
+	Sparsecomm__PeerMsg *more = next_sent(&f);
+	CHECK_MSG(more == NULL, "message %d after %d", more ? (int)more->body_case : 0,
+		  m ? (int)m->body_case : 0);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+	return m;
+}
+
+/* The coordinator channel lost world 100's WorldInfo to node 1 (a reset), and the world
+ * re-formed before node 1 held it: node 1 discarded the end of its join, numbered in world
+ * 100, and its Join names the world before (50). The end goes to it again once the world
+ * has formed, after the WorldInfo; sent once, its trainers waited in their join for good,
+ * the others' ended. A node that held world 100 (its Join names it) read the end: it is
+ * not sent again, where it would end the node's next join. */
+UNIT_TEST(world_reform_join_end_lost_with_a_world_sent_again)
+{
+	Sparsecomm__PeerMsg *m = join_end_after_rejoin(50);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "node 1 never heard the end of its join (message %d)",
+		  m ? (int)m->body_case : 0);
+	CHECK_TRUE(m->join_done->status == SC_OK && m->join_done->last_rank == 0);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	m = join_end_after_rejoin(100);
+	CHECK_MSG(m == NULL, "the end went again to node 1, which held the world it was in");
+}
+
 /* Node 1's data-plane failure of the world left, read while the world re-forms, is of a
  * mesh that is gone: once the world has formed it re-forms nothing. */
 UNIT_TEST(world_reform_old_mesh_failure_not_counted)
