@@ -435,8 +435,8 @@ void scd_world_reform_replay(scd_world_t *w)
 	}
 }
 
-/* The coordinator, while the world re-forms: the node's message seq of the world left has
- * been read (held, or handled: a heartbeat, a join its end had ended). The stream's next
+/* While the world re-forms: the peer's message seq of the world left has been read (on the
+ * coordinator held, or handled: a heartbeat, a join its end had ended). The stream's next
  * number passes it when it is the next, and the held ones after it that follow on: every
  * message before rx_next has come, which is what a Join is checked against
  * (scd_world_reform_unread). A copy that comes again after is dropped as one that came
