@@ -447,11 +447,20 @@ static void reform_read(scd_world_t *w, int from, uint64_t seq)
 	if (seq != p->rx_next)
 		return;
 	p->rx_next++;
-	if (!p->reform_tail || p->reform_tail->m->seq < p->rx_next)
-		return; /* none held ahead: they come in order */
-	for (scd_held_t *h = w->reform_held; h; h = h->next)
-		if (h->from == from && h->m->seq == p->rx_next)
-			p->rx_next++;
+	if (p->reform_tail && p->reform_tail->m->seq >= p->rx_next) /* held ahead */
+		for (scd_held_t *h = w->reform_held; h; h = h->next)
+			if (h->from == from && h->m->seq == p->rx_next)
+				p->rx_next++;
+	/* what the formed world held ahead of a gap, now read: not a gap that never fills
+	 * (scd_world_stream_tick) */
+	while (p->held && p->held->m->seq < p->rx_next) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		p->n_held--;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+	p->held_since_ms = scd_now_ms();
 }
 
 int scd_world_reform_unread(scd_world_t *w, int rank, uint64_t world, uint64_t last)

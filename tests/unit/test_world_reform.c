@@ -332,6 +332,31 @@ UNIT_TEST(world_reform_hold_past_its_bound_gives_the_node_up)
 	fixture_free(&f);
 }
 
+/* Node 1's message 2 came ahead of 1 in the formed world (held for its turn) as the world
+ * re-formed; while it re-forms both come again and are read. Message 2 held ahead of a gap
+ * in the world left is read too: kept, once peer_timeout_ms had passed since it came (a
+ * Join that waits for the node's messages, scd_world_reform_unread) node 1 was given up
+ * for a gap that had filled. */
+UNIT_TEST(world_reform_read_frees_what_the_world_left_held_ahead)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	state_from_node(w, 0, 2, 100);
+	CHECK_TRUE(w->peers[1].n_held == 1);
+	coord_reform(w);
+	ready_from_node(w, NULL, "u", 1, 100);
+	state_from_node(w, 0, 2, 100);
+	CHECK_TRUE(w->peers[1].rx_next == 3);
+	w->peers[1].held_since_ms =
+	    scd_now_ms() - (uint64_t)scd_cfg_int(&f.d.cfg, SCD_CFG_peer_timeout_ms) - 1;
+	scd_world_stream_tick(w);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED,
+		  "node 1 given up for messages it sent: %s", w->peers[1].gone_reason);
+	CHECK_TRUE(w->peers[1].held == NULL && w->peers[1].n_held == 0);
+	fixture_free(&f);
+}
+
 /* ---- a node ------------------------------------------------------------------------- */
 
 static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
