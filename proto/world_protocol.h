@@ -32,10 +32,12 @@
  * re-forms the world, and every rank fails what was in flight with that one reason.
  * 15: NodeState.no_trainers: a node's last trainer ended its session cleanly, and the
  * coordinator forgets the late steps it kept for the node's trainers.
+ * 16: Join carries the world the daemon leaves and its last message's number in it
+ * (old_world, old_last_seq): the coordinator lets it in once it has read them all.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 15
+#define SCD_WORLD_PROTOCOL_VERSION 16
 
 #endif

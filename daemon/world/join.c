@@ -33,8 +33,11 @@ void scd_join_fill(scd_world_t *w, scd_centry_t *e)
 		}
 }
 
-/* Ends the joins on every rank (the coordinator's own included) and starts anew. */
-static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const char *error)
+/* The end of joins (last_rank, st, error) to rank (-1: every rank, the coordinator's own
+ * included), in a formed world: the first of the world is kept (scd_join_rejoined), and
+ * a NodeJoin a node sent before it read this end is judged by its number. */
+static void join_send_end(scd_world_t *w, int rank, int last_rank, sc_status_t st,
+			  const char *error)
 {
 	Sparsecomm__PeerMsg msg = SPARSECOMM__PEER_MSG__INIT;
 	Sparsecomm__JoinDone jd = SPARSECOMM__JOIN_DONE__INIT;
@@ -43,6 +46,24 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 	jd.error = (char *)(error ? error : "");
 	msg.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN_DONE;
 	msg.join_done = &jd;
+	if (w->join_sent_world != w->world_id) {
+		w->join_sent_world = w->world_id;
+		w->join_sent_last = last_rank;
+		w->join_sent_status = st;
+		snprintf(w->join_sent_error, sizeof(w->join_sent_error), "%s", jd.error);
+	}
+	if (rank < 0)
+		scd_world_send_all(w, &msg);
+	else
+		scd_world_send_peer(w, rank, &msg);
+	for (int r = 0; r < w->d->world_size; r++)
+		if (r != w->d->rank && (rank < 0 || r == rank))
+			w->peers[r].join_end_seq = w->peers[r].tx_seq;
+}
+
+/* Ends the joins on every rank (the coordinator's own included) and starts anew. */
+static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const char *error)
+{
 	w->join_count = 0;
 	for (int r = 0; r < w->d->world_size; r++)
 		w->peers[r].join_seq = 0;
@@ -59,14 +80,43 @@ static void join_conclude(scd_world_t *w, int last_rank, sc_status_t st, const c
 		scd_world_reform_drop(w, -1, SPARSECOMM__PEER_MSG__BODY_NODE_JOIN);
 		return;
 	}
-	scd_world_send_all(w, &msg);
-	for (int r = 0; r < w->d->world_size; r++)
-		if (r != w->d->rank)
-			w->peers[r].join_end_seq = w->peers[r].tx_seq;
+	join_send_end(w, -1, last_rank, st, error);
+}
+
+void scd_join_rejoined(scd_world_t *w, int rank, int missed)
+{
+	scd_peer_t *p = &w->peers[rank];
+	/* an end sent it in the world left (numbered there): the first ended its joins */
+	p->join_end_owed = missed && p->join_end_seq && w->join_sent_world == w->world_id;
+}
+
+/* The ends owed to nodes that never held the world they were sent in, to each alone:
+ * sent once, a node's trainers waited in their join for good, the others' having ended.
+ * An end of the joins met while the world re-formed, which goes to every node, ends
+ * theirs as well. */
+static void join_send_owed(scd_world_t *w, int pending)
+{
+	char error[sizeof(w->join_sent_error)];
+	snprintf(error, sizeof(error), "%s", w->join_sent_error);
+	int last = w->join_sent_last;
+	sc_status_t st = (sc_status_t)w->join_sent_status;
+	for (int r = 0; r < w->d->world_size; r++) {
+		if (!w->peers[r].join_end_owed)
+			continue;
+		w->peers[r].join_end_owed = 0;
+		if (pending)
+			continue;
+		scd_info(SCD_SUB_NEGOTIATE,
+			 "node %d never held the world in which its joins ended: their end "
+			 "goes to it again",
+			 r);
+		join_send_end(w, r, last, st, error);
+	}
 }
 
 void scd_join_formed(scd_world_t *w)
 {
+	join_send_owed(w, w->join_end_pending);
 	if (!w->join_end_pending)
 		return;
 	char error[sizeof(w->join_end_error)];

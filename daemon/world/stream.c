@@ -30,7 +30,13 @@
  * until the new world has formed (reform_hold: at most SCD_HELD_MAX per node, one more
  * gives the node up), then handled first, in order and once (scd_world_reform_replay),
  * as of the world left (a barrier's enter and a data-plane failure of that world are not
- * counted in the new one).
+ * counted in the new one). The coordinator acknowledges none of them meanwhile, so the
+ * node sends them again each heartbeat until the new world forms and it discards its
+ * copies; its Join says the last number it sent in the world left, and the coordinator
+ * lets it in only once every message up to that one has come (scd_world_reform_unread:
+ * a reset channel lost some after they were sent again, and the world formed without a
+ * failed step the node reported), giving the node up when they have not come within
+ * peer_timeout_ms, as a gap in a formed world's stream does.
  *
  * WorldInfo starts the streams and is not numbered: the coordinator keeps it and sends it
  * again at each heartbeat to a node that has sent nothing numbered in its world yet
@@ -319,6 +325,7 @@ void scd_world_streams_reset(scd_world_t *w)
 		scd_world_stream_free(&w->peers[r]);
 		w->peers[r].tx_seq = w->peers[r].join_end_seq = 0;
 		w->peers[r].rx_next = 1;
+		w->peers[r].reform_gap_ms = 0;
 	}
 }
 
@@ -428,6 +435,66 @@ void scd_world_reform_replay(scd_world_t *w)
 	}
 }
 
+/* While the world re-forms: the peer's message seq of the world left has been read (on the
+ * coordinator held, or handled: a heartbeat, a join its end had ended). The stream's next
+ * number passes it when it is the next, and the held ones after it that follow on: every
+ * message before rx_next has come, which is what a Join is checked against
+ * (scd_world_reform_unread). A copy that comes again after is dropped as one that came
+ * both ways. */
+static void reform_read(scd_world_t *w, int from, uint64_t seq)
+{
+	scd_peer_t *p = &w->peers[from];
+	if (seq != p->rx_next)
+		return;
+	p->rx_next++;
+	if (p->reform_tail && p->reform_tail->m->seq >= p->rx_next) /* held ahead */
+		for (scd_held_t *h = w->reform_held; h; h = h->next)
+			if (h->from == from && h->m->seq == p->rx_next)
+				p->rx_next++;
+	/* what the formed world held ahead of a gap, now read: not a gap that never fills
+	 * (scd_world_stream_tick) */
+	while (p->held && p->held->m->seq < p->rx_next) {
+		scd_held_t *h = p->held;
+		p->held = h->next;
+		p->n_held--;
+		sparsecomm__peer_msg__free_unpacked(h->m, NULL);
+		free(h);
+	}
+	p->held_since_ms = scd_now_ms();
+}
+
+int scd_world_reform_unread(scd_world_t *w, int rank, uint64_t world, uint64_t last)
+{
+	scd_peer_t *p = &w->peers[rank];
+	if (w->formed || !world || world != w->world_id || last < p->rx_next) {
+		p->reform_gap_ms = 0;
+		return 0;
+	}
+	uint64_t now = scd_now_ms();
+	uint64_t timeout = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms);
+	if (!p->reform_gap_ms)
+		p->reform_gap_ms = now;
+	if (now - p->reform_gap_ms <= timeout) {
+		scd_warn_limited(SCD_SUB_WORLD,
+				 "rank %d joins again before its peer messages %llu to %llu of "
+				 "the world left came: it is let in once they have (it sends "
+				 "them again each heartbeat)",
+				 rank, (unsigned long long)p->rx_next,
+				 (unsigned long long)last);
+		return 1;
+	}
+	char why[200];
+	snprintf(why, sizeof(why),
+		 "its peer messages %llu to %llu of the world left never came within "
+		 "peer_timeout_ms (%llu ms) while the world re-formed",
+		 (unsigned long long)p->rx_next, (unsigned long long)last,
+		 (unsigned long long)timeout);
+	p->reform_gap_ms = 0;
+	scd_world_reform_drop(w, rank, 0);
+	scd_live_lost(w, rank, why);
+	return 1;
+}
+
 void scd_world_reform_drop(scd_world_t *w, int rank, int body_case)
 {
 	for (scd_held_t **pp = &w->reform_held; *pp;) {
@@ -471,10 +538,12 @@ int scd_world_deliver(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		return 0; /* came both ways (also while the world re-forms: the pipes closed by
 			   * the Reform send what was not acknowledged again) */
 	if (!w->formed) {
-		if (reform_hold(w, from, m))
-			return 1;
-		scd_world_handle(w, from, ident, ident_len, m);
-		return 0;
+		uint64_t seq = m->seq; /* m is the list's, or freed, once held */
+		int held = reform_hold(w, from, m);
+		if (!held)
+			scd_world_handle(w, from, ident, ident_len, m);
+		reform_read(w, from, seq);
+		return held;
 	}
 	if (m->seq > p->rx_next) {
 		scd_held_t *h = p->n_held < SCD_HELD_MAX ? malloc(sizeof(*h)) : NULL,

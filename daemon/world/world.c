@@ -205,6 +205,11 @@ static void send_join(scd_world_t *w)
 	j.transport_blob.len = self->blob_len;
 	j.host_id = self->host.id;
 	j.cores = self->host.cores;
+	/* the world left and the last message sent the coordinator in it, which discards
+	 * none of them before it has read them all (stream.c, scd_world_reform_unread):
+	 * this node discards its copies once the new world has formed */
+	j.old_world = w->world_id;
+	j.old_last_seq = w->peers[0].tx_seq;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
 	scd_world_send_raw(w, NULL, 0, &m);
@@ -487,6 +492,9 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		    w, j->rank,
 		    "another daemon of the rank joined while the world re-formed (its "
 		    "daemon started again)");
+	/* the same daemon that never held the world left (its Join names an older one)
+	 * read none of it: an end of its joins sent there goes to it again */
+	scd_join_rejoined(w, j->rank, same && w->world_id && j->old_world != w->world_id);
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();
@@ -593,6 +601,16 @@ static void on_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 			 (long long)scd_cfg_int(&d->cfg, SCD_CFG_peer_timeout_ms));
 	} else if (w->peers[j->rank].joined) {
 		snprintf(why, sizeof(why), "rank %d has already joined", j->rank);
+	} else if (w->peers[j->rank].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED &&
+		   w->peers[j->rank].ident_len == ident_len &&
+		   !memcmp(w->peers[j->rank].ident, ident, ident_len) &&
+		   scd_world_reform_unread(w, j->rank, j->old_world, j->old_last_seq)) {
+		/* the same daemon joins again before every message it sent in the world left
+		 * came (the coordinator channel reset and lost them): it would discard them
+		 * once the world has formed, and a failed step it reported would go unread,
+		 * its trainers' next step paired with the others' step that failed. Let in
+		 * once they have come, or given up (stream.c) */
+		return;
 	} else {
 		accept_join(w, ident, ident_len, j);
 		return;

@@ -25,6 +25,10 @@ typedef struct scd_peer {
 	/* the number of the last JoinDone sent to it (coordinator): a NodeJoin that
 	 * acknowledges less was sent before the node read that end, which ends the join */
 	uint64_t join_end_seq;
+	/* the daemon joined again while the world re-formed without ever holding the world
+	 * left, so it read none of it: the end of its joins sent in that world is sent it
+	 * again once the world has formed (coordinator, join.c: scd_join_rejoined) */
+	int join_end_owed;
 	uint64_t degraded_seq; /* when it became degraded (the coordinator's count) */
 	char degraded_reason[256];
 	uint8_t ident[256];
@@ -61,6 +65,10 @@ typedef struct scd_peer {
 	 * the world re-forms (stream.c, reform_hold), and the last of them in number order */
 	int n_reform_held;
 	struct scd_held *reform_tail;
+	/* the coordinator: when the node's daemon, joining again while the world re-forms,
+	 * was first found to have sent messages of the world left that have not come (0:
+	 * none missing; stream.c, scd_world_reform_unread) */
+	uint64_t reform_gap_ms;
 } scd_peer_t;
 
 /* A name announced by some ranks (coordinator only), in arrival order. */
@@ -263,6 +271,12 @@ struct scd_world {
 	int join_end_pending, join_end_last;
 	int32_t join_end_status;
 	char join_end_error[512];
+	/* the first end of joins sent in world join_sent_world (join.c): a node that never
+	 * held that world is owed it (join_end_owed) */
+	uint64_t join_sent_world;
+	int join_sent_last;
+	int32_t join_sent_status;
+	char join_sent_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
 };
 
@@ -302,6 +316,11 @@ void scd_join_on_left(scd_world_t *w, int rank, const char *reason);
 /* The coordinator, the world formed: the end of the joins met while it re-formed goes to
  * every rank now (a node not joined again then would never hear it). */
 void scd_join_formed(scd_world_t *w);
+/* The coordinator, rank's daemon joined again while the world re-forms; missed: it never
+ * held the world left (its Join names an older one: the coordinator channel lost that
+ * world's WorldInfo), so it discarded all of that world's messages, and an end of joins
+ * sent it there is sent it again once the world has formed (scd_join_formed). */
+void scd_join_rejoined(scd_world_t *w, int rank, int missed);
 /* Lets joined nodes stand in for an announcement of e (coordinator): each takes the
  * attributes of a rank that announced it. */
 void scd_join_fill(scd_world_t *w, scd_centry_t *e);
@@ -360,6 +379,12 @@ void scd_world_reform_replay(scd_world_t *w);
  * node held (held.c). */
 void scd_world_coord_formed(scd_world_t *w);
 void scd_world_reform_drop(scd_world_t *w, int rank, int body_case);
+/* The coordinator, a node's daemon joining again while the world re-forms, which sent it
+ * messages numbered up to last in world (its Join's old_world, old_last_seq): 1 when some
+ * have not come, and the Join waits (the node sends them again each heartbeat, then its
+ * Join), or, missing for peer_timeout_ms, the node is given up, as a gap in a formed
+ * world's stream gives it up; 0 when every one came (or world is not the world left). */
+int scd_world_reform_unread(scd_world_t *w, int rank, uint64_t world, uint64_t last);
 /* held.c: a message of this node to the coordinator while the world re-forms, held in
  * its place among the announcements and abandons queued (degraded: a state change's;
  * arg: a barrier's number, a join's last rank; reason: a state change's, a trainer's that

@@ -332,6 +332,31 @@ UNIT_TEST(world_reform_hold_past_its_bound_gives_the_node_up)
 	fixture_free(&f);
 }
 
+/* Node 1's message 2 came ahead of 1 in the formed world (held for its turn) as the world
+ * re-formed; while it re-forms both come again and are read. Message 2 held ahead of a gap
+ * in the world left is read too: kept, once peer_timeout_ms had passed since it came (a
+ * Join that waits for the node's messages, scd_world_reform_unread) node 1 was given up
+ * for a gap that had filled. */
+UNIT_TEST(world_reform_read_frees_what_the_world_left_held_ahead)
+{
+	fixture_t f;
+	fixture_make(&f, 0);
+	scd_world_t *w = f.d.world;
+	state_from_node(w, 0, 2, 100);
+	CHECK_TRUE(w->peers[1].n_held == 1);
+	coord_reform(w);
+	ready_from_node(w, NULL, "u", 1, 100);
+	state_from_node(w, 0, 2, 100);
+	CHECK_TRUE(w->peers[1].rx_next == 3);
+	w->peers[1].held_since_ms =
+	    scd_now_ms() - (uint64_t)scd_cfg_int(&f.d.cfg, SCD_CFG_peer_timeout_ms) - 1;
+	scd_world_stream_tick(w);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED,
+		  "node 1 given up for messages it sent: %s", w->peers[1].gone_reason);
+	CHECK_TRUE(w->peers[1].held == NULL && w->peers[1].n_held == 0);
+	fixture_free(&f);
+}
+
 /* ---- a node ------------------------------------------------------------------------- */
 
 static void pipe_msg(void *ctx, int from, const uint8_t *data, size_t len) {}
@@ -601,12 +626,14 @@ UNIT_TEST(world_reform_old_join_ends_on_every_node_once)
 	fixture_free(&f);
 }
 
-/* Node 1's Join as its daemon sends it while the world re-forms (world.c, send_join). */
-static Sparsecomm__PeerMsg *node_join_sent(void)
+/* Node 1's Join as its daemon sends it while the world re-forms (world.c, send_join),
+ * after it sent the coordinator `sent` messages in the world left (id 100). */
+static Sparsecomm__PeerMsg *node_join_sent(uint64_t sent)
 {
 	fixture_t nf;
 	unit_mesh_t mesh;
 	fixture_make(&nf, 1);
+	nf.d.world->peers[0].tx_seq = sent;
 	node_reforms(&nf, &mesh);
 	scd_world_t *w = nf.d.world;
 	memcpy(w->peers[1].blob, w->endpoint->blob, w->endpoint->blob_len);
@@ -629,22 +656,30 @@ static Sparsecomm__PeerMsg *node_join_sent(void)
  * on every rank once the world has formed, as when a node is found lost. Kept, the new
  * daemon's node was joined: its share zeros on every other rank while its new trainers
  * submitted steps of their own, which then paired with the others' next ones. */
-UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
+/* The coordinator (fixture_make) with its data-plane endpoint and its peer pipe: a world
+ * can form. */
+static void coord_make(fixture_t *f, unit_mesh_t *mesh)
 {
-	Sparsecomm__PeerMsg *join = node_join_sent();
-	fixture_t f;
-	unit_mesh_t mesh;
-	fixture_make(&f, 0);
-	scd_world_t *w = f.d.world;
-	CHECK_EQ_INT(unit_mesh_prepare(&mesh, "tcp", 2, 300), SC_OK);
-	w->tops = mesh.ep[0]->ops;
-	w->endpoint = mesh.ep[0];
-	mesh.ep[0] = NULL;
+	fixture_make(f, 0);
+	scd_world_t *w = f->d.world;
+	CHECK_EQ_INT(unit_mesh_prepare(mesh, "tcp", 2, 300), SC_OK);
+	w->tops = mesh->ep[0]->ops;
+	w->endpoint = mesh->ep[0];
+	mesh->ep[0] = NULL;
 	memcpy(w->peers[0].blob, w->endpoint->blob, w->endpoint->blob_len);
 	w->peers[0].blob_len = w->endpoint->blob_len;
 	uint8_t key[32] = {0};
-	w->pipe = scd_pipe_new(&f.loop, 0, 2, key, 0, pipe_msg, w);
+	w->pipe = scd_pipe_new(&f->loop, 0, 2, key, 0, pipe_msg, w);
 	CHECK_TRUE(w->pipe != NULL);
+}
+
+UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(0);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
 	join_from_node(w, 1, 100); /* node 1's trainers joined; node 0's have not */
 	CHECK_TRUE(w->join_count == 1 && w->peers[1].join_seq);
 	coord_reform(w);
@@ -663,6 +698,120 @@ UNIT_TEST(world_reform_another_daemon_of_a_joined_node_ends_the_join)
 		   !w->peers[1].degraded);
 	unit_mesh_release(&mesh);
 	fixture_free(&f);
+}
+
+/* Node 1 reported a failed step of 'u' (its message 1 of the world left) and then its
+ * state (2); the world re-forms, the node sends both again as its pipe closes, then its
+ * Join, and the coordinator channel resets after 1 went: only 2 and the Join come. The
+ * Join says node 1 sent 2 in the world left: it waits for 1, which comes again at the
+ * node's next heartbeat, with its Join after it; the world forms then, and the report is
+ * read. Let in at once, the world formed without it, and node 1 then discarded its copy:
+ * the step went unanswered (its trainers' next step paired with the others' failed one). */
+UNIT_TEST(world_reform_join_waits_for_the_old_world_messages_lost)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(2);
+	CHECK_MSG(join->join->old_world == 100 && join->join->old_last_seq == 2,
+		  "node 1's Join says world %llu, message %llu",
+		  (unsigned long long)join->join->old_world,
+		  (unsigned long long)join->join->old_last_seq);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	w->peers[1].degraded = 1; /* a step of 'u' failed while node 1 was degraded */
+	late_record(w, "u", 0, 1);
+	coord_reform(w);
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(!w->formed, "the world formed without node 1's message 1 of the world left");
+	CHECK_TRUE(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED);
+	ready_from_node(w, NULL, "u", 1, 100); /* sent again at its heartbeat */
+	ready_from_node(w, NULL, "u", 1, 100); /* and again: once */
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(w->formed, "the world did not form once node 1's messages came");
+	CHECK_MSG(late_find(w, 1, "u") == NULL,
+		  "node 1's report of the failed step went unread");
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+}
+
+/* ... and when message 1 has not come within peer_timeout_ms of the first Join that
+ * lacked it (the node's copy was dropped over its bound, or the channel lost it again
+ * and again), node 1 is given up, naming the numbers, as a gap in a formed world's stream
+ * gives its sender up; the world does not form without it. */
+UNIT_TEST(world_reform_join_old_world_gap_gives_the_node_up)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(2);
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	coord_reform(w);
+	state_from_node(w, 1, 2, 100);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_TRUE(!w->formed && w->peers[1].reform_gap_ms);
+	w->peers[1].reform_gap_ms =
+	    scd_now_ms() - (uint64_t)scd_cfg_int(&f.d.cfg, SCD_CFG_peer_timeout_ms) - 1;
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_LOST,
+		  "node 1 kept (state %d, world formed %d)", (int)w->peers[1].state, w->formed);
+	CHECK_MSG(strstr(w->peers[1].gone_reason, "messages 1 to 2"), "reason: %s",
+		  w->peers[1].gone_reason);
+	CHECK_TRUE(!w->formed && w->reform_held == NULL && w->n_joined == 1);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_MSG(m == NULL, "the coordinator sent message %d", m ? (int)m->body_case : 0);
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+}
+
+/* Node 1's and node 0's trainers joined in world 100, whose end went to node 1, and the
+ * world re-forms; node 1's daemon joins again naming old_world as the world it leaves.
+ * What the coordinator sends node 1 once the world has formed (NULL: nothing). */
+static Sparsecomm__PeerMsg *join_end_after_rejoin(uint64_t old_world)
+{
+	Sparsecomm__PeerMsg *join = node_join_sent(0);
+	join->join->old_world = old_world;
+	fixture_t f;
+	unit_mesh_t mesh;
+	coord_make(&f, &mesh);
+	scd_world_t *w = f.d.world;
+	join_from_node(w, 1, 100);
+	coord_node_joined(w);
+	Sparsecomm__PeerMsg *m = next_sent(&f);
+	CHECK_TRUE(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	coord_reform(w);
+	scd_world_handle(w, 1, w->peers[1].ident, w->peers[1].ident_len, join);
+	sparsecomm__peer_msg__free_unpacked(join, NULL);
+	CHECK_MSG(w->formed, "the world did not form with node 1");
+	m = next_sent(&f);
+	Sparsecomm__PeerMsg *more = next_sent(&f);
+	CHECK_MSG(more == NULL, "message %d after %d", more ? (int)more->body_case : 0,
+		  m ? (int)m->body_case : 0);
+	unit_mesh_release(&mesh);
+	fixture_free(&f);
+	return m;
+}
+
+/* The coordinator channel lost world 100's WorldInfo to node 1 (a reset), and the world
+ * re-formed before node 1 held it: node 1 discarded the end of its join, numbered in world
+ * 100, and its Join names the world before (50). The end goes to it again once the world
+ * has formed, after the WorldInfo; sent once, its trainers waited in their join for good,
+ * the others' ended. A node that held world 100 (its Join names it) read the end: it is
+ * not sent again, where it would end the node's next join. */
+UNIT_TEST(world_reform_join_end_lost_with_a_world_sent_again)
+{
+	Sparsecomm__PeerMsg *m = join_end_after_rejoin(50);
+	CHECK_MSG(m && m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE,
+		  "node 1 never heard the end of its join (message %d)",
+		  m ? (int)m->body_case : 0);
+	CHECK_TRUE(m->join_done->status == SC_OK && m->join_done->last_rank == 0);
+	sparsecomm__peer_msg__free_unpacked(m, NULL);
+	m = join_end_after_rejoin(100);
+	CHECK_MSG(m == NULL, "the end went again to node 1, which held the world it was in");
 }
 
 /* Node 1's data-plane failure of the world left, read while the world re-forms, is of a
