@@ -932,6 +932,32 @@ def broadcast_optimizer_state_between_backward_and_step():
 
 
 @check
+def broadcast_optimizer_state_between_backward_and_adasum_step():
+    # Adasum's local steps taken in backward are combined and applied by step() as they
+    # are without the broadcast: two like optimizers, one broadcast in between, step alike
+    # (without momentum: under Adasum each rank's momentum is its own, which the root's
+    # state replaces)
+    torch.manual_seed(23)
+    models = [torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [hvd.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+        op=hvd.Adasum, prefix="adasum%d." % i,
+        timeout=30) for i, m in enumerate(models)]
+    x = torch.arange(6, dtype=torch.float32).view(2, 3) * (R + 1)
+    for step in range(3):
+        for m, opt in zip(models, opts):
+            opt.zero_grad()
+            (m(x) ** 2).sum().backward()
+        hvd.broadcast_optimizer_state(opts[0], root_rank=0, name="adasum.inflight")
+        for opt in opts:
+            opt.step()
+        for (n, got), want in zip(models[0].named_parameters(), models[1].parameters()):
+            same(got.detach(), want.detach(), "Adasum: %s after step %d" % (n, step),
+                 rtol=1e-6)
+
+
+@check
 def broadcast_parameters_between_backward_and_step():
     # the parameters' broadcast does not touch the gradients being reduced
     def params(model, opt):
