@@ -878,6 +878,96 @@ def broadcast_optimizer_state_keeps_a_wrapped_schedulers_groups():
          "weights after the scheduled steps")
 
 
+def _steps_with_a_broadcast_in_flight(tag, between, passes=1, at=0, lr_of_rank=False):
+    """Three steps of a DistributedOptimizer (SGD with momentum; with ``lr_of_rank`` each
+    rank its own learning rate, which only rank 0's broadcast state makes 0.1) in which
+    ``between`` runs after backward pass ``at`` (from 0) of ``passes``: between two
+    passes, or after the last one while its reductions are in flight.  Every step must
+    apply the average of every rank's gradients, as a plain SGD given that average does
+    (the first step's optimizer has no state yet)."""
+    torch.manual_seed(17)
+    model = torch.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1 * (R + 1 if lr_of_rank else 1),
+                        momentum=0.9),
+        named_parameters=model.named_parameters(), backward_passes_per_step=passes,
+        prefix=tag + ".", timeout=30)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+
+    def loss(m, r, k):
+        x = torch.arange(6, dtype=torch.float32).view(2, 3) * (r + 1) + k
+        return (m(x) ** 2).sum()
+
+    for step in range(3):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for k in range(passes):
+            loss(model, R, k).backward()
+            if k == at:
+                between(model, opt)
+        for r in range(P):  # what every rank's passes add to the average
+            for k in range(passes):
+                (loss(ref, r, k) / P).backward()
+        opt.step()
+        ref_opt.step()
+        for (n, got), want in zip(model.named_parameters(), ref.parameters()):
+            same(got.detach(), want.detach(), "%s: %s after step %d" % (tag, n, step),
+                 rtol=1e-5)
+    assert opt.param_groups[0]["lr"] == 0.1, opt.param_groups[0]["lr"]
+
+
+@check
+def broadcast_optimizer_state_between_backward_and_step():
+    # Horovod's broadcast_optimizer_state leaves the reductions in flight and the passes
+    # counted as they are: step() applies them, on every rank, with or without state;
+    # with backward_passes_per_step=2, between the passes and after the last one
+    def bos(model, opt):
+        hvd.broadcast_optimizer_state(opt, root_rank=0, name="bos.inflight")
+
+    _steps_with_a_broadcast_in_flight("bos1", bos, lr_of_rank=True)
+    _steps_with_a_broadcast_in_flight("bos2", bos, passes=2, lr_of_rank=True)
+    _steps_with_a_broadcast_in_flight("bos2last", bos, passes=2, at=1, lr_of_rank=True)
+
+
+@check
+def broadcast_optimizer_state_between_backward_and_adasum_step():
+    # Adasum's local steps taken in backward are combined and applied by step() as they
+    # are without the broadcast: two like optimizers, one broadcast in between, step alike
+    # (without momentum: under Adasum each rank's momentum is its own, which the root's
+    # state replaces)
+    torch.manual_seed(23)
+    models = [torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [hvd.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+        op=hvd.Adasum, prefix="adasum%d." % i,
+        timeout=30) for i, m in enumerate(models)]
+    x = torch.arange(6, dtype=torch.float32).view(2, 3) * (R + 1)
+    for step in range(3):
+        for m, opt in zip(models, opts):
+            opt.zero_grad()
+            (m(x) ** 2).sum().backward()
+        hvd.broadcast_optimizer_state(opts[0], root_rank=0, name="adasum.inflight")
+        for opt in opts:
+            opt.step()
+        for (n, got), want in zip(models[0].named_parameters(), models[1].parameters()):
+            same(got.detach(), want.detach(), "Adasum: %s after step %d" % (n, step),
+                 rtol=1e-6)
+
+
+@check
+def broadcast_parameters_between_backward_and_step():
+    # the parameters' broadcast does not touch the gradients being reduced
+    def params(model, opt):
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0, prefix="bp.inflight.")
+
+    _steps_with_a_broadcast_in_flight("bp1", params)
+    _steps_with_a_broadcast_in_flight("bp2", params, passes=2)
+    _steps_with_a_broadcast_in_flight("bp2last", params, passes=2, at=1)
+
+
 @check
 def broadcast_state_with_a_parameter_without_gradient():
     class NoGrad(torch.nn.Module):

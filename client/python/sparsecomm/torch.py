@@ -880,6 +880,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.set_backward_passes_per_step(self.backward_passes_per_step)
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
+    def _load_state_keeping_reductions(self, state):
+        """The wrapped optimizer's load_state_dict() alone, for broadcast_optimizer_state:
+        the reductions in flight and the backward passes counted are kept, for step() to
+        apply, as Horovod's broadcast writes the root's values into the state and the
+        groups and resets nothing.  (Dropped, a rank's step() would submit its gradients
+        again, and those would meet the other ranks' of the next step.)"""
+        return super(self.__class__, self).load_state_dict(state)
+
     # -- per-parameter options --
     def _resolve(self, name, p):
         o = dict(self._defaults_sc)
@@ -1289,7 +1297,11 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None, *,
     ``process_set``: among its members, root_rank (a global rank) one of them
     (Horovod's third argument; a torch.nn.Module there, as some Horovod versions take a
     ``model``, is accepted and not needed).  A root that cannot produce its state fails every rank
-    with its reason, rather than leaving them waiting."""
+    with its reason, rather than leaving them waiting.  Called between backward() and
+    step() (or between the passes of backward_passes_per_step), it leaves a
+    DistributedOptimizer's reductions in flight and its passes counted as they are, for
+    step() to apply, as Horovod's: the optimizer's own load_state_dict() would drop
+    them."""
     if isinstance(process_set, torch.nn.Module):
         model, process_set = process_set, None
     _check_process_set(process_set, "broadcast_optimizer_state")
@@ -1320,7 +1332,7 @@ def _load_in_place(optimizer, state):
     made on that optimizer before it was wrapped sets the learning rate in those dicts;
     replaced, the scheduler would go on setting rates no step reads on this rank."""
     groups, kept = optimizer.param_groups, optimizer.state
-    optimizer.load_state_dict(state)
+    getattr(optimizer, "_load_state_keeping_reductions", optimizer.load_state_dict)(state)
     for old, new in zip(groups, optimizer.param_groups):
         old.update(new)
     kept.clear()
