@@ -8,6 +8,8 @@ mismatches Horovod refuses, through ``import sparsecomm.torch as hvd``.
 - A sparse tensor that the ranks give in different dtypes, layouts or dense shapes under
   one name fails at once on every rank, naming the tensor and what differs, and the next
   collective works.
+- A grouped allreduce with sparse tensors reduced by allgathers among its members
+  completes (they start outside the group), named or not.
 
 Prints `CHECK <name> ok` or `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
 import os
@@ -206,6 +208,30 @@ def sparse_forms_within_a_process_set():
     finally:
         hvd.remove_process_set(ps)
     still_works("ps")
+
+
+
+@check
+def grouped_allreduce_of_allgathered_sparse():
+    # a sparse tensor reduced by allgathers (float64, an integer dtype) among a grouped
+    # allreduce's members: its exchanges must not hold the group open
+    want = [r + 1.0 for r in range(P)] + [0.0]
+
+    def mine(dt):
+        return torch.sparse_coo_tensor([[R]], torch.tensor([R + 1], dtype=dt), (P + 1,))
+
+    for name in ("grouped.sp", None):
+        t0 = time.monotonic()
+        got = hvd.grouped_allreduce([mine(torch.float64), torch.ones(3), mine(torch.int64),
+                                     mine(torch.float32)], name=name, op=hvd.Sum, timeout=30)
+        took = time.monotonic() - t0
+        still_works("grouped.sp.%s" % name)
+        assert took < 15, "%s: took %.1f s" % (name, took)
+        assert [g.is_sparse for g in got] == [True, False, True, True], got
+        assert got[1].tolist() == [float(P)] * 3, got[1]
+        for g, dt in zip(got[::2], (torch.float64, torch.int64)):
+            assert g.dtype == dt and g.to_dense().tolist() == want, (name, g)
+        assert got[3].to_dense().tolist() == want, (name, got[3])
 
 
 sys.exit(1 if check.failed else 0)

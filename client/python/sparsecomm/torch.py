@@ -631,6 +631,22 @@ def _empty_dense(t):
     return _sc._is_torch(t) and not t.is_sparse and t.numel() == 0
 
 
+def _outside_group(kw):
+    """Which tensors of a grouped allreduce (options ``kw``) start outside its group: a
+    dense one without elements (_empty_dense), and a sparse one that _sparse_async
+    reduces by allgathers (not float32, float16 or bfloat16, nor sparse_as_dense).  Such
+    a tensor's exchanges, its form's and its parts' own group, each wait for every rank
+    before the next starts, so as a member it held the group open: the exchange of its
+    form joined the group and waited for members not yet submitted (SC_ERR_BUSY or a
+    stall).  Started after the group, it keeps its place in the results."""
+    as_dense = kw.get("sparse_as_dense", False)
+
+    def outside(t):
+        return _empty_dense(t) or (_sc._is_torch(t) and t.is_sparse and not as_dense and
+                                   t.dtype not in _COO_DTYPES)
+    return outside
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None, *,
                             compression=Compression.none, **kw):
@@ -639,7 +655,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     return _group(lambda t, n: allreduce_async(t, average, n, op, prescale_factor,
                                                postscale_factor, process_set,
                                                compression=compression, **kw),
-                  tensors, name, _empty_dense)
+                  tensors, name, _outside_group(kw))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -649,7 +665,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _group(lambda t, n: allreduce_async_(t, average, n, op, prescale_factor,
                                                 postscale_factor, process_set,
                                                 compression=compression, **kw),
-                  tensors, name, _empty_dense)
+                  tensors, name, _outside_group(kw))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
