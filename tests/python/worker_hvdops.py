@@ -5,9 +5,9 @@ mismatches Horovod refuses, through ``import sparsecomm.torch as hvd``.
 - hvd.Average, hvd.Sum, ... are Horovod's integers (Average 0, Sum 1, Adasum 2, Min 3,
   Max 4, Product 5), and an integer, a name or the constant given as ``op`` gives that
   reduction in every call that takes one (a script stores ``op=0`` meaning Average).
-- A sparse tensor that the ranks give in different dtypes, layouts or dense shapes under
-  one name fails at once on every rank, naming the tensor and what differs, and the next
-  collective works.
+- A sparse tensor that the ranks give in different dtypes, layouts or dense shapes (in
+  any dimension) under one name fails at once on every rank, naming the tensor and what
+  differs, and the next collective works.
 - A grouped allreduce with sparse tensors reduced by allgathers among its members
   completes (they start outside the group), named or not.
 
@@ -186,6 +186,11 @@ def sparse_shapes_differ_across_ranks():
     mismatch("shape", sparse(torch.float32, n), (form(torch.float32, n),))
     mismatch("shape64", sparse(torch.float64, n), (form(torch.float64, 6),
                                                    form(torch.float64, 7)))
+    # sizes that differ past the 8th dimension: the exchange carries a digest of them all
+    idx = torch.zeros(9, 1, dtype=torch.int64)
+    idx[8, 0] = n - 1
+    x = torch.sparse_coo_tensor(idx, torch.tensor([1.0], dtype=torch.float64), (1,) * 8 + (n,))
+    mismatch("shape9", x, ("digest of its size",))
 
 
 @check
