@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import sparsecomm.torch as hvd  # noqa: E402
@@ -58,6 +59,22 @@ def horovod_reduce_op_values():
         assert got == value and int(got) == value, (label, int(got), value)
         assert hvd.ReduceOp.parse(value) is got, (label, value)
     assert hvd.Average == 0 and hvd.Sum == 1 and hvd.Adasum == 2
+    # numpy's and torch's integers are integers; a float or a bool is no reduction
+    assert hvd.ReduceOp.parse(np.int64(3)) is hvd.Min
+    assert hvd.ReduceOp.parse(torch.tensor(4)) is hvd.Max
+    for bad in (1.5, 1.0, True, False, "avg", 6, -1, None):
+        try:
+            got = hvd.ReduceOp.parse(bad)
+        except ValueError:
+            continue
+        raise AssertionError("ReduceOp.parse(%r) gave %r" % (bad, got))
+    x = torch.ones(2)
+    for bad in (1.5, True):
+        try:
+            got = hvd.allreduce(x, name="ops.bad", op=bad)
+        except ValueError:
+            continue
+        raise AssertionError("allreduce(op=%r) gave %r" % (bad, got))
 
 
 @check
