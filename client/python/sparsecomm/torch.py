@@ -795,7 +795,8 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         # one name per shape and device type of the statistics (2C + 1 values), never
         # per module: a module only some ranks make (an evaluation copy on rank 0)
         # leaves the others' names as they are; each forward and backward waits for its
-        # allreduce, so two modules of one width never have the name in flight together
+        # allreduce, so two modules of one width run from one thread never have the name
+        # in flight together (from several threads they could pair across ranks: README)
         tot = _AllreduceSum.apply(local, "sync_batch_norm.%s.%d" % (input.device.type, C))
         n = tot[-1]
         if float(n) == 0:
