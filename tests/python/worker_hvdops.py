@@ -5,9 +5,11 @@ mismatches Horovod refuses, through ``import sparsecomm.torch as hvd``.
 - hvd.Average, hvd.Sum, ... are Horovod's integers (Average 0, Sum 1, Adasum 2, Min 3,
   Max 4, Product 5), and an integer, a name or the constant given as ``op`` gives that
   reduction in every call that takes one (a script stores ``op=0`` meaning Average).
-- A sparse tensor that the ranks give in different dtypes, layouts or dense shapes under
-  one name fails at once on every rank, naming the tensor and what differs, and the next
-  collective works.
+- A sparse tensor that the ranks give in different dtypes, layouts or dense shapes (in
+  any dimension) under one name fails at once on every rank, naming the tensor and what
+  differs, and the next collective works.
+- A grouped allreduce with sparse tensors reduced by allgathers among its members
+  completes (they start outside the group), named or not.
 
 Prints `CHECK <name> ok` or `CHECK <name> FAIL <why>` per check; exits 1 if any failed."""
 import os
@@ -16,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "client", "python"))
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import sparsecomm.torch as hvd  # noqa: E402
@@ -56,6 +59,22 @@ def horovod_reduce_op_values():
         assert got == value and int(got) == value, (label, int(got), value)
         assert hvd.ReduceOp.parse(value) is got, (label, value)
     assert hvd.Average == 0 and hvd.Sum == 1 and hvd.Adasum == 2
+    # numpy's and torch's integers are integers; a float or a bool is no reduction
+    assert hvd.ReduceOp.parse(np.int64(3)) is hvd.Min
+    assert hvd.ReduceOp.parse(torch.tensor(4)) is hvd.Max
+    for bad in (1.5, 1.0, True, False, "avg", 6, -1, None):
+        try:
+            got = hvd.ReduceOp.parse(bad)
+        except ValueError:
+            continue
+        raise AssertionError("ReduceOp.parse(%r) gave %r" % (bad, got))
+    x = torch.ones(2)
+    for bad in (1.5, True):
+        try:
+            got = hvd.allreduce(x, name="ops.bad", op=bad)
+        except ValueError:
+            continue
+        raise AssertionError("allreduce(op=%r) gave %r" % (bad, got))
 
 
 @check
@@ -184,6 +203,11 @@ def sparse_shapes_differ_across_ranks():
     mismatch("shape", sparse(torch.float32, n), (form(torch.float32, n),))
     mismatch("shape64", sparse(torch.float64, n), (form(torch.float64, 6),
                                                    form(torch.float64, 7)))
+    # sizes that differ past the 8th dimension: the exchange carries a digest of them all
+    idx = torch.zeros(9, 1, dtype=torch.int64)
+    idx[8, 0] = n - 1
+    x = torch.sparse_coo_tensor(idx, torch.tensor([1.0], dtype=torch.float64), (1,) * 8 + (n,))
+    mismatch("shape9", x, ("digest of its size",))
 
 
 @check
@@ -206,6 +230,30 @@ def sparse_forms_within_a_process_set():
     finally:
         hvd.remove_process_set(ps)
     still_works("ps")
+
+
+
+@check
+def grouped_allreduce_of_allgathered_sparse():
+    # a sparse tensor reduced by allgathers (float64, an integer dtype) among a grouped
+    # allreduce's members: its exchanges must not hold the group open
+    want = [r + 1.0 for r in range(P)] + [0.0]
+
+    def mine(dt):
+        return torch.sparse_coo_tensor([[R]], torch.tensor([R + 1], dtype=dt), (P + 1,))
+
+    for name in ("grouped.sp", None):
+        t0 = time.monotonic()
+        got = hvd.grouped_allreduce([mine(torch.float64), torch.ones(3), mine(torch.int64),
+                                     mine(torch.float32)], name=name, op=hvd.Sum, timeout=30)
+        took = time.monotonic() - t0
+        still_works("grouped.sp.%s" % name)
+        assert took < 15, "%s: took %.1f s" % (name, took)
+        assert [g.is_sparse for g in got] == [True, False, True, True], got
+        assert got[1].tolist() == [float(P)] * 3, got[1]
+        for g, dt in zip(got[::2], (torch.float64, torch.int64)):
+            assert g.dtype == dt and g.to_dense().tolist() == want, (name, g)
+        assert got[3].to_dense().tolist() == want, (name, got[3])
 
 
 sys.exit(1 if check.failed else 0)

@@ -22,6 +22,7 @@ parts (and the documentation) work on a machine without the library.
 import ctypes
 import ctypes.util
 import enum
+import operator
 import os
 import threading
 
@@ -100,7 +101,9 @@ class ReduceOp(enum.IntEnum):
     @classmethod
     def parse(cls, value):
         """Accepts a ReduceOp, its integer value (Horovod's: 0 Average, 1 Sum, 2 Adasum,
-        3 Min, 4 Max, 5 Product) or a name ("min", "MAX", "Product")."""
+        3 Min, 4 Max, 5 Product) or a name ("min", "MAX", "Product").  Anything else,
+        a float or a bool among them (``op=1.5`` is no Sum, ``op=True`` no ``average``),
+        is refused."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
@@ -110,7 +113,9 @@ class ReduceOp(enum.IntEnum):
                                  (value, ", ".join(m.lower() for m in cls.__members__)))
             return cls[key]
         try:
-            return cls(int(value))
+            if isinstance(value, bool):
+                raise TypeError("a bool")
+            return cls(operator.index(value))
         except (TypeError, ValueError):
             raise ValueError("unknown reduction %r (Horovod's 0 Average, 1 Sum, 2 Adasum, "
                              "3 Min, 4 Max, 5 Product)" % (value,))

@@ -11,6 +11,8 @@ and a rank that gives the name to the COO path or as a dense tensor meets the ex
 the daemons' negotiation of the name, which fails it on every rank at once (a different
 element count, dtype or input), rather than each rank waiting for operations the others
 never start.  :func:`explain` adds this rank's form to such a failure's message."""
+import hashlib
+
 import numpy as np
 import torch
 
@@ -18,7 +20,9 @@ import sparsecomm as _sc
 from sparsecomm import _lib
 
 _DIMS = 8  # the dimensions an exchange carries (the size's first 8; its count in full)
-_ROW = 3 + _DIMS  # a rank's row: taken (1), dtype, dimension count, its dimensions
+# a rank's row: taken (1), dtype, dimension count, its first dimensions, and a digest of
+# all of them, so that sizes differing only past the 8th differ too
+_ROW = 4 + _DIMS
 # the dtypes of sparse tensors the COO path carries (in float32, exactly)
 COO_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
@@ -38,12 +42,20 @@ def _code(dtype):
     return _DTYPES.index(dtype) if dtype in _DTYPES else len(_DTYPES)
 
 
+def _digest(shape):
+    """A 56-bit digest of a size, every dimension of it."""
+    raw = np.asarray(list(shape), dtype=np.int64).tobytes()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=7).digest(), "little")
+
+
 def _text(row):
-    """A rank's row of the exchange as describe() writes the form."""
+    """A rank's row of the exchange as describe() writes the form (a size of more than
+    8 dimensions with the digest of all of them)."""
     code, ndim = int(row[1]), int(row[2])
     dt = str(_DTYPES[code]).replace("torch.", "") if code < len(_DTYPES) else "another dtype"
     dims = [int(d) for d in row[3:3 + min(ndim, _DIMS)]] + (["..."] if ndim > _DIMS else [])
-    return "sparse %s of size [%s]" % (dt, ", ".join(str(d) for d in dims))
+    return "sparse %s of size [%s]%s" % (dt, ", ".join(str(d) for d in dims), "" if ndim <= _DIMS
+                                         else " (digest of its size %014x)" % int(row[-1]))
 
 
 def agree(x, name, scope, process_set=None):
@@ -55,6 +67,7 @@ def agree(x, name, scope, process_set=None):
     mine = np.zeros((scope.size, _ROW), dtype=np.int64)
     dims = list(x.shape)[:_DIMS]
     mine[scope.rank, :3 + len(dims)] = [1, _code(x.dtype), x.dim()] + dims
+    mine[scope.rank, -1] = _digest(x.shape)
     try:
         rows = _sc.allreduce(mine, name=name, op=_lib.ReduceOp.SUM, process_set=process_set)
     except _sc.SparsecommError as e:

@@ -602,18 +602,44 @@ class _GroupHandle:
     __call__ = wait
 
 
-def _group(start, tensors, name):
+def _group(start, tensors, name, alone=None):
     """Starts start(tensor, member name) for every tensor as one group
     (sparsecomm.grouped_start; member i of a named group is name.i, an unnamed group's
     members are unnamed).  A member refused at its start raises its error.  An empty
     tensor is a member as any other (its one-element stand-in submits: a rank whose
-    member is not empty fails the group at once as a mismatch naming each shape)."""
+    member is not empty fails the group at once as a mismatch naming each shape).  A
+    tensor for which alone(tensor) is true starts on its own after the group, keeping its
+    place in the results."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError("a grouped operation needs at least one tensor")
     names = [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
-    return _GroupHandle(_sc.grouped_start([(lambda t=t, n=n: start(t, n))
-                                           for t, n in zip(tensors, names)]))
+    out = [None] * len(tensors)
+    grouped = [i for i, t in enumerate(tensors) if not (alone and alone(t))]
+    if grouped:
+        hs = _sc.grouped_start([(lambda t=tensors[i], n=names[i]: start(t, n))
+                                for i in grouped])
+        for i, h in zip(grouped, hs):
+            out[i] = h
+    for i, t in enumerate(tensors):
+        if out[i] is None:
+            out[i] = start(t, names[i])
+    return _GroupHandle(out)
+
+
+def _outside_group(kw):
+    """Which tensors of a grouped allreduce (options ``kw``) start outside its group: a
+    sparse one that _sparse_async reduces by allgathers (not float32, float16 or
+    bfloat16, nor sparse_as_dense).  Such a tensor's exchanges, its form's and its parts'
+    own group, each wait for every rank before the next starts, so as a member it held
+    the group open: the exchange of its form joined the group and waited for members not
+    yet submitted (SC_ERR_BUSY or a stall).  Started after the group, it keeps its place
+    in the results."""
+    as_dense = kw.get("sparse_as_dense", False)
+
+    def outside(t):
+        return _sc._is_torch(t) and t.is_sparse and not as_dense and t.dtype not in _COO_DTYPES
+    return outside
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -624,7 +650,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     return _group(lambda t, n: allreduce_async(t, average, n, op, prescale_factor,
                                                postscale_factor, process_set,
                                                compression=compression, **kw),
-                  tensors, name)
+                  tensors, name, _outside_group(kw))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -634,7 +660,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     return _group(lambda t, n: allreduce_async_(t, average, n, op, prescale_factor,
                                                 postscale_factor, process_set,
                                                 compression=compression, **kw),
-                  tensors, name)
+                  tensors, name, _outside_group(kw))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none,
@@ -764,7 +790,8 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         # one name per shape and device type of the statistics (2C + 1 values), never
         # per module: a module only some ranks make (an evaluation copy on rank 0)
         # leaves the others' names as they are; each forward and backward waits for its
-        # allreduce, so two modules of one width never have the name in flight together
+        # allreduce, so two modules of one width run from one thread never have the name
+        # in flight together (from several threads they could pair across ranks: README)
         tot = _AllreduceSum.apply(local, "sync_batch_norm.%s.%d" % (input.device.type, C))
         n = tot[-1]
         if float(n) == 0:
