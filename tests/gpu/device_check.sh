@@ -219,7 +219,7 @@ step_S4() {
 	# every daemon's GPU buffers went over NCCL (the library found as docs/gpu.md says)
 	n=$(grep -l 'GPU buffers over nccl' "$out"/S4-daemons/daemon*.log 2>/dev/null | wc -l)
 	echo "daemons whose GPU buffers went over nccl: $n of 4"
-	checks_ok "$out/S4.out" 28 && [ "$rc" -eq 0 ] && [ "$n" -eq 4 ]
+	checks_ok "$out/S4.out" 32 && [ "$rc" -eq 0 ] && [ "$n" -eq 4 ]
 }
 
 step_S5() {
@@ -228,7 +228,7 @@ step_S5() {
 		>"$out/S5.2x2.out" 2>&1 || r=1
 	echo "== 2 nodes x 2 trainers over tcp"
 	cat "$out/S5.2x2.out"
-	checks_ok "$out/S5.2x2.out" 28 || r=1
+	checks_ok "$out/S5.2x2.out" 32 || r=1
 	launch 4 1 "$out/S5-daemons/4x1" 55 --daemon-arg --transport --daemon-arg tcp -- \
 		dense_exact_sums sparse_embedding sparse_result_forms >"$out/S5.4x1.out" 2>&1 || r=1
 	echo "== 4 nodes x 1 over tcp"
