@@ -732,4 +732,20 @@ def horovod_torch_alias():
     assert torch.allclose(t, torch.full((2,), (P - 1) / 2.0)), t
 
 
+@check
+def horovodrun_environment():
+    # what horovodrun sets for each process, read by scripts before init (a device per
+    # HOROVOD_LOCAL_RANK) and by Horovod's test suite, whose rank and size tests compare
+    # hvd.rank() and hvd.size() with HOROVOD_RANK and HOROVOD_SIZE (without them, with
+    # the MPI variables, which default to rank 0 of 1)
+    env = {k: os.environ.get("HOROVOD_" + k) for k in
+           ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")}
+    want = {"RANK": hvd.rank(), "SIZE": hvd.size(), "LOCAL_RANK": hvd.local_rank(),
+            "LOCAL_SIZE": hvd.local_size(), "CROSS_RANK": hvd.cross_rank(),
+            "CROSS_SIZE": hvd.cross_size()}
+    got = {k: None if v is None else int(v) for k, v in env.items()}
+    assert got == want, "HOROVOD_* %s, not %s" % (got, want)
+    assert os.environ.get("HOROVOD_HOSTNAME"), "HOROVOD_HOSTNAME unset"
+
+
 sys.exit(1 if check.failed else 0)
