@@ -2,8 +2,9 @@
 
 ``horovod.run(fn, args=(), kwargs=None, np=2)`` runs ``fn(*args, **kwargs)`` on ``np``
 trainers of a new job and returns their results in rank order, as Horovod's does (its
-MNIST example's ``--num-proc`` path).  The function, its arguments and the caller's
-``sys.path`` are pickled into a private directory; every trainer (``python -m
+MNIST example's ``--num-proc`` path).  The function and its arguments (by cloudpickle
+where it is installed, as Horovod's: a lambda or a notebook's function travels too) and
+the caller's ``sys.path`` are pickled into a private directory; every trainer (``python -m
 horovod.runner._task DIR`` under ``sparsecomm-run -np NP``) loads the caller's main
 script as ``__mp_main__`` first, as multiprocessing's spawn does, so that a function
 defined there unpickles, then calls it (the function calls ``hvd.init()`` itself) and
@@ -22,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from sparsecomm._colls import _pickler
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PYTHON_DIR = os.path.dirname(os.path.dirname(_HERE))  # the folder holding horovod/
@@ -104,7 +107,7 @@ def run(func, args=(), kwargs=None, np=1, min_np=None, max_np=None, slots=None,
     with tempfile.TemporaryDirectory(prefix="horovod-run-") as tmp:
         with open(os.path.join(tmp, "job.pkl"), "wb") as f:
             pickle.dump(where, f)
-            pickle.dump(job, f)
+            _pickler().dump(job, f)  # cloudpickle where installed, as Horovod's
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [_PYTHON_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
