@@ -420,8 +420,9 @@ def join_at_the_end_of_uneven_epochs():
 @check
 def timeline_start_stop():
     # the Timeline page: hvd.start_timeline(path) / hvd.stop_timeline() around steps,
-    # mark_cycles given as False; after the stop, rank 0's node holds the file (with
-    # several daemons, each node's file has `.<node rank>` before `.json`)
+    # mark_cycles given as False; after the stop, rank 0's node holds the file at the path
+    # given, as Horovod's (with several daemons, each other node's file has `.<node rank>`
+    # before `.json`)
     path = os.path.join(TMP, "hvdex-timeline-%d.json" % os.getpid()) if R == 0 else None
     path = hvd.broadcast_object(path)
     hvd.start_timeline(path, mark_cycles=False)
@@ -430,11 +431,10 @@ def timeline_start_stop():
     hvd.stop_timeline()
     hvd.barrier()
     if R == 0:
-        mine = path if hvd.cross_size() == 1 else path[:-len(".json")] + ".0.json"
-        assert os.path.getsize(mine) > 0, mine
+        assert os.path.getsize(path) > 0, path
     hvd.barrier()
     if hvd.local_rank() == 0:
-        node = path if hvd.cross_size() == 1 else "%s.%d.json" % (path[:-5], hvd.cross_rank())
+        node = path if hvd.cross_rank() == 0 else "%s.%d.json" % (path[:-5], hvd.cross_rank())
         os.unlink(node)
 
 
