@@ -67,7 +67,7 @@ static void usage(FILE *f)
 		"tracing,\n"
 		"                        Perfetto) to FILE, %%r in it the node's rank (without "
 		"it,\n"
-		"                        FILE.<rank>.json where there are several nodes)\n"
+		"                        node 0 writes FILE, the others FILE.<rank>.json)\n"
 		"  timeline stop         close the timelines (the setting timeline_file)\n"
 		"\n"
 		"options:\n"

@@ -434,16 +434,27 @@ static int spawn_daemon(run_t *r, int i)
 	return 0;
 }
 
-/* The SPARSECOMM_* environment of a trainer, as NAME=VALUE words. */
+/* The SPARSECOMM_* (and HOROVOD_*) environment of a trainer, as NAME=VALUE words. */
 static void trainer_env(const run_t *r, int node, int local, run_argv_t *env)
 {
 	run_argv_add(env, "SPARSECOMM_SOCKET=ipc://%s/node%d/ctl.sock", r->dir, node);
-	run_argv_add(env, "SPARSECOMM_RANK=%d", node * r->o.per_node + local);
-	run_argv_add(env, "SPARSECOMM_SIZE=%d", r->o.nodes * r->o.per_node);
-	run_argv_add(env, "SPARSECOMM_LOCAL_RANK=%d", local);
-	run_argv_add(env, "SPARSECOMM_LOCAL_SIZE=%d", r->o.per_node);
+	/* SPARSECOMM_*, and horovodrun's (Gloo mode) names of the same values, which scripts
+	 * read before hvd.init() (a device per local rank) and Horovod's test suite compares
+	 * with hvd.rank() and hvd.size(); the cross rank is the node's, as every node runs
+	 * the same number of trainers */
+	static const char *const prefixes[] = {"SPARSECOMM", "HOROVOD"};
+	for (size_t k = 0; k < sizeof prefixes / sizeof prefixes[0]; k++) {
+		run_argv_add(env, "%s_RANK=%d", prefixes[k], node * r->o.per_node + local);
+		run_argv_add(env, "%s_SIZE=%d", prefixes[k], r->o.nodes * r->o.per_node);
+		run_argv_add(env, "%s_LOCAL_RANK=%d", prefixes[k], local);
+		run_argv_add(env, "%s_LOCAL_SIZE=%d", prefixes[k], r->o.per_node);
+	}
 	run_argv_add(env, "SPARSECOMM_NODE_RANK=%d", node);
 	run_argv_add(env, "SPARSECOMM_NODE_COUNT=%d", r->o.nodes);
+	run_argv_add(env, "HOROVOD_CROSS_RANK=%d", node);
+	run_argv_add(env, "HOROVOD_CROSS_SIZE=%d", r->o.nodes);
+	run_argv_add(env, "HOROVOD_HOSTNAME=%s",
+		     r->o.hosts.n ? node_host(r, node) : "localhost");
 	if (r->net) {
 		size_t cap = (size_t)r->o.nodes * RUN_IFNAME_BYTES + 1;
 		char *names = calloc(1, cap), *addrs = calloc(1, cap);

@@ -184,7 +184,7 @@ typedef enum {
 	  "`sparsectl stats` and the world's state (empty: off)")                              \
 	X(timeline_file, STR, 0, "", 0, 0, SCD_CFG_RT_OWNER,                                   \
 	  "Chrome-trace timeline written by this daemon (empty: off); %r is the node rank, "   \
-	  "and without it several daemons write FILE.<rank>.json")
+	  "and without it node 0 writes FILE, the others FILE.<rank>.json")
 
 typedef enum {
 #define SCD_CFG_ENUM_(key, type, di, ds, mn, mx, rt, doc) SCD_CFG_##key,

@@ -168,7 +168,7 @@ sc_status_t scd_tl_path(const char *pattern, int rank, int world_size, char *out
 		snprintf(err, err_len, "timeline file: empty name");
 		return SC_ERR_INVALID;
 	}
-	if (!has_rank && world_size > 1) {
+	if (!has_rank && world_size > 1 && rank != 0) {
 		char sfx[24];
 		int ext = o >= 5 && strcmp(out + o - 5, ".json") == 0;
 		size_t keep = ext ? o - 5 : o;

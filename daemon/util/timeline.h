@@ -89,9 +89,10 @@ sc_status_t scd_tl_stop(scd_tl_counts_t *counts_p);
  * that file. Logs what it did, and the failure. */
 sc_status_t scd_tl_configure(const char *pattern, int rank, int world_size);
 /* The file a pattern names for a rank: every "%r" is the rank and "%%" a '%'; a pattern
- * without "%r" in a world of several daemons gets ".<rank>" before a final ".json" (or at
- * its end), so that daemons sharing a host never share a file. SC_ERR_INVALID (err says
- * why) when the result does not fit len. */
+ * without "%r" is node 0's file as it is (where Horovod writes its timeline), and another
+ * node's with ".<rank>" before a final ".json" (or at its end), so that daemons sharing a
+ * host never share a file. SC_ERR_INVALID (err says why) when the result does not fit
+ * len. */
 sc_status_t scd_tl_path(const char *pattern, int rank, int world_size, char *out, size_t len,
 			char *err, size_t err_len);
 /* Whether this daemon could create the file the pattern names for its rank: the

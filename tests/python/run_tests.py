@@ -267,6 +267,14 @@ def t_hvdusers():
         checks("hvdusers%d" % n, rc, out, n)
 
 
+def t_hvdrun():
+    # Horovod's Python launcher, horovod.run, called from a script run without a launcher
+    # (tests/python/hvdrun_main.py: its MNIST example's --num-proc path), on 2 trainers
+    rc, out, _ = sh([PY, os.path.join(HERE, "hvdrun_main.py"), "--num-proc", "2"], 240,
+                    env={"SPARSECOMM_RUN": RUN})
+    checks("hvdrun", rc, out, 1)
+
+
 def t_hvdexamples():
     # the calls and idioms of Horovod's PyTorch examples and documentation snippets
     # (tests/python/worker_hvdexamples.py), scaled down; on 2 ranks and on 3, and on 3
@@ -398,7 +406,7 @@ def t_psets():
 
 TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_mismatch, t_named, t_horovod_port,
          t_horovod_contract,
-         t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdexamples,
+         t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdrun, t_hvdexamples,
          t_wire, t_psets,
          t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
 

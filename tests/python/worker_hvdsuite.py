@@ -129,7 +129,10 @@ def allreduce_prescale_postscale():
     factor = 0.1915194503788923  # Horovod's seed 1234's uniform draw
     for dt, dim in itertools.product(REDUCIBLE, DIMS):
         x = rand17(dim, dt)
-        tol = 2e-3 if dt == torch.float16 else 0.0  # float16 sums round: 2 ulps
+        # exact on 2 ranks, as Horovod's threshold 0 for size <= 3 asks: float16 scales in
+        # float32 on the CPU (not with the factor rounded to float16); a float16 sum of
+        # three or more rounds: 2 ulps
+        tol = 2e-3 if dt == torch.float16 and P > 2 else 0.0
         pre = hvd.allreduce(x, average=False, prescale_factor=factor)
         w = scaled(x, factor)  # times the size in the dtype (float16: in float32)
         same(pre.float() if dt == torch.float16 else pre,

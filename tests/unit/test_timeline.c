@@ -56,6 +56,11 @@ UNIT_TEST(timeline_path_names_the_rank)
 	CHECK_EQ_INT(scd_tl_path("/t/tl.json", 0, 1, out, sizeof(out), err, sizeof(err)),
 		     SC_OK);
 	CHECK_TRUE(!strcmp(out, "/t/tl.json")); /* one daemon: the name as given */
+	CHECK_EQ_INT(scd_tl_path("/t/tl.json", 0, 16, out, sizeof(out), err, sizeof(err)),
+		     SC_OK);
+	CHECK_TRUE(!strcmp(out, "/t/tl.json")); /* node 0: the name as given, as Horovod's */
+	CHECK_EQ_INT(scd_tl_path("/t/a%%r", 0, 4, out, sizeof(out), err, sizeof(err)), SC_OK);
+	CHECK_TRUE(!strcmp(out, "/t/a%r"));
 	CHECK_EQ_INT(scd_tl_path("", 0, 1, out, sizeof(out), err, sizeof(err)), SC_ERR_INVALID);
 	CHECK_EQ_INT(scd_tl_path("/t/0123456789012345678901234567890123456789012345678901.json",
 				 7, 8, out, 60, err, sizeof(err)),

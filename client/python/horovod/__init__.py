@@ -10,9 +10,18 @@ Horovod installed elsewhere stays what ``import horovod`` finds.
 exceptions Horovod's elastic scripts catch (HorovodInternalError,
 HostsUpdatedInterrupt).
 
+``horovod.run`` (``horovod.runner.run``) is Horovod's Python launcher, running a function
+on a new job's trainers through sparsecomm-run (horovod/runner/__init__.py).
+
 ``horovod.__version__`` is the Horovod release whose PyTorch API sparsecomm.torch follows
 (process sets, grouped allgather and reduce-scatter, ``alltoall``'s received splits), so
 that code checking it (``LooseVersion(horovod.__version__) >= ...``) takes the calls it
 has."""
 
 __version__ = "0.28.1"
+
+
+def run(*args, **kwargs):
+    """Horovod's ``horovod.run``: horovod.runner.run (horovod/runner/__init__.py)."""
+    from horovod.runner import run as _run
+    return _run(*args, **kwargs)

@@ -252,12 +252,16 @@ def _hvd_op(average, op):
 
 def _scale(tensor, factor):
     """tensor x factor in its own dtype (Horovod's prescale and postscale factors); an
-    integer tensor is scaled in float64 and truncated back, as Horovod's."""
+    integer tensor is scaled in float64 and truncated back, and a 16-bit float on the CPU
+    in float32, as Horovod's (torch would round the factor to the tensor's dtype first:
+    a result one ulp away from Horovod's)."""
     if factor == 1.0 or tensor is None:
         return tensor
     with torch.no_grad():
         if not tensor.dtype.is_floating_point and not tensor.dtype.is_complex:
             return (tensor.double() * factor).to(tensor.dtype)
+        if tensor.dtype in (torch.float16, torch.bfloat16) and tensor.device.type == "cpu":
+            return (tensor.float() * factor).to(tensor.dtype)
         out = tensor * factor
     return out if out.dtype == tensor.dtype else out.to(tensor.dtype)
 
