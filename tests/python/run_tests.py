@@ -176,6 +176,10 @@ def t_mismatch2():
     rc, out, _ = launch(2, os.path.join(HERE, "worker_mismatch2.py"), [], 240,
                         extra=["--daemon-arg", "--stall_timeout_ms", "--daemon-arg", "60000"])
     checks("mismatch2", rc, out, 2)
+    # two trainers of one node: a re-registration their daemon refuses
+    rc, out, _ = launch(1, os.path.join(HERE, "worker_mismatch2.py"),
+                        ["refused_on_a_node_then_next_call"], 120, per_node=2)
+    checks("mismatch2_1x2", rc, out, 2)
 
 
 def t_named():

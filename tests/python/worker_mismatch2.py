@@ -233,7 +233,30 @@ def unnamed_calls_meet_after_the_errors():
                 assert got.dtype == dt and got.tolist() == [P] * 5, (dt, got)
 
 
+def refused_on_a_node_then_next_call():
+    # two trainers of one node (run alone, 1 node x 2): the one that registers the
+    # unnamed buffer second in another dtype is refused by its daemon, which releases
+    # its old registration; its next call of the old form must register the buffer anew,
+    # not use the released one (it raised TypeError from a buffer of None)
+    for dt in (torch.int32, torch.float32):
+        hvd.allreduce(torch.ones(12, dtype=dt), op=hvd.Sum)
+    hvd.barrier()
+    x = torch.ones(12, dtype=torch.int32 if R == 0 else torch.float32)
+    try:
+        hvd.allreduce(x, op=hvd.Sum)
+        raise AssertionError("int32 against float32 returned")
+    except hvd.HorovodInternalError as e:
+        assert "int32" in str(e) and "float32" in str(e), str(e)
+    hvd.barrier()
+    try:  # the trainers' daemon may still refuse the name here: an error, not a crash
+        got = hvd.allreduce(torch.ones(12), op=hvd.Sum)
+        assert got.tolist() == [float(P)] * 12, got
+    except hvd.HorovodInternalError as e:
+        print("the call after: %s" % e, flush=True)
+
+
 sel = sys.argv[1:] or list(CHECKS)
+CHECKS["refused_on_a_node_then_next_call"] = refused_on_a_node_then_next_call
 for name in sel:
     try:
         CHECKS[name]()

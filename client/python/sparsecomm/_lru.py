@@ -158,9 +158,9 @@ def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0)
         c.unnamed_used[cls] = c.unnamed_calls
         for i, e in enumerate(slots):
             if not e.inflight:
-                if (e.numel != numel or e.dtype != dtype or
-                        _form(e.opts_key) != _form(key)):  # another shape, dtype, wire or
-                    # element type
+                if (e.numel != numel or e.dtype != dtype or _form(e.opts_key) != _form(key)
+                        or c.entries.get(e.key) is not e):  # another shape, dtype, wire or
+                    # element type, or its registration anew was refused (it is released)
                     e = slots[i] = _entry_locked(c, e.name, dtype, numel, key,
                                                  coo_capacity, device, pset)
                     e.unnamed = True
