@@ -167,7 +167,8 @@ def allgather(tensor, name=None, process_set=None, *, timeout=None, _kind="allga
     first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
     rows once to every other node).  Every rank must call it with the same name and
     dtype; without a name the sizes and the rows take unnamed buffers (the module doc's
-    rule), the rows' named allgather.noname.C.S by their capacity (a power of two).
+    rule), the sizes' named allgather.sizes.noname.C.S, the rows' allgather.noname.C.S
+    by their capacity (a power of two).
     ``process_set``: among its members only, in set-rank order."""
     h, _ = _allgather_async(tensor, _name_or_none(name), timeout, process_set, _kind)
     return h.wait(timeout)
