@@ -181,6 +181,13 @@ def alltoall_splits_error():
                       "splits of rank 0 are refused", *([why] if R == 0 else []),
                       exc=ValueError,
                       status="SC_ERR_INVALID")
+            # Horovod's equal split length error: rows that do not split evenly, a
+            # RuntimeError there
+            fails(tag_of("alltoall_even", name, where), ps,
+                  lambda: hvd.alltoall(torch.ones(P + 1, 3), name=name and "named.a2a.ev",
+                                       process_set=ps),
+                  "refused", "do not split evenly", exc=RuntimeError,
+                  status="SC_ERR_INVALID")
 
 
 @check
