@@ -169,6 +169,19 @@ def t_mismatch():
     checks("mismatch", rc, out, 2)
 
 
+def t_mismatch2():
+    # Horovod's type, shape, root and splits errors (its test_torch.py's), unnamed after
+    # unnamed calls of both dtypes and named, in the job's set and in a process set: each
+    # fails at once on every rank, well before a stall timeout of 60 s
+    rc, out, _ = launch(2, os.path.join(HERE, "worker_mismatch2.py"), [], 240,
+                        extra=["--daemon-arg", "--stall_timeout_ms", "--daemon-arg", "60000"])
+    checks("mismatch2", rc, out, 2)
+    # two trainers of one node: a re-registration their daemon refuses
+    rc, out, _ = launch(1, os.path.join(HERE, "worker_mismatch2.py"),
+                        ["refused_on_a_node_then_next_call"], 120, per_node=2)
+    checks("mismatch2_1x2", rc, out, 2)
+
+
 def t_named():
     # uniquely named collectives on nodes of 64 registrations: results exact, the
     # registrations bounded, an optimizer's buffers kept; then ranks that let names go at
@@ -404,7 +417,7 @@ def t_psets():
     skips_or_checks("psets4x1", rc, out, 4)
 
 
-TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_mismatch, t_named, t_horovod_port,
+TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_mismatch, t_mismatch2, t_named, t_horovod_port,
          t_horovod_contract,
          t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdrun, t_hvdexamples,
          t_wire, t_psets,

@@ -40,12 +40,13 @@ which their messages then show.
 
 Unnamed operations (no ``name=``, or an empty one, as Horovod code often allreduces its loss every step)
 reuse buffers instead of registering a new one per call.  They are grouped in classes by
-kind (allreduce, broadcast, allgather, alltoall or reducescatter), the dtype they travel
-as, options and COO capacity; class C is numbered in the order its first call came.  A
-call takes the lowest-numbered buffer S of its class that is free (registered anew when
-the call's element count is not the buffer's: ranks whose unnamed tensors differ in shape
-then meet under one name and fail at once as a mismatch, where buffers per shape would
-never meet),
+kind (allreduce, broadcast, allgather, alltoall or reducescatter; the package's own
+exchanges, an allgather's sizes among them, have kinds of their own), options and COO
+capacity; class C is numbered in the order its first call came.  A call takes the
+lowest-numbered buffer S of its class that is free (registered anew when the call's
+element count or dtype is not the buffer's: ranks whose unnamed tensors differ in shape
+or dtype then meet under one name and fail at once as a mismatch, where buffers per
+shape or dtype would never meet),
 registering buffer ``<kind>.noname.C.S`` when none is (a named operation given such a
 name is refused with SC_ERR_BUSY, whichever came first): a buffer is busy from the call
 until its handle is waited for (wait() returns or raises other than on timeout) or, once

@@ -90,7 +90,7 @@ def own_rows(grads, rows, process_set, timeout):
     ``grads[i]``): the row counts are gathered, all in one allgather (in set-rank
     order), to find where each rank's start."""
     counts = _sc.allgather(torch.tensor([[int(r) for r in rows]], dtype=torch.int64), None,
-                           process_set, timeout=timeout)
+                           process_set, timeout=timeout, _kind="allgather.counts")
     me = _sc.process_sets_.scope(_sc._need(), process_set, "allgather").rank
     before = counts[:me].sum(0)
     return [g.narrow(0, int(start), int(r)) for g, start, r in zip(grads, before, rows)]

@@ -63,18 +63,26 @@ def _trail(shape):
     return t
 
 
-def _trail_refusal(what, coll, ps, trails, live, name):
-    """SC_ERR_MISMATCH naming every live rank's row shape when they differ."""
+def _row_text(t):
+    """A rank's row shape (the dimensions after the first) from its _trail: "(10, 17)"."""
+    return "(%s)" % ", ".join(str(int(v)) for v in t[1:1 + min(int(t[0]), _TRAIL - 1)])
+
+
+def _row_refusal(what, coll, ps, rowlens, trails, live, name):
+    """SC_ERR_MISMATCH naming every live rank's elements per row and row shape when the
+    elements per row differ, or the row shapes do."""
+    if np.any(live & (rowlens != rowlens[np.argmax(live)])):
+        raise SparsecommError(_lib.SC_ERR_MISMATCH, "%s of '%s': the elements per row differ "
+                              "across ranks: %s" % (coll, what, ", ".join(
+                                  "rank %d has %d %s" % (ps.ranks[r], rowlens[r],
+                                                         _row_text(trails[r]))
+                                  for r in range(ps.size) if live[r])), name)
     ref = trails[np.argmax(live)]
     if not np.any(live & np.any(trails != ref, axis=1)):
         return
-
-    def text(t):
-        return "(%s)" % ", ".join(str(int(v)) for v in t[1:1 + min(int(t[0]), _TRAIL - 1)])
-
     raise SparsecommError(_lib.SC_ERR_MISMATCH, "%s of '%s': the dimensions after the first "
                           "differ across ranks: %s" % (coll, what, ", ".join(
-                              "rank %d has %s" % (ps.ranks[r], text(trails[r]))
+                              "rank %d has %s" % (ps.ranks[r], _row_text(trails[r]))
                               for r in range(ps.size) if live[r])), name)
 
 
@@ -95,10 +103,13 @@ def _empty_rows(shape, x, istorch, dev):
     return np.empty(shape, dtype=x.dtype)
 
 
-def _allgather_async(tensor, name, timeout, process_set=None):
+def _allgather_async(tensor, name, timeout, process_set=None, kind="allgather"):
     """Starts an allgather; returns (Handle, every rank's row count, in set-rank order).
     ``name`` None: the sizes and the rows take unnamed buffers (the module doc's rule for
-    unnamed operations), so unnamed allgathers in flight together do not collide."""
+    unnamed operations), so unnamed allgathers in flight together do not collide; the
+    sizes' of kind + ".sizes", the rows' of ``kind`` (an allgather the package makes of
+    its own gets a kind of its own, so that its int64 rows do not take the buffer of the
+    user's unnamed allgathers in another dtype, registering it anew at each call)."""
     c = _need()
     what = "allgather" if name is None else name
     ps = process_sets_.scope(c, process_set, "allgather", name)
@@ -110,17 +121,13 @@ def _allgather_async(tensor, name, timeout, process_set=None):
     meta[ps.rank, :2] = shape[0], row
     meta[ps.rank, 2:] = _trail(shape)
     meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
-                     timeout=timeout, process_set=process_set)
-    rows, rowlen = meta[:, 0], meta[:, 1]
-    if np.any(rowlen != row):
-        raise SparsecommError(_lib.SC_ERR_MISMATCH, "allgather of '%s': the elements per row "
-                              "differ across ranks: %s" % (what, ", ".join(
-                                  "rank %d has %d" % (ps.ranks[r], rowlen[r])
-                                  for r in range(ps.size))), name)
-    _trail_refusal(what, "allgather", ps, meta[:, 2:], np.ones(ps.size, dtype=bool), name)
+                     timeout=timeout, process_set=process_set, _kind=kind + ".sizes")
+    rows = meta[:, 0]
+    _row_refusal(what, "allgather", ps, meta[:, 1], meta[:, 2:], np.ones(ps.size, dtype=bool),
+                 name)
     total = int(rows.sum()) * row
     cap = 1 << max(total - 1, 0).bit_length()  # sizes rounded up: few registrations
-    e = _acquire(c, None if name is None else "%s.%d" % (name, cap), "allgather",
+    e = _acquire(c, None if name is None else "%s.%d" % (name, cap), kind,
                  _sc_dtype(x), cap,
                  _with_src(_opts_key(None, 0.0, 0.0, None, False), x), 0, None, ps.id)
     n = math.prod(shape)
@@ -154,15 +161,16 @@ def allgather_async(tensor, name=None, process_set=None, *, timeout=None):
     return _allgather_async(tensor, _name_or_none(name), timeout, process_set)[0]
 
 
-def allgather(tensor, name=None, process_set=None, *, timeout=None):
+def allgather(tensor, name=None, process_set=None, *, timeout=None, _kind="allgather"):
     """Every rank's ``tensor`` concatenated along the first dimension, in rank order (the
     first dimension may differ across ranks, the others must not).  The sizes are gathered
     first (an int64 sum allreduce), then the rows (sc_allgather_async: each node sends its
     rows once to every other node).  Every rank must call it with the same name and
     dtype; without a name the sizes and the rows take unnamed buffers (the module doc's
-    rule), the rows' named allgather.noname.C.S by their capacity (a power of two).
+    rule), the sizes' named allgather.sizes.noname.C.S, the rows' allgather.noname.C.S
+    by their capacity (a power of two).
     ``process_set``: among its members only, in set-rank order."""
-    h, _ = _allgather_async(tensor, _name_or_none(name), timeout, process_set)
+    h, _ = _allgather_async(tensor, _name_or_none(name), timeout, process_set, _kind)
     return h.wait(timeout)
 
 
@@ -278,18 +286,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None, *, timeout=
         meta[me, 3:P + 3] = sp
     gid = _take_member()  # the blocks, not the sizes' allreduce, join a group
     meta = allreduce(meta, name=None if name is None else name + ".sizes", average=False,
-                     timeout=timeout, process_set=process_set)
+                     timeout=timeout, process_set=process_set, _kind="alltoall.sizes")
     live = meta[:, 0] != 0
     bad = [ps.ranks[r] for r in range(P) if meta[r, 1]]
     if bad:
         raise SplitsError("alltoall of '%s': the splits of rank %s are refused%s" % (
             what, ", ".join(map(str, bad)), " (here: %s)" % why if why else ""), name)
-    if np.any(live & (meta[:, 2] != row)):
-        raise SparsecommError(_lib.SC_ERR_MISMATCH, "alltoall of '%s': the elements per row "
-                              "differ across ranks: %s" % (what, ", ".join(
-                                  "rank %d has %d" % (ps.ranks[r], meta[r, 2])
-                                  for r in range(P) if live[r])), name)
-    _trail_refusal(what, "alltoall", ps, meta[:, P + 3:], live, name)
+    _row_refusal(what, "alltoall", ps, meta[:, 2], meta[:, P + 3:], live, name)
     S = meta[:, 3:P + 3]  # S[s, q]: the rows rank s sends rank q (none from a joined rank)
     rows_cap = int(max(S.sum(axis=1).max(), S.sum(axis=0).max()))
     cap = 1 << max(rows_cap * row - 1, 0).bit_length()  # sizes rounded up: few registrations

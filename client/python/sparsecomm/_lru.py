@@ -140,12 +140,13 @@ def _unnamed_evict(c):
 def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0):
     """A free buffer for an unnamed operation, already claimed (the rule is in the module
     doc).  Classes are numbered per process set: the members of a set make the same calls
-    in it, whatever else each does in other sets.  A class is not the tensor's element
-    count: a rank whose tensor's shape differs from the others' takes the buffer of the
-    same name, registered anew, and the daemons fail the call on every rank as a mismatch
-    (in classes of their own, the ranks' names would never meet: a stall)."""
+    in it, whatever else each does in other sets.  A class is neither the tensor's element
+    count nor its dtype: a rank whose tensor's shape or dtype differs from the others'
+    takes the buffer of the same name, registered anew, and the daemons fail the call on
+    every rank as a mismatch (in classes of their own, the ranks' names would never meet:
+    a stall until stall_timeout_ms)."""
     device = device or (DeviceKind.CPU, 0)
-    cls = (kind, dtype, _formless(key), int(coo_capacity), device, pset)
+    cls = (kind, _formless(key), int(coo_capacity), device, pset)
     with c.lock:
         slots = c.unnamed.get(cls)
         c.unnamed_calls += 1
@@ -157,8 +158,9 @@ def unnamed_entry(c, kind, dtype, numel, key, coo_capacity, device=None, pset=0)
         c.unnamed_used[cls] = c.unnamed_calls
         for i, e in enumerate(slots):
             if not e.inflight:
-                if e.numel != numel or _form(e.opts_key) != _form(key):  # another shape,
-                    # wire or element type
+                if (e.numel != numel or e.dtype != dtype or _form(e.opts_key) != _form(key)
+                        or c.entries.get(e.key) is not e):  # another shape, dtype, wire or
+                    # element type, or its registration anew was refused (it is released)
                     e = slots[i] = _entry_locked(c, e.name, dtype, numel, key,
                                                  coo_capacity, device, pset)
                     e.unnamed = True
