@@ -57,6 +57,9 @@ struct scd_engine {
 	scd_slots_t slots;	    /* the fusion buffers (slots.h) */
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
 	scd_coll_stage_t stage;
+	/* the last fast epoch a turn of which was discarded or refused (coll/job.h,
+	 * scd_fast_t): its later turns come back unrun (the communication stage's) */
+	uint64_t fast_dead;
 };
 
 /* Logs a failure the engine itself detected, or that a device op reported (device ops do
@@ -143,12 +146,13 @@ static void error_rank(scd_engine_t *e, scd_job_t *job)
 
 /* The job's buffer: in place in the trainer's buffer where the collective allows it (one
  * tensor, on the engine's GPU for a cuda one), else a fusion slot of the size the
- * collective asks, its padding cleared. */
+ * collective asks, its padding cleared. A fast turn always takes a slot: a discarded turn
+ * must leave the trainers' inputs as they were, for the planned step that runs it again. */
 static sc_status_t job_buffer(scd_engine_t *e, scd_job_t *job, const scd_coll_desc_t *c)
 {
 	scd_job_run_t *run = &job->run;
 	size_t esz = sc_dtype_size(job->dtype);
-	if (c->in_place && job->n_items == 1 && job->items[0].n_src > 0 &&
+	if (c->in_place && !scd_job_fast(job) && job->n_items == 1 && job->items[0].n_src > 0 &&
 	    scd_device_at_home(job->items[0].src[0].device, job->items[0].src[0].ordinal)) {
 		run->buf = job->items[0].src[0].dense;
 		return SC_OK;
@@ -292,14 +296,49 @@ static int carries_verdict(const scd_engine_t *e, const scd_coll_desc_t *c,
 	return c->carries_verdict(job, job->run.t->size);
 }
 
+/*
+ * A fast turn (coll/job.h, scd_fast_t) before its exchange: SC_OK to run it. A turn of an
+ * epoch that ended at an earlier turn (e->fast_dead) comes back unrun, discarded, with no
+ * byte sent, as on every rank (each discarded or refused that earlier turn alike). A turn
+ * that cannot carry its words in the one-round sum of the global set fails, alike on
+ * every rank (decided from agreed fields), also with no byte sent.
+ */
+static sc_status_t fast_start(scd_engine_t *e, const scd_coll_desc_t *c, scd_job_t *job)
+{
+	if (job->fast.epoch == e->fast_dead) {
+		job->fast.discarded = 1;
+		job->status = SC_IN_PROGRESS;
+		snprintf(job->error, sizeof(job->error),
+			 "fast turn %llu of epoch %llu not run: the epoch ended at an earlier "
+			 "turn",
+			 (unsigned long long)job->fast.turn,
+			 (unsigned long long)job->fast.epoch);
+		return job->status;
+	}
+	if (job->nodes || !carries_verdict(e, c, job)) {
+		job->status = SC_ERR_INVALID;
+		snprintf(job->error, sizeof(job->error),
+			 "tensor '%s': a fast turn runs only as the one-round sum of the "
+			 "global set (%llu elements)",
+			 job->n_items > 0 && job->items[0].name ? job->items[0].name : "?",
+			 (unsigned long long)job->total_numel);
+		error_rank(e, job);
+		log_job_error(job);
+		return job->status;
+	}
+	return SC_OK;
+}
+
 /* The communication stage of a buffer: the network probe when due, the input check
- * round (or its words carried in the collective's exchange), the collective's exchange
- * and delivery, the GPU trainers' done events. */
+ * round (or its words carried in the collective's exchange, with a fast turn's), the
+ * collective's exchange and delivery, the GPU trainers' done events. */
 static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
 	const scd_device_ops_t *dev = run->dev;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
+	if (scd_job_fast(job) && fast_start(e, c, job) != SC_OK)
+		return;
 	/* the probe is the whole world's: never among a set's nodes alone */
 	sc_status_t st =
 	    job->probe && !job->nodes
@@ -315,7 +354,10 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	int all_cuda = 0;
 	scd_verdict_carry_t carry;
 	run->prep.verdict = NULL;
-	if (carries_verdict(e, c, job)) {
+	if (scd_job_fast(job)) {
+		scd_fast_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
+		run->prep.verdict = &carry;
+	} else if (carries_verdict(e, c, job)) {
 		scd_verdict_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
 		run->prep.verdict = &carry;
 	} else if ((st = scd_verdict_input(run->t, job, &run->fault, e->p.rank, e->p.local_size,
@@ -324,6 +366,9 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	scd_coll_ctx_t x = coll_ctx(e, job, &e->stage.peer_out);
 	st = comm_run(e, job, c, &x, all_cuda);
 	run->prep.verdict = NULL;
+	/* a turn discarded, or whose words were refused, ends its epoch here */
+	if (scd_job_fast(job) && (job->fast.discarded || (st != SC_OK && job->mesh_broken)))
+		e->fast_dead = job->fast.epoch;
 	if (st != SC_OK)
 		return;
 	if (c->deliver && (st = c->deliver(&x, job)) != SC_OK) {
@@ -411,8 +456,10 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
+	/* (a fast turn whose words were refused set it already: engine/verdict.h) */
 	if (job->kind == SCD_JOB_ALLREDUCE && job->status != SC_OK)
-		job->mesh_broken = !e->transport || scd_transport_broken(e->transport);
+		job->mesh_broken =
+		    job->mesh_broken || !e->transport || scd_transport_broken(e->transport);
 	if (e->done_tail)
 		e->done_tail->next = job;
 	else
