@@ -23,6 +23,11 @@
  * the set's view of the mesh (psview.h); every node runs the jobs of the sets it belongs
  * to in plan order, so the members of a set meet its jobs in the same order.
  *
+ * A fast turn (coll/job.h, scd_fast_t; docs/design.md "Fast turns") runs as the one-round
+ * sum with its readiness in the same exchange, always in a fusion buffer. One that some
+ * rank left comes back discarded (SC_IN_PROGRESS, nothing delivered), and so does every
+ * later turn of its epoch still queued, unrun, with no byte sent.
+ *
  * A job runs on one device (device.h): the one where its trainers' tensors live, each
  * source's device field, set where the job is built. Every computation on tensor data
  * (local sums, sparsification, residuals, averaging, copies to the trainers) goes through
