@@ -165,6 +165,25 @@ typedef struct scd_held {
 	struct scd_held *next;
 } scd_held_t;
 
+/* Fast mode (fast.c; docs/design.md "Fast mode"). */
+typedef struct scd_fast_state {
+	/* the coordinator: the epoch in force (0: none), the epochs begun in this world, and
+	 * the cache id its last plans each planned alone, how many in a row */
+	uint64_t coord_epoch, epochs;
+	uint32_t run_id;
+	int run;
+	/* every node: the epoch it is in (0: none), its buffer's cache id and digest, the
+	 * last turn it submitted, the turn open (submitted, not handed back; 0: none) */
+	uint64_t epoch;
+	uint32_t id;
+	uint64_t digest, turn, open_turn;
+	uint64_t seen; /* the last epoch begun in this world (a plan's must come after it) */
+	uint64_t left; /* the epoch this node left, to tell the coordinator (0: none) */
+	/* what the node's turns did: since the last report, and in all (stats) */
+	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
+	uv_timer_t timer; /* the open turn's fast_wait_ms */
+} scd_fast_state_t;
+
 struct scd_world {
 	scd_daemon_t *d;
 	const scd_world_hooks_t *hooks; /* the process's side (world.h) */
@@ -278,7 +297,46 @@ struct scd_world {
 	int32_t join_sent_status;
 	char join_sent_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
+	scd_fast_state_t fast;
 };
+
+struct scd_fast;
+/* fast.c: fast mode (docs/design.md "Fast mode"), behind the key fast_path */
+/* The digest of an epoch's buffer, the same on every node: of the world, the epoch, and
+ * each cache id with its element count and type word. */
+uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *ids, size_t n);
+/* The coordinator, before it sends plan: counts plans that each plan one cached buffer
+ * alone, and when the entry rule holds, adds fb (ids: room for one) to begin fast mode. */
+void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
+			 uint32_t *ids);
+/* The coordinator: ends the epoch in force (FastEnd to every node); why for the log. */
+void scd_fast_coord_end(scd_world_t *w, const char *why);
+/* The coordinator, before it takes rl from rank from: an announcement ends fast mode. */
+void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
+void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw);
+/* plan's fast_begin, checked before anything of the plan is applied. */
+sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+				size_t err_len);
+/* Every node, after plan's responses: enters fast mode when it begins it. */
+void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+/* The node hook (negotiate.c): 1 when nt's readiness became its next fast turn (nothing
+ * to announce); 0 to announce it, the node having left fast mode if it was in it. */
+int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id);
+void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe);
+/* A fast job handed back: 1 when done with here (a LEAVE, or a discarded turn whose
+ * tensors are announced again), 0 when it completes as a planned job does. */
+int scd_fast_job_done(scd_world_t *w, struct scd_job *job);
+/* What the next ReadyList tells the coordinator (fast_left, fast_report). */
+void scd_fast_ready_fill(scd_world_t *w, Sparsecomm__ReadyList *rl, Sparsecomm__FastReport *r);
+/* The world re-forms: fast mode ends on every node. */
+void scd_fast_reset(scd_world_t *w);
+/* The job for one response (apply.c): its items from the agreed cache entries, filled
+ * from this node's buffers when fill, a fast turn's when fast. *job_p NULL: not this
+ * node's (a process set without it) or out of memory (SC_ERR_NOMEM). */
+sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *resp,
+				  const struct scd_fast *fast, int fill,
+				  struct scd_job **job_p);
+void scd_neg_job_free(struct scd_job *job);
 
 /* barrier.c */
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m);

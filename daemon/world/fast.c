@@ -1,0 +1,345 @@
+/*
+ * fast.c: fast mode (docs/design.md "Fast mode"), behind the key fast_path. When the
+ * coordinator's last plans each planned one small cached buffer alone, a plan begins fast
+ * mode (Plan.fast_begin): from then on every node submits that buffer's next step, as
+ * soon as it is ready, as its next fast turn (coll/job.h, scd_fast_t), and sends no
+ * ReadyList for it; the turn's exchange carries every rank's readiness (engine/verdict.h,
+ * scd_fast_decide). Anything else a node has to announce makes it leave its next turn,
+ * which is then discarded on every rank, and so is every later turn of the epoch: their
+ * tensors are announced again and planned as before. The coordinator ends the epoch
+ * (FastEnd) when it has to plan again: an announcement, or a node whose turn waited
+ * fast_wait_ms for the others (FastWaiting).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "coll/bufctx.h"
+#include "coll/job.h"
+#include "ctl/ctl.h"
+#include "engine/engine.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "world/world_int.h"
+
+/* plans in a row that each planned the same cached buffer alone before fast mode begins */
+#define SCD_FAST_RUN 3
+
+static void mix(uint64_t *h, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) { /* FNV-1a over v's little-endian bytes */
+		*h ^= (v >> (8 * i)) & 0xff;
+		*h *= 0x100000001b3ull;
+	}
+}
+
+uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *ids, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	mix(&h, w->world_id);
+	mix(&h, epoch);
+	for (size_t i = 0; i < n; i++) {
+		const scd_cache_ent_t *c = scd_cache_get(w, ids[i]);
+		mix(&h, ids[i]);
+		mix(&h, c ? c->numel : 0);
+		mix(&h, c ? c->dtype : 0);
+	}
+	return h;
+}
+
+/* Whether cache id id can run as fast turns: cached, of the global set, and summed in one
+ * round, which every rank decides from the agreed entry alone. Else why says why. */
+static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t len)
+{
+	const scd_cache_ent_t *c = scd_cache_get(w, id);
+	if (!c) {
+		snprintf(why, len, "cache id %u is not cached", id);
+		return 0;
+	}
+	if (c->pset) {
+		snprintf(why, len, "tensor '%s' is of process set %u", c->name, c->pset);
+		return 0;
+	}
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
+	uint32_t ids[1] = {id};
+	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	r.cache_ids = ids;
+	r.n_cache_ids = 1;
+	scd_fast_t probe = {.epoch = 1}; /* counts no job: nothing of w changes */
+	scd_job_t *job = NULL;
+	scd_neg_allreduce_job((scd_world_t *)w, &r, &probe, 0, &job);
+	int ok = job && job->coll.kind == SCD_COLL_ALLREDUCE && job->coll.op == SC_OP_SUM &&
+		 job->dtype == SC_FLOAT32 && scd_bufctx_one_round(job, w->d->world_size);
+	if (job)
+		scd_neg_job_free(job);
+	if (!ok)
+		snprintf(why, len, "tensor '%s' is not a float32 sum of one round", c->name);
+	return ok;
+}
+
+/* What keeps the coordinator from beginning fast mode now (NULL: nothing). */
+static const char *coord_excluded(const scd_world_t *w)
+{
+	scd_daemon_t *d = w->d;
+	if (w->ehead || w->poisons || w->lates)
+		return "announcements, failures or late steps pending";
+	if (w->join_count)
+		return "a node joined";
+	for (int r = 0; r < d->world_size; r++)
+		if (w->peers[r].degraded ||
+		    (r != d->rank &&
+		     w->peers[r].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED))
+			return "a node is degraded or gone";
+	if (scd_ctl_pset_count(d->ctl))
+		return "process sets are defined";
+	if (!w->tops || !strcmp(w->tops->name, "nccl"))
+		return "the transport is nccl";
+	if (w->n_cfg_held)
+		return "a configuration change is pending";
+	return NULL;
+}
+
+void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
+			 uint32_t *ids)
+{
+	int one = plan->n_responses == 1 &&
+		  plan->responses[0]->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE &&
+		  plan->responses[0]->n_cache_ids == 1;
+	uint32_t id = one ? plan->responses[0]->cache_ids[0] : UINT32_MAX;
+	if (one && w->fast.run && id == w->fast.run_id)
+		w->fast.run++;
+	else
+		w->fast.run = one, w->fast.run_id = id;
+	char why[160];
+	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path) || w->fast.coord_epoch ||
+	    w->fast.run < SCD_FAST_RUN || plan->n_evicted || coord_excluded(w) ||
+	    !fast_eligible(w, id, why, sizeof(why)))
+		return;
+	w->fast.run = 0;
+	sparsecomm__fast_begin__init(fb);
+	fb->epoch = w->fast.coord_epoch = ++w->fast.epochs;
+	ids[0] = id;
+	fb->cache_ids = ids;
+	fb->n_cache_ids = 1;
+	plan->fast_begin = fb;
+	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu begins with cache id %u",
+		  (unsigned long long)fb->epoch, id);
+}
+
+void scd_fast_coord_end(scd_world_t *w, const char *why)
+{
+	if (!w->fast.coord_epoch)
+		return;
+	Sparsecomm__FastEnd fe = SPARSECOMM__FAST_END__INIT;
+	fe.epoch = w->fast.coord_epoch;
+	w->fast.coord_epoch = 0;
+	w->fast.run = 0;
+	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu ends: %s", (unsigned long long)fe.epoch,
+		  why);
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_FAST_END;
+	m.fast_end = &fe;
+	scd_world_send_all(w, &m);
+}
+
+void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	if (rl->fast_report)
+		scd_debug(SCD_SUB_NEGOTIATE,
+			  "rank %d: fast mode %llu kept %llu, discarded %llu", from,
+			  (unsigned long long)rl->fast_report->epoch,
+			  (unsigned long long)rl->fast_report->kept,
+			  (unsigned long long)rl->fast_report->discarded);
+	if (w->fast.coord_epoch && (rl->n_requests || rl->n_cached_ids || rl->n_abandoned ||
+				    rl->n_groups || rl->fast_left)) {
+		char why[64];
+		snprintf(why, sizeof(why), "rank %d announced", from);
+		scd_fast_coord_end(w, why);
+	}
+}
+
+void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw)
+{
+	if (fw->rank != from || fw->epoch != w->fast.coord_epoch)
+		return; /* an epoch ended already */
+	char why[96];
+	snprintf(why, sizeof(why), "rank %d's turn %llu waited for the others", from,
+		 (unsigned long long)fw->turn);
+	scd_fast_coord_end(w, why);
+}
+
+sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+				size_t err_len)
+{
+	const Sparsecomm__FastBegin *fb = plan->fast_begin;
+	if (!fb)
+		return SC_OK;
+	char why[160] = "";
+	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path))
+		snprintf(why, sizeof(why), "fast_path is 0 here");
+	else if (fb->n_cache_ids != 1)
+		snprintf(why, sizeof(why), "%zu cache ids, not 1", fb->n_cache_ids);
+	else if (fb->epoch <= w->fast.seen)
+		snprintf(why, sizeof(why), "epoch %llu, not after %llu",
+			 (unsigned long long)fb->epoch, (unsigned long long)w->fast.seen);
+	else
+		fast_eligible(w, fb->cache_ids[0], why, sizeof(why));
+	if (!why[0])
+		return SC_OK;
+	snprintf(err, err_len, "plan cycle %llu begins fast mode with %s",
+		 (unsigned long long)plan->cycle, why);
+	return SC_ERR_PROTOCOL;
+}
+
+void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	const Sparsecomm__FastBegin *fb = plan->fast_begin;
+	if (!fb)
+		return;
+	w->fast.epoch = w->fast.seen = fb->epoch;
+	w->fast.id = fb->cache_ids[0];
+	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, 1);
+	w->fast.turn = w->fast.open_turn = 0;
+	w->fast.total_epochs++;
+}
+
+static void on_wait(uv_timer_t *t)
+{
+	scd_world_t *w = t->data;
+	if (!w->fast.epoch || !w->fast.open_turn)
+		return;
+	Sparsecomm__FastWaiting fw = SPARSECOMM__FAST_WAITING__INIT;
+	fw.rank = w->d->rank;
+	fw.epoch = w->fast.epoch;
+	fw.turn = w->fast.open_turn;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_FAST_WAITING;
+	m.fast_waiting = &fw;
+	scd_world_send_coord(w, &m);
+}
+
+/* The job of this node's next turn (leave: one that leaves it, with no tensor). */
+static scd_job_t *turn_job(scd_world_t *w, int leave)
+{
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
+	uint32_t ids[1] = {w->fast.id};
+	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	r.cache_ids = ids;
+	r.n_cache_ids = 1;
+	scd_fast_t f = {.epoch = w->fast.epoch,
+			.turn = w->fast.turn + 1,
+			.digest = w->fast.digest,
+			.leave = leave};
+	scd_job_t *job = NULL;
+	scd_neg_allreduce_job(w, &r, &f, !leave, &job);
+	if (!job)
+		return NULL;
+	w->fast.turn++;
+	/* a turn waits for the others' readiness too: FastWaiting ends the epoch well
+	 * before this, and then the stall is named by the coordinator as before */
+	const scd_config_t *cfg = &w->d->cfg;
+	int64_t t = scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
+		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
+	if (t > job->timeout_ms)
+		job->timeout_ms = (int)(t < INT32_MAX ? t : INT32_MAX);
+	return job;
+}
+
+/* This node leaves its epoch: its next turn is a LEAVE, discarded on every rank. */
+static void fast_leave(scd_world_t *w, int tell)
+{
+	scd_job_t *job = turn_job(w, 1);
+	if (job)
+		scd_engine_submit(w->d->engine, job);
+	else /* the others' turn then fails on its exchange's timeout */
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory leaving fast mode %llu",
+			  (unsigned long long)w->fast.epoch);
+	if (tell)
+		w->fast.left = w->fast.epoch;
+	w->fast.epoch = w->fast.open_turn = 0;
+	uv_timer_stop(&w->fast.timer);
+}
+
+int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
+{
+	if (!w->fast.epoch)
+		return 0;
+	if (id == w->fast.id && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
+		scd_job_t *job = turn_job(w, 0);
+		if (job && job->items[0].nt == nt) {
+			scd_engine_submit(w->d->engine, job);
+			w->fast.open_turn = job->fast.turn;
+			uv_timer_start(&w->fast.timer, on_wait,
+				       (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fast_wait_ms),
+				       0);
+			return 1;
+		}
+		if (job) { /* not filled from nt: the turn is left instead (nt stays announced)
+			    */
+			job->fast.leave = 1;
+			job->items[0].nt = NULL;
+			scd_engine_submit(w->d->engine, job);
+			w->fast.left = w->fast.epoch;
+			w->fast.epoch = 0;
+			return 0;
+		}
+	}
+	fast_leave(w, 1);
+	return 0;
+}
+
+void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe)
+{
+	if (w->fast.epoch && fe->epoch == w->fast.epoch)
+		fast_leave(w, 0);
+}
+
+int scd_fast_job_done(scd_world_t *w, scd_job_t *job)
+{
+	if (job->fast.epoch == w->fast.epoch && job->fast.turn == w->fast.open_turn) {
+		w->fast.open_turn = 0;
+		uv_timer_stop(&w->fast.timer);
+	}
+	if (job->fast.leave)
+		return 1;
+	if (!job->fast.discarded) {
+		w->fast.kept += job->status == SC_OK;
+		w->fast.total_kept += job->status == SC_OK;
+		return 0;
+	}
+	w->fast.discarded++;
+	w->fast.total_discarded++;
+	if (job->fast.epoch == w->fast.epoch) /* the epoch ended at this turn on every rank */
+		w->fast.epoch = w->fast.open_turn = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		scd_ntensor_t *nt = job->items[i].nt;
+		if (nt && nt->state == SCD_NT_RUNNING) { /* planned as before */
+			nt->state = SCD_NT_ANNOUNCED;
+			scd_world_announce(w, nt);
+		}
+	}
+	return 1;
+}
+
+void scd_fast_ready_fill(scd_world_t *w, Sparsecomm__ReadyList *rl, Sparsecomm__FastReport *r)
+{
+	rl->fast_left = w->fast.left;
+	w->fast.left = 0;
+	if (!w->fast.kept && !w->fast.discarded)
+		return;
+	sparsecomm__fast_report__init(r);
+	r->epoch = w->fast.seen;
+	r->kept = w->fast.kept;
+	r->discarded = w->fast.discarded;
+	rl->fast_report = r;
+	w->fast.kept = w->fast.discarded = 0;
+}
+
+void scd_fast_reset(scd_world_t *w)
+{
+	w->fast.coord_epoch = w->fast.epochs = 0;
+	w->fast.run = 0;
+	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
+	w->fast.kept = w->fast.discarded = 0;
+	if (uv_is_active((uv_handle_t *)&w->fast.timer))
+		uv_timer_stop(&w->fast.timer);
+}

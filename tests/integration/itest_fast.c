@@ -1,0 +1,153 @@
+/*
+ * itest_fast.c: fast mode (fast_path 1, docs/design.md "Fast mode"). Run with
+ * --daemon-arg --fast_path --daemon-arg 1.
+ *
+ * fast STEPS: STEPS exact allreduces of one 4 KiB tensor; this node's sparsectl stats must
+ *   show at least 90% of them as kept fast turns.
+ * fast shape: exact steps until fast mode has begun, then the last rank gives the tensor
+ *   another shape: every rank's step fails with SC_ERR_MISMATCH naming both shapes; then
+ *   exact steps again.
+ * fast stall: exact steps until fast mode has begun, then rank 1 skips a step: every other
+ *   rank's step fails with SC_ERR_STALLED naming rank 1, rank 1's late step is refused
+ *   (never paired with the others' next step); then exact steps again. Run with
+ *   stall_timeout_ms 3000.
+ */
+#include "itest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAST_NUMEL 1024 /* 4 KiB of float32 */
+
+/* One allreduce of t with the pattern of seed: its status, its error in msg. */
+static sc_status_t step(sc_client_t *c, sc_tensor_t *t, uint64_t seed, char *msg, size_t len)
+{
+	it_fill(sc_tensor_data(t), SC_FLOAT32, FAST_NUMEL, seed, sc_rank(c), 1);
+	sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
+	snprintf(msg, len, "%s", st == SC_OK ? "" : sc_last_error());
+	return st;
+}
+
+static void exact_step(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	char msg[1024], why[256];
+	sc_status_t st = step(c, t, seed, msg, sizeof(msg));
+	if (st != SC_OK)
+		IT_FAIL("step %llu: %s: %s", (unsigned long long)seed, sc_status_name(st), msg);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, FAST_NUMEL, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("step %llu: %zu elements wrong: %s", (unsigned long long)seed, wrong,
+			why);
+}
+
+/* Exact steps from *seed until this node has kept a fast turn (it is in fast mode). */
+static void until_fast(sc_client_t *c, sc_tensor_t *t, uint64_t *seed)
+{
+	double k0 = it_node_stat("fast_kept");
+	for (int i = 0; i < 200; i++) {
+		exact_step(c, t, (*seed)++);
+		if (it_node_stat("fast_kept") > k0)
+			return;
+	}
+	IT_FAIL("no fast turn kept in 200 steps");
+}
+
+/* Every rank at the same point: an exact step of another tensor. */
+static void sync_point(sc_client_t *c, sc_tensor_t *s, uint64_t seed)
+{
+	exact_step(c, s, seed);
+}
+
+static int fast_steps(sc_client_t *c, int steps)
+{
+	sc_tensor_t *t = it_register(c, "fast.x", SC_FLOAT32, FAST_NUMEL);
+	double k0 = it_node_stat("fast_kept");
+	double t0 = it_now_s();
+	for (int i = 0; i < steps; i++)
+		exact_step(c, t, 1000 + (uint64_t)i);
+	double dt = it_now_s() - t0;
+	double kept = it_node_stat("fast_kept") - k0;
+	it_log("%d exact steps in %.2f s (%.0f us a step): %.0f kept fast turns, %.0f "
+	       "discarded, %.0f epochs",
+	       steps, dt, dt * 1e6 / steps, kept, it_node_stat("fast_discarded"),
+	       it_node_stat("fast_epochs"));
+	if (kept < 0.9 * steps)
+		IT_FAIL("only %.0f of %d steps were kept fast turns", kept, steps);
+	return 0;
+}
+
+static int fast_shape(sc_client_t *c)
+{
+	int rank = sc_rank(c), size = sc_size(c);
+	sc_tensor_t *t = it_register(c, "fast.shape", SC_FLOAT32, FAST_NUMEL);
+	sc_tensor_t *s = it_register(c, "fast.sync", SC_FLOAT32, FAST_NUMEL);
+	uint64_t seed = 1;
+	until_fast(c, t, &seed);
+	sync_point(c, s, 500);
+	until_fast(c, t, &seed);
+	static const uint64_t a[] = {32, 32}, b[] = {16, 64};
+	IT_CHECK_SC(sc_tensor_set_shape(t, 2, rank == size - 1 ? b : a), "set the shape");
+	char msg[1024];
+	sc_status_t st = step(c, t, seed++, msg, sizeof(msg));
+	if (st != SC_ERR_MISMATCH)
+		IT_FAIL("the step of two shapes: expected SC_ERR_MISMATCH, got %s: %s",
+			sc_status_name(st), msg);
+	if (!strstr(msg, "[32, 32]") || !strstr(msg, "[16, 64]"))
+		IT_FAIL("the mismatch does not name both shapes: '%s'", msg);
+	it_log("mismatch: %s", msg);
+	IT_CHECK_SC(sc_tensor_set_shape(t, 2, a), "set the shape back");
+	for (int i = 0; i < 50; i++)
+		exact_step(c, t, seed++);
+	return 0;
+}
+
+static int fast_stall(sc_client_t *c)
+{
+	int rank = sc_rank(c);
+	sc_tensor_t *t = it_register(c, "fast.stall", SC_FLOAT32, FAST_NUMEL);
+	uint64_t seed = 1;
+	until_fast(c, t, &seed);
+	/* every rank past until_fast's last step, and in fast mode again */
+	sc_tensor_t *s = it_register(c, "fast.sync", SC_FLOAT32, FAST_NUMEL);
+	sync_point(c, s, 500);
+	until_fast(c, t, &seed);
+	char msg[1024];
+	if (rank != 1) {
+		sc_status_t st = step(c, t, seed, msg, sizeof(msg));
+		if (st != SC_ERR_STALLED)
+			IT_FAIL("the step rank 1 skips: expected SC_ERR_STALLED, got %s: %s",
+				sc_status_name(st), msg);
+		if (!it_mentions_rank(msg, 1))
+			IT_FAIL("the stall error does not name rank 1: '%s'", msg);
+		it_log("stalled: %s", msg);
+	} else { /* the step it skipped, late (past stall_timeout_ms, 3 s): refused, never
+		  * paired with the others' next step, which it then makes in time */
+		it_sleep_ms(4500);
+		sc_status_t st = step(c, t, seed, msg, sizeof(msg));
+		if (st == SC_OK)
+			IT_FAIL("rank 1's late step completed");
+		it_log("late step: %s: %s", sc_status_name(st), msg);
+	}
+	seed++;
+	for (int i = 0; i < 50; i++)
+		exact_step(c, t, seed++);
+	return 0;
+}
+
+int it_fast(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	if (sc_size(c) < 2)
+		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
+	const char *what = argc > 1 ? argv[1] : "2000";
+	if (!strcmp(what, "shape"))
+		fast_shape(c);
+	else if (!strcmp(what, "stall"))
+		fast_stall(c);
+	else
+		fast_steps(c, atoi(what));
+	sc_finalize(c);
+	it_pass();
+}
