@@ -1186,6 +1186,11 @@ rnd "n=3" 3 1 600 12 "$rnd_seed"
 # the same with two trainers a node: a trainer late, dead or refused fails its node's step
 rnd "n=2 per-node=2" 2 2 400 12 "$rnd_seed"
 rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
+# the same seeded plan with fast mode on (fast_path 1): every result exact or an error on
+# every rank, whatever fast turns the steps between take
+run_case "random fast n=3 (600 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --fast_path \
+	--daemon-arg 1 -- "$itest" random --steps 600 --rate 12 --seed "$rnd_seed"
 # a trainer replaced after a reduce-scatter (step 68, rank 1): its node made rnd.g's scheme
 # state anew and the others kept theirs, so every later COO allreduce of rnd.g failed
 # with SC_ERR_MISMATCH (another step, another scheme); now only the first (step 74) does
