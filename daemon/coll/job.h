@@ -310,6 +310,7 @@ typedef struct scd_job {
 	double cpu_s;	   /* the engine threads' CPU time for the job */
 	double compute_s;  /* of time_s, the compute stage's (local sum, sparsify ahead) */
 	scd_fast_t fast;   /* a fast turn's (epoch 0: none) */
+	uint64_t fence;	   /* the engine's fence count at submission (scd_engine_fence) */
 	scd_job_run_t run; /* the engine's, between its stages */
 	struct scd_job *next;
 } scd_job_t;

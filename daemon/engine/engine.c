@@ -60,6 +60,10 @@ struct scd_engine {
 	/* the last fast epoch a turn of which was discarded or refused (coll/job.h,
 	 * scd_fast_t): its later turns come back unrun (the communication stage's) */
 	uint64_t fast_dead;
+	/* scd_engine_fence: the count of fences, and the lock a delivery holds (a job
+	 * submitted before the last fence delivers nothing) */
+	uint64_t fence;
+	pthread_mutex_t deliver_mu;
 };
 
 /* Logs a failure the engine itself detected, or that a device op reported (device ops do
@@ -329,13 +333,46 @@ static sc_status_t fast_start(scd_engine_t *e, const scd_coll_desc_t *c, scd_job
 	return SC_OK;
 }
 
+/* The delivery of a job's result to its trainers (under deliver_mu): nothing once a
+ * fence came after its submission (the world re-formed: its trainers were told that it
+ * failed, and their buffers hold their next step's input). */
+static void deliver(scd_engine_t *e, const scd_coll_desc_t *c, scd_coll_ctx_t *x,
+		    scd_job_t *job)
+{
+	const scd_device_ops_t *dev = job->run.dev;
+	sc_status_t st;
+	if (job->fence != e->fence) {
+		job->status = SC_ERR_PEER;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: the world re-formed before the result was delivered",
+			 e->p.rank);
+		return;
+	}
+	if (c->deliver && (st = c->deliver(x, job)) != SC_OK) {
+		job->status = st;
+		error_rank(e, job);
+		log_job_error(job);
+		return;
+	}
+	/* the trainers read their results once the job is back: they must be there (a GPU
+	 * trainer's stream may instead wait on its done event, recorded behind them) */
+	if ((st = scd_job_stage_done(e->p.rank, job)) != SC_OK)
+		return;
+	if ((st = dev->sync()) != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: the %s device failed delivering the result: %s", e->p.rank,
+			 dev->name, scd_job_stage_why(dev, st));
+		log_job_error(job);
+	}
+}
+
 /* The communication stage of a buffer: the network probe when due, the input check
  * round (or its words carried in the collective's exchange, with a fast turn's), the
  * collective's exchange and delivery, the GPU trainers' done events. */
 static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
-	const scd_device_ops_t *dev = run->dev;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
 	if (scd_job_fast(job) && fast_start(e, c, job) != SC_OK)
 		return;
@@ -371,23 +408,9 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 		e->fast_dead = job->fast.epoch;
 	if (st != SC_OK)
 		return;
-	if (c->deliver && (st = c->deliver(&x, job)) != SC_OK) {
-		job->status = st;
-		error_rank(e, job);
-		log_job_error(job);
-		return;
-	}
-	/* the trainers read their results once the job is back: they must be there (a GPU
-	 * trainer's stream may instead wait on its done event, recorded behind them) */
-	if ((st = scd_job_stage_done(e->p.rank, job)) != SC_OK)
-		return;
-	if ((st = dev->sync()) != SC_OK) {
-		job->status = st;
-		snprintf(job->error, sizeof(job->error),
-			 "rank %d: the %s device failed delivering the result: %s", e->p.rank,
-			 dev->name, scd_job_stage_why(dev, st));
-		log_job_error(job);
-	}
+	pthread_mutex_lock(&e->deliver_mu);
+	deliver(e, c, &x, job);
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 /* The world re-formed: the buffers' state (scheme contexts, residuals) belongs to the old
@@ -778,6 +801,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		return SC_ERR_NOMEM;
 	}
 	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->deliver_mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	pthread_cond_init(&e->comm_cv, NULL);
 	uv_async_init(p->loop, &e->async, on_async);
@@ -808,6 +832,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
+	job->fence = e->fence; /* written by the submitting thread alone */
 	pthread_mutex_lock(&e->mu);
 	if (e->tail)
 		e->tail->next = job;
@@ -824,6 +849,15 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
 {
 	return e->transport;
+}
+
+void scd_engine_fence(scd_engine_t *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->deliver_mu); /* a delivery under way ends first */
+	e->fence++;
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 void scd_engine_peer_gone(scd_engine_t *e, int rank)

@@ -11,6 +11,7 @@
  * fast_wait_ms for the others (FastWaiting).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/bufctx.h"
@@ -19,6 +20,7 @@
 #include "engine/engine.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/timeline.h"
 #include "world/world_int.h"
 
 /* plans in a row that each planned the same cached buffer alone before fast mode begins */
@@ -244,12 +246,32 @@ static scd_job_t *turn_job(scd_world_t *w, int leave)
 	return job;
 }
 
+/* Submits job, this node's next turn, and records it for the re-form rule. */
+static void turn_submit(scd_world_t *w, scd_job_t *job)
+{
+	scd_fast_state_t *f = &w->fast;
+	if (job->fast.epoch != f->last_epoch) { /* its first turn of the epoch */
+		f->last_epoch = job->fast.epoch;
+		f->last_turn = f->last_leave = 0;
+		f->last_state = SCD_FAST_DONE;
+	}
+	if (job->fast.leave) {
+		f->last_leave = job->fast.turn;
+	} else {
+		f->last_turn = job->fast.turn;
+		f->last_id = f->id;
+		f->last_state = SCD_FAST_UNDECIDED;
+		f->last_t0 = scd_tl_begin();
+	}
+	scd_engine_submit(w->d->engine, job);
+}
+
 /* This node leaves its epoch: its next turn is a LEAVE, discarded on every rank. */
 static void fast_leave(scd_world_t *w, int tell)
 {
 	scd_job_t *job = turn_job(w, 1);
 	if (job)
-		scd_engine_submit(w->d->engine, job);
+		turn_submit(w, job);
 	else /* the others' turn then fails on its exchange's timeout */
 		scd_error(SCD_SUB_NEGOTIATE, "out of memory leaving fast mode %llu",
 			  (unsigned long long)w->fast.epoch);
@@ -266,7 +288,7 @@ int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
 	if (id == w->fast.id && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
 		scd_job_t *job = turn_job(w, 0);
 		if (job && job->items[0].nt == nt) {
-			scd_engine_submit(w->d->engine, job);
+			turn_submit(w, job);
 			w->fast.open_turn = job->fast.turn;
 			uv_timer_start(&w->fast.timer, on_wait,
 				       (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fast_wait_ms),
@@ -277,7 +299,7 @@ int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
 			    */
 			job->fast.leave = 1;
 			job->items[0].nt = NULL;
-			scd_engine_submit(w->d->engine, job);
+			turn_submit(w, job);
 			w->fast.left = w->fast.epoch;
 			w->fast.epoch = 0;
 			return 0;
@@ -299,8 +321,21 @@ int scd_fast_job_done(scd_world_t *w, scd_job_t *job)
 		w->fast.open_turn = 0;
 		uv_timer_stop(&w->fast.timer);
 	}
+	int last = job->fast.epoch == w->fast.last_epoch && job->fast.turn == w->fast.last_turn;
 	if (job->fast.leave)
 		return 1;
+	if (last) {
+		w->fast.last_state = job->fast.discarded ? SCD_FAST_DISCARDED : SCD_FAST_DONE;
+		scd_tl_arg_t ta[] = {{"epoch", NULL, (int64_t)job->fast.epoch},
+				     {"turn", NULL, (int64_t)job->fast.turn},
+				     {"outcome",
+				      job->fast.discarded    ? "discarded"
+				      : job->status == SC_OK ? "kept"
+							     : "failed",
+				      0}};
+		if (job->n_items > 0 && job->items[0].name)
+			scd_tl_tensor(job->items[0].name, "fast_turn", w->fast.last_t0, ta, 3);
+	}
 	if (!job->fast.discarded) {
 		w->fast.kept += job->status == SC_OK;
 		w->fast.total_kept += job->status == SC_OK;
@@ -340,6 +375,140 @@ void scd_fast_reset(scd_world_t *w)
 	w->fast.run = 0;
 	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
 	w->fast.kept = w->fast.discarded = 0;
+	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;
+	w->fast.last_state = SCD_FAST_DONE;
 	if (uv_is_active((uv_handle_t *)&w->fast.timer))
 		uv_timer_stop(&w->fast.timer);
+}
+
+/*
+ * The re-form rule (docs/design.md "Fast mode", "A re-form in the middle of a turn").
+ * A re-form fails every step in the engine, fast turns too (world.c, reform_fail); a step
+ * announced (a discarded turn's, or a planned one) is kept and announced again. A node
+ * that had not submitted the step of a turn others submitted would submit it in the new
+ * world, where it pairs with their next step. So every node's Join says what its turns
+ * were (scd_fast_snap_t), and the coordinator settles the last turn M with data, of the
+ * last epoch E in which any node took a turn:
+ *   - M is in doubt when a node's turn M was not handed back (its exchange incomplete),
+ *     or a node neither submitted M nor left at M or before (the others' turn M then
+ *     waited for it). Otherwise every rank decided M alike from the same words (kept:
+ *     delivered everywhere; discarded: announced again everywhere, then planned as any
+ *     step), and there is nothing to settle.
+ *   - In doubt, M is taken as failed on every node: a node that submitted it with data and
+ *     did not discard it has it failed (by the re-form) or kept; every other node owes
+ *     it, recorded as a late step (late.c), so its next announcement of the name (the
+ *     step it announced again, or submits later) is refused, and its step after pairs
+ *     with the others' next.
+ * A node is at most one turn behind another (a turn completes only with every rank's
+ * words, and a node submits its next turn only once its last came back), so one step is
+ * owed at most. A daemon that joins afresh (another daemon of the rank) owes nothing.
+ */
+static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_t turn,
+		     uint64_t leave, int state, const char *name)
+{
+	char *n = name && name[0] ? strdup(name) : NULL;
+	free(s->name);
+	*s = (scd_fast_snap_t){world, epoch, turn, leave, state, n};
+	if (name && name[0] && !n) /* its turns cannot be named: as if it had none */
+		s->turn = 0;
+}
+
+void scd_fast_snapshot(scd_world_t *w)
+{
+	const scd_fast_state_t *f = &w->fast;
+	const scd_cache_ent_t *c = f->last_turn ? scd_cache_get(w, f->last_id) : NULL;
+	snap_set(&w->fast_snap, w->world_id, f->last_epoch, c ? f->last_turn : 0, f->last_leave,
+		 f->last_state, c ? c->name : NULL);
+}
+
+void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs)
+{
+	const scd_fast_snap_t *s = &w->fast_snap;
+	if (s->world != w->world_id || !s->epoch)
+		return;
+	sparsecomm__fast_state__init(fs);
+	fs->epoch = s->epoch;
+	fs->turn = s->turn;
+	fs->state = (uint32_t)s->state;
+	fs->leave = s->leave;
+	fs->name = s->name ? s->name : "";
+	j->fast_state = fs;
+}
+
+void scd_fast_coord_join(scd_world_t *w, int rank, const Sparsecomm__Join *j, int same)
+{
+	const Sparsecomm__FastState *fs = j->fast_state;
+	scd_fast_snap_t *s = &w->peers[rank].fast_rep;
+	if (!same || !w->world_id || j->old_world != w->world_id) /* afresh: owes nothing */
+		snap_set(s, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	else if (!fs || !fs->epoch)
+		snap_set(s, w->world_id, 0, 0, 0, SCD_FAST_DONE, NULL);
+	else
+		snap_set(s, w->world_id, fs->epoch, fs->name && fs->name[0] ? fs->turn : 0,
+			 fs->leave,
+			 fs->state <= SCD_FAST_DISCARDED ? (int)fs->state : SCD_FAST_DONE,
+			 fs->name);
+}
+
+/* Whether node r's record r_snap counts (the same daemon, in the world left). */
+static const scd_fast_snap_t *coord_rep(scd_world_t *w, int r)
+{
+	const scd_fast_snap_t *s = r == w->d->rank ? &w->fast_snap : &w->peers[r].fast_rep;
+	return s->world && s->world == w->world_id ? s : NULL;
+}
+
+void scd_fast_coord_formed(scd_world_t *w)
+{
+	int P = w->d->world_size;
+	uint64_t E = 0, M = 0;
+	const char *name = NULL;
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (s && s->epoch > E)
+			E = s->epoch, M = 0;
+		if (s && s->epoch == E && E && s->turn > M)
+			M = s->turn, name = s->name;
+	}
+	int doubt = 0;
+	for (int r = 0; r < P && M; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (!s)
+			continue;
+		uint64_t turn = s->epoch == E ? s->turn : 0,
+			 leave = s->epoch == E ? s->leave : 0;
+		if ((turn == M && s->state == SCD_FAST_UNDECIDED) ||
+		    (turn < M && !(leave && leave <= M)))
+			doubt = 1;
+	}
+	if (doubt && name) {
+		char reason[1024];
+		for (int r = 0; r < P; r++) {
+			const scd_fast_snap_t *s = coord_rep(w, r);
+			const scd_peer_t *p = &w->peers[r];
+			if (!s || p->join_seq || p->degraded ||
+			    (s->epoch == E && s->turn == M && s->state != SCD_FAST_DISCARDED))
+				continue;
+			snprintf(
+			    reason, sizeof(reason),
+			    "allreduce of tensor '%s' refused: node %d submitted it late, for "
+			    "the step that already failed on the other ranks (the world "
+			    "re-formed during its fast turn %llu)",
+			    name, r, (unsigned long long)M);
+			scd_warn(SCD_SUB_NEGOTIATE,
+				 "node %d owes a step of '%s': the world re-formed during fast "
+				 "turn %llu, which it did not take part in",
+				 r, name, (unsigned long long)M);
+			scd_late_owe(w, r, name, SC_ERR_PEER, reason);
+		}
+	}
+	for (int r = 0; r < P; r++)
+		snap_set(&w->peers[r].fast_rep, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	snap_set(&w->fast_snap, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+}
+
+void scd_fast_free(scd_world_t *w)
+{
+	for (int r = 0; w->peers && r < w->d->world_size; r++)
+		snap_set(&w->peers[r].fast_rep, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	snap_set(&w->fast_snap, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
 }

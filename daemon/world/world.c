@@ -210,6 +210,8 @@ static void send_join(scd_world_t *w)
 	 * this node discards its copies once the new world has formed */
 	j.old_world = w->world_id;
 	j.old_last_seq = w->peers[0].tx_seq;
+	Sparsecomm__FastState fs;
+	scd_fast_join_fill(w, &j, &fs);
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
 	scd_world_send_raw(w, NULL, 0, &m);
@@ -280,6 +282,11 @@ static sc_status_t reform(scd_world_t *w, int back, const char *why)
 	scd_daemon_t *d = w->d;
 	scd_ntensor_t **kept = NULL;
 	int n_kept = 0;
+	if (w->formed) /* what its fast turns were, for its Join (fast.c) */
+		scd_fast_snapshot(w);
+	/* no job of the old world writes its result after its trainers are told it failed
+	 * (they then write their next step's input where it would go) */
+	scd_engine_fence(d->engine);
 	reform_fail(w, why, &kept, &n_kept);
 	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
 	w->mesh_reform_ms = 0;
@@ -495,6 +502,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	/* the same daemon that never held the world left (its Join names an older one)
 	 * read none of it: an end of its joins sent there goes to it again */
 	scd_join_rejoined(w, j->rank, same && w->world_id && j->old_world != w->world_id);
+	scd_fast_coord_join(w, j->rank, j, same);
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();
@@ -516,6 +524,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		 describe_blob(w, p, where, sizeof(where)));
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
+		scd_fast_coord_formed(w); /* before the world's id changes */
 		coord_send_world(w);
 		scd_world_coord_formed(w);
 	}
@@ -1400,6 +1409,7 @@ void scd_world_destroy(scd_world_t *w)
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);
 	uv_close((uv_handle_t *)&w->fast.timer, NULL);
+	scd_fast_free(w);
 	if (w->polling) {
 		uv_poll_stop(&w->poll);
 		uv_close((uv_handle_t *)&w->poll, NULL);

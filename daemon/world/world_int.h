@@ -14,6 +14,18 @@
 #include "world/host.h"
 #include "world/world.h"
 
+/* A data turn's outcome on one node: not handed back yet, handed back (kept or failed
+ * alike on every rank), or discarded (its step announced again). */
+enum { SCD_FAST_DONE = 0, SCD_FAST_UNDECIDED = 1, SCD_FAST_DISCARDED = 2 };
+
+/* A node's fast turns as the world it leaves re-forms (fast.c, "re-form rule"): in world
+ * (its id; 0: no record), the scd_fast_state_t last_* fields, and the buffer's name. */
+typedef struct scd_fast_snap {
+	uint64_t world, epoch, turn, leave;
+	int state;
+	char *name;
+} scd_fast_snap_t;
+
 typedef struct scd_peer {
 	int joined;
 	int degraded;
@@ -22,6 +34,8 @@ typedef struct scd_peer {
 	 * count of joined nodes, 0: not joined) and the last of them */
 	uint64_t join_seq;
 	int join_last;
+	/* its Join's record of its fast turns in the world left (coordinator, fast.c) */
+	scd_fast_snap_t fast_rep;
 	/* the number of the last JoinDone sent to it (coordinator): a NodeJoin that
 	 * acknowledges less was sent before the node read that end, which ends the join */
 	uint64_t join_end_seq;
@@ -182,6 +196,13 @@ typedef struct scd_fast_state {
 	/* what the node's turns did: since the last report, and in all (stats) */
 	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
 	uv_timer_t timer; /* the open turn's fast_wait_ms */
+	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
+	 * its last data turn (0: none) with its buffer's cache id and outcome, and the turn
+	 * it left (0: none) */
+	uint64_t last_epoch, last_turn, last_leave;
+	uint64_t last_t0; /* its last data turn's submission (timeline, fast_turn) */
+	uint32_t last_id;
+	int last_state; /* SCD_FAST_UNDECIDED, SCD_FAST_DONE or SCD_FAST_DISCARDED */
 } scd_fast_state_t;
 
 struct scd_world {
@@ -298,6 +319,7 @@ struct scd_world {
 	char join_sent_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
 	scd_fast_state_t fast;
+	scd_fast_snap_t fast_snap; /* this node's, taken as its formed world re-forms */
 };
 
 struct scd_fast;
@@ -330,6 +352,16 @@ int scd_fast_job_done(scd_world_t *w, struct scd_job *job);
 void scd_fast_ready_fill(scd_world_t *w, Sparsecomm__ReadyList *rl, Sparsecomm__FastReport *r);
 /* The world re-forms: fast mode ends on every node. */
 void scd_fast_reset(scd_world_t *w);
+/* A formed world re-forms: records this node's last turns (before scd_fast_reset). */
+void scd_fast_snapshot(scd_world_t *w);
+/* What this node's Join says of its fast turns in the world it leaves (fs: room). */
+void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs);
+/* The coordinator takes rank's Join (same: the daemon that was in the world left). */
+void scd_fast_coord_join(scd_world_t *w, int rank, const Sparsecomm__Join *j, int same);
+/* The coordinator, as the world forms (before WorldInfo): the turn a re-form left in
+ * doubt is owed (late.c) by every node that did not take part in it. */
+void scd_fast_coord_formed(scd_world_t *w);
+void scd_fast_free(scd_world_t *w);
 /* The job for one response (apply.c): its items from the agreed cache entries, filled
  * from this node's buffers when fill, a fast turn's when fast. *job_p NULL: not this
  * node's (a process set without it) or out of memory (SC_ERR_NOMEM). */
@@ -541,6 +573,8 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
  * scd_late_refusals) or, a note, a step already answered while the node was degraded; 0
  * to take it. */
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse);
+/* Node r owes one more step of name, refused with status and reason. */
+void scd_late_owe(scd_world_t *w, int r, const char *name, int status, const char *reason);
 void scd_late_forget_rank(scd_world_t *w, int rank);
 /* The world re-forms: the records, taken from w (each node still owes its late steps, and
  * still reports the steps answered for it), with each refusal not sent yet back in its

@@ -11,6 +11,10 @@
  *   rank's step fails with SC_ERR_STALLED naming rank 1, rank 1's late step is refused
  *   (never paired with the others' next step); then exact steps again. Run with
  *   stall_timeout_ms 3000.
+ * fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank a little behind the
+ *   others (1 ms before each), while run.sh resets data-plane connections (the world
+ *   re-forms in the middle of fast turns): every step is exact or fails, never SC_OK with
+ *   other values (a step paired with another rank's next); some are kept fast turns.
  */
 #include "itest.h"
 
@@ -136,6 +140,39 @@ static int fast_stall(sc_client_t *c)
 	return 0;
 }
 
+static int fast_reset(sc_client_t *c, int steps)
+{
+	int rank = sc_rank(c), size = sc_size(c);
+	sc_tensor_t *t = it_register(c, "fast.reset", SC_FLOAT32, FAST_NUMEL);
+	double k0 = it_node_stat("fast_kept");
+	int failed = 0;
+	for (int i = 0; i < steps; i++) {
+		char msg[1024], why[256];
+		if (rank == size - 1) /* the others' turns wait for it: a re-form finds them
+				       * submitted and its own not */
+			it_sleep_ms(1);
+		uint64_t seed = 1000 + (uint64_t)i;
+		sc_status_t st = step(c, t, seed, msg, sizeof(msg));
+		if (st != SC_OK) {
+			if (failed++ < 8)
+				it_log("step %d: %s: %s", i, sc_status_name(st), msg);
+			continue;
+		}
+		size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, FAST_NUMEL, seed, size,
+					1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL(
+			    "step %d: SC_OK with %zu elements wrong (another step's sum): %s",
+			    i, wrong, why);
+	}
+	double kept = it_node_stat("fast_kept") - k0;
+	it_log("%d steps: %d failed, the others exact; %.0f kept fast turns", steps, failed,
+	       kept);
+	if (kept < 1)
+		IT_FAIL("no fast turn kept");
+	return 0;
+}
+
 int it_fast(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -146,6 +183,8 @@ int it_fast(int argc, char **argv)
 		fast_shape(c);
 	else if (!strcmp(what, "stall"))
 		fast_stall(c);
+	else if (!strcmp(what, "reset"))
+		fast_reset(c, argc > 2 ? atoi(argv[2]) : 4000);
 	else
 		fast_steps(c, atoi(what));
 	sc_finalize(c);

@@ -381,6 +381,11 @@ run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
 # once, and the next steps are exact on every rank (node 1 owes nothing)
 run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
+# the same two deaths with fast mode on (fast_path 1)
+run_case "fast killed late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-late
+run_case "fast killed first n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
 # killed twice: rank 2's worker dies before a step that node 0 submits while node 1 is
 # degraded (it fails at once there); once node 1 is whole again, rank 3's worker dies in
 # that step, waiting for rank 2's next worker: node 1's report of the step charges node 0
@@ -1349,6 +1354,14 @@ data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 50 6 1 --daemon-ar
 data_reset "data reset events n=3 per-node=2 (600 steps, rate 30, seed $rnd_seed)" 3 2 120 \
 	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --op_timeout_ms \
 	--daemon-arg 60000 -- "$itest" random --steps 600 --rate 30 --seed "$rnd_seed" --resets 1
+# fast reform: the same resets under fast turns (fast_path 1, itest_fast.c "reset"): the
+# world re-forms while some nodes have submitted a turn and another has not; that node
+# owes the step (its late submission is refused), so every step is exact or fails, and
+# none pairs with another rank's next step
+data_reset "fast reform n=3 (4000 steps)" 3 1 120 6 1 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --op_timeout_ms --daemon-arg 60000 -- "$itest" fast reset 4000
+data_reset "fast reform n=3 per-node=2 (3000 steps)" 3 2 120 6 1 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --op_timeout_ms --daemon-arg 60000 -- "$itest" fast reset 3000
 # with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
 # 3 x 2, sets that split nodes), the same names in both and in the global set; until the
 # first death, and without deaths throughout

@@ -2,7 +2,8 @@
  * test_fast_mode.c: the coordinator's side of fast mode (world/fast.c, docs/design.md
  * "Fast mode"): it begins after 3 plans in a row each planned the same small cached
  * buffer alone, and never with anything pending or excluded; an announcement or a node's
- * FastWaiting ends it; and a node refuses a fast_begin it could not run.
+ * FastWaiting ends it; a node refuses a fast_begin it could not run; and a re-form in
+ * the middle of a turn makes every node that did not take part in it owe the step.
  */
 #include <string.h>
 
@@ -216,4 +217,81 @@ UNIT_TEST(negotiate_plan_check_refuses_ineligible_fast_set)
 	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
 	CHECK_MSG(strstr(err, "fast_path is 0 here"), "error: %s", err);
 	fast_free(&f);
+}
+
+/* The re-form rule (scd_fast_coord_formed): a coordinator of 3 nodes whose world 42
+ * re-forms, each node's record of its fast turns as given (world 0: a daemon that joined
+ * afresh); returns the nodes that owe a step of "fast.a" as bits. */
+typedef struct rep {
+	uint64_t world, epoch, turn, leave;
+	int state;
+} rep_t;
+
+static unsigned owed_after(const rep_t r[3])
+{
+	scd_daemon_t d;
+	memset(&d, 0, sizeof(d));
+	d.world_size = 3, d.local_size = 1, d.rank = 0;
+	scd_world_t *w = calloc(1, sizeof(*w));
+	CHECK_TRUE(w != NULL);
+	w->d = &d;
+	w->is_coord = 1;
+	w->world_id = 42;
+	w->peers = calloc(3, sizeof(*w->peers));
+	CHECK_TRUE(w->peers != NULL);
+	for (int i = 0; i < 3; i++) {
+		w->peers[i].state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+		scd_fast_snap_t *s = i ? &w->peers[i].fast_rep : &w->fast_snap;
+		*s = (scd_fast_snap_t){r[i].world, r[i].epoch,
+				       r[i].turn,  r[i].leave,
+				       r[i].state, r[i].turn ? strdup("fast.a") : NULL};
+	}
+	scd_fast_coord_formed(w);
+	unsigned owed = 0;
+	for (int i = 0; i < 3; i++) {
+		if (scd_late_take(w, i, "fast.a", 0))
+			owed |= 1u << i;
+		CHECK_EQ_INT(scd_late_take(w, i, "fast.a", 0), 0); /* one step at most */
+		CHECK_TRUE(w->peers[i].fast_rep.name == NULL);
+	}
+	CHECK_TRUE(w->fast_snap.name == NULL && w->lates == NULL);
+	free(w->peers);
+	free(w);
+	return owed;
+}
+
+UNIT_TEST(negotiate_fast_reform_rule)
+{
+	enum { D = SCD_FAST_DONE, U = SCD_FAST_UNDECIDED, X = SCD_FAST_DISCARDED };
+	/* node 0 submitted turn 5, nodes 1 and 2 had not (their turn 4 came back): they owe */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 4, 0, D}}), 6);
+	/* node 0 kept turn 5, the others' exchange did not complete: all took part */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, U}, {42, 2, 5, 0, U}}), 0);
+	/* every node decided turn 5 alike: nothing in doubt */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, D}, {42, 2, 5, 6, D}, {42, 2, 5, 0, D}}), 0);
+	/* node 2 left turn 5 (discarded on every rank that decided it): announced again */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, X}, {42, 2, 5, 6, X}, {42, 2, 4, 5, D}}), 0);
+	/* node 2 left turn 5, nodes 0 and 1 had submitted it and left 6 before it came back:
+	 * their step fails, node 2 owes its own */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, U}, {42, 2, 5, 6, U}, {42, 2, 4, 5, D}}), 4);
+	/* ... and node 1 had discarded it: it owes its step too (announced again) */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, U}, {42, 2, 5, 6, X}, {42, 2, 4, 5, D}}), 6);
+	/* node 2 took no turn of epoch 3 (its last was in epoch 2), node 0 submitted turn 1 */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 3, 1, 0, U}, {42, 3, 1, 0, U}, {42, 2, 9, 0, D}}), 4);
+	/* node 2 joined afresh (another daemon): it owes nothing, and leaves nothing in doubt
+	 */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, D}, {0, 0, 0, 0, D}}), 0);
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {0, 0, 0, 0, D}}), 2);
+	/* records of an older world count for nothing */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{41, 2, 5, 0, U}, {41, 2, 4, 0, D}, {41, 2, 4, 0, D}}), 0);
 }
