@@ -381,11 +381,14 @@ run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
 # once, and the next steps are exact on every rank (node 1 owes nothing)
 run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
-# the same two deaths with fast mode on (fast_path 1)
+# the same two deaths in fast mode (fast_path 1; 20 exact steps first begin it): the
+# dying step is a fast turn on the node ahead, whose wait ends the epoch
 run_case "fast killed late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
-	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-late
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" \
+	killed-late fast
 run_case "fast killed first n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
-	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" \
+	killed-first fast
 # killed twice: rank 2's worker dies before a step that node 0 submits while node 1 is
 # degraded (it fails at once there); once node 1 is whole again, rank 3's worker dies in
 # that step, waiting for rank 2's next worker: node 1's report of the step charges node 0
