@@ -58,7 +58,9 @@ struct scd_engine {
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
 	scd_coll_stage_t stage;
 	/* the last fast epoch a turn of which was discarded or refused (coll/job.h,
-	 * scd_fast_t): its later turns come back unrun (the communication stage's) */
+	 * scd_fast_t), in this mesh's world: its later turns come back unrun (the
+	 * communication stage's); 0 again with each mesh job, since every world numbers its
+	 * epochs from 1 */
 	uint64_t fast_dead;
 	/* scd_engine_fence: the count of fences, and the lock a delivery holds (a job
 	 * submitted before the last fence delivers nothing) */
@@ -440,6 +442,9 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 		 e->p.schemes.cpu_share,
 		 e->p.cpu_share > 0 ? "the cpu_share key"
 				    : "the busiest host's, learnt at join");
+	/* a dead epoch was the old world's: every rank of the new one starts with none (a
+	 * daemon started anew has none), whatever turn a failure split in the old one */
+	e->fast_dead = 0;
 	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");

@@ -14,7 +14,8 @@
  * both trainers' inputs byte-identical (a fast turn never sums in place into the first
  * trainer's buffer), the next turn of its epoch, queued behind it, comes back unrun with no
  * byte sent or received (the transport's counters), and a turn of a new epoch and a planned
- * job then sum exactly.
+ * job then sum exactly. Across a re-form (a second mesh job): an epoch that ended in the
+ * old world does not end the new world's epoch of the same number.
  */
 #include "unit.h"
 
@@ -538,4 +539,77 @@ UNIT_TEST_TIMEOUT(engine_fast_dead_epoch_sends_nothing, 90)
 		  scd_transport_error());
 	int leaver = (int)unit_rng_below(EP);
 	unit_mesh_fork(&mesh, engine_node, &leaver);
+}
+
+/* ---- the engine across a re-form: a mesh job between two worlds -------------------- */
+
+/* The second world's mesh (prepared in the parent: every child holds every blob). */
+typedef struct reform_arg {
+	unit_mesh_t *next;
+	int leaver;
+} reform_arg_t;
+
+/* Submits the mesh job of world m on n's engine and waits for it. */
+static void node_reform(node_t *n, unit_mesh_t *m)
+{
+	int want = n->done + 1;
+	scd_engine_submit(n->e, unit_mesh_job(m, n->rank));
+	wait_back(n, want);
+	scd_job_t *mesh = n->back[want - 1];
+	CHECK_MSG(mesh->status == SC_OK, "rank %d: second mesh: %s", n->rank, mesh->error);
+	scd_transport_boot_clear(&mesh->boot);
+	free(mesh);
+}
+
+/* Submits job and waits for it; the caller frees it. */
+static scd_job_t *run_one(node_t *n, scd_job_t *job)
+{
+	int want = n->done + 1;
+	scd_engine_submit(n->e, job);
+	wait_back(n, want);
+	return n->back[want - 1];
+}
+
+static void reform_epoch_node(unit_mesh_t *m, int rank, void *arg)
+{
+	const reform_arg_t *ra = arg;
+	node_t n;
+	node_start(m, rank, &n);
+	static float a[EL][N];
+	fill(a, rank);
+	/* the first world's epoch 1 ends at turn 1: a node leaves it */
+	scd_fast_t f1 = {.epoch = 1, .turn = 1, .digest = 5, .leave = rank == ra->leaver};
+	scd_job_t *j = run_one(&n, engine_job(a, &f1));
+	CHECK_MSG(j->status == SC_IN_PROGRESS && j->fast.discarded,
+		  "rank %d: first world's turn: %s (%s)", rank, sc_status_name(j->status),
+		  j->error);
+	free_job(j);
+	/* the world re-forms; the new world's epoch 1 is not the old one's */
+	node_reform(&n, ra->next);
+	scd_fast_t f2 = {.epoch = 1, .turn = 1, .digest = 6};
+	j = run_one(&n, engine_job(a, &f2));
+	CHECK_MSG(j->status == SC_OK && !j->fast.discarded,
+		  "rank %d: the new world's epoch 1, turn 1: %s (%s), discarded %d", rank,
+		  sc_status_name(j->status), j->error, j->fast.discarded);
+	check_sum(a, rank, "the new world's epoch 1");
+	free_job(j);
+	node_stop(&n);
+}
+
+/* Two meshes of EP nodes, the second for the world re-formed; fn runs on each node. */
+static void run_reform(void (*fn)(unit_mesh_t *m, int rank, void *arg))
+{
+	unit_mesh_t m1, m2;
+	CHECK_MSG(unit_mesh_prepare(&m1, "tcp", EP, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	CHECK_MSG(unit_mesh_prepare(&m2, "tcp", EP, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	reform_arg_t ra = {&m2, (int)unit_rng_below(EP)};
+	unit_mesh_fork(&m1, fn, &ra);
+	unit_mesh_release(&m2);
+}
+
+UNIT_TEST_TIMEOUT(engine_fast_dead_epoch_is_the_worlds, 90)
+{
+	run_reform(reform_epoch_node);
 }
