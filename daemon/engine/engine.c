@@ -62,6 +62,10 @@ struct scd_engine {
 	 * communication stage's); 0 again with each mesh job, since every world numbers its
 	 * epochs from 1 */
 	uint64_t fast_dead;
+	/* a job found the mesh's streams out of step while the transport still serves (a fast
+	 * turn's words refused, engine/verdict.h rule 1): that job's error; every later job
+	 * fails unrun until the next mesh job (the communication stage's) */
+	char untrusted[384];
 	/* scd_engine_fence: the count of fences, and the lock a delivery holds (a job
 	 * submitted before the last fence delivers nothing) */
 	uint64_t fence;
@@ -335,6 +339,24 @@ static sc_status_t fast_start(scd_engine_t *e, const scd_coll_desc_t *c, scd_job
 	return SC_OK;
 }
 
+/* A job on a mesh whose streams a job found out of step (e->untrusted) fails unrun, with
+ * no byte sent, its mesh marked broken (the world re-forms, holding it until then, as the
+ * job that found it); the bytes of the exchange that did not pair would otherwise be read
+ * by this one's. */
+static sc_status_t untrusted_refuse(scd_engine_t *e, scd_job_t *job)
+{
+	if (!e->untrusted[0])
+		return SC_OK;
+	job->status = SC_ERR_PROTOCOL;
+	job->mesh_broken = 1;
+	snprintf(job->error, sizeof(job->error),
+		 "rank %d: not run: the mesh's streams are out of step until the world "
+		 "re-forms (%s)",
+		 e->p.rank, e->untrusted);
+	scd_debug(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	return job->status;
+}
+
 /* The delivery of a job's result to its trainers (under deliver_mu): nothing once a
  * fence came after its submission (the world re-formed: its trainers were told that it
  * failed, and their buffers hold their next step's input). */
@@ -376,7 +398,8 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
-	if (scd_job_fast(job) && fast_start(e, c, job) != SC_OK)
+	if (untrusted_refuse(e, job) != SC_OK ||
+	    (scd_job_fast(job) && fast_start(e, c, job) != SC_OK))
 		return;
 	/* the probe is the whole world's: never among a set's nodes alone */
 	sc_status_t st =
@@ -408,6 +431,9 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 	/* a turn discarded, or whose words were refused, ends its epoch here */
 	if (scd_job_fast(job) && (job->fast.discarded || (st != SC_OK && job->mesh_broken)))
 		e->fast_dead = job->fast.epoch;
+	if (st != SC_OK && job->mesh_broken)
+		snprintf(e->untrusted, sizeof(e->untrusted), "%.*s",
+			 (int)sizeof(e->untrusted) - 1, job->error);
 	if (st != SC_OK)
 		return;
 	pthread_mutex_lock(&e->deliver_mu);
@@ -445,6 +471,7 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 	/* a dead epoch was the old world's: every rank of the new one starts with none (a
 	 * daemon started anew has none), whatever turn a failure split in the old one */
 	e->fast_dead = 0;
+	e->untrusted[0] = '\0';
 	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");

@@ -81,7 +81,8 @@ void scd_fast_words_put(uint8_t *w, const scd_fast_t *f, uint64_t bytes);
  * every rank, before any rank's data is added:
  *  1. a rank's fast words malformed, or its epoch, turn, bytes or digest not rank 0's:
  *     SC_ERR_PROTOCOL, job->mesh_broken set (the ranks disagree on the sequence of
- *     exchanges, so the streams cannot be trusted: the world re-forms);
+ *     exchanges, so the streams cannot be trusted: the engine runs no other job on the
+ *     mesh, and the world re-forms);
  *  2. else some rank left: SC_IN_PROGRESS, job->fast.discarded and v->discarded set;
  *     nothing is summed, the buffer and the trainers' inputs stay as they were;
  *  3. else some rank found a fault: the job fails as the carried verdict fails it;

@@ -15,7 +15,8 @@
  * trainer's buffer), the next turn of its epoch, queued behind it, comes back unrun with no
  * byte sent or received (the transport's counters), and a turn of a new epoch and a planned
  * job then sum exactly. Across a re-form (a second mesh job): an epoch that ended in the
- * old world does not end the new world's epoch of the same number.
+ * old world does not end the new world's epoch of the same number; a turn's words refused
+ * (rule 1) fail the planned job behind it unrun, with no byte sent, until the mesh job.
  */
 #include "unit.h"
 
@@ -612,4 +613,47 @@ static void run_reform(void (*fn)(unit_mesh_t *m, int rank, void *arg))
 UNIT_TEST_TIMEOUT(engine_fast_dead_epoch_is_the_worlds, 90)
 {
 	run_reform(reform_epoch_node);
+}
+
+/* A fast turn's words refused (rule 1) leave the transport serving: the planned job behind
+ * it fails unrun on every node, with no byte sent, until the mesh job of the re-form. */
+static void refused_node(unit_mesh_t *m, int rank, void *arg)
+{
+	const reform_arg_t *ra = arg;
+	node_t n;
+	node_start(m, rank, &n);
+	static float a[EL][N], c[EL][N];
+	fill(a, rank);
+	fill(c, rank);
+	scd_fast_t f = {.epoch = 1, .turn = rank == ra->leaver ? 2 : 1, .digest = 5};
+	scd_job_t *j = run_one(&n, engine_job(a, &f));
+	CHECK_MSG(j->status == SC_ERR_PROTOCOL && j->mesh_broken,
+		  "rank %d: forged turn: %s (%s), mesh broken %d", rank,
+		  sc_status_name(j->status), j->error, j->mesh_broken);
+	free_job(j);
+	scd_transport_t *t = scd_engine_transport(n.e);
+	scd_transport_counters_t c0, c1;
+	t->ops->counters(t, &c0);
+	j = run_one(&n, engine_job(c, NULL));
+	t->ops->counters(t, &c1);
+	CHECK_MSG(j->status != SC_OK && j->mesh_broken && strstr(j->error, "out of step"),
+		  "rank %d: the planned job behind the refused turn: %s (%s), mesh broken %d",
+		  rank, sc_status_name(j->status), j->error, j->mesh_broken);
+	CHECK_MSG(c1.bytes_sent == c0.bytes_sent && c1.bytes_recv == c0.bytes_recv,
+		  "rank %d: the planned job behind the refused turn sent %llu bytes", rank,
+		  (unsigned long long)(c1.bytes_sent - c0.bytes_sent));
+	free_job(j);
+	node_reform(&n, ra->next);
+	fill(c, rank);
+	j = run_one(&n, engine_job(c, NULL));
+	CHECK_MSG(j->status == SC_OK, "rank %d: planned in the new world: %s (%s)", rank,
+		  sc_status_name(j->status), j->error);
+	check_sum(c, rank, "planned in the new world");
+	free_job(j);
+	node_stop(&n);
+}
+
+UNIT_TEST_TIMEOUT(engine_fast_refused_words_stop_the_mesh, 90)
+{
+	run_reform(refused_node);
 }
