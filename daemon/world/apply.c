@@ -442,6 +442,7 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	if (plan->fusion_version > w->fusion_version)
 		fusion_keep(w, plan);
 	w->d->stats_cycles++;
+	scd_fast_before_plan(w, plan);
 	for (size_t i = 0; st == SC_OK && i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)

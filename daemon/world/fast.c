@@ -183,7 +183,11 @@ sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pl
 	else if (fb->epoch <= w->fast.seen)
 		snprintf(why, sizeof(why), "epoch %llu, not after %llu",
 			 (unsigned long long)fb->epoch, (unsigned long long)w->fast.seen);
-	else
+	for (size_t i = 0; !why[0] && i < plan->n_evicted; i++)
+		if (plan->evicted[i] == fb->cache_ids[0])
+			snprintf(why, sizeof(why), "cache id %u, which the plan evicts",
+				 fb->cache_ids[0]);
+	if (!why[0])
 		fast_eligible(w, fb->cache_ids[0], why, sizeof(why));
 	if (!why[0])
 		return SC_OK;
@@ -279,6 +283,16 @@ static void fast_leave(scd_world_t *w, int tell)
 		w->fast.left = w->fast.epoch;
 	w->fast.epoch = w->fast.open_turn = 0;
 	uv_timer_stop(&w->fast.timer);
+}
+
+void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	if (!w->fast.epoch || (!plan->n_responses && !plan->n_evicted))
+		return;
+	scd_warn(SCD_SUB_NEGOTIATE,
+		 "plan cycle %llu came while fast mode %llu was on: this rank leaves it first",
+		 (unsigned long long)plan->cycle, (unsigned long long)w->fast.epoch);
+	fast_leave(w, 1);
 }
 
 int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)

@@ -336,9 +336,14 @@ void scd_fast_coord_end(scd_world_t *w, const char *why);
 /* The coordinator, before it takes rl from rank from: an announcement ends fast mode. */
 void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw);
-/* plan's fast_begin, checked before anything of the plan is applied. */
+/* plan's fast_begin, checked before anything of the plan is applied (its id cached and
+ * not among the plan's evictions). */
 sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
 				size_t err_len);
+/* Every node, before plan's responses and evictions: a node still in fast mode leaves its
+ * epoch first (the coordinator ends it before it plans; its turns queue ahead of the
+ * plan's jobs, and its buffer's id may be among the evictions). */
+void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
 /* Every node, after plan's responses: enters fast mode when it begins it. */
 void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
 /* The node hook (negotiate.c): 1 when nt's readiness became its next fast turn (nothing

@@ -210,6 +210,24 @@ UNIT_TEST(negotiate_plan_check_refuses_ineligible_fast_set)
 	CHECK_EQ_INT(check_begin(&f, 4, (uint32_t[]){0}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
 	CHECK_MSG(strstr(err, "epoch 4, not after 4"), "error: %s", err);
 	CHECK_EQ_INT(check_begin(&f, 5, (uint32_t[]){0}, 1, err, sizeof(err)), SC_OK);
+	/* a plan that begins with an id it also evicts (every node would be fast with the
+	 * id gone); evicting another id is no matter */
+	uint32_t evict[1] = {0};
+	f.w->fast.seen = 0;
+	f.fb.epoch = 1;
+	f.fb_ids[0] = 0;
+	f.fb.n_cache_ids = 1;
+	f.plan = (Sparsecomm__Plan)SPARSECOMM__PLAN__INIT;
+	f.plan.fast_begin = &f.fb;
+	f.plan.cycle = 9;
+	f.plan.evicted = evict;
+	f.plan.n_evicted = 1;
+	CHECK_EQ_INT(scd_neg_plan_check(f.w, &f.plan, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "plan cycle 9 begins fast mode with cache id 0, which the plan "
+			      "evicts"),
+		  "error: %s", err);
+	evict[0] = 1;
+	CHECK_EQ_INT(scd_neg_plan_check(f.w, &f.plan, err, sizeof(err)), SC_OK);
 	fast_free(&f);
 	/* a node with fast_path 0 runs no fast turn */
 	fast_make(&f, "0");
