@@ -299,7 +299,12 @@ int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
 {
 	if (!w->fast.epoch)
 		return 0;
-	if (id == w->fast.id && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
+	/* a group's member (group.c) goes out with its group, announced: a turn of its own
+	 * would leave the others held for it */
+	uint64_t group = 0;
+	uint32_t group_size = 0;
+	scd_ntensor_group(nt, &group, &group_size);
+	if (id == w->fast.id && !group && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
 		scd_job_t *job = turn_job(w, 0);
 		if (job && job->items[0].nt == nt) {
 			turn_submit(w, job);

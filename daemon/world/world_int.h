@@ -347,7 +347,8 @@ void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
 /* Every node, after plan's responses: enters fast mode when it begins it. */
 void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
 /* The node hook (negotiate.c): 1 when nt's readiness became its next fast turn (nothing
- * to announce); 0 to announce it, the node having left fast mode if it was in it. */
+ * to announce); 0 to announce it, the node having left fast mode if it was in it (also
+ * for the epoch's tensor as a group's member, which goes out with its group). */
 int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id);
 void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe);
 /* A fast job handed back: 1 when done with here (a LEAVE, or a discarded turn whose

@@ -11,10 +11,13 @@
  *   rank's step fails with SC_ERR_STALLED naming rank 1, rank 1's late step is refused
  *   (never paired with the others' next step); then exact steps again. Run with
  *   stall_timeout_ms 3000.
- * fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank a little behind the
- *   others (1 ms before each), while run.sh resets data-plane connections (the world
- *   re-forms in the middle of fast turns): every step is exact or fails, never SC_OK with
- *   other values (a step paired with another rank's next); some are kept fast turns.
+ * fast group: exact steps until fast mode has begun, then a grouped allreduce whose first
+ *   member is that tensor, its second member submitted 300 ms later: both members exact
+ *   (the tensor leaves the epoch and is announced with its group); then exact steps again. Run
+ * with stall_timeout_ms 3000. fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank
+ * a little behind the others (1 ms before each), while run.sh resets data-plane connections
+ * (the world re-forms in the middle of fast turns): every step is exact or fails, never SC_OK
+ * with other values (a step paired with another rank's next); some are kept fast turns.
  */
 #include "itest.h"
 
@@ -173,6 +176,52 @@ static int fast_reset(sc_client_t *c, int steps)
 	return 0;
 }
 
+/* A grouped allreduce whose first member is the tensor in fast mode, then its steps alone
+ * again: every member exact, none held (the group's other member waited forever for one
+ * run as a fast turn on its own, then failed SC_ERR_STALLED). */
+static int fast_group(sc_client_t *c)
+{
+	int rank = sc_rank(c), size = sc_size(c);
+	sc_tensor_t *t[2] = {it_register(c, "fast.g", SC_FLOAT32, FAST_NUMEL),
+			     it_register(c, "fast.g2", SC_FLOAT32, FAST_NUMEL)};
+	sc_tensor_t *s = it_register(c, "fast.sync", SC_FLOAT32, FAST_NUMEL);
+	uint64_t seed = 1;
+	until_fast(c, t[0], &seed);
+	sync_point(c, s, 500);
+	until_fast(c, t[0], &seed);
+	sc_group_t g = 0;
+	sc_handle_t h[2];
+	IT_CHECK_SC(sc_group_begin(c, 2, &g), "sc_group_begin(2)");
+	for (int k = 0; k < 2; k++) {
+		it_fill(sc_tensor_data(t[k]), SC_FLOAT32, FAST_NUMEL, seed + (uint64_t)k, rank,
+			1);
+		if (k) /* every node's first member submitted well before the second */
+			it_sleep_ms(300);
+		IT_CHECK_SC(sc_group_add(c, g, t[k]), "sc_group_add('%s')",
+			    sc_tensor_name(t[k]));
+		IT_CHECK_SC(sc_allreduce_async(c, t[k], SC_OP_SUM, &h[k]), "member '%s'",
+			    sc_tensor_name(t[k]));
+	}
+	IT_CHECK_SC(sc_group_end(c, g), "sc_group_end");
+	for (int k = 0; k < 2; k++) {
+		char why[256];
+		int r = it_wait(c, h[k], IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("group member '%s': %s: %s", sc_tensor_name(t[k]),
+				it_wait_name(r), it_wait_error());
+		size_t wrong =
+		    it_check(sc_tensor_data(t[k]), SC_FLOAT32, FAST_NUMEL, seed + (uint64_t)k,
+			     size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("group member '%s': %zu elements wrong: %s",
+				sc_tensor_name(t[k]), wrong, why);
+	}
+	seed += 2;
+	for (int i = 0; i < 50; i++)
+		exact_step(c, t[0], seed++);
+	return 0;
+}
+
 int it_fast(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -183,6 +232,8 @@ int it_fast(int argc, char **argv)
 		fast_shape(c);
 	else if (!strcmp(what, "stall"))
 		fast_stall(c);
+	else if (!strcmp(what, "group"))
+		fast_group(c);
 	else if (!strcmp(what, "reset"))
 		fast_reset(c, argc > 2 ? atoi(argv[2]) : 4000);
 	else

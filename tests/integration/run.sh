@@ -327,7 +327,8 @@ run_case "shapes n=2 per-node=2" 2 2 120 0 4 -- "$itest" shapes
 run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
 # Fast mode (itest_fast.c, fast_path 1): a 4 KiB tensor's steps are kept fast turns, exact;
 # a shape changed on one rank fails alike on every rank naming both shapes; a rank that
-# skips a step is named in the stall, its late step refused; exact steps after each.
+# skips a step is named in the stall, its late step refused; a group whose first member is
+# the fast tensor is exact (no member held); exact steps after each.
 run_case "fast n=4" 4 1 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" fast 2000
 run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- \
 	"$itest" fast 500
@@ -335,6 +336,8 @@ run_case "fast shape n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 --
 	fast shape
 run_case "fast stall n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" fast stall
+run_case "fast group n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" fast group
 # The response cache's bound (itest_evict.c): at most cache_max_entries entries on every
 # daemon over hundreds of new names; names in rotation past a bound of 2, one trainer late,
 # so that nodes announce ids the coordinator has just evicted.
