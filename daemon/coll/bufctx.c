@@ -190,7 +190,7 @@ static uint64_t job_sig(const scd_job_t *job)
  * the schemes were logged where they were detected. */
 static void log_step_error(const scd_job_t *job)
 {
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 }
 
 int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p)

@@ -321,6 +321,12 @@ static inline int scd_job_fast(const scd_job_t *job)
 	return job->fast.epoch != 0;
 }
 
+/* How logs, errors and the timeline name job, in buf of len bytes: "job N" (its plan's
+ * sequence number), or "epoch E turn T" for a fast turn, which no plan numbers. */
+const char *scd_job_name(const scd_job_t *job, char *buf, size_t len);
+/* scd_job_name in a buffer of the calling block's */
+#define SCD_JOB_NAME(job) scd_job_name((job), (char[48]){0}, 48)
+
 /* The node (the mesh's rank) of rank q of what the job runs over: q itself for the global
  * set, else its q-th member node. */
 static inline int scd_job_node(const scd_job_t *job, int q)

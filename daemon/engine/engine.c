@@ -77,7 +77,7 @@ struct scd_engine {
  * of the transport and the schemes were logged where they were detected. */
 static void log_job_error(const scd_job_t *job)
 {
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 }
 
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
@@ -353,7 +353,7 @@ static sc_status_t untrusted_refuse(scd_engine_t *e, scd_job_t *job)
 		 "rank %d: not run: the mesh's streams are out of step until the world "
 		 "re-forms (%s)",
 		 e->p.rank, e->untrusted);
-	scd_debug(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_debug(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 	return job->status;
 }
 
@@ -665,8 +665,7 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 	} else if (!e->transport) {
 		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
 			 e->p.rank);
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		job->status = SC_ERR_PEER;
 		job->run.passthrough = 1; /* no transport to run the check round on */
 	} else if (job_transport(e, job) == SC_OK) {

@@ -233,7 +233,7 @@ static sc_status_t verdict_fail(scd_job_t *job, const scd_fault_t *f, sc_status_
 		}
 	}
 	job->status = st;
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 	return st;
 }
 
@@ -382,8 +382,7 @@ sc_status_t scd_fast_decide(scd_verdict_carry_t *v, scd_job_t *job, const uint8_
 		v->failed = 1;
 		job->mesh_broken = 1;
 		job->status = SC_ERR_PROTOCOL;
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		return SC_ERR_PROTOCOL;
 	}
 	for (int q = 0; q < P; q++) {
@@ -397,8 +396,7 @@ sc_status_t scd_fast_decide(scd_verdict_carry_t *v, scd_job_t *job, const uint8_
 		    "fast turn %llu of epoch %llu (tensor '%s') discarded: node %d left it",
 		    (unsigned long long)w.turn, (unsigned long long)w.epoch, fast_name(job),
 		    scd_job_node(job, q));
-		scd_debug(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_debug(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		return SC_IN_PROGRESS;
 	}
 	return carry_decide(v, job, words, stride, P);

@@ -146,8 +146,10 @@ sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *re
 		return SC_OK;
 	}
 	if (!items) {
-		scd_error(SCD_SUB_NEGOTIATE,
-			  "out of memory for a job: this rank leaves the world");
+		/* a plan's job: this rank leaves the world; a fast turn's (or the entry rule's
+		 * probe): its caller says what follows (fast.c) */
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory for a %s",
+			  fast ? "fast turn's job" : "job: this rank leaves the world");
 		if (job) {
 			free(job->nodes);
 			free(job->set_ranks);
@@ -556,8 +558,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 	/* The failure was logged where it happened (transport, scheme, engine); here it only
 	 * reaches the trainers. */
 	if (job->status != SC_OK)
-		scd_debug(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_debug(SCD_SUB_ENGINE, "%s failed: %s", SCD_JOB_NAME(job), job->error);
 	double total = (double)(job->total_numel ? job->total_numel : 1);
 	if (job->status == SC_OK)
 		record_times(w, job);

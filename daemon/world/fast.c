@@ -73,7 +73,9 @@ static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t le
 		 job->dtype == SC_FLOAT32 && scd_bufctx_one_round(job, w->d->world_size);
 	if (job)
 		scd_neg_job_free(job);
-	if (!ok)
+	if (!job)
+		snprintf(why, len, "tensor '%s', which there is no memory to check", c->name);
+	else if (!ok)
 		snprintf(why, len, "tensor '%s' is not a float32 sum of one round", c->name);
 	return ok;
 }

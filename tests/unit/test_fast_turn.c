@@ -657,3 +657,17 @@ UNIT_TEST_TIMEOUT(engine_fast_refused_words_stop_the_mesh, 90)
 {
 	run_reform(refused_node);
 }
+
+/* Logs and the timeline name a fast turn by its epoch and turn: its job->seq is the last
+ * planned job's, which no plan gave it. */
+UNIT_TEST(fast_turn_named_by_epoch_and_turn)
+{
+	scd_job_item_t it;
+	scd_job_t job = small_job(&it);
+	job.seq = 7;
+	const char *name = SCD_JOB_NAME(&job);
+	CHECK_MSG(!strcmp(name, "job 7"), "a planned job: '%s'", name);
+	job.fast = (scd_fast_t){.epoch = 3, .turn = 12};
+	name = SCD_JOB_NAME(&job);
+	CHECK_MSG(!strcmp(name, "epoch 3 turn 12"), "a fast turn: '%s'", name);
+}
