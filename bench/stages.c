@@ -225,7 +225,9 @@ static double median_of(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* One call's stages (stages.h), or -1 when some rank lacks one of its events. */
+/* One call's stages (stages.h): 0 for a planned step, 1 for a fast turn (no announcement
+ * of it reached the coordinator before its plan: its readiness went in its exchange, and
+ * its negotiation is 0), or -1 when some rank lacks one of its events. */
 static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 {
 	double last_ready = 0, last_plan = 0, last_buf = 0, last_in = 0, last_out = 0;
@@ -261,6 +263,11 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 	out[ST_TO_COORD] = out[ST_COORD] = out[ST_PLAN_BACK] = NAN;
 	if (!tl[0].ready_in.n) /* a daemon that does not write them */
 		return 0;
+	if (!in || in->ts > last_plan) { /* a fast turn: its wait ended with no announcement */
+		out[ST_HANDOFF] = last_buf - last_ready;
+		out[ST_NEGOTIATE] = out[ST_TO_COORD] = out[ST_COORD] = out[ST_PLAN_BACK] = 0;
+		return 1;
+	}
 	if (!sent)
 		return -1;
 	out[ST_TO_COORD] = in->ts - last_ready;
@@ -269,9 +276,11 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 	return 0;
 }
 
-static void print_table(double *per_stage[ST_N], int n, int P)
+static void print_table(double *per_stage[ST_N], int n, int P, int fast)
 {
-	printf("# 4 KiB round trip by stage (us; %d calls matched on %d ranks):\n", n, P);
+	printf("# 4 KiB round trip by stage (us; %d calls matched on %d ranks: %d planned, %d "
+	       "fast turns):\n",
+	       n, P, n - fast, fast);
 	printf("# %-12s %10s %10s\n", "stage", "median", "p99");
 	for (int k = 0; k < ST_N; k++) {
 		double *v = per_stage[k];
@@ -299,7 +308,7 @@ int stages_report(const char *prefix, int P)
 	}
 	rank_tl_t *tl = calloc((size_t)P, sizeof(*tl));
 	double *per_stage[ST_N] = {0};
-	int rc = tl ? 0 : -1, n = 0;
+	int rc = tl ? 0 : -1, n = 0, fast = 0;
 	char path[1100];
 	for (int r = 0; r < P && rc == 0; r++) {
 		snprintf(path, sizeof(path), "%s.d%d.json", prefix, r);
@@ -320,14 +329,16 @@ int stages_report(const char *prefix, int P)
 			rc = -1;
 	for (int i = 0; i < calls && rc == 0; i++) {
 		double one[ST_N] = {0};
-		if (call_stages(tl, P, tl[0].client.v[i].step, one) < 0)
+		int kind = call_stages(tl, P, tl[0].client.v[i].step, one);
+		if (kind < 0)
 			continue;
+		fast += kind;
 		for (int k = 0; k < ST_N; k++)
 			per_stage[k][n] = one[k];
 		n++;
 	}
 	if (rc == 0 && n > 0)
-		print_table(per_stage, n, P);
+		print_table(per_stage, n, P, fast);
 	else if (rc == 0) {
 		fprintf(stderr,
 			"stages: no call has every rank's events (timelines %s.d*.json)\n",

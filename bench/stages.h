@@ -12,6 +12,9 @@
  *                ready to the coordinator reading that rank's announcement, ready_in),
  *                coord (to the plan sent to every rank, the end of plan_out), plan back
  *                (to the last plan applied)
+ *                (0 for a fast turn, docs/design.md "Fast mode": no announcement of
+ *                the step reached the coordinator before its wait ended; its readiness
+ *                went in the exchange, and hand-off counts from the last ready)
  *   hand-off     last plan to the last engine's communication stage starting the job
  *   verdict      that start to the last rank entering the data exchange (the input check
  *                round, where it runs on its own)
@@ -19,7 +22,7 @@
  *   completion   the engine done to the trainer holding the result (each rank's)
  * and the whole round trip of rank 0's trainer. The stages of the slowest rank overlap
  * the others' waiting, so they need not add up to the round trip: the rest is the ranks'
- * skew.
+ * skew. The table's header counts the planned steps and the fast turns among the calls.
  */
 #ifndef SC_BENCH_STAGES_H
 #define SC_BENCH_STAGES_H

@@ -34,10 +34,13 @@
  * coordinator forgets the late steps it kept for the node's trainers.
  * 16: Join carries the world the daemon leaves and its last message's number in it
  * (old_world, old_last_seq): the coordinator lets it in once it has read them all.
+ * 17: fast mode (docs/design.md "Fast mode"): Plan.fast_begin, FastEnd, FastWaiting,
+ * ReadyList.fast_left and fast_report, Join.fast_state, and a fast turn's words on the
+ * data plane.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 16
+#define SCD_WORLD_PROTOCOL_VERSION 17
 
 #endif

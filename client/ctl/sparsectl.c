@@ -319,10 +319,12 @@ static int cmd_status(struct ctl *ctl)
 static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 {
 	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"cache_entries\":%llu,"
-	       "\"cache_reannounced\":%llu,\"reset\":%s,\"tensors\":[",
+	       "\"cache_reannounced\":%llu,\"fast_epochs\":%llu,\"fast_kept\":%llu,"
+	       "\"fast_discarded\":%llu,\"reset\":%s,\"tensors\":[",
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
 	       (unsigned long long)s->cache_entries, (unsigned long long)s->cache_reannounced,
-	       reset ? "true" : "false");
+	       (unsigned long long)s->fast_epochs, (unsigned long long)s->fast_kept,
+	       (unsigned long long)s->fast_discarded, reset ? "true" : "false");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
@@ -430,6 +432,10 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
 	       s->n_tensors, (unsigned long long)s->cache_entries,
 	       (unsigned long long)s->cache_reannounced);
+	if (s->fast_epochs)
+		printf("fast mode: %llu epoch(s), %llu turn(s) kept, %llu discarded\n",
+		       (unsigned long long)s->fast_epochs, (unsigned long long)s->fast_kept,
+		       (unsigned long long)s->fast_discarded);
 	fusion_text(s);
 	if (!s->n_tensors)
 		return;

@@ -36,9 +36,9 @@
  * bits agree everywhere. A ring needs 2 (P - 1) rounds, and at this size rounds are all
  * that costs. */
 #define SCD_ONE_ROUND_BYTES (16u << 10)
-/* A rank's slot in the one-round exchange: its input check words (coll/job.h), then its
- * buffer. */
-#define ONE_ROUND_SLOT ((size_t)SCD_VERDICT_BYTES + SCD_ONE_ROUND_BYTES)
+/* A rank's slot in the one-round exchange: its words (coll/job.h: the input check's, and a
+ * fast turn's after them), then its buffer; the workspace holds P of the largest. */
+#define ONE_ROUND_SLOT_MAX ((size_t)SCD_VERDICT_BYTES + SCD_FAST_BYTES + SCD_ONE_ROUND_BYTES)
 /* A tensor alone in its buffer hands its selection to the scheme as COO, with no fusion;
  * its fusion time (what clearing its slice and scattering its selection costs, which the
  * planner weighs when it considers fusing it) is measured on its first this-many steps
@@ -94,7 +94,7 @@ struct scd_bufctx_table {
 	scd_bufctx_t *v[SCD_BUFCTX_MAX];
 	int n;
 	uint64_t clock;
-	/* one-round allreduces: P slots of ONE_ROUND_SLOT bytes in gather_dev's memory (the
+	/* one-round allreduces: P slots of ONE_ROUND_SLOT_MAX bytes in gather_dev's memory (the
 	 * host's for a device whose memory the host cannot touch), and the transfer lists
 	 * (sends then recvs, P each), grown with P */
 	char *gather;
@@ -190,7 +190,7 @@ static uint64_t job_sig(const scd_job_t *job)
  * the schemes were logged where they were detected. */
 static void log_step_error(const scd_job_t *job)
 {
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 }
 
 int scd_sparsify_kind_of(uint32_t s, scd_sparsify_kind_t *k_p)
@@ -793,7 +793,7 @@ int scd_bufctx_one_round(const scd_job_t *job, int world_size)
 static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t *dev, int P)
 {
 	if (tab->gather_ranks < P || tab->gather_dev != dev) {
-		char *g = dev->alloc((size_t)P * ONE_ROUND_SLOT);
+		char *g = dev->alloc((size_t)P * ONE_ROUND_SLOT_MAX);
 		if (!g)
 			return SC_ERR_NOMEM;
 		if (tab->gather)
@@ -813,22 +813,30 @@ static sc_status_t one_round_ws(scd_bufctx_table_t *tab, const scd_device_ops_t 
 	return SC_OK;
 }
 
+/* The bytes of a rank's words ahead of its buffer in the one-round exchange: the input
+ * check's (none found without v), and a fast turn's after them (v->words_bytes). */
+static size_t one_round_words(const scd_verdict_carry_t *v)
+{
+	return v ? v->words_bytes : SCD_VERDICT_BYTES;
+}
+
 /* This rank's slot: its words (v's, or none found) and its buffer, read through dev
  * (staged to the host when the host cannot touch dev's memory); zeros for a rank whose
- * compute stage failed, which reads neither. */
+ * compute stage failed, or that leaves a fast turn, which reads neither. */
 static void one_round_mine(char *slot, const scd_device_ops_t *ws_dev,
 			   const scd_device_ops_t *dev, const float *buf, size_t bytes,
 			   const scd_verdict_carry_t *v)
 {
-	memset(slot, 0, SCD_VERDICT_BYTES);
+	size_t hdr = one_round_words(v);
+	memset(slot, 0, hdr);
 	if (v)
-		memcpy(slot, v->mine, SCD_VERDICT_BYTES);
+		memcpy(slot, v->mine, hdr);
 	if (v && v->faulty)
-		memset(slot + SCD_VERDICT_BYTES, 0, bytes);
+		memset(slot + hdr, 0, bytes);
 	else if (ws_dev == dev)
-		dev->copy(slot + SCD_VERDICT_BYTES, buf, bytes);
+		dev->copy(slot + hdr, buf, bytes);
 	else
-		dev->to_host(slot + SCD_VERDICT_BYTES, buf, bytes);
+		dev->to_host(slot + hdr, buf, bytes);
 }
 
 /*
@@ -836,10 +844,11 @@ static void one_round_mine(char *slot, const scd_device_ops_t *ws_dev,
  * dev: every rank sends its slot (the input check's words, then its buffer) to every other
  * rank in one exchange. With v, every rank decides on every rank's words before it adds
  * anything, so a fault anywhere fails the job on every rank alike and no rank delivers a
- * sum (v->decide's status). The copies are added in rank order, so the bits agree
- * everywhere. The engine synced the device after the local sum and nothing ran on it
- * since, so buf is final when it is read (the same holds for the small buffers' ring
- * below).
+ * sum (v->decide's status; a fast turn's words ride in the same slot after the input
+ * check's, and its decision may also discard the turn, engine/verdict.h). The copies are added
+ * in rank order, so the bits agree everywhere. The engine synced the device after the local sum
+ * and nothing ran on it since, so buf is final when it is read (the same holds for the small
+ * buffers' ring below).
  */
 static sc_status_t one_round(scd_bufctx_table_t *tab, scd_job_t *job,
 			     const scd_device_ops_t *dev, scd_transport_t *t, float *buf,
@@ -864,16 +873,15 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_job_t *job,
 		return SC_ERR_NOMEM;
 	}
 	char *g = tab->gather;
-	one_round_mine(g + (size_t)me * ONE_ROUND_SLOT, ws_dev, dev, buf, bytes, v);
+	size_t hdr = one_round_words(v), slot = hdr + SCD_ONE_ROUND_BYTES;
+	one_round_mine(g + (size_t)me * slot, ws_dev, dev, buf, bytes, v);
 	scd_xfer_t *sends = tab->xfers, *recvs = tab->xfers + P;
 	int k = 0;
 	for (int q = 0; q < P; q++) {
 		if (q == me)
 			continue;
-		sends[k] =
-		    (scd_xfer_t){q, g + (size_t)me * ONE_ROUND_SLOT, SCD_VERDICT_BYTES + bytes};
-		recvs[k] =
-		    (scd_xfer_t){q, g + (size_t)q * ONE_ROUND_SLOT, SCD_VERDICT_BYTES + bytes};
+		sends[k] = (scd_xfer_t){q, g + (size_t)me * slot, hdr + bytes};
+		recvs[k] = (scd_xfer_t){q, g + (size_t)q * slot, hdr + bytes};
 		k++;
 	}
 	sc_status_t st = scd_transport_exchange(t, sends, k, recvs, k, job->timeout_ms);
@@ -882,17 +890,15 @@ static sc_status_t one_round(scd_bufctx_table_t *tab, scd_job_t *job,
 			 scd_transport_error());
 		return st;
 	}
-	if (v && (st = v->decide(v, job, (const uint8_t *)g, ONE_ROUND_SLOT, P)) != SC_OK)
+	if (v && (st = v->decide(v, job, (const uint8_t *)g, slot, P)) != SC_OK)
 		return st;
-	float *sum = (float *)(g + SCD_VERDICT_BYTES); /* rank 0's, the sum on the host */
+	float *sum = (float *)(g + hdr); /* rank 0's, the sum on the host */
 	if (ws_dev == dev) {
 		dev->copy(buf, sum, bytes);
 		sum = buf;
 	}
 	for (int q = 1; q < P; q++)
-		ws_dev->reduce_sum(
-		    sum, (const float *)(g + (size_t)q * ONE_ROUND_SLOT + SCD_VERDICT_BYTES),
-		    n);
+		ws_dev->reduce_sum(sum, (const float *)(g + (size_t)q * slot + hdr), n);
 	if (ws_dev != dev)
 		dev->from_host(buf, sum, bytes);
 	return SC_OK;

@@ -74,7 +74,9 @@ void scd_bufctx_release(scd_job_prep_t *prep);
 /* Whether job's buffer is summed in one round (a small, dense, lossless, unpinned float32
  * sum of at most 16 KiB, in a world of several nodes): every rank sends it whole to every
  * other rank, after the input check round's words when prep->verdict carries them
- * (coll/job.h). Decided from what every rank agreed on, as every path here is. */
+ * (coll/job.h), and for a fast turn (coll/job.h, scd_fast_t) its fast words after those:
+ * its decision may discard the turn (SC_IN_PROGRESS, nothing summed). Decided from what every
+ * rank agreed on, as every path here is. */
 int scd_bufctx_one_round(const scd_job_t *job, int world_size);
 
 /* Runs one step of job's buffer buf (total_numel floats, in dev's memory, as are the

@@ -46,8 +46,8 @@ sc_status_t scd_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
 					    "one device",
 					    rank, item_name(first), scd_device_kind_name(kind),
 					    item_name(it), other);
-				scd_error(SCD_SUB_ENGINE, "job %llu: %s",
-					  (unsigned long long)job->seq, job->error);
+				scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job),
+					  job->error);
 				return SC_ERR_UNSUPPORTED;
 			}
 		}
@@ -57,8 +57,7 @@ sc_status_t scd_job_device(int rank, scd_job_t *job, scd_device_kind_t *kind_p,
 			 "rank %d: tensor '%s' is on the %s device, which this daemon does not "
 			 "have",
 			 rank, first ? item_name(first) : "?", scd_device_kind_name(kind));
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		return SC_ERR_UNSUPPORTED;
 	}
 	*kind_p = kind;
@@ -168,12 +167,24 @@ sc_status_t scd_job_set_check(const scd_job_t *job, int L, char *err, size_t len
 }
 
 /* See job.h. */
+const char *scd_job_name(const scd_job_t *job, char *buf, size_t len)
+{
+	if (scd_job_fast(job))
+		snprintf(buf, len, "epoch %llu turn %llu", (unsigned long long)job->fast.epoch,
+			 (unsigned long long)job->fast.turn);
+	else
+		snprintf(buf, len, "job %llu", (unsigned long long)job->seq);
+	return buf;
+}
+
+/* See job.h. */
 void scd_job_tl(const scd_job_t *job, const char *stage, uint64_t t0)
 {
 	if (!t0)
 		return;
 	scd_tl_arg_t a[] = {
-	    {"job", NULL, (int64_t)job->seq},
+	    /* a fast turn's name (no plan numbers it) */
+	    {"job", scd_job_fast(job) ? SCD_JOB_NAME(job) : NULL, (int64_t)job->seq},
 	    {"tensors", NULL, job->n_items},
 	    {"bytes", NULL, (int64_t)(job->total_numel * sc_dtype_size(job->dtype))},
 	    {"scheme", job->status == SC_OK ? scd_scheme_name((scd_scheme_t)job->scheme) : "-",

@@ -153,6 +153,27 @@ typedef struct scd_fault {
  * 8 and its flags' 4, padded so that data sent behind them stays 16-byte aligned. */
 #define SCD_VERDICT_BYTES 16
 
+/*
+ * A fast turn (docs/design.md "Fast turns"): a one-round sum whose exchange also carries
+ * every rank's readiness, so that no plan has to announce it. Each rank sends its
+ * SCD_FAST_BYTES of fast words after its verdict words and before its buffer; every rank
+ * decides from the same P words before it adds anything (engine/verdict.h,
+ * scd_fast_decide). epoch 0: not a fast job. A job with leave set takes part in its turn
+ * only to end the epoch: the turn is discarded on every rank, and so is every later turn
+ * of its epoch still queued in the engine, which sends nothing for them.
+ */
+#define SCD_FAST_BYTES 32
+
+typedef struct scd_fast {
+	uint64_t epoch;	 /* agreed by the plan that began fast mode (0: not a fast job) */
+	uint64_t turn;	 /* the turn's number in its epoch, from 1 */
+	uint64_t digest; /* of what the epoch's buffer is (world, epoch, tensors, sizes) */
+	int leave;	 /* this rank leaves: the turn is discarded everywhere */
+	/* result: the turn was discarded (or never ran, its epoch ended before it): nothing
+	 * was summed and nothing delivered; the job's status is SC_IN_PROGRESS */
+	int discarded;
+} scd_fast_t;
+
 struct scd_job;
 
 /*
@@ -160,17 +181,21 @@ struct scd_job;
  * carries_verdict) instead of a round of its own before it: the collective sends mine
  * ahead of its data to every rank, and calls decide with every rank's words (rank q's at
  * words + q x stride) once they are all in, before it uses any rank's data. decide returns
- * SC_OK, or the status every rank fails the job with (job->error alike on every rank); a
- * rank whose own compute stage failed (faulty) sends zeros for its data and reads neither
- * its buffer nor its device.
+ * SC_OK, or the status every rank fails the job with (job->error alike on every rank), or
+ * for a fast turn that some rank left SC_IN_PROGRESS on every rank (discarded: nothing is
+ * summed); a rank whose own compute stage failed (faulty) sends zeros for its data and
+ * reads neither its buffer nor its device, and so does a rank that leaves a fast turn.
  */
 typedef struct scd_verdict_carry {
-	uint8_t mine[SCD_VERDICT_BYTES];
+	/* this rank's words: its verdict words, then for a fast turn its fast words */
+	uint8_t mine[SCD_VERDICT_BYTES + SCD_FAST_BYTES];
+	size_t words_bytes; /* of mine sent: SCD_VERDICT_BYTES, or with the fast words */
 	int faulty;
 	sc_status_t (*decide)(struct scd_verdict_carry *v, struct scd_job *job,
 			      const uint8_t *words, size_t stride, int P);
 	/* decide's own: the node's trainers, and its compute stage's fault and error text */
 	int local_size, failed;
+	int discarded; /* a fast turn some rank left: nothing summed (scd_fast_decide) */
 	scd_fault_t fault;
 	char mine_error[512];
 } scd_verdict_carry_t;
@@ -284,9 +309,23 @@ typedef struct scd_job {
 	double tcm_s;	   /* the buffer's communication: the scheme's run (or the ring's) */
 	double cpu_s;	   /* the engine threads' CPU time for the job */
 	double compute_s;  /* of time_s, the compute stage's (local sum, sparsify ahead) */
+	scd_fast_t fast;   /* a fast turn's (epoch 0: none) */
+	uint64_t fence;	   /* the engine's fence count at submission (scd_engine_fence) */
 	scd_job_run_t run; /* the engine's, between its stages */
 	struct scd_job *next;
 } scd_job_t;
+
+/* Whether job is a fast turn (scd_fast_t). */
+static inline int scd_job_fast(const scd_job_t *job)
+{
+	return job->fast.epoch != 0;
+}
+
+/* How logs, errors and the timeline name job, in buf of len bytes: "job N" (its plan's
+ * sequence number), or "epoch E turn T" for a fast turn, which no plan numbers. */
+const char *scd_job_name(const scd_job_t *job, char *buf, size_t len);
+/* scd_job_name in a buffer of the calling block's */
+#define SCD_JOB_NAME(job) scd_job_name((job), (char[48]){0}, 48)
 
 /* The node (the mesh's rank) of rank q of what the job runs over: q itself for the global
  * set, else its q-th member node. */

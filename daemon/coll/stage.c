@@ -106,8 +106,7 @@ static sc_status_t trainers_events(int rank, scd_job_t *job, int done)
 	if (st != SC_OK) {
 		snprintf(job->error, sizeof(job->error), "rank %d: %s", rank, why);
 		job->status = st;
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 	}
 	return st;
 }
@@ -148,8 +147,7 @@ sc_status_t scd_job_stage_check(int rank, scd_job_t *job, scd_device_kind_t kind
 			 "local rank 0 registers it on cuda:%d",
 			 rank, item_name(it), it->residual_ordinal, scd_device_home(kind),
 			 scd_device_home(kind));
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		return SC_ERR_UNSUPPORTED;
 	}
 	return SC_OK;

@@ -103,6 +103,13 @@ typedef enum {
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
 	  "says")                                                                              \
+	X(fast_path, INT, 0, NULL, 0, 1, SCD_CFG_SAME,                                         \
+	  "1: a small cached buffer planned alone in a row runs in fast mode, its readiness "  \
+	  "carried in its one-round exchange instead of announced (docs/design.md \"Fast "     \
+	  "mode\")")                                                                           \
+	X(fast_wait_ms, INT, 50, NULL, 1, 60000, 0,                                            \
+	  "fast mode: how long a node's fast turn waits for the others before the node asks "  \
+	  "the coordinator to end fast mode (the step is then announced and planned)")         \
 	X(cache_max_entries, INT, 16384, NULL, 2, 16777216, SCD_CFG_SAME,                      \
 	  "response cache entries a daemon keeps (one per tensor name and form, about 250 "    \
 	  "bytes each); past it the least recently planned go on every daemon alike, and a "   \

@@ -254,6 +254,11 @@ const scd_pset_t *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id)
 	return ctl ? scd_psets_find(&ctl->psets, id) : NULL; /* none: a world alone */
 }
 
+int scd_ctl_pset_count(const scd_ctl_t *ctl)
+{
+	return ctl ? ctl->psets.n : 0;
+}
+
 /* The local submissions a node tensor waits for: every trainer of the node, a joined one
  * counting as having submitted; in a process set, its members on this node, likewise. */
 static int local_members(const scd_ctl_t *ctl, const scd_ntensor_t *nt)

@@ -95,6 +95,8 @@ int scd_ctl_all_joined(const scd_ctl_t *ctl);
  * message fuzzer runs it). */
 struct scd_pset;
 const struct scd_pset *scd_ctl_pset(const scd_ctl_t *ctl, uint32_t id);
+/* How many process sets besides the global one the node's trainers defined. */
+int scd_ctl_pset_count(const scd_ctl_t *ctl);
 /* Removes every shared-memory object and the socket file without unmapping (for an exit
  * while the engine may still be using the buffers). */
 void scd_ctl_unlink_all(scd_ctl_t *ctl);

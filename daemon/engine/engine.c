@@ -57,6 +57,19 @@ struct scd_engine {
 	scd_slots_t slots;	    /* the fusion buffers (slots.h) */
 	/* host staging of a GPU buffer, and the copies between GPUs (coll/stage.h) */
 	scd_coll_stage_t stage;
+	/* the last fast epoch a turn of which was discarded or refused (coll/job.h,
+	 * scd_fast_t), in this mesh's world: its later turns come back unrun (the
+	 * communication stage's); 0 again with each mesh job, since every world numbers its
+	 * epochs from 1 */
+	uint64_t fast_dead;
+	/* a job found the mesh's streams out of step while the transport still serves (a fast
+	 * turn's words refused, engine/verdict.h rule 1): that job's error; every later job
+	 * fails unrun until the next mesh job (the communication stage's) */
+	char untrusted[384];
+	/* scd_engine_fence: the count of fences, and the lock a delivery holds (a job
+	 * submitted before the last fence delivers nothing) */
+	uint64_t fence;
+	pthread_mutex_t deliver_mu;
 };
 
 /* Logs a failure the engine itself detected, or that a device op reported (device ops do
@@ -64,7 +77,7 @@ struct scd_engine {
  * of the transport and the schemes were logged where they were detected. */
 static void log_job_error(const scd_job_t *job)
 {
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 }
 
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
@@ -143,12 +156,13 @@ static void error_rank(scd_engine_t *e, scd_job_t *job)
 
 /* The job's buffer: in place in the trainer's buffer where the collective allows it (one
  * tensor, on the engine's GPU for a cuda one), else a fusion slot of the size the
- * collective asks, its padding cleared. */
+ * collective asks, its padding cleared. A fast turn always takes a slot: a discarded turn
+ * must leave the trainers' inputs as they were, for the planned step that runs it again. */
 static sc_status_t job_buffer(scd_engine_t *e, scd_job_t *job, const scd_coll_desc_t *c)
 {
 	scd_job_run_t *run = &job->run;
 	size_t esz = sc_dtype_size(job->dtype);
-	if (c->in_place && job->n_items == 1 && job->items[0].n_src > 0 &&
+	if (c->in_place && !scd_job_fast(job) && job->n_items == 1 && job->items[0].n_src > 0 &&
 	    scd_device_at_home(job->items[0].src[0].device, job->items[0].src[0].ordinal)) {
 		run->buf = job->items[0].src[0].dense;
 		return SC_OK;
@@ -292,41 +306,73 @@ static int carries_verdict(const scd_engine_t *e, const scd_coll_desc_t *c,
 	return c->carries_verdict(job, job->run.t->size);
 }
 
-/* The communication stage of a buffer: the network probe when due, the input check
- * round (or its words carried in the collective's exchange), the collective's exchange
- * and delivery, the GPU trainers' done events. */
-static void comm_buffer(scd_engine_t *e, scd_job_t *job)
+/*
+ * A fast turn (coll/job.h, scd_fast_t) before its exchange: SC_OK to run it. A turn of an
+ * epoch that ended at an earlier turn (e->fast_dead) comes back unrun, discarded, with no
+ * byte sent, as on every rank (each discarded or refused that earlier turn alike). A turn
+ * that cannot carry its words in the one-round sum of the global set fails, alike on
+ * every rank (decided from agreed fields), also with no byte sent.
+ */
+static sc_status_t fast_start(scd_engine_t *e, const scd_coll_desc_t *c, scd_job_t *job)
 {
-	scd_job_run_t *run = &job->run;
-	const scd_device_ops_t *dev = run->dev;
-	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
-	/* the probe is the whole world's: never among a set's nodes alone */
-	sc_status_t st =
-	    job->probe && !job->nodes
-		? scd_netprobe_run(&e->net, e->transport, e->p.world_size, job->timeout_ms)
-		: SC_OK;
-	if (st != SC_OK) {
-		job->status = st;
-		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
-			 e->p.rank, scd_transport_error());
+	if (job->fast.epoch == e->fast_dead) {
+		job->fast.discarded = 1;
+		job->status = SC_IN_PROGRESS;
+		snprintf(job->error, sizeof(job->error),
+			 "fast turn %llu of epoch %llu not run: the epoch ended at an earlier "
+			 "turn",
+			 (unsigned long long)job->fast.turn,
+			 (unsigned long long)job->fast.epoch);
+		return job->status;
+	}
+	if (job->nodes || !carries_verdict(e, c, job)) {
+		job->status = SC_ERR_INVALID;
+		snprintf(job->error, sizeof(job->error),
+			 "tensor '%s': a fast turn runs only as the one-round sum of the "
+			 "global set (%llu elements)",
+			 job->n_items > 0 && job->items[0].name ? job->items[0].name : "?",
+			 (unsigned long long)job->total_numel);
+		error_rank(e, job);
+		log_job_error(job);
+		return job->status;
+	}
+	return SC_OK;
+}
+
+/* A job on a mesh whose streams a job found out of step (e->untrusted) fails unrun, with
+ * no byte sent, its mesh marked broken (the world re-forms, holding it until then, as the
+ * job that found it); the bytes of the exchange that did not pair would otherwise be read
+ * by this one's. */
+static sc_status_t untrusted_refuse(scd_engine_t *e, scd_job_t *job)
+{
+	if (!e->untrusted[0])
+		return SC_OK;
+	job->status = SC_ERR_PROTOCOL;
+	job->mesh_broken = 1;
+	snprintf(job->error, sizeof(job->error),
+		 "rank %d: not run: the mesh's streams are out of step until the world "
+		 "re-forms (%s)",
+		 e->p.rank, e->untrusted);
+	scd_debug(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
+	return job->status;
+}
+
+/* The delivery of a job's result to its trainers (under deliver_mu): nothing once a
+ * fence came after its submission (the world re-formed: its trainers were told that it
+ * failed, and their buffers hold their next step's input). */
+static void deliver(scd_engine_t *e, const scd_coll_desc_t *c, scd_coll_ctx_t *x,
+		    scd_job_t *job)
+{
+	const scd_device_ops_t *dev = job->run.dev;
+	sc_status_t st;
+	if (job->fence != e->fence) {
+		job->status = SC_ERR_PEER;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: the world re-formed before the result was delivered",
+			 e->p.rank);
 		return;
 	}
-	/* the input check round, or its words carried in the collective's one exchange */
-	int all_cuda = 0;
-	scd_verdict_carry_t carry;
-	run->prep.verdict = NULL;
-	if (carries_verdict(e, c, job)) {
-		scd_verdict_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
-		run->prep.verdict = &carry;
-	} else if ((st = scd_verdict_input(run->t, job, &run->fault, e->p.rank, e->p.local_size,
-					   &all_cuda)) != SC_OK)
-		return;
-	scd_coll_ctx_t x = coll_ctx(e, job, &e->stage.peer_out);
-	st = comm_run(e, job, c, &x, all_cuda);
-	run->prep.verdict = NULL;
-	if (st != SC_OK)
-		return;
-	if (c->deliver && (st = c->deliver(&x, job)) != SC_OK) {
+	if (c->deliver && (st = c->deliver(x, job)) != SC_OK) {
 		job->status = st;
 		error_rank(e, job);
 		log_job_error(job);
@@ -343,6 +389,56 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 			 dev->name, scd_job_stage_why(dev, st));
 		log_job_error(job);
 	}
+}
+
+/* The communication stage of a buffer: the network probe when due, the input check
+ * round (or its words carried in the collective's exchange, with a fast turn's), the
+ * collective's exchange and delivery, the GPU trainers' done events. */
+static void comm_buffer(scd_engine_t *e, scd_job_t *job)
+{
+	scd_job_run_t *run = &job->run;
+	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
+	if (untrusted_refuse(e, job) != SC_OK ||
+	    (scd_job_fast(job) && fast_start(e, c, job) != SC_OK))
+		return;
+	/* the probe is the whole world's: never among a set's nodes alone */
+	sc_status_t st =
+	    job->probe && !job->nodes
+		? scd_netprobe_run(&e->net, e->transport, e->p.world_size, job->timeout_ms)
+		: SC_OK;
+	if (st != SC_OK) {
+		job->status = st;
+		snprintf(job->error, sizeof(job->error), "rank %d: network probe: %s",
+			 e->p.rank, scd_transport_error());
+		return;
+	}
+	/* the input check round, or its words carried in the collective's one exchange */
+	int all_cuda = 0;
+	scd_verdict_carry_t carry;
+	run->prep.verdict = NULL;
+	if (scd_job_fast(job)) {
+		scd_fast_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
+		run->prep.verdict = &carry;
+	} else if (carries_verdict(e, c, job)) {
+		scd_verdict_carry_init(&carry, job, &run->fault, e->p.rank, e->p.local_size);
+		run->prep.verdict = &carry;
+	} else if ((st = scd_verdict_input(run->t, job, &run->fault, e->p.rank, e->p.local_size,
+					   &all_cuda)) != SC_OK)
+		return;
+	scd_coll_ctx_t x = coll_ctx(e, job, &e->stage.peer_out);
+	st = comm_run(e, job, c, &x, all_cuda);
+	run->prep.verdict = NULL;
+	/* a turn discarded, or whose words were refused, ends its epoch here */
+	if (scd_job_fast(job) && (job->fast.discarded || (st != SC_OK && job->mesh_broken)))
+		e->fast_dead = job->fast.epoch;
+	if (st != SC_OK && job->mesh_broken)
+		snprintf(e->untrusted, sizeof(e->untrusted), "%.*s",
+			 (int)sizeof(e->untrusted) - 1, job->error);
+	if (st != SC_OK)
+		return;
+	pthread_mutex_lock(&e->deliver_mu);
+	deliver(e, c, &x, job);
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 /* The world re-formed: the buffers' state (scheme contexts, residuals) belongs to the old
@@ -372,6 +468,10 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 		 e->p.schemes.cpu_share,
 		 e->p.cpu_share > 0 ? "the cpu_share key"
 				    : "the busiest host's, learnt at join");
+	/* a dead epoch was the old world's: every rank of the new one starts with none (a
+	 * daemon started anew has none), whatever turn a failure split in the old one */
+	e->fast_dead = 0;
+	e->untrusted[0] = '\0';
 	if (drop_mesh(e) != SC_OK) {
 		job->status = SC_ERR_NOMEM;
 		snprintf(job->error, sizeof(job->error), "no memory for the buffers' state");
@@ -411,8 +511,10 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 static void finish_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
+	/* (a fast turn whose words were refused set it already: engine/verdict.h) */
 	if (job->kind == SCD_JOB_ALLREDUCE && job->status != SC_OK)
-		job->mesh_broken = !e->transport || scd_transport_broken(e->transport);
+		job->mesh_broken =
+		    job->mesh_broken || !e->transport || scd_transport_broken(e->transport);
 	if (e->done_tail)
 		e->done_tail->next = job;
 	else
@@ -563,8 +665,7 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 	} else if (!e->transport) {
 		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
 			 e->p.rank);
-		scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 		job->status = SC_ERR_PEER;
 		job->run.passthrough = 1; /* no transport to run the check round on */
 	} else if (job_transport(e, job) == SC_OK) {
@@ -731,6 +832,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		return SC_ERR_NOMEM;
 	}
 	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->deliver_mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	pthread_cond_init(&e->comm_cv, NULL);
 	uv_async_init(p->loop, &e->async, on_async);
@@ -761,6 +863,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
+	job->fence = e->fence; /* written by the submitting thread alone */
 	pthread_mutex_lock(&e->mu);
 	if (e->tail)
 		e->tail->next = job;
@@ -777,6 +880,15 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
 {
 	return e->transport;
+}
+
+void scd_engine_fence(scd_engine_t *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->deliver_mu); /* a delivery under way ends first */
+	e->fence++;
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 void scd_engine_peer_gone(scd_engine_t *e, int rank)

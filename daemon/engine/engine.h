@@ -23,6 +23,11 @@
  * the set's view of the mesh (psview.h); every node runs the jobs of the sets it belongs
  * to in plan order, so the members of a set meet its jobs in the same order.
  *
+ * A fast turn (coll/job.h, scd_fast_t; docs/design.md "Fast turns") runs as the one-round
+ * sum with its readiness in the same exchange, always in a fusion buffer. One that some
+ * rank left comes back discarded (SC_IN_PROGRESS, nothing delivered), and so does every
+ * later turn of its epoch still queued, unrun, with no byte sent.
+ *
  * A job runs on one device (device.h): the one where its trainers' tensors live, each
  * source's device field, set where the job is built. Every computation on tensor data
  * (local sums, sparsification, residuals, averaging, copies to the trainers) goes through
@@ -76,6 +81,10 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms);
 /* From the loop thread: rank has gone from the world; a transfer blocked on it ends now
  * instead of at op_timeout_ms (the transport's peer_gone, where it has one). */
 void scd_engine_peer_gone(scd_engine_t *e, int rank);
+/* The world re-forms (the thread that submits jobs): once this returns, no job submitted
+ * before it writes its result to its trainers' buffers (it fails instead), and none is
+ * writing one; its trainers can be told at once that it failed, and reuse their buffers. */
+void scd_engine_fence(scd_engine_t *e);
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */

@@ -233,7 +233,7 @@ static sc_status_t verdict_fail(scd_job_t *job, const scd_fault_t *f, sc_status_
 		}
 	}
 	job->status = st;
-	scd_error(SCD_SUB_ENGINE, "job %llu: %s", (unsigned long long)job->seq, job->error);
+	scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
 	return st;
 }
 
@@ -280,14 +280,135 @@ void scd_verdict_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fa
 	if (f->kind == SCD_FAULT_LOCAL)
 		memcpy(v->mine_error, job->error, sizeof(v->mine_error));
 	words_put(v->mine, f, 0);
+	v->words_bytes = SCD_VERDICT_BYTES;
 }
 
 int scd_verdict_carry_end(scd_verdict_carry_t *v, scd_job_t *job, sc_status_t st)
 {
-	if (v->failed)
+	if (v->failed || v->discarded)
 		return 1;
 	if (v->fault.kind != SCD_FAULT_LOCAL)
 		return 0;
 	verdict_fail(job, &v->fault, st, -1, v->mine_error);
 	return 1;
+}
+
+static void put_le(uint8_t *w, uint64_t v, int n)
+{
+	for (int b = 0; b < n; b++)
+		w[b] = (uint8_t)(v >> (8 * b));
+}
+
+static uint64_t get_le(const uint8_t *w, int n)
+{
+	uint64_t v = 0;
+	for (int b = 0; b < n; b++)
+		v |= (uint64_t)w[b] << (8 * b);
+	return v;
+}
+
+void scd_fast_words_put(uint8_t *w, const scd_fast_t *f, uint64_t bytes)
+{
+	put_le(w, SCD_FAST_MAGIC, 2);
+	put_le(w + 2, f->leave ? SCD_FAST_LEAVE : SCD_FAST_READY, 2);
+	put_le(w + 4, bytes < UINT32_MAX ? bytes : UINT32_MAX, 4);
+	put_le(w + 8, f->epoch, 8);
+	put_le(w + 16, f->turn, 8);
+	put_le(w + 24, f->digest, 8);
+}
+
+/* One rank's fast words, read back. */
+typedef struct fast_words {
+	uint32_t magic, kind, bytes;
+	uint64_t epoch, turn, digest;
+} fast_words_t;
+
+static fast_words_t fast_words_get(const uint8_t *w)
+{
+	return (fast_words_t){.magic = (uint32_t)get_le(w, 2),
+			      .kind = (uint32_t)get_le(w + 2, 2),
+			      .bytes = (uint32_t)get_le(w + 4, 4),
+			      .epoch = get_le(w + 8, 8),
+			      .turn = get_le(w + 16, 8),
+			      .digest = get_le(w + 24, 8)};
+}
+
+/* The tensor a fast turn's errors name (a fast buffer holds its epoch's tensors). */
+static const char *fast_name(const scd_job_t *job)
+{
+	return job->n_items > 0 ? item_name(&job->items[0]) : "?";
+}
+
+/* Rule 1 of scd_fast_decide: the lowest rank whose words are malformed or not rank 0's
+ * (what every rank compares against, so that every rank names the same one), described
+ * in job->error; -1 when every rank's agree. */
+static int fast_disagree(scd_job_t *job, const uint8_t *words, size_t stride, int P)
+{
+	fast_words_t w0 = fast_words_get(words + SCD_VERDICT_BYTES);
+	for (int q = 0; q < P; q++) {
+		fast_words_t w = fast_words_get(words + (size_t)q * stride + SCD_VERDICT_BYTES);
+		int node = scd_job_node(job, q);
+		if (w.magic != SCD_FAST_MAGIC ||
+		    (w.kind != SCD_FAST_READY && w.kind != SCD_FAST_LEAVE)) {
+			snprintf(job->error, sizeof(job->error),
+				 "fast turn of tensor '%s': node %d sent malformed fast words "
+				 "(magic %04x, kind %u): the mesh's streams cannot be trusted",
+				 fast_name(job), node, w.magic, w.kind);
+			return q;
+		}
+		if (w.epoch != w0.epoch || w.turn != w0.turn || w.bytes != w0.bytes ||
+		    w.digest != w0.digest) {
+			snprintf(
+			    job->error, sizeof(job->error),
+			    "fast turn of tensor '%s': node %d is at epoch %llu turn %llu "
+			    "(%u bytes, digest %016llx), node %d at epoch %llu turn %llu (%u "
+			    "bytes, digest %016llx): the nodes disagree on the turn, and the "
+			    "mesh's streams cannot be trusted",
+			    fast_name(job), node, (unsigned long long)w.epoch,
+			    (unsigned long long)w.turn, w.bytes, (unsigned long long)w.digest,
+			    scd_job_node(job, 0), (unsigned long long)w0.epoch,
+			    (unsigned long long)w0.turn, w0.bytes,
+			    (unsigned long long)w0.digest);
+			return q;
+		}
+	}
+	return -1;
+}
+
+sc_status_t scd_fast_decide(scd_verdict_carry_t *v, scd_job_t *job, const uint8_t *words,
+			    size_t stride, int P)
+{
+	if (fast_disagree(job, words, stride, P) >= 0) {
+		v->failed = 1;
+		job->mesh_broken = 1;
+		job->status = SC_ERR_PROTOCOL;
+		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
+		return SC_ERR_PROTOCOL;
+	}
+	for (int q = 0; q < P; q++) {
+		fast_words_t w = fast_words_get(words + (size_t)q * stride + SCD_VERDICT_BYTES);
+		if (w.kind != SCD_FAST_LEAVE)
+			continue;
+		v->discarded = job->fast.discarded = 1;
+		job->status = SC_IN_PROGRESS;
+		snprintf(
+		    job->error, sizeof(job->error),
+		    "fast turn %llu of epoch %llu (tensor '%s') discarded: node %d left it",
+		    (unsigned long long)w.turn, (unsigned long long)w.epoch, fast_name(job),
+		    scd_job_node(job, q));
+		scd_debug(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
+		return SC_IN_PROGRESS;
+	}
+	return carry_decide(v, job, words, stride, P);
+}
+
+void scd_fast_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fault_t *f, int rank,
+			 int local_size)
+{
+	scd_verdict_carry_init(v, job, f, rank, local_size);
+	scd_fast_words_put(v->mine + SCD_VERDICT_BYTES, &job->fast,
+			   job->total_numel * sizeof(float));
+	v->words_bytes = SCD_VERDICT_BYTES + SCD_FAST_BYTES;
+	v->decide = scd_fast_decide;
+	v->faulty |= job->fast.leave;
 }

@@ -58,9 +58,45 @@ void scd_verdict_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fa
 			    int rank, int local_size);
 /* After the collective that carried v failed with st: 1 when the verdict accounts for the
  * failure (job->error is the one every rank has, or, where the exchange failed before the
- * decision, this node's own compute stage's failure), 0 when the failure is the exchange's
- * own. */
+ * decision, this node's own compute stage's failure; or a fast turn's decision: discarded,
+ * or its words refused), 0 when the failure is the exchange's own. */
 int scd_verdict_carry_end(scd_verdict_carry_t *v, scd_job_t *job, sc_status_t st);
+
+/*
+ * A fast turn's words (coll/job.h, scd_fast_t), SCD_FAST_BYTES after the verdict words,
+ * little-endian: the magic (16 bits), the kind (16 bits: SCD_FAST_READY or SCD_FAST_LEAVE)
+ * and the buffer's bytes (32 bits), then the epoch, the turn and the digest (64 bits
+ * each).
+ */
+#define SCD_FAST_MAGIC 0x4654u /* "TF" */
+#define SCD_FAST_READY 1u
+#define SCD_FAST_LEAVE 2u
+
+/* Writes f's words for a buffer of bytes into w (SCD_FAST_BYTES). */
+void scd_fast_words_put(uint8_t *w, const scd_fast_t *f, uint64_t bytes);
+
+/*
+ * The decision of a fast turn (v's decide), from every rank's words (rank q's verdict
+ * words at words + q x stride, its fast words SCD_VERDICT_BYTES after them), the same on
+ * every rank, before any rank's data is added:
+ *  1. a rank's fast words malformed, or its epoch, turn, bytes or digest not rank 0's:
+ *     SC_ERR_PROTOCOL, job->mesh_broken set (the ranks disagree on the sequence of
+ *     exchanges, so the streams cannot be trusted: the engine runs no other job on the
+ *     mesh, and the world re-forms);
+ *  2. else some rank left: SC_IN_PROGRESS, job->fast.discarded and v->discarded set;
+ *     nothing is summed, the buffer and the trainers' inputs stay as they were;
+ *  3. else some rank found a fault: the job fails as the carried verdict fails it;
+ *  4. else SC_OK: the collective sums in rank order.
+ * job->status and job->error are set, alike on every rank, unless SC_OK.
+ */
+sc_status_t scd_fast_decide(scd_verdict_carry_t *v, scd_job_t *job, const uint8_t *words,
+			    size_t stride, int P);
+
+/* scd_verdict_carry_init for a fast turn (job->fast): the words are the verdict's, then
+ * the turn's fast words, and decide is scd_fast_decide. A rank that leaves sends zeros
+ * for its data and reads neither its buffer nor its device. */
+void scd_fast_carry_init(scd_verdict_carry_t *v, scd_job_t *job, const scd_fault_t *f, int rank,
+			 int local_size);
 
 /* What a rank says of its buffer beside its finding, ANDed over the ranks by the round. */
 #define SCD_VERDICT_CUDA 1u /* the buffer is on the cuda device (its GPU transport may run) */

@@ -132,19 +132,24 @@ static int job_pset(scd_world_t *w, const Sparsecomm__Response *resp, scd_job_t 
 	return 1;
 }
 
-static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
+sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *resp,
+				  const scd_fast_t *fast, int fill, struct scd_job **job_p)
 {
 	scd_daemon_t *d = w->d;
+	*job_p = NULL;
 	scd_job_t *job = calloc(1, sizeof(*job));
 	int mine = job ? job_pset(w, resp, job) : -1;
-	scd_job_item_t *items = mine > 0 ? calloc(resp->n_cache_ids, sizeof(*items)) : NULL;
+	scd_job_item_t *items =
+	    mine > 0 ? calloc(resp->n_cache_ids ? resp->n_cache_ids : 1, sizeof(*items)) : NULL;
 	if (!mine) { /* a process set without this node */
 		free(job);
 		return SC_OK;
 	}
 	if (!items) {
-		scd_error(SCD_SUB_NEGOTIATE,
-			  "out of memory for a job: this rank leaves the world");
+		/* a plan's job: this rank leaves the world; a fast turn's (or the entry rule's
+		 * probe): its caller says what follows (fast.c) */
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory for a %s",
+			  fast ? "fast turn's job" : "job: this rank leaves the world");
 		if (job) {
 			free(job->nodes);
 			free(job->set_ranks);
@@ -153,16 +158,21 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		return SC_ERR_NOMEM;
 	}
 	job->kind = SCD_JOB_ALLREDUCE;
-	job->seq = ++w->job_seq;
 	job->items = items;
 	job->n_items = (int)resp->n_cache_ids;
 	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
 	job->world_seed = w->world_id;
-	/* the network probe runs over every node: only the global set's jobs count, which
-	 * every node runs */
-	int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
-	job->probe =
-	    !job->pset && probe_every > 0 && ++w->global_jobs % (uint64_t)probe_every == 0;
+	if (fast) { /* counted by no plan: the sequence and the probe's turns stay aligned */
+		job->seq = w->job_seq;
+		job->fast = *fast;
+	} else {
+		job->seq = ++w->job_seq;
+		/* the network probe runs over every node: only the global set's jobs count,
+		 * which every node runs */
+		int64_t probe_every = scd_cfg_int(&d->cfg, SCD_CFG_netprobe_interval_jobs);
+		job->probe = !job->pset && probe_every > 0 &&
+			     ++w->global_jobs % (uint64_t)probe_every == 0;
+	}
 	job->lossless_only = 0;
 	job->nonfinite = scd_nonfinite_parse(scd_cfg_str(&d->cfg, SCD_CFG_nonfinite));
 	/* Every item has the buffer's dtype and wire format (see coord_emit; the type word,
@@ -190,12 +200,14 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 		off += (c->numel + align - 1) & ~(align - 1);
 		/* ctl fills the item from the node's shared buffers and marks it running; the
 		 * options that decide the scheme are the agreed ones (agree.h) */
-		sc_status_t found = scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it);
+		sc_status_t found =
+		    fill ? scd_ctl_job_item(d->ctl, c->name, c->dtype, c->numel, it)
+			 : SC_ERR_NOT_FOUND;
 		scd_neg_item_options(it, &c->sig);
 		if (!(c->sig.flags & SCD_TSIG_LOSSY) ||
 		    (resp->n_cache_ids > 1 && c->sig.sparsifier != SC_SPARSIFY_NONE))
 			job->lossless_only = 1;
-		if (found != SC_OK) {
+		if (found != SC_OK && fill) {
 			/* Runs with zeros, delivers nothing: what a node whose trainers all
 			 * joined does (join.c). Otherwise the other ranks' sums then lack this
 			 * node's share, which only the loss of a whole node explains. */
@@ -220,8 +232,17 @@ static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *r
 			   coll.op == SC_OP_SUM && !job->wire
 		       ? buffer_pin(w, job)
 		       : (int)SCD_SCHEME_DENSE_RING;
-	scd_engine_submit(d->engine, job);
+	*job_p = job;
 	return SC_OK;
+}
+
+static sc_status_t apply_allreduce(scd_world_t *w, const Sparsecomm__Response *resp)
+{
+	scd_job_t *job;
+	sc_status_t st = scd_neg_allreduce_job(w, resp, NULL, 1, &job);
+	if (job)
+		scd_engine_submit(w->d->engine, job);
+	return st;
 }
 
 /* The ids a plan evicts: each cached before the plan (one it makes is used by it), and
@@ -321,7 +342,8 @@ sc_status_t scd_neg_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pla
 			}
 		}
 	}
-	return plan_check_evicted(w, plan, err, err_len);
+	sc_status_t st = plan_check_evicted(w, plan, err, err_len);
+	return st != SC_OK ? st : scd_fast_plan_check(w, plan, err, err_len);
 }
 
 sc_status_t scd_neg_plan_entries(scd_world_t *w, const Sparsecomm__Plan *plan)
@@ -381,6 +403,9 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 	r->fusion_plan_version = w->fusion_version;
 	r->cache_entries = w->n_live;
 	r->cache_reannounced = w->reannounced;
+	r->fast_epochs = w->fast.total_epochs;
+	r->fast_kept = w->fast.total_kept;
+	r->fast_discarded = w->fast.total_discarded;
 	r->fusion_buffers =
 	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));
 	for (int i = 0; r->fusion_buffers && i < w->n_fusion_bufs; i++) {
@@ -419,6 +444,7 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	if (plan->fusion_version > w->fusion_version)
 		fusion_keep(w, plan);
 	w->d->stats_cycles++;
+	scd_fast_before_plan(w, plan);
 	for (size_t i = 0; st == SC_OK && i < plan->n_responses; i++) {
 		const Sparsecomm__Response *r = plan->responses[i];
 		if (r->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ERROR)
@@ -429,6 +455,8 @@ sc_status_t scd_neg_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	/* after the responses' jobs: the engine forgets the ids' state behind them */
 	for (size_t i = 0; st == SC_OK && i < plan->n_evicted; i++)
 		scd_cache_evict(w, plan->evicted[i]);
+	if (st == SC_OK) /* its turns queue behind the responses' jobs */
+		scd_fast_on_plan(w, plan);
 	return st;
 }
 
@@ -492,7 +520,7 @@ static void stats_wire(scd_ntensor_t *nt, const scd_job_t *job)
 		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s", name);
 }
 
-static void job_free(scd_job_t *job)
+void scd_neg_job_free(scd_job_t *job)
 {
 	free(job->items);
 	free(job->nodes);
@@ -506,7 +534,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 	if (!w->formed || job->world_seed != w->world_id) {
 		/* planned in a world that has re-formed since: its tensors failed then, with
 		 * the reason (world.c, reform), and may be in their next step already */
-		job_free(job);
+		scd_neg_job_free(job);
 		return;
 	}
 	if (job->status != SC_OK && job->mesh_broken && !scd_live_cause(w)) {
@@ -522,12 +550,15 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		scd_world_mesh_failed(w, job->error);
 		return;
 	}
+	if (scd_job_fast(job) && scd_fast_job_done(w, job)) {
+		scd_neg_job_free(job);
+		return;
+	}
 	d->stats_buffers++;
 	/* The failure was logged where it happened (transport, scheme, engine); here it only
 	 * reaches the trainers. */
 	if (job->status != SC_OK)
-		scd_debug(SCD_SUB_ENGINE, "job %llu failed: %s", (unsigned long long)job->seq,
-			  job->error);
+		scd_debug(SCD_SUB_ENGINE, "%s failed: %s", SCD_JOB_NAME(job), job->error);
 	double total = (double)(job->total_numel ? job->total_numel : 1);
 	if (job->status == SC_OK)
 		record_times(w, job);
@@ -575,7 +606,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 				 cause ? "; " : "", job->error);
 		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
 	}
-	job_free(job);
+	scd_neg_job_free(job);
 }
 
 void scd_neg_release_held(scd_world_t *w, int deliver)
@@ -588,7 +619,7 @@ void scd_neg_release_held(scd_world_t *w, int deliver)
 			job->mesh_broken = 0;
 			scd_neg_job_done(w, job);
 		} else {
-			job_free(job);
+			scd_neg_job_free(job);
 		}
 		job = next;
 	}

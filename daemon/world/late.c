@@ -128,6 +128,27 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
 	}
 }
 
+void scd_late_owe(scd_world_t *w, int r, const char *name, int status, const char *reason)
+{
+	scd_poison_t *l = late_get(w, r, name);
+	char *t = l && !l->owed ? strdup(reason) : NULL;
+	if (l && (l->owed || t)) {
+		if (t) {
+			free(l->reason);
+			l->reason = t;
+			l->status = status;
+		}
+		l->owed++;
+		return;
+	}
+	scd_error(SCD_SUB_NEGOTIATE, "out of memory recording node %d's late step of '%s'", r,
+		  name);
+	if (l && !l->owed && !l->answered) {
+		late_unlink(w, l);
+		late_free(l);
+	}
+}
+
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse)
 {
 	scd_poison_t *l = w->lates;

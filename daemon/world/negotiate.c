@@ -114,6 +114,8 @@ void scd_world_announce(scd_world_t *w, scd_ntensor_t *nt)
 	announce_attrs(w, nt, &solo, &key, &sig);
 	uint32_t id = scd_cache_match(w, nt->name, scd_ntensor_typeword(nt), nt->numel,
 				      scd_coll_pack(&nt->coll), solo, key, &sig);
+	if (scd_fast_announce(w, nt, id)) /* its readiness goes in its fast turn */
+		return;
 	if (out_add(w, nt, id, solo, key, &sig) != 0)
 		return;
 	if (id != UINT32_MAX)
@@ -235,6 +237,7 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	Sparsecomm__Abandon *abs = calloc(n_ab + 1, sizeof(*abs));
 	Sparsecomm__Abandon **abp = calloc(n_ab + 1, sizeof(*abp));
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	Sparsecomm__FastReport fr;
 	Sparsecomm__TensorRequest *reqs = calloc((size_t)n_out + 1, sizeof(*reqs));
 	Sparsecomm__TensorRequest **rp = calloc((size_t)n_out + 1, sizeof(*rp));
 	Sparsecomm__TensorSig *sigs = calloc((size_t)n_out + 1, sizeof(*sigs));
@@ -244,6 +247,7 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	if (!part || !reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
 		goto out;
 	rl.rank = w->d->rank;
+	scd_fast_ready_fill(w, &rl, &fr);
 	for (scd_poison_t *p = abandons; p; p = p->next) {
 		Sparsecomm__Abandon *a = &abs[rl.n_abandoned];
 		sparsecomm__abandon__init(a);
@@ -1005,6 +1009,8 @@ static void coord_emit(scd_world_t *w)
 	}
 	free(ready);
 	uint32_t *evicted = NULL;
+	Sparsecomm__FastBegin fb;
+	uint32_t fast_ids[1];
 	if (pb.plan.n_responses) {
 		pb_fusion(w, &pb);
 		/* past cache_max_entries: what no node announced since, the least recently
@@ -1017,6 +1023,7 @@ static void coord_emit(scd_world_t *w)
 		pb.plan.cycle = ++w->cycle;
 		pb.plan.responses = pb.resp;
 		pb.plan.new_entries = pb.ents;
+		scd_fast_coord_plan(w, &pb.plan, &fb, fast_ids);
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 		m.body_case = SPARSECOMM__PEER_MSG__BODY_PLAN;
 		m.plan = &pb.plan;
@@ -1177,6 +1184,8 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 void scd_neg_on_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
 	uint64_t tl = scd_tl_begin();
+	if (w->formed && !w->old_world) /* before the plan it leads to */
+		scd_fast_coord_ready(w, from, rl);
 	scd_neg_ready_collect(w, from, rl);
 	coord_emit(w);
 	scd_tl_arg_t ta[] = {{"rank", NULL, from}};
@@ -1202,6 +1211,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 			 ns->degraded ? "degraded: " : "whole again",
 			 ns->degraded ? p->degraded_reason : "", "");
 	if (ns->degraded) {
+		scd_fast_coord_end(w, "a node is degraded");
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
 		coord_emit(w);
@@ -1298,5 +1308,6 @@ void scd_neg_reset(scd_world_t *w)
 	w->cycle = 0;
 	w->job_seq = 0;
 	w->global_jobs = 0;
+	scd_fast_reset(w);
 	scd_fplan_state_init(&w->fplan, w->d->world_size);
 }

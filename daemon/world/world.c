@@ -210,6 +210,8 @@ static void send_join(scd_world_t *w)
 	 * this node discards its copies once the new world has formed */
 	j.old_world = w->world_id;
 	j.old_last_seq = w->peers[0].tx_seq;
+	Sparsecomm__FastState fs;
+	scd_fast_join_fill(w, &j, &fs);
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_JOIN;
 	m.join = &j;
 	scd_world_send_raw(w, NULL, 0, &m);
@@ -280,6 +282,11 @@ static sc_status_t reform(scd_world_t *w, int back, const char *why)
 	scd_daemon_t *d = w->d;
 	scd_ntensor_t **kept = NULL;
 	int n_kept = 0;
+	if (w->formed) /* what its fast turns were, for its Join (fast.c) */
+		scd_fast_snapshot(w);
+	/* no job of the old world writes its result after its trainers are told it failed
+	 * (they then write their next step's input where it would go) */
+	scd_engine_fence(d->engine);
 	reform_fail(w, why, &kept, &n_kept);
 	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
 	w->mesh_reform_ms = 0;
@@ -495,6 +502,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 	/* the same daemon that never held the world left (its Join names an older one)
 	 * read none of it: an end of its joins sent there goes to it again */
 	scd_join_rejoined(w, j->rank, same && w->world_id && j->old_world != w->world_id);
+	scd_fast_coord_join(w, j->rank, j, same);
 	p->joined = 1;
 	p->state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
 	p->heard_ms = scd_now_ms();
@@ -516,6 +524,7 @@ static void accept_join(scd_world_t *w, const uint8_t *ident, size_t ident_len,
 		 describe_blob(w, p, where, sizeof(where)));
 	if (w->n_joined == d->world_size) {
 		w->formed = 1;
+		scd_fast_coord_formed(w); /* before the world's id changes */
 		coord_send_world(w);
 		scd_world_coord_formed(w);
 	}
@@ -796,6 +805,7 @@ static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigS
 		cfg_hold(w, from, cs);
 		return;
 	}
+	scd_fast_coord_end(w, "a configuration change");
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 	m.config_apply = (Sparsecomm__ConfigSet *)cs;
@@ -887,7 +897,8 @@ static int coord_only(const Sparsecomm__PeerMsg *m)
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_REFORM ||
 	       m->body_case == SPARSECOMM__PEER_MSG__BODY_BARRIER_DONE ||
-	       m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE;
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_JOIN_DONE ||
+	       m->body_case == SPARSECOMM__PEER_MSG__BODY_FAST_END;
 }
 
 /* What the coordinator takes from a peer's connection: a Join first (under a secret, for
@@ -915,6 +926,10 @@ static int admitted_as(scd_world_t *w, int from, int key_rank, const Sparsecomm_
 			 m->mesh_failed->rank);
 	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_READY && m->ready->rank != from)
 		snprintf(why, sizeof(why), "from rank %d for rank %d", from, m->ready->rank);
+	else if (m->body_case == SPARSECOMM__PEER_MSG__BODY_FAST_WAITING &&
+		 m->fast_waiting->rank != from)
+		snprintf(why, sizeof(why), "from rank %d for rank %d", from,
+			 m->fast_waiting->rank);
 	else
 		return 1;
 	scd_warn_limited(SCD_SUB_WORLD, "peer message %d %s ignored", m->body_case, why);
@@ -1025,6 +1040,14 @@ void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ide
 		break;
 	case SPARSECOMM__PEER_MSG__BODY_JOIN_DONE:
 		scd_join_on_done(w, m->join_done);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_FAST_END:
+		if (w->formed)
+			scd_fast_on_end(w, m->fast_end);
+		break;
+	case SPARSECOMM__PEER_MSG__BODY_FAST_WAITING:
+		if (w->is_coord && from >= 0 && w->formed && !w->old_world)
+			scd_fast_coord_waiting(w, from, m->fast_waiting);
 		break;
 	default:
 		scd_warn_limited(SCD_SUB_WORLD, "unexpected peer message %d from rank %d",
@@ -1207,6 +1230,8 @@ sc_status_t scd_world_create(scd_daemon_t *d, const scd_world_hooks_t *hooks, sc
 	uv_timer_init(d->loop, &w->join_timer);
 	uv_timer_init(d->loop, &w->flush_timer);
 	uv_timer_init(d->loop, &w->hold_timer);
+	uv_timer_init(d->loop, &w->fast.timer);
+	w->fast.timer.data = w;
 	uv_timer_init(d->loop, &w->beat_timer);
 	uv_timer_init(d->loop, &w->orphan_timer);
 	w->join_timer.data = w->flush_timer.data = w->hold_timer.data = w->beat_timer.data = w;
@@ -1376,12 +1401,15 @@ void scd_world_destroy(scd_world_t *w)
 	uv_timer_stop(&w->join_timer);
 	uv_timer_stop(&w->flush_timer);
 	uv_timer_stop(&w->hold_timer);
+	uv_timer_stop(&w->fast.timer);
 	uv_timer_stop(&w->beat_timer);
 	uv_close((uv_handle_t *)&w->beat_timer, NULL);
 	uv_close((uv_handle_t *)&w->orphan_timer, NULL);
 	uv_close((uv_handle_t *)&w->join_timer, NULL);
 	uv_close((uv_handle_t *)&w->flush_timer, NULL);
 	uv_close((uv_handle_t *)&w->hold_timer, NULL);
+	uv_close((uv_handle_t *)&w->fast.timer, NULL);
+	scd_fast_free(w);
 	if (w->polling) {
 		uv_poll_stop(&w->poll);
 		uv_close((uv_handle_t *)&w->poll, NULL);

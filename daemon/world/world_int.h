@@ -14,6 +14,18 @@
 #include "world/host.h"
 #include "world/world.h"
 
+/* A data turn's outcome on one node: not handed back yet, handed back (kept or failed
+ * alike on every rank), or discarded (its step announced again). */
+enum { SCD_FAST_DONE = 0, SCD_FAST_UNDECIDED = 1, SCD_FAST_DISCARDED = 2 };
+
+/* A node's fast turns as the world it leaves re-forms (fast.c, "re-form rule"): in world
+ * (its id; 0: no record), the scd_fast_state_t last_* fields, and the buffer's name. */
+typedef struct scd_fast_snap {
+	uint64_t world, epoch, turn, leave;
+	int state;
+	char *name;
+} scd_fast_snap_t;
+
 typedef struct scd_peer {
 	int joined;
 	int degraded;
@@ -22,6 +34,8 @@ typedef struct scd_peer {
 	 * count of joined nodes, 0: not joined) and the last of them */
 	uint64_t join_seq;
 	int join_last;
+	/* its Join's record of its fast turns in the world left (coordinator, fast.c) */
+	scd_fast_snap_t fast_rep;
 	/* the number of the last JoinDone sent to it (coordinator): a NodeJoin that
 	 * acknowledges less was sent before the node read that end, which ends the join */
 	uint64_t join_end_seq;
@@ -165,6 +179,32 @@ typedef struct scd_held {
 	struct scd_held *next;
 } scd_held_t;
 
+/* Fast mode (fast.c; docs/design.md "Fast mode"). */
+typedef struct scd_fast_state {
+	/* the coordinator: the epoch in force (0: none), the epochs begun in this world, and
+	 * the cache id its last plans each planned alone, how many in a row */
+	uint64_t coord_epoch, epochs;
+	uint32_t run_id;
+	int run;
+	/* every node: the epoch it is in (0: none), its buffer's cache id and digest, the
+	 * last turn it submitted, the turn open (submitted, not handed back; 0: none) */
+	uint64_t epoch;
+	uint32_t id;
+	uint64_t digest, turn, open_turn;
+	uint64_t seen; /* the last epoch begun in this world (a plan's must come after it) */
+	uint64_t left; /* the epoch this node left, to tell the coordinator (0: none) */
+	/* what the node's turns did: since the last report, and in all (stats) */
+	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
+	uv_timer_t timer; /* the open turn's fast_wait_ms */
+	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
+	 * its last data turn (0: none) with its buffer's cache id and outcome, and the turn
+	 * it left (0: none) */
+	uint64_t last_epoch, last_turn, last_leave;
+	uint64_t last_t0; /* its last data turn's submission (timeline, fast_turn) */
+	uint32_t last_id;
+	int last_state; /* SCD_FAST_UNDECIDED, SCD_FAST_DONE or SCD_FAST_DISCARDED */
+} scd_fast_state_t;
+
 struct scd_world {
 	scd_daemon_t *d;
 	const scd_world_hooks_t *hooks; /* the process's side (world.h) */
@@ -278,7 +318,63 @@ struct scd_world {
 	int32_t join_sent_status;
 	char join_sent_error[512];
 	uint64_t group_pass; /* the coordinator's passes over its groups (group.c) */
+	scd_fast_state_t fast;
+	scd_fast_snap_t fast_snap; /* this node's, taken as its formed world re-forms */
 };
+
+struct scd_fast;
+/* fast.c: fast mode (docs/design.md "Fast mode"), behind the key fast_path */
+/* The digest of an epoch's buffer, the same on every node: of the world, the epoch, and
+ * each cache id with its element count and type word. */
+uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *ids, size_t n);
+/* The coordinator, before it sends plan: counts plans that each plan one cached buffer
+ * alone, and when the entry rule holds, adds fb (ids: room for one) to begin fast mode. */
+void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
+			 uint32_t *ids);
+/* The coordinator: ends the epoch in force (FastEnd to every node); why for the log. */
+void scd_fast_coord_end(scd_world_t *w, const char *why);
+/* The coordinator, before it takes rl from rank from: an announcement ends fast mode. */
+void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
+void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw);
+/* plan's fast_begin, checked before anything of the plan is applied (its id cached and
+ * not among the plan's evictions). */
+sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+				size_t err_len);
+/* Every node, before plan's responses and evictions: a node still in fast mode leaves its
+ * epoch first (the coordinator ends it before it plans; its turns queue ahead of the
+ * plan's jobs, and its buffer's id may be among the evictions). */
+void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+/* Every node, after plan's responses: enters fast mode when it begins it. */
+void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
+/* The node hook (negotiate.c): 1 when nt's readiness became its next fast turn (nothing
+ * to announce); 0 to announce it, the node having left fast mode if it was in it (also
+ * for the epoch's tensor as a group's member, which goes out with its group). */
+int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id);
+void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe);
+/* A fast job handed back: 1 when done with here (a LEAVE, or a discarded turn whose
+ * tensors are announced again), 0 when it completes as a planned job does. */
+int scd_fast_job_done(scd_world_t *w, struct scd_job *job);
+/* What the next ReadyList tells the coordinator (fast_left, fast_report). */
+void scd_fast_ready_fill(scd_world_t *w, Sparsecomm__ReadyList *rl, Sparsecomm__FastReport *r);
+/* The world re-forms: fast mode ends on every node. */
+void scd_fast_reset(scd_world_t *w);
+/* A formed world re-forms: records this node's last turns (before scd_fast_reset). */
+void scd_fast_snapshot(scd_world_t *w);
+/* What this node's Join says of its fast turns in the world it leaves (fs: room). */
+void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs);
+/* The coordinator takes rank's Join (same: the daemon that was in the world left). */
+void scd_fast_coord_join(scd_world_t *w, int rank, const Sparsecomm__Join *j, int same);
+/* The coordinator, as the world forms (before WorldInfo): the turn a re-form left in
+ * doubt is owed (late.c) by every node that did not take part in it. */
+void scd_fast_coord_formed(scd_world_t *w);
+void scd_fast_free(scd_world_t *w);
+/* The job for one response (apply.c): its items from the agreed cache entries, filled
+ * from this node's buffers when fill, a fast turn's when fast. *job_p NULL: not this
+ * node's (a process set without it) or out of memory (SC_ERR_NOMEM). */
+sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *resp,
+				  const struct scd_fast *fast, int fill,
+				  struct scd_job **job_p);
+void scd_neg_job_free(struct scd_job *job);
 
 /* barrier.c */
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m);
@@ -483,6 +579,8 @@ void scd_late_note(scd_world_t *w, const scd_centry_t *e, int status, const char
  * scd_late_refusals) or, a note, a step already answered while the node was degraded; 0
  * to take it. */
 int scd_late_take(scd_world_t *w, int rank, const char *name, int refuse);
+/* Node r owes one more step of name, refused with status and reason. */
+void scd_late_owe(scd_world_t *w, int r, const char *name, int status, const char *reason);
 void scd_late_forget_rank(scd_world_t *w, int rank);
 /* The world re-forms: the records, taken from w (each node still owes its late steps, and
  * still reports the steps answered for it), with each refusal not sent yet back in its

@@ -125,6 +125,7 @@ int it_killed_twice(int argc, char **argv);
 int it_killed_refused(int argc, char **argv);
 int it_killed_afresh(int argc, char **argv);
 int it_stalled(int argc, char **argv);
+int it_fast(int argc, char **argv); /* itest_fast.c */
 int it_unknown(int argc, char **argv);
 int it_version(int argc, char **argv);
 int it_bodyless(int argc, char **argv);
@@ -240,6 +241,9 @@ const it_json_t *it_json_get(const it_json_t *obj, const char *key);
 /* sparsectl --socket SOCK --json ARGS... parsed (itest_ctl.c); fails the trainer on a
  * non-zero exit or invalid JSON. */
 it_json_t *it_ctl_json(const char *sock, const char *const *args);
+/* A number of this node's sparsectl stats (cache_entries, fast_kept ...); fails the test
+ * when the field is missing. */
+double it_node_stat(const char *field);
 /* `config set KEY VALUE` on sock, then waits (bounded) until sock's node shows it. */
 void it_ctl_config_set(const char *sock, const char *key, const char *value);
 

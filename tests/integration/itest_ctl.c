@@ -614,3 +614,15 @@ int it_ctl(int argc, char **argv)
 		check_stats_kept(it_env.socket, names, 2);
 	it_pass();
 }
+
+double it_node_stat(const char *field)
+{
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *v = it_json_get(s, field);
+	double n = v && v->type == IT_JNUM ? v->num : -1;
+	it_json_free(s);
+	if (n < 0)
+		IT_FAIL("sparsectl stats gives no %s", field);
+	return n;
+}

@@ -383,7 +383,8 @@ int it_killed(int argc, char **argv)
  * failed (aborted) on every rank, so this submission is it and must get its error at once;
  * rank 3's step 2 then pairs with everyone's step 2, exact. Were rank 3's late submission
  * taken as a new step, it would pair with the new worker's step 2, and every rank's step 2
- * would return SC_OK with rank 3's step 1 values in its sum.
+ * would return SC_OK with rank 3's step 1 values in its sum. "killed-late fast": 20 exact
+ * steps first, which begin fast mode (run with fast_path 1); the same for killed-first.
  */
 /* A barrier before step k, retried until every node takes part (a node is degraded until
  * its dead worker's successor comes). */
@@ -435,6 +436,25 @@ static sc_client_t *successor_connect(int rank)
 	return c;
 }
 
+/* warm exact steps of x (values of seed 100 + k) before step 1: with fast_path 1 they
+ * begin fast mode, so that step 1 is submitted as a fast turn where a node can (run.sh,
+ * "fast killed") */
+static void kl_warm(sc_client_t *c, sc_tensor_t *x, int rank, int size, size_t n, int warm)
+{
+	for (int k = 0; k < warm; k++) {
+		it_fill(sc_tensor_data(x), SC_FLOAT32, n, 100 + (uint64_t)k, rank, 1);
+		IT_CHECK_SC(sc_allreduce(c, x, SC_OP_SUM, IT_ERROR_TIMEOUT_MS),
+			    "warm step %d of '%s'", k, sc_tensor_name(x));
+		char why[512];
+		if (it_check(sc_tensor_data(x), SC_FLOAT32, n, 100 + (uint64_t)k, size, 1,
+			     SC_OP_SUM, why, sizeof(why)))
+			IT_FAIL("warm step %d of '%s' not exact: %s", k, sc_tensor_name(x),
+				why);
+	}
+	if (warm && it_node_stat("fast_kept") < 1)
+		IT_FAIL("no fast turn kept in %d warm steps (run with fast_path 1)", warm);
+}
+
 /* A killed-late or killed-first run on 2 nodes x 2 trainers, of tensor name: the worker of
  * rank dead dies in step 1, right after submitting it (submits) or a second after
  * connecting without submitting it, and a new worker of that rank goes on from step 2; the
@@ -442,7 +462,7 @@ static sc_client_t *successor_connect(int rank)
  * must fail on every rank with SC_ERR_ABORTED naming rank dead (a late rank's at once), and
  * steps 2 to steps must be exact. */
 static void kl_run(const char *name, int dead, int submits, unsigned late_mask, int late_ms,
-		   int steps)
+		   int steps, int warm)
 {
 	size_t n = 1000;
 	if (it_env.env_rank == dead) {
@@ -451,6 +471,7 @@ static void kl_run(const char *name, int dead, int submits, unsigned late_mask, 
 		if (w == 0) {
 			sc_client_t *c = it_connect();
 			sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
+			kl_warm(c, x, dead, 4, n, warm);
 			it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, dead, 1);
 			sc_handle_t h = 0;
 			if (submits)
@@ -480,6 +501,7 @@ static void kl_run(const char *name, int dead, int submits, unsigned late_mask, 
 	if (size != 4 || sc_local_size(c) != 2)
 		IT_FAIL("needs 2 nodes of 2 trainers, the job has %d trainers", size);
 	sc_tensor_t *x = it_register(c, name, SC_FLOAT32, n);
+	kl_warm(c, x, rank, size, n, warm);
 	it_fill(sc_tensor_data(x), SC_FLOAT32, n, 8, rank, 1);
 	if (late) /* the dead worker's successor came meanwhile */
 		usleep((useconds_t)late_ms * 1000);
@@ -509,7 +531,7 @@ static void kl_run(const char *name, int dead, int submits, unsigned late_mask, 
 
 int it_killed_late(int argc, char **argv)
 {
-	kl_run("kl.x", 2, 1, 1u << 3, 2000, 2);
+	kl_run("kl.x", 2, 1, 1u << 3, 2000, 2, argc > 1 && !strcmp(argv[1], "fast") ? 20 : 0);
 	return 0;
 }
 
@@ -647,7 +669,8 @@ int it_release_one(int argc, char **argv)
  */
 int it_killed_first(int argc, char **argv)
 {
-	kl_run("kf.x", 3, 0, 1u << 0 | 1u << 1, 3000, 3);
+	kl_run("kf.x", 3, 0, 1u << 0 | 1u << 1, 3000, 3,
+	       argc > 1 && !strcmp(argv[1], "fast") ? 20 : 0);
 	return 0;
 }
 

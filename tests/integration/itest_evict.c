@@ -15,22 +15,9 @@
 
 enum { EV_NUMEL = 4 };
 
-/* A number of this node's sparsectl stats: cache_entries, cache_reannounced. */
-static double stats_number(const char *field)
-{
-	const char *args[] = {"stats", NULL};
-	it_json_t *s = it_ctl_json(it_env.socket, args);
-	const it_json_t *v = it_json_get(s, field);
-	double n = v && v->type == IT_JNUM ? v->num : -1;
-	it_json_free(s);
-	if (n < 0)
-		IT_FAIL("sparsectl stats gives no %s", field);
-	return n;
-}
-
 static double cache_entries(void)
 {
-	return stats_number("cache_entries");
+	return it_node_stat("cache_entries");
 }
 
 /* Starts an allreduce of t with the pattern of seed. */
@@ -156,7 +143,7 @@ static void rotation(sc_client_t *c, int steps)
 	/* how often this node's announcement by id lost the race (not checked: timing) */
 	it_log("%d lanes of %d steps each, rank 0 late: exact; this node announced %.0f again "
 	       "in full after an eviction",
-	       R, steps, stats_number("cache_reannounced"));
+	       R, steps, it_node_stat("cache_reannounced"));
 }
 
 /* Lanes of three kinds past a bound of 2: a lone allreduce, a grouped allreduce of two
@@ -283,7 +270,7 @@ static void mixed(sc_client_t *c, int steps)
 	}
 	it_log("%d lanes (alone, grouped, in a process set without rank %d) of %d steps, "
 	       "rank 0 late: exact; this node announced %.0f again in full after an eviction",
-	       MX_LANES, size - 1, steps, stats_number("cache_reannounced"));
+	       MX_LANES, size - 1, steps, it_node_stat("cache_reannounced"));
 }
 
 int it_evict(int argc, char **argv)

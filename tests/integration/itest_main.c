@@ -386,6 +386,7 @@ static const struct {
     {"psets-timeout", it_psets_timeout,
      "2 x 1, rank 0's add times out: its agreement's buffer is released once it ends"},
     {"shapes", it_shapes, "shapes that differ across ranks: MISMATCH; changed: exact"},
+    {"fast", it_fast, "STEPS|shape|stall: fast mode (fast_path 1), exact"},
     {"evict", it_evict, "BOUND unique|rotation: the response cache's bound, exact"},
     {"agree", it_agree, "each option that decides the scheme differs on rank 1: MISMATCH"},
     {"busy", it_busy, "duplicate allreduce and duplicate registration (P >= 2)"},

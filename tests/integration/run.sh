@@ -325,6 +325,19 @@ run_case "shapes n=2" 2 1 120 0 2 -- "$itest" shapes
 run_case "shapes n=3" 3 1 120 0 3 -- "$itest" shapes
 run_case "shapes n=2 per-node=2" 2 2 120 0 4 -- "$itest" shapes
 run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
+# Fast mode (itest_fast.c, fast_path 1): a 4 KiB tensor's steps are kept fast turns, exact;
+# a shape changed on one rank fails alike on every rank naming both shapes; a rank that
+# skips a step is named in the stall, its late step refused; a group whose first member is
+# the fast tensor is exact (no member held); exact steps after each.
+run_case "fast n=4" 4 1 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" fast 2000
+run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- \
+	"$itest" fast 500
+run_case "fast shape n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
+	fast shape
+run_case "fast stall n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" fast stall
+run_case "fast group n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" fast group
 # The response cache's bound (itest_evict.c): at most cache_max_entries entries on every
 # daemon over hundreds of new names; names in rotation past a bound of 2, one trainer late,
 # so that nodes announce ids the coordinator has just evicted.
@@ -371,6 +384,14 @@ run_case "killed late n=2 per-node=2" 2 2 120 0 4 \
 # once, and the next steps are exact on every rank (node 1 owes nothing)
 run_case "killed first n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-first
+# the same two deaths in fast mode (fast_path 1; 20 exact steps first begin it): the
+# dying step is a fast turn on the node ahead, whose wait ends the epoch
+run_case "fast killed late n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" \
+	killed-late fast
+run_case "fast killed first n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" \
+	killed-first fast
 # killed twice: rank 2's worker dies before a step that node 0 submits while node 1 is
 # degraded (it fails at once there); once node 1 is whole again, rank 3's worker dies in
 # that step, waiting for rank 2's next worker: node 1's report of the step charges node 0
@@ -1176,6 +1197,11 @@ rnd "n=3" 3 1 600 12 "$rnd_seed"
 # the same with two trainers a node: a trainer late, dead or refused fails its node's step
 rnd "n=2 per-node=2" 2 2 400 12 "$rnd_seed"
 rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
+# the same seeded plan with fast mode on (fast_path 1): every result exact or an error on
+# every rank, whatever fast turns the steps between take
+run_case "random fast n=3 (600 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --fast_path \
+	--daemon-arg 1 -- "$itest" random --steps 600 --rate 12 --seed "$rnd_seed"
 # a trainer replaced after a reduce-scatter (step 68, rank 1): its node made rnd.g's scheme
 # state anew and the others kept theirs, so every later COO allreduce of rnd.g failed
 # with SC_ERR_MISMATCH (another step, another scheme); now only the first (step 74) does
@@ -1334,6 +1360,14 @@ data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 50 6 1 --daemon-ar
 data_reset "data reset events n=3 per-node=2 (600 steps, rate 30, seed $rnd_seed)" 3 2 120 \
 	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --op_timeout_ms \
 	--daemon-arg 60000 -- "$itest" random --steps 600 --rate 30 --seed "$rnd_seed" --resets 1
+# fast reform: the same resets under fast turns (fast_path 1, itest_fast.c "reset"): the
+# world re-forms while some nodes have submitted a turn and another has not; that node
+# owes the step (its late submission is refused), so every step is exact or fails, and
+# none pairs with another rank's next step
+data_reset "fast reform n=3 (4000 steps)" 3 1 120 6 1 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --op_timeout_ms --daemon-arg 60000 -- "$itest" fast reset 4000
+data_reset "fast reform n=3 per-node=2 (3000 steps)" 3 2 120 6 1 --daemon-arg --fast_path \
+	--daemon-arg 1 --daemon-arg --op_timeout_ms --daemon-arg 60000 -- "$itest" fast reset 3000
 # with process set steps of every collective: {0, 2, ...} and {1, 2, ...} (with 2 x 2 and
 # 3 x 2, sets that split nodes), the same names in both and in the global set; until the
 # first death, and without deaths throughout

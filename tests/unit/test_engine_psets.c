@@ -27,7 +27,7 @@
 
 #include "../adasum_ref.h"
 #include "engine/engine.h"
-#include "unit_mesh.h"
+#include "unit_engine.h"
 #include "util/log.h"
 
 #define P      4
@@ -374,35 +374,14 @@ static void global_sum(node_t *n)
 
 /* This node's engine of world nodes of local trainers each, over the mesh m prepared (a
  * mesh job from every rank's bootstrap blob, as negotiation hands it over). */
-static void node_start(unit_mesh_t *m, int rank, int world, int local, node_t *n)
+static void node_start(unit_mesh_t *m, int rank, int local, node_t *n)
 {
 	scd_log_level = SCD_LOG_WARN;
 	*n = (node_t){.rank = rank};
-	CHECK_TRUE(uv_loop_init(&n->loop) == 0);
-	scd_engine_params_t p = {.loop = &n->loop,
-				 .rank = rank,
-				 .world_size = world,
-				 .local_size = local,
-				 .pipeline = 1,
-				 .fusion_bytes = 1u << 20,
-				 .join_timeout_ms = TMO_MS,
-				 .transport = "tcp",
-				 .schemes = scd_scheme_cfg_default(0, 0),
-				 .done = on_done,
-				 .done_arg = n};
-	CHECK_TRUE(scd_engine_create(&p, &n->e) == SC_OK);
-	scd_job_t *mesh = calloc(1, sizeof(*mesh));
-	CHECK_TRUE(mesh != NULL);
-	mesh->kind = SCD_JOB_MESH;
-	CHECK_TRUE(scd_transport_boot_init(&mesh->boot, m->ep[rank], rank, world,
-					   m->world_id) == SC_OK);
-	m->ep[rank] = NULL;
-	for (int r = 0; r < world; r++)
-		if (r != rank)
-			CHECK_TRUE(scd_transport_boot_set_blob(&mesh->boot, r, m->ep[r]->blob,
-							       m->ep[r]->blob_len) == SC_OK);
-	unit_mesh_release(m);
-	mesh = run_job(n, mesh);
+	n->e = unit_engine_start(m, rank, local, TMO_MS, &n->loop, on_done, n);
+	while (n->done < 1)
+		uv_run(&n->loop, UV_RUN_ONCE);
+	scd_job_t *mesh = n->back[0];
 	check_ok(mesh, rank, "mesh");
 	scd_transport_boot_clear(&mesh->boot);
 	free(mesh);
@@ -410,16 +389,14 @@ static void node_start(unit_mesh_t *m, int rank, int world, int local, node_t *n
 
 static void node_stop(node_t *n)
 {
-	CHECK_TRUE(scd_engine_destroy(n->e, 10000) == SC_OK);
-	uv_run(&n->loop, UV_RUN_DEFAULT); /* the engine's handle closes */
-	uv_loop_close(&n->loop);
+	unit_engine_stop(n->e, &n->loop);
 }
 
 static void node_main(unit_mesh_t *m, int rank, void *arg)
 {
 	(void)arg;
 	node_t n;
-	node_start(m, rank, P, 1, &n);
+	node_start(m, rank, 1, &n);
 	/* the plan, in order: set 1's and set 2's jobs (each node its own set's), then a
 	 * global one */
 	int even[2] = {0, 2}, odd[2] = {1, 3};
@@ -643,7 +620,7 @@ static void split_main(unit_mesh_t *m, int rank, void *arg)
 {
 	(void)arg;
 	node_t n;
-	node_start(m, rank, 2, SP_L, &n);
+	node_start(m, rank, SP_L, &n);
 	static const int even[2] = {0, 2}, three[3] = {0, 1, 3};
 	sp_reducescatter(&n, 1, even, 2);
 	sp_reducescatter(&n, 2, three, 3);
@@ -674,7 +651,7 @@ static void inline_main(unit_mesh_t *m, int rank, void *arg)
 	(void)arg;
 	node_t n;
 	static float x[BIG];
-	node_start(m, rank, P, 1, &n);
+	node_start(m, rank, 1, &n);
 	uint64_t before = scd_engine_inline_jobs(n.e);
 	for (int k = 0; k < 3; k++)
 		global_sum(&n);

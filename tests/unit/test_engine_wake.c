@@ -19,7 +19,7 @@
 
 #include "coll/presel.h"
 #include "engine/engine.h"
-#include "unit_mesh.h"
+#include "unit_engine.h"
 #include "util/log.h"
 
 #define TMO_MS 20000
@@ -59,38 +59,13 @@ static void node_start(unit_mesh_t *m, int rank, node_t *n)
 {
 	scd_log_level = SCD_LOG_WARN;
 	*n = (node_t){.rank = rank};
-	CHECK_TRUE(uv_loop_init(&n->loop) == 0);
-	scd_engine_params_t p = {.loop = &n->loop,
-				 .rank = rank,
-				 .world_size = 2,
-				 .local_size = 1,
-				 .pipeline = 1,
-				 .fusion_bytes = 1u << 20,
-				 .join_timeout_ms = TMO_MS,
-				 .transport = "tcp",
-				 .schemes = scd_scheme_cfg_default(0, 0),
-				 .done = on_done,
-				 .done_arg = n};
-	CHECK_TRUE(scd_engine_create(&p, &n->e) == SC_OK);
-	scd_job_t *mesh = calloc(1, sizeof(*mesh));
-	CHECK_TRUE(mesh != NULL);
-	mesh->kind = SCD_JOB_MESH;
-	CHECK_TRUE(scd_transport_boot_init(&mesh->boot, m->ep[rank], rank, 2, m->world_id) ==
-		   SC_OK);
-	m->ep[rank] = NULL;
-	int r = 1 - rank;
-	CHECK_TRUE(scd_transport_boot_set_blob(&mesh->boot, r, m->ep[r]->blob,
-					       m->ep[r]->blob_len) == SC_OK);
-	unit_mesh_release(m);
-	scd_engine_submit(n->e, mesh);
+	n->e = unit_engine_start(m, rank, 1, TMO_MS, &n->loop, on_done, n);
 	wait_back(n, 1);
 }
 
 static void node_stop(node_t *n)
 {
-	CHECK_TRUE(scd_engine_destroy(n->e, 10000) == SC_OK);
-	uv_run(&n->loop, UV_RUN_DEFAULT); /* the engine's handle closes */
-	uv_loop_close(&n->loop);
+	unit_engine_stop(n->e, &n->loop);
 }
 
 /* A float32 sum of x's SUM_N elements over both nodes: a job too large to be communicated

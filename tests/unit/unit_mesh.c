@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -28,25 +29,43 @@ sc_status_t unit_mesh_prepare(unit_mesh_t *m, const char *transport, int P, uint
 	return SC_OK;
 }
 
+sc_status_t unit_mesh_boot(unit_mesh_t *m, int rank, scd_transport_boot_t *b)
+{
+	sc_status_t st = scd_transport_boot_init(b, m->ep[rank], rank, m->P, m->world_id);
+	if (st != SC_OK)
+		return st;
+	m->ep[rank] = NULL; /* b's now */
+	b->protect = m->protect;
+	memcpy(b->auth_key, m->key, sizeof(b->auth_key));
+	for (int r = 0; st == SC_OK && r < m->P; r++)
+		if (r != rank)
+			st = scd_transport_boot_set_blob(b, r, m->ep[r]->blob,
+							 m->ep[r]->blob_len);
+	unit_mesh_release(m);
+	if (st != SC_OK)
+		scd_transport_boot_clear(b);
+	return st;
+}
+
 sc_status_t unit_mesh_create(unit_mesh_t *m, int rank, size_t scratch_bytes, int timeout_ms,
 			     scd_transport_t **t_p)
 {
 	scd_transport_boot_t b;
-	sc_status_t st = scd_transport_boot_init(&b, m->ep[rank], rank, m->P, m->world_id);
+	sc_status_t st = unit_mesh_boot(m, rank, &b);
 	if (st != SC_OK)
 		return st;
-	m->ep[rank] = NULL; /* b's now */
-	b.protect = m->protect;
-	memcpy(b.auth_key, m->key, sizeof(b.auth_key));
-	for (int r = 0; st == SC_OK && r < m->P; r++)
-		if (r != rank)
-			st = scd_transport_boot_set_blob(&b, r, m->ep[r]->blob,
-							 m->ep[r]->blob_len);
-	unit_mesh_release(m);
-	if (st == SC_OK)
-		st = scd_transport_create(&b, scratch_bytes, timeout_ms, t_p);
+	st = scd_transport_create(&b, scratch_bytes, timeout_ms, t_p);
 	scd_transport_boot_clear(&b);
 	return st;
+}
+
+scd_job_t *unit_mesh_job(unit_mesh_t *m, int rank)
+{
+	scd_job_t *job = calloc(1, sizeof(*job));
+	CHECK_TRUE(job != NULL);
+	job->kind = SCD_JOB_MESH;
+	CHECK_TRUE(unit_mesh_boot(m, rank, &job->boot) == SC_OK);
+	return job;
 }
 
 void unit_mesh_release(unit_mesh_t *m)

@@ -1,0 +1,535 @@
+/*
+ * fast.c: fast mode (docs/design.md "Fast mode"), behind the key fast_path. When the
+ * coordinator's last plans each planned one small cached buffer alone, a plan begins fast
+ * mode (Plan.fast_begin): from then on every node submits that buffer's next step, as
+ * soon as it is ready, as its next fast turn (coll/job.h, scd_fast_t), and sends no
+ * ReadyList for it; the turn's exchange carries every rank's readiness (engine/verdict.h,
+ * scd_fast_decide). Anything else a node has to announce makes it leave its next turn,
+ * which is then discarded on every rank, and so is every later turn of the epoch: their
+ * tensors are announced again and planned as before. The coordinator ends the epoch
+ * (FastEnd) when it has to plan again: an announcement, or a node whose turn waited
+ * fast_wait_ms for the others (FastWaiting).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/bufctx.h"
+#include "coll/job.h"
+#include "ctl/ctl.h"
+#include "engine/engine.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/timeline.h"
+#include "world/world_int.h"
+
+/* plans in a row that each planned the same cached buffer alone before fast mode begins */
+#define SCD_FAST_RUN 3
+
+static void mix(uint64_t *h, uint64_t v)
+{
+	for (int i = 0; i < 8; i++) { /* FNV-1a over v's little-endian bytes */
+		*h ^= (v >> (8 * i)) & 0xff;
+		*h *= 0x100000001b3ull;
+	}
+}
+
+uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *ids, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	mix(&h, w->world_id);
+	mix(&h, epoch);
+	for (size_t i = 0; i < n; i++) {
+		const scd_cache_ent_t *c = scd_cache_get(w, ids[i]);
+		mix(&h, ids[i]);
+		mix(&h, c ? c->numel : 0);
+		mix(&h, c ? c->dtype : 0);
+	}
+	return h;
+}
+
+/* Whether cache id id can run as fast turns: cached, of the global set, and summed in one
+ * round, which every rank decides from the agreed entry alone. Else why says why. */
+static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t len)
+{
+	const scd_cache_ent_t *c = scd_cache_get(w, id);
+	if (!c) {
+		snprintf(why, len, "cache id %u is not cached", id);
+		return 0;
+	}
+	if (c->pset) {
+		snprintf(why, len, "tensor '%s' is of process set %u", c->name, c->pset);
+		return 0;
+	}
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
+	uint32_t ids[1] = {id};
+	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	r.cache_ids = ids;
+	r.n_cache_ids = 1;
+	scd_fast_t probe = {.epoch = 1}; /* counts no job: nothing of w changes */
+	scd_job_t *job = NULL;
+	scd_neg_allreduce_job((scd_world_t *)w, &r, &probe, 0, &job);
+	int ok = job && job->coll.kind == SCD_COLL_ALLREDUCE && job->coll.op == SC_OP_SUM &&
+		 job->dtype == SC_FLOAT32 && scd_bufctx_one_round(job, w->d->world_size);
+	if (job)
+		scd_neg_job_free(job);
+	if (!job)
+		snprintf(why, len, "tensor '%s', which there is no memory to check", c->name);
+	else if (!ok)
+		snprintf(why, len, "tensor '%s' is not a float32 sum of one round", c->name);
+	return ok;
+}
+
+/* What keeps the coordinator from beginning fast mode now (NULL: nothing). */
+static const char *coord_excluded(const scd_world_t *w)
+{
+	scd_daemon_t *d = w->d;
+	if (w->ehead || w->poisons || w->lates)
+		return "announcements, failures or late steps pending";
+	if (w->join_count)
+		return "a node joined";
+	for (int r = 0; r < d->world_size; r++)
+		if (w->peers[r].degraded ||
+		    (r != d->rank &&
+		     w->peers[r].state != SPARSECOMM__PEER_STATE__PEER_CONNECTED))
+			return "a node is degraded or gone";
+	if (scd_ctl_pset_count(d->ctl))
+		return "process sets are defined";
+	if (!w->tops || !strcmp(w->tops->name, "nccl"))
+		return "the transport is nccl";
+	if (w->n_cfg_held)
+		return "a configuration change is pending";
+	return NULL;
+}
+
+void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
+			 uint32_t *ids)
+{
+	int one = plan->n_responses == 1 &&
+		  plan->responses[0]->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE &&
+		  plan->responses[0]->n_cache_ids == 1;
+	uint32_t id = one ? plan->responses[0]->cache_ids[0] : UINT32_MAX;
+	if (one && w->fast.run && id == w->fast.run_id)
+		w->fast.run++;
+	else
+		w->fast.run = one, w->fast.run_id = id;
+	char why[160];
+	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path) || w->fast.coord_epoch ||
+	    w->fast.run < SCD_FAST_RUN || plan->n_evicted || coord_excluded(w) ||
+	    !fast_eligible(w, id, why, sizeof(why)))
+		return;
+	w->fast.run = 0;
+	sparsecomm__fast_begin__init(fb);
+	fb->epoch = w->fast.coord_epoch = ++w->fast.epochs;
+	ids[0] = id;
+	fb->cache_ids = ids;
+	fb->n_cache_ids = 1;
+	plan->fast_begin = fb;
+	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu begins with cache id %u",
+		  (unsigned long long)fb->epoch, id);
+}
+
+void scd_fast_coord_end(scd_world_t *w, const char *why)
+{
+	if (!w->fast.coord_epoch)
+		return;
+	Sparsecomm__FastEnd fe = SPARSECOMM__FAST_END__INIT;
+	fe.epoch = w->fast.coord_epoch;
+	w->fast.coord_epoch = 0;
+	w->fast.run = 0;
+	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu ends: %s", (unsigned long long)fe.epoch,
+		  why);
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_FAST_END;
+	m.fast_end = &fe;
+	scd_world_send_all(w, &m);
+}
+
+void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
+{
+	if (rl->fast_report)
+		scd_debug(SCD_SUB_NEGOTIATE,
+			  "rank %d: fast mode %llu kept %llu, discarded %llu", from,
+			  (unsigned long long)rl->fast_report->epoch,
+			  (unsigned long long)rl->fast_report->kept,
+			  (unsigned long long)rl->fast_report->discarded);
+	if (w->fast.coord_epoch && (rl->n_requests || rl->n_cached_ids || rl->n_abandoned ||
+				    rl->n_groups || rl->fast_left)) {
+		char why[64];
+		snprintf(why, sizeof(why), "rank %d announced", from);
+		scd_fast_coord_end(w, why);
+	}
+}
+
+void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw)
+{
+	if (fw->rank != from || fw->epoch != w->fast.coord_epoch)
+		return; /* an epoch ended already */
+	char why[96];
+	snprintf(why, sizeof(why), "rank %d's turn %llu waited for the others", from,
+		 (unsigned long long)fw->turn);
+	scd_fast_coord_end(w, why);
+}
+
+sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
+				size_t err_len)
+{
+	const Sparsecomm__FastBegin *fb = plan->fast_begin;
+	if (!fb)
+		return SC_OK;
+	char why[160] = "";
+	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path))
+		snprintf(why, sizeof(why), "fast_path is 0 here");
+	else if (fb->n_cache_ids != 1)
+		snprintf(why, sizeof(why), "%zu cache ids, not 1", fb->n_cache_ids);
+	else if (fb->epoch <= w->fast.seen)
+		snprintf(why, sizeof(why), "epoch %llu, not after %llu",
+			 (unsigned long long)fb->epoch, (unsigned long long)w->fast.seen);
+	for (size_t i = 0; !why[0] && i < plan->n_evicted; i++)
+		if (plan->evicted[i] == fb->cache_ids[0])
+			snprintf(why, sizeof(why), "cache id %u, which the plan evicts",
+				 fb->cache_ids[0]);
+	if (!why[0])
+		fast_eligible(w, fb->cache_ids[0], why, sizeof(why));
+	if (!why[0])
+		return SC_OK;
+	snprintf(err, err_len, "plan cycle %llu begins fast mode with %s",
+		 (unsigned long long)plan->cycle, why);
+	return SC_ERR_PROTOCOL;
+}
+
+void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	const Sparsecomm__FastBegin *fb = plan->fast_begin;
+	if (!fb)
+		return;
+	w->fast.epoch = w->fast.seen = fb->epoch;
+	w->fast.id = fb->cache_ids[0];
+	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, 1);
+	w->fast.turn = w->fast.open_turn = 0;
+	w->fast.total_epochs++;
+}
+
+static void on_wait(uv_timer_t *t)
+{
+	scd_world_t *w = t->data;
+	if (!w->fast.epoch || !w->fast.open_turn)
+		return;
+	Sparsecomm__FastWaiting fw = SPARSECOMM__FAST_WAITING__INIT;
+	fw.rank = w->d->rank;
+	fw.epoch = w->fast.epoch;
+	fw.turn = w->fast.open_turn;
+	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
+	m.body_case = SPARSECOMM__PEER_MSG__BODY_FAST_WAITING;
+	m.fast_waiting = &fw;
+	scd_world_send_coord(w, &m);
+}
+
+/* The job of this node's next turn (leave: one that leaves it, with no tensor). */
+static scd_job_t *turn_job(scd_world_t *w, int leave)
+{
+	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
+	uint32_t ids[1] = {w->fast.id};
+	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	r.cache_ids = ids;
+	r.n_cache_ids = 1;
+	scd_fast_t f = {.epoch = w->fast.epoch,
+			.turn = w->fast.turn + 1,
+			.digest = w->fast.digest,
+			.leave = leave};
+	scd_job_t *job = NULL;
+	scd_neg_allreduce_job(w, &r, &f, !leave, &job);
+	if (!job)
+		return NULL;
+	w->fast.turn++;
+	/* a turn waits for the others' readiness too: FastWaiting ends the epoch well
+	 * before this, and then the stall is named by the coordinator as before */
+	const scd_config_t *cfg = &w->d->cfg;
+	int64_t t = scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
+		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
+	if (t > job->timeout_ms)
+		job->timeout_ms = (int)(t < INT32_MAX ? t : INT32_MAX);
+	return job;
+}
+
+/* Submits job, this node's next turn, and records it for the re-form rule. */
+static void turn_submit(scd_world_t *w, scd_job_t *job)
+{
+	scd_fast_state_t *f = &w->fast;
+	if (job->fast.epoch != f->last_epoch) { /* its first turn of the epoch */
+		f->last_epoch = job->fast.epoch;
+		f->last_turn = f->last_leave = 0;
+		f->last_state = SCD_FAST_DONE;
+	}
+	if (job->fast.leave) {
+		f->last_leave = job->fast.turn;
+	} else {
+		f->last_turn = job->fast.turn;
+		f->last_id = f->id;
+		f->last_state = SCD_FAST_UNDECIDED;
+		f->last_t0 = scd_tl_begin();
+	}
+	scd_engine_submit(w->d->engine, job);
+}
+
+/* This node leaves its epoch: its next turn is a LEAVE, discarded on every rank. */
+static void fast_leave(scd_world_t *w, int tell)
+{
+	scd_job_t *job = turn_job(w, 1);
+	if (job)
+		turn_submit(w, job);
+	else /* the others' turn then fails on its exchange's timeout */
+		scd_error(SCD_SUB_NEGOTIATE, "out of memory leaving fast mode %llu",
+			  (unsigned long long)w->fast.epoch);
+	if (tell)
+		w->fast.left = w->fast.epoch;
+	w->fast.epoch = w->fast.open_turn = 0;
+	uv_timer_stop(&w->fast.timer);
+}
+
+void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
+{
+	if (!w->fast.epoch || (!plan->n_responses && !plan->n_evicted))
+		return;
+	scd_warn(SCD_SUB_NEGOTIATE,
+		 "plan cycle %llu came while fast mode %llu was on: this rank leaves it first",
+		 (unsigned long long)plan->cycle, (unsigned long long)w->fast.epoch);
+	fast_leave(w, 1);
+}
+
+int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
+{
+	if (!w->fast.epoch)
+		return 0;
+	/* a group's member (group.c) goes out with its group, announced: a turn of its own
+	 * would leave the others held for it */
+	uint64_t group = 0;
+	uint32_t group_size = 0;
+	scd_ntensor_group(nt, &group, &group_size);
+	if (id == w->fast.id && !group && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
+		scd_job_t *job = turn_job(w, 0);
+		if (job && job->items[0].nt == nt) {
+			turn_submit(w, job);
+			w->fast.open_turn = job->fast.turn;
+			uv_timer_start(&w->fast.timer, on_wait,
+				       (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fast_wait_ms),
+				       0);
+			return 1;
+		}
+		if (job) { /* not filled from nt: the turn is left instead (nt stays announced)
+			    */
+			job->fast.leave = 1;
+			job->items[0].nt = NULL;
+			turn_submit(w, job);
+			w->fast.left = w->fast.epoch;
+			w->fast.epoch = 0;
+			return 0;
+		}
+	}
+	fast_leave(w, 1);
+	return 0;
+}
+
+void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe)
+{
+	if (w->fast.epoch && fe->epoch == w->fast.epoch)
+		fast_leave(w, 0);
+}
+
+int scd_fast_job_done(scd_world_t *w, scd_job_t *job)
+{
+	if (job->fast.epoch == w->fast.epoch && job->fast.turn == w->fast.open_turn) {
+		w->fast.open_turn = 0;
+		uv_timer_stop(&w->fast.timer);
+	}
+	int last = job->fast.epoch == w->fast.last_epoch && job->fast.turn == w->fast.last_turn;
+	if (job->fast.leave)
+		return 1;
+	if (last) {
+		w->fast.last_state = job->fast.discarded ? SCD_FAST_DISCARDED : SCD_FAST_DONE;
+		scd_tl_arg_t ta[] = {{"epoch", NULL, (int64_t)job->fast.epoch},
+				     {"turn", NULL, (int64_t)job->fast.turn},
+				     {"outcome",
+				      job->fast.discarded    ? "discarded"
+				      : job->status == SC_OK ? "kept"
+							     : "failed",
+				      0}};
+		if (job->n_items > 0 && job->items[0].name)
+			scd_tl_tensor(job->items[0].name, "fast_turn", w->fast.last_t0, ta, 3);
+	}
+	if (!job->fast.discarded) {
+		w->fast.kept += job->status == SC_OK;
+		w->fast.total_kept += job->status == SC_OK;
+		return 0;
+	}
+	w->fast.discarded++;
+	w->fast.total_discarded++;
+	if (job->fast.epoch == w->fast.epoch) /* the epoch ended at this turn on every rank */
+		w->fast.epoch = w->fast.open_turn = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		scd_ntensor_t *nt = job->items[i].nt;
+		if (nt && nt->state == SCD_NT_RUNNING) { /* planned as before */
+			nt->state = SCD_NT_ANNOUNCED;
+			scd_world_announce(w, nt);
+		}
+	}
+	return 1;
+}
+
+void scd_fast_ready_fill(scd_world_t *w, Sparsecomm__ReadyList *rl, Sparsecomm__FastReport *r)
+{
+	rl->fast_left = w->fast.left;
+	w->fast.left = 0;
+	if (!w->fast.kept && !w->fast.discarded)
+		return;
+	sparsecomm__fast_report__init(r);
+	r->epoch = w->fast.seen;
+	r->kept = w->fast.kept;
+	r->discarded = w->fast.discarded;
+	rl->fast_report = r;
+	w->fast.kept = w->fast.discarded = 0;
+}
+
+void scd_fast_reset(scd_world_t *w)
+{
+	w->fast.coord_epoch = w->fast.epochs = 0;
+	w->fast.run = 0;
+	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
+	w->fast.kept = w->fast.discarded = 0;
+	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;
+	w->fast.last_state = SCD_FAST_DONE;
+	if (uv_is_active((uv_handle_t *)&w->fast.timer))
+		uv_timer_stop(&w->fast.timer);
+}
+
+/*
+ * The re-form rule (docs/design.md "Fast mode", "A re-form in the middle of a turn").
+ * A re-form fails every step in the engine, fast turns too (world.c, reform_fail); a step
+ * announced (a discarded turn's, or a planned one) is kept and announced again. A node
+ * that had not submitted the step of a turn others submitted would submit it in the new
+ * world, where it pairs with their next step. So every node's Join says what its turns
+ * were (scd_fast_snap_t), and the coordinator settles the last turn M with data, of the
+ * last epoch E in which any node took a turn:
+ *   - M is in doubt when a node's turn M was not handed back (its exchange incomplete),
+ *     or a node neither submitted M nor left at M or before (the others' turn M then
+ *     waited for it). Otherwise every rank decided M alike from the same words (kept:
+ *     delivered everywhere; discarded: announced again everywhere, then planned as any
+ *     step), and there is nothing to settle.
+ *   - In doubt, M is taken as failed on every node: a node that submitted it with data and
+ *     did not discard it has it failed (by the re-form) or kept; every other node owes
+ *     it, recorded as a late step (late.c), so its next announcement of the name (the
+ *     step it announced again, or submits later) is refused, and its step after pairs
+ *     with the others' next.
+ * A node is at most one turn behind another (a turn completes only with every rank's
+ * words, and a node submits its next turn only once its last came back), so one step is
+ * owed at most. A daemon that joins afresh (another daemon of the rank) owes nothing.
+ */
+static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_t turn,
+		     uint64_t leave, int state, const char *name)
+{
+	char *n = name && name[0] ? strdup(name) : NULL;
+	free(s->name);
+	*s = (scd_fast_snap_t){world, epoch, turn, leave, state, n};
+	if (name && name[0] && !n) /* its turns cannot be named: as if it had none */
+		s->turn = 0;
+}
+
+void scd_fast_snapshot(scd_world_t *w)
+{
+	const scd_fast_state_t *f = &w->fast;
+	const scd_cache_ent_t *c = f->last_turn ? scd_cache_get(w, f->last_id) : NULL;
+	snap_set(&w->fast_snap, w->world_id, f->last_epoch, c ? f->last_turn : 0, f->last_leave,
+		 f->last_state, c ? c->name : NULL);
+}
+
+void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs)
+{
+	const scd_fast_snap_t *s = &w->fast_snap;
+	if (s->world != w->world_id || !s->epoch)
+		return;
+	sparsecomm__fast_state__init(fs);
+	fs->epoch = s->epoch;
+	fs->turn = s->turn;
+	fs->state = (uint32_t)s->state;
+	fs->leave = s->leave;
+	fs->name = s->name ? s->name : "";
+	j->fast_state = fs;
+}
+
+void scd_fast_coord_join(scd_world_t *w, int rank, const Sparsecomm__Join *j, int same)
+{
+	const Sparsecomm__FastState *fs = j->fast_state;
+	scd_fast_snap_t *s = &w->peers[rank].fast_rep;
+	if (!same || !w->world_id || j->old_world != w->world_id) /* afresh: owes nothing */
+		snap_set(s, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	else if (!fs || !fs->epoch)
+		snap_set(s, w->world_id, 0, 0, 0, SCD_FAST_DONE, NULL);
+	else
+		snap_set(s, w->world_id, fs->epoch, fs->name && fs->name[0] ? fs->turn : 0,
+			 fs->leave,
+			 fs->state <= SCD_FAST_DISCARDED ? (int)fs->state : SCD_FAST_DONE,
+			 fs->name);
+}
+
+/* Whether node r's record r_snap counts (the same daemon, in the world left). */
+static const scd_fast_snap_t *coord_rep(scd_world_t *w, int r)
+{
+	const scd_fast_snap_t *s = r == w->d->rank ? &w->fast_snap : &w->peers[r].fast_rep;
+	return s->world && s->world == w->world_id ? s : NULL;
+}
+
+void scd_fast_coord_formed(scd_world_t *w)
+{
+	int P = w->d->world_size;
+	uint64_t E = 0, M = 0;
+	const char *name = NULL;
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (s && s->epoch > E)
+			E = s->epoch, M = 0;
+		if (s && s->epoch == E && E && s->turn > M)
+			M = s->turn, name = s->name;
+	}
+	int doubt = 0;
+	for (int r = 0; r < P && M; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (!s)
+			continue;
+		uint64_t turn = s->epoch == E ? s->turn : 0,
+			 leave = s->epoch == E ? s->leave : 0;
+		if ((turn == M && s->state == SCD_FAST_UNDECIDED) ||
+		    (turn < M && !(leave && leave <= M)))
+			doubt = 1;
+	}
+	if (doubt && name) {
+		char reason[1024];
+		for (int r = 0; r < P; r++) {
+			const scd_fast_snap_t *s = coord_rep(w, r);
+			const scd_peer_t *p = &w->peers[r];
+			if (!s || p->join_seq || p->degraded ||
+			    (s->epoch == E && s->turn == M && s->state != SCD_FAST_DISCARDED))
+				continue;
+			snprintf(
+			    reason, sizeof(reason),
+			    "allreduce of tensor '%s' refused: node %d submitted it late, for "
+			    "the step that already failed on the other ranks (the world "
+			    "re-formed during its fast turn %llu)",
+			    name, r, (unsigned long long)M);
+			scd_warn(SCD_SUB_NEGOTIATE,
+				 "node %d owes a step of '%s': the world re-formed during fast "
+				 "turn %llu, which it did not take part in",
+				 r, name, (unsigned long long)M);
+			scd_late_owe(w, r, name, SC_ERR_PEER, reason);
+		}
+	}
+	for (int r = 0; r < P; r++)
+		snap_set(&w->peers[r].fast_rep, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	snap_set(&w->fast_snap, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+}
+
+void scd_fast_free(scd_world_t *w)
+{
+	for (int r = 0; w->peers && r < w->d->world_size; r++)
+		snap_set(&w->peers[r].fast_rep, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+	snap_set(&w->fast_snap, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+}

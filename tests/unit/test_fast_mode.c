@@ -1,0 +1,315 @@
+/*
+ * test_fast_mode.c: the coordinator's side of fast mode (world/fast.c, docs/design.md
+ * "Fast mode"): it begins after 3 plans in a row each planned the same small cached
+ * buffer alone, and never with anything pending or excluded; an announcement or a node's
+ * FastWaiting ends it; a node refuses a fast_begin it could not run; and a re-form in
+ * the middle of a turn makes every node that did not take part in it owe the step.
+ */
+#include <string.h>
+
+#include "coll/coll.h"
+#include "unit.h"
+#include "world/world_int.h"
+
+static const scd_transport_ops_t tcp_ops = {.name = "tcp"};
+
+typedef struct fast_fixture {
+	scd_daemon_t d;
+	scd_world_t *w;
+	Sparsecomm__Plan plan;
+	Sparsecomm__Response resp, *presp[1];
+	uint32_t ids[1];
+	Sparsecomm__FastBegin fb;
+	uint32_t fb_ids[2];
+} fast_fixture_t;
+
+/* The coordinator of 2 nodes with fast_path as given, and cached float32 sums: id 0 and
+ * 1 of 1024 elements (4 KiB, one round), id 2 of 1 << 20 (not). */
+static void fast_make(fast_fixture_t *f, const char *fast_path)
+{
+	memset(f, 0, sizeof(*f));
+	f->d.world_size = 2, f->d.local_size = 1, f->d.rank = 0;
+	scd_config_init(&f->d.cfg);
+	char err[200];
+	CHECK_EQ_INT(scd_config_set(&f->d.cfg, SCD_CFG_fast_path, fast_path, SCD_SRC_FLAG, err,
+				    sizeof(err)),
+		     SC_OK);
+	scd_world_t *w = f->w = calloc(1, sizeof(*w));
+	CHECK_TRUE(w != NULL);
+	w->d = &f->d;
+	w->is_coord = w->formed = 1;
+	w->world_id = 42;
+	w->tops = &tcp_ops;
+	w->peers = calloc(2, sizeof(*w->peers));
+	CHECK_TRUE(w->peers != NULL);
+	w->peers[1].state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+	scd_coll_t sum = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM};
+	scd_tsig_t sig;
+	memset(&sig, 0, sizeof(sig));
+	static const char *names[] = {"fast.a", "fast.b", "fast.big"};
+	for (uint32_t id = 0; id < 3; id++)
+		CHECK_EQ_INT(scd_cache_set(w, id, names[id], SC_FLOAT32,
+					   id < 2 ? 1024 : 1u << 20, scd_coll_pack(&sum), 0, 0,
+					   &sig),
+			     SC_OK);
+}
+
+static void fast_free(fast_fixture_t *f)
+{
+	scd_neg_destroy(f->w);
+	free(f->w->peers);
+	free(f->w);
+	scd_config_free(&f->d.cfg);
+}
+
+/* The plan of one allreduce of cache id id, as coord_emit makes it; then the coordinator's
+ * entry rule over it: whether it began fast mode. */
+static int plan_one(fast_fixture_t *f, uint32_t id)
+{
+	sparsecomm__plan__init(&f->plan);
+	sparsecomm__response__init(&f->resp);
+	f->resp.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
+	f->ids[0] = id;
+	f->resp.cache_ids = f->ids;
+	f->resp.n_cache_ids = 1;
+	f->presp[0] = &f->resp;
+	f->plan.responses = f->presp;
+	f->plan.n_responses = 1;
+	scd_fast_coord_plan(f->w, &f->plan, &f->fb, f->fb_ids);
+	return f->plan.fast_begin != NULL;
+}
+
+UNIT_TEST(negotiate_fast_begin_after_steady_plans)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	CHECK_TRUE(!plan_one(&f, 0) && !plan_one(&f, 0));
+	CHECK_TRUE(plan_one(&f, 0)); /* the third in a row */
+	CHECK_EQ_INT((int)f.plan.fast_begin->epoch, 1);
+	CHECK_EQ_INT((int)f.plan.fast_begin->n_cache_ids, 1);
+	CHECK_EQ_INT((int)f.plan.fast_begin->cache_ids[0], 0);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 1);
+	CHECK_TRUE(!plan_one(&f, 0)); /* in force already */
+	f.w->fast.coord_epoch = 0;
+	/* another buffer in between starts the count again */
+	CHECK_TRUE(!plan_one(&f, 0) && !plan_one(&f, 1) && !plan_one(&f, 0) &&
+		   !plan_one(&f, 0));
+	CHECK_TRUE(plan_one(&f, 0));
+	CHECK_EQ_INT((int)f.plan.fast_begin->epoch, 2);
+	f.w->fast.coord_epoch = 0;
+	/* a buffer not summed in one round never begins it */
+	for (int i = 0; i < 5; i++)
+		CHECK_TRUE(!plan_one(&f, 2));
+	/* nor does anything pending, a degraded node, a process set's transport, a held
+	 * configuration change, a node joined */
+	scd_centry_t pending;
+	memset(&pending, 0, sizeof(pending));
+	f.w->ehead = &pending;
+	for (int i = 0; i < 5; i++)
+		CHECK_TRUE(!plan_one(&f, 0));
+	f.w->ehead = NULL;
+	f.w->peers[1].degraded = 1;
+	CHECK_TRUE(!plan_one(&f, 0));
+	f.w->peers[1].degraded = 0;
+	f.w->n_cfg_held = 1;
+	CHECK_TRUE(!plan_one(&f, 0));
+	f.w->n_cfg_held = 0;
+	f.w->join_count = 1;
+	CHECK_TRUE(!plan_one(&f, 0));
+	f.w->join_count = 0;
+	static const scd_transport_ops_t nccl_ops = {.name = "nccl"};
+	f.w->tops = &nccl_ops;
+	CHECK_TRUE(!plan_one(&f, 0));
+	f.w->tops = &tcp_ops;
+	CHECK_TRUE(plan_one(&f, 0)); /* the plans kept counting */
+	fast_free(&f);
+	/* fast_path 0: never */
+	fast_make(&f, "0");
+	for (int i = 0; i < 6; i++)
+		CHECK_TRUE(!plan_one(&f, 0));
+	fast_free(&f);
+}
+
+UNIT_TEST(negotiate_fast_end_on_planned_announcement)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	plan_one(&f, 0), plan_one(&f, 0);
+	CHECK_TRUE(plan_one(&f, 0));
+	/* a ReadyList that only reports the node's turns leaves it in force */
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	Sparsecomm__FastReport rep = SPARSECOMM__FAST_REPORT__INIT;
+	rep.epoch = 1, rep.kept = 10;
+	rl.rank = 1;
+	rl.fast_report = &rep;
+	scd_fast_coord_ready(f.w, 1, &rl);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 1);
+	/* an announcement by cache id ends it before it is planned */
+	uint32_t ids[1] = {1};
+	rl.cached_ids = ids;
+	rl.n_cached_ids = 1;
+	scd_fast_coord_ready(f.w, 1, &rl);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	CHECK_EQ_INT(f.w->fast.run, 0); /* three plans again before the next epoch */
+	CHECK_TRUE(!plan_one(&f, 0) && !plan_one(&f, 0) && plan_one(&f, 0));
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 2);
+	/* a node that left says so with its announcement */
+	Sparsecomm__ReadyList left = SPARSECOMM__READY_LIST__INIT;
+	left.rank = 1, left.fast_left = 2;
+	scd_fast_coord_ready(f.w, 1, &left);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	/* FastWaiting: of the epoch in force, as its own rank, ends it; else nothing */
+	plan_one(&f, 0), plan_one(&f, 0);
+	CHECK_TRUE(plan_one(&f, 0));
+	Sparsecomm__FastWaiting fw = SPARSECOMM__FAST_WAITING__INIT;
+	fw.rank = 1, fw.epoch = 2, fw.turn = 5;
+	scd_fast_coord_waiting(f.w, 1, &fw); /* an epoch ended already */
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
+	fw.epoch = 3;
+	scd_fast_coord_waiting(f.w, 0, &fw); /* about another rank */
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
+	scd_fast_coord_waiting(f.w, 1, &fw);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	fast_free(&f);
+}
+
+/* A fast_begin of epoch with the given ids, checked by a node. */
+static sc_status_t check_begin(fast_fixture_t *f, uint64_t epoch, const uint32_t *ids, size_t n,
+			       char *err, size_t len)
+{
+	sparsecomm__plan__init(&f->plan);
+	sparsecomm__fast_begin__init(&f->fb);
+	memcpy(f->fb_ids, ids, n * sizeof(*ids));
+	f->fb.epoch = epoch;
+	f->fb.cache_ids = f->fb_ids;
+	f->fb.n_cache_ids = n;
+	f->plan.fast_begin = &f->fb;
+	f->plan.cycle = 9;
+	err[0] = 0;
+	return scd_neg_plan_check(f->w, &f->plan, err, len);
+}
+
+UNIT_TEST(negotiate_plan_check_refuses_ineligible_fast_set)
+{
+	fast_fixture_t f;
+	char err[200];
+	fast_make(&f, "1");
+	f.w->is_coord = 0;
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0}, 1, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){2}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "plan cycle 9 begins fast mode") &&
+		      strstr(err, "'fast.big' is not a float32 sum of one round"),
+		  "error: %s", err);
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){7}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "cache id 7 is not cached"), "error: %s", err);
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0, 1}, 2, err, sizeof(err)),
+		     SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "2 cache ids, not 1"), "error: %s", err);
+	/* an epoch not after the last one begun */
+	f.w->fast.seen = 4;
+	CHECK_EQ_INT(check_begin(&f, 4, (uint32_t[]){0}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "epoch 4, not after 4"), "error: %s", err);
+	CHECK_EQ_INT(check_begin(&f, 5, (uint32_t[]){0}, 1, err, sizeof(err)), SC_OK);
+	/* a plan that begins with an id it also evicts (every node would be fast with the
+	 * id gone); evicting another id is no matter */
+	uint32_t evict[1] = {0};
+	f.w->fast.seen = 0;
+	f.fb.epoch = 1;
+	f.fb_ids[0] = 0;
+	f.fb.n_cache_ids = 1;
+	f.plan = (Sparsecomm__Plan)SPARSECOMM__PLAN__INIT;
+	f.plan.fast_begin = &f.fb;
+	f.plan.cycle = 9;
+	f.plan.evicted = evict;
+	f.plan.n_evicted = 1;
+	CHECK_EQ_INT(scd_neg_plan_check(f.w, &f.plan, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "plan cycle 9 begins fast mode with cache id 0, which the plan "
+			      "evicts"),
+		  "error: %s", err);
+	evict[0] = 1;
+	CHECK_EQ_INT(scd_neg_plan_check(f.w, &f.plan, err, sizeof(err)), SC_OK);
+	fast_free(&f);
+	/* a node with fast_path 0 runs no fast turn */
+	fast_make(&f, "0");
+	f.w->is_coord = 0;
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "fast_path is 0 here"), "error: %s", err);
+	fast_free(&f);
+}
+
+/* The re-form rule (scd_fast_coord_formed): a coordinator of 3 nodes whose world 42
+ * re-forms, each node's record of its fast turns as given (world 0: a daemon that joined
+ * afresh); returns the nodes that owe a step of "fast.a" as bits. */
+typedef struct rep {
+	uint64_t world, epoch, turn, leave;
+	int state;
+} rep_t;
+
+static unsigned owed_after(const rep_t r[3])
+{
+	scd_daemon_t d;
+	memset(&d, 0, sizeof(d));
+	d.world_size = 3, d.local_size = 1, d.rank = 0;
+	scd_world_t *w = calloc(1, sizeof(*w));
+	CHECK_TRUE(w != NULL);
+	w->d = &d;
+	w->is_coord = 1;
+	w->world_id = 42;
+	w->peers = calloc(3, sizeof(*w->peers));
+	CHECK_TRUE(w->peers != NULL);
+	for (int i = 0; i < 3; i++) {
+		w->peers[i].state = SPARSECOMM__PEER_STATE__PEER_CONNECTED;
+		scd_fast_snap_t *s = i ? &w->peers[i].fast_rep : &w->fast_snap;
+		*s = (scd_fast_snap_t){r[i].world, r[i].epoch,
+				       r[i].turn,  r[i].leave,
+				       r[i].state, r[i].turn ? strdup("fast.a") : NULL};
+	}
+	scd_fast_coord_formed(w);
+	unsigned owed = 0;
+	for (int i = 0; i < 3; i++) {
+		if (scd_late_take(w, i, "fast.a", 0))
+			owed |= 1u << i;
+		CHECK_EQ_INT(scd_late_take(w, i, "fast.a", 0), 0); /* one step at most */
+		CHECK_TRUE(w->peers[i].fast_rep.name == NULL);
+	}
+	CHECK_TRUE(w->fast_snap.name == NULL && w->lates == NULL);
+	free(w->peers);
+	free(w);
+	return owed;
+}
+
+UNIT_TEST(negotiate_fast_reform_rule)
+{
+	enum { D = SCD_FAST_DONE, U = SCD_FAST_UNDECIDED, X = SCD_FAST_DISCARDED };
+	/* node 0 submitted turn 5, nodes 1 and 2 had not (their turn 4 came back): they owe */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 4, 0, D}}), 6);
+	/* node 0 kept turn 5, the others' exchange did not complete: all took part */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, U}, {42, 2, 5, 0, U}}), 0);
+	/* every node decided turn 5 alike: nothing in doubt */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, D}, {42, 2, 5, 6, D}, {42, 2, 5, 0, D}}), 0);
+	/* node 2 left turn 5 (discarded on every rank that decided it): announced again */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, X}, {42, 2, 5, 6, X}, {42, 2, 4, 5, D}}), 0);
+	/* node 2 left turn 5, nodes 0 and 1 had submitted it and left 6 before it came back:
+	 * their step fails, node 2 owes its own */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, U}, {42, 2, 5, 6, U}, {42, 2, 4, 5, D}}), 4);
+	/* ... and node 1 had discarded it: it owes its step too (announced again) */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 6, U}, {42, 2, 5, 6, X}, {42, 2, 4, 5, D}}), 6);
+	/* node 2 took no turn of epoch 3 (its last was in epoch 2), node 0 submitted turn 1 */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 3, 1, 0, U}, {42, 3, 1, 0, U}, {42, 2, 9, 0, D}}), 4);
+	/* node 2 joined afresh (another daemon): it owes nothing, and leaves nothing in doubt
+	 */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, D}, {0, 0, 0, 0, D}}), 0);
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {0, 0, 0, 0, D}}), 2);
+	/* records of an older world count for nothing */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{41, 2, 5, 0, U}, {41, 2, 4, 0, D}, {41, 2, 4, 0, D}}), 0);
+}
