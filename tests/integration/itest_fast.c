@@ -17,7 +17,8 @@
  *   Run with stall_timeout_ms 3000.
  * fast cycle K STEPS: STEPS steps of a cycle of K (2 or 3) tensors of different sizes, an
  *   exact allreduce of each in turn: at least 80% of them kept fast turns (a cycle of K
- *   cached buffers).
+ *   cached buffers); then 100 steps of the cycle in the other order, exact, in a new
+ *   epoch.
  * fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank a little behind the
  *   others (1 ms before each), while run.sh resets data-plane connections (the world
  *   re-forms in the middle of fast turns): every step is exact or fails, never SC_OK with
@@ -124,6 +125,17 @@ static int fast_cycle(sc_client_t *c, int k, int steps)
 	       it_node_stat("fast_epochs"));
 	if (kept < 0.8 * calls)
 		IT_FAIL("only %.0f of %d allreduces were kept fast turns", kept, calls);
+	/* the cycle in the other order: a tensor not the next turn's leaves the epoch, is
+	 * planned, and a new epoch begins with the new cycle; every step exact */
+	double e0 = it_node_stat("fast_epochs");
+	k0 = it_node_stat("fast_kept");
+	for (int i = 0; i < 100; i++)
+		for (int j = k - 1; j >= 0; j--)
+			exact_step_n(c, t[j], numel[j], 500000 + (uint64_t)(i * k + j));
+	it_log("the other order: 100 steps exact, %.0f kept fast turns, %.0f epochs more",
+	       it_node_stat("fast_kept") - k0, it_node_stat("fast_epochs") - e0);
+	if (it_node_stat("fast_epochs") <= e0 || it_node_stat("fast_kept") - k0 < 0.5 * 100 * k)
+		IT_FAIL("the cycle in the other order began no new epoch or kept few turns");
 	return 0;
 }
 
