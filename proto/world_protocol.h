@@ -37,10 +37,12 @@
  * 17: fast mode (docs/design.md "Fast mode"): Plan.fast_begin, FastEnd, FastWaiting,
  * ReadyList.fast_left and fast_report, Join.fast_state, and a fast turn's words on the
  * data plane.
+ * 18: Plan.fast_begin carries a cycle of 1 to 8 cache ids (turn t carries the
+ * (t - 1) % n-th), and a fast turn's digest its place in the cycle.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 17
+#define SCD_WORLD_PROTOCOL_VERSION 18
 
 #endif

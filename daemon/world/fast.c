@@ -1,7 +1,8 @@
 /*
  * fast.c: fast mode (docs/design.md "Fast mode"), behind the key fast_path. When the
- * coordinator's last plans each planned one small cached buffer alone, a plan begins fast
- * mode (Plan.fast_begin): from then on every node submits that buffer's next step, as
+ * coordinator's last plans each planned one small cached buffer alone, in a cycle of n
+ * buffers that repeated (n = 1: the same buffer each time), a plan begins fast mode
+ * (Plan.fast_begin): from then on every node submits the cycle's next buffer's step, as
  * soon as it is ready, as its next fast turn (coll/job.h, scd_fast_t), and sends no
  * ReadyList for it; the turn's exchange carries every rank's readiness (engine/verdict.h,
  * scd_fast_decide). Anything else a node has to announce makes it leave its next turn,
@@ -23,7 +24,8 @@
 #include "util/timeline.h"
 #include "world/world_int.h"
 
-/* plans in a row that each planned the same cached buffer alone before fast mode begins */
+/* plans in a row that each planned the same cached buffer alone before fast mode begins
+ * with that buffer; a cycle of n > 1 buffers must have repeated: 2n plans */
 #define SCD_FAST_RUN 3
 
 static void mix(uint64_t *h, uint64_t v)
@@ -46,6 +48,13 @@ uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *i
 		mix(&h, c ? c->dtype : 0);
 	}
 	return h;
+}
+
+/* A turn's digest: the epoch's (its whole cycle) and the turn's place in the cycle. */
+static uint64_t turn_digest(uint64_t digest, uint64_t place)
+{
+	mix(&digest, place);
+	return digest;
 }
 
 /* Whether cache id id can run as fast turns: cached, of the global set, and summed in one
@@ -102,31 +111,59 @@ static const char *coord_excluded(const scd_world_t *w)
 	return NULL;
 }
 
+/* The cycle the coordinator's last plans repeated: its length n (0: none), the smallest
+ * such that the last SCD_FAST_RUN plans (n = 1) or 2n plans (n > 1), each one cached
+ * buffer alone, repeat with period n. */
+static size_t coord_cycle(const scd_fast_state_t *f)
+{
+	for (size_t n = 1; n <= SCD_FAST_CYCLE; n++) {
+		size_t need = n == 1 ? SCD_FAST_RUN : 2 * n, i = n;
+		if ((size_t)f->run < need)
+			break;
+		const uint32_t *h = f->hist + (size_t)f->run - need;
+		while (i < need && h[i] == h[i - n])
+			i++;
+		if (i == need)
+			return n;
+	}
+	return 0;
+}
+
 void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
 			 uint32_t *ids)
 {
+	scd_fast_state_t *f = &w->fast;
 	int one = plan->n_responses == 1 &&
 		  plan->responses[0]->kind == SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE &&
 		  plan->responses[0]->n_cache_ids == 1;
-	uint32_t id = one ? plan->responses[0]->cache_ids[0] : UINT32_MAX;
-	if (one && w->fast.run && id == w->fast.run_id)
-		w->fast.run++;
-	else
-		w->fast.run = one, w->fast.run_id = id;
-	char why[160];
-	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path) || w->fast.coord_epoch ||
-	    w->fast.run < SCD_FAST_RUN || plan->n_evicted || coord_excluded(w) ||
-	    !fast_eligible(w, id, why, sizeof(why)))
+	if (!one) {
+		f->run = 0;
+	} else {
+		if (f->run == SCD_FAST_HIST) /* the oldest goes */
+			memmove(f->hist, f->hist + 1, sizeof(f->hist) - sizeof(f->hist[0]));
+		f->hist[f->run < SCD_FAST_HIST ? f->run++ : SCD_FAST_HIST - 1] =
+		    plan->responses[0]->cache_ids[0];
+	}
+	size_t n = one ? coord_cycle(f) : 0;
+	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path) || f->coord_epoch || !n ||
+	    plan->n_evicted || coord_excluded(w))
 		return;
-	w->fast.run = 0;
+	/* the cycle from the plan after this one: the last n plans' buffers, in order */
+	const uint32_t *cyc = f->hist + (size_t)f->run - n;
+	char why[160];
+	for (size_t i = 0; i < n; i++)
+		if (!fast_eligible(w, cyc[i], why, sizeof(why)))
+			return;
+	memcpy(ids, cyc, n * sizeof(*ids));
+	f->run = 0;
 	sparsecomm__fast_begin__init(fb);
-	fb->epoch = w->fast.coord_epoch = ++w->fast.epochs;
-	ids[0] = id;
+	fb->epoch = f->coord_epoch = ++f->epochs;
 	fb->cache_ids = ids;
-	fb->n_cache_ids = 1;
+	fb->n_cache_ids = n;
 	plan->fast_begin = fb;
-	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu begins with cache id %u",
-		  (unsigned long long)fb->epoch, id);
+	scd_debug(SCD_SUB_NEGOTIATE,
+		  "fast mode %llu begins with a cycle of %zu, cache id %u first",
+		  (unsigned long long)fb->epoch, n, ids[0]);
 }
 
 void scd_fast_coord_end(scd_world_t *w, const char *why)
@@ -180,17 +217,20 @@ sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *pl
 	char why[160] = "";
 	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path))
 		snprintf(why, sizeof(why), "fast_path is 0 here");
-	else if (fb->n_cache_ids != 1)
-		snprintf(why, sizeof(why), "%zu cache ids, not 1", fb->n_cache_ids);
+	else if (fb->n_cache_ids < 1 || fb->n_cache_ids > SCD_FAST_CYCLE)
+		snprintf(why, sizeof(why), "%zu cache ids, not 1 to %d", fb->n_cache_ids,
+			 SCD_FAST_CYCLE);
 	else if (fb->epoch <= w->fast.seen)
 		snprintf(why, sizeof(why), "epoch %llu, not after %llu",
 			 (unsigned long long)fb->epoch, (unsigned long long)w->fast.seen);
-	for (size_t i = 0; !why[0] && i < plan->n_evicted; i++)
-		if (plan->evicted[i] == fb->cache_ids[0])
-			snprintf(why, sizeof(why), "cache id %u, which the plan evicts",
-				 fb->cache_ids[0]);
-	if (!why[0])
-		fast_eligible(w, fb->cache_ids[0], why, sizeof(why));
+	for (size_t k = 0; !why[0] && k < fb->n_cache_ids; k++) {
+		for (size_t i = 0; !why[0] && i < plan->n_evicted; i++)
+			if (plan->evicted[i] == fb->cache_ids[k])
+				snprintf(why, sizeof(why), "cache id %u, which the plan evicts",
+					 fb->cache_ids[k]);
+		if (!why[0])
+			fast_eligible(w, fb->cache_ids[k], why, sizeof(why));
+	}
 	if (!why[0])
 		return SC_OK;
 	snprintf(err, err_len, "plan cycle %llu begins fast mode with %s",
@@ -204,8 +244,9 @@ void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	if (!fb)
 		return;
 	w->fast.epoch = w->fast.seen = fb->epoch;
-	w->fast.id = fb->cache_ids[0];
-	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, 1);
+	w->fast.n = fb->n_cache_ids; /* 1 to SCD_FAST_CYCLE: scd_fast_plan_check */
+	memcpy(w->fast.ids, fb->cache_ids, w->fast.n * sizeof(*w->fast.ids));
+	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, w->fast.n);
 	w->fast.turn = w->fast.open_turn = 0;
 	w->fast.total_epochs++;
 }
@@ -225,17 +266,24 @@ static void on_wait(uv_timer_t *t)
 	scd_world_send_coord(w, &m);
 }
 
-/* The job of this node's next turn (leave: one that leaves it, with no tensor). */
+/* The cache id of this node's next turn: the cycle's next. */
+static uint32_t next_id(const scd_world_t *w)
+{
+	return w->fast.ids[w->fast.turn % w->fast.n];
+}
+
+/* The job of this node's next turn (leave: one that leaves it, with no tensor): of the
+ * cycle's next buffer, so every rank's exchange is of that buffer's agreed length. */
 static scd_job_t *turn_job(scd_world_t *w, int leave)
 {
 	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
-	uint32_t ids[1] = {w->fast.id};
+	uint32_t ids[1] = {next_id(w)};
 	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
 	r.cache_ids = ids;
 	r.n_cache_ids = 1;
 	scd_fast_t f = {.epoch = w->fast.epoch,
 			.turn = w->fast.turn + 1,
-			.digest = w->fast.digest,
+			.digest = turn_digest(w->fast.digest, w->fast.turn % w->fast.n),
 			.leave = leave};
 	scd_job_t *job = NULL;
 	scd_neg_allreduce_job(w, &r, &f, !leave, &job);
@@ -265,7 +313,7 @@ static void turn_submit(scd_world_t *w, scd_job_t *job)
 		f->last_leave = job->fast.turn;
 	} else {
 		f->last_turn = job->fast.turn;
-		f->last_id = f->id;
+		f->last_id = f->ids[(job->fast.turn - 1) % f->n];
 		f->last_state = SCD_FAST_UNDECIDED;
 		f->last_t0 = scd_tl_begin();
 	}
@@ -306,7 +354,7 @@ int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id)
 	uint64_t group = 0;
 	uint32_t group_size = 0;
 	scd_ntensor_group(nt, &group, &group_size);
-	if (id == w->fast.id && !group && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
+	if (id == next_id(w) && !group && !w->n_out && !w->out_abandon && !w->fast.open_turn) {
 		scd_job_t *job = turn_job(w, 0);
 		if (job && job->items[0].nt == nt) {
 			turn_submit(w, job);

@@ -1010,7 +1010,7 @@ static void coord_emit(scd_world_t *w)
 	free(ready);
 	uint32_t *evicted = NULL;
 	Sparsecomm__FastBegin fb;
-	uint32_t fast_ids[1];
+	uint32_t fast_ids[SCD_FAST_CYCLE];
 	if (pb.plan.n_responses) {
 		pb_fusion(w, &pb);
 		/* past cache_max_entries: what no node announced since, the least recently

@@ -179,17 +179,23 @@ typedef struct scd_held {
 	struct scd_held *next;
 } scd_held_t;
 
-/* Fast mode (fast.c; docs/design.md "Fast mode"). */
+/* Fast mode (fast.c; docs/design.md "Fast mode"): a cycle has at most SCD_FAST_CYCLE
+ * buffers, and the coordinator looks back SCD_FAST_HIST plans for one. */
+#define SCD_FAST_CYCLE 8
+#define SCD_FAST_HIST  (2 * SCD_FAST_CYCLE)
 typedef struct scd_fast_state {
 	/* the coordinator: the epoch in force (0: none), the epochs begun in this world, and
-	 * the cache id its last plans each planned alone, how many in a row */
+	 * the cache ids of its last plans that each planned one buffer alone, in a row, oldest
+	 * first (run of them, at most SCD_FAST_HIST) */
 	uint64_t coord_epoch, epochs;
-	uint32_t run_id;
+	uint32_t hist[SCD_FAST_HIST];
 	int run;
-	/* every node: the epoch it is in (0: none), its buffer's cache id and digest, the
-	 * last turn it submitted, the turn open (submitted, not handed back; 0: none) */
+	/* every node: the epoch it is in (0: none), its cycle of n buffers' cache ids (turn
+	 * t carries ids[(t - 1) % n]) and digest, the last turn it submitted, the turn open
+	 * (submitted, not handed back; 0: none) */
 	uint64_t epoch;
-	uint32_t id;
+	uint32_t ids[SCD_FAST_CYCLE];
+	size_t n;
 	uint64_t digest, turn, open_turn;
 	uint64_t seen; /* the last epoch begun in this world (a plan's must come after it) */
 	uint64_t left; /* the epoch this node left, to tell the coordinator (0: none) */
@@ -328,7 +334,8 @@ struct scd_fast;
  * each cache id with its element count and type word. */
 uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *ids, size_t n);
 /* The coordinator, before it sends plan: counts plans that each plan one cached buffer
- * alone, and when the entry rule holds, adds fb (ids: room for one) to begin fast mode. */
+ * alone, and when the entry rule holds, adds fb (ids: room for SCD_FAST_CYCLE) to begin fast
+ * mode. */
 void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
 			 uint32_t *ids);
 /* The coordinator: ends the epoch in force (FastEnd to every node); why for the log. */

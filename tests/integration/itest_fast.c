@@ -13,11 +13,16 @@
  *   stall_timeout_ms 3000.
  * fast group: exact steps until fast mode has begun, then a grouped allreduce whose first
  *   member is that tensor, its second member submitted 300 ms later: both members exact
- *   (the tensor leaves the epoch and is announced with its group); then exact steps again. Run
- * with stall_timeout_ms 3000. fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank
- * a little behind the others (1 ms before each), while run.sh resets data-plane connections
- * (the world re-forms in the middle of fast turns): every step is exact or fails, never SC_OK
- * with other values (a step paired with another rank's next); some are kept fast turns.
+ *   (the tensor leaves the epoch and is announced with its group); then exact steps again.
+ *   Run with stall_timeout_ms 3000.
+ * fast cycle K STEPS: STEPS steps of a cycle of K (2 or 3) tensors of different sizes, an
+ *   exact allreduce of each in turn: at least 80% of them kept fast turns (a cycle of K
+ *   cached buffers); then 100 steps of the cycle in the other order, exact, in a new
+ *   epoch.
+ * fast reset STEPS: STEPS steps of one 4 KiB tensor, the last rank a little behind the
+ *   others (1 ms before each), while run.sh resets data-plane connections (the world
+ *   re-forms in the middle of fast turns): every step is exact or fails, never SC_OK with
+ *   other values (a step paired with another rank's next); some are kept fast turns.
  */
 #include "itest.h"
 
@@ -27,26 +32,38 @@
 
 #define FAST_NUMEL 1024 /* 4 KiB of float32 */
 
-/* One allreduce of t with the pattern of seed: its status, its error in msg. */
-static sc_status_t step(sc_client_t *c, sc_tensor_t *t, uint64_t seed, char *msg, size_t len)
+/* One allreduce of t (numel elements) with the pattern of seed: its status, its error in
+ * msg. */
+static sc_status_t step_n(sc_client_t *c, sc_tensor_t *t, size_t numel, uint64_t seed,
+			  char *msg, size_t len)
 {
-	it_fill(sc_tensor_data(t), SC_FLOAT32, FAST_NUMEL, seed, sc_rank(c), 1);
+	it_fill(sc_tensor_data(t), SC_FLOAT32, numel, seed, sc_rank(c), 1);
 	sc_status_t st = sc_allreduce(c, t, SC_OP_SUM, IT_ERROR_TIMEOUT_MS);
 	snprintf(msg, len, "%s", st == SC_OK ? "" : sc_last_error());
 	return st;
 }
 
-static void exact_step(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+static sc_status_t step(sc_client_t *c, sc_tensor_t *t, uint64_t seed, char *msg, size_t len)
+{
+	return step_n(c, t, FAST_NUMEL, seed, msg, len);
+}
+
+static void exact_step_n(sc_client_t *c, sc_tensor_t *t, size_t numel, uint64_t seed)
 {
 	char msg[1024], why[256];
-	sc_status_t st = step(c, t, seed, msg, sizeof(msg));
+	sc_status_t st = step_n(c, t, numel, seed, msg, sizeof(msg));
 	if (st != SC_OK)
 		IT_FAIL("step %llu: %s: %s", (unsigned long long)seed, sc_status_name(st), msg);
-	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, FAST_NUMEL, seed, sc_size(c), 1,
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, numel, seed, sc_size(c), 1,
 				SC_OP_SUM, why, sizeof(why));
 	if (wrong)
 		IT_FAIL("step %llu: %zu elements wrong: %s", (unsigned long long)seed, wrong,
 			why);
+}
+
+static void exact_step(sc_client_t *c, sc_tensor_t *t, uint64_t seed)
+{
+	exact_step_n(c, t, FAST_NUMEL, seed);
 }
 
 /* Exact steps from *seed until this node has kept a fast turn (it is in fast mode). */
@@ -82,6 +99,43 @@ static int fast_steps(sc_client_t *c, int steps)
 	       it_node_stat("fast_epochs"));
 	if (kept < 0.9 * steps)
 		IT_FAIL("only %.0f of %d steps were kept fast turns", kept, steps);
+	return 0;
+}
+
+/* STEPS exact steps of a cycle of k tensors of different sizes (1, 1024, 256 elements),
+ * each step one allreduce of each in turn: at least 80% kept fast turns. */
+static int fast_cycle(sc_client_t *c, int k, int steps)
+{
+	static const size_t numel[] = {1, FAST_NUMEL, 256};
+	static const char *names[] = {"fast.c0", "fast.c1", "fast.c2"};
+	if (k < 2 || k > 3)
+		IT_FAIL("fast cycle: %d tensors, not 2 or 3", k);
+	sc_tensor_t *t[3];
+	for (int j = 0; j < k; j++)
+		t[j] = it_register(c, names[j], SC_FLOAT32, numel[j]);
+	double k0 = it_node_stat("fast_kept"), t0 = it_now_s();
+	for (int i = 0; i < steps; i++)
+		for (int j = 0; j < k; j++)
+			exact_step_n(c, t[j], numel[j], 1000 + (uint64_t)(i * k + j));
+	double dt = it_now_s() - t0, kept = it_node_stat("fast_kept") - k0;
+	int calls = steps * k;
+	it_log("cycle of %d: %d exact allreduces in %.2f s (%.0f us each): %.0f kept fast "
+	       "turns, %.0f discarded, %.0f epochs",
+	       k, calls, dt, dt * 1e6 / calls, kept, it_node_stat("fast_discarded"),
+	       it_node_stat("fast_epochs"));
+	if (kept < 0.8 * calls)
+		IT_FAIL("only %.0f of %d allreduces were kept fast turns", kept, calls);
+	/* the cycle in the other order: a tensor not the next turn's leaves the epoch, is
+	 * planned, and a new epoch begins with the new cycle; every step exact */
+	double e0 = it_node_stat("fast_epochs");
+	k0 = it_node_stat("fast_kept");
+	for (int i = 0; i < 100; i++)
+		for (int j = k - 1; j >= 0; j--)
+			exact_step_n(c, t[j], numel[j], 500000 + (uint64_t)(i * k + j));
+	it_log("the other order: 100 steps exact, %.0f kept fast turns, %.0f epochs more",
+	       it_node_stat("fast_kept") - k0, it_node_stat("fast_epochs") - e0);
+	if (it_node_stat("fast_epochs") <= e0 || it_node_stat("fast_kept") - k0 < 0.5 * 100 * k)
+		IT_FAIL("the cycle in the other order began no new epoch or kept few turns");
 	return 0;
 }
 
@@ -234,6 +288,8 @@ int it_fast(int argc, char **argv)
 		fast_stall(c);
 	else if (!strcmp(what, "group"))
 		fast_group(c);
+	else if (!strcmp(what, "cycle"))
+		fast_cycle(c, argc > 2 ? atoi(argv[2]) : 2, argc > 3 ? atoi(argv[3]) : 500);
 	else if (!strcmp(what, "reset"))
 		fast_reset(c, argc > 2 ? atoi(argv[2]) : 4000);
 	else

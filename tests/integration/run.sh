@@ -332,6 +332,12 @@ run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
 run_case "fast n=4" 4 1 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" fast 2000
 run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- \
 	"$itest" fast 500
+# A cycle of 2 or 3 tensors of different sizes, each in turn: the cycle's steps are kept
+# fast turns, exact.
+run_case "fast cycle n=3" 3 1 180 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
+	fast cycle 3 700
+run_case "fast cycle n=2 two" 2 1 180 0 2 --daemon-arg --fast_path --daemon-arg 1 -- \
+	"$itest" fast cycle 2 700
 run_case "fast shape n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
 	fast shape
 run_case "fast stall n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \

@@ -1,9 +1,10 @@
 /*
  * test_fast_mode.c: the coordinator's side of fast mode (world/fast.c, docs/design.md
  * "Fast mode"): it begins after 3 plans in a row each planned the same small cached
- * buffer alone, and never with anything pending or excluded; an announcement or a node's
- * FastWaiting ends it; a node refuses a fast_begin it could not run; and a re-form in
- * the middle of a turn makes every node that did not take part in it owe the step.
+ * buffer alone, or 2n plans each one buffer alone repeated a cycle of n, and never with
+ * anything pending or excluded; a history that is not periodic never begins it; an announcement
+ * or a node's FastWaiting ends it; a node refuses a fast_begin it could not run; and a re-form
+ * in the middle of a turn makes every node that did not take part in it owe the step.
  */
 #include <string.h>
 
@@ -20,11 +21,11 @@ typedef struct fast_fixture {
 	Sparsecomm__Response resp, *presp[1];
 	uint32_t ids[1];
 	Sparsecomm__FastBegin fb;
-	uint32_t fb_ids[2];
+	uint32_t fb_ids[SCD_FAST_CYCLE + 1];
 } fast_fixture_t;
 
 /* The coordinator of 2 nodes with fast_path as given, and cached float32 sums: id 0 and
- * 1 of 1024 elements (4 KiB, one round), id 2 of 1 << 20 (not). */
+ * 1 of 1024 elements (4 KiB, one round), id 2 of 1 << 20 (not), id 3 of 1 (one round). */
 static void fast_make(fast_fixture_t *f, const char *fast_path)
 {
 	memset(f, 0, sizeof(*f));
@@ -46,11 +47,11 @@ static void fast_make(fast_fixture_t *f, const char *fast_path)
 	scd_coll_t sum = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM};
 	scd_tsig_t sig;
 	memset(&sig, 0, sizeof(sig));
-	static const char *names[] = {"fast.a", "fast.b", "fast.big"};
-	for (uint32_t id = 0; id < 3; id++)
-		CHECK_EQ_INT(scd_cache_set(w, id, names[id], SC_FLOAT32,
-					   id < 2 ? 1024 : 1u << 20, scd_coll_pack(&sum), 0, 0,
-					   &sig),
+	static const char *names[] = {"fast.a", "fast.b", "fast.big", "fast.one"};
+	static const uint64_t numel[] = {1024, 1024, 1u << 20, 1};
+	for (uint32_t id = 0; id < 4; id++)
+		CHECK_EQ_INT(scd_cache_set(w, id, names[id], SC_FLOAT32, numel[id],
+					   scd_coll_pack(&sum), 0, 0, &sig),
 			     SC_OK);
 }
 
@@ -130,6 +131,53 @@ UNIT_TEST(negotiate_fast_begin_after_steady_plans)
 	fast_free(&f);
 }
 
+/* Plans of the ids in order; whether the last began fast mode and none before it. */
+static int plan_seq(fast_fixture_t *f, const uint32_t *ids, int n)
+{
+	for (int i = 0; i < n - 1; i++)
+		if (plan_one(f, ids[i]))
+			return 0;
+	return plan_one(f, ids[n - 1]);
+}
+
+/* The fast_begin's cycle is ids (n of them). */
+static void check_cycle(fast_fixture_t *f, const uint32_t *ids, size_t n)
+{
+	CHECK_EQ_INT((int)f->plan.fast_begin->n_cache_ids, (int)n);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ_INT((int)f->plan.fast_begin->cache_ids[i], (int)ids[i]);
+}
+
+UNIT_TEST(negotiate_fast_begin_on_a_repeated_cycle)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	/* period 2 (a 1-element buffer, then a 4 KiB one), seen twice: the cycle from the
+	 * next plan on, which is the first's again */
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){3, 0, 3, 0}, 4));
+	check_cycle(&f, (uint32_t[]){3, 0}, 2);
+	f.w->fast.coord_epoch = 0;
+	/* period 3, after other plans: not before the cycle was seen twice */
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 1, 3, 0, 1, 3}, 7));
+	check_cycle(&f, (uint32_t[]){0, 1, 3}, 3);
+	f.w->fast.coord_epoch = 0;
+	/* not periodic: never */
+	static const uint32_t odd[] = {0, 1, 3, 0, 3, 1, 1, 0, 3, 3, 0, 1, 0, 3, 1, 3};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+		CHECK_MSG(!plan_one(&f, odd[i]), "began at plan %zu", i);
+	/* a plan of something else in between starts the count again */
+	CHECK_TRUE(!plan_seq(&f, (uint32_t[]){0, 1, 0}, 3));
+	sparsecomm__plan__init(&f.plan); /* no responses */
+	scd_fast_coord_plan(f.w, &f.plan, &f.fb, f.fb_ids);
+	CHECK_TRUE(!plan_seq(&f, (uint32_t[]){1, 0, 1}, 3) && plan_one(&f, 0));
+	check_cycle(&f, (uint32_t[]){1, 0}, 2);
+	f.w->fast.coord_epoch = 0;
+	/* a cycle with a buffer not summed in one round never begins it */
+	for (int i = 0; i < 8; i++)
+		CHECK_TRUE(!plan_one(&f, i % 2 ? 2 : 0));
+	fast_free(&f);
+}
+
 UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 {
 	fast_fixture_t f;
@@ -202,9 +250,18 @@ UNIT_TEST(negotiate_plan_check_refuses_ineligible_fast_set)
 		  "error: %s", err);
 	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){7}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
 	CHECK_MSG(strstr(err, "cache id 7 is not cached"), "error: %s", err);
-	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0, 1}, 2, err, sizeof(err)),
+	/* a cycle: of 1 to SCD_FAST_CYCLE ids, each one it could run */
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0, 1, 3}, 3, err, sizeof(err)), SC_OK);
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0, 2}, 2, err, sizeof(err)),
 		     SC_ERR_PROTOCOL);
-	CHECK_MSG(strstr(err, "2 cache ids, not 1"), "error: %s", err);
+	CHECK_MSG(strstr(err, "'fast.big' is not a float32 sum of one round"), "error: %s",
+		  err);
+	CHECK_EQ_INT(
+	    check_begin(&f, 1, (uint32_t[]){0, 1, 0, 1, 0, 1, 0, 1, 0}, 9, err, sizeof(err)),
+	    SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "9 cache ids, not 1 to 8"), "error: %s", err);
+	CHECK_EQ_INT(check_begin(&f, 1, (uint32_t[]){0}, 0, err, sizeof(err)), SC_ERR_PROTOCOL);
+	CHECK_MSG(strstr(err, "0 cache ids, not 1 to 8"), "error: %s", err);
 	/* an epoch not after the last one begun */
 	f.w->fast.seen = 4;
 	CHECK_EQ_INT(check_begin(&f, 4, (uint32_t[]){0}, 1, err, sizeof(err)), SC_ERR_PROTOCOL);
