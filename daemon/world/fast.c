@@ -287,6 +287,15 @@ static void fast_leave(scd_world_t *w, int tell)
 	uv_timer_stop(&w->fast.timer);
 }
 
+void scd_fast_on_fail(scd_world_t *w)
+{
+	if (!w->fast.epoch)
+		return;
+	scd_debug(SCD_SUB_NEGOTIATE, "a step failed here: this rank leaves fast mode %llu",
+		  (unsigned long long)w->fast.epoch);
+	fast_leave(w, 1);
+}
+
 void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
 	if (!w->fast.epoch || (!plan->n_responses && !plan->n_evicted))

@@ -334,6 +334,11 @@ run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg
 	"$itest" fast 500
 run_case "fast shape n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
 	fast shape
+# the same two shapes given by the two trainers of one node (per-node=2): that node fails
+# the step on its own and leaves the epoch (its turn is a LEAVE), so its trainers' next
+# step is never summed with the others' failed one
+run_case "fast shape n=2 per-node=2" 2 2 120 0 4 --daemon-arg --fast_path --daemon-arg 1 -- \
+	"$itest" fast shape 10
 run_case "fast stall n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 3000 -- "$itest" fast stall
 run_case "fast group n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 \
