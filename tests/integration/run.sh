@@ -1640,7 +1640,7 @@ stages_case() {
 	rc=$?
 	dt=$(($(date +%s) - t0))
 	rows=$(grep -cE '^\[0\] # (submit|negotiation|  to coord|  coord|  plan back|hand-off|verdict|data|completion|round trip) +-?[0-9]+\.[0-9] +-?[0-9]+\.[0-9]$' "$tmp/out")
-	matched=$(sed -n 's/.*(us; \([0-9]*\) calls matched on 3 ranks).*/\1/p' "$tmp/out")
+	matched=$(sed -n 's/.*(us; \([0-9]*\) calls matched on 3 ranks[):].*/\1/p' "$tmp/out")
 	if [ "$rc" -eq 0 ] && [ "$rows" -eq 10 ] && [ "${matched:-0}" -eq 50 ]; then
 		echo "ok    $name (${dt} s)"
 		passed=$((passed + 1))
