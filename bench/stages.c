@@ -43,10 +43,11 @@ typedef struct spans {
 	int n, cap;
 } spans_t;
 
-/* One rank's events of the latency tensor, of its engine's communication stage and, on
- * the coordinator, of its loop's announcements in and plans out. */
+/* One rank's events of the latency tensor (its waits and kept fast turns), of its engine's
+ * communication stage and, on the coordinator, of its loop's announcements in and plans
+ * out. */
 typedef struct rank_tl {
-	spans_t wait, buffer, scheme, client, ready_in, plan_out;
+	spans_t wait, fast, buffer, scheme, client, ready_in, plan_out;
 } rank_tl_t;
 
 int stages_start(sc_client_t *c, const char *prefix)
@@ -155,8 +156,11 @@ static int read_timeline(const char *path, rank_tl_t *r)
 		if (tid == lat && strstr(line, "\"name\":\"wait_ranks\"")) {
 			s.step = (long)num_after(line, "\"step\":");
 			rc = spans_add(&r->wait, s);
-		} else if (tid == comm && strstr(line, "\"name\":\"buffer\"") &&
-			   strstr(line, "\"bytes\":4096,"))
+		} else if (tid == lat && strstr(line, "\"name\":\"fast_turn\"") &&
+			   strstr(line, "\"outcome\":\"kept\""))
+			rc = spans_add(&r->fast, s);
+		else if (tid == comm && strstr(line, "\"name\":\"buffer\"") &&
+			 strstr(line, "\"bytes\":4096,"))
 			rc = spans_add(&r->buffer, s);
 		else if (tid == comm && strstr(line, "\"name\":\"scheme\"") &&
 			 strstr(line, "\"bytes\":4096,"))
@@ -225,13 +229,24 @@ static double median_of(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* One call's stages (stages.h): 0 for a planned step, 1 for a fast turn (no announcement
- * of it reached the coordinator before its plan: its readiness went in its exchange, and
- * its negotiation is 0), or -1 when some rank lacks one of its events. */
+/* Whether rank 0's buffer b ran as a kept fast turn (its daemon's fast_turn event). */
+static int kept_fast(const rank_tl_t *tl0, const span_t *b)
+{
+	for (int i = 0; i < tl0->fast.n; i++)
+		if (tl0->fast.v[i].ts <= b->ts && b->ts <= tl0->fast.v[i].end)
+			return 1;
+	return 0;
+}
+
+/* One call's stages (stages.h): 0 for a planned step, 1 for a fast turn (the daemon's
+ * timeline says it ran as a kept fast turn, or the last rank's announcement reached the
+ * coordinator only after the plan: its readiness went in its exchange, and its
+ * negotiation is 0), or -1 when some rank lacks one of its events (a planned call with no
+ * announcement found among them too). */
 static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 {
 	double last_ready = 0, last_plan = 0, last_buf = 0, last_in = 0, last_out = 0;
-	int last = 0; /* the rank ready last */
+	int last = 0, fast = 0; /* the rank ready last; rank 0's buffer a kept fast turn */
 	double submit[STAGES_RANKS_MAX], done[STAGES_RANKS_MAX];
 	for (int r = 0; r < P; r++) {
 		const span_t *w = by_step(&tl[r].wait, step), *c = by_step(&tl[r].client, step);
@@ -247,8 +262,10 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 		last_out = fmax(last_out, s->end);
 		submit[r] = w->ts - c->ts;
 		done[r] = c->end - b->end;
-		if (r == 0)
+		if (r == 0) {
 			out[ST_TOTAL] = c->end - c->ts;
+			fast = kept_fast(&tl[r], b);
+		}
 	}
 	out[ST_SUBMIT] = median_of(submit, P);
 	out[ST_NEGOTIATE] = last_plan - last_ready;
@@ -263,12 +280,12 @@ static int call_stages(rank_tl_t *tl, int P, long step, double out[ST_N])
 	out[ST_TO_COORD] = out[ST_COORD] = out[ST_PLAN_BACK] = NAN;
 	if (!tl[0].ready_in.n) /* a daemon that does not write them */
 		return 0;
-	if (!in || in->ts > last_plan) { /* a fast turn: its wait ended with no announcement */
+	if (fast || (in && in->ts > last_plan)) { /* a fast turn: no announcement */
 		out[ST_HANDOFF] = last_buf - last_ready;
 		out[ST_NEGOTIATE] = out[ST_TO_COORD] = out[ST_COORD] = out[ST_PLAN_BACK] = 0;
 		return 1;
 	}
-	if (!sent)
+	if (!in || !sent)
 		return -1;
 	out[ST_TO_COORD] = in->ts - last_ready;
 	out[ST_COORD] = sent->end - in->ts;
@@ -319,6 +336,7 @@ int stages_report(const char *prefix, int P)
 		if (rc == 0) {
 			sort_spans(&tl[r].buffer);
 			sort_spans(&tl[r].scheme);
+			sort_spans(&tl[r].fast);
 			sort_spans(&tl[r].ready_in); /* the coordinator's alone */
 			sort_spans(&tl[r].plan_out);
 		}
@@ -352,6 +370,7 @@ int stages_report(const char *prefix, int P)
 		free(tl[r].buffer.v);
 		free(tl[r].scheme.v);
 		free(tl[r].client.v);
+		free(tl[r].fast.v);
 		free(tl[r].ready_in.v);
 		free(tl[r].plan_out.v);
 	}

@@ -89,11 +89,21 @@ static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t le
 	return ok;
 }
 
+/* Whether a node still owes a late step (late.c); a record of steps answered alone, which
+ * may stay for the run, keeps nothing from the fast path. */
+static int late_owed(const scd_world_t *w)
+{
+	for (const scd_poison_t *l = w->lates; l; l = l->next)
+		if (l->owed > 0)
+			return 1;
+	return 0;
+}
+
 /* What keeps the coordinator from beginning fast mode now (NULL: nothing). */
 static const char *coord_excluded(const scd_world_t *w)
 {
 	scd_daemon_t *d = w->d;
-	if (w->ehead || w->poisons || w->lates)
+	if (w->ehead || w->poisons || late_owed(w))
 		return "announcements, failures or late steps pending";
 	if (w->join_count)
 		return "a node joined";
@@ -190,8 +200,14 @@ void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList 
 			  (unsigned long long)rl->fast_report->epoch,
 			  (unsigned long long)rl->fast_report->kept,
 			  (unsigned long long)rl->fast_report->discarded);
-	if (w->fast.coord_epoch && (rl->n_requests || rl->n_cached_ids || rl->n_abandoned ||
-				    rl->n_groups || rl->fast_left)) {
+	/* a group's member, even of one member, goes out announced with its group: its
+	 * plans never count towards an epoch, which it would end at its next step */
+	if (rl->n_groups)
+		w->fast.run = 0;
+	/* a node's fast_left of an epoch that ended already (set as a plan came) is stale */
+	if (w->fast.coord_epoch &&
+	    (rl->n_requests || rl->n_cached_ids || rl->n_abandoned || rl->n_groups ||
+	     (rl->fast_left && rl->fast_left == w->fast.coord_epoch))) {
 		char why[64];
 		snprintf(why, sizeof(why), "rank %d announced", from);
 		scd_fast_coord_end(w, why);
@@ -333,6 +349,15 @@ static void fast_leave(scd_world_t *w, int tell)
 		w->fast.left = w->fast.epoch;
 	w->fast.epoch = w->fast.open_turn = 0;
 	uv_timer_stop(&w->fast.timer);
+}
+
+void scd_fast_on_fail(scd_world_t *w)
+{
+	if (!w->fast.epoch)
+		return;
+	scd_debug(SCD_SUB_NEGOTIATE, "a step failed here: this rank leaves fast mode %llu",
+		  (unsigned long long)w->fast.epoch);
+	fast_leave(w, 1);
 }
 
 void scd_fast_before_plan(scd_world_t *w, const Sparsecomm__Plan *plan)

@@ -166,6 +166,7 @@ static void out_abandon(scd_world_t *w, const char *name, sc_status_t status,
 	while (*pp)
 		pp = &(*pp)->next;
 	*pp = p;
+	scd_fast_on_fail(w);
 	scd_world_arm_flush(w);
 }
 

@@ -347,6 +347,10 @@ void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWait
  * not among the plan's evictions). */
 sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,
 				size_t err_len);
+/* A node fails or abandons a step on its own (negotiate.c, out_abandon): in an epoch, it
+ * leaves it, so that its turn there is a LEAVE, discarded everywhere, and never its
+ * trainers' next step summed with the others' step that failed. */
+void scd_fast_on_fail(scd_world_t *w);
 /* Every node, before plan's responses and evictions: a node still in fast mode leaves its
  * epoch first (the coordinator ends it before it plans; its turns queue ahead of the
  * plan's jobs, and its buffer's id may be among the evictions). */

@@ -4,9 +4,10 @@
  *
  * fast STEPS: STEPS exact allreduces of one 4 KiB tensor; this node's sparsectl stats must
  *   show at least 90% of them as kept fast turns.
- * fast shape: exact steps until fast mode has begun, then the last rank gives the tensor
- *   another shape: every rank's step fails with SC_ERR_MISMATCH naming both shapes; then
- *   exact steps again.
+ * fast shape [ROUNDS]: ROUNDS times (1 unless given): exact steps until fast mode has
+ *   begun, then the last rank gives the tensor another shape: every rank's step fails with
+ *   SC_ERR_MISMATCH naming both shapes; then exact steps again at once. With per-node=2
+ *   the last node's two trainers disagree: that node fails the step on its own.
  * fast stall: exact steps until fast mode has begun, then rank 1 skips a step: every other
  *   rank's step fails with SC_ERR_STALLED naming rank 1, rank 1's late step is refused
  *   (never paired with the others' next step); then exact steps again. Run with
@@ -139,28 +140,35 @@ static int fast_cycle(sc_client_t *c, int k, int steps)
 	return 0;
 }
 
-static int fast_shape(sc_client_t *c)
+static int fast_shape(sc_client_t *c, int rounds)
 {
 	int rank = sc_rank(c), size = sc_size(c);
 	sc_tensor_t *t = it_register(c, "fast.shape", SC_FLOAT32, FAST_NUMEL);
 	sc_tensor_t *s = it_register(c, "fast.sync", SC_FLOAT32, FAST_NUMEL);
 	uint64_t seed = 1;
-	until_fast(c, t, &seed);
-	sync_point(c, s, 500);
-	until_fast(c, t, &seed);
-	static const uint64_t a[] = {32, 32}, b[] = {16, 64};
-	IT_CHECK_SC(sc_tensor_set_shape(t, 2, rank == size - 1 ? b : a), "set the shape");
-	char msg[1024];
-	sc_status_t st = step(c, t, seed++, msg, sizeof(msg));
-	if (st != SC_ERR_MISMATCH)
-		IT_FAIL("the step of two shapes: expected SC_ERR_MISMATCH, got %s: %s",
-			sc_status_name(st), msg);
-	if (!strstr(msg, "[32, 32]") || !strstr(msg, "[16, 64]"))
-		IT_FAIL("the mismatch does not name both shapes: '%s'", msg);
-	it_log("mismatch: %s", msg);
-	IT_CHECK_SC(sc_tensor_set_shape(t, 2, a), "set the shape back");
-	for (int i = 0; i < 50; i++)
-		exact_step(c, t, seed++);
+	for (int k = 0; k < rounds; k++) {
+		until_fast(c, t, &seed);
+		sync_point(c, s, 500 + (uint64_t)k);
+		until_fast(c, t, &seed);
+		static const uint64_t a[] = {32, 32}, b[] = {16, 64};
+		IT_CHECK_SC(sc_tensor_set_shape(t, 2, rank == size - 1 ? b : a),
+			    "set the shape");
+		char msg[1024];
+		sc_status_t st = step(c, t, seed++, msg, sizeof(msg));
+		if (st != SC_ERR_MISMATCH)
+			IT_FAIL("round %d, the step of two shapes: expected SC_ERR_MISMATCH, "
+				"got %s: %s",
+				k, sc_status_name(st), msg);
+		if (!strstr(msg, "[32, 32]") || !strstr(msg, "[16, 64]"))
+			IT_FAIL("the mismatch does not name both shapes: '%s'", msg);
+		if (!k)
+			it_log("mismatch: %s", msg);
+		IT_CHECK_SC(sc_tensor_set_shape(t, 2, a), "set the shape back");
+		/* at once: a node that failed the step on its own submits the next one
+		 * before the coordinator's FastEnd can reach it */
+		for (int i = 0; i < 20; i++)
+			exact_step(c, t, seed++);
+	}
 	return 0;
 }
 
@@ -283,7 +291,7 @@ int it_fast(int argc, char **argv)
 		IT_FAIL("needs at least 2 trainers, the job has %d", sc_size(c));
 	const char *what = argc > 1 ? argv[1] : "2000";
 	if (!strcmp(what, "shape"))
-		fast_shape(c);
+		fast_shape(c, argc > 2 ? atoi(argv[2]) : 1);
 	else if (!strcmp(what, "stall"))
 		fast_stall(c);
 	else if (!strcmp(what, "group"))

@@ -2,9 +2,11 @@
  * test_fast_mode.c: the coordinator's side of fast mode (world/fast.c, docs/design.md
  * "Fast mode"): it begins after 3 plans in a row each planned the same small cached
  * buffer alone, or 2n plans each one buffer alone repeated a cycle of n, and never with
- * anything pending or excluded; a history that is not periodic never begins it; an announcement
- * or a node's FastWaiting ends it; a node refuses a fast_begin it could not run; and a re-form
- * in the middle of a turn makes every node that did not take part in it owe the step.
+ * anything pending or excluded; a history that is not periodic never begins it; an
+ * announcement or a node's FastWaiting ends it (a stale fast_left does not); a late record
+ * whose steps were all answered does not keep it off, and a group's member never begins
+ * it; a node refuses a fast_begin it could not run; and a re-form in the middle of a turn
+ * makes every node that did not take part in it owe the step.
  */
 #include <string.h>
 
@@ -218,6 +220,43 @@ UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
 	scd_fast_coord_waiting(f.w, 1, &fw);
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	fast_free(&f);
+}
+
+/* The entry rule's finer points: a late record whose steps were all answered keeps
+ * nothing off, one still owed does; a node's fast_left of an epoch that ended already does
+ * not end the next; plans of a group's member (even of one member) never begin an epoch. */
+UNIT_TEST(negotiate_fast_entry_rule_late_left_group)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	scd_poison_t late = {.name = "fast.a", .rank = 1, .answered = 1};
+	f.w->lates = &late;
+	plan_one(&f, 0), plan_one(&f, 0);
+	CHECK_TRUE(plan_one(&f, 0)); /* an answered record alone: epoch 1 */
+	f.w->fast.coord_epoch = 0;
+	late.owed = 1;
+	for (int i = 0; i < 4; i++)
+		CHECK_TRUE(!plan_one(&f, 0));
+	late.owed = 0;
+	f.w->lates = NULL;
+	CHECK_TRUE(plan_one(&f, 0)); /* epoch 2 */
+	/* rank 1 left epoch 1 as a plan came: its stale fast_left leaves epoch 2 on */
+	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
+	rl.rank = 1, rl.fast_left = 1;
+	scd_fast_coord_ready(f.w, 1, &rl);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 2);
+	rl.fast_left = 2;
+	scd_fast_coord_ready(f.w, 1, &rl);
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	/* a tensor announced with a group tag at every step: planned alone, never fast */
+	Sparsecomm__GroupTag tag = SPARSECOMM__GROUP_TAG__INIT, *tags[1] = {&tag};
+	Sparsecomm__ReadyList grl = SPARSECOMM__READY_LIST__INIT;
+	grl.rank = 1, grl.groups = tags, grl.n_groups = 1;
+	for (int i = 0; i < 6; i++) {
+		scd_fast_coord_ready(f.w, 1, &grl);
+		CHECK_TRUE(!plan_one(&f, 0));
+	}
 	fast_free(&f);
 }
 
