@@ -1093,13 +1093,14 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 			 "member of process set %u",
 			 nt->name, rank, q.rq.coll.root, nt->pset);
 		refuse_step(ctl, s, nt, r, st, err);
-	} else if (!a->group != !a->group_size || a->group_size > SC_GROUP_MAX) {
+	} else if (!a->group != !a->group_size || a->group_size > SC_GROUP_MAX ||
+		   a->group > SCD_GROUP_NUM_MAX) {
 		st = SC_ERR_INVALID;
 		snprintf(err, sizeof(err),
-			 "tensor '%s': rank %d gave group %llu of %u members (1 to %d, both or "
-			 "neither)",
+			 "tensor '%s': rank %d gave group %llu of %u members (group 1 to %llu "
+			 "of 1 to %d members, both or neither)",
 			 nt->name, rank, (unsigned long long)a->group, a->group_size,
-			 SC_GROUP_MAX);
+			 (unsigned long long)SCD_GROUP_NUM_MAX, SC_GROUP_MAX);
 		refuse_step(ctl, s, nt, r, st, err);
 	} else if (q.rq.coo && (!nt->opts.coo_capacity || q.nnz > nt->opts.coo_capacity)) {
 		st = nt->opts.coo_capacity ? SC_ERR_LIMIT : SC_ERR_INVALID;

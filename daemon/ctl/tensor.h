@@ -194,8 +194,17 @@ static inline uint32_t scd_ntensor_fuse_key(const scd_ntensor_t *nt, int exdyna_
 	       (whole ? SCD_FUSE_WHOLE : 0u);
 }
 
-/* The group the step is a member of (world/group.c): its lowest local trainer's, so that
- * every member of a node's group carries one trainer's number (0, 0: not grouped). */
+/* The bits of a node's group number that hold the local rank of the trainer whose number
+ * it is (scd_ntensor_group); a trainer's own numbers must fit in the rest. */
+#define SCD_GROUP_LOCAL_BITS 6
+_Static_assert(SCD_MAX_LOCAL <= 1 << SCD_GROUP_LOCAL_BITS, "a local rank in a group number");
+#define SCD_GROUP_NUM_MAX (UINT64_MAX >> SCD_GROUP_LOCAL_BITS)
+
+/* The group the step is a member of (world/group.c): its lowest local trainer's number,
+ * with that trainer's local rank in the low bits, so that every member of a node's group
+ * carries one number, and two trainers' groups (each trainer numbers its own from 1:
+ * groups in two process sets, one trainer in each, may be in flight together) never share
+ * one (0, 0: not grouped). */
 static inline void scd_ntensor_group(const scd_ntensor_t *nt, uint64_t *group_p,
 				     uint32_t *size_p)
 {
@@ -203,7 +212,8 @@ static inline void scd_ntensor_group(const scd_ntensor_t *nt, uint64_t *group_p,
 	*size_p = 0;
 	for (int l = 0; l < SCD_MAX_LOCAL; l++)
 		if (nt->slot[l] && nt->slot[l]->handle) {
-			*group_p = nt->slot[l]->group;
+			uint64_t g = nt->slot[l]->group;
+			*group_p = g ? (g << SCD_GROUP_LOCAL_BITS) | (uint64_t)l : 0;
 			*size_p = nt->slot[l]->group_size;
 			return;
 		}

@@ -2,8 +2,9 @@
  * group.c: grouped operations (coordinator). A trainer marks operations as the members of
  * one group (sc_group_begin, sc_group_add: Horovod's grouped_allreduce, grouped_allgather,
  * grouped_reducescatter); its node announces each member with a GroupTag (the group's
- * number, its lowest local trainer's, and its size), and the coordinator keeps the tags by
- * rank in the members' entries (scd_centry_t.gid, gsize).
+ * number, its lowest local trainer's with that trainer's local rank, and its size), and
+ * the coordinator keeps the tags by rank in the members' entries (scd_centry_t.gid,
+ * gsize).
  *
  * Before each plan, scd_group_pass collects every group among the entries: from a tagged
  * entry, every entry that a rank tagged with the same number as that rank tagged a

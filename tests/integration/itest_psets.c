@@ -22,6 +22,9 @@
  *     share, blocks and leaf in set rank order over the set's trainers only; an alltoall
  *     whose counts rank 3 gives over the tensor's size fails on every member naming rank
  *     3 and its set rank 2;
+ *   - grouped allreduces in {0, 2} and {1, 2, 3} in flight together, rank 0's and rank
+ *     1's (node 0's two trainers with 2 x 2) under the same number of their own: both
+ *     exact (two groups on node 0, not one that node 1 formed differently);
  *   - with 4 nodes x 1: an allreduce in {0, 2} moves no byte of node 1 or node 3 (their
  *     daemons' counters, sparsectl status, unchanged around it).
  */
@@ -331,6 +334,39 @@ static void ps_split(sc_client_t *c, int id, const int *set, int n)
 	ps_split_adasum(c, id, n, me);
 }
 
+/* Registers 'Pa' and 'Pb' (P: prefix) in set id and starts their grouped allreduce: the
+ * tensors into gt, the handles into gh. */
+static void ps_group_start(sc_client_t *c, const char *prefix, int id, sc_tensor_t **gt,
+			   sc_handle_t *gh)
+{
+	sc_group_t grp = 0;
+	IT_CHECK_SC(sc_group_begin(c, 2, &grp), "sc_group_begin in set %d", id);
+	for (int k = 0; k < 2; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%s%c", prefix, 'a' + k);
+		gt[k] = ps_register(c, name, SC_FLOAT32, k ? PS_N / 2 : PS_N, id);
+		ps_fill(gt[k], sc_rank(c));
+		IT_CHECK_SC(sc_group_add(c, grp, gt[k]), "sc_group_add");
+		IT_CHECK_SC(sc_allreduce_async(c, gt[k], SC_OP_SUM, &gh[k]),
+			    "group member '%s' in set %d", name, id);
+	}
+	IT_CHECK_SC(sc_group_end(c, grp), "sc_group_end in set %d", id);
+}
+
+/* Waits for the group ps_group_start started: both members exact over the n ranks of set. */
+static void ps_group_check(sc_client_t *c, sc_tensor_t **gt, const sc_handle_t *gh,
+			   const int *set, int n, const char *what)
+{
+	for (int k = 0; k < 2; k++) {
+		int r = it_wait(c, gh[k], IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("%s: member '%s' on rank %d: %s: %s", what,
+				sc_tensor_name(gt[k]), sc_rank(c), it_wait_name(r),
+				it_wait_error());
+		ps_check(gt[k], set, n, 0, what);
+	}
+}
+
 int it_psets(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
@@ -419,26 +455,10 @@ int it_psets(int argc, char **argv)
 	/* a grouped operation in {0, 2}: both members exact; a broadcast in {1, 3} from rank
 	 * 0, not a member: refused on both members, naming the set */
 	if (w[1]) {
-		sc_tensor_t *ga = ps_register(c, "ga", SC_FLOAT32, PS_N, 1);
-		sc_tensor_t *gb = ps_register(c, "gb", SC_FLOAT32, PS_N / 2, 1);
-		sc_group_t grp = 0;
-		sc_handle_t gh[2] = {0};
-		IT_CHECK_SC(sc_group_begin(c, 2, &grp), "sc_group_begin in set 1");
-		sc_tensor_t *gt[2] = {ga, gb};
-		for (int k = 0; k < 2; k++) {
-			ps_fill(gt[k], rank);
-			IT_CHECK_SC(sc_group_add(c, grp, gt[k]), "sc_group_add");
-			IT_CHECK_SC(sc_allreduce_async(c, gt[k], SC_OP_SUM, &gh[k]),
-				    "group member %d in set 1", k);
-		}
-		IT_CHECK_SC(sc_group_end(c, grp), "sc_group_end");
-		for (int k = 0; k < 2; k++) {
-			int r = it_wait(c, gh[k], IT_OP_TIMEOUT_MS);
-			if (r != SC_OK)
-				IT_FAIL("group member %d in set 1: %s: %s", k, it_wait_name(r),
-					it_wait_error());
-			ps_check(gt[k], sets[0], 2, 0, "a group in set 1");
-		}
+		sc_tensor_t *gt[2];
+		sc_handle_t gh[2];
+		ps_group_start(c, "g", 1, gt, gh);
+		ps_group_check(c, gt, gh, sets[0], 2, "a group in set 1");
 	}
 	if (w[2]) {
 		sc_tensor_t *b0 = ps_register(c, "b0", SC_INT32, 8, 2);
@@ -556,6 +576,33 @@ int it_psets(int argc, char **argv)
 	ps_split(c, 6, three, 3);
 	it_log("reduce-scatter, alltoall and adasum in {0, 2} and {0, 1, 3}: exact, in set "
 	       "rank order");
+
+	/* with 2 x 2, groups of two trainers of node 0 in flight together, each in its own
+	 * set, under the same number (each trainer numbers its groups from 1): rank 0's in
+	 * {0, 2} (its second) waits for rank 2, which submits it only after the group in
+	 * {1, 2, 3} that rank 1 starts meanwhile (its second too) is over. Both exact: node 0
+	 * announced them as two groups, not one that node 1 formed differently. */
+	static const int five[3] = {1, 2, 3};
+	sc_tensor_t *gt1[2], *gt5[2];
+	sc_handle_t gh1[2], gh5[2];
+	if (rank != 0) {
+		ps_group_start(c, "h", 5, gt5, gh5);
+		ps_group_check(c, gt5, gh5, five, 3, "a first group in {1, 2, 3}");
+	}
+	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier");
+	if (rank == 0)
+		ps_group_start(c, "k", 1, gt1, gh1);
+	else
+		it_sleep_ms(200); /* rank 0's group announced first */
+	if (rank != 0) {
+		ps_group_start(c, "k", 5, gt5, gh5);
+		ps_group_check(c, gt5, gh5, five, 3, "a group in {1, 2, 3}");
+	}
+	if (rank == 2)
+		ps_group_start(c, "k", 1, gt1, gh1);
+	if (rank % 2 == 0)
+		ps_group_check(c, gt1, gh1, sets[0], 2, "a group in {0, 2} meanwhile");
+	it_log("groups in {0, 2} and {1, 2, 3} of node 0's two trainers at once: exact");
 
 	/* 4 nodes x 1: an allreduce in {0, 2} leaves nodes 1 and 3 out of the data plane:
 	 * what the daemons counted for their tensors, or with --wire (each node in a network
