@@ -70,6 +70,11 @@ static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t le
 		snprintf(why, len, "tensor '%s' is of process set %u", c->name, c->pset);
 		return 0;
 	}
+	if (strlen(c->name) >= SCD_FAST_NAME_BYTES) { /* its turns could not be named */
+		snprintf(why, len, "tensor '%.64s...' has a name of over %d bytes", c->name,
+			 SCD_FAST_NAME_BYTES - 1);
+		return 0;
+	}
 	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
 	uint32_t ids[1] = {id};
 	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
@@ -184,6 +189,13 @@ void scd_fast_coord_end(scd_world_t *w, const char *why)
 	fe.epoch = w->fast.coord_epoch;
 	w->fast.coord_epoch = 0;
 	w->fast.run = 0;
+	/* the cycle's buffers ran as turns, which no plan counted: the least recently used
+	 * now, they would go first, though every node is about to announce them again */
+	for (size_t i = 0; w->fast.seen == fe.epoch && i < w->fast.n; i++) {
+		scd_cache_ent_t *c = scd_cache_get(w, w->fast.ids[i]);
+		if (c)
+			c->used_cycle = w->cycle + 1;
+	}
 	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu ends: %s", (unsigned long long)fe.epoch,
 		  why);
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -316,23 +328,37 @@ static scd_job_t *turn_job(scd_world_t *w, int leave)
 	return job;
 }
 
-/* Submits job, this node's next turn, and records it for the re-form rule. */
-static void turn_submit(scd_world_t *w, scd_job_t *job)
+void scd_fast_turn_taken(scd_world_t *w, const scd_job_t *job)
 {
 	scd_fast_state_t *f = &w->fast;
 	if (job->fast.epoch != f->last_epoch) { /* its first turn of the epoch */
 		f->last_epoch = job->fast.epoch;
 		f->last_turn = f->last_leave = 0;
+		f->last_name[0] = '\0';
 		f->last_state = SCD_FAST_DONE;
 	}
 	if (job->fast.leave) {
 		f->last_leave = job->fast.turn;
-	} else {
-		f->last_turn = job->fast.turn;
-		f->last_id = f->ids[(job->fast.turn - 1) % f->n];
-		f->last_state = SCD_FAST_UNDECIDED;
-		f->last_t0 = scd_tl_begin();
+		return;
 	}
+	/* cached as the turn's job was built from it; its name fits (fast_eligible) */
+	const scd_cache_ent_t *c = scd_cache_get(w, f->ids[(job->fast.turn - 1) % f->n]);
+	size_t len = c ? strlen(c->name) : 0;
+	if (!len || len >= sizeof(f->last_name)) { /* cannot happen: as if it had none */
+		f->last_turn = 0;
+		f->last_name[0] = '\0';
+		return;
+	}
+	memcpy(f->last_name, c->name, len + 1);
+	f->last_turn = job->fast.turn;
+	f->last_state = SCD_FAST_UNDECIDED;
+	f->last_t0 = scd_tl_begin();
+}
+
+/* Submits job, this node's next turn, and records it for the re-form rule. */
+static void turn_submit(scd_world_t *w, scd_job_t *job)
+{
+	scd_fast_turn_taken(w, job);
 	scd_engine_submit(w->d->engine, job);
 }
 
@@ -470,6 +496,7 @@ void scd_fast_reset(scd_world_t *w)
 	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
 	w->fast.kept = w->fast.discarded = 0;
 	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;
+	w->fast.last_name[0] = '\0';
 	w->fast.last_state = SCD_FAST_DONE;
 	if (uv_is_active((uv_handle_t *)&w->fast.timer))
 		uv_timer_stop(&w->fast.timer);
@@ -510,9 +537,8 @@ static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_
 void scd_fast_snapshot(scd_world_t *w)
 {
 	const scd_fast_state_t *f = &w->fast;
-	const scd_cache_ent_t *c = f->last_turn ? scd_cache_get(w, f->last_id) : NULL;
-	snap_set(&w->fast_snap, w->world_id, f->last_epoch, c ? f->last_turn : 0, f->last_leave,
-		 f->last_state, c ? c->name : NULL);
+	snap_set(&w->fast_snap, w->world_id, f->last_epoch, f->last_turn, f->last_leave,
+		 f->last_state, f->last_turn ? f->last_name : NULL);
 }
 
 void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs)
