@@ -318,14 +318,20 @@ static scd_job_t *turn_job(scd_world_t *w, int leave)
 	if (!job)
 		return NULL;
 	w->fast.turn++;
-	/* a turn waits for the others' readiness too: FastWaiting ends the epoch well
-	 * before this, and then the stall is named by the coordinator as before */
-	const scd_config_t *cfg = &w->d->cfg;
-	int64_t t = scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
-		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
-	if (t > job->timeout_ms)
-		job->timeout_ms = (int)(t < INT32_MAX ? t : INT32_MAX);
+	job->timeout_ms = scd_fast_turn_timeout_ms(&w->d->cfg, job->timeout_ms);
 	return job;
+}
+
+/* A turn waits for the others' readiness too: FastWaiting, sent after fast_wait_ms, ends
+ * the epoch well before this, and then the stall is named by the coordinator as before. */
+int scd_fast_turn_timeout_ms(const scd_config_t *cfg, int op_timeout_ms)
+{
+	int64_t t = scd_cfg_int(cfg, SCD_CFG_fast_wait_ms) +
+		    scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
+		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
+	if (t <= op_timeout_ms)
+		return op_timeout_ms;
+	return (int)(t < INT32_MAX ? t : INT32_MAX);
 }
 
 void scd_fast_turn_taken(scd_world_t *w, const scd_job_t *job)
@@ -522,7 +528,8 @@ void scd_fast_reset(scd_world_t *w)
  *     with the others' next.
  * A node is at most one turn behind another (a turn completes only with every rank's
  * words, and a node submits its next turn only once its last came back), so one step is
- * owed at most. A daemon that joins afresh (another daemon of the rank) owes nothing.
+ * owed at most; a record that says otherwise is dropped, not settled (coord_drop_outliers).
+ * A daemon that joins afresh (another daemon of the rank) owes nothing.
  */
 static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_t turn,
 		     uint64_t leave, int state, const char *name)
@@ -577,6 +584,50 @@ static const scd_fast_snap_t *coord_rep(scd_world_t *w, int r)
 	return s->world && s->world == w->world_id ? s : NULL;
 }
 
+/* The last data turn of epoch E of the nodes' records but node skip's (-1: none). */
+static uint64_t coord_last_turn(scd_world_t *w, uint64_t E, int skip)
+{
+	uint64_t M = 0;
+	for (int r = 0; r < w->d->world_size; r++) {
+		const scd_fast_snap_t *s = r != skip ? coord_rep(w, r) : NULL;
+		if (s && s->epoch == E && s->turn > M)
+			M = s->turn;
+	}
+	return M;
+}
+
+/* Drops node r's record of epoch E (its turn is not settled: it owes nothing, and puts
+ * nothing in doubt), saying why. */
+static void coord_drop(scd_world_t *w, int r, uint64_t E, const char *why, uint64_t M)
+{
+	scd_fast_snap_t *s = r == w->d->rank ? &w->fast_snap : &w->peers[r].fast_rep;
+	scd_warn(SCD_SUB_NEGOTIATE,
+		 "node %d reported fast turn %llu of epoch %llu of tensor '%s', %s %llu: not "
+		 "settled",
+		 r, (unsigned long long)s->turn, (unsigned long long)E, s->name ? s->name : "",
+		 why, (unsigned long long)M);
+	snap_set(s, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+}
+
+/* A node is at most one data turn behind another: a record of epoch E beyond the others'
+ * last turn plus one, or then below the last turn minus one, is no node's true state. */
+static void coord_drop_outliers(scd_world_t *w, uint64_t E)
+{
+	int P = w->d->world_size;
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		uint64_t others = coord_last_turn(w, E, r);
+		if (s && s->epoch == E && s->turn > others + 1)
+			coord_drop(w, r, E, "beyond the others' last turn plus one:", others);
+	}
+	uint64_t M = coord_last_turn(w, E, -1);
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (s && s->epoch == E && s->turn + 1 < M)
+			coord_drop(w, r, E, "below the others' last turn minus one:", M);
+	}
+}
+
 void scd_fast_coord_formed(scd_world_t *w)
 {
 	int P = w->d->world_size;
@@ -585,7 +636,12 @@ void scd_fast_coord_formed(scd_world_t *w)
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
 		if (s && s->epoch > E)
-			E = s->epoch, M = 0;
+			E = s->epoch;
+	}
+	if (E)
+		coord_drop_outliers(w, E);
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
 		if (s && s->epoch == E && E && s->turn > M)
 			M = s->turn, name = s->name;
 	}

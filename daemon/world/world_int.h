@@ -369,6 +369,9 @@ void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe);
 /* Records job, this node's next turn (built from its cycle), for the re-form rule: the
  * last data turn's name is copied, whatever the cache holds later. */
 void scd_fast_turn_taken(scd_world_t *w, const struct scd_job *job);
+/* How long a fast turn's exchange waits (ms), a plan's job waiting op_timeout_ms: past
+ * fast_wait_ms, after which its node tells the coordinator, and the stall naming after. */
+int scd_fast_turn_timeout_ms(const scd_config_t *cfg, int op_timeout_ms);
 /* A fast job handed back: 1 when done with here (a LEAVE, or a discarded turn whose
  * tensors are announced again), 0 when it completes as a planned job does. */
 int scd_fast_job_done(scd_world_t *w, struct scd_job *job);

@@ -7,7 +7,8 @@
  * whose steps were all answered does not keep it off, and a group's member never begins
  * it; a node refuses a fast_begin it could not run; and a re-form in the middle of a turn
  * makes every node that did not take part in it owe the step, even once the turn's cache
- * id is evicted.
+ * id is evicted, and no node owe one from a record more than a turn off the others'. A
+ * turn's exchange outlasts fast_wait_ms.
  */
 #include <string.h>
 
@@ -410,6 +411,36 @@ UNIT_TEST(negotiate_fast_reform_rule)
 	/* records of an older world count for nothing */
 	CHECK_EQ_INT(
 	    owed_after((rep_t[3]){{41, 2, 5, 0, U}, {41, 2, 4, 0, D}, {41, 2, 4, 0, D}}), 0);
+	/* a turn beyond the others' last plus one is no node's (one behind at most): not
+	 * settled, so node 0's turn 5 is, and node 1 owes it */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 1000, 0, D}}), 2);
+	/* ... nor is one below the last minus one: node 2 owes nothing of it */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, D}, {42, 2, 2, 0, D}}), 0);
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 2, 0, D}}), 2);
+}
+
+/* A turn's exchange waits past fast_wait_ms, after which its node tells the coordinator,
+ * and past the stall's naming; never less than a plan's job. */
+UNIT_TEST(negotiate_fast_turn_timeout_past_fast_wait)
+{
+	scd_config_t cfg;
+	scd_config_init(&cfg);
+	char err[200];
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 1000), 50 + 60000 + 2 * 10000);
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 100000), 100000);
+	static const char *set[][2] = {
+	    {"stall_timeout_ms", "100"}, {"peer_timeout_ms", "200"}, {"fast_wait_ms", "60000"}};
+	static const int keys[] = {SCD_CFG_stall_timeout_ms, SCD_CFG_peer_timeout_ms,
+				   SCD_CFG_fast_wait_ms};
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ_INT(
+		    scd_config_set(&cfg, keys[i], set[i][1], SCD_SRC_FLAG, err, sizeof(err)),
+		    SC_OK);
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 1000), 60000 + 100 + 2 * 200);
+	scd_config_free(&cfg);
 }
 
 /* A node's last turn is settled by its name, whatever the cache holds as the world
