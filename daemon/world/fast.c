@@ -584,12 +584,15 @@ static const scd_fast_snap_t *coord_rep(scd_world_t *w, int r)
 	return s->world && s->world == w->world_id ? s : NULL;
 }
 
-/* The last data turn of epoch E of the nodes' records but node skip's (-1: none). */
-static uint64_t coord_last_turn(scd_world_t *w, uint64_t E, int skip)
+/* The last data turn of epoch E of the nodes' records but node skip's (-1: none), and
+ * how many such records there are (*n_p). */
+static uint64_t coord_last_turn(scd_world_t *w, uint64_t E, int skip, int *n_p)
 {
 	uint64_t M = 0;
+	*n_p = 0;
 	for (int r = 0; r < w->d->world_size; r++) {
 		const scd_fast_snap_t *s = r != skip ? coord_rep(w, r) : NULL;
+		*n_p += s != NULL;
 		if (s && s->epoch == E && s->turn > M)
 			M = s->turn;
 	}
@@ -610,21 +613,22 @@ static void coord_drop(scd_world_t *w, int r, uint64_t E, const char *why, uint6
 }
 
 /* A node is at most one data turn behind another: a record of epoch E beyond the others'
- * last turn plus one, or then below the last turn minus one, is no node's true state. */
+ * last turn plus one (a node with no record of the epoch: turn 0; one that joined afresh
+ * says nothing), or then below the last turn minus one, is no node's true state. */
 static void coord_drop_outliers(scd_world_t *w, uint64_t E)
 {
-	int P = w->d->world_size;
+	int P = w->d->world_size, n;
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
-		uint64_t others = coord_last_turn(w, E, r);
-		if (s && s->epoch == E && s->turn > others + 1)
-			coord_drop(w, r, E, "beyond the others' last turn plus one:", others);
+		uint64_t others = coord_last_turn(w, E, r, &n);
+		if (s && n && s->epoch == E && s->turn > others + 1)
+			coord_drop(w, r, E, "more than one past the others' last turn", others);
 	}
-	uint64_t M = coord_last_turn(w, E, -1);
+	uint64_t M = coord_last_turn(w, E, -1, &n);
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
 		if (s && s->epoch == E && s->turn + 1 < M)
-			coord_drop(w, r, E, "below the others' last turn minus one:", M);
+			coord_drop(w, r, E, "more than one before the last turn", M);
 	}
 }
 
