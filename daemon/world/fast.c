@@ -70,6 +70,11 @@ static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t le
 		snprintf(why, len, "tensor '%s' is of process set %u", c->name, c->pset);
 		return 0;
 	}
+	if (strlen(c->name) >= SCD_FAST_NAME_BYTES) { /* its turns could not be named */
+		snprintf(why, len, "tensor '%.64s...' has a name of over %d bytes", c->name,
+			 SCD_FAST_NAME_BYTES - 1);
+		return 0;
+	}
 	Sparsecomm__Response r = SPARSECOMM__RESPONSE__INIT;
 	uint32_t ids[1] = {id};
 	r.kind = SPARSECOMM__RESPONSE_KIND__RESPONSE_ALLREDUCE;
@@ -184,6 +189,13 @@ void scd_fast_coord_end(scd_world_t *w, const char *why)
 	fe.epoch = w->fast.coord_epoch;
 	w->fast.coord_epoch = 0;
 	w->fast.run = 0;
+	/* the cycle's buffers ran as turns, which no plan counted: the least recently used
+	 * now, they would go first, though every node is about to announce them again */
+	for (size_t i = 0; w->fast.seen == fe.epoch && i < w->fast.n; i++) {
+		scd_cache_ent_t *c = scd_cache_get(w, w->fast.ids[i]);
+		if (c)
+			c->used_cycle = w->cycle + 1;
+	}
 	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu ends: %s", (unsigned long long)fe.epoch,
 		  why);
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
@@ -306,33 +318,53 @@ static scd_job_t *turn_job(scd_world_t *w, int leave)
 	if (!job)
 		return NULL;
 	w->fast.turn++;
-	/* a turn waits for the others' readiness too: FastWaiting ends the epoch well
-	 * before this, and then the stall is named by the coordinator as before */
-	const scd_config_t *cfg = &w->d->cfg;
-	int64_t t = scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
-		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
-	if (t > job->timeout_ms)
-		job->timeout_ms = (int)(t < INT32_MAX ? t : INT32_MAX);
+	job->timeout_ms = scd_fast_turn_timeout_ms(&w->d->cfg, job->timeout_ms);
 	return job;
 }
 
-/* Submits job, this node's next turn, and records it for the re-form rule. */
-static void turn_submit(scd_world_t *w, scd_job_t *job)
+/* A turn waits for the others' readiness too: FastWaiting, sent after fast_wait_ms, ends
+ * the epoch well before this, and then the stall is named by the coordinator as before. */
+int scd_fast_turn_timeout_ms(const scd_config_t *cfg, int op_timeout_ms)
+{
+	int64_t t = scd_cfg_int(cfg, SCD_CFG_fast_wait_ms) +
+		    scd_cfg_int(cfg, SCD_CFG_stall_timeout_ms) +
+		    2 * scd_cfg_int(cfg, SCD_CFG_peer_timeout_ms);
+	if (t <= op_timeout_ms)
+		return op_timeout_ms;
+	return (int)(t < INT32_MAX ? t : INT32_MAX);
+}
+
+void scd_fast_turn_taken(scd_world_t *w, const scd_job_t *job)
 {
 	scd_fast_state_t *f = &w->fast;
 	if (job->fast.epoch != f->last_epoch) { /* its first turn of the epoch */
 		f->last_epoch = job->fast.epoch;
 		f->last_turn = f->last_leave = 0;
+		f->last_name[0] = '\0';
 		f->last_state = SCD_FAST_DONE;
 	}
 	if (job->fast.leave) {
 		f->last_leave = job->fast.turn;
-	} else {
-		f->last_turn = job->fast.turn;
-		f->last_id = f->ids[(job->fast.turn - 1) % f->n];
-		f->last_state = SCD_FAST_UNDECIDED;
-		f->last_t0 = scd_tl_begin();
+		return;
 	}
+	/* cached as the turn's job was built from it; its name fits (fast_eligible) */
+	const scd_cache_ent_t *c = scd_cache_get(w, f->ids[(job->fast.turn - 1) % f->n]);
+	size_t len = c ? strlen(c->name) : 0;
+	if (!len || len >= sizeof(f->last_name)) { /* cannot happen: as if it had none */
+		f->last_turn = 0;
+		f->last_name[0] = '\0';
+		return;
+	}
+	memcpy(f->last_name, c->name, len + 1);
+	f->last_turn = job->fast.turn;
+	f->last_state = SCD_FAST_UNDECIDED;
+	f->last_t0 = scd_tl_begin();
+}
+
+/* Submits job, this node's next turn, and records it for the re-form rule. */
+static void turn_submit(scd_world_t *w, scd_job_t *job)
+{
+	scd_fast_turn_taken(w, job);
 	scd_engine_submit(w->d->engine, job);
 }
 
@@ -470,6 +502,7 @@ void scd_fast_reset(scd_world_t *w)
 	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
 	w->fast.kept = w->fast.discarded = 0;
 	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;
+	w->fast.last_name[0] = '\0';
 	w->fast.last_state = SCD_FAST_DONE;
 	if (uv_is_active((uv_handle_t *)&w->fast.timer))
 		uv_timer_stop(&w->fast.timer);
@@ -495,7 +528,8 @@ void scd_fast_reset(scd_world_t *w)
  *     with the others' next.
  * A node is at most one turn behind another (a turn completes only with every rank's
  * words, and a node submits its next turn only once its last came back), so one step is
- * owed at most. A daemon that joins afresh (another daemon of the rank) owes nothing.
+ * owed at most; a record that says otherwise is dropped, not settled (coord_drop_outliers).
+ * A daemon that joins afresh (another daemon of the rank) owes nothing.
  */
 static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_t turn,
 		     uint64_t leave, int state, const char *name)
@@ -510,9 +544,8 @@ static void snap_set(scd_fast_snap_t *s, uint64_t world, uint64_t epoch, uint64_
 void scd_fast_snapshot(scd_world_t *w)
 {
 	const scd_fast_state_t *f = &w->fast;
-	const scd_cache_ent_t *c = f->last_turn ? scd_cache_get(w, f->last_id) : NULL;
-	snap_set(&w->fast_snap, w->world_id, f->last_epoch, c ? f->last_turn : 0, f->last_leave,
-		 f->last_state, c ? c->name : NULL);
+	snap_set(&w->fast_snap, w->world_id, f->last_epoch, f->last_turn, f->last_leave,
+		 f->last_state, f->last_turn ? f->last_name : NULL);
 }
 
 void scd_fast_join_fill(scd_world_t *w, Sparsecomm__Join *j, Sparsecomm__FastState *fs)
@@ -551,6 +584,54 @@ static const scd_fast_snap_t *coord_rep(scd_world_t *w, int r)
 	return s->world && s->world == w->world_id ? s : NULL;
 }
 
+/* The last data turn of epoch E of the nodes' records but node skip's (-1: none), and
+ * how many such records there are (*n_p). */
+static uint64_t coord_last_turn(scd_world_t *w, uint64_t E, int skip, int *n_p)
+{
+	uint64_t M = 0;
+	*n_p = 0;
+	for (int r = 0; r < w->d->world_size; r++) {
+		const scd_fast_snap_t *s = r != skip ? coord_rep(w, r) : NULL;
+		*n_p += s != NULL;
+		if (s && s->epoch == E && s->turn > M)
+			M = s->turn;
+	}
+	return M;
+}
+
+/* Drops node r's record of epoch E (its turn is not settled: it owes nothing, and puts
+ * nothing in doubt), saying why. */
+static void coord_drop(scd_world_t *w, int r, uint64_t E, const char *why, uint64_t M)
+{
+	scd_fast_snap_t *s = r == w->d->rank ? &w->fast_snap : &w->peers[r].fast_rep;
+	scd_warn(SCD_SUB_NEGOTIATE,
+		 "node %d reported fast turn %llu of epoch %llu of tensor '%s', %s %llu: not "
+		 "settled",
+		 r, (unsigned long long)s->turn, (unsigned long long)E, s->name ? s->name : "",
+		 why, (unsigned long long)M);
+	snap_set(s, 0, 0, 0, 0, SCD_FAST_DONE, NULL);
+}
+
+/* A node is at most one data turn behind another: a record of epoch E beyond the others'
+ * last turn plus one (a node with no record of the epoch: turn 0; one that joined afresh
+ * says nothing), or then below the last turn minus one, is no node's true state. */
+static void coord_drop_outliers(scd_world_t *w, uint64_t E)
+{
+	int P = w->d->world_size, n;
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		uint64_t others = coord_last_turn(w, E, r, &n);
+		if (s && n && s->epoch == E && s->turn > others + 1)
+			coord_drop(w, r, E, "more than one past the others' last turn", others);
+	}
+	uint64_t M = coord_last_turn(w, E, -1, &n);
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
+		if (s && s->epoch == E && s->turn + 1 < M)
+			coord_drop(w, r, E, "more than one before the last turn", M);
+	}
+}
+
 void scd_fast_coord_formed(scd_world_t *w)
 {
 	int P = w->d->world_size;
@@ -559,7 +640,12 @@ void scd_fast_coord_formed(scd_world_t *w)
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
 		if (s && s->epoch > E)
-			E = s->epoch, M = 0;
+			E = s->epoch;
+	}
+	if (E)
+		coord_drop_outliers(w, E);
+	for (int r = 0; r < P; r++) {
+		const scd_fast_snap_t *s = coord_rep(w, r);
 		if (s && s->epoch == E && E && s->turn > M)
 			M = s->turn, name = s->name;
 	}

@@ -183,6 +183,9 @@ typedef struct scd_held {
  * buffers, and the coordinator looks back SCD_FAST_HIST plans for one. */
 #define SCD_FAST_CYCLE 8
 #define SCD_FAST_HIST  (2 * SCD_FAST_CYCLE)
+/* a fast buffer's name and its NUL: a trainer's name is 1 to 255 bytes (ctl/tensor.c), and
+ * a buffer of a process set, whose qualified name is longer, never runs as fast turns */
+#define SCD_FAST_NAME_BYTES 256
 typedef struct scd_fast_state {
 	/* the coordinator: the epoch in force (0: none), the epochs begun in this world, and
 	 * the cache ids of its last plans that each planned one buffer alone, in a row, oldest
@@ -203,11 +206,12 @@ typedef struct scd_fast_state {
 	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
 	uv_timer_t timer; /* the open turn's fast_wait_ms */
 	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
-	 * its last data turn (0: none) with its buffer's cache id and outcome, and the turn
-	 * it left (0: none) */
+	 * its last data turn (0: none) with its buffer's name and outcome, and the turn it
+	 * left (0: none). The name is copied as the turn is submitted: fast turns keep no
+	 * cache entry from eviction, so the id may be gone by the time the world re-forms. */
 	uint64_t last_epoch, last_turn, last_leave;
 	uint64_t last_t0; /* its last data turn's submission (timeline, fast_turn) */
-	uint32_t last_id;
+	char last_name[SCD_FAST_NAME_BYTES];
 	int last_state; /* SCD_FAST_UNDECIDED, SCD_FAST_DONE or SCD_FAST_DISCARDED */
 } scd_fast_state_t;
 
@@ -362,6 +366,12 @@ void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan);
  * for the epoch's tensor as a group's member, which goes out with its group). */
 int scd_fast_announce(scd_world_t *w, scd_ntensor_t *nt, uint32_t id);
 void scd_fast_on_end(scd_world_t *w, const Sparsecomm__FastEnd *fe);
+/* Records job, this node's next turn (built from its cycle), for the re-form rule: the
+ * last data turn's name is copied, whatever the cache holds later. */
+void scd_fast_turn_taken(scd_world_t *w, const struct scd_job *job);
+/* How long a fast turn's exchange waits (ms), a plan's job waiting op_timeout_ms: past
+ * fast_wait_ms, after which its node tells the coordinator, and the stall naming after. */
+int scd_fast_turn_timeout_ms(const scd_config_t *cfg, int op_timeout_ms);
 /* A fast job handed back: 1 when done with here (a LEAVE, or a discarded turn whose
  * tensors are announced again), 0 when it completes as a planned job does. */
 int scd_fast_job_done(scd_world_t *w, struct scd_job *job);

@@ -6,11 +6,14 @@
  * announcement or a node's FastWaiting ends it (a stale fast_left does not); a late record
  * whose steps were all answered does not keep it off, and a group's member never begins
  * it; a node refuses a fast_begin it could not run; and a re-form in the middle of a turn
- * makes every node that did not take part in it owe the step.
+ * makes every node that did not take part in it owe the step, even once the turn's cache
+ * id is evicted, and no node owe one from a record more than a turn off the others'. A
+ * turn's exchange outlasts fast_wait_ms.
  */
 #include <string.h>
 
 #include "coll/coll.h"
+#include "coll/job.h"
 #include "unit.h"
 #include "world/world_int.h"
 
@@ -408,4 +411,78 @@ UNIT_TEST(negotiate_fast_reform_rule)
 	/* records of an older world count for nothing */
 	CHECK_EQ_INT(
 	    owed_after((rep_t[3]){{41, 2, 5, 0, U}, {41, 2, 4, 0, D}, {41, 2, 4, 0, D}}), 0);
+	/* a turn beyond the others' last plus one is no node's (one behind at most): not
+	 * settled, so node 0's turn 5 is, and node 1 owes it */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 1000, 0, D}}), 2);
+	/* ... nor is one below the last minus one: node 2 owes nothing of it */
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, D}, {42, 2, 2, 0, D}}), 0);
+	CHECK_EQ_INT(
+	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 2, 0, D}}), 2);
+}
+
+/* A turn's exchange waits past fast_wait_ms, after which its node tells the coordinator,
+ * and past the stall's naming; never less than a plan's job. */
+UNIT_TEST(negotiate_fast_turn_timeout_past_fast_wait)
+{
+	scd_config_t cfg;
+	scd_config_init(&cfg);
+	char err[200];
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 1000), 50 + 60000 + 2 * 10000);
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 100000), 100000);
+	static const char *set[][2] = {
+	    {"stall_timeout_ms", "100"}, {"peer_timeout_ms", "200"}, {"fast_wait_ms", "60000"}};
+	static const int keys[] = {SCD_CFG_stall_timeout_ms, SCD_CFG_peer_timeout_ms,
+				   SCD_CFG_fast_wait_ms};
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ_INT(
+		    scd_config_set(&cfg, keys[i], set[i][1], SCD_SRC_FLAG, err, sizeof(err)),
+		    SC_OK);
+	CHECK_EQ_INT(scd_fast_turn_timeout_ms(&cfg, 1000), 60000 + 100 + 2 * 200);
+	scd_config_free(&cfg);
+}
+
+/* A node's last turn is settled by its name, whatever the cache holds as the world
+ * re-forms: the coordinator (node 0) submitted turn 1 of its cycle's buffer, node 1 never
+ * did (its turn 1 waited), and plans after FastEnd evicted the buffer's id on every node.
+ * Node 0 still reports its turn and name, and node 1 owes the step; else node 1 would
+ * submit it in the new world, where it pairs with node 0's next. Ending the epoch also
+ * makes the cycle's buffers the coordinator's most recently used. */
+UNIT_TEST(negotiate_fast_reform_rule_after_eviction)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	scd_world_t *w = f.w;
+	for (int i = 0; i < 3; i++) /* 3 plans of id 0 alone: fast mode begins */
+		if (plan_one(&f, 0))
+			break;
+	CHECK_TRUE(f.plan.fast_begin != NULL);
+	uint64_t E = f.plan.fast_begin->epoch;
+	scd_fast_on_plan(w, &f.plan);
+	scd_job_t turn;
+	memset(&turn, 0, sizeof(turn));
+	turn.fast = (scd_fast_t){.epoch = E, .turn = 1};
+	scd_fast_turn_taken(w, &turn);
+	/* the coordinator ends the epoch (node 1's turn waited); its node leaves at turn 2
+	 * as fast_leave does, with no engine here to submit the LEAVE to */
+	turn.fast = (scd_fast_t){.epoch = E, .turn = 2, .leave = 1};
+	scd_fast_turn_taken(w, &turn);
+	w->fast.epoch = 0;
+	w->cycle = 7;
+	scd_fast_coord_end(w, "rank 0's turn 1 waited for the others");
+	CHECK_EQ_INT((int)scd_cache_get(w, 0)->used_cycle, 8);
+	scd_cache_evict(w, 0);
+	CHECK_TRUE(scd_cache_get(w, 0) == NULL);
+	w->peers[1].fast_rep =
+	    (scd_fast_snap_t){w->world_id, E, 0, 0, SCD_FAST_DONE, NULL}; /* no turn yet */
+	scd_fast_snapshot(w);
+	CHECK_EQ_INT((int)w->fast_snap.turn, 1);
+	CHECK_MSG(w->fast_snap.name && !strcmp(w->fast_snap.name, "fast.a"), "name: %s",
+		  w->fast_snap.name ? w->fast_snap.name : "(none)");
+	scd_fast_reset(w);
+	scd_fast_coord_formed(w);
+	CHECK_EQ_INT(scd_late_take(w, 1, "fast.a", 0), 1);
+	CHECK_EQ_INT(scd_late_take(w, 0, "fast.a", 0), 0);
+	fast_free(&f);
 }
