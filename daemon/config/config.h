@@ -103,7 +103,7 @@ typedef enum {
 	  "registrations this node's trainers may hold at once; each is a shared-memory "      \
 	  "mapping, and the kernel's vm.max_map_count less 4096 bounds them whatever this "    \
 	  "says")                                                                              \
-	X(fast_path, INT, 0, NULL, 0, 1, SCD_CFG_SAME,                                         \
+	X(fast_path, INT, 1, NULL, 0, 1, SCD_CFG_SAME,                                         \
 	  "1: a small cached buffer planned alone in a row runs in fast mode, its readiness "  \
 	  "carried in its one-round exchange instead of announced (docs/design.md \"Fast "     \
 	  "mode\")")                                                                           \

@@ -28,6 +28,16 @@
  * with that buffer; a cycle of n > 1 buffers must have repeated: 2n plans */
 #define SCD_FAST_RUN 3
 
+/* The backoff: an epoch that ends with fewer than SCD_FAST_LONG turns kept (on the
+ * coordinator's node; every node keeps the same turns) makes the coordinator let
+ * SCD_FAST_HOLD_MIN plans pass before it begins another, twice as many after each short
+ * epoch in a row, at most SCD_FAST_HOLD_MAX; a longer epoch clears it. A workload whose
+ * cycle breaks every few steps (A, B, A, B, C, ...) would otherwise begin an epoch at
+ * every repeat and discard a turn at every break, a round more per break than planning it. */
+#define SCD_FAST_LONG	  16
+#define SCD_FAST_HOLD_MIN 8
+#define SCD_FAST_HOLD_MAX 512
+
 static void mix(uint64_t *h, uint64_t v)
 {
 	for (int i = 0; i < 8; i++) { /* FNV-1a over v's little-endian bytes */
@@ -160,6 +170,10 @@ void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__Fas
 		    plan->responses[0]->cache_ids[0];
 	}
 	size_t n = one ? coord_cycle(f) : 0;
+	if (f->hold && !f->coord_epoch) {
+		f->hold--;
+		return;
+	}
 	if (!scd_cfg_int(&w->d->cfg, SCD_CFG_fast_path) || f->coord_epoch || !n ||
 	    plan->n_evicted || coord_excluded(w))
 		return;
@@ -189,6 +203,14 @@ void scd_fast_coord_end(scd_world_t *w, const char *why)
 	fe.epoch = w->fast.coord_epoch;
 	w->fast.coord_epoch = 0;
 	w->fast.run = 0;
+	scd_fast_state_t *f = &w->fast;
+	if (f->seen == fe.epoch && f->epoch_kept >= SCD_FAST_LONG) {
+		f->hold = f->hold_next = 0;
+	} else {
+		f->hold = f->hold_next ? f->hold_next : SCD_FAST_HOLD_MIN;
+		f->hold_next =
+		    f->hold * 2 > SCD_FAST_HOLD_MAX ? SCD_FAST_HOLD_MAX : f->hold * 2;
+	}
 	/* the cycle's buffers ran as turns, which no plan counted: the least recently used
 	 * now, they would go first, though every node is about to announce them again */
 	for (size_t i = 0; w->fast.seen == fe.epoch && i < w->fast.n; i++) {
@@ -196,8 +218,10 @@ void scd_fast_coord_end(scd_world_t *w, const char *why)
 		if (c)
 			c->used_cycle = w->cycle + 1;
 	}
-	scd_debug(SCD_SUB_NEGOTIATE, "fast mode %llu ends: %s", (unsigned long long)fe.epoch,
-		  why);
+	scd_debug(
+	    SCD_SUB_NEGOTIATE,
+	    "fast mode %llu ends after %llu turns kept here: %s; %u plans before the next",
+	    (unsigned long long)fe.epoch, (unsigned long long)f->epoch_kept, why, f->hold);
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_FAST_END;
 	m.fast_end = &fe;
@@ -276,6 +300,7 @@ void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	memcpy(w->fast.ids, fb->cache_ids, w->fast.n * sizeof(*w->fast.ids));
 	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, w->fast.n);
 	w->fast.turn = w->fast.open_turn = 0;
+	w->fast.epoch_kept = 0;
 	w->fast.total_epochs++;
 }
 
@@ -465,6 +490,7 @@ int scd_fast_job_done(scd_world_t *w, scd_job_t *job)
 	if (!job->fast.discarded) {
 		w->fast.kept += job->status == SC_OK;
 		w->fast.total_kept += job->status == SC_OK;
+		w->fast.epoch_kept += job->status == SC_OK && job->fast.epoch == w->fast.seen;
 		return 0;
 	}
 	w->fast.discarded++;
@@ -499,6 +525,8 @@ void scd_fast_reset(scd_world_t *w)
 {
 	w->fast.coord_epoch = w->fast.epochs = 0;
 	w->fast.run = 0;
+	w->fast.hold = w->fast.hold_next = 0;
+	w->fast.epoch_kept = 0;
 	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
 	w->fast.kept = w->fast.discarded = 0;
 	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;

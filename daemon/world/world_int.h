@@ -193,6 +193,9 @@ typedef struct scd_fast_state {
 	uint64_t coord_epoch, epochs;
 	uint32_t hist[SCD_FAST_HIST];
 	int run;
+	/* the coordinator's backoff (fast.c, SCD_FAST_LONG): plans to let pass before it
+	 * begins another epoch, and the wait after the next short epoch */
+	uint32_t hold, hold_next;
 	/* every node: the epoch it is in (0: none), its cycle of n buffers' cache ids (turn
 	 * t carries ids[(t - 1) % n]) and digest, the last turn it submitted, the turn open
 	 * (submitted, not handed back; 0: none) */
@@ -204,7 +207,8 @@ typedef struct scd_fast_state {
 	uint64_t left; /* the epoch this node left, to tell the coordinator (0: none) */
 	/* what the node's turns did: since the last report, and in all (stats) */
 	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
-	uv_timer_t timer; /* the open turn's fast_wait_ms */
+	uint64_t epoch_kept; /* turns kept in the epoch it is in, or was in last */
+	uv_timer_t timer;    /* the open turn's fast_wait_ms */
 	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
 	 * its last data turn (0: none) with its buffer's name and outcome, and the turn it
 	 * left (0: none). The name is copied as the turn is submitted: fast turns keep no

@@ -699,7 +699,7 @@ same_alt() {
 	data_protection) echo integrity ;;
 	cpu_share) echo 3 ;;
 	cache_max_entries) echo 64 ;;
-	fast_path) echo 1 ;;
+	fast_path) echo 0 ;;
 	*) return 1 ;;
 	esac
 }

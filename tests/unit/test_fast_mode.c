@@ -8,7 +8,8 @@
  * it; a node refuses a fast_begin it could not run; and a re-form in the middle of a turn
  * makes every node that did not take part in it owe the step, even once the turn's cache
  * id is evicted, and no node owe one from a record more than a turn off the others'. A
- * turn's exchange outlasts fast_wait_ms.
+ * turn's exchange outlasts fast_wait_ms. An epoch that kept few turns holds the next off
+ * for a number of plans that doubles per short epoch in a row.
  */
 #include <string.h>
 
@@ -183,12 +184,21 @@ UNIT_TEST(negotiate_fast_begin_on_a_repeated_cycle)
 	fast_free(&f);
 }
 
+/* The coordinator's node kept n turns of the epoch in force (as scd_fast_on_plan and
+ * scd_fast_job_done count them on a node). */
+static void kept_turns(fast_fixture_t *f, uint64_t n)
+{
+	f->w->fast.seen = f->w->fast.coord_epoch;
+	f->w->fast.epoch_kept = n;
+}
+
 UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 {
 	fast_fixture_t f;
 	fast_make(&f, "1");
 	plan_one(&f, 0), plan_one(&f, 0);
 	CHECK_TRUE(plan_one(&f, 0));
+	kept_turns(&f, 16); /* a long epoch: no backoff after it */
 	/* a ReadyList that only reports the node's turns leaves it in force */
 	Sparsecomm__ReadyList rl = SPARSECOMM__READY_LIST__INIT;
 	Sparsecomm__FastReport rep = SPARSECOMM__FAST_REPORT__INIT;
@@ -206,6 +216,7 @@ UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 	CHECK_EQ_INT(f.w->fast.run, 0); /* three plans again before the next epoch */
 	CHECK_TRUE(!plan_one(&f, 0) && !plan_one(&f, 0) && plan_one(&f, 0));
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 2);
+	kept_turns(&f, 100);
 	/* a node that left says so with its announcement */
 	Sparsecomm__ReadyList left = SPARSECOMM__READY_LIST__INIT;
 	left.rank = 1, left.fast_left = 2;
@@ -223,6 +234,56 @@ UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
 	scd_fast_coord_waiting(f.w, 1, &fw);
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
+	fast_free(&f);
+}
+
+/* The backoff: an epoch that kept fewer than 16 turns makes the coordinator let 8 plans
+ * pass before it begins the next (its history of plans keeps counting meanwhile), then 16,
+ * 32 ... after each short epoch in a row, at most 512; an epoch of 16 turns or more clears
+ * it, and so does a re-form. */
+UNIT_TEST(negotiate_fast_backoff_after_short_epochs)
+{
+	fast_fixture_t f;
+	fast_make(&f, "1");
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
+	kept_turns(&f, 2);
+	scd_fast_coord_end(f.w, "a short epoch");
+	CHECK_EQ_INT((int)f.w->fast.hold, 8);
+	for (int i = 0; i < 8; i++)
+		CHECK_MSG(!plan_one(&f, 0), "began after %d plans", i + 1);
+	CHECK_TRUE(plan_one(&f, 0)); /* the 9th, on a history still steady */
+	kept_turns(&f, 15);
+	scd_fast_coord_end(f.w, "short again");
+	CHECK_EQ_INT((int)f.w->fast.hold, 16);
+	for (int i = 0; i < 16; i++)
+		CHECK_MSG(!plan_one(&f, 0), "began after %d plans", i + 1);
+	CHECK_TRUE(plan_one(&f, 0));
+	/* a cycle of two broken by a third buffer: the hold counts every plan */
+	kept_turns(&f, 1);
+	scd_fast_coord_end(f.w, "a third buffer");
+	CHECK_EQ_INT((int)f.w->fast.hold, 32);
+	int began = -1;
+	for (int i = 0; i < 64 && began < 0; i++)
+		if (plan_one(&f, (uint32_t[]){0, 1, 0, 1, 3}[i % 5]))
+			began = i;
+	CHECK_MSG(began >= 32, "began at plan %d", began);
+	for (uint32_t want = 64; want <= 1024; want *= 2) { /* doubling, up to 512 */
+		kept_turns(&f, 0);
+		scd_fast_coord_end(f.w, "short");
+		CHECK_EQ_INT((int)f.w->fast.hold, want > 512 ? 512 : (int)want);
+		f.w->fast.hold = 0; /* let it begin at once */
+		CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
+	}
+	kept_turns(&f, 16); /* a long epoch clears it */
+	scd_fast_coord_end(f.w, "long");
+	CHECK_EQ_INT((int)f.w->fast.hold, 0);
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
+	kept_turns(&f, 0);
+	scd_fast_coord_end(f.w, "short after a long one");
+	CHECK_EQ_INT((int)f.w->fast.hold, 8);
+	scd_fast_reset(f.w);
+	CHECK_EQ_INT((int)f.w->fast.hold, 0);
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
 	fast_free(&f);
 }
 
