@@ -31,10 +31,12 @@
 /* The backoff: an epoch that ends with fewer than SCD_FAST_LONG turns kept (on the
  * coordinator's node; every node keeps the same turns) makes the coordinator let
  * SCD_FAST_HOLD_MIN plans pass before it begins another, twice as many after each short
- * epoch in a row, at most SCD_FAST_HOLD_MAX; a longer epoch clears it. A workload whose
- * cycle breaks every few steps (A, B, A, B, C, ...) would otherwise begin an epoch at
- * every repeat and discard a turn at every break, a round more per break than planning it. */
-#define SCD_FAST_LONG	  16
+ * epoch in a row, at most SCD_FAST_HOLD_MAX; a longer epoch clears it. An epoch costs one
+ * discarded turn, a round, at its end and saves each kept turn its negotiation, two
+ * messages: one that keeps fewer than 2 turns did not pay. A workload whose cycle breaks
+ * as it repeats (A, B, A, B, C, ...: the cycle A, B seen twice, then C, so the epoch's
+ * first turn is left) would otherwise begin an epoch and discard a turn at every break. */
+#define SCD_FAST_LONG	  2
 #define SCD_FAST_HOLD_MIN 8
 #define SCD_FAST_HOLD_MAX 512
 
@@ -254,6 +256,10 @@ void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWait
 {
 	if (fw->rank != from || fw->epoch != w->fast.coord_epoch)
 		return; /* an epoch ended already */
+	/* the turn came back here, so every rank's words were sent: it comes back there too
+	 * (the timer fired as it did) */
+	if (fw->epoch == w->fast.seen && fw->turn <= w->fast.done_turn)
+		return;
 	char why[96];
 	snprintf(why, sizeof(why), "rank %d's turn %llu waited for the others", from,
 		 (unsigned long long)fw->turn);
@@ -300,7 +306,7 @@ void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 	memcpy(w->fast.ids, fb->cache_ids, w->fast.n * sizeof(*w->fast.ids));
 	w->fast.digest = scd_fast_digest(w, fb->epoch, fb->cache_ids, w->fast.n);
 	w->fast.turn = w->fast.open_turn = 0;
-	w->fast.epoch_kept = 0;
+	w->fast.epoch_kept = w->fast.done_turn = 0;
 	w->fast.total_epochs++;
 }
 
@@ -473,6 +479,8 @@ int scd_fast_job_done(scd_world_t *w, scd_job_t *job)
 		uv_timer_stop(&w->fast.timer);
 	}
 	int last = job->fast.epoch == w->fast.last_epoch && job->fast.turn == w->fast.last_turn;
+	if (job->fast.epoch == w->fast.seen && job->fast.turn > w->fast.done_turn)
+		w->fast.done_turn = job->fast.turn;
 	if (job->fast.leave)
 		return 1;
 	if (last) {
@@ -526,7 +534,7 @@ void scd_fast_reset(scd_world_t *w)
 	w->fast.coord_epoch = w->fast.epochs = 0;
 	w->fast.run = 0;
 	w->fast.hold = w->fast.hold_next = 0;
-	w->fast.epoch_kept = 0;
+	w->fast.epoch_kept = w->fast.done_turn = 0;
 	w->fast.epoch = w->fast.seen = w->fast.turn = w->fast.open_turn = w->fast.left = 0;
 	w->fast.kept = w->fast.discarded = 0;
 	w->fast.last_epoch = w->fast.last_turn = w->fast.last_leave = 0;
@@ -649,13 +657,13 @@ static void coord_drop_outliers(scd_world_t *w, uint64_t E)
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
 		uint64_t others = coord_last_turn(w, E, r, &n);
-		if (s && n && s->epoch == E && s->turn > others + 1)
+		if (s && n && s->epoch == E && s->turn > others && s->turn - others > 1)
 			coord_drop(w, r, E, "more than one past the others' last turn", others);
 	}
 	uint64_t M = coord_last_turn(w, E, -1, &n);
 	for (int r = 0; r < P; r++) {
 		const scd_fast_snap_t *s = coord_rep(w, r);
-		if (s && s->epoch == E && s->turn + 1 < M)
+		if (s && s->epoch == E && s->turn < M && M - s->turn > 1)
 			coord_drop(w, r, E, "more than one before the last turn", M);
 	}
 }

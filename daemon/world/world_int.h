@@ -208,6 +208,7 @@ typedef struct scd_fast_state {
 	/* what the node's turns did: since the last report, and in all (stats) */
 	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
 	uint64_t epoch_kept; /* turns kept in the epoch it is in, or was in last */
+	uint64_t done_turn;  /* the last turn of that epoch handed back here (0: none) */
 	uv_timer_t timer;    /* the open turn's fast_wait_ms */
 	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
 	 * its last data turn (0: none) with its buffer's name and outcome, and the turn it

@@ -8,8 +8,9 @@
  * it; a node refuses a fast_begin it could not run; and a re-form in the middle of a turn
  * makes every node that did not take part in it owe the step, even once the turn's cache
  * id is evicted, and no node owe one from a record more than a turn off the others'. A
- * turn's exchange outlasts fast_wait_ms. An epoch that kept few turns holds the next off
- * for a number of plans that doubles per short epoch in a row.
+ * turn's exchange outlasts fast_wait_ms. An epoch that kept fewer than 2 turns holds the
+ * next off for a number of plans that doubles per short epoch in a row. A FastWaiting for
+ * a turn that came back on the coordinator's node ends nothing.
  */
 #include <string.h>
 
@@ -232,27 +233,31 @@ UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 	fw.epoch = 3;
 	scd_fast_coord_waiting(f.w, 0, &fw); /* about another rank */
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
+	f.w->fast.seen = 3, f.w->fast.done_turn = 5; /* turn 5 came back on this node */
+	scd_fast_coord_waiting(f.w, 1, &fw);	     /* so it comes back on node 1 too */
+	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 3);
+	fw.turn = 6;
 	scd_fast_coord_waiting(f.w, 1, &fw);
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
 	fast_free(&f);
 }
 
-/* The backoff: an epoch that kept fewer than 16 turns makes the coordinator let 8 plans
+/* The backoff: an epoch that kept fewer than 2 turns makes the coordinator let 8 plans
  * pass before it begins the next (its history of plans keeps counting meanwhile), then 16,
- * 32 ... after each short epoch in a row, at most 512; an epoch of 16 turns or more clears
+ * 32 ... after each short epoch in a row, at most 512; an epoch of 2 turns or more clears
  * it, and so does a re-form. */
 UNIT_TEST(negotiate_fast_backoff_after_short_epochs)
 {
 	fast_fixture_t f;
 	fast_make(&f, "1");
 	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
-	kept_turns(&f, 2);
+	kept_turns(&f, 1);
 	scd_fast_coord_end(f.w, "a short epoch");
 	CHECK_EQ_INT((int)f.w->fast.hold, 8);
 	for (int i = 0; i < 8; i++)
 		CHECK_MSG(!plan_one(&f, 0), "began after %d plans", i + 1);
 	CHECK_TRUE(plan_one(&f, 0)); /* the 9th, on a history still steady */
-	kept_turns(&f, 15);
+	kept_turns(&f, 1);
 	scd_fast_coord_end(f.w, "short again");
 	CHECK_EQ_INT((int)f.w->fast.hold, 16);
 	for (int i = 0; i < 16; i++)
@@ -274,7 +279,7 @@ UNIT_TEST(negotiate_fast_backoff_after_short_epochs)
 		f.w->fast.hold = 0; /* let it begin at once */
 		CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
 	}
-	kept_turns(&f, 16); /* a long epoch clears it */
+	kept_turns(&f, 2); /* a long epoch clears it */
 	scd_fast_coord_end(f.w, "long");
 	CHECK_EQ_INT((int)f.w->fast.hold, 0);
 	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
