@@ -45,9 +45,10 @@ static void usage(FILE *out)
 	    "options:\n"
 	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
 	    "  --per-node M           trainers per node (default 1)\n"
-	    "  -np, --num-proc P      P trainers in all, as horovodrun's: P nodes of one,\n"
-	    "                         P / M nodes with --per-node M, or the first hosts'\n"
-	    "                         slots with -H\n"
+	    "  -np, --num-proc P      P trainers in all, as horovodrun's: alone, one node\n"
+	    "                         of P (horovodrun's localhost:P: local ranks 0 to\n"
+	    "                         P-1); P / M nodes with --per-node M, P / N per node\n"
+	    "                         with -n N, or the first hosts' slots with -H\n"
 	    "  -H, --hosts LIST       one node per host, HOST:SLOTS trainers each (SLOTS\n"
 	    "                         the same on every host), e.g. -H a:4,b:4\n"
 	    "  --hostfile FILE        the hosts, one a line: 'HOST slots=N', 'HOST:N' or\n"
@@ -134,7 +135,8 @@ int run_parse_int(const char *opt, const char *v, int lo, int hi)
 	return (int)n;
 }
 
-/* -np P without -H: P trainers in all, one per node, or --per-node M each (-n N: N nodes). */
+/* -np P without -H: P trainers in all; alone, one node of P (horovodrun's -np P is
+ * localhost:P, one host of P slots), or --per-node M each, or -n N nodes. */
 static void np_to_nodes(opts_t *o, bool per_node_given, int np)
 {
 	if (o->nodes && !per_node_given) {
@@ -146,6 +148,9 @@ static void np_to_nodes(opts_t *o, bool per_node_given, int np)
 		if (o->nodes * o->per_node != np)
 			run_die_usage("-np %d but -n %d x --per-node %d is %d trainers", np,
 				      o->nodes, o->per_node, o->nodes * o->per_node);
+	} else if (!per_node_given) {
+		o->nodes = 1;
+		o->per_node = np;
 	} else {
 		if (np % o->per_node)
 			run_die_usage("-np %d trainers do not fill nodes of --per-node %d", np,

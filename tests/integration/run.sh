@@ -2050,6 +2050,17 @@ if selected "horovodrun command line"; then
 	got=$(grep -o 'itest [a-z-]*: rank [0-9]* passed' "$tmp/out" | sort -u | wc -l)
 	why=""
 	[ "$rc" -eq 0 ] && [ "$got" -eq 2 ] || why="exit $rc, $got of 2 'passed' lines"
+	# -np P alone is horovodrun's localhost:P: one node of P trainers, local ranks 0 to
+	# P-1; with -n P, P nodes of one
+	for spec in "-np 3|0 3 1 0,1 3 1 0,2 3 1 0" "-n 3 -np 3|0 1 3 0,0 1 3 1,0 1 3 2"; do
+		# shellcheck disable=SC2016,SC2086
+		timeout 60 "$launcher" ${spec%%|*} sh -c 'echo "ranks: $HOROVOD_LOCAL_RANK \
+$HOROVOD_LOCAL_SIZE $HOROVOD_CROSS_SIZE $HOROVOD_CROSS_RANK"' >"$tmp/out2" 2>&1 </dev/null
+		got=$(sed -n 's/.*ranks: //p' "$tmp/out2" | sort | paste -sd, -)
+		[ "$got" = "${spec#*|}" ] ||
+			why="$why; '${spec%%|*}' gave local rank, local size, cross size, cross \
+rank '$got', not '${spec#*|}'"
+	done
 	why_verdict "horovodrun command line" "$why"
 fi
 if selected "horovodrun flags"; then
