@@ -92,7 +92,8 @@ static void usage(FILE *out)
 	    "  --warmup W        untimed iterations per size first (default 1)\n"
 	    "  --lat-iters N     4 KiB allreduces for the latency (default 200, 0: skip)\n"
 	    "  --peer-mpi        rank 0 also runs bench/mpi/run-peer.sh (Open MPI) for the\n"
-	    "                    same sizes on the same cluster, others wait\n"
+	    "                    same sizes on the same cluster, others wait; and the same\n"
+	    "                    latency loop of MPI_Allreduce (median and p99 against ours)\n"
 	    "  --rate RATE       link rate for the ring bound (default "
 	    "$SPARSECOMM_NETNS_RATE)\n"
 	    "  --goodput-bytes-per-s B   the bound's goodput directly\n"
@@ -336,9 +337,23 @@ err:
 }
 
 /* Runs the MPI peer; fills mpi_time_s from its JSON. Returns 0 when it ran. */
-static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
+/* The MPI peer's latency loop: the median and p99 of rank 0's back-to-back 4 KiB calls. */
+typedef struct mpi_lat {
+	double med_s, p99_s;
+} mpi_lat_t;
+
+/* The number after "KEY": in the peer's JSON, or 0. */
+static double json_number(const char *out, const char *key)
 {
-	char script[PATH_MAX], sizes[MAX_SIZES * 24] = "", iters[16], np[16];
+	char pat[64];
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	const char *p = strstr(out, pat);
+	return p ? strtod(p + strlen(pat), NULL) : 0;
+}
+
+static int run_peer(const ar_opts_t *o, size_result_t *res, int P, mpi_lat_t *lat)
+{
+	char script[PATH_MAX], sizes[MAX_SIZES * 24] = "", iters[16], np[16], lat_iters[16];
 	if (bench_find_peer_script(o->peer_script, script, sizeof(script)) < 0) {
 		fprintf(stderr, "allreduce: bench/mpi/run-peer.sh not found (--peer-script)\n");
 		return -1;
@@ -348,8 +363,10 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 			 i ? "," : "", res[i].bytes);
 	snprintf(iters, sizeof(iters), "%d", o->iters);
 	snprintf(np, sizeof(np), "%d", P);
-	char *argv[] = {script, "-np",	   np,	  "allreduce", "--sizes",
-			sizes,	"--iters", iters, "--json",    NULL};
+	snprintf(lat_iters, sizeof(lat_iters), "%d", o->lat_iters);
+	char *argv[] = {script,	       "-np",	  np,	     "allreduce",
+			"--sizes",     sizes,	  "--iters", iters,
+			"--lat-iters", lat_iters, "--json",  NULL};
 	char *out = bench_run_capture(argv, PEER_TIMEOUT_S);
 	if (!out)
 		return -1;
@@ -369,6 +386,8 @@ static int run_peer(const ar_opts_t *o, size_result_t *res, int P)
 	}
 	if (!found)
 		fprintf(stderr, "allreduce: no timings in the MPI peer's output: %s\n", out);
+	lat->med_s = json_number(out, "lat_4k_median_s");
+	lat->p99_s = json_number(out, "lat_4k_p99_s");
 	free(out);
 	return found ? 0 : -1;
 }
@@ -383,7 +402,7 @@ static void print_num_or_null(FILE *f, const char *key, double v, const char *fm
 }
 
 static void report(const ar_opts_t *o, const size_result_t *res, int P, double lat_med,
-		   double lat_p99, bool peer_ran)
+		   double lat_p99, bool peer_ran, const mpi_lat_t *mlat)
 {
 	const char *netns = getenv("SPARSECOMM_NETNS");
 	bool emulated = netns && *netns;
@@ -429,6 +448,11 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 		    "%s)\n",
 		    lat_med * 1e6, lat_p99 * 1e6, o->lat_iters,
 		    emulated ? "emulated cluster" : "loopback");
+	if (lat_med > 0 && mlat->med_s > 0 && mlat->p99_s > 0)
+		printf("# MPI_Allreduce's 4 KiB round trip, the same loop: median %.1f us, p99 "
+		       "%.1f us; ours/mpi: median %.3f, p99 %.3f\n",
+		       mlat->med_s * 1e6, mlat->p99_s * 1e6, lat_med / mlat->med_s,
+		       lat_p99 / mlat->p99_s);
 	if (o->peer_mpi && !peer_ran)
 		printf("# MPI peer: did not run (see above)\n");
 	fflush(stdout);
@@ -451,6 +475,8 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 	print_num_or_null(f, "goodput_bytes_per_s", o->goodput, "%.0f");
 	print_num_or_null(f, "lat_4k_us", lat_med * 1e6, "%.1f");
 	print_num_or_null(f, "lat_4k_p99_us", lat_p99 * 1e6, "%.1f");
+	print_num_or_null(f, "mpi_lat_4k_us", mlat->med_s * 1e6, "%.1f");
+	print_num_or_null(f, "mpi_lat_4k_p99_us", mlat->p99_s * 1e6, "%.1f");
 	fprintf(f, ",\"avg_busbw\":%.0f,\"peer_mpi\":%s,\"sizes\":[", busbw_sum / o->n_sizes,
 		peer_ran ? "true" : "false");
 	for (int i = 0; i < o->n_sizes; i++) {
@@ -529,17 +555,18 @@ BENCH_COMMAND(allreduce, "dense allreduce through the daemons vs ring bound and 
 		res[i].wrong = (long long)w[i];
 
 	bool peer_ran = false;
+	mpi_lat_t mpi_lat = {0, 0};
 	if (o.peer_mpi) {
 		if (rank == 0) {
 			fprintf(stderr,
 				"allreduce: running the MPI peer on the same cluster\n");
-			peer_ran = run_peer(&o, res, P) == 0;
+			peer_ran = run_peer(&o, res, P, &mpi_lat) == 0;
 		}
 		if (barrier(c, bar, PEER_TIMEOUT_S + 60) < 0)
 			goto out;
 	}
 	if (rank == 0)
-		report(&o, res, P, lat_med, lat_p99, peer_ran);
+		report(&o, res, P, lat_med, lat_p99, peer_ran, &mpi_lat);
 	rc = 0;
 	if (rank == 0 && o.stages[0] && o.lat_iters > 0) {
 		if (stages_report(o.stages, P) < 0)

@@ -2,8 +2,11 @@
  * mpi_peer.c: sparsecomm-mpi-peer, the Open MPI baseline that sparsecomm's benchmarks
  * compare against in the same run, on the same (emulated) cluster.
  *
- *   sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K] [--json]
- *     MPI_Allreduce of float32 sums, out of place, checked against the exact result.
+ *   sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K] [--lat-iters N] [--json]
+ *     MPI_Allreduce of float32 sums, out of place, checked against the exact result;
+ *     with --lat-iters, also N back-to-back 4 KiB allreduces after 10 untimed ones, each
+ *     timed on rank 0 (the median and p99 of rank 0's calls, as sparsecomm-bench
+ *     allreduce times its latency loop).
  *   sparsecomm-mpi-peer allgatherv (--coo-bytes B | --coo-bytes B0,B1,.. | --coo-file F)
  *     MPI_Allgatherv of per-rank byte counts, the exchange a sparse (COO) allreduce
  *     built on allgather performs. A file holds one case per line, P counts per line.
@@ -112,7 +115,32 @@ static void print_hosts(void)
 	free(all);
 }
 
-static int run_allreduce(size_t *sizes, int n_sizes, int iters, int json)
+/* The latency loop: N back-to-back 4 KiB MPI_Allreduce calls after 10 untimed ones, no
+ * barrier between them; rank 0's median and p99 (the nearest rank above), as
+ * sparsecomm-bench allreduce reports its own loop. */
+static void lat_4k(int iters, double *med_p, double *p99_p)
+{
+	float send[1024], recv[1024];
+	double *v = calloc((size_t)iters, sizeof(double));
+	if (!v)
+		fail("out of memory (%s)", "latency loop");
+	for (int i = 0; i < 1024; i++)
+		send[i] = (float)(((i + rank) & 7) + 1);
+	MPI_Barrier(MPI_COMM_WORLD);
+	for (int i = -10; i < iters; i++) {
+		double t0 = MPI_Wtime();
+		MPI_Allreduce(send, recv, 1024, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		if (i >= 0)
+			v[i] = MPI_Wtime() - t0;
+	}
+	qsort(v, (size_t)iters, sizeof(double), cmp_double);
+	*med_p = iters % 2 ? v[iters / 2] : (v[iters / 2 - 1] + v[iters / 2]) / 2;
+	int k = (int)((iters * 99 + 99) / 100) - 1; /* ceil(0.99 n) - 1 */
+	*p99_p = v[k < 0 ? 0 : k >= iters ? iters - 1 : k];
+	free(v);
+}
+
+static int run_allreduce(size_t *sizes, int n_sizes, int iters, int lat_iters, int json)
 {
 	size_t max_bytes = 0;
 	for (int i = 0; i < n_sizes; i++)
@@ -176,11 +204,24 @@ static int run_allreduce(size_t *sizes, int n_sizes, int iters, int json)
 			       algbw / 1e9, busbw / 1e9, wrong_all);
 		fflush(stdout);
 	}
+	double lat_med = 0, lat_p99 = 0;
+	if (lat_iters > 0)
+		lat_4k(lat_iters, &lat_med, &lat_p99);
 	if (rank == 0) {
-		if (json)
-			printf("],\"avg_busbw\":%.1f}\n", busbw_sum / n_sizes);
-		else
+		if (json) {
+			printf("],\"avg_busbw\":%.1f", busbw_sum / n_sizes);
+			if (lat_iters > 0)
+				printf(",\"lat_4k_iters\":%d,\"lat_4k_median_s\":%.9f,"
+				       "\"lat_4k_p99_s\":%.9f",
+				       lat_iters, lat_med, lat_p99);
+			printf("}\n");
+		} else {
 			printf("# avg busbw %.3f GB/s\n", busbw_sum / n_sizes / 1e9);
+			if (lat_iters > 0)
+				printf("# 4 KiB round trip (%d calls, rank 0): median %.1f us, "
+				       "p99 %.1f us\n",
+				       lat_iters, lat_med * 1e6, lat_p99 * 1e6);
+		}
 	}
 	free(send);
 	free(recv);
@@ -277,7 +318,8 @@ static void usage(FILE *out)
 {
 	fprintf(
 	    out,
-	    "usage: sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K] [--json]\n"
+	    "usage: sparsecomm-mpi-peer allreduce --sizes 4M,64M,256M [--iters K]\n"
+	    "                                     [--lat-iters N] [--json]\n"
 	    "       sparsecomm-mpi-peer allgatherv (--coo-bytes B | --coo-bytes B0,B1,.. |\n"
 	    "                                       --coo-file FILE) [--iters K] [--json]\n"
 	    "Run under mpirun (see bench/mpi/run-peer.sh). Sizes take K, M, G (binary).\n"
@@ -288,7 +330,7 @@ int main(int argc, char **argv)
 {
 	static size_t cases[MAX_CASES][64];
 	size_t sizes[64];
-	int n_sizes = 0, iters = 5, json = 0, n_cases = 0;
+	int n_sizes = 0, iters = 5, lat_iters = 0, json = 0, n_cases = 0;
 	const char *mode = argc > 1 ? argv[1] : "", *coo_bytes = NULL, *coo_file = NULL;
 
 	if (!strcmp(mode, "--help") || !strcmp(mode, "-h")) {
@@ -318,6 +360,11 @@ int main(int argc, char **argv)
 			if (iters < 1 || iters > 100000)
 				fail("--iters needs 1 to 100000, not '%s'", v);
 			i++;
+		} else if (!strcmp(a, "--lat-iters") && v) {
+			lat_iters = atoi(v);
+			if (lat_iters < 0 || lat_iters > 1000000)
+				fail("--lat-iters needs 0 to 1000000, not '%s'", v);
+			i++;
 		} else if (!strcmp(a, "--coo-bytes") && v) {
 			coo_bytes = v;
 			i++;
@@ -333,7 +380,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "allreduce")) {
 		if (!n_sizes)
 			fail("allreduce needs %s", "--sizes");
-		run_allreduce(sizes, n_sizes, iters, json);
+		run_allreduce(sizes, n_sizes, iters, lat_iters, json);
 	} else {
 		if (coo_bytes) {
 			int n = parse_list(coo_bytes, cases[0], 64);
