@@ -1659,6 +1659,26 @@ stages_case() {
 }
 stages_case
 
+# The allreduce benchmark against Open MPI (bench/mpi/run-peer.sh, on loopback here): the
+# table's 4 KiB row has MPI's time and the ratio, and MPI_Allreduce runs the same latency
+# loop, its median and p99 set against ours.
+if selected "bench allreduce peer-mpi n=2"; then
+	name="bench allreduce peer-mpi n=2"
+	why=""
+	if ! command -v mpirun >/dev/null 2>&1; then
+		skip_case "$name" "needs mpirun (openmpi-bin)"
+	else
+		timeout -k 10 200 "$launcher" -n 2 --timeout 180 -- "$bin/sparsecomm-bench" \
+			allreduce --sizes 4K --iters 2 --lat-iters 30 --peer-mpi >"$tmp/out" 2>&1 </dev/null ||
+			why="exited with $?"
+		grep -qE '^\[0\] +4096 +[0-9.]+ .* [0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{3}$' "$tmp/out" ||
+			why="$why; no 4 KiB row with MPI's time and the ratio"
+		grep -qE "^\[0\] # MPI_Allreduce's 4 KiB round trip, the same loop: median [0-9.]+ us, p99 [0-9.]+ us; ours/mpi: median [0-9.]+, p99 [0-9.]+$" "$tmp/out" ||
+			why="$why; no MPI latency loop line"
+		why_verdict "$name" "$why"
+	fi
+fi
+
 # sparsectl while a job runs.
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
