@@ -164,9 +164,10 @@ static int parse_opts(int argc, char **argv, ar_opts_t *o)
 			return -1;
 		}
 	}
-	if (o->iters < 1 || o->warmup < 0 || o->lat_iters < 0) {
+	if (o->iters < 1 || o->warmup < 0 || o->lat_iters < 0 || o->lat_iters > 1000000) {
 		fprintf(stderr,
-			"allreduce: --iters must be >= 1, --warmup and --lat-iters >= 0\n");
+			"allreduce: --iters must be >= 1, --warmup >= 0 and --lat-iters "
+			"0 to 1000000 (the MPI peer's bound)\n");
 		return -1;
 	}
 	char buf[1024];
@@ -336,7 +337,6 @@ err:
 	return -1;
 }
 
-/* Runs the MPI peer; fills mpi_time_s from its JSON. Returns 0 when it ran. */
 /* The MPI peer's latency loop: the median and p99 of rank 0's back-to-back 4 KiB calls. */
 typedef struct mpi_lat {
 	double med_s, p99_s;
@@ -351,6 +351,8 @@ static double json_number(const char *out, const char *key)
 	return p ? strtod(p + strlen(pat), NULL) : 0;
 }
 
+/* Runs the MPI peer; fills mpi_time_s from its JSON, and lat from its latency loop (the
+ * same --lat-iters as ours). Returns 0 when it ran. */
 static int run_peer(const ar_opts_t *o, size_result_t *res, int P, mpi_lat_t *lat)
 {
 	char script[PATH_MAX], sizes[MAX_SIZES * 24] = "", iters[16], np[16], lat_iters[16];

@@ -44,7 +44,7 @@ static void usage(FILE *out)
 	    "\n"
 	    "options:\n"
 	    "  -n, --nodes N          number of nodes (daemons), required without -H\n"
-	    "  --per-node M           trainers per node (default 1)\n"
+	    "  --per-node M           trainers per node (default 1, at most 64)\n"
 	    "  -np, --num-proc P      P trainers in all, as horovodrun's: alone, one node\n"
 	    "                         of P (horovodrun's localhost:P: local ranks 0 to\n"
 	    "                         P-1); P / M nodes with --per-node M, P / N per node\n"
@@ -149,6 +149,17 @@ static void np_to_nodes(opts_t *o, bool per_node_given, int np)
 			run_die_usage("-np %d but -n %d x --per-node %d is %d trainers", np,
 				      o->nodes, o->per_node, o->nodes * o->per_node);
 	} else if (!per_node_given) {
+		if (o->netns)
+			run_die_usage(
+			    "-np %d alone is one node of %d trainers (horovodrun's "
+			    "localhost:%d), and --netns emulates a node per namespace: "
+			    "give -n N too (-n %d -np %d: %d nodes of one)",
+			    np, np, np, np, np, np);
+		if (np > MAX_PER_NODE)
+			run_die_usage("-np %d alone is one node of %d trainers (horovodrun's "
+				      "localhost:%d), and a node serves at most %d: give -n N "
+				      "too, to spread them over N nodes",
+				      np, np, np, MAX_PER_NODE);
 		o->nodes = 1;
 		o->per_node = np;
 	} else {
@@ -335,6 +346,9 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 	if ((long)o->nodes * o->per_node > MAX_TRAINERS)
 		run_die_usage("%d nodes x %d per node is more than %d trainers", o->nodes,
 			      o->per_node, MAX_TRAINERS);
+	if (o->per_node > MAX_PER_NODE)
+		run_die_usage("%d trainers per node: a node serves at most %d", o->per_node,
+			      MAX_PER_NODE);
 	if (o->rate && !o->netns)
 		run_die_usage("--rate shapes the links of --netns; add --netns (root only)");
 	if (o->nccl_hostid && (o->netns || o->hosts.n))

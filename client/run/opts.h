@@ -11,6 +11,8 @@
 #include "hosts.h"
 
 #define MAX_TRAINERS 4096
+/* trainers one node serves at most: the daemon's local_size (SCD_MAX_LOCAL) */
+#define MAX_PER_NODE 64
 
 typedef struct opts {
 	int nodes, per_node;

@@ -9,7 +9,8 @@
  * which is then discarded on every rank, and so is every later turn of the epoch: their
  * tensors are announced again and planned as before. The coordinator ends the epoch
  * (FastEnd) when it has to plan again: an announcement, or a node whose turn waited
- * fast_wait_ms for the others (FastWaiting).
+ * fast_wait_ms for the others (FastWaiting) and has not come back on the coordinator's
+ * node; after a short epoch it waits before it begins another (the backoff).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,7 +198,7 @@ void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__Fas
 		  (unsigned long long)fb->epoch, n, ids[0]);
 }
 
-void scd_fast_coord_end(scd_world_t *w, const char *why)
+void scd_fast_coord_end(scd_world_t *w, const char *why, int judge)
 {
 	if (!w->fast.coord_epoch)
 		return;
@@ -206,7 +207,10 @@ void scd_fast_coord_end(scd_world_t *w, const char *why)
 	w->fast.coord_epoch = 0;
 	w->fast.run = 0;
 	scd_fast_state_t *f = &w->fast;
-	if (f->seen == fe.epoch && f->epoch_kept >= SCD_FAST_LONG) {
+	if (!judge) {
+		/* ended from outside the workload (a node degraded or joined, a configuration
+		 * change): the backoff stays as it was */
+	} else if (f->seen == fe.epoch && f->epoch_kept >= SCD_FAST_LONG) {
 		f->hold = f->hold_next = 0;
 	} else {
 		f->hold = f->hold_next ? f->hold_next : SCD_FAST_HOLD_MIN;
@@ -248,7 +252,7 @@ void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList 
 	     (rl->fast_left && rl->fast_left == w->fast.coord_epoch))) {
 		char why[64];
 		snprintf(why, sizeof(why), "rank %d announced", from);
-		scd_fast_coord_end(w, why);
+		scd_fast_coord_end(w, why, 1);
 	}
 }
 
@@ -256,14 +260,14 @@ void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWait
 {
 	if (fw->rank != from || fw->epoch != w->fast.coord_epoch)
 		return; /* an epoch ended already */
-	/* the turn came back here, so every rank's words were sent: it comes back there too
-	 * (the timer fired as it did) */
+	/* the turn came back here, so every node submitted it (done_turn): the waiting node
+	 * is not waiting for the others, its turn comes back as the timer fired */
 	if (fw->epoch == w->fast.seen && fw->turn <= w->fast.done_turn)
 		return;
 	char why[96];
 	snprintf(why, sizeof(why), "rank %d's turn %llu waited for the others", from,
 		 (unsigned long long)fw->turn);
-	scd_fast_coord_end(w, why);
+	scd_fast_coord_end(w, why, 1);
 }
 
 sc_status_t scd_fast_plan_check(const scd_world_t *w, const Sparsecomm__Plan *plan, char *err,

@@ -152,7 +152,7 @@ void scd_join_on_node(scd_world_t *w, int from, const Sparsecomm__NodeJoin *m, u
 		return;
 	w->peers[from].join_seq = ++w->join_count;
 	w->peers[from].join_last = m->last_rank;
-	scd_fast_coord_end(w, "a node joined"); /* it takes part with zeros, planned */
+	scd_fast_coord_end(w, "a node joined", 0); /* it takes part with zeros, planned */
 	scd_info(SCD_SUB_NEGOTIATE, "node %d joined (its last trainer: rank %d)", from,
 		 m->last_rank);
 	for (int r = 0; r < P; r++)

@@ -1212,7 +1212,7 @@ void scd_neg_on_node_state(scd_world_t *w, const Sparsecomm__NodeState *ns)
 			 ns->degraded ? "degraded: " : "whole again",
 			 ns->degraded ? p->degraded_reason : "", "");
 	if (ns->degraded) {
-		scd_fast_coord_end(w, "a node is degraded");
+		scd_fast_coord_end(w, "a node is degraded", 0);
 		/* Everything pending fails now: the node cannot complete any of it, even what
 		 * it announced before its trainer died. */
 		coord_emit(w);

@@ -805,7 +805,7 @@ static void coord_on_propose(scd_world_t *w, int from, const Sparsecomm__ConfigS
 		cfg_hold(w, from, cs);
 		return;
 	}
-	scd_fast_coord_end(w, "a configuration change");
+	scd_fast_coord_end(w, "a configuration change", 0);
 	Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_CONFIG_APPLY;
 	m.config_apply = (Sparsecomm__ConfigSet *)cs;

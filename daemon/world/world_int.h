@@ -208,8 +208,12 @@ typedef struct scd_fast_state {
 	/* what the node's turns did: since the last report, and in all (stats) */
 	uint64_t kept, discarded, total_kept, total_discarded, total_epochs;
 	uint64_t epoch_kept; /* turns kept in the epoch it is in, or was in last */
-	uint64_t done_turn;  /* the last turn of that epoch handed back here (0: none) */
-	uv_timer_t timer;    /* the open turn's fast_wait_ms */
+	/* the last turn of that epoch handed back here (0: none): kept, discarded, failed
+	 * alike. Every node submitted it (a turn runs only with every rank's words, and one
+	 * discarded unrun follows a turn discarded on every rank), so no node still waits
+	 * for the others in it. */
+	uint64_t done_turn;
+	uv_timer_t timer; /* the open turn's fast_wait_ms */
 	/* the node's turns of the last epoch it took one in (the re-form rule): that epoch,
 	 * its last data turn (0: none) with its buffer's name and outcome, and the turn it
 	 * left (0: none). The name is copied as the turn is submitted: fast turns keep no
@@ -347,8 +351,10 @@ uint64_t scd_fast_digest(const scd_world_t *w, uint64_t epoch, const uint32_t *i
  * mode. */
 void scd_fast_coord_plan(scd_world_t *w, Sparsecomm__Plan *plan, Sparsecomm__FastBegin *fb,
 			 uint32_t *ids);
-/* The coordinator: ends the epoch in force (FastEnd to every node); why for the log. */
-void scd_fast_coord_end(scd_world_t *w, const char *why);
+/* The coordinator: ends the epoch in force (FastEnd to every node); why for the log.
+ * judge: the workload ended it (an announcement, a FastWaiting), so the epoch's length
+ * moves the backoff (fast.c, SCD_FAST_LONG); 0: something outside it did. */
+void scd_fast_coord_end(scd_world_t *w, const char *why, int judge);
 /* The coordinator, before it takes rl from rank from: an announcement ends fast mode. */
 void scd_fast_coord_ready(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl);
 void scd_fast_coord_waiting(scd_world_t *w, int from, const Sparsecomm__FastWaiting *fw);

@@ -1642,17 +1642,22 @@ stages_case() {
 	rm -rf "$tmp/stages"
 	t0=$(date +%s)
 	# a prefix whose directories do not exist: the benchmark makes them, as mkdir -p
-	timeout -k 10 300 "$launcher" -n 3 --timeout 240 -- "$bin/sparsecomm-bench" allreduce \
+	# fast_path 0: every call planned, so the negotiation's parts are measured (a fast
+	# turn has none)
+	timeout -k 10 300 "$launcher" -n 3 --timeout 240 --daemon-arg --fast_path --daemon-arg 0 \
+		-- "$bin/sparsecomm-bench" allreduce \
 		--sizes 4K --iters 1 --lat-iters 50 --stages "$tmp/stages/run/s" >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	dt=$(($(date +%s) - t0))
 	rows=$(grep -cE '^\[0\] # (submit|negotiation|  to coord|  coord|  plan back|hand-off|verdict|data|completion|round trip) +-?[0-9]+\.[0-9] +-?[0-9]+\.[0-9]$' "$tmp/out")
 	matched=$(sed -n 's/.*(us; \([0-9]*\) calls matched on 3 ranks[):].*/\1/p' "$tmp/out")
-	if [ "$rc" -eq 0 ] && [ "$rows" -eq 10 ] && [ "${matched:-0}" -eq 50 ]; then
+	planned=$(grep -c 'calls matched on 3 ranks: 50 planned, 0 fast turns' "$tmp/out")
+	if [ "$rc" -eq 0 ] && [ "$rows" -eq 10 ] && [ "${matched:-0}" -eq 50 ] &&
+		[ "$planned" -eq 1 ]; then
 		echo "ok    $name (${dt} s)"
 		passed=$((passed + 1))
 	else
-		echo "FAIL  $name: exited with $rc, $rows of 10 stages, ${matched:-no} of 50 calls matched (${dt} s)"
+		echo "FAIL  $name: exited with $rc, $rows of 10 stages, ${matched:-no} of 50 calls matched, planned line $planned (${dt} s)"
 		tail -n "$tail_lines" "$tmp/out" | sed 's/^/      | /'
 		failed=$((failed + 1))
 	fi
@@ -2086,7 +2091,7 @@ fi
 if selected "horovodrun flags"; then
 	why=""
 	HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=45 HOROVOD_LOG_LEVEL=error timeout 60 "$launcher" \
-		--num-proc=2 --cache-capacity 1024 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
+		-n 2 --num-proc=2 --cache-capacity 1024 --fusion-threshold-mb 2 --cycle-time-ms 2.6 --log-level WARNING \
 		--timeline-filename "$tmp/tl-%r.json" sh -c \
 		'"$1" --socket "$SPARSECOMM_SOCKET" config get' sh "$bin/sparsectl" \
 		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
@@ -2111,6 +2116,8 @@ if selected "horovodrun flags"; then
 		"--autotune|horovodrun's --autotune has no equivalent" \
 		"--hierarchical-allreduce|horovodrun's --hierarchical-allreduce has no" \
 		"-np 3 -H a:2,b:2|-np 3 with 2 host(s) of 2 slot(s)" \
+		"-np 65|a node serves at most 64: give -n N too" \
+		"--netns -np 4|--netns emulates a node per namespace: give -n N too" \
 		"--log-level LOUD|--log-level is TRACE, DEBUG" \
 		"--cycle-time-ms 5000|--cycle-time-ms needs milliseconds from 0 to 1000"; do
 		# shellcheck disable=SC2086
@@ -2119,6 +2126,10 @@ if selected "horovodrun flags"; then
 		[ "$rc" -eq 2 ] && grep -qF -- "${spec#*|}" "$tmp/out2" ||
 			why="$why; '${spec%%|*}' exited $rc without '${spec#*|}'"
 	done
+	timeout 20 "$launcher" -n 1 --per-node 65 true >"$tmp/out2" 2>&1 </dev/null
+	rc=$?
+	[ "$rc" -eq 2 ] && grep -qF -- "65 trainers per node: a node serves at most 64" "$tmp/out2" ||
+		why="$why; '-n 1 --per-node 65' exited $rc: $(tail -n 1 "$tmp/out2")"
 	# HOROVOD_AUTOTUNE=1 is refused as --autotune is, naming the variable (0 is "off")
 	HOROVOD_AUTOTUNE=1 timeout 20 "$launcher" -np 2 true >"$tmp/out2" 2>&1 </dev/null
 	rc=$?

@@ -245,27 +245,27 @@ UNIT_TEST(negotiate_fast_end_on_planned_announcement)
 /* The backoff: an epoch that kept fewer than 2 turns makes the coordinator let 8 plans
  * pass before it begins the next (its history of plans keeps counting meanwhile), then 16,
  * 32 ... after each short epoch in a row, at most 512; an epoch of 2 turns or more clears
- * it, and so does a re-form. */
+ * it, and so does a re-form; an end from outside the workload moves nothing. */
 UNIT_TEST(negotiate_fast_backoff_after_short_epochs)
 {
 	fast_fixture_t f;
 	fast_make(&f, "1");
 	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
 	kept_turns(&f, 1);
-	scd_fast_coord_end(f.w, "a short epoch");
+	scd_fast_coord_end(f.w, "a short epoch", 1);
 	CHECK_EQ_INT((int)f.w->fast.hold, 8);
 	for (int i = 0; i < 8; i++)
 		CHECK_MSG(!plan_one(&f, 0), "began after %d plans", i + 1);
 	CHECK_TRUE(plan_one(&f, 0)); /* the 9th, on a history still steady */
 	kept_turns(&f, 1);
-	scd_fast_coord_end(f.w, "short again");
+	scd_fast_coord_end(f.w, "short again", 1);
 	CHECK_EQ_INT((int)f.w->fast.hold, 16);
 	for (int i = 0; i < 16; i++)
 		CHECK_MSG(!plan_one(&f, 0), "began after %d plans", i + 1);
 	CHECK_TRUE(plan_one(&f, 0));
 	/* a cycle of two broken by a third buffer: the hold counts every plan */
 	kept_turns(&f, 1);
-	scd_fast_coord_end(f.w, "a third buffer");
+	scd_fast_coord_end(f.w, "a third buffer", 1);
 	CHECK_EQ_INT((int)f.w->fast.hold, 32);
 	int began = -1;
 	for (int i = 0; i < 64 && began < 0; i++)
@@ -274,18 +274,25 @@ UNIT_TEST(negotiate_fast_backoff_after_short_epochs)
 	CHECK_MSG(began >= 32, "began at plan %d", began);
 	for (uint32_t want = 64; want <= 1024; want *= 2) { /* doubling, up to 512 */
 		kept_turns(&f, 0);
-		scd_fast_coord_end(f.w, "short");
+		scd_fast_coord_end(f.w, "short", 1);
 		CHECK_EQ_INT((int)f.w->fast.hold, want > 512 ? 512 : (int)want);
 		f.w->fast.hold = 0; /* let it begin at once */
 		CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
 	}
 	kept_turns(&f, 2); /* a long epoch clears it */
-	scd_fast_coord_end(f.w, "long");
+	scd_fast_coord_end(f.w, "long", 1);
 	CHECK_EQ_INT((int)f.w->fast.hold, 0);
 	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
 	kept_turns(&f, 0);
-	scd_fast_coord_end(f.w, "short after a long one");
+	scd_fast_coord_end(f.w, "short after a long one", 1);
 	CHECK_EQ_INT((int)f.w->fast.hold, 8);
+	/* an end from outside the workload (a node degraded) moves nothing */
+	f.w->fast.hold = 0;
+	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
+	kept_turns(&f, 0);
+	scd_fast_coord_end(f.w, "a node is degraded", 0);
+	CHECK_EQ_INT((int)f.w->fast.hold, 0);
+	CHECK_EQ_INT((int)f.w->fast.hold_next, 16);
 	scd_fast_reset(f.w);
 	CHECK_EQ_INT((int)f.w->fast.hold, 0);
 	CHECK_TRUE(plan_seq(&f, (uint32_t[]){0, 0, 0}, 3));
@@ -315,6 +322,7 @@ UNIT_TEST(negotiate_fast_entry_rule_late_left_group)
 	rl.rank = 1, rl.fast_left = 1;
 	scd_fast_coord_ready(f.w, 1, &rl);
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 2);
+	kept_turns(&f, 2); /* a long epoch: no backoff hides the group rule below */
 	rl.fast_left = 2;
 	scd_fast_coord_ready(f.w, 1, &rl);
 	CHECK_EQ_INT((int)f.w->fast.coord_epoch, 0);
@@ -486,6 +494,11 @@ UNIT_TEST(negotiate_fast_reform_rule)
 	    owed_after((rep_t[3]){{42, 2, 5, 0, D}, {42, 2, 5, 0, D}, {42, 2, 2, 0, D}}), 0);
 	CHECK_EQ_INT(
 	    owed_after((rep_t[3]){{42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, 2, 0, D}}), 2);
+	/* a record of turn 2^64 - 1 (no node's) is dropped, and the others' are not: the
+	 * comparisons do not wrap */
+	CHECK_EQ_INT(owed_after((rep_t[3]){
+			 {42, 2, 5, 0, U}, {42, 2, 4, 0, D}, {42, 2, UINT64_MAX, 0, D}}),
+		     2);
 }
 
 /* A turn's exchange waits past fast_wait_ms, after which its node tells the coordinator,
@@ -536,7 +549,7 @@ UNIT_TEST(negotiate_fast_reform_rule_after_eviction)
 	scd_fast_turn_taken(w, &turn);
 	w->fast.epoch = 0;
 	w->cycle = 7;
-	scd_fast_coord_end(w, "rank 0's turn 1 waited for the others");
+	scd_fast_coord_end(w, "rank 0's turn 1 waited for the others", 1);
 	CHECK_EQ_INT((int)scd_cache_get(w, 0)->used_cycle, 8);
 	scd_cache_evict(w, 0);
 	CHECK_TRUE(scd_cache_get(w, 0) == NULL);
