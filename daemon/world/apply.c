@@ -579,7 +579,12 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		nt->stats.bytes_sent += (uint64_t)((double)job->bytes_sent * share);
 		nt->stats.bytes_recv += (uint64_t)((double)job->bytes_recv * share);
 		nt->stats.time_s += job->time_s * share;
+		/* the last call's wall time, and of it the time in exchanges and the CPU time:
+		 * the same call's, failed or not (sparsecomm.h: cpu_s, exchange_s at most
+		 * measured_s) */
 		nt->stats.measured_s = job->time_s;
+		nt->stats.exchange_s = job->exchange_s;
+		nt->stats.cpu_s = job->cpu_s;
 		if (job->status == SC_OK) {
 			snprintf(nt->stats.scheme, sizeof(nt->stats.scheme), "%s",
 				 stats_scheme(job));
@@ -590,8 +595,6 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 			nt->stats.density = job->density;
 			nt->stats.densification = job->gamma;
 			nt->stats.imbalance = job->imbalance;
-			nt->stats.exchange_s = job->exchange_s;
-			nt->stats.cpu_s = job->cpu_s;
 		}
 		nt->stats.nonfinite += it->nonfinite;
 		char msg[1100];
