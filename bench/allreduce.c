@@ -38,7 +38,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -70,15 +69,6 @@ typedef struct ar_opts {
 	double goodput;	       /* bytes/s, 0: unknown */
 	sc_wire_t wire;	       /* what the tensors travel as */
 } ar_opts_t;
-
-static double percentile(double *v, int n, double p)
-{
-	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
-	if (p == 0.5 && n % 2 == 0)
-		return (v[n / 2 - 1] + v[n / 2]) / 2;
-	int k = (int)ceil(p * n) - 1;
-	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
 
 static void usage(FILE *out)
 {
@@ -281,8 +271,8 @@ static int lat_4k(sc_client_t *c, int iters, sc_wire_t wire, const char *stages,
 	}
 	if (stages[0] && stages_write_client(stages, sc_rank(c), calls, t0s, t1s, iters) < 0)
 		goto out;
-	*med_p = percentile(v, iters, 0.5);
-	*p99_p = percentile(v, iters, 0.99);
+	*med_p = bench_percentile(v, iters, 0.5);
+	*p99_p = bench_percentile(v, iters, 0.99);
 	rc = 0;
 out:
 	free(v);
@@ -325,7 +315,7 @@ static int run_size(sc_client_t *c, sc_tensor_t *bar, const ar_opts_t *o, size_r
 		if (i >= 0)
 			times[i] = dt;
 	}
-	r->time_s = percentile(times, o->iters, 0.5);
+	r->time_s = bench_percentile(times, o->iters, 0.5);
 	r->algbw = r->bytes / r->time_s;
 	r->busbw = r->algbw * 2.0 * (P - 1) / P;
 	double wire_bytes = o->wire == SC_WIRE_NATIVE ? (double)r->bytes : r->bytes / 2.0;

@@ -35,6 +35,18 @@ double bench_median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double bench_percentile(double *v, int n, double p)
+{
+	if (p == 0.5)
+		return bench_median(v, n);
+	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
+	double x = p * n;
+	int k = (int)x; /* ceil(x) - 1, without libm (the MPI peer links none) */
+	k += (double)k < x;
+	k -= 1;
+	return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
 int bench_parse_rate(const char *rate, double *bits_p)
 {
 	static const struct {

@@ -13,6 +13,9 @@ double bench_now_s(void);
 int bench_cmp_double(const void *a, const void *b);
 /* The median of v[0..n) (sorts v). */
 double bench_median(double *v, int n);
+/* The p-quantile of v[0..n) (sorts v): for p = 0.5 the median (the mean of the middle two
+ * when n is even), else the nearest rank above, v[ceil(p n) - 1]. n >= 1. */
+double bench_percentile(double *v, int n, double p);
 /* A tc-style rate (1gbit, 500mbit, 100mbps) in bits per second; 0 on success. */
 int bench_parse_rate(const char *rate, double *bits_p);
 /* "4M" -> 4 MiB (K, M, G binary; an optional B or iB); a plain number is bytes. 0 on

@@ -116,8 +116,8 @@ static void print_hosts(void)
 }
 
 /* The latency loop: N back-to-back 4 KiB MPI_Allreduce calls after 10 untimed ones, no
- * barrier between them; rank 0's median and p99 (the nearest rank above), as
- * sparsecomm-bench allreduce reports its own loop. */
+ * barrier between them; rank 0's median and p99 (bench_percentile), as sparsecomm-bench
+ * allreduce reports its own loop. */
 static void lat_4k(int iters, double *med_p, double *p99_p)
 {
 	float send[1024], recv[1024];
@@ -133,10 +133,8 @@ static void lat_4k(int iters, double *med_p, double *p99_p)
 		if (i >= 0)
 			v[i] = MPI_Wtime() - t0;
 	}
-	qsort(v, (size_t)iters, sizeof(double), cmp_double);
-	*med_p = iters % 2 ? v[iters / 2] : (v[iters / 2 - 1] + v[iters / 2]) / 2;
-	int k = (int)((iters * 99 + 99) / 100) - 1; /* ceil(0.99 n) - 1 */
-	*p99_p = v[k < 0 ? 0 : k >= iters ? iters - 1 : k];
+	*med_p = bench_percentile(v, iters, 0.5);
+	*p99_p = bench_percentile(v, iters, 0.99);
 	free(v);
 }
 
