@@ -174,6 +174,7 @@ static const scd_ctl_upcalls_t world_upcalls = {
     .node_join = scd_world_node_join,
     .node_left = scd_world_node_left,
     .node_idle = scd_world_node_idle,
+    .collect = scd_world_collect,
 };
 
 static void daemon_stop(scd_daemon_t *d, int exit_code);

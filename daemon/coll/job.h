@@ -85,6 +85,16 @@ typedef struct scd_job_src {
 	 * entry count (or UINT64_MAX, dense) here; an allgather's or an alltoall's total,
 	 * likewise */
 	uint64_t *result_nnz;
+	/* the operation's success told in the trainer's shared header (proto/shm_wake.h),
+	 * where it needs no message: the header (NULL: the loop thread tells the trainer),
+	 * the operation's handle and the mapping's guard slot (util/shmguard.h; UINT32_MAX:
+	 * none). The engine writes it as soon as the result is delivered and sets woke
+	 * (engine.c, early_done); the hand-back then writes it no more (ctl.h,
+	 * scd_ctl_complete_item). */
+	void *done_hdr;
+	uint64_t done_handle;
+	uint32_t done_guard;
+	int woke;
 } scd_job_src_t;
 
 typedef struct scd_job_item {

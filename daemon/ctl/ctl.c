@@ -209,7 +209,39 @@ static int complete_in_header(scd_reg_t *r, char *lost, size_t len)
 	return scd_tensors_mem_lost(r, lost, len) ? -1 : 1;
 }
 
+static void complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error,
+		     uint64_t woke);
+
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error)
+{
+	complete(ctl, nt, st, error, 0);
+}
+
+void scd_ctl_complete_item(scd_ctl_t *ctl, const scd_job_item_t *it, sc_status_t st,
+			   const char *error)
+{
+	scd_ntensor_t *nt = it->nt;
+	uint64_t woke = 0; /* by local rank: the operation the engine ended in its header */
+	for (int k = 0; k < it->n_src; k++) {
+		const scd_job_src_t *s = &it->src[k];
+		int l = s->local_rank;
+		if (s->woke && l >= 0 && l < SCD_MAX_LOCAL && nt->slot[l] &&
+		    nt->slot[l]->handle == s->done_handle)
+			woke |= UINT64_C(1) << l;
+	}
+	complete(ctl, nt, st, error, woke);
+}
+
+void scd_ctl_collect(scd_ctl_t *ctl)
+{
+	if (ctl && ctl->up->collect)
+		ctl->up->collect(ctl->d->world);
+}
+
+/* scd_ctl_complete; woke: the local ranks whose operation (the one in flight) the engine
+ * ended already in its header, a success (engine.h): nothing more is told them. */
+static void complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error,
+		     uint64_t woke)
 {
 	scd_reg_t *zombies[SCD_MAX_LOCAL];
 	int nz = 0, lost_n = 0; /* trainers told their memory was lost: an error for them */
@@ -218,7 +250,10 @@ void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const c
 		if (!r || !r->handle)
 			continue;
 		char lost[400];
-		if (r->session && st == SC_OK && scd_tensors_mem_lost(r, lost, sizeof(lost))) {
+		if (r->session && st == SC_OK && (woke >> l & 1))
+			; /* ended in its header, found whole then */
+		else if (r->session && st == SC_OK &&
+			 scd_tensors_mem_lost(r, lost, sizeof(lost))) {
 			scd_ctl_send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
 						lost, NULL, 0);
 			lost_n++;
@@ -1253,6 +1288,7 @@ static void serve(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__ClientMsg 
 void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
 {
+	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
 	if (!msg) {
 		char err[128];
@@ -1304,6 +1340,7 @@ out:
 
 void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *buf, size_t len)
 {
+	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
 	char why[160];
 	if (!msg || msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {

@@ -54,6 +54,10 @@ typedef struct scd_ctl_upcalls {
 	void (*node_left)(scd_world_t *w, const char *reason);
 	/* the node's last trainer ended its session cleanly */
 	void (*node_idle)(scd_world_t *w);
+	/* hand back what the engine has finished (engine.h, scd_engine_collect): before a
+	 * message is read, since the engine may have told a trainer of its success itself,
+	 * and the trainer's next message must find that job ended (NULL: nothing to do) */
+	void (*collect)(scd_world_t *w);
 } scd_ctl_upcalls_t;
 
 /* up must outlive ctl. */
@@ -79,6 +83,13 @@ scd_tensors_t *scd_ctl_tensors(scd_ctl_t *ctl);
 /* Ends the operation in flight on every submitted slot of nt with status (and error text
  * for failures), and resets nt to idle. */
 void scd_ctl_complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t status, const char *error);
+/* scd_ctl_complete for a job's item (its nt), whose sources the engine may have ended in
+ * their headers already (coll/job.h, woke): their trainers are not told again. */
+void scd_ctl_complete_item(scd_ctl_t *ctl, const struct scd_job_item *it, sc_status_t status,
+			   const char *error);
+/* Hands back what the engine has finished (scd_ctl_upcalls_t, collect), as before every
+ * message read from a trainer or sparsectl, and before the metrics endpoint reports. */
+void scd_ctl_collect(scd_ctl_t *ctl);
 /* Fails everything submitted and not running (shutdown). */
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
 /* Barrier number seq ended on every rank (world/barrier.c): the local trainers waiting in

@@ -23,8 +23,10 @@
 #include "engine/psview.h"
 #include "engine/slots.h"
 #include "engine/verdict.h"
+#include "shm_wake.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/shmguard.h"
 
 #define ENGINE_SCRATCH_BYTES (4u << 20)
 /* A host job of at most this many bytes that finds the communication stage idle and
@@ -500,15 +502,8 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 "job tries again");
 }
 
-/* Hands a finished job to the loop thread. Buffers come back in order (only the
- * communication stage, or the single thread, finishes them); a selection job at submission
- * comes back from the compute stage, ahead of buffers still on the network, and its done
- * handler (world/presel.c) relies on no order and is not urgent (it releases what the
- * selection read). So a selection wakes the loop only when no other job is in the engine:
- * otherwise it waits in the list for that job's hand-back, which comes later (every job
- * ends, within its timeouts) and wakes the loop, which drains the whole list. Called with
- * e->mu held. */
-static void finish_locked(scd_engine_t *e, scd_job_t *job)
+/* The hand-back's queueing alone (finish_locked). */
+static void queue_done_locked(scd_engine_t *e, scd_job_t *job)
 {
 	job->next = NULL;
 	/* (a fast turn whose words were refused set it already: engine/verdict.h) */
@@ -523,10 +518,70 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
 	e->counts.handed++;
 	if (job->kind != SCD_JOB_PRESELECT)
 		e->in_flight--;
-	else if (e->in_flight > 0)
+}
+
+/* Hands a finished job to the loop thread. Buffers come back in order (only the
+ * communication stage, or the single thread, finishes them); a selection job at submission
+ * comes back from the compute stage, ahead of buffers still on the network, and its done
+ * handler (world/presel.c) relies on no order and is not urgent (it releases what the
+ * selection read). So a selection wakes the loop only when no other job is in the engine:
+ * otherwise it waits in the list for that job's hand-back, which comes later (every job
+ * ends, within its timeouts) and wakes the loop, which drains the whole list. Called with
+ * e->mu held. */
+static void finish_locked(scd_engine_t *e, scd_job_t *job)
+{
+	queue_done_locked(e, job);
+	if (job->kind == SCD_JOB_PRESELECT && e->in_flight > 0)
 		return;
 	e->counts.wakes++;
 	uv_async_send(&e->async);
+}
+
+/*
+ * A buffer job that succeeded ends its trainers' operations itself, where their headers can
+ * tell it (coll/job.h, done_hdr; the loop's own rule, ctl.c complete_in_header): a trainer
+ * woken here gets its result one hand-off sooner than through the loop thread, which is
+ * asleep in the meantime on a host whose cores are shared. Under deliver_mu, so no fence
+ * came since the delivery (a world that re-formed told the trainers that the job failed;
+ * their buffers are their next step's), and with the job already queued for the hand-back
+ * (e->mu held): the loop hands back what is queued before it reads a trainer's message
+ * (scd_engine_collect), so whatever the woken trainer does next, the loop sees it after
+ * this job's end. A mapping the trainer shrank is left to the loop, which tells it why.
+ * Returns the operations ended.
+ */
+static int early_done_locked(scd_engine_t *e, scd_job_t *job)
+{
+	if (job->kind != SCD_JOB_ALLREDUCE || job->status != SC_OK || job->fence != e->fence)
+		return 0;
+	int n = 0;
+	for (int i = 0; i < job->n_items; i++)
+		for (int k = 0; k < job->items[i].n_src; k++) {
+			scd_job_src_t *s = &job->items[i].src[k];
+			uint64_t at;
+			if (!s->done_hdr || (s->done_guard != UINT32_MAX &&
+					     scd_shmguard_lost(s->done_guard, &at)))
+				continue;
+			sc_shm_done(s->done_hdr, s->done_handle);
+			s->woke = 1;
+			n++;
+		}
+	return n;
+}
+
+/* Loop thread: hands finished jobs back. */
+void scd_engine_collect(scd_engine_t *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->mu);
+	scd_job_t *list = e->done_head;
+	e->done_head = e->done_tail = NULL;
+	pthread_mutex_unlock(&e->mu);
+	while (list) {
+		scd_job_t *next = list->next;
+		e->p.done(e->p.done_arg, list);
+		list = next;
+	}
 }
 
 /* The communication stage of any job (a passthrough has nothing to send), then its release
@@ -547,9 +602,14 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	if (job->run.coo_copy)
 		job->run.coo_copy_dev->free(job->run.coo_copy);
 	job->run.coo_copy = NULL;
+	pthread_mutex_lock(&e->deliver_mu);
 	pthread_mutex_lock(&e->mu);
-	finish_locked(e, job);
+	queue_done_locked(e, job);
+	e->counts.early += (uint64_t)early_done_locked(e, job);
+	e->counts.wakes++;
+	uv_async_send(&e->async);
 	pthread_mutex_unlock(&e->mu);
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 /* Waits (e->mu held) until the communication stage has nothing queued or running. */
@@ -794,16 +854,7 @@ static void *comm_main(void *arg)
 /* Loop thread: hands finished jobs back (async callbacks coalesce: drain the queue). */
 static void on_async(uv_async_t *h)
 {
-	scd_engine_t *e = h->data;
-	pthread_mutex_lock(&e->mu);
-	scd_job_t *list = e->done_head;
-	e->done_head = e->done_tail = NULL;
-	pthread_mutex_unlock(&e->mu);
-	while (list) {
-		scd_job_t *next = list->next;
-		e->p.done(e->p.done_arg, list);
-		list = next;
-	}
+	scd_engine_collect(h->data);
 }
 
 static void on_closed(uv_handle_t *h)

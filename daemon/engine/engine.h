@@ -14,10 +14,13 @@
  * back). The collective runs in place in the first trainer's buffer when the job holds one
  * tensor and the collective allows it, else in a fusion buffer of the job's device; the job
  * goes back to the loop through uv_async_send (whose callbacks coalesce, so the loop drains
- * a queue). A selection job at submission that finishes while another job is in the engine
- * wakes nobody: it goes back with that job's hand-back (scd_engine_counts counts both).
- * The two threads wait on condition variables of their own, so a job queued for one stage
- * wakes only the thread of that stage.
+ * a queue). A job that succeeded first ends its trainers' operations in their shared
+ * headers where the loop would (coll/job.h, done_hdr), so a trainer does not wait for the
+ * loop's turn; the loop then collects the job before it reads a trainer's next message. A
+ * selection job at submission that finishes while another job is in the engine wakes nobody: it
+ * goes back with that job's hand-back (scd_engine_counts counts both). The two threads wait on
+ * condition variables of their own, so a job queued for one stage wakes only the thread of that
+ * stage.
  *
  * A job of a process set (coll/job.h: pset, nodes) runs among the set's nodes only, over
  * the set's view of the mesh (psview.h); every node runs the jobs of the sets it belongs
@@ -74,6 +77,11 @@ void scd_engine_params_from_config(const scd_config_t *cfg, scd_engine_params_t 
 sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p);
 /* Queues a job (ownership passes to the engine until done() gets it back). */
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
+/* Loop thread: hands back now what the engine has finished (what its wake-up of the loop
+ * does). Called before a trainer's message is read: the engine may have told a trainer
+ * of its success itself (its shared header, coll/job.h done_hdr), so the trainer's next
+ * message can come before that wake-up, and must find the job ended. */
+void scd_engine_collect(scd_engine_t *e);
 /* Stops the thread after the job it is running, waiting at most timeout_ms: SC_OK when it
  * stopped (then the engine is freed), SC_ERR_TIMEOUT while it is still blocked in a
  * transfer. */
@@ -94,10 +102,12 @@ void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_
 uint64_t scd_engine_inline_jobs(scd_engine_t *e);
 /* Jobs handed back to the loop, and the wake-ups of the loop (uv_async_send) they asked
  * for: a selection job at submission finished while another job is in the engine asks for
- * none, it goes back with that job (engine.c, finish_locked); and the times the
- * communication thread woke to look for a job (a job for the compute stage wakes it not). */
+ * none, it goes back with that job (engine.c, finish_locked); the times the
+ * communication thread woke to look for a job (a job for the compute stage wakes it not);
+ * and the trainers' operations the engine ended in their headers itself (engine.c,
+ * early_done_locked). */
 typedef struct scd_engine_counts {
-	uint64_t handed, wakes, comm_wakes;
+	uint64_t handed, wakes, comm_wakes, early;
 } scd_engine_counts_t;
 scd_engine_counts_t scd_engine_counts(scd_engine_t *e);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */

@@ -160,6 +160,7 @@ int scd_metrics_render(scd_daemon_t *d, FILE *out)
 	scd_arena_t a = {0};
 	Sparsecomm__StatsReply stats = SPARSECOMM__STATS_REPLY__INIT;
 	Sparsecomm__StatusReply status = SPARSECOMM__STATUS_REPLY__INIT;
+	scd_ctl_collect(d->ctl); /* the operations ended before the request, counted */
 	scd_ctl_fill_stats(d->ctl, &stats, &a);
 	scd_ctl_fill_status(d->ctl, &status, &a);
 	tensors(out, &stats);

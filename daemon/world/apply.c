@@ -607,7 +607,8 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 			snprintf(msg, sizeof(msg), "%s of tensor '%s' failed: %s%s%s",
 				 scd_coll_name(&nt->coll), nt->name, cause ? cause : "",
 				 cause ? "; " : "", job->error);
-		scd_ctl_complete(d->ctl, nt, job->status, job->status == SC_OK ? NULL : msg);
+		scd_ctl_complete_item(d->ctl, it, job->status,
+				      job->status == SC_OK ? NULL : msg);
 	}
 	scd_neg_job_free(job);
 }

@@ -1440,3 +1440,9 @@ void scd_world_destroy(scd_world_t *w)
 	scd_neg_destroy(w);
 	/* w and its peers are freed once the loop has closed the handles (main.c) */
 }
+
+void scd_world_collect(scd_world_t *w)
+{
+	if (w && w->d->engine)
+		scd_engine_collect(w->d->engine);
+}

@@ -90,6 +90,8 @@ void scd_world_node_left(scd_world_t *w, const char *reason);
 /* The node's last trainer ended its session cleanly: the coordinator forgets the late
  * steps it kept for the node's trainers (world/late.c), as the next ones start afresh. */
 void scd_world_node_idle(scd_world_t *w);
+/* Hands back what the engine has finished, now (engine.h, scd_engine_collect). */
+void scd_world_collect(scd_world_t *w);
 /* Asks the coordinator what is pending; the answer goes to scd_ctl_reply_pending. */
 void scd_world_pending(scd_world_t *w, uint64_t query_id);
 /* Proposes a runtime configuration change, applied on every node. */

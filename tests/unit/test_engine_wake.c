@@ -73,25 +73,7 @@ static void node_stop(node_t *n)
  * selections while the sum waits for node 1. */
 static scd_job_t *sum_job(float *x)
 {
-	scd_job_t *job = calloc(1, sizeof(*job));
-	scd_job_item_t *it = calloc(1, sizeof(*it));
-	CHECK_TRUE(job && it);
-	*it = (scd_job_item_t){
-	    .name = "sum", .numel = SUM_N, .op = SC_OP_SUM, .n_src = 1, .cache_id = 1};
-	it->src[0] = (scd_job_src_t){.device = SCD_DEVICE_CPU, .dense = x};
-	*job = (scd_job_t){.kind = SCD_JOB_ALLREDUCE,
-			   .seq = 1,
-			   .n_items = 1,
-			   .items = it,
-			   .total_numel = SUM_N,
-			   .dtype = SC_FLOAT32,
-			   .coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM},
-			   .average_divisor = 2,
-			   .pin = -1,
-			   .timeout_ms = TMO_MS,
-			   .world_seed = 7,
-			   .lossless_only = 1};
-	return job;
+	return unit_engine_sum_job("sum", x, SUM_N, 1, TMO_MS);
 }
 
 /* Tensor k's selection job at submission: top-k 1/8 of buf into res, as

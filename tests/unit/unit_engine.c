@@ -30,3 +30,27 @@ void unit_engine_stop(scd_engine_t *e, uv_loop_t *loop)
 	uv_run(loop, UV_RUN_DEFAULT); /* the engine's handle closes */
 	uv_loop_close(loop);
 }
+
+scd_job_t *unit_engine_sum_job(const char *name, float *x, uint64_t n, uint64_t seq,
+			       int timeout_ms)
+{
+	scd_job_t *job = calloc(1, sizeof(*job));
+	scd_job_item_t *it = calloc(1, sizeof(*it));
+	CHECK_TRUE(job && it);
+	*it = (scd_job_item_t){
+	    .name = name, .numel = n, .op = SC_OP_SUM, .n_src = 1, .cache_id = 1};
+	it->src[0] = (scd_job_src_t){.device = SCD_DEVICE_CPU, .dense = x};
+	*job = (scd_job_t){.kind = SCD_JOB_ALLREDUCE,
+			   .seq = seq,
+			   .n_items = 1,
+			   .items = it,
+			   .total_numel = n,
+			   .dtype = SC_FLOAT32,
+			   .coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM},
+			   .average_divisor = 2,
+			   .pin = -1,
+			   .timeout_ms = timeout_ms,
+			   .world_seed = 7,
+			   .lossless_only = 1};
+	return job;
+}

@@ -18,6 +18,10 @@
  * boot and frees it. Fails the test when the engine cannot be made. */
 scd_engine_t *unit_engine_start(unit_mesh_t *m, int rank, int local, int timeout_ms,
 				uv_loop_t *loop, scd_engine_done_cb done, void *arg);
+/* A float32 sum of x's n elements over two nodes of one trainer each, job number seq (the
+ * same on both), of one cache id (1) and one source; freed by the caller (job and items). */
+scd_job_t *unit_engine_sum_job(const char *name, float *x, uint64_t n, uint64_t seq,
+			       int timeout_ms);
 /* Stops e (within 10 s) and closes its loop. */
 void unit_engine_stop(scd_engine_t *e, uv_loop_t *loop);
 
