@@ -8,6 +8,7 @@
  */
 #include "engine/engine.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,9 @@
  * nothing queued behind it runs that stage on the compute thread (engine_main): the size
  * the one-round sum carries (coll/bufctx.c), whose exchange is over in a round trip. */
 #define ENGINE_INLINE_BYTES (16u << 10)
+/* A hand-back whose trainers the engine told of their success itself waits this long for
+ * the loop to collect it before it wakes the loop (engine.c, owe_locked). */
+#define ENGINE_OWED_US 1000
 
 struct scd_engine {
 	scd_engine_params_t p;
@@ -47,6 +51,10 @@ struct scd_engine {
 	int comm_inline;      /* and the last communication stage ran there */
 	scd_job_t *done_head, *done_tail;
 	int in_flight; /* jobs taken, not handed back, selections at submission aside */
+	/* hand-backs queued without waking the loop (owe_locked), until owed_until
+	 * (CLOCK_MONOTONIC; e->cv waits on that clock) */
+	int owed;
+	struct timespec owed_until;
 	scd_engine_counts_t counts; /* hand-backs and the loop's wake-ups they asked for */
 	uv_async_t async;
 	int stop, stopped, comm_stopped;
@@ -502,6 +510,58 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 "job tries again");
 }
 
+/* Wakes the loop to collect the hand-backs queued (owed ones too). Called with e->mu held. */
+static void wake_loop_locked(scd_engine_t *e)
+{
+	e->owed = 0;
+	e->counts.wakes++;
+	uv_async_send(&e->async);
+}
+
+/*
+ * A hand-back that ended its trainers' operations in their headers (early_done_locked) and
+ * ran on the compute thread, whose wait for the next job then keeps the deadline: the loop
+ * is not woken for it at once. The woken trainer's next message makes the loop collect it
+ * (scd_engine_collect, which the loop calls before it reads one), so in a loop of small
+ * operations the loop wakes once a step, for the message, and the trainer does not share
+ * the cores with the loop's second wake-up as it resumes. Anything else gets the hand-back
+ * at most ENGINE_OWED_US later: the compute thread wakes the loop then, or when a job comes
+ * that no collect preceded (engine_main, owed_flush_locked). Called with e->mu held.
+ */
+static void owe_locked(scd_engine_t *e)
+{
+	if (e->owed)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &e->owed_until);
+	e->owed_until.tv_nsec += ENGINE_OWED_US * 1000L;
+	if (e->owed_until.tv_nsec >= 1000000000L) {
+		e->owed_until.tv_sec++;
+		e->owed_until.tv_nsec -= 1000000000L;
+	}
+	e->owed = 1;
+}
+
+/* The compute thread, about to run a job or stop: a hand-back still owed wakes the loop
+ * now (the loop collected none since). Called with e->mu held. */
+static void owed_flush_locked(scd_engine_t *e)
+{
+	if (e->owed && e->done_head)
+		wake_loop_locked(e);
+	e->owed = 0;
+}
+
+/* The compute thread's wait for a job (e->mu held): until the owed hand-back's deadline,
+ * when one is owed, then it wakes the loop. */
+static void wait_job_locked(scd_engine_t *e)
+{
+	if (!e->owed) {
+		pthread_cond_wait(&e->cv, &e->mu);
+		return;
+	}
+	if (pthread_cond_timedwait(&e->cv, &e->mu, &e->owed_until) == ETIMEDOUT)
+		owed_flush_locked(e);
+}
+
 /* The hand-back's queueing alone (finish_locked). */
 static void queue_done_locked(scd_engine_t *e, scd_job_t *job)
 {
@@ -533,8 +593,7 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
 	queue_done_locked(e, job);
 	if (job->kind == SCD_JOB_PRESELECT && e->in_flight > 0)
 		return;
-	e->counts.wakes++;
-	uv_async_send(&e->async);
+	wake_loop_locked(e);
 }
 
 /*
@@ -576,6 +635,7 @@ void scd_engine_collect(scd_engine_t *e)
 	pthread_mutex_lock(&e->mu);
 	scd_job_t *list = e->done_head;
 	e->done_head = e->done_tail = NULL;
+	e->owed = 0;
 	pthread_mutex_unlock(&e->mu);
 	while (list) {
 		scd_job_t *next = list->next;
@@ -605,9 +665,12 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	pthread_mutex_lock(&e->deliver_mu);
 	pthread_mutex_lock(&e->mu);
 	queue_done_locked(e, job);
-	e->counts.early += (uint64_t)early_done_locked(e, job);
-	e->counts.wakes++;
-	uv_async_send(&e->async);
+	int early = early_done_locked(e, job);
+	e->counts.early += (uint64_t)early;
+	if (early && (e->comm_inline || !e->p.pipeline))
+		owe_locked(e);
+	else
+		wake_loop_locked(e);
 	pthread_mutex_unlock(&e->mu);
 	pthread_mutex_unlock(&e->deliver_mu);
 }
@@ -777,7 +840,8 @@ static void *engine_main(void *arg)
 	pthread_mutex_lock(&e->mu);
 	for (;;) {
 		while (!e->head && !e->stop)
-			pthread_cond_wait(&e->cv, &e->mu);
+			wait_job_locked(e);
+		owed_flush_locked(e);
 		if (e->stop)
 			break;
 		scd_job_t *job = e->head;
@@ -884,7 +948,11 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_mutex_init(&e->deliver_mu, NULL);
-	pthread_cond_init(&e->cv, NULL);
+	pthread_condattr_t ca; /* e->cv's timed waits count on the monotonic clock */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&e->comm_cv, NULL);
 	uv_async_init(p->loop, &e->async, on_async);
 	e->async.data = e;
@@ -980,7 +1048,14 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 {
 	if (!e)
 		return SC_OK;
-	struct timespec dl = scd_deadline_ts(timeout_ms);
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl); /* e->cv's clock */
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);

@@ -4,7 +4,9 @@
  * that fails, or that a fence overtook, leaves the header alone. Two forked engines of one
  * trainer each, a 4 KiB float32 sum per round:
  *   1. both succeed: each header holds its handle while the loop has not run, the job comes
- *      back marked woke, and the sum is exact;
+ *      back marked woke, and the sum is exact; node 0 collects the hand-back at once and
+ *      its loop is never woken for it, node 1 does not and its loop is woken once, later
+ *      (engine.c, owe_locked);
  *   2. a NaN on node 1 with nonfinite = error: both fail, neither header is written;
  *   3. node 0 fences after submitting (the world re-formed): its job fails unwritten,
  *      node 1's succeeds and is written.
@@ -101,7 +103,7 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 
 	/* 1: success, told before the loop ran */
 	fill(x, rank);
-	uint64_t early0 = scd_engine_counts(n.e).early;
+	uint64_t early0 = scd_engine_counts(n.e).early, wakes0 = scd_engine_counts(n.e).wakes;
 	uint32_t seq0 = sc_shm_done_seq(&hdr);
 	scd_engine_submit(n.e, sum_job(x, &hdr, 40 + (uint64_t)rank, 1));
 	wait_header(rank, &hdr, 40 + (uint64_t)rank);
@@ -110,7 +112,21 @@ static void node_main(unit_mesh_t *m, int rank, void *arg)
 	CHECK_MSG(n.back == 1, "rank %d: the loop ran before the header was read", rank);
 	CHECK_MSG(scd_engine_counts(n.e).early == early0 + 1, "rank %d: %llu ended early", rank,
 		  (unsigned long long)(scd_engine_counts(n.e).early - early0));
-	wait_back(&n, 2);
+	if (rank == 0) {
+		/* collected at once (a trainer's next message): the loop is never woken for it
+		 */
+		scd_engine_collect(n.e);
+		CHECK_TRUE(n.back == 2);
+		nanosleep(&(struct timespec){0, 20000000}, NULL);
+		CHECK_MSG(scd_engine_counts(n.e).wakes == wakes0,
+			  "rank 0: the loop was woken for a hand-back it collected");
+	} else {
+		/* not collected: the engine wakes the loop for it after a while */
+		wait_back(&n, 2);
+		CHECK_MSG(scd_engine_counts(n.e).wakes == wakes0 + 1,
+			  "rank 1: %llu wake-ups of the loop for one owed hand-back",
+			  (unsigned long long)(scd_engine_counts(n.e).wakes - wakes0));
+	}
 	CHECK_MSG(n.status == SC_OK && n.woke == 1, "rank %d: round 1: %s, woke %d", rank,
 		  sc_status_name(n.status), n.woke);
 	for (int i = 0; i < N; i++)
