@@ -398,14 +398,18 @@ static void report(const ar_opts_t *o, const size_result_t *res, int P, double l
 {
 	const char *netns = getenv("SPARSECOMM_NETNS");
 	bool emulated = netns && *netns;
+	const char *cpus = getenv("SPARSECOMM_NODE_CPUS"); /* sparsecomm-run --pin-nodes */
 	double busbw_sum = 0;
-	char where[160];
+	char where[320];
 
 	if (emulated)
 		snprintf(where, sizeof(where), "%d network namespaces, link %s", P,
 			 o->rate && *o->rate ? o->rate : "unshaped");
 	else
 		snprintf(where, sizeof(where), "loopback (no emulated cluster)");
+	if (cpus && *cpus)
+		snprintf(where + strlen(where), sizeof(where) - strlen(where),
+			 "; nodes pinned to CPUs %.100s", cpus);
 	printf("# sparsecomm allreduce: P=%d, float32 sum (%s wire), in place, median of %d "
 	       "after %d warm-up; %s\n",
 	       P, sc_wire_name(o->wire), o->iters, o->warmup, where);

@@ -11,8 +11,11 @@
 # rsh agent that maps an address to its namespace and runs the command there under its own
 # UTS namespace with hostname nodeN, so each namespace looks like its own host. TCP only,
 # on the subnet; ring allreduce (tuned algorithm 4, dynamic rules); ranks yield when idle
-# and are not bound (more ranks than cores); glibc keeps freed memory (MALLOC_*), so big
-# buffers are not faulted in again. The peer's JSON goes to stdout, notes to stderr.
+# and are not bound by mpirun (more ranks than cores), but where the launcher pinned its
+# nodes (sparsecomm-run --pin-nodes: SPARSECOMM_NODE_CPUS, each node's CPUs in node order)
+# the rank of namespace i runs on node i's CPUs, as the node's daemon and trainers do; glibc
+# keeps freed memory (MALLOC_*), so big buffers are not faulted in again. The peer's JSON
+# goes to stdout, notes to stderr.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +28,7 @@ while [ $# -gt 0 ]; do
 	--peer) peer=$2; shift 2 ;;
 	--timeout) limit=$2; shift 2 ;;
 	-h | --help)
-		sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0 ;;
 	--) shift; break ;;
 	*) break ;;
@@ -56,7 +59,7 @@ addrs=${SPARSECOMM_NETNS_ADDRS:-}
 if [ -z "$names" ] || [ -z "$addrs" ]; then
 	np=${np:-${SPARSECOMM_NODE_COUNT:-4}}
 	echo "run-peer.sh: no emulated cluster (SPARSECOMM_NETNS unset): $np ranks on loopback," \
-		"TCP over lo, no link shaping" >&2
+		"TCP over lo, no link shaping${SPARSECOMM_NODE_CPUS:+; ranks not pinned (only a namespace's are)}" >&2
 	# shellcheck disable=SC2086
 	exec timeout -k 10 "$limit" mpirun $common -np "$np" --oversubscribe \
 		--mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
@@ -81,25 +84,29 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 	echo 'host=$1; shift'
 	echo 'case "$host" in'
 } >"$tmp/agent"
+cpus_all=${SPARSECOMM_NODE_CPUS:-}
 i=0
 set -f
 for a in $addrs; do
 	ns=$(echo "$names" | awk -v k=$((i + 1)) '{print $k}')
+	cpus=$(echo "$cpus_all" | awk -v k=$((i + 1)) '{print $k}')
+	case "$cpus" in *[!0-9,-]*) cpus="" ;; esac
 	echo "$a slots=1" >>"$tmp/hostfile"
-	echo "$a) ns=$ns; node=node$i ;;" >>"$tmp/agent"
+	echo "$a) ns=$ns; node=node$i; cpus=$cpus ;;" >>"$tmp/agent"
 	i=$((i + 1))
 done
 set +f
 {
 	echo '*) echo "agent: unknown host $host" >&2; exit 255 ;;'
 	echo 'esac'
-	echo 'exec ip netns exec "$ns" unshare --uts sh -c "hostname $node; $*"'
+	echo 'pin=""; [ -n "$cpus" ] && pin="taskset -c $cpus"'
+	echo 'exec ip netns exec "$ns" unshare --uts $pin sh -c "hostname $node; $*"'
 } >>"$tmp/agent"
 chmod +x "$tmp/agent"
 
 here_ns=$(ip netns identify $$ 2>/dev/null || true)
 echo "run-peer.sh: $np ranks, one per namespace ($names) on $subnet; mpirun in" \
-	"${here_ns:-the root namespace}" >&2
+	"${here_ns:-the root namespace}${cpus_all:+; ranks pinned to CPUs $cpus_all}" >&2
 # shellcheck disable=SC2086
 timeout -k 10 "$limit" mpirun $common -np "$np" --hostfile "$tmp/hostfile" \
 	--mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \

@@ -22,6 +22,7 @@
 #include "jobd.h"
 #include "netns.h"
 #include "opts.h"
+#include "pin.h"
 #include "port.h"
 #include "remote.h"
 #include "stream.h"
@@ -82,6 +83,7 @@ typedef struct run {
 	char cwd[PATH_MAX];	 /* where remote commands start */
 	bool remote;		 /* some node runs through the agent */
 	run_netns_t *net;
+	run_pin_t pin; /* --pin-nodes: each node's CPUs (pin.h) */
 	daemon_t *daemons;
 	proc_t *trainers;
 	int n_trainers;
@@ -397,6 +399,7 @@ static int spawn_daemon(run_t *r, int i)
 	if (pid == 0) {
 		child_setup(launcher, in[0]);
 		nccl_env(r, i, launcher);
+		run_pin_apply(&r->pin, i);
 		if (remote) {
 			dup2(notify[1], 1);
 			dup2(outp[1], 2);
@@ -451,6 +454,8 @@ static void trainer_env(const run_t *r, int node, int local, run_argv_t *env)
 	}
 	run_argv_add(env, "SPARSECOMM_NODE_RANK=%d", node);
 	run_argv_add(env, "SPARSECOMM_NODE_COUNT=%d", r->o.nodes);
+	if (r->pin.list)
+		run_argv_add(env, "SPARSECOMM_NODE_CPUS=%s", r->pin.list);
 	run_argv_add(env, "HOROVOD_CROSS_RANK=%d", node);
 	run_argv_add(env, "HOROVOD_CROSS_SIZE=%d", r->o.nodes);
 	run_argv_add(env, "HOROVOD_HOSTNAME=%s",
@@ -484,8 +489,8 @@ static void trainer_env(const run_t *r, int node, int local, run_argv_t *env)
 static void apply_env(const run_argv_t *env)
 {
 	static const char *const netns_vars[] = {
-	    "SPARSECOMM_NETNS", "SPARSECOMM_NETNS_ADDRS", "SPARSECOMM_BRIDGE_ADDR",
-	    "SPARSECOMM_NETNS_SUBNET", "SPARSECOMM_NETNS_RATE"};
+	    "SPARSECOMM_NETNS",	       "SPARSECOMM_NETNS_ADDRS", "SPARSECOMM_BRIDGE_ADDR",
+	    "SPARSECOMM_NETNS_SUBNET", "SPARSECOMM_NETNS_RATE",	 "SPARSECOMM_NODE_CPUS"};
 	for (size_t k = 0; k < sizeof(netns_vars) / sizeof(netns_vars[0]); k++)
 		unsetenv(netns_vars[k]);
 	for (int k = 0; k < env->n; k++)
@@ -523,6 +528,7 @@ static int spawn_trainer(run_t *r, int node, int local)
 		child_setup(launcher, in[0]);
 		if (!remote)
 			apply_env(&env);
+		run_pin_apply(&r->pin, node);
 		dup2(outp[1], 1);
 		dup2(errp[1], 2);
 		run_execvp_sbin(argv.v[0], argv.v);
@@ -1274,6 +1280,12 @@ int main(int argc, char **argv)
 		    r->o.nodes, r->net->ns[0], r->net->ns[r->o.nodes - 1], r->net->subnet,
 		    r->net->bridge_addr, r->o.rate ? r->o.rate : "unshaped");
 	}
+	if (r->o.pin_nodes) {
+		if (run_pin_plan(&r->pin, r->o.nodes) < 0)
+			goto out_netns;
+		fprintf(stderr, "sparsecomm-run: nodes pinned to CPUs %s (node 0 first)\n",
+			r->pin.list);
+	}
 	if (r->remote && prepare_remote(r) < 0)
 		goto out_netns;
 	int port = r->o.port		 ? r->o.port
@@ -1316,6 +1328,7 @@ out_teardown:
 	if (!code && js.daemon_failed)
 		code = 1;
 out_netns:
+	run_pin_free(&r->pin);
 	if (r->net) {
 		run_netns_destroy(r->net);
 		free(r->net);

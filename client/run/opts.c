@@ -69,6 +69,10 @@ static void usage(FILE *out)
 	    "                         communicators without --netns\n"
 	    "  --rate RATE            with --netns: shape every node's link to RATE with tbf\n"
 	    "                         (tc syntax: 1gbit, 500mbit, 100mbps)\n"
+	    "  --pin-nodes            hold each node's daemon and trainers to a share of\n"
+	    "                         this machine's CPUs, as separate hosts: N nodes over C\n"
+	    "                         CPUs get C/N each, or CPU i mod C when N > C; exports\n"
+	    "                         SPARSECOMM_NODE_CPUS (each node's, in node order)\n"
 	    "  --cleanup              remove the namespaces, bridge and veths that a killed\n"
 	    "                         --netns launcher left behind, then exit (root only)\n"
 	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
@@ -285,6 +289,8 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 			o->rsh_agent = val;
 		} else if (!strcmp(name, "--netns")) {
 			o->netns = true;
+		} else if (!strcmp(name, "--pin-nodes")) {
+			o->pin_nodes = true;
 		} else if (!strcmp(name, "--nccl-hostid")) {
 			o->nccl_hostid = true;
 		} else if (!strcmp(name, "--rate")) {
@@ -349,6 +355,9 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 	if (o->per_node > MAX_PER_NODE)
 		run_die_usage("%d trainers per node: a node serves at most %d", o->per_node,
 			      MAX_PER_NODE);
+	if (o->pin_nodes && o->hosts.n)
+		run_die_usage("--pin-nodes shares this machine's CPUs among nodes it runs; -H "
+			      "runs one node per host");
 	if (o->rate && !o->netns)
 		run_die_usage("--rate shapes the links of --netns; add --netns (root only)");
 	if (o->nccl_hostid && (o->netns || o->hosts.n))

@@ -16,7 +16,7 @@
 
 typedef struct opts {
 	int nodes, per_node;
-	bool netns, keep_going, verbose, insecure, nccl_hostid;
+	bool netns, keep_going, verbose, insecure, nccl_hostid, pin_nodes;
 	const char *secret_file; /* --secret-file, or NULL: a fresh one */
 	const char *rate;
 	double timeout_s, grace_s, ready_timeout_s, kill_grace_s;

@@ -2152,6 +2152,37 @@ $(tail -n 1 "$tmp/out2")"
 	why_verdict "horovodrun flags" "$why"
 fi
 
+# --pin-nodes: every trainer runs on its node's share of the launcher's CPUs, which
+# SPARSECOMM_NODE_CPUS lists in node order (3 nodes: one CPU each on up to 2 CPUs, 0 and 1
+# then 0 again), and the nodes' shares differ where there are CPUs enough; -H refuses it.
+if selected "launcher pins nodes"; then
+	why=""
+	timeout 60 "$launcher" -n 3 --per-node 2 --pin-nodes sh -c \
+		'echo "node=$SPARSECOMM_NODE_RANK cpus=$SPARSECOMM_NODE_CPUS mask=$(taskset -pc $$ | sed "s/.*: //")"' \
+		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
+	n=$(grep -c "node=[0-9]* cpus=" "$tmp/out")
+	[ "$n" -eq 6 ] || why="$why; $n of 6 trainers reported"
+	cpus=$(sed -n 's/.*node=0 cpus=\(.*\) mask=.*/\1/p' "$tmp/out" | head -n 1)
+	[ "$(echo "$cpus" | wc -w)" -eq 3 ] || why="$why; SPARSECOMM_NODE_CPUS '$cpus' is not 3 nodes'"
+	while read -r line; do
+		node=$(echo "$line" | sed -n 's/.*node=\([0-9]*\) .*/\1/p')
+		mask=${line##*mask=}
+		want=$(echo "$cpus" | awk -v k=$((node + 1)) '{print $k}')
+		[ "$mask" = "$want" ] || why="$why; a trainer of node $node runs on CPUs $mask, not $want"
+	done <<EOT
+$(grep "node=[0-9]* cpus=" "$tmp/out" | sed 's/^\[[0-9]*\] //')
+EOT
+	if [ "$(nproc)" -ge 2 ]; then
+		[ "$(echo "$cpus" | awk '{print $1}')" != "$(echo "$cpus" | awk '{print $2}')" ] ||
+			why="$why; nodes 0 and 1 share CPUs $cpus with $(nproc) CPUs here"
+	fi
+	timeout 20 "$launcher" --pin-nodes -H a:1,b:1 true >"$tmp/out2" 2>&1 </dev/null
+	rc=$?
+	[ "$rc" -eq 2 ] && grep -qF -- "--pin-nodes shares this machine's CPUs" "$tmp/out2" ||
+		why="$why; --pin-nodes with -H exited $rc: $(tail -n 1 "$tmp/out2")"
+	why_verdict "launcher pins nodes" "$why"
+fi
+
 # Several hosts through a remote-shell agent (needs root): two network namespaces joined
 # by a veth pair are the hosts, tests/integration/netns_agent.sh the agent, so the
 # launcher starts every daemon and trainer through the agent and sparsecomm-run --tether.
