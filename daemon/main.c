@@ -207,6 +207,7 @@ static void daemon_stop(scd_daemon_t *d, int exit_code)
 	d->exit_code = exit_code;
 	scd_world_leave(d->world,
 			exit_code ? "its daemon stopped on an error" : "its daemon stopped");
+	scd_engine_fence(d->engine); /* nothing delivered, nor told, after the failure */
 	scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
 	uv_stop(d->loop);
 }

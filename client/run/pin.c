@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Appends set as a cpulist ("0", "2-3", "0,2") to buf (cap bytes, NUL-terminated). */
-static void cpulist(const cpu_set_t *set, char *buf, size_t cap)
+/* Appends set as a cpulist ("0", "2-3", "0,2") to buf (cap bytes, NUL-terminated): 0, or
+ * -1 when it does not fit. */
+static int cpulist(const cpu_set_t *set, char *buf, size_t cap)
 {
 	size_t len = strlen(buf);
 	const char *sep = "";
@@ -20,11 +21,12 @@ static void cpulist(const cpu_set_t *set, char *buf, size_t cap)
 		int n = last > c ? snprintf(buf + len, cap - len, "%s%d-%d", sep, c, last)
 				 : snprintf(buf + len, cap - len, "%s%d", sep, c);
 		if (n < 0 || (size_t)n >= cap - len)
-			return;
+			return -1;
 		len += (size_t)n;
 		sep = ",";
 		c = last;
 	}
+	return 0;
 }
 
 int run_pin_plan(run_pin_t *p, int nodes)
@@ -40,7 +42,9 @@ int run_pin_plan(run_pin_t *p, int nodes)
 	for (int c = 0; c < CPU_SETSIZE; c++)
 		if (CPU_ISSET(c, &all))
 			cpus[C++] = c;
-	size_t cap = (size_t)nodes * 16 + 1;
+	/* a CPU is at most 4 digits and a separator in the lists; each node adds a space,
+	 * and where there are more nodes than CPUs each node lists one CPU of its own */
+	size_t cap = 5 * ((size_t)C + (size_t)nodes) + (size_t)nodes + 1;
 	p->sets = calloc((size_t)nodes, sizeof(*p->sets));
 	p->list = calloc(1, cap);
 	if (!p->sets || !p->list || C == 0) {
@@ -56,9 +60,18 @@ int run_pin_plan(run_pin_t *p, int nodes)
 		else
 			for (int k = i * C / nodes; k < (i + 1) * C / nodes; k++)
 				CPU_SET(cpus[k], &p->sets[i]);
-		if (i)
-			strcat(p->list, " ");
-		cpulist(&p->sets[i], p->list, cap);
+		size_t len = strlen(p->list);
+		int fits = !i || len + 1 < cap;
+		if (fits && i) {
+			p->list[len] = ' ';
+			p->list[len + 1] = '\0';
+		}
+		if (!fits || cpulist(&p->sets[i], p->list, cap) < 0) {
+			fprintf(stderr,
+				"sparsecomm-run: --pin-nodes: the CPU lists do not fit\n");
+			run_pin_free(p);
+			return -1;
+		}
 	}
 	return 0;
 }
@@ -68,8 +81,8 @@ void run_pin_apply(const run_pin_t *p, int node)
 	if (!p || !p->sets || node < 0 || node >= p->nodes)
 		return;
 	if (sched_setaffinity(0, sizeof(p->sets[node]), &p->sets[node]) < 0)
-		fprintf(stderr, "sparsecomm-run: node %d: cannot pin it to its CPUs: %s\n", node,
-			strerror(errno));
+		fprintf(stderr, "sparsecomm-run: node %d: cannot pin it to its CPUs: %s\n",
+			node, strerror(errno));
 }
 
 void run_pin_free(run_pin_t *p)

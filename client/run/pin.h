@@ -15,7 +15,7 @@
 typedef struct run_pin {
 	int nodes;
 	cpu_set_t *sets; /* one per node */
-	char *list;	 /* "0 1 0 1": each node's CPUs (a cpulist: 0, 2-3, 0,2), in node order */
+	char *list; /* "0 1 0 1": each node's CPUs (a cpulist: 0, 2-3, 0,2), in node order */
 } run_pin_t;
 
 /* The shares of nodes nodes over this process's CPUs: 0, or -1 (said on stderr). */

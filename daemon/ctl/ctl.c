@@ -238,20 +238,42 @@ void scd_ctl_collect(scd_ctl_t *ctl)
 		ctl->up->collect(ctl->d->world);
 }
 
+/* Whether r's operation in flight was ended in its header already: the engine told the
+ * trainer of its success as the job delivered (engine.h), and the job's hand-back has not
+ * come yet (a world that re-formed meanwhile fails the job). The word is the trainer's to
+ * write too, so a trainer can only make this true for itself. */
+static int told_in_header(const scd_reg_t *r)
+{
+	return r->hdr && r->session && r->session->header_completion &&
+	       sc_shm_is_done(r->hdr, r->handle);
+}
+
 /* scd_ctl_complete; woke: the local ranks whose operation (the one in flight) the engine
- * ended already in its header, a success (engine.h): nothing more is told them. */
+ * ended already in its header, a success (engine.h): nothing more is told them, unless
+ * their memory was lost meanwhile (the header's wake may have gone to the lost pages). A
+ * failure finds the same in the header of an operation whose success the engine told
+ * before the failure came (a re-form, a lost coordinator, a shutdown: each fences the
+ * engine first, so none is told after): that trainer keeps its success. */
 static void complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const char *error,
 		     uint64_t woke)
 {
 	scd_reg_t *zombies[SCD_MAX_LOCAL];
 	int nz = 0, lost_n = 0; /* trainers told their memory was lost: an error for them */
+	int failed_n = 0,
+	    told_n = 0; /* trainers told st, a failure; told their success before */
 	for (int l = 0; l < SCD_MAX_LOCAL; l++) {
 		scd_reg_t *r = nt->slot[l];
 		if (!r || !r->handle)
 			continue;
 		char lost[400];
-		if (r->session && st == SC_OK && (woke >> l & 1))
-			; /* ended in its header, found whole then */
+		int told =
+		    r->session && (st == SC_OK ? (int)(woke >> l & 1) : told_in_header(r));
+		if (told && scd_tensors_mem_lost(r, lost, sizeof(lost))) {
+			scd_ctl_send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
+						lost, NULL, 0);
+			lost_n++;
+		} else if (told)
+			; /* ended in its header, a success */
 		else if (r->session && st == SC_OK &&
 			 scd_tensors_mem_lost(r, lost, sizeof(lost))) {
 			scd_ctl_send_completion(ctl, r->session, r->handle, SC_ERR_INVALID,
@@ -270,6 +292,8 @@ static void complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const ch
 				scd_ctl_send_completion(ctl, r->session, r->handle, st, error,
 							counts ? r->a2a : NULL, (int)r->a2a_n);
 		}
+		failed_n += !told && st != SC_OK;
+		told_n += told;
 		r->handle = 0;
 		if (r->zombie)
 			zombies[nz++] = r;
@@ -278,7 +302,7 @@ static void complete(scd_ctl_t *ctl, scd_ntensor_t *nt, sc_status_t st, const ch
 	nt->state = SCD_NT_IDLE;
 	nt->state_since_ms = scd_now_ms();
 	nt->stats.calls++;
-	if (st != SC_OK || lost_n)
+	if ((st != SC_OK && (failed_n || !told_n)) || lost_n)
 		nt->stats.errors++;
 	for (int i = 0; i < nz; i++)
 		scd_tensors_release(ctl->tensors, zombies[i]); /* may free nt */
@@ -1288,8 +1312,8 @@ static void serve(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__ClientMsg 
 void scd_ctl_dispatch(scd_ctl_t *ctl, const uint8_t *ident, size_t ident_len,
 		      const scd_peer_cred_t *cred, const uint8_t *buf, size_t len)
 {
-	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
+	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	if (!msg) {
 		char err[128];
 		snprintf(err, sizeof(err),
@@ -1340,8 +1364,8 @@ out:
 
 void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *buf, size_t len)
 {
-	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
+	scd_ctl_collect(ctl); /* what the engine ended before this was sent (ctl.h) */
 	char why[160];
 	if (!msg || msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_HELLO) {
 		snprintf(why, sizeof(why), "it sent %s over its submit channel",
@@ -1387,6 +1411,7 @@ static void on_readable(uv_poll_t *h, int status, int events)
 
 void scd_ctl_tick(scd_ctl_t *ctl)
 {
+	scd_ctl_collect(ctl); /* the operations ended already: not in flight */
 	uint64_t now = scd_now_ms();
 	/* Trainers whose process ended: what they sent first (on_pid_exit), then the end. */
 	int exited = 0;

@@ -606,17 +606,19 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
  * (e->mu held): the loop hands back what is queued before it reads a trainer's message
  * (scd_engine_collect), so whatever the woken trainer does next, the loop sees it after
  * this job's end. A mapping the trainer shrank is left to the loop, which tells it why.
- * Returns the operations ended.
+ * Returns the operations ended; *all_p: whether they are all the job's.
  */
-static int early_done_locked(scd_engine_t *e, scd_job_t *job)
+static int early_done_locked(scd_engine_t *e, scd_job_t *job, int *all_p)
 {
+	*all_p = 0;
 	if (job->kind != SCD_JOB_ALLREDUCE || job->status != SC_OK || job->fence != e->fence)
 		return 0;
-	int n = 0;
+	int n = 0, srcs = 0;
 	for (int i = 0; i < job->n_items; i++)
 		for (int k = 0; k < job->items[i].n_src; k++) {
 			scd_job_src_t *s = &job->items[i].src[k];
 			uint64_t at;
+			srcs++;
 			if (!s->done_hdr || (s->done_guard != UINT32_MAX &&
 					     scd_shmguard_lost(s->done_guard, &at)))
 				continue;
@@ -624,23 +626,29 @@ static int early_done_locked(scd_engine_t *e, scd_job_t *job)
 			s->woke = 1;
 			n++;
 		}
+	*all_p = n == srcs;
 	return n;
 }
 
-/* Loop thread: hands finished jobs back. */
+/* Loop thread: hands finished jobs back, one at a time off the queue, so a collect that
+ * a hand-back's handler makes (a re-form it starts) goes on in order from the next. */
 void scd_engine_collect(scd_engine_t *e)
 {
 	if (!e)
 		return;
-	pthread_mutex_lock(&e->mu);
-	scd_job_t *list = e->done_head;
-	e->done_head = e->done_tail = NULL;
-	e->owed = 0;
-	pthread_mutex_unlock(&e->mu);
-	while (list) {
-		scd_job_t *next = list->next;
-		e->p.done(e->p.done_arg, list);
-		list = next;
+	for (;;) {
+		pthread_mutex_lock(&e->mu);
+		scd_job_t *job = e->done_head;
+		if (job) {
+			e->done_head = job->next;
+			if (!e->done_head)
+				e->done_tail = NULL;
+		} else
+			e->owed = 0;
+		pthread_mutex_unlock(&e->mu);
+		if (!job)
+			return;
+		e->p.done(e->p.done_arg, job);
 	}
 }
 
@@ -665,10 +673,10 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	pthread_mutex_lock(&e->deliver_mu);
 	pthread_mutex_lock(&e->mu);
 	queue_done_locked(e, job);
-	int early = early_done_locked(e, job);
+	int all = 0, early = early_done_locked(e, job, &all);
 	e->counts.early += (uint64_t)early;
-	if (early && (e->comm_inline || !e->p.pipeline))
-		owe_locked(e);
+	if (early && all && (e->comm_inline || !e->p.pipeline))
+		owe_locked(e); /* none of this job's trainers waits for the loop */
 	else
 		wake_loop_locked(e);
 	pthread_mutex_unlock(&e->mu);

@@ -317,6 +317,7 @@ void scd_fast_on_plan(scd_world_t *w, const Sparsecomm__Plan *plan)
 static void on_wait(uv_timer_t *t)
 {
 	scd_world_t *w = t->data;
+	scd_world_collect(w); /* a turn whose hand-back is owed is not waiting */
 	if (!w->fast.epoch || !w->fast.open_turn)
 		return;
 	Sparsecomm__FastWaiting fw = SPARSECOMM__FAST_WAITING__INIT;

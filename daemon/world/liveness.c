@@ -96,6 +96,8 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 				scd_world_send_peer(w, q, &m);
 		scd_neg_on_node_state(w, &ns); /* fails what is pending, and what comes */
 	} else if (r == 0) {
+		/* no job writes a result, nor tells a trainer of it, after its failure */
+		scd_engine_fence(w->d->engine);
 		scd_ctl_fail_all(w->d->ctl, SC_ERR_PEER, p->gone_reason);
 		uv_timer_stop(&w->beat_timer); /* the coordinator then finds this node lost */
 		/* nothing more can be negotiated: after a while for its trainers and its status

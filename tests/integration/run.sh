@@ -2152,23 +2152,30 @@ $(tail -n 1 "$tmp/out2")"
 	why_verdict "horovodrun flags" "$why"
 fi
 
-# --pin-nodes: every trainer runs on its node's share of the launcher's CPUs, which
-# SPARSECOMM_NODE_CPUS lists in node order (3 nodes: one CPU each on up to 2 CPUs, 0 and 1
-# then 0 again), and the nodes' shares differ where there are CPUs enough; -H refuses it.
+# --pin-nodes: every trainer and daemon runs on its node's share of the launcher's CPUs,
+# which SPARSECOMM_NODE_CPUS lists in node order (3 nodes: one CPU each on up to 2 CPUs, 0
+# and 1 then 0 again), and the nodes' shares differ where there are CPUs enough; -H
+# refuses it.
 if selected "launcher pins nodes"; then
 	why=""
+	# shellcheck disable=SC2016
 	timeout 60 "$launcher" -n 3 --per-node 2 --pin-nodes sh -c \
-		'echo "node=$SPARSECOMM_NODE_RANK cpus=$SPARSECOMM_NODE_CPUS mask=$(taskset -pc $$ | sed "s/.*: //")"' \
+		'd=${SPARSECOMM_SOCKET#ipc://}; d=${d%/ctl.sock}
+		dp=$(pgrep -f -- "--runtime-dir $d( |$)" | head -n 1)
+		echo "node=$SPARSECOMM_NODE_RANK cpus=$SPARSECOMM_NODE_CPUS dmask=$(taskset -pc "$dp" | sed "s/.*: //") mask=$(taskset -pc $$ | sed "s/.*: //")"' \
 		>"$tmp/out" 2>&1 </dev/null || why="launcher exited with $?"
 	n=$(grep -c "node=[0-9]* cpus=" "$tmp/out")
 	[ "$n" -eq 6 ] || why="$why; $n of 6 trainers reported"
-	cpus=$(sed -n 's/.*node=0 cpus=\(.*\) mask=.*/\1/p' "$tmp/out" | head -n 1)
+	cpus=$(sed -n 's/.*node=0 cpus=\(.*\) dmask=.*/\1/p' "$tmp/out" | head -n 1)
 	[ "$(echo "$cpus" | wc -w)" -eq 3 ] || why="$why; SPARSECOMM_NODE_CPUS '$cpus' is not 3 nodes'"
 	while read -r line; do
 		node=$(echo "$line" | sed -n 's/.*node=\([0-9]*\) .*/\1/p')
 		mask=${line##*mask=}
+		dmask=${line##*dmask=}
+		dmask=${dmask%% *}
 		want=$(echo "$cpus" | awk -v k=$((node + 1)) '{print $k}')
 		[ "$mask" = "$want" ] || why="$why; a trainer of node $node runs on CPUs $mask, not $want"
+		[ "$dmask" = "$want" ] || why="$why; the daemon of node $node runs on CPUs '$dmask', not $want"
 	done <<EOT
 $(grep "node=[0-9]* cpus=" "$tmp/out" | sed 's/^\[[0-9]*\] //')
 EOT
