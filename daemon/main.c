@@ -568,8 +568,11 @@ int main(int argc, char **argv)
 	sigaddset(&quiet, SIGINT);
 	sigaddset(&quiet, SIGHUP);
 	sigprocmask(SIG_BLOCK, &quiet, NULL);
-	if (!d->shutting_down)
+	if (!d->shutting_down) {
+		scd_engine_fence(
+		    d->engine); /* nothing delivered, nor told, after the failure */
 		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
+	}
 	if (scd_engine_destroy(d->engine, 2000) != SC_OK) {
 		/* the engine is blocked in a transfer: remove what others could see, and go */
 		scd_warn(SCD_SUB_MAIN, "the data plane is still busy; exiting without waiting");

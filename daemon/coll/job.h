@@ -287,7 +287,11 @@ typedef struct scd_job {
 	int timeout_ms;	     /* data-plane timeout */
 	int probe;	     /* measure alpha/beta before this job (same job on every rank) */
 	uint64_t world_seed; /* shared by every rank */
-	int coo_direct;	     /* the engine hands coo_in to the scheme (no densifying) */
+	/* the loop's count of failures of everything in flight (ctl.h, scd_ctl_fail_gen) when
+	 * the job was built: a job built before the last one comes back to tensors that
+	 * failed already, and is dropped */
+	uint64_t fail_gen;
+	int coo_direct; /* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
 	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */

@@ -347,8 +347,14 @@ void scd_ctl_announce_if_ready(scd_ctl_t *ctl, scd_ntensor_t *nt)
 	ctl->up->announce(ctl->d->world, nt);
 }
 
+uint64_t scd_ctl_fail_gen(const scd_ctl_t *ctl)
+{
+	return ctl ? ctl->fail_gen : 0;
+}
+
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 {
+	ctl->fail_gen++;
 	if (ctl->barrier_waiting) {
 		char msg[512];
 		snprintf(msg, sizeof(msg), "barrier %llu failed on node %d: %s",

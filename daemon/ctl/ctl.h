@@ -90,8 +90,12 @@ void scd_ctl_complete_item(scd_ctl_t *ctl, const struct scd_job_item *it, sc_sta
 /* Hands back what the engine has finished (scd_ctl_upcalls_t, collect), as before every
  * message read from a trainer or sparsectl, and before the metrics endpoint reports. */
 void scd_ctl_collect(scd_ctl_t *ctl);
-/* Fails everything submitted and not running (shutdown). */
+/* Fails everything submitted, running or not (a re-form, a lost coordinator, a shutdown:
+ * the caller fenced the engine first), and counts it (scd_ctl_fail_gen). */
 void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
+/* How many times scd_ctl_fail_all ran (0 without a ctl): a job built before the last of
+ * them is not its tensors' any more when it comes back. */
+uint64_t scd_ctl_fail_gen(const scd_ctl_t *ctl);
 /* Barrier number seq ended on every rank (world/barrier.c): the local trainers waiting in
  * it complete with status (and error text for failures). */
 void scd_ctl_barrier_done(scd_ctl_t *ctl, uint64_t seq, sc_status_t status, const char *error);

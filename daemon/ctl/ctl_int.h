@@ -53,6 +53,7 @@ typedef struct scd_session {
 struct scd_ctl {
 	scd_daemon_t *d;
 	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */
+	uint64_t fail_gen;	     /* scd_ctl_fail_all's count (scd_ctl_fail_gen) */
 	void *sock;
 	uv_poll_t poll;
 	int polling;

@@ -606,27 +606,31 @@ static void finish_locked(scd_engine_t *e, scd_job_t *job)
  * (e->mu held): the loop hands back what is queued before it reads a trainer's message
  * (scd_engine_collect), so whatever the woken trainer does next, the loop sees it after
  * this job's end. A mapping the trainer shrank is left to the loop, which tells it why.
- * Returns the operations ended; *all_p: whether they are all the job's.
+ * Every trainer of the job is told so, or none is (one whose header cannot tell it, or
+ * whose mapping is lost, leaves them all to the loop): the trainers of a node never hear
+ * different outcomes of one job, even when a failure overtakes its hand-back (ctl.c,
+ * complete). Returns the operations ended.
  */
-static int early_done_locked(scd_engine_t *e, scd_job_t *job, int *all_p)
+static int early_done_locked(scd_engine_t *e, scd_job_t *job)
 {
-	*all_p = 0;
 	if (job->kind != SCD_JOB_ALLREDUCE || job->status != SC_OK || job->fence != e->fence)
 		return 0;
-	int n = 0, srcs = 0;
+	int n = 0;
+	for (int i = 0; i < job->n_items; i++)
+		for (int k = 0; k < job->items[i].n_src; k++) {
+			const scd_job_src_t *s = &job->items[i].src[k];
+			uint64_t at;
+			if (!s->done_hdr || (s->done_guard != UINT32_MAX &&
+					     scd_shmguard_lost(s->done_guard, &at)))
+				return 0;
+			n++;
+		}
 	for (int i = 0; i < job->n_items; i++)
 		for (int k = 0; k < job->items[i].n_src; k++) {
 			scd_job_src_t *s = &job->items[i].src[k];
-			uint64_t at;
-			srcs++;
-			if (!s->done_hdr || (s->done_guard != UINT32_MAX &&
-					     scd_shmguard_lost(s->done_guard, &at)))
-				continue;
 			sc_shm_done(s->done_hdr, s->done_handle);
 			s->woke = 1;
-			n++;
 		}
-	*all_p = n == srcs;
 	return n;
 }
 
@@ -643,8 +647,8 @@ void scd_engine_collect(scd_engine_t *e)
 			e->done_head = job->next;
 			if (!e->done_head)
 				e->done_tail = NULL;
-		} else
-			e->owed = 0;
+		}
+		e->owed = 0; /* what is queued is the loop's now */
 		pthread_mutex_unlock(&e->mu);
 		if (!job)
 			return;
@@ -673,9 +677,9 @@ static void comm_job(scd_engine_t *e, scd_job_t *job)
 	pthread_mutex_lock(&e->deliver_mu);
 	pthread_mutex_lock(&e->mu);
 	queue_done_locked(e, job);
-	int all = 0, early = early_done_locked(e, job, &all);
+	int early = early_done_locked(e, job);
 	e->counts.early += (uint64_t)early;
-	if (early && all && (e->comm_inline || !e->p.pipeline))
+	if (early && (e->comm_inline || !e->p.pipeline))
 		owe_locked(e); /* none of this job's trainers waits for the loop */
 	else
 		wake_loop_locked(e);

@@ -162,6 +162,7 @@ sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *re
 	job->n_items = (int)resp->n_cache_ids;
 	job->timeout_ms = (int)scd_cfg_int(&d->cfg, SCD_CFG_op_timeout_ms);
 	job->world_seed = w->world_id;
+	job->fail_gen = scd_ctl_fail_gen(d->ctl);
 	if (fast) { /* counted by no plan: the sequence and the probe's turns stay aligned */
 		job->seq = w->job_seq;
 		job->fast = *fast;
@@ -531,9 +532,12 @@ void scd_neg_job_free(scd_job_t *job)
 void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 {
 	scd_daemon_t *d = w->d;
-	if (!w->formed || job->world_seed != w->world_id) {
-		/* planned in a world that has re-formed since: its tensors failed then, with
-		 * the reason (world.c, reform), and may be in their next step already */
+	if (!w->formed || job->world_seed != w->world_id ||
+	    job->fail_gen != scd_ctl_fail_gen(d->ctl)) {
+		/* planned in a world that has re-formed since, or before everything in flight
+		 * failed (the coordinator lost, a shutdown): its tensors failed then, with the
+		 * reason (world.c, reform; ctl.h, scd_ctl_fail_all), and may be in their next
+		 * step already */
 		scd_neg_job_free(job);
 		return;
 	}

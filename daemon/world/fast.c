@@ -318,8 +318,8 @@ static void on_wait(uv_timer_t *t)
 {
 	scd_world_t *w = t->data;
 	scd_world_collect(w); /* a turn whose hand-back is owed is not waiting */
-	if (!w->fast.epoch || !w->fast.open_turn)
-		return;
+	if (!w->fast.epoch || !w->fast.open_turn || uv_is_active((uv_handle_t *)t))
+		return; /* (active: a turn the hand-back opened, its own wait begun) */
 	Sparsecomm__FastWaiting fw = SPARSECOMM__FAST_WAITING__INIT;
 	fw.rank = w->d->rank;
 	fw.epoch = w->fast.epoch;
