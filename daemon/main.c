@@ -580,6 +580,9 @@ int main(int argc, char **argv)
 		scd_tl_configure("", d->rank, d->world_size); /* the file stays valid JSON */
 		_exit(d->exit_code);
 	}
+	/* freed once the loop runs; the teardown below runs it (the tick, a trainer's
+	 * message), and what it calls finds no engine */
+	d->engine = NULL;
 	scd_tl_configure("", d->rank, d->world_size);
 	scd_metrics_stop(d);
 	scd_world_destroy(d->world);

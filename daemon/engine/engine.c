@@ -92,7 +92,22 @@ static void log_job_error(const scd_job_t *job)
 
 void scd_engine_net(scd_engine_t *e, double *alpha_s_p, double *beta_s_per_byte_p)
 {
+	if (!e) { /* destroyed (the daemon's teardown): nothing measured */
+		*alpha_s_p = *beta_s_per_byte_p = 0;
+		return;
+	}
 	scd_netprobe_get(&e->net, alpha_s_p, beta_s_per_byte_p);
+}
+
+/* A job the engine will not run (queued at the stop, or submitted after it). */
+static void job_free(scd_job_t *j)
+{
+	if (j->kind == SCD_JOB_MESH)
+		scd_transport_boot_clear(&j->boot);
+	free(j->items);
+	free(j->nodes);
+	free(j->set_ranks);
+	free(j);
 }
 
 /* Fails a job in its compute stage (job->error says why): it still takes the input check
@@ -993,6 +1008,10 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 {
+	if (!e) { /* destroyed (the daemon's teardown): its trainers were failed already */
+		job_free(job);
+		return;
+	}
 	job->next = NULL;
 	job->fence = e->fence; /* written by the submitting thread alone */
 	pthread_mutex_lock(&e->mu);
@@ -1010,7 +1029,7 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
 {
-	return e->transport;
+	return e ? e->transport : NULL;
 }
 
 void scd_engine_fence(scd_engine_t *e)
@@ -1037,6 +1056,8 @@ void scd_engine_peer_gone(scd_engine_t *e, int rank)
 
 uint64_t scd_engine_inline_jobs(scd_engine_t *e)
 {
+	if (!e)
+		return 0;
 	pthread_mutex_lock(&e->mu);
 	uint64_t n = e->inline_jobs;
 	pthread_mutex_unlock(&e->mu);
@@ -1045,6 +1066,8 @@ uint64_t scd_engine_inline_jobs(scd_engine_t *e)
 
 scd_engine_counts_t scd_engine_counts(scd_engine_t *e)
 {
+	if (!e)
+		return (scd_engine_counts_t){0};
 	pthread_mutex_lock(&e->mu);
 	scd_engine_counts_t c = e->counts;
 	pthread_mutex_unlock(&e->mu);
@@ -1053,7 +1076,8 @@ scd_engine_counts_t scd_engine_counts(scd_engine_t *e)
 
 void scd_engine_set_fusion_bytes(scd_engine_t *e, uint64_t bytes)
 {
-	scd_slots_set_want(&e->slots, bytes);
+	if (e)
+		scd_slots_set_want(&e->slots, bytes);
 }
 
 sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
@@ -1088,12 +1112,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
 		for (scd_job_t *j = lists[k], *next; j; j = next) {
 			next = j->next;
-			if (j->kind == SCD_JOB_MESH)
-				scd_transport_boot_clear(&j->boot);
-			free(j->items);
-			free(j->nodes);
-			free(j->set_ranks);
-			free(j);
+			job_free(j);
 		}
 	e->head = e->cq_head = e->done_head = NULL;
 	scd_bufctx_table_destroy(e->bufs);

@@ -75,6 +75,9 @@ typedef struct scd_engine_params {
  * the caller sets the rest. */
 void scd_engine_params_from_config(const scd_config_t *cfg, scd_engine_params_t *p);
 sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p);
+/* Every function below but destroy takes e NULL, an engine destroyed (the caller forgets
+ * its pointer at scd_engine_destroy's SC_OK): it does nothing (a job submitted is freed),
+ * or returns nothing measured. */
 /* Queues a job (ownership passes to the engine until done() gets it back). */
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
 /* Loop thread: hands back now what the engine has finished (what its wake-up of the loop
