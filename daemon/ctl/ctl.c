@@ -203,7 +203,7 @@ void scd_ctl_send_ok(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq)
  */
 static int complete_in_header(scd_reg_t *r, char *lost, size_t len)
 {
-	if (!r->hdr || !r->session->header_completion)
+	if (!scd_reg_header_tells(r))
 		return 0;
 	sc_shm_done(r->hdr, r->handle);
 	return scd_tensors_mem_lost(r, lost, len) ? -1 : 1;
@@ -244,8 +244,7 @@ void scd_ctl_collect(scd_ctl_t *ctl)
  * write too, so a trainer can only make this true for itself. */
 static int told_in_header(const scd_reg_t *r)
 {
-	return r->hdr && r->session && r->session->header_completion &&
-	       sc_shm_is_done(r->hdr, r->handle);
+	return scd_reg_header_tells(r) && sc_shm_is_done(r->hdr, r->handle);
 }
 
 /* scd_ctl_complete; woke: the local ranks whose operation (the one in flight) the engine

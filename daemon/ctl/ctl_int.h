@@ -50,6 +50,14 @@ typedef struct scd_session {
 	struct scd_ctl *ctl;
 } scd_session_t;
 
+/* Whether r's trainer takes an operation's success from the tensor's shared header alone
+ * (proto/shm_wake.h; its hello asked for it), whoever writes it: the engine (coll/job.h,
+ * done_hdr) or the loop (ctl.c, complete_in_header). */
+static inline int scd_reg_header_tells(const scd_reg_t *r)
+{
+	return r->hdr && r->session && r->session->header_completion;
+}
+
 struct scd_ctl {
 	scd_daemon_t *d;
 	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */

@@ -106,8 +106,7 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 		if (coll->fill_src)
 			coll->fill_src(s, r->nnz, &r->hdr->result_nnz);
 		/* a success the header can tell (ctl.c, complete_in_header) */
-		if (r->hdr && r->session && r->session->header_completion &&
-		    !coll->counts_back) {
+		if (scd_reg_header_tells(r) && !coll->counts_back) {
 			s->done_hdr = r->hdr;
 			s->done_handle = r->handle;
 			s->done_guard = r->map ? r->guard : UINT32_MAX;

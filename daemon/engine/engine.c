@@ -547,12 +547,7 @@ static void owe_locked(scd_engine_t *e)
 {
 	if (e->owed)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &e->owed_until);
-	e->owed_until.tv_nsec += ENGINE_OWED_US * 1000L;
-	if (e->owed_until.tv_nsec >= 1000000000L) {
-		e->owed_until.tv_sec++;
-		e->owed_until.tv_nsec -= 1000000000L;
-	}
+	e->owed_until = scd_deadline_on(CLOCK_MONOTONIC, ENGINE_OWED_US);
 	e->owed = 1;
 }
 
@@ -1084,14 +1079,8 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 {
 	if (!e)
 		return SC_OK;
-	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl); /* e->cv's clock */
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	/* e->cv's clock */
+	struct timespec dl = scd_deadline_on(CLOCK_MONOTONIC, (int64_t)timeout_ms * 1000);
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
 	pthread_cond_broadcast(&e->cv);

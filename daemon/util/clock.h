@@ -18,18 +18,25 @@ static inline double scd_now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The CLOCK_REALTIME time timeout_ms from now, for pthread_cond_timedwait. */
-static inline struct timespec scd_deadline_ts(int timeout_ms)
+/* clock's time timeout_us from now, for pthread_cond_timedwait on a condition variable
+ * of that clock. */
+static inline struct timespec scd_deadline_on(clockid_t clock, int64_t timeout_us)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	clock_gettime(clock, &ts);
+	ts.tv_sec += (time_t)(timeout_us / 1000000);
+	ts.tv_nsec += (long)(timeout_us % 1000000) * 1000L;
 	if (ts.tv_nsec >= 1000000000L) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000L;
 	}
 	return ts;
+}
+
+/* The CLOCK_REALTIME time timeout_ms from now, for pthread_cond_timedwait. */
+static inline struct timespec scd_deadline_ts(int timeout_ms)
+{
+	return scd_deadline_on(CLOCK_REALTIME, (int64_t)timeout_ms * 1000);
 }
 
 static inline double scd_thread_cpu_s(void)
