@@ -516,6 +516,49 @@ def requires_grad_changes_between_steps():
 
 
 @check
+def optimizer_repeats_its_starts():
+    """From its second step a parameter's dense gradient starts as the step before did
+    (sparsecomm._rerun) and gives the same averages; a gradient of another dtype goes
+    the full way again (registered anew), and is repeated from the step after."""
+    from sparsecomm import _rerun
+    taken = []
+    real = _rerun.start
+
+    def counted(r, g, ctx):
+        h = real(r, g, ctx)
+        taken.append(h is not None)
+        return h
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   prefix="rr.")
+    _rerun.start = counted
+    try:
+        for step, dtype in enumerate((torch.float32,) * 3 + (torch.float64,) * 2):
+            model.to(dtype)
+            for i, p in enumerate(model.parameters()):
+                p.grad = None
+                # rank r's gradient: (r + 1) * (step + 1) * (i + 1) in every element
+                p.grad = torch.full(p.shape, float((R + 1) * (step + 1) * (i + 1)),
+                                    dtype=dtype)
+            # as backward's hooks would: each parameter's start, then the waits
+            for p in model.parameters():
+                opt._handles[p] = opt._submit(p)
+            opt.synchronize()
+            for i, p in enumerate(model.parameters()):
+                want = TRI / P * (step + 1) * (i + 1)
+                assert p.grad.dtype == dtype and torch.all(p.grad == want), (step, p.grad)
+            with opt.skip_synchronize():
+                opt.step()
+        # step 0: nothing to repeat yet; 1, 2: all four; 3: a new dtype, none; 4: all four
+        assert taken == [True] * 8 + [False] * 4 + [True] * 4, taken
+    finally:
+        _rerun.start = real
+        opt.remove_hooks()
+
+
+@check
 def sparse_as_dense():
     emb = torch.nn.Embedding(10, 3, sparse=True)
     with torch.no_grad():

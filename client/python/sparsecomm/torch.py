@@ -84,7 +84,7 @@ from contextlib import contextmanager
 import torch
 
 import sparsecomm as _sc
-from sparsecomm import _autograd, _sparseform
+from sparsecomm import _autograd, _rerun, _sparseform
 from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic, a fixed job's)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
@@ -880,6 +880,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._opts = {}
         self._explicit = {}
         self._dense_opts = {}  # parameter -> its dense gradient's allreduce keywords
+        self._rerun = {}  # parameter -> its last start, to repeat (sparsecomm._rerun)
         for p in self._requires_update:
             self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
         if self._included:
@@ -977,6 +978,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p not in self._hook_of:
                 self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
                 self._dense_opts.pop(p, None)
+                self._rerun.pop(p, None)
                 self._hook(p)
         self._requires_update = now
 
@@ -1046,6 +1048,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _submit(self, p):
         """Starts p's reduction.  Its buffer is kept registered (never released for room,
         sparsecomm's module doc): each parameter is reduced every step."""
+        r = self._rerun.get(p)
+        if (r is not None and self.gradient_predivide_factor == 1.0 and
+                p not in self._seen_sparse):
+            # the last step's start again (a dense gradient, as then), where it holds
+            g = p.grad
+            h = _rerun.start(r, g, _sc._ctx) if g is not None else None
+            if h is not None:
+                return h
         with _sc._lru.keeping():
             return self._start_reduction(p)
 
@@ -1099,9 +1109,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 density=o["density"], threshold=o["threshold"], scheme=o["scheme"],
                 allow_lossy=o["allow_lossy"], block=o.get("block"),
                 process_set=self.process_set)
-        if self._compression is NoneCompressor:
-            return _sc.allreduce_async_(g, **opts)
-        return _compressed_async(self._compression, g, g, **opts)
+        if self._compression is not NoneCompressor:
+            return _compressed_async(self._compression, g, g, **opts)
+        h = _sc.allreduce_async_(g, **opts)
+        # _submit repeats this start next step (where a gradient is not prescaled)
+        self._rerun[p] = _rerun.of(h, g, _sc._op(opts.get("average", True), opts.get("op")))
+        return h
 
     # -- Horovod's optimizer protocol --
     def synchronize(self):
