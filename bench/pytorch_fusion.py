@@ -45,6 +45,10 @@ differs from the mode asked for.
         --daemon-arg --timeline_file --daemon-arg /tmp/tl-%r.json -- \\
         /usr/bin/python3 bench/pytorch_fusion.py --mode adaptive --json-out rec.json
 
+--optimizer-cost (under sparsecomm-run, any node count) times one trainer's CPU per
+step through DistributedOptimizer against the same step without it, in interleaved
+blocks: what the optimizer's hooks, submissions, waits and copies cost the trainer.
+
 Per mode, over the timed steps (after --warmup untimed ones), averaged over ranks:
 steps/s; wire bytes per step as the sum of `bytes_sent` over the gradient tensors in
 `sparsectl --json stats` of the rank's node (the daemon's data-plane payload; the bytes
@@ -109,6 +113,11 @@ def add_args(p):
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json-out", default=None, help="trainer: rank 0 writes its record")
     p.add_argument("--json", default=None, help="driver: write every mode's record here")
+    p.add_argument("--optimizer-cost", action="store_true",
+                   help="trainer: the CPU a DistributedOptimizer step (top-k --density, "
+                        "every rank) costs over the same step without it, in interleaved "
+                        "blocks of --steps (see optimizer_cost)")
+    p.add_argument("--blocks", type=int, default=5, help="--optimizer-cost: blocks each")
     p.add_argument("--analyze", nargs="+", default=None, metavar="FILE",
                    help="RECORD TIMELINE...: add the timeline shares to a record, print")
     return p
@@ -116,6 +125,74 @@ def add_args(p):
 
 # ---------------------------------------------------------------------------------------
 # the trainer
+
+def optimizer_cost(a):
+    """This trainer's CPU time per step (and wall time) of the model's step through
+    DistributedOptimizer with top-k --density, against the bare step (forward, backward
+    and the wrapped SGD's step, no reduction) on the same model and batch, in --blocks
+    interleaved blocks of --steps steps each after --warmup of each kind; the medians over
+    the blocks, rank 0's.  The difference is what the optimizer costs the trainer: its
+    hooks, the submissions, the waits and the results' copies (the daemon's work is its
+    own process's)."""
+    import statistics
+    import torch
+    import torch.nn as nn
+    import sparsecomm as sc
+    import sparsecomm.torch as sct
+    sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+    import _common
+
+    _common.set_threads(1)
+    sc.init(timeout=a.timeout)
+    model = model_fn(a.seed, a.depth, a.width)
+    base = torch.optim.SGD(model.parameters(), lr=0.0)
+    opt = sct.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+                                   timeout=a.timeout, sparsifier="topk", density=a.density)
+    g = torch.Generator().manual_seed(a.seed)
+    x = torch.randn(a.batch, 64, generator=g)
+    y = torch.randint(0, 10, (a.batch,), generator=g)
+    lossf = nn.CrossEntropyLoss()
+
+    def through(o):
+        o.zero_grad(set_to_none=True)
+        lossf(model(x), y).backward()
+        o.step()
+
+    def block(step_fn):
+        c0, t0 = time.process_time(), time.monotonic()
+        for _ in range(a.steps):
+            step_fn()
+        return ((time.process_time() - c0) / a.steps * 1e3,
+                (time.monotonic() - t0) / a.steps * 1e3)
+
+    for _ in range(a.warmup):
+        through(opt)
+    opt.remove_hooks()
+    for _ in range(a.warmup):
+        through(base)
+    got = {"optimizer": [], "bare": []}
+    for _ in range(a.blocks):
+        opt._register_hooks()
+        got["optimizer"].append(block(lambda: through(opt)))
+        opt.remove_hooks()
+        got["bare"].append(block(lambda: through(base)))
+    opt._register_hooks()
+    rec = {k: {"cpu_ms": statistics.median(c for c, _ in v),
+               "wall_ms": statistics.median(w for _, w in v)} for k, v in got.items()}
+    rec.update(ranks=sc.size(), tensors=len(list(model.parameters())), steps=a.steps,
+               blocks=a.blocks, density=a.density,
+               optimizer_cost_cpu_ms=rec["optimizer"]["cpu_ms"] - rec["bare"]["cpu_ms"])
+    if sc.rank() == 0:
+        print("optimizer step %.2f ms CPU (%.2f wall), bare step %.2f ms CPU (%.2f wall): "
+              "the optimizer costs %.2f ms of CPU a step, %.1f us a tensor" % (
+                  rec["optimizer"]["cpu_ms"], rec["optimizer"]["wall_ms"],
+                  rec["bare"]["cpu_ms"], rec["bare"]["wall_ms"],
+                  rec["optimizer_cost_cpu_ms"],
+                  rec["optimizer_cost_cpu_ms"] * 1e3 / rec["tensors"]), flush=True)
+        if a.json_out:
+            with open(a.json_out, "w") as f:
+                json.dump(rec, f, indent=1)
+    sc.shutdown()
 
 def _proc_cpu_s(pid):
     """User + system CPU seconds of process pid, all its threads (/proc/PID/stat)."""
@@ -578,6 +655,9 @@ def main():
         return drive(a)
     if not os.environ.get("SPARSECOMM_SOCKET"):
         sys.exit("run under build/bin/sparsecomm-run (or pass --all)")
+    if a.optimizer_cost:
+        optimizer_cost(a)
+        return 0
     train(a)
     return 0
 
