@@ -518,8 +518,9 @@ def requires_grad_changes_between_steps():
 @check
 def optimizer_repeats_its_starts():
     """From its second step a parameter's dense gradient starts as the step before did
-    (sparsecomm._rerun) and gives the same averages; a gradient of another dtype goes
-    the full way again (registered anew), and is repeated from the step after."""
+    (sparsecomm._rerun) and gives the same averages; a gradient of another dtype, or of a
+    name another call gave another shape, goes the full way again, and is repeated from
+    the step after."""
     from sparsecomm import _rerun
     taken = []
     real = _rerun.start
@@ -551,8 +552,13 @@ def optimizer_repeats_its_starts():
                 assert p.grad.dtype == dtype and torch.all(p.grad == want), (step, p.grad)
             with opt.skip_synchronize():
                 opt.step()
-        # step 0: nothing to repeat yet; 1, 2: all four; 3: a new dtype, none; 4: all four
-        assert taken == [True] * 8 + [False] * 4 + [True] * 4, taken
+            if step == 1:  # the first weight's name given another shape by another call
+                w = next(model.parameters())
+                flat = hvd.allreduce(torch.ones(w.numel()), name="rr.0.weight", op=hvd.Sum)
+                assert torch.all(flat == P), flat
+        # step 0: nothing to repeat yet; 1: all four; 2: all but the reshaped weight;
+        # 3: a new dtype, none; 4: all four
+        assert taken == [True] * 4 + [False] + [True] * 3 + [False] * 4 + [True] * 4, taken
     finally:
         _rerun.start = real
         opt.remove_hooks()

@@ -3,14 +3,13 @@ every step.
 
 allreduce_async() works out, on every call, the buffer a tensor goes in (its name's
 registration, the options' key, the wire, the element type, the process set, the unnamed
-slots and the registrations' cap): about 90 us of Python a call, which DistributedOptimizer
-pays once per parameter and step.  A Rerun keeps what that work found for one name, and
+slots and the registrations' cap): about 120 us a call on a 2-core x86 host, most of it
+Python, which DistributedOptimizer paid once per parameter and step.  A Rerun keeps what that work found for one name, and
 start() repeats only what can differ between calls: the tensor's shape and dtype, the
-registration being still the one found (not released, not registered anew), no
-operation of it in flight, no group open, its process set still added, the context
-still the one it was found in.  Where anything differs it returns None and the caller
-goes the full way (allreduce_async), which raises what is wrong or registers anew: the
-result and every error are the full way's.
+registration being still the one found (not released, not registered anew) with the
+shape the daemons were last given, no operation of it in flight, no group open, its
+process set still added, the context still the one it was found in.  Where anything differs it returns None and the caller
+goes the full way (allreduce_async), which raises what is wrong or registers anew.
 
 Only what the full way would do for the same call is done here: the same claim, the same
 copy into the shared buffer, the same sc_allreduce_async, and a Handle whose result is
@@ -25,12 +24,13 @@ class Rerun:
     """What an in-place allreduce of a CPU torch tensor into a kept named registration
     found (of(): None for anything else)."""
 
-    __slots__ = ("ctx", "entry", "shape", "dtype", "view", "c_op", "lib")
+    __slots__ = ("ctx", "entry", "shape", "dims", "dtype", "view", "c_op", "lib")
 
     def __init__(self, ctx, entry, shape, dtype, c_op):
         self.ctx = ctx
         self.entry = entry
         self.shape = shape
+        self.dims = entry.shape  # the shape the daemons were given (_give_shape's form)
         self.dtype = dtype
         self.view = entry.tdata().view(shape)
         self.c_op = c_op
@@ -62,13 +62,18 @@ def start(r, tensor, ctx):
             getattr(_grouping, "armed", None) is not None or
             (e.pset and e.pset not in c.psets)):
         return None
-    with c.lock:
-        if c.entries.get(e.key) is not e or e.inflight:
+    with c.lock:  # shutdown() unmaps the buffer under it
+        if (c.closed or c.entries.get(e.key) is not e or e.inflight or
+                e.shape != r.dims):  # another call of the name gave another shape
             return None
         e.inflight = True
+        try:
+            r.view.copy_(tensor.detach() if tensor.requires_grad else tensor)
+        except BaseException:
+            e.inflight = False
+            raise
     h = _lib.c_handle()
     try:
-        r.view.copy_(tensor.detach() if tensor.requires_grad else tensor)
         st = r.lib.sc_allreduce_async(c.client, e.ptr, r.c_op, ctypes.byref(h))
     except BaseException:
         e.inflight = False

@@ -1112,8 +1112,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._compression is not NoneCompressor:
             return _compressed_async(self._compression, g, g, **opts)
         h = _sc.allreduce_async_(g, **opts)
-        # _submit repeats this start next step (where a gradient is not prescaled)
-        self._rerun[p] = _rerun.of(h, g, _sc._op(opts.get("average", True), opts.get("op")))
+        # _submit repeats this start next step (with gradient_predivide_factor 1)
+        try:
+            self._rerun[p] = _rerun.of(h, g, _sc._op(opts.get("average", True),
+                                                     opts.get("op")))
+        except Exception:  # noqa: B902  (none to repeat: the next goes the full way)
+            self._rerun.pop(p, None)
         return h
 
     # -- Horovod's optimizer protocol --
