@@ -1503,6 +1503,7 @@ class DDPHookState:
         self.prefix = prefix
         self.selection = selection
         self._names = {}  # id(parameter) -> its tensor's name
+        self._rerun = {}  # id(parameter) -> its last start, to repeat (sparsecomm._rerun)
         self._q = None
         self._lock = threading.Lock()
 
@@ -1582,9 +1583,20 @@ def ddp_hook(state, bucket):
 def _ddp_start(state, bucket, buf):
     """Starts the reductions of a DDP bucket; their handles."""
     if state._per_parameter(bucket):
-        # the gradients are views into the bucket: each is reduced in place
-        return [_sc.allreduce_async_(g, name=state._param_name(bucket, j, p), average=True,
-                                     **state.opts)
-                for j, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients()))]
+        # the gradients are views into the bucket: each is reduced in place, from the
+        # second step as the step before started it (DistributedOptimizer's _submit)
+        hs = []
+        for j, (p, g) in enumerate(zip(bucket.parameters(), bucket.gradients())):
+            r = state._rerun.get(id(p))
+            h = _rerun.start(r, g, _sc._ctx) if r is not None else None
+            if h is None:
+                h = _sc.allreduce_async_(g, name=state._param_name(bucket, j, p),
+                                         average=True, **state.opts)
+                try:
+                    state._rerun[id(p)] = _rerun.of(h, g, ReduceOp.AVERAGE)
+                except Exception:  # noqa: B902  (none to repeat: the next goes the full way)
+                    state._rerun.pop(id(p), None)
+            hs.append(h)
+        return hs
     name = "%s.b%d.n%d" % (state.prefix, bucket.index(), buf.numel())
     return [_sc.allreduce_async_(buf, name=name, average=True, **state.opts)]
