@@ -363,9 +363,11 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_IDLE) {
-			/* running ones too: the engine delivers nothing after the fence (a
-			 * registration released meanwhile goes once the engine's jobs of the
-			 * tensor are freed: tensor.h, job_refs) */
+			/* running ones too: the daemon is going away, the engine's result will
+			 * never be delivered */
+			for (int l = 0; l < SCD_MAX_LOCAL; l++)
+				if (nt->slot[l])
+					nt->slot[l]->zombie = 0;
 			char msg[512];
 			snprintf(msg, sizeof(msg), "%s of tensor '%s' failed on node %d: %s",
 				 scd_coll_name(&nt->coll), nt->name, ctl->d->rank, error);

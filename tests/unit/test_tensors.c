@@ -105,9 +105,9 @@ UNIT_TEST(tensors_buffer_jobs_hold_released_registrations)
 	nt->state = SCD_NT_IDLE; /* the operation failed: ended, no handle */
 	a->handle = 0;
 	scd_tensors_release(t, a);
+	CHECK_TRUE(a->zombie && a->map);
 	CHECK_EQ_INT(scd_tensors_live(t), 1);
 	CHECK_TRUE(scd_tensors_find(t, "a") == nt);
-	CHECK_TRUE(a->zombie && a->map);
 	buf[15] = 1.0f; /* the engine's write: still mapped */
 	scd_tensors_job_done(t, nt);
 	CHECK_EQ_INT(scd_tensors_live(t), 1); /* one job left */

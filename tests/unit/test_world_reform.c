@@ -29,8 +29,6 @@
 #include <zmq.h>
 
 #include "ctl/ctl.h"
-#include "ctl/ctl_int.h"
-#include "ctl/tensor.h"
 #include "engine/engine.h"
 #include "unit.h"
 #include "unit_mesh.h"
@@ -47,8 +45,7 @@ static void on_stop(scd_daemon_t *d, int exit_code)
 }
 static const scd_world_hooks_t hooks = {.ready = on_ready, .stop = on_stop};
 static void up_announce(scd_world_t *w, scd_ntensor_t *nt) {}
-static void up_forget(scd_world_t *w, const char *name, uint64_t presel_key) {}
-static const scd_ctl_upcalls_t upcalls = {.announce = up_announce, .forget = up_forget};
+static const scd_ctl_upcalls_t upcalls = {.announce = up_announce};
 
 static void on_job_back(void *arg, scd_job_t *job)
 {
@@ -357,39 +354,6 @@ UNIT_TEST(world_reform_read_frees_what_the_world_left_held_ahead)
 	CHECK_MSG(w->peers[1].state == SPARSECOMM__PEER_STATE__PEER_CONNECTED,
 		  "node 1 given up for messages it sent: %s", w->peers[1].gone_reason);
 	CHECK_TRUE(w->peers[1].held == NULL && w->peers[1].n_held == 0);
-	fixture_free(&f);
-}
-
-/* A trainer that left while its tensor ran leaves a zombie registration; the failure of
- * everything in flight that a re-form brings ends the step and lets it go (it was kept
- * for good before, its name refused to the trainer that came next), unless a buffer job
- * of the tensor is still in the engine: then it goes when that job is freed. */
-UNIT_TEST(world_reform_failure_lets_go_of_trainers_that_left)
-{
-	fixture_t f;
-	fixture_make(&f, 1);
-	scd_tensors_t *t = f.d.ctl->tensors;
-	scd_tensor_opts_t opts = {0};
-	scd_reg_t *a, *b;
-	char err[256];
-	CHECK_EQ_INT(scd_tensors_register(t, NULL, 0, "a", SC_FLOAT32, 16, &opts, 1 << 20, &a,
-					  err, sizeof(err)),
-		     SC_OK);
-	CHECK_EQ_INT(scd_tensors_register(t, NULL, 0, "b", SC_FLOAT32, 16, &opts, 1 << 20, &b,
-					  err, sizeof(err)),
-		     SC_OK);
-	scd_ntensor_t *nb = b->nt;
-	/* both submitted and running; b's buffer job still in the engine */
-	a->handle = 1, a->nt->state = SCD_NT_RUNNING, a->nt->submitted = 1;
-	b->handle = 2, nb->state = SCD_NT_RUNNING, nb->submitted = 1, nb->job_refs = 1;
-	scd_tensors_release(t, a); /* the trainer left */
-	scd_tensors_release(t, b);
-	CHECK_EQ_INT(scd_tensors_live(t), 2);
-	scd_ctl_fail_all(f.d.ctl, SC_ERR_PEER, "the world re-forms");
-	CHECK_EQ_INT(scd_tensors_live(t), 1);
-	CHECK_TRUE(scd_tensors_find(t, "a") == NULL && scd_tensors_find(t, "b") == nb);
-	scd_ctl_job_done(f.d.ctl, nb);
-	CHECK_EQ_INT(scd_tensors_live(t), 0);
 	fixture_free(&f);
 }
 
