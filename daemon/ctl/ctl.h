@@ -132,8 +132,7 @@ int scd_ctl_trainers(const scd_ctl_t *ctl);
  * A planned tensor joins a job: when name is announced on this node with this dtype and
  * element count, fills it (the tensor, its options, its residual, and every submitted
  * trainer's buffer and COO area in shared memory) and marks the tensor running; else
- * SC_ERR_NOT_FOUND and it is left as it was (the job then runs it with zeros). The job
- * holds the trainers' buffers mapped until scd_ctl_job_done, past the operation's end.
+ * SC_ERR_NOT_FOUND and it is left as it was (the job then runs it with zeros).
  */
 sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, uint64_t numel,
 			     struct scd_job_item *it);
@@ -143,9 +142,6 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
  * mapped until scd_ctl_presel_done. */
 void scd_ctl_presel_item(scd_ctl_t *ctl, struct scd_ntensor *nt, struct scd_job_item *it);
 void scd_ctl_presel_done(scd_ctl_t *ctl, struct scd_ntensor *nt);
-/* A buffer job is freed (handed back or dropped): of each of its items' tensors (the
- * item's nt), scd_ctl_job_item's hold on the trainers' buffers is let go. May free nt. */
-void scd_ctl_job_done(scd_ctl_t *ctl, struct scd_ntensor *nt);
 /* The node's tensor of this name, or NULL. */
 struct scd_ntensor *scd_ctl_tensor(scd_ctl_t *ctl, const char *name);
 /* A plan's error for name: fails the operation of the trainers that submitted it; those

@@ -23,7 +23,6 @@ sc_status_t scd_ctl_job_item(scd_ctl_t *ctl, const char *name, uint32_t dtype, u
 	it->presel_token = nt->presel_armed ? nt->presel_token : 0;
 	nt->presel_armed = 0;
 	fill_srcs(ctl, nt, it);
-	nt->job_refs++; /* until scd_ctl_job_done */
 	nt->state = SCD_NT_RUNNING;
 	nt->state_since_ms = scd_now_ms();
 	/* the timeline's wait for the other ranks: announced until planned here */
@@ -49,16 +48,17 @@ void scd_ctl_presel_item(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 
 void scd_ctl_presel_done(scd_ctl_t *ctl, scd_ntensor_t *nt)
 {
-	if (--nt->presel_refs > 0 || nt->job_refs > 0)
+	if (--nt->presel_refs > 0)
 		return;
-	/* registrations released while the selection read them */
-	scd_tensors_release_zombies(ctl->tensors, nt); /* may free nt */
-}
-
-void scd_ctl_job_done(scd_ctl_t *ctl, scd_ntensor_t *nt)
-{
-	if (ctl && nt)
-		scd_tensors_job_done(ctl->tensors, nt); /* may free nt */
+	/* registrations released while the selection read them, and that no operation in
+	 * flight holds either (those go with its completion) */
+	scd_reg_t *gone[SCD_MAX_LOCAL];
+	int n = 0;
+	for (int l = 0; l < SCD_MAX_LOCAL; l++)
+		if (nt->slot[l] && nt->slot[l]->zombie && !nt->slot[l]->handle)
+			gone[n++] = nt->slot[l];
+	for (int i = 0; i < n; i++)
+		scd_tensors_release(ctl->tensors, gone[i]); /* may free nt */
 }
 
 /* The item's tensor, options and every submitted trainer's buffer and COO area. */

@@ -1030,7 +1030,7 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 	scd_ntensor_t *nt = r->nt;
 	if (nt &&
 	    (((nt->state == SCD_NT_RUNNING || nt->state == SCD_NT_ANNOUNCED) && r->handle) ||
-	     nt->presel_refs > 0 || nt->job_refs > 0)) {
+	     nt->presel_refs > 0)) {
 		r->zombie = 1; /* the engine still reads this buffer; freed when it is done */
 		r->session = NULL;
 		return;
@@ -1055,24 +1055,6 @@ void scd_tensors_release(scd_tensors_t *t, scd_reg_t *r)
 	reg_bury(t, r);
 	free(r->a2a);
 	free(r);
-}
-
-void scd_tensors_release_zombies(scd_tensors_t *t, scd_ntensor_t *nt)
-{
-	scd_reg_t *gone[SCD_MAX_LOCAL];
-	int n = 0;
-	for (int l = 0; l < SCD_MAX_LOCAL; l++)
-		if (nt->slot[l] && nt->slot[l]->zombie && !nt->slot[l]->handle)
-			gone[n++] = nt->slot[l];
-	for (int i = 0; i < n; i++)
-		scd_tensors_release(t, gone[i]); /* may free nt */
-}
-
-void scd_tensors_job_done(scd_tensors_t *t, scd_ntensor_t *nt)
-{
-	if (--nt->job_refs > 0 || nt->presel_refs > 0)
-		return;
-	scd_tensors_release_zombies(t, nt); /* may free nt */
 }
 
 int scd_tensors_mem_lost(const scd_reg_t *r, char *err, size_t err_len)

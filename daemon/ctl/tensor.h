@@ -124,11 +124,6 @@ typedef struct scd_ntensor {
 	uint64_t presel_token;
 	uint64_t presel_key; /* keys its speculative selections (first step); 0: none yet */
 	int presel_armed, presel_refs;
-	/* the buffer jobs filled from its registrations (ctl.h, scd_ctl_job_item) that are
-	 * not freed yet: the engine may read and write the trainers' buffers until then, a
-	 * failure that ended their operations (scd_ctl_fail_all) included, so a registration
-	 * released meanwhile stays mapped (scd_tensors_job_done) */
-	int job_refs;
 	/* the node's trainers disagree on the tensor: every submission fails with this */
 	int poisoned;
 	char poison_msg[384];
@@ -299,15 +294,7 @@ uint64_t scd_tensors_gpu_bytes(const scd_tensors_t *t);
 int scd_tensors_mem_lost(const scd_reg_t *reg, char *err, size_t err_len);
 
 /* Releases a registration (unmaps and unlinks its buffer); the node tensor is freed with
- * its last registration when it is idle. One the engine may still read (an operation in
- * flight, a selection job or a buffer job holding its tensor) stays, a zombie, until
- * the last of those is done. */
+ * its last registration when it is idle. */
 void scd_tensors_release(scd_tensors_t *t, scd_reg_t *reg);
-/* A buffer job filled from nt is freed (its job_refs taken back): with none left, and no
- * selection job, the registrations released meanwhile go. May free nt. */
-void scd_tensors_job_done(scd_tensors_t *t, scd_ntensor_t *nt);
-/* Releases nt's zombie registrations that no operation in flight holds (those go with its
- * completion); each stays while nt's jobs still read it. May free nt. */
-void scd_tensors_release_zombies(scd_tensors_t *t, scd_ntensor_t *nt);
 
 #endif

@@ -521,10 +521,8 @@ static void stats_wire(scd_ntensor_t *nt, const scd_job_t *job)
 		snprintf(nt->stats.wire, sizeof(nt->stats.wire), "%s", name);
 }
 
-void scd_neg_job_free(scd_world_t *w, scd_job_t *job)
+void scd_neg_job_free(scd_job_t *job)
 {
-	for (int i = 0; i < job->n_items; i++)
-		scd_ctl_job_done(w->d->ctl, job->items[i].nt); /* may free the tensor */
 	free(job->items);
 	free(job->nodes);
 	free(job->set_ranks);
@@ -540,7 +538,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		 * failed (the coordinator lost, a shutdown): its tensors failed then, with the
 		 * reason (world.c, reform; ctl.h, scd_ctl_fail_all), and may be in their next
 		 * step already */
-		scd_neg_job_free(w, job);
+		scd_neg_job_free(job);
 		return;
 	}
 	if (job->status != SC_OK && job->mesh_broken && !scd_live_cause(w)) {
@@ -557,7 +555,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		return;
 	}
 	if (scd_job_fast(job) && scd_fast_job_done(w, job)) {
-		scd_neg_job_free(w, job);
+		scd_neg_job_free(job);
 		return;
 	}
 	d->stats_buffers++;
@@ -616,7 +614,7 @@ void scd_neg_job_done(scd_world_t *w, scd_job_t *job)
 		scd_ctl_complete_item(d->ctl, it, job->status,
 				      job->status == SC_OK ? NULL : msg);
 	}
-	scd_neg_job_free(w, job);
+	scd_neg_job_free(job);
 }
 
 void scd_neg_release_held(scd_world_t *w, int deliver)
@@ -629,7 +627,7 @@ void scd_neg_release_held(scd_world_t *w, int deliver)
 			job->mesh_broken = 0;
 			scd_neg_job_done(w, job);
 		} else {
-			scd_neg_job_free(w, job);
+			scd_neg_job_free(job);
 		}
 		job = next;
 	}

@@ -99,7 +99,7 @@ static int fast_eligible(const scd_world_t *w, uint32_t id, char *why, size_t le
 	int ok = job && job->coll.kind == SCD_COLL_ALLREDUCE && job->coll.op == SC_OP_SUM &&
 		 job->dtype == SC_FLOAT32 && scd_bufctx_one_round(job, w->d->world_size);
 	if (job)
-		scd_neg_job_free((scd_world_t *)w, job);
+		scd_neg_job_free(job);
 	if (!job)
 		snprintf(why, len, "tensor '%s', which there is no memory to check", c->name);
 	else if (!ok)

@@ -406,7 +406,7 @@ void scd_fast_free(scd_world_t *w);
 sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *resp,
 				  const struct scd_fast *fast, int fill,
 				  struct scd_job **job_p);
-void scd_neg_job_free(scd_world_t *w, struct scd_job *job);
+void scd_neg_job_free(struct scd_job *job);
 
 /* barrier.c */
 void scd_barrier_on_enter(scd_world_t *w, int from, const Sparsecomm__BarrierEnter *m);

@@ -87,41 +87,6 @@ UNIT_TEST(tensors_release_remembered_while_another_keeps_it)
 	scd_tensors_destroy(t);
 }
 
-/* A buffer job filled from a tensor (scd_ctl_job_item's job_refs) holds its trainers'
- * buffers after their operation has ended: a failure of everything in flight ends it
- * (idle, no handle) while the engine may still read and write them. Released then, a
- * registration stays, mapped, until the last such job is freed (and no selection job
- * reads it); then it goes, with the node tensor. */
-UNIT_TEST(tensors_buffer_jobs_hold_released_registrations)
-{
-	scd_tensors_t *t;
-	scd_reg_t *a;
-	char err[512] = "";
-	CHECK_EQ_INT(scd_tensors_create(1, NULL, NULL, &t), SC_OK);
-	CHECK_EQ_INT(reg(t, "a", 0, &a, err, sizeof(err)), SC_OK);
-	scd_ntensor_t *nt = a->nt;
-	float *buf = a->data;
-	nt->job_refs += 2;	 /* two buffer jobs, as scd_ctl_job_item counts them */
-	nt->state = SCD_NT_IDLE; /* the operation failed: ended, no handle */
-	a->handle = 0;
-	scd_tensors_release(t, a);
-	CHECK_TRUE(a->zombie && a->map);
-	CHECK_EQ_INT(scd_tensors_live(t), 1);
-	CHECK_TRUE(scd_tensors_find(t, "a") == nt);
-	buf[15] = 1.0f; /* the engine's write: still mapped */
-	scd_tensors_job_done(t, nt);
-	CHECK_EQ_INT(scd_tensors_live(t), 1); /* one job left */
-	nt->presel_refs = 1;		      /* and a selection job */
-	scd_tensors_job_done(t, nt);
-	CHECK_EQ_INT(scd_tensors_live(t), 1);
-	CHECK_EQ_INT(nt->job_refs, 0);
-	nt->presel_refs = 0; /* scd_ctl_presel_done's release, as it does it */
-	scd_tensors_release_zombies(t, nt);
-	CHECK_EQ_INT(scd_tensors_live(t), 0);
-	CHECK_TRUE(scd_tensors_find(t, "a") == NULL);
-	scd_tensors_destroy(t);
-}
-
 /* The failed steps a trainer owes for a name outlive the node tensor: released by every
  * trainer of the node, registered again, the name still has them (owed.h); they go when the
  * trainer that owes them is forgiven (it ended or joined), held or released. */
