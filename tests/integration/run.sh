@@ -1355,6 +1355,12 @@ data_reset() {
 	run_case "$dname" "$nodes" "$per" "$limit" 0 $((nodes * per)) --log-dir "$tmp/data-logs" "$@"
 	kill "$killer" 2>/dev/null
 	wait "$killer" 2>/dev/null
+	if [ "$failed" -ne "$failed_before" ]; then # what the daemons saw: the logs go with $tmp
+		for f in "$tmp"/data-logs/daemon*.log; do
+			echo "      -- $(basename "$f"), its last warnings and errors:"
+			grep -E " (warn|error) " "$f" | tail -30 | sed 's/^/      | /'
+		done
+	fi
 	grep -o 'random: [0-9]* steps \(failed by\|(seed\).*' "$tmp/out" | sed 's/^/      /'
 	reforms=$(cat "$tmp"/data-logs/daemon0.log | grep -c "the data plane failed on node")
 	echo "      $reforms re-forms after a data-plane failure"
