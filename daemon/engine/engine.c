@@ -179,6 +179,30 @@ static void error_rank(scd_engine_t *e, scd_job_t *job)
 	snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->p.rank, why);
 }
 
+/* The trainer's buffer a job summed in place would use (NULL: none). */
+static void *job_src0(const scd_job_t *job)
+{
+	return job->n_items == 1 && job->items[0].n_src > 0 ? job->items[0].src[0].dense : NULL;
+}
+
+/* Whether a fence came after job's submission (scd_engine_fence: the world re-formed, or
+ * everything in flight failed): its trainers were told that it failed, and may be writing
+ * their next step's input into the buffers it would sum in place; nothing of it runs. */
+static int fenced(scd_engine_t *e, scd_job_t *job)
+{
+	pthread_mutex_lock(&e->deliver_mu);
+	int stale = job->fence != e->fence;
+	pthread_mutex_unlock(&e->deliver_mu);
+	if (stale) {
+		job->status = SC_ERR_PEER;
+		snprintf(job->error, sizeof(job->error),
+			 "rank %d: not run: the world re-formed (or everything in flight "
+			 "failed) before it ran",
+			 e->p.rank);
+	}
+	return stale;
+}
+
 /* The job's buffer: in place in the trainer's buffer where the collective allows it (one
  * tensor, on the engine's GPU for a cuda one), else a fusion slot of the size the
  * collective asks, its padding cleared. A fast turn always takes a slot: a discarded turn
@@ -423,7 +447,10 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
-	if (untrusted_refuse(e, job) != SC_OK ||
+	/* a job summed in place does not write its trainers' buffers once they were told it
+	 * failed */
+	if ((run->buf == job_src0(job) && fenced(e, job)) ||
+	    untrusted_refuse(e, job) != SC_OK ||
 	    (scd_job_fast(job) && fast_start(e, c, job) != SC_OK))
 		return;
 	/* the probe is the whole world's: never among a set's nodes alone */
@@ -807,6 +834,8 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			}
 			scd_presel_forget_key(e->presel, job->forget_presel_key);
 		}
+	} else if (fenced(e, job)) {
+		job->run.passthrough = 1; /* dropped at its hand-back (world/apply.c) */
 	} else if (!e->transport) {
 		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
 			 e->p.rank);
