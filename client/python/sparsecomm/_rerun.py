@@ -4,12 +4,13 @@ every step.
 allreduce_async() works out, on every call, the buffer a tensor goes in (its name's
 registration, the options' key, the wire, the element type, the process set, the unnamed
 slots and the registrations' cap): about 120 us a call on a 2-core x86 host, most of it
-Python, which DistributedOptimizer paid once per parameter and step.  A Rerun keeps what that work found for one name, and
-start() repeats only what can differ between calls: the tensor's shape and dtype, the
-registration being still the one found (not released, not registered anew) with the
-shape the daemons were last given, no operation of it in flight, no group open, its
-process set still added, the context still the one it was found in.  Where anything differs it returns None and the caller
-goes the full way (allreduce_async), which raises what is wrong or registers anew.
+Python, which DistributedOptimizer paid once per parameter and step.  A Rerun keeps what
+that work found for one name, and start() repeats only what can differ between calls:
+the tensor's shape and dtype, the registration being still the one found (not released,
+not registered anew) with the shape the daemons were last given, no operation of it in
+flight, no group open, its process set still added, the context still the one it was
+found in.  Where anything differs it returns None and the caller goes the full way
+(allreduce_async), which raises what is wrong or registers anew.
 
 Only what the full way would do for the same call is done here: the same claim, the same
 copy into the shared buffer, the same sc_allreduce_async, and a Handle whose result is
@@ -17,7 +18,7 @@ copied into the same tensor."""
 
 import ctypes
 
-from . import Handle, _error, _grouping, _lib
+from . import Handle, _error, _grouping, _lib, _torch
 
 
 class Rerun:
@@ -87,13 +88,8 @@ def start(r, tensor, ctx):
 
 def _into(out, view):
     if out.requires_grad:
-        with _torch_no_grad():
+        with _torch().no_grad():
             out.copy_(view)
     else:
         out.copy_(view)
     return out
-
-
-def _torch_no_grad():
-    import torch
-    return torch.no_grad()
