@@ -1017,7 +1017,7 @@ static void write_json(const coll_opts_t *o, int P, double alpha, const wl_shape
 		fprintf(f, ",\"busbw\":%.0f", r->busbw);
 		num_or_null(f, "predicted_s", r->predicted_s, "%.6f");
 		num_or_null(f, "measured_s", r->measured_s, "%.6f");
-		num_or_null(f, "pred_over_measured", r->pred_err, "%.4f");
+		num_or_null(f, "pred_over_measured", r->pred_err, "%.6g");
 		num_or_null(f, "work_s", r->work_s, "%.6f");
 		num_or_null(f, "cpu_s", r->cpu_s, "%.6f");
 		num_or_null(f, "cpu_sum_s", r->cpu_sum_s, "%.6f");
