@@ -208,7 +208,7 @@ static void daemon_stop(scd_daemon_t *d, int exit_code)
 	scd_world_leave(d->world,
 			exit_code ? "its daemon stopped on an error" : "its daemon stopped");
 	scd_engine_fence(d->engine); /* nothing delivered, nor told, after the failure */
-	scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
+	scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down", 0);
 	uv_stop(d->loop);
 }
 
@@ -571,7 +571,7 @@ int main(int argc, char **argv)
 	if (!d->shutting_down) {
 		scd_engine_fence(
 		    d->engine); /* nothing delivered, nor told, after the failure */
-		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down");
+		scd_ctl_fail_all(d->ctl, SC_ERR_SHUTDOWN, "the daemon is shutting down", 0);
 	}
 	if (scd_engine_destroy(d->engine, 2000) != SC_OK) {
 		/* the engine is blocked in a transfer: remove what others could see, and go */

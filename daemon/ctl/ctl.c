@@ -351,7 +351,7 @@ uint64_t scd_ctl_fail_gen(const scd_ctl_t *ctl)
 	return ctl ? ctl->fail_gen : 0;
 }
 
-void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
+void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error, int idle)
 {
 	ctl->fail_gen++;
 	if (ctl->barrier_waiting) {
@@ -363,9 +363,10 @@ void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t st, const char *error)
 	for (scd_ntensor_t *nt = scd_tensors_first(ctl->tensors), *next; nt; nt = next) {
 		next = nt->all_next;
 		if (nt->state != SCD_NT_IDLE) {
-			/* running ones too: the daemon is going away, the engine's result will
-			 * never be delivered */
-			for (int l = 0; l < SCD_MAX_LOCAL; l++)
+			/* running ones too: the engine's result will never be delivered. A
+			 * registration released meanwhile goes with the completion, unless a
+			 * job may still use its memory: then it is kept */
+			for (int l = 0; l < SCD_MAX_LOCAL && !idle; l++)
 				if (nt->slot[l])
 					nt->slot[l]->zombie = 0;
 			char msg[512];

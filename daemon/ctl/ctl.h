@@ -91,8 +91,12 @@ void scd_ctl_complete_item(scd_ctl_t *ctl, const struct scd_job_item *it, sc_sta
  * message read from a trainer or sparsectl, and before the metrics endpoint reports. */
 void scd_ctl_collect(scd_ctl_t *ctl);
 /* Fails everything submitted, running or not (a re-form, a lost coordinator, a shutdown:
- * the caller fenced the engine first), and counts it (scd_ctl_fail_gen). */
-void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error);
+ * the caller fenced the engine first), and counts it (scd_ctl_fail_gen). idle: the engine
+ * was quiesced too (scd_engine_quiesce returned 0), so no job uses a trainer's memory any
+ * more, and a registration its trainer released while its operation ran goes now, its
+ * shared memory with it; else it stays for good (its local rank's name refused BUSY),
+ * since a job may still write its memory. */
+void scd_ctl_fail_all(scd_ctl_t *ctl, sc_status_t status, const char *error, int idle);
 /* How many times scd_ctl_fail_all ran (0 without a ctl): a job built before the last of
  * them is not its tensors' any more when it comes back. */
 uint64_t scd_ctl_fail_gen(const scd_ctl_t *ctl);

@@ -80,6 +80,10 @@ struct scd_engine {
 	 * submitted before the last fence delivers nothing) */
 	uint64_t fence;
 	pthread_mutex_t deliver_mu;
+	/* under deliver_mu: the jobs in a stage that reads or writes their trainers' buffers
+	 * (touch_begin), and where scd_engine_quiesce waits for the last to end */
+	int touching;
+	pthread_cond_t touch_cv;
 };
 
 /* Logs a failure the engine itself detected, or that a device op reported (device ops do
@@ -179,19 +183,20 @@ static void error_rank(scd_engine_t *e, scd_job_t *job)
 	snprintf(job->error, sizeof(job->error), "rank %d: %.470s", e->p.rank, why);
 }
 
-/* The trainer's buffer a job summed in place would use (NULL: none). */
-static void *job_src0(const scd_job_t *job)
-{
-	return job->n_items == 1 && job->items[0].n_src > 0 ? job->items[0].src[0].dense : NULL;
-}
-
-/* Whether a fence came after job's submission (scd_engine_fence: the world re-formed, or
- * everything in flight failed): its trainers were told that it failed, and may be writing
- * their next step's input into the buffers it would sum in place; nothing of it runs. */
-static int fenced(scd_engine_t *e, scd_job_t *job)
+/* Begins a stage of job that uses its trainers' memory: its compute stage (which copies
+ * their buffers in, or sums a job run in place into its first trainer's buffer, and
+ * updates their residuals), or its communication stage (whose exchange writes the buffer
+ * of a job run in place, and whose scheme may write the residuals back; the delivery is
+ * fenced on its own, under the same lock). Returns 0, the job failed and running nothing, when
+ * a fence came after its submission (scd_engine_fence: the world re-formed, or everything
+ * in flight failed): its trainers were told that it failed, and may be writing their next
+ * step's input into those buffers. Else 1: the stage is counted until touch_end, and
+ * scd_engine_quiesce waits for it. */
+static int touch_begin(scd_engine_t *e, scd_job_t *job)
 {
 	pthread_mutex_lock(&e->deliver_mu);
 	int stale = job->fence != e->fence;
+	e->touching += !stale;
 	pthread_mutex_unlock(&e->deliver_mu);
 	if (stale) {
 		job->status = SC_ERR_PEER;
@@ -200,7 +205,15 @@ static int fenced(scd_engine_t *e, scd_job_t *job)
 			 "failed) before it ran",
 			 e->p.rank);
 	}
-	return stale;
+	return !stale;
+}
+
+static void touch_end(scd_engine_t *e)
+{
+	pthread_mutex_lock(&e->deliver_mu);
+	if (--e->touching == 0)
+		pthread_cond_broadcast(&e->touch_cv);
+	pthread_mutex_unlock(&e->deliver_mu);
 }
 
 /* The job's buffer: in place in the trainer's buffer where the collective allows it (one
@@ -447,10 +460,7 @@ static void comm_buffer(scd_engine_t *e, scd_job_t *job)
 {
 	scd_job_run_t *run = &job->run;
 	const scd_coll_desc_t *c = scd_coll_desc(job->coll.kind);
-	/* a job summed in place does not write its trainers' buffers once they were told it
-	 * failed */
-	if ((run->buf == job_src0(job) && fenced(e, job)) ||
-	    untrusted_refuse(e, job) != SC_OK ||
+	if (untrusted_refuse(e, job) != SC_OK ||
 	    (scd_job_fast(job) && fast_start(e, c, job) != SC_OK))
 		return;
 	/* the probe is the whole world's: never among a set's nodes alone */
@@ -698,10 +708,15 @@ void scd_engine_collect(scd_engine_t *e)
 static void comm_job(scd_engine_t *e, scd_job_t *job)
 {
 	double cpu0 = scd_thread_cpu_s();
-	if (!job->run.passthrough) {
+	/* a job a fence overtook exchanges nothing more: one run in place would write its
+	 * trainer's buffer, which holds their next step's input once they were told it
+	 * failed, and any other its trainers' residuals; one under way when the fence comes
+	 * is waited for (scd_engine_quiesce, after peer_gone ends its transfers) */
+	if (!job->run.passthrough && touch_begin(e, job)) {
 		uint64_t tl = scd_tl_begin();
 		comm_buffer(e, job);
 		scd_job_tl(job, "buffer", tl);
+		touch_end(e);
 	}
 	scd_bufctx_release(&job->run.prep);
 	job->time_s = scd_now_s() - job->run.t0;
@@ -834,18 +849,21 @@ static void compute_job(scd_engine_t *e, scd_job_t *job)
 			}
 			scd_presel_forget_key(e->presel, job->forget_presel_key);
 		}
-	} else if (fenced(e, job)) {
+	} else if (!touch_begin(e, job)) {
 		job->run.passthrough = 1; /* dropped at its hand-back (world/apply.c) */
-	} else if (!e->transport) {
-		snprintf(job->error, sizeof(job->error), "rank %d: the data plane never formed",
-			 e->p.rank);
-		scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
-		job->status = SC_ERR_PEER;
-		job->run.passthrough = 1; /* no transport to run the check round on */
-	} else if (job_transport(e, job) == SC_OK) {
-		uint64_t tl = scd_tl_begin();
-		compute_buffer(e, job);
-		scd_job_tl(job, "compress", tl);
+	} else {
+		if (!e->transport) {
+			snprintf(job->error, sizeof(job->error),
+				 "rank %d: the data plane never formed", e->p.rank);
+			scd_error(SCD_SUB_ENGINE, "%s: %s", SCD_JOB_NAME(job), job->error);
+			job->status = SC_ERR_PEER;
+			job->run.passthrough = 1; /* no transport to run the check round on */
+		} else if (job_transport(e, job) == SC_OK) {
+			uint64_t tl = scd_tl_begin();
+			compute_buffer(e, job);
+			scd_job_tl(job, "compress", tl);
+		}
+		touch_end(e);
 	}
 	job->compute_s = scd_now_s() - job->run.t0;
 	job->run.cpu_s = scd_thread_cpu_s() - cpu0;
@@ -1003,6 +1021,7 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&e->cv, &ca);
+	pthread_cond_init(&e->touch_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_cond_init(&e->comm_cv, NULL);
 	uv_async_init(p->loop, &e->async, on_async);
@@ -1063,6 +1082,20 @@ void scd_engine_fence(scd_engine_t *e)
 	pthread_mutex_lock(&e->deliver_mu); /* a delivery under way ends first */
 	e->fence++;
 	pthread_mutex_unlock(&e->deliver_mu);
+}
+
+int scd_engine_quiesce(scd_engine_t *e, int timeout_ms)
+{
+	if (!e)
+		return 0;
+	struct timespec dl = scd_deadline_on(CLOCK_MONOTONIC, (int64_t)timeout_ms * 1000);
+	pthread_mutex_lock(&e->deliver_mu);
+	while (e->touching > 0)
+		if (pthread_cond_timedwait(&e->touch_cv, &e->deliver_mu, &dl) != 0)
+			break;
+	int left = e->touching;
+	pthread_mutex_unlock(&e->deliver_mu);
+	return left;
 }
 
 void scd_engine_peer_gone(scd_engine_t *e, int rank)

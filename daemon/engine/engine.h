@@ -93,9 +93,21 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms);
  * instead of at op_timeout_ms (the transport's peer_gone, where it has one). */
 void scd_engine_peer_gone(scd_engine_t *e, int rank);
 /* The world re-forms (the thread that submits jobs): once this returns, no job submitted
- * before it writes its result to its trainers' buffers (it fails instead), and none is
- * writing one; its trainers can be told at once that it failed, and reuse their buffers. */
+ * before it delivers its result to its trainers' buffers (it fails instead), none is
+ * delivering one, and none starts a stage that uses its trainers' memory. One whose
+ * compute or communication stage is under way still may: scd_engine_quiesce waits for
+ * those before its trainers are told that it failed. */
 void scd_engine_fence(scd_engine_t *e);
+/* After scd_engine_fence, and peer_gone for the ranks whose transfers must end (the thread
+ * that submits jobs, which submits none meanwhile): waits, at most timeout_ms, until no
+ * job is in its compute or communication stage, which use its trainers' memory (their
+ * buffers copied in, or summed and exchanged in place; their residuals). Returns how many
+ * still are: 0 when the trainers of every job submitted before the fence can be told at
+ * once that it failed, and may reuse, or release, their buffers. */
+int scd_engine_quiesce(scd_engine_t *e, int timeout_ms);
+/* The longest a re-form waits in scd_engine_quiesce (world.c: a quarter of
+ * peer_timeout_ms when that is less). */
+#define SCD_ENGINE_QUIESCE_MS 5000
 /* The transport once the mesh job has succeeded (NULL before). */
 scd_transport_t *scd_engine_transport(scd_engine_t *e);
 /* The latency (s) and inverse bandwidth (s/byte) the daemons agreed on. */

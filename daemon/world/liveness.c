@@ -96,9 +96,13 @@ static void peer_gone(scd_world_t *w, int r, Sparsecomm__PeerState state, const 
 				scd_world_send_peer(w, q, &m);
 		scd_neg_on_node_state(w, &ns); /* fails what is pending, and what comes */
 	} else if (r == 0) {
-		/* no job writes a result, nor tells a trainer of it, after its failure */
+		/* no job writes a result, nor tells a trainer of it, after its failure. The
+		 * engine is not quiesced: a transfer with another node may go on until its
+		 * timeout (the node leaves the others' world only when it exits), so a
+		 * registration released meanwhile stays; and no later step of a trainer here
+		 * can succeed, so none can take what such a transfer writes */
 		scd_engine_fence(w->d->engine);
-		scd_ctl_fail_all(w->d->ctl, SC_ERR_PEER, p->gone_reason);
+		scd_ctl_fail_all(w->d->ctl, SC_ERR_PEER, p->gone_reason, 0);
 		uv_timer_stop(&w->beat_timer); /* the coordinator then finds this node lost */
 		/* nothing more can be negotiated: after a while for its trainers and its status
 		 * to tell why, the daemon exits for a service manager to start it again */

@@ -243,7 +243,8 @@ static void send_join(scd_world_t *w)
  * in *kept_p (an array the caller frees, NULL when none or out of memory: then everything
  * fails, as before).
  */
-static void reform_fail(scd_world_t *w, const char *why, scd_ntensor_t ***kept_p, int *n_p)
+static void reform_fail(scd_world_t *w, const char *why, int idle, scd_ntensor_t ***kept_p,
+			int *n_p)
 {
 	scd_daemon_t *d = w->d;
 	scd_tensors_t *ts = d->ctl ? scd_ctl_tensors(d->ctl) : NULL;
@@ -261,7 +262,7 @@ static void reform_fail(scd_world_t *w, const char *why, scd_ntensor_t ***kept_p
 			nt->state = SCD_NT_IDLE; /* passed over by the failing below */
 		}
 	if (d->ctl)
-		scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why);
+		scd_ctl_fail_all(d->ctl, SC_ERR_PEER, why, idle);
 	int a = 0;
 	for (int i = 0; i < k; i++) {
 		kept[i]->state = was[i];
@@ -277,6 +278,27 @@ static void reform_fail(scd_world_t *w, const char *why, scd_ntensor_t ***kept_p
 	*n_p = a;
 }
 
+/* After the engine's fence and peer_gone for every other rank: waits until no job of the
+ * old world uses its trainers' memory, so that they can be told it failed. The loop sends
+ * no heartbeat meanwhile, so the wait is bounded by a quarter of peer_timeout_ms (and
+ * SCD_ENGINE_QUIESCE_MS), warned past it. Returns whether the engine is quiet
+ * (scd_ctl_fail_all's idle). */
+static int quiesce(scd_world_t *w)
+{
+	int64_t ms = scd_cfg_int(&w->d->cfg, SCD_CFG_peer_timeout_ms) / 4;
+	if (ms > SCD_ENGINE_QUIESCE_MS)
+		ms = SCD_ENGINE_QUIESCE_MS;
+	int left = scd_engine_quiesce(w->d->engine, (int)ms);
+	if (left)
+		scd_warn(
+		    SCD_SUB_WORLD,
+		    "%d job(s) of the old world still use their trainers' memory after %lld "
+		    "ms; their trainers are told now that they failed, and a registration "
+		    "released meanwhile stays until the daemon stops",
+		    left, (long long)ms);
+	return left == 0;
+}
+
 static sc_status_t reform(scd_world_t *w, int back, const char *why)
 {
 	scd_daemon_t *d = w->d;
@@ -284,15 +306,17 @@ static sc_status_t reform(scd_world_t *w, int back, const char *why)
 	int n_kept = 0;
 	if (w->formed) /* what its fast turns were, for its Join (fast.c) */
 		scd_fast_snapshot(w);
-	/* no job of the old world writes its result after its trainers are told it failed
-	 * (they then write their next step's input where it would go) */
+	/* no job of the old world writes its trainers' buffers after they are told it failed
+	 * (they then write their next step's input there): none delivers its result, none
+	 * starts, and the transfers under way end before they are told */
 	scd_engine_fence(d->engine);
-	reform_fail(w, why, &kept, &n_kept);
-	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
-	w->mesh_reform_ms = 0;
 	for (int r = 0; r < d->world_size; r++)
 		if (r != d->rank)
 			scd_engine_peer_gone(d->engine, r);
+	int idle = quiesce(w);
+	reform_fail(w, why, idle, &kept, &n_kept);
+	scd_neg_release_held(w, 0); /* their tensors failed with why just now */
+	w->mesh_reform_ms = 0;
 	if (w->is_coord) {
 		/* numbered like what came before it, so that it comes after all of it */
 		Sparsecomm__PeerMsg m = SPARSECOMM__PEER_MSG__INIT;

@@ -12,6 +12,13 @@
  *      whose exchange had not started runs nothing more (its trainer may be writing its
  *      next step into the buffer the job sums in place), so node 1's fails too, unwritten,
  *      else node 1's succeeds and is written.
+ * And after a fence, scd_engine_quiesce waits for the exchange of a job run in place in its
+ * trainer's buffer (it writes that buffer until the transfer ends), so that a re-form tells
+ * the trainers only once nothing of the old world writes there (world.c, reform): node 0
+ * submits a sum that waits in its exchange for node 1, who never submits; fenced, quiesce
+ * waits its whole timeout and reports the exchange under way; once peer_gone(1) ends the
+ * transfer it returns 0 well within its timeout, the job failed without writing its
+ * buffer or its trainer's header.
  */
 #include "unit.h"
 
@@ -26,12 +33,14 @@
 #include "engine/engine.h"
 #include "shm_wake.h"
 #include "unit_engine.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 #define TMO_MS 20000
 #define N      1024 /* 4 KiB: communicated on the compute thread */
 
-static int go_fds[2]; /* node 0 lets node 1 submit round 3 */
+static int go_fds[2];	/* node 0 lets node 1 submit round 3 */
+static int done_fds[2]; /* quiesce: node 0 lets node 1 stop */
 
 typedef struct node {
 	uv_loop_t loop;
@@ -183,4 +192,68 @@ UNIT_TEST_TIMEOUT(engine_ends_successes_in_the_header_itself, 120)
 	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
 		  scd_transport_error());
 	unit_mesh_fork(&mesh, node_main, NULL);
+}
+
+static void quiesce_main(unit_mesh_t *m, int rank, void *arg)
+{
+	(void)arg;
+	static float x[N];
+	static sc_shm_header_t hdr;
+	node_t n = {.rank = rank};
+	scd_log_level = SCD_LOG_ERROR;
+	scd_engine_t *e = n.e = unit_engine_start(m, rank, 1, TMO_MS, &n.loop, on_done, &n);
+	while (n.back < 1)
+		uv_run(&n.loop, UV_RUN_ONCE);
+	if (rank == 1) {
+		struct pollfd pfd = {.fd = done_fds[0], .events = POLLIN};
+		char g;
+		CHECK_MSG(poll(&pfd, 1, 3 * TMO_MS) == 1 && read(done_fds[0], &g, 1) == 1,
+			  "node 0 never finished");
+		unit_engine_stop(e, &n.loop);
+		return;
+	}
+	for (int i = 0; i < N; i++)
+		x[i] = (float)(i % 7);
+	scd_job_t *job = unit_engine_sum_job("quiesce", x, N, 1, TMO_MS);
+	scd_job_src_t *s = &job->items[0].src[0];
+	s->done_hdr = &hdr;
+	s->done_handle = 70;
+	s->done_guard = UINT32_MAX;
+	scd_engine_submit(e, job);
+	nanosleep(&(struct timespec){0, 300000000}, NULL); /* into its exchange */
+	CHECK_MSG(n.back == 1, "the job ended without node 1");
+
+	/* 1: fenced, its exchange still waits for node 1 */
+	scd_engine_fence(e);
+	double t0 = scd_now_s();
+	int left = scd_engine_quiesce(e, 300);
+	double waited = scd_now_s() - t0;
+	CHECK_MSG(left == 1, "quiesce found %d jobs using their buffers, not the exchange",
+		  left);
+	CHECK_MSG(waited >= 0.25, "quiesce returned after %.3f s of its 0.3", waited);
+
+	/* 2: the peer gone, the transfer ends and quiesce returns */
+	scd_engine_peer_gone(e, 1);
+	t0 = scd_now_s();
+	left = scd_engine_quiesce(e, TMO_MS);
+	waited = scd_now_s() - t0;
+	CHECK_MSG(left == 0, "quiesce: %d jobs still use their buffers", left);
+	CHECK_MSG(waited < 5, "quiesce waited %.3f s after peer_gone", waited);
+	for (int i = 0; i < N; i++)
+		CHECK_MSG(x[i] == (float)(i % 7), "element %d written: %g", i, (double)x[i]);
+	CHECK_MSG(!sc_shm_is_done(&hdr, 70), "the fenced job told its trainer");
+	while (n.back < 2)
+		uv_run(&n.loop, UV_RUN_ONCE);
+	CHECK_MSG(n.status != SC_OK, "the fenced job came back %s", sc_status_name(n.status));
+	CHECK_TRUE(write(done_fds[1], "d", 1) == 1);
+	unit_engine_stop(e, &n.loop);
+}
+
+UNIT_TEST_TIMEOUT(engine_quiesce_waits_for_an_exchange_in_place, 120)
+{
+	CHECK_TRUE(pipe(done_fds) == 0);
+	unit_mesh_t mesh;
+	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	unit_mesh_fork(&mesh, quiesce_main, NULL);
 }

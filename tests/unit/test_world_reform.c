@@ -45,7 +45,12 @@ static void on_stop(scd_daemon_t *d, int exit_code)
 }
 static const scd_world_hooks_t hooks = {.ready = on_ready, .stop = on_stop};
 static void up_announce(scd_world_t *w, scd_ntensor_t *nt) {}
-static const scd_ctl_upcalls_t upcalls = {.announce = up_announce};
+static int forgotten; /* names the node forgot (its last registration gone) */
+static void up_forget(scd_world_t *w, const char *name, uint64_t presel_key)
+{
+	forgotten++;
+}
+static const scd_ctl_upcalls_t upcalls = {.announce = up_announce, .forget = up_forget};
 
 static void on_job_back(void *arg, scd_job_t *job)
 {
@@ -1019,5 +1024,46 @@ UNIT_TEST(world_reform_frees_unsent_grouped_announcements)
 	CHECK_MSG(after < before + (size_t)ROUNDS * NAME_BYTES / 2,
 		  "%zu bytes more held after %d re-forms with a grouped announcement unsent",
 		  after - before, ROUNDS);
+	fixture_free(&f);
+}
+
+/* A trainer that leaves while its operation runs leaves its registration to the engine
+ * until the job comes back (ctl/tensor.c, zombie); a re-form fails that job, and its
+ * trainer's successor registers the name again. The re-form quiesced the engine (no job
+ * uses the memory), so the registration goes with the failure; it stayed for good, and
+ * the successor was refused BUSY. Where a job may still use the memory (not idle), it
+ * stays, mapped. */
+UNIT_TEST(world_reform_frees_a_registration_its_trainer_left_mid_step)
+{
+	fixture_t f;
+	fixture_make(&f, 1);
+	scd_tensors_t *t = scd_ctl_tensors(f.d.ctl);
+	scd_tensor_opts_t opts = {0};
+	char err[512] = "";
+	for (int idle = 0; idle < 2; idle++) {
+		const char *name = idle ? "g.idle" : "g.busy";
+		scd_reg_t *r = NULL;
+		CHECK_EQ_INT(scd_tensors_register(t, NULL, 0, name, SC_FLOAT32, 16, &opts,
+						  1 << 20, &r, err, sizeof(err)),
+			     SC_OK);
+		int live = (int)scd_tensors_live(t);
+		scd_ntensor_t *nt = r->nt;
+		nt->state = SCD_NT_RUNNING; /* its job in the engine */
+		nt->submitted = 1;
+		r->handle = 7;
+		scd_tensors_release(t, r); /* its trainer left */
+		CHECK_MSG((int)scd_tensors_live(t) == live, "released while its job ran");
+		forgotten = 0;
+		scd_ctl_fail_all(f.d.ctl, SC_ERR_PEER, "the world re-forms", idle);
+		CHECK_EQ_INT(forgotten, idle);
+		CHECK_MSG((int)scd_tensors_live(t) == live - idle,
+			  "idle %d: %d registrations live after the failure, %d before", idle,
+			  scd_tensors_live(t), live);
+		sc_status_t st = scd_tensors_register(t, NULL, 0, name, SC_FLOAT32, 16, &opts,
+						      1 << 20, &r, err, sizeof(err));
+		CHECK_MSG(idle ? st == SC_OK : st == SC_ERR_BUSY,
+			  "idle %d: the successor's registration: %s (%s)", idle,
+			  sc_status_name(st), err);
+	}
 	fixture_free(&f);
 }
