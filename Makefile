@@ -362,7 +362,7 @@ SAN_GPU_CFLAGS ?= -O1 -g -fno-omit-frame-pointer -fsanitize=address
 # tests that allocate past any memory on purpose get NULL; tests that trap host reads of
 # guarded memory keep their own SIGSEGV handling
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1:handle_segv=0 \
-	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+	   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ITEST_KILL_GRACE=30
 .PHONY: test-sanitize
 test-sanitize: $(DEPS_STAMP)
 	mkdir -p $(SAN_DIR)/src && find $(SAN_DIR)/src -mindepth 1 -maxdepth 1 ! -name build \

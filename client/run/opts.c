@@ -78,7 +78,9 @@ static void usage(FILE *out)
 	    "  --timeout SEC          bound the whole job; on expiry stop it and exit 124\n"
 	    "  --keep-going           when a trainer fails, let the others finish\n"
 	    "  --grace SEC            after a trainer failed, stop the others after SEC\n"
-	    "                         (default 10); also the SIGTERM-to-SIGKILL delay on stop\n"
+	    "                         (default 10)\n"
+	    "  --kill-grace SEC       on stop, SIGKILL a trainer or daemon SEC after its\n"
+	    "                         SIGTERM (default 5)\n"
 	    "  --ready-timeout SEC    wait at most SEC for the daemons to be ready (default "
 	    "60)\n"
 	    "  --daemon-arg ARG       pass ARG to every daemon (repeatable), e.g.\n"
@@ -302,6 +304,9 @@ void run_parse_args(int argc, char **argv, opts_t *o)
 		} else if (!strcmp(name, "--grace")) {
 			NEED_VAL();
 			o->grace_s = run_parse_seconds(name, val);
+		} else if (!strcmp(name, "--kill-grace")) {
+			NEED_VAL();
+			o->kill_grace_s = run_parse_seconds(name, val);
 		} else if (!strcmp(name, "--ready-timeout")) {
 			NEED_VAL();
 			o->ready_timeout_s = run_parse_seconds(name, val);

@@ -17,6 +17,10 @@ bin=$root/build/bin
 launcher=$bin/sparsecomm-run
 itest=$bin/sparsecomm-itest
 tail_lines=${ITEST_TAIL_LINES:-40}
+# the launcher's SIGTERM-to-SIGKILL delay on stop (--kill-grace): the sanitizer build's
+# daemons take seconds to exit (make test-sanitize sets 30), past the default 5 s on a
+# loaded host, and a daemon killed on its way out fails its case
+kill_grace=${ITEST_KILL_GRACE:+ --kill-grace $ITEST_KILL_GRACE}
 passed=0
 failed=0
 skipped=0
@@ -65,7 +69,7 @@ run_case() {
 	name=$1 nodes=$2 per=$3 limit=$4 expect=$5 want=$6
 	shift 6
 	selected "$name" || return 0
-	opts=""
+	opts="$kill_grace"
 	while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 		opts="$opts $1"
 		shift
@@ -1498,6 +1502,21 @@ fi
 # Two jobs, one after the other, on the same daemons (fresh clients, same tensor names).
 run_case "two jobs n=3" 3 1 240 0 6 -- sh -c "'$itest' sums-small && '$itest' fusion"
 run_case "two jobs n=2 per-node=2" 2 2 240 0 8 -- sh -c "'$itest' sums-small && '$itest' fusion"
+
+# --kill-grace: a trainer that ignores SIGTERM is killed that long after it, when the
+# job's --timeout stops it (the default, 5 s, would take the run past 7 s)
+if selected "launcher kill grace"; then
+	t0=$(date +%s)
+	timeout -k 10 60 "$launcher" -n 1 --timeout 2 --kill-grace 1 -- \
+		sh -c 'trap "" TERM; sleep 40' >"$tmp/out" 2>&1 </dev/null
+	rc=$?
+	dt=$(($(date +%s) - t0))
+	ok=0
+	[ "$rc" -eq 124 ] && [ "$dt" -le 6 ] && grep -q 'rank 0 .*killed by signal 9' "$tmp/out" &&
+		ok=1
+	lone_verdict "launcher kill grace" "$ok" \
+		"exit $rc after $dt s (want 124 within 6 s, the trainer killed 1 s after its SIGTERM)"
+fi
 
 # The job secret the launcher writes for its daemons is gone once they are ready, and
 # when the launcher is killed (SIGKILL) before that: here the daemons never become ready
