@@ -1199,8 +1199,8 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 # submit late, die and come back, or give bad input; every result must be exact or an
 # error on every rank. The seed is fresh each run and printed with the counts (rerun one:
 # sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms --daemon-arg 300 --
-# sparsecomm-itest random --seed SEED).
-rnd_seed=$(date +%s)
+# sparsecomm-itest random --seed SEED; or the whole case: ITEST_SEED=SEED sh run.sh NAME).
+rnd_seed=${ITEST_SEED:-$(date +%s)}
 rnd() { # name nodes per-node steps rate seed [more arguments of the scenario]
 	name=$1 nodes=$2 per=$3 steps=$4 rate=$5 seed=$6
 	shift 6
