@@ -859,11 +859,13 @@ if selected "ctl_group member connects"; then
 		skip_case "$name" "needs root to create a user and a group"
 	elif ! command -v useradd >/dev/null 2>&1 || ! command -v setpriv >/dev/null 2>&1; then
 		skip_case "$name" "needs useradd, groupadd (passwd) and setpriv (util-linux)"
+	elif ! shared=$(mktemp -d /tmp/sc-group.XXXXXX); then
+		: >"$tmp/out"
+		lone_verdict "$name" 0 "cannot create the users' shared directory in /tmp"
 	else
 		grp=scg$$ member=scm$$ other=sco$$
 		groupadd "$grp" && useradd -M -N -g users -G "$grp" "$member" &&
 			useradd -M -N -g users "$other"
-		shared=$(mktemp -d /tmp/sc-group.XXXXXX)
 		chmod 0755 "$shared"
 		rt=$shared/rt
 		"$bin/sparsecommd" --runtime_dir "$rt" --ctl_group "$grp" >"$tmp/coord.log" 2>&1 \
