@@ -44,6 +44,7 @@ typedef struct scd_session {
 	int closed; /* session_close ran: its handles are closing, nothing more is served */
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */
+	uint64_t barrier_left;	 /* the node's event count when its last barrier ended */
 	uint64_t join_handle;	 /* the trainer joined (uneven inputs), 0: not */
 	uint64_t last_ms;
 	struct scd_session *next;
@@ -62,6 +63,8 @@ struct scd_ctl {
 	scd_daemon_t *d;
 	const scd_ctl_upcalls_t *up; /* the world's side (ctl.h) */
 	uint64_t fail_gen;	     /* scd_ctl_fail_all's count (scd_ctl_fail_gen) */
+	uint64_t
+	    events; /* counts steps begun and barriers ended, to order them (ctl.c, owing) */
 	void *sock;
 	uv_poll_t poll;
 	int polling;

@@ -16,6 +16,7 @@ void scd_ctl_barrier_complete(scd_ctl_t *ctl, sc_status_t st, const char *error)
 		if (s->barrier_handle) {
 			scd_ctl_send_completion(ctl, s, s->barrier_handle, st, error, NULL, 0);
 			s->barrier_handle = 0;
+			s->barrier_left = ++ctl->events;
 		}
 	ctl->barrier_waiting = 0;
 	ctl->barrier_entered = 0;

@@ -113,6 +113,9 @@ typedef struct scd_ntensor {
 	uint32_t pset;		/* its process set (0: every trainer; name is then qualified) */
 	scd_nt_state_t state;
 	uint64_t state_since_ms;
+	/* the node's event count (scd_ctl_t.events) when its first local submission of the
+	 * step came: a trainer in a barrier since then is past the step (ctl.c, owing) */
+	uint64_t began_event;
 	uint64_t tl_announced; /* the timeline's clock when announced (0: off) */
 	/* the response cache id its announcement named (world/cache.c), UINT32_MAX when it
 	 * was announced in full: an eviction of that id before the plan answered it has the

@@ -124,6 +124,7 @@ int it_killed_first(int argc, char **argv);
 int it_killed_twice(int argc, char **argv);
 int it_killed_refused(int argc, char **argv);
 int it_killed_afresh(int argc, char **argv);
+int it_killed_barrier(int argc, char **argv);
 int it_stalled(int argc, char **argv);
 int it_fast(int argc, char **argv); /* itest_fast.c */
 int it_unknown(int argc, char **argv);

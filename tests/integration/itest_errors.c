@@ -916,3 +916,46 @@ int it_killed_afresh(int argc, char **argv)
 	sc_finalize(c);
 	it_pass();
 }
+
+/*
+ * killed-barrier: 2 nodes x 2 trainers, three steps of 'kb.x', as the randomised run's
+ * deaths go. Rank 2's first worker dies before step 1, so node 1 is degraded and node 0's
+ * step 1 fails at once. Rank 2's next worker connects (node 1 whole again) and waits in the
+ * barrier before step 2, retried until every node takes part. Rank 3 lived through the
+ * death and submits step 1 only then: it waits for rank 2, which is past that step, and
+ * stalls (SC_ERR_STALLED). Rank 2's next worker, in the barrier all the while, owes
+ * nothing: steps 2 and 3 must be exact on every rank. Had it been charged the stalled
+ * step, its step 2 would be refused as that late one, and its step 3 would pair with rank
+ * 3's step 2 (SC_OK with another step's values on every rank).
+ */
+int it_killed_barrier(int argc, char **argv)
+{
+	size_t n = 1000;
+	sc_client_t *c;
+	sc_tensor_t *x;
+	int rank = it_env.env_rank;
+	if (rank == 2) {
+		c = kt_rank2("kb.x", &x);
+	} else {
+		c = kt_start("kb.x", rank, &x);
+		if (rank == 3) { /* once rank 2's next worker is in the barrier */
+			it_sleep_ms(KT_SUBMIT_MS);
+			sc_handle_t h = 0;
+			IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h),
+				    "allreduce 'kb.x' (step 1)");
+			int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
+			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 2))
+				IT_FAIL(
+				    "step 1 of 'kb.x' on rank 3: %s, expected SC_ERR_STALLED "
+				    "naming rank 2 (past that step, in the barrier): '%s'",
+				    it_wait_name(r), it_wait_error());
+			it_log("step 1 of 'kb.x' stalled: %s", it_wait_error());
+		} else {
+			kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
+		}
+	}
+	for (int k = 2; k <= 3; k++)
+		kl_step(c, x, rank, 4, n, k);
+	sc_finalize(c);
+	it_pass();
+}

@@ -400,6 +400,8 @@ static const struct {
     {"killed-refused", it_killed_refused,
      "2 x 2: a degraded node refuses a step, then fails the next"},
     {"killed-afresh", it_killed_afresh, "2 x 2: a degraded node's trainers all replaced"},
+    {"killed-barrier", it_killed_barrier,
+     "2 x 2: a successor in the barrier while its node-mate's step stalls"},
     {"stalled", it_stalled, "rank 1 never submits a tensor (short stall_timeout_ms)"},
     {"unknown", it_unknown, "raw allreduce of an unregistered id, garbage bytes"},
     {"version", it_version, "raw hello with protocol_version 999 and the previous one"},

@@ -424,6 +424,12 @@ run_case "killed refused n=2 per-node=2" 2 2 120 0 4 \
 # announced it, fails node 0's at once too, and the one after is exact
 run_case "killed afresh n=2 per-node=2" 2 2 120 0 4 \
 	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-afresh
+# killed barrier: the same first death; rank 2's next worker waits in the barrier before
+# the next step while rank 3, which lived through the death, submits the step its dead
+# node-mate never did: that step stalls, and rank 2's worker, past it, owes nothing, so
+# the next steps are exact everywhere
+run_case "killed barrier n=2 per-node=2" 2 2 120 0 4 \
+	--daemon-arg --stall_timeout_ms --daemon-arg 6000 -- "$itest" killed-barrier
 
 # The raw control protocol.
 run_case "unknown n=1" 1 1 60 0 1 -- "$itest" unknown
