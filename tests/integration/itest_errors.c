@@ -693,10 +693,10 @@ int it_killed_first(int argc, char **argv)
 #define KT_HOLD_MS   1500 /* and dies this long after submitting it */
 #define KT_LATE_MS   6000 /* rank 2's next worker submits step 1 this long after connecting */
 
-/* Step 1 of x on rank, which must fail with SC_ERR_ABORTED naming rank dead within max_s,
- * its text containing what (NULL: anything). */
-static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s,
-		     const char *what)
+/* Step 1 of x on rank, which must fail with want naming rank dead within max_s, its text
+ * containing what (NULL: anything). */
+static void kt_step1_fails(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s,
+			   const char *what, sc_status_t want)
 {
 	const char *name = sc_tensor_name(x);
 	sc_handle_t h = 0;
@@ -704,17 +704,24 @@ static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double 
 	IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h), "allreduce '%s' (step 1)", name);
 	int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
 	double dt = it_now_s() - t0;
-	if (r != SC_ERR_ABORTED || !it_mentions_rank(it_wait_error(), dead) ||
+	if (r != (int)want || !it_mentions_rank(it_wait_error(), dead) ||
 	    (what && !strstr(it_wait_error(), what)))
-		IT_FAIL("step 1 of '%s' on rank %d: %s after %.2f s, expected SC_ERR_ABORTED "
-			"naming rank %d%s%s: '%s'",
-			name, rank, it_wait_name(r), dt, dead, what ? ", saying " : "",
-			what ? what : "", it_wait_error());
+		IT_FAIL("step 1 of '%s' on rank %d: %s after %.2f s, expected %s naming rank "
+			"%d%s%s: '%s'",
+			name, rank, it_wait_name(r), dt, it_wait_name((int)want), dead,
+			what ? ", saying " : "", what ? what : "", it_wait_error());
 	if (dt > max_s)
 		IT_FAIL("step 1 of '%s' on rank %d failed only after %.2f s (at most %.1f s): "
 			"%s",
 			name, rank, dt, max_s, it_wait_error());
 	it_log("step 1 of '%s' failed after %.2f s: %s", name, dt, it_wait_error());
+}
+
+/* The same, failing with SC_ERR_ABORTED. */
+static void kt_step1(sc_client_t *c, sc_tensor_t *x, int rank, int dead, double max_s,
+		     const char *what)
+{
+	kt_step1_fails(c, x, rank, dead, max_s, what, SC_ERR_ABORTED);
 }
 
 /* Runs rank's first worker (fn of name) in a child that must end killed; returns once it
@@ -938,18 +945,9 @@ int it_killed_barrier(int argc, char **argv)
 		c = kt_rank2("kb.x", &x);
 	} else {
 		c = kt_start("kb.x", rank, &x);
-		if (rank == 3) { /* once rank 2's next worker is in the barrier */
+		if (rank == 3) { /* once rank 2's next worker is in the barrier: it stalls */
 			it_sleep_ms(KT_SUBMIT_MS);
-			sc_handle_t h = 0;
-			IT_CHECK_SC(sc_allreduce_async(c, x, SC_OP_SUM, &h),
-				    "allreduce 'kb.x' (step 1)");
-			int r = it_wait(c, h, IT_ERROR_TIMEOUT_MS);
-			if (r != SC_ERR_STALLED || !it_mentions_rank(it_wait_error(), 2))
-				IT_FAIL(
-				    "step 1 of 'kb.x' on rank 3: %s, expected SC_ERR_STALLED "
-				    "naming rank 2 (past that step, in the barrier): '%s'",
-				    it_wait_name(r), it_wait_error());
-			it_log("step 1 of 'kb.x' stalled: %s", it_wait_error());
+			kt_step1_fails(c, x, 3, 2, 30.0, "never submitted", SC_ERR_STALLED);
 		} else {
 			kt_step1(c, x, rank, 2, KT_WHOLE_MS / 1000.0, NULL);
 		}
