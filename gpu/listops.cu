@@ -99,6 +99,15 @@ struct merge_fix {
 	}
 };
 
+struct aside_op {
+	float *acc;
+	const float *x, *res;
+	SCG_HD void operator()(uint64_t k) const
+	{
+		acc[k] = x[k] + res[k];
+	}
+};
+
 struct drain_op {
 	float *x, *res;
 	SCG_HD void operator()(uint64_t k) const
@@ -431,6 +440,23 @@ extern "C" sc_status_t scg_residual_drain(float *x, float *res, uint64_t n)
 		return st;
 	thrust::counting_iterator<uint64_t> first(0);
 	SCG_TRY(what, thrust::for_each(SCG_POLICY, first, first + n, drain_op{x, res}));
+	return SCG_CHECK(what);
+}
+
+extern "C" sc_status_t scg_acc_aside(float *acc, const float *x, const float *res, uint64_t n)
+{
+	const char *what = "scg_acc_aside";
+	if (!n)
+		return SC_OK;
+	sc_status_t st = SCG_LOCAL(what, acc);
+	if (st == SC_OK)
+		st = SCG_LOCAL(what, x);
+	if (st == SC_OK)
+		st = SCG_LOCAL(what, res);
+	if (st != SC_OK)
+		return st;
+	thrust::counting_iterator<uint64_t> first(0);
+	SCG_TRY(what, thrust::for_each(SCG_POLICY, first, first + n, aside_op{acc, x, res}));
 	return SCG_CHECK(what);
 }
 

@@ -278,6 +278,8 @@ sc_status_t scg_merge_two(const uint32_t *ai, const float *av, uint64_t an, cons
 			  uint64_t *nnz_host);
 /* x[i] += res[i], res[i] = 0 for n floats */
 sc_status_t scg_residual_drain(float *x, float *res, uint64_t n);
+/* acc[i] = x[i] + res[i] for n floats, x and res only read */
+sc_status_t scg_acc_aside(float *acc, const float *x, const float *res, uint64_t n);
 /* bits[(n + 63) / 64] set where res is non-zero, clear elsewhere; *count_host: bits set */
 sc_status_t scg_residual_bits(const float *res, uint64_t n, uint64_t *bits,
 			      uint64_t *count_host);

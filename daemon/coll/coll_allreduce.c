@@ -264,6 +264,15 @@ static int presel_taken(scd_coll_ctx_t *x, scd_job_t *job, int i)
 	return 1;
 }
 
+/* Whether a selection at submission reads its item's input where it lies, with no local
+ * sum: one trainer's dense float32 buffer on the engine's device, and no check of its
+ * values asked for (nonfinite pass: a local sum of one source would only copy it). */
+static int presel_in_place(const scd_coll_ctx_t *x, const scd_job_item_t *it)
+{
+	return it->n_src == 1 && !it->src[0].coo && it->src[0].dense &&
+	       x->nonfinite == SCD_NONFINITE_PASS && scd_job_stage_local(x->pe, &it->src[0]);
+}
+
 sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, scd_job_t *job)
 {
 	scd_job_item_t *it = &job->items[0];
@@ -282,15 +291,21 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 	if (st == SC_OK) {
 		p->waited = it->presel_token; /* its buffer does not wait again */
 		p->fault = (scd_fault_t){0};
-		uint64_t tl = scd_tl_begin();
-		local_reduce(x->dev, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc, x->nonfinite,
-			     &p->fault);
-		scd_presel_tl(it, "local_sum", tl);
+		const float *in = p->acc;
+		if (presel_in_place(x, it)) {
+			in = it->src[0].dense;
+			it->nonfinite = 0;
+		} else {
+			uint64_t tl = scd_tl_begin();
+			local_reduce(x->dev, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc,
+				     x->nonfinite, &p->fault);
+			scd_presel_tl(it, "local_sum", tl);
+		}
 		p->nonfinite = it->nonfinite;
 		if ((st = x->pe->st) != SC_OK) /* a source off the engine GPU not copied */
 			why = x->pe->what;
 		else
-			st = scd_presel_select(p, it);
+			st = scd_presel_select(p, it, in);
 	}
 	if (st != SC_OK) {
 		/* a failure an op of this job noted (an allocation's, one queued behind a

@@ -339,17 +339,19 @@ sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
 	return SC_OK;
 }
 
-sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it)
+sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it, const float *in)
 {
 	double t0 = scd_now_s();
 	p->ready = 0;
 	p->has_res = it->residual != NULL;
-	if (p->has_res)
-		p->dev->copy(p->res, it->residual, it->numel * sizeof(float));
+	if (p->has_res) { /* in + residual, then selected where it lies */
+		p->dev->acc_aside(p->res, in, it->residual, it->numel);
+		in = NULL;
+	}
 	p->sel.nnz = 0;
 	uint64_t tl = scd_tl_begin();
-	sc_status_t st = p->dev->sparsify(p->sp, p->acc, p->has_res ? p->res : NULL, it->numel,
-					  &p->sel, NULL);
+	sc_status_t st =
+	    p->dev->sparsify(p->sp, in, p->has_res ? p->res : NULL, it->numel, &p->sel, NULL);
 	/* every op queued for it (the local sum, the copy, the selection) has run: a GPU's
 	 * failure among them is this selection's */
 	sc_status_t synced = p->dev->sync();

@@ -62,7 +62,8 @@ typedef struct scd_presel {
 	int ready;	 /* selected for token and not yet taken */
 	scd_sparsifier_cfg_t cfg;
 	scd_sparsifier_t *sp;
-	float *acc; /* the node's sum of the tensor: the sparsifier's input (dev's memory) */
+	float *acc; /* the node's sum of the tensor: the sparsifier's input (dev's memory),
+		     * unless a lone trainer's buffer is read where it lies */
 	float *res; /* the residual the selection leaves, the tensor's once taken (dev's) */
 	int has_res;
 	scd_coo_t sel;	   /* dev's memory */
@@ -108,10 +109,13 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
  * speculative entry, if one was left. */
 sc_status_t scd_presel_entry(scd_presel_table_t *tab, const scd_job_item_t *it,
 			     const scd_device_ops_t *dev, uint64_t seed, scd_presel_t **p_p);
-/* The selection of it's tensor, made by scd_presel_entry: the sparsifier over acc into
- * the residual's copy, then the device's sync (a GPU's failure in anything queued for
- * it fails it); marks it ready for it->presel_token. */
-sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it);
+/* The selection of it's tensor, made by scd_presel_entry: the sparsifier over in (the
+ * node's sum: acc, or a lone trainer's buffer where it lies, only read) and the tensor's
+ * residual, which stays as it is: in + residual goes to res in one pass (the device's
+ * acc_aside) and the sparsifier selects there, leaving the new residual; then the
+ * device's sync (a GPU's failure in anything queued for it fails it); marks it ready for
+ * it->presel_token. */
+sc_status_t scd_presel_select(scd_presel_t *p, const scd_job_item_t *it, const float *in);
 
 /* Whether the selection job of it's submission waited for its GPU trainers' ready events
  * on the compute thread's stream (its buffer then does not wait again: each recording of

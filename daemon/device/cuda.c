@@ -85,7 +85,7 @@ _Static_assert(SCG_SKETCH_MAX_ROWS == SCD_SKETCH_MAX_ROWS, "sketch rows differ")
 	X(partmap_acquire) X(partmap_release) X(lower_bounds) X(idx_check_range) \
 	X(coo_compact_nonzero) X(coo_merge_sum) X(coo_filter_mod) X(coo_block_runs) \
 	X(sub_scaled) X(blocks_count_dense) X(blocks_apply) X(reduce_typed) \
-	X(average_typed) X(coo_add_checked) X(residual_drain) X(residual_bits) \
+	X(average_typed) X(coo_add_checked) X(residual_drain) X(acc_aside) X(residual_bits) \
 	X(bits_set) X(coo_fold_residual) X(sparsifier_create) X(sparsifier_destroy) \
 	X(sparsify) X(exdyna_create) X(exdyna_destroy) X(exdyna_select) \
 	X(exdyna_select_coo) X(exdyna_update) X(hh_create) X(hh_destroy) \
@@ -444,6 +444,12 @@ static void cu_residual_drain(float *x, float *res, uint64_t n)
 {
 	sc_status_t st = ready();
 	note(st == SC_OK ? fns.residual_drain(x, res, n) : st, "residual_drain");
+}
+
+static void cu_acc_aside(float *acc, const float *x, const float *res, uint64_t n)
+{
+	sc_status_t st = ready();
+	note(st == SC_OK ? fns.acc_aside(acc, x, res, n) : st, "acc_aside");
 }
 
 static uint64_t cu_residual_bits(const float *res, uint64_t n, uint64_t *bits)
@@ -990,6 +996,8 @@ unsigned scd_cuda_ops_fill(const scd_cuda_fns_t *f, scd_device_ops_t *ops, char 
 		ops->merge_two = cu_merge_two;
 	if (f->residual_drain)
 		ops->residual_drain = cu_residual_drain;
+	if (f->acc_aside)
+		ops->acc_aside = cu_acc_aside;
 	if (f->residual_bits)
 		ops->residual_bits = cu_residual_bits;
 	if (f->bits_set)
@@ -1170,6 +1178,7 @@ void scd_cuda_fns_resolve(void *lib, scd_cuda_fns_t *f)
 	SCD_SYM_(coo_range_counts, "scg_coo_range_counts");
 	SCD_SYM_(merge_two, "scg_merge_two");
 	SCD_SYM_(residual_drain, "scg_residual_drain");
+	SCD_SYM_(acc_aside, "scg_acc_aside");
 	SCD_SYM_(residual_bits, "scg_residual_bits");
 	SCD_SYM_(bits_set, "scg_bits_set");
 	SCD_SYM_(residual_add, "scg_residual_add");

@@ -93,6 +93,7 @@ typedef struct scd_cuda_fns {
 				 const uint32_t *bi, const float *bv, uint64_t bn, uint32_t *oi,
 				 float *ov, uint64_t *nnz_host);
 	sc_status_t (*residual_drain)(float *x, float *res, uint64_t n);
+	sc_status_t (*acc_aside)(float *acc, const float *x, const float *res, uint64_t n);
 	sc_status_t (*residual_bits)(const float *res, uint64_t n, uint64_t *bits,
 				     uint64_t *count_host);
 	sc_status_t (*bits_set)(uint64_t *bits, const uint32_t *idx, uint64_t n);
@@ -228,7 +229,7 @@ void scd_cuda_stage_free(void *p);
 const char *scd_cuda_uuid_text(const unsigned char *uuid, char *buf);
 
 /* The number of ops in scd_device_ops_t. */
-#define SCD_DEVICE_OPS_COUNT 74u
+#define SCD_DEVICE_OPS_COUNT 75u
 
 /* Fills *ops (name "cuda") from fns, with adapters: ops without a status keep the
  * calling thread's first failure, logged once with the GPU device's text, and sync()

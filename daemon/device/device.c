@@ -61,6 +61,7 @@ const scd_device_ops_t scd_device_cpu_ops = {
     .average_typed = scd_average_typed,
     .coo_add_checked = scd_coo_add_checked,
     .residual_drain = scd_residual_drain,
+    .acc_aside = scd_acc_aside,
     .residual_bits = scd_residual_bits,
     .bits_set = scd_bits_set,
     .coo_fold_residual = scd_coo_fold_residual,

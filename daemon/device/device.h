@@ -136,6 +136,8 @@ typedef struct scd_device_ops {
 				    const float *val, uint64_t nnz);
 	/* x[i] += res[i], res[i] = 0 for n floats */
 	void (*residual_drain)(float *x, float *res, uint64_t n);
+	/* acc[i] = x[i] + res[i] for n floats, x and res only read */
+	void (*acc_aside)(float *acc, const float *x, const float *res, uint64_t n);
 	/* bits[(n + 63) / 64] set where res[0, n) is non-zero, clear elsewhere; returns the
 	 * number set */
 	uint64_t (*residual_bits)(const float *res, uint64_t n, uint64_t *bits);

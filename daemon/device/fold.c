@@ -13,6 +13,12 @@ void scd_residual_drain(float *x, float *res, uint64_t n)
 	}
 }
 
+void scd_acc_aside(float *acc, const float *x, const float *res, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++)
+		acc[k] = x[k] + res[k];
+}
+
 uint64_t scd_residual_bits(const float *res, uint64_t n, uint64_t *bits)
 {
 	uint64_t count = 0;

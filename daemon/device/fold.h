@@ -16,6 +16,10 @@
 /* x[i] += res[i], then res[i] = 0, for n floats. */
 void scd_residual_drain(float *x, float *res, uint64_t n);
 
+/* acc[i] = x[i] + res[i] for n floats: error feedback's accumulation written aside, x and
+ * res only read (the sum fl(x + res) that a sparsifier's fused pass forms). */
+void scd_acc_aside(float *acc, const float *x, const float *res, uint64_t n);
+
 /* bits[(n + 63) / 64]: a bit set where res[0, n) is non-zero, clear elsewhere; returns the
  * number set. */
 uint64_t scd_residual_bits(const float *res, uint64_t n, uint64_t *bits);

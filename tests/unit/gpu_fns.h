@@ -47,6 +47,7 @@ static inline scd_cuda_fns_t gpu_linked_fns(void)
 	    .coo_range_counts = scg_coo_range_counts,
 	    .merge_two = scg_merge_two,
 	    .residual_drain = scg_residual_drain,
+	    .acc_aside = scg_acc_aside,
 	    .residual_bits = scg_residual_bits,
 	    .bits_set = scg_bits_set,
 	    .residual_add = scg_residual_add,

@@ -20,8 +20,8 @@ static const scd_device_ops_t *cpu(void)
 	const scd_device_ops_t *dev = NULL;
 	CHECK_TRUE(scd_device_get(SCD_DEVICE_CPU, &dev) == SC_OK && dev);
 	CHECK_TRUE(dev->reduce_typed && dev->average_typed && dev->coo_add_checked &&
-		   dev->residual_drain && dev->residual_bits && dev->bits_set &&
-		   dev->coo_fold_residual);
+		   dev->residual_drain && dev->acc_aside && dev->residual_bits &&
+		   dev->bits_set && dev->coo_fold_residual);
 	return dev;
 }
 
@@ -265,6 +265,21 @@ UNIT_TEST(engine_ops_residual_drain)
 	CHECK_TRUE(memcmp(x, ref, sizeof(x)) == 0);
 	for (int i = 0; i < N; i++)
 		CHECK_TRUE(res[i] == 0);
+}
+
+UNIT_TEST(engine_ops_acc_aside)
+{
+	const scd_device_ops_t *dev = cpu();
+	enum { N = 4097 };
+	static float x[N], res[N], acc[N], x0[N], r0[N];
+	for (int i = 0; i < N; i++) {
+		x0[i] = x[i] = rand_f32();
+		r0[i] = res[i] = rand_f32();
+	}
+	dev->acc_aside(acc, x, res, N);
+	for (int i = 0; i < N; i++)
+		CHECK_TRUE(acc[i] == x0[i] + r0[i]);
+	CHECK_TRUE(!memcmp(x, x0, sizeof(x)) && !memcmp(res, r0, sizeof(res)));
 }
 
 /* The fold of a COO input with a residual against the dense sum, for numel that is and is

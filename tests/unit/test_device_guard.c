@@ -248,6 +248,8 @@ static void guard_partmap_release(const scd_partmap_t *map)
 	  (float *dst, uint64_t numel, const uint32_t *idx, const float *val, uint64_t nnz),   \
 	  (dst, numel, idx, val, nnz))                                                         \
 	V(residual_drain, (float *x, float *res, uint64_t n), (x, res, n))                     \
+	V(acc_aside, (float *acc, const float *x, const float *res, uint64_t n),               \
+	  (acc, x, res, n))                                                                    \
 	R(uint64_t, residual_bits, (const float *res, uint64_t n, uint64_t *bits),             \
 	  (res, n, bits))                                                                      \
 	V(bits_set, (uint64_t * bits, const uint32_t *idx, uint64_t n), (bits, idx, n))        \

@@ -37,7 +37,7 @@ static scd_presel_t *selected(scd_presel_table_t *tab, scd_job_item_t *it, uint6
 	for (int i = 0; i < N; i++)
 		p->acc[i] = (float)(i - 32);
 	it->presel_token = token;
-	CHECK_TRUE(scd_presel_select(p, it) == SC_OK);
+	CHECK_TRUE(scd_presel_select(p, it, p->acc) == SC_OK);
 	CHECK_TRUE(p->sel.nnz == (uint64_t)(it->density * N));
 	return p;
 }
@@ -239,7 +239,7 @@ UNIT_TEST(presel_host_room_resident_as_far_as_used)
 	for (uint32_t i = 0; i < BIG; i++) /* distinct magnitudes, the largest last */
 		p->acc[i] = (float)i * (i & 1 ? 1.0f : -1.0f);
 	it.presel_token = 21;
-	CHECK_TRUE(scd_presel_select(p, &it) == SC_OK);
+	CHECK_TRUE(scd_presel_select(p, &it, p->acc) == SC_OK);
 	CHECK_TRUE(p->sel.nnz > 0 && p->sel.nnz <= BIG / 50);
 	CHECK_TRUE(p->sel.idx[p->sel.nnz - 1] == BIG - 1);
 	double ri = resident(p->sel.idx, (size_t)BIG * 4),
@@ -249,4 +249,60 @@ UNIT_TEST(presel_host_room_resident_as_far_as_used)
 		  "resident after a 1%% selection",
 		  ri * 100, rv * 100);
 	scd_presel_table_destroy(tab);
+}
+
+/* A selection over a trainer's buffer read where it lies, and its residual: both stay as
+ * they were (a step that fails leaves the residual whole), and the selection and the
+ * residual it leaves are bit for bit those of the sparsifier's fused pass over copies of
+ * them (acc = fl(input + residual), selected, the rest the new residual), for each kind. */
+UNIT_TEST(presel_reads_input_and_residual_in_place_bit_exact)
+{
+	enum { M = 5000 };
+	static float g[M], r[M], g0[M], r0[M], res_ref[M];
+	static uint32_t idx_ref[M];
+	static float val_ref[M];
+	uint64_t s = 42;
+	for (int i = 0; i < M; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		g[i] = (float)((int64_t)(s >> 33) % 2001 - 1000) / 317.0f;
+		r[i] = i % 3 ? (float)((int64_t)(s >> 13) % 201 - 100) / 1013.0f : 0.0f;
+	}
+	g[7] = -0.0f, r[7] = -0.0f; /* a negative zero sum: never selected, kept as is */
+	memcpy(g0, g, sizeof(g));
+	memcpy(r0, r, sizeof(r));
+	const sc_sparsifier_t kinds[] = {SC_SPARSIFY_TOPK, SC_SPARSIFY_THRESHOLD,
+					 SC_SPARSIFY_DGC, SC_SPARSIFY_BLOCK_TOPK};
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		scd_presel_table_t *tab = NULL;
+		CHECK_TRUE(scd_presel_table_create(256, &tab) == SC_OK);
+		scd_job_item_t it;
+		item_init(&it, 9, g, r);
+		it.numel = M;
+		it.sparsifier = kinds[k];
+		it.density = 0.02;
+		it.threshold = 2.5;
+		scd_presel_t *p = NULL;
+		CHECK_TRUE(scd_presel_entry(tab, &it, &scd_device_cpu_ops, 7, &p) == SC_OK &&
+			   p);
+		/* the reference: the fused pass over copies, by a sparsifier of the same
+		 * options (the same DGC sample) */
+		scd_sparsifier_t *sp = NULL;
+		CHECK_TRUE(scd_sparsifier_create(&p->cfg, &sp) == SC_OK);
+		memcpy(res_ref, r, sizeof(r));
+		scd_coo_t ref = {.idx = idx_ref, .val = val_ref, .cap = M};
+		CHECK_TRUE(scd_sparsify(sp, g, res_ref, M, &ref, NULL) == SC_OK);
+		scd_sparsifier_destroy(sp);
+		it.presel_token = 30 + k;
+		CHECK_TRUE(scd_presel_select(p, &it, g) == SC_OK);
+		CHECK_MSG(!memcmp(g, g0, sizeof(g)) && !memcmp(r, r0, sizeof(r)),
+			  "kind %zu: the selection wrote the trainer's buffer or residual", k);
+		CHECK_MSG(ref.nnz > 0 && p->sel.nnz == ref.nnz &&
+			      !memcmp(p->sel.idx, ref.idx, ref.nnz * sizeof(uint32_t)) &&
+			      !memcmp(p->sel.val, ref.val, ref.nnz * sizeof(float)),
+			  "kind %zu: %llu selected, the fused pass %llu (or other entries)", k,
+			  (unsigned long long)p->sel.nnz, (unsigned long long)ref.nnz);
+		CHECK_MSG(!memcmp(p->res, res_ref, sizeof(res_ref)),
+			  "kind %zu: the residual left differs from the fused pass's", k);
+		scd_presel_table_destroy(tab);
+	}
 }
