@@ -16,10 +16,13 @@
  *
  * Sparsifiers run with error feedback on a dense gradient (residual reset between runs,
  * untimed); topk_select is the exact top-k without error feedback (the selection alone,
- * what torch.topk computes). Hashing, formats and the sketch run on a naturally sparse
- * tensor of density D. hash_bitmap_encode is the pull's encode over all P partitions from
- * their local (partition-ordered) values: what the P servers do together, one pass over
- * numel elements; bitmap_encode encodes the natural tensor's COO list.
+ * what torch.topk computes). topk_ahead is top-k as the selection at submission runs it,
+ * the tensor's residual only read (the new one goes aside, acc_aside then the selection in
+ * place); topk_ahead_copies the same as it ran before, with a copy of the gradient and
+ * one of the residual ahead of the fused pass. Hashing, formats and the sketch run on a
+ * naturally sparse tensor of density D. hash_bitmap_encode is the pull's encode over all P
+ * partitions from their local (partition-ordered) values: what the P servers do together, one
+ * pass over numel elements; bitmap_encode encodes the natural tensor's COO list.
  * hierarchical_hash_coo and partition_coo split that list into the P partitions of
  * Balanced Parallelism's push: ZEN's hashing against the counting split the scheme runs.
  *
@@ -49,6 +52,7 @@ typedef struct ctx {
 	uint32_t parts;
 	/* device memory */
 	float *grad, *res, *sparse, *local, *dst, *sketch;
+	float *aside; /* the residual a selection at submission leaves (the tensor's kept) */
 	scd_coo_t out, nat;
 	void *buf;
 	uint64_t buf_bytes;
@@ -115,6 +119,22 @@ static void run_topk(ctx_t *c)
 static void run_topk_select(ctx_t *c)
 {
 	run_sparsify(c, c->sp_select, c->grad, NULL);
+}
+/* The selection at submission (coll/presel.c) of a lone trainer's tensor, which leaves the
+ * tensor's residual as it is: as it ran before, the gradient copied into the node's sum
+ * (dst) and the residual into the entry's (aside), then the fused pass over both ... */
+static void run_topk_ahead_copies(ctx_t *c)
+{
+	c->d->copy(c->dst, c->grad, c->n * 4);
+	c->d->copy(c->aside, c->res, c->n * 4);
+	run_sparsify(c, c->sp[SCD_SPARSIFY_TOPK], c->dst, c->aside);
+}
+/* ... and as it runs: gradient + residual formed aside in one pass (acc_aside), the
+ * gradient read where it lies, then the selection in place there */
+static void run_topk_ahead(ctx_t *c)
+{
+	c->d->acc_aside(c->aside, c->grad, c->res, c->n);
+	run_sparsify(c, c->sp[SCD_SPARSIFY_TOPK], NULL, c->aside);
 }
 static void run_dgc(ctx_t *c)
 {
@@ -238,6 +258,8 @@ static const op_t ops[] = {
     {"threshold", prep_residual, run_threshold, moved_feedback},
     {"topk", prep_residual, run_topk, moved_feedback},
     {"topk_select", prep_none, run_topk_select, moved_select},
+    {"topk_ahead_copies", prep_residual, run_topk_ahead_copies, moved_feedback},
+    {"topk_ahead", prep_residual, run_topk_ahead, moved_feedback},
     {"dgc", prep_residual, run_dgc, moved_feedback},
     {"exdyna", prep_residual, run_exdyna, moved_feedback},
     {"natural", prep_none, run_natural, moved_select},
@@ -324,6 +346,7 @@ static void setup(ctx_t *c, float *grad_host)
 	c->sparse = dev_from(c, host, n * 4);
 	c->res = dev_from(c, NULL, n * 4);
 	c->dst = dev_from(c, NULL, n * 4);
+	c->aside = dev_from(c, NULL, n * 4);
 	uint64_t cap = 2 * (c->k > c->nnz ? c->k : c->nnz) + 1024;
 	c->out = (scd_coo_t){dev_from(c, NULL, cap * 4), dev_from(c, NULL, cap * 4), 0, cap};
 	c->nat = (scd_coo_t){dev_from(c, NULL, c->nnz * 4), dev_from(c, NULL, c->nnz * 4), 0,

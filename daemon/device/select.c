@@ -362,9 +362,19 @@ static uint32_t topk_find(scd_sparsifier_t *sp, const float *x, uint64_t n, uint
  * When the bracket misses (probability well below 1e-4 by the 4-sigma margin), the pass
  * is undone and the histogram path runs instead, so the result is always exact.
  */
-#define SAMPLE_CHUNKS 256
-#define SAMPLE_RUN    256
-#define SAMPLE_SIZE   (SAMPLE_CHUNKS * SAMPLE_RUN)
+#define SAMPLE_CHUNKS	 256
+#define SAMPLE_RUN	 256 /* elements a run, at most: an eighth of the tensor in all */
+#define SAMPLE_RUN_MIN	 32
+#define SAMPLE_SIZE	 (SAMPLE_CHUNKS * SAMPLE_RUN)
+#define SAMPLE_MIN_NUMEL (8 * (uint64_t)SAMPLE_CHUNKS * SAMPLE_RUN_MIN) /* 65536 */
+
+/* The sample's run length for a tensor of n elements: the sample is at most an eighth of
+ * it; 0 when that leaves runs shorter than SAMPLE_RUN_MIN (the histogram path then). */
+static uint32_t sample_run(uint64_t n)
+{
+	uint64_t run = n / (8 * (uint64_t)SAMPLE_CHUNKS);
+	return run < SAMPLE_RUN_MIN ? 0 : run > SAMPLE_RUN ? SAMPLE_RUN : (uint32_t)run;
+}
 
 typedef struct {
 	sel_t s;     /* certain: key >= s.tkey (hi) */
@@ -454,16 +464,16 @@ static inline __attribute__((always_inline)) void br_range(const float *in, floa
 	br_scalar(in, res, mode, i, n, b);
 }
 
-/* Keys of acc = in (+ res) at SAMPLE_CHUNKS runs spread over the tensor. */
-static void topk_sample(scd_sparsifier_t *sp, const float *in, const float *res, uint64_t n)
+/* Keys of acc = in (+ res) at SAMPLE_CHUNKS runs of run elements spread over the tensor. */
+static void topk_sample(scd_sparsifier_t *sp, const float *in, const float *res, uint64_t n,
+			uint32_t run)
 {
 	uint64_t span = n / SAMPLE_CHUNKS,
 		 seed = scd_seed_derive(sp->cfg.seed ^ 0x70b, sp->step);
 	for (uint32_t c = 0; c < SAMPLE_CHUNKS; c++) {
-		uint64_t lo =
-		    c * span + scd_hash_range(seed, c, (uint32_t)(span - SAMPLE_RUN + 1));
-		uint32_t *o = sp->sample + (uint64_t)c * SAMPLE_RUN;
-		for (uint32_t j = 0; j < SAMPLE_RUN; j++) {
+		uint64_t lo = c * span + scd_hash_range(seed, c, (uint32_t)(span - run + 1));
+		uint32_t *o = sp->sample + (uint64_t)c * run;
+		for (uint32_t j = 0; j < run; j++) {
 			uint64_t i = lo + j;
 			o[j] = scd_abs_key((in ? in[i] : 0.0f) + (res ? res[i] : 0.0f));
 		}
@@ -492,18 +502,20 @@ static void merge_winners(scd_coo_t *out, const uint32_t *ci, const float *cv, u
 static int topk_fast(scd_sparsifier_t *sp, const float *in, float *res, uint64_t n, uint64_t k,
 		     scd_coo_t *out, scd_select_stats_t *st)
 {
-	if (!sp->sample || n < 8 * (uint64_t)SAMPLE_SIZE || out->cap < k)
+	uint32_t run = sample_run(n);
+	if (!sp->sample || !run || out->cap < k)
 		return 0;
-	topk_sample(sp, in, res, n);
-	double r = (double)k * SAMPLE_SIZE / (double)n;
-	double margin = 4 * sqrt(r * (1 - r / SAMPLE_SIZE)) + 8;
-	uint32_t hi = r - margin < 1 ? 0x80000000u
-				     : scd_kth_key_u32(sp->sample, SAMPLE_SIZE,
-						       (uint64_t)(r - margin), NULL, NULL);
-	uint32_t lo = r + margin > SAMPLE_SIZE - 1
-			  ? 1
-			  : scd_kth_key_u32(sp->sample, SAMPLE_SIZE, (uint64_t)(r + margin) + 1,
-					    NULL, NULL);
+	topk_sample(sp, in, res, n, run);
+	uint64_t m = (uint64_t)SAMPLE_CHUNKS * run; /* the sample's size */
+	double r = (double)k * (double)m / (double)n;
+	double margin = 4 * sqrt(r * (1 - r / (double)m)) + 8;
+	uint32_t hi = r - margin < 1
+			  ? 0x80000000u
+			  : scd_kth_key_u32(sp->sample, m, (uint64_t)(r - margin), NULL, NULL);
+	uint32_t lo =
+	    r + margin > (double)m - 1
+		? 1
+		: scd_kth_key_u32(sp->sample, m, (uint64_t)(r + margin) + 1, NULL, NULL);
 	if (lo == 0)
 		lo = 1;
 	if (hi <= lo)
@@ -727,7 +739,7 @@ sc_status_t scd_sparsifier_create(const scd_sparsifier_cfg_t *cfg, scd_sparsifie
 		}
 		memset(sp->cand, 0, sp->cand_cap * sizeof(uint32_t)); /* pre-fault */
 	}
-	if (cfg->kind == SCD_SPARSIFY_TOPK && cfg->numel >= 8 * (uint64_t)SAMPLE_SIZE) {
+	if (cfg->kind == SCD_SPARSIFY_TOPK && cfg->numel >= SAMPLE_MIN_NUMEL) {
 		sp->sample = calloc(SAMPLE_SIZE, sizeof(uint32_t));
 		sp->br_idx = calloc(sp->cand_cap, sizeof(uint32_t));
 		sp->br_key = calloc(sp->cand_cap, sizeof(uint32_t));

@@ -205,22 +205,48 @@ UNIT_TEST(core_topk_is_exact)
 	}
 }
 
-/* Tensors large enough for the sampled one-pass path (>= 2^19 elements), including
- * inputs that defeat the sample (ties, a spike the sample misses) and must fall back. */
+/* Tensors large enough for the sampled one-pass path (>= 65536 elements: the whole sample
+ * from 2^19, a shorter one below), including inputs that defeat the sample (ties, a
+ * spike the sample misses) and must fall back. */
 UNIT_TEST(core_topk_fast_path_is_exact)
 {
-	for (int rep = 0; rep < 4; rep++) {
+	for (int rep = 0; rep < 8; rep++) {
 		fixture_t f;
-		fixture_init(&f, 600000 + unit_rng_below(600000), rep == 3);
-		if (rep == 2) /* a dense spike in one place: the sample likely misses it */
+		fixture_init(&f,
+			     rep < 4 ? 600000 + unit_rng_below(600000)
+				     : 65536 + unit_rng_below(500000),
+			     rep % 4 == 3);
+		if (rep % 4 == 2) /* a dense spike in one place: the sample likely misses it */
 			for (uint64_t i = 1000; i < 1000 + f.n / 100; i++) {
 				f.in[i] = 50.0f + (float)i;
 				f.acc[i] = f.in[i] + f.res[i];
 			}
-		double density = rep == 1 ? 0.2 : 0.001 + unit_rng_double() * 0.03;
-		check_topk(&f, density, rep == 1);
+		double density = rep % 4 == 1 ? 0.2 : 0.001 + unit_rng_double() * 0.03;
+		check_topk(&f, density, rep % 4 == 1);
 		fixture_free(&f);
 	}
+}
+
+/* A layer's tensor of 2^18 elements (a 512 x 512 weight) at 1%: the sampled path, one pass
+ * over the tensor (the histogram path's first pass, its refinement and its selection
+ * took three or more), and exact. */
+UNIT_TEST(core_topk_one_pass_on_a_layer)
+{
+	fixture_t f;
+	fixture_init(&f, 1u << 18, 0);
+	scd_sparsifier_cfg_t cfg = {.kind = SCD_SPARSIFY_TOPK, .numel = f.n, .density = 0.01};
+	scd_sparsifier_t *sp;
+	CHECK_EQ_INT(scd_sparsifier_create(&cfg, &sp), SC_OK);
+	scd_select_stats_t st;
+	float *res = malloc(f.n * 4);
+	memcpy(res, f.res, f.n * 4);
+	CHECK_EQ_INT(scd_sparsify(sp, f.in, res, f.n, &f.out, &st), SC_OK);
+	CHECK_MSG(st.passes == 1, "%u passes over the tensor", st.passes);
+	scd_sparsifier_destroy(sp);
+	free(res);
+	f.out.nnz = 0;
+	check_topk(&f, 0.01, 0);
+	fixture_free(&f);
 }
 
 /* A boundary bucket larger than the candidate buffer forces refinement passes over the
