@@ -292,15 +292,15 @@ sc_status_t scd_allreduce_preselect(scd_coll_ctx_t *x, scd_presel_table_t *tab, 
 		p->waited = it->presel_token; /* its buffer does not wait again */
 		p->fault = (scd_fault_t){0};
 		const float *in = p->acc;
-		if (presel_in_place(x, it)) {
+		uint64_t tl = scd_tl_begin();
+		if (presel_in_place(x, it)) { /* nothing to sum: a phase of no length */
 			in = it->src[0].dense;
 			it->nonfinite = 0;
 		} else {
-			uint64_t tl = scd_tl_begin();
 			local_reduce(x->dev, x->pe, it, 0, SC_FLOAT32, SC_OP_SUM, p->acc,
 				     x->nonfinite, &p->fault);
-			scd_presel_tl(it, "local_sum", tl);
 		}
+		scd_presel_tl(it, "local_sum", tl);
 		p->nonfinite = it->nonfinite;
 		if ((st = x->pe->st) != SC_OK) /* a source off the engine GPU not copied */
 			why = x->pe->what;

@@ -388,19 +388,21 @@ void scd_ctl_unlink_all(scd_ctl_t *ctl)
 /*
  * The local trainers that owe nt's failing step: those that have not submitted it, but
  * except (-1: none), those that have joined (they take part with zeros and submit nothing
- * until every rank has joined) and those that have been in a barrier since the step began
- * on this node. Every trainer submits the same steps in the same order, barriers among
- * them, so a trainer in a barrier while others submit a step has passed that step: a
- * dead trainer's successor waits in the barrier after the step its predecessor died in
- * (retried while the survivors' submissions of that step wait for it), and its next
- * submission of the name is a later step, which must not be refused as this one.
+ * until every rank has joined) and those that have never submitted the name and have been
+ * in a barrier since the step began on this node. Every trainer submits the same steps in
+ * the same order, barriers among them, so a trainer in a barrier while others submit a
+ * step has passed that step: a dead trainer's successor waits in the barrier after the
+ * step its predecessor died in (retried while the survivors' submissions of that step
+ * wait for it), and its next submission of the name is a later step, which must not be
+ * refused as this one. A trainer that has submitted the name before still owes it (one
+ * late past a barrier that failed, whose next submission is this step).
  */
 static uint64_t owing(const scd_ctl_t *ctl, const scd_ntensor_t *nt, int except)
 {
 	uint64_t m = 0, began = nt->state == SCD_NT_LOCAL_WAIT ? nt->began_event : UINT64_MAX;
 	for (int l = 0; l < ctl->d->local_size; l++) {
 		const scd_session_t *s = ctl->by_local[l];
-		if (s &&
+		if (s && (!nt->slot[l] || !nt->slot[l]->submits) &&
 		    (s->barrier_handle || (s->barrier_left > began && began != UINT64_MAX)))
 			continue;
 		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
@@ -1219,6 +1221,7 @@ static void handle_collective(scd_ctl_t *ctl, scd_session_t *s, uint64_t seq,
 		return;
 	}
 	r->handle = a->handle;
+	r->submits++;
 	r->coll = q.rq.coll;
 	r->coo = q.rq.coo;
 	r->sparse_result = q.sparse_result;

@@ -76,6 +76,7 @@ typedef struct scd_reg {
 	unsigned char mem_ipc[64], ready_ipc[64], done_ipc[64];
 	/* the operation in flight (handle 0: none) */
 	uint64_t handle;
+	uint64_t submits; /* submissions of it accepted (ctl.c, owing) */
 	scd_coll_t coll;
 	int coo;
 	int sparse_result; /* with coo: the result may come back in the COO area */
