@@ -403,7 +403,7 @@ static uint64_t owing(const scd_ctl_t *ctl, const scd_ntensor_t *nt, int except)
 	for (int l = 0; l < ctl->d->local_size; l++) {
 		const scd_session_t *s = ctl->by_local[l];
 		if (s && (!nt->slot[l] || !nt->slot[l]->submits) &&
-		    (s->barrier_handle || (s->barrier_left > began && began != UINT64_MAX)))
+		    (s->barrier_handle || s->barrier_left > began))
 			continue;
 		if (l != except && (!nt->slot[l] || !nt->slot[l]->handle))
 			m |= 1ull << l;
