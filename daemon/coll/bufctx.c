@@ -81,6 +81,7 @@ typedef struct scd_bufctx {
 	/* a buffer of several tensors that lossy schemes may run on: what the scheme did not
 	 * deliver, over the whole buffer, split back into each tensor's residual after it */
 	float *bres;
+	int bres_zero; /* bres is all zeros (a tracked run's additions were taken back) */
 	uint64_t last_use;
 	int inflight;		/* prepared, not yet released: never evicted meanwhile */
 	int stale;		/* the ranks' states differed: made anew on its next step */
@@ -560,14 +561,33 @@ static int any_residual(const scd_job_t *job)
 	return 0;
 }
 
-/* The residual a lossy scheme fills for a buffer of several tensors, zeroed before the
- * run (split back by split_residual() after it); NULL when out of memory. */
+/* The residual a lossy scheme fills for a buffer of several tensors, all zeros before the
+ * run (split back by split_residual() after it); NULL when out of memory. A buffer whose
+ * last run's additions were taken back index by index (split_tracked) is still all zeros:
+ * only one after a run that wrote it over the whole buffer, or failed, is cleared. */
 static float *buffer_residual(scd_bufctx_t *b)
 {
 	if (!b->bres && !(b->bres = b->dev->alloc(b->numel * sizeof(float))))
 		return NULL;
-	b->dev->clear(b->bres, b->numel * sizeof(float));
+	if (!b->bres_zero)
+		b->dev->clear(b->bres, b->numel * sizeof(float));
+	b->bres_zero = 0; /* until the run's additions are taken back */
 	return b->bres;
+}
+
+/* The item whose slice holds buffer index i (items ascend by offset); NULL in padding. */
+static const scd_job_item_t *item_at(const scd_job_t *job, uint64_t i)
+{
+	int lo = 0, hi = job->n_items - 1;
+	while (lo < hi) { /* the last item starting at or before i */
+		int mid = (lo + hi + 1) / 2;
+		if (job->items[mid].offset <= i)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const scd_job_item_t *it = &job->items[lo];
+	return i >= it->offset && i - it->offset < it->numel ? it : NULL;
 }
 
 /* Adds each tensor's part of the buffer's residual to the tensor's own (padding between
@@ -583,6 +603,36 @@ static void split_residual(const scd_bufctx_t *b, const scd_job_t *job, int exdy
 		else if (it->residual)
 			b->dev->reduce_sum(it->residual, b->bres + it->offset, it->numel);
 	}
+}
+
+/*
+ * split_residual() for a run that recorded where it added to the buffer's residual (host
+ * memory, io->track_residual): each such entry goes to its tensor's residual and back to
+ * zero, so the work is the scheme's leftovers, not the buffer (a dense split and clear
+ * read and wrote every tensor of the buffer each step: 6.3M elements of a 24-layer model
+ * in buffers of several tensors cost each node tens of ms a step more than the same
+ * tensors alone). An index listed twice finds its entry zero the second time. Returns 0
+ * where the run did not track (S2 writes the residual over the whole buffer): the caller
+ * splits it densely.
+ */
+static int split_tracked(scd_bufctx_t *b, const scd_job_t *job)
+{
+	const uint32_t *idx;
+	uint64_t n;
+	if (!scd_device_host_memory(b->dev) || !scd_scheme_residual_added(b->sctx, &idx, &n))
+		return 0;
+	for (uint64_t j = 0; j < n; j++) {
+		uint64_t i = idx[j];
+		float v = b->bres[i];
+		if (v == 0)
+			continue;
+		b->bres[i] = 0;
+		const scd_job_item_t *it = item_at(job, i);
+		if (it && it->residual)
+			it->residual[i - it->offset] += v;
+	}
+	b->bres_zero = 1;
+	return 1;
 }
 
 /* ExDyna over several tensors (exdyna_scope model): the scheme is the sparsifier and reads
@@ -1036,6 +1086,8 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	}
 	if (exdyna)
 		exdyna_residual(b, job);
+	else if (split)
+		io.track_residual = scd_device_host_memory(dev); /* split_tracked */
 	double t_fold = scd_now_s();
 	if (job->coo_direct && io.residual) {
 		/* another buffer (the tensor's other form) wrote the residual since this
@@ -1060,10 +1112,10 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 	scd_scheme_report_t rep;
 	t_fold = scd_now_s() - t_fold;
 	st = scd_scheme_run(s, b->sctx, &io, &rep);
-	if (st == SC_OK && split)
+	if (st == SC_OK && split && (exdyna || !split_tracked(b, job)))
 		split_residual(b, job, exdyna);
 	double t_support = scd_now_s();
-	if (io.track_residual)
+	if (io.track_residual && !split)
 		residual_support(b, st == SC_OK);
 	t_support = scd_now_s() - t_support;
 	if (st != SC_OK) {
