@@ -359,6 +359,32 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
 	}
 }
 
+void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped)
+{
+	if (a < 0 || end > s->n)
+		return;
+	int went = 0;
+	for (int k = a; k < end; k++)
+		went += ready[k - a] != 0;
+	for (int k = a + 1; k < end; k++) {
+		int is = ready[k - a] != 0, was = ready[k - 1 - a] != 0;
+		if (is == was)
+			continue;
+		if (went < 2 || grouped)
+			scd_fplan_break(s, s->ids[k]);
+		else if (!is && s->t[k].pend) /* missing since the last time: skipped */
+			scd_fplan_break(s, s->ids[k]);
+		else if (!is)
+			s->t[k].pend = 1;
+	}
+}
+
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos)
+{
+	if (pos >= 0 && pos < s->n)
+		s->t[pos].pend = 0;
+}
+
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end)
 {
 	for (int k = a < 0 ? 0 : a; k < end && k < s->n; k++)

@@ -73,6 +73,8 @@ typedef struct scd_fplan_tensor {
 	int brk;		  /* always opens a buffer (learnt: scd_fplan_break) */
 	int misses;		  /* buffers in a row that went out without it (or with it
 				     alone of the tensors before it): SCD_FPLAN_MISSES learn brk */
+	int pend;		  /* went out without it; counts a miss if still missing the
+				     next time (scd_fplan_partial) */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -151,6 +153,21 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
  * a buffer that goes out whole resets the count (scd_fplan_whole). */
 #define SCD_FPLAN_MISSES 3
 void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
+/*
+ * The buffer of positions [a, end) went out after its wait without some of its tensors
+ * (ready[k - a]: whether position k went out with it). Each position where readiness
+ * changes counts a miss (scd_fplan_break) where a break may be the pattern: the buffer
+ * went out with one tensor (a trainer that waits for each result before it submits the
+ * next never has two pending), or it is a group released whole (grouped). A buffer that
+ * went out with two or more of its tensors, not a group, shows trainers that do not wait
+ * for each result: a tensor that missed the wait then came late (a loaded host's backward
+ * pass can spread one buffer's tensors over more than fusion_wait_ms), which is no
+ * pattern; such a missing position counts a miss only where it is still missing the next
+ * time (it never arrived in between, scd_fplan_arrived: a tensor the steps skip).
+ */
+void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped);
+/* Position pos's tensor is ready (it came, if late). */
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos);
 /* The buffer of positions [a, end) went out with all its tensors. */
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end);
 /* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the

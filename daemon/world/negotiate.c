@@ -726,28 +726,31 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 }
 
 /* A buffer of positions [a, end) goes out after its wait with only r[0..n-1] (in position
- * order) ready: every position where readiness changes counts a miss, and opens a buffer
- * from the SCD_FPLAN_MISSES-th in a row on. */
-static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end)
+ * order) ready: the plan learns from where readiness changes (scd_fplan_partial). */
+static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end,
+			 int grouped)
 {
-	int i = 0, was = -1;
-	for (int k = a; k < end; k++) {
-		int is = i < n && r[i].pos == k;
-		i += is;
-		if (was >= 0 && is != was)
-			scd_fplan_break(fp, fp->ids[k]);
-		was = is;
+	uint8_t ready[SCD_FPLAN_MAX_ITEMS];
+	if (end - a > SCD_FPLAN_MAX_ITEMS) /* no buffer holds more */
+		return;
+	for (int k = a, i = 0; k < end; k++) {
+		ready[k - a] = i < n && r[i].pos == k;
+		i += ready[k - a];
 	}
+	scd_fplan_partial(fp, a, end, ready, grouped);
 }
 
 /*
  * Aligned and adaptive fusion: the cached plan, learnt from the order in which tensors
  * were first planned, says each tensor's buffer. A buffer goes out when all its tensors
  * are ready, when one of them is planned for the first time (the first step runs as the
- * tensors come), or when its first ready tensor has waited fusion_wait_ms for the others
- * (a tensor that a step skips, or a trainer that waits for each result before it submits
- * the next tensor: the plan then learns a break where readiness changed, learn_breaks);
- * the wait of the rest is armed on the hold timer.
+ * tensors come), or when none of its tensors has become ready for fusion_wait_ms (a
+ * tensor that a step skips, or a trainer that waits for each result before it submits the
+ * next tensor: the plan then learns a break where readiness changed, learn_breaks); the
+ * wait of the rest is armed on the hold timer. The wait runs from the buffer's latest
+ * ready tensor, not its first: tensors still coming are worth waiting for (a loaded
+ * host's backward pass spread a buffer of 13 tensors over 80 ms, and a wait from the
+ * first sent it in pieces of 2 or 3 tensors, each with a buffer's exchange).
  */
 static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n,
 			 const scd_fplan_cfg_t *cfg, uint64_t now)
@@ -770,9 +773,11 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		scd_info(SCD_SUB_NEGOTIATE, "fusion plan %llu (%s): %d tensors in %d buffers",
 			 (unsigned long long)fp->version, scd_fusion_mode_name(cfg->mode),
 			 fp->n, fp->n_buf);
-	for (int i = 0; i < n; i++) /* after the update: positions may have moved */
+	for (int i = 0; i < n; i++) { /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
+		scd_fplan_arrived(fp, r[i].pos);
+	}
 	if (n > 1)
 		qsort(r, (size_t)n, sizeof(*r), by_pos);
 	uint64_t wait = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
@@ -783,27 +788,27 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		 * back for its buffer's other tensors would be a group of one at the next
 		 * pass, its mates gone, and stall */
 		int grouped = r[i].e->gstate == SCD_GROUP_READY;
-		uint64_t first = r[i].e->ready_ms;
+		uint64_t last = r[i].e->ready_ms;
 		for (j = i + 1; b >= 0 && j < n && r[j].pos >= 0 && fp->buf[r[j].pos] == b;
 		     j++) {
 			fresh |= r[j].fresh;
 			grouped |= r[j].e->gstate == SCD_GROUP_READY;
-			if (r[j].e->ready_ms < first)
-				first = r[j].e->ready_ms;
+			if (r[j].e->ready_ms > last)
+				last = r[j].e->ready_ms;
 		}
 		int a = r[i].pos, end = r[i].pos; /* the buffer's positions: [a, end) */
 		while (b >= 0 && a > 0 && fp->buf[a - 1] == b)
 			a--;
 		while (b >= 0 && end < fp->n && fp->buf[end] == b)
 			end++;
-		if (b >= 0 && !fresh && j - i < end - a && (grouped || now >= first + wait))
-			learn_breaks(fp, r + i, j - i, a, end);
+		if (b >= 0 && !fresh && j - i < end - a && (grouped || now >= last + wait))
+			learn_breaks(fp, r + i, j - i, a, end, grouped);
 		else if (b >= 0 && j - i == end - a)
 			scd_fplan_whole(fp, a, end);
-		if (b < 0 || j - i == end - a || fresh || grouped || now >= first + wait)
+		if (b < 0 || j - i == end - a || fresh || grouped || now >= last + wait)
 			emit_buffer(w, pb, r + i, j - i);
-		else if (first + wait < next)
-			next = first + wait;
+		else if (last + wait < next)
+			next = last + wait;
 	}
 	if (next != UINT64_MAX)
 		uv_timer_start(&w->hold_timer, on_hold, next - now, 0);

@@ -295,6 +295,68 @@ UNIT_TEST(fusion_plan_learnt_break)
 	scd_fplan_state_free(&s);
 }
 
+/* The buffer of 8 tensors (one aligned buffer) went out with positions [0, went) only. */
+static void went_partial(scd_fplan_state_t *s, int went, int grouped)
+{
+	uint8_t ready[8];
+	for (int k = 0; k < 8; k++)
+		ready[k] = k < went;
+	scd_fplan_partial(s, 0, 8, ready, grouped);
+}
+
+UNIT_TEST(fusion_plan_late_tensors_are_no_break)
+{
+	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ALIGNED, .buffers = 1};
+	scd_fplan_state_t s;
+	scd_fplan_state_init(&s, 2);
+	for (uint32_t id = 0; id < 8; id++)
+		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	/* a loaded host: the buffer goes out after its wait with 5 of its tensors, 3 come
+	 * late every step, at a point that moves; the plan never splits (it used to learn a
+	 * break at the third miss and split on and on) */
+	for (int step = 0; step < 50; step++) {
+		int went = 2 + step % 5;
+		went_partial(&s, went, 0);
+		for (int k = went; k < 8; k++)
+			scd_fplan_arrived(&s, k);
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	}
+	CHECK_EQ_INT(s.n_buf, 1);
+	CHECK_EQ_INT((int)s.version, 1);
+	/* a tensor the steps skip (it never comes): a break from the SCD_FPLAN_MISSES-th
+	 * time it is still missing */
+	for (int i = 0; i <= SCD_FPLAN_MISSES; i++) {
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+		went_partial(&s, 6, 0);
+	}
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_EQ_INT(s.n_buf, 2);
+	CHECK_EQ_INT(s.buf[5], 0);
+	CHECK_EQ_INT(s.buf[6], 1);
+	scd_fplan_state_free(&s);
+
+	/* a trainer that waits for each result (the buffer goes out with one tensor), and a
+	 * group released whole: a break at the SCD_FPLAN_MISSES-th miss, though each came */
+	for (int grouped = 0; grouped < 2; grouped++) {
+		scd_fplan_state_init(&s, 2);
+		for (uint32_t id = 0; id < 8; id++)
+			CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+		int went = grouped ? 4 : 1;
+		for (int i = 0; i < SCD_FPLAN_MISSES; i++) {
+			CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+			went_partial(&s, went, grouped);
+			for (int k = went; k < 8; k++)
+				scd_fplan_arrived(&s, k);
+		}
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+		CHECK_EQ_INT(s.n_buf, 2);
+		CHECK_EQ_INT(s.buf[went], 1);
+		scd_fplan_state_free(&s);
+	}
+}
+
 /* ---- the planner's state machine on recorded timings ----------------------------------- */
 
 enum { SIM_T = 52, SIM_P = 4, SIM_STEPS = 200 };
