@@ -368,6 +368,8 @@ void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *read
 		went += ready[k - a] != 0;
 	for (int k = a + 1; k < end; k++) {
 		int is = ready[k - a] != 0, was = ready[k - 1 - a] != 0;
+		if (is && was) /* went with the tensor before it: misses are counted in a row */
+			s->t[k].misses = 0;
 		if (is == was)
 			continue;
 		if (went < 2 || grouped)

@@ -163,7 +163,8 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
  * for each result: a tensor that missed the wait then came late (a loaded host's backward
  * pass can spread one buffer's tensors over more than fusion_wait_ms), which is no
  * pattern; such a missing position counts a miss only where it is still missing the next
- * time (it never arrived in between, scd_fplan_arrived: a tensor the steps skip).
+ * time (it never arrived in between, scd_fplan_arrived: a tensor the steps skip). A
+ * position that went out with the tensor before it starts its count again.
  */
 void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped);
 /* Position pos's tensor is ready (it came, if late). */

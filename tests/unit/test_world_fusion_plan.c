@@ -336,6 +336,20 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	CHECK_EQ_INT(s.buf[6], 1);
 	scd_fplan_state_free(&s);
 
+	/* misses are counted in a row: a one-tensor buffer (a trainer descheduled past the
+	 * wait) twice, then position 1 goes with position 0, then once more: no break */
+	scd_fplan_state_init(&s, 2);
+	for (uint32_t id = 0; id < 8; id++)
+		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	went_partial(&s, 1, 0);
+	went_partial(&s, 1, 0);
+	went_partial(&s, 4, 0);
+	went_partial(&s, 1, 0);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	CHECK_EQ_INT(s.n_buf, 1);
+	scd_fplan_state_free(&s);
+
 	/* a trainer that waits for each result (the buffer goes out with one tensor), and a
 	 * group released whole: a break at the SCD_FPLAN_MISSES-th miss, though each came */
 	for (int grouped = 0; grouped < 2; grouped++) {
