@@ -141,10 +141,70 @@ static void bench_steps(sc_client_t *c, sc_tensor_t **ts, int rank, int steps)
 	free(t);
 }
 
+/*
+ * fplan --late: the trainers submit 8 tensors of one aligned buffer (the daemons at
+ * fusion_buffers 1, fusion_wait_ms 100) 20 ms apart, as a slow backward pass hands them
+ * over, and wait for them all, for 8 steps: each step's buffer waits while its tensors
+ * keep coming (the wait runs from the latest, docs/design.md "Holding"), so the plan
+ * stays one buffer of 8 tensors. (A wait from the first sent each step's buffer in two
+ * pieces, and the plan learnt a break from them.)
+ */
+static void late_steps(sc_client_t *c)
+{
+	enum { NL = 8, LSTEPS = 8, GAP_MS = 20 };
+	sc_tensor_t *ts[NL];
+	char name[64];
+	for (int l = 0; l < NL; l++) {
+		sc_tensor_opts_t o = {.struct_size = sizeof(o),
+				      .allow_lossy = 1,
+				      .sparsifier = SC_SPARSIFY_TOPK,
+				      .density = 0.01};
+		snprintf(name, sizeof(name), "fp.late.%d", l);
+		IT_CHECK_SC(sc_register_ex(c, name, SC_FLOAT32, s_numel(l), &o, &ts[l]),
+			    "register %s", name);
+	}
+	for (int step = 0; step < LSTEPS; step++) {
+		sc_handle_t h[NL];
+		for (int l = 0; l < NL; l++) {
+			fill_sparse(sc_tensor_data(ts[l]), l, sc_rank(c), step);
+			if (l > 0)
+				it_sleep_ms(GAP_MS);
+			IT_CHECK_SC(sc_allreduce_async(c, ts[l], SC_OP_SUM, &h[l]),
+				    "step %d: tensor %d", step, l);
+		}
+		for (int l = 0; l < NL; l++) {
+			int r = it_wait(c, h[l], IT_OP_TIMEOUT_MS);
+			if (r != SC_OK)
+				IT_FAIL("step %d: tensor %d: %s (%s)", step, l, it_wait_name(r),
+					it_wait_error());
+		}
+	}
+	const char *args[] = {"stats", NULL};
+	it_json_t *s = it_ctl_json(it_env.socket, args);
+	const it_json_t *f = it_json_get(s, "fusion");
+	const it_json_t *bs = f ? it_json_get(f, "buffers") : NULL;
+	const it_json_t *ts0 = bs && bs->type == IT_JARR && bs->n == 1
+				   ? it_json_get(bs->items[0], "tensors")
+				   : NULL;
+	if (!ts0 || ts0->type != IT_JARR || ts0->n != NL)
+		IT_FAIL(
+		    "after %d steps of tensors %d ms apart the plan is %zu buffers, not one "
+		    "of %d tensors",
+		    LSTEPS, GAP_MS, bs && bs->type == IT_JARR ? bs->n : 0, NL);
+	it_json_free(s);
+	it_log("%d steps of %d tensors %d ms apart: the plan is still one buffer", LSTEPS, NL,
+	       GAP_MS);
+}
+
 int it_fplan(int argc, char **argv)
 {
 	int bench = argc > 2 && !strcmp(argv[1], "--bench") ? atoi(argv[2]) : 0;
 	sc_client_t *c = it_connect();
+	if (argc > 1 && !strcmp(argv[1], "--late")) {
+		late_steps(c);
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+		it_pass();
+	}
 	int rank = sc_rank(c), size = sc_size(c);
 	if (it_env.env_local_size > 1)
 		IT_FAIL("fplan runs with one trainer per node");

@@ -429,7 +429,7 @@ static const struct {
     {"timeline", it_timeline, "DIR: sparsectl timeline start/stop around steps, files checked"},
     {"presel", it_presel,
      "DIR [cuda LOG]: selection at submission: bit-identical, early, failed step"},
-    {"fplan", it_fplan, "[--bench N]: 40 fused top-k/threshold tensors, fusion plans"},
+    {"fplan", it_fplan, "[--bench N | --late]: 40 fused top-k/threshold tensors, fusion plans"},
     {"exdyna", it_exdyna, "[model|tensor]: 6 ExDyna tensors, one buffer or one each"},
     {"join-refused", it_join_refused, "raw joins to a lone coordinator: other transport"},
     {"peer-spoof", it_peer_spoof,

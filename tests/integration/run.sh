@@ -1720,6 +1720,11 @@ fi
 # sparsectl while a job runs.
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
+# a buffer's tensors handed over 20 ms apart, over more than fusion_wait_ms in all: the
+# aligned plan stays one buffer (itest_fplan.c, late_steps)
+run_case "fplan late n=3" 3 1 120 0 3 --daemon-arg --fusion_mode --daemon-arg aligned \
+	--daemon-arg --fusion_buffers --daemon-arg 1 --daemon-arg --fusion_wait_ms \
+	--daemon-arg 100 -- "$itest" fplan --late
 run_case "exdyna model n=3" 3 1 180 0 3 -- "$itest" exdyna model
 run_case "exdyna model fixed n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed -- "$itest" exdyna model
 run_case "exdyna tensor n=3" 3 1 180 0 3 --daemon-arg --exdyna_scope --daemon-arg tensor -- "$itest" exdyna tensor
