@@ -16,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLACE_PORT_BASE	  29600
-#define PLACE_PORT_SPAN	  10000
+/* the job key's port: below the kernel's default ephemeral range (32768 up), whose ports
+ * any socket's bind(0) or connect() may hold at the moment the daemon binds (29600 +
+ * 10000 reached into it: "Address already in use" for an mpirun job, once) */
+#define PLACE_PORT_BASE	  20000
+#define PLACE_PORT_SPAN	  12000
 #define HOSTLIST_MAX_HOST 65536
 
 enum { F_RANK, F_SIZE, F_LOCAL_RANK, F_LOCAL_SIZE, F_NODE_RANK, F_NODE_COUNT, F_N };
