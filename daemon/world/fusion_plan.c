@@ -359,7 +359,8 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
 	}
 }
 
-void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped)
+void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
+		       uint64_t last_ms)
 {
 	if (a < 0 || end > s->n)
 		return;
@@ -377,18 +378,31 @@ void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *read
 		else if (!is && s->t[k].pend) /* missing since the last time: skipped */
 			scd_fplan_break(s, s->ids[k]);
 		else if (!is)
-			s->t[k].pend = 1;
+			s->t[k].pend = 1, s->t[k].pend_ms = last_ms;
 	}
 }
 
-void scd_fplan_arrived(scd_fplan_state_t *s, int pos)
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms)
 {
-	if (pos >= 0 && pos < s->n)
-		s->t[pos].pend = 0;
+	if (pos < 0 || pos >= s->n || !s->t[pos].pend)
+		return;
+	s->t[pos].pend = 0;
+	if (ready_ms > s->t[pos].pend_ms) {
+		uint64_t gap = ready_ms - s->t[pos].pend_ms;
+		if (gap + gap / 4 > s->late_ms)
+			s->late_ms = gap + gap / 4;
+	}
+}
+
+uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms)
+{
+	uint64_t w = s->late_ms > wait_ms ? s->late_ms : wait_ms;
+	return w > SCD_FPLAN_WAIT_MAX * wait_ms ? SCD_FPLAN_WAIT_MAX * wait_ms : w;
 }
 
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end)
 {
+	s->late_ms -= s->late_ms / 16;
 	for (int k = a < 0 ? 0 : a; k < end && k < s->n; k++)
 		s->t[k].misses = 0;
 }

@@ -75,6 +75,7 @@ typedef struct scd_fplan_tensor {
 				     alone of the tensors before it): SCD_FPLAN_MISSES learn brk */
 	int pend;		  /* went out without it; counts a miss if still missing the
 				     next time (scd_fplan_partial) */
+	uint64_t pend_ms;	  /* then: the latest ready time of the tensors that went */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -133,6 +134,7 @@ typedef struct scd_fplan_state {
 	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
 	scd_fplan_cfg_t cfg;
 	scd_fplan_comm_t comm; /* the buffers' measured communication by size */
+	uint64_t late_ms;      /* learnt wait (scd_fplan_wait_ms), 0: none */
 } scd_fplan_state_t;
 
 int scd_fplan_state_init(scd_fplan_state_t *s, int P);
@@ -166,9 +168,23 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
  * time (it never arrived in between, scd_fplan_arrived: a tensor the steps skip). A
  * position that went out with the tensor before it starts its count again.
  */
-void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped);
-/* Position pos's tensor is ready (it came, if late). */
-void scd_fplan_arrived(scd_fplan_state_t *s, int pos);
+void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
+		       uint64_t last_ms);
+/* Position pos's tensor is ready since ready_ms (it came, if late: after a buffer that
+ * went out with two or more tensors, last_ms its latest ready time, the gap teaches the
+ * wait, scd_fplan_wait_ms). */
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms);
+/*
+ * How long a buffer waits after its latest ready tensor for the rest: fusion_wait_ms
+ * (wait_ms), or longer where trainers that do not wait for each result (their buffers
+ * went out with two or more tensors) handed a tensor over later than that after the one
+ * before it: 5/4 of the longest such gap, at most SCD_FPLAN_WAIT_MAX times wait_ms, the
+ * learnt part shrinking by a sixteenth with every buffer that goes out whole. A trainer
+ * that waits for each result teaches nothing (its buffers go out with one tensor), so it
+ * still pays fusion_wait_ms per break it teaches.
+ */
+#define SCD_FPLAN_WAIT_MAX 8
+uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms);
 /* The buffer of positions [a, end) went out with all its tensors. */
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end);
 /* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the

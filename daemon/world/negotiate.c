@@ -728,7 +728,7 @@ static void emit_cycle(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int n
 /* A buffer of positions [a, end) goes out after its wait with only r[0..n-1] (in position
  * order) ready: the plan learns from where readiness changes (scd_fplan_partial). */
 static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int a, int end,
-			 int grouped)
+			 int grouped, uint64_t last_ms)
 {
 	uint8_t ready[SCD_FPLAN_MAX_ITEMS];
 	if (end - a > SCD_FPLAN_MAX_ITEMS) /* no buffer holds more */
@@ -737,7 +737,7 @@ static void learn_breaks(scd_fplan_state_t *fp, const ready_ent_t *r, int n, int
 		ready[k - a] = i < n && r[i].pos == k;
 		i += ready[k - a];
 	}
-	scd_fplan_partial(fp, a, end, ready, grouped);
+	scd_fplan_partial(fp, a, end, ready, grouped, last_ms);
 }
 
 /*
@@ -776,11 +776,12 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 	for (int i = 0; i < n; i++) { /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
-		scd_fplan_arrived(fp, r[i].pos);
+		scd_fplan_arrived(fp, r[i].pos, r[i].e->ready_ms);
 	}
 	if (n > 1)
 		qsort(r, (size_t)n, sizeof(*r), by_pos);
-	uint64_t wait = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
+	uint64_t wait =
+	    scd_fplan_wait_ms(fp, (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms));
 	uint64_t next = UINT64_MAX;
 	for (int i = 0, j; i < n; i = j) {
 		int b = r[i].pos >= 0 ? fp->buf[r[i].pos] : -1, fresh = r[i].fresh;
@@ -802,7 +803,7 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		while (b >= 0 && end < fp->n && fp->buf[end] == b)
 			end++;
 		if (b >= 0 && !fresh && j - i < end - a && (grouped || now >= last + wait))
-			learn_breaks(fp, r + i, j - i, a, end, grouped);
+			learn_breaks(fp, r + i, j - i, a, end, grouped, last);
 		else if (b >= 0 && j - i == end - a)
 			scd_fplan_whole(fp, a, end);
 		if (b < 0 || j - i == end - a || fresh || grouped || now >= last + wait)

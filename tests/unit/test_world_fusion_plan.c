@@ -301,7 +301,7 @@ static void went_partial(scd_fplan_state_t *s, int went, int grouped)
 	uint8_t ready[8];
 	for (int k = 0; k < 8; k++)
 		ready[k] = k < went;
-	scd_fplan_partial(s, 0, 8, ready, grouped);
+	scd_fplan_partial(s, 0, 8, ready, grouped, 1000);
 }
 
 UNIT_TEST(fusion_plan_late_tensors_are_no_break)
@@ -319,11 +319,29 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 		int went = 2 + step % 5;
 		went_partial(&s, went, 0);
 		for (int k = went; k < 8; k++)
-			scd_fplan_arrived(&s, k);
+			scd_fplan_arrived(&s, k, 1010);
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 	}
 	CHECK_EQ_INT(s.n_buf, 1);
 	CHECK_EQ_INT((int)s.version, 1);
+	/* they came 10 ms after the latest that went: a wait of 20 ms stays */
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 20);
+	/* one 40 ms after: the wait grows to 5/4 of that; at most SCD_FPLAN_WAIT_MAX x */
+	went_partial(&s, 5, 0);
+	scd_fplan_arrived(&s, 5, 1040);
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 50);
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 60), 60);
+	went_partial(&s, 5, 0);
+	scd_fplan_arrived(&s, 5, 9000);
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 20 * SCD_FPLAN_WAIT_MAX);
+	/* a tensor that came once (no buffer went without it just before) teaches nothing */
+	uint64_t late = s.late_ms;
+	scd_fplan_arrived(&s, 6, 99999);
+	CHECK_TRUE(s.late_ms == late);
+	/* whole buffers shrink the learnt part */
+	for (int i = 0; i < 200; i++)
+		scd_fplan_whole(&s, 0, 8);
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 20);
 	/* a tensor the steps skip (it never comes): a break from the SCD_FPLAN_MISSES-th
 	 * time it is still missing */
 	for (int i = 0; i <= SCD_FPLAN_MISSES; i++) {
@@ -362,7 +380,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 			CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 			went_partial(&s, went, grouped);
 			for (int k = went; k < 8; k++)
-				scd_fplan_arrived(&s, k);
+				scd_fplan_arrived(&s, k, 1010);
 		}
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
 		CHECK_EQ_INT(s.n_buf, 2);
