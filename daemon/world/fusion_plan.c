@@ -362,36 +362,44 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
 void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
 		       uint64_t last_ms)
 {
-	if (a < 0 || end > s->n)
+	if (a < 0 || end > s->n || end - a > SCD_FPLAN_MAX_ITEMS)
 		return;
 	int went = 0;
-	for (int k = a; k < end; k++)
+	uint8_t was_pend[SCD_FPLAN_MAX_ITEMS]; /* missing the last time too */
+	for (int k = a; k < end; k++) {
 		went += ready[k - a] != 0;
-	for (int k = a + 1; k < end; k++) {
-		int is = ready[k - a] != 0, was = ready[k - 1 - a] != 0;
-		if (is && was) /* went with the tensor before it: misses are counted in a row */
+		was_pend[k - a] = (uint8_t)s->t[k].pend;
+	}
+	int pattern = went < 2 || grouped;
+	for (int k = a; k < end; k++) {
+		int is = ready[k - a] != 0, was = k > a ? ready[k - 1 - a] != 0 : is;
+		/* counts if still missing the next time; the first one missing after those
+		 * that went teaches the wait when it comes (the gap after the latest that went)
+		 */
+		if (!pattern && !is)
+			s->t[k].pend = 1, s->t[k].pend_ms = was && k > a ? last_ms : UINT64_MAX;
+		if (is && was && k > a) /* went with the one before it: misses in a row */
 			s->t[k].misses = 0;
 		if (is == was)
 			continue;
-		if (went < 2 || grouped)
+		/* a pattern; else a tensor missing since the last time (the steps skip it):
+		 * a break where it goes missing, and where the tensors after it come without
+		 * it (a buffer's first tensor that never comes) */
+		if (pattern || (!is && was_pend[k - a]) || (is && was_pend[k - 1 - a]))
 			scd_fplan_break(s, s->ids[k]);
-		else if (!is && s->t[k].pend) /* missing since the last time: skipped */
-			scd_fplan_break(s, s->ids[k]);
-		else if (!is)
-			s->t[k].pend = 1, s->t[k].pend_ms = last_ms;
 	}
 }
 
-void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms)
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_t wait_ms)
 {
 	if (pos < 0 || pos >= s->n || !s->t[pos].pend)
 		return;
 	s->t[pos].pend = 0;
-	if (ready_ms > s->t[pos].pend_ms) {
-		uint64_t gap = ready_ms - s->t[pos].pend_ms;
-		if (gap + gap / 4 > s->late_ms)
-			s->late_ms = gap + gap / 4;
-	}
+	/* a gap the longest wait would not cover is a step that skipped the tensor, not a
+	 * slow one: nothing to learn */
+	uint64_t gap = ready_ms > s->t[pos].pend_ms ? ready_ms - s->t[pos].pend_ms : 0;
+	if (gap <= SCD_FPLAN_WAIT_MAX * wait_ms && gap + gap / 4 > s->late_ms)
+		s->late_ms = gap + gap / 4;
 }
 
 uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms)
@@ -402,7 +410,7 @@ uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms)
 
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end)
 {
-	s->late_ms -= s->late_ms / 16;
+	s->late_ms -= (s->late_ms + 15) / 16;
 	for (int k = a < 0 ? 0 : a; k < end && k < s->n; k++)
 		s->t[k].misses = 0;
 }

@@ -164,16 +164,18 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
  * went out with two or more of its tensors, not a group, shows trainers that do not wait
  * for each result: a tensor that missed the wait then came late (a loaded host's backward
  * pass can spread one buffer's tensors over more than fusion_wait_ms), which is no
- * pattern; such a missing position counts a miss only where it is still missing the next
- * time (it never arrived in between, scd_fplan_arrived: a tensor the steps skip). A
- * position that went out with the tensor before it starts its count again.
+ * pattern; there a miss is counted only for a tensor still missing since the last time
+ * (it never arrived in between, scd_fplan_arrived: a tensor the steps skip), where it goes
+ * missing and where the tensors after it come without it. A position that went out with
+ * the tensor before it starts its count again.
  */
 void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
 		       uint64_t last_ms);
 /* Position pos's tensor is ready since ready_ms (it came, if late: after a buffer that
  * went out with two or more tensors, last_ms its latest ready time, the gap teaches the
- * wait, scd_fplan_wait_ms). */
-void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms);
+ * wait, scd_fplan_wait_ms, unless longer than the longest wait for wait_ms, the
+ * configured one: then a step skipped the tensor). */
+void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_t wait_ms);
 /*
  * How long a buffer waits after its latest ready tensor for the rest: fusion_wait_ms
  * (wait_ms), or longer where trainers that do not wait for each result (their buffers

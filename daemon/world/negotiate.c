@@ -773,15 +773,15 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		scd_info(SCD_SUB_NEGOTIATE, "fusion plan %llu (%s): %d tensors in %d buffers",
 			 (unsigned long long)fp->version, scd_fusion_mode_name(cfg->mode),
 			 fp->n, fp->n_buf);
+	uint64_t wait_cfg = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
 	for (int i = 0; i < n; i++) { /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
-		scd_fplan_arrived(fp, r[i].pos, r[i].e->ready_ms);
+		scd_fplan_arrived(fp, r[i].pos, r[i].e->ready_ms, wait_cfg);
 	}
 	if (n > 1)
 		qsort(r, (size_t)n, sizeof(*r), by_pos);
-	uint64_t wait =
-	    scd_fplan_wait_ms(fp, (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms));
+	uint64_t wait = scd_fplan_wait_ms(fp, wait_cfg);
 	uint64_t next = UINT64_MAX;
 	for (int i = 0, j; i < n; i = j) {
 		int b = r[i].pos >= 0 ? fp->buf[r[i].pos] : -1, fresh = r[i].fresh;

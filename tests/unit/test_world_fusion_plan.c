@@ -319,7 +319,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 		int went = 2 + step % 5;
 		went_partial(&s, went, 0);
 		for (int k = went; k < 8; k++)
-			scd_fplan_arrived(&s, k, 1010);
+			scd_fplan_arrived(&s, k, 1010, 20);
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 	}
 	CHECK_EQ_INT(s.n_buf, 1);
@@ -328,15 +328,20 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 20);
 	/* one 40 ms after: the wait grows to 5/4 of that; at most SCD_FPLAN_WAIT_MAX x */
 	went_partial(&s, 5, 0);
-	scd_fplan_arrived(&s, 5, 1040);
+	scd_fplan_arrived(&s, 5, 1040, 20);
 	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 50);
 	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 60), 60);
+	/* one that came a step later (past the longest wait: the step skipped it) teaches
+	 * nothing */
 	went_partial(&s, 5, 0);
-	scd_fplan_arrived(&s, 5, 9000);
+	scd_fplan_arrived(&s, 5, 1000 + 20 * SCD_FPLAN_WAIT_MAX + 1, 20);
+	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 50);
+	went_partial(&s, 5, 0);
+	scd_fplan_arrived(&s, 5, 1150, 20);
 	CHECK_EQ_INT((int)scd_fplan_wait_ms(&s, 20), 20 * SCD_FPLAN_WAIT_MAX);
 	/* a tensor that came once (no buffer went without it just before) teaches nothing */
 	uint64_t late = s.late_ms;
-	scd_fplan_arrived(&s, 6, 99999);
+	scd_fplan_arrived(&s, 6, 1100, 20);
 	CHECK_TRUE(s.late_ms == late);
 	/* whole buffers shrink the learnt part */
 	for (int i = 0; i < 200; i++)
@@ -352,6 +357,23 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	CHECK_EQ_INT(s.n_buf, 2);
 	CHECK_EQ_INT(s.buf[5], 0);
 	CHECK_EQ_INT(s.buf[6], 1);
+	scd_fplan_state_free(&s);
+
+	/* a buffer whose first tensor never comes: the tensors after it come without it, a
+	 * break before them from the SCD_FPLAN_MISSES-th time it is still missing */
+	scd_fplan_state_init(&s, 2);
+	for (uint32_t id = 0; id < 8; id++)
+		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	uint8_t no_first[8] = {0, 1, 1, 1, 1, 1, 1, 1};
+	for (int i = 0; i <= SCD_FPLAN_MISSES; i++) {
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+		scd_fplan_partial(&s, 0, 8, no_first, 0, 1000);
+	}
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_EQ_INT(s.n_buf, 2);
+	CHECK_EQ_INT(s.buf[0], 0);
+	CHECK_EQ_INT(s.buf[1], 1);
 	scd_fplan_state_free(&s);
 
 	/* misses are counted in a row: a one-tensor buffer (a trainer descheduled past the
@@ -380,7 +402,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 			CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 			went_partial(&s, went, grouped);
 			for (int k = went; k < 8; k++)
-				scd_fplan_arrived(&s, k, 1010);
+				scd_fplan_arrived(&s, k, 1010, 20);
 		}
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
 		CHECK_EQ_INT(s.n_buf, 2);
