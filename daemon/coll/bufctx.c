@@ -619,7 +619,7 @@ static int split_tracked(scd_bufctx_t *b, const scd_job_t *job)
 {
 	const uint32_t *idx;
 	uint64_t n;
-	if (!scd_device_host_memory(b->dev) || !scd_scheme_residual_added(b->sctx, &idx, &n))
+	if (!scd_scheme_residual_added(b->sctx, &idx, &n)) /* tracked only on the host */
 		return 0;
 	for (uint64_t j = 0; j < n; j++) {
 		uint64_t i = idx[j];

@@ -260,6 +260,15 @@ UNIT_TEST(fusion_plan_mode_names)
 	CHECK_EQ_INT(scd_fusion_mode_parse("bogus"), -1);
 }
 
+/* A plan of 8 tensors of one class (ids 0 to 7), made under cfg. */
+static void plan_of_8(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
+{
+	scd_fplan_state_init(s, 2);
+	for (uint32_t id = 0; id < 8; id++)
+		CHECK_EQ_INT(scd_fplan_add(s, id, UINT32_MAX, 64, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(s, cfg), 1);
+}
+
 UNIT_TEST(fusion_plan_learnt_break)
 {
 	/* buffers that went out without tensor 3 after their wait, SCD_FPLAN_MISSES in a
@@ -267,10 +276,7 @@ UNIT_TEST(fusion_plan_learnt_break)
 	 * anyway) */
 	scd_fplan_state_t s;
 	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ALIGNED, .buffers = 1};
-	scd_fplan_state_init(&s, 2);
-	for (uint32_t id = 0; id < 8; id++)
-		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
-	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	plan_of_8(&s, &cfg);
 	CHECK_EQ_INT(s.n_buf, 1);
 	/* missed twice, then whole: one late tensor is not a pattern */
 	scd_fplan_break(&s, 3);
@@ -308,10 +314,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 {
 	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ALIGNED, .buffers = 1};
 	scd_fplan_state_t s;
-	scd_fplan_state_init(&s, 2);
-	for (uint32_t id = 0; id < 8; id++)
-		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
-	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	plan_of_8(&s, &cfg);
 	/* a loaded host: the buffer goes out after its wait with 5 of its tensors, 3 come
 	 * late every step, at a point that moves; the plan never splits (it used to learn a
 	 * break at the third miss and split on and on) */
@@ -361,10 +364,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 
 	/* a buffer whose first tensor never comes: the tensors after it come without it, a
 	 * break before them from the SCD_FPLAN_MISSES-th time it is still missing */
-	scd_fplan_state_init(&s, 2);
-	for (uint32_t id = 0; id < 8; id++)
-		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
-	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	plan_of_8(&s, &cfg);
 	uint8_t no_first[8] = {0, 1, 1, 1, 1, 1, 1, 1};
 	for (int i = 0; i <= SCD_FPLAN_MISSES; i++) {
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
@@ -378,10 +378,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 
 	/* misses are counted in a row: a one-tensor buffer (a trainer descheduled past the
 	 * wait) twice, then position 1 goes with position 0, then once more: no break */
-	scd_fplan_state_init(&s, 2);
-	for (uint32_t id = 0; id < 8; id++)
-		CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
-	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	plan_of_8(&s, &cfg);
 	went_partial(&s, 1, 0);
 	went_partial(&s, 1, 0);
 	went_partial(&s, 4, 0);
@@ -393,10 +390,7 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	/* a trainer that waits for each result (the buffer goes out with one tensor), and a
 	 * group released whole: a break at the SCD_FPLAN_MISSES-th miss, though each came */
 	for (int grouped = 0; grouped < 2; grouped++) {
-		scd_fplan_state_init(&s, 2);
-		for (uint32_t id = 0; id < 8; id++)
-			CHECK_EQ_INT(scd_fplan_add(&s, id, UINT32_MAX, 64, 1, 0), 0);
-		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+		plan_of_8(&s, &cfg);
 		int went = grouped ? 4 : 1;
 		for (int i = 0; i < SCD_FPLAN_MISSES; i++) {
 			CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
