@@ -561,6 +561,10 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		return -1;
 	int all_timed = measured(s->t, s->n);
 	int forced_replan = s->dirty || cfg_changed || (all_timed && !s->from_times);
+	const char *why = s->dirty	  ? "tensors"
+			  : cfg_changed	  ? "config"
+			  : forced_replan ? "measured"
+					  : "profiles";
 	if (!s->dirty && !cfg_changed)
 		fold_comm(s); /* the current plan's buffers, before they change */
 	s->from_times = all_timed;
@@ -594,7 +598,9 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 	}
 	free(start);
 	s->n_buf = n_buf;
-	if (changed)
+	if (changed) {
 		s->version++;
+		s->why = why;
+	}
 	return changed;
 }

@@ -135,6 +135,9 @@ typedef struct scd_fplan_state {
 	scd_fplan_cfg_t cfg;
 	scd_fplan_comm_t comm; /* the buffers' measured communication by size */
 	uint64_t late_ms;      /* learnt wait (scd_fplan_wait_ms), 0: none */
+	const char *why;       /* what made the last plan change: "tensors" (added, replaced,
+				  removed or a break learnt), "config", "measured" (the first
+				  plan from every tensor's times) or "profiles" */
 } scd_fplan_state_t;
 
 int scd_fplan_state_init(scd_fplan_state_t *s, int P);

@@ -770,9 +770,10 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			r[i].pos = -1;
 	}
 	if (scd_fplan_update(fp, cfg) > 0)
-		scd_info(SCD_SUB_NEGOTIATE, "fusion plan %llu (%s): %d tensors in %d buffers",
+		scd_info(SCD_SUB_NEGOTIATE,
+			 "fusion plan %llu (%s, from %s): %d tensors in %d buffers",
 			 (unsigned long long)fp->version, scd_fusion_mode_name(cfg->mode),
-			 fp->n, fp->n_buf);
+			 fp->why, fp->n, fp->n_buf);
 	uint64_t wait_cfg = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
 	for (int i = 0; i < n; i++) { /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
