@@ -70,6 +70,7 @@ typedef struct scd_bufctx {
 	scd_sparsifier_cfg_t *spcfg;
 	scd_coo_t sel; /* selection workspace, capacity = largest sparsified item */
 	scd_coo_t cat; /* the buffer's selections concatenated (host memory; fuse_as_list) */
+	scd_coo_t out; /* the result of a run on cat, as COO (fused_result) */
 	/* a COO tensor's residual kept sparse (fold_residual): a bit per element where it
 	 * may be non-zero, valid when rknown; the input with the residual folded in */
 	uint64_t *rbits;
@@ -141,6 +142,8 @@ static void bufctx_free(scd_bufctx_t *b)
 	dev_free(b->dev, b->bres);
 	free(b->cat.idx);
 	free(b->cat.val);
+	free(b->out.idx);
+	free(b->out.val);
 	free(b);
 }
 
@@ -425,6 +428,53 @@ static sc_status_t cat_append(scd_bufctx_t *b, const scd_coo_t *sel, uint64_t of
 		}
 	c->nnz = w;
 	return SC_OK;
+}
+
+/*
+ * The room for the result of a run on the buffer's selections' list (b->cat) as COO, when
+ * its collective's delivery takes it entry by entry (job->fused_out_ok, allreduce's): a buffer
+ * of several float32 tensors in host memory, every trainer's buffer at home, run by a scheme
+ * that builds the result from the lists it merges (lists_out). The fused buffer is then
+ * neither written with the result nor copied out of: each trainer's tensor is cleared and
+ * its entries written (a dense result written, then copied into every trainer's buffer,
+ * read and wrote each tensor of the buffer three times a step). The room is twice what
+ * every rank's list would be at this rank's length, at most the buffer; a union past it
+ * comes back dense (out->nnz SCD_RESULT_DENSE) and is copied out as before. NULL: none.
+ */
+static scd_coo_t *fused_result(scd_bufctx_t *b, scd_job_t *job, const scd_coo_t *in,
+			       scd_scheme_t s, int P)
+{
+	job->fused_out = 0;
+	if (!job->fused_out_ok || job->n_items < 2 || in != &b->cat ||
+	    !scd_schemes[s]->lists_out || job->dtype != SC_FLOAT32 ||
+	    !scd_device_host_memory(b->dev))
+		return NULL;
+	for (int i = 0; i < job->n_items; i++) {
+		const scd_job_item_t *it = &job->items[i];
+		if (it->op != SC_OP_SUM && it->op != SC_OP_AVERAGE)
+			return NULL;
+		for (int k = 0; k < it->n_src; k++)
+			if (!scd_device_at_home(it->src[k].device, it->src[k].ordinal))
+				return NULL;
+	}
+	uint64_t want = 2 * (uint64_t)(P > 0 ? P : 1) * in->nnz + 1024;
+	if (want > b->numel)
+		want = b->numel;
+	scd_coo_t *o = &b->out;
+	if (o->cap < want) {
+		uint32_t *idx = realloc(o->idx, want * sizeof(uint32_t));
+		if (idx)
+			o->idx = idx;
+		float *val = idx ? realloc(o->val, want * sizeof(float)) : NULL;
+		if (!val)
+			return NULL; /* delivered from the dense result */
+		o->val = val;
+		o->cap = want;
+	}
+	o->nnz = 0;
+	job->coo_out = *o;
+	job->fused_out = 1;
+	return &job->coo_out;
 }
 
 /* Whether a buffer of several tensors goes to the scheme as the concatenation of their
@@ -1007,6 +1057,7 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 				   const scd_device_ops_t *dev, float *buf, scd_transport_t *t,
 				   double alpha_s, double beta_s_per_byte, scd_job_prep_t *prep)
 {
+	job->fused_out = 0; /* until fused_result gives the run a sparse result */
 	/* all of it an exchange; a carried input check round is always the one round's (the
 	 * rank whose compute stage failed before it prepared takes part too) */
 	if (prep->small || prep->verdict) {
@@ -1076,6 +1127,8 @@ sc_status_t scd_bufctx_communicate(scd_bufctx_table_t *tab, scd_job_t *job,
 			      .coo = job->coo_direct ? &job->coo_in : prep->sel,
 			      .residual = job->n_items == 1 ? job->items[0].residual : NULL,
 			      .out = job->sparse_out ? &job->coo_out : NULL};
+	if (!io.out)
+		io.out = fused_result(b, job, prep->sel, s, t->size);
 	if (split && !(io.residual = buffer_residual(b))) {
 		snprintf(job->error, sizeof(job->error),
 			 "no memory on the %s device for the residual of a buffer of %llu "

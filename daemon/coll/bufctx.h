@@ -59,7 +59,11 @@ int scd_bufctx_pick(const double *pred_s, const double *ratio, const uint32_t *s
  * communicate, on the communication stage, chooses and runs the scheme and folds its
  * report into the profile; release ends the step's hold on the buffer's state (which is
  * never evicted while held). Same arguments as scd_bufctx_step, which is the three in a
- * row.
+ * row. The result is in buf, but where job->fused_out_ok lets communicate give a buffer
+ * of several tensors, run on their selections' list, its result as COO: then
+ * job->fused_out is set and the result is job->coo_out (buf is scratch), unless
+ * job->coo_out.nnz is SCD_RESULT_DENSE (the union outgrew its room: the result is in buf).
+ * The list stays valid until release.
  */
 sc_status_t scd_bufctx_prepare(scd_bufctx_table_t *tab, scd_job_t *job,
 			       const scd_device_ops_t *dev, float *buf, scd_transport_t *t,

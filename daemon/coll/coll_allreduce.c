@@ -330,6 +330,7 @@ static sc_status_t allreduce_gather(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	const scd_device_ops_t *dev = x->dev;
 	size_t esz = sc_dtype_size(job->dtype);
+	job->fused_out_ok = 1; /* allreduce_deliver takes a fused buffer's COO result */
 	if (!coo_direct(dev, job))
 		for (int i = 0; i < job->n_items; i++) {
 			if (job_schemes(job) && presel_taken(x, job, i))
@@ -386,6 +387,37 @@ static void allreduce_predict(const scd_coll_ctx_t *x, scd_job_t *job)
 					 : 0);
 }
 
+/* A buffer of several tensors whose result came back as COO (job->fused_out, host
+ * memory, every trainer's buffer at home): each tensor's entries, averaged where asked,
+ * written into each of its trainers' buffers after clearing them. The entries ascend, and
+ * each lies in some tensor's slice (the selections' list holds no padding). */
+static void fused_out(const scd_device_ops_t *dev, scd_job_t *job, double divisor)
+{
+	const scd_coo_t *o = &job->coo_out;
+	uint64_t j = 0;
+	for (int i = 0; i < job->n_items; i++) {
+		uint64_t tl = scd_tl_begin();
+		const scd_job_item_t *it = &job->items[i];
+		while (j < o->nnz && o->idx[j] < it->offset)
+			j++;
+		uint64_t lo = j, end = it->offset + it->numel;
+		while (j < o->nnz && o->idx[j] < end)
+			j++;
+		if (it->op == SC_OP_AVERAGE)
+			dev->average_typed(SC_FLOAT32, o->val + lo, j - lo, divisor);
+		for (int s = 0; s < it->n_src; s++) {
+			const scd_job_src_t *src = &it->src[s];
+			float *d = src->dense;
+			dev->clear(d, it->numel * sizeof(float));
+			for (uint64_t k = lo; k < j; k++)
+				d[o->idx[k] - it->offset] = o->val[k];
+			if (src->result_nnz) /* asked for a sparse result, gets the dense one */
+				*src->result_nnz = UINT64_MAX;
+		}
+		scd_job_item_tl(it, "copy_out", tl, job->dtype);
+	}
+}
+
 static sc_status_t allreduce_deliver(scd_coll_ctx_t *x, scd_job_t *job)
 {
 	size_t esz = sc_dtype_size(job->dtype);
@@ -393,6 +425,10 @@ static sc_status_t allreduce_deliver(scd_coll_ctx_t *x, scd_job_t *job)
 		uint64_t tl = scd_tl_begin();
 		sparse_out(x->dev, job, job->average_divisor);
 		scd_job_item_tl(&job->items[0], "copy_out", tl, job->dtype);
+		return SC_OK;
+	}
+	if (job->fused_out && job->coo_out.nnz != SCD_RESULT_DENSE) {
+		fused_out(x->dev, job, job->average_divisor);
 		return SC_OK;
 	}
 	for (int i = 0; i < job->n_items; i++) {

@@ -294,8 +294,16 @@ typedef struct scd_job {
 	int coo_direct; /* the engine hands coo_in to the scheme (no densifying) */
 	scd_coo_t coo_in;
 	int sparse_out;	   /* coo_direct and the trainer asked for a sparse result */
-	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy) */
-	int lossless_only; /* some tensor does not allow lossy schemes */
+	scd_coo_t coo_out; /* then: the trainer's COO area (coo_in is the engine's copy);
+			      with fused_out, the buffer's result as COO (coll/bufctx.c) */
+	/* set by a collective whose delivery takes it (allreduce): a buffer of several
+	 * tensors run on their selections' list may get its result back as COO in coo_out
+	 * instead of in the fused buffer (coll/bufctx.h) */
+	int fused_out_ok;
+	/* it did (unless coo_out.nnz is SCD_RESULT_DENSE): delivered into each trainer's
+	 * buffer entry by entry instead of copied out of the fused buffer */
+	int fused_out;
+	int lossless_only;	   /* some tensor does not allow lossy schemes */
 	scd_nonfinite_t nonfinite; /* the nonfinite key's, as the job was planned */
 	/* forget: drop the state of every buffer holding this cache id (every rank at the
 	 * same place in its jobs: a buffer's scheme state must stay alike on every rank), or

@@ -75,6 +75,10 @@ typedef struct scd_scheme_desc {
 	 * schemes name a sparsifier, the first in the list is its default and the others run
 	 * where a pin names them. */
 	sc_sparsifier_t sparsifier;
+	/* Given COO input and io->out, it builds the sparse result from the lists it merges
+	 * (scheme.h, "Sparse results"); the others gather it from their dense result, a pass
+	 * over io->data. */
+	int lists_out;
 	/* Sums io over every rank (scd_scheme_run has checked the arguments, reset the
 	 * counters, and builds the report from the context afterwards). */
 	sc_status_t (*run)(scd_scheme_ctx_t *c, scd_scheme_io_t *io);

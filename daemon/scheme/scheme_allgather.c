@@ -280,6 +280,7 @@ static scd_cost_t agsparse_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *
 
 const scd_scheme_desc_t scd_scheme_agsparse_desc = {
     .name = "agsparse",
+    .lists_out = 1,
     .lossless = 1,
     .uses = SCD_COST_DENSITY,
     .run = scd_scheme_agsparse,

@@ -831,6 +831,7 @@ static scd_cost_t spardl_cost(const scd_scheme_ctx_t *c, const scd_cost_in_t *ba
 
 const scd_scheme_desc_t scd_scheme_spardl_desc = {
     .name = "spardl",
+    .lists_out = 1,
     .uses = SCD_COST_DENSITY,
     .run = scd_scheme_spardl,
     .model = spardl_model,

@@ -642,6 +642,7 @@ static scd_cost_t balanced_par_cost(const scd_scheme_ctx_t *c, const scd_cost_in
 
 const scd_scheme_desc_t scd_scheme_balanced_par_desc = {
     .name = "balanced_par",
+    .lists_out = 1,
     .lossless = 1,
     .uses = SCD_COST_DENSITY | SCD_COST_GAMMA,
     .run = scd_scheme_balanced_par,

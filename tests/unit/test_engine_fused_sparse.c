@@ -28,6 +28,10 @@ typedef struct fused_arg {
 	/* shared: [RANKS] each: the list the scheme got (UINT64_MAX: none, a dense buffer),
 	 * and whether its indices ascended within the buffer */
 	uint64_t *list_nnz, *list_ok;
+	/* fused_out_ok: the result may come back as COO (job.fused_out_ok, as allreduce's
+	 * delivery takes it); then list_out[rank] counts the steps whose result did */
+	int fused_out_ok;
+	uint64_t *list_out;
 } fused_arg_t;
 
 static uint64_t t_numel(int l)
@@ -72,7 +76,8 @@ static void fused_rank(scd_transport_t *t, int rank, int P, void *arg)
 			 .dtype = SC_FLOAT32,
 			 .average_divisor = 1,
 			 .pin = a->pin,
-			 .timeout_ms = 10000};
+			 .timeout_ms = 10000,
+			 .fused_out_ok = a->fused_out_ok};
 	sc_status_t st = SC_OK;
 	for (int step = 0; step < (a->steps ? a->steps : 1) && st == SC_OK; step++) {
 		memcpy(buf, a->in[rank], total * sizeof(float));
@@ -86,11 +91,20 @@ static void fused_rank(scd_transport_t *t, int rank, int P, void *arg)
 		if (st == SC_OK)
 			st =
 			    scd_bufctx_communicate(tab, &job, dev, buf, t, 20e-6, 1e-10, &prep);
-		scd_bufctx_release(&prep);
 		CHECK_MSG(st == SC_OK, "rank %d step %d: %s (%s)", rank, step,
 			  sc_status_name(st), job.error);
-		for (uint64_t i = 0; i < total; i++)
-			a->out[rank][i] += buf[i];
+		if (st == SC_OK && job.fused_out && job.coo_out.nnz != SCD_RESULT_DENSE) {
+			a->list_out[rank]++; /* buf is scratch: the result is the list */
+			for (uint64_t j = 0; j < job.coo_out.nnz; j++) {
+				CHECK_TRUE(j == 0 ||
+					   job.coo_out.idx[j] > job.coo_out.idx[j - 1]);
+				a->out[rank][job.coo_out.idx[j]] += job.coo_out.val[j];
+			}
+		} else {
+			for (uint64_t i = 0; i < total; i++)
+				a->out[rank][i] += buf[i];
+		}
+		scd_bufctx_release(&prep);
 	}
 	a->tcm[rank] = job.tcm_s;
 	a->tcp[rank] = 0;
@@ -107,8 +121,9 @@ static void run_fused(fused_arg_t *a, int pin)
 	a->total = layout(it, NULL);
 	a->tcm = shared_map(2 * RANKS * sizeof(double));
 	a->tcp = a->tcm + RANKS;
-	a->list_nnz = shared_map(2 * RANKS * sizeof(uint64_t));
+	a->list_nnz = shared_map(3 * RANKS * sizeof(uint64_t));
 	a->list_ok = a->list_nnz + RANKS;
+	a->list_out = a->list_nnz + 2 * RANKS;
 	for (int r = 0; r < RANKS; r++) {
 		a->in[r] = shared_map(a->total * sizeof(float));
 		a->res[r] = shared_map(a->total * sizeof(float));
@@ -132,7 +147,7 @@ static void run_fused(fused_arg_t *a, int pin)
 static void free_fused(fused_arg_t *a)
 {
 	munmap(a->tcm, 2 * RANKS * sizeof(double));
-	munmap(a->list_nnz, 2 * RANKS * sizeof(uint64_t));
+	munmap(a->list_nnz, 3 * RANKS * sizeof(uint64_t));
 	for (int r = 0; r < RANKS; r++) {
 		munmap(a->in[r], a->total * sizeof(float));
 		munmap(a->res[r], a->total * sizeof(float));
@@ -197,26 +212,34 @@ UNIT_TEST(engine_fused_selections_go_as_one_list)
 	uint64_t k_sum = 0;
 	for (int l = 0; l < NT; l++)
 		k_sum += (uint64_t)floor(0.01 * (double)t_numel(l) + 0.5);
-	for (size_t s = 0; s < sizeof(lossless) / sizeof(lossless[0]); s++) {
-		fused_arg_t a = {0};
-		run_fused(&a, lossless[s]);
+	for (size_t s = 0; s < 2 * sizeof(lossless) / sizeof(lossless[0]); s++) {
+		/* each scheme twice: the result in the buffer, then where the scheme builds it
+		 * from the lists it merges, as a list of its own (job.fused_out) */
+		fused_arg_t a = {.fused_out_ok = s % 2};
+		scd_scheme_t sch = (scd_scheme_t)lossless[s / 2];
+		run_fused(&a, sch);
+		int lists = sch != SCD_SCHEME_OMNIREDUCE && sch != SCD_SCHEME_DENSE_RING;
+		for (int r = 0; r < RANKS; r++)
+			CHECK_MSG(a.list_out[r] == (uint64_t)(a.fused_out_ok && lists),
+				  "%s, rank %d: %llu results as a list (fused_out_ok %d)",
+				  scd_scheme_name(sch), r, (unsigned long long)a.list_out[r],
+				  a.fused_out_ok);
 		for (int r = 0; r < RANKS; r++) {
 			CHECK_MSG(
 			    a.list_nnz[r] == k_sum,
 			    "%s, rank %d: the scheme got %llu listed entries (UINT64_MAX: a "
 			    "dense buffer), the selections hold %llu",
-			    scd_scheme_name((scd_scheme_t)lossless[s]), r,
-			    (unsigned long long)a.list_nnz[r], (unsigned long long)k_sum);
+			    scd_scheme_name(sch), r, (unsigned long long)a.list_nnz[r],
+			    (unsigned long long)k_sum);
 			CHECK_MSG(a.list_ok[r], "%s, rank %d: the list is not ascending",
-				  scd_scheme_name((scd_scheme_t)lossless[s]), r);
+				  scd_scheme_name(sch), r);
 		}
 		for (uint64_t i = 0; i < a.total; i++) {
 			float want = (a.in[0][i] - a.res[0][i]) + (a.in[1][i] - a.res[1][i]);
 			CHECK_MSG(a.out[0][i] == want && a.out[1][i] == want,
 				  "%s: element %llu: %g and %g, the selections sum to %g",
-				  scd_scheme_name((scd_scheme_t)lossless[s]),
-				  (unsigned long long)i, (double)a.out[0][i],
-				  (double)a.out[1][i], (double)want);
+				  scd_scheme_name(sch), (unsigned long long)i,
+				  (double)a.out[0][i], (double)a.out[1][i], (double)want);
 		}
 		free_fused(&a);
 	}
@@ -266,10 +289,15 @@ UNIT_TEST(engine_fused_lossy_conserves_over_steps)
 	static const int lossy[] = {SCD_SCHEME_SPARDL, SCD_SCHEME_S2_SKETCH};
 	enum { STEPS = 4 };
 	for (size_t s = 0; s < sizeof(lossy) / sizeof(lossy[0]); s++) {
-		fused_arg_t a = {.steps = STEPS};
+		/* SparDL's result comes back as its own list (as allreduce takes it), S2's
+		 * in the buffer */
+		fused_arg_t a = {.steps = STEPS, .fused_out_ok = 1};
 		scd_job_item_t it[NT];
 		layout(it, NULL);
 		run_fused(&a, lossy[s]);
+		CHECK_MSG(a.list_out[0] == (lossy[s] == SCD_SCHEME_SPARDL ? STEPS : 0),
+			  "%s: %llu of %d results as a list", scd_scheme_name(lossy[s]),
+			  (unsigned long long)a.list_out[0], STEPS);
 		uint64_t kept = 0;
 		double worst = 0;
 		for (int l = 0; l < NT; l++) {
