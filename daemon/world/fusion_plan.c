@@ -208,6 +208,7 @@ void scd_fplan_state_free(scd_fplan_state_t *s)
 	free(s->snap);
 	free(s->buf);
 	free(s->pos_of);
+	free(s->prev_buf);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -355,8 +356,29 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id)
 	int k = scd_fplan_pos(s, id);
 	if (k > 0 && !s->t[k].brk && ++s->t[k].misses >= SCD_FPLAN_MISSES) {
 		s->t[k].brk = 1;
-		s->dirty = 1;
+		s->broke = 1;
 	}
+}
+
+/* Breaks learnt under a running adaptive plan made from measured times: the plan stays,
+ * each learnt break opening a buffer where it is not one's first tensor (re-planned from
+ * the profiles, a break took no trial and moved every boundary: at width 512 on a loaded
+ * host the plan jumped from 9 buffers to 48). buf[0..n-1] is a plan's buffer of each
+ * position (the running one, or the one a trial may bring back, split alike); *n_buf its
+ * count. Returns whether a boundary was added. */
+static int split_at_breaks(const scd_fplan_state_t *s, int *buf, int *n_buf)
+{
+	int b = -1, changed = 0, was = -1; /* was: position k - 1's buffer before */
+	for (int k = 0; k < s->n; k++) {
+		int open = k == 0 || buf[k] != was;
+		changed |= !open && s->t[k].brk;
+		open = open || s->t[k].brk;
+		was = buf[k];
+		b += open;
+		buf[k] = b;
+	}
+	*n_buf = b + 1;
+	return changed;
 }
 
 void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
@@ -406,6 +428,46 @@ uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms)
 {
 	uint64_t w = s->late_ms > wait_ms ? s->late_ms : wait_ms;
 	return w > SCD_FPLAN_WAIT_MAX * wait_ms ? SCD_FPLAN_WAIT_MAX * wait_ms : w;
+}
+
+/* The current plan's step time is measured anew (it just changed). */
+static void period_reset(scd_fplan_state_t *s)
+{
+	s->period_n = 0;
+	s->period_skip = SCD_FPLAN_TRIAL_SKIP;
+}
+
+/* The median of the last SCD_FPLAN_TRIAL_STEPS periods (the upper one of an even count). */
+static double period_median(const scd_fplan_state_t *s)
+{
+	int n = s->period_n < SCD_FPLAN_TRIAL_STEPS ? s->period_n : SCD_FPLAN_TRIAL_STEPS;
+	double v[SCD_FPLAN_TRIAL_STEPS];
+	memcpy(v, s->period, sizeof(double) * (size_t)n);
+	for (int i = 1; i < n; i++) /* insertion sort: a handful */
+		for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double x = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = x;
+		}
+	return n ? v[n / 2] : 0;
+}
+
+void scd_fplan_step(scd_fplan_state_t *s, uint64_t ms)
+{
+	uint64_t last = s->step_ms;
+	if (ms <= last)
+		return; /* the same step's mark again, or out of order */
+	s->step_ms = ms;
+	if (s->hold > 0)
+		s->hold--;
+	if (!last)
+		return;
+	if (s->period_skip > 0) {
+		s->period_skip--;
+		return;
+	}
+	s->period[s->period_n % SCD_FPLAN_TRIAL_STEPS] = (double)(ms - last) * 1e-3;
+	s->period_n++;
 }
 
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end)
@@ -546,23 +608,117 @@ static int gains(const scd_fplan_state_t *s, const uint8_t *start)
 	return scd_fplan_step_s(&s->cfg, s->t, s->n, start) < (1 - SCD_FPLAN_GAIN) * now;
 }
 
+/* The hash of the current plan's boundaries (plan_hash of its start flags). */
+static uint64_t current_hash(const scd_fplan_state_t *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (int k = 0; k < s->n; k++)
+		h = (h ^ (uint8_t)(k == 0 || s->buf[k] != s->buf[k - 1]) ^ ((uint64_t)k << 8)) *
+		    1099511628211ull;
+	return h ? h : 1;
+}
+
+static int refused(const scd_fplan_state_t *s, uint64_t h)
+{
+	for (int i = 0; i < s->n_refused; i++)
+		if (s->refused[i] == h)
+			return 1;
+	return 0;
+}
+
+/* The tensors or the configuration changed: no trial, no refusal holds. */
+static void trial_cancel(scd_fplan_state_t *s)
+{
+	s->trial = 0;
+	s->n_refused = 0;
+	s->hold = 0;
+	s->hold_next = SCD_FPLAN_HOLD;
+	period_reset(s);
+}
+
+/* Ends a trial that has its steps: kept when not slower than the plan before it, else that
+ * plan comes back and this one is refused. Returns 1 when the plan changed back. */
+static int trial_end(scd_fplan_state_t *s)
+{
+	if (!s->trial || s->period_n < SCD_FPLAN_TRIAL_STEPS)
+		return 0;
+	s->trial = 0;
+	if (period_median(s) <= s->prev_s) {
+		s->hold_next = SCD_FPLAN_HOLD;
+		return 0;
+	}
+	if (s->n_refused == SCD_FPLAN_REFUSED) { /* the oldest goes */
+		memmove(&s->refused[0], &s->refused[1],
+			sizeof(uint64_t) * (SCD_FPLAN_REFUSED - 1));
+		s->n_refused--;
+	}
+	s->refused[s->n_refused++] = current_hash(s);
+	memcpy(s->buf, s->prev_buf, sizeof(int) * (size_t)s->n);
+	s->n_buf = s->prev_nbuf;
+	s->version++;
+	s->why = "slower";
+	s->pending = 0;
+	s->hold = s->hold_next ? s->hold_next : SCD_FPLAN_HOLD;
+	s->hold_next = 2 * s->hold > SCD_FPLAN_HOLD_MAX ? SCD_FPLAN_HOLD_MAX : 2 * s->hold;
+	period_reset(s);
+	return 1;
+}
+
+/* Puts the current plan on trial (a plan from measured times replaces it). 0 when its
+ * copy cannot be made (then the new plan is not taken). */
+static int trial_begin(scd_fplan_state_t *s)
+{
+	int *p = realloc(s->prev_buf, sizeof(int) * ((size_t)s->n + 1));
+	if (!p)
+		return 0;
+	s->prev_buf = p;
+	memcpy(p, s->buf, sizeof(int) * (size_t)s->n);
+	s->prev_nbuf = s->n_buf;
+	s->prev_s = period_median(s);
+	s->trial = 1;
+	return 1;
+}
+
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 {
 	/* a re-measured latency moves a little at every probe: only a real change re-plans */
 	int cfg_changed = cfg->mode != s->cfg.mode || cfg->fixed_bytes != s->cfg.fixed_bytes ||
 			  cfg->buffers != s->cfg.buffers ||
 			  fabs(cfg->alpha_s - s->cfg.alpha_s) > 0.25 * s->cfg.alpha_s;
+	if (s->broke && !s->dirty && !cfg_changed && s->from_times &&
+	    cfg->mode == SCD_FUSION_ADAPTIVE && s->cfg.mode == SCD_FUSION_ADAPTIVE) {
+		s->broke = 0;
+		if (s->trial) /* what the trial measures against: split alike */
+			split_at_breaks(s, s->prev_buf, &s->prev_nbuf);
+		if (split_at_breaks(s, s->buf, &s->n_buf)) {
+			s->version++;
+			s->why = "break";
+			period_reset(s); /* a trial measures the split plan from here */
+			return 1;
+		}
+	}
+	s->dirty |= s->broke;
+	s->broke = 0;
+	int structural = s->dirty || cfg_changed;
+	if (structural)
+		trial_cancel(s);
+	else if (trial_end(s))
+		return 1;
+	int all_timed = measured(s->t, s->n);
 	int confirm = s->pending && s->reports >= SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n;
 	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && (confirm || drifted(s));
-	if (!s->dirty && !cfg_changed && !profiled)
+	if (!structural && !profiled)
+		return 0;
+	/* an adaptive plan from measured times replaces a running one only on trial, once
+	 * the running one's step time is measured, while no trial runs and no hold lasts */
+	int on_trial = !structural && cfg->mode == SCD_FUSION_ADAPTIVE;
+	if (on_trial && (s->trial || s->hold > 0 || s->period_n < SCD_FPLAN_TRIAL_STEPS))
 		return 0;
 	uint8_t *start = malloc((size_t)s->n + 1);
 	if (!start)
 		return -1;
-	int all_timed = measured(s->t, s->n);
-	int forced_replan = s->dirty || cfg_changed || (all_timed && !s->from_times);
-	const char *why = s->dirty	  ? "tensors"
-			  : cfg_changed	  ? "config"
+	int forced_replan = structural || (all_timed && !s->from_times);
+	const char *why = structural	  ? (s->dirty ? "tensors" : "config")
 			  : forced_replan ? "measured"
 					  : "profiles";
 	if (!s->dirty && !cfg_changed)
@@ -590,6 +746,11 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		free(start);
 		return 0;
 	}
+	if (on_trial && changed && (refused(s, h) || !trial_begin(s))) {
+		s->pending = 0; /* a plan measured slower: the running one stays */
+		free(start);
+		return 0;
+	}
 	s->pending = 0;
 	b = -1;
 	for (int k = 0; k < s->n; k++) {
@@ -601,6 +762,7 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 	if (changed) {
 		s->version++;
 		s->why = why;
+		period_reset(s);
 	}
 	return changed;
 }

@@ -57,6 +57,20 @@ typedef enum {
  * once is not taken), and when, on the same measured times, its predicted step time
  * (scd_fplan_step_s) beats the current plan's by SCD_FPLAN_GAIN. */
 #define SCD_FPLAN_GAIN 0.05
+/* A plan made from measured times (the first, and each the profiles propose) replaces a
+ * running one only on a measured gain: it runs on trial, its step time (the median period
+ * between steps, scd_fplan_step) over SCD_FPLAN_TRIAL_STEPS steps after its first
+ * SCD_FPLAN_TRIAL_SKIP (new buffers try their schemes) against the plan before it over its
+ * last SCD_FPLAN_TRIAL_STEPS; slower, the plan before it comes back, the plan is refused
+ * while the tensors stay (the last SCD_FPLAN_REFUSED refused), and the profiles propose
+ * nothing for SCD_FPLAN_HOLD steps, doubling with every refusal in a row up to
+ * SCD_FPLAN_HOLD_MAX. A plan whose step time is not measured yet is not replaced from
+ * the profiles. */
+#define SCD_FPLAN_TRIAL_SKIP  4
+#define SCD_FPLAN_TRIAL_STEPS 8
+#define SCD_FPLAN_REFUSED     8
+#define SCD_FPLAN_HOLD	      32
+#define SCD_FPLAN_HOLD_MAX    1024
 /* Weight of a new report in a rank's smoothed time of a tensor. */
 #define SCD_FPLAN_EWMA 0.5
 
@@ -130,14 +144,32 @@ typedef struct scd_fplan_state {
 	uint64_t version;
 	uint64_t reports; /* since the current plan */
 	int dirty;	  /* tensors added or replaced, or the configuration changed */
+	int broke;	  /* a break learnt since the last update (scd_fplan_break) */
 	int from_times;	  /* the current plan was made from every tensor's times */
 	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
 	scd_fplan_cfg_t cfg;
 	scd_fplan_comm_t comm; /* the buffers' measured communication by size */
 	uint64_t late_ms;      /* learnt wait (scd_fplan_wait_ms), 0: none */
 	const char *why;       /* what made the last plan change: "tensors" (added, replaced,
-				  removed or a break learnt), "config", "measured" (the first
-				  plan from every tensor's times) or "profiles" */
+				  removed, or a break learnt before a plan from times), "break"
+				  (a break learnt: the running adaptive plan from times split
+				  there), "config", "measured" (the first plan from every
+				  tensor's times), "profiles", or "slower" (a plan on trial
+				  measured slower: the one before it back) */
+	/* step times under the current plan (scd_fplan_step): the last step's mark, the last
+	 * SCD_FPLAN_TRIAL_STEPS periods (a ring), how many were measured, and how many
+	 * steps are still skipped */
+	uint64_t step_ms;
+	double period[SCD_FPLAN_TRIAL_STEPS];
+	int period_n, period_skip;
+	/* the current plan on trial against prev_buf (prev_nbuf buffers), whose median
+	 * period was prev_s */
+	int trial;
+	int *prev_buf, prev_nbuf;
+	double prev_s;
+	uint64_t refused[SCD_FPLAN_REFUSED]; /* plans measured slower (plan hashes) */
+	int n_refused;
+	int hold, hold_next; /* steps the profiles propose nothing; the next such hold */
 } scd_fplan_state_t;
 
 int scd_fplan_state_init(scd_fplan_state_t *s, int P);
@@ -190,6 +222,10 @@ void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_
  */
 #define SCD_FPLAN_WAIT_MAX 8
 uint64_t scd_fplan_wait_ms(const scd_fplan_state_t *s, uint64_t wait_ms);
+/* A step began at ms: the plan's first tensor became ready (marks of one step after the
+ * first are ignored). Measures the plan's step time for the trial of plans made from
+ * measured times (SCD_FPLAN_TRIAL_STEPS). */
+void scd_fplan_step(scd_fplan_state_t *s, uint64_t ms);
 /* The buffer of positions [a, end) went out with all its tensors. */
 void scd_fplan_whole(scd_fplan_state_t *s, int a, int end);
 /* Takes cache id out of the plan (its tensor was released): the plan is rebuilt at the
@@ -200,7 +236,9 @@ void scd_fplan_report(scd_fplan_state_t *s, int rank, uint32_t id, double tcp_s,
 		      double cm_s);
 /* Re-plans when tensors were added, cfg differs from the plan's, or the profiles drifted
  * (see SCD_FPLAN_DRIFT; such a plan is taken when the next rebuild confirms it and it is
- * predicted SCD_FPLAN_GAIN faster); first folds the current plan's buffers into s->comm,
+ * predicted SCD_FPLAN_GAIN faster); a plan from measured times that replaces a running
+ * one goes on trial, and the trial's end may bring the plan before it back
+ * (SCD_FPLAN_TRIAL_STEPS); first folds the current plan's buffers into s->comm,
  * with which adaptive plans price communication (cfg->comm is ignored); returns 1 when
  * the boundaries changed (version bumped), 0 when not, -1 out of memory (the plan stays). */
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg);

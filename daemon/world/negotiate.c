@@ -779,6 +779,8 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
 		scd_fplan_arrived(fp, r[i].pos, r[i].e->ready_ms, wait_cfg);
+		if (r[i].pos == 0) /* a step begins: its period is the plan's step time */
+			scd_fplan_step(fp, r[i].e->ready_ms);
 	}
 	if (n > 1)
 		qsort(r, (size_t)n, sizeof(*r), by_pos);

@@ -19,6 +19,18 @@ static scd_fplan_tensor_t uniform(uint64_t bytes, double tcp, double tb, double 
 	    .bytes = bytes, .key = 1, .tcp_s = tcp, .tb_s = tb, .cm_s = cm};
 }
 
+/* n steps of period_ms each (the plan's first tensor ready at each), as negotiate marks
+ * them: the current plan's step time for the trial of plans from measured times. */
+static void steps_of(scd_fplan_state_t *s, int n, uint64_t period_ms)
+{
+	for (int i = 0; i < n; i++)
+		scd_fplan_step(s, s->step_ms + period_ms);
+}
+
+/* Enough steps to measure the current plan (or end its trial): its first skipped, then
+ * SCD_FPLAN_TRIAL_STEPS. */
+#define MEASURE (SCD_FPLAN_TRIAL_SKIP + SCD_FPLAN_TRIAL_STEPS + 1)
+
 /* The first tensor of each buffer, from start[]; returns the count. */
 static int firsts(const uint8_t *start, int n, int *first)
 {
@@ -185,9 +197,16 @@ UNIT_TEST(fusion_plan_replans_on_drift_identically)
 							 0.8e-3 * (r == 2 ? 1 : 0.5), 0.2e-3,
 							 1e-3);
 	for (int c = 0; c < 2; c++) {
+		/* not before the running plan's step time is measured */
+		CHECK_EQ_INT(scd_fplan_update(&s[c], &cfg), 0);
+		steps_of(&s[c], MEASURE, 10);
 		CHECK_EQ_INT(scd_fplan_update(&s[c], &cfg), 1);
 		CHECK_EQ_INT((int)s[c].version, 2);
 		CHECK_TRUE(s[c].t[0].tcp_s > 0.79e-3); /* the slowest rank's */
+		CHECK_TRUE(s[c].trial);
+		steps_of(&s[c], MEASURE, 10); /* as fast: the trial keeps it */
+		CHECK_EQ_INT(scd_fplan_update(&s[c], &cfg), 0);
+		CHECK_TRUE(!s[c].trial);
 	}
 	CHECK_TRUE(memcmp(s[0].buf, s[1].buf, sizeof(int) * L) == 0);
 	int before[L];
@@ -249,6 +268,105 @@ UNIT_TEST(fusion_plan_replans_on_drift_identically)
 	CHECK_EQ_INT(scd_fplan_pos(&s[0], 7), -1);
 	for (int c = 0; c < 2; c++)
 		scd_fplan_state_free(&s[c]);
+}
+
+/* 40 tensors, 3 ranks, adaptive: planned (aligned, 4 buffers) and measured (every rank
+ * reports compression 0.8 ms on the slowest rank, fusion 0.2, communication tcm_s), for
+ * the trial tests. */
+static void trial_setup(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg, double tcm_s)
+{
+	scd_fplan_state_init(s, 3);
+	for (uint32_t id = 0; id < L; id++)
+		CHECK_EQ_INT(scd_fplan_add(s, id, UINT32_MAX, 4096, 1, 0), 0);
+	CHECK_EQ_INT(scd_fplan_update(s, cfg), 1);
+	for (int step = 0; step < 3; step++)
+		for (int r = 0; r < 3; r++)
+			for (uint32_t id = 0; id < L; id++)
+				scd_fplan_report(s, r, id, 0.8e-3 * (r == 2 ? 1 : 0.5), 0.2e-3,
+						 tcm_s);
+}
+
+/* A plan from measured times replaces the running one only on a measured gain: the first
+ * adaptive plan waits for the aligned plan's step time, then runs on trial; measured
+ * slower, the aligned plan comes back ("slower") and the adaptive plan is refused; the
+ * profiles then propose nothing for the hold, and every later trial is bounded by holds
+ * that double; a plan measured as fast is kept; new tensors clear the refusals. */
+UNIT_TEST(fusion_plan_takes_a_plan_only_on_a_measured_gain)
+{
+	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ADAPTIVE, .buffers = 4, .alpha_s = 1e-3};
+	scd_fplan_state_t s;
+	trial_setup(&s, &cfg, 1e-3);
+	int aligned[L];
+	memcpy(aligned, s.buf, sizeof(aligned));
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0); /* the aligned plan is not timed yet */
+	steps_of(&s, MEASURE, 10);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_TRUE(s.trial && s.n_buf != 4 && strcmp(s.why, "measured") == 0);
+	/* one step short of the trial's end (the steps count from the last mark) */
+	steps_of(&s, SCD_FPLAN_TRIAL_SKIP + SCD_FPLAN_TRIAL_STEPS - 1, 12);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	steps_of(&s, 1, 12);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1); /* slower: back */
+	CHECK_EQ_INT((int)s.version, 3);
+	CHECK_TRUE(strcmp(s.why, "slower") == 0 && !s.trial);
+	CHECK_TRUE(memcmp(aligned, s.buf, sizeof(aligned)) == 0);
+	CHECK_EQ_INT(s.n_buf, 4);
+	CHECK_EQ_INT(s.hold, SCD_FPLAN_HOLD);
+	/* 400 steps whose compression times move every 40 steps (each level proposes a plan
+	 * of its own), any plan but the aligned one 20% slower: the aligned plan ends, and
+	 * the steps on slower plans are bounded by the doubling holds */
+	const double levels[] = {1e-3, 1e-3, 1e-3}, tcps[] = {0.1e-3, 3e-3, 0.8e-3};
+	int slow = 0, changes = 0;
+	for (int step = 0; step < 400; step++) {
+		for (int r = 0; r < 3; r++)
+			for (uint32_t id = 0; id < L; id++)
+				scd_fplan_report(&s, r, id, tcps[(step / 40) % 3], 0.2e-3,
+						 levels[(step / 40) % 3]);
+		int lean = memcmp(aligned, s.buf, sizeof(aligned)) == 0;
+		slow += !lean;
+		steps_of(&s, 1, lean ? 10 : 12);
+		changes += scd_fplan_update(&s, &cfg) > 0;
+	}
+	printf("    %d plan changes, %d of 400 steps on a slower plan\n", changes, slow);
+	CHECK_TRUE(memcmp(aligned, s.buf, sizeof(aligned)) == 0 || s.trial);
+	CHECK_MSG(slow <= 4 * MEASURE, "%d steps on slower plans", slow);
+	/* a second plan was tried and refused, after a hold that doubled */
+	CHECK_MSG(changes >= 2 && s.n_refused >= 2 && s.hold_next >= 4 * SCD_FPLAN_HOLD,
+		  "%d changes, %d refused, next hold %d", changes, s.n_refused, s.hold_next);
+	CHECK_TRUE(changes <= 8);
+	/* a new tensor: a plan of its own, the refusals gone */
+	CHECK_EQ_INT(scd_fplan_add(&s, L, UINT32_MAX, 4096, 1, 0), 0);
+	CHECK_TRUE(scd_fplan_update(&s, &cfg) >= 0);
+	CHECK_TRUE(!s.trial && s.n_refused == 0 && s.hold == 0);
+	scd_fplan_state_free(&s);
+
+	/* the same plan measured as fast as the aligned one: kept */
+	trial_setup(&s, &cfg, 1e-3);
+	steps_of(&s, MEASURE, 10);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	int adaptive[L];
+	memcpy(adaptive, s.buf, sizeof(adaptive));
+	steps_of(&s, MEASURE, 10);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	CHECK_TRUE(!s.trial && memcmp(adaptive, s.buf, sizeof(adaptive)) == 0);
+	CHECK_EQ_INT((int)s.version, 2);
+	/* a break learnt inside one of its buffers splits that buffer there, every other
+	 * boundary staying (a re-plan from the profiles, without trial, moved them all) */
+	int k = 1;
+	while (k < L && s.buf[k] != s.buf[k - 1])
+		k++;
+	CHECK_TRUE(k < L);
+	int nb = s.n_buf;
+	for (int i = 0; i < SCD_FPLAN_MISSES; i++)
+		scd_fplan_break(&s, (uint32_t)k);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
+	CHECK_TRUE(strcmp(s.why, "break") == 0);
+	CHECK_EQ_INT(s.n_buf, nb + 1);
+	for (int j = 1; j < L; j++)
+		CHECK_MSG((s.buf[j] != s.buf[j - 1]) ==
+			      (j == k || adaptive[j] != adaptive[j - 1]),
+			  "position %d: boundary %d", j, s.buf[j] != s.buf[j - 1]);
+	scd_fplan_state_free(&s);
 }
 
 UNIT_TEST(fusion_plan_mode_names)
@@ -413,10 +531,13 @@ enum { SIM_T = 52, SIM_P = 4, SIM_STEPS = 200 };
  * a buffer of B dense bytes communicates in lat_s + B x 0.01 x 8 ns (1% of the values, a
  * gigabit link), shared among its tensors by size beyond alpha_s; a tensor's compression
  * and fusion grow with its size; every time off by up to +-noise/2. lone_zero: a tensor
- * alone in its buffer reports no fusion time (what the engine once did). */
-static void sim_step(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg, const uint64_t *bytes,
-		     double lat_s, double noise, int lone_zero)
+ * alone in its buffer reports no fusion time (what the engine once did). Returns the
+ * step's time on the last rank's draws (scd_fplan_step_s's pipeline), as its next step's
+ * mark would measure it. */
+static double sim_step(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg, const uint64_t *bytes,
+		       double lat_s, double noise, int lone_zero)
 {
+	double fuse_end = 0, comm_end = 0;
 	for (int a = 0, b; a < s->n; a = b) {
 		double B = 0;
 		for (b = a; b < s->n && s->buf[b] == s->buf[a]; b++)
@@ -425,6 +546,7 @@ static void sim_step(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg, const uin
 			double tcm =
 			    (lat_s + B * 0.01 * 8e-9) * (1 + noise * (unit_rng_double() - 0.5));
 			double beyond = tcm > cfg->alpha_s ? tcm - cfg->alpha_s : 0;
+			double fuse = 0;
 			for (int j = a; j < b; j++) {
 				double n1 = 1 + noise * (unit_rng_double() - 0.5),
 				       n2 = 1 + noise * (unit_rng_double() - 0.5);
@@ -433,18 +555,28 @@ static void sim_step(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg, const uin
 				scd_fplan_report(s, r, (uint32_t)j, tcp,
 						 b - a == 1 && lone_zero ? 0 : tb,
 						 beyond * (double)bytes[j] / B);
+				fuse += tcp + (b - a == 1 ? 0 : tb);
+			}
+			if (r == SIM_P - 1) {
+				fuse_end += fuse;
+				comm_end = (comm_end > fuse_end ? comm_end : fuse_end) + tcm;
 			}
 		}
 	}
+	return comm_end;
 }
 
 /* 200 steps of an adaptive plan of 52 tensors (sizes 4 KiB to 4 MiB) on recorded timings:
  * the plan settles. Measured before the fix (a lone tensor's fusion time 0, no predicted
  * gain asked of a new plan, communication summed per tensor): up to 92 plan changes in
- * 200 steps, the plan flipping between a few buffers and many every few steps; now at
- * most 3 changes after the first aligned plan (2 in 720 seeded settings tried, 3 in one
- * seed at 50% noise), with noise of 0 to 50%, per-buffer latency 0.2 or 2 ms, and also
- * with lone tensors reporting 0. */
+ * 200 steps, the plan flipping between a few buffers and many every few steps; then at
+ * most 3 changes after the first aligned plan. With the trial (each step marked at its
+ * simulated time): at 0.2 ms the adaptive plan is measured faster and kept (1 change, 32
+ * to 35 buffers; 2 or 3 in a few seeds at 50% noise); at 2 ms, a latency the cost model's
+ * alpha_s (0.2 ms) does not know, it is measured slower and the aligned plan comes back
+ * (2 changes; 4 in about one seed in three at 50% noise, a second plan tried after the
+ * hold and refused), so at most 6: every refused trial costs two changes, and the holds
+ * between trials double. */
 UNIT_TEST(fusion_plan_settles_on_recorded_timings)
 {
 	uint64_t bytes[SIM_T];
@@ -466,8 +598,10 @@ UNIT_TEST(fusion_plan_settles_on_recorded_timings)
 				CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 1);
 				int changes = 0, last = 0;
 				for (int step = 0; step < SIM_STEPS; step++) {
-					sim_step(&s, &cfg, bytes, lats[li], noises[ni],
-						 lone_zero);
+					double t = sim_step(&s, &cfg, bytes, lats[li],
+							    noises[ni], lone_zero);
+					/* the step's time, microseconds as milliseconds */
+					scd_fplan_step(&s, s.step_ms + 1 + (uint64_t)(t * 1e6));
 					int r = scd_fplan_update(&s, &cfg);
 					CHECK_TRUE(r >= 0);
 					changes += r > 0;
@@ -479,7 +613,7 @@ UNIT_TEST(fusion_plan_settles_on_recorded_timings)
 				       lone_zero ? "0" : "measured", 100 * noises[ni],
 				       lats[li] * 1e3, changes, SIM_STEPS, last, s.n_buf);
 				CHECK_MSG(
-				    changes <= 3,
+				    changes <= 6 && (li == 0 || s.n_buf == 4 || s.trial),
 				    "%d plan changes in %d steps (noise %.0f%%, latency %g s)",
 				    changes, SIM_STEPS, 100 * noises[ni], lats[li]);
 				scd_fplan_state_free(&s);
