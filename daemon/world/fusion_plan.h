@@ -12,7 +12,8 @@
  *   aligned    N = ceil(L / M) tensors per buffer, L tensors, M = fusion_buffers;
  *   adaptive   from the profiles: buffer 1 grows while eq. 2 holds, buffer i >= 2 while
  *              eq. 1 holds, then eq. 3 merges the long tail; aligned until every tensor
- *              has been measured.
+ *              has been measured, and each plan from the profiles kept only when its
+ *              measured step time beats the plan's before it (SCD_FPLAN_TRIAL_STEPS).
  * In every mode a buffer holds at most SCD_FPLAN_MAX_ITEMS tensors, tensors of different
  * fusion keys never share one, a solo tensor is always alone, a tensor marked brk
  * always opens a buffer, and a tensor marked whole (ExDyna over the model: one index
