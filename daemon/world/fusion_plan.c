@@ -587,12 +587,21 @@ static void fold_comm(scd_fplan_state_t *s)
 	}
 }
 
-static uint64_t plan_hash(const uint8_t *start, int n)
+/* A plan's hash from its start flags: start[k] for position k, or, start NULL, whether
+ * buf[k] opens a buffer (the current plan). */
+static uint64_t plan_hash_of(const uint8_t *start, const int *buf, int n)
 {
 	uint64_t h = 1469598103934665603ull;
-	for (int k = 0; k < n; k++)
-		h = (h ^ start[k] ^ ((uint64_t)k << 8)) * 1099511628211ull;
+	for (int k = 0; k < n; k++) {
+		uint8_t open = start ? start[k] : (uint8_t)(k == 0 || buf[k] != buf[k - 1]);
+		h = (h ^ open ^ ((uint64_t)k << 8)) * 1099511628211ull;
+	}
 	return h ? h : 1;
+}
+
+static uint64_t plan_hash(const uint8_t *start, int n)
+{
+	return plan_hash_of(start, NULL, n);
 }
 
 /* Whether plan start is predicted SCD_FPLAN_GAIN faster than the current one (s->buf). */
@@ -606,16 +615,6 @@ static int gains(const scd_fplan_state_t *s, const uint8_t *start)
 	double now = scd_fplan_step_s(&s->cfg, s->t, s->n, cur);
 	free(cur);
 	return scd_fplan_step_s(&s->cfg, s->t, s->n, start) < (1 - SCD_FPLAN_GAIN) * now;
-}
-
-/* The hash of the current plan's boundaries (plan_hash of its start flags). */
-static uint64_t current_hash(const scd_fplan_state_t *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	for (int k = 0; k < s->n; k++)
-		h = (h ^ (uint8_t)(k == 0 || s->buf[k] != s->buf[k - 1]) ^ ((uint64_t)k << 8)) *
-		    1099511628211ull;
-	return h ? h : 1;
 }
 
 static int refused(const scd_fplan_state_t *s, uint64_t h)
@@ -652,7 +651,7 @@ static int trial_end(scd_fplan_state_t *s)
 			sizeof(uint64_t) * (SCD_FPLAN_REFUSED - 1));
 		s->n_refused--;
 	}
-	s->refused[s->n_refused++] = current_hash(s);
+	s->refused[s->n_refused++] = plan_hash_of(NULL, s->buf, s->n);
 	memcpy(s->buf, s->prev_buf, sizeof(int) * (size_t)s->n);
 	s->n_buf = s->prev_nbuf;
 	s->version++;
@@ -704,15 +703,16 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		trial_cancel(s);
 	else if (trial_end(s))
 		return 1;
+	/* an adaptive plan from measured times replaces a running one only on trial, once
+	 * the running one's step time is measured, while no trial runs and no hold lasts
+	 * (nothing to look at in the profiles before) */
+	int on_trial = !structural && cfg->mode == SCD_FUSION_ADAPTIVE;
+	if (on_trial && (s->trial || s->hold > 0 || s->period_n < SCD_FPLAN_TRIAL_STEPS))
+		return 0;
 	int all_timed = measured(s->t, s->n);
 	int confirm = s->pending && s->reports >= SCD_FPLAN_MIN_REPORTS * (uint64_t)s->n;
 	int profiled = cfg->mode == SCD_FUSION_ADAPTIVE && (confirm || drifted(s));
 	if (!structural && !profiled)
-		return 0;
-	/* an adaptive plan from measured times replaces a running one only on trial, once
-	 * the running one's step time is measured, while no trial runs and no hold lasts */
-	int on_trial = !structural && cfg->mode == SCD_FUSION_ADAPTIVE;
-	if (on_trial && (s->trial || s->hold > 0 || s->period_n < SCD_FPLAN_TRIAL_STEPS))
 		return 0;
 	uint8_t *start = malloc((size_t)s->n + 1);
 	if (!start)
