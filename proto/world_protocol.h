@@ -39,10 +39,11 @@
  * data plane.
  * 18: Plan.fast_begin carries a cycle of 1 to 8 cache ids (turn t carries the
  * (t - 1) % n-th), and a fast turn's digest its place in the cycle.
+ * 19: ReadyList.cached_held_us, how long each cached announcement waited on its node.
  */
 #ifndef SC_WORLD_PROTOCOL_H
 #define SC_WORLD_PROTOCOL_H
 
-#define SCD_WORLD_PROTOCOL_VERSION 18
+#define SCD_WORLD_PROTOCOL_VERSION 19
 
 #endif

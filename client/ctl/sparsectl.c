@@ -320,11 +320,13 @@ static void stats_json(const Sparsecomm__StatsReply *s, int reset)
 {
 	printf("{\"cycles\":%llu,\"fused_buffers\":%llu,\"cache_entries\":%llu,"
 	       "\"cache_reannounced\":%llu,\"fast_epochs\":%llu,\"fast_kept\":%llu,"
-	       "\"fast_discarded\":%llu,\"reset\":%s,\"tensors\":[",
+	       "\"fast_discarded\":%llu,\"ready_lists\":%llu,\"announcements_kept\":%llu,"
+	       "\"reset\":%s,\"tensors\":[",
 	       (unsigned long long)s->cycles, (unsigned long long)s->fused_buffers,
 	       (unsigned long long)s->cache_entries, (unsigned long long)s->cache_reannounced,
 	       (unsigned long long)s->fast_epochs, (unsigned long long)s->fast_kept,
-	       (unsigned long long)s->fast_discarded, reset ? "true" : "false");
+	       (unsigned long long)s->fast_discarded, (unsigned long long)s->ready_lists,
+	       (unsigned long long)s->announcements_kept, reset ? "true" : "false");
 	for (size_t i = 0; i < s->n_tensors; i++) {
 		const Sparsecomm__TensorStats *t = s->tensors[i];
 
@@ -436,6 +438,11 @@ static void stats_text(const Sparsecomm__StatsReply *s)
 		printf("fast mode: %llu epoch(s), %llu turn(s) kept, %llu discarded\n",
 		       (unsigned long long)s->fast_epochs, (unsigned long long)s->fast_kept,
 		       (unsigned long long)s->fast_discarded);
+	if (s->announcements_kept)
+		printf("%llu announcement message(s) sent, %llu announcement(s) kept back for "
+		       "their planned buffer\n",
+		       (unsigned long long)s->ready_lists,
+		       (unsigned long long)s->announcements_kept);
 	fusion_text(s);
 	if (!s->n_tensors)
 		return;

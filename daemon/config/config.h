@@ -84,6 +84,10 @@ typedef enum {
 	  "buffers per step in fusion_mode aligned (and adaptive until measured)")             \
 	X(fusion_wait_ms, INT, 20, NULL, 0, 60000, 1,                                          \
 	  "aligned and adaptive: how long a planned buffer waits for its last tensors")        \
+	X(fusion_announce_whole, INT, 1, NULL, 0, 1, 1,                                        \
+	  "aligned and adaptive: 1: a node announces a planned buffer's tensors together, "    \
+	  "once all are ready on it (or fusion_wait_ms after the latest); 0: each as it is "   \
+	  "ready")                                                                             \
 	X(sparsify_on_submit, INT, 1, NULL, 0, 1, 1,                                           \
 	  "1: a sparsified tensor is summed and selected on the engine's compute stage as "    \
 	  "soon as the node's trainers submit it (SAFusion's order), its buffer gathers the "  \

@@ -364,7 +364,7 @@ static uint32_t topk_find(scd_sparsifier_t *sp, const float *x, uint64_t n, uint
  */
 #define SAMPLE_CHUNKS	 256
 #define SAMPLE_RUN	 256 /* elements a run, at most: an eighth of the tensor in all */
-#define SAMPLE_RUN_MIN	 32
+#define SAMPLE_RUN_MIN	 4
 #define SAMPLE_SIZE	 (SAMPLE_CHUNKS * SAMPLE_RUN)
 #define SAMPLE_MIN_NUMEL (8 * (uint64_t)SAMPLE_CHUNKS * SAMPLE_RUN_MIN) /* 65536 */
 
@@ -563,11 +563,90 @@ static int topk_fast(scd_sparsifier_t *sp, const float *in, float *res, uint64_t
 	return 1;
 }
 
+/* ---- top-k of a small tensor: quickselect over its keys ------------------------------ */
+
+/*
+ * Below SMALL_NUMEL elements the histogram path's fixed costs (clearing 32 KiB of
+ * histograms per digit, folding them) outweigh the tensor: a model's biases and norms,
+ * a few hundred elements each, cost several microseconds apiece. Here the keys go to
+ * cand, a copy of them is partitioned around the k-th largest (Hoare's quickselect, the
+ * median of three as pivot; past SMALL_ROUNDS rounds, an input that defeats it, the radix
+ * select), and the selection kernel takes keys above it and the lowest-indexed ties, as
+ * the histogram path does: the same elements, bit for bit.
+ */
+#define SMALL_NUMEL  2048 /* cand holds 4096 + n / 32 keys: both copies fit */
+#define SMALL_ROUNDS 64
+
+/* The k-th largest (1 <= k <= n) of v[0, n), v reordered. */
+static uint32_t small_kth(uint32_t *v, uint64_t n, uint64_t k)
+{
+	int64_t lo = 0, hi = (int64_t)n - 1, want = (int64_t)k - 1; /* descending order */
+	for (int round = 0; lo < hi; round++) {
+		if (round == SMALL_ROUNDS)
+			return scd_kth_key_u32(v + lo, (uint64_t)(hi - lo + 1),
+					       (uint64_t)(want - lo + 1), NULL, NULL);
+		uint32_t a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+		uint32_t pivot = a < b ? (b < c	  ? b
+					  : a < c ? c
+						  : a)
+				       : (a < c	  ? a
+					  : b < c ? c
+						  : b);
+		int64_t i = lo, j = hi;
+		while (i <= j) { /* larger keys to the left */
+			while (v[i] > pivot)
+				i++;
+			while (v[j] < pivot)
+				j--;
+			if (i <= j) {
+				uint32_t t = v[i];
+				v[i++] = v[j];
+				v[j--] = t;
+			}
+		}
+		/* [lo, j] >= pivot >= [i, hi]; between them, keys equal to the pivot */
+		if (want <= j)
+			hi = j;
+		else if (want >= i)
+			lo = i;
+		else
+			return pivot;
+	}
+	return v[want];
+}
+
+static void topk_small(scd_sparsifier_t *sp, const float *in, const float *res, uint64_t n,
+		       uint64_t k, uint32_t *tkey_p, uint64_t *quota_p)
+{
+	uint32_t *key = sp->cand, *v = sp->cand + n;
+	for (uint64_t i = 0; i < n; i++)
+		key[i] = v[i] = scd_abs_key((in ? in[i] : 0.0f) + (res ? res[i] : 0.0f));
+	uint32_t tkey = small_kth(v, n, k);
+	uint64_t gt = 0;
+	for (uint64_t i = 0; i < n; i++)
+		gt += key[i] > tkey;
+	*tkey_p = tkey;
+	*quota_p = k - gt;
+}
+
 static void topk_step(scd_sparsifier_t *sp, const float *in, float *res, uint64_t n,
 		      scd_coo_t *out, scd_select_stats_t *st)
 {
 	uint64_t k = sp->k < n ? sp->k : n;
 	st->target = k;
+	if (n <= SMALL_NUMEL && k) {
+		uint32_t tkey;
+		uint64_t quota;
+		topk_small(sp, in, res, n, k, &tkey, &quota);
+		sel_t s = {
+		    .out = out, .tkey = tkey ? tkey : 1, .quota = tkey ? quota : UINT64_MAX};
+		out->nnz = 0;
+		sel_dispatch(in, res, 0, n, &s);
+		st->passes = 2;
+		st->qualified = s.qualified;
+		st->threshold = scd_key_to_float(tkey);
+		return;
+	}
 	if (topk_fast(sp, in, res, n, k, out, st))
 		return;
 	if (st->passes && res)

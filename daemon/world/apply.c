@@ -375,10 +375,12 @@ void scd_neg_fusion_free(scd_world_t *w)
 	free(w->fusion_bufs);
 	w->fusion_bufs = NULL;
 	w->n_fusion_bufs = 0;
+	scd_outhold_free(w);
 }
 
-/* Keeps a new fusion plan's buffers for the statistics (out of memory: they are left
- * out, the version still counts). */
+/* Keeps a new fusion plan's buffers for the statistics and for the announcements that
+ * wait for their buffer (outhold.c; out of memory: they are left out, the version still
+ * counts). */
 static void fusion_keep(scd_world_t *w, const Sparsecomm__Plan *plan)
 {
 	scd_neg_fusion_free(w);
@@ -396,6 +398,7 @@ static void fusion_keep(scd_world_t *w, const Sparsecomm__Plan *plan)
 			memcpy(v + 1, f->cache_ids, sizeof(uint32_t) * f->n_cache_ids);
 		w->fusion_bufs[w->n_fusion_bufs++] = v;
 	}
+	scd_outhold_plan(w);
 }
 
 void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena_t *a)
@@ -406,6 +409,8 @@ void scd_world_fusion_stats(scd_world_t *w, Sparsecomm__StatsReply *r, scd_arena
 	r->cache_reannounced = w->reannounced;
 	r->fast_epochs = w->fast.total_epochs;
 	r->fast_kept = w->fast.total_kept;
+	r->ready_lists = w->ready_lists;
+	r->announcements_kept = w->announcements_kept;
 	r->fast_discarded = w->fast.total_discarded;
 	r->fusion_buffers =
 	    scd_arena_alloc(a, sizeof(*r->fusion_buffers) * ((size_t)w->n_fusion_bufs + 1));

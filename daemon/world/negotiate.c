@@ -73,6 +73,7 @@ static int out_add(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, int solo, uin
 		return -1;
 	}
 	nt->announced_id = id;
+	o->queued_s = scd_now_s();
 	if (id != UINT32_MAX) {
 		o->cached = 1;
 		o->id = id;
@@ -243,10 +244,12 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	Sparsecomm__TensorRequest **rp = calloc((size_t)n_out + 1, sizeof(*rp));
 	Sparsecomm__TensorSig *sigs = calloc((size_t)n_out + 1, sizeof(*sigs));
 	uint32_t *ids = calloc((size_t)n_out + 1, sizeof(*ids));
+	uint32_t *held = calloc((size_t)n_out + 1, sizeof(*held));
 	Sparsecomm__GroupTag *tags = calloc((size_t)n_out + 1, sizeof(*tags));
 	Sparsecomm__GroupTag **tagp = calloc((size_t)n_out + 1, sizeof(*tagp));
-	if (!part || !reqs || !rp || !ids || !abs || !abp || !sigs || !tags || !tagp)
+	if (!part || !reqs || !rp || !ids || !held || !abs || !abp || !sigs || !tags || !tagp)
 		goto out;
+	double now = scd_now_s();
 	rl.rank = w->d->rank;
 	scd_fast_ready_fill(w, &rl, &fr);
 	for (scd_poison_t *p = abandons; p; p = p->next) {
@@ -270,6 +273,11 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 			tagp[rl.n_groups++] = g;
 		}
 		if (o->cached) {
+			/* how long it waited here, at most 60 s (the coordinator's bound) */
+			double us = (now - o->queued_s) * 1e6;
+			held[rl.n_cached_ids] = us < 0		       ? 0
+						: us > SCD_HELD_US_MAX ? SCD_HELD_US_MAX
+								       : (uint32_t)us;
 			ids[rl.n_cached_ids++] = o->id;
 			continue;
 		}
@@ -288,6 +296,8 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	}
 	rl.requests = rp;
 	rl.cached_ids = ids;
+	rl.cached_held_us = held;
+	rl.n_cached_held_us = rl.n_cached_ids;
 	rl.groups = tagp;
 	Sparsecomm__TensorTimes **tp = calloc((size_t)w->n_times + 1, sizeof(*tp));
 	for (int i = 0; tp && i < w->n_times; i++)
@@ -297,6 +307,8 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 	m.body_case = SPARSECOMM__PEER_MSG__BODY_READY;
 	m.ready = &rl;
 	scd_world_send_coord(w, &m);
+	if (rl.n_requests || rl.n_cached_ids)
+		w->ready_lists++;
 	free(tp);
 	w->n_times = 0;
 out:
@@ -312,6 +324,7 @@ out:
 	free(rp);
 	free(sigs);
 	free(ids);
+	free(held);
 	free(tags);
 	free(tagp);
 }
@@ -423,9 +436,10 @@ static void centry_free(scd_world_t *w, scd_centry_t *e)
 	scd_centry_release(e);
 }
 
+/* rank announced name, ready there since at_ms (the coordinator's clock). */
 static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype,
 		      uint64_t numel, uint32_t op, int solo, uint32_t fuse_key,
-		      const scd_tsig_t *sig)
+		      const scd_tsig_t *sig, uint64_t at_ms)
 {
 	if (scd_late_take(w, rank, name, 1))
 		return; /* the late step: refused with the next plan */
@@ -451,8 +465,10 @@ static void coord_add(scd_world_t *w, int rank, const char *name, uint32_t dtype
 	e->numel[rank] = numel;
 	e->op[rank] = op;
 	e->sig[rank] = *sig;
+	if (at_ms > e->latest_ms)
+		e->latest_ms = at_ms;
 	if (++e->count == w->d->world_size)
-		e->ready_ms = scd_now_ms();
+		e->ready_ms = e->latest_ms;
 }
 
 typedef struct plan_builder {
@@ -1136,6 +1152,7 @@ static int request_refused(scd_world_t *w, int from, const Sparsecomm__TensorReq
 
 void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList *rl)
 {
+	uint64_t now = scd_now_ms();
 	for (size_t i = 0; i < rl->n_abandoned; i++)
 		if (rl->abandoned[i]->step)
 			coord_failed_step(w, from, rl->abandoned[i]);
@@ -1164,7 +1181,7 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 			continue; /* left out: the tensor stalls naming this rank */
 		scd_tsig_from_msg(r->sig, &sig);
 		coord_add(w, from, r->name, r->dtype, r->numel, r->op, r->solo, r->fuse_key,
-			  &sig);
+			  &sig, now);
 	}
 	for (size_t i = 0; i < rl->n_cached_ids; i++) {
 		uint32_t id = rl->cached_ids[i];
@@ -1180,8 +1197,16 @@ void scd_neg_ready_collect(scd_world_t *w, int from, const Sparsecomm__ReadyList
 				 from, id);
 			continue;
 		}
+		/* ready on its node since it was queued there (bounded: it is the node's word)
+		 */
+		uint64_t held_ms =
+		    i < rl->n_cached_held_us
+			? (rl->cached_held_us[i] < SCD_HELD_US_MAX ? rl->cached_held_us[i]
+								   : SCD_HELD_US_MAX) /
+			      1000
+			: 0;
 		coord_add(w, from, c->name, c->dtype, c->numel, c->op, c->solo, c->fuse_key,
-			  &c->sig);
+			  &c->sig, held_ms < now ? now - held_ms : 0);
 	}
 	for (size_t i = 0; i < rl->n_groups; i++)
 		scd_group_tag(w, from, rl->groups[i]);

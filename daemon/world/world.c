@@ -1141,7 +1141,7 @@ static void on_flush(uv_timer_t *t)
 {
 	scd_world_t *w = t->data;
 	w->flush_armed = 0;
-	scd_neg_flush(w);
+	scd_neg_flush_turn(w);
 }
 
 void scd_world_tick(scd_world_t *w)
@@ -1265,13 +1265,20 @@ sc_status_t scd_world_create(scd_daemon_t *d, const scd_world_hooks_t *hooks, sc
 	return SC_OK;
 }
 
-void scd_world_arm_flush(scd_world_t *w)
+void scd_world_arm_flush_at(scd_world_t *w, uint64_t due_ms)
 {
-	if (w->flush_armed)
+	uint64_t now = scd_now_ms();
+	if (w->flush_armed && w->flush_due_ms <= due_ms)
 		return;
 	w->flush_armed = 1;
-	uv_timer_start(&w->flush_timer, on_flush,
-		       (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_cycle_time_ms), 0);
+	w->flush_due_ms = due_ms;
+	uv_timer_start(&w->flush_timer, on_flush, due_ms > now ? due_ms - now : 0, 0);
+}
+
+void scd_world_arm_flush(scd_world_t *w)
+{
+	scd_world_arm_flush_at(w, scd_now_ms() +
+				      (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_cycle_time_ms));
 }
 
 /* The peer pipe's end (world/pipe.h): the coordinator listens on its host, a node keeps

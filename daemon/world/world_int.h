@@ -106,7 +106,10 @@ typedef struct scd_centry {
 	scd_tsig_t *sig;
 	int solo;
 	uint32_t fuse_key; /* the first announcement's; ranks that differ make it solo */
-	uint64_t ready_ms; /* when the last rank announced it (count reached world size) */
+	/* when it became ready on every rank: the latest of the ranks' ready times (when an
+	 * announcement came, less how long it waited on its node: outhold.c), set when count
+	 * reached world size; latest_ms: the latest so far */
+	uint64_t ready_ms, latest_ms;
 	/* a member of a grouped operation (group.c): by rank, the group's number and size
 	 * (NULL until some rank tags it); what the last pass decided (SCD_GROUP_*), the pass
 	 * that collected it, and the first member of its group when it goes out */
@@ -136,7 +139,13 @@ typedef struct scd_cache_ent {
 	/* the coordinator's plan cycle that last planned it, or found its name pending: the
 	 * least recently used go first past cache_max_entries */
 	uint64_t used_cycle;
+	/* its buffer in the fusion plan last received (outhold.c), valid in that version */
+	int fbuf;
+	uint64_t fbuf_version;
 } scd_cache_ent_t;
+
+/* The longest wait on its node an announcement reports (ReadyList.cached_held_us). */
+#define SCD_HELD_US_MAX 60000000u
 
 /* An announcement waiting for the next flush. */
 typedef struct scd_outreq {
@@ -151,6 +160,8 @@ typedef struct scd_outreq {
 	int solo;
 	uint32_t fuse_key;
 	scd_tsig_t sig;
+	double queued_s; /* when queued (scd_now_s): how long it waited goes with it */
+	int kept;	 /* a flush kept it back for its buffer (outhold.c) */
 } scd_outreq_t;
 
 /* A name some rank cannot complete (coordinator), or an abandonment to send (every rank). */
@@ -277,12 +288,16 @@ struct scd_world {
 	int n_joined;
 	uv_timer_t join_timer, flush_timer;
 	int flush_armed;
+	uint64_t flush_due_ms; /* when the armed flush timer fires (scd_now_ms) */
 	/* response cache, identical on every rank (ids assigned by the coordinator, in
 	 * sequence: n_cache is the next; cache.c): a table of cap_cache slots (a power of
 	 * two, open addressing by id) holding n_live entries */
 	scd_cache_ent_t *cache;
 	uint32_t n_cache, cap_cache, n_live;
 	uint64_t reannounced; /* announcements made again in full after an eviction (stats) */
+	/* ReadyLists sent with announcements, and announcements a flush kept back for their
+	 * planned buffer (outhold.c), since the daemon started (stats) */
+	uint64_t ready_lists, announcements_kept;
 	uint32_t *name_to_id[SCD_WORLD_BUCKETS]; /* small vectors: [n, id...] */
 	/* announcements to send */
 	scd_outreq_t *out;
@@ -306,6 +321,9 @@ struct scd_world {
 	uint64_t fusion_version;
 	uint32_t **fusion_bufs;
 	int n_fusion_bufs;
+	/* outhold.c: per buffer of that plan, a flush pass's state and latest queued time */
+	uint8_t *fb_mark;
+	double *fb_last;
 	/* jobs */
 	uint64_t job_seq;
 	uint64_t global_jobs; /* of the global set: they time the network probe */
@@ -551,7 +569,15 @@ void scd_world_stream_free(scd_peer_t *p);
  * the coordinator, NULL for its own messages), in its turn. */
 void scd_world_handle(scd_world_t *w, int from, const uint8_t *ident, size_t ident_len,
 		      const Sparsecomm__PeerMsg *m);
+/* The flush timer fires at the next loop turn (cycle_time_ms later), or at due_ms
+ * (scd_now_ms) unless it is armed sooner. */
 void scd_world_arm_flush(scd_world_t *w);
+void scd_world_arm_flush_at(scd_world_t *w, uint64_t due_ms);
+/* outhold.c: the flush timer's pass (what a planned buffer's missing tensors keep back
+ * stays queued), and the index of the fusion plan just received, and its end */
+void scd_neg_flush_turn(scd_world_t *w);
+void scd_outhold_plan(scd_world_t *w);
+void scd_outhold_free(scd_world_t *w);
 /* Stops the daemon with exit_code through the process's hook (scd_world_hooks_t). */
 static inline void scd_world_stop_daemon(scd_world_t *w, int exit_code)
 {

@@ -11,6 +11,8 @@
  *    of the 46 tensors in exactly one buffer, sparse and dense never together;
  *  - the dense tensors' fused results are bit-identical to the same step run with
  *    fusion_mode layerwise (every tensor alone).
+ * --late and --whole: one planned buffer whose tensors come apart (late_steps,
+ * whole_steps).
  */
 #include "itest.h"
 
@@ -196,10 +198,105 @@ static void late_steps(sc_client_t *c)
 	       GAP_MS);
 }
 
+/*
+ * fplan --whole (aligned, fusion_buffers 1): a planned buffer's announcements go together
+ * (docs/design.md, "Announcing a planned buffer whole"). NW dense tensors handed over
+ * GAP_MS apart, every step exact; once the plan holds them in one buffer, this node sends
+ * at most 2 ReadyLists a step (each tensor alone would take NW) and kept back at least NW
+ * - 2 announcements a step. Then steps whose trainers wait for the first NW - 1 results
+ * before they hand over the last tensor: the kept announcements go fusion_wait_ms after
+ * the latest, each such step completes, exact, within 10 s (nothing waits for a tensor
+ * that comes only after the results).
+ */
+static void whole_step(sc_client_t *c, sc_tensor_t **ts, int n, uint64_t seed, int split)
+{
+	enum { GAP_MS = 3 };
+	sc_handle_t h[16];
+	int rank = sc_rank(c), size = sc_size(c);
+	double t0 = it_now_s();
+	for (int l = 0; l < n; l++) {
+		size_t numel = 256 + 64 * (size_t)l;
+		it_fill(sc_tensor_data(ts[l]), SC_FLOAT32, numel, seed * 64 + (uint64_t)l, rank,
+			1);
+		if (l == n - 1 && split) /* the results of the others first */
+			for (int k = 0; k < l; k++) {
+				int r = it_wait(c, h[k], IT_OP_TIMEOUT_MS);
+				if (r != SC_OK)
+					IT_FAIL("step %llu: tensor %d: %s (%s)",
+						(unsigned long long)seed, k, it_wait_name(r),
+						it_wait_error());
+			}
+		else if (l > 0)
+			it_sleep_ms(GAP_MS);
+		IT_CHECK_SC(sc_allreduce_async(c, ts[l], SC_OP_SUM, &h[l]),
+			    "step %llu: tensor %d", (unsigned long long)seed, l);
+	}
+	for (int l = split ? n - 1 : 0; l < n; l++) {
+		int r = it_wait(c, h[l], IT_OP_TIMEOUT_MS);
+		if (r != SC_OK)
+			IT_FAIL("step %llu: tensor %d: %s (%s)", (unsigned long long)seed, l,
+				it_wait_name(r), it_wait_error());
+	}
+	for (int l = 0; l < n; l++) {
+		char why[256];
+		size_t numel = 256 + 64 * (size_t)l;
+		size_t wrong =
+		    it_check(sc_tensor_data(ts[l]), SC_FLOAT32, numel, seed * 64 + (uint64_t)l,
+			     size, 1, SC_OP_SUM, why, sizeof(why));
+		if (wrong)
+			IT_FAIL("step %llu: tensor %d: %zu elements wrong: %s",
+				(unsigned long long)seed, l, wrong, why);
+	}
+	if (split && it_now_s() - t0 > 10)
+		IT_FAIL(
+		    "step %llu, its last tensor handed over after the others' results, took "
+		    "%.1f s",
+		    (unsigned long long)seed, it_now_s() - t0);
+}
+
+static void whole_steps(sc_client_t *c)
+{
+	enum { NW = 8, WARM = 10, TIMED = 20, SPLIT = 3 };
+	sc_tensor_t *ts[NW];
+	char name[64];
+	for (int l = 0; l < NW; l++) {
+		snprintf(name, sizeof(name), "fp.whole.%d", l);
+		ts[l] = it_register(c, name, SC_FLOAT32, 256 + 64 * (size_t)l);
+	}
+	uint64_t seed = 1;
+	for (int i = 0; i < WARM; i++)
+		whole_step(c, ts, NW, seed++, 0);
+	double rl0 = it_node_stat("ready_lists"), kept0 = it_node_stat("announcements_kept");
+	for (int i = 0; i < TIMED; i++)
+		whole_step(c, ts, NW, seed++, 0);
+	double rl = it_node_stat("ready_lists") - rl0;
+	double kept = it_node_stat("announcements_kept") - kept0;
+	it_log("%d steps of %d tensors: %.0f ReadyLists sent, %.0f announcements kept back",
+	       TIMED, NW, rl, kept);
+	if (rl > 2.0 * TIMED)
+		IT_FAIL("%.0f ReadyLists in %d steps of one planned buffer of %d tensors: more "
+			"than 2 a step",
+			rl, TIMED, NW);
+	if (kept < (NW - 2.0) * TIMED)
+		IT_FAIL("%.0f announcements kept back in %d steps of %d tensors: fewer than %d "
+			"a step",
+			kept, TIMED, NW, NW - 2);
+	for (int i = 0; i < SPLIT; i++)
+		whole_step(c, ts, NW, seed++, 1);
+	for (int i = 0; i < 5; i++) /* and whole steps again */
+		whole_step(c, ts, NW, seed++, 0);
+	it_log("%d steps whose last tensor came after the others' results: exact", SPLIT);
+}
+
 int it_fplan(int argc, char **argv)
 {
 	int bench = argc > 2 && !strcmp(argv[1], "--bench") ? atoi(argv[2]) : 0;
 	sc_client_t *c = it_connect();
+	if (argc > 1 && !strcmp(argv[1], "--whole")) {
+		whole_steps(c);
+		IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+		it_pass();
+	}
 	if (argc > 1 && !strcmp(argv[1], "--late")) {
 		late_steps(c);
 		IT_CHECK_SC(sc_finalize(c), "sc_finalize");

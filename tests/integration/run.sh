@@ -1725,6 +1725,11 @@ run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
 run_case "fplan late n=3" 3 1 120 0 3 --daemon-arg --fusion_mode --daemon-arg aligned \
 	--daemon-arg --fusion_buffers --daemon-arg 1 --daemon-arg --fusion_wait_ms \
 	--daemon-arg 100 -- "$itest" fplan --late
+# a planned buffer's announcements go together: one ReadyList a step, every step exact,
+# and steps that hand the last tensor over only after the others' results complete
+# (itest_fplan.c, whole_steps)
+run_case "fplan whole n=3" 3 1 120 0 3 --daemon-arg --fusion_mode --daemon-arg aligned \
+	--daemon-arg --fusion_buffers --daemon-arg 1 -- "$itest" fplan --whole
 run_case "exdyna model n=3" 3 1 180 0 3 -- "$itest" exdyna model
 run_case "exdyna model fixed n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed -- "$itest" exdyna model
 run_case "exdyna tensor n=3" 3 1 180 0 3 --daemon-arg --exdyna_scope --daemon-arg tensor -- "$itest" exdyna tensor

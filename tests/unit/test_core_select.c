@@ -205,7 +205,51 @@ UNIT_TEST(core_topk_is_exact)
 	}
 }
 
-/* Tensors large enough for the sampled one-pass path (>= 65536 elements: the whole sample
+/* Tensors of at most 2048 elements take the quickselect path (two passes): exact on
+ * inputs shaped to defeat a quickselect's pivot (sorted either way, every key equal, two
+ * values, an organ pipe, a few non-zeros) as well as on gradients and ties. */
+UNIT_TEST(core_topk_small_tensors_are_exact)
+{
+	for (int rep = 0; rep < 240; rep++) {
+		fixture_t f;
+		uint64_t n = rep < 40 ? 1 + (uint64_t)rep : 1 + unit_rng_below(2048);
+		if (rep % 17 == 0)
+			n = 2048;
+		int shape = rep % 8;
+		fixture_init(&f, n, shape == 1);
+		for (uint64_t i = 0; shape >= 2 && i < n; i++) {
+			float v = shape == 2   ? (float)i			/* ascending */
+				  : shape == 3 ? (float)(n - i)			/* descending */
+				  : shape == 4 ? 1.5f				/* all equal */
+				  : shape == 5 ? (float)(i & 1)			/* two values */
+				  : shape == 6 ? (float)(i < n / 2 ? i : n - i) /* organ pipe */
+					       : (unit_rng_below(50) ? 0.0f : grad_value());
+			f.in[i] = v;
+			f.res[i] = f.res0[i] = 0;
+			f.acc[i] = v;
+		}
+		double density = rep % 11 == 0 ? 1.0 : 0.001 + unit_rng_double() * 0.3;
+		int no_residual = rep % 3 == 0;
+		scd_sparsifier_cfg_t cfg = {
+		    .kind = SCD_SPARSIFY_TOPK, .numel = n, .density = density};
+		scd_sparsifier_t *sp;
+		CHECK_EQ_INT(scd_sparsifier_create(&cfg, &sp), SC_OK);
+		scd_select_stats_t st;
+		float *res = malloc(n * 4);
+		memcpy(res, f.res, n * 4);
+		CHECK_EQ_INT(scd_sparsify(sp, f.in, no_residual ? NULL : res, n, &f.out, &st),
+			     SC_OK);
+		CHECK_MSG(st.passes == 2, "n %llu: %u passes (the small path takes 2)",
+			  (unsigned long long)n, st.passes);
+		scd_sparsifier_destroy(sp);
+		free(res);
+		f.out.nnz = 0;
+		check_topk(&f, density, no_residual);
+		fixture_free(&f);
+	}
+}
+
+/* Tensors large enough for the sampled one-pass path (>= 8192 elements: the whole sample
  * from 2^19, a shorter one below), including inputs that defeat the sample (ties, a
  * spike the sample misses) and must fall back. */
 UNIT_TEST(core_topk_fast_path_is_exact)
@@ -213,8 +257,9 @@ UNIT_TEST(core_topk_fast_path_is_exact)
 	for (int rep = 0; rep < 8; rep++) {
 		fixture_t f;
 		fixture_init(&f,
-			     rep < 4 ? 600000 + unit_rng_below(600000)
-				     : 65536 + unit_rng_below(500000),
+			     rep < 4   ? 600000 + unit_rng_below(600000)
+			     : rep < 6 ? 8192 + unit_rng_below(60000)
+				       : 65536 + unit_rng_below(500000),
 			     rep % 4 == 3);
 		if (rep % 4 == 2) /* a dense spike in one place: the sample likely misses it */
 			for (uint64_t i = 1000; i < 1000 + f.n / 100; i++) {
