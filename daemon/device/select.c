@@ -366,7 +366,7 @@ static uint32_t topk_find(scd_sparsifier_t *sp, const float *x, uint64_t n, uint
 #define SAMPLE_RUN	 256 /* elements a run, at most: an eighth of the tensor in all */
 #define SAMPLE_RUN_MIN	 4
 #define SAMPLE_SIZE	 (SAMPLE_CHUNKS * SAMPLE_RUN)
-#define SAMPLE_MIN_NUMEL (8 * (uint64_t)SAMPLE_CHUNKS * SAMPLE_RUN_MIN) /* 65536 */
+#define SAMPLE_MIN_NUMEL (8 * (uint64_t)SAMPLE_CHUNKS * SAMPLE_RUN_MIN) /* 8192 */
 
 /* The sample's run length for a tensor of n elements: the sample is at most an eighth of
  * it; 0 when that leaves runs shorter than SAMPLE_RUN_MIN (the histogram path then). */

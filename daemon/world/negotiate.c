@@ -273,8 +273,9 @@ void scd_neg_flush_first(scd_world_t *w, int n_out, int n_abandons)
 			tagp[rl.n_groups++] = g;
 		}
 		if (o->cached) {
-			/* how long it waited here, at most 60 s (the coordinator's bound) */
-			double us = (now - o->queued_s) * 1e6;
+			/* how long a flush kept it back (outhold.c; not the wait of a world
+			 * forming), at most 60 s (the coordinator's bound) */
+			double us = o->kept ? (now - o->queued_s) * 1e6 : 0;
 			held[rl.n_cached_ids] = us < 0		       ? 0
 						: us > SCD_HELD_US_MAX ? SCD_HELD_US_MAX
 								       : (uint32_t)us;

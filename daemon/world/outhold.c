@@ -9,7 +9,7 @@
  * last one comes (one ReadyList for the buffer) or fusion_wait_ms after the latest of them
  * (the coordinator then learns the break, as from a node that sent each as it came).
  *
- * Each announcement carries how long it waited on this node (ReadyList.cached_held_us),
+ * Each announcement kept back carries how long it waited (ReadyList.cached_held_us),
  * so the coordinator's ready times (the plan's waits, the step period it times plans
  * with) are the tensors' own, not their buffer's. Nothing is kept back where the order of
  * what was queued matters (a world re-forming: held.c), for a group's member (its group
@@ -61,14 +61,17 @@ void scd_outhold_free(scd_world_t *w)
 	w->fb_last = NULL;
 }
 
-/* Whether this node announced id and no plan has answered it (queued or sent). */
-static int announced_here(scd_world_t *w, uint32_t id, uint32_t pset)
+/* Whether the tensor of plan place id needs no wait: this node announced it and no plan
+ * has answered it (queued or sent), by this id or another (a new form of the tensor takes
+ * the old one's place in the coordinator's plan, which nodes see only when a buffer
+ * changes); or its id is no longer known here (evicted): nothing says what to wait for. */
+static int announced_here(scd_world_t *w, uint32_t id)
 {
 	const scd_cache_ent_t *c = scd_cache_get(w, id);
-	if (!c || c->pset != pset)
-		return 0;
+	if (!c)
+		return 1;
 	const scd_ntensor_t *nt = w->d->ctl ? scd_ctl_tensor(w->d->ctl, c->name) : NULL;
-	return nt && nt->state == SCD_NT_ANNOUNCED && nt->announced_id == id;
+	return nt && nt->state == SCD_NT_ANNOUNCED;
 }
 
 /* o's planned buffer (its index), or -1 where o goes now whatever the rest does. */
@@ -77,8 +80,8 @@ static int out_buffer(scd_world_t *w, const scd_outreq_t *o)
 	if (!o->cached || o->gname || !w->fb_mark)
 		return -1;
 	const scd_cache_ent_t *c = scd_cache_get(w, o->id);
-	if (!c || !w->fusion_version || c->fbuf_version != w->fusion_version ||
-	    c->fbuf < 0 || c->fbuf >= w->n_fusion_bufs || w->fusion_bufs[c->fbuf][0] < 2)
+	if (!c || !w->fusion_version || c->fbuf_version != w->fusion_version || c->fbuf < 0 ||
+	    c->fbuf >= w->n_fusion_bufs || w->fusion_bufs[c->fbuf][0] < 2)
 		return -1;
 	return c->fbuf;
 }
@@ -92,7 +95,7 @@ static int buffer_whole(scd_world_t *w, int b, uint32_t pset)
 		const scd_cache_ent_t *c = scd_cache_get(w, v[k]);
 		if (c && c->pset != pset)
 			return -1;
-		if (!announced_here(w, v[k], pset))
+		if (!announced_here(w, v[k]))
 			return 0;
 	}
 	return 1;
@@ -100,7 +103,9 @@ static int buffer_whole(scd_world_t *w, int b, uint32_t pset)
 
 void scd_neg_flush_turn(scd_world_t *w)
 {
+	int mode = scd_fusion_mode_parse(scd_cfg_str(&w->d->cfg, SCD_CFG_fusion_mode));
 	if (!w->formed || w->n_held_states || !w->n_out || !w->fb_mark ||
+	    (mode != SCD_FUSION_ALIGNED && mode != SCD_FUSION_ADAPTIVE) ||
 	    !scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_announce_whole)) {
 		scd_neg_flush(w);
 		return;
@@ -147,6 +152,6 @@ void scd_neg_flush_turn(scd_world_t *w)
 		}
 	if (n_go || w->out_abandon)
 		scd_neg_flush_first(w, n_go, scd_neg_out_abandons(w));
-	if (n_kept) /* the latest tensor's wait, in whole milliseconds up */
-		scd_world_arm_flush_at(w, scd_now_ms() + (uint64_t)((due - now) * 1000.0) + 1);
+	if (n_kept) /* the latest tensor's wait, in whole milliseconds up (the same clock) */
+		scd_world_arm_flush_at(w, (uint64_t)(due * 1000.0) + 1);
 }

@@ -203,7 +203,8 @@ static void late_steps(sc_client_t *c)
  * (docs/design.md, "Announcing a planned buffer whole"). NW dense tensors handed over
  * GAP_MS apart, every step exact; once the plan holds them in one buffer, this node sends
  * at most 2 ReadyLists a step (each tensor alone would take NW) and kept back at least NW
- * - 2 announcements a step. Then steps whose trainers wait for the first NW - 1 results
+ * - 2 announcements a step, also once the last tensor has a new form (a new cache id in
+ * the old one's plan place). Then steps whose trainers wait for the first NW - 1 results
  * before they hand over the last tensor: the kept announcements go fusion_wait_ms after
  * the latest, each such step completes, exact, within 10 s (nothing waits for a tensor
  * that comes only after the results).
@@ -281,6 +282,22 @@ static void whole_steps(sc_client_t *c)
 		IT_FAIL("%.0f announcements kept back in %d steps of %d tensors: fewer than %d "
 			"a step",
 			kept, TIMED, NW, NW - 2);
+	/* the buffer's last tensor in a new form (a 2-D shape): it takes its old form's
+	 * place in the plan, which the nodes' copy still names by the old id; the others
+	 * go with it, one ReadyList a step, not fusion_wait_ms after it */
+	static const uint64_t dims[2] = {22, 32}; /* 256 + 64 * 7 elements */
+	IT_CHECK_SC(sc_tensor_set_shape(ts[NW - 1], 2, dims), "set the last tensor's shape");
+	for (int i = 0; i < 3; i++)
+		whole_step(c, ts, NW, seed++, 0);
+	rl0 = it_node_stat("ready_lists");
+	for (int i = 0; i < 10; i++)
+		whole_step(c, ts, NW, seed++, 0);
+	rl = it_node_stat("ready_lists") - rl0;
+	it_log("10 steps with the last tensor in a new form: %.0f ReadyLists", rl);
+	if (rl > 13)
+		IT_FAIL("%.0f ReadyLists in 10 steps after the last tensor's form changed: its "
+			"buffer's others were kept back for its old form",
+			rl);
 	for (int i = 0; i < SPLIT; i++)
 		whole_step(c, ts, NW, seed++, 1);
 	for (int i = 0; i < 5; i++) /* and whole steps again */
