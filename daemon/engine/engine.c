@@ -37,6 +37,12 @@
 /* A hand-back whose trainers the engine told of their success itself waits this long for
  * the loop to collect it before it wakes the loop (engine.c, owe_locked). */
 #define ENGINE_OWED_US 1000
+/* A selection job at submission of at most this many elements is queued without waking the
+ * compute thread: its selection costs less than the wake-up (a few microseconds; a bias, a
+ * norm's scale). It runs before the next job the thread is woken for, which its buffer's
+ * job is, or at the latest ENGINE_LAZY_MS after it was queued (engine.c, lazy_arm). */
+#define ENGINE_LAZY_NUMEL 4096
+#define ENGINE_LAZY_MS	  5
 
 struct scd_engine {
 	scd_engine_params_t p;
@@ -57,6 +63,7 @@ struct scd_engine {
 	struct timespec owed_until;
 	scd_engine_counts_t counts; /* hand-backs and the loop's wake-ups they asked for */
 	uv_async_t async;
+	uv_timer_t *lazy_timer; /* the bound on a selection queued unwoken (loop thread's) */
 	int stop, stopped, comm_stopped;
 	scd_transport_t *transport; /* the mesh: tcp */
 	scd_gpunet_t *gpunet;	    /* what GPU buffers take (gpunet.h) */
@@ -995,6 +1002,29 @@ static void on_closed(uv_handle_t *h)
 	free(h->data);
 }
 
+static void on_timer_closed(uv_handle_t *h)
+{
+	free(h);
+}
+
+/* Loop thread: the selections queued without a wake-up have waited ENGINE_LAZY_MS. */
+static void on_lazy(uv_timer_t *t)
+{
+	scd_engine_t *e = t->data;
+	pthread_mutex_lock(&e->mu);
+	if (e->head)
+		pthread_cond_broadcast(&e->cv);
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Loop thread: bounds the wait of a selection just queued unwoken (once armed, the timer
+ * covers the later ones too: it wakes the thread for every job queued by then). */
+static void lazy_arm(scd_engine_t *e)
+{
+	if (!uv_is_active((uv_handle_t *)e->lazy_timer))
+		uv_timer_start(e->lazy_timer, on_lazy, ENGINE_LAZY_MS, 0);
+}
+
 sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 {
 	scd_engine_t *e = calloc(1, sizeof(*e));
@@ -1045,6 +1075,14 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 		uv_close((uv_handle_t *)&e->async, on_closed); /* frees e once closed */
 		return SC_ERR_SYSTEM;
 	}
+	/* without the timer, every job wakes the compute thread */
+	if ((e->lazy_timer = malloc(sizeof(*e->lazy_timer))) &&
+	    uv_timer_init(p->loop, e->lazy_timer) != 0) {
+		free(e->lazy_timer);
+		e->lazy_timer = NULL;
+	}
+	if (e->lazy_timer)
+		e->lazy_timer->data = e;
 	*e_p = e;
 	return SC_OK;
 }
@@ -1065,9 +1103,18 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 	e->tail = job;
 	if (job->kind != SCD_JOB_PRESELECT)
 		e->in_flight++;
-	pthread_cond_broadcast(&e->cv); /* the compute thread (the communication thread waits
-					 * on comm_cv, for the compute stage's jobs only) */
+	/* a small selection waits for the next wake-up, within ENGINE_LAZY_MS */
+	int lazy = job->kind == SCD_JOB_PRESELECT && job->total_numel <= ENGINE_LAZY_NUMEL &&
+		   e->lazy_timer;
+	if (lazy)
+		e->counts.lazy++;
+	else
+		pthread_cond_broadcast(&e->cv); /* the compute thread (the communication
+						 * thread waits on comm_cv, for the compute
+						 * stage's jobs only) */
 	pthread_mutex_unlock(&e->mu);
+	if (lazy)
+		lazy_arm(e);
 }
 
 scd_transport_t *scd_engine_transport(scd_engine_t *e)
@@ -1174,6 +1221,10 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	scd_slots_destroy(&e->slots);
 	scd_netprobe_destroy(&e->net);
 	scd_coll_stage_free(&e->stage);
+	if (e->lazy_timer) {
+		uv_timer_stop(e->lazy_timer);
+		uv_close((uv_handle_t *)e->lazy_timer, on_timer_closed);
+	}
 	uv_close((uv_handle_t *)&e->async, on_closed); /* frees e */
 	return SC_OK;
 }

@@ -78,7 +78,9 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p);
 /* Every function below but destroy takes e NULL, an engine destroyed (the caller forgets
  * its pointer at scd_engine_destroy's SC_OK): it does nothing (a job submitted is freed),
  * or returns nothing measured. */
-/* Queues a job (ownership passes to the engine until done() gets it back). */
+/* Loop thread: queues a job (ownership passes to the engine until done() gets it back). A
+ * small selection job at submission is queued without a wake-up of the compute thread (see
+ * scd_engine_counts_t.lazy). */
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
 /* Loop thread: hands back now what the engine has finished (what its wake-up of the loop
  * does). Called before a trainer's message is read: the engine may have told a trainer
@@ -120,9 +122,11 @@ uint64_t scd_engine_inline_jobs(scd_engine_t *e);
  * none, it goes back with that job (engine.c, finish_locked); the times the
  * communication thread woke to look for a job (a job for the compute stage wakes it not);
  * and the trainers' operations the engine ended in their headers itself (engine.c,
- * early_done_locked). */
+ * early_done_locked); the small selection jobs queued without waking the compute thread
+ * (engine.c, ENGINE_LAZY_NUMEL: they run before the next job it wakes for, or a few
+ * milliseconds later). */
 typedef struct scd_engine_counts {
-	uint64_t handed, wakes, comm_wakes, early;
+	uint64_t handed, wakes, comm_wakes, early, lazy;
 } scd_engine_counts_t;
 scd_engine_counts_t scd_engine_counts(scd_engine_t *e);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */

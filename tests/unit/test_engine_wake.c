@@ -6,7 +6,9 @@
  * wakes the loop once and brings the eight with it. Eight more with nothing else in the
  * engine wake the loop once each, and the idle communication thread not at all (it waits
  * on a condition variable of its own). Every selection succeeds and the buffer's sum is
- * exact.
+ * exact. Small selections (engine.c, ENGINE_LAZY_NUMEL) wake the compute thread not at all:
+ * they run when a larger job wakes it, ahead of that job, or when the loop's timer says
+ * they have waited long enough.
  */
 #include "unit.h"
 
@@ -24,7 +26,8 @@
 
 #define TMO_MS 20000
 #define NSEL   8
-#define SEL_N  256
+#define SEL_N  8192 /* over ENGINE_LAZY_NUMEL: each wakes the compute thread */
+#define TINY_N 256  /* at most ENGINE_LAZY_NUMEL: queued without a wake-up */
 #define SUM_N  8192 /* 32 KiB: over what the compute thread communicates itself */
 
 static int go_fds[2]; /* node 0 tells node 1 to submit its buffer */
@@ -78,14 +81,14 @@ static scd_job_t *sum_job(float *x)
 
 /* Tensor k's selection job at submission: top-k 1/8 of buf into res, as
  * world/presel.c builds it for a tensor the response cache knows as id 10 + k. */
-static scd_job_t *sel_job(int k, float *buf, float *res)
+static scd_job_t *sel_job_n(int k, float *buf, float *res, uint64_t numel)
 {
 	static uint64_t token;
 	scd_job_t *job = calloc(1, sizeof(*job));
 	scd_job_item_t *it = calloc(1, sizeof(*it));
 	CHECK_TRUE(job && it);
 	*it = (scd_job_item_t){.name = "sel",
-			       .numel = SEL_N,
+			       .numel = numel,
 			       .op = SC_OP_SUM,
 			       .n_src = 1,
 			       .cache_id = (uint32_t)(10 + k),
@@ -99,13 +102,18 @@ static scd_job_t *sel_job(int k, float *buf, float *res)
 			   .seq = 100 + token,
 			   .n_items = 1,
 			   .items = it,
-			   .total_numel = SEL_N,
+			   .total_numel = numel,
 			   .dtype = SC_FLOAT32,
 			   .coll = {.kind = SCD_COLL_ALLREDUCE, .op = SC_OP_SUM},
 			   .pin = -1,
 			   .timeout_ms = TMO_MS,
 			   .world_seed = 7};
 	return job;
+}
+
+static scd_job_t *sel_job(int k, float *buf, float *res)
+{
+	return sel_job_n(k, buf, res, SEL_N);
 }
 
 static float val(int i, int rank)
@@ -191,4 +199,64 @@ UNIT_TEST_TIMEOUT(engine_selections_go_back_with_the_buffer_in_flight, 120)
 	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
 		  scd_transport_error());
 	unit_mesh_fork(&mesh, node_main, NULL);
+}
+
+static uint64_t handed(node_t *n)
+{
+	return scd_engine_counts(n->e).handed;
+}
+
+/* Small selections: queued unwoken, run by the timer's wake-up or ahead of a larger job. */
+static void lazy_main(unit_mesh_t *m, int rank, void *arg)
+{
+	(void)arg;
+	node_t n;
+	node_start(m, rank, &n);
+	static float bufs[NSEL + 1][SEL_N], res[NSEL + 1][SEL_N];
+	for (int k = 0; k <= NSEL; k++)
+		for (int i = 0; i < SEL_N; i++)
+			bufs[k][i] = (float)((i * 7 + k) % 31) - 15.0f;
+	scd_engine_counts_t c0 = scd_engine_counts(n.e);
+	for (int k = 0; k < NSEL; k++)
+		scd_engine_submit(n.e, sel_job_n(k, bufs[k], res[k], TINY_N));
+	/* the loop does not run, so its timer cannot fire: nothing wakes the compute thread */
+	nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+	scd_engine_counts_t c1 = scd_engine_counts(n.e);
+	CHECK_MSG(c1.lazy == c0.lazy + NSEL,
+		  "rank %d: %llu of %d small selections queued "
+		  "without a wake-up",
+		  rank, (unsigned long long)(c1.lazy - c0.lazy), NSEL);
+	CHECK_MSG(c1.handed == c0.handed, "rank %d: %llu small selections ran unwoken", rank,
+		  (unsigned long long)(c1.handed - c0.handed));
+	/* the loop's timer wakes the thread for them */
+	for (int ms = 0; n.back < 1 + NSEL; ms++) {
+		CHECK_MSG(ms < TMO_MS,
+			  "rank %d: %d of %d small selections back with the loop "
+			  "running",
+			  rank, n.back - 1, NSEL);
+		uv_run(&n.loop, UV_RUN_NOWAIT);
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	/* small ones, then a larger one: its wake-up runs them all, in order, loop or not */
+	for (int k = 0; k < NSEL; k++)
+		scd_engine_submit(n.e, sel_job_n(k, bufs[k], res[k], TINY_N));
+	scd_engine_submit(n.e, sel_job(NSEL, bufs[NSEL], res[NSEL]));
+	for (int ms = 0; handed(&n) < c1.handed + 2 * NSEL + 1; ms++) {
+		CHECK_MSG(ms < TMO_MS,
+			  "rank %d: %llu of %d selections ran after a larger one "
+			  "woke the thread",
+			  rank, (unsigned long long)(handed(&n) - c1.handed - NSEL), NSEL + 1);
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	CHECK_TRUE(scd_engine_counts(n.e).lazy == c0.lazy + 2 * NSEL);
+	wait_back(&n, 1 + 2 * NSEL + 1);
+	node_stop(&n);
+}
+
+UNIT_TEST_TIMEOUT(engine_small_selections_wait_for_a_wake_up, 120)
+{
+	unit_mesh_t mesh;
+	CHECK_MSG(unit_mesh_prepare(&mesh, "tcp", 2, unit_rng()) == SC_OK, "prepare: %s",
+		  scd_transport_error());
+	unit_mesh_fork(&mesh, lazy_main, NULL);
 }
