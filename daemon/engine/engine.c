@@ -569,6 +569,15 @@ static void run_mesh(scd_engine_t *e, scd_job_t *job)
 			 "job tries again");
 }
 
+/* Wakes the threads waiting on e->cv: the compute thread above all (the stop's and the
+ * communication queue's waits too); counts.asleep tells that none did since the compute
+ * thread last began to wait with no deadline. Called with e->mu held. */
+static void wake_compute_locked(scd_engine_t *e)
+{
+	e->counts.asleep = 0;
+	pthread_cond_broadcast(&e->cv);
+}
+
 /* Wakes the loop to collect the hand-backs queued (owed ones too). Called with e->mu held. */
 static void wake_loop_locked(scd_engine_t *e)
 {
@@ -609,6 +618,7 @@ static void owed_flush_locked(scd_engine_t *e)
 static void wait_job_locked(scd_engine_t *e)
 {
 	if (!e->owed) {
+		e->counts.asleep = 1; /* until a wake-up (wake_compute_locked) */
 		pthread_cond_wait(&e->cv, &e->mu);
 		return;
 	}
@@ -902,7 +912,7 @@ static int comm_here_locked(scd_engine_t *e, scd_job_t *job)
 	pthread_mutex_lock(&e->mu);
 	e->comm_busy = 0;
 	e->inline_jobs++;
-	pthread_cond_broadcast(&e->cv);
+	wake_compute_locked(e);
 	return 1;
 }
 
@@ -951,7 +961,7 @@ static void *engine_main(void *arg)
 		pthread_cond_signal(&e->comm_cv);
 	}
 	e->stopped = 1;
-	pthread_cond_broadcast(&e->cv);
+	wake_compute_locked(e);
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
 }
@@ -978,15 +988,15 @@ static void *comm_main(void *arg)
 		if (e->comm_inline) /* the compute thread ran the last one (comm_here_locked) */
 			scd_stage_hand_over(&e->stage.peer_out);
 		e->comm_inline = 0;
-		pthread_cond_broadcast(&e->cv);
+		wake_compute_locked(e);
 		pthread_mutex_unlock(&e->mu);
 		comm_job(e, job);
 		pthread_mutex_lock(&e->mu);
 		e->comm_busy = 0;
-		pthread_cond_broadcast(&e->cv);
+		wake_compute_locked(e);
 	}
 	e->comm_stopped = 1;
-	pthread_cond_broadcast(&e->cv);
+	wake_compute_locked(e);
 	pthread_mutex_unlock(&e->mu);
 	return NULL;
 }
@@ -1013,7 +1023,7 @@ static void on_lazy(uv_timer_t *t)
 	scd_engine_t *e = t->data;
 	pthread_mutex_lock(&e->mu);
 	if (e->head)
-		pthread_cond_broadcast(&e->cv);
+		wake_compute_locked(e);
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -1109,9 +1119,9 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 	if (lazy)
 		e->counts.lazy++;
 	else
-		pthread_cond_broadcast(&e->cv); /* the compute thread (the communication
-						 * thread waits on comm_cv, for the compute
-						 * stage's jobs only) */
+		wake_compute_locked(e); /* the compute thread (the communication
+					 * thread waits on comm_cv, for the compute
+					 * stage's jobs only) */
 	pthread_mutex_unlock(&e->mu);
 	if (lazy)
 		lazy_arm(e);
@@ -1174,6 +1184,7 @@ scd_engine_counts_t scd_engine_counts(scd_engine_t *e)
 		return (scd_engine_counts_t){0};
 	pthread_mutex_lock(&e->mu);
 	scd_engine_counts_t c = e->counts;
+	c.asleep = c.asleep && !e->owed && !e->comm_busy && !e->cq_head;
 	pthread_mutex_unlock(&e->mu);
 	return c;
 }
@@ -1192,7 +1203,7 @@ sc_status_t scd_engine_destroy(scd_engine_t *e, int timeout_ms)
 	struct timespec dl = scd_deadline_on(CLOCK_MONOTONIC, (int64_t)timeout_ms * 1000);
 	pthread_mutex_lock(&e->mu);
 	e->stop = 1;
-	pthread_cond_broadcast(&e->cv);
+	wake_compute_locked(e);
 	pthread_cond_broadcast(&e->comm_cv);
 	scd_slots_stop(&e->slots); /* the compute stage may wait for a slot */
 	while (!e->stopped || !e->comm_stopped)

@@ -124,9 +124,12 @@ uint64_t scd_engine_inline_jobs(scd_engine_t *e);
  * and the trainers' operations the engine ended in their headers itself (engine.c,
  * early_done_locked); the small selection jobs queued without waking the compute thread
  * (engine.c, ENGINE_LAZY_NUMEL: they run before the next job it wakes for, or a few
- * milliseconds later). */
+ * milliseconds later). asleep: the engine is quiet, only a wake-up can start it again:
+ * the compute thread waits for a job with no deadline (no hand-back owed: owe_locked)
+ * and nothing has woken it since it began to, and the communication stage has no job. */
 typedef struct scd_engine_counts {
 	uint64_t handed, wakes, comm_wakes, early, lazy;
+	int asleep;
 } scd_engine_counts_t;
 scd_engine_counts_t scd_engine_counts(scd_engine_t *e);
 /* Fusion buffer capacity wanted by the configuration (applied before the next job). */
