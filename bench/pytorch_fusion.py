@@ -39,6 +39,9 @@ differs from the mode asked for.
     # --loss-seeds: layerwise and adaptive again at each seed (loopback), mean final loss
     /usr/bin/python3 bench/pytorch_fusion.py --all --steps 300 --warmup 50 --json F \
         --loss-seeds 1,2,3,4,5
+    # the single fused buffer against adaptive, interleaved four times (goals from the
+    # medians, and each round's own ratio)
+    /usr/bin/python3 bench/pytorch_fusion.py --all --modes fused_topk,adaptive --rounds 4
     # one mode by hand
     build/bin/sparsecomm-run -n 4 --netns --rate 1gbit \\
         --daemon-arg --fusion_mode --daemon-arg adaptive \\
@@ -112,6 +115,13 @@ def add_args(p):
                         "final loss moves by tens of percent with the order of float sums)")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json-out", default=None, help="trainer: rank 0 writes its record")
+    p.add_argument("--scheme", default=None,
+                   help="driver: the daemons' scheme (default: theirs, auto), to compare "
+                        "the modes without the scheme choice")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="driver: run the modes in turn this many times, interleaved (the "
+                        "host's load drifts over minutes); the goals then take each "
+                        "mode's median, and each round's own ratios are printed too")
     p.add_argument("--json", default=None, help="driver: write every mode's record here")
     p.add_argument("--optimizer-cost", action="store_true",
                    help="trainer: the CPU a DistributedOptimizer step (top-k --density, "
@@ -582,45 +592,14 @@ def loss_seeds(a, seeds, work):
     return out
 
 
-def drive(a):
-    recs = []
-    work = tempfile.mkdtemp(prefix="sc-fusion-")
-    for mode in a.modes.split(","):
-        rec_path = os.path.join(work, mode + ".json")
-        tl = os.path.join(work, mode + "-tl-%r.json")
-        cmd = [LAUNCHER, "-n", str(a.nodes), "--timeout", "900"]
-        if not a.no_netns:
-            cmd += ["--netns", "--rate", a.rate]
-        cmd += ["--daemon-arg", "--fusion_mode", "--daemon-arg", DAEMON_MODE[mode],
-                "--daemon-arg", "--timeline_file", "--daemon-arg", tl,
-                "--", sys.executable, os.path.abspath(__file__), "--mode", mode,
-                "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
-                "--depth", str(a.depth), "--width", str(a.width), "--batch", str(a.batch),
-                "--lr", str(a.lr), "--density", str(a.density), "--timeout", str(a.timeout),
-                "--compression", a.compression, "--json-out", rec_path]
-        load0 = loadavg()
-        t = time.monotonic()
-        print("== %s (load %s): %s" % (mode, load0, " ".join(cmd)), flush=True)
-        rc = subprocess.call(cmd)
-        if rc != 0 or not os.path.exists(rec_path):
-            print("== %s failed (exit %d)" % (mode, rc), flush=True)
-            continue
-        with open(rec_path) as f:
-            rec = json.load(f)
-        rec = timeline_shares(rec, sorted(glob.glob(os.path.join(work, mode + "-tl-*.json"))))
-        rec["load_before"], rec["load_after"] = load0, loadavg()
-        rec["wall_s"] = time.monotonic() - t
-        recs.append(rec)
-    print()
-    print("%d nodes%s, %d steps (%d untimed), seed %d, depth %d width %d batch %d/rank, "
-          "top-k density %g, %d tensors" % (
-              a.nodes, "" if a.no_netns else " at " + a.rate, a.steps, a.warmup, a.seed,
-              a.depth, a.width, a.batch, a.density, recs[0]["tensors"] if recs else 0))
-    print(table(recs))
-    for r in recs:
-        print("%s: load %s -> %s, %.0f s wall, train accuracy %.3f" % (
-            r["mode"], r["load_before"], r["load_after"], r["wall_s"], r["train_accuracy"]))
-    by = {r["mode"]: r for r in recs}
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def goals_of(by):
+    """The issue's goals from one record per mode (by: mode -> record)."""
     goals = {}
     if "adaptive" in by and "layerwise" in by:
         goals["adaptive_over_layerwise_steps"] = (by["adaptive"]["steps_per_s"] /
@@ -631,6 +610,79 @@ def drive(a):
     if "adaptive" in by and "aligned" in by:
         goals["adaptive_over_aligned_steps"] = (by["adaptive"]["steps_per_s"] /
                                                 by["aligned"]["steps_per_s"])
+    if "aligned" in by and "layerwise" in by:
+        goals["aligned_over_layerwise_steps"] = (by["aligned"]["steps_per_s"] /
+                                                 by["layerwise"]["steps_per_s"])
+    if "adaptive" in by and "fused_topk" in by:
+        goals["adaptive_over_fused_topk_steps"] = (by["adaptive"]["steps_per_s"] /
+                                                   by["fused_topk"]["steps_per_s"])
+    return goals
+
+
+def drive(a):
+    recs = []
+    work = tempfile.mkdtemp(prefix="sc-fusion-")
+    modes = a.modes.split(",")
+    runs = [(r, m) for r in range(1, max(1, a.rounds) + 1) for m in modes]
+    for rnd, mode in runs:
+        tag = mode if a.rounds <= 1 else "%s-r%d" % (mode, rnd)
+        rec_path = os.path.join(work, tag + ".json")
+        tl = os.path.join(work, tag + "-tl-%r.json")
+        cmd = [LAUNCHER, "-n", str(a.nodes), "--timeout", "900"]
+        if not a.no_netns:
+            cmd += ["--netns", "--rate", a.rate]
+        cmd += ["--daemon-arg", "--fusion_mode", "--daemon-arg", DAEMON_MODE[mode],
+                "--daemon-arg", "--timeline_file", "--daemon-arg", tl]
+        if a.scheme:
+            cmd += ["--daemon-arg", "--scheme", "--daemon-arg", a.scheme]
+        cmd += ["--", sys.executable, os.path.abspath(__file__), "--mode", mode,
+                "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
+                "--depth", str(a.depth), "--width", str(a.width), "--batch", str(a.batch),
+                "--lr", str(a.lr), "--density", str(a.density), "--timeout", str(a.timeout),
+                "--compression", a.compression, "--json-out", rec_path]
+        load0 = loadavg()
+        t = time.monotonic()
+        print("== %s (load %s): %s" % (tag, load0, " ".join(cmd)), flush=True)
+        rc = subprocess.call(cmd)
+        if rc != 0 or not os.path.exists(rec_path):
+            print("== %s failed (exit %d)" % (tag, rc), flush=True)
+            continue
+        with open(rec_path) as f:
+            rec = json.load(f)
+        rec = timeline_shares(rec, sorted(glob.glob(os.path.join(work, tag + "-tl-*.json"))))
+        rec["load_before"], rec["load_after"] = load0, loadavg()
+        rec["wall_s"] = time.monotonic() - t
+        rec["round"] = rnd
+        recs.append(rec)
+    print()
+    print("%d nodes%s, %d steps (%d untimed), seed %d, depth %d width %d batch %d/rank, "
+          "top-k density %g, %d tensors" % (
+              a.nodes, "" if a.no_netns else " at " + a.rate, a.steps, a.warmup, a.seed,
+              a.depth, a.width, a.batch, a.density, recs[0]["tensors"] if recs else 0))
+    shown = [dict(r, mode="%s #%d" % (r["mode"], r["round"])) if a.rounds > 1 else r
+             for r in recs]
+    print(table(shown))
+    for r in shown:
+        print("%s: load %s -> %s, %.0f s wall, train accuracy %.3f" % (
+            r["mode"], r["load_before"], r["load_after"], r["wall_s"], r["train_accuracy"]))
+    if a.rounds > 1:
+        # each round's own ratios (its modes ran minutes apart at most), then the goals
+        # of each mode's median steps/s and final loss
+        for rnd in range(1, a.rounds + 1):
+            g = goals_of({r["mode"]: r for r in recs if r["round"] == rnd})
+            print("round %d: %s" % (rnd, ", ".join("%s %.3f" % kv for kv in g.items())))
+        by = {}
+        for m in modes:
+            mine = [r for r in recs if r["mode"] == m]
+            if mine:
+                by[m] = dict(steps_per_s=median([r["steps_per_s"] for r in mine]),
+                             final_loss=median([r["final_loss"] for r in mine]))
+                print("%s: median %.2f steps/s over %d rounds (%s)" % (
+                    m, by[m]["steps_per_s"], len(mine),
+                    ", ".join("%.2f" % r["steps_per_s"] for r in mine)))
+    else:
+        by = {r["mode"]: r for r in recs}
+    goals = goals_of(by)
     seeds = [int(x) for x in a.loss_seeds.split(",") if x.strip()]
     if seeds:
         losses = loss_seeds(a, seeds, work)
@@ -641,7 +693,7 @@ def drive(a):
         with open(a.json, "w") as f:
             json.dump(dict(modes=recs, goals=goals, timelines=work), f, indent=1)
     print("timelines and records in %s" % work)
-    return 0 if len(recs) == len(a.modes.split(",")) else 1
+    return 0 if len(recs) == len(runs) else 1
 
 
 def main():
