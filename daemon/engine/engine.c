@@ -37,10 +37,11 @@
 /* A hand-back whose trainers the engine told of their success itself waits this long for
  * the loop to collect it before it wakes the loop (engine.c, owe_locked). */
 #define ENGINE_OWED_US 1000
-/* A selection job at submission of at most this many elements is queued without waking the
- * compute thread: its selection costs less than the wake-up (a few microseconds; a bias, a
- * norm's scale). It runs before the next job the thread is woken for, which its buffer's
- * job is, or at the latest ENGINE_LAZY_MS after it was queued (engine.c, lazy_arm). */
+/* A selection job at submission of at most this many elements of host memory is queued
+ * without waking the compute thread (lazy_job): its selection costs less than the
+ * wake-up (a few microseconds; a bias, a norm's scale). It runs before the next job the thread
+ * is woken for, which its buffer's job is, or at the latest ENGINE_LAZY_MS after it was queued
+ * (engine.c, lazy_arm). */
 #define ENGINE_LAZY_NUMEL 4096
 #define ENGINE_LAZY_MS	  5
 
@@ -1035,6 +1036,21 @@ static void lazy_arm(scd_engine_t *e)
 		uv_timer_start(e->lazy_timer, on_lazy, ENGINE_LAZY_MS, 0);
 }
 
+/* A small selection of host memory: its work costs less than the compute thread's
+ * wake-up. A device's selection is not deferred: its kernels then overlap the backward
+ * pass of the tensors after it, instead of waiting in front of its buffer's job. */
+static int lazy_job(const scd_engine_t *e, const scd_job_t *job)
+{
+	if (job->kind != SCD_JOB_PRESELECT || job->total_numel > ENGINE_LAZY_NUMEL ||
+	    !e->lazy_timer)
+		return 0;
+	for (int i = 0; i < job->n_items; i++)
+		for (int s = 0; s < job->items[i].n_src; s++)
+			if (job->items[i].src[s].device != SCD_DEVICE_CPU)
+				return 0;
+	return 1;
+}
+
 sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p)
 {
 	scd_engine_t *e = calloc(1, sizeof(*e));
@@ -1114,8 +1130,7 @@ void scd_engine_submit(scd_engine_t *e, scd_job_t *job)
 	if (job->kind != SCD_JOB_PRESELECT)
 		e->in_flight++;
 	/* a small selection waits for the next wake-up, within ENGINE_LAZY_MS */
-	int lazy = job->kind == SCD_JOB_PRESELECT && job->total_numel <= ENGINE_LAZY_NUMEL &&
-		   e->lazy_timer;
+	int lazy = lazy_job(e, job);
 	if (lazy)
 		e->counts.lazy++;
 	else

@@ -79,8 +79,8 @@ sc_status_t scd_engine_create(const scd_engine_params_t *p, scd_engine_t **e_p);
  * its pointer at scd_engine_destroy's SC_OK): it does nothing (a job submitted is freed),
  * or returns nothing measured. */
 /* Loop thread: queues a job (ownership passes to the engine until done() gets it back). A
- * small selection job at submission is queued without a wake-up of the compute thread (see
- * scd_engine_counts_t.lazy). */
+ * small selection job at submission, of host memory, is queued without a wake-up of the
+ * compute thread (see scd_engine_counts_t.lazy). */
 void scd_engine_submit(scd_engine_t *e, scd_job_t *job);
 /* Loop thread: hands back now what the engine has finished (what its wake-up of the loop
  * does). Called before a trainer's message is read: the engine may have told a trainer
