@@ -1,11 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages the build, the tests (clang and its libFuzzer runtime for the
-# fuzz harnesses too) and the demo need, and only those that are missing. Run by `make deps`
-# and, implicitly, before every build.
+# fuzz harnesses too, numpy for the launchers' trainers) and the demo need, and only those
+# that are missing. Run by `make deps` and, implicitly, before every build.
 set -eu
 pkgs="build-essential pkg-config libuv1-dev libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
       bible-kjv bible-kjv-text iproute2 openmpi-bin libopenmpi-dev util-linux procps
-      passwd systemd yamllint
+      passwd systemd yamllint python3-numpy
       clang-format clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do

@@ -149,7 +149,7 @@ if ! command -v mpirun >/dev/null 2>&1; then
 fi
 if ! "$py" -c 'import numpy' 2>/dev/null; then
 	echo "skip  mpirun, srun and torchrun cases: $py has no numpy (python3-numpy;" \
-		"tests/python/run.sh installs it)"
+		"mk/deps.sh installs it)"
 	echo "(1 skipped)"
 	echo "$passed passed, $failed failed"
 	exit "$([ "$failed" -eq 0 ] && echo 0 || echo 1)"
