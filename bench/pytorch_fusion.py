@@ -22,7 +22,10 @@ Modes (one per invocation, --mode; the driver runs all four):
               from measured times, long-tail elimination);
   dense       DistributedOptimizer without a sparsifier (the lossless dense ring),
               daemons at fusion_mode=aligned: the baseline of --compression (not in the
-              driver's default --modes).
+              driver's default --modes);
+  adaptive_batched  as adaptive, with DistributedOptimizer's submit_batch_us at
+              --submit-batch-us (the hooks' submissions sent in batches, one wake-up of
+              the daemon a batch; not in the default --modes).
 --compression fp16|bf16|none is DistributedOptimizer's (sparsecomm.torch.Compression):
 fp16 and bf16 send a dense tensor's sums as 16-bit values (half the wire bytes); a
 sparsified tensor keeps the 32-bit wire and has its values rounded instead.  Its wire
@@ -84,9 +87,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
-MODES = ["layerwise", "fused_topk", "aligned", "adaptive", "dense"]
+MODES = ["layerwise", "fused_topk", "aligned", "adaptive", "dense", "adaptive_batched"]
 DAEMON_MODE = {"layerwise": "layerwise", "fused_topk": "layerwise", "aligned": "aligned",
-               "adaptive": "adaptive", "dense": "aligned"}
+               "adaptive": "adaptive", "dense": "aligned", "adaptive_batched": "adaptive"}
 SPARSECTL = os.path.join(ROOT, "build", "bin", "sparsectl")
 LAUNCHER = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
 
@@ -108,6 +111,8 @@ def add_args(p):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--submit-batch-us", type=int, default=3000,
+                   help="mode adaptive_batched: DistributedOptimizer's submit_batch_us")
     p.add_argument("--log-every", type=int, default=50, help="trainer: rank 0's loss lines")
     p.add_argument("--loss-seeds", default="",
                    help="driver: comma list of seeds for which layerwise and adaptive also "
@@ -327,8 +332,10 @@ def train(a):
     else:
         comp = getattr(sct.Compression, a.compression)
         sp = dict(sparsifier="topk", density=a.density) if a.mode != "dense" else {}
-        opt = sct.DistributedOptimizer(base, named_parameters=model.named_parameters(),
-                                       timeout=a.timeout, compression=comp, **sp)
+        opt = sct.DistributedOptimizer(
+            base, named_parameters=model.named_parameters(), timeout=a.timeout,
+            compression=comp, submit_batch_us=(a.submit_batch_us
+                                               if a.mode == "adaptive_batched" else 0), **sp)
         # the local gradient, seen before DistributedOptimizer's hook submits (and the
         # daemon overwrites) p.grad: tensor hooks run ahead of the accumulation
         for n, p in params:
@@ -616,6 +623,12 @@ def goals_of(by):
     if "adaptive" in by and "fused_topk" in by:
         goals["adaptive_over_fused_topk_steps"] = (by["adaptive"]["steps_per_s"] /
                                                    by["fused_topk"]["steps_per_s"])
+    if "adaptive_batched" in by and "fused_topk" in by:
+        goals["adaptive_batched_over_fused_topk_steps"] = (
+            by["adaptive_batched"]["steps_per_s"] / by["fused_topk"]["steps_per_s"])
+    if "adaptive_batched" in by and "adaptive" in by:
+        goals["adaptive_batched_over_adaptive_steps"] = (
+            by["adaptive_batched"]["steps_per_s"] / by["adaptive"]["steps_per_s"])
     return goals
 
 
@@ -639,7 +652,8 @@ def drive(a):
                 "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
                 "--depth", str(a.depth), "--width", str(a.width), "--batch", str(a.batch),
                 "--lr", str(a.lr), "--density", str(a.density), "--timeout", str(a.timeout),
-                "--compression", a.compression, "--json-out", rec_path]
+                "--compression", a.compression, "--submit-batch-us", str(a.submit_batch_us),
+                "--json-out", rec_path]
         load0 = loadavg()
         t = time.monotonic()
         print("== %s (load %s): %s" % (tag, load0, " ".join(cmd)), flush=True)

@@ -253,10 +253,12 @@ static void status_json(const Sparsecomm__StatusReply *s)
 		const Sparsecomm__ClientInfo *c = s->clients[i];
 
 		printf("%s{\"local_rank\":%d,\"rank\":%d,\"pid\":%d,\"tensors\":%u,"
-		       "\"in_flight\":%u,\"submit_channel\":%s,\"submit_requests\":%llu}",
+		       "\"in_flight\":%u,\"submit_channel\":%s,\"submit_requests\":%llu,"
+		       "\"submit_batches\":%llu}",
 		       i ? "," : "", c->local_rank, c->rank, c->pid, c->tensors, c->in_flight,
 		       c->submit_channel ? "true" : "false",
-		       (unsigned long long)c->submit_requests);
+		       (unsigned long long)c->submit_requests,
+		       (unsigned long long)c->submit_batches);
 	}
 	fputs("]}\n", stdout);
 }

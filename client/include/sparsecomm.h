@@ -446,6 +446,27 @@ SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
 				      sc_reduce_op_t op, sc_handle_t *handle_p);
 
 /*
+ * Batched submissions. With window_us > 0, each collective this client starts (an
+ * allreduce, broadcast, allgather, reduce-scatter or alltoall) is held in the library
+ * instead of being sent at once, and the requests held go to the daemon together, in the
+ * order they were started, in one system call: when the next one comes window_us or more
+ * after the first held, when 64 are held, when any other request is made (a registration,
+ * a barrier, sc_finalize), on sc_submit_flush, and before every sc_wait, sc_poll and
+ * sc_stream_wait of this client (a wait never waits for a request that was not sent).
+ * Nothing sends them on a timer: a rank that holds a request and then waits on anything
+ * outside this client (another library's collective) must call sc_submit_flush first, or
+ * the other ranks' matching operations wait for it. The daemon then wakes once a batch
+ * rather than once an operation (sparsecomm.torch.DistributedOptimizer's submit_batch_us
+ * scopes it to a backward pass). window_us 0 (the default) sends each request as it is
+ * made, and sends what was held. Without the submit channel (a daemon reached over TCP)
+ * requests go as before, one by one.
+ */
+SC_API sc_status_t sc_submit_batch(sc_client_t *client, int window_us);
+
+/* Sends the collectives' requests held by sc_submit_batch now. */
+SC_API sc_status_t sc_submit_flush(sc_client_t *client);
+
+/*
  * Checks an operation without blocking: SC_IN_PROGRESS while it runs, SC_OK when the
  * result is in the buffer, or the error that ended it. Once it has returned anything but
  * SC_IN_PROGRESS the handle is released.

@@ -431,13 +431,13 @@ static void frames_free(struct scl_frame *f)
 /* Queues a frame for the I/O thread, or sends it on the submit channel once that is bound
  * (submit.c); a channel that fails fails the client, and with it this request's operation
  * or call. Called with c->mu held and the request's state set up; releases c->mu. */
-void scl_client_enqueue(sc_client_t *c, struct scl_frame *f)
+static void enqueue(sc_client_t *c, struct scl_frame *f, int hold)
 {
 	int was_empty = c->sendq == NULL;
 	uint64_t one = 1;
 
 	if (c->submit_fd >= 0) {
-		scl_submit_request(c, f);
+		scl_submit_request(c, f, hold);
 		return;
 	}
 	*c->sendq_tail = f;
@@ -445,6 +445,16 @@ void scl_client_enqueue(sc_client_t *c, struct scl_frame *f)
 	pthread_mutex_unlock(&c->mu);
 	if (was_empty && write(c->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		scl_log(SCL_LOG_WARN, "cannot wake the I/O thread: %s", strerror(errno));
+}
+
+void scl_client_enqueue(sc_client_t *c, struct scl_frame *f)
+{
+	enqueue(c, f, 0);
+}
+
+void scl_client_enqueue_op(sc_client_t *c, struct scl_frame *f)
+{
+	enqueue(c, f, 1);
 }
 
 /* ---- the I/O thread ------------------------------------------------------------------ */
@@ -826,6 +836,7 @@ void scl_client_destroy(sc_client_t *c, int linger_ms, int bury)
 	if (c->submit_fd >= 0)
 		close(c->submit_fd);
 	frames_free(c->sendq);
+	frames_free(c->held); /* a channel that failed, or a forked child's */
 	for (int b = 0; b < SCL_OP_BUCKETS; b++) {
 		struct scl_op *op = c->ops[b], *next;
 
@@ -1059,6 +1070,7 @@ static sc_status_t client_hello(sc_client_t *c, const struct timespec *deadline,
 	/* bound here, before any other request exists: every one after the hello then goes
 	 * over the channel (submit.c); one the daemon refuses leaves the control socket's */
 	st = SC_OK;
+	c->submit_batchable = hr->submit_batch;
 	if (hello.submit_channel && hr->submit_path && *hr->submit_path && hr->submit_token.len)
 		st = scl_submit_open(c, hr->submit_path, hr->submit_token.data,
 				     hr->submit_token.len, ms_until(deadline), timeout_ms);
@@ -1109,6 +1121,7 @@ sc_status_t scl_client_open(const char *socket_path, int timeout_ms, int role,
 	c->rank = c->size = c->local_rank = c->local_size = -1;
 	c->node_rank = c->node_count = -1;
 	c->sendq_tail = &c->sendq;
+	c->held_tail = &c->held;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1202,6 +1215,7 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "wait: NULL client");
+	scl_submit_flush(c); /* a request held (sc_submit_batch) is sent before its wait */
 	if (timeout_ms > 0)
 		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);

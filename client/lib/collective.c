@@ -167,7 +167,7 @@ static sc_status_t collective_run(sc_client_t *c, sc_tensor_t *t, Sparsecomm__Co
 	o->next = *slot;
 	*slot = o;
 	t->busy = o;
-	scl_client_enqueue(c, f); /* releases c->mu */
+	scl_client_enqueue_op(c, f); /* releases c->mu */
 	*handle_p = h;
 	return SC_OK;
 

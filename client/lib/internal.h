@@ -25,7 +25,9 @@
 #define SCL_ERR_MAX	   1024
 #define SCL_ENDPOINT_MAX   512
 #define SCL_DEFAULT_TMO_MS 30000
-#define SCL_BYE_LINGER_MS  1000 /* how long sc_finalize's goodbye may take to flush */
+#define SCL_BYE_LINGER_MS  1000	      /* how long sc_finalize's goodbye may take to flush */
+#define SCL_HELD_MAX	   64	      /* requests held by sc_submit_batch at most */
+#define SCL_BATCH_BYTES	   (32 << 10) /* a SubmitBatch's requests' bytes at most */
 
 /* Log levels of sc_log_cb. */
 enum { SCL_LOG_ERROR = 0, SCL_LOG_WARN = 1, SCL_LOG_INFO = 2, SCL_LOG_DEBUG = 3 };
@@ -127,6 +129,15 @@ struct sc_client {
 	pthread_cond_t send_cv; /* broadcast as each turn ends */
 	uint64_t send_turn;	/* the ticket whose send is next */
 	int send_failed;	/* a send failed: those after it send nothing */
+	/* batched sends (sc_submit_batch, submit.c), under send_mu: the collective requests
+	 * whose turn came and that are held, in ticket order, since held_since_us; batch_us
+	 * 0: each is sent in its turn. held_n is also read without the lock (a hint: a wait
+	 * with nothing held takes no lock) */
+	struct scl_frame *held, **held_tail;
+	int held_n;
+	int64_t held_since_us;
+	int batch_us;
+	int submit_batchable; /* the daemon takes a SubmitBatch (its hello's reply) */
 
 	pthread_mutex_t mu; /* guards everything below */
 	pthread_cond_t cv;  /* broadcast on every reply, completion and failure */
@@ -241,7 +252,12 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8
 /* Sends request f over the bound channel and frees it. Called with c->mu held, with the
  * request's state set up; releases c->mu before the send (a full socket is waited on up to
  * the library's timeout, then fails the client). */
-void scl_submit_request(sc_client_t *c, struct scl_frame *f);
+void scl_submit_request(sc_client_t *c, struct scl_frame *f, int hold);
+/* Sends the requests held by sc_submit_batch now (c->mu not held): every wait calls it
+ * first, so that no caller waits for a request of its own that was never sent. */
+void scl_submit_flush(sc_client_t *c);
+/* sc_submit_batch's window (c->mu not held); 0 sends what is held. */
+void scl_submit_batch_set(sc_client_t *c, int window_us);
 /* Waits until every request given a ticket has been sent (c->mu not held). */
 void scl_submit_quiesce(sc_client_t *c);
 /* sc_finalize's goodbye: scl_submit_request, except that when the sends before it still
@@ -278,6 +294,8 @@ struct scl_frame *scl_frame_pack(const Sparsecomm__ClientMsg *msg);
 /* Sends f (on the submit channel in the client lock's order, or queued for the I/O
  * thread); called with c->mu held, which it releases. */
 void scl_client_enqueue(sc_client_t *c, struct scl_frame *f);
+/* scl_client_enqueue of a collective's request, which sc_submit_batch may hold. */
+void scl_client_enqueue_op(sc_client_t *c, struct scl_frame *f);
 /* Whether the client may send a request (c->mu held): SC_OK, or why not. */
 sc_status_t scl_client_check(sc_client_t *c);
 /* In a child forked after sc_connect, a refusal naming what (before any lock); SC_OK in

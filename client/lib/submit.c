@@ -21,6 +21,13 @@
  * ticket's turn has ended before the channel is closed. One send(2) of a SEQPACKET message
  * is atomic.
  *
+ * Batches (sc_submit_batch). A collective's request may be held at its turn, behind those
+ * held before it (c->held, under send_mu); they go out as one SubmitBatch message (one
+ * wake-up of the daemon's loop) when a request comes past the window, when SCL_HELD_MAX
+ * are held, when a request that may not be held comes (it goes after them, alone), on
+ * sc_submit_flush, and before every wait (client.c, op_collect). Held requests have had
+ * their turn, so order stays the tickets'.
+ *
  * Back-pressure. A full socket is waited on (poll, up to the library's timeout), never
  * dropped; a daemon that takes nothing for that long fails the client with that reason.
  * Replies, completions and the daemon's death still come through the I/O thread.
@@ -113,10 +120,123 @@ static int submit_send(int fd, const void *data, size_t len, int timeout_ms, cha
 	}
 }
 
-/* Sends f in its ticket's turn. wait_ms >= 0 bounds the wait for the turn: past it the
- * channel is shut down, so the send that holds it (waiting on a full socket) fails at once
- * and so do those after it, this one included. */
-static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms)
+static int64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Sends the frames from f on (a list) on fd in as few calls as the socket takes, each
+ * frame one message (sendmmsg), waiting up to timeout_ms in all while the socket is full;
+ * 0, or -1 with the reason in why. */
+static int submit_send_list(int fd, struct scl_frame *f, int timeout_ms, char *why,
+			    size_t why_len)
+{
+	enum { BATCH = 64 };
+	struct mmsghdr m[BATCH];
+	struct iovec v[BATCH];
+	int64_t deadline = deadline_ms_after(timeout_ms);
+	while (f) {
+		int n = 0;
+		for (struct scl_frame *g = f; g && n < BATCH; g = g->next, n++) {
+			v[n] = (struct iovec){g->data, g->len};
+			m[n] = (struct mmsghdr){.msg_hdr = {.msg_iov = &v[n], .msg_iovlen = 1}};
+		}
+		int sent = sendmmsg(fd, m, (unsigned)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (sent < 0 && errno == EINTR)
+			continue;
+		if (sent < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT, deadline))
+			continue;
+		int short_send = 0;
+		for (int i = 0; i < sent; i++)
+			short_send |= m[i].msg_len != v[i].iov_len;
+		if (sent <= 0 || short_send) {
+			if (sent < 0 && errno == EAGAIN)
+				snprintf(why, why_len,
+					 "the daemon took no request from its submit channel "
+					 "within %d ms",
+					 timeout_ms);
+			else
+				snprintf(why, why_len,
+					 "cannot send to the daemon's submit channel: %s",
+					 sent < 0 ? strerror(errno) : "a short send");
+			return -1;
+		}
+		for (int i = 0; i < sent; i++)
+			f = f->next;
+	}
+	return 0;
+}
+
+/* The requests from *f on, as many as one SubmitBatch of at most SCL_BATCH_BYTES takes
+ * (at least one), packed in one frame; *f moves past them. NULL when out of memory. */
+static struct scl_frame *batch_pack(struct scl_frame **f)
+{
+	ProtobufCBinaryData req[SCL_HELD_MAX];
+	size_t n = 0, bytes = 0;
+	struct scl_frame *g = *f;
+	for (; g && n < SCL_HELD_MAX && (n == 0 || bytes + g->len + 8 <= SCL_BATCH_BYTES);
+	     g = g->next) {
+		req[n++] = (ProtobufCBinaryData){g->len, g->data};
+		bytes += g->len + 8;
+	}
+	Sparsecomm__SubmitBatch b = SPARSECOMM__SUBMIT_BATCH__INIT;
+	Sparsecomm__ClientMsg msg = SPARSECOMM__CLIENT_MSG__INIT;
+	b.requests = req;
+	b.n_requests = n;
+	msg.body_case = SPARSECOMM__CLIENT_MSG__BODY_BATCH;
+	msg.batch = &b;
+	struct scl_frame *out = scl_frame_pack(&msg);
+	if (out)
+		*f = g;
+	return out;
+}
+
+/* Sends the list from f on: two or more as SubmitBatch frames where the daemon takes
+ * them (one message, one wake-up of its loop, per batch), else each as it is. */
+static int held_send_list(sc_client_t *c, struct scl_frame *f, char *why, size_t why_len)
+{
+	if (!c->submit_batchable || !f->next)
+		return submit_send_list(c->submit_fd, f, SCL_DEFAULT_TMO_MS, why, why_len);
+	while (f) {
+		struct scl_frame *b = batch_pack(&f);
+		if (!b) {
+			snprintf(why, why_len, "out of memory for a batch of requests");
+			return -1;
+		}
+		int rc = submit_send(c->submit_fd, b->data, b->len, SCL_DEFAULT_TMO_MS, why,
+				     why_len);
+		free(b);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Sends and frees the requests held (send_mu held); 0, or -1 with the reason in why (the
+ * client fails, and with it their operations). */
+static int held_send(sc_client_t *c, char *why, size_t why_len)
+{
+	struct scl_frame *f = c->held;
+	int rc = c->send_failed || !f ? 0 : held_send_list(c, f, why, why_len);
+	while (f) {
+		struct scl_frame *next = f->next;
+		free(f);
+		f = next;
+	}
+	c->held = NULL;
+	c->held_tail = &c->held;
+	__atomic_store_n(&c->held_n, 0, __ATOMIC_RELAXED);
+	return rc;
+}
+
+/* Sends f in its ticket's turn, or holds it there (hold: a collective's request, under
+ * sc_submit_batch) behind the others held; the first request that may not wait, a full
+ * batch or one past its window sends every request held, itself last. wait_ms >= 0 bounds
+ * the wait for the turn: past it the channel is shut down, so the send that holds it
+ * (waiting on a full socket) fails at once and so do those after it, this one included. */
+static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms, int hold)
 {
 	char why[SCL_ERR_MAX - 64];
 	uint64_t ticket = c->send_next++;
@@ -142,13 +262,27 @@ static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms)
 			wait_ms = -1;
 		}
 	}
-	if (!c->send_failed) /* else the failure fails this request's operation too */
+	if (c->send_failed) { /* the failure fails this request's operation too */
+		free(f);
+	} else if (!hold || !(c->held || c->batch_us > 0)) {
+		/* what is held goes first: only collectives go in a batch */
 		failed = c->send_failed =
+		    held_send(c, why, sizeof(why)) != 0 ||
 		    submit_send(fd, f->data, f->len, SCL_DEFAULT_TMO_MS, why, sizeof(why)) != 0;
+		free(f);
+	} else {
+		int64_t now = now_us();
+		*c->held_tail = f;
+		c->held_tail = &f->next;
+		if (__atomic_add_fetch(&c->held_n, 1, __ATOMIC_RELAXED) == 1)
+			c->held_since_us = now;
+		if (c->batch_us <= 0 || c->held_n >= SCL_HELD_MAX ||
+		    now - c->held_since_us >= c->batch_us)
+			failed = c->send_failed = held_send(c, why, sizeof(why)) != 0;
+	}
 	c->send_turn++;
 	pthread_cond_broadcast(&c->send_cv);
 	pthread_mutex_unlock(&c->send_mu);
-	free(f);
 	if (failed) {
 		pthread_mutex_lock(&c->mu);
 		scl_client_fail(c, SC_ERR_CONNECT, why);
@@ -156,14 +290,41 @@ static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms)
 	}
 }
 
-void scl_submit_request(sc_client_t *c, struct scl_frame *f)
+void scl_submit_request(sc_client_t *c, struct scl_frame *f, int hold)
 {
-	submit_in_turn(c, f, -1);
+	submit_in_turn(c, f, -1, hold);
 }
 
 void scl_submit_goodbye(sc_client_t *c, struct scl_frame *f, int wait_ms)
 {
-	submit_in_turn(c, f, wait_ms);
+	submit_in_turn(c, f, wait_ms, 0);
+}
+
+void scl_submit_flush(sc_client_t *c)
+{
+	char why[SCL_ERR_MAX - 64];
+	int failed = 0;
+
+	if (!c || !__atomic_load_n(&c->held_n, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&c->send_mu);
+	if (c->held)
+		failed = c->send_failed = held_send(c, why, sizeof(why)) != 0;
+	pthread_mutex_unlock(&c->send_mu);
+	if (failed) {
+		pthread_mutex_lock(&c->mu);
+		scl_client_fail(c, SC_ERR_CONNECT, why);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+void scl_submit_batch_set(sc_client_t *c, int window_us)
+{
+	pthread_mutex_lock(&c->send_mu);
+	c->batch_us = window_us;
+	pthread_mutex_unlock(&c->send_mu);
+	if (window_us <= 0)
+		scl_submit_flush(c);
 }
 
 void scl_submit_quiesce(sc_client_t *c)
@@ -296,4 +457,41 @@ sc_status_t scl_submit_open(sc_client_t *c, const char *daemon_path, const uint8
 	c->submit_fd = fd;
 	pthread_mutex_unlock(&c->mu);
 	return SC_OK;
+}
+
+/* SC_OK while c can send, else its error (the calls below, after their work). */
+static sc_status_t client_state(sc_client_t *c, const char *what)
+{
+	pthread_mutex_lock(&c->mu);
+	sc_status_t st = scl_client_check(c);
+	if (st != SC_OK)
+		st = scl_error(st, "rank %d: %s: %s", c->rank, what, c->dead_msg);
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+SC_API sc_status_t sc_submit_batch(sc_client_t *client, int window_us)
+{
+	sc_status_t st = scl_enter_call(client, "submit batch");
+
+	if (st != SC_OK)
+		return st;
+	if (window_us < 0 || window_us > 10 * 1000 * 1000)
+		return scl_left(client,
+				scl_error(SC_ERR_INVALID,
+					  "sc_submit_batch: window_us %d is not within 0 "
+					  ".. 10000000",
+					  window_us));
+	scl_submit_batch_set(client, window_us);
+	return scl_left(client, client_state(client, "sc_submit_batch"));
+}
+
+SC_API sc_status_t sc_submit_flush(sc_client_t *client)
+{
+	sc_status_t st = scl_enter_call(client, "submit flush");
+
+	if (st != SC_OK)
+		return st;
+	scl_submit_flush(client);
+	return scl_left(client, client_state(client, "sc_submit_flush"));
 }

@@ -1384,6 +1384,39 @@ out:
 	sparsecomm__client_msg__free_unpacked(msg, NULL);
 }
 
+/* The requests of a SubmitBatch, served in their order as if each had come alone; the
+ * first that is not a collective's ClientMsg drops the session, naming it (those before it
+ * were served, none after it is). */
+static void serve_batch(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__SubmitBatch *b)
+{
+	char why[200];
+	if (b->n_requests > SCD_CTL_BATCH_MAX) {
+		snprintf(why, sizeof(why),
+			 "it sent a batch of %zu requests over its submit channel (at most %d)",
+			 b->n_requests, SCD_CTL_BATCH_MAX);
+		scd_ctl_session_refuse(ctl, s, SC_ERR_PROTOCOL, why);
+		return;
+	}
+	for (size_t i = 0; i < b->n_requests && !s->closed && !s->dropped; i++) {
+		const ProtobufCBinaryData *r = &b->requests[i];
+		Sparsecomm__ClientMsg *m =
+		    sparsecomm__client_msg__unpack(NULL, r->len, r->data);
+		if (!m || m->body_case != SPARSECOMM__CLIENT_MSG__BODY_COLLECTIVE) {
+			snprintf(why, sizeof(why),
+				 "request %zu of %zu of a batch on its submit channel is %s",
+				 i + 1, b->n_requests,
+				 m ? "not a collective" : "not a ClientMsg");
+			if (m)
+				sparsecomm__client_msg__free_unpacked(m, NULL);
+			scd_ctl_session_refuse(ctl, s, SC_ERR_PROTOCOL, why);
+			return;
+		}
+		s->submit_requests++;
+		serve(ctl, s, m);
+		sparsecomm__client_msg__free_unpacked(m, NULL);
+	}
+}
+
 void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *buf, size_t len)
 {
 	Sparsecomm__ClientMsg *msg = sparsecomm__client_msg__unpack(NULL, len, buf);
@@ -1393,6 +1426,9 @@ void scd_ctl_dispatch_submit(scd_ctl_t *ctl, scd_session_t *s, const uint8_t *bu
 		snprintf(why, sizeof(why), "it sent %s over its submit channel",
 			 msg ? "a hello" : "a message that is not a ClientMsg");
 		scd_ctl_session_refuse(ctl, s, SC_ERR_PROTOCOL, why);
+	} else if (msg->body_case == SPARSECOMM__CLIENT_MSG__BODY_BATCH) {
+		s->submit_batches++;
+		serve_batch(ctl, s, msg->batch);
 	} else {
 		s->submit_requests++;
 		serve(ctl, s, msg);

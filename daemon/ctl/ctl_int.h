@@ -10,7 +10,8 @@
 #include "ctl/ctl.h"
 #include "ctl/pset.h"
 
-#define SCD_SUBMIT_TOKEN_BYTES 16 /* a submit channel's token (ctl/submit.h) */
+#define SCD_SUBMIT_TOKEN_BYTES 16   /* a submit channel's token (ctl/submit.h) */
+#define SCD_CTL_BATCH_MAX      1024 /* requests of one SubmitBatch (proto/sparsecomm.proto) */
 
 typedef struct scd_session {
 	uint8_t ident[256];
@@ -41,6 +42,7 @@ typedef struct scd_session {
 	int submit_fd;
 	uv_poll_t submit_poll;
 	uint64_t submit_requests; /* served from it */
+	uint64_t submit_batches;  /* SubmitBatch messages read from it */
 	int closed; /* session_close ran: its handles are closing, nothing more is served */
 	scd_reg_t *regs;
 	uint64_t barrier_handle; /* the trainer's barrier in progress, 0: none */

@@ -72,6 +72,7 @@ void scd_ctl_fill_status(scd_ctl_t *ctl, Sparsecomm__StatusReply *rp, scd_arena_
 		ci->pid = t->pid ? t->pid : t->declared_pid;
 		ci->submit_channel = t->submit_fd >= 0;
 		ci->submit_requests = t->submit_requests;
+		ci->submit_batches = t->submit_batches;
 		for (scd_reg_t *g = t->regs; g; g = g->next_in_session) {
 			ci->tensors++;
 			ci->in_flight += g->handle != 0;

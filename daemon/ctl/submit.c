@@ -302,6 +302,7 @@ void scd_submit_offer(scd_ctl_t *ctl, scd_session_t *s, Sparsecomm__HelloReply *
 		return;
 	}
 	s->submit_offered = 1;
+	r->submit_batch = 1;
 	r->submit_path = ctl->submit_path;
 	r->submit_token = (ProtobufCBinaryData){sizeof(s->submit_token), s->submit_token};
 }

@@ -21,7 +21,9 @@
  * Order: once bound, every request of the session comes over the channel (one socket, one
  * order); one that comes over the control socket instead drops the session, as does a
  * message that is not a ClientMsg, is over SCD_CTL_MSG_MAX_BYTES or has no bytes at all
- * (told apart from a hang-up by the socket's POLLHUP/POLLRDHUP). Replies, completions
+ * (told apart from a hang-up by the socket's POLLHUP/POLLRDHUP). A SubmitBatch message
+ * (the hello's reply says submit_batch) carries several collectives' requests, served in
+ * order (ctl.c, serve_batch). Replies, completions
  * and errors go back over the control socket as before. The channel's hang-up ends the
  * session as the control connection's does.
  */

@@ -137,6 +137,7 @@ int it_ctl_flood(int argc, char **argv);
 int it_submit_channel(int argc, char **argv);
 int it_submit_order(int argc, char **argv);
 int it_submit_threads(int argc, char **argv);
+int it_submit_batch(int argc, char **argv);
 int it_submit_fork(int argc, char **argv);
 int it_submit_reconnect(int argc, char **argv);
 int it_submit_open(int argc, char **argv);

@@ -414,6 +414,7 @@ static const struct {
      "the submit channel: tokens, pids, order rule, bounds"},
     {"submit-order", it_submit_order, "[STEPS]: submissions then a barrier or a join at once"},
     {"submit-threads", it_submit_threads, "[ROUNDS]: 4 threads of a trainer submit at once"},
+    {"submit-batch", it_submit_batch, ": sc_submit_batch holds collectives until a flush"},
     {"submit-reconnect", it_submit_reconnect, "[TIMES]: sc_finalize then sc_connect at once"},
     {"submit-open", it_submit_open, "binding the channel against a scripted daemon"},
     {"finalize-race", it_finalize_race,

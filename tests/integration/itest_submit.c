@@ -21,6 +21,14 @@
  *   every connect succeeds (the goodbye on the old channel is served before the new hello,
  *   which reaches the daemon by another socket, so the local rank is free).
  *
+ * submit-batch: sc_submit_batch holds a trainer's collectives until a flush, and sends
+ *   them as one SubmitBatch (`sparsectl status`: submit_requests and submit_batches):
+ *   nothing of 8 submissions under a 10 s window is served before a wait, which sends all 8
+ *   as one batch, and every sum is exact; a barrier after held submissions sends them
+ *   first (its sums exact); the 64th request held sends the batch, as does a submission
+ *   past the window and sc_submit_batch(c, 0), each with no wait; a negative window is
+ *   SC_ERR_INVALID.
+ *
  * submit-fork: a child forked after sc_connect is refused a request (naming the forked
  *   child) and its sc_finalize returns without ending the parent's session: the parent's
  *   allreduce after it is exact.
@@ -38,9 +46,9 @@
 
 enum { ORDER_K = 8, ORDER_N = 256 };
 
-/* This trainer's entry of `sparsectl status`: whether its channel is bound, and the
- * requests the daemon served from it. */
-static int own_channel(uint64_t *requests_p)
+/* This trainer's entry of `sparsectl status`: whether its channel is bound, the requests
+ * the daemon served from it and the SubmitBatch messages among them (batches_p: NULL). */
+static int own_channel_batches(uint64_t *requests_p, uint64_t *batches_p)
 {
 	const char *args[] = {"status", NULL};
 	it_json_t *s = it_ctl_json(it_env.socket, args);
@@ -50,9 +58,12 @@ static int own_channel(uint64_t *requests_p)
 		const it_json_t *p = it_json_get(cl->items[i], "pid");
 		const it_json_t *b = it_json_get(cl->items[i], "submit_channel");
 		const it_json_t *n = it_json_get(cl->items[i], "submit_requests");
+		const it_json_t *m = it_json_get(cl->items[i], "submit_batches");
 		if (p && p->type == IT_JNUM && (int)p->num == (int)getpid() && b && n) {
 			bound = b->type == IT_JBOOL && b->num != 0;
 			*requests_p = (uint64_t)n->num;
+			if (batches_p)
+				*batches_p = m && m->type == IT_JNUM ? (uint64_t)m->num : 0;
 		}
 	}
 	it_json_free(s);
@@ -60,6 +71,11 @@ static int own_channel(uint64_t *requests_p)
 		IT_FAIL("sparsectl status lists no client of pid %d with its submit channel",
 			(int)getpid());
 	return bound;
+}
+
+static int own_channel(uint64_t *requests_p)
+{
+	return own_channel_batches(requests_p, NULL);
 }
 
 /* Many tensors submitted, then a barrier at once; every sum exact. */
@@ -317,6 +333,117 @@ int it_submit_reconnect(int argc, char **argv)
 			    "sc_connect right after sc_finalize, time %d of %d", i + 1, times);
 	}
 	it_log("%d times sc_finalize then sc_connect at once", times);
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+enum { BATCH_SMALL = 65 };
+
+/* Waits up to 5 s until the daemon has served want requests of this trainer's channel
+ * more than base; fails naming what sent them (when). */
+static void served_within(uint64_t base, uint64_t want, const char *when)
+{
+	uint64_t now = 0;
+	for (int i = 0; i < 500; i++) {
+		own_channel(&now);
+		if (now - base >= want)
+			return;
+		it_sleep_ms(10);
+	}
+	IT_FAIL("%s: the daemon served %llu of the %llu requests it should have been sent, "
+		"with no wait",
+		when, (unsigned long long)(now - base), (unsigned long long)want);
+}
+
+/* Waits for h (tensor k of the round) and checks its sum. */
+static void batch_check(sc_client_t *c, sc_tensor_t *t, sc_handle_t h, size_t n, uint64_t seed,
+			const char *what)
+{
+	char why[512];
+	IT_CHECK_SC(sc_wait(c, h, IT_OP_TIMEOUT_MS), "%s", what);
+	size_t wrong = it_check(sc_tensor_data(t), SC_FLOAT32, n, seed, sc_size(c), 1,
+				SC_OP_SUM, why, sizeof(why));
+	if (wrong)
+		IT_FAIL("%s: %zu of %zu elements wrong: %s", what, wrong, n, why);
+}
+
+static sc_handle_t batch_start(sc_client_t *c, sc_tensor_t *t, size_t n, uint64_t seed)
+{
+	sc_handle_t h;
+	it_fill(sc_tensor_data(t), SC_FLOAT32, n, seed, sc_rank(c), 1);
+	IT_CHECK_SC(sc_allreduce_async(c, t, SC_OP_SUM, &h), "submit (seed %llu)",
+		    (unsigned long long)seed);
+	return h;
+}
+
+int it_submit_batch(int argc, char **argv)
+{
+	sc_client_t *c = it_connect();
+	sc_tensor_t *t[ORDER_K], *small[BATCH_SMALL];
+	sc_handle_t h[BATCH_SMALL];
+	char name[64];
+	uint64_t r0, r1, b0, b1;
+	for (int k = 0; k < ORDER_K; k++) {
+		snprintf(name, sizeof(name), "batch.%d", k);
+		t[k] = it_register(c, name, SC_FLOAT32, ORDER_N);
+	}
+	for (int k = 0; k < BATCH_SMALL; k++) {
+		snprintf(name, sizeof(name), "batch.small.%d", k);
+		small[k] = it_register(c, name, SC_FLOAT32, 4);
+	}
+	if (!own_channel(&r0))
+		IT_FAIL("the submit channel is not bound");
+	if (sc_submit_batch(c, -1) != SC_ERR_INVALID)
+		IT_FAIL("sc_submit_batch(c, -1) was not SC_ERR_INVALID");
+
+	/* held until a wait, then one batch */
+	IT_CHECK_SC(sc_submit_batch(c, 10 * 1000 * 1000), "sc_submit_batch 10 s");
+	own_channel_batches(&r0, &b0);
+	for (int k = 0; k < ORDER_K; k++)
+		h[k] = batch_start(c, t[k], ORDER_N, 500 + (uint64_t)k);
+	it_sleep_ms(300);
+	own_channel_batches(&r1, &b1);
+	if (r1 != r0)
+		IT_FAIL("the daemon served %llu of %d requests held by sc_submit_batch before "
+			"any wait",
+			(unsigned long long)(r1 - r0), ORDER_K);
+	for (int k = 0; k < ORDER_K; k++)
+		batch_check(c, t[k], h[k], ORDER_N, 500 + (uint64_t)k, "held, then waited");
+	own_channel_batches(&r1, &b1);
+	if (r1 - r0 != ORDER_K || b1 - b0 != 1)
+		IT_FAIL("the wait sent %llu requests in %llu batches, expected %d in 1",
+			(unsigned long long)(r1 - r0), (unsigned long long)(b1 - b0), ORDER_K);
+
+	/* a barrier after held submissions: they go first */
+	for (int round = 0; round < 3; round++)
+		order_barrier(c, t, 1000 + round);
+
+	/* the 64th request held sends the batch */
+	own_channel(&r0);
+	for (int k = 0; k < BATCH_SMALL - 1; k++)
+		h[k] = batch_start(c, small[k], 4, 700 + (uint64_t)k);
+	served_within(r0, BATCH_SMALL - 1, "64 requests held");
+	for (int k = 0; k < BATCH_SMALL - 1; k++)
+		batch_check(c, small[k], h[k], 4, 700 + (uint64_t)k, "the 64th request held");
+
+	/* a submission past the window sends what is held with it */
+	IT_CHECK_SC(sc_submit_batch(c, 2000), "sc_submit_batch 2 ms");
+	own_channel(&r0);
+	h[0] = batch_start(c, t[0], ORDER_N, 900);
+	it_sleep_ms(20);
+	h[1] = batch_start(c, t[1], ORDER_N, 901);
+	served_within(r0, 2, "a submission 20 ms after the first held, with a 2 ms window");
+	batch_check(c, t[0], h[0], ORDER_N, 900, "past the window (first)");
+	batch_check(c, t[1], h[1], ORDER_N, 901, "past the window (second)");
+
+	/* sc_submit_batch(c, 0) sends what is held */
+	IT_CHECK_SC(sc_submit_batch(c, 10 * 1000 * 1000), "sc_submit_batch 10 s");
+	own_channel(&r0);
+	h[0] = batch_start(c, t[2], ORDER_N, 950);
+	IT_CHECK_SC(sc_submit_batch(c, 0), "sc_submit_batch 0");
+	served_within(r0, 1, "sc_submit_batch(c, 0)");
+	batch_check(c, t[2], h[0], ORDER_N, 950, "sent by sc_submit_batch(c, 0)");
+	it_log("batched submissions: held until a flush, every sum exact");
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

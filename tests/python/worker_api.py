@@ -243,6 +243,51 @@ def unnamed_buffer_names_reserved():
     assert torch.all(again == P * (P + 3) // 2), again
 
 
+def own_batches():
+    """This trainer's SubmitBatch messages served by its daemon (sparsectl status)."""
+    import json
+    import subprocess
+    ctl = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build",
+                       "bin", "sparsectl")
+    out = subprocess.run([ctl, "--json", "status"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    for c in json.loads(out)["clients"]:
+        if c["pid"] == os.getpid():
+            return c["submit_batches"]
+    raise AssertionError("sparsectl status lists no client of pid %d" % os.getpid())
+
+
+@check
+def optimizer_submit_batch():
+    # the same training with the hooks' submissions batched (held until synchronize: a 10 s
+    # window) as without: the same parameters to the bit, and the daemon got batches
+    def train(batch_us, prefix):
+        torch.manual_seed(5)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+        opt = sct.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.3),
+                                       named_parameters=m.named_parameters(), prefix=prefix,
+                                       sparsifier="topk", density=0.5,
+                                       submit_batch_us=batch_us)
+        x = torch.arange(24.0).reshape(4, 6) * (R + 1) / 24
+        for step in range(4):
+            opt.zero_grad()
+            m(x + step).pow(2).sum().backward()
+            opt.step()
+        return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    before = own_batches()
+    alone = train(0, "sb0.")
+    if own_batches() != before:
+        raise AssertionError("submit_batch_us=0 sent batches")
+    batched = train(10 * 1000 * 1000, "sb1.")
+    got = own_batches() - before
+    # every step's 4 gradients go as one batch: 3 steps after the first's registrations
+    if got < 3:
+        raise AssertionError("submit_batch_us=10 s: %d batches served, expected >= 3" % got)
+    close(batched, alone, 1e-5)
+    raises(ValueError, lambda: sct.DistributedOptimizer(
+        torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1), submit_batch_us=-1))
+
+
 @check
 def topk_sparsifier():
     t = torch.arange(1000.0) * (R + 1)

@@ -272,6 +272,8 @@ _PROTOTYPES = [
     ("sc_poll", ctypes.c_int, [c_client_p, c_handle]),
     ("sc_wait", ctypes.c_int, [c_client_p, c_handle, ctypes.c_int]),
     ("sc_abandon", None, [c_client_p, c_handle]),
+    ("sc_submit_batch", ctypes.c_int, [c_client_p, ctypes.c_int]),
+    ("sc_submit_flush", ctypes.c_int, [c_client_p]),
     ("sc_allreduce", ctypes.c_int, [c_client_p, c_tensor_p, ctypes.c_int, ctypes.c_int]),
     ("sc_barrier_async", ctypes.c_int, [c_client_p, ctypes.POINTER(c_handle)]),
     ("sc_group_begin", ctypes.c_int, [c_client_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),

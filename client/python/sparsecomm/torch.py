@@ -84,7 +84,7 @@ from contextlib import contextmanager
 import torch
 
 import sparsecomm as _sc
-from sparsecomm import _autograd, _rerun, _sparseform
+from sparsecomm import _autograd, _lib, _rerun, _sparseform
 from sparsecomm import _elastic as elastic  # noqa: F401  (hvd.elastic, a fixed job's)
 from sparsecomm import (  # noqa: F401  (re-exported, as horovod.torch does)
     SparsecommError, HorovodInternalError, NotInitializedError, DuplicateNameError,
@@ -881,6 +881,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._explicit = {}
         self._dense_opts = {}  # parameter -> its dense gradient's allreduce keywords
         self._rerun = {}  # parameter -> its last start, to repeat (sparsecomm._rerun)
+        self._batch_us = o["submit_batch_us"]
+        self._batching = None  # the client whose submissions the hooks batch now
         for p in self._requires_update:
             self._opts[p], self._explicit[p] = self._resolve(self._name[p], p)
         if self._included:
@@ -991,8 +993,28 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     % (self._name[p], self.backward_passes_per_step))
             self._delay[p] -= 1
             if self._delay[p] == 0 and not self._deferred(p):
+                if self._batch_us and self._batching is None:
+                    self._batch(True)
                 self._handles[p] = self._submit(p)
         return hook
+
+    def _batch(self, on):
+        """Starts batching the hooks' submissions (submit_batch_us), or ends it and sends
+        what is held (synchronize(), before it waits)."""
+        if on:
+            c = _sc._ctx
+            if c is None or c.closed:
+                return
+            st = _lib.load().sc_submit_batch(c.client, self._batch_us)
+            if st != _lib.SC_OK:
+                raise _sc._error(st, "submit_batch_us")
+            self._batching = c
+            return
+        c, self._batching = self._batching, None
+        if c is not None and not c.closed:
+            st = _lib.load().sc_submit_batch(c.client, 0)
+            if st != _lib.SC_OK:
+                raise _sc._error(st, "submit_batch_us")
 
     def _deferred(self, p):
         """Whether p's gradient waits for synchronize() rather than starting in its hook:
@@ -1131,6 +1153,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._requires_update:
             if p not in self._handles:
                 self._handles[p] = self._submit(p)
+        if self._batching is not None:
+            self._batch(False)
         deadline = _sc._now() + (_sc._ctx.timeout_s if self._timeout is None
                                  else float(self._timeout))
         handles, self._handles = self._handles, {}
@@ -1211,7 +1235,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None, *,
                          sparsifier=None, density=0.0, threshold=0.0, scheme=None,
                          allow_lossy=False, overrides=None, average=None, timeout=None,
-                         prefix="grad."):
+                         prefix="grad.", submit_batch_us=None):
     """Horovod's DistributedOptimizer, its arguments in Horovod's order: wraps
     ``optimizer`` so that gradients are averaged across every trainer before each step.
     Returns an instance of a subclass of the optimizer's own class (so LR schedulers keep
@@ -1242,7 +1266,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     Keyword-only, sparsecomm's: sparsifier/density/threshold/scheme/allow_lossy:
     defaults for every dense gradient; overrides: per-parameter options (see the module
     doc); average: the older form of op (True: Average, False: Sum); timeout: seconds
-    step() waits in all (None: init()'s default); prefix: of the tensor names."""
+    step() waits in all (None: init()'s default); prefix: of the tensor names;
+    submit_batch_us (None: the environment's SPARSECOMM_SUBMIT_BATCH_US, else 0): above 0,
+    the gradients whose hooks fire during a backward pass are sent to the daemon in
+    batches (sparsecomm.h, sc_submit_batch: the next one window_us after the first held
+    sends the batch, and synchronize() sends the rest before it waits), so that the daemon
+    wakes once a batch rather than once a gradient; 0 sends each gradient as its hook
+    fires, as Horovod does."""
     if op is not None and average is not None:
         raise ValueError("DistributedOptimizer: give op or average (its older form), not "
                          "both")
@@ -1267,9 +1297,25 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         average=red if red == ReduceOp.ADASUM else red == ReduceOp.AVERAGE, op=red,
         backward_passes_per_step=backward_passes_per_step, sparse_as_dense=sparse_as_dense,
         compression=compression, process_set=process_set, groups=groups,
-        gradient_predivide_factor=float(gradient_predivide_factor)))
+        gradient_predivide_factor=float(gradient_predivide_factor),
+        submit_batch_us=_batch_us(submit_batch_us)))
     opt.state = optimizer.state
     return opt
+
+
+def _batch_us(us):
+    """DistributedOptimizer's submit_batch_us, checked (None: the environment's)."""
+    if us is None:
+        env = os.environ.get("SPARSECOMM_SUBMIT_BATCH_US", "").strip()
+        try:
+            us = int(env) if env else 0
+        except ValueError:
+            raise ValueError("SPARSECOMM_SUBMIT_BATCH_US=%r is not a whole number of "
+                             "microseconds" % env) from None
+    if isinstance(us, bool) or not isinstance(us, int) or not 0 <= us <= 10000000:
+        raise ValueError("DistributedOptimizer: submit_batch_us must be a whole number of "
+                         "microseconds within 0 .. 10000000, not %r" % (us,))
+    return us
 
 
 def _check_groups(groups):
