@@ -4,7 +4,11 @@
  */
 #include "coll/job.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "scheme/registry.h"
 #include "util/log.h"
@@ -14,6 +18,18 @@
 static const char *item_name(const scd_job_item_t *it)
 {
 	return it->name ? it->name : "?";
+}
+
+scd_job_item_t *scd_job_items_new(size_t n)
+{
+	if (!n)
+		n = 1;
+	if (n > SIZE_MAX / sizeof(scd_job_item_t))
+		return NULL;
+	scd_job_item_t *it = malloc(n * sizeof(*it));
+	for (size_t i = 0; it && i < n; i++)
+		memset(&it[i], 0, offsetof(scd_job_item_t, src));
+	return it;
 }
 
 /* See job.h. */

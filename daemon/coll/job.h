@@ -411,6 +411,15 @@ static inline uint64_t scd_job_place_hash(const scd_job_t *job)
 void scd_job_clear_padding(const scd_device_ops_t *dev, const scd_job_t *job, char *buf,
 			   size_t esz);
 
+/*
+ * n items (at least one) for a job, each zero up to its sources: an item holds
+ * SCD_MAX_LOCAL of them (about 11 KiB), a buffer of 52 tensors 570 KiB, which calloc would
+ * clear (and evict the caches with) at every step for the few sources a node has. Whoever
+ * adds a source clears it first (ctl/jobview.c); nothing reads a source past n_src.
+ * free() frees them; NULL when out of memory.
+ */
+scd_job_item_t *scd_job_items_new(size_t n);
+
 /* The timeline's event of one stage of a job, on the stage's thread's lane (the scheme's
  * and the exchanges' events nest inside the communication stage's): its tensors, bytes,
  * scheme, bytes sent and status. */

@@ -89,6 +89,7 @@ static void fill_srcs(scd_ctl_t *ctl, scd_ntensor_t *nt, scd_job_item_t *it)
 		if (!r || !r->handle)
 			continue;
 		scd_job_src_t *s = &it->src[it->n_src++];
+		*s = (scd_job_src_t){0}; /* the items' sources come uncleared (coll/job.h) */
 		/* shared memory, or the daemon's GPU memory the trainer maps by CUDA IPC */
 		s->device = r->device_kind == SC_DEVICE_CUDA ? SCD_DEVICE_CUDA : SCD_DEVICE_CPU;
 		s->ready_ev = r->ready_ev;

@@ -139,8 +139,7 @@ sc_status_t scd_neg_allreduce_job(scd_world_t *w, const Sparsecomm__Response *re
 	*job_p = NULL;
 	scd_job_t *job = calloc(1, sizeof(*job));
 	int mine = job ? job_pset(w, resp, job) : -1;
-	scd_job_item_t *items =
-	    mine > 0 ? calloc(resp->n_cache_ids ? resp->n_cache_ids : 1, sizeof(*items)) : NULL;
+	scd_job_item_t *items = mine > 0 ? scd_job_items_new(resp->n_cache_ids) : NULL;
 	if (!mine) { /* a process set without this node */
 		free(job);
 		return SC_OK;

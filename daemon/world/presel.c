@@ -36,7 +36,7 @@ void scd_world_presel(scd_world_t *w, scd_ntensor_t *nt, uint32_t id, const scd_
 	    !scd_sparsify_kind_of(sig->sparsifier, &kind) || (spec && kind == SCD_SPARSIFY_DGC))
 		return;
 	scd_job_t *job = calloc(1, sizeof(*job));
-	scd_job_item_t *it = job ? calloc(1, sizeof(*it)) : NULL;
+	scd_job_item_t *it = job ? scd_job_items_new(1) : NULL;
 	if (!it) { /* the buffer selects it as before */
 		free(job);
 		scd_warn(SCD_SUB_NEGOTIATE, "no memory to select tensor '%s' at submission",
