@@ -451,8 +451,8 @@ SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
  * instead of being sent at once, and the requests held go to the daemon together, in the
  * order they were started, in one system call: when the next one comes window_us or more
  * after the first held, when 64 are held, when any other request is made (a registration,
- * a barrier, sc_finalize), on sc_submit_flush, and before every sc_wait, sc_poll and
- * sc_stream_wait of this client (a wait never waits for a request that was not sent).
+ * a barrier, sc_finalize), on sc_submit_flush, and before every sc_wait, sc_poll, sc_abandon
+ * and sc_stream_wait of this client (a wait never waits for a request that was not sent).
  * Nothing sends them on a timer: a rank that holds a request and then waits on anything
  * outside this client (another library's collective) must call sc_submit_flush first, or
  * the other ranks' matching operations wait for it. The daemon then wakes once a batch

@@ -1307,7 +1307,8 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 	struct scl_op *o;
 
 	if (scl_enter_call(client, "abandon") != SC_OK)
-		return; /* sc_finalize frees every operation */
+		return;		  /* sc_finalize frees every operation */
+	scl_submit_flush(client); /* a request held (sc_submit_batch) still goes */
 	pthread_mutex_lock(&client->mu);
 	o = op_find(client, handle);
 	if (o && o->done)

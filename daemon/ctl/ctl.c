@@ -1324,6 +1324,11 @@ static void serve(scd_ctl_t *ctl, scd_session_t *s, const Sparsecomm__ClientMsg 
 		send_ok(ctl, s, seq);
 		session_end(ctl, s, 0);
 		break;
+	case SPARSECOMM__CLIENT_MSG__BODY_BATCH: /* the submit channel's (serve_batch) */
+		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_PROTOCOL,
+			   "a SubmitBatch goes over the submit channel only: none of its "
+			   "requests was served");
+		break;
 	default:
 		send_error(ctl, s->ident, s->ident_len, seq, SC_ERR_PROTOCOL,
 			   "unknown request");

@@ -899,6 +899,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, *args, **kwargs):
         """The wrapped optimizer's, after the reductions in flight are waited for (their
         results dropped) and every count starts again, as Horovod's resets them."""
+        self._batch_off()
         handles, self._handles = self._handles, {}
         deadline = _sc._now() + (_sc._ctx.timeout_s if self._timeout is None
                                  else float(self._timeout))
@@ -993,10 +994,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     % (self._name[p], self.backward_passes_per_step))
             self._delay[p] -= 1
             if self._delay[p] == 0 and not self._deferred(p):
-                if self._batch_us and self._batching is None:
+                if self._batch_us and self._batching is not _sc._ctx:
                     self._batch(True)
                 self._handles[p] = self._submit(p)
         return hook
+
+    def _batch_off(self):
+        if self._batching is not None:
+            self._batch(False)
 
     def _batch(self, on):
         """Starts batching the hooks' submissions (submit_batch_us), or ends it and sends
@@ -1149,12 +1154,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._included:
             self._synchronized = True
             return
-        self._follow_requires_grad()
-        for p in self._requires_update:
-            if p not in self._handles:
-                self._handles[p] = self._submit(p)
-        if self._batching is not None:
-            self._batch(False)
+        try:
+            self._follow_requires_grad()
+            for p in self._requires_update:
+                if p not in self._handles:
+                    self._handles[p] = self._submit(p)
+        finally:  # what the hooks held goes before any wait, even after an error
+            self._batch_off()
         deadline = _sc._now() + (_sc._ctx.timeout_s if self._timeout is None
                                  else float(self._timeout))
         handles, self._handles = self._handles, {}
@@ -1225,6 +1231,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def remove_hooks(self):
+        self._batch_off()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_accs, self._hook_of = [], [], {}
