@@ -127,48 +127,6 @@ static int64_t now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Sends the frames from f on (a list) on fd in as few calls as the socket takes, each
- * frame one message (sendmmsg), waiting up to timeout_ms in all while the socket is full;
- * 0, or -1 with the reason in why. */
-static int submit_send_list(int fd, struct scl_frame *f, int timeout_ms, char *why,
-			    size_t why_len)
-{
-	enum { BATCH = 64 };
-	struct mmsghdr m[BATCH];
-	struct iovec v[BATCH];
-	int64_t deadline = deadline_ms_after(timeout_ms);
-	while (f) {
-		int n = 0;
-		for (struct scl_frame *g = f; g && n < BATCH; g = g->next, n++) {
-			v[n] = (struct iovec){g->data, g->len};
-			m[n] = (struct mmsghdr){.msg_hdr = {.msg_iov = &v[n], .msg_iovlen = 1}};
-		}
-		int sent = sendmmsg(fd, m, (unsigned)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (sent < 0 && errno == EINTR)
-			continue;
-		if (sent < 0 && errno == EAGAIN && wait_fd(fd, POLLOUT, deadline))
-			continue;
-		int short_send = 0;
-		for (int i = 0; i < sent; i++)
-			short_send |= m[i].msg_len != v[i].iov_len;
-		if (sent <= 0 || short_send) {
-			if (sent < 0 && errno == EAGAIN)
-				snprintf(why, why_len,
-					 "the daemon took no request from its submit channel "
-					 "within %d ms",
-					 timeout_ms);
-			else
-				snprintf(why, why_len,
-					 "cannot send to the daemon's submit channel: %s",
-					 sent < 0 ? strerror(errno) : "a short send");
-			return -1;
-		}
-		for (int i = 0; i < sent; i++)
-			f = f->next;
-	}
-	return 0;
-}
-
 /* The requests from *f on, as many as one SubmitBatch of at most SCL_BATCH_BYTES takes
  * (at least one), packed in one frame; *f moves past them. NULL when out of memory. */
 static struct scl_frame *batch_pack(struct scl_frame **f)
@@ -194,11 +152,14 @@ static struct scl_frame *batch_pack(struct scl_frame **f)
 }
 
 /* Sends the list from f on: two or more as SubmitBatch frames where the daemon takes
- * them (one message, one wake-up of its loop, per batch), else each as it is. */
+ * them (one message, one wake-up of its loop, per batch), else each as it is (sendmmsg(2)
+ * would not save the wake-ups: the loop reads the first before the second arrives). */
 static int held_send_list(sc_client_t *c, struct scl_frame *f, char *why, size_t why_len)
 {
-	if (!c->submit_batchable || !f->next)
-		return submit_send_list(c->submit_fd, f, SCL_DEFAULT_TMO_MS, why, why_len);
+	for (; f && (!c->submit_batchable || !f->next); f = f->next)
+		if (submit_send(c->submit_fd, f->data, f->len, SCL_DEFAULT_TMO_MS, why,
+				why_len))
+			return -1;
 	while (f) {
 		struct scl_frame *b = batch_pack(&f);
 		if (!b) {
