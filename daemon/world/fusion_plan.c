@@ -81,10 +81,11 @@ static int joins(const scd_fplan_tensor_t *t, int j)
 	return t[j].whole && !forced(t, j);
 }
 
+/* Whether every tensor but the idle ones has all its times. */
 static int measured(const scd_fplan_tensor_t *t, int L)
 {
 	for (int j = 0; j < L; j++)
-		if (t[j].tcp_s < 0 || t[j].tb_s < 0 || t[j].cm_s < 0)
+		if (!t[j].idle && (t[j].tcp_s < 0 || t[j].tb_s < 0 || t[j].cm_s < 0))
 			return 0;
 	return 1;
 }
@@ -342,6 +343,7 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 	else /* appended */
 		pos_put(s, k);
 	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes,
+				       .seen = s->arrivals,
 				       .key = key,
 				       .solo = !!(flags & SCD_FPLAN_SOLO),
 				       .whole = !!(flags & SCD_FPLAN_WHOLE)};
@@ -414,7 +416,11 @@ void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *read
 
 void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_t wait_ms)
 {
-	if (pos < 0 || pos >= s->n || !s->t[pos].pend)
+	if (pos < 0 || pos >= s->n)
+		return;
+	s->t[pos].seen = ++s->arrivals;
+	s->t[pos].idle = 0;
+	if (!s->t[pos].pend)
 		return;
 	s->t[pos].pend = 0;
 	/* a gap the longest wait would not cover is a step that skipped the tensor, not a
@@ -678,8 +684,77 @@ static int trial_begin(scd_fplan_state_t *s)
 	return 1;
 }
 
+int scd_fplan_lead(const scd_fplan_state_t *s)
+{
+	for (int k = 0; k < s->n; k++)
+		if (!s->t[k].idle)
+			return k;
+	return 0;
+}
+
+/* Whether position k's tensor goes after the step's tensors (idle_to_end). */
+static int trails(const scd_fplan_state_t *s, int k)
+{
+	return s->t[k].idle && !s->t[k].whole;
+}
+
+/* Marks the tensors that went idle, and moves the idle tensors (but a whole class's,
+ * which stays one run) after the others, in their order, each opening a buffer. Returns 1
+ * when the order changed, 0 when not, -1 out of memory (the order stays). */
+static int idle_to_end(scd_fplan_state_t *s)
+{
+	int n = s->n, j = 0, moved = 0;
+	uint64_t span = (uint64_t)SCD_FPLAN_IDLE_STEPS * (uint64_t)n;
+	for (int k = 0; k < n; k++)
+		if (s->arrivals - s->t[k].seen > span)
+			s->t[k].idle = 1;
+	for (int k = 0; k < n; k++) {
+		moved |= trails(s, k) ? 0 : j != k;
+		j += !trails(s, k);
+	}
+	if (!moved)
+		return 0;
+	size_t P3 = 3 * (size_t)s->P;
+	int *perm = malloc(sizeof(int) * (size_t)n);
+	uint32_t *ids = malloc(sizeof(uint32_t) * (size_t)n);
+	scd_fplan_tensor_t *t = malloc(sizeof(*t) * (size_t)n);
+	double *rank_t = malloc(sizeof(double) * P3 * (size_t)n);
+	double *snap = malloc(sizeof(double) * 3 * (size_t)n);
+	int ok = perm && ids && t && rank_t && snap;
+	if (ok) {
+		j = 0;
+		for (int pass = 0; pass < 2; pass++)
+			for (int k = 0; k < n; k++)
+				if (trails(s, k) == pass)
+					perm[j++] = k;
+		for (int k = 0; k < n; k++) {
+			int f = perm[k];
+			ids[k] = s->ids[f];
+			t[k] = s->t[f];
+			t[k].brk |= trails(s, f);
+			memcpy(&rank_t[k * P3], &s->rank_t[f * P3], P3 * sizeof(double));
+			memcpy(&snap[3 * k], &s->snap[3 * f], 3 * sizeof(double));
+		}
+		memcpy(s->ids, ids, sizeof(uint32_t) * (size_t)n);
+		memcpy(s->t, t, sizeof(*t) * (size_t)n);
+		memcpy(s->rank_t, rank_t, sizeof(double) * P3 * (size_t)n);
+		memcpy(s->snap, snap, sizeof(double) * 3 * (size_t)n);
+		pos_rebuild(s);
+		s->dirty = 1;
+	}
+	free(perm);
+	free(ids);
+	free(t);
+	free(rank_t);
+	free(snap);
+	return ok ? 1 : -1;
+}
+
 int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 {
+	int idled = idle_to_end(s);
+	if (idled < 0)
+		return -1;
 	/* a re-measured latency moves a little at every probe: only a real change re-plans */
 	int cfg_changed = cfg->mode != s->cfg.mode || cfg->fixed_bytes != s->cfg.fixed_bytes ||
 			  cfg->buffers != s->cfg.buffers ||
@@ -718,7 +793,9 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 	if (!start)
 		return -1;
 	int forced_replan = structural || (all_timed && !s->from_times);
-	const char *why = structural	  ? (s->dirty ? "tensors" : "config")
+	const char *why = structural	  ? (idled	? "idle"
+					     : s->dirty ? "tensors"
+							: "config")
 			  : forced_replan ? "measured"
 					  : "profiles";
 	if (!s->dirty && !cfg_changed)

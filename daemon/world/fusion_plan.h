@@ -91,6 +91,9 @@ typedef struct scd_fplan_tensor {
 	int pend;		  /* went out without it; counts a miss if still missing the
 				     next time (scd_fplan_partial) */
 	uint64_t pend_ms;	  /* then: the latest ready time of the tensors that went */
+	uint64_t seen;		  /* the plan's arrivals count at its last arrival (or when
+				     it was planned) */
+	int idle;		  /* the steps skip it (scd_fplan_lead) until it comes again */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -143,16 +146,18 @@ typedef struct scd_fplan_state {
 	    *pos_of; /* by cache id, open addressing: position + 1, 0 free (fusion_plan.c) */
 	uint32_t cap_pos;
 	uint64_t version;
-	uint64_t reports; /* since the current plan */
-	int dirty;	  /* tensors added or replaced, or the configuration changed */
-	int broke;	  /* a break learnt since the last update (scd_fplan_break) */
-	int from_times;	  /* the current plan was made from every tensor's times */
-	uint64_t pending; /* hash of a rebuilt plan waiting for confirmation, 0: none */
+	uint64_t reports;  /* since the current plan */
+	int dirty;	   /* tensors added or replaced, or the configuration changed */
+	int broke;	   /* a break learnt since the last update (scd_fplan_break) */
+	uint64_t arrivals; /* tensors that arrived (scd_fplan_arrived) */
+	int from_times;	   /* the current plan was made from every tensor's times */
+	uint64_t pending;  /* hash of a rebuilt plan waiting for confirmation, 0: none */
 	scd_fplan_cfg_t cfg;
 	scd_fplan_comm_t comm; /* the buffers' measured communication by size */
 	uint64_t late_ms;      /* learnt wait (scd_fplan_wait_ms), 0: none */
 	const char *why;       /* what made the last plan change: "tensors" (added, replaced,
-				  removed, or a break learnt before a plan from times), "break"
+				  removed, or a break learnt before a plan from times), "idle"
+				  (tensors the steps skip moved to the end), "break"
 				  (a break learnt: the running adaptive plan from times split
 				  there), "config", "measured" (the first plan from every
 				  tensor's times), "profiles", or "slower" (a plan on trial
@@ -207,6 +212,21 @@ void scd_fplan_break(scd_fplan_state_t *s, uint32_t id);
  */
 void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *ready, int grouped,
 		       uint64_t last_ms);
+/*
+ * A tensor the steps skip (a barrier before the training loop, a metric reduced every few
+ * epochs) is idle from the update that finds SCD_FPLAN_IDLE_STEPS steps' worth of
+ * arrivals (that many times the plan's tensors) since its own last one, until it comes
+ * again. That update moves idle tensors (but those of a class that fuses whole) to the
+ * end of the plan order, each opening a buffer of its own, and re-plans: the step's
+ * tensors keep the plan's first position, whose arrival marks each step (scd_fplan_step),
+ * and no buffer of theirs waits for one. An idle tensor's missing times hold back no plan
+ * from measured times. (A barrier at the first position once left an adaptive plan with
+ * no step marks, and with its times never measured, so no plan from times was made.)
+ */
+#define SCD_FPLAN_IDLE_STEPS 4
+/* The first position whose tensor is not idle (0 when none is): its arrival begins a
+ * step. */
+int scd_fplan_lead(const scd_fplan_state_t *s);
 /* Position pos's tensor is ready since ready_ms (it came, if late: after a buffer that
  * went out with two or more tensors, last_ms its latest ready time, the gap teaches the
  * wait, scd_fplan_wait_ms, unless longer than the longest wait for wait_ms, the

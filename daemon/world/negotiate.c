@@ -792,11 +792,12 @@ static void emit_planned(scd_world_t *w, plan_builder_t *pb, ready_ent_t *r, int
 			 (unsigned long long)fp->version, scd_fusion_mode_name(cfg->mode),
 			 fp->why, fp->n, fp->n_buf);
 	uint64_t wait_cfg = (uint64_t)scd_cfg_int(&w->d->cfg, SCD_CFG_fusion_wait_ms);
+	int lead = scd_fplan_lead(fp);
 	for (int i = 0; i < n; i++) { /* after the update: positions may have moved */
 		if (r[i].pos >= 0 || r[i].fresh)
 			r[i].pos = scd_fplan_pos(fp, r[i].id);
 		scd_fplan_arrived(fp, r[i].pos, r[i].e->ready_ms, wait_cfg);
-		if (r[i].pos == 0) /* a step begins: its period is the plan's step time */
+		if (r[i].pos == lead) /* a step begins: its period is the plan's step time */
 			scd_fplan_step(fp, r[i].e->ready_ms);
 	}
 	if (n > 1)

@@ -438,6 +438,8 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	 * break at the third miss and split on and on) */
 	for (int step = 0; step < 50; step++) {
 		int went = 2 + step % 5;
+		for (int k = 0; k < went; k++)
+			scd_fplan_arrived(&s, k, 1000, 20);
 		went_partial(&s, went, 0);
 		for (int k = went; k < 8; k++)
 			scd_fplan_arrived(&s, k, 1010, 20);
@@ -521,6 +523,59 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 		CHECK_EQ_INT(s.buf[went], 1);
 		scd_fplan_state_free(&s);
 	}
+}
+
+UNIT_TEST(fusion_plan_idle_tensor_holds_back_nothing)
+{
+	/* an adaptive plan of 8 tensors whose first, tensor 0, came once (a barrier before
+	 * the training loop: alone in its buffer, never timed) and the steps skip: it held
+	 * back every plan from measured times, and as the plan's first it marked no step.
+	 * Once SCD_FPLAN_IDLE_STEPS steps' worth of arrivals passed without it, it is idle:
+	 * moved to the end, the others' times make the plan from measured times, and the
+	 * tensor the steps begin with leads */
+	scd_fplan_cfg_t cfg = {.mode = SCD_FUSION_ADAPTIVE, .buffers = 2, .alpha_s = 1e-3};
+	scd_fplan_state_t s;
+	plan_of_8(&s, &cfg);
+	int step = 0, moved_at = -1;
+	for (; step < 3 * SCD_FPLAN_IDLE_STEPS && moved_at < 0; step++) {
+		CHECK_EQ_INT(scd_fplan_pos(&s, 0), 0);
+		CHECK_EQ_INT(scd_fplan_lead(&s), 0);
+		CHECK_TRUE(!s.from_times);
+		for (uint32_t id = 1; id < 8; id++) {
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), 1000, 20);
+			for (int rank = 0; rank < 2; rank++)
+				scd_fplan_report(&s, rank, id, 1e-4, 1e-5, 1e-4 * id);
+		}
+		if (scd_fplan_update(&s, &cfg) == 1 && scd_fplan_pos(&s, 0) != 0)
+			moved_at = step;
+	}
+	/* 7 arrivals a step: past 4 x 8 in the fifth */
+	CHECK_EQ_INT(moved_at, 4);
+	CHECK_TRUE(s.t[7].idle);
+	CHECK_TRUE(s.t[7].brk);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 7);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 1), 0);
+	CHECK_EQ_INT(scd_fplan_lead(&s), 0);
+	CHECK_TRUE(s.from_times);
+	CHECK_TRUE(s.buf[6] != s.buf[7]);
+	/* it comes again: no longer idle, it keeps its place at the end (no re-plan) */
+	uint64_t v = s.version;
+	scd_fplan_arrived(&s, 7, 2000, 20);
+	CHECK_TRUE(!s.t[7].idle);
+	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 7);
+	CHECK_TRUE(s.version == v);
+	/* a tensor of the step (every arrival in a step of 8) never goes idle */
+	for (int i = 0; i < 10 * SCD_FPLAN_IDLE_STEPS; i++) {
+		for (uint32_t id = 1; id < 8; id++)
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), 3000, 20);
+		scd_fplan_update(&s, &cfg);
+	}
+	for (int k = 0; k < 7; k++)
+		CHECK_TRUE(!s.t[k].idle);
+	CHECK_TRUE(s.t[7].idle); /* gone again: idle, where it is */
+	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 7);
+	scd_fplan_state_free(&s);
 }
 
 /* ---- the planner's state machine on recorded timings ----------------------------------- */
