@@ -1215,7 +1215,10 @@ static sc_status_t op_collect(sc_client_t *c, sc_handle_t h, int timeout_ms,
 
 	if (!c)
 		return scl_error(SC_ERR_INVALID, "wait: NULL client");
-	scl_submit_flush(c); /* a request held (sc_submit_batch) is sent before its wait */
+	/* a request held (sc_submit_batch) is sent before its wait; where another thread's
+	 * send holds the channel, that thread sends it (a poll or a short wait does not
+	 * block behind a full socket) */
+	scl_submit_flush(c, 0);
 	if (timeout_ms > 0)
 		deadline = scl_deadline_after(timeout_ms);
 	pthread_mutex_lock(&c->mu);
@@ -1307,8 +1310,8 @@ SC_API void sc_abandon(sc_client_t *client, sc_handle_t handle)
 	struct scl_op *o;
 
 	if (scl_enter_call(client, "abandon") != SC_OK)
-		return;		  /* sc_finalize frees every operation */
-	scl_submit_flush(client); /* a request held (sc_submit_batch) still goes */
+		return;		     /* sc_finalize frees every operation */
+	scl_submit_flush(client, 0); /* a request held (sc_submit_batch) still goes */
 	pthread_mutex_lock(&client->mu);
 	o = op_find(client, handle);
 	if (o && o->done)

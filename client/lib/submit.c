@@ -26,7 +26,12 @@
  * wake-up of the daemon's loop) when a request comes past the window, when SCL_HELD_MAX
  * are held, when a request that may not be held comes (it goes after them, alone), on
  * sc_submit_flush, and before every wait (client.c, op_collect). Held requests have had
- * their turn, so order stays the tickets'.
+ * their turn, so order stays the tickets'. A wait or a poll never blocks on send_mu: one
+ * that finds it taken (another thread's send waiting on a full socket, up to the library's
+ * timeout) sets flush_wanted and returns; whoever holds send_mu sends what is held as it
+ * lets go, then looks at flush_wanted again once it has let go and takes send_mu back if
+ * it is set and free (send_unlock). Either the asker's second try takes send_mu, or the
+ * holder let go after the asker set the flag and sees it: no request stays held.
  *
  * Back-pressure. A full socket is waited on (poll, up to the library's timeout), never
  * dropped; a daemon that takes nothing for that long fails the client with that reason.
@@ -188,8 +193,33 @@ static int held_send(sc_client_t *c, char *why, size_t why_len)
 	}
 	c->held = NULL;
 	c->held_tail = &c->held;
-	__atomic_store_n(&c->held_n, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->held_n, 0, __ATOMIC_SEQ_CST);
 	return rc;
+}
+
+/* Releases send_mu, first sending what is held where flush_wanted asks for it; after
+ * the release, a flag set meanwhile is served by taking send_mu back when it is free
+ * (else its holder serves it as it lets go). failed: a send of the caller's failed (why
+ * says why); returns whether any send failed, the reason in why. */
+static int send_unlock(sc_client_t *c, int failed, char *why, size_t why_len)
+{
+	for (;;) {
+		if (__atomic_exchange_n(&c->flush_wanted, 0, __ATOMIC_SEQ_CST) && c->held &&
+		    held_send(c, why, why_len) != 0)
+			failed = c->send_failed = 1;
+		pthread_mutex_unlock(&c->send_mu);
+		if (!__atomic_load_n(&c->flush_wanted, __ATOMIC_SEQ_CST) ||
+		    pthread_mutex_trylock(&c->send_mu) != 0)
+			return failed;
+	}
+}
+
+/* A send of the channel failed: the client fails with why (c->mu not held). */
+static void send_failed(sc_client_t *c, const char *why)
+{
+	pthread_mutex_lock(&c->mu);
+	scl_client_fail(c, SC_ERR_CONNECT, why);
+	pthread_mutex_unlock(&c->mu);
 }
 
 /* Sends f in its ticket's turn, or holds it there (hold: a collective's request, under
@@ -235,20 +265,16 @@ static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms, int
 		int64_t now = now_us();
 		*c->held_tail = f;
 		c->held_tail = &f->next;
-		if (__atomic_add_fetch(&c->held_n, 1, __ATOMIC_RELAXED) == 1)
+		if (__atomic_add_fetch(&c->held_n, 1, __ATOMIC_SEQ_CST) == 1)
 			c->held_since_us = now;
 		if (c->batch_us <= 0 || c->held_n >= SCL_HELD_MAX ||
 		    now - c->held_since_us >= c->batch_us)
 			failed = c->send_failed = held_send(c, why, sizeof(why)) != 0;
 	}
-	c->send_turn++;
+	__atomic_add_fetch(&c->send_turn, 1, __ATOMIC_SEQ_CST);
 	pthread_cond_broadcast(&c->send_cv);
-	pthread_mutex_unlock(&c->send_mu);
-	if (failed) {
-		pthread_mutex_lock(&c->mu);
-		scl_client_fail(c, SC_ERR_CONNECT, why);
-		pthread_mutex_unlock(&c->mu);
-	}
+	if (send_unlock(c, failed, why, sizeof(why)))
+		send_failed(c, why);
 }
 
 void scl_submit_request(sc_client_t *c, struct scl_frame *f, int hold)
@@ -261,31 +287,34 @@ void scl_submit_goodbye(sc_client_t *c, struct scl_frame *f, int wait_ms)
 	submit_in_turn(c, f, wait_ms, 0);
 }
 
-void scl_submit_flush(sc_client_t *c)
+void scl_submit_flush(sc_client_t *c, int wait)
 {
 	char why[SCL_ERR_MAX - 64];
-	int failed = 0;
 
 	if (!c || !__atomic_load_n(&c->held_n, __ATOMIC_RELAXED))
 		return;
-	pthread_mutex_lock(&c->send_mu);
-	if (c->held)
-		failed = c->send_failed = held_send(c, why, sizeof(why)) != 0;
-	pthread_mutex_unlock(&c->send_mu);
-	if (failed) {
-		pthread_mutex_lock(&c->mu);
-		scl_client_fail(c, SC_ERR_CONNECT, why);
-		pthread_mutex_unlock(&c->mu);
+	if (wait)
+		pthread_mutex_lock(&c->send_mu);
+	else if (pthread_mutex_trylock(&c->send_mu) != 0) {
+		__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+		if (pthread_mutex_trylock(&c->send_mu) != 0)
+			return; /* its holder sends them as it lets go (send_unlock) */
 	}
+	__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+	if (send_unlock(c, 0, why, sizeof(why)))
+		send_failed(c, why);
 }
 
 void scl_submit_batch_set(sc_client_t *c, int window_us)
 {
+	char why[SCL_ERR_MAX - 64];
+
 	pthread_mutex_lock(&c->send_mu);
-	c->batch_us = window_us;
-	pthread_mutex_unlock(&c->send_mu);
-	if (window_us <= 0)
-		scl_submit_flush(c);
+	__atomic_store_n(&c->batch_us, window_us, __ATOMIC_RELAXED);
+	if (window_us <= 0) /* what is held goes now */
+		__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+	if (send_unlock(c, 0, why, sizeof(why)))
+		send_failed(c, why);
 }
 
 void scl_submit_quiesce(sc_client_t *c)
@@ -293,10 +322,13 @@ void scl_submit_quiesce(sc_client_t *c)
 	pthread_mutex_lock(&c->mu);
 	uint64_t issued = c->send_next;
 	pthread_mutex_unlock(&c->mu);
+	char why[SCL_ERR_MAX - 64];
+
 	pthread_mutex_lock(&c->send_mu);
 	while (c->send_turn != issued)
 		pthread_cond_wait(&c->send_cv, &c->send_mu);
-	pthread_mutex_unlock(&c->send_mu);
+	if (send_unlock(c, 0, why, sizeof(why)))
+		send_failed(c, why);
 }
 
 /* The channel's path as this process sees it (out, cap bytes): the directory of the
@@ -453,6 +485,6 @@ SC_API sc_status_t sc_submit_flush(sc_client_t *client)
 
 	if (st != SC_OK)
 		return st;
-	scl_submit_flush(client);
+	scl_submit_flush(client, 1);
 	return scl_left(client, client_state(client, "sc_submit_flush"));
 }

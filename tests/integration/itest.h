@@ -109,6 +109,9 @@ size_t it_check(const void *data, sc_dtype_t dtype, size_t n, uint64_t seed, int
 int it_mentions_rank(const char *msg, int r);
 /* True when msg contains the decimal number v as a whole token. */
 int it_mentions_number(const char *msg, long long v);
+/* The daemon's pid, from the name of a shared object this process maps
+ * ("/dev/shm/sparsecomm.<pid>.<n>.<random>": a tensor registered first). */
+int it_daemon_pid(void);
 
 /* Scenarios. */
 int it_sums(int argc, char **argv);
@@ -138,6 +141,7 @@ int it_submit_channel(int argc, char **argv);
 int it_submit_order(int argc, char **argv);
 int it_submit_threads(int argc, char **argv);
 int it_submit_batch(int argc, char **argv);
+int it_submit_poll(int argc, char **argv);
 int it_submit_fork(int argc, char **argv);
 int it_submit_reconnect(int argc, char **argv);
 int it_submit_open(int argc, char **argv);

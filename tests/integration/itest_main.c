@@ -333,6 +333,23 @@ int it_mentions_rank(const char *msg, int r)
 	return 0;
 }
 
+int it_daemon_pid(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4400];
+	int pid = -1;
+	while (f && pid < 0 && fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "/dev/shm/sparsecomm.");
+		if (p)
+			pid = atoi(p + strlen("/dev/shm/sparsecomm."));
+	}
+	if (f)
+		fclose(f);
+	if (pid <= 0)
+		IT_FAIL("no /dev/shm/sparsecomm.<pid> object in /proc/self/maps");
+	return pid;
+}
+
 int it_mentions_number(const char *msg, long long v)
 {
 	char num[32];
@@ -415,6 +432,8 @@ static const struct {
     {"submit-order", it_submit_order, "[STEPS]: submissions then a barrier or a join at once"},
     {"submit-threads", it_submit_threads, "[ROUNDS]: 4 threads of a trainer submit at once"},
     {"submit-batch", it_submit_batch, ": sc_submit_batch holds collectives until a flush"},
+    {"submit-poll", it_submit_poll,
+     ": sc_poll and a short sc_wait return behind a send blocked on a full channel"},
     {"submit-reconnect", it_submit_reconnect, "[TIMES]: sc_finalize then sc_connect at once"},
     {"submit-open", it_submit_open, "binding the channel against a scripted daemon"},
     {"finalize-race", it_finalize_race,

@@ -650,25 +650,6 @@ int it_silent_accept(int argc, char **argv)
 	it_pass();
 }
 
-/* The daemon's pid, from the name of a shared object this process maps
- * ("/dev/shm/sparsecomm.<pid>.<n>.<random>"). */
-static int daemon_pid_from_maps(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[4400];
-	int pid = -1;
-	while (f && pid < 0 && fgets(line, sizeof(line), f)) {
-		const char *p = strstr(line, "/dev/shm/sparsecomm.");
-		if (p)
-			pid = atoi(p + strlen("/dev/shm/sparsecomm."));
-	}
-	if (f)
-		fclose(f);
-	if (pid <= 0)
-		IT_FAIL("no /dev/shm/sparsecomm.<pid> object in /proc/self/maps");
-	return pid;
-}
-
 /* A process's peak resident memory in KiB (VmHWM of /proc/PID/status). */
 static long vm_hwm_kib(int pid)
 {
@@ -727,7 +708,7 @@ int it_oversize(int argc, char **argv)
 	const size_t frame = (size_t)192 << 20;
 	sc_client_t *c = it_connect();
 	it_register(c, "oversize.probe", SC_FLOAT32, 16);
-	int pid = daemon_pid_from_maps();
+	int pid = it_daemon_pid();
 	long before = vm_hwm_kib(pid);
 	raw_t r;
 	raw_open(&r);
@@ -910,7 +891,7 @@ int it_ctl_flood(int argc, char **argv)
 {
 	sc_client_t *c = it_connect();
 	it_register(c, "flood.probe", SC_FLOAT32, 16);
-	int pid = daemon_pid_from_maps();
+	int pid = it_daemon_pid();
 	long before = vm_hwm_kib(pid);
 
 	raw_t r;

@@ -29,18 +29,28 @@
  *   past the window and sc_submit_batch(c, 0), each with no wait; a negative window is
  *   SC_ERR_INVALID.
  *
+ * submit-poll: one trainer, its channel's send buffer at the kernel's least and the daemon
+ *   stopped (SIGSTOP): a second thread's submissions under a 10 s window fill the channel,
+ *   and its send of a batch waits on the full socket while it holds the channel; sc_poll
+ *   of an operation held before returns SC_IN_PROGRESS within 1 s and a 200 ms sc_wait
+ *   SC_ERR_TIMEOUT within 1.5 s (both once waited for that send, up to the library's 30 s
+ *   timeout); once the daemon runs again every sum is exact.
+ *
  * submit-fork: a child forked after sc_connect is refused a request (naming the forked
  *   child) and its sc_finalize returns without ending the parent's session: the parent's
  *   allreduce after it is exact.
  */
 #include "itest.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -444,6 +454,115 @@ int it_submit_batch(int argc, char **argv)
 	served_within(r0, 1, "sc_submit_batch(c, 0)");
 	batch_check(c, t[2], h[0], ORDER_N, 950, "sent by sc_submit_batch(c, 0)");
 	it_log("batched submissions: held until a flush, every sum exact");
+	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
+	it_pass();
+}
+
+enum { POLL_FILL = 256 };
+
+/* The descriptor of this process's submit channel (the one SOCK_SEQPACKET socket connected
+ * to a path), -1 when there is none or more than one. */
+static int submit_fd(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int found = -1, n = 0;
+	while (d && (de = readdir(d)) != NULL) {
+		int fd = atoi(de->d_name), type = 0;
+		socklen_t len = sizeof(type);
+		struct sockaddr_un a;
+		socklen_t al = sizeof(a);
+		if (de->d_name[0] == '.' || fd == dirfd(d) ||
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+		    type != SOCK_SEQPACKET ||
+		    getpeername(fd, (struct sockaddr *)&a, &al) != 0 ||
+		    a.sun_family != AF_UNIX || al <= sizeof(sa_family_t) || !a.sun_path[0])
+			continue;
+		found = fd;
+		n++;
+	}
+	if (d)
+		closedir(d);
+	return n == 1 ? found : -1;
+}
+
+typedef struct {
+	sc_client_t *c;
+	sc_tensor_t **t;
+	sc_handle_t h[POLL_FILL];
+	int done; /* atomic */
+} poll_fill_t;
+
+/* Submits every fill tensor, each a held collective: every 64th sends a batch. */
+static void *poll_fill(void *arg)
+{
+	poll_fill_t *f = arg;
+	for (int k = 0; k < POLL_FILL; k++)
+		f->h[k] = batch_start(f->c, f->t[k], 4, 3000 + (uint64_t)k);
+	__atomic_store_n(&f->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+int it_submit_poll(int argc, char **argv)
+{
+	static sc_tensor_t *fill[POLL_FILL];
+	static poll_fill_t f;
+	char name[64];
+	sc_client_t *c = it_connect();
+	if (sc_size(c) != 1)
+		IT_FAIL("submit-poll stops its daemon: run it on one trainer, not %d",
+			sc_size(c));
+	sc_tensor_t *a = it_register(c, "poll.a", SC_FLOAT32, 4);
+	for (int k = 0; k < POLL_FILL; k++) {
+		snprintf(name, sizeof(name), "poll.fill.%d", k);
+		fill[k] = it_register(c, name, SC_FLOAT32, 4);
+	}
+	int fd = submit_fd(), least = 1, pid = it_daemon_pid();
+	if (fd < 0)
+		IT_FAIL("no single submit channel among this process's descriptors");
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &least, sizeof(least)) != 0)
+		IT_FAIL("SO_SNDBUF on the submit channel: %s", strerror(errno));
+	IT_CHECK_SC(sc_submit_batch(c, 10 * 1000 * 1000), "sc_submit_batch 10 s");
+	if (kill(pid, SIGSTOP) != 0)
+		IT_FAIL("SIGSTOP to the daemon (pid %d): %s", pid, strerror(errno));
+	sc_handle_t ha = batch_start(c, a, 4, 2999); /* held */
+	f.c = c;
+	f.t = fill;
+	pthread_t th;
+	if (pthread_create(&th, NULL, poll_fill, &f) != 0) {
+		kill(pid, SIGCONT);
+		IT_FAIL("cannot start the filling thread");
+	}
+	double t0 = it_now_s();
+	while (!__atomic_load_n(&f.done, __ATOMIC_SEQ_CST) && it_now_s() - t0 < 1.0)
+		it_sleep_ms(10);
+	int filled = !__atomic_load_n(&f.done, __ATOMIC_SEQ_CST);
+	double p0 = it_now_s();
+	sc_status_t polled = sc_poll(c, ha);
+	double p1 = it_now_s();
+	sc_status_t waited = sc_wait(c, ha, 200);
+	double p2 = it_now_s();
+	kill(pid, SIGCONT);
+	if (!filled)
+		IT_FAIL("%d held submissions in batches of 64 did not fill the channel: its "
+			"sends never waited",
+			POLL_FILL);
+	if (polled != SC_IN_PROGRESS || p1 - p0 > 1.0)
+		IT_FAIL("sc_poll behind a send blocked on the full channel returned %s after "
+			"%.2f s (expected SC_IN_PROGRESS within 1 s)",
+			sc_status_message(polled), p1 - p0);
+	if (waited != SC_ERR_TIMEOUT || p2 - p1 > 1.5)
+		IT_FAIL("sc_wait(200 ms) behind a send blocked on the full channel returned %s "
+			"after %.2f s (expected SC_ERR_TIMEOUT within 1.5 s)",
+			sc_status_message(waited), p2 - p1);
+	pthread_join(th, NULL);
+	batch_check(c, a, ha, 4, 2999, "the operation polled, after the daemon resumed");
+	for (int k = 0; k < POLL_FILL; k++)
+		batch_check(c, fill[k], f.h[k], 4, 3000 + (uint64_t)k,
+			    "a filling submission, after the daemon resumed");
+	it_log("sc_poll %.3f s, sc_wait(200 ms) %.3f s behind a send blocked on the full "
+	       "channel; every sum exact once the daemon resumed",
+	       p1 - p0, p2 - p1);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

@@ -542,6 +542,9 @@ run_case "submit order without the channel n=2" 2 1 240 0 2 -- \
 	env SPARSECOMM_SUBMIT_CHANNEL=0 "$itest" submit-order 10
 run_case "submit threads n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-threads
 run_case "submit batch n=2 per-node=2" 2 2 240 0 4 -- "$itest" submit-batch
+# sc_poll and a short sc_wait do not block behind another thread's send on a full channel
+# (the test stops its daemon for about a second: one node, one trainer)
+run_case "submit poll n=1" 1 1 120 0 1 -- "$itest" submit-poll
 run_case "submit fork n=2" 2 1 120 0 2 -- "$itest" submit-fork
 run_case "submit reconnect n=1 per-node=2" 1 2 120 0 2 -- "$itest" submit-reconnect
 run_case "submit open n=1" 1 1 60 0 1 -- "$itest" submit-open
