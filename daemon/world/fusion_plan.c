@@ -418,7 +418,10 @@ void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_
 {
 	if (pos < 0 || pos >= s->n)
 		return;
-	s->t[pos].seen = ++s->arrivals;
+	if (s->t[pos].seen_ms != ready_ms || s->t[pos].seen == 0) {
+		s->t[pos].seen_ms = ready_ms;
+		s->t[pos].seen = ++s->arrivals;
+	}
 	s->t[pos].idle = 0;
 	if (!s->t[pos].pend)
 		return;

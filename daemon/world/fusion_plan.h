@@ -93,6 +93,8 @@ typedef struct scd_fplan_tensor {
 	uint64_t pend_ms;	  /* then: the latest ready time of the tensors that went */
 	uint64_t seen;		  /* the plan's arrivals count at its last arrival (or when
 				     it was planned) */
+	uint64_t seen_ms;	  /* the ready time that arrival had: a buffer held over
+				     several passes reports its tensors again, counted once */
 	int idle;		  /* the steps skip it (scd_fplan_lead) until it comes again */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
@@ -227,7 +229,8 @@ void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *read
 /* The first position whose tensor is not idle (0 when none is): its arrival begins a
  * step. */
 int scd_fplan_lead(const scd_fplan_state_t *s);
-/* Position pos's tensor is ready since ready_ms (it came, if late: after a buffer that
+/* Position pos's tensor is ready since ready_ms (reported at every pass while its buffer
+ * is held: an arrival counts once per ready time; it came, if late: after a buffer that
  * went out with two or more tensors, last_ms its latest ready time, the gap teaches the
  * wait, scd_fplan_wait_ms, unless longer than the longest wait for wait_ms, the
  * configured one: then a step skipped the tensor). */

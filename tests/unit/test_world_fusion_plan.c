@@ -438,11 +438,16 @@ UNIT_TEST(fusion_plan_late_tensors_are_no_break)
 	 * break at the third miss and split on and on) */
 	for (int step = 0; step < 50; step++) {
 		int went = 2 + step % 5;
-		for (int k = 0; k < went; k++)
-			scd_fplan_arrived(&s, k, 1000, 20);
-		went_partial(&s, went, 0);
+		uint64_t last = 1000 + 100 * (uint64_t)step; /* the step's latest that went */
+		uint8_t ready[8];
+		for (int k = 0; k < 8; k++) {
+			ready[k] = k < went;
+			if (k < went)
+				scd_fplan_arrived(&s, k, last, 20);
+		}
+		scd_fplan_partial(&s, 0, 8, ready, 0, last);
 		for (int k = went; k < 8; k++)
-			scd_fplan_arrived(&s, k, 1010, 20);
+			scd_fplan_arrived(&s, k, last + 10, 20);
 		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 	}
 	CHECK_EQ_INT(s.n_buf, 1);
@@ -542,7 +547,8 @@ UNIT_TEST(fusion_plan_idle_tensor_holds_back_nothing)
 		CHECK_EQ_INT(scd_fplan_lead(&s), 0);
 		CHECK_TRUE(!s.from_times);
 		for (uint32_t id = 1; id < 8; id++) {
-			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), 1000, 20);
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, id),
+					  1000 + 100 * (uint64_t)step, 20);
 			for (int rank = 0; rank < 2; rank++)
 				scd_fplan_report(&s, rank, id, 1e-4, 1e-5, 1e-4 * id);
 		}
@@ -565,11 +571,15 @@ UNIT_TEST(fusion_plan_idle_tensor_holds_back_nothing)
 	CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 7);
 	CHECK_TRUE(s.version == v);
-	/* a tensor of the step (every arrival in a step of 8) never goes idle */
+	/* a tensor of the step never goes idle, though a buffer held over several passes
+	 * reports its tensors again at each (counted once per ready time: counted at every
+	 * pass, tensor 7, the step's last, went idle and was moved) */
 	for (int i = 0; i < 10 * SCD_FPLAN_IDLE_STEPS; i++) {
-		for (uint32_t id = 1; id < 8; id++)
-			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), 3000, 20);
-		scd_fplan_update(&s, &cfg);
+		uint64_t ms = 3000 + 100 * (uint64_t)i;
+		for (int pass = 0; pass < 8; pass++)
+			for (uint32_t id = 1; id < 8 && (pass == 0 || id < 7); id++)
+				scd_fplan_arrived(&s, scd_fplan_pos(&s, id), ms, 20);
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
 	}
 	for (int k = 0; k < 7; k++)
 		CHECK_TRUE(!s.t[k].idle);
