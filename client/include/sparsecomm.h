@@ -454,7 +454,7 @@ SC_API sc_status_t sc_allreduce_async(sc_client_t *client, sc_tensor_t *tensor,
  * a barrier, sc_finalize), on sc_submit_flush, and before every sc_wait, sc_poll, sc_abandon
  * and sc_stream_wait of this client (a wait never waits for a request that was not sent;
  * where another thread of the client is sending, that thread sends them, so sc_poll and a
- * wait keep their bounds).
+ * wait do not wait behind its send).
  * Nothing sends them on a timer: a rank that holds a request and then waits on anything
  * outside this client (another library's collective) must call sc_submit_flush first, or
  * the other ranks' matching operations wait for it. The daemon then wakes once a batch

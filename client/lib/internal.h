@@ -127,12 +127,12 @@ struct sc_client {
 	pthread_mutex_t
 	    send_mu; /* guards send_turn, send_failed; taken after mu, never before */
 	pthread_cond_t send_cv; /* broadcast as each turn ends */
-	uint64_t send_turn;	/* the ticket whose send is next (written atomically) */
+	uint64_t send_turn;	/* the ticket whose send is next */
 	int send_failed;	/* a send failed: those after it send nothing */
 	/* batched sends (sc_submit_batch, submit.c), under send_mu: the collective requests
 	 * whose turn came and that are held, in ticket order, since held_since_us; batch_us
-	 * 0: each is sent in its turn. held_n and batch_us are also read without the lock
-	 * (atomically: a wait with nothing held takes no lock) */
+	 * 0: each is sent in its turn. held_n is also read without the lock (atomically: a
+	 * wait with nothing held takes no lock) */
 	struct scl_frame *held, **held_tail;
 	int held_n;
 	int64_t held_since_us;
@@ -258,8 +258,8 @@ void scl_submit_request(sc_client_t *c, struct scl_frame *f, int hold);
 /* Sends the requests held by sc_submit_batch now (c->mu not held): every wait calls it
  * first, so that no caller waits for a request of its own that was never sent. wait 0:
  * where another thread holds the channel (a send waiting on a full socket), that thread
- * sends them as it lets go and this call returns at once (sc_poll, a wait's own timeout
- * keeps its bound); 1: this call waits for the channel. */
+ * sends them as it lets go and this call returns at once (sc_poll and a wait do not wait
+ * behind another thread's send); 1: this call waits for the channel. */
 void scl_submit_flush(sc_client_t *c, int wait);
 /* sc_submit_batch's window (c->mu not held); 0 sends what is held. */
 void scl_submit_batch_set(sc_client_t *c, int window_us);

@@ -31,7 +31,9 @@
  * timeout) sets flush_wanted and returns; whoever holds send_mu sends what is held as it
  * lets go, then looks at flush_wanted again once it has let go and takes send_mu back if
  * it is set and free (send_unlock). Either the asker's second try takes send_mu, or the
- * holder let go after the asker set the flag and sees it: no request stays held.
+ * holder let go after the asker set the flag and sees it: no request stays held. (A wait
+ * that takes send_mu sends what is held itself, and that send waits on a full socket as
+ * any does; so may a thread that takes send_mu back for a flag.)
  *
  * Back-pressure. A full socket is waited on (poll, up to the library's timeout), never
  * dropped; a daemon that takes nothing for that long fails the client with that reason.
@@ -208,6 +210,9 @@ static int send_unlock(sc_client_t *c, int failed, char *why, size_t why_len)
 		    held_send(c, why, why_len) != 0)
 			failed = c->send_failed = 1;
 		pthread_mutex_unlock(&c->send_mu);
+		/* a full fence between the release and the flag's load, against the asker's
+		 * store and trylock (POSIX does not make a mutex operation one) */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		if (!__atomic_load_n(&c->flush_wanted, __ATOMIC_SEQ_CST) ||
 		    pthread_mutex_trylock(&c->send_mu) != 0)
 			return failed;
@@ -271,7 +276,7 @@ static void submit_in_turn(sc_client_t *c, struct scl_frame *f, int wait_ms, int
 		    now - c->held_since_us >= c->batch_us)
 			failed = c->send_failed = held_send(c, why, sizeof(why)) != 0;
 	}
-	__atomic_add_fetch(&c->send_turn, 1, __ATOMIC_SEQ_CST);
+	c->send_turn++;
 	pthread_cond_broadcast(&c->send_cv);
 	if (send_unlock(c, failed, why, sizeof(why)))
 		send_failed(c, why);
@@ -297,6 +302,7 @@ void scl_submit_flush(sc_client_t *c, int wait)
 		pthread_mutex_lock(&c->send_mu);
 	else if (pthread_mutex_trylock(&c->send_mu) != 0) {
 		__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* see send_unlock */
 		if (pthread_mutex_trylock(&c->send_mu) != 0)
 			return; /* its holder sends them as it lets go (send_unlock) */
 	}
@@ -310,7 +316,7 @@ void scl_submit_batch_set(sc_client_t *c, int window_us)
 	char why[SCL_ERR_MAX - 64];
 
 	pthread_mutex_lock(&c->send_mu);
-	__atomic_store_n(&c->batch_us, window_us, __ATOMIC_RELAXED);
+	c->batch_us = window_us;
 	if (window_us <= 0) /* what is held goes now */
 		__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
 	if (send_unlock(c, 0, why, sizeof(why)))

@@ -695,15 +695,17 @@ int scd_fplan_lead(const scd_fplan_state_t *s)
 	return 0;
 }
 
-/* Whether position k's tensor goes after the step's tensors (idle_to_end). */
+/* Whether position k's tensor goes after the step's tensors (idle_to_end): idle now, or
+ * moved there before. */
 static int trails(const scd_fplan_state_t *s, int k)
 {
-	return s->t[k].idle && !s->t[k].whole;
+	return (s->t[k].idle || s->t[k].tail) && !s->t[k].whole;
 }
 
 /* Marks the tensors that went idle, and moves the idle tensors (but a whole class's,
- * which stays one run) after the others, in their order, each opening a buffer. Returns 1
- * when the order changed, 0 when not, -1 out of memory (the order stays). */
+ * which stays one run) after the others, in their order, each opening a buffer; until the
+ * re-plan that follows (dirty), each position is a buffer of its own. Returns 1 when the
+ * order changed, 0 when not, -1 out of memory (the order stays). */
 static int idle_to_end(scd_fplan_state_t *s)
 {
 	int n = s->n, j = 0, moved = 0;
@@ -735,6 +737,7 @@ static int idle_to_end(scd_fplan_state_t *s)
 			ids[k] = s->ids[f];
 			t[k] = s->t[f];
 			t[k].brk |= trails(s, f);
+			t[k].tail = trails(s, f);
 			memcpy(&rank_t[k * P3], &s->rank_t[f * P3], P3 * sizeof(double));
 			memcpy(&snap[3 * k], &s->snap[3 * f], 3 * sizeof(double));
 		}
@@ -742,6 +745,9 @@ static int idle_to_end(scd_fplan_state_t *s)
 		memcpy(s->t, t, sizeof(*t) * (size_t)n);
 		memcpy(s->rank_t, rank_t, sizeof(double) * P3 * (size_t)n);
 		memcpy(s->snap, snap, sizeof(double) * 3 * (size_t)n);
+		for (int k = 0; k < n; k++) /* a valid plan, whatever returns before the next */
+			s->buf[k] = k;
+		s->n_buf = n;
 		pos_rebuild(s);
 		s->dirty = 1;
 	}
@@ -818,6 +824,7 @@ int scd_fplan_update(scd_fplan_state_t *s, const scd_fplan_cfg_t *cfg)
 		b += start[k];
 		changed |= s->buf[k] != b;
 	}
+	changed |= idled; /* the order changed, if not the buffers by position */
 	/* hysteresis: a plan rebuilt from drifted times is taken when confirmed, and only on
 	 * a predicted gain on the same measured times */
 	uint64_t h = plan_hash(start, s->n);

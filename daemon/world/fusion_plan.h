@@ -96,6 +96,7 @@ typedef struct scd_fplan_tensor {
 	uint64_t seen_ms;	  /* the ready time that arrival had: a buffer held over
 				     several passes reports its tensors again, counted once */
 	int idle;		  /* the steps skip it (scd_fplan_lead) until it comes again */
+	int tail;		  /* moved to the end for that: it stays there */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
 } scd_fplan_tensor_t;
 
@@ -219,7 +220,9 @@ void scd_fplan_partial(scd_fplan_state_t *s, int a, int end, const uint8_t *read
  * epochs) is idle from the update that finds SCD_FPLAN_IDLE_STEPS steps' worth of
  * arrivals (that many times the plan's tensors) since its own last one, until it comes
  * again. That update moves idle tensors (but those of a class that fuses whole) to the
- * end of the plan order, each opening a buffer of its own, and re-plans: the step's
+ * end of the plan order, where they stay (a tensor that comes now and then is not moved
+ * again, behind or ahead of another such), each opening a buffer of its own, and
+ * re-plans: the step's
  * tensors keep the plan's first position, whose arrival marks each step (scd_fplan_step),
  * and no buffer of theirs waits for one. An idle tensor's missing times hold back no plan
  * from measured times. (A barrier at the first position once left an adaptive plan with

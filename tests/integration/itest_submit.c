@@ -30,11 +30,13 @@
  *   SC_ERR_INVALID.
  *
  * submit-poll: one trainer, its channel's send buffer at the kernel's least and the daemon
- *   stopped (SIGSTOP): a second thread's submissions under a 10 s window fill the channel,
- *   and its send of a batch waits on the full socket while it holds the channel; sc_poll
- *   of an operation held before returns SC_IN_PROGRESS within 1 s and a 200 ms sc_wait
- *   SC_ERR_TIMEOUT within 1.5 s (both once waited for that send, up to the library's 30 s
- *   timeout); once the daemon runs again every sum is exact.
+ *   stopped (SIGSTOP): a second thread's submissions under a 10 s window fill the channel
+ *   (the socket's queued bytes reach its buffer), and its send of a batch waits on the full
+ *   socket while it holds the channel, 64 requests held; sc_poll of an operation started
+ *   before (it went in the first batch) returns SC_IN_PROGRESS within 1 s and a 200 ms
+ *   sc_wait SC_ERR_TIMEOUT within 1.5 s (both once waited for that send, to flush what is
+ *   held, up to the library's 30 s timeout); once the daemon runs again every sum is
+ *   exact. A watchdog process resumes the daemon after 20 s whatever becomes of the test.
  *
  * submit-fork: a child forked after sc_connect is refused a request (naming the forked
  *   child) and its sc_finalize returns without ending the parent's session: the parent's
@@ -44,11 +46,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <linux/sockios.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -522,7 +526,18 @@ int it_submit_poll(int argc, char **argv)
 		IT_FAIL("no single submit channel among this process's descriptors");
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &least, sizeof(least)) != 0)
 		IT_FAIL("SO_SNDBUF on the submit channel: %s", strerror(errno));
+	int sndbuf = 0;
+	socklen_t sl = sizeof(sndbuf);
+	getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl);
 	IT_CHECK_SC(sc_submit_batch(c, 10 * 1000 * 1000), "sc_submit_batch 10 s");
+	pid_t dog = fork(); /* resumes the daemon whatever becomes of this process */
+	if (dog == 0) {
+		sleep(20);
+		kill(pid, SIGCONT);
+		_exit(0);
+	}
+	if (dog < 0)
+		IT_FAIL("cannot fork the watchdog: %s", strerror(errno));
 	if (kill(pid, SIGSTOP) != 0)
 		IT_FAIL("SIGSTOP to the daemon (pid %d): %s", pid, strerror(errno));
 	sc_handle_t ha = batch_start(c, a, 4, 2999); /* held */
@@ -536,17 +551,22 @@ int it_submit_poll(int argc, char **argv)
 	double t0 = it_now_s();
 	while (!__atomic_load_n(&f.done, __ATOMIC_SEQ_CST) && it_now_s() - t0 < 1.0)
 		it_sleep_ms(10);
-	int filled = !__atomic_load_n(&f.done, __ATOMIC_SEQ_CST);
+	int queued = -1; /* the bytes the socket holds: its buffer's worth when full */
+	ioctl(fd, SIOCOUTQ, &queued);
+	int filled = !__atomic_load_n(&f.done, __ATOMIC_SEQ_CST) && queued >= sndbuf;
 	double p0 = it_now_s();
 	sc_status_t polled = sc_poll(c, ha);
 	double p1 = it_now_s();
 	sc_status_t waited = sc_wait(c, ha, 200);
 	double p2 = it_now_s();
 	kill(pid, SIGCONT);
+	kill(dog, SIGKILL);
+	waitpid(dog, NULL, 0);
 	if (!filled)
-		IT_FAIL("%d held submissions in batches of 64 did not fill the channel: its "
-			"sends never waited",
-			POLL_FILL);
+		IT_FAIL("%d held submissions in batches of 64 did not fill the channel (%d of "
+			"its %d bytes queued, the thread %s)",
+			POLL_FILL, queued, sndbuf,
+			__atomic_load_n(&f.done, __ATOMIC_SEQ_CST) ? "done" : "still sending");
 	if (polled != SC_IN_PROGRESS || p1 - p0 > 1.0)
 		IT_FAIL("sc_poll behind a send blocked on the full channel returned %s after "
 			"%.2f s (expected SC_IN_PROGRESS within 1 s)",
@@ -560,9 +580,10 @@ int it_submit_poll(int argc, char **argv)
 	for (int k = 0; k < POLL_FILL; k++)
 		batch_check(c, fill[k], f.h[k], 4, 3000 + (uint64_t)k,
 			    "a filling submission, after the daemon resumed");
-	it_log("sc_poll %.3f s, sc_wait(200 ms) %.3f s behind a send blocked on the full "
+	it_log("%d of %d bytes queued; sc_poll %.3f s, sc_wait(200 ms) %.3f s behind a send "
+	       "blocked on the full "
 	       "channel; every sum exact once the daemon resumed",
-	       p1 - p0, p2 - p1);
+	       queued, sndbuf, p1 - p0, p2 - p1);
 	IT_CHECK_SC(sc_finalize(c), "sc_finalize");
 	it_pass();
 }

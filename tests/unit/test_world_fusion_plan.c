@@ -586,6 +586,33 @@ UNIT_TEST(fusion_plan_idle_tensor_holds_back_nothing)
 	CHECK_TRUE(s.t[7].idle); /* gone again: idle, where it is */
 	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 7);
 	scd_fplan_state_free(&s);
+
+	/* two tensors the steps skip (0 and 1, metrics reduced now and then): both go to the
+	 * end, and each coming back now and then moves nothing again (it once swapped them,
+	 * each swap a re-plan that cancelled the trials) */
+	plan_of_8(&s, &cfg);
+	uint64_t ms = 1000;
+	for (int i = 0; i < 2 * SCD_FPLAN_IDLE_STEPS; i++, ms += 100) {
+		for (uint32_t id = 2; id < 8; id++)
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), ms, 20);
+		scd_fplan_update(&s, &cfg);
+	}
+	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 6);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 1), 7);
+	v = s.version;
+	for (int i = 0; i < 6 * SCD_FPLAN_IDLE_STEPS; i++, ms += 100) {
+		for (uint32_t id = 2; id < 8; id++)
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, id), ms, 20);
+		if (i % 5 == 0) /* tensor 1 now and then, tensor 0 at other times */
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, 1), ms, 20);
+		if (i % 7 == 3)
+			scd_fplan_arrived(&s, scd_fplan_pos(&s, 0), ms, 20);
+		CHECK_EQ_INT(scd_fplan_update(&s, &cfg), 0);
+	}
+	CHECK_TRUE(s.version == v);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 0), 6);
+	CHECK_EQ_INT(scd_fplan_pos(&s, 1), 7);
+	scd_fplan_state_free(&s);
 }
 
 /* ---- the planner's state machine on recorded timings ----------------------------------- */
