@@ -306,7 +306,7 @@ void scl_submit_flush(sc_client_t *c, int wait)
 		if (pthread_mutex_trylock(&c->send_mu) != 0)
 			return; /* its holder sends them as it lets go (send_unlock) */
 	}
-	__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST); /* send_unlock sends them */
 	if (send_unlock(c, 0, why, sizeof(why)))
 		send_failed(c, why);
 }
@@ -318,7 +318,8 @@ void scl_submit_batch_set(sc_client_t *c, int window_us)
 	pthread_mutex_lock(&c->send_mu);
 	c->batch_us = window_us;
 	if (window_us <= 0) /* what is held goes now */
-		__atomic_store_n(&c->flush_wanted, 1, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->flush_wanted, 1,
+				 __ATOMIC_SEQ_CST); /* send_unlock sends them */
 	if (send_unlock(c, 0, why, sizeof(why)))
 		send_failed(c, why);
 }

@@ -344,6 +344,7 @@ int scd_fplan_add(scd_fplan_state_t *s, uint32_t id, uint32_t old_id, uint64_t b
 		pos_put(s, k);
 	s->t[k] = (scd_fplan_tensor_t){.bytes = bytes,
 				       .seen = s->arrivals,
+				       .seen_ms = UINT64_MAX,
 				       .key = key,
 				       .solo = !!(flags & SCD_FPLAN_SOLO),
 				       .whole = !!(flags & SCD_FPLAN_WHOLE)};
@@ -418,7 +419,7 @@ void scd_fplan_arrived(scd_fplan_state_t *s, int pos, uint64_t ready_ms, uint64_
 {
 	if (pos < 0 || pos >= s->n)
 		return;
-	if (s->t[pos].seen_ms != ready_ms || s->t[pos].seen == 0) {
+	if (s->t[pos].seen_ms != ready_ms) {
 		s->t[pos].seen_ms = ready_ms;
 		s->t[pos].seen = ++s->arrivals;
 	}

@@ -93,8 +93,9 @@ typedef struct scd_fplan_tensor {
 	uint64_t pend_ms;	  /* then: the latest ready time of the tensors that went */
 	uint64_t seen;		  /* the plan's arrivals count at its last arrival (or when
 				     it was planned) */
-	uint64_t seen_ms;	  /* the ready time that arrival had: a buffer held over
-				     several passes reports its tensors again, counted once */
+	uint64_t seen_ms;	  /* the ready time that arrival had (UINT64_MAX: none yet): a
+				     buffer held over several passes reports its tensors again,
+				     counted once */
 	int idle;		  /* the steps skip it (scd_fplan_lead) until it comes again */
 	int tail;		  /* moved to the end for that: it stays there */
 	double tcp_s, tb_s, cm_s; /* < 0: not measured yet */
