@@ -283,7 +283,9 @@ int it_ops(int argc, char **argv)
 }
 
 /* One barrier in which rank late enters delay_s after the others: every other rank's
- * barrier must take about that long, and none may return before late has entered. */
+ * barrier must take about that long, and none may return before late has entered (half
+ * of delay_s at least: the ranks leave the aligning allreduce at slightly different
+ * times on a busy host; a barrier that does not wait returns in milliseconds). */
 static void barrier_round(sc_client_t *c, int late, double delay_s, int round)
 {
 	int rank = sc_rank(c);
@@ -293,7 +295,7 @@ static void barrier_round(sc_client_t *c, int late, double delay_s, int round)
 		it_sleep_ms((int)(delay_s * 1000));
 	IT_CHECK_SC(sc_barrier(c, IT_OP_TIMEOUT_MS), "barrier %d (rank %d late)", round, late);
 	double dt = it_now_s() - t0;
-	if (rank != late && dt < delay_s * 0.9)
+	if (rank != late && dt < delay_s * 0.5)
 		IT_FAIL("barrier %d returned after %.3f s although rank %d entered it only "
 			"after %.3f s",
 			round, dt, late, delay_s);
@@ -307,7 +309,7 @@ int it_barrier_case(int argc, char **argv)
 	sc_client_t *c = it_connect();
 	int P = sc_size(c), rank = sc_rank(c);
 	for (int round = 0; round < 3; round++)
-		barrier_round(c, (round * 2 + 1) % P, 1.0, round);
+		barrier_round(c, (round * 2 + 1) % P, 2.0, round);
 	/* many in a row, with an allreduce in flight meanwhile */
 	sc_tensor_t *t = it_register(c, "barrier.sum", SC_FLOAT32, 1000);
 	it_fill(sc_tensor_data(t), SC_FLOAT32, 1000, 5, rank, 1);

@@ -145,7 +145,8 @@ static void bench_steps(sc_client_t *c, sc_tensor_t **ts, int rank, int steps)
 
 /*
  * fplan --late: the trainers submit 8 tensors of one aligned buffer (the daemons at
- * fusion_buffers 1, fusion_wait_ms 100) 20 ms apart, as a slow backward pass hands them
+ * fusion_buffers 1, fusion_wait_ms 500) 100 ms apart (a gap far under the wait, so that a
+ * busy host's scheduling does not stretch one past it), as a slow backward pass hands them
  * over, and wait for them all, for 8 steps: each step's buffer waits while its tensors
  * keep coming (the wait runs from the latest, docs/design.md "Holding"), so the plan
  * stays one buffer of 8 tensors. (A wait from the first sent each step's buffer in two
@@ -153,7 +154,7 @@ static void bench_steps(sc_client_t *c, sc_tensor_t **ts, int rank, int steps)
  */
 static void late_steps(sc_client_t *c)
 {
-	enum { NL = 8, LSTEPS = 8, GAP_MS = 20 };
+	enum { NL = 8, LSTEPS = 8, GAP_MS = 100 };
 	sc_tensor_t *ts[NL];
 	char name[64];
 	for (int l = 0; l < NL; l++) {
@@ -206,8 +207,9 @@ static void late_steps(sc_client_t *c)
  * - 2 announcements a step, also once the last tensor has a new form (a new cache id in
  * the old one's plan place). Then steps whose trainers wait for the first NW - 1 results
  * before they hand over the last tensor: the kept announcements go fusion_wait_ms after
- * the latest, each such step completes, exact, within 10 s (nothing waits for a tensor
- * that comes only after the results).
+ * the latest (run.sh gives 500 ms, far over GAP_MS, so that a busy host's scheduling
+ * does not stretch a gap past it), each such step completes, exact, within 10 s (nothing waits
+ * for a tensor that comes only after the results).
  */
 static void whole_step(sc_client_t *c, sc_tensor_t **ts, int n, uint64_t seed, int split)
 {

@@ -332,15 +332,19 @@ run_case "shapes n=3 per-node=2 by-node" 3 2 120 0 6 -- "$itest" shapes by-node
 # Fast mode (itest_fast.c, fast_path 1): a 4 KiB tensor's steps are kept fast turns, exact;
 # a shape changed on one rank fails alike on every rank naming both shapes; a rank that
 # skips a step is named in the stall, its late step refused; a group whose first member is
-# the fast tensor is exact (no member held); exact steps after each.
-run_case "fast n=4" 4 1 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" fast 2000
-run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg 1 -- \
+# the fast tensor is exact (no member held); exact steps after each. The counts of kept
+# turns run with fast_wait_ms 1000: at the default 50 ms a busy host's scheduling alone can
+# end an epoch, and the backoff after short epochs then keeps turns planned for a while.
+fw="--daemon-arg --fast_wait_ms --daemon-arg 1000"
+run_case "fast n=4" 4 1 180 0 4 --daemon-arg --fast_path --daemon-arg 1 $fw -- "$itest" fast \
+	2000
+run_case "fast n=2 per-node=2" 2 2 180 0 4 --daemon-arg --fast_path --daemon-arg 1 $fw -- \
 	"$itest" fast 500
 # A cycle of 2 or 3 tensors of different sizes, each in turn: the cycle's steps are kept
 # fast turns, exact.
-run_case "fast cycle n=3" 3 1 180 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
-	fast cycle 3 700
-run_case "fast cycle n=2 two" 2 1 180 0 2 --daemon-arg --fast_path --daemon-arg 1 -- \
+run_case "fast cycle n=3" 3 1 180 0 3 --daemon-arg --fast_path --daemon-arg 1 $fw -- \
+	"$itest" fast cycle 3 700
+run_case "fast cycle n=2 two" 2 1 180 0 2 --daemon-arg --fast_path --daemon-arg 1 $fw -- \
 	"$itest" fast cycle 2 700
 run_case "fast shape n=3" 3 1 120 0 3 --daemon-arg --fast_path --daemon-arg 1 -- "$itest" \
 	fast shape
@@ -1210,14 +1214,14 @@ run_case "stalled n=2 per-node=2" 2 2 120 0 4 --daemon-arg --stall_timeout_ms --
 # allreduce) and one rank may (by a seeded choice) differ in an option or an argument,
 # submit late, die and come back, or give bad input; every result must be exact or an
 # error on every rank. The seed is fresh each run and printed with the counts (rerun one:
-# sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms --daemon-arg 300 --
+# sparsecomm-run -n 3 --daemon-arg --stall_timeout_ms --daemon-arg 1000 --
 # sparsecomm-itest random --seed SEED; or the whole case: ITEST_SEED=SEED sh run.sh NAME).
 rnd_seed=${ITEST_SEED:-$(date +%s)}
 rnd() { # name nodes per-node steps rate seed [more arguments of the scenario]
 	name=$1 nodes=$2 per=$3 steps=$4 rate=$5 seed=$6
 	shift 6
 	run_case "random $name ($steps steps, rate $rate, seed $seed)" "$nodes" "$per" 300 0 \
-		$((nodes * per)) --daemon-arg --stall_timeout_ms --daemon-arg 300 -- "$itest" \
+		$((nodes * per)) --daemon-arg --stall_timeout_ms --daemon-arg 1000 -- "$itest" \
 		random --steps "$steps" --rate "$rate" --seed "$seed" "$@"
 	selected "random $name" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 }
@@ -1228,7 +1232,7 @@ rnd "n=3 per-node=2" 3 2 400 12 "$rnd_seed"
 # the same seeded plan with fast mode on (fast_path 1): every result exact or an error on
 # every rank, whatever fast turns the steps between take
 run_case "random fast n=3 (600 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
-	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --fast_path \
+	--daemon-arg --stall_timeout_ms --daemon-arg 1000 --daemon-arg --fast_path \
 	--daemon-arg 1 -- "$itest" random --steps 600 --rate 12 --seed "$rnd_seed"
 # a trainer replaced after a reduce-scatter (step 68, rank 1): its node made rnd.g's scheme
 # state anew and the others kept theirs, so every later COO allreduce of rnd.g failed
@@ -1245,7 +1249,7 @@ rnd "n=2 per-node=2 rate=30" 2 2 200 30 "$rnd_seed"
 # the same with a response cache bound below the names in use (cache_max_entries 4):
 # every plan evicts, and names come back announced in full; the outcomes stay the same
 run_case "random cache bound n=3 (300 steps, rate 12, seed $rnd_seed)" 3 1 300 0 3 \
-	--daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --cache_max_entries \
+	--daemon-arg --stall_timeout_ms --daemon-arg 1000 --daemon-arg --cache_max_entries \
 	--daemon-arg 4 -- "$itest" random --steps 300 --rate 12 --seed "$rnd_seed"
 selected "random cache bound" && grep -o 'random: [0-9]* steps (seed.*' "$tmp/out" | sed 's/^/      /'
 
@@ -1386,13 +1390,13 @@ data_reset() {
 		passed=$((passed - 1))
 	fi
 }
-data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 50 6 1 --daemon-arg \
+data_reset "data reset n=3 (20000 steps, seed $rnd_seed)" 3 1 120 6 1 --daemon-arg \
 	--op_timeout_ms --daemon-arg 60000 -- "$itest" random --steps 20000 --rate 0 \
 	--seed "$rnd_seed" --resets 1
 # the same with deaths (two trainers a node), late steps, differing and bad input (rate
 # 30), every half second: steps late past a re-form, nodes degraded as the world re-forms
 data_reset "data reset events n=3 per-node=2 (600 steps, rate 30, seed $rnd_seed)" 3 2 120 \
-	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 300 --daemon-arg --op_timeout_ms \
+	60 0.5 --daemon-arg --stall_timeout_ms --daemon-arg 1000 --daemon-arg --op_timeout_ms \
 	--daemon-arg 60000 -- "$itest" random --steps 600 --rate 30 --seed "$rnd_seed" --resets 1
 # fast reform: the same resets under fast turns (fast_path 1, itest_fast.c "reset"): the
 # world re-forms while some nodes have submitted a turn and another has not; that node
@@ -1724,16 +1728,17 @@ fi
 # sparsectl while a job runs.
 run_case "fplan n=2" 2 1 180 0 2 -- "$itest" fplan
 run_case "fplan n=3" 3 1 180 0 3 -- "$itest" fplan
-# a buffer's tensors handed over 20 ms apart, over more than fusion_wait_ms in all: the
+# a buffer's tensors handed over 100 ms apart, over more than fusion_wait_ms in all: the
 # aligned plan stays one buffer (itest_fplan.c, late_steps)
 run_case "fplan late n=3" 3 1 120 0 3 --daemon-arg --fusion_mode --daemon-arg aligned \
 	--daemon-arg --fusion_buffers --daemon-arg 1 --daemon-arg --fusion_wait_ms \
-	--daemon-arg 100 -- "$itest" fplan --late
+	--daemon-arg 500 -- "$itest" fplan --late
 # a planned buffer's announcements go together: one ReadyList a step, every step exact,
 # and steps that hand the last tensor over only after the others' results complete
 # (itest_fplan.c, whole_steps)
 run_case "fplan whole n=3" 3 1 120 0 3 --daemon-arg --fusion_mode --daemon-arg aligned \
-	--daemon-arg --fusion_buffers --daemon-arg 1 -- "$itest" fplan --whole
+	--daemon-arg --fusion_buffers --daemon-arg 1 --daemon-arg --fusion_wait_ms \
+	--daemon-arg 500 -- "$itest" fplan --whole
 run_case "exdyna model n=3" 3 1 180 0 3 -- "$itest" exdyna model
 run_case "exdyna model fixed n=3" 3 1 180 0 3 --daemon-arg --fusion_mode --daemon-arg fixed -- "$itest" exdyna model
 run_case "exdyna tensor n=3" 3 1 180 0 3 --daemon-arg --exdyna_scope --daemon-arg tensor -- "$itest" exdyna tensor

@@ -484,7 +484,7 @@ static void stuck_rank(scd_transport_t *mesh, scd_transport_t *t, int rank, int 
 		  "rank %d: error does not name rank %d: %s", rank, P - 1, e);
 	t0 = now_ms();
 	CHECK_EQ_INT(scd_transport_allreduce_f32(t, f, N, NCCL_TMO), SC_ERR_PEER);
-	CHECK_MSG(now_ms() - t0 < 100, "rank %d: a call after the abort took %.0f ms", rank,
+	CHECK_MSG(now_ms() - t0 < 1000, "rank %d: a call after the abort took %.0f ms", rank,
 		  now_ms() - t0);
 	free(f);
 	t0 = now_ms();
