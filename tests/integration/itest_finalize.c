@@ -27,9 +27,11 @@
 #include <string.h>
 #include <time.h>
 
-#define FR_THREADS	   5
-#define FR_NUMEL	   256
-#define FR_FINALIZE_MAX_S  3.5 /* sc_finalize's bound: 2 s for the calls, 1 s of goodbye */
+#define FR_THREADS 5
+#define FR_NUMEL   256
+#define FR_FINALIZE_MAX_S                                                                      \
+	5.0 /* sc_finalize's bound: 2 s for the calls, 1 s of goodbye,                         \
+		 2 s for a busy host (the orphan's call blocks 6 s) */
 #define FR_JOIN_TIMEOUT_MS 10000
 
 typedef struct {
@@ -205,19 +207,21 @@ static double fr_round(int round, unsigned *seed)
 
 /*
  * The orphan: a call that stays inside the library past sc_finalize's bound (here a log
- * callback that blocks for 3 s, called by a sc_wait of an unknown handle after it has left
+ * callback that blocks for 6 s, called by a sc_wait of an unknown handle after it has left
  * the client's lock). sc_finalize returns after its 2 s, the call completes with its own
  * result, and the call, the last one out, destroys the client (under the sanitizers, any
  * touch of freed memory fails the test).
  */
 static __thread int fr_block_log;
+static int fr_in_callback; /* the blocked call is in the callback */
 
 static void fr_log(int level, const char *line, void *arg)
 {
 	(void)level, (void)arg;
 	if (fr_block_log && strstr(line, "unknown handle")) {
 		fr_block_log = 0;
-		it_sleep_ms(3000);
+		__atomic_store_n(&fr_in_callback, 1, __ATOMIC_RELEASE);
+		it_sleep_ms(6000);
 	}
 }
 
@@ -240,7 +244,12 @@ static void fr_orphan(void)
 	sc_set_log_callback(fr_log, NULL);
 	if (pthread_create(&th, NULL, fr_blocked_main, &a) != 0)
 		IT_FAIL("pthread_create failed");
-	it_sleep_ms(200); /* the wait is in the callback by now */
+	double w0 = it_now_s();
+	while (!__atomic_load_n(&fr_in_callback, __ATOMIC_ACQUIRE))
+		if (it_now_s() - w0 > 20)
+			IT_FAIL("the blocked call never reached the log callback");
+		else
+			it_sleep_ms(5);
 	double t0 = it_now_s();
 	sc_status_t st = sc_finalize(a.c);
 	double took = it_now_s() - t0;

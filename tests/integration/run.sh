@@ -1021,7 +1021,7 @@ if selected "auth impostor refused"; then
 	mkdir -p "$tmp/auth-imp"
 	timeout 60 "$bin/sparsecommd" --rank 1 --world_size 2 --coordinator "127.0.0.1:$port" \
 		--runtime_dir "$tmp/auth-imp" --secret_file "$tmp/secret-other" \
-		--join_timeout_ms 3000 >"$tmp/out" 2>&1 </dev/null
+		--join_timeout_ms 6000 >"$tmp/out" 2>&1 </dev/null
 	rc=$?
 	auth_job_runs "$tmp/auth-coord"
 	ok=0

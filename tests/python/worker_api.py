@@ -68,7 +68,7 @@ def async_handles():
         close(hs[k].wait(), torch.full((100 * (k + 1),), k * (P - 1) / 2))
     # a timeout leaves the handle waitable: the other ranks submit late
     if R != 0:
-        time.sleep(1.0)
+        time.sleep(3.0)  # far past rank 0's 0.2 s wait, even on a busy host
     h = sc.allreduce_async(torch.ones(10) * R, name="late")
     if R == 0:
         try:
