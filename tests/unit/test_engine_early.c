@@ -224,7 +224,7 @@ static void quiesce_main(unit_mesh_t *m, int rank, void *arg)
 	s->done_handle = 70;
 	s->done_guard = UINT32_MAX;
 	scd_engine_submit(e, job);
-	nanosleep(&(struct timespec){0, 300000000}, NULL); /* into its exchange */
+	nanosleep(&(struct timespec){1, 0}, NULL); /* into its exchange, even on a busy host */
 	CHECK_MSG(n.back == 1, "the job ended without node 1");
 
 	/* 1: fenced, its exchange still waits for node 1 */
