@@ -54,6 +54,16 @@ SCHEMES = ["dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce
 LOSSY = {"spardl", "exdyna", "exdyna_owner", "s2_sketch"}
 
 
+def _bin(name):
+    """A program of the source tree (build/bin) or of the package make dist builds (bin/),
+    else the one on PATH."""
+    for d in (os.path.join(ROOT, "build", "bin"), os.path.join(ROOT, "bin")):
+        path = os.path.join(d, name)
+        if os.access(path, os.X_OK):
+            return path
+    return name
+
+
 def parse_rate(text):
     """tc rate syntax (1gbit, 500mbit, 100mbps) in bytes per second."""
     t = text.lower()
@@ -148,7 +158,7 @@ class Bench:
         return times[len(times) // 2]
 
     def stats(self, name):
-        out = subprocess.run([os.path.join(ROOT, "build", "bin", "sparsectl"), "--socket",
+        out = subprocess.run([_bin("sparsectl"), "--socket",
                               os.environ["SPARSECOMM_SOCKET"], "--json", "stats"],
                              capture_output=True, text=True, timeout=30).stdout
         for t in json.loads(out).get("tensors", []):
@@ -290,14 +300,15 @@ class Bench:
 
 def drive(a):
     """Every workload over nccl and over tcp, each a sparsecomm-run of this script."""
-    run = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
+    run = _bin("sparsecomm-run")
     rows = []
     for wl in ("zipf", "topk"):
         for transport in ("nccl", "tcp"):
             rec = "%s.%s.%s.json" % (a.json_out or "/tmp/gpu-collective", wl, transport)
             cmd = [run, "-n", str(a.nodes), "--timeout", str(a.timeout * 4)]
-            if a.rate:
-                cmd += ["--netns", "--rate", a.rate]
+            # every node a host of its own to NCCL: the namespaces give each its own
+            # NCCL_HOSTID; without them, --nccl-hostid does
+            cmd += ["--netns", "--rate", a.rate] if a.rate else ["--nccl-hostid"]
             cmd += ["--daemon-arg", "--transport", "--daemon-arg", transport, "--",
                     sys.executable, os.path.abspath(__file__), "--workload", wl,
                     "--numel", str(a.numel), "--density", str(a.density), "--scheme",

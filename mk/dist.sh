@@ -8,7 +8,9 @@
 # (libsparseclient.so, libsparsecomm-cuda.so and every shared library they and the programs
 # need that is not part of glibc), python/sparsecomm (the Python package, which loads
 # ../../lib/libsparseclient.so), share/man, share/sparsecomm/sparsecommd.conf, and the GPU
-# tests (tests/gpu/device_check.sh and the Python workers it runs). The programs were
+# tests (tests/gpu/device_check.sh and the Python workers it runs), and what its --figures
+# run measures with (bench/gpu_collective.py, examples/pytorch/digits_mlp.py and
+# _common.py). The programs were
 # linked with DT_RPATH $ORIGIN/../lib and the libraries with $ORIGIN (Makefile, RPATH_BIN
 # and RPATH_LIB), so the unpacked tree runs from anywhere without LD_LIBRARY_PATH.
 #
@@ -39,7 +41,8 @@ for l in $libs; do [ -f "$build/lib/$l" ] || die "$build/lib/$l is missing"; don
 
 rm -rf "$build/dist"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/python/sparsecomm" "$stage/share/man/man1" \
-	"$stage/share/man/man8" "$stage/share/sparsecomm" "$stage/tests/gpu" "$stage/tests/python"
+	"$stage/share/man/man8" "$stage/share/sparsecomm" "$stage/tests/gpu" "$stage/tests/python" \
+	"$stage/bench" "$stage/examples/pytorch"
 
 for b in $bins; do cp "$build/bin/$b" "$stage/bin/"; done
 for l in $libs; do cp "$build/lib/$l" "$stage/lib/"; done
@@ -90,6 +93,10 @@ install -m 0644 "$root/config/sparsecommd.conf" "$stage/share/sparsecomm/"
 install -m 0755 "$root/tests/gpu/device_check.sh" "$stage/tests/gpu/"
 for f in run_tests.py worker_gpu.py checks.py forms.py; do
 	install -m 0644 "$root/tests/python/$f" "$stage/tests/python/"
+done
+install -m 0644 "$root/bench/gpu_collective.py" "$stage/bench/"
+for f in _common.py digits_mlp.py; do
+	install -m 0644 "$root/examples/pytorch/$f" "$stage/examples/pytorch/"
 done
 install -m 0644 "$root/docs/gpu.md" "$stage/README.md"
 {

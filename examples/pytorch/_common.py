@@ -5,6 +5,9 @@ backward hooks, reduced by the daemons).  backend "gloo": torch.distributed's gl
 allreduce of every gradient after backward (sparse gradients densified, or sent with
 gloo's own sparse allreduce with --gloo-sparse), the reference the tests compare with.
 backend "ddp": DistributedDataParallel with sparsecomm.torch.ddp_hook (dense models).
+backend "torchddp": torch's own DistributedDataParallel, no hook: its buckets allreduced by
+torch.distributed over NCCL for --device cuda, over gloo on the cpu (the peer a GPU job
+would otherwise run; dense models).
 --device cuda puts the model and the data on a GPU (each trainer's local rank modulo the
 GPU count), so sparsecomm reduces CUDA gradients; without CUDA in torch it exits with a
 message saying so.
@@ -30,7 +33,8 @@ import torch.distributed as dist  # noqa: E402
 
 
 def add_common_args(p):
-    p.add_argument("--backend", choices=["sparsecomm", "gloo", "ddp"], default="sparsecomm")
+    p.add_argument("--backend", choices=["sparsecomm", "gloo", "ddp", "torchddp"],
+                   default="sparsecomm")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, default=None)
@@ -118,6 +122,8 @@ class Sync:
         self.device = pick_device(args, sparsecomm.local_rank())
         if self.backend in ("gloo", "ddp"):
             sct.init_process_group("gloo")
+        elif self.backend == "torchddp":
+            sct.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
 
     # -- per backend --
     def wrap(self, model, optimizer, overrides=None):
@@ -137,6 +143,10 @@ class Sync:
                                                        selection=a.ddp_selection),
                                  self.sct.ddp_hook)
             return m, optimizer
+        if self.backend == "torchddp":  # DDP broadcasts rank 0's parameters itself
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            return DDP(model, device_ids=[self.device] if self.device.type == "cuda"
+                       else None), optimizer
         for t in model.state_dict().values():
             dist.broadcast(t, 0)
         self._residual = {}

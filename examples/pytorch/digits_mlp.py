@@ -10,6 +10,8 @@ daemons: top-k with error feedback on the weight matrices (--sparsifier topk --d
     /usr/bin/python3 examples/pytorch/digits_mlp.py --backend gloo --spawn 4  # reference
     build/bin/sparsecomm-run -n 4 -- /usr/bin/python3 examples/pytorch/digits_mlp.py \\
         --device cuda                          # model, data and gradients on the GPU
+    build/bin/sparsecomm-run -n 4 --nccl-hostid -- /usr/bin/python3 \\
+        examples/pytorch/digits_mlp.py --device cuda --backend torchddp  # torch's DDP, NCCL
 
 Each rank trains on its own shard (samples rank::size), batches of --batch samples per
 step; `step=<n> loss=<x>` is rank 0's minibatch loss; the summary gives the loss and
@@ -92,6 +94,7 @@ if __name__ == "__main__":
         p.add_argument("--batch", type=int, default=32)
         p.add_argument("--weight-decay", type=float, default=1e-3)
     a = _common.parse(__doc__.splitlines()[0], extra)
-    if a.sparsifier is None and a.backend != "gloo" and "--sparsifier" not in sys.argv:
+    if (a.sparsifier is None and a.backend not in ("gloo", "torchddp") and
+            "--sparsifier" not in sys.argv):
         a.sparsifier = "topk"
     _common.run(main, a)

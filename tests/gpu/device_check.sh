@@ -4,6 +4,8 @@
 #
 #   tests/gpu/device_check.sh OUTDIR [SECONDS]
 #
+#   tests/gpu/device_check.sh OUTDIR SECONDS --figures
+#
 # Steps, in order of what each proves per minute, each under its own timeout (and never
 # past SECONDS, default 450, counted from the start):
 #   S0 environment: the driver, the GPU, MIG and confidential-computing modes, a python
@@ -23,6 +25,16 @@
 #      fallback to tcp where NCCL cannot load;
 #   S6 (optional: only when the time left allows it) tensors of 2^30 and past 2^31
 #      elements, two trainers on one daemon.
+# With --figures, S0 and then the measurements instead (docs/gpu.md, "The figures on a GPU"):
+#   F1 sparsecomm-bench compress --device cuda at 214M elements, 5% density: every op
+#      against its HBM floor, exact top-k against torch.topk;
+#   F2, F3 bench/gpu_collective.py, 4 daemons on the one GPU over nccl, zipf and topk
+#      workloads at 64M elements, 1%: every scheme and auto against torch.distributed's
+#      NCCL allreduce and all_gather of the COO (in network namespaces at 1 Gbit/s where
+#      root and ip allow, else --nccl-hostid, no emulated link);
+#   F4 examples/pytorch/digits_mlp.py on cuda, 4 trainers: sparsecomm lossless and top-k
+#      1% against torch's DistributedDataParallel over NCCL (--backend torchddp).
+# Each writes its JSON beside its log (F1.json, F2.json, F3.json, F4.*.json).
 # SPARSECOMM_REQUIRE_GPU=1 is set for every step: a test that would skip fails instead.
 #
 # OUTDIR gets results.jsonl (one JSON object per step, appended as each ends, so that a
@@ -251,6 +263,75 @@ step_S6() {
 	checks_ok "$out/S6.out" 2 && [ "$rc" -eq 0 ]
 }
 
+# ---- the figures (device_check.sh OUTDIR SECONDS --figures: S0, then F1..F4) -----------
+
+# The launcher's options for 4 emulated nodes on the one GPU: network namespaces at 1
+# Gbit/s where this machine can make them (root and ip), else --nccl-hostid (every node a
+# host of its own to NCCL, no link between them but the GPU's).
+fig_net() {
+	if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null 2>&1; then
+		echo "--netns --rate 1gbit"
+	else
+		echo "--nccl-hostid"
+	fi
+}
+
+# F1: the compression core on the GPU at ZEN's size against its HBM floor (the bytes each
+# op must read and write, at the device-to-device copy's rate in the same run) and exact
+# top-k against torch.topk. Goals: threshold selection with compaction and the hash
+# within 2x of their floors, top-k faster than torch.topk.
+step_F1() {
+	"$bin/sparsecomm-bench" compress --device cuda --numel 214000000 --density 0.05 --reps 5 \
+		--json >"$out/F1.json" || return 1
+	cat "$out/F1.json"
+	"$PY" -c 'import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert d["device"] == "cuda", d["device"]
+ops = {o["op"]: o for o in d["ops"]}
+for o in d["ops"]:
+    print("F1: %-22s %9.3f ms  %.2fx its floor" % (o["op"], o["seconds"] * 1e3,
+                                                 o.get("vs_floor", 0)))
+t = d.get("torch_topk") or {}
+print("F1: torch.topk %s" % ("%.3f ms, %.2fx our exact top-k" % (
+    t["seconds"] * 1e3, t["over_topk_select"]) if t else d.get("torch_topk_reason")))
+print("F1: copy at %.0f GB/s; worst op %.2fx its floor" % (
+    d["hbm_bytes_per_s"] / 1e9, max(o.get("vs_floor", 0) for o in d["ops"])))' "$out/F1.json"
+}
+
+# F2, F3: every scheme and auto against torch.distributed's NCCL allreduce and all_gather
+# of the COO, 4 daemons over nccl, 64M elements at 1% (bench/gpu_collective.py).
+fig_collective() { # WORKLOAD STEP
+	# shellcheck disable=SC2046
+	"$bin/sparsecomm-run" -n 4 --timeout 200 --log-dir "$out/$2-daemons" $(fig_net) \
+		--daemon-arg --transport --daemon-arg nccl -- "$PY" "$pkg/bench/gpu_collective.py" \
+		--workload "$1" --numel 67108864 --density 0.01 --scheme all --check \
+		--json-out "$out/$2.json" >"$out/$2.out" 2>&1
+	rc=$?
+	cat "$out/$2.out"
+	[ "$rc" -eq 0 ] && [ -s "$out/$2.json" ]
+}
+
+step_F2() { fig_collective zipf F2; }
+step_F3() { fig_collective topk F3; }
+
+# F4: one PyTorch model with CUDA tensors through the daemons (lossless, then top-k 1%)
+# against torch's DDP over NCCL, 4 trainers on the GPU: steps per second and final loss.
+step_F4() {
+	r=0
+	for run in "sparsecomm --sparsifier none" "sparsecomm --sparsifier topk" torchddp; do
+		tag=$(echo "$run" | tr ' ' '_' | tr -d '-')
+		mkdir -p "$out/F4-daemons"
+		# shellcheck disable=SC2046,SC2086
+		"$bin/sparsecomm-run" -n 4 --timeout 150 --log-dir "$out/F4-daemons/$tag" \
+			$(fig_net) -- "$PY" "$pkg/examples/pytorch/digits_mlp.py" --device cuda \
+			--steps 600 --log-every 200 --backend $run --json-out "$out/F4.$tag.json" \
+			>"$out/F4.$tag.out" 2>&1 || r=1
+		echo "== $run"
+		grep 'summary:' "$out/F4.$tag.out" || { tail -n 20 "$out/F4.$tag.out" && r=1; }
+	done
+	return $r
+}
+
 if [ "$mode" = step ]; then
 	step=$1
 	out=$2
@@ -260,8 +341,13 @@ fi
 
 # ---- the run -------------------------------------------------------------------------
 
+figures=0
+if [ $# -eq 3 ] && [ "$3" = --figures ]; then
+	figures=1
+	set -- "$1" "$2"
+fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-	echo "usage: $0 OUTDIR [SECONDS]" >&2
+	echo "usage: $0 OUTDIR [SECONDS] [--figures]" >&2
 	exit 2
 fi
 out=$1
@@ -273,7 +359,7 @@ case $budget in '' | *[!0-9]*)
 esac
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
-rm -f "$out/results.jsonl" "$out/summary.json" "$out"/S[0-9]*
+rm -rf "$out/results.jsonl" "$out/summary.json" "$out"/S[0-9]* "$out"/F[0-9]*
 : >"$out/results.jsonl"
 export SPARSECOMM_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$pypath${PYTHONPATH:+:$PYTHONPATH}"
@@ -349,17 +435,24 @@ if [ -n "$PY" ]; then
 	PATH="$(dirname "$PY"):$PATH"
 	export PY SPARSECOMM_PYTHON="$PY" PATH
 fi
-step S1 "compress bench on cuda, 16M elements" 60
-step S2 "one daemon, one torch trainer" 90
-step S3 "sparsecomm-unit-gpu" 120
-step S4 "four daemons on one GPU over nccl" 120
-step S5 "tcp 2x2, 4x1 and auto's fallback" 180
-step S6 "2^30 and past 2^31 elements" 120 optional
+if [ "$figures" -eq 1 ]; then
+	step F1 "compress at 214M elements against the HBM floor and torch.topk" 150
+	step F2 "schemes against torch's NCCL, zipf, 64M at 1%" 240
+	step F3 "schemes against torch's NCCL, topk, 64M at 1%" 240
+	step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200
+else
+	step S1 "compress bench on cuda, 16M elements" 60
+	step S2 "one daemon, one torch trainer" 90
+	step S3 "sparsecomm-unit-gpu" 120
+	step S4 "four daemons on one GPU over nccl" 120
+	step S5 "tcp 2x2, 4x1 and auto's fallback" 180
+	step S6 "2^30 and past 2^31 elements" 120 optional
+fi
 
 total=$(($(date +%s) - t0))
 ok=true
 [ -z "$failed" ] || ok=false
-case $not_run in *S[0-5]*) ok=false ;; esac
+case $not_run in *S[0-5]* | *F[1-4]*) ok=false ;; esac
 printf '{"ok":%s,"seconds":%s,"budget_s":%s,"failed":"%s","not_run":"%s","first_failure":"%s","package":"%s"}\n' \
 	"$ok" "$total" "$budget" "${failed# }" "${not_run# }" "$(js "$first")" "$(js "$pkg")" \
 	>"$out/summary.json"

@@ -19,6 +19,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/sc-dist.XXXXXX") ||
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
+figures="" # dc(): device_check.sh --figures when set
 
 check() { # check NAME OK DETAIL
 	if [ "$2" -eq 1 ]; then
@@ -58,7 +59,8 @@ for f in bin/sparsecommd bin/sparsectl bin/sparsecomm-run bin/sparsecomm-bench \
 	bin/sparsecomm-unit-gpu lib/libsparseclient.so lib/libsparsecomm-cuda.so \
 	lib/libzmq.so.5 lib/libuv.so.1 python/sparsecomm/__init__.py python/sparsecomm/_install.py \
 	share/man/man8/sparsecommd.8 share/man/man1/sparsectl.1 tests/gpu/device_check.sh \
-	tests/python/worker_gpu.py tests/python/run_tests.py MANIFEST; do
+	tests/python/worker_gpu.py tests/python/run_tests.py bench/gpu_collective.py \
+	examples/pytorch/digits_mlp.py examples/pytorch/_common.py MANIFEST; do
 	[ -e "$p/$f" ] || missing="$missing $f"
 done
 check "every file in place" "$([ -z "$missing" ] && echo 1 || echo 0)" "missing:$missing"
@@ -142,8 +144,8 @@ dc() { # OUTDIR [ENV...]: runs the tree's device check, prints its exit status a
 	d=$1
 	shift
 	s=$(date +%s)
-	(cd "$tmp" && env -u LD_LIBRARY_PATH "$@" sh "$p/tests/gpu/device_check.sh" "$d" 300) \
-		>"$d.out" 2>&1 </dev/null
+	(cd "$tmp" && env -u LD_LIBRARY_PATH "$@" sh "$p/tests/gpu/device_check.sh" "$d" 300 \
+		${figures:+--figures}) >"$d.out" 2>&1 </dev/null
 	echo "$? $(($(date +%s) - s))"
 }
 # the steps' statuses as "S0:fail S1:not_run ..."
@@ -196,5 +198,34 @@ EOF
 	[ "$1" -eq 1 ] && [ "$got" = "$want" ] && [ -z "$why" ] && ok=1
 	check "device_check.sh with a stand-in python: S1..S6 run and fail ($2 s)" "$ok" \
 		"exit $1; $got;$why $(tail -n 3 "$tmp/dc1.out")"
+	# the figures: after S0, F1..F4 from the package's own bench and examples, each failing
+	# here for the reason this machine gives
+	figures=1
+	# shellcheck disable=SC2046
+	set -- $(dc "$tmp/dc2")
+	got=$(statuses "$tmp/dc2")
+	ok=0
+	[ "$1" -eq 1 ] && [ "$got" = "S0:fail F1:not_run F2:not_run F3:not_run F4:not_run ok=False" ] &&
+		ok=1
+	check "device_check.sh --figures without a GPU: F1..F4 not run" "$ok" "exit $1; $got"
+	# shellcheck disable=SC2046
+	set -- $(dc "$tmp/dc3" SPARSECOMM_PYTHON="$tmp/fakepy")
+	got=$(statuses "$tmp/dc3")
+	why=""
+	grep -q 'the cuda device is unavailable' "$tmp/dc3/F1.log" || why="$why F1;"
+	for s in F2 F3; do
+		grep -q 'transport = nccl: the cuda device is not available' "$tmp/dc3/$s.log" ||
+			why="$why $s;"
+	done
+	for s in F4:3; do
+		n=$(grep -c 'stand-in python: no GPU here' "$tmp/dc3/${s%:*}.log")
+		[ "$n" -ge "${s#*:}" ] || why="$why ${s%:*}: $n stand-in trainer runs;"
+	done
+	ok=0
+	[ "$1" -eq 1 ] && [ "$got" = "S0:pass F1:fail F2:fail F3:fail F4:fail ok=False" ] &&
+		[ -z "$why" ] && ok=1
+	check "device_check.sh --figures with a stand-in python: F1..F4 run and fail ($2 s)" \
+		"$ok" "exit $1; $got;$why $(tail -n 3 "$tmp/dc3.out")"
+	figures=""
 fi
 finish

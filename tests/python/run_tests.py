@@ -359,6 +359,19 @@ def t_ddp():
     record("ddp_hook.digits_vs_gloo", ok, "worst relative step-loss difference %.2e" % worst)
 
 
+def t_torchddp():
+    # torch's own DDP (the GPU peer of tests/gpu/device_check.sh --figures, here over
+    # gloo) under the launcher: rank 0's parameters broadcast, every bucket averaged, the
+    # same run as the per-parameter gloo reference
+    args = ["--steps", "60", "--log-every", "30"]
+    script = os.path.join(EX, "digits_mlp.py")
+    a = json_run("digits_torchddp", 4, script, args + ["--backend", "torchddp"])
+    b = gloo_run("digits_gloo60", 4, script, args + ["--sparsifier", "none"])
+    ok, worst = same_losses(a, b, 2e-3)
+    record("torchddp.digits_vs_gloo", ok and a.get("backend") == "torchddp",
+           "worst relative step-loss difference %.2e" % worst)
+
+
 def t_ddp_select():
     # the DDP hook selects per parameter before the bucket is exchanged (every parameter
     # gets its k), the whole-bucket selection starves a small bias
@@ -421,7 +434,8 @@ TESTS = [t_header, t_header_example, t_api, t_colls, t_unnamed, t_mismatch, t_mi
          t_horovod_contract,
          t_hvdapi, t_hvdops, t_hvdsuite, t_hvdusers, t_hvdrun, t_hvdexamples,
          t_wire, t_psets,
-         t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_ddp_select, t_topk, t_failure]
+         t_cuda, t_gpu, t_lossless_dense, t_lossless_sparse, t_ddp, t_torchddp, t_ddp_select,
+         t_topk, t_failure]
 
 
 def main():
