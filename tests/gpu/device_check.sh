@@ -198,10 +198,16 @@ else:
 	return 1
 }
 
+# compress_json NUMEL DENSITY REPS FILE: the compress bench on the cuda device, its JSON
+# line in FILE and on the log.
+compress_json() {
+	"$bin/sparsecomm-bench" compress --device cuda --numel "$1" --density "$2" --reps "$3" \
+		--json >"$4" || return 1
+	cat "$4"
+}
+
 step_S1() {
-	"$bin/sparsecomm-bench" compress --device cuda --numel 16777216 --density 0.01 --reps 3 \
-		--json >"$out/S1.json" || return 1
-	cat "$out/S1.json"
+	compress_json 16777216 0.01 3 "$out/S1.json" || return 1
 	"$PY" -c 'import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 bad = [o["op"] for o in d["ops"] if not o["seconds"] > 0]
@@ -281,13 +287,10 @@ fig_net() {
 # top-k against torch.topk. Goals: threshold selection with compaction and the hash
 # within 2x of their floors, top-k faster than torch.topk.
 step_F1() {
-	"$bin/sparsecomm-bench" compress --device cuda --numel 214000000 --density 0.05 --reps 5 \
-		--json >"$out/F1.json" || return 1
-	cat "$out/F1.json"
+	compress_json 214000000 0.05 5 "$out/F1.json" || return 1
 	"$PY" -c 'import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert d["device"] == "cuda", d["device"]
-ops = {o["op"]: o for o in d["ops"]}
 for o in d["ops"]:
     print("F1: %-22s %9.3f ms  %.2fx its floor" % (o["op"], o["seconds"] * 1e3,
                                                  o.get("vs_floor", 0)))
