@@ -128,6 +128,15 @@ class Bench:
             self.dev = torch.device("cpu")
             sct.init_process_group("gloo")
         self.one = torch.zeros(1, device=self.dev)
+        # every input, and the exact sum, is the same for every scheme (a function of the
+        # rank, the step and the seed): made once (at 64M elements a Zipf draw or a dense
+        # integer tensor takes about a second of CPU, which every scheme paid again)
+        self._memo = {}
+
+    def memo(self, key, make):
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def sync(self):
         if self.a.device == "cuda":
@@ -168,31 +177,41 @@ class Bench:
 
     # -- the inputs --
     def coo(self, rank, step):
-        idx, val = zipf_coo(self.np, self.a.numel, self.a.density, rank, step, self.a.seed)
-        return idx, val
+        return self.memo(("coo", rank, step), lambda: zipf_coo(
+            self.np, self.a.numel, self.a.density, rank, step, self.a.seed))
 
     def sparse_input(self, step):
         torch = self.torch
-        idx, val = self.coo(self.rank, step)
-        return torch.sparse_coo_tensor(torch.from_numpy(idx).view(1, -1),
-                                       torch.from_numpy(val), (self.a.numel,),
-                                       device=self.dev).coalesce()
+
+        def make():
+            idx, val = self.coo(self.rank, step)
+            return torch.sparse_coo_tensor(torch.from_numpy(idx).view(1, -1),
+                                           torch.from_numpy(val), (self.a.numel,),
+                                           device=self.dev).coalesce()
+        return self.memo(("sparse", step), make)
+
+    def dense_input(self, rank, step):
+        return self.memo(("dense", rank, step), lambda: topk_dense(
+            self.torch, self.a.numel, rank, step, self.a.seed, self.dev))
 
     def exact_sum(self, step):
         torch = self.torch
-        s = torch.zeros(self.a.numel, dtype=torch.float32, device=self.dev)
-        for r in range(self.size):
-            if self.a.workload == "zipf":
-                idx, val = self.coo(r, step)
-                s.index_add_(0, torch.from_numpy(idx).to(self.dev),
-                             torch.from_numpy(val).to(self.dev))
-            else:
-                s += topk_dense(torch, self.a.numel, r, step, self.a.seed, self.dev)
-        return s
+
+        def make():
+            s = torch.zeros(self.a.numel, dtype=torch.float32, device=self.dev)
+            for r in range(self.size):
+                if self.a.workload == "zipf":
+                    idx, val = self.coo(r, step)
+                    s.index_add_(0, torch.from_numpy(idx).to(self.dev),
+                                 torch.from_numpy(val).to(self.dev))
+                else:  # the other ranks' inputs are not kept: one pass each
+                    s += topk_dense(torch, self.a.numel, r, step, self.a.seed, self.dev)
+            return s
+        return self.memo(("sum", step), make)
 
     # -- the runs --
     def scheme(self, s):
-        a, torch = self.a, self.torch
+        a = self.a
         name = "bench.%s.%s" % (a.workload, s)
         lossy = s in LOSSY
         kw = dict(name=name, average=False, scheme=None if s == "auto" else s,
@@ -202,8 +221,7 @@ class Bench:
             inputs = [self.sparse_input(step) for step in range(2)]
         else:
             kw.update(sparsifier="topk", density=a.density)
-            inputs = [topk_dense(torch, a.numel, self.rank, step, a.seed, self.dev)
-                      for step in range(2)]
+            inputs = [self.dense_input(self.rank, step) for step in range(2)]
         b0 = self.stats(name).get("bytes_sent", 0)
         t = self.timed(lambda step: self.sc.allreduce(inputs[step % 2], **kw))
         st = self.stats(name)
@@ -225,7 +243,7 @@ class Bench:
             scale = want.abs().max().item() or 1.0
             return {"max_rel_err": err / scale,
                     "exact": bool(err == 0) if not lossy else None}
-        x = topk_dense(torch, self.a.numel, self.rank, step, self.a.seed, self.dev)
+        x = self.dense_input(self.rank, step)
         before = self.residual(kw["name"])
         got = self.sc.allreduce(x, **kw)
         after = self.residual(kw["name"])

@@ -40,7 +40,8 @@
 # OUTDIR gets results.jsonl (one JSON object per step, appended as each ends, so that a
 # run killed midway keeps what it had), summary.json (written last), S<n>.log per step and
 # the daemons' logs of S2, S4 and S5 (S<n>-daemons/). Exit status 0 when every step that
-# ran passed and S0..S5 all ran; 1 otherwise; 2 on a usage error.
+# ran passed and S0..S5 all ran (with --figures: S0 and F1..F4); 1 otherwise; 2 on a usage
+# error.
 set -u
 
 if [ "${1:-}" = "--step" ]; then
@@ -271,11 +272,18 @@ step_S6() {
 
 # ---- the figures (device_check.sh OUTDIR SECONDS --figures: S0, then F1..F4) -----------
 
-# The launcher's options for 4 emulated nodes on the one GPU: network namespaces at 1
-# Gbit/s where this machine can make them (root and ip), else --nccl-hostid (every node a
-# host of its own to NCCL, no link between them but the GPU's).
+# The launcher's options for 4 emulated nodes on the one GPU ($FIG_NET, chosen once by
+# the run: fig_net_pick).
 fig_net() {
-	if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null 2>&1; then
+	echo "$FIG_NET"
+}
+
+# Network namespaces at 1 Gbit/s where the launcher can make them here (tried: root and ip
+# alone do not say that a container lets them be made), else --nccl-hostid (every node a
+# host of its own to NCCL, meeting over sockets on loopback, no emulated link).
+fig_net_pick() {
+	if timeout 40 "$bin/sparsecomm-run" -n 1 --timeout 30 --netns --rate 1gbit -- true \
+		>"$out/F.net.log" 2>&1 </dev/null; then
 		echo "--netns --rate 1gbit"
 	else
 		echo "--nccl-hostid"
@@ -304,14 +312,24 @@ print("F1: copy at %.0f GB/s; worst op %.2fx its floor" % (
 # F2, F3: every scheme and auto against torch.distributed's NCCL allreduce and all_gather
 # of the COO, 4 daemons over nccl, 64M elements at 1% (bench/gpu_collective.py).
 fig_collective() { # WORKLOAD STEP
+	echo "nodes: $(fig_net)"
 	# shellcheck disable=SC2046
-	"$bin/sparsecomm-run" -n 4 --timeout 200 --log-dir "$out/$2-daemons" $(fig_net) \
-		--daemon-arg --transport --daemon-arg nccl -- "$PY" "$pkg/bench/gpu_collective.py" \
-		--workload "$1" --numel 67108864 --density 0.01 --scheme all --check \
-		--json-out "$out/$2.json" >"$out/$2.out" 2>&1
+	"$bin/sparsecomm-run" -n 4 --timeout $((STEP_LIMIT - 15)) --log-dir "$out/$2-daemons" \
+		$(fig_net) --daemon-arg --transport --daemon-arg nccl -- "$PY" \
+		"$pkg/bench/gpu_collective.py" --workload "$1" --numel 67108864 --density 0.01 \
+		--scheme all --check --warmup 2 --iters 5 --json-out "$out/$2.json" \
+		>"$out/$2.out" 2>&1
 	rc=$?
 	cat "$out/$2.out"
-	[ "$rc" -eq 0 ] && [ -s "$out/$2.json" ]
+	[ "$rc" -eq 0 ] && [ -s "$out/$2.json" ] || return 1
+	# a lossless scheme's sums exact (zipf) or conserved with the residuals (topk)
+	"$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+bad = [r["pinned"] for r in d["schemes"]
+       if r.get("exact") is False or r.get("conserved") is False]
+assert d["schemes"] and not bad, "wrong results: %s" % bad
+print("%s: %d schemes, every lossless one exact" % (sys.argv[2], len(d["schemes"])))' \
+		"$out/$2.json" "$2"
 }
 
 step_F2() { fig_collective zipf F2; }
@@ -324,12 +342,12 @@ step_F4() {
 	for run in "sparsecomm --sparsifier none" "sparsecomm --sparsifier topk" torchddp; do
 		tag=$(echo "$run" | tr ' ' '_' | tr -d '-')
 		mkdir -p "$out/F4-daemons"
+		echo "== $run, nodes: $(fig_net)"
 		# shellcheck disable=SC2046,SC2086
-		"$bin/sparsecomm-run" -n 4 --timeout 150 --log-dir "$out/F4-daemons/$tag" \
+		"$bin/sparsecomm-run" -n 4 --timeout 60 --log-dir "$out/F4-daemons/$tag" \
 			$(fig_net) -- "$PY" "$pkg/examples/pytorch/digits_mlp.py" --device cuda \
 			--steps 600 --log-every 200 --backend $run --json-out "$out/F4.$tag.json" \
 			>"$out/F4.$tag.out" 2>&1 || r=1
-		echo "== $run"
 		grep 'summary:' "$out/F4.$tag.out" || { tail -n 20 "$out/F4.$tag.out" && r=1; }
 	done
 	return $r
@@ -350,7 +368,7 @@ if [ $# -eq 3 ] && [ "$3" = --figures ]; then
 	set -- "$1" "$2"
 fi
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-	echo "usage: $0 OUTDIR [SECONDS] [--figures]" >&2
+	echo "usage: $0 OUTDIR [SECONDS]   or   $0 OUTDIR SECONDS --figures" >&2
 	exit 2
 fi
 out=$1
@@ -404,7 +422,7 @@ run_step() {
 		return
 	fi
 	s=$(date +%s)
-	timeout -k 5 "$limit" sh "$0" --step "$1" "$out" >"$out/$1.log" 2>&1
+	STEP_LIMIT=$limit timeout -k 5 "$limit" sh "$0" --step "$1" "$out" >"$out/$1.log" 2>&1
 	rc=$?
 	dt=$(($(date +%s) - s))
 	if [ "$rc" -eq 0 ]; then
@@ -439,10 +457,14 @@ if [ -n "$PY" ]; then
 	export PY SPARSECOMM_PYTHON="$PY" PATH
 fi
 if [ "$figures" -eq 1 ]; then
-	step F1 "compress at 214M elements against the HBM floor and torch.topk" 150
+	FIG_NET=--nccl-hostid
+	[ -f "$out/S0.env" ] && [ ! -f "$out/S0.reason" ] && FIG_NET=$(fig_net_pick)
+	export FIG_NET
+	echo "figures: the 4 nodes of F2..F4 run with $FIG_NET"
+	step F1 "compress at 214M elements against the HBM floor and torch.topk" 120
+	step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200
 	step F2 "schemes against torch's NCCL, zipf, 64M at 1%" 240
 	step F3 "schemes against torch's NCCL, topk, 64M at 1%" 240
-	step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200
 else
 	step S1 "compress bench on cuda, 16M elements" 60
 	step S2 "one daemon, one torch trainer" 90

@@ -8,7 +8,9 @@
 # loads the tree's library. Then tests/gpu/device_check.sh from the tree: without a GPU it
 # fails at S0 within 30 s with every step recorded; with a stand-in python that claims a
 # GPU every later step runs and fails (SPARSECOMM_REQUIRE_GPU=1: no step passes by
-# skipping). Prints ok/FAIL per check and "N passed, N failed" (tests/run.sh adds it up).
+# skipping); with --figures, the same for F1..F4, after the packaged bench/gpu_collective.py
+# and examples/pytorch/digits_mlp.py (--backend torchddp) ran on the cpu. Prints ok/FAIL per
+# check and "N passed, N failed" (tests/run.sh adds it up).
 #
 #   sh tests/integration/run_dist.sh       (skips, saying why, where nvcc is not found)
 set -u
@@ -126,6 +128,48 @@ print(l.library_path(), lib.sc_status_name(-6).decode())' "$p/python/sparsecomm"
 check "the Python package loads the tree's library" "$(echo "$out" |
 	grep -q "^$p/lib/libsparseclient.so SC_ERR_TIMEOUT$" && echo 1 || echo 0)" "$out"
 
+# what device_check.sh --figures runs, from the tree on the cpu (torch's gloo in place of
+# NCCL, small sizes): the package's bench and example import, find the tree's programs and
+# give exact sums; the example's torch DDP trains
+pkgrun() { # LOG NODES ARGS...: a trainer under the tree's launcher, the tree's Python package
+	log=$1 nodes=$2
+	shift 2
+	(cd "$tmp" && env -u LD_LIBRARY_PATH -u SPARSECOMM_DAEMON PYTHONPATH="$p/python" \
+		timeout 200 "$p/bin/sparsecomm-run" -n "$nodes" --timeout 180 -- "$tpy" "$@") \
+		>"$log" 2>&1 </dev/null
+}
+tpy="" # a python with torch and numpy (Debian's, which make test installs them in)
+for c in /usr/bin/python3 "$(command -v python3)"; do
+	[ -x "$c" ] && "$c" -c 'import torch, numpy' >/dev/null 2>&1 && tpy=$c && break
+done
+if [ -z "$tpy" ]; then
+	echo "skip  dist: the figures' scripts from the tree: no python3 with torch and numpy"
+else
+	for wl in zipf topk; do
+		pkgrun "$tmp/gc.$wl.out" 2 "$p/bench/gpu_collective.py" --device cpu --workload "$wl" \
+			--numel 65536 --density 0.01 --scheme all --check --warmup 1 --iters 1 \
+			--json-out "$tmp/gc.$wl.json"
+		rc=$?
+		got=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join("%s:%s" % (r["pinned"], r.get("exact", r.get("conserved")))
+               for r in d["schemes"]))' "$tmp/gc.$wl.json" 2>&1)
+		ok=0
+		[ "$rc" -eq 0 ] && [ "$(echo "$got" | wc -w)" -eq 9 ] &&
+			! echo "$got" | grep -q ':False' && ok=1
+		check "bench/gpu_collective.py --workload $wl from the tree (cpu): $got" "$ok" \
+			"exit $rc: $(tail -n 5 "$tmp/gc.$wl.out")"
+	done
+	pkgrun "$tmp/ddp.out" 2 "$p/examples/pytorch/digits_mlp.py" --backend torchddp \
+		--steps 20 --log-every 20
+	rc=$?
+	ok=0
+	[ "$rc" -eq 0 ] && grep -q 'summary: backend=torchddp device=cpu ranks=2' "$tmp/ddp.out" &&
+		ok=1
+	check "examples/pytorch/digits_mlp.py --backend torchddp from the tree (cpu)" "$ok" \
+		"exit $rc: $(tail -n 5 "$tmp/ddp.out")"
+fi
+
 # SPARSECOMM_REQUIRE_GPU=1: the GPU unit runner's skips are failures
 "$p/bin/sparsecomm-unit-gpu" gpu_bitmap >"$tmp/u1" 2>&1
 rc1=$?
@@ -205,7 +249,7 @@ EOF
 	set -- $(dc "$tmp/dc2")
 	got=$(statuses "$tmp/dc2")
 	ok=0
-	[ "$1" -eq 1 ] && [ "$got" = "S0:fail F1:not_run F2:not_run F3:not_run F4:not_run ok=False" ] &&
+	[ "$1" -eq 1 ] && [ "$got" = "S0:fail F1:not_run F4:not_run F2:not_run F3:not_run ok=False" ] &&
 		ok=1
 	check "device_check.sh --figures without a GPU: F1..F4 not run" "$ok" "exit $1; $got"
 	# shellcheck disable=SC2046
@@ -217,12 +261,13 @@ EOF
 		grep -q 'transport = nccl: the cuda device is not available' "$tmp/dc3/$s.log" ||
 			why="$why $s;"
 	done
-	for s in F4:3; do
-		n=$(grep -c 'stand-in python: no GPU here' "$tmp/dc3/${s%:*}.log")
-		[ "$n" -ge "${s#*:}" ] || why="$why ${s%:*}: $n stand-in trainer runs;"
+	for f in "$tmp"/dc3/F4.sparsecomm_sparsifier_none.out \
+		"$tmp"/dc3/F4.sparsecomm_sparsifier_topk.out "$tmp"/dc3/F4.torchddp.out; do
+		grep -q 'stand-in python: no GPU here' "$f" 2>/dev/null ||
+			why="$why $(basename "$f"): no stand-in trainer run;"
 	done
 	ok=0
-	[ "$1" -eq 1 ] && [ "$got" = "S0:pass F1:fail F2:fail F3:fail F4:fail ok=False" ] &&
+	[ "$1" -eq 1 ] && [ "$got" = "S0:pass F1:fail F4:fail F2:fail F3:fail ok=False" ] &&
 		[ -z "$why" ] && ok=1
 	check "device_check.sh --figures with a stand-in python: F1..F4 run and fail ($2 s)" \
 		"$ok" "exit $1; $got;$why $(tail -n 3 "$tmp/dc3.out")"
