@@ -15,8 +15,10 @@
  * same batch never wait for each other. Every message is a frame: a header (magic, the
  * pair's sequence number, byte length), checked on receipt against what this rank posted,
  * then the bytes. A closed connection, a socket error or a header that does not match
- * fails the comm, naming the peer; a peer that sends nothing is waited for (as NCCL waits),
- * until ncclCommAbort, or for a blocking comm's call until NCCL_HOST_TIMEOUT_MS passed.
+ * fails the comm, naming the peer (the batch's messages with the other peers still go on
+ * for up to NH_DRAIN_MS: a survivor waiting for this rank's part then sees the failed peer
+ * itself); a peer that sends nothing is waited for (as NCCL waits), until ncclCommAbort, or
+ * for a blocking comm's call until NCCL_HOST_TIMEOUT_MS passed.
  */
 #include <endian.h>
 #include <errno.h>
@@ -292,15 +294,39 @@ static ncclResult_t timed_out(struct ncclComm *comm, const struct plan *pl)
 		       comm->rank, comm->timeout_ms, p);
 }
 
+/* Drops what is left of the batch with peer p (it failed). */
+static void drop_peer(struct plan *pl, int p)
+{
+	for (struct xfer *x = pl->sq[p]; x; x = x->next)
+		pl->left--;
+	for (struct xfer *x = pl->rq[p]; x; x = x->next)
+		pl->left--;
+	pl->sq[p] = pl->rq[p] = NULL;
+}
+
+/*
+ * Moves the batch's messages until none is left. A peer that fails (its connection closed,
+ * a bad frame) fails the batch, and the comm at once (nh_fail: the async error says so);
+ * the messages with the other peers still go on for up to NH_DRAIN_MS, so that a rank
+ * waiting for this one's part of the batch gets it, finishes the batch and sees the failed
+ * peer itself at its next one, rather than waiting on this rank for good.
+ */
 static ncclResult_t progress(struct ncclComm *comm, struct plan *pl)
 {
+	ncclResult_t failed = ncclSuccess;
+	uint64_t drain_end = 0;
+
 	while (pl->left > 0) {
 		int n = 0, k;
 
 		if (atomic_load(&comm->abort))
-			return nh_fail(comm, ncclSystemError, "rank %d: aborted", comm->rank);
+			return failed != ncclSuccess ? failed
+						     : nh_fail(comm, ncclSystemError,
+							       "rank %d: aborted", comm->rank);
+		if (failed != ncclSuccess && nh_now_ms() >= drain_end)
+			return failed;
 		if (atomic_load(&comm->cancel))
-			return timed_out(comm, pl);
+			return failed != ncclSuccess ? failed : timed_out(comm, pl);
 		for (int p = 0; p < comm->nranks; p++) {
 			short ev =
 			    (short)((pl->sq[p] ? POLLOUT : 0) | (pl->rq[p] ? POLLIN : 0));
@@ -324,11 +350,16 @@ static ncclResult_t progress(struct ncclComm *comm, struct plan *pl)
 			if (r == ncclSuccess && pl->sq[p] &&
 			    (rev & (POLLOUT | POLLERR | POLLHUP)))
 				r = send_some(comm, pl, p);
-			if (r != ncclSuccess)
-				return r;
+			if (r == ncclSuccess)
+				continue;
+			if (failed == ncclSuccess) {
+				failed = r;
+				drain_end = nh_now_ms() + NH_DRAIN_MS;
+			}
+			drop_peer(pl, p);
 		}
 	}
-	return ncclSuccess;
+	return failed;
 }
 
 static ncclResult_t run_batch(struct ncclComm *comm, const struct nh_batch *b)

@@ -25,7 +25,8 @@
 #define NH_FRAME_MAGIC	   0x4e434846u /* "NCHF": every frame of an operation */
 #define NH_MAX_RANKS	   1024
 #define NH_TEXT		   256
-#define NH_SLICE_MS	   50 /* the longest a wait goes without looking at the abort flag */
+#define NH_SLICE_MS	   50	/* the longest a wait goes without looking at the abort flag */
+#define NH_DRAIN_MS	   2000 /* after a peer failed a batch: the others' messages go on */
 #define NH_DEFAULT_TIMEOUT 60000
 
 /* The unique id's contents (the rest of its 128 bytes are zero). */
