@@ -588,7 +588,7 @@ static void work_rank(scd_transport_t *t, int rank, int P, void *arg)
 		n++;
 	}
 	if (rank == 0)
-		usleep(1000 * 1000); /* the others wait in the exchange, even on a busy host */
+		usleep(200 * 1000);
 	work_probe_t w = {.r = r, .got = got, .n = n, .src_rank = rank};
 	scd_xfer_work_t wk = {probe_work, &w};
 	sc_status_t st = scd_transport_exchange_vw(t, s, n, r, n, got, &wk, TMO_MS);
@@ -599,8 +599,7 @@ static void work_rank(scd_transport_t *t, int rank, int P, void *arg)
 	/* a failing work ends the exchange: rank 1 waits for rank 0's late 4 KiB */
 	if (rank < 2) {
 		if (rank == 0)
-			usleep(1000 *
-			       1000); /* the others wait in the exchange, even on a busy host */
+			usleep(200 * 1000);
 		w = (work_probe_t){.r = r, .got = got, .fail = 1, .src_rank = rank};
 		scd_xfer_t x = {1 - rank, s[0].buf, 4096}, y = {1 - rank, r[0].buf, 4096};
 		st = rank == 0
@@ -737,7 +736,7 @@ static void ring_work_rank(scd_transport_t *t, int rank, int P, void *arg)
 	for (size_t i = 0; i < N; i++)
 		x[i] = (int32_t)input_u32(i, rank);
 	if (rank == 0)
-		usleep(1000 * 1000); /* the others wait in the exchange, even on a busy host */
+		usleep(200 * 1000);
 	int calls = 0;
 	scd_xfer_work_t wk = {count_work, &calls};
 	sc_status_t st = scd_transport_allreduce_w(t, x, N, SC_INT32, SC_OP_SUM, &wk, TMO_MS);
@@ -748,7 +747,7 @@ static void ring_work_rank(scd_transport_t *t, int rank, int P, void *arg)
 		CHECK_MSG(calls > 0, "rank %d: the work never ran while the ring waited", rank);
 	/* every rank's work fails at its first idle poll: the allreduce ends with it */
 	if (rank == 0)
-		usleep(1000 * 1000); /* the others wait in the exchange, even on a busy host */
+		usleep(200 * 1000);
 	calls = 0;
 	wk = (scd_xfer_work_t){failing_work, &calls};
 	st = scd_transport_allreduce_w(t, x, N, SC_INT32, SC_OP_SUM, &wk, TMO_MS);
