@@ -45,23 +45,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tree import program  # noqa: E402  (and the Python package on sys.path)
 
 SCHEMES = ["dense_ring", "agsparse", "hier_central", "balanced_par", "omnireduce", "spardl",
            "exdyna", "s2_sketch", "auto"]
 LOSSY = {"spardl", "exdyna", "exdyna_owner", "s2_sketch"}
-
-
-def _bin(name):
-    """A program of the source tree (build/bin) or of the package make dist builds (bin/),
-    else the one on PATH."""
-    for d in (os.path.join(ROOT, "build", "bin"), os.path.join(ROOT, "bin")):
-        path = os.path.join(d, name)
-        if os.access(path, os.X_OK):
-            return path
-    return name
 
 
 def parse_rate(text):
@@ -167,7 +156,7 @@ class Bench:
         return times[len(times) // 2]
 
     def stats(self, name):
-        out = subprocess.run([_bin("sparsectl"), "--socket",
+        out = subprocess.run([program("sparsectl"), "--socket",
                               os.environ["SPARSECOMM_SOCKET"], "--json", "stats"],
                              capture_output=True, text=True, timeout=30).stdout
         for t in json.loads(out).get("tensors", []):
@@ -318,7 +307,7 @@ class Bench:
 
 def drive(a):
     """Every workload over nccl and over tcp, each a sparsecomm-run of this script."""
-    run = _bin("sparsecomm-run")
+    run = program("sparsecomm-run")
     rows = []
     for wl in ("zipf", "topk"):
         for transport in ("nccl", "tcp"):

@@ -83,15 +83,16 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.normpath(os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tree import ROOT, program  # noqa: E402  (and the Python package on sys.path)
 
 MODES = ["layerwise", "fused_topk", "aligned", "adaptive", "dense", "adaptive_batched"]
 DAEMON_MODE = {"layerwise": "layerwise", "fused_topk": "layerwise", "aligned": "aligned",
                "adaptive": "adaptive", "dense": "aligned", "adaptive_batched": "adaptive"}
-SPARSECTL = os.path.join(ROOT, "build", "bin", "sparsectl")
-LAUNCHER = os.path.join(ROOT, "build", "bin", "sparsecomm-run")
+
+
+SPARSECTL = program("sparsectl")
+LAUNCHER = program("sparsecomm-run")
 
 
 def add_args(p):
@@ -304,8 +305,7 @@ def train(a):
     import sparsecomm as sc
     import sparsecomm.torch as sct
     sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
-    import _common  # noqa: F401  (wire_bytes)
-    from sklearn.datasets import load_digits
+    import _common  # wire_bytes, digits
 
     _common.set_threads(1)  # torch's threads and OpenBLAS's
     sc.init(timeout=a.timeout)
@@ -316,9 +316,9 @@ def train(a):
         sys.exit("rank %d: the daemons run fusion_mode %s, not %s (pass --daemon-arg "
                  "--fusion_mode --daemon-arg %s)" % (rank, cfg_mode, a.mode, a.mode))
 
-    d = load_digits()
-    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
+    px, label = _common.digits()
+    x = torch.tensor(px, dtype=torch.float32) / 16.0
+    y = torch.tensor(label, dtype=torch.int64)
     xs, ys = x[rank::size], y[rank::size]
     model = model_fn(a.seed, a.depth, a.width)
     params = [(n, p) for n, p in model.named_parameters()]

@@ -9,8 +9,9 @@
 # need that is not part of glibc), python/sparsecomm (the Python package, which loads
 # ../../lib/libsparseclient.so), share/man, share/sparsecomm/sparsecommd.conf, and the GPU
 # tests (tests/gpu/device_check.sh and the Python workers it runs), and what its --figures
-# run measures with (bench/gpu_collective.py, examples/pytorch/digits_mlp.py and
-# _common.py). The programs were
+# run measures with (bench/gpu_collective.py, bench/pytorch_fusion.py,
+# examples/pytorch/digits_mlp.py and _common.py, and scikit-learn's digits.csv.gz, which
+# _common.digits() reads where the python has no scikit-learn). The programs were
 # linked with DT_RPATH $ORIGIN/../lib and the libraries with $ORIGIN (Makefile, RPATH_BIN
 # and RPATH_LIB), so the unpacked tree runs from anywhere without LD_LIBRARY_PATH.
 #
@@ -94,10 +95,24 @@ install -m 0755 "$root/tests/gpu/device_check.sh" "$stage/tests/gpu/"
 for f in run_tests.py worker_gpu.py checks.py forms.py; do
 	install -m 0644 "$root/tests/python/$f" "$stage/tests/python/"
 done
-install -m 0644 "$root/bench/gpu_collective.py" "$stage/bench/"
+for f in _tree.py gpu_collective.py pytorch_fusion.py; do
+	install -m 0644 "$root/bench/$f" "$stage/bench/"
+done
 for f in _common.py digits_mlp.py; do
 	install -m 0644 "$root/examples/pytorch/$f" "$stage/examples/pytorch/"
 done
+# the digits the examples train on, for a python without scikit-learn (the GPU machine's):
+# scikit-learn's own copy (Debian's python3-sklearn here), read by _common.digits()
+digits=$(for py in /usr/bin/python3 python3; do
+	"$py" -c 'import os, sklearn.datasets as d
+print(os.path.join(os.path.dirname(d.__file__), "data", "digits.csv.gz"))' 2>/dev/null && break
+done)
+if [ -n "$digits" ] && [ -f "$digits" ]; then
+	install -m 0644 "$digits" "$stage/examples/pytorch/digits.csv.gz"
+else
+	echo "dist: no scikit-learn here (python3-sklearn): the package goes without" \
+		"digits.csv.gz, so its examples need scikit-learn where they run" >&2
+fi
 install -m 0644 "$root/docs/gpu.md" "$stage/README.md"
 {
 	echo "sparsecomm $version, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"

@@ -216,6 +216,33 @@ class _GlooOptimizer:
         self.opt.step()
 
 
+def digits():
+    """scikit-learn's handwritten digits (1,797 8x8 images): (x, y), x the 64 pixel values
+    (0..16) of each image as float64 and y its label, as load_digits() gives data and
+    target.  From scikit-learn where it is installed, else from digits.csv.gz beside this
+    file: the package `make dist` builds carries scikit-learn's copy of that file, for a
+    machine whose python has torch but not scikit-learn."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        load_digits = None
+    if load_digits is not None:
+        d = load_digits()
+        return d.data, d.target
+    path = os.path.join(_HERE, "digits.csv.gz")
+    if not os.path.exists(path):
+        raise SystemExit("the digits data: this python has no scikit-learn (sklearn) and "
+                         "there is no %s (make dist puts it in the package)" % path)
+    import gzip
+    import numpy as np
+    with gzip.open(path, "rt") as f:
+        rows = np.loadtxt(f, delimiter=",")
+    if rows.ndim != 2 or rows.shape[1] != 65:
+        raise SystemExit("%s: expected rows of 64 pixels and a label, found shape %s" %
+                         (path, rows.shape))
+    return rows[:, :-1], rows[:, -1].astype(int)
+
+
 def set_threads(n):
     """At most n compute threads in this trainer: torch's pool, and the OpenBLAS pool that
     Debian's torch multiplies with, which torch.set_num_threads leaves at the core count

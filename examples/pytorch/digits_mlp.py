@@ -28,10 +28,9 @@ import torch.nn as nn  # noqa: E402
 
 
 def data():
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    x = torch.tensor(d.data, dtype=torch.float32) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
+    px, label = _common.digits()
+    x = torch.tensor(px, dtype=torch.float32) / 16.0
+    y = torch.tensor(label, dtype=torch.int64)
     return x, y
 
 

@@ -33,15 +33,19 @@
 #      NCCL allreduce and all_gather of the COO (in network namespaces at 1 Gbit/s where
 #      root and ip allow, else --nccl-hostid, no emulated link);
 #   F4 examples/pytorch/digits_mlp.py on cuda, 4 trainers: sparsecomm lossless and top-k
-#      1% against torch's DistributedDataParallel over NCCL (--backend torchddp).
-# Each writes its JSON beside its log (F1.json, F2.json, F3.json, F4.*.json).
+#      1% against torch's DistributedDataParallel over NCCL (--backend torchddp);
+#   F5 (optional: only when the time left allows it) bench/pytorch_fusion.py's fusion
+#      modes on CPU tensors, 4 nodes with a core for each process, two rounds.
+# They run in the order F1 F4 F2 F3 F5, or that of $FIG_STEPS (a list of some of them:
+# a later session runs what an earlier one had no time for).
+# Each writes its JSON beside its log (F1.json, F2.json, F3.json, F4.*.json, F5.json).
 # SPARSECOMM_REQUIRE_GPU=1 is set for every step: a test that would skip fails instead.
 #
 # OUTDIR gets results.jsonl (one JSON object per step, appended as each ends, so that a
 # run killed midway keeps what it had), summary.json (written last), S<n>.log per step and
 # the daemons' logs of S2, S4 and S5 (S<n>-daemons/). Exit status 0 when every step that
-# ran passed and S0..S5 all ran (with --figures: S0 and F1..F4); 1 otherwise; 2 on a usage
-# error.
+# ran passed and S0..S5 all ran (with --figures: S0 and those of F1..F4 it was given); 1
+# otherwise; 2 on a usage error.
 set -u
 
 if [ "${1:-}" = "--step" ]; then
@@ -353,6 +357,24 @@ step_F4() {
 	return $r
 }
 
+# F5: the fusion modes of bench/pytorch_fusion.py (CPU tensors, top-k 1%, 4 nodes) on a
+# machine with a core for every trainer and daemon: sparsification ahead of fusion per
+# tensor (layerwise, aligned, adaptive, adaptive_batched) against one fused top-k buffer,
+# where the per-tensor work no longer competes with training for the cores (docs/
+# schemes.md, "SAFusion's headline"). Two interleaved rounds; the goals from the medians.
+step_F5() {
+	netns=--no-netns
+	case $FIG_NET in --netns*) netns="" ;; esac
+	echo "nodes: ${netns:-$FIG_NET}"
+	# shellcheck disable=SC2086
+	"$PY" "$pkg/bench/pytorch_fusion.py" --all $netns --rounds 2 --steps 200 --warmup 30 \
+		--modes layerwise,fused_topk,aligned,adaptive,adaptive_batched --timeout 60 \
+		--json "$out/F5.json" >"$out/F5.out" 2>&1
+	rc=$?
+	sed -n '/^| mode /,$p' "$out/F5.out"
+	[ "$rc" -eq 0 ] && [ -s "$out/F5.json" ] || { tail -n 20 "$out/F5.out" && return 1; }
+}
+
 if [ "$mode" = step ]; then
 	step=$1
 	out=$2
@@ -371,6 +393,13 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 	echo "usage: $0 OUTDIR [SECONDS]   or   $0 OUTDIR SECONDS --figures" >&2
 	exit 2
 fi
+for f in ${FIG_STEPS:-}; do
+	case $f in F[1-5]) ;; *)
+		echo "device_check.sh: FIG_STEPS names F1..F5, not '$f'" >&2
+		exit 2
+		;;
+	esac
+done
 out=$1
 budget=${2:-450}
 case $budget in '' | *[!0-9]*)
@@ -461,10 +490,15 @@ if [ "$figures" -eq 1 ]; then
 	[ -f "$out/S0.env" ] && [ ! -f "$out/S0.reason" ] && FIG_NET=$(fig_net_pick)
 	export FIG_NET
 	echo "figures: the 4 nodes of F2..F4 run with $FIG_NET"
-	step F1 "compress at 214M elements against the HBM floor and torch.topk" 120
-	step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200
-	step F2 "schemes against torch's NCCL, zipf, 64M at 1%" 240
-	step F3 "schemes against torch's NCCL, topk, 64M at 1%" 240
+	for f in ${FIG_STEPS:-F1 F4 F2 F3 F5}; do
+		case $f in
+		F1) step F1 "compress at 214M elements against the HBM floor and torch.topk" 120 ;;
+		F4) step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200 ;;
+		F2) step F2 "schemes against torch's NCCL, zipf, 64M at 1%" 240 ;;
+		F3) step F3 "schemes against torch's NCCL, topk, 64M at 1%" 240 ;;
+		F5) step F5 "fusion modes on cpu tensors, a core per process" 200 optional ;;
+		esac
+	done
 else
 	step S1 "compress bench on cuda, 16M elements" 60
 	step S2 "one daemon, one torch trainer" 90

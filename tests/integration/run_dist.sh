@@ -8,9 +8,10 @@
 # loads the tree's library. Then tests/gpu/device_check.sh from the tree: without a GPU it
 # fails at S0 within 30 s with every step recorded; with a stand-in python that claims a
 # GPU every later step runs and fails (SPARSECOMM_REQUIRE_GPU=1: no step passes by
-# skipping); with --figures, the same for F1..F4, after the packaged bench/gpu_collective.py
-# and examples/pytorch/digits_mlp.py (--backend torchddp) ran on the cpu. Prints ok/FAIL per
-# check and "N passed, N failed" (tests/run.sh adds it up).
+# skipping); with --figures, the same for F1..F5, after the packaged bench/gpu_collective.py,
+# examples/pytorch/digits_mlp.py (--backend torchddp) and bench/pytorch_fusion.py ran on the
+# cpu, and the package's digits (for a python without scikit-learn) matched scikit-learn's.
+# Prints ok/FAIL per check and "N passed, N failed" (tests/run.sh adds it up).
 #
 #   sh tests/integration/run_dist.sh       (skips, saying why, where nvcc is not found)
 set -u
@@ -62,8 +63,17 @@ for f in bin/sparsecommd bin/sparsectl bin/sparsecomm-run bin/sparsecomm-bench \
 	lib/libzmq.so.5 lib/libuv.so.1 python/sparsecomm/__init__.py python/sparsecomm/_install.py \
 	share/man/man8/sparsecommd.8 share/man/man1/sparsectl.1 tests/gpu/device_check.sh \
 	tests/python/worker_gpu.py tests/python/run_tests.py bench/gpu_collective.py \
-	examples/pytorch/digits_mlp.py examples/pytorch/_common.py MANIFEST; do
+	bench/pytorch_fusion.py bench/_tree.py examples/pytorch/digits_mlp.py \
+	examples/pytorch/_common.py MANIFEST; do
 	[ -e "$p/$f" ] || missing="$missing $f"
+done
+# scikit-learn's digits, where make dist found scikit-learn (mk/dist.sh)
+for py in /usr/bin/python3 python3; do
+	if "$py" -c 'import sklearn' >/dev/null 2>&1; then
+		[ -e "$p/examples/pytorch/digits.csv.gz" ] ||
+			missing="$missing examples/pytorch/digits.csv.gz"
+		break
+	fi
 done
 check "every file in place" "$([ -z "$missing" ] && echo 1 || echo 0)" "missing:$missing"
 # nothing of the build machine's toolkit or compiler runtime is carried
@@ -168,6 +178,41 @@ print(" ".join("%s:%s" % (r["pinned"], r.get("exact", r.get("conserved")))
 		ok=1
 	check "examples/pytorch/digits_mlp.py --backend torchddp from the tree (cpu)" "$ok" \
 		"exit $rc: $(tail -n 5 "$tmp/ddp.out")"
+	# the digits without scikit-learn (the GPU machine's python has none): the package's
+	# copy, read by _common.digits(), equal to load_digits()
+	if "$tpy" -c 'import sklearn' >/dev/null 2>&1; then
+		out=$(cd "$tmp" && "$tpy" -c 'import sys
+sys.modules["sklearn"] = None  # import sklearn fails, as where it is not installed
+sys.path.insert(0, sys.argv[1])
+import _common
+x, y = _common.digits()
+del sys.modules["sklearn"]
+import numpy as np
+from sklearn.datasets import load_digits
+d = load_digits()
+print("equal" if np.array_equal(x, d.data) and np.array_equal(y, d.target) else "differ",
+      x.shape, y.shape)' "$p/examples/pytorch" 2>&1)
+		check "the package's digits without scikit-learn: $out" \
+			"$(echo "$out" | grep -q '^equal (1797, 64) (1797,)$' && echo 1 || echo 0)" "$out"
+	else
+		echo "skip  dist: the package's digits: no scikit-learn here to compare with"
+	fi
+	# device_check.sh's F5: the fusion driver from the tree, its own launches of the tree's
+	# programs (2 nodes on loopback, a few steps of two modes)
+	(cd "$tmp" && env -u LD_LIBRARY_PATH -u SPARSECOMM_DAEMON PYTHONPATH="$p/python" \
+		timeout 300 "$tpy" "$p/bench/pytorch_fusion.py" --all --nodes 2 --no-netns \
+		--modes fused_topk,adaptive --steps 20 --warmup 5 --timeout 60 \
+		--json "$tmp/pf.json") >"$tmp/pf.out" 2>&1 </dev/null
+	rc=$?
+	got=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join("%s:%d:%s" % (r["mode"], r["ranks"], r["missing_per_step"]) for r in d["modes"]))' \
+		"$tmp/pf.json" 2>&1)
+	ok=0
+	# (the single buffer may miss tensors; the per-tensor selection must not)
+	[ "$rc" -eq 0 ] && echo "$got" | grep -Eq '^fused_topk:2:[0-9.]+ adaptive:2:0\.0$' && ok=1
+	check "bench/pytorch_fusion.py --all from the tree (2 nodes, loopback): $got" "$ok" \
+		"exit $rc: $(tail -n 5 "$tmp/pf.out")"
 fi
 
 # SPARSECOMM_REQUIRE_GPU=1: the GPU unit runner's skips are failures
@@ -249,9 +294,10 @@ EOF
 	set -- $(dc "$tmp/dc2")
 	got=$(statuses "$tmp/dc2")
 	ok=0
-	[ "$1" -eq 1 ] && [ "$got" = "S0:fail F1:not_run F4:not_run F2:not_run F3:not_run ok=False" ] &&
+	[ "$1" -eq 1 ] &&
+		[ "$got" = "S0:fail F1:not_run F4:not_run F2:not_run F3:not_run F5:not_run ok=False" ] &&
 		ok=1
-	check "device_check.sh --figures without a GPU: F1..F4 not run" "$ok" "exit $1; $got"
+	check "device_check.sh --figures without a GPU: F1..F5 not run" "$ok" "exit $1; $got"
 	# shellcheck disable=SC2046
 	set -- $(dc "$tmp/dc3" SPARSECOMM_PYTHON="$tmp/fakepy")
 	got=$(statuses "$tmp/dc3")
@@ -266,10 +312,12 @@ EOF
 		grep -q 'stand-in python: no GPU here' "$f" 2>/dev/null ||
 			why="$why $(basename "$f"): no stand-in trainer run;"
 	done
+	grep -q 'stand-in python: no GPU here' "$tmp/dc3/F5.out" 2>/dev/null ||
+		why="$why F5: no stand-in driver run;"
 	ok=0
-	[ "$1" -eq 1 ] && [ "$got" = "S0:pass F1:fail F4:fail F2:fail F3:fail ok=False" ] &&
+	[ "$1" -eq 1 ] && [ "$got" = "S0:pass F1:fail F4:fail F2:fail F3:fail F5:fail ok=False" ] &&
 		[ -z "$why" ] && ok=1
-	check "device_check.sh --figures with a stand-in python: F1..F4 run and fail ($2 s)" \
+	check "device_check.sh --figures with a stand-in python: F1..F5 run and fail ($2 s)" \
 		"$ok" "exit $1; $got;$why $(tail -n 3 "$tmp/dc3.out")"
 	figures=""
 fi
