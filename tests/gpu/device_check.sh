@@ -37,7 +37,7 @@
 #   F5 (optional: only when the time left allows it) bench/pytorch_fusion.py's fusion
 #      modes on CPU tensors, 4 nodes with a core for each process, two rounds.
 # They run in the order F1 F4 F2 F3 F5, or that of $FIG_STEPS (a list of some of them:
-# a later session runs what an earlier one had no time for).
+# a later session runs what an earlier one had no time for; F5 is not optional there).
 # Each writes its JSON beside its log (F1.json, F2.json, F3.json, F4.*.json, F5.json).
 # SPARSECOMM_REQUIRE_GPU=1 is set for every step: a test that would skip fails instead.
 #
@@ -372,7 +372,10 @@ step_F5() {
 		--json "$out/F5.json" >"$out/F5.out" 2>&1
 	rc=$?
 	sed -n '/^| mode /,$p' "$out/F5.out"
-	[ "$rc" -eq 0 ] && [ -s "$out/F5.json" ] || { tail -n 20 "$out/F5.out" && return 1; }
+	if [ "$rc" -ne 0 ] || [ ! -s "$out/F5.json" ]; then
+		tail -n 20 "$out/F5.out"
+		return 1
+	fi
 }
 
 if [ "$mode" = step ]; then
@@ -490,13 +493,15 @@ if [ "$figures" -eq 1 ]; then
 	[ -f "$out/S0.env" ] && [ ! -f "$out/S0.reason" ] && FIG_NET=$(fig_net_pick)
 	export FIG_NET
 	echo "figures: the 4 nodes of F2..F4 run with $FIG_NET"
+	f5=optional # F5 only when its whole timeout is left, unless FIG_STEPS asks for it
+	[ -n "${FIG_STEPS:-}" ] && f5=""
 	for f in ${FIG_STEPS:-F1 F4 F2 F3 F5}; do
 		case $f in
 		F1) step F1 "compress at 214M elements against the HBM floor and torch.topk" 120 ;;
 		F4) step F4 "digits MLP on cuda: sparsecomm against torch DDP over NCCL" 200 ;;
 		F2) step F2 "schemes against torch's NCCL, zipf, 64M at 1%" 240 ;;
 		F3) step F3 "schemes against torch's NCCL, topk, 64M at 1%" 240 ;;
-		F5) step F5 "fusion modes on cpu tensors, a core per process" 200 optional ;;
+		F5) step F5 "fusion modes on cpu tensors, a core per process" 200 $f5 ;;
 		esac
 	done
 else
