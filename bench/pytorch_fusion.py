@@ -675,10 +675,13 @@ def drive(a):
         rec["round"] = rnd
         recs.append(rec)
     print()
-    print("%d nodes%s, %d steps (%d untimed), seed %d, depth %d width %d batch %d/rank, "
-          "top-k density %g, %d tensors" % (
-              a.nodes, "" if a.no_netns else " at " + a.rate, a.steps, a.warmup, a.seed,
-              a.depth, a.width, a.batch, a.density, recs[0]["tensors"] if recs else 0))
+    cores = len(os.sched_getaffinity(0))
+    print("%d nodes%s on %d cores (%.1f trainers and daemons a core), %d steps (%d "
+          "untimed), seed %d, depth %d width %d batch %d/rank, top-k density %g, %d "
+          "tensors" % (
+              a.nodes, "" if a.no_netns else " at " + a.rate, cores, 2.0 * a.nodes / cores,
+              a.steps, a.warmup, a.seed, a.depth, a.width, a.batch, a.density,
+              recs[0]["tensors"] if recs else 0))
     shown = [dict(r, mode="%s #%d" % (r["mode"], r["round"])) if a.rounds > 1 else r
              for r in recs]
     print(table(shown))
@@ -711,7 +714,8 @@ def drive(a):
         print("%s = %.3f" % (k, v))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(modes=recs, goals=goals, timelines=work), f, indent=1)
+            json.dump(dict(modes=recs, goals=goals, timelines=work, nodes=a.nodes,
+                           cores=cores), f, indent=1)
     print("timelines and records in %s" % work)
     return 0 if len(recs) == len(runs) else 1
 
