@@ -14,21 +14,18 @@ found in.  Where anything differs it returns None and the caller goes the full w
 
 Only what the full way would do for the same call is done here: the same claim, the same
 copy into the shared buffer, the same sc_allreduce_async, and a Handle whose result is
-copied into the same tensor (_Handle: its wait() asks once, without blocking, and where
-the operation has ended copies the result out and ends the handle itself, about 3 us a
-tensor less than the general wait's deadline loop; otherwise it waits the general way)."""
+copied into the same tensor."""
 
 import ctypes
 
-from . import Handle, _error, _grouping, _lib, _release_orphan, _torch
+from . import Handle, _error, _grouping, _lib, _torch
 
 
 class Rerun:
     """What an in-place allreduce of a CPU torch tensor into a kept named registration
     found (of(): None for anything else)."""
 
-    __slots__ = ("ctx", "entry", "shape", "dims", "dtype", "view", "c_op", "lib", "start_fn",
-                 "h", "href")
+    __slots__ = ("ctx", "entry", "shape", "dims", "dtype", "view", "c_op", "lib")
 
     def __init__(self, ctx, entry, shape, dtype, c_op):
         self.ctx = ctx
@@ -39,9 +36,6 @@ class Rerun:
         self.view = entry.tdata().view(shape)
         self.c_op = c_op
         self.lib = _lib.load()
-        self.start_fn = self.lib.sc_allreduce_async
-        self.h = _lib.c_handle()  # the handle's out-parameter, reused: read at once
-        self.href = ctypes.byref(self.h)
 
 
 def of(handle, tensor, op):
@@ -79,53 +73,17 @@ def start(r, tensor, ctx):
         except BaseException:
             e.inflight = False
             raise
+    h = _lib.c_handle()
     try:
-        st = r.start_fn(c.client, e.ptr, r.c_op, r.href)
+        st = r.lib.sc_allreduce_async(c.client, e.ptr, r.c_op, ctypes.byref(h))
     except BaseException:
         e.inflight = False
         raise
     if st != _lib.SC_OK:
         e.inflight = False
         raise _error(st, "allreduce of tensor '%s'" % e.name, e.name)
-    return _Handle(c, e, r.h.value, tensor, r.view, r.lib.sc_wait)
-
-
-class _Handle(Handle):
-    """A rerun's Handle: the same states and errors as a Handle whose finish copies the
-    result from the shared buffer into the tensor, with wait() taking the short way when
-    the operation has ended by the time it is called (the daemon's answer already in the
-    shared header: one call that does not block), as it has for most of an optimizer's
-    gradients by the time synchronize() waits for them."""
-
-    def __init__(self, ctx, entry, hid, tensor, view, c_wait):
-        self._tensor, self._view, self._c_wait = tensor, view, c_wait
-        Handle.__init__(self, ctx, entry, hid, self._copy_out)
-
-    def _copy_out(self):
-        return _into(self._tensor, self._view)
-
-    def wait(self, timeout=None):
-        if self._done or self._ctx.closed:
-            return Handle.wait(self, timeout)
-        st = self._c_wait(self._ctx.client, self._hid, 0)
-        if st == _lib.SC_ERR_TIMEOUT:  # still running: the full wait, with its deadline
-            return Handle.wait(self, timeout)
-        if st != _lib.SC_OK:
-            self._complete(st, True)
-            return self._out()
-        self._done = True
-        try:
-            self._result = _into(self._tensor, self._view)
-        except BaseException as x:  # kept for every later wait(), as _complete keeps it
-            self._exc = x
-        e = self._entry
-        self._freed = True  # Handle._free, for a named registration's handle
-        e.inflight = False
-        if e.orphan:
-            _release_orphan(self._ctx, e)
-        if e.open is self._token:  # Handle._settle
-            e.open = None
-        return self._out()
+    view = r.view
+    return Handle(c, e, h.value, lambda: _into(tensor, view))
 
 
 def _into(out, view):
